@@ -1,0 +1,53 @@
+# foreshock — the two commands: `make demo` and `make test`. Both set themselves up.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+export NUMBA_CACHE_DIR := $(CURDIR)/.venv/numba-cache
+
+.PHONY: demo test test-fast venv bench services-up services-down clean typecheck
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e ".[dev,nvml]" --config-settings editable_mode=strict
+	@touch $(STAMP)
+
+venv: $(STAMP)
+
+demo: $(STAMP)
+	$(VENV)/bin/foreshock demo $(DEMO_ARGS)
+
+# Service fragments: each part that needs a real server owns a .mk file with its own
+# up/down targets, and adds them to SERVICES_UP / SERVICES_DOWN.
+SERVICES_UP :=
+SERVICES_DOWN :=
+-include deploy/kafka/kafka.mk
+-include deploy/prometheus/prometheus.mk
+
+services-up: $(SERVICES_UP)
+services-down: $(SERVICES_DOWN)
+
+# `make test` installs everything, starts the real services, runs the whole suite (twice for the
+# kernels: once compiled, once with NUMBA_DISABLE_JIT=1 so their bodies run as Python), type-checks,
+# and stops the services whatever the outcome.
+test: $(STAMP)
+	@$(MAKE) --no-print-directory services-up
+	@set -o pipefail; status=0; \
+	  $(VENV)/bin/pytest $(PYTEST_ARGS) || status=$$?; \
+	  if [ $$status -eq 0 ]; then NUMBA_DISABLE_JIT=1 $(VENV)/bin/pytest -q -m kernel -p no:cacheprovider || status=$$?; fi; \
+	  if [ $$status -eq 0 ]; then $(MAKE) --no-print-directory typecheck || status=$$?; fi; \
+	  $(MAKE) --no-print-directory services-down; exit $$status
+
+test-fast: $(STAMP)
+	$(VENV)/bin/pytest -q -m "not kafka and not prometheus and not slow" $(PYTEST_ARGS)
+
+typecheck: $(STAMP)
+	$(VENV)/bin/mypy
+
+bench: $(STAMP)
+	$(PY) bench/run_all.py $(BENCH_ARGS)
+
+clean:
+	rm -rf $(VENV) build dist *.egg-info .pytest_cache .mypy_cache

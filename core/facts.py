@@ -1,0 +1,78 @@
+"""Hardware constants foreshock builds on, each with its source (see shared/FACTS.md).
+
+Thresholds are data, kept here once; the simulator, the detectors and the rule generator
+read them from this module.
+"""
+
+from __future__ import annotations
+
+# --- NVML clock-event ("throttle") reason bits; DCGM field 112 -------------------------------
+THROTTLE_IDLE = 0x1
+THROTTLE_APP_CLOCKS = 0x2
+THROTTLE_SW_POWER_CAP = 0x4
+THROTTLE_HW_SLOWDOWN = 0x8  # >= 2x clock cut
+THROTTLE_SYNC_BOOST = 0x10
+THROTTLE_SW_THERMAL = 0x20
+THROTTLE_HW_THERMAL = 0x40
+THROTTLE_HW_POWER_BRAKE = 0x80
+THROTTLE_DISPLAY_CLOCKS = 0x100
+
+THROTTLE_BITS: dict[str, int] = {
+    "idle": THROTTLE_IDLE,
+    "app_clocks": THROTTLE_APP_CLOCKS,
+    "sw_power_cap": THROTTLE_SW_POWER_CAP,
+    "hw_slowdown": THROTTLE_HW_SLOWDOWN,
+    "sync_boost": THROTTLE_SYNC_BOOST,
+    "sw_thermal": THROTTLE_SW_THERMAL,
+    "hw_thermal": THROTTLE_HW_THERMAL,
+    "hw_power_brake": THROTTLE_HW_POWER_BRAKE,
+    "display_clocks": THROTTLE_DISPLAY_CLOCKS,
+}
+THERMAL_THROTTLE_MASK = THROTTLE_SW_THERMAL | THROTTLE_HW_THERMAL | THROTTLE_HW_SLOWDOWN
+"""Bits that mean the GPU is thermally limited."""
+
+# --- Hopper SXM (H100/H200, GH100 die) -------------------------------------------------------
+POWER_LIMIT_W = 700.0  # default and max enforced limit [P]
+POWER_LIMIT_MIN_W = 200.0
+IDLE_POWER_W = 78.0  # H200 idle capture [P]
+IDLE_TEMP_C = 28.0
+LOAD_POWER_W = 627.0  # H200 under gpu-burn [P]
+LOAD_TEMP_C = 52.0
+LOAD_HBM_TEMP_C = 41.0
+SM_CLOCK_MAX_HZ = 1980e6
+MAX_OPERATING_TEMP_C = 87.0  # SW thermal slowdown above it [P]
+HW_SLOWDOWN_TEMP_C = 89.0  # [P]; NVSentinel reads 89 on H100
+SHUTDOWN_TEMP_C = 92.0  # [P]
+HBM_MAX_OPERATING_TEMP_C = 95.0  # [P]
+THERMAL_RESISTANCE_C_PER_W = 0.046  # die to coolant, derived from the H200 capture, 24 C inlet
+NOMINAL_INLET_C = 24.0
+
+# --- dcgm-exporter -----------------------------------------------------------------------------
+DCGM_NOT_SUPPORTED_MIN = 0x7FFFFFFFFFFFFFF0  # drop every value at or above this [P]
+DCGM_DEFAULT_INTERVAL_S = 30.0
+
+# --- InfiniBand / optics (NVSentinel, gpud, IB spec) --------------------------------------------
+SYMBOL_ERRORS_FATAL_PER_HOUR = 120.0  # ~BER 1e-12
+SYMBOL_ERRORS_WARN_PER_S = 10.0
+LINK_ERROR_RECOVERY_WARN_PER_MIN = 5.0
+RCV_ERRORS_WARN_PER_S = 10.0
+XMIT_DISCARDS_WARN_PER_S = 100.0
+FLAP_CYCLES = 3  # >= 3 down/up cycles ...
+FLAP_WINDOW_S = 12 * 3600.0  # ... within 12 hours
+IB_PORT_STATE_ACTIVE = 4
+PREFEC_BER_HEALTHY = 3e-12
+PREFEC_BER_UNCLEAN = 1e-6
+
+# --- XID codes worth knowing --------------------------------------------------------------------
+XID_SEVERITY: dict[int, str] = {
+    48: "critical",  # double-bit ECC
+    63: "warning",  # row remap pending
+    64: "critical",  # row remap failure
+    74: "critical",  # NVLink error
+    79: "critical",  # fallen off the bus
+    92: "warning",  # high single-bit ECC rate
+    94: "warning",  # contained ECC
+    95: "critical",  # uncontained ECC
+    119: "critical",  # GSP timeout
+    120: "critical",  # GSP error
+}

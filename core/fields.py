@@ -1,0 +1,114 @@
+"""The field table: every telemetry field foreshock knows, read from ``fields.csv``.
+
+Parsers, the simulator, the exporter and the docs all read this table; nothing repeats it
+by hand. Each source column holds that source's name for the field, ``|``-separated aliases,
+and an optional ``*scale`` that converts the source's unit into foreshock's base unit
+(``DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION*0.001``: millijoules to joules).
+"""
+
+from __future__ import annotations
+
+import csv
+from dataclasses import dataclass, field
+from functools import lru_cache
+from importlib import resources
+
+ENTITY_KINDS: tuple[str, ...] = ("gpu", "link", "optic", "node", "rack", "job")
+"""Entity kinds, in the order topology slots are laid out."""
+
+SOURCES: tuple[str, ...] = ("dcgm", "nvidia_smi", "dmon", "sysfs", "dom", "ethtool")
+"""Real sources whose names the field table records."""
+
+
+@dataclass(frozen=True)
+class SourceName:
+    """One name of a field in a real source, with the factor to base units."""
+
+    name: str
+    scale: float = 1.0
+
+
+@dataclass(frozen=True)
+class Field:
+    """One telemetry field."""
+
+    name: str
+    kind: str
+    unit: str
+    type: str  # "gauge" or "counter"
+    help: str
+    sources: dict[str, tuple[SourceName, ...]] = field(default_factory=dict)
+
+    @property
+    def is_counter(self) -> bool:
+        return self.type == "counter"
+
+
+def _parse_source_cell(cell: str) -> tuple[SourceName, ...]:
+    names = []
+    for alias in filter(None, (part.strip() for part in cell.split("|"))):
+        name, _, scale = alias.partition("*")
+        names.append(SourceName(name.strip(), float(scale) if scale else 1.0))
+    return tuple(names)
+
+
+@lru_cache(maxsize=1)
+def load_fields() -> tuple[Field, ...]:
+    """Read and validate the packaged field table."""
+    text = resources.files("foreshock").joinpath("fields.csv").read_text(encoding="utf-8")
+    out: list[Field] = []
+    seen: set[str] = set()
+    for lineno, row in enumerate(csv.DictReader(text.splitlines()), start=2):
+        name = row["name"]
+        if name in seen:
+            raise ValueError(f"fields.csv:{lineno}: duplicate field {name!r}")
+        if row["kind"] not in ENTITY_KINDS:
+            raise ValueError(f"fields.csv:{lineno}: unknown entity kind {row['kind']!r}")
+        if row["type"] not in ("gauge", "counter"):
+            raise ValueError(f"fields.csv:{lineno}: type must be gauge or counter")
+        seen.add(name)
+        sources = {s: _parse_source_cell(row.get(s) or "") for s in SOURCES}
+        out.append(
+            Field(
+                name=name,
+                kind=row["kind"],
+                unit=row["unit"],
+                type=row["type"],
+                help=row["help"],
+                sources={s: v for s, v in sources.items() if v},
+            )
+        )
+    return tuple(out)
+
+
+@lru_cache(maxsize=None)
+def fields_of(kind: str) -> tuple[Field, ...]:
+    """Fields of one entity kind, in table order (this is the column order of frames)."""
+    if kind not in ENTITY_KINDS:
+        raise ValueError(f"unknown entity kind {kind!r}; expected one of {ENTITY_KINDS}")
+    return tuple(f for f in load_fields() if f.kind == kind)
+
+
+@lru_cache(maxsize=None)
+def field_names(kind: str) -> tuple[str, ...]:
+    return tuple(f.name for f in fields_of(kind))
+
+
+@lru_cache(maxsize=None)
+def get_field(name: str) -> Field:
+    for f in load_fields():
+        if f.name == name:
+            return f
+    raise KeyError(f"unknown field {name!r}")
+
+
+@lru_cache(maxsize=None)
+def source_index(source: str) -> dict[str, tuple[Field, float]]:
+    """Map each name a source uses (aliases included) to (field, scale to base units)."""
+    if source not in SOURCES:
+        raise ValueError(f"unknown source {source!r}; expected one of {SOURCES}")
+    index: dict[str, tuple[Field, float]] = {}
+    for f in load_fields():
+        for sn in f.sources.get(source, ()):
+            index[sn.name] = (f, sn.scale)
+    return index

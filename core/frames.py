@@ -1,0 +1,220 @@
+"""Frames: the columnar batch every part of foreshock passes around.
+
+A frame holds samples of one entity kind: ``ts`` (float64 seconds since the epoch), ``slot``
+(int32, the entity's slot in the topology) and one float64 column per field of that kind
+(NaN = missing). Counters stay raw; detectors compute rates.
+
+Frames travel as Arrow IPC streams (files and Kafka). The kind rides in the schema metadata.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable, Mapping
+
+import numpy as np
+import pyarrow as pa
+
+from .fields import field_names
+
+ARROW_KIND_KEY = b"foreshock.kind"
+
+
+class FrameError(ValueError):
+    """A frame or its encoding is malformed; the message says what is wrong."""
+
+
+@dataclass
+class Frame:
+    kind: str
+    ts: np.ndarray
+    slot: np.ndarray
+    columns: dict[str, np.ndarray]
+
+    def __post_init__(self) -> None:
+        self.ts = np.ascontiguousarray(self.ts, dtype=np.float64).reshape(-1)
+        self.slot = np.ascontiguousarray(self.slot, dtype=np.int32).reshape(-1)
+        n = len(self.ts)
+        if len(self.slot) != n:
+            raise FrameError(f"{self.kind} frame: ts has {n} rows, slot has {len(self.slot)}")
+        known = field_names(self.kind)  # raises for an unknown kind
+        unknown = sorted(set(self.columns) - set(known))
+        if unknown:
+            raise FrameError(f"{self.kind} frame: unknown fields {unknown}")
+        cols = {}
+        for name in known:
+            col = self.columns.get(name)
+            if col is None:
+                cols[name] = np.full(n, np.nan)
+                continue
+            col = np.ascontiguousarray(col, dtype=np.float64).reshape(-1)
+            if len(col) != n:
+                raise FrameError(f"{self.kind} frame: column {name} has {len(col)} rows, expected {n}")
+            cols[name] = col
+        self.columns = cols
+
+    def __len__(self) -> int:
+        return len(self.ts)
+
+    @classmethod
+    def empty(cls, kind: str) -> "Frame":
+        return cls(kind, np.empty(0), np.empty(0, np.int32), {})
+
+    @classmethod
+    def from_matrix(cls, kind: str, ts: np.ndarray, slot: np.ndarray, values: np.ndarray) -> "Frame":
+        """Build from a (rows, fields) matrix in field-table order."""
+        names = field_names(kind)
+        if values.ndim != 2 or values.shape[1] != len(names):
+            raise FrameError(f"{kind} frame: expected a (rows, {len(names)}) matrix, got {values.shape}")
+        return cls(kind, ts, slot, {name: values[:, i] for i, name in enumerate(names)})
+
+    def matrix(self) -> np.ndarray:
+        """The field columns as one C-contiguous (rows, fields) float64 matrix for kernels."""
+        names = field_names(self.kind)
+        out = np.empty((len(self), len(names)), dtype=np.float64)
+        for i, name in enumerate(names):
+            out[:, i] = self.columns[name]
+        return out
+
+    def take(self, index: np.ndarray) -> "Frame":
+        """Rows selected by a boolean mask or an index array."""
+        return Frame(self.kind, self.ts[index], self.slot[index], {k: v[index] for k, v in self.columns.items()})
+
+    def sorted_by_time(self) -> "Frame":
+        order = np.lexsort((self.slot, self.ts))
+        return self.take(order)
+
+    @staticmethod
+    def concat(frames: Iterable["Frame"]) -> "Frame":
+        frames = [f for f in frames]
+        if not frames:
+            raise FrameError("concat needs at least one frame")
+        kind = frames[0].kind
+        if any(f.kind != kind for f in frames):
+            raise FrameError("concat: frames of different kinds")
+        return Frame(
+            kind,
+            np.concatenate([f.ts for f in frames]),
+            np.concatenate([f.slot for f in frames]),
+            {name: np.concatenate([f.columns[name] for f in frames]) for name in field_names(kind)},
+        )
+
+    # ---- Arrow ---------------------------------------------------------------------------
+    def to_arrow(self) -> pa.RecordBatch:
+        arrays = [pa.array(self.ts, pa.float64()), pa.array(self.slot, pa.int32())]
+        names = ["ts", "slot"]
+        for name in field_names(self.kind):
+            arrays.append(pa.array(self.columns[name], pa.float64()))
+            names.append(name)
+        schema = pa.schema(
+            [pa.field(n, a.type) for n, a in zip(names, arrays)],
+            metadata={ARROW_KIND_KEY: self.kind.encode()},
+        )
+        return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+    @classmethod
+    def from_arrow(cls, batch: pa.RecordBatch | pa.Table, kind: str | None = None) -> "Frame":
+        meta = batch.schema.metadata or {}
+        kind = kind or (meta.get(ARROW_KIND_KEY, b"").decode() or None)
+        if kind is None:
+            raise FrameError("Arrow batch has no foreshock.kind metadata and no kind was given")
+        names = batch.schema.names
+        for required in ("ts", "slot"):
+            if required not in names:
+                raise FrameError(f"{kind} batch: missing column {required!r}")
+        known = set(field_names(kind))
+        unknown = [n for n in names if n not in known and n not in ("ts", "slot")]
+        if unknown:
+            raise FrameError(f"{kind} batch: unknown fields {unknown}")
+
+        def col(name: str) -> np.ndarray:
+            column = batch.column(names.index(name))
+            if isinstance(column, pa.ChunkedArray):
+                column = column.combine_chunks()
+            if not (pa.types.is_floating(column.type) or pa.types.is_integer(column.type)):
+                raise FrameError(f"{kind} batch: column {name!r} is {column.type}, not numeric")
+            return column.to_numpy(zero_copy_only=False).astype(np.float64)
+
+        ts = col("ts")
+        slot = col("slot")
+        if np.isnan(slot).any():
+            raise FrameError(f"{kind} batch: missing slot values")
+        return cls(kind, ts, slot.astype(np.int32), {n: col(n) for n in names if n in known})
+
+    def to_ipc(self) -> bytes:
+        sink = pa.BufferOutputStream()
+        batch = self.to_arrow()
+        with pa.ipc.new_stream(sink, batch.schema) as writer:
+            writer.write_batch(batch)
+        return sink.getvalue().to_pybytes()
+
+    @classmethod
+    def from_ipc(cls, data: bytes) -> "Frame":
+        try:
+            reader = pa.ipc.open_stream(pa.py_buffer(data))
+            table = reader.read_all()
+        except (pa.ArrowInvalid, pa.ArrowIOError, OSError) as exc:
+            raise FrameError(f"not an Arrow IPC stream: {exc}") from None
+        return cls.from_arrow(table, kind=(table.schema.metadata or {}).get(ARROW_KIND_KEY, b"").decode() or None)
+
+
+def frames_from_records(
+    records: Iterable[Mapping[str, object]], resolve_slot: "SlotResolver"
+) -> tuple[dict[str, Frame], list[tuple[Mapping[str, object], str]]]:
+    """Turn JSON-like records from outside producers into frames, one per kind.
+
+    A record looks like ``{"kind": "gpu", "entity": "node0/gpu3", "ts": 1.7e9, "gpu_temp": 61}``.
+    Returns the frames and the rejected records, each with the reason; nothing is dropped
+    silently.
+    """
+    rows: dict[str, list[tuple[float, int, Mapping[str, object]]]] = {}
+    rejected: list[tuple[Mapping[str, object], str]] = []
+    for rec in records:
+        if not isinstance(rec, Mapping):
+            rejected.append(({"raw": repr(rec)}, "record is not an object"))
+            continue
+        kind = rec.get("kind")
+        try:
+            names = field_names(str(kind))
+        except ValueError:
+            rejected.append((rec, f"unknown entity kind {kind!r}"))
+            continue
+        try:
+            ts = float(rec["ts"])  # type: ignore[arg-type]
+        except (KeyError, TypeError, ValueError):
+            rejected.append((rec, "missing or non-numeric 'ts'"))
+            continue
+        if not np.isfinite(ts):
+            rejected.append((rec, "non-finite 'ts'"))
+            continue
+        slot = resolve_slot(str(kind), str(rec.get("entity")))
+        if slot < 0:
+            rejected.append((rec, f"unknown {kind} entity {rec.get('entity')!r}"))
+            continue
+        bad = [k for k in rec if k not in names and k not in ("kind", "entity", "ts")]
+        if bad:
+            rejected.append((rec, f"unknown fields {bad}"))
+            continue
+        try:
+            values = {k: float(rec[k]) if rec[k] is not None else np.nan for k in names if k in rec}  # type: ignore[arg-type]
+        except (TypeError, ValueError):
+            rejected.append((rec, "non-numeric field value"))
+            continue
+        rows.setdefault(str(kind), []).append((ts, slot, values))
+    frames = {}
+    for kind, items in rows.items():
+        names = field_names(kind)
+        frames[kind] = Frame(
+            kind,
+            np.array([t for t, _, _ in items]),
+            np.array([s for _, s, _ in items], dtype=np.int32),
+            {n: np.array([v.get(n, np.nan) for _, _, v in items]) for n in names},
+        )
+    return frames, rejected
+
+
+class SlotResolver:
+    """Protocol: ``(kind, entity_name) -> slot`` or -1 when unknown."""
+
+    def __call__(self, kind: str, name: str) -> int:  # pragma: no cover - protocol
+        raise NotImplementedError

@@ -1,0 +1,48 @@
+"""Pipeline health: every problem with the input is counted by reason and logged once.
+
+Bad input never stops the pipeline and never disappears. Each part that rejects or repairs
+input calls :meth:`PipelineHealth.problem`; the exporter publishes the counts as
+``foreshock_input_problems_total{stage, reason}``.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import Counter
+
+log = logging.getLogger("foreshock")
+
+
+class PipelineHealth:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.problems: Counter[tuple[str, str]] = Counter()
+        self.samples: Counter[str] = Counter()  # samples processed, by entity kind
+        self.findings: Counter[str] = Counter()  # findings emitted, by type
+        self.dead_letters = 0
+        self._logged: set[tuple[str, str]] = set()
+
+    def problem(self, stage: str, reason: str, count: int = 1, detail: str = "") -> None:
+        """Count ``count`` occurrences of a problem; log the first of each (stage, reason)."""
+        if count <= 0:
+            return
+        key = (stage, reason)
+        with self._lock:
+            self.problems[key] += count
+            first = key not in self._logged
+            self._logged.add(key)
+        if first:
+            log.warning("%s: %s%s (counted in foreshock_input_problems_total; logged once)",
+                        stage, reason, f": {detail}" if detail else "")
+
+    def processed(self, kind: str, count: int) -> None:
+        with self._lock:
+            self.samples[kind] += count
+
+    def emitted(self, finding_type: str, count: int = 1) -> None:
+        with self._lock:
+            self.findings[finding_type] += count
+
+    def total_problems(self) -> int:
+        return sum(self.problems.values())

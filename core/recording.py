@@ -1,0 +1,212 @@
+"""Recorded telemetry: a folder that ``foreshock replay`` reads and the simulator writes.
+
+Layout::
+
+    recording/
+      recording.json     # metadata: format version, interval, start/end, source, seed, ...
+      topology.yaml      # the cluster (see topology.py)
+      gpu.parquet        # one Parquet file per entity kind present: ts, slot, one column per field
+      link.parquet ...
+      events.jsonl       # ground truth (optional; see events.py)
+
+Parquet files are written in row groups of whole time ticks, so a reader can stream a
+recording far larger than memory, and a replay interleaves kinds by time.
+"""
+
+from __future__ import annotations
+
+import heapq
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Iterator
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from .events import Event, read_events, write_events
+from .fields import ENTITY_KINDS, field_names
+from .frames import Frame, FrameError
+from .topology import Topology
+
+FORMAT_VERSION = 1
+META_FILE = "recording.json"
+TOPOLOGY_FILE = "topology.yaml"
+EVENTS_FILE = "events.jsonl"
+
+
+class RecordingError(ValueError):
+    """A recording is missing a part or a part is malformed; the message names the file."""
+
+
+class RecordingWriter:
+    """Streams frames into a recording folder. Use as a context manager."""
+
+    def __init__(self, path: str | Path, topology: Topology, meta: dict[str, Any] | None = None,
+                 rows_per_group: int = 262_144) -> None:
+        self.path = Path(path)
+        self.path.mkdir(parents=True, exist_ok=True)
+        self.topology = topology
+        self.meta = dict(meta or {})
+        self.rows_per_group = rows_per_group
+        self._writers: dict[str, pq.ParquetWriter] = {}
+        self._pending: dict[str, list[Frame]] = {}
+        self._pending_rows: dict[str, int] = {}
+        self.events: list[Event] = []
+        self.rows: dict[str, int] = {}
+        self.t_min = np.inf
+        self.t_max = -np.inf
+        topology.dump(self.path / TOPOLOGY_FILE)
+
+    def write(self, frame: Frame) -> None:
+        if len(frame) == 0:
+            return
+        self._pending.setdefault(frame.kind, []).append(frame)
+        self._pending_rows[frame.kind] = self._pending_rows.get(frame.kind, 0) + len(frame)
+        self.rows[frame.kind] = self.rows.get(frame.kind, 0) + len(frame)
+        self.t_min = min(self.t_min, float(frame.ts.min()))
+        self.t_max = max(self.t_max, float(frame.ts.max()))
+        if self._pending_rows[frame.kind] >= self.rows_per_group:
+            self._flush(frame.kind)
+
+    def add_events(self, events: Iterable[Event]) -> None:
+        self.events.extend(events)
+
+    def _flush(self, kind: str) -> None:
+        frames = self._pending.pop(kind, [])
+        self._pending_rows[kind] = 0
+        if not frames:
+            return
+        batch = Frame.concat(frames).to_arrow()
+        writer = self._writers.get(kind)
+        if writer is None:
+            writer = pq.ParquetWriter(self.path / f"{kind}.parquet", batch.schema, compression="zstd")
+            self._writers[kind] = writer
+        writer.write_table(pa.Table.from_batches([batch]), row_group_size=len(batch))
+
+    def close(self) -> None:
+        for kind in list(self._pending):
+            self._flush(kind)
+        for writer in self._writers.values():
+            writer.close()
+        self._writers.clear()
+        write_events(self.path / EVENTS_FILE, self.events)
+        meta = {
+            "format": FORMAT_VERSION,
+            "rows": self.rows,
+            "start": self.t_min if np.isfinite(self.t_min) else None,
+            "end": self.t_max if np.isfinite(self.t_max) else None,
+            **self.meta,
+        }
+        (self.path / META_FILE).write_text(json.dumps(meta, indent=2, sort_keys=True), encoding="utf-8")
+
+    def __enter__(self) -> "RecordingWriter":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+@dataclass
+class Recording:
+    """An opened recording folder. Reading is lazy; problems raise :class:`RecordingError`."""
+
+    path: Path
+    topology: Topology
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def open(cls, path: str | Path) -> "Recording":
+        path = Path(path)
+        if not path.is_dir():
+            raise RecordingError(f"{path}: not a recording folder")
+        meta_path = path / META_FILE
+        meta: dict[str, Any] = {}
+        if meta_path.exists():
+            try:
+                meta = json.loads(meta_path.read_text(encoding="utf-8"))
+            except json.JSONDecodeError as exc:
+                raise RecordingError(f"{meta_path}: not valid JSON ({exc.msg})") from None
+            if not isinstance(meta, dict):
+                raise RecordingError(f"{meta_path}: expected a JSON object")
+            if meta.get("format", FORMAT_VERSION) > FORMAT_VERSION:
+                raise RecordingError(f"{meta_path}: format {meta['format']} is newer than this foreshock reads")
+        topo_path = path / TOPOLOGY_FILE
+        if not topo_path.exists():
+            raise RecordingError(f"{topo_path}: missing (every recording needs its topology)")
+        try:
+            topology = Topology.load(topo_path)
+        except ValueError as exc:
+            raise RecordingError(str(exc)) from None
+        rec = cls(path, topology, meta)
+        for kind in rec.kinds():
+            rec._parquet(kind)  # validate schema up front: a truncated file fails here, by name
+        return rec
+
+    def kinds(self) -> list[str]:
+        return [k for k in ENTITY_KINDS if (self.path / f"{k}.parquet").exists()]
+
+    def _parquet(self, kind: str) -> pq.ParquetFile:
+        file = self.path / f"{kind}.parquet"
+        try:
+            pf = pq.ParquetFile(file)
+        except (pa.ArrowInvalid, OSError) as exc:
+            raise RecordingError(f"{file}: unreadable Parquet ({exc})") from None
+        names = set(pf.schema_arrow.names)
+        missing = {"ts", "slot"} - names
+        if missing:
+            raise RecordingError(f"{file}: missing columns {sorted(missing)}")
+        unknown = names - {"ts", "slot"} - set(field_names(kind))
+        if unknown:
+            raise RecordingError(f"{file}: unknown fields {sorted(unknown)}")
+        return pf
+
+    def events(self) -> list[Event]:
+        path = self.path / EVENTS_FILE
+        if not path.exists():
+            return []
+        try:
+            return read_events(path)
+        except ValueError as exc:
+            raise RecordingError(str(exc)) from None
+
+    @property
+    def interval(self) -> float:
+        return float(self.meta.get("interval", 1.0))
+
+    def iter_kind(self, kind: str, batch_rows: int = 262_144) -> Iterator[Frame]:
+        """Frames of one kind in file order (time order for recordings foreshock wrote)."""
+        pf = self._parquet(kind)
+        file = self.path / f"{kind}.parquet"
+        try:
+            for batch in pf.iter_batches(batch_size=batch_rows):
+                yield Frame.from_arrow(batch, kind=kind)
+        except (pa.ArrowInvalid, OSError) as exc:
+            raise RecordingError(f"{file}: unreadable Parquet ({exc})") from None
+        except FrameError as exc:
+            raise RecordingError(f"{file}: {exc}") from None
+
+    def iter_frames(self, batch_rows: int = 262_144) -> Iterator[Frame]:
+        """Frames of every kind, interleaved by the first timestamp of each batch."""
+        iters = {kind: self.iter_kind(kind, batch_rows) for kind in self.kinds()}
+        heap: list[tuple[float, int, Frame]] = []
+        order = {kind: i for i, kind in enumerate(iters)}
+        for kind, it in iters.items():
+            frame = next(it, None)
+            if frame is not None:
+                heapq.heappush(heap, (_first_ts(frame), order[kind], frame))
+        while heap:
+            _, i, frame = heapq.heappop(heap)
+            yield frame
+            nxt = next(iters[frame.kind], None)
+            if nxt is not None:
+                heapq.heappush(heap, (_first_ts(nxt), i, nxt))
+
+    def read_kind(self, kind: str) -> Frame:
+        frames = list(self.iter_kind(kind))
+        return Frame.concat(frames) if frames else Frame.empty(kind)
+
+
+def _first_ts(frame: Frame) -> float:
+    return float(frame.ts[0]) if len(frame) else np.inf

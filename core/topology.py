@@ -1,0 +1,325 @@
+"""Cluster topology: cluster -> row (cooling loop) -> rack (PDU) -> node -> GPU; fabric switches,
+links, an optic at each link end; jobs as sets of GPUs.
+
+Every entity gets a stable integer *slot* per kind (its position in the file), and detector
+state is arrays indexed by slot. Parent relations are int32 arrays so kernels can group by
+node, rack, loop, leaf or job without Python objects.
+
+YAML shape (``topology.yaml`` in a recording)::
+
+    cluster: demo
+    rows:     [{name: row0, cooling_loop: cdu0}]
+    racks:    [{name: rack0, row: row0}]
+    nodes:    [{name: node0, rack: rack0, gpus: 8}]      # GPUs are named node0/gpu0..7
+    switches: [{name: leaf0, tier: leaf, rail: 0}, {name: spine0, tier: spine}]
+    links:    [{name: node0/gpu0~leaf0, a: node0/gpu0, b: leaf0}]   # a: GPU NIC or switch
+    jobs:     [{name: job0, nodes: [node0]}]
+
+Each link has two optics, named ``<link>#a`` and ``<link>#b``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+import yaml
+
+from .fields import ENTITY_KINDS
+
+
+class TopologyError(ValueError):
+    """A topology file or description is malformed; the message names the problem."""
+
+
+def _i32(values: Sequence[int]) -> np.ndarray:
+    return np.asarray(values, dtype=np.int32).reshape(-1)
+
+
+@dataclass
+class Topology:
+    """Entities and their relations. Build with :meth:`from_dict`, :meth:`load` or the builders."""
+
+    cluster: str
+    rows: list[str]
+    row_loop: list[str]  # cooling loop (CDU) name per row
+    racks: list[str]
+    rack_row: np.ndarray
+    nodes: list[str]
+    node_rack: np.ndarray
+    gpus: list[str]
+    gpu_node: np.ndarray
+    gpu_index: np.ndarray  # index of the GPU inside its node
+    switches: list[str] = field(default_factory=list)
+    switch_tier: list[str] = field(default_factory=list)
+    switch_rail: np.ndarray = field(default_factory=lambda: _i32([]))
+    links: list[str] = field(default_factory=list)
+    link_gpu: np.ndarray = field(default_factory=lambda: _i32([]))  # -1 for switch-switch
+    link_a_switch: np.ndarray = field(default_factory=lambda: _i32([]))  # -1 when a is a GPU
+    link_b_switch: np.ndarray = field(default_factory=lambda: _i32([]))
+    jobs: list[str] = field(default_factory=list)
+    job_nodes: list[np.ndarray] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self._index: dict[str, dict[str, int]] = {}
+        for kind in ENTITY_KINDS:
+            names = self.names(kind)
+            index = {name: i for i, name in enumerate(names)}
+            if len(index) != len(names):
+                dupes = sorted({n for n in names if names.count(n) > 1})[:3]
+                raise TopologyError(f"duplicate {kind} names: {dupes}")
+            self._index[kind] = index
+        self._switch_index = {name: i for i, name in enumerate(self.switches)}
+        self.gpu_job = np.full(len(self.gpus), -1, dtype=np.int32)
+        for j, nodes in enumerate(self.job_nodes):
+            mask = np.isin(self.gpu_node, nodes)
+            if np.any(self.gpu_job[mask] >= 0):
+                raise TopologyError(f"job {self.jobs[j]!r} shares nodes with another job")
+            self.gpu_job[mask] = j
+
+    # ---- names and slots ---------------------------------------------------------------
+    def names(self, kind: str) -> list[str]:
+        if kind == "gpu":
+            return self.gpus
+        if kind == "node":
+            return self.nodes
+        if kind == "rack":
+            return self.racks
+        if kind == "link":
+            return self.links
+        if kind == "optic":
+            return [f"{link}#{end}" for link in self.links for end in ("a", "b")]
+        if kind == "job":
+            return self.jobs
+        raise TopologyError(f"unknown entity kind {kind!r}")
+
+    def size(self, kind: str) -> int:
+        if kind == "optic":
+            return 2 * len(self.links)
+        return len(self.names(kind))
+
+    def slot(self, kind: str, name: str) -> int:
+        """Slot of an entity; raises ``KeyError`` for an unknown one."""
+        try:
+            return self._index[kind][name]
+        except KeyError:
+            raise KeyError(f"unknown {kind} {name!r}") from None
+
+    def slots(self, kind: str, names: Iterable[str]) -> np.ndarray:
+        """Slots for many names; unknown names get -1 (callers count and report them)."""
+        index = self._index[kind]
+        return np.fromiter((index.get(n, -1) for n in names), dtype=np.int32)
+
+    def name(self, kind: str, slot: int) -> str:
+        if kind == "optic":
+            return f"{self.links[slot // 2]}#{'ab'[slot % 2]}"
+        return self.names(kind)[slot]
+
+    # ---- derived relations -------------------------------------------------------------
+    @property
+    def gpu_rack(self) -> np.ndarray:
+        return self.node_rack[self.gpu_node]
+
+    @property
+    def loops(self) -> list[str]:
+        return sorted(set(self.row_loop))
+
+    @property
+    def rack_loop(self) -> np.ndarray:
+        loop_index = {name: i for i, name in enumerate(self.loops)}
+        return _i32([loop_index[self.row_loop[r]] for r in self.rack_row])
+
+    @property
+    def optic_link(self) -> np.ndarray:
+        return np.repeat(np.arange(len(self.links), dtype=np.int32), 2)
+
+    @property
+    def link_leaf(self) -> np.ndarray:
+        """The leaf switch of each GPU link (-1 for switch-to-switch links)."""
+        return np.where(self.link_gpu >= 0, self.link_b_switch, -1).astype(np.int32)
+
+    def switch(self, name: str) -> int:
+        return self._switch_index[name]
+
+    def gpus_of_node(self, node: int) -> np.ndarray:
+        return np.flatnonzero(self.gpu_node == node).astype(np.int32)
+
+    def gpus_of_rack(self, rack: int) -> np.ndarray:
+        return np.flatnonzero(self.gpu_rack == rack).astype(np.int32)
+
+    def gpus_of_job(self, job: int) -> np.ndarray:
+        return np.flatnonzero(self.gpu_job == job).astype(np.int32)
+
+    def labels(self, kind: str, slot: int) -> dict[str, str]:
+        """Bounded Prometheus-style labels for an entity (cluster, rack, node, gpu, ...)."""
+        out = {"cluster": self.cluster}
+        if kind == "gpu":
+            node = int(self.gpu_node[slot])
+            out.update(
+                rack=self.racks[self.node_rack[node]], node=self.nodes[node],
+                gpu=str(int(self.gpu_index[slot])),
+            )
+        elif kind == "node":
+            out.update(rack=self.racks[self.node_rack[slot]], node=self.nodes[slot])
+        elif kind == "rack":
+            out.update(rack=self.racks[slot])
+        elif kind in ("link", "optic"):
+            link = slot if kind == "link" else slot // 2
+            out.update(link=self.links[link])
+            if kind == "optic":
+                out.update(end="ab"[slot % 2])
+        elif kind == "job":
+            out.update(job=self.jobs[slot])
+        return out
+
+    # ---- YAML --------------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        gpus_per_node = np.bincount(self.gpu_node, minlength=len(self.nodes))
+        link_end = lambda sw, gpu: self.switches[sw] if sw >= 0 else self.gpus[gpu]  # noqa: E731
+        return {
+            "cluster": self.cluster,
+            "rows": [{"name": r, "cooling_loop": loop} for r, loop in zip(self.rows, self.row_loop)],
+            "racks": [{"name": r, "row": self.rows[i]} for r, i in zip(self.racks, self.rack_row)],
+            "nodes": [
+                {"name": n, "rack": self.racks[self.node_rack[i]], "gpus": int(gpus_per_node[i])}
+                for i, n in enumerate(self.nodes)
+            ],
+            "switches": [
+                {"name": s, "tier": t, **({"rail": int(r)} if r >= 0 else {})}
+                for s, t, r in zip(self.switches, self.switch_tier, self.switch_rail)
+            ],
+            "links": [
+                {
+                    "name": name,
+                    "a": link_end(int(self.link_a_switch[i]), int(self.link_gpu[i])),
+                    "b": self.switches[self.link_b_switch[i]],
+                }
+                for i, name in enumerate(self.links)
+            ],
+            "jobs": [
+                {"name": j, "nodes": [self.nodes[n] for n in nodes]}
+                for j, nodes in zip(self.jobs, self.job_nodes)
+            ],
+        }
+
+    @classmethod
+    def from_dict(cls, data: Any, source: str = "topology") -> "Topology":
+        """Build from the YAML shape above; every problem raises :class:`TopologyError`."""
+        if not isinstance(data, dict):
+            raise TopologyError(f"{source}: expected a mapping at the top level")
+
+        def entries(key: str, required: bool = True) -> list[dict[str, Any]]:
+            value = data.get(key, [] if not required else None)
+            if value is None:
+                raise TopologyError(f"{source}: missing '{key}'")
+            if not isinstance(value, list) or not all(isinstance(e, dict) for e in value):
+                raise TopologyError(f"{source}: '{key}' must be a list of mappings")
+            for n, e in enumerate(value):
+                if "name" not in e:
+                    raise TopologyError(f"{source}: {key}[{n}] has no 'name'")
+            return value
+
+        def lookup(index: dict[str, int], name: Any, what: str, where: str) -> int:
+            if name not in index:
+                raise TopologyError(f"{source}: {where} refers to unknown {what} {name!r}")
+            return index[name]
+
+        rows = entries("rows")
+        row_index = {str(r["name"]): i for i, r in enumerate(rows)}
+        racks = entries("racks")
+        rack_index = {str(r["name"]): i for i, r in enumerate(racks)}
+        nodes = entries("nodes")
+        node_index = {str(n["name"]): i for i, n in enumerate(nodes)}
+        gpus: list[str] = []
+        gpu_node: list[int] = []
+        gpu_idx: list[int] = []
+        for i, n in enumerate(nodes):
+            count = n.get("gpus", 8)
+            if not isinstance(count, int) or count < 0:
+                raise TopologyError(f"{source}: node {n['name']!r} has an invalid 'gpus' count")
+            for g in range(count):
+                gpus.append(f"{n['name']}/gpu{g}")
+                gpu_node.append(i)
+                gpu_idx.append(g)
+        gpu_index = {name: i for i, name in enumerate(gpus)}
+        switches = entries("switches", required=False)
+        switch_index = {str(s["name"]): i for i, s in enumerate(switches)}
+        links = entries("links", required=False)
+        link_gpu, link_a, link_b = [], [], []
+        for n, link in enumerate(links):
+            a, b = link.get("a"), link.get("b")
+            where = f"links[{n}] ({link['name']})"
+            link_b.append(lookup(switch_index, b, "switch", where))
+            if a in gpu_index:
+                link_gpu.append(gpu_index[a])
+                link_a.append(-1)
+            else:
+                link_gpu.append(-1)
+                link_a.append(lookup(switch_index, a, "GPU or switch", where))
+        jobs = entries("jobs", required=False)
+        job_nodes = [
+            _i32([lookup(node_index, nn, "node", f"job {j['name']!r}") for nn in j.get("nodes", [])])
+            for j in jobs
+        ]
+        return cls(
+            cluster=str(data.get("cluster", "cluster")),
+            rows=[str(r["name"]) for r in rows],
+            row_loop=[str(r.get("cooling_loop", r["name"])) for r in rows],
+            racks=[str(r["name"]) for r in racks],
+            rack_row=_i32([lookup(row_index, r.get("row"), "row", f"rack {r['name']!r}") for r in racks]),
+            nodes=[str(n["name"]) for n in nodes],
+            node_rack=_i32([lookup(rack_index, n.get("rack"), "rack", f"node {n['name']!r}") for n in nodes]),
+            gpus=gpus,
+            gpu_node=_i32(gpu_node),
+            gpu_index=_i32(gpu_idx),
+            switches=[str(s["name"]) for s in switches],
+            switch_tier=[str(s.get("tier", "leaf")) for s in switches],
+            switch_rail=_i32([int(s.get("rail", -1)) for s in switches]),
+            links=[str(link["name"]) for link in links],
+            link_gpu=_i32(link_gpu),
+            link_a_switch=_i32(link_a),
+            link_b_switch=_i32(link_b),
+            jobs=[str(j["name"]) for j in jobs],
+            job_nodes=job_nodes,
+        )
+
+    def dump(self, path: str | Path) -> None:
+        Path(path).write_text(
+            yaml.dump(self.to_dict(), Dumper=_Dumper, sort_keys=False, default_flow_style=None),
+            encoding="utf-8",
+        )
+
+    @classmethod
+    def load(cls, path: str | Path) -> "Topology":
+        path = Path(path)
+        try:
+            data = yaml.load(path.read_text(encoding="utf-8"), Loader=_Loader)
+        except FileNotFoundError:
+            raise TopologyError(f"{path}: no such topology file") from None
+        except yaml.YAMLError as exc:
+            raise TopologyError(f"{path}: not valid YAML: {exc}") from None
+        return cls.from_dict(data, source=str(path))
+
+    @classmethod
+    def from_gpu_hosts(cls, hosts_and_gpus: Iterable[tuple[str, int]], cluster: str = "imported") -> "Topology":
+        """Derive a topology from source labels (hostname + GPU index), as an importer sees them.
+
+        Racks are unknown to such sources: every node goes into one rack, ``unknown``.
+        """
+        per_host: dict[str, int] = {}
+        for host, gpu in hosts_and_gpus:
+            per_host[host] = max(per_host.get(host, 0), int(gpu) + 1)
+        return cls.from_dict(
+            {
+                "cluster": cluster,
+                "rows": [{"name": "unknown", "cooling_loop": "unknown"}],
+                "racks": [{"name": "unknown", "row": "unknown"}],
+                "nodes": [{"name": h, "rack": "unknown", "gpus": n} for h, n in sorted(per_host.items())],
+            }
+        )
+
+
+_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_Dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)

@@ -1,0 +1,1 @@
+"""foreshock.dashboards"""

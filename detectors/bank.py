@@ -1,0 +1,83 @@
+"""The detector bank: one object that runs every detector over every frame.
+
+The same bank serves the embedded pipeline and the Kafka workers. Findings from detectors
+flow on to *processors* (the incident engine) that turn findings into further findings.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Iterable, Protocol, Sequence
+
+from foreshock.findings import Finding
+from foreshock.frames import Frame
+from foreshock.topology import Topology
+
+from .base import Detector
+from .registry import DEFAULT_BANK, create
+
+
+class FindingProcessor(Protocol):
+    name: str
+
+    def observe(self, findings: Sequence[Finding], now: float) -> list[Finding]: ...
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
+
+class DetectorBank:
+    def __init__(self, topology: Topology, detectors: Iterable[Detector],
+                 processors: Iterable[FindingProcessor] = ()) -> None:
+        self.topology = topology
+        self.detectors = list(detectors)
+        self.processors = list(processors)
+        self._by_kind: dict[str, list[Detector]] = {}
+        for det in self.detectors:
+            for kind in det.kinds:
+                self._by_kind.setdefault(kind, []).append(det)
+        self.latency_s: dict[str, float] = {d.name: 0.0 for d in self.detectors}
+        self.last_latency_s = 0.0
+
+    @classmethod
+    def from_names(cls, topology: Topology, names: Iterable[str] | None = None,
+                   params: dict[str, dict[str, Any]] | None = None,
+                   processors: Iterable[FindingProcessor] = ()) -> "DetectorBank":
+        params = params or {}
+        names = list(DEFAULT_BANK if names is None else names)
+        return cls(topology, [create(n, topology, **params.get(n, {})) for n in names], processors)
+
+    @property
+    def kinds(self) -> set[str]:
+        return set(self._by_kind)
+
+    def update(self, frame: Frame) -> list[Finding]:
+        """Run the detectors that consume ``frame.kind``, then the processors."""
+        start = time.perf_counter()
+        findings: list[Finding] = []
+        for det in self._by_kind.get(frame.kind, ()):
+            t0 = time.perf_counter()
+            findings.extend(det.update(frame))
+            self.latency_s[det.name] = time.perf_counter() - t0
+        if self.processors and len(frame):
+            now = float(frame.ts.max())
+            for proc in self.processors:
+                findings.extend(proc.observe(findings, now))
+        self.last_latency_s = time.perf_counter() - start
+        return findings
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "detectors": {d.name: d.state_dict() for d in self.detectors},
+            "processors": {p.name: p.state_dict() for p in self.processors},
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        for d in self.detectors:
+            d.load_state_dict(state["detectors"][d.name])
+        for p in self.processors:
+            p.load_state_dict(state["processors"][p.name])
+
+    def state_nbytes(self) -> int:
+        return sum(d.state_nbytes() for d in self.detectors)

@@ -1,0 +1,67 @@
+"""The detector contract.
+
+A detector consumes whole frames of the entity kinds it names and returns findings::
+
+    det = SomeDetector(topology, **params)
+    findings = det.update(frame)        # frame.kind in det.kinds
+    state = det.state_dict()            # numpy arrays and scalars only
+    det2 = SomeDetector(topology, **params); det2.load_state_dict(state)   # identical future output
+
+State lives in numpy arrays indexed by slot; the work happens in private ``@njit`` kernels
+that take arrays and scalars only (see ``foreshock.numba_config``). Higher score = more
+anomalous; deciding (thresholds) is separate from scoring.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import numpy as np
+
+from foreshock.findings import Finding
+from foreshock.frames import Frame
+from foreshock.topology import Topology
+
+
+class Detector:
+    """Base class: subclasses set ``name`` and ``kinds`` and implement ``update``.
+
+    ``state_dict``/``load_state_dict`` default to every ``numpy.ndarray`` attribute whose name
+    starts with ``s_`` plus the scalars listed in ``state_scalars``; override for anything else.
+    """
+
+    name: ClassVar[str] = "detector"
+    kinds: ClassVar[tuple[str, ...]] = ()
+    state_scalars: ClassVar[tuple[str, ...]] = ()
+
+    def __init__(self, topology: Topology) -> None:
+        self.topology = topology
+
+    def update(self, frame: Frame) -> list[Finding]:
+        raise NotImplementedError
+
+    def state_dict(self) -> dict[str, Any]:
+        state: dict[str, Any] = {k: v.copy() for k, v in vars(self).items()
+                                 if k.startswith("s_") and isinstance(v, np.ndarray)}
+        for k in self.state_scalars:
+            state[k] = getattr(self, k)
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        own = self.state_dict()
+        missing = sorted(set(own) - set(state))
+        if missing:
+            raise ValueError(f"{self.name}: state is missing {missing}")
+        for k, v in state.items():
+            if k not in own:
+                raise ValueError(f"{self.name}: unexpected state key {k!r}")
+            if isinstance(own[k], np.ndarray):
+                arr = np.asarray(v, dtype=own[k].dtype)
+                if arr.shape != own[k].shape:
+                    raise ValueError(f"{self.name}: state {k!r} has shape {arr.shape}, expected {own[k].shape}")
+                setattr(self, k, arr.copy())
+            else:
+                setattr(self, k, v)
+
+    def state_nbytes(self) -> int:
+        return sum(v.nbytes for v in self.state_dict().values() if isinstance(v, np.ndarray))
