@@ -14,28 +14,31 @@ import click
 COMMANDS: list[str] = [
     "simulate",
     "replay",
-    "demo",
+    # "demo",
     "import_cmd",
 ]
 
 
 class _Group(click.Group):
-    """Loads subcommand modules lazily, so `foreshock --help` stays fast."""
+    """Loads subcommand modules lazily: running one command imports only its module, and
+    `foreshock --help` imports them all to list them. A command named ``x-y`` lives in the module
+    ``x_y`` or ``x_y_cmd`` (for names that clash with Python keywords, such as ``import``)."""
 
     def list_commands(self, ctx: click.Context) -> list[str]:
-        return sorted(self._commands())
+        return sorted(self._load(mod).name or mod for mod in COMMANDS)
 
     def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
-        return self._commands().get(name)
+        base = name.replace("-", "_")
+        for mod in (base, f"{base}_cmd"):
+            if mod in COMMANDS:
+                return self._load(mod)
+        return None
 
-    def _commands(self) -> dict[str, click.Command]:
-        if not hasattr(self, "_loaded"):
-            loaded = {}
-            for mod in COMMANDS:
-                cmd = importlib.import_module(f"foreshock.cli.{mod}").command
-                loaded[cmd.name] = cmd
-            self._loaded = loaded
-        return self._loaded
+    @staticmethod
+    def _load(module: str) -> click.Command:
+        cmd = importlib.import_module(f"foreshock.cli.{module}").command
+        assert isinstance(cmd, click.Command)
+        return cmd
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})

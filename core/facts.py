@@ -76,3 +76,17 @@ XID_SEVERITY: dict[int, str] = {
     119: "critical",  # GSP timeout
     120: "critical",  # GSP error
 }
+
+# --- Added for the simulator (issue 3); the detectors read the same numbers -------------------
+HBM_THERMAL_RESISTANCE_C_PER_W = 0.027  # HBM ~41 C at 627 W board power with a 24 C inlet [P capture]
+SM_CLOCK_IDLE_HZ = 345e6  # Hopper idle SM clock
+SM_CLOCK_STEP_HZ = 15e6  # Hopper SM clocks move in 15 MHz bins
+POWER_NOISE_W = 5.0  # power.draw is accurate to +-5 W [P]
+IB_PORT_STATE_DOWN = 1
+LINK_RATE_GPU_BPS = 400e9  # NDR / 400G RoCE NIC per GPU
+LINK_RATE_UPLINK_BPS = 800e9  # leaf-spine (twin-port OSFP)
+XMIT_WAIT_TICK_BYTES = 64.0
+"""Simulator convention: one port_xmit_wait tick = the time to send 64 bytes at the port rate, so a
+port waiting all the time counts ``rate / 8 / 64`` ticks per second (the IB spec leaves the tick
+unspecified; real ports differ)."""
+PREFEC_BER_FEC_LIMIT = 2.4e-4  # RS(544,514) "KP4" FEC limit for 400G PAM4 links

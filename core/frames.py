@@ -10,7 +10,7 @@ Frames travel as Arrow IPC streams (files and Kafka). The kind rides in the sche
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable, Mapping
+from typing import Callable, Iterable, Mapping
 
 import numpy as np
 import pyarrow as pa
@@ -159,7 +159,7 @@ class Frame:
 
 
 def frames_from_records(
-    records: Iterable[Mapping[str, object]], resolve_slot: "SlotResolver"
+    records: Iterable[Mapping[str, object]], resolve_slot: Callable[[str, str], int]
 ) -> tuple[dict[str, Frame], list[tuple[Mapping[str, object], str]]]:
     """Turn JSON-like records from outside producers into frames, one per kind.
 
@@ -212,9 +212,3 @@ def frames_from_records(
         )
     return frames, rejected
 
-
-class SlotResolver:
-    """Protocol: ``(kind, entity_name) -> slot`` or -1 when unknown."""
-
-    def __call__(self, kind: str, name: str) -> int:  # pragma: no cover - protocol
-        raise NotImplementedError

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 import yaml
@@ -111,6 +111,15 @@ class Topology:
         """Slots for many names; unknown names get -1 (callers count and report them)."""
         index = self._index[kind]
         return np.fromiter((index.get(n, -1) for n in names), dtype=np.int32)
+
+    def slots_resolver(self) -> Callable[[str, str], int]:
+        """``(kind, name) -> slot``, -1 when unknown: what record decoders need."""
+
+        def resolve(kind: str, name: str) -> int:
+            index = self._index.get(kind)
+            return -1 if index is None else index.get(name, -1)
+
+        return resolve
 
     def name(self, kind: str, slot: int) -> str:
         if kind == "optic":
@@ -216,9 +225,13 @@ class Topology:
                 raise TopologyError(f"{source}: missing '{key}'")
             if not isinstance(value, list) or not all(isinstance(e, dict) for e in value):
                 raise TopologyError(f"{source}: '{key}' must be a list of mappings")
+            seen: set[str] = set()
             for n, e in enumerate(value):
                 if "name" not in e:
                     raise TopologyError(f"{source}: {key}[{n}] has no 'name'")
+                if str(e["name"]) in seen:
+                    raise TopologyError(f"{source}: duplicate name {e['name']!r} in '{key}'")
+                seen.add(str(e["name"]))
             return value
 
         def lookup(index: dict[str, int], name: Any, what: str, where: str) -> int:
@@ -263,7 +276,7 @@ class Topology:
             _i32([lookup(node_index, nn, "node", f"job {j['name']!r}") for nn in j.get("nodes", [])])
             for j in jobs
         ]
-        return cls(
+        kwargs: dict[str, Any] = dict(
             cluster=str(data.get("cluster", "cluster")),
             rows=[str(r["name"]) for r in rows],
             row_loop=[str(r.get("cooling_loop", r["name"])) for r in rows],
@@ -284,6 +297,10 @@ class Topology:
             jobs=[str(j["name"]) for j in jobs],
             job_nodes=job_nodes,
         )
+        try:
+            return cls(**kwargs)
+        except TopologyError as exc:  # relations that only the built object can check
+            raise TopologyError(f"{source}: {exc}") from None
 
     def dump(self, path: str | Path) -> None:
         Path(path).write_text(

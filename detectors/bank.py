@@ -79,5 +79,11 @@ class DetectorBank:
         for p in self.processors:
             p.load_state_dict(state["processors"][p.name])
 
+    def gauges(self) -> dict[str, tuple[str, Any, str]]:
+        out: dict[str, tuple[str, Any, str]] = {}
+        for d in self.detectors:
+            out.update(d.gauges())
+        return out
+
     def state_nbytes(self) -> int:
         return sum(d.state_nbytes() for d in self.detectors)

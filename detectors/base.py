@@ -63,5 +63,13 @@ class Detector:
             else:
                 setattr(self, k, v)
 
+    def gauges(self) -> dict[str, tuple[str, np.ndarray, str]]:
+        """Per-entity estimates worth exporting: ``name -> (entity kind, values by slot, help)``.
+
+        The exporter publishes them for flagged entities and as per-rack maxima, e.g. a fitted
+        thermal resistance. Default: none.
+        """
+        return {}
+
     def state_nbytes(self) -> int:
         return sum(v.nbytes for v in self.state_dict().values() if isinstance(v, np.ndarray))

@@ -1,0 +1,119 @@
+"""Shared wiring for the commands that run the embedded pipeline (replay, demo)."""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import click
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from foreshock.detectors.bank import DetectorBank
+from foreshock.events import Event
+from foreshock.exporters.console import FindingTally, render_summary
+from foreshock.exporters.jsonl import JsonlSink
+from foreshock.exporters.prometheus import serve
+from foreshock.exporters.store import FindingStore
+from foreshock.frames import Frame
+from foreshock.health import PipelineHealth
+from foreshock.streams.embedded import EmbeddedPipeline, RunStats
+from foreshock.topology import Topology
+
+log = logging.getLogger("foreshock.cli")
+
+
+def detector_option(func):  # type: ignore[no-untyped-def]
+    return click.option("--detectors", default=None,
+                        help="Comma-separated detector names (default: the standard bank).")(func)
+
+
+def serve_options(func):  # type: ignore[no-untyped-def]
+    func = click.option("--host", default="127.0.0.1", show_default=True, help="Address for /metrics.")(func)
+    func = click.option("--port", default=9108, show_default=True, type=int,
+                        help="Port for /metrics (0 = do not serve).")(func)
+    func = click.option("--findings", "findings_path", type=click.Path(dir_okay=False), default=None,
+                        help="Also write every finding to this JSON-lines file.")(func)
+    func = click.option("--top-k", default=16, show_default=True, type=int,
+                        help="Per-GPU series exported for the K hottest GPUs besides flagged ones.")(func)
+    return func
+
+
+@dataclass
+class PipelineRun:
+    pipeline: EmbeddedPipeline
+    store: FindingStore
+    tally: FindingTally
+    health: PipelineHealth
+    server: object | None
+    jsonl: JsonlSink | None
+
+
+def build_pipeline(topology: Topology, detectors: str | None, host: str, port: int,
+                   findings_path: str | None, top_k: int) -> PipelineRun:
+    health = PipelineHealth()
+    names = [d.strip() for d in detectors.split(",") if d.strip()] if detectors else None
+    try:
+        bank = DetectorBank.from_names(topology, names)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
+    store = FindingStore(topology, health)
+    tally = FindingTally(topology)
+    jsonl = JsonlSink(findings_path) if findings_path else None
+    sinks = [tally] + ([jsonl] if jsonl else [])
+    pipeline = EmbeddedPipeline(topology, bank, store, sinks, health)
+    server = None
+    if port:
+        server = serve(store, host=host, port=port, top_k=top_k)
+        Console(stderr=True).print(f"[dim]serving Prometheus metrics on http://{host}:{port}/metrics[/dim]")
+    return PipelineRun(pipeline, store, tally, health, server, jsonl)
+
+
+def run_with_progress(run: PipelineRun, frames: Iterable[Frame], total_samples: int | None,
+                      description: str, limit_s: float | None = None) -> RunStats:
+    console = Console(stderr=True)
+    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TextColumn("{task.fields[found]} findings"), TimeElapsedColumn(),
+                  console=console, transient=False) as progress:
+        task = progress.add_task(description, total=total_samples, found=0)
+        found = 0
+
+        def on_frame(frame: Frame, findings: list) -> None:  # type: ignore[type-arg]
+            nonlocal found
+            found += len(findings)
+            progress.update(task, advance=len(frame), found=found)
+
+        stats = run.pipeline.run(frames, on_frame=on_frame, limit_s=limit_s)
+    return stats
+
+
+def finish(run: PipelineRun, stats: RunStats, events: Sequence[Event] = (), json_name: str = "run") -> None:
+    if run.jsonl is not None:
+        run.jsonl.close()
+    render_summary(run.tally, run.health, events)
+    click.echo(json.dumps({
+        "name": json_name, "samples": stats.samples, "wall_seconds": round(stats.wall_s, 3),
+        "samples_per_s": round(stats.samples_per_s), "telemetry_seconds": stats.telemetry_s,
+        "speedup": round(stats.speedup, 1), "findings": stats.by_type,
+        "input_problems": run.health.total_problems(),
+    }))
+
+
+def stop_server(run: PipelineRun) -> None:
+    server = run.server
+    if server is not None and isinstance(server, tuple):
+        httpd = server[0]
+        httpd.shutdown()
+        httpd.server_close()
+
+
+def recording_rows(meta: dict) -> int | None:  # type: ignore[type-arg]
+    rows = meta.get("rows")
+    return int(sum(rows.values())) if isinstance(rows, dict) else None
+
+
+def default_out(path: str | None, name: str) -> Path:
+    return Path(path) if path else Path("out") / name

@@ -1,0 +1,203 @@
+"""The finding store: the exporter's view of the pipeline, updated by the pipeline, read at scrape.
+
+The pipeline calls :meth:`FindingStore.observe_frame` and :meth:`FindingStore.observe_findings`;
+the Prometheus collector and the console summary read a consistent snapshot under a lock.
+Everything here is bounded: latest values are arrays indexed by slot, active findings are
+keyed by (entity, event) and expire, incidents are keyed by id.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Iterable
+
+import numpy as np
+
+from foreshock.facts import XID_SEVERITY
+from foreshock.findings import Anomaly, Finding, Incident, Prediction
+from foreshock.frames import Frame
+from foreshock.health import PipelineHealth
+from foreshock.numba_config import jit
+from foreshock.topology import Topology
+
+LATENCY_BUCKETS = (0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0)
+
+# Latest value kept per entity, by kind: (field in frames, exported metric suffix).
+LATEST_FIELDS: dict[str, tuple[str, ...]] = {
+    "gpu": ("gpu_temp", "hbm_temp", "power", "power_limit", "sm_clock", "throttle_reasons", "util"),
+    "link": ("link_state",),
+    "optic": ("rx_power", "prefec_ber"),
+    "rack": ("inlet_temp", "coolant_flow"),
+    "job": ("step_time",),
+}
+
+
+@dataclass
+class StoreSnapshot:
+    """A consistent copy of the store for one scrape or one summary."""
+
+    topology: Topology
+    latest: dict[str, dict[str, np.ndarray]]
+    seen: dict[str, np.ndarray]
+    predictions: list[Prediction]
+    anomalies: list[Anomaly]
+    incidents: list[Incident]
+    gauges: dict[str, tuple[str, np.ndarray, str]]
+    problems: dict[tuple[str, str], int]
+    samples: dict[str, int]
+    findings: dict[str, int]
+    dead_letters: int
+    xids: dict[int, int]
+    latency_counts: list[int]
+    latency_sum: float
+    latency_count: int
+    last_ts: float
+    ingest_lag_s: float
+    predictions_raised: dict[str, int] = field(default_factory=dict)
+
+
+class FindingStore:
+    """Sink for frames and findings; the single source of truth for exporters."""
+
+    def __init__(self, topology: Topology, health: PipelineHealth | None = None,
+                 anomaly_ttl_s: float = 300.0) -> None:
+        self.topology = topology
+        self.health = health or PipelineHealth()
+        self.anomaly_ttl_s = anomaly_ttl_s
+        self._lock = threading.Lock()
+        self._latest = {kind: {f: np.full(topology.size(kind), np.nan) for f in fields}
+                        for kind, fields in LATEST_FIELDS.items()}
+        self._seen = {kind: np.zeros(topology.size(kind), dtype=bool) for kind in LATEST_FIELDS}
+        self._last_xid = np.full(topology.size("gpu"), np.nan)
+        self._predictions: dict[tuple[str, str, int], Prediction] = {}
+        self._anomalies: dict[tuple[str, int, str, str], Anomaly] = {}
+        self._incidents: dict[str, Incident] = {}
+        self._gauges: dict[str, tuple[str, np.ndarray, str]] = {}
+        self._xids: Counter[int] = Counter()
+        self._raised: Counter[str] = Counter()
+        self._latency_counts = [0] * (len(LATENCY_BUCKETS) + 1)
+        self._latency_sum = 0.0
+        self._latency_count = 0
+        self.last_ts = float("nan")
+        self._lag = 0.0
+
+    # ---- updates from the pipeline ---------------------------------------------------------
+    def observe_frame(self, frame: Frame, received_wall: float | None = None) -> None:
+        """Keep the latest value per entity and count new XIDs (vectorised)."""
+        if len(frame) == 0:
+            return
+        self.health.processed(frame.kind, len(frame))
+        with self._lock:
+            fields = LATEST_FIELDS.get(frame.kind, ())
+            if fields:
+                # rows are time-ordered, so fancy assignment keeps the last value per slot
+                for name in fields:
+                    col = frame.columns[name]
+                    ok = ~np.isnan(col)
+                    self._latest[frame.kind][name][frame.slot[ok]] = col[ok]
+                self._seen[frame.kind][frame.slot] = True
+            if frame.kind == "gpu":
+                self._count_xids(frame)
+            self.last_ts = float(np.nanmax(frame.ts)) if np.isfinite(frame.ts).any() else self.last_ts
+            if received_wall is not None:
+                self._lag = max(0.0, time.time() - received_wall)
+
+    def _count_xids(self, frame: Frame) -> None:
+        # dcgm's XID field is the *last* XID and never resets: a new event is a change of value.
+        # The first value seen for a GPU is not counted: it may be latched from long ago.
+        codes = _new_xids(frame.slot, frame.columns["xid_last"], self._last_xid)
+        for code in codes[codes > 0]:
+            self._xids[int(code)] += 1
+
+    def observe_findings(self, findings: Iterable[Finding]) -> None:
+        with self._lock:
+            for f in findings:
+                self.health.emitted(f.type)
+                if isinstance(f, Prediction):
+                    key = (f.event, f.entity_kind, f.slot)
+                    if f.active:
+                        if key not in self._predictions:
+                            self._raised[f.event] += 1
+                        self._predictions[key] = f
+                    else:
+                        self._predictions.pop(key, None)
+                elif isinstance(f, Anomaly):
+                    self._anomalies[(f.entity_kind, f.slot, f.field, f.detector)] = f
+                elif isinstance(f, Incident):
+                    if f.state == "resolved":
+                        self._incidents.pop(f.incident_id, None)
+                    else:
+                        self._incidents[f.incident_id] = f
+            self._expire()
+
+    def _expire(self) -> None:
+        now = self.last_ts
+        if not np.isfinite(now):
+            return
+        for key, a in list(self._anomalies.items()):
+            if now - a.ts > self.anomaly_ttl_s:
+                del self._anomalies[key]
+        for key, p in list(self._predictions.items()):
+            # a prediction that was never refreshed nor withdrawn lapses after its horizon
+            if now - p.ts > max(p.eta_s, 0.0) + self.anomaly_ttl_s:
+                del self._predictions[key]
+
+    def set_gauges(self, gauges: dict[str, tuple[str, np.ndarray, str]]) -> None:
+        """Per-entity estimates published by detectors: name -> (kind, values by slot, help)."""
+        with self._lock:
+            self._gauges = {k: (kind, np.array(v, copy=True), h) for k, (kind, v, h) in gauges.items()}
+
+    def observe_latency(self, seconds: float) -> None:
+        with self._lock:
+            i = int(np.searchsorted(LATENCY_BUCKETS, seconds))
+            self._latency_counts[i] += 1
+            self._latency_sum += seconds
+            self._latency_count += 1
+
+    # ---- reads -----------------------------------------------------------------------------
+    def snapshot(self) -> StoreSnapshot:
+        with self._lock:
+            return StoreSnapshot(
+                topology=self.topology,
+                latest={k: {f: v.copy() for f, v in d.items()} for k, d in self._latest.items()},
+                seen={k: v.copy() for k, v in self._seen.items()},
+                predictions=list(self._predictions.values()),
+                anomalies=list(self._anomalies.values()),
+                incidents=list(self._incidents.values()),
+                gauges=dict(self._gauges),
+                problems=dict(self.health.problems),
+                samples=dict(self.health.samples),
+                findings=dict(self.health.findings),
+                dead_letters=self.health.dead_letters,
+                xids=dict(self._xids),
+                latency_counts=list(self._latency_counts),
+                latency_sum=self._latency_sum,
+                latency_count=self._latency_count,
+                last_ts=self.last_ts,
+                ingest_lag_s=self._lag,
+                predictions_raised=dict(self._raised),
+            )
+
+
+def xid_severity(code: int) -> str:
+    return XID_SEVERITY.get(code, "info")
+
+
+@jit
+def _new_xids(slot: np.ndarray, xid: np.ndarray, last: np.ndarray) -> np.ndarray:
+    """Codes of XID transitions in time-ordered rows; updates ``last`` (per-slot) in place."""
+    out = np.empty(len(slot), dtype=np.float64)
+    n = 0
+    for i in range(len(slot)):
+        v = xid[i]
+        if v != v:
+            continue
+        prev = last[slot[i]]
+        if prev == prev and v != prev:
+            out[n] = v
+            n += 1
+        last[slot[i]] = v
+    return out[:n]

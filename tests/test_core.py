@@ -1,0 +1,204 @@
+"""The ground floor: field table, topology, frames, recordings and their error messages."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from foreshock.events import Event, EventError, read_events
+from foreshock.fields import ENTITY_KINDS, field_names, fields_of, get_field, load_fields, source_index
+from foreshock.frames import Frame, FrameError, frames_from_records
+from foreshock.recording import Recording, RecordingError, RecordingWriter
+from foreshock.topology import Topology, TopologyError
+
+
+# ---- field table -----------------------------------------------------------------------------
+def test_field_table_covers_every_kind_with_base_units() -> None:
+    fields = load_fields()
+    assert {f.kind for f in fields} == set(ENTITY_KINDS)
+    allowed_units = {"celsius", "watts", "joules", "hertz", "ratio", "bitmask", "seconds", "code", "errors",
+                     "replays", "rows", "bytes", "ticks", "packets", "events", "state", "bits_per_second",
+                     "volts", "amperes", "dbm", "bits", "flag", "liters_per_second"}
+    assert {f.unit for f in fields} <= allowed_units
+    for f in fields:
+        assert f.help, f.name
+        if f.is_counter:
+            assert f.unit not in ("celsius", "watts", "ratio", "dbm"), f"{f.name}: a counter of a gauge unit"
+
+
+def test_field_table_names_required_fields_per_kind() -> None:
+    gpu = set(field_names("gpu"))
+    assert {"gpu_temp", "hbm_temp", "power", "power_limit", "energy", "sm_clock", "sm_clock_max", "util",
+            "throttle_reasons", "power_throttle_time", "thermal_throttle_time", "xid_last", "ecc_dbe",
+            "pcie_replays", "remapped_rows"} <= gpu
+    link = set(field_names("link"))
+    assert {"tx_data", "rx_data", "xmit_wait", "pfc_pause_duration", "ecn_marked", "cnp_sent", "symbol_error",
+            "link_downed", "link_error_recovery", "rcv_errors", "xmit_discards", "link_state", "link_rate"} <= link
+    optic = set(field_names("optic"))
+    assert {"module_temp", "module_voltage", "tx_bias", "tx_power", "rx_power", "rx_bits",
+            "rx_corrected_bits", "prefec_ber", "los"} <= optic
+    assert {"inlet_temp", "coolant_temp", "coolant_flow"} <= set(field_names("rack"))
+
+
+def test_source_names_carry_unit_conversion() -> None:
+    dcgm = source_index("dcgm")
+    energy, scale = dcgm["DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"]
+    assert energy.name == "energy" and scale == pytest.approx(1e-3)  # mJ -> J
+    # both the legacy and the DCGM 4.6 names map to the same field
+    assert dcgm["DCGM_FI_DEV_GPU_TEMP"][0] is dcgm["DCGM_FI_DEV_GPU_TEMP_CELSIUS"][0]
+    assert dcgm["DCGM_FI_DEV_CLOCK_THROTTLE_REASONS"][0].name == "throttle_reasons"
+    assert source_index("sysfs")["port_xmit_data"] == (get_field("tx_data"), 4.0)  # 4-byte words
+    assert source_index("dmon")["pclk"][1] == pytest.approx(1e6)  # MHz -> Hz
+    with pytest.raises(ValueError, match="unknown source"):
+        source_index("snmp")
+
+
+def test_fields_of_unknown_kind_is_a_clear_error() -> None:
+    with pytest.raises(ValueError, match="unknown entity kind 'switch'"):
+        fields_of("switch")
+
+
+# ---- topology --------------------------------------------------------------------------------
+def test_topology_slots_and_relations(small_topology: Topology) -> None:
+    t = small_topology
+    assert t.size("gpu") == 32 and t.size("node") == 4 and t.size("link") == 40 and t.size("optic") == 80
+    g = t.slot("gpu", "node3/gpu5")
+    assert g == 3 * 8 + 5
+    assert t.nodes[t.gpu_node[g]] == "node3"
+    assert t.racks[t.gpu_rack[g]] == "rack1"
+    assert t.loops[t.rack_loop[t.gpu_rack[g]]] == "cdu1"
+    assert t.jobs[t.gpu_job[g]] == "job1"
+    link = t.slot("link", "node3/gpu5~leaf5")
+    assert t.link_gpu[link] == g and t.switches[t.link_leaf[link]] == "leaf5"
+    assert t.link_leaf[t.slot("link", "leaf5~spine0")] == -1
+    assert t.name("optic", 2 * link + 1) == "node3/gpu5~leaf5#b"
+    assert t.labels("gpu", g) == {"cluster": "test", "rack": "rack1", "node": "node3", "gpu": "5"}
+    assert list(t.slots("gpu", ["node0/gpu0", "nope"])) == [0, -1]
+
+
+def test_topology_yaml_round_trip(small_topology: Topology, tmp_path) -> None:
+    small_topology.dump(tmp_path / "t.yaml")
+    again = Topology.load(tmp_path / "t.yaml")
+    assert again.gpus == small_topology.gpus and again.links == small_topology.links
+    np.testing.assert_array_equal(again.gpu_job, small_topology.gpu_job)
+    np.testing.assert_array_equal(again.link_b_switch, small_topology.link_b_switch)
+
+
+@pytest.mark.parametrize("doc, message", [
+    ("- just a list", "expected a mapping"),
+    ("rows: []\nracks: [{name: r0, row: nowhere}]\nnodes: []", "rack 'r0' refers to unknown row 'nowhere'"),
+    ("rows: [{name: a}]\nracks: [{name: r, row: a}]\nnodes: [{name: n, rack: r, gpus: -2}]", "invalid 'gpus'"),
+    ("rows: [{name: a}]\nracks: [{name: r, row: a}]\nnodes: [{name: n, rack: r}, {name: n, rack: r}]", "duplicate"),
+    ("rows: [{name: a}]\nracks: [{name: r, row: a}]\nnodes: []\nlinks: [{name: l, a: x, b: y}]", "unknown switch 'y'"),
+    ("rows: [{name: a}\n", "not valid YAML"),
+])
+def test_topology_errors_name_the_problem(tmp_path, doc: str, message: str) -> None:
+    path = tmp_path / "topology.yaml"
+    path.write_text(doc)
+    with pytest.raises(TopologyError, match=message) as err:
+        Topology.load(path)
+    assert str(path) in str(err.value)
+
+
+# ---- frames ----------------------------------------------------------------------------------
+def test_frame_fills_missing_fields_with_nan_and_round_trips_arrow_ipc() -> None:
+    f = Frame("gpu", [1.0, 2.0], [3, 4], {"gpu_temp": [50.0, np.nan], "power": [600, 610]})
+    assert np.isnan(f.columns["hbm_temp"]).all()
+    g = Frame.from_ipc(f.to_ipc())
+    assert g.kind == "gpu"
+    np.testing.assert_array_equal(g.slot, [3, 4])
+    np.testing.assert_array_equal(g.columns["power"], [600.0, 610.0])
+    assert np.isnan(g.columns["gpu_temp"][1])
+    assert g.matrix().shape == (2, len(field_names("gpu")))
+
+
+@pytest.mark.parametrize("build, message", [
+    (lambda: Frame("gpu", [1.0], [1, 2], {}), "ts has 1 rows, slot has 2"),
+    (lambda: Frame("gpu", [1.0], [1], {"rx_power": [1.0]}), "unknown fields"),
+    (lambda: Frame("gpu", [1.0], [1], {"power": [1.0, 2.0]}), "column power has 2 rows"),
+])
+def test_frame_rejects_malformed_input(build, message: str) -> None:
+    with pytest.raises(FrameError, match=message):
+        build()
+
+
+def test_from_ipc_rejects_garbage_and_wrong_schema() -> None:
+    with pytest.raises(FrameError, match="not an Arrow IPC stream"):
+        Frame.from_ipc(b"\x00garbage bytes")
+    batch = pa.RecordBatch.from_pydict({"ts": [1.0], "slot": [0], "power": ["hot"]},
+                                       ).replace_schema_metadata({b"foreshock.kind": b"gpu"})
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, batch.schema) as w:
+        w.write_batch(batch)
+    with pytest.raises(FrameError, match="'power' is string"):
+        Frame.from_ipc(sink.getvalue().to_pybytes())
+
+
+def test_frames_from_records_rejects_each_bad_record_with_a_reason(small_topology: Topology) -> None:
+    records = [
+        {"kind": "gpu", "entity": "node0/gpu1", "ts": 10, "gpu_temp": 61},
+        {"kind": "gpu", "entity": "node9/gpu1", "ts": 10, "gpu_temp": 61},
+        {"kind": "gpu", "entity": "node0/gpu1", "ts": "later"},
+        {"kind": "gpu", "entity": "node0/gpu1", "ts": 11, "gpu_temp": "hot"},
+        {"kind": "toaster", "entity": "x", "ts": 1},
+        {"kind": "gpu", "entity": "node0/gpu1", "ts": 12, "colour": 3},
+        ["not", "a", "dict"],
+    ]
+    frames, rejected = frames_from_records(records, small_topology.slots_resolver())
+    assert len(frames["gpu"]) == 1 and frames["gpu"].columns["gpu_temp"][0] == 61
+    reasons = [r for _, r in rejected]
+    assert reasons == ["unknown gpu entity 'node9/gpu1'", "missing or non-numeric 'ts'", "non-numeric field value",
+                       "unknown entity kind 'toaster'", "unknown fields ['colour']", "record is not an object"]
+
+
+# ---- recordings ------------------------------------------------------------------------------
+def _write_small_recording(path, topology: Topology) -> None:
+    with RecordingWriter(path, topology, {"interval": 1.0, "source": "test"}, rows_per_group=64) as w:
+        for t in range(10):
+            w.write(Frame("gpu", np.full(32, 100.0 + t), np.arange(32), {"gpu_temp": np.full(32, 40.0 + t)}))
+            w.write(Frame("rack", np.full(2, 100.0 + t), np.arange(2), {"inlet_temp": [24.0, 25.0]}))
+        w.add_events([Event(105.0, "fault_onset", "rack", "rack1", "f1", "cooling_loss")])
+
+
+def test_recording_round_trip_interleaves_kinds_by_time(tmp_path, small_topology: Topology) -> None:
+    _write_small_recording(tmp_path / "rec", small_topology)
+    rec = Recording.open(tmp_path / "rec")
+    assert rec.kinds() == ["gpu", "rack"] and rec.meta["rows"] == {"gpu": 320, "rack": 20}
+    assert rec.meta["start"] == 100.0 and rec.meta["end"] == 109.0
+    gpu = rec.read_kind("gpu")
+    assert len(gpu) == 320 and gpu.columns["gpu_temp"][-1] == 49.0
+    firsts = [float(f.ts[0]) for f in rec.iter_frames(batch_rows=64)]
+    assert firsts == sorted(firsts)
+    assert rec.events()[0].fault_type == "cooling_loss"
+
+
+def test_truncated_parquet_is_rejected_naming_the_file(tmp_path, small_topology: Topology) -> None:
+    _write_small_recording(tmp_path / "rec", small_topology)
+    gpu = tmp_path / "rec" / "gpu.parquet"
+    gpu.write_bytes(gpu.read_bytes()[: gpu.stat().st_size // 2])
+    with pytest.raises(RecordingError, match="gpu.parquet: unreadable Parquet"):
+        Recording.open(tmp_path / "rec")
+
+
+def test_recording_missing_topology_and_unknown_columns(tmp_path, small_topology: Topology) -> None:
+    _write_small_recording(tmp_path / "rec", small_topology)
+    pq.write_table(pa.table({"ts": [1.0], "slot": [0], "warp_drive": [1.0]}), tmp_path / "rec" / "link.parquet")
+    with pytest.raises(RecordingError, match=r"link.parquet: unknown fields \['warp_drive'\]"):
+        Recording.open(tmp_path / "rec")
+    (tmp_path / "rec" / "topology.yaml").unlink()
+    with pytest.raises(RecordingError, match="topology.yaml: missing"):
+        Recording.open(tmp_path / "rec")
+
+
+def test_events_file_errors_name_the_line(tmp_path) -> None:
+    path = tmp_path / "events.jsonl"
+    path.write_text(json.dumps({"time": 1, "type": "xid", "entity_kind": "gpu", "entity": "a"}) + "\n{oops\n")
+    with pytest.raises(EventError, match=r"events.jsonl:2: not valid JSON"):
+        read_events(path)
+    path.write_text(json.dumps({"time": 1, "type": "xid"}) + "\n")
+    with pytest.raises(EventError, match=r":1: missing \['entity_kind', 'entity'\]"):
+        read_events(path)

@@ -1,0 +1,132 @@
+"""The Prometheus collector over a FindingStore: names, labels, bounded cardinality."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from prometheus_client import generate_latest
+
+from foreshock.exporters.prometheus import CATALOGUE, build_registry
+from foreshock.exporters.store import FindingStore
+from foreshock.findings import Anomaly, Incident, Prediction
+from foreshock.frames import Frame
+from foreshock.topology import Topology
+
+
+def _gpu_frame(topology: Topology, ts: float, temps: np.ndarray, masks: np.ndarray | None = None,
+               xids: np.ndarray | None = None) -> Frame:
+    n = topology.size("gpu")
+    cols = {"gpu_temp": temps, "power": np.full(n, 600.0), "power_limit": np.full(n, 700.0)}
+    if masks is not None:
+        cols["throttle_reasons"] = masks
+    if xids is not None:
+        cols["xid_last"] = xids
+    return Frame("gpu", np.full(n, ts), np.arange(n), cols)
+
+
+def test_catalogue_follows_naming_rules() -> None:
+    for spec in CATALOGUE:
+        assert spec.name.startswith("foreshock_")
+        assert (spec.type == "counter") == spec.name.endswith("_total"), spec.name
+        assert "timestamp" not in spec.labels and "reason_text" not in spec.labels
+        if spec.name.endswith("_ratio"):
+            assert spec.type == "gauge"
+
+
+def test_collector_exports_predictions_aggregates_and_pipeline_counters(small_topology: Topology) -> None:
+    store = FindingStore(small_topology)
+    temps = np.linspace(40, 71, 32)
+    store.observe_frame(_gpu_frame(small_topology, 100.0, temps, masks=np.where(np.arange(32) == 31, 0x20, 0x0)))
+    store.observe_findings([
+        Prediction(100.0, "gpu", 3, "thermal_throttle", 600.0, 0.8, "thermal", "R rising"),
+        Anomaly(100.0, "gpu", 5, "gpu_temp", 12.5, "robust_zscore"),
+        Incident(100.0, "inc-1", "growing", "cooling_loop", "cdu1", "inlet rising", members=("rack1",),
+                 jobs=(("job1", 1.25),), gpu_hours_at_risk_per_hour=4.0),
+    ])
+    store.observe_frame(_gpu_frame(small_topology, 160.0, temps))
+    reg = build_registry(store, top_k=2)
+    gpu3 = {"cluster": "test", "event": "thermal_throttle", "entity_kind": "gpu", "entity": "node0/gpu3",
+            "rack": "rack0", "detector": "thermal"}
+    # the ETA counts down in telemetry time: made at t=100 for 600 s, now t=160
+    assert reg.get_sample_value("foreshock_prediction_eta_seconds", gpu3) == pytest.approx(540.0)
+    assert reg.get_sample_value("foreshock_prediction_confidence_ratio", gpu3) == pytest.approx(0.8)
+    assert reg.get_sample_value("foreshock_predictions_active",
+                                {"cluster": "test", "event": "thermal_throttle", "rack": "rack0"}) == 1
+    assert reg.get_sample_value("foreshock_anomaly_score", {"cluster": "test", "entity_kind": "gpu",
+                                "entity": "node0/gpu5", "field": "gpu_temp", "detector": "robust_zscore"}) == 12.5
+    assert reg.get_sample_value("foreshock_rack_gpu_temperature_max_celsius", {"cluster": "test", "rack": "rack1"}) == 71.0
+    assert reg.get_sample_value("foreshock_rack_gpu_temperature_mean_celsius",
+                                {"cluster": "test", "rack": "rack0"}) == pytest.approx(temps[:16].mean())
+    assert reg.get_sample_value("foreshock_incidents_open", {"cluster": "test", "root_kind": "cooling_loop"}) == 1
+    assert reg.get_sample_value("foreshock_job_predicted_slowdown_ratio", {"cluster": "test", "job": "job1"}) == 1.25
+    assert reg.get_sample_value("foreshock_samples_processed_total", {"cluster": "test", "kind": "gpu"}) == 64
+    assert reg.get_sample_value("foreshock_findings_total", {"cluster": "test", "type": "prediction"}) == 1
+    assert reg.get_sample_value("foreshock_gpus_reporting", {"cluster": "test"}) == 32
+    # per-GPU series: the flagged GPUs (3, 5) plus the 2 hottest (30, 31), nothing else
+    text = generate_latest(reg).decode()
+    temp_lines = [line for line in text.splitlines() if line.startswith("foreshock_gpu_temperature_celsius{")]
+    assert sorted(line.split('node="')[1].split('"')[0] + "/" + line.split('gpu="')[1].split('"')[0]
+                  for line in temp_lines) == ["node0/3", "node0/5", "node3/6", "node3/7"]
+
+
+def test_withdrawn_prediction_and_resolved_incident_disappear(small_topology: Topology) -> None:
+    store = FindingStore(small_topology)
+    p = Prediction(10.0, "gpu", 1, "power_cap", 60.0, 0.9, "power")
+    store.observe_findings([p, Incident(10.0, "i", "open", "node", "node0", "x")])
+    store.observe_findings([Prediction(20.0, "gpu", 1, "power_cap", 0.0, 0.0, "power", active=False),
+                            Incident(20.0, "i", "resolved", "node", "node0", "x")])
+    reg = build_registry(store)
+    assert reg.get_sample_value("foreshock_prediction_eta_seconds", {"cluster": "test", "event": "power_cap",
+                                "entity_kind": "gpu", "entity": "node0/gpu1", "rack": "rack0", "detector": "power"}) is None
+    assert reg.get_sample_value("foreshock_incidents_open", {"cluster": "test", "root_kind": "node"}) is None
+    assert reg.get_sample_value("foreshock_predictions_raised_total", {"cluster": "test", "event": "power_cap"}) == 1
+
+
+def test_xid_counts_new_events_not_the_latched_value(small_topology: Topology) -> None:
+    store = FindingStore(small_topology)
+    n = small_topology.size("gpu")
+    temps = np.full(n, 50.0)
+    xid = np.zeros(n)
+    xid[2] = 79  # latched from before we started: not counted
+    store.observe_frame(_gpu_frame(small_topology, 1.0, temps, xids=xid.copy()))
+    xid[4] = 48
+    store.observe_frame(_gpu_frame(small_topology, 2.0, temps, xids=xid.copy()))
+    store.observe_frame(_gpu_frame(small_topology, 3.0, temps, xids=xid.copy()))  # still 48: same event
+    xid[4] = 79
+    store.observe_frame(_gpu_frame(small_topology, 4.0, temps, xids=xid.copy()))
+    reg = build_registry(store)
+    assert reg.get_sample_value("foreshock_xid_events_total", {"cluster": "test", "xid": "48", "severity": "critical"}) == 1
+    assert reg.get_sample_value("foreshock_xid_events_total", {"cluster": "test", "xid": "79", "severity": "critical"}) == 1
+
+
+def test_latency_histogram_and_gauges(small_topology: Topology) -> None:
+    store = FindingStore(small_topology)
+    for s in (0.0002, 0.003, 2.0):
+        store.observe_latency(s)
+    r = np.full(32, 0.046)
+    r[7] = 0.09
+    store.set_gauges({"thermal_resistance_celsius_per_watt": ("gpu", r, "fitted R")})
+    store.observe_findings([Anomaly(1.0, "gpu", 7, "thermal_resistance", 5.0, "cooling")])
+    reg = build_registry(store)
+    assert reg.get_sample_value("foreshock_detector_latency_seconds_bucket", {"cluster": "test", "le": "0.001"}) == 1
+    assert reg.get_sample_value("foreshock_detector_latency_seconds_count", {"cluster": "test"}) == 3
+    assert reg.get_sample_value("foreshock_estimate", {"cluster": "test", "estimate": "thermal_resistance_celsius_per_watt",
+                                "entity_kind": "gpu", "entity": "node0/gpu7"}) == 0.09
+    assert reg.get_sample_value("foreshock_estimate_rack_max", {"cluster": "test",
+                                "estimate": "thermal_resistance_celsius_per_watt", "rack": "rack1"}) == 0.046
+
+
+def test_golden_exposition_of_pipeline_families(small_topology: Topology, tmp_path) -> None:
+    store = FindingStore(small_topology)
+    store.health.problem("guard", "out_of_order", 3)
+    store.health.dead_letters = 2
+    text = generate_latest(build_registry(store)).decode()
+    golden = """\
+# HELP foreshock_input_problems_total Input problems counted (bad records, NaN, resets, ...)
+# TYPE foreshock_input_problems_total counter
+foreshock_input_problems_total{cluster="test",reason="out_of_order",stage="guard"} 3.0
+# HELP foreshock_dead_letters_total Records sent to the dead-letter topic
+# TYPE foreshock_dead_letters_total counter
+foreshock_dead_letters_total{cluster="test"} 2.0
+"""
+    assert golden in text

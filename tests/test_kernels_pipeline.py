@@ -1,0 +1,156 @@
+"""Kernels of the first detectors and the input guard, each against a naive reference."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from foreshock.detectors.ewma_cusum import RobustZScoreDetector
+from foreshock.detectors.throttle_bits import ThrottleBitsDetector
+from foreshock.frames import Frame
+from foreshock.guard import InputGuard
+from foreshock.health import PipelineHealth
+from foreshock.topology import Topology
+
+pytestmark = pytest.mark.kernel
+
+TOPO = Topology.from_gpu_hosts([(f"n{i}", g) for i in range(2) for g in range(4)])  # 8 GPUs
+
+
+# ---- naive references -------------------------------------------------------------------------
+def reference_ewma_cusum(slots, values, n_slots, alpha, clip, drift, threshold, warmup, min_scale):
+    """Point-by-point Python version of the robust EWMA z-score + CUSUM."""
+    level = {}
+    scale = {}
+    pos = {}
+    neg = {}
+    count = {}
+    alarms = []
+    for i, s in enumerate(slots):
+        for j, x in enumerate(values[i]):
+            key = (s, j)
+            if np.isnan(x):
+                continue
+            if count.get(key, 0) == 0:
+                level[key], scale[key], pos[key], neg[key], count[key] = x, 0.0, 0.0, 0.0, 1
+                continue
+            dev = x - level[key]
+            sigma = max(1.2533 * scale[key], min_scale)
+            z = dev / sigma
+            count[key] += 1
+            if count[key] > warmup:
+                pos[key] = max(0.0, pos[key] + z - drift)
+                neg[key] = max(0.0, neg[key] - z - drift)
+                if pos[key] > threshold or neg[key] > threshold:
+                    alarms.append((i, j, max(pos[key], neg[key])))
+                    pos[key] = neg[key] = 0.0
+            lim = clip * sigma
+            level[key] += alpha * min(max(dev, -lim), lim)
+            scale[key] += alpha * (min(abs(dev), lim) - scale[key])
+    return alarms
+
+
+def reference_guard(ts, slots, n_slots, last):
+    keep, reasons = [], []
+    for t, s in zip(ts, slots):
+        if s < 0 or s >= n_slots:
+            reasons.append("unknown_entity"); keep.append(False)
+        elif not np.isfinite(t):
+            reasons.append("bad_timestamp"); keep.append(False)
+        elif t == last[s]:
+            reasons.append("duplicate_timestamp"); keep.append(False)
+        elif t < last[s]:
+            reasons.append("out_of_order"); keep.append(False)
+        else:
+            last[s] = t; keep.append(True)
+    return np.array(keep, dtype=bool), reasons
+
+
+values_strategy = st.one_of(st.floats(min_value=-1e6, max_value=1e6), st.just(float("nan")))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 7), values_strategy, values_strategy), min_size=0, max_size=120),
+       st.integers(0, 5))
+def test_ewma_cusum_matches_reference(rows, warmup) -> None:
+    det = RobustZScoreDetector(TOPO, fields=("gpu_temp", "power"), warmup=warmup, threshold=3.0, alpha=0.2)
+    slots = np.array([r[0] for r in rows], dtype=np.int32)
+    values = np.array([[r[1], r[2]] for r in rows], dtype=np.float64).reshape(-1, 2)
+    frame = Frame("gpu", np.arange(len(rows), dtype=float), slots, {"gpu_temp": values[:, 0], "power": values[:, 1]})
+    found = det.update(frame)
+    expected = reference_ewma_cusum(slots, values, 8, 0.2, 4.0, 0.5, 3.0, warmup, 0.5)
+    assert [(int(frame.ts.searchsorted(f.ts)), ("gpu_temp", "power").index(f.field)) for f in found] == \
+        [(i, j) for i, j, _ in expected]
+    np.testing.assert_allclose([f.score for f in found], [s for _, _, s in expected], rtol=1e-9)
+
+
+def test_ewma_cusum_constant_and_empty_input_raise_nothing() -> None:
+    det = RobustZScoreDetector(TOPO, fields=("gpu_temp",), warmup=5)
+    assert det.update(Frame.empty("gpu")) == []
+    flat = Frame("gpu", np.arange(500.0), np.zeros(500, np.int32), {"gpu_temp": np.full(500, 40.0)})
+    assert det.update(flat) == []
+
+
+def test_ewma_cusum_streaming_equals_batch_and_state_round_trips() -> None:
+    rng = np.random.default_rng(7)
+    n = 600
+    temp = np.r_[50 + rng.normal(0, 0.3, 400), 50 + np.linspace(0, 20, 200)]
+    frame = Frame("gpu", np.arange(n, dtype=float), np.zeros(n, np.int32), {"gpu_temp": temp})
+    batch = RobustZScoreDetector(TOPO, fields=("gpu_temp",), warmup=30)
+    expected = batch.update(frame)
+    assert expected and expected[0].ts >= 400, "the ramp must be found, and not before it starts"
+    stream = RobustZScoreDetector(TOPO, fields=("gpu_temp",), warmup=30)
+    got = []
+    for i in range(300):
+        got += stream.update(frame.take(np.array([i])))
+    # checkpoint half-way, restore into a fresh detector, continue there
+    restored = RobustZScoreDetector(TOPO, fields=("gpu_temp",), warmup=30)
+    restored.load_state_dict(stream.state_dict())
+    for i in range(300, n):
+        got += restored.update(frame.take(np.array([i])))
+    assert got == expected
+
+
+def test_ewma_cusum_validates_parameters() -> None:
+    with pytest.raises(ValueError, match="unknown gpu fields"):
+        RobustZScoreDetector(TOPO, fields=("colour",))
+    with pytest.raises(ValueError, match="alpha"):
+        RobustZScoreDetector(TOPO, alpha=0.0)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from([0.0, 1.0, 2.0, 2.0, 3.0, float("nan"), float("inf")]),
+                          st.integers(-1, 9)), max_size=60))
+def test_guard_matches_reference_and_counts_every_dropped_row(rows) -> None:
+    ts = np.array([r[0] for r in rows], dtype=float)
+    slots = np.array([r[1] for r in rows], dtype=np.int32)
+    health = PipelineHealth()
+    guard = InputGuard(TOPO, health)
+    out = guard.check(Frame("gpu", ts, slots, {"gpu_temp": np.arange(len(rows), dtype=float)}))
+    keep, reasons = reference_guard(ts, slots, 8, np.full(8, -np.inf))
+    np.testing.assert_array_equal(out.columns["gpu_temp"], np.arange(len(rows), dtype=float)[keep])
+    for reason in set(reasons):
+        assert health.problems[("guard", reason)] == reasons.count(reason)
+    assert len(out) + sum(health.problems[("guard", r)] for r in set(reasons)) == len(rows)
+
+
+def test_guard_turns_inf_into_counted_nan_and_counts_gaps() -> None:
+    health = PipelineHealth()
+    out = InputGuard(TOPO, health).check(
+        Frame("gpu", [1.0, 1.0], [0, 1], {"gpu_temp": [np.inf, 50.0], "power": [np.nan, 500.0]}))
+    assert np.isnan(out.columns["gpu_temp"][0])
+    assert health.problems[("guard", "inf_values")] == 1
+    # gpu_temp had one inf (now NaN) and power one NaN, in columns the frame does report
+    assert health.problems[("guard", "missing_values")] == 2
+
+
+def test_throttle_bits_reports_onsets_only() -> None:
+    det = ThrottleBitsDetector(TOPO)
+    masks = [0x1, 0x0, 0x4, 0x4, 0x24, 0x0, 0x20, float("nan"), 0x20]
+    frame = Frame("gpu", np.arange(len(masks), dtype=float), np.zeros(len(masks), np.int32),
+                  {"throttle_reasons": masks})
+    found = det.update(frame)
+    assert [(f.ts, int(f.score)) for f in found] == [(2.0, 0x4), (4.0, 0x20), (6.0, 0x20)]
+    assert "sw_thermal" in found[1].reason

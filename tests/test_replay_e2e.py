@@ -1,0 +1,111 @@
+"""End to end: a recording replayed through the embedded pipeline, /metrics scraped over HTTP."""
+
+from __future__ import annotations
+
+import json
+import socket
+import urllib.request
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+from prometheus_client.parser import text_string_to_metric_families
+
+from foreshock.cli.common import build_pipeline, stop_server
+from foreshock.cli.main import cli
+from foreshock.events import Event
+from foreshock.frames import Frame
+from foreshock.recording import RecordingWriter
+from foreshock.streams.sources import ReplaySource
+from foreshock.topology import Topology
+
+T0 = 1_700_000_000.0
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def write_ramp_recording(path, topology: Topology, bad_rows: bool = False) -> None:
+    """GPU node2/gpu4 heats steadily from t=300 s and throttles (SW thermal) at t=500 s."""
+    n = topology.size("gpu")
+    hot = topology.slot("gpu", "node2/gpu4")
+    rng = np.random.default_rng(3)
+    with RecordingWriter(path, topology, {"interval": 1.0, "source": "test"}) as w:
+        for t in range(600):
+            temp = 50 + rng.normal(0, 0.3, n)
+            if t >= 300:
+                temp[hot] += (t - 300) * 0.2
+            mask = np.zeros(n)
+            if t >= 500:
+                mask[hot] = 0x20
+            ts = np.full(n, T0 + t)
+            slots = np.arange(n)
+            if bad_rows and t == 200:
+                ts = np.r_[ts, T0 + 100.0, np.nan]  # one row out of order, one without a timestamp
+                slots = np.r_[slots, 0, 1]
+                temp = np.r_[temp, 50.0, 50.0]
+                mask = np.r_[mask, 0.0, 0.0]
+            w.write(Frame("gpu", ts, slots, {"gpu_temp": temp, "power": np.full(len(ts), 600.0),
+                                            "throttle_reasons": mask}))
+        w.add_events([Event(T0 + 300, "fault_onset", "gpu", "node2/gpu4", "f1", "tim_degradation"),
+                      Event(T0 + 500, "thermal_throttle_start", "gpu", "node2/gpu4", "f1", "tim_degradation")])
+
+
+def scrape(port: int) -> dict[str, list]:
+    body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    return {fam.name: fam.samples for fam in text_string_to_metric_families(body)}
+
+
+def test_replay_serves_findings_over_http(tmp_path, small_topology: Topology) -> None:
+    write_ramp_recording(tmp_path / "rec", small_topology, bad_rows=True)
+    source = ReplaySource(str(tmp_path / "rec"))
+    port = free_port()
+    run = build_pipeline(source.topology, None, "127.0.0.1", port, str(tmp_path / "findings.jsonl"), top_k=4)
+    try:
+        stats = run.pipeline.run(source)
+        metrics = scrape(port)
+    finally:
+        stop_server(run)
+        run.jsonl.close()
+    assert stats.samples == 600 * 32 + 2
+    anomalies = [s for s in metrics["foreshock_anomaly_score"] if s.labels["entity"] == "node2/gpu4"]
+    assert {s.labels["field"] for s in anomalies} >= {"gpu_temp", "throttle_reasons"}
+    assert all(s.labels["entity"] == "node2/gpu4" for s in metrics["foreshock_anomaly_score"]), \
+        "only the heating GPU is anomalous"
+    processed = {s.labels["kind"]: s.value for s in metrics["foreshock_samples_processed"] if s.name.endswith("_total")}
+    assert processed["gpu"] == 600 * 32
+    problems = {s.labels["reason"]: s.value for s in metrics["foreshock_input_problems"] if s.name.endswith("_total")}
+    assert problems["out_of_order"] == 1 and problems["bad_timestamp"] == 1
+    lines = (tmp_path / "findings.jsonl").read_text().splitlines()
+    first = json.loads(lines[0])
+    assert first["type"] == "anomaly" and first["slot"] == small_topology.slot("gpu", "node2/gpu4")
+    assert T0 + 300 < first["ts"] < T0 + 500, "the ramp is seen before the throttle bit"
+
+
+def test_replay_command_prints_summary_and_json(tmp_path, small_topology: Topology) -> None:
+    write_ramp_recording(tmp_path / "rec", small_topology)
+    result = CliRunner(env={"COLUMNS": "200"}).invoke(cli, ["replay", str(tmp_path / "rec"), "--max", "--port", "0"])
+    assert result.exit_code == 0, result.output
+    last = json.loads(result.output.strip().splitlines()[-1])
+    assert last["name"] == "replay" and last["samples"] == 600 * 32
+    assert last["findings"]["anomaly"] >= 2
+    assert "tim_degradation" in result.output and "node2/gpu4" in result.output
+
+
+def test_replay_of_a_broken_recording_is_a_clear_error(tmp_path, small_topology: Topology) -> None:
+    write_ramp_recording(tmp_path / "rec", small_topology)
+    (tmp_path / "rec" / "gpu.parquet").write_bytes(b"PAR1 not really")
+    result = CliRunner().invoke(cli, ["replay", str(tmp_path / "rec"), "--port", "0"])
+    assert result.exit_code != 0
+    assert "gpu.parquet: unreadable Parquet" in result.output
+
+
+@pytest.mark.parametrize("args, message", [(["--speed", "0"], "--speed must be > 0"),
+                                           (["--speed", "2", "--max"], "exclusive")])
+def test_replay_rejects_bad_options(tmp_path, small_topology: Topology, args, message) -> None:
+    write_ramp_recording(tmp_path / "rec", small_topology)
+    result = CliRunner().invoke(cli, ["replay", str(tmp_path / "rec"), "--port", "0", *args])
+    assert result.exit_code == 2 and message in result.output
