@@ -14,8 +14,14 @@ import click
 COMMANDS: list[str] = [
     "simulate",
     "replay",
-    # "demo",
+    "demo",
     "import_cmd",
+    "dashboards",
+    "agent",
+    "worker",
+    "evaluate",
+    "train",
+    "nab",
 ]
 
 

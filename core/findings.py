@@ -13,7 +13,8 @@ Entities are referenced by (kind, slot); sinks resolve names through the topolog
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
+from dataclasses import field as dc_field
 from typing import Any, Union
 
 
@@ -26,7 +27,7 @@ class Anomaly:
     score: float
     detector: str
     reason: str = ""
-    type: str = field(default="anomaly", init=False)
+    type: str = dc_field(default="anomaly", init=False)
 
 
 @dataclass(frozen=True)
@@ -40,7 +41,7 @@ class Prediction:
     detector: str
     reason: str = ""
     active: bool = True
-    type: str = field(default="prediction", init=False)
+    type: str = dc_field(default="prediction", init=False)
 
 
 @dataclass(frozen=True)
@@ -57,7 +58,7 @@ class Incident:
     gpu_hours_at_risk_per_hour: float = 0.0
     findings: int = 0
     fault_hint: str = ""
-    type: str = field(default="incident", init=False)
+    type: str = dc_field(default="incident", init=False)
 
 
 Finding = Union[Anomaly, Prediction, Incident]

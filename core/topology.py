@@ -261,9 +261,9 @@ class Topology:
         switch_index = {str(s["name"]): i for i, s in enumerate(switches)}
         links = entries("links", required=False)
         link_gpu, link_a, link_b = [], [], []
-        for n, link in enumerate(links):
+        for k, link in enumerate(links):
             a, b = link.get("a"), link.get("b")
-            where = f"links[{n}] ({link['name']})"
+            where = f"links[{k}] ({link['name']})"
             link_b.append(lookup(switch_index, b, "switch", where))
             if a in gpu_index:
                 link_gpu.append(gpu_index[a])

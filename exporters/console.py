@@ -139,11 +139,15 @@ def render_summary(tally: FindingTally, health: PipelineHealth, events: Sequence
 
 
 def _related_entries(tally: FindingTally, fault: Event, consequences: Sequence[Event]) -> list[TallyEntry]:
-    """Tally entries on the fault's target or on any entity one of its consequences touched."""
+    """Tally entries first seen after the fault's onset, on its target, its racks, or any entity one
+    of its consequences touched."""
     names = {fault.entity} | {e.entity for e in consequences}
-    racks = {fault.detail.get("rack")} - {None} if isinstance(fault.detail, dict) else set()
+    detail = fault.detail if isinstance(fault.detail, dict) else {}
+    racks = set(detail.get("racks") or ()) | ({detail["rack"]} if "rack" in detail else set())
     out = []
     for e in tally.entries.values():
+        if e.first_ts < fault.time:
+            continue  # said before the fault began: about something else
         if e.entity in names or e.rack in racks or any(e.entity.startswith(n + "/") for n in names):
             out.append(e)
     return out

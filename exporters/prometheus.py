@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Any, Iterator
 
 import numpy as np
 from prometheus_client import CollectorRegistry, start_http_server
@@ -90,7 +90,7 @@ _THERMAL_BITS = THROTTLE_BITS["sw_thermal"] | THROTTLE_BITS["hw_thermal"] | THRO
 _POWER_BITS = THROTTLE_BITS["sw_power_cap"] | THROTTLE_BITS["hw_power_brake"]
 
 
-def _family(name: str) -> Metric:
+def _family(name: str) -> Any:  # the concrete *MetricFamily, whose add_metric signatures differ
     spec = SPECS[name]
     short = name
     if spec.type == "counter":

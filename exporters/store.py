@@ -137,13 +137,13 @@ class FindingStore:
         now = self.last_ts
         if not np.isfinite(now):
             return
-        for key, a in list(self._anomalies.items()):
+        for akey, a in list(self._anomalies.items()):
             if now - a.ts > self.anomaly_ttl_s:
-                del self._anomalies[key]
-        for key, p in list(self._predictions.items()):
+                del self._anomalies[akey]
+        for pkey, p in list(self._predictions.items()):
             # a prediction that was never refreshed nor withdrawn lapses after its horizon
             if now - p.ts > max(p.eta_s, 0.0) + self.anomaly_ttl_s:
-                del self._predictions[key]
+                del self._predictions[pkey]
 
     def set_gauges(self, gauges: dict[str, tuple[str, np.ndarray, str]]) -> None:
         """Per-entity estimates published by detectors: name -> (kind, values by slot, help)."""

@@ -1,0 +1,118 @@
+"""Run every benchmark under bench/, print one table and each benchmark's JSON line.
+
+Each benchmark is a script that prints figures and, last, a JSON line with a "name" key.
+`--readme` rewrites the performance table in README.md (between the bench markers) from the
+results, so the README always shows measured figures and the command that made them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "bench" / "results.json"
+START, END = "<!-- bench:start -->", "<!-- bench:end -->"
+
+# Headline figures per benchmark: (JSON key, label). Anything else still lands in results.json.
+HEADLINES: dict[str, list[tuple[str, str]]] = {
+    "detector_bank_vs_river": [("foreshock_obs_per_s", "GPU obs/s"), ("river_obs_per_s", "river HST obs/s"),
+                               ("ratio", "ratio"), ("state_bytes_per_gpu", "state B/GPU")],
+    "simulator": [("speedup_vs_real_time", "x real time"), ("gpus", "GPUs"), ("peak_rss_mib", "peak RSS MiB")],
+    "replay_end_to_end": [("samples_per_s", "samples/s"), ("speedup_vs_real_time", "x real time")],
+    "fabric_detectors": [("port_obs_per_s", "port obs/s")],
+    "generic_detectors": [("foreshock_points_per_s", "points/s"), ("ratio", "ratio vs river")],
+    "nab": [("standard", "standard"), ("reward_low_FP", "low FP"), ("reward_low_FN", "low FN")],
+    "incident_engine": [("findings_per_s", "findings/s"), ("memory_growth_mib", "mem growth MiB")],
+    "kafka_end_to_end": [("samples_per_s", "samples/s"), ("latency_p50_s", "p50 s"), ("latency_p99_s", "p99 s"),
+                         ("workers", "workers")],
+}
+
+
+def run(cmd: list[str], timeout: float) -> list[dict]:  # type: ignore[type-arg]
+    print(f"$ {' '.join(cmd)}", flush=True)
+    try:
+        proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        print(f"  timed out after {timeout:.0f} s", flush=True)
+        return []
+    out = []
+    for line in proc.stdout.splitlines():
+        print("  " + line)
+        if line.startswith("{"):
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if isinstance(obj, dict) and "name" in obj:
+                out.append(obj)
+    if proc.returncode != 0:
+        print(f"  exit {proc.returncode}: {proc.stderr.strip().splitlines()[-1:] if proc.stderr else ''}", flush=True)
+    return out
+
+
+def fmt(v: object) -> str:
+    if isinstance(v, float):
+        return f"{v:,.3g}" if abs(v) < 1000 else f"{v:,.0f}"
+    if isinstance(v, int):
+        return f"{v:,}"
+    return str(v)
+
+
+def table_markdown(results: list[dict]) -> str:  # type: ignore[type-arg]
+    lines = ["| benchmark | figures |", "| --- | --- |"]
+    for r in results:
+        keys = HEADLINES.get(r["name"], [(k, k) for k in r if k != "name"][:4])
+        figures = ", ".join(f"{label} **{fmt(r[k])}**" for k, label in keys if k in r)
+        lines.append(f"| `{r['name']}` | {figures} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--readme", action="store_true", help="Rewrite README.md's performance table.")
+    ap.add_argument("--kafka", action="store_true", help="Also run `make bench-kafka` (starts its own broker).")
+    ap.add_argument("--only", default="", help="Comma-separated script names to run (default: all).")
+    ap.add_argument("--timeout", type=float, default=900)
+    args = ap.parse_args()
+    scripts = sorted(p for p in (ROOT / "bench").glob("bench_*.py") if p.name != "bench_kafka.py")
+    if args.only:
+        wanted = {s.strip() for s in args.only.split(",")}
+        scripts = [p for p in scripts if p.stem in wanted or p.name in wanted]
+    results: list[dict] = []  # type: ignore[type-arg]
+    for script in scripts:
+        results += run([sys.executable, str(script.relative_to(ROOT))], args.timeout)
+    if args.kafka:
+        results += run(["make", "--no-print-directory", "bench-kafka"], args.timeout)
+    table = Table(title="foreshock benchmarks (median of runs; see each JSON line for min/max)")
+    table.add_column("benchmark")
+    table.add_column("figures")
+    for r in results:
+        keys = HEADLINES.get(r["name"], [(k, k) for k in r if k != "name"][:4])
+        table.add_row(r["name"], ", ".join(f"{label} {fmt(r[k])}" for k, label in keys if k in r))
+    Console().print(table)
+    meta = {"date": time.strftime("%Y-%m-%d"), "machine": f"{platform.machine()}, {os.cpu_count()} cores",
+            "python": platform.python_version()}
+    RESULTS.write_text(json.dumps({"meta": meta, "results": results}, indent=2) + "\n")
+    if args.readme:
+        readme = ROOT / "README.md"
+        text = readme.read_text()
+        if START in text and END in text:
+            block = (f"{START}\nMeasured {meta['date']} on {meta['machine']} (Python {meta['python']}) with "
+                     f"`make bench`:\n\n{table_markdown(results)}\n{END}")
+            readme.write_text(text[: text.index(START)] + block + text[text.index(END) + len(END):])
+    for r in results:
+        print(json.dumps(r))
+
+
+if __name__ == "__main__":
+    main()
