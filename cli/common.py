@@ -96,7 +96,7 @@ def finish(run: PipelineRun, stats: RunStats, events: Sequence[Event] = (), json
     render_summary(run.tally, run.health, events)
     click.echo(json.dumps({
         "name": json_name, "samples": stats.samples, "wall_seconds": round(stats.wall_s, 3),
-        "samples_per_s": round(stats.samples_per_s), "telemetry_seconds": stats.telemetry_s,
+        "samples_per_s": round(stats.samples_per_s), "telemetry_start": stats.start_ts, "telemetry_seconds": stats.telemetry_s,
         "speedup": round(stats.speedup, 1), "findings": stats.by_type,
         "input_problems": run.health.total_problems(),
     }))

@@ -35,6 +35,7 @@ class RunStats:
     findings: int = 0
     wall_s: float = 0.0
     telemetry_s: float = 0.0
+    start_ts: float = float("nan")
     by_type: dict[str, int] = field(default_factory=dict)
 
     @property
@@ -102,6 +103,7 @@ class EmbeddedPipeline:
         stats.wall_s = time.perf_counter() - start
         if first_ts is not None and last_ts is not None:
             stats.telemetry_s = last_ts - first_ts
+            stats.start_ts = first_ts
         gauges = self.bank.gauges()
         if gauges:
             self.store.set_gauges(gauges)

@@ -1,0 +1,155 @@
+"""The Alibaba optical transport pre-FEC BER series, as optic samples with a topology.
+
+``../shared/data/optics/alibaba_prefec_ber.csv`` (alibaba/alibaba-cloud-transport-system)
+holds hourly pre-FEC bit error rates of DWDM channel ends::
+
+    device_name,logical_name,item,stats_type,value,och,center_frequency,och_group,time,side,pn
+    T3,/1/1/L1,preFecBer,avg,0.00185,1,191400000,1,2000/1/1 00:00,Z,ot1
+
+The entity is the channel end, ``<device><logical port>`` (``T3/1/1/L1``); the value is the
+``prefec_ber`` field (a ratio). Each row is one statistic of the hour (``avg``, ``max``,
+``min``, ``instant``); one is imported (``avg`` by default: every end has it) and the rows of
+the others are reported as skipped. Times are read as UTC.
+
+Topology: a channel is identified by its transport plane and optical channel number
+(``pn``, ``och``) and has an ``A`` end and a ``Z`` end on two devices. Each channel becomes a
+link ``<pn>/och<N>`` from the A device to the Z device (devices are switches of tier
+``transport``); its optic at end ``a`` is the A end, at end ``b`` the Z end. A channel with one
+end only still gets its link (the missing end's optic has no data).
+"""
+
+from __future__ import annotations
+
+import csv
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+
+from foreshock.health import PipelineHealth
+from foreshock.topology import Topology
+
+from .samples import SampleBatch
+
+STAGE = "alibaba"
+STATS = ("avg", "max", "min", "instant")
+_COLUMNS = ("device_name", "logical_name", "item", "stats_type", "value", "och", "time", "side", "pn")
+
+
+@dataclass
+class AlibabaImport:
+    """The imported series: samples, topology, end -> optic name, and what was skipped."""
+
+    batch: SampleBatch
+    topology: Topology
+    optic_of_end: dict[str, str]
+    skipped: Counter[str] = field(default_factory=Counter)
+
+
+def read_alibaba(path: str | Path, stat: str = "avg", health: PipelineHealth | None = None) -> AlibabaImport:
+    """Read the CSV; rows with problems (blank, bad time or value, unknown side) are counted."""
+    if stat not in STATS:
+        raise ValueError(f"stat must be one of {STATS}, got {stat!r}")
+    health = health if health is not None else PipelineHealth()
+    path = Path(path)
+    with path.open(newline="", encoding="utf-8") as fh:
+        reader = csv.reader(fh)
+        header = next(reader, None)
+        if header is None:
+            raise ValueError(f"{path}: empty file")
+        missing = [c for c in _COLUMNS if c not in header]
+        if missing:
+            raise ValueError(f"{path}: not the Alibaba pre-FEC BER format (missing columns {missing})")
+        col = {name: header.index(name) for name in _COLUMNS}
+        rows = list(reader)
+
+    problems: Counter[str] = Counter()
+    skipped: Counter[str] = Counter()
+    stamp_cache: dict[str, float] = {}
+    ends: dict[str, int] = {}
+    channel_ends: dict[tuple[str, int], dict[str, tuple[str, str]]] = {}
+    ts = np.empty(len(rows))
+    entity = np.empty(len(rows), dtype=np.int32)
+    value = np.empty(len(rows))
+    n = 0
+    width = len(header)
+    for row in rows:
+        if len(row) != width:
+            problems["row with wrong column count"] += 1
+            continue
+        if not any(cell.strip() for cell in row):
+            problems["blank row"] += 1
+            continue
+        kind = row[col["stats_type"]]
+        if row[col["item"]] != "preFecBer":
+            problems["not a preFecBer row"] += 1
+            continue
+        device, port, side = row[col["device_name"]], row[col["logical_name"]], row[col["side"]]
+        try:
+            channel = (row[col["pn"]], int(row[col["och"]]))
+        except ValueError:
+            problems["bad channel number"] += 1
+            continue
+        if side not in ("A", "Z"):
+            problems["unknown channel side"] += 1
+            continue
+        end = f"{device}{port}"
+        known = channel_ends.setdefault(channel, {}).setdefault(side, (device, end))
+        if known != (device, end):
+            problems["channel side claimed by two ends"] += 1
+            continue
+        if kind != stat:
+            skipped[f"stats_type {kind or '(blank)'} (imported: {stat})"] += 1
+            continue
+        text_time = row[col["time"]]
+        t = stamp_cache.get(text_time)
+        if t is None:
+            try:
+                t = datetime.strptime(text_time, "%Y/%m/%d %H:%M").replace(tzinfo=timezone.utc).timestamp()
+            except ValueError:
+                problems["bad timestamp"] += 1
+                continue
+            stamp_cache[text_time] = t
+        try:
+            v = float(row[col["value"]])
+        except ValueError:
+            problems["non-numeric value"] += 1
+            continue
+        if not np.isfinite(v) or v < 0:
+            problems["NaN or negative BER"] += 1
+            continue
+        ts[n], entity[n], value[n] = t, ends.setdefault(end, len(ends)), v
+        n += 1
+    for reason, count in problems.items():
+        health.problem(STAGE, reason, count)
+
+    topology, optic_of_end = _topology(channel_ends)
+    names = list(ends)
+    batch = SampleBatch("optic", [optic_of_end[e] for e in names], ts[:n], entity[:n], {"prefec_ber": value[:n]})
+    return AlibabaImport(batch.sorted_by_time(), topology, {e: optic_of_end[e] for e in names}, skipped)
+
+
+def _topology(channel_ends: dict[tuple[str, int], dict[str, tuple[str, str]]]) -> tuple[Topology, dict[str, str]]:
+    devices = sorted({device for sides in channel_ends.values() for device, _ in sides.values()},
+                     key=lambda d: (len(d), d))
+    links = []
+    optic_of_end: dict[str, str] = {}
+    for (pn, och), sides in sorted(channel_ends.items()):
+        name = f"{pn}/och{och}"
+        a = sides.get("A", sides.get("Z"))
+        z = sides.get("Z", sides.get("A"))
+        assert a is not None and z is not None
+        links.append({"name": name, "a": a[0], "b": z[0]})
+        if "A" in sides:
+            optic_of_end[sides["A"][1]] = f"{name}#a"
+        if "Z" in sides:
+            optic_of_end[sides["Z"][1]] = f"{name}#b"
+    topology = Topology.from_dict({
+        "cluster": "alibaba-transport",
+        "rows": [], "racks": [], "nodes": [],
+        "switches": [{"name": d, "tier": "transport"} for d in devices],
+        "links": links,
+    })
+    return topology, optic_of_end

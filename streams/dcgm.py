@@ -1,0 +1,257 @@
+"""dcgm-exporter: parse its Prometheus text exposition into gpu samples, and scrape it live.
+
+dcgm-exporter (port 9400, every 30 s by default) prints one line per GPU and DCGM field::
+
+    DCGM_FI_DEV_GPU_TEMP{gpu="0",UUID="GPU-...",device="nvidia0",modelName="Tesla T4",Hostname="node7"} 25
+
+Metric names map to foreshock fields through the field table (``dcgm`` column, aliases and
+``*scale`` to base units), so ``DCGM_FI_DEV_SM_CLOCK 300`` becomes ``sm_clock = 3.0e8`` Hz and
+the energy counter's millijoules become joules. The entity is ``<Hostname>/gpu<gpu>``
+(``hostname`` is accepted too: the label was renamed in 2026; without either, the scrape
+target's host). Bad input is counted in :class:`~foreshock.health.PipelineHealth` under stage
+``dcgm`` and never raises: malformed lines, non-numeric values, NaN, the "not supported"
+sentinels, series without a ``gpu`` label, and metrics the table does not map (ignored).
+
+MIG. With MIG enabled, the exporter emits one series per GPU instance, labelled
+``GPU_I_ID``/``GPU_I_PROFILE`` (``3g.40gb``). foreshock's entity is the *physical* GPU — heat,
+power, clocks and throttling happen there — so instance series are folded into their GPU:
+
+* device-level fields (temperature, power, energy, clocks, throttle reasons, ECC, ...) repeat
+  the same value on every instance series; the GPU gets that value once, never a sum — an
+  energy counter is not counted seven times;
+* per-instance fields (utilisation: ``DCGM_FI_PROF_GR_ENGINE_ACTIVE``) differ by instance;
+  the GPU gets their mean weighted by each instance's compute slices (the ``N`` of ``Ng.``):
+  the busy fraction of the allocated compute.
+
+One rule does both: per (GPU, field), identical values are taken as they are, differing ones
+are averaged with slice weights (weight 1 for a series without MIG labels). Differing values
+from series *without* MIG labels (two exporters on one GPU, say) are averaged the same way and
+counted as ``conflicting duplicate series``.
+"""
+
+from __future__ import annotations
+
+import re
+import urllib.error
+import urllib.request
+from array import array
+from collections import Counter
+from urllib.parse import urlparse
+
+import numpy as np
+
+from foreshock.fields import field_names, source_index
+from foreshock.frames import Frame
+from foreshock.health import PipelineHealth
+from foreshock.topology import Topology
+
+from .polling import PollingSource
+from .samples import SampleBatch, gpu_entity, gpu_topology
+
+STAGE = "dcgm"
+
+NOT_SUPPORTED_INT64_MIN = 0x7FFFFFFFFFFFFFF0
+"""DCGM_FT_INT64_BLANK and its siblings (not found / not supported / not permissioned)."""
+_INT64_SENTINEL_FLOOR = float(NOT_SUPPORTED_INT64_MIN)  # = 2**63 as a float64
+_FP64_BLANK = 140737488355328.0  # DCGM_FT_FP64_BLANK = 2**47; +1, +2, +3 for the others
+_INT32_BLANK = 0x7FFFFFF0  # DCGM_FT_INT32_BLANK; +1, +2, +3 likewise
+
+_LABEL = re.compile(r'[ \t]*([a-zA-Z_][a-zA-Z0-9_]*)[ \t]*=[ \t]*"((?:[^"\\]|\\.)*)"[ \t]*(,|$)')
+_SLICES = re.compile(r"^(\d+)g\.")
+
+
+def is_not_supported(value: float) -> bool:
+    """True for DCGM's blank / not-supported sentinels (int64, int32 and fp64 variants)."""
+    return (value >= _INT64_SENTINEL_FLOOR
+            or _FP64_BLANK <= value <= _FP64_BLANK + 3
+            or _INT32_BLANK <= value <= _INT32_BLANK + 3)
+
+
+def _is_int(text: str) -> bool:
+    digits = text.removeprefix("-")
+    return digits.isascii() and digits.isdigit()  # str.isdigit alone accepts "²", which int() rejects
+
+
+def _labels(block: str) -> dict[str, str] | None:
+    """Parse ``a="x",b="y"``; None when the block is malformed."""
+    labels: dict[str, str] = {}
+    pos = 0
+    end = len(block)
+    while pos < end:
+        m = _LABEL.match(block, pos)
+        if m is None:
+            return None if block[pos:].strip() else labels
+        labels[m.group(1)] = m.group(2)
+        pos = m.end()
+        if m.group(3) == "" and pos < end:
+            return None
+    return labels
+
+
+def _series(block: str, default_host: str, entities: dict[str, int]) -> tuple[int, float, int] | str:
+    """A label block -> (entity index, MIG slice weight, is-MIG) or the problem that rejects it."""
+    labels = _labels(block)
+    if labels is None:
+        return "malformed labels"
+    gpu = labels.get("gpu", "")
+    if not _is_int(gpu) or gpu.startswith("-"):
+        return "series without a gpu label"
+    host = labels.get("Hostname") or labels.get("hostname") or default_host
+    is_mig = "GPU_I_ID" in labels or "GPU_I_PROFILE" in labels
+    slices = _SLICES.match(labels.get("GPU_I_PROFILE", ""))
+    entity = entities.setdefault(gpu_entity(host, int(gpu)), len(entities))
+    return entity, float(slices.group(1)) if slices else 1.0, int(is_mig)
+
+
+def parse_dcgm_text(text: str, ts: float, health: PipelineHealth | None = None,
+                    default_host: str = "localhost") -> SampleBatch:
+    """Parse one dcgm-exporter scrape into a gpu batch (one row per GPU).
+
+    ``ts`` is the scrape time, used unless lines carry their own (millisecond) timestamps.
+    """
+    health = health if health is not None else PipelineHealth()
+    index = source_index("dcgm")
+    names = field_names("gpu")
+    position = {name: i for i, name in enumerate(names)}
+    entities: dict[str, int] = {}
+    ent, fld = array("i"), array("i")
+    val, weight, stamp = array("d"), array("d"), array("d")
+    mig = array("b")
+    problems: Counter[str] = Counter()
+    unmapped: Counter[str] = Counter()
+    seen: dict[str, tuple[int, float, int] | str] = {}
+
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line[0] == "#":
+            continue
+        # str methods, not a regex: this loop runs once per series of a cluster-wide scrape.
+        brace = line.find("{")
+        if brace >= 0:
+            close = line.rfind("}")
+            if close < brace:
+                problems["malformed line"] += 1
+                continue
+            name, block, tail = line[:brace], line[brace + 1:close], line[close + 1:].split()
+        else:
+            head = line.split(None, 1)
+            name, block, tail = head[0], "", head[1].split() if len(head) > 1 else []
+        if not name or not 1 <= len(tail) <= 2 or (len(tail) == 2 and not _is_int(tail[1])):
+            problems["malformed line"] += 1
+            continue
+        mapped = index.get(name)
+        if mapped is None:
+            unmapped[name] += 1
+            continue
+        series = seen.get(block)
+        if series is None:
+            # Label blocks repeat for every metric of a GPU: parse each distinct one once.
+            series = seen[block] = _series(block, default_host, entities)
+        if isinstance(series, str):
+            problems[series] += 1
+            continue
+        try:
+            value = float(tail[0])
+        except ValueError:
+            problems["non-numeric value"] += 1
+            continue
+        if value != value:
+            problems["NaN value"] += 1
+            continue
+        if value in (np.inf, -np.inf):
+            problems["infinite value"] += 1
+            continue
+        if is_not_supported(value):
+            problems["not-supported sentinel dropped"] += 1
+            continue
+        field, scale = mapped
+        ent.append(series[0])
+        fld.append(position[field.name])
+        val.append(value * scale)
+        weight.append(series[1])
+        stamp.append(int(tail[1]) / 1000.0 if len(tail) == 2 else ts)
+        mig.append(series[2])
+
+    for reason, count in problems.items():
+        health.problem(STAGE, reason, count)
+    if unmapped:
+        health.problem(STAGE, "unmapped metric ignored", sum(unmapped.values()),
+                       detail=", ".join(sorted(unmapped)[:5]))
+    return _fold(names, list(entities), ent, fld, val, weight, stamp, mig, health)
+
+
+def _fold(names: tuple[str, ...], entities: list[str], ent: array, fld: array, val: array,
+          weight: array, stamp: array, mig: array, health: PipelineHealth) -> SampleBatch:
+    """Fold (GPU, field, value) cells into one row per GPU (the MIG rule in the module docstring)."""
+    n_ent, n_fld = len(entities), len(names)
+    if not len(ent):
+        return SampleBatch.empty("gpu")
+    e = np.frombuffer(ent, dtype=np.int32)
+    key = e.astype(np.int64) * n_fld + np.frombuffer(fld, dtype=np.int32)
+    v = np.frombuffer(val, dtype=np.float64)
+    w = np.frombuffer(weight, dtype=np.float64)
+    size = n_ent * n_fld
+    lo = np.full(size, np.inf)
+    hi = np.full(size, -np.inf)
+    np.minimum.at(lo, key, v)
+    np.maximum.at(hi, key, v)
+    wsum = np.bincount(key, weights=w, minlength=size)
+    wmean = np.bincount(key, weights=w * v, minlength=size) / np.where(wsum > 0, wsum, 1.0)
+    cells = np.where(wsum > 0, np.where(lo == hi, lo, wmean), np.nan).reshape(n_ent, n_fld)
+
+    differing = np.zeros(size, dtype=bool)
+    differing[key] = lo[key] != hi[key]
+    plain = np.frombuffer(mig, dtype=np.int8) == 0
+    conflicts = np.unique(key[plain & differing[key]])
+    if len(conflicts):
+        health.problem(STAGE, "conflicting duplicate series", len(conflicts))
+
+    ts = np.full(n_ent, -np.inf)
+    np.maximum.at(ts, e, np.frombuffer(stamp, dtype=np.float64))
+    # GPUs whose every value was rejected have no row (their label block was still seen).
+    has = np.bincount(e, minlength=n_ent) > 0
+    cells, ts = cells[has], ts[has]
+    columns = {name: cells[:, i] for i, name in enumerate(names) if not np.isnan(cells[:, i]).all()}
+    kept = [name for name, keep in zip(entities, has) if keep]
+    return SampleBatch("gpu", kept, ts, np.arange(len(kept), dtype=np.int32), columns)
+
+
+class DcgmScrapeSource(PollingSource):
+    """Scrapes a dcgm-exporter ``/metrics`` URL every ``interval`` seconds, yielding gpu frames.
+
+    The topology is the one given, or derived from the first scrape that names any GPU; a GPU
+    that appears later is counted as an unknown entity (restart the source to pick it up).
+    """
+
+    stage = STAGE
+
+    def __init__(self, url: str, interval: float = 30.0, topology: Topology | None = None,
+                 health: PipelineHealth | None = None, max_polls: int | None = None,
+                 timeout: float = 10.0, default_host: str | None = None) -> None:
+        super().__init__(interval, health, max_polls)
+        self.url = url
+        self.timeout = timeout
+        self.default_host = default_host or urlparse(url).hostname or "localhost"
+        self._topology = topology
+
+    def scrape(self) -> str | None:
+        try:
+            with urllib.request.urlopen(self.url, timeout=self.timeout) as response:
+                body: bytes = response.read()
+                charset = response.headers.get_content_charset() or "utf-8"
+        except (urllib.error.URLError, OSError, ValueError) as exc:
+            self.health.problem(STAGE, "scrape failed", detail=f"{self.url}: {exc}")
+            return None
+        return body.decode(charset, errors="replace")
+
+    def poll(self) -> list[Frame]:
+        now = self.clock()
+        text = self.scrape()
+        if text is None:
+            return []
+        batch = parse_dcgm_text(text, now, self.health, self.default_host)
+        if self._topology is None:
+            if not len(batch):
+                return []
+            self._topology = gpu_topology([batch])
+        return [batch.to_frame(self._topology, self.health, STAGE)]

@@ -1,0 +1,289 @@
+"""Transceiver DOM: parse ``ethtool -m`` for SFF-8636 (QSFP+/QSFP28), CMIS (QSFP-DD/OSFP)
+and SFF-8472 (SFP) modules into optic samples, keeping lanes and thresholds.
+
+ethtool prints ``\\t%-41s : value`` lines. Module level: ``Module temperature : 45.22 degrees
+C / 113.39 degrees F``, ``Module voltage : 3.3359 V``. Per lane, ``Laser tx bias current
+(Channel 1) : 8.162 mA``, ``Transmit avg optical power (Channel 1) : 1.0391 mW / 0.17 dBm``
+and ``Rcvr signal avg optical power(Channel 1) : ...`` (SFF-8636 prints no space before the
+parenthesis, CMIS does; both are read). Thresholds: ``Laser bias current high alarm threshold
+: 130.000 mA``, ``Laser rx power low warning threshold : 0.2042 mW / -6.90 dBm``, ...;
+flags: ``Module temperature high warning : On``, ``Rx loss of signal : [ Yes, No, No, No ]``.
+
+Which key feeds which optic field is the field table's ``dom`` column (the key without its
+``(Channel N)`` suffix). Lanes fold into one optic row as the table's help says:
+
+* a lane is *in use* when its bias, TX power or RX power is above zero — a 4-lane 400G module
+  in an 8-lane QSFP-DD cage prints lanes 5-8 as ``0.000 mA``, ``0.0000 mW / -inf dBm``; if no
+  lane is in use (a dark module) all lanes count;
+* ``tx_bias``: mean over lanes in use (amperes); ``tx_power``: the mean lane power in mW,
+  in dBm; ``rx_power``: the weakest lane in use, in dBm; ``los``: 1 when any lane in use has
+  lost signal;
+* 0 mW is -inf dBm in ethtool's output; foreshock floors power at -40 dBm (0.0001 mW, the
+  smallest non-zero reading of the 0.1 µW register) so detectors never see infinities.
+
+:class:`ModuleDom` keeps the per-lane arrays, the thresholds (base units: A, dBm, °C, V)
+and the alarm/warning flags for detectors and reports that want more than the row.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import socket
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Mapping
+
+import numpy as np
+
+from foreshock.fields import source_index
+from foreshock.frames import Frame
+from foreshock.health import PipelineHealth
+from foreshock.topology import Topology
+
+from .polling import PollingSource, run_command
+from .samples import BatchBuilder, SampleBatch, host_link_topology
+
+STAGE = "dom"
+DBM_FLOOR = -40.0
+"""Optical power floor in dBm (0.0001 mW); a 0 mW reading is reported as this."""
+
+_LINE = re.compile(r"^\s*(\S.*?)\s*:\s?(.*?)\s*$")
+_LANE = re.compile(r"^(.*?)\s*\((?:Channel|Chan)\s+(\d+)\)$")
+_NUMBER = r"([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|[-+]?inf|nan)"
+_POWER = re.compile(rf"^{_NUMBER}\s*mW\s*/\s*{_NUMBER}\s*dBm$", re.IGNORECASE)
+_FIRST = re.compile(rf"^{_NUMBER}")
+_THRESHOLD = re.compile(r"^(.*?)\s+(high|low)\s+(alarm|warning)\s+threshold$")
+_THRESHOLD_FIELD = {
+    "Laser bias current": ("tx_bias", 1e-3),
+    "Laser output power": ("tx_power", 1.0),
+    "Laser rx power": ("rx_power", 1.0),
+    "Module temperature": ("module_temp", 1.0),
+    "Module voltage": ("module_voltage", 1.0),
+}
+_SPEC_BY_ID = {0x03: "sff8472", 0x0C: "sff8636", 0x0D: "sff8636", 0x11: "sff8636",
+               0x18: "cmis", 0x19: "cmis", 0x1B: "cmis", 0x1E: "cmis"}
+
+
+def mw_to_dbm(mw: np.ndarray | float) -> np.ndarray:
+    """mW -> dBm, floored at :data:`DBM_FLOOR`."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        dbm = 10.0 * np.log10(np.asarray(mw, dtype=np.float64))
+    return np.where(np.isnan(dbm), np.nan, np.maximum(dbm, DBM_FLOOR))
+
+
+def dbm_to_mw(dbm: np.ndarray | float) -> np.ndarray:
+    return np.power(10.0, np.asarray(dbm, dtype=np.float64) / 10.0)
+
+
+@dataclass
+class ModuleDom:
+    """One ``ethtool -m`` reading: module values, lanes, thresholds and flags (base units)."""
+
+    identifier: str = ""
+    spec: str = "unknown"
+    temperature: float = math.nan
+    voltage: float = math.nan
+    lanes: np.ndarray = field(default_factory=lambda: np.empty(0, np.int32))
+    tx_bias: np.ndarray = field(default_factory=lambda: np.empty(0))  # amperes per lane
+    tx_power_dbm: np.ndarray = field(default_factory=lambda: np.empty(0))  # floored at DBM_FLOOR
+    rx_power_dbm: np.ndarray = field(default_factory=lambda: np.empty(0))
+    rx_los: np.ndarray = field(default_factory=lambda: np.empty(0))  # 1 lost, 0 not, NaN unknown
+    thresholds: dict[str, float] = field(default_factory=dict)  # "rx_power_low_alarm" -> -8.9 (dBm)
+    flags: dict[str, bool] = field(default_factory=dict)  # "Module temperature high warning" -> True
+
+    @property
+    def tx_power_mw(self) -> np.ndarray:
+        return dbm_to_mw(self.tx_power_dbm)
+
+    @property
+    def rx_power_mw(self) -> np.ndarray:
+        return dbm_to_mw(self.rx_power_dbm)
+
+    def lanes_in_use(self) -> np.ndarray:
+        """Lanes with any bias or light; all lanes when none has (see the module docstring)."""
+        used = (np.nan_to_num(self.tx_bias) > 0) | (np.nan_to_num(self.tx_power_dbm, nan=DBM_FLOOR) > DBM_FLOOR) \
+            | (np.nan_to_num(self.rx_power_dbm, nan=DBM_FLOOR) > DBM_FLOOR)
+        return used if used.any() else np.ones(len(self.lanes), dtype=bool)
+
+    def has_diagnostics(self) -> bool:
+        return bool(np.isfinite(self.temperature) or len(self.lanes))
+
+    def optic_values(self) -> dict[str, float]:
+        """The optic row: module values and lanes folded as the field table says."""
+        out = {"module_temp": self.temperature, "module_voltage": self.voltage}
+        used = self.lanes_in_use()
+        if len(self.lanes):
+            with np.errstate(all="ignore"):
+                bias = self.tx_bias[used]
+                tx = self.tx_power_mw[used]
+                rx = self.rx_power_dbm[used]
+                out["tx_bias"] = float(np.nanmean(bias)) if np.isfinite(bias).any() else math.nan
+                # Mean lane power in linear units (mW), reported in dBm.
+                out["tx_power"] = float(mw_to_dbm(np.nanmean(tx))) if np.isfinite(tx).any() else math.nan
+                out["rx_power"] = float(np.nanmin(rx)) if np.isfinite(rx).any() else math.nan
+            los = self.rx_los[used]
+            if np.isfinite(los).any():
+                out["los"] = float(np.nanmax(los))
+        return out
+
+
+def _los(text: str, lanes: int) -> np.ndarray | None:
+    """``None`` / ``Yes`` / ``No`` / ``[ Yes, No, ... ]`` -> per-lane 1/0 (None when unreadable)."""
+    value = text.strip()
+    if value.lower() in ("none", "no"):
+        return np.zeros(max(lanes, 1))
+    if value.lower() == "yes":
+        return np.ones(max(lanes, 1))
+    if value.startswith("[") and value.endswith("]"):
+        items = [item.strip().lower() for item in value[1:-1].split(",")]
+        if all(item in ("yes", "no") for item in items):
+            return np.array([1.0 if item == "yes" else 0.0 for item in items])
+    return None
+
+
+def parse_ethtool_m(text: str, health: PipelineHealth | None = None) -> ModuleDom:
+    """Parse one module's ``ethtool -m`` output. Bad values are counted (stage ``dom``), never raised."""
+    health = health if health is not None else PipelineHealth()
+    lookup = source_index("dom")
+    problems: Counter[str] = Counter()
+    dom = ModuleDom()
+    lane_values: dict[str, dict[int, float]] = {"tx_bias": {}, "tx_power": {}, "rx_power": {}}
+    los_text: str | None = None
+
+    for raw in text.splitlines():
+        m = _LINE.match(raw)
+        if m is None:
+            continue
+        key, value = re.sub(r"\s+", " ", m.group(1)), m.group(2)
+        if key == "Identifier":
+            dom.identifier = value
+            try:
+                dom.spec = _SPEC_BY_ID.get(int(value.split()[0], 16), "unknown")
+            except (ValueError, IndexError):
+                problems["bad identifier"] += 1
+            continue
+        lane_match = _LANE.match(key)
+        base, lane = (lane_match.group(1), int(lane_match.group(2))) if lane_match else (key, -1)
+
+        threshold = _THRESHOLD.match(key)
+        if threshold and threshold.group(1) in _THRESHOLD_FIELD:
+            name, scale = _THRESHOLD_FIELD[threshold.group(1)]
+            number = _value(value)
+            if number is None:
+                problems["non-numeric value"] += 1
+            else:
+                dom.thresholds[f"{name}_{threshold.group(2)}_{threshold.group(3)}"] = number * scale
+            continue
+        if value in ("On", "Off") and ("alarm" in key or "warning" in key):
+            dom.flags[key] = value == "On"
+            continue
+
+        mapped = lookup.get(base)
+        if mapped is None:
+            continue
+        fld, scale = mapped
+        if fld.name == "los":
+            los_text = value
+            continue
+        number = _value(value)
+        if number is None:
+            problems["non-numeric value"] += 1
+            continue
+        if fld.name in lane_values:
+            lane_values[fld.name][lane if lane >= 0 else 1] = number * scale
+        elif fld.name == "module_temp":
+            dom.temperature = number * scale
+        elif fld.name == "module_voltage":
+            dom.voltage = number * scale
+
+    lanes = sorted({lane for values in lane_values.values() for lane in values})
+    dom.lanes = np.asarray(lanes, dtype=np.int32)
+    dom.tx_bias = np.array([lane_values["tx_bias"].get(lane, math.nan) for lane in lanes])
+    dom.tx_power_dbm = np.array([lane_values["tx_power"].get(lane, math.nan) for lane in lanes])
+    dom.rx_power_dbm = np.array([lane_values["rx_power"].get(lane, math.nan) for lane in lanes])
+    dom.rx_los = np.full(len(lanes), math.nan)
+    if los_text is not None:
+        los = _los(los_text, len(lanes))
+        if los is None:
+            problems["unreadable loss-of-signal flags"] += 1
+        elif len(lanes) and len(los) not in (1, len(lanes)):
+            problems["loss-of-signal lanes do not match"] += 1
+        else:
+            dom.rx_los = np.resize(los, len(lanes)) if len(lanes) else los[:0]
+    for reason, count in problems.items():
+        health.problem(STAGE, reason, count)
+    return dom
+
+
+def _value(text: str) -> float | None:
+    """A DOM value line's number: dBm for ``x mW / y dBm`` power lines, else the first number.
+
+    ethtool computes the dBm from the raw register, so it is more precise than the mW printed
+    with four decimals; ``-inf dBm`` (0 mW) becomes :data:`DBM_FLOOR`.
+    """
+    power = _POWER.match(text)
+    if power:
+        dbm = float(power.group(2))
+        if math.isnan(dbm):
+            return float(mw_to_dbm(float(power.group(1))))
+        return max(dbm, DBM_FLOOR)
+    first = _FIRST.match(text)
+    return float(first.group(1)) if first else None
+
+
+def dom_batch(readings: Mapping[str, str], ts: float, health: PipelineHealth | None = None
+              ) -> tuple[SampleBatch, dict[str, ModuleDom]]:
+    """Several modules' ``ethtool -m`` outputs (optic entity name -> text) -> an optic batch.
+
+    Returns the batch and each module's full :class:`ModuleDom` (lanes, thresholds, flags).
+    """
+    health = health if health is not None else PipelineHealth()
+    builder = BatchBuilder("optic")
+    modules = {}
+    for entity, text in readings.items():
+        dom = parse_ethtool_m(text, health)
+        modules[entity] = dom
+        if not dom.has_diagnostics():
+            health.problem(STAGE, "module without diagnostics", detail=entity)
+            continue
+        builder.add(ts, entity, dom.optic_values())
+    return builder.build(), modules
+
+
+class DomSource(PollingSource):
+    """Runs ``ethtool -m IFACE`` for each interface every ``interval`` seconds; yields optic frames.
+
+    ``interfaces`` maps an interface to its optic's name in the topology; without a topology
+    each interface is the link ``<host>/<iface>`` and its module the optic at end ``a``.
+    The latest :class:`ModuleDom` per optic stays in :attr:`modules`.
+    """
+
+    stage = STAGE
+
+    def __init__(self, interfaces: Mapping[str, str] | list[str], interval: float = 60.0,
+                 executable: str = "ethtool", host: str | None = None, topology: Topology | None = None,
+                 health: PipelineHealth | None = None, max_polls: int | None = None,
+                 timeout: float = 10.0) -> None:
+        super().__init__(interval, health, max_polls)
+        self.host = host or socket.gethostname()
+        if not isinstance(interfaces, Mapping):
+            interfaces = {iface: f"{self.host}/{iface}#a" for iface in interfaces}
+        self.interfaces = dict(interfaces)
+        self.executable = executable
+        self.timeout = timeout
+        self.modules: dict[str, ModuleDom] = {}
+        self._topology = topology if topology is not None else host_link_topology(
+            self.host, [(iface, optic.rsplit("#", 1)[0]) for iface, optic in self.interfaces.items()])
+
+    def poll(self) -> list[Frame]:
+        now = self.clock()
+        readings = {}
+        for iface, optic in self.interfaces.items():
+            out, _ = run_command([self.executable, "-m", iface], self.health, STAGE, self.timeout)
+            if out is not None:
+                readings[optic] = out
+        batch, modules = dom_batch(readings, now, self.health)
+        self.modules.update(modules)
+        assert self._topology is not None
+        return [batch.to_frame(self._topology, self.health, STAGE)]

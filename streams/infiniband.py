@@ -1,0 +1,157 @@
+"""InfiniBand / RoCE port counters from sysfs, as link samples.
+
+The kernel exposes each HCA port under ``/sys/class/infiniband/<dev>/ports/<n>/``::
+
+    counters/port_xmit_data       "123456\\n"   (4-byte words; the table scales by 4)
+    counters/port_xmit_wait, symbol_error, link_downed, ...
+    hw_counters/np_ecn_marked_roce_packets, np_cnp_sent, rp_cnp_handled   (mlx5, RoCE)
+    state                         "4: ACTIVE\\n"
+    rate                          "400 Gb/sec (4X NDR)\\n"
+    link_layer                    "InfiniBand\\n" or "Ethernet\\n"
+
+Which files feed which link field is the field table's ``sysfs`` column; a name is looked up
+in ``counters/``, then ``hw_counters/``, then the port folder itself. Counters stay raw (the
+detectors compute rates and handle wraps). Every problem is counted under stage
+``infiniband``: a missing counter file, an unreadable one (an I/O error, or a folder where a
+file should be), a non-numeric content. The RoCE congestion counters (mlx5 ``np_*``
+notification-point and ``rp_*`` reaction-point names) do not exist on InfiniBand-layer ports;
+their absence there is expected and not counted.
+
+The root is configurable (tests build a fixture tree; a container may mount the host's sysfs
+elsewhere). Each port is the link ``<host>/<dev>/<port>`` unless ``link_names`` maps
+``"<dev>/<port>"`` to a link of the cluster's topology.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import socket
+from collections import Counter
+from pathlib import Path
+from typing import Mapping
+
+from foreshock.fields import source_index
+from foreshock.frames import Frame
+from foreshock.health import PipelineHealth
+from foreshock.topology import Topology
+
+from .polling import PollingSource
+from .samples import BatchBuilder, SampleBatch, host_link_topology
+
+STAGE = "infiniband"
+DEFAULT_ROOT = "/sys/class/infiniband"
+_SUBDIRS = ("counters", "hw_counters", "")
+_RATE = re.compile(r"^\s*([0-9.]+)\s*([KMGT]?)b/sec", re.IGNORECASE)
+_RATE_UNIT = {"": 1.0, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12}
+_ROCE_ONLY = ("np_", "rp_")
+
+
+def parse_state(text: str) -> float:
+    """``4: ACTIVE`` -> 4."""
+    return float(text.split(":", 1)[0])
+
+
+def parse_rate(text: str) -> float:
+    """``400 Gb/sec (4X NDR)`` -> 4.0e11 bits per second."""
+    m = _RATE.match(text)
+    if m is None:
+        raise ValueError(f"not a port rate: {text.strip()!r}")
+    return float(m.group(1)) * _RATE_UNIT[m.group(2).lower()]
+
+
+def _read(path: Path) -> str | None:
+    """File text, or None when it does not exist; other I/O problems raise OSError."""
+    try:
+        return path.read_text(encoding="ascii", errors="replace")
+    except FileNotFoundError:
+        return None
+
+
+def list_ports(root: str | Path = DEFAULT_ROOT) -> list[tuple[str, str]]:
+    """``[(dev, port), ...]`` present under ``root``, sorted."""
+    base = Path(root)
+    found = []
+    for dev in sorted(p for p in base.iterdir() if (p / "ports").is_dir()) if base.is_dir() else []:
+        for port in sorted((dev / "ports").iterdir(), key=lambda p: (len(p.name), p.name)):
+            if port.is_dir():
+                found.append((dev.name, port.name))
+    return found
+
+
+def read_infiniband(root: str | Path = DEFAULT_ROOT, host: str | None = None, ts: float = 0.0,
+                    health: PipelineHealth | None = None,
+                    link_names: Mapping[str, str] | None = None) -> SampleBatch:
+    """Read every port under ``root`` once: a link batch with one row per port."""
+    health = health if health is not None else PipelineHealth()
+    host = host or socket.gethostname()
+    lookup = source_index("sysfs")
+    link_fields = {name: (f, scale) for name, (f, scale) in lookup.items() if f.kind == "link"}
+    builder = BatchBuilder("link")
+    problems: Counter[str] = Counter()
+    details: dict[str, str] = {}
+    for dev, port in list_ports(root):
+        port_dir = Path(root) / dev / "ports" / port
+        try:
+            layer = (_read(port_dir / "link_layer") or "").strip()
+        except OSError:
+            layer = ""
+        values: dict[str, float] = {}
+        for name, (field, scale) in link_fields.items():
+            text = None
+            try:
+                for sub in _SUBDIRS:
+                    text = _read(port_dir / sub / name)
+                    if text is not None:
+                        break
+            except OSError as exc:
+                problems["unreadable counter file"] += 1
+                details.setdefault("unreadable counter file", f"{dev}/{port}/{name}: {exc.strerror or exc}")
+                continue
+            if text is None:
+                if not (layer == "InfiniBand" and name.startswith(_ROCE_ONLY)):
+                    problems["counter file missing"] += 1
+                    details.setdefault("counter file missing", f"{dev}/ports/{port}: {name}")
+                continue
+            try:
+                if name == "state":
+                    value = parse_state(text)
+                elif name == "rate":
+                    value = parse_rate(text)
+                else:
+                    value = float(int(text.strip()))
+            except ValueError:
+                problems["non-numeric counter value"] += 1
+                details.setdefault("non-numeric counter value", f"{dev}/{port}/{name}: {text.strip()[:40]!r}")
+                continue
+            values[field.name] = value * scale if math.isfinite(value) else math.nan
+        key = f"{dev}/{port}"
+        builder.add(ts, (link_names or {}).get(key, f"{host}/{key}"), values)
+    for reason, count in problems.items():
+        health.problem(STAGE, reason, count, detail=details.get(reason, ""))
+    return builder.build()
+
+
+def port_topology(host: str, ports: list[tuple[str, str]]) -> Topology:
+    """One host's ports as links ``<host>/<dev>/<port>`` (see :func:`host_link_topology`)."""
+    return host_link_topology(host, [(dev, f"{host}/{dev}/{port}") for dev, port in ports])
+
+
+class InfinibandSource(PollingSource):
+    """Reads the sysfs port counters every ``interval`` seconds; yields link frames."""
+
+    stage = STAGE
+
+    def __init__(self, root: str | Path = DEFAULT_ROOT, interval: float = 1.0, host: str | None = None,
+                 topology: Topology | None = None, link_names: Mapping[str, str] | None = None,
+                 health: PipelineHealth | None = None, max_polls: int | None = None) -> None:
+        super().__init__(interval, health, max_polls)
+        self.root = Path(root)
+        self.host = host or socket.gethostname()
+        self.link_names = dict(link_names or {})
+        self._topology = topology if topology is not None else port_topology(self.host, list_ports(self.root))
+
+    def poll(self) -> list[Frame]:
+        batch = read_infiniband(self.root, self.host, self.clock(), self.health, self.link_names)
+        assert self._topology is not None
+        return [batch.to_frame(self._topology, self.health, STAGE)]

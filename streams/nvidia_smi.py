@@ -1,0 +1,320 @@
+"""nvidia-smi: parse ``--query-gpu ... --format=csv`` and ``dmon`` output into gpu samples, and
+run ``nvidia-smi`` on an interval as a live source.
+
+``--query-gpu`` CSV (what nvidia_gpu_exporter parses)::
+
+    timestamp, index, power.draw [W], clocks.current.sm [MHz], clocks_event_reasons.active, ...
+    2026/07/03 22:11:09.763, 0, 627.40 W, 1980 MHz, 0x0000000000000000, ...
+
+Units sit in the header (``[W]``) and again after each value (``627.40 W``) unless
+``nounits``; ``[N/A]``, ``[Not Supported]`` and ``[Requested functionality has been
+deprecated]`` mean "no value" (NaN, not a problem); bitmasks are hex. Query names map to
+fields through the field table's ``nvidia_smi`` column (scale to base units included).
+Timestamps are nvidia-smi's local time; imports read them as UTC (the real captures were taken
+on UTC hosts: their ``collected_at: ...Z`` header matches the CSV), live polling stamps rows
+with the poll time instead.
+
+``dmon`` prints a ``# gpu pwr gtemp ...`` header, a ``# Idx W C ...`` units row, then one
+line per GPU per interval; without ``-o T``/``-o DT`` it prints no time, so rows are placed on
+``start + cycle * interval`` (a cycle ends when a GPU index repeats). ``-`` means no value.
+
+The capture files in ``../shared/data/nvidia-smi/`` hold many commands' outputs, each under a
+``# idle :: query-gpu (...)`` banner; :func:`capture_sections` splits them.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import re
+import socket
+from collections import Counter
+from datetime import datetime, timezone
+from typing import Sequence
+
+import numpy as np
+
+from foreshock.fields import load_fields, source_index
+from foreshock.frames import Frame
+from foreshock.health import PipelineHealth
+from foreshock.topology import Topology
+
+from .polling import PollingSource, run_command
+from .samples import SampleBatch, gpu_entity, gpu_topology, parse_tokens
+
+STAGE = "nvidia-smi"
+DMON_STAGE = "dmon"
+
+_RULE = re.compile(r"^#{20,}\s*$")
+_UNIT = re.compile(r"\s*\[[^\]]*\]\s*$")
+_INVALID_FIELD = re.compile(r'Field "([^"]+)" is not a valid field to query')
+_MISSING = frozenset({"", "[n/a]", "n/a"})
+
+
+# ---- capture files ------------------------------------------------------------------------
+def capture_sections(text: str) -> dict[str, str]:
+    """Split an nvidia_gpu_exporter capture into ``{"idle :: query-gpu": body, ...}``.
+
+    A section is a banner (a ``####`` rule, ``# title (note)`` and ``# $ command`` lines, a
+    rule) followed by its body up to the next banner. Titles drop the parenthesised note.
+    """
+    sections: dict[str, list[str]] = {}
+    title: str | None = None
+    in_banner = False
+    banner: list[str] = []
+    for line in text.splitlines():
+        if _RULE.match(line):
+            if in_banner:
+                first = next((b for b in banner if b.strip("# ").strip() and not b.startswith("# $")), "")
+                title = re.sub(r"\s*\(.*\)\s*$", "", first.lstrip("#").strip())
+                sections[title] = []
+                in_banner = False
+            else:
+                in_banner = True
+                banner = []
+            continue
+        if in_banner:
+            banner.append(line)
+        elif title is not None:
+            sections[title].append(line)
+    return {name: "\n".join(lines).strip("\n") + "\n" for name, lines in sections.items()}
+
+
+def capture_collected_at(text: str) -> float | None:
+    """The ``collected_at:`` time of a capture file, in epoch seconds (None when absent)."""
+    m = re.search(r"^collected_at:\s*(\S+)", text, re.MULTILINE)
+    if not m:
+        return None
+    try:
+        return datetime.fromisoformat(m.group(1).replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+# ---- --query-gpu CSV ------------------------------------------------------------------------
+def _utc_timestamp(text: str) -> float:
+    """``2026/07/03 22:11:09.763`` (read as UTC) -> epoch seconds; ValueError when malformed."""
+    dt = datetime.fromisoformat(text.strip().replace("/", "-"))
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=timezone.utc)
+    return dt.timestamp()
+
+
+def parse_query_gpu(text: str, host: str | None = None, health: PipelineHealth | None = None,
+                    ts: float | None = None, columns: Sequence[str] | None = None) -> SampleBatch:
+    """Parse ``nvidia-smi --query-gpu=... --format=csv`` output into a gpu batch.
+
+    ``host`` names the node when the CSV has no usable ``hostname`` column (default
+    ``localhost``). ``ts`` overrides the CSV's timestamps (live polling); without it rows need a
+    ``timestamp`` column. ``columns`` gives the header for ``--format=csv,noheader`` output.
+    """
+    health = health if health is not None else PipelineHealth()
+    lines = [line for line in text.splitlines() if line.strip()]
+    rows = list(csv.reader(lines, skipinitialspace=True))
+    if columns is None:
+        if not rows:
+            return SampleBatch.empty("gpu")
+        header, rows = rows[0], rows[1:]
+    else:
+        header = list(columns)
+    names = [_UNIT.sub("", h).strip() for h in header]
+    width = len(names)
+    problems: Counter[str] = Counter()
+    good = []
+    for row in rows:
+        if len(row) == width:
+            good.append(row)
+        else:
+            problems["truncated row" if len(row) < width else "row with extra columns"] += 1
+    n = len(good)
+    cols = list(zip(*good)) if n else [() for _ in names]
+    col_of = {name: i for i, name in enumerate(names)}
+
+    keep = np.ones(n, dtype=bool)
+    if ts is not None:
+        times = np.full(n, float(ts))
+    elif "timestamp" in col_of:
+        times = np.empty(n)
+        for i, token in enumerate(cols[col_of["timestamp"]]):
+            try:
+                times[i] = _utc_timestamp(token)
+            except ValueError:
+                times[i] = math.nan
+                keep[i] = False
+        problems["bad timestamp"] += int(n - keep.sum())
+    else:
+        if n:
+            problems["no timestamp column"] += n
+        keep[:] = False
+        times = np.full(n, math.nan)
+
+    if "index" in col_of:
+        index, bad, _ = parse_tokens(cols[col_of["index"]])
+        bad_index = ~np.isfinite(index) | (index < 0) | (index != np.floor(index))
+        problems["bad GPU index"] += int((bad_index & keep).sum())
+        keep &= ~bad_index
+    else:
+        index = np.zeros(n)  # a single-GPU host; several rows per time would collide
+    hosts = (cols[col_of["hostname"]] if "hostname" in col_of else ("",) * n)
+    fallback = host or "localhost"
+
+    values: dict[str, np.ndarray] = {}
+    lookup = source_index("nvidia_smi")
+    for name, i in col_of.items():
+        mapped = lookup.get(name)
+        if mapped is None:
+            continue
+        field, scale = mapped
+        parsed, bad, nans = parse_tokens(cols[i])
+        problems["non-numeric value"] += bad
+        problems["NaN value"] += nans
+        parsed *= scale
+        # Two aliases of one field queried together: the first with a value wins.
+        values[field.name] = np.where(np.isnan(values[field.name]), parsed, values[field.name]) \
+            if field.name in values else parsed
+
+    for reason, count in problems.items():
+        health.problem(STAGE, reason, count)
+    entities: dict[str, int] = {}
+    entity = np.fromiter(
+        (entities.setdefault(gpu_entity(h if h.strip().lower() not in _MISSING else fallback,
+                                        int(g) if k else 0), len(entities)) if k else -1
+         for h, g, k in zip(hosts, index, keep)),
+        dtype=np.int32, count=n)
+    return SampleBatch("gpu", list(entities), times[keep], entity[keep],
+                       {name: col[keep] for name, col in values.items()})
+
+
+# ---- dmon ----------------------------------------------------------------------------------
+def parse_dmon(text: str, host: str = "localhost", start: float = 0.0, interval: float = 1.0,
+               health: PipelineHealth | None = None) -> SampleBatch:
+    """Parse ``nvidia-smi dmon`` output (any ``-s`` selection, with or without ``-o DT``)."""
+    health = health if health is not None else PipelineHealth()
+    lookup = source_index("dmon")
+    problems: Counter[str] = Counter()
+    header: list[str] = []
+    rows: list[list[str]] = []
+    times: list[float] = []
+    cycle = -1
+    seen: set[str] = set()
+    expect_units = False
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        if line.lstrip().startswith("#"):
+            tokens = line.lstrip().lstrip("#").split()
+            if "gpu" in tokens and not expect_units:
+                header, expect_units = tokens, True
+            else:
+                expect_units = False  # the units row (# Idx W C ...) or a comment
+            continue
+        expect_units = False
+        if not header:
+            problems["data before header"] += 1
+            continue
+        tokens = line.split()
+        if len(tokens) != len(header):
+            problems["truncated row" if len(tokens) < len(header) else "row with extra columns"] += 1
+            continue
+        row = dict(zip(header, tokens))
+        if "Date" in row and "Time" in row:
+            try:
+                t = datetime.strptime(f"{row['Date']} {row['Time']}", "%Y%m%d %H:%M:%S").replace(
+                    tzinfo=timezone.utc).timestamp()
+            except ValueError:
+                problems["bad timestamp"] += 1
+                continue
+        elif "Time" in row:
+            problems["time without date (use -o DT)"] += 1
+            continue
+        else:
+            if row["gpu"] in seen or cycle < 0:
+                cycle += 1
+                seen = set()
+            seen.add(row["gpu"])
+            t = start + cycle * interval
+        rows.append(tokens)
+        times.append(t)
+
+    n = len(rows)
+    cols = list(zip(*rows)) if n else [() for _ in header]
+    col_of = {name: i for i, name in enumerate(header)}
+    keep = np.ones(n, dtype=bool)
+    if n:
+        gpu, _, _ = parse_tokens(cols[col_of["gpu"]])
+        bad_index = ~np.isfinite(gpu) | (gpu < 0)
+        problems["bad GPU index"] += int(bad_index.sum())
+        keep &= ~bad_index
+    else:
+        gpu = np.empty(0)
+    values: dict[str, np.ndarray] = {}
+    for name, i in col_of.items():
+        mapped = lookup.get(name)
+        if mapped is None:
+            continue
+        parsed, bad, nans = parse_tokens(cols[i])
+        problems["non-numeric value"] += bad
+        problems["NaN value"] += nans
+        values[mapped[0].name] = parsed * mapped[1]
+    for reason, count in problems.items():
+        health.problem(DMON_STAGE, reason, count)
+    entities: dict[str, int] = {}
+    entity = np.fromiter((entities.setdefault(gpu_entity(host, int(g)), len(entities)) if k else -1
+                          for g, k in zip(gpu, keep)), dtype=np.int32, count=n)
+    return SampleBatch("gpu", list(entities), np.asarray(times, dtype=np.float64)[keep], entity[keep],
+                       {name: col[keep] for name, col in values.items()})
+
+
+# ---- live runner ----------------------------------------------------------------------------
+def query_fields() -> list[list[str]]:
+    """Per gpu field with an nvidia-smi name: its names, preferred first (the table's order)."""
+    return [[sn.name for sn in f.sources["nvidia_smi"]] for f in load_fields() if "nvidia_smi" in f.sources]
+
+
+class NvidiaSmiSource(PollingSource):
+    """Runs ``nvidia-smi --query-gpu=... --format=csv`` every ``interval`` seconds.
+
+    ``executable`` is configurable (tests use a stub printing a real capture). When the driver
+    rejects a query name (``Field "x" is not a valid field to query``, older drivers lack the
+    ``clocks_event_reasons.*`` names), the source switches that field to its next alias, or
+    drops it, and retries on the next poll; each rejection is counted.
+    """
+
+    stage = STAGE
+
+    def __init__(self, executable: str = "nvidia-smi", interval: float = 10.0, host: str | None = None,
+                 topology: Topology | None = None, health: PipelineHealth | None = None,
+                 max_polls: int | None = None, timeout: float = 10.0) -> None:
+        super().__init__(interval, health, max_polls)
+        self.executable = executable
+        self.host = host or socket.gethostname()
+        self.timeout = timeout
+        self._topology = topology
+        self._choices = query_fields()
+
+    def argv(self) -> list[str]:
+        names = ["timestamp", "index"] + [choice[0] for choice in self._choices if choice]
+        return [self.executable, f"--query-gpu={','.join(names)}", "--format=csv"]
+
+    def poll(self) -> list[Frame]:
+        now = self.clock()
+        out, error = run_command(self.argv(), self.health, STAGE, self.timeout)
+        if out is None:
+            m = _INVALID_FIELD.search(error)
+            if m:
+                self._drop_name(m.group(1))
+            return []
+        batch = parse_query_gpu(out, host=self.host, health=self.health, ts=now)
+        if self._topology is None:
+            if not len(batch):
+                return []
+            self._topology = gpu_topology([batch])
+        return [batch.to_frame(self._topology, self.health, STAGE)]
+
+    def _drop_name(self, name: str) -> None:
+        for choice in self._choices:
+            if choice and choice[0] == name:
+                choice.pop(0)
+                self.health.problem(STAGE, "query field rejected by the driver",
+                                    detail=f"{name}; now {'trying ' + choice[0] if choice else 'dropped'}")
+                return

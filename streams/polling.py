@@ -1,0 +1,91 @@
+"""Live sources that read a real system on an interval and yield frames.
+
+A :class:`PollingSource` is an iterator of :class:`~foreshock.frames.Frame`: each poll reads
+the system once (an HTTP scrape, a command, NVML, sysfs) and yields what it got. Polls are
+scheduled on a fixed grid (``start + k * interval``), so a slow poll does not drift the
+sampling; a poll that fails is counted and the source keeps going. ``stop()`` ends the
+iteration from another thread; ``max_polls`` bounds it (tests, ``--duration``).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import threading
+import time
+from typing import Callable, Iterator, Sequence
+
+from foreshock.frames import Frame
+from foreshock.health import PipelineHealth
+from foreshock.topology import Topology
+
+
+class PollingSource:
+    """Base class: subclasses implement :meth:`poll` and set :attr:`topology` (maybe lazily)."""
+
+    stage = "source"
+
+    def __init__(self, interval: float, health: PipelineHealth | None = None, max_polls: int | None = None,
+                 clock: Callable[[], float] = time.time) -> None:
+        if interval <= 0:
+            raise ValueError(f"interval must be positive, got {interval}")
+        self.interval = float(interval)
+        self.health = health if health is not None else PipelineHealth()
+        self.max_polls = max_polls
+        self.clock = clock
+        self.polls = 0
+        self._stop = threading.Event()
+        self._topology: Topology | None = None
+
+    @property
+    def topology(self) -> Topology | None:
+        """The topology frames' slots refer to (None until the first successful poll derives it)."""
+        return self._topology
+
+    def poll(self) -> list[Frame]:
+        """Read the system once; return the frames (empty when nothing could be read)."""
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def __iter__(self) -> Iterator[Frame]:
+        start = time.monotonic()
+        while not self._stop.is_set() and (self.max_polls is None or self.polls < self.max_polls):
+            try:
+                frames = self.poll()
+            except Exception as exc:  # a source must never take the pipeline down
+                self.health.problem(self.stage, "poll failed", detail=f"{type(exc).__name__}: {exc}")
+                frames = []
+            self.polls += 1
+            for frame in frames:
+                if len(frame):
+                    self.health.processed(frame.kind, len(frame))
+                    yield frame
+            if self.max_polls is not None and self.polls >= self.max_polls:
+                break
+            # Next slot on the fixed grid; skip slots a slow poll overran instead of bunching up.
+            elapsed = time.monotonic() - start
+            next_slot = (int(elapsed / self.interval) + 1) * self.interval
+            self._stop.wait(max(0.0, next_slot - elapsed))
+
+
+def run_command(argv: Sequence[str], health: PipelineHealth, stage: str,
+                timeout: float = 10.0) -> tuple[str | None, str]:
+    """Run a command; returns ``(stdout, "")`` or ``(None, what went wrong)``, the failure counted."""
+    try:
+        done = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout, check=False)
+    except FileNotFoundError:
+        health.problem(stage, "command not found", detail=str(argv[0]))
+        return None, f"{argv[0]}: not found"
+    except PermissionError:
+        health.problem(stage, "command not executable", detail=str(argv[0]))
+        return None, f"{argv[0]}: not executable"
+    except subprocess.TimeoutExpired:
+        health.problem(stage, "command timed out", detail=f"{argv[0]} after {timeout} s")
+        return None, f"{argv[0]}: timed out after {timeout} s"
+    if done.returncode != 0:
+        lines = (done.stderr or done.stdout).strip().splitlines()
+        message = f"{argv[0]} exit {done.returncode}: {lines[0] if lines else ''}"
+        health.problem(stage, "command failed", detail=message)
+        return None, (done.stderr or done.stdout)
+    return done.stdout, ""

@@ -1,0 +1,239 @@
+"""dcgm-exporter text -> gpu samples, on the real T4 scrape and on bad input; live scraping."""
+
+from __future__ import annotations
+
+import http.server
+import threading
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from foreshock.health import PipelineHealth
+from foreshock.streams.dcgm import DcgmScrapeSource, is_not_supported, parse_dcgm_text
+from foreshock.streams.samples import gpu_topology
+
+T0 = 1_780_000_000.0
+LABELS = 'gpu="{gpu}",UUID="GPU-x",device="nvidia{gpu}",modelName="NVIDIA H100 80GB HBM3",Hostname="{host}"'
+
+
+def line(metric: str, value: str, gpu: int = 0, host: str = "node1", extra: str = "") -> str:
+    return f"{metric}{{{LABELS.format(gpu=gpu, host=host)}{extra}}} {value}"
+
+
+def values(batch, entity: str) -> dict[str, float]:
+    row = batch.entities.index(entity)
+    at = int(np.flatnonzero(batch.entity == row)[0])
+    return {name: float(col[at]) for name, col in batch.columns.items() if not np.isnan(col[at])}
+
+
+@pytest.fixture(scope="module")
+def t4_text(shared_data: Path) -> str:
+    return (shared_data / "dcgm" / "dcgm-exporter-tesla-t4.prom").read_text()
+
+
+def test_real_t4_scrape_exact_values_in_base_units(t4_text: str) -> None:
+    health = PipelineHealth()
+    batch = parse_dcgm_text(t4_text, T0, health)
+    # The fixture joins two scrapes: two hosts, GPU 0 on each.
+    assert sorted(batch.entities) == ["424773df46e0/gpu0", "551bdf382151/gpu0"]
+    first = values(batch, "424773df46e0/gpu0")
+    assert first == {
+        "sm_clock": 300e6,  # 300 MHz in hertz
+        "gpu_temp": 25.0,
+        "power": 8.969,
+        "energy": 128996.013,  # 128996013 mJ -> J
+        "pcie_replays": 0.0,
+        "util": 0.0,
+        "xid_last": 0.0,
+    }
+    second = values(batch, "551bdf382151/gpu0")
+    assert second == {"slowdown_temp": 93.0, "power_limit": 70.0, "throttle_reasons": 1.0}
+    assert batch.ts.tolist() == [T0, T0]
+    # MEM_CLOCK, MEM_COPY_UTIL, FB_FREE, FB_USED, NVLINK_BANDWIDTH_TOTAL, PSTATE: not in the table.
+    assert health.problems[("dcgm", "unmapped metric ignored")] == 6
+    assert health.total_problems() == 6
+
+
+def test_topology_and_frame_from_labels(t4_text: str) -> None:
+    batch = parse_dcgm_text(t4_text, T0)
+    topology = gpu_topology([batch])
+    assert topology.nodes == ["424773df46e0", "551bdf382151"]
+    assert topology.gpus == ["424773df46e0/gpu0", "551bdf382151/gpu0"]
+    frame = batch.to_frame(topology)
+    row = int(np.flatnonzero(frame.slot == topology.slot("gpu", "424773df46e0/gpu0"))[0])
+    assert frame.columns["power"][row] == 8.969
+    assert frame.columns["sm_clock"][row] == 3.0e8
+
+
+def test_not_supported_sentinels_are_dropped_and_counted() -> None:
+    text = "\n".join([
+        line("DCGM_FI_DEV_GPU_TEMP", "61"),
+        line("DCGM_FI_DEV_MEMORY_TEMP", "9223372036854775794"),  # int64 not supported
+        line("DCGM_FI_DEV_POWER_USAGE", "140737488355330.000000"),  # fp64 not supported
+        line("DCGM_FI_DEV_PCIE_REPLAY_COUNTER", "2147483634"),  # int32 not supported
+    ])
+    health = PipelineHealth()
+    batch = parse_dcgm_text(text, T0, health)
+    assert values(batch, "node1/gpu0") == {"gpu_temp": 61.0}
+    assert health.problems[("dcgm", "not-supported sentinel dropped")] == 3
+    assert is_not_supported(float(0x7FFFFFFFFFFFFFF0)) and not is_not_supported(9.0e15)
+
+
+def test_lowercase_hostname_label_and_missing_host() -> None:
+    text = "\n".join([
+        'DCGM_FI_DEV_GPU_TEMP{gpu="3",gpu_uuid="GPU-y",hostname="node2"} 44',
+        'DCGM_FI_DEV_GPU_TEMP{gpu="1"} 40',
+    ])
+    batch = parse_dcgm_text(text, T0, default_host="scraped-host")
+    assert values(batch, "node2/gpu3") == {"gpu_temp": 44.0}
+    assert values(batch, "scraped-host/gpu1") == {"gpu_temp": 40.0}
+    assert gpu_topology([batch]).gpus == ["node2/gpu0", "node2/gpu1", "node2/gpu2", "node2/gpu3",
+                                          "scraped-host/gpu0", "scraped-host/gpu1"]
+
+
+def test_mig_instances_fold_into_the_physical_gpu_without_double_counting() -> None:
+    mig = ',GPU_I_ID="{id}",GPU_I_PROFILE="{profile}"'
+    instances = [("7", "1g.10gb", "0.9"), ("3", "2g.20gb", "0.6"), ("9", "1g.10gb", "0.8")]
+    lines = []
+    for gi, profile, busy in instances:
+        extra = mig.format(id=gi, profile=profile)
+        lines += [
+            line("DCGM_FI_DEV_POWER_USAGE", "250.5", extra=extra),
+            line("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "5000000", extra=extra),
+            line("DCGM_FI_DEV_GPU_TEMP", "58", extra=extra),
+            line("DCGM_FI_PROF_GR_ENGINE_ACTIVE", busy, extra=extra),
+        ]
+    lines.append(line("DCGM_FI_DEV_POWER_USAGE", "100", gpu=1))
+    health = PipelineHealth()
+    batch = parse_dcgm_text("\n".join(lines), T0, health)
+    gpu0 = values(batch, "node1/gpu0")
+    assert gpu0["power"] == 250.5  # once, not 3 x 250.5
+    assert gpu0["energy"] == 5000.0  # once, not summed over instances
+    assert gpu0["gpu_temp"] == 58.0
+    # slice-weighted: (0.9*1 + 0.6*2 + 0.8*1) / 4
+    assert gpu0["util"] == pytest.approx(0.725, abs=1e-12)
+    assert values(batch, "node1/gpu1") == {"power": 100.0}
+    assert health.total_problems() == 0
+
+
+def test_conflicting_duplicate_series_are_counted() -> None:
+    text = "\n".join([line("DCGM_FI_DEV_GPU_TEMP", "50", extra=',pod="a"'),
+                      line("DCGM_FI_DEV_GPU_TEMP", "52", extra=',pod="b"'),
+                      line("DCGM_FI_DEV_POWER_USAGE", "300", extra=',pod="a"'),
+                      line("DCGM_FI_DEV_POWER_USAGE", "300", extra=',pod="b"')])
+    health = PipelineHealth()
+    batch = parse_dcgm_text(text, T0, health)
+    assert values(batch, "node1/gpu0") == {"gpu_temp": 51.0, "power": 300.0}
+    assert health.problems[("dcgm", "conflicting duplicate series")] == 1
+
+
+def test_bad_input_is_counted_never_raised() -> None:
+    text = "\n".join([
+        line("DCGM_FI_DEV_GPU_TEMP", "61"),
+        line("DCGM_FI_DEV_POWER_USAGE", "lots"),  # non-numeric value
+        line("DCGM_FI_DEV_SM_CLOCK", "NaN"),  # NaN
+        line("DCGM_FI_DEV_MEMORY_TEMP", "+Inf"),  # infinite
+        'DCGM_FI_DEV_GPU_TEMP{gpu="0",Hostname="node1" 61',  # truncated label block
+        'DCGM_FI_DEV_GPU_TEMP{gpu="0",Hostname="node1} 61',  # unterminated label value
+        "DCGM_FI_DEV_GPU_TEMP 61",  # no gpu label
+        "DCGM_FI_DEV_GPU_TEMP{gpu=",  # truncated line
+        'DCGM_FI_DEV_FOO_BAR{gpu="0"} 1',  # unknown metric
+        "# HELP only a comment",
+        "",
+    ])
+    health = PipelineHealth()
+    batch = parse_dcgm_text(text, T0, health)
+    assert values(batch, "node1/gpu0") == {"gpu_temp": 61.0}
+    p = health.problems
+    assert p[("dcgm", "non-numeric value")] == 1
+    assert p[("dcgm", "NaN value")] == 1
+    assert p[("dcgm", "infinite value")] == 1
+    assert p[("dcgm", "malformed line")] + p[("dcgm", "malformed labels")] == 3
+    assert p[("dcgm", "series without a gpu label")] == 1
+    assert p[("dcgm", "unmapped metric ignored")] == 1
+
+
+def test_line_timestamps_are_used() -> None:
+    batch = parse_dcgm_text(line("DCGM_FI_DEV_GPU_TEMP", "61") + " 1780000123456", T0)
+    assert batch.ts.tolist() == [1780000123.456]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(alphabet=st.sampled_from(list('DCGM_FI_DEV_GPU_TEMP{}="0,1 \n#.eE+-naNHostname')), max_size=300))
+def test_arbitrary_text_never_raises(text: str) -> None:
+    health = PipelineHealth()
+    batch = parse_dcgm_text(text, T0, health)
+    assert len(batch.entities) == len(batch)
+
+
+# ---- live scraping ------------------------------------------------------------------------
+@pytest.fixture
+def exporter(t4_text: str) -> Iterator[str]:
+    """A local HTTP server serving the real scrape on 127.0.0.1 (a free port)."""
+    body = t4_text.encode()
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            if self.path != "/metrics":
+                self.send_error(404)
+                return
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
+
+
+def test_scrape_source_polls_on_an_interval(exporter: str) -> None:
+    health = PipelineHealth()
+    source = DcgmScrapeSource(f"{exporter}/metrics", interval=0.05, health=health, max_polls=3)
+    frames = list(source)
+    assert len(frames) == 3
+    assert source.topology is not None and source.topology.nodes == ["424773df46e0", "551bdf382151"]
+    slot = source.topology.slot("gpu", "424773df46e0/gpu0")
+    for frame in frames:
+        row = int(np.flatnonzero(frame.slot == slot)[0])
+        assert frame.columns["energy"][row] == 128996.013
+    assert frames[0].ts[0] < frames[-1].ts[0]
+    assert health.samples["gpu"] == 6
+
+
+def test_scrape_failures_are_counted_and_the_source_keeps_going(exporter: str) -> None:
+    health = PipelineHealth()
+    source = DcgmScrapeSource(f"{exporter}/missing", interval=0.01, health=health, max_polls=2)
+    assert list(source) == []
+    assert source.polls == 2
+    assert health.problems[("dcgm", "scrape failed")] == 2
+
+
+def test_gpu_with_only_rejected_values_gets_no_row() -> None:
+    text = "\n".join([line("DCGM_FI_DEV_GPU_TEMP", "61", gpu=0),
+                      line("DCGM_FI_DEV_GPU_TEMP", "9223372036854775794", gpu=1),
+                      line("DCGM_FI_DEV_POWER_USAGE", "NaN", gpu=1)])
+    batch = parse_dcgm_text(text, T0)
+    assert batch.entities == ["node1/gpu0"] and batch.ts.tolist() == [T0]
+
+
+def test_unicode_digits_are_not_numbers() -> None:
+    health = PipelineHealth()
+    text = 'DCGM_FI_DEV_GPU_TEMP{gpu="²"} 5\nDCGM_FI_DEV_GPU_TEMP{gpu="1"} 5 ²'
+    assert len(parse_dcgm_text(text, T0, health)) == 0
+    assert health.problems[("dcgm", "series without a gpu label")] == 1
+    assert health.problems[("dcgm", "malformed line")] == 1

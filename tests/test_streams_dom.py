@@ -1,0 +1,121 @@
+"""ethtool -m (SFF-8636, CMIS, SFF-8472) -> optic samples, lanes and thresholds.
+
+The fixtures under tests/data follow ethtool's print formats exactly (``\\t%-41s : ``,
+``%.3f mA``, ``%.4f mW / %.2f dBm``, ``%.2f degrees C / %.2f degrees F``, ``%.4f V``,
+SFF-8636's ``Rcvr signal avg optical power(Channel N)`` without a space, CMIS's with one).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from foreshock.health import PipelineHealth
+from foreshock.streams.dom import DBM_FLOOR, DomSource, dom_batch, parse_ethtool_m
+
+DATA = Path(__file__).parent / "data"
+
+
+def read(name: str) -> str:
+    return (DATA / name).read_text()
+
+
+def dbm(mw: float) -> float:
+    return 10 * math.log10(mw)
+
+
+def test_sff8636_qsfp28_four_lanes() -> None:
+    health = PipelineHealth()
+    dom = parse_ethtool_m(read("ethtool_m_qsfp28_sr4.txt"), health)
+    assert dom.spec == "sff8636" and dom.identifier == "0x11 (QSFP28)"
+    assert (dom.temperature, dom.voltage) == (41.25, 3.2904)
+    assert dom.lanes.tolist() == [1, 2, 3, 4]
+    assert dom.tx_bias == pytest.approx([7.512e-3, 7.760e-3, 7.104e-3, 8.240e-3], abs=1e-12)
+    assert dom.tx_power_dbm.tolist() == [-0.50, -0.40, -1.30, -0.70]
+    assert dom.rx_power_dbm.tolist() == [-1.40, -1.80, -9.90, -1.50]
+    assert dom.rx_los.tolist() == [0.0, 0.0, 0.0, 0.0]
+    values = dom.optic_values()
+    assert values["module_temp"] == 41.25
+    assert values["tx_bias"] == pytest.approx((7.512 + 7.760 + 7.104 + 8.240) / 4 * 1e-3, abs=1e-12)
+    lanes_mw = [10 ** (x / 10) for x in (-0.50, -0.40, -1.30, -0.70)]
+    assert values["tx_power"] == pytest.approx(dbm(sum(lanes_mw) / 4), abs=1e-9)
+    assert values["rx_power"] == -9.90  # the weakest lane
+    assert values["los"] == 0.0
+    assert dom.thresholds["rx_power_low_alarm"] == pytest.approx(-16.20)
+    assert dom.thresholds["tx_bias_high_alarm"] == pytest.approx(0.015)
+    assert dom.thresholds["module_temp_high_warning"] == 70.0
+    assert dom.thresholds["module_voltage_low_alarm"] == 2.97
+    assert len(dom.thresholds) == 20
+    assert dom.flags["Laser rx power low warning (Channel 3)"] is True
+    assert sum(dom.flags.values()) == 1
+    assert health.total_problems() == 0
+
+
+def test_cmis_osfp_eight_lanes_with_a_dark_lane() -> None:
+    dom = parse_ethtool_m(read("ethtool_m_osfp_cmis_8lane.txt"))
+    assert dom.spec == "cmis"
+    assert dom.lanes.tolist() == list(range(1, 9))
+    assert dom.rx_power_dbm[5] == DBM_FLOOR  # 0.0000 mW / -inf dBm on lane 6
+    assert dom.rx_los.tolist() == [0, 0, 0, 0, 0, 1, 0, 0]
+    values = dom.optic_values()
+    assert values["rx_power"] == DBM_FLOOR  # lane 6 still carries bias and TX light: in use, and dark
+    assert values["los"] == 1.0
+    assert values["tx_bias"] == pytest.approx(np.mean([62.114, 71.902, 61.870, 62.458, 63.004, 61.552,
+                                                       62.890, 62.006]) * 1e-3, abs=1e-12)
+    assert values["module_voltage"] == 3.2571
+    assert dom.flags["Laser bias current high warning (Chan 2)"] is True
+    assert dom.flags["Laser rx power low alarm (Channel 6)"] is True
+    assert dom.thresholds["rx_power_low_alarm"] == -10.50
+
+
+def test_unused_lanes_of_a_four_lane_module_are_left_out() -> None:
+    dom = parse_ethtool_m(read("ethtool_m_qsfpdd_4of8.txt"))
+    assert dom.lanes_in_use().tolist() == [True] * 4 + [False] * 4
+    values = dom.optic_values()
+    assert values["rx_power"] == 2.60  # weakest of lanes 1-4, not the unused lanes' -inf
+    assert values["tx_bias"] == pytest.approx((83.806 + 81.878 + 72.900 + 110.100) / 4 * 1e-3, abs=1e-12)
+    assert values["los"] == 0.0
+    assert np.isfinite(list(values.values())).all()
+
+
+def test_sff8472_single_lane_sfp() -> None:
+    values = parse_ethtool_m(read("ethtool_m_sfp_8472.txt")).optic_values()
+    assert values == {"module_temp": 33.5, "module_voltage": 3.312, "tx_bias": pytest.approx(6.986e-3, abs=1e-12),
+                      "tx_power": pytest.approx(-3.30, abs=1e-9), "rx_power": -4.00}
+
+
+def test_bad_values_are_counted_and_a_module_without_dom_is_reported() -> None:
+    text = read("ethtool_m_qsfp28_sr4.txt").replace("7.760 mA", "n/a mA").replace(
+        ": None\n", ": [ Maybe ]\n", 1)
+    health = PipelineHealth()
+    batch, modules = dom_batch({"l0#a": text, "dac#a": "\tIdentifier                                : 0x11 (QSFP28)\n"},
+                               ts=5.0, health=health)
+    assert batch.entity_names() == ["l0#a"]
+    assert math.isnan(modules["l0#a"].tx_bias[1])
+    assert health.problems[("dom", "non-numeric value")] == 1
+    assert health.problems[("dom", "unreadable loss-of-signal flags")] == 1
+    assert health.problems[("dom", "module without diagnostics")] == 1
+
+
+def test_dom_batch_rows_are_the_optic_values() -> None:
+    batch, _ = dom_batch({"a#a": read("ethtool_m_qsfp28_sr4.txt"), "b#b": read("ethtool_m_osfp_cmis_8lane.txt")}, 7.0)
+    assert batch.entity_names() == ["a#a", "b#b"]
+    assert batch.columns["rx_power"].tolist() == [-9.90, DBM_FLOOR]
+    assert batch.columns["los"].tolist() == [0.0, 1.0]
+
+
+def test_dom_source_runs_ethtool(tmp_path: Path) -> None:
+    stub = tmp_path / "ethtool"
+    stub.write_text(f"#!/bin/sh\n[ \"$1\" = -m ] || exit 3\ncat {DATA}/ethtool_m_qsfp28_sr4.txt\n")
+    stub.chmod(0o755)
+    health = PipelineHealth()
+    source = DomSource(["eth2"], interval=0.01, executable=str(stub), host="h", health=health, max_polls=1)
+    frames = list(source)
+    assert source.topology is not None and source.topology.links == ["h/eth2"]
+    assert frames[0].slot.tolist() == [source.topology.slot("optic", "h/eth2#a")]
+    assert frames[0].columns["rx_power"].tolist() == [-9.90]
+    assert source.modules["h/eth2#a"].thresholds["module_temp_high_alarm"] == 75.0
+    assert health.total_problems() == 0

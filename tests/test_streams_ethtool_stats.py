@@ -1,0 +1,100 @@
+"""mlx5 ethtool -S -> link and optic samples; pre-/post-FEC BER from two readings."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from foreshock.health import PipelineHealth
+from foreshock.streams.ethtool_stats import (
+    EthtoolStatsSource,
+    FecTracker,
+    fec_ber,
+    fec_ber_arrays,
+    parse_ethtool_stats,
+    stats_batches,
+)
+
+DATA = Path(__file__).parent / "data"
+T0 = (DATA / "ethtool_S_mlx5_t0.txt").read_text()
+T1 = (DATA / "ethtool_S_mlx5_t1.txt").read_text()
+
+
+def test_parse_counters() -> None:
+    stats = parse_ethtool_stats(T0)
+    assert stats["rx_bits_phy"] == 9215872153600000.0
+    assert stats["rx_corrected_bits_phy"] == 27647616.0
+    assert stats["rx_prio3_pause_duration"] == 98000.0
+    assert len(stats) == 46
+
+
+def test_link_and_optic_fields_in_base_units() -> None:
+    links, optics = stats_batches({"n/eth0": T0}, ts=10.0)
+    link = {k: float(v[0]) for k, v in links.columns.items()}
+    assert link == {"tx_data": 33154436000000.0, "rx_data": 33554436000000.0,
+                    "pfc_pause_duration": pytest.approx(0.098, rel=1e-12),  # 98000 us
+                    "link_downed": 1.0, "xmit_discards": 0.0}
+    assert optics.entity_names() == ["n/eth0#a"]
+    optic = {k: float(v[0]) for k, v in optics.columns.items()}
+    assert optic == {"rx_bits": 9215872153600000.0, "rx_corrected_bits": 27647616.0, "rx_symbol_errors": 0.0}
+
+
+def test_fec_ber_from_two_readings() -> None:
+    pre, post = fec_ber(parse_ethtool_stats(T0), parse_ethtool_stats(T1))
+    # 12000 corrected bits and 2 uncorrected symbols over 4e12 bits (10 s at 400 Gb/s)
+    assert pre == pytest.approx(3e-9, rel=1e-12)
+    assert post == pytest.approx(5e-13, rel=1e-12)
+
+
+def test_reset_or_no_traffic_gives_nan_never_negative() -> None:
+    a, b = parse_ethtool_stats(T0), parse_ethtool_stats(T1)
+    assert all(math.isnan(x) for x in fec_ber(b, a))  # counters went back: a reset
+    assert all(math.isnan(x) for x in fec_ber(a, a))  # no new bits
+    pre, post = fec_ber_arrays(*(np.array([v]) for v in (0.0, 0.0, 0.0, 100.0, 5.0, 7.0)))
+    assert (pre[0], post[0]) == (0.05, 0.07)
+
+
+def test_tracker_fills_prefec_ber_and_counts_resets() -> None:
+    health = PipelineHealth()
+    tracker = FecTracker(health)
+    _, first = stats_batches({"l": T0}, 0.0, health, tracker)
+    _, second = stats_batches({"l": T1}, 10.0, health, tracker)
+    _, third = stats_batches({"l": T0}, 20.0, health, tracker)
+    assert np.isnan(first.column("prefec_ber")[0])
+    assert second.column("prefec_ber")[0] == pytest.approx(3e-9, rel=1e-12)
+    assert np.isnan(third.column("prefec_ber")[0])
+    assert health.problems[("ethtool", "counter reset")] == 1
+
+
+def test_malformed_lines_and_unknown_output_are_counted() -> None:
+    health = PipelineHealth()
+    text = T0 + "     rx_bits_phy: lots\n     this line has no colon\n"
+    stats = parse_ethtool_stats(text, health)
+    assert stats["rx_bits_phy"] == 9215872153600000.0  # the earlier good line stands
+    assert health.problems[("ethtool", "malformed counter line")] == 2
+    links, optics = stats_batches({"x": "NIC statistics:\n     rx_packets: 1\n"}, 0.0, health)
+    assert len(links) == 0 and len(optics) == 0
+    assert health.problems[("ethtool", "no known counters")] == 1
+
+
+def test_source_runs_ethtool_and_reports_prefec_ber(tmp_path: Path) -> None:
+    counter = tmp_path / "n"
+    stub = tmp_path / "ethtool"
+    stub.write_text(f"""#!/bin/sh
+[ "$1" = -S ] || exit 3
+if [ -e {counter} ]; then cat {DATA}/ethtool_S_mlx5_t1.txt; else touch {counter}; cat {DATA}/ethtool_S_mlx5_t0.txt; fi
+""")
+    stub.chmod(0o755)
+    health = PipelineHealth()
+    source = EthtoolStatsSource(["ens1f0"], interval=0.01, executable=str(stub), host="h", health=health,
+                                max_polls=2)
+    frames = list(source)
+    optic = [f for f in frames if f.kind == "optic"]
+    assert [f.kind for f in frames] == ["link", "optic", "link", "optic"]
+    assert np.isnan(optic[0].columns["prefec_ber"][0])  # frames carry every field, NaN when absent
+    assert optic[1].columns["prefec_ber"][0] == pytest.approx(3e-9, rel=1e-12)
+    assert optic[1].slot.tolist() == [source.topology.slot("optic", "h/ens1f0#a")]  # type: ignore[union-attr]
+    assert health.total_problems() == 0

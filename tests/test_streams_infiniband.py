@@ -1,0 +1,147 @@
+"""IB/RoCE sysfs port counters -> link samples, on a fixture tree with the kernel's layout."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from foreshock.health import PipelineHealth
+from foreshock.streams.infiniband import (
+    InfinibandSource,
+    list_ports,
+    parse_rate,
+    parse_state,
+    port_topology,
+    read_infiniband,
+)
+
+PORT_COUNTERS = {
+    "port_xmit_data": 123456789, "port_rcv_data": 987654321, "port_xmit_wait": 2490000000,
+    "symbol_error": 3, "link_downed": 1, "link_error_recovery": 2, "port_rcv_errors": 0,
+    "port_xmit_discards": 5, "excessive_buffer_overrun_errors": 0, "local_link_integrity_errors": 0,
+    "port_rcv_packets": 555, "port_xmit_packets": 444, "VL15_dropped": 0,
+    "port_rcv_constraint_errors": 0, "port_xmit_constraint_errors": 0, "port_rcv_remote_physical_errors": 0,
+}
+ROCE_HW_COUNTERS = {"np_ecn_marked_roce_packets": 9100, "np_cnp_sent": 9000, "rp_cnp_handled": 7000,
+                    "out_of_buffer": 0, "out_of_sequence": 12, "packet_seq_err": 0}
+
+
+def write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+
+
+def make_port(root: Path, dev: str, port: str, layer: str, rate: str, counters: dict[str, int],
+              hw: dict[str, int]) -> Path:
+    """One port as the kernel lays it out: numbers end with a newline."""
+    base = root / dev / "ports" / port
+    for name, value in counters.items():
+        write(base / "counters" / name, f"{value}\n")
+    for name, value in hw.items():
+        write(base / "hw_counters" / name, f"{value}\n")
+    write(base / "state", "4: ACTIVE\n")
+    write(base / "phys_state", "5: LinkUp\n")
+    write(base / "rate", rate + "\n")
+    write(base / "link_layer", layer + "\n")
+    write(base / "lid", "0x12\n")
+    (base / "gids").mkdir(exist_ok=True)
+    return base
+
+
+@pytest.fixture
+def sysfs(tmp_path: Path) -> Path:
+    root = tmp_path / "infiniband"
+    make_port(root, "mlx5_0", "1", "InfiniBand", "400 Gb/sec (4X NDR)", PORT_COUNTERS, {"out_of_buffer": 0})
+    roce = make_port(root, "mlx5_1", "1", "Ethernet", "200 Gb/sec (4X HDR)",
+                     {**PORT_COUNTERS, "port_xmit_wait": 17}, ROCE_HW_COUNTERS)
+    # A missing counter file and one that cannot be read (a folder where the file should be:
+    # tests run as root, so permissions cannot make a file unreadable).
+    (roce / "counters" / "symbol_error").unlink()
+    link_downed = roce / "counters" / "link_downed"
+    link_downed.unlink()
+    link_downed.mkdir()
+    write(roce / "counters" / "port_rcv_errors", "garbage\n")
+    return root
+
+
+def by_link(batch) -> dict[str, dict[str, float]]:
+    out = {}
+    for i, name in enumerate(batch.entity_names()):
+        out[name] = {k: float(v[i]) for k, v in batch.columns.items() if not np.isnan(v[i])}
+    return out
+
+
+def test_parse_state_and_rate() -> None:
+    assert parse_state("4: ACTIVE\n") == 4.0
+    assert parse_state("1: DOWN") == 1.0
+    assert parse_rate("400 Gb/sec (4X NDR)\n") == 4.0e11
+    assert parse_rate("2.5 Gb/sec (1X SDR)") == 2.5e9
+    with pytest.raises(ValueError):
+        parse_rate("unknown")
+
+
+def test_walks_ports_with_exact_values_and_counts_problems(sysfs: Path) -> None:
+    health = PipelineHealth()
+    batch = read_infiniband(sysfs, host="node1", ts=50.0, health=health)
+    assert list_ports(sysfs) == [("mlx5_0", "1"), ("mlx5_1", "1")]
+    rows = by_link(batch)
+    assert set(rows) == {"node1/mlx5_0/1", "node1/mlx5_1/1"}
+    ib = rows["node1/mlx5_0/1"]
+    assert ib == {
+        "tx_data": 123456789 * 4.0, "rx_data": 987654321 * 4.0, "xmit_wait": 2490000000.0,
+        "symbol_error": 3.0, "link_downed": 1.0, "link_error_recovery": 2.0, "rcv_errors": 0.0,
+        "xmit_discards": 5.0, "buffer_overrun_errors": 0.0, "link_integrity_errors": 0.0,
+        "link_state": 4.0, "link_rate": 4.0e11,
+    }  # no ECN/CNP columns: RoCE-only counters are absent on an InfiniBand port, and that is fine
+    roce = rows["node1/mlx5_1/1"]
+    assert (roce["ecn_marked"], roce["cnp_sent"], roce["cnp_handled"]) == (9100.0, 9000.0, 7000.0)
+    assert roce["xmit_wait"] == 17.0 and roce["link_rate"] == 2.0e11
+    assert "symbol_error" not in roce and "link_downed" not in roce and "rcv_errors" not in roce
+    assert batch.ts.tolist() == [50.0, 50.0]
+    assert health.problems == {
+        ("infiniband", "counter file missing"): 1,
+        ("infiniband", "unreadable counter file"): 1,
+        ("infiniband", "non-numeric counter value"): 1,
+    }
+
+
+def test_io_error_on_read_is_counted(sysfs: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    real = Path.read_text
+
+    def flaky(self: Path, *args: object, **kwargs: object) -> str:
+        if self.name == "port_xmit_wait" and "mlx5_0" in str(self):
+            raise OSError(5, "Input/output error")
+        return real(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Path, "read_text", flaky)
+    health = PipelineHealth()
+    rows = by_link(read_infiniband(sysfs, host="n", health=health))
+    assert "xmit_wait" not in rows["n/mlx5_0/1"]
+    assert health.problems[("infiniband", "unreadable counter file")] == 2  # this one + the folder
+
+
+def test_missing_root_gives_nothing(tmp_path: Path) -> None:
+    health = PipelineHealth()
+    assert len(read_infiniband(tmp_path / "absent", host="n", health=health)) == 0
+    assert list_ports(tmp_path / "absent") == []
+
+
+def test_source_polls_into_a_derived_topology(sysfs: Path) -> None:
+    health = PipelineHealth()
+    source = InfinibandSource(sysfs, interval=0.02, host="node1", health=health, max_polls=2)
+    frames = list(source)
+    topo = source.topology
+    assert topo is not None and topo.links == ["node1/mlx5_0/1", "node1/mlx5_1/1"]
+    assert len(frames) == 2 and frames[0].ts[0] <= frames[1].ts[0]
+    ib = topo.slot("link", "node1/mlx5_0/1")
+    assert frames[1].columns["xmit_wait"][frames[1].slot.tolist().index(ib)] == 2490000000.0
+    assert port_topology("node1", [("mlx5_0", "1")]).switches == ["node1/mlx5_0", "unknown-peer"]
+
+
+def test_ports_map_onto_a_cluster_topology(sysfs: Path, small_topology) -> None:
+    names = {"mlx5_0/1": "node0/gpu0~leaf0", "mlx5_1/1": "node0/gpu1~leaf1"}
+    batch = read_infiniband(sysfs, host="node0", link_names=names)
+    frame = batch.to_frame(small_topology)
+    assert sorted(frame.slot.tolist()) == [small_topology.slot("link", n) for n in sorted(names.values())]

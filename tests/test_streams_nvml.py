@@ -1,0 +1,129 @@
+"""NVML source: on a real GPU when there is one (skipped otherwise), and its unit conversions and
+error handling against a stand-in for pynvml (NVML itself cannot run without a driver)."""
+
+from __future__ import annotations
+
+import types
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from foreshock.health import PipelineHealth
+from foreshock.recording import Recording
+from foreshock.streams.nvml import READERS, NvmlSource, load_nvml, record_nvml
+
+
+@pytest.fixture(scope="module")
+def real_nvml() -> Any:
+    pynvml = pytest.importorskip("pynvml")
+    try:
+        nv = load_nvml()
+    except pynvml.NVMLError as exc:
+        pytest.skip(f"no NVIDIA driver/GPU here: {exc}")
+    if nv.nvmlDeviceGetCount() == 0:
+        pytest.skip("NVML sees no GPU")
+    yield nv
+    nv.nvmlShutdown()
+
+
+def test_real_gpu_reading(real_nvml: Any, tmp_path: Path) -> None:
+    source = NvmlSource(interval=0.1, nvml=real_nvml, max_polls=1)
+    batch = source.read()
+    temp = batch.column("gpu_temp")
+    assert np.all((temp > 0) & (temp < 120))
+    assert np.all(batch.column("power") > 0)
+    assert np.all(batch.column("sm_clock_max") >= 1e8)
+    summary = record_nvml(tmp_path / "rec", duration=0.3, interval=0.1, nvml=real_nvml)
+    assert summary["rows"] == 3 * summary["gpus"]
+
+
+# ---- a stand-in for pynvml --------------------------------------------------------------------
+class FakeNvmlError(Exception):
+    def __init__(self, value: int) -> None:
+        super().__init__(f"NVML error {value}")
+        self.value = value
+
+
+def fake_nvml(gpus: int = 2, unsupported: frozenset[str] = frozenset(), failing: frozenset[str] = frozenset()):
+    """A module with pynvml's names; ``unsupported``/``failing`` name functions that raise."""
+    nv: Any = types.ModuleType("fake_pynvml")
+    nv.calls = {}
+    nv.NVMLError = FakeNvmlError
+    consts = dict(NVML_SUCCESS=0, NVML_ERROR_NOT_SUPPORTED=3, NVML_ERROR_FUNCTION_NOT_FOUND=13,
+                  NVML_ERROR_GPU_IS_LOST=15, NVML_TEMPERATURE_GPU=0, NVML_TEMPERATURE_THRESHOLD_SLOWDOWN=1,
+                  NVML_CLOCK_SM=1, NVML_PERF_POLICY_POWER=0, NVML_PERF_POLICY_THERMAL=1,
+                  NVML_MEMORY_ERROR_TYPE_UNCORRECTED=1, NVML_VOLATILE_ECC=0, NVML_FI_DEV_MEMORY_TEMP=82,
+                  NVML_VALUE_TYPE_DOUBLE=0, NVML_VALUE_TYPE_UNSIGNED_INT=1, NVML_VALUE_TYPE_UNSIGNED_LONG=2,
+                  NVML_VALUE_TYPE_UNSIGNED_LONG_LONG=3, NVML_VALUE_TYPE_SIGNED_LONG_LONG=4)
+    for k, v in consts.items():
+        setattr(nv, k, v)
+
+    def fn(name: str, result: Any):
+        def call(handle: int, *args: Any) -> Any:
+            nv.calls[name] = nv.calls.get(name, 0) + 1
+            if name in unsupported:
+                raise FakeNvmlError(3)
+            if name in failing:
+                raise FakeNvmlError(15)
+            return result(handle, *args) if callable(result) else result
+        return call
+
+    field = types.SimpleNamespace(nvmlReturn=0, valueType=1, value=types.SimpleNamespace(uiVal=41))
+    nv.nvmlDeviceGetCount = lambda: gpus
+    nv.nvmlDeviceGetHandleByIndex = lambda i: i
+    nv.nvmlDeviceGetTemperature = fn("temperature", lambda h, s: 53 + h)
+    nv.nvmlDeviceGetFieldValues = fn("field_values", lambda h, ids: [field])
+    nv.nvmlDeviceGetTemperatureThreshold = fn("threshold", 87)
+    nv.nvmlDeviceGetPowerUsage = fn("power", 630000)  # mW
+    nv.nvmlDeviceGetEnforcedPowerLimit = fn("limit", 700000)
+    nv.nvmlDeviceGetTotalEnergyConsumption = fn("energy", 123456789)  # mJ
+    nv.nvmlDeviceGetClockInfo = fn("clock", 1980)
+    nv.nvmlDeviceGetMaxClockInfo = fn("max_clock", 1980)
+    nv.nvmlDeviceGetUtilizationRates = fn("util", types.SimpleNamespace(gpu=100, memory=8))
+    nv.nvmlDeviceGetCurrentClocksEventReasons = fn("reasons", 0x4)
+    nv.nvmlDeviceGetViolationStatus = fn("violation", lambda h, p: types.SimpleNamespace(
+        referenceTime=0, violationTime=2_500_000_000 if p == 0 else 0))
+    nv.nvmlDeviceGetTotalEccErrors = fn("ecc", 0)
+    nv.nvmlDeviceGetPcieReplayCounter = fn("pcie", 7)
+    nv.nvmlDeviceGetRemappedRows = fn("remap", (3, 1, 0, 0))
+    return nv
+
+
+def test_readers_convert_to_base_units() -> None:
+    source = NvmlSource(nvml=fake_nvml(), host="h")
+    batch = source.read()
+    assert batch.entity_names() == ["h/gpu0", "h/gpu1"]
+    row = {k: v[1] for k, v in batch.columns.items()}
+    assert row == {
+        "gpu_temp": 54.0, "hbm_temp": 41.0, "slowdown_temp": 87.0, "power": 630.0, "power_limit": 700.0,
+        "energy": pytest.approx(123456.789, rel=1e-12), "sm_clock": 1.98e9, "sm_clock_max": 1.98e9, "util": 1.0,
+        "throttle_reasons": 4.0, "power_throttle_time": 2.5, "thermal_throttle_time": 0.0, "ecc_dbe": 0.0,
+        "pcie_replays": 7.0, "remapped_rows": 1.0,
+    }
+    assert set(READERS) == set(row)
+
+
+def test_unsupported_calls_are_not_repeated_and_errors_are_counted() -> None:
+    nv = fake_nvml(gpus=1, unsupported=frozenset({"pcie"}), failing=frozenset({"ecc"}))
+    health = PipelineHealth()
+    source = NvmlSource(nvml=nv, host="h", health=health, interval=0.01, max_polls=3)
+    frames = list(source)
+    assert len(frames) == 3
+    assert nv.calls["pcie"] == 1  # remembered as not supported after the first try
+    assert nv.calls["ecc"] == 3  # a failing call is retried next poll
+    assert np.isnan(frames[-1].columns["pcie_replays"]).all() and np.isnan(frames[-1].columns["ecc_dbe"]).all()
+    assert health.problems == {("nvml", "NVML call failed"): 3}
+
+
+def test_record_nvml_writes_a_recording(tmp_path: Path) -> None:
+    summary = record_nvml(tmp_path / "rec", duration=0.05, interval=0.01,
+                          nvml=fake_nvml(unsupported=frozenset({"field_values"})))
+    assert summary["rows"] == 10 and summary["gpus"] == 2 and summary["unsupported_fields"] == ["hbm_temp"]
+    rec = Recording.open(tmp_path / "rec")
+    assert rec.meta["source"] == "nvml"
+    frame = rec.read_kind("gpu")
+    assert len(frame) == 10
+    assert np.all(frame.columns["power"] == 630.0)
+    assert rec.topology.gpus[0].endswith("/gpu0")
