@@ -1,0 +1,153 @@
+"""Generic univariate detectors vs river, on the same stream, in the same run, on one core.
+
+The stream: ``--series`` series x ``--steps`` steps of noisy seasonal telemetry with spikes
+and level shifts. foreshock runs the whole univariate bank (robust EWMA z, CUSUM, Page-Hinkley,
+damped Holt, range novelty, seasonal difference) over it in batches of ``--batch`` steps; every
+point goes through all six detectors, and points/s counts points (not detector-updates).
+river runs, one event at a time as river does, on the first ``--river-points`` points of the
+same stream: HalfSpaceTrees (river's streaming anomaly detector), and its PageHinkley and ADWIN
+drift detectors; our own river adapter (learn_one/score_one per event) runs there too, to show
+what the per-event Python call costs. The multivariate detector's rate (node-steps/s, 32
+fields per node) is reported alongside. Each figure is the median of ``--runs`` runs (min, max).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("NUMBA_NUM_THREADS", "1")
+
+import numpy as np  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _util import emit, repeat  # noqa: E402
+
+from foreshock.detectors.cusum import Cusum  # noqa: E402
+from foreshock.detectors.ewma_zscore import EwmaZScore  # noqa: E402
+from foreshock.detectors.holt import Holt  # noqa: E402
+from foreshock.detectors.multivariate import OnlineMahalanobis  # noqa: E402
+from foreshock.detectors.page_hinkley import PageHinkley  # noqa: E402
+from foreshock.detectors.range_novelty import RangeNovelty  # noqa: E402
+from foreshock.detectors.river_adapters import UnivariateAdapter  # noqa: E402
+from foreshock.detectors.seasonal import SeasonalDiff  # noqa: E402
+from foreshock.detectors.univariate import UnivariateDetector  # noqa: E402
+
+
+def make_stream(series: int, steps: int, seed: int = 0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    t = np.arange(steps)[:, None]
+    x = 50 + 5 * np.sin(2 * np.pi * t / 60 + rng.uniform(0, 6, series)) + rng.normal(0, 1, (steps, series))
+    spikes = rng.random((steps, series)) < 0.001
+    x[spikes] += rng.normal(0, 10, int(spikes.sum()))
+    x[steps // 2:, : series // 10] += 3.0
+    return np.ascontiguousarray(x)
+
+
+def make_bank(series: int) -> list[UnivariateDetector]:
+    return [EwmaZScore(series), Cusum(series), PageHinkley(series), Holt(series),
+            RangeNovelty(series), SeasonalDiff(series, period=60)]
+
+
+def run_bank(stream: np.ndarray, batch: int, detectors: list[UnivariateDetector]) -> float:
+    t0 = time.perf_counter()
+    for i in range(0, stream.shape[0], batch):
+        chunk = stream[i:i + batch]
+        for det in detectors:
+            det.update(chunk)
+    return stream.size / (time.perf_counter() - t0)
+
+
+def per_detector_rates(stream: np.ndarray, batch: int, runs: int) -> dict[str, dict[str, float]]:
+    out = {}
+    for det in make_bank(stream.shape[1]):
+        cls, name = type(det), det.name
+        kwargs = {"period": 60} if name == "seasonal_diff" else {}
+        out[name] = repeat(lambda: run_bank(stream, batch, [cls(stream.shape[1], **kwargs)]), runs=runs)
+    return out
+
+
+def mahalanobis_rate(nodes: int, fields: int, steps: int) -> float:
+    """Node-steps/s of the multivariate detector (every step: solve + rank-1 update per node)."""
+    x = np.random.default_rng(1).normal(size=(steps, nodes, fields))
+    det = OnlineMahalanobis(nodes, fields)
+    det.update(x[:2])
+    t0 = time.perf_counter()
+    det.update(x)
+    return nodes * steps / (time.perf_counter() - t0)
+
+
+def river_rate(make, values: np.ndarray, how: str) -> float:  # type: ignore[no-untyped-def]
+    model = make()
+    t0 = time.perf_counter()
+    if how == "anomaly":
+        for v in values:
+            x = {"x": v}
+            model.score_one(x)
+            model.learn_one(x)
+    else:
+        for v in values:
+            model.update(v)
+    return values.size / (time.perf_counter() - t0)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--series", type=int, default=1000)
+    ap.add_argument("--steps", type=int, default=2000)
+    ap.add_argument("--batch", type=int, default=500)
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--river-points", type=int, default=20000)
+    args = ap.parse_args()
+
+    from river import anomaly, drift
+
+    stream = make_stream(args.series, args.steps)
+    run_bank(stream[:20], 10, make_bank(args.series))      # compile / load kernels
+
+    bank = repeat(lambda: run_bank(stream, args.batch, make_bank(args.series)), runs=args.runs)
+    singles = per_detector_rates(stream, args.batch, args.runs)
+
+    # river sees the same values, event by event (series-major: one series' history in order)
+    values = [float(v) for v in stream.T.ravel()[: args.river_points]]
+    arr = np.array(values)
+    lo, hi = float(arr.min()), float(arr.max())
+    river_runs = max(3, args.runs // 2)
+    hst = repeat(lambda: river_rate(lambda: anomaly.HalfSpaceTrees(seed=42, limits={"x": (lo, hi)}), arr[:args.river_points // 4],
+                                    "anomaly"), runs=river_runs)
+    ph = repeat(lambda: river_rate(drift.PageHinkley, arr, "drift"), runs=river_runs)
+    adwin = repeat(lambda: river_rate(drift.ADWIN, arr, "drift"), runs=river_runs)
+    mv = repeat(lambda: mahalanobis_rate(256, 32, 40), runs=max(3, args.runs // 2))
+    adapter = repeat(lambda: river_rate(lambda: UnivariateAdapter("ewma_zscore"), arr, "anomaly"), runs=river_runs)
+
+    print(f"stream: {args.series} series x {args.steps} steps = {stream.size:,} points, batches of {args.batch}")
+    print(f"foreshock bank (6 detectors/point): {bank['median']:>14,.0f} points/s  (min {bank['min']:,.0f}, max {bank['max']:,.0f})")
+    for name, r in singles.items():
+        print(f"  {name:<16} alone:            {r['median']:>14,.0f} points/s  (min {r['min']:,.0f}, max {r['max']:,.0f})")
+    print(f"river HalfSpaceTrees:                 {hst['median']:>14,.0f} obs/s     (min {hst['min']:,.0f}, max {hst['max']:,.0f})")
+    print(f"river PageHinkley (drift):            {ph['median']:>14,.0f} updates/s (min {ph['min']:,.0f}, max {ph['max']:,.0f})")
+    print(f"river ADWIN (drift):                  {adwin['median']:>14,.0f} updates/s (min {adwin['min']:,.0f}, max {adwin['max']:,.0f})")
+    print(f"foreshock EWMA z via river adapter:   {adapter['median']:>14,.0f} obs/s     (per-event Python calls)")
+    print(f"multivariate Mahalanobis, 32 fields:  {mv['median']:>14,.0f} node-steps/s (min {mv['min']:,.0f}, max {mv['max']:,.0f})")
+    ratio = bank["median"] / hst["median"]
+    print(f"ratio bank / river HST: {ratio:,.0f}x; foreshock PageHinkley / river PageHinkley: "
+          f"{singles['page_hinkley']['median'] / ph['median']:,.0f}x")
+    emit("generic_detectors",
+         foreshock_points_per_s=round(bank["median"]), foreshock_points_per_s_min=round(bank["min"]),
+         foreshock_points_per_s_max=round(bank["max"]),
+         river_obs_per_s=round(hst["median"]), river_obs_per_s_min=round(hst["min"]),
+         river_obs_per_s_max=round(hst["max"]), ratio=round(ratio, 1),
+         detectors_per_point=6,
+         per_detector_points_per_s={k: round(v["median"]) for k, v in singles.items()},
+         river_page_hinkley_per_s=round(ph["median"]), river_adwin_per_s=round(adwin["median"]),
+         page_hinkley_ratio=round(singles["page_hinkley"]["median"] / ph["median"], 1),
+         river_adapter_obs_per_s=round(adapter["median"]),
+         mahalanobis_32_fields_node_steps_per_s=round(mv["median"]),
+         series=args.series, steps=args.steps, batch=args.batch, runs=args.runs)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,131 @@
+"""NAB scores of foreshock's detectors on realKnownCause (the 7 real files with known causes),
+thresholds optimised and scores normalised over that subset, exactly as NAB's own run does.
+
+Prints every detector's three profile scores next to the published ones, and — last — the
+JSON line of the shipped combination (``foreshock``). Also times the detector (rows/s over the
+corpus, median of ``--runs``) since NAB is a replay of real telemetry.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _util import emit, repeat  # noqa: E402
+
+from dataclasses import replace  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+from foreshock.detectors.nab import NabScorer, NabSeries, load_corpus  # noqa: E402
+from foreshock.detectors.nab_detectors import NAB_DETECTORS, NabParams, run_nab_detector  # noqa: E402
+from foreshock.health import PipelineHealth  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT.parent / "shared" / "data" / "nab"
+
+# Published standard-profile scores on realKnownCause (issue 9 / NAB scoreboard per category).
+PUBLISHED_REALKNOWNCAUSE_STANDARD = {"ARTime": 66.45, "Numenta HTM": 57.8}
+# Published whole-corpus scores (standard profile; FACTS.md), for orientation only.
+PUBLISHED_CORPUS_STANDARD = {"ARTime": 74.9, "Numenta HTM": 70.5, "CAD OSE": 69.9, "KNN CAD": 58.0,
+                             "Relative Entropy": 54.6, "Random Cut Forest": 51.7, "Twitter ADVec": 47.1,
+                             "Windowed Gaussian": 39.6, "Random": 11.0}
+
+
+NEIGHBOURS: dict[str, list[float]] = {
+    "hold_s": [86400.0, 3 * 86400.0, 4 * 86400.0],
+    "seasonal_smooth": [6.0, 9.0, 18.0],
+    "seasonal_scale": [10.0, 12.0, 17.0, 20.0],
+    "z_scale": [6.0, 10.0],
+    "z_alpha": [0.005, 0.02],
+    "range_scale": [0.01, 0.03],
+    "seasonal_alpha": [0.001, 0.005],
+    "seasonal_min_gain": [0.0, 1.5],
+}
+"""One parameter changed at a time around the shipped set, to show how sharp the optimum is."""
+
+
+def score_with(corpus: list[NabSeries], scorer: NabScorer, params: NabParams) -> float:
+    scores = {s.name: run_nab_detector("foreshock", s.seconds, s.values, params) for s in corpus}
+    return scorer.score(scores)["standard"].normalized
+
+
+def sensitivity(corpus: list[NabSeries], scorer: NabScorer) -> dict[str, object]:
+    """Neighbour scores, and a leave-one-file-out estimate: each file scored with the (smooth,
+    hold) pair that is best on the other six — an out-of-sample check of the selection."""
+    base = NabParams()
+    table = {key: {str(v): round(score_with(corpus, scorer, replace(base, **{key: v})), 2) for v in values}
+             for key, values in NEIGHBOURS.items()}
+    grid = [replace(base, seasonal_smooth=sm, hold_s=h * 86400.0) for sm in (6.0, 12.0, 18.0) for h in (1, 2, 3, 4)]
+    runs = [{s.name: run_nab_detector("foreshock", s.seconds, s.values, p) for s in corpus} for p in grid]
+    mixed, picks = {}, {}
+    for s in corpus:
+        others = NabScorer([o for o in corpus if o.name != s.name])
+        vals = [others.score({k: v for k, v in r.items() if k != s.name})["standard"].normalized for r in runs]
+        best = int(np.argmax(vals))
+        mixed[s.name] = runs[best][s.name]
+        picks[s.name] = f"smooth {grid[best].seasonal_smooth:g}, hold {grid[best].hold_s / 86400:g} d"
+    lofo = {k: round(r.normalized, 2) for k, r in scorer.score(mixed).items()}
+    return {"neighbours_standard": table, "leave_one_file_out": lofo, "lofo_picks": picks}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--data", default=str(DATA / "realKnownCause"))
+    ap.add_argument("--labels", default=str(DATA / "labels.json"))
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--sensitivity", action="store_true",
+                    help="Also score the parameter neighbours and a leave-one-file-out selection.")
+    args = ap.parse_args()
+
+    corpus = load_corpus(args.data, args.labels, PipelineHealth())
+    scorer = NabScorer(corpus)
+    rows = sum(len(s.values) for s in corpus)
+    results = {}
+    for name in NAB_DETECTORS:
+        scores = {s.name: run_nab_detector(name, s.seconds, s.values) for s in corpus}
+        results[name] = scorer.score(scores)
+
+    def detect_all() -> float:
+        t0 = time.perf_counter()
+        for s in corpus:
+            run_nab_detector("foreshock", s.seconds, s.values)
+        return rows / (time.perf_counter() - t0)
+
+    speed = repeat(detect_all, runs=args.runs)
+
+    print(f"NAB realKnownCause: {len(corpus)} files, {scorer.n_windows} windows, {rows:,} rows")
+    print(f"{'detector':<16}{'standard':>10}{'low FP':>10}{'low FN':>10}   windows hit / FP rows (standard)")
+    for name, res in sorted(results.items(), key=lambda kv: -kv[1]["standard"].normalized):
+        std = res["standard"]
+        print(f"{name:<16}{std.normalized:>10.2f}{res['reward_low_FP'].normalized:>10.2f}"
+              f"{res['reward_low_FN'].normalized:>10.2f}   {std.windows_hit}/{std.windows} / {std.false_positives}")
+    print("published on realKnownCause (standard): "
+          + ", ".join(f"{k} {v}" for k, v in PUBLISHED_REALKNOWNCAUSE_STANDARD.items()))
+    print("published on the whole NAB corpus (standard): "
+          + ", ".join(f"{k} {v}" for k, v in PUBLISHED_CORPUS_STANDARD.items()))
+    print(f"foreshock detector speed: {speed['median']:,.0f} rows/s (min {speed['min']:,.0f}, max {speed['max']:,.0f}),"
+          " one file (series) at a time")
+    extra: dict[str, object] = {}
+    if args.sensitivity:
+        extra = sensitivity(corpus, scorer)
+        print("standard score with one parameter changed (shipped: "
+              f"{results['foreshock']['standard'].normalized:.2f}):")
+        for key, row in extra["neighbours_standard"].items():  # type: ignore[attr-defined]
+            print(f"  {key:<18} " + ", ".join(f"{v} -> {sc}" for v, sc in row.items()))
+        print(f"leave-one-file-out (each file scored with the smooth/hold best on the other six): "
+              f"{extra['leave_one_file_out']}")
+    ours = results["foreshock"]
+    emit("nab", **{k: round(r.normalized, 2) for k, r in ours.items()},
+         thresholds={k: round(r.threshold, 4) for k, r in ours.items()},
+         windows_hit=ours["standard"].windows_hit, windows=ours["standard"].windows,
+         others={name: round(res["standard"].normalized, 2) for name, res in results.items() if name != "foreshock"},
+         published_standard=PUBLISHED_REALKNOWNCAUSE_STANDARD, rows_per_s=round(speed["median"]),
+         subset="realKnownCause", **extra)
+
+
+if __name__ == "__main__":
+    main()

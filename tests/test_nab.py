@@ -1,0 +1,272 @@
+"""The NAB scorer against hand-computed cases, a literal transcription of NAB's threshold sweep,
+and the real realKnownCause files; and ``foreshock nab`` end to end."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from foreshock.detectors.nab import (OUTSIDE, PROBATION, PROFILES, NabScorer, NabSeries, load_corpus,
+                                     load_labels, load_series, probation_length, scaled_sigmoid, sweep_rows,
+                                     threshold_curve)
+from foreshock.health import PipelineHealth
+
+
+def S(position: float) -> float:
+    """NAB's scaled sigmoid written out by hand: 2 * sigmoid(-5 x) - 1, -1 beyond 3."""
+    return -1.0 if position > 3.0 else 2.0 / (1.0 + math.exp(5.0 * position)) - 1.0
+
+
+def toy(n: int = 60, windows: tuple[tuple[int, int], ...] = ((30, 33),)) -> NabSeries:
+    """60 one-minute rows, probation rows 0-8, one window of 4 rows (30-33). Long enough before
+    the window that detecting everything costs more than detecting nothing, so the null
+    detector (constant 0.5, optimised) scores -A_FN, as on the real corpus."""
+    ts = (np.datetime64("2020-01-01T00:00") + np.arange(n) * np.timedelta64(1, "m")).astype("datetime64[ns]")
+    return NabSeries("toy.csv", ts, np.zeros(n), [(ts[a], ts[b]) for a, b in windows])
+
+
+def detect(n: int, rows: dict[int, float]) -> np.ndarray:
+    s = np.zeros(n)
+    for i, v in rows.items():
+        s[i] = v
+    return s
+
+
+# --- the pieces -------------------------------------------------------------------------------
+
+def test_scaled_sigmoid_matches_the_published_anchor_values() -> None:
+    # NAB's docstring: -1 -> 0.98661 (window start), -0.5 -> 0.84828, 0 -> 0 (window end),
+    # 1 -> -0.98661, and -1 beyond 3.
+    assert scaled_sigmoid(-1.0) == pytest.approx(0.98661, abs=1e-5)
+    assert scaled_sigmoid(-0.5) == pytest.approx(0.84828, abs=1e-5)
+    assert scaled_sigmoid(0.0) == 0.0
+    assert scaled_sigmoid(1.0) == pytest.approx(-0.98661, abs=1e-5)
+    assert scaled_sigmoid(3.5) == -1.0
+
+
+def test_probation_is_15_percent_capped_at_750_rows() -> None:
+    assert probation_length(20) == 3           # floor(0.15 * 20)
+    assert probation_length(4032) == 604       # floor(604.8): the EC2 file
+    assert probation_length(22695) == 750      # 0.15 * 5000
+
+
+def test_profiles_are_nabs() -> None:
+    got = {k: (p.tp_weight, p.fp_weight, p.fn_weight) for k, p in PROFILES.items()}
+    assert got == {"standard": (1.0, 0.11, 1.0), "reward_low_FP": (1.0, 0.22, 1.0),
+                   "reward_low_FN": (1.0, 0.11, 2.0)}
+
+
+def test_sweep_rows_by_hand() -> None:
+    sweep, wid = sweep_rows(toy(), PROFILES["standard"])
+    assert list(wid[:9]) == [PROBATION] * 9              # floor(0.15 * 60)
+    assert list(wid[9:30]) == [OUTSIDE] * 21 and list(wid[30:34]) == [0] * 4 and list(wid[34:]) == [OUTSIDE] * 26
+    # inside: row i of window [30, 33] sits at -(33 - i + 1) / 4, divided by S(-1)
+    for i, pos in ((30, -1.0), (31, -0.75), (32, -0.5), (33, -0.25)):
+        assert sweep[i] == pytest.approx(S(pos) / S(-1.0))
+    # before any window: -A_FP; after: S(|33 - i| / (4 - 1)) * A_FP
+    assert sweep[25] == pytest.approx(-0.11)
+    assert sweep[35] == pytest.approx(0.11 * S(2 / 3))
+    assert sweep[39] == pytest.approx(0.11 * S(6 / 3))
+
+
+# --- whole scores, by hand --------------------------------------------------------------------
+
+def test_detection_at_the_window_start_is_perfect_and_nothing_is_null() -> None:
+    scorer = NabScorer([toy()])
+    r = scorer.score({"toy.csv": detect(60, {30: 1.0})})["standard"]
+    assert (r.raw, r.null, r.perfect) == (pytest.approx(1.0), -1.0, 1.0)
+    assert r.normalized == pytest.approx(100.0)
+    assert scorer.score({"toy.csv": np.zeros(60)})["standard"].normalized == pytest.approx(0.0)
+
+
+def test_late_detection_plus_a_false_positive_by_hand() -> None:
+    scorer = NabScorer([toy()])
+    res = scorer.score({"toy.csv": detect(60, {32: 0.9, 25: 0.9})})
+    tp = S(-0.5) / S(-1.0)                        # 0.848284 / 0.986614 = 0.859789
+    assert res["standard"].raw == pytest.approx(tp - 0.11)
+    assert res["standard"].normalized == pytest.approx(100 * (tp - 0.11 + 1) / 2)       # 87.49
+    assert res["reward_low_FP"].raw == pytest.approx(tp - 0.22)
+    # low FN: null = -2 (one window missed at A_FN = 2), perfect = 1
+    assert res["reward_low_FN"].normalized == pytest.approx(100 * (tp - 0.11 + 2) / 3)
+    assert res["standard"].normalized == pytest.approx(87.4894, abs=1e-3)
+
+
+def test_probation_detections_are_ignored_and_fps_after_a_window_cost_less() -> None:
+    scorer = NabScorer([toy()])
+    # row 1 is in probation: not an FP. Row 35 follows the window: costs 0.11 * S(2/3).
+    res = scorer.score({"toy.csv": detect(60, {1: 1.0, 30: 1.0, 35: 1.0})})["standard"]
+    assert res.raw == pytest.approx(1.0 + 0.11 * S(2 / 3))          # 1 - 0.10242
+    assert res.false_positives == 1 and res.windows_hit == 1
+
+
+def test_threshold_optimisation_picks_the_best_cut_by_hand() -> None:
+    scorer = NabScorer([toy()])
+    scores = detect(60, {24: 0.95, 31: 0.9, 27: 0.6})
+    curve = scorer.curve({"toy.csv": scores}, "standard")
+    tp = S(-0.75) / S(-1.0)
+    assert list(curve.thresholds) == [1.1, 0.95, 0.9, 0.6, 0.0]
+    assert curve.scores[:4] == pytest.approx([-1.0, -1.11, tp - 0.11, tp - 0.22])
+    res = scorer.score({"toy.csv": scores})["standard"]
+    assert res.threshold == 0.9 and res.raw == pytest.approx(tp - 0.11)
+    # a given threshold is honoured: 0.95 detects only the FP
+    fixed = scorer.score({"toy.csv": scores}, thresholds={"standard": 0.95})["standard"]
+    assert fixed.raw == pytest.approx(-1.11)
+
+
+def test_only_the_earliest_detection_in_a_window_counts() -> None:
+    scorer = NabScorer([toy()])
+    one = scorer.score({"toy.csv": detect(60, {31: 1.0})})["standard"].raw
+    many = scorer.score({"toy.csv": detect(60, {31: 1.0, 32: 1.0, 33: 1.0})})["standard"].raw
+    assert one == pytest.approx(many) == pytest.approx(S(-0.75) / S(-1.0))
+
+
+def test_two_files_share_one_threshold_and_sum() -> None:
+    a, b = toy(), toy(80, ((50, 55),))
+    b.name = "other.csv"
+    scorer = NabScorer([a, b])
+    res = scorer.score({"toy.csv": detect(60, {30: 0.7}), "other.csv": detect(80, {50: 0.8, 20: 0.75})})["standard"]
+    # cut at 0.7: both windows at their first row (1 + 1), one FP before any window (-0.11)
+    assert res.threshold == 0.7 and res.raw == pytest.approx(2.0 - 0.11)
+    assert res.normalized == pytest.approx(100 * (2 - 0.11 + 2) / 4)
+
+
+def test_scores_outside_unit_interval_are_rejected() -> None:
+    scorer = NabScorer([toy()])
+    with pytest.raises(ValueError, match="within"):
+        scorer.score({"toy.csv": np.full(60, 1.5)})
+    with pytest.raises(ValueError, match="within"):
+        scorer.score({"toy.csv": np.full(60, np.nan)})
+    with pytest.raises(ValueError, match="no anomaly scores"):
+        scorer.score({})
+
+
+# --- quirks -----------------------------------------------------------------------------------
+
+def test_quirky_timestamps_are_counted_and_windows_use_the_first_matching_row(tmp_path) -> None:
+    rows = ["2020-01-01 00:00:00", "2020-01-01 00:05:00", "2020-01-01 00:05:00", "2020-01-01 00:10:00",
+            "2020-01-01 00:04:00", "2020-01-01 00:15:00", "2020-01-01 00:20:00", "2020-01-01 00:25:00"]
+    path = tmp_path / "q.csv"
+    path.write_text("timestamp,value\n" + "".join(f"{t},{i}\n" for i, t in enumerate(rows)) + "2020-01-01 00:30:00,oops\n")
+    health = PipelineHealth()
+    s = load_series(path, [(np.datetime64("2020-01-01T00:05"), np.datetime64("2020-01-01T00:15"))], health)
+    assert health.problems[("nab", "timestamp_duplicate")] == 1
+    assert health.problems[("nab", "timestamp_backwards")] == 1
+    assert health.problems[("nab", "bad_value")] == 1 and np.isnan(s.values[-1])
+    _, wid = sweep_rows(s, PROFILES["standard"], probation_percent=0.0)
+    # opens at the first 00:05 (row 1), right edge = first 00:15 (row 5)
+    assert list(wid) == [OUTSIDE, 0, 0, 0, 0, 0, OUTSIDE, OUTSIDE, OUTSIDE]
+
+
+def test_labels_accept_both_layouts(tmp_path) -> None:
+    a = tmp_path / "a.json"
+    a.write_text(json.dumps({"windows": {"x/f.csv": [["2020-01-01 00:00:00.000000", "2020-01-02 00:00:00"]]}}))
+    b = tmp_path / "b.json"
+    b.write_text(json.dumps({"x/f.csv": [["2020-01-01 00:00:00", "2020-01-02 00:00:00"]]}))
+    assert load_labels(a) == load_labels(b) == {"f.csv": [(np.datetime64("2020-01-01T00:00", "ns"),
+                                                          np.datetime64("2020-01-02T00:00", "ns"))]}
+    bad = tmp_path / "c.json"
+    bad.write_text(json.dumps({"f.csv": [["2020-01-02 00:00:00", "2020-01-01 00:00:00"]]}))
+    with pytest.raises(ValueError, match="ends before"):
+        load_labels(bad)
+
+
+# --- against a literal transcription of NAB's sweep --------------------------------------------
+
+def nab_reference_best(anomaly_lists: list[list[tuple[float, float, str | None]]], fn_weight: float) -> tuple[float, float]:
+    """NAB's Sweeper.calcScoreByThreshold + optimizer, line by line: rows are (anomaly score,
+    sweep score, window name or None), probation rows already dropped."""
+    rows = sorted([r for rows in anomaly_lists for r in rows], key=lambda r: r[0], reverse=True)
+    parts: dict[str | None, float] = {"fp": 0.0}
+    for _, _, name in rows:
+        if name is not None:
+            parts[name] = -fn_weight
+    out = []
+    threshold = 1.1
+    for score, sweep, name in rows:
+        if score != threshold:
+            out.append((threshold, sum(parts.values())))
+            threshold = score
+        if name is None:
+            parts["fp"] += sweep
+        else:
+            parts[name] = max(parts[name], sweep)
+    out.append((threshold, sum(parts.values())))
+    best = sorted(out, key=lambda r: r[1], reverse=True)[0]
+    return best
+
+
+@pytest.fixture(scope="module")
+def corpus(shared_data):
+    nab = shared_data / "nab"
+    return load_corpus(nab / "realKnownCause", nab / "labels.json", PipelineHealth())
+
+
+def test_threshold_sweep_matches_nabs_loop_on_the_real_corpus(corpus) -> None:
+    rng = np.random.default_rng(11)
+    # coarse scores -> many ties, exactly where a sweep can go wrong
+    scores = {s.name: np.round(rng.random(len(s.values)) ** 8, 3) for s in corpus}
+    scorer = NabScorer(corpus)
+    for key, profile in PROFILES.items():
+        lists = []
+        for s in corpus:
+            sweep, wid = scorer.rows[key][s.name]
+            lists.append([(float(a), float(b), None if w == OUTSIDE else f"{s.name}|{w}")
+                          for a, b, w in zip(scores[s.name], sweep, wid) if w != PROBATION])
+        ref_threshold, ref_score = nab_reference_best(lists, profile.fn_weight)
+        got = scorer.score(scores)[key]
+        assert got.threshold == ref_threshold
+        assert got.raw == pytest.approx(ref_score, abs=1e-9)
+
+
+def test_real_corpus_windows_null_and_perfect(corpus) -> None:
+    assert [len(s.windows) for s in corpus] == [2, 1, 3, 4, 5, 2, 2]
+    scorer = NabScorer(corpus)
+    perfect = {}
+    for s in corpus:
+        _, wid = scorer.rows["standard"][s.name]
+        first = np.r_[True, wid[1:] != wid[:-1]] & (wid >= 0)
+        perfect[s.name] = first.astype(float)
+    res = scorer.score(perfect)
+    assert {k: round(r.normalized, 6) for k, r in res.items()} == {k: 100.0 for k in PROFILES}
+    null = scorer.score({s.name: np.full(len(s.values), 0.5) for s in corpus})
+    assert {k: r.normalized for k, r in null.items()} == {k: 0.0 for k in PROFILES}
+    assert res["standard"].null == -19.0 and res["reward_low_FN"].null == -38.0
+
+
+# --- the command --------------------------------------------------------------------------------
+
+def test_nab_command_scores_realknowncause_and_writes_nab_results(shared_data, tmp_path) -> None:
+    from foreshock.cli.main import cli
+
+    nab = shared_data / "nab"
+    result = CliRunner().invoke(cli, ["nab", str(nab / "realKnownCause"), str(nab / "labels.json"),
+                                      "--results", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    last = json.loads(result.output.strip().splitlines()[-1])
+    assert set(last) == {"standard", "reward_low_FP", "reward_low_FN"}
+    # The target of issue 9: above ARTime's 66.45 on this subset (standard profile).
+    assert last["standard"] > 66.5
+    assert "timestamp_backwards 1" in result.output and "timestamp_duplicate 11" in result.output
+    files = sorted((tmp_path / "foreshock" / "realKnownCause").glob("foreshock_*.csv"))
+    assert len(files) == 7
+    with open(tmp_path / "foreshock" / "realKnownCause" / "foreshock_nyc_taxi.csv") as f:
+        rows = list(csv.reader(f))
+    assert rows[0] == ["timestamp", "value", "anomaly_score", "label"]
+    assert len(rows) == 10321 and rows[1][:2] == ["2014-07-01 00:00:00", "10844.0"]
+    assert sum(int(r[3]) for r in rows[1:]) == 1035          # 5 windows of 207 rows
+    assert all(0.0 <= float(r[2]) <= 1.0 for r in rows[1:])
+
+
+def test_nab_command_rejects_a_folder_without_labelled_files(tmp_path) -> None:
+    from foreshock.cli.main import cli
+
+    (tmp_path / "x.csv").write_text("timestamp,value\n2020-01-01 00:00:00,1\n")
+    labels = tmp_path / "labels.json"
+    labels.write_text(json.dumps({"windows": {"y.csv": []}}))
+    result = CliRunner().invoke(cli, ["nab", str(tmp_path), str(labels)])
+    assert result.exit_code != 0 and "no CSV" in result.output
