@@ -1,1 +1,67 @@
-"""foreshock.simulator"""
+"""foreshock.simulator — a physics-based GPU training cluster with faults and ground truth.
+
+Stable API (the embedded pipeline, ``foreshock demo`` and the detectors' tests rely on it)::
+
+    from foreshock.simulator import ClusterSimulator, build_topology, load_scenario, list_scenarios
+
+    sim = ClusterSimulator(gpus=256, scenario="cooling-loss", seed=1, interval=1.0,
+                           duration=1800, random_faults=False)
+    sim.topology                 # foreshock.topology.Topology (written as topology.yaml)
+    frames = sim.step()          # advance one interval -> [Frame] one per kind:
+                                 #   gpu, link, optic, node, rack, job (ts = sim.now)
+    for frame in sim.iter_frames(600):   # or iterate: frames per kind per tick, for 600 s
+        ...                              # (iter_frames(math.inf) runs until you stop)
+    for tick in sim.iter_ticks(600): ... # the same, one list of frames per tick
+    sim.events                   # ground truth so far: list[foreshock.events.Event]
+    sim.faults                   # list[Fault]: id, type, target_name, onset (s), duration, params
+    sim.record("out/rec", duration=1800, progress=lambda done, total: ...)  # -> RunSummary
+
+Parameters of ``ClusterSimulator``: ``topology`` (else generated for ``gpus`` GPUs with
+``topology_options`` passed to :func:`build_topology`), ``scenario`` (packaged name, YAML
+path or :class:`Scenario`; default healthy), ``seed`` (same seed, same run: frames and events),
+``interval`` (sampling, 1 s default; 30 s like dcgm-exporter), ``duration`` (the run length
+``%`` onsets refer to; default from the scenario), ``random_faults`` (FACTS rates ×25, see
+faults.py), ``params`` (:class:`SimParams` or a dict of overrides, e.g. ``{"missing_prob": 0}``),
+``physics_dt`` (internal step, default 1 s, at most the interval), ``start_time`` (epoch s).
+
+Ground truth (``sim.events``; ``events.jsonl`` in recordings, sorted by time there; live, end
+events arrive one debounce window late with the time the condition actually cleared):
+
+- ``fault_onset`` — entity_kind ``loop`` (cooling loop name, e.g. ``cdu0``; detail lists its
+  racks), ``gpu``, ``node`` or ``optic`` (detail names its link); ``fault_type`` and
+  ``detail.cause`` hold the hidden cause, ``detail.params`` its severity.
+- consequences, each with the ``fault_id``/``fault_type`` that caused it (empty when none, e.g.
+  the power cap under full load): ``thermal_throttle_start/_end``, ``power_cap_start/_end``,
+  ``power_brake_start/_end`` (gpu; ``detail.reasons`` = throttle bits at start, OR over the
+  episode at end), ``hbm_overheat_start/_end`` (gpu; HBM within 0.5 °C of its 95 °C limit),
+  ``xid`` (gpu; ``detail.code`` 48 or 79; ``detail.reason == "thermal shutdown"`` when a die
+  reached 92 °C and powered off),
+  ``link_down``/``link_up`` (link; every flap), ``congestion_start/_end`` (link, the links that
+  took rerouted traffic), ``job_slowdown_start/_end`` (job; step time > 1.10x nominal, or
+  ``detail.reason == "interrupted"`` while a crashed job waits for repair).
+- debouncing: an episode ends only after its condition stayed clear for ``HOLD_S`` seconds
+  (30-60 s), so the power cap that releases during each communication phase is one episode.
+
+Conventions detectors can rely on: link counters are cumulative (``params.counter_bits=32``
+makes them wrap), one ``xmit_wait`` tick = 64 bytes at the port rate
+(``facts.XMIT_WAIT_TICK_BYTES``), optic slot = 2·link + end (end a = the GPU NIC side),
+rack ``coolant_temp`` is the loop's CDU supply and ``inlet_temp`` the rack's inlet, node
+``fan_speed`` is the node's slowest fan (a dead fan reads 0).
+
+Real formats: ``foreshock.simulator.formats.dcgm_exposition(gpu_frame, topology)`` renders a
+dcgm-exporter scrape, ``nvidia_smi_csv(gpu_frame, topology, node)`` an ``nvidia-smi
+--query-gpu`` CSV, so the real importers can be driven by the simulator.
+"""
+
+from __future__ import annotations
+
+from .engine import DEFAULT_START, HOLD_S, ClusterSimulator, RunSummary
+from .faults import FAULT_TYPES, RANDOM_FAULT_ACCELERATION, Fault
+from .params import SimParams
+from .scenario import Scenario, ScenarioError, list_scenarios, load_scenario
+from .topology_gen import build_topology
+
+__all__ = [
+    "ClusterSimulator", "RunSummary", "SimParams", "Scenario", "ScenarioError", "Fault", "FAULT_TYPES",
+    "RANDOM_FAULT_ACCELERATION", "DEFAULT_START", "HOLD_S", "build_topology", "list_scenarios", "load_scenario",
+]

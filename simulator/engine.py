@@ -1,0 +1,597 @@
+"""The simulation engine: wires workload, GPUs, cooling, optics, fabric, faults and ground truth.
+
+One physics step of ``dt`` seconds (1 s by default, never more than the sampling interval):
+
+1. faults set the hidden inputs (CDU flow, thermal resistances, fans, power brake and limits,
+   optic losses, dead GPUs, stopped jobs) and note which fault touches which entity;
+2. jobs advance their steps (pace of the slowest member, communication stretched by congestion);
+3. GPUs choose clocks (driver limiters), draw power, heat up or cool down;
+4. cooling loops follow the heat they carry; fans follow the hottest GPU;
+5. optics drift, BER follows RX power, links flap or go down;
+6. the fabric routes each job's traffic (around down links) and grows the port counters;
+7. ground-truth trackers turn conditions into debounced episodes attributed to faults.
+
+Every ``interval`` seconds the engine samples telemetry into one frame per entity kind.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import numpy as np
+
+from foreshock import facts
+from foreshock.events import Event
+from foreshock.fields import ENTITY_KINDS
+from foreshock.frames import Frame
+from foreshock.recording import RecordingWriter
+from foreshock.topology import Topology
+
+from .cooling import CoolingModel
+from .fabric import FabricModel
+from .faults import (
+    DEFAULT_PARAMS, FAULT_TYPES, RANDOM_FAULT_ACCELERATION, RANDOM_FAULT_MIX, Fault, draw_random_params,
+    random_fault_rate_per_s,
+)
+from .gpu_model import GpuModel
+from .optics import OpticsModel
+from .params import SimParams
+from .scenario import Scenario, load_scenario, resolve_time
+from .telemetry import Telemetry
+from .topology_gen import build_topology
+from .truth import EpisodeTracker
+from .workload import Workload
+
+DEFAULT_START = 1_700_006_400.0  # 2023-11-15 00:00:00 UTC: the diurnal swing starts at midnight
+DEFAULT_DURATION_S = 3600.0
+
+HOLD_S = {"thermal_throttle": 30.0, "power_cap": 60.0, "power_brake": 30.0, "hbm_overheat": 30.0,
+          "congestion": 30.0, "job_slowdown": 60.0}
+"""Debounce per consequence: an episode ends only after its condition stayed false this long."""
+HBM_AT_LIMIT_MARGIN_C = 0.5
+"""HBM counts as overheating from 0.5 °C under its max operating temperature: the SW thermal
+limiter holds it right there, so "above" alone would flicker."""
+AFTERMATH_S = 900.0
+"""After a fault is repaired its consequences (a loop still cooling down) are attributed to it
+for this long."""
+REBOOT_S = 600.0
+"""A GPU that shut down thermally is back this long after it went down (once cool and repaired)."""
+WARMUP_S = 600.0
+"""Physics run before the first sample so the cluster starts in its steady state."""
+
+
+@dataclass
+class RunSummary:
+    gpus: int
+    simulated_seconds: float
+    wall_seconds: float
+    faults: int
+    events: int
+    frames: int
+    rows: int
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"gpus": self.gpus, "simulated_seconds": self.simulated_seconds,
+                "wall_seconds": round(self.wall_seconds, 3), "faults": self.faults, "events": self.events}
+
+
+class ClusterSimulator:
+    """A simulated GPU training cluster; see the package docstring for the API."""
+
+    def __init__(
+        self,
+        topology: Topology | None = None,
+        *,
+        gpus: int = 256,
+        scenario: str | Path | Scenario | None = None,
+        seed: int = 0,
+        interval: float = 1.0,
+        duration: float | None = None,
+        random_faults: bool | None = None,
+        fault_acceleration: float = RANDOM_FAULT_ACCELERATION,
+        params: SimParams | dict[str, Any] | None = None,
+        physics_dt: float | None = None,
+        start_time: float = DEFAULT_START,
+        topology_options: dict[str, Any] | None = None,
+        warmup_s: float = WARMUP_S,
+    ) -> None:
+        if interval <= 0 or not math.isfinite(interval):
+            raise ValueError(f"interval must be a positive number of seconds, got {interval}")
+        if scenario is None:
+            scen = Scenario("healthy")
+        elif isinstance(scenario, Scenario):
+            scen = scenario
+        else:
+            scen = load_scenario(scenario)
+        self.scenario = scen
+        base = params if isinstance(params, SimParams) else SimParams()
+        self.params = p = base.with_overrides(scen.params).with_overrides(
+            params if isinstance(params, dict) else None)
+        self.seed = seed
+        streams = np.random.SeedSequence(seed).spawn(8)
+        self._rng_init, self._rng_work, self._rng_optics, self._rng_tel, self._rng_faults, \
+            self._rng_fabric, self._rng_misc, self._rng_targets = (np.random.default_rng(s) for s in streams)
+        self.topology = topology if topology is not None else build_topology(
+            gpus, seed=seed, **(topology_options or {}))
+        topo = self.topology
+        self.interval = float(interval)
+        dt = min(self.interval, physics_dt if physics_dt is not None else 1.0)
+        self.substeps = max(1, int(round(self.interval / dt)))
+        self.dt = self.interval / self.substeps
+        self.duration = float(duration if duration is not None else scen.defaults.get("duration", DEFAULT_DURATION_S))
+        self.start_time = float(start_time)
+        self.elapsed = 0.0
+        self.random_faults = scen.random_faults if random_faults is None else bool(random_faults)
+        self.fault_rate = random_fault_rate_per_s(len(topo.nodes), fault_acceleration)
+
+        # models
+        self.gpu = GpuModel(len(topo.gpus), p, self._rng_init)
+        self.cooling = CoolingModel(topo, p, self._rng_init, self.start_time)
+        self.workload = Workload(topo, p, self._rng_work)
+        self.optics = OpticsModel(topo, p, self._rng_optics)
+        self.fabric = FabricModel(topo, p, self._rng_fabric)
+        self.telemetry = Telemetry(p, self._rng_tel, {k: topo.size(k) for k in ENTITY_KINDS})
+        # relations
+        self.gpu_rack = topo.gpu_rack
+        self.gpu_loop = topo.rack_loop[self.gpu_rack]
+        self.gpu_node = topo.gpu_node
+        self.job_links = [self.fabric.gpu_link[topo.gpus_of_job(j)] for j in range(len(topo.jobs))]
+        self.job_gpus = [topo.gpus_of_job(j) for j in range(len(topo.jobs))]
+        # hidden fault inputs and attribution (reset every physics step)
+        n_gpus, n_links = len(topo.gpus), len(topo.links)
+        self.r_factor = np.ones(n_gpus)
+        self.hbm_r_factor = np.ones(n_gpus)
+        self.brake = np.zeros(len(topo.nodes), dtype=bool)
+        self.gpu_cause = np.full(n_gpus, -1, dtype=np.int64)
+        self.link_cause = np.full(n_links, -1, dtype=np.int64)
+        self.job_cause = np.full(len(topo.jobs), -1, dtype=np.int64)
+        self.fault_dead = np.zeros(n_gpus, dtype=bool)  # fell off the bus (XID 79 fault)
+        self.fault_held = np.zeros(len(topo.jobs), dtype=bool)  # stopped by a fault
+        self.shutdown = np.zeros(n_gpus, dtype=bool)  # thermal shutdown
+        self.shutdown_since = np.zeros(n_gpus)
+        self.shutdown_cause = np.full(n_gpus, -1, dtype=np.int64)
+        self._fault_inputs_dirty = False
+
+        # faults
+        self.faults: list[Fault] = []
+        self._used_loops: set[int] = set()
+        for spec in sorted(scen.faults, key=lambda s: resolve_time(s.onset, self.duration)):
+            target, name = self._resolve_target(FAULT_TYPES[spec.type], spec.target)
+            duration_s = None if spec.duration is None else resolve_time(spec.duration, self.duration)
+            self._add_fault(spec.type, target, name, resolve_time(spec.onset, self.duration), duration_s, spec.params)
+
+        # ground truth
+        self.events: list[Event] = []
+        lookup = self._fault_of
+        self.trackers = {
+            "thermal_throttle": EpisodeTracker("thermal_throttle", "gpu", topo.gpus, HOLD_S["thermal_throttle"], lookup, True),
+            "power_cap": EpisodeTracker("power_cap", "gpu", topo.gpus, HOLD_S["power_cap"], lookup, True),
+            "power_brake": EpisodeTracker("power_brake", "gpu", topo.gpus, HOLD_S["power_brake"], lookup, True),
+            "hbm_overheat": EpisodeTracker("hbm_overheat", "gpu", topo.gpus, HOLD_S["hbm_overheat"], lookup),
+            "congestion": EpisodeTracker("congestion", "link", topo.links, HOLD_S["congestion"], lookup),
+            "job_slowdown": EpisodeTracker("job_slowdown", "job", topo.jobs, HOLD_S["job_slowdown"], lookup),
+        }
+        self.ticks = 0
+        self._warm_up(warmup_s)
+
+    # ---- public API ------------------------------------------------------------------------------
+    @property
+    def now(self) -> float:
+        """Current simulated time (epoch seconds), the ``ts`` of the last frames."""
+        return self.start_time + self.elapsed
+
+    def step(self) -> list[Frame]:
+        """Advance one sampling interval; return one frame per entity kind (gpu, link, optic,
+        node, rack, job) sampled at the new time."""
+        for _ in range(self.substeps):
+            self._physics_step(self.dt)
+        if self.random_faults:
+            self._draw_random_faults()
+        self.ticks += 1
+        return self.sample()
+
+    def iter_frames(self, duration: float | None = None) -> Iterator[Frame]:
+        """Frames of every kind, tick after tick, for ``duration`` simulated seconds (the run's
+        duration when None; ``math.inf`` runs until the consumer stops)."""
+        for frames in self.iter_ticks(duration):
+            yield from frames
+
+    def iter_ticks(self, duration: float | None = None) -> Iterator[list[Frame]]:
+        end = self.elapsed + (self.duration if duration is None else duration)
+        while self.elapsed + 1e-9 < end:
+            yield self.step()
+
+    __iter__ = iter_frames
+
+    def record(self, out_dir: str | Path, duration: float | None = None,
+               progress: Callable[[float, float], None] | None = None,
+               meta: dict[str, Any] | None = None) -> RunSummary:
+        """Run for ``duration`` simulated seconds and write a recording folder (Parquet per kind,
+        topology.yaml, events.jsonl with the ground truth, recording.json)."""
+        total = self.duration if duration is None else float(duration)
+        t0 = time.perf_counter()
+        frames = rows = 0
+        meta_all = {
+            "source": "simulator", "interval": self.interval, "seed": self.seed, "scenario": self.scenario.name,
+            "gpus": len(self.topology.gpus), "physics_dt": self.dt, "random_faults": self.random_faults,
+            "start_time": self.start_time, **(meta or {}),
+        }
+        writer = RecordingWriter(out_dir, self.topology, meta_all)
+        try:
+            for tick in self.iter_ticks(total):
+                for frame in tick:
+                    writer.write(frame)
+                    frames += 1
+                    rows += len(frame)
+                if progress is not None:
+                    progress(self.elapsed, total)
+        finally:
+            writer.meta["faults"] = [f.describe() for f in self.faults if f.started]
+            writer.add_events(self.events)
+            writer.close()
+        return RunSummary(len(self.topology.gpus), self.elapsed, time.perf_counter() - t0,
+                          sum(f.started for f in self.faults), len(self.events), frames, rows)
+
+    def sample(self) -> list[Frame]:
+        """Telemetry at the current time, one frame per kind (does not advance time)."""
+        ts = self.now
+        tel = self.telemetry
+        opt = self.optics
+        link_up = opt.link_up
+        cooling = self.cooling
+        job_step = np.where(self.workload.active, self.workload.step_time, np.nan)
+        return [
+            tel.frame("gpu", ts, tel.gpu_columns(self.gpu)),
+            tel.frame("link", ts, self.fabric.readings(link_up)),
+            tel.frame("optic", ts, opt.module_readings(self.fabric.util)),
+            tel.frame("node", ts, {"fan_speed": np.round(cooling.fan_speed, 3),
+                                   "psu_power": np.round(cooling.psu_power, 1)}),
+            tel.frame("rack", ts, {"inlet_temp": np.round(cooling.rack_inlet, 1),
+                                   "coolant_temp": np.round(cooling.coolant[cooling.rack_loop], 1),
+                                   "coolant_flow": np.round(cooling.rack_flow_lps, 3),
+                                   "pdu_power": np.round(cooling.rack_power, 0)}),
+            tel.frame("job", ts, {"step_time": np.round(job_step, 4)}, missing=False),
+        ]
+
+    # ---- physics ---------------------------------------------------------------------------------
+    def _warm_up(self, seconds: float) -> None:
+        """Settle temperatures, loops and counters before time 0; no faults, no ground truth."""
+        if seconds <= 0:
+            return
+        steps = max(1, int(math.ceil(seconds / 5.0)))
+        self.elapsed = -seconds
+        for _ in range(steps):
+            self._physics_step(seconds / steps, truth=False)
+        self.elapsed = 0.0
+
+    def _physics_step(self, dt: float, truth: bool = True) -> None:
+        self.elapsed += dt
+        t = self.now
+        self._apply_faults(dt)
+        gpu, wl = self.gpu, self.workload
+        self._recover_shutdowns()
+        gpu.alive = ~(self.fault_dead | self.shutdown)
+        wl.held = self.fault_held.copy()
+        if self.shutdown.any():
+            jobs = self.topology.gpu_job[self.shutdown]
+            wl.held[jobs[jobs >= 0]] = True
+        speed = np.where(gpu.reasons & facts.THROTTLE_IDLE, 1.0, gpu.compute_clock / self.params.clock_max_hz)
+        wl.step(dt, speed, self.fabric.job_comm_slowdown)
+        gpu.util = np.where(wl.gpu_running, 1.0, 0.0)
+        inlet = self.cooling.rack_inlet[self.gpu_rack]
+        gpu.step(dt, inlet, wl.gpu_compute_frac, wl.gpu_compute_activity, wl.gpu_other_activity, wl.gpu_running,
+                 self.brake[self.gpu_node], self.r_factor, self.hbm_r_factor)
+        self._thermal_shutdowns(t, truth)
+        self.cooling.step(dt, t, gpu.power, np.where(gpu.alive, gpu.temp, -np.inf))
+        went_down, came_up = self.optics.step(dt, t)
+        self.fabric.step(dt, wl.active, wl.comm_load, wl.comm_time_frac, gpu.alive, self.optics.link_up)
+        self.fabric.add_optic_errors(self.optics.new_downs, self.optics.new_recoveries, self.optics.new_symbol_errors)
+        n_replays = int(self._rng_misc.binomial(len(gpu.pcie_replays), min(2e-5 * dt, 1.0)))
+        if n_replays:
+            np.add.at(gpu.pcie_replays, self._rng_misc.integers(0, len(gpu.pcie_replays), n_replays), 1.0)
+        if truth:
+            self._hbm_errors(dt)
+            self._truth(t, went_down, came_up)
+
+    def _thermal_shutdowns(self, t: float, truth: bool) -> None:
+        """A die at the shutdown temperature (92 °C) powers off; its job stops. Leakage rises with
+        temperature, so a hot enough inlet or a bad enough thermal interface runs away: this is
+        the driver's last line of defence."""
+        gpu = self.gpu
+        hot = gpu.alive & (gpu.temp >= self.params.shutdown_c)
+        if not hot.any():
+            return
+        for g in np.flatnonzero(hot):
+            cause = int(self.gpu_cause[g])
+            self.shutdown[g] = True
+            self.shutdown_since[g] = self.elapsed
+            self.shutdown_cause[g] = cause
+            gpu.xid_last[g] = 79
+            if truth:
+                fid, ftype = self._fault_of(cause)
+                self.events.append(Event(t, "xid", "gpu", self.topology.gpus[g], fid, ftype,
+                                         {"code": 79, "reason": "thermal shutdown"}))
+        gpu.alive &= ~hot
+        gpu.power[hot] = 0.0
+        gpu.clock[hot] = 0.0
+
+    def _recover_shutdowns(self) -> None:
+        """A shut-down GPU comes back once it has cooled, its cause is repaired and the node
+        rebooted (``REBOOT_S``)."""
+        if not self.shutdown.any():
+            return
+        for g in np.flatnonzero(self.shutdown):
+            cause = int(self.shutdown_cause[g])
+            repaired = cause < 0 or self.faults[cause].ended
+            if repaired and self.gpu.temp[g] < 45.0 and self.elapsed - self.shutdown_since[g] >= REBOOT_S:
+                self.shutdown[g] = False
+
+    def _truth(self, t: float, went_down: np.ndarray, came_up: np.ndarray) -> None:
+        gpu, ev = self.gpu, self.events
+        tr = self.trackers
+        bits = gpu.reasons
+        ev += tr["thermal_throttle"].update(t, gpu.thermal_throttled, self.gpu_cause, bits)
+        ev += tr["power_cap"].update(t, gpu.power_capped, self.gpu_cause, bits)
+        ev += tr["power_brake"].update(t, gpu.power_braked, self.gpu_cause, bits)
+        hbm_hot = gpu.alive & (gpu.hbm_temp >= self.params.hbm_max_operating_c - HBM_AT_LIMIT_MARGIN_C)
+        ev += tr["hbm_overheat"].update(t, hbm_hot, self.gpu_cause)
+        src = self.fabric.reroute_source
+        cong_cause = np.where(src >= 0, self.link_cause[np.maximum(src, 0)], self.link_cause)
+        ev += tr["congestion"].update(t, self.fabric.congested, cong_cause)
+        wl = self.workload
+        slow = (wl.running & wl.held) | (wl.active & (wl.step_time > self.params.slowdown_ratio * wl.nominal_step))
+        ev += tr["job_slowdown"].update(t, slow, self._job_causes(slow), detail=self._job_detail)
+        names = self.topology.links
+        for link in went_down:
+            fid, ftype = self._fault_of(int(self.link_cause[link]))
+            ev.append(Event(t, "link_down", "link", names[link], fid, ftype,
+                            {"flaps": int(self.optics.flaps[link]), "disabled": bool(self.optics.disabled[link])}))
+        for link in came_up:
+            fid, ftype = self._fault_of(int(self.link_cause[link]))
+            ev.append(Event(t, "link_up", "link", names[link], fid, ftype, {"flaps": int(self.optics.flaps[link])}))
+
+    def _job_causes(self, slow: np.ndarray) -> np.ndarray:
+        causes = self.job_cause.copy()
+        if self.shutdown.any():
+            down = np.flatnonzero(self.shutdown)
+            jobs = self.topology.gpu_job[down]
+            causes[jobs[jobs >= 0]] = self.shutdown_cause[down[jobs >= 0]]
+        starting = slow & ~self.trackers["job_slowdown"].active
+        for j in np.flatnonzero(starting & (causes < 0)):
+            members = self.job_gpus[j]
+            slowest = members[np.argmin(np.where(self.gpu.alive[members], self.gpu.compute_clock[members], np.inf))]
+            c = int(self.gpu_cause[slowest])
+            if c < 0:
+                links = self.job_links[j]
+                links = links[links >= 0]
+                hot = links[self.fabric.rho[links] > 1.0]
+                src = self.fabric.reroute_source[hot]
+                for cand in np.concatenate([self.link_cause[src[src >= 0]], self.link_cause[hot]]):
+                    if cand >= 0:
+                        c = int(cand)
+                        break
+            causes[j] = c
+        return causes
+
+    def _job_detail(self, j: int) -> dict[str, Any]:
+        wl = self.workload
+        if wl.held[j]:
+            return {"reason": "interrupted"}
+        return {"slowdown": round(float(wl.step_time[j] / wl.nominal_step[j]), 3),
+                "comm_slowdown": round(float(self.fabric.job_comm_slowdown[j]), 3)}
+
+    # ---- faults ----------------------------------------------------------------------------------
+    def _fault_of(self, index: int) -> tuple[str, str]:
+        if index < 0:
+            return "", ""
+        f = self.faults[index]
+        return f.id, f.type
+
+    def _add_fault(self, ftype: str, target: int, name: str, onset: float, duration: float | None,
+                   params: dict[str, float]) -> Fault:
+        fault = Fault(f"f{len(self.faults) + 1}", ftype, target, name, onset, duration, dict(params))
+        self.faults.append(fault)
+        return fault
+
+    def _resolve_target(self, kind: str, target: str | int | None) -> tuple[int, str]:
+        topo = self.topology
+        if target is None:
+            return self._auto_target(kind)
+        if kind == "loop":
+            loops = topo.loops
+            if isinstance(target, int):
+                if not 0 <= target < len(loops):
+                    raise ValueError(f"no cooling loop {target}")
+                return target, loops[target]
+            if target in loops:
+                return loops.index(target), target
+            if target in topo.rows:
+                loop = topo.row_loop[topo.rows.index(target)]
+                return loops.index(loop), loop
+            raise ValueError(f"unknown cooling loop or row {target!r}")
+        if isinstance(target, int):
+            if not 0 <= target < topo.size(kind):
+                raise ValueError(f"no {kind} slot {target}")
+            return target, topo.name(kind, target)
+        if kind == "optic" and "#" not in target:
+            target = f"{target}#a"
+        return topo.slot(kind, target), target
+
+    def _auto_target(self, kind: str) -> tuple[int, str]:
+        """A seeded pick among entities carrying a running job, in a loop no earlier fault used."""
+        topo, rng = self.topology, self._rng_targets
+        candidates = np.flatnonzero(topo.gpu_job >= 0)
+        if len(candidates) == 0:
+            candidates = np.arange(len(topo.gpus))
+        fresh = candidates[~np.isin(self.gpu_loop[candidates], list(self._used_loops))]
+        if len(fresh):
+            candidates = fresh
+        g = int(rng.choice(candidates))
+        self._used_loops.add(int(self.gpu_loop[g]))
+        if kind == "loop":
+            loop = int(self.gpu_loop[g])
+            return loop, topo.loops[loop]
+        if kind == "gpu":
+            return g, topo.gpus[g]
+        if kind == "node":
+            node = int(topo.gpu_node[g])
+            return node, topo.nodes[node]
+        if kind == "optic":
+            link = int(self.fabric.gpu_link[g])
+            optic = 2 * link + int(rng.integers(2))
+            return optic, topo.name("optic", optic)
+        raise ValueError(f"cannot pick a target of kind {kind!r}")
+
+    def _draw_random_faults(self) -> None:
+        rng, topo = self._rng_faults, self.topology
+        n_new = int(rng.poisson(self.fault_rate * self.interval))
+        types = list(RANDOM_FAULT_MIX)
+        weights = np.array([RANDOM_FAULT_MIX[k] for k in types])
+        for _ in range(n_new):
+            ftype = types[int(rng.choice(len(types), p=weights / weights.sum()))]
+            kind = FAULT_TYPES[ftype]
+            size = len(topo.loops) if kind == "loop" else topo.size(kind)
+            target = int(rng.integers(size))
+            name = topo.loops[target] if kind == "loop" else topo.name(kind, target)
+            if any(f.type == ftype and f.target == target and not f.ended for f in self.faults):
+                continue
+            params, duration = draw_random_params(ftype, rng)
+            onset = self.elapsed + float(rng.uniform(0.0, self.interval))
+            self._add_fault(ftype, target, name, onset, duration, params)
+
+    def _reset_fault_inputs(self) -> None:
+        p = self.params
+        self.cooling.flow[:] = 1.0
+        self.cooling.fan_health[:] = 1.0
+        self.r_factor[:] = 1.0
+        self.hbm_r_factor[:] = 1.0
+        self.brake[:] = False
+        self.gpu.power_limit[:] = p.power_limit_w
+        self.fault_dead[:] = False
+        self.optics.degradation_db[:] = 0.0
+        self.fault_held[:] = False
+        self.gpu_cause[:] = -1
+        self.link_cause[:] = -1
+        self.job_cause[:] = -1
+
+    def _apply_faults(self, dt: float) -> None:
+        if not self.faults and not self._fault_inputs_dirty:
+            return
+        self._reset_fault_inputs()
+        self._fault_inputs_dirty = False
+        topo = self.topology
+        for i, f in enumerate(self.faults):
+            if not f.started and self.elapsed >= f.onset:
+                f.started = True
+                self._on_fault_start(i, f)
+            if not f.started:
+                continue
+            if not f.ended and not f.active_at(self.elapsed):
+                f.ended = True
+                self._on_fault_end(f)
+            if f.ended:
+                if f.duration is not None and self.elapsed < f.onset + f.duration + AFTERMATH_S:
+                    self._fault_inputs_dirty = True
+                    self._attribute(i, f)
+                continue
+            self._fault_inputs_dirty = True
+            el = self.elapsed - f.onset
+            if f.type == "cooling_loss":
+                ramp = min(1.0, el / max(f.p("ramp_s"), 1e-9))
+                loop = f.target
+                self.cooling.flow[loop] = min(self.cooling.flow[loop], 1.0 - (1.0 - f.p("flow_fraction")) * ramp)
+                self.gpu_cause[self.gpu_loop == loop] = i
+            elif f.type == "tim_degradation":
+                self.r_factor[f.target] *= min(1.0 + f.p("r_per_hour") * el / 3600.0, f.p("max_factor"))
+                self.gpu_cause[f.target] = i
+            elif f.type == "fan_failure":
+                gpus = np.flatnonzero(self.gpu_node == f.target)
+                self.cooling.fan_health[f.target] = min(self.cooling.fan_health[f.target], 1.0 - f.p("fans_failed"))
+                self.r_factor[gpus] *= 1.0 + f.p("r_increase") * min(1.0, el / max(f.p("ramp_s"), 1e-9))
+                self.gpu_cause[gpus] = i
+            elif f.type == "psu_failure":
+                gpus = np.flatnonzero(self.gpu_node == f.target)
+                if el < f.p("brake_s"):
+                    self.brake[f.target] = True
+                else:
+                    self.gpu.power_limit[gpus] = np.minimum(self.gpu.power_limit[gpus], f.p("derated_limit_w"))
+                self.gpu_cause[gpus] = i
+            elif f.type == "optic_degradation":
+                self.optics.degradation_db[f.target] += f.p("initial_db") + f.p("db_per_hour") * el / 3600.0
+                self.link_cause[f.target // 2] = i
+            elif f.type == "hbm_overheat":
+                self.hbm_r_factor[f.target] *= min(1.0 + f.p("r_per_hour") * el / 3600.0, f.p("max_factor"))
+                self.gpu_cause[f.target] = i
+            elif f.type == "xid79":
+                self.fault_dead[f.target] = True
+                self.gpu_cause[f.target] = i
+                job = int(topo.gpu_job[f.target])
+                if job >= 0:
+                    self.fault_held[job] = True
+                    self.job_cause[job] = i
+
+    def _on_fault_end(self, f: Fault) -> None:
+        """Repair: a replaced optic lets its link train again."""
+        if f.kind == "optic":
+            link = f.target // 2
+            self.optics.disabled[link] = False
+            self.optics.flaps[link] = 0
+
+    def _attribute(self, i: int, f: Fault) -> None:
+        """After repair, what the fault left behind (hot coolant, a cold job) is still its doing."""
+        if f.type == "cooling_loss":
+            self.gpu_cause[self.gpu_loop == f.target] = i
+        elif f.kind == "node":
+            self.gpu_cause[self.gpu_node == f.target] = i
+        elif f.kind == "gpu":
+            self.gpu_cause[f.target] = i
+        elif f.kind == "optic":
+            self.link_cause[f.target // 2] = i
+
+    def _on_fault_start(self, index: int, f: Fault) -> None:
+        t = self.start_time + f.onset
+        detail: dict[str, Any] = {"cause": _CAUSES[f.type], "params": {**DEFAULT_PARAMS[f.type], **f.params},
+                                  "duration_s": f.duration}
+        topo = self.topology
+        if f.type == "cooling_loss":
+            racks = [topo.racks[r] for r in np.flatnonzero(topo.rack_loop == f.target)]
+            detail["racks"] = racks
+        elif f.kind == "optic":
+            detail["link"] = topo.links[f.target // 2]
+        elif f.kind == "gpu":
+            detail["node"] = topo.nodes[int(topo.gpu_node[f.target])]
+        self.events.append(Event(t, "fault_onset", f.kind, f.target_name, f.id, f.type, detail))
+        if f.type == "xid79":
+            self.gpu.xid_last[f.target] = 79
+            self.events.append(Event(t, "xid", "gpu", f.target_name, f.id, f.type, {"code": 79}))
+
+    def _hbm_errors(self, dt: float) -> None:
+        for i, f in enumerate(self.faults):
+            if f.type != "hbm_overheat" or not f.started or f.ended:
+                continue
+            g = f.target
+            if self.gpu.hbm_temp[g] >= self.params.hbm_max_operating_c - HBM_AT_LIMIT_MARGIN_C:
+                f.hbm_hot_s += dt
+            if f.hbm_hot_s >= f.p("dbe_after_s") and self.elapsed >= f.next_dbe_s:
+                f.dbe_count += 1
+                f.next_dbe_s = self.elapsed + f.p("dbe_every_s")
+                self.gpu.ecc_dbe[g] += 1
+                self.gpu.remapped_rows[g] += 1
+                self.gpu.xid_last[g] = 48
+                self.events.append(Event(self.now, "xid", "gpu", self.topology.gpus[g], f.id, f.type,
+                                         {"code": 48, "ecc_dbe": int(self.gpu.ecc_dbe[g])}))
+
+
+_CAUSES = {
+    "cooling_loss": "CDU flow loss on the cooling loop: coolant and every rack inlet of the row heat up",
+    "tim_degradation": "thermal interface of one GPU degrading: its die-to-coolant resistance rises",
+    "fan_failure": "node fans failed: the node's GPUs lose cooling",
+    "psu_failure": "node PSU failed: HW power brake, then a derated power limit",
+    "optic_degradation": "transceiver degrading: RX power falls toward sensitivity, BER rises",
+    "hbm_overheat": "HBM cooling path degrading: HBM temperature rises, then uncorrectable ECC errors",
+    "xid79": "GPU fell off the bus (XID 79): its job stops until the node is repaired",
+}

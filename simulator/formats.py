@@ -1,0 +1,90 @@
+"""Simulated telemetry in real sources' formats, so the real importers can be fed by the simulator.
+
+- :func:`dcgm_exposition` — one dcgm-exporter scrape (Prometheus text) of a gpu frame: the
+  field table's DCGM names, the exporter's units (MHz, mJ, µs, percent) and its labels
+  (``gpu, UUID, pci_bus_id, device, modelName, Hostname``). GPUs with a missing sample are left
+  out, as the exporter leaves out a GPU it could not read.
+- :func:`nvidia_smi_csv` — ``nvidia-smi --query-gpu=... --format=csv`` output for one node.
+
+Both read the field table (``core/fields.csv``), never a list of their own.
+"""
+
+from __future__ import annotations
+
+import math
+import zlib
+
+import numpy as np
+
+from foreshock.fields import fields_of
+from foreshock.frames import Frame
+from foreshock.topology import Topology
+
+MODEL_NAME = "NVIDIA H200"
+_INTEGER_FIELDS = {"gpu_temp", "hbm_temp", "slowdown_temp", "sm_clock", "sm_clock_max", "util", "throttle_reasons",
+                   "xid_last", "ecc_dbe", "pcie_replays", "remapped_rows", "energy", "power_throttle_time",
+                   "thermal_throttle_time"}
+
+
+def _uuid(name: str) -> str:
+    a = zlib.crc32(name.encode())
+    b = zlib.crc32(name.encode()[::-1])
+    return f"GPU-{a:08x}-{b >> 16:04x}-{b & 0xFFFF:04x}-{a >> 16:04x}-{a:08x}{b & 0xFFFF:04x}"
+
+
+def _format(value: float, integer: bool) -> str:
+    if integer:
+        return str(int(round(value)))
+    text = f"{value:.6f}".rstrip("0").rstrip(".")
+    return text or "0"
+
+
+def dcgm_exposition(frame: Frame, topology: Topology, model_name: str = MODEL_NAME) -> str:
+    """The text dcgm-exporter would serve for these GPUs (one sample per GPU of ``frame``)."""
+    if frame.kind != "gpu":
+        raise ValueError(f"dcgm-exporter serves gpu frames, not {frame.kind}")
+    lines: list[str] = []
+    labels = []
+    for slot in frame.slot:
+        name = topology.gpus[slot]
+        node = topology.nodes[int(topology.gpu_node[slot])]
+        index = int(topology.gpu_index[slot])
+        labels.append(f'gpu="{index}",UUID="{_uuid(name)}",pci_bus_id="00000000:{0x18 + 0x10 * index:02X}:00.0",'
+                      f'device="nvidia{index}",modelName="{model_name}",Hostname="{node}"')
+    rows = ~np.isnan(frame.matrix()).all(axis=1)
+    for field in fields_of("gpu"):
+        names = field.sources.get("dcgm")
+        if not names:
+            continue
+        source = names[0]
+        values = frame.columns[field.name] / source.scale
+        lines.append(f"# HELP {source.name} {field.help}.")
+        lines.append(f"# TYPE {source.name} {'counter' if field.is_counter else 'gauge'}")
+        integer = field.name in _INTEGER_FIELDS
+        for i in np.flatnonzero(rows):
+            value = float(values[i])
+            if math.isnan(value):
+                continue
+            lines.append(f"{source.name}{{{labels[i]}}} {_format(value, integer)}")
+    return "\n".join(lines) + "\n"
+
+
+def nvidia_smi_csv(frame: Frame, topology: Topology, node: str, model_name: str = MODEL_NAME) -> str:
+    """``nvidia-smi --query-gpu=index,name,<fields> --format=csv`` for the GPUs of one node."""
+    fields = [f for f in fields_of("gpu") if f.sources.get("nvidia_smi")]
+    header = ["index", "name"] + [f.sources["nvidia_smi"][0].name for f in fields]
+    out = [", ".join(header)]
+    node_slot = topology.slot("node", node)
+    for row, slot in enumerate(frame.slot):
+        if topology.gpu_node[slot] != node_slot:
+            continue
+        cells = [str(int(topology.gpu_index[slot])), model_name]
+        for f in fields:
+            value = float(frame.columns[f.name][row])
+            if math.isnan(value):
+                cells.append("[N/A]")
+                continue
+            native = value / f.sources["nvidia_smi"][0].scale
+            cells.append(_format(native, f.name in _INTEGER_FIELDS))
+        out.append(", ".join(cells))
+    return "\n".join(out) + "\n"

@@ -1,0 +1,151 @@
+"""Scenario files: which faults happen, where and when.
+
+A scenario is YAML, packaged (``foreshock/simulator/scenarios/<name>.yaml``, used by name) or
+any file path::
+
+    name: cooling-loss
+    description: The CDU of one row loses flow; the whole row heats up and throttles.
+    defaults: {gpus: 256, duration: 3600}   # used when the command line gives none
+    params: {job_churn: false}              # SimParams overrides (see params.py)
+    random_faults: false
+    faults:
+      - type: cooling_loss                  # see faults.py for types and parameters
+        target: auto                        # or an entity name: cdu0, node3, node3/gpu5, <link>#a
+        onset: 300                          # seconds after the start, or "25%" of the run
+        duration: null                      # time to repair (seconds or "%"); null = never
+        params: {flow_fraction: 0.08}
+
+``target: auto`` picks, with the run's seed, an entity that carries a running job, avoiding
+the cooling loops earlier faults already hit (independent faults land in different domains).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .faults import DEFAULT_DURATION_S, check_fault_type, check_params
+
+
+class ScenarioError(ValueError):
+    """A scenario file is missing or malformed; the message names the file and the problem."""
+
+
+@dataclass
+class FaultSpec:
+    type: str
+    target: str | int | None = None  # None = auto
+    onset: float | str = 0.0  # seconds or "N%"
+    duration: float | str | None = None
+    params: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class Scenario:
+    name: str
+    description: str = ""
+    faults: list[FaultSpec] = field(default_factory=list)
+    params: dict[str, Any] = field(default_factory=dict)
+    defaults: dict[str, Any] = field(default_factory=dict)
+    random_faults: bool = False
+
+
+def list_scenarios() -> list[str]:
+    """Names of the packaged scenarios."""
+    folder = resources.files("foreshock.simulator").joinpath("scenarios")
+    return sorted(p.name[:-5] for p in folder.iterdir() if p.name.endswith(".yaml"))
+
+
+def load_scenario(name_or_path: str | Path) -> Scenario:
+    """Load a packaged scenario by name, or a YAML file by path."""
+    text: str
+    source = str(name_or_path)
+    path = Path(source)
+    if path.suffix in (".yaml", ".yml") or path.exists():
+        try:
+            text = path.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise ScenarioError(f"{path}: cannot read scenario ({exc.strerror})") from None
+    else:
+        packaged = resources.files("foreshock.simulator").joinpath("scenarios", f"{source}.yaml")
+        if not packaged.is_file():
+            raise ScenarioError(f"unknown scenario {source!r}; packaged: {', '.join(list_scenarios())} (or give a .yaml path)")
+        text = packaged.read_text(encoding="utf-8")
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ScenarioError(f"{source}: not valid YAML: {exc}") from None
+    return scenario_from_dict(data, source)
+
+
+def scenario_from_dict(data: Any, source: str = "scenario") -> Scenario:
+    if not isinstance(data, dict):
+        raise ScenarioError(f"{source}: expected a mapping at the top level")
+    known = {"name", "description", "faults", "params", "defaults", "random_faults"}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise ScenarioError(f"{source}: unknown keys {unknown}")
+    faults_raw = data.get("faults") or []
+    if not isinstance(faults_raw, list):
+        raise ScenarioError(f"{source}: 'faults' must be a list")
+    faults = []
+    for i, f in enumerate(faults_raw):
+        where = f"{source}: faults[{i}]"
+        if not isinstance(f, dict) or "type" not in f:
+            raise ScenarioError(f"{where}: each fault needs a 'type'")
+        extra = sorted(set(f) - {"type", "target", "onset", "duration", "params"})
+        if extra:
+            raise ScenarioError(f"{where}: unknown keys {extra}")
+        try:
+            ftype = check_fault_type(str(f["type"]))
+            params = check_params(ftype, dict(f.get("params") or {}))
+            onset = _time_value(f.get("onset", 0.0), "onset")
+            duration = f.get("duration", DEFAULT_DURATION_S.get(ftype))
+            duration = None if duration is None else _time_value(duration, "duration")
+        except ValueError as exc:
+            raise ScenarioError(f"{where}: {exc}") from None
+        target = f.get("target")
+        target = None if target in (None, "auto") else target
+        if target is not None and not isinstance(target, (str, int)):
+            raise ScenarioError(f"{where}: target must be 'auto', an entity name or a slot number")
+        faults.append(FaultSpec(ftype, target, onset, duration, params))
+    for key in ("params", "defaults"):
+        if not isinstance(data.get(key) or {}, dict):
+            raise ScenarioError(f"{source}: '{key}' must be a mapping")
+    return Scenario(
+        name=str(data.get("name", Path(source).stem)),
+        description=str(data.get("description", "")),
+        faults=faults,
+        params=dict(data.get("params") or {}),
+        defaults=dict(data.get("defaults") or {}),
+        random_faults=bool(data.get("random_faults", False)),
+    )
+
+
+def _time_value(value: Any, what: str) -> float | str:
+    if isinstance(value, str) and value.strip().endswith("%"):
+        try:
+            pct = float(value.strip()[:-1])
+        except ValueError:
+            raise ValueError(f"{what} {value!r} is not a percentage") from None
+        if not 0.0 <= pct <= 1000.0:
+            raise ValueError(f"{what} {value!r} out of range")
+        return f"{pct}%"
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{what} must be seconds or 'N%', got {value!r}") from None
+    if seconds < 0:
+        raise ValueError(f"{what} must not be negative")
+    return seconds
+
+
+def resolve_time(value: float | str, run_duration: float) -> float:
+    """Seconds from a scenario time ("25%" of the run, or seconds)."""
+    if isinstance(value, str):
+        return float(value[:-1]) / 100.0 * run_duration
+    return float(value)

@@ -1,0 +1,289 @@
+"""Physics of the simulator against FACTS: steady state, the driver's limiters, PSU brake,
+rerouting after a link goes down, counters."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from foreshock import facts
+from foreshock.fields import fields_of
+from foreshock.simulator import ClusterSimulator, SimParams, build_topology
+from foreshock.simulator.gpu_model import GpuModel
+from foreshock.simulator.optics import erfc, q_function
+from foreshock.simulator.scenario import scenario_from_dict
+
+EXACT = SimParams(gpu_spread=0.0, leak_spread=0.0, dyn_spread=0.0, missing_prob=0.0)
+
+
+def run_gpu(model: GpuModel, seconds: float, inlet: float | np.ndarray, activity: float, dt: float = 1.0,
+            running: bool = True, brake: bool = False) -> list[tuple[float, int, float, float]]:
+    """Step a GpuModel; return (temp_before, reasons, clock, temp_after) of GPU 0 per step."""
+    n = model.n
+    trace = []
+    for k in range(int(seconds / dt)):
+        before = float(model.temp[0])
+        inl = np.full(n, inlet(k * dt) if callable(inlet) else inlet)
+        model.step(dt, inl, np.ones(n), np.full(n, activity), np.zeros(n), np.full(n, running), np.full(n, brake),
+                   np.ones(n), np.ones(n))
+        trace.append((before, int(model.reasons[0]), float(model.clock[0]), float(model.temp[0])))
+    return trace
+
+
+def test_gpu_burn_steady_state_matches_the_h200_capture() -> None:
+    gpu = GpuModel(4, EXACT, np.random.default_rng(0))
+    run_gpu(gpu, 600, inlet=24.0, activity=1.0)
+    # FACTS: H200 under gpu-burn ~627 W, 52 °C core, 40-41 °C HBM, 1980 MHz, no throttle bits
+    assert gpu.power[0] == pytest.approx(627.0, abs=5.0)
+    assert gpu.temp[0] == pytest.approx(52.5, abs=1.0)
+    assert gpu.hbm_temp[0] == pytest.approx(41.0, abs=1.0)
+    assert gpu.clock[0] == facts.SM_CLOCK_MAX_HZ
+    assert gpu.reasons[0] == 0
+    # steady state is inlet + R·P, with R from FACTS
+    assert gpu.temp[0] == pytest.approx(24.0 + 0.046 * gpu.power[0], abs=0.3)
+
+
+def test_idle_steady_state_matches_the_capture() -> None:
+    gpu = GpuModel(2, EXACT, np.random.default_rng(0))
+    run_gpu(gpu, 600, inlet=24.0, activity=0.0, running=False)
+    assert gpu.power[0] == pytest.approx(78.0, abs=3.0)  # FACTS idle ~78 W, 28 °C, mask 0x1
+    assert gpu.temp[0] == pytest.approx(28.0, abs=1.0)
+    assert gpu.reasons[0] == facts.THROTTLE_IDLE
+    assert gpu.clock[0] < 0.3 * facts.SM_CLOCK_MAX_HZ
+
+
+def test_steady_state_follows_inlet_plus_r_times_p_with_spread() -> None:
+    params = SimParams(missing_prob=0.0)  # default per-GPU spread
+    gpu = GpuModel(64, params, np.random.default_rng(3))
+    run_gpu(gpu, 600, inlet=30.0, activity=0.8)
+    expected = 30.0 + gpu.r_core * gpu.power
+    np.testing.assert_allclose(gpu.temp, expected, atol=0.3)
+    assert np.ptp(gpu.power) > 5.0  # the spread is visible
+
+
+def test_leakage_rises_with_temperature() -> None:
+    cool = GpuModel(1, EXACT, np.random.default_rng(0))
+    hot = GpuModel(1, EXACT, np.random.default_rng(0))
+    run_gpu(cool, 400, inlet=20.0, activity=0.7)
+    run_gpu(hot, 400, inlet=40.0, activity=0.7)
+    assert hot.power[0] > cool.power[0] + 15.0  # same work, same clock, hotter die -> more watts
+    assert hot.clock[0] == cool.clock[0] == facts.SM_CLOCK_MAX_HZ
+
+
+def test_power_cap_sets_bit_0x4_and_holds_the_limit() -> None:
+    gpu = GpuModel(1, EXACT, np.random.default_rng(0))
+    trace = run_gpu(gpu, 300, inlet=24.0, activity=1.3)
+    assert trace[-1][1] & facts.THROTTLE_SW_POWER_CAP
+    assert gpu.power[0] <= facts.POWER_LIMIT_W + 1e-6
+    assert gpu.power[0] > facts.POWER_LIMIT_W - 10.0
+    assert gpu.clock[0] < facts.SM_CLOCK_MAX_HZ
+    assert not trace[-1][1] & (facts.THROTTLE_SW_THERMAL | facts.THROTTLE_HW_SLOWDOWN)
+
+
+def test_sw_thermal_starts_above_max_operating_with_bit_0x20() -> None:
+    gpu = GpuModel(1, EXACT, np.random.default_rng(0))
+    # inlet ramps slowly from 24 to 70 °C: the die crosses 87 °C under load
+    trace = run_gpu(gpu, 1500, inlet=lambda t: min(24.0 + t * 0.04, 70.0), activity=0.9)
+    first = next(i for i, s in enumerate(trace) if s[1] & facts.THROTTLE_SW_THERMAL)
+    # never before the die went over 87 °C; at once after
+    assert all(s[0] <= facts.MAX_OPERATING_TEMP_C for s in trace[:first])
+    assert trace[first][0] > facts.MAX_OPERATING_TEMP_C
+    assert trace[first][0] < facts.MAX_OPERATING_TEMP_C + 1.0
+    # the limiter then holds the die near max operating, below HW slowdown
+    temps = [s[3] for s in trace[first + 120:]]
+    assert max(temps) < facts.HW_SLOWDOWN_TEMP_C
+    assert np.mean(temps) == pytest.approx(facts.MAX_OPERATING_TEMP_C, abs=1.5)
+    assert not any(s[1] & facts.THROTTLE_HW_SLOWDOWN for s in trace)
+
+
+def test_hw_slowdown_at_89_cuts_clock_at_least_2x_with_bits_0x8_0x40() -> None:
+    gpu = GpuModel(1, EXACT, np.random.default_rng(0))
+    run_gpu(gpu, 300, inlet=24.0, activity=0.9)
+    # a sudden inlet jump (cooling lost) outruns the SW limiter
+    trace = run_gpu(gpu, 120, inlet=75.0, activity=0.9)
+    first = next(i for i, s in enumerate(trace) if s[1] & facts.THROTTLE_HW_SLOWDOWN)
+    assert trace[first][0] >= facts.HW_SLOWDOWN_TEMP_C
+    assert all(s[0] < facts.HW_SLOWDOWN_TEMP_C for s in trace[:first])
+    assert trace[first][1] & facts.THROTTLE_HW_THERMAL
+    assert trace[first][2] <= 0.5 * trace[first - 1][2]
+    assert not trace[first][1] & facts.THROTTLE_HW_POWER_BRAKE
+
+
+def test_throttle_time_counters_count_seconds_and_only_grow() -> None:
+    gpu = GpuModel(1, EXACT, np.random.default_rng(0))
+    run_gpu(gpu, 100, inlet=24.0, activity=1.3)  # capped the whole time after the first step
+    assert gpu.power_throttle_time[0] == pytest.approx(100.0, abs=2.0)
+    assert gpu.thermal_throttle_time[0] == 0.0
+
+
+def small_sim(scenario: dict | str | None = None, gpus: int = 32, **kw) -> ClusterSimulator:
+    scen = scenario_from_dict(scenario) if isinstance(scenario, dict) else scenario
+    params = {"missing_prob": 0.0, "job_churn": False, **kw.pop("params", {})}
+    topo = kw.pop("topology", None) or build_topology(gpus, job_nodes=kw.pop("job_nodes", None), idle_fraction=0.0)
+    return ClusterSimulator(topo, scenario=scen, seed=kw.pop("seed", 7), params=params, warmup_s=kw.pop("warmup_s", 120), **kw)
+
+
+def test_psu_failure_sets_power_brake_on_that_node_only() -> None:
+    sim = small_sim({"name": "t", "faults": [{"type": "psu_failure", "target": "node1", "onset": 30,
+                                               "params": {"brake_s": 60}}]}, duration=120)
+    frames = [f for tick in sim.iter_ticks(60) for f in tick if f.kind == "gpu"]
+    node_of = sim.topology.gpu_node
+    for f in frames:
+        bits = f.columns["throttle_reasons"].astype(np.int64)
+        braked = (bits & facts.THROTTLE_HW_POWER_BRAKE) != 0
+        if f.ts[0] - sim.start_time < 30:
+            assert not braked.any()
+        elif f.ts[0] - sim.start_time >= 30:
+            assert braked[node_of == 1].all()
+            assert not braked[node_of != 1].any()
+            assert (bits[node_of == 1] & facts.THROTTLE_HW_SLOWDOWN).all()
+    clocks = frames[-1].columns["sm_clock"]
+    assert clocks[node_of == 1].max() <= 0.5 * clocks[node_of != 1].min()
+    starts = [e for e in sim.events if e.type == "power_brake_start"]
+    assert sorted(e.entity for e in starts) == sorted(f"node1/gpu{i}" for i in range(8))
+    assert {e.fault_id for e in starts} == {"f1"}
+    assert all(e.detail["reasons"] & facts.THROTTLE_HW_POWER_BRAKE for e in starts)
+
+
+def test_link_down_raises_xmit_wait_on_the_links_its_traffic_moves_to() -> None:
+    # one 4-node job; a 20 dB loss is a pulled fibre: loss of signal, link down at once
+    sim = small_sim({"name": "t", "faults": [{"type": "optic_degradation", "target": "node2/gpu3~su0-leaf3#a",
+                                               "onset": 60, "params": {"initial_db": 20.0, "db_per_hour": 0.0}}]},
+                    gpus=32, job_nodes=4, duration=200)
+    topo = sim.topology
+    waits = []
+    for tick in sim.iter_ticks(180):
+        link = next(f for f in tick if f.kind == "link")
+        waits.append(link.columns["xmit_wait"].copy())
+    waits_arr = np.array(waits)
+    rate_before = (waits_arr[55] - waits_arr[5]) / 50.0
+    rate_after = (waits_arr[175] - waits_arr[125]) / 50.0
+    down = topo.slot("link", "node2/gpu3~su0-leaf3")
+    # PXN: rail 3's traffic leaves through rail 4's NIC, on node2 and on its ring neighbours 1 and 3
+    carriers = [topo.slot("link", f"node{n}/gpu4~su0-leaf4") for n in (1, 2, 3)]
+    others = [i for i in range(len(topo.links)) if i not in carriers and i != down]
+    tick_rate = facts.LINK_RATE_GPU_BPS / 8 / facts.XMIT_WAIT_TICK_BYTES
+    assert (rate_after[carriers] > 0.02 * tick_rate).all()  # waiting a good share of the time
+    assert (rate_after[carriers] > 50 * rate_before[carriers]).all()
+    assert (rate_after[others] < 3 * rate_before[others] + 1.0).all()
+    assert rate_after[down] == 0.0
+    ev = sim.events
+    assert any(e.type == "link_down" and e.entity == topo.links[down] and e.fault_id == "f1" for e in ev)
+    congested = {e.entity for e in ev if e.type == "congestion_start"}
+    assert congested == {topo.links[s] for s in carriers}
+    assert all(e.fault_id == "f1" for e in ev if e.type == "congestion_start")
+    slow = [e for e in ev if e.type == "job_slowdown_start"]
+    assert [e.entity for e in slow] == ["job0"] and slow[0].fault_id == "f1"
+
+
+@pytest.mark.parametrize("bits", [64, 32])
+def test_counters_only_grow_or_wrap_when_configured(bits: int) -> None:
+    sim = small_sim(None, gpus=16, params={"counter_bits": bits}, duration=60)
+    frames: dict[str, list] = {}
+    for tick in sim.iter_ticks(40):
+        for f in tick:
+            frames.setdefault(f.kind, []).append(f)
+    wrapped = 0
+    for kind in ("gpu", "link", "optic"):
+        for field in fields_of(kind):
+            if not field.is_counter:
+                continue
+            series = np.array([f.columns[field.name] for f in frames[kind]])
+            diffs = np.diff(series, axis=0)
+            if bits == 64 or kind != "link":
+                assert (diffs >= 0).all(), f"{kind}.{field.name} decreased"
+            else:
+                limit = 2.0 ** 32 * (4 if field.name in ("tx_data", "rx_data") else 1)
+                if field.name != "pfc_pause_duration":
+                    assert (series < limit).all()
+                wrapped += int((diffs < 0).sum())
+    if bits == 32:
+        assert wrapped > 0  # 400G links wrap a 32-bit word counter within seconds
+
+
+def test_erfc_matches_the_reference_in_the_far_tail() -> None:
+    xs = np.concatenate([np.linspace(-3, 3, 61), np.linspace(3, 8, 51)])
+    ref = np.array([math.erfc(x) for x in xs])
+    np.testing.assert_allclose(erfc(xs), ref, rtol=1e-5)
+    # Q factor 7 ~ 1.3e-12 (a healthy link), 3.49 ~ the FEC limit
+    assert q_function(np.array([7.0]))[0] == pytest.approx(1.28e-12, rel=0.01)
+
+
+def test_fan_failure_slows_the_fans_reading_and_throttles_that_node() -> None:
+    sim = small_sim({"name": "t", "faults": [{"type": "fan_failure", "target": "node2", "onset": 60,
+                                               "params": {"r_increase": 1.5}}]},
+                    gpus=32, params={"job_intensity_range": [1.1, 1.1]}, duration=600, physics_dt=2.0)
+    frames = [{f.kind: f for f in tick} for tick in sim.iter_ticks(600)]
+    fan = np.array([t["node"].columns["fan_speed"] for t in frames])
+    assert fan[30, 2] > 0.3 and fan[-1, 2] == 0.0  # its slowest fan is a dead one
+    assert np.all((fan[-1, [0, 1, 3]] > 0.3) & (fan[-1, [0, 1, 3]] < 0.8))
+    throttled = {e.entity for e in sim.events if e.type == "thermal_throttle_start"}
+    assert throttled and all(name.startswith("node2/") for name in throttled)
+    assert {e.fault_id for e in sim.events if e.type == "thermal_throttle_start"} == {"f1"}
+
+
+def test_hbm_overheat_throttles_then_double_bit_ecc_with_xid_48() -> None:
+    sim = small_sim({"name": "t", "faults": [{"type": "hbm_overheat", "target": "node0/gpu5", "onset": 30,
+                                               "params": {"r_per_hour": 40.0, "dbe_after_s": 120}}]},
+                    gpus=16, params={"job_intensity_range": [1.0, 1.0]}, duration=900)
+    last = None
+    for tick in sim.iter_ticks(900):
+        last = tick[0]
+    g = sim.topology.slot("gpu", "node0/gpu5")
+    ev = sim.events
+    hot = [e for e in ev if e.type == "hbm_overheat_start"]
+    assert [e.entity for e in hot] == ["node0/gpu5"] and hot[0].fault_id == "f1"
+    # the driver holds HBM at its max operating temperature with SW thermal slowdown (0x20)
+    assert last.columns["hbm_temp"][g] == pytest.approx(facts.HBM_MAX_OPERATING_TEMP_C, abs=1.5)
+    assert int(last.columns["throttle_reasons"][g]) & facts.THROTTLE_SW_THERMAL
+    assert last.columns["gpu_temp"][g] < facts.MAX_OPERATING_TEMP_C  # the die itself is fine
+    xids = [e for e in ev if e.type == "xid"]
+    assert xids and xids[0].detail["code"] == 48 and xids[0].time - hot[0].time >= 120
+    assert last.columns["xid_last"][g] == 48 and last.columns["ecc_dbe"][g] >= 1
+    others = np.delete(last.columns["ecc_dbe"], g)
+    assert (others == 0).all()
+
+
+def test_diurnal_swing_warms_the_inlets_in_the_afternoon() -> None:
+    topo = build_topology(16, idle_fraction=0.0)
+    night = ClusterSimulator(topo, seed=1, start_time=1_700_006_400.0 + 3 * 3600, params={"missing_prob": 0.0})
+    day = ClusterSimulator(topo, seed=1, start_time=1_700_006_400.0 + 15 * 3600, params={"missing_prob": 0.0})
+    inlet_night = night.step()[4].columns["inlet_temp"]
+    inlet_day = day.step()[4].columns["inlet_temp"]
+    # facility water swings +-1.5 °C, peaking at 15:00 UTC
+    assert np.mean(inlet_day - inlet_night) == pytest.approx(3.0, abs=0.5)
+
+
+def test_a_runaway_die_shuts_down_at_92_and_stops_its_job() -> None:
+    # a thermal interface gone completely: even clocks cut by HW slowdown cannot hold it
+    sim = small_sim({"name": "t", "faults": [{"type": "tim_degradation", "target": "node1/gpu1", "onset": 20,
+                                               "params": {"r_per_hour": 3600.0, "max_factor": 8.0}}]},
+                    gpus=16, job_nodes=2, duration=300)
+    temps = []
+    for tick in sim.iter_ticks(200):
+        temps.append(tick[0].columns["gpu_temp"][9])
+    topo = sim.topology
+    xids = [e for e in sim.events if e.type == "xid"]
+    assert [(e.entity, e.detail["code"], e.fault_id) for e in xids] == [("node1/gpu1", 79, "f1")]
+    assert xids[0].detail["reason"] == "thermal shutdown"
+    seen = [t for t in temps if t == t]
+    assert max(seen) >= facts.HW_SLOWDOWN_TEMP_C and max(seen) <= facts.SHUTDOWN_TEMP_C + 3
+    assert np.isnan(temps[-1])  # it reports nothing any more
+    bits = [e.detail["reasons"] for e in sim.events if e.type == "thermal_throttle_start" and e.entity == "node1/gpu1"]
+    assert bits and bits[0] & facts.THROTTLE_SW_THERMAL
+    assert any(e.type == "job_slowdown_start" and e.entity == topo.jobs[0] and e.detail.get("reason") == "interrupted"
+               and e.fault_id == "f1" for e in sim.events)
+
+
+def test_a_replaced_optic_brings_its_link_back() -> None:
+    sim = small_sim({"name": "t", "faults": [{"type": "optic_degradation", "target": "node0/gpu0~su0-leaf0#b",
+                                               "onset": 10, "duration": 60, "params": {"initial_db": 20.0}}]},
+                    gpus=16, duration=200)
+    states = [next(f for f in tick if f.kind == "link").columns["link_state"][0] for tick in sim.iter_ticks(120)]
+    assert states[5] == facts.IB_PORT_STATE_ACTIVE
+    assert states[30] == facts.IB_PORT_STATE_DOWN
+    assert states[-1] == facts.IB_PORT_STATE_ACTIVE
+    kinds = [e.type for e in sim.events if e.entity == sim.topology.links[0]]
+    assert kinds == ["link_down", "link_up"]
