@@ -1,0 +1,135 @@
+"""``foreshock agent``: an ingest agent that publishes one source's telemetry to Kafka."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any, Iterable
+
+import click
+from rich.console import Console
+from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+from .kafka_options import kafka_options, settings_from
+
+SOURCES = ("simulator", "replay", "dcgm", "nvidia-smi", "nvml", "infiniband", "dom")
+
+
+def _source(source: str, path: str | None, url: str | None, executable: str | None, root: str | None,
+            interfaces: str | None, interval: float | None, polls: int | None, host: str | None,
+            speed: float | None, now: bool, gpus: int, scenario: str, seed: int, duration: float | None) -> tuple[Iterable[Any], Any]:
+    """(frames, topology or a callable giving it once known)."""
+    if source == "replay":
+        from foreshock.streams.sources import ReplaySource
+
+        if not path:
+            raise click.UsageError("--source replay needs --path RECORDING")
+        replay = ReplaySource(path, speed=speed, shift_to=time.time() if now else None)
+        return replay, replay.topology
+    if source == "simulator":
+        from foreshock.simulator import ClusterSimulator
+        from foreshock.streams.sources import IterableSource
+
+        sim = ClusterSimulator(gpus=gpus, scenario=scenario, seed=seed, interval=interval or 1.0,
+                               duration=duration, start_time=time.time())
+        live = IterableSource(sim.topology, sim.iter_frames(), speed=speed)
+        return live, sim.topology
+    polled: Any
+    if source == "dcgm":
+        from foreshock.streams.dcgm import DcgmScrapeSource
+
+        if not url:
+            raise click.UsageError("--source dcgm needs --url http://HOST:9400/metrics")
+        polled = DcgmScrapeSource(url, interval=interval or 30.0, max_polls=polls)
+    elif source == "nvidia-smi":
+        from foreshock.streams.nvidia_smi import NvidiaSmiSource
+
+        polled = NvidiaSmiSource(executable or "nvidia-smi", interval=interval or 10.0, host=host, max_polls=polls)
+    elif source == "nvml":
+        from foreshock.streams.nvml import NvmlSource
+
+        polled = NvmlSource(interval=interval or 1.0, host=host, max_polls=polls)
+    elif source == "infiniband":
+        from foreshock.streams.infiniband import DEFAULT_ROOT, InfinibandSource
+
+        polled = InfinibandSource(root or DEFAULT_ROOT, interval=interval or 1.0, host=host, max_polls=polls)
+    elif source == "dom":
+        from foreshock.streams.dom import DomSource
+
+        if not interfaces:
+            raise click.UsageError("--source dom needs --interfaces eth0,eth1")
+        polled = DomSource([i.strip() for i in interfaces.split(",") if i.strip()], interval=interval or 60.0,
+                           executable=executable or "ethtool", host=host, max_polls=polls)
+    else:  # pragma: no cover - click.Choice
+        raise click.UsageError(f"unknown source {source}")
+    return polled, lambda: polled.topology
+
+
+@click.command("agent")
+@click.option("--source", type=click.Choice(SOURCES), required=True, help="Where the telemetry comes from.")
+@kafka_options
+@click.option("--path", type=click.Path(exists=True, file_okay=False), default=None, help="replay: the recording folder.")
+@click.option("--speed", type=float, default=None,
+              help="replay/simulator: X times real time (default: replay as fast as possible, simulator live = 1).")
+@click.option("--now", "shift_now", is_flag=True, help="replay: shift timestamps so the replay starts now.")
+@click.option("--url", default=None, help="dcgm: the dcgm-exporter metrics URL.")
+@click.option("--executable", default=None, help="nvidia-smi / dom: the program to run (default nvidia-smi / ethtool).")
+@click.option("--root", default=None, help="infiniband: the sysfs root (default /sys/class/infiniband).")
+@click.option("--interfaces", default=None, help="dom: comma-separated network interfaces.")
+@click.option("--interval", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="Seconds between polls / simulator ticks (default: per source).")
+@click.option("--polls", type=click.IntRange(min=1), default=None, help="Stop after this many polls.")
+@click.option("--host", default=None, help="Node name for local sources (default: this host's name).")
+@click.option("--gpus", type=click.IntRange(min=8), default=64, show_default=True, help="simulator: cluster size.")
+@click.option("--scenario", default="healthy", show_default=True, help="simulator: scenario name or YAML file.")
+@click.option("--seed", type=int, default=0, show_default=True, help="simulator: seed.")
+@click.option("--duration", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="simulator: simulated seconds (default: the scenario's).")
+@click.option("--agent-id", default=None, help="Name of this agent in message headers (default host-pid).")
+def command(source: str, kafka: str | None, user: str | None, password: str | None, namespace: str,
+            partitions: int, path: str | None, speed: float | None, shift_now: bool, url: str | None,
+            executable: str | None, root: str | None, interfaces: str | None, interval: float | None,
+            polls: int | None, host: str | None, gpus: int, scenario: str, seed: int, duration: float | None,
+            agent_id: str | None) -> None:
+    """Publish telemetry from SOURCE to Kafka (telemetry.frames, Arrow IPC, routed by node)."""
+    from foreshock.health import PipelineHealth
+    from foreshock.streams.kafka_agent import run_agent
+    from foreshock.streams.kafka_config import KafkaConnectError, check_broker
+    from foreshock.streams.kafka_topics import Topics
+
+    settings = settings_from(kafka, user, password)
+    try:
+        check_broker(settings)
+    except KafkaConnectError as exc:
+        raise click.ClickException(str(exc)) from None
+    if source == "simulator" and speed is None:
+        speed = 1.0
+    frames, topology = _source(source, path, url, executable, root, interfaces, interval, polls, host,
+                               speed, shift_now, gpus, scenario, seed, duration)
+    health = PipelineHealth()
+    console = Console(stderr=True)
+    with Progress(SpinnerColumn(), TextColumn("[bold]agent[/bold] {task.fields[samples]:,} samples, "
+                                              "{task.fields[frames]:,} frames"), TimeElapsedColumn(),
+                  console=console, transient=False) as progress:
+        task = progress.add_task("agent", samples=0, frames=0)
+        counted = {"samples": 0, "frames": 0}
+
+        def on_frame(frame: Any) -> None:
+            counted["samples"] += len(frame)
+            counted["frames"] += 1
+            progress.update(task, samples=counted["samples"], frames=counted["frames"])
+
+        try:
+            stats = run_agent(settings, frames, topology, Topics(namespace, partitions), agent_id, health,
+                              on_frame=on_frame)
+        except KafkaConnectError as exc:
+            raise click.ClickException(str(exc)) from None
+        except KeyboardInterrupt:
+            console.print("[yellow]stopped[/yellow]")
+            return
+    click.echo(json.dumps({"name": "agent", "source": source, "frames": stats.frames, "samples": stats.samples,
+                           "pieces": stats.pieces, "bytes": stats.bytes, "send_failed": stats.failed,
+                           "wall_seconds": round(stats.wall_s, 3), "samples_per_s": round(stats.samples_per_s),
+                           "input_problems": health.total_problems()}))
+    if stats.failed:
+        raise click.ClickException(f"{stats.failed} of {stats.pieces} messages could not be delivered (see the log)")

@@ -1,0 +1,53 @@
+"""``foreshock worker``: a faust-streaming worker of the distributed (Kafka) pipeline."""
+
+from __future__ import annotations
+
+import click
+
+from .kafka_options import kafka_options, settings_from
+
+
+@click.command("worker")
+@kafka_options
+@click.option("--group", "app_id", default="foreshock", show_default=True,
+              help="Consumer group (faust app id): workers of one group share the partitions.")
+@click.option("--topology", "topology_path", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="Topology YAML (default: the one the agents publish on foreshock.topology).")
+@click.option("--detectors", default=None, help="Comma-separated detector names (default: the standard bank).")
+@click.option("--checkpoint-interval", type=click.FloatRange(min=0.1), default=5.0, show_default=True,
+              help="Seconds between detector-state checkpoints (bounds the findings repeated after a crash).")
+@click.option("--session-timeout", type=click.FloatRange(min=1.0), default=10.0, show_default=True,
+              help="Seconds after which a silent worker's partitions move to the others.")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address for /metrics.")
+@click.option("--port", default=9109, show_default=True, type=int, help="Port for this worker's /metrics (0 = none).")
+@click.option("--log-level", default="warning", show_default=True,
+              type=click.Choice(["debug", "info", "warning", "error"]))
+def command(kafka: str | None, user: str | None, password: str | None, namespace: str, partitions: int,
+            app_id: str, topology_path: str | None, detectors: str | None, checkpoint_interval: float,
+            session_timeout: float, host: str, port: int, log_level: str) -> None:
+    """Consume telemetry from Kafka, run the detector bank on this worker's partitions, publish
+    findings and incidents. Start several with the same --group to share the load."""
+    from foreshock.detectors.bank import DetectorBank
+    from foreshock.streams.faust_app import WorkerConfig, run_worker
+    from foreshock.streams.kafka_agent import fetch_topology
+    from foreshock.streams.kafka_config import KafkaConnectError
+    from foreshock.streams.kafka_topics import Topics, ensure_topics
+    from foreshock.topology import Topology
+
+    settings = settings_from(kafka, user, password)
+    try:
+        topics = ensure_topics(settings, Topics(namespace, partitions))
+        topology = Topology.load(topology_path) if topology_path else fetch_topology(settings, topics)
+    except (KafkaConnectError, TimeoutError) as exc:
+        raise click.ClickException(str(exc)) from None
+    names = [d.strip() for d in detectors.split(",") if d.strip()] if detectors else None
+    try:
+        DetectorBank.from_names(topology, names)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
+    config = WorkerConfig(settings, topics, topology, lambda: DetectorBank.from_names(topology, names),
+                          app_id=app_id, checkpoint_interval_s=checkpoint_interval,
+                          session_timeout_s=session_timeout, metrics_host=host, metrics_port=port)
+    click.echo(f"worker {config.worker_id}: group {app_id}, {topics.partitions} partitions, "
+               f"{len(topology.gpus)} GPUs" + (f", metrics on http://{host}:{port}/metrics" if port else ""), err=True)
+    run_worker(config, loglevel=log_level)

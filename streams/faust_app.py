@@ -1,0 +1,335 @@
+"""The faust-streaming app behind ``foreshock worker``.
+
+Agents (one consumer group, ``app_id``; start as many workers as you like):
+
+- ``detect`` — consumes ``telemetry.frames``; for each partition this worker owns, runs the
+  input guard and the detector bank (``kafka_worker.DetectionStage``) and publishes one
+  findings message per piece to ``foreshock.findings``;
+- ``route_json`` — consumes ``telemetry.json`` (outside producers), turns the records into
+  frames and publishes them to ``telemetry.frames`` like an ingest agent;
+- ``incidents`` — consumes ``foreshock.findings`` (one partition: one worker at a time owns the
+  incident stage), runs the incident processors, publishes to ``foreshock.incidents``.
+
+Bad records go to ``foreshock.deadletter`` with the reason in a header, and are counted. Each
+worker serves its own ``/metrics`` (``exporters.prometheus``). Checkpoints and the
+at-least-once contract: see ``kafka_worker``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import socket
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import faust
+from aiokafka import AIOKafkaConsumer
+from aiokafka.structs import TopicPartition
+
+from foreshock.detectors.bank import DetectorBank
+from foreshock.exporters.store import FindingStore
+from foreshock.findings import finding_to_json
+from foreshock.health import PipelineHealth
+from foreshock.topology import Topology
+
+from .kafka_codec import (PartitionMap, RecordError, decode_findings, deadletter_headers, headers_dict,
+                          json_to_frames, piece_headers, piece_key)
+from .kafka_config import KafkaSettings
+from .kafka_topics import CHECKPOINT_MAX_BYTES, Topics
+from .kafka_worker import DetectionStage, IncidentStage
+
+log = logging.getLogger("foreshock.worker")
+
+
+@dataclass
+class WorkerConfig:
+    settings: KafkaSettings
+    topics: Topics
+    topology: Topology
+    make_bank: Callable[[], DetectorBank]
+    app_id: str = "foreshock"
+    worker_id: str = field(default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}")
+    checkpoint_interval_s: float = 5.0
+    session_timeout_s: float = 6.0
+    metrics_host: str = "127.0.0.1"
+    metrics_port: int = 0  # 0 = no /metrics server
+
+
+def _raw_topic(app: faust.App, name: str, partitions: int | None = None) -> Any:
+    return app.topic(name, key_type=bytes, value_type=bytes, key_serializer="raw", value_serializer="raw",
+                     partitions=partitions)
+
+
+class ForeshockWorker:
+    """Holds the stages and the plumbing; the faust agents call into it."""
+
+    def __init__(self, config: WorkerConfig) -> None:
+        self.config = config
+        self.health = PipelineHealth()
+        self.store = FindingStore(config.topology, self.health)
+        self.detection = DetectionStage(config.topology, config.make_bank, config.topics.partitions,
+                                        self.store, self.health, config.worker_id)
+        self.incident_stage = IncidentStage(config.make_bank().processors, self.health)
+        self.incidents_loaded = False
+        self.pmap = PartitionMap(config.topology, config.topics.partitions)
+        self.lock = asyncio.Lock()
+        self.held: dict[int, list[Any]] = {}  # partition -> unacked events since its checkpoint
+        self.held_incidents: list[Any] = []
+        self.last_checkpoint: dict[int, float] = {}
+        self.last_incident_checkpoint = 0.0
+        self.json_seq = 0
+        self.counts = {"pieces": 0, "deadletters": 0, "checkpoints": 0, "skipped": 0, "incidents": 0}
+        self._ckpt_reader: AIOKafkaConsumer | None = None
+        self._frames_stream: Any = None
+        self._findings_stream: Any = None
+        self.app = self._build_app()
+
+    # ---- the faust app -----------------------------------------------------------------
+    def _build_app(self) -> faust.App:
+        cfg = self.config
+        app = faust.App(
+            cfg.app_id,
+            broker=cfg.settings.faust_broker(),
+            broker_credentials=cfg.settings.faust_credentials(),
+            store="memory://",
+            autodiscover=False,
+            web_enabled=False,
+            topic_allow_declare=False,  # ensure_topics creates ours, with their own partition counts
+            topic_disable_leader=True,
+            topic_partitions=cfg.topics.partitions,
+            stream_wait_empty=False,  # events stay unacked until their checkpoint (kafka_worker)
+            broker_session_timeout=cfg.session_timeout_s,
+            broker_heartbeat_interval=max(0.3, cfg.session_timeout_s / 6),
+            broker_commit_interval=1.0,
+            consumer_auto_offset_reset="earliest",
+            producer_acks=-1,
+            producer_max_request_size=CHECKPOINT_MAX_BYTES,
+            producer_linger_ms=2,
+            consumer_max_fetch_size=8 * 1024 * 1024,
+        )
+        t = cfg.topics
+        self.frames_topic = _raw_topic(app, t.frames, t.partitions)
+        self.json_topic = _raw_topic(app, t.json, t.partitions)
+        self.findings_topic = _raw_topic(app, t.findings, 1)
+        self.incidents_topic = _raw_topic(app, t.incidents, 1)
+        self.deadletter_topic = _raw_topic(app, t.deadletter, 1)
+        self.checkpoint_topic = _raw_topic(app, t.checkpoints, t.partitions + 1)
+
+        @app.agent(self.frames_topic, name="detect")
+        async def detect(stream: Any) -> None:
+            manual = stream.noack()
+            async for event in manual.events():
+                await self.on_piece(manual, event)
+
+        @app.agent(self.json_topic, name="route_json")
+        async def route_json(stream: Any) -> None:
+            async for event in stream.events():
+                await self.on_json(event)
+
+        @app.agent(self.findings_topic, name="incidents")
+        async def incidents(stream: Any) -> None:
+            manual = stream.noack()
+            async for event in manual.events():
+                await self.on_findings(manual, event)
+
+        @app.timer(max(0.5, cfg.checkpoint_interval_s / 2))
+        async def checkpoint_idle_partitions() -> None:
+            await self.checkpoint_due()
+
+        async def on_revoked(sender: Any, revoked: Any, **kwargs: Any) -> None:
+            await self.on_revoked(revoked)
+
+        app.on_partitions_revoked.connect(on_revoked)  # type: ignore[arg-type]
+
+        @app.task
+        async def open_checkpoint_reader() -> None:
+            await self._reader()
+
+        return app
+
+    # ---- checkpoints -------------------------------------------------------------------
+    async def _reader(self) -> AIOKafkaConsumer:
+        if self._ckpt_reader is None:
+            s = self.config.settings
+            extra: dict[str, Any] = {}
+            if s.sasl:
+                extra = {"sasl_mechanism": s.sasl_mechanism, "sasl_plain_username": s.username,
+                         "sasl_plain_password": s.password}
+            reader = AIOKafkaConsumer(bootstrap_servers=s.bootstrap, security_protocol=s.security_protocol,
+                                      enable_auto_commit=False, client_id=f"foreshock-ckpt-{self.config.worker_id}",
+                                      max_partition_fetch_bytes=CHECKPOINT_MAX_BYTES, fetch_max_bytes=CHECKPOINT_MAX_BYTES,
+                                      **extra)
+            await reader.start()
+            self._ckpt_reader = reader
+        return self._ckpt_reader
+
+    async def read_checkpoint(self, partition: int) -> bytes | None:
+        """The last record of the checkpoint partition (one key per partition: the latest)."""
+        reader = await self._reader()
+        tp = TopicPartition(self.config.topics.checkpoints, partition)
+        reader.assign([tp])
+        end = (await reader.end_offsets([tp]))[tp]
+        if end == 0:
+            return None
+        reader.seek(tp, end - 1)
+        records = await reader.getmany(tp, timeout_ms=10_000)
+        batch = records.get(tp, [])
+        if not batch:
+            raise RuntimeError(f"could not read checkpoint partition {partition} (end offset {end})")
+        value: bytes = batch[-1].value
+        return value
+
+    async def _write_checkpoint(self, partition: int, key: str, blob: bytes) -> None:
+        await self.app.producer.flush()  # the findings these offsets produced are delivered first
+        future = await self.checkpoint_topic.send(key=key.encode(), value=blob, partition=partition, force=True)
+        await future
+        self.counts["checkpoints"] += 1
+
+    async def checkpoint_partition(self, stream: Any, partition: int, ack: bool = True) -> None:
+        if not self.detection.owns(partition):
+            return
+        offset, blob = self.detection.checkpoint(partition)
+        await self._write_checkpoint(partition, f"detect/{partition}", blob)
+        self.detection.mark_checkpointed(partition, offset)
+        self.last_checkpoint[partition] = time.monotonic()
+        events, self.held[partition] = self.held.get(partition, []), []
+        if ack and stream is not None:
+            for ev in events:  # now faust may commit them
+                await stream.ack(ev)
+
+    async def checkpoint_incidents(self, stream: Any) -> None:
+        offset, blob = self.incident_stage.checkpoint()
+        await self._write_checkpoint(self.config.topics.incident_checkpoint_partition, "incidents", blob)
+        self.last_incident_checkpoint = time.monotonic()
+        events, self.held_incidents = self.held_incidents, []
+        for ev in events:
+            await stream.ack(ev)
+
+    async def checkpoint_due(self, force: bool = False) -> None:
+        async with self.lock:
+            now = time.monotonic()
+            for partition, events in list(self.held.items()):
+                if events and self._frames_stream is not None and (force or now - self.last_checkpoint.get(partition, 0) >= self.config.checkpoint_interval_s):
+                    await self.checkpoint_partition(self._frames_stream, partition)
+            if self.held_incidents and self._findings_stream is not None and (force or now - self.last_incident_checkpoint >= self.config.checkpoint_interval_s):
+                await self.checkpoint_incidents(self._findings_stream)
+
+    async def on_revoked(self, revoked: Any) -> None:
+        """A partition leaves this worker: checkpoint it (fewer repeats for its next owner), drop it."""
+        async with self.lock:
+            for tp in revoked:
+                if tp.topic == self.config.topics.frames and self.detection.owns(tp.partition):
+                    try:  # no acks: the partition is gone; its next owner skips by offset
+                        await self.checkpoint_partition(self._frames_stream, tp.partition, ack=False)
+                    except Exception as exc:  # the next owner resumes from the previous checkpoint
+                        self.health.problem("worker", "checkpoint_failed", detail=f"partition {tp.partition}: {exc}")
+                    self.detection.drop(tp.partition)
+                    self.held.pop(tp.partition, None)
+                elif tp.topic == self.config.topics.findings and self.incidents_loaded:
+                    self.incident_stage = IncidentStage(self.config.make_bank().processors, self.health)
+                    self.incidents_loaded = False
+                    self.held_incidents = []
+
+    # ---- agents' work ------------------------------------------------------------------
+    async def dead_letter(self, message: Any, reason: str, detail: str, stage: str,
+                          value: bytes | None = None) -> None:
+        headers = deadletter_headers(list(headers_dict(message.headers).items()), detail or reason, stage,
+                                     message.topic, message.partition, message.offset)
+        headers.append(("foreshock-reason-code", reason.encode()))
+        await self.deadletter_topic.send(key=message.key, value=message.value if value is None else value,
+                                         headers=headers, partition=0, force=True)
+        self.health.dead_letters += 1
+        self.counts["deadletters"] += 1
+
+    async def on_piece(self, stream: Any, event: Any) -> None:
+        self._frames_stream = stream
+        message = event.message
+        partition = message.partition
+        async with self.lock:
+            if not self.detection.owns(partition):
+                self.detection.load(partition, await self.read_checkpoint(partition))
+                self.last_checkpoint[partition] = time.monotonic()
+            result = self.detection.process(partition, message.offset, message.value, message.headers)
+            if result.skipped:
+                self.counts["skipped"] += 1
+                await stream.ack(event)
+                return
+            if result.dead_reason is not None:
+                await self.dead_letter(message, result.dead_reason, result.dead_detail, "detect")
+            if result.findings_message is not None:
+                await self.findings_topic.send(key=str(partition).encode(), value=result.findings_message,
+                                               partition=0, force=True)
+                self.counts["pieces"] += 1
+            self.held.setdefault(partition, []).append(event)
+            if time.monotonic() - self.last_checkpoint.get(partition, 0) >= self.config.checkpoint_interval_s:
+                await self.checkpoint_partition(stream, partition)
+
+    async def on_json(self, event: Any) -> None:
+        message = event.message
+        frames, bad = json_to_frames(message.value, self.config.topology)
+        for raw, reason in bad:
+            self.health.problem("route_json", "invalid_record", detail=reason)
+            await self.dead_letter(message, "invalid_record", reason, "route_json", value=raw)
+        agent = f"json@{self.config.worker_id}"
+        for frame in frames:
+            self.json_seq += 1
+            sent = time.time()
+            messages = self.pmap.messages(frame)
+            for index, (partition, piece) in enumerate(messages):
+                await self.frames_topic.send(key=piece_key(frame.kind, partition), value=piece.to_ipc(),
+                                             partition=partition, force=True,
+                                             headers=piece_headers(frame.kind, agent, self.json_seq, index,
+                                                                   len(messages), sent))
+
+    async def on_findings(self, stream: Any, event: Any) -> None:
+        self._findings_stream = stream
+        message = event.message
+        async with self.lock:
+            if not self.incidents_loaded:
+                self.incident_stage.load(await self.read_checkpoint(self.config.topics.incident_checkpoint_partition))
+                self.incidents_loaded = True
+                self.last_incident_checkpoint = time.monotonic()
+            if message.offset <= self.incident_stage.offset:
+                await stream.ack(event)
+                return
+            self.incident_stage.offset = message.offset
+            try:
+                findings_message = decode_findings(message.value)
+            except RecordError as exc:
+                self.health.problem("incidents", exc.reason, detail=str(exc))
+                await self.dead_letter(message, exc.reason, str(exc), "incidents")
+            else:
+                out = self.incident_stage.observe(findings_message)
+                for finding in out:
+                    await self.incidents_topic.send(key=b"incident", value=finding_to_json(finding).encode(),
+                                                    partition=0, force=True)
+                if out:
+                    self.store.observe_findings(out)
+                    self.counts["incidents"] += len(out)
+            self.held_incidents.append(event)
+            if time.monotonic() - self.last_incident_checkpoint >= self.config.checkpoint_interval_s:
+                await self.checkpoint_incidents(stream)
+
+    def status(self) -> dict[str, Any]:
+        return {"worker": self.config.worker_id, "partitions": sorted(self.detection.parts), **self.counts,
+                "problems": self.health.total_problems()}
+
+
+def run_worker(config: WorkerConfig, loglevel: str = "warning") -> None:
+    """Run until SIGTERM/SIGINT; serves /metrics when ``metrics_port`` is set."""
+    worker = ForeshockWorker(config)
+    server = None
+    if config.metrics_port:
+        from foreshock.exporters.prometheus import serve
+
+        server = serve(worker.store, host=config.metrics_host, port=config.metrics_port)
+    try:
+        faust.Worker(worker.app, loglevel=loglevel, quiet=True).execute_from_commandline()
+    finally:
+        if server is not None and isinstance(server, tuple):
+            server[0].shutdown()
+        log.info("worker stopped: %s", json.dumps(worker.status()))
