@@ -1,6 +1,6 @@
 """Replay end to end: Parquet decode -> input guard -> detector bank -> exporter store update.
 
-Writes a synthetic recording (GPU frames of a 1,024-GPU cluster, one tick per second, with a
+Writes a synthetic recording (GPU frames of a 4,096-GPU cluster, one tick per second, with a
 slow thermal ramp on a few GPUs so detectors do real work), then replays it at --max through the
 embedded pipeline with the default detector bank. Reports samples/s (median, min, max of the
 runs) and the speed-up over real time.
@@ -48,8 +48,8 @@ def make_recording(path: Path, nodes: int, ticks: int) -> Topology:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--nodes", type=int, default=128)
-    ap.add_argument("--ticks", type=int, default=600)
+    ap.add_argument("--nodes", type=int, default=512)
+    ap.add_argument("--ticks", type=int, default=300)
     ap.add_argument("--runs", type=int, default=3)
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:

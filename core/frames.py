@@ -76,8 +76,8 @@ class Frame:
             out[:, i] = self.columns[name]
         return out
 
-    def take(self, index: np.ndarray) -> "Frame":
-        """Rows selected by a boolean mask or an index array."""
+    def take(self, index: np.ndarray | slice) -> "Frame":
+        """Rows selected by a boolean mask, an index array, or a slice (a slice shares memory)."""
         return Frame(self.kind, self.ts[index], self.slot[index], {k: v[index] for k, v in self.columns.items()})
 
     def sorted_by_time(self) -> "Frame":

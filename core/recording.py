@@ -15,7 +15,6 @@ recording far larger than memory, and a replay interleaves kinds by time.
 
 from __future__ import annotations
 
-import heapq
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +27,7 @@ import pyarrow.parquet as pq
 from .events import Event, read_events, write_events
 from .fields import ENTITY_KINDS, field_names
 from .frames import Frame, FrameError
+from .numba_config import jit
 from .topology import Topology
 
 FORMAT_VERSION = 1
@@ -187,21 +187,50 @@ class Recording:
         except FrameError as exc:
             raise RecordingError(f"{file}: {exc}") from None
 
-    def iter_frames(self, batch_rows: int = 262_144) -> Iterator[Frame]:
-        """Frames of every kind, interleaved by the first timestamp of each batch."""
-        iters = {kind: self.iter_kind(kind, batch_rows) for kind in self.kinds()}
-        heap: list[tuple[float, int, Frame]] = []
-        order = {kind: i for i, kind in enumerate(iters)}
-        for kind, it in iters.items():
-            frame = next(it, None)
-            if frame is not None:
-                heapq.heappush(heap, (_first_ts(frame), order[kind], frame))
-        while heap:
-            _, i, frame = heapq.heappop(heap)
-            yield frame
-            nxt = next(iters[frame.kind], None)
-            if nxt is not None:
-                heapq.heappush(heap, (_first_ts(nxt), i, nxt))
+    def iter_frames(self, window_s: float | None = None, batch_rows: int = 262_144,
+                    kinds: Iterable[str] | None = None) -> Iterator[Frame]:
+        """Frames of every kind, cut into time windows (default: one sampling interval).
+
+        Within a window the kinds come in :data:`~foreshock.fields.ENTITY_KINDS` order, the order
+        the live simulator emits each tick, and no frame carries a sample from after its window's
+        end: a detector that joins kinds (GPU temperature with rack inlet) never reads the future,
+        and a replay feeds the detectors exactly as the live source did. Rows are cut as prefixes
+        in file order, so a row whose timestamp is out of order or missing is delivered (and
+        counted by the input guard), never lost.
+        """
+        window = float(window_s or self.interval)
+        if not window > 0:
+            raise ValueError("window_s must be positive")
+        wanted = set(self.kinds() if kinds is None else kinds)
+        present = [k for k in self.kinds() if k in wanted]
+        iters = {k: self.iter_kind(k, batch_rows) for k in present}
+        pending: dict[str, Frame | None] = {k: next(iters[k], None) for k in present}
+        starts = [_first_ts(f) for f in pending.values() if f is not None and len(f)]
+        if not starts or not np.isfinite(min(starts)):
+            starts = [0.0]
+        t_end = min(starts) + window
+        while any(f is not None and len(f) for f in pending.values()):
+            for kind in present:
+                frame = pending[kind]
+                parts = []
+                while frame is not None:
+                    cut = _prefix_before(frame.ts, t_end)
+                    if cut == len(frame):
+                        parts.append(frame)
+                        frame = next(iters[kind], None)
+                        continue
+                    if cut:
+                        parts.append(frame.take(slice(0, cut)))  # views, not copies
+                        frame = frame.take(slice(cut, None))
+                    break
+                pending[kind] = frame
+                if parts:
+                    yield parts[0] if len(parts) == 1 else Frame.concat(parts)
+            nxt = [_first_ts(f) for f in pending.values() if f is not None and len(f)]
+            if not nxt:
+                break
+            # jump over gaps in the recording instead of yielding empty windows
+            t_end = max(t_end, min(nxt)) + window
 
     def read_kind(self, kind: str) -> Frame:
         frames = list(self.iter_kind(kind))
@@ -209,4 +238,30 @@ class Recording:
 
 
 def _first_ts(frame: Frame) -> float:
-    return float(frame.ts[0]) if len(frame) else np.inf
+    return float(_first_finite(frame.ts))
+
+
+def _prefix_before(ts: np.ndarray, t_end: float) -> int:
+    """Length of the longest prefix whose rows belong before ``t_end``.
+
+    Rows with a missing timestamp ride along with their neighbours (the guard counts them);
+    a row from the past stays in the prefix, a row at or after ``t_end`` ends it.
+    """
+    return int(_first_at_or_after(ts, t_end))
+
+
+@jit
+def _first_finite(ts: np.ndarray) -> float:
+    for t in ts:
+        if np.isfinite(t):
+            return t
+    return np.inf
+
+
+@jit
+def _first_at_or_after(ts: np.ndarray, t_end: float) -> int:
+    # a scan that stops at the cut: O(window) per window, not O(batch)
+    for i in range(len(ts)):
+        if ts[i] >= t_end:
+            return i
+    return len(ts)

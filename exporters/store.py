@@ -145,10 +145,23 @@ class FindingStore:
             if now - p.ts > max(p.eta_s, 0.0) + self.anomaly_ttl_s:
                 del self._predictions[pkey]
 
-    def set_gauges(self, gauges: dict[str, tuple[str, np.ndarray, str]]) -> None:
-        """Per-entity estimates published by detectors: name -> (kind, values by slot, help)."""
+    def set_gauges(self, gauges: dict[str, tuple[str, np.ndarray, str]],
+                   owned: dict[str, np.ndarray] | None = None) -> None:
+        """Per-entity estimates published by detectors: name -> (kind, values by slot, help).
+
+        ``owned`` (kind -> boolean mask by slot) restricts the update to the slots this caller
+        owns: a Kafka worker runs one pipeline per partition over one shared store, and each
+        partition must update only its own entities.
+        """
         with self._lock:
-            self._gauges = {k: (kind, np.array(v, copy=True), h) for k, (kind, v, h) in gauges.items()}
+            for name, (kind, values, help_text) in gauges.items():
+                values = np.asarray(values, dtype=np.float64)
+                current = self._gauges.get(name)
+                if owned is None or kind not in owned or current is None or current[1].shape != values.shape:
+                    merged = values.copy() if owned is None or kind not in owned else np.where(owned[kind], values, np.nan)
+                else:
+                    merged = np.where(owned[kind], values, current[1])
+                self._gauges[name] = (kind, merged, help_text)
 
     def observe_latency(self, seconds: float) -> None:
         with self._lock:

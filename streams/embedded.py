@@ -11,6 +11,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Protocol
 
+import numpy as np
+
 from foreshock.detectors.bank import DetectorBank
 from foreshock.exporters.store import FindingStore
 from foreshock.findings import Finding
@@ -74,10 +76,15 @@ class EmbeddedPipeline:
         now = time.monotonic()
         if now - self._last_gauges >= self.gauge_interval_s:
             self._last_gauges = now
-            gauges = self.bank.gauges()
-            if gauges:
-                self.store.set_gauges(gauges)
+            self._publish_gauges()
         return findings
+
+    def _publish_gauges(self) -> None:
+        gauges = self.bank.gauges()
+        if gauges:
+            # only the entities this pipeline has seen: others may belong to another partition
+            owned = {kind: np.isfinite(last) for kind, last in self.guard.s_last_ts.items()}
+            self.store.set_gauges(gauges, owned)
 
     def run(self, frames: Iterable[Frame], on_frame: Callable[[Frame, list[Finding]], Any] | None = None,
             limit_s: float | None = None) -> RunStats:
@@ -104,7 +111,5 @@ class EmbeddedPipeline:
         if first_ts is not None and last_ts is not None:
             stats.telemetry_s = last_ts - first_ts
             stats.start_ts = first_ts
-        gauges = self.bank.gauges()
-        if gauges:
-            self.store.set_gauges(gauges)
+        self._publish_gauges()
         return stats

@@ -68,7 +68,7 @@ class ReplaySource:
         self.stop = threading.Event()
 
     def __iter__(self) -> Iterator[Frame]:
-        frames = self.recording.iter_frames(self.batch_rows)
+        frames = self.recording.iter_frames(batch_rows=self.batch_rows)
         if self.offset:
             frames = (_shift(f, self.offset) for f in frames)
         return paced(frames, self.speed, self.stop)

@@ -130,3 +130,13 @@ foreshock_input_problems_total{cluster="test",reason="out_of_order",stage="guard
 foreshock_dead_letters_total{cluster="test"} 2.0
 """
     assert golden in text
+
+
+def test_gauges_from_two_partitions_merge_by_owned_slots(small_topology: Topology) -> None:
+    store = FindingStore(small_topology)
+    n = small_topology.size("gpu")
+    first_half = np.arange(n) < n // 2
+    store.set_gauges({"r": ("gpu", np.full(n, 1.0), "h")}, owned={"gpu": first_half})
+    store.set_gauges({"r": ("gpu", np.full(n, 2.0), "h")}, owned={"gpu": ~first_half})
+    values = store.snapshot().gauges["r"][1]
+    np.testing.assert_array_equal(values, np.where(first_half, 1.0, 2.0))
