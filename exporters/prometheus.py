@@ -20,11 +20,13 @@ from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from foreshock.facts import THROTTLE_BITS
+from foreshock.facts import IB_PORT_STATE_ACTIVE, THROTTLE_BITS
 
 from .store import LATENCY_BUCKETS, FindingStore, StoreSnapshot, xid_severity
 
 NS = "foreshock"
+THERMAL_RESISTANCE_GAUGE = "thermal_resistance_celsius_per_watt"
+"""The detector gauge (see ``Detector.gauges``) exported as the thermal-resistance families."""
 GPU_LABELS = ("cluster", "rack", "node", "gpu")
 
 
@@ -45,14 +47,23 @@ CATALOGUE: tuple[MetricSpec, ...] = (
     MetricSpec(f"{NS}_gpu_sm_clock_hertz", "gauge", "GPU SM clock (flagged GPUs and the top K hottest)", GPU_LABELS),
     MetricSpec(f"{NS}_gpu_throttle_reasons", "gauge", "Clock event reason bitmask as NVML reports it (flagged GPUs and the top K hottest)", GPU_LABELS),
     MetricSpec(f"{NS}_gpu_throttle_reason_active", "gauge", "1 when the named clock event reason bit is set (flagged GPUs)", GPU_LABELS + ("reason",)),
+    MetricSpec(f"{NS}_gpu_thermal_resistance_celsius_per_watt", "gauge", "Fitted die-to-coolant thermal resistance (flagged GPUs and the top K hottest)", GPU_LABELS),
     # aggregates, always
     MetricSpec(f"{NS}_rack_gpu_temperature_max_celsius", "gauge", "Hottest GPU core temperature in the rack", ("cluster", "rack")),
     MetricSpec(f"{NS}_rack_gpu_temperature_mean_celsius", "gauge", "Mean GPU core temperature in the rack", ("cluster", "rack")),
+    MetricSpec(f"{NS}_rack_gpu_memory_temperature_max_celsius", "gauge", "Hottest GPU HBM temperature in the rack", ("cluster", "rack")),
+    MetricSpec(f"{NS}_rack_thermal_resistance_celsius_per_watt", "gauge", "Mean fitted GPU thermal resistance in the rack", ("cluster", "rack")),
     MetricSpec(f"{NS}_rack_gpu_power_watts", "gauge", "Sum of GPU power draw in the rack", ("cluster", "rack")),
     MetricSpec(f"{NS}_rack_inlet_temperature_celsius", "gauge", "Rack inlet (coolant supply) temperature", ("cluster", "rack")),
     MetricSpec(f"{NS}_rack_gpus_throttled", "gauge", "GPUs of the rack with a thermal or power throttle bit set", ("cluster", "rack", "kind")),
-    MetricSpec(f"{NS}_job_step_time_seconds", "gauge", "Last synchronous step time of the job", ("cluster", "job")),
-    MetricSpec(f"{NS}_gpus_reporting", "gauge", "GPUs that have reported telemetry", ("cluster",)),
+    MetricSpec(f"{NS}_job_step_time_seconds", "gauge", "Last synchronous step time of the job", ("cluster", "training_job")),
+    MetricSpec(f"{NS}_gpus_reporting", "gauge", "GPUs that reported telemetry within the staleness window", ("cluster",)),
+    MetricSpec(f"{NS}_leaf_xmit_wait_ticks_total", "counter", "Sum of port_xmit_wait over the leaf's GPU links", ("cluster", "leaf")),
+    MetricSpec(f"{NS}_leaf_links_down", "gauge", "GPU links of the leaf whose port is not ACTIVE", ("cluster", "leaf")),
+    MetricSpec(f"{NS}_leaf_optic_rx_power_min_dbm", "gauge", "Weakest optic RX power on the leaf's GPU links", ("cluster", "leaf")),
+    MetricSpec(f"{NS}_leaf_optic_prefec_ber_max_ratio", "gauge", "Worst optic pre-FEC BER on the leaf's GPU links", ("cluster", "leaf")),
+    MetricSpec(f"{NS}_optic_rx_power_dbm", "gauge", "Optic RX power (optics of flagged links)", ("cluster", "link", "end")),
+    MetricSpec(f"{NS}_optic_prefec_ber_ratio", "gauge", "Optic pre-FEC bit error rate (optics of flagged links)", ("cluster", "link", "end")),
     # findings
     MetricSpec(f"{NS}_prediction_eta_seconds", "gauge", "Predicted time until the event, per entity with an active prediction", ("cluster", "event", "entity_kind", "entity", "rack", "detector")),
     MetricSpec(f"{NS}_prediction_confidence_ratio", "gauge", "Confidence of the active prediction (0-1)", ("cluster", "event", "entity_kind", "entity", "rack", "detector")),
@@ -64,9 +75,9 @@ CATALOGUE: tuple[MetricSpec, ...] = (
     MetricSpec(f"{NS}_incidents_open", "gauge", "Open incidents by root-cause kind", ("cluster", "root_kind")),
     MetricSpec(f"{NS}_incident_members", "gauge", "Members of an open incident", ("cluster", "incident", "root_kind", "root_entity", "state")),
     MetricSpec(f"{NS}_incident_predicted_members", "gauge", "Members an open incident is predicted to reach", ("cluster", "incident", "root_kind", "root_entity")),
-    MetricSpec(f"{NS}_job_predicted_slowdown_ratio", "gauge", "Predicted slowdown of a job's synchronous step (1.0 = none)", ("cluster", "job")),
-    MetricSpec(f"{NS}_job_gpu_hours_at_risk_per_hour", "gauge", "GPU-hours at risk per hour for a job touched by an incident", ("cluster", "job")),
-    MetricSpec(f"{NS}_xid_events_total", "counter", "New XID events seen (changes of the last-XID field)", ("cluster", "xid", "severity")),
+    MetricSpec(f"{NS}_job_predicted_slowdown_ratio", "gauge", "Predicted extra time of a job's synchronous step as a fraction of its normal step (0.25 = 25% slower)", ("cluster", "training_job")),
+    MetricSpec(f"{NS}_job_gpu_hours_at_risk_per_hour", "gauge", "GPU-hours at risk per hour for a job touched by an incident", ("cluster", "training_job")),
+    MetricSpec(f"{NS}_xid_events_total", "counter", "New XID events seen (changes of the last-XID field)", ("cluster", "rack", "node", "gpu", "xid", "severity")),
     # the pipeline itself
     MetricSpec(f"{NS}_samples_processed_total", "counter", "Telemetry samples processed", ("cluster", "kind")),
     MetricSpec(f"{NS}_findings_total", "counter", "Findings emitted", ("cluster", "type")),
@@ -102,9 +113,10 @@ def _family(name: str) -> Any:  # the concrete *MetricFamily, whose add_metric s
 
 
 class ForeshockCollector(Collector):
-    def __init__(self, store: FindingStore, top_k: int = 16) -> None:
+    def __init__(self, store: FindingStore, top_k: int = 16, stale_after_s: float = 120.0) -> None:
         self.store = store
         self.top_k = top_k
+        self.stale_after_s = stale_after_s
 
     def describe(self) -> list[Metric]:
         return []  # unchecked collector: families vary with the snapshot
@@ -139,6 +151,13 @@ class ForeshockCollector(Collector):
                 if not math.isnan(v):
                     fam.add_metric(labels[int(s)], float(v))
             yield fam
+        fam = _family(f"{NS}_gpu_thermal_resistance_celsius_per_watt")
+        r_est = snap.gauges.get(THERMAL_RESISTANCE_GAUGE)
+        if r_est is not None and r_est[0] == "gpu":
+            for s in gpus:
+                if s < len(r_est[1]) and math.isfinite(r_est[1][s]):
+                    fam.add_metric(labels[int(s)], float(r_est[1][s]))
+        yield fam
         fam = _family(f"{NS}_gpu_throttle_reason_active")
         flagged = {f.slot for f in snap.predictions if f.entity_kind == "gpu"}
         for s in gpus:
@@ -177,6 +196,23 @@ class ForeshockCollector(Collector):
             f_thr.add_metric([cluster, rack, "thermal"], float(thermal[r]))
             f_thr.add_metric([cluster, rack, "power"], float(power_thr[r]))
         yield from (f_max, f_mean, f_pow, f_thr)
+        f_hbm = _family(f"{NS}_rack_gpu_memory_temperature_max_celsius")
+        hmax = _group_reduce(gpu["hbm_temp"], rack_of, n_racks, np.fmax, -np.inf)
+        for r, rack in enumerate(topo.racks):
+            if np.isfinite(hmax[r]):
+                f_hbm.add_metric([cluster, rack], float(hmax[r]))
+        yield f_hbm
+        f_rr = _family(f"{NS}_rack_thermal_resistance_celsius_per_watt")
+        r_est = snap.gauges.get(THERMAL_RESISTANCE_GAUGE)
+        if r_est is not None and r_est[0] == "gpu" and len(r_est[1]) == topo.size("gpu"):
+            vals = r_est[1]
+            ok = np.isfinite(vals)
+            rsum = np.bincount(rack_of[ok], weights=vals[ok], minlength=n_racks)
+            rcnt = np.bincount(rack_of[ok], minlength=n_racks)
+            for r, rack in enumerate(topo.racks):
+                if rcnt[r]:
+                    f_rr.add_metric([cluster, rack], float(rsum[r] / rcnt[r]))
+        yield f_rr
         f_inlet = _family(f"{NS}_rack_inlet_temperature_celsius")
         for r, v in enumerate(snap.latest["rack"]["inlet_temp"]):
             if not math.isnan(v):
@@ -188,8 +224,63 @@ class ForeshockCollector(Collector):
                 f_step.add_metric([cluster, topo.jobs[j]], float(v))
         yield f_step
         f_rep = _family(f"{NS}_gpus_reporting")
-        f_rep.add_metric([cluster], float(snap.seen["gpu"].sum()))
+        if math.isfinite(snap.last_ts):
+            fresh = snap.last_seen["gpu"] >= snap.last_ts - self.stale_after_s
+            f_rep.add_metric([cluster], float(fresh.sum()))
         yield f_rep
+        yield from self._leaves(snap)
+
+    def _leaves(self, snap: StoreSnapshot) -> Iterator[Metric]:
+        """Fabric aggregates by leaf switch, over the GPU links (and their optics) it serves."""
+        topo = snap.topology
+        cluster = topo.cluster
+        leaf = topo.link_leaf
+        gpu_links = np.flatnonzero(leaf >= 0)
+        n_sw = len(topo.switches)
+        link = snap.latest["link"]
+        optic = snap.latest["optic"]
+        f_wait = _family(f"{NS}_leaf_xmit_wait_ticks_total")
+        f_down = _family(f"{NS}_leaf_links_down")
+        f_rx = _family(f"{NS}_leaf_optic_rx_power_min_dbm")
+        f_ber = _family(f"{NS}_leaf_optic_prefec_ber_max_ratio")
+        if len(gpu_links):
+            lf = leaf[gpu_links]
+            wait = link["xmit_wait"][gpu_links]
+            wait_sum = np.bincount(lf, weights=np.nan_to_num(wait), minlength=n_sw)
+            state = link["link_state"][gpu_links]
+            reported = np.bincount(lf, weights=~np.isnan(state), minlength=n_sw)
+            down = np.bincount(lf, weights=(~np.isnan(state)) & (state != IB_PORT_STATE_ACTIVE), minlength=n_sw)
+            optic_leaf = np.repeat(leaf, 2)
+            o_ok = optic_leaf >= 0
+            rx_min = _group_reduce(optic["rx_power"][o_ok], optic_leaf[o_ok], n_sw, np.fmin, np.inf)
+            ber_max = _group_reduce(optic["prefec_ber"][o_ok], optic_leaf[o_ok], n_sw, np.fmax, -np.inf)
+            has_wait = np.bincount(lf, weights=~np.isnan(wait), minlength=n_sw)
+            for s in np.unique(lf):
+                name = topo.switches[s]
+                if has_wait[s]:
+                    f_wait.add_metric([cluster, name], float(wait_sum[s]))
+                if reported[s]:
+                    f_down.add_metric([cluster, name], float(down[s]))
+                if np.isfinite(rx_min[s]):
+                    f_rx.add_metric([cluster, name], float(rx_min[s]))
+                if np.isfinite(ber_max[s]):
+                    f_ber.add_metric([cluster, name], float(ber_max[s]))
+        yield from (f_wait, f_down, f_rx, f_ber)
+        flagged_links = {f.slot for f in list(snap.predictions) + list(snap.anomalies) if f.entity_kind == "link"}
+        flagged_links |= {f.slot // 2 for f in list(snap.predictions) + list(snap.anomalies) if f.entity_kind == "optic"}
+        f_orx = _family(f"{NS}_optic_rx_power_dbm")
+        f_ober = _family(f"{NS}_optic_prefec_ber_ratio")
+        for ln in sorted(flagged_links):
+            for end in (0, 1):
+                o = 2 * ln + end
+                if o >= len(optic["rx_power"]):
+                    continue
+                labels = [cluster, topo.links[ln], "ab"[end]]
+                if not math.isnan(optic["rx_power"][o]):
+                    f_orx.add_metric(labels, float(optic["rx_power"][o]))
+                if not math.isnan(optic["prefec_ber"][o]):
+                    f_ober.add_metric(labels, float(optic["prefec_ber"][o]))
+        yield from (f_orx, f_ober)
 
     # ---- findings ------------------------------------------------------------------------
     def _findings(self, snap: StoreSnapshot) -> Iterator[Metric]:
@@ -224,8 +315,9 @@ class ForeshockCollector(Collector):
         yield from self._estimates(snap)
         yield from self._incidents(snap)
         f_xid = _family(f"{NS}_xid_events_total")
-        for code, n in sorted(snap.xids.items()):
-            f_xid.add_metric([cluster, str(code), xid_severity(code)], float(n))
+        for (slot, code), n in sorted(snap.xids.items()):
+            gpu = topo.labels("gpu", slot)
+            f_xid.add_metric([cluster, gpu["rack"], gpu["node"], gpu["gpu"], str(code), xid_severity(code)], float(n))
         yield f_xid
 
     def _estimates(self, snap: StoreSnapshot) -> Iterator[Metric]:
@@ -267,8 +359,9 @@ class ForeshockCollector(Collector):
                 risk[job] = risk.get(job, 0.0) + share
         for kind, n in sorted(by_kind.items()):
             f_open.add_metric([cluster, kind], float(n))
-        for job, ratio in sorted(slowdown.items()):
-            f_slow.add_metric([cluster, job], ratio)
+        for job, factor in sorted(slowdown.items()):
+            # incidents carry a step-time factor (1.25 = 25% slower); the metric is the extra fraction
+            f_slow.add_metric([cluster, job], max(factor - 1.0, 0.0))
         for job, r in sorted(risk.items()):
             f_risk.add_metric([cluster, job], r)
         yield from (f_open, f_mem, f_pred, f_slow, f_risk)

@@ -28,7 +28,7 @@ LATENCY_BUCKETS = (0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0)
 # Latest value kept per entity, by kind: (field in frames, exported metric suffix).
 LATEST_FIELDS: dict[str, tuple[str, ...]] = {
     "gpu": ("gpu_temp", "hbm_temp", "power", "power_limit", "sm_clock", "throttle_reasons", "util"),
-    "link": ("link_state",),
+    "link": ("link_state", "xmit_wait"),
     "optic": ("rx_power", "prefec_ber"),
     "rack": ("inlet_temp", "coolant_flow"),
     "job": ("step_time",),
@@ -50,7 +50,8 @@ class StoreSnapshot:
     samples: dict[str, int]
     findings: dict[str, int]
     dead_letters: int
-    xids: dict[int, int]
+    xids: dict[tuple[int, int], int]
+    last_seen: dict[str, np.ndarray]
     latency_counts: list[int]
     latency_sum: float
     latency_count: int
@@ -72,11 +73,12 @@ class FindingStore:
                         for kind, fields in LATEST_FIELDS.items()}
         self._seen = {kind: np.zeros(topology.size(kind), dtype=bool) for kind in LATEST_FIELDS}
         self._last_xid = np.full(topology.size("gpu"), np.nan)
+        self._last_seen = {kind: np.full(topology.size(kind), -np.inf) for kind in LATEST_FIELDS}
         self._predictions: dict[tuple[str, str, int], Prediction] = {}
         self._anomalies: dict[tuple[str, int, str, str], Anomaly] = {}
         self._incidents: dict[str, Incident] = {}
         self._gauges: dict[str, tuple[str, np.ndarray, str]] = {}
-        self._xids: Counter[int] = Counter()
+        self._xids: Counter[tuple[int, int]] = Counter()  # (gpu slot, code)
         self._raised: Counter[str] = Counter()
         self._latency_counts = [0] * (len(LATENCY_BUCKETS) + 1)
         self._latency_sum = 0.0
@@ -99,6 +101,7 @@ class FindingStore:
                     ok = ~np.isnan(col)
                     self._latest[frame.kind][name][frame.slot[ok]] = col[ok]
                 self._seen[frame.kind][frame.slot] = True
+                np.maximum.at(self._last_seen[frame.kind], frame.slot, np.nan_to_num(frame.ts, nan=-np.inf))
             if frame.kind == "gpu":
                 self._count_xids(frame)
             self.last_ts = float(np.nanmax(frame.ts)) if np.isfinite(frame.ts).any() else self.last_ts
@@ -108,9 +111,11 @@ class FindingStore:
     def _count_xids(self, frame: Frame) -> None:
         # dcgm's XID field is the *last* XID and never resets: a new event is a change of value.
         # The first value seen for a GPU is not counted: it may be latched from long ago.
-        codes = _new_xids(frame.slot, frame.columns["xid_last"], self._last_xid)
-        for code in codes[codes > 0]:
-            self._xids[int(code)] += 1
+        rows = _new_xids(frame.slot, frame.columns["xid_last"], self._last_xid)
+        for row in rows:
+            code = frame.columns["xid_last"][row]
+            if code > 0:
+                self._xids[(int(frame.slot[row]), int(code))] += 1
 
     def observe_findings(self, findings: Iterable[Finding]) -> None:
         with self._lock:
@@ -186,6 +191,7 @@ class FindingStore:
                 findings=dict(self.health.findings),
                 dead_letters=self.health.dead_letters,
                 xids=dict(self._xids),
+                last_seen={k: v.copy() for k, v in self._last_seen.items()},
                 latency_counts=list(self._latency_counts),
                 latency_sum=self._latency_sum,
                 latency_count=self._latency_count,
@@ -201,8 +207,8 @@ def xid_severity(code: int) -> str:
 
 @jit
 def _new_xids(slot: np.ndarray, xid: np.ndarray, last: np.ndarray) -> np.ndarray:
-    """Codes of XID transitions in time-ordered rows; updates ``last`` (per-slot) in place."""
-    out = np.empty(len(slot), dtype=np.float64)
+    """Rows holding an XID transition (time-ordered rows); updates ``last`` (per slot) in place."""
+    out = np.empty(len(slot), dtype=np.int64)
     n = 0
     for i in range(len(slot)):
         v = xid[i]
@@ -210,7 +216,7 @@ def _new_xids(slot: np.ndarray, xid: np.ndarray, last: np.ndarray) -> np.ndarray
             continue
         prev = last[slot[i]]
         if prev == prev and v != prev:
-            out[n] = v
+            out[n] = i
             n += 1
         last[slot[i]] = v
     return out[:n]

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+pytest_plugins = ["conftest_prom"]  # real Prometheus/Alertmanager fixtures (tests/conftest_prom.py)
+
 ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(os.environ.get("FORESHOCK_SHARED_DATA", ROOT.parent / "shared" / "data"))
 

@@ -58,7 +58,8 @@ def test_collector_exports_predictions_aggregates_and_pipeline_counters(small_to
     assert reg.get_sample_value("foreshock_rack_gpu_temperature_mean_celsius",
                                 {"cluster": "test", "rack": "rack0"}) == pytest.approx(temps[:16].mean())
     assert reg.get_sample_value("foreshock_incidents_open", {"cluster": "test", "root_kind": "cooling_loop"}) == 1
-    assert reg.get_sample_value("foreshock_job_predicted_slowdown_ratio", {"cluster": "test", "job": "job1"}) == 1.25
+    assert reg.get_sample_value("foreshock_job_predicted_slowdown_ratio",
+                                {"cluster": "test", "training_job": "job1"}) == pytest.approx(0.25)
     assert reg.get_sample_value("foreshock_samples_processed_total", {"cluster": "test", "kind": "gpu"}) == 64
     assert reg.get_sample_value("foreshock_findings_total", {"cluster": "test", "type": "prediction"}) == 1
     assert reg.get_sample_value("foreshock_gpus_reporting", {"cluster": "test"}) == 32
@@ -95,8 +96,10 @@ def test_xid_counts_new_events_not_the_latched_value(small_topology: Topology) -
     xid[4] = 79
     store.observe_frame(_gpu_frame(small_topology, 4.0, temps, xids=xid.copy()))
     reg = build_registry(store)
-    assert reg.get_sample_value("foreshock_xid_events_total", {"cluster": "test", "xid": "48", "severity": "critical"}) == 1
-    assert reg.get_sample_value("foreshock_xid_events_total", {"cluster": "test", "xid": "79", "severity": "critical"}) == 1
+    gpu4 = {"cluster": "test", "rack": "rack0", "node": "node0", "gpu": "4"}
+    assert reg.get_sample_value("foreshock_xid_events_total", {**gpu4, "xid": "48", "severity": "critical"}) == 1
+    assert reg.get_sample_value("foreshock_xid_events_total", {**gpu4, "xid": "79", "severity": "critical"}) == 1
+    assert reg.get_sample_value("foreshock_xid_events_total", {**gpu4, "gpu": "2", "xid": "79", "severity": "critical"}) is None
 
 
 def test_latency_histogram_and_gauges(small_topology: Topology) -> None:
@@ -106,6 +109,7 @@ def test_latency_histogram_and_gauges(small_topology: Topology) -> None:
     r = np.full(32, 0.046)
     r[7] = 0.09
     store.set_gauges({"thermal_resistance_celsius_per_watt": ("gpu", r, "fitted R")})
+    store.observe_frame(_gpu_frame(small_topology, 1.0, np.full(32, 50.0)))
     store.observe_findings([Anomaly(1.0, "gpu", 7, "thermal_resistance", 5.0, "cooling")])
     reg = build_registry(store)
     assert reg.get_sample_value("foreshock_detector_latency_seconds_bucket", {"cluster": "test", "le": "0.001"}) == 1
@@ -114,6 +118,10 @@ def test_latency_histogram_and_gauges(small_topology: Topology) -> None:
                                 "entity_kind": "gpu", "entity": "node0/gpu7"}) == 0.09
     assert reg.get_sample_value("foreshock_estimate_rack_max", {"cluster": "test",
                                 "estimate": "thermal_resistance_celsius_per_watt", "rack": "rack1"}) == 0.046
+    gpu7 = {"cluster": "test", "rack": "rack0", "node": "node0", "gpu": "7"}
+    assert reg.get_sample_value("foreshock_gpu_thermal_resistance_celsius_per_watt", gpu7) == 0.09
+    assert reg.get_sample_value("foreshock_rack_thermal_resistance_celsius_per_watt",
+                                {"cluster": "test", "rack": "rack0"}) == pytest.approx((15 * 0.046 + 0.09) / 16)
 
 
 def test_golden_exposition_of_pipeline_families(small_topology: Topology, tmp_path) -> None:
@@ -140,3 +148,42 @@ def test_gauges_from_two_partitions_merge_by_owned_slots(small_topology: Topolog
     store.set_gauges({"r": ("gpu", np.full(n, 2.0), "h")}, owned={"gpu": ~first_half})
     values = store.snapshot().gauges["r"][1]
     np.testing.assert_array_equal(values, np.where(first_half, 1.0, 2.0))
+
+
+def test_gpus_reporting_counts_only_recent_gpus(small_topology: Topology) -> None:
+    store = FindingStore(small_topology)
+    store.observe_frame(_gpu_frame(small_topology, 0.0, np.full(32, 50.0)))
+    half = Frame("gpu", np.full(16, 200.0), np.arange(16), {"gpu_temp": np.full(16, 50.0)})
+    store.observe_frame(half)
+    assert build_registry(store).get_sample_value("foreshock_gpus_reporting", {"cluster": "test"}) == 16
+
+
+def test_leaf_and_flagged_optic_families(small_topology: Topology) -> None:
+    store = FindingStore(small_topology)
+    t = small_topology
+    n_links = t.size("link")
+    state = np.full(n_links, 4.0)
+    down = t.slot("link", "node1/gpu3~leaf3")
+    state[down] = 1.0
+    wait = np.arange(n_links, dtype=float)
+    store.observe_frame(Frame("link", np.full(n_links, 5.0), np.arange(n_links), {"link_state": state, "xmit_wait": wait}))
+    rx = np.full(2 * n_links, -2.0)
+    rx[2 * down] = -9.5
+    ber = np.full(2 * n_links, 1e-9)
+    ber[2 * down + 1] = 3e-5
+    store.observe_frame(Frame("optic", np.full(2 * n_links, 5.0), np.arange(2 * n_links), {"rx_power": rx, "prefec_ber": ber}))
+    store.observe_findings([Prediction(5.0, "link", down, "link_down", 3600.0, 0.9, "optics")])
+    reg = build_registry(store)
+    leaf3 = {"cluster": "test", "leaf": "leaf3"}
+    links_on_leaf3 = [t.slot("link", f"node{i}/gpu3~leaf3") for i in range(4)]
+    assert reg.get_sample_value("foreshock_leaf_xmit_wait_ticks_total", leaf3) == sum(links_on_leaf3)
+    assert reg.get_sample_value("foreshock_leaf_links_down", leaf3) == 1
+    assert reg.get_sample_value("foreshock_leaf_links_down", {"cluster": "test", "leaf": "leaf2"}) == 0
+    assert reg.get_sample_value("foreshock_leaf_optic_rx_power_min_dbm", leaf3) == -9.5
+    assert reg.get_sample_value("foreshock_leaf_optic_prefec_ber_max_ratio", leaf3) == 3e-5
+    assert reg.get_sample_value("foreshock_optic_rx_power_dbm",
+                                {"cluster": "test", "link": "node1/gpu3~leaf3", "end": "a"}) == -9.5
+    assert reg.get_sample_value("foreshock_optic_prefec_ber_ratio",
+                                {"cluster": "test", "link": "node1/gpu3~leaf3", "end": "b"}) == 3e-5
+    # spine uplinks are not GPU links: no leaf series for the spine
+    assert reg.get_sample_value("foreshock_leaf_links_down", {"cluster": "test", "leaf": "spine0"}) is None

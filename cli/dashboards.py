@@ -1,0 +1,86 @@
+"""``foreshock dashboards``: generate the Grafana dashboards and Prometheus rules, push dashboards."""
+
+from __future__ import annotations
+
+import os
+import stat
+import sys
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+TOKEN_ENV = "FORESHOCK_GRAFANA_TOKEN"
+
+
+@click.group("dashboards")
+def command() -> None:
+    """Grafana dashboards and Prometheus rules, generated as code (foreshock.dashboards)."""
+
+
+@command.command("generate")
+@click.option("--root", type=click.Path(file_okay=False, path_type=Path), default=Path("."), show_default=True,
+              help="Repository root: writes dashboards/generated/*.json and deploy/prometheus/rules/.")
+@click.option("--check", is_flag=True, help="Write nothing; exit 1 if regenerating would change a file.")
+def generate(root: Path, check: bool) -> None:
+    """Regenerate the dashboard JSON and the Prometheus rule file from one config."""
+    from foreshock.dashboards.generate import render, stale, write
+
+    console = Console(stderr=True)
+    if check:
+        outdated = stale(root)
+        for rel in outdated:
+            console.print(f"[red]out of date:[/] {rel}")
+        if outdated:
+            console.print("run `foreshock dashboards generate` and commit the result")
+            sys.exit(1)
+        console.print(f"{len(render())} generated files are up to date")
+        return
+    changed = write(root)
+    for rel in changed:
+        console.print(f"wrote {rel}")
+    console.print(f"{len(changed)} of {len(render())} generated files changed")
+
+
+def _read_token(token_file: Path | None) -> str:
+    if token_file is not None:
+        mode = token_file.stat().st_mode
+        if mode & (stat.S_IRGRP | stat.S_IROTH):
+            click.echo(f"warning: {token_file} is readable by other users (chmod 600 it)", err=True)
+        token = token_file.read_text(encoding="utf-8").strip()
+    else:
+        token = os.environ.get(TOKEN_ENV, "").strip()
+    if not token:
+        raise click.UsageError(f"no Grafana token: set {TOKEN_ENV} or pass --token-file "
+                               "(the token is never accepted on the command line)")
+    return token
+
+
+@command.command("push")
+@click.option("--url", required=True, help="Grafana base URL, e.g. http://grafana:3000")
+@click.option("--token-file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help=f"File holding a Grafana service-account token (default: ${TOKEN_ENV}).")
+@click.option("--folder-uid", default=None, help="Folder UID (default from the dashboards config).")
+@click.option("--overwrite/--no-overwrite", default=True, show_default=True,
+              help="Replace dashboards edited in Grafana since; --no-overwrite fails on such a conflict.")
+@click.option("--timeout", type=float, default=10.0, show_default=True, help="HTTP timeout in seconds.")
+def push(url: str, token_file: Path | None, folder_uid: str | None, overwrite: bool, timeout: float) -> None:
+    """Push the generated dashboards to Grafana (token from $FORESHOCK_GRAFANA_TOKEN or --token-file)."""
+    from foreshock.dashboards.config import DEFAULT_CONFIG
+    from foreshock.dashboards.generate import load_dashboards
+    from foreshock.dashboards.push import PushError, push_dashboards
+
+    token = _read_token(token_file)
+    boards = load_dashboards()
+    try:
+        pushed = push_dashboards(url, token, boards, folder_uid or DEFAULT_CONFIG.folder_uid,
+                                 DEFAULT_CONFIG.folder_title, overwrite=overwrite, timeout=timeout)
+    except PushError as exc:
+        raise click.ClickException(str(exc)) from None
+    table = Table(title=f"pushed to {url}")
+    for col in ("uid", "title", "version", "url"):
+        table.add_column(col)
+    for p in pushed:
+        table.add_row(p.uid, p.title, str(p.version), p.url)
+    Console(stderr=True).print(table)

@@ -1,0 +1,103 @@
+"""The one config the alert rules, recording rules and dashboards are generated from.
+
+Like a monitoring mixin's ``_config``: selectors, thresholds, ``for`` durations, scrape jobs,
+datasource and folder live here as data; :mod:`foreshock.dashboards.rules` and
+:mod:`foreshock.dashboards.boards` read them and nothing else. Override a field with
+``dataclasses.replace(DEFAULT_CONFIG, ...)`` to generate a variant for another site.
+
+Thresholds that come from hardware facts are read from :mod:`foreshock.facts`, never retyped.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from foreshock.facts import HBM_MAX_OPERATING_TEMP_C, HW_SLOWDOWN_TEMP_C, MAX_OPERATING_TEMP_C
+
+
+@dataclass(frozen=True)
+class ScrapeJob:
+    """A component Prometheus scrapes; each gets an ``absent(up{job=...} == 1)`` alert."""
+
+    job: str
+    alert: str
+    component: str
+    impact: str
+    severity: str = "critical"
+
+
+@dataclass(frozen=True)
+class MixinConfig:
+    # --- where things live ---------------------------------------------------------------
+    datasource_uid: str = "foreshock-prometheus"
+    datasource_name: str = "Prometheus (foreshock)"
+    folder_uid: str = "foreshock"
+    folder_title: str = "foreshock"
+    runbook_url: str = "https://github.com/foreshock/foreshock/blob/main/docs/runbooks.md"
+    dashboard_tag: str = "foreshock"
+    refresh: str = "30s"
+    time_from: str = "now-6h"
+
+    # --- what Prometheus scrapes (deploy/prometheus/prometheus.yml uses the same job names) --
+    scrape_jobs: tuple[ScrapeJob, ...] = (
+        ScrapeJob("foreshock", "ForeshockPipelineDown", "foreshock pipeline",
+                  "no telemetry is analysed, so no prediction and no foreshock alert can fire"),
+        ScrapeJob("alertmanager", "ForeshockAlertmanagerDown", "Alertmanager",
+                  "alerts that fire may not be delivered to anyone", "warning"),
+    )
+    pipeline_job: str = "foreshock"
+
+    # --- predictions ---------------------------------------------------------------------
+    throttle_events: tuple[str, ...] = ("thermal_throttle", "power_cap", "power_brake")
+    throttle_horizon_s: float = 1800.0  # alert on throttle predictions due within 30 min
+    link_horizon_s: float = 3600.0
+    min_confidence: float = 0.5
+
+    # --- thresholds ----------------------------------------------------------------------
+    hbm_margin_c: float = 5.0  # alert this far below the HBM max operating temperature
+    cooling_resistance_ratio: float = 1.25  # rack resistance vs its own median over a day
+    congestion_links: int = 2  # links anomalous on a congestion counter at once
+    cascade_members: int = 3
+    job_slowdown_ratio: float = 1.05  # predicted step time / normal step time
+    ingest_lag_s: float = 30.0
+    input_problem_ratio: float = 0.01
+    gpu_missing_window: str = "6h"
+    xid_critical_window: str = "10m"
+    xid_warning_window: str = "1h"
+
+    # --- how long a condition must hold before it fires ---------------------------------
+    for_: dict[str, str] = field(default_factory=lambda: {
+        "ForeshockThrottlePredicted": "30s",
+        "ForeshockCoolingDegradation": "10m",
+        "ForeshockPowerBrake": "1m",
+        "ForeshockLinkFailurePredicted": "1m",
+        "ForeshockFabricCongestion": "5m",
+        "ForeshockCascadeIncident": "1m",
+        "ForeshockJobSlowdownPredicted": "2m",
+        "ForeshockXidCritical": "1m",
+        "ForeshockXidWarning": "5m",
+        "ForeshockGpuMissing": "10m",
+        "ForeshockHbmTemperatureNearLimit": "5m",
+        "ForeshockIngestLag": "5m",
+        "ForeshockDeadLettersRising": "10m",
+        "ForeshockInputProblems": "15m",
+        "absent": "2m",
+    })
+
+    @property
+    def hbm_alert_c(self) -> float:
+        return HBM_MAX_OPERATING_TEMP_C - self.hbm_margin_c
+
+    @property
+    def max_operating_c(self) -> float:
+        return MAX_OPERATING_TEMP_C
+
+    @property
+    def hw_slowdown_c(self) -> float:
+        return HW_SLOWDOWN_TEMP_C
+
+    def for_of(self, alert: str) -> str:
+        return self.for_[alert]
+
+
+DEFAULT_CONFIG = MixinConfig()

@@ -1,0 +1,260 @@
+"""Prometheus recording and alerting rules, generated from :class:`MixinConfig`.
+
+Rules for a pitfall-free pack (see FACTS.md, "Alerts and dashboards that exist today"):
+
+- no cumulative counter is compared with a constant: counters go through ``increase``/``rate``,
+  and a counter series that is *born* inside the window (``increase`` cannot see its first
+  sample) is caught with ``unless ... offset``;
+- XIDs are foreshock's count of *new* XIDs, never the latching last-XID gauge;
+- throttle-reason bits are decoded with ``floor(x / 2^k) % 2``, never ``x >= 128``;
+- every alert has ``for``, ``labels.severity`` and ``summary``/``description``/``runbook_url``
+  (an anchor in ``docs/runbooks.md``: the alert name in lower case);
+- recording rules are named ``level:metric:operations``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from foreshock.facts import THROTTLE_BITS
+
+from .config import DEFAULT_CONFIG, MixinConfig
+
+ALERT_GROUP = "foreshock.alerts"
+RECORDING_GROUP = "foreshock.rules"
+
+
+@dataclass(frozen=True)
+class Alert:
+    name: str
+    expr: str
+    severity: str
+    summary: str
+    description: str
+
+    def rule(self, cfg: MixinConfig, for_: str) -> dict[str, Any]:
+        return {
+            "alert": self.name,
+            "expr": self.expr,
+            "for": for_,
+            "labels": {"severity": self.severity},
+            "annotations": {
+                "summary": self.summary,
+                "description": self.description,
+                "runbook_url": f"{cfg.runbook_url}#{self.name.lower()}",
+            },
+        }
+
+
+def _bit_index(mask: int) -> int:
+    if mask <= 0 or mask & (mask - 1):
+        raise ValueError(f"not a single bit: {mask:#x}")
+    return mask.bit_length() - 1
+
+
+def decode_bit(series: str, mask: int) -> str:
+    """PromQL that is 1 where ``mask``'s bit is set in the bitmask gauge ``series``, else 0."""
+    return f"floor({series} / {2 ** _bit_index(mask)}) % 2"
+
+
+def _regex(values: tuple[str, ...]) -> str:
+    return "|".join(values)
+
+
+def recording_rules(cfg: MixinConfig = DEFAULT_CONFIG) -> list[dict[str, Any]]:
+    rules: list[dict[str, Any]] = [
+        {"record": "cluster:foreshock_predictions_active:sum",
+         "expr": "sum by (cluster, event) (foreshock_predictions_active)"},
+        {"record": "cluster:foreshock_gpus_reporting:sum",
+         "expr": "sum by (cluster) (foreshock_gpus_reporting)"},
+        {"record": "cluster:foreshock_gpu_temperature_celsius:max",
+         "expr": "max by (cluster) (foreshock_rack_gpu_temperature_max_celsius)"},
+        {"record": "cluster:foreshock_gpu_power_watts:sum",
+         "expr": "sum by (cluster) (foreshock_rack_gpu_power_watts)"},
+        {"record": "cluster:foreshock_xid_events:increase1h",
+         "expr": "sum by (cluster, severity) (increase(foreshock_xid_events_total[1h]))"},
+        {"record": "cluster:foreshock_samples_processed:rate5m",
+         "expr": "sum by (cluster, kind) (rate(foreshock_samples_processed_total[5m]))"},
+        {"record": "cluster:foreshock_input_problems:rate5m",
+         "expr": "sum by (cluster, stage, reason) (rate(foreshock_input_problems_total[5m]))"},
+    ]
+    for q in ("0.5", "0.99"):
+        rules.append({
+            "record": "instance:foreshock_detector_latency_seconds:histogram_quantile_rate5m",
+            "expr": f"histogram_quantile({q}, sum by (cluster, instance, le) "
+                    "(rate(foreshock_detector_latency_seconds_bucket[5m])))",
+            "labels": {"quantile": q},
+        })
+    # One series per throttle reason, 0 or 1, with the reason as a label: the GPU detail
+    # dashboard draws them as a state timeline. Decoded from the raw NVML bitmask.
+    for reason, bit in THROTTLE_BITS.items():
+        rules.append({
+            "record": "gpu:foreshock_gpu_throttle_reason:bit",
+            "expr": decode_bit("foreshock_gpu_throttle_reasons", bit),
+            "labels": {"reason": reason},
+        })
+    return rules
+
+
+def alerts(cfg: MixinConfig = DEFAULT_CONFIG) -> list[Alert]:
+    throttle = _regex(cfg.throttle_events)
+    by_pred = "cluster, event, entity_kind, entity, rack"
+    gpu = "cluster, rack, node, gpu"
+    brake = decode_bit("foreshock_gpu_throttle_reasons", THROTTLE_BITS["hw_power_brake"])
+    out = [
+        Alert(
+            "ForeshockThrottlePredicted",
+            f'max by ({by_pred}) (foreshock_prediction_eta_seconds{{event=~"{throttle}"}}) < {cfg.throttle_horizon_s:g}'
+            f" and on ({by_pred}) max by ({by_pred}) "
+            f'(foreshock_prediction_confidence_ratio{{event=~"{throttle}"}}) >= {cfg.min_confidence:g}',
+            "warning",
+            "{{ $labels.entity }} is predicted to hit {{ $labels.event }} in {{ $value | humanizeDuration }}",
+            "foreshock predicts {{ $labels.event }} on {{ $labels.entity_kind }} {{ $labels.entity }} "
+            "(rack {{ $labels.rack }}, cluster {{ $labels.cluster }}) in {{ $value | humanizeDuration }} "
+            f"with confidence at least {cfg.min_confidence:g}. Act before it throttles: check the cooling "
+            "loop and power of the rack, consider draining the node.",
+        ),
+        Alert(
+            "ForeshockCoolingDegradation",
+            "avg_over_time(foreshock_rack_thermal_resistance_celsius_per_watt[10m]) > "
+            f"{cfg.cooling_resistance_ratio:g} * quantile_over_time(0.5, foreshock_rack_thermal_resistance_celsius_per_watt[1d])",
+            "warning",
+            "Cooling of rack {{ $labels.rack }} is degrading",
+            "The mean die-to-coolant thermal resistance of the GPUs in rack {{ $labels.rack }} "
+            "(cluster {{ $labels.cluster }}) is {{ $value | printf \"%.3f\" }} °C/W, more than "
+            f"{cfg.cooling_resistance_ratio:g}× its median over the last day: less heat leaves per watt "
+            "(flow, inlet temperature, cold plate or fans).",
+        ),
+        Alert(
+            "ForeshockPowerBrake",
+            f"max by ({gpu}) ({brake}) == 1",
+            "critical",
+            "HW power brake on {{ $labels.node }} GPU {{ $labels.gpu }}",
+            "The HW power brake throttle reason (bit 0x80) is set on {{ $labels.node }} GPU {{ $labels.gpu }} "
+            "(rack {{ $labels.rack }}): an external signal (PSU, rack power) cut the clocks.",
+        ),
+        Alert(
+            "ForeshockLinkFailurePredicted",
+            f'max by ({by_pred}) (foreshock_prediction_eta_seconds{{event="link_down"}}) < {cfg.link_horizon_s:g}'
+            f" and on ({by_pred}) max by ({by_pred}) "
+            f'(foreshock_prediction_confidence_ratio{{event="link_down"}}) >= {cfg.min_confidence:g}',
+            "warning",
+            "{{ $labels.entity_kind }} {{ $labels.entity }} is predicted to go down in {{ $value | humanizeDuration }}",
+            "foreshock predicts link_down on {{ $labels.entity_kind }} {{ $labels.entity }} (cluster "
+            "{{ $labels.cluster }}) in {{ $value | humanizeDuration }}: optics or cable degrading "
+            "(RX power, pre-FEC BER, symbol errors). Plan a swap before it flaps under a job.",
+        ),
+        Alert(
+            "ForeshockFabricCongestion",
+            'count by (cluster) (foreshock_prediction_eta_seconds{event="congestion"}) > 0 or '
+            'count by (cluster) (foreshock_anomaly_score{entity_kind="link", '
+            'field=~"xmit_wait|pfc_pause_duration|ecn_marked|cnp_sent|cnp_handled"}) '
+            f">= {cfg.congestion_links}",
+            "warning",
+            "Fabric congestion in cluster {{ $labels.cluster }}",
+            "{{ $value }} fabric entities are predicted to congest or are anomalous on a congestion counter "
+            "(xmit_wait, PFC pause, ECN/CNP) in cluster {{ $labels.cluster }}.",
+        ),
+        Alert(
+            "ForeshockCascadeIncident",
+            "max by (cluster, incident, root_kind, root_entity) (foreshock_incident_members) "
+            f">= {cfg.cascade_members}",
+            "critical",
+            "Cascading incident {{ $labels.incident }} from {{ $labels.root_kind }} {{ $labels.root_entity }}",
+            "Incident {{ $labels.incident }} groups {{ $value }} entities under one root cause, "
+            "{{ $labels.root_kind }} {{ $labels.root_entity }} (cluster {{ $labels.cluster }}).",
+        ),
+        Alert(
+            "ForeshockJobSlowdownPredicted",
+            "max by (cluster, training_job) (foreshock_job_predicted_slowdown_ratio) "
+            f"> {cfg.job_slowdown_ratio:g}",
+            "warning",
+            "Training job {{ $labels.training_job }} is predicted to slow down",
+            "An open incident is predicted to stretch the synchronous step of job {{ $labels.training_job }} "
+            "(cluster {{ $labels.cluster }}) by a factor of {{ $value | printf \"%.2f\" }}.",
+        ),
+    ]
+    for sev, window in (("critical", cfg.xid_critical_window), ("warning", cfg.xid_warning_window)):
+        sel = f'foreshock_xid_events_total{{severity="{sev}"}}'
+        out.append(Alert(
+            f"ForeshockXid{sev.capitalize()}",
+            # increase() misses a series' first sample: a counter born inside the window is new
+            f"sum by (cluster, xid) (increase({sel}[{window}])) > 0 or "
+            f"sum by (cluster, xid) ({sel} unless {sel} offset {window})",
+            sev,
+            "New XID {{ $labels.xid }} (" + sev + ") in cluster {{ $labels.cluster }}",
+            f"foreshock counted new XID {{{{ $labels.xid }}}} events ({sev} tier) in the last {window} "
+            "in cluster {{ $labels.cluster }}. Counted from changes of the last-XID field, so a latched old "
+            "XID does not fire.",
+        ))
+    out += [
+        Alert(
+            "ForeshockGpuMissing",
+            "cluster:foreshock_gpus_reporting:sum < "
+            f"max_over_time(cluster:foreshock_gpus_reporting:sum[{cfg.gpu_missing_window}])",
+            "warning",
+            "GPUs stopped reporting in cluster {{ $labels.cluster }}",
+            "{{ $value }} GPUs report telemetry in cluster {{ $labels.cluster }}, fewer than at some "
+            f"point in the last {cfg.gpu_missing_window}: a GPU fell off the bus, a node or an agent is down.",
+        ),
+        Alert(
+            "ForeshockHbmTemperatureNearLimit",
+            f"max by ({gpu}) (foreshock_gpu_memory_temperature_celsius) > {cfg.hbm_alert_c:g}",
+            "warning",
+            "HBM of {{ $labels.node }} GPU {{ $labels.gpu }} is near its limit",
+            "HBM temperature of {{ $labels.node }} GPU {{ $labels.gpu }} (rack {{ $labels.rack }}) is "
+            "{{ $value }} °C, within " f"{cfg.hbm_margin_c:g} °C of the {cfg.hbm_alert_c + cfg.hbm_margin_c:g} °C "
+            "HBM max operating temperature.",
+        ),
+    ]
+    for job in cfg.scrape_jobs:
+        out.append(Alert(
+            job.alert,
+            f'absent(up{{job="{job.job}"}} == 1)',
+            job.severity,
+            f"No {job.component} target is up",
+            f'Prometheus has had no healthy target in job "{job.job}" ({job.component}) for a while: '
+            f"{job.impact}.",
+        ))
+    out += [
+        Alert(
+            "ForeshockIngestLag",
+            f"max by (cluster, instance) (foreshock_ingest_lag_seconds) > {cfg.ingest_lag_s:g}",
+            "warning",
+            "foreshock on {{ $labels.instance }} lags {{ $value | humanizeDuration }} behind its input",
+            "The pipeline on {{ $labels.instance }} needs {{ $value | humanizeDuration }} from receiving a "
+            "batch to finishing its detection; predictions arrive that much later.",
+        ),
+        Alert(
+            "ForeshockDeadLettersRising",
+            "sum by (cluster, instance) (rate(foreshock_dead_letters_total[5m])) > 0",
+            "warning",
+            "foreshock on {{ $labels.instance }} keeps dead-lettering records",
+            "{{ $value | printf \"%.3g\" }} records/s go to the dead-letter topic on {{ $labels.instance }}: "
+            "a producer sends records foreshock cannot decode.",
+        ),
+        Alert(
+            "ForeshockInputProblems",
+            "sum by (cluster, instance) (rate(foreshock_input_problems_total[5m])) / "
+            "sum by (cluster, instance) (rate(foreshock_samples_processed_total[5m])) "
+            f"> {cfg.input_problem_ratio:g}",
+            "warning",
+            "foreshock rejects or repairs {{ $value | humanizePercentage }} of its input on {{ $labels.instance }}",
+            "More than " f"{cfg.input_problem_ratio:.0%}" " of the samples on {{ $labels.instance }} have a "
+            "problem (see foreshock_input_problems_total by stage and reason).",
+        ),
+    ]
+    return out
+
+
+def rule_file(cfg: MixinConfig = DEFAULT_CONFIG) -> dict[str, Any]:
+    """The whole Prometheus rule file: recording rules first (alerts use them)."""
+    alert_rules = []
+    for a in alerts(cfg):
+        key = "absent" if a.expr.startswith("absent(") else a.name
+        alert_rules.append(a.rule(cfg, cfg.for_of(key)))
+    return {"groups": [
+        {"name": RECORDING_GROUP, "rules": recording_rules(cfg)},
+        {"name": ALERT_GROUP, "rules": alert_rules},
+    ]}

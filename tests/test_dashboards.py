@@ -1,0 +1,172 @@
+"""Dashboards as code: generation is reproducible and checked in, UIDs are stable, panels are
+well-formed and cover what the issue asks for, and every query is valid PromQL that uses only
+series foreshock exports or its recording rules define."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from foreshock.cli.main import cli
+from foreshock.dashboards.boards import dashboards
+from foreshock.dashboards.generate import load_dashboards, render, stale
+from foreshock.dashboards.grafana import queries
+from foreshock.dashboards.rules import rule_file
+
+ROOT = Path(__file__).resolve().parents[1]
+EXPECTED_UIDS = {"foreshock-fleet", "foreshock-gpu", "foreshock-fabric", "foreshock-incidents", "foreshock-pipeline"}
+BUILTIN_VARIABLES = {"__rate_interval", "__interval", "__range", "__data", "__url_time_range", "datasource"}
+
+
+def substitute(expr: str) -> str:
+    """A dashboard query as Grafana sends it with every variable on "All" (regex ``.*``)."""
+    expr = expr.replace("$__rate_interval", "1m").replace("$__interval", "15s")
+    return re.sub(r"\$\{?(\w+)\}?", ".*", expr)
+
+
+def all_queries() -> list[tuple[str, str, str]]:
+    return [(uid, title, expr) for uid, board in load_dashboards().items() for title, expr in queries(board)]
+
+
+def test_regenerating_changes_nothing() -> None:
+    assert stale(ROOT) == [], "run `foreshock dashboards generate` and commit the result"
+
+
+def test_generate_check_cli_detects_a_stale_file(tmp_path: Path) -> None:
+    runner = CliRunner()
+    assert runner.invoke(cli, ["dashboards", "generate", "--root", str(tmp_path)]).exit_code == 0
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*") if p.is_file()) == sorted(render())
+    assert runner.invoke(cli, ["dashboards", "generate", "--root", str(tmp_path), "--check"]).exit_code == 0
+    (tmp_path / "dashboards/generated/foreshock-gpu.json").write_text("{}")
+    result = runner.invoke(cli, ["dashboards", "generate", "--root", str(tmp_path), "--check"])
+    assert result.exit_code == 1 and "foreshock-gpu.json" in result.output
+
+
+def test_uids_are_stable_and_shipped_as_package_data() -> None:
+    shipped = load_dashboards()
+    assert set(shipped) == EXPECTED_UIDS
+    assert {b["uid"] for b in dashboards().values()} == EXPECTED_UIDS
+    files = {p.stem for p in (ROOT / "dashboards" / "generated").glob("*.json")}
+    assert files == EXPECTED_UIDS
+
+
+@pytest.mark.parametrize("uid", sorted(EXPECTED_UIDS))
+def test_panels_are_well_formed(uid: str) -> None:
+    board = load_dashboards()[uid]
+    assert board["schemaVersion"] >= 36 and board["title"].startswith("foreshock / ")
+    ids = [p["id"] for p in board["panels"]]
+    assert len(ids) == len(set(ids))
+    cells: set[tuple[int, int]] = set()
+    defined = {v["name"] for v in board["templating"]["list"]}
+    for panel in board["panels"]:
+        pos = panel["gridPos"]
+        assert 0 <= pos["x"] and pos["x"] + pos["w"] <= 24
+        mine = {(x, y) for x in range(pos["x"], pos["x"] + pos["w"]) for y in range(pos["y"], pos["y"] + pos["h"])}
+        assert not mine & cells, f"{panel['title']} overlaps another panel"
+        cells |= mine
+        if panel["type"] == "row":
+            continue
+        assert panel["targets"], panel["title"]
+        assert panel["datasource"]["uid"] == "${datasource}"
+        for target in panel["targets"]:
+            assert target["datasource"]["uid"] == "${datasource}"
+            used = set(re.findall(r"\$\{?(\w+)", target["expr"]))
+            assert used <= defined | BUILTIN_VARIABLES, f"{panel['title']}: undefined {used - defined}"
+
+
+def _panel(uid: str, title: str) -> dict[str, Any]:
+    return next(p for p in load_dashboards()[uid]["panels"] if p["title"] == title)
+
+
+def test_dashboards_cover_what_users_asked_for() -> None:
+    # fleet: predicted throttles, open incidents, temperature and thermal-resistance heatmaps by rack
+    assert "cluster:foreshock_predictions_active:sum" in _panel("foreshock-fleet", "Predicted throttles")["targets"][0]["expr"]
+    assert "foreshock_incidents_open" in _panel("foreshock-fleet", "Open incidents")["targets"][0]["expr"]
+    for title, metric in (("Hottest GPU temperature by rack", "foreshock_rack_gpu_temperature_max_celsius"),
+                          ("Thermal resistance by rack", "foreshock_rack_thermal_resistance_celsius_per_watt")):
+        panel = _panel("foreshock-fleet", title)
+        assert panel["type"] == "heatmap" and "by (rack)" in panel["targets"][0]["expr"] and metric in panel["targets"][0]["expr"]
+    # GPU detail: temperature vs predicted ETA, power vs limit, decoded throttle reasons
+    assert "foreshock_prediction_eta_seconds" in _panel("foreshock-gpu", "Predicted time to event")["targets"][0]["expr"]
+    power = [t["expr"] for t in _panel("foreshock-gpu", "Power vs limit")["targets"]]
+    assert any("foreshock_gpu_power_watts" in e for e in power) and any("power_limit_watts" in e for e in power)
+    reasons = _panel("foreshock-gpu", "Throttle reasons (decoded)")
+    assert reasons["type"] == "state-timeline" and "gpu:foreshock_gpu_throttle_reason:bit" in reasons["targets"][0]["expr"]
+    # fabric and optics: congestion, BER and RX-power trends, predicted link failures
+    fabric = " ".join(e for _, e in queries(load_dashboards()["foreshock-fabric"]))
+    for needle in ("xmit_wait", "prefec_ber", "rx_power", 'event="link_down"'):
+        assert needle in fabric
+    incidents = " ".join(e for _, e in queries(load_dashboards()["foreshock-incidents"]))
+    for needle in ("foreshock_incident_members", "foreshock_job_predicted_slowdown_ratio"):
+        assert needle in incidents
+    pipeline = " ".join(e for _, e in queries(load_dashboards()["foreshock-pipeline"]))
+    for needle in ("foreshock_samples_processed_total", "foreshock_input_problems_total", "foreshock_dead_letters_total",
+                   "foreshock_ingest_lag_seconds", "foreshock_detector_latency_seconds"):
+        assert needle in pipeline
+
+
+# Families and labels the rules and dashboards use that the exporter does not publish yet
+# (requested from the exporter's catalogue). Each must still be missing: the test says when an
+# entry can go. `job` is Prometheus' target label (a series' own `job` becomes `exported_job`),
+# hence `training_job`.
+REQUESTED_FAMILIES: set[str] = set()  # families rules/dashboards use before the exporter has them
+REQUESTED_LABELS: set[tuple[str, str]] = set()
+TARGET_LABELS = {"job", "instance", "le"}  # added by Prometheus / histograms
+FAMILY = re.compile(r"(?<![:\w])(foreshock_[a-z0-9_]+)\b(?!:)")
+
+
+def _used_labels() -> tuple[set[str], set[tuple[str, str]]]:
+    texts = [e for *_, e in all_queries()] + [r["expr"] for g in rule_file()["groups"] for r in g["rules"]]
+    names: set[str] = set()
+    labels: set[tuple[str, str]] = set()
+    for expr in texts:
+        names |= set(FAMILY.findall(expr))
+        for name, matchers in re.findall(r"(?<![:\w])(foreshock_[a-z0-9_]+)\{([^}]*)\}", expr):
+            labels |= {(name, label) for label in re.findall(r"(\w+)\s*[=!]~?", matchers)}
+        # `agg by (labels) (family...)`: the grouping labels must exist on the family
+        for grouping, name in re.findall(r"by \(([^)]*)\) \((?:\w+\()?(foreshock_[a-z0-9_]+)\b(?!:)", expr):
+            labels |= {(name, label.strip()) for label in grouping.split(",")}
+    return names, labels
+
+
+def test_queries_use_only_exported_series_and_labels() -> None:
+    """Cross-check against the exporter's catalogue: a renamed metric or label breaks this test,
+    not a dashboard in production."""
+    from foreshock.exporters.prometheus import CATALOGUE
+
+    exported: dict[str, tuple[str, ...]] = {}
+    for spec in CATALOGUE:
+        exported[spec.name] = spec.labels
+        if spec.type == "histogram":
+            for suffix in ("_bucket", "_sum", "_count"):
+                exported[spec.name + suffix] = spec.labels
+    names, labels = _used_labels()
+    missing = names - set(exported) - REQUESTED_FAMILIES
+    assert not missing, f"families used by rules/dashboards but not exported: {sorted(missing)}"
+    bad = {(n, lab) for n, lab in labels
+           if n in exported and lab not in exported[n] and lab not in TARGET_LABELS} - REQUESTED_LABELS
+    assert not bad, f"labels the exporter does not put on these families: {sorted(bad)}"
+    arrived = sorted(REQUESTED_FAMILIES & set(exported))
+    arrived += [f"{n}{{{lab}}}" for n, lab in sorted(REQUESTED_LABELS) if lab in exported.get(n, ())]
+    assert not arrived, f"now exported, drop from REQUESTED_* here and AWAITING_EXPORTER in the e2e test: {arrived}"
+    assert REQUESTED_FAMILIES <= names  # entries nobody uses any more go too
+
+
+@pytest.mark.prometheus
+def test_every_query_is_valid_promql_for_the_real_prometheus(start_prometheus: Any) -> None:
+    rules = ROOT / "deploy" / "prometheus" / "rules" / "foreshock.rules.yml"
+    prom = start_prometheus(scrape={}, rule_files=[rules])
+    groups = prom.rule_groups()
+    assert sum(len(g["rules"]) for g in groups) == sum(len(g["rules"]) for g in rule_file()["groups"])
+    for uid, title, expr in all_queries():
+        prom.query(substitute(expr))  # raises on a parse or evaluation error
+    for board in load_dashboards().values():
+        for variable in board["templating"]["list"]:
+            if variable["type"] == "query":
+                match = re.fullmatch(r"label_values\((.+), (\w+)\)", variable["query"]["query"])
+                assert match, variable["query"]
+                prom.query(substitute(match.group(1)))
