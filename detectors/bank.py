@@ -14,7 +14,7 @@ from foreshock.frames import Frame
 from foreshock.topology import Topology
 
 from .base import Detector
-from .registry import DEFAULT_BANK, create
+from .registry import DEFAULT_BANK, DEFAULT_PROCESSORS, create, create_processor
 
 
 class FindingProcessor(Protocol):
@@ -43,9 +43,14 @@ class DetectorBank:
     @classmethod
     def from_names(cls, topology: Topology, names: Iterable[str] | None = None,
                    params: dict[str, dict[str, Any]] | None = None,
-                   processors: Iterable[FindingProcessor] = ()) -> "DetectorBank":
+                   processors: Iterable[FindingProcessor] | None = None) -> "DetectorBank":
+        """The bank for ``names`` (default: the standard bank) with the default processors (the
+        incident engine) unless ``processors`` is given (``()`` for none). One factory for the
+        embedded pipeline, the evaluation harness and the Kafka workers."""
         params = params or {}
         names = list(DEFAULT_BANK if names is None else names)
+        if processors is None:
+            processors = [create_processor(p, topology, **params.get(p, {})) for p in DEFAULT_PROCESSORS]
         return cls(topology, [create(n, topology, **params.get(n, {})) for n in names], processors)
 
     @property
@@ -63,6 +68,9 @@ class DetectorBank:
         if self.processors and len(frame):
             now = float(frame.ts.max())
             for proc in self.processors:
+                observe_frame = getattr(proc, "observe_frame", None)
+                if observe_frame is not None:
+                    observe_frame(frame)  # headroom (temperatures, link state) for predicted spread
                 findings.extend(proc.observe(findings, now))
         self.last_latency_s = time.perf_counter() - start
         return findings

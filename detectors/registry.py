@@ -17,17 +17,43 @@ from .base import Detector
 DETECTORS: dict[str, str] = {
     "robust_zscore": "ewma_cusum:RobustZScoreDetector",
     "throttle_bits": "throttle_bits:ThrottleBitsDetector",
+    "thermal": "thermal:ThermalDetector",
+    "power": "power:PowerDetector",
+    "cooling": "cooling:CoolingDetector",
+    "straggler": "straggler:StragglerDetector",
+    "threshold": "baselines:ThresholdDetector",
+    "river_hst": "baselines:HalfSpaceTreesDetector",
+    "sklearn": "baselines:SklearnDetector",
+    "congestion": "congestion:CongestionDetector",
+    "link_errors": "link_errors:LinkErrorsDetector",
+    "optics": "optics:OpticsDetector",
+    "xid": "xid:XidDetector",
 }
 
-DEFAULT_BANK: list[str] = ["robust_zscore", "throttle_bits"]
+DEFAULT_BANK: list[str] = ["robust_zscore", "throttle_bits", "congestion", "link_errors", "optics",
+                           "thermal", "power", "cooling", "straggler", "xid"]
+
+PROCESSORS: dict[str, str] = {
+    "incidents": "incidents:IncidentEngine",
+}
+"""Finding processors (they consume findings, not frames), by name."""
+
+DEFAULT_PROCESSORS: list[str] = ["incidents"]
+
+
+def _load(table: dict[str, str], name: str, what: str) -> Any:
+    try:
+        target = table[name]
+    except KeyError:
+        raise ValueError(f"unknown {what} {name!r}; known: {sorted(table)}") from None
+    module_name, _, cls_name = target.partition(":")
+    return getattr(importlib.import_module(f"foreshock.detectors.{module_name}"), cls_name)
 
 
 def create(name: str, topology: Topology, **params: Any) -> Detector:
-    try:
-        target = DETECTORS[name]
-    except KeyError:
-        raise ValueError(f"unknown detector {name!r}; known: {sorted(DETECTORS)}") from None
-    module_name, _, cls_name = target.partition(":")
-    module = importlib.import_module(f"foreshock.detectors.{module_name}")
-    cls = getattr(module, cls_name)
-    return cls(topology, **params)  # type: ignore[no-any-return]
+    return _load(DETECTORS, name, "detector")(topology, **params)  # type: ignore[no-any-return]
+
+
+def create_processor(name: str, topology: Topology, **params: Any) -> Any:
+    """A finding processor such as the incident engine (see ``bank.FindingProcessor``)."""
+    return _load(PROCESSORS, name, "processor")(topology, **params)

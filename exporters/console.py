@@ -39,6 +39,8 @@ class FindingTally:
     def __init__(self, topology: Topology) -> None:
         self.topology = topology
         self.entries: dict[tuple[str, str, str], TallyEntry] = {}
+        self.incidents: dict[str, Incident] = {}  # latest state of each incident
+        self.incident_opened: dict[str, float] = {}
         self.first_ts = float("nan")
         self.last_ts = float("nan")
 
@@ -59,6 +61,8 @@ class FindingTally:
                 what, kind, entity, eta = f"anomaly {f.field}", f.entity_kind, self.topology.name(f.entity_kind, f.slot), float("nan")
                 rack = self.topology.labels(kind, f.slot).get("rack", "")
             elif isinstance(f, Incident):
+                self.incidents[f.incident_id] = f
+                self.incident_opened.setdefault(f.incident_id, f.ts)
                 what, kind, entity, eta = f"incident {f.root_kind}", f.root_kind, f.root_entity, float("nan")
                 rack = ""
             else:  # pragma: no cover - Finding is a closed union
@@ -92,50 +96,110 @@ def _clock(ts: float, t0: float) -> str:
 
 
 def render_summary(tally: FindingTally, health: PipelineHealth, events: Sequence[Event] = (),
-                   console: Console | None = None, max_rows: int = 25) -> None:
+                   console: Console | None = None, max_rows: int = 15) -> None:
+    """Incidents first (what an operator acts on), then predictions, then the ground truth
+    comparison when the source knows it, and a one-line count of raw anomalies."""
     console = console or Console()
     t0 = tally.first_ts
     console.rule("[bold]foreshock summary")
     samples = sum(health.samples.values())
     console.print(f"telemetry: {samples:,} samples over {_clock(tally.last_ts, t0)} of telemetry time; "
-                  f"findings: {dict(health.findings)}; input problems: {health.total_problems():,}")
+                  f"findings: {dict(health.findings)}")
+    if health.problems:
+        top = sorted(health.problems.items(), key=lambda kv: -kv[1])[:4]
+        console.print(f"input problems counted: {health.total_problems():,} ("
+                      + ", ".join(f"{stage}/{reason} {n:,}" for (stage, reason), n in top) + ")")
+    _incidents_table(tally, console, t0, max_rows)
+    _predictions_table(tally, console, t0, max_rows)
+    if events:
+        _truth_table(tally, events, console, t0, max_rows)
+    anomalies: dict[str, int] = {}
+    for e in tally.entries.values():
+        if e.what.startswith("anomaly "):
+            anomalies[e.what[len("anomaly "):]] = anomalies.get(e.what[len("anomaly "):], 0) + 1
+    if anomalies:
+        console.print("raw anomalies (entities per field): "
+                      + ", ".join(f"{k} {v}" for k, v in sorted(anomalies.items(), key=lambda kv: -kv[1])))
 
-    racks = Table(title="Findings by rack", show_lines=False)
-    for col in ("rack", "finding", "entities", "first at", "example"):
-        racks.add_column(col, overflow="fold")
+
+def _incidents_table(tally: FindingTally, console: Console, t0: float, max_rows: int) -> None:
+    if not tally.incidents:
+        console.print("incidents: none")
+        return
+    table = Table(title="Incidents (one per cause)")
+    for col in ("opened", "state", "root cause", "why", "members", "predicted next", "jobs (step slowdown)"):
+        table.add_column(col, overflow="fold")
+    ordered = sorted(tally.incidents.values(), key=lambda i: (-len(i.members), tally.incident_opened[i.incident_id]))
+    for inc in ordered[:max_rows]:
+        nxt = ", ".join(f"{m} ({eta / 60:.0f} min)" if eta >= 0 else m for m, eta in inc.predicted_members[:3])
+        if len(inc.predicted_members) > 3:
+            nxt += f" +{len(inc.predicted_members) - 3}"
+        jobs = ", ".join(f"{j} x{r:.2f}" for j, r in inc.jobs[:3])
+        table.add_row(_clock(tally.incident_opened[inc.incident_id], t0), inc.state,
+                      f"{inc.root_kind} {inc.root_entity}", inc.reason, str(len(inc.members)), nxt or "-", jobs or "-")
+    if len(ordered) > max_rows:
+        table.add_row("...", "", f"{len(ordered) - max_rows} more", "", "", "", "")
+    console.print(table)
+
+
+def _predictions_table(tally: FindingTally, console: Console, t0: float, max_rows: int) -> None:
     grouped: dict[tuple[str, str], list[TallyEntry]] = {}
     for e in tally.entries.values():
-        grouped.setdefault((e.rack or "-", e.what), []).append(e)
+        if e.what.startswith("predict "):
+            grouped.setdefault((e.what[len("predict "):], e.rack or "-"), []).append(e)
+    if not grouped:
+        console.print("predictions: none")
+        return
+    table = Table(title="Predictions by event and rack")
+    for col in ("event", "rack", "entities", "first at", "first example"):
+        table.add_column(col, overflow="fold")
     ordered = sorted(grouped.items(), key=lambda kv: min(e.first_ts for e in kv[1]))
-    for (rack, what), entries in ordered[:max_rows]:
+    for (event, rack), entries in ordered[:max_rows]:
         first = min(entries, key=lambda e: e.first_ts)
-        example = first.entity + (f" (ETA {first.eta_s / 60:.1f} min)" if first.eta_s == first.eta_s else "")
-        racks.add_row(rack, what, str(len(entries)), _clock(first.first_ts, t0), example)
+        eta = f" (ETA {first.eta_s / 60:.1f} min)" if first.eta_s == first.eta_s else ""
+        table.add_row(event, rack, str(len(entries)), _clock(first.first_ts, t0), f"{first.entity}{eta}: {first.reason}")
     if len(ordered) > max_rows:
-        racks.add_row("...", f"{len(ordered) - max_rows} more groups", "", "", "")
-    console.print(racks)
+        table.add_row("...", f"{len(ordered) - max_rows} more groups", "", "", "")
+    console.print(table)
 
-    if events:
-        truth = Table(title="Ground truth (simulator) vs. what foreshock said first")
-        for col in ("fault", "target", "onset", "first consequence", "first foreshock finding", "lead"):
-            truth.add_column(col, overflow="fold")
-        faults = [e for e in events if e.type == "fault_onset"]
-        for fault in faults[:max_rows]:
-            consequences = [e for e in events if e.fault_id == fault.fault_id and e.type != "fault_onset"]
-            first_cons = min(consequences, key=lambda e: e.time, default=None)
-            related = _related_entries(tally, fault, consequences)
-            first_find = min(related, key=lambda e: e.first_ts, default=None)
-            lead = "-"
-            if first_cons is not None and first_find is not None:
-                lead_s = first_cons.time - first_find.first_ts
-                lead = f"{lead_s / 60:+.1f} min" if lead_s >= 0 else f"late by {-lead_s / 60:.1f} min"
-            truth.add_row(
-                fault.fault_type, fault.entity, _clock(fault.time, t0),
-                f"{first_cons.type} {first_cons.entity} at {_clock(first_cons.time, t0)}" if first_cons else "none yet",
-                f"{first_find.what} {first_find.entity} at {_clock(first_find.first_ts, t0)}" if first_find else "none",
-                lead,
-            )
-        console.print(truth)
+
+# Consequences worth predicting, most telling first: the first of these names the fault's impact.
+_IMPACT_ORDER = ("thermal_throttle_start", "link_down", "power_brake_start", "hbm_overheat_start", "xid",
+                 "congestion_start", "job_slowdown_start", "power_cap_start")
+
+
+_PREDICTED_BY = {"thermal_throttle_start": "thermal_throttle", "link_down": "link_down",
+                 "power_brake_start": "power_brake", "hbm_overheat_start": "hbm_overheat",
+                 "congestion_start": "congestion", "power_cap_start": "power_cap"}
+
+
+def _truth_table(tally: FindingTally, events: Sequence[Event], console: Console, t0: float, max_rows: int) -> None:
+    table = Table(title="Ground truth (simulator) vs. what foreshock said")
+    for col in ("fault", "target", "onset", "impact", "first prediction", "lead", "incident"):
+        table.add_column(col, overflow="fold")
+    for fault in [e for e in events if e.type == "fault_onset"][:max_rows]:
+        consequences = [e for e in events if e.fault_id == fault.fault_id and e.type != "fault_onset"]
+        impact = next((min(c, key=lambda e: e.time) for kind in _IMPACT_ORDER
+                       if (c := [e for e in consequences if e.type == kind])), None)
+        related = _related_entries(tally, fault, consequences)
+        predictions = [e for e in related if e.what.startswith("predict ")]
+        # the lead is measured by the prediction of the impact itself when there is one
+        wanted = f"predict {_PREDICTED_BY.get(impact.type, '')}" if impact else ""
+        first = min([e for e in predictions if e.what == wanted] or predictions or related,
+                    key=lambda e: e.first_ts, default=None)
+        lead = "-"
+        if impact is not None and first is not None:
+            lead_s = impact.time - first.first_ts
+            lead = f"{lead_s / 60:.1f} min ahead" if lead_s >= 0 else f"{-lead_s / 60:.1f} min late"
+        incident = next((f"{i.root_kind} {i.root_entity}" for i in tally.incidents.values()
+                         if i.root_entity == fault.entity or fault.entity in i.members), "-")
+        table.add_row(
+            fault.fault_type, fault.entity, _clock(fault.time, t0),
+            f"{impact.type} {impact.entity} at {_clock(impact.time, t0)}" if impact else "none yet",
+            f"{first.what} {first.entity} at {_clock(first.first_ts, t0)}" if first else "none",
+            lead, incident,
+        )
+    console.print(table)
 
 
 def _related_entries(tally: FindingTally, fault: Event, consequences: Sequence[Event]) -> list[TallyEntry]:

@@ -1,0 +1,208 @@
+"""``foreshock incidents RECORDING``: run the detectors and the incident engine over a recording
+and print the incidents as a readable timeline (and, when the recording has ground truth, how
+they compare with the faults that were injected)."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+
+import click
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from foreshock.detectors.bank import DetectorBank
+from foreshock.detectors.evaluation import aligned_frames
+from foreshock.detectors.incident_eval import score_incidents
+from foreshock.detectors.incident_external import read_events
+from foreshock.detectors.incidents import IncidentEngine
+from foreshock.findings import Anomaly, Finding, Incident, Prediction, finding_to_json
+from foreshock.guard import InputGuard
+from foreshock.health import PipelineHealth
+from foreshock.recording import Recording, RecordingError
+
+from .common import detector_option
+
+
+@click.command("incidents")
+@click.argument("recording", type=click.Path(exists=True, file_okay=False))
+@click.option("--external", "external_path", type=click.Path(exists=True, dir_okay=False), default=None,
+              help='External events as JSON lines {"node", "time", "type", "severity"} (scheduler, BMC), '
+                   "grouped with the findings.")
+@detector_option
+@click.option("--findings", "findings_path", type=click.Path(dir_okay=False), default=None,
+              help="Also write every finding (incidents included) to this JSON-lines file.")
+@click.option("--all-updates", is_flag=True, help="Show every incident update, not only opens, root changes and ends.")
+@click.option("--no-progress", is_flag=True, help="No progress bar.")
+def command(recording: str, external_path: str | None, detectors: str | None, findings_path: str | None,
+            all_updates: bool, no_progress: bool) -> None:
+    """Group a recording's findings into incidents and print their timeline.
+
+    Prints a JSON line last: {"name": "incidents", "incidents", "raw_findings", "compression", ...}
+    plus the incident scores against the recording's ground truth when it has faults.
+    """
+    console = Console(width=None if sys.stdout.isatty() else 160)
+    try:
+        rec = Recording.open(recording)
+    except RecordingError as exc:
+        raise click.ClickException(str(exc)) from None
+    topo = rec.topology
+    health = PipelineHealth()
+    engine = IncidentEngine(topo, health)
+    names = [d.strip() for d in detectors.split(",") if d.strip()] if detectors else None
+    try:
+        bank = DetectorBank.from_names(topo, names, processors=[engine])
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
+    if external_path:
+        events = read_events(external_path, health)
+        engine.add_external(events)
+        console.print(f"[dim]{len(events)} external events from {external_path}[/dim]")
+    guard = InputGuard(topo, health)
+    findings: list[Finding] = []
+    sink = open(findings_path, "w", encoding="utf-8") if findings_path else None
+    start = float(rec.meta.get("start", math.nan))
+    end = float(rec.meta.get("end", math.nan))
+    last = math.nan
+    try:
+        with Progress(TextColumn("[bold]incidents"), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),
+                      TextColumn("{task.fields[found]} incidents"), TimeElapsedColumn(),
+                      console=Console(stderr=True), disable=no_progress, transient=True) as progress:
+            task = progress.add_task("run", total=max(end - start, 1.0) if math.isfinite(end - start) else None, found=0)
+            opened = 0
+            for frame in aligned_frames(rec, set(bank.kinds) | {"gpu", "link", "job"}):
+                clean = guard.check(frame)
+                if not len(clean):
+                    continue
+                out = bank.update(clean)  # the engine runs as the bank's processor (and sees the frame)
+                last = float(clean.ts.max()) if math.isnan(last) else max(last, float(clean.ts.max()))
+                if out:
+                    findings.extend(out)
+                    opened += sum(1 for f in out if isinstance(f, Incident) and f.state == "open")
+                    if sink is not None:
+                        sink.writelines(finding_to_json(f) + "\n" for f in out)
+                if math.isfinite(start):
+                    progress.update(task, completed=last - start, found=opened)
+            if math.isfinite(last):
+                tail = engine.flush(last)
+                findings.extend(tail)
+                if sink is not None:
+                    sink.writelines(finding_to_json(f) + "\n" for f in tail)
+    except RecordingError as exc:
+        raise click.ClickException(str(exc)) from None
+    finally:
+        if sink is not None:
+            sink.close()
+    t0 = start if math.isfinite(start) else min((f.ts for f in findings), default=0.0)
+    render_timeline(console, findings, t0, all_updates)
+    summary = render_summary(console, findings, t0)
+    truth = rec.events()
+    if any(e.type == "fault_onset" for e in truth):
+        report = score_incidents(findings, truth, topo)
+        render_truth(console, report, t0)
+        summary.update({k: v for k, v in report.items() if k != "by_fault"})
+    if health.total_problems():
+        summary["input_problems"] = health.total_problems()
+    click.echo(json.dumps({"name": "incidents", **summary}))
+
+
+def _clock(ts: float, t0: float) -> str:
+    s = int(round(ts - t0))
+    sign = "-" if s < 0 else "+"
+    s = abs(s)
+    return f"{sign}{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}"
+
+
+def _jobs(inc: Incident) -> str:
+    slowed = [j for j in inc.jobs if j[1] >= 1.01]  # a slowdown under 1 % is noise
+    if not slowed:
+        return ""
+    worst = max(slowed, key=lambda j: j[1])
+    more = f" (+{len(slowed) - 1} jobs)" if len(slowed) > 1 else ""
+    return f"{worst[0]} ×{worst[1]:.2f}{more}, {inc.gpu_hours_at_risk_per_hour:.1f} GPU-h/h at risk"
+
+
+def _next(inc: Incident, n: int = 3) -> str:
+    if not inc.predicted_members:
+        return ""
+    shown = ", ".join(f"{e}" + (f" in {eta / 60:.0f} min" if eta > 0 else " now" if eta == 0 else "")
+                      for e, eta in inc.predicted_members[:n])
+    more = len(inc.predicted_members) - n
+    return shown + (f" … +{more}" if more > 0 else "")
+
+
+def render_timeline(console: Console, findings: list[Finding], t0: float, all_updates: bool = False) -> None:
+    """One line per incident event: opened, grew, re-rooted, settled, resolved."""
+    console.rule("[bold]incident timeline")
+    seen: dict[str, Incident] = {}
+    opened: dict[str, float] = {}
+    for f in findings:
+        if not isinstance(f, Incident):
+            continue
+        prev = seen.get(f.incident_id)
+        seen[f.incident_id] = f
+        opened.setdefault(f.incident_id, f.ts)
+        root = f"{f.root_kind} {f.root_entity}" if f.root_entity else "-"
+        if prev is None:
+            console.print(f"[bold]{_clock(f.ts, t0)}[/bold] [red]{f.incident_id} OPEN[/red] root {root} "
+                          f"[dim]({f.fault_hint})[/dim] — {f.reason}")
+            console.print(f"            {len(f.members)} member(s): {', '.join(f.members[:4])}"
+                          + (" …" if len(f.members) > 4 else ""))
+        elif f.state == "resolved":
+            console.print(f"[bold]{_clock(f.ts, t0)}[/bold] [green]{f.incident_id} resolved[/green] "
+                          f"{_clock(f.ts, opened[f.incident_id])[1:]} after it opened; {f.findings} findings — {f.reason}")
+            continue
+        elif prev.state == "resolved":
+            console.print(f"[bold]{_clock(f.ts, t0)}[/bold] [red]{f.incident_id} reopened[/red]: {len(f.members)} members")
+        elif prev.root_entity != f.root_entity:
+            console.print(f"[bold]{_clock(f.ts, t0)}[/bold] [yellow]{f.incident_id} re-rooted[/yellow] "
+                          f"{prev.root_kind} {prev.root_entity} -> {root} — {f.reason}")
+        elif len(f.members) != len(prev.members) or all_updates:
+            console.print(f"[bold]{_clock(f.ts, t0)}[/bold] {f.incident_id} {f.state}: {len(f.members)} members "
+                          f"(+{len(f.members) - len(prev.members)}), {f.findings} findings")
+        elif f.state != prev.state:
+            console.print(f"[bold]{_clock(f.ts, t0)}[/bold] {f.incident_id} {f.state}")
+        extra = [x for x in (_next(f), _jobs(f)) if x]
+        if extra and (prev is None or all_updates or len(f.members) != len(prev.members)):
+            console.print("            " + " · ".join(
+                (["next: " + extra[0]] if _next(f) else []) + ([_jobs(f)] if _jobs(f) else [])))
+
+
+def render_summary(console: Console, findings: list[Finding], t0: float) -> dict:  # type: ignore[type-arg]
+    last: dict[str, Incident] = {}
+    first: dict[str, float] = {}
+    for f in findings:
+        if isinstance(f, Incident):
+            last[f.incident_id] = f
+            first.setdefault(f.incident_id, f.ts)
+    raw = sum(1 for f in findings if isinstance(f, (Anomaly, Prediction)))
+    table = Table(title="Incidents")
+    for col in ("incident", "opened", "state", "root", "cause", "members", "findings", "jobs"):
+        table.add_column(col, overflow="fold")
+    for iid, inc in last.items():
+        table.add_row(iid, _clock(first[iid], t0), inc.state, f"{inc.root_kind} {inc.root_entity}", inc.fault_hint,
+                      str(len(inc.members)), str(inc.findings), _jobs(inc) or "-")
+    console.print(table)
+    compression = round(raw / len(last), 1) if last else None
+    console.print(f"{raw:,} raw findings -> {len(last)} incidents"
+                  + (f" ({compression}× compression)" if compression else ""))
+    return {"incidents_total": len(last), "raw_findings": raw, "compression": compression}
+
+
+def render_truth(console: Console, report: dict, t0: float) -> None:  # type: ignore[type-arg]
+    table = Table(title="Ground truth: injected faults vs incidents")
+    for col in ("fault", "type", "target", "onset", "incident", "root found", "right", "member recall", "onset→incident"):
+        table.add_column(col, overflow="fold")
+    for row in report["by_fault"]:
+        delay = row["onset_to_incident_s"]
+        table.add_row(row["fault"], row["type"], row["target"], _clock(row["onset"], t0),
+                      ", ".join(row["incidents"]) or "-", row["root"] or "-",
+                      "yes" if row["root_correct"] else "[red]no[/red]",
+                      "-" if row["member_recall"] is None else f"{row['member_recall']:.2f}",
+                      "-" if delay is None else f"{delay / 60:.1f} min")
+    console.print(table)
+    console.print(f"root cause right for {report['root_cause_accuracy']} of {report['faults']} faults with "
+                  f"consequences; member recall {report['member_recall']}, precision {report['member_precision']}; "
+                  f"{report['merged_independent_faults']} incident(s) merging independent faults")

@@ -1,0 +1,289 @@
+"""Incident scoring against the simulator's fault attribution (``events.jsonl``).
+
+For every fault (its ``fault_onset`` event names the target and the hidden cause):
+
+- **scope**: the entities it physically reaches — a GPU fault its GPU, a node fault the node and
+  its GPUs, a loop fault every rack of the loop and their nodes and GPUs, an optic fault the
+  optic and its link — plus every entity a consequence event attributes to it (congested links
+  that took rerouted traffic, jobs that slowed down);
+- **consequences**: the GPUs and links its consequence events name (throttles, power brakes,
+  HBM overheating, XIDs, link downs, congestion). Optics compare as their link.
+
+Incidents (the engine's :class:`~foreshock.findings.Incident` emissions, grouped by id) are
+attributed member by member: each member goes to the active fault with the smallest scope that
+holds it; an incident *claims* a fault holding at least ``claim_share`` (10 %) of its members
+(and at least one); its **primary** fault is the one holding the most. Then, over the faults
+with at least one consequence:
+
+- ``root_cause_accuracy``: the fault's incident (the claiming incident holding most of its
+  members) names the expected root kind (``cooling_loop`` for a loop, ``gpu``, ``node``,
+  ``optic``) and the target entity;
+- ``member_recall`` (mean over faults) / ``member_precision`` (mean over incidents with a
+  primary fault): consequences found among the members of the fault's incidents, and members
+  inside the scope of their incident's primary fault;
+- ``onset_to_incident_median_s``: from the fault's onset to the first incident emission holding
+  one of its entities;
+- ``compression``: raw findings (anomalies and predictions) per incident (``compression_attached``
+  counts only the findings the incidents hold);
+- ``merged_independent_faults``: incidents that claim two or more faults on different targets.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Iterable, Sequence
+
+import numpy as np
+
+from foreshock.events import Event
+from foreshock.findings import Anomaly, Finding, Incident, Prediction
+from foreshock.topology import Topology
+
+if TYPE_CHECKING:  # the harness imports this module lazily; no import cycle at run time
+    from .evaluation import RunResult
+
+EXPECTED_ROOT_KIND = {"loop": "cooling_loop", "cooling_loop": "cooling_loop", "gpu": "gpu", "node": "node",
+                      "optic": "optic", "link": "link", "rack": "rack"}
+"""Fault target kind (``fault_onset.entity_kind``) -> the ``root_kind`` an incident should name."""
+
+CONSEQUENCE_TYPES = frozenset({"thermal_throttle_start", "power_cap_start", "power_brake_start",
+                               "hbm_overheat_start", "congestion_start", "link_down", "xid"})
+AFTERMATH_S = 900.0
+"""A fault's consequences (a loop still cooling down) outlive its repair by this much (simulator)."""
+
+
+@dataclass
+class FaultTruth:
+    fault_id: str
+    fault_type: str
+    kind: str
+    target: str
+    onset: float
+    end: float
+    scope: set[str] = field(default_factory=set)
+    consequences: set[str] = field(default_factory=set)
+    jobs: set[str] = field(default_factory=set)
+
+
+@dataclass
+class IncidentTrack:
+    incident_id: str
+    first_ts: float
+    last_ts: float
+    root_kind: str = ""
+    root_entity: str = ""
+    fault_hint: str = ""
+    members: list[str] = field(default_factory=list)
+    jobs: set[str] = field(default_factory=set)
+    findings: int = 0
+    emissions: list[tuple[float, frozenset[str]]] = field(default_factory=list)
+
+
+def _norm(topology: Topology, name: str) -> str:
+    """Compare optics as their link (an optic fault's consequences are on the link)."""
+    return name.rsplit("#", 1)[0] if "#" in name else name
+
+
+def fault_truths(events: Sequence[Event], topology: Topology, duration_of: dict[str, float] | None = None) -> list[FaultTruth]:
+    t = topology
+    duration_of = duration_of or {}
+    faults: dict[str, FaultTruth] = {}
+    for ev in events:
+        if ev.type != "fault_onset":
+            continue
+        dur = ev.detail.get("duration_s", duration_of.get(ev.fault_id))
+        end = ev.time + float(dur) if isinstance(dur, (int, float)) else math.inf
+        ft = FaultTruth(ev.fault_id, ev.fault_type, ev.entity_kind, ev.entity, ev.time, end)
+        ft.scope = _scope(t, ev.entity_kind, ev.entity)
+        faults[ev.fault_id] = ft
+    for ev in events:
+        f = faults.get(ev.fault_id)
+        if f is None or ev.type == "fault_onset":
+            continue
+        if ev.entity_kind == "job":
+            if ev.type == "job_slowdown_start":
+                f.jobs.add(ev.entity)
+                f.scope.add(ev.entity)
+            continue
+        name = _norm(t, ev.entity)
+        if ev.type in CONSEQUENCE_TYPES:
+            f.consequences.add(name)
+            f.scope.add(name)
+    return sorted(faults.values(), key=lambda f: f.onset)
+
+
+def _scope(t: Topology, kind: str, entity: str) -> set[str]:
+    try:
+        if kind == "gpu":
+            return {entity}
+        if kind == "node":
+            n = t.slot("node", entity)
+            return {entity} | {t.gpus[g] for g in t.gpus_of_node(n)}
+        if kind == "rack":
+            r = t.slot("rack", entity)
+            return {entity} | {t.nodes[n] for n in np.flatnonzero(t.node_rack == r)} | {t.gpus[g] for g in t.gpus_of_rack(r)}
+        if kind in ("loop", "cooling_loop"):
+            loop = t.loops.index(entity)
+            racks = np.flatnonzero(t.rack_loop == loop)
+            nodes = np.flatnonzero(np.isin(t.node_rack, racks))
+            gpus = np.flatnonzero(np.isin(t.gpu_node, nodes))
+            return {entity} | {t.racks[r] for r in racks} | {t.nodes[n] for n in nodes} | {t.gpus[g] for g in gpus}
+        if kind in ("optic", "link"):
+            return {_norm(t, entity)}
+    except (KeyError, ValueError):
+        pass
+    return {entity}
+
+
+def incident_tracks(findings: Iterable[Finding], topology: Topology) -> list[IncidentTrack]:
+    tracks: dict[str, IncidentTrack] = {}
+    for f in findings:
+        if not isinstance(f, Incident):
+            continue
+        tr = tracks.get(f.incident_id)
+        if tr is None:
+            tr = tracks[f.incident_id] = IncidentTrack(f.incident_id, f.ts, f.ts)
+        tr.last_ts = max(tr.last_ts, f.ts)
+        if f.root_entity:
+            tr.root_kind, tr.root_entity, tr.fault_hint = f.root_kind, f.root_entity, f.fault_hint
+        names = [_norm(topology, m) for m in f.members]
+        for n in names:
+            if n not in tr.members:
+                tr.members.append(n)
+        tr.jobs.update(j for j, _ in f.jobs)
+        tr.findings = max(tr.findings, f.findings)
+        if names:
+            tr.emissions.append((f.ts, frozenset(names)))
+    return sorted(tracks.values(), key=lambda tr: tr.first_ts)
+
+
+def score_incidents(findings: Sequence[Finding], events: Sequence[Event], topology: Topology,
+                    claim_share: float = 0.1, duration_of: dict[str, float] | None = None) -> dict[str, Any]:
+    """The ``incidents`` section of ``report.json`` (plus a per-fault table under ``by_fault``)."""
+    faults = fault_truths(events, topology, duration_of)
+    tracks = incident_tracks(findings, topology)
+    raw = sum(1 for f in findings if isinstance(f, (Anomaly, Prediction)))
+    # attribute each incident's members to faults
+    claims: dict[str, dict[str, int]] = {}
+    primary: dict[str, str] = {}
+    for tr in tracks:
+        active = [f for f in faults if f.onset <= tr.last_ts and tr.first_ts <= f.end + AFTERMATH_S]
+        counts: dict[str, int] = {}
+        for m in tr.members:
+            holders = [f for f in active if m in f.scope]
+            if holders:
+                best = min(holders, key=lambda f: (len(f.scope), f.onset))
+                counts[best.fault_id] = counts.get(best.fault_id, 0) + 1
+        need = max(1, claim_share * len(tr.members))
+        claims[tr.incident_id] = {fid: n for fid, n in counts.items() if n >= need}
+        if counts:
+            primary[tr.incident_id] = max(counts, key=lambda fid: (counts[fid], fid))
+    by_id = {f.fault_id: f for f in faults}
+    merged = sum(1 for c in claims.values() if len({by_id[fid].target for fid in c}) >= 2)
+    scored = [f for f in faults if f.consequences]
+    rows: list[dict[str, Any]] = []
+    recalls: list[float] = []
+    delays: list[float] = []
+    right = kind_right = entity_right = hint_right = 0
+    for f in faults:
+        mine = [tr for tr in tracks if f.fault_id in claims[tr.incident_id]]
+        main = max(mine, key=lambda tr: (claims[tr.incident_id][f.fault_id], -tr.first_ts), default=None)
+        members = set().union(*(set(tr.members) for tr in mine)) if mine else set()
+        jobs = set().union(*(tr.jobs for tr in mine)) if mine else set()
+        recall = len(f.consequences & members) / len(f.consequences) if f.consequences else None
+        first = min((ts for tr in mine for ts, names in tr.emissions if names & f.scope and ts >= f.onset - 60.0),
+                    default=math.nan)
+        exp_kind = EXPECTED_ROOT_KIND.get(f.kind, f.kind)
+        ok_kind = main is not None and main.root_kind == exp_kind
+        ok_entity = main is not None and main.root_entity == f.target
+        row = {
+            "fault": f.fault_id, "type": f.fault_type, "target": f.target, "onset": f.onset,
+            "consequences": len(f.consequences), "incidents": [tr.incident_id for tr in mine],
+            "root": f"{main.root_kind}:{main.root_entity}" if main else None,
+            "hint": main.fault_hint if main else None,
+            "root_correct": bool(ok_kind and ok_entity), "member_recall": None if recall is None else round(recall, 4),
+            "job_recall": round(len(f.jobs & jobs) / len(f.jobs), 4) if f.jobs else None,
+            "onset_to_incident_s": None if math.isnan(first) else round(first - f.onset, 1),
+        }
+        rows.append(row)
+        if not f.consequences:
+            continue
+        right += ok_kind and ok_entity
+        kind_right += ok_kind
+        entity_right += ok_entity
+        hint_right += main is not None and main.fault_hint == f.fault_type
+        recalls.append(recall or 0.0)
+        if not math.isnan(first):
+            delays.append(first - f.onset)
+    precisions = []
+    for tr in tracks:
+        fid = primary.get(tr.incident_id)
+        if fid is not None and tr.members:
+            scope = by_id[fid].scope
+            precisions.append(sum(1 for m in tr.members if m in scope) / len(tr.members))
+    n = len(scored)
+
+    def ratio(x: float) -> float | None:
+        return round(x / n, 4) if n else None
+
+    return {
+        "faults": n,
+        "root_cause_accuracy": ratio(right),
+        "member_recall": round(float(np.mean(recalls)), 4) if recalls else None,
+        "member_precision": round(float(np.mean(precisions)), 4) if precisions else None,
+        "onset_to_incident_median_s": round(float(np.median(delays)), 1) if delays else None,
+        "compression": round(raw / len(tracks), 2) if tracks else None,
+        "merged_independent_faults": merged,
+        # findings the incidents actually hold, per incident (the rest were symptoms no incident
+        # explained, such as routine power caps under full load)
+        "compression_attached": round(sum(tr.findings for tr in tracks) / len(tracks), 2) if tracks else None,
+        "root_kind_accuracy": ratio(kind_right),
+        "root_entity_accuracy": ratio(entity_right),
+        "cause_accuracy": ratio(hint_right),
+        "faults_total": len(faults),
+        "incidents": len(tracks),
+        "unattributed_incidents": sum(1 for tr in tracks if tr.incident_id not in primary),
+        "raw_findings": raw,
+        "by_fault": rows,
+    }
+
+
+def replay_findings(findings: Sequence[Finding], topology: Topology, step_s: float = 1.0,
+                    end: float | None = None, **params: Any) -> list[Finding]:
+    """Run the incident engine over recorded detector findings (time order), as the pipeline
+    would have after each frame; returns the findings followed by the incidents, interleaved."""
+    from .incidents import IncidentEngine
+
+    engine = IncidentEngine(topology, **params)
+    raw = sorted((f for f in findings if not isinstance(f, Incident)), key=lambda f: f.ts)
+    out: list[Finding] = []
+    if not raw:
+        return out
+    i = 0
+    now = raw[0].ts
+    limit = max(raw[-1].ts, end if end is not None else raw[-1].ts) + engine.quiet_s + 2 * engine.tick_s
+    while now <= limit:
+        j = i
+        while j < len(raw) and raw[j].ts <= now:
+            j += 1
+        batch = raw[i:j]
+        i = j
+        out.extend(batch)
+        out.extend(engine.observe(batch, now))
+        nxt = raw[i].ts if i < len(raw) else math.inf
+        now = max(min(nxt, now + engine.tick_s), now + step_s)
+    return out
+
+
+def score_run(result: "RunResult", detector_set: str = "foreshock") -> dict[str, Any]:
+    """The evaluation harness's ``incidents`` section: the set's findings through the engine."""
+    if detector_set not in result.findings:
+        return {"skipped": f"no {detector_set!r} detector set in this run"}
+    findings = result.findings[detector_set]
+    topo = result.recording.topology
+    if not any(isinstance(f, Incident) for f in findings):
+        findings = replay_findings(findings, topo, step_s=float(result.recording.interval or 1.0), end=result.end)
+    durations = {str(f.get("id")): float(f["duration_s"]) for f in result.recording.meta.get("faults", []) or []
+                 if isinstance(f, dict) and isinstance(f.get("duration_s"), (int, float))}
+    return score_incidents(findings, result.events, topo, duration_of=durations)

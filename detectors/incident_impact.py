@@ -1,0 +1,203 @@
+"""Blast radius and cost of an incident: who is exposed next, how soon, and what it costs jobs.
+
+The incident engine knows *which* entities a cause has reached; this module answers the two
+questions an operator asks next, from optional telemetry (:class:`Telemetry`, fed frame by
+frame) and the topology:
+
+- **Exposed entities**, ranked by headroom: the GPUs of a failing loop, rack, PDU or node that
+  show nothing yet (thermal margin to their own limit, ETA from their measured heating rate),
+  and the links that take a failing link's traffic (the capacity left once they carry it, ETA
+  = the failing link's).
+- **Job impact**: in synchronous training the slowest member sets the pace, so a job's
+  predicted step slowdown is the worst of its members' (or its measured step time against its
+  own baseline); GPU-hours at risk per hour = ``GPUs × (1 − 1/slowdown)``, the whole job when
+  it cannot step at all.
+
+Without telemetry the exposed entities are still named, with ETA -1 (unknown).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from foreshock import facts
+from foreshock.frames import Frame
+
+from .incident_domains import JOB, Domains, key
+
+TEL_TS, TEL_TEMP, TEL_SLOPE, TEL_LIMIT, TEL_POWER_HEADROOM, TEL_REF_TS, TEL_REF_TEMP = range(7)
+"""Columns of the per-GPU telemetry."""
+LINK_TS, LINK_TX, LINK_UTIL = range(3)
+JOB_BASE, JOB_LAST = range(2)
+SLOPE_BASELINE_S = 300.0
+"""The heating rate is measured over at least this long: integer °C readings are too coarse for
+sample-to-sample differences."""
+MIN_HEATING_C_PER_S = 0.005
+"""Below 0.3 °C/min a heating rate is noise on integer readings: no ETA is given from it."""
+STALLED_RATIO = 100.0
+"""Step slowdown reported for a job that cannot step at all (a GPU off the bus): the ratio is
+unbounded, and gauges and JSON want a finite number; GPU-hours at risk count the whole job."""
+
+
+class Telemetry:
+    """The little telemetry the engine keeps, by slot: per GPU its temperature, heating rate,
+    limit and power headroom; per link its utilisation; per job its step time and baseline."""
+
+    ARRAYS = ("s_gpu_tel", "s_link_tel", "s_job_tel")
+
+    def __init__(self, n_gpus: int, n_links: int, n_jobs: int) -> None:
+        self.s_gpu_tel = np.full((n_gpus, 7), np.nan)
+        self.s_link_tel = np.full((n_links, 3), np.nan)
+        self.s_job_tel = np.full((n_jobs, 2), np.nan)
+        self.gpu_frames_ts = -math.inf  # newest GPU telemetry seen
+
+    def observe(self, frame: Frame) -> None:
+        if len(frame) == 0:
+            return
+        cols, slot, ts = frame.columns, frame.slot, frame.ts
+        if frame.kind == "gpu":
+            _track_gpu(self.s_gpu_tel, slot, ts, cols)
+            if np.isfinite(ts).any():
+                self.gpu_frames_ts = max(self.gpu_frames_ts, float(np.nanmax(ts)))
+        elif frame.kind == "link" and "tx_data" in cols and "link_rate" in cols:
+            _track_link(self.s_link_tel, slot, ts, cols["tx_data"], cols["link_rate"])
+        elif frame.kind == "job" and "step_time" in cols:
+            _track_job(self.s_job_tel, slot, cols["step_time"])
+
+    def silent_since(self, gpu: int, t: float) -> bool:
+        """Telemetry keeps flowing after ``t`` but not from this GPU (it is still off the bus)."""
+        return self.gpu_frames_ts > t and not self.s_gpu_tel[gpu, TEL_TS] > t
+
+    def state_dict(self) -> dict[str, Any]:
+        return {**{n: getattr(self, n).copy() for n in self.ARRAYS}, "gpu_frames_ts": self.gpu_frames_ts}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        for name in self.ARRAYS:
+            arr = np.asarray(state[name], dtype=np.float64)
+            if arr.shape != getattr(self, name).shape:
+                raise ValueError(f"telemetry state {name!r} has shape {arr.shape}, expected {getattr(self, name).shape}")
+            setattr(self, name, arr.copy())
+        self.gpu_frames_ts = float(state["gpu_frames_ts"])
+
+    @property
+    def nbytes(self) -> int:
+        return int(sum(getattr(self, n).nbytes for n in self.ARRAYS))
+
+
+def exposed_gpus(dom: Domains, tel: Telemetry, gpus: np.ndarray, power: bool, room: int) -> list[tuple[str, float]]:
+    """GPUs exposed to a cause, least headroom first: thermal margin (power headroom for a power
+    cause), with an ETA from the measured heating rate (-1: not heating, or no telemetry)."""
+    if not len(gpus) or room <= 0:
+        return []
+    t = tel.s_gpu_tel[gpus]
+    if power:
+        headroom, eta = t[:, TEL_POWER_HEADROOM], np.full(len(gpus), np.nan)
+    else:
+        headroom = t[:, TEL_LIMIT] - t[:, TEL_TEMP]
+        heating = t[:, TEL_SLOPE] >= MIN_HEATING_C_PER_S
+        eta = np.where(heating, np.maximum(headroom, 0.0) / np.where(heating, t[:, TEL_SLOPE], 1.0), np.nan)
+    order = np.lexsort((gpus, np.where(np.isfinite(headroom), headroom, np.inf)))[:room]
+    return [(dom.topology.gpus[int(gpus[i])], round(float(eta[i]), 1) if np.isfinite(eta[i]) else -1.0)
+            for i in order]
+
+
+def reroute_targets_ranked(dom: Domains, tel: Telemetry, failing: dict[int, float], skip: set[int],
+                           room: int) -> list[tuple[str, float]]:
+    """Links that take the traffic of failing links (link -> ETA of its failure), least capacity
+    left first once they carry the failing link's share; ``skip`` holds links already hit."""
+    cand: dict[int, tuple[float, float]] = {}
+    for link, eta in failing.items():
+        targets = dom.reroute_targets(link)
+        live = [int(t) for t in targets if int(t) not in skip]
+        if not live:
+            continue
+        after = tel.s_link_tel[live, LINK_UTIL] * (len(targets) + 1) / max(len(targets), 1)
+        for t, u in zip(live, after):
+            head = float(1.0 - u) if np.isfinite(u) else math.inf
+            if t not in cand or head < cand[t][0]:
+                cand[t] = (head, eta)
+    ranked = sorted(cand.items(), key=lambda kv: (kv[1][0], kv[0]))[:room]
+    return [(dom.topology.links[t], round(eta, 1)) for t, (_, eta) in ranked]
+
+
+def job_impact(dom: Domains, tel: Telemetry, slowest: dict[int, float]) -> tuple[tuple[tuple[str, float], ...], float]:
+    """Per job (job slot -> the slowdown of its slowest member): the predicted step slowdown,
+    raised to the measured one when telemetry has it, and the GPU-hours at risk per hour."""
+    out = []
+    risk = 0.0
+    for j in sorted(slowest):
+        ratio = slowest[j]
+        base, last = tel.s_job_tel[j]
+        if np.isfinite(base) and np.isfinite(last) and base > 0:
+            ratio = max(ratio, float(last / base))
+        n = len(dom.gpus_in(key(JOB, j)))
+        if math.isinf(ratio) or ratio >= STALLED_RATIO:
+            ratio = STALLED_RATIO
+            risk += n
+        else:
+            risk += n * (1.0 - 1.0 / ratio)
+        out.append((dom.topology.jobs[j], round(ratio, 3)))
+    return tuple(out), risk
+
+
+def _last_per_slot(slot: np.ndarray) -> np.ndarray:
+    """Row index of each slot's last row (rows are time-ordered)."""
+    first_of_reversed = np.unique(slot[::-1], return_index=True)[1]
+    return len(slot) - 1 - first_of_reversed
+
+
+def _track_gpu(tel: np.ndarray, slot: np.ndarray, ts: np.ndarray, cols: dict[str, np.ndarray]) -> None:
+    temp = cols.get("gpu_temp")
+    if temp is None:
+        return
+    ok = np.isfinite(temp) & np.isfinite(ts)
+    if not ok.any():
+        return
+    idx = np.flatnonzero(ok)[_last_per_slot(slot[ok])]
+    s, t, x = slot[idx], ts[idx], temp[idx]
+    ref_t, ref_x = tel[s, TEL_REF_TS], tel[s, TEL_REF_TEMP]
+    span = t - ref_t
+    due = ~(span < SLOPE_BASELINE_S)  # NaN (no reference yet) counts as due
+    tel[s, TEL_SLOPE] = np.where(due & (span > 0), (x - ref_x) / np.where(span > 0, span, 1.0), tel[s, TEL_SLOPE])
+    tel[s, TEL_REF_TS] = np.where(due, t, ref_t)
+    tel[s, TEL_REF_TEMP] = np.where(due, x, ref_x)
+    tel[s, TEL_TS], tel[s, TEL_TEMP] = t, x
+    limit = np.full(len(s), facts.MAX_OPERATING_TEMP_C)
+    sd = cols.get("slowdown_temp")
+    if sd is not None:  # the GPU's own limit: max operating sits 2 °C under its HW slowdown
+        own = sd[idx] - (facts.HW_SLOWDOWN_TEMP_C - facts.MAX_OPERATING_TEMP_C)
+        limit = np.where(np.isfinite(own), own, limit)
+    tel[s, TEL_LIMIT] = limit
+    power, cap = cols.get("power"), cols.get("power_limit")
+    if power is not None and cap is not None:
+        tel[s, TEL_POWER_HEADROOM] = cap[idx] - power[idx]
+
+
+def _track_link(tel: np.ndarray, slot: np.ndarray, ts: np.ndarray, tx: np.ndarray, rate: np.ndarray) -> None:
+    """Utilisation from the transmitted-bytes counter; a counter that went back reads as unknown."""
+    ok = np.isfinite(tx) & np.isfinite(ts)
+    if not ok.any():
+        return
+    idx = np.flatnonzero(ok)[_last_per_slot(slot[ok])]
+    s, t, b, r = slot[idx], ts[idx], tx[idx], rate[idx]
+    dt = t - tel[s, LINK_TS]
+    db = b - tel[s, LINK_TX]
+    valid = np.isfinite(dt) & (dt > 0) & (db >= 0) & (r > 0)
+    util = np.where(valid, db * 8.0 / np.where(valid, dt, 1.0) / np.where(r > 0, r, 1.0), np.nan)
+    tel[s, LINK_TS], tel[s, LINK_TX] = t, b
+    tel[s, LINK_UTIL] = np.where(valid, np.clip(util, 0.0, 1.0), tel[s, LINK_UTIL])
+
+
+def _track_job(tel: np.ndarray, slot: np.ndarray, step: np.ndarray) -> None:
+    """A slow baseline of each job's step time (frozen while it runs >10 % slow) and the last one."""
+    ok = np.isfinite(step) & (step > 0)
+    s, x = slot[ok], step[ok]
+    if not len(s):
+        return
+    base = tel[s, JOB_BASE]
+    learn = ~np.isfinite(base) | (x <= 1.1 * base)
+    tel[s, JOB_BASE] = np.where(np.isfinite(base), np.where(learn, base + 0.01 * (x - base), base), x)
+    tel[s, JOB_LAST] = x

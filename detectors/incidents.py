@@ -1,0 +1,1095 @@
+"""The incident engine: findings grouped by cause, with a root cause, a blast radius and a cost.
+
+One failing cooling loop throttles dozens of GPUs; one degrading optic takes its link down and
+congests the links that take its traffic. The engine turns such bursts of findings into **one
+incident per cause**, updated as it grows:
+
+- **Grouping.** Every finding is reduced to a *signal* (:mod:`.incident_signals`) on a member
+  entity (GPU, node, rack, link, optic, job). A finding joins, in order: the incident its
+  entity already belongs to; the incident of an entity its reason names (congestion names the
+  link whose traffic it carries, a link-down prediction the optic that fails); an incident
+  whose root domain contains the entity; or, for a finding that can open one, an incident that
+  shares a failure domain with it (node, rack, cooling loop, PDU, leaf) and is still growing —
+  when together they are enough evidence for that domain (:data:`SUPPORT`). Otherwise it opens
+  a new incident. Incidents that turn out to share a domain are merged (the oldest id stays).
+  Independent causes stay apart: a finding of another kind on an entity already in an incident
+  (a GPU of an overheating loop that falls off the bus) starts its own unless it is a known
+  consequence (XID 48 after HBM heat); a loop or rack incident that stopped spreading more than
+  ``coherence_s`` ago does not claim a GPU that only now starts heating (a fan, a thermal
+  interface); symptoms that open nothing by themselves (power caps, peer outliers, optic
+  trends, z-score blips) only ever join.
+- **Root cause.** Candidate domains are ranked by how much of the incident's evidence they
+  explain: the finest domain that holds ``cover`` (80 %) of the members' weight and has the
+  support its level needs is the root — many GPUs of one loop with inlet rising on its racks ->
+  the loop; one GPU heating while its peers stay calm -> that GPU's thermal interface; an optic
+  trending to failure, its link down, congestion on the links that took its traffic -> the optic.
+- **Lifecycle.** ``open`` (first reported, after ``hold_s`` so the first wave of findings is
+  grouped before anyone is told) -> ``growing`` (members added) -> ``stable`` (no new member
+  for ``stable_s``) -> ``resolved`` (no finding and no active prediction for ``quiet_s``). An
+  :class:`~foreshock.findings.Incident` is emitted only when the members, the root or the
+  state change, at most every ``update_interval_s`` for growth — never once per new member.
+- **Predicted spread.** Members with an active prediction that has not come true yet (ETA from
+  the detector), then entities exposed to the same cause that show nothing yet — the rest of
+  the loop, PDU or node, the links that take rerouted traffic — ranked by their headroom
+  (thermal margin, link capacity) when telemetry is given to :meth:`IncidentEngine.observe_frame`.
+- **Job impact.** In synchronous training the slowest member sets the pace: a job's predicted
+  step slowdown is the worst of its members' (:attr:`Signal.slowdown`, or the measured step
+  time), and GPU-hours at risk per hour is ``GPUs × (1 − 1/slowdown)`` summed over jobs.
+- **External events.** JSON lines ``{"node", "time", "type", "severity"}`` from a scheduler or a
+  BMC (:mod:`.incident_external`) are grouped the same way, as node findings.
+
+State is bounded: per-entity arrays by slot, incidents in a dict holding only the live ones and
+the resolved ones that may still reopen (within ``reopen_s``, at most ``keep_resolved``).
+
+>>> from foreshock.topology import Topology
+>>> from foreshock.findings import Prediction
+>>> topo = Topology.from_dict({"rows": [{"name": "row0", "cooling_loop": "cdu0"}],
+...     "racks": [{"name": "rack0", "row": "row0"}, {"name": "rack1", "row": "row0"}],
+...     "nodes": [{"name": f"n{i}", "rack": f"rack{i // 2}", "gpus": 4} for i in range(4)]})
+>>> engine, out = IncidentEngine(topo), []
+>>> for t in range(0, 300, 10):             # GPUs of every rack on the loop heat up together
+...     out += engine.observe([Prediction(float(t), "gpu", g, "thermal_throttle", 600.0, 0.9, "thermal")
+...                            for g in range(0, 16, 3) if t >= 3 * g], float(t))
+>>> inc = out[-1]
+>>> (inc.root_kind, inc.root_entity, inc.state, len(inc.members), len({i.incident_id for i in out}))
+('cooling_loop', 'cdu0', 'open', 6, 1)
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import deque
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+
+from foreshock.findings import Anomaly, Finding, Incident, Prediction
+from foreshock.frames import Frame
+from foreshock.health import PipelineHealth
+from foreshock.topology import Topology
+
+from .incident_domains import (GPU, JOB, LEAF, LEVEL_NAMES, LINK, LOOP, MEMBER_LEVEL, NODE, OPTIC, RACK,
+                               Domains, key, level_of, slot_of)
+from .incident_external import ExternalEvent
+from .incident_impact import Telemetry, exposed_gpus, job_impact, reroute_targets_ranked
+from .incident_signals import (EVENT_SIGNALS, FABRIC, GENERIC, JOBF, LOST, POWER, SIGNALS, THERMAL, Signal, classify,
+                               external_signal, xid_code)
+
+PENDING, OPEN, GROWING, STABLE, RESOLVED = "pending", "open", "growing", "stable", "resolved"
+
+LEVELS: dict[str, tuple[int, ...]] = {
+    THERMAL: (GPU, NODE, RACK, LOOP),
+    POWER: (GPU, NODE, RACK),
+    LOST: (GPU, NODE, RACK),
+    GENERIC: (GPU, NODE, RACK, LOOP),
+    JOBF: (JOB,),
+    FABRIC: (OPTIC, LINK, NODE, LEAF),
+}
+"""Candidate root levels per family, finest first."""
+
+LADDER: dict[str, tuple[int, ...]] = {
+    THERMAL: (NODE, RACK, LOOP),
+    POWER: (NODE, RACK),
+    LOST: (NODE, RACK),
+    GENERIC: (NODE, RACK, LOOP),
+    FABRIC: (LINK, NODE, LEAF),
+    JOBF: (),
+}
+"""Shared domains across which a finding may join (or merge) another incident of its family."""
+
+SUPPORT: dict[int, tuple[int, int, int]] = {
+    # level: (GPUs, distinct children, entity members of the level's own kind that suffice)
+    NODE: (2, 1, 1),  # two GPUs of one node, or a node-level finding (fans, PSU)
+    RACK: (3, 2, 1),  # three GPUs on two nodes, or a rack-level finding (inlet, PDU)
+    LOOP: (3, 2, 1),  # three GPUs on two racks, or racks whose inlet rises
+}
+"""What a domain above the GPU needs before it may be a root: (GPUs under it, distinct children
+holding them, or members of its own level). A lone GPU never makes its node the root."""
+
+FAILING_LINK = frozenset({"link_down", "link_down_predicted", "link_errors", "optic_degrading", "external_fabric"})
+HINTS = {
+    (THERMAL, GPU): "tim_degradation", (THERMAL, NODE): "fan_failure", (THERMAL, RACK): "rack_cooling",
+    (THERMAL, LOOP): "cooling_loss", (POWER, GPU): "power_brake", (POWER, NODE): "psu_failure",
+    (POWER, RACK): "pdu_failure", (LOST, GPU): "gpu_error", (LOST, NODE): "node_lost", (LOST, RACK): "rack_lost",
+    (FABRIC, OPTIC): "optic_degradation", (FABRIC, LINK): "link_failure", (FABRIC, NODE): "nic_congestion",
+    (FABRIC, LEAF): "leaf_congestion", (JOBF, JOB): "job_slowdown",
+}
+
+
+class _Member:
+    """One entity of an incident: when it was seen, what it showed, its active predictions."""
+
+    __slots__ = ("key", "kind", "slot", "anc", "first_ts", "last_ts", "strong_ts", "count", "signals", "preds", "xid")
+
+    def __init__(self, mkey: int, kind: str, slot: int, anc: tuple[int, ...], ts: float) -> None:
+        self.key, self.kind, self.slot, self.anc = mkey, kind, slot, anc
+        self.first_ts = self.last_ts = ts
+        self.strong_ts = math.nan  # last finding that could open an incident by itself
+        self.count = 0
+        self.signals: dict[str, int] = {}
+        self.preds: dict[str, tuple[float, float]] = {}  # event -> (ts, eta) while active
+        self.xid = 0
+
+    @property
+    def observed(self) -> bool:
+        return any(SIGNALS[s].observed for s in self.signals)
+
+    def weight(self, family: str) -> float:
+        return max((SIGNALS[s].weight for s in self.signals if SIGNALS[s].family == family), default=0.0)
+
+    def to_state(self) -> list[Any]:
+        return [self.key, self.kind, self.slot, self.first_ts, self.last_ts, self.strong_ts, self.count,
+                dict(self.signals), {e: list(v) for e, v in self.preds.items()}, self.xid]
+
+
+class _Incident:
+    __slots__ = ("serial", "family", "first_ts", "last_ts", "last_growth_ts", "state", "root", "root_kind",
+                 "reason", "hint", "members", "jobs_hit", "findings", "emits", "last_emit_ts", "emitted_members",
+                 "emitted_root", "dirty", "resolved_ts", "merged_into", "external_types")
+
+    def __init__(self, serial: int, family: str, ts: float) -> None:
+        self.serial, self.family = serial, family
+        self.first_ts = self.last_ts = self.last_growth_ts = ts
+        self.state = PENDING
+        self.root = -1
+        self.root_kind = ""
+        self.reason = ""
+        self.hint = ""
+        self.members: dict[int, _Member] = {}
+        self.jobs_hit: dict[int, int] = {}  # job slot -> job-level findings (consequences)
+        self.findings = 0
+        self.emits = 0
+        self.last_emit_ts = -math.inf
+        self.emitted_members = 0
+        self.emitted_root = -1
+        self.dirty = True
+        self.resolved_ts = math.nan
+        self.merged_into = -1
+        self.external_types: dict[str, int] = {}
+
+    @property
+    def id(self) -> str:
+        return f"inc-{self.serial}"
+
+    @property
+    def live(self) -> bool:
+        return self.state != RESOLVED
+
+
+class _Evidence:
+    __slots__ = ("kind", "slot", "sig", "ts", "event", "eta", "active", "xid", "named", "label")
+
+    def __init__(self, kind: str, slot: int, sig: Signal, ts: float, event: str = "", eta: float = math.nan,
+                 active: bool = True, xid: int = 0, named: tuple[tuple[str, int], ...] = (), label: str = "") -> None:
+        self.kind, self.slot, self.sig, self.ts = kind, slot, sig, ts
+        self.event, self.eta, self.active, self.xid, self.named, self.label = event, eta, active, xid, named, label
+
+
+class IncidentEngine:
+    """Groups findings into incidents (a :class:`~foreshock.detectors.bank.FindingProcessor`)."""
+
+    name = "incidents"
+
+    def __init__(self, topology: Topology, health: PipelineHealth | None = None, *, hold_s: float = 60.0,
+                 update_interval_s: float = 30.0, stable_s: float = 600.0, quiet_s: float = 900.0,
+                 coherence_s: float = 600.0, reopen_s: float = 3600.0, cover: float = 0.8,
+                 keep_resolved: int = 256, max_live: int = 4096, max_predicted: int = 32,
+                 tick_s: float = 10.0, max_external_queue: int = 100_000) -> None:
+        for label, v in (("hold_s", hold_s), ("update_interval_s", update_interval_s), ("stable_s", stable_s),
+                         ("quiet_s", quiet_s), ("coherence_s", coherence_s), ("reopen_s", reopen_s),
+                         ("tick_s", tick_s)):
+            if not (math.isfinite(v) and v >= 0):
+                raise ValueError(f"{label} must be a finite number >= 0, got {v!r}")
+        if not 0.5 <= cover <= 1.0:
+            raise ValueError(f"cover must be in [0.5, 1], got {cover!r}")
+        if keep_resolved < 0 or max_live < 1 or max_predicted < 0 or max_external_queue < 0:
+            raise ValueError("keep_resolved, max_predicted and max_external_queue must be >= 0, max_live >= 1")
+        self.topology = topology
+        self.health = health or PipelineHealth()
+        self.hold_s, self.update_interval_s, self.stable_s = hold_s, update_interval_s, stable_s
+        self.quiet_s, self.coherence_s, self.reopen_s, self.cover = quiet_s, coherence_s, reopen_s, cover
+        self.keep_resolved, self.max_live, self.max_predicted = keep_resolved, max_live, max_predicted
+        self.tick_s, self.max_external_queue = tick_s, max_external_queue
+        self.dom = Domains(topology)
+        # entity -> incident serial (-1 none), by member level; the only per-entity state
+        self.s_member_of = {MEMBER_LEVEL[k]: np.full(n, -1, dtype=np.int64) for k, n in self.dom.sizes.items()}
+        # optional telemetry (observe_frame): headroom for the predicted spread, measured step times
+        self.tel = Telemetry(self.dom.sizes["gpu"], self.dom.sizes["link"], self.dom.sizes["job"])
+        self._incidents: dict[int, _Incident] = {}
+        self._resolved: deque[int] = deque()
+        self._index: dict[int, dict[int, int]] = {}  # domain -> {serial: members under it}
+        self._rooted: dict[int, set[int]] = {}  # root domain -> serials
+        self._external: list[tuple[float, int, ExternalEvent]] = []
+        self._names: dict[str, tuple[str, int]] | None = None
+        self.next_serial = 1
+        self.last_tick = -math.inf
+        self.stats = {"findings": 0, "attached": 0, "consequences": 0, "unattached": 0, "incidents": 0,
+                      "unconfirmed": 0, "merged": 0, "external": 0, "evicted": 0}
+
+    # ---- input ---------------------------------------------------------------------------------
+    def observe(self, findings: Sequence[Finding], now: float) -> list[Finding]:
+        """Take the findings of one frame; return the incidents opened, updated or resolved."""
+        out: list[Finding] = []
+        took = False
+        if self._external and self._external[0][0] <= now:
+            took = self._drain_external(now) or took
+        for f in findings:
+            if isinstance(f, Incident):
+                continue
+            took = True
+            self._take(f)
+        if now - self.last_tick >= self.tick_s:
+            self.last_tick = now
+            self._tick(now, out)
+        elif took and not math.isfinite(self.last_tick):
+            self.last_tick = now
+        return out
+
+    def add_external(self, events: Iterable[ExternalEvent]) -> None:
+        """Queue external events; each is grouped once telemetry time reaches its ``time``."""
+        for ev in events:
+            if len(self._external) >= self.max_external_queue:
+                self.health.problem(self.name, "external event queue full: event dropped")
+                continue
+            self.stats["external"] += 1
+            heapq.heappush(self._external, (ev.time, self.stats["external"], ev))
+
+    def observe_external(self, events: Iterable[ExternalEvent], now: float) -> list[Finding]:
+        """Group external events now (a live alert stream); returns incident findings."""
+        self.add_external(events)
+        return self.observe((), now)
+
+    def observe_frame(self, frame: Frame) -> None:
+        """Optional telemetry: GPU thermal margin and heating rate, link utilisation, job step
+        times. Used only for ranking the predicted spread, measuring job slowdown and knowing
+        that a GPU off the bus is still silent."""
+        self.tel.observe(frame)
+
+    def _drain_external(self, now: float) -> bool:
+        took = False
+        while self._external and self._external[0][0] <= now:
+            _, _, ev = heapq.heappop(self._external)
+            node = self.topology.slots_resolver()("node", ev.node)
+            if node < 0:
+                self.health.problem(self.name, "external event for an unknown node", detail=ev.node)
+                continue
+            sig = SIGNALS[external_signal(ev.type, ev.severity)]
+            self.stats["findings"] += 1
+            self._place(_Evidence("node", node, sig, ev.time, label=f"{ev.type} ({ev.severity})"))
+            took = True
+        return took
+
+    def _take(self, f: Anomaly | Prediction) -> None:
+        kind, slot = f.entity_kind, int(f.slot)
+        level = MEMBER_LEVEL.get(kind)
+        if level is None or not 0 <= slot < self.dom.sizes[kind]:
+            self.health.problem(self.name, "finding for an unknown entity", detail=f"{kind} {slot}")
+            return
+        ts = float(f.ts)
+        if not math.isfinite(ts):
+            self.health.problem(self.name, "finding with a non-finite timestamp")
+            return
+        self.stats["findings"] += 1
+        sig = SIGNALS[classify(f)]
+        if isinstance(f, Prediction):
+            ev = _Evidence(kind, slot, sig, ts, f.event, float(f.eta_s), f.active, named=self._named(f.reason))
+            if not f.active:
+                self._withdraw(ev)
+                return
+        else:
+            xid = xid_code(f) if sig.family == LOST else 0
+            ev = _Evidence(kind, slot, sig, ts, xid=xid, named=self._named(f.reason) if kind == "link" else ())
+        self._place(ev)
+
+    def _named(self, reason: str) -> tuple[tuple[str, int], ...]:
+        """Links and optics a reason names (congestion names the link whose traffic it carries;
+        a link-down prediction names the optic that fails)."""
+        if "~" not in reason:
+            return ()
+        if self._names is None:
+            t = self.topology
+            self._names = {n: ("link", i) for i, n in enumerate(t.links)}
+            self._names.update({t.name("optic", i): ("optic", i) for i in range(t.size("optic"))})
+        out = []
+        for tok in reason.split():
+            if "~" in tok:
+                hit = self._names.get(tok.strip(",;:()[]'\"."))
+                if hit is not None and hit not in out:
+                    out.append(hit)
+        return tuple(out)
+
+    # ---- grouping ------------------------------------------------------------------------------
+    def _place(self, ev: _Evidence) -> None:
+        inc = self._own_incident(ev)
+        if inc is None and ev.named:
+            inc = self._named_incident(ev)
+        if inc is None:
+            inc = self._inside_root(ev)
+        if inc is None and ev.sig.opens:
+            inc = self._widen(ev)
+        if inc is None:
+            if ev.sig.opens:
+                inc = self._new_incident(ev.sig.family, ev.ts)
+            elif self._consequence(ev):
+                return
+            else:
+                self.stats["unattached"] += 1
+                return
+        self.stats["attached"] += 1
+        self._attach(inc, ev)
+
+    def _own_incident(self, ev: _Evidence) -> _Incident | None:
+        serial = int(self.s_member_of[MEMBER_LEVEL[ev.kind]][ev.slot])
+        inc = self._incidents.get(serial) if serial >= 0 else None
+        if inc is None:
+            return None
+        m = inc.members.get(key(MEMBER_LEVEL[ev.kind], ev.slot))
+        lost = m is not None and "gpu_lost" in m.signals and inc.live
+        if not lost and not _follows(inc.family, ev.sig):
+            return None  # e.g. a GPU of an overheating loop that now falls off the bus: a new cause
+        if lost:
+            return inc  # a GPU off the bus starts nothing new: what is said about it is stale or aftermath
+        wide = level_of(inc.root) in (RACK, LOOP)
+        if ev.sig.opens and inc.live and wide and ev.ts - inc.last_growth_ts > self.coherence_s:
+            if m is not None and not ev.ts - m.strong_ts <= self.coherence_s:
+                # quiet (or only symptoms) for a while inside a loop that stopped spreading, and now
+                # heating again on its own: more likely a cause of its own (a fan, a TIM) than the loop
+                return None
+        if inc.state == RESOLVED:
+            # a flapping link or a recurring GPU reopens its incident; one GPU of a resolved loop
+            # incident does not reopen the loop
+            if inc.merged_into < 0 and ev.sig.opens and not wide and ev.ts - inc.resolved_ts <= self.reopen_s:
+                self._reopen(inc, ev.ts)
+                return inc
+            return None
+        return inc
+
+    def _named_incident(self, ev: _Evidence) -> _Incident | None:
+        for kind, slot in ev.named:
+            keys = [(kind, slot)]
+            if kind == "link":
+                keys += [("optic", 2 * slot), ("optic", 2 * slot + 1)]
+            for k, s in keys:
+                serial = int(self.s_member_of[MEMBER_LEVEL[k]][s])
+                inc = self._incidents.get(serial) if serial >= 0 else None
+                if inc is not None and inc.live and inc.family == FABRIC:
+                    return inc
+        if ev.sig.family == FABRIC:  # the cause shows nothing yet: it opens the incident
+            return self._new_incident(FABRIC, ev.ts)
+        return None
+
+    def _inside_root(self, ev: _Evidence) -> _Incident | None:
+        """A live incident whose root domain holds the entity: of the same family, or — for a
+        symptom that opens nothing by itself, such as a power cap on a GPU of an overheating loop
+        (leakage grows with temperature) — of any family rooted above the GPU."""
+        fam = ev.sig.family
+        symptom = not ev.sig.opens and fam != JOBF
+        fallback: _Incident | None = None
+        for a in self.dom.ancestors(ev.kind, ev.slot):
+            best: _Incident | None = None
+            wide = level_of(a) in (RACK, LOOP)
+            for serial in self._rooted.get(a, ()):
+                inc = self._incidents[serial]
+                if not inc.live:
+                    continue
+                if inc.family == fam:
+                    # a rack or loop incident that stopped spreading long ago does not claim a
+                    # GPU that starts heating now (more likely a cause of its own), unless that GPU
+                    # was heating with the rest of it until recently
+                    if wide and ev.sig.opens and ev.ts - inc.last_growth_ts > self.coherence_s:
+                        m = inc.members.get(key(MEMBER_LEVEL[ev.kind], ev.slot))
+                        if m is None or not ev.ts - m.strong_ts <= self.coherence_s:
+                            continue
+                    if best is None or inc.last_ts > best.last_ts:
+                        best = inc
+                elif symptom and fallback is None and level_of(a) in (NODE, RACK, LOOP):
+                    fallback = inc
+            if best is not None:
+                return best
+        return fallback
+
+    def _widen(self, ev: _Evidence) -> _Incident | None:
+        fam = ev.sig.family
+        ladder = LADDER.get(fam, ())
+        mkey = key(MEMBER_LEVEL[ev.kind], ev.slot)
+        for a in self.dom.ancestors(ev.kind, ev.slot):
+            level = level_of(a)
+            if level not in ladder or a == mkey:
+                continue
+            best: _Incident | None = None
+            best_n = -1
+            for serial, n in self._index.get(a, {}).items():
+                inc = self._incidents[serial]
+                if not inc.live or inc.family != fam or not self._joinable(inc, a, ev):
+                    continue
+                if n > best_n or (n == best_n and best is not None and inc.last_ts > best.last_ts):
+                    best, best_n = inc, n
+            if best is not None:
+                return best
+        return None
+
+    def _joinable(self, inc: _Incident, a: int, ev: _Evidence) -> bool:
+        level = level_of(a)
+        if inc.family == FABRIC:
+            if level == LINK:
+                return True  # an optic and its link are one chain
+            # congestion next to a link that fails: its traffic went somewhere (node NICs, leaf);
+            # another optic or link failing nearby is a cause of its own
+            return (ev.sig.name == "congestion" and ev.ts - inc.last_ts <= self.coherence_s and _failing(inc)
+                    and any(a in m.anc for m in inc.members.values()))
+        if ev.ts - inc.last_growth_ts > self.coherence_s:
+            return False
+        under = [m for m in inc.members.values() if a in m.anc]
+        return _supported(self.dom, level, under, [(ev.kind, ev.slot)])
+
+    def _consequence(self, ev: _Evidence) -> bool:
+        """A job's step time, or a GPU lagging its job peers, where nothing else explains it: count
+        it in the live incident touching the same job (its slowest member sets everyone's pace).
+        Other symptoms (a routine power cap elsewhere in the job) are not that incident's doing."""
+        job = -1
+        if ev.kind == "job":
+            job = ev.slot
+        elif ev.kind == "gpu" and ev.sig.name == "straggler":
+            job = int(self.dom.gpu_job[ev.slot])
+        if job < 0:
+            return False
+        best: _Incident | None = None
+        for serial in self._index.get(key(JOB, job), {}):
+            inc = self._incidents[serial]
+            if inc.live and (best is None or inc.last_ts > best.last_ts):
+                best = inc
+        if best is None:
+            return False
+        best.findings += 1
+        best.jobs_hit[job] = best.jobs_hit.get(job, 0) + 1  # counted, but keeps nothing open
+        self.stats["consequences"] += 1
+        return True
+
+    def _new_incident(self, family: str, ts: float) -> _Incident:
+        if sum(1 for i in self._incidents.values() if i.live) >= self.max_live:
+            self._evict_stalest()
+        inc = _Incident(self.next_serial, family, ts)
+        self.next_serial += 1
+        self._incidents[inc.serial] = inc
+        return inc
+
+    def _evict_stalest(self) -> None:
+        stalest = min((i for i in self._incidents.values() if i.live), key=lambda i: i.last_ts)
+        self.health.problem(self.name, "too many live incidents: the stalest was resolved early")
+        self.stats["evicted"] += 1
+        self._resolve(stalest, stalest.last_ts, [])
+
+    def _attach(self, inc: _Incident, ev: _Evidence) -> None:
+        mkey = key(MEMBER_LEVEL[ev.kind], ev.slot)
+        m = inc.members.get(mkey)
+        new = m is None
+        if m is None:
+            m = self._add_member(inc, ev.kind, ev.slot, ev.ts)
+        m.count += 1
+        m.last_ts = max(m.last_ts, ev.ts)
+        if ev.sig.opens:
+            m.strong_ts = ev.ts if not m.strong_ts >= ev.ts else m.strong_ts
+        m.signals[ev.sig.name] = m.signals.get(ev.sig.name, 0) + 1
+        if ev.event:
+            m.preds[ev.event] = (ev.ts, ev.eta)
+        if ev.xid:
+            m.xid = ev.xid
+        if ev.label:
+            inc.external_types[ev.label] = inc.external_types.get(ev.label, 0) + 1
+        inc.findings += 1
+        if ev.sig.opens:
+            # symptoms (routine power caps, z-score blips) join an incident but do not keep it
+            # open once the evidence of its cause has gone quiet: under full load they never stop
+            inc.last_ts = max(inc.last_ts, ev.ts)
+        for kind, slot in ev.named:  # the entity the reason blames is part of the story
+            nkey = key(MEMBER_LEVEL[kind], slot)
+            if nkey not in inc.members and int(self.s_member_of[MEMBER_LEVEL[kind]][slot]) < 0:
+                nm = self._add_member(inc, kind, slot, ev.ts)
+                nm.signals["optic_degrading" if kind == "optic" else "link_down"] = 1
+                new = True
+        if new:
+            inc.last_growth_ts = max(inc.last_growth_ts, ev.ts)
+            inc.dirty = True
+            if inc.state == STABLE:
+                inc.state = GROWING
+            self._rank(inc)
+            self._consolidate(inc, ev)
+
+    def _add_member(self, inc: _Incident, kind: str, slot: int, ts: float) -> _Member:
+        level = MEMBER_LEVEL[kind]
+        anc = self.dom.ancestors(kind, slot)
+        m = _Member(key(level, slot), kind, slot, anc, ts)
+        inc.members[m.key] = m
+        old = int(self.s_member_of[level][slot])
+        if old >= 0 and old != inc.serial and old in self._incidents:
+            # the entity moves on to a new cause; the old incident keeps it in its history
+            self._forget_member(self._incidents[old], m.key)
+        self.s_member_of[level][slot] = inc.serial
+        self._index_add(inc, anc)
+        return m
+
+    def _index_add(self, inc: _Incident, anc: tuple[int, ...]) -> None:
+        for a in anc:
+            d = self._index.setdefault(a, {})
+            d[inc.serial] = d.get(inc.serial, 0) + 1
+
+    def _forget_member(self, inc: _Incident, mkey: int) -> None:
+        """Take an entity out of the domain index for ``inc`` (once: only while it belongs to it)."""
+        m = inc.members.get(mkey)
+        if m is None or self.s_member_of[level_of(mkey)][slot_of(mkey)] != inc.serial:
+            return
+        for a in m.anc:
+            d = self._index.get(a)
+            if d is not None and inc.serial in d:
+                d[inc.serial] -= 1
+                if d[inc.serial] <= 0:
+                    del d[inc.serial]
+                if not d:
+                    del self._index[a]
+
+    def _withdraw(self, ev: _Evidence) -> None:
+        """A prediction withdrawn: the member stays, its prediction is no longer active."""
+        serial = int(self.s_member_of[MEMBER_LEVEL[ev.kind]][ev.slot])
+        inc = self._incidents.get(serial) if serial >= 0 else None
+        if inc is None or not inc.live:
+            self.stats["unattached"] += 1
+            return
+        m = inc.members.get(key(MEMBER_LEVEL[ev.kind], ev.slot))
+        if m is not None:
+            m.preds.pop(ev.event, None)
+            m.last_ts = max(m.last_ts, ev.ts)
+        inc.findings += 1
+        inc.last_ts = max(inc.last_ts, ev.ts)
+        self.stats["attached"] += 1
+
+    def _reopen(self, inc: _Incident, ts: float) -> None:
+        if inc.serial in self._resolved:
+            self._resolved.remove(inc.serial)
+        inc.state = GROWING if inc.emits else PENDING
+        inc.resolved_ts = math.nan
+        inc.last_growth_ts = max(inc.last_growth_ts, ts)
+        inc.emitted_members = -1  # reported as growing again at the next tick
+        inc.dirty = True
+        self._set_root(inc, inc.root)
+
+    # ---- merging -------------------------------------------------------------------------------
+    def _consolidate(self, inc: _Incident, ev: _Evidence) -> None:
+        """Merge incidents that, together with this one, are enough evidence for a shared domain."""
+        fam = inc.family
+        if fam == JOBF:
+            return
+        mkey = key(MEMBER_LEVEL[ev.kind], ev.slot)
+        for a in self.dom.ancestors(ev.kind, ev.slot):
+            level = level_of(a)
+            if level not in LADDER[fam] or a == mkey:
+                continue
+            others = []
+            for serial in self._index.get(a, {}):
+                other = self._incidents[serial]
+                if other is inc or not other.live or other.family != fam:
+                    continue
+                if fam == FABRIC:
+                    ok = self._fabric_related(inc, other, a)
+                else:
+                    ok = (abs(other.last_growth_ts - inc.last_growth_ts) <= self.coherence_s
+                          and level_of(other.root) in LEVELS[fam] and LEVELS[fam].index(level_of(other.root))
+                          < LEVELS[fam].index(level))
+                if ok:
+                    others.append(other)
+            if not others:
+                continue
+            if fam != FABRIC:
+                under = [m for i in [inc, *others] for m in i.members.values() if a in m.anc]
+                if not _supported(self.dom, level, under, []):
+                    continue
+            group = sorted([inc, *others], key=lambda i: (not i.emits, i.serial))
+            survivor = group[0]
+            for victim in group[1:]:
+                self._merge(survivor, victim)
+            self._rank(survivor)
+            return
+
+    def _fabric_related(self, a_inc: _Incident, b_inc: _Incident, a: int) -> bool:
+        """Two fabric incidents belong together when one holds a failing link in the shared domain
+        and the other only the congestion such a failure causes, close in time."""
+        if level_of(a) == LINK:
+            return True
+        near = abs(a_inc.last_ts - b_inc.last_ts) <= self.coherence_s
+        return near and (_failing(a_inc) != _failing(b_inc))
+
+    def _merge(self, survivor: _Incident, victim: _Incident) -> None:
+        for mkey, m in list(victim.members.items()):
+            level, s = level_of(mkey), slot_of(mkey)
+            if self.s_member_of[level][s] != victim.serial:
+                continue  # it moved on to another cause before the merge
+            mine = survivor.members.get(mkey)
+            if mine is None:  # (adding it takes it out of the victim's index)
+                nm = self._add_member(survivor, m.kind, s, m.first_ts)
+                nm.last_ts, nm.strong_ts, nm.count = m.last_ts, m.strong_ts, m.count
+                nm.signals, nm.preds, nm.xid = m.signals, m.preds, m.xid
+            else:
+                mine.first_ts = min(mine.first_ts, m.first_ts)
+                mine.last_ts = max(mine.last_ts, m.last_ts)
+                mine.strong_ts = max(mine.strong_ts, m.strong_ts) if mine.strong_ts == mine.strong_ts else m.strong_ts
+                mine.count += m.count
+                for sname, c in m.signals.items():
+                    mine.signals[sname] = mine.signals.get(sname, 0) + c
+                mine.preds.update(m.preds)
+                self._forget_member(victim, mkey)
+                self.s_member_of[level][s] = survivor.serial
+                self._index_add(survivor, mine.anc)  # it had left the survivor's index when it moved
+        for j, c in victim.jobs_hit.items():
+            survivor.jobs_hit[j] = survivor.jobs_hit.get(j, 0) + c
+        for t, c in victim.external_types.items():
+            survivor.external_types[t] = survivor.external_types.get(t, 0) + c
+        survivor.findings += victim.findings
+        survivor.first_ts = min(survivor.first_ts, victim.first_ts)
+        survivor.last_ts = max(survivor.last_ts, victim.last_ts)
+        survivor.last_growth_ts = max(survivor.last_growth_ts, victim.last_growth_ts)
+        survivor.dirty = True
+        if survivor.state == STABLE:
+            survivor.state = GROWING
+        victim.members = {}
+        victim.merged_into = survivor.serial
+        self._set_root(victim, -1)
+        self.stats["merged"] += 1
+        if victim.emits:
+            victim.state = RESOLVED  # emitted at the next tick as resolved, pointing at the survivor
+            victim.resolved_ts = victim.last_ts
+            victim.reason = f"merged into {survivor.id}"
+            victim.dirty = True
+        else:
+            del self._incidents[victim.serial]
+
+    # ---- root cause ----------------------------------------------------------------------------
+    def _unroot(self, inc: _Incident) -> None:
+        serials = self._rooted.get(inc.root) if inc.root >= 0 else None
+        if serials is not None:
+            serials.discard(inc.serial)
+            if not serials:
+                del self._rooted[inc.root]
+
+    def _set_root(self, inc: _Incident, root: int) -> None:
+        self._unroot(inc)
+        inc.root = root
+        if root >= 0 and inc.live:
+            self._rooted.setdefault(root, set()).add(inc.serial)
+
+    def _rank(self, inc: _Incident) -> None:
+        """Root cause: the finest candidate domain that explains ``cover`` of the evidence."""
+        members = list(inc.members.values())
+        if not members:
+            return
+        fam = inc.family
+        if fam == FABRIC:
+            root = self._rank_fabric(members)
+        else:
+            levels = LEVELS[fam]
+            weights = [m.weight(fam) for m in members]
+            if sum(weights) <= 0:
+                weights = [1.0] * len(members)
+            total = sum(weights)
+            acc: dict[int, float] = {}
+            for m, w in zip(members, weights):
+                for a in m.anc:
+                    if level_of(a) in levels:
+                        acc[a] = acc.get(a, 0.0) + w
+            root = -1
+            for level in levels:
+                cands = sorted(((w, -k) for k, w in acc.items() if level_of(k) == level), reverse=True)
+                for w, nk in cands:
+                    k = -nk
+                    if w < self.cover * total - 1e-9:
+                        break
+                    if level == GPU or _supported(self.dom, level, [m for m in members if k in m.anc], []):
+                        root = k
+                        break
+                if root >= 0:
+                    break
+            if root < 0:  # nothing explains enough: the coarsest domain holding the most evidence
+                root = max(acc, key=lambda k: (acc[k], -levels.index(level_of(k)))) if acc else members[0].key
+        self._set_root(inc, root)
+        level = level_of(root)
+        inc.root_kind = "pdu" if fam == POWER and level == RACK else LEVEL_NAMES[level]
+        inc.hint, inc.reason = self._explain(inc, root, members)
+        # one cause, one incident: a second incident that lands on the same root joins the first,
+        # and a rack-wide one inside a live loop incident is that loop's doing
+        roots = [root] + ([key(LOOP, self.dom.rack_loop[slot_of(root)])] if level == RACK else [])
+        twins = [self._incidents[s] for r in roots for s in self._rooted.get(r, ()) if s != inc.serial
+                 and self._incidents[s].live and self._incidents[s].family == fam]
+        if twins:
+            group = sorted([inc, *twins], key=lambda i: (not i.emits, i.serial))
+            for victim in group[1:]:
+                self._merge(group[0], victim)
+            self._rank(group[0])
+
+    def _rank_fabric(self, members: list[_Member]) -> int:
+        def first(ms: list[_Member]) -> _Member:
+            return min(ms, key=lambda m: (-m.weight(FABRIC), m.first_ts, m.key))
+
+        optics = [m for m in members if m.kind == "optic" and "optic_degrading" in m.signals]
+        if optics:
+            return first(optics).key
+        failing = [m for m in members if m.kind == "link" and FAILING_LINK.intersection(m.signals)]
+        if failing:
+            return first(failing).key
+        links = [m for m in members if m.kind in ("link", "optic")]
+        if len(links) >= 2:
+            for level in (NODE, LEAF):
+                acc: dict[int, int] = {}
+                for m in links:
+                    for a in m.anc:
+                        if level_of(a) == level:
+                            acc[a] = acc.get(a, 0) + 1
+                if acc:
+                    k, n = max(acc.items(), key=lambda kv: (kv[1], -kv[0]))
+                    if n >= 2 and n >= self.cover * len(links):
+                        return k
+        return first(links or members).key
+
+    def _explain(self, inc: _Incident, root: int, members: list[_Member]) -> tuple[str, str]:
+        fam, level = inc.family, level_of(root)
+        name = self.dom.name(root)
+        gpus = [m for m in members if m.kind == "gpu"]
+        hint = HINTS.get((fam, level), fam)
+        if inc.external_types and sum(inc.external_types.values()) >= sum(m.count for m in members):
+            # made of external events only: they say what it is, in their own words
+            label = max(inc.external_types, key=lambda t: inc.external_types[t])
+            where = f"{len(members)} nodes under {name}" if len(members) > 1 else name
+            return label.split(" (")[0], f"external: {', '.join(sorted(inc.external_types))} on {where}"
+        if fam == THERMAL:
+            racks = {m.anc[2] for m in gpus} | {m.key for m in members if m.kind == "rack"}
+            inlet = sum(1 for m in members if "inlet_rising" in m.signals)
+            if level == GPU:
+                hbm = sum(c for m in gpus for s, c in m.signals.items() if s.startswith("hbm"))
+                peers = len(self.dom.gpus_in(key(NODE, self.dom.gpu_node[slot_of(root)]))) - 1
+                if hbm or any(m.xid == 48 for m in members):
+                    return "hbm_overheat", f"HBM of {name} heating toward its limit; {peers} peers of its node calm"
+                return hint, f"thermal interface of {name}: thermal resistance rising while {peers} peers of its node stay calm"
+            if level == NODE:
+                n = len(self.dom.gpus_in(root))
+                if not gpus:
+                    return hint, f"{name} runs hot per watt against its rack: node fans or airflow; its GPUs not throttling yet"
+                return hint, f"{len(gpus)} of {n} GPUs of {name} heating together: node fans or airflow"
+            if level == RACK:
+                return hint, (f"{len(gpus)} GPUs on {len({m.anc[1] for m in gpus})} nodes of {name} heating"
+                              + (", rack inlet rising" if inlet else "") + ": rack coolant flow or manifold")
+            if level == LOOP:
+                return hint, (f"cooling loop {name}: {len(gpus)} GPUs across {len(racks)} racks heating"
+                              + (f", inlet rising on {inlet} racks" if inlet else "") + ": the CDU is losing capacity")
+        if fam == POWER:
+            braking = sum(1 for m in gpus if "power_brake" in m.signals)
+            if level == NODE:
+                return hint, f"power brake on {braking} of {len(self.dom.gpus_in(root))} GPUs of {name} together: power supply"
+            if level == RACK:
+                return hint, f"power events on {len({m.anc[1] for m in members})} nodes of {name}: the rack PDU"
+            return hint, f"power {'brake' if braking else 'limit'} on {name}"
+        if fam == LOST:
+            xids = sorted({m.xid for m in members if m.xid})
+            if level == GPU and 79 in xids:
+                return "xid79", f"{name} fell off the bus (XID 79): its job stops"
+            code = f" (XID {', '.join(map(str, xids))})" if xids else ""
+            return hint, f"GPU errors{code} on {len(gpus) or len(members)} GPU(s) under {name}"
+        if fam == FABRIC:
+            link_name = self.dom.name(key(LINK, slot_of(root) // 2)) if level == OPTIC else name
+            down = [m for m in members if m.kind == "link" and ("link_down" in m.signals or "link_errors" in m.signals)]
+            predicted = [m for m in members if "link_down_predicted" in m.signals]
+            congested = [m for m in members if "congestion" in m.signals]
+            parts = [f"optic {name} degrading"] if level == OPTIC else []
+            if down:
+                parts.append(f"link {link_name} down or erroring" if len(down) == 1 else f"{len(down)} links down")
+            elif predicted:
+                parts.append(f"link {link_name} predicted to go down")
+            if congested:
+                parts.append(f"congestion on {len(congested)} link(s) that took its traffic" if parts
+                             else f"congestion on {len(congested)} link(s) of {name}")
+            return hint, ", then ".join(parts or [f"fabric errors on {name}"])
+        if fam == JOBF:
+            return hint, f"job {name} slowing down"
+        label = ", ".join(sorted(inc.external_types)) or "anomalies"
+        return hint, f"{label} on {len(members)} entities under {name}"
+
+    # ---- lifecycle -----------------------------------------------------------------------------
+    def _tick(self, now: float, out: list[Finding]) -> None:
+        # resolved incidents are kept only while they can still reopen
+        while self._resolved and not now - self._incidents[self._resolved[0]].resolved_ts <= self.reopen_s:
+            self._drop(self._incidents[self._resolved.popleft()])
+        for serial in list(self._incidents):
+            inc = self._incidents.get(serial)
+            if inc is None:
+                continue
+            if inc.state == RESOLVED:
+                if inc.dirty and inc.emits:  # merged away since the last tick
+                    inc.dirty = False
+                    out.append(self._snapshot(inc, now))
+                    self._retire(inc)
+                continue
+            if inc.state == PENDING:
+                if self._confirmed(inc, now):
+                    inc.state = OPEN
+                    self.stats["incidents"] += 1
+                    self._emit(inc, now, out)
+                elif now - inc.last_ts >= self.quiet_s:
+                    self.stats["unconfirmed"] += 1
+                    self._drop(inc)
+                continue
+            if not self._active(inc, now) and now - inc.last_ts >= self.quiet_s:
+                self._resolve(inc, now, out)
+                continue
+            grew = len(inc.members) != inc.emitted_members
+            if (grew or inc.root != inc.emitted_root) and now - inc.last_emit_ts >= self.update_interval_s:
+                if grew:
+                    inc.state = GROWING
+                self._emit(inc, now, out)
+            elif inc.state in (OPEN, GROWING) and now - inc.last_growth_ts >= self.stable_s and not grew:
+                inc.state = STABLE
+                self._emit(inc, now, out)
+
+    def _confirmed(self, inc: _Incident, now: float) -> bool:
+        if now - inc.first_ts < self.hold_s:
+            return False
+        return inc.findings >= 2 or len(inc.members) >= 2 or any(
+            SIGNALS[s].observed and SIGNALS[s].opens for m in inc.members.values() for s in m.signals)
+
+    def _active(self, inc: _Incident, now: float) -> bool:
+        """An unexpired prediction keeps an incident open even when nothing new arrives, and so
+        does a GPU that fell off the bus until its telemetry (when given) shows it back."""
+        for m in inc.members.values():
+            for event, (ts, eta) in m.preds.items():
+                # a symptom's prediction (a routine power cap) does not hold an incident open
+                if now - ts <= max(eta, 0.0) + self.quiet_s and SIGNALS[EVENT_SIGNALS.get(event, "generic")].opens:
+                    return True
+            if m.kind == "gpu" and "gpu_lost" in m.signals and self.tel.silent_since(m.slot, m.last_ts):
+                return True
+        return False
+
+    def _emit(self, inc: _Incident, now: float, out: list[Finding]) -> None:
+        if inc.dirty:
+            self._rank(inc)
+            inc.dirty = False
+        inc.emits += 1
+        inc.last_emit_ts = now
+        inc.emitted_members = len(inc.members)
+        inc.emitted_root = inc.root
+        out.append(self._snapshot(inc, now))
+
+    def _resolve(self, inc: _Incident, now: float, out: list[Finding]) -> None:
+        inc.state = RESOLVED
+        inc.resolved_ts = now
+        self._unroot(inc)  # resolved incidents are not roots others can join
+        out.append(self._snapshot(inc, now))
+        self._retire(inc)
+
+    def _retire(self, inc: _Incident) -> None:
+        self._resolved.append(inc.serial)
+        while len(self._resolved) > self.keep_resolved:
+            self._drop(self._incidents[self._resolved.popleft()])
+
+    def _drop(self, inc: _Incident) -> None:
+        for mkey in list(inc.members):
+            self._forget_member(inc, mkey)
+            level, s = level_of(mkey), slot_of(mkey)
+            if self.s_member_of[level][s] == inc.serial:
+                self.s_member_of[level][s] = -1
+        self._unroot(inc)
+        self._incidents.pop(inc.serial, None)
+
+    # ---- output --------------------------------------------------------------------------------
+    def _snapshot(self, inc: _Incident, now: float) -> Incident:
+        members = sorted(inc.members.values(), key=lambda m: (m.first_ts, m.key))
+        jobs, risk = self._job_impact(inc, members) if inc.live else ((), 0.0)
+        return Incident(
+            ts=now, incident_id=inc.id, state=inc.state if inc.state != PENDING else OPEN,
+            root_kind=inc.root_kind, root_entity=self.dom.name(inc.root) if inc.root >= 0 else "",
+            reason=inc.reason, members=tuple(self.dom.name(m.key) for m in members),
+            predicted_members=self._spread(inc, members, now) if inc.live else (),
+            jobs=jobs, gpu_hours_at_risk_per_hour=round(risk, 3), findings=inc.findings, fault_hint=inc.hint,
+        )
+
+    def _spread(self, inc: _Incident, members: list[_Member], now: float) -> tuple[tuple[str, float], ...]:
+        """Entities expected to be hit next, soonest / least headroom first, with ETAs (-1: unknown)."""
+        cap = self.max_predicted
+        if cap == 0:
+            return ()
+        at_risk: list[tuple[float, str]] = []
+        for m in members:
+            if m.observed or not m.preds:
+                continue
+            eta = min(max(0.0, e - (now - ts)) if e >= 0 else math.inf for ts, e in m.preds.values())
+            at_risk.append((eta, self.dom.name(m.key)))
+        at_risk.sort()
+        out = [(n, round(e, 1) if math.isfinite(e) else -1.0) for e, n in at_risk[:cap]]
+        if len(out) < cap:
+            out += self._exposed(inc, members, cap - len(out))
+        return tuple(out)
+
+    def _exposed(self, inc: _Incident, members: list[_Member], room: int) -> list[tuple[str, float]]:
+        level = level_of(inc.root) if inc.root >= 0 else -1
+        if inc.family in (THERMAL, POWER, GENERIC) and level in (NODE, RACK, LOOP):
+            gpus = self.dom.gpus_in(inc.root)
+            gpus = gpus[self.s_member_of[GPU][gpus] != inc.serial]
+            return exposed_gpus(self.dom, self.tel, gpus, inc.family == POWER, room)
+        if inc.family == FABRIC:
+            failing: dict[int, float] = {}  # link -> ETA of its failure (0: down, -1: unknown)
+            for m in members:
+                if not FAILING_LINK.intersection(m.signals):
+                    continue
+                link = m.slot if m.kind == "link" else m.slot // 2
+                eta = 0.0 if "link_down" in m.signals else -1.0
+                p = m.preds.get("link_down")
+                if p is not None and p[1] >= 0:
+                    eta = p[1]
+                failing[link] = eta if link not in failing else max(min(failing[link], eta), -1.0)
+            hit = {m.slot for m in members if m.kind == "link"}
+            return reroute_targets_ranked(self.dom, self.tel, failing, hit, room)
+        return []
+
+    def _job_impact(self, inc: _Incident, members: list[_Member]) -> tuple[tuple[tuple[str, float], ...], float]:
+        """Per job touched: the predicted step slowdown (its slowest member sets the pace)."""
+        slow: dict[int, float] = {j: 1.0 for j in inc.jobs_hit}
+        dom = self.dom
+        for m in members:
+            factor = max((SIGNALS[s].slowdown for s in m.signals), default=1.0)
+            if m.kind == "gpu":
+                j = int(dom.gpu_job[m.slot])
+            elif m.kind == "node":
+                j = int(dom.node_job[m.slot])
+            elif m.kind in ("link", "optic"):
+                j = int(dom.link_job[m.slot if m.kind == "link" else m.slot // 2])
+            elif m.kind == "job":
+                j = m.slot
+            else:  # a rack: the jobs of its GPUs feel it through their own findings
+                continue
+            if j >= 0:
+                slow[j] = max(slow.get(j, 1.0), factor)
+        return job_impact(dom, self.tel, slow)
+
+    # ---- queries -------------------------------------------------------------------------------
+    def incidents(self, now: float | None = None, include_resolved: bool = False) -> list[Incident]:
+        """Current incidents (confirmed ones; resolved ones too when asked)."""
+        t = self.last_tick if now is None else now
+        return [self._snapshot(i, t) for i in self._incidents.values()
+                if i.state != PENDING and (include_resolved or i.live)]
+
+    def flush(self, now: float) -> list[Finding]:
+        """Report what is due at the end of a stream (pending incidents past their hold, growth)."""
+        out: list[Finding] = []
+        self.last_tick = now
+        self._tick(now, out)
+        return out
+
+    # ---- checkpoints ---------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        incs = []
+        for inc in self._incidents.values():
+            incs.append({
+                "serial": inc.serial, "family": inc.family, "first_ts": inc.first_ts, "last_ts": inc.last_ts,
+                "last_growth_ts": inc.last_growth_ts, "state": inc.state, "root": inc.root,
+                "findings": inc.findings, "emits": inc.emits, "last_emit_ts": inc.last_emit_ts,
+                "emitted_members": inc.emitted_members, "emitted_root": inc.emitted_root, "dirty": inc.dirty,
+                "resolved_ts": inc.resolved_ts, "merged_into": inc.merged_into, "reason": inc.reason,
+                "jobs_hit": dict(inc.jobs_hit), "external_types": dict(inc.external_types),
+                "members": [m.to_state() for m in inc.members.values()],
+            })
+        return {
+            "incidents": incs, "resolved": list(self._resolved), "next_serial": self.next_serial,
+            "last_tick": self.last_tick, "stats": dict(self.stats), "telemetry": self.tel.state_dict(),
+            "external": [[t, n, e.node, e.time, e.type, e.severity] for t, n, e in self._external],
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.tel.load_state_dict(state["telemetry"])
+        for owners in self.s_member_of.values():
+            owners[:] = -1
+        self._incidents, self._index, self._rooted = {}, {}, {}
+        for d in state["incidents"]:
+            inc = _Incident(int(d["serial"]), d["family"], float(d["first_ts"]))
+            for k in ("last_ts", "last_growth_ts", "last_emit_ts", "resolved_ts"):
+                setattr(inc, k, float(d[k]))
+            for k in ("findings", "emits", "emitted_members", "emitted_root", "merged_into"):
+                setattr(inc, k, int(d[k]))
+            inc.state, inc.dirty, inc.reason = d["state"], bool(d["dirty"]), d["reason"]
+            inc.jobs_hit = {int(j): int(c) for j, c in d["jobs_hit"].items()}
+            inc.external_types = dict(d["external_types"])
+            self._incidents[inc.serial] = inc
+            for mkey, kind, slot, first, last, strong, count, signals, preds, xid in d["members"]:
+                m = self._add_member(inc, kind, int(slot), float(first))
+                m.last_ts, m.strong_ts, m.count, m.xid = float(last), float(strong), int(count), int(xid)
+                m.signals = {str(s): int(c) for s, c in signals.items()}
+                m.preds = {str(e): (float(v[0]), float(v[1])) for e, v in preds.items()}
+            if inc.members:
+                self._rank(inc)
+            inc.reason = d["reason"]
+            self._set_root(inc, int(d["root"]))
+            if not inc.live and inc.root >= 0:
+                self._rooted.get(inc.root, set()).discard(inc.serial)
+                if not self._rooted.get(inc.root, True):
+                    del self._rooted[inc.root]
+        self._resolved = deque(int(s) for s in state["resolved"])
+        self.next_serial = int(state["next_serial"])
+        self.last_tick = float(state["last_tick"])
+        self.stats = {k: int(v) for k, v in state["stats"].items()}
+        self._external = [(float(t), int(n), ExternalEvent(str(node), float(time), str(typ), str(sev)))
+                          for t, n, node, time, typ, sev in state["external"]]
+        heapq.heapify(self._external)
+
+    def check_invariants(self) -> None:
+        """Raise ``AssertionError`` when the indexes disagree with the incidents (tests use it)."""
+        index: dict[int, dict[int, int]] = {}
+        rooted: dict[int, set[int]] = {}
+        for inc in self._incidents.values():
+            for m in inc.members.values():
+                if self.s_member_of[level_of(m.key)][slot_of(m.key)] == inc.serial:
+                    for a in m.anc:
+                        d = index.setdefault(a, {})
+                        d[inc.serial] = d.get(inc.serial, 0) + 1
+            if inc.live and inc.root >= 0:
+                rooted.setdefault(inc.root, set()).add(inc.serial)
+        assert index == self._index, "domain index out of step with the incidents"
+        assert rooted == self._rooted, "root registry out of step with the incidents"
+        for level, arr in self.s_member_of.items():
+            for slot in np.flatnonzero(arr >= 0):
+                owner = self._incidents.get(int(arr[slot]))
+                assert owner is not None and key(level, int(slot)) in owner.members, "entity points at a missing incident"
+        assert len(self._resolved) <= self.keep_resolved
+
+    def state_nbytes(self) -> int:
+        return self.tel.nbytes + int(sum(a.nbytes for a in self.s_member_of.values()))
+
+
+# ---- helpers -------------------------------------------------------------------------------------
+def _follows(family: str, sig: Signal) -> bool:
+    """Whether a finding on an entity already in an incident of ``family`` belongs to it: the
+    same family, a symptom that opens nothing by itself, or a known consequence (an overheating
+    HBM ends in uncorrectable ECC errors, XID 48)."""
+    return sig.family == family or not sig.opens or (family == THERMAL and sig.name == "gpu_error")
+
+
+def _failing(inc: _Incident) -> bool:
+    """Whether a fabric incident holds a link that fails (down, erroring, predicted down)."""
+    return any(FAILING_LINK.intersection(m.signals) for m in inc.members.values())
+
+
+def _supported(dom: Domains, level: int, members: Sequence[_Member], extra: Sequence[tuple[str, int]]) -> bool:
+    """Whether members under a domain of ``level`` are enough to blame that domain (:data:`SUPPORT`)."""
+    need = SUPPORT.get(level)
+    if need is None:
+        return True
+    n_gpus, n_children, n_own = need
+    gpus: set[int] = set()
+    children: set[int] = set()
+    own = 0
+    child_pos = {NODE: 0, RACK: 1, LOOP: 2}[level]  # GPU ancestors: gpu, node, rack, loop
+    entries = [(m.kind, m.slot) for m in members] + list(extra)
+    for kind, slot in entries:
+        if kind == "gpu":
+            gpus.add(slot)
+            children.add(dom.ancestors("gpu", slot)[child_pos])
+        elif MEMBER_LEVEL.get(kind) == level or (level == LOOP and kind == "rack") or (level == RACK and kind == "node"):
+            own += 1
+            if level == LOOP and kind == "rack":
+                children.add(key(RACK, slot))
+    if level == LOOP:  # a loop needs its spread over racks whatever the evidence
+        return len(children) >= n_children and (len(gpus) >= n_gpus or own >= 1)
+    return own >= n_own or (len(gpus) >= n_gpus and len(children) >= n_children)

@@ -1,0 +1,509 @@
+"""The incident engine on hand-built finding streams over a small cluster.
+
+Topology: two cooling loops (cdu0: rack0, rack1; cdu1: rack2, rack3), two nodes of 4 GPUs per
+rack, a rail-optimised fabric (leaf r for GPU r of every node, two spines), job0 on the nodes of
+cdu0 and job1 on those of cdu1. Each test feeds findings the way the detector bank does (one
+``observe`` per telemetry step) and checks what an operator would see.
+"""
+
+from __future__ import annotations
+
+import copy
+import doctest
+import json
+import math
+
+import numpy as np
+import pytest
+
+from foreshock.detectors import incidents as incidents_module
+from foreshock.detectors.incident_external import ExternalEvent, iter_events, parse_event, parse_time
+from foreshock.detectors.incident_impact import STALLED_RATIO
+from foreshock.detectors.incident_signals import classify
+from foreshock.detectors.incidents import IncidentEngine
+from foreshock.findings import Anomaly, Incident, Prediction
+from foreshock.frames import Frame
+from foreshock.health import PipelineHealth
+from foreshock.topology import Topology
+
+GPUS = 4
+NODES = 8
+
+
+def make_topology() -> Topology:
+    nodes = [f"node{i}" for i in range(NODES)]
+    links = [{"name": f"{n}/gpu{r}~leaf{r}", "a": f"{n}/gpu{r}", "b": f"leaf{r}"} for n in nodes for r in range(GPUS)]
+    links += [{"name": f"leaf{r}~spine{s}", "a": f"leaf{r}", "b": f"spine{s}"} for r in range(GPUS) for s in range(2)]
+    return Topology.from_dict({
+        "cluster": "t",
+        "rows": [{"name": "row0", "cooling_loop": "cdu0"}, {"name": "row1", "cooling_loop": "cdu1"}],
+        "racks": [{"name": f"rack{k}", "row": f"row{k // 2}"} for k in range(4)],
+        "nodes": [{"name": n, "rack": f"rack{i // 2}", "gpus": GPUS} for i, n in enumerate(nodes)],
+        "switches": [{"name": f"leaf{r}", "tier": "leaf", "rail": r} for r in range(GPUS)]
+        + [{"name": f"spine{s}", "tier": "spine"} for s in range(2)],
+        "links": links,
+        "jobs": [{"name": "job0", "nodes": nodes[:4]}, {"name": "job1", "nodes": nodes[4:]}],
+    })
+
+
+TOPO = make_topology()
+
+
+def gpu(node: int, index: int) -> int:
+    return node * GPUS + index
+
+
+def link(node: int, rail: int) -> int:
+    return node * GPUS + rail
+
+
+def thermal(ts: float, g: int, eta: float = 900.0, active: bool = True) -> Prediction:
+    return Prediction(ts, "gpu", g, "thermal_throttle", eta, 0.9, "thermal", "core heading for 90 °C", active)
+
+
+def run(engine: IncidentEngine, findings: list, until: float, step: float = 10.0, start: float = 0.0,
+        frames: dict[float, list[Frame]] | None = None) -> list[Incident]:
+    """Feed findings in time steps like the bank does; return the incidents emitted."""
+    findings = sorted(findings, key=lambda f: f.ts)
+    out: list[Incident] = []
+    i = 0
+    t = start
+    while t <= until:
+        j = i
+        while j < len(findings) and findings[j].ts <= t:
+            j += 1
+        for fr in (frames or {}).get(t, []):
+            engine.observe_frame(fr)
+        out += [f for f in engine.observe(findings[i:j], t) if isinstance(f, Incident)]
+        i = j
+        t += step
+    engine.check_invariants()
+    return out
+
+
+def by_id(out: list[Incident]) -> dict[str, list[Incident]]:
+    d: dict[str, list[Incident]] = {}
+    for inc in out:
+        d.setdefault(inc.incident_id, []).append(inc)
+    return d
+
+
+# ---- one cause, one incident, the right root ---------------------------------------------------
+def cooling_loss_stream(end: float = 1800.0) -> list:
+    """Every GPU of cdu0 (nodes 0-3) heads for throttling, one after another; rack inlets rise."""
+    out: list = [Anomaly(30.0, "rack", r, "inlet_temp", 3.0, "cooling", "inlet +3 °C") for r in (0, 1)]
+    for g in range(4 * GPUS):
+        for t in np.arange(20.0 + 12 * g, end, 60.0):
+            out.append(thermal(float(t), g, eta=max(60.0, 900.0 - t / 2)))
+        out.append(thermal(end + g, g, active=False))
+    return out
+
+
+def test_cooling_loop_fault_is_one_incident_rooted_at_the_loop():
+    engine = IncidentEngine(TOPO)
+    stream = cooling_loss_stream()
+    out = run(engine, stream, until=1800.0 + 2000.0)
+    incidents = by_id(out)
+    assert len(incidents) == 1, [(i, e[-1].root_entity) for i, e in incidents.items()]
+    updates = next(iter(incidents.values()))
+    last_live = [u for u in updates if u.state != "resolved"][-1]
+    assert (last_live.root_kind, last_live.root_entity, last_live.fault_hint) == ("cooling_loop", "cdu0", "cooling_loss")
+    loop0 = {TOPO.gpus[g] for g in range(16)}
+    assert loop0 <= set(last_live.members)
+    assert not {m for m in last_live.members if m.startswith(("node4", "node5", "node6", "node7"))}
+    assert "inlet rising on 2 racks" in last_live.reason
+    # grouped, not re-raised per member: far fewer emissions than members, let alone findings
+    assert len(updates) <= 8 < len(stream) // 50
+    states = [u.state for u in updates]
+    assert states[0] == "open" and states[-1] == "resolved" and "growing" in states
+    assert [s for s in states if s == "resolved"] == ["resolved"]
+
+
+def test_loop_root_needs_spread_over_racks():
+    """Three GPUs of one node heating together are that node's trouble, not the loop's."""
+    engine = IncidentEngine(TOPO)
+    stream = [thermal(float(t), gpu(1, i)) for i in range(3) for t in range(0, 600, 60)]
+    inc = [u for u in run(engine, stream, until=600.0) if u.state != "resolved"][-1]
+    assert (inc.root_kind, inc.root_entity, inc.fault_hint) == ("node", "node1", "fan_failure")
+
+
+def test_single_gpu_with_calm_peers_is_its_thermal_interface():
+    engine = IncidentEngine(TOPO)
+    g = gpu(2, 1)
+    stream = [thermal(float(t), g, eta=3000.0 - t) for t in range(0, 3600, 60)]
+    stream += [Anomaly(float(t), "gpu", g, "gpu_temp", 0.3, "cooling", "R +30 % vs rack") for t in range(300, 3600, 600)]
+    out = run(engine, stream, until=3600.0)
+    assert len(by_id(out)) == 1
+    inc = out[-1]
+    assert (inc.root_kind, inc.root_entity, inc.fault_hint) == ("gpu", "node2/gpu1", "tim_degradation")
+    assert "3 peers" in inc.reason and "calm" in inc.reason
+    assert inc.members == ("node2/gpu1",)
+    # its own prediction is the spread: this GPU, with the detector's ETA counting down
+    assert inc.predicted_members and inc.predicted_members[0][0] == "node2/gpu1"
+    assert inc.predicted_members[0][1] == pytest.approx(max(0.0, 3000.0 - inc.ts), abs=1.0)
+    first = out[0]  # at the first report the ETA was the detector's, counted down to that moment
+    assert first.predicted_members[0][1] == pytest.approx(3000.0 - first.ts, abs=1.0)
+
+
+def test_hbm_overheat_then_xid48_stays_one_incident():
+    engine = IncidentEngine(TOPO)
+    g = gpu(5, 2)
+    stream = [Prediction(float(t), "gpu", g, "hbm_overheat", 1200.0, 0.8, "thermal", "HBM heading for 96 °C")
+              for t in range(0, 1800, 60)]
+    stream.append(Anomaly(1500.0, "gpu", g, "xid_last", 48.0, "xid", "XID 48 on node5/gpu2"))
+    out = run(engine, stream, until=1800.0)
+    assert len(by_id(out)) == 1
+    assert (out[-1].root_entity, out[-1].fault_hint) == ("node5/gpu2", "hbm_overheat")
+
+
+def test_fan_failure_roots_at_the_node():
+    engine = IncidentEngine(TOPO)
+    stream = [Anomaly(100.0 + 5 * i, "gpu", gpu(6, i), "throttle_reasons", 32.0, "throttle_bits",
+                      "throttling observed: sw_thermal") for i in range(GPUS)]
+    stream += [Anomaly(130.0, "node", 6, "fan_speed", 0.8, "cooling", "node fans")]
+    out = run(engine, stream, until=400.0)
+    assert len(by_id(out)) == 1
+    assert (out[-1].root_kind, out[-1].root_entity, out[-1].fault_hint) == ("node", "node6", "fan_failure")
+    assert len(out[-1].members) == GPUS + 1
+
+
+def optic_stream(down_at: float = 3000.0) -> list:
+    dead = link(0, 0)
+    optic = 2 * dead + 1
+    name = TOPO.links[dead]
+    s: list = [Anomaly(0.0, "optic", optic, "rx_power", 1.5, "optics", f"RX power stepped -1.5 dB on {name}#b")]
+    s += [Prediction(float(t), "link", dead, "link_down", max(0.0, down_at - t), 0.8, "optics",
+                     f"{name}#b: pre-FEC BER 1e-6 reaches the FEC limit in {(down_at - t) / 3600:.1f} h")
+          for t in range(100, int(down_at), 60)]
+    s.append(Anomaly(down_at, "link", dead, "link_downed", 1.0, "link_errors", f"fatal: link down on {name}"))
+    # congestion on links that took the traffic: one names the cause, the others do not
+    s.append(Prediction(down_at + 5, "link", link(0, 1), "congestion", 0.0, 1.0, "congestion",
+                        f"congestion on {TOPO.links[link(0, 1)]}; likely cause: traffic rerouted from {name}, which went down 5 s ago"))
+    s.append(Prediction(down_at + 5, "link", link(0, 2), "congestion", 0.0, 1.0, "congestion",
+                        f"congestion on {TOPO.links[link(0, 2)]}; one hot port"))
+    s.append(Prediction(down_at + 5, "link", link(1, 1), "congestion", 0.0, 1.0, "congestion",
+                        f"congestion on {TOPO.links[link(1, 1)]}; spreading over 2 ports of leaf1"))
+    return s
+
+
+def test_optic_then_link_down_then_congestion_is_one_incident_rooted_at_the_optic():
+    engine = IncidentEngine(TOPO)
+    out = run(engine, optic_stream(), until=3400.0)
+    incidents = by_id(out)
+    assert len(incidents) == 1, {k: v[-1].members for k, v in incidents.items()}
+    first, last = out[0], out[-1]
+    assert (last.root_kind, last.root_entity, last.fault_hint) == ("optic", "node0/gpu0~leaf0#b", "optic_degradation")
+    assert {"node0/gpu0~leaf0", "node0/gpu1~leaf1", "node0/gpu2~leaf2", "node1/gpu1~leaf1"} <= set(last.members)
+    # before the link went down, the links that would take its traffic were the predicted spread,
+    # with the link-down ETA
+    assert first.root_kind == "optic"
+    spread = dict(first.predicted_members)
+    assert 2900 - 200 < spread["node0/gpu0~leaf0"] <= 2900
+    assert {"node0/gpu1~leaf1", "node0/gpu2~leaf2", "node0/gpu3~leaf3"} <= set(spread)
+    assert "job0" in dict(last.jobs)
+
+
+def test_congestion_before_its_cause_is_reported_still_merges():
+    """In one batch the congestion detector may speak before the link-error detector."""
+    engine = IncidentEngine(TOPO)
+    dead = link(3, 2)
+    name = TOPO.links[dead]
+    stream = [Prediction(500.0, "link", link(3, 0), "congestion", 0.0, 1.0, "congestion", "one hot port"),
+              Prediction(500.0, "link", link(3, 1), "congestion", 0.0, 1.0, "congestion", "2 ports congested nearby"),
+              Anomaly(500.0, "link", dead, "link_downed", 1.0, "link_errors", f"fatal: down on {name}")]
+    out = run(engine, stream, until=800.0)
+    assert len(by_id(out)) == 1
+    assert (out[-1].root_kind, out[-1].root_entity) == ("link", name)
+
+
+def test_independent_faults_in_different_domains_stay_apart():
+    engine = IncidentEngine(TOPO)
+    tim = gpu(1, 3)
+    stream = [thermal(float(t), tim, eta=2000.0) for t in range(0, 1800, 60)]
+    stream += [Anomaly(600.0, "gpu", gpu(6, i), "throttle_reasons", 1.0, "power", "HW power brake (0x80)")
+               for i in range(GPUS)]
+    stream += [Anomaly(610.0, "node", 6, "psu_power", 1.0, "power", "node-wide power brake")]
+    stream += [Anomaly(620.0, "gpu", gpu(3, 0), "xid_last", 79.0, "xid", "XID 79: fell off the bus")]
+    stream += optic_stream(down_at=1500.0)
+    out = run(engine, stream, until=1800.0)
+    final = {k: [u for u in v if u.state != "resolved"][-1] for k, v in by_id(out).items()}
+    roots = sorted((i.root_kind, i.root_entity, i.fault_hint) for i in final.values())
+    assert roots == [("gpu", "node1/gpu3", "tim_degradation"), ("gpu", "node3/gpu0", "xid79"),
+                     ("node", "node6", "psu_failure"), ("optic", "node0/gpu0~leaf0#b", "optic_degradation")]
+    members = [set(i.members) for i in final.values()]
+    assert all(not (a & b) for i, a in enumerate(members) for b in members[i + 1:])
+
+
+def test_a_gpu_of_an_overheating_loop_that_falls_off_the_bus_is_a_new_incident():
+    engine = IncidentEngine(TOPO)
+    stream = cooling_loss_stream(end=1200.0)
+    stream.append(Anomaly(900.0, "gpu", gpu(2, 2), "xid_last", 79.0, "xid", "XID 79"))
+    out = run(engine, stream, until=1200.0)
+    final = {k: v[-1] for k, v in by_id(out).items()}
+    assert sorted((i.root_kind, i.root_entity) for i in final.values()) == [
+        ("cooling_loop", "cdu0"), ("gpu", "node2/gpu2")]
+
+
+def test_two_gpus_failing_far_apart_in_time_in_one_loop_are_not_a_loop_incident():
+    engine = IncidentEngine(TOPO)
+    stream = [thermal(float(t), gpu(0, 0), eta=3000.0) for t in range(0, 7200, 60)]
+    stream += [thermal(float(t), gpu(3, 3), eta=3000.0) for t in range(3600, 7200, 60)]
+    stream += [thermal(float(t), gpu(2, 1), eta=3000.0) for t in range(5400, 7200, 60)]
+    out = run(engine, stream, until=7200.0)
+    roots = sorted(v[-1].root_entity for v in by_id(out).values())
+    assert roots == ["node0/gpu0", "node2/gpu1", "node3/gpu3"]
+
+
+# ---- lifecycle -------------------------------------------------------------------------------------
+def test_lifecycle_open_growing_stable_resolved_and_reopen():
+    engine = IncidentEngine(TOPO, hold_s=60.0, update_interval_s=30.0, stable_s=300.0, quiet_s=600.0)
+    a, b = gpu(4, 0), gpu(4, 1)
+    stream = [thermal(float(t), a) for t in range(0, 1200, 60)]
+    stream += [thermal(float(t), b) for t in range(400, 1200, 60)]
+    stream += [thermal(1200.0, a, active=False), thermal(1200.0, b, active=False)]
+    out = run(engine, stream, until=2400.0)
+    assert len(by_id(out)) == 1
+    timeline = [(u.ts, u.state, len(u.members)) for u in out]
+    assert timeline[0] == (60.0, "open", 1)
+    assert ("growing", 2) in [(s, n) for _, s, n in timeline]
+    stable = [t for t, s, _ in timeline if s == "stable"]
+    assert stable and stable[-1] >= 400 + 300
+    resolved = [t for t, s, _ in timeline if s == "resolved"]
+    assert len(resolved) == 1 and resolved[0] >= 1200 + 600
+    # refreshes of the same prediction never re-raise: one emission per change
+    assert len(out) == len(timeline) <= 5
+    # the same GPU failing again soon after reopens the same incident (a flapping cause)
+    again = run(engine, [thermal(2500.0, a), thermal(2560.0, a)], start=2410.0, until=2700.0)
+    assert {u.incident_id for u in again} == {out[0].incident_id}
+    assert again[0].state == "growing"
+
+
+def test_pending_incident_needs_more_than_one_weak_finding():
+    engine = IncidentEngine(TOPO, quiet_s=300.0)
+    one = [Anomaly(10.0, "gpu", gpu(5, 0), "gpu_temp", 0.1, "cooling", "R drift")]
+    assert run(engine, one, until=1000.0) == []
+    assert engine.stats["unconfirmed"] == 1
+    # symptoms alone (power caps, peer outliers) never open an incident
+    caps = [Prediction(float(t), "gpu", gpu(5, 1), "power_cap", 30.0, 0.9, "power", "rising") for t in range(0, 600, 30)]
+    assert run(engine, caps, start=1010.0, until=1700.0) == []
+    assert engine.stats["unattached"] >= len(caps) - 1
+
+
+def test_symptoms_inside_an_open_loop_incident_join_it():
+    engine = IncidentEngine(TOPO)
+    stream = cooling_loss_stream(end=1200.0)
+    capped = gpu(3, 3)
+    stream += [Anomaly(700.0, "gpu", capped, "throttle_reasons", 4.0, "throttle_bits", "throttling observed: sw_power_cap")]
+    out = run(engine, stream, until=1200.0)
+    assert TOPO.gpus[capped] in out[-1].members
+
+
+def test_symptoms_do_not_keep_an_incident_open():
+    """Routine power caps under full load never stop; the loop incident still resolves."""
+    engine = IncidentEngine(TOPO, quiet_s=600.0)
+    stream = cooling_loss_stream(end=1200.0)
+    stream += [Prediction(float(t), "gpu", g, "power_cap", 60.0, 0.8, "power", "power rising")
+               for t in range(1300, 4000, 60) for g in (1, 6, 11)]
+    out = run(engine, stream, until=4000.0)
+    resolved = [u for u in out if u.state == "resolved"]
+    assert len(resolved) == 1 and resolved[0].ts <= 1200.0 + 16 + 600.0 + 20.0
+
+
+# ---- job impact and spread -------------------------------------------------------------------------
+def test_job_impact_slowest_member_sets_the_pace():
+    engine = IncidentEngine(TOPO)
+    stream = [thermal(float(t), gpu(0, 1)) for t in range(0, 300, 60)]
+    stream += [Anomaly(30.0, "gpu", gpu(0, 2), "throttle_reasons", 8.0, "throttle_bits", "hw_slowdown")]
+    out = run(engine, stream, until=300.0)
+    inc = out[-1]
+    assert inc.root_entity == "node0"
+    assert dict(inc.jobs) == {"job0": 2.0}
+    n_job = len(TOPO.gpus_of_job(0))
+    assert inc.gpu_hours_at_risk_per_hour == pytest.approx(n_job * (1 - 1 / 2.0))
+
+
+def test_gpu_off_the_bus_stalls_its_job():
+    engine = IncidentEngine(TOPO)
+    out = run(engine, [Anomaly(0.0, "gpu", gpu(6, 3), "xid_last", 79.0, "xid", "XID 79")], until=120.0)
+    inc = out[-1]
+    assert dict(inc.jobs) == {"job1": STALLED_RATIO}
+    assert inc.gpu_hours_at_risk_per_hour == len(TOPO.gpus_of_job(1))
+    # a stalled job's step time measured by telemetry confirms it; the incident stays open while
+    # the GPU is silent (telemetry flows for the others)
+    for t in range(120, 3000, 60):
+        engine.observe_frame(Frame("gpu", np.full(3, float(t)), np.array([0, 1, 2], np.int32),
+                                   {"gpu_temp": np.full(3, 50.0)}))
+        assert not [f for f in engine.observe([], float(t)) if isinstance(f, Incident) and f.state == "resolved"]
+
+
+def test_predicted_spread_is_ranked_by_headroom_with_telemetry():
+    engine = IncidentEngine(TOPO)
+    # telemetry: loop-0 GPUs warm at different margins, all heating at 0.01 °C/s
+    slots = np.arange(16, dtype=np.int32)
+    base = 50.0 + slots.astype(float)  # GPU 15 is the hottest: least headroom
+    frames = {float(t): [Frame("gpu", np.full(16, float(t)), slots,
+                               {"gpu_temp": base + 0.01 * t, "slowdown_temp": np.full(16, 89.0)})]
+              for t in range(0, 900, 10)}
+    stream = [Anomaly(430.0, "rack", r, "inlet_temp", 3.0, "cooling", "inlet") for r in (0, 1)]
+    stream += [thermal(float(t), g) for g in (0, 5, 9) for t in range(400, 900, 60)]
+    out = run(engine, stream, until=890.0, frames=frames)
+    inc = out[-1]
+    assert inc.root_entity == "cdu0"
+    exposed = [(n, eta) for n, eta in inc.predicted_members if n not in inc.members]
+    names = [n for n, _ in exposed]
+    assert names[:3] == ["node3/gpu3", "node3/gpu2", "node3/gpu1"]
+    # ETA from headroom and heating rate: (87 °C - T) / 0.01 °C/s, T as of the last telemetry
+    t_seen = inc.ts
+    expect = (87.0 - (50.0 + 15 + 0.01 * t_seen)) / 0.01
+    assert exposed[0][1] == pytest.approx(expect, rel=0.05)
+    # without telemetry the same incident still names the exposed GPUs, with unknown ETAs
+    blind = IncidentEngine(TOPO)
+    inc2 = run(blind, stream, until=890.0)[-1]
+    assert {n for n, _ in inc2.predicted_members if n not in inc2.members} == set(names)
+    assert all(eta == -1.0 for n, eta in inc2.predicted_members if n not in inc2.members)
+
+
+# ---- external events ---------------------------------------------------------------------------
+def test_external_events_group_like_findings():
+    health = PipelineHealth()
+    lines = [
+        json.dumps({"node": "node2", "time": 100.0, "type": "psu_failure", "severity": "critical"}),
+        json.dumps({"node": "node3", "time": "1970-01-01T00:01:50Z", "type": "PSU redundancy lost", "severity": "warning"}),
+        "not json",
+        json.dumps({"node": "node4", "time": 100.0}),
+        json.dumps({"node": "node9", "time": 100.0, "type": "fan", "severity": "critical"}),
+        json.dumps({"node": "node7", "time": 120.0, "type": "job_requeued", "severity": "info"}),
+    ]
+    events = list(iter_events(lines, health, "bmc.jsonl"))
+    assert [e.node for e in events] == ["node2", "node3", "node9", "node7"]
+    assert events[1].time == 110.0
+    assert sum(health.problems.values()) == 2
+    engine = IncidentEngine(TOPO, health)
+    engine.add_external(events)
+    assert engine.observe([], 50.0) == []  # not yet: they are grouped when telemetry time reaches them
+    out = run(engine, [], start=60.0, until=400.0)
+    assert len(by_id(out)) == 1
+    inc = out[-1]
+    assert (inc.root_kind, inc.root_entity) == ("pdu", "rack1")
+    assert set(inc.members) == {"node2", "node3"}
+    assert health.problems[("incidents", "external event for an unknown node")] == 1
+
+
+def test_parse_event_rejects_bad_fields():
+    with pytest.raises(ValueError, match="missing"):
+        parse_event({"node": "n"})
+    with pytest.raises(ValueError, match="non-empty"):
+        parse_event({"node": "", "time": 1, "type": "x"})
+    with pytest.raises(ValueError):
+        parse_time(float("nan"))
+    with pytest.raises(ValueError):
+        parse_time(True)
+    assert parse_event({"node": "n", "time": "5", "type": "x"}) == ExternalEvent("n", 5.0, "x", "warning")
+
+
+# ---- robustness, state, bounds -----------------------------------------------------------------
+def test_bad_findings_are_counted_not_fatal():
+    health = PipelineHealth()
+    engine = IncidentEngine(TOPO, health)
+    bad = [Anomaly(0.0, "gpu", 9999, "gpu_temp", 1.0, "x"), Anomaly(0.0, "switch", 0, "x", 1.0, "x"),
+           Anomaly(float("nan"), "gpu", 0, "gpu_temp", 1.0, "x")]
+    assert engine.observe(bad, 10.0) == []
+    assert health.problems[("incidents", "finding for an unknown entity")] == 2
+    assert health.problems[("incidents", "finding with a non-finite timestamp")] == 1
+    with pytest.raises(ValueError):
+        IncidentEngine(TOPO, hold_s=-1.0)
+    with pytest.raises(ValueError):
+        IncidentEngine(TOPO, cover=0.2)
+
+
+def test_state_round_trip_gives_identical_future_output():
+    stream = cooling_loss_stream(end=1500.0) + optic_stream(down_at=1200.0)
+    stream.append(Anomaly(700.0, "gpu", gpu(7, 0), "xid_last", 79.0, "xid", "XID 79"))
+    a = IncidentEngine(TOPO)
+    first = run(a, [f for f in stream if f.ts <= 800.0], until=800.0)
+    assert first
+    state = copy.deepcopy(a.state_dict())
+    b = IncidentEngine(TOPO)
+    b.load_state_dict(state)
+    b.check_invariants()
+    rest = [f for f in stream if f.ts > 800.0]
+    out_a = run(a, rest, start=810.0, until=3000.0)
+    out_b = run(b, rest, start=810.0, until=3000.0)
+    assert out_a and out_a == out_b
+    with pytest.raises(ValueError, match="shape"):
+        IncidentEngine(TOPO).load_state_dict({**state, "telemetry": {**state["telemetry"], "s_gpu_tel": np.zeros((3, 7))}})
+
+
+def test_state_stays_bounded_over_many_incidents():
+    engine = IncidentEngine(TOPO, keep_resolved=8, quiet_s=300.0)
+    t = 0.0
+    for k in range(200):  # one short GPU incident after another, each resolving
+        g = k % len(TOPO.gpus)
+        run(engine, [thermal(t, g), thermal(t + 60, g), thermal(t + 120, g, active=False)],
+            start=t, until=t + 600.0, step=30.0)
+        t += 600.0
+    assert engine.stats["incidents"] >= 150
+    assert len(engine._incidents) <= 8 + 2
+    assert sum(len(d) for d in engine._index.values()) <= 10 * 6
+
+
+def test_resolved_incidents_are_forgotten_once_they_cannot_reopen():
+    engine = IncidentEngine(TOPO, keep_resolved=1000, quiet_s=300.0, reopen_s=900.0)
+    t = 0.0
+    for k in range(40):
+        g = k % len(TOPO.gpus)
+        run(engine, [thermal(t, g), thermal(t + 60, g), thermal(t + 120, g, active=False)],
+            start=t, until=t + 600.0, step=30.0)
+        t += 600.0
+    # each resolves ~420 s after it starts and may reopen for 900 s: at most three are remembered
+    assert engine.stats["incidents"] == 40
+    assert len(engine._incidents) <= 3
+    assert (engine.s_member_of[0] >= 0).sum() <= 3
+
+
+def test_max_live_evicts_the_stalest():
+    health = PipelineHealth()
+    engine = IncidentEngine(TOPO, health, max_live=4)
+    stream = [Anomaly(float(i), "gpu", gpu(i % NODES, i // NODES), "xid_last", 79.0, "xid", "XID 79") for i in range(12)]
+    run(engine, stream, until=200.0)
+    assert sum(1 for i in engine._incidents.values() if i.live) <= 4
+    assert health.problems[("incidents", "too many live incidents: the stalest was resolved early")] >= 1
+
+
+# ---- signals -----------------------------------------------------------------------------------
+@pytest.mark.parametrize(("finding", "signal"), [
+    (Anomaly(0, "gpu", 0, "throttle_reasons", 1.0, "power", "HW power brake (0x80)"), "power_brake"),
+    (Anomaly(0, "gpu", 0, "throttle_reasons", 4.0, "throttle_bits", "sw_power_cap"), "power_cap"),
+    (Anomaly(0, "gpu", 0, "throttle_reasons", 32.0, "throttle_bits", "sw_thermal"), "thermal_observed"),
+    (Anomaly(0, "gpu", 0, "throttle_reasons", 8.0 + 32.0, "throttle_bits", ""), "hw_slowdown_observed"),
+    (Anomaly(0, "gpu", 0, "throttle_reasons", 0.3, "straggler", "throttled share"), "straggler"),
+    (Anomaly(0, "gpu", 0, "gpu_temp", 0.3, "cooling", "R drifting"), "resistance_rising"),
+    (Anomaly(0, "gpu", 0, "gpu_temp", 9.0, "straggler", "hotter than peers"), "hot_outlier"),
+    (Anomaly(0, "gpu", 0, "gpu_temp", 9.0, "robust_zscore", "CUSUM"), "temperature_anomaly"),
+    (Anomaly(0, "gpu", 0, "xid_last", 79.0, "xid", ""), "gpu_lost"),
+    (Anomaly(0, "gpu", 0, "xid_last", 48.0, "xid", ""), "gpu_error"),
+    (Anomaly(0, "link", 0, "link_flap", 3.0, "link_errors", ""), "link_down"),
+    (Anomaly(0, "link", 0, "symbol_error_rate", 3.0, "link_errors", ""), "link_errors"),
+    (Anomaly(0, "optic", 0, "prefec_ber", 3.0, "optics", ""), "optic_degrading"),
+    (Anomaly(0, "rack", 0, "inlet_temp", 3.0, "cooling", ""), "inlet_rising"),
+    (Anomaly(0, "job", 0, "step_time", 3.0, "x", ""), "job_slowdown"),
+    (Anomaly(0, "gpu", 0, "util", 3.0, "x", ""), "generic"),
+    (Prediction(0, "link", 0, "congestion", 0.0, 1.0, "congestion"), "congestion"),
+    (Prediction(0, "gpu", 0, "something_new", 0.0, 1.0, "x"), "generic"),
+])
+def test_signal_table(finding, signal):
+    assert classify(finding) == signal
+
+
+def test_doctests():
+    assert doctest.testmod(incidents_module).failed == 0
+
+
+def test_no_float_infinity_in_json():
+    """Incidents travel as JSON (JSONL sink, Kafka): every number must be finite."""
+    engine = IncidentEngine(TOPO)
+    out = run(engine, [Anomaly(0.0, "gpu", gpu(6, 3), "xid_last", 79.0, "xid", "XID 79")], until=120.0)
+    from foreshock.findings import finding_to_json
+    text = finding_to_json(out[-1])
+    assert "Infinity" not in text and "NaN" not in text
+    assert all(math.isfinite(x) for _, x in out[-1].jobs)
