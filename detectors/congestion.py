@@ -1,0 +1,322 @@
+"""Fabric congestion per port, whether it spreads, and what caused it.
+
+Per link, from counter rates (:mod:`.counters`, wraps and resets handled):
+
+- ``xmit_wait`` as the **fraction of time** the port had data queued and sent none: ticks per
+  second × the tick length at the port's rate (one tick = ``tick_bytes`` at ``link_rate``;
+  ``foreshock.facts.XMIT_WAIT_TICK_BYTES``; the IB spec leaves the tick to the vendor);
+- the **PFC pause duration ratio** (seconds paused per second, RoCE);
+- the **ECN/CNP rate** (ECN-marked packets or CNPs per second, whichever is higher).
+
+The port's score is the largest of the three over its threshold; a port is congested when the
+score reaches 1 for ``on_count`` samples (1 by default: rerouted traffic congests at once and
+must be seen within a sample or two), and clears once it stays under ``clear_ratio`` for
+``off_hold_s``. Each congested port is a :class:`~foreshock.findings.Prediction` ``congestion``
+with ``eta_s = 0`` (it is happening), refreshed and withdrawn like every prediction.
+
+**Spreading vs one hot port.** At onset the detector counts congested ports on the same leaf
+(``Topology.link_leaf``; an uplink counts on its leaf) and on the same node's NICs: several at
+once is congestion spreading (a reroute or an incast), one alone is a hot port.
+
+**Cause.** The detector also watches every link going down (``link_downed`` increments, or
+``link_state`` leaving ACTIVE). Rerouting is immediate, so congestion that starts within
+``coincide_s`` after a link went down is blamed on that link first; then the link blamed for
+the port's previous episode, while it stays down; then the closest link that went down within
+``cause_window_s``. Closeness, best first: same node (NCCL's PXN moves a dead NIC's traffic
+through NVLink to a sibling NIC), same leaf (ECMP spreads a dead uplink's share over the
+others), same job (the job's collective traffic now crosses another rail), same rail. The
+reason names the link and why.
+
+>>> import numpy as np
+>>> from foreshock.frames import Frame
+>>> from foreshock.topology import Topology
+>>> topo = Topology.from_dict({"rows": [{"name": "r"}], "racks": [{"name": "k", "row": "r"}],
+...     "nodes": [{"name": "n0", "rack": "k", "gpus": 2}],
+...     "switches": [{"name": "leaf0", "rail": 0}, {"name": "leaf1", "rail": 1}],
+...     "links": [{"name": "n0/gpu0~leaf0", "a": "n0/gpu0", "b": "leaf0"},
+...               {"name": "n0/gpu1~leaf1", "a": "n0/gpu1", "b": "leaf1"}]})
+>>> det = CongestionDetector(topo)
+>>> ticks = 400e9 / 8 / 64           # xmit_wait ticks per second at 400 Gb/s
+>>> wait, found = np.zeros(2), []
+>>> for t in range(10):
+...     down = t >= 5                 # gpu0's link dies; its traffic moves to gpu1's NIC
+...     wait += [ticks * 1e-4, ticks * (0.05 if down else 1e-4)]
+...     found += det.update(Frame("link", [t, t], [0, 1], {"xmit_wait": wait.copy(),
+...         "link_state": [1.0 if down else 4.0, 4.0], "link_rate": [400e9, 400e9]}))
+>>> p = found[0]
+>>> p.event, p.slot, p.ts, "n0/gpu0~leaf0" in p.reason
+('congestion', 1, 5.0, True)
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import numpy as np
+
+from foreshock import facts
+from foreshock.findings import Finding, Prediction
+from foreshock.frames import Frame
+from foreshock.health import PipelineHealth
+from foreshock.numba_config import jit
+from foreshock.topology import Topology
+
+from .alarm import A_ACTIVE, CODE_START, CODE_WITHDRAW, alarm_step, new_alarm_columns
+from .base import Detector
+from .counters import CounterRates, modulus_for_bits, report_problems
+
+COUNTERS = ("xmit_wait", "pfc_pause_duration", "ecn_marked", "cnp_sent", "link_downed")
+C_WAIT, C_PAUSE, C_ECN, C_CNP, C_DOWNED = range(len(COUNTERS))
+
+PARAMS: dict[str, float] = {
+    "tick_bytes": facts.XMIT_WAIT_TICK_BYTES,  # one xmit_wait tick = this many bytes at the port rate
+    "default_rate_bps": facts.LINK_RATE_GPU_BPS,  # until the port reports link_rate
+    "wait_ratio_on": 0.002,  # 0.2 % of the time stalled with data queued
+    "pause_ratio_on": 0.002,  # 0.2 % of the time paused by PFC
+    "ecn_rate_on": 1000.0,  # ECN marks or CNPs per second
+    "clear_ratio": 0.5,  # a congested port clears below this fraction of the thresholds ...
+    "off_hold_s": 30.0,  # ... held this long
+    "on_count": 1.0,  # samples at or over threshold to start
+    "refresh_s": 60.0,
+    "cause_window_s": 600.0,  # a link down this recently can explain new congestion
+    "coincide_s": 60.0,  # ... and one that went down this shortly before it almost surely does
+    "spread_min_ports": 3.0,  # congested ports on one leaf or node that make it "spreading"
+    "counter_bits": 64.0,  # 32 for classic PortCounters that wrap (data counters only)
+}
+PARAM_NAMES = tuple(PARAMS)
+(P_TICK, P_RATE, P_WAIT_ON, P_PAUSE_ON, P_ECN_ON, P_CLEAR, P_OFF_HOLD, P_ON, P_REFRESH, P_CAUSE,
+ P_COINCIDE, P_SPREAD, P_BITS) = range(len(PARAMS))
+
+RELATIONS = (
+    "went down at the same time",
+    "same rail",
+    "same job: its collective traffic was rerouted onto this rail",
+    "same leaf: ECMP moved its share to this port",
+    "same node: PXN moved its traffic to this NIC",
+)
+
+# per-row outputs of the kernel
+R_SCORE, R_WAIT, R_PAUSE, R_ECN, R_CODE, R_DOWN, R_ON_LEAF, R_ON_NODE = range(8)
+R_SIZE = 8
+# per-link state columns (besides the alarm): last known rate and state, the last two times
+# it went down and the last time it came back (a batch can hold many ticks: causes are
+# resolved as of each onset's own timestamp)
+L_RATE, L_STATE, L_DOWN_TS, L_PREV_DOWN_TS, L_UP_TS = range(5)
+L_SIZE = 5
+
+
+def params_vector(overrides: dict[str, float]) -> np.ndarray:
+    unknown = sorted(set(overrides) - set(PARAMS))
+    if unknown:
+        raise ValueError(f"congestion: unknown parameters {unknown}; known: {sorted(PARAMS)}")
+    vec = np.array([float(overrides.get(k, v)) for k, v in PARAMS.items()])
+    if min(vec[P_TICK], vec[P_RATE], vec[P_WAIT_ON], vec[P_PAUSE_ON], vec[P_ECN_ON]) <= 0:
+        raise ValueError("congestion: tick_bytes, default_rate_bps and the thresholds must be > 0")
+    if not 0 < vec[P_CLEAR] <= 1:
+        raise ValueError("congestion: clear_ratio must be in (0, 1]")
+    return vec
+
+
+@jit
+def _congestion_kernel(ts: np.ndarray, slot: np.ndarray, rate: np.ndarray, delta: np.ndarray,
+                       gauges: np.ndarray, state: tuple, groups: np.ndarray,  # type: ignore[type-arg]
+                       params: np.ndarray, out: np.ndarray) -> None:
+    """Score every row, advance each port's alarm, note links going down and coming back.
+
+    rate/delta (rows, COUNTERS); gauges (rows, 2) = [link_state, link_rate];
+    state = (link (links, L_SIZE), alarm (links, A_SIZE), congested ports per group); groups
+    (links, 2) = the port's leaf group and node group (indices into the per-group counts,
+    -1 for none). Everything is updated in place; out (rows, R_SIZE).
+    """
+    link, alarm, per_group = state
+    n_links = link.shape[0]
+    for i in range(len(ts)):
+        for c in range(R_SIZE):
+            out[i, c] = np.nan
+        out[i, R_CODE] = 0.0
+        out[i, R_DOWN] = 0.0
+        s = slot[i]
+        t = ts[i]
+        if s < 0 or s >= n_links or t != t:
+            continue
+        state = gauges[i, 0]
+        bps = gauges[i, 1]
+        if bps == bps and bps > 0.0:
+            link[s, L_RATE] = bps
+        bps = link[s, L_RATE] if link[s, L_RATE] == link[s, L_RATE] else params[P_RATE]
+        # going down: the counter sees downs shorter than a sample; the state is the fallback
+        downs = delta[i, C_DOWNED]
+        left_active = state == state and link[s, L_STATE] == 4.0 and state != 4.0
+        if downs > 0.0 or (downs != downs and left_active):
+            out[i, R_DOWN] = 1.0
+            link[s, L_PREV_DOWN_TS] = link[s, L_DOWN_TS]
+            link[s, L_DOWN_TS] = t
+        if state == state:
+            if state == 4.0 and link[s, L_STATE] == link[s, L_STATE] and link[s, L_STATE] != 4.0:
+                link[s, L_UP_TS] = t
+            link[s, L_STATE] = state
+        if state == state and state != 4.0:
+            continue  # a port that is not ACTIVE carries nothing: its counters say nothing
+        wait = rate[i, C_WAIT] * params[P_TICK] * 8.0 / bps
+        pause = rate[i, C_PAUSE]
+        ecn = rate[i, C_ECN]
+        cnp = rate[i, C_CNP]
+        if cnp == cnp and not cnp <= ecn:
+            ecn = cnp
+        score = np.nan
+        for v, th in ((wait, params[P_WAIT_ON]), (pause, params[P_PAUSE_ON]), (ecn, params[P_ECN_ON])):
+            if v == v and not v / th <= score:
+                score = v / th
+        out[i, R_WAIT] = wait
+        out[i, R_PAUSE] = pause
+        out[i, R_ECN] = ecn
+        out[i, R_SCORE] = score
+        if score != score:
+            continue  # no rate yet (first sample, missing counters): no decision either way
+        firing = score >= 1.0
+        clear = score < params[P_CLEAR]
+        code = alarm_step(alarm, s, 0, t, firing, clear, params[P_ON], params[P_OFF_HOLD], params[P_REFRESH])
+        out[i, R_CODE] = code
+        change = 1.0 if code == CODE_START else (-1.0 if code == CODE_WITHDRAW else 0.0)
+        for k in range(2):
+            g = groups[s, k]
+            if g >= 0:
+                per_group[g] += change
+        out[i, R_ON_LEAF] = per_group[groups[s, 0]] if groups[s, 0] >= 0 else 1.0
+        out[i, R_ON_NODE] = per_group[groups[s, 1]] if groups[s, 1] >= 0 else 1.0
+
+
+class CongestionDetector(Detector):
+    """Congested ports (xmit_wait, PFC, ECN/CNP), spreading vs hot port, rerouting cause."""
+
+    name: ClassVar[str] = "congestion"
+    kinds: ClassVar[tuple[str, ...]] = ("link",)
+
+    def __init__(self, topology: Topology, health: PipelineHealth | None = None, **params: Any) -> None:
+        super().__init__(topology)
+        self.health = health or PipelineHealth()
+        self.params = params_vector(params)
+        n = topology.size("link")
+        bits = int(self.params[P_BITS])
+        # xmit_wait is a data-path counter (wraps with 32-bit PortCounters); PFC duration and the
+        # mlx5 ECN/CNP counters are 64-bit; link_downed saturates (no wrap).
+        modulus = [modulus_for_bits(bits) if bits < 64 else 0.0, 0.0, 0.0, 0.0, 0.0]
+        self.counters = CounterRates(n, COUNTERS, modulus=modulus)
+        self.s_counter_state, self.s_counter_resets = self.counters.s_state, self.counters.s_resets
+        self.s_link = np.full((n, L_SIZE), np.nan)
+        self.s_alarm = new_alarm_columns(n, 1)
+        # topology relations, resolved once
+        t = topology
+        gpu = t.link_gpu
+        self.link_node = np.where(gpu >= 0, t.gpu_node[np.maximum(gpu, 0)], -1) if n else np.zeros(0, np.int64)
+        leaf = t.link_leaf.astype(np.int64)
+        uplink_leaf = np.where((gpu < 0) & (t.link_a_switch >= 0), t.link_a_switch, -1)
+        self.port_leaf = np.where(leaf >= 0, leaf, uplink_leaf)
+        rails = np.asarray(t.switch_rail, dtype=np.int64)
+        self.port_rail = np.where(self.port_leaf >= 0, rails[np.maximum(self.port_leaf, 0)], -1) \
+            if len(rails) else np.full(n, -1)
+        self.port_rail = np.where(self.port_rail >= 0, self.port_rail, -1)
+        self.link_job = np.where(gpu >= 0, t.gpu_job[np.maximum(gpu, 0)], -1) if n else np.zeros(0, np.int64)
+        self.s_cause = np.full(n, -1, dtype=np.int64)  # the link blamed for each port's last episode
+        # congested-port counts per leaf (groups 0..switches-1) and per node (after them)
+        n_sw = len(t.switches)
+        self._groups = np.ascontiguousarray(np.stack(
+            [self.port_leaf, np.where(self.link_node >= 0, n_sw + self.link_node, -1)], axis=1).astype(np.int64))
+        self.s_congested_per_group = np.zeros(n_sw + len(t.nodes))
+
+    def update(self, frame: Frame) -> list[Finding]:
+        if frame.kind != "link" or len(frame) == 0:
+            return []
+        cols = frame.columns
+        delta, rate, problems = self.counters.update(frame.ts, frame.slot, np.stack([cols[c] for c in COUNTERS], axis=1))
+        report_problems(self.health, self.name, problems)
+        gauges = np.ascontiguousarray(np.stack([cols["link_state"], cols["link_rate"]], axis=1))
+        out = np.empty((len(frame), R_SIZE))
+        state = (self.s_link, self.s_alarm, self.s_congested_per_group)
+        _congestion_kernel(frame.ts, frame.slot, rate, delta, gauges, state, self._groups, self.params, out)
+        rows = np.flatnonzero(out[:, R_CODE] != 0)
+        return [self._finding(frame, int(r), out[r]) for r in rows]
+
+    # ---- explanation ---------------------------------------------------------------------------
+    def _finding(self, frame: Frame, row: int, rec: np.ndarray) -> Prediction:
+        ts, port = float(frame.ts[row]), int(frame.slot[row])
+        code = int(rec[R_CODE])
+        links = self.topology.links
+        if code == CODE_WITHDRAW:
+            return Prediction(ts=ts, entity_kind="link", slot=port, event="congestion", eta_s=0.0, confidence=1.0,
+                              detector=self.name, reason=f"congestion on {links[port]} cleared", active=False)
+        signals = (f"xmit_wait {rec[R_WAIT]:.2%} of time, PFC pause {rec[R_PAUSE]:.2%}, "
+                   f"ECN/CNP {rec[R_ECN]:.3g}/s")
+        spread = self._spread(port, int(rec[R_ON_LEAF]), int(rec[R_ON_NODE]))
+        cause = self._cause(port, ts)
+        reason = f"congestion on {links[port]} ({signals}); {spread}"
+        if cause:
+            reason += f"; likely cause: {cause}"
+        conf = float(min(1.0, 0.5 + 0.25 * rec[R_SCORE])) if np.isfinite(rec[R_SCORE]) else 0.5
+        return Prediction(ts=ts, entity_kind="link", slot=port, event="congestion", eta_s=0.0,
+                          confidence=round(conf, 3), detector=self.name, reason=reason)
+
+    def _spread(self, port: int, on_leaf: int, on_node: int) -> str:
+        need = int(self.params[P_SPREAD])
+        leaf, node = int(self.port_leaf[port]), int(self.link_node[port])
+        if on_node >= need and on_node >= on_leaf:
+            return f"spreading over {on_node} NIC ports of {self.topology.nodes[node]}"
+        if on_leaf >= need:
+            return f"spreading over {on_leaf} ports of {self.topology.switches[leaf]}"
+        return "one hot port" if max(on_leaf, on_node) <= 1 else f"{max(on_leaf, on_node)} ports congested nearby"
+
+    def _cause(self, port: int, ts: float) -> str:
+        """The link whose going down most plausibly caused congestion starting at ``ts``.
+
+        Best first: a link that went down within ``coincide_s`` before (rerouting is
+        immediate), closest in the topology, latest; else the cause of this port's previous
+        episode if that link is still down; else the closest related link down within
+        ``cause_window_s``.
+        """
+        lk = self.s_link
+        # the latest down at or before ts (a batch may already hold later ones)
+        down_ts = np.where(lk[:, L_DOWN_TS] <= ts, lk[:, L_DOWN_TS], lk[:, L_PREV_DOWN_TS])
+        down_ts = np.where(down_ts <= ts, down_ts, np.nan)
+        up_ts = lk[:, L_UP_TS]
+        down_now = (down_ts <= ts) & ~((up_ts > down_ts) & (up_ts <= ts))
+        recent = down_ts >= ts - self.params[P_CAUSE]
+        cand = np.flatnonzero((down_now | recent) & (np.arange(len(lk)) != port))
+        if len(cand) == 0:
+            self.s_cause[port] = -1
+            return ""
+        relation = self._relation(port, cand)
+        coincident = down_ts[cand] >= ts - self.params[P_COINCIDE]
+        still = down_now[cand]
+        last = down_ts[cand]
+        pick = -1
+        if coincident.any() and (relation[coincident].max() > 0 or coincident.sum() == 1):
+            sub = np.flatnonzero(coincident)
+            pick = int(sub[np.lexsort((last[sub], relation[sub]))[-1]])
+        elif self.s_cause[port] in cand:
+            pick = int(np.flatnonzero(cand == self.s_cause[port])[0])
+        elif relation.max() > 0:
+            pick = int(np.lexsort((last, still, relation))[-1])
+        if pick < 0:
+            self.s_cause[port] = -1
+            return ""
+        best = int(cand[pick])
+        self.s_cause[port] = best
+        how = RELATIONS[int(relation[pick])]
+        since = f"went down {ts - last[pick]:.0f} s before" + (" and is still down" if still[pick] else "")
+        return f"traffic rerouted from {self.topology.links[best]}, which {since} ({how})"
+
+    def _relation(self, port: int, cand: np.ndarray) -> np.ndarray:
+        """How close each candidate link is to ``port``: an index into ``RELATIONS``."""
+        def same(attr: np.ndarray) -> np.ndarray:
+            return (attr[cand] == attr[port]) & (attr[port] >= 0)  # type: ignore[no-any-return]
+
+        return np.select([same(self.link_node), same(self.port_leaf), same(self.link_job), same(self.port_rail)],
+                         [4, 3, 2, 1], 0)
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        self.counters.s_state, self.counters.s_resets = self.s_counter_state, self.s_counter_resets
+
+    def gauges(self) -> dict[str, tuple[str, Any, str]]:
+        return {"link_congested": ("link", self.s_alarm[:, A_ACTIVE].copy(),
+                                   "1 while the congestion detector holds the port congested")}

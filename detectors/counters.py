@@ -1,0 +1,219 @@
+"""Rates from raw cumulative counters, per (entity slot, counter), with wraps and resets.
+
+Frames carry counters raw (DESIGN.md); every detector that needs a rate — fabric counters,
+PHY error counters, GPU energy — runs its columns through one :class:`CounterRates`.
+
+How a decrease is read
+----------------------
+A counter that goes *down* between two samples either wrapped (a 32-bit ``port_xmit_data``
+passes 2**32 in seconds at 400 Gb/s) or was reset (driver reload, ``perfquery -x -R``, a
+module swap). For a counter declared with a wrap modulus ``M``::
+
+    wrapped = (M - last) + value
+    wrap   if last <= M and wrapped <= min(M / 2, max_rate * dt)
+    reset  otherwise
+
+The half-range rule is the usual one (SNMP, Prometheus exporters): a wrap that moved more than
+half the range between two samples cannot be told from a reset, so it is not guessed at.
+Give ``max_rate`` (e.g. the link's line rate in bytes/s) to tighten it. A counter declared
+without a modulus (``0``) never wraps: every decrease is a reset.
+
+A reset follows Prometheus' ``rate()``: the counter restarted from zero, so the increase since
+the previous sample is the new value itself — never negative, never the near-2**64 number a
+naive unsigned subtraction gives. Every reset is counted per (slot, counter) in
+``s_resets`` and reported back, so a detector can say "counter reset" instead of a rate.
+
+Float64 and 64-bit counters
+---------------------------
+Frame columns are float64, which holds integers exactly only up to 2**53. A 64-bit counter
+above that arrives rounded to its float64 neighbour: near 2**64 the spacing is 2**12 = 4096,
+so a delta can be off by up to one spacing (±4096 counts). ``M - last`` is computed first
+because it is exact for ``last`` in [M/2, M] (Sterbenz), which keeps the wrap arithmetic from
+adding error of its own. At fabric data rates (~5e10 bytes/s) the rounding is below 1e-7 of a
+one-second delta; only a slow counter that somehow sits above 2**53 would lose increments,
+and none of the fields foreshock reads does (error counters stay small; byte counters that
+large take years at line rate).
+
+Legacy InfiniBand PortCounters (``symbol_error`` 16 bits, ``link_downed`` 8 bits, ...) saturate
+at their maximum instead of wrapping and are cleared by software: declare them without a
+modulus, so a decrease is read as the clear it is.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+
+from foreshock.numba_config import jit
+
+# Problem counters returned by the kernel, in this order.
+PROBLEMS: tuple[str, ...] = (
+    "resets", "wraps", "stale_or_out_of_order", "invalid_value", "unknown_slot",
+)
+_RESET, _WRAP, _STALE, _INVALID, _BAD_SLOT = range(len(PROBLEMS))
+
+MIN_DT_S = 1e-6
+"""Samples closer than this are the same sample (a rate over a shorter gap would be noise, or
+overflow to inf); such a row is counted as ``stale_or_out_of_order``."""
+
+
+def modulus_for_bits(bits: int, scale: float = 1.0) -> float:
+    """Wrap modulus of a ``bits``-wide counter, in base units (``scale`` as in fields.csv).
+
+    ``port_xmit_data`` counts 4-byte words; after the field table's ``*4`` it wraps at
+    ``2**32 * 4`` bytes: ``modulus_for_bits(32, 4.0)``. ``bits=0`` means "never wraps".
+    """
+    if bits < 0 or bits > 64:
+        raise ValueError(f"counter width must be 0 (no wrap) or 1..64 bits, got {bits}")
+    return 0.0 if bits == 0 else float(2**bits) * scale
+
+
+@jit
+def _counter_deltas(ts: np.ndarray, slot: np.ndarray, values: np.ndarray, spec: np.ndarray,
+                    state: np.ndarray, counts: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """Increase and rate of every (row, counter); updates the per-slot state in place.
+
+    ts (rows,), slot (rows,) int32, values (rows, k); spec (k, 2) = [modulus, max_rate];
+    state (slots, k, 2) = [last value, last ts] with NaN = nothing seen yet;
+    counts (slots, k) int64 resets; out (2, rows, k) = [delta, rate], NaN where unknown (two
+    C-contiguous planes, so the kernels downstream get contiguous matrices).
+    Returns the problem totals in ``PROBLEMS`` order.
+    """
+    problems = np.zeros(len(PROBLEMS), dtype=np.int64)
+    n_rows, k = values.shape
+    n_slots = state.shape[0]
+    for i in range(n_rows):
+        s = slot[i]
+        t = ts[i]
+        for j in range(k):
+            out[0, i, j] = np.nan
+            out[1, i, j] = np.nan
+        if s < 0 or s >= n_slots or t != t:
+            problems[_BAD_SLOT] += 1
+            continue
+        for j in range(k):
+            v = values[i, j]
+            if v != v:  # missing sample: keep the last good value
+                continue
+            if v < 0.0 or v == np.inf:  # negative (incl. -inf) or +inf
+                problems[_INVALID] += 1
+                continue
+            modulus = spec[j, 0]
+            last = state[s, j, 0]
+            last_t = state[s, j, 1]
+            if last != last:
+                state[s, j, 0] = v
+                state[s, j, 1] = t
+                continue
+            dt = t - last_t
+            if not dt >= MIN_DT_S:
+                problems[_STALE] += 1
+                continue
+            if v >= last:
+                delta = v - last
+            else:
+                wrapped = (modulus - last) + v
+                limit = min(0.5 * modulus, spec[j, 1] * dt)
+                if modulus > 0.0 and last <= modulus and wrapped <= limit:
+                    delta = wrapped
+                    problems[_WRAP] += 1
+                else:
+                    delta = v
+                    counts[s, j] += 1
+                    problems[_RESET] += 1
+            state[s, j, 0] = v
+            state[s, j, 1] = t
+            out[0, i, j] = delta
+            out[1, i, j] = delta / dt
+    return problems
+
+
+class CounterRates:
+    """Per-slot rates of a fixed set of counters.
+
+    Parameters
+    ----------
+    n_slots:
+        Number of entity slots (``topology.size(kind)``).
+    names:
+        The counters, in the column order ``update`` receives them.
+    modulus:
+        Wrap modulus per counter in base units (see :func:`modulus_for_bits`); one value for
+        all or one per counter. ``0`` = never wraps (every decrease is a reset).
+    max_rate:
+        Largest plausible rate per counter (base units per second); a decrease whose wrapped
+        increase would exceed it is read as a reset. ``inf`` = only the half-range rule.
+
+    Example
+    -------
+    >>> import numpy as np
+    >>> rates = CounterRates(1, ["rx"], modulus=modulus_for_bits(32))
+    >>> ts = np.array([0.0, 1.0, 2.0, 3.0])
+    >>> raw = np.array([[2.0**32 - 10], [5.0], [25.0], [3.0]])  # wrap, then a reset
+    >>> delta, rate, problems = rates.update(ts, np.zeros(4, np.int32), raw)
+    >>> rate[:, 0].tolist()
+    [nan, 15.0, 20.0, 3.0]
+    >>> problems["wraps"], problems["resets"], int(rates.s_resets[0, 0])
+    (1, 1, 1)
+    """
+
+    def __init__(self, n_slots: int, names: Sequence[str], modulus: float | Sequence[float] = 0.0,
+                 max_rate: float | Sequence[float] = np.inf) -> None:
+        if n_slots < 0:
+            raise ValueError(f"n_slots must be >= 0, got {n_slots}")
+        self.names = tuple(names)
+        k = len(self.names)
+        mod = np.broadcast_to(np.asarray(modulus, dtype=np.float64), (k,))
+        top = np.broadcast_to(np.asarray(max_rate, dtype=np.float64), (k,))
+        if np.any(~(mod >= 0)) or np.any(np.isinf(mod)):
+            raise ValueError("modulus must be finite and >= 0 (0 = never wraps)")
+        if np.any(~(top > 0)):
+            raise ValueError("max_rate must be > 0 (inf = no limit)")
+        self.spec = np.ascontiguousarray(np.stack([mod, top], axis=1))
+        self.s_state = np.full((n_slots, k, 2), np.nan)
+        self.s_resets = np.zeros((n_slots, k), dtype=np.int64)
+
+    def update(self, ts: np.ndarray, slot: np.ndarray,
+               values: np.ndarray) -> tuple[np.ndarray, np.ndarray, dict[str, int]]:
+        """Feed raw counter values (rows, k); returns (delta, rate, problem counts).
+
+        ``delta`` and ``rate`` are (rows, k), NaN for a first sample, a missing or invalid
+        value, a stale timestamp or an unknown slot. Rows must be in time order per slot
+        (frames from one source are); a row not at least ``MIN_DT_S`` newer than the last one
+        for its slot is counted as ``stale_or_out_of_order`` and skipped.
+        """
+        values = np.ascontiguousarray(values, dtype=np.float64)
+        if values.ndim != 2 or values.shape[1] != len(self.names):
+            raise ValueError(f"expected a (rows, {len(self.names)}) matrix of {self.names}, got {values.shape}")
+        ts = np.ascontiguousarray(ts, dtype=np.float64)
+        slot = np.ascontiguousarray(slot, dtype=np.int32)
+        if len(ts) != len(values) or len(slot) != len(values):
+            raise ValueError("ts, slot and values must have the same number of rows")
+        out = np.empty((2, len(values), len(self.names)))
+        problems = _counter_deltas(ts, slot, values, self.spec, self.s_state, self.s_resets, out)
+        return out[0], out[1], dict(zip(PROBLEMS, (int(p) for p in problems)))
+
+    def state_dict(self, prefix: str = "") -> dict[str, Any]:
+        return {f"{prefix}s_state": self.s_state.copy(), f"{prefix}s_resets": self.s_resets.copy()}
+
+    def load_state_dict(self, state: dict[str, Any], prefix: str = "") -> None:
+        for name in ("s_state", "s_resets"):
+            own = getattr(self, name)
+            arr = np.asarray(state[f"{prefix}{name}"], dtype=own.dtype)
+            if arr.shape != own.shape:
+                raise ValueError(f"counter state {name!r} has shape {arr.shape}, expected {own.shape}")
+            setattr(self, name, arr.copy())
+
+
+def report_problems(health: Any, stage: str, problems: dict[str, int]) -> None:
+    """Send counter problems to a :class:`foreshock.health.PipelineHealth` (resets and wraps
+    are normal events, not input problems, so they are not reported)."""
+    reasons = {
+        "stale_or_out_of_order": "counter sample not newer than the last one for its entity",
+        "invalid_value": "negative or infinite counter value",
+        "unknown_slot": "row with a slot outside the topology or a NaN timestamp",
+    }
+    for key, reason in reasons.items():
+        if problems.get(key, 0):
+            health.problem(stage, reason, problems[key])

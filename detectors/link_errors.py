@@ -1,0 +1,249 @@
+"""Link error counters against the thresholds real tools use, and link flap counting.
+
+Rules (from ``foreshock.facts``, i.e. NVSentinel and gpud; see FACTS.md "Fabric"):
+
+- **fatal on any increase** of ``link_downed``, ``buffer_overrun_errors``
+  (``excessive_buffer_overrun_errors``) or ``link_integrity_errors``
+  (``local_link_integrity_errors``);
+- **fatal** when ``symbol_error`` exceeds 120 in the trailing hour (IB spec, ~BER 1e-12). The
+  hour is kept as twelve 5-minute bins per link, so the window is exact to 5 minutes and
+  costs twelve numbers per link;
+- **warnings** on rates: ``symbol_error`` > 10/s, ``link_error_recovery`` > 5/min,
+  ``rcv_errors`` > 10/s, ``xmit_discards`` > 100/s;
+- **flapping** when a link went down ≥ 3 times in 12 hours (gpud). Downs are counted from
+  ``link_downed`` increments — which see a down/up shorter than a sample — and, for sources
+  without that counter, from ``link_state`` leaving ACTIVE.
+
+Every finding is an :class:`~foreshock.findings.Anomaly` on the link (score = value over
+threshold, or the increase for "any increase" rules). A rule that keeps holding is repeated at
+most every ``refresh_s``; "any increase" rules report every increase.
+
+>>> import numpy as np
+>>> from foreshock.frames import Frame
+>>> from foreshock.topology import Topology
+>>> topo = Topology.from_dict({"rows": [{"name": "r"}], "racks": [{"name": "k", "row": "r"}],
+...     "nodes": [{"name": "n0", "rack": "k", "gpus": 1}], "switches": [{"name": "leaf0"}],
+...     "links": [{"name": "n0/gpu0~leaf0", "a": "n0/gpu0", "b": "leaf0"}]})
+>>> det = LinkErrorsDetector(topo)
+>>> found = []
+>>> for t, downs in enumerate([0, 0, 1, 1, 2, 3]):   # three downs within seconds: a flapping link
+...     found += det.update(Frame("link", [t * 60.0], [0], {"link_downed": [downs]}))
+>>> [f.field for f in found]
+['link_downed', 'link_downed', 'link_downed', 'link_flaps']
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+
+from foreshock import facts
+from foreshock.findings import Anomaly, Finding
+from foreshock.frames import Frame
+from foreshock.health import PipelineHealth
+from foreshock.numba_config import jit
+from foreshock.topology import Topology
+
+from .base import Detector
+from .counters import CounterRates, report_problems
+
+COUNTERS: tuple[str, ...] = (
+    "link_downed", "buffer_overrun_errors", "link_integrity_errors", "symbol_error",
+    "link_error_recovery", "rcv_errors", "xmit_discards",
+)
+_DOWNED, _OVERRUN, _INTEGRITY, _SYMBOL, _RECOVERY, _RCV, _DISCARDS = range(len(COUNTERS))
+
+# Rule tests understood by the kernel.
+INCREASE, PER_HOUR, PER_SECOND, FLAP, STATE = range(5)
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One threshold rule: ``test`` over ``counter`` against ``threshold`` (base units)."""
+
+    name: str
+    counter: int  # column in COUNTERS (-1: link_state)
+    test: int
+    threshold: float
+    severity: str
+    source: str
+    field: str = ""  # the Anomaly's field when not ``name`` (the incident engine maps fields)
+
+    @property
+    def anomaly_field(self) -> str:
+        return self.field or self.name
+
+
+RULES: tuple[Rule, ...] = (
+    Rule("link_downed", _DOWNED, INCREASE, 0.0, "fatal", "NVSentinel: any increase"),
+    Rule("buffer_overrun_errors", _OVERRUN, INCREASE, 0.0, "fatal", "NVSentinel: any increase"),
+    Rule("link_integrity_errors", _INTEGRITY, INCREASE, 0.0, "fatal", "NVSentinel: any increase"),
+    Rule("symbol_error", _SYMBOL, PER_HOUR, facts.SYMBOL_ERRORS_FATAL_PER_HOUR, "fatal",
+         "IB spec via NVSentinel: > 120 per hour (~BER 1e-12)"),
+    Rule("symbol_error_rate", _SYMBOL, PER_SECOND, facts.SYMBOL_ERRORS_WARN_PER_S, "warning",
+         "NVSentinel: > 10/s", field="symbol_error"),
+    Rule("link_error_recovery", _RECOVERY, PER_SECOND, facts.LINK_ERROR_RECOVERY_WARN_PER_MIN / 60.0,
+         "warning", "NVSentinel: > 5/min"),
+    Rule("rcv_errors", _RCV, PER_SECOND, facts.RCV_ERRORS_WARN_PER_S, "warning", "NVSentinel: > 10/s"),
+    Rule("xmit_discards", _DISCARDS, PER_SECOND, facts.XMIT_DISCARDS_WARN_PER_S, "warning",
+         "NVSentinel: > 100/s"),
+    Rule("link_state", -1, STATE, float(facts.IB_PORT_STATE_ACTIVE), "fatal",
+         "port left ACTIVE (source without link_downed)"),
+    Rule("link_flap", _DOWNED, FLAP, float(facts.FLAP_CYCLES), "fatal",
+         f"gpud: >= {facts.FLAP_CYCLES} down/up cycles in {facts.FLAP_WINDOW_S / 3600:g} h", field="link_flaps"),
+)
+
+HOUR_BINS = 12
+BIN_S = 3600.0 / HOUR_BINS
+
+
+@jit
+def _link_error_kernel(ts: np.ndarray, slot: np.ndarray, delta: np.ndarray, rate: np.ndarray,
+                       link_state: np.ndarray, rules: np.ndarray, state: tuple,  # type: ignore[type-arg]
+                       out: np.ndarray) -> int:
+    """Apply ``rules`` (r, 5) = [counter, test, threshold, refresh_s, flap_window_s] row by row.
+
+    ``state`` = (hour_bins (links, 12 + running total), hour_bin_index (links,) int64, downs (links, F) ring
+    of down times, last_state (links,), last_emit (links, r)). Writes (row, rule, value) into
+    ``out`` and returns how many.
+    """
+    bins, bin_index, downs, last_state, last_emit = state
+    flap_window = rules[0, 4]
+    n_out = 0
+    n_links = bins.shape[0]
+    n_ring = downs.shape[1]
+    for i in range(len(ts)):
+        s = slot[i]
+        t = ts[i]
+        if s < 0 or s >= n_links or t != t:
+            continue
+        # trailing-hour symbol errors in 5-minute bins
+        b = np.int64(np.floor(t / BIN_S))
+        if b > bin_index[s]:
+            for k in range(min(b - bin_index[s], HOUR_BINS)):
+                bins[s, (bin_index[s] + 1 + k) % HOUR_BINS] = 0.0
+            bin_index[s] = b
+            hour = 0.0
+            for k in range(HOUR_BINS):
+                hour += bins[s, k]
+            bins[s, HOUR_BINS] = hour  # the running total, recomputed when the bins roll
+        d_sym = delta[i, _SYMBOL]
+        if d_sym == d_sym and b == bin_index[s]:
+            bins[s, b % HOUR_BINS] += d_sym
+            bins[s, HOUR_BINS] += d_sym
+        hour = bins[s, HOUR_BINS]
+        # downs: the counter sees every down; link_state is the fallback when it is absent
+        d_down = delta[i, _DOWNED]
+        st = link_state[i]
+        left_active = st == st and last_state[s] == 4.0 and st != 4.0
+        n_down = 0
+        if d_down == d_down:
+            n_down = int(min(d_down, n_ring))
+        elif left_active:
+            n_down = 1
+        if st == st:
+            last_state[s] = st
+        for _ in range(n_down):
+            for k in range(n_ring - 1):
+                downs[s, k] = downs[s, k + 1]
+            downs[s, n_ring - 1] = t
+        recent = 0
+        for k in range(n_ring):
+            if downs[s, k] == downs[s, k] and t - downs[s, k] <= flap_window:
+                recent += 1
+        for r in range(rules.shape[0]):
+            col = int(rules[r, 0])
+            test = int(rules[r, 1])
+            threshold = rules[r, 2]
+            value = np.nan
+            if test == INCREASE:
+                if delta[i, col] > threshold:
+                    value = delta[i, col]
+            elif test == PER_HOUR:
+                if hour > threshold:
+                    value = hour
+            elif test == PER_SECOND:
+                if rate[i, col] > threshold:
+                    value = rate[i, col]
+            elif test == FLAP:
+                if n_down > 0 and recent >= threshold:
+                    value = float(recent)
+            elif test == STATE:
+                if left_active and d_down != d_down:
+                    value = st
+            if value != value:
+                continue
+            if test != INCREASE and test != FLAP and test != STATE:
+                last = last_emit[s, r]
+                if last == last and t - last < rules[r, 3]:
+                    continue
+            last_emit[s, r] = t
+            out[n_out, 0] = i
+            out[n_out, 1] = r
+            out[n_out, 2] = value
+            n_out += 1
+    return n_out
+
+
+class LinkErrorsDetector(Detector):
+    """FACTS thresholds on link error counters, and flap counting, per link."""
+
+    name: ClassVar[str] = "link_errors"
+    kinds: ClassVar[tuple[str, ...]] = ("link",)
+
+    def __init__(self, topology: Topology, refresh_s: float = 60.0,
+                 flap_cycles: int = facts.FLAP_CYCLES, flap_window_s: float = facts.FLAP_WINDOW_S,
+                 health: PipelineHealth | None = None) -> None:
+        super().__init__(topology)
+        if refresh_s <= 0 or flap_window_s <= 0 or flap_cycles < 1:
+            raise ValueError("refresh_s and flap_window_s must be > 0, flap_cycles >= 1")
+        self.health = health or PipelineHealth()
+        n = topology.size("link")
+        self.rules = RULES
+        table = np.array([[r.counter, r.test, r.threshold, refresh_s] for r in RULES], dtype=np.float64)
+        table[[i for i, r in enumerate(RULES) if r.test == FLAP], 2] = float(flap_cycles)
+        self._table = np.ascontiguousarray(np.c_[table, np.full(len(RULES), flap_window_s)])
+        self.counters = CounterRates(n, COUNTERS)  # IB error counters saturate, never wrap
+        self.s_counter_state, self.s_counter_resets = self.counters.s_state, self.counters.s_resets
+        self.s_hour_bins = np.zeros((n, HOUR_BINS + 1))
+        self.s_hour_bin_index = np.full(n, np.iinfo(np.int64).min // 2, dtype=np.int64)
+        self.s_downs = np.full((n, max(flap_cycles, 1)), np.nan)
+        self.s_last_state = np.full(n, np.nan)
+        self.s_last_emit = np.full((n, len(RULES)), np.nan)
+
+    def update(self, frame: Frame) -> list[Finding]:
+        if len(frame) == 0:
+            return []
+        values = np.stack([frame.columns[c] for c in COUNTERS], axis=1)
+        delta, rate, problems = self.counters.update(frame.ts, frame.slot, values)
+        report_problems(self.health, self.name, problems)
+        out = np.empty((len(frame) * len(RULES), 3))
+        state = (self.s_hour_bins, self.s_hour_bin_index, self.s_downs, self.s_last_state, self.s_last_emit)
+        n = _link_error_kernel(frame.ts, frame.slot, delta, rate, frame.columns["link_state"],
+                               self._table, state, out)
+        return [self._finding(frame, int(row), int(rule), float(value)) for row, rule, value in out[:n]]
+
+    def _finding(self, frame: Frame, row: int, r: int, value: float) -> Anomaly:
+        rule = self.rules[r]
+        link = int(frame.slot[row])
+        if rule.test == INCREASE:
+            what, score = f"{rule.name} +{value:g}", value
+        elif rule.test == PER_HOUR:
+            what, score = f"{value:g} symbol errors in the last hour", value / rule.threshold
+        elif rule.test == PER_SECOND:
+            what, score = f"{rule.anomaly_field} at {value:.3g}/s", value / rule.threshold
+        elif rule.test == FLAP:
+            window_h = self._table[r, 4] / 3600
+            what, score = f"link went down {int(value)} times in {window_h:g} h (flapping)", value / rule.threshold
+        else:
+            what, score = f"port state {int(value)} (not ACTIVE)", 1.0
+        return Anomaly(ts=float(frame.ts[row]), entity_kind="link", slot=link, field=rule.anomaly_field,
+                       score=float(score),
+                       detector=self.name, reason=f"{rule.severity}: {what} on {self.topology.links[link]} "
+                                                  f"({rule.source})")
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        self.counters.s_state, self.counters.s_resets = self.s_counter_state, self.s_counter_resets

@@ -1,0 +1,597 @@
+"""Optics health: robust trends of received power, laser bias and pre-FEC BER per transceiver,
+turned into a prediction that the link will go down, and when.
+
+Per optic (one at each link end), samples are averaged into time buckets (``bucket_s``); the
+last ``window`` buckets of each signal are kept in a ring, and at every bucket close a
+**Theil–Sen** line is fitted to them: the median of the slopes between every point of the
+older half and every point of the newer half (long baselines, so the slope is steady; a median,
+so outlier buckets do not move it). Its robust level is the median residual at the newest
+bucket, and the share of pair slopes that agree in sign (Kendall-like) is the trend's
+confidence.
+
+Signals and what they predict, each against a threshold that is a parameter:
+
+- **pre-FEC BER**, from the PHY counters (corrected bits / received bits over the bucket) or
+  from the ``prefec_ber`` gauge, trended on a log scale as the **Q factor in dB**
+  (``20·log10(√2·erfcinv(2·BER))``): for a receiver whose noise does not grow with signal,
+  Q is proportional to received power, so a link losing dB per hour loses Q dB at the same
+  rate — a straight line, where ``log10(BER)`` bends ever steeper. ETA = time until the
+  FEC limit (``fec_limit_ber``: 2.4e-4 for 400G KP4 by default; a soft-decision limit such as
+  2e-2 for coherent DWDM).
+- **RX power** (dBm). ETA = time until the module's low RX power alarm
+  (``rx_power_low_alarm_dbm``; vendor-specific, off when NaN).
+- **TX bias** rising at constant TX power: laser ageing (the TX power trend must not rise
+  with it, else the bias change was commanded). ETA = time until the high-bias alarm
+  (``tx_bias_high_alarm_a``) or, when unknown, ``bias_eol_ratio`` × the bias first seen
+  (Telcordia-style end of life at +50 %).
+
+**Steps.** Every signal is corrected for steps: a jump off the fitted line of more than
+``step_min_db`` (10 % for the bias) and ``step_k`` × the fit's residual scale that persists
+for two buckets is a step (a reseated connector, a patch change, a sudden loss): the older
+buckets are shifted by it, so the line keeps the trend and does not read the step as one,
+while the level — and so the ETA — starts from where the signal is now. An RX power step is
+reported as an anomaly.
+
+The smallest ETA of the two ends of a link, when under ``horizon_s`` with enough confidence,
+is a :class:`~foreshock.findings.Prediction` ``link_down`` on the link (slot = optic slot // 2)
+through the shared start/refresh/withdraw state machine (:mod:`.alarm`). A BER already past
+the FEC limit gives ETA 0: the link is about to flap.
+
+No trend is extrapolated more than ``max_extrapolation`` windows ahead (12 × 32 minutes by
+default: a half-hour trend says nothing about next month). A significant worsening trend that
+reaches its threshold beyond the horizon but within ``trend_horizon_s`` (90 days) is an
+early-warning :class:`~foreshock.findings.Anomaly` on the
+optic, repeated at most every ``trend_refresh_s``; so is every step.
+
+Samples with loss of signal (``los`` = 1, or RX power under ``los_dbm``) are not trended.
+
+>>> import numpy as np
+>>> from foreshock.frames import Frame
+>>> from foreshock.topology import Topology
+>>> topo = Topology.from_dict({"rows": [{"name": "r"}], "racks": [{"name": "k", "row": "r"}],
+...     "nodes": [{"name": "n0", "rack": "k", "gpus": 1}], "switches": [{"name": "leaf0"}],
+...     "links": [{"name": "n0/gpu0~leaf0", "a": "n0/gpu0", "b": "leaf0"}]})
+>>> det = OpticsDetector(topo)
+>>> rng = np.random.default_rng(1)
+>>> found = []
+>>> for t in np.arange(0.0, 6 * 3600, 30.0):      # end b loses 1 dB per hour from 2 h on
+...     loss = max(0.0, (t - 7200) / 3600)
+...     rx = np.array([-1.0, -1.0 - loss]) + rng.normal(0, 0.05, 2)
+...     ber = 0.5 * np.array([math.erfc(q / math.sqrt(2)) for q in 3.49 * 10 ** ((rx + 6.5) / 20)])
+...     found += det.update(Frame("optic", [t, t], [0, 1], {"rx_power": rx, "prefec_ber": ber}))
+>>> first = next(f for f in found if f.type == "prediction")
+>>> first.event, first.slot, round((first.ts - 7200) / 3600, 1) < 2.0   # found within 2 h ...
+('link_down', 0, True)
+>>> fec_limit_at = 7200 + 5.5 * 3600    # ... of 5.5 h of margin, with the ETA about right
+>>> abs(first.ts + first.eta_s - fec_limit_at) < 3600
+True
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, ClassVar
+
+import numpy as np
+
+from foreshock import facts
+from foreshock.findings import Anomaly, Finding, Prediction
+from foreshock.frames import Frame
+from foreshock.health import PipelineHealth
+from foreshock.numba_config import jit
+from foreshock.topology import Topology
+
+from .alarm import (A_SIZE, CODE_START, CODE_WITHDRAW, O_CODE, O_CONF, O_ETA, O_ROW, O_V0,
+                    O_WHICH, OUT_SIZE, alarm_step, emit, new_alarm_columns)
+from .base import Detector
+from .counters import CounterRates, report_problems
+
+# ---- inputs: one matrix per frame ------------------------------------------------------------
+X_RX, X_TXP, X_BIAS, X_BER, X_BITS, X_CORR, X_LOS = range(7)
+X_SIZE = 7
+
+# ---- trended signals --------------------------------------------------------------------------
+SIG_RX, SIG_BIAS, SIG_TXP, SIG_Q = range(4)
+N_SIG = 4
+SIGNAL_NAMES = ("rx_power", "tx_bias", "tx_power", "prefec_ber")
+# bucket accumulators: sum and count per signal (for the BER: corrected bits and bits from the
+# PHY counters), then the BER gauge's sum and count, used when the counters did not move
+ACC_SIZE = 2 * N_SIG + 2
+ACC_BER_GAUGE = 2 * N_SIG
+# fit columns per signal
+F_SLOPE, F_LEVEL, F_CONF, F_SCALE, F_PENDING, F_T = range(6)
+F_SIZE = 6
+# per-optic scalar columns
+O_BUCKET, O_COUNT, O_POS, O_BIAS_REF, O_ETA_RX, O_ETA_Q, O_ETA_BIAS, O_TREND_EMIT = range(8)
+O_SIZE = 8
+# predictors (which signal gave the ETA)
+PRED_RX, PRED_Q, PRED_BIAS = range(3)
+PRED_SIGNAL = (SIG_RX, SIG_Q, SIG_BIAS)
+BER_MAX = 0.45  # a BER of 0.5 is a coin toss: Q = 0, -inf dB
+# emission kinds
+EMIT_LINK_DOWN, EMIT_STEP, EMIT_TREND = 0, 1, 2
+
+PARAMS: dict[str, float] = {
+    "bucket_s": 60.0,  # samples are averaged into buckets this long
+    "window": 32.0,  # buckets in the trend window (window * bucket_s of history)
+    "min_points": 8.0,  # buckets before a trend is trusted
+    "fec_limit_ber": facts.PREFEC_BER_FEC_LIMIT,
+    "ber_floor": 1e-15,  # gauge values below this are clamped (a BER of 0 has no Q)
+    "rx_power_low_alarm_dbm": float("nan"),  # the module's own alarm; NaN = unknown
+    "tx_bias_high_alarm_a": float("nan"),  # the module's own alarm; NaN = use bias_eol_ratio
+    "bias_eol_ratio": 1.5,
+    "los_dbm": -30.0,  # RX power below this is loss of signal, not a trend sample
+    "horizon_s": 6 * 3600.0,  # predict link-downs at most this far ahead
+    "trend_horizon_s": 90 * 86400.0,  # a worsening trend that gets there within this is an anomaly
+    "trend_refresh_s": 86400.0,  # ... repeated at most this often per optic
+    "max_extrapolation": 12.0,  # a trend is never extrapolated more than this many windows ahead
+    "min_slope_db_per_day": 1.0,  # a slower Q or RX decline is not a trend (ageing noise)
+    "min_bias_slope_per_day": 0.02,  # relative bias rise per day to call laser ageing
+    "tx_flat_db_per_day": 0.5,  # TX power counts as constant below this rise
+    "confidence_min": 0.6,
+    "step_min_db": 1.0,
+    "step_k": 6.0,
+    "clear_factor": 1.5,  # withdraw when the ETA exceeds horizon * clear_factor ...
+    "off_hold_s": 600.0,  # ... for this long
+    "refresh_s": 60.0,
+    "on_count": 2.0,  # consecutive firing evaluations (bucket closes) to start
+}
+PARAM_NAMES = tuple(PARAMS)
+(P_BUCKET, P_WINDOW, P_MIN_POINTS, P_FEC, P_BER_FLOOR, P_RX_ALARM, P_BIAS_ALARM, P_BIAS_EOL,
+ P_LOS, P_HORIZON, P_TREND_HORIZON, P_TREND_REFRESH, P_MAX_EXTRAP, P_MIN_SLOPE, P_MIN_BIAS_SLOPE, P_TX_FLAT, P_CONF_MIN, P_STEP_MIN, P_STEP_K,
+ P_CLEAR, P_OFF_HOLD, P_REFRESH, P_ON) = range(len(PARAMS))
+
+DAY_S = 86400.0
+
+
+def params_vector(overrides: dict[str, float]) -> np.ndarray:
+    unknown = sorted(set(overrides) - set(PARAMS))
+    if unknown:
+        raise ValueError(f"optics: unknown parameters {unknown}; known: {sorted(PARAMS)}")
+    vec = np.array([float(overrides.get(k, v)) for k, v in PARAMS.items()])
+    if not vec[P_BUCKET] > 0 or not vec[P_HORIZON] > 0:
+        raise ValueError("optics: bucket_s and horizon_s must be > 0")
+    if not 4 <= vec[P_WINDOW] <= 1024 or not 2 <= vec[P_MIN_POINTS] <= vec[P_WINDOW]:
+        raise ValueError("optics: need 4 <= window <= 1024 and 2 <= min_points <= window")
+    if not 0.0 < vec[P_FEC] < 0.5:
+        raise ValueError("optics: fec_limit_ber must be in (0, 0.5)")
+    return vec
+
+
+# ---- the Q factor -------------------------------------------------------------------------------
+@jit
+def q_db_of_ber(ber: float) -> float:
+    """Q factor in dB (``20·log10(q)``, ``BER = 0.5·erfc(q/√2)``); NaN for NaN, BER >= 0.5 -> -inf.
+
+    Newton's method on ``log erfc`` (well conditioned in the far tail) from the asymptotic
+    guess; eight steps reach double precision for BERs between 1e-300 and 0.5.
+    """
+    if ber != ber:
+        return np.nan
+    if ber >= 0.5:
+        return -np.inf
+    y = 2.0 * max(ber, 1e-300)
+    x = math.sqrt(max(-math.log(y), 0.0))
+    target = math.log(y)
+    for _ in range(30):
+        e = math.erfc(x)
+        if e <= 0.0:
+            break
+        step = (math.log(e) - target) / (-2.0 / math.sqrt(math.pi) * math.exp(-x * x) / e)
+        x = max(x - step, 0.0)
+        if abs(step) < 1e-12 * max(x, 1.0):
+            break
+    return 20.0 * math.log10(max(x * math.sqrt(2.0), 1e-300))
+
+
+@jit
+def ber_of_q_db(q_db: float) -> float:
+    return 0.5 * math.erfc(10.0 ** (q_db / 20.0) / math.sqrt(2.0))  # type: ignore[no-any-return]
+
+
+# ---- Theil-Sen over a ring --------------------------------------------------------------------
+@jit
+def theil_sen(t: np.ndarray, y: np.ndarray, m: int, scratch: np.ndarray) -> tuple[float, float, float, float]:
+    """Robust line through the first ``m`` (time-ordered) points: (slope, level at t[m-1],
+    sign agreement in [0.5, 1], median absolute residual).
+
+    Slopes are taken between every point of the older half and every point of the newer half;
+    pairs closer than 1e-9 s are skipped.
+    """
+    h = m // 2
+    k = 0
+    for i in range(h):
+        for j in range(h, m):
+            dt = t[j] - t[i]
+            if dt > 1e-9:
+                scratch[k] = (y[j] - y[i]) / dt
+                k += 1
+    if k == 0:
+        return np.nan, np.nan, np.nan, np.nan
+    slope = np.median(scratch[:k])
+    agree = 0
+    nonzero = 0
+    for i in range(k):
+        if scratch[i] != 0.0:
+            nonzero += 1
+            if (scratch[i] > 0.0) == (slope > 0.0):
+                agree += 1
+    agreement = agree / nonzero if nonzero > 0 else 0.5
+    t_end = t[m - 1]
+    for i in range(m):
+        scratch[i] = y[i] - slope * (t[i] - t_end)
+    level = np.median(scratch[:m])
+    for i in range(m):
+        scratch[i] = abs(scratch[i] - level)
+    scale = np.median(scratch[:m])
+    return slope, level, agreement, scale
+
+
+@jit
+def _close_bucket(o: int, acc: np.ndarray, optic: np.ndarray, ring_t: np.ndarray, ring: np.ndarray,
+                  fit: np.ndarray, params: np.ndarray, work: np.ndarray) -> np.ndarray:
+    """Turn optic ``o``'s open bucket into ring points, refit each signal, update the ETAs.
+
+    Returns the size of a confirmed step per signal (NaN where none).
+    """
+    window = ring_t.shape[1]
+    t_b = (optic[o, O_BUCKET] + 0.5) * params[P_BUCKET]
+    means = np.empty(N_SIG)
+    for g in range(N_SIG):
+        num, den = acc[o, 2 * g], acc[o, 2 * g + 1]
+        means[g] = num / den if den > 0.0 else np.nan
+    bits = acc[o, 2 * SIG_Q + 1]
+    if bits > 0.0:
+        # no corrected bit in the bucket says BER < 1 / bits: half a bit is the estimate
+        means[SIG_Q] = max(acc[o, 2 * SIG_Q], 0.5) / bits
+    elif acc[o, ACC_BER_GAUGE + 1] > 0.0:
+        means[SIG_Q] = acc[o, ACC_BER_GAUGE] / acc[o, ACC_BER_GAUGE + 1]
+    for k in range(ACC_SIZE):
+        acc[o, k] = 0.0
+    if means[SIG_Q] == means[SIG_Q]:
+        means[SIG_Q] = q_db_of_ber(min(max(means[SIG_Q], params[P_BER_FLOOR]), BER_MAX))
+    steps = np.full(N_SIG, np.nan)
+    count = int(optic[o, O_COUNT])
+    pos = int(optic[o, O_POS])
+    # step detection against the current fit, before the new point joins the ring
+    for g in range(N_SIG):
+        y = means[g]
+        if y != y or fit[o, g, F_SLOPE] != fit[o, g, F_SLOPE]:
+            continue
+        predicted = fit[o, g, F_LEVEL] + fit[o, g, F_SLOPE] * (t_b - fit[o, g, F_T])
+        resid = y - predicted
+        floor = params[P_STEP_MIN] if g != SIG_BIAS else 0.1 * abs(fit[o, g, F_LEVEL])
+        big = abs(resid) > max(params[P_STEP_K] * 1.4826 * fit[o, g, F_SCALE], floor)
+        pending = fit[o, g, F_PENDING]
+        if big and pending == pending and (pending > 0.0) == (resid > 0.0):
+            # the pending bucket may straddle the step; the new one is wholly after it, so its
+            # residual is the step. Shift every ring point older than the pending one.
+            shift = resid
+            for k in range(1, count):
+                idx = (pos - 1 - k) % window
+                ring[o, g, idx] += shift
+            fit[o, g, F_PENDING] = np.nan
+            fit[o, g, F_LEVEL] += shift
+            steps[g] = shift
+        elif big:
+            fit[o, g, F_PENDING] = resid
+        else:
+            fit[o, g, F_PENDING] = np.nan
+    ring_t[o, pos] = t_b
+    for g in range(N_SIG):
+        ring[o, g, pos] = means[g]
+    pos = (pos + 1) % window
+    count = min(count + 1, window)
+    optic[o, O_POS] = pos
+    optic[o, O_COUNT] = count
+    # refit every signal on its valid points, oldest first
+    ts_buf = work[0]
+    ys_buf = work[1]
+    scratch = work[2]
+    for g in range(N_SIG):
+        m = 0
+        for k in range(count):
+            idx = (pos - count + k) % window
+            v = ring[o, g, idx]
+            if abs(v) < np.inf:  # NaN and inf fail this
+                ts_buf[m] = ring_t[o, idx]
+                ys_buf[m] = v
+                m += 1
+        if m < params[P_MIN_POINTS] or ys_buf[m - 1] != means[g]:
+            # too few points, or this bucket had none: the trend is not current
+            if m < params[P_MIN_POINTS]:
+                fit[o, g, F_SLOPE] = np.nan
+            continue
+        slope, level, agreement, scale = theil_sen(ts_buf, ys_buf, m, scratch)
+        fill = min(1.0, m / (0.5 * window))
+        fit[o, g, F_SLOPE] = slope
+        fit[o, g, F_LEVEL] = level
+        fit[o, g, F_CONF] = max(0.0, 2.0 * agreement - 1.0) * fill
+        fit[o, g, F_SCALE] = scale
+        fit[o, g, F_T] = ts_buf[m - 1]
+    _update_etas(o, optic, fit, params)
+    return steps
+
+
+@jit
+def _eta_down(level: float, slope: float, threshold: float, min_slope: float) -> float:
+    """Time for a falling signal to reach ``threshold`` (0 if already there, inf if not falling)."""
+    if level != level or threshold != threshold:
+        return np.inf
+    if level <= threshold:
+        return 0.0
+    if not slope < -min_slope:
+        return np.inf
+    return (level - threshold) / -slope
+
+
+@jit
+def _update_etas(o: int, optic: np.ndarray, fit: np.ndarray, params: np.ndarray) -> None:
+    """ETA of each predictor of optic ``o`` from its fit; inf when not heading for its threshold
+    or when that is more than ``max_extrapolation`` windows ahead (a 30-minute trend says
+    nothing about next month)."""
+    min_slope = params[P_MIN_SLOPE] / DAY_S
+    reach = params[P_MAX_EXTRAP] * params[P_WINDOW] * params[P_BUCKET]
+    optic[o, O_ETA_Q] = np.inf
+    optic[o, O_ETA_RX] = np.inf
+    optic[o, O_ETA_BIAS] = np.inf
+    q_limit = q_db_of_ber(params[P_FEC])
+    if fit[o, SIG_Q, F_SLOPE] == fit[o, SIG_Q, F_SLOPE]:
+        optic[o, O_ETA_Q] = _eta_down(fit[o, SIG_Q, F_LEVEL], fit[o, SIG_Q, F_SLOPE], q_limit, min_slope)
+    if fit[o, SIG_RX, F_SLOPE] == fit[o, SIG_RX, F_SLOPE]:
+        optic[o, O_ETA_RX] = _eta_down(fit[o, SIG_RX, F_LEVEL], fit[o, SIG_RX, F_SLOPE],
+                                       params[P_RX_ALARM], min_slope)
+    bias_slope = fit[o, SIG_BIAS, F_SLOPE]
+    bias = fit[o, SIG_BIAS, F_LEVEL]
+    if bias_slope == bias_slope and bias > 0.0:
+        if optic[o, O_BIAS_REF] != optic[o, O_BIAS_REF]:
+            optic[o, O_BIAS_REF] = bias
+        txp_slope = fit[o, SIG_TXP, F_SLOPE]
+        tx_flat = not (txp_slope * DAY_S > params[P_TX_FLAT])  # NaN (no TX power) counts as flat
+        limit = params[P_BIAS_ALARM]
+        if limit != limit:
+            limit = params[P_BIAS_EOL] * optic[o, O_BIAS_REF]
+        if tx_flat and bias_slope * DAY_S > params[P_MIN_BIAS_SLOPE] * bias:
+            optic[o, O_ETA_BIAS] = 0.0 if bias >= limit else (limit - bias) / bias_slope
+    for col in (O_ETA_Q, O_ETA_RX, O_ETA_BIAS):
+        if optic[o, col] > reach:
+            optic[o, col] = np.inf
+
+
+@jit
+def _optics_kernel(ts: np.ndarray, slot: np.ndarray, x: np.ndarray, state: tuple,  # type: ignore[type-arg]
+                   params: np.ndarray, work: np.ndarray, out: np.ndarray) -> int:
+    """Accumulate samples into buckets; at each bucket close refit and run the link alarm.
+
+    ``state`` = (acc (optics, ACC_SIZE), optic (optics, O_SIZE), ring_t (optics, W),
+    ring (optics, N_SIG, W), fit (optics, N_SIG, F_SIZE), alarm (links, A_SIZE),
+    link_bucket (links,)). Emissions go to ``out`` (see :mod:`.alarm`).
+    """
+    acc, optic, ring_t, ring, fit, alarm, link_bucket = state
+    n_opt = optic.shape[0]
+    n_out = 0
+    for i in range(len(ts)):
+        o = slot[i]
+        t = ts[i]
+        if o < 0 or o >= n_opt or t != t:
+            continue
+        b = math.floor(t / params[P_BUCKET])
+        cur = optic[o, O_BUCKET]
+        if cur == cur and b > cur:
+            steps = _close_bucket(o, acc, optic, ring_t, ring, fit, params, work)
+            for g in range(N_SIG):
+                if steps[g] == steps[g]:
+                    n_out = emit(out, n_out, i, EMIT_STEP, CODE_START, np.nan, 1.0,
+                                 (steps[g], fit[o, g, F_LEVEL], float(g), 0.0, 0.0, 0.0))
+            n_out = _trend_warning(i, o, t, optic, fit, params, out, n_out)
+            n_out = _link_alarm(i, o, cur, t, state, params, out, n_out)
+        if cur != cur or b > cur:
+            optic[o, O_BUCKET] = b
+        elif b < cur:
+            continue  # late sample for a closed bucket
+        rx = x[i, X_RX]
+        if x[i, X_LOS] >= 0.5 or rx < params[P_LOS]:
+            continue  # loss of signal: the link is down, not trending
+        for g, col in ((SIG_RX, X_RX), (SIG_BIAS, X_BIAS), (SIG_TXP, X_TXP)):
+            v = x[i, col]
+            if abs(v) < np.inf:  # NaN and inf fail this
+                acc[o, 2 * g] += v
+                acc[o, 2 * g + 1] += 1.0
+        # pre-FEC BER: the PHY counters when they moved (exact over the bucket), else the gauge
+        bits, corr = x[i, X_BITS], x[i, X_CORR]
+        if bits > 0.0 and corr == corr:
+            acc[o, 2 * SIG_Q] += corr
+            acc[o, 2 * SIG_Q + 1] += bits
+        else:
+            ber = x[i, X_BER]
+            if 0.0 <= ber < np.inf:
+                acc[o, ACC_BER_GAUGE] += min(max(ber, params[P_BER_FLOOR]), BER_MAX)
+                acc[o, ACC_BER_GAUGE + 1] += 1.0
+    return n_out
+
+
+@jit
+def _trend_warning(row: int, o: int, t: float, optic: np.ndarray, fit: np.ndarray, params: np.ndarray,
+                   out: np.ndarray, n_out: int) -> int:
+    """A significant worsening trend that reaches its threshold beyond the prediction horizon
+    but within ``trend_horizon_s``: an early warning, at most every ``trend_refresh_s``."""
+    last = optic[o, O_TREND_EMIT]
+    if last == last and t - last < params[P_TREND_REFRESH]:
+        return n_out
+    for pred, col in ((PRED_Q, O_ETA_Q), (PRED_RX, O_ETA_RX), (PRED_BIAS, O_ETA_BIAS)):
+        sig = PRED_SIGNAL[pred]
+        eta = optic[o, col]
+        if params[P_HORIZON] < eta <= params[P_TREND_HORIZON] and fit[o, sig, F_CONF] >= params[P_CONF_MIN]:
+            optic[o, O_TREND_EMIT] = t
+            return emit(out, n_out, row, EMIT_TREND, CODE_START, eta, fit[o, sig, F_CONF],
+                        (float(pred), float(o), fit[o, sig, F_SLOPE], fit[o, sig, F_LEVEL], 0.0, 0.0))
+    return n_out
+
+
+@jit
+def _link_alarm(row: int, o: int, bucket: float, t: float, state: tuple,  # type: ignore[type-arg]
+                params: np.ndarray, out: np.ndarray, n_out: int) -> int:
+    """Evaluate the link of optic ``o`` once per bucket: smallest ETA of its two ends."""
+    _, optic, _, _, fit, alarm, link_bucket = state
+    link = o // 2
+    if not bucket > link_bucket[link]:
+        return n_out
+    link_bucket[link] = bucket
+    best_eta = np.inf
+    best_conf = 0.0
+    best_end = o
+    best_pred = PRED_Q
+    for end in (2 * link, 2 * link + 1):
+        for pred, col, sig in ((PRED_Q, O_ETA_Q, SIG_Q), (PRED_RX, O_ETA_RX, SIG_RX),
+                               (PRED_BIAS, O_ETA_BIAS, SIG_BIAS)):
+            eta = optic[end, col]
+            conf = fit[end, sig, F_CONF]
+            if eta == 0.0:
+                conf = 1.0  # already past the threshold: no extrapolation involved
+            if eta < best_eta or (eta == best_eta and conf > best_conf):
+                best_eta, best_conf, best_end, best_pred = eta, conf, end, pred
+    sig = PRED_SIGNAL[best_pred]
+    # the sample that closed the bucket lies up to one bucket after the fit's last point
+    elapsed = t - fit[best_end, sig, F_T]
+    if best_eta > 0.0 and best_eta < np.inf and elapsed == elapsed:
+        best_eta = max(best_eta - max(elapsed, 0.0), 0.0)
+    firing = best_eta <= params[P_HORIZON] and best_conf >= params[P_CONF_MIN]
+    clear = not best_eta <= params[P_HORIZON] * params[P_CLEAR]
+    code = alarm_step(alarm, link, 0, t, firing, clear, params[P_ON], params[P_OFF_HOLD], params[P_REFRESH])
+    if code != 0:
+        n_out = emit(out, n_out, row, EMIT_LINK_DOWN, code, best_eta, best_conf,
+                     (float(best_pred), float(best_end), fit[best_end, sig, F_SLOPE],
+                      fit[best_end, sig, F_LEVEL], fit[best_end, SIG_RX, F_LEVEL],
+                      fit[best_end, SIG_RX, F_SLOPE]))
+    return n_out
+
+
+class OpticsDetector(Detector):
+    """Per-optic robust trends -> ``link_down`` predictions per link; RX power steps."""
+
+    name: ClassVar[str] = "optics"
+    kinds: ClassVar[tuple[str, ...]] = ("optic",)
+
+    def __init__(self, topology: Topology, health: PipelineHealth | None = None, **params: Any) -> None:
+        super().__init__(topology)
+        self.health = health or PipelineHealth()
+        self.params = params_vector(params)
+        self.horizon_s = float(self.params[P_HORIZON])
+        n_opt = topology.size("optic")
+        n_links = topology.size("link")
+        window = int(self.params[P_WINDOW])
+        self.counters = CounterRates(n_opt, ("rx_bits", "rx_corrected_bits"))
+        self.s_counter_state, self.s_counter_resets = self.counters.s_state, self.counters.s_resets
+        self.s_acc = np.zeros((n_opt, ACC_SIZE))
+        self.s_optic = np.full((n_opt, O_SIZE), np.nan)
+        self.s_optic[:, O_COUNT] = 0.0
+        self.s_optic[:, O_POS] = 0.0
+        self.s_optic[:, [O_ETA_RX, O_ETA_Q, O_ETA_BIAS]] = np.inf
+        self.s_ring_t = np.full((n_opt, window), np.nan)
+        self.s_ring = np.full((n_opt, N_SIG, window), np.nan)
+        self.s_fit = np.full((n_opt, N_SIG, F_SIZE), np.nan)
+        self.s_alarm = new_alarm_columns(n_links, 1)
+        self.s_link_bucket = np.full(n_links, -np.inf)
+        self._work = np.empty((3, window * window // 4 + window))  # times, values, pair slopes
+
+    def update(self, frame: Frame) -> list[Finding]:
+        if frame.kind != "optic" or len(frame) == 0:
+            return []
+        cols = frame.columns
+        delta, _, problems = self.counters.update(
+            frame.ts, frame.slot, np.stack([cols["rx_bits"], cols["rx_corrected_bits"]], axis=1))
+        report_problems(self.health, self.name, problems)
+        x = np.empty((len(frame), X_SIZE))
+        x[:, X_RX] = cols["rx_power"]
+        x[:, X_TXP] = cols["tx_power"]
+        x[:, X_BIAS] = cols["tx_bias"]
+        x[:, X_BER] = cols["prefec_ber"]
+        x[:, X_BITS] = delta[:, 0]
+        x[:, X_CORR] = delta[:, 1]
+        x[:, X_LOS] = cols["los"]
+        out = np.empty((len(frame) * (N_SIG + 2), OUT_SIZE))
+        state = (self.s_acc, self.s_optic, self.s_ring_t, self.s_ring, self.s_fit, self.s_alarm,
+                 self.s_link_bucket)
+        n = _optics_kernel(frame.ts, frame.slot, x, state, self.params, self._work, out)
+        return [self._finding(frame, rec) for rec in out[:n]]
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        self.counters.s_state, self.counters.s_resets = self.s_counter_state, self.s_counter_resets
+
+    def _finding(self, frame: Frame, rec: np.ndarray) -> Finding:
+        row, which, code = int(rec[O_ROW]), int(rec[O_WHICH]), int(rec[O_CODE])
+        ts, optic = float(frame.ts[row]), int(frame.slot[row])
+        v = rec[O_V0:O_V0 + 6]
+        if which == EMIT_STEP:
+            return self._step(ts, optic, float(v[0]), float(v[1]), int(v[2]))
+        if which == EMIT_TREND:
+            return self._trend(ts, optic, int(v[0]), float(rec[O_ETA]), float(rec[O_CONF]), float(v[2]), float(v[3]))
+        pred, end = int(v[0]), int(v[1])
+        link = end // 2
+        eta = float(rec[O_ETA])
+        name = self.topology.name("optic", end)
+        if code == CODE_WITHDRAW:
+            reason = f"optics of {self.topology.links[link]} no longer trending to failure"
+        else:
+            reason = self._reason(pred, name, eta, float(v[2]), float(v[3]), float(v[4]), float(v[5]))
+        return Prediction(ts=ts, entity_kind="link", slot=link, event="link_down",
+                          eta_s=eta if np.isfinite(eta) else -1.0, confidence=round(float(rec[O_CONF]), 3),
+                          detector=self.name, reason=reason, active=code != CODE_WITHDRAW)
+
+    def _step(self, ts: float, optic: int, step: float, level: float, sig: int) -> Anomaly:
+        name = self.topology.name("optic", optic)
+        if sig == SIG_Q:
+            after = float(ber_of_q_db(level))
+            before = float(ber_of_q_db(level - step))
+            what = f"pre-FEC BER jumped from {before:.1e} to {after:.1e} (Q {step:+.1f} dB)"
+        elif sig == SIG_BIAS:
+            what = f"laser bias stepped {step * 1e3:+.2f} mA to {level * 1e3:.2f} mA"
+        elif sig == SIG_TXP:
+            what = f"TX power stepped {step:+.1f} dB to {level:.1f} dBm"
+        else:
+            what = f"RX power stepped {step:+.1f} dB to {level:.1f} dBm (connector, patch or fibre change?)"
+        return Anomaly(ts=ts, entity_kind="optic", slot=optic, field=SIGNAL_NAMES[sig], score=abs(step),
+                       detector=self.name, reason=f"{name}: {what}")
+
+    def _trend(self, ts: float, optic: int, pred: int, eta: float, conf: float, slope: float,
+               level: float) -> Anomaly:
+        name = self.topology.name("optic", optic)
+        p = self.params
+        days = eta / DAY_S
+        if pred == PRED_Q:
+            margin = level - float(q_db_of_ber(p[P_FEC]))
+            what = (f"pre-FEC BER {float(ber_of_q_db(level)):.1e} worsening {slope * DAY_S:+.2f} dB/day (Q), "
+                    f"{margin:.1f} dB above the FEC limit {p[P_FEC]:.1e}")
+        elif pred == PRED_RX:
+            what = f"RX power {level:.1f} dBm falling {slope * DAY_S:+.2f} dB/day toward its alarm {p[P_RX_ALARM]:.1f} dBm"
+        else:
+            what = f"laser bias {level * 1e3:.1f} mA rising {slope * DAY_S * 1e3:+.2f} mA/day at constant TX power"
+        return Anomaly(ts=ts, entity_kind="optic", slot=optic, field=SIGNAL_NAMES[PRED_SIGNAL[pred]],
+                       score=round(p[P_TREND_HORIZON] / max(eta, 1.0), 3), detector=self.name,
+                       reason=f"{name}: {what}; there in ~{days:.0f} days at this rate (trend confidence {conf:.2f})")
+
+    def _reason(self, pred: int, optic: str, eta: float, slope: float, level: float,
+                rx_level: float, rx_slope: float) -> str:
+        p = self.params
+        when = "now" if eta <= 0 else f"in {eta / 3600:.1f} h"
+        rx = (f"; RX power {rx_level:.1f} dBm ({rx_slope * 3600:+.2f} dB/h)"
+              if np.isfinite(rx_level) and np.isfinite(rx_slope) else "")
+        if pred == PRED_Q:
+            ber = float(ber_of_q_db(level))
+            return (f"{optic}: pre-FEC BER {ber:.1e} (Q {level:.1f} dB, {slope * 3600:+.2f} dB/h) "
+                    f"reaches the FEC limit {p[P_FEC]:.1e} {when}{rx}")
+        if pred == PRED_RX:
+            return (f"{optic}: RX power {level:.1f} dBm ({slope * DAY_S:+.1f} dB/day) reaches the "
+                    f"module's low alarm {p[P_RX_ALARM]:.1f} dBm {when}")
+        return (f"{optic}: laser bias {level * 1e3:.1f} mA rising {slope * DAY_S * 1e3:+.2f} mA/day at "
+                f"constant TX power (laser ageing), end of life {when}")
+
+    def gauges(self) -> dict[str, tuple[str, Any, str]]:
+        eta = np.minimum(self.s_optic[:, O_ETA_Q], np.minimum(self.s_optic[:, O_ETA_RX], self.s_optic[:, O_ETA_BIAS]))
+        return {
+            "optic_rx_power_trend_db_per_day": ("optic", self.s_fit[:, SIG_RX, F_SLOPE] * DAY_S,
+                                                "Robust (Theil-Sen) RX power trend"),
+            "optic_link_down_eta_seconds": ("optic", np.where(np.isfinite(eta), eta, np.nan),
+                                            "Time until this optic's link is expected to fail"),
+        }

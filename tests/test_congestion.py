@@ -1,0 +1,355 @@
+"""Congestion: per-port signals at the port's rate, spreading vs one hot port, rerouting cause."""
+
+from __future__ import annotations
+
+import doctest
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from foreshock import facts
+from foreshock.detectors import congestion
+from foreshock.detectors.congestion import (COUNTERS, PARAMS, R_CODE, R_DOWN, R_ECN, R_PAUSE, R_SCORE, R_SIZE,
+                                            R_WAIT, CongestionDetector, _congestion_kernel)
+from foreshock.frames import Frame
+from foreshock.topology import Topology
+
+TICKS_400G = 400e9 / 8 / facts.XMIT_WAIT_TICK_BYTES  # xmit_wait ticks per second at 400 Gb/s
+
+
+def fabric(nodes: int = 4, rails: int = 2) -> Topology:
+    """``nodes`` nodes of ``rails`` GPUs, one leaf per rail, one uplink per leaf; two jobs."""
+    names = [f"n{i}" for i in range(nodes)]
+    return Topology.from_dict({
+        "rows": [{"name": "r"}], "racks": [{"name": "k", "row": "r"}],
+        "nodes": [{"name": n, "rack": "k", "gpus": rails} for n in names],
+        "switches": [{"name": f"leaf{r}", "rail": r} for r in range(rails)] + [{"name": "spine", "tier": "spine"}],
+        "links": [{"name": f"{n}/gpu{r}~leaf{r}", "a": f"{n}/gpu{r}", "b": f"leaf{r}"} for n in names for r in range(rails)]
+        + [{"name": f"leaf{r}~spine", "a": f"leaf{r}", "b": "spine"} for r in range(rails)],
+        "jobs": [{"name": "j0", "nodes": names[: nodes // 2]}, {"name": "j1", "nodes": names[nodes // 2:]}],
+    })
+
+
+class Fabric:
+    """Cumulative counters of every link, advanced one second at a time."""
+
+    def __init__(self, topo: Topology) -> None:
+        self.topo = topo
+        n = topo.size("link")
+        self.t = 0.0
+        self.c = {k: np.full(n, 1e6) for k in ("xmit_wait", "pfc_pause_duration", "ecn_marked", "cnp_sent")}
+        self.c["link_downed"] = np.zeros(n)
+        self.state = np.full(n, 4.0)
+        self.rate = np.where(topo.link_gpu >= 0, 400e9, 800e9)
+
+    def tick(self, wait=None, pause=None, ecn=None, down=(), up=(), with_state=True, with_downed=True) -> Frame:
+        n = self.topo.size("link")
+        self.t += 1.0
+        ticks = self.rate / 8 / facts.XMIT_WAIT_TICK_BYTES
+        self.c["xmit_wait"] += ticks * (1e-4 if wait is None else wait)
+        self.c["pfc_pause_duration"] += 1e-6 if pause is None else pause
+        self.c["ecn_marked"] += 2.0 if ecn is None else ecn
+        self.c["cnp_sent"] += 1.0
+        for link in down:
+            self.c["link_downed"][link] += 1
+            self.state[link] = 1.0
+        for link in up:
+            self.state[link] = 4.0
+        cols = {k: v.copy() for k, v in self.c.items()}
+        if not with_downed:
+            del cols["link_downed"]
+        cols["link_state"] = self.state.copy() if with_state else np.full(n, np.nan)
+        cols["link_rate"] = self.rate.astype(float)
+        return Frame("link", np.full(n, self.t), np.arange(n), cols)
+
+
+def slot(topo: Topology, name: str) -> int:
+    return topo.slot("link", name)
+
+
+def run(det, fab: Fabric, seconds: int, **kw) -> list:
+    out = []
+    for _ in range(seconds):
+        out += det.update(fab.tick(**kw))
+    return out
+
+
+# ---- per-port signals -------------------------------------------------------------------------
+def test_xmit_wait_is_a_fraction_of_time_at_the_ports_rate():
+    topo = fabric()
+    fab = Fabric(topo)
+    det = CongestionDetector(topo)
+    run(det, fab, 3)
+    port, uplink = slot(topo, "n0/gpu0~leaf0"), slot(topo, "leaf0~spine")
+    wait = np.full(topo.size("link"), 1e-4)
+    # the same number of ticks per second: 1 % of the time at 400 Gb/s, 0.5 % at 800 Gb/s
+    ticks = 0.01 * TICKS_400G
+    wait[port] = ticks / TICKS_400G
+    wait[uplink] = ticks / (2 * TICKS_400G)
+    found = det.update(fab.tick(wait=wait))
+    by_slot = {p.slot: p for p in found}
+    assert set(by_slot) == {port, uplink}
+    assert "xmit_wait 1.00% of time" in by_slot[port].reason
+    assert "xmit_wait 0.50% of time" in by_slot[uplink].reason
+
+
+def test_without_link_rate_the_default_rate_is_used():
+    topo = fabric()
+    det = CongestionDetector(topo, default_rate_bps=400e9)
+    wait = 0.0
+    found = []
+    for t in range(3):
+        wait += TICKS_400G * (0.01 if t == 2 else 0.0)
+        found += det.update(Frame("link", [float(t)], [0], {"xmit_wait": [wait]}))
+    assert len(found) == 1 and "xmit_wait 1.00%" in found[0].reason
+
+
+@pytest.mark.parametrize("signal", ["pause", "ecn"])
+def test_pfc_pause_and_ecn_alone_are_congestion(signal):
+    topo = fabric()
+    fab = Fabric(topo)
+    det = CongestionDetector(topo)
+    run(det, fab, 3)
+    values = np.zeros(topo.size("link"))
+    values[3] = 0.05 if signal == "pause" else 5e4
+    found = det.update(fab.tick(**{signal: values}))
+    assert [p.slot for p in found] == [3]
+    assert ("PFC pause 5.00%" if signal == "pause" else "ECN/CNP 5e+04/s") in found[0].reason
+
+
+def test_healthy_ports_are_quiet():
+    topo = fabric(8, 4)
+    fab = Fabric(topo)
+    det = CongestionDetector(topo)
+    assert run(det, fab, 120) == []
+
+
+# ---- onset, hold, withdrawal --------------------------------------------------------------------
+def test_found_at_the_first_congested_sample_and_withdrawn_after_the_hold():
+    topo = fabric()
+    fab = Fabric(topo)
+    det = CongestionDetector(topo)
+    run(det, fab, 5)
+    hot = np.full(topo.size("link"), 1e-4)
+    hot[2] = 0.2
+    start = det.update(fab.tick(wait=hot))
+    assert [(p.slot, p.active) for p in start] == [(2, True)] and start[0].ts == fab.t
+    onset = fab.t
+    later = run(det, fab, 40)
+    withdrawn = [p for p in later if not p.active]
+    assert len(withdrawn) == 1 and withdrawn[0].slot == 2
+    assert withdrawn[0].ts - (onset + 1) == PARAMS["off_hold_s"]
+
+
+def test_wraps_and_resets_never_look_like_congestion():
+    topo = fabric()
+    n = topo.size("link")
+    det = CongestionDetector(topo, counter_bits=32)
+    wait = np.full(n, 2.0**32 - 1000.0)
+    found = []
+    for t in range(6):
+        if t == 3:
+            wait = np.full(n, 500.0)  # every xmit_wait wrapped at 32 bits: +1500 ticks
+        if t == 5:
+            wait = np.zeros(n)  # a reset (perfquery -R): not a wrap, not congestion
+        found += det.update(Frame("link", np.full(n, float(t)), np.arange(n), {"xmit_wait": wait.copy(),
+                                                                              "link_rate": np.full(n, 400e9)}))
+        wait = wait + 100.0
+    assert found == []
+    assert det.counters.s_resets[:, 0].tolist() == [1] * n
+
+
+# ---- spreading and cause ------------------------------------------------------------------------
+def test_spreading_over_a_leaf_versus_one_hot_port():
+    topo = fabric(6, 2)
+    fab = Fabric(topo)
+    det = CongestionDetector(topo)
+    run(det, fab, 3)
+    wait = np.full(topo.size("link"), 1e-4)
+    leaf0 = [slot(topo, f"n{i}/gpu0~leaf0") for i in range(4)]
+    wait[leaf0] = 0.1
+    found = det.update(fab.tick(wait=wait))
+    assert sorted(p.slot for p in found) == sorted(leaf0)
+    # ports are scored in slot order: the last one sees all four
+    assert "spreading over 4 ports of leaf0" in [p for p in found if p.slot == max(leaf0)][0].reason
+    topo = fabric(6, 2)
+    fab = Fabric(topo)
+    det = CongestionDetector(topo)
+    run(det, fab, 3)
+    wait = np.full(topo.size("link"), 1e-4)
+    wait[slot(topo, "n5/gpu1~leaf1")] = 0.1
+    (only,) = det.update(fab.tick(wait=wait))
+    assert "one hot port" in only.reason and "likely cause" not in only.reason
+
+
+@pytest.mark.parametrize("with_state,with_downed", [(True, True), (False, True), (True, False)])
+def test_rerouted_congestion_names_the_failed_link(with_state, with_downed):
+    topo = fabric()
+    fab = Fabric(topo)
+    det = CongestionDetector(topo)
+    run(det, fab, 5, with_state=with_state, with_downed=with_downed)
+    dead, sibling = slot(topo, "n1/gpu0~leaf0"), slot(topo, "n1/gpu1~leaf1")
+    wait = np.full(topo.size("link"), 1e-4)
+    wait[sibling] = 0.1
+    found = det.update(fab.tick(wait=wait, down=[dead], with_state=with_state, with_downed=with_downed))
+    assert [p.slot for p in found] == [sibling]
+    assert "traffic rerouted from n1/gpu0~leaf0" in found[0].reason
+    assert "same node" in found[0].reason
+
+
+def test_the_coincident_failure_wins_over_an_older_closer_one():
+    topo = fabric()
+    fab = Fabric(topo)
+    det = CongestionDetector(topo)
+    run(det, fab, 3)
+    old = slot(topo, "n3/gpu1~leaf1")  # same leaf as the victim, down long before
+    run(det, fab, 1, down=[old])
+    run(det, fab, 400)
+    fresh, victim = slot(topo, "n0/gpu0~leaf0"), slot(topo, "n2/gpu1~leaf1")
+    wait = np.full(topo.size("link"), 1e-4)
+    wait[victim] = 0.1
+    found = det.update(fab.tick(wait=wait, down=[fresh]))
+    assert "from n0/gpu0~leaf0" in found[0].reason
+
+
+def test_an_old_unrelated_failure_is_not_blamed():
+    topo = fabric()
+    fab = Fabric(topo)
+    det = CongestionDetector(topo, cause_window_s=600.0)
+    run(det, fab, 3)
+    run(det, fab, 1, down=[slot(topo, "n0/gpu0~leaf0")], up=[])
+    run(det, fab, 1, up=[slot(topo, "n0/gpu0~leaf0")])
+    run(det, fab, 700)
+    wait = np.full(topo.size("link"), 1e-4)
+    wait[slot(topo, "n3/gpu1~leaf1")] = 0.1
+    (p,) = det.update(fab.tick(wait=wait))
+    assert "likely cause" not in p.reason
+
+
+def test_a_down_port_is_not_scored():
+    topo = fabric()
+    fab = Fabric(topo)
+    det = CongestionDetector(topo)
+    run(det, fab, 3)
+    wait = np.full(topo.size("link"), 1e-4)
+    wait[0] = 0.5
+    assert det.update(fab.tick(wait=wait, down=[0])) == []
+
+
+# ---- kernel against a plain-Python reference ------------------------------------------------------
+def naive_congestion(ts, slot, rate, delta, gauges, params, n_links):
+    """Reference: scores from the module docstring, and the alarm machine written out."""
+    link_rate: dict[int, float] = {}
+    last_state: dict[int, float] = {}
+    alarm = {s: {"active": False, "on": 0, "emit": math.nan, "off": math.nan} for s in range(n_links)}
+    out = []
+    for i in range(len(ts)):
+        s, t = int(slot[i]), float(ts[i])
+        row = [math.nan] * R_SIZE
+        row[R_CODE] = 0.0
+        row[R_DOWN] = 0.0
+        if not 0 <= s < n_links or math.isnan(t):
+            out.append(row)
+            continue
+        state, bps = gauges[i]
+        if bps > 0:
+            link_rate[s] = bps
+        bps = link_rate.get(s, params["default_rate_bps"])
+        downs = delta[i, COUNTERS.index("link_downed")]
+        left = not math.isnan(state) and last_state.get(s) == 4.0 and state != 4.0
+        if downs > 0 or (math.isnan(downs) and left):
+            row[R_DOWN] = 1.0
+        if not math.isnan(state):
+            last_state[s] = state
+        if not math.isnan(state) and state != 4.0:
+            out.append(row)
+            continue
+        wait = rate[i, 0] * params["tick_bytes"] * 8 / bps
+        pause = rate[i, 1]
+        ecn = np.nanmax([rate[i, 2], rate[i, 3]]) if not np.isnan(rate[i, 2:4]).all() else math.nan
+        ratios = [v / th for v, th in ((wait, params["wait_ratio_on"]), (pause, params["pause_ratio_on"]),
+                                       (ecn, params["ecn_rate_on"])) if not math.isnan(v)]
+        score = max(ratios) if ratios else math.nan
+        row[R_WAIT], row[R_PAUSE], row[R_ECN], row[R_SCORE] = wait, pause, ecn, score
+        if not math.isnan(score):
+            a = alarm[s]
+            firing, clear = score >= 1.0, score < params["clear_ratio"]
+            code = 0
+            if not a["active"]:
+                a["on"] = a["on"] + 1 if firing else 0
+                if a["on"] >= params["on_count"]:
+                    a.update(active=True, emit=t, off=math.nan)
+                    code = 1
+            elif clear:
+                if math.isnan(a["off"]):
+                    a["off"] = t
+                elif t - a["off"] >= params["off_hold_s"]:
+                    a.update(active=False, on=0, off=math.nan, emit=t)
+                    code = 3
+            else:
+                a["off"] = math.nan
+                if firing and t - a["emit"] >= params["refresh_s"]:
+                    a["emit"] = t
+                    code = 2
+            row[R_CODE] = float(code)
+        out.append(row)
+    return np.array(out).reshape(len(ts), R_SIZE)
+
+
+@pytest.mark.kernel
+@settings(max_examples=50, deadline=None)
+@given(data=st.data(), n_rows=st.integers(0, 50))
+def test_kernel_matches_reference(data, n_rows):
+    topo = fabric(2, 2)
+    n_links = topo.size("link")
+    value = st.one_of(st.just(np.nan), st.just(np.inf), st.floats(0, 1e9, allow_nan=False))
+    slot = np.array(data.draw(st.lists(st.integers(-1, n_links), min_size=n_rows, max_size=n_rows)), np.int32)
+    ts = np.cumsum(data.draw(st.lists(st.sampled_from([0.5, 1.0, 10.0, 40.0]), min_size=n_rows,
+                                      max_size=n_rows))) if n_rows else np.empty(0)
+    ts = np.asarray(ts, dtype=np.float64)
+    rate = np.array(data.draw(st.lists(st.lists(value, min_size=5, max_size=5), min_size=n_rows,
+                                       max_size=n_rows)), dtype=np.float64).reshape(n_rows, 5)
+    rate[:, 0] *= 1e-2  # xmit_wait ticks: both sides of the threshold
+    rate[:, 1] *= 1e-11  # pause ratio
+    rate[:, 2:4] *= 1e-5  # ECN/CNP per second
+    delta = rate.copy()
+    gauges = np.array(data.draw(st.lists(st.tuples(st.sampled_from([np.nan, 4.0, 1.0]),
+                                                   st.sampled_from([np.nan, 400e9, 800e9, 0.0])),
+                                         min_size=n_rows, max_size=n_rows)), dtype=np.float64).reshape(n_rows, 2)
+    det = CongestionDetector(topo)
+    out = np.empty((n_rows, R_SIZE))
+    state = (det.s_link, det.s_alarm, det.s_congested_per_group)
+    _congestion_kernel(ts, slot, rate, delta, gauges, state, det._groups, det.params, out)
+    want = naive_congestion(ts, slot, rate, delta, gauges, PARAMS, n_links)
+    cols = [R_SCORE, R_WAIT, R_PAUSE, R_ECN, R_CODE, R_DOWN]
+    np.testing.assert_allclose(out[:, cols], want[:, cols], rtol=1e-12, equal_nan=True)
+
+
+def test_state_round_trip_gives_identical_future_output():
+    topo = fabric(6, 2)
+    rng = np.random.default_rng(5)
+    n = topo.size("link")
+    waits = np.where(rng.random((200, n)) < 0.05, 0.1, 1e-4)
+    downs = [list(np.flatnonzero(rng.random(n) < 0.01)) for _ in range(200)]
+    fab = Fabric(topo)
+    ticks = [fab.tick(wait=waits[i], down=downs[i], up=downs[i - 3] if i >= 3 else []) for i in range(200)]
+    a = CongestionDetector(topo)
+    for f in ticks[:80]:
+        a.update(f)
+    b = CongestionDetector(topo)
+    b.load_state_dict(a.state_dict())
+    out_a = [x for f in ticks[80:] for x in a.update(f)]
+    out_b = [x for f in ticks[80:] for x in b.update(f)]
+    assert out_a == out_b and len(out_a) > 10
+
+
+def test_unknown_parameter_is_refused():
+    with pytest.raises(ValueError, match="unknown parameters"):
+        CongestionDetector(fabric(), wait_ratio=0.1)
+
+
+def test_doctests():
+    assert doctest.testmod(congestion).failed == 0

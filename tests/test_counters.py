@@ -1,0 +1,198 @@
+"""Counter rates: the Numba kernel against a plain-Python reference, wraps, resets, precision."""
+
+from __future__ import annotations
+
+import doctest
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from foreshock.detectors import counters
+from foreshock.detectors.counters import MIN_DT_S, PROBLEMS, CounterRates, modulus_for_bits
+
+
+def naive_rates(ts, slot, values, modulus, max_rate, n_slots):
+    """Reference: one (slot, counter) at a time, in plain Python, straight from the docstring."""
+    rows, k = values.shape
+    delta = np.full((rows, k), np.nan)
+    rate = np.full((rows, k), np.nan)
+    last: dict[tuple[int, int], tuple[float, float]] = {}
+    resets = np.zeros((n_slots, k), dtype=np.int64)
+    problems = dict.fromkeys(PROBLEMS, 0)
+    for i in range(rows):
+        s, t = int(slot[i]), float(ts[i])
+        if not 0 <= s < n_slots or math.isnan(t):
+            problems["unknown_slot"] += 1
+            continue
+        for j in range(k):
+            v = float(values[i, j])
+            if math.isnan(v):
+                continue
+            if v < 0 or math.isinf(v):
+                problems["invalid_value"] += 1
+                continue
+            if (s, j) not in last:
+                last[(s, j)] = (v, t)
+                continue
+            lv, lt = last[(s, j)]
+            dt = t - lt
+            if dt < MIN_DT_S:
+                problems["stale_or_out_of_order"] += 1
+                continue
+            if v >= lv:
+                d = v - lv
+            else:
+                m = modulus[j]
+                wrapped = (m - lv) + v
+                if m > 0 and lv <= m and wrapped <= min(m / 2, max_rate[j] * dt):
+                    d = wrapped
+                    problems["wraps"] += 1
+                else:
+                    d = v
+                    resets[s, j] += 1
+                    problems["resets"] += 1
+            last[(s, j)] = (v, t)
+            delta[i, j] = d
+            rate[i, j] = d / dt
+    return delta, rate, problems, resets
+
+
+values_st = st.one_of(
+    st.floats(0, 2.0**32, allow_nan=False),
+    st.sampled_from([0.0, 2.0**32 - 1, 2.0**31, np.nan, np.inf, -np.inf, -1.0, 2.0**64 - 2048.0]),
+)
+
+
+@pytest.mark.kernel
+@settings(max_examples=60, deadline=None)
+@given(
+    n_rows=st.integers(0, 40),
+    n_slots=st.integers(1, 4),
+    data=st.data(),
+)
+def test_kernel_matches_reference_on_random_input(n_rows, n_slots, data):
+    k = 3
+    slot = np.array(data.draw(st.lists(st.integers(-1, n_slots), min_size=n_rows, max_size=n_rows)), np.int32)
+    ts = np.array(data.draw(st.lists(st.one_of(st.floats(0, 100, allow_nan=False), st.just(np.nan)),
+                                     min_size=n_rows, max_size=n_rows)))
+    values = np.array(data.draw(st.lists(st.lists(values_st, min_size=k, max_size=k),
+                                         min_size=n_rows, max_size=n_rows)), dtype=np.float64).reshape(n_rows, k)
+    modulus = [modulus_for_bits(32), 0.0, modulus_for_bits(64)]
+    max_rate = [np.inf, np.inf, 1e6]
+    rates = CounterRates(n_slots, ["a", "b", "c"], modulus=modulus, max_rate=max_rate)
+    # feed in two parts: streaming must equal the batch reference
+    cut = data.draw(st.integers(0, n_rows))
+    d1, r1, p1 = rates.update(ts[:cut], slot[:cut], values[:cut])
+    d2, r2, p2 = rates.update(ts[cut:], slot[cut:], values[cut:])
+    ref_d, ref_r, ref_p, ref_resets = naive_rates(ts, slot, values, modulus, max_rate, n_slots)
+    np.testing.assert_array_equal(np.vstack([d1, d2]), ref_d)
+    np.testing.assert_array_equal(np.vstack([r1, r2]), ref_r)
+    assert {key: p1[key] + p2[key] for key in PROBLEMS} == ref_p
+    np.testing.assert_array_equal(rates.s_resets, ref_resets)
+    # never a negative or infinite rate, whatever the input
+    both = np.vstack([r1, r2])
+    assert not np.any(both[np.isfinite(both)] < 0)
+    assert not np.any(np.isinf(both))
+
+
+@pytest.mark.kernel
+@settings(max_examples=40, deadline=None)
+@given(
+    increments=st.lists(st.integers(0, 2**30), min_size=2, max_size=60),
+    start=st.integers(0, 2**32 - 1),
+    bits=st.sampled_from([32, 64]),
+)
+def test_true_increments_survive_wraps(increments, start, bits):
+    """A real counter of ``bits`` width, sampled every second: the rates are the increments."""
+    modulus = 2**bits
+    raw, acc = [], start
+    for inc in increments:
+        acc += inc
+        raw.append(float(acc % modulus))
+    rates = CounterRates(1, ["x"], modulus=modulus_for_bits(bits))
+    ts = np.arange(len(raw), dtype=np.float64)
+    delta, rate, problems = rates.update(ts, np.zeros(len(raw), np.int32), np.array(raw)[:, None])
+    expected = np.array(increments[1:], dtype=np.float64)
+    np.testing.assert_allclose(rate[1:, 0], expected, rtol=0, atol=4096 if bits == 64 else 0)
+    assert problems["resets"] == 0
+    assert problems["wraps"] == sum(1 for a, b in zip(raw, raw[1:]) if b < a)
+
+
+def test_reset_is_counted_never_negative_or_huge():
+    rates = CounterRates(2, ["rx"], modulus=modulus_for_bits(64))
+    ts = np.array([0.0, 0.0, 10.0, 10.0, 20.0, 20.0])
+    slot = np.array([0, 1, 0, 1, 0, 1], np.int32)
+    raw = np.array([[2.49e9], [5e6], [2.49e9 + 100.0], [5e6 + 10.0], [40.0], [5e6 + 20.0]])
+    delta, rate, problems = rates.update(ts, slot, raw)
+    assert rate[4, 0] == 4.0  # counter restarted at 0 and counted 40 in 10 s
+    assert delta[4, 0] == 40.0
+    assert problems["resets"] == 1 and problems["wraps"] == 0
+    assert rates.s_resets.tolist() == [[1], [0]]
+
+
+def test_32_bit_data_counter_in_bytes_wraps_at_4_times_2_to_32():
+    """port_xmit_data counts 4-byte words; the field table scales it to bytes."""
+    modulus = modulus_for_bits(32, 4.0)
+    assert modulus == 4.0 * 2**32
+    rates = CounterRates(1, ["tx_data"], modulus=modulus, max_rate=400e9 / 8)
+    before = modulus - 4e9
+    raw = np.array([[before], [before + 4e9 - modulus + 1e9]])  # 5e9 bytes in one second, wrapped
+    _, rate, problems = rates.update(np.array([0.0, 1.0]), np.zeros(2, np.int32), raw)
+    assert rate[1, 0] == 5e9 and problems["wraps"] == 1
+    # the same decrease over 0.01 s would need 500 GB/s: more than the line rate, so a reset
+    rates = CounterRates(1, ["tx_data"], modulus=modulus, max_rate=400e9 / 8)
+    _, rate, problems = rates.update(np.array([0.0, 0.01]), np.zeros(2, np.int32), raw)
+    assert problems["resets"] == 1 and rate[1, 0] == raw[1, 0] / 0.01
+
+
+def test_float64_precision_near_2_to_64():
+    """Deltas of 64-bit counters above 2**53 are exact to one float64 spacing (4096 near 2**64)."""
+    m = modulus_for_bits(64)
+    last = m - 3 * 4096.0  # representable exactly
+    raw = np.array([[last], [8192.0]])  # wrapped: 3 * 4096 + 8192 = 20480 counts
+    _, rate, problems = CounterRates(1, ["c"], modulus=m).update(np.array([0.0, 1.0]), np.zeros(2, np.int32), raw)
+    assert problems["wraps"] == 1
+    assert rate[1, 0] == 20480.0
+
+
+def test_empty_and_missing():
+    rates = CounterRates(3, ["a", "b"])
+    d, r, p = rates.update(np.empty(0), np.empty(0, np.int32), np.empty((0, 2)))
+    assert d.shape == (0, 2) and r.shape == (0, 2) and sum(p.values()) == 0
+    ts = np.array([0.0, 1.0, 2.0])
+    vals = np.array([[1.0, np.nan], [np.nan, 5.0], [3.0, 7.0]])
+    d, r, _ = rates.update(ts, np.zeros(3, np.int32), vals)
+    # a NaN does not reset the memory: 1 -> (missing) -> 3 is +2 over 2 s
+    assert r[2, 0] == 1.0 and r[2, 1] == 2.0
+    assert np.isnan(r[1]).all()
+
+
+def test_validation():
+    with pytest.raises(ValueError, match="counter width"):
+        modulus_for_bits(65)
+    with pytest.raises(ValueError, match="modulus"):
+        CounterRates(1, ["a"], modulus=-1.0)
+    with pytest.raises(ValueError, match="max_rate"):
+        CounterRates(1, ["a"], max_rate=0.0)
+    with pytest.raises(ValueError, match="matrix"):
+        CounterRates(1, ["a", "b"]).update(np.zeros(2), np.zeros(2, np.int32), np.zeros((2, 3)))
+
+
+def test_state_round_trip_gives_identical_future_output():
+    rng = np.random.default_rng(3)
+    ts = np.repeat(np.arange(20.0), 2)
+    slot = np.tile(np.array([0, 1], np.int32), 20)
+    raw = np.cumsum(rng.integers(0, 2**29, (40, 1)), axis=0).astype(np.float64) % 2**32
+    a = CounterRates(2, ["x"], modulus=modulus_for_bits(32))
+    a.update(ts[:20], slot[:20], raw[:20])
+    b = CounterRates(2, ["x"], modulus=modulus_for_bits(32))
+    b.load_state_dict(a.state_dict())
+    for x, y in zip(a.update(ts[20:], slot[20:], raw[20:])[:2], b.update(ts[20:], slot[20:], raw[20:])[:2]):
+        np.testing.assert_array_equal(x, y)
+
+
+def test_doctests():
+    assert doctest.testmod(counters).failed == 0

@@ -1,0 +1,229 @@
+"""Link error thresholds (from FACTS) and flap counting."""
+
+from __future__ import annotations
+
+import doctest
+import math
+from collections import defaultdict
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from foreshock import facts
+from foreshock.detectors import link_errors
+from foreshock.detectors.link_errors import (BIN_S, COUNTERS, FLAP, HOUR_BINS, INCREASE, PER_HOUR, PER_SECOND,
+                                             RULES, STATE, LinkErrorsDetector, _link_error_kernel)
+from foreshock.frames import Frame
+from foreshock.topology import Topology
+
+
+def one_link_topology(n: int = 1) -> Topology:
+    return Topology.from_dict({
+        "rows": [{"name": "r"}], "racks": [{"name": "k", "row": "r"}],
+        "nodes": [{"name": "n0", "rack": "k", "gpus": n}], "switches": [{"name": "leaf0"}],
+        "links": [{"name": f"n0/gpu{i}~leaf0", "a": f"n0/gpu{i}", "b": "leaf0"} for i in range(n)],
+    })
+
+
+def feed(det, ts, **columns):
+    """Feed one link's samples one frame per sample; return all findings."""
+    found = []
+    for i, t in enumerate(ts):
+        cols = {k: [v[i]] for k, v in columns.items()}
+        found += det.update(Frame("link", [float(t)], [0], cols))
+    return found
+
+
+def fields(found):
+    return [f.field for f in found]
+
+
+# ---- the thresholds come from FACTS ---------------------------------------------------------
+def test_rules_use_the_facts_thresholds():
+    table = {r.name: r.threshold for r in RULES}
+    assert table["symbol_error"] == facts.SYMBOL_ERRORS_FATAL_PER_HOUR == 120
+    assert table["symbol_error_rate"] == facts.SYMBOL_ERRORS_WARN_PER_S == 10
+    assert table["link_error_recovery"] * 60 == facts.LINK_ERROR_RECOVERY_WARN_PER_MIN == 5
+    assert table["rcv_errors"] == facts.RCV_ERRORS_WARN_PER_S == 10
+    assert table["xmit_discards"] == facts.XMIT_DISCARDS_WARN_PER_S == 100
+    assert table["link_flap"] == facts.FLAP_CYCLES == 3
+
+
+@pytest.mark.parametrize("field", ["link_downed", "buffer_overrun_errors", "link_integrity_errors"])
+def test_any_increase_is_fatal(field):
+    det = LinkErrorsDetector(one_link_topology())
+    found = feed(det, [0, 60, 120, 180], **{field: [7, 7, 8, 8]})
+    assert fields(found)[:1] == [field]
+    assert found[0].ts == 120 and "fatal" in found[0].reason and found[0].score == 1.0
+
+
+def test_symbol_errors_120_per_hour_is_the_line():
+    # 120 errors within the hour: not over the line
+    det = LinkErrorsDetector(one_link_topology())
+    assert not [f for f in feed(det, [0, 600, 1200], symbol_error=[0, 60, 120]) if "fatal" in f.reason]
+    # 121: fatal
+    det = LinkErrorsDetector(one_link_topology())
+    found = feed(det, [0, 600, 1200], symbol_error=[0, 60, 121])
+    fatal = [f for f in found if f.field == "symbol_error" and "fatal" in f.reason]
+    assert len(fatal) == 1 and fatal[0].ts == 1200 and "121" in fatal[0].reason
+
+
+def test_symbol_errors_leave_the_window_after_an_hour():
+    det = LinkErrorsDetector(one_link_topology())
+    ts = [0, 300, 600, 4500, 4800]
+    found = feed(det, ts, symbol_error=[0, 200, 200, 201, 202])  # 200 at t=300, then 1 each
+    fatal = [f.ts for f in found if f.field == "symbol_error" and "fatal" in f.reason]
+    assert fatal == [300, 600]  # the refresh (60 s) repeats it at 600; at 4500 it has left the hour
+
+
+@pytest.mark.parametrize("field,rule_rate,below,above", [
+    ("symbol_error", "symbol_error_rate", 9.0, 11.0),
+    ("rcv_errors", "rcv_errors", 9.0, 11.0),
+    ("xmit_discards", "xmit_discards", 99.0, 101.0),
+    ("link_error_recovery", "link_error_recovery", 4.0 / 60, 6.0 / 60),
+])
+def test_warning_rates(field, rule_rate, below, above):
+    for rate, expect in ((below, False), (above, True)):
+        det = LinkErrorsDetector(one_link_topology())
+        values = [0.0, rate * 10]
+        rule = [r for r in RULES if r.name == rule_rate][0]
+        found = [f for f in feed(det, [0, 10], **{field: values})
+                 if f.field == rule.anomaly_field and rule.severity in f.reason]
+        assert bool(found) == expect, (field, rate)
+        if expect:
+            assert found[0].score == pytest.approx(above / rule.threshold)
+
+
+def test_a_held_warning_repeats_every_refresh():
+    det = LinkErrorsDetector(one_link_topology(), refresh_s=60.0)
+    ts = np.arange(0, 301, 10.0)
+    found = feed(det, ts, rcv_errors=list(ts * 20))  # 20/s for five minutes
+    times = [f.ts for f in found if f.field == "rcv_errors"]
+    assert times == [10.0, 70.0, 130.0, 190.0, 250.0]
+
+
+def test_flapping_needs_three_downs_within_12_hours():
+    det = LinkErrorsDetector(one_link_topology())
+    h = 3600.0
+    found = feed(det, [0, 1 * h, 5 * h, 11 * h], link_downed=[0, 1, 2, 3])
+    flaps = [f for f in found if f.field == "link_flaps"]
+    assert len(flaps) == 1 and flaps[0].ts == 11 * h and "3 times in 12 h" in flaps[0].reason
+    # the same downs 13 h apart at the ends: no flap
+    det = LinkErrorsDetector(one_link_topology())
+    found = feed(det, [0, 1 * h, 7 * h, 14 * h], link_downed=[0, 1, 2, 3])
+    assert "link_flaps" not in fields(found)
+
+
+def test_flaps_from_link_state_when_the_counter_is_absent():
+    det = LinkErrorsDetector(one_link_topology())
+    states = [4, 1, 4, 1, 4, 2, 4]
+    found = feed(det, range(0, 7 * 60, 60), link_state=states)
+    assert fields(found) == ["link_state", "link_state", "link_state", "link_flaps"]
+
+
+def test_a_counter_reset_is_not_an_increase():
+    det = LinkErrorsDetector(one_link_topology())
+    found = feed(det, [0, 60, 120], link_downed=[5, 0, 0], symbol_error=[1000, 0, 3])
+    assert found == []
+    assert det.counters.s_resets[0].tolist() == [1, 0, 0, 1, 0, 0, 0]
+
+
+# ---- the kernel against a plain-Python reference ------------------------------------------------
+def naive_rules(ts, slot, delta, rate, state, refresh, flap_window, flap_cycles, n_links):
+    sym_events = defaultdict(list)
+    downs = defaultdict(list)
+    last_state: dict[int, float] = {}
+    last_emit: dict[tuple[int, int], float] = {}
+    out = []
+    sym, down = COUNTERS.index("symbol_error"), COUNTERS.index("link_downed")
+    for i in range(len(ts)):
+        s, t = int(slot[i]), float(ts[i])
+        if not 0 <= s < n_links or math.isnan(t):
+            continue
+        b = math.floor(t / BIN_S)
+        if not math.isnan(delta[i, sym]):
+            sym_events[s].append((b, delta[i, sym]))
+        hour = sum(c for bb, c in sym_events[s] if b - HOUR_BINS < bb <= b)
+        st_ = state[i]
+        left_active = not math.isnan(st_) and last_state.get(s) == 4.0 and st_ != 4.0
+        if not math.isnan(delta[i, down]):
+            n_down = int(min(delta[i, down], flap_cycles))
+        else:
+            n_down = 1 if left_active else 0
+        if not math.isnan(st_):
+            last_state[s] = st_
+        downs[s] += [t] * n_down
+        recent = min(flap_cycles, sum(1 for x in downs[s] if t - x <= flap_window))
+        for r, rule in enumerate(RULES):
+            value = math.nan
+            if rule.test == INCREASE and delta[i, rule.counter] > 0:
+                value = delta[i, rule.counter]
+            elif rule.test == PER_HOUR and hour > rule.threshold:
+                value = hour
+            elif rule.test == PER_SECOND and rate[i, rule.counter] > rule.threshold:
+                value = rate[i, rule.counter]
+            elif rule.test == FLAP and n_down > 0 and recent >= flap_cycles:
+                value = float(recent)
+            elif rule.test == STATE and left_active and math.isnan(delta[i, down]):
+                value = st_
+            if math.isnan(value):
+                continue
+            if rule.test in (PER_HOUR, PER_SECOND):
+                last = last_emit.get((s, r))
+                if last is not None and t - last < refresh:
+                    continue
+            last_emit[(s, r)] = t
+            out.append((i, r, value))
+    return out
+
+
+@pytest.mark.kernel
+@settings(max_examples=50, deadline=None)
+@given(data=st.data(), n_rows=st.integers(0, 60))
+def test_rule_kernel_matches_reference(data, n_rows):
+    n_links = 3
+    k = len(COUNTERS)
+    small = st.one_of(st.just(np.nan), st.just(0.0), st.integers(0, 150).map(float))
+    slot = np.array(data.draw(st.lists(st.integers(-1, n_links), min_size=n_rows, max_size=n_rows)), np.int32)
+    steps = data.draw(st.lists(st.sampled_from([0.5, 1.0, 30.0, 299.0, 3600.0, 20000.0]), min_size=n_rows,
+                               max_size=n_rows))
+    ts = np.cumsum(np.array(steps, dtype=np.float64)) if n_rows else np.empty(0)
+    delta = np.array(data.draw(st.lists(st.lists(small, min_size=k, max_size=k), min_size=n_rows,
+                                        max_size=n_rows)), dtype=np.float64).reshape(n_rows, k)
+    rate = delta / 10.0
+    state = np.array(data.draw(st.lists(st.sampled_from([np.nan, 4.0, 1.0, 2.0]), min_size=n_rows,
+                                        max_size=n_rows)), dtype=np.float64)
+    det = LinkErrorsDetector(one_link_topology(n_links))
+    out = np.empty((max(n_rows, 1) * len(RULES), 3))
+    st_tuple = (det.s_hour_bins, det.s_hour_bin_index, det.s_downs, det.s_last_state, det.s_last_emit)
+    n = _link_error_kernel(ts, slot, delta, rate, state, det._table, st_tuple, out)
+    got = [(int(a), int(b), float(c)) for a, b, c in out[:n]]
+    want = naive_rules(ts, slot, delta, rate, state, 60.0, facts.FLAP_WINDOW_S, facts.FLAP_CYCLES, n_links)
+    assert got == [(a, b, float(c)) for a, b, c in want]
+
+
+def test_state_round_trip_gives_identical_future_output():
+    rng = np.random.default_rng(7)
+    topo = one_link_topology(4)
+    t = np.arange(0, 4000, 20.0)
+    cols = {name: np.cumsum(rng.poisson(0.3, (len(t), 4)), axis=0).astype(float) for name in COUNTERS}
+    cols["link_state"] = np.where(rng.random((len(t), 4)) < 0.05, 1.0, 4.0)
+
+    def frames(lo, hi):
+        for i in range(lo, hi):
+            yield Frame("link", np.full(4, t[i]), np.arange(4), {k: v[i] for k, v in cols.items()})
+
+    a = LinkErrorsDetector(topo)
+    for f in frames(0, 100):
+        a.update(f)
+    b = LinkErrorsDetector(topo)
+    b.load_state_dict(a.state_dict())
+    out_a = [x for f in frames(100, len(t)) for x in a.update(f)]
+    out_b = [x for f in frames(100, len(t)) for x in b.update(f)]
+    assert out_a == out_b and len(out_a) > 5
+
+
+def test_doctests():
+    assert doctest.testmod(link_errors).failed == 0
