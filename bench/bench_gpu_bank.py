@@ -1,0 +1,152 @@
+"""The GPU detector bank vs river's HalfSpaceTrees, on the same observations, in the same run.
+
+One observation = all fields of one GPU at one time. The stream: ``--gpus`` GPUs (16,384: the
+Llama 3 cluster) sampled ``--ticks`` times per run, one GPU frame (and one rack frame) per tick,
+as the embedded pipeline delivers them; GPUs alternate compute (~600 W) and communication
+(~300 W) samples with NVML's +-5 W noise, a few have a failing
+thermal interface so the predictive paths run too. foreshock's GPU bank — thermal, power,
+cooling, straggler — processes every frame end to end (column gathering, kernels, findings),
+on one core. river's HalfSpaceTrees (``score_one`` then ``learn_one``, as river runs) gets the
+first ``--river-points`` observations of the same stream as the shared per-GPU feature vector
+(computed beforehand, not timed). Each figure is the median of ``--runs`` runs (min, max).
+State bytes per GPU: every array of the bank's state over the GPU count.
+
+    .venv/bin/python bench/bench_gpu_bank.py
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("NUMBA_NUM_THREADS", "1")
+
+import numpy as np  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _util import emit, repeat  # noqa: E402
+
+from foreshock import facts  # noqa: E402
+from foreshock.detectors.bank import DetectorBank  # noqa: E402
+from foreshock.detectors.baselines import FEATURE_LIMITS, FEATURES, FeatureStream  # noqa: E402
+from foreshock.frames import Frame  # noqa: E402
+from foreshock.health import PipelineHealth  # noqa: E402
+from foreshock.topology import Topology  # noqa: E402
+
+GPU_BANK = ("thermal", "power", "cooling", "straggler")
+
+
+def cluster(gpus: int) -> Topology:
+    nodes = gpus // 8
+    racks = max(1, nodes // 4)
+    return Topology.from_dict({
+        "cluster": "bench",
+        "rows": [{"name": f"row{r}", "cooling_loop": f"cdu{r}"} for r in range(max(1, racks // 4))],
+        "racks": [{"name": f"rack{k}", "row": f"row{min(k // 4, max(1, racks // 4) - 1)}"} for k in range(racks)],
+        "nodes": [{"name": f"node{i}", "rack": f"rack{min(i // 4, racks - 1)}"} for i in range(nodes)],
+        "jobs": [{"name": f"job{j}", "nodes": [f"node{i}" for i in range(j * 16, min((j + 1) * 16, nodes))]}
+                 for j in range((nodes + 15) // 16)],
+    })
+
+
+class Stream:
+    """Endless GPU and rack frames, 1 s apart."""
+
+    def __init__(self, topo: Topology, seed: int = 0) -> None:
+        self.topo = topo
+        self.rng = np.random.default_rng(seed)
+        n = topo.size("gpu")
+        self.n = n
+        self.r = facts.THERMAL_RESISTANCE_C_PER_W * (1 + 0.03 * self.rng.standard_normal(n))
+        self.failing = self.rng.random(n) < 0.002
+        self.energy = self.rng.uniform(1e8, 1e9, n)
+        self.temp = 24 + self.r * 600
+        self.t = 1.7e9
+
+    def tick(self) -> tuple[Frame, Frame]:
+        n, rng = self.n, self.rng
+        self.t += 1.0
+        self.r[self.failing] *= 1.0002
+        # training steps: most 1-s samples land in compute (~600 W), some in communication
+        power = np.where(rng.random(n) < 0.2, 300.0, 600.0) + rng.uniform(-5, 5, n)
+        self.energy += power
+        self.temp = 24 + self.r * power + (self.temp - 24 - self.r * power) * np.exp(-1 / 10)
+        racks = self.topo.size("rack")
+        rack = Frame("rack", np.full(racks, self.t), np.arange(racks), {"inlet_temp": np.full(racks, 24.0)})
+        gpu = Frame("gpu", np.full(n, self.t), np.arange(n), {
+            "gpu_temp": np.round(self.temp), "hbm_temp": np.round(24 + 0.027 * power), "power": power,
+            "power_limit": np.full(n, 700.0), "energy": self.energy.copy(),
+            "slowdown_temp": np.full(n, 89.0), "sm_clock": np.full(n, 1.98e9), "sm_clock_max": np.full(n, 1.98e9),
+            "util": np.ones(n), "throttle_reasons": np.zeros(n)})
+        return rack, gpu
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--gpus", type=int, default=16384)
+    ap.add_argument("--ticks", type=int, default=30, help="frames per timed run")
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--river-points", type=int, default=20000)
+    args = ap.parse_args()
+
+    topo = cluster(args.gpus)
+    stream = Stream(topo)
+    bank = DetectorBank.from_names(topo, GPU_BANK)
+    for _ in range(5):  # compile and warm the state
+        for frame in stream.tick():
+            bank.update(frame)
+
+    findings = 0
+
+    def run_bank() -> float:
+        nonlocal findings
+        frames = [stream.tick() for _ in range(args.ticks)]
+        t0 = time.perf_counter()
+        for rack, gpu in frames:
+            bank.update(rack)
+            findings += len(bank.update(gpu))
+        return args.ticks * args.gpus / (time.perf_counter() - t0)
+
+    ours = repeat(run_bank, runs=args.runs, warmup=1)
+
+    # river on the same observations: the shared feature vector, one event at a time
+    from river import anomaly
+
+    feats = FeatureStream(topo, PipelineHealth(), "bench")
+    rows: list[dict[str, float]] = []
+    lo = np.array([FEATURE_LIMITS[f][0] for f in FEATURES])
+    while len(rows) < args.river_points:
+        rack, gpu = stream.tick()
+        feats.observe_rack(rack)
+        _, x = feats.features(gpu)
+        x = np.where(np.isfinite(x), x, lo)
+        rows.extend(dict(zip(FEATURES, r)) for r in x[: args.river_points - len(rows)].tolist())
+    limits = {k: (float(a), float(b)) for k, (a, b) in FEATURE_LIMITS.items()}
+
+    def run_river() -> float:
+        model = anomaly.HalfSpaceTrees(n_trees=10, height=8, window_size=250, limits=limits, seed=42)  # type: ignore[arg-type]
+        t0 = time.perf_counter()
+        for row in rows:
+            model.score_one(row)
+            model.learn_one(row)
+        return len(rows) / (time.perf_counter() - t0)
+
+    river = repeat(run_river, runs=max(1, min(args.runs, 3)), warmup=0)
+    state = bank.state_nbytes() / args.gpus
+    print(f"GPU bank {', '.join(GPU_BANK)} on {args.gpus:,} GPUs, {args.ticks} frames per run:")
+    print(f"  foreshock  {ours['median']:>14,.0f} obs/s  (min {ours['min']:,.0f}, max {ours['max']:,.0f})")
+    print(f"  river HST  {river['median']:>14,.0f} obs/s  (min {river['min']:,.0f}, max {river['max']:,.0f}; "
+          f"{len(rows):,} obs)")
+    print(f"  ratio      {ours['median'] / river['median']:>14,.0f} x")
+    print(f"  state      {state:>14,.0f} bytes per GPU; findings during the timed runs: {findings}")
+    emit("detector_bank_vs_river", foreshock_obs_per_s=round(ours["median"]), river_obs_per_s=round(river["median"]),
+         ratio=round(ours["median"] / river["median"], 1), state_bytes_per_gpu=round(state),
+         foreshock_min=round(ours["min"]), foreshock_max=round(ours["max"]), river_min=round(river["min"]),
+         river_max=round(river["max"]), gpus=args.gpus, runs=args.runs, detectors=list(GPU_BANK))
+
+
+if __name__ == "__main__":
+    main()

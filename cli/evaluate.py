@@ -1,0 +1,76 @@
+"""``foreshock evaluate``: score detectors against a recording's ground truth, side by side."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+from foreshock.detectors import evaluation
+from foreshock.detectors.baselines import ModelFileError
+from foreshock.recording import Recording, RecordingError
+
+DEFAULT_SETS = "foreshock,river,sklearn,threshold"
+
+
+@click.command("evaluate")
+@click.argument("recording", type=click.Path(exists=True, file_okay=False))
+@click.option("--detectors", "sets", default=DEFAULT_SETS, show_default=True,
+              help=f"Comma-separated detector sets: {', '.join(evaluation.DETECTOR_SETS)}.")
+@click.option("--report", "report_dir", required=True, type=click.Path(file_okay=False),
+              help="Folder for report.json and the PNG plots.")
+@click.option("--model", "model_path", type=click.Path(dir_okay=False), default=None,
+              help="Model file for the sklearn set (written by `foreshock train`).")
+@click.option("--events", default=None, help="Event kinds to score (default: all known).")
+@click.option("--plots/--no-plots", default=True, show_default=True)
+@click.option("--by-fault/--no-by-fault", "by_fault", default=True, show_default=True,
+              help="Show the per-fault rows in the printed table (report.json always has them).")
+@click.pass_context
+def command(ctx: click.Context, recording: str, sets: str, report_dir: str, model_path: str | None,
+            events: str | None, plots: bool, by_fault: bool) -> None:
+    """Run detector sets over RECORDING and score their predictions against events.jsonl."""
+    console = Console(stderr=True)
+    chosen = [s.strip() for s in sets.split(",") if s.strip()]
+    unknown = [s for s in chosen if s not in evaluation.DETECTOR_SETS]
+    if unknown:
+        raise click.UsageError(f"unknown detector sets {unknown}; known: {sorted(evaluation.DETECTOR_SETS)}")
+    kinds = [k.strip() for k in events.split(",")] if events else list(evaluation.EVENT_KINDS)
+    bad = [k for k in kinds if k not in evaluation.EVENT_KINDS]
+    if bad:
+        raise click.UsageError(f"unknown event kinds {bad}; known: {sorted(evaluation.EVENT_KINDS)}")
+    params: dict[str, dict[str, object]] = {}
+    if "sklearn" in chosen:
+        if model_path is None:
+            if ctx.get_parameter_source("sets") == click.core.ParameterSource.DEFAULT:
+                console.print("[yellow]sklearn set skipped: no --model (train one with `foreshock train`)[/]")
+                chosen.remove("sklearn")
+            else:
+                raise click.UsageError("the sklearn set needs --model (train one with `foreshock train`)")
+        else:
+            params["sklearn"] = {"model_path": model_path}
+    try:
+        rec = Recording.open(recording)
+    except RecordingError as exc:
+        raise click.ClickException(str(exc)) from None
+    span = (rec.meta.get("end") or 0) - (rec.meta.get("start") or 0)
+    with Progress(TextColumn("evaluate"), BarColumn(), TextColumn("{task.percentage:>3.0f}% of telemetry time"),
+                  TimeElapsedColumn(), console=console, transient=True) as bar:
+        task = bar.add_task("run", total=max(span, 1.0))
+        try:
+            result = evaluation.run_recording(
+                rec, chosen, params=params, trace_gpus=evaluation.pick_trace_gpus(rec) if plots else (),
+                progress=lambda done, total: bar.update(task, completed=done))
+        except (RecordingError, ModelFileError) as exc:
+            raise click.ClickException(str(exc)) from None
+    report = evaluation.score(result, kinds)
+    path = evaluation.write_report(report, report_dir)
+    written = evaluation.write_plots(result, report, report_dir) if plots else []
+    Console().print(evaluation.render_table(report, by_fault=by_fault))
+    console.print(f"{result.samples:,} samples in {result.wall_s:.1f} s; report: {path}"
+                  + (f"; plots: {', '.join(p.name for p in written)}" if written else ""))
+    summary = {s: {k: {m: v[m] for m in ("episodes", "recall", "precision", "lead_median_s")}
+                   for k, v in per.items()} for s, per in report["detectors"].items()}
+    click.echo(json.dumps({"report": str(Path(path)), "detectors": summary}, separators=(",", ":")))

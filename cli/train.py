@@ -1,0 +1,45 @@
+"""``foreshock train``: fit the scikit-learn baseline on simulator recordings."""
+
+from __future__ import annotations
+
+import json
+
+import click
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+from foreshock.detectors.evaluation import EVENT_KINDS
+from foreshock.detectors.train import train_and_save
+from foreshock.recording import RecordingError
+
+
+@click.command("train")
+@click.argument("recordings", nargs=-1, required=True, type=click.Path(exists=True, file_okay=False))
+@click.option("--out", "out_path", required=True, type=click.Path(dir_okay=False),
+              help="Model file to write (a skops archive with the feature list and version).")
+@click.option("--events", default="thermal_throttle,power_cap", show_default=True,
+              help=f"Events to learn, one classifier each ({', '.join(EVENT_KINDS)}).")
+@click.option("--negatives", default=0.05, show_default=True, type=click.FloatRange(0.0, 1.0, min_open=True),
+              help="Share of negative samples kept.")
+@click.option("--seed", default=0, show_default=True, type=int)
+def command(recordings: tuple[str, ...], out_path: str, events: str, negatives: float, seed: int) -> None:
+    """Train "EVENT within its horizon" classifiers on RECORDINGS (use seeds you do not evaluate on)."""
+    chosen = [e.strip() for e in events.split(",") if e.strip()]
+    console = Console(stderr=True)
+    with Progress(TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(), console=console,
+                  transient=True) as bar:
+        task = bar.add_task("features", total=float(len(recordings)))
+        done: dict[str, float] = {}
+
+        def progress(path: str, frac: float) -> None:
+            done[path] = frac
+            bar.update(task, completed=sum(done.values()), description=f"features {path}")
+
+        try:
+            path, summary = train_and_save(recordings, out_path, chosen, negatives, seed, progress)
+        except (RecordingError, ValueError) as exc:
+            raise click.ClickException(str(exc)) from None
+    for event, s in summary.items():
+        console.print(f"{event}: {s['samples']:,} samples, {s['positives']:,} positive, "
+                      f"horizon {s['horizon_s']:.0f} s, alarm at P >= {s['threshold']:.2f}")
+    click.echo(json.dumps({"model": str(path), "events": summary}, separators=(",", ":")))

@@ -1,0 +1,85 @@
+"""The life of one prediction on one entity: start, refresh, withdraw — with hysteresis.
+
+A detector scores (an ETA, a confidence); this state machine decides. It starts a prediction
+after ``on_count`` consecutive firing samples, refreshes it at most every ``refresh_s`` of
+telemetry time while it holds, and withdraws it once the clear condition has held for
+``off_hold_s`` — so a prediction does not flap on noise around its threshold.
+
+State is four float64 columns inside the detector's per-slot state array, at offset ``off``.
+Kernels write emitted rows into an *emission buffer* ``out`` (see :data:`OUT_FIELDS`) that the
+Python side turns into :class:`~foreshock.findings.Prediction` objects; a kernel never builds
+Python objects.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .gpu_inputs import inline
+
+A_ACTIVE, A_ON, A_EMIT_TS, A_OFF_TS = 0, 1, 2, 3
+A_SIZE = 4
+
+CODE_NONE, CODE_START, CODE_REFRESH, CODE_WITHDRAW = 0, 1, 2, 3
+
+OUT_FIELDS = ("row", "which", "code", "eta", "confidence", "v0", "v1", "v2", "v3", "v4", "v5")
+"""Emission buffer columns: input row, which prediction of the detector, code, ETA (s),
+confidence, then up to six detector-specific values for the human-readable reason."""
+OUT_SIZE = len(OUT_FIELDS)
+O_ROW, O_WHICH, O_CODE, O_ETA, O_CONF, O_V0 = 0, 1, 2, 3, 4, 5
+
+
+def new_alarm_columns(n: int, count: int) -> np.ndarray:
+    """``count`` alarm blocks for ``n`` slots, as one array (count * A_SIZE columns)."""
+    state = np.zeros((n, count * A_SIZE))
+    for k in range(count):
+        state[:, k * A_SIZE + A_EMIT_TS] = np.nan
+        state[:, k * A_SIZE + A_OFF_TS] = np.nan
+    return state
+
+
+@inline
+def alarm_step(state: np.ndarray, i: int, off: int, ts: float, firing: bool, clear: bool,
+               on_count: float, off_hold_s: float, refresh_s: float) -> int:
+    """Advance the alarm of slot ``i`` at columns ``off..off+3``; return the emission code."""
+    if state[i, off + A_ACTIVE] == 0.0:
+        if firing:
+            state[i, off + A_ON] += 1.0
+        else:
+            state[i, off + A_ON] = 0.0
+        if state[i, off + A_ON] >= on_count:
+            state[i, off + A_ACTIVE] = 1.0
+            state[i, off + A_EMIT_TS] = ts
+            state[i, off + A_OFF_TS] = np.nan
+            return CODE_START
+        return CODE_NONE
+    if clear:
+        since = state[i, off + A_OFF_TS]
+        if since != since:
+            state[i, off + A_OFF_TS] = ts
+        elif ts - since >= off_hold_s:
+            state[i, off + A_ACTIVE] = 0.0
+            state[i, off + A_ON] = 0.0
+            state[i, off + A_OFF_TS] = np.nan
+            state[i, off + A_EMIT_TS] = ts
+            return CODE_WITHDRAW
+        return CODE_NONE
+    state[i, off + A_OFF_TS] = np.nan
+    if firing and ts - state[i, off + A_EMIT_TS] >= refresh_s:
+        state[i, off + A_EMIT_TS] = ts
+        return CODE_REFRESH
+    return CODE_NONE
+
+
+@inline
+def emit(out: np.ndarray, n_out: int, row: int, which: int, code: int, eta: float,
+         conf: float, values: tuple[float, float, float, float, float, float]) -> int:
+    """Append one emission; returns the new count."""
+    out[n_out, O_ROW] = row
+    out[n_out, O_WHICH] = which
+    out[n_out, O_CODE] = code
+    out[n_out, O_ETA] = eta
+    out[n_out, O_CONF] = conf
+    for k in range(6):
+        out[n_out, O_V0 + k] = values[k]
+    return n_out + 1

@@ -1,0 +1,452 @@
+"""Baselines foreshock is compared with, side by side, on the same per-GPU feature stream.
+
+- :class:`ThresholdDetector` (``threshold``) — what today's tools do: alert when a GPU is at or
+  above a fixed temperature, power share or already shows the throttle bit (AWS HyperPod's
+  80/85 °C, gpud's and NVSentinel's bit checks).
+- :class:`HalfSpaceTreesDetector` (``river_hst``) — river's unsupervised ``HalfSpaceTrees`` on
+  the per-GPU feature vector, one model for all GPUs (``score_one`` then ``learn_one``); its
+  alarm threshold is the 99.9th percentile of the scores it gave over 30 minutes after ten
+  minutes of start-up (like NAB's probation period). An
+  anomaly does not say which event is coming, so an alarm predicts every scored GPU event.
+- :class:`SklearnDetector` (``sklearn``) — a scikit-learn classifier trained offline by
+  ``foreshock train`` (:mod:`foreshock.detectors.train`) to say "throttle within H seconds".
+
+The feature stream (:data:`FEATURES`, :func:`feature_kernel`) is shared by all three and by
+training, so a model sees at run time exactly the features it was trained on.
+
+Model files are skops archives loaded with an explicit list of trusted types: loading never
+runs code from the file. A file holding anything else, a different feature list or another
+format version is refused with :class:`ModelFileError`.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import zipfile
+from pathlib import Path
+from typing import Any, ClassVar, Sequence
+
+import numpy as np
+
+from foreshock import facts
+from foreshock.findings import Finding, Prediction
+from foreshock.frames import Frame
+from foreshock.health import PipelineHealth
+from foreshock.topology import Topology
+
+from .alarm import (CODE_NONE, CODE_WITHDRAW, O_CODE, O_CONF, O_ETA, O_ROW, O_V0, O_WHICH,
+                    OUT_SIZE, alarm_step, emit, new_alarm_columns)
+from .base import Detector
+from .gpu_inputs import (gpu_inlet, gpu_obs, kernel, new_node_state, new_rack_state, rack_inlet_obs,
+                         update_rack_inlet)
+
+# ---- the shared per-GPU feature stream -------------------------------------------------------
+OBS_FIELDS = ("gpu_temp", "hbm_temp", "power", "power_limit", "energy", "sm_clock", "sm_clock_max",
+              "util", "throttle_reasons", "slowdown_temp")
+X_TS, X_SLOT, X_TEMP, X_HBM, X_POWER, X_LIMIT, X_ENERGY, X_CLOCK, X_CLOCK_MAX, X_UTIL, X_REASONS, \
+    X_SLOWDOWN = range(12)
+
+FEATURES: tuple[str, ...] = (
+    "gpu_temp", "hbm_temp", "power_w", "power_frac", "clock_frac", "util",
+    "temp_slope_c_per_min", "hbm_slope_c_per_min", "power_slope_w_per_min",
+    "core_margin_c", "hbm_margin_c", "temp_over_inlet_c", "inlet_c", "inlet_slope_c_per_min",
+    "thermal_bit", "power_cap_bit",
+)
+"""Per-GPU features, in this order, for every baseline and for training."""
+FEATURE_LIMITS: dict[str, tuple[float, float]] = {
+    "gpu_temp": (20, 100), "hbm_temp": (20, 110), "power_w": (0, 800), "power_frac": (0, 1.2),
+    "clock_frac": (0, 1), "util": (0, 1), "temp_slope_c_per_min": (-10, 10),
+    "hbm_slope_c_per_min": (-10, 10), "power_slope_w_per_min": (-300, 300),
+    "core_margin_c": (-10, 70), "hbm_margin_c": (-10, 80), "temp_over_inlet_c": (0, 80),
+    "inlet_c": (10, 80), "inlet_slope_c_per_min": (-5, 5), "thermal_bit": (0, 1), "power_cap_bit": (0, 1),
+}
+"""Ranges for river's HalfSpaceTrees (it needs features scaled to known limits)."""
+
+F_SLOPE_TAU_S = 60.0
+# state columns
+F_TS, F_TEMP, F_HBM, F_POWER, F_ENERGY, F_TSLOPE, F_HSLOPE, F_PSLOPE, F_INLET, F_USLOPE = range(10)
+F_SIZE = 10
+
+
+@kernel
+def _ew_slope(prev_slope: float, prev: float, x: float, dt: float, tau: float) -> float:
+    if prev != prev or x != x:
+        return prev_slope
+    d = (x - prev) / dt * 60.0  # per minute
+    if prev_slope != prev_slope:
+        return d  # type: ignore[no-any-return]
+    return prev_slope + (1.0 - np.exp(-dt / tau)) * (d - prev_slope)  # type: ignore[no-any-return]
+
+
+@kernel
+def feature_kernel(obs: np.ndarray, parents: np.ndarray, s: np.ndarray, racks: np.ndarray,
+                   nodes: np.ndarray, out: np.ndarray) -> int:
+    """Features per row into ``out`` (rows, len(FEATURES)); returns rows skipped (NaN row)."""
+    skipped = 0
+    for row in range(obs.shape[0]):
+        ts = obs[row, X_TS]
+        i = int(obs[row, X_SLOT])
+        last = s[i, F_TS]
+        dt = ts - last
+        if last == last and dt <= 0.0:
+            out[row, :] = np.nan
+            skipped += 1
+            continue
+        temp, hbm, power = obs[row, X_TEMP], obs[row, X_HBM], obs[row, X_POWER]
+        energy = obs[row, X_ENERGY]
+        if power == power and not 0.0 <= power < 1e5:
+            power = np.nan
+        if last == last and dt <= 600.0 and energy == energy and s[i, F_ENERGY] == s[i, F_ENERGY]:
+            mean_power = (energy - s[i, F_ENERGY]) / dt
+            if 0.0 <= mean_power < 1e5:
+                power = mean_power
+        limit = obs[row, X_LIMIT]
+        if not (limit == limit and limit > 0.0):
+            limit = facts.POWER_LIMIT_W
+        slowdown = obs[row, X_SLOWDOWN]
+        core_limit = slowdown - 2.0 if slowdown == slowdown and 40.0 < slowdown < 130.0 else facts.MAX_OPERATING_TEMP_C
+        inlet = gpu_inlet(ts, parents[i, 1], parents[i, 0], temp, power, racks, nodes,
+                          facts.THERMAL_RESISTANCE_C_PER_W, 300.0)
+        if last == last and dt <= 600.0:
+            s[i, F_TSLOPE] = _ew_slope(s[i, F_TSLOPE], s[i, F_TEMP], temp, dt, F_SLOPE_TAU_S)
+            s[i, F_HSLOPE] = _ew_slope(s[i, F_HSLOPE], s[i, F_HBM], hbm, dt, F_SLOPE_TAU_S)
+            s[i, F_PSLOPE] = _ew_slope(s[i, F_PSLOPE], s[i, F_POWER], power, dt, F_SLOPE_TAU_S)
+            s[i, F_USLOPE] = _ew_slope(s[i, F_USLOPE], s[i, F_INLET], inlet, dt, F_SLOPE_TAU_S)
+        s[i, F_TS] = ts
+        if temp == temp:
+            s[i, F_TEMP] = temp
+        if hbm == hbm:
+            s[i, F_HBM] = hbm
+        if power == power:
+            s[i, F_POWER] = power
+        s[i, F_ENERGY] = energy
+        if inlet == inlet:
+            s[i, F_INLET] = inlet
+        clock, clock_max = obs[row, X_CLOCK], obs[row, X_CLOCK_MAX]
+        reasons = obs[row, X_REASONS]
+        bits = int(reasons) if reasons == reasons and 0.0 <= reasons < 2.0 ** 40 else 0
+        out[row, 0] = temp
+        out[row, 1] = hbm
+        out[row, 2] = power
+        out[row, 3] = power / limit
+        out[row, 4] = clock / clock_max if clock_max > 0.0 else np.nan
+        out[row, 5] = obs[row, X_UTIL]
+        out[row, 6] = s[i, F_TSLOPE]
+        out[row, 7] = s[i, F_HSLOPE]
+        out[row, 8] = s[i, F_PSLOPE]
+        out[row, 9] = core_limit - temp
+        out[row, 10] = facts.HBM_MAX_OPERATING_TEMP_C - hbm
+        out[row, 11] = temp - inlet
+        out[row, 12] = inlet
+        out[row, 13] = s[i, F_USLOPE]
+        out[row, 14] = 1.0 if (bits & facts.THERMAL_THROTTLE_MASK) != 0 else 0.0
+        out[row, 15] = 1.0 if (bits & facts.THROTTLE_SW_POWER_CAP) != 0 else 0.0
+    return skipped
+
+
+class FeatureStream:
+    """Per-GPU features from GPU and rack frames (stateful: slopes need the previous sample)."""
+
+    def __init__(self, topology: Topology, health: PipelineHealth, stage: str) -> None:
+        n = topology.size("gpu")
+        self.health = health
+        self.stage = stage
+        self.parents = np.ascontiguousarray(np.stack([topology.gpu_rack, topology.gpu_node], axis=1),
+                                            dtype=np.int64) if n else np.zeros((0, 2), np.int64)
+        self.s_feat = np.full((n, F_SIZE), np.nan)
+        self.s_rack = new_rack_state(topology.size("rack"))
+        self.s_node = new_node_state(topology.size("node"))
+        self.n = n
+
+    def observe_rack(self, frame: Frame) -> None:
+        update_rack_inlet(rack_inlet_obs(frame, len(self.s_rack), self.health, self.stage), self.s_rack)
+
+    def features(self, frame: Frame) -> tuple[np.ndarray, np.ndarray]:
+        """``(obs, features)`` for a GPU frame; rows out of order come back as NaN features."""
+        obs = gpu_obs(frame, OBS_FIELDS, self.n, self.health, self.stage)
+        out = np.empty((len(obs), len(FEATURES)))
+        skipped = feature_kernel(obs, self.parents, self.s_feat, self.s_rack, self.s_node, out)
+        if skipped:
+            self.health.problem(self.stage, "gpu samples out of time order", skipped)
+        return obs, out
+
+    def state(self) -> dict[str, np.ndarray]:
+        return {"feat": self.s_feat, "rack": self.s_rack, "node": self.s_node}
+
+
+class _FeatureDetector(Detector):
+    """Shared plumbing: a feature stream, per-GPU alarms per predicted event."""
+
+    kinds: ClassVar[tuple[str, ...]] = ("gpu", "rack")
+    events: tuple[str, ...] = ()
+
+    def __init__(self, topology: Topology, health: PipelineHealth | None) -> None:
+        super().__init__(topology)
+        self.health = health or PipelineHealth()
+        self.stream = FeatureStream(topology, self.health, self.name)
+        self.s_feat = self.stream.s_feat
+        self.s_rack = self.stream.s_rack
+        self.s_node = self.stream.s_node
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        self.stream.s_feat, self.stream.s_rack, self.stream.s_node = self.s_feat, self.s_rack, self.s_node
+
+    def update(self, frame: Frame) -> list[Finding]:
+        if frame.kind == "rack":
+            self.stream.observe_rack(frame)
+            return []
+        if frame.kind != "gpu" or len(frame) == 0:
+            return []
+        obs, feats = self.stream.features(frame)
+        return self._decide(obs, feats)
+
+    def _decide(self, obs: np.ndarray, feats: np.ndarray) -> list[Finding]:
+        raise NotImplementedError
+
+    def _predictions(self, obs: np.ndarray, out: np.ndarray, reasons: Sequence[str],
+                     eta_s: Sequence[float]) -> list[Finding]:
+        found: list[Finding] = []
+        for rec in out:
+            row, which, code = int(rec[O_ROW]), int(rec[O_WHICH]), int(rec[O_CODE])
+            found.append(Prediction(
+                float(obs[row, 0]), "gpu", int(obs[row, 1]), self.events[which], float(eta_s[which]),
+                round(float(rec[O_CONF]), 3), self.name,
+                reasons[which].format(*rec[O_V0:O_V0 + 6]) if code != CODE_WITHDRAW else "below the alarm level",
+                active=code != CODE_WITHDRAW))
+        return found
+
+
+@kernel
+def _score_alarms(obs: np.ndarray, scores: np.ndarray, alarms: np.ndarray, on_level: np.ndarray,
+                  off_level: np.ndarray, timing: np.ndarray, out: np.ndarray) -> int:
+    """Alarm per (row, event) from a score matrix (rows, events) with on/off levels per event.
+
+    ``timing`` = (on_count, off_hold_s, refresh_s). Emits the score in ``v0``.
+    """
+    n_out = 0
+    for row in range(obs.shape[0]):
+        i = int(obs[row, 1])
+        for k in range(scores.shape[1]):
+            x = scores[row, k]
+            if x != x:
+                continue
+            code = alarm_step(alarms, i, 4 * k, obs[row, 0], x >= on_level[k], x < off_level[k],
+                              timing[0], timing[1], timing[2])
+            if code != CODE_NONE:
+                n_out = emit(out, n_out, row, k, code, -1.0, 1.0, (x, 0.0, 0.0, 0.0, 0.0, 0.0))
+    return n_out
+
+
+# ---- threshold rule ---------------------------------------------------------------------------
+class ThresholdDetector(_FeatureDetector):
+    """Alert at a fixed level or on the throttle bit, like today's tools."""
+
+    name: ClassVar[str] = "threshold"
+    events = ("thermal_throttle", "hbm_overheat", "power_cap")
+
+    def __init__(self, topology: Topology, health: PipelineHealth | None = None, core_c: float = 85.0,
+                 hbm_c: float = 93.0, power_frac: float = 0.97, hysteresis: float = 2.0,
+                 off_hold_s: float = 60.0) -> None:
+        super().__init__(topology, health)
+        self.levels = np.array([core_c, hbm_c, power_frac])
+        self.off = self.levels - np.array([hysteresis, hysteresis, 0.02])
+        self.timing = np.array([1.0, off_hold_s, 60.0])
+        self.s_alarm = new_alarm_columns(topology.size("gpu"), 3)
+
+    def _decide(self, obs: np.ndarray, feats: np.ndarray) -> list[Finding]:
+        f = {name: feats[:, i] for i, name in enumerate(FEATURES)}
+        # the bit counts as "at the level": today's tools alert on it
+        scores = np.column_stack([
+            np.where(f["thermal_bit"] > 0, np.inf, f["gpu_temp"]),
+            f["hbm_temp"],
+            np.where(f["power_cap_bit"] > 0, np.inf, f["power_frac"]),
+        ])
+        out = np.empty((3 * len(obs), OUT_SIZE))
+        n = _score_alarms(obs, np.ascontiguousarray(scores), self.s_alarm, self.levels, self.off, self.timing, out)
+        return self._predictions(obs, out[:n], (
+            f"core {{0:.0f}} °C >= {self.levels[0]:.0f} °C or thermal throttle bit set",
+            f"HBM {{0:.0f}} °C >= {self.levels[1]:.0f} °C",
+            f"power at {{0:.0%}} of the limit (>= {self.levels[2]:.0%}) or power-cap bit set",
+        ), (0.0, 0.0, 0.0))
+
+
+# ---- river HalfSpaceTrees -----------------------------------------------------------------
+class HalfSpaceTreesDetector(_FeatureDetector):
+    """river's HalfSpaceTrees over the feature stream, one model for all GPUs."""
+
+    name: ClassVar[str] = "river_hst"
+    events = ("thermal_throttle", "hbm_overheat", "power_cap")
+    state_scalars: ClassVar[tuple[str, ...]] = ("threshold", "calibration_start", "calibration_end")
+
+    def __init__(self, topology: Topology, health: PipelineHealth | None = None, n_trees: int = 10,
+                 height: int = 8, window_size: int = 250, seed: int = 42, calibration_s: float = 1800.0,
+                 calibration_skip_s: float = 600.0, quantile: float = 0.999, horizon_s: float = 1800.0) -> None:
+        super().__init__(topology, health)
+        from river import anomaly
+
+        limits: dict[Any, tuple[float, float]] = {name: (float(lo), float(hi))
+                                                   for name, (lo, hi) in FEATURE_LIMITS.items()}
+        self.model = anomaly.HalfSpaceTrees(n_trees=n_trees, height=height, window_size=window_size,
+                                            limits=limits, seed=seed)
+        self.lo = np.array([FEATURE_LIMITS[n][0] for n in FEATURES])
+        self.calibration_s = calibration_s
+        self.calibration_skip_s = calibration_skip_s
+        self.quantile = quantile
+        self.horizon_s = horizon_s
+        self.threshold = np.inf
+        self.calibration_end = np.nan
+        self.calibration_start = np.nan
+        self.calibration: list[float] = []
+        self.s_alarm = new_alarm_columns(topology.size("gpu"), 1)
+
+    def state_dict(self) -> dict[str, Any]:
+        state = super().state_dict()
+        state["model"] = copy.deepcopy(self.model)  # every attribute, window counters included
+        state["calibration"] = list(self.calibration)
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        state = dict(state)
+        state["model"] = copy.deepcopy(state["model"])
+        state["calibration"] = list(state["calibration"])
+        super().load_state_dict(state)
+
+    def _decide(self, obs: np.ndarray, feats: np.ndarray) -> list[Finding]:
+        x = np.where(np.isfinite(feats), feats, self.lo)  # HST has no notion of missing
+        scores = np.empty(len(x))
+        model = self.model
+        for r in range(len(x)):
+            sample = dict(zip(FEATURES, x[r].tolist()))
+            scores[r] = model.score_one(sample)
+            model.learn_one(sample)
+        if len(obs) and not np.isfinite(self.threshold):
+            t = float(obs[:, 0].max())
+            if np.isnan(self.calibration_end):  # skip the start-up, then learn the normal scores
+                self.calibration_start = t + self.calibration_skip_s
+                self.calibration_end = self.calibration_start + self.calibration_s
+            if t >= self.calibration_start:
+                self.calibration.extend(scores[np.isfinite(scores)].tolist())
+            if t >= self.calibration_end and self.calibration:
+                self.threshold = max(0.5, float(np.quantile(self.calibration, self.quantile)))
+                self.calibration = []
+        level = np.array([self.threshold])
+        out = np.empty((len(obs), OUT_SIZE))
+        n = _score_alarms(obs, np.ascontiguousarray(scores[:, None]), self.s_alarm, level,
+                          level - 0.05, np.array([2.0, 120.0, 60.0]), out)
+        found: list[Finding] = []
+        for p in self._predictions(obs, out[:n], ("HalfSpaceTrees score {0:.2f}",), (self.horizon_s,)):
+            assert isinstance(p, Prediction)
+            # an anomaly does not name the event: it predicts each scored one
+            for event in self.events:
+                found.append(Prediction(p.ts, p.entity_kind, p.slot, event, p.eta_s, p.confidence,
+                                        p.detector, p.reason, p.active))
+        return found
+
+
+# ---- scikit-learn model ---------------------------------------------------------------------
+MODEL_FORMAT = "foreshock-model"
+MODEL_VERSION = 1
+TRUSTED_TYPES: tuple[str, ...] = ("sklearn.ensemble._hist_gradient_boosting.predictor.TreePredictor",)
+"""Types a model file may hold beyond those skops trusts by default (numpy, builtins,
+scikit-learn estimators). Anything else — a function, ``os.system``, ``builtins.eval`` — is
+refused before loading."""
+
+
+class ModelFileError(ValueError):
+    """A model file is unreadable, holds untrusted types, or does not match this foreshock."""
+
+
+def save_model(path: str | Path, models: dict[str, dict[str, Any]], meta: dict[str, Any] | None = None) -> Path:
+    """Write ``{event: {"model", "horizon_s", "threshold"}}`` with the feature list and version."""
+    import skops.io as sio
+
+    doc = {"format": MODEL_FORMAT, "version": MODEL_VERSION, "features": list(FEATURES),
+           "events": models, "meta": json.dumps(meta or {}, sort_keys=True)}
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    sio.dump(doc, path)
+    return path
+
+
+def load_model(path: str | Path) -> dict[str, Any]:
+    """Load a model file safely; raise :class:`ModelFileError` with the reason otherwise."""
+    import skops.io as sio
+    from skops.io.exceptions import UntrustedTypesFoundException
+
+    path = Path(path)
+    if not path.is_file():
+        raise ModelFileError(f"{path}: no such model file (train one with `foreshock train`)")
+    if not zipfile.is_zipfile(path):
+        raise ModelFileError(f"{path}: not a foreshock model file (expected a skops archive; "
+                             "pickles are never loaded)")
+    try:
+        untrusted = sio.get_untrusted_types(file=path)
+    except Exception as exc:  # a damaged archive or schema: report, do not guess
+        raise ModelFileError(f"{path}: unreadable model file ({type(exc).__name__}: {exc})") from None
+    refused = sorted(set(untrusted) - set(TRUSTED_TYPES))
+    if refused:
+        raise ModelFileError(f"{path}: refused — the file asks to load untrusted types {refused}; "
+                             "it was not written by `foreshock train` or has been tampered with")
+    try:
+        doc = sio.load(path, trusted=list(TRUSTED_TYPES))
+    except UntrustedTypesFoundException as exc:
+        raise ModelFileError(f"{path}: refused — untrusted types ({exc})") from None
+    except Exception as exc:
+        raise ModelFileError(f"{path}: unreadable model file ({type(exc).__name__}: {exc})") from None
+    if not isinstance(doc, dict) or doc.get("format") != MODEL_FORMAT:
+        raise ModelFileError(f"{path}: not a foreshock model file (format {doc.get('format') if isinstance(doc, dict) else None!r})")
+    if doc.get("version") != MODEL_VERSION:
+        raise ModelFileError(f"{path}: model format version {doc.get('version')!r}, this foreshock reads "
+                             f"version {MODEL_VERSION}; retrain with `foreshock train`")
+    if list(doc.get("features", [])) != list(FEATURES):
+        raise ModelFileError(f"{path}: trained on features {doc.get('features')}, this foreshock computes "
+                             f"{list(FEATURES)}; retrain with `foreshock train`")
+    events = doc.get("events")
+    if not isinstance(events, dict) or not events:
+        raise ModelFileError(f"{path}: holds no models")
+    for event, entry in events.items():
+        if not isinstance(entry, dict) or not hasattr(entry.get("model"), "predict_proba"):
+            raise ModelFileError(f"{path}: entry {event!r} holds no classifier")
+        n_in = getattr(entry["model"], "n_features_in_", len(FEATURES))
+        if n_in != len(FEATURES):
+            raise ModelFileError(f"{path}: {event!r} model takes {n_in} features, expected {len(FEATURES)}")
+    return doc
+
+
+class SklearnDetector(_FeatureDetector):
+    """A trained classifier per event: P(event within its horizon) from the feature stream."""
+
+    name: ClassVar[str] = "sklearn"
+
+    def __init__(self, topology: Topology, health: PipelineHealth | None = None,
+                 model_path: str | None = None, threshold: float | None = None) -> None:
+        super().__init__(topology, health)
+        if model_path is None:
+            raise ModelFileError("the sklearn detector needs a model file: pass model_path "
+                                 "(train one with `foreshock train`)")
+        doc = load_model(model_path)
+        self.model_path = str(model_path)
+        self.events = tuple(doc["events"])
+        self.models = [doc["events"][e]["model"] for e in self.events]
+        self.horizons = [float(doc["events"][e].get("horizon_s", 1800.0)) for e in self.events]
+        thr = [float(threshold if threshold is not None else doc["events"][e].get("threshold", 0.5))
+               for e in self.events]
+        self.levels = np.array(thr)
+        self.s_alarm = new_alarm_columns(topology.size("gpu"), len(self.events))
+
+    def _decide(self, obs: np.ndarray, feats: np.ndarray) -> list[Finding]:
+        if not len(obs):
+            return []
+        scores = np.full((len(obs), len(self.models)), np.nan)
+        valid = np.isfinite(feats[:, 0])
+        if valid.any():
+            for k, model in enumerate(self.models):
+                scores[valid, k] = model.predict_proba(feats[valid])[:, 1]
+        out = np.empty((len(obs) * len(self.models), OUT_SIZE))
+        n = _score_alarms(obs, np.ascontiguousarray(scores), self.s_alarm, self.levels,
+                          self.levels * 0.8, np.array([2.0, 120.0, 60.0]), out)
+        return self._predictions(obs, out[:n], tuple(f"P({e} within {h:.0f} s) = {{0:.2f}}"
+                                                     for e, h in zip(self.events, self.horizons)),
+                                 self.horizons)

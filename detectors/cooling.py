@@ -1,0 +1,223 @@
+"""Cooling degradation: thermal resistance drifting up, long before anything throttles.
+
+Each GPU's die-to-coolant resistance ``R`` is fitted online with the same first-order model
+as :mod:`foreshock.detectors.thermal` (one kernel serves both). Every ``peer_interval_s`` of
+telemetry time the detector compares, per GPU:
+
+- ``R`` with the GPU's own history (a slow baseline, frozen while the GPU is flagged), and
+- ``R`` with its peers — the median of its rack; ``R`` is per watt, so peers are compared at
+  the same power by construction;
+
+and flags a failing thermal interface (``gpu``), a node whose GPUs all run hot against their
+rack (failing fans: ``node``), and a rack whose inlet rises against its own baseline (a
+cooling loop or CDU losing flow: ``rack``). Findings are :class:`~foreshock.findings.Anomaly`
+(higher score = larger drift), emitted when a flag rises and refreshed while it holds.
+
+Example (one GPU's R grows 40 % per hour from the second hour; its seven peers stay put)::
+
+    >>> import numpy as np
+    >>> from foreshock.topology import Topology
+    >>> from foreshock.frames import Frame
+    >>> topo = Topology.from_dict({"rows": [{"name": "r"}], "racks": [{"name": "k", "row": "r"}],
+    ...                            "nodes": [{"name": "n", "rack": "k", "gpus": 8}]})
+    >>> det, found = CoolingDetector(topo), []
+    >>> r = 0.046 * np.ones(8)
+    >>> for t in np.arange(0.0, 3 * 3600, 30.0):
+    ...     r[0] = 0.046 * (1 + 0.4 * max(0.0, t - 3600) / 3600)
+    ...     _ = det.update(Frame("rack", [t], [0], {"inlet_temp": [24.0]}))
+    ...     found += det.update(Frame("gpu", np.full(8, t), np.arange(8),
+    ...                               {"gpu_temp": np.round(24 + r * 650), "power": np.full(8, 650.0)}))
+    >>> first = found[0]
+    >>> (first.entity_kind, first.slot, 3600 < first.ts < 3 * 3600)
+    ('gpu', 0, True)
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import numpy as np
+
+from foreshock.findings import Anomaly, Finding
+from foreshock.frames import Frame
+from foreshock.health import PipelineHealth
+from foreshock.topology import Topology
+
+from .base import Detector
+from .gpu_inputs import gpu_obs, kernel, new_node_state, new_rack_state, rack_inlet_obs, update_rack_inlet
+from .thermal import (G_SIZE, G_TS, M_LOADED, M_RL, M_SIZE, OBS_FIELDS, X_TEMP, model_step,
+                      new_decay_cache, new_model_state, observe)
+from .thermal import params_vector as thermal_params
+
+PARAMS: dict[str, float] = {
+    "peer_interval_s": 300.0,
+    "warmup_s": 1800.0,  # loaded time before a GPU's R is trusted
+    "tau_baseline_s": 6 * 3600.0,
+    "own_drift_min": 0.15,  # R vs own baseline ...
+    "peer_drift_min": 0.10,  # ... and vs rack median, both, or
+    "peer_only_min": 0.30,  # ... vs rack median alone (no history yet)
+    "node_drift_min": 0.10,  # node median R vs rack median
+    "inlet_rise_min_c": 3.0,  # rack inlet vs its baseline
+    "refresh_s": 1800.0,
+}
+R_BASE, R_BASE_SEEN = 0, 1
+
+
+def group_median(values: np.ndarray, groups: np.ndarray, n_groups: int) -> np.ndarray:
+    """Median of ``values`` per group (NaN values ignored; NaN for empty groups)."""
+    out = np.full(n_groups, np.nan)
+    ok = np.isfinite(values) & (groups >= 0)
+    if not ok.any():
+        return out
+    v, g = values[ok], groups[ok]
+    order = np.lexsort((v, g))
+    v, g = v[order], g[order]
+    starts = np.flatnonzero(np.r_[True, g[1:] != g[:-1]])
+    ends = np.r_[starts[1:], len(g)]
+    mid_lo = v[starts + (ends - starts - 1) // 2]
+    mid_hi = v[starts + (ends - starts) // 2]
+    out[g[starts]] = 0.5 * (mid_lo + mid_hi)
+    return out
+
+
+@kernel
+def _fit_kernel(obs: np.ndarray, parents: np.ndarray, s: np.ndarray, racks: np.ndarray,
+                nodes: np.ndarray, params: np.ndarray, cache: np.ndarray) -> int:
+    """Fit the core model of every sampled GPU; returns rows skipped as out of order."""
+    skipped = 0
+    for row in range(obs.shape[0]):
+        dt, power, inlet = observe(obs, row, s, 1, parents, racks, nodes, params, cache)
+        if dt < 0.0:
+            skipped += 1
+            continue
+        temp = obs[row, X_TEMP]
+        if temp == temp and -50.0 < temp < 200.0:
+            model_step(s, int(obs[row, 1]), G_SIZE, dt, temp, power, inlet, params, cache)
+    return skipped
+
+
+class CoolingDetector(Detector):
+    """Flags thermal resistance and inlet drift per GPU, node and rack."""
+
+    name: ClassVar[str] = "cooling"
+    kinds: ClassVar[tuple[str, ...]] = ("gpu", "rack")
+    state_scalars: ClassVar[tuple[str, ...]] = ("next_peer_ts",)
+
+    def __init__(self, topology: Topology, health: PipelineHealth | None = None, **params: Any) -> None:
+        super().__init__(topology)
+        self.health = health or PipelineHealth()
+        unknown = sorted(set(params) - set(PARAMS))
+        if unknown:
+            raise ValueError(f"cooling: unknown parameters {unknown}; known: {sorted(PARAMS)}")
+        self.p = {k: float(params.get(k, v)) for k, v in PARAMS.items()}
+        self.fit_params = thermal_params({})
+        n = topology.size("gpu")
+        self.gpu_rack = topology.gpu_rack.astype(np.int64)
+        self.gpu_node = topology.gpu_node.astype(np.int64)
+        self.parents = np.ascontiguousarray(np.stack([self.gpu_rack, self.gpu_node], axis=1)) \
+            if n else np.zeros((0, 2), np.int64)
+        self.s_model = new_model_state(n, self.fit_params)[:, :G_SIZE + M_SIZE].copy()
+        self.s_rack = new_rack_state(topology.size("rack"))
+        self.s_node = new_node_state(topology.size("node"))
+        self.s_gpu_base = np.full((n, 2), np.nan)
+        self.s_rack_base = np.full(topology.size("rack"), np.nan)
+        # flag state per entity: time the flag rose / was last reported (NaN = not flagged)
+        self.s_gpu_flag = np.full(n, np.nan)
+        self.s_node_flag = np.full(topology.size("node"), np.nan)
+        self.s_rack_flag = np.full(topology.size("rack"), np.nan)
+        self.next_peer_ts = -np.inf
+
+    def update(self, frame: Frame) -> list[Finding]:
+        if frame.kind == "rack":
+            update_rack_inlet(rack_inlet_obs(frame, len(self.s_rack), self.health, self.name), self.s_rack)
+            return []
+        if frame.kind != "gpu" or len(frame) == 0:
+            return []
+        obs = gpu_obs(frame, OBS_FIELDS, len(self.s_model), self.health, self.name)
+        skipped = _fit_kernel(obs, self.parents, self.s_model, self.s_rack, self.s_node, self.fit_params,
+                              new_decay_cache())
+        if skipped:
+            self.health.problem(self.name, "gpu samples out of time order", skipped)
+        if not len(obs):
+            return []
+        now = float(obs[:, 0].max())
+        if now < self.next_peer_ts:
+            return []
+        first = not np.isfinite(self.next_peer_ts)
+        self.next_peer_ts = now + self.p["peer_interval_s"]
+        return [] if first else self._compare(now)
+
+    # ---- periodic comparison with own history and peers -----------------------------------
+    def _compare(self, now: float) -> list[Finding]:
+        p = self.p
+        dt = p["peer_interval_s"]
+        topo = self.topology
+        r = self.s_model[:, G_SIZE + M_RL].copy()
+        fresh = (now - self.s_model[:, G_TS]) <= 3 * dt
+        trusted = fresh & (self.s_model[:, G_SIZE + M_LOADED] >= p["warmup_s"])
+        r[~trusted] = np.nan
+        rack_med = group_median(r, self.gpu_rack, topo.size("rack"))
+        peer = r / rack_med[self.gpu_rack] - 1.0
+        base = self.s_gpu_base[:, R_BASE]
+        own = r / base - 1.0
+        has_history = self.s_gpu_base[:, R_BASE_SEEN] >= p["warmup_s"]
+        flagged = ((own >= p["own_drift_min"]) & has_history & (peer >= p["peer_drift_min"])) \
+            | (peer >= p["peer_only_min"])
+        flagged &= trusted
+        # own baseline: slow, and frozen while flagged so a drift cannot teach itself normal
+        w = 1.0 - np.exp(-dt / p["tau_baseline_s"])
+        learn = trusted & ~flagged
+        base_new = np.where(np.isfinite(base), base + w * (r - base), r)
+        self.s_gpu_base[learn, R_BASE] = base_new[learn]
+        seen = np.nan_to_num(self.s_gpu_base[:, R_BASE_SEEN])
+        self.s_gpu_base[:, R_BASE_SEEN] = np.where(learn, seen + dt, seen)
+        findings: list[Finding] = []
+        for g in self._raise(self.s_gpu_flag, flagged, now, p["refresh_s"]):
+            findings.append(Anomaly(
+                now, "gpu", int(g), "gpu_temp", float(max(peer[g], own[g] if has_history[g] else 0.0)),
+                self.name,
+                f"thermal resistance {r[g]:.4f} °C/W: {peer[g]:+.0%} vs rack "
+                f"{topo.racks[self.gpu_rack[g]]} median at the same power"
+                + (f", {own[g]:+.0%} vs own baseline" if has_history[g] else "")
+                + " — thermal interface or cold plate degrading"))
+        # nodes: the median GPU of the node runs hot against its rack (fans, node airflow)
+        node_med = group_median(r, self.gpu_node, topo.size("node"))
+        node_rack = topo.node_rack.astype(np.int64)
+        node_drift = node_med / rack_med[node_rack] - 1.0
+        rack_of_nodes = group_median(node_med, node_rack, topo.size("rack"))
+        node_peer = node_med / rack_of_nodes[node_rack] - 1.0
+        node_flag = np.nan_to_num(node_peer) >= p["node_drift_min"]
+        for nd in self._raise(self.s_node_flag, node_flag, now, p["refresh_s"]):
+            findings.append(Anomaly(
+                now, "node", int(nd), "fan_speed", float(node_peer[nd]), self.name,
+                f"all GPUs of {topo.nodes[nd]} run {node_peer[nd]:+.0%} hotter per watt than the "
+                f"other nodes of {topo.racks[node_rack[nd]]} (node median {node_drift[nd]:+.0%} vs rack) "
+                "— node fans or airflow"))
+        # racks: inlet above its own baseline (a loop or CDU losing flow)
+        inlet = self.s_rack[:, 1]
+        inlet_fresh = np.isfinite(inlet) & ((now - self.s_rack[:, 0]) <= 3 * dt)
+        rise = inlet - self.s_rack_base
+        rack_flag = inlet_fresh & (np.nan_to_num(rise) >= p["inlet_rise_min_c"])
+        learn_rack = inlet_fresh & ~rack_flag
+        self.s_rack_base = np.where(
+            learn_rack, np.where(np.isfinite(self.s_rack_base), self.s_rack_base + w * (inlet - self.s_rack_base), inlet),
+            self.s_rack_base)
+        loops = topo.rack_loop
+        for rk in self._raise(self.s_rack_flag, rack_flag, now, p["refresh_s"]):
+            same_loop = loops == loops[rk]
+            share = int(np.count_nonzero(rack_flag & same_loop))
+            scope = (f"{share} of {int(same_loop.sum())} racks on loop {topo.loops[loops[rk]]} rising: "
+                     "the cooling loop (CDU) is losing capacity") if share > 1 else "this rack only: rack flow or manifold"
+            findings.append(Anomaly(
+                now, "rack", int(rk), "inlet_temp", float(rise[rk]), self.name,
+                f"inlet {inlet[rk]:.1f} °C, {rise[rk]:+.1f} °C over its baseline; {scope}"))
+        return findings
+
+    @staticmethod
+    def _raise(flag_ts: np.ndarray, flagged: np.ndarray, now: float, refresh_s: float) -> np.ndarray:
+        """Entities to report now (flag rose, or due for a refresh); updates ``flag_ts``."""
+        was = np.isfinite(flag_ts)
+        due = flagged & (~was | (now - np.where(was, flag_ts, now) >= refresh_s))
+        flag_ts[due] = now
+        flag_ts[~flagged] = np.nan
+        return np.flatnonzero(due)

@@ -1,0 +1,250 @@
+"""Inputs shared by the per-GPU detectors: the observation matrix and the inlet temperature.
+
+Every GPU kernel reads a C-contiguous ``(rows, 2 + k)`` matrix ``[ts, slot, field...]`` built
+once per frame by :func:`gpu_obs` (rows with a slot outside the topology are counted as a
+pipeline problem and left out, never passed to a kernel).
+
+The thermal model needs the coolant or air temperature at the GPU's inlet. It comes from the
+rack frames (``inlet_temp``, else ``coolant_temp``) through the topology's ``gpu_rack``. Where
+no rack reports one (dcgm-exporter alone), :func:`gpu_inlet` falls back on a proxy: the node's
+coolest GPU, ``min(T - R_nominal * P)`` over the node's GPUs at the previous tick — a healthy
+GPU sits at ``inlet + R·P``, so the coolest one bounds the inlet from above by little.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence, TypeVar
+
+import numba
+import numpy as np
+
+from foreshock.frames import Frame
+from foreshock.health import PipelineHealth
+from foreshock.numba_config import JIT_OPTIONS
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def kernel(func: F) -> F:
+    """foreshock's serial Numba options, without the reference-counting runtime.
+
+    The per-GPU kernels touch a dozen state arrays per sample through small helpers; with the
+    runtime on, every helper call increments and decrements each array's reference count
+    (atomic operations) and that, not the arithmetic, dominated their cost (4x measured). These
+    kernels never allocate: arrays are borrowed from the caller, scratch is passed in."""
+    return numba.njit(**KERNEL_OPTIONS)(func)  # type: ignore[no-any-return]
+
+
+def inline(func: F) -> F:
+    """:func:`kernel`, inlined into its callers at Numba-IR level (small per-sample helpers)."""
+    return numba.njit(**INLINE_OPTIONS)(func)  # type: ignore[no-any-return]
+
+
+KERNEL_OPTIONS: dict[str, Any] = {**JIT_OPTIONS, "_nrt": False}
+INLINE_OPTIONS: dict[str, Any] = {**KERNEL_OPTIONS, "inline": "always"}
+
+# rack state columns: time of the last inlet sample and its value; the inlet one and two
+# windows ago (and when) and the loop time constant learnt from them (NaN until seen)
+# ... and the coolant flow now, its baseline, the inlet at baseline flow, and the loop's
+# coolant rise at baseline flow learnt from a flow loss that settled (with its count)
+(RACK_TS, RACK_INLET, RACK_U1, RACK_U2, RACK_U1_TS, RACK_DAMP, RACK_DAMP_N, RACK_FLOW, RACK_FLOW0,
+ RACK_U0, RACK_RISE, RACK_RISE_N, RACK_FLOW_SLOPE, RACK_F1) = range(14)
+RACK_SIZE = 14
+FLOW_SLOPE_TAU_S = 60.0
+FLOW_DROP_MAX = 0.25
+"""A falling flow is carried over the loop's lag, but to no less than this share of itself."""
+BASELINE_TAU_S = 1800.0
+FLOW_NOMINAL = 0.9  # flow above this share of its baseline is "nominal"
+DAMP_MIN_OBS = 4.0
+"""Windows a rack's learnt loop time constant needs before it is used."""
+DAMP_WINDOW_S = 60.0
+DAMP_MIN_STEP_C = 1.0
+# node state columns: the proxy of the previous tick and the minimum being gathered now
+NODE_PROXY_TS, NODE_PROXY, NODE_ACC_TS, NODE_ACC = 0, 1, 2, 3
+NODE_SIZE = 4
+
+TICK_EPS_S = 0.5
+"""Samples of one node closer than this in time belong to the same scrape (tick)."""
+
+
+def new_rack_state(n_racks: int) -> np.ndarray:
+    state = np.full((n_racks, RACK_SIZE), np.nan)
+    state[:, RACK_DAMP_N] = 0.0
+    state[:, RACK_RISE_N] = 0.0
+    return state
+
+
+def site_loop_rise(rack_state: np.ndarray) -> float:
+    """The median learnt coolant rise at baseline flow over racks that learnt one (NaN if none)."""
+    ok = rack_state[:, RACK_RISE_N] >= 3.0
+    return float(np.median(rack_state[ok, RACK_RISE])) if ok.any() else float("nan")
+
+
+def site_loop_tau(rack_state: np.ndarray) -> float:
+    """The median learnt loop time constant over racks that learnt one (NaN if none)."""
+    ok = rack_state[:, RACK_DAMP_N] >= DAMP_MIN_OBS
+    return float(np.median(rack_state[ok, RACK_DAMP])) if ok.any() else float("nan")
+
+
+def new_node_state(n_nodes: int) -> np.ndarray:
+    state = np.full((n_nodes, NODE_SIZE), np.nan)
+    state[:, NODE_ACC] = np.inf
+    state[:, NODE_ACC_TS] = -np.inf
+    return state
+
+
+def gpu_obs(frame: Frame, fields: Sequence[str], n_slots: int, health: PipelineHealth,
+            stage: str) -> np.ndarray:
+    """``[ts, slot, fields...]`` as one C-contiguous float64 matrix, valid slots only."""
+    slot = frame.slot
+    ok = (slot >= 0) & (slot < n_slots) & np.isfinite(frame.ts)
+    bad = int(len(ok) - np.count_nonzero(ok))
+    out = np.empty((len(frame), 2 + len(fields)), dtype=np.float64)
+    out[:, 0] = frame.ts
+    out[:, 1] = slot
+    for j, name in enumerate(fields):
+        out[:, 2 + j] = frame.columns[name]
+    if bad:
+        health.problem(stage, f"{frame.kind} rows with unknown slot or non-finite ts", bad)
+        out = np.ascontiguousarray(out[ok])
+    return out
+
+
+def rack_inlet_obs(frame: Frame, n_racks: int, health: PipelineHealth, stage: str) -> np.ndarray:
+    """``[ts, slot, inlet, flow]`` for rack frames: ``inlet_temp`` (else ``coolant_temp``) and
+    ``coolant_flow``."""
+    obs = gpu_obs(frame, ("inlet_temp", "coolant_temp", "coolant_flow"), n_racks, health, stage)
+    inlet = obs[:, 2]
+    missing = ~np.isfinite(inlet)
+    inlet[missing] = obs[missing, 3]
+    obs[:, 3] = obs[:, 4]
+    return np.ascontiguousarray(obs[:, :4])
+
+
+@kernel
+def update_rack_inlet(obs: np.ndarray, rack_state: np.ndarray) -> None:
+    """Keep the latest finite inlet per rack (rows in time order); learn the loop's time constant."""
+    for i in range(obs.shape[0]):
+        v = obs[i, 2]
+        if v == v and abs(v) < 1e6:
+            r = int(obs[i, 1])
+            if not rack_state[r, RACK_TS] > obs[i, 0]:
+                dt = obs[i, 0] - rack_state[r, RACK_TS]
+                rack_state[r, RACK_TS] = obs[i, 0]
+                rack_state[r, RACK_INLET] = v
+                track_flow(rack_state, r, dt, v, obs[i, 3])
+                learn_loop_tau(rack_state, r, obs[i, 0], v)
+
+
+@inline
+def track_flow(rack_state: np.ndarray, r: int, dt: float, inlet: float, flow: float) -> None:
+    """Coolant flow now and its baseline (with the inlet it gives); learn the loop's coolant
+    rise once a flow loss has settled.
+
+    Heat balance: the coolant warms over the facility water by ``Q / (m_dot c_p)`` — the rise
+    scales as ``1 / flow``. So ``inlet = u0 + rise0 * (flow0 / flow - 1)`` at a lower flow, where
+    ``rise0`` is the loop's rise at its baseline flow (its approach temperature)."""
+    if not (flow == flow and flow >= 0.0):
+        return
+    prev = rack_state[r, RACK_FLOW]
+    if prev == prev and dt == dt and dt > 0.0:
+        w = 1.0 - np.exp(-dt / FLOW_SLOPE_TAU_S)
+        old = rack_state[r, RACK_FLOW_SLOPE]
+        d = (flow - prev) / dt
+        rack_state[r, RACK_FLOW_SLOPE] = d if old != old else old + w * (d - old)
+    rack_state[r, RACK_FLOW] = flow
+    f0 = rack_state[r, RACK_FLOW0]
+    if f0 != f0:
+        if flow > 0.0:
+            rack_state[r, RACK_FLOW0] = flow
+            rack_state[r, RACK_U0] = inlet
+        return
+    if flow >= FLOW_NOMINAL * f0:
+        if dt == dt and dt > 0.0:  # nominal: follow slow changes (load, facility water)
+            w = 1.0 - np.exp(-dt / BASELINE_TAU_S)
+            rack_state[r, RACK_FLOW0] = f0 + w * (flow - f0)
+            rack_state[r, RACK_U0] = rack_state[r, RACK_U0] + w * (inlet - rack_state[r, RACK_U0])
+        return
+    # settled: flow steady for a window and the inlet no longer moving with it
+    settled = rack_state[r, RACK_U1] == rack_state[r, RACK_U1] and abs(inlet - rack_state[r, RACK_U1]) < 0.3 \
+        and rack_state[r, RACK_F1] == rack_state[r, RACK_F1] and abs(flow - rack_state[r, RACK_F1]) < 0.01 * f0
+    if settled and flow < 0.5 * f0 and flow > 0.0:
+        k_obs = (inlet - rack_state[r, RACK_U0]) / (f0 / flow - 1.0)
+        if k_obs > 0.0:
+            old = rack_state[r, RACK_RISE]
+            rack_state[r, RACK_RISE] = k_obs if old != old else old + 0.2 * (k_obs - old)
+            rack_state[r, RACK_RISE_N] += 1.0
+
+
+@inline
+def flow_asymptote(rack_state: np.ndarray, r: int, prior_rise: float, lag: float) -> float:
+    """Where the inlet settles at the rack's coolant flow ``lag`` seconds ahead — the flow's
+    trend carried over the loop's own lag (at most a fourfold drop, never below 2 % of
+    baseline); NaN at nominal flow or without flow telemetry."""
+    if r < 0:
+        return np.nan
+    flow = rack_state[r, RACK_FLOW]
+    f0 = rack_state[r, RACK_FLOW0]
+    if not (flow == flow and f0 == f0 and flow < FLOW_NOMINAL * f0):
+        return np.nan
+    slope = rack_state[r, RACK_FLOW_SLOPE]
+    if slope == slope and slope < 0.0:
+        flow = max(flow + slope * lag, FLOW_DROP_MAX * flow)
+    rise = rack_state[r, RACK_RISE] if rack_state[r, RACK_RISE_N] >= 3.0 else prior_rise
+    return rack_state[r, RACK_U0] + min(rise * (f0 / max(flow, 0.02 * f0) - 1.0), 70.0)  # type: ignore[no-any-return]
+
+
+@inline
+def learn_loop_tau(rack_state: np.ndarray, r: int, ts: float, inlet: float) -> None:
+    """Learn the cooling loop's time constant from the rack inlet itself.
+
+    Every ``DAMP_WINDOW_S`` the inlet's change over the last window is compared with the one
+    before: a first-order loop settling toward a new level shrinks it by ``exp(-W / tau)``.
+    Only clear, same-sign, shrinking steps count (a loss of flow settling, or its repair)."""
+    last = rack_state[r, RACK_U1_TS]
+    if last == last and ts - last < DAMP_WINDOW_S:
+        return
+    if last == last and ts - last <= 2.0 * DAMP_WINDOW_S:
+        d_new = inlet - rack_state[r, RACK_U1]
+        d_old = rack_state[r, RACK_U1] - rack_state[r, RACK_U2]
+        if d_new * d_old > 0.0 and abs(d_old) >= DAMP_MIN_STEP_C:
+            ratio = d_new / d_old
+            if 0.05 < ratio < 0.95:
+                tau_obs = -(ts - last) / np.log(ratio)
+                old = rack_state[r, RACK_DAMP]
+                rack_state[r, RACK_DAMP] = tau_obs if old != old else np.exp(
+                    np.log(old) + 0.3 * (np.log(tau_obs) - np.log(old)))
+                rack_state[r, RACK_DAMP_N] += 1.0
+        rack_state[r, RACK_U2] = rack_state[r, RACK_U1]
+    else:
+        rack_state[r, RACK_U2] = np.nan  # first window, or a gap: not consecutive
+    rack_state[r, RACK_U1] = inlet
+    rack_state[r, RACK_F1] = rack_state[r, RACK_FLOW]
+    rack_state[r, RACK_U1_TS] = ts
+
+
+@inline
+def gpu_inlet(ts: float, node: int, rack: int, temp: float, power_f: float, rack_state: np.ndarray,
+              node_state: np.ndarray, r_nominal: float, stale_s: float) -> float:
+    """The inlet temperature this GPU sees at ``ts`` (NaN when unknown).
+
+    Also feeds this GPU's ``T - R_nominal * P`` into its node's proxy for the current tick.
+    """
+    if ts > node_state[node, NODE_ACC_TS] + TICK_EPS_S:
+        if node_state[node, NODE_ACC] < np.inf:
+            node_state[node, NODE_PROXY] = node_state[node, NODE_ACC]
+            node_state[node, NODE_PROXY_TS] = node_state[node, NODE_ACC_TS]
+        node_state[node, NODE_ACC] = np.inf
+        node_state[node, NODE_ACC_TS] = ts
+    if temp == temp and power_f == power_f:
+        cand = temp - r_nominal * power_f
+        if cand < node_state[node, NODE_ACC]:
+            node_state[node, NODE_ACC] = cand
+    if rack >= 0:
+        inlet = rack_state[rack, RACK_INLET]
+        if inlet == inlet and ts - rack_state[rack, RACK_TS] <= stale_s:
+            return inlet  # type: ignore[no-any-return]
+    proxy = node_state[node, NODE_PROXY]
+    if proxy == proxy and ts - node_state[node, NODE_PROXY_TS] <= stale_s:
+        return proxy  # type: ignore[no-any-return]
+    return np.nan

@@ -1,0 +1,345 @@
+"""Power cap and power brake, per GPU and per node.
+
+- **Power cap** (``Prediction(event="power_cap")``): the cap acts on the power of compute
+  phases, so the detector tracks the upper envelope of the power samples (each a 1-second
+  average; the interval mean is diluted by communication phases) and its trend (Holt). Power
+  also follows temperature through leakage: the detector fits the same first-order thermal
+  model as :mod:`foreshock.detectors.thermal` and adds ``leak_w_per_c`` times the forecast
+  temperature rise. The ETA is the first time the envelope so forecast reaches the enforced
+  limit (minus a measurement margin). A GPU held down by the thermal limiter that drew close
+  to its limit before is predicted to meet the cap as it cools below max operating
+  temperature again. A GPU already at the cap (bit 0x4) is not predicted — it is there.
+- **Power brake** (bit 0x80): an immediate :class:`~foreshock.findings.Anomaly` on the GPU
+  when the bit rises, and one on the node when several of its GPUs brake together — the
+  signature of a failing power supply or a PDU emergency rather than of one GPU.
+
+Example (a GPU whose power creeps up 0.5 W/s from 640 W toward its 700 W limit)::
+
+    >>> import numpy as np
+    >>> from foreshock.topology import Topology
+    >>> from foreshock.frames import Frame
+    >>> topo = Topology.from_dict({"rows": [{"name": "r"}], "racks": [{"name": "k", "row": "r"}],
+    ...                            "nodes": [{"name": "n", "rack": "k", "gpus": 1}]})
+    >>> det, found = PowerDetector(topo), []
+    >>> for t in np.arange(0.0, 600.0, 5.0):
+    ...     p = min(700.0, 640.0 + 0.5 * max(0.0, t - 300.0))
+    ...     found += det.update(Frame("gpu", [t], [0], {"power": [p], "power_limit": [700.0]}))
+    >>> first = next(f for f in found if f.event == "power_cap")
+    >>> 30.0 <= 420.0 - first.ts <= det.horizon_s     # the cap comes at t = 420 s
+    True
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import numpy as np
+
+from foreshock import facts
+from foreshock.findings import Anomaly, Finding, Prediction
+from foreshock.frames import Frame
+from foreshock.health import PipelineHealth
+from foreshock.topology import Topology
+
+from .alarm import (CODE_NONE, CODE_START, CODE_WITHDRAW, O_CODE, O_CONF, O_ETA, O_ROW, O_V0,
+                    O_WHICH, OUT_SIZE, alarm_step, emit, new_alarm_columns)
+from .base import Detector
+from .gpu_inputs import (gpu_obs, inline, kernel, new_node_state, new_rack_state, rack_inlet_obs, site_loop_rise, site_loop_tau,
+                         update_rack_inlet)
+from . import thermal as th
+
+OBS_FIELDS = th.OBS_FIELDS + ("throttle_reasons",)
+X_REASONS = len(OBS_FIELDS) + 1  # after ts, slot and the thermal model's fields
+
+# envelope, its Holt level/slope, loaded samples, braking, thermally throttled, envelope
+# before the thermal throttle, temperature slope (°C/s)
+S_ENV, S_LEVEL, S_SLOPE, S_N, S_BRAKE, S_THERMAL, S_ENV_PRE, S_TB, S_ETA, S_EVAL_TS = range(10)
+S_SIZE = 10  # ... the last forecast ETA and when it was solved
+N_COUNT, N_ACTIVE = 0, 1  # node state: GPUs braking now, node event raised
+WHICH_CAP, WHICH_GPU_BRAKE, WHICH_NODE_BRAKE = 0, 1, 2
+
+PARAMS: dict[str, float] = {
+    "tau_level_s": 20.0,
+    "tau_slope_s": 90.0,
+    "envelope_decay_w_per_s": 0.5,  # the compute-phase envelope forgets this fast
+    "leak_w_per_c": 3.0,  # leakage: power demand rises with temperature
+    "trend_weight": 0.0,  # how much of the envelope's own trend to extrapolate (job intensity
+    # steps, it does not drift: by default only temperature, through leakage, moves it)
+    "horizon_s": 300.0,
+    "margin_w": 0.0,  # the envelope of noisy samples sits ~5 W above the power it tracks
+    "release_margin_w": 150.0,  # a thermally throttled GPU that drew this close to the limit ...
+    "release_eta_s": 60.0,  # ... meets the cap about this soon after it cools below max operating
+    "release_inlet_c_per_s": -0.01,  # ... once its inlet falls this fast (cooling restored)
+    "min_samples": 12.0,
+    "load_min_w": 200.0,
+    "clear_factor": 2.0,
+    "off_hold_s": 60.0,
+    "refresh_s": 60.0,
+    "on_count": 2.0,  # consecutive firing samples to start a prediction ...
+    "urgent_s": 0.0,  # ... or one, when the cap is this close (0: never)
+    "node_brake_min": 2.0,  # GPUs of one node braking together make a node event
+}
+PARAM_NAMES = tuple(PARAMS)
+(P_TAU_LEVEL, P_TAU_SLOPE, P_ENV_DECAY, P_LEAK, P_TREND, P_HORIZON, P_MARGIN, P_RELEASE_MARGIN,
+ P_RELEASE_ETA, P_RELEASE_INLET, P_MIN_N, P_LOAD_MIN, P_CLEAR, P_OFF_HOLD, P_REFRESH, P_ON,
+ P_URGENT, P_NODE_MIN) = range(len(PARAMS))
+
+
+def params_vector(overrides: dict[str, float]) -> np.ndarray:
+    unknown = sorted(set(overrides) - set(PARAMS))
+    if unknown:
+        raise ValueError(f"power: unknown parameters {unknown}; known: {sorted(PARAMS)}")
+    vec = np.array([float(overrides.get(k, v)) for k, v in PARAMS.items()])
+    if vec[P_HORIZON] <= 0 or vec[P_TAU_LEVEL] <= 0 or vec[P_TAU_SLOPE] <= 0:
+        raise ValueError("power: horizon_s and the time constants must be positive")
+    return vec
+
+
+@kernel
+def cap_eta(level: float, slope: float, limit: float, margin: float) -> float:
+    """Seconds until ``level + slope·t`` reaches ``limit - margin`` (0 if there, inf if never)."""
+    gap = limit - margin - level
+    if gap <= 0.0:
+        return 0.0
+    if slope <= 0.0:
+        return np.inf
+    return gap / slope
+
+
+@inline
+def a0_of(m: np.ndarray, i: int) -> float:
+    """The thermal model's steady-state target now (inlet + R·P), NaN before it is fitted."""
+    return m[i, th.G_UL] + m[i, th.G_SIZE + th.M_RL] * m[i, th.G_PREF]  # type: ignore[no-any-return]
+
+
+@kernel
+def thermal_cap_eta(m: np.ndarray, i: int, temp: float, level: float, slope: float, limit: float,
+                    damp: float, du: float, tparams: np.ndarray, params: np.ndarray) -> float:
+    """First time the envelope, pushed by its trend and by leakage as the thermal model's
+    forecast temperature rises, reaches the limit; inf beyond the horizon."""
+    horizon = params[P_HORIZON]
+    target = limit - params[P_MARGIN]
+    slope = max(slope, 0.0) * params[P_TREND]
+    top = max(a0_of(m, i), temp) + max(du, 0.0) * min(damp, horizon) \
+        + max(m[i, th.G_SIZE + th.M_RB] * m[i, th.G_PREF], 0.0) * min(tparams[th.P_DRIFT_DAMP], horizon)
+    if level + slope * horizon + params[P_LEAK] * max(top - temp, 0.0) * 2.0 < target:
+        return np.inf  # not even the highest temperature it could reach pushes it to the cap
+    off = th.G_SIZE
+    rl, ul, pref = m[i, off + th.M_RL], m[i, th.G_UL], m[i, th.G_PREF]
+    if rl != rl or ul != ul or pref != pref or temp != temp or m[i, off + th.M_LOADED] < tparams[th.P_WARMUP]:
+        return cap_eta(level, slope, limit, params[P_MARGIN])  # no trusted thermal model yet
+    a0 = ul + rl * pref
+    b = m[i, off + th.M_RB] * pref
+    tau = m[i, off + th.M_TAU]
+    gain = rl * params[P_LEAK]
+    amp = 1.0 / (1.0 - gain) if 0.0 <= gain < 0.5 else 2.0
+    lo = 0.0
+    hi = -1.0
+    for k in range(1, 33):
+        h = horizon * (k / 32.0) ** 2
+        rise = th.temp_at(h, temp, a0, b, tparams[th.P_DRIFT_DAMP], tau, du, damp, amp, np.inf) - temp
+        if level + slope * h + params[P_LEAK] * max(rise, 0.0) >= target:
+            hi = h
+            break
+        lo = h
+    if hi < 0.0:
+        return np.inf
+    for _ in range(12):
+        mid = 0.5 * (lo + hi)
+        rise = th.temp_at(mid, temp, a0, b, tparams[th.P_DRIFT_DAMP], tau, du, damp, amp, np.inf) - temp
+        if level + slope * mid + params[P_LEAK] * max(rise, 0.0) >= target:
+            hi = mid
+        else:
+            lo = mid
+    return hi
+
+
+@kernel
+def _power_kernel(obs: np.ndarray, parents: np.ndarray, m: np.ndarray, s: np.ndarray,
+                  alarms: np.ndarray, env: tuple[np.ndarray, np.ndarray, np.ndarray],
+                  params: tuple[np.ndarray, np.ndarray], out: np.ndarray,
+                  cache: np.ndarray) -> tuple[int, int]:
+    """Power brake, node brake and power-cap prediction over a GPU frame.
+
+    ``m`` is the thermal model state (fitted here too), ``env`` = (rack, node thermal state,
+    node brake state), ``params`` = (thermal parameters, power parameters)."""
+    racks, nodes, node_brake = env
+    tparams, p = params
+    n_out = 0
+    skipped = 0
+    horizon = p[P_HORIZON]
+    for row in range(obs.shape[0]):
+        dt, power_mean, inlet = th.observe(obs, row, m, 1, parents, racks, nodes, tparams, cache)
+        if dt < 0.0:
+            skipped += 1
+            continue
+        ts = obs[row, th.X_TS]
+        i = int(obs[row, th.X_SLOT])
+        temp = obs[row, th.X_TEMP]
+        if temp == temp and -50.0 < temp < 200.0:
+            old = m[i, th.G_SIZE + th.M_TPREV]
+            th.model_step(m, i, th.G_SIZE, dt, temp, power_mean, inlet, tparams, cache)
+            if old == old:
+                w = 1.0 - th.cached_decay(cache, th.C_OWN0, dt, p[P_TAU_SLOPE])
+                s[i, S_TB] += w * ((temp - old) / dt - s[i, S_TB])
+        reasons = obs[row, X_REASONS]
+        capped = False
+        thermal = False
+        # --- power brake: immediate, per GPU and per node ---------------------------------
+        if reasons == reasons and 0.0 <= reasons < 2.0 ** 40:
+            bits = int(reasons)
+            braking = (bits & facts.THROTTLE_HW_POWER_BRAKE) != 0
+            node = parents[i, 1]
+            if braking and s[i, S_BRAKE] == 0.0:
+                s[i, S_BRAKE] = 1.0
+                s[i, S_ENV_PRE] = s[i, S_ENV]  # what it drew before the brake
+                node_brake[node, N_COUNT] += 1.0
+                n_out = emit(out, n_out, row, WHICH_GPU_BRAKE, CODE_START, 0.0, 1.0,
+                             (node_brake[node, N_COUNT], 0.0, 0.0, 0.0, 0.0, 0.0))
+                if node_brake[node, N_COUNT] >= p[P_NODE_MIN] and node_brake[node, N_ACTIVE] == 0.0:
+                    node_brake[node, N_ACTIVE] = 1.0
+                    n_out = emit(out, n_out, row, WHICH_NODE_BRAKE, CODE_START, 0.0, 1.0,
+                                 (node_brake[node, N_COUNT], float(node), 0.0, 0.0, 0.0, 0.0))
+            elif not braking and s[i, S_BRAKE] == 1.0:
+                s[i, S_BRAKE] = 0.0
+                node_brake[node, N_COUNT] = max(node_brake[node, N_COUNT] - 1.0, 0.0)
+                if node_brake[node, N_COUNT] == 0.0:
+                    node_brake[node, N_ACTIVE] = 0.0
+            capped = (bits & facts.THROTTLE_SW_POWER_CAP) != 0
+            thermal = (bits & (facts.THROTTLE_SW_THERMAL | facts.THROTTLE_HW_THERMAL)) != 0
+        # --- power cap: the compute-phase envelope, pushed by trend and by leakage -----------
+        # A sample is a 1-s average: most land in compute phases, so their upper envelope is the
+        # power the cap acts on (the interval mean, diluted by communication phases, is not).
+        power = obs[row, th.X_POWER]
+        if power != power or not 0.0 <= power < 1e5:
+            continue
+        limit = m[i, th.G_PLIM]
+        if limit != limit:
+            limit = facts.POWER_LIMIT_W
+        node_event = s[i, S_BRAKE] == 1.0 and node_brake[parents[i, 1], N_ACTIVE] == 1.0
+        if thermal:
+            if s[i, S_THERMAL] == 0.0:  # remember what it drew before the limiter held it down
+                s[i, S_THERMAL] = 1.0
+                s[i, S_ENV_PRE] = s[i, S_ENV]
+        else:
+            s[i, S_THERMAL] = 0.0
+        if s[i, S_N] == 0.0 or power < p[P_LOAD_MIN] or dt >= tparams[th.P_GAP]:
+            # idle or restarting: the trend starts over (a job start is a step, not a trend)
+            s[i, S_ENV] = power
+            s[i, S_LEVEL] = power
+            s[i, S_SLOPE] = 0.0
+            s[i, S_N] = 1.0 if power >= p[P_LOAD_MIN] else 0.0
+        else:
+            s[i, S_ENV] = max(power, s[i, S_ENV] - p[P_ENV_DECAY] * dt)
+            s[i, S_LEVEL], s[i, S_SLOPE] = th.holt(
+                s[i, S_LEVEL], s[i, S_SLOPE], s[i, S_ENV], dt,
+                1.0 - th.cached_decay(cache, th.C_OWN0 + 1, dt, p[P_TAU_LEVEL]),
+                1.0 - th.cached_decay(cache, th.C_OWN0, dt, p[P_TAU_SLOPE]))
+            s[i, S_N] += 1.0
+        eta = np.inf
+        held = thermal or s[i, S_BRAKE] == 1.0
+        if s[i, S_N] >= p[P_MIN_N] and not held:
+            since = ts - s[i, S_EVAL_TS]
+            if not since < tparams[th.P_EVERY]:  # solved every forecast_every_s, aged between
+                damp = th.inlet_damping(parents[i, 0], racks, tparams)
+                du = th.inlet_rate(m, i, parents[i, 0], racks, damp, tparams)
+                s[i, S_ETA] = thermal_cap_eta(m, i, temp, s[i, S_LEVEL], s[i, S_SLOPE], limit, damp, du,
+                                              tparams, p)
+                s[i, S_EVAL_TS] = ts
+                since = 0.0
+            eta = max(s[i, S_ETA] - since, 0.0)
+        slowdown = obs[row, th.X_SLOWDOWN]
+        max_op = slowdown - 2.0 if slowdown == slowdown and 40.0 < slowdown < 130.0 else facts.MAX_OPERATING_TEMP_C
+        if thermal and s[i, S_ENV_PRE] >= limit - p[P_RELEASE_MARGIN] and temp == temp \
+                and temp <= max_op and m[i, th.G_UB] <= p[P_RELEASE_INLET]:
+            # cooling below max operating: the thermal limiter lets go and the cap takes over
+            eta = p[P_RELEASE_ETA]
+        if node_event and s[i, S_ENV_PRE] >= p[P_LOAD_MIN]:
+            # a node-wide power event (a failed supply): when the brake lifts, the node runs on
+            # a smaller power budget and a loaded GPU meets its (lowered) cap
+            eta = p[P_RELEASE_ETA]
+        confidence = min(1.0, s[i, S_N] / (2.0 * p[P_MIN_N]))
+        firing = eta <= horizon and not capped
+        clear = not eta <= horizon * p[P_CLEAR] and not capped
+        on_count = 1.0 if eta <= p[P_URGENT] else p[P_ON]
+        code = alarm_step(alarms, i, 0, ts, firing, clear, on_count, p[P_OFF_HOLD], p[P_REFRESH])
+        if code != CODE_NONE:
+            n_out = emit(out, n_out, row, WHICH_CAP, code, eta, confidence,
+                         (s[i, S_LEVEL], s[i, S_SLOPE], limit, s[i, S_TB], 1.0 if thermal else 0.0,
+                          1.0 if node_event else 0.0))
+    return n_out, skipped
+
+
+class PowerDetector(Detector):
+    """Predicts ``power_cap``; reports power brake per GPU and per node at once."""
+
+    name: ClassVar[str] = "power"
+    kinds: ClassVar[tuple[str, ...]] = ("gpu", "rack")
+
+    def __init__(self, topology: Topology, health: PipelineHealth | None = None, **params: Any) -> None:
+        super().__init__(topology)
+        self.health = health or PipelineHealth()
+        self.params = params_vector(params)
+        self.thermal_params = th.params_vector({})
+        self.horizon_s = float(self.params[P_HORIZON])
+        n = topology.size("gpu")
+        self.parents = np.ascontiguousarray(np.stack([topology.gpu_rack, topology.gpu_node], axis=1),
+                                            dtype=np.int64) if n else np.zeros((0, 2), np.int64)
+        self.s_model = th.new_model_state(n, self.thermal_params)[:, :th.G_SIZE + th.M_SIZE].copy()
+        self.s_gpu = np.full((n, S_SIZE), np.nan)
+        self.s_gpu[:, [S_N, S_BRAKE, S_THERMAL, S_TB]] = 0.0
+        self.s_gpu[:, S_ETA] = np.inf
+        self.s_alarm = new_alarm_columns(n, 1)
+        self.s_rack = new_rack_state(topology.size("rack"))
+        self.s_node = new_node_state(topology.size("node"))
+        self.s_node_brake = np.zeros((topology.size("node"), 2))
+
+    def update(self, frame: Frame) -> list[Finding]:
+        if frame.kind == "rack":
+            update_rack_inlet(rack_inlet_obs(frame, len(self.s_rack), self.health, self.name), self.s_rack)
+            self.thermal_params[th.P_SITE_DAMP] = site_loop_tau(self.s_rack)
+            self.thermal_params[th.P_SITE_RISE] = site_loop_rise(self.s_rack)
+            return []
+        if frame.kind != "gpu" or len(frame) == 0:
+            return []
+        obs = gpu_obs(frame, OBS_FIELDS, len(self.s_gpu), self.health, self.name)
+        out = np.empty((3 * len(obs), OUT_SIZE))
+        n_out, skipped = _power_kernel(obs, self.parents, self.s_model, self.s_gpu, self.s_alarm,
+                                       (self.s_rack, self.s_node, self.s_node_brake),
+                                       (self.thermal_params, self.params), out, th.new_decay_cache())
+        if skipped:
+            self.health.problem(self.name, "gpu samples out of time order", skipped)
+        findings: list[Finding] = []
+        for rec in out[:n_out]:
+            row, which, code = int(rec[O_ROW]), int(rec[O_WHICH]), int(rec[O_CODE])
+            ts, slot = float(obs[row, 0]), int(obs[row, 1])
+            v = rec[O_V0:O_V0 + 6]
+            if which == WHICH_CAP:
+                eta = float(rec[O_ETA])
+                if code == CODE_WITHDRAW:
+                    reason = f"compute-phase power {v[0]:.0f} W no longer heading for the limit"
+                elif v[5] > 0:
+                    reason = ("its node is power-braking (a failed power supply): when the brake lifts, "
+                              "the node runs on a reduced power budget and the power cap holds this GPU")
+                elif v[4] > 0:
+                    reason = (f"cooling below max operating again after a thermal throttle; it drew up to "
+                              f"the {v[2]:.0f} W limit before: the power cap takes over as clocks recover")
+                else:
+                    reason = (f"compute-phase power {v[0]:.0f} W ({v[1] * 60:+.1f} W/min, temperature "
+                              f"{v[3] * 60:+.2f} °C/min, leakage rising with it) heading for the "
+                              f"{v[2]:.0f} W limit")
+                findings.append(Prediction(ts, "gpu", slot, "power_cap", eta if np.isfinite(eta) else -1.0,
+                                           round(float(rec[O_CONF]), 3), self.name, reason,
+                                           active=code != CODE_WITHDRAW))
+            elif which == WHICH_GPU_BRAKE and code == CODE_START:
+                findings.append(Anomaly(ts, "gpu", slot, "throttle_reasons", 1.0, self.name,
+                                        f"HW power brake (0x80) asserted: clocks cut >= 2x; "
+                                        f"{int(v[0])} GPU(s) of its node braking"))
+            elif which == WHICH_NODE_BRAKE:
+                node = int(v[1])
+                total = int(np.count_nonzero(self.topology.gpu_node == node))
+                findings.append(Anomaly(ts, "node", node, "psu_power", float(v[0]) / max(total, 1), self.name,
+                                        f"node-wide power brake: {int(v[0])} of {total} GPUs braking "
+                                        f"together — power supply or PDU fault on "
+                                        f"{self.topology.nodes[node]}"))
+        return findings

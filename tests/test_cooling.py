@@ -1,0 +1,111 @@
+"""Cooling degradation: resistance drift per GPU vs own history and rack peers, nodes, racks."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from foreshock.detectors.cooling import CoolingDetector, group_median
+from foreshock.findings import Anomaly
+from foreshock.frames import Frame
+
+from thermal_synth import small_topology
+
+
+@pytest.mark.kernel
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(-1, 4), st.one_of(st.floats(-1e3, 1e3), st.just(float("nan")))),
+                max_size=60))
+def test_group_median_matches_numpy(pairs):
+    groups = np.array([g for g, _ in pairs], dtype=np.int64)
+    values = np.array([v for _, v in pairs], dtype=float)
+    got = group_median(values, groups, 5)
+    for g in range(5):
+        sel = values[(groups == g) & np.isfinite(values)]
+        if len(sel):
+            assert got[g] == pytest.approx(float(np.median(sel)))
+        else:
+            assert np.isnan(got[g])
+
+
+def cluster(r_of, inlet_of, hours=4.0, dt=30.0, n_nodes=4, power=650.0):
+    """Frames of a 4-node, 2-rack cluster at steady power; R and inlet are functions of time."""
+    topo = small_topology(nodes=n_nodes, gpus=8, racks=2)
+    n = topo.size("gpu")
+    frames = []
+    for t in np.arange(0.0, hours * 3600, dt):
+        inlet = inlet_of(t)
+        r = r_of(t, n)
+        frames.append(Frame("rack", np.full(2, t), np.arange(2), {"inlet_temp": inlet}))
+        frames.append(Frame("gpu", np.full(n, t), np.arange(n), {
+            "gpu_temp": np.round(inlet[topo.gpu_rack] + r * power), "power": np.full(n, power)}))
+    return topo, frames
+
+
+def run(det, frames):
+    out = []
+    for f in frames:
+        out += det.update(f)
+    return out
+
+
+SPREAD = 0.046 * (1 + 0.03 * np.random.default_rng(0).standard_normal(32))
+
+
+def test_failing_thermal_interface_flagged_early_peers_not():
+    def r_of(t, n):
+        r = SPREAD[:n].copy()
+        r[13] *= 1 + 0.3 * max(0.0, t - 7200) / 3600  # +30 % per hour from t = 2 h
+        return r
+    topo, frames = cluster(r_of, lambda t: np.array([24.0, 24.5]))
+    found = run(CoolingDetector(topo), frames)
+    gpus = [f for f in found if f.entity_kind == "gpu"]
+    assert {f.slot for f in gpus} == {13}
+    first = gpus[0]
+    # flagged while R is up ~25 %: hours before a throttle (which needs R roughly doubled)
+    assert 7200 < first.ts < 7200 + 3600
+    assert "own baseline" in first.reason and "rack" in first.reason
+    assert not [f for f in found if f.entity_kind in ("node", "rack")]
+
+
+def test_node_fans_flag_the_node_and_inlet_rise_flags_the_racks():
+    def r_of(t, n):
+        r = SPREAD[:n].copy()
+        if t >= 5400:
+            r[8:16] *= 1.3  # node1's fans fail: all its GPUs run hotter per watt
+        return r
+
+    def inlet_of(t):
+        rise = 8.0 if t >= 9000 else 0.0  # the loop loses flow: both racks warm
+        return np.array([24.0 + rise, 24.5 + rise])
+    topo, frames = cluster(r_of, inlet_of)
+    found = run(CoolingDetector(topo), frames)
+    nodes = [f for f in found if f.entity_kind == "node"]
+    racks = [f for f in found if f.entity_kind == "rack"]
+    assert {f.slot for f in nodes} == {1} and nodes[0].field == "fan_speed"
+    assert {f.slot for f in racks} == {0, 1}
+    assert all(f.ts >= 9000 for f in racks) and "loop" in racks[0].reason
+    assert all(isinstance(f, Anomaly) and f.score > 0 for f in found)
+
+
+def test_healthy_cluster_is_quiet():
+    topo, frames = cluster(lambda t, n: SPREAD[:n], lambda t: np.array([24.0 + 0.5 * np.sin(t / 5000), 24.5]))
+    assert run(CoolingDetector(topo), frames) == []
+
+
+def test_state_round_trip_gives_identical_future_output():
+    def r_of(t, n):
+        r = SPREAD[:n].copy()
+        r[3] *= 1 + 0.3 * max(0.0, t - 5400) / 3600
+        return r
+    topo, frames = cluster(r_of, lambda t: np.array([24.0, 24.5]))
+    half = len(frames) // 2
+    a = CoolingDetector(topo)
+    run(a, frames[:half])
+    b = CoolingDetector(topo)
+    b.load_state_dict(a.state_dict())
+    rest_a, rest_b = run(a, frames[half:]), run(b, frames[half:])
+    assert rest_a == rest_b and rest_a
+    assert a.state_nbytes() / topo.size("gpu") <= 1024

@@ -1,0 +1,350 @@
+"""Thermal model detector: kernels vs naive references, physics on synthetic GPUs, real captures."""
+
+from __future__ import annotations
+
+import math
+import re
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from foreshock.detectors import thermal as th
+from foreshock.detectors.gpu_inputs import RACK_DAMP, RACK_DAMP_N, new_rack_state, update_rack_inlet
+from foreshock.findings import Prediction
+from foreshock.frames import Frame
+from foreshock.health import PipelineHealth
+from foreshock.topology import Topology
+
+from thermal_synth import Fault, World, small_topology
+
+
+def run(det, frames):
+    out = []
+    for f in frames:
+        out += det.update(f)
+    return out
+
+
+def preds(findings, event="thermal_throttle", active=True):
+    return [f for f in findings if isinstance(f, Prediction) and f.event == event and f.active == active]
+
+
+# ---- kernels vs naive references ------------------------------------------------------------
+def naive_temp_at(h, temp0, a0, b, bdamp, tau, du, damp, amp, cap):
+    lagged = max(h - tau, 0.0)
+    drift = b * bdamp * (1 - math.exp(-lagged / bdamp))
+    rise = du * damp * (1 - math.exp(-lagged / damp))
+    plain = a0 + (temp0 - a0) * math.exp(-h / tau) + drift + rise
+    return min(temp0 + (plain - temp0) * amp, max(a0 + cap + drift + rise, plain))
+
+
+def naive_time_to_limit(temp0, a0, b, bdamp, tau, du, damp, amp, cap, limit, horizon, steps=20000):
+    if temp0 >= limit:
+        return 0.0
+    for k in range(1, steps + 1):
+        h = horizon * k / steps
+        if naive_temp_at(h, temp0, a0, b, bdamp, tau, du, damp, amp, cap) >= limit:
+            return h
+    return math.inf
+
+
+@pytest.mark.kernel
+@settings(max_examples=60, deadline=None)
+@given(temp0=st.floats(20, 95), a0=st.floats(20, 120), b=st.floats(-0.01, 0.01), bdamp=st.floats(60, 1e5),
+       tau=st.floats(2, 200), du=st.floats(-0.2, 0.3), damp=st.floats(30, 900), amp=st.floats(1, 1.5),
+       cap=st.floats(0, 40))
+def test_time_to_limit_matches_dense_search(temp0, a0, b, bdamp, tau, du, damp, amp, cap):
+    horizon, limit = 1800.0, 87.0
+    args = (temp0, a0, b, bdamp, tau, du, damp, amp, cap)
+    got = th.time_to_limit(*args, limit, horizon)
+    want = naive_time_to_limit(*args, limit, horizon)
+    assert th.temp_at(700.0, *args) == pytest.approx(naive_temp_at(700.0, *args), abs=1e-9)
+    if math.isinf(want):
+        # the kernel may find a crossing the dense grid steps over only if it is real
+        assert math.isinf(got) or naive_temp_at(got, *args) >= limit - 1e-6
+    else:
+        assert got <= want + horizon / 20000 + 1e-6
+        assert naive_temp_at(got, *args) >= limit - 1e-6
+
+
+@pytest.mark.kernel
+def test_time_to_limit_edge_cases():
+    assert th.time_to_limit(90.0, 50, 0, 1800, 10, 0, 100, 1, 10, 87, 1800) == 0.0  # already there
+    assert math.isinf(th.time_to_limit(50.0, 60, 0, 1800, 10, 0, 100, 1, 10, 87, 1800))  # never
+    assert math.isinf(th.time_to_limit(np.nan, 60, 0, 1800, 10, 0, 100, 1, 10, 87, 1800))
+    # a steady target above the limit: first-order approach, closed form
+    eta = th.time_to_limit(50.0, 100.0, 0.0, 1800.0, 20.0, 0.0, 100.0, 1.0, 100.0, 87.0, 1800.0)
+    assert eta == pytest.approx(20.0 * math.log(50 / 13), rel=1e-4)
+
+
+def naive_holt(xs, dts, tl, ts_):
+    level, slope = xs[0], 0.0
+    for x, dt in zip(xs[1:], dts):
+        pred = level + slope * dt
+        new = pred + (1 - math.exp(-dt / tl)) * (x - pred)
+        slope = slope + (1 - math.exp(-dt / ts_)) * ((new - level) / dt - slope)
+        level = new
+    return level, slope
+
+
+@pytest.mark.kernel
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.floats(-100, 100), min_size=2, max_size=40), st.floats(0.5, 60))
+def test_holt_matches_reference(xs, dt):
+    cache = th.new_decay_cache()
+    assert th.cached_decay(cache, 0, dt, 30.0) == pytest.approx(math.exp(-dt / 30.0))
+    assert th.cached_decay(cache, 0, dt, 30.0) == pytest.approx(math.exp(-dt / 30.0))  # memoised
+    assert th.cached_decay(cache, 0, 2 * dt, 30.0) == pytest.approx(math.exp(-2 * dt / 30.0))
+    level, slope = xs[0], 0.0
+    for x in xs[1:]:
+        level, slope = th.holt(level, slope, x, dt, 1 - math.exp(-dt / 30.0), 1 - math.exp(-dt / 90.0))
+    want = naive_holt(xs, [dt] * (len(xs) - 1), 30.0, 90.0)
+    assert level == pytest.approx(want[0], abs=1e-9)
+    assert slope == pytest.approx(want[1], abs=1e-9)
+
+
+@pytest.mark.kernel
+def test_rack_inlet_keeps_latest_and_learns_the_loop_time_constant():
+    # a loop settling exponentially (tau 200 s) from 24 to 64 °C, sampled every 10 s
+    tau, ts = 200.0, np.arange(0, 1800, 10.0)
+    inlet = 64 - 40 * np.exp(-ts / tau)
+    obs = np.column_stack([ts, np.zeros_like(ts), inlet])
+    obs[5, 2] = np.nan  # a missing sample is skipped
+    state = new_rack_state(1)
+    update_rack_inlet(np.ascontiguousarray(obs), state)
+    assert state[0, 1] == pytest.approx(inlet[-1])
+    assert state[0, RACK_DAMP_N] >= 4
+    assert state[0, RACK_DAMP] == pytest.approx(tau, rel=0.05)
+    # a flat inlet teaches nothing
+    flat = new_rack_state(1)
+    update_rack_inlet(np.ascontiguousarray(np.column_stack([ts, np.zeros_like(ts), np.full_like(ts, 24.0)])), flat)
+    assert flat[0, RACK_DAMP_N] == 0 and np.isnan(flat[0, RACK_DAMP])
+
+
+@pytest.mark.kernel
+def test_fit_recovers_resistance_and_time_constant():
+    """Against the model itself: a GPU stepping between powers converges to its R and tau."""
+    topo = small_topology(nodes=1, gpus=1, racks=1)
+    det = th.ThermalDetector(topo)
+    r_true, tau_true, inlet, temp = 0.05, 25.0, 24.0, 40.0
+    for k, t in enumerate(np.arange(0, 3600, 5.0)):
+        power = 650.0 if (k // 60) % 2 == 0 else 350.0  # steps every 5 minutes
+        temp = inlet + r_true * power + (temp - inlet - r_true * power) * math.exp(-5 / tau_true)
+        det.update(Frame("rack", [t], [0], {"inlet_temp": [inlet]}))
+        det.update(Frame("gpu", [t], [0], {"gpu_temp": [temp], "power": [power]}))
+    core = th.G_SIZE + th.CORE * th.M_SIZE
+    assert det.s_model[0, core + th.M_RL] == pytest.approx(r_true, rel=0.02)
+    assert det.s_model[0, core + th.M_TAU] == pytest.approx(tau_true, rel=0.25)
+
+
+@pytest.mark.kernel
+def test_streaming_equals_batch_replay():
+    """One frame per tick or the whole run as one frame: the same predictions."""
+    topo = small_topology(nodes=2, gpus=4, racks=1)
+    world = World(topo, faults=[Fault("tim_degradation", 1, 1800, 1.0)], seed=3)
+    frames, _ = world.run(3 * 3600)
+    per_tick = run(th.ThermalDetector(topo), frames)
+    rack = Frame.concat([f for f in frames if f.kind == "rack"])
+    gpu = Frame.concat([f for f in frames if f.kind == "gpu"])
+    # batch: racks first would leak the future inlet; interleave per tick as the harness does
+    det = th.ThermalDetector(topo)
+    batch = []
+    for t in np.unique(gpu.ts):
+        det.update(rack.take(rack.ts == t))
+        batch += det.update(gpu.take(gpu.ts == t))
+    assert per_tick == batch
+    assert preds(per_tick)
+
+
+# ---- behaviour on synthetic GPUs --------------------------------------------------------------
+def test_tim_degradation_predicted_well_ahead_and_only_on_that_gpu():
+    topo = small_topology()
+    world = World(topo, faults=[Fault("tim_degradation", 5, 1800, 0.6, "f1")], seed=1)
+    frames, events = world.run(5 * 3600)
+    found = run(th.ThermalDetector(topo), frames)
+    onset = next(e.time for e in events if e.type == "thermal_throttle_start")
+    first = preds(found)
+    assert {p.slot for p in first} == {5}
+    assert onset - first[0].ts >= 300  # at least five minutes of warning
+    assert first[0].eta_s > 0 and 0 < first[0].confidence <= 1
+    assert "R 0.0" in first[0].reason and "inlet" in first[0].reason
+
+
+def test_cooling_loss_predicted_for_the_rack_and_not_elsewhere():
+    topo = small_topology()
+    # a loop settling to +30 °C with a 180 s time constant, from t = 1 h
+    world = World(topo, faults=[Fault("cooling_loss", 1, 3600, 30 / 180, "f2")], seed=2)
+    frames, events = world.run(2 * 3600)
+    # make the synthetic inlet settle instead of ramping forever
+    for f in frames:
+        if f.kind == "rack":
+            t = f.ts[0] - world.t0
+            rise = 30 * (1 - math.exp(-max(t - 3600, 0) / 180)) if t >= 3600 else 0.0
+            f.columns["inlet_temp"][1] = 24.0 + rise
+    found = run(th.ThermalDetector(topo), frames)
+    slots = {p.slot for p in preds(found)}
+    assert slots and all(topo.gpu_rack[s] == 1 for s in slots)
+
+
+def test_healthy_and_idle_gpus_predict_nothing():
+    topo = small_topology()
+    world = World(topo, idle_gpus=(0, 1, 2), seed=4)
+    frames, events = world.run(4 * 3600)
+    assert not [e for e in events if e.type.startswith("thermal")]
+    assert not preds(run(th.ThermalDetector(topo), frames))
+
+
+def test_the_gpus_own_slowdown_temperature_sets_the_limit():
+    """A GPU reporting slowdown_temp 80 °C has max operating 78 °C: a GPU settling at 82 °C
+    is predicted to throttle, while with the 87 °C default it is not."""
+    topo = small_topology(nodes=1, gpus=2, racks=1)
+    world = World(topo, load_w=650.0, inlet_c=52.0, seed=5)
+    frames, _ = world.run(3600, slowdown_temp=80.0)
+    found = run(th.ThermalDetector(topo), frames)
+    assert preds(found)
+    assert "limit 78" in preds(found)[0].reason
+    for f in frames:
+        if f.kind == "gpu":
+            f.columns["slowdown_temp"][:] = np.nan
+    assert not preds(run(th.ThermalDetector(topo), frames))
+
+
+def test_prediction_refreshes_at_most_every_minute_and_withdraws():
+    topo = small_topology(nodes=1, gpus=1, racks=1)
+    world = World(topo, load_w=650.0, seed=6, faults=[Fault("tim_degradation", 0, 600, 1.0)])
+    frames, _ = world.run(3 * 3600)
+    det = th.ThermalDetector(topo)
+    found = run(det, frames[:720])  # the first hour: the prediction starts and is refreshed
+    idle = []  # then the job stops: the GPU idles and the prediction is withdrawn
+    for f in frames[720:1080]:
+        if f.kind == "gpu":
+            f = Frame("gpu", f.ts, f.slot, {**f.columns, "power": np.full(len(f), 80.0),
+                                           "energy": np.full(len(f), np.nan), "gpu_temp": np.full(len(f), 30.0)})
+        idle.append(f)
+    later = run(det, idle)
+    active = preds(found)
+    assert active and active[0].active
+    assert (np.diff([p.ts for p in active]) >= 60).all()
+    withdrawn = preds(later, active=False)
+    assert len(withdrawn) == 1 and withdrawn[0].ts > active[-1].ts
+    assert not preds(later)
+
+
+def test_state_round_trip_gives_identical_future_output():
+    topo = small_topology()
+    world = World(topo, faults=[Fault("tim_degradation", 2, 900, 1.0)], seed=7)
+    frames, _ = world.run(3 * 3600)
+    half = len(frames) // 2
+    a = th.ThermalDetector(topo)
+    run(a, frames[:half])
+    b = th.ThermalDetector(topo)
+    b.load_state_dict(a.state_dict())
+    rest_a, rest_b = run(a, frames[half:]), run(b, frames[half:])
+    assert rest_a == rest_b and preds(rest_a)
+    assert a.state_nbytes() / topo.size("gpu") <= 1024
+
+
+def test_bad_input_is_counted_not_fatal():
+    topo = small_topology(nodes=1, gpus=2, racks=1)
+    health = PipelineHealth()
+    det = th.ThermalDetector(topo, health=health)
+    det.update(Frame("gpu", [10.0, 10.0], [0, 7], {"gpu_temp": [50.0, 50.0], "power": [600.0, 600.0]}))
+    det.update(Frame("gpu", [5.0], [0], {"gpu_temp": [50.0], "power": [600.0]}))  # out of order
+    det.update(Frame("gpu", [20.0], [1], {"gpu_temp": [np.nan], "power": [np.inf]}))
+    det.update(Frame("rack", [20.0], [3], {"inlet_temp": [24.0]}))
+    reasons = {r for (_, r) in health.problems}
+    assert any("unknown slot" in r for r in reasons) and any("out of time order" in r for r in reasons)
+    with pytest.raises(ValueError, match="unknown parameters"):
+        th.ThermalDetector(topo, horizon=5)
+
+
+# ---- real captures: steady load predicts nothing -------------------------------------------------
+def dmon_rows(text: str, section: str) -> list[dict[str, float]]:
+    """Minimal reader of the ``dmon`` block under ``# <section> :: dmon`` (gpu pwr gtemp mtemp ...)."""
+    block = text.split(f"# {section} :: dmon", 1)[1].split("\n\n", 1)[0]
+    header = next(line for line in block.splitlines() if line.startswith("# gpu")).lstrip("# ").split()
+    rows = []
+    for line in block.splitlines():
+        if re.match(r"^\s+\d", line):
+            rows.append({k: float(v) for k, v in zip(header, line.split()) if v != "-"})
+    return rows
+
+
+@pytest.mark.parametrize("capture", ["linux-x86_64__nvidia-h200__590.48.01.txt",
+                                     "linux-x86_64__nvidia-h100-80gb-hbm3__590.48.01.txt"])
+def test_real_nvidia_smi_capture_under_load_predicts_nothing(shared_data, capture):
+    text = (shared_data / "nvidia-smi" / capture).read_text()
+    rows = dmon_rows(text, "load")
+    assert len(rows) == 5 and rows[0]["pwr"] > 600  # gpu-burn at ~630 W
+    topo = Topology.from_gpu_hosts([("host", 0)])
+    det = th.ThermalDetector(topo)
+    found = []
+    for k, r in enumerate(rows):
+        found += det.update(Frame("gpu", [1.7e9 + k], [0], {
+            "gpu_temp": [r["gtemp"]], "hbm_temp": [r["mtemp"]], "power": [r["pwr"]],
+            "sm_clock": [r["pclk"] * 1e6]}))
+    assert found == []
+
+
+def test_gauges_export_the_fitted_resistance():
+    topo = small_topology(nodes=1, gpus=2, racks=1)
+    det = th.ThermalDetector(topo)
+    frames, _ = World(topo, seed=9).run(1800)
+    run(det, frames)
+    kind, r, _ = det.gauges()["thermal_resistance_celsius_per_watt"]
+    assert kind == "gpu" and r.shape == (2,)
+    assert np.all(np.abs(r / 0.046 - 1) < 0.12)  # the synthetic GPUs' R, within their spread
+
+
+def failing_loop(with_flow: bool, floor: float = 0.06, hours: float = 2.0):
+    """A CDU losing flow from t = 1 h (1.2 -> floor over 900 s); the inlet follows the heat
+    balance (20 + 4 * 1.2 / flow) with the loop's 180 s lag; one GPU at 650 W, R 0.046."""
+    topo = small_topology(nodes=1, gpus=1, racks=1)
+    frames, inlet, temp, first = [], 24.0, 54.0, None
+    for t in np.arange(0.0, hours * 3600, 10.0):
+        flow = 1.2 - (1.2 - floor * 1.2) * min(max(t - 3600, 0) / 900, 1.0)
+        inlet += (20 + 4 * 1.2 / flow - inlet) * (1 - math.exp(-10 / 180))
+        target = inlet + 0.046 * 650
+        temp = target + (temp - target) * math.exp(-10 / 10)
+        if temp >= 87 and first is None:
+            first = t
+        cols = {"inlet_temp": [round(inlet, 1)]}
+        if with_flow:
+            cols["coolant_flow"] = [round(flow, 3)]
+        frames.append(Frame("rack", [t], [0], cols))
+        frames.append(Frame("gpu", [t], [0], {"gpu_temp": [round(min(temp, 87.5))], "power": [650.0]}))
+    return topo, frames, first
+
+
+def test_coolant_flow_loss_is_predicted_before_the_inlet_moves():
+    topo, frames, throttle = failing_loop(with_flow=True)
+    assert throttle is not None
+    lead_flow = throttle - preds(run(th.ThermalDetector(topo), frames))[0].ts
+    _, frames, _ = failing_loop(with_flow=False)
+    lead_inlet = throttle - preds(run(th.ThermalDetector(topo), frames))[0].ts
+    assert lead_flow >= 300 and lead_flow > lead_inlet + 60
+
+
+def test_a_mild_flow_loss_predicts_nothing():
+    topo, frames, throttle = failing_loop(with_flow=True, floor=0.3)  # settles ~13 °C warmer
+    assert throttle is None
+    assert not preds(run(th.ThermalDetector(topo), frames))
+
+
+@pytest.mark.kernel
+def test_flow_asymptote_follows_the_heat_balance():
+    from foreshock.detectors import gpu_inputs as gi
+
+    state = gi.new_rack_state(1)
+    ts = np.arange(0.0, 600.0, 10.0)
+    obs = np.column_stack([ts, np.zeros_like(ts), np.full_like(ts, 24.0), np.full_like(ts, 1.2)])
+    gi.update_rack_inlet(np.ascontiguousarray(obs), state)
+    assert np.isnan(gi.flow_asymptote(state, 0, 4.0, 0.0))  # nominal flow: no asymptote
+    assert np.isnan(gi.flow_asymptote(state, -1, 4.0, 0.0))
+    later = np.array([[600.0, 0, 24.0, 0.3]])
+    gi.update_rack_inlet(later, state)
+    assert gi.flow_asymptote(state, 0, 4.0, 0.0) == pytest.approx(24.0 + 4.0 * (1.2 / 0.3 - 1.0))
+    # a falling flow is carried over the lag, floored at 2 % of baseline
+    assert gi.flow_asymptote(state, 0, 4.0, 1e6) == pytest.approx(24.0 + min(4.0 * (1 / 0.02 - 1), 70.0))
