@@ -22,6 +22,7 @@ COMMANDS: list[str] = [
     "evaluate",
     "train",
     "nab",
+    "incidents",
 ]
 
 
