@@ -190,6 +190,11 @@ class IncidentEngine:
     """Groups findings into incidents (a :class:`~foreshock.detectors.bank.FindingProcessor`)."""
 
     name = "incidents"
+    frame_fields = {"gpu": ("gpu_temp", "slowdown_temp", "power", "power_limit"),
+                    "link": ("tx_data", "link_rate"), "job": ("step_time",)}
+    """The telemetry :meth:`observe_frame` reads (incident_impact.py): Kafka workers forward only
+    these columns to the incident stage. A field read but not listed here would make the
+    distributed incidents differ from the embedded ones, which the two-worker test catches."""
 
     def __init__(self, topology: Topology, health: PipelineHealth | None = None, *, hold_s: float = 60.0,
                  update_interval_s: float = 30.0, stable_s: float = 600.0, quiet_s: float = 900.0,

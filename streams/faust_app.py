@@ -3,8 +3,8 @@
 Agents (one consumer group, ``app_id``; start as many workers as you like):
 
 - ``detect`` — consumes ``telemetry.frames``; for each partition this worker owns, runs the
-  input guard and the detector bank (``kafka_worker.DetectionStage``) and publishes one
-  findings message per piece to ``foreshock.findings``;
+  input guard and the detector bank (``kafka_worker.DetectionStage``) over each record's
+  pieces and publishes one findings message per record to ``foreshock.findings``;
 - ``route_json`` — consumes ``telemetry.json`` (outside producers), turns the records into
   frames and publishes them to ``telemetry.frames`` like an ingest agent;
 - ``incidents`` — consumes ``foreshock.findings`` (one partition: one worker at a time owns the
@@ -36,8 +36,9 @@ from foreshock.findings import finding_to_json
 from foreshock.health import PipelineHealth
 from foreshock.topology import Topology
 
-from .kafka_codec import (PartitionMap, RecordError, decode_findings, deadletter_headers, headers_dict,
-                          json_to_frames, piece_headers, piece_key)
+from .kafka_codec import (BundleBuilder, Headers, PartitionMap, RecordError, bundle_key, decode_bundle,
+                          decode_findings, deadletter_headers, encode_bundle, headers_dict, is_telemetry,
+                          json_to_frames)
 from .kafka_config import KafkaSettings
 from .kafka_topics import CHECKPOINT_MAX_BYTES, Topics
 from .kafka_worker import DetectionStage, IncidentStage
@@ -82,7 +83,7 @@ class ForeshockWorker:
         self.last_checkpoint: dict[int, float] = {}
         self.last_incident_checkpoint = 0.0
         self.json_seq = 0
-        self.counts = {"pieces": 0, "deadletters": 0, "checkpoints": 0, "skipped": 0, "incidents": 0}
+        self.counts = {"records": 0, "pieces": 0, "deadletters": 0, "checkpoints": 0, "skipped": 0, "incidents": 0}
         self._ckpt_reader: AIOKafkaConsumer | None = None
         self._frames_stream: Any = None
         self._findings_stream: Any = None
@@ -109,7 +110,11 @@ class ForeshockWorker:
             producer_acks=-1,
             producer_max_request_size=CHECKPOINT_MAX_BYTES,
             producer_linger_ms=2,
+            # Records are bundles of up to ~1 MB (kafka_codec): fetch several per partition per
+            # request, but keep the prefetched backlog bounded (faust's default is 4096 events
+            # per stream buffer: gigabytes of bundles when a worker falls behind).
             consumer_max_fetch_size=8 * 1024 * 1024,
+            stream_buffer_maxsize=64,
         )
         t = cfg.topics
         self.frames_topic = _raw_topic(app, t.frames, t.partitions)
@@ -236,9 +241,10 @@ class ForeshockWorker:
 
     # ---- agents' work ------------------------------------------------------------------
     async def dead_letter(self, message: Any, reason: str, detail: str, stage: str,
-                          value: bytes | None = None) -> None:
-        headers = deadletter_headers(list(headers_dict(message.headers).items()), detail or reason, stage,
-                                     message.topic, message.partition, message.offset)
+                          value: bytes | None = None, original_headers: Headers | None = None) -> None:
+        """Send a record (or, with ``value``/``original_headers``, a part of it) to the dead letters."""
+        kept = list(headers_dict(message.headers).items()) if original_headers is None else original_headers
+        headers = deadletter_headers(kept, detail or reason, stage, message.topic, message.partition, message.offset)
         headers.append(("foreshock-reason-code", reason.encode()))
         await self.deadletter_topic.send(key=message.key, value=message.value if value is None else value,
                                          headers=headers, partition=0, force=True)
@@ -258,12 +264,17 @@ class ForeshockWorker:
                 self.counts["skipped"] += 1
                 await stream.ack(event)
                 return
-            if result.dead_reason is not None:
-                await self.dead_letter(message, result.dead_reason, result.dead_detail, "detect")
+            for dead in result.dead_letters:
+                await self.dead_letter(message, dead.reason, dead.detail, "detect", dead.value, dead.headers)
+            if result.telemetry_message is not None:  # same partition, before the findings: read first
+                value, headers = result.telemetry_message
+                await self.findings_topic.send(key=str(partition).encode(), value=value, headers=headers,
+                                               partition=0, force=True)
             if result.findings_message is not None:
                 await self.findings_topic.send(key=str(partition).encode(), value=result.findings_message,
                                                partition=0, force=True)
-                self.counts["pieces"] += 1
+                self.counts["pieces"] += result.pieces
+                self.counts["records"] += 1
             self.held.setdefault(partition, []).append(event)
             if time.monotonic() - self.last_checkpoint.get(partition, 0) >= self.config.checkpoint_interval_s:
                 await self.checkpoint_partition(stream, partition)
@@ -275,15 +286,20 @@ class ForeshockWorker:
             self.health.problem("route_json", "invalid_record", detail=reason)
             await self.dead_letter(message, "invalid_record", reason, "route_json", value=raw)
         agent = f"json@{self.config.worker_id}"
+        sent = time.time()
+        builders: dict[int, BundleBuilder] = {}
+        ready: list[tuple[int, list[Any]]] = []
         for frame in frames:
             self.json_seq += 1
-            sent = time.time()
-            messages = self.pmap.messages(frame)
-            for index, (partition, piece) in enumerate(messages):
-                await self.frames_topic.send(key=piece_key(frame.kind, partition), value=piece.to_ipc(),
-                                             partition=partition, force=True,
-                                             headers=piece_headers(frame.kind, agent, self.json_seq, index,
-                                                                   len(messages), sent))
+            pieces = self.pmap.messages(frame)
+            for index, (partition, piece) in enumerate(pieces):
+                builder = builders.setdefault(partition, BundleBuilder())
+                ready += [(partition, b) for b in builder.add((self.json_seq, index, len(pieces), piece))]
+        ready += [(partition, b.take()) for partition, b in builders.items() if b.entries]
+        for partition, entries in ready:
+            value, headers = encode_bundle(agent, sent, entries)
+            await self.frames_topic.send(key=bundle_key(partition), value=value, partition=partition,
+                                         force=True, headers=headers)
 
     async def on_findings(self, stream: Any, event: Any) -> None:
         self._findings_stream = stream
@@ -298,12 +314,21 @@ class ForeshockWorker:
                 return
             self.incident_stage.offset = message.offset
             try:
-                findings_message = decode_findings(message.value)
+                if is_telemetry(message.headers):
+                    for piece in decode_bundle(message.value, headers_dict(message.headers), self.config.topology,
+                                               self.pmap, None):
+                        if piece.error is not None or piece.frame is None:
+                            raise piece.error or RecordError("undecodable", "forwarded telemetry")
+                        self.incident_stage.observe_telemetry(piece.info, piece.frame)
+                    reports = []
+                else:
+                    # without incident processors nothing reads the findings themselves
+                    reports = decode_findings(message.value, with_findings=bool(self.incident_stage.processors))
             except RecordError as exc:
                 self.health.problem("incidents", exc.reason, detail=str(exc))
                 await self.dead_letter(message, exc.reason, str(exc), "incidents")
             else:
-                out = self.incident_stage.observe(findings_message)
+                out = [f for report in reports for f in self.incident_stage.observe(report)]
                 for finding in out:
                     await self.incidents_topic.send(key=b"incident", value=finding_to_json(finding).encode(),
                                                     partition=0, force=True)
@@ -319,16 +344,26 @@ class ForeshockWorker:
                 "problems": self.health.total_problems()}
 
 
+class _QuietWorker(faust.Worker):
+    """faust's terminal spinner sets the root logger to DEBUG (its handler filters): every
+    aiokafka/faust debug call then builds a log record, a measurable cost per message."""
+
+    def on_setup_root_logger(self, logger: logging.Logger, level: int) -> None:
+        self.spinner = None
+        super().on_setup_root_logger(logger, level)
+
+
 def run_worker(config: WorkerConfig, loglevel: str = "warning") -> None:
     """Run until SIGTERM/SIGINT; serves /metrics when ``metrics_port`` is set."""
     worker = ForeshockWorker(config)
+    worker.detection.warm_up()  # before joining the group: no kernel loading on the first record
     server = None
     if config.metrics_port:
         from foreshock.exporters.prometheus import serve
 
         server = serve(worker.store, host=config.metrics_host, port=config.metrics_port)
     try:
-        faust.Worker(worker.app, loglevel=loglevel, quiet=True).execute_from_commandline()
+        _QuietWorker(worker.app, loglevel=loglevel, quiet=True).execute_from_commandline()
     finally:
         if server is not None and isinstance(server, tuple):
             server[0].shutdown()

@@ -1,15 +1,19 @@
 """Ingest agents: kafka-python producers that publish a source's frames to ``telemetry.frames``.
 
 An agent owns one source (simulator, replay, dcgm scrape, nvidia-smi, NVML, InfiniBand sysfs,
-DOM). For every frame it publishes one Arrow IPC piece per partition (``kafka_codec``), and
-once, before the first frame, the topology the frames' slots refer to. Delivery: acks from all
-in-sync replicas, idempotent producer (no duplicates or reordering from retries), retries
-until ``delivery_timeout_s`` — long enough to ride out a broker restart; a piece that still
-fails is counted (``send_failed``) and logged, never dropped silently.
+DOM). It splits every frame into one piece per partition (``kafka_codec``) and, once, before
+the first frame, publishes the topology the frames' slots refer to. Pieces wait per partition
+for at most ``linger_ms`` (or until ``MAX_BUNDLE_BYTES`` of rows are waiting) and then travel
+together as one message (a bundle): a live source's kinds of one tick share a message, a
+replay at full speed fills them. Delivery: acks from all in-sync replicas, idempotent producer
+(no duplicates or reordering from retries), retries until ``delivery_timeout_s`` — long enough
+to ride out a broker restart; a message that still fails is counted (``send_failed``, per
+piece) and logged, never dropped silently.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import socket
@@ -24,7 +28,7 @@ from foreshock.frames import Frame
 from foreshock.health import PipelineHealth
 from foreshock.topology import Topology
 
-from .kafka_codec import PartitionMap, piece_headers, piece_key
+from .kafka_codec import BundleBuilder, BundleEntry, PartitionMap, bundle_key, encode_bundle
 from .kafka_config import KafkaSettings, check_broker
 from .kafka_topics import CHECKPOINT_MAX_BYTES, Topics, ensure_topics
 
@@ -36,11 +40,17 @@ def default_agent_id() -> str:
 
 
 def topology_to_bytes(topology: Topology) -> bytes:
-    return yaml.safe_dump(topology.to_dict(), sort_keys=False).encode()
+    """The topology file's mapping as JSON (a subset of YAML, so any YAML reader takes it):
+    YAML's Python emitter needs seconds for a large cluster, JSON milliseconds."""
+    return json.dumps(topology.to_dict(), separators=(",", ":"), default=str).encode()
 
 
 def topology_from_bytes(data: bytes) -> Topology:
-    return Topology.from_dict(yaml.safe_load(data), source="foreshock.topology topic")
+    try:
+        mapping = json.loads(data)
+    except ValueError:  # published as YAML by the first version
+        mapping = yaml.load(data, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    return Topology.from_dict(mapping, source="foreshock.topology topic")
 
 
 @dataclass
@@ -48,6 +58,7 @@ class AgentStats:
     frames: int = 0
     samples: int = 0
     pieces: int = 0
+    messages: int = 0
     bytes: int = 0
     failed: int = 0
     wall_s: float = 0.0
@@ -59,11 +70,19 @@ class AgentStats:
 
 
 class FramePublisher:
-    """Publishes frames of one topology. Thread-compatible: call from one thread."""
+    """Publishes frames of one topology. ``publish`` from one thread; a background thread sends
+    pieces that waited ``linger_ms`` (0 = send each frame's pieces at once, no thread).
+
+    ``compression``: Arrow buffer compression of the messages (None, ``"lz4"``, ``"zstd"``).
+    Measured on simulated telemetry: LZ4 cuts messages to ~28 % (zstd ~20 %) for ~0.15 CPU s
+    per million samples at each end (zstd ~0.3), and saves the broker about a third of its CPU:
+    LZ4 needs the least CPU in total.
+    """
 
     def __init__(self, settings: KafkaSettings, topology: Topology, topics: Topics | None = None,
                  agent_id: str | None = None, health: PipelineHealth | None = None,
-                 linger_ms: int = 5, delivery_timeout_s: float = 120.0, publish_topology: bool = True) -> None:
+                 linger_ms: float = 50.0, delivery_timeout_s: float = 120.0, publish_topology: bool = True,
+                 compression: str | None = "lz4") -> None:
         from kafka import KafkaProducer
 
         self.settings = settings
@@ -72,48 +91,84 @@ class FramePublisher:
         self.agent_id = agent_id or default_agent_id()
         self.topics = ensure_topics(settings, topics or Topics())
         self.pmap = PartitionMap(topology, self.topics.partitions)
+        self.compression = compression
+        self.linger_s = max(0.0, linger_ms) / 1000.0
         self.stats = AgentStats()
         self._seq = 0
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # pending bundles and sending them, in order per partition
+        self._pending: dict[int, BundleBuilder] = {}
+        self._failed_lock = threading.Lock()  # not _lock: the producer's I/O thread takes it
         self.producer = KafkaProducer(
             **settings.with_client_id(f"foreshock-agent-{self.agent_id}").kafka_python(),
-            acks="all", enable_idempotence=True, linger_ms=linger_ms, batch_size=1 << 20,
+            acks="all", enable_idempotence=True, linger_ms=5, batch_size=1 << 20,
             max_request_size=CHECKPOINT_MAX_BYTES,
             delivery_timeout_ms=int(delivery_timeout_s * 1000), request_timeout_ms=30_000,
             max_block_ms=int(delivery_timeout_s * 1000), retry_backoff_ms=200)
         if publish_topology:
             self.producer.send(self.topics.topology, key=b"topology", value=topology_to_bytes(topology)).get(timeout=30)
+        self._closed = threading.Event()
+        self._lingerer: threading.Thread | None = None
+        if self.linger_s > 0:
+            self._lingerer = threading.Thread(target=self._linger_loop, name="foreshock-agent-linger", daemon=True)
+            self._lingerer.start()
 
-    def publish(self, frame: Frame, sent: float | None = None) -> int:
-        """Send one frame as one piece per partition; returns the frame's sequence number."""
-        self._seq += 1
-        seq = self._seq
-        sent = time.time() if sent is None else sent
-        messages = self.pmap.messages(frame)
-        for index, (partition, piece) in enumerate(messages):
-            value = piece.to_ipc()
-            future = self.producer.send(self.topics.frames, key=piece_key(frame.kind, partition), value=value,
-                                        partition=partition,
-                                        headers=piece_headers(frame.kind, self.agent_id, seq, index, len(messages), sent))
-            future.add_errback(self._failed, frame.kind, seq, index)
-            self.stats.pieces += 1
-            self.stats.bytes += len(value)
-        self.stats.frames += 1
-        self.stats.samples += len(frame)
-        self.stats.by_kind[frame.kind] = self.stats.by_kind.get(frame.kind, 0) + len(frame)
+    def publish(self, frame: Frame) -> int:
+        """Queue one frame's pieces; returns the frame's sequence number."""
+        now = time.monotonic()
+        with self._lock:
+            self._seq += 1
+            seq = self._seq
+            pieces = self.pmap.messages(frame)
+            for index, (partition, piece) in enumerate(pieces):
+                builder = self._pending.setdefault(partition, BundleBuilder())
+                for entries in builder.add((seq, index, len(pieces), piece), now):
+                    self._send(partition, entries)
+            self.stats.frames += 1
+            self.stats.samples += len(frame)
+            self.stats.by_kind[frame.kind] = self.stats.by_kind.get(frame.kind, 0) + len(frame)
+            if self.linger_s == 0:
+                self._send_waiting()
         return seq
 
-    def _failed(self, exc: BaseException, kind: str, seq: int, part: int) -> None:
+    def _send(self, partition: int, entries: list[BundleEntry]) -> None:
+        value, headers = encode_bundle(self.agent_id, time.time(), entries, self.compression)
+        future = self.producer.send(self.topics.frames, key=bundle_key(partition), value=value,
+                                    partition=partition, headers=headers)
+        first = entries[0]
+        future.add_errback(self._failed, len(entries), f"partition {partition} seq {first[0]}..{entries[-1][0]}")
+        self.stats.pieces += len(entries)
+        self.stats.messages += 1
+        self.stats.bytes += len(value)
+
+    def _send_waiting(self, older_than: float | None = None) -> None:
+        """Send the waiting pieces of every partition (only those waiting since before ``older_than``)."""
         with self._lock:
-            self.stats.failed += 1
-        self.health.problem("agent", "send_failed", detail=f"{kind} piece seq={seq} part={part}: {exc}")
+            for partition, builder in self._pending.items():
+                if builder.entries and (older_than is None or builder.since <= older_than):
+                    self._send(partition, builder.take())
+
+    def _linger_loop(self) -> None:
+        while not self._closed.wait(self.linger_s / 2):
+            try:
+                self._send_waiting(older_than=time.monotonic() - self.linger_s)
+            except Exception as exc:  # never let the thread die silently: count, keep going
+                self.health.problem("agent", "send_failed", detail=f"linger flush: {exc}")
+
+    def _failed(self, exc: BaseException, pieces: int, what: str) -> None:
+        with self._failed_lock:
+            self.stats.failed += pieces
+        self.health.problem("agent", "send_failed", pieces, detail=f"{what}: {exc}")
 
     def flush(self, timeout_s: float | None = None) -> None:
+        self._send_waiting()
         self.producer.flush(timeout=timeout_s)
 
     def close(self, timeout_s: float = 30.0) -> None:
+        self._closed.set()
+        if self._lingerer is not None:
+            self._lingerer.join(timeout=5)
         try:
-            self.producer.flush(timeout=timeout_s)
+            self.flush(timeout_s)
         finally:
             self.producer.close(timeout=timeout_s)
 

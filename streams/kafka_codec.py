@@ -9,30 +9,57 @@ Switch-to-switch links (and their optics) are routed by their first switch, jobs
 Detectors that compare entities across racks belong in the incident stage, which sees every
 finding.
 
-**Frames topic.** An agent splits each source frame by partition, and large pieces into
-chunks (``MAX_PIECE_BYTES``); each message carries the frame's (agent, seq) and its index
-``part`` among the frame's ``parts`` messages, so the incident stage knows when a frame is
-complete. Value: Arrow IPC (``Frame.to_ipc``); key: ``"<kind>/<partition>"``; headers below.
+**Pieces.** An agent splits each source frame by partition, and large pieces into chunks
+(``MAX_PIECE_BYTES``); each piece is identified by the frame's (agent, seq) and its index
+``part`` among the frame's ``parts`` pieces, so the incident stage knows when a frame is
+complete.
+
+**Bundles (frames topic).** One message carries the pieces of one or more consecutive source
+frames for one partition, from one agent (the agent lingers a few milliseconds and fills
+messages up to ``MAX_BUNDLE_BYTES``). Per-message costs — the producer, the broker, faust's
+event machinery, the findings message — are paid once per bundle instead of once per piece,
+which is what lets a worker keep up with many small per-tick frames. The value is one Arrow
+IPC stream per kind (``Frame.to_ipc`` layout: ``ts``, ``slot`` and the kind's fields; fields
+that are NaN in every row are left out, the decoder puts them back as NaN; buffers optionally
+LZ4/ZSTD-compressed by Arrow), concatenated; the headers say where each stream ends and which
+rows belong to which piece, in the order the worker must process them:
+
+- ``foreshock-streams``: ``kind:bytes;...`` — the streams in value order;
+- ``foreshock-pieces``: ``kind:seq:part:parts:rows;...`` — the pieces in processing order;
+  each takes its rows from the front of its kind's stream.
+
+A message with the single-piece headers of the first version (``foreshock-kind``,
+``-seq``, ``-part``, ``-parts`` and one IPC stream as the value) is still read as a bundle of
+one piece. Key: ``"frames/<partition>"``. Both forms carry ``foreshock-schema``,
+``foreshock-agent`` and ``foreshock-sent``.
 
 **JSON lines** (``telemetry.json``): one object, an array of objects, or objects separated by
 newlines, each ``{"kind": "gpu", "entity": "node0/gpu3", "ts": 1.7e9, "<field>": value, ...}``
 (field names from the field table, base units).
 
+**Findings** (``foreshock.findings``): one JSON message per bundle with one report per piece
+(see :func:`encode_findings`), even for pieces without findings. When an incident processor
+reads telemetry (``observe_frame``), the worker sends the bundle's guarded rows of the fields
+it reads just before, as a bundle with the header ``foreshock-content: telemetry``; readers
+of findings skip those (:func:`is_telemetry`).
+
 **Dead letters** keep the original key, value and headers, plus ``foreshock-reason``,
-``foreshock-stage`` and ``foreshock-source`` (``topic/partition/offset``).
+``foreshock-stage`` and ``foreshock-source`` (``topic/partition/offset``). A bad piece inside
+a good bundle is dead-lettered alone, as a single-piece message of its own rows.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
+import pyarrow as pa
 
 from foreshock.fields import field_names
-from foreshock.findings import Finding, finding_from_dict, finding_to_dict
-from foreshock.frames import Frame, FrameError, frames_from_records
+from foreshock.findings import Finding, finding_from_dict
+from foreshock.frames import ARROW_KIND_KEY, Frame, FrameError, frames_from_records
 from foreshock.topology import Topology
 
 SCHEMA = b"arrow-ipc/1"
@@ -42,15 +69,23 @@ H_AGENT = "foreshock-agent"
 H_SEQ = "foreshock-seq"
 H_PART = "foreshock-part"
 H_PARTS = "foreshock-parts"
-H_SENT = "foreshock-sent"  # wall time the agent sent the piece (latency accounting)
+H_SENT = "foreshock-sent"  # wall time the agent sent the message (latency accounting)
+H_STREAMS = "foreshock-streams"
+H_PIECES = "foreshock-pieces"
+H_CONTENT = "foreshock-content"  # on the findings topic: TELEMETRY marks forwarded rows, else findings
+TELEMETRY = b"telemetry"
 H_REASON = "foreshock-reason"
 H_STAGE = "foreshock-stage"
 H_SOURCE = "foreshock-source"
 
 Headers = list[tuple[str, bytes]]
 
-# Arrow columns per message: well under the broker's default 1 MB message.max.bytes.
+# Raw column bytes per piece and per bundle: with the IPC framing, a message stays under the
+# broker's default 1 MB message.max.bytes (topics made by an older version keep that limit).
 MAX_PIECE_BYTES = 768 * 1024
+MAX_BUNDLE_BYTES = 768 * 1024
+
+COMPRESSIONS = (None, "lz4", "zstd")
 
 
 class RecordError(ValueError):
@@ -109,20 +144,87 @@ class PartitionMap:
         return [frame.take(order[bounds[p]:bounds[p + 1]]) for p in range(self.partitions)]
 
     def messages(self, frame: Frame, max_bytes: int = MAX_PIECE_BYTES) -> list[tuple[int, Frame]]:
-        """The (partition, piece) messages for one frame: each partition's rows in chunks of at
+        """The (partition, piece) pieces of one frame: each partition's rows in chunks of at
         most ``max_bytes`` of columns, in row order; one empty piece when the frame is empty (the
         incident stage must still see every frame's sequence number)."""
-        per_row = 8 * (len(field_names(frame.kind)) + 2)
-        max_rows = max(1, max_bytes // per_row)
+        max_rows = max(1, max_bytes // row_bytes(frame.kind))
         out = []
         for part, piece in enumerate(self.split(frame)):
+            if len(piece) <= max_rows:
+                if len(piece):
+                    out.append((part, piece))
+                continue
             for start in range(0, len(piece), max_rows):
-                out.append((part, piece.take(np.arange(start, min(start + max_rows, len(piece))))))
+                out.append((part, piece.take(slice(start, min(start + max_rows, len(piece))))))
         return out or [(0, frame)]
 
 
-# ---- frames topic -------------------------------------------------------------------------
+def row_bytes(kind: str) -> int:
+    """Raw column bytes of one row (ts, slot as float64, every field)."""
+    return 8 * (len(field_names(kind)) + 2)
+
+
+# ---- Arrow IPC streams -------------------------------------------------------------------
+_SCHEMAS: dict[tuple[str, tuple[str, ...]], pa.Schema] = {}
+
+
+def frame_to_ipc(frame: Frame, compression: str | None = None, only: Sequence[str] | None = None) -> bytes:
+    """``Frame.to_ipc`` without the fields that are NaN in every row (a source that does not
+    report them), optionally with Arrow's buffer compression, optionally ``only`` some fields.
+    Decodes with ``Frame.from_ipc``."""
+    if compression not in COMPRESSIONS:
+        raise ValueError(f"compression {compression!r} not one of {COMPRESSIONS}")
+    names = ["ts", "slot"]
+    arrays = [pa.array(frame.ts, pa.float64()), pa.array(frame.slot, pa.int32())]
+    for name in field_names(frame.kind) if only is None else only:
+        column = frame.columns[name]
+        if len(frame) and np.isnan(column).all():
+            continue
+        names.append(name)
+        arrays.append(pa.array(column, pa.float64()))
+    key = (frame.kind, tuple(names))
+    schema = _SCHEMAS.get(key)
+    if schema is None:
+        schema = _SCHEMAS[key] = pa.schema([pa.field(n, a.type) for n, a in zip(names, arrays)],
+                                           metadata={ARROW_KIND_KEY: frame.kind.encode()})
+    sink = pa.BufferOutputStream()
+    options = pa.ipc.IpcWriteOptions(compression=compression) if compression else None
+    with pa.ipc.new_stream(sink, schema, options=options) as writer:
+        writer.write_batch(pa.RecordBatch.from_arrays(arrays, schema=schema))
+    return sink.getvalue().to_pybytes()  # type: ignore[no-any-return]
+
+
+# ---- frames topic: bundles --------------------------------------------------------------
+@dataclass(frozen=True)
+class PieceInfo:
+    agent: str
+    seq: int
+    part: int
+    parts: int
+    sent: float
+
+
+@dataclass(frozen=True)
+class PieceRef:
+    """One piece's entry in a bundle's piece table; ``rows`` None = all rows of its stream."""
+
+    kind: str
+    seq: int
+    part: int
+    parts: int
+    rows: int | None
+
+
+@dataclass
+class DecodedPiece:
+    info: PieceInfo
+    kind: str
+    frame: Frame | None = None  # None when the piece is unusable (``error`` says why)
+    error: RecordError | None = None
+
+
 def piece_headers(kind: str, agent: str, seq: int, part: int, parts: int, sent: float) -> Headers:
+    """Headers of a single-piece message (the first version's form; still read)."""
     return [(H_SCHEMA, SCHEMA), (H_KIND, kind.encode()), (H_AGENT, agent.encode()),
             (H_SEQ, str(seq).encode()), (H_PART, str(part).encode()), (H_PARTS, str(parts).encode()),
             (H_SENT, repr(sent).encode())]
@@ -130,6 +232,62 @@ def piece_headers(kind: str, agent: str, seq: int, part: int, parts: int, sent: 
 
 def piece_key(kind: str, part: int) -> bytes:
     return f"{kind}/{part}".encode()
+
+
+def bundle_key(partition: int) -> bytes:
+    return f"frames/{partition}".encode()
+
+
+def encode_bundle(agent: str, sent: float, pieces: Sequence[BundleEntry], compression: str | None = None,
+                  fields: Mapping[str, Sequence[str]] | None = None) -> tuple[bytes, Headers]:
+    """(value, headers) of one message holding ``pieces`` = [(seq, part, parts, frame), ...]
+    in processing order (all for one partition); ``fields``: per kind, the only fields to send."""
+    if not pieces:
+        raise ValueError("a bundle needs at least one piece")
+    by_kind: dict[str, list[Frame]] = {}
+    table = []
+    for seq, part, parts, frame in pieces:
+        by_kind.setdefault(frame.kind, []).append(frame)
+        table.append(f"{frame.kind}:{seq}:{part}:{parts}:{len(frame)}")
+    streams = []
+    sizes = []
+    for kind, frames in by_kind.items():
+        data = frame_to_ipc(frames[0] if len(frames) == 1 else Frame.concat(frames), compression,
+                            None if fields is None else fields[kind])
+        streams.append(data)
+        sizes.append(f"{kind}:{len(data)}")
+    headers = [(H_SCHEMA, SCHEMA), (H_AGENT, agent.encode()), (H_SENT, repr(sent).encode()),
+               (H_STREAMS, ";".join(sizes).encode()), (H_PIECES, ";".join(table).encode())]
+    return b"".join(streams), headers
+
+
+BundleEntry = tuple[int, int, int, Frame]  # (seq, part, parts, piece)
+
+
+class BundleBuilder:
+    """Collects one partition's pieces, in order, into bundles of at most ``max_bytes`` of rows."""
+
+    def __init__(self, max_bytes: int = MAX_BUNDLE_BYTES) -> None:
+        self.max_bytes = max_bytes
+        self.entries: list[BundleEntry] = []
+        self.bytes = 0
+        self.since = 0.0  # when the oldest waiting piece was added (caller's clock)
+
+    def add(self, entry: BundleEntry, now: float = 0.0) -> list[list[BundleEntry]]:
+        """Add a piece; returns the bundles that are complete now (usually none)."""
+        size = len(entry[3]) * row_bytes(entry[3].kind)
+        done = [self.take()] if self.entries and self.bytes + size > self.max_bytes else []
+        if not self.entries:
+            self.since = now
+        self.entries.append(entry)
+        self.bytes += size
+        if self.bytes >= self.max_bytes:
+            done.append(self.take())
+        return done
+
+    def take(self) -> list[BundleEntry]:
+        entries, self.entries, self.bytes = self.entries, [], 0
+        return entries
 
 
 def headers_dict(headers: Any) -> dict[str, bytes]:
@@ -140,58 +298,129 @@ def headers_dict(headers: Any) -> dict[str, bytes]:
     return {str(k): bytes(v) if v is not None else b"" for k, v in items}
 
 
-@dataclass(frozen=True)
-class PieceInfo:
-    agent: str
-    seq: int
-    part: int
-    parts: int
-    sent: float
-
-
-def decode_piece(value: bytes | None, headers: Mapping[str, bytes], topology: Topology,
-                 pmap: PartitionMap, partition: int) -> tuple[Frame, PieceInfo]:
-    """Validate and decode one frames-topic record; raises :class:`RecordError`."""
-    piece_info(headers)
-    return decode_piece_frame(value, headers, topology, pmap, partition), piece_info(headers)
-
-
-def piece_info(headers: Mapping[str, bytes]) -> PieceInfo:
-    """The piece's identity from its headers; raises :class:`RecordError`."""
+def bundle_table(value: bytes | None, headers: Mapping[str, bytes]) -> tuple[str, float, list[tuple[str, int]],
+                                                                           list[PieceRef]]:
+    """(agent, sent, streams [(kind, bytes)], pieces) from a frames-topic record's headers;
+    raises :class:`RecordError` ``bad_headers``."""
     try:
-        info = PieceInfo(headers[H_AGENT].decode(), int(headers[H_SEQ]), int(headers[H_PART]),
-                         int(headers[H_PARTS]), float(headers[H_SENT]))
+        agent = headers[H_AGENT].decode()
+        sent = float(headers[H_SENT])
+        if H_PIECES in headers:
+            streams = [(k, int(n)) for k, n in (s.split(":") for s in headers[H_STREAMS].decode().split(";"))]
+            pieces = []
+            for entry in headers[H_PIECES].decode().split(";"):
+                kind, seq, part, parts, rows = entry.split(":")
+                pieces.append(PieceRef(kind, int(seq), int(part), int(parts), int(rows)))
+        else:
+            kind = headers[H_KIND].decode()
+            streams = [(kind, len(value or b""))]
+            pieces = [PieceRef(kind, int(headers[H_SEQ]), int(headers[H_PART]), int(headers[H_PARTS]), None)]
     except (KeyError, ValueError, UnicodeDecodeError) as exc:
         raise RecordError("bad_headers", f"missing or malformed header {exc}") from None
-    if not 0 <= info.part < info.parts:
-        raise RecordError("bad_headers", f"part {info.part} of {info.parts}")
-    return info
+    for p in pieces:
+        if not 0 <= p.part < p.parts:
+            raise RecordError("bad_headers", f"part {p.part} of {p.parts}")
+        if p.rows is not None and p.rows < 0:
+            raise RecordError("bad_headers", f"piece with {p.rows} rows")
+    return agent, sent, streams, pieces
 
 
-def decode_piece_frame(value: bytes | None, headers: Mapping[str, bytes], topology: Topology,
-                       pmap: PartitionMap, partition: int) -> Frame:
-    """The piece's frame, validated against the topology and the routing; raises :class:`RecordError`."""
+def _read_stream(data: pa.Buffer) -> Frame:
+    """One Arrow IPC stream as a frame (its batches joined); raises FrameError/ValueError."""
+    try:
+        batches = list(pa.ipc.open_stream(data))
+    except (pa.ArrowInvalid, pa.ArrowIOError, OSError) as exc:
+        raise FrameError(f"not an Arrow IPC stream: {exc}") from None
+    if not batches:
+        raise FrameError("Arrow IPC stream without a record batch")
+    # one batch (what encode_bundle writes): its columns convert without joining chunks first
+    data_ = batches[0] if len(batches) == 1 else pa.Table.from_batches(batches)
+    kind = (data_.schema.metadata or {}).get(ARROW_KIND_KEY, b"").decode() or None
+    return Frame.from_arrow(data_, kind=kind)
+
+
+def decode_bundle(value: bytes | None, headers: Mapping[str, bytes], topology: Topology,
+                  pmap: PartitionMap, partition: int | None) -> list[DecodedPiece]:
+    """Decode and validate one frames-topic record into its pieces, in processing order.
+
+    Raises :class:`RecordError` when the record cannot be attributed to pieces at all
+    (``bad_headers``). When its data cannot be read (``wrong_schema``, ``undecodable``) every
+    piece carries that error; otherwise each piece is checked on its own (``unknown_entity``,
+    ``misrouted``; ``partition`` None skips the routing check), so one bad piece does not take
+    its bundle with it.
+    """
+    agent, sent, streams, refs = bundle_table(value, headers)
+    pieces = [DecodedPiece(PieceInfo(agent, r.seq, r.part, r.parts, sent), r.kind) for r in refs]
+    try:
+        frames = _decode_streams(value, headers, streams, refs)
+    except RecordError as exc:
+        for p in pieces:
+            p.error = exc
+        return pieces
+    clean = set()
+    for kind, whole in frames.items():  # the usual case, checked once per kind: every row is fine
+        try:
+            _check_rows(whole, topology, pmap, partition)
+            clean.add(kind)
+        except RecordError:
+            pass
+    cursor = {kind: 0 for kind in frames}
+    for ref, piece in zip(refs, pieces):
+        whole = frames[ref.kind]
+        start = cursor[ref.kind]
+        stop = len(whole) if ref.rows is None else start + ref.rows
+        cursor[ref.kind] = stop
+        piece.frame = whole if (start == 0 and stop == len(whole)) else whole.take(slice(start, stop))
+        if ref.kind not in clean:
+            try:
+                _check_rows(piece.frame, topology, pmap, partition)
+            except RecordError as exc:
+                piece.error = exc  # the frame stays, for the dead letter
+    return pieces
+
+
+def _decode_streams(value: bytes | None, headers: Mapping[str, bytes], streams: list[tuple[str, int]],
+                    refs: list[PieceRef]) -> dict[str, Frame]:
     if headers.get(H_SCHEMA) != SCHEMA:
         raise RecordError("wrong_schema", f"header {H_SCHEMA} is {headers.get(H_SCHEMA)!r}, expected {SCHEMA!r}")
     if not value:
         raise RecordError("undecodable", "empty value")
-    try:
-        frame = Frame.from_ipc(value)
-    except (FrameError, ValueError) as exc:
-        raise RecordError("undecodable" if "Arrow IPC" in str(exc) else "wrong_schema", str(exc)) from None
-    kind = headers.get(H_KIND, b"").decode(errors="replace")
-    if frame.kind != kind:
-        raise RecordError("wrong_schema", f"header says kind {kind!r}, the frame holds {frame.kind!r}")
+    if sum(n for _, n in streams) != len(value):
+        raise RecordError("undecodable", f"stream sizes add up to {sum(n for _, n in streams)} bytes, "
+                                         f"the value has {len(value)}")
+    buffer = pa.py_buffer(value)
+    frames: dict[str, Frame] = {}
+    offset = 0
+    for kind, size in streams:
+        try:
+            frame = _read_stream(buffer.slice(offset, size))
+        except (FrameError, ValueError) as exc:
+            raise RecordError("undecodable" if "Arrow IPC" in str(exc) else "wrong_schema", str(exc)) from None
+        offset += size
+        if frame.kind != kind or kind in frames:
+            raise RecordError("wrong_schema", f"header says kind {kind!r}, the stream holds {frame.kind!r}")
+        frames[kind] = frame
+    for ref in refs:
+        if ref.kind not in frames:
+            raise RecordError("wrong_schema", f"no {ref.kind!r} stream for piece {ref.seq}/{ref.part}")
+    for kind, frame in frames.items():
+        listed = [r.rows for r in refs if r.kind == kind]
+        if None not in listed and sum(listed) != len(frame):  # type: ignore[arg-type]
+            raise RecordError("wrong_schema", f"pieces list {sum(listed)} {kind} rows, "  # type: ignore[arg-type]
+                                              f"the stream holds {len(frame)}")
+    return frames
+
+
+def _check_rows(frame: Frame, topology: Topology, pmap: PartitionMap, partition: int | None) -> None:
     size = topology.size(frame.kind)
     unknown = (frame.slot < 0) | (frame.slot >= size)
     if unknown.any():
         raise RecordError("unknown_entity", f"{int(unknown.sum())} {frame.kind} rows with slots outside "
                                             f"the topology (0..{size - 1})")
-    if len(frame):
-        wrong = pmap.partition_of(frame.kind, frame.slot) != partition
+    if len(frame) and partition is not None:
+        wrong = pmap.by_kind[frame.kind][frame.slot] != partition
         if wrong.any():
             raise RecordError("misrouted", f"{int(wrong.sum())} rows belong to other partitions")
-    return frame
 
 
 # ---- JSON lines topic ---------------------------------------------------------------------
@@ -247,20 +476,47 @@ def frame_to_json_lines(frame: Frame, topology: Topology) -> bytes:
 
 
 # ---- findings topic -----------------------------------------------------------------------
-def encode_findings(findings: Sequence[Finding], info: PieceInfo, partition: int, offset: int,
-                    now: float | None, rows: int, worker: str = "") -> bytes:
-    """One message per processed piece, even without findings: it carries the piece's identity
-    (agent, seq, part) so consumers drop redelivered duplicates, and ``now`` for the incident
-    stage's clock."""
+_FINDING_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
+def finding_fields(finding: Finding) -> dict[str, Any]:
+    """``finding_to_dict`` without ``dataclasses.asdict``'s deep copy (the hot path of a worker:
+    findings are frozen, their tuples immutable); the same JSON."""
+    names = _FINDING_FIELDS.get(type(finding))
+    if names is None:
+        names = _FINDING_FIELDS[type(finding)] = tuple(f.name for f in fields(finding))
+    return {name: getattr(finding, name) for name in names}
+
+
+@dataclass
+class PieceReport:
+    """What the detectors made of one piece (``now``: its newest timestamp, None when empty)."""
+
+    info: PieceInfo
+    now: float | None
+    rows: int
+    findings: Sequence[Finding]
+
+
+def encode_findings(reports: Sequence[PieceReport], partition: int, offset: int, worker: str = "") -> bytes:
+    """One message per processed bundle, even without findings: each report carries its
+    piece's identity (agent, seq, part) so consumers drop redelivered duplicates, and ``now``
+    for the incident stage's clock. ``agent`` and ``sent`` are the bundle's (its first report's)."""
+    if not reports:
+        raise ValueError("a findings message needs at least one report")
+    first = reports[0].info
     return json.dumps({
-        "agent": info.agent, "seq": info.seq, "part": info.part, "parts": info.parts,
-        "partition": partition, "offset": offset, "now": now, "rows": rows, "sent": info.sent, "worker": worker,
-        "findings": [finding_to_dict(f) for f in findings],
+        "agent": first.agent, "sent": first.sent, "partition": partition, "offset": offset, "worker": worker,
+        "pieces": [{"agent": r.info.agent, "seq": r.info.seq, "part": r.info.part, "parts": r.info.parts,
+                    "now": r.now, "rows": r.rows, "findings": [finding_fields(f) for f in r.findings]}
+                   for r in reports],
     }, separators=(",", ":"), default=float).encode()
 
 
 @dataclass
 class FindingsMessage:
+    """One piece's report, as read back from the findings topic."""
+
     agent: str
     seq: int
     part: int
@@ -276,14 +532,23 @@ class FindingsMessage:
         return (self.agent, self.seq, self.part)
 
 
-def decode_findings(value: bytes) -> FindingsMessage:
+def is_telemetry(headers: Any) -> bool:
+    """A findings-topic record holding forwarded telemetry rather than findings."""
+    return headers_dict(headers).get(H_CONTENT) == TELEMETRY
+
+
+def decode_findings(value: bytes, with_findings: bool = True) -> list[FindingsMessage]:
+    """The piece reports of one findings message (``with_findings=False`` skips building the
+    Finding objects: enough for counting pieces and latency)."""
     try:
         data = json.loads(value)
-        return FindingsMessage(str(data["agent"]), int(data["seq"]), int(data["part"]), int(data["parts"]),
-                               None if data["now"] is None else float(data["now"]), int(data["rows"]),
-                               float(data["sent"]), [finding_from_dict(f) for f in data["findings"]],
-                               str(data.get("worker", "")))
-    except (ValueError, KeyError, TypeError) as exc:
+        sent = float(data["sent"])
+        worker = str(data.get("worker", ""))
+        return [FindingsMessage(str(p["agent"]), int(p["seq"]), int(p["part"]), int(p["parts"]),
+                                None if p["now"] is None else float(p["now"]), int(p["rows"]), sent,
+                                [finding_from_dict(f) for f in p["findings"]] if with_findings else [], worker)
+                for p in data["pieces"]]
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise RecordError("undecodable", f"findings message: {exc}") from None
 
 

@@ -4,15 +4,18 @@
 topic                       partitions  holds
 ==========================  ==========  ============================================================
 ``telemetry.frames``        P           Arrow IPC frame pieces from ingest agents (one piece per
-                                        source frame and partition; see ``kafka_codec``)
+                                        source frame and partition, several pieces per message;
+                                        see ``kafka_codec``)
 ``telemetry.json``          P           JSON lines from outside producers; workers route them into
                                         ``telemetry.frames``
-``foreshock.findings``      1           what the detectors found, one JSON message per piece
+``foreshock.findings``      1           what the detectors found, one JSON message per frames
+                                        message (and the telemetry incident processors read)
 ``foreshock.incidents``     1           incidents built from all findings
 ``foreshock.deadletter``    1           undecodable or invalid records, reason in a header
 ``foreshock.checkpoints``   P + 1       detector state per frames partition (partition P: the
                                         incident stage); compacted, last record = latest
-``foreshock.topology``      1           the cluster topology (YAML) agents publish; compacted
+``foreshock.topology``      1           the cluster topology (JSON, read as YAML too) agents publish;
+                                        compacted
 ==========================  ==========  ============================================================
 
 A ``namespace`` prefixes every name so that several pipelines (or tests) share one broker.

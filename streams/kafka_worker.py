@@ -3,9 +3,10 @@ and their checkpoints. ``faust_app`` moves records in and out; this module decid
 
 **Detection.** Each owned partition of ``telemetry.frames`` has its own
 :class:`~foreshock.streams.embedded.EmbeddedPipeline` (input guard + detector bank without
-the incident processors), fed the partition's pieces in offset order. Because routing keeps a
-rack's entities together (``kafka_codec``), each entity sees the same rows as in the embedded
-pipeline, so it produces the same findings.
+the incident processors), fed the partition's records in offset order and each record's
+pieces in their order. Because routing keeps a rack's entities together (``kafka_codec``),
+each entity sees the same rows, in the same frames, as in the embedded pipeline, so it
+produces the same findings. A record (a bundle of pieces) gets one findings message.
 
 **Incidents.** The findings of all partitions meet in one place (``foreshock.findings`` has
 one partition). :class:`IncidentStage` puts the pieces of each source frame back together —
@@ -19,29 +20,34 @@ last source offset it covers. A worker writes one per partition every ``interval
 checkpoint, and a worker that takes over a partition (after a SIGKILL or a rebalance) loads
 the checkpoint, skips records at or below its offset, and re-processes the rest. Findings are
 never lost; those of the re-processed records are published again — at most one checkpoint
-interval of pieces per failure. Each findings message carries its piece identity
-(agent, seq, part), so a consumer can drop the repeats; the incident stage does.
+interval of records per failure. Each piece report in a findings message carries its piece
+identity (agent, seq, part), so a consumer can drop the repeats; the incident stage does.
 """
 
 from __future__ import annotations
 
 import logging
 import pickle
+import struct
 import zlib
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 import numpy as np
+import pyarrow as pa
 
 from foreshock.detectors.bank import DetectorBank, FindingProcessor
 from foreshock.exporters.store import FindingStore
+from foreshock.fields import ENTITY_KINDS, field_names
 from foreshock.findings import Finding
+from foreshock.frames import Frame
 from foreshock.health import PipelineHealth
 from foreshock.topology import Topology
 
 from .embedded import EmbeddedPipeline
-from .kafka_codec import (FindingsMessage, PartitionMap, RecordError, decode_piece_frame, encode_findings,
-                          headers_dict, piece_info)
+from .kafka_codec import (H_CONTENT, TELEMETRY, BundleEntry, FindingsMessage, Headers, PartitionMap, PieceInfo,
+                          PieceReport, RecordError, decode_bundle, encode_bundle, encode_findings, headers_dict,
+                          piece_headers)
 
 log = logging.getLogger("foreshock.worker")
 
@@ -78,14 +84,26 @@ def apply_delta(initial: Any, delta: Any) -> Any:
     return delta["__value__"]
 
 
+# zstd (Arrow's) over the pickled state: as small as zlib level 1 at a third of its CPU time,
+# which matters because every owned partition is checkpointed every few seconds.
+_ZSTD_MAGIC = b"FSZ1"
+
+
 def encode_checkpoint(offset: int, state: Any, kind: str, signature: str) -> bytes:
     blob = {"version": CHECKPOINT_VERSION, "kind": kind, "signature": signature, "offset": offset, "state": state}
-    return zlib.compress(pickle.dumps(blob, protocol=5), 1)
+    raw = pickle.dumps(blob, protocol=5)
+    return _ZSTD_MAGIC + struct.pack(">Q", len(raw)) + pa.compress(raw, codec="zstd", asbytes=True)
 
 
 def decode_checkpoint(data: bytes, kind: str, signature: str) -> tuple[int, Any]:
-    """Checkpoints come only from this pipeline's own internal topic (pickle is trusted here)."""
-    blob = pickle.loads(zlib.decompress(data))
+    """Checkpoints come only from this pipeline's own internal topic (pickle is trusted here).
+    Those of the first version (zlib) still load."""
+    if data[:4] == _ZSTD_MAGIC:
+        (size,) = struct.unpack(">Q", data[4:12])
+        raw = pa.decompress(data[12:], decompressed_size=size, codec="zstd", asbytes=True)
+    else:
+        raw = zlib.decompress(data)
+    blob = pickle.loads(raw)
     if blob.get("version") != CHECKPOINT_VERSION or blob.get("kind") != kind:
         raise ValueError(f"checkpoint version/kind {blob.get('version')}/{blob.get('kind')} not {CHECKPOINT_VERSION}/{kind}")
     if blob.get("signature") != signature:
@@ -99,21 +117,70 @@ def bank_signature(bank: DetectorBank) -> str:
 
 # ---- detection ----------------------------------------------------------------------------
 @dataclass
-class PieceResult:
-    """What processing one frames-topic record produced. A dead-lettered piece whose headers
-    were readable also has an (empty) findings message."""
+class DeadLetter:
+    """A record (or one piece of it) for the dead-letter topic. ``value``/``headers`` None: the
+    original record; otherwise the piece's own single-piece message."""
+
+    reason: str
+    detail: str
+    value: bytes | None = None
+    headers: Headers | None = None
+
+
+@dataclass
+class BundleResult:
+    """What processing one frames-topic record produced: one findings message (a report per
+    piece, dead-lettered pieces included, empty) and the dead letters."""
 
     skipped: bool = False
     findings_message: bytes | None = None
     findings: list[Finding] = field(default_factory=list)
     rows: int = 0
-    dead_reason: str | None = None
-    dead_detail: str = ""
+    pieces: int = 0
+    dead_letters: list[DeadLetter] = field(default_factory=list)
+    telemetry_message: tuple[bytes, Headers] | None = None  # for the incident stage, before the findings
+
+
+def processor_frame_fields(processors: Sequence[FindingProcessor]) -> dict[str, tuple[str, ...]] | None:
+    """Which fields of which kinds the processors read in ``observe_frame`` (their optional
+    telemetry): what the detection stage forwards to the incident stage. A processor declares
+    it as ``frame_fields = {"gpu": ("gpu_temp", ...), ...}``; one that reads frames without
+    declaring gets every field of every kind (exact, but the whole telemetry volume then
+    travels to the one incident worker). None: no processor reads frames."""
+    wanted: dict[str, set[str]] = {}
+    for proc in processors:
+        if not callable(getattr(proc, "observe_frame", None)):
+            continue
+        declared = getattr(proc, "frame_fields", None)
+        if declared is None:
+            log.warning("processor %s reads frames (observe_frame) without declaring frame_fields: the "
+                        "workers forward all telemetry to the incident stage", getattr(proc, "name", proc))
+            declared = {kind: field_names(kind) for kind in ENTITY_KINDS}
+        for kind, names in declared.items():
+            wanted.setdefault(kind, set()).update(names)
+    if not wanted:
+        return None
+    return {kind: tuple(n for n in field_names(kind) if n in names) for kind, names in wanted.items()}
+
+
+class _CleanFrame:
+    """A pipeline sink keeping the last frame the input guard passed (what the embedded bank
+    gives its processors' ``observe_frame``)."""
+
+    def __init__(self) -> None:
+        self.frame: Frame | None = None
+
+    def observe_frame(self, frame: Frame, received_wall: float | None = None) -> None:
+        self.frame = frame
+
+    def observe_findings(self, findings: Any) -> None:
+        pass
 
 
 class _Partition:
-    def __init__(self, pipeline: EmbeddedPipeline, offset: int) -> None:
+    def __init__(self, pipeline: EmbeddedPipeline, clean: _CleanFrame, offset: int) -> None:
         self.pipeline = pipeline
+        self.clean = clean
         self.offset = offset  # last processed (or checkpointed) offset
         self.checkpointed = offset
 
@@ -131,18 +198,37 @@ class DetectionStage:
         self.pmap = PartitionMap(topology, partitions)
         self._make_bank = make_bank
         self.parts: dict[int, _Partition] = {}
-        fresh = self._new_pipeline()
+        full = make_bank()
+        self.frame_fields = processor_frame_fields(full.processors)
+        fresh, _ = self._new_pipeline()
         self.signature = bank_signature(fresh.bank)
         self._initial = self._state(fresh)
 
-    def _new_pipeline(self) -> EmbeddedPipeline:
+    def _new_pipeline(self) -> tuple[EmbeddedPipeline, _CleanFrame]:
         full = self._make_bank()
         bank = DetectorBank(self.topology, full.detectors, processors=())  # incidents run in IncidentStage
-        return EmbeddedPipeline(self.topology, bank, self.store, (), self.health)
+        clean = _CleanFrame()
+        return EmbeddedPipeline(self.topology, bank, self.store, (clean,), self.health), clean
 
     @staticmethod
     def _state(pipeline: EmbeddedPipeline) -> dict[str, Any]:
         return {"guard": pipeline.guard.state_dict(), "bank": pipeline.bank.state_dict()}
+
+    def warm_up(self) -> None:
+        """Run every detector once on a throw-away pipeline (own store and health), so Numba
+        loads or compiles its kernels now rather than on the first record after an assignment."""
+        health = PipelineHealth()
+        bank = DetectorBank(self.topology, self._make_bank().detectors, processors=())
+        pipeline = EmbeddedPipeline(self.topology, bank, FindingStore(self.topology, health), (), health)
+        try:
+            for kind in ENTITY_KINDS:
+                if self.topology.size(kind) == 0:
+                    continue
+                for ts, value in ((1.0, 0.0), (2.0, 1.0)):
+                    columns = {name: np.array([value]) for name in field_names(kind)}
+                    pipeline.process(Frame(kind, np.array([ts]), np.zeros(1, np.int32), columns))
+        except Exception as exc:  # only a head start: the real records will compile what is missing
+            log.warning("warm-up stopped early: %s: %s", type(exc).__name__, exc)
 
     # partition ownership
     def owns(self, partition: int) -> bool:
@@ -150,7 +236,7 @@ class DetectionStage:
 
     def load(self, partition: int, checkpoint: bytes | None) -> int:
         """Take a partition, from its checkpoint (or fresh); returns the offset covered (-1 none)."""
-        pipeline = self._new_pipeline()
+        pipeline, clean = self._new_pipeline()
         offset = -1
         if checkpoint is not None:
             try:
@@ -160,8 +246,8 @@ class DetectionStage:
                 pipeline.bank.load_state_dict(state["bank"])
             except Exception as exc:  # a checkpoint we cannot use must not stop the worker
                 self.health.problem("worker", "checkpoint_unusable", detail=f"partition {partition}: {exc}")
-                pipeline, offset = self._new_pipeline(), -1
-        self.parts[partition] = _Partition(pipeline, offset)
+                (pipeline, clean), offset = self._new_pipeline(), -1
+        self.parts[partition] = _Partition(pipeline, clean, offset)
         log.info("partition %d: resumed after offset %d", partition, offset)
         return offset
 
@@ -171,33 +257,62 @@ class DetectionStage:
     def offset(self, partition: int) -> int:
         return self.parts[partition].offset
 
-    def process(self, partition: int, offset: int, value: bytes | None, headers: Any) -> PieceResult:
+    def process(self, partition: int, offset: int, value: bytes | None, headers: Any) -> BundleResult:
+        """Run one frames-topic record's pieces through the partition's pipeline, in order."""
         part = self.parts[partition]
         if offset <= part.offset:
-            return PieceResult(skipped=True)  # covered by the checkpoint: already processed
+            return BundleResult(skipped=True)  # covered by the checkpoint: already processed
         if offset > part.offset + 1 and part.offset >= 0:
             self.health.problem("worker", "offset_gap",
                                 detail=f"partition {partition}: offset {offset} after {part.offset}")
         part.offset = offset
         hdrs = headers_dict(headers)
         try:
-            info = piece_info(hdrs)
-        except RecordError as exc:
+            pieces = decode_bundle(value, hdrs, self.topology, self.pmap, partition)
+        except RecordError as exc:  # no piece identity: nothing to report, only the dead letter
             self.health.problem("worker", exc.reason, detail=str(exc))
-            return PieceResult(dead_reason=exc.reason, dead_detail=str(exc))
-        try:
-            frame = decode_piece_frame(value, hdrs, self.topology, self.pmap, partition)
-        except RecordError as exc:
-            self.health.problem("worker", exc.reason, detail=str(exc))
-            # an empty report keeps the frame's sequence complete for the incident stage
-            return PieceResult(findings_message=encode_findings([], info, partition, offset, None, 0, self.worker_id),
-                               dead_reason=exc.reason, dead_detail=str(exc))
-        findings = part.pipeline.process(frame) if len(frame) else []
-        clean_rows = len(frame)
-        now = float(frame.ts.max()) if len(frame) else None
-        self.health.processed(frame.kind, clean_rows)
-        message = encode_findings(findings, info, partition, offset, now, clean_rows, self.worker_id)
-        return PieceResult(findings_message=message, findings=findings, rows=clean_rows)
+            return BundleResult(dead_letters=[DeadLetter(exc.reason, str(exc))])
+        result = BundleResult(pieces=len(pieces))
+        reports = []
+        telemetry: list[BundleEntry] = []
+        whole_record_failed = False
+        for piece in pieces:
+            if piece.error is not None or piece.frame is None:
+                # an empty report keeps the frame's sequence complete for the incident stage
+                reports.append(PieceReport(piece.info, None, 0, ()))
+                error = piece.error or RecordError("undecodable", "no frame")
+                self.health.problem("worker", error.reason, detail=str(error))
+                if piece.frame is None:  # the record's data is unreadable: dead-letter it once
+                    if not whole_record_failed:
+                        result.dead_letters.append(DeadLetter(error.reason, str(error)))
+                        whole_record_failed = True
+                elif len(pieces) == 1:
+                    result.dead_letters.append(DeadLetter(error.reason, str(error)))
+                else:  # one bad piece of a good bundle: dead-letter its own rows
+                    info = piece.info
+                    result.dead_letters.append(DeadLetter(
+                        error.reason, str(error), piece.frame.to_ipc(),
+                        piece_headers(piece.kind, info.agent, info.seq, info.part, info.parts, info.sent)))
+                continue
+            frame = piece.frame
+            findings: list[Finding] = []
+            clean = frame
+            if len(frame):
+                findings = part.pipeline.process(frame)
+                clean = part.clean.frame if part.clean.frame is not None else frame
+            # the embedded bank's clock: the newest timestamp the guard let through
+            now = float(clean.ts.max()) if len(clean) else None
+            reports.append(PieceReport(piece.info, now, len(frame), findings))
+            result.findings.extend(findings)
+            result.rows += len(frame)
+            if self.frame_fields is not None and len(clean) and clean.kind in self.frame_fields:
+                telemetry.append((piece.info.seq, piece.info.part, piece.info.parts, clean))
+        result.findings_message = encode_findings(reports, partition, offset, self.worker_id)
+        if telemetry:
+            value, tele_headers = encode_bundle(pieces[0].info.agent, pieces[0].info.sent, telemetry, "lz4",
+                                                self.frame_fields)
+            result.telemetry_message = (value, tele_headers + [(H_CONTENT, TELEMETRY)])
+        return result
 
     def checkpoint(self, partition: int) -> tuple[int, bytes]:
         part = self.parts[partition]
@@ -213,7 +328,11 @@ class DetectionStage:
 # ---- incidents ----------------------------------------------------------------------------
 class IncidentStage:
     """Reassembles each source frame's findings from its pieces and runs the processors on them
-    in (agent, seq) order; drops redelivered pieces."""
+    in (agent, seq) order, as the embedded bank does after each frame; drops redelivered pieces.
+
+    Processors that read telemetry (``observe_frame``) get the pieces' guarded rows that the
+    detection stage forwards (:meth:`observe_telemetry`, before the findings of the same
+    pieces): each processor sees every piece of a frame, then the frame's findings."""
 
     def __init__(self, processors: Sequence[FindingProcessor], health: PipelineHealth | None = None) -> None:
         self.processors = list(processors)
@@ -221,8 +340,14 @@ class IncidentStage:
         self.signature = ",".join(p.name for p in self.processors)
         self.released: dict[str, int] = {}  # agent -> last released seq
         self.pending: dict[tuple[str, int], dict[int, FindingsMessage]] = {}
+        self.telemetry: dict[tuple[str, int], dict[int, Frame]] = {}  # forwarded rows awaiting their frame
         self.offset = -1
         self.duplicates = 0
+
+    def observe_telemetry(self, info: PieceInfo, frame: Frame) -> None:
+        if info.seq <= self.released.get(info.agent, 0):
+            return  # redelivered after its frame ran
+        self.telemetry.setdefault((info.agent, info.seq), {})[info.part] = frame
 
     def observe(self, message: FindingsMessage) -> list[Finding]:
         if message.seq <= self.released.get(message.agent, 0):
@@ -241,10 +366,11 @@ class IncidentStage:
                 break
             del self.pending[nxt]
             self.released[message.agent] = nxt[1]
-            out.extend(self._run([ready[p] for p in sorted(ready)]))
+            frames = self.telemetry.pop(nxt, {})
+            out.extend(self._run([ready[p] for p in sorted(ready)], [frames[p] for p in sorted(frames)]))
         return out
 
-    def _run(self, pieces: list[FindingsMessage]) -> list[Finding]:
+    def _run(self, pieces: list[FindingsMessage], frames: list[Frame]) -> list[Finding]:
         findings: list[Finding] = [f for p in pieces for f in p.findings]
         nows = [p.now for p in pieces if p.now is not None]
         if not self.processors or not nows:
@@ -252,12 +378,16 @@ class IncidentStage:
         base = len(findings)
         now = max(nows)
         for proc in self.processors:
+            observe_frame = getattr(proc, "observe_frame", None)
+            if observe_frame is not None:
+                for frame in frames:
+                    observe_frame(frame)
             findings.extend(proc.observe(findings, now))
         return findings[base:]
 
     def state(self) -> dict[str, Any]:
         return {"processors": {p.name: p.state_dict() for p in self.processors},
-                "released": dict(self.released), "pending": self.pending}
+                "released": dict(self.released), "pending": self.pending, "telemetry": self.telemetry}
 
     def checkpoint(self) -> tuple[int, bytes]:
         return self.offset, encode_checkpoint(self.offset, self.state(), "incidents", self.signature)
@@ -271,6 +401,7 @@ class IncidentStage:
                 p.load_state_dict(state["processors"][p.name])
             self.released = dict(state["released"])
             self.pending = state["pending"]
+            self.telemetry = state.get("telemetry", {})
             self.offset = offset
         except Exception as exc:
             self.health.problem("worker", "checkpoint_unusable", detail=f"incident stage: {exc}")

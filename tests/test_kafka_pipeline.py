@@ -30,9 +30,10 @@ from foreshock.findings import Anomaly, Finding, Incident, finding_to_json
 from foreshock.frames import Frame
 from foreshock.streams.embedded import EmbeddedPipeline
 from foreshock.streams.kafka_agent import FramePublisher, run_agent
-from foreshock.streams.kafka_codec import (H_REASON, FindingsMessage, PartitionMap, PieceInfo, RecordError,
-                                           decode_findings, decode_piece, encode_findings, frame_to_json_lines,
-                                           headers_dict, json_to_frames, piece_headers)
+from foreshock.streams.kafka_codec import (H_REASON, BundleBuilder, FindingsMessage, PartitionMap, PieceInfo,
+                                           PieceReport, RecordError, decode_bundle, decode_findings, encode_bundle,
+                                           encode_findings, frame_to_json_lines, headers_dict, is_telemetry,
+                                           json_to_frames, piece_headers)
 from foreshock.streams.kafka_config import KafkaSettings
 from foreshock.streams.kafka_topics import Topics, ensure_topics
 from foreshock.streams.kafka_worker import (DetectionStage, IncidentStage, apply_delta, dedupe_findings_messages,
@@ -46,11 +47,12 @@ BATCH_ROWS = 4096  # replay frames small enough that a run has many of them
 # ---- fixtures -----------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def recording(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """64 GPUs (2 racks), 10 simulated minutes of a cooling loss: anomalies and throttle bits."""
+    """64 GPUs (2 racks), 10 simulated minutes of the mixed scenario: anomalies, predictions and
+    incidents (the incident engine's input spans partitions)."""
     from foreshock.simulator import ClusterSimulator
 
     out = tmp_path_factory.mktemp("kafka") / "rec"
-    ClusterSimulator(gpus=64, scenario="cooling-loss", seed=3, duration=600).record(out)
+    ClusterSimulator(gpus=64, scenario="mixed", seed=3, duration=600).record(out)
     return out
 
 
@@ -60,6 +62,12 @@ def embedded_findings(path: Path) -> list[Finding]:
     found: list[Finding] = []
     pipeline.run(source, on_frame=lambda frame, findings: found.extend(findings))
     return found
+
+
+def detector_findings(path: Path) -> list[Finding]:
+    """The embedded pipeline's findings without its incidents: what the workers' detection stage
+    publishes on the findings topic (incidents go to their own topic)."""
+    return [f for f in embedded_findings(path) if f.type != "incident"]
 
 
 def canon(findings: list[Finding]) -> Counter[str]:
@@ -133,7 +141,8 @@ def read_topic(settings: KafkaSettings, topic: str, want: int | None, timeout_s:
             batch = consumer.poll(timeout_ms=500).get(tp, [])
             records.extend(batch)
             if want is not None:
-                pieces.update(decode_findings(r.value).piece_id for r in batch)
+                pieces.update(m.piece_id for r in batch if not is_telemetry(r.headers)
+                              for m in decode_findings(r.value, with_findings=False))
                 if len(pieces) >= want:
                     break
             elif not batch and records:
@@ -179,21 +188,75 @@ def test_decode_rejects_garbage_wrong_schema_unknown_entity_and_misrouted(small_
     pmap = PartitionMap(small_topology, 2)
     good = Frame("gpu", [1.0, 1.0], [0, 1], {"gpu_temp": [50.0, 51.0]})
     part = int(pmap.partition_of("gpu", good.slot)[0])
-    headers = headers_dict(piece_headers("gpu", "a", 1, 0, 1, 0.0))
-    frame, info = decode_piece(good.to_ipc(), headers, small_topology, pmap, part)
-    assert info == PieceInfo("a", 1, 0, 1, 0.0) and np.array_equal(frame.columns["gpu_temp"], [50.0, 51.0])
+    headers = headers_dict(piece_headers("gpu", "a", 1, 0, 1, 0.0))  # a single-piece record (first version)
+    (piece,) = decode_bundle(good.to_ipc(), headers, small_topology, pmap, part)
+    assert piece.error is None and piece.info == PieceInfo("a", 1, 0, 1, 0.0)
+    assert piece.frame is not None and np.array_equal(piece.frame.columns["gpu_temp"], [50.0, 51.0])
 
     def reason(value: bytes, hdrs: dict[str, bytes] = headers, partition: int = part) -> str:
-        with pytest.raises(RecordError) as err:
-            decode_piece(value, hdrs, small_topology, pmap, partition)
-        return err.value.reason
+        (bad,) = decode_bundle(value, hdrs, small_topology, pmap, partition)
+        assert bad.error is not None
+        return bad.error.reason
 
     assert reason(b"\x00garbage bytes") == "undecodable"
     assert reason(good.to_ipc(), {**headers, "foreshock-schema": b"avro"}) == "wrong_schema"
-    assert reason(good.to_ipc(), {k: v for k, v in headers.items() if k != "foreshock-seq"}) == "bad_headers"
+    with pytest.raises(RecordError) as err:  # no piece identity at all: the record has no report
+        decode_bundle(good.to_ipc(), {k: v for k, v in headers.items() if k != "foreshock-seq"},
+                      small_topology, pmap, part)
+    assert err.value.reason == "bad_headers"
     assert reason(Frame("link", [1.0], [0], {}).to_ipc()) == "wrong_schema"  # header says gpu
     assert reason(Frame("gpu", [1.0], [10_000], {}).to_ipc()) == "unknown_entity"
     assert reason(good.to_ipc(), partition=1 - part) == "misrouted"
+
+
+def test_bundles_round_trip_pieces_in_order_and_isolate_a_bad_piece(small_topology: Topology):
+    """A bundle (one message, several pieces of several kinds) decodes to the same pieces in the
+    same order; NaN-only fields travel as absent columns and come back as NaN; compression is
+    transparent; a bad piece is reported alone; a damaged value fails every piece."""
+    pmap = PartitionMap(small_topology, 2)
+    rng = np.random.default_rng(7)
+    gpus = np.flatnonzero(pmap.by_kind["gpu"] == 1)
+    links = np.flatnonzero(pmap.by_kind["link"] == 1)
+    pieces = []
+    for seq in range(1, 4):
+        pieces.append((seq, 0, 2, Frame("gpu", np.full(len(gpus), float(seq)), gpus,
+                                        {"gpu_temp": rng.normal(50, 3, len(gpus)), "power": [np.nan] * len(gpus)})))
+        pieces.append((seq, 1, 2, Frame("link", np.full(len(links), float(seq)), links,
+                                        {"xmit_wait": rng.integers(0, 1000, len(links)).astype(float)})))
+    for compression in (None, "lz4", "zstd"):
+        value, headers = encode_bundle("agent-x", 12.5, pieces, compression)
+        decoded = decode_bundle(value, headers_dict(headers), small_topology, pmap, 1)
+        assert [(d.info.seq, d.info.part, d.info.parts, d.kind) for d in decoded] == \
+            [(seq, part, parts, f.kind) for seq, part, parts, f in pieces]
+        for d, (_, _, _, sent_frame) in zip(decoded, pieces):
+            assert d.error is None and d.frame is not None and d.info.agent == "agent-x" and d.info.sent == 12.5
+            assert np.array_equal(d.frame.slot, sent_frame.slot) and np.array_equal(d.frame.ts, sent_frame.ts)
+            for name, column in sent_frame.columns.items():
+                assert np.array_equal(d.frame.columns[name], column, equal_nan=True), name
+    plain, _ = encode_bundle("agent-x", 0.0, pieces[:1])
+    assert b"power" not in plain and b"gpu_temp" in plain  # the all-NaN field is not sent
+
+    ghost = Frame("gpu", [4.0], [10_000], {"gpu_temp": [1.0]})
+    value, headers = encode_bundle("agent-x", 0.0, [pieces[0], (4, 0, 1, ghost), pieces[1]])
+    decoded = decode_bundle(value, headers_dict(headers), small_topology, pmap, 1)
+    assert [d.error.reason if d.error else None for d in decoded] == [None, "unknown_entity", None]
+    assert decoded[1].frame is not None and decoded[1].frame.slot.tolist() == [10_000]  # kept for the dead letter
+    broken = decode_bundle(value[:-7], headers_dict(headers), small_topology, pmap, 1)
+    assert [d.error.reason if d.error else None for d in broken] == ["undecodable"] * 3
+
+
+def test_bundle_builder_fills_messages_up_to_the_limit(small_topology: Topology):
+    from foreshock.streams.kafka_codec import row_bytes
+
+    frame = Frame("gpu", np.zeros(10), np.arange(10), {})
+    limit = 25 * row_bytes("gpu")  # two frames of 10 rows fit, a third does not
+    builder = BundleBuilder(limit)
+    done = [b for seq in range(1, 6) for b in builder.add((seq, 0, 1, frame), now=float(seq))]
+    assert [[e[0] for e in b] for b in done] == [[1, 2], [3, 4]]
+    assert [e[0] for e in builder.entries] == [5] and builder.since == 5.0
+    assert [e[0] for e in builder.take()] == [5] and builder.entries == []
+    big = Frame("gpu", np.zeros(30), np.arange(30) % 32, {})  # larger than the limit: alone, at once
+    assert [[e[0] for e in b] for b in builder.add((9, 0, 1, big))] == [[9]]
 
 
 def test_json_lines_round_trip_and_bad_records(small_topology: Topology):
@@ -243,7 +306,9 @@ class CountingProcessor:
 def test_incident_stage_reassembles_frames_in_order_and_drops_repeats():
     def msg(seq: int, part: int, parts: int, now: float | None, n: int) -> FindingsMessage:
         findings = [Anomaly(now or 0.0, "gpu", i, "gpu_temp", 1.0, "d") for i in range(n)]
-        return decode_findings(encode_findings(findings, PieceInfo("a", seq, part, parts, 0.0), 0, 0, now, n))
+        (report,) = decode_findings(encode_findings([PieceReport(PieceInfo("a", seq, part, parts, 0.0), now, n,
+                                                                 findings)], 0, 0))
+        return report
 
     stage = IncidentStage([CountingProcessor()])
     assert stage.observe(msg(2, 0, 1, 20.0, 1)) == []  # seq 2 waits for seq 1
@@ -260,18 +325,86 @@ def test_incident_stage_reassembles_frames_in_order_and_drops_repeats():
     assert dedupe_findings_messages([msg(1, 0, 1, 1.0, 0), msg(1, 0, 1, 1.0, 0)]) == [msg(1, 0, 1, 1.0, 0)]
 
 
+class TelemetryProcessor(CountingProcessor):
+    """Reads gpu_temp from frames (declared), like the incident engine's headroom tracking."""
+
+    name = "telemetry"
+    frame_fields = {"gpu": ("gpu_temp",)}
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: list[tuple[list[int], list[float], bool, int]] = []
+
+    def observe_frame(self, frame: Frame) -> None:
+        others_empty = all(np.isnan(v).all() for k, v in frame.columns.items() if k != "gpu_temp")
+        self.seen.append((frame.slot.tolist(), frame.columns["gpu_temp"].tolist(), others_empty, self.calls))
+
+
+def test_processors_that_read_frames_get_the_guarded_rows_they_declared(small_topology: Topology):
+    """The detection stage forwards each piece's rows that passed the input guard, only the
+    declared fields, and the incident stage hands them to the processor before the findings of
+    their frame — what the embedded bank does with the whole frame."""
+    topo = small_topology
+    bank = lambda: DetectorBank.from_names(topo, ["robust_zscore"], processors=[TelemetryProcessor()])  # noqa: E731
+    detection = DetectionStage(topo, bank, 2)
+    assert detection.frame_fields == {"gpu": ("gpu_temp",)}
+    incidents = IncidentStage([TelemetryProcessor()])
+    pmap = PartitionMap(topo, 2)
+    offsets = Counter[int]()
+    n = len(topo.gpus)
+    times = [np.full(n, 10.0), np.full(n, 20.0), np.where(np.arange(n) % 2 == 0, 20.0, 30.0)]
+    for seq, ts in enumerate(times, 1):  # the third frame repeats the second's time for even GPUs
+        frame = Frame("gpu", ts, np.arange(len(topo.gpus)),
+                      {"gpu_temp": 40.0 + np.arange(len(topo.gpus)) + seq, "power": np.full(len(topo.gpus), 500.0)})
+        pieces = pmap.messages(frame)
+        for index, (part, piece) in enumerate(pieces):
+            if not detection.owns(part):
+                detection.load(part, None)
+            value, headers = encode_bundle("a", 0.0, [(seq, index, len(pieces), piece)])
+            result = detection.process(part, offsets[part], value, headers)
+            offsets[part] += 1
+            if result.telemetry_message is not None:
+                tvalue, theaders = result.telemetry_message
+                assert is_telemetry(theaders)
+                for decoded in decode_bundle(tvalue, headers_dict(theaders), topo, pmap, None):
+                    assert decoded.frame is not None
+                    incidents.observe_telemetry(decoded.info, decoded.frame)
+            assert result.findings_message is not None
+            for report in decode_findings(result.findings_message):
+                incidents.observe(report)
+    (proc,) = incidents.processors
+    assert isinstance(proc, TelemetryProcessor) and proc.calls == 3
+    # per frame, both partitions' rows (only gpu_temp), then the findings; of the third frame only
+    # the rows the guard kept (the repeated timestamps are dropped, as in the embedded pipeline)
+    by_call = [sorted(s for slots, _, _, c in proc.seen if c == call for s in slots) for call in (0, 1, 2)]
+    assert by_call == [list(range(n)), list(range(n)), list(range(1, n, 2))]
+    assert all(others_empty for _, _, others_empty, _ in proc.seen)
+    temps = {(c, s): t for slots, ts, _, c in proc.seen for s, t in zip(slots, ts)}
+    assert temps[(0, 5)] == 46.0 and temps[(1, 5)] == 47.0
+
+
 def test_detection_stage_resumes_from_checkpoint_with_identical_output(recording: Path):
     source = ReplaySource(str(recording), batch_rows=BATCH_ROWS)
     topo = source.topology
     pmap = PartitionMap(topo, 2)
     next_offset = Counter[int]()
     records = []
+    builders = {p: BundleBuilder(max_bytes=64 * 1024) for p in range(2)}  # records of a few frames each
+
+    def record(part: int, entries: list[Any]) -> None:
+        value, headers = encode_bundle("a", 0.0, entries)
+        records.append((part, next_offset[part], value, headers))
+        next_offset[part] += 1
+
     for seq, frame in enumerate(source, 1):
         messages = pmap.messages(frame)
         for index, (part, piece) in enumerate(messages):
-            records.append((part, next_offset[part], piece.to_ipc(),
-                            piece_headers(piece.kind, "a", seq, index, len(messages), 0.0)))
-            next_offset[part] += 1
+            for entries in builders[part].add((seq, index, len(messages), piece)):
+                record(part, entries)
+    for part, builder in builders.items():
+        if builder.entries:
+            record(part, builder.take())
+    assert len(records) > 20
 
     def run(stage: DetectionStage, recs: list[Any]) -> list[str]:
         out = []
@@ -283,7 +416,7 @@ def test_detection_stage_resumes_from_checkpoint_with_identical_output(recording
         return out
 
     straight = run(DetectionStage(topo, lambda: DetectorBank.from_names(topo), 2), records)
-    assert Counter(straight) == canon(embedded_findings(recording))
+    assert Counter(straight) == canon(detector_findings(recording))
     half = len(records) // 2
     first = DetectionStage(topo, lambda: DetectorBank.from_names(topo), 2)
     got = run(first, records[:half])
@@ -334,7 +467,7 @@ def run_and_collect(settings: KafkaSettings, topics: Topics, recording: Path, sp
     stats = result["stats"]
     assert stats.failed == 0
     records = read_topic(settings, topics.findings, want=stats.pieces, timeout_s=timeout_s)
-    return [decode_findings(r.value) for r in records], stats.pieces
+    return [m for r in records if not is_telemetry(r.headers) for m in decode_findings(r.value)], stats.pieces
 
 
 def findings_of(messages: list[FindingsMessage]) -> list[Finding]:
@@ -352,10 +485,11 @@ def test_two_workers_find_what_the_embedded_pipeline_finds(kafka_settings, recor
     messages, pieces = run_and_collect(kafka_settings, topics, recording, speed=None)
     unique = dedupe_findings_messages(messages)
     assert len(unique) == pieces, group.logs()
-    assert canon(findings_of(messages)) == canon(embedded_findings(recording))
+    assert canon(findings_of(messages)) == canon(detector_findings(recording))
     assert len({m.worker for m in unique}) == 2  # the partitions were shared
     incidents = read_topic(kafka_settings, topics.incidents, None, timeout_s=3)
     embedded_incidents = [f for f in embedded_findings(recording) if f.type == "incident"]
+    assert embedded_incidents  # the comparison below must not be between two empty lists
     assert Counter(r.value.decode() for r in incidents) == canon(embedded_incidents)
 
 
@@ -376,7 +510,7 @@ def test_sigkilled_worker_loses_nothing_and_repeats_are_bounded(kafka_settings, 
                                        timeout_s=90)
     assert victim.poll() == -signal.SIGKILL
     assert len(dedupe_findings_messages(messages)) == pieces, group.logs()
-    assert canon(findings_of(messages)) == canon(embedded_findings(recording))
+    assert canon(findings_of(messages)) == canon(detector_findings(recording))
     repeats = len(messages) - pieces
     # at-least-once: repeats only for what the victim did after its last checkpoint (1 s at
     # 60x = one minute of telemetry), far less than the run
@@ -400,7 +534,7 @@ def test_broker_restart_mid_stream_loses_nothing(private_broker, recording, work
 
     messages, pieces = run_and_collect(settings, topics, recording, speed=100.0, during=restart, timeout_s=120)
     assert len(dedupe_findings_messages(messages)) == pieces, group.logs()
-    assert canon(findings_of(messages)) == canon(embedded_findings(recording))
+    assert canon(findings_of(messages)) == canon(detector_findings(recording))
 
 
 @pytest.mark.kafka
@@ -412,11 +546,19 @@ def test_bad_records_land_in_the_dead_letter_topic_with_the_reason(kafka_setting
     producer = KafkaProducer(**kafka_settings.kafka_python())
     good = Frame("gpu", [1.0], [0], {"gpu_temp": [40.0]})
     part = int(PartitionMap(topo, 2).partition_of("gpu", good.slot)[0])
-    hdr = piece_headers("gpu", "bad-t", 99, 0, 1, 0.0)
-    producer.send(topics.frames, value=b"\x13garbage", partition=part, headers=hdr)
+
+    def hdr(seq: int) -> list[tuple[str, bytes]]:
+        return piece_headers("gpu", "bad-t", seq, 0, 1, 0.0)
+
+    producer.send(topics.frames, value=b"\x13garbage", partition=part, headers=hdr(97))
     producer.send(topics.frames, value=good.to_ipc(), partition=part,
-                  headers=[(k, b"csv" if k == "foreshock-schema" else v) for k, v in hdr])
-    producer.send(topics.frames, value=Frame("gpu", [1.0], [999_999], {}).to_ipc(), partition=part, headers=hdr)
+                  headers=[(k, b"csv" if k == "foreshock-schema" else v) for k, v in hdr(98)])
+    producer.send(topics.frames, value=Frame("gpu", [1.0], [999_999], {}).to_ipc(), partition=part, headers=hdr(99))
+    # a bundle with one bad piece between two good ones: only that piece is dead-lettered
+    later = [Frame("gpu", [t], [0], {"gpu_temp": [41.0]}) for t in (5.0, 7.0)]
+    value, headers = encode_bundle("mixed-t", 0.0, [(1, 0, 1, later[0]), (2, 0, 1, Frame("gpu", [6.0], [999_998], {})),
+                                                   (3, 0, 1, later[1])])
+    producer.send(topics.frames, value=value, partition=part, headers=headers)
     producer.send(topics.json, partition=0, value=b'{"kind":"gpu","entity":"ghost/gpu9","ts":1,"gpu_temp":50}\n'
                                                    b'{"kind":"gpu","entity":"%s","ts":2,"gpu_temp":50}\n[oops'
                   % topo.gpus[0].encode())
@@ -428,19 +570,23 @@ def test_bad_records_land_in_the_dead_letter_topic_with_the_reason(kafka_setting
     group.start(recording / "topology.yaml")
     dead = read_topic(kafka_settings, topics.deadletter, None, timeout_s=40)
     deadline = time.monotonic() + 30
-    while len(dead) < 5 and time.monotonic() < deadline:
+    while len(dead) < 6 and time.monotonic() < deadline:
         time.sleep(1)
         dead = read_topic(kafka_settings, topics.deadletter, None, timeout_s=5)
     codes = Counter(headers_dict(r.headers).get("foreshock-reason-code", b"").decode() for r in dead)
-    assert codes == {"undecodable": 1, "wrong_schema": 1, "unknown_entity": 1, "invalid_record": 2}, group.logs()
+    assert codes == {"undecodable": 1, "wrong_schema": 1, "unknown_entity": 2, "invalid_record": 2}, group.logs()
     reasons = " | ".join(headers_dict(r.headers)[H_REASON].decode() for r in dead)
     assert "not an Arrow IPC stream" in reasons and "ghost/gpu9" in reasons and "invalid JSON" in reasons
     sources = {headers_dict(r.headers)["foreshock-source"].decode().rsplit("/", 2)[0] for r in dead}
     assert sources == {topics.frames, topics.json}
     assert any(r.value == b"\x13garbage" for r in dead)  # the original bytes are kept
-    # the good pieces (the agent's frame and the valid JSON record) were processed
+    (piece,) = [r for r in dead if headers_dict(r.headers).get("foreshock-agent") == b"mixed-t"]
+    assert headers_dict(piece.headers)["foreshock-seq"] == b"2"  # the bad piece alone, as its own message
+    assert Frame.from_ipc(piece.value).slot.tolist() == [999_998]
     # each dead-lettered piece still reports (empty), so its frame's sequence stays complete;
-    # the good pieces (the agent's frame, the valid JSON record) were processed
-    found = [decode_findings(r.value) for r in read_topic(kafka_settings, topics.findings, want=5, timeout_s=30)]
-    assert sorted((m.agent.split("@")[0], m.rows) for m in found) == [
-        ("bad-t", 0), ("bad-t", 0), ("bad-t", 0), ("bad-t", 1), ("json", 1)]
+    # the good pieces (the agent's frame, the bundle's two, the valid JSON record) were processed
+    found = [m for r in read_topic(kafka_settings, topics.findings, want=8, timeout_s=30)
+             if not is_telemetry(r.headers) for m in decode_findings(r.value)]
+    assert sorted((m.agent.split("@")[0], m.seq, m.rows) for m in found) == [
+        ("bad-t", 1, 1), ("bad-t", 97, 0), ("bad-t", 98, 0), ("bad-t", 99, 0), ("json", 1, 1),
+        ("mixed-t", 1, 1), ("mixed-t", 2, 0), ("mixed-t", 3, 1)]

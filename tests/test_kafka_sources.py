@@ -1,0 +1,154 @@
+"""Ingest agents on real captured formats, through the real broker: ``foreshock agent`` (the
+CLI, as a process) scrapes a local HTTP server serving a real dcgm-exporter page, or runs a
+stub ``nvidia-smi`` printing a real ``--query-gpu`` capture; the frames it publishes on
+``telemetry.frames`` must decode to the capture's exact values, in base units."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import stat
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+import pytest
+from kafka import KafkaConsumer, TopicPartition
+from kafka_support import kafka_settings  # noqa: F401
+
+from foreshock.frames import Frame
+from foreshock.streams.kafka_agent import fetch_topology
+from foreshock.streams.kafka_codec import PartitionMap, decode_bundle, headers_dict
+from foreshock.streams.kafka_config import KafkaSettings
+from foreshock.streams.kafka_topics import Topics
+from foreshock.streams.nvidia_smi import capture_sections
+from foreshock.topology import Topology
+
+pytestmark = pytest.mark.kafka
+
+T4 = Path("dcgm") / "dcgm-exporter-tesla-t4.prom"
+H200 = Path("nvidia-smi") / "linux-x86_64__nvidia-h200__590.48.01.txt"
+POLLS = 2
+
+
+def run_agent_cli(settings: KafkaSettings, topics: Topics, *args: str) -> dict[str, object]:
+    """``foreshock agent ...`` as a process; returns its JSON summary (the last line of stdout)."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "foreshock.cli.main", "agent", "--kafka", settings.bootstrap,
+         "--namespace", topics.namespace, "--partitions", str(topics.partitions), "--polls", str(POLLS),
+         "--interval", "0.2", *args],
+        capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary: dict[str, object] = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert summary["send_failed"] == 0 and summary["frames"] == POLLS, summary
+    return summary
+
+
+def published_gpu_rows(settings: KafkaSettings, topics: Topics, want_rows: int,
+                       timeout_s: float = 20.0) -> tuple[Topology, list[Frame]]:
+    """The topology on ``foreshock.topology`` and the gpu pieces on ``telemetry.frames``, decoded
+    and validated the way a worker does, until ``want_rows`` rows arrived."""
+    topology = fetch_topology(settings, topics, timeout_s=timeout_s)
+    pmap = PartitionMap(topology, topics.partitions)
+    consumer = KafkaConsumer(**settings.kafka_python(), enable_auto_commit=False)
+    tps = [TopicPartition(topics.frames, p) for p in range(topics.partitions)]
+    consumer.assign(tps)
+    consumer.seek_to_beginning(*tps)
+    frames: list[Frame] = []
+    deadline = time.monotonic() + timeout_s
+    try:
+        while sum(len(f) for f in frames) < want_rows and time.monotonic() < deadline:
+            for tp, records in consumer.poll(timeout_ms=500).items():
+                for record in records:
+                    for piece in decode_bundle(record.value, headers_dict(record.headers), topology, pmap,
+                                               tp.partition):
+                        assert piece.error is None, piece.error
+                        assert piece.frame is not None and piece.frame.kind == "gpu"
+                        frames.append(piece.frame)
+    finally:
+        consumer.close()
+    return topology, frames
+
+
+def values_of(topology: Topology, frames: list[Frame], gpu: str) -> list[dict[str, float]]:
+    """Per published row of one GPU (in time order): its non-NaN fields."""
+    slot = topology.slot("gpu", gpu)
+    rows = [(float(f.ts[i]), {k: float(v[i]) for k, v in f.columns.items() if not np.isnan(v[i])})
+            for f in frames for i in np.flatnonzero(f.slot == slot)]
+    rows.sort(key=lambda r: r[0])
+    assert all(a[0] < b[0] for a, b in zip(rows, rows[1:]))  # one row per poll, stamped at the poll
+    return [values for _, values in rows]
+
+
+def new_topics() -> Topics:
+    return Topics(f"src{uuid.uuid4().hex[:8]}.", 2)
+
+
+@pytest.fixture
+def dcgm_exporter(shared_data: Path) -> Iterator[str]:
+    """A local HTTP server on 127.0.0.1 (free port) serving the real dcgm-exporter page."""
+    body = (shared_data / T4).read_bytes()
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            if self.path != "/metrics":
+                self.send_error(404)
+                return
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/metrics"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
+
+
+def test_dcgm_agent_publishes_the_real_scrape_with_exact_values(kafka_settings, dcgm_exporter):
+    topics = new_topics()
+    summary = run_agent_cli(kafka_settings, topics, "--source", "dcgm", "--url", dcgm_exporter)
+    assert summary["samples"] == 2 * POLLS  # two GPUs (two hosts in the page), each poll
+    topology, frames = published_gpu_rows(kafka_settings, topics, want_rows=2 * POLLS)
+    assert topology.gpus == ["424773df46e0/gpu0", "551bdf382151/gpu0"]  # from the Hostname/gpu labels
+    # the page's values, in base units: MHz -> Hz, mJ -> J
+    assert values_of(topology, frames, "424773df46e0/gpu0") == [{
+        "sm_clock": 300e6, "gpu_temp": 25.0, "power": 8.969, "energy": 128996.013, "pcie_replays": 0.0,
+        "util": 0.0, "xid_last": 0.0}] * POLLS
+    assert values_of(topology, frames, "551bdf382151/gpu0") == [
+        {"slowdown_temp": 93.0, "power_limit": 70.0, "throttle_reasons": 1.0}] * POLLS
+
+
+def test_nvidia_smi_agent_publishes_the_real_h200_capture_with_exact_values(kafka_settings, shared_data,
+                                                                             tmp_path):
+    csv_text = capture_sections((shared_data / H200).read_text())["load :: query-gpu"]
+    output = tmp_path / "query-gpu.csv"
+    output.write_text(csv_text)
+    stub = tmp_path / "nvidia-smi"
+    stub.write_text(f"#!/bin/sh\ncat {output}\n")
+    stub.chmod(stub.stat().st_mode | stat.S_IXUSR)
+    topics = new_topics()
+    run_agent_cli(kafka_settings, topics, "--source", "nvidia-smi", "--executable", str(stub),
+                  "--host", "h200-test")
+    topology, frames = published_gpu_rows(kafka_settings, topics, want_rows=POLLS)
+    assert topology.gpus == ["h200-test/gpu0"]
+    # H200 under gpu-burn, as captured: 627.40 W of a 700 W limit, 52 C core, 40 C HBM, SM clock
+    # at its 1980 MHz maximum, 100 % busy, no throttle reason, no ECC errors or remapped rows
+    assert values_of(topology, frames, "h200-test/gpu0") == [{
+        "power": 627.40, "power_limit": 700.0, "gpu_temp": 52.0, "hbm_temp": 40.0, "sm_clock": 1.98e9,
+        "sm_clock_max": 1.98e9, "util": 1.0, "throttle_reasons": 0.0, "power_throttle_time": 0.0,
+        "thermal_throttle_time": 0.0, "ecc_dbe": 0.0, "remapped_rows": 0.0}] * POLLS
