@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Sequence
 
 import numpy as np
+from threadpoolctl import threadpool_limits
 
 from foreshock import facts
 from foreshock.findings import Finding, Prediction
@@ -442,8 +443,12 @@ class SklearnDetector(_FeatureDetector):
         scores = np.full((len(obs), len(self.models)), np.nan)
         valid = np.isfinite(feats[:, 0])
         if valid.any():
-            for k, model in enumerate(self.models):
-                scores[valid, k] = model.predict_proba(feats[valid])[:, 1]
+            # One OpenMP thread: scikit-learn's OpenMP pool was seen to deadlock inside
+            # predict_proba in a long-lived process that had used other thread pools (Numba,
+            # faust); batches here are small, so one thread costs nothing.
+            with threadpool_limits(limits=1, user_api="openmp"):
+                for k, model in enumerate(self.models):
+                    scores[valid, k] = model.predict_proba(feats[valid])[:, 1]
         out = np.empty((len(obs) * len(self.models), OUT_SIZE))
         n = _score_alarms(obs, np.ascontiguousarray(scores), self.s_alarm, self.levels,
                           self.levels * 0.8, np.array([2.0, 120.0, 60.0]), out)

@@ -110,7 +110,7 @@ def test_rack_inlet_keeps_latest_and_learns_the_loop_time_constant():
     # a loop settling exponentially (tau 200 s) from 24 to 64 °C, sampled every 10 s
     tau, ts = 200.0, np.arange(0, 1800, 10.0)
     inlet = 64 - 40 * np.exp(-ts / tau)
-    obs = np.column_stack([ts, np.zeros_like(ts), inlet])
+    obs = np.column_stack([ts, np.zeros_like(ts), inlet, np.full_like(ts, np.nan)])  # [ts, slot, inlet, flow]
     obs[5, 2] = np.nan  # a missing sample is skipped
     state = new_rack_state(1)
     update_rack_inlet(np.ascontiguousarray(obs), state)
@@ -119,7 +119,8 @@ def test_rack_inlet_keeps_latest_and_learns_the_loop_time_constant():
     assert state[0, RACK_DAMP] == pytest.approx(tau, rel=0.05)
     # a flat inlet teaches nothing
     flat = new_rack_state(1)
-    update_rack_inlet(np.ascontiguousarray(np.column_stack([ts, np.zeros_like(ts), np.full_like(ts, 24.0)])), flat)
+    update_rack_inlet(np.ascontiguousarray(np.column_stack([ts, np.zeros_like(ts), np.full_like(ts, 24.0),
+                                                            np.full_like(ts, 1.2)])), flat)
     assert flat[0, RACK_DAMP_N] == 0 and np.isnan(flat[0, RACK_DAMP])
 
 
@@ -346,5 +347,6 @@ def test_flow_asymptote_follows_the_heat_balance():
     later = np.array([[600.0, 0, 24.0, 0.3]])
     gi.update_rack_inlet(later, state)
     assert gi.flow_asymptote(state, 0, 4.0, 0.0) == pytest.approx(24.0 + 4.0 * (1.2 / 0.3 - 1.0))
-    # a falling flow is carried over the lag, floored at 2 % of baseline
-    assert gi.flow_asymptote(state, 0, 4.0, 1e6) == pytest.approx(24.0 + min(4.0 * (1 / 0.02 - 1), 70.0))
+    # a falling flow is carried over the lag, to at most a fourfold drop
+    assert gi.flow_asymptote(state, 0, 4.0, 1e6) == pytest.approx(24.0 + 4.0 * (1.2 / (0.25 * 0.3) - 1.0))
+    assert gi.site_loop_rise(state) != gi.site_loop_rise(state)  # nothing learnt yet: NaN
