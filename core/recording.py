@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterable, Iterator, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -188,11 +188,11 @@ class Recording:
             raise RecordingError(f"{file}: {exc}") from None
 
     def iter_frames(self, window_s: float | None = None, batch_rows: int = 262_144,
-                    kinds: Iterable[str] | None = None) -> Iterator[Frame]:
+                    kinds: Iterable[str] | None = None, order: Sequence[str] = ENTITY_KINDS) -> Iterator[Frame]:
         """Frames of every kind, cut into time windows (default: one sampling interval).
 
-        Within a window the kinds come in :data:`~foreshock.fields.ENTITY_KINDS` order, the order
-        the live simulator emits each tick, and no frame carries a sample from after its window's
+        Within a window the kinds come in ``order`` (default :data:`~foreshock.fields.ENTITY_KINDS`,
+        the order the live simulator emits each tick), and no frame carries a sample from after its window's
         end: a detector that joins kinds (GPU temperature with rack inlet) never reads the future,
         and a replay feeds the detectors exactly as the live source did. Rows are cut as prefixes
         in file order, so a row whose timestamp is out of order or missing is delivered (and
@@ -202,7 +202,7 @@ class Recording:
         if not window > 0:
             raise ValueError("window_s must be positive")
         wanted = set(self.kinds() if kinds is None else kinds)
-        present = [k for k in self.kinds() if k in wanted]
+        present = [k for k in order if k in wanted and k in self.kinds()]
         iters = {k: self.iter_kind(k, batch_rows) for k in present}
         pending: dict[str, Frame | None] = {k: next(iters[k], None) for k in present}
         starts = [_first_ts(f) for f in pending.values() if f is not None and len(f)]

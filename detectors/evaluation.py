@@ -118,42 +118,9 @@ KIND_ORDER = ("rack", "node", "job", "link", "optic", "gpu")
 
 def aligned_frames(recording: Recording, kinds: Iterable[str], window_s: float | None = None,
                    batch_rows: int = 262_144) -> Iterator[Frame]:
-    """Frames of ``kinds`` cut into time windows, ordered by :data:`KIND_ORDER` inside each.
-
-    Each kind's rows must be in time order (recordings foreshock writes are); a window never
-    carries samples from after its end, so nothing reads the future.
-    """
-    window = float(window_s or recording.interval)
-    if not window > 0:
-        raise ValueError("window_s must be positive")
-    present = [k for k in KIND_ORDER if k in set(kinds) and k in recording.kinds()]
-    iters = {k: recording.iter_kind(k, batch_rows) for k in present}
-    pending: dict[str, Frame | None] = {k: next(iters[k], None) for k in present}
-    starts = [float(f.ts[0]) for f in pending.values() if f is not None and len(f)]
-    if not starts:
-        return
-    t_end = min(starts) + window
-    while any(f is not None and len(f) for f in pending.values()):
-        for kind in present:
-            frame = pending[kind]
-            parts = []
-            while frame is not None:
-                cut = int(np.searchsorted(frame.ts, t_end, side="left"))
-                if cut == len(frame):
-                    parts.append(frame)
-                    frame = next(iters[kind], None)
-                    continue
-                if cut:
-                    parts.append(frame.take(slice(0, cut)))  # type: ignore[arg-type]
-                    frame = frame.take(slice(cut, None))  # type: ignore[arg-type]
-                break
-            pending[kind] = frame
-            if parts:
-                yield parts[0] if len(parts) == 1 else Frame.concat(parts)
-        nxt = [float(f.ts[0]) for f in pending.values() if f is not None and len(f)]
-        if not nxt:
-            break
-        t_end = max(t_end, min(nxt)) + window  # skips empty windows (gaps in the recording)
+    """Frames of ``kinds`` cut into time windows, ordered by :data:`KIND_ORDER` inside each
+    (see :meth:`Recording.iter_frames`: a window never carries samples from after its end)."""
+    return recording.iter_frames(window_s, batch_rows, kinds=kinds, order=KIND_ORDER)
 
 
 @dataclass
