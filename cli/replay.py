@@ -23,7 +23,7 @@ from .common import build_pipeline, detector_option, finish, recording_rows, run
 @serve_options
 def command(path: str, speed: float | None, max_speed: bool, shift_now: bool, hold: float, detectors: str | None,
             host: str, port: int, findings_path: str | None, top_k: int) -> None:
-    """Replay a recording (folder written by `simulate`, `record` or `import`) through the detectors."""
+    """Replay a recording (a folder written by `simulate` or `import`) through the detectors."""
     if speed is not None and max_speed:
         raise click.UsageError("--speed and --max are exclusive")
     if speed is not None and speed <= 0:
