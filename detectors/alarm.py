@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from foreshock.findings import Prediction
+
 from .gpu_inputs import inline
 
 A_ACTIVE, A_ON, A_EMIT_TS, A_OFF_TS = 0, 1, 2, 3
@@ -83,3 +85,19 @@ def emit(out: np.ndarray, n_out: int, row: int, which: int, code: int, eta: floa
     for k in range(6):
         out[n_out, O_V0 + k] = values[k]
     return n_out + 1
+
+
+def prediction_spans(preds: list[Prediction], end: float) -> list[tuple[float, float]]:
+    """(start, end) of each stretch during which an entity's prediction held, from its
+    time-ordered start/refresh/withdraw findings; one still holding at ``end`` is closed there."""
+    spans: list[tuple[float, float]] = []
+    opened: float | None = None
+    for p in preds:
+        if p.active and opened is None:
+            opened = p.ts
+        elif not p.active and opened is not None:
+            spans.append((opened, p.ts))
+            opened = None
+    if opened is not None:
+        spans.append((opened, max(end, opened)))
+    return spans

@@ -51,6 +51,7 @@ from foreshock.health import PipelineHealth
 from foreshock.recording import Recording
 from foreshock.topology import Topology
 
+from .alarm import prediction_spans
 from .bank import DetectorBank
 from .registry import DEFAULT_BANK, create
 
@@ -238,17 +239,7 @@ def alarm_intervals(findings: Iterable[Finding], kind: EventKind, topology: Topo
     out: dict[str, list[tuple[float, float]]] = {}
     for slot, preds in per_slot.items():
         preds.sort(key=lambda p: p.ts)
-        spans: list[tuple[float, float]] = []
-        opened: float | None = None
-        for p in preds:
-            if p.active and opened is None:
-                opened = p.ts
-            elif not p.active and opened is not None:
-                spans.append((opened, p.ts))
-                opened = None
-        if opened is not None:
-            spans.append((opened, max(end, opened)))
-        out[topology.name(kind.entity_kind, slot)] = spans
+        out[topology.name(kind.entity_kind, slot)] = prediction_spans(preds, end)
     return out
 
 

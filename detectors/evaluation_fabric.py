@@ -27,6 +27,8 @@ import numpy as np
 
 from foreshock.findings import Finding, Prediction
 
+from .alarm import prediction_spans
+
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from .evaluation import EventKind, RunResult
 
@@ -79,7 +81,7 @@ def score_congestion(result: "RunResult", max_delay_samples: int = MAX_DELAY_SAM
     out: dict[str, Any] = {"max_delay_samples": max_delay_samples, "interval_s": interval, "detectors": {}}
     for set_name, findings in result.findings.items():
         per_link = _congestion_findings(findings, topo.links)
-        spans = {link: _spans(fs, result.end) for link, fs in per_link.items()}
+        spans = {link: prediction_spans(fs, result.end) for link, fs in per_link.items()}
         rerouted = found = named = 0
         delays: list[float] = []
         other = other_found = 0
@@ -132,18 +134,6 @@ def _congestion_findings(findings: list[Finding], links: list[str]) -> dict[str,
     return out
 
 
-def _spans(preds: list[Prediction], end: float) -> list[tuple[float, float]]:
-    spans: list[tuple[float, float]] = []
-    opened: float | None = None
-    for p in preds:
-        if p.active and opened is None:
-            opened = p.ts
-        elif not p.active and opened is not None:
-            spans.append((opened, p.ts))
-            opened = None
-    if opened is not None:
-        spans.append((opened, max(end, opened)))
-    return spans
 
 
 def _first_active(spans: list[tuple[float, float]], lo: float, hi: float) -> float | None:
