@@ -27,12 +27,15 @@ START, END = "<!-- bench:start -->", "<!-- bench:end -->"
 HEADLINES: dict[str, list[tuple[str, str]]] = {
     "detector_bank_vs_river": [("foreshock_obs_per_s", "GPU obs/s"), ("river_obs_per_s", "river HST obs/s"),
                                ("ratio", "ratio"), ("state_bytes_per_gpu", "state B/GPU")],
-    "simulator": [("speedup_vs_real_time", "x real time"), ("gpus", "GPUs"), ("peak_rss_mib", "peak RSS MiB")],
-    "replay_end_to_end": [("samples_per_s", "samples/s"), ("speedup_vs_real_time", "x real time")],
+    "simulator": [("gpus", "GPUs at 1 s"), ("speed_x_realtime", "x real time (CPU time)"),
+                  ("wall_speed_x_realtime", "x real time (wall)"), ("peak_rss_mib", "peak RSS MiB")],
+    "replay_end_to_end": [("gpus", "GPUs"), ("samples_per_s", "samples/s"), ("speedup_vs_real_time", "x real time")],
+    "parsers": [("dcgm_lines_per_s", "dcgm lines/s"), ("dmon_rows_per_s", "dmon rows/s"),
+                ("alibaba_rows_per_s", "Alibaba rows/s"), ("ethtool_m_modules_per_s", "ethtool -m modules/s")],
     "fabric_detectors": [("port_obs_per_s", "port obs/s")],
     "generic_detectors": [("foreshock_points_per_s", "points/s"), ("ratio", "ratio vs river")],
     "nab": [("standard", "standard"), ("reward_low_FP", "low FP"), ("reward_low_FN", "low FN")],
-    "incident_engine": [("findings_per_s", "findings/s"), ("memory_growth_mib", "mem growth MiB")],
+    "incident_engine": [("gpus", "GPUs"), ("findings_per_s", "findings/s"), ("memory_growth_mib", "24 h heap growth MiB")],
     "kafka_end_to_end": [("samples_per_s", "samples/s"), ("latency_p50_s", "p50 s"), ("latency_p99_s", "p99 s"),
                          ("workers", "workers")],
 }
@@ -77,13 +80,29 @@ def table_markdown(results: list[dict]) -> str:  # type: ignore[type-arg]
     return "\n".join(lines)
 
 
+def write_readme(meta: dict, results: list[dict]) -> None:  # type: ignore[type-arg]
+    readme = ROOT / "README.md"
+    text = readme.read_text()
+    if START in text and END in text:
+        block = (f"{START}\nMeasured {meta['date']} on {meta['machine']} (Python {meta['python']}) with "
+                 f"`make bench` (median of runs; min and max in `bench/results.json`):\n\n"
+                 f"{table_markdown(results)}\n{END}")
+        readme.write_text(text[: text.index(START)] + block + text[text.index(END) + len(END):])
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--readme", action="store_true", help="Rewrite README.md's performance table.")
     ap.add_argument("--kafka", action="store_true", help="Also run `make bench-kafka` (starts its own broker).")
     ap.add_argument("--only", default="", help="Comma-separated script names to run (default: all).")
     ap.add_argument("--timeout", type=float, default=900)
+    ap.add_argument("--readme-only", action="store_true",
+                    help="Rewrite README.md's table from the last bench/results.json without running anything.")
     args = ap.parse_args()
+    if args.readme_only:
+        saved = json.loads(RESULTS.read_text())
+        write_readme(saved["meta"], saved["results"])
+        return
     scripts = sorted(p for p in (ROOT / "bench").glob("bench_*.py") if p.name != "bench_kafka.py")
     if args.only:
         wanted = {s.strip() for s in args.only.split(",")}
@@ -104,12 +123,7 @@ def main() -> None:
             "python": platform.python_version()}
     RESULTS.write_text(json.dumps({"meta": meta, "results": results}, indent=2) + "\n")
     if args.readme:
-        readme = ROOT / "README.md"
-        text = readme.read_text()
-        if START in text and END in text:
-            block = (f"{START}\nMeasured {meta['date']} on {meta['machine']} (Python {meta['python']}) with "
-                     f"`make bench`:\n\n{table_markdown(results)}\n{END}")
-            readme.write_text(text[: text.index(START)] + block + text[text.index(END) + len(END):])
+        write_readme(meta, results)
     for r in results:
         print(json.dumps(r))
 

@@ -338,5 +338,18 @@ class Topology:
         )
 
 
+def take_or(values: np.ndarray, index: np.ndarray, fill: int = -1) -> np.ndarray:
+    """``values[index]`` where ``index >= 0``, ``fill`` where it is -1 (no such parent).
+
+    Safe when ``values`` is empty (a topology without GPUs, jobs or switches), where the
+    ``np.where(index >= 0, values[np.maximum(index, 0)], fill)`` idiom raises.
+    """
+    index = np.asarray(index)
+    out = np.full(index.shape, fill, dtype=np.int64)
+    has = index >= 0
+    out[has] = np.asarray(values)[index[has]]
+    return out
+
+
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _Dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)

@@ -29,7 +29,7 @@ reason names the link and why.
 
 >>> import numpy as np
 >>> from foreshock.frames import Frame
->>> from foreshock.topology import Topology
+>>> from foreshock.topology import Topology, take_or
 >>> topo = Topology.from_dict({"rows": [{"name": "r"}], "racks": [{"name": "k", "row": "r"}],
 ...     "nodes": [{"name": "n0", "rack": "k", "gpus": 2}],
 ...     "switches": [{"name": "leaf0", "rail": 0}, {"name": "leaf1", "rail": 1}],
@@ -59,7 +59,7 @@ from foreshock.findings import Finding, Prediction
 from foreshock.frames import Frame
 from foreshock.health import PipelineHealth
 from foreshock.numba_config import jit
-from foreshock.topology import Topology
+from foreshock.topology import Topology, take_or
 
 from .alarm import A_ACTIVE, CODE_START, CODE_WITHDRAW, alarm_step, new_alarm_columns
 from .base import Detector
@@ -208,15 +208,14 @@ class CongestionDetector(Detector):
         # topology relations, resolved once
         t = topology
         gpu = t.link_gpu
-        self.link_node = np.where(gpu >= 0, t.gpu_node[np.maximum(gpu, 0)], -1) if n else np.zeros(0, np.int64)
+        self.link_node = take_or(t.gpu_node, gpu)
         leaf = t.link_leaf.astype(np.int64)
         uplink_leaf = np.where((gpu < 0) & (t.link_a_switch >= 0), t.link_a_switch, -1)
         self.port_leaf = np.where(leaf >= 0, leaf, uplink_leaf)
         rails = np.asarray(t.switch_rail, dtype=np.int64)
-        self.port_rail = np.where(self.port_leaf >= 0, rails[np.maximum(self.port_leaf, 0)], -1) \
-            if len(rails) else np.full(n, -1)
+        self.port_rail = take_or(rails, self.port_leaf)
         self.port_rail = np.where(self.port_rail >= 0, self.port_rail, -1)
-        self.link_job = np.where(gpu >= 0, t.gpu_job[np.maximum(gpu, 0)], -1) if n else np.zeros(0, np.int64)
+        self.link_job = take_or(t.gpu_job, gpu)
         self.s_cause = np.full(n, -1, dtype=np.int64)  # the link blamed for each port's last episode
         # congested-port counts per leaf (groups 0..switches-1) and per node (after them)
         n_sw = len(t.switches)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from foreshock.topology import Topology
+from foreshock.topology import Topology, take_or
 
 # Domain levels. The order is the nesting order on the thermal/power side (gpu < node < rack < loop).
 GPU, NODE, RACK, LOOP, JOB, LINK, OPTIC, LEAF, PDU = range(9)
@@ -76,10 +76,10 @@ class Domains:
         # fabric
         self.link_gpu = t.link_gpu.astype(np.int64)
         n_links = len(t.links)
-        self.link_node = np.where(self.link_gpu >= 0, self.gpu_node[np.maximum(self.link_gpu, 0)] if n_gpus else -1, -1)
+        self.link_node = take_or(self.gpu_node, self.link_gpu)
         # the leaf of a link: the switch a GPU's NIC plugs into, or the lower end of an uplink
         self.link_leaf = np.where(self.link_gpu >= 0, t.link_b_switch, t.link_a_switch).astype(np.int64)
-        self.link_job = np.where(self.link_gpu >= 0, self.gpu_job[np.maximum(self.link_gpu, 0)] if n_gpus else -1, -1)
+        self.link_job = take_or(self.gpu_job, self.link_gpu)
         self.gpu_link = np.full(n_gpus, -1, dtype=np.int64)
         nic = np.flatnonzero(self.link_gpu >= 0)
         self.gpu_link[self.link_gpu[nic]] = nic

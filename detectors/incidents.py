@@ -818,8 +818,13 @@ class IncidentEngine:
     # ---- lifecycle -----------------------------------------------------------------------------
     def _tick(self, now: float, out: list[Finding]) -> None:
         # resolved incidents are kept only while they can still reopen
-        while self._resolved and not now - self._incidents[self._resolved[0]].resolved_ts <= self.reopen_s:
-            self._drop(self._incidents[self._resolved.popleft()])
+        while self._resolved:
+            inc = self._incidents.get(self._resolved[0])
+            if inc is not None and now - inc.resolved_ts <= self.reopen_s:
+                break
+            self._resolved.popleft()  # expired, or already dropped by another path
+            if inc is not None:
+                self._drop(inc)
         for serial in list(self._incidents):
             inc = self._incidents.get(serial)
             if inc is None:
@@ -887,9 +892,12 @@ class IncidentEngine:
         self._retire(inc)
 
     def _retire(self, inc: _Incident) -> None:
-        self._resolved.append(inc.serial)
+        if inc.serial not in self._resolved:
+            self._resolved.append(inc.serial)
         while len(self._resolved) > self.keep_resolved:
-            self._drop(self._incidents[self._resolved.popleft()])
+            old = self._incidents.get(self._resolved.popleft())
+            if old is not None:
+                self._drop(old)
 
     def _drop(self, inc: _Incident) -> None:
         for mkey in list(inc.members):

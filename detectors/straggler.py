@@ -135,6 +135,8 @@ class StragglerDetector(Detector):
         p = self.p
         s = self.s_gpu
         n_jobs = len(self.topology.jobs)
+        if n_jobs == 0:
+            return []  # no jobs known (e.g. a topology derived from dcgm labels): no peers to compare
         busy = ((now - s[:, S_TS]) <= 3 * p["interval_s"]) & (s[:, S_UTIL] >= p["busy_util"]) \
             & (s[:, S_N] >= p["min_samples"]) & (self.gpu_job >= 0)
         job = np.where(busy, self.gpu_job, -1)

@@ -109,3 +109,18 @@ def test_replay_rejects_bad_options(tmp_path, small_topology: Topology, args, me
     write_ramp_recording(tmp_path / "rec", small_topology)
     result = CliRunner().invoke(cli, ["replay", str(tmp_path / "rec"), "--port", "0", *args])
     assert result.exit_code == 2 and message in result.output
+
+
+@pytest.mark.parametrize("fmt, path", [("dcgm", "dcgm/dcgm-exporter-tesla-t4.prom"),
+                                       ("alibaba", "optics/alibaba_prefec_ber.csv")])
+def test_imported_real_captures_replay_through_the_default_bank(tmp_path, shared_data, fmt, path) -> None:
+    """Imported topologies have no jobs (dcgm) or no GPUs (Alibaba): every detector and the incident
+    engine must cope with the empty relations instead of crashing."""
+    runner = CliRunner(env={"COLUMNS": "200"})
+    out = tmp_path / "rec"
+    result = runner.invoke(cli, ["import", "--format", fmt, str(shared_data / path), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    result = runner.invoke(cli, ["replay", str(out), "--port", "0"])
+    assert result.exit_code == 0, result.output
+    last = json.loads(result.output.strip().splitlines()[-1])
+    assert last["samples"] > 0

@@ -90,3 +90,20 @@ def test_state_round_trip_gives_identical_future_output():
     rest = run(a, frames[60:])
     assert rest == run(b, frames[60:]) and rest
     assert a.state_nbytes() / topo.size("gpu") <= 1024
+
+
+def test_a_topology_without_jobs_has_no_stragglers_and_does_not_fail() -> None:
+    from foreshock.detectors.straggler import StragglerDetector
+    from foreshock.frames import Frame
+    from foreshock.topology import Topology
+
+    topo = Topology.from_gpu_hosts([("host", g) for g in range(8)])  # what an importer derives
+    det = StragglerDetector(topo)
+    found = []
+    for t in range(0, 1200, 10):
+        temp = np.full(8, 60.0)
+        temp[3] = 85.0
+        found += det.update(Frame("gpu", np.full(8, float(t)), np.arange(8),
+                                  {"gpu_temp": temp, "util": np.ones(8), "sm_clock": np.full(8, 1.98e9),
+                                   "throttle_reasons": np.zeros(8), "power": np.full(8, 650.0)}))
+    assert found == []
