@@ -29,20 +29,18 @@ from __future__ import annotations
 
 import math
 import re
-import socket
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Mapping
+from typing import Any, Mapping
 
 import numpy as np
 
 from foreshock.fields import source_index
 from foreshock.frames import Frame
 from foreshock.health import PipelineHealth
-from foreshock.topology import Topology
 
-from .polling import PollingSource, run_command
-from .samples import BatchBuilder, SampleBatch, host_link_topology
+from .polling import EthtoolSource
+from .samples import BatchBuilder, SampleBatch
 
 STAGE = "dom"
 DBM_FLOOR = -40.0
@@ -251,7 +249,7 @@ def dom_batch(readings: Mapping[str, str], ts: float, health: PipelineHealth | N
     return builder.build(), modules
 
 
-class DomSource(PollingSource):
+class DomSource(EthtoolSource):
     """Runs ``ethtool -m IFACE`` for each interface every ``interval`` seconds; yields optic frames.
 
     ``interfaces`` maps an interface to its optic's name in the topology; without a topology
@@ -260,30 +258,20 @@ class DomSource(PollingSource):
     """
 
     stage = STAGE
+    flag = "-m"
+    entity_suffix = "#a"
+    default_interval = 60.0
 
-    def __init__(self, interfaces: Mapping[str, str] | list[str], interval: float = 60.0,
-                 executable: str = "ethtool", host: str | None = None, topology: Topology | None = None,
-                 health: PipelineHealth | None = None, max_polls: int | None = None,
-                 timeout: float = 10.0) -> None:
-        super().__init__(interval, health, max_polls)
-        self.host = host or socket.gethostname()
-        if not isinstance(interfaces, Mapping):
-            interfaces = {iface: f"{self.host}/{iface}#a" for iface in interfaces}
-        self.interfaces = dict(interfaces)
-        self.executable = executable
-        self.timeout = timeout
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
         self.modules: dict[str, ModuleDom] = {}
-        self._topology = topology if topology is not None else host_link_topology(
-            self.host, [(iface, optic.rsplit("#", 1)[0]) for iface, optic in self.interfaces.items()])
+
+    def link_of(self, entity: str) -> str:
+        return entity.rsplit("#", 1)[0]
 
     def poll(self) -> list[Frame]:
         now = self.clock()
-        readings = {}
-        for iface, optic in self.interfaces.items():
-            out, _ = run_command([self.executable, "-m", iface], self.health, STAGE, self.timeout)
-            if out is not None:
-                readings[optic] = out
-        batch, modules = dom_batch(readings, now, self.health)
+        batch, modules = dom_batch(self.read_all(), now, self.health)
         self.modules.update(modules)
         assert self._topology is not None
         return [batch.to_frame(self._topology, self.health, STAGE)]

@@ -25,18 +25,16 @@ counted; it never becomes a negative or a huge rate.
 from __future__ import annotations
 
 import re
-import socket
-from typing import Mapping
+from typing import Any, Mapping
 
 import numpy as np
 
 from foreshock.fields import source_index
 from foreshock.frames import Frame
 from foreshock.health import PipelineHealth
-from foreshock.topology import Topology
 
-from .polling import PollingSource, run_command
-from .samples import BatchBuilder, SampleBatch, host_link_topology
+from .polling import EthtoolSource
+from .samples import BatchBuilder, SampleBatch
 
 STAGE = "ethtool"
 _STAT = re.compile(r"^\s*([^\s:][^:]*?):\s*(\S+)\s*$")
@@ -135,7 +133,7 @@ def stats_batches(readings: Mapping[str, str], ts: float, health: PipelineHealth
     return links.build(), optics.build()
 
 
-class EthtoolStatsSource(PollingSource):
+class EthtoolStatsSource(EthtoolSource):
     """Runs ``ethtool -S IFACE`` for each interface every ``interval`` seconds.
 
     Yields a link frame and an optic frame (with pre-FEC BER from the second poll on).
@@ -144,30 +142,16 @@ class EthtoolStatsSource(PollingSource):
     """
 
     stage = STAGE
+    flag = "-S"
+    default_interval = 10.0
 
-    def __init__(self, interfaces: Mapping[str, str] | list[str], interval: float = 10.0,
-                 executable: str = "ethtool", host: str | None = None, topology: Topology | None = None,
-                 health: PipelineHealth | None = None, max_polls: int | None = None,
-                 timeout: float = 10.0) -> None:
-        super().__init__(interval, health, max_polls)
-        self.host = host or socket.gethostname()
-        if not isinstance(interfaces, Mapping):
-            interfaces = {iface: f"{self.host}/{iface}" for iface in interfaces}
-        self.interfaces = dict(interfaces)
-        self.executable = executable
-        self.timeout = timeout
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
         self.tracker = FecTracker(self.health)
-        self._topology = topology if topology is not None else host_link_topology(
-            self.host, list(self.interfaces.items()))
 
     def poll(self) -> list[Frame]:
         now = self.clock()
-        readings = {}
-        for iface, link in self.interfaces.items():
-            out, _ = run_command([self.executable, "-S", iface], self.health, STAGE, self.timeout)
-            if out is not None:
-                readings[link] = out
-        link_batch, optic_batch = stats_batches(readings, now, self.health, self.tracker)
+        link_batch, optic_batch = stats_batches(self.read_all(), now, self.health, self.tracker)
         assert self._topology is not None
         return [link_batch.to_frame(self._topology, self.health, STAGE),
                 optic_batch.to_frame(self._topology, self.health, STAGE)]

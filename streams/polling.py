@@ -9,14 +9,17 @@ iteration from another thread; ``max_polls`` bounds it (tests, ``--duration``).
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import threading
 import time
-from typing import Callable, Iterator, Sequence
+from typing import Callable, Iterator, Mapping, Sequence
 
 from foreshock.frames import Frame
 from foreshock.health import PipelineHealth
 from foreshock.topology import Topology
+
+from .samples import host_link_topology
 
 
 class PollingSource:
@@ -89,3 +92,45 @@ def run_command(argv: Sequence[str], health: PipelineHealth, stage: str,
         health.problem(stage, "command failed", detail=message)
         return None, (done.stderr or done.stdout)
     return done.stdout, ""
+
+
+class EthtoolSource(PollingSource):
+    """What the ``ethtool FLAG IFACE`` sources share: one entity per interface, polled in turn.
+
+    ``interfaces`` maps an interface to its entity's name in the topology; a plain list names
+    each interface's entity ``<host>/<iface>`` plus :attr:`entity_suffix` (``#a`` when the entity
+    is the optic at the NIC end of that link) in a topology derived from those links.
+    Subclasses set :attr:`flag`, :attr:`stage` and :attr:`default_interval`, and turn
+    :meth:`read_all`'s outputs into frames in :meth:`poll`.
+    """
+
+    flag = ""
+    entity_suffix = ""
+    default_interval = 10.0
+
+    def __init__(self, interfaces: Mapping[str, str] | list[str], interval: float | None = None,
+                 executable: str = "ethtool", host: str | None = None, topology: Topology | None = None,
+                 health: PipelineHealth | None = None, max_polls: int | None = None,
+                 timeout: float = 10.0) -> None:
+        super().__init__(self.default_interval if interval is None else interval, health, max_polls)
+        self.host = host or socket.gethostname()
+        if not isinstance(interfaces, Mapping):
+            interfaces = {iface: f"{self.host}/{iface}{self.entity_suffix}" for iface in interfaces}
+        self.interfaces = dict(interfaces)
+        self.executable = executable
+        self.timeout = timeout
+        self._topology = topology if topology is not None else host_link_topology(
+            self.host, [(iface, self.link_of(entity)) for iface, entity in self.interfaces.items()])
+
+    def link_of(self, entity: str) -> str:
+        """The link an interface's entity belongs to (the entity itself for link sources)."""
+        return entity
+
+    def read_all(self) -> dict[str, str]:
+        """``ethtool FLAG IFACE`` output by entity name; failed commands are counted and left out."""
+        readings = {}
+        for iface, entity in self.interfaces.items():
+            out, _ = run_command([self.executable, self.flag, iface], self.health, self.stage, self.timeout)
+            if out is not None:
+                readings[entity] = out
+        return readings
