@@ -132,6 +132,9 @@ class ForeshockCollector(Collector):
     def _flagged_gpus(self, snap: StoreSnapshot) -> np.ndarray:
         flagged = {f.slot for f in snap.predictions if f.entity_kind == "gpu"}
         flagged |= {a.slot for a in snap.anomalies if a.entity_kind == "gpu"}
+        # a GPU held by a thermal or power-brake bit right now keeps its series (and decoded bits)
+        mask = np.nan_to_num(snap.latest["gpu"]["throttle_reasons"]).astype(np.int64)
+        flagged |= set(np.flatnonzero(mask & (_THERMAL_BITS | THROTTLE_BITS["hw_power_brake"])).tolist())
         temp = snap.latest["gpu"]["gpu_temp"]
         if self.top_k > 0 and temp.size:
             valid = np.flatnonzero(~np.isnan(temp))

@@ -187,3 +187,15 @@ def test_leaf_and_flagged_optic_families(small_topology: Topology) -> None:
                                 {"cluster": "test", "link": "node1/gpu3~leaf3", "end": "b"}) == 3e-5
     # spine uplinks are not GPU links: no leaf series for the spine
     assert reg.get_sample_value("foreshock_leaf_links_down", {"cluster": "test", "leaf": "spine0"}) is None
+
+
+def test_a_throttling_gpu_keeps_its_series_outside_the_top_k(small_topology: Topology) -> None:
+    store = FindingStore(small_topology)
+    temps = np.linspace(40, 71, 32)
+    masks = np.zeros(32)
+    masks[2] = 0x20  # a cool GPU held by SW thermal slowdown (its own limit is low)
+    store.observe_frame(_gpu_frame(small_topology, 1.0, temps, masks=masks))
+    reg = build_registry(store, top_k=1)
+    gpu2 = {"cluster": "test", "rack": "rack0", "node": "node0", "gpu": "2"}
+    assert reg.get_sample_value("foreshock_gpu_throttle_reasons", gpu2) == 0x20
+    assert reg.get_sample_value("foreshock_gpu_temperature_celsius", {**gpu2, "gpu": "3"}) is None
