@@ -6,8 +6,8 @@ first thermal throttle; then every query of every dashboard returns data from th
 Timing: the replay runs as fast as the CPU allows until the first prediction that the alert
 rule would accept, then paces telemetry so that the remaining time to the first throttle
 (ground truth, known from the recording) takes ``PACED_WALL_S`` of wall time — enough for the
-shipped rule's ``for`` plus scrape, evaluation and delivery, with margin — and runs fast again
-after the throttle. The whole module takes about 1.5 minutes.
+shipped rule's ``for`` plus scrape, evaluation and delivery, with margin — keeps that pace a few
+seconds past the throttle so scrapes see it, then runs fast again. The whole module takes about 1.5 minutes.
 """
 
 from __future__ import annotations
@@ -44,6 +44,9 @@ DETECTORS = ["thermal", "power", "cooling", "throttle_bits", "robust_zscore", "c
              "straggler"]
 INTERVAL_S = 1.0
 PACED_WALL_S = 60.0  # wall seconds from the first prediction to the first throttle
+# Wall seconds the pacing continues past the first throttle, so that several 1 s scrapes see the
+# throttled GPUs: unpaced, the ~300 s throttle episode replays in well under one scrape interval.
+PACED_AFTER_THROTTLE_WALL_S = 8.0
 ALERT = "ForeshockThrottlePredicted"
 
 # Panels whose series the exporter does not publish yet (requested from its catalogue); the
@@ -106,7 +109,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
             predicted_ts = speed = anchor_wall = throttle_wall = None
             for tick in ticks:
                 ts = float(tick[0].ts[0])
-                if speed is not None and ts <= throttle_ts:
+                if speed is not None and ts <= throttle_ts + PACED_AFTER_THROTTLE_WALL_S * speed:
                     delay = anchor_wall + (ts - predicted_ts) / speed - time.time()
                     if delay > 0:
                         time.sleep(delay)
