@@ -73,9 +73,10 @@ class FindingTally:
                 self.entries[key] = TallyEntry(what, kind, entity, rack, f.detector if not isinstance(f, Incident) else "incidents",
                                                f.ts, f.ts, 1, f.reason, eta)
             else:
+                # reason and ETA stay those of the first finding: the summary shows each group's
+                # first example, and a later reason next to the first time and ETA would mislead
                 entry.last_ts = max(entry.last_ts, f.ts)
                 entry.count += 1
-                entry.reason = f.reason
 
     def close(self) -> None:
         pass
