@@ -20,24 +20,40 @@ from foreshock.topology import Topology
 from .base import Detector
 
 WATCHED = THERMAL_THROTTLE_MASK | THROTTLE_SW_POWER_CAP | THROTTLE_HW_POWER_BRAKE
+HELD = THERMAL_THROTTLE_MASK | THROTTLE_HW_POWER_BRAKE
+"""Bits re-reported while they stay set: a thermal throttle or a power brake that lasts is still
+news to the incident engine (it keeps the incident open); the SW power cap bit comes and goes
+with every training step and is not."""
+REFRESH_S = 300.0
 
 
 @jit
-def _bit_onsets(slot: np.ndarray, mask: np.ndarray, last: np.ndarray, watched: int,
-                out_row: np.ndarray, out_bits: np.ndarray) -> int:
-    """Rows where a watched bit turns on that was off in the entity's previous sample."""
+def _bit_onsets(ts: np.ndarray, slot: np.ndarray, mask: np.ndarray, last: np.ndarray, reported: np.ndarray,
+                watched: int, held: int, refresh_s: float, out_row: np.ndarray, out_bits: np.ndarray,
+                out_continuing: np.ndarray) -> int:
+    """Rows where a watched bit turns on that was off in the entity's previous sample, and rows
+    where held bits stay set ``refresh_s`` after they were last reported."""
     n = 0
     for i in range(len(slot)):
         m = mask[i]
         if m != m:
             continue
+        s = slot[i]
         bits = int(m) & watched
-        new = bits & ~int(last[slot[i]])
+        new = bits & ~int(last[s])
         if new != 0:
             out_row[n] = i
             out_bits[n] = new
+            out_continuing[n] = False
             n += 1
-        last[slot[i]] = bits
+            reported[s] = ts[i]
+        elif bits & held != 0 and ts[i] - reported[s] >= refresh_s:
+            out_row[n] = i
+            out_bits[n] = bits & held
+            out_continuing[n] = True
+            n += 1
+            reported[s] = ts[i]
+        last[s] = bits
     return n
 
 
@@ -46,22 +62,32 @@ def describe_bits(bits: int) -> str:
 
 
 class ThrottleBitsDetector(Detector):
+    """Throttle onsets (the bits that turned on) and, every ``refresh_s`` while a thermal or
+    power-brake bit stays set, a reminder that it still holds (score: the held bits)."""
+
     name: ClassVar[str] = "throttle_bits"
     kinds: ClassVar[tuple[str, ...]] = ("gpu",)
 
-    def __init__(self, topology: Topology, watched: int = WATCHED) -> None:
+    def __init__(self, topology: Topology, watched: int = WATCHED, refresh_s: float = REFRESH_S) -> None:
         super().__init__(topology)
+        if not refresh_s > 0:
+            raise ValueError("throttle_bits: refresh_s must be > 0")
         self.watched = int(watched)
+        self.refresh_s = float(refresh_s)
         self.s_last = np.zeros(topology.size("gpu"))
+        self.s_reported = np.full(topology.size("gpu"), -np.inf)  # last report per GPU
 
     def update(self, frame: Frame) -> list[Finding]:
         if len(frame) == 0:
             return []
         rows = np.empty(len(frame), np.int64)
         bits = np.empty(len(frame), np.int64)
-        n = _bit_onsets(frame.slot, frame.columns["throttle_reasons"], self.s_last, self.watched, rows, bits)
+        continuing = np.empty(len(frame), np.bool_)
+        n = _bit_onsets(frame.ts, frame.slot, frame.columns["throttle_reasons"], self.s_last, self.s_reported,
+                        self.watched, HELD & self.watched, self.refresh_s, rows, bits, continuing)
         return [
             Anomaly(ts=float(frame.ts[r]), entity_kind="gpu", slot=int(frame.slot[r]), field="throttle_reasons",
-                    score=float(b), detector=self.name, reason=f"throttling observed: {describe_bits(int(b))}")
-            for r, b in zip(rows[:n], bits[:n])
+                    score=float(b), detector=self.name,
+                    reason=f"throttling {'continues' if c else 'observed'}: {describe_bits(int(b))}")
+            for r, b, c in zip(rows[:n].tolist(), bits[:n].tolist(), continuing[:n].tolist())
         ]
