@@ -2,7 +2,8 @@
 
 Reads ``../shared/data/optics/alibaba_prefec_ber.csv`` (hourly pre-FEC BER of 50 DWDM channel
 ends over two transponder planes, ``ot1`` and ``ot2``) through foreshock's importer, runs the
-optics detector once per plane with that plane's FEC limit, and reports which channel ends it
+optics detector over both planes (each link carries its plane's FEC limit in the imported
+topology), and reports which channel ends it
 flags and why:
 
 - **step**: the BER jumped and stayed (six ``ot1`` channel ends improved 40-70x on day 7.6: a
@@ -37,13 +38,11 @@ from foreshock.detectors.optics import (DAY_S, F_CONF, F_LEVEL, F_SLOPE, SIG_Q, 
                                         q_db_of_ber)
 from foreshock.findings import Anomaly, Finding, Prediction
 from foreshock.health import PipelineHealth
-from foreshock.streams.alibaba import read_alibaba
+from foreshock.streams.alibaba import FEC_LIMIT_BY_PLANE, read_alibaba
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_DATA = ROOT.parent / "shared" / "data" / "optics" / "alibaba_prefec_ber.csv"
 
-FEC_LIMIT_BY_PLANE = {"ot1": 3.7e-2, "ot2": 5.4e-2}
-"""BER at the transponder's measured OSNR limit (dataset's ber-marign.json)."""
 
 PARAMS = {
     "bucket_s": 3600.0,  # the series is hourly
@@ -81,19 +80,17 @@ def main() -> None:
     t0 = float(frame.ts.min())
     per_end: dict[int, list[Finding]] = {}
     summary: dict[int, dict[str, float]] = {}
-    for plane, fec in FEC_LIMIT_BY_PLANE.items():
-        rows = np.array([names[s].startswith(plane + "/") for s in frame.slot], dtype=bool)
-        det = OpticsDetector(topo, health=health, fec_limit_ber=fec, **PARAMS)
-        for f in det.update(frame.take(rows)):
-            optic = f.slot if f.entity_kind == "optic" else -1
-            if isinstance(f, Prediction):  # a link prediction names its optic end in the reason
-                optic = next((o for o in (2 * f.slot, 2 * f.slot + 1) if f.reason.startswith(names[o])), 2 * f.slot)
-            per_end.setdefault(optic, []).append(f)
-        q_limit = q_db_of_ber(fec)
-        for o in np.unique(frame.slot[rows]):
-            fit = det.s_fit[o, SIG_Q]
-            summary[int(o)] = {"margin_db": float(fit[F_LEVEL] - q_limit), "trend_db_per_day": float(fit[F_SLOPE] * DAY_S),
-                               "confidence": float(fit[F_CONF]), "fec_limit": fec}
+    # one detector for both planes: each link carries its plane's FEC limit in the topology
+    det = OpticsDetector(topo, health=health, **PARAMS)
+    for f in det.update(frame):
+        optic = f.slot if f.entity_kind == "optic" else -1
+        if isinstance(f, Prediction):  # a link prediction names its optic end in the reason
+            optic = next((o for o in (2 * f.slot, 2 * f.slot + 1) if f.reason.startswith(names[o])), 2 * f.slot)
+        per_end.setdefault(optic, []).append(f)
+    for o in np.unique(frame.slot):
+        fit = det.s_fit[o, SIG_Q]
+        summary[int(o)] = {"margin_db": float(fit[F_LEVEL] - det.q_limit[o]), "trend_db_per_day": float(fit[F_SLOPE] * DAY_S),
+                           "confidence": float(fit[F_CONF]), "fec_limit": float(det.fec_limit[o])}
     flags = {o: classify(per_end.get(o, [])) for o in summary}
     wall = time.perf_counter() - t_start
 

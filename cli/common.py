@@ -6,7 +6,7 @@ import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
 import click
 from rich.console import Console
@@ -31,6 +31,31 @@ def detector_option(func):  # type: ignore[no-untyped-def]
                         help="Comma-separated detector names (default: the standard bank).")(func)
 
 
+def param_option(func):  # type: ignore[no-untyped-def]
+    return click.option(
+        "--param", "params", multiple=True, metavar="DETECTOR.NAME=VALUE",
+        help="Set a detector parameter, e.g. optics.bucket_s=3600 (repeatable; names in each "
+             "detector's PARAMS).")(func)
+
+
+def parse_params(items: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """``["optics.bucket_s=3600", ...]`` -> ``{"optics": {"bucket_s": 3600.0}}``; numbers become
+    floats, anything else stays a string (the detector validates its own parameters)."""
+    out: dict[str, dict[str, Any]] = {}
+    for item in items:
+        target, sep, raw = item.partition("=")
+        detector, dot, name = target.strip().partition(".")
+        if not sep or not dot or not detector or not name or not raw.strip():
+            raise click.UsageError(f"--param {item!r}: expected DETECTOR.NAME=VALUE, e.g. optics.bucket_s=3600")
+        value: Any
+        try:
+            value = float(raw)
+        except ValueError:
+            value = raw.strip()
+        out.setdefault(detector, {})[name.strip()] = value
+    return out
+
+
 def serve_options(func):  # type: ignore[no-untyped-def]
     func = click.option("--host", default="127.0.0.1", show_default=True, help="Address for /metrics.")(func)
     func = click.option("--port", default=9108, show_default=True, type=int,
@@ -53,13 +78,17 @@ class PipelineRun:
 
 
 def build_pipeline(topology: Topology, detectors: str | None, host: str, port: int,
-                   findings_path: str | None, top_k: int) -> PipelineRun:
+                   findings_path: str | None, top_k: int, params: Sequence[str] = ()) -> PipelineRun:
     health = PipelineHealth()
     names = [d.strip() for d in detectors.split(",") if d.strip()] if detectors else None
+    by_detector = parse_params(params)
     try:
-        bank = DetectorBank.from_names(topology, names)
-    except ValueError as exc:
+        bank = DetectorBank.from_names(topology, names, params=by_detector)
+    except (ValueError, TypeError) as exc:  # unknown detector, parameter name or value
         raise click.UsageError(str(exc)) from None
+    unused = sorted(set(by_detector) - {d.name for d in bank.detectors} - {getattr(p, 'name', '') for p in bank.processors})
+    if unused:
+        raise click.UsageError(f"--param for detectors not in the bank: {', '.join(unused)}")
     store = FindingStore(topology, health)
     tally = FindingTally(topology)
     jsonl = JsonlSink(findings_path) if findings_path else None

@@ -15,7 +15,7 @@ from rich.console import Console
 from foreshock.simulator import ClusterSimulator, ScenarioError, list_scenarios
 from foreshock.streams.sources import IterableSource
 
-from .common import build_pipeline, detector_option, finish, run_with_progress, serve_options, stop_server
+from .common import build_pipeline, detector_option, param_option, finish, run_with_progress, serve_options, stop_server
 
 
 @click.command("demo")
@@ -30,9 +30,10 @@ from .common import build_pipeline, detector_option, finish, run_with_progress, 
               help="Run at X times real time (default: as fast as the CPU allows).")
 @click.option("--hold", type=float, default=0.0, help="Keep serving /metrics this many seconds after the run.")
 @detector_option
+@param_option
 @serve_options
 def command(gpus: int, duration: float, interval: float, scenario: str, seed: int, speed: float | None,
-            hold: float, detectors: str | None, host: str, port: int, findings_path: str | None, top_k: int) -> None:
+            hold: float, detectors: str | None, params: tuple[str, ...], host: str, port: int, findings_path: str | None, top_k: int) -> None:
     """Simulate a cluster with a fault, predict it live, serve /metrics, print what was found."""
     if gpus < 8 or duration <= 0 or interval <= 0:
         raise click.UsageError("--gpus must be >= 8, --duration and --interval > 0")
@@ -45,7 +46,7 @@ def command(gpus: int, duration: float, interval: float, scenario: str, seed: in
     for fault in sim.faults:
         console.print(f"[dim]scenario {scenario}: {fault.type} on {fault.target_name} at +{fault.onset / 60:.0f} min "
                       "(hidden from the detectors)[/dim]")
-    run = build_pipeline(sim.topology, detectors, host, port, findings_path, top_k)
+    run = build_pipeline(sim.topology, detectors, host, port, findings_path, top_k, params)
     source = IterableSource(sim.topology, sim.iter_frames(duration), speed=speed)
     ticks = int(duration / interval)
     total = ticks * sum(sim.topology.size(k) for k in ("gpu", "link", "optic", "node", "rack", "job"))

@@ -10,7 +10,7 @@ import click
 from foreshock.recording import RecordingError
 from foreshock.streams.sources import ReplaySource
 
-from .common import build_pipeline, detector_option, finish, recording_rows, run_with_progress, serve_options, stop_server
+from .common import build_pipeline, detector_option, param_option, finish, recording_rows, run_with_progress, serve_options, stop_server
 
 
 @click.command("replay")
@@ -20,8 +20,10 @@ from .common import build_pipeline, detector_option, finish, recording_rows, run
 @click.option("--now", "shift_now", is_flag=True, help="Shift timestamps so the replay starts at the current time.")
 @click.option("--hold", type=float, default=0.0, help="Keep serving /metrics this many seconds after the end.")
 @detector_option
+@param_option
 @serve_options
 def command(path: str, speed: float | None, max_speed: bool, shift_now: bool, hold: float, detectors: str | None,
+            params: tuple[str, ...],
             host: str, port: int, findings_path: str | None, top_k: int) -> None:
     """Replay a recording (a folder written by `simulate` or `import`) through the detectors."""
     if speed is not None and max_speed:
@@ -32,7 +34,7 @@ def command(path: str, speed: float | None, max_speed: bool, shift_now: bool, ho
         source = ReplaySource(path, speed=None if max_speed else speed, shift_to=time.time() if shift_now else None)
     except RecordingError as exc:
         raise click.ClickException(str(exc)) from None
-    run = build_pipeline(source.topology, detectors, host, port, findings_path, top_k)
+    run = build_pipeline(source.topology, detectors, host, port, findings_path, top_k, params)
     try:
         stats = run_with_progress(run, source, recording_rows(source.recording.meta), "replay")
     except RecordingError as exc:

@@ -13,6 +13,8 @@ YAML shape (``topology.yaml`` in a recording)::
     nodes:    [{name: node0, rack: rack0, gpus: 8}]      # GPUs are named node0/gpu0..7
     switches: [{name: leaf0, tier: leaf, rail: 0}, {name: spine0, tier: spine}]
     links:    [{name: node0/gpu0~leaf0, a: node0/gpu0, b: leaf0}]   # a: GPU NIC or switch
+              # optional per link: fec_limit_ber (the pre-FEC BER its FEC corrects up to, e.g.
+              # 3.7e-2 for a soft-decision DWDM transponder; absent = the detector's default)
     jobs:     [{name: job0, nodes: [node0]}]
 
 Each link has two optics, named ``<link>#a`` and ``<link>#b``.
@@ -59,6 +61,7 @@ class Topology:
     link_gpu: np.ndarray = field(default_factory=lambda: _i32([]))  # -1 for switch-switch
     link_a_switch: np.ndarray = field(default_factory=lambda: _i32([]))  # -1 when a is a GPU
     link_b_switch: np.ndarray = field(default_factory=lambda: _i32([]))
+    link_fec_limit: np.ndarray = field(default_factory=lambda: np.zeros(0))  # NaN: not given
     jobs: list[str] = field(default_factory=list)
     job_nodes: list[np.ndarray] = field(default_factory=list)
 
@@ -72,6 +75,12 @@ class Topology:
                 raise TopologyError(f"duplicate {kind} names: {dupes}")
             self._index[kind] = index
         self._switch_index = {name: i for i, name in enumerate(self.switches)}
+        fec = np.asarray(self.link_fec_limit, dtype=np.float64).reshape(-1)
+        if not len(fec):
+            fec = np.full(len(self.links), np.nan)
+        if len(fec) != len(self.links):
+            raise TopologyError(f"link_fec_limit has {len(fec)} entries for {len(self.links)} links")
+        self.link_fec_limit = fec
         self.gpu_job = np.full(len(self.gpus), -1, dtype=np.int32)
         for j, nodes in enumerate(self.job_nodes):
             mask = np.isin(self.gpu_node, nodes)
@@ -204,6 +213,7 @@ class Topology:
                     "name": name,
                     "a": link_end(int(self.link_a_switch[i]), int(self.link_gpu[i])),
                     "b": self.switches[self.link_b_switch[i]],
+                    **({"fec_limit_ber": float(self.link_fec_limit[i])} if np.isfinite(self.link_fec_limit[i]) else {}),
                 }
                 for i, name in enumerate(self.links)
             ],
@@ -260,10 +270,14 @@ class Topology:
         switches = entries("switches", required=False)
         switch_index = {str(s["name"]): i for i, s in enumerate(switches)}
         links = entries("links", required=False)
-        link_gpu, link_a, link_b = [], [], []
+        link_gpu, link_a, link_b, link_fec = [], [], [], []
         for k, link in enumerate(links):
             a, b = link.get("a"), link.get("b")
             where = f"links[{k}] ({link['name']})"
+            fec = link.get("fec_limit_ber")
+            if fec is not None and (isinstance(fec, bool) or not isinstance(fec, (int, float)) or not 0.0 < fec < 0.5):
+                raise TopologyError(f"{source}: {where} has fec_limit_ber {fec!r}: expected a BER in (0, 0.5)")
+            link_fec.append(float(fec) if fec is not None else np.nan)
             link_b.append(lookup(switch_index, b, "switch", where))
             if a in gpu_index:
                 link_gpu.append(gpu_index[a])
@@ -294,6 +308,7 @@ class Topology:
             link_gpu=_i32(link_gpu),
             link_a_switch=_i32(link_a),
             link_b_switch=_i32(link_b),
+            link_fec_limit=np.asarray(link_fec, dtype=np.float64),
             jobs=[str(j["name"]) for j in jobs],
             job_nodes=job_nodes,
         )

@@ -16,8 +16,9 @@ Signals and what they predict, each against a threshold that is a parameter:
   (``20·log10(√2·erfcinv(2·BER))``): for a receiver whose noise does not grow with signal,
   Q is proportional to received power, so a link losing dB per hour loses Q dB at the same
   rate — a straight line, where ``log10(BER)`` bends ever steeper. ETA = time until the
-  FEC limit (``fec_limit_ber``: 2.4e-4 for 400G KP4 by default; a soft-decision limit such as
-  2e-2 for coherent DWDM).
+  FEC limit: the link's own ``fec_limit_ber`` from the topology when given, else the parameter
+  ``fec_limit_ber`` (2.4e-4 for 400G KP4 by default; a soft-decision limit such as 2e-2 for
+  coherent DWDM).
 - **RX power** (dBm). ETA = time until the module's low RX power alarm
   (``rx_power_low_alarm_dbm``; vendor-specific, off when NaN).
 - **TX bias** rising at constant TX power: laser ageing (the TX power trend must not rise
@@ -229,7 +230,7 @@ def theil_sen(t: np.ndarray, y: np.ndarray, m: int, scratch: np.ndarray) -> tupl
 
 @jit
 def _close_bucket(o: int, acc: np.ndarray, optic: np.ndarray, ring_t: np.ndarray, ring: np.ndarray,
-                  fit: np.ndarray, params: np.ndarray, work: np.ndarray) -> np.ndarray:
+                  fit: np.ndarray, params: np.ndarray, q_limit: float, work: np.ndarray) -> np.ndarray:
     """Turn optic ``o``'s open bucket into ring points, refit each signal, update the ETAs.
 
     Returns the size of a confirmed step per signal (NaN where none).
@@ -309,7 +310,7 @@ def _close_bucket(o: int, acc: np.ndarray, optic: np.ndarray, ring_t: np.ndarray
         fit[o, g, F_CONF] = max(0.0, 2.0 * agreement - 1.0) * fill
         fit[o, g, F_SCALE] = scale
         fit[o, g, F_T] = ts_buf[m - 1]
-    _update_etas(o, optic, fit, params)
+    _update_etas(o, optic, fit, params, q_limit)
     return steps
 
 
@@ -326,7 +327,7 @@ def _eta_down(level: float, slope: float, threshold: float, min_slope: float) ->
 
 
 @jit
-def _update_etas(o: int, optic: np.ndarray, fit: np.ndarray, params: np.ndarray) -> None:
+def _update_etas(o: int, optic: np.ndarray, fit: np.ndarray, params: np.ndarray, q_limit: float) -> None:
     """ETA of each predictor of optic ``o`` from its fit; inf when not heading for its threshold
     or when that is more than ``max_extrapolation`` windows ahead (a 30-minute trend says
     nothing about next month)."""
@@ -335,7 +336,6 @@ def _update_etas(o: int, optic: np.ndarray, fit: np.ndarray, params: np.ndarray)
     optic[o, O_ETA_Q] = np.inf
     optic[o, O_ETA_RX] = np.inf
     optic[o, O_ETA_BIAS] = np.inf
-    q_limit = q_db_of_ber(params[P_FEC])
     if fit[o, SIG_Q, F_SLOPE] == fit[o, SIG_Q, F_SLOPE]:
         optic[o, O_ETA_Q] = _eta_down(fit[o, SIG_Q, F_LEVEL], fit[o, SIG_Q, F_SLOPE], q_limit, min_slope)
     if fit[o, SIG_RX, F_SLOPE] == fit[o, SIG_RX, F_SLOPE]:
@@ -360,12 +360,13 @@ def _update_etas(o: int, optic: np.ndarray, fit: np.ndarray, params: np.ndarray)
 
 @jit
 def _optics_kernel(ts: np.ndarray, slot: np.ndarray, x: np.ndarray, state: tuple,  # type: ignore[type-arg]
-                   params: np.ndarray, work: np.ndarray, out: np.ndarray) -> int:
+                   params: np.ndarray, q_limit: np.ndarray, work: np.ndarray, out: np.ndarray) -> int:
     """Accumulate samples into buckets; at each bucket close refit and run the link alarm.
 
     ``state`` = (acc (optics, ACC_SIZE), optic (optics, O_SIZE), ring_t (optics, W),
     ring (optics, N_SIG, W), fit (optics, N_SIG, F_SIZE), alarm (links, A_SIZE),
-    link_bucket (links,)). Emissions go to ``out`` (see :mod:`.alarm`).
+    link_bucket (links,)). ``q_limit`` is each optic's FEC limit as a Q factor (dB). Emissions
+    go to ``out`` (see :mod:`.alarm`).
     """
     acc, optic, ring_t, ring, fit, alarm, link_bucket = state
     n_opt = optic.shape[0]
@@ -378,7 +379,7 @@ def _optics_kernel(ts: np.ndarray, slot: np.ndarray, x: np.ndarray, state: tuple
         b = math.floor(t / params[P_BUCKET])
         cur = optic[o, O_BUCKET]
         if cur == cur and b > cur:
-            steps = _close_bucket(o, acc, optic, ring_t, ring, fit, params, work)
+            steps = _close_bucket(o, acc, optic, ring_t, ring, fit, params, q_limit[o], work)
             for g in range(N_SIG):
                 if steps[g] == steps[g]:
                     n_out = emit(out, n_out, i, EMIT_STEP, CODE_START, np.nan, 1.0,
@@ -493,6 +494,10 @@ class OpticsDetector(Detector):
         self.s_alarm = new_alarm_columns(n_links, 1)
         self.s_link_bucket = np.full(n_links, -np.inf)
         self._work = np.empty((3, window * window // 4 + window))  # times, values, pair slopes
+        # each optic's FEC limit: its link's own (topology ``fec_limit_ber``), else the parameter
+        own = topology.link_fec_limit[topology.optic_link] if n_opt else np.zeros(0)
+        self.fec_limit = np.where(np.isfinite(own), own, self.params[P_FEC])
+        self.q_limit = np.array([q_db_of_ber(float(b)) for b in self.fec_limit], dtype=np.float64)
 
     def update(self, frame: Frame) -> list[Finding]:
         if frame.kind != "optic" or len(frame) == 0:
@@ -512,7 +517,7 @@ class OpticsDetector(Detector):
         out = np.empty((len(frame) * (N_SIG + 2), OUT_SIZE))
         state = (self.s_acc, self.s_optic, self.s_ring_t, self.s_ring, self.s_fit, self.s_alarm,
                  self.s_link_bucket)
-        n = _optics_kernel(frame.ts, frame.slot, x, state, self.params, self._work, out)
+        n = _optics_kernel(frame.ts, frame.slot, x, state, self.params, self.q_limit, self._work, out)
         return [self._finding(frame, rec) for rec in out[:n]]
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -530,11 +535,10 @@ class OpticsDetector(Detector):
         pred, end = int(v[0]), int(v[1])
         link = end // 2
         eta = float(rec[O_ETA])
-        name = self.topology.name("optic", end)
         if code == CODE_WITHDRAW:
             reason = f"optics of {self.topology.links[link]} no longer trending to failure"
         else:
-            reason = self._reason(pred, name, eta, float(v[2]), float(v[3]), float(v[4]), float(v[5]))
+            reason = self._reason(pred, end, eta, float(v[2]), float(v[3]), float(v[4]), float(v[5]))
         return Prediction(ts=ts, entity_kind="link", slot=link, event="link_down",
                           eta_s=eta if np.isfinite(eta) else -1.0, confidence=round(float(rec[O_CONF]), 3),
                           detector=self.name, reason=reason, active=code != CODE_WITHDRAW)
@@ -560,9 +564,9 @@ class OpticsDetector(Detector):
         p = self.params
         days = eta / DAY_S
         if pred == PRED_Q:
-            margin = level - float(q_db_of_ber(p[P_FEC]))
+            margin = level - float(self.q_limit[optic])
             what = (f"pre-FEC BER {float(ber_of_q_db(level)):.1e} worsening {slope * DAY_S:+.2f} dB/day (Q), "
-                    f"{margin:.1f} dB above the FEC limit {p[P_FEC]:.1e}")
+                    f"{margin:.1f} dB above the FEC limit {self.fec_limit[optic]:.1e}")
         elif pred == PRED_RX:
             what = f"RX power {level:.1f} dBm falling {slope * DAY_S:+.2f} dB/day toward its alarm {p[P_RX_ALARM]:.1f} dBm"
         else:
@@ -571,16 +575,17 @@ class OpticsDetector(Detector):
                        score=round(p[P_TREND_HORIZON] / max(eta, 1.0), 3), detector=self.name,
                        reason=f"{name}: {what}; there in ~{days:.0f} days at this rate (trend confidence {conf:.2f})")
 
-    def _reason(self, pred: int, optic: str, eta: float, slope: float, level: float,
+    def _reason(self, pred: int, end: int, eta: float, slope: float, level: float,
                 rx_level: float, rx_slope: float) -> str:
         p = self.params
+        optic = self.topology.name("optic", end)
         when = "now" if eta <= 0 else f"in {eta / 3600:.1f} h"
         rx = (f"; RX power {rx_level:.1f} dBm ({rx_slope * 3600:+.2f} dB/h)"
               if np.isfinite(rx_level) and np.isfinite(rx_slope) else "")
         if pred == PRED_Q:
             ber = float(ber_of_q_db(level))
             return (f"{optic}: pre-FEC BER {ber:.1e} (Q {level:.1f} dB, {slope * 3600:+.2f} dB/h) "
-                    f"reaches the FEC limit {p[P_FEC]:.1e} {when}{rx}")
+                    f"reaches the FEC limit {self.fec_limit[end]:.1e} {when}{rx}")
         if pred == PRED_RX:
             return (f"{optic}: RX power {level:.1f} dBm ({slope * DAY_S:+.1f} dB/day) reaches the "
                     f"module's low alarm {p[P_RX_ALARM]:.1f} dBm {when}")
