@@ -23,6 +23,7 @@ COMMANDS: list[str] = [
     "train",
     "nab",
     "incidents",
+    "record",
 ]
 
 

@@ -1,0 +1,123 @@
+"""``foreshock record``: poll a live source (dcgm-exporter, nvidia-smi, NVML, IB sysfs, ethtool -m)
+into a recording folder that ``replay``, ``evaluate`` and ``incidents`` read.
+
+The recording is opened at the first poll that yields telemetry (a polled source learns its
+topology from what it reads) and is always closed properly — at ``--duration``, after
+``--polls``, or on Ctrl-C — so an interrupted recording is still a valid one.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from foreshock.health import PipelineHealth
+from foreshock.recording import RecordingWriter
+from foreshock.streams.polling import PollingSource
+
+from .agent import _source
+
+LIVE_SOURCES = ("dcgm", "nvidia-smi", "nvml", "infiniband", "dom")
+
+
+@click.command("record")
+@click.option("--source", type=click.Choice(LIVE_SOURCES), required=True, help="What to poll.")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), required=True,
+              help="The recording folder to write (created; must not hold a recording already).")
+@click.option("--duration", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="Stop after this many seconds (default: until --polls, or Ctrl-C).")
+@click.option("--polls", type=click.IntRange(min=1), default=None, help="Stop after this many polls.")
+@click.option("--interval", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="Seconds between polls (default: per source — dcgm 30, nvidia-smi 10, nvml 1, "
+                   "infiniband 1, dom 60).")
+@click.option("--url", default=None, help="dcgm: the dcgm-exporter metrics URL.")
+@click.option("--executable", default=None, help="nvidia-smi / dom: the program to run (default nvidia-smi / ethtool).")
+@click.option("--root", default=None, help="infiniband: the sysfs root (default /sys/class/infiniband).")
+@click.option("--interfaces", default=None, help="dom: comma-separated network interfaces.")
+@click.option("--host", default=None, help="Node name for local sources (default: this host's name).")
+def command(source: str, out_dir: Path, duration: float | None, polls: int | None, interval: float | None,
+            url: str | None, executable: str | None, root: str | None, interfaces: str | None,
+            host: str | None) -> None:
+    """Record live telemetry from SOURCE into a recording folder."""
+    if (out_dir / "recording.json").exists():
+        raise click.UsageError(f"{out_dir} already holds a recording; choose a new folder")
+    try:
+        frames, topology_of = _source(source, None, url, executable, root, interfaces, interval, polls, host,
+                                      None, False, 0, "", 0, None)
+    except click.UsageError:
+        raise
+    except Exception as exc:  # e.g. no NVIDIA driver for --source nvml
+        raise click.ClickException(f"cannot open source {source}: {type(exc).__name__}: {exc}") from None
+    assert isinstance(frames, PollingSource)  # every live source polls
+    polled = frames
+    health: PipelineHealth = polled.health
+    timer = threading.Timer(duration, polled.stop) if duration else None
+    console = Console(stderr=True)
+    writer: RecordingWriter | None = None
+    counted = {"samples": 0, "frames": 0}
+    started = time.monotonic()
+    interrupted = False
+    try:
+        if timer is not None:
+            timer.daemon = True
+            timer.start()
+        with Progress(SpinnerColumn(), TextColumn("[bold]record[/bold] " + source + " {task.fields[samples]:,} samples, "
+                                                  "{task.fields[polls]} polls"), TimeElapsedColumn(),
+                      console=console) as progress:
+            task = progress.add_task("record", samples=0, polls=0)
+            for frame in polled:
+                if writer is None:
+                    topology = topology_of()
+                    if topology is None:  # pragma: no cover - a source yields frames only once it knows them
+                        continue
+                    writer = RecordingWriter(out_dir, topology, meta={"source": source, "interval": polled.interval,
+                                                                      "host": host})
+                writer.write(frame)
+                counted["samples"] += len(frame)
+                counted["frames"] += 1
+                progress.update(task, samples=counted["samples"], polls=polled.polls)
+    except KeyboardInterrupt:
+        interrupted = True
+        polled.stop()
+    finally:
+        if timer is not None:
+            timer.cancel()
+        if writer is not None:
+            writer.close()
+    wall = time.monotonic() - started
+    _summary(console, out_dir, writer, health, polled.polls, wall, interrupted)
+    summary: dict[str, Any] = {"name": "record", "source": source, "path": str(out_dir), "polls": polled.polls,
+                               "samples": counted["samples"], "rows": dict(writer.rows) if writer else {},
+                               "wall_seconds": round(wall, 3), "input_problems": health.total_problems(),
+                               "interrupted": interrupted}
+    click.echo(json.dumps(summary))
+    if writer is None:
+        raise click.ClickException(f"no telemetry came from {source} in {polled.polls} polls: nothing recorded "
+                                   "(the counted problems above say why)")
+
+
+def _summary(console: Console, out_dir: Path, writer: RecordingWriter | None, health: PipelineHealth, polls: int,
+             wall: float, interrupted: bool) -> None:
+    if writer is not None:
+        table = Table(title=f"Recorded into {out_dir}" + (" (stopped by Ctrl-C)" if interrupted else ""))
+        for column in ("kind", "rows", "entities"):
+            table.add_column(column)
+        for kind, rows in sorted(writer.rows.items()):
+            table.add_row(kind, f"{rows:,}", f"{writer.topology.size(kind):,}")
+        console.print(table)
+    if health.problems:
+        problems = Table(title="Problems counted while polling")
+        for column in ("stage", "problem", "count"):
+            problems.add_column(column)
+        for (stage, reason), n in sorted(health.problems.items()):
+            problems.add_row(stage, reason, f"{n:,}")
+        console.print(problems)
+    console.print(f"{polls} polls in {wall:.1f} s")

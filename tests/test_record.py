@@ -1,0 +1,61 @@
+"""``foreshock record``: a live source polled into a recording folder that replays."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+from click.testing import CliRunner
+
+from foreshock.cli.main import cli
+from foreshock.recording import Recording
+from test_streams_nvidia_smi import H200, make_stub
+
+
+def test_record_nvidia_smi_polls_then_replay(tmp_path: Path, shared_data: Path) -> None:
+    stub, calls = make_stub(tmp_path, shared_data / H200)
+    out = tmp_path / "rec"
+    runner = CliRunner()
+    res = runner.invoke(cli, ["record", "--source", "nvidia-smi", "--executable", str(stub), "--interval", "0.05",
+                              "--polls", "3", "--host", "h200-test", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    summary = json.loads(res.output.strip().splitlines()[-1])
+    assert summary["polls"] == 3 and summary["interrupted"] is False
+    assert len(calls.read_text().splitlines()) == 3  # the executable really ran once per poll
+    rec = Recording.open(out)
+    frames = list(rec.iter_frames())
+    gpu = np.concatenate([f.columns["gpu_temp"] for f in frames if f.kind == "gpu"])
+    assert summary["samples"] == len(gpu) == 3 * rec.topology.size("gpu") > 0
+    assert rec.topology.gpus[0].startswith("h200-test/")
+    # the captured H200 ran steady at 53 °C under load (shared/data/nvidia-smi)
+    assert np.nanmax(gpu) < 60 and np.nanmin(gpu) > 40
+    res = runner.invoke(cli, ["replay", str(out), "--port", "0"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.output.strip().splitlines()[-1])["samples"] == len(gpu)
+
+
+def test_record_stops_at_duration_and_leaves_a_valid_recording(tmp_path: Path, shared_data: Path) -> None:
+    stub, _ = make_stub(tmp_path, shared_data / H200)
+    out = tmp_path / "rec"
+    res = CliRunner().invoke(cli, ["record", "--source", "nvidia-smi", "--executable", str(stub), "--interval", "0.1",
+                                   "--duration", "0.55", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    polls = json.loads(res.output.strip().splitlines()[-1])["polls"]
+    assert 3 <= polls <= 7
+    meta = json.loads((out / "recording.json").read_text())
+    assert meta["source"] == "nvidia-smi" and meta["rows"]["gpu"] == polls * Recording.open(out).topology.size("gpu")
+
+
+def test_record_refuses_to_overwrite_and_reports_a_source_that_gives_nothing(tmp_path: Path, shared_data: Path) -> None:
+    stub, _ = make_stub(tmp_path, shared_data / H200)
+    out = tmp_path / "rec"
+    args = ["record", "--source", "nvidia-smi", "--executable", str(stub), "--interval", "0.05", "--polls", "1",
+            "--out", str(out)]
+    assert CliRunner().invoke(cli, args).exit_code == 0
+    again = CliRunner().invoke(cli, args)
+    assert again.exit_code == 2 and "already holds a recording" in again.output
+    missing = CliRunner().invoke(cli, ["record", "--source", "nvidia-smi", "--executable", str(tmp_path / "nope"),
+                                       "--interval", "0.01", "--polls", "2", "--out", str(tmp_path / "empty")])
+    assert missing.exit_code == 1 and "nothing recorded" in missing.output
+    assert not (tmp_path / "empty" / "recording.json").exists()
