@@ -171,11 +171,14 @@ class FabricModel:
     def _count(self, dt: float, link_up: np.ndarray, comm_frac: np.ndarray) -> None:
         p, c = self.params, self.counters
         rho = self.rho
-        self.congested = link_up & (rho > 1.0) & (comm_frac > 0)
         tx = self.util * self.rate / 8.0 * dt  # bytes
         c["tx_data"] += tx
         c["rx_data"] += tx * 0.999
         overload = np.where(rho > 1.0, 1.0 - 1.0 / np.maximum(rho, 1e-9), 0.0)
+        # ground truth: over-subscribed *and* stalled for a measurable share of the time — an
+        # over-subscribed link whose job barely communicates (a float residue of a share) is not
+        # congested, and no counter could show it
+        self.congested = link_up & (overload * comm_frac >= p.congestion_min_stall)
         wait_frac = overload * comm_frac + 2e-4 * self.util
         c["xmit_wait"] += self.tick_rate * wait_frac * dt
         c["pfc_pause_duration"] += 0.8 * overload * comm_frac * dt + 1e-6 * self.util * dt

@@ -85,6 +85,7 @@ class SimParams:
     # --- fabric ------------------------------------------------------------------------------
     cross_su_fraction: float = 0.5  # share of a multi-SU job's traffic that crosses spines
     ecn_start_ratio: float = 0.95  # queue build-up (ECN marks) begins at this link load
+    congestion_min_stall: float = 1e-3  # ground truth: a port is congested when stalled >= this share of the time
     mtu_bytes: float = 4096.0
     counter_bits: int = 64  # 32: link counters wrap like 32-bit PortCounters
     # --- optics ------------------------------------------------------------------------------
