@@ -31,7 +31,11 @@ DEFAULT_SETS = "foreshock,river,sklearn,threshold"
 @click.pass_context
 def command(ctx: click.Context, recording: str, sets: str, report_dir: str, model_path: str | None,
             events: str | None, plots: bool, by_fault: bool) -> None:
-    """Run detector sets over RECORDING and score their predictions against events.jsonl."""
+    """Run detector sets over RECORDING and score their predictions against events.jsonl.
+
+    Beside each baseline that alarms on a score threshold, the table shows its best recall at
+    the foreshock set's precision (threshold swept offline over its logged scores); power-cap
+    rows add recall by what precedes the onset — the target is judged on ``steady_load``."""
     console = Console(stderr=True)
     chosen = [s.strip() for s in sets.split(",") if s.strip()]
     unknown = [s for s in chosen if s not in evaluation.DETECTOR_SETS]
@@ -72,5 +76,8 @@ def command(ctx: click.Context, recording: str, sets: str, report_dir: str, mode
     console.print(f"{result.samples:,} samples in {result.wall_s:.1f} s; report: {path}"
                   + (f"; plots: {', '.join(p.name for p in written)}" if written else ""))
     summary = {s: {k: {m: v[m] for m in ("episodes", "recall", "precision", "lead_median_s")}
+                   | ({"matched_recall": v["matched"]["recall"]} if "matched" in v else {})
+                   | ({f"recall_{evaluation.PREDICTABLE_ONSET}": v["by_onset"][evaluation.PREDICTABLE_ONSET]["recall"]}
+                      if "by_onset" in v else {})
                    for k, v in per.items()} for s, per in report["detectors"].items()}
     click.echo(json.dumps({"report": str(Path(path)), "detectors": summary}, separators=(",", ":")))

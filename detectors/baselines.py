@@ -24,6 +24,7 @@ from __future__ import annotations
 import copy
 import json
 import zipfile
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Sequence
 
@@ -36,7 +37,7 @@ from foreshock.frames import Frame
 from foreshock.health import PipelineHealth
 from foreshock.topology import Topology
 
-from .alarm import (CODE_NONE, CODE_WITHDRAW, O_CODE, O_CONF, O_ETA, O_ROW, O_V0, O_WHICH,
+from .alarm import (CODE_NONE, CODE_REFRESH, CODE_WITHDRAW, O_CODE, O_CONF, O_ETA, O_ROW, O_V0, O_WHICH,
                     OUT_SIZE, alarm_step, emit, new_alarm_columns)
 from .base import Detector
 from .gpu_inputs import (gpu_inlet, gpu_obs, kernel, new_node_state, new_rack_state, rack_inlet_obs,
@@ -181,6 +182,7 @@ class _FeatureDetector(Detector):
 
     kinds: ClassVar[tuple[str, ...]] = ("gpu", "rack")
     events: tuple[str, ...] = ()
+    score_log: "ScoreLog | None" = None
 
     def __init__(self, topology: Topology, health: PipelineHealth | None) -> None:
         super().__init__(topology)
@@ -205,6 +207,17 @@ class _FeatureDetector(Detector):
 
     def _decide(self, obs: np.ndarray, feats: np.ndarray) -> list[Finding]:
         raise NotImplementedError
+
+    def alarm_rule(self) -> tuple[tuple[tuple[str, ...], ...], np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(events per score column, on levels, off ratio, off offset, timing) — see :class:`ScoreLog`."""
+        raise NotImplementedError
+
+    def log_scores(self) -> ScoreLog:
+        """Start keeping every score from now on (for the evaluation's threshold sweep)."""
+        columns, levels, ratio, offset, timing = self.alarm_rule()
+        self.score_log = ScoreLog(self.name, self.topology.size("gpu"), columns, levels.astype(float).copy(),
+                                  ratio, offset, timing)
+        return self.score_log
 
     def _predictions(self, obs: np.ndarray, out: np.ndarray, reasons: Sequence[str],
                      eta_s: Sequence[float]) -> list[Finding]:
@@ -240,7 +253,86 @@ def _score_alarms(obs: np.ndarray, scores: np.ndarray, alarms: np.ndarray, on_le
     return n_out
 
 
+# ---- score logs: replaying a baseline at other thresholds -----------------------------------
+@dataclass
+class ScoreLog:
+    """Every score a baseline gave, with the alarm rule it applies to them — so the evaluation
+    can replay its alarms at any other threshold (:meth:`spans`) without running it again.
+
+    Column ``k`` of the scores predicts the events ``columns[k]``; its alarm starts at
+    ``score >= level`` and clears below ``level * off_ratio[k] - off_offset[k]``, with the
+    detector's ``timing`` (on_count, off_hold_s, refresh_s). Rows before ``valid_from`` could not
+    alarm live (river's calibration) and are skipped."""
+
+    detector: str
+    slots: int
+    columns: tuple[tuple[str, ...], ...]
+    levels: np.ndarray
+    off_ratio: np.ndarray
+    off_offset: np.ndarray
+    timing: np.ndarray
+    valid_from: float = -np.inf
+    _parts: list[tuple[np.ndarray, np.ndarray]] = field(default_factory=list)
+    _obs: np.ndarray | None = None
+    _scores: np.ndarray | None = None
+
+    def add(self, obs: np.ndarray, scores: np.ndarray) -> None:
+        self._parts.append((obs[:, :2].copy(), np.asarray(scores, dtype=float).reshape(len(obs), -1).copy()))
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(obs, scores)``: (rows, 2) time and slot, (rows, columns) scores, in arrival order."""
+        if self._parts:
+            obs = [o for o, _ in self._parts]
+            sc = [s for _, s in self._parts]
+            if self._obs is not None and self._scores is not None:
+                obs.insert(0, self._obs)
+                sc.insert(0, self._scores)
+            self._obs, self._scores = np.concatenate(obs), np.concatenate(sc)
+            self._parts = []
+        if self._obs is None or self._scores is None:
+            return np.empty((0, 2)), np.empty((0, len(self.columns)))
+        return self._obs, self._scores
+
+    def spans(self, column: int, level: float, end: float,
+              chunk_rows: int = 262_144) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(slot, start, stop)`` of every alarm the detector would have raised on ``column`` at
+        ``level`` — the live alarm state machine, replayed; an alarm open at the end closes at
+        ``end``."""
+        obs, scores = self.arrays()
+        on = np.array([level], dtype=float)
+        off = on * self.off_ratio[column] - self.off_offset[column]
+        col = np.ascontiguousarray(scores[:, column:column + 1])
+        if np.isfinite(self.valid_from):
+            col = np.where(obs[:, :1] >= self.valid_from, col, np.nan)
+        alarms = new_alarm_columns(self.slots, 1)
+        rows: list[np.ndarray] = []
+        codes: list[np.ndarray] = []
+        for a in range(0, len(obs), chunk_rows):
+            b = min(a + chunk_rows, len(obs))
+            out = np.empty((b - a, OUT_SIZE))
+            n = _score_alarms(np.ascontiguousarray(obs[a:b]), np.ascontiguousarray(col[a:b]), alarms, on, off,
+                              self.timing, out)
+            keep = out[:n][out[:n, O_CODE] != CODE_REFRESH]
+            rows.append(keep[:, O_ROW].astype(np.int64) + a)
+            codes.append(keep[:, O_CODE])
+        row = np.concatenate(rows) if rows else np.empty(0, np.int64)
+        code = np.concatenate(codes) if codes else np.empty(0)
+        slot = obs[row, 1].astype(np.int64)
+        ts = obs[row, 0]
+        order = np.argsort(slot, kind="stable")  # each slot's changes stay in time order
+        slot, ts, starting = slot[order], ts[order], code[order] != CODE_WITHDRAW
+        i = np.flatnonzero(starting)
+        nxt = np.minimum(i + 1, max(len(slot) - 1, 0))
+        closed = (i + 1 < len(slot)) & (slot[nxt] == slot[i]) & ~starting[nxt]
+        stop = np.where(closed, ts[nxt], np.maximum(end, ts[i]))
+        return slot[i], ts[i], stop
+
+
 # ---- threshold rule ---------------------------------------------------------------------------
+ScoredBaseline = _FeatureDetector
+"""A baseline that scores each sample and alarms above a threshold (it can log its scores)."""
+
+
 class ThresholdDetector(_FeatureDetector):
     """Alert at a fixed level or on the throttle bit, like today's tools."""
 
@@ -252,9 +344,13 @@ class ThresholdDetector(_FeatureDetector):
                  off_hold_s: float = 60.0) -> None:
         super().__init__(topology, health)
         self.levels = np.array([core_c, hbm_c, power_frac])
-        self.off = self.levels - np.array([hysteresis, hysteresis, 0.02])
+        self.off_offset = np.array([hysteresis, hysteresis, 0.02])
+        self.off = self.levels - self.off_offset
         self.timing = np.array([1.0, off_hold_s, 60.0])
         self.s_alarm = new_alarm_columns(topology.size("gpu"), 3)
+
+    def alarm_rule(self) -> tuple[tuple[tuple[str, ...], ...], np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        return tuple((e,) for e in self.events), self.levels, np.ones(3), self.off_offset, self.timing
 
     def _decide(self, obs: np.ndarray, feats: np.ndarray) -> list[Finding]:
         f = {name: feats[:, i] for i, name in enumerate(FEATURES)}
@@ -264,6 +360,8 @@ class ThresholdDetector(_FeatureDetector):
             f["hbm_temp"],
             np.where(f["power_cap_bit"] > 0, np.inf, f["power_frac"]),
         ])
+        if self.score_log is not None:
+            self.score_log.add(obs, scores)
         out = np.empty((3 * len(obs), OUT_SIZE))
         n = _score_alarms(obs, np.ascontiguousarray(scores), self.s_alarm, self.levels, self.off, self.timing, out)
         return self._predictions(obs, out[:n], (
@@ -271,6 +369,12 @@ class ThresholdDetector(_FeatureDetector):
             f"HBM {{0:.0f}} °C >= {self.levels[1]:.0f} °C",
             f"power at {{0:.0%}} of the limit (>= {self.levels[2]:.0%}) or power-cap bit set",
         ), (0.0, 0.0, 0.0))
+
+
+HST_OFF_OFFSET = 0.05  # river's alarm clears this far below its level
+HST_TIMING = np.array([2.0, 120.0, 60.0])
+SKLEARN_OFF_RATIO = 0.8  # the classifier's alarm clears at this share of its level
+SKLEARN_TIMING = np.array([2.0, 120.0, 60.0])
 
 
 # ---- river HalfSpaceTrees -----------------------------------------------------------------
@@ -301,6 +405,9 @@ class HalfSpaceTreesDetector(_FeatureDetector):
         self.calibration_start = np.nan
         self.calibration: list[float] = []
         self.s_alarm = new_alarm_columns(topology.size("gpu"), 1)
+
+    def alarm_rule(self) -> tuple[tuple[tuple[str, ...], ...], np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        return (self.events,), np.array([self.threshold]), np.ones(1), np.array([HST_OFF_OFFSET]), HST_TIMING
 
     def state_dict(self) -> dict[str, Any]:
         state = super().state_dict()
@@ -333,9 +440,13 @@ class HalfSpaceTreesDetector(_FeatureDetector):
                 self.threshold = max(0.5, float(np.quantile(self.calibration, self.quantile)))
                 self.calibration = []
         level = np.array([self.threshold])
+        if self.score_log is not None:
+            self.score_log.add(obs, scores)
+            self.score_log.levels[:] = self.threshold
+            self.score_log.valid_from = self.calibration_end if np.isfinite(self.threshold) else np.inf
         out = np.empty((len(obs), OUT_SIZE))
         n = _score_alarms(obs, np.ascontiguousarray(scores[:, None]), self.s_alarm, level,
-                          level - 0.05, np.array([2.0, 120.0, 60.0]), out)
+                          level - HST_OFF_OFFSET, HST_TIMING, out)
         found: list[Finding] = []
         for p in self._predictions(obs, out[:n], ("HalfSpaceTrees score {0:.2f}",), (self.horizon_s,)):
             assert isinstance(p, Prediction)
@@ -437,6 +548,11 @@ class SklearnDetector(_FeatureDetector):
         self.levels = np.array(thr)
         self.s_alarm = new_alarm_columns(topology.size("gpu"), len(self.events))
 
+    def alarm_rule(self) -> tuple[tuple[tuple[str, ...], ...], np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        k = len(self.events)
+        return (tuple((e,) for e in self.events), self.levels, np.full(k, SKLEARN_OFF_RATIO), np.zeros(k),
+                SKLEARN_TIMING)
+
     def _decide(self, obs: np.ndarray, feats: np.ndarray) -> list[Finding]:
         if not len(obs):
             return []
@@ -449,9 +565,11 @@ class SklearnDetector(_FeatureDetector):
             with threadpool_limits(limits=1, user_api="openmp"):
                 for k, model in enumerate(self.models):
                     scores[valid, k] = model.predict_proba(feats[valid])[:, 1]
+        if self.score_log is not None:
+            self.score_log.add(obs, scores)
         out = np.empty((len(obs) * len(self.models), OUT_SIZE))
         n = _score_alarms(obs, np.ascontiguousarray(scores), self.s_alarm, self.levels,
-                          self.levels * 0.8, np.array([2.0, 120.0, 60.0]), out)
+                          self.levels * SKLEARN_OFF_RATIO, SKLEARN_TIMING, out)
         return self._predictions(obs, out[:n], tuple(f"P({e} within {h:.0f} s) = {{0:.2f}}"
                                                      for e, h in zip(self.events, self.horizons)),
                                  self.horizons)

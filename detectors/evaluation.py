@@ -26,6 +26,24 @@ within its horizon, and its lead time is how early it came. Concretely, per *eve
 false alarms on an entity the fault affected while it was active are charged to that fault,
 the rest to ``none``.
 
+Additive keys (the documented shape above stays as it is):
+
+- ``recall_at_min_lead`` (kinds with ``min_lead_s``): the share of scored episodes predicted at
+  least that far ahead — 5 minutes for thermal kinds, 30 s for the power cap. A hit with a few
+  seconds' warning (an alarm at 85 °C) counts for recall, not here.
+- ``by_onset`` (kinds with ``classify_onset``: the power cap): recall and lead per
+  :data:`ONSET_CLASSES` — what the GPU's own telemetry shows before the onset. **Rule: the
+  power-cap target (recall >= 0.9, median lead >= 30 s) is judged on ``steady_load`` episodes**
+  (loaded for at least a minute, no step in the workload); ``job_start`` episodes (the GPU was
+  idle within a minute of the onset: work hit the limit from its first steps) and ``load_step``
+  episodes (mean power jumped >= 20 % in the last minute) have nothing in telemetry before them
+  to predict from. Precision and false alarms are not split by class (a false alarm predicts no
+  episode); each class repeats recall and lead ``by_fault``.
+- ``matched`` (baselines that score samples against a threshold): the best recall the baseline
+  reaches at precision >= the ``foreshock`` set's precision for that kind, its alarm threshold
+  swept over its own logged scores and its alarms replayed by its own alarm rule
+  (:func:`matched_threshold`) — the precision-matched comparison.
+
 The harness runs the detectors in one bank over time-aligned windows of the recording (racks
 and nodes before GPUs, so a GPU's inlet is the one measured at the same tick), behind the same
 input guard as the embedded pipeline. Detector *sets* (:data:`DETECTOR_SETS`) name what is
@@ -43,6 +61,7 @@ from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
+from foreshock import facts
 from foreshock.events import Event
 from foreshock.findings import Finding, Prediction
 from foreshock.frames import Frame
@@ -53,6 +72,7 @@ from foreshock.topology import Topology
 
 from .alarm import prediction_spans
 from .bank import DetectorBank
+from .baselines import ScoredBaseline, ScoreLog
 from .registry import DEFAULT_BANK, create
 
 
@@ -70,15 +90,17 @@ class EventKind:
     merge_gap_s: float = 600.0
     warmup_s: float = 600.0  # episodes starting this soon after the recording starts are not scored
     censor_at_end: bool = False  # a claim whose horizon outlives the recording is not judged
+    classify_onset: bool = False  # report recall by what precedes an episode (ONSET_CLASSES)
+    min_lead_s: float | None = None  # the lead a prediction needs to be useful (recall_at_min_lead)
 
 
 EVENT_KINDS: dict[str, EventKind] = {
     "thermal_throttle": EventKind("thermal_throttle", "thermal_throttle_start", "thermal_throttle_end",
-                                  "thermal_throttle", "gpu", horizon_s=1800.0),
+                                  "thermal_throttle", "gpu", horizon_s=1800.0, min_lead_s=300.0),
     "hbm_overheat": EventKind("hbm_overheat", "hbm_overheat_start", "hbm_overheat_end",
-                              "hbm_overheat", "gpu", horizon_s=1800.0),
+                              "hbm_overheat", "gpu", horizon_s=1800.0, min_lead_s=300.0),
     "power_cap": EventKind("power_cap", "power_cap_start", "power_cap_end", "power_cap", "gpu",
-                           horizon_s=300.0, merge_gap_s=120.0),
+                           horizon_s=300.0, merge_gap_s=120.0, classify_onset=True, min_lead_s=30.0),
 }
 """Event kinds scored, by name. Add a kind with one entry (or :func:`register_event_kind`)."""
 
@@ -112,6 +134,100 @@ def set_members(name: str) -> tuple[str, ...]:
     return tuple(DEFAULT_BANK) if members is None else members
 
 
+# ---- what precedes an episode ---------------------------------------------------------------
+ONSET_CLASSES = ("job_start", "load_step", "steady_load")
+"""How a GPU episode begins, judged from the GPU's own telemetry before its onset
+(:func:`classify_onsets`):
+
+- ``job_start``: the GPU reported idle (utilisation < 0.5 or the idle reason bit) within
+  :data:`JOB_START_S` before the onset — work started and hit the limit at once; nothing in
+  telemetry precedes it, so no detector can be expected to predict it.
+- ``load_step``: loaded throughout that window, but its mean power (energy counter) over the
+  last :data:`JOB_START_S` is at least :data:`LOAD_STEP_RATIO` above the mean over the
+  :data:`LOAD_BEFORE_S` before — the workload itself stepped up (a job's pace recovering).
+- ``steady_load``: loaded and without such a step: the onset follows minutes of uncapped running
+  under load, so the trend that leads to it is in the telemetry. The power-cap target (recall
+  >= 0.9, median lead >= 30 s) is judged on this class."""
+JOB_START_S = 60.0
+LOAD_BEFORE_S = 300.0
+LOAD_STEP_RATIO = 0.2
+PREDICTABLE_ONSET = "steady_load"
+
+
+@dataclass
+class OnsetTelemetry:
+    """What the harness keeps of every GPU sample to classify onsets: columns sorted by
+    (slot, ts) once :meth:`finish` ran."""
+
+    slot: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
+    ts: np.ndarray = field(default_factory=lambda: np.empty(0))
+    energy: np.ndarray = field(default_factory=lambda: np.empty(0))
+    idle: np.ndarray = field(default_factory=lambda: np.empty(0, bool))
+    _parts: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = field(default_factory=list)
+
+    def add(self, frame: Frame) -> None:
+        n = len(frame)
+        nan = np.full(n, np.nan)
+        util = np.asarray(frame.columns.get("util", nan), dtype=float)
+        bits = np.asarray(frame.columns.get("throttle_reasons", nan), dtype=float)
+        ok_bits = np.isfinite(bits) & (bits >= 0) & (bits < 2.0 ** 40)
+        idle_bit = (np.where(ok_bits, bits, 0).astype(np.int64) & facts.THROTTLE_IDLE) != 0
+        self._parts.append((frame.slot.astype(np.int64), frame.ts.astype(float),
+                            np.asarray(frame.columns.get("energy", nan), dtype=float).copy(),
+                            (util < 0.5) | idle_bit))
+
+    def finish(self) -> "OnsetTelemetry":
+        if self._parts:
+            slot, ts, energy, idle = (np.concatenate(c) for c in zip(*self._parts))
+            order = np.lexsort((ts, slot))
+            self.slot, self.ts, self.energy, self.idle = slot[order], ts[order], energy[order], idle[order]
+            self._parts = []
+        return self
+
+
+def classify_onsets(tel: OnsetTelemetry, slot: np.ndarray, onset: np.ndarray) -> np.ndarray:
+    """:data:`ONSET_CLASSES` code of each episode (GPU ``slot``, ``onset`` time), from the GPU's
+    samples strictly before its onset. A GPU never seen idle counts as loaded; without energy
+    readings no step is seen."""
+    out = np.full(len(slot), ONSET_CLASSES.index("steady_load"), dtype=np.int64)
+    if not len(tel.ts) or not len(slot):
+        return out
+    t0 = float(np.min(tel.ts))
+    keys = _key(tel.slot, tel.ts, t0)
+
+    def first_at(t: np.ndarray, side: str) -> np.ndarray:
+        """Index of the first sample of the episode's GPU at/after ``t`` ('left') or after it."""
+        return np.searchsorted(keys, _key(slot, t, t0), side=side)  # type: ignore[call-overload]
+
+    def same(i: np.ndarray) -> np.ndarray:
+        ok = (i >= 0) & (i < len(keys))
+        return ok & (tel.slot[np.clip(i, 0, len(keys) - 1)] == slot)
+
+    def mean_power(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        i, j = first_at(a, "left"), first_at(b, "left") - 1
+        ok = same(i) & same(j) & (j > i)
+        i, j = np.clip(i, 0, len(keys) - 1), np.clip(j, 0, len(keys) - 1)
+        dt = tel.ts[j] - tel.ts[i]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.where(ok & (dt > 0), (tel.energy[j] - tel.energy[i]) / np.where(dt > 0, dt, 1.0), np.nan)
+
+    idle_keys = keys[tel.idle]
+    j = np.searchsorted(idle_keys, _key(slot, onset, t0), side="left") - 1
+    jj = np.clip(j, 0, max(len(idle_keys) - 1, 0))
+    idle_slot, idle_ts = tel.slot[tel.idle], tel.ts[tel.idle]
+    if len(idle_keys):
+        last_idle = np.where((j >= 0) & (idle_slot[jj] == slot), idle_ts[jj], -np.inf)
+    else:
+        last_idle = np.full(len(slot), -np.inf)
+    recent = mean_power(onset - JOB_START_S, onset)
+    earlier = mean_power(onset - JOB_START_S - LOAD_BEFORE_S, onset - JOB_START_S)
+    with np.errstate(invalid="ignore"):
+        step = recent >= earlier * (1.0 + LOAD_STEP_RATIO)
+    out[step] = ONSET_CLASSES.index("load_step")
+    out[onset - last_idle <= JOB_START_S] = ONSET_CLASSES.index("job_start")
+    return out
+
+
 # ---- running ------------------------------------------------------------------------------
 KIND_ORDER = ("rack", "node", "job", "link", "optic", "gpu")
 """Within one window: the environment first, GPUs last (they read their inlet)."""
@@ -135,6 +251,8 @@ class RunResult:
     samples: int
     traces: dict[int, dict[str, list[float]]] = field(default_factory=dict)  # gpu slot -> series
     health: PipelineHealth = field(default_factory=PipelineHealth)
+    onsets: OnsetTelemetry | None = None  # to classify episodes by what precedes them
+    score_logs: dict[str, list[ScoreLog]] = field(default_factory=dict)  # set -> its baselines' scores
 
     @property
     def duration_s(self) -> float:
@@ -144,8 +262,12 @@ class RunResult:
 def run_recording(recording: Recording, sets: Sequence[str],
                   params: dict[str, dict[str, Any]] | None = None,
                   trace_gpus: Sequence[int] = (), window_s: float | None = None,
-                  progress: Callable[[float, float], None] | None = None) -> RunResult:
-    """Run every detector of ``sets`` in one bank over the recording; findings split by set."""
+                  progress: Callable[[float, float], None] | None = None,
+                  log_scores: bool = True) -> RunResult:
+    """Run every detector of ``sets`` in one bank over the recording; findings split by set.
+
+    With ``log_scores`` every baseline that scores samples against a threshold keeps its scores
+    (:class:`~foreshock.detectors.baselines.ScoreLog`) for the precision-matched comparison."""
     params = params or {}
     topo = recording.topology
     health = PipelineHealth()
@@ -157,6 +279,13 @@ def run_recording(recording: Recording, sets: Sequence[str],
     sets_of = {det.name: [s for s in sets if n in set_members(s)] for n, det in zip(names, detectors)}
     bank = DetectorBank(topo, detectors)
     guard = InputGuard(topo, health)
+    score_logs: dict[str, list[ScoreLog]] = {s: [] for s in sets}
+    if log_scores:
+        for det in detectors:
+            log = det.log_scores() if isinstance(det, ScoredBaseline) else None
+            for s in sets_of[det.name] if log is not None else ():
+                score_logs[s].append(log)  # type: ignore[arg-type]
+    onsets = OnsetTelemetry()
     found: dict[str, list[Finding]] = {s: [] for s in sets}
     meta_start, meta_end = recording.meta.get("start"), recording.meta.get("end")
     start = float(meta_start) if meta_start is not None else math.nan
@@ -172,6 +301,8 @@ def run_recording(recording: Recording, sets: Sequence[str],
         if not len(clean):
             continue
         samples += len(clean)
+        if clean.kind == "gpu":
+            onsets.add(clean)
         for f in bank.update(clean):
             for s in sets_of.get(getattr(f, "detector", ""), ()):
                 found[s].append(f)
@@ -190,7 +321,7 @@ def run_recording(recording: Recording, sets: Sequence[str],
     start = first if math.isnan(start) else start
     end = last if math.isnan(end) else end
     return RunResult(recording, found, recording.events(), start, end, time.perf_counter() - wall0,
-                     samples, traces, health)
+                     samples, traces, health, onsets.finish(), {s: v for s, v in score_logs.items() if v})
 
 
 # ---- scoring ------------------------------------------------------------------------------
@@ -290,10 +421,6 @@ def fault_scopes(recording: Recording, events: Iterable[Event], entity_kind: str
     return scopes
 
 
-def _blank() -> dict[str, Any]:
-    return {"episodes": 0, "hits": 0, "tp": 0, "fp": 0, "leads": []}
-
-
 def _finish(acc: dict[str, Any], entity_hours: float) -> dict[str, Any]:
     leads = np.asarray(acc["leads"], dtype=float)
     n_alarm = acc["tp"] + acc["fp"]
@@ -311,74 +438,217 @@ def _finish(acc: dict[str, Any], entity_hours: float) -> dict[str, Any]:
     }
 
 
-def score_kind(findings: Iterable[Finding], events: Sequence[Event], kind: EventKind,
-               recording: Recording, start: float, end: float) -> dict[str, Any]:
-    """Metrics of one detector set for one event kind, with ``by_fault``."""
-    topo = recording.topology
-    all_eps = episodes(events, kind)
-    eps = [ep for ep in all_eps if ep.start >= start + kind.warmup_s]  # scored for recall
-    alarms = alarm_intervals(findings, kind, topo, end)
-    scopes = fault_scopes(recording, events, kind.entity_kind)
-    horizon = kind.horizon_s
-    by_entity: dict[str, list[Episode]] = {}
-    for ep in all_eps:  # an alarm during or before a warm-up episode is judged as usual
-        by_entity.setdefault(ep.entity, []).append(ep)
-    total = _blank()
-    by_fault: dict[str, dict[str, Any]] = {}
+KEY_SCALE = 1e9
+"""Columnar scoring puts every entity's times in one sorted key space: ``entity * KEY_SCALE +
+(t - t0)`` (times within ±KEY_SCALE/4 s of the recording's start)."""
 
-    def bucket(fault_type: str) -> dict[str, Any]:
-        return by_fault.setdefault(fault_type, _blank())
 
-    # recall and lead
-    for ep in eps:
-        best = math.nan
-        for s, w in alarms.get(ep.entity, ()):
-            if s < ep.start and w > ep.start - horizon:
-                lead = ep.start - max(s, ep.start - horizon)
-                best = lead if math.isnan(best) else max(best, lead)
-        ep.lead_s = best
-        for acc in (total, bucket(ep.fault_type)):
-            acc["episodes"] += 1
-            if not math.isnan(best):
-                acc["hits"] += 1
-                acc["leads"].append(best)
-    # precision: each alarm restates its claim once per horizon while it stays active
-    for entity, spans in alarms.items():
-        mine = by_entity.get(entity, [])
-        for s, w in spans:
-            if any(ep.start <= s <= ep.end + kind.merge_gap_s for ep in mine):
-                continue  # raised during the event: not a prediction
-            t = s
-            while True:
-                hit = next((ep for ep in mine if t < ep.start <= t + horizon), None)
-                if hit is not None:
-                    total["tp"] += 1
-                    bucket(hit.fault_type)["tp"] += 1
-                    break  # the episode consumes the rest of the alarm
-                if kind.censor_at_end and t + horizon > end:
-                    break  # censored: the recording ended before the claim could come true
-                total["fp"] += 1
-                charged = next((sc.fault_type for sc in scopes
-                                if entity in sc.entities and sc.onset <= t <= sc.end), NO_FAULT)
-                bucket(charged)["fp"] += 1
-                t += horizon
-                if t >= w:
-                    break
-    hours = max(end - start, 0.0) / 3600.0 * topo.size(kind.entity_kind)
-    result = _finish(total, hours)
-    result["by_fault"] = {ft: _finish(acc, hours) for ft, acc in sorted(by_fault.items())}
+def _key(ent: np.ndarray, t: np.ndarray, t0: float) -> np.ndarray:
+    return ent * KEY_SCALE + np.clip(np.asarray(t, dtype=float) - t0, -KEY_SCALE / 4, KEY_SCALE / 4)
+
+
+@dataclass
+class EpisodeTable:
+    """A kind's episodes as columns, sorted by (entity, start); entities and faults as codes."""
+
+    entity: np.ndarray  # int64 code into ``names``
+    start: np.ndarray
+    end: np.ndarray
+    fault: np.ndarray  # int64 code into ``faults``
+    scored: np.ndarray  # bool: counts for recall (after the warm-up)
+    names: dict[str, int]
+    faults: list[str]
+    onset_class: np.ndarray | None = None  # int64 code into ONSET_CLASSES, where classified
+
+    @classmethod
+    def build(cls, eps: Sequence[Episode], names: dict[str, int], scored_from: float) -> "EpisodeTable":
+        for ep in eps:
+            names.setdefault(ep.entity, len(names))
+        faults = sorted({ep.fault_type for ep in eps} | {NO_FAULT})
+        code = {f: i for i, f in enumerate(faults)}
+        ent = np.array([names[ep.entity] for ep in eps], dtype=np.int64)
+        start = np.array([ep.start for ep in eps], dtype=float)
+        order = np.lexsort((start, ent))
+        return cls(ent[order], start[order], np.array([ep.end for ep in eps], dtype=float)[order],
+                   np.array([code[ep.fault_type] for ep in eps], dtype=np.int64)[order],
+                   (start >= scored_from)[order], names, faults)
+
+
+@dataclass
+class SpanTable:
+    """Alarm spans as columns (entity code, start, end), sorted by (entity, start); an entity's
+    spans never overlap (:func:`prediction_spans`)."""
+
+    entity: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+
+    @classmethod
+    def from_intervals(cls, alarms: dict[str, list[tuple[float, float]]], names: dict[str, int]) -> "SpanTable":
+        ent: list[int] = []
+        s: list[float] = []
+        w: list[float] = []
+        for entity, spans in alarms.items():
+            code = names.setdefault(entity, len(names))
+            ent.extend([code] * len(spans))
+            s.extend(a for a, _ in spans)
+            w.extend(b for _, b in spans)
+        return cls.of(np.array(ent, dtype=np.int64), np.array(s, dtype=float), np.array(w, dtype=float))
+
+    @classmethod
+    def of(cls, ent: np.ndarray, start: np.ndarray, end: np.ndarray) -> "SpanTable":
+        order = np.lexsort((start, ent))
+        return cls(ent[order], start[order], end[order])
+
+
+def score_spans(spans: SpanTable, eps: EpisodeTable, kind: EventKind, scopes: Sequence[FaultScope],
+                start: float, end: float, entities: int) -> dict[str, Any]:
+    """Metrics (with ``by_fault`` and, where episodes are classified, ``by_onset``) of alarm spans
+    against episodes — the rules of the module docstring, as column operations."""
+    horizon, gap, t0 = kind.horizon_s, kind.merge_gap_s, start
+    n_f = len(eps.faults)
+    none_code = eps.faults.index(NO_FAULT)
+    e_key = _key(eps.entity, eps.start, t0)
+    s_key = _key(spans.entity, spans.start, t0)
+    w_key = _key(spans.entity, spans.end, t0)
+    # recall: the earliest span that starts before the onset and is still active within the
+    # horizon before it (spans are disjoint, so their ends are sorted like their starts)
+    sc = np.flatnonzero(eps.scored)
+    hi = np.searchsorted(s_key, e_key[sc], side="left")
+    lo = np.searchsorted(w_key, _key(eps.entity[sc], eps.start[sc] - horizon, t0), side="right")
+    hit = lo < hi
+    leads = np.full(len(sc), np.nan)
+    leads[hit] = np.minimum(eps.start[sc][hit] - spans.start[lo[hit]], horizon)
+    # precision: skip spans raised during an episode (or within the merge gap after it)
+    n_e = len(eps.start)
+    prev = np.searchsorted(e_key, s_key, side="right") - 1
+    p = np.maximum(prev, 0)
+    during = (prev >= 0) & (eps.entity[p] == spans.entity) if n_e else np.zeros(len(s_key), bool)
+    if n_e:
+        during &= spans.start <= eps.end[p] + gap
+    # a span states its claim at s, s + h, ... while active; the first episode after s ends it
+    n_stmt = np.maximum(np.ceil((spans.end - spans.start) / horizon), 1.0)
+    nxt = prev + 1
+    q = np.minimum(nxt, max(n_e - 1, 0))
+    has_next = (nxt < n_e) & (eps.entity[q] == spans.entity) if n_e else np.zeros(len(s_key), bool)
+    k_hit = np.where(has_next, np.ceil((eps.start[q] - spans.start) / horizon) - 1.0, np.inf) if n_e \
+        else np.full(len(s_key), np.inf)
+    if kind.censor_at_end:  # statements whose horizon outlives the recording are not judged
+        judged = np.maximum(np.floor((end - horizon - spans.start) / horizon) + 1.0, 0.0)
+    else:
+        judged = np.full(len(s_key), np.inf)
+    live = ~during
+    tp = live & (k_hit < n_stmt) & (k_hit <= judged)
+    n_fp = np.where(live, np.minimum(np.minimum(k_hit, n_stmt), judged), 0.0).astype(np.int64)
+    # each false statement is charged to the first fault scope holding its entity at that time
+    fp_span = np.repeat(np.arange(len(n_fp)), n_fp)
+    fp_t = spans.start[fp_span] + horizon * (np.arange(len(fp_span)) - np.repeat(np.cumsum(n_fp) - n_fp, n_fp))
+    fp_ent = spans.entity[fp_span]
+    fp_fault = np.full(len(fp_span), -1, dtype=np.int64)
+    fault_code = {f: i for i, f in enumerate(eps.faults)}
+    extra: list[str] = []
+    for scope in scopes:
+        if not len(fp_span):
+            break
+        codes = [eps.names[n] for n in scope.entities if n in eps.names]
+        if not codes:
+            continue
+        if scope.fault_type not in fault_code:
+            fault_code[scope.fault_type] = n_f + len(extra)
+            extra.append(scope.fault_type)
+        m = (fp_fault < 0) & (scope.onset <= fp_t) & (fp_t <= scope.end) & np.isin(fp_ent, codes)
+        fp_fault[m] = fault_code[scope.fault_type]
+    fp_fault[fp_fault < 0] = none_code
+    faults = list(eps.faults) + extra
+    n_all = len(faults)
+    ep_fault = eps.fault[sc]
+    counts = {
+        "episodes": np.bincount(ep_fault, minlength=n_all),
+        "hits": np.bincount(ep_fault[hit], minlength=n_all),
+        "tp": np.bincount(eps.fault[q][tp], minlength=n_all) if n_e else np.zeros(n_all, np.int64),
+        "fp": np.bincount(fp_fault, minlength=n_all),
+    }
+    hours = max(end - start, 0.0) / 3600.0 * entities
+
+    def acc(idx: int | None) -> dict[str, Any]:
+        if idx is None:
+            return {"episodes": int(counts["episodes"].sum()), "hits": int(counts["hits"].sum()),
+                    "tp": int(counts["tp"].sum()), "fp": int(counts["fp"].sum()), "leads": leads[hit]}
+        return {"episodes": int(counts["episodes"][idx]), "hits": int(counts["hits"][idx]),
+                "tp": int(counts["tp"][idx]), "fp": int(counts["fp"][idx]),
+                "leads": leads[hit & (ep_fault == idx)]}
+
+    result = _finish(acc(None), hours)
+    if kind.min_lead_s is not None:  # a hit with a few seconds' warning predicts little
+        result["recall_at_min_lead"] = (round(float(np.mean(np.nan_to_num(leads, nan=-1.0) >= kind.min_lead_s)), 4)
+                                        if len(sc) else None)
+    result["by_fault"] = {faults[i]: _finish(acc(i), hours) for i in sorted(range(n_all), key=lambda i: faults[i])
+                          if counts["episodes"][i] or counts["tp"][i] or counts["fp"][i]}
+    if eps.onset_class is not None:
+        cls = eps.onset_class[sc]
+        result["by_onset"] = {}
+        for c, name in enumerate(ONSET_CLASSES):
+            m = cls == c
+            # an alarm's onset class is that of the episode it predicts; false alarms have none
+            sub = _finish({"episodes": int(m.sum()), "hits": int((hit & m).sum()), "tp": 0, "fp": 0,
+                           "leads": leads[hit & m]}, 0.0)
+            if kind.min_lead_s is not None:
+                sub["recall_at_min_lead"] = (round(float(np.mean(np.nan_to_num(leads[m], nan=-1.0) >= kind.min_lead_s)), 4)
+                                             if m.any() else None)
+            sub["by_fault"] = {faults[i]: _finish({"episodes": int((m & (ep_fault == i)).sum()),
+                                                   "hits": int((hit & m & (ep_fault == i)).sum()), "tp": 0, "fp": 0,
+                                                   "leads": leads[hit & m & (ep_fault == i)]}, 0.0)
+                               for i in sorted(range(n_all), key=lambda i: faults[i]) if (m & (ep_fault == i)).any()}
+            result["by_onset"][name] = sub
     return result
 
 
-def score(result: RunResult, kinds: Sequence[str] | None = None) -> dict[str, Any]:
-    """The report: ``{"detectors": {set: {kind: metrics + by_fault}}, "meta": ..., **sections}``."""
+def score_kind(findings: Iterable[Finding], events: Sequence[Event], kind: EventKind,
+               recording: Recording, start: float, end: float,
+               onsets: "OnsetTelemetry | None" = None) -> dict[str, Any]:
+    """Metrics of one detector set for one event kind, with ``by_fault`` (and ``by_onset`` for
+    kinds whose episodes are classified by what precedes them, given the run's telemetry)."""
+    table = episode_table(events, kind, recording, start, onsets)
+    spans = SpanTable.from_intervals(alarm_intervals(findings, kind, recording.topology, end), table.names)
+    return score_spans(spans, table, kind, fault_scopes(recording, events, kind.entity_kind), start, end,
+                       recording.topology.size(kind.entity_kind))
+
+
+def episode_table(events: Sequence[Event], kind: EventKind, recording: Recording, start: float,
+                  onsets: "OnsetTelemetry | None" = None) -> EpisodeTable:
+    table = EpisodeTable.build(episodes(events, kind), {}, start + kind.warmup_s)
+    if kind.classify_onset and onsets is not None and kind.entity_kind == "gpu":
+        topo = recording.topology
+        by_code = {c: n for n, c in table.names.items()}
+        slots = np.array([topo.slot("gpu", by_code[int(c)]) for c in table.entity], dtype=np.int64)
+        table.onset_class = classify_onsets(onsets, slots, table.start)
+    return table
+
+
+def score(result: RunResult, kinds: Sequence[str] | None = None, reference: str = "foreshock") -> dict[str, Any]:
+    """The report: ``{"detectors": {set: {kind: metrics + by_fault [+ by_onset] [+ matched]}},
+    "meta": ..., **sections}``. ``matched`` (:func:`matched_threshold`) appears on the baselines
+    that logged scores, judged against the ``reference`` set's precision."""
     kinds = list(EVENT_KINDS) if kinds is None else list(kinds)
     report: dict[str, Any] = {"detectors": {}}
     for set_name, findings in result.findings.items():
         report["detectors"][set_name] = {
-            k: score_kind(findings, result.events, EVENT_KINDS[k], result.recording, result.start, result.end)
+            k: score_kind(findings, result.events, EVENT_KINDS[k], result.recording, result.start, result.end,
+                          result.onsets)
             for k in kinds
         }
+    ref = report["detectors"].get(reference, {})
+    for set_name, logs in result.score_logs.items():
+        if set_name == reference:
+            continue
+        for k in kinds:
+            target = ref.get(k, {}).get("precision")
+            if target is not None and k in report["detectors"].get(set_name, {}):
+                m = matched_threshold(result, logs, EVENT_KINDS[k], float(target))
+                if m is not None:
+                    m["reference_recall"] = ref[k].get("recall")
+                    m["reference_recall_at_min_lead"] = ref[k].get("recall_at_min_lead")
+                    report["detectors"][set_name][k]["matched"] = m
     report["meta"] = {
         "recording": str(result.recording.path),
         "gpus": result.recording.topology.size("gpu"),
@@ -390,10 +660,82 @@ def score(result: RunResult, kinds: Sequence[str] | None = None) -> dict[str, An
         "wall_s": round(result.wall_s, 2),
         "samples": result.samples,
         "input_problems": {f"{s}:{r}": n for (s, r), n in result.health.problems.items()},
+        "onset_classes": {"classes": list(ONSET_CLASSES), "predictable": PREDICTABLE_ONSET,
+                          "job_start_s": JOB_START_S, "load_before_s": LOAD_BEFORE_S,
+                          "load_step_ratio": LOAD_STEP_RATIO},
+        "matched_reference": reference,
     }
     for name, scorer in SECTION_SCORERS.items():
         report[name] = scorer(result)
     return report
+
+
+# ---- precision-matched comparison -----------------------------------------------------------
+SWEEP_TAILS = np.geomspace(0.5, 1e-6, 48)
+"""Threshold candidates: the score quantiles that leave these shares of samples above them."""
+
+
+def matched_threshold(result: RunResult, logs: Sequence[ScoreLog], kind: EventKind,
+                      target_precision: float) -> dict[str, Any] | None:
+    """Sweep a baseline's alarm threshold over its logged scores and report the best recall it
+    reaches at precision >= ``target_precision`` (the reference set's), scored by exactly the
+    rules of :func:`score_kind`. ``None`` when no logged score column predicts ``kind``.
+
+    Returns ``{"target_precision", "threshold", "recall", "precision", "lead_median_s",
+    "false_alarms_per_1000_gpu_hours", "recall_at_min_lead", "by_onset_recall", "at_min_lead",
+    "levels_tried", "best_precision", "live"}`` — ``at_min_lead`` is the level with the best
+    ``recall_at_min_lead`` at that precision (and, from :func:`score`, the reference's recall beside it); ``threshold`` is ``None`` when no level reaches the target (``best_precision`` then
+    says how close it came), ``live`` is the replay at the detector's own level."""
+    rec = result.recording
+    topo = rec.topology
+    table = episode_table(result.events, kind, rec, result.start, result.onsets)
+    codes = np.array([table.names.setdefault(topo.name(kind.entity_kind, s), len(table.names))
+                      for s in range(topo.size(kind.entity_kind))], dtype=np.int64)
+    scopes = fault_scopes(rec, result.events, kind.entity_kind)
+    n_ent = topo.size(kind.entity_kind)
+    tried: list[tuple[float, dict[str, Any]]] = []
+    live: dict[str, Any] | None = None
+    for log in logs:
+        obs, scores = log.arrays()
+        for col, events in enumerate(log.columns):
+            if kind.prediction not in events or not len(obs):
+                continue
+            x = scores[:, col]
+            usable = np.isfinite(x) & (obs[:, 0] >= log.valid_from)
+            levels = np.unique(np.quantile(x[usable], 1.0 - SWEEP_TAILS)) if usable.any() else np.empty(0)
+            live_level = float(log.levels[col])
+            for level in [*levels.tolist(), live_level]:
+                if not np.isfinite(level):
+                    continue
+                slot, s, w = log.spans(col, level, result.end)
+                m = score_spans(SpanTable.of(codes[slot], s, w), table, kind, scopes, result.start, result.end, n_ent)
+                m["threshold"] = round(float(level), 6)
+                if level == live_level:
+                    live = {"threshold": m["threshold"], "recall": m["recall"], "precision": m["precision"]}
+                tried.append((level, m))
+    if not tried:
+        return None
+    ok = [m for _, m in tried if m["precision"] is not None and m["precision"] >= target_precision]
+    best = max(ok, key=lambda m: (m["recall"] or 0.0, m.get("recall_at_min_lead") or 0.0, m["precision"])) if ok else None
+    # recall saturates with leads of seconds; the level that gives the most useful warnings may differ
+    ahead = max(ok, key=lambda m: (m.get("recall_at_min_lead") or 0.0, m["recall"] or 0.0, m["precision"])) \
+        if ok and kind.min_lead_s is not None else None
+    top = max((m for _, m in tried if m["precision"] is not None), key=lambda m: (m["precision"], m["recall"] or 0.0),
+              default=None)
+    out: dict[str, Any] = {"target_precision": round(target_precision, 4), "threshold": None, "recall": None,
+                           "precision": None, "lead_median_s": None, "false_alarms_per_1000_gpu_hours": None,
+                           "recall_at_min_lead": None, "by_onset_recall": None}
+    if best is not None:
+        out.update({k: best.get(k) for k in ("threshold", "recall", "precision", "lead_median_s",
+                                             "false_alarms_per_1000_gpu_hours", "recall_at_min_lead")})
+        if "by_onset" in best:
+            out["by_onset_recall"] = {c: v["recall"] for c, v in best["by_onset"].items()}
+    out["at_min_lead"] = None if ahead is None else {k: ahead.get(k) for k in ("threshold", "recall_at_min_lead",
+                                                                                "recall", "precision")}
+    out["levels_tried"] = len(tried)
+    out["best_precision"] = None if top is None else {k: top[k] for k in ("threshold", "precision", "recall")}
+    out["live"] = live
+    return out
 
 
 def pick_trace_gpus(recording: Recording, count: int = 4) -> list[int]:
@@ -508,8 +850,8 @@ def render_table(report: dict[str, Any], kinds: Sequence[str] | None = None, by_
     from rich.table import Table
 
     table = Table(title="foreshock evaluation", show_lines=False)
-    for col in ("detector", "event", "fault", "episodes", "recall", "precision", "lead median",
-                "lead p10", "false alarms /1000 GPU-h"):
+    for col in ("detector", "event", "fault", "episodes", "recall", "recall at min lead", "precision",
+                "lead median", "lead p10", "false alarms /1000 GPU-h"):
         table.add_column(col, justify="right" if col not in ("detector", "event", "fault") else "left")
 
     def fmt(v: Any, kind: str = "") -> str:
@@ -517,6 +859,8 @@ def render_table(report: dict[str, Any], kinds: Sequence[str] | None = None, by_
             return "—"
         if kind == "s":
             return f"{v / 60:.1f} min" if v >= 60 else f"{v:.0f} s"
+        if kind == "p":
+            return f"{v:.3f}"
         if isinstance(v, float):
             return f"{v:.2f}"
         return str(v)
@@ -526,11 +870,30 @@ def render_table(report: dict[str, Any], kinds: Sequence[str] | None = None, by_
             if kinds is not None and kind not in kinds:
                 continue
             rows = [("all", m)] + (sorted(m.get("by_fault", {}).items()) if by_fault else [])
+            # recall by what precedes the onset; the target is judged on the predictable class
+            rows += [(f"onset: {c}" + (" (target)" if c == PREDICTABLE_ONSET else ""), mm)
+                     for c, mm in m.get("by_onset", {}).items()]
             for fault, mm in rows:
                 table.add_row(det if fault == "all" else "", kind if fault == "all" else "", fault,
-                              fmt(mm["episodes"]), fmt(mm["recall"]), fmt(mm["precision"]),
+                              fmt(mm["episodes"]), fmt(mm["recall"]), fmt(mm.get("recall_at_min_lead")),
+                              fmt(mm["precision"]),
                               fmt(mm["lead_median_s"], "s"), fmt(mm["lead_p10_s"], "s"),
                               fmt(mm["false_alarms_per_1000_gpu_hours"]))
+            mt = m.get("matched")
+            if mt is not None:
+                best = (mt["best_precision"] or {}).get("precision")
+                label = (f"matched: P >= {mt['target_precision']:.3f} at {mt['threshold']:.4g}"
+                         if mt["threshold"] is not None else
+                         f"matched: never P >= {mt['target_precision']:.3f} (best "
+                         f"{'—' if best is None else f'{best:.3f}'})")
+                table.add_row("", "", label, "", fmt(mt["recall"]), fmt(mt.get("recall_at_min_lead")),
+                              fmt(mt["precision"], "p"),
+                              fmt(mt["lead_median_s"], "s"), "", fmt(mt["false_alarms_per_1000_gpu_hours"]))
+                al = mt.get("at_min_lead")
+                if al is not None and al["threshold"] != mt["threshold"]:
+                    table.add_row("", "", f"matched, most warned ahead: at {al['threshold']:.4g}", "",
+                                  fmt(al["recall"]), fmt(al["recall_at_min_lead"]), fmt(al["precision"], "p"),
+                                  "", "", "")
         table.add_section()
     return table
 

@@ -69,6 +69,7 @@ def test_scores_by_hand(scored):
     assert scored["precision"] == pytest.approx(2 / 6, abs=1e-4)
     assert scored["lead_median_s"] == pytest.approx(505.0)
     assert scored["lead_p10_s"] == pytest.approx(10 + 0.1 * 990)
+    assert scored["recall_at_min_lead"] == 0.5  # 1000 s >= 300 s; 10 s is not
     gpu_hours = 4 * 13000 / 3600
     assert scored["false_alarms_per_1000_gpu_hours"] == pytest.approx(4 / gpu_hours * 1000, abs=1e-3)
     by = scored["by_fault"]
@@ -112,12 +113,21 @@ def test_report_shape_and_extension_point(tmp_path):
     assert set(report["detectors"]) == {"foreshock", "threshold"}
     for per_kind in report["detectors"].values():
         assert "toy" in per_kind and "thermal_throttle" in per_kind
-        for metrics in per_kind.values():
-            assert set(metrics) == set(ev.METRICS) | {"by_fault"}
+        for name, metrics in per_kind.items():
+            # additive keys: by_onset on classified kinds, matched on baselines with scores
+            assert set(metrics) - {"by_onset", "matched", "recall_at_min_lead"} == set(ev.METRICS) | {"by_fault"}
+            assert ("by_onset" in metrics) == (name == "power_cap")
             for sub in metrics["by_fault"].values():
                 assert set(sub) == set(ev.METRICS)
+            for sub in metrics.get("by_onset", {}).values():
+                assert set(sub) == set(ev.METRICS) | {"recall_at_min_lead", "by_fault"}
     fs = report["detectors"]["foreshock"]["thermal_throttle"]
     th = report["detectors"]["threshold"]["thermal_throttle"]
+    # the sweep replays the threshold rule's alarms from its logged scores: at its own level the
+    # replay must score exactly what the live detector scored
+    live = th["matched"]["live"]
+    assert live["threshold"] == 85.0 and (live["recall"], live["precision"]) == (th["recall"], th["precision"])
+    assert th["matched"]["target_precision"] == fs["precision"] and th["matched"]["levels_tried"] > 5
     assert fs["episodes"] == 1 and fs["recall"] == 1.0 and fs["lead_median_s"] > th["lead_median_s"]
     written = ev.write_plots(result, report, tmp_path / "plots")
     assert (tmp_path / "plots" / "lead_times.png").stat().st_size > 1000
@@ -140,3 +150,180 @@ def test_cli_evaluate_end_to_end(tmp_path):
     bad = CliRunner().invoke(cli, ["evaluate", str(tmp_path / "rec"), "--detectors", "sklearn",
                                    "--report", str(tmp_path / "out2")])
     assert bad.exit_code != 0 and "needs --model" in bad.output
+
+
+# ---- columnar scoring against the rules written out one alarm at a time ----------------------
+def naive_score(findings, events, kind, recording, start, end):
+    """The scoring rules of the module docstring, one episode and one alarm statement at a time."""
+    topo = recording.topology
+    all_eps = ev.episodes(events, kind)
+    eps = [ep for ep in all_eps if ep.start >= start + kind.warmup_s]
+    alarms = ev.alarm_intervals(findings, kind, topo, end)
+    scopes = ev.fault_scopes(recording, events, kind.entity_kind)
+    h = kind.horizon_s
+    mine_of = {}
+    for ep in all_eps:
+        mine_of.setdefault(ep.entity, []).append(ep)
+    acc = {}
+
+    def bucket(ft):
+        return acc.setdefault(ft, {"episodes": 0, "hits": 0, "tp": 0, "fp": 0, "leads": []})
+
+    total = {"episodes": 0, "hits": 0, "tp": 0, "fp": 0, "leads": []}
+    for ep in eps:
+        leads = [ep.start - max(s, ep.start - h) for s, w in alarms.get(ep.entity, ()) if s < ep.start and w > ep.start - h]
+        for a in (total, bucket(ep.fault_type)):
+            a["episodes"] += 1
+            if leads:
+                a["hits"] += 1
+                a["leads"].append(max(leads))
+    for entity, spans in alarms.items():
+        mine = mine_of.get(entity, [])
+        for s, w in spans:
+            if any(ep.start <= s <= ep.end + kind.merge_gap_s for ep in mine):
+                continue
+            t = s
+            while True:
+                hit = next((ep for ep in mine if t < ep.start <= t + h), None)
+                if hit is not None:
+                    total["tp"] += 1
+                    bucket(hit.fault_type)["tp"] += 1
+                    break
+                if kind.censor_at_end and t + h > end:
+                    break
+                total["fp"] += 1
+                bucket(next((sc.fault_type for sc in scopes if entity in sc.entities and sc.onset <= t <= sc.end),
+                            "none"))["fp"] += 1
+                t += h
+                if t >= w:
+                    break
+    hours = (end - start) / 3600.0 * topo.size(kind.entity_kind)
+    out = ev._finish(total, hours)
+    out["by_fault"] = {ft: ev._finish(a, hours) for ft, a in sorted(acc.items())}
+    return out
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_columnar_scoring_matches_the_naive_rules(seed):
+    rng = np.random.default_rng(seed)
+    topo = small_topology(nodes=1, gpus=6, racks=1)
+    rec = Recording(Path("."), topo, {"faults": [{"id": "f1", "duration_s": 3000.0}]})
+    kind = ev.EventKind("toy", "thermal_throttle_start", "thermal_throttle_end", "thermal_throttle", "gpu",
+                        horizon_s=float(rng.choice([300.0, 1800.0])), merge_gap_s=float(rng.choice([0.0, 120.0])),
+                        warmup_s=600.0, censor_at_end=bool(seed % 2))
+    end = 20000.0
+    events = [Event(float(rng.uniform(0, 8000)), "fault_onset", "gpu", "node0/gpu1", "f1", "fan_failure"),
+              Event(2000.0, "fault_onset", "node", "node0", "f2", "psu_failure")]
+    for g in range(6):
+        t = float(rng.uniform(0, 1500))
+        while t < end:
+            dur = float(rng.choice([10.0, 60.0, 400.0]))
+            fault = [("", ""), ("f1", "fan_failure"), ("f2", "psu_failure")][int(rng.integers(3))]
+            events.append(gpu_event(round(t), "thermal_throttle_start", g, fault))
+            if rng.random() < 0.9 or t + dur >= end - 2000:
+                events.append(gpu_event(round(t + dur), "thermal_throttle_end", g, fault))
+            t += dur + float(rng.exponential(3000))
+    findings = []
+    for g in range(6):
+        t = float(rng.uniform(0, 500))
+        while t < end:
+            findings.append(pred(round(t), g))
+            if rng.random() < 0.85:
+                t += float(rng.choice([0.0, 10.0, 700.0, 4000.0]))
+                findings.append(pred(round(t), g, active=False))
+            else:
+                break
+            t += float(rng.exponential(2500))
+    got = ev.score_kind(findings, events, kind, rec, 0.0, end)
+    want = naive_score(findings, events, kind, rec, 0.0, end)
+    assert want["episodes"] > 3 and (want["precision"] or 0) < 1  # the case exercises the rules
+    assert got == want
+
+
+# ---- onset classes (power cap) ----------------------------------------------------------------
+def onset_telemetry(samples):
+    """samples: (slot, ts, util, bits, power W); energy integrates the power."""
+    tel = ev.OnsetTelemetry()
+    energy = {}
+    for slot, ts, util, bits, power in samples:
+        energy[slot] = energy.get(slot, 0.0) + power * 10.0
+        tel.add(Frame("gpu", [ts], [slot], {"util": [util], "throttle_reasons": [bits], "energy": [energy[slot]]}))
+    return tel.finish()
+
+
+def test_onsets_are_classified_by_what_precedes_them():
+    samples = []
+    for t in range(0, 2100, 10):
+        samples.append((0, t, 0.0 if t < 1000 else 1.0, 1 if t < 1000 else 0, 100.0 if t < 1000 else 650.0))  # job starts
+        samples.append((1, t, 1.0, 0, 400.0 if t < 1940 else 650.0))  # loaded at 400 W, steps up 60 s before
+        samples.append((2, t, 1.0, 0, 600.0 + 0.02 * t))  # loaded, creeping up
+        samples.append((3, t, 1.0, 1 if t == 1930 else 0, 600.0))  # idle bit 70 s before its onset
+    tel = onset_telemetry(samples)
+    codes = ev.classify_onsets(tel, np.array([0, 1, 2, 3, 2]), np.array([1030.0, 2000.0, 2000.0, 2000.0, 5.0]))
+    assert [ev.ONSET_CLASSES[c] for c in codes] == ["job_start", "load_step", "steady_load", "steady_load",
+                                                   "steady_load"]  # the last: no samples before it
+
+    topo = small_topology(nodes=1, gpus=4, racks=1)
+    rec = Recording(Path("."), topo, {})
+    kind = ev.EVENT_KINDS["power_cap"]  # horizon 300 s, warm-up 600 s
+    events = [gpu_event(1030, "power_cap_start", 0), gpu_event(2000, "power_cap_start", 1),
+              gpu_event(2000, "power_cap_start", 2), gpu_event(2000, "power_cap_start", 3)]
+    findings = [pred(1000, 0, event="power_cap"),  # before a job start: lead 30 s
+                pred(1900, 2, event="power_cap"),  # steady: lead 100 s
+                pred(1990, 3, event="power_cap")]  # steady: lead 10 s
+    m = ev.score_kind(findings, events, kind, rec, 0.0, 2100.0, tel)
+    on = m["by_onset"]
+    assert m["recall"] == 0.75 and list(on) == list(ev.ONSET_CLASSES)
+    assert (on["job_start"]["episodes"], on["job_start"]["recall"], on["job_start"]["lead_median_s"]) == (1, 1.0, 30.0)
+    assert (on["load_step"]["episodes"], on["load_step"]["recall"]) == (1, 0.0)
+    assert (on["steady_load"]["episodes"], on["steady_load"]["recall"], on["steady_load"]["lead_median_s"]) == (2, 1.0, 55.0)
+    assert on["steady_load"]["recall_at_min_lead"] == 0.5 and m["recall_at_min_lead"] == 0.5  # leads >= 30 s
+    assert on["steady_load"]["precision"] is None  # false alarms belong to no onset class
+    assert on["steady_load"]["by_fault"]["none"]["episodes"] == 2 and list(on["load_step"]["by_fault"]) == ["none"]
+    assert "by_onset" not in ev.score_kind(findings, events, kind, rec, 0.0, 2100.0)  # no telemetry: no classes
+
+
+# ---- precision-matched baseline comparison ---------------------------------------------------
+def toy_log(rows):
+    """A baseline whose one score column predicts power_cap; alarm at >= level, clear below it
+    on the second clear sample (off_hold 0), refresh every 60 s."""
+    from foreshock.detectors.baselines import ScoreLog
+
+    log = ScoreLog("toy", 2, (("power_cap",),), np.array([0.9]), np.ones(1), np.zeros(1), np.array([1.0, 0.0, 60.0]))
+    arr = np.array(rows, dtype=float)
+    log.add(np.column_stack([arr[:, 0], arr[:, 1]]), arr[:, 2:3])
+    return log
+
+
+def test_matched_threshold_by_hand():
+    rows = []
+    for t in range(0, 3010, 10):
+        rows.append((t, 0, 0.8 if 1700 <= t < 2000 else 0.5))  # rises 300 s before its episode
+        rows.append((t, 1, 0.95 if t in (1000, 1010) else 0.5))  # a spike, no episode
+    log = toy_log(rows)
+    # the replay by hand: level 0.9 -> GPU1 alarms 1000..1030 (cleared at 1020, withdrawn at 1030)
+    slot, s, w = log.spans(0, 0.9, 3000.0)
+    assert (slot.tolist(), s.tolist(), w.tolist()) == ([1], [1000.0], [1030.0])
+    slot, s, w = log.spans(0, 0.8, 3000.0)
+    assert (slot.tolist(), s.tolist(), w.tolist()) == ([0, 1], [1700.0, 1000.0], [2010.0, 1030.0])
+    log.valid_from = 1500.0  # river alarms only after its calibration: earlier rows are skipped
+    slot, s, w = log.spans(0, 0.8, 3000.0)
+    assert (slot.tolist(), s.tolist(), w.tolist()) == ([0], [1700.0], [2010.0])
+    log.valid_from = -np.inf
+
+    topo = small_topology(nodes=1, gpus=2, racks=1)
+    rec = Recording(Path("."), topo, {})
+    events = [gpu_event(2000, "power_cap_start", 0), gpu_event(2200, "power_cap_end", 0)]
+    result = ev.RunResult(rec, {}, events, 0.0, 3000.0, 0.0, 0)
+    kind = ev.EVENT_KINDS["power_cap"]
+    # levels in (0.5, 0.8]: GPU0 predicted 300 s ahead (1 true), GPU1 one false -> P 0.5, R 1;
+    # above 0.8: only the false alarm; at 0.5 every sample alarms: 1 true, 6 + 10 false
+    m = ev.matched_threshold(result, [log], kind, target_precision=0.5)
+    assert 0.5 < m["threshold"] <= 0.8
+    assert (m["recall"], m["precision"], m["lead_median_s"], m["recall_at_min_lead"]) == (1.0, 0.5, 300.0, 1.0)
+    assert m["live"] == {"threshold": 0.9, "recall": 0.0, "precision": 0.0}
+    assert m["at_min_lead"]["recall_at_min_lead"] == 1.0 and m["at_min_lead"]["threshold"] == m["threshold"]
+    none = ev.matched_threshold(result, [log], kind, target_precision=0.6)
+    assert none["threshold"] is None and none["recall"] is None
+    assert none["best_precision"]["precision"] == 0.5 and none["best_precision"]["recall"] == 1.0
+    assert ev.matched_threshold(result, [log], ev.EVENT_KINDS["thermal_throttle"], 0.5) is None  # not predicted
