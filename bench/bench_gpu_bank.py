@@ -5,11 +5,13 @@ Llama 3 cluster) sampled ``--ticks`` times per run, one GPU frame (and one rack 
 as the embedded pipeline delivers them; GPUs alternate compute (~600 W) and communication
 (~300 W) samples with NVML's +-5 W noise, a few have a failing
 thermal interface so the predictive paths run too. foreshock's GPU bank — thermal, power,
-cooling, straggler — processes every frame end to end (column gathering, kernels, findings),
-on one core. river's HalfSpaceTrees (``score_one`` then ``learn_one``, as river runs) gets the
+cooling, straggler (the first three share one thermal fit per frame), and the incident engine
+that ``DetectorBank.from_names`` adds — processes every frame end to end (column gathering,
+kernels, findings), on one core. river's HalfSpaceTrees (``score_one`` then ``learn_one``, as river runs) gets the
 first ``--river-points`` observations of the same stream as the shared per-GPU feature vector
 (computed beforehand, not timed). Each figure is the median of ``--runs`` runs (min, max).
-State bytes per GPU: every array of the bank's state over the GPU count.
+State bytes per GPU: every array of the bank's detector state (a shared one once) over the GPU
+count.
 
     .venv/bin/python bench/bench_gpu_bank.py
 """

@@ -15,6 +15,7 @@ from foreshock.topology import Topology
 
 from .base import Detector
 from .registry import DEFAULT_BANK, DEFAULT_PROCESSORS, create, create_processor
+from .thermal_fit import share_thermal_fits
 
 
 class FindingProcessor(Protocol):
@@ -32,6 +33,7 @@ class DetectorBank:
                  processors: Iterable[FindingProcessor] = ()) -> None:
         self.topology = topology
         self.detectors = list(detectors)
+        share_thermal_fits(self.detectors)  # thermal, power and cooling: one fit per frame
         self.processors = list(processors)
         self._by_kind: dict[str, list[Detector]] = {}
         for det in self.detectors:
@@ -64,6 +66,8 @@ class DetectorBank:
         for det in self._by_kind.get(frame.kind, ()):
             t0 = time.perf_counter()
             findings.extend(det.update(frame))
+            # detectors sharing the thermal fit: the first to see a frame also carries the fit and
+            # the per-sample predictions of the others (see thermal_fit)
             self.latency_s[det.name] = time.perf_counter() - t0
         if self.processors and len(frame):
             now = float(frame.ts.max())
@@ -94,4 +98,12 @@ class DetectorBank:
         return out
 
     def state_nbytes(self) -> int:
-        return sum(d.state_nbytes() for d in self.detectors)
+        """Bytes of detector state; an array several detectors share counts once."""
+        total = sum(d.state_nbytes() for d in self.detectors)
+        seen: set[int] = set()
+        for d in self.detectors:
+            for arr in d.state_arrays().values():
+                if id(arr) in seen:
+                    total -= arr.nbytes
+                seen.add(id(arr))
+        return total

@@ -28,6 +28,8 @@ class Detector:
 
     ``state_dict``/``load_state_dict`` default to every ``numpy.ndarray`` attribute whose name
     starts with ``s_`` plus the scalars listed in ``state_scalars``; override for anything else.
+    Loading writes into the arrays the detector holds, so an array several detectors share (the
+    thermal fit, see ``thermal_fit``) stays shared.
     """
 
     name: ClassVar[str] = "detector"
@@ -40,9 +42,12 @@ class Detector:
     def update(self, frame: Frame) -> list[Finding]:
         raise NotImplementedError
 
+    def state_arrays(self) -> dict[str, np.ndarray]:
+        """The state arrays themselves (not copies): every ``s_*`` array attribute."""
+        return {k: v for k, v in vars(self).items() if k.startswith("s_") and isinstance(v, np.ndarray)}
+
     def state_dict(self) -> dict[str, Any]:
-        state: dict[str, Any] = {k: v.copy() for k, v in vars(self).items()
-                                 if k.startswith("s_") and isinstance(v, np.ndarray)}
+        state: dict[str, Any] = {k: v.copy() for k, v in self.state_arrays().items()}
         for k in self.state_scalars:
             state[k] = getattr(self, k)
         return state
@@ -59,7 +64,12 @@ class Detector:
                 arr = np.asarray(v, dtype=own[k].dtype)
                 if arr.shape != own[k].shape:
                     raise ValueError(f"{self.name}: state {k!r} has shape {arr.shape}, expected {own[k].shape}")
-                setattr(self, k, arr.copy())
+                held = getattr(self, k, None)
+                if isinstance(held, np.ndarray) and held.shape == arr.shape and held.dtype == arr.dtype \
+                        and held.flags.writeable:
+                    held[...] = arr
+                else:
+                    setattr(self, k, arr.copy())
             else:
                 setattr(self, k, v)
 

@@ -1,8 +1,9 @@
 """Cooling degradation: thermal resistance drifting up, long before anything throttles.
 
 Each GPU's die-to-coolant resistance ``R`` is fitted online with the same first-order model
-as :mod:`foreshock.detectors.thermal` (one kernel serves both). Every ``peer_interval_s`` of
-telemetry time the detector compares, per GPU:
+as :mod:`foreshock.detectors.thermal` (one fit serves both, see
+:mod:`foreshock.detectors.thermal_fit`). Every ``peer_interval_s`` of telemetry time the
+detector compares, per GPU:
 
 - ``R`` with the GPU's own history (a slow baseline, frozen while the GPU is flagged), and
 - ``R`` with its peers — the median of its rack; ``R`` is per watt, so peers are compared at
@@ -41,13 +42,11 @@ import numpy as np
 from foreshock.findings import Anomaly, Finding
 from foreshock.frames import Frame
 from foreshock.health import PipelineHealth
+from foreshock.numba_config import jit
 from foreshock.topology import Topology
 
-from .base import Detector
-from .gpu_inputs import gpu_obs, kernel, new_node_state, new_rack_state, rack_inlet_obs, update_rack_inlet
-from .thermal import (G_SIZE, G_TS, M_LOADED, M_RL, M_SIZE, OBS_FIELDS, X_TEMP, model_step,
-                      new_decay_cache, new_model_state, observe)
-from .thermal import params_vector as thermal_params
+from .thermal_fit import G_SIZE, G_TS, M_LOADED, M_RL, ThermalFitDetector
+from .thermal_fit import params_vector as thermal_params
 
 PARAMS: dict[str, float] = {
     "peer_interval_s": 300.0,
@@ -64,39 +63,65 @@ R_BASE, R_BASE_SEEN = 0, 1
 
 
 def group_median(values: np.ndarray, groups: np.ndarray, n_groups: int) -> np.ndarray:
-    """Median of ``values`` per group (NaN values ignored; NaN for empty groups)."""
+    """Median of ``values`` per group (NaN values ignored; NaN for empty groups and for groups
+    outside ``0..n_groups-1``)."""
     out = np.full(n_groups, np.nan)
-    ok = np.isfinite(values) & (groups >= 0)
-    if not ok.any():
-        return out
-    v, g = values[ok], groups[ok]
-    order = np.lexsort((v, g))
-    v, g = v[order], g[order]
-    starts = np.flatnonzero(np.r_[True, g[1:] != g[:-1]])
-    ends = np.r_[starts[1:], len(g)]
-    mid_lo = v[starts + (ends - starts - 1) // 2]
-    mid_hi = v[starts + (ends - starts) // 2]
-    out[g[starts]] = 0.5 * (mid_lo + mid_hi)
+    _group_median(np.ascontiguousarray(values, dtype=np.float64), np.ascontiguousarray(groups, dtype=np.int64), out)
     return out
 
 
-@kernel
-def _fit_kernel(obs: np.ndarray, parents: np.ndarray, s: np.ndarray, racks: np.ndarray,
-                nodes: np.ndarray, params: np.ndarray, cache: np.ndarray) -> int:
-    """Fit the core model of every sampled GPU; returns rows skipped as out of order."""
-    skipped = 0
-    for row in range(obs.shape[0]):
-        dt, power, inlet = observe(obs, row, s, 1, parents, racks, nodes, params, cache)
-        if dt < 0.0:
-            skipped += 1
-            continue
-        temp = obs[row, X_TEMP]
-        if temp == temp and -50.0 < temp < 200.0:
-            model_step(s, int(obs[row, 1]), G_SIZE, dt, temp, power, inlet, params, cache)
-    return skipped
+@jit
+def _group_median(values: np.ndarray, groups: np.ndarray, out: np.ndarray) -> None:
+    """Bucket the finite values by group (a counting sort), then select each bucket's middle:
+    linear in the GPUs (sorting (group, value) pairs instead cost 2.6 ms on 16k GPUs)."""
+    n_groups = len(out)
+    start = np.zeros(n_groups + 1, np.int64)
+    for k in range(len(values)):
+        g = groups[k]
+        if 0 <= g < n_groups and abs(values[k]) < np.inf:
+            start[g + 1] += 1
+    for g in range(n_groups):
+        start[g + 1] += start[g]
+    fill = start[:n_groups].copy()
+    bucket = np.empty(start[n_groups])
+    for k in range(len(values)):
+        g = groups[k]
+        if 0 <= g < n_groups and abs(values[k]) < np.inf:
+            bucket[fill[g]] = values[k]
+            fill[g] += 1
+    for g in range(n_groups):
+        lo, hi = start[g], start[g + 1]
+        if hi > lo:
+            upper = _kth_smallest(bucket, lo, hi, (hi - lo) // 2)
+            lower = upper if (hi - lo) % 2 == 1 else _kth_smallest(bucket, lo, hi, (hi - lo) // 2 - 1)
+            out[g] = 0.5 * (lower + upper)
 
 
-class CoolingDetector(Detector):
+@jit
+def _kth_smallest(a: np.ndarray, lo: int, hi: int, k: int) -> float:
+    """The ``k``-th smallest (from 0) of ``a[lo:hi]`` (finite values), reordering them in place
+    (Wirth's selection: linear on average, no allocation)."""
+    left, right, target = lo, hi - 1, lo + k
+    while left < right:
+        pivot = a[target]
+        i, j = left, right
+        while i <= j:
+            while a[i] < pivot:
+                i += 1
+            while pivot < a[j]:
+                j -= 1
+            if i <= j:
+                a[i], a[j] = a[j], a[i]
+                i += 1
+                j -= 1
+        if j < target:
+            left = i
+        if target < i:
+            right = j
+    return a[target]  # type: ignore[no-any-return]
+
+
+class CoolingDetector(ThermalFitDetector):
     """Flags thermal resistance and inlet drift per GPU, node and rack."""
 
     name: ClassVar[str] = "cooling"
@@ -110,15 +135,10 @@ class CoolingDetector(Detector):
         if unknown:
             raise ValueError(f"cooling: unknown parameters {unknown}; known: {sorted(PARAMS)}")
         self.p = {k: float(params.get(k, v)) for k, v in PARAMS.items()}
-        self.fit_params = thermal_params({})
         n = topology.size("gpu")
         self.gpu_rack = topology.gpu_rack.astype(np.int64)
         self.gpu_node = topology.gpu_node.astype(np.int64)
-        self.parents = np.ascontiguousarray(np.stack([self.gpu_rack, self.gpu_node], axis=1)) \
-            if n else np.zeros((0, 2), np.int64)
-        self.s_model = new_model_state(n, self.fit_params)[:, :G_SIZE + M_SIZE].copy()
-        self.s_rack = new_rack_state(topology.size("rack"))
-        self.s_node = new_node_state(topology.size("node"))
+        self.init_fit(thermal_params({}), consumer=False)  # reads the fitted R once per peer interval
         self.s_gpu_base = np.full((n, 2), np.nan)
         self.s_rack_base = np.full(topology.size("rack"), np.nan)
         # flag state per entity: time the flag rose / was last reported (NaN = not flagged)
@@ -129,15 +149,12 @@ class CoolingDetector(Detector):
 
     def update(self, frame: Frame) -> list[Finding]:
         if frame.kind == "rack":
-            update_rack_inlet(rack_inlet_obs(frame, len(self.s_rack), self.health, self.name), self.s_rack)
+            self.update_fit(frame)
             return []
         if frame.kind != "gpu" or len(frame) == 0:
             return []
-        obs = gpu_obs(frame, OBS_FIELDS, len(self.s_model), self.health, self.name)
-        skipped = _fit_kernel(obs, self.parents, self.s_model, self.s_rack, self.s_node, self.fit_params,
-                              new_decay_cache())
-        if skipped:
-            self.health.problem(self.name, "gpu samples out of time order", skipped)
+        self.update_fit(frame)
+        obs = self.fit.obs
         if not len(obs):
             return []
         now = float(obs[:, 0].max())

@@ -1,6 +1,6 @@
 """Inputs shared by the per-GPU detectors: the observation matrix and the inlet temperature.
 
-Every GPU kernel reads a C-contiguous ``(rows, 2 + k)`` matrix ``[ts, slot, field...]`` built
+Every GPU kernel reads a contiguous ``(rows, 2 + k)`` matrix ``[ts, slot, field...]`` built
 once per frame by :func:`gpu_obs` (rows with a slot outside the topology are counted as a
 pipeline problem and left out, never passed to a kernel).
 
@@ -93,20 +93,49 @@ def new_node_state(n_nodes: int) -> np.ndarray:
     return state
 
 
+class Scratch:
+    """Memory kept from frame to frame for per-frame arrays.
+
+    A frame of 16k GPUs needs megabytes of matrices and emission buffers; fresh allocations of
+    that size are fresh pages each time, and faulting them in cost 0.4 ms a frame (measured),
+    more than most kernels. An array taken here is valid until the next ``take`` of its name."""
+
+    def __init__(self) -> None:
+        self._flat: dict[str, np.ndarray] = {}
+
+    def take(self, name: str, shape: tuple[int, int], order: str = "C", dtype: type = np.float64) -> np.ndarray:
+        size = shape[0] * shape[1]
+        flat = self._flat.get(name)
+        if flat is None or len(flat) < size or flat.dtype != dtype:
+            flat = self._flat[name] = np.empty(size, dtype)
+        if order == "F":
+            return flat[:size].reshape(shape[::-1]).T
+        return flat[:size].reshape(shape)
+
+
 def gpu_obs(frame: Frame, fields: Sequence[str], n_slots: int, health: PipelineHealth,
-            stage: str) -> np.ndarray:
-    """``[ts, slot, fields...]`` as one C-contiguous float64 matrix, valid slots only."""
+            stage: str, order: str = "C", scratch: Scratch | None = None) -> np.ndarray:
+    """``[ts, slot, fields...]`` as one float64 matrix, valid slots only: C-contiguous, or
+    with ``order="F"`` Fortran-contiguous (column by column: built with contiguous copies, about
+    4x faster for a frame of 16k GPUs; a kernel reading it row by row streams one column each).
+    With ``scratch`` the matrix lives there (valid until the next frame)."""
     slot = frame.slot
     ok = (slot >= 0) & (slot < n_slots) & np.isfinite(frame.ts)
     bad = int(len(ok) - np.count_nonzero(ok))
-    out = np.empty((len(frame), 2 + len(fields)), dtype=np.float64)
+    shape = (len(frame), 2 + len(fields))
+    if scratch is not None:
+        out = scratch.take("obs", shape, order)
+    elif order == "F":
+        out = np.empty(shape[::-1], dtype=np.float64).T
+    else:
+        out = np.empty(shape, dtype=np.float64)
     out[:, 0] = frame.ts
     out[:, 1] = slot
     for j, name in enumerate(fields):
         out[:, 2 + j] = frame.columns[name]
     if bad:
         health.problem(stage, f"{frame.kind} rows with unknown slot or non-finite ts", bad)
-        out = np.ascontiguousarray(out[ok])
+        out = np.asfortranarray(out[ok]) if order == "F" else np.ascontiguousarray(out[ok])
     return out
 
 

@@ -26,6 +26,7 @@ import numpy as np
 from foreshock import facts
 from foreshock.frames import Frame
 
+from .gpu_inputs import kernel
 from .incident_domains import JOB, Domains, key
 
 TEL_TS, TEL_TEMP, TEL_SLOPE, TEL_LIMIT, TEL_POWER_HEADROOM, TEL_REF_TS, TEL_REF_TEMP = range(7)
@@ -53,15 +54,16 @@ class Telemetry:
         self.s_link_tel = np.full((n_links, 3), np.nan)
         self.s_job_tel = np.full((n_jobs, 2), np.nan)
         self.gpu_frames_ts = -math.inf  # newest GPU telemetry seen
+        self._seen = np.zeros(n_gpus, np.bool_)  # scratch of the GPU kernel (all False between frames)
 
     def observe(self, frame: Frame) -> None:
         if len(frame) == 0:
             return
         cols, slot, ts = frame.columns, frame.slot, frame.ts
         if frame.kind == "gpu":
-            _track_gpu(self.s_gpu_tel, slot, ts, cols)
-            if np.isfinite(ts).any():
-                self.gpu_frames_ts = max(self.gpu_frames_ts, float(np.nanmax(ts)))
+            newest = _track_gpu(self.s_gpu_tel, slot, ts, cols, self._seen)
+            if newest is not None:
+                self.gpu_frames_ts = max(self.gpu_frames_ts, newest)
         elif frame.kind == "link" and "tx_data" in cols and "link_rate" in cols:
             _track_link(self.s_link_tel, slot, ts, cols["tx_data"], cols["link_rate"])
         elif frame.kind == "job" and "step_time" in cols:
@@ -149,31 +151,60 @@ def _last_per_slot(slot: np.ndarray) -> np.ndarray:
     return len(slot) - 1 - first_of_reversed
 
 
-def _track_gpu(tel: np.ndarray, slot: np.ndarray, ts: np.ndarray, cols: dict[str, np.ndarray]) -> None:
-    temp = cols.get("gpu_temp")
-    if temp is None:
-        return
-    ok = np.isfinite(temp) & np.isfinite(ts)
-    if not ok.any():
-        return
-    idx = np.flatnonzero(ok)[_last_per_slot(slot[ok])]
-    s, t, x = slot[idx], ts[idx], temp[idx]
-    ref_t, ref_x = tel[s, TEL_REF_TS], tel[s, TEL_REF_TEMP]
-    span = t - ref_t
-    due = ~(span < SLOPE_BASELINE_S)  # NaN (no reference yet) counts as due
-    tel[s, TEL_SLOPE] = np.where(due & (span > 0), (x - ref_x) / np.where(span > 0, span, 1.0), tel[s, TEL_SLOPE])
-    tel[s, TEL_REF_TS] = np.where(due, t, ref_t)
-    tel[s, TEL_REF_TEMP] = np.where(due, x, ref_x)
-    tel[s, TEL_TS], tel[s, TEL_TEMP] = t, x
-    limit = np.full(len(s), facts.MAX_OPERATING_TEMP_C)
-    sd = cols.get("slowdown_temp")
-    if sd is not None:  # the GPU's own limit: max operating sits 2 °C under its HW slowdown
-        own = sd[idx] - (facts.HW_SLOWDOWN_TEMP_C - facts.MAX_OPERATING_TEMP_C)
-        limit = np.where(np.isfinite(own), own, limit)
-    tel[s, TEL_LIMIT] = limit
-    power, cap = cols.get("power"), cols.get("power_limit")
-    if power is not None and cap is not None:
-        tel[s, TEL_POWER_HEADROOM] = cap[idx] - power[idx]
+def _track_gpu(tel: np.ndarray, slot: np.ndarray, ts: np.ndarray, cols: dict[str, np.ndarray],
+               seen: np.ndarray) -> float | None:
+    """Track each GPU's latest temperature, heating rate, limit and power headroom; return the
+    newest timestamp of the frame (None when it has no finite one)."""
+    names = ("gpu_temp", "slowdown_temp", "power", "power_limit")
+    if all(k in cols for k in names):
+        temp, slowdown, power, cap = (cols[k] for k in names)
+    else:  # a frame carries every field; a stand-in for what a plain mapping lacks
+        nan = np.full(len(ts), np.nan)
+        temp, slowdown, power, cap = (cols.get(k, nan) for k in names)
+    newest = _track_gpu_kernel(tel, slot, ts, (temp, slowdown, power, cap), seen,
+                               "power" in cols and "power_limit" in cols)
+    return None if np.isnan(newest) else float(newest)
+
+
+@kernel
+def _track_gpu_kernel(tel: np.ndarray, slot: np.ndarray, ts: np.ndarray,
+                      cols: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray], seen: np.ndarray,
+                      has_power: bool) -> float:
+    """Per GPU, its last sample of the frame with a finite temperature and time (rows are in time
+    order, so the frame is read backwards); returns the largest timestamp if any is finite, else
+    NaN. ``cols`` = (temperature, slowdown temperature, power, power limit); ``seen`` is scratch
+    (all False, one per GPU; left so). Slots outside the table are left out."""
+    temp, slowdown, power, cap = cols
+    newest = -np.inf
+    any_finite = False
+    for r in range(len(ts) - 1, -1, -1):
+        t = ts[r]
+        if t == t:
+            newest = max(newest, t)
+            any_finite = any_finite or abs(t) < np.inf
+        x = temp[r]
+        s = slot[r]
+        if not (abs(x) < np.inf and abs(t) < np.inf) or s < 0 or s >= len(seen) or seen[s]:
+            continue
+        seen[s] = True
+        span = t - tel[s, TEL_REF_TS]
+        if not span < SLOPE_BASELINE_S:  # NaN (no reference yet) counts as due
+            if span > 0:
+                tel[s, TEL_SLOPE] = (x - tel[s, TEL_REF_TEMP]) / span
+            tel[s, TEL_REF_TS] = t
+            tel[s, TEL_REF_TEMP] = x
+        tel[s, TEL_TS] = t
+        tel[s, TEL_TEMP] = x
+        # the GPU's own limit: max operating sits 2 °C under its HW slowdown
+        own = slowdown[r] - (facts.HW_SLOWDOWN_TEMP_C - facts.MAX_OPERATING_TEMP_C)
+        tel[s, TEL_LIMIT] = own if abs(own) < np.inf else facts.MAX_OPERATING_TEMP_C
+        if has_power:
+            tel[s, TEL_POWER_HEADROOM] = cap[r] - power[r]
+    for r in range(len(ts)):
+        s = slot[r]
+        if 0 <= s < len(seen):
+            seen[s] = False
+    return newest if any_finite else np.nan
 
 
 def _track_link(tel: np.ndarray, slot: np.ndarray, ts: np.ndarray, tx: np.ndarray, rate: np.ndarray) -> None:

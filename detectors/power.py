@@ -3,8 +3,9 @@
 - **Power cap** (``Prediction(event="power_cap")``): the cap acts on the power of compute
   phases, so the detector tracks the upper envelope of the power samples (each a 1-second
   average; the interval mean is diluted by communication phases) and its trend (Holt). Power
-  also follows temperature through leakage: the detector fits the same first-order thermal
-  model as :mod:`foreshock.detectors.thermal` and adds ``leak_w_per_c`` times the forecast
+  also follows temperature through leakage: the detector reads the same first-order thermal
+  model as :mod:`foreshock.detectors.thermal` (one fit serves both, see
+  :mod:`foreshock.detectors.thermal_fit`) and adds ``leak_w_per_c`` times the forecast
   temperature rise. The ETA is the first time the envelope so forecast reaches the enforced
   limit (minus a measurement margin). A GPU held down by the thermal limiter that drew close
   to its limit before is predicted to meet the cap as it cools below max operating
@@ -20,7 +21,7 @@ Example (a GPU whose power creeps up 0.5 W/s from 640 W toward its 700 W limit):
     >>> from foreshock.frames import Frame
     >>> topo = Topology.from_dict({"rows": [{"name": "r"}], "racks": [{"name": "k", "row": "r"}],
     ...                            "nodes": [{"name": "n", "rack": "k", "gpus": 1}]})
-    >>> det, found = PowerDetector(topo), []
+    >>> det, found = PowerDetector(topo, trend_weight=1.0), []  # extrapolate the envelope's own trend
     >>> for t in np.arange(0.0, 600.0, 5.0):
     ...     p = min(700.0, 640.0 + 0.5 * max(0.0, t - 300.0))
     ...     found += det.update(Frame("gpu", [t], [0], {"power": [p], "power_limit": [700.0]}))
@@ -43,13 +44,10 @@ from foreshock.topology import Topology
 
 from .alarm import (CODE_NONE, CODE_START, CODE_WITHDRAW, O_CODE, O_CONF, O_ETA, O_ROW, O_V0,
                     O_WHICH, OUT_SIZE, alarm_step, emit, new_alarm_columns)
-from .base import Detector
-from .gpu_inputs import (gpu_obs, inline, kernel, new_node_state, new_rack_state, rack_inlet_obs, site_loop_rise, site_loop_tau,
-                         update_rack_inlet)
+from .gpu_inputs import Scratch, inline, kernel, site_loop_rise, site_loop_tau
 from . import thermal as th
-
-OBS_FIELDS = th.OBS_FIELDS + ("throttle_reasons",)
-X_REASONS = len(OBS_FIELDS) + 1  # after ts, slot and the thermal model's fields
+from . import thermal_fit as tf
+from .thermal_fit import R_DT, R_TPREV, X_REASONS, ThermalFit, ThermalFitDetector
 
 # envelope, its Holt level/slope, loaded samples, braking, thermally throttled, envelope
 # before the thermal throttle, temperature slope (°C/s)
@@ -57,6 +55,8 @@ S_ENV, S_LEVEL, S_SLOPE, S_N, S_BRAKE, S_THERMAL, S_ENV_PRE, S_TB, S_ETA, S_EVAL
 S_SIZE = 10  # ... the last forecast ETA and when it was solved
 N_COUNT, N_ACTIVE = 0, 1  # node state: GPUs braking now, node event raised
 WHICH_CAP, WHICH_GPU_BRAKE, WHICH_NODE_BRAKE = 0, 1, 2
+C_SLOPE, C_LEVEL = 0, 1  # call sites of cached_decay (rows of this kernel's decay cache)
+C_SITES = 2
 
 PARAMS: dict[str, float] = {
     "tau_level_s": 20.0,
@@ -109,7 +109,7 @@ def cap_eta(level: float, slope: float, limit: float, margin: float) -> float:
 @inline
 def a0_of(m: np.ndarray, i: int) -> float:
     """The thermal model's steady-state target now (inlet + R·P), NaN before it is fitted."""
-    return m[i, th.G_UL] + m[i, th.G_SIZE + th.M_RL] * m[i, th.G_PREF]  # type: ignore[no-any-return]
+    return m[i, tf.G_UL] + m[i, tf.G_SIZE + tf.M_RL] * m[i, tf.G_PREF]  # type: ignore[no-any-return]
 
 
 @kernel
@@ -121,23 +121,23 @@ def thermal_cap_eta(m: np.ndarray, i: int, temp: float, level: float, slope: flo
     target = limit - params[P_MARGIN]
     slope = max(slope, 0.0) * params[P_TREND]
     top = max(a0_of(m, i), temp) + max(du, 0.0) * min(damp, horizon) \
-        + max(m[i, th.G_SIZE + th.M_RB] * m[i, th.G_PREF], 0.0) * min(tparams[th.P_DRIFT_DAMP], horizon)
+        + max(m[i, tf.G_SIZE + tf.M_RB] * m[i, tf.G_PREF], 0.0) * min(tparams[tf.P_DRIFT_DAMP], horizon)
     if level + slope * horizon + params[P_LEAK] * max(top - temp, 0.0) * 2.0 < target:
         return np.inf  # not even the highest temperature it could reach pushes it to the cap
-    off = th.G_SIZE
-    rl, ul, pref = m[i, off + th.M_RL], m[i, th.G_UL], m[i, th.G_PREF]
-    if rl != rl or ul != ul or pref != pref or temp != temp or m[i, off + th.M_LOADED] < tparams[th.P_WARMUP]:
+    off = tf.G_SIZE
+    rl, ul, pref = m[i, off + tf.M_RL], m[i, tf.G_UL], m[i, tf.G_PREF]
+    if rl != rl or ul != ul or pref != pref or temp != temp or m[i, off + tf.M_LOADED] < tparams[tf.P_WARMUP]:
         return cap_eta(level, slope, limit, params[P_MARGIN])  # no trusted thermal model yet
     a0 = ul + rl * pref
-    b = m[i, off + th.M_RB] * pref
-    tau = m[i, off + th.M_TAU]
+    b = m[i, off + tf.M_RB] * pref
+    tau = m[i, off + tf.M_TAU]
     gain = rl * params[P_LEAK]
     amp = 1.0 / (1.0 - gain) if 0.0 <= gain < 0.5 else 2.0
     lo = 0.0
     hi = -1.0
     for k in range(1, 33):
         h = horizon * (k / 32.0) ** 2
-        rise = th.temp_at(h, temp, a0, b, tparams[th.P_DRIFT_DAMP], tau, du, damp, amp, np.inf) - temp
+        rise = th.temp_at(h, temp, a0, b, tparams[tf.P_DRIFT_DAMP], tau, du, damp, amp, np.inf) - temp
         if level + slope * h + params[P_LEAK] * max(rise, 0.0) >= target:
             hi = h
             break
@@ -146,7 +146,7 @@ def thermal_cap_eta(m: np.ndarray, i: int, temp: float, level: float, slope: flo
         return np.inf
     for _ in range(12):
         mid = 0.5 * (lo + hi)
-        rise = th.temp_at(mid, temp, a0, b, tparams[th.P_DRIFT_DAMP], tau, du, damp, amp, np.inf) - temp
+        rise = th.temp_at(mid, temp, a0, b, tparams[tf.P_DRIFT_DAMP], tau, du, damp, amp, np.inf) - temp
         if level + slope * mid + params[P_LEAK] * max(rise, 0.0) >= target:
             hi = mid
         else:
@@ -155,32 +155,29 @@ def thermal_cap_eta(m: np.ndarray, i: int, temp: float, level: float, slope: flo
 
 
 @kernel
-def _power_kernel(obs: np.ndarray, parents: np.ndarray, m: np.ndarray, s: np.ndarray,
-                  alarms: np.ndarray, env: tuple[np.ndarray, np.ndarray, np.ndarray],
-                  params: tuple[np.ndarray, np.ndarray], out: np.ndarray,
-                  cache: np.ndarray) -> tuple[int, int]:
-    """Power brake, node brake and power-cap prediction over a GPU frame.
+def _power_kernel(obs: np.ndarray, rows: np.ndarray, span: tuple[int, int], parents: np.ndarray,
+                  state: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray], racks: np.ndarray,
+                  params: tuple[np.ndarray, np.ndarray], out: np.ndarray, n_out: int,
+                  cache: np.ndarray) -> int:
+    """Power brake, node brake and power-cap prediction over the fitted rows ``span`` of a
+    GPU frame; returns the emission count.
 
-    ``m`` is the thermal model state (fitted here too), ``env`` = (rack, node thermal state,
-    node brake state), ``params`` = (thermal parameters, power parameters)."""
-    racks, nodes, node_brake = env
+    ``rows`` is the thermal fit's per-row output, ``state`` = (thermal fit state, power state,
+    alarms, node brake state), ``params`` = (thermal parameters, power parameters)."""
+    m, s, alarms, node_brake = state
     tparams, p = params
-    n_out = 0
-    skipped = 0
     horizon = p[P_HORIZON]
-    for row in range(obs.shape[0]):
-        dt, power_mean, inlet = th.observe(obs, row, m, 1, parents, racks, nodes, tparams, cache)
+    for row in range(span[0], span[1]):
+        dt = rows[row, R_DT]
         if dt < 0.0:
-            skipped += 1
-            continue
-        ts = obs[row, th.X_TS]
-        i = int(obs[row, th.X_SLOT])
-        temp = obs[row, th.X_TEMP]
+            continue  # out of order: the fit skipped it
+        ts = obs[row, tf.X_TS]
+        i = int(obs[row, tf.X_SLOT])
+        temp = obs[row, tf.X_TEMP]
         if temp == temp and -50.0 < temp < 200.0:
-            old = m[i, th.G_SIZE + th.M_TPREV]
-            th.model_step(m, i, th.G_SIZE, dt, temp, power_mean, inlet, tparams, cache)
+            old = rows[row, R_TPREV]  # the temperature the fit held before this sample
             if old == old:
-                w = 1.0 - th.cached_decay(cache, th.C_OWN0, dt, p[P_TAU_SLOPE])
+                w = 1.0 - tf.cached_decay(cache, C_SLOPE, dt, p[P_TAU_SLOPE])
                 s[i, S_TB] += w * ((temp - old) / dt - s[i, S_TB])
         reasons = obs[row, X_REASONS]
         capped = False
@@ -210,10 +207,10 @@ def _power_kernel(obs: np.ndarray, parents: np.ndarray, m: np.ndarray, s: np.nda
         # --- power cap: the compute-phase envelope, pushed by trend and by leakage -----------
         # A sample is a 1-s average: most land in compute phases, so their upper envelope is the
         # power the cap acts on (the interval mean, diluted by communication phases, is not).
-        power = obs[row, th.X_POWER]
+        power = obs[row, tf.X_POWER]
         if power != power or not 0.0 <= power < 1e5:
             continue
-        limit = m[i, th.G_PLIM]
+        limit = m[i, tf.G_PLIM]
         if limit != limit:
             limit = facts.POWER_LIMIT_W
         node_event = s[i, S_BRAKE] == 1.0 and node_brake[parents[i, 1], N_ACTIVE] == 1.0
@@ -223,7 +220,7 @@ def _power_kernel(obs: np.ndarray, parents: np.ndarray, m: np.ndarray, s: np.nda
                 s[i, S_ENV_PRE] = s[i, S_ENV]
         else:
             s[i, S_THERMAL] = 0.0
-        if s[i, S_N] == 0.0 or power < p[P_LOAD_MIN] or dt >= tparams[th.P_GAP]:
+        if s[i, S_N] == 0.0 or power < p[P_LOAD_MIN] or dt >= tparams[tf.P_GAP]:
             # idle or restarting: the trend starts over (a job start is a step, not a trend)
             s[i, S_ENV] = power
             s[i, S_LEVEL] = power
@@ -231,16 +228,16 @@ def _power_kernel(obs: np.ndarray, parents: np.ndarray, m: np.ndarray, s: np.nda
             s[i, S_N] = 1.0 if power >= p[P_LOAD_MIN] else 0.0
         else:
             s[i, S_ENV] = max(power, s[i, S_ENV] - p[P_ENV_DECAY] * dt)
-            s[i, S_LEVEL], s[i, S_SLOPE] = th.holt(
+            s[i, S_LEVEL], s[i, S_SLOPE] = tf.holt(
                 s[i, S_LEVEL], s[i, S_SLOPE], s[i, S_ENV], dt,
-                1.0 - th.cached_decay(cache, th.C_OWN0 + 1, dt, p[P_TAU_LEVEL]),
-                1.0 - th.cached_decay(cache, th.C_OWN0, dt, p[P_TAU_SLOPE]))
+                1.0 - tf.cached_decay(cache, C_LEVEL, dt, p[P_TAU_LEVEL]),
+                1.0 - tf.cached_decay(cache, C_SLOPE, dt, p[P_TAU_SLOPE]))
             s[i, S_N] += 1.0
         eta = np.inf
         held = thermal or s[i, S_BRAKE] == 1.0
         if s[i, S_N] >= p[P_MIN_N] and not held:
             since = ts - s[i, S_EVAL_TS]
-            if not since < tparams[th.P_EVERY]:  # solved every forecast_every_s, aged between
+            if not since < tparams[tf.P_EVERY]:  # solved every forecast_every_s, aged between
                 damp = th.inlet_damping(parents[i, 0], racks, tparams)
                 du = th.inlet_rate(m, i, parents[i, 0], racks, damp, tparams)
                 s[i, S_ETA] = thermal_cap_eta(m, i, temp, s[i, S_LEVEL], s[i, S_SLOPE], limit, damp, du,
@@ -248,10 +245,10 @@ def _power_kernel(obs: np.ndarray, parents: np.ndarray, m: np.ndarray, s: np.nda
                 s[i, S_EVAL_TS] = ts
                 since = 0.0
             eta = max(s[i, S_ETA] - since, 0.0)
-        slowdown = obs[row, th.X_SLOWDOWN]
+        slowdown = obs[row, tf.X_SLOWDOWN]
         max_op = slowdown - 2.0 if slowdown == slowdown and 40.0 < slowdown < 130.0 else facts.MAX_OPERATING_TEMP_C
         if thermal and s[i, S_ENV_PRE] >= limit - p[P_RELEASE_MARGIN] and temp == temp \
-                and temp <= max_op and m[i, th.G_UB] <= p[P_RELEASE_INLET]:
+                and temp <= max_op and m[i, tf.G_UB] <= p[P_RELEASE_INLET]:
             # cooling below max operating: the thermal limiter lets go and the cap takes over
             eta = p[P_RELEASE_ETA]
         if node_event and s[i, S_ENV_PRE] >= p[P_LOAD_MIN]:
@@ -267,10 +264,10 @@ def _power_kernel(obs: np.ndarray, parents: np.ndarray, m: np.ndarray, s: np.nda
             n_out = emit(out, n_out, row, WHICH_CAP, code, eta, confidence,
                          (s[i, S_LEVEL], s[i, S_SLOPE], limit, s[i, S_TB], 1.0 if thermal else 0.0,
                           1.0 if node_event else 0.0))
-    return n_out, skipped
+    return n_out
 
 
-class PowerDetector(Detector):
+class PowerDetector(ThermalFitDetector):
     """Predicts ``power_cap``; reports power brake per GPU and per node at once."""
 
     name: ClassVar[str] = "power"
@@ -280,37 +277,43 @@ class PowerDetector(Detector):
         super().__init__(topology)
         self.health = health or PipelineHealth()
         self.params = params_vector(params)
-        self.thermal_params = th.params_vector({})
+        self.thermal_params = tf.params_vector({})
         self.horizon_s = float(self.params[P_HORIZON])
         n = topology.size("gpu")
-        self.parents = np.ascontiguousarray(np.stack([topology.gpu_rack, topology.gpu_node], axis=1),
-                                            dtype=np.int64) if n else np.zeros((0, 2), np.int64)
-        self.s_model = th.new_model_state(n, self.thermal_params)[:, :th.G_SIZE + th.M_SIZE].copy()
+        self.init_fit(self.thermal_params, consumer=True)
         self.s_gpu = np.full((n, S_SIZE), np.nan)
         self.s_gpu[:, [S_N, S_BRAKE, S_THERMAL, S_TB]] = 0.0
         self.s_gpu[:, S_ETA] = np.inf
         self.s_alarm = new_alarm_columns(n, 1)
-        self.s_rack = new_rack_state(topology.size("rack"))
-        self.s_node = new_node_state(topology.size("node"))
         self.s_node_brake = np.zeros((topology.size("node"), 2))
+        self._scratch = Scratch()
+        self._out = np.empty((0, OUT_SIZE))
+        self._n_out = 0
 
     def update(self, frame: Frame) -> list[Finding]:
         if frame.kind == "rack":
-            update_rack_inlet(rack_inlet_obs(frame, len(self.s_rack), self.health, self.name), self.s_rack)
-            self.thermal_params[th.P_SITE_DAMP] = site_loop_tau(self.s_rack)
-            self.thermal_params[th.P_SITE_RISE] = site_loop_rise(self.s_rack)
+            self.update_fit(frame)
+            self.thermal_params[tf.P_SITE_DAMP] = site_loop_tau(self.s_rack)
+            self.thermal_params[tf.P_SITE_RISE] = site_loop_rise(self.s_rack)
             return []
         if frame.kind != "gpu" or len(frame) == 0:
             return []
-        obs = gpu_obs(frame, OBS_FIELDS, len(self.s_gpu), self.health, self.name)
-        out = np.empty((3 * len(obs), OUT_SIZE))
-        n_out, skipped = _power_kernel(obs, self.parents, self.s_model, self.s_gpu, self.s_alarm,
-                                       (self.s_rack, self.s_node, self.s_node_brake),
-                                       (self.thermal_params, self.params), out, th.new_decay_cache())
-        if skipped:
-            self.health.problem(self.name, "gpu samples out of time order", skipped)
+        self.update_fit(frame)
+        return self._findings(self.fit.obs, self._out[:self._n_out])
+
+    def begin_frame(self, fit: ThermalFit) -> None:
+        self._out = self._scratch.take("out", (3 * len(fit.obs), OUT_SIZE))
+        self._n_out = 0
+
+    def after_fit(self, fit: ThermalFit, lo: int, hi: int) -> None:
+        self._n_out = _power_kernel(fit.obs, fit.rows, (lo, hi), fit.parents,
+                                    (fit.s_model, self.s_gpu, self.s_alarm, self.s_node_brake), fit.s_rack,
+                                    (self.thermal_params, self.params), self._out, self._n_out,
+                                    tf.new_decay_cache(C_SITES))
+
+    def _findings(self, obs: np.ndarray, out: np.ndarray) -> list[Finding]:
         findings: list[Finding] = []
-        for rec in out[:n_out]:
+        for rec in out:
             row, which, code = int(rec[O_ROW]), int(rec[O_WHICH]), int(rec[O_CODE])
             ts, slot = float(obs[row, 0]), int(obs[row, 1])
             v = rec[O_V0:O_V0 + 6]

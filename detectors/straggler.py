@@ -46,7 +46,7 @@ from foreshock.topology import Topology
 
 from .base import Detector
 from .cooling import group_median
-from .gpu_inputs import gpu_obs, kernel
+from .gpu_inputs import Scratch, gpu_obs, kernel
 
 OBS_FIELDS = ("sm_clock", "sm_clock_max", "util", "gpu_temp", "throttle_reasons")
 S_TS, S_CLOCK, S_TEMP, S_UTIL, S_THROTTLE, S_N = range(6)
@@ -71,6 +71,7 @@ PARAMS: dict[str, float] = {
 def _ew_kernel(obs: np.ndarray, s: np.ndarray, tau: float) -> int:
     """Exponentially weighted per-GPU means; returns rows skipped as out of order."""
     skipped = 0
+    step, w_step = np.nan, np.nan  # the rows of a frame share their step: one exp per frame
     for row in range(obs.shape[0]):
         ts = obs[row, 0]
         i = int(obs[row, 1])
@@ -78,7 +79,13 @@ def _ew_kernel(obs: np.ndarray, s: np.ndarray, tau: float) -> int:
         if last == last and ts <= last:
             skipped += 1
             continue
-        w = 1.0 if last != last else 1.0 - np.exp(-(ts - last) / tau)
+        if last != last:
+            w = 1.0
+        else:
+            if ts - last != step:
+                step = ts - last
+                w_step = 1.0 - np.exp(-step / tau)
+            w = w_step
         s[i, S_TS] = ts
         clock, clock_max, util, temp, reasons = obs[row, 2], obs[row, 3], obs[row, 4], obs[row, 5], obs[row, 6]
         if clock == clock and clock_max == clock_max and clock_max > 0.0:
@@ -115,11 +122,13 @@ class StragglerDetector(Detector):
         self.s_gpu[:, S_N] = 0.0
         self.s_flag = np.full((n, 3), np.nan)  # time each outlier kind was last reported
         self.next_ts = -np.inf
+        self._scratch = Scratch()
 
     def update(self, frame: Frame) -> list[Finding]:
         if frame.kind != "gpu" or len(frame) == 0:
             return []
-        obs = gpu_obs(frame, OBS_FIELDS, len(self.s_gpu), self.health, self.name)
+        obs = gpu_obs(frame, OBS_FIELDS, len(self.s_gpu), self.health, self.name, order="F",
+                      scratch=self._scratch)
         skipped = _ew_kernel(obs, self.s_gpu, self.p["tau_s"])
         if skipped:
             self.health.problem(self.name, "gpu samples out of time order", skipped)

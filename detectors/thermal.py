@@ -5,7 +5,9 @@ time constant ``tau``::
 
     dT/dt = (inlet + R·P - T) / tau
 
-For every GPU and both models the detector fits, online and from telemetry alone:
+For every GPU and both models the detector fits, online and from telemetry alone (the fit
+lives in :mod:`foreshock.detectors.thermal_fit`, shared with power and cooling; this module
+forecasts from it):
 
 - ``tau`` from transients (after a power step, how fast ``T`` closes on its target),
 - ``R`` as the ratio ``(T - inlet) / P_f`` where ``P_f`` is power passed through the same
@@ -53,7 +55,6 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from foreshock import facts
 from foreshock.findings import Finding, Prediction
 from foreshock.frames import Frame
 from foreshock.health import PipelineHealth
@@ -61,171 +62,36 @@ from foreshock.topology import Topology
 
 from .alarm import (A_SIZE, CODE_NONE, CODE_WITHDRAW, O_CODE, O_CONF, O_ETA, O_ROW, O_V0,
                     O_WHICH, OUT_SIZE, alarm_step, emit, new_alarm_columns)
-from .base import Detector
-from .gpu_inputs import (DAMP_MIN_OBS, flow_asymptote, inline, kernel, RACK_DAMP, RACK_DAMP_N, gpu_inlet, gpu_obs, new_node_state, new_rack_state,
-                         rack_inlet_obs, site_loop_rise, site_loop_tau, update_rack_inlet)
+from .gpu_inputs import (DAMP_MIN_OBS, flow_asymptote, inline, kernel, RACK_DAMP, RACK_DAMP_N,
+                         Scratch, site_loop_rise, site_loop_tau)
+# the thermal model's fit is shared with power and cooling (see thermal_fit); its parameters
+# (PARAMS, one vector: fit and forecast) are this detector's
+from .thermal_fit import PARAMS  # noqa: F401
+from .thermal_fit import (CORE, G_PLIM, G_PREF, G_SIZE, G_UB, G_UL, HBM, M_LOADED, M_RB, M_RES,
+                          M_RL, M_SIZE, M_TAU, N_MODELS, P_CLEAR, P_CONF_MIN, P_DAMP, P_DRIFT_DAMP,
+                          P_EVERY, P_HORIZON, P_LEAK, P_LEARN_DAMP, P_LIM_CORE, P_LIM_HBM, P_MARGIN,
+                          P_MARGIN_RISE, P_OFF_HOLD, P_ON, P_REFRESH, P_RISE, P_R_NOM, P_SITE_DAMP,
+                          P_SITE_RISE, P_SLOWDOWN_OFF, P_URGENT, P_WARMUP, R_DT, ThermalFit,
+                          ThermalFitDetector, X_HBM, X_SLOT, X_SLOWDOWN, X_TEMP, X_TS, params_vector)
 
-OBS_FIELDS = ("gpu_temp", "hbm_temp", "power", "slowdown_temp", "energy", "power_limit")
-X_TS, X_SLOT, X_TEMP, X_HBM, X_POWER, X_SLOWDOWN, X_ENERGY, X_PLIMIT = range(8)
-
-# ---- per-GPU state: common columns, then one block per model ----------------------------------
-# last ts, reference power, inlet level/slope/curvature/samples, last energy reading, power limit
-G_TS, G_PREF, G_UL, G_UB, G_UN, G_ENERGY, G_PLIM, G_EVAL_TS = range(8)  # ... last forecast
-G_SIZE = 8
-# model block (relative columns)
-M_TAU, M_PF, M_RL, M_RB, M_RES, M_TPREV, M_LOADED, M_ETA, M_SURE = range(9)
-M_SIZE = 9
-CORE, HBM = 0, 1
-# call sites of cached_decay (rows of the decay cache)
-C_LEVEL, C_SLOPE, C_UL, C_UB, C_REF, C_OWN0 = range(6)
-DECAY_SLOTS = 10  # C_OWN0.. for the kernels of other detectors that share these functions
 MODEL_EVENTS = ("thermal_throttle", "hbm_overheat")
-
-# ---- parameters (one float64 vector, so kernels take a single array) ----------------------
-PARAMS: dict[str, float] = {
-    "tau_core_s": 30.0,  # initial guesses; fitted online
-    "tau_hbm_s": 60.0,
-    "tau_level_s": 300.0,  # Holt level time constant for R and inlet
-    "tau_slope_s": 900.0,  # Holt slope (drift) time constant
-    "tau_inlet_level_s": 20.0,
-    "tau_inlet_slope_s": 60.0,
-    "inlet_damping_s": 240.0,  # an inlet trend is a cooling loop settling (its coolant mass, minutes):
-    # a prior, replaced by the loop's own time constant (slope / -curvature) learnt as a rise bends
-    "learn_damping": 1.0,  # 0: keep the prior
-    "drift_damping_s": 1800.0,  # a resistance trend is forecast to settle over this (a drift
-    # persists for hours and is caught anyway; a step such as a fan failure must not ramp on)
-    "design_rise_c": 4.0,  # a cooling loop's coolant rise over facility water at its baseline flow
-    # (the CDU approach): sets where the inlet settles when flow drops; learnt once a loss settles
-    "leak_w_per_c": 3.0,  # leakage power rises with temperature (W per °C at load), up to the cap
-    "margin_c": 0.5,  # fire only when the forecast clears the limit by this much ...
-    "margin_per_rise": 0.1,  # ... plus this share of the rise it extrapolates (far forecasts are unsure)
-    "tau_ref_power_s": 120.0,  # reference power for the steady-state target
-    "horizon_s": 1800.0,  # predict crossings at most this far ahead
-    "clear_factor": 1.5,  # withdraw when the ETA exceeds horizon * clear_factor ...
-    "off_hold_s": 300.0,  # ... for this long
-    "refresh_s": 60.0,
-    "forecast_every_s": 10.0,  # the fit runs on every sample; the forecast is solved this often
-    "on_count": 2.0,  # consecutive firing samples to start a prediction ...
-    "urgent_s": 120.0,  # ... or one, when the crossing is this close
-    "confidence_min": 0.5,
-    "warmup_s": 600.0,  # loaded time before full confidence
-    "load_min_w": 200.0,  # fit R only under load (idle power is mostly offsets)
-    "gap_s": 600.0,  # a longer gap restarts the filters
-    "r_nominal": facts.THERMAL_RESISTANCE_C_PER_W,
-    "inlet_stale_s": 300.0,
-    "limit_core_c": facts.MAX_OPERATING_TEMP_C,
-    "limit_hbm_c": facts.HBM_MAX_OPERATING_TEMP_C,
-    "slowdown_to_max_operating_c": facts.HW_SLOWDOWN_TEMP_C - facts.MAX_OPERATING_TEMP_C,
-    "tau_min_s": 2.0,
-    "tau_max_s": 3000.0,
-    "tau_excitation_c": 3.0,  # observe tau only when T is this far from its target
-    "site_damping_s": float("nan"),  # state, not a setting: the loops' learnt time constant
-    "site_rise_c": float("nan"),  # state, not a setting: the loops' learnt coolant rise
-}
-PARAM_NAMES = tuple(PARAMS)
-P = {name: i for i, name in enumerate(PARAM_NAMES)}
-(P_TAU_CORE, P_TAU_HBM, P_TAU_LEVEL, P_TAU_SLOPE, P_TAU_UL, P_TAU_UB, P_DAMP, P_LEARN_DAMP, P_DRIFT_DAMP, P_RISE, P_LEAK, P_MARGIN, P_MARGIN_RISE,
- P_TAU_REF, P_HORIZON,
- P_CLEAR, P_OFF_HOLD, P_REFRESH, P_EVERY, P_ON, P_URGENT, P_CONF_MIN, P_WARMUP, P_LOAD_MIN, P_GAP, P_R_NOM,
- P_STALE, P_LIM_CORE, P_LIM_HBM, P_SLOWDOWN_OFF, P_TAU_MIN, P_TAU_MAX, P_TAU_EXC, P_SITE_DAMP, P_SITE_RISE) = range(len(PARAMS))
+# forecast state per GPU: when the forecast was last solved (it is solved every
+# forecast_every_s and aged between), then per model its ETA and whether it was sure
+F_EVAL_TS, F_MODEL0 = 0, 1
+F_ETA, F_SURE = 0, 1  # relative to the model's block
+F_MODEL_SIZE = 2
+F_SIZE = F_MODEL0 + N_MODELS * F_MODEL_SIZE
 
 
-def params_vector(overrides: dict[str, float]) -> np.ndarray:
-    unknown = sorted(set(overrides) - set(PARAMS))
-    if unknown:
-        raise ValueError(f"thermal: unknown parameters {unknown}; known: {sorted(PARAMS)}")
-    vec = np.array([float(overrides.get(k, v)) for k, v in PARAMS.items()])
-    if vec[P_HORIZON] <= 0 or vec[P_TAU_CORE] <= 0 or vec[P_TAU_HBM] <= 0:
-        raise ValueError("thermal: horizon_s and the time constants must be positive")
-    return vec
-
-
-def new_model_state(n: int, params: np.ndarray) -> np.ndarray:
-    """``(n, G_SIZE + 2 * M_SIZE)``: common columns, core block, HBM block."""
-    state = np.full((n, G_SIZE + 2 * M_SIZE), np.nan)
-    state[:, G_UN] = 0.0
-    for m, tau in ((CORE, params[P_TAU_CORE]), (HBM, params[P_TAU_HBM])):
-        off = G_SIZE + m * M_SIZE
-        state[:, off + M_TAU] = tau
-        state[:, off + M_RB] = 0.0
-        state[:, off + M_RES] = 0.0
-        state[:, off + M_LOADED] = 0.0
-        state[:, off + M_ETA] = np.inf
-        state[:, off + M_SURE] = 0.0
+def new_forecast_state(n: int) -> np.ndarray:
+    state = np.full((n, F_SIZE), np.nan)
+    for m in range(N_MODELS):
+        state[:, F_MODEL0 + m * F_MODEL_SIZE + F_ETA] = np.inf
+        state[:, F_MODEL0 + m * F_MODEL_SIZE + F_SURE] = 0.0
     return state
 
 
-# ---- kernels ------------------------------------------------------------------------------
-@kernel
-def decay(dt: float, tau: float) -> float:
-    """Weight of the old value after ``dt`` for a first-order filter of time constant ``tau``."""
-    return np.exp(-dt / tau)  # type: ignore[no-any-return]
-
-
-def new_decay_cache() -> np.ndarray:
-    """Scratch for :func:`cached_decay`: most rows of a frame share ``dt``, and the time
-    constants are parameters, so each call site's ``exp`` is computed once per distinct dt."""
-    return np.full((DECAY_SLOTS, 3), np.nan)
-
-
-@inline
-def cached_decay(cache: np.ndarray, k: int, dt: float, tau: float) -> float:
-    """``decay(dt, tau)`` memoised in row ``k`` of ``cache`` (one row per call site)."""
-    if cache[k, 0] != dt or cache[k, 1] != tau:
-        cache[k, 0] = dt
-        cache[k, 1] = tau
-        cache[k, 2] = np.exp(-dt / tau)
-    return cache[k, 2]  # type: ignore[no-any-return]
-
-
-@kernel
-def holt(level: float, slope: float, x: float, dt: float, w_level: float,
-         w_slope: float) -> tuple[float, float]:
-    """Holt's linear smoothing with irregular steps: new (level, slope per second).
-
-    ``w_level``/``w_slope`` are the step's smoothing weights, ``1 - exp(-dt / tau)``."""
-    pred = level + slope * dt
-    new_level = pred + w_level * (x - pred)
-    new_slope = slope + w_slope * ((new_level - level) / dt - slope)
-    return new_level, new_slope
-
-
-@inline
-def model_step(s: np.ndarray, i: int, off: int, dt: float, temp: float, power: float,
-               inlet: float, params: np.ndarray, cache: np.ndarray) -> None:
-    """Fit one first-order model (core or HBM) of GPU ``i`` on one sample."""
-    tau = s[i, off + M_TAU]
-    a = decay(dt, tau)
-    tprev = s[i, off + M_TPREV]
-    rl = s[i, off + M_RL]
-    if tprev == tprev and inlet == inlet and power == power and rl == rl:
-        target = inlet + rl * power
-        resid = temp - (target + (tprev - target) * a)
-        w = 1.0 - cached_decay(cache, C_LEVEL, dt, params[P_TAU_LEVEL])
-        s[i, off + M_RES] += w * (resid * resid - s[i, off + M_RES])
-        gap = tprev - target
-        if abs(gap) >= params[P_TAU_EXC]:
-            ratio = (temp - target) / gap
-            if 0.02 < ratio < 0.98:
-                log_tau = np.log(tau) + 0.1 * (np.log(-dt / np.log(ratio)) - np.log(tau))
-                s[i, off + M_TAU] = min(max(np.exp(log_tau), params[P_TAU_MIN]), params[P_TAU_MAX])
-    if power == power:
-        pf = s[i, off + M_PF]
-        s[i, off + M_PF] = power if pf != pf else a * pf + (1.0 - a) * power
-    s[i, off + M_TPREV] = temp
-    pf = s[i, off + M_PF]
-    if inlet == inlet and pf > params[P_LOAD_MIN]:
-        r = (temp - inlet) / pf
-        if rl != rl:
-            s[i, off + M_RL] = r
-            s[i, off + M_RB] = 0.0
-        else:
-            s[i, off + M_RL], s[i, off + M_RB] = holt(
-                rl, s[i, off + M_RB], r, dt, 1.0 - cached_decay(cache, C_LEVEL, dt, params[P_TAU_LEVEL]),
-                1.0 - cached_decay(cache, C_SLOPE, dt, params[P_TAU_SLOPE]))
-        s[i, off + M_LOADED] += min(dt, 120.0)  # a long gap is not load seen
-
-
+# ---- forecast kernels -------------------------------------------------------------------------
 @kernel
 def temp_at(h: float, temp0: float, a0: float, b: float, bdamp: float, tau: float, du: float,
             damp: float, amp: float, cap: float) -> float:
@@ -357,77 +223,19 @@ def confidence_of(s: np.ndarray, i: int, off: int, params: np.ndarray) -> float:
     return warm / (1.0 + np.sqrt(s[i, off + M_RES]) / 2.0)  # type: ignore[no-any-return]
 
 
-@inline
-def observe(obs: np.ndarray, row: int, s: np.ndarray, n_models: int, parents: np.ndarray,
-            racks: np.ndarray, nodes: np.ndarray, params: np.ndarray,
-            cache: np.ndarray) -> tuple[float, float, float]:
-    """Common per-sample bookkeeping: ``(dt, power, inlet)``; ``dt < 0`` means skip the row.
-
-    Power is the interval mean from the energy counter where it is sane (a ``power.draw``
-    sample alone aliases the training-step rhythm), else the sample. After a gap the filters
-    restart. Shared by every detector that fits the thermal model (this one, cooling).
-    """
-    ts = obs[row, X_TS]
-    i = int(obs[row, X_SLOT])
-    power = obs[row, X_POWER]
-    last = s[i, G_TS]
-    dt = ts - last
-    if last == last and dt <= 0.0:
-        return -1.0, np.nan, np.nan
-    if power == power and not 0.0 <= power < 1e5:
-        power = np.nan  # a sentinel or garbage reading is missing, not a measurement
-    energy = obs[row, X_ENERGY]
-    e_last = s[i, G_ENERGY]
-    s[i, G_ENERGY] = energy
-    if energy == energy and e_last == e_last and last == last and dt <= params[P_GAP]:
-        mean_power = (energy - e_last) / dt
-        if 0.0 <= mean_power < 1e5:
-            power = mean_power
-    if last != last or dt > params[P_GAP]:
-        s[i, G_PREF] = power
-        for m in range(n_models):
-            s[i, G_SIZE + m * M_SIZE + M_PF] = power
-            s[i, G_SIZE + m * M_SIZE + M_TPREV] = np.nan
-        dt = params[P_GAP]  # Holt steps after a gap see one long step
-    s[i, G_TS] = ts
-    inlet = gpu_inlet(ts, parents[i, 1], parents[i, 0], obs[row, X_TEMP], s[i, G_SIZE + M_PF],
-                      racks, nodes, params[P_R_NOM], params[P_STALE])
-    if power == power:
-        pr = s[i, G_PREF]
-        w = cached_decay(cache, C_REF, dt, params[P_TAU_REF])
-        if pr != pr or power > 1.5 * pr:
-            s[i, G_PREF] = power  # a step up (a job starting) is the new reference at once
-        else:
-            s[i, G_PREF] = w * pr + (1.0 - w) * power
-    if inlet == inlet:
-        if s[i, G_UN] == 0.0:
-            s[i, G_UL] = inlet
-            s[i, G_UB] = 0.0
-        else:
-            s[i, G_UL], s[i, G_UB] = holt(s[i, G_UL], s[i, G_UB], inlet, dt,
-                                          1.0 - cached_decay(cache, C_UL, dt, params[P_TAU_UL]),
-                                          1.0 - cached_decay(cache, C_UB, dt, params[P_TAU_UB]))
-        s[i, G_UN] += 1.0
-    plim = obs[row, X_PLIMIT]
-    if plim == plim and 50.0 < plim < 1e5:
-        s[i, G_PLIM] = plim
-    return dt, power, inlet
-
-
 @kernel
-def _thermal_kernel(obs: np.ndarray, parents: np.ndarray, s: np.ndarray, alarms: np.ndarray,
-                    racks: np.ndarray, nodes: np.ndarray, params: np.ndarray,
-                    out: np.ndarray, cache: np.ndarray) -> tuple[int, int]:
-    """Fit and predict over a GPU frame; returns (emissions, rows skipped as out of order)."""
-    n_out = 0
-    skipped = 0
+def _thermal_kernel(obs: np.ndarray, rows: np.ndarray, span: tuple[int, int], parents: np.ndarray,
+                    state: tuple[np.ndarray, np.ndarray, np.ndarray], racks: np.ndarray,
+                    params: np.ndarray, out: np.ndarray, n_out: int) -> int:
+    """Predict on the fitted rows ``span`` of a GPU frame; returns the emission count.
+
+    ``rows`` is the fit's per-row output, ``state`` = (fit state, forecast state, alarms)."""
+    s, fc, alarms = state
     horizon = params[P_HORIZON]
     clear_eta = horizon * params[P_CLEAR]
-    for row in range(obs.shape[0]):
-        dt, power, inlet = observe(obs, row, s, 2, parents, racks, nodes, params, cache)
-        if dt < 0.0:
-            skipped += 1
-            continue
+    for row in range(span[0], span[1]):
+        if rows[row, R_DT] < 0.0:
+            continue  # out of order: the fit skipped it
         ts = obs[row, X_TS]
         i = int(obs[row, X_SLOT])
         damp = inlet_damping(parents[i, 0], racks, params)
@@ -437,26 +245,26 @@ def _thermal_kernel(obs: np.ndarray, parents: np.ndarray, s: np.ndarray, alarms:
             limit_core = slowdown - params[P_SLOWDOWN_OFF]
         else:
             limit_core = params[P_LIM_CORE]
-        since = ts - s[i, G_EVAL_TS]
+        since = ts - fc[i, F_EVAL_TS]
         due = not since < params[P_EVERY]  # NaN (never) counts as due
         if due:
-            s[i, G_EVAL_TS] = ts
-        for m in range(2):
+            fc[i, F_EVAL_TS] = ts
+        for m in range(N_MODELS):
             off = G_SIZE + m * M_SIZE
+            f = F_MODEL0 + m * F_MODEL_SIZE
             t_m = obs[row, X_TEMP] if m == CORE else obs[row, X_HBM]
             limit = limit_core if m == CORE else params[P_LIM_HBM]
             if t_m != t_m or not -50.0 < t_m < 200.0:
                 continue
-            model_step(s, i, off, dt, t_m, power, inlet, params, cache)
             if due:
                 eta, conf, target, slope, sure = model_eta(s, i, off, t_m, limit, damp, du, params)
                 if m == HBM and eta <= horizon and hbm_held_by_core(s, i, du, damp, limit_core, limit, params):
                     eta, sure = np.inf, False
-                s[i, off + M_ETA] = eta
-                s[i, off + M_SURE] = 1.0 if sure else 0.0
+                fc[i, f + F_ETA] = eta
+                fc[i, f + F_SURE] = 1.0 if sure else 0.0
             else:  # between forecasts: the last one, aged
-                eta = max(s[i, off + M_ETA] - since, 0.0)
-                sure = s[i, off + M_SURE] > 0.0
+                eta = max(fc[i, f + F_ETA] - since, 0.0)
+                sure = fc[i, f + F_SURE] > 0.0
                 conf = confidence_of(s, i, off, params)
                 target = slope = np.nan
             firing = sure and conf >= params[P_CONF_MIN]
@@ -469,11 +277,11 @@ def _thermal_kernel(obs: np.ndarray, parents: np.ndarray, s: np.ndarray, alarms:
                     _, _, target, slope, _ = model_eta(s, i, off, t_m, limit, damp, du, params)
                 n_out = emit(out, n_out, row, m, code, eta, conf,
                              (target, slope, s[i, G_UL], s[i, off + M_RL], s[i, off + M_TAU], limit))
-    return n_out, skipped
+    return n_out
 
 
 # ---- the detector ------------------------------------------------------------------------
-class ThermalDetector(Detector):
+class ThermalDetector(ThermalFitDetector):
     """Per-GPU first-order thermal model; predicts ``thermal_throttle`` and ``hbm_overheat``."""
 
     name: ClassVar[str] = "thermal"
@@ -485,28 +293,32 @@ class ThermalDetector(Detector):
         self.params = params_vector(params)
         self.horizon_s = float(self.params[P_HORIZON])
         n = topology.size("gpu")
-        self.parents = np.ascontiguousarray(np.stack([topology.gpu_rack, topology.gpu_node], axis=1),
-                                            dtype=np.int64) if n else np.zeros((0, 2), np.int64)
-        self.s_model = new_model_state(n, self.params)
+        self.init_fit(self.params, consumer=True)
+        self.s_forecast = new_forecast_state(n)
         self.s_alarm = new_alarm_columns(n, 2)
-        self.s_rack = new_rack_state(topology.size("rack"))
-        self.s_node = new_node_state(topology.size("node"))
+        self._scratch = Scratch()
+        self._out = np.empty((0, OUT_SIZE))
+        self._n_out = 0
 
     def update(self, frame: Frame) -> list[Finding]:
         if frame.kind == "rack":
-            update_rack_inlet(rack_inlet_obs(frame, len(self.s_rack), self.health, self.name), self.s_rack)
+            self.update_fit(frame)
             self.params[P_SITE_DAMP] = site_loop_tau(self.s_rack)
             self.params[P_SITE_RISE] = site_loop_rise(self.s_rack)
             return []
         if frame.kind != "gpu" or len(frame) == 0:
             return []
-        obs = gpu_obs(frame, OBS_FIELDS, len(self.s_model), self.health, self.name)
-        out = np.empty((2 * len(obs), OUT_SIZE))
-        n_out, skipped = _thermal_kernel(obs, self.parents, self.s_model, self.s_alarm, self.s_rack,
-                                         self.s_node, self.params, out, new_decay_cache())
-        if skipped:
-            self.health.problem(self.name, "gpu samples out of time order", skipped)
-        return self._findings(obs, out[:n_out])
+        self.update_fit(frame)
+        return self._findings(self.fit.obs, self._out[:self._n_out])
+
+    def begin_frame(self, fit: ThermalFit) -> None:
+        self._out = self._scratch.take("out", (2 * len(fit.obs), OUT_SIZE))
+        self._n_out = 0
+
+    def after_fit(self, fit: ThermalFit, lo: int, hi: int) -> None:
+        self._n_out = _thermal_kernel(fit.obs, fit.rows, (lo, hi), fit.parents,
+                                      (fit.s_model, self.s_forecast, self.s_alarm), fit.s_rack,
+                                      self.params, self._out, self._n_out)
 
     def gauges(self) -> dict[str, tuple[str, np.ndarray, str]]:
         core = G_SIZE + CORE * M_SIZE

@@ -15,6 +15,8 @@ import math
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from foreshock.detectors import incidents as incidents_module
 from foreshock.detectors.incident_external import ExternalEvent, iter_events, parse_event, parse_time
@@ -507,3 +509,51 @@ def test_no_float_infinity_in_json():
     text = finding_to_json(out[-1])
     assert "Infinity" not in text and "NaN" not in text
     assert all(math.isfinite(x) for _, x in out[-1].jobs)
+
+
+# ---- the engine's per-GPU telemetry kernel against a naive reference ----------------------------
+def naive_track_gpu(tel, slot, ts, cols):
+    """Each GPU's last row of the frame with finite time and temperature, in plain NumPy."""
+    from foreshock import facts
+    from foreshock.detectors import incident_impact as ii
+    temp = cols["gpu_temp"]
+    ok = np.isfinite(temp) & np.isfinite(ts)
+    last = {}
+    for r in np.flatnonzero(ok):
+        last[int(slot[r])] = r
+    for s, r in last.items():
+        t, x = ts[r], temp[r]
+        span = t - tel[s, ii.TEL_REF_TS]
+        if not span < ii.SLOPE_BASELINE_S:
+            if span > 0:
+                tel[s, ii.TEL_SLOPE] = (x - tel[s, ii.TEL_REF_TEMP]) / span
+            tel[s, ii.TEL_REF_TS], tel[s, ii.TEL_REF_TEMP] = t, x
+        tel[s, ii.TEL_TS], tel[s, ii.TEL_TEMP] = t, x
+        own = cols["slowdown_temp"][r] - (facts.HW_SLOWDOWN_TEMP_C - facts.MAX_OPERATING_TEMP_C)
+        tel[s, ii.TEL_LIMIT] = own if np.isfinite(own) else facts.MAX_OPERATING_TEMP_C
+        tel[s, ii.TEL_POWER_HEADROOM] = cols["power_limit"][r] - cols["power"][r]
+
+
+@pytest.mark.kernel
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.lists(st.tuples(st.integers(0, 5), st.sampled_from([0.0, 100.0, 400.0, math.nan, math.inf]),
+                                   st.sampled_from([55.0, 61.0, 90.0, math.nan, -math.inf]),
+                                   st.sampled_from([89.0, math.nan]), st.sampled_from([300.0, math.nan])),
+                         max_size=12), min_size=1, max_size=4))
+def test_gpu_telemetry_kernel_matches_reference(frames):
+    from foreshock.detectors.incident_impact import Telemetry
+    tel = Telemetry(6, 1, 1)
+    ref = np.full((6, 7), np.nan)
+    t0 = 0.0
+    for rows in frames:
+        t0 += 500.0
+        slot = np.array([r[0] for r in rows], np.int32)
+        ts = np.array([t0 + r[1] for r in rows])
+        cols = {"gpu_temp": np.array([r[2] for r in rows]), "slowdown_temp": np.array([r[3] for r in rows]),
+                "power": np.array([r[4] for r in rows]), "power_limit": np.full(len(rows), 700.0)}
+        before = tel.gpu_frames_ts
+        tel.observe(Frame("gpu", ts, slot, cols))
+        naive_track_gpu(ref, slot, ts, cols)
+        assert np.array_equal(tel.s_gpu_tel, ref, equal_nan=True)
+        newest = max([before] + [t for t in ts if not math.isnan(t)]) if np.isfinite(ts).any() else before
+        assert tel.gpu_frames_ts == newest

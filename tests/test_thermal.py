@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from foreshock.detectors import thermal as th
+from foreshock.detectors import thermal_fit as tf
 from foreshock.detectors.gpu_inputs import RACK_DAMP, RACK_DAMP_N, new_rack_state, update_rack_inlet
 from foreshock.findings import Prediction
 from foreshock.frames import Frame
@@ -93,13 +94,13 @@ def naive_holt(xs, dts, tl, ts_):
 @settings(max_examples=40, deadline=None)
 @given(st.lists(st.floats(-100, 100), min_size=2, max_size=40), st.floats(0.5, 60))
 def test_holt_matches_reference(xs, dt):
-    cache = th.new_decay_cache()
-    assert th.cached_decay(cache, 0, dt, 30.0) == pytest.approx(math.exp(-dt / 30.0))
-    assert th.cached_decay(cache, 0, dt, 30.0) == pytest.approx(math.exp(-dt / 30.0))  # memoised
-    assert th.cached_decay(cache, 0, 2 * dt, 30.0) == pytest.approx(math.exp(-2 * dt / 30.0))
+    cache = tf.new_decay_cache(1)
+    assert tf.cached_decay(cache, 0, dt, 30.0) == pytest.approx(math.exp(-dt / 30.0))
+    assert tf.cached_decay(cache, 0, dt, 30.0) == pytest.approx(math.exp(-dt / 30.0))  # memoised
+    assert tf.cached_decay(cache, 0, 2 * dt, 30.0) == pytest.approx(math.exp(-2 * dt / 30.0))
     level, slope = xs[0], 0.0
     for x in xs[1:]:
-        level, slope = th.holt(level, slope, x, dt, 1 - math.exp(-dt / 30.0), 1 - math.exp(-dt / 90.0))
+        level, slope = tf.holt(level, slope, x, dt, 1 - math.exp(-dt / 30.0), 1 - math.exp(-dt / 90.0))
     want = naive_holt(xs, [dt] * (len(xs) - 1), 30.0, 90.0)
     assert level == pytest.approx(want[0], abs=1e-9)
     assert slope == pytest.approx(want[1], abs=1e-9)
@@ -135,9 +136,9 @@ def test_fit_recovers_resistance_and_time_constant():
         temp = inlet + r_true * power + (temp - inlet - r_true * power) * math.exp(-5 / tau_true)
         det.update(Frame("rack", [t], [0], {"inlet_temp": [inlet]}))
         det.update(Frame("gpu", [t], [0], {"gpu_temp": [temp], "power": [power]}))
-    core = th.G_SIZE + th.CORE * th.M_SIZE
-    assert det.s_model[0, core + th.M_RL] == pytest.approx(r_true, rel=0.02)
-    assert det.s_model[0, core + th.M_TAU] == pytest.approx(tau_true, rel=0.25)
+    core = tf.G_SIZE + tf.CORE * tf.M_SIZE
+    assert det.s_model[0, core + tf.M_RL] == pytest.approx(r_true, rel=0.02)
+    assert det.s_model[0, core + tf.M_TAU] == pytest.approx(tau_true, rel=0.25)
 
 
 @pytest.mark.kernel

@@ -1,0 +1,454 @@
+"""The per-GPU thermal fit that the thermal, power and cooling detectors share.
+
+Each of those detectors reads the same first-order thermal model of every GPU (see
+:mod:`foreshock.detectors.thermal` for the physics): the thermal resistance ``R`` and time
+constant ``tau`` of the core and the HBM, the reference power, the inlet temperature and its
+trend. :class:`ThermalFit` fits it once per frame for all of them:
+
+- it owns the fit's state (``s_model``: per GPU, common columns then one block per model), the
+  rack inlet state and the node inlet proxy (see :mod:`foreshock.detectors.gpu_inputs`);
+- :meth:`ThermalFit.update` is memoised on the frame: the first detector of a bank to see a
+  frame runs the fit, the others reuse it (a detector that sees the same frame again — a
+  re-fed frame — runs it again, as it would alone, and finds its rows out of order);
+- detectors that predict per sample (thermal, power) are *consumers*: after the fit of a run of
+  rows the fit calls each consumer's :meth:`FitConsumer.after_fit` on those rows, so every
+  prediction reads the model exactly as it stood after its own sample. A frame in which a GPU
+  appears twice (a replay window of several ticks) is cut into runs without repeats for that.
+
+Each detector owns a fit of its own until a :class:`~foreshock.detectors.bank.DetectorBank`
+puts them together with :func:`share_thermal_fits`: detectors whose fits have the same
+parameters and the same state then use one. A bank of ``power`` alone works as before. The
+fit's arrays are part of every sharing detector's ``state_dict()`` (each detector's state is
+complete on its own); loading writes them in place, so they stay shared.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+import numpy as np
+
+from foreshock import facts
+from foreshock.frames import Frame
+from foreshock.health import PipelineHealth
+from foreshock.topology import Topology
+
+from .base import Detector
+from .gpu_inputs import (Scratch, gpu_inlet, gpu_obs, inline, kernel, new_node_state, new_rack_state,
+                         rack_inlet_obs, update_rack_inlet)
+
+OBS_FIELDS = ("gpu_temp", "hbm_temp", "power", "slowdown_temp", "energy", "power_limit", "throttle_reasons")
+X_TS, X_SLOT, X_TEMP, X_HBM, X_POWER, X_SLOWDOWN, X_ENERGY, X_PLIMIT, X_REASONS = range(9)
+
+# ---- per-GPU fit state: common columns, then one block per model --------------------------
+# last ts, reference power, inlet level/slope/samples, last energy reading, power limit
+G_TS, G_PREF, G_UL, G_UB, G_UN, G_ENERGY, G_PLIM = range(7)
+G_SIZE = 7
+# model block (relative columns): time constant, filtered power, R level and slope, squared
+# residual, previous temperature, loaded seconds
+M_TAU, M_PF, M_RL, M_RB, M_RES, M_TPREV, M_LOADED = range(7)
+M_SIZE = 7
+CORE, HBM = 0, 1
+N_MODELS = 2
+# per row of a fitted frame: the step (s; < 0: row skipped as out of order) and the core
+# temperature before this sample (NaN after a gap) — what consumers need besides the state
+R_DT, R_TPREV = 0, 1
+ROW_SIZE = 2
+# the decays of the fit's fixed time constants over one step (kept while the step repeats: the
+# rows of a frame mostly share theirs): the step, then one per time constant
+D_DT, D_LEVEL, D_SLOPE, D_UL, D_UB, D_REF = range(6)
+D_SIZE = 6
+
+# ---- parameters (one float64 vector, so kernels take a single array) ----------------------
+PARAMS: dict[str, float] = {
+    "tau_core_s": 30.0,  # initial guesses; fitted online
+    "tau_hbm_s": 60.0,
+    "tau_level_s": 300.0,  # Holt level time constant for R and inlet
+    "tau_slope_s": 900.0,  # Holt slope (drift) time constant
+    "tau_inlet_level_s": 20.0,
+    "tau_inlet_slope_s": 60.0,
+    "inlet_damping_s": 240.0,  # an inlet trend is a cooling loop settling (its coolant mass, minutes):
+    # a prior, replaced by the loop's own time constant (slope / -curvature) learnt as a rise bends
+    "learn_damping": 1.0,  # 0: keep the prior
+    "drift_damping_s": 1800.0,  # a resistance trend is forecast to settle over this (a drift
+    # persists for hours and is caught anyway; a step such as a fan failure must not ramp on)
+    "design_rise_c": 4.0,  # a cooling loop's coolant rise over facility water at its baseline flow
+    # (the CDU approach): sets where the inlet settles when flow drops; learnt once a loss settles
+    "leak_w_per_c": 3.0,  # leakage power rises with temperature (W per °C at load), up to the cap
+    "margin_c": 0.5,  # fire only when the forecast clears the limit by this much ...
+    "margin_per_rise": 0.1,  # ... plus this share of the rise it extrapolates (far forecasts are unsure)
+    "tau_ref_power_s": 120.0,  # reference power for the steady-state target
+    "horizon_s": 1800.0,  # predict crossings at most this far ahead
+    "clear_factor": 1.5,  # withdraw when the ETA exceeds horizon * clear_factor ...
+    "off_hold_s": 300.0,  # ... for this long
+    "refresh_s": 60.0,
+    "forecast_every_s": 10.0,  # the fit runs on every sample; the forecast is solved this often
+    "on_count": 2.0,  # consecutive firing samples to start a prediction ...
+    "urgent_s": 120.0,  # ... or one, when the crossing is this close
+    "confidence_min": 0.5,
+    "warmup_s": 600.0,  # loaded time before full confidence
+    "load_min_w": 200.0,  # fit R only under load (idle power is mostly offsets)
+    "gap_s": 600.0,  # a longer gap restarts the filters
+    "r_nominal": facts.THERMAL_RESISTANCE_C_PER_W,
+    "inlet_stale_s": 300.0,
+    "limit_core_c": facts.MAX_OPERATING_TEMP_C,
+    "limit_hbm_c": facts.HBM_MAX_OPERATING_TEMP_C,
+    "slowdown_to_max_operating_c": facts.HW_SLOWDOWN_TEMP_C - facts.MAX_OPERATING_TEMP_C,
+    "tau_min_s": 2.0,
+    "tau_max_s": 3000.0,
+    "tau_excitation_c": 3.0,  # observe tau only when T is this far from its target
+    "site_damping_s": float("nan"),  # state, not a setting: the loops' learnt time constant
+    "site_rise_c": float("nan"),  # state, not a setting: the loops' learnt coolant rise
+}
+PARAM_NAMES = tuple(PARAMS)
+P = {name: i for i, name in enumerate(PARAM_NAMES)}
+(P_TAU_CORE, P_TAU_HBM, P_TAU_LEVEL, P_TAU_SLOPE, P_TAU_UL, P_TAU_UB, P_DAMP, P_LEARN_DAMP, P_DRIFT_DAMP, P_RISE, P_LEAK, P_MARGIN, P_MARGIN_RISE,
+ P_TAU_REF, P_HORIZON,
+ P_CLEAR, P_OFF_HOLD, P_REFRESH, P_EVERY, P_ON, P_URGENT, P_CONF_MIN, P_WARMUP, P_LOAD_MIN, P_GAP, P_R_NOM,
+ P_STALE, P_LIM_CORE, P_LIM_HBM, P_SLOWDOWN_OFF, P_TAU_MIN, P_TAU_MAX, P_TAU_EXC, P_SITE_DAMP, P_SITE_RISE) = range(len(PARAMS))
+
+
+def params_vector(overrides: dict[str, float]) -> np.ndarray:
+    unknown = sorted(set(overrides) - set(PARAMS))
+    if unknown:
+        raise ValueError(f"thermal: unknown parameters {unknown}; known: {sorted(PARAMS)}")
+    vec = np.array([float(overrides.get(k, v)) for k, v in PARAMS.items()])
+    if vec[P_HORIZON] <= 0 or vec[P_TAU_CORE] <= 0 or vec[P_TAU_HBM] <= 0:
+        raise ValueError("thermal: horizon_s and the time constants must be positive")
+    return vec
+FIT_PARAMS = ("tau_core_s", "tau_hbm_s", "tau_level_s", "tau_slope_s", "tau_inlet_level_s",
+              "tau_inlet_slope_s", "tau_ref_power_s", "load_min_w", "gap_s", "r_nominal",
+              "inlet_stale_s", "tau_min_s", "tau_max_s", "tau_excitation_c")
+"""The parameters the fit reads; detectors whose fits agree on these can share one."""
+
+
+def new_model_state(n: int, params: np.ndarray) -> np.ndarray:
+    """``(n, G_SIZE + 2 * M_SIZE)``: common columns, core block, HBM block."""
+    state = np.full((n, G_SIZE + N_MODELS * M_SIZE), np.nan)
+    state[:, G_UN] = 0.0
+    for m, tau in ((CORE, params[P_TAU_CORE]), (HBM, params[P_TAU_HBM])):
+        off = G_SIZE + m * M_SIZE
+        state[:, off + M_TAU] = tau
+        state[:, off + M_RB] = 0.0
+        state[:, off + M_RES] = 0.0
+        state[:, off + M_LOADED] = 0.0
+    return state
+
+
+# ---- kernels ------------------------------------------------------------------------------
+@kernel
+def decay(dt: float, tau: float) -> float:
+    """Weight of the old value after ``dt`` for a first-order filter of time constant ``tau``."""
+    return np.exp(-dt / tau)  # type: ignore[no-any-return]
+
+
+def new_decay_cache(sites: int) -> np.ndarray:
+    """Scratch for :func:`cached_decay` with one row per call site: most rows of a frame share
+    ``dt``, and the time constants are parameters, so each site's ``exp`` is computed once per
+    distinct dt."""
+    return np.full((sites, 3), np.nan)
+
+
+def new_step_decays() -> np.ndarray:
+    """Scratch for :func:`step_decays`."""
+    return np.full(D_SIZE, np.nan)
+
+
+@inline
+def step_decays(d: np.ndarray, dt: float, params: np.ndarray) -> None:
+    """``decay(dt, tau)`` of each fixed time constant of the fit into ``d`` (see ``D_*``), unless
+    ``d`` holds this step's already: once per distinct step, not once per use."""
+    if d[D_DT] != dt:
+        d[D_DT] = dt
+        d[D_LEVEL] = np.exp(-dt / params[P_TAU_LEVEL])
+        d[D_SLOPE] = np.exp(-dt / params[P_TAU_SLOPE])
+        d[D_UL] = np.exp(-dt / params[P_TAU_UL])
+        d[D_UB] = np.exp(-dt / params[P_TAU_UB])
+        d[D_REF] = np.exp(-dt / params[P_TAU_REF])
+
+
+@inline
+def cached_decay(cache: np.ndarray, k: int, dt: float, tau: float) -> float:
+    """``decay(dt, tau)`` memoised in row ``k`` of ``cache`` (one row per call site)."""
+    if cache[k, 0] != dt or cache[k, 1] != tau:
+        cache[k, 0] = dt
+        cache[k, 1] = tau
+        cache[k, 2] = np.exp(-dt / tau)
+    return cache[k, 2]  # type: ignore[no-any-return]
+
+
+@kernel
+def holt(level: float, slope: float, x: float, dt: float, w_level: float,
+         w_slope: float) -> tuple[float, float]:
+    """Holt's linear smoothing with irregular steps: new (level, slope per second).
+
+    ``w_level``/``w_slope`` are the step's smoothing weights, ``1 - exp(-dt / tau)``."""
+    pred = level + slope * dt
+    new_level = pred + w_level * (x - pred)
+    new_slope = slope + w_slope * ((new_level - level) / dt - slope)
+    return new_level, new_slope
+
+
+@inline
+def model_step(s: np.ndarray, i: int, off: int, dt: float, temp: float, power: float,
+               inlet: float, params: np.ndarray, d: np.ndarray) -> None:
+    """Fit one first-order model (core or HBM) of GPU ``i`` on one sample."""
+    tau = s[i, off + M_TAU]
+    a = decay(dt, tau)
+    tprev = s[i, off + M_TPREV]
+    rl = s[i, off + M_RL]
+    if tprev == tprev and inlet == inlet and power == power and rl == rl:
+        target = inlet + rl * power
+        resid = temp - (target + (tprev - target) * a)
+        w = 1.0 - d[D_LEVEL]
+        s[i, off + M_RES] += w * (resid * resid - s[i, off + M_RES])
+        gap = tprev - target
+        if abs(gap) >= params[P_TAU_EXC]:
+            ratio = (temp - target) / gap
+            if 0.02 < ratio < 0.98:
+                log_tau = np.log(tau) + 0.1 * (np.log(-dt / np.log(ratio)) - np.log(tau))
+                s[i, off + M_TAU] = min(max(np.exp(log_tau), params[P_TAU_MIN]), params[P_TAU_MAX])
+    if power == power:
+        pf = s[i, off + M_PF]
+        s[i, off + M_PF] = power if pf != pf else a * pf + (1.0 - a) * power
+    s[i, off + M_TPREV] = temp
+    pf = s[i, off + M_PF]
+    if inlet == inlet and pf > params[P_LOAD_MIN]:
+        r = (temp - inlet) / pf
+        if rl != rl:
+            s[i, off + M_RL] = r
+            s[i, off + M_RB] = 0.0
+        else:
+            s[i, off + M_RL], s[i, off + M_RB] = holt(
+                rl, s[i, off + M_RB], r, dt, 1.0 - d[D_LEVEL], 1.0 - d[D_SLOPE])
+        s[i, off + M_LOADED] += min(dt, 120.0)  # a long gap is not load seen
+
+
+@inline
+def observe(obs: np.ndarray, row: int, s: np.ndarray, n_models: int, parents: np.ndarray,
+            racks: np.ndarray, nodes: np.ndarray, params: np.ndarray,
+            d: np.ndarray) -> tuple[float, float, float]:
+    """Common per-sample bookkeeping: ``(dt, power, inlet)``; ``dt < 0`` means skip the row.
+
+    Power is the interval mean from the energy counter where it is sane (a ``power.draw``
+    sample alone aliases the training-step rhythm), else the sample. After a gap the filters
+    restart. The common part of the fit (:func:`_fit_kernel` runs it once per sample).
+    """
+    ts = obs[row, X_TS]
+    i = int(obs[row, X_SLOT])
+    power = obs[row, X_POWER]
+    last = s[i, G_TS]
+    dt = ts - last
+    if last == last and dt <= 0.0:
+        return -1.0, np.nan, np.nan
+    if power == power and not 0.0 <= power < 1e5:
+        power = np.nan  # a sentinel or garbage reading is missing, not a measurement
+    energy = obs[row, X_ENERGY]
+    e_last = s[i, G_ENERGY]
+    s[i, G_ENERGY] = energy
+    if energy == energy and e_last == e_last and last == last and dt <= params[P_GAP]:
+        mean_power = (energy - e_last) / dt
+        if 0.0 <= mean_power < 1e5:
+            power = mean_power
+    if last != last or dt > params[P_GAP]:
+        s[i, G_PREF] = power
+        for m in range(n_models):
+            s[i, G_SIZE + m * M_SIZE + M_PF] = power
+            s[i, G_SIZE + m * M_SIZE + M_TPREV] = np.nan
+        dt = params[P_GAP]  # Holt steps after a gap see one long step
+    s[i, G_TS] = ts
+    step_decays(d, dt, params)
+    inlet = gpu_inlet(ts, parents[i, 1], parents[i, 0], obs[row, X_TEMP], s[i, G_SIZE + M_PF],
+                      racks, nodes, params[P_R_NOM], params[P_STALE])
+    if power == power:
+        pr = s[i, G_PREF]
+        w = d[D_REF]
+        if pr != pr or power > 1.5 * pr:
+            s[i, G_PREF] = power  # a step up (a job starting) is the new reference at once
+        else:
+            s[i, G_PREF] = w * pr + (1.0 - w) * power
+    if inlet == inlet:
+        if s[i, G_UN] == 0.0:
+            s[i, G_UL] = inlet
+            s[i, G_UB] = 0.0
+        else:
+            s[i, G_UL], s[i, G_UB] = holt(s[i, G_UL], s[i, G_UB], inlet, dt,
+                                          1.0 - d[D_UL], 1.0 - d[D_UB])
+        s[i, G_UN] += 1.0
+    plim = obs[row, X_PLIMIT]
+    if plim == plim and 50.0 < plim < 1e5:
+        s[i, G_PLIM] = plim
+    return dt, power, inlet
+
+
+@kernel
+def _fit_kernel(obs: np.ndarray, lo: int, hi: int, parents: np.ndarray, s: np.ndarray,
+                env: tuple[np.ndarray, np.ndarray], params: np.ndarray, rows: np.ndarray,
+                decays: np.ndarray) -> int:
+    """Fit both models on rows ``lo..hi-1``; fill ``rows`` (see ``R_*``); return rows skipped
+    as out of order. ``env`` = (rack state, node state)."""
+    racks, nodes = env
+    skipped = 0
+    for row in range(lo, hi):
+        dt, power, inlet = observe(obs, row, s, N_MODELS, parents, racks, nodes, params, decays)
+        rows[row, R_DT] = dt
+        if dt < 0.0:
+            skipped += 1
+            continue
+        i = int(obs[row, X_SLOT])
+        rows[row, R_TPREV] = s[i, G_SIZE + CORE * M_SIZE + M_TPREV]
+        for m in range(N_MODELS):
+            temp = obs[row, X_TEMP] if m == CORE else obs[row, X_HBM]
+            if temp == temp and -50.0 < temp < 200.0:
+                model_step(s, i, G_SIZE + m * M_SIZE, dt, temp, power, inlet, params, decays)
+    return skipped
+
+
+@kernel
+def repeat_free_runs(obs: np.ndarray, seen: np.ndarray, first_id: int, ends: np.ndarray) -> int:
+    """Cut the rows into runs in which no GPU appears twice; ``ends[k]`` is the end (exclusive)
+    of run ``k``; returns the number of runs. ``seen[slot]`` holds the id of the run the slot was
+    last seen in: ids start at ``first_id`` and must never have been used before."""
+    n = 0
+    run = first_id
+    for row in range(obs.shape[0]):
+        i = int(obs[row, X_SLOT])
+        if seen[i] == run:
+            ends[n] = row
+            n += 1
+            run += 1
+        seen[i] = run
+    if obs.shape[0] > 0:
+        ends[n] = obs.shape[0]
+        n += 1
+    return n
+
+
+# ---- the shared fit ---------------------------------------------------------------------------
+class FitConsumer(Protocol):
+    """A detector that predicts per sample from the fit (thermal, power)."""
+
+    def begin_frame(self, fit: "ThermalFit") -> None:
+        """A new GPU frame is being fitted (``fit.obs`` holds its rows): reset the emissions."""
+
+    def after_fit(self, fit: "ThermalFit", lo: int, hi: int) -> None:
+        """Rows ``lo..hi-1`` of ``fit.obs`` are fitted: predict on them."""
+
+
+class _Tally(PipelineHealth):
+    """Input problems of one fitted frame, relayed by each detector to its own health
+    (``found`` is replaced, not cleared, per frame: detectors hold the previous list)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.found: list[tuple[str, int]] = []
+
+    def problem(self, stage: str, reason: str, count: int = 1, detail: str = "") -> None:
+        if count > 0:
+            self.found.append((reason, count))
+
+
+class ThermalFit:
+    """The thermal model of every GPU of ``topology``, fitted once per frame (see module doc)."""
+
+    def __init__(self, topology: Topology, params: np.ndarray) -> None:
+        self.topology = topology
+        self.params = params.copy()
+        n = topology.size("gpu")
+        self.parents = np.ascontiguousarray(np.stack([topology.gpu_rack, topology.gpu_node], axis=1),
+                                            dtype=np.int64) if n else np.zeros((0, 2), np.int64)
+        self.s_model = new_model_state(n, self.params)
+        self.s_rack = new_rack_state(topology.size("rack"))
+        self.s_node = new_node_state(topology.size("node"))
+        self.consumers: list[FitConsumer] = []
+        self.obs = np.empty((0, 2 + len(OBS_FIELDS)), order="F")
+        self.rows = np.empty((0, ROW_SIZE))
+        self.problems: list[tuple[str, int]] = []
+        self._frame: Frame | None = None
+        self._served: list[object] = []
+        self._seen = np.full(n, -1, np.int64)
+        self._next_run = 0
+        self._tally = _Tally()
+        self._scratch = Scratch()
+
+    @property
+    def key(self) -> tuple[Any, ...]:
+        """Fits with equal keys compute the same thing from the same frames."""
+        return (id(self.topology),) + tuple(float(self.params[P[name]]) for name in FIT_PARAMS)
+
+    def state(self) -> dict[str, np.ndarray]:
+        return {"s_model": self.s_model, "s_rack": self.s_rack, "s_node": self.s_node}
+
+    def same_state(self, other: "ThermalFit") -> bool:
+        mine, theirs = self.state(), other.state()
+        return all(np.array_equal(mine[k], theirs[k], equal_nan=True) for k in mine)
+
+    def update(self, frame: Frame, caller: object) -> None:
+        """Fit on ``frame`` (a ``gpu`` or ``rack`` frame) for ``caller``, unless it was just
+        fitted for another detector."""
+        if frame is self._frame and caller not in self._served:
+            self._served.append(caller)
+            return
+        self._frame, self._served = frame, [caller]
+        tally = self._tally
+        tally.found = []
+        if frame.kind == "rack":
+            update_rack_inlet(rack_inlet_obs(frame, len(self.s_rack), tally, ""), self.s_rack)
+        elif frame.kind == "gpu":
+            self._fit_gpu(frame, tally)
+        self.problems = tally.found
+
+    def _fit_gpu(self, frame: Frame, tally: _Tally) -> None:
+        self.obs = obs = gpu_obs(frame, OBS_FIELDS, len(self.s_model), tally, "", order="F",
+                                 scratch=self._scratch)
+        self.rows = self._scratch.take("rows", (len(obs), ROW_SIZE))
+        for consumer in self.consumers:
+            consumer.begin_frame(self)
+        ends = self._scratch.take("ends", (len(obs) + 1, 1), dtype=np.int64)[:, 0]
+        n_runs = repeat_free_runs(obs, self._seen, self._next_run, ends)
+        self._next_run += n_runs
+        decays = new_step_decays()
+        skipped = 0
+        lo = 0
+        for hi in ends[:n_runs].tolist():
+            skipped += _fit_kernel(obs, lo, hi, self.parents, self.s_model, (self.s_rack, self.s_node),
+                                   self.params, self.rows, decays)
+            for consumer in self.consumers:
+                consumer.after_fit(self, lo, hi)
+            lo = hi
+        tally.problem("", "gpu samples out of time order", skipped)
+
+
+class ThermalFitDetector(Detector):
+    """Base of the detectors that read the thermal fit: holds it, its arrays as state, and
+    relays its input problems to the detector's own health."""
+
+    health: PipelineHealth
+
+    def init_fit(self, params: np.ndarray, consumer: bool) -> None:
+        self.fit_consumer = consumer
+        self.use_fit(ThermalFit(self.topology, params))
+
+    def use_fit(self, fit: ThermalFit) -> None:
+        self.fit = fit
+        self.s_model, self.s_rack, self.s_node = fit.s_model, fit.s_rack, fit.s_node
+        if self.fit_consumer:
+            fit.consumers.append(self)  # type: ignore[arg-type]
+
+    def update_fit(self, frame: Frame) -> None:
+        """Fit ``frame`` (or reuse the fit of it); count its input problems."""
+        self.fit.update(frame, self)
+        for reason, count in self.fit.problems:
+            self.health.problem(self.name, reason, count)
+
+
+def share_thermal_fits(detectors: list[Detector]) -> None:
+    """Let detectors whose thermal fits agree (parameters and state) use one fit."""
+    shared: dict[tuple[Any, ...], ThermalFit] = {}
+    for det in detectors:
+        if not isinstance(det, ThermalFitDetector):
+            continue
+        fit = shared.setdefault(det.fit.key, det.fit)
+        if fit is not det.fit and fit.same_state(det.fit):
+            det.fit.consumers.clear()
+            det.use_fit(fit)
