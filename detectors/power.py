@@ -233,6 +233,10 @@ def _power_kernel(obs: np.ndarray, rows: np.ndarray, span: tuple[int, int], pare
                 1.0 - tf.cached_decay(cache, C_LEVEL, dt, p[P_TAU_LEVEL]),
                 1.0 - tf.cached_decay(cache, C_SLOPE, dt, p[P_TAU_SLOPE]))
             s[i, S_N] += 1.0
+        # Holt's level runs ahead of a step (a job's first samples ramp from idle to load) and
+        # then overshoots the envelope it smooths by tens of watts for a minute or two; the
+        # envelope, a running maximum of noisy samples, is already the highest honest estimate.
+        level = min(s[i, S_LEVEL], s[i, S_ENV])
         eta = np.inf
         held = thermal or s[i, S_BRAKE] == 1.0
         if s[i, S_N] >= p[P_MIN_N] and not held:
@@ -240,7 +244,7 @@ def _power_kernel(obs: np.ndarray, rows: np.ndarray, span: tuple[int, int], pare
             if not since < tparams[tf.P_EVERY]:  # solved every forecast_every_s, aged between
                 damp = th.inlet_damping(parents[i, 0], racks, tparams)
                 du = th.inlet_rate(m, i, parents[i, 0], racks, damp, tparams)
-                s[i, S_ETA] = thermal_cap_eta(m, i, temp, s[i, S_LEVEL], s[i, S_SLOPE], limit, damp, du,
+                s[i, S_ETA] = thermal_cap_eta(m, i, temp, level, s[i, S_SLOPE], limit, damp, du,
                                               tparams, p)
                 s[i, S_EVAL_TS] = ts
                 since = 0.0
@@ -262,7 +266,7 @@ def _power_kernel(obs: np.ndarray, rows: np.ndarray, span: tuple[int, int], pare
         code = alarm_step(alarms, i, 0, ts, firing, clear, on_count, p[P_OFF_HOLD], p[P_REFRESH])
         if code != CODE_NONE:
             n_out = emit(out, n_out, row, WHICH_CAP, code, eta, confidence,
-                         (s[i, S_LEVEL], s[i, S_SLOPE], limit, s[i, S_TB], 1.0 if thermal else 0.0,
+                         (level, s[i, S_SLOPE], limit, s[i, S_TB], 1.0 if thermal else 0.0,
                           1.0 if node_event else 0.0))
     return n_out
 
