@@ -16,7 +16,8 @@ within its horizon, and its lead time is how early it came. Concretely, per *eve
   ``[start - horizon, start)`` — strictly before the onset: firing once the throttle bit is set
   predicts nothing. Its lead is ``start - max(alarm start, start - horizon)``.
 - **Precision**: an alarm that starts inside an episode (or within ``merge_gap_s`` after it) is
-  not scored. Any other alarm states "the event comes within the horizon" once per horizon it
+  not scored — for precision nor for recall (it cannot earn the entity's next episode). Any
+  other alarm states "the event comes within the horizon" once per horizon it
   stays active; each such statement is a true positive when an episode of that entity starts
   within the horizon after it, otherwise a false alarm.
 - **False alarms per 1000 GPU-hours** (entity-hours for other kinds): false statements over
@@ -511,21 +512,25 @@ def score_spans(spans: SpanTable, eps: EpisodeTable, kind: EventKind, scopes: Se
     e_key = _key(eps.entity, eps.start, t0)
     s_key = _key(spans.entity, spans.start, t0)
     w_key = _key(spans.entity, spans.end, t0)
-    # recall: the earliest span that starts before the onset and is still active within the
-    # horizon before it (spans are disjoint, so their ends are sorted like their starts)
-    sc = np.flatnonzero(eps.scored)
-    hi = np.searchsorted(s_key, e_key[sc], side="left")
-    lo = np.searchsorted(w_key, _key(eps.entity[sc], eps.start[sc] - horizon, t0), side="right")
-    hit = lo < hi
-    leads = np.full(len(sc), np.nan)
-    leads[hit] = np.minimum(eps.start[sc][hit] - spans.start[lo[hit]], horizon)
-    # precision: skip spans raised during an episode (or within the merge gap after it)
+    # spans raised during an episode (or within the merge gap after it) are not judged: neither
+    # for precision nor for recall — else "it may happen again" said as each episode lets go
+    # would earn the next episode at no cost in precision
     n_e = len(eps.start)
     prev = np.searchsorted(e_key, s_key, side="right") - 1
     p = np.maximum(prev, 0)
     during = (prev >= 0) & (eps.entity[p] == spans.entity) if n_e else np.zeros(len(s_key), bool)
     if n_e:
         during &= spans.start <= eps.end[p] + gap
+    # recall: the earliest judged span that starts before the onset and is still active within
+    # the horizon before it (spans are disjoint, so their ends are sorted like their starts)
+    judged_spans = ~during
+    r_start, r_s_key, r_w_key = spans.start[judged_spans], s_key[judged_spans], w_key[judged_spans]
+    sc = np.flatnonzero(eps.scored)
+    hi = np.searchsorted(r_s_key, e_key[sc], side="left")
+    lo = np.searchsorted(r_w_key, _key(eps.entity[sc], eps.start[sc] - horizon, t0), side="right")
+    hit = lo < hi
+    leads = np.full(len(sc), np.nan)
+    leads[hit] = np.minimum(eps.start[sc][hit] - r_start[lo[hit]], horizon)
     # a span states its claim at s, s + h, ... while active; the first episode after s ends it
     n_stmt = np.maximum(np.ceil((spans.end - spans.start) / horizon), 1.0)
     nxt = prev + 1

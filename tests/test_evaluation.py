@@ -171,7 +171,10 @@ def naive_score(findings, events, kind, recording, start, end):
 
     total = {"episodes": 0, "hits": 0, "tp": 0, "fp": 0, "leads": []}
     for ep in eps:
-        leads = [ep.start - max(s, ep.start - h) for s, w in alarms.get(ep.entity, ()) if s < ep.start and w > ep.start - h]
+        mine = mine_of.get(ep.entity, [])
+        leads = [ep.start - max(s, ep.start - h) for s, w in alarms.get(ep.entity, ())
+                 if s < ep.start and w > ep.start - h
+                 and not any(e.start <= s <= e.end + kind.merge_gap_s for e in mine)]  # not judged
         for a in (total, bucket(ep.fault_type)):
             a["episodes"] += 1
             if leads:
@@ -327,3 +330,25 @@ def test_matched_threshold_by_hand():
     assert none["threshold"] is None and none["recall"] is None
     assert none["best_precision"]["precision"] == 0.5 and none["best_precision"]["recall"] == 1.0
     assert ev.matched_threshold(result, [log], ev.EVENT_KINDS["thermal_throttle"], 0.5) is None  # not predicted
+
+
+def test_a_claim_raised_as_an_episode_lets_go_earns_neither_precision_nor_the_next_episode() -> None:
+    """"It may happen again", said within the merge gap after an episode, is not judged for
+    precision — so it must not be credited with the entity's next episode either."""
+    topo = small_topology(nodes=1, gpus=2, racks=1)
+    rec = Recording(Path("."), topo, {"faults": []})
+    events = [gpu_event(1000, "thermal_throttle_start", 0), gpu_event(1100, "thermal_throttle_end", 0),
+              gpu_event(2000, "thermal_throttle_start", 0), gpu_event(2050, "thermal_throttle_end", 0),
+              gpu_event(1000, "thermal_throttle_start", 1), gpu_event(1100, "thermal_throttle_end", 1),
+              gpu_event(2000, "thermal_throttle_start", 1), gpu_event(2050, "thermal_throttle_end", 1)]
+    # merge gap 600 s: gpu0's claim at 1200 (100 s after its episode) is not judged; gpu1's at 1750
+    # (650 s after) is, and predicts the episode at 2000 with a 250 s lead
+    findings = [pred(1200, 0), pred(1900, 0, active=False), pred(1750, 1), pred(1900, 1, active=False)]
+    kind = ev.EventKind("thermal_throttle", "thermal_throttle_start", "thermal_throttle_end", "thermal_throttle",
+                        "gpu", horizon_s=1800.0, merge_gap_s=600.0, warmup_s=0.0)
+    m = ev.score_kind(findings, events, kind, rec, 0.0, 4000.0)
+    # 900 s between episodes is over the merge gap: two episodes per GPU; only gpu1's second is
+    # predicted (under the old rule gpu0's second counted too: recall 2/4)
+    assert m["episodes"] == 4
+    assert m["recall"] == pytest.approx(1 / 4)
+    assert m["precision"] == 1.0 and m["lead_median_s"] == 250.0
