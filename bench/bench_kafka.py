@@ -1,7 +1,8 @@
 """End-to-end throughput and latency through the real Kafka broker: agent -> broker -> faust
 workers -> findings. `make bench-kafka` starts and stops the broker around it.
 
-Phase 1 (throughput, ``--runs`` times, each on fresh topics and fresh workers): a simulated
+Phase 1 (throughput, ``--runs`` times after ``--warmup-runs`` uncounted ones, each on fresh
+topics and fresh workers): a simulated
 recording is replayed as fast as the agent can publish, one frame per kind and sampling tick
 (what a live source sends); samples/s = samples / (first publish -> last piece report read
 back from the findings topic). Phase 2 (latency): the recording's last seconds paced at real
@@ -12,7 +13,8 @@ last.
 Everything shares this machine: the agent, the broker, the workers and this reader. On a
 machine with few cores the end-to-end figure is the *pipeline's* rate under that contention,
 and the per-worker figure (end-to-end / workers) is a lower bound of what one worker does on
-a core of its own.
+a core of its own. The CPU seconds each part spent per million samples (the broker's with
+``--broker-pid``) say where the time goes, and what the cores could do with nothing else on them.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import tempfile
 import threading
 import time
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -105,6 +108,7 @@ class FindingsReader(threading.Thread):
         self.nows: list[float] = []
         self.end_offset = start_offset
         self.last_wall = 0.0
+        self.cpu_s = 0.0  # this thread's CPU time: the reader's share of this process
         self.seen: set[tuple[str, int, int]] = set()
 
     def expect(self, pieces: int) -> None:
@@ -133,6 +137,7 @@ class FindingsReader(threading.Thread):
                                 self.nows.append(msg.now)
         finally:
             consumer.close()
+            self.cpu_s = time.thread_time()
 
     def result(self) -> None:
         self.join()
@@ -140,24 +145,40 @@ class FindingsReader(threading.Thread):
             raise SystemExit(f"only {len(self.seen)} of {self.want} pieces came back within {self.timeout_s} s")
 
 
+@dataclass
+class RunFigures:
+    """One throughput run: wall seconds and the CPU seconds each part spent."""
+
+    total_s: float
+    publish_s: float
+    worker_cpu: float
+    agent_cpu: float  # this process, less the findings reader's thread
+    reader_cpu: float
+    broker_cpu: float  # NaN without --broker-pid
+    stats: AgentStats
+
+
 def throughput_run(settings: KafkaSettings, rec: Path, partitions: int, workers: int, log_dir: Path,
-                   compression: str | None) -> tuple[float, float, float, AgentStats, Any]:
-    """One run on fresh topics and workers: (end-to-end s, agent publish s, CPU seconds the
-    workers spent, agent stats, context)."""
+                   compression: str | None, broker_pid: int | None) -> tuple[RunFigures, Any]:
+    """One run on fresh topics and workers: its figures and context."""
     topics = ensure_topics(settings, Topics(f"bench{uuid.uuid4().hex[:6]}.", partitions))
     group = f"bench-{topics.namespace}"
     procs = start_workers(settings, topics, group, rec / "topology.yaml", workers, log_dir)
     reader = FindingsReader(settings, topics.findings)
-    reader.start()
     source = ReplaySource(str(rec))
     cpu0 = sum(cpu_seconds(p.pid) for p in procs)
+    broker0 = cpu_seconds(broker_pid) if broker_pid else float("nan")
+    own0 = time.process_time()
+    reader.start()
     t0 = time.perf_counter()
     stats = run_agent(settings, source, source.topology, topics, agent_id="bench", compression=compression)
     publish_s = time.perf_counter() - t0
     reader.expect(stats.pieces)
     reader.result()
-    worker_cpu = sum(cpu_seconds(p.pid) for p in procs) - cpu0
-    return reader.last_wall - t0, publish_s, worker_cpu, stats, (topics, procs, reader.end_offset, source)
+    figures = RunFigures(reader.last_wall - t0, publish_s, sum(cpu_seconds(p.pid) for p in procs) - cpu0,
+                         time.process_time() - own0 - reader.cpu_s, reader.cpu_s,
+                         cpu_seconds(broker_pid) - broker0 if broker_pid else float("nan"), stats)
+    return figures, (topics, procs, reader.end_offset, source)
 
 
 def latency_run(settings: KafkaSettings, topics: Topics, source: ReplaySource, start_offset: int,
@@ -188,9 +209,14 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=1, help="more than one only helps with more cores")
     ap.add_argument("--partitions", type=int, default=4)
     ap.add_argument("--runs", type=int, default=3, help="throughput runs (median, min, max reported)")
+    ap.add_argument("--warmup-runs", type=int, default=1,
+                    help="throughput runs first, not reported: a fresh broker's JVM spends its first seconds "
+                         "compiling (measured: 2-3x its steady CPU per sample)")
     ap.add_argument("--compression", choices=["none", "lz4", "zstd"], default="lz4",
                     help="Arrow buffer compression of the frames messages")
     ap.add_argument("--latency-seconds", type=float, default=15.0, help="real-time phase length")
+    ap.add_argument("--broker-pid", type=int, default=None,
+                    help="the broker's process id: its CPU time is reported too (`make bench-kafka` passes it)")
     args = ap.parse_args()
     compression = None if args.compression == "none" else args.compression
 
@@ -201,20 +227,31 @@ def main() -> None:
     rec = tmp / "rec"
     ClusterSimulator(gpus=args.gpus, scenario="cooling-loss", seed=1, duration=args.seconds).record(rec)
     rates, publish_rates, cpu_rates = [], [], []
+    cpu_us: dict[str, list[float]] = {"agent": [], "broker": [], "workers": [], "reader": []}
     stats = AgentStats()
     last: Any = None
+    load_before = os.getloadavg()
     try:
-        for run in range(args.runs):
+        for run in range(-args.warmup_runs, args.runs):
             if last is not None:
                 stop_workers(last[1])
-            total_s, publish_s, worker_cpu, stats, last = throughput_run(settings, rec, args.partitions,
-                                                                         args.workers, tmp, compression)
-            rates.append(stats.samples / total_s)
-            publish_rates.append(stats.samples / publish_s)
-            cpu_rates.append(stats.samples / worker_cpu)
-            print(f"  run {run + 1}: {rates[-1]:,.0f} samples/s end to end ({total_s:.2f} s; the agent "
-                  f"published in {publish_s:.2f} s = {publish_rates[-1]:,.0f} samples/s; the workers used "
-                  f"{worker_cpu:.2f} CPU s = {cpu_rates[-1]:,.0f} samples per worker CPU second)", flush=True)
+            fig, last = throughput_run(settings, rec, args.partitions, args.workers, tmp, compression,
+                                       args.broker_pid)
+            stats = fig.stats
+            if run < 0:
+                print(f"  warm-up run: {stats.samples / fig.total_s:,.0f} samples/s end to end (not counted)", flush=True)
+                continue
+            rates.append(stats.samples / fig.total_s)
+            publish_rates.append(stats.samples / fig.publish_s)
+            cpu_rates.append(stats.samples / fig.worker_cpu)
+            for part, cpu in (("agent", fig.agent_cpu), ("broker", fig.broker_cpu), ("workers", fig.worker_cpu),
+                              ("reader", fig.reader_cpu)):
+                cpu_us[part].append(cpu / stats.samples * 1e6)
+            print(f"  run {run + 1}: {rates[-1]:,.0f} samples/s end to end ({fig.total_s:.2f} s; the agent "
+                  f"published in {fig.publish_s:.2f} s = {publish_rates[-1]:,.0f} samples/s; the workers used "
+                  f"{fig.worker_cpu:.2f} CPU s = {cpu_rates[-1]:,.0f} samples per worker CPU second; agent "
+                  f"{fig.agent_cpu:.2f}, broker {fig.broker_cpu:.2f}, findings reader {fig.reader_cpu:.2f} CPU s)",
+                  flush=True)
         topics, procs, end_offset, source = last
         latency = latency_run(settings, topics, source, end_offset, args.latency_seconds, compression)
     finally:
@@ -237,6 +274,14 @@ def main() -> None:
     print(f"throughput: {rate:,.0f} samples/s end to end (median of {args.runs}; min {min(rates):,.0f}, "
           f"max {max(rates):,.0f}) with {args.workers} worker(s); the agent alone published "
           f"{np.median(publish_rates):,.0f} samples/s")
+    cpu_med = {part: float(np.median(v)) for part, v in cpu_us.items()}
+    cpu_total = sum(v for v in cpu_med.values() if np.isfinite(v))
+    cores = os.cpu_count() or 1
+    print(f"CPU per million samples (median): agent {cpu_med['agent']:.2f} s, broker {cpu_med['broker']:.2f} s, "
+          f"workers {cpu_med['workers']:.2f} s, findings reader {cpu_med['reader']:.2f} s; together {cpu_total:.2f} CPU s, so "
+          f"{cores} cores busy with nothing else would bound the pipeline at {cores * 1e6 / cpu_total:,.0f} samples/s")
+    print(f"load average (1 min) before {load_before[0]:.1f}, after {os.getloadavg()[0]:.1f} "
+          f"(other processes on these cores slow every figure here)")
     print(f"latency at real time ({len(latency)} pieces): p50 {p50:.3f} s, p99 {p99:.3f} s")
     print(f"targets: >= {TARGET_SAMPLES_PER_S:,} samples/s {'met' if rate >= TARGET_SAMPLES_PER_S else 'NOT met'}, "
           f"p99 < {TARGET_P99_S:.0f} s {'met' if p99 < TARGET_P99_S else 'NOT met'} "
@@ -256,7 +301,9 @@ def main() -> None:
                       "partitions": args.partitions, "gpus": args.gpus, "runs": args.runs,
                       "agent_samples_per_s": round(float(np.median(publish_rates))),
                       "per_worker_samples_per_s": round(per_worker), "workers_for_100k_gpus": need,
-                      "samples_per_worker_cpu_s": round(per_core), "workers_for_100k_gpus_one_core_each": need_cores}))
+                      "samples_per_worker_cpu_s": round(per_core), "workers_for_100k_gpus_one_core_each": need_cores,
+                      "cpu_us_per_sample": {k: round(v, 3) if np.isfinite(v) else None for k, v in cpu_med.items()},
+                      "compression": args.compression, "load_1min": round(load_before[0], 2)}))
 
 
 if __name__ == "__main__":

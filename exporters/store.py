@@ -8,6 +8,7 @@ keyed by (entity, event) and expire, incidents are keyed by id.
 
 from __future__ import annotations
 
+import bisect
 import threading
 import time
 from collections import Counter
@@ -69,13 +70,19 @@ class FindingStore:
         self.health = health or PipelineHealth()
         self.anomaly_ttl_s = anomaly_ttl_s
         self._lock = threading.Lock()
-        self._latest = {kind: {f: np.full(topology.size(kind), np.nan) for f in fields}
-                        for kind, fields in LATEST_FIELDS.items()}
+        # latest values as one (fields, slots) block per kind, so one kernel pass updates them;
+        # ``_latest`` gives the same arrays by field name (rows of the block)
+        self._latest_block = {kind: np.full((len(fields), topology.size(kind)), np.nan)
+                              for kind, fields in LATEST_FIELDS.items()}
+        self._latest = {kind: dict(zip(fields, self._latest_block[kind])) for kind, fields in LATEST_FIELDS.items()}
         self._seen = {kind: np.zeros(topology.size(kind), dtype=bool) for kind in LATEST_FIELDS}
         self._last_xid = np.full(topology.size("gpu"), np.nan)
         self._last_seen = {kind: np.full(topology.size(kind), -np.inf) for kind in LATEST_FIELDS}
         self._predictions: dict[tuple[str, str, int], Prediction] = {}
         self._anomalies: dict[tuple[str, int, str, str], Anomaly] = {}
+        # no active finding lapses before this telemetry time (a lower bound): ``_expire``
+        # scans only once ``last_ts`` reaches it, not after every batch of findings
+        self._next_expiry = -np.inf
         self._incidents: dict[str, Incident] = {}
         self._gauges: dict[str, tuple[str, np.ndarray, str]] = {}
         self._xids: Counter[tuple[int, int]] = Counter()  # (gpu slot, code)
@@ -95,16 +102,15 @@ class FindingStore:
         with self._lock:
             fields = LATEST_FIELDS.get(frame.kind, ())
             if fields:
-                # rows are time-ordered, so fancy assignment keeps the last value per slot
-                for name in fields:
-                    col = frame.columns[name]
-                    ok = ~np.isnan(col)
-                    self._latest[frame.kind][name][frame.slot[ok]] = col[ok]
-                self._seen[frame.kind][frame.slot] = True
-                np.maximum.at(self._last_seen[frame.kind], frame.slot, np.nan_to_num(frame.ts, nan=-np.inf))
+                block = np.array([frame.columns[name] for name in fields])
+                newest = _observe_latest(frame.ts, frame.slot, block, self._latest_block[frame.kind],
+                                         self._seen[frame.kind], self._last_seen[frame.kind])
+            else:
+                newest = _newest(frame.ts)
             if frame.kind == "gpu":
                 self._count_xids(frame)
-            self.last_ts = float(np.nanmax(frame.ts)) if np.isfinite(frame.ts).any() else self.last_ts
+            if newest[1]:  # some timestamp is finite: the newest (NaN skipped) is the clock
+                self.last_ts = float(newest[0])
             if received_wall is not None:
                 self._lag = max(0.0, time.time() - received_wall)
 
@@ -129,8 +135,11 @@ class FindingStore:
                         self._predictions[key] = f
                     else:
                         self._predictions.pop(key, None)
+                    if f.active:
+                        self._lower_expiry(self._prediction_expiry(f))
                 elif isinstance(f, Anomaly):
                     self._anomalies[(f.entity_kind, f.slot, f.field, f.detector)] = f
+                    self._lower_expiry(f.ts + self.anomaly_ttl_s)
                 elif isinstance(f, Incident):
                     if f.state == "resolved":
                         self._incidents.pop(f.incident_id, None)
@@ -138,17 +147,30 @@ class FindingStore:
                         self._incidents[f.incident_id] = f
             self._expire()
 
+    def _prediction_expiry(self, p: Prediction) -> float:
+        # a prediction that was never refreshed nor withdrawn lapses after its horizon
+        return p.ts + max(p.eta_s, 0.0) + self.anomaly_ttl_s
+
+    def _lower_expiry(self, expiry: float) -> None:
+        if expiry < self._next_expiry:  # False for NaN: such a finding never lapses
+            self._next_expiry = expiry
+
     def _expire(self) -> None:
         now = self.last_ts
-        if not np.isfinite(now):
+        # the margin keeps the exact test below in charge at the boundary (rounding)
+        if not np.isfinite(now) or now < self._next_expiry - 1e-3:
             return
         for akey, a in list(self._anomalies.items()):
             if now - a.ts > self.anomaly_ttl_s:
                 del self._anomalies[akey]
         for pkey, p in list(self._predictions.items()):
-            # a prediction that was never refreshed nor withdrawn lapses after its horizon
             if now - p.ts > max(p.eta_s, 0.0) + self.anomaly_ttl_s:
                 del self._predictions[pkey]
+        self._next_expiry = np.inf
+        for a in self._anomalies.values():
+            self._lower_expiry(a.ts + self.anomaly_ttl_s)
+        for p in self._predictions.values():
+            self._lower_expiry(self._prediction_expiry(p))
 
     def set_gauges(self, gauges: dict[str, tuple[str, np.ndarray, str]],
                    owned: dict[str, np.ndarray] | None = None) -> None:
@@ -170,7 +192,7 @@ class FindingStore:
 
     def observe_latency(self, seconds: float) -> None:
         with self._lock:
-            i = int(np.searchsorted(LATENCY_BUCKETS, seconds))
+            i = bisect.bisect_left(LATENCY_BUCKETS, seconds)  # np.searchsorted's bucket, without an array
             self._latency_counts[i] += 1
             self._latency_sum += seconds
             self._latency_count += 1
@@ -220,3 +242,51 @@ def _new_xids(slot: np.ndarray, xid: np.ndarray, last: np.ndarray) -> np.ndarray
             n += 1
         last[slot[i]] = v
     return out[:n]
+
+
+@jit
+def _observe_latest(ts: np.ndarray, slot: np.ndarray, block: np.ndarray, latest: np.ndarray, seen: np.ndarray,
+                    last_seen: np.ndarray) -> tuple[float, bool]:
+    """Per row (time-ordered): each non-NaN field of ``block`` (fields, rows) becomes the slot's
+    latest value; the slot is seen, at its newest timestamp. Returns the frame's newest
+    timestamp (NaN skipped; infinities count, as in ``np.nanmax``) and whether any is finite.
+    Rows with a slot outside the arrays are skipped."""
+    fields = block.shape[0]
+    newest = -np.inf
+    any_finite = False
+    big = np.finfo(np.float64).max
+    for i in range(len(slot)):
+        t = ts[i]
+        if t == t:
+            if t > newest:
+                newest = t
+            if np.isfinite(t):
+                any_finite = True
+        s = slot[i]
+        if s < 0 or s >= len(seen):  # the guard lets none through; never write outside the arrays
+            continue
+        for j in range(fields):
+            v = block[j, i]
+            if v == v:
+                latest[j, s] = v
+        seen[s] = True
+        if t == t:
+            clipped = min(max(t, -big), big)  # what np.nan_to_num made of infinities
+            if clipped > last_seen[s]:
+                last_seen[s] = clipped
+    return newest, any_finite
+
+
+@jit
+def _newest(ts: np.ndarray) -> tuple[float, bool]:
+    """``_observe_latest``'s clock alone, for kinds without latest values."""
+    newest = -np.inf
+    any_finite = False
+    for t in ts:
+        if t != t:
+            continue
+        if t > newest:
+            newest = t
+        if np.isfinite(t):
+            any_finite = True
+    return newest, any_finite

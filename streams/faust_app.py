@@ -110,7 +110,7 @@ class ForeshockWorker:
             producer_acks=-1,
             producer_max_request_size=CHECKPOINT_MAX_BYTES,
             producer_linger_ms=2,
-            # Records are bundles of up to ~1 MB (kafka_codec): fetch several per partition per
+            # Records are bundles of up to ~3 MB (kafka_codec): fetch several per partition per
             # request, but keep the prefetched backlog bounded (faust's default is 4096 events
             # per stream buffer: gigabytes of bundles when a worker falls behind).
             consumer_max_fetch_size=8 * 1024 * 1024,

@@ -23,15 +23,22 @@ A ``namespace`` prefixes every name so that several pipelines (or tests) share o
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass
 from typing import Any
 
 from .kafka_config import KafkaConnectError, KafkaSettings, check_broker
 
+log = logging.getLogger("foreshock.kafka")
+
 DEFAULT_PARTITIONS = 8
 # Checkpoints of large topologies are bigger than Kafka's 1 MB default message size.
 CHECKPOINT_MAX_BYTES = 64 * 1024 * 1024
+# Frames bundles (a few MB of rows, kafka_codec.MAX_BUNDLE_BYTES), the findings and forwarded
+# telemetry made from them, and dead-lettered bundles exceed the 1 MB default too: fewer, larger
+# messages cost the agent, the broker and the workers less per sample.
+BUNDLE_MAX_MESSAGE_BYTES = 16 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -79,12 +86,13 @@ class Topics:
         """Create-topic arguments for kafka-python's admin client, by topic name."""
         compacted = {"cleanup.policy": "compact", "min.cleanable.dirty.ratio": "0.1",
                      "segment.ms": "600000"}
+        bundles = {"max.message.bytes": str(BUNDLE_MAX_MESSAGE_BYTES)}
         return {
-            self.frames: {"num_partitions": self.partitions},
+            self.frames: {"num_partitions": self.partitions, "configs": dict(bundles)},
             self.json: {"num_partitions": self.partitions},
-            self.findings: {"num_partitions": 1},
+            self.findings: {"num_partitions": 1, "configs": dict(bundles)},
             self.incidents: {"num_partitions": 1},
-            self.deadletter: {"num_partitions": 1},
+            self.deadletter: {"num_partitions": 1, "configs": dict(bundles)},  # whole bundles, when unreadable
             self.checkpoints: {"num_partitions": self.partitions + 1,
                                "configs": {**compacted, "max.message.bytes": str(CHECKPOINT_MAX_BYTES)}},
             self.topology: {"num_partitions": 1, "configs": {**compacted, "max.message.bytes": str(CHECKPOINT_MAX_BYTES)}},
@@ -127,6 +135,29 @@ def ensure_topics(settings: KafkaSettings, topics: Topics, timeout_s: float = 30
             if counts.get(name) != spec["num_partitions"]:
                 raise KafkaConnectError(f"topic {name} has {counts.get(name)} partitions, expected "
                                         f"{spec['num_partitions']} (frames topic has {topics.partitions})")
+        _raise_message_limits(admin, [n for n in (topics.frames, topics.findings, topics.deadletter) if n in existing])
     finally:
         admin.close()
     return topics
+
+
+def _raise_message_limits(admin: Any, names: list[str]) -> None:
+    """Topics made by an earlier version keep the broker's 1 MB message limit, too small for
+    today's bundles: raise it (an incremental change of that one setting). Without the right
+    to, say so: the agent's oversized messages would fail (counted as ``send_failed``)."""
+    from kafka.admin import ConfigResource, ConfigResourceType
+
+    if not names:
+        return
+    key = "max.message.bytes"
+    try:
+        found = admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, n, configs={key: None})
+                                        for n in names], config_filter="all").get("topic", {})
+        low = [n for n in names if int(found.get(n, {}).get(key, {}).get("value", 0)) < BUNDLE_MAX_MESSAGE_BYTES]
+        if low:
+            admin.alter_configs([ConfigResource(ConfigResourceType.TOPIC, n, configs={key: str(BUNDLE_MAX_MESSAGE_BYTES)})
+                                 for n in low])
+            log.info("raised %s of %s to %d", key, ", ".join(low), BUNDLE_MAX_MESSAGE_BYTES)
+    except Exception as exc:  # e.g. no ALTER_CONFIGS right: the topics still work for smaller messages
+        log.warning("could not raise %s of %s to %d (%s: %s); ask an operator to, or frames messages over the "
+                    "limit fail", key, ", ".join(names), BUNDLE_MAX_MESSAGE_BYTES, type(exc).__name__, exc)

@@ -8,6 +8,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from foreshock.events import Event, EventError, read_events
 from foreshock.fields import ENTITY_KINDS, field_names, fields_of, get_field, load_fields, source_index
@@ -211,3 +213,50 @@ def test_events_file_errors_name_the_line(tmp_path) -> None:
     path.write_text(json.dumps({"time": 1, "type": "xid"}) + "\n")
     with pytest.raises(EventError, match=r":1: missing \['entity_kind', 'entity'\]"):
         read_events(path)
+
+
+# ---- the input guard's column scan against the per-column reference it replaced -------------
+def _reference_guard_columns(columns: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], int, int]:
+    """Infinities become NaN (counted), then NaN gaps inside reported fields are counted."""
+    out = {name: col.copy() for name, col in columns.items()}
+    infs = gaps = 0
+    for col in out.values():
+        inf = np.isinf(col)
+        infs += int(inf.sum())
+        col[inf] = np.nan
+    for col in out.values():
+        n_nan = int(np.isnan(col).sum())
+        if 0 < n_nan < len(col):
+            gaps += n_nan
+    return out, infs, gaps
+
+
+_VALUES = st.sampled_from([0.0, 1.5, -3.0, 42.0, float("nan"), float("inf"), float("-inf")])
+
+
+@pytest.mark.kernel
+@settings(max_examples=80, deadline=None)
+@given(st.integers(0, 12).flatmap(lambda n: st.tuples(
+    st.just(n), st.lists(st.lists(_VALUES, min_size=n, max_size=n), min_size=1, max_size=6),
+    st.booleans())))
+def test_guard_column_scan_matches_the_per_column_reference(case) -> None:
+    from foreshock.guard import InputGuard
+    from foreshock.health import PipelineHealth
+
+    n, cols, constant = case
+    topology = Topology.from_gpu_hosts([("n0", g) for g in range(4)])
+    names = field_names("gpu")[:len(cols)]
+    columns = {name: (np.full(n, 7.0) if constant and i == 0 else np.array(col, dtype=float))
+               for i, (name, col) in enumerate(zip(names, cols))}
+    frame = Frame("gpu", np.arange(n, dtype=float), np.arange(n) % 4, {k: v.copy() for k, v in columns.items()})
+    # columns the frame does not report are NaN in every row: never counted as gaps
+    absent = {name: np.full(n, np.nan) for name in field_names("gpu") if name not in columns}
+    expect, infs, gaps = _reference_guard_columns({**columns, **absent})
+    health = PipelineHealth()
+    out = InputGuard(topology, health).check(frame)
+    assert len(out) == n  # every slot's timestamps rise: the guard keeps every row
+    for name in field_names("gpu"):
+        np.testing.assert_array_equal(out.columns[name], expect[name])
+        np.testing.assert_array_equal(frame.columns[name], expect[name])  # in place, as before
+    assert health.problems[("guard", "inf_values")] == infs
+    assert health.problems[("guard", "missing_values")] == gaps

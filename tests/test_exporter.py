@@ -199,3 +199,84 @@ def test_a_throttling_gpu_keeps_its_series_outside_the_top_k(small_topology: Top
     gpu2 = {"cluster": "test", "rack": "rack0", "node": "node0", "gpu": "2"}
     assert reg.get_sample_value("foreshock_gpu_throttle_reasons", gpu2) == 0x20
     assert reg.get_sample_value("foreshock_gpu_temperature_celsius", {**gpu2, "gpu": "3"}) is None
+
+
+# ---- the store's kernels against the numpy reference they replaced --------------------------
+@pytest.mark.kernel
+@pytest.mark.parametrize("seed", range(6))
+def test_observe_frame_matches_the_numpy_reference(small_topology: Topology, seed: int) -> None:
+    from foreshock.exporters.store import LATEST_FIELDS
+
+    rng = np.random.default_rng(seed)
+    store = FindingStore(small_topology)
+    n_gpu = small_topology.size("gpu")
+    latest = {f: np.full(n_gpu, np.nan) for f in LATEST_FIELDS["gpu"]}
+    seen = np.zeros(n_gpu, bool)
+    last_seen = np.full(n_gpu, -np.inf)
+    last_ts = float("nan")
+    for step in range(8):
+        rows = int(rng.integers(0, 3 * n_gpu))  # repeated slots, and empty frames
+        slot = np.sort(rng.integers(0, n_gpu - 1, rows)).astype(np.int32)
+        ts = step * 10.0 + rng.random(rows)
+        ts[rng.random(rows) < 0.1] = np.nan
+        if step == 0 and rows:
+            slot[-1], ts[-1] = n_gpu - 1, -np.inf  # the last GPU is only ever seen at -inf
+        if step == 5 and rows:
+            ts[0], ts[-1] = np.inf, -np.inf
+        if step == 6:
+            ts[:] = np.nan  # no finite time: the clock stays
+        cols = {f: np.where(rng.random(rows) < 0.3, np.nan, rng.normal(50, 10, rows)) for f in latest}
+        if rows:
+            cols["util"][:] = 0.5  # a constant column
+        store.observe_frame(Frame("gpu", ts, slot, {k: v.copy() for k, v in cols.items()}))
+        if rows == 0:
+            continue
+        for f, col in cols.items():  # the reference: the code the kernel replaced
+            ok = ~np.isnan(col)
+            latest[f][slot[ok]] = col[ok]
+        seen[slot] = True
+        np.maximum.at(last_seen, slot, np.nan_to_num(ts, nan=-np.inf))
+        last_ts = float(np.nanmax(ts)) if np.isfinite(ts).any() else last_ts
+    snap = store.snapshot()
+    for f in latest:
+        np.testing.assert_array_equal(snap.latest["gpu"][f], latest[f])
+    np.testing.assert_array_equal(snap.seen["gpu"], seen)
+    np.testing.assert_array_equal(snap.last_seen["gpu"], last_seen)
+    assert snap.last_ts == last_ts or (np.isnan(snap.last_ts) and np.isnan(last_ts))
+
+
+def test_findings_expire_exactly_as_a_scan_after_every_batch(small_topology: Topology) -> None:
+    """The store scans for lapsed findings only once the clock passes the earliest possible
+    lapse: what stays must be what a scan after every batch keeps."""
+    rng = np.random.default_rng(3)
+    ttl = 30.0
+    store = FindingStore(small_topology, anomaly_ttl_s=ttl)
+    anomalies: dict = {}
+    predictions: dict = {}
+    n = small_topology.size("gpu")
+    for step in range(120):
+        now = step * 2.0
+        store.observe_frame(_gpu_frame(small_topology, now, np.full(n, 50.0)))
+        batch = []
+        for _ in range(int(rng.integers(0, 4))):
+            slot = int(rng.integers(0, 4))
+            ts = now - float(rng.integers(0, 20))  # findings may carry older timestamps
+            if rng.random() < 0.5:
+                batch.append(Anomaly(ts, "gpu", slot, "gpu_temp", 3.0, "z"))
+            else:
+                eta = float(rng.choice([0.0, 10.0, 45.0, -5.0, np.nan]))
+                batch.append(Prediction(ts, "gpu", slot, "thermal_throttle", eta, 0.7, "thermal",
+                                        active=bool(rng.random() < 0.8)))
+        store.observe_findings(batch)
+        for f in batch:  # the reference: apply, then scan everything
+            if isinstance(f, Anomaly):
+                anomalies[(f.entity_kind, f.slot, f.field, f.detector)] = f
+            elif f.active:
+                predictions[(f.event, f.entity_kind, f.slot)] = f
+            else:
+                predictions.pop((f.event, f.entity_kind, f.slot), None)
+        anomalies = {k: a for k, a in anomalies.items() if not now - a.ts > ttl}
+        predictions = {k: p for k, p in predictions.items() if not now - p.ts > max(p.eta_s, 0.0) + ttl}
+        snap = store.snapshot()
+        assert sorted(snap.anomalies, key=repr) == sorted(anomalies.values(), key=repr), step
+        assert sorted(snap.predictions, key=repr) == sorted(predictions.values(), key=repr), step

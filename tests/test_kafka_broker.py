@@ -93,3 +93,37 @@ def test_settings_validate_their_input():
         KafkaSettings("127.0.0.1:1", "SSL")
     conf = KafkaSettings("127.0.0.1:1", "SASL_PLAINTEXT", "PLAIN", "u", "p").kafka_python()
     assert conf["sasl_plain_username"] == "u" and conf["security_protocol"] == "SASL_PLAINTEXT"
+
+
+def test_topics_of_an_earlier_version_get_the_bundle_message_limit(kafka_settings) -> None:
+    """Frames, findings and dead-letter topics made with the broker's 1 MB default are raised to
+    the bundle limit; a bundle-sized message then goes through."""
+    from kafka.admin import ConfigResource, ConfigResourceType, KafkaAdminClient, NewTopic
+
+    from foreshock.streams.kafka_topics import BUNDLE_MAX_MESSAGE_BYTES, Topics, ensure_topics
+
+    settings = kafka_settings
+    topics = Topics(f"{unique_topic('limits')}.", 2)
+    admin = KafkaAdminClient(**settings.kafka_python())
+    try:
+        old = [topics.frames, topics.findings, topics.deadletter]
+        admin.create_topics([NewTopic(name, 2 if name == topics.frames else 1, 1) for name in old])
+
+        def limits() -> dict[str, int]:
+            found = admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, n, configs={"max.message.bytes": None})
+                                            for n in old], config_filter="all")["topic"]
+            return {n: int(found[n]["max.message.bytes"]["value"]) for n in old}
+
+        assert all(v < 2 << 20 for v in limits().values())
+        ensure_topics(settings, topics)
+        deadline = time.monotonic() + 10
+        while min(limits().values()) < BUNDLE_MAX_MESSAGE_BYTES and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert limits() == {n: BUNDLE_MAX_MESSAGE_BYTES for n in old}
+    finally:
+        admin.close()
+    producer = KafkaProducer(**settings.kafka_python(), acks="all", max_request_size=BUNDLE_MAX_MESSAGE_BYTES)
+    try:
+        producer.send(topics.frames, value=b"x" * (3 << 20), partition=0).get(timeout=30)
+    finally:
+        producer.close(timeout=5)

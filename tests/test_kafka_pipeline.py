@@ -184,6 +184,34 @@ def test_routing_keeps_each_rack_in_one_partition_and_chunks_large_pieces(small_
     assert len(empty) == 1 and empty[0][0] == 0 and len(empty[0][1]) == 0
 
 
+def test_split_pieces_are_the_frames_rows_by_partition_without_revalidation(small_topology: Topology):
+    """``row_range`` builds pieces without Frame's checks: they must equal what ``take`` gives,
+    and Frame must not have grown a field that ``row_range`` does not copy."""
+    import dataclasses
+
+    from foreshock.streams.kafka_codec import row_range
+
+    assert {f.name for f in dataclasses.fields(Frame)} == {"kind", "ts", "slot", "columns"}
+    rng = np.random.default_rng(5)
+    n = 500
+    slots = rng.integers(0, len(small_topology.gpus), n)
+    frame = Frame("gpu", np.sort(rng.random(n)), slots, {"gpu_temp": rng.normal(60, 5, n), "power": rng.random(n)})
+    pmap = PartitionMap(small_topology, 3)
+    pieces = pmap.split(frame)
+    part = pmap.partition_of("gpu", frame.slot)
+    for p, piece in enumerate(pieces):
+        want = frame.take(np.flatnonzero(part == p))  # stable: each partition's rows in frame order
+        assert piece.kind == want.kind
+        np.testing.assert_array_equal(piece.ts, want.ts)
+        np.testing.assert_array_equal(piece.slot, want.slot)
+        assert piece.columns.keys() == want.columns.keys()
+        for name in want.columns:
+            np.testing.assert_array_equal(piece.columns[name], want.columns[name])
+    sub = row_range(frame, 10, 20)
+    assert len(sub) == 10 and np.shares_memory(sub.ts, frame.ts)
+    np.testing.assert_array_equal(sub.columns["power"], frame.columns["power"][10:20])
+
+
 def test_decode_rejects_garbage_wrong_schema_unknown_entity_and_misrouted(small_topology: Topology):
     pmap = PartitionMap(small_topology, 2)
     good = Frame("gpu", [1.0, 1.0], [0, 1], {"gpu_temp": [50.0, 51.0]})

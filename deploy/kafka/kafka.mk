@@ -35,5 +35,6 @@ SERVICES_DOWN += kafka-down
 BENCH_KAFKA_ARGS ?=
 bench-kafka: venv
 	@$(KAFKA_DIR)/broker.sh start .run/kafka-bench $(KAFKA_PORT) $(KAFKA_SASL_PORT) $(KAFKA_CONTROLLER_PORT)
-	@status=0; $(PY) bench/bench_kafka.py --kafka 127.0.0.1:$(KAFKA_PORT) $(BENCH_KAFKA_ARGS) || status=$$?; \
+	@status=0; $(PY) bench/bench_kafka.py --kafka 127.0.0.1:$(KAFKA_PORT) --broker-pid $$(cat .run/kafka-bench/broker.pid) \
+	  $(BENCH_KAFKA_ARGS) || status=$$?; \
 	  $(KAFKA_DIR)/broker.sh clean .run/kafka-bench; exit $$status
