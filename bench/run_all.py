@@ -37,7 +37,7 @@ HEADLINES: dict[str, list[tuple[str, str]]] = {
     "nab": [("standard", "standard"), ("reward_low_FP", "low FP"), ("reward_low_FN", "low FN")],
     "incident_engine": [("gpus", "GPUs"), ("findings_per_s", "findings/s"), ("memory_growth_mib", "24 h heap growth MiB")],
     "kafka_end_to_end": [("samples_per_s", "samples/s"), ("latency_p50_s", "p50 s"), ("latency_p99_s", "p99 s"),
-                         ("workers", "workers")],
+                         ("samples_per_worker_cpu_s", "per worker CPU s")],
 }
 
 
@@ -121,9 +121,18 @@ def main() -> None:
     Console().print(table)
     meta = {"date": time.strftime("%Y-%m-%d"), "machine": f"{platform.machine()}, {os.cpu_count()} cores",
             "python": platform.python_version()}
-    RESULTS.write_text(json.dumps({"meta": meta, "results": results}, indent=2) + "\n")
+    saved_all = results
+    if (args.only or not args.kafka) and RESULTS.exists():
+        # a partial run replaces its own benchmarks' entries and keeps the others' last figures
+        fresh = {r["name"] for r in results}
+        kept = [r for r in json.loads(RESULTS.read_text())["results"] if r["name"] not in fresh]
+        if args.only:
+            saved_all = kept + results
+        else:  # everything but Kafka ran: keep Kafka's last figures
+            saved_all = [r for r in kept if r["name"] == "kafka_end_to_end"] + results
+    RESULTS.write_text(json.dumps({"meta": meta, "results": saved_all}, indent=2) + "\n")
     if args.readme:
-        write_readme(meta, results)
+        write_readme(meta, saved_all)
     for r in results:
         print(json.dumps(r))
 
