@@ -6,13 +6,18 @@ as :mod:`foreshock.detectors.thermal` (one fit serves both, see
 detector compares, per GPU:
 
 - ``R`` with the GPU's own history (a slow baseline, frozen while the GPU is flagged), and
-- ``R`` with its peers — the median of its rack; ``R`` is per watt, so peers are compared at
-  the same power by construction;
+- ``R`` with its peers — the median of its rack, over GPUs at about the same power;
 
 and flags a failing thermal interface (``gpu``), a node whose GPUs all run hot against their
 rack (failing fans: ``node``), and a rack whose inlet rises against its own baseline (a
 cooling loop or CDU losing flow: ``rack``). Findings are :class:`~foreshock.findings.Anomaly`
 (higher score = larger drift), emitted when a flag rises and refreshed while it holds.
+
+Only GPUs under load now, whose ``R`` the fit has been updating through most of the last
+interval, at a power within ``power_band`` of their rack's median, are compared: the fit
+learns ``R`` only under load, so an idle GPU's ``R`` is a stale reading, and ``(T - inlet) / P``
+read at light load carries the temperature's fixed offsets (idle floor, integer °C readings)
+divided by a small power — it reads high against peers at full load for no fault of its own.
 
 Example (one GPU's R grows 40 % per hour from the second hour; its seven peers stay put)::
 
@@ -45,12 +50,14 @@ from foreshock.health import PipelineHealth
 from foreshock.numba_config import jit
 from foreshock.topology import Topology
 
-from .thermal_fit import G_SIZE, G_TS, M_LOADED, M_RL, ThermalFitDetector
+from .thermal_fit import G_SIZE, G_TS, M_LOADED, M_PF, M_RL, P_LOAD_MIN, ThermalFitDetector
 from .thermal_fit import params_vector as thermal_params
 
 PARAMS: dict[str, float] = {
     "peer_interval_s": 300.0,
     "warmup_s": 1800.0,  # loaded time before a GPU's R is trusted
+    "recent_load_share": 0.5,  # ... and under load this share of the last interval at least
+    "power_band": 0.3,  # compared only within this relative distance of the rack's median power
     "tau_baseline_s": 6 * 3600.0,
     "own_drift_min": 0.15,  # R vs own baseline ...
     "peer_drift_min": 0.10,  # ... and vs rack median, both, or
@@ -140,6 +147,7 @@ class CoolingDetector(ThermalFitDetector):
         self.gpu_node = topology.gpu_node.astype(np.int64)
         self.init_fit(thermal_params({}), consumer=False)  # reads the fitted R once per peer interval
         self.s_gpu_base = np.full((n, 2), np.nan)
+        self.s_gpu_loaded = np.zeros(n)  # the fit's loaded seconds at the last comparison
         self.s_rack_base = np.full(topology.size("rack"), np.nan)
         # flag state per entity: time the flag rose / was last reported (NaN = not flagged)
         self.s_gpu_flag = np.full(n, np.nan)
@@ -170,8 +178,7 @@ class CoolingDetector(ThermalFitDetector):
         dt = p["peer_interval_s"]
         topo = self.topology
         r = self.s_model[:, G_SIZE + M_RL].copy()
-        fresh = (now - self.s_model[:, G_TS]) <= 3 * dt
-        trusted = fresh & (self.s_model[:, G_SIZE + M_LOADED] >= p["warmup_s"])
+        trusted = self._under_load(now)
         r[~trusted] = np.nan
         rack_med = group_median(r, self.gpu_rack, topo.size("rack"))
         peer = r / rack_med[self.gpu_rack] - 1.0
@@ -229,6 +236,21 @@ class CoolingDetector(ThermalFitDetector):
                 now, "rack", int(rk), "inlet_temp", float(rise[rk]), self.name,
                 f"inlet {inlet[rk]:.1f} °C, {rise[rk]:+.1f} °C over its baseline; {scope}"))
         return findings
+
+    def _under_load(self, now: float) -> np.ndarray:
+        """GPUs whose fitted R can be compared now (see the module doc): fresh, warmed up, under
+        load now and through most of the last interval, at about their rack's median power.
+        Called once per comparison: it moves the mark the next interval's load is counted from."""
+        p = self.p
+        loaded = self.s_model[:, G_SIZE + M_LOADED]
+        recent = loaded - self.s_gpu_loaded >= p["recent_load_share"] * p["peer_interval_s"]
+        self.s_gpu_loaded = loaded.copy()
+        power = self.s_model[:, G_SIZE + M_PF]
+        fresh = (now - self.s_model[:, G_TS]) <= 3 * p["peer_interval_s"]
+        ok = fresh & (loaded >= p["warmup_s"]) & recent & (power > self.fit.params[P_LOAD_MIN])
+        rack_power = group_median(np.where(ok, power, np.nan), self.gpu_rack, self.topology.size("rack"))
+        with np.errstate(invalid="ignore"):
+            return ok & (np.abs(power / rack_power[self.gpu_rack] - 1.0) <= p["power_band"])  # type: ignore[no-any-return]
 
     @staticmethod
     def _raise(flag_ts: np.ndarray, flagged: np.ndarray, now: float, refresh_s: float) -> np.ndarray:

@@ -22,6 +22,15 @@ forecasts from it):
 - leakage: power grows with temperature (``leak_w_per_c``), which amplifies every rise until
   the power limit holds it.
 
+The forecast extrapolates an R trend only as far as the temperature confirms it
+(:func:`observe_trend`, :func:`confirmed_resistance`): the R drift is capped at
+``trend_confirm`` times the rate at which ``(T - inlet) / P_f`` actually rose over the last
+``W/2`` to ``W`` (``W = max(trend_window_s, 3 tau)``), and the R level at what the temperature shows now plus what a
+rising R gains over the observation's lag. A failing thermal interface keeps rising and is
+extrapolated as before; a one-off step (fans failing) goes flat within minutes and is not —
+the Holt slope of the fit would otherwise keep ramping it on for half an hour. The inlet part
+of the forecast (cooling loss) is not held back this way.
+
 Prediction: the steady-state target ``T_ss(h) = inlet(h) + R(h)·P`` is linear in the horizon
 ``h``; the temperature follows it with lag ``tau``. The detector solves for the first ``h`` at
 which the temperature reaches the GPU's limit — max operating (SW thermal slowdown, 87 °C on
@@ -67,20 +76,24 @@ from .gpu_inputs import (DAMP_MIN_OBS, flow_asymptote, inline, kernel, RACK_DAMP
 # the thermal model's fit is shared with power and cooling (see thermal_fit); its parameters
 # (PARAMS, one vector: fit and forecast) are this detector's
 from .thermal_fit import PARAMS  # noqa: F401
-from .thermal_fit import (CORE, G_PLIM, G_PREF, G_SIZE, G_UB, G_UL, HBM, M_LOADED, M_RB, M_RES,
-                          M_RL, M_SIZE, M_TAU, N_MODELS, P_CLEAR, P_CONF_MIN, P_DAMP, P_DRIFT_DAMP,
-                          P_EVERY, P_HORIZON, P_LEAK, P_LEARN_DAMP, P_LIM_CORE, P_LIM_HBM, P_MARGIN,
-                          P_MARGIN_RISE, P_OFF_HOLD, P_ON, P_REFRESH, P_RISE, P_R_NOM, P_SITE_DAMP,
-                          P_SITE_RISE, P_SLOWDOWN_OFF, P_URGENT, P_WARMUP, R_DT, ThermalFit,
-                          ThermalFitDetector, X_HBM, X_SLOT, X_SLOWDOWN, X_TEMP, X_TS, params_vector)
+from .thermal_fit import (CORE, G_PLIM, G_PREF, G_SIZE, G_UB, G_UL, HBM, M_LOADED, M_PF, M_RB,
+                          M_RES, M_RL, M_SIZE, M_TAU, N_MODELS, P_CLEAR, P_CONF_MIN, P_DAMP,
+                          P_DRIFT_DAMP, P_EVERY, P_HORIZON, P_LEAK, P_LEARN_DAMP, P_LIM_CORE,
+                          P_LIM_HBM, P_LOAD_MIN, P_MARGIN, P_MARGIN_RISE, P_OFF_HOLD, P_ON, P_REFRESH,
+                          P_RISE, P_R_NOM, P_SITE_DAMP, P_SITE_RISE, P_SLOWDOWN_OFF, P_TREND_CONFIRM,
+                          P_TREND_SMOOTH, P_TREND_WINDOW, P_URGENT, P_WARMUP, R_DT, R_TPREV,
+                          ThermalFit, ThermalFitDetector, X_HBM, X_SLOT, X_SLOWDOWN, X_TEMP, X_TS,
+                          params_vector)
 
 MODEL_EVENTS = ("thermal_throttle", "hbm_overheat")
 # forecast state per GPU: when the forecast was last solved (it is solved every
-# forecast_every_s and aged between), then per model its ETA and whether it was sure
+# forecast_every_s and aged between), then per model its ETA and whether it was sure, and the
+# R the temperature shows (see observe_trend): smoothed R sample, and two checkpoints of it
 F_EVAL_TS, F_MODEL0 = 0, 1
-F_ETA, F_SURE = 0, 1  # relative to the model's block
-F_MODEL_SIZE = 2
+F_ETA, F_SURE, F_RS, F_C0, F_C0_TS, F_C1, F_C1_TS = range(7)  # relative to the model's block
+F_MODEL_SIZE = 7
 F_SIZE = F_MODEL0 + N_MODELS * F_MODEL_SIZE
+T_R, T_RATE = 0, 1  # observe_trend's result: R observed now, its rate (°C/W per s)
 
 
 def new_forecast_state(n: int) -> np.ndarray:
@@ -125,14 +138,36 @@ def time_to_limit(temp0: float, a0: float, b: float, bdamp: float, tau: float, d
         return np.inf
     lo = 0.0
     hi = -1.0
+    best_k, best_t = 0, temp0
     for k in range(1, 33):
         h = horizon * (k / 32.0) ** 2  # denser near now
-        if temp_at(h, temp0, a0, b, bdamp, tau, du, damp, amp, cap) >= limit:
+        t = temp_at(h, temp0, a0, b, bdamp, tau, du, damp, amp, cap)
+        if t >= limit:
             hi = h
             break
+        if t > best_t:
+            best_k, best_t = k, t
         lo = h
     if hi < 0.0:
-        return np.inf
+        # a forecast that rises and falls back (a falling drift against a rising target) may
+        # peak above the limit between two grid points: find the peak near the highest one
+        if best_k == 0:
+            return np.inf
+        a = horizon * ((best_k - 1) / 32.0) ** 2
+        c = horizon * (min(best_k + 1, 32) / 32.0) ** 2
+        lo = a
+        for _ in range(40):  # golden-section search for the maximum on [a, c]
+            m1 = c - 0.618033988749895 * (c - a)
+            m2 = a + 0.618033988749895 * (c - a)
+            if temp_at(m1, temp0, a0, b, bdamp, tau, du, damp, amp, cap) < \
+                    temp_at(m2, temp0, a0, b, bdamp, tau, du, damp, amp, cap):
+                a = m1
+            else:
+                c = m2
+        peak = 0.5 * (a + c)
+        if temp_at(peak, temp0, a0, b, bdamp, tau, du, damp, amp, cap) < limit:
+            return np.inf
+        hi = peak
     for _ in range(20):
         mid = 0.5 * (lo + hi)
         if temp_at(mid, temp0, a0, b, bdamp, tau, du, damp, amp, cap) >= limit:
@@ -185,26 +220,97 @@ def hbm_held_by_core(s: np.ndarray, i: int, du: float, damp: float, limit_core: 
     return u_end + r_hbm * power < limit_hbm  # type: ignore[no-any-return]
 
 
+@inline
+def observe_trend(fc: np.ndarray, i: int, f: int, ts: float, w: float, r: float, tau: float,
+                  params: np.ndarray) -> tuple[float, float]:
+    """Track the R that the temperature shows, ``r = (T - inlet) / P_f`` (NaN: no usable sample
+    under load — the track restarts), and its rate over the last ``W/2..W``,
+    ``W = max(trend_window_s, 3 tau)``; returns ``(r smoothed, rate)``, NaN where unknown.
+    ``w`` is the step's smoothing weight, ``1 - exp(-dt / trend_smooth_s)`` (NaN after a gap:
+    the track restarts too).
+
+    The fit's R is a Holt level and slope: after a one-off step (a fan failing) its slope lags
+    and keeps extrapolating a rise the temperature stopped showing minutes ago. What the
+    temperature did over the last minutes says whether a trend is real; two checkpoints of the
+    smoothed sample, ``W/2`` apart, give that rate from a few numbers per GPU."""
+    if r != r or w != w:
+        fc[i, f + F_RS] = np.nan
+        fc[i, f + F_C0] = np.nan
+        fc[i, f + F_C0_TS] = np.nan
+        fc[i, f + F_C1] = np.nan
+        fc[i, f + F_C1_TS] = np.nan
+        return np.nan, np.nan
+    rs = fc[i, f + F_RS]
+    if rs != rs:
+        rs = r
+    else:
+        rs += w * (r - rs)
+    fc[i, f + F_RS] = rs
+    half = 0.5 * max(params[P_TREND_WINDOW], 3.0 * tau)
+    c1_ts = fc[i, f + F_C1_TS]
+    if c1_ts != c1_ts:
+        fc[i, f + F_C1] = rs
+        fc[i, f + F_C1_TS] = ts
+    elif ts - c1_ts >= half:
+        fc[i, f + F_C0] = fc[i, f + F_C1]
+        fc[i, f + F_C0_TS] = c1_ts
+        fc[i, f + F_C1] = rs
+        fc[i, f + F_C1_TS] = ts
+    c0_ts = fc[i, f + F_C0_TS]
+    if c0_ts != c0_ts:
+        return rs, np.nan
+    return rs, (rs - fc[i, f + F_C0]) / (ts - c0_ts)
+
+
+@inline
+def confirmed_resistance(rl: float, rb: float, observed: tuple[float, float], pref: float,
+                         lag_s: float, slack_c: float, params: np.ndarray) -> tuple[float, float]:
+    """The fit's R level and drift (°C/W, °C/W per s), held to what the temperature confirms.
+
+    - the drift extrapolated is at most ``trend_confirm`` times the observed rate (none while
+      the rate is unknown); a falling R is left alone (it only lowers the forecast);
+    - the level is at most the observed R plus what it has risen in the ``lag_s`` the
+      observation trails it by, plus ``slack_c`` °C at ``pref`` — after a step the Holt level
+      overshoots (its slope carries it on) while the temperature sits flat."""
+    r_seen, rate = observed[T_R], observed[T_RATE]
+    rising = max(rate, 0.0) if rate == rate else 0.0
+    if rb > 0.0:
+        rb = min(rb, params[P_TREND_CONFIRM] * rising)
+    if r_seen == r_seen and pref > 0.0:
+        rl = min(rl, r_seen + rising * lag_s + slack_c / pref)
+    return rl, rb
+
+
 @kernel
-def model_eta(s: np.ndarray, i: int, off: int, temp: float, limit: float, damp: float, du: float,
+def model_eta(s: np.ndarray, i: int, off: int, temp: float, limit: float,
+              inlet: tuple[float, float], observed: tuple[float, float],
               params: np.ndarray) -> tuple[float, float, float, float, bool]:
     """(ETA to ``limit``, confidence, steady-state target now, its slope °C/s, sure) of one model.
 
-    ``sure``: the forecast clears the limit by a margin that grows with how far it extrapolates
-    (``margin_c + margin_per_rise * rise``), so a GPU heading for just about its limit is not
-    called early on a forecast that is mostly extrapolation."""
+    ``inlet`` = (damping, rate) of the inlet forecast; ``observed`` = :func:`observe_trend`'s
+    R seen in the temperature, which the R part of the forecast must agree with
+    (:func:`confirmed_resistance`). ``sure``: the forecast clears the limit by a margin that
+    grows with how far it extrapolates (``margin_c + margin_per_rise * rise``), so a GPU heading
+    for just about its limit is not called early on a forecast that is mostly extrapolation."""
     rl = s[i, off + M_RL]
     ul = s[i, G_UL]
     pref = s[i, G_PREF]
     if rl != rl or ul != ul or pref != pref or temp != temp:
         return np.inf, 0.0, np.nan, np.nan, False
+    damp, du = inlet
+    tau = s[i, off + M_TAU]
+    # the temperature trails its target by tau (the R sample by as much again, smoothed), and
+    # by tau times the inlet's rise. (Not the fit's residual on top: it is the scatter of one
+    # sample — and stays high for many minutes after a step — not the error of a smoothed level.)
+    slack = params[P_MARGIN] + max(du, 0.0) * tau
+    rl, rb = confirmed_resistance(rl, s[i, off + M_RB], observed, pref, tau + params[P_TREND_SMOOTH],
+                                  slack, params)
     a0 = ul + rl * pref
-    b = s[i, off + M_RB] * pref
+    b = rb * pref
     gain = rl * params[P_LEAK]
     amp = 1.0 / (1.0 - gain) if 0.0 <= gain < 0.5 else 2.0
     plim = s[i, G_PLIM]
     cap = rl * max(plim - pref, 0.0) if plim == plim else np.inf
-    tau = s[i, off + M_TAU]
     horizon = params[P_HORIZON]
     bdamp = params[P_DRIFT_DAMP]
     eta = time_to_limit(temp, a0, b, bdamp, tau, du, damp, amp, cap, limit, horizon)
@@ -233,6 +339,7 @@ def _thermal_kernel(obs: np.ndarray, rows: np.ndarray, span: tuple[int, int], pa
     s, fc, alarms = state
     horizon = params[P_HORIZON]
     clear_eta = horizon * params[P_CLEAR]
+    smooth_dt, smooth_w = -1.0, 0.0  # the trend's smoothing weight, for the step last seen
     for row in range(span[0], span[1]):
         if rows[row, R_DT] < 0.0:
             continue  # out of order: the fit skipped it
@@ -249,6 +356,13 @@ def _thermal_kernel(obs: np.ndarray, rows: np.ndarray, span: tuple[int, int], pa
         due = not since < params[P_EVERY]  # NaN (never) counts as due
         if due:
             fc[i, F_EVAL_TS] = ts
+        # after a gap the fit restarts (no previous temperature): so does the trend track
+        w = np.nan
+        if rows[row, R_TPREV] == rows[row, R_TPREV]:
+            if rows[row, R_DT] != smooth_dt:  # rows mostly share their step: one exp per step
+                smooth_dt = rows[row, R_DT]
+                smooth_w = 1.0 - np.exp(-smooth_dt / params[P_TREND_SMOOTH])
+            w = smooth_w
         for m in range(N_MODELS):
             off = G_SIZE + m * M_SIZE
             f = F_MODEL0 + m * F_MODEL_SIZE
@@ -256,8 +370,11 @@ def _thermal_kernel(obs: np.ndarray, rows: np.ndarray, span: tuple[int, int], pa
             limit = limit_core if m == CORE else params[P_LIM_HBM]
             if t_m != t_m or not -50.0 < t_m < 200.0:
                 continue
+            pf = s[i, off + M_PF]
+            r = (t_m - s[i, G_UL]) / pf if pf > params[P_LOAD_MIN] else np.nan  # as the fit's R
+            observed = observe_trend(fc, i, f, ts, w, r, s[i, off + M_TAU], params)
             if due:
-                eta, conf, target, slope, sure = model_eta(s, i, off, t_m, limit, damp, du, params)
+                eta, conf, target, slope, sure = model_eta(s, i, off, t_m, limit, (damp, du), observed, params)
                 if m == HBM and eta <= horizon and hbm_held_by_core(s, i, du, damp, limit_core, limit, params):
                     eta, sure = np.inf, False
                 fc[i, f + F_ETA] = eta
@@ -274,7 +391,7 @@ def _thermal_kernel(obs: np.ndarray, rows: np.ndarray, span: tuple[int, int], pa
                               params[P_OFF_HOLD], params[P_REFRESH])
             if code != CODE_NONE:
                 if not due:  # the reason needs the forecast's figures
-                    _, _, target, slope, _ = model_eta(s, i, off, t_m, limit, damp, du, params)
+                    _, _, target, slope, _ = model_eta(s, i, off, t_m, limit, (damp, du), observed, params)
                 n_out = emit(out, n_out, row, m, code, eta, conf,
                              (target, slope, s[i, G_UL], s[i, off + M_RL], s[i, off + M_TAU], limit))
     return n_out

@@ -99,13 +99,18 @@ PARAMS: dict[str, float] = {
     "tau_excitation_c": 3.0,  # observe tau only when T is this far from its target
     "site_damping_s": float("nan"),  # state, not a setting: the loops' learnt time constant
     "site_rise_c": float("nan"),  # state, not a setting: the loops' learnt coolant rise
+    # the forecast extrapolates only what the temperature confirms (see thermal.observe_trend):
+    "trend_window_s": 300.0,  # R's observed rate is measured over the last W/2..W, W = max(this, 3 tau)
+    "trend_smooth_s": 60.0,  # R samples are smoothed over this first (integer °C readings)
+    "trend_confirm": 1.5,  # the R drift extrapolated is at most this multiple of the observed one
 }
 PARAM_NAMES = tuple(PARAMS)
 P = {name: i for i, name in enumerate(PARAM_NAMES)}
 (P_TAU_CORE, P_TAU_HBM, P_TAU_LEVEL, P_TAU_SLOPE, P_TAU_UL, P_TAU_UB, P_DAMP, P_LEARN_DAMP, P_DRIFT_DAMP, P_RISE, P_LEAK, P_MARGIN, P_MARGIN_RISE,
  P_TAU_REF, P_HORIZON,
  P_CLEAR, P_OFF_HOLD, P_REFRESH, P_EVERY, P_ON, P_URGENT, P_CONF_MIN, P_WARMUP, P_LOAD_MIN, P_GAP, P_R_NOM,
- P_STALE, P_LIM_CORE, P_LIM_HBM, P_SLOWDOWN_OFF, P_TAU_MIN, P_TAU_MAX, P_TAU_EXC, P_SITE_DAMP, P_SITE_RISE) = range(len(PARAMS))
+ P_STALE, P_LIM_CORE, P_LIM_HBM, P_SLOWDOWN_OFF, P_TAU_MIN, P_TAU_MAX, P_TAU_EXC, P_SITE_DAMP, P_SITE_RISE,
+ P_TREND_WINDOW, P_TREND_SMOOTH, P_TREND_CONFIRM) = range(len(PARAMS))
 
 
 def params_vector(overrides: dict[str, float]) -> np.ndarray:

@@ -109,3 +109,30 @@ def test_state_round_trip_gives_identical_future_output():
     rest_a, rest_b = run(a, frames[half:]), run(b, frames[half:])
     assert rest_a == rest_b and rest_a
     assert a.state_nbytes() / topo.size("gpu") <= 1024
+
+
+def test_light_load_and_idle_gpus_are_not_compared_with_loaded_peers():
+    """node1 runs at full load for 1.5 h, then at light load (220 W) for an hour, then idles
+    (75 W). Temperatures carry a fixed 3 °C offset over ``inlet + R·P`` and read as integers, so
+    ``(T - inlet) / P`` reads ~+20 % at 220 W against peers at 650 W, and an idle GPU keeps the
+    R its fit last learnt under load. Nothing is wrong with node1's cooling: no finding."""
+    topo = small_topology(nodes=4, gpus=8, racks=2)
+    n = topo.size("gpu")
+    node1 = topo.gpu_node == 1
+    frames = []
+    for t in np.arange(0.0, 4 * 3600, 30.0):
+        inlet = np.array([24.0, 24.5])
+        power = np.full(n, 650.0)
+        power[node1] = 650.0 if t < 5400 else 220.0 if t < 9000 else 75.0
+        temp = np.round(inlet[topo.gpu_rack] + SPREAD[:n] * power + 3.0)
+        frames.append(Frame("rack", np.full(2, t), np.arange(2), {"inlet_temp": inlet}))
+        frames.append(Frame("gpu", np.full(n, t), np.arange(n), {"gpu_temp": temp, "power": power}))
+    found = run(CoolingDetector(topo), frames)
+    assert found == [], [f.reason for f in found][:3]
+    # a GPU back under full load is compared again: a failing interface on node1 is caught
+    def r_of(t, n):
+        r = SPREAD[:n].copy()
+        r[8] *= 1 + 0.3 * max(0.0, t - 7200) / 3600
+        return r
+    topo, frames = cluster(r_of, lambda t: np.array([24.0, 24.5]))
+    assert {f.slot for f in run(CoolingDetector(topo), frames) if f.entity_kind == "gpu"} == {8}

@@ -160,6 +160,79 @@ def test_streaming_equals_batch_replay():
     assert preds(per_tick)
 
 
+def naive_trend(samples, window_s, smooth_s):
+    """Reference for ``observe_trend``: per sample ``(ts, dt, r, tau)`` the smoothed R and its rate
+    from the checkpoint taken W/2..W ago (W = max(window_s, 3 tau)); NaN r or dt restarts."""
+    out, rs, points = [], None, []  # points: checkpoints (ts, rs), newest last
+    for ts, dt, r, tau in samples:
+        if math.isnan(r) or math.isnan(dt):
+            rs, points = None, []
+            out.append((math.nan, math.nan))
+            continue
+        rs = r if rs is None else rs + (1 - math.exp(-dt / smooth_s)) * (r - rs)
+        half = max(window_s, 3 * tau) / 2
+        if not points or ts - points[-1][0] >= half:
+            points.append((ts, rs))
+        older = points[:-1]
+        out.append((rs, (rs - older[-1][1]) / (ts - older[-1][0]) if older else math.nan))
+    return out
+
+
+@pytest.mark.kernel
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.floats(1, 120), st.one_of(st.floats(0.03, 0.2), st.just(math.nan), st.just(0.05)),
+                          st.floats(5, 400), st.booleans()), max_size=120),
+       st.floats(60, 900), st.floats(5, 300))
+def test_observe_trend_matches_reference(steps, window_s, smooth_s):
+    params = tf.params_vector({"trend_window_s": window_s, "trend_smooth_s": smooth_s})
+    fc = th.new_forecast_state(2)
+    f = th.F_MODEL0 + th.HBM * th.F_MODEL_SIZE
+    ts, samples = 1e9, []
+    for dt, r, tau, gap in steps:
+        ts += dt
+        samples.append((ts, math.nan if gap else dt, r, tau))
+    want = naive_trend(samples, window_s, smooth_s)
+    for (t, dt, r, tau), (w_rs, w_rate) in zip(samples, want):
+        rs, rate = th.observe_trend(fc, 1, f, t, 1 - math.exp(-dt / smooth_s), r, tau, params)
+        assert rs == pytest.approx(w_rs, rel=1e-9, nan_ok=True)
+        assert rate == pytest.approx(w_rate, rel=1e-6, abs=1e-15, nan_ok=True)
+    assert np.isnan(fc[0, th.F_MODEL0:]).sum() == 2 * (th.F_MODEL_SIZE - 2)  # GPU 0 untouched
+
+
+@pytest.mark.kernel
+def test_observe_trend_sees_a_ramp_and_forgets_a_step():
+    params = tf.params_vector({})
+    ramp, step = th.new_forecast_state(1), th.new_forecast_state(1)
+    f = th.F_MODEL0
+    for k in range(1, 200):
+        t = 10.0 * k
+        w = 1 - math.exp(-10.0 / params[tf.P_TREND_SMOOTH])
+        _, ramp_rate = th.observe_trend(ramp, 0, f, t, w, 0.046 + 1e-6 * t, 30.0, params)
+        _, step_rate = th.observe_trend(step, 0, f, t, w, 0.046 if t < 600 else 0.1, 30.0, params)
+        if t == 700.0:
+            assert step_rate > 1e-5  # while the step is in the window, it shows
+    assert ramp_rate == pytest.approx(1e-6, rel=0.02)
+    assert abs(step_rate) < 1e-9  # a window after the step (and its smoothing): flat
+    rs, rate = th.observe_trend(step, 0, f, 2000.0, 0.1, math.nan, 30.0, params)  # idle: restart
+    assert math.isnan(rs) and math.isnan(rate)
+
+
+@pytest.mark.kernel
+@settings(max_examples=60, deadline=None)
+@given(st.floats(0.02, 0.2), st.floats(-1e-4, 1e-4), st.one_of(st.floats(0.02, 0.2), st.just(math.nan)),
+       st.one_of(st.floats(-1e-4, 1e-4), st.just(math.nan)), st.floats(50, 800), st.floats(0, 300), st.floats(0, 5))
+def test_confirmed_resistance_matches_reference(rl, rb, r_seen, rate, pref, lag_s, slack_c):
+    params = tf.params_vector({})
+    confirm = params[tf.P_TREND_CONFIRM]
+    got_rl, got_rb = th.confirmed_resistance(rl, rb, (r_seen, rate), pref, lag_s, slack_c, params)
+    rising = max(rate, 0.0) if not math.isnan(rate) else 0.0
+    want_rb = min(rb, confirm * rising) if rb > 0 else rb
+    want_rl = rl if math.isnan(r_seen) else min(rl, r_seen + rising * lag_s + slack_c / pref)
+    assert got_rb == pytest.approx(want_rb, abs=1e-15)
+    assert got_rl == pytest.approx(want_rl, rel=1e-12)
+    assert got_rl <= rl and got_rb <= max(rb, 0.0) + 1e-18  # it only ever holds the forecast back
+
+
 # ---- behaviour on synthetic GPUs --------------------------------------------------------------
 def test_tim_degradation_predicted_well_ahead_and_only_on_that_gpu():
     topo = small_topology()
@@ -188,6 +261,38 @@ def test_cooling_loss_predicted_for_the_rack_and_not_elsewhere():
     found = run(th.ThermalDetector(topo), frames)
     slots = {p.slot for p in preds(found)}
     assert slots and all(topo.gpu_rack[s] == 1 for s in slots)
+
+
+def fan_failure_frames(factor: float, hours: float = 2.0, seed: int = 0):
+    """A node whose fans stop at t = 1 h (R of all 8 GPUs x ``factor`` within a minute), then
+    sits on a plateau; power has a training rhythm and leakage, readings are integers."""
+    topo = small_topology(nodes=1, gpus=8, racks=1)
+    rng = np.random.default_rng(seed)
+    r0 = 0.046 * (1 + 0.03 * rng.standard_normal(8))
+    base = 500.0 * (1 + 0.02 * rng.standard_normal(8))
+    temp, energy, frames = 22.0 + r0 * base, np.zeros(8), []
+    for t in np.arange(0.0, hours * 3600, 10.0):
+        r = r0 * (1 + (factor - 1) * min(max(t - 3600, 0.0) / 60.0, 1.0))
+        power = base * (1 + 0.03 * math.sin(2 * math.pi * t / 150)) + 2.5 * (temp - 45.0)
+        target = 22.0 + r * power
+        temp = target + (temp - target) * math.exp(-10 / 30)
+        energy += power * 10
+        frames.append(Frame("rack", [t], [0], {"inlet_temp": [22.0]}))
+        frames.append(Frame("gpu", np.full(8, t), np.arange(8), {
+            "gpu_temp": np.round(temp), "power": power + 3 * rng.standard_normal(8), "energy": energy.copy()}))
+    return topo, frames, temp
+
+
+def test_a_fan_failure_step_that_plateaus_below_the_limit_predicts_nothing():
+    """R doubles in a minute (44 -> ~74 °C) and stays: the temperature goes flat, 12 °C under
+    the limit. The fit's R trend lags the step and would extrapolate it for half an hour; the
+    forecast extrapolates only what the temperature confirms."""
+    topo, frames, temp = fan_failure_frames(2.0)
+    assert 68 < temp.min() and temp.max() < 80
+    det = th.ThermalDetector(topo)
+    assert not preds(run(det, frames))
+    core = tf.G_SIZE + tf.CORE * tf.M_SIZE
+    assert np.all(det.s_model[:, core + tf.M_RL] > 0.085)  # the fit did see R double
 
 
 def test_healthy_and_idle_gpus_predict_nothing():
