@@ -457,8 +457,11 @@ class ThermalDetector(ThermalFitDetector):
             if code == CODE_WITHDRAW:
                 reason = f"{part} no longer heading for {limit:.0f} °C (steady state {target:.1f} °C)"
             else:
-                reason = (f"{part} heading for {target:.1f} °C ({slope * 60:+.2f} °C/min) under "
-                          f"current power, limit {limit:.0f} °C; R {r:.4f} °C/W "
+                # the steady state under current power and inlet, and how fast that moves (R
+                # drifting, inlet rising): the ETA comes from both, so a target still under the
+                # limit that rises fast is a throttle on its way
+                reason = (f"{part} heading for its limit {limit:.0f} °C: steady state under current power "
+                          f"{target:.1f} °C, moving {slope * 60:+.2f} °C/min; R {r:.4f} °C/W "
                           f"({r / self.params[P_R_NOM] - 1:+.0%} vs nominal), tau {tau:.0f} s, "
                           f"inlet {inlet:.1f} °C")
             eta = float(rec[O_ETA])
