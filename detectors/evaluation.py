@@ -16,8 +16,10 @@ within its horizon, and its lead time is how early it came. Concretely, per *eve
   ``[start - horizon, start)`` — strictly before the onset: firing once the throttle bit is set
   predicts nothing. Its lead is ``start - max(alarm start, start - horizon)``.
 - **Precision**: an alarm that starts inside an episode (or within ``merge_gap_s`` after it) is
-  not scored — for precision nor for recall (it cannot earn the entity's next episode). Any
-  other alarm states "the event comes within the horizon" once per horizon it
+  not scored — for precision nor for recall (it cannot earn the entity's next episode). Nor is
+  the statement during which the GPU's job was interrupted (ground truth ``job_slowdown_start``,
+  reason ``interrupted``: another member fell off the bus), unless its episode came first: an
+  idle GPU cannot confirm or refute a claim about its load. Any other alarm states "the event comes within the horizon" once per horizon it
   stays active; each such statement is a true positive when an episode of that entity starts
   within the horizon after it, otherwise a false alarm.
 - **False alarms per 1000 GPU-hours** (entity-hours for other kinds): false statements over
@@ -503,7 +505,8 @@ class SpanTable:
 
 
 def score_spans(spans: SpanTable, eps: EpisodeTable, kind: EventKind, scopes: Sequence[FaultScope],
-                start: float, end: float, entities: int) -> dict[str, Any]:
+                start: float, end: float, entities: int,
+                interrupts: tuple[np.ndarray, np.ndarray] | None = None) -> dict[str, Any]:
     """Metrics (with ``by_fault`` and, where episodes are classified, ``by_onset``) of alarm spans
     against episodes — the rules of the module docstring, as column operations."""
     horizon, gap, t0 = kind.horizon_s, kind.merge_gap_s, start
@@ -543,11 +546,18 @@ def score_spans(spans: SpanTable, eps: EpisodeTable, kind: EventKind, scopes: Se
     else:
         judged = np.full(len(s_key), np.inf)
     live = ~during
-    tp = live & (k_hit < n_stmt) & (k_hit <= judged)
-    n_fp = np.where(live, np.minimum(np.minimum(k_hit, n_stmt), judged), 0.0).astype(np.int64)
+    # the statement during which the entity's job was interrupted (first interruption inside the
+    # span) is not judged either, unless its episode came before the interruption
+    k_int, t_int = _interrupted_statement(spans, interrupts, horizon, t0)
+    censored_hit = (k_hit == k_int) & ~(eps.start[q] < t_int) if n_e else np.zeros(len(s_key), bool)
+    tp = live & (k_hit < n_stmt) & (k_hit <= judged) & ~censored_hit
+    n_claims = np.where(live, np.minimum(np.minimum(k_hit, n_stmt), judged), 0.0).astype(np.int64)
     # each false statement is charged to the first fault scope holding its entity at that time
-    fp_span = np.repeat(np.arange(len(n_fp)), n_fp)
-    fp_t = spans.start[fp_span] + horizon * (np.arange(len(fp_span)) - np.repeat(np.cumsum(n_fp) - n_fp, n_fp))
+    fp_span = np.repeat(np.arange(len(n_claims)), n_claims)
+    fp_k = np.arange(len(fp_span)) - np.repeat(np.cumsum(n_claims) - n_claims, n_claims)
+    keep = fp_k != k_int[fp_span]
+    fp_span, fp_k = fp_span[keep], fp_k[keep]
+    fp_t = spans.start[fp_span] + horizon * fp_k
     fp_ent = spans.entity[fp_span]
     fp_fault = np.full(len(fp_span), -1, dtype=np.int64)
     fault_code = {f: i for i, f in enumerate(eps.faults)}
@@ -608,6 +618,52 @@ def score_spans(spans: SpanTable, eps: EpisodeTable, kind: EventKind, scopes: Se
     return result
 
 
+def _interrupted_statement(spans: SpanTable, interrupts: tuple[np.ndarray, np.ndarray] | None, horizon: float,
+                           t0: float) -> tuple[np.ndarray, np.ndarray]:
+    """Per span: the index of the statement whose window holds the first interruption of the
+    entity's job inside the span (-1 if none), and that time (inf if none)."""
+    n = len(spans.start)
+    k = np.full(n, -1, dtype=np.int64)
+    t = np.full(n, np.inf)
+    if interrupts is None or not len(interrupts[0]) or not n:
+        return k, t
+    ent, when = interrupts
+    order = np.lexsort((when, ent))
+    ent, when = ent[order], when[order]
+    i = np.searchsorted(_key(ent, when, t0), _key(spans.entity, spans.start, t0), side="left")
+    ic = np.minimum(i, len(ent) - 1)
+    inside = (i < len(ent)) & (ent[ic] == spans.entity) & (when[ic] < spans.end)
+    t = np.where(inside, when[ic], np.inf)
+    # a statement made at s + k*h covers (s + k*h, s + (k + 1)*h]
+    k = np.where(inside, np.maximum(np.ceil((t - spans.start) / horizon) - 1.0, 0.0), -1).astype(np.int64)
+    return k, t
+
+
+def job_interruptions(events: Iterable[Event], recording: Recording, kind: EventKind,
+                      names: dict[str, int]) -> tuple[np.ndarray, np.ndarray]:
+    """(entity code, time) of every GPU whose job was interrupted (ground truth
+    ``job_slowdown_start`` with reason ``interrupted``: a member fell off the bus or shut down).
+    A GPU of a stopped job goes idle: a claim that it would throttle under its load can be
+    neither confirmed nor refuted, like a claim whose horizon outlives the recording."""
+    if kind.entity_kind != "gpu":
+        return np.zeros(0, np.int64), np.zeros(0)
+    topo = recording.topology
+    ent: list[int] = []
+    when: list[float] = []
+    for e in events:
+        if e.type != "job_slowdown_start" or (e.detail or {}).get("reason") != "interrupted":
+            continue
+        job = topo.slot("job", e.entity) if e.entity in topo.jobs else -1
+        if job < 0:
+            continue
+        for g in np.flatnonzero(topo.gpu_job == job):
+            code = names.get(topo.gpus[int(g)])
+            if code is not None:
+                ent.append(code)
+                when.append(float(e.time))
+    return np.array(ent, dtype=np.int64), np.array(when, dtype=float)
+
+
 def score_kind(findings: Iterable[Finding], events: Sequence[Event], kind: EventKind,
                recording: Recording, start: float, end: float,
                onsets: "OnsetTelemetry | None" = None) -> dict[str, Any]:
@@ -616,7 +672,8 @@ def score_kind(findings: Iterable[Finding], events: Sequence[Event], kind: Event
     table = episode_table(events, kind, recording, start, onsets)
     spans = SpanTable.from_intervals(alarm_intervals(findings, kind, recording.topology, end), table.names)
     return score_spans(spans, table, kind, fault_scopes(recording, events, kind.entity_kind), start, end,
-                       recording.topology.size(kind.entity_kind))
+                       recording.topology.size(kind.entity_kind),
+                       job_interruptions(events, recording, kind, table.names))
 
 
 def episode_table(events: Sequence[Event], kind: EventKind, recording: Recording, start: float,
@@ -697,6 +754,7 @@ def matched_threshold(result: RunResult, logs: Sequence[ScoreLog], kind: EventKi
     codes = np.array([table.names.setdefault(topo.name(kind.entity_kind, s), len(table.names))
                       for s in range(topo.size(kind.entity_kind))], dtype=np.int64)
     scopes = fault_scopes(rec, result.events, kind.entity_kind)
+    interrupts = job_interruptions(result.events, rec, kind, table.names)
     n_ent = topo.size(kind.entity_kind)
     tried: list[tuple[float, dict[str, Any]]] = []
     live: dict[str, Any] | None = None
@@ -713,7 +771,8 @@ def matched_threshold(result: RunResult, logs: Sequence[ScoreLog], kind: EventKi
                 if not np.isfinite(level):
                     continue
                 slot, s, w = log.spans(col, level, result.end)
-                m = score_spans(SpanTable.of(codes[slot], s, w), table, kind, scopes, result.start, result.end, n_ent)
+                m = score_spans(SpanTable.of(codes[slot], s, w), table, kind, scopes, result.start, result.end, n_ent,
+                                interrupts)
                 m["threshold"] = round(float(level), 6)
                 if level == live_level:
                     live = {"threshold": m["threshold"], "recall": m["recall"], "precision": m["precision"]}

@@ -169,6 +169,8 @@ def naive_score(findings, events, kind, recording, start, end):
     def bucket(ft):
         return acc.setdefault(ft, {"episodes": 0, "hits": 0, "tp": 0, "fp": 0, "leads": []})
 
+    # GPUs of an interrupted job (every GPU of the toy topology is in job0)
+    stops = sorted(e.time for e in events if e.type == "job_slowdown_start" and e.detail.get("reason") == "interrupted")
     total = {"episodes": 0, "hits": 0, "tp": 0, "fp": 0, "leads": []}
     for ep in eps:
         mine = mine_of.get(ep.entity, [])
@@ -185,9 +187,17 @@ def naive_score(findings, events, kind, recording, start, end):
         for s, w in spans:
             if any(ep.start <= s <= ep.end + kind.merge_gap_s for ep in mine):
                 continue
+            ti = next((x for x in stops if s <= x < w), None)  # the first interruption in the span
             t = s
             while True:
                 hit = next((ep for ep in mine if t < ep.start <= t + h), None)
+                if ti is not None and (t < ti <= t + h or ti == t == s) and (hit is None or not hit.start < ti):
+                    if hit is not None:  # its episode came after the job stopped: not judged
+                        break
+                    t += h  # the job stopped during this statement: not judged
+                    if t >= w:
+                        break
+                    continue
                 if hit is not None:
                     total["tp"] += 1
                     bucket(hit.fault_type)["tp"] += 1
@@ -217,6 +227,9 @@ def test_columnar_scoring_matches_the_naive_rules(seed):
     end = 20000.0
     events = [Event(float(rng.uniform(0, 8000)), "fault_onset", "gpu", "node0/gpu1", "f1", "fan_failure"),
               Event(2000.0, "fault_onset", "node", "node0", "f2", "psu_failure")]
+    # job0 (every GPU) stopped by a member falling off the bus, now and then
+    events += [Event(float(round(rng.uniform(0, end))), "job_slowdown_start", "job", "job0", "f3", "xid79",
+                     {"reason": "interrupted"}) for _ in range(int(rng.integers(0, 4)))]
     for g in range(6):
         t = float(rng.uniform(0, 1500))
         while t < end:
@@ -352,3 +365,20 @@ def test_a_claim_raised_as_an_episode_lets_go_earns_neither_precision_nor_the_ne
     assert m["episodes"] == 4
     assert m["recall"] == pytest.approx(1 / 4)
     assert m["precision"] == 1.0 and m["lead_median_s"] == 250.0
+
+
+def test_a_claim_whose_job_another_fault_stopped_is_not_judged() -> None:
+    """gpu0 and gpu1 are predicted to throttle at 1000 s; at 1300 s another member of job0 falls
+    off the bus and the job stops. gpu0 throttled at 1200 s, before the stop: a hit. gpu1 never
+    throttles: its claim is not judged (not a false alarm). gpu2's claim at 5000 s is false."""
+    topo = small_topology(nodes=1, gpus=4, racks=1)
+    rec = Recording(Path("."), topo, {"faults": []})
+    events = [gpu_event(1200, "thermal_throttle_start", 0), gpu_event(1250, "thermal_throttle_end", 0),
+              Event(1300.0, "job_slowdown_start", "job", "job0", "f9", "xid79", {"reason": "interrupted"})]
+    findings = [pred(1000, 0), pred(1250, 0, active=False), pred(1000, 1), pred(1500, 1, active=False),
+                pred(5000, 2), pred(5100, 2, active=False)]
+    kind = ev.EventKind("thermal_throttle", "thermal_throttle_start", "thermal_throttle_end", "thermal_throttle",
+                        "gpu", horizon_s=1800.0, merge_gap_s=600.0, warmup_s=0.0)
+    m = ev.score_kind(findings, events, kind, rec, 0.0, 10000.0)
+    assert (m["episodes"], m["recall"], m["lead_median_s"]) == (1, 1.0, 200.0)
+    assert m["precision"] == pytest.approx(1 / 2)  # gpu0's hit and gpu2's false claim; gpu1 not judged
