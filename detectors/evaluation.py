@@ -22,6 +22,9 @@ within its horizon, and its lead time is how early it came. Concretely, per *eve
   idle GPU cannot confirm or refute a claim about its load. Any other alarm states "the event comes within the horizon" once per horizon it
   stays active; each such statement is a true positive when an episode of that entity starts
   within the horizon after it, otherwise a false alarm.
+- **Censoring** (``censor_at_end``: the thermal kinds and link-down): a statement whose horizon
+  outlives the recording is not judged — a 30-minute claim made in its last 30 minutes cannot be
+  checked.
 - **False alarms per 1000 GPU-hours** (entity-hours for other kinds): false statements over
   the entities' observed time.
 
@@ -98,10 +101,12 @@ class EventKind:
 
 
 EVENT_KINDS: dict[str, EventKind] = {
+    # a 30-minute claim made in the recording's last 30 minutes cannot be checked: not judged
     "thermal_throttle": EventKind("thermal_throttle", "thermal_throttle_start", "thermal_throttle_end",
-                                  "thermal_throttle", "gpu", horizon_s=1800.0, min_lead_s=300.0),
+                                  "thermal_throttle", "gpu", horizon_s=1800.0, min_lead_s=300.0,
+                                  censor_at_end=True),
     "hbm_overheat": EventKind("hbm_overheat", "hbm_overheat_start", "hbm_overheat_end",
-                              "hbm_overheat", "gpu", horizon_s=1800.0, min_lead_s=300.0),
+                              "hbm_overheat", "gpu", horizon_s=1800.0, min_lead_s=300.0, censor_at_end=True),
     "power_cap": EventKind("power_cap", "power_cap_start", "power_cap_end", "power_cap", "gpu",
                            horizon_s=300.0, merge_gap_s=120.0, classify_onset=True, min_lead_s=30.0),
 }

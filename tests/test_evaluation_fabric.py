@@ -42,8 +42,8 @@ def test_fabric_kinds_are_registered():
         "link_down", "link_up", "link_down", "link")
     assert kind.horizon_s == LINK_DOWN_HORIZON_S and kind.censor_at_end
     assert evaluation.SECTION_SCORERS["congestion"] is score_congestion
-    # the GPU kinds keep their semantics
-    assert not evaluation.EVENT_KINDS["thermal_throttle"].censor_at_end
+    # the thermal kinds' 30-minute claims made in a recording's last 30 minutes are not judged
+    assert evaluation.EVENT_KINDS["thermal_throttle"].censor_at_end
 
 
 def test_link_down_recall_lead_and_censoring(recording):
