@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import http.server
 import os
+import threading
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -38,3 +41,34 @@ def small_topology():
         "jobs": [{"name": "job0", "nodes": nodes[:2]}, {"name": "job1", "nodes": nodes[2:]}],
     }
     return Topology.from_dict(data)
+
+
+@pytest.fixture
+def dcgm_exporter(shared_data: Path) -> Iterator[str]:
+    """A local HTTP server on 127.0.0.1 (a free port) serving the real dcgm-exporter page at
+    ``/metrics`` (404 elsewhere); yields its base URL."""
+    body = (shared_data / "dcgm" / "dcgm-exporter-tesla-t4.prom").read_bytes()
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            if self.path != "/metrics":
+                self.send_error(404)
+                return
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)

@@ -12,14 +12,7 @@ from foreshock.findings import Prediction
 from foreshock.frames import Frame
 from foreshock.health import PipelineHealth
 
-from thermal_synth import Fault, World, small_topology
-
-
-def run(det, frames):
-    out = []
-    for f in frames:
-        out += det.update(f)
-    return out
+from thermal_synth import Fault, World, run, small_topology
 
 
 @pytest.mark.kernel

@@ -11,7 +11,7 @@ from foreshock.detectors.cooling import CoolingDetector, group_median
 from foreshock.findings import Anomaly
 from foreshock.frames import Frame
 
-from thermal_synth import small_topology
+from thermal_synth import run, small_topology
 
 
 @pytest.mark.kernel
@@ -42,13 +42,6 @@ def cluster(r_of, inlet_of, hours=4.0, dt=30.0, n_nodes=4, power=650.0):
         frames.append(Frame("gpu", np.full(n, t), np.arange(n), {
             "gpu_temp": np.round(inlet[topo.gpu_rack] + r * power), "power": np.full(n, power)}))
     return topo, frames
-
-
-def run(det, frames):
-    out = []
-    for f in frames:
-        out += det.update(f)
-    return out
 
 
 SPREAD = 0.046 * (1 + 0.03 * np.random.default_rng(0).standard_normal(32))

@@ -5,16 +5,13 @@ stub ``nvidia-smi`` printing a real ``--query-gpu`` capture; the frames it publi
 
 from __future__ import annotations
 
-import http.server
 import json
 import stat
 import subprocess
 import sys
-import threading
 import time
 import uuid
 from pathlib import Path
-from typing import Iterator
 
 import numpy as np
 import pytest
@@ -31,7 +28,6 @@ from foreshock.topology import Topology
 
 pytestmark = pytest.mark.kafka
 
-T4 = Path("dcgm") / "dcgm-exporter-tesla-t4.prom"
 H200 = Path("nvidia-smi") / "linux-x86_64__nvidia-h200__590.48.01.txt"
 POLLS = 2
 
@@ -89,39 +85,9 @@ def new_topics() -> Topics:
     return Topics(f"src{uuid.uuid4().hex[:8]}.", 2)
 
 
-@pytest.fixture
-def dcgm_exporter(shared_data: Path) -> Iterator[str]:
-    """A local HTTP server on 127.0.0.1 (free port) serving the real dcgm-exporter page."""
-    body = (shared_data / T4).read_bytes()
-
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 - http.server's name
-            if self.path != "/metrics":
-                self.send_error(404)
-                return
-            self.send_response(200)
-            self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/metrics"
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(5)
-
-
 def test_dcgm_agent_publishes_the_real_scrape_with_exact_values(kafka_settings, dcgm_exporter):
     topics = new_topics()
-    summary = run_agent_cli(kafka_settings, topics, "--source", "dcgm", "--url", dcgm_exporter)
+    summary = run_agent_cli(kafka_settings, topics, "--source", "dcgm", "--url", f"{dcgm_exporter}/metrics")
     assert summary["samples"] == 2 * POLLS  # two GPUs (two hosts in the page), each poll
     topology, frames = published_gpu_rows(kafka_settings, topics, want_rows=2 * POLLS)
     assert topology.gpus == ["424773df46e0/gpu0", "551bdf382151/gpu0"]  # from the Hostname/gpu labels

@@ -19,6 +19,8 @@ from foreshock.detectors.optics import (F_CONF, F_LEVEL, F_SLOPE, N_SIG, SIG_BIA
 from foreshock.frames import Frame
 from foreshock.topology import Topology
 
+from thermal_synth import run  # feeding frames one at a time, shared by the detector tests
+
 SENSITIVITY_DBM = -6.5  # RX power at which the BER reaches the FEC limit (as the simulator has it)
 Q_AT_LIMIT = math.sqrt(2.0) * float(erfcinv(2 * facts.PREFEC_BER_FEC_LIMIT))
 
@@ -44,13 +46,6 @@ def optic_frames(rx: np.ndarray, ts: np.ndarray, **extra: np.ndarray):
         cols = {"rx_power": rx[i], "prefec_ber": ber_at(rx[i])}
         cols.update({k: v[i] for k, v in extra.items()})
         yield Frame("optic", np.full(n, float(t)), np.arange(n), cols)
-
-
-def run(det: OpticsDetector, frames) -> list:
-    out = []
-    for f in frames:
-        out += det.update(f)
-    return out
 
 
 # ---- the Q factor and Theil-Sen against references ---------------------------------------------------

@@ -14,7 +14,7 @@ from foreshock.detectors import power as pw
 from foreshock.findings import Anomaly, Prediction
 from foreshock.frames import Frame
 
-from thermal_synth import small_topology
+from thermal_synth import run, small_topology
 
 
 def heating_gpu(onset=1800.0, rise=36.0, duration=3600.0, dt=10.0, leak=3.0, base=610.0, seed=0):
@@ -36,13 +36,6 @@ def heating_gpu(onset=1800.0, rise=36.0, duration=3600.0, dt=10.0, leak=3.0, bas
             "gpu_temp": [round(temp)], "power": [power + rng.uniform(-5, 5)], "power_limit": [700.0],
             "throttle_reasons": [float(facts.THROTTLE_SW_POWER_CAP if capped else 0)]}))
     return frames, first_cap
-
-
-def run(det, frames):
-    out = []
-    for f in frames:
-        out += det.update(f)
-    return out
 
 
 @pytest.mark.kernel

@@ -13,7 +13,7 @@ from foreshock import facts
 from foreshock.detectors import straggler as sg
 from foreshock.frames import Frame
 
-from thermal_synth import small_topology
+from thermal_synth import run, small_topology
 
 
 def job_frames(n=32, minutes=20, slow=None, hot=None, throttled=None, idle=()):
@@ -35,13 +35,6 @@ def job_frames(n=32, minutes=20, slow=None, hot=None, throttled=None, idle=()):
             "sm_clock": clock, "sm_clock_max": np.full(n, facts.SM_CLOCK_MAX_HZ), "util": util,
             "gpu_temp": np.round(temp), "throttle_reasons": bits}))
     return frames
-
-
-def run(det, frames):
-    out = []
-    for f in frames:
-        out += det.update(f)
-    return out
 
 
 @pytest.mark.kernel

@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import http.server
-import threading
 from pathlib import Path
-from typing import Iterator
 
 import numpy as np
 import pytest
@@ -171,39 +168,9 @@ def test_arbitrary_text_never_raises(text: str) -> None:
 
 
 # ---- live scraping ------------------------------------------------------------------------
-@pytest.fixture
-def exporter(t4_text: str) -> Iterator[str]:
-    """A local HTTP server serving the real scrape on 127.0.0.1 (a free port)."""
-    body = t4_text.encode()
-
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 - http.server's name
-            if self.path != "/metrics":
-                self.send_error(404)
-                return
-            self.send_response(200)
-            self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(5)
-
-
-def test_scrape_source_polls_on_an_interval(exporter: str) -> None:
+def test_scrape_source_polls_on_an_interval(dcgm_exporter: str) -> None:
     health = PipelineHealth()
-    source = DcgmScrapeSource(f"{exporter}/metrics", interval=0.05, health=health, max_polls=3)
+    source = DcgmScrapeSource(f"{dcgm_exporter}/metrics", interval=0.05, health=health, max_polls=3)
     frames = list(source)
     assert len(frames) == 3
     assert source.topology is not None and source.topology.nodes == ["424773df46e0", "551bdf382151"]
@@ -215,9 +182,9 @@ def test_scrape_source_polls_on_an_interval(exporter: str) -> None:
     assert health.samples["gpu"] == 6
 
 
-def test_scrape_failures_are_counted_and_the_source_keeps_going(exporter: str) -> None:
+def test_scrape_failures_are_counted_and_the_source_keeps_going(dcgm_exporter: str) -> None:
     health = PipelineHealth()
-    source = DcgmScrapeSource(f"{exporter}/missing", interval=0.01, health=health, max_polls=2)
+    source = DcgmScrapeSource(f"{dcgm_exporter}/missing", interval=0.01, health=health, max_polls=2)
     assert list(source) == []
     assert source.polls == 2
     assert health.problems[("dcgm", "scrape failed")] == 2

@@ -18,14 +18,7 @@ from foreshock.frames import Frame
 from foreshock.health import PipelineHealth
 from foreshock.topology import Topology
 
-from thermal_synth import Fault, World, small_topology
-
-
-def run(det, frames):
-    out = []
-    for f in frames:
-        out += det.update(f)
-    return out
+from thermal_synth import Fault, World, run, small_topology
 
 
 def preds(findings, event="thermal_throttle", active=True):
