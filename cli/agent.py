@@ -15,10 +15,11 @@ from .kafka_options import kafka_options, settings_from
 SOURCES = ("simulator", "replay", "dcgm", "nvidia-smi", "nvml", "infiniband", "dom")
 
 
-def _source(source: str, path: str | None, url: str | None, executable: str | None, root: str | None,
+def open_source(source: str, path: str | None, url: str | None, executable: str | None, root: str | None,
             interfaces: str | None, interval: float | None, polls: int | None, host: str | None,
             speed: float | None, now: bool, gpus: int, scenario: str, seed: int, duration: float | None) -> tuple[Iterable[Any], Any]:
-    """(frames, topology or a callable giving it once known)."""
+    """(frames, topology or a callable giving it once known) for a source; `agent` publishes the
+    frames, `record` writes them to a recording folder."""
     if source == "replay":
         from foreshock.streams.sources import ReplaySource
 
@@ -109,8 +110,8 @@ def command(source: str, kafka: str | None, user: str | None, password: str | No
         raise click.ClickException(str(exc)) from None
     if source == "simulator" and speed is None:
         speed = 1.0
-    frames, topology = _source(source, path, url, executable, root, interfaces, interval, polls, host,
-                               speed, shift_now, gpus, scenario, seed, duration)
+    frames, topology = open_source(source, path, url, executable, root, interfaces, interval, polls, host,
+                                   speed, shift_now, gpus, scenario, seed, duration)
     health = PipelineHealth()
     console = Console(stderr=True)
     with Progress(SpinnerColumn(), TextColumn("[bold]agent[/bold] {task.fields[samples]:,} samples, "

@@ -23,7 +23,7 @@ from foreshock.health import PipelineHealth
 from foreshock.recording import RecordingWriter
 from foreshock.streams.polling import PollingSource
 
-from .agent import _source
+from .agent import open_source
 
 LIVE_SOURCES = ("dcgm", "nvidia-smi", "nvml", "infiniband", "dom")
 
@@ -50,8 +50,8 @@ def command(source: str, out_dir: Path, duration: float | None, polls: int | Non
     if (out_dir / "recording.json").exists():
         raise click.UsageError(f"{out_dir} already holds a recording; choose a new folder")
     try:
-        frames, topology_of = _source(source, None, url, executable, root, interfaces, interval, polls, host,
-                                      None, False, 0, "", 0, None)
+        frames, topology_of = open_source(source, None, url, executable, root, interfaces, interval, polls, host,
+                                          None, False, 0, "", 0, None)
     except click.UsageError:
         raise
     except Exception as exc:  # e.g. no NVIDIA driver for --source nvml
