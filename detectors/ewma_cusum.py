@@ -4,7 +4,9 @@ For each series the detector tracks a robust level (an EWMA whose updates are cl
 ``clip`` scale units, so one spike does not drag it) and a robust scale (an EWMA of absolute
 deviations; for Gaussian noise sigma ~ 1.2533 x mean absolute deviation). The z-score feeds
 a two-sided CUSUM; when either side passes ``threshold`` the detector emits an
-:class:`~foreshock.findings.Anomaly` (score = the CUSUM value) and restarts that side.
+:class:`~foreshock.findings.Anomaly` (score = the CUSUM value), restarts both sides and
+re-learns the level from the new samples (the running mean over ``warmup`` samples, during
+which the series cannot alarm): one level shift is one anomaly, not one per sample.
 
 >>> import numpy as np
 >>> from foreshock.topology import Topology
@@ -70,10 +72,19 @@ def _ewma_cusum_kernel(slot: np.ndarray, values: np.ndarray, state: np.ndarray, 
                     out_col[n] = j
                     out_score[n] = max(st[POS], st[NEG])
                     n += 1
+                    # a change is reported once: the level restarts from the new regime and is
+                    # re-learnt over ``warmup`` samples (on a real load step the clipped level
+                    # would otherwise take minutes to follow and re-alarm on every sample)
                     st[POS] = 0.0
                     st[NEG] = 0.0
+                    st[LEVEL] = x
+                    st[COUNT] = 1
+                    continue
             lim = clip * sigma
-            st[LEVEL] += alpha * min(max(dev, -lim), lim)
+            if st[COUNT] <= warmup:
+                st[LEVEL] += dev / st[COUNT]  # learning a regime: the running mean, unclipped
+            else:
+                st[LEVEL] += alpha * min(max(dev, -lim), lim)
             st[SCALE] += alpha * (min(abs(dev), lim) - st[SCALE])
     return n
 

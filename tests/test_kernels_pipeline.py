@@ -46,8 +46,13 @@ def reference_ewma_cusum(slots, values, n_slots, alpha, clip, drift, threshold, 
                 if pos[key] > threshold or neg[key] > threshold:
                     alarms.append((i, j, max(pos[key], neg[key])))
                     pos[key] = neg[key] = 0.0
+                    level[key], count[key] = x, 1  # re-learn the level from the new regime
+                    continue
             lim = clip * sigma
-            level[key] += alpha * min(max(dev, -lim), lim)
+            if count[key] <= warmup:
+                level[key] += dev / count[key]
+            else:
+                level[key] += alpha * min(max(dev, -lim), lim)
             scale[key] += alpha * (min(abs(dev), lim) - scale[key])
     return alarms
 
@@ -111,6 +116,16 @@ def test_ewma_cusum_streaming_equals_batch_and_state_round_trips() -> None:
     for i in range(300, n):
         got += restored.update(frame.take(np.array([i])))
     assert got == expected
+
+
+def test_ewma_cusum_reports_a_level_shift_once() -> None:
+    """A GPU stepping from idle to full load is one change: one anomaly per field, not one per
+    sample while the level catches up (the old clipped level re-alarmed for minutes)."""
+    rng = np.random.default_rng(3)
+    power = np.r_[80 + rng.normal(0, 0.5, 300), 690 + rng.normal(0, 1.5, 300), 80 + rng.normal(0, 0.5, 300)]
+    frame = Frame("gpu", np.arange(power.size, dtype=float), np.zeros(power.size, np.int32), {"power": power})
+    found = RobustZScoreDetector(TOPO, fields=("power",), warmup=60).update(frame)
+    assert [int(f.ts) for f in found] == [300, 600]
 
 
 def test_ewma_cusum_validates_parameters() -> None:
