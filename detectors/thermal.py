@@ -15,21 +15,24 @@ forecasts from it):
   tracked with Holt's linear smoothing — level and *drift* (°C/W per second),
 - the inlet level and its trend (Holt again), from the rack frames or the node proxy
   (see :mod:`foreshock.detectors.gpu_inputs`); when the rack reports its coolant flow and the
-  flow drops, the heat balance (coolant rise over facility water ~ 1 / flow) says where the
-  inlet will settle — minutes before the inlet itself moves. An inlet trend is forecast as a
-  cooling loop settles (first-order, damped by the loop's time constant, learnt from the
-  inlet's own settling), not as a ramp that never ends;
+  flow drops, the heat balance (coolant rise over facility water ~ heat / flow) says where the
+  inlet will settle — minutes before the inlet itself moves (a rise learnt where an earlier loss
+  settled, its GPUs throttled and their heat cut, may raise the design rise, never lower it).
+  An inlet trend is forecast as a cooling loop settles (first-order, damped by the loop's time
+  constant, learnt from the inlet's own settling), not as a ramp that never ends;
 - leakage: power grows with temperature (``leak_w_per_c``), which amplifies every rise until
   the power limit holds it.
 
 The forecast extrapolates an R trend only as far as the temperature confirms it
 (:func:`observe_trend`, :func:`confirmed_resistance`): the R drift is capped at
 ``trend_confirm`` times the rate at which ``(T - inlet) / P_f`` actually rose over the last
-``W/2`` to ``W`` (``W = max(trend_window_s, 3 tau)``), and the R level at what the temperature shows now plus what a
-rising R gains over the observation's lag. A failing thermal interface keeps rising and is
-extrapolated as before; a one-off step (fans failing) goes flat within minutes and is not —
-the Holt slope of the fit would otherwise keep ramping it on for half an hour. The inlet part
-of the forecast (cooling loss) is not held back this way.
+``W/2`` to ``W`` (``W = max(trend_window_s, 3 tau)``) less ``trend_noise`` times the rate the
+samples' own scatter (the fit's residual) can show over ``W/2`` — so a GPU sitting just under
+its limit is not called on a chance uptick of noisy integer readings — and the R level at what
+the temperature shows now plus what a rising R gains over the observation's lag. A failing
+thermal interface keeps rising and is extrapolated as before; a one-off step (fans failing)
+goes flat within minutes and is not — the Holt slope of the fit would otherwise keep ramping
+it on for half an hour. The inlet part of the forecast (cooling loss) is not held back this way.
 
 Prediction: the steady-state target ``T_ss(h) = inlet(h) + R(h)·P`` is linear in the horizon
 ``h``; the temperature follows it with lag ``tau``. The detector solves for the first ``h`` at
@@ -81,7 +84,7 @@ from .thermal_fit import (CORE, G_PLIM, G_PREF, G_SIZE, G_UB, G_UL, HBM, M_LOADE
                           P_DRIFT_DAMP, P_EVERY, P_HORIZON, P_LEAK, P_LEARN_DAMP, P_LIM_CORE,
                           P_LIM_HBM, P_LOAD_MIN, P_MARGIN, P_MARGIN_RISE, P_OFF_HOLD, P_ON, P_REFRESH,
                           P_RISE, P_R_NOM, P_SITE_DAMP, P_SITE_RISE, P_SLOWDOWN_OFF, P_TREND_CONFIRM,
-                          P_TREND_SMOOTH, P_TREND_WINDOW, P_URGENT, P_WARMUP, R_DT, R_TPREV,
+                          P_TREND_NOISE, P_TREND_SMOOTH, P_TREND_WINDOW, P_URGENT, P_WARMUP, R_DT, R_TPREV,
                           ThermalFit, ThermalFitDetector, X_HBM, X_SLOT, X_SLOWDOWN, X_TEMP, X_TS,
                           params_vector)
 
@@ -196,7 +199,12 @@ def inlet_rate(s: np.ndarray, i: int, rack: int, racks: np.ndarray, damp: float,
     coolant flow has dropped, the approach to where the heat balance settles the inlet at that
     flow (the flow reading moves minutes before the inlet does, and says where it stops);
     otherwise the inlet's own trend."""
-    prior = params[P_SITE_RISE] if params[P_SITE_RISE] == params[P_SITE_RISE] else params[P_RISE]
+    # a loop's rise scales with its heat over its flow; the site's learnt rise was measured where
+    # a loss settled — with that loop's GPUs throttled, their heat cut — so it is a floor of the
+    # rise at full heat, not an estimate of it: it may raise the design prior, never lower it
+    prior = params[P_RISE]
+    if params[P_SITE_RISE] == params[P_SITE_RISE]:
+        prior = max(prior, params[P_SITE_RISE])
     u_inf = flow_asymptote(racks, rack, prior, damp)
     ul = s[i, G_UL]
     if u_inf == u_inf and ul == ul:
@@ -263,17 +271,18 @@ def observe_trend(fc: np.ndarray, i: int, f: int, ts: float, w: float, r: float,
 
 
 @inline
-def confirmed_resistance(rl: float, rb: float, observed: tuple[float, float], pref: float,
+def confirmed_resistance(rl: float, rb: float, observed: tuple[float, float], noise: float, pref: float,
                          lag_s: float, slack_c: float, params: np.ndarray) -> tuple[float, float]:
     """The fit's R level and drift (°C/W, °C/W per s), held to what the temperature confirms.
 
-    - the drift extrapolated is at most ``trend_confirm`` times the observed rate (none while
-      the rate is unknown); a falling R is left alone (it only lowers the forecast);
+    - the drift extrapolated is at most ``trend_confirm`` times the observed rate less ``noise``
+      (the rate the samples' own scatter can show; none while the rate is unknown); a falling R
+      is left alone (it only lowers the forecast);
     - the level is at most the observed R plus what it has risen in the ``lag_s`` the
       observation trails it by, plus ``slack_c`` °C at ``pref`` — after a step the Holt level
       overshoots (its slope carries it on) while the temperature sits flat."""
     r_seen, rate = observed[T_R], observed[T_RATE]
-    rising = max(rate, 0.0) if rate == rate else 0.0
+    rising = max(rate - noise, 0.0) if rate == rate else 0.0
     if rb > 0.0:
         rb = min(rb, params[P_TREND_CONFIRM] * rising)
     if r_seen == r_seen and pref > 0.0:
@@ -303,7 +312,13 @@ def model_eta(s: np.ndarray, i: int, off: int, temp: float, limit: float,
     # by tau times the inlet's rise. (Not the fit's residual on top: it is the scatter of one
     # sample — and stays high for many minutes after a step — not the error of a smoothed level.)
     slack = params[P_MARGIN] + max(du, 0.0) * tau
-    rl, rb = confirmed_resistance(rl, s[i, off + M_RB], observed, pref, tau + params[P_TREND_SMOOTH],
+    # a rate measured over half a window from integer readings that scatter by sqrt(res) °C (a
+    # training step's rhythm, rounding) shows a trend of that order by chance — a GPU sitting
+    # just under its limit would otherwise be called on a drift that is noise, extrapolated
+    # (and amplified by leakage) for half an hour. A real drift (a failing interface) persists.
+    half = 0.5 * max(params[P_TREND_WINDOW], 3.0 * tau)
+    noise = params[P_TREND_NOISE] * np.sqrt(s[i, off + M_RES]) / (pref * half) if pref > 0.0 else 0.0
+    rl, rb = confirmed_resistance(rl, s[i, off + M_RB], observed, noise, pref, tau + params[P_TREND_SMOOTH],
                                   slack, params)
     a0 = ul + rl * pref
     b = rb * pref
