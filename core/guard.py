@@ -46,25 +46,33 @@ def _guard_kernel(ts: np.ndarray, slot: np.ndarray, last_ts: np.ndarray, counts:
 
 
 @jit
-def _scan_kernel(block: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per field (row of ``block``): NaN count after infinities became NaN, and the
-    infinities, which it sets to NaN in ``block``."""
-    fields, rows = block.shape
-    nans = np.zeros(fields, dtype=np.int64)
-    infs = np.zeros(fields, dtype=np.int64)
-    for j in range(fields):
+def _scan_columns(columns: tuple[np.ndarray, ...], rows: int) -> tuple[int, int]:
+    """Over a tuple of equal-length float64 columns, in place: sets infinities to NaN. Returns
+    (gaps, infinities): gaps are the NaN (infinities included) of the columns that have some but
+    not ``rows`` of them — a column NaN in every row is a field the source does not report."""
+    gaps = 0
+    infs = 0
+    for column in columns:
         n_nan = 0
-        n_inf = 0
         for i in range(rows):
-            v = block[j, i]
+            v = column[i]
             if v != v:
                 n_nan += 1
             elif v == np.inf or v == -np.inf:
-                block[j, i] = np.nan
-                n_inf += 1
-        nans[j] = n_nan + n_inf
-        infs[j] = n_inf
-    return nans, infs
+                column[i] = np.nan
+                n_nan += 1
+                infs += 1
+        if 0 < n_nan < rows:
+            gaps += n_nan
+    return gaps, infs
+
+
+def kernel_column(column: np.ndarray) -> np.ndarray:
+    """The column itself when it is a writable C-contiguous float64 array (a ``Frame``'s columns
+    are), else such a copy: a tuple of columns passed to a kernel must be of one Numba type."""
+    if column.dtype == np.float64 and column.flags.c_contiguous and column.flags.writeable:
+        return column
+    return np.array(column, dtype=np.float64)
 
 
 class InputGuard:
@@ -89,22 +97,21 @@ class InputGuard:
         out = frame.take(keep) if dropped else frame
         if len(out) == 0 or not out.columns:
             return out
-        # One pass over all fields at once (a per-field loop of numpy calls cost more than the
-        # rows themselves on the small per-partition pieces a Kafka worker sees).
-        block = np.array(list(out.columns.values()))  # (fields, rows) copy, C order
-        nans, infs = _scan_kernel(block)
-        matrix_inf = int(infs.sum())
-        if matrix_inf:
-            for name, n_inf, row in zip(out.columns, infs, block):
-                if n_inf:
-                    out.columns[name][:] = row  # the kernel set them to NaN in the copy
-            self.health.problem(self.stage, "inf_values", matrix_inf, detail=f"{frame.kind} frame; set to NaN")
+        # One kernel pass over the columns themselves, in place (no (fields, rows) copy: on the
+        # small per-partition pieces a Kafka worker sees, copies and per-field numpy calls cost
+        # more than the scan). The kernel needs writable C-contiguous float64 arrays; a frame's
+        # columns are (``Frame`` makes them so), any other is replaced by such a copy.
+        columns = out.columns
+        for name, column in columns.items():
+            columns[name] = kernel_column(column)
+        gaps, infs = _scan_columns(tuple(columns.values()), len(out))
+        if infs:
+            self.health.problem(self.stage, "inf_values", int(infs), detail=f"{frame.kind} frame; set to NaN")
         # NaN is the contract's "missing". A field absent from the whole frame is simply not
         # reported by this source; a gap inside a reported field is counted, so a sensor going
         # dark is visible.
-        gaps = int(nans[(nans > 0) & (nans < len(out))].sum())
         if gaps:
-            self.health.problem(self.stage, "missing_values", gaps, detail=f"{frame.kind} frame")
+            self.health.problem(self.stage, "missing_values", int(gaps), detail=f"{frame.kind} frame")
         return out
 
     def state_dict(self) -> dict[str, np.ndarray]:

@@ -20,6 +20,7 @@ import numpy as np
 from foreshock.facts import XID_SEVERITY
 from foreshock.findings import Anomaly, Finding, Incident, Prediction
 from foreshock.frames import Frame
+from foreshock.guard import kernel_column
 from foreshock.health import PipelineHealth
 from foreshock.numba_config import jit
 from foreshock.topology import Topology
@@ -102,8 +103,8 @@ class FindingStore:
         with self._lock:
             fields = LATEST_FIELDS.get(frame.kind, ())
             if fields:
-                block = np.array([frame.columns[name] for name in fields])
-                newest = _observe_latest(frame.ts, frame.slot, block, self._latest_block[frame.kind],
+                columns = tuple(kernel_column(frame.columns[name]) for name in fields)  # no (fields, rows) copy
+                newest = _observe_latest(frame.ts, frame.slot, columns, self._latest_block[frame.kind],
                                          self._seen[frame.kind], self._last_seen[frame.kind])
             else:
                 newest = _newest(frame.ts)
@@ -245,13 +246,13 @@ def _new_xids(slot: np.ndarray, xid: np.ndarray, last: np.ndarray) -> np.ndarray
 
 
 @jit
-def _observe_latest(ts: np.ndarray, slot: np.ndarray, block: np.ndarray, latest: np.ndarray, seen: np.ndarray,
-                    last_seen: np.ndarray) -> tuple[float, bool]:
-    """Per row (time-ordered): each non-NaN field of ``block`` (fields, rows) becomes the slot's
-    latest value; the slot is seen, at its newest timestamp. Returns the frame's newest
-    timestamp (NaN skipped; infinities count, as in ``np.nanmax``) and whether any is finite.
-    Rows with a slot outside the arrays are skipped."""
-    fields = block.shape[0]
+def _observe_latest(ts: np.ndarray, slot: np.ndarray, columns: tuple[np.ndarray, ...], latest: np.ndarray,
+                    seen: np.ndarray, last_seen: np.ndarray) -> tuple[float, bool]:
+    """Per row (time-ordered): each non-NaN value of ``columns`` (one array per field, in the
+    order of ``latest``'s rows) becomes the slot's latest value; the slot is seen, at its newest
+    timestamp. Returns the frame's newest timestamp (NaN skipped; infinities count, as in
+    ``np.nanmax``) and whether any is finite. Rows with a slot outside the arrays are skipped."""
+    fields = len(columns)
     newest = -np.inf
     any_finite = False
     big = np.finfo(np.float64).max
@@ -266,7 +267,7 @@ def _observe_latest(ts: np.ndarray, slot: np.ndarray, block: np.ndarray, latest:
         if s < 0 or s >= len(seen):  # the guard lets none through; never write outside the arrays
             continue
         for j in range(fields):
-            v = block[j, i]
+            v = columns[j][i]
             if v == v:
                 latest[j, s] = v
         seen[s] = True

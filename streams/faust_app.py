@@ -21,9 +21,12 @@ import asyncio
 import json
 import logging
 import os
+import shutil
 import socket
+import tempfile
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable
 
 import faust
@@ -58,6 +61,10 @@ class WorkerConfig:
     session_timeout_s: float = 6.0
     metrics_host: str = "127.0.0.1"
     metrics_port: int = 0  # 0 = no /metrics server
+    # faust's data directory (its table stores; this app's tables live in memory). None: a
+    # fresh temporary folder, removed when the worker stops. faust's own default is
+    # ``<app id>-data`` in the current directory: every run left a folder behind.
+    data_dir: str | None = None
 
 
 def _raw_topic(app: faust.App, name: str, partitions: int | None = None) -> Any:
@@ -70,6 +77,9 @@ class ForeshockWorker:
 
     def __init__(self, config: WorkerConfig) -> None:
         self.config = config
+        self.owns_data_dir = config.data_dir is None
+        self.data_dir = Path(tempfile.mkdtemp(prefix="foreshock-worker-")) if config.data_dir is None \
+            else Path(config.data_dir)
         self.health = PipelineHealth()
         self.store = FindingStore(config.topology, self.health)
         self.detection = DetectionStage(config.topology, config.make_bank, config.topics.partitions,
@@ -94,6 +104,7 @@ class ForeshockWorker:
         cfg = self.config
         app = faust.App(
             cfg.app_id,
+            datadir=str(self.data_dir),
             broker=cfg.settings.faust_broker(),
             broker_credentials=cfg.settings.faust_credentials(),
             store="memory://",
@@ -339,6 +350,11 @@ class ForeshockWorker:
             if time.monotonic() - self.last_incident_checkpoint >= self.config.checkpoint_interval_s:
                 await self.checkpoint_incidents(stream)
 
+    def remove_data_dir(self) -> None:
+        """Remove the data directory when this worker made it (a temporary folder)."""
+        if self.owns_data_dir:
+            shutil.rmtree(self.data_dir, ignore_errors=True)
+
     def status(self) -> dict[str, Any]:
         return {"worker": self.config.worker_id, "partitions": sorted(self.detection.parts), **self.counts,
                 "problems": self.health.total_problems()}
@@ -367,4 +383,5 @@ def run_worker(config: WorkerConfig, loglevel: str = "warning") -> None:
     finally:
         if server is not None and isinstance(server, tuple):
             server[0].shutdown()
+        worker.remove_data_dir()
         log.info("worker stopped: %s", json.dumps(worker.status()))

@@ -144,7 +144,7 @@ class PartitionMap:
         part[part < 0] = 0
         order = np.argsort(part, kind="stable")
         bounds = np.searchsorted(part[order], np.arange(self.partitions + 1))
-        grouped = frame.take(order)  # one gather of every column; the pieces are slices of it
+        grouped = take_rows(frame, order)  # one gather of every column; the pieces are slices of it
         return [row_range(grouped, bounds[p], bounds[p + 1]) for p in range(self.partitions)]
 
     def messages(self, frame: Frame, max_bytes: int = MAX_PIECE_BYTES) -> list[tuple[int, Frame]]:
@@ -173,6 +173,28 @@ def row_range(frame: Frame, start: int, stop: int) -> Frame:
     piece.slot = frame.slot[start:stop]
     piece.columns = {name: column[start:stop] for name, column in frame.columns.items()}
     return piece
+
+
+def take_rows(frame: Frame, index: np.ndarray) -> Frame:
+    """Rows ``index`` of a frame (copies), without ``Frame.take``'s validation of every column
+    (as in :func:`row_range`: the rows of a valid frame are valid)."""
+    out = object.__new__(Frame)
+    out.kind = frame.kind
+    out.ts = frame.ts[index]
+    out.slot = frame.slot[index]
+    out.columns = {name: column[index] for name, column in frame.columns.items()}
+    return out
+
+
+def concat_rows(frames: Sequence[Frame], names: Sequence[str]) -> Frame:
+    """The rows of same-kind frames one after the other, only columns ``names``: what a bundle
+    encodes (``Frame.concat`` copies and validates every field, sent or not)."""
+    out = object.__new__(Frame)
+    out.kind = frames[0].kind
+    out.ts = np.concatenate([f.ts for f in frames])
+    out.slot = np.concatenate([f.slot for f in frames])
+    out.columns = {name: np.concatenate([f.columns[name] for f in frames]) for name in names}
+    return out
 
 
 def row_bytes(kind: str) -> int:
@@ -272,8 +294,8 @@ def encode_bundle(agent: str, sent: float, pieces: Sequence[BundleEntry], compre
     streams = []
     sizes = []
     for kind, frames in by_kind.items():
-        data = frame_to_ipc(frames[0] if len(frames) == 1 else Frame.concat(frames), compression,
-                            None if fields is None else fields[kind])
+        names = field_names(kind) if fields is None else fields[kind]
+        data = frame_to_ipc(frames[0] if len(frames) == 1 else concat_rows(frames, names), compression, names)
         streams.append(data)
         sizes.append(f"{kind}:{len(data)}")
     headers = [(H_SCHEMA, SCHEMA), (H_AGENT, agent.encode()), (H_SENT, repr(sent).encode()),
@@ -355,8 +377,53 @@ def _read_stream(data: pa.Buffer) -> Frame:
         raise FrameError("Arrow IPC stream without a record batch")
     # one batch (what encode_bundle writes): its columns convert without joining chunks first
     data_ = batches[0] if len(batches) == 1 else pa.Table.from_batches(batches)
-    kind = (data_.schema.metadata or {}).get(ARROW_KIND_KEY, b"").decode() or None
-    return Frame.from_arrow(data_, kind=kind)
+    kind = (data_.schema.metadata or {}).get(ARROW_KIND_KEY, b"").decode()
+    if not kind:
+        raise FrameError("Arrow batch has no foreshock.kind metadata")
+    return frame_from_arrow(data_, kind)
+
+
+def frame_from_arrow(batch: pa.RecordBatch | pa.Table, kind: str) -> Frame:
+    """``Frame.from_arrow`` (same checks, same frame) with one allocation for all field columns:
+    a (fields, rows) block whose rows become the columns, the fields the stream left out NaN.
+    Per column, ``from_arrow`` converts, copies again to float64, and the frame then fills each
+    missing field with a fresh array and validates every column once more (measured with
+    cProfile on a worker's bundles: a quarter of decoding; this takes half that)."""
+    names = batch.schema.names
+    for required in ("ts", "slot"):
+        if required not in names:
+            raise FrameError(f"{kind} batch: missing column {required!r}")
+    known = field_names(kind)  # raises ValueError for an unknown kind
+    index = {name: i for i, name in enumerate(names)}
+    unknown = [n for n in names if n not in known and n not in ("ts", "slot")]
+    if unknown:
+        raise FrameError(f"{kind} batch: unknown fields {unknown}")
+
+    def numeric(name: str) -> Any:
+        column = batch.column(index[name])
+        if not (pa.types.is_floating(column.type) or pa.types.is_integer(column.type)):
+            raise FrameError(f"{kind} batch: column {name!r} is {column.type}, not numeric")
+        if isinstance(column, pa.ChunkedArray):
+            column = column.combine_chunks()
+        return column.to_numpy(zero_copy_only=False)  # nulls become NaN (integers: float64)
+
+    rows = batch.num_rows
+    ts = np.array(numeric("ts"), dtype=np.float64)
+    slot = numeric("slot")
+    if slot.dtype.kind == "f" and np.isnan(slot).any():
+        raise FrameError(f"{kind} batch: missing slot values")
+    block = np.empty((len(known), rows), dtype=np.float64)
+    for j, name in enumerate(known):
+        if name in index:
+            block[j] = numeric(name)
+        else:
+            block[j] = np.nan
+    frame = object.__new__(Frame)  # every check Frame.__post_init__ makes was made above
+    frame.kind = kind
+    frame.ts = ts
+    frame.slot = np.array(slot, dtype=np.int32)
+    frame.columns = dict(zip(known, block))
+    return frame
 
 
 def decode_bundle(value: bytes | None, headers: Mapping[str, bytes], topology: Topology,

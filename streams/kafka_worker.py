@@ -215,18 +215,25 @@ class DetectionStage:
         return {"guard": pipeline.guard.state_dict(), "bank": pipeline.bank.state_dict()}
 
     def warm_up(self) -> None:
-        """Run every detector once on a throw-away pipeline (own store and health), so Numba
-        loads or compiles its kernels now rather than on the first record after an assignment."""
+        """Run every detector on a throw-away pipeline (own store and health), so Numba loads or
+        compiles its kernels now rather than on the first records after an assignment.
+
+        Frames of one row and of two entities (where the topology has two): with one row, the
+        2-D arrays detectors build from columns are both C- and F-contiguous and Numba types
+        them as C; frames of several rows give F, which a one-row warm-up left to be loaded —
+        or, after any source change, compiled, seconds of CPU — mid-stream (five kernels of the
+        thermal, power and straggler detectors when this was measured)."""
         health = PipelineHealth()
         bank = DetectorBank(self.topology, self._make_bank().detectors, processors=())
         pipeline = EmbeddedPipeline(self.topology, bank, FindingStore(self.topology, health), (), health)
         try:
             for kind in ENTITY_KINDS:
-                if self.topology.size(kind) == 0:
-                    continue
-                for ts, value in ((1.0, 0.0), (2.0, 1.0)):
-                    columns = {name: np.array([value]) for name in field_names(kind)}
-                    pipeline.process(Frame(kind, np.array([ts]), np.zeros(1, np.int32), columns))
+                size = self.topology.size(kind)
+                steps = [(rows, ts) for rows in sorted({1, min(2, size)}) for ts in (1.0, 2.0)] if size else []
+                for i, (rows, ts) in enumerate(steps):
+                    columns = {name: np.full(rows, ts - 1.0) for name in field_names(kind)}
+                    slots = np.arange(rows, dtype=np.int32)
+                    pipeline.process(Frame(kind, np.full(rows, float(i + 1)), slots, columns))
         except Exception as exc:  # only a head start: the real records will compile what is missing
             log.warning("warm-up stopped early: %s: %s", type(exc).__name__, exc)
 

@@ -88,7 +88,9 @@ class Workers:
              "--namespace", self.topics.namespace, "--partitions", str(self.topics.partitions),
              "--group", self.group, "--topology", str(topology), "--port", "0",
              "--checkpoint-interval", "1", "--session-timeout", "3", "--log-level", "warning"],
-            stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+            stdout=log, stderr=subprocess.STDOUT,
+            # a SIGKILLed worker cannot remove its temporary data folder: keep those in the test's
+            env={**os.environ, "PYTHONUNBUFFERED": "1", "TMPDIR": str(self.log_dir)})
         self.procs.append(proc)
         return proc
 
@@ -210,6 +212,73 @@ def test_split_pieces_are_the_frames_rows_by_partition_without_revalidation(smal
     sub = row_range(frame, 10, 20)
     assert len(sub) == 10 and np.shares_memory(sub.ts, frame.ts)
     np.testing.assert_array_equal(sub.columns["power"], frame.columns["power"][10:20])
+
+
+def test_frame_from_arrow_gives_what_frame_from_arrow_gives():
+    """The decoder's one-allocation ``frame_from_arrow`` against ``Frame.from_arrow`` (the
+    reference): absent fields, integer columns, nulls, several batches, and the same errors."""
+    import pyarrow as pa
+
+    from foreshock.frames import FrameError
+    from foreshock.streams.kafka_codec import frame_from_arrow
+
+    rng = np.random.default_rng(11)
+    n = 40
+    temp = rng.normal(60, 5, n)
+    temp[[3, 17]] = np.nan
+    arrays = {"ts": pa.array(np.sort(rng.random(n))), "slot": pa.array(rng.integers(0, 8, n), pa.int64()),
+              "gpu_temp": pa.array(temp), "util": pa.array([None if i % 5 == 0 else i for i in range(n)], pa.int32()),
+              "power": pa.array(rng.random(n), pa.float32())}
+    batch = pa.RecordBatch.from_pydict(arrays)
+    table = pa.Table.from_batches([batch.slice(0, 15), batch.slice(15)])
+    for data in (batch, table):
+        got, want = frame_from_arrow(data, "gpu"), Frame.from_arrow(data, kind="gpu")
+        assert got.kind == want.kind and list(got.columns) == list(want.columns)
+        assert got.ts.dtype == want.ts.dtype and got.slot.dtype == want.slot.dtype
+        np.testing.assert_array_equal(got.ts, want.ts)
+        np.testing.assert_array_equal(got.slot, want.slot)
+        for name, column in want.columns.items():
+            assert got.columns[name].dtype == np.float64 and got.columns[name].flags.writeable
+            assert got.columns[name].flags.c_contiguous
+            np.testing.assert_array_equal(got.columns[name], column)
+    bad = {"no ts": pa.RecordBatch.from_pydict({"slot": [1]}),
+           "unknown field": pa.RecordBatch.from_pydict({"ts": [1.0], "slot": [1], "colour": [2.0]}),
+           "not numeric": pa.RecordBatch.from_pydict({"ts": [1.0], "slot": [1], "gpu_temp": ["hot"]}),
+           "null slot": pa.RecordBatch.from_pydict({"ts": [1.0, 2.0], "slot": pa.array([1, None], pa.int32())})}
+    for what, data in bad.items():
+        with pytest.raises(FrameError) as want_error:
+            Frame.from_arrow(data, kind="gpu")
+        with pytest.raises(FrameError) as got_error:
+            frame_from_arrow(data, "gpu")
+        assert str(got_error.value) == str(want_error.value), what
+
+
+def test_worker_data_dir_is_a_temporary_folder_not_the_current_directory(tmp_path: Path, monkeypatch):
+    """faust's default data directory is ``<app id>-data`` in the current directory: every worker
+    run left one there. The worker makes its own temporary folder (removed when it stops) or
+    uses the one configured."""
+    from foreshock.streams.faust_app import ForeshockWorker, WorkerConfig
+
+    cwd, tmp = tmp_path / "cwd", tmp_path / "tmp"
+    cwd.mkdir()
+    tmp.mkdir()
+    monkeypatch.chdir(cwd)
+    monkeypatch.setattr("tempfile.tempdir", str(tmp))
+    topology = Topology.from_gpu_hosts([("n0", g) for g in range(2)])
+
+    def config(**kw: Any) -> WorkerConfig:
+        return WorkerConfig(KafkaSettings("127.0.0.1:9"), Topics("dd.", 1), topology,
+                            lambda: DetectorBank.from_names(topology), app_id="dd-app", **kw)
+
+    worker = ForeshockWorker(config())
+    assert worker.app.conf.datadir.parent == tmp and worker.data_dir.is_dir()
+    worker.remove_data_dir()
+    assert not any(tmp.iterdir()) and not any(cwd.iterdir())
+    mine = tmp_path / "mine"
+    worker = ForeshockWorker(config(data_dir=str(mine)))
+    assert worker.app.conf.datadir == mine
+    worker.remove_data_dir()  # not the worker's to remove
+    assert worker.app.conf.datadir == mine and not any(cwd.iterdir())
 
 
 def test_decode_rejects_garbage_wrong_schema_unknown_entity_and_misrouted(small_topology: Topology):
@@ -409,6 +478,47 @@ def test_processors_that_read_frames_get_the_guarded_rows_they_declared(small_to
     assert all(others_empty for _, _, others_empty, _ in proc.seen)
     temps = {(c, s): t for slots, ts, _, c in proc.seen for s, t in zip(slots, ts)}
     assert temps[(0, 5)] == 46.0 and temps[(1, 5)] == 47.0
+
+
+WARM_UP_PROBE = """
+import gc, sys
+from numba.core.registry import CPUDispatcher
+from foreshock.detectors.bank import DetectorBank
+from foreshock.streams.kafka_codec import PartitionMap, encode_bundle
+from foreshock.streams.kafka_worker import DetectionStage
+from foreshock.streams.sources import ReplaySource
+
+def loaded():
+    return {d.py_func.__qualname__: len(d.overloads) for d in gc.get_objects()
+            if isinstance(d, CPUDispatcher) and d.py_func.__module__.startswith("foreshock.")}
+
+source = ReplaySource(sys.argv[1])
+topo = source.topology
+stage = DetectionStage(topo, lambda: DetectorBank.from_names(topo), 2)
+stage.warm_up()
+warm = loaded()
+pmap = PartitionMap(topo, 2)
+offsets = [0, 0]
+for seq, frame in enumerate(source, 1):
+    messages = pmap.messages(frame)
+    for index, (part, piece) in enumerate(messages):
+        if not stage.owns(part):
+            stage.load(part, None)
+        value, headers = encode_bundle("a", 0.0, [(seq, index, len(messages), piece)])
+        stage.process(part, offsets[part], value, headers)
+        offsets[part] += 1
+print(sorted(name for name, n in loaded().items() if warm.get(name, 0) and n > warm[name]))
+"""
+
+
+def test_warm_up_loads_the_kernel_versions_real_frames_use(recording: Path):
+    """A worker warms its kernels up before it joins the group; a kernel the warm-up loaded
+    must not need another version (another array layout) for real frames mid-stream. In a
+    fresh interpreter: kernels loaded by other tests would hide it."""
+    proc = subprocess.run([sys.executable, "-c", WARM_UP_PROBE, str(recording)], capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.strip().splitlines()[-1] == "[]", proc.stdout
 
 
 def test_detection_stage_resumes_from_checkpoint_with_identical_output(recording: Path):
@@ -618,3 +728,28 @@ def test_bad_records_land_in_the_dead_letter_topic_with_the_reason(kafka_setting
     assert sorted((m.agent.split("@")[0], m.seq, m.rows) for m in found) == [
         ("bad-t", 1, 1), ("bad-t", 97, 0), ("bad-t", 98, 0), ("bad-t", 99, 0), ("json", 1, 1),
         ("mixed-t", 1, 1), ("mixed-t", 2, 0), ("mixed-t", 3, 1)]
+
+
+@pytest.mark.kafka
+def test_running_worker_leaves_nothing_in_the_current_directory(kafka_settings, recording, tmp_path):
+    """A real worker run (joined, then stopped): its faust data directory was in the temporary
+    folder, not in the current directory, and is gone afterwards."""
+    cwd, tmp = tmp_path / "cwd", tmp_path / "tmp"
+    cwd.mkdir()
+    tmp.mkdir()
+    topics = ensure_topics(kafka_settings, Topics(namespace(), 1))
+    group = "g-" + topics.namespace
+    with open(tmp_path / "worker.log", "wb") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "foreshock.cli.main", "worker", "--kafka", kafka_settings.bootstrap,
+             "--namespace", topics.namespace, "--partitions", "1", "--group", group,
+             "--topology", str(recording / "topology.yaml"), "--port", "0", "--session-timeout", "3"],
+            cwd=cwd, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "TMPDIR": str(tmp)})
+        try:
+            wait_for_members(kafka_settings, group, 1)
+            assert any(p.name.startswith("foreshock-worker-") for p in tmp.iterdir())  # the data dir is here
+        finally:
+            proc.terminate()
+            proc.wait(timeout=30)
+    assert list(cwd.iterdir()) == [], (tmp_path / "worker.log").read_text()
+    assert not any(p.name.startswith("foreshock-worker-") for p in tmp.iterdir())
