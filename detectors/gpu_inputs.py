@@ -46,10 +46,11 @@ INLINE_OPTIONS: dict[str, Any] = {**KERNEL_OPTIONS, "inline": "always"}
 # rack state columns: time of the last inlet sample and its value; the inlet one and two
 # windows ago (and when) and the loop time constant learnt from them (NaN until seen)
 # ... and the coolant flow now, its baseline, the inlet at baseline flow, and the loop's
-# coolant rise at baseline flow learnt from a flow loss that settled (with its count)
+# coolant rise at baseline flow learnt from a flow loss that settled (with its count); and 1
+# from a flow loss until, the flow back, the inlet is back at its baseline too (else 0)
 (RACK_TS, RACK_INLET, RACK_U1, RACK_U2, RACK_U1_TS, RACK_DAMP, RACK_DAMP_N, RACK_FLOW, RACK_FLOW0,
- RACK_U0, RACK_RISE, RACK_RISE_N, RACK_FLOW_SLOPE, RACK_F1) = range(14)
-RACK_SIZE = 14
+ RACK_U0, RACK_RISE, RACK_RISE_N, RACK_FLOW_SLOPE, RACK_F1, RACK_LOSS) = range(15)
+RACK_SIZE = 15
 FLOW_SLOPE_TAU_S = 60.0
 FLOW_DROP_MAX = 0.25
 """A falling flow is carried over the loop's lag, but to no less than this share of itself."""
@@ -59,6 +60,10 @@ DAMP_MIN_OBS = 4.0
 """Windows a rack's learnt loop time constant needs before it is used."""
 DAMP_WINDOW_S = 60.0
 DAMP_MIN_STEP_C = 1.0
+SETTLED_C = 0.3
+"""An inlet that moved less than this over the last window (and since) has settled."""
+RECOVERED_C = 1.0
+"""A loop is back from a flow loss once its inlet is this close to its baseline's (or settled)."""
 # node state columns: the proxy of the previous tick and the minimum being gathered now
 NODE_PROXY_TS, NODE_PROXY, NODE_ACC_TS, NODE_ACC = 0, 1, 2, 3
 NODE_SIZE = 4
@@ -71,6 +76,7 @@ def new_rack_state(n_racks: int) -> np.ndarray:
     state = np.full((n_racks, RACK_SIZE), np.nan)
     state[:, RACK_DAMP_N] = 0.0
     state[:, RACK_RISE_N] = 0.0
+    state[:, RACK_LOSS] = 0.0
     return state
 
 
@@ -189,11 +195,19 @@ def track_flow(rack_state: np.ndarray, r: int, dt: float, inlet: float, flow: fl
             rack_state[r, RACK_U0] = inlet
         return
     if flow >= FLOW_NOMINAL * f0:
+        if rack_state[r, RACK_LOSS] > 0.0:
+            # back from a loss: the inlet settles back to the baseline's, which holds meanwhile
+            # (learning it from a cooling inlet would raise it); it is back once there, or once
+            # settled elsewhere (the facility water moved during the loss)
+            if inlet - rack_state[r, RACK_U0] < RECOVERED_C or inlet_settled(rack_state, r, inlet):
+                rack_state[r, RACK_LOSS] = 0.0
+            return
         if dt == dt and dt > 0.0:  # nominal: follow slow changes (load, facility water)
             w = 1.0 - np.exp(-dt / BASELINE_TAU_S)
             rack_state[r, RACK_FLOW0] = f0 + w * (flow - f0)
             rack_state[r, RACK_U0] = rack_state[r, RACK_U0] + w * (inlet - rack_state[r, RACK_U0])
         return
+    rack_state[r, RACK_LOSS] = 1.0
     # settled: flow steady for a window and the inlet no longer moving with it
     settled = rack_state[r, RACK_U1] == rack_state[r, RACK_U1] and abs(inlet - rack_state[r, RACK_U1]) < 0.3 \
         and rack_state[r, RACK_F1] == rack_state[r, RACK_F1] and abs(flow - rack_state[r, RACK_F1]) < 0.01 * f0
@@ -206,15 +220,25 @@ def track_flow(rack_state: np.ndarray, r: int, dt: float, inlet: float, flow: fl
 
 
 @inline
+def inlet_settled(rack_state: np.ndarray, r: int, inlet: float) -> bool:
+    """True when the rack's inlet moved less than ``SETTLED_C`` over its last whole window and
+    since: a window's two ends, not the last few seconds (a ramp of a few °C per minute moves
+    less than that in one sample)."""
+    u1, u2 = rack_state[r, RACK_U1], rack_state[r, RACK_U2]
+    return u1 == u1 and u2 == u2 and abs(u1 - u2) < SETTLED_C and abs(inlet - u1) < SETTLED_C  # type: ignore[no-any-return]
+
+
+@inline
 def flow_asymptote(rack_state: np.ndarray, r: int, prior_rise: float, lag: float) -> float:
     """Where the inlet settles at the rack's coolant flow ``lag`` seconds ahead — the flow's
     trend carried over the loop's own lag (at most a fourfold drop, never below 2 % of
-    baseline); NaN at nominal flow or without flow telemetry."""
+    baseline); NaN at nominal flow (unless the loop is still coming back from a loss: its inlet
+    heads back to the baseline's, whatever its own trend still says) or without flow telemetry."""
     if r < 0:
         return np.nan
     flow = rack_state[r, RACK_FLOW]
     f0 = rack_state[r, RACK_FLOW0]
-    if not (flow == flow and f0 == f0 and flow < FLOW_NOMINAL * f0):
+    if not (flow == flow and f0 == f0 and (flow < FLOW_NOMINAL * f0 or rack_state[r, RACK_LOSS] > 0.0)):
         return np.nan
     slope = rack_state[r, RACK_FLOW_SLOPE]
     if slope == slope and slope < 0.0:

@@ -17,7 +17,8 @@ forecasts from it):
   (see :mod:`foreshock.detectors.gpu_inputs`); when the rack reports its coolant flow and the
   flow drops, the heat balance (coolant rise over facility water ~ heat / flow) says where the
   inlet will settle — minutes before the inlet itself moves (a rise learnt where an earlier loss
-  settled, its GPUs throttled and their heat cut, may raise the design rise, never lower it).
+  settled, its GPUs throttled and their heat cut, may raise the design rise, never lower it);
+  once the flow is back, the inlet heads back to its baseline, whatever its own trend still says.
   An inlet trend is forecast as a cooling loop settles (first-order, damped by the loop's time
   constant, learnt from the inlet's own settling), not as a ramp that never ends;
 - leakage: power grows with temperature (``leak_w_per_c``), which amplifies every rise until
@@ -197,8 +198,9 @@ def inlet_rate(s: np.ndarray, i: int, rack: int, racks: np.ndarray, damp: float,
                params: np.ndarray) -> float:
     """The inlet's rate of rise to forecast with (°C/s, damped by ``damp``): when the loop's
     coolant flow has dropped, the approach to where the heat balance settles the inlet at that
-    flow (the flow reading moves minutes before the inlet does, and says where it stops);
-    otherwise the inlet's own trend."""
+    flow (the flow reading moves minutes before the inlet does, and says where it stops — at the
+    baseline once the flow is back, while the inlet still trails it); otherwise the inlet's own
+    trend."""
     # a loop's rise scales with its heat over its flow; the site's learnt rise was measured where
     # a loss settled — with that loop's GPUs throttled, their heat cut — so it is a floor of the
     # rise at full heat, not an estimate of it: it may raise the design prior, never lower it

@@ -479,10 +479,80 @@ def test_a_rise_learnt_on_a_throttled_loop_does_not_delay_the_next_loss():
     assert leads[4.0] >= 240 and leads[1.5] >= leads[4.0] - 10
 
 
-def test_a_mild_flow_loss_predicts_nothing():
-    topo, frames, throttle = failing_loop(with_flow=True, floor=0.3)  # settles ~13 °C warmer
+@pytest.mark.parametrize("floor", [0.06, 0.08, 0.1])
+def test_a_severe_flow_loss_is_predicted_five_minutes_ahead(floor):
+    topo, frames, throttle = failing_loop(with_flow=True, floor=floor)
+    assert throttle is not None
+    found = preds(run(th.ThermalDetector(topo), frames))
+    assert found and throttle - found[0].ts >= 300
+
+
+# Flow falling at the same pace reads the same at 0.3 of baseline whether it stops at 0.2 or at
+# 0.06; the five minutes' lead on the severe loss above needs the fall carried on over the loop's
+# lag (the forecast reaches the limit when the carried flow is ~0.11 of baseline), and with it
+# a loss that stops at 0.2-0.25 is called too: shortening the carry enough to spare them costs
+# the severe loss ~2 min of lead (and the simulated seeds their 5-min median lead).
+TRADE_OFF = pytest.mark.xfail(strict=True, reason="ramp carried over the loop lag: lead vs mild floors")
+
+
+@pytest.mark.parametrize("floor", [pytest.param(0.2, marks=TRADE_OFF), pytest.param(0.25, marks=TRADE_OFF),
+                                   0.3, 0.4])
+def test_a_mild_flow_loss_predicts_nothing(floor):
+    topo, frames, throttle = failing_loop(with_flow=True, floor=floor)  # settles >= 17 °C under the limit
     assert throttle is None
     assert not preds(run(th.ThermalDetector(topo), frames))
+
+
+def restored_loop(restore_s: float):
+    """A loop loses flow at t = 1 h (1.2 -> 0.072 over 900 s) just as its GPU's job ends, and
+    settles with the GPU idle; at t = 2 h the job starts again — the loop's heat with it, so the
+    inlet climbs — and ``restore_s`` later the flow comes back: the inlet turns and falls (the
+    GPU, close to its limit by then, never reaches it). Returns the topology, frames, the time
+    of the restore and the hottest the GPU gets after it."""
+    topo = small_topology(nodes=1, gpus=1, racks=1)
+    frames, inlet, temp, hottest = [], 24.0, 54.0, 0.0
+    t_job, t_back = 2 * 3600.0, 2 * 3600.0 + restore_s
+    for t in np.arange(0.0, 2.6 * 3600, 10.0):
+        flow = 1.2 if t >= t_back else 1.2 - 1.2 * 0.94 * min(max(t - 3600, 0) / 900, 1.0)
+        power = 650.0 if t < 3600 or t >= t_job else 120.0
+        heat = (200.0 + power) / 850.0  # the loop's heat: its GPUs and the rest of the rack
+        inlet += (20 + 4 * heat * 1.2 / flow - inlet) * (1 - math.exp(-10 / 180))
+        target = inlet + 0.046 * power
+        temp = target + (temp - target) * math.exp(-10 / 10)
+        if t >= t_back:
+            hottest = max(hottest, temp)
+        frames.append(Frame("rack", [t], [0], {"inlet_temp": [round(inlet, 1)], "coolant_flow": [round(flow, 3)]}))
+        frames.append(Frame("gpu", [t], [0], {"gpu_temp": [round(temp)], "power": [power]}))
+    return topo, frames, t_back, hottest
+
+
+@pytest.mark.parametrize("restore_s", [50.0, 60.0])
+def test_a_restored_flow_is_not_read_as_a_rising_inlet(restore_s):
+    """Once the flow is back the inlet heads back to where it was before the loss, though its
+    own trend still says it is rising (it trails the flow by the loop's lag): a GPU just under
+    its limit at that moment is not called on that trend (seed 777: seven such GPUs)."""
+    topo, frames, back, hottest = restored_loop(restore_s)
+    assert 83.0 < hottest < 87.0  # close to the limit, never at it
+    late = [p for p in preds(run(th.ThermalDetector(topo), frames)) if p.ts >= back]
+    assert not late
+
+
+@pytest.mark.kernel
+def test_flow_asymptote_after_a_loss_is_the_baseline_until_the_inlet_is_back():
+    from foreshock.detectors import gpu_inputs as gi
+
+    state = gi.new_rack_state(1)
+    ts = np.arange(0.0, 600.0, 10.0)
+    nominal = np.column_stack([ts, np.zeros_like(ts), np.full_like(ts, 24.0), np.full_like(ts, 1.2)])
+    gi.update_rack_inlet(np.ascontiguousarray(nominal), state)
+    gi.update_rack_inlet(np.array([[600.0, 0, 40.0, 0.1]]), state)  # a loss; the inlet 16 °C up
+    gi.update_rack_inlet(np.array([[610.0, 0, 41.0, 1.2]]), state)  # flow back, inlet still up
+    assert gi.flow_asymptote(state, 0, 4.0, 0.0) == pytest.approx(24.0)  # heading back down
+    for t, inlet in ((620.0, 35.0), (630.0, 30.0)):
+        gi.update_rack_inlet(np.array([[t, 0, inlet, 1.2]]), state)
+    assert state[0, gi.RACK_U0] == pytest.approx(24.0)  # the warm inlet is not the baseline
+    gi.update_rack_inlet(np.array([[640.0, 0, 24.5, 1.2]]), state)  # back
+    assert np.isnan(gi.flow_asymptote(state, 0, 4.0, 0.0))
 
 
 @pytest.mark.kernel
