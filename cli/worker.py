@@ -22,9 +22,11 @@ from .kafka_options import kafka_options, settings_from
 @click.option("--port", default=9109, show_default=True, type=int, help="Port for this worker's /metrics (0 = none).")
 @click.option("--log-level", default="warning", show_default=True,
               type=click.Choice(["debug", "info", "warning", "error"]))
+@click.option("--data-dir", type=click.Path(file_okay=False), default=None,
+              help="faust's data directory (default: a temporary folder, removed when the worker stops).")
 def command(kafka: str | None, user: str | None, password: str | None, namespace: str, partitions: int,
             app_id: str, topology_path: str | None, detectors: str | None, checkpoint_interval: float,
-            session_timeout: float, host: str, port: int, log_level: str) -> None:
+            session_timeout: float, host: str, port: int, log_level: str, data_dir: str | None) -> None:
     """Consume telemetry from Kafka, run the detector bank on this worker's partitions, publish
     findings and incidents. Start several with the same --group to share the load."""
     from foreshock.detectors.bank import DetectorBank
@@ -47,7 +49,8 @@ def command(kafka: str | None, user: str | None, password: str | None, namespace
         raise click.UsageError(str(exc)) from None
     config = WorkerConfig(settings, topics, topology, lambda: DetectorBank.from_names(topology, names),
                           app_id=app_id, checkpoint_interval_s=checkpoint_interval,
-                          session_timeout_s=session_timeout, metrics_host=host, metrics_port=port)
+                          session_timeout_s=session_timeout, metrics_host=host, metrics_port=port,
+                          data_dir=data_dir)
     click.echo(f"worker {config.worker_id}: group {app_id}, {topics.partitions} partitions, "
                f"{len(topology.gpus)} GPUs" + (f", metrics on http://{host}:{port}/metrics" if port else ""), err=True)
     run_worker(config, loglevel=log_level)

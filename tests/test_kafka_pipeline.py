@@ -281,6 +281,27 @@ def test_worker_data_dir_is_a_temporary_folder_not_the_current_directory(tmp_pat
     assert worker.app.conf.datadir == mine and not any(cwd.iterdir())
 
 
+def test_worker_command_passes_data_dir_to_the_worker(tmp_path: Path, monkeypatch):
+    """``foreshock worker --data-dir DIR`` reaches the worker's config (the broker calls are
+    stood in for: this checks the command's wiring, the worker itself is tested above)."""
+    from click.testing import CliRunner
+
+    import foreshock.streams.faust_app as faust_app
+    import foreshock.streams.kafka_topics as kafka_topics
+    from foreshock.cli.main import cli
+
+    seen: list[Any] = []
+    monkeypatch.setattr(kafka_topics, "ensure_topics", lambda settings, topics: topics)
+    monkeypatch.setattr(faust_app, "run_worker", lambda config, loglevel: seen.append(config))
+    topology = tmp_path / "topology.yaml"
+    Topology.from_gpu_hosts([("n0", 0)]).dump(topology)
+    args = ["worker", "--kafka", "127.0.0.1:9", "--topology", str(topology), "--port", "0"]
+    for extra, expected in (([], None), (["--data-dir", str(tmp_path / "dd")], str(tmp_path / "dd"))):
+        res = CliRunner().invoke(cli, args + extra)
+        assert res.exit_code == 0, res.output
+        assert seen[-1].data_dir == expected
+
+
 def test_decode_rejects_garbage_wrong_schema_unknown_entity_and_misrouted(small_topology: Topology):
     pmap = PartitionMap(small_topology, 2)
     good = Frame("gpu", [1.0, 1.0], [0, 1], {"gpu_temp": [50.0, 51.0]})
