@@ -537,14 +537,22 @@ def test_a_restored_flow_is_not_read_as_a_rising_inlet(restore_s):
     assert not late
 
 
-@pytest.mark.kernel
-def test_flow_asymptote_after_a_loss_is_the_baseline_until_the_inlet_is_back():
+def nominal_rack_state():
+    """One rack's inlet state after 10 minutes at 24 °C and a 1.2 L/s coolant flow."""
     from foreshock.detectors import gpu_inputs as gi
 
     state = gi.new_rack_state(1)
     ts = np.arange(0.0, 600.0, 10.0)
-    nominal = np.column_stack([ts, np.zeros_like(ts), np.full_like(ts, 24.0), np.full_like(ts, 1.2)])
-    gi.update_rack_inlet(np.ascontiguousarray(nominal), state)
+    obs = np.column_stack([ts, np.zeros_like(ts), np.full_like(ts, 24.0), np.full_like(ts, 1.2)])
+    gi.update_rack_inlet(np.ascontiguousarray(obs), state)
+    return state
+
+
+@pytest.mark.kernel
+def test_flow_asymptote_after_a_loss_is_the_baseline_until_the_inlet_is_back():
+    from foreshock.detectors import gpu_inputs as gi
+
+    state = nominal_rack_state()
     gi.update_rack_inlet(np.array([[600.0, 0, 40.0, 0.1]]), state)  # a loss; the inlet 16 °C up
     gi.update_rack_inlet(np.array([[610.0, 0, 41.0, 1.2]]), state)  # flow back, inlet still up
     assert gi.flow_asymptote(state, 0, 4.0, 0.0) == pytest.approx(24.0)  # heading back down
@@ -559,10 +567,7 @@ def test_flow_asymptote_after_a_loss_is_the_baseline_until_the_inlet_is_back():
 def test_flow_asymptote_follows_the_heat_balance():
     from foreshock.detectors import gpu_inputs as gi
 
-    state = gi.new_rack_state(1)
-    ts = np.arange(0.0, 600.0, 10.0)
-    obs = np.column_stack([ts, np.zeros_like(ts), np.full_like(ts, 24.0), np.full_like(ts, 1.2)])
-    gi.update_rack_inlet(np.ascontiguousarray(obs), state)
+    state = nominal_rack_state()
     assert np.isnan(gi.flow_asymptote(state, 0, 4.0, 0.0))  # nominal flow: no asymptote
     assert np.isnan(gi.flow_asymptote(state, -1, 4.0, 0.0))
     later = np.array([[600.0, 0, 24.0, 0.3]])
