@@ -14,13 +14,22 @@ anomalous; deciding (thresholds) is separate from scoring.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Mapping
 
 import numpy as np
 
 from foreshock.findings import Finding
 from foreshock.frames import Frame
 from foreshock.topology import Topology
+
+
+def resolve_params(detector: str, defaults: dict[str, float], overrides: Mapping[str, Any]) -> dict[str, float]:
+    """``defaults`` with ``overrides`` applied, as floats, in the defaults' order; a name that is
+    not a parameter raises ``ValueError`` listing the known ones (a typo must not be ignored)."""
+    unknown = sorted(set(overrides) - set(defaults))
+    if unknown:
+        raise ValueError(f"{detector}: unknown parameters {unknown}; known: {sorted(defaults)}")
+    return {k: float(overrides.get(k, v)) for k, v in defaults.items()}
 
 
 class Detector:

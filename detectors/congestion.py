@@ -62,7 +62,7 @@ from foreshock.numba_config import jit
 from foreshock.topology import Topology, take_or
 
 from .alarm import A_ACTIVE, CODE_START, CODE_WITHDRAW, alarm_step, new_alarm_columns
-from .base import Detector
+from .base import Detector, resolve_params
 from .counters import CounterRates, modulus_for_bits, report_problems
 
 COUNTERS = ("xmit_wait", "pfc_pause_duration", "ecn_marked", "cnp_sent", "link_downed")
@@ -106,10 +106,7 @@ L_SIZE = 5
 
 
 def params_vector(overrides: dict[str, float]) -> np.ndarray:
-    unknown = sorted(set(overrides) - set(PARAMS))
-    if unknown:
-        raise ValueError(f"congestion: unknown parameters {unknown}; known: {sorted(PARAMS)}")
-    vec = np.array([float(overrides.get(k, v)) for k, v in PARAMS.items()])
+    vec = np.array(list(resolve_params("congestion", PARAMS, overrides).values()))
     if min(vec[P_TICK], vec[P_RATE], vec[P_WAIT_ON], vec[P_PAUSE_ON], vec[P_ECN_ON]) <= 0:
         raise ValueError("congestion: tick_bytes, default_rate_bps and the thresholds must be > 0")
     if not 0 < vec[P_CLEAR] <= 1:

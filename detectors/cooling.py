@@ -50,6 +50,7 @@ from foreshock.health import PipelineHealth
 from foreshock.numba_config import jit
 from foreshock.topology import Topology
 
+from .base import resolve_params
 from .thermal_fit import G_SIZE, G_TS, M_LOADED, M_PF, M_RL, P_LOAD_MIN, ThermalFitDetector
 from .thermal_fit import params_vector as thermal_params
 
@@ -138,10 +139,7 @@ class CoolingDetector(ThermalFitDetector):
     def __init__(self, topology: Topology, health: PipelineHealth | None = None, **params: Any) -> None:
         super().__init__(topology)
         self.health = health or PipelineHealth()
-        unknown = sorted(set(params) - set(PARAMS))
-        if unknown:
-            raise ValueError(f"cooling: unknown parameters {unknown}; known: {sorted(PARAMS)}")
-        self.p = {k: float(params.get(k, v)) for k, v in PARAMS.items()}
+        self.p = resolve_params("cooling", PARAMS, params)
         n = topology.size("gpu")
         self.gpu_rack = topology.gpu_rack.astype(np.int64)
         self.gpu_node = topology.gpu_node.astype(np.int64)

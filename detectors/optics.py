@@ -84,7 +84,7 @@ from foreshock.topology import Topology
 
 from .alarm import (A_SIZE, CODE_START, CODE_WITHDRAW, O_CODE, O_CONF, O_ETA, O_ROW, O_V0,
                     O_WHICH, OUT_SIZE, alarm_step, emit, new_alarm_columns)
-from .base import Detector
+from .base import Detector, resolve_params
 from .counters import CounterRates, report_problems
 
 # ---- inputs: one matrix per frame ------------------------------------------------------------
@@ -146,10 +146,7 @@ DAY_S = 86400.0
 
 
 def params_vector(overrides: dict[str, float]) -> np.ndarray:
-    unknown = sorted(set(overrides) - set(PARAMS))
-    if unknown:
-        raise ValueError(f"optics: unknown parameters {unknown}; known: {sorted(PARAMS)}")
-    vec = np.array([float(overrides.get(k, v)) for k, v in PARAMS.items()])
+    vec = np.array(list(resolve_params("optics", PARAMS, overrides).values()))
     if not vec[P_BUCKET] > 0 or not vec[P_HORIZON] > 0:
         raise ValueError("optics: bucket_s and horizon_s must be > 0")
     if not 4 <= vec[P_WINDOW] <= 1024 or not 2 <= vec[P_MIN_POINTS] <= vec[P_WINDOW]:

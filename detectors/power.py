@@ -44,6 +44,7 @@ from foreshock.topology import Topology
 
 from .alarm import (CODE_NONE, CODE_START, CODE_WITHDRAW, O_CODE, O_CONF, O_ETA, O_ROW, O_V0,
                     O_WHICH, OUT_SIZE, alarm_step, emit, new_alarm_columns)
+from .base import resolve_params
 from .gpu_inputs import Scratch, inline, kernel, site_loop_rise, site_loop_tau
 from . import thermal as th
 from . import thermal_fit as tf
@@ -86,10 +87,7 @@ PARAM_NAMES = tuple(PARAMS)
 
 
 def params_vector(overrides: dict[str, float]) -> np.ndarray:
-    unknown = sorted(set(overrides) - set(PARAMS))
-    if unknown:
-        raise ValueError(f"power: unknown parameters {unknown}; known: {sorted(PARAMS)}")
-    vec = np.array([float(overrides.get(k, v)) for k, v in PARAMS.items()])
+    vec = np.array(list(resolve_params("power", PARAMS, overrides).values()))
     if vec[P_HORIZON] <= 0 or vec[P_TAU_LEVEL] <= 0 or vec[P_TAU_SLOPE] <= 0:
         raise ValueError("power: horizon_s and the time constants must be positive")
     return vec

@@ -44,7 +44,7 @@ from foreshock.frames import Frame
 from foreshock.health import PipelineHealth
 from foreshock.topology import Topology
 
-from .base import Detector
+from .base import Detector, resolve_params
 from .cooling import group_median
 from .gpu_inputs import Scratch, gpu_obs, kernel
 
@@ -111,10 +111,7 @@ class StragglerDetector(Detector):
 
     def __init__(self, topology: Topology, health: PipelineHealth | None = None, **params: Any) -> None:
         super().__init__(topology)
-        unknown = sorted(set(params) - set(PARAMS))
-        if unknown:
-            raise ValueError(f"straggler: unknown parameters {unknown}; known: {sorted(PARAMS)}")
-        self.p = {k: float(params.get(k, v)) for k, v in PARAMS.items()}
+        self.p = resolve_params("straggler", PARAMS, params)
         self.health = health or PipelineHealth()
         n = topology.size("gpu")
         self.gpu_job = topology.gpu_job.astype(np.int64)

@@ -33,7 +33,7 @@ from foreshock.frames import Frame
 from foreshock.health import PipelineHealth
 from foreshock.topology import Topology
 
-from .base import Detector
+from .base import Detector, resolve_params
 from .gpu_inputs import (Scratch, gpu_inlet, gpu_obs, inline, kernel, new_node_state, new_rack_state,
                          rack_inlet_obs, update_rack_inlet)
 
@@ -115,10 +115,7 @@ P = {name: i for i, name in enumerate(PARAM_NAMES)}
 
 
 def params_vector(overrides: dict[str, float]) -> np.ndarray:
-    unknown = sorted(set(overrides) - set(PARAMS))
-    if unknown:
-        raise ValueError(f"thermal: unknown parameters {unknown}; known: {sorted(PARAMS)}")
-    vec = np.array([float(overrides.get(k, v)) for k, v in PARAMS.items()])
+    vec = np.array(list(resolve_params("thermal", PARAMS, overrides).values()))
     if vec[P_HORIZON] <= 0 or vec[P_TAU_CORE] <= 0 or vec[P_TAU_HBM] <= 0:
         raise ValueError("thermal: horizon_s and the time constants must be positive")
     return vec
