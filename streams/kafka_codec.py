@@ -163,38 +163,36 @@ class PartitionMap:
         return out or [(0, frame)]
 
 
-def row_range(frame: Frame, start: int, stop: int) -> Frame:
-    """Rows ``start:stop`` of a frame, sharing its memory. ``Frame.take`` validates every column
-    again; the rows of a valid frame are valid, and per piece that check cost more than the
+def trusted_frame(kind: str, ts: np.ndarray, slot: np.ndarray, columns: dict[str, np.ndarray]) -> Frame:
+    """A frame built without ``Frame``'s validation of every column: for the rows of frames
+    already valid, or columns the caller has checked. Per piece that check cost more than the
     rows themselves."""
-    piece = object.__new__(Frame)
-    piece.kind = frame.kind
-    piece.ts = frame.ts[start:stop]
-    piece.slot = frame.slot[start:stop]
-    piece.columns = {name: column[start:stop] for name, column in frame.columns.items()}
-    return piece
+    frame = object.__new__(Frame)
+    frame.kind = kind
+    frame.ts = ts
+    frame.slot = slot
+    frame.columns = columns
+    return frame
 
 
-def take_rows(frame: Frame, index: np.ndarray) -> Frame:
-    """Rows ``index`` of a frame (copies), without ``Frame.take``'s validation of every column
-    (as in :func:`row_range`: the rows of a valid frame are valid)."""
-    out = object.__new__(Frame)
-    out.kind = frame.kind
-    out.ts = frame.ts[index]
-    out.slot = frame.slot[index]
-    out.columns = {name: column[index] for name, column in frame.columns.items()}
-    return out
+def take_rows(frame: Frame, index: np.ndarray | slice) -> Frame:
+    """Rows ``index`` of a valid frame, unvalidated (:func:`trusted_frame`): copies for an index
+    array, views of its memory for a slice."""
+    return trusted_frame(frame.kind, frame.ts[index], frame.slot[index],
+                         {name: column[index] for name, column in frame.columns.items()})
+
+
+def row_range(frame: Frame, start: int, stop: int) -> Frame:
+    """Rows ``start:stop`` of a frame, sharing its memory."""
+    return take_rows(frame, slice(start, stop))
 
 
 def concat_rows(frames: Sequence[Frame], names: Sequence[str]) -> Frame:
     """The rows of same-kind frames one after the other, only columns ``names``: what a bundle
     encodes (``Frame.concat`` copies and validates every field, sent or not)."""
-    out = object.__new__(Frame)
-    out.kind = frames[0].kind
-    out.ts = np.concatenate([f.ts for f in frames])
-    out.slot = np.concatenate([f.slot for f in frames])
-    out.columns = {name: np.concatenate([f.columns[name] for f in frames]) for name in names}
-    return out
+    return trusted_frame(frames[0].kind, np.concatenate([f.ts for f in frames]),
+                         np.concatenate([f.slot for f in frames]),
+                         {name: np.concatenate([f.columns[name] for f in frames]) for name in names})
 
 
 def row_bytes(kind: str) -> int:
@@ -418,12 +416,8 @@ def frame_from_arrow(batch: pa.RecordBatch | pa.Table, kind: str) -> Frame:
             block[j] = numeric(name)
         else:
             block[j] = np.nan
-    frame = object.__new__(Frame)  # every check Frame.__post_init__ makes was made above
-    frame.kind = kind
-    frame.ts = ts
-    frame.slot = np.array(slot, dtype=np.int32)
-    frame.columns = dict(zip(known, block))
-    return frame
+    # every check Frame.__post_init__ makes was made above
+    return trusted_frame(kind, ts, np.array(slot, dtype=np.int32), dict(zip(known, block)))
 
 
 def decode_bundle(value: bytes | None, headers: Mapping[str, bytes], topology: Topology,
