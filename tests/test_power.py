@@ -103,6 +103,29 @@ def test_job_start_below_the_limit_predicts_nothing():
         assert not found, (start, found[0].reason)
 
 
+def test_flat_gpu_a_few_watts_under_the_limit_predicts_nothing():
+    # Compute phases 10 W under the 700 W limit, temperature flat: the 2-min envelope of such
+    # GPUs is followed by a cap within 5 min only 3-5 % of the time on the 1,024-GPU mixed
+    # recordings (see the module docstring) -- claiming it would wreck precision.
+    topo = small_topology(nodes=1, gpus=1, racks=1)
+    for seed in (1, 2, 3):
+        frames = job_start_frames(compute_w=690.0, start=0.0, duration=3600.0, seed=seed)
+        found = [f for f in run(pw.PowerDetector(topo), frames) if isinstance(f, Prediction)]
+        assert not found, (seed, found[0].reason)
+
+
+def test_envelope_at_the_limit_is_predicted_as_such():
+    # compute phases at 700 W: samples up to 705 W, the envelope is at the limit already; the
+    # prediction says so (ETA ~0), not that a trend is carrying it there
+    topo = small_topology(nodes=1, gpus=1, racks=1)
+    frames = job_start_frames(compute_w=700.0, start=0.0, duration=1200.0)
+    found = [f for f in run(pw.PowerDetector(topo), frames) if isinstance(f, Prediction) and f.active]
+    assert found, "no power-cap prediction"
+    assert found[0].eta_s <= 10.0
+    assert "already at the 700 W limit within the" in found[0].reason
+    assert "W/min" not in found[0].reason
+
+
 def brake_frames(braking: dict[int, tuple[float, float]], n=16, duration=600.0):
     frames = []
     for t in np.arange(0.0, duration, 10.0):
