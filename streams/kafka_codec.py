@@ -164,15 +164,8 @@ class PartitionMap:
 
 
 def trusted_frame(kind: str, ts: np.ndarray, slot: np.ndarray, columns: dict[str, np.ndarray]) -> Frame:
-    """A frame built without ``Frame``'s validation of every column: for the rows of frames
-    already valid, or columns the caller has checked. Per piece that check cost more than the
-    rows themselves."""
-    frame = object.__new__(Frame)
-    frame.kind = kind
-    frame.ts = ts
-    frame.slot = slot
-    frame.columns = columns
-    return frame
+    """:meth:`Frame.trusted`: a frame of rows already valid, without checking every column again."""
+    return Frame.trusted(kind, ts, slot, columns)
 
 
 def take_rows(frame: Frame, index: np.ndarray | slice) -> Frame:
@@ -378,46 +371,7 @@ def _read_stream(data: pa.Buffer) -> Frame:
     kind = (data_.schema.metadata or {}).get(ARROW_KIND_KEY, b"").decode()
     if not kind:
         raise FrameError("Arrow batch has no foreshock.kind metadata")
-    return frame_from_arrow(data_, kind)
-
-
-def frame_from_arrow(batch: pa.RecordBatch | pa.Table, kind: str) -> Frame:
-    """``Frame.from_arrow`` (same checks, same frame) with one allocation for all field columns:
-    a (fields, rows) block whose rows become the columns, the fields the stream left out NaN.
-    Per column, ``from_arrow`` converts, copies again to float64, and the frame then fills each
-    missing field with a fresh array and validates every column once more (measured with
-    cProfile on a worker's bundles: a quarter of decoding; this takes half that)."""
-    names = batch.schema.names
-    for required in ("ts", "slot"):
-        if required not in names:
-            raise FrameError(f"{kind} batch: missing column {required!r}")
-    known = field_names(kind)  # raises ValueError for an unknown kind
-    index = {name: i for i, name in enumerate(names)}
-    unknown = [n for n in names if n not in known and n not in ("ts", "slot")]
-    if unknown:
-        raise FrameError(f"{kind} batch: unknown fields {unknown}")
-
-    def numeric(name: str) -> Any:
-        column = batch.column(index[name])
-        if not (pa.types.is_floating(column.type) or pa.types.is_integer(column.type)):
-            raise FrameError(f"{kind} batch: column {name!r} is {column.type}, not numeric")
-        if isinstance(column, pa.ChunkedArray):
-            column = column.combine_chunks()
-        return column.to_numpy(zero_copy_only=False)  # nulls become NaN (integers: float64)
-
-    rows = batch.num_rows
-    ts = np.array(numeric("ts"), dtype=np.float64)
-    slot = numeric("slot")
-    if slot.dtype.kind == "f" and np.isnan(slot).any():
-        raise FrameError(f"{kind} batch: missing slot values")
-    block = np.empty((len(known), rows), dtype=np.float64)
-    for j, name in enumerate(known):
-        if name in index:
-            block[j] = numeric(name)
-        else:
-            block[j] = np.nan
-    # every check Frame.__post_init__ makes was made above
-    return trusted_frame(kind, ts, np.array(slot, dtype=np.int32), dict(zip(known, block)))
+    return Frame.from_arrow(data_, kind=kind)
 
 
 def decode_bundle(value: bytes | None, headers: Mapping[str, bytes], topology: Topology,

@@ -8,6 +8,7 @@ started as real `foreshock worker` processes; the broker-restart test starts a p
 from __future__ import annotations
 
 import json
+import re
 import os
 import signal
 import subprocess
@@ -214,13 +215,14 @@ def test_split_pieces_are_the_frames_rows_by_partition_without_revalidation(smal
     np.testing.assert_array_equal(sub.columns["power"], frame.columns["power"][10:20])
 
 
-def test_frame_from_arrow_gives_what_frame_from_arrow_gives():
-    """The decoder's one-allocation ``frame_from_arrow`` against ``Frame.from_arrow`` (the
-    reference): absent fields, integer columns, nulls, several batches, and the same errors."""
+def test_frame_from_arrow_against_the_arrow_values_one_by_one():
+    """``Frame.from_arrow`` (one block for every field, chunk by chunk) against the Arrow values
+    read one at a time: absent fields, integer and float32 columns, nulls, several batches, and
+    its errors."""
     import pyarrow as pa
 
+    from foreshock.fields import field_names
     from foreshock.frames import FrameError
-    from foreshock.streams.kafka_codec import frame_from_arrow
 
     rng = np.random.default_rng(11)
     n = 40
@@ -230,27 +232,61 @@ def test_frame_from_arrow_gives_what_frame_from_arrow_gives():
               "gpu_temp": pa.array(temp), "util": pa.array([None if i % 5 == 0 else i for i in range(n)], pa.int32()),
               "power": pa.array(rng.random(n), pa.float32())}
     batch = pa.RecordBatch.from_pydict(arrays)
-    table = pa.Table.from_batches([batch.slice(0, 15), batch.slice(15)])
+    table = pa.Table.from_batches([batch.slice(0, 15), batch.slice(15, 0), batch.slice(15)])
+
+    def expected(name: str) -> list[float]:
+        if name not in arrays:
+            return [float("nan")] * n
+        return [float("nan") if v is None else float(v) for v in arrays[name].to_pylist()]
+
     for data in (batch, table):
-        got, want = frame_from_arrow(data, "gpu"), Frame.from_arrow(data, kind="gpu")
-        assert got.kind == want.kind and list(got.columns) == list(want.columns)
-        assert got.ts.dtype == want.ts.dtype and got.slot.dtype == want.slot.dtype
-        np.testing.assert_array_equal(got.ts, want.ts)
-        np.testing.assert_array_equal(got.slot, want.slot)
-        for name, column in want.columns.items():
-            assert got.columns[name].dtype == np.float64 and got.columns[name].flags.writeable
-            assert got.columns[name].flags.c_contiguous
-            np.testing.assert_array_equal(got.columns[name], column)
-    bad = {"no ts": pa.RecordBatch.from_pydict({"slot": [1]}),
-           "unknown field": pa.RecordBatch.from_pydict({"ts": [1.0], "slot": [1], "colour": [2.0]}),
-           "not numeric": pa.RecordBatch.from_pydict({"ts": [1.0], "slot": [1], "gpu_temp": ["hot"]}),
-           "null slot": pa.RecordBatch.from_pydict({"ts": [1.0, 2.0], "slot": pa.array([1, None], pa.int32())})}
-    for what, data in bad.items():
-        with pytest.raises(FrameError) as want_error:
+        got = Frame.from_arrow(data, kind="gpu")
+        assert got.kind == "gpu" and list(got.columns) == list(field_names("gpu"))
+        assert got.ts.dtype == np.float64 and got.slot.dtype == np.int32
+        np.testing.assert_array_equal(got.ts, expected("ts"))
+        np.testing.assert_array_equal(got.slot, arrays["slot"].to_pylist())
+        for name, column in got.columns.items():
+            assert column.dtype == np.float64 and column.flags.writeable and column.flags.c_contiguous
+            np.testing.assert_array_equal(column, expected(name), err_msg=name)
+    bad = {"no ts": (pa.RecordBatch.from_pydict({"slot": [1]}), "missing column 'ts'"),
+           "unknown field": (pa.RecordBatch.from_pydict({"ts": [1.0], "slot": [1], "colour": [2.0]}),
+                             "unknown fields ['colour']"),
+           "not numeric": (pa.RecordBatch.from_pydict({"ts": [1.0], "slot": [1], "gpu_temp": ["hot"]}),
+                           "column 'gpu_temp' is string, not numeric"),
+           "null slot": (pa.RecordBatch.from_pydict({"ts": [1.0, 2.0], "slot": pa.array([1, None], pa.int32())}),
+                         "missing slot values")}
+    for what, (data, message) in bad.items():
+        with pytest.raises(FrameError, match=re.escape(message)):
             Frame.from_arrow(data, kind="gpu")
-        with pytest.raises(FrameError) as got_error:
-            frame_from_arrow(data, "gpu")
-        assert str(got_error.value) == str(want_error.value), what
+
+
+def test_a_bundle_of_several_pieces_per_kind_decodes_to_their_rows():
+    """``encode_bundle`` writes a kind's pieces as one record batch each: the decoder joins them
+    back, each piece gets exactly its own rows, and a field NaN in every piece stays out of the
+    stream but comes back NaN."""
+    from foreshock.fields import field_names
+    from foreshock.streams.kafka_codec import PartitionMap, decode_bundle, encode_bundle, headers_dict
+
+    topo = Topology.from_dict({"rows": [{"name": "r"}], "racks": [{"name": "k", "row": "r"}],
+                               "nodes": [{"name": f"n{i}", "rack": "k", "gpus": 2} for i in range(2)]})
+    rng = np.random.default_rng(5)
+    pieces = []
+    for seq, rows in enumerate((3, 0, 4), start=1):
+        cols = {name: rng.random(rows) for name in field_names("gpu")}
+        cols["xid_last"] = np.full(rows, np.nan)
+        pieces.append((seq, 0, 1, Frame("gpu", np.full(rows, float(seq)), rng.integers(0, 4, rows), cols)))
+    node = Frame("node", [1.0], [1], {})
+    entries = pieces[:2] + [(9, 0, 1, node)] + pieces[2:]
+    for compression in (None, "lz4"):
+        value, headers = encode_bundle("a", 1.0, entries, compression)
+        decoded = decode_bundle(value, headers_dict(headers), topo, PartitionMap(topo, 1), 0)
+        assert [(p.info.seq, p.kind) for p in decoded] == [(1, "gpu"), (2, "gpu"), (9, "node"), (3, "gpu")]
+        for got, (_, _, _, sent) in zip(decoded, entries):
+            assert got.error is None and len(got.frame) == len(sent)
+            np.testing.assert_array_equal(got.frame.ts, sent.ts)
+            np.testing.assert_array_equal(got.frame.slot, sent.slot)
+            for name in field_names(sent.kind):
+                np.testing.assert_array_equal(got.frame.columns[name], sent.columns[name], err_msg=name)
 
 
 def test_worker_data_dir_is_a_temporary_folder_not_the_current_directory(tmp_path: Path, monkeypatch):
