@@ -121,9 +121,10 @@ class ForeshockWorker:
             producer_acks=-1,
             producer_max_request_size=CHECKPOINT_MAX_BYTES,
             producer_linger_ms=2,
-            # Records are bundles of up to ~3 MB (kafka_codec): fetch several per partition per
-            # request, but keep the prefetched backlog bounded (faust's default is 4096 events
-            # per stream buffer: gigabytes of bundles when a worker falls behind).
+            # Records are bundles of up to 12 MB of rows (kafka_codec; ~1.3 MB after LZ4): fetch
+            # several per partition per request, but keep the prefetched backlog bounded (faust's
+            # default is 4096 events per stream buffer: gigabytes of bundles when a worker falls
+            # behind; 64 held bundles are ~85 MB).
             consumer_max_fetch_size=8 * 1024 * 1024,
             stream_buffer_maxsize=64,
         )

@@ -35,7 +35,7 @@ log = logging.getLogger("foreshock.kafka")
 DEFAULT_PARTITIONS = 8
 # Checkpoints of large topologies are bigger than Kafka's 1 MB default message size.
 CHECKPOINT_MAX_BYTES = 64 * 1024 * 1024
-# Frames bundles (a few MB of rows, kafka_codec.MAX_BUNDLE_BYTES), the findings and forwarded
+# Frames bundles (up to 12 MB of rows, kafka_codec.MAX_BUNDLE_BYTES), the findings and forwarded
 # telemetry made from them, and dead-lettered bundles exceed the 1 MB default too: fewer, larger
 # messages cost the agent, the broker and the workers less per sample.
 BUNDLE_MAX_MESSAGE_BYTES = 16 * 1024 * 1024
