@@ -36,7 +36,8 @@ HEADLINES: dict[str, list[tuple[str, str]]] = {
     "generic_detectors": [("foreshock_points_per_s", "points/s"), ("ratio", "ratio vs river")],
     "nab": [("standard", "standard"), ("reward_low_FP", "low FP"), ("reward_low_FN", "low FN")],
     "incident_engine": [("gpus", "GPUs"), ("findings_per_s", "findings/s"), ("memory_growth_mib", "24 h heap growth MiB")],
-    "kafka_end_to_end": [("samples_per_s", "samples/s"), ("latency_p50_s", "p50 s"), ("latency_p99_s", "p99 s"),
+    "kafka_end_to_end": [("gpus", "GPUs"), ("workers", "workers"), ("samples_per_s", "samples/s"),
+                         ("latency_p50_s", "p50 s"), ("latency_p99_s", "p99 s"),
                          ("samples_per_worker_cpu_s", "per worker CPU s")],
 }
 
