@@ -49,22 +49,28 @@ TARGET_P99_S = 2.0
 
 
 def start_workers(settings: KafkaSettings, topics: Topics, group: str, topology: Path, n: int,
-                  log_dir: Path) -> list[subprocess.Popen[bytes]]:
+                  log_dir: Path, incident_worker: bool = False) -> list[subprocess.Popen[bytes]]:
+    """``n`` workers of one group (all roles), or with ``incident_worker`` ``n`` detect workers
+    and one incidents worker (groups GROUP.detect and GROUP.incidents); once every group is stable."""
+    roles = [("detect", n), ("incidents", 1)] if incident_worker else [("all", n)]
     procs = []
-    for i in range(n):
-        log = open(log_dir / f"{group}-worker{i}.log", "wb")
-        procs.append(subprocess.Popen(
-            [sys.executable, "-m", "foreshock.cli.main", "worker", "--kafka", settings.bootstrap,
-             "--namespace", topics.namespace, "--partitions", str(topics.partitions), "--group", group,
-             "--topology", str(topology), "--port", "0", "--checkpoint-interval", "5"],
-            stdout=log, stderr=subprocess.STDOUT))
+    for role, count in roles:
+        for i in range(count):
+            log = open(log_dir / f"{group}-{role}{i}.log", "wb")
+            procs.append(subprocess.Popen(
+                [sys.executable, "-m", "foreshock.cli.main", "worker", "--kafka", settings.bootstrap,
+                 "--namespace", topics.namespace, "--partitions", str(topics.partitions), "--group", group,
+                 "--topology", str(topology), "--port", "0", "--checkpoint-interval", "5", "--role", role],
+                stdout=log, stderr=subprocess.STDOUT))
+    want = {group if role == "all" else f"{group}.{role}": count for role, count in roles}
     admin = KafkaAdminClient(**settings.kafka_python())
     deadline = time.monotonic() + 180
     try:
         while time.monotonic() < deadline:
             try:
-                info = admin.describe_groups([group])[group]
-                if info["group_state"] == "Stable" and len(info["members"]) == n:
+                infos = admin.describe_groups(list(want))
+                if all(infos[g]["group_state"] == "Stable" and len(infos[g]["members"]) == c
+                       for g, c in want.items()):
                     return procs
             except Exception:
                 pass
@@ -161,11 +167,12 @@ class RunFigures:
 
 
 def throughput_run(settings: KafkaSettings, rec: Path, partitions: int, workers: int, log_dir: Path,
-                   compression: str | None, broker_pid: int | None) -> tuple[RunFigures, Any]:
+                   compression: str | None, broker_pid: int | None,
+                   incident_worker: bool = False) -> tuple[RunFigures, Any]:
     """One run on fresh topics and workers: its figures and context."""
     topics = ensure_topics(settings, Topics(f"bench{uuid.uuid4().hex[:6]}.", partitions))
     group = f"bench-{topics.namespace}"
-    procs = start_workers(settings, topics, group, rec / "topology.yaml", workers, log_dir)
+    procs = start_workers(settings, topics, group, rec / "topology.yaml", workers, log_dir, incident_worker)
     reader = FindingsReader(settings, topics.findings)
     source = ReplaySource(str(rec))
     cpu0 = [cpu_seconds(p.pid) for p in procs]
@@ -234,14 +241,23 @@ def main() -> None:
     # idles once the agent has published and the worker still has its backlog to work through
     # (8,192 GPUs, 12 MB bundles: bench medians 773k-847k samples/s with 1 worker, 777k-976k with 2)
     ap.add_argument("--workers", type=int, default=2, help="worker processes (one consumer group)")
+    # the incident stage sees the whole cluster's findings: on one of two all-role workers it makes
+    # that worker the slow one (per-worker CPU 5.2 against 3.2 s a run); on a worker of its own the
+    # two detect workers share the detection evenly (measured, 8,192 GPUs, A/B/A: bench medians
+    # 1.32M and 1.10M samples/s with it, 0.89M without)
+    ap.add_argument("--incident-worker", action=argparse.BooleanOptionalAction, default=True,
+                    help="--workers detect workers plus one incidents worker (`foreshock worker --role`); "
+                         "--no-incident-worker: all-role workers")
     # one partition per worker, as a deployment of this size runs: each worker then keeps one
     # pipeline (one set of state arrays, one checkpoint) and takes 4,096 GPUs' pieces. Measured
     # on 8,192 GPUs with 2 workers: 2 partitions 1.41 CPU s per million samples (all parts),
     # 4 partitions 2.07 — half the pieces, messages and checkpoints per sample
     ap.add_argument("--partitions", type=int, default=2)
     ap.add_argument("--runs", type=int, default=3, help="throughput runs (median, min, max reported)")
-    ap.add_argument("--warmup-runs", type=int, default=1,
-                    help="throughput runs first, not reported: a fresh broker's JVM spends its first seconds "
+    # two: a fresh broker's JVM is still compiling through its second run of this size (broker CPU
+    # over three consecutive counted runs after one warm-up: 8.0, 6.6, 3.6 s)
+    ap.add_argument("--warmup-runs", type=int, default=2,
+                    help="throughput runs first, not reported: a fresh broker's JVM spends its first runs "
                          "compiling (measured: 2-3x its steady CPU per sample)")
     ap.add_argument("--compression", choices=["none", "lz4", "zstd"], default="lz4",
                     help="Arrow buffer compression of the frames messages")
@@ -268,7 +284,7 @@ def main() -> None:
             if last is not None:
                 stop_workers(last[1])
             fig, last = throughput_run(settings, rec, args.partitions, args.workers, tmp, compression,
-                                       args.broker_pid)
+                                       args.broker_pid, args.incident_worker)
             stats = fig.stats
             if run < 0:
                 print(f"  warm-up run: {stats.samples / fig.total_s:,.0f} samples/s end to end (not counted)", flush=True)
@@ -305,7 +321,8 @@ def main() -> None:
           f"-> {stats.pieces} pieces in {stats.messages} messages ({stats.bytes / 1e6:.0f} MB, "
           f"{args.partitions} partitions, compression {args.compression})")
     print(f"throughput: {rate:,.0f} samples/s end to end (median of {args.runs}; min {min(rates):,.0f}, "
-          f"max {max(rates):,.0f}) with {args.workers} worker(s); the agent alone published "
+          f"max {max(rates):,.0f}) with {args.workers} "
+          f"{'detect workers and an incidents worker' if args.incident_worker else 'worker(s)'}; the agent alone published "
           f"{np.median(publish_rates):,.0f} samples/s")
     print(f"  a sample here is one entity's row (all its fields at one time): {values_per_sample:.1f} field "
           f"values each, so {rate * values_per_sample:,.0f} field values/s — the unit Prometheus counts")
@@ -322,17 +339,18 @@ def main() -> None:
           f"p99 < {TARGET_P99_S:.0f} s {'met' if p99 < TARGET_P99_S else 'NOT met'} "
           f"({os.cpu_count()} cores shared by agent, broker, workers and this reader)")
     print(f"sizing: 100,000 GPUs at 1 s sampling = {cluster:,.0f} samples/s (the recording's mix of kinds)")
-    print(f"  -> {need} workers at the measured end-to-end {per_worker:,.0f} samples/s per worker (conservative: "
+    print(f"  -> {need} worker{'s' if need != 1 else ''} at the measured end-to-end {per_worker:,.0f} samples/s per worker (conservative: "
           f"here each worker shares the cores with the agent, the broker and whatever else runs)")
-    print(f"  -> {need_cores} workers with a core each, from the workers' own CPU time ({per_core:,.0f} samples "
+    print(f"  -> {need_cores} worker{'s' if need_cores != 1 else ''} with a core each, from the workers' own CPU time ({per_core:,.0f} samples "
           f"per CPU second, median)")
     print(f"  either way: partitions >= workers, and few partitions per worker — a worker pays a fixed cost per "
           f"piece (one partition's rows of one frame; {args.gpus // args.partitions} GPUs per partition here), so "
           f"fewer, larger pieces cost less per sample; and one worker at a time runs the incident stage for "
-          f"the whole cluster")
+          f"the whole cluster ({'here one of its own, `--role incidents`' if args.incident_worker else 'here one of the workers'})")
     print(json.dumps({"name": "kafka_end_to_end", "samples_per_s": round(rate),
                       "samples_per_s_min": round(min(rates)), "samples_per_s_max": round(max(rates)),
                       "latency_p50_s": round(p50, 4), "latency_p99_s": round(p99, 4), "workers": args.workers,
+                      "incident_worker": args.incident_worker,
                       "partitions": args.partitions, "gpus": args.gpus, "runs": args.runs,
                       "agent_samples_per_s": round(float(np.median(publish_rates))),
                       "per_worker_samples_per_s": round(per_worker), "workers_for_100k_gpus": need,

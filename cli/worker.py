@@ -24,9 +24,14 @@ from .kafka_options import kafka_options, settings_from
               type=click.Choice(["debug", "info", "warning", "error"]))
 @click.option("--data-dir", type=click.Path(file_okay=False), default=None,
               help="faust's data directory (default: a temporary folder, removed when the worker stops).")
+@click.option("--role", type=click.Choice(["all", "detect", "incidents"]), default="all", show_default=True,
+              help="all: detection and the incident stage; detect / incidents: one of them, in the consumer "
+                   "group GROUP.detect / GROUP.incidents (run detect workers plus an incidents worker, so the "
+                   "incident stage does not slow one worker's detection; never mix with all-role workers).")
 def command(kafka: str | None, user: str | None, password: str | None, namespace: str, partitions: int,
             app_id: str, topology_path: str | None, detectors: str | None, checkpoint_interval: float,
-            session_timeout: float, host: str, port: int, log_level: str, data_dir: str | None) -> None:
+            session_timeout: float, host: str, port: int, log_level: str, data_dir: str | None,
+            role: str) -> None:
     """Consume telemetry from Kafka, run the detector bank on this worker's partitions, publish
     findings and incidents. Start several with the same --group to share the load."""
     from foreshock.detectors.bank import DetectorBank
@@ -50,7 +55,7 @@ def command(kafka: str | None, user: str | None, password: str | None, namespace
     config = WorkerConfig(settings, topics, topology, lambda: DetectorBank.from_names(topology, names),
                           app_id=app_id, checkpoint_interval_s=checkpoint_interval,
                           session_timeout_s=session_timeout, metrics_host=host, metrics_port=port,
-                          data_dir=data_dir)
-    click.echo(f"worker {config.worker_id}: group {app_id}, {topics.partitions} partitions, "
+                          data_dir=data_dir, role=role)
+    click.echo(f"worker {config.worker_id}: {role}, group {config.group}, {topics.partitions} partitions, "
                f"{len(topology.gpus)} GPUs" + (f", metrics on http://{host}:{port}/metrics" if port else ""), err=True)
     run_worker(config, loglevel=log_level)

@@ -10,6 +10,16 @@ Agents (one consumer group, ``app_id``; start as many workers as you like):
 - ``incidents`` — consumes ``foreshock.findings`` (one partition: one worker at a time owns the
   incident stage), runs the incident processors, publishes to ``foreshock.incidents``.
 
+**Roles.** A worker runs all three (``role="all"``, the default), or only ``detect`` (with
+``route_json``) or only ``incidents``. The incident stage sees every finding of the cluster,
+so in a group of all-role workers the one that owns it carries that on top of its share of
+detection and sets the pace; a dedicated ``incidents`` worker takes it off the detection path
+(measured in ``bench/bench_kafka.py``). Each role other than ``all`` joins its own consumer
+group, ``<app id>.<role>``: faust assigns every topic of a group as if all its members ran
+the same agents, so a findings partition could otherwise land on a worker that never reads
+it. Run either all-role workers, or detect workers plus one or more incidents workers (one at
+a time owns the stage) — not both kinds on one cluster's topics.
+
 Bad records go to ``foreshock.deadletter`` with the reason in a header, and are counted. Each
 worker serves its own ``/metrics`` (``exporters.prometheus``). Checkpoints and the
 at-least-once contract: see ``kafka_worker``.
@@ -65,6 +75,27 @@ class WorkerConfig:
     # fresh temporary folder, removed when the worker stops. faust's own default is
     # ``<app id>-data`` in the current directory: every run left a folder behind.
     data_dir: str | None = None
+    role: str = "all"  # "all", "detect" (and route_json) or "incidents": see the module docstring
+
+    def __post_init__(self) -> None:
+        if self.role not in ROLES:
+            raise ValueError(f"worker role {self.role!r} not one of {ROLES}")
+
+    @property
+    def group(self) -> str:
+        """The consumer group (faust app id): roles other than ``all`` get one of their own."""
+        return self.app_id if self.role == "all" else f"{self.app_id}.{self.role}"
+
+    @property
+    def detects(self) -> bool:
+        return self.role in ("all", "detect")
+
+    @property
+    def builds_incidents(self) -> bool:
+        return self.role in ("all", "incidents")
+
+
+ROLES = ("all", "detect", "incidents")
 
 
 def _raw_topic(app: faust.App, name: str, partitions: int | None = None) -> Any:
@@ -103,7 +134,7 @@ class ForeshockWorker:
     def _build_app(self) -> faust.App:
         cfg = self.config
         app = faust.App(
-            cfg.app_id,
+            cfg.group,
             datadir=str(self.data_dir),
             broker=cfg.settings.faust_broker(),
             broker_credentials=cfg.settings.faust_credentials(),
@@ -136,22 +167,24 @@ class ForeshockWorker:
         self.deadletter_topic = _raw_topic(app, t.deadletter, 1)
         self.checkpoint_topic = _raw_topic(app, t.checkpoints, t.partitions + 1)
 
-        @app.agent(self.frames_topic, name="detect")
-        async def detect(stream: Any) -> None:
-            manual = stream.noack()
-            async for event in manual.events():
-                await self.on_piece(manual, event)
+        if cfg.detects:
+            @app.agent(self.frames_topic, name="detect")
+            async def detect(stream: Any) -> None:
+                manual = stream.noack()
+                async for event in manual.events():
+                    await self.on_piece(manual, event)
 
-        @app.agent(self.json_topic, name="route_json")
-        async def route_json(stream: Any) -> None:
-            async for event in stream.events():
-                await self.on_json(event)
+            @app.agent(self.json_topic, name="route_json")
+            async def route_json(stream: Any) -> None:
+                async for event in stream.events():
+                    await self.on_json(event)
 
-        @app.agent(self.findings_topic, name="incidents")
-        async def incidents(stream: Any) -> None:
-            manual = stream.noack()
-            async for event in manual.events():
-                await self.on_findings(manual, event)
+        if cfg.builds_incidents:
+            @app.agent(self.findings_topic, name="incidents")
+            async def incidents(stream: Any) -> None:
+                manual = stream.noack()
+                async for event in manual.events():
+                    await self.on_findings(manual, event)
 
         @app.timer(max(0.5, cfg.checkpoint_interval_s / 2))
         async def checkpoint_idle_partitions() -> None:
@@ -357,7 +390,8 @@ class ForeshockWorker:
             shutil.rmtree(self.data_dir, ignore_errors=True)
 
     def status(self) -> dict[str, Any]:
-        return {"worker": self.config.worker_id, "partitions": sorted(self.detection.parts), **self.counts,
+        return {"worker": self.config.worker_id, "role": self.config.role, "group": self.config.group,
+                "partitions": sorted(self.detection.parts), **self.counts,
                 "problems": self.health.total_problems()}
 
 
@@ -373,7 +407,8 @@ class _QuietWorker(faust.Worker):
 def run_worker(config: WorkerConfig, loglevel: str = "warning") -> None:
     """Run until SIGTERM/SIGINT; serves /metrics when ``metrics_port`` is set."""
     worker = ForeshockWorker(config)
-    worker.detection.warm_up()  # before joining the group: no kernel loading on the first record
+    if config.detects:
+        worker.detection.warm_up()  # before joining the group: no kernel loading on the first record
     server = None
     if config.metrics_port:
         from foreshock.exporters.prometheus import serve

@@ -82,12 +82,12 @@ class Workers:
         self.bootstrap, self.topics, self.group, self.log_dir = bootstrap, topics, group, log_dir
         self.procs: list[subprocess.Popen[bytes]] = []
 
-    def start(self, topology: Path) -> subprocess.Popen[bytes]:
+    def start(self, topology: Path, role: str = "all") -> subprocess.Popen[bytes]:
         log = open(self.log_dir / f"worker{len(self.procs)}.log", "wb")
         proc = subprocess.Popen(
             [sys.executable, "-m", "foreshock.cli.main", "worker", "--kafka", self.bootstrap,
              "--namespace", self.topics.namespace, "--partitions", str(self.topics.partitions),
-             "--group", self.group, "--topology", str(topology), "--port", "0",
+             "--group", self.group, "--topology", str(topology), "--port", "0", "--role", role,
              "--checkpoint-interval", "1", "--session-timeout", "3", "--log-level", "warning"],
             stdout=log, stderr=subprocess.STDOUT,
             # a SIGKILLed worker cannot remove its temporary data folder: keep those in the test's
@@ -336,6 +336,32 @@ def test_worker_command_passes_data_dir_to_the_worker(tmp_path: Path, monkeypatc
         res = CliRunner().invoke(cli, args + extra)
         assert res.exit_code == 0, res.output
         assert seen[-1].data_dir == expected
+
+
+def test_worker_roles_run_their_own_agents_in_their_own_group(tmp_path: Path, monkeypatch):
+    """A detect worker runs detection (and the JSON router) only, an incidents worker the
+    incident stage only, each in a group of its own; ``all`` keeps the group it was given."""
+    from foreshock.streams.faust_app import ForeshockWorker, WorkerConfig
+
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
+    topology = Topology.from_gpu_hosts([("n0", g) for g in range(2)])
+
+    def config(role: str) -> WorkerConfig:
+        return WorkerConfig(KafkaSettings("127.0.0.1:9"), Topics("rr.", 1), topology,
+                            lambda: DetectorBank.from_names(topology), app_id="rr-app", role=role)
+
+    expected = {"all": ("rr-app", {"detect", "route_json", "incidents"}),
+                "detect": ("rr-app.detect", {"detect", "route_json"}),
+                "incidents": ("rr-app.incidents", {"incidents"})}
+    for role, (group, agents) in expected.items():
+        worker = ForeshockWorker(config(role))
+        try:
+            assert worker.app.conf.id == group
+            assert {a.split(".")[-1] for a in worker.app.agents} == agents, role
+        finally:
+            worker.remove_data_dir()
+    with pytest.raises(ValueError, match="role 'both'"):
+        config("both")
 
 
 def test_decode_rejects_garbage_wrong_schema_unknown_entity_and_misrouted(small_topology: Topology):
@@ -686,6 +712,34 @@ def test_two_workers_find_what_the_embedded_pipeline_finds(kafka_settings, recor
     embedded_incidents = [f for f in embedded_findings(recording) if f.type == "incident"]
     assert embedded_incidents  # the comparison below must not be between two empty lists
     assert Counter(r.value.decode() for r in incidents) == canon(embedded_incidents)
+
+
+@pytest.mark.kafka
+@pytest.mark.slow
+def test_detect_workers_and_an_incidents_worker_find_what_the_embedded_pipeline_finds(
+        kafka_settings, recording, workers):
+    """The incident stage on a worker of its own: the same findings and incidents as the
+    embedded pipeline, the detection shared by the two detect workers."""
+    topics = ensure_topics(kafka_settings, Topics(namespace(), 2))
+    group = workers(kafka_settings.bootstrap, topics, "g-" + topics.namespace)
+    group.start(recording / "topology.yaml", role="detect")
+    group.start(recording / "topology.yaml", role="detect")
+    group.start(recording / "topology.yaml", role="incidents")
+    wait_for_members(kafka_settings, group.group + ".detect", 2)
+    wait_for_members(kafka_settings, group.group + ".incidents", 1)
+    messages, pieces = run_and_collect(kafka_settings, topics, recording, speed=None)
+    unique = dedupe_findings_messages(messages)
+    assert len(unique) == pieces, group.logs()
+    assert canon(findings_of(messages)) == canon(detector_findings(recording))
+    assert len({m.worker for m in unique}) == 2  # both detect workers took a partition
+    embedded_incidents = [f for f in embedded_findings(recording) if f.type == "incident"]
+    assert embedded_incidents
+    deadline = time.monotonic() + 30
+    while True:  # the incidents worker may still be reading the last findings
+        incidents = read_topic(kafka_settings, topics.incidents, None, timeout_s=3)
+        if len(incidents) >= len(embedded_incidents) or time.monotonic() > deadline:
+            break
+    assert Counter(r.value.decode() for r in incidents) == canon(embedded_incidents), group.logs()
 
 
 @pytest.mark.kafka
