@@ -15,10 +15,10 @@ Agents (one consumer group, ``app_id``; start as many workers as you like):
 so in a group of all-role workers the one that owns it carries that on top of its share of
 detection and sets the pace; a dedicated ``incidents`` worker takes it off the detection path
 (measured in ``bench/bench_kafka.py``). Each role other than ``all`` joins its own consumer
-group, ``<app id>.<role>``: faust assigns every topic of a group as if all its members ran
-the same agents, so a findings partition could otherwise land on a worker that never reads
-it. Run either all-role workers, or detect workers plus one or more incidents workers (one at
-a time owns the stage) — not both kinds on one cluster's topics.
+group, ``<app id>.<role>``, so every member of a group subscribes to the same topics and each
+role is assigned, rebalanced and scaled on its own. Run either all-role workers, or detect
+workers plus one or more incidents workers (one at a time owns the stage) — not both kinds on
+one cluster's topics: an all-role group and a detect group would each process every frame.
 
 Bad records go to ``foreshock.deadletter`` with the reason in a header, and are counted. Each
 worker serves its own ``/metrics`` (``exporters.prometheus``). Checkpoints and the
