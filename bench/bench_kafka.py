@@ -159,7 +159,7 @@ class RunFigures:
     total_s: float
     publish_s: float
     worker_cpu: float
-    per_worker_cpu: list[float]  # each worker's share: one of them also runs the incident stage
+    per_worker_cpu: list[float]  # each worker's own (the incidents worker's last, when there is one)
     agent_cpu: float  # this process, less the findings reader's thread
     reader_cpu: float
     broker_cpu: float  # NaN without --broker-pid
@@ -226,7 +226,7 @@ def latency_run(settings: KafkaSettings, topics: Topics, source: ReplaySource, s
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--kafka", default=os.environ.get("FORESHOCK_KAFKA", "127.0.0.1:19092"))
-    # 8,192 GPUs: 2,048 per partition, the size of piece a fleet deployment hands each worker
+    # 8,192 GPUs: 4,096 per partition (2), the size of piece a fleet deployment hands each worker
     # (100,000 GPUs over tens of partitions is thousands per partition). A worker pays a fixed
     # cost per piece (one partition's rows of one frame, ~85 us of Python around the kernels),
     # so a small cluster cut in 4 measures that cost more than the stream: 1,024 GPUs (256 per
