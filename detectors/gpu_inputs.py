@@ -209,7 +209,7 @@ def track_flow(rack_state: np.ndarray, r: int, dt: float, inlet: float, flow: fl
         return
     rack_state[r, RACK_LOSS] = 1.0
     # settled: flow steady for a window and the inlet no longer moving with it
-    settled = rack_state[r, RACK_U1] == rack_state[r, RACK_U1] and abs(inlet - rack_state[r, RACK_U1]) < 0.3 \
+    settled = rack_state[r, RACK_U1] == rack_state[r, RACK_U1] and abs(inlet - rack_state[r, RACK_U1]) < SETTLED_C \
         and rack_state[r, RACK_F1] == rack_state[r, RACK_F1] and abs(flow - rack_state[r, RACK_F1]) < 0.01 * f0
     if settled and flow < 0.5 * f0 and flow > 0.0:
         k_obs = (inlet - rack_state[r, RACK_U0]) / (f0 / flow - 1.0)

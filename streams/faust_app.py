@@ -37,7 +37,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Awaitable, Callable
 
 import faust
 from aiokafka import AIOKafkaConsumer
@@ -167,12 +167,16 @@ class ForeshockWorker:
         self.deadletter_topic = _raw_topic(app, t.deadletter, 1)
         self.checkpoint_topic = _raw_topic(app, t.checkpoints, t.partitions + 1)
 
-        if cfg.detects:
-            @app.agent(self.frames_topic, name="detect")
-            async def detect(stream: Any) -> None:
+        def held_until_checkpoint(handler: Callable[[Any, Any], Awaitable[None]]) -> Callable[[Any], Awaitable[None]]:
+            """An agent whose events stay unacked until the handler's checkpoint acks them."""
+            async def agent(stream: Any) -> None:
                 manual = stream.noack()
                 async for event in manual.events():
-                    await self.on_piece(manual, event)
+                    await handler(manual, event)
+            return agent
+
+        if cfg.detects:
+            app.agent(self.frames_topic, name="detect")(held_until_checkpoint(self.on_piece))
 
             @app.agent(self.json_topic, name="route_json")
             async def route_json(stream: Any) -> None:
@@ -180,11 +184,7 @@ class ForeshockWorker:
                     await self.on_json(event)
 
         if cfg.builds_incidents:
-            @app.agent(self.findings_topic, name="incidents")
-            async def incidents(stream: Any) -> None:
-                manual = stream.noack()
-                async for event in manual.events():
-                    await self.on_findings(manual, event)
+            app.agent(self.findings_topic, name="incidents")(held_until_checkpoint(self.on_findings))
 
         @app.timer(max(0.5, cfg.checkpoint_interval_s / 2))
         async def checkpoint_idle_partitions() -> None:

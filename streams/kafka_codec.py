@@ -165,15 +165,10 @@ class PartitionMap:
         return out or [(0, frame)]
 
 
-def trusted_frame(kind: str, ts: np.ndarray, slot: np.ndarray, columns: dict[str, np.ndarray]) -> Frame:
-    """:meth:`Frame.trusted`: a frame of rows already valid, without checking every column again."""
-    return Frame.trusted(kind, ts, slot, columns)
-
-
 def take_rows(frame: Frame, index: np.ndarray | slice) -> Frame:
-    """Rows ``index`` of a valid frame, unvalidated (:func:`trusted_frame`): copies for an index
+    """Rows ``index`` of a valid frame, unvalidated (:meth:`Frame.trusted`): copies for an index
     array, views of its memory for a slice."""
-    return trusted_frame(frame.kind, frame.ts[index], frame.slot[index],
+    return Frame.trusted(frame.kind, frame.ts[index], frame.slot[index],
                          {name: column[index] for name, column in frame.columns.items()})
 
 
@@ -185,7 +180,7 @@ def row_range(frame: Frame, start: int, stop: int) -> Frame:
 def concat_rows(frames: Sequence[Frame], names: Sequence[str]) -> Frame:
     """The rows of same-kind frames one after the other, only columns ``names``: what a bundle
     encodes (``Frame.concat`` copies and validates every field, sent or not)."""
-    return trusted_frame(frames[0].kind, np.concatenate([f.ts for f in frames]),
+    return Frame.trusted(frames[0].kind, np.concatenate([f.ts for f in frames]),
                          np.concatenate([f.slot for f in frames]),
                          {name: np.concatenate([f.columns[name] for f in frames]) for name in names})
 

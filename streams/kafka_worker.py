@@ -229,9 +229,9 @@ class DetectionStage:
         try:
             for kind in ENTITY_KINDS:
                 size = self.topology.size(kind)
-                steps = [(rows, ts) for rows in sorted({1, min(2, size)}) for ts in (1.0, 2.0)] if size else []
-                for i, (rows, ts) in enumerate(steps):
-                    columns = {name: np.full(rows, ts - 1.0) for name in field_names(kind)}
+                steps = [(rows, value) for rows in sorted({1, min(2, size)}) for value in (0.0, 1.0)] if size else []
+                for i, (rows, value) in enumerate(steps):
+                    columns = {name: np.full(rows, value) for name in field_names(kind)}
                     slots = np.arange(rows, dtype=np.int32)
                     pipeline.process(Frame(kind, np.full(rows, float(i + 1)), slots, columns))
         except Exception as exc:  # only a head start: the real records will compile what is missing
