@@ -14,7 +14,7 @@ from typing import Any
 from foreshock.facts import THROTTLE_BITS
 
 from .config import DEFAULT_CONFIG, MixinConfig
-from .grafana import Dashboard, Panel, Target, Variable, heatmap, stat, state_timeline, table, timeseries
+from .grafana import Dashboard, Panel, Target, Variable, heatmap, right_axis, stat, state_timeline, table, timeseries
 
 UIDS = {
     "fleet": "foreshock-fleet",
@@ -85,6 +85,13 @@ def fleet(cfg: MixinConfig) -> Dashboard:
                             "cooling degrades, before temperatures do."),
             timeseries("Rack inlet temperature", Target(
                 f"foreshock_rack_inlet_temperature_celsius{{{CR}}}", "{{rack}}"), unit="celsius"),
+            timeseries("Coolant flow by rack", Target(
+                f"foreshock_rack_coolant_flow_liters_per_second{{{CR}}}", "{{rack}}"), min=0,
+                description="Litres per second through each rack: a loop losing flow shows here first."),
+            timeseries("Cooling loops: hottest GPU and mean inlet", Target(
+                f"foreshock_loop_gpu_temperature_max_celsius{{{C}}}", "{{cooling_loop}} hottest GPU"),
+                Target(f"foreshock_loop_inlet_temperature_celsius{{{C}}}", "{{cooling_loop}} inlet"),
+                unit="celsius"),
             timeseries("GPU power by rack", Target(
                 f"sum by (rack) (foreshock_rack_gpu_power_watts{{{CR}}})", "{{rack}}"), unit="watt"),
             timeseries("Throttled GPUs by rack", Target(
@@ -98,6 +105,7 @@ def fleet(cfg: MixinConfig) -> Dashboard:
 
 
 def gpu_detail(cfg: MixinConfig) -> Dashboard:
+    thermal = "thermal_throttle|hbm_overheat"  # the events a temperature runs into
     reasons = [{"type": "value", "options": {"0": {"text": "off", "color": "transparent"},
                                              "1": {"text": "on", "color": "red"}}}]
     return Dashboard(
@@ -105,11 +113,16 @@ def gpu_detail(cfg: MixinConfig) -> Dashboard:
         "One GPU (or a few): temperature against the predicted time to throttle, power against its "
         "limit, and the decoded throttle reasons.",
         [
-            timeseries("Temperature", Target(f"foreshock_gpu_temperature_celsius{{{GPU}}}", "{{node}}/gpu{{gpu}} core"),
+            timeseries("Temperature vs predicted time to throttle",
+                       Target(f"foreshock_gpu_temperature_celsius{{{GPU}}}", "{{node}}/gpu{{gpu}} core"),
                        Target(f"foreshock_gpu_memory_temperature_celsius{{{GPU}}}", "{{node}}/gpu{{gpu}} HBM"),
+                       Target(f'foreshock_prediction_eta_seconds{{{GPU_ENTITY}, event=~"{thermal}"}}',
+                              "{{entity}} {{event}} ETA"),
                        unit="celsius", threshold_lines=True,
                        thresholds=[(None, "transparent"), (cfg.max_operating_c, "orange"), (cfg.hw_slowdown_c, "red")],
-                       description="Lines: max operating (SW thermal slowdown) and HW slowdown temperatures."),
+                       overrides=[right_axis("C", "s", min=0)],
+                       description="Core and HBM temperature (left; lines: max operating and HW slowdown) "
+                                   "against the predicted time to a thermal event (right, counting down)."),
             timeseries("Predicted time to event", Target(
                 f"foreshock_prediction_eta_seconds{{{GPU_ENTITY}}}", "{{entity}} {{event}}"),
                 unit="s", min=0,
@@ -184,8 +197,10 @@ def incidents(cfg: MixinConfig) -> Dashboard:
             table("Open incidents", Target(f"foreshock_incident_members{{{C}}}", instant=True, table=True)),
             timeseries("Predicted step slowdown by job", Target(
                 f"foreshock_job_predicted_slowdown_ratio{{{CJ}}}", "{{training_job}}"),
+                unit="percentunit", min=0,
                 thresholds=[(None, "transparent"), (cfg.job_slowdown_ratio, "red")], threshold_lines=True,
-                description="Predicted synchronous step time over normal (1 = no slowdown)."),
+                description="Predicted extra synchronous step time as a fraction of the normal step "
+                            "(0 = no slowdown); the line is the alert threshold."),
             timeseries("Step time by job", Target(f"foreshock_job_step_time_seconds{{{CJ}}}", "{{training_job}}"),
                        unit="s"),
             timeseries("GPU-hours at risk per hour", Target(

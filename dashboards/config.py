@@ -58,7 +58,9 @@ class MixinConfig:
     cooling_resistance_ratio: float = 1.25  # rack resistance vs its own median over a day
     congestion_links: int = 2  # links anomalous on a congestion counter at once
     cascade_members: int = 3
-    job_slowdown_ratio: float = 1.05  # predicted step time / normal step time
+    # foreshock_job_predicted_slowdown_ratio is the predicted *extra* step time as a fraction of
+    # the normal step (0 = no slowdown, 0.05 = 5 % slower), not step time over normal step
+    job_slowdown_ratio: float = 0.05
     ingest_lag_s: float = 30.0
     input_problem_ratio: float = 0.01
     gpu_missing_window: str = "6h"

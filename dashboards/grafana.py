@@ -55,6 +55,7 @@ class Panel:
     links: list[dict[str, Any]] = field(default_factory=list)
     no_value: str | None = None
     transformations: list[dict[str, Any]] = field(default_factory=list)
+    overrides: list[dict[str, Any]] = field(default_factory=list)
 
     def json(self, panel_id: int, x: int, y: int) -> dict[str, Any]:
         defaults: dict[str, Any] = {"custom": dict(self.custom), "mappings": list(self.mappings)}
@@ -82,13 +83,22 @@ class Panel:
             "description": self.description,
             "datasource": DATASOURCE,
             "gridPos": {"h": self.height, "w": self.width, "x": x, "y": y},
-            "fieldConfig": {"defaults": defaults, "overrides": []},
+            "fieldConfig": {"defaults": defaults, "overrides": list(self.overrides)},
             "options": dict(self.options),
             "targets": [t.json(chr(ord("A") + i)) for i, t in enumerate(self.targets)],
         }
         if self.transformations:
             out["transformations"] = list(self.transformations)
         return out
+
+
+def right_axis(ref: str, unit: str, **props: Any) -> dict[str, Any]:
+    """A field override that draws query ``ref`` on its own right-hand axis in ``unit``, without
+    the panel's threshold lines (they belong to the left axis)."""
+    properties = [{"id": "unit", "value": unit}, {"id": "custom.axisPlacement", "value": "right"},
+                  {"id": "custom.thresholdsStyle", "value": {"mode": "off"}}]
+    properties += [{"id": key, "value": value} for key, value in props.items()]
+    return {"matcher": {"id": "byFrameRefID", "options": ref}, "properties": properties}
 
 
 def timeseries(title: str, *targets: Target, **kw: Any) -> Panel:

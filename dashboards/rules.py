@@ -172,21 +172,23 @@ def alerts(cfg: MixinConfig = DEFAULT_CONFIG) -> list[Alert]:
             "warning",
             "Training job {{ $labels.training_job }} is predicted to slow down",
             "An open incident is predicted to stretch the synchronous step of job {{ $labels.training_job }} "
-            "(cluster {{ $labels.cluster }}) by a factor of {{ $value | printf \"%.2f\" }}.",
+            "(cluster {{ $labels.cluster }}) by {{ $value | humanizePercentage }} (predicted extra step time).",
         ),
     ]
     for sev, window in (("critical", cfg.xid_critical_window), ("warning", cfg.xid_warning_window)):
         sel = f'foreshock_xid_events_total{{severity="{sev}"}}'
+        # one alert per GPU and XID, so the page names the node to drain (Alertmanager groups a
+        # burst by alert name and cluster into one notification)
         out.append(Alert(
             f"ForeshockXid{sev.capitalize()}",
             # increase() misses a series' first sample: a counter born inside the window is new
-            f"sum by (cluster, xid) (increase({sel}[{window}])) > 0 or "
-            f"sum by (cluster, xid) ({sel} unless {sel} offset {window})",
+            f"sum by ({gpu}, xid) (increase({sel}[{window}])) > 0 or "
+            f"sum by ({gpu}, xid) ({sel} unless {sel} offset {window})",
             sev,
-            "New XID {{ $labels.xid }} (" + sev + ") in cluster {{ $labels.cluster }}",
+            "New XID {{ $labels.xid }} (" + sev + ") on {{ $labels.node }} GPU {{ $labels.gpu }}",
             f"foreshock counted new XID {{{{ $labels.xid }}}} events ({sev} tier) in the last {window} "
-            "in cluster {{ $labels.cluster }}. Counted from changes of the last-XID field, so a latched old "
-            "XID does not fire.",
+            "on {{ $labels.node }} GPU {{ $labels.gpu }} (rack {{ $labels.rack }}, cluster {{ $labels.cluster }}). "
+            "Counted from changes of the last-XID field, so a latched old XID does not fire.",
         ))
     out += [
         Alert(

@@ -4,7 +4,8 @@ No import-time registration and no global registry: :func:`build_registry` makes
 ``CollectorRegistry`` holding one :class:`ForeshockCollector`; :func:`serve` exposes it.
 
 Cardinality is bounded: per-entity series exist only for entities with an active finding plus
-the ``top_k`` hottest GPUs; aggregates by rack, cooling loop and job are always exported.
+the ``top_k`` hottest GPUs by core and by HBM temperature (at most 2 × ``top_k``); aggregates by
+rack, cooling loop, leaf switch and job are always exported.
 The catalogue below is the one place metric names are defined (the rules and dashboards
 generator reads it too).
 """
@@ -55,6 +56,10 @@ CATALOGUE: tuple[MetricSpec, ...] = (
     MetricSpec(f"{NS}_rack_thermal_resistance_celsius_per_watt", "gauge", "Mean fitted GPU thermal resistance in the rack", ("cluster", "rack")),
     MetricSpec(f"{NS}_rack_gpu_power_watts", "gauge", "Sum of GPU power draw in the rack", ("cluster", "rack")),
     MetricSpec(f"{NS}_rack_inlet_temperature_celsius", "gauge", "Rack inlet (coolant supply) temperature", ("cluster", "rack")),
+    MetricSpec(f"{NS}_rack_coolant_flow_liters_per_second", "gauge", "Coolant flow through the rack", ("cluster", "rack")),
+    MetricSpec(f"{NS}_loop_gpu_temperature_max_celsius", "gauge", "Hottest GPU core temperature on the cooling loop", ("cluster", "cooling_loop")),
+    MetricSpec(f"{NS}_loop_inlet_temperature_celsius", "gauge", "Mean inlet temperature of the racks on the cooling loop", ("cluster", "cooling_loop")),
+    MetricSpec(f"{NS}_loop_thermal_resistance_celsius_per_watt", "gauge", "Mean fitted GPU thermal resistance on the cooling loop", ("cluster", "cooling_loop")),
     MetricSpec(f"{NS}_rack_gpus_throttled", "gauge", "GPUs of the rack with a thermal or power throttle bit set", ("cluster", "rack", "kind")),
     MetricSpec(f"{NS}_job_step_time_seconds", "gauge", "Last synchronous step time of the job", ("cluster", "training_job")),
     MetricSpec(f"{NS}_gpus_reporting", "gauge", "GPUs that reported telemetry within the staleness window", ("cluster",)),
@@ -135,11 +140,10 @@ class ForeshockCollector(Collector):
         # a GPU held by a thermal or power-brake bit right now keeps its series (and decoded bits)
         mask = np.nan_to_num(snap.latest["gpu"]["throttle_reasons"]).astype(np.int64)
         flagged |= set(np.flatnonzero(mask & (_THERMAL_BITS | THROTTLE_BITS["hw_power_brake"])).tolist())
-        temp = snap.latest["gpu"]["gpu_temp"]
-        if self.top_k > 0 and temp.size:
-            valid = np.flatnonzero(~np.isnan(temp))
-            hottest = valid[np.argsort(-temp[valid], kind="stable")[: self.top_k]]
-            flagged |= set(int(s) for s in hottest)
+        # the K hottest by core and the K hottest by HBM: HBM runs its own race to its own limit
+        # (a cool core can sit beside hot memory), and the HBM alert reads the per-GPU series
+        for field in ("gpu_temp", "hbm_temp"):
+            flagged |= set(_hottest(snap.latest["gpu"][field], self.top_k).tolist())
         return np.array(sorted(flagged), dtype=np.int64)
 
     def _gpu_series(self, snap: StoreSnapshot) -> Iterator[Metric]:
@@ -208,19 +212,19 @@ class ForeshockCollector(Collector):
         f_rr = _family(f"{NS}_rack_thermal_resistance_celsius_per_watt")
         r_est = snap.gauges.get(THERMAL_RESISTANCE_GAUGE)
         if r_est is not None and r_est[0] == "gpu" and len(r_est[1]) == topo.size("gpu"):
-            vals = r_est[1]
-            ok = np.isfinite(vals)
-            rsum = np.bincount(rack_of[ok], weights=vals[ok], minlength=n_racks)
-            rcnt = np.bincount(rack_of[ok], minlength=n_racks)
+            rack_r = _group_mean(r_est[1], rack_of, n_racks)
             for r, rack in enumerate(topo.racks):
-                if rcnt[r]:
-                    f_rr.add_metric([cluster, rack], float(rsum[r] / rcnt[r]))
+                if np.isfinite(rack_r[r]):
+                    f_rr.add_metric([cluster, rack], float(rack_r[r]))
         yield f_rr
-        f_inlet = _family(f"{NS}_rack_inlet_temperature_celsius")
-        for r, v in enumerate(snap.latest["rack"]["inlet_temp"]):
-            if not math.isnan(v):
-                f_inlet.add_metric([cluster, topo.racks[r]], float(v))
-        yield f_inlet
+        for name, field in ((f"{NS}_rack_inlet_temperature_celsius", "inlet_temp"),
+                            (f"{NS}_rack_coolant_flow_liters_per_second", "coolant_flow")):
+            fam = _family(name)
+            for r, v in enumerate(snap.latest["rack"][field]):
+                if not math.isnan(v):
+                    fam.add_metric([cluster, topo.racks[r]], float(v))
+            yield fam
+        yield from self._loops(snap)
         f_step = _family(f"{NS}_job_step_time_seconds")
         for j, v in enumerate(snap.latest["job"]["step_time"]):
             if not math.isnan(v):
@@ -232,6 +236,31 @@ class ForeshockCollector(Collector):
             f_rep.add_metric([cluster], float(fresh.sum()))
         yield f_rep
         yield from self._leaves(snap)
+
+    def _loops(self, snap: StoreSnapshot) -> Iterator[Metric]:
+        """Cooling-loop aggregates: one loop (CDU) feeds several racks, and fails for all of them."""
+        topo = snap.topology
+        cluster = topo.cluster
+        loops = topo.loops
+        gpu_loop = topo.rack_loop[topo.gpu_rack]
+        by_loop = {
+            f"{NS}_loop_gpu_temperature_max_celsius":
+                _group_reduce(snap.latest["gpu"]["gpu_temp"], gpu_loop, len(loops), np.fmax, -np.inf),
+            f"{NS}_loop_inlet_temperature_celsius":
+                _group_mean(snap.latest["rack"]["inlet_temp"], topo.rack_loop, len(loops)),
+        }
+        r_est = snap.gauges.get(THERMAL_RESISTANCE_GAUGE)
+        if r_est is not None and r_est[0] == "gpu" and len(r_est[1]) == topo.size("gpu"):
+            by_loop[f"{NS}_loop_thermal_resistance_celsius_per_watt"] = _group_mean(r_est[1], gpu_loop, len(loops))
+        for name in (f"{NS}_loop_gpu_temperature_max_celsius", f"{NS}_loop_inlet_temperature_celsius",
+                     f"{NS}_loop_thermal_resistance_celsius_per_watt"):
+            fam = _family(name)
+            values = by_loop.get(name)
+            if values is not None:
+                for i, loop in enumerate(loops):
+                    if np.isfinite(values[i]):
+                        fam.add_metric([cluster, loop], float(values[i]))
+            yield fam
 
     def _leaves(self, snap: StoreSnapshot) -> Iterator[Metric]:
         """Fabric aggregates by leaf switch, over the GPU links (and their optics) it serves."""
@@ -402,12 +431,29 @@ class ForeshockCollector(Collector):
         yield h
 
 
+def _hottest(values: np.ndarray, k: int) -> np.ndarray:
+    """Slots of the ``k`` largest non-NaN values (ties by slot)."""
+    if k <= 0:
+        return np.empty(0, dtype=np.int64)
+    valid = np.flatnonzero(~np.isnan(values))
+    return valid[np.argsort(-values[valid], kind="stable")[:k]]
+
+
 def _bound(b: float) -> str:
     return repr(float(b))
 
 
 def _values(labels: dict[str, str], keys: tuple[str, ...]) -> list[str]:
     return [labels.get(k, "") for k in keys]
+
+
+def _group_mean(values: np.ndarray, groups: np.ndarray, n: int) -> np.ndarray:
+    """Mean of the finite values per group; NaN for a group without one."""
+    ok = np.isfinite(values)
+    total = np.bincount(groups[ok], weights=values[ok], minlength=n)
+    count = np.bincount(groups[ok], minlength=n)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(count > 0, total / np.maximum(count, 1), np.nan)
 
 
 def _group_reduce(values: np.ndarray, groups: np.ndarray, n: int, op: np.ufunc, init: float) -> np.ndarray:

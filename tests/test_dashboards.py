@@ -90,7 +90,17 @@ def test_dashboards_cover_what_users_asked_for() -> None:
                           ("Thermal resistance by rack", "foreshock_rack_thermal_resistance_celsius_per_watt")):
         panel = _panel("foreshock-fleet", title)
         assert panel["type"] == "heatmap" and "by (rack)" in panel["targets"][0]["expr"] and metric in panel["targets"][0]["expr"]
-    # GPU detail: temperature vs predicted ETA, power vs limit, decoded throttle reasons
+    # GPU detail: temperature vs predicted ETA (one panel, the ETA on its own axis in seconds),
+    # power vs limit, decoded throttle reasons
+    versus = _panel("foreshock-gpu", "Temperature vs predicted time to throttle")
+    exprs = {t["refId"]: t["expr"] for t in versus["targets"]}
+    assert "foreshock_gpu_temperature_celsius" in exprs["A"] and "foreshock_gpu_memory_temperature_celsius" in exprs["B"]
+    assert "foreshock_prediction_eta_seconds" in exprs["C"] and "thermal_throttle" in exprs["C"]
+    assert versus["fieldConfig"]["defaults"]["unit"] == "celsius"
+    (eta_axis,) = versus["fieldConfig"]["overrides"]
+    assert eta_axis["matcher"] == {"id": "byFrameRefID", "options": "C"}
+    props = {p["id"]: p["value"] for p in eta_axis["properties"]}
+    assert props["unit"] == "s" and props["custom.axisPlacement"] == "right"
     assert "foreshock_prediction_eta_seconds" in _panel("foreshock-gpu", "Predicted time to event")["targets"][0]["expr"]
     power = [t["expr"] for t in _panel("foreshock-gpu", "Power vs limit")["targets"]]
     assert any("foreshock_gpu_power_watts" in e for e in power) and any("power_limit_watts" in e for e in power)
@@ -100,6 +110,11 @@ def test_dashboards_cover_what_users_asked_for() -> None:
     fabric = " ".join(e for _, e in queries(load_dashboards()["foreshock-fabric"]))
     for needle in ("xmit_wait", "prefec_ber", "rx_power", 'event="link_down"'):
         assert needle in fabric
+    # cooling state beyond the heatmaps: flow by rack, and the loop (CDU) that feeds the racks
+    fleet = " ".join(e for _, e in queries(load_dashboards()["foreshock-fleet"]))
+    for needle in ("foreshock_rack_coolant_flow_liters_per_second", "foreshock_loop_gpu_temperature_max_celsius",
+                   "foreshock_loop_inlet_temperature_celsius"):
+        assert needle in fleet
     incidents = " ".join(e for _, e in queries(load_dashboards()["foreshock-incidents"]))
     for needle in ("foreshock_incident_members", "foreshock_job_predicted_slowdown_ratio"):
         assert needle in incidents

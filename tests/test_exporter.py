@@ -280,3 +280,48 @@ def test_findings_expire_exactly_as_a_scan_after_every_batch(small_topology: Top
         snap = store.snapshot()
         assert sorted(snap.anomalies, key=repr) == sorted(anomalies.values(), key=repr), step
         assert sorted(snap.predictions, key=repr) == sorted(predictions.values(), key=repr), step
+
+
+def test_a_hot_hbm_keeps_its_series_beside_a_cool_core(small_topology: Topology) -> None:
+    """The top K is taken by core and by HBM temperature: memory near its own limit under a cool
+    core still gets its per-GPU series (the HBM alert reads them), and the bound is 2 × K."""
+    store = FindingStore(small_topology)
+    n = small_topology.size("gpu")
+    temps = np.linspace(40, 71, n)  # GPU 31 has the hottest core
+    hbm = np.full(n, 60.0)
+    hbm[2] = 93.0  # GPU 2: the coolest cores but HBM 2 °C under its 95 °C limit
+    frame = _gpu_frame(small_topology, 1.0, temps)
+    frame.columns["hbm_temp"] = hbm
+    store.observe_frame(frame)
+    reg = build_registry(store, top_k=1)
+    gpu = {"cluster": "test", "rack": "rack0", "node": "node0"}
+    assert reg.get_sample_value("foreshock_gpu_memory_temperature_celsius", {**gpu, "gpu": "2"}) == 93.0
+    assert reg.get_sample_value("foreshock_gpu_temperature_celsius", {**gpu, "gpu": "2"}) == pytest.approx(temps[2])
+    text = generate_latest(reg).decode()
+    exported = {line.split("{")[1].split("}")[0] for line in text.splitlines()
+                if line.startswith("foreshock_gpu_temperature_celsius{")}
+    assert len(exported) == 2  # GPU 2 (HBM) and GPU 31 (core): nothing else
+
+
+def test_rack_coolant_flow_and_cooling_loop_aggregates(small_topology: Topology) -> None:
+    """rack0 is on loop cdu0 and rack1 on cdu1 (small_topology); values checked by hand."""
+    store = FindingStore(small_topology)
+    n = small_topology.size("gpu")
+    temps = np.linspace(40, 71, n)
+    temps[20] = np.nan  # a GPU without a reading is skipped, not counted as 0
+    store.observe_frame(_gpu_frame(small_topology, 1.0, temps))
+    store.observe_frame(Frame("rack", np.full(2, 1.0), np.arange(2),
+                              {"inlet_temp": np.array([30.0, 41.0]), "coolant_flow": np.array([1.5, 0.125])}))
+    r = np.full(n, 0.05)
+    r[16:] = 0.08
+    r[17] = np.nan
+    store.set_gauges({"thermal_resistance_celsius_per_watt": ("gpu", r, "fitted R")})
+    reg = build_registry(store, top_k=0)
+    flow = {"cluster": "test", "rack": "rack1"}
+    assert reg.get_sample_value("foreshock_rack_coolant_flow_liters_per_second", flow) == 0.125
+    cdu0, cdu1 = {"cluster": "test", "cooling_loop": "cdu0"}, {"cluster": "test", "cooling_loop": "cdu1"}
+    assert reg.get_sample_value("foreshock_loop_gpu_temperature_max_celsius", cdu0) == 55.0
+    assert reg.get_sample_value("foreshock_loop_gpu_temperature_max_celsius", cdu1) == 71.0
+    assert reg.get_sample_value("foreshock_loop_inlet_temperature_celsius", cdu1) == 41.0
+    assert reg.get_sample_value("foreshock_loop_thermal_resistance_celsius_per_watt", cdu0) == pytest.approx(0.05)
+    assert reg.get_sample_value("foreshock_loop_thermal_resistance_celsius_per_watt", cdu1) == pytest.approx(0.08)
