@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Sequence
@@ -125,10 +126,15 @@ def finish(run: PipelineRun, stats: RunStats, events: Sequence[Event] = (), json
     render_summary(run.tally, run.health, events)
     click.echo(json.dumps({
         "name": json_name, "samples": stats.samples, "wall_seconds": round(stats.wall_s, 3),
-        "samples_per_s": round(stats.samples_per_s), "telemetry_start": stats.start_ts, "telemetry_seconds": stats.telemetry_s,
-        "speedup": round(stats.speedup, 1), "findings": stats.by_type,
-        "input_problems": run.health.total_problems(),
-    }))
+        "samples_per_s": round(stats.samples_per_s), "telemetry_start": _json_number(stats.start_ts),
+        "telemetry_seconds": _json_number(stats.telemetry_s), "speedup": _json_number(round(stats.speedup, 1)),
+        "findings": stats.by_type, "input_problems": run.health.total_problems(),
+    }, allow_nan=False))
+
+
+def _json_number(value: float) -> float | None:
+    """JSON has no NaN: a figure that does not exist (no valid timestamp in the input) is null."""
+    return value if math.isfinite(value) else None
 
 
 def stop_server(run: PipelineRun) -> None:

@@ -32,6 +32,8 @@ def command(path: str, speed: float | None, max_speed: bool, shift_now: bool, ho
         raise click.UsageError("--speed must be > 0")
     try:
         source = ReplaySource(path, speed=None if max_speed else speed, shift_to=time.time() if shift_now else None)
+        # ground truth is read before the run: a broken events file fails now, not after a long replay
+        events = [replace(e, time=e.time + source.offset) for e in source.recording.events()]
     except RecordingError as exc:
         raise click.ClickException(str(exc)) from None
     run = build_pipeline(source.topology, detectors, host, port, findings_path, top_k, params)
@@ -39,7 +41,6 @@ def command(path: str, speed: float | None, max_speed: bool, shift_now: bool, ho
         stats = run_with_progress(run, source, recording_rows(source.recording.meta), "replay")
     except RecordingError as exc:
         raise click.ClickException(str(exc)) from None
-    events = [replace(e, time=e.time + source.offset) for e in source.recording.events()]
     finish(run, stats, events, json_name="replay")
     if hold > 0 and run.server is not None:
         time.sleep(hold)

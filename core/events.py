@@ -15,6 +15,7 @@ observable consequence (``thermal_throttle_start``/``_end``, ``power_cap_start``
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Iterator
@@ -53,28 +54,34 @@ def write_events(path: str | Path, events: Iterable[Event]) -> int:
 def read_events(path: str | Path) -> list[Event]:
     path = Path(path)
     out = []
-    with open(path, encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise EventError(f"{path}:{lineno}: not valid JSON ({exc.msg})") from None
-            missing = [k for k in REQUIRED if k not in obj] if isinstance(obj, dict) else list(REQUIRED)
-            if missing:
-                raise EventError(f"{path}:{lineno}: missing {missing}")
-            try:
-                out.append(
-                    Event(
-                        time=float(obj["time"]), type=str(obj["type"]),
-                        entity_kind=str(obj["entity_kind"]), entity=str(obj["entity"]),
-                        fault_id=str(obj.get("fault_id", "")), fault_type=str(obj.get("fault_type", "")),
-                        detail=dict(obj.get("detail") or {}),
-                    )
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise EventError(f"{path}: not UTF-8 text (byte {exc.start})") from None
+    for lineno, line in enumerate(text.split("\n"), start=1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise EventError(f"{path}:{lineno}: not valid JSON ({exc.msg})") from None
+        missing = [k for k in REQUIRED if k not in obj] if isinstance(obj, dict) else list(REQUIRED)
+        if missing:
+            raise EventError(f"{path}:{lineno}: missing {missing}")
+        try:
+            when = float(obj["time"])
+            if not math.isfinite(when):
+                raise ValueError(f"time {when} is not a finite number of seconds")
+            out.append(
+                Event(
+                    time=when, type=str(obj["type"]),
+                    entity_kind=str(obj["entity_kind"]), entity=str(obj["entity"]),
+                    fault_id=str(obj.get("fault_id", "")), fault_type=str(obj.get("fault_type", "")),
+                    detail=dict(obj.get("detail") or {}),
                 )
-            except (TypeError, ValueError) as exc:
-                raise EventError(f"{path}:{lineno}: bad value ({exc})") from None
+            )
+        except (TypeError, ValueError) as exc:
+            raise EventError(f"{path}:{lineno}: bad value ({exc})") from None
     return out
 
 

@@ -168,6 +168,12 @@ class Frame:
         fill(slot, "slot")
         if np.isnan(slot).any():
             raise FrameError(f"{kind} batch: missing slot values")
+        if batch.schema.types[index["slot"]] != pa.int32():
+            # foreshock writes int32; anything else (a float or int64 column from another writer)
+            # must hold int32 values, or the cast below would silently move rows to other entities
+            bounds = np.iinfo(np.int32)
+            if ((slot != np.floor(slot)) | (slot < bounds.min) | (slot > bounds.max)).any():
+                raise FrameError(f"{kind} batch: slot values that are not 32-bit integers")
         block = np.empty((len(known), rows), dtype=np.float64)
         for j, name in enumerate(known):
             if name in index:

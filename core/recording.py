@@ -41,12 +41,18 @@ class RecordingError(ValueError):
 
 
 class RecordingWriter:
-    """Streams frames into a recording folder. Use as a context manager."""
+    """Streams frames into a recording folder. Use as a context manager.
+
+    The folder becomes the new recording: parts a previous recording left there are removed
+    first, so a kind this one does not write cannot replay stale rows under the new topology.
+    """
 
     def __init__(self, path: str | Path, topology: Topology, meta: dict[str, Any] | None = None,
                  rows_per_group: int = 262_144) -> None:
         self.path = Path(path)
         self.path.mkdir(parents=True, exist_ok=True)
+        for part in [META_FILE, EVENTS_FILE, *(f"{kind}.parquet" for kind in ENTITY_KINDS)]:
+            (self.path / part).unlink(missing_ok=True)
         self.topology = topology
         self.meta = dict(meta or {})
         self.rows_per_group = rows_per_group
@@ -108,6 +114,33 @@ class RecordingWriter:
         self.close()
 
 
+def _is_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _check_meta(meta_path: Path, meta: object) -> dict[str, Any]:
+    """The metadata keys readers compute with have usable types (a hand-edited or foreign file
+    fails here, naming the file and the key, not later in the middle of a replay)."""
+    if not isinstance(meta, dict):
+        raise RecordingError(f"{meta_path}: expected a JSON object")
+    fmt = meta.get("format", FORMAT_VERSION)
+    if not isinstance(fmt, int) or isinstance(fmt, bool):
+        raise RecordingError(f"{meta_path}: 'format' must be an integer, not {fmt!r}")
+    if fmt > FORMAT_VERSION:
+        raise RecordingError(f"{meta_path}: format {fmt} is newer than this foreshock reads")
+    interval = meta.get("interval")
+    if interval is not None and not (_is_number(interval) and 0 < interval < np.inf):
+        raise RecordingError(f"{meta_path}: 'interval' must be a positive number of seconds, not {interval!r}")
+    for key in ("start", "end"):
+        if meta.get(key) is not None and not _is_number(meta[key]):
+            raise RecordingError(f"{meta_path}: {key!r} must be a time in seconds, not {meta[key]!r}")
+    rows = meta.get("rows")
+    if rows is not None and not (isinstance(rows, dict) and all(
+            isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in rows.values())):
+        raise RecordingError(f"{meta_path}: 'rows' must map entity kinds to row counts, not {rows!r}")
+    return meta
+
+
 @dataclass
 class Recording:
     """An opened recording folder. Reading is lazy; problems raise :class:`RecordingError`."""
@@ -125,13 +158,11 @@ class Recording:
         meta: dict[str, Any] = {}
         if meta_path.exists():
             try:
-                meta = json.loads(meta_path.read_text(encoding="utf-8"))
+                meta = _check_meta(meta_path, json.loads(meta_path.read_text(encoding="utf-8")))
             except json.JSONDecodeError as exc:
                 raise RecordingError(f"{meta_path}: not valid JSON ({exc.msg})") from None
-            if not isinstance(meta, dict):
-                raise RecordingError(f"{meta_path}: expected a JSON object")
-            if meta.get("format", FORMAT_VERSION) > FORMAT_VERSION:
-                raise RecordingError(f"{meta_path}: format {meta['format']} is newer than this foreshock reads")
+            except UnicodeDecodeError:
+                raise RecordingError(f"{meta_path}: not UTF-8 text") from None
         topo_path = path / TOPOLOGY_FILE
         if not topo_path.exists():
             raise RecordingError(f"{topo_path}: missing (every recording needs its topology)")

@@ -332,6 +332,8 @@ class Topology:
             raise TopologyError(f"{path}: no such topology file") from None
         except yaml.YAMLError as exc:
             raise TopologyError(f"{path}: not valid YAML: {exc}") from None
+        except UnicodeDecodeError:
+            raise TopologyError(f"{path}: not UTF-8 text") from None
         return cls.from_dict(data, source=str(path))
 
     @classmethod

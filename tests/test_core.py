@@ -44,6 +44,16 @@ def test_field_table_names_required_fields_per_kind() -> None:
     assert {"module_temp", "module_voltage", "tx_bias", "tx_power", "rx_power", "rx_bits",
             "rx_corrected_bits", "prefec_ber", "los"} <= optic
     assert {"inlet_temp", "coolant_temp", "coolant_flow"} <= set(field_names("rack"))
+    assert "cnp_handled" in link and "psu_power" in set(field_names("node"))
+
+
+def test_field_table_names_each_field_in_the_real_sources() -> None:
+    """The issue's sources, one column each, with the names the importers look up (FACTS.md)."""
+    assert source_index("dcgm")["DCGM_FI_DEV_MEMORY_TEMP"][0].name == "hbm_temp"
+    assert source_index("nvidia_smi")["clocks_event_reasons.active"][0].name == "throttle_reasons"
+    assert source_index("dmon")["mtemp"][0].name == "hbm_temp"
+    assert source_index("sysfs")["port_xmit_wait"][0].name == "xmit_wait"
+    assert source_index("dom")["Rcvr signal avg optical power"][0].name == "rx_power"
 
 
 def test_source_names_carry_unit_conversion() -> None:
@@ -187,6 +197,19 @@ def test_recording_round_trip_interleaves_kinds_by_time(tmp_path, small_topology
     assert rec.events()[0].fault_type == "cooling_loss"
 
 
+def test_a_new_recording_replaces_every_part_of_an_old_one_in_its_folder(tmp_path, small_topology: Topology) -> None:
+    """Writing a GPU-only recording where one with racks was: the old rack rows (slots of another
+    topology) must not replay with the new one, nor its ground truth."""
+    _write_small_recording(tmp_path / "rec", small_topology)
+    other = Topology.from_gpu_hosts([("solo", 0)])
+    with RecordingWriter(tmp_path / "rec", other, {"interval": 1.0}) as w:
+        w.write(Frame("gpu", [500.0], [0], {"gpu_temp": [30.0]}))
+    rec = Recording.open(tmp_path / "rec")
+    assert rec.kinds() == ["gpu"] and rec.topology.gpus == ["solo/gpu0"]
+    assert sum(len(f) for f in rec.iter_frames()) == 1 and rec.events() == []
+    assert rec.meta["rows"] == {"gpu": 1}
+
+
 def test_truncated_parquet_is_rejected_naming_the_file(tmp_path, small_topology: Topology) -> None:
     _write_small_recording(tmp_path / "rec", small_topology)
     gpu = tmp_path / "rec" / "gpu.parquet"
@@ -213,6 +236,56 @@ def test_events_file_errors_name_the_line(tmp_path) -> None:
     path.write_text(json.dumps({"time": 1, "type": "xid"}) + "\n")
     with pytest.raises(EventError, match=r":1: missing \['entity_kind', 'entity'\]"):
         read_events(path)
+
+
+
+@pytest.mark.parametrize("meta, message", [
+    ({"format": "v2"}, "'format' must be an integer, not 'v2'"),
+    ({"format": 99}, "format 99 is newer"),
+    ({"interval": "fast"}, "'interval' must be a positive number of seconds"),
+    ({"interval": 0}, "'interval' must be a positive number of seconds"),
+    ({"start": "soon"}, "'start' must be a time in seconds"),
+    ({"rows": {"gpu": "many"}}, "'rows' must map entity kinds to row counts"),
+    ([1, 2], "expected a JSON object"),
+])
+def test_recording_metadata_of_the_wrong_type_is_rejected_naming_the_key(tmp_path, small_topology: Topology,
+                                                                        meta, message: str) -> None:
+    _write_small_recording(tmp_path / "rec", small_topology)
+    meta_path = tmp_path / "rec" / "recording.json"
+    if isinstance(meta, dict):
+        meta = {**json.loads(meta_path.read_text()), **meta}
+    meta_path.write_text(json.dumps(meta))
+    with pytest.raises(RecordingError, match=message) as err:
+        Recording.open(tmp_path / "rec")
+    assert "recording.json" in str(err.value)
+
+
+@pytest.mark.parametrize("name, error", [("recording.json", RecordingError), ("topology.yaml", RecordingError),
+                                         ("events.jsonl", EventError)])
+def test_binary_garbage_in_a_text_part_is_a_clear_error_naming_the_file(tmp_path, small_topology: Topology,
+                                                                       name: str, error: type) -> None:
+    _write_small_recording(tmp_path / "rec", small_topology)
+    (tmp_path / "rec" / name).write_bytes(b"\xff\xfe\x00\x01 not text")
+    with pytest.raises(error, match=f"{name}: not UTF-8 text"):
+        rec = Recording.open(tmp_path / "rec")
+        read_events(rec.path / "events.jsonl")
+
+
+def test_events_with_a_nan_time_are_rejected(tmp_path) -> None:
+    path = tmp_path / "events.jsonl"
+    path.write_text('{"time": NaN, "type": "xid", "entity_kind": "gpu", "entity": "a"}\n')
+    with pytest.raises(EventError, match=r"events.jsonl:1: bad value \(time nan is not a finite"):
+        read_events(path)
+
+
+@pytest.mark.parametrize("slots", [pa.array([0.0, 0.5]), pa.array([0, 2**32 + 1], pa.int64())])
+def test_slots_that_are_not_int32_values_are_rejected_not_cast(slots) -> None:
+    """0.5 and 2**32+1 would become slots 0 and 1 in an int32 cast: rows moved to other GPUs."""
+    table = pa.table({"ts": [1.0, 2.0], "slot": slots, "gpu_temp": [50.0, 60.0]})
+    with pytest.raises(FrameError, match="slot values that are not 32-bit integers"):
+        Frame.from_arrow(table, kind="gpu")
+    ok = Frame.from_arrow(pa.table({"ts": [1.0], "slot": pa.array([7.0]), "gpu_temp": [50.0]}), kind="gpu")
+    assert ok.slot.tolist() == [7] and ok.slot.dtype == np.int32
 
 
 # ---- the input guard's column scan against the per-column reference it replaced -------------

@@ -42,21 +42,34 @@ def test_built_wheel_installs_and_resolves_every_subpackage(tmp_path) -> None:
     names = zipfile.ZipFile(wheel).namelist()
     assert "foreshock/fields.csv" in names and "foreshock/py.typed" in names
     assert not any(n.startswith(("detectors/", "exporters/", "core/", "tests/")) for n in names)
-    # A fresh environment with the wheel in its own site-packages; the dependencies come from this
-    # environment's site-packages through a path entry (not a .pth-processed site dir, so the
+    for data in ("foreshock/simulator/scenarios/cooling-loss.yaml",
+                 "foreshock/dashboards/generated/foreshock-gpu.json"):
+        assert data in names, f"{data} missing from the wheel"
+    # A fresh environment; pip (run from this environment, aimed at the new interpreter) installs
+    # the wheel into it the way a user would, console script included. The dependencies come from
+    # this environment's site-packages through a path entry (not a .pth-processed site dir, so the
     # editable install of the checkout stays invisible there).
     env_dir = tmp_path / "env"
     venv.EnvBuilder(with_pip=False).create(env_dir)
+    python = str(env_dir / "bin" / "python")
+    proc = subprocess.run([sys.executable, "-m", "pip", "--python", python, "install", "--no-deps", "--no-index",
+                           "-q", str(wheel)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
     site = next(env_dir.glob("lib/python*/site-packages"))
-    with zipfile.ZipFile(wheel) as zf:
-        zf.extractall(site)
     deps = next(p for p in sys.path if p.endswith("site-packages") and Path(p).is_dir())
     (site / "deps.pth").write_text(deps + "\n")
-    python = str(env_dir / "bin" / "python")
     code = ("import foreshock, importlib; "
             + "".join(f"importlib.import_module('foreshock.{s}'); " for s in SUBPACKAGES)
             + "import foreshock.detectors.bank, foreshock.exporters.prometheus, foreshock.streams.embedded; "
-            "from foreshock.fields import load_fields; assert len(load_fields()) > 40; print(foreshock.__file__)")
+            "from foreshock.fields import load_fields; assert len(load_fields()) > 40; "
+            "from foreshock.simulator.scenario import list_scenarios; assert 'cooling-loss' in list_scenarios(); "
+            "print(foreshock.__file__)")
     proc = _run(python, code, tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip().startswith(str(site)), proc.stdout
+    # the installed `foreshock` command lists every subcommand (each module imports from the wheel)
+    proc = subprocess.run([str(env_dir / "bin" / "foreshock"), "--help"], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    for name in ("demo", "import", "replay", "simulate"):
+        assert f"  {name} " in proc.stdout, proc.stdout

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import socket
+import threading
+import time
 import urllib.request
 
 import numpy as np
@@ -16,7 +18,7 @@ from foreshock.cli.main import cli
 from foreshock.events import Event
 from foreshock.frames import Frame
 from foreshock.recording import RecordingWriter
-from foreshock.streams.sources import ReplaySource
+from foreshock.streams.sources import ReplaySource, paced
 from foreshock.topology import Topology
 
 T0 = 1_700_000_000.0
@@ -124,3 +126,65 @@ def test_imported_real_captures_replay_through_the_default_bank(tmp_path, shared
     assert result.exit_code == 0, result.output
     last = json.loads(result.output.strip().splitlines()[-1])
     assert last["samples"] > 0
+
+
+def write_short_recording(path, topology: Topology, ticks: int) -> None:
+    with RecordingWriter(path, topology, {"interval": 1.0, "source": "test"}) as w:
+        for t in range(ticks):
+            n = topology.size("gpu")
+            w.write(Frame("gpu", np.full(n, T0 + t), np.arange(n), {"gpu_temp": np.full(n, 50.0)}))
+
+
+def test_replay_speed_paces_by_telemetry_time_and_max_does_not(tmp_path, small_topology: Topology) -> None:
+    """`--speed 20` over 30 s of telemetry takes at least 1.5 s of wall time; `--max` does not wait."""
+    write_short_recording(tmp_path / "rec", small_topology, ticks=31)
+    runner = CliRunner(env={"COLUMNS": "200"})
+    timings = {}
+    # the first run pays for compiling the bank's kernels when the on-disk cache is cold; the next
+    # ones time the replay itself
+    for mode in ([], ["--max"], ["--speed", "20"], []):
+        started = time.monotonic()
+        result = runner.invoke(cli, ["replay", str(tmp_path / "rec"), "--port", "0", *mode])
+        timings[" ".join(mode) or "default"] = time.monotonic() - started
+        assert result.exit_code == 0, result.output
+        assert json.loads(result.output.strip().splitlines()[-1])["samples"] == 31 * 32
+    assert timings["--speed 20"] >= 1.5, timings
+    assert timings["--speed 20"] < 1.5 + 20, timings  # paced, not stalled (a 20x slower bug would take 30 s)
+    assert timings["--max"] < 1.0 and timings["default"] < 1.0, timings  # the default is --max
+
+
+def test_paced_releases_frames_on_schedule_and_stops_when_asked() -> None:
+    frames = [Frame("gpu", [T0 + t], [0], {}) for t in (0.0, 1.0, 2.0)]
+    started = time.monotonic()
+    released = []
+    for frame in paced(frames, speed=10.0):
+        released.append(time.monotonic() - started)
+    assert released[0] < 0.05 and released[1] >= 0.1 - 1e-3 and released[2] >= 0.2 - 1e-3, released
+    stop = threading.Event()
+    gen = paced(frames, speed=0.01, stop=stop)  # the second frame is due in 100 s
+    assert next(gen) is frames[0]
+    threading.Timer(0.1, stop.set).start()
+    started = time.monotonic()
+    assert list(gen) == [] and time.monotonic() - started < 5.0
+
+
+def test_a_broken_ground_truth_file_fails_before_the_replay_runs(tmp_path, small_topology: Topology) -> None:
+    write_short_recording(tmp_path / "rec", small_topology, ticks=5)
+    (tmp_path / "rec" / "events.jsonl").write_text('{"time": 1, "type": "xid"}\n')
+    findings = tmp_path / "findings.jsonl"
+    result = CliRunner().invoke(cli, ["replay", str(tmp_path / "rec"), "--port", "0", "--findings", str(findings)])
+    assert result.exit_code == 1 and "events.jsonl:1: missing ['entity_kind', 'entity']" in result.output
+    assert "replay" not in result.output.replace(str(tmp_path), ""), "the replay ran before the error"
+    assert not findings.exists(), "the pipeline was built before the error"
+
+
+def test_summary_json_line_is_strict_json_when_no_timestamp_is_valid(tmp_path, small_topology: Topology) -> None:
+    """Every row without a usable time: counted as bad input, and the figures that need a time are null
+    (NaN is not JSON; a strict parser of the line would fail)."""
+    with RecordingWriter(tmp_path / "rec", small_topology, {"interval": 1.0}) as w:
+        w.write(Frame("gpu", [np.nan, np.nan], [0, 1], {"gpu_temp": [50.0, 51.0]}))
+    result = CliRunner().invoke(cli, ["replay", str(tmp_path / "rec"), "--port", "0"])
+    assert result.exit_code == 0, result.output
+    line = result.output.strip().splitlines()[-1]
+    summary = json.loads(line, parse_constant=lambda name: pytest.fail(f"{name} in the JSON line: {line}"))
+    assert summary["telemetry_start"] is None and summary["input_problems"] == 2
