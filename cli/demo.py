@@ -12,8 +12,9 @@ import time
 import click
 from rich.console import Console
 
-from foreshock.simulator import ClusterSimulator, ScenarioError, list_scenarios
+from foreshock.simulator import ClusterSimulator, ScenarioError, formats, list_scenarios
 from foreshock.streams.sources import IterableSource
+from foreshock.streams.via_format import VIA_KIND, ViaFormat
 
 from .common import build_pipeline, detector_option, param_option, finish, run_with_progress, serve_options, stop_server
 
@@ -25,15 +26,18 @@ from .common import build_pipeline, detector_option, param_option, finish, run_w
 @click.option("--interval", default=5.0, show_default=True, type=float, help="Sampling interval (s).")
 @click.option("--scenario", default="cooling-loss", show_default=True,
               help=f"Fault scenario: one of {', '.join(list_scenarios())} or a YAML file.")
-@click.option("--seed", default=7, show_default=True, type=int)
+@click.option("--seed", default=7, show_default=True, type=int, help="Same seed, same cluster and fault.")
 @click.option("--speed", type=float, default=None,
               help="Run at X times real time (default: as fast as the CPU allows).")
 @click.option("--hold", type=float, default=0.0, help="Keep serving /metrics this many seconds after the run.")
+@click.option("--via", type=click.Choice(list(VIA_KIND)), default=None,
+              help="Feed the detectors gpu frames (dcgm, nvidia-smi) or host link frames (sysfs) through that real "
+                   "format and its importer, as the real source path would deliver them. Default: frames as simulated.")
 @detector_option
 @param_option
 @serve_options
 def command(gpus: int, duration: float, interval: float, scenario: str, seed: int, speed: float | None,
-            hold: float, detectors: str | None, params: tuple[str, ...], host: str, port: int, findings_path: str | None, top_k: int) -> None:
+            hold: float, via: str | None, detectors: str | None, params: tuple[str, ...], host: str, port: int, findings_path: str | None, top_k: int) -> None:
     """Simulate a cluster with a fault, predict it live, serve /metrics, print what was found."""
     if gpus < 8 or duration <= 0 or interval <= 0:
         raise click.UsageError("--gpus must be >= 8, --duration and --interval > 0")
@@ -47,7 +51,10 @@ def command(gpus: int, duration: float, interval: float, scenario: str, seed: in
         console.print(f"[dim]scenario {scenario}: {fault.type} on {fault.target_name} at +{fault.onset / 60:.0f} min "
                       "(hidden from the detectors)[/dim]")
     run = build_pipeline(sim.topology, detectors, host, port, findings_path, top_k, params)
-    source = IterableSource(sim.topology, sim.iter_frames(duration), speed=speed)
+    frames = sim.iter_frames(duration)
+    if via:
+        frames = ViaFormat(sim.topology, via, formats, run.health).frames(frames)
+    source = IterableSource(sim.topology, frames, speed=speed)
     ticks = int(duration / interval)
     total = ticks * sum(sim.topology.size(k) for k in ("gpu", "link", "optic", "node", "rack", "job"))
     stats = run_with_progress(run, source, total, f"demo: {gpus} GPUs, {duration / 3600:.1f} h simulated")

@@ -8,7 +8,16 @@ from pathlib import Path
 
 import click
 
-from foreshock.simulator import ClusterSimulator, ScenarioError, list_scenarios, load_scenario
+from foreshock.health import PipelineHealth
+from foreshock.simulator import (
+    RANDOM_FAULT_ACCELERATION, ClusterSimulator, ScenarioError, formats, list_scenarios, load_scenario,
+)
+from foreshock.simulator.faults import FAILURES_PER_1000_NODE_DAYS
+from foreshock.streams.via_format import VIA_KIND, ViaFormat
+
+VIA_HELP = ("Pass every gpu frame (dcgm, nvidia-smi) or host link frame (sysfs) through that real "
+            "format and its importer, so the recording holds what the real source path delivers "
+            "(integer units; fields the format lacks are NaN). Default: frames as simulated.")
 
 
 @click.command("simulate")
@@ -22,16 +31,23 @@ from foreshock.simulator import ClusterSimulator, ScenarioError, list_scenarios,
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), required=True,
               help="Recording folder to write (Parquet per kind, topology.yaml, events.jsonl).")
 @click.option("--random-faults", is_flag=True,
-              help="Add random faults at FACTS' failure rates, accelerated x25 (see foreshock.simulator.faults).")
+              help="Add random faults at FACTS' failure rate x --fault-acceleration (see foreshock.simulator.faults).")
+@click.option("--fault-acceleration", type=click.FloatRange(min=0), default=RANDOM_FAULT_ACCELERATION,
+              show_default=True,
+              help=f"Multiplier on FACTS' {FAILURES_PER_1000_NODE_DAYS:g} failures per 1000 node-days for random faults "
+                   "(1 = the real rate; "
+                   "applies with --random-faults or a scenario that draws them).")
 @click.option("--interval", type=click.FloatRange(min=0, min_open=True), default=1.0, show_default=True,
               help="Sampling interval in seconds (30 = dcgm-exporter's default).")
 @click.option("--physics-dt", type=click.FloatRange(min=0, min_open=True), default=1.0, show_default=True,
               help="Internal physics step in seconds (at most the interval); larger is faster, coarser.")
 @click.option("--counter-bits", type=click.Choice(["32", "64"]), default="64", show_default=True,
               help="Width of the link counters (32 makes them wrap like classic IB PortCounters).")
+@click.option("--via", type=click.Choice(list(VIA_KIND)), default=None, help=VIA_HELP)
 @click.option("--no-progress", is_flag=True, help="No progress bar (e.g. in CI logs).")
 def command(gpus: int | None, duration: float | None, scenario: str, seed: int, out_dir: Path,
-            random_faults: bool, interval: float, physics_dt: float, counter_bits: str, no_progress: bool) -> None:
+            random_faults: bool, fault_acceleration: float, interval: float, physics_dt: float, counter_bits: str,
+            via: str | None, no_progress: bool) -> None:
     """Simulate a GPU training cluster and record its telemetry with ground truth.
 
     Prints a JSON line last: {"gpus", "simulated_seconds", "wall_seconds", "faults", "events"}.
@@ -49,20 +65,31 @@ def command(gpus: int | None, duration: float | None, scenario: str, seed: int, 
     try:
         sim = ClusterSimulator(gpus=n_gpus, scenario=scen, seed=seed, interval=interval, duration=duration,
                                random_faults=True if random_faults else None, physics_dt=physics_dt,
+                               fault_acceleration=fault_acceleration,
                                params={"counter_bits": int(counter_bits)})
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
     console = Console(stderr=True)
+    health = PipelineHealth()
     total = sim.duration
     with Progress(TextColumn("[bold]simulate[/] {task.description}"), BarColumn(),
                   TextColumn("{task.completed:,.0f}/{task.total:,.0f} s"), TimeElapsedColumn(),
                   TimeRemainingColumn(), console=console, disable=no_progress) as progress:
         task = progress.add_task(f"{scen.name}, {n_gpus:,} GPUs", total=total)
-        summary = sim.record(out_dir, total, progress=lambda done, _total: progress.update(task, completed=done))
+        through = ViaFormat(sim.topology, via, formats, health) if via else None
+        try:
+            summary = sim.record(out_dir, total, progress=lambda done, _total: progress.update(task, completed=done),
+                                 meta={"via": via} if via else None, through=through.tick if through is not None else None)
+        finally:
+            if through is not None:
+                through.close()
     speed = summary.simulated_seconds / max(summary.wall_seconds, 1e-9)
     console.print(f"[green]wrote[/] {out_dir}: {summary.rows:,} rows, {summary.faults} faults, "
                   f"{summary.events} ground-truth events, {speed:,.0f}x real time")
     for fault in sim.faults:
         if fault.started:
             console.print(f"  {fault.id} {fault.type} on {fault.target_name} at +{fault.onset:,.0f} s")
+    if health.problems:
+        console.print(f"[yellow]{health.total_problems():,} problems parsing the {via} format:[/] "
+                      + ", ".join(f"{stage}: {reason} x{n:,}" for (stage, reason), n in health.problems.items()))
     sys.stdout.write(json.dumps(summary.as_dict()) + "\n")

@@ -21,7 +21,8 @@ from foreshock.recording import RecordingError
               help=f"Events to learn, one classifier each ({', '.join(EVENT_KINDS)}).")
 @click.option("--negatives", default=0.05, show_default=True, type=click.FloatRange(0.0, 1.0, min_open=True),
               help="Share of negative samples kept.")
-@click.option("--seed", default=0, show_default=True, type=int)
+@click.option("--seed", default=0, show_default=True, type=int,
+              help="Seed for the negative-sample draw and the classifiers: same seed, same model.")
 def command(recordings: tuple[str, ...], out_path: str, events: str, negatives: float, seed: int) -> None:
     """Train "EVENT within its horizon" classifiers on RECORDINGS (use seeds you do not evaluate on)."""
     chosen = [e.strip() for e in events.split(",") if e.strip()]

@@ -20,8 +20,8 @@ Parameters of ``ClusterSimulator``: ``topology`` (else generated for ``gpus`` GP
 ``topology_options`` passed to :func:`build_topology`), ``scenario`` (packaged name, YAML
 path or :class:`Scenario`; default healthy), ``seed`` (same seed, same run: frames and events),
 ``interval`` (sampling, 1 s default; 30 s like dcgm-exporter), ``duration`` (the run length
-``%`` onsets refer to; default from the scenario), ``random_faults`` (FACTS rates ×25, see
-faults.py), ``params`` (:class:`SimParams` or a dict of overrides, e.g. ``{"missing_prob": 0}``),
+``%`` onsets refer to; default from the scenario), ``random_faults`` (FACTS rates ×``fault_acceleration``,
+25 by default, see faults.py), ``params`` (:class:`SimParams` or a dict of overrides, e.g. ``{"missing_prob": 0}``),
 ``physics_dt`` (internal step, default 1 s, at most the interval), ``start_time`` (epoch s).
 
 Ground truth (``sim.events``; ``events.jsonl`` in recordings, sorted by time there; live, end
@@ -50,7 +50,9 @@ rack ``coolant_temp`` is the loop's CDU supply and ``inlet_temp`` the rack's inl
 
 Real formats: ``foreshock.simulator.formats.dcgm_exposition(gpu_frame, topology)`` renders a
 dcgm-exporter scrape, ``nvidia_smi_csv(gpu_frame, topology, node)`` an ``nvidia-smi
---query-gpu`` CSV, so the real importers can be driven by the simulator.
+--query-gpu`` CSV, ``infiniband_sysfs(link_frame, topology, node, root)`` a node's
+``/sys/class/infiniband`` port counters, so the real importers can be driven by the simulator
+(``foreshock simulate --via`` / ``demo --via`` do this with ``foreshock.streams.via_format``).
 """
 
 from __future__ import annotations

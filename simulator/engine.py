@@ -126,7 +126,8 @@ class ClusterSimulator:
         self.start_time = float(start_time)
         self.elapsed = 0.0
         self.random_faults = scen.random_faults if random_faults is None else bool(random_faults)
-        self.fault_rate = random_fault_rate_per_s(len(topo.nodes), fault_acceleration)
+        self.fault_acceleration = float(fault_acceleration)
+        self.fault_rate = random_fault_rate_per_s(len(topo.nodes), self.fault_acceleration)
 
         # models
         self.gpu = GpuModel(len(topo.gpus), p, self._rng_init)
@@ -139,7 +140,6 @@ class ClusterSimulator:
         self.gpu_rack = topo.gpu_rack
         self.gpu_loop = topo.rack_loop[self.gpu_rack]
         self.gpu_node = topo.gpu_node
-        self.job_links = [self.fabric.gpu_link[topo.gpus_of_job(j)] for j in range(len(topo.jobs))]
         self.job_gpus = [topo.gpus_of_job(j) for j in range(len(topo.jobs))]
         # hidden fault inputs and attribution (reset every physics step)
         n_gpus, n_links = len(topo.gpus), len(topo.links)
@@ -155,6 +155,8 @@ class ClusterSimulator:
         self.shutdown_since = np.zeros(n_gpus)
         self.shutdown_cause = np.full(n_gpus, -1, dtype=np.int64)
         self._fault_inputs_dirty = False
+        # the fault behind each job's congested path in the fabric state its next step will use
+        self._job_fabric_cause = np.full(len(topo.jobs), -1, dtype=np.int64)
 
         # faults
         self.faults: list[Fault] = []
@@ -209,21 +211,23 @@ class ClusterSimulator:
 
     def record(self, out_dir: str | Path, duration: float | None = None,
                progress: Callable[[float, float], None] | None = None,
-               meta: dict[str, Any] | None = None) -> RunSummary:
+               meta: dict[str, Any] | None = None,
+               through: Callable[[list[Frame]], list[Frame]] | None = None) -> RunSummary:
         """Run for ``duration`` simulated seconds and write a recording folder (Parquet per kind,
-        topology.yaml, events.jsonl with the ground truth, recording.json)."""
+        topology.yaml, events.jsonl with the ground truth, recording.json). ``through`` maps each
+        tick's frames before they are written (e.g. through a real source's format and importer)."""
         total = self.duration if duration is None else float(duration)
         t0 = time.perf_counter()
         frames = rows = 0
         meta_all = {
             "source": "simulator", "interval": self.interval, "seed": self.seed, "scenario": self.scenario.name,
             "gpus": len(self.topology.gpus), "physics_dt": self.dt, "random_faults": self.random_faults,
-            "start_time": self.start_time, **(meta or {}),
+            "fault_acceleration": self.fault_acceleration, "start_time": self.start_time, **(meta or {}),
         }
         writer = RecordingWriter(out_dir, self.topology, meta_all)
         try:
             for tick in self.iter_ticks(total):
-                for frame in tick:
+                for frame in (through(tick) if through is not None else tick):
                     writer.write(frame)
                     frames += 1
                     rows += len(frame)
@@ -280,22 +284,27 @@ class ClusterSimulator:
             jobs = self.topology.gpu_job[self.shutdown]
             wl.held[jobs[jobs >= 0]] = True
         speed = np.where(gpu.reasons & facts.THROTTLE_IDLE, 1.0, gpu.compute_clock / self.params.clock_max_hz)
+        # the step below runs on the fabric state of the previous physics step: so does its attribution
+        job_fabric_cause = self._job_fabric_cause
         wl.step(dt, speed, self.fabric.job_comm_slowdown)
         gpu.util = np.where(wl.gpu_running, 1.0, 0.0)
         inlet = self.cooling.rack_inlet[self.gpu_rack]
+        # the warm-up (no truth) settles a fault-free cluster far from every limiter in 5-s steps:
+        # exact there, so it is not sub-stepped (cheaper, and every seed starts where it used to)
         gpu.step(dt, inlet, wl.gpu_compute_frac, wl.gpu_compute_activity, wl.gpu_other_activity, wl.gpu_running,
-                 self.brake[self.gpu_node], self.r_factor, self.hbm_r_factor)
+                 self.brake[self.gpu_node], self.r_factor, self.hbm_r_factor, max_dt=None if truth else math.inf)
         self._thermal_shutdowns(t, truth)
         self.cooling.step(dt, t, gpu.power, np.where(gpu.alive, gpu.temp, -np.inf))
         went_down, came_up = self.optics.step(dt, t)
         self.fabric.step(dt, wl.active, wl.comm_load, wl.comm_time_frac, gpu.alive, self.optics.link_up)
         self.fabric.add_optic_errors(self.optics.new_downs, self.optics.new_recoveries, self.optics.new_symbol_errors)
+        self._job_fabric_cause = self._fabric_causes()
         n_replays = int(self._rng_misc.binomial(len(gpu.pcie_replays), min(2e-5 * dt, 1.0)))
         if n_replays:
             np.add.at(gpu.pcie_replays, self._rng_misc.integers(0, len(gpu.pcie_replays), n_replays), 1.0)
         if truth:
             self._hbm_errors(dt)
-            self._truth(t, went_down, came_up)
+            self._truth(t, went_down, came_up, job_fabric_cause)
 
     def _thermal_shutdowns(self, t: float, truth: bool) -> None:
         """A die at the shutdown temperature (92 °C) powers off; its job stops. Leakage rises with
@@ -330,7 +339,7 @@ class ClusterSimulator:
             if repaired and self.gpu.temp[g] < 45.0 and self.elapsed - self.shutdown_since[g] >= REBOOT_S:
                 self.shutdown[g] = False
 
-    def _truth(self, t: float, went_down: np.ndarray, came_up: np.ndarray) -> None:
+    def _truth(self, t: float, went_down: np.ndarray, came_up: np.ndarray, job_fabric_cause: np.ndarray) -> None:
         gpu, ev = self.gpu, self.events
         tr = self.trackers
         bits = gpu.reasons
@@ -344,7 +353,7 @@ class ClusterSimulator:
         ev += tr["congestion"].update(t, self.fabric.congested, cong_cause)
         wl = self.workload
         slow = (wl.running & wl.held) | (wl.active & (wl.step_time > self.params.slowdown_ratio * wl.nominal_step))
-        ev += tr["job_slowdown"].update(t, slow, self._job_causes(slow), detail=self._job_detail)
+        ev += tr["job_slowdown"].update(t, slow, self._job_causes(slow, job_fabric_cause), detail=self._job_detail)
         names = self.topology.links
         for link in went_down:
             fid, ftype = self._fault_of(int(self.link_cause[link]))
@@ -354,7 +363,21 @@ class ClusterSimulator:
             fid, ftype = self._fault_of(int(self.link_cause[link]))
             ev.append(Event(t, "link_up", "link", names[link], fid, ftype, {"flaps": int(self.optics.flaps[link])}))
 
-    def _job_causes(self, slow: np.ndarray) -> np.ndarray:
+    def _fabric_causes(self) -> np.ndarray:
+        """Per job, the fault behind an over-subscribed NIC link on its path (the down link whose
+        traffic the link carries, else the link's own fault); -1 where none."""
+        causes = np.full(len(self._job_fabric_cause), -1, dtype=np.int64)
+        fab = self.fabric
+        hot = fab.gpu_links[fab.rho[fab.gpu_links] > 1.0]
+        if len(hot) and len(causes):
+            src = fab.reroute_source[hot]
+            cause = np.where(src >= 0, self.link_cause[np.maximum(src, 0)], -1)
+            cause = np.where(cause >= 0, cause, self.link_cause[hot])
+            jobs = self.topology.gpu_job[self.topology.link_gpu[hot]]
+            np.maximum.at(causes, jobs[jobs >= 0], cause[jobs >= 0])
+        return causes
+
+    def _job_causes(self, slow: np.ndarray, fabric_cause: np.ndarray) -> np.ndarray:
         causes = self.job_cause.copy()
         if self.shutdown.any():
             down = np.flatnonzero(self.shutdown)
@@ -365,16 +388,7 @@ class ClusterSimulator:
             members = self.job_gpus[j]
             slowest = members[np.argmin(np.where(self.gpu.alive[members], self.gpu.compute_clock[members], np.inf))]
             c = int(self.gpu_cause[slowest])
-            if c < 0:
-                links = self.job_links[j]
-                links = links[links >= 0]
-                hot = links[self.fabric.rho[links] > 1.0]
-                src = self.fabric.reroute_source[hot]
-                for cand in np.concatenate([self.link_cause[src[src >= 0]], self.link_cause[hot]]):
-                    if cand >= 0:
-                        c = int(cand)
-                        break
-            causes[j] = c
+            causes[j] = c if c >= 0 else int(fabric_cause[j])
         return causes
 
     def _job_detail(self, j: int) -> dict[str, Any]:
@@ -382,7 +396,7 @@ class ClusterSimulator:
         if wl.held[j]:
             return {"reason": "interrupted"}
         return {"slowdown": round(float(wl.step_time[j] / wl.nominal_step[j]), 3),
-                "comm_slowdown": round(float(self.fabric.job_comm_slowdown[j]), 3)}
+                "comm_slowdown": round(float(wl.comm_slowdown[j]), 3)}
 
     # ---- faults ----------------------------------------------------------------------------------
     def _fault_of(self, index: int) -> tuple[str, str]:

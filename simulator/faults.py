@@ -18,8 +18,9 @@ stops its job until it has cooled and its cause is repaired.
 | ``xid79`` | gpu | the GPU falls off the bus (XID 79): it reports nothing, its job stops until repair (``duration``, 1800 s) |
 
 Random faults (``--random-faults``) arrive as a Poisson process at FACTS' rate of 6.5
-failures per 1000 node-days (Meta, HPCA'25), **accelerated ×25** (``RANDOM_FAULT_ACCELERATION``)
-so that a 6-hour, 1,024-GPU run sees several (expected 128 nodes × 0.25 d × 6.5e-3 × 25 ≈ 5).
+failures per 1000 node-days (Meta, HPCA'25), **accelerated ×25** by default (``RANDOM_FAULT_ACCELERATION``; ``fault_acceleration`` /
+``--fault-acceleration``, 1 = the real rate) so that a 6-hour, 1,024-GPU run sees several
+(expected 128 nodes × 0.25 d × 6.5e-3 × 25 ≈ 5).
 The mix follows Llama 3's unexpected interruptions (faulty GPU 148 → TIM degradation and
 XID 79 half each, HBM 72, network/cable 35) plus the PSU, fan and cooling faults of the
 InfiniteHBD trace (``RANDOM_FAULT_MIX``).

@@ -5,17 +5,21 @@
   (``gpu, UUID, pci_bus_id, device, modelName, Hostname``). GPUs with a missing sample are left
   out, as the exporter leaves out a GPU it could not read.
 - :func:`nvidia_smi_csv` — ``nvidia-smi --query-gpu=... --format=csv`` output for one node.
+- :func:`infiniband_sysfs` — the ``/sys/class/infiniband`` tree of one node's NICs (one
+  ``mlx5_<rail>`` device per GPU link) from a link frame, for the sysfs importer.
 
-Both read the field table (``core/fields.csv``), never a list of their own.
+All read the field table (``core/fields.csv``), never a list of their own.
 """
 
 from __future__ import annotations
 
 import math
 import zlib
+from pathlib import Path
 
 import numpy as np
 
+from foreshock import facts
 from foreshock.fields import fields_of
 from foreshock.frames import Frame
 from foreshock.topology import Topology
@@ -88,3 +92,45 @@ def nvidia_smi_csv(frame: Frame, topology: Topology, node: str, model_name: str 
             cells.append(_format(native, f.name in _INTEGER_FIELDS))
         out.append(", ".join(cells))
     return "\n".join(out) + "\n"
+
+
+_PORT_STATES = {float(facts.IB_PORT_STATE_ACTIVE): "ACTIVE", float(facts.IB_PORT_STATE_DOWN): "DOWN"}
+
+
+def infiniband_sysfs(frame: Frame, topology: Topology, node: str, root: str | Path) -> dict[str, str]:
+    """Write ``root/mlx5_<rail>/ports/1/...`` for the NIC link of each GPU of ``node``, as the
+    kernel shows a RoCE port (``link_layer`` Ethernet: the ``np_*``/``rp_*`` congestion counters
+    live in ``hw_counters/``); counters in the sysfs units (data in 4-byte words). A link with a
+    missing sample is left out, as a port that could not be read. Returns the ``link_names``
+    mapping (``"mlx5_<rail>/1"`` -> link name) that ``read_infiniband`` takes."""
+    if frame.kind != "link":
+        raise ValueError(f"sysfs port counters come from link frames, not {frame.kind}")
+    node_slot = topology.slot("node", node)
+    fields = [f for f in fields_of("link") if f.sources.get("sysfs")]
+    names: dict[str, str] = {}
+    for row, slot in enumerate(frame.slot):
+        gpu = int(topology.link_gpu[slot])
+        if gpu < 0 or topology.gpu_node[gpu] != node_slot:
+            continue
+        if all(math.isnan(float(frame.columns[f.name][row])) for f in fields):
+            continue
+        dev = f"mlx5_{int(topology.gpu_index[gpu])}"
+        port = Path(root) / dev / "ports" / "1"
+        for sub in ("counters", "hw_counters"):
+            (port / sub).mkdir(parents=True, exist_ok=True)
+        (port / "link_layer").write_text("Ethernet\n")
+        for f in fields:
+            source = f.sources["sysfs"][0]
+            value = float(frame.columns[f.name][row])
+            if math.isnan(value):
+                continue
+            if source.name == "state":
+                text = f"{int(value)}: {_PORT_STATES.get(value, 'INIT')}"
+            elif source.name == "rate":
+                text = f"{value / 1e9:g} Gb/sec" + (" (4X NDR)" if value == 400e9 else "")
+            else:
+                text = str(int(round(value / source.scale)))
+            sub = "hw_counters" if source.name.startswith(("np_", "rp_")) else "counters"
+            (port / (sub if source.name not in ("state", "rate") else "") / source.name).write_text(text + "\n")
+        names[f"{dev}/1"] = topology.links[slot]
+    return names

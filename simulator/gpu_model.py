@@ -15,9 +15,17 @@ Per physics step of ``dt`` seconds, for each GPU:
 4. core and HBM temperatures relax toward ``inlet + R·P`` with their own time constants
    (exact exponential step, stable for any ``dt``);
 5. cumulative counters: energy, power- and thermal-throttle time (seconds).
+
+A physics step longer than ``gpu_max_dt_s`` (1 s) is integrated in sub-steps: the die's time
+constant is 10 s and the driver's limiters react within a second, so a 5-s step let the
+temperature jump ~5 °C between two limiter decisions, limit-cycle between 63 and 94 °C and trip
+the 92 °C shutdown that the real driver prevents. Reason bits and clocks are the last
+sub-step's (the state at the sampling instant); counters integrate every sub-step.
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
@@ -61,8 +69,9 @@ class GpuModel:
 
     def step(self, dt: float, inlet: np.ndarray, compute_frac: np.ndarray, compute_activity: np.ndarray,
              other_activity: np.ndarray, running: np.ndarray, brake: np.ndarray, r_factor: np.ndarray,
-             hbm_r_factor: np.ndarray) -> None:
-        """Advance every GPU by ``dt`` seconds.
+             hbm_r_factor: np.ndarray, max_dt: float | None = None) -> None:
+        """Advance every GPU by ``dt`` seconds, in sub-steps of at most ``max_dt`` (default
+        ``params.gpu_max_dt_s``).
 
         A step of work has two phases: ``compute_frac`` of ``dt`` at ``compute_activity`` (dynamic
         power activity, 1 = gpu-burn at the max clock) and the rest at ``other_activity``
@@ -73,6 +82,15 @@ class GpuModel:
         (faults). ``self.power_limit`` is the enforced limit; ``self.alive`` is False for a GPU that
         fell off the bus (it draws nothing).
         """
+        limit = self.params.gpu_max_dt_s if max_dt is None else max_dt
+        n_sub = max(1, math.ceil(dt / limit - 1e-9))
+        for _ in range(n_sub):
+            self._substep(dt / n_sub, inlet, compute_frac, compute_activity, other_activity, running, brake,
+                          r_factor, hbm_r_factor)
+
+    def _substep(self, dt: float, inlet: np.ndarray, compute_frac: np.ndarray, compute_activity: np.ndarray,
+                 other_activity: np.ndarray, running: np.ndarray, brake: np.ndarray, r_factor: np.ndarray,
+                 hbm_r_factor: np.ndarray) -> None:
         p = self.params
         alive = self.alive
         running = running & alive

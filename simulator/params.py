@@ -59,6 +59,7 @@ class SimParams:
     sw_thermal_fast_gain: float = 0.02  # extra cut per °C once the die is 1 °C over max operating
     hw_slowdown_factor: float = 0.45  # HW slowdown cuts clocks >= 2x
     power_brake_factor: float = 0.30  # HW power brake cuts clocks >= 2x
+    gpu_max_dt_s: float = 1.0  # GPU thermal and limiters are integrated in steps no longer than this
     # --- telemetry ---------------------------------------------------------------------------
     power_noise_w: float = facts.POWER_NOISE_W  # uniform +-noise on power.draw
     missing_prob: float = 5e-4  # chance a sample (one entity, one tick) is missing

@@ -48,6 +48,7 @@ class Workload:
         self.timer = rng.exponential(p.job_run_mean_s, n_jobs) if p.job_churn else np.full(n_jobs, np.inf)
         self.held = np.zeros(n_jobs, dtype=bool)  # faults stop a job (crashed rank) while set
         self.step_time = self.nominal_step.copy()
+        self.comm_slowdown = np.ones(n_jobs)  # the stretch of communication the last step ran with
         self.steps_done = np.zeros(n_jobs)
         # per-step outputs
         n_gpus = len(self.gpu_job)
@@ -87,7 +88,8 @@ class Workload:
             np.minimum.at(slowest, job_of[on_job], speed[on_job])
         slowest = np.where(np.isfinite(slowest), slowest, 1.0)
         compute_time = self.compute_s / slowest
-        comm_time = self.comm_s * np.maximum(comm_slowdown, 1.0)
+        self.comm_slowdown = np.maximum(comm_slowdown[:self.n_jobs], 1.0)
+        comm_time = self.comm_s * self.comm_slowdown
         jitter = 1.0 + p.step_jitter * self.rng.standard_normal(self.n_jobs)
         self.step_time = (compute_time + comm_time) * jitter
         c_job = compute_time / self.step_time

@@ -151,6 +151,14 @@ def test_record_writes_a_recording_that_reads_back(tmp_path: Path) -> None:
     events = read_events(tmp_path / "rec" / "events.jsonl")
     assert len(events) == summary.events == len(sim.events)
     assert any(e.type == "power_brake_start" for e in events)
+    # ground truth in the file: the fault's onset with its hidden cause, consequences tied to it
+    (onset,) = [e for e in events if e.type == "fault_onset"]
+    assert onset.entity_kind == "node" and onset.fault_type == "psu_failure"
+    assert "PSU" in onset.detail["cause"] and onset.detail["params"]["derated_limit_w"] == 500.0
+    brakes = [e for e in events if e.type == "power_brake_start"]
+    assert {(e.fault_id, e.fault_type) for e in brakes} == {(onset.fault_id, "psu_failure")}
+    assert all(e.detail["reasons"] & facts.THROTTLE_HW_POWER_BRAKE for e in brakes)
+    assert [e.time for e in events] == sorted(e.time for e in events)
     assert summary.simulated_seconds == 300 and summary.faults == 1
     assert rec.meta["faults"][0]["type"] == "psu_failure"
 
@@ -246,3 +254,46 @@ def test_nvidia_smi_csv_round_trips_through_the_real_importer() -> None:
     assert np.array_equal(back.slot[order], mine)
     for name in ("gpu_temp", "power", "sm_clock", "power_limit"):
         np.testing.assert_allclose(back.columns[name][order], gpu.columns[name][mine], rtol=1e-6, err_msg=name)
+
+
+def test_the_same_seed_writes_the_same_recording(tmp_path: Path) -> None:
+    """Deterministic for a seed end to end: the files, not only the frames in memory."""
+    for name in ("a", "b", "c"):
+        ClusterSimulator(gpus=16, scenario="optic-degradation", seed=2 if name != "c" else 3, interval=10.0,
+                         duration=300, random_faults=True, fault_acceleration=2e4).record(tmp_path / name)
+    a, b, c = (Recording.open(tmp_path / n) for n in "abc")
+    assert (tmp_path / "a" / "events.jsonl").read_bytes() == (tmp_path / "b" / "events.jsonl").read_bytes()
+    assert (tmp_path / "a" / "topology.yaml").read_bytes() == (tmp_path / "b" / "topology.yaml").read_bytes()
+    assert len(read_events(tmp_path / "a" / "events.jsonl")) > 0
+    for kind in ENTITY_KINDS:
+        assert frames_equal(a.read_kind(kind), b.read_kind(kind)), kind
+    assert not all(frames_equal(a.read_kind(k), c.read_kind(k)) for k in ENTITY_KINDS)
+
+
+def test_infiniband_sysfs_round_trips_through_the_real_importer(tmp_path: Path) -> None:
+    from foreshock.health import PipelineHealth
+    from foreshock.simulator.formats import infiniband_sysfs
+    from foreshock.streams.infiniband import read_infiniband
+
+    sim = ClusterSimulator(gpus=16, seed=1, params={"missing_prob": 0.0, "counter_bits": 32}, warmup_s=60)
+    sim.optics.degradation_db[2 * sim.topology.slot("link", "node1/gpu2~su0-leaf2")] = 30.0  # a pulled fibre
+    for _ in range(3):
+        link = sim.step()[1]
+    names = infiniband_sysfs(link, sim.topology, "node1", tmp_path)
+    assert sorted(names) == [f"mlx5_{r}/1" for r in range(8)]
+    assert (tmp_path / "mlx5_2" / "ports" / "1" / "state").read_text() == "1: DOWN\n"
+    health = PipelineHealth()
+    back = read_infiniband(tmp_path, host="node1", ts=link.ts[0], health=health, link_names=names)
+    frame = back.to_frame(sim.topology, health)
+    assert health.total_problems() == 0
+    mine = np.array([sim.topology.slot("link", n) for n in sorted(names.values())])
+    order = np.argsort(frame.slot)
+    assert np.array_equal(frame.slot[order], np.sort(mine))
+    compared = 0
+    for name in field_names("link"):
+        got = frame.columns[name][order]
+        if np.isnan(got).all():
+            continue  # not a sysfs field (PFC pause time comes from ethtool)
+        np.testing.assert_array_equal(got, link.columns[name][np.sort(mine)], err_msg=name)
+        compared += 1
+    assert compared >= 14

@@ -4,6 +4,7 @@ rerouting after a link goes down, counters."""
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -154,10 +155,14 @@ def test_link_down_raises_xmit_wait_on_the_links_its_traffic_moves_to() -> None:
                     gpus=32, job_nodes=4, duration=200)
     topo = sim.topology
     waits, times = [], []
+    first: dict[int, dict[str, np.ndarray]] = {}
+    last: dict[int, dict[str, np.ndarray]] = {}
     for tick in sim.iter_ticks(180):
         link = next(f for f in tick if f.kind == "link")
         waits.append(link.columns["xmit_wait"].copy())
         times.append(float(link.ts[0]))
+        if len(times) in (5, 55, 125, 175):
+            (first if len(times) in (5, 125) else last)[len(times) // 100] = dict(link.columns)
     waits_arr = np.array(waits)
     rate_before = (waits_arr[55] - waits_arr[5]) / 50.0
     rate_after = (waits_arr[175] - waits_arr[125]) / 50.0
@@ -170,6 +175,12 @@ def test_link_down_raises_xmit_wait_on_the_links_its_traffic_moves_to() -> None:
     assert (rate_after[carriers] > 50 * rate_before[carriers]).all()
     assert (rate_after[others] < 3 * rate_before[others] + 1.0).all()
     assert rate_after[down] == 0.0
+    # PFC pauses and the ECN -> CNP chain grow on the carriers too, not elsewhere
+    for name in ("pfc_pause_duration", "ecn_marked", "cnp_sent", "cnp_handled"):
+        before = last[0][name] - first[0][name]
+        after = last[1][name] - first[1][name]
+        assert (after[carriers] > 10 * before[carriers] + 1e-3).all(), name
+        assert (after[others] <= 3 * before[others] + 1e-3).all(), name
     ev = sim.events
     assert any(e.type == "link_down" and e.entity == topo.links[down] and e.fault_id == "f1" for e in ev)
     congested = {e.entity for e in ev if e.type == "congestion_start"}
@@ -307,3 +318,203 @@ def test_an_oversubscribed_link_that_barely_communicates_is_not_labelled_congest
     comm[:3] = (0.5, 1e-12, 1e-3)  # stalled 17 %, 3e-13 and 0.03 % of the time
     fabric._count(1.0, np.ones(n, dtype=bool), comm)
     assert fabric.congested[0] and not fabric.congested[1:].any()
+
+
+# ---- audit additions (issue 3): thresholds, counters, time constants, spread -------------------
+def test_power_cap_bit_is_set_exactly_when_the_gpu_is_held_at_its_enforced_limit() -> None:
+    # a sweep of work intensities straddling the 700 W limit (gpu-burn = 1.0 draws ~627 W)
+    activity = np.linspace(0.9, 1.4, 26)
+    gpu = GpuModel(len(activity), EXACT, np.random.default_rng(0))
+    n = gpu.n
+    for _ in range(300):
+        gpu.step(1.0, np.full(n, 24.0), np.ones(n), activity, np.zeros(n), np.ones(n, bool), np.zeros(n, bool),
+                 np.ones(n), np.ones(n))
+    capped = (gpu.reasons & facts.THROTTLE_SW_POWER_CAP) != 0
+    assert capped.any() and (~capped).any()
+    # held at the limit, within one 15 MHz clock bin (~6 W) under it
+    assert ((gpu.power[capped] <= facts.POWER_LIMIT_W) & (gpu.power[capped] > facts.POWER_LIMIT_W - 8.0)).all()
+    assert (gpu.power[~capped] < facts.POWER_LIMIT_W).all()
+    assert (gpu.clock[~capped] == facts.SM_CLOCK_MAX_HZ).all()
+    assert (gpu.clock[capped] < facts.SM_CLOCK_MAX_HZ).all()
+    assert np.array_equal(capped, activity > activity[np.argmax(capped)] - 1e-9)  # one threshold
+    # the cap follows the *enforced* limit: derated to 500 W, gpu-burn itself is capped there
+    gpu.power_limit[:] = 500.0
+    for _ in range(60):
+        gpu.step(1.0, np.full(n, 24.0), np.ones(n), activity, np.zeros(n), np.ones(n, bool), np.zeros(n, bool),
+                 np.ones(n), np.ones(n))
+    assert ((gpu.reasons & facts.THROTTLE_SW_POWER_CAP) != 0).all()
+    assert ((gpu.power <= 500.0) & (gpu.power > 492.0)).all()
+
+
+def test_hbm_sw_thermal_slowdown_starts_above_95_with_a_cool_die() -> None:
+    gpu = GpuModel(1, EXACT, np.random.default_rng(0))
+    one = np.ones(1)
+    trace = []
+    for k in range(3000):
+        hbm_factor = np.full(1, min(1.0 + k / 600.0, 6.0))  # the HBM cooling path degrades
+        before_core, before_hbm = float(gpu.temp[0]), float(gpu.hbm_temp[0])
+        gpu.step(1.0, np.full(1, 24.0), one, np.full(1, 0.9), np.zeros(1), np.ones(1, bool), np.zeros(1, bool),
+                 one, hbm_factor)
+        trace.append((before_core, before_hbm, int(gpu.reasons[0])))
+    first = next(i for i, s in enumerate(trace) if s[2] & facts.THROTTLE_SW_THERMAL)
+    assert all(s[1] <= facts.HBM_MAX_OPERATING_TEMP_C for s in trace[:first])
+    assert facts.HBM_MAX_OPERATING_TEMP_C < trace[first][1] < facts.HBM_MAX_OPERATING_TEMP_C + 1.0
+    assert trace[first][0] < facts.MAX_OPERATING_TEMP_C - 20  # the die is far from its own limit
+    assert not any(s[2] & facts.THROTTLE_HW_SLOWDOWN for s in trace)
+    assert max(s[1] for s in trace[first + 300:]) < facts.HBM_MAX_OPERATING_TEMP_C + 1.5  # held there
+
+
+def test_throttle_time_counters_grow_by_the_time_their_bits_are_set() -> None:
+    """NVML's violation counters: each grows by exactly the time its limiter held the clock."""
+    gpu = GpuModel(1, EXACT, np.random.default_rng(0))
+    run_gpu(gpu, 300, inlet=24.0, activity=0.9)
+    power0, thermal0 = float(gpu.power_throttle_time[0]), float(gpu.thermal_throttle_time[0])
+    power_t, thermal_t, thermal_steps = [power0], [thermal0], 0
+    # hot inlet: SW thermal, then HW slowdown, then back to normal cooling
+    for inlet, seconds in ((60.0, 400), (80.0, 60), (24.0, 300)):
+        for _ in range(seconds):
+            ((_, bits, _, _),) = run_gpu(gpu, 1, inlet=inlet, activity=1.25)
+            thermal_steps += bool(bits & (facts.THROTTLE_SW_THERMAL | facts.THROTTLE_HW_THERMAL))
+            power_t.append(float(gpu.power_throttle_time[0]))
+            thermal_t.append(float(gpu.thermal_throttle_time[0]))
+    assert thermal_steps > 100
+    assert thermal_t[-1] - thermal0 == pytest.approx(thermal_steps, abs=1e-6)
+    assert (np.diff(thermal_t) >= 0).all() and (np.diff(power_t) >= 0).all()
+    assert (np.diff(power_t) <= 1.0 + 1e-9).all()  # never more than the elapsed time
+    assert power_t[-1] - power0 > 200  # capped while cool enough to draw 700 W
+
+
+def test_core_and_hbm_follow_their_own_time_constants() -> None:
+    gpu = GpuModel(1, EXACT, np.random.default_rng(0))
+    run_gpu(gpu, 600, inlet=24.0, activity=0.0, running=False)
+    core0, hbm0 = float(gpu.temp[0]), float(gpu.hbm_temp[0])
+    trace = run_gpu(gpu, 400, inlet=24.0, activity=1.0, dt=0.5)
+    core_final, hbm_final = float(gpu.temp[0]), float(gpu.hbm_temp[0])
+    # time to 63 % of the rise ~ the time constant (10 s core, 40 s HBM; leakage adds a little)
+    core = np.array([s[3] for s in trace])
+    t63_core = 0.5 * (1 + np.argmax(core >= core0 + 0.632 * (core_final - core0)))
+    gpu2 = GpuModel(1, EXACT, np.random.default_rng(0))
+    run_gpu(gpu2, 600, inlet=24.0, activity=0.0, running=False)
+    hbm = []
+    for _ in range(800):
+        run_gpu(gpu2, 0.5, inlet=24.0, activity=1.0, dt=0.5)
+        hbm.append(float(gpu2.hbm_temp[0]))
+    t63_hbm = 0.5 * (1 + np.argmax(np.array(hbm) >= hbm0 + 0.632 * (hbm_final - hbm0)))
+    assert t63_core == pytest.approx(EXACT.tau_core_s, rel=0.3)
+    assert t63_hbm == pytest.approx(EXACT.tau_hbm_s, rel=0.3)
+
+
+def test_dynamic_power_falls_steeply_with_the_clock() -> None:
+    """Same die temperature (frozen: huge time constants), same work: the 0.3x clock of the
+    power brake keeps far less than 0.3^2 of the dynamic power (voltage falls with clock)."""
+    frozen = replace(EXACT, tau_core_s=1e12, tau_hbm_s=1e12)
+    watts = {}
+    for key, activity, brake in (("full", 1.0, False), ("braked", 1.0, True), ("none", 0.0, False)):
+        gpu = GpuModel(1, frozen, np.random.default_rng(0))
+        trace = run_gpu(gpu, 5, inlet=24.0, activity=activity, brake=brake)
+        watts[key] = (float(gpu.power[0]), trace[-1][2])
+    dyn_full = watts["full"][0] - watts["none"][0]
+    dyn_braked = watts["braked"][0] - watts["none"][0]
+    ratio = watts["braked"][1] / watts["full"][1]
+    assert 0.25 < ratio <= 0.5  # the brake cuts clocks >= 2x
+    assert dyn_full > 400.0
+    assert ratio ** 3 < dyn_braked / dyn_full < ratio ** 2
+
+
+def test_per_gpu_manufacturing_spread_of_several_percent() -> None:
+    gpu = GpuModel(4096, SimParams(), np.random.default_rng(5))
+    run_gpu(gpu, 600, inlet=24.0, activity=1.0)
+    rise = gpu.temp - 24.0
+    # identical GPUs, identical work and inlet: temperature rise and power differ by a few percent
+    assert 0.02 < np.std(rise) / np.mean(rise) < 0.10
+    assert 0.01 < np.std(gpu.power) / np.mean(gpu.power) < 0.06
+    assert 0.02 < np.std(gpu.r_core) / np.mean(gpu.r_core) < 0.06
+    assert 0.04 < np.std(gpu.leak_scale) / np.mean(gpu.leak_scale) < 0.12
+
+
+@pytest.mark.parametrize("dt", [2.0, 5.0, 10.0])
+def test_the_thermal_limiter_holds_the_die_whatever_the_physics_step(dt: float) -> None:
+    """A 2.45x thermal interface at full load: the SW limiter holds the die just under 87 °C.
+    A coarse physics step (``--physics-dt``) must not change that: stepped at 5 s with a 10 s
+    time constant, the die used to swing 75-91 °C (63-94 °C in a job) and trip the 92 °C
+    shutdown (XID 79) in the tim-degradation scenario, which the real driver (and the 1 s step)
+    prevents."""
+    def run(step: float) -> np.ndarray:
+        gpu = GpuModel(1, EXACT, np.random.default_rng(0))
+        one, temps = np.ones(1), []
+        for i in range(int(1200 / step)):
+            r = np.full(1, 2.45 if i * step >= 300 else 1.0)
+            gpu.step(step, np.full(1, 24.0), np.full(1, 0.8), np.full(1, 1.1), np.full(1, 0.3),
+                     np.ones(1, bool), np.zeros(1, bool), r, one)
+            temps.append(float(gpu.temp[0]))
+        return np.array(temps)
+
+    fine, coarse = run(1.0), run(dt)
+    settled = coarse[int(700 / dt):]
+    assert fine[700:].max() < facts.MAX_OPERATING_TEMP_C + 1.0
+    assert settled.max() < facts.MAX_OPERATING_TEMP_C + 1.0
+    assert settled.min() > facts.MAX_OPERATING_TEMP_C - 2.0
+    assert settled.max() < facts.HW_SLOWDOWN_TEMP_C
+
+
+def test_a_synchronous_step_waits_for_the_slowest_gpu_and_the_slowest_link() -> None:
+    from foreshock.simulator.workload import Workload
+
+    topo = build_topology(32, job_nodes=2, idle_fraction=0.0)  # two jobs of 16 GPUs
+    wl = Workload(topo, SimParams(step_jitter=0.0, job_churn=False), np.random.default_rng(1))
+    speed = np.ones(len(topo.gpus))
+    slow_gpu = int(topo.gpus_of_job(0)[5])
+    speed[slow_gpu] = 0.5  # one GPU of job0 computes at half clock
+    comm = np.array([1.0, 1.8])  # job1's path is over-subscribed 1.8x
+    wl.step(1.0, speed, comm)
+    # step = compute / slowest member's clock + communication x congestion
+    assert wl.step_time[0] == pytest.approx(wl.compute_s[0] / 0.5 + wl.comm_s[0])
+    assert wl.step_time[1] == pytest.approx(wl.compute_s[1] + 1.8 * wl.comm_s[1])
+    assert wl.comm_slowdown.tolist() == [1.0, 1.8]
+    # the fast members of job0 wait for the slow one: less time computing, less power
+    peers = topo.gpus_of_job(0)[topo.gpus_of_job(0) != slow_gpu]
+    assert (wl.gpu_compute_frac[peers] < wl.gpu_compute_frac[slow_gpu]).all()
+    # ... and the engine records each job's step time as job telemetry
+    sim = small_sim(None, gpus=32, job_nodes=2, params={"step_jitter": 0.0}, duration=30)
+    job = sim.step()[-1]
+    assert job.kind == "job"
+    np.testing.assert_allclose(job.columns["step_time"], sim.workload.step_time, rtol=1e-3)
+    np.testing.assert_allclose(job.columns["step_time"], sim.workload.nominal_step, rtol=0.02)
+
+
+def test_idle_gpus_between_jobs_report_idle_and_no_step() -> None:
+    topo = build_topology(64, job_nodes=2, idle_fraction=0.0)
+    sim = ClusterSimulator(topo, seed=3, params={"missing_prob": 0.0, "job_run_mean_s": 120.0, "job_gap_mean_s": 120.0},
+                           warmup_s=0)
+    gaps = busy = 0
+    for _ in range(300):
+        frames = {f.kind: f for f in sim.step()}
+        gpu, job = frames["gpu"], frames["job"]
+        bits = gpu.columns["throttle_reasons"].astype(np.int64)
+        for j in range(len(topo.jobs)):
+            members = topo.gpus_of_job(j)
+            if np.isnan(job.columns["step_time"][j]):  # between runs of this job
+                gaps += 1
+                assert (bits[members] & facts.THROTTLE_IDLE).all()
+                assert (gpu.columns["util"][members] == 0).all()
+                assert (gpu.columns["power"][members] < 150).all()
+            else:
+                busy += 1
+                assert not (bits[members] & facts.THROTTLE_IDLE).any()
+    assert gaps > 100 and busy > 100
+
+
+def test_healthy_optics_drift_slowly_and_stay_up() -> None:
+    from foreshock.simulator.optics import OpticsModel
+
+    topo = build_topology(64, idle_fraction=0.0)
+    params = SimParams(rx_noise_db=0.0)
+    optics = OpticsModel(topo, params, np.random.default_rng(2))
+    start = optics.tx_power[optics.partner] - optics.loss
+    for k in range(24 * 60):  # a day in 1-minute steps
+        optics.step(60.0, 60.0 * k)
+    wander = optics.rx_power - start
+    # a random walk of 0.03 dB per sqrt(hour): ~0.15 dB after a day, far from the ~6 dB margin
+    assert np.std(wander) == pytest.approx(params.rx_drift_db_per_sqrt_h * math.sqrt(24), rel=0.3)
+    assert optics.link_up.all() and optics.flaps.sum() == 0
+    assert (optics.ber < facts.PREFEC_BER_UNCLEAN).all()

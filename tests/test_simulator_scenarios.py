@@ -85,11 +85,12 @@ def test_tim_degradation_throttles_one_gpu_after_a_long_lead() -> None:
 def test_optic_degradation_ber_climbs_then_link_down_then_congestion() -> None:
     sim = ClusterSimulator(gpus=32, scenario="optic-degradation", seed=11, interval=60, duration=9000,
                            physics_dt=5, params={"missing_prob": 0.0})
-    ber = []
+    ber, state = [], []
     optic_slot = sim.faults[0].target
     for tick in sim.iter_ticks():
         optic = next(f for f in tick if f.kind == "optic")
         ber.append(optic.columns["prefec_ber"][optic_slot])
+        state.append(next(f for f in tick if f.kind == "link").columns["link_state"][optic_slot // 2])
     (onset,) = [e for e in sim.events if e.type == "fault_onset"]
     assert onset.entity_kind == "optic"
     link = onset.detail["link"]
@@ -100,11 +101,32 @@ def test_optic_degradation_ber_climbs_then_link_down_then_congestion() -> None:
     assert ber[first_down_tick - 2] > 1000 * ber[0]
     assert ber[first_down_tick - 2] > facts.PREFEC_BER_UNCLEAN
     assert max(b for b in ber if b == b) <= 0.5
+    # past the FEC limit it flaps (down, retrains, down again), then is left down
+    ups = [e for e in sim.events if e.type == "link_up"]
+    assert len(downs) >= 2 and len(ups) >= 1 and ups[0].time > downs[0].time
+    assert [e.detail["disabled"] for e in downs] == [False] * (len(downs) - 1) + [True]
+    assert downs[-1].time > ups[-1].time and state[-1] == facts.IB_PORT_STATE_DOWN
     # traffic moved to another rail congests those links, not the dead one
     congested = {e.entity for e in sim.events if e.type == "congestion_start"}
     assert congested and link not in congested
     assert all(e.fault_id == onset.fault_id for e in sim.events if e.type == "congestion_start")
     assert not set(types(sim.events)) & {"thermal_throttle_start", "power_brake_start", "xid"}
+
+
+def test_every_job_slowdown_of_an_optic_fault_is_attributed_to_it() -> None:
+    """A job's step uses the fabric state of the previous physics step; when its slow step is
+    recorded on the step its link retrains, the attribution must look at that state too (it
+    used to look at the retrained fabric, find no congestion and leave the slowdown without a
+    fault, with ``comm_slowdown`` 1.0). Seed 3 flaps on such steps."""
+    sim = ClusterSimulator(gpus=64, scenario="optic-degradation", seed=3, interval=60, duration=7200,
+                           physics_dt=5, params={"missing_prob": 0.0})
+    for _ in sim.iter_ticks():
+        pass
+    flaps = [e for e in sim.events if e.type == "link_down"]
+    slow = [e for e in sim.events if e.type == "job_slowdown_start"]
+    assert len(flaps) >= 3 and len(slow) >= 3
+    assert [e.fault_id for e in slow] == ["f1"] * len(slow)
+    assert all(e.detail["comm_slowdown"] > 1.2 for e in slow)  # slowed by communication
 
 
 def test_psu_failure_brakes_one_node_only() -> None:
@@ -143,8 +165,32 @@ def test_mixed_every_fault_shows_its_consequence_in_its_own_domain() -> None:
     assert ("hbm_overheat", 48) in xids and ("xid79", 79) in xids
     interrupted = [e for e in sim.events if e.type == "job_slowdown_start" and e.fault_type == "xid79"]
     assert interrupted and interrupted[0].detail["reason"] == "interrupted"
-    # auto targets land in different cooling loops while loops are free
+    # nothing happens without a cause but the power cap under full load ...
+    assert {e.type for e in sim.events if not e.fault_id} <= FAULT_FREE_TYPES
+    # ... and each fault's consequences stay in its own domain
     topo = sim.topology
+    faults = {f.id: f for f in sim.faults}
+    for e in sim.events:
+        if not e.fault_id or e.type == "fault_onset":
+            continue
+        f = faults[e.fault_id]
+        if f.kind == "loop":
+            gpus = np.flatnonzero(topo.rack_loop[topo.gpu_rack] == f.target)
+        elif f.kind == "node":
+            gpus = np.flatnonzero(topo.gpu_node == f.target)
+        elif f.kind == "gpu":
+            gpus = np.array([f.target])
+        else:  # optic: its link's GPU; rerouted traffic stays inside that GPU's job
+            gpu = int(topo.link_gpu[f.target // 2])
+            gpus = topo.gpus_of_job(int(topo.gpu_job[gpu]))
+        names = {topo.gpus[g] for g in gpus}
+        if e.entity_kind == "gpu":
+            assert e.entity in names, (f.type, e)
+        elif e.entity_kind == "job":
+            assert set(topo.gpus[g] for g in topo.gpus_of_job(topo.jobs.index(e.entity))) & names, (f.type, e)
+        elif e.entity_kind == "link":
+            assert f.kind == "optic" and topo.gpus[int(topo.link_gpu[topo.links.index(e.entity)])] in names, e
+    # auto targets land in different cooling loops while loops are free
     loops = []
     for f in sim.faults[:2]:
         if f.kind == "loop":
