@@ -7,7 +7,8 @@ point goes through all six detectors, and points/s counts points (not detector-u
 river runs, one event at a time as river does, on the first ``--river-points`` points of the
 same stream: HalfSpaceTrees (river's streaming anomaly detector), and its PageHinkley and ADWIN
 drift detectors; our own river adapter (learn_one/score_one per event) runs there too, to show
-what the per-event Python call costs. The multivariate detector's rate (node-steps/s, 32
+what the per-event Python call costs. Memory per series: the bank's state arrays per series,
+against the heap one river HalfSpaceTrees holds. The multivariate detector's rate (node-steps/s, 32
 fields per node) is reported alongside. Each figure is the median of ``--runs`` runs (min, max).
 """
 
@@ -80,6 +81,28 @@ def mahalanobis_rate(nodes: int, fields: int, steps: int) -> float:
     return nodes * steps / (time.perf_counter() - t0)
 
 
+def state_bytes(det) -> int:  # type: ignore[no-untyped-def]
+    """Bytes of a detector's state arrays (what a checkpoint holds and memory keeps per series)."""
+    return sum(np.asarray(v).nbytes for v in det.state_dict().values())
+
+
+def river_hst_bytes(values: np.ndarray, lo: float, hi: float) -> int:
+    """Heap held by one river HalfSpaceTrees after it has learnt ``values`` (one series' model)."""
+    import tracemalloc
+
+    from river import anomaly
+
+    tracemalloc.start()
+    base = tracemalloc.get_traced_memory()[0]
+    model = anomaly.HalfSpaceTrees(seed=42, limits={"x": (lo, hi)})
+    for v in values:
+        model.learn_one({"x": float(v)})
+    held = tracemalloc.get_traced_memory()[0] - base
+    tracemalloc.stop()
+    del model
+    return held
+
+
 def river_rate(make, values: np.ndarray, how: str) -> float:  # type: ignore[no-untyped-def]
     model = make()
     t0 = time.perf_counter()
@@ -132,6 +155,13 @@ def main() -> None:
     print(f"river ADWIN (drift):                  {adwin['median']:>14,.0f} updates/s (min {adwin['min']:,.0f}, max {adwin['max']:,.0f})")
     print(f"foreshock EWMA z via river adapter:   {adapter['median']:>14,.0f} obs/s     (per-event Python calls)")
     print(f"multivariate Mahalanobis, 32 fields:  {mv['median']:>14,.0f} node-steps/s (min {mv['min']:,.0f}, max {mv['max']:,.0f})")
+    per_series = {det.name: state_bytes(det) / args.series for det in make_bank(args.series)}
+    bank_bytes = sum(per_series.values())
+    mv_bytes = state_bytes(OnlineMahalanobis(256, 32)) / 256
+    hst_bytes = river_hst_bytes(arr[:2000], lo, hi)
+    print(f"memory per series: foreshock bank {bank_bytes:,.0f} B (" +
+          ", ".join(f"{k} {v:,.0f}" for k, v in per_series.items()) +
+          f"); river HalfSpaceTrees {hst_bytes:,} B; Mahalanobis {mv_bytes:,.0f} B per 32-field node")
     ratio = bank["median"] / hst["median"]
     print(f"ratio bank / river HST: {ratio:,.0f}x; foreshock PageHinkley / river PageHinkley: "
           f"{singles['page_hinkley']['median'] / ph['median']:,.0f}x")
@@ -146,6 +176,9 @@ def main() -> None:
          page_hinkley_ratio=round(singles["page_hinkley"]["median"] / ph["median"], 1),
          river_adapter_obs_per_s=round(adapter["median"]),
          mahalanobis_32_fields_node_steps_per_s=round(mv["median"]),
+         state_bytes_per_series=round(bank_bytes),
+         state_bytes_per_series_by_detector={k: round(v) for k, v in per_series.items()},
+         river_hst_bytes_per_series=hst_bytes, mahalanobis_bytes_per_32_field_node=round(mv_bytes),
          series=args.series, steps=args.steps, batch=args.batch, runs=args.runs)
 
 

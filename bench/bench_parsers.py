@@ -56,9 +56,11 @@ def main() -> None:
     print(f"nvidia-smi dmon      {dmon['median']:>12,.0f} rows/s")
     print(f"Alibaba BER CSV      {alibaba['median']:>12,.0f} rows/s")
     print(f"ethtool -m (8 lanes) {dom['median']:>12,.0f} modules/s")
-    emit("parsers", dcgm_lines_per_s=round(dcgm["median"]), query_gpu_rows_per_s=round(query["median"]),
-         dmon_rows_per_s=round(dmon["median"]), alibaba_rows_per_s=round(alibaba["median"]),
-         ethtool_m_modules_per_s=round(dom["median"]))
+    figures: dict[str, float] = {}
+    for key, stats in (("dcgm_lines_per_s", dcgm), ("query_gpu_rows_per_s", query), ("dmon_rows_per_s", dmon),
+                       ("alibaba_rows_per_s", alibaba), ("ethtool_m_modules_per_s", dom)):
+        figures |= {key: round(stats["median"]), f"{key}_min": round(stats["min"]), f"{key}_max": round(stats["max"])}
+    emit("parsers", **figures, runs=3)
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 import click
+from rich import box
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
@@ -46,13 +47,16 @@ def command(data_dir: str, labels: str, detector: str, results_dir: str | None) 
             progress.advance(task)
     results = scorer.score(scores)
 
+    # Piped output (logs, CI) is 80 columns for rich: a borderless table with the score next to
+    # the profile fits there whole, where a boxed one cut both to "reward_low_…" and "75.…".
     table = Table(title=f"NAB — {detector} on {len(corpus)} files, {scorer.n_windows} windows "
-                        f"({sum(len(s.values) for s in corpus):,} rows)")
-    for col in ("profile", "threshold", "raw", "null", "perfect", "windows hit", "FP rows", "score"):
+                        f"({sum(len(s.values) for s in corpus):,} rows)", box=box.SIMPLE_HEAD,
+                  caption="hit: windows detected; FPs: rows detected outside windows")
+    for col in ("profile", "score", "threshold", "raw", "null", "perfect", "hit", "FPs"):
         table.add_column(col, justify="left" if col == "profile" else "right", no_wrap=True)
     for key, r in results.items():
-        table.add_row(key, f"{r.threshold:.4f}", f"{r.raw:.3f}", f"{r.null:.1f}", f"{r.perfect:.1f}",
-                      f"{r.windows_hit}/{r.windows}", str(r.false_positives), f"[bold]{r.normalized:.2f}[/]")
+        table.add_row(key, f"[bold]{r.normalized:.2f}[/]", f"{r.threshold:.4f}", f"{r.raw:.3f}", f"{r.null:.1f}",
+                      f"{r.perfect:.1f}", f"{r.windows_hit}/{r.windows}", str(r.false_positives))
     out_console = Console()
     out_console.print(table)
     if health.problems:

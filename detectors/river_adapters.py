@@ -19,15 +19,21 @@ True
 ...     guarded.learn_one({"x": float(v % 10)})
 >>> guarded.score_one({"x": 25.0}) > 0.5
 True
+>>> combined = CombinerAdapter([("range_novelty", 0.05), ("ewma_zscore", 8.0)])
+>>> for _ in range(300):
+...     combined.learn_one({"temp": rng.gauss(50.0, 1.0)})
+>>> combined.score_one({"temp": 50.5}) < 0.5 < combined.score_one({"temp": 65.0}) <= 1.0
+True
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 from river import base
 
+from .combiner import Combiner
 from .cusum import Cusum
 from .ewma_zscore import EwmaZScore
 from .holt import Holt
@@ -44,20 +50,21 @@ UNIVARIATE: dict[str, type[UnivariateDetector]] = {
 
 
 def _value(x: dict[Any, Any], feature: Any, who: str) -> float:
+    """The watched value; NaN (a missing sample) when the dict lacks it. river streams drop and
+    add features from one event to the next, and river's check suite feeds such streams."""
     if feature is not None:
-        if feature not in x:
-            raise ValueError(f"{who}: feature {feature!r} missing from {sorted(map(str, x))}")
-        return float(x[feature])
-    if len(x) != 1:
+        return float(x.get(feature, np.nan))
+    if len(x) > 1:
         raise ValueError(f"{who}: got {len(x)} features; name the one to watch with feature=...")
-    return float(next(iter(x.values())))
+    return float(next(iter(x.values()))) if x else np.nan
 
 
 class UnivariateAdapter(base.AnomalyDetector):
     """One foreshock univariate detector (``detector``: a name from :data:`UNIVARIATE`) on one
     feature of the incoming dicts (``feature``; may be omitted when dicts have one key).
-    ``params`` are the detector's keyword arguments. Scores are the detector's own (a z, a
-    CUSUM statistic...); NaN (a missing value) reads as 0."""
+    ``params`` are the detector's keyword arguments (``health`` included: missing values are
+    counted there). Scores are the detector's own (a z, a CUSUM statistic...). A missing value
+    (NaN, or the feature absent from the dict) scores 0 and teaches nothing."""
 
     def __init__(self, detector: str = "ewma_zscore", feature: Any = None,
                  params: dict[str, Any] | None = None) -> None:
@@ -87,6 +94,51 @@ class UnivariateAdapter(base.AnomalyDetector):
     @classmethod
     def _unit_test_params(cls) -> Any:
         yield {"detector": "ewma_zscore"}
+
+
+class CombinerAdapter(base.AnomalyDetector):
+    """A :class:`~foreshock.detectors.combiner.Combiner` of univariate detectors on one feature:
+    one score in [0, 1], the combination itself compared with river's detectors event by event.
+
+    ``members``: ``(detector name, scale)`` or ``(detector name, scale, params)`` entries (names
+    from :data:`UNIVARIATE`, scales and params as the combiner's members take them); ``hold``
+    and ``escalate`` as the combiner's, ``hold`` counted in learned events (river passes no
+    timestamps); ``feature`` as :class:`UnivariateAdapter`'s."""
+
+    def __init__(self, members: Sequence[Sequence[Any]] = (("range_novelty", 0.015), ("ewma_zscore", 8.0)),
+                 feature: Any = None, hold: float = 0.0, escalate: float = 1.0) -> None:
+        self.members = tuple(tuple(m) for m in members)
+        self.feature = feature
+        self.hold = hold
+        self.escalate = escalate
+        built: list[tuple[UnivariateDetector, float]] = []
+        for spec in self.members:
+            if len(spec) not in (2, 3) or spec[0] not in UNIVARIATE:
+                raise ValueError(f"combiner member {spec!r}: expected (detector name, scale[, params]) "
+                                 f"with a name from {sorted(UNIVARIATE)}")
+            params = dict(spec[2] or {}) if len(spec) == 3 else {}
+            built.append((UNIVARIATE[spec[0]](1, **params), float(spec[1])))
+        self._comb = Combiner(built, hold=hold, escalate=escalate)
+        self._buf = np.empty(1)
+
+    def learn_one(self, x: dict[Any, Any]) -> None:
+        self._buf[0] = _value(x, self.feature, "combiner")
+        self._comb.update(self._buf)
+
+    def score_one(self, x: dict[Any, Any]) -> float:
+        self._buf[0] = _value(x, self.feature, "combiner")
+        s = float(self._comb.score(self._buf)[0])
+        return s if np.isfinite(s) else 0.0
+
+    def state_dict(self) -> dict[str, Any]:
+        return self._comb.state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self._comb.load_state_dict(state)
+
+    @classmethod
+    def _unit_test_params(cls) -> Any:
+        yield {"hold": 5.0}
 
 
 class MahalanobisAdapter(base.AnomalyDetector):

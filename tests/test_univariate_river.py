@@ -1,5 +1,6 @@
-"""The river adapters of the univariate detectors: same scores as the detectors, river's
-contract (score_one learns nothing, clone gives a fresh model), and river's own tooling."""
+"""The river adapters of the univariate detectors and the combiner: same scores as the detectors,
+river's contract (score_one learns nothing, clone gives a fresh model), river's own check suite
+and tooling."""
 
 from __future__ import annotations
 
@@ -7,7 +8,12 @@ import numpy as np
 import pytest
 from river import anomaly
 
-from foreshock.detectors.river_adapters import UNIVARIATE, UnivariateAdapter
+from foreshock.detectors.combiner import Combiner
+from foreshock.detectors.ewma_zscore import EwmaZScore
+from foreshock.detectors.holt import Holt
+from foreshock.detectors.range_novelty import RangeNovelty
+from foreshock.detectors.river_adapters import UNIVARIATE, CombinerAdapter, MahalanobisAdapter, UnivariateAdapter
+from foreshock.health import PipelineHealth
 
 
 @pytest.mark.parametrize("name", sorted(UNIVARIATE))
@@ -43,9 +49,59 @@ def test_adapter_validation() -> None:
     model = UnivariateAdapter("ewma_zscore")
     with pytest.raises(ValueError, match="name the one"):
         model.learn_one({"a": 1.0, "b": 2.0})
-    with pytest.raises(ValueError, match="missing"):
-        UnivariateAdapter("ewma_zscore", feature="c").learn_one({"a": 1.0})
     assert model.score_one({"a": float("nan")}) == 0.0
+
+
+def test_an_absent_feature_is_a_missing_sample_counted_not_an_error() -> None:
+    health = PipelineHealth()
+    model = UnivariateAdapter("ewma_zscore", feature="c", params={"health": health})
+    for v in range(40):
+        model.learn_one({"c": float(v % 3), "other": 1.0})
+    before = model.state_dict()
+    assert model.score_one({"a": 1.0}) == 0.0
+    model.learn_one({"a": 1.0})
+    model.learn_one({})
+    for key, value in model.state_dict().items():
+        np.testing.assert_array_equal(value, before[key])      # nothing learned from the gaps
+    assert health.problems[("ewma_zscore", "non_finite_input")] == 3
+    assert UnivariateAdapter("ewma_zscore").score_one({}) == 0.0
+
+
+def labelled_stream(n: int) -> list[tuple[dict[str, float], bool]]:
+    """Five correlated features; ~5 % of events push 'a' up and 'c' down by 8 (label True)."""
+    rng = np.random.default_rng(3)
+    out = []
+    for i in range(n):
+        z = rng.normal()
+        x = {f: float(z + 0.3 * rng.normal()) for f in "abcde"}
+        y = bool(i > 50 and rng.random() < 0.05)
+        if y:
+            x["a"] += 8.0
+            x["c"] -= 8.0
+        out.append((x, y))
+    return out
+
+
+ADAPTERS = [UnivariateAdapter(name, feature="a", params={"period": 7} if name == "seasonal_diff" else None)
+            for name in sorted(UNIVARIATE)] + [MahalanobisAdapter(), MahalanobisAdapter(fields=list("abcde")),
+                                               CombinerAdapter(feature="a", hold=5.0)]
+
+
+@pytest.mark.parametrize("model", ADAPTERS, ids=lambda m: m.detector if isinstance(m, UnivariateAdapter) else
+                         "combiner" if isinstance(m, CombinerAdapter) else f"mahalanobis-fields-{m.fields}")
+def test_adapters_pass_rivers_own_estimator_checks(model, monkeypatch) -> None:
+    """river's check suite (river.checks.yield_checks: clone, pickling, purity, emerging and
+    disappearing features, ROC AUC >= 0.5, bounded memory...) on a local labelled stream: the
+    suite's own anomaly data set (CreditCard) is a download, which tests here cannot make."""
+    import river.checks
+
+    monkeypatch.setattr(river.checks, "_yield_datasets", lambda model, scale=1: iter([labelled_stream(100 * scale)]))
+    ran = []
+    for check in river.checks.yield_checks(model):
+        check(model.clone())
+        ran.append(check.__name__)
+    assert {"check_disappearing_features", "check_emerging_features", "check_roc_auc",
+            "check_predict_one_pure", "check_bounded_memory_growth"} <= set(ran)
 
 
 def test_works_inside_river_filters_and_beats_chance_like_river_hst() -> None:
@@ -65,3 +121,27 @@ def test_works_inside_river_filters_and_beats_chance_like_river_hst() -> None:
                 hits[key].append(i)
     precision = len(set(hits["ours"]) & set(spikes)) / max(len(hits["ours"]), 1)
     assert precision > 0.5 and len(set(hits["ours"]) & set(spikes)) >= 10
+
+
+def test_combiner_adapter_scores_equal_the_combiner_event_by_event() -> None:
+    rng = np.random.default_rng(4)
+    x = rng.normal(0, 1, 600)
+    x[[300, 302, 450]] += 10.0                                  # 302 falls inside the 20-event hold
+    members = [("range_novelty", 0.05, {"warmup": 20}), ("ewma_zscore", 8.0), ("holt", 6.0, {"alpha": 0.2})]
+    model = CombinerAdapter(members, feature="v", hold=20.0, escalate=2.0)
+    scores = []
+    for v in x:
+        row = {"v": float(v)}
+        s = model.score_one(row)
+        assert model.score_one(row) == s                      # scoring learns nothing, holds nothing
+        model.learn_one(row)
+        scores.append(s)
+    direct = Combiner([(RangeNovelty(1, warmup=20), 0.05), (EwmaZScore(1), 8.0), (Holt(1, alpha=0.2), 6.0)],
+                      hold=20.0, escalate=2.0).update(x[:, None])[:, 0]
+    np.testing.assert_allclose(scores, direct, rtol=1e-12)
+    assert scores[300] > 0.5 and scores[302] == 0.0 and scores[450] > 0.5
+    with pytest.raises(ValueError, match="combiner member"):
+        CombinerAdapter([("nope", 1.0)])
+    restored = CombinerAdapter(members, feature="v", hold=20.0, escalate=2.0)
+    restored.load_state_dict(model.state_dict())
+    assert restored.score_one({"v": 9.0}) == model.score_one({"v": 9.0})
