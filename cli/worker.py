@@ -20,8 +20,11 @@ from .kafka_options import kafka_options, settings_from
               help="Seconds after which a silent worker's partitions move to the others.")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address for /metrics.")
 @click.option("--port", default=9109, show_default=True, type=int, help="Port for this worker's /metrics (0 = none).")
+@click.option("--top-k", default=16, show_default=True, type=click.IntRange(min=0),
+              help="Per-GPU series exported for the K hottest GPUs (by core and by HBM) besides flagged ones.")
 @click.option("--log-level", default="warning", show_default=True,
-              type=click.Choice(["debug", "info", "warning", "error"]))
+              type=click.Choice(["debug", "info", "warning", "error"]),
+              help="Least severe log level the worker prints (passed to faust's worker).")
 @click.option("--data-dir", type=click.Path(file_okay=False), default=None,
               help="faust's data directory (default: a temporary folder, removed when the worker stops).")
 @click.option("--role", type=click.Choice(["all", "detect", "incidents"]), default="all", show_default=True,
@@ -30,7 +33,7 @@ from .kafka_options import kafka_options, settings_from
                    "incident stage does not slow one worker's detection; never mix with all-role workers).")
 def command(kafka: str | None, user: str | None, password: str | None, namespace: str, partitions: int,
             app_id: str, topology_path: str | None, detectors: str | None, checkpoint_interval: float,
-            session_timeout: float, host: str, port: int, log_level: str, data_dir: str | None,
+            session_timeout: float, host: str, port: int, top_k: int, log_level: str, data_dir: str | None,
             role: str) -> None:
     """Consume telemetry from Kafka, run the detector bank on this worker's partitions, publish
     findings and incidents. Start several with the same --group to share the load."""
@@ -55,7 +58,7 @@ def command(kafka: str | None, user: str | None, password: str | None, namespace
     config = WorkerConfig(settings, topics, topology, lambda: DetectorBank.from_names(topology, names),
                           app_id=app_id, checkpoint_interval_s=checkpoint_interval,
                           session_timeout_s=session_timeout, metrics_host=host, metrics_port=port,
-                          data_dir=data_dir, role=role)
+                          metrics_top_k=top_k, data_dir=data_dir, role=role)
     click.echo(f"worker {config.worker_id}: {role}, group {config.group}, {topics.partitions} partitions, "
                f"{len(topology.gpus)} GPUs" + (f", metrics on http://{host}:{port}/metrics" if port else ""), err=True)
     run_worker(config, loglevel=log_level)

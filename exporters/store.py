@@ -148,6 +148,29 @@ class FindingStore:
                         self._incidents[f.incident_id] = f
             self._expire()
 
+    def forget(self, owned: dict[str, np.ndarray]) -> None:
+        """Drop what is known of the entities that left this store's care (kind -> boolean mask by
+        slot): a Kafka worker whose partition moves to another worker must stop exporting those
+        entities' latest values, active findings and estimates, or the cluster's sums (GPUs
+        reporting, throttled GPUs) would count them twice — and for as long as this worker's own
+        telemetry clock stood still. XID counters stay: they must only grow."""
+        with self._lock:
+            for kind, mask in owned.items():
+                mask = np.asarray(mask, dtype=bool)
+                if kind in self._latest_block:
+                    self._latest_block[kind][:, mask] = np.nan
+                    self._seen[kind][mask] = False
+                    self._last_seen[kind][mask] = -np.inf
+                if kind == "gpu":
+                    self._last_xid[mask] = np.nan
+            self._predictions = {k: p for k, p in self._predictions.items()
+                                 if not _owned(owned, p.entity_kind, p.slot)}
+            self._anomalies = {k: a for k, a in self._anomalies.items()
+                               if not _owned(owned, a.entity_kind, a.slot)}
+            for name, (kind, values, help_text) in list(self._gauges.items()):
+                if kind in owned and values.shape == np.shape(owned[kind]):
+                    self._gauges[name] = (kind, np.where(owned[kind], np.nan, values), help_text)
+
     def _prediction_expiry(self, p: Prediction) -> float:
         # a prediction that was never refreshed nor withdrawn lapses after its horizon
         return p.ts + max(p.eta_s, 0.0) + self.anomaly_ttl_s
@@ -222,6 +245,11 @@ class FindingStore:
                 ingest_lag_s=self._lag,
                 predictions_raised=dict(self._raised),
             )
+
+
+def _owned(owned: dict[str, np.ndarray], kind: str, slot: int) -> bool:
+    mask = owned.get(kind)
+    return mask is not None and 0 <= slot < len(mask) and bool(mask[slot])
 
 
 def xid_severity(code: int) -> str:

@@ -71,6 +71,7 @@ class WorkerConfig:
     session_timeout_s: float = 6.0
     metrics_host: str = "127.0.0.1"
     metrics_port: int = 0  # 0 = no /metrics server
+    metrics_top_k: int = 16  # per-GPU series for the K hottest GPUs besides flagged ones
     # faust's data directory (its table stores; this app's tables live in memory). None: a
     # fresh temporary folder, removed when the worker stops. faust's own default is
     # ``<app id>-data`` in the current directory: every run left a folder behind.
@@ -413,7 +414,8 @@ def run_worker(config: WorkerConfig, loglevel: str = "warning") -> None:
     if config.metrics_port:
         from foreshock.exporters.prometheus import serve
 
-        server = serve(worker.store, host=config.metrics_host, port=config.metrics_port)
+        server = serve(worker.store, host=config.metrics_host, port=config.metrics_port,
+                       top_k=config.metrics_top_k)
     try:
         _QuietWorker(worker.app, loglevel=loglevel, quiet=True).execute_from_commandline()
     finally:

@@ -259,7 +259,10 @@ class DetectionStage:
         return offset
 
     def drop(self, partition: int) -> None:
-        self.parts.pop(partition, None)
+        """Give a partition up: its pipeline goes, and the shared store forgets its entities (their
+        next owner exports them now)."""
+        if self.parts.pop(partition, None) is not None:
+            self.store.forget({kind: table == partition for kind, table in self.pmap.by_kind.items()})
 
     def offset(self, partition: int) -> int:
         return self.parts[partition].offset

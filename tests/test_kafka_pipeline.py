@@ -317,8 +317,8 @@ def test_worker_data_dir_is_a_temporary_folder_not_the_current_directory(tmp_pat
     assert worker.app.conf.datadir == mine and not any(cwd.iterdir())
 
 
-def test_worker_command_passes_data_dir_to_the_worker(tmp_path: Path, monkeypatch):
-    """``foreshock worker --data-dir DIR`` reaches the worker's config (the broker calls are
+def test_worker_command_passes_data_dir_and_top_k_to_the_worker(tmp_path: Path, monkeypatch):
+    """``foreshock worker --data-dir DIR`` and ``--top-k K`` reach the worker's config (the broker calls are
     stood in for: this checks the command's wiring, the worker itself is tested above)."""
     from click.testing import CliRunner
 
@@ -336,6 +336,8 @@ def test_worker_command_passes_data_dir_to_the_worker(tmp_path: Path, monkeypatc
         res = CliRunner().invoke(cli, args + extra)
         assert res.exit_code == 0, res.output
         assert seen[-1].data_dir == expected
+    assert seen[-1].metrics_top_k == 16
+    assert CliRunner().invoke(cli, args + ["--top-k", "3"]).exit_code == 0 and seen[-1].metrics_top_k == 3
 
 
 def test_worker_roles_run_their_own_agents_in_their_own_group(tmp_path: Path, monkeypatch):
@@ -561,6 +563,37 @@ def test_processors_that_read_frames_get_the_guarded_rows_they_declared(small_to
     assert all(others_empty for _, _, others_empty, _ in proc.seen)
     temps = {(c, s): t for slots, ts, _, c in proc.seen for s, t in zip(slots, ts)}
     assert temps[(0, 5)] == 46.0 and temps[(1, 5)] == 47.0
+
+
+def test_a_dropped_partition_leaves_the_workers_exported_view(small_topology: Topology):
+    """After a rebalance the partition's new owner exports its GPUs; the old owner must stop, or
+    the cluster-wide sums (GPUs reporting — the GPU-missing alert's input) count them twice."""
+    from foreshock.findings import Prediction
+
+    topo = small_topology
+    detection = DetectionStage(topo, lambda: DetectorBank.from_names(topo, ["robust_zscore"]), 2)
+    pmap = PartitionMap(topo, 2)
+    n = len(topo.gpus)
+    frame = Frame("gpu", np.full(n, 10.0), np.arange(n), {"gpu_temp": np.full(n, 50.0), "power": np.full(n, 500.0)})
+    for offset, (part, piece) in enumerate(pmap.messages(frame)):
+        detection.load(part, None)
+        value, headers = encode_bundle("a", 0.0, [(1, offset, 2, piece)])
+        detection.process(part, 0, value, headers)
+    gone = np.flatnonzero(pmap.by_kind["gpu"] == 1)
+    kept = np.flatnonzero(pmap.by_kind["gpu"] == 0)
+    assert len(gone) and len(kept)
+    detection.store.observe_findings([Prediction(10.0, "gpu", int(s), "thermal_throttle", 300.0, 0.9, "thermal", "test")
+                                      for s in (gone[0], kept[0])])
+    before = detection.store.snapshot()
+    assert before.seen["gpu"].all() and len(before.predictions) == 2
+
+    detection.drop(1)
+
+    after = detection.store.snapshot()
+    assert after.seen["gpu"][kept].all() and not after.seen["gpu"][gone].any()
+    assert np.isnan(after.latest["gpu"]["gpu_temp"][gone]).all() and np.isneginf(after.last_seen["gpu"][gone]).all()
+    assert (after.latest["gpu"]["gpu_temp"][kept] == 50.0).all()
+    assert [p.slot for p in after.predictions] == [kept[0]]
 
 
 WARM_UP_PROBE = """
