@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import click
 from rich.console import Console
@@ -25,7 +26,8 @@ DEFAULT_SETS = "foreshock,river,sklearn,threshold"
 @click.option("--model", "model_path", type=click.Path(dir_okay=False), default=None,
               help="Model file for the sklearn set (written by `foreshock train`).")
 @click.option("--events", default=None, help="Event kinds to score (default: all known).")
-@click.option("--plots/--no-plots", default=True, show_default=True)
+@click.option("--plots/--no-plots", default=True, show_default=True,
+              help="Also write PNG plots (a few GPUs' temperature, predicted ETA and throttles; lead times).")
 @click.option("--by-fault/--no-by-fault", "by_fault", default=True, show_default=True,
               help="Show the per-fault rows in the printed table (report.json always has them).")
 @click.pass_context
@@ -41,10 +43,13 @@ def command(ctx: click.Context, recording: str, sets: str, report_dir: str, mode
     unknown = [s for s in chosen if s not in evaluation.DETECTOR_SETS]
     if unknown:
         raise click.UsageError(f"unknown detector sets {unknown}; known: {sorted(evaluation.DETECTOR_SETS)}")
-    kinds = [k.strip() for k in events.split(",")] if events else list(evaluation.EVENT_KINDS)
-    bad = [k for k in kinds if k not in evaluation.EVENT_KINDS]
+    asked = [k.strip() for k in events.split(",") if k.strip()] if events else list(evaluation.EVENT_KINDS)
+    # congestion and incidents are report sections, scored on every run: naming them is allowed
+    bad = [k for k in asked if k not in evaluation.EVENT_KINDS and k not in evaluation.SECTION_SCORERS]
     if bad:
-        raise click.UsageError(f"unknown event kinds {bad}; known: {sorted(evaluation.EVENT_KINDS)}")
+        raise click.UsageError(f"unknown event kinds {bad}; known: {sorted(evaluation.EVENT_KINDS)}, "
+                               f"and the report sections {sorted(evaluation.SECTION_SCORERS)}")
+    kinds = [k for k in asked if k in evaluation.EVENT_KINDS]
     params: dict[str, dict[str, object]] = {}
     if "sklearn" in chosen:
         if model_path is None:
@@ -73,6 +78,9 @@ def command(ctx: click.Context, recording: str, sets: str, report_dir: str, mode
     path = evaluation.write_report(report, report_dir)
     written = evaluation.write_plots(result, report, report_dir) if plots else []
     Console().print(evaluation.render_table(report, by_fault=by_fault))
+    sections = section_summaries(report)
+    if sections:
+        Console().print(render_sections(sections))
     console.print(f"{result.samples:,} samples in {result.wall_s:.1f} s; report: {path}"
                   + (f"; plots: {', '.join(p.name for p in written)}" if written else ""))
     summary = {s: {k: {m: v[m] for m in ("episodes", "recall", "precision", "lead_median_s")}
@@ -80,4 +88,36 @@ def command(ctx: click.Context, recording: str, sets: str, report_dir: str, mode
                    | ({f"recall_{evaluation.PREDICTABLE_ONSET}": v["by_onset"][evaluation.PREDICTABLE_ONSET]["recall"]}
                       if "by_onset" in v else {})
                    for k, v in per.items()} for s, per in report["detectors"].items()}
-    click.echo(json.dumps({"report": str(Path(path)), "detectors": summary}, separators=(",", ":")))
+    click.echo(json.dumps({"report": str(Path(path)), "detectors": summary} | sections, separators=(",", ":")))
+
+
+# the headline figures of each report section (report.json has them all)
+SECTION_FIGURES = {
+    "congestion": ("rerouted_episodes", "found", "recall", "cause_named", "delay_samples_max", "false_alarms"),
+    "incidents": ("faults", "root_cause_accuracy", "member_recall", "member_precision",
+                  "onset_to_incident_median_s", "compression", "merged_independent_faults"),
+}
+
+
+def section_summaries(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """``{section: {detector set or "foreshock": {figure: value}}}`` for the sections present."""
+    out: dict[str, dict[str, Any]] = {}
+    for name, figures in SECTION_FIGURES.items():
+        section = report.get(name)
+        if not isinstance(section, dict) or "skipped" in section:
+            continue
+        per_set = section.get("detectors", {"foreshock": section})  # incidents: the foreshock set's
+        out[name] = {det: {k: m.get(k) for k in figures} for det, m in per_set.items()}
+    return out
+
+
+def render_sections(sections: dict[str, dict[str, Any]]) -> Any:
+    from rich.table import Table
+
+    table = Table(title="report sections (congestion caused by rerouting; incidents)")
+    for col in ("section", "detector", "figures"):
+        table.add_column(col)
+    for name, per_set in sections.items():
+        for det, figures in per_set.items():
+            table.add_row(name, det, ", ".join(f"{k} {'—' if v is None else v}" for k, v in figures.items()))
+    return table

@@ -920,7 +920,7 @@ def render_table(report: dict[str, Any], kinds: Sequence[str] | None = None, by_
 
     table = Table(title="foreshock evaluation", show_lines=False)
     for col in ("detector", "event", "fault", "episodes", "recall", "recall at min lead", "precision",
-                "lead median", "lead p10", "false alarms /1000 GPU-h"):
+                "lead median", "lead p10", "false alarms /1000 h per entity"):
         table.add_column(col, justify="right" if col not in ("detector", "event", "fault") else "left")
 
     def fmt(v: Any, kind: str = "") -> str:

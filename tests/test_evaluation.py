@@ -149,6 +149,19 @@ def test_cli_evaluate_end_to_end(tmp_path):
     assert summary["detectors"]["foreshock"]["thermal_throttle"]["recall"] == \
         report["detectors"]["foreshock"]["thermal_throttle"]["recall"] == 1.0
     assert (tmp_path / "out" / "lead_times.png").exists()
+    # the report sections are printed and summarised too, with report.json's figures
+    assert "report sections" in result.output
+    assert summary["incidents"]["foreshock"]["faults"] == report["incidents"]["faults"] == 1
+    assert summary["incidents"]["foreshock"]["root_cause_accuracy"] == report["incidents"]["root_cause_accuracy"]
+    assert summary["congestion"]["foreshock"]["rerouted_episodes"] == \
+        report["congestion"]["detectors"]["foreshock"]["rerouted_episodes"] == 0
+    only = CliRunner().invoke(cli, ["evaluate", str(tmp_path / "rec"), "--detectors", "threshold", "--no-plots",
+                                    "--events", "thermal_throttle,congestion", "--report", str(tmp_path / "out3")])
+    assert only.exit_code == 0, only.output
+    assert list(json.loads(only.output.strip().splitlines()[-1])["detectors"]["threshold"]) == ["thermal_throttle"]
+    unknown = CliRunner().invoke(cli, ["evaluate", str(tmp_path / "rec"), "--events", "congestoin",
+                                       "--report", str(tmp_path / "out4")])
+    assert unknown.exit_code == 2 and "report sections" in unknown.output
     bad = CliRunner().invoke(cli, ["evaluate", str(tmp_path / "rec"), "--detectors", "sklearn",
                                    "--report", str(tmp_path / "out2")])
     assert bad.exit_code != 0 and "needs --model" in bad.output
