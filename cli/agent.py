@@ -12,7 +12,7 @@ from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from .kafka_options import kafka_options, settings_from
 
-SOURCES = ("simulator", "replay", "dcgm", "nvidia-smi", "nvml", "infiniband", "dom")
+SOURCES = ("simulator", "replay", "dcgm", "nvidia-smi", "nvml", "infiniband", "dom", "ethtool")
 
 
 def open_source(source: str, path: str | None, url: str | None, executable: str | None, root: str | None,
@@ -61,6 +61,14 @@ def open_source(source: str, path: str | None, url: str | None, executable: str 
             raise click.UsageError("--source dom needs --interfaces eth0,eth1")
         polled = DomSource([i.strip() for i in interfaces.split(",") if i.strip()], interval=interval or 60.0,
                            executable=executable or "ethtool", host=host, max_polls=polls)
+    elif source == "ethtool":  # ethtool -S: PHY counters (pre-FEC BER) and PFC pause per interface
+        from foreshock.streams.ethtool_stats import EthtoolStatsSource
+
+        if not interfaces:
+            raise click.UsageError("--source ethtool needs --interfaces eth0,eth1")
+        polled = EthtoolStatsSource([i.strip() for i in interfaces.split(",") if i.strip()],
+                                    interval=interval or 10.0, executable=executable or "ethtool", host=host,
+                                    max_polls=polls)
     else:  # pragma: no cover - click.Choice
         raise click.UsageError(f"unknown source {source}")
     return polled, lambda: polled.topology
@@ -74,9 +82,9 @@ def open_source(source: str, path: str | None, url: str | None, executable: str 
               help="replay/simulator: X times real time (default: replay as fast as possible, simulator live = 1).")
 @click.option("--now", "shift_now", is_flag=True, help="replay: shift timestamps so the replay starts now.")
 @click.option("--url", default=None, help="dcgm: the dcgm-exporter metrics URL.")
-@click.option("--executable", default=None, help="nvidia-smi / dom: the program to run (default nvidia-smi / ethtool).")
+@click.option("--executable", default=None, help="nvidia-smi / dom / ethtool: the program to run (default nvidia-smi / ethtool).")
 @click.option("--root", default=None, help="infiniband: the sysfs root (default /sys/class/infiniband).")
-@click.option("--interfaces", default=None, help="dom: comma-separated network interfaces.")
+@click.option("--interfaces", default=None, help="dom / ethtool: comma-separated network interfaces.")
 @click.option("--interval", type=click.FloatRange(min=0, min_open=True), default=None,
               help="Seconds between polls / simulator ticks (default: per source).")
 @click.option("--polls", type=click.IntRange(min=1), default=None, help="Stop after this many polls.")

@@ -25,7 +25,7 @@ from foreshock.streams.polling import PollingSource
 
 from .agent import open_source
 
-LIVE_SOURCES = ("dcgm", "nvidia-smi", "nvml", "infiniband", "dom")
+LIVE_SOURCES = ("dcgm", "nvidia-smi", "nvml", "infiniband", "dom", "ethtool")
 
 
 @click.command("record")
@@ -37,11 +37,11 @@ LIVE_SOURCES = ("dcgm", "nvidia-smi", "nvml", "infiniband", "dom")
 @click.option("--polls", type=click.IntRange(min=1), default=None, help="Stop after this many polls.")
 @click.option("--interval", type=click.FloatRange(min=0, min_open=True), default=None,
               help="Seconds between polls (default: per source — dcgm 30, nvidia-smi 10, nvml 1, "
-                   "infiniband 1, dom 60).")
+                   "infiniband 1, dom 60, ethtool 10).")
 @click.option("--url", default=None, help="dcgm: the dcgm-exporter metrics URL.")
-@click.option("--executable", default=None, help="nvidia-smi / dom: the program to run (default nvidia-smi / ethtool).")
+@click.option("--executable", default=None, help="nvidia-smi / dom / ethtool: the program to run (default nvidia-smi / ethtool).")
 @click.option("--root", default=None, help="infiniband: the sysfs root (default /sys/class/infiniband).")
-@click.option("--interfaces", default=None, help="dom: comma-separated network interfaces.")
+@click.option("--interfaces", default=None, help="dom / ethtool (-m / -S): comma-separated network interfaces.")
 @click.option("--host", default=None, help="Node name for local sources (default: this host's name).")
 def command(source: str, out_dir: Path, duration: float | None, polls: int | None, interval: float | None,
             url: str | None, executable: str | None, root: str | None, interfaces: str | None,

@@ -123,6 +123,11 @@ class ModuleDom:
             los = self.rx_los[used]
             if np.isfinite(los).any():
                 out["los"] = float(np.nanmax(los))
+        # the module's own alarm levels ride along with its readings, so every path (recording,
+        # Kafka, replay) hands the optics detector the thresholds this module is judged against
+        for name, key in (("rx_power_alarm_low", "rx_power_low_alarm"), ("tx_bias_alarm_high", "tx_bias_high_alarm")):
+            if key in self.thresholds:
+                out[name] = self.thresholds[key]
         return out
 
 

@@ -59,3 +59,24 @@ def test_record_refuses_to_overwrite_and_reports_a_source_that_gives_nothing(tmp
                                        "--interval", "0.01", "--polls", "2", "--out", str(tmp_path / "empty")])
     assert missing.exit_code == 1 and "nothing recorded" in missing.output
     assert not (tmp_path / "empty" / "recording.json").exists()
+
+
+def test_record_ethtool_phy_counters_give_prefec_ber(tmp_path: Path) -> None:
+    """``record --source ethtool`` runs ``ethtool -S IFACE`` per poll; from the second poll on the
+    optic rows carry the pre-FEC BER of the PHY counters between two readings."""
+    data = Path(__file__).parent / "data"
+    count = tmp_path / "count"
+    stub = tmp_path / "ethtool"
+    # first call: reading t0, then t1 (the fixture pair: 12,000 corrected of 4e12 bits = 3e-9)
+    stub.write_text(f"#!/bin/sh\n[ \"$1\" = -S ] || exit 3\necho x >> {count}\n"
+                    f"if [ $(wc -l < {count}) -eq 1 ]; then cat {data}/ethtool_S_mlx5_t0.txt; "
+                    f"else cat {data}/ethtool_S_mlx5_t1.txt; fi\n")
+    stub.chmod(0o755)
+    out = tmp_path / "rec"
+    res = CliRunner().invoke(cli, ["record", "--source", "ethtool", "--executable", str(stub), "--interfaces", "eth4",
+                                   "--interval", "0.05", "--polls", "2", "--host", "n1", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    rec = Recording.open(out)
+    assert rec.topology.links == ["n1/eth4"]
+    ber = np.concatenate([f.columns["prefec_ber"] for f in rec.iter_frames() if f.kind == "optic"])
+    assert len(ber) == 2 and np.isnan(ber[0]) and abs(ber[1] - 3e-9) < 1e-15

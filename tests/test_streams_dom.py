@@ -84,7 +84,8 @@ def test_unused_lanes_of_a_four_lane_module_are_left_out() -> None:
 def test_sff8472_single_lane_sfp() -> None:
     values = parse_ethtool_m(read("ethtool_m_sfp_8472.txt")).optic_values()
     assert values == {"module_temp": 33.5, "module_voltage": 3.312, "tx_bias": pytest.approx(6.986e-3, abs=1e-12),
-                      "tx_power": pytest.approx(-3.30, abs=1e-9), "rx_power": -4.00}
+                      "tx_power": pytest.approx(-3.30, abs=1e-9), "rx_power": -4.00,
+                      "rx_power_alarm_low": -21.02, "tx_bias_alarm_high": pytest.approx(13e-3)}
 
 
 def test_bad_values_are_counted_and_a_module_without_dom_is_reported() -> None:
@@ -105,6 +106,9 @@ def test_dom_batch_rows_are_the_optic_values() -> None:
     assert batch.entity_names() == ["a#a", "b#b"]
     assert batch.columns["rx_power"].tolist() == [-9.90, DBM_FLOOR]
     assert batch.columns["los"].tolist() == [0.0, 1.0]
+    # each module's own alarm levels travel in its row (the optics detector judges it by them)
+    assert batch.columns["rx_power_alarm_low"].tolist() == [-16.20, -10.50]
+    assert batch.columns["tx_bias_alarm_high"][0] == pytest.approx(0.015)
 
 
 def test_dom_source_runs_ethtool(tmp_path: Path) -> None:
