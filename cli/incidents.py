@@ -203,6 +203,8 @@ def render_truth(console: Console, report: dict, t0: float) -> None:  # type: ig
                       "-" if row["member_recall"] is None else f"{row['member_recall']:.2f}",
                       "-" if delay is None else f"{delay / 60:.1f} min")
     console.print(table)
-    console.print(f"root cause right for {report['root_cause_accuracy']} of {report['faults']} faults with "
-                  f"consequences; member recall {report['member_recall']}, precision {report['member_precision']}; "
-                  f"{report['merged_independent_faults']} incident(s) merging independent faults")
+    n, accuracy = report["faults"], report["root_cause_accuracy"]
+    right = "-" if accuracy is None else f"{round(accuracy * n)} of {n}"  # a count: "1.0 of 12" read as one
+    console.print(f"root cause right for {right} faults with consequences; member recall {report['member_recall']}, "
+                  f"precision {report['member_precision']}; {report['merged_independent_faults']} incident(s) merging "
+                  "independent faults")

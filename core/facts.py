@@ -90,3 +90,7 @@ XMIT_WAIT_TICK_BYTES = 64.0
 port waiting all the time counts ``rate / 8 / 64`` ticks per second (the IB spec leaves the tick
 unspecified; real ports differ)."""
 PREFEC_BER_FEC_LIMIT = 2.4e-4  # RS(544,514) "KP4" FEC limit for 400G PAM4 links
+
+STALLED_STEP_RATIO = 100.0
+"""Step slowdown reported for a job that cannot step at all (a GPU off the bus): the ratio is
+unbounded, and gauges and JSON want a finite number; GPU-hours at risk count the whole job."""

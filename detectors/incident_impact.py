@@ -38,9 +38,7 @@ SLOPE_BASELINE_S = 300.0
 sample-to-sample differences."""
 MIN_HEATING_C_PER_S = 0.005
 """Below 0.3 °C/min a heating rate is noise on integer readings: no ETA is given from it."""
-STALLED_RATIO = 100.0
-"""Step slowdown reported for a job that cannot step at all (a GPU off the bus): the ratio is
-unbounded, and gauges and JSON want a finite number; GPU-hours at risk count the whole job."""
+STALLED_RATIO = facts.STALLED_STEP_RATIO
 
 
 class Telemetry:

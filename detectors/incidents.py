@@ -17,7 +17,9 @@ incident per cause**, updated as it grows:
   consequence (XID 48 after HBM heat); a loop or rack incident that stopped spreading more than
   ``coherence_s`` ago does not claim a GPU that only now starts heating (a fan, a thermal
   interface); symptoms that open nothing by themselves (power caps, peer outliers, optic
-  trends, z-score blips) only ever join.
+  trends, z-score blips) only ever join; a GPU back on the bus after its XID 79 incident resolved
+  differs from its peers for a while, and what is said of it then without an observed effect is
+  counted in that incident, opening nothing (``reopen_s``).
 - **Root cause.** Candidate domains are ranked by how much of the incident's evidence they
   explain: the finest domain that holds ``cover`` (80 %) of the members' weight and has the
   support its level needs is the root — many GPUs of one loop with inlet rising on its racks ->
@@ -227,6 +229,7 @@ class IncidentEngine:
         self._rooted: dict[int, set[int]] = {}  # root domain -> serials
         self._external: list[tuple[float, int, ExternalEvent]] = []
         self._names: dict[str, tuple[str, int]] | None = None
+        self._evicted: list[Finding] = []  # resolved early to make room; reported by the same observe()
         self.next_serial = 1
         self.last_tick = -math.inf
         self.stats = {"findings": 0, "attached": 0, "consequences": 0, "unattached": 0, "incidents": 0,
@@ -244,6 +247,9 @@ class IncidentEngine:
                 continue
             took = True
             self._take(f)
+        if self._evicted:
+            out += self._evicted
+            self._evicted = []
         if now - self.last_tick >= self.tick_s:
             self.last_tick = now
             self._tick(now, out)
@@ -334,6 +340,8 @@ class IncidentEngine:
         if inc is None and ev.sig.opens:
             inc = self._widen(ev)
         if inc is None:
+            if ev.sig.opens and self._back_on_the_bus(ev):
+                return
             if ev.sig.opens:
                 inc = self._new_incident(ev.sig.family, ev.ts)
             elif self._consequence(ev):
@@ -369,6 +377,27 @@ class IncidentEngine:
                 return inc
             return None
         return inc
+
+    def _back_on_the_bus(self, ev: _Evidence) -> bool:
+        """A GPU that fell off the bus, then repaired: it rejoins differing from its peers for a while
+        (its job restarts, clocks and caches are fresh), and what the detectors then say about it
+        without an observed effect (a hot outlier, a prediction) and that no live incident claims
+        (a failing loop still does) is that fault's aftermath — counted there, opening nothing — for
+        as long as the incident could reopen (``reopen_s``; the repair may end well after the
+        incident resolved when no telemetry says the GPU is still silent). A cause that persists
+        opens its own incident after that; an observed effect at once."""
+        if ev.kind != "gpu" or ev.sig.observed or ev.sig.family == LOST:
+            return False
+        serial = int(self.s_member_of[GPU][ev.slot])
+        inc = self._incidents.get(serial) if serial >= 0 else None
+        if inc is None or inc.state != RESOLVED or inc.merged_into >= 0 or not ev.ts - inc.resolved_ts <= self.reopen_s:
+            return False
+        m = inc.members.get(key(GPU, ev.slot))
+        if m is None or "gpu_lost" not in m.signals:
+            return False
+        inc.findings += 1
+        self.stats["consequences"] += 1
+        return True
 
     def _named_incident(self, ev: _Evidence) -> _Incident | None:
         for kind, slot in ev.named:
@@ -483,7 +512,10 @@ class IncidentEngine:
         stalest = min((i for i in self._incidents.values() if i.live), key=lambda i: i.last_ts)
         self.health.problem(self.name, "too many live incidents: the stalest was resolved early")
         self.stats["evicted"] += 1
-        self._resolve(stalest, stalest.last_ts, [])
+        done: list[Finding] = []
+        self._resolve(stalest, stalest.last_ts, done)
+        if stalest.emits:  # sinks that were told it opened must be told it ended
+            self._evicted += done
 
     def _attach(self, inc: _Incident, ev: _Evidence) -> None:
         mkey = key(MEMBER_LEVEL[ev.kind], ev.slot)
@@ -934,10 +966,10 @@ class IncidentEngine:
         at_risk.sort()
         out = [(n, round(e, 1) if math.isfinite(e) else -1.0) for e, n in at_risk[:cap]]
         if len(out) < cap:
-            out += self._exposed(inc, members, cap - len(out))
+            out += self._exposed(inc, members, cap - len(out), now)
         return tuple(out)
 
-    def _exposed(self, inc: _Incident, members: list[_Member], room: int) -> list[tuple[str, float]]:
+    def _exposed(self, inc: _Incident, members: list[_Member], room: int, now: float) -> list[tuple[str, float]]:
         level = level_of(inc.root) if inc.root >= 0 else -1
         if inc.family in (THERMAL, POWER, GENERIC) and level in (NODE, RACK, LOOP):
             gpus = self.dom.gpus_in(inc.root)
@@ -951,9 +983,12 @@ class IncidentEngine:
                 link = m.slot if m.kind == "link" else m.slot // 2
                 eta = 0.0 if "link_down" in m.signals else -1.0
                 p = m.preds.get("link_down")
-                if p is not None and p[1] >= 0:
-                    eta = p[1]
-                failing[link] = eta if link not in failing else max(min(failing[link], eta), -1.0)
+                if eta < 0 and p is not None and p[1] >= 0:
+                    eta = max(0.0, p[1] - (now - p[0]))  # the detector's ETA, counted down to now
+                # an optic and its link are both members: the soonest known ETA wins, unknown (-1) only
+                # when neither knows (min() alone would let the optic's unknown hide the link's ETA)
+                known = [e for e in (failing.get(link, -1.0), eta) if e >= 0]
+                failing[link] = min(known) if known else -1.0
             hit = {m.slot for m in members if m.kind == "link"}
             return reroute_targets_ranked(self.dom, self.tel, failing, hit, room)
         return []

@@ -21,6 +21,7 @@ from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from foreshock import facts
 from foreshock.facts import IB_PORT_STATE_ACTIVE, THROTTLE_BITS
 
 from .store import LATENCY_BUCKETS, FindingStore, StoreSnapshot, xid_severity
@@ -380,22 +381,26 @@ class ForeshockCollector(Collector):
         f_risk = _family(f"{NS}_job_gpu_hours_at_risk_per_hour")
         by_kind: dict[str, int] = {}
         slowdown: dict[str, float] = {}
-        risk: dict[str, float] = {}
         for inc in snap.incidents:
             by_kind[inc.root_kind] = by_kind.get(inc.root_kind, 0) + 1
             f_mem.add_metric([cluster, inc.incident_id, inc.root_kind, inc.root_entity, inc.state], float(len(inc.members)))
             f_pred.add_metric([cluster, inc.incident_id, inc.root_kind, inc.root_entity], float(len(inc.predicted_members)))
             for job, ratio in inc.jobs:
                 slowdown[job] = max(slowdown.get(job, 1.0), float(ratio))
-                share = inc.gpu_hours_at_risk_per_hour / max(len(inc.jobs), 1)
-                risk[job] = risk.get(job, 0.0) + share
         for kind, n in sorted(by_kind.items()):
             f_open.add_metric([cluster, kind], float(n))
+        topo = snap.topology
+        job_gpus = np.bincount(topo.gpu_job[topo.gpu_job >= 0], minlength=len(topo.jobs))
+        job_slot = {name: j for j, name in enumerate(topo.jobs)}
         for job, factor in sorted(slowdown.items()):
             # incidents carry a step-time factor (1.25 = 25% slower); the metric is the extra fraction
             f_slow.add_metric([cluster, job], max(factor - 1.0, 0.0))
-        for job, r in sorted(risk.items()):
-            f_risk.add_metric([cluster, job], r)
+            # a synchronous job's GPUs all wait for its slowest member: the share of its GPU-hours
+            # lost is 1 - 1/factor (all of them when it cannot step), from its worst incident — two
+            # incidents on one job do not add, the slower one sets the pace
+            gpus = float(job_gpus[job_slot[job]]) if job in job_slot else 0.0
+            lost = 1.0 if factor >= facts.STALLED_STEP_RATIO else 1.0 - 1.0 / max(factor, 1.0)
+            f_risk.add_metric([cluster, job], gpus * lost)
         yield from (f_open, f_mem, f_pred, f_slow, f_risk)
 
     # ---- the pipeline itself ---------------------------------------------------------------

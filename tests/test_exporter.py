@@ -70,6 +70,28 @@ def test_collector_exports_predictions_aggregates_and_pipeline_counters(small_to
                   for line in temp_lines) == ["node0/3", "node0/5", "node3/6", "node3/7"]
 
 
+def test_job_gpu_hours_at_risk_are_the_jobs_own_gpus_at_its_worst_pace(small_topology: Topology) -> None:
+    """job0 (16 GPUs) stalled by one incident and slowed by another: all 16 GPU-hours per hour are
+    at risk (the incidents do not add up); job1 (16 GPUs) 1.25x slower loses 1 - 1/1.25 = 20 %
+    of its GPUs' time: 3.2. Members and predicted members are exported per incident."""
+    store = FindingStore(small_topology)
+    store.observe_findings([
+        Incident(10.0, "a", "growing", "gpu", "node0/gpu1", "off the bus", members=("node0/gpu1",),
+                 jobs=(("job0", 100.0),), gpu_hours_at_risk_per_hour=16.0),
+        Incident(10.0, "b", "growing", "cooling_loop", "cdu1", "inlet rising",
+                 members=("rack1", "node2/gpu0", "node3/gpu0"), predicted_members=(("node2/gpu1", 300.0),),
+                 jobs=(("job0", 1.5), ("job1", 1.25)), gpu_hours_at_risk_per_hour=8.0),
+    ])
+    reg = build_registry(store)
+    risk = {job: reg.get_sample_value("foreshock_job_gpu_hours_at_risk_per_hour",
+                                      {"cluster": "test", "training_job": job}) for job in ("job0", "job1")}
+    assert risk == {"job0": pytest.approx(16.0), "job1": pytest.approx(3.2)}
+    assert reg.get_sample_value("foreshock_incident_members", {"cluster": "test", "incident": "b", "root_kind": "cooling_loop",
+                                "root_entity": "cdu1", "state": "growing"}) == 3
+    assert reg.get_sample_value("foreshock_incident_predicted_members", {"cluster": "test", "incident": "b",
+                                "root_kind": "cooling_loop", "root_entity": "cdu1"}) == 1
+
+
 def test_withdrawn_prediction_and_resolved_incident_disappear(small_topology: Topology) -> None:
     store = FindingStore(small_topology)
     p = Prediction(10.0, "gpu", 1, "power_cap", 60.0, 0.9, "power")

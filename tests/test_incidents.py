@@ -338,6 +338,60 @@ def test_gpu_off_the_bus_stalls_its_job():
         assert not [f for f in engine.observe([], float(t)) if isinstance(f, Incident) and f.state == "resolved"]
 
 
+def test_a_gpu_back_on_the_bus_does_not_open_a_second_incident_for_the_same_fault():
+    """After an XID 79 the GPU is repaired and rejoins; for a while it differs from its peers (its job
+    restarts, its clocks and caches are fresh). What the detectors say about it then is the same
+    fault's aftermath, not a new cause: no second incident (seed 779 of the mixed scenario showed a
+    'thermal interface' incident on the repaired GPU 70 s after the XID incident resolved).
+    A cause that persists past the aftermath window still opens its own incident."""
+    engine = IncidentEngine(TOPO)
+    lost = gpu(6, 3)
+    back_at = 1800.0
+
+    def frames(t: float) -> list[Frame]:
+        slots = np.arange(len(TOPO.gpus), dtype=np.int32)
+        if t < back_at:
+            slots = slots[slots != lost]  # silent while off the bus
+        return [Frame("gpu", np.full(len(slots), t), slots, {"gpu_temp": np.full(len(slots), 50.0)})]
+
+    out = run(engine, [Anomaly(0.0, "gpu", lost, "xid_last", 79.0, "xid", "XID 79")], until=3600.0,
+              frames={float(t): frames(float(t)) for t in range(0, 3610, 10)})
+    (first,) = by_id(out).values()
+    resolved_at = next(u.ts for u in first if u.state == "resolved")
+    assert resolved_at >= back_at
+    after = [Anomaly(resolved_at + 70.0, "gpu", lost, "gpu_temp", 9.0, "straggler",
+                     "temperature 46.7 °C vs job job1 median 36.9 °C (16 busy peers) at the same load"),
+             Anomaly(resolved_at + 530.0, "gpu", lost, "hbm_temp", 6.0, "robust_zscore", "CUSUM")]
+    again = run(engine, after, start=resolved_at + 10.0, until=resolved_at + 2000.0)
+    assert again == []
+    # a thermal cause on the same GPU that persists past the aftermath window is reported, and an
+    # observed effect (throttling) inside the window at once
+    start = resolved_at + 2000.0
+    later = [thermal(start + t, lost, eta=3600.0) for t in range(0, 3600, 60)]
+    new = run(engine, later, start=start, until=start + 3600.0)
+    assert {u.incident_id for u in new} - {first[0].incident_id}
+    assert min(u.ts for u in new) <= resolved_at + engine.reopen_s + 200.0
+    assert new[-1].root_entity == TOPO.gpus[lost] and new[-1].fault_hint == "tim_degradation"
+    fresh = IncidentEngine(TOPO)
+    run(fresh, [Anomaly(0.0, "gpu", lost, "xid_last", 79.0, "xid", "XID 79")], until=1200.0)
+    observed = [Anomaly(1300.0 + t, "gpu", lost, "throttle_reasons", 32.0, "throttle_bits", "sw_thermal")
+                for t in (0.0, 60.0)]
+    assert run(fresh, observed, start=1210.0, until=1500.0)
+
+
+def test_a_gpu_back_on_the_bus_still_joins_a_loop_that_fails_around_it():
+    from dataclasses import replace
+
+    engine = IncidentEngine(TOPO)
+    back = gpu(1, 1)  # on cdu0
+    first = run(engine, [Anomaly(0.0, "gpu", back, "xid_last", 79.0, "xid", "XID 79")], until=1000.0)
+    assert first[-1].state == "resolved"
+    loop = [replace(f, ts=f.ts + 1000.0) for f in cooling_loss_stream(end=1200.0)]
+    out = run(engine, loop, start=1010.0, until=2300.0)
+    final = [u for u in out if u.root_kind == "cooling_loop"][-1]
+    assert TOPO.gpus[back] in final.members
+
+
 def test_predicted_spread_is_ranked_by_headroom_with_telemetry():
     engine = IncidentEngine(TOPO)
     # telemetry: loop-0 GPUs warm at different margins, all heating at 0.01 °C/s
@@ -363,6 +417,66 @@ def test_predicted_spread_is_ranked_by_headroom_with_telemetry():
     inc2 = run(blind, stream, until=890.0)[-1]
     assert {n for n, _ in inc2.predicted_members if n not in inc2.members} == set(names)
     assert all(eta == -1.0 for n, eta in inc2.predicted_members if n not in inc2.members)
+
+
+def test_reroute_targets_are_ranked_by_link_capacity_left_with_the_link_down_eta():
+    """A failing NIC link's traffic moves to its node's other NIC links: the busiest sibling has the
+    least capacity left once it takes a share, so it comes first; each carries the link-down ETA."""
+    engine = IncidentEngine(TOPO)
+    rate = 400e9  # bits/s
+    util = {link(0, 1): 0.2, link(0, 2): 0.6, link(0, 3): 0.4, link(0, 0): 0.5}
+    slots = np.array(sorted(util), dtype=np.int32)
+    per_s = np.array([util[int(s)] * rate / 8.0 for s in slots])  # bytes per second
+    frames = {float(t): [Frame("link", np.full(len(slots), float(t)), slots,
+                               {"tx_data": per_s * t, "link_rate": np.full(len(slots), rate)})]
+              for t in range(0, 400, 10)}
+    stream = [f for f in optic_stream(down_at=3000.0) if f.ts < 400.0]
+    out = run(engine, stream, until=390.0, frames=frames)
+    inc = out[-1]
+    assert inc.root_kind == "optic"
+    spread = list(inc.predicted_members)
+    names = [n for n, _ in spread]
+    siblings = [TOPO.links[link(0, r)] for r in (2, 3, 1)]  # capacity left, 1 - 4/3 u: 0.20, 0.47, 0.73
+    assert names[0] == TOPO.links[link(0, 0)]  # the failing link itself, with the detector's ETA
+    assert names[1:4] == siblings
+    link_eta = dict(spread)[TOPO.links[link(0, 0)]]
+    assert link_eta == pytest.approx(3000.0 - inc.ts, abs=70.0)
+    # the siblings inherit the ETA of the failure that will load them, counted down like the link's
+    # (the optic is a member too and knows no ETA: that must not hide the link's)
+    assert [eta for _, eta in spread[1:4]] == [link_eta] * 3
+
+
+# ---- sinks: console and JSON lines ------------------------------------------------------------------
+def test_console_and_jsonl_sinks_show_the_incident(tmp_path):
+    """The console summary of `replay`/`demo` lists each incident once (its latest state) with its
+    root, why, members, what comes next (ETA in minutes) and the job's slowdown; the JSONL sink
+    writes every emission so that it reads back equal."""
+    import io
+
+    from rich.console import Console
+
+    from foreshock.exporters.console import FindingTally, render_summary
+    from foreshock.exporters.jsonl import JsonlSink
+    from foreshock.findings import finding_from_dict
+
+    out = run(IncidentEngine(TOPO), optic_stream(down_at=3000.0), until=1200.0)
+    assert len(by_id(out)) == 1 and len(out) >= 2
+    tally = FindingTally(TOPO)
+    tally.first_ts = 0.0
+    tally.observe_findings(out)
+    sink = JsonlSink(tmp_path / "findings.jsonl")
+    sink.observe_findings(out)
+    sink.close()
+    text = io.StringIO()
+    render_summary(tally, PipelineHealth(), console=Console(file=text, width=400))
+    rows = [line for line in text.getvalue().splitlines() if "optic node0/gpu0~leaf0#b" in line]
+    assert len(rows) == 1, text.getvalue()  # one row per incident, not per emission
+    last = out[-1]
+    eta_min = f"{last.predicted_members[0][1] / 60:.0f} min"
+    assert last.state in rows[0] and last.reason[:40] in rows[0] and f"node0/gpu0~leaf0 ({eta_min})" in rows[0]
+    assert "job0 x1.04" in rows[0]
+    back = [finding_from_dict(json.loads(line)) for line in (tmp_path / "findings.jsonl").read_text().splitlines()]
+    assert back == out
 
 
 # ---- external events ---------------------------------------------------------------------------
@@ -470,6 +584,18 @@ def test_max_live_evicts_the_stalest():
     run(engine, stream, until=200.0)
     assert sum(1 for i in engine._incidents.values() if i.live) <= 4
     assert health.problems[("incidents", "too many live incidents: the stalest was resolved early")] >= 1
+
+
+def test_an_evicted_incident_that_was_reported_is_reported_resolved():
+    """Sinks keep an incident until they see it resolved (the Prometheus store, the console): one
+    resolved early to make room must say so, or its gauges would show it open for ever."""
+    engine = IncidentEngine(TOPO, max_live=2)
+    xid = [Anomaly(float(10 * i), "gpu", gpu(i, 0), "xid_last", 79.0, "xid", "XID 79") for i in range(2)]
+    opened = run(engine, xid, until=200.0)
+    assert sorted(u.incident_id for u in opened if u.state == "open") == ["inc-1", "inc-2"]
+    out = run(engine, [Anomaly(300.0, "gpu", gpu(5, 1), "xid_last", 79.0, "xid", "XID 79")], start=210.0, until=400.0)
+    assert [u.incident_id for u in out if u.state == "resolved"] == ["inc-1"]  # the stalest
+    assert engine.stats["evicted"] == 1
 
 
 # ---- signals -----------------------------------------------------------------------------------

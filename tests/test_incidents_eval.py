@@ -189,6 +189,7 @@ def test_incidents_command_prints_a_timeline(psu_recording, tmp_path):
     assert res.exit_code == 0, res.output
     assert f"OPEN root node {onset.entity}" in res.output
     assert f"OPEN root node {other} (fan_failure) — external" in res.output
+    assert "root cause right for 1 of 1 faults with consequences" in res.output
     summary = json.loads(res.output.strip().splitlines()[-1])
     assert summary["name"] == "incidents"
     assert summary["root_cause_accuracy"] == 1.0 and summary["member_recall"] == 1.0
