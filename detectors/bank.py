@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 from typing import Any, Iterable, Protocol, Sequence
 
+from foreshock.health import PipelineHealth
 from foreshock.findings import Finding
 from foreshock.frames import Frame
 from foreshock.topology import Topology
@@ -54,6 +55,14 @@ class DetectorBank:
         if processors is None:
             processors = [create_processor(p, topology, **params.get(p, {})) for p in DEFAULT_PROCESSORS]
         return cls(topology, [create(n, topology, **params.get(n, {})) for n in names], processors)
+
+    def report_problems_to(self, health: PipelineHealth) -> None:
+        """Count the detectors' and processors' own input problems (counter values that go
+        backwards, findings for unknown entities, ...) in ``health`` — the pipeline's, which the
+        exporter publishes — instead of each one's private default."""
+        for part in [*self.detectors, *self.processors]:
+            if isinstance(getattr(part, "health", None), PipelineHealth):
+                part.health = health  # type: ignore[attr-defined]
 
     @property
     def kinds(self) -> set[str]:

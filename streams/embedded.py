@@ -58,6 +58,7 @@ class EmbeddedPipeline:
         self.health = health or (store.health if store is not None else PipelineHealth())
         self.store = store or FindingStore(topology, self.health)
         self.guard = InputGuard(topology, self.health)
+        bank.report_problems_to(self.health)
         self.sinks: list[Sink] = [self.store, *sinks]
         self.gauge_interval_s = gauge_interval_s
         self._last_gauges = 0.0

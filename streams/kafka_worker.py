@@ -347,6 +347,9 @@ class IncidentStage:
     def __init__(self, processors: Sequence[FindingProcessor], health: PipelineHealth | None = None) -> None:
         self.processors = list(processors)
         self.health = health or PipelineHealth()
+        for proc in self.processors:  # their problems (findings for unknown entities, ...) count here
+            if isinstance(getattr(proc, "health", None), PipelineHealth):
+                proc.health = self.health  # type: ignore[attr-defined]
         self.signature = ",".join(p.name for p in self.processors)
         self.released: dict[str, int] = {}  # agent -> last released seq
         self.pending: dict[tuple[str, int], dict[int, FindingsMessage]] = {}

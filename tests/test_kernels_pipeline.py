@@ -169,3 +169,23 @@ def test_throttle_bits_reports_onsets_only() -> None:
     found = det.update(frame)
     assert [(f.ts, int(f.score)) for f in found] == [(2.0, 0x4), (4.0, 0x20), (6.0, 0x20)]
     assert "sw_thermal" in found[1].reason
+
+
+def test_detectors_count_their_input_problems_in_the_pipelines_health(small_topology: Topology) -> None:
+    """A link counter going negative is the link-error detector's to notice; the pipeline's health
+    (what /metrics publishes as foreshock_input_problems_total) must count it, for detectors the
+    bank built with their own default health."""
+    from foreshock.detectors.bank import DetectorBank
+    from foreshock.fields import field_names
+    from foreshock.streams.embedded import EmbeddedPipeline
+
+    topo = small_topology
+    bank = DetectorBank.from_names(topo, ["link_errors"])
+    pipeline = EmbeddedPipeline(topo, bank)
+    n = topo.size("link")
+    for t, value in ((10.0, 5.0), (20.0, -1.0)):
+        cols = {name: np.zeros(n) for name in field_names("link")}
+        cols["symbol_error"] = np.full(n, value)
+        pipeline.process(Frame("link", np.full(n, t), np.arange(n), cols))
+    problems = {reason: count for (stage, reason), count in pipeline.health.problems.items() if stage == "link_errors"}
+    assert problems == {"negative or infinite counter value": n}
