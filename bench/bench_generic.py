@@ -9,7 +9,9 @@ same stream: HalfSpaceTrees (river's streaming anomaly detector), and its PageHi
 drift detectors; our own river adapter (learn_one/score_one per event) runs there too, to show
 what the per-event Python call costs. Memory per series: the bank's state arrays per series,
 against the heap one river HalfSpaceTrees holds. The multivariate detector's rate (node-steps/s, 32
-fields per node) is reported alongside. Each figure is the median of ``--runs`` runs (min, max).
+fields per node) is reported alongside, and the ``mahalanobis`` pipeline detector's (GPU rows/s
+through ``update(frame)`` at 1,024 GPUs, its 8 default fields). Each figure is the median of
+``--runs`` runs (min, max).
 """
 
 from __future__ import annotations
@@ -30,12 +32,15 @@ from _util import emit, repeat  # noqa: E402
 from foreshock.detectors.cusum import Cusum  # noqa: E402
 from foreshock.detectors.ewma_zscore import EwmaZScore  # noqa: E402
 from foreshock.detectors.holt import Holt  # noqa: E402
+from foreshock.detectors.mahalanobis import MahalanobisDetector  # noqa: E402
 from foreshock.detectors.multivariate import OnlineMahalanobis  # noqa: E402
 from foreshock.detectors.page_hinkley import PageHinkley  # noqa: E402
 from foreshock.detectors.range_novelty import RangeNovelty  # noqa: E402
 from foreshock.detectors.river_adapters import UnivariateAdapter  # noqa: E402
 from foreshock.detectors.seasonal import SeasonalDiff  # noqa: E402
 from foreshock.detectors.univariate import UnivariateDetector  # noqa: E402
+from foreshock.frames import Frame  # noqa: E402
+from foreshock.topology import Topology  # noqa: E402
 
 
 def make_stream(series: int, steps: int, seed: int = 0) -> np.ndarray:
@@ -79,6 +84,33 @@ def mahalanobis_rate(nodes: int, fields: int, steps: int) -> float:
     t0 = time.perf_counter()
     det.update(x)
     return nodes * steps / (time.perf_counter() - t0)
+
+
+def gpu_frames(gpus: int, steps: int) -> tuple[Topology, list[Frame]]:
+    """One frame per second of ``gpus`` GPUs whose temperatures, clock and utilisation follow a
+    random power; the throttle counters advance (rates, not raw values, reach the model)."""
+    topo = Topology.from_gpu_hosts([(f"n{g // 8}", g % 8) for g in range(gpus)])
+    rng = np.random.default_rng(2)
+    frames = []
+    for t in range(steps):
+        p = rng.uniform(300, 700, gpus)
+        frames.append(Frame("gpu", np.full(gpus, float(t)), np.arange(gpus), {
+            "power": p, "gpu_temp": 30 + 0.04 * p + rng.normal(0, 0.5, gpus), "hbm_temp": 25 + 0.03 * p,
+            "sm_clock": 1.98e9 - 2e5 * p, "util": np.full(gpus, 0.97), "power_throttle_time": np.full(gpus, 0.3 * t),
+            "thermal_throttle_time": np.zeros(gpus), "pcie_replays": np.full(gpus, 5.0)}))
+    return topo, frames
+
+
+def mahalanobis_detector_rate(topo: Topology, frames: list[Frame], warm: int) -> float:
+    """GPU rows/s of the ``mahalanobis`` detector's ``update`` after ``warm`` frames (every GPU
+    scored, so each row is a solve, a rank-1 update and an alarm step)."""
+    det = MahalanobisDetector(topo, warmup=warm // 2)
+    for frame in frames[:warm]:
+        det.update(frame)
+    t0 = time.perf_counter()
+    for frame in frames[warm:]:
+        det.update(frame)
+    return sum(len(f) for f in frames[warm:]) / (time.perf_counter() - t0)
 
 
 def state_bytes(det) -> int:  # type: ignore[no-untyped-def]
@@ -144,6 +176,8 @@ def main() -> None:
     ph = repeat(lambda: river_rate(drift.PageHinkley, arr, "drift"), runs=river_runs)
     adwin = repeat(lambda: river_rate(drift.ADWIN, arr, "drift"), runs=river_runs)
     mv = repeat(lambda: mahalanobis_rate(256, 32, 40), runs=max(3, args.runs // 2))
+    mv_topo, mv_frames = gpu_frames(1024, 300)
+    mvd = repeat(lambda: mahalanobis_detector_rate(mv_topo, mv_frames, warm=100), runs=max(3, args.runs // 2))
     adapter = repeat(lambda: river_rate(lambda: UnivariateAdapter("ewma_zscore"), arr, "anomaly"), runs=river_runs)
 
     print(f"stream: {args.series} series x {args.steps} steps = {stream.size:,} points, batches of {args.batch}")
@@ -155,6 +189,7 @@ def main() -> None:
     print(f"river ADWIN (drift):                  {adwin['median']:>14,.0f} updates/s (min {adwin['min']:,.0f}, max {adwin['max']:,.0f})")
     print(f"foreshock EWMA z via river adapter:   {adapter['median']:>14,.0f} obs/s     (per-event Python calls)")
     print(f"multivariate Mahalanobis, 32 fields:  {mv['median']:>14,.0f} node-steps/s (min {mv['min']:,.0f}, max {mv['max']:,.0f})")
+    print(f"mahalanobis detector, 1,024 GPUs:     {mvd['median']:>14,.0f} GPU rows/s (min {mvd['min']:,.0f}, max {mvd['max']:,.0f})")
     per_series = {det.name: state_bytes(det) / args.series for det in make_bank(args.series)}
     bank_bytes = sum(per_series.values())
     mv_bytes = state_bytes(OnlineMahalanobis(256, 32)) / 256
@@ -176,6 +211,9 @@ def main() -> None:
          page_hinkley_ratio=round(singles["page_hinkley"]["median"] / ph["median"], 1),
          river_adapter_obs_per_s=round(adapter["median"]),
          mahalanobis_32_fields_node_steps_per_s=round(mv["median"]),
+         mahalanobis_detector_gpu_rows_per_s=round(mvd["median"]),
+         mahalanobis_detector_gpu_rows_per_s_min=round(mvd["min"]),
+         mahalanobis_detector_gpu_rows_per_s_max=round(mvd["max"]),
          state_bytes_per_series=round(bank_bytes),
          state_bytes_per_series_by_detector={k: round(v) for k, v in per_series.items()},
          river_hst_bytes_per_series=hst_bytes, mahalanobis_bytes_per_32_field_node=round(mv_bytes),

@@ -28,6 +28,7 @@ DETECTORS: dict[str, str] = {
     "link_errors": "link_errors:LinkErrorsDetector",
     "optics": "optics:OpticsDetector",
     "xid": "xid:XidDetector",
+    "mahalanobis": "mahalanobis:MahalanobisDetector",  # opt-in: not in DEFAULT_BANK
 }
 
 DEFAULT_BANK: list[str] = ["robust_zscore", "throttle_bits", "congestion", "link_errors", "optics",

@@ -17,45 +17,61 @@ from foreshock.detectors.river_adapters import MahalanobisAdapter
 from foreshock.health import PipelineHealth
 
 
-def reference(x: np.ndarray, alpha: float, ridge: float, clip: float, warmup: int) -> tuple[np.ndarray, np.ndarray]:
-    """Straight NumPy per entity: mean/covariance as plain floats, solve with np.linalg.solve."""
-    steps, ents, d = x.shape
-    score = np.zeros((steps, ents))
-    contrib = np.zeros((steps, ents, d))
+def reference_rows(slot: np.ndarray, x: np.ndarray, entities: int, alpha: float, ridge: float, clip: float,
+                   warmup: int, floor: np.ndarray | None = None,
+                   learn: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Straight NumPy, row by row (row t a sample of entity slot[t]): mean/covariance per entity,
+    solve with np.linalg.solve; ``floor`` the per-field std floor, ``learn`` which rows learn."""
+    rows, d = x.shape
+    floor = np.zeros(d) if floor is None else floor
+    learn = np.ones(rows, bool) if learn is None else learn
+    score = np.zeros(rows)
+    contrib = np.zeros((rows, d))
+    resid = np.zeros((rows, d))
     bound = d + clip * math.sqrt(2 * d)
-    for e in range(ents):
-        mean = np.zeros(d)
-        cov = np.zeros((d, d))
-        n = 0
-        for t in range(steps):
-            v = x[t, e]
-            present = np.isfinite(v)
-            if not present.any():
-                score[t, e] = np.nan
-                continue
-            r = np.where(present, v - mean, 0.0) if n >= 1 else np.zeros(d)
-            d2 = 0.0
-            if n >= 2:
-                reg = (1 - ridge) * cov + ridge * np.diag(np.diag(cov))
-                reg[np.diag_indices(d)] = np.diag(cov) + 1e-9 * (1 + mean ** 2)
-                y = np.linalg.solve(reg, r)
-                contrib[t, e] = r * y
-                d2 = max(float(r @ y), 0.0)
-            if n < warmup:
-                contrib[t, e] = 0.0
-                score[t, e] = 0.0
-            else:
-                score[t, e] = math.sqrt(d2 / d)
-            if n == 0:
-                mean = np.where(present, v, 0.0)
-                n = 1
-                continue
-            a = max(alpha, 1 / (n + 1))
-            w = bound / d2 if (n >= warmup and d2 > bound) else 1.0
-            cov = (1 - a) * cov + a * (1 - a) * w * np.outer(r, r)     # r = 0 where missing
-            mean = mean + a * w * r
-            n += 1
-    return score, contrib
+    mean = np.zeros((entities, d))
+    cov = np.zeros((entities, d, d))
+    count = np.zeros(entities, int)
+    for t in range(rows):
+        e, v, n = slot[t], x[t], count[slot[t]]
+        present = np.isfinite(v)
+        r = np.where(present, v - mean[e], 0.0) if n >= 1 else np.zeros(d)
+        resid[t] = r
+        if not present.any():
+            score[t] = np.nan
+            continue
+        d2 = 0.0
+        if n >= 2:
+            reg = (1 - ridge) * cov[e] + ridge * np.diag(np.diag(cov[e]))
+            reg[np.diag_indices(d)] = np.maximum(np.diag(cov[e]), floor ** 2) + 1e-9 * (1 + mean[e] ** 2)
+            y = np.linalg.solve(reg, r)
+            contrib[t] = r * y
+            d2 = max(float(r @ y), 0.0)
+        if n < warmup:
+            contrib[t] = 0.0
+            score[t] = 0.0
+        else:
+            score[t] = math.sqrt(d2 / d)
+        if not learn[t]:
+            continue
+        if n == 0:
+            mean[e] = np.where(present, v, 0.0)
+            count[e] = 1
+            continue
+        a = max(alpha, 1 / (n + 1))
+        w = bound / d2 if (n >= warmup and d2 > bound) else 1.0
+        cov[e] = (1 - a) * cov[e] + a * (1 - a) * w * np.outer(r, r)     # r = 0 where missing
+        mean[e] = mean[e] + a * w * r
+        count[e] += 1
+    return score, contrib, resid
+
+
+def reference(x: np.ndarray, alpha: float, ridge: float, clip: float, warmup: int) -> tuple[np.ndarray, np.ndarray]:
+    """The (steps, entities, fields) batch: step after step, each entity's row in turn."""
+    steps, ents, d = x.shape
+    slot = np.tile(np.arange(ents), steps)
+    score, contrib, _ = reference_rows(slot, x.reshape(-1, d), ents, alpha, ridge, clip, warmup)
+    return score.reshape(steps, ents), contrib.reshape(steps, ents, d)
 
 
 values = st.one_of(st.floats(-20, 20, allow_nan=False, width=32), st.sampled_from([np.nan, np.inf, 3.0]))
@@ -72,6 +88,45 @@ def test_kernel_matches_numpy_reference_on_random_input(x: np.ndarray) -> None:
     # tolerance: Cholesky (kernel) vs LU (reference) on sometimes ill-conditioned covariances
     np.testing.assert_allclose(got.score, want_score, rtol=1e-5, atol=1e-6, equal_nan=True)
     np.testing.assert_allclose(got.contributions, want_contrib, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.kernel
+@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_rows_with_floors_and_learn_mask_match_numpy_reference(data: st.DataObject) -> None:
+    rows, ents, d = data.draw(st.integers(0, 40)), data.draw(st.integers(1, 3)), data.draw(st.integers(1, 4))
+    x = data.draw(arrays(np.float64, (rows, d), elements=values))
+    slot = data.draw(arrays(np.int64, rows, elements=st.integers(0, ents - 1)))
+    learn = data.draw(arrays(np.bool_, rows, elements=st.booleans()))
+    floor = data.draw(arrays(np.float64, d, elements=st.sampled_from([0.0, 0.5, 3.0])))
+    det = OnlineMahalanobis(ents, d, alpha=0.2, ridge=0.1, clip=2.0, warmup=3, min_scale=floor)
+    got = det.update_rows(slot, x, learn=learn)
+    want = reference_rows(slot, x, ents, 0.2, 0.1, 2.0, 3, floor=floor, learn=learn)
+    np.testing.assert_allclose(got.score, want[0], rtol=1e-5, atol=1e-6, equal_nan=True)
+    np.testing.assert_allclose(got.contributions, want[1], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(got.residuals, want[2], rtol=1e-9, atol=1e-9)
+
+
+def test_rows_api_equals_the_batch_and_checks_entities() -> None:
+    x = np.random.default_rng(6).normal(size=(60, 3, 4))
+    batch = OnlineMahalanobis(3, 4).update(x)
+    rows = OnlineMahalanobis(3, 4).update_rows(np.tile(np.arange(3), 60), x.reshape(-1, 4))
+    np.testing.assert_array_equal(rows.score.reshape(60, 3), batch.score)
+    np.testing.assert_array_equal(rows.contributions.reshape(60, 3, 4), batch.contributions)
+    det = OnlineMahalanobis(3, 4)
+    with pytest.raises(ValueError, match="entity index"):
+        det.update_rows([0, 3], np.zeros((2, 4)))
+    with pytest.raises(ValueError, match="expected"):
+        det.update_rows([0], np.zeros((2, 4)))
+    with pytest.raises(ValueError, match="min_scale"):
+        OnlineMahalanobis(3, 4, min_scale=[0.0, -1.0, 0.0, 0.0])
+    # a floor keeps a field that sat still from making its first small move an unbounded distance
+    still = np.ones((200, 1, 2))
+    still[:, 0, 0] = np.random.default_rng(7).normal(size=200)
+    still[199, 0, 1] = 1.01
+    bare = OnlineMahalanobis(1, 2).update(still).score[199, 0]
+    floored = OnlineMahalanobis(1, 2, min_scale=[0.0, 0.05]).update(still).score[199, 0]
+    assert bare > 100 and floored < 3  # field 0 is plain noise; field 1 moved 0.2 of its floor
 
 
 @pytest.mark.kernel
