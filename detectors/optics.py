@@ -20,11 +20,19 @@ Signals and what they predict, each against a threshold that is a parameter:
   ``fec_limit_ber`` (2.4e-4 for 400G KP4 by default; a soft-decision limit such as 2e-2 for
   coherent DWDM).
 - **RX power** (dBm). ETA = time until the module's low RX power alarm
-  (``rx_power_low_alarm_dbm``; vendor-specific, off when NaN).
+  (vendor-specific, off when unknown).
 - **TX bias** rising at constant TX power: laser ageing (the TX power trend must not rise
-  with it, else the bias change was commanded). ETA = time until the high-bias alarm
-  (``tx_bias_high_alarm_a``) or, when unknown, ``bias_eol_ratio`` × the bias first seen
-  (Telcordia-style end of life at +50 %).
+  with it, else the bias change was commanded). ETA = time until the module's high-bias alarm
+  or, when unknown, ``bias_eol_ratio`` × the bias first seen (Telcordia-style end of life at
+  +50 %).
+
+**The module's own alarms.** Each transceiver reports its alarm thresholds (``ethtool -m``:
+``Laser rx power low alarm threshold``, ``Laser bias current high alarm threshold``; parsed
+into :attr:`foreshock.streams.dom.ModuleDom.thresholds`, and carried in the optic rows as
+``rx_power_alarm_low`` / ``tx_bias_alarm_high``, which the detector takes as they arrive;
+:meth:`OpticsDetector.set_module_thresholds` sets them by name). Until an optic's module has
+reported one, the parameters
+``rx_power_low_alarm_dbm`` and ``tx_bias_high_alarm_a`` stand in (NaN = unknown).
 
 **Steps.** Every signal is corrected for steps: a jump off the fitted line of more than
 ``step_min_db`` (10 % for the bias) and ``step_k`` × the fit's residual scale that persists
@@ -71,7 +79,7 @@ True
 from __future__ import annotations
 
 import math
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Mapping
 
 import numpy as np
 
@@ -102,6 +110,11 @@ ACC_BER_GAUGE = 2 * N_SIG
 # fit columns per signal
 F_SLOPE, F_LEVEL, F_CONF, F_SCALE, F_PENDING, F_T = range(6)
 F_SIZE = 6
+# per-optic module alarm thresholds (s_module_alarm columns)
+M_RX_LOW, M_BIAS_HIGH = range(2)
+MODULE_THRESHOLD_KEYS = ("rx_power_low_alarm", "tx_bias_high_alarm")
+"""The :attr:`foreshock.streams.dom.ModuleDom.thresholds` keys behind the ``M_*`` columns
+(dBm and amperes, as the DOM parser stores them)."""
 # per-optic scalar columns
 O_BUCKET, O_COUNT, O_POS, O_BIAS_REF, O_ETA_RX, O_ETA_Q, O_ETA_BIAS, O_TREND_EMIT = range(8)
 O_SIZE = 8
@@ -187,6 +200,237 @@ def ber_of_q_db(q_db: float) -> float:
     return 0.5 * math.erfc(10.0 ** (q_db / 20.0) / math.sqrt(2.0))  # type: ignore[no-any-return]
 
 
+# ---- medians without sorting ---------------------------------------------------------------------
+MEDIAN_BRACKET = 8
+"""Counting passes narrow a value bracket around the middle ranks until it holds this few values;
+only those are then selected (:func:`median_of`)."""
+MEDIAN_PASSES = 16  # counting passes before selecting whatever the bracket holds
+MEDIAN_FIRST_SPREAD = 0.15  # the first two pivots: mean -/+ this many standard deviations
+
+
+@jit
+def select_kth(a: np.ndarray, lo: int, hi: int, k: int) -> float:
+    """The ``k``-th smallest value of ``a[lo:hi + 1]`` (Hoare's quickselect, median-of-three
+    pivot), reordering that slice in place. ``a`` must hold no NaN."""
+    while hi > lo:
+        mid = (lo + hi) >> 1
+        if a[mid] < a[lo]:
+            a[lo], a[mid] = a[mid], a[lo]
+        if a[hi] < a[mid]:
+            a[hi], a[mid] = a[mid], a[hi]
+            if a[mid] < a[lo]:
+                a[lo], a[mid] = a[mid], a[lo]
+        pivot = a[mid]  # a[lo] <= pivot <= a[hi]: both scans stop inside the slice
+        i = lo
+        j = hi
+        while i <= j:
+            while a[i] < pivot:
+                i += 1
+            while pivot < a[j]:
+                j -= 1
+            if i <= j:
+                a[i], a[j] = a[j], a[i]
+                i += 1
+                j -= 1
+        if k <= j:
+            hi = j
+        elif k >= i:
+            lo = i
+        else:
+            return a[k]  # a[j + 1:i] all equal the pivot
+    return a[k]  # type: ignore[no-any-return]
+
+
+@jit
+def _range_and_nans(a: np.ndarray, n: int) -> tuple[float, float, int]:
+    """(min, max, NaN count) of ``a[:n]``; four independent chains, so the loop runs at the
+    processor's width rather than at the latency of one compare-and-select chain."""
+    lo0 = lo1 = lo2 = lo3 = np.inf
+    hi0 = hi1 = hi2 = hi3 = -np.inf
+    nans = 0
+    i = 0
+    while i + 4 <= n:
+        v0, v1, v2, v3 = a[i], a[i + 1], a[i + 2], a[i + 3]
+        lo0 = v0 if v0 < lo0 else lo0
+        lo1 = v1 if v1 < lo1 else lo1
+        lo2 = v2 if v2 < lo2 else lo2
+        lo3 = v3 if v3 < lo3 else lo3
+        hi0 = v0 if v0 > hi0 else hi0
+        hi1 = v1 if v1 > hi1 else hi1
+        hi2 = v2 if v2 > hi2 else hi2
+        hi3 = v3 if v3 > hi3 else hi3
+        nans += (v0 != v0) + (v1 != v1) + (v2 != v2) + (v3 != v3)
+        i += 4
+    while i < n:
+        v = a[i]
+        lo0 = v if v < lo0 else lo0
+        hi0 = v if v > hi0 else hi0
+        nans += v != v
+        i += 1
+    return min(min(lo0, lo1), min(lo2, lo3)), max(max(hi0, hi1), max(hi2, hi3)), nans
+
+
+@jit
+def _sums(a: np.ndarray, n: int) -> tuple[float, float]:
+    """(sum, sum of squares) of ``a[:n]`` (NaN or inf in ``a`` makes the second non-finite)."""
+    total = 0.0
+    squares = 0.0
+    for i in range(n):
+        total += a[i]
+        squares += a[i] * a[i]
+    return total, squares
+
+
+@jit
+def _count_below(a: np.ndarray, n: int, p: float, q: float) -> tuple[int, int, int, int]:
+    """How many of ``a[:n]`` are < p, <= p, < q, <= q (branch-free: the loop vectorises)."""
+    lt_p = 0
+    le_p = 0
+    lt_q = 0
+    le_q = 0
+    for i in range(n):
+        v = a[i]
+        lt_p += v < p
+        le_p += v <= p
+        lt_q += v < q
+        le_q += v <= q
+    return lt_p, le_p, lt_q, le_q
+
+
+@jit
+def _middle_at(a: np.ndarray, n: int, p: float, lt: int, le: int, k1: int, k2: int) -> float:
+    """The median when the pivot ``p`` lies among the middle ranks ``k1 <= k2``
+    (``lt = #(a < p) <= k2`` and ``le = #(a <= p) > k1``): each middle value is ``p`` itself or
+    its nearest neighbour below or above."""
+    if lt <= k1:
+        v1 = p
+    else:
+        v1 = -np.inf
+        for i in range(n):
+            v = a[i]
+            w = v if v < p else -np.inf
+            v1 = w if w > v1 else v1
+    if k2 < le:
+        v2 = p
+    else:
+        v2 = np.inf
+        for i in range(n):
+            v = a[i]
+            w = v if v > p else np.inf
+            v2 = w if w < v2 else v2
+    return v2 if k1 == k2 else (v1 + v2) / 2
+
+
+@jit
+def _bracket_range(a: np.ndarray, n: int, lo: float, hi: float) -> tuple[float, float]:
+    """(smallest, largest) value of ``a[:n]`` in ``[lo, hi]``."""
+    v_min = np.inf
+    v_max = -np.inf
+    for i in range(n):
+        v = a[i]
+        inside = (v >= lo) & (v <= hi)
+        v_min = v if inside & (v < v_min) else v_min
+        v_max = v if inside & (v > v_max) else v_max
+    return v_min, v_max
+
+
+@jit
+def median_of(a: np.ndarray, n: int, buf: np.ndarray) -> float:
+    """``np.median(a[:n])``, exactly, without copying or sorting ``a`` (left as it is);
+    ``buf`` is workspace (``n + 1`` values never fall back to ``np.median``; ``MEDIAN_BRACKET + 1``
+    usually suffice).
+
+    Quickselect's branches are a coin toss on noisy data; counting is not. A value bracket
+    ``[lo, hi]`` that holds the middle ranks is narrowed by counting passes: two pivots are
+    compared with every value in one branch-free (vectorised) pass, and an end moves just past
+    a pivot with every value it excludes. The first pivots sit a little either side of the
+    mean; later ones are interpolated inside the bracket a little below and above the middle
+    ranks. An end the first pivots leave open is closed at the mean -/+ one standard deviation
+    (no median lies beyond). When a pass excludes nothing (ties: quantised readings), the
+    bracket's values are selected as they are if ``buf`` holds them, else the next pivots are
+    its own smallest and largest values, so each pass drops at least those. Once the bracket
+    holds ``MEDIAN_BRACKET`` values or fewer, they are copied out and selected. The result is a value of ``a`` (or ``(a + b) / 2`` of the two middle ones, as
+    NumPy computes it), so it is the number ``np.median`` gives; with a NaN in ``a`` it is
+    ``np.median`` itself. About 0.6 µs for 256 values where ``np.median`` takes 3 µs.
+    """
+    if n <= 0:
+        return np.nan
+    total, squares = _sums(a, n)
+    if abs(squares) < np.inf:  # no NaN, no inf: start unbounded, the first pivots near the mean
+        lo, hi = -np.inf, np.inf
+        mean = total / n
+        sd = math.sqrt(max(squares / n - mean * mean, 0.0))
+        # every median lies within one standard deviation of the mean: an end the first pivots
+        # leave open is closed there (a little wider for rounding)
+        reach = 1.01 * sd + 1e-300
+    else:
+        lo, hi, nans = _range_and_nans(a, n)
+        if nans:
+            return np.median(a[:n])  # type: ignore[no-any-return]
+        mean = sd = reach = np.nan
+    k1 = (n - 1) >> 1  # the middle ranks (equal when n is odd)
+    k2 = n >> 1
+    c_lo = 0  # values below the bracket
+    c_hi = n  # values up to its top
+    stalled = False
+    for it in range(MEDIAN_PASSES):
+        width = c_hi - c_lo
+        if width <= MEDIAN_BRACKET or not lo < hi:
+            break
+        if it == 0 and sd == sd:
+            p, q = mean - MEDIAN_FIRST_SPREAD * sd, mean + MEDIAN_FIRST_SPREAD * sd
+        elif hi == np.inf and not stalled and lo < mean + reach:
+            q = mean + reach
+            p = 0.5 * lo + 0.5 * q
+        elif lo == -np.inf and not stalled and mean - reach < hi:
+            p = mean - reach
+            q = 0.5 * p + 0.5 * hi
+        elif stalled or not (abs(lo) < np.inf and abs(hi) < np.inf):
+            p, q = _bracket_range(a, n, lo, hi)
+        else:
+            gap = 1.0 + width / 16.0
+            p = lo + (hi - lo) * ((k1 - gap - c_lo) / width)
+            q = lo + (hi - lo) * ((k2 + 1 + gap - c_lo) / width)
+            if not (lo < p < hi and abs(p) < np.inf):
+                p = np.nan  # off the bracket (an infinite end): counts against NaN are all 0
+            if not (lo < q < hi and abs(q) < np.inf):
+                q = np.nan
+            if p != p and q != q:
+                p, q = _bracket_range(a, n, lo, hi)
+        lt_p, le_p, lt_q, le_q = _count_below(a, n, p, q)
+        for second in range(2):
+            pivot = q if second else p
+            lt = lt_q if second else lt_p
+            le = le_q if second else le_p
+            if pivot != pivot:
+                continue
+            if le <= k1:  # the middle lies above the pivot: the bracket starts just past it
+                lo, c_lo = np.nextafter(pivot, np.inf), le
+            elif lt > k2:  # ... below it
+                hi, c_hi = np.nextafter(pivot, -np.inf), lt
+            else:
+                return _middle_at(a, n, pivot, lt, le, k1, k2)
+        stalled = c_hi - c_lo == width
+        if stalled and c_hi - c_lo < buf.shape[0]:
+            break  # ties the pivots fall between: select from the bracket as it is
+    if lo == hi:
+        return lo  # every value in the bracket is this one
+    if c_hi - c_lo >= buf.shape[0]:
+        return np.median(a[:n])  # type: ignore[no-any-return]  # too little workspace
+    m = 0
+    for i in range(n):  # branch-free copy of the bracket's values
+        v = a[i]
+        buf[m] = v
+        m += (v >= lo) & (v <= hi)
+    v2 = select_kth(buf, 0, m - 1, k2 - c_lo)
+    if k1 == k2:
+        return v2
+    v1 = buf[0]  # buf[:k2 - c_lo] now holds the bracket's values below v2; k1 is their largest
+    for i in range(1, k2 - c_lo):
+        v1 = buf[i] if buf[i] > v1 else v1
+    return (v1 + v2) / 2
+
+
 # ---- Theil-Sen over a ring --------------------------------------------------------------------
 @jit
 def theil_sen(t: np.ndarray, y: np.ndarray, m: int, scratch: np.ndarray) -> tuple[float, float, float, float]:
@@ -194,47 +438,74 @@ def theil_sen(t: np.ndarray, y: np.ndarray, m: int, scratch: np.ndarray) -> tupl
     sign agreement in [0.5, 1], median absolute residual).
 
     Slopes are taken between every point of the older half and every point of the newer half;
-    pairs closer than 1e-9 s are skipped.
+    pairs closer than 1e-9 s are skipped. ``scratch`` holds the pair slopes and the medians'
+    workspace: ``m * m // 2 + m + MEDIAN_BRACKET + 1`` values (at least ``max(m, m * m // 4)``;
+    less only costs speed).
     """
     h = m // 2
     k = 0
-    for i in range(h):
-        for j in range(h, m):
-            dt = t[j] - t[i]
-            if dt > 1e-9:
-                scratch[k] = (y[j] - y[i]) / dt
-                k += 1
+    if h > 0:
+        # every pair is far enough apart when the closest one is (rounding is monotonic): then
+        # the loop needs no test and vectorises. The slopes are the same, in the same order.
+        # (A NaN time sticks in t_old or t_new and fails the test: the careful loop skips it.)
+        t_old = t[0]
+        for i in range(1, h):
+            t_old = t[i] if (t[i] > t_old) | (t[i] != t[i]) else t_old
+        t_new = t[h]
+        for j in range(h + 1, m):
+            t_new = t[j] if (t[j] < t_new) | (t[j] != t[j]) else t_new
+        if t_new - t_old > 1e-9:
+            w = m - h
+            for i in range(h):
+                ti = t[i]
+                yi = y[i]
+                at = i * w - h
+                for j in range(h, m):
+                    # np.true_divide: no zero-division check (none can occur), so it vectorises
+                    scratch[at + j] = np.true_divide(y[j] - yi, t[j] - ti)
+            k = h * w
+        else:
+            for i in range(h):
+                for j in range(h, m):
+                    dt = t[j] - t[i]
+                    if dt > 1e-9:
+                        scratch[k] = (y[j] - y[i]) / dt
+                        k += 1
     if k == 0:
         return np.nan, np.nan, np.nan, np.nan
-    slope = np.median(scratch[:k])
-    agree = 0
+    # counted before the median (it only reads the slopes); a slope agrees when it is nonzero
+    # and on the median's side of zero (not positive, NaN included, when the median is not)
     nonzero = 0
+    positive = 0
     for i in range(k):
-        if scratch[i] != 0.0:
-            nonzero += 1
-            if (scratch[i] > 0.0) == (slope > 0.0):
-                agree += 1
+        nonzero += scratch[i] != 0.0
+        positive += scratch[i] > 0.0
+    slope = median_of(scratch, k, scratch[k:])
+    agree = positive if slope > 0.0 else nonzero - positive
     agreement = agree / nonzero if nonzero > 0 else 0.5
     t_end = t[m - 1]
     for i in range(m):
         scratch[i] = y[i] - slope * (t[i] - t_end)
-    level = np.median(scratch[:m])
+    level = median_of(scratch, m, scratch[m:])
     for i in range(m):
         scratch[i] = abs(scratch[i] - level)
-    scale = np.median(scratch[:m])
+    scale = median_of(scratch, m, scratch[m:])
     return slope, level, agreement, scale
 
 
 @jit
 def _close_bucket(o: int, acc: np.ndarray, optic: np.ndarray, ring_t: np.ndarray, ring: np.ndarray,
-                  fit: np.ndarray, params: np.ndarray, q_limit: float, work: np.ndarray) -> np.ndarray:
+                  fit: np.ndarray, params: np.ndarray, q_limit: float, module_alarm: np.ndarray,
+                  work: np.ndarray) -> np.ndarray:
     """Turn optic ``o``'s open bucket into ring points, refit each signal, update the ETAs.
 
-    Returns the size of a confirmed step per signal (NaN where none).
+    ``work`` (4, L): fit times, fit values, pair slopes and the medians' workspace, then this
+    bucket's means and steps (no allocation per close). Returns the size of a confirmed step per
+    signal (NaN where none): a view on ``work[3]``, valid until the next close.
     """
     window = ring_t.shape[1]
     t_b = (optic[o, O_BUCKET] + 0.5) * params[P_BUCKET]
-    means = np.empty(N_SIG)
+    means = work[3, :N_SIG]
     for g in range(N_SIG):
         num, den = acc[o, 2 * g], acc[o, 2 * g + 1]
         means[g] = num / den if den > 0.0 else np.nan
@@ -248,7 +519,8 @@ def _close_bucket(o: int, acc: np.ndarray, optic: np.ndarray, ring_t: np.ndarray
         acc[o, k] = 0.0
     if means[SIG_Q] == means[SIG_Q]:
         means[SIG_Q] = q_db_of_ber(min(max(means[SIG_Q], params[P_BER_FLOOR]), BER_MAX))
-    steps = np.full(N_SIG, np.nan)
+    steps = work[3, N_SIG:2 * N_SIG]
+    steps[:] = np.nan
     count = int(optic[o, O_COUNT])
     pos = int(optic[o, O_POS])
     # step detection against the current fit, before the new point joins the ring
@@ -286,10 +558,13 @@ def _close_bucket(o: int, acc: np.ndarray, optic: np.ndarray, ring_t: np.ndarray
     ts_buf = work[0]
     ys_buf = work[1]
     scratch = work[2]
+    oldest = (pos - count) % window  # one modulo, not one per point: an integer division is slow
     for g in range(N_SIG):
         m = 0
         for k in range(count):
-            idx = (pos - count + k) % window
+            idx = oldest + k
+            if idx >= window:
+                idx -= window
             v = ring[o, g, idx]
             if abs(v) < np.inf:  # NaN and inf fail this
                 ts_buf[m] = ring_t[o, idx]
@@ -307,7 +582,7 @@ def _close_bucket(o: int, acc: np.ndarray, optic: np.ndarray, ring_t: np.ndarray
         fit[o, g, F_CONF] = max(0.0, 2.0 * agreement - 1.0) * fill
         fit[o, g, F_SCALE] = scale
         fit[o, g, F_T] = ts_buf[m - 1]
-    _update_etas(o, optic, fit, params, q_limit)
+    _update_etas(o, optic, fit, params, q_limit, module_alarm)
     return steps
 
 
@@ -324,10 +599,12 @@ def _eta_down(level: float, slope: float, threshold: float, min_slope: float) ->
 
 
 @jit
-def _update_etas(o: int, optic: np.ndarray, fit: np.ndarray, params: np.ndarray, q_limit: float) -> None:
+def _update_etas(o: int, optic: np.ndarray, fit: np.ndarray, params: np.ndarray, q_limit: float,
+                 module_alarm: np.ndarray) -> None:
     """ETA of each predictor of optic ``o`` from its fit; inf when not heading for its threshold
     or when that is more than ``max_extrapolation`` windows ahead (a 30-minute trend says
-    nothing about next month)."""
+    nothing about next month). ``module_alarm`` (optics, 2): each module's own RX-low and
+    bias-high alarms (``M_*`` columns, NaN = unknown)."""
     min_slope = params[P_MIN_SLOPE] / DAY_S
     reach = params[P_MAX_EXTRAP] * params[P_WINDOW] * params[P_BUCKET]
     optic[o, O_ETA_Q] = np.inf
@@ -337,7 +614,7 @@ def _update_etas(o: int, optic: np.ndarray, fit: np.ndarray, params: np.ndarray,
         optic[o, O_ETA_Q] = _eta_down(fit[o, SIG_Q, F_LEVEL], fit[o, SIG_Q, F_SLOPE], q_limit, min_slope)
     if fit[o, SIG_RX, F_SLOPE] == fit[o, SIG_RX, F_SLOPE]:
         optic[o, O_ETA_RX] = _eta_down(fit[o, SIG_RX, F_LEVEL], fit[o, SIG_RX, F_SLOPE],
-                                       params[P_RX_ALARM], min_slope)
+                                       module_alarm[o, M_RX_LOW], min_slope)
     bias_slope = fit[o, SIG_BIAS, F_SLOPE]
     bias = fit[o, SIG_BIAS, F_LEVEL]
     if bias_slope == bias_slope and bias > 0.0:
@@ -345,7 +622,7 @@ def _update_etas(o: int, optic: np.ndarray, fit: np.ndarray, params: np.ndarray,
             optic[o, O_BIAS_REF] = bias
         txp_slope = fit[o, SIG_TXP, F_SLOPE]
         tx_flat = not (txp_slope * DAY_S > params[P_TX_FLAT])  # NaN (no TX power) counts as flat
-        limit = params[P_BIAS_ALARM]
+        limit = module_alarm[o, M_BIAS_HIGH]
         if limit != limit:
             limit = params[P_BIAS_EOL] * optic[o, O_BIAS_REF]
         if tx_flat and bias_slope * DAY_S > params[P_MIN_BIAS_SLOPE] * bias:
@@ -357,13 +634,15 @@ def _update_etas(o: int, optic: np.ndarray, fit: np.ndarray, params: np.ndarray,
 
 @jit
 def _optics_kernel(ts: np.ndarray, slot: np.ndarray, x: np.ndarray, state: tuple,  # type: ignore[type-arg]
-                   params: np.ndarray, q_limit: np.ndarray, work: np.ndarray, out: np.ndarray) -> int:
+                   params: np.ndarray, q_limit: np.ndarray, module_alarm: np.ndarray, work: np.ndarray,
+                   out: np.ndarray) -> int:
     """Accumulate samples into buckets; at each bucket close refit and run the link alarm.
 
     ``state`` = (acc (optics, ACC_SIZE), optic (optics, O_SIZE), ring_t (optics, W),
     ring (optics, N_SIG, W), fit (optics, N_SIG, F_SIZE), alarm (links, A_SIZE),
-    link_bucket (links,)). ``q_limit`` is each optic's FEC limit as a Q factor (dB). Emissions
-    go to ``out`` (see :mod:`.alarm`).
+    link_bucket (links,)). ``q_limit`` is each optic's FEC limit as a Q factor (dB),
+    ``module_alarm`` (optics, 2) its module's alarm thresholds. Emissions go to ``out`` (see
+    :mod:`.alarm`).
     """
     acc, optic, ring_t, ring, fit, alarm, link_bucket = state
     n_opt = optic.shape[0]
@@ -376,7 +655,7 @@ def _optics_kernel(ts: np.ndarray, slot: np.ndarray, x: np.ndarray, state: tuple
         b = math.floor(t / params[P_BUCKET])
         cur = optic[o, O_BUCKET]
         if cur == cur and b > cur:
-            steps = _close_bucket(o, acc, optic, ring_t, ring, fit, params, q_limit[o], work)
+            steps = _close_bucket(o, acc, optic, ring_t, ring, fit, params, q_limit[o], module_alarm, work)
             for g in range(N_SIG):
                 if steps[g] == steps[g]:
                     n_out = emit(out, n_out, i, EMIT_STEP, CODE_START, np.nan, 1.0,
@@ -490,11 +769,52 @@ class OpticsDetector(Detector):
         self.s_fit = np.full((n_opt, N_SIG, F_SIZE), np.nan)
         self.s_alarm = new_alarm_columns(n_links, 1)
         self.s_link_bucket = np.full(n_links, -np.inf)
-        self._work = np.empty((3, window * window // 4 + window))  # times, values, pair slopes
+        # fit times, fit values, pair slopes and the medians' workspace, a bucket's means and steps
+        self._work = np.empty((4, window * window // 2 + window + MEDIAN_BRACKET + 1))
         # each optic's FEC limit: its link's own (topology ``fec_limit_ber``), else the parameter
         own = topology.link_fec_limit[topology.optic_link] if n_opt else np.zeros(0)
         self.fec_limit = np.where(np.isfinite(own), own, self.params[P_FEC])
         self.q_limit = np.array([q_db_of_ber(float(b)) for b in self.fec_limit], dtype=np.float64)
+        # each module's own alarms (set_module_thresholds), the parameters until it reports them
+        self.s_module_alarm = np.empty((n_opt, len(MODULE_THRESHOLD_KEYS)))
+        self.s_module_alarm[:, M_RX_LOW] = self.params[P_RX_ALARM]
+        self.s_module_alarm[:, M_BIAS_HIGH] = self.params[P_BIAS_ALARM]
+
+    def set_module_thresholds(self, thresholds: Mapping[str, Mapping[str, float]]) -> int:
+        """Judge each optic against its own module's alarms: ``{optic name: ModuleDom.thresholds}``
+        (``rx_power_low_alarm`` in dBm, ``tx_bias_high_alarm`` in A; other keys are ignored).
+
+        Takes effect at each optic's next bucket close. A missing or non-finite value keeps what
+        the optic had; an optic not in the topology is counted (stage ``optics``). Returns how
+        many values were set.
+        """
+        optics = list(thresholds)
+        slots = self.topology.slots("optic", optics)
+        applied = 0
+        for optic, o in zip(optics, slots.tolist()):
+            values = thresholds[optic]
+            if o < 0:
+                self.health.problem(self.name, "module thresholds for an optic not in the topology", detail=optic)
+                continue
+            for col, key in enumerate(MODULE_THRESHOLD_KEYS):
+                value = values.get(key)
+                if value is not None and math.isfinite(value):
+                    self.s_module_alarm[o, col] = float(value)
+                    applied += 1
+        return applied
+
+    def _take_module_alarms(self, frame: Frame) -> None:
+        """The alarm levels a module reports in its own rows (``rx_power_alarm_low``,
+        ``tx_bias_alarm_high``: the DOM source fills them from ``ethtool -m``) replace what the
+        optic had — the same as :meth:`set_module_thresholds`, but carried by the telemetry, so a
+        replay or a Kafka worker judges each module by its own levels too."""
+        for col, field in ((M_RX_LOW, "rx_power_alarm_low"), (M_BIAS_HIGH, "tx_bias_alarm_high")):
+            values = frame.columns.get(field)
+            if values is None:
+                continue
+            given = np.isfinite(values)
+            if given.any():  # later rows of an optic win, as later readings should
+                self.s_module_alarm[frame.slot[given], col] = values[given]
 
     def update(self, frame: Frame) -> list[Finding]:
         if frame.kind != "optic" or len(frame) == 0:
@@ -503,6 +823,7 @@ class OpticsDetector(Detector):
         delta, _, problems = self.counters.update(
             frame.ts, frame.slot, np.stack([cols["rx_bits"], cols["rx_corrected_bits"]], axis=1))
         report_problems(self.health, self.name, problems)
+        self._take_module_alarms(frame)
         x = np.empty((len(frame), X_SIZE))
         x[:, X_RX] = cols["rx_power"]
         x[:, X_TXP] = cols["tx_power"]
@@ -514,7 +835,8 @@ class OpticsDetector(Detector):
         out = np.empty((len(frame) * (N_SIG + 2), OUT_SIZE))
         state = (self.s_acc, self.s_optic, self.s_ring_t, self.s_ring, self.s_fit, self.s_alarm,
                  self.s_link_bucket)
-        n = _optics_kernel(frame.ts, frame.slot, x, state, self.params, self.q_limit, self._work, out)
+        n = _optics_kernel(frame.ts, frame.slot, x, state, self.params, self.q_limit, self.s_module_alarm,
+                           self._work, out)
         return [self._finding(frame, rec) for rec in out[:n]]
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -565,7 +887,8 @@ class OpticsDetector(Detector):
             what = (f"pre-FEC BER {float(ber_of_q_db(level)):.1e} worsening {slope * DAY_S:+.2f} dB/day (Q), "
                     f"{margin:.1f} dB above the FEC limit {self.fec_limit[optic]:.1e}")
         elif pred == PRED_RX:
-            what = f"RX power {level:.1f} dBm falling {slope * DAY_S:+.2f} dB/day toward its alarm {p[P_RX_ALARM]:.1f} dBm"
+            alarm = self.s_module_alarm[optic, M_RX_LOW]
+            what = f"RX power {level:.1f} dBm falling {slope * DAY_S:+.2f} dB/day toward its alarm {alarm:.1f} dBm"
         else:
             what = f"laser bias {level * 1e3:.1f} mA rising {slope * DAY_S * 1e3:+.2f} mA/day at constant TX power"
         return Anomaly(ts=ts, entity_kind="optic", slot=optic, field=SIGNAL_NAMES[PRED_SIGNAL[pred]],
@@ -574,7 +897,6 @@ class OpticsDetector(Detector):
 
     def _reason(self, pred: int, end: int, eta: float, slope: float, level: float,
                 rx_level: float, rx_slope: float) -> str:
-        p = self.params
         optic = self.topology.name("optic", end)
         when = "now" if eta <= 0 else f"in {eta / 3600:.1f} h"
         rx = (f"; RX power {rx_level:.1f} dBm ({rx_slope * 3600:+.2f} dB/h)"
@@ -585,9 +907,12 @@ class OpticsDetector(Detector):
                     f"reaches the FEC limit {self.fec_limit[end]:.1e} {when}{rx}")
         if pred == PRED_RX:
             return (f"{optic}: RX power {level:.1f} dBm ({slope * DAY_S:+.1f} dB/day) reaches the "
-                    f"module's low alarm {p[P_RX_ALARM]:.1f} dBm {when}")
+                    f"module's low alarm {self.s_module_alarm[end, M_RX_LOW]:.1f} dBm {when}")
+        alarm = self.s_module_alarm[end, M_BIAS_HIGH]
+        limit = (f"the module's high bias alarm {alarm * 1e3:.1f} mA" if np.isfinite(alarm)
+                 else f"end of life ({self.params[P_BIAS_EOL]:g} x the bias first seen)")
         return (f"{optic}: laser bias {level * 1e3:.1f} mA rising {slope * DAY_S * 1e3:+.2f} mA/day at "
-                f"constant TX power (laser ageing), end of life {when}")
+                f"constant TX power (laser ageing), reaches {limit} {when}")
 
     def gauges(self) -> dict[str, tuple[str, Any, str]]:
         eta = np.minimum(self.s_optic[:, O_ETA_Q], np.minimum(self.s_optic[:, O_ETA_RX], self.s_optic[:, O_ETA_BIAS]))

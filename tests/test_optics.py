@@ -6,6 +6,7 @@ from __future__ import annotations
 import doctest
 import math
 
+import numba
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -104,6 +105,88 @@ def test_theil_sen_ignores_a_minority_of_outliers():
     assert slope == pytest.approx(2.0) and level == pytest.approx(63.0) and agreement > 0.85
 
 
+@numba.njit(cache=False)
+def numba_median(a):
+    """np.median as compiled kernels ran it before median_of: NumPy's result for NaN-free input;
+    with a NaN, whatever numba's quickselect gives (the reference for that case)."""
+    return np.median(a)
+
+
+def median_inputs(data, max_size=300):
+    """Arrays median_of meets and the ones it must survive: noise, heavy tails, quantised
+    readings (ties), a few values, constant, empty, with inf, huge values and NaN."""
+    n = data.draw(st.integers(0, max_size))
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1)))
+    kind = data.draw(st.sampled_from(["normal", "cauchy", "quantised", "three values", "constant", "inf", "nan"]))
+    a = {"normal": lambda: rng.normal(0, 1, n), "cauchy": lambda: rng.standard_cauchy(n),
+         "quantised": lambda: np.round(rng.normal(-2.0, 0.3, n), 1),
+         "three values": lambda: rng.integers(-1, 2, n) * 0.5, "constant": lambda: np.full(n, -3.25),
+         "inf": lambda: rng.normal(0, 1, n), "nan": lambda: rng.normal(0, 1, n)}[kind]()
+    if kind == "inf" and n:
+        a[rng.random(n) < 0.2] = rng.choice([np.inf, -np.inf, 1e300, -1e300, 5e-324])
+    if kind == "nan" and n:
+        a[rng.integers(0, n)] = np.nan
+    return a
+
+
+@pytest.mark.kernel
+@settings(max_examples=300, deadline=None)
+@given(data=st.data())
+def test_median_of_is_np_median_exactly(data):
+    a = median_inputs(data)
+    n = len(a)
+    work = np.empty(data.draw(st.sampled_from([0, 1, optics.MEDIAN_BRACKET + 1, n + 1])))  # short: falls back
+    before = a.copy()
+    got = optics.median_of(a, n, work)
+    np.testing.assert_array_equal(a, before)  # read only
+    if n == 0:
+        assert math.isnan(got)
+    elif np.isnan(a).any():
+        want = numba_median(a.copy())
+        assert got == want or (math.isnan(got) and math.isnan(want))
+    else:
+        assert got == np.median(a)  # the same number, not a close one
+    # a prefix of a longer array: the values beyond n are not read
+    longer = np.concatenate([a, np.full(5, -1e308)])
+    again = optics.median_of(longer, n, np.empty(n + 1))
+    assert again == got or (math.isnan(again) and math.isnan(got))
+
+
+@pytest.mark.kernel
+@settings(max_examples=200, deadline=None)
+@given(data=st.data())
+def test_select_kth_matches_sorting(data):
+    a = median_inputs(data, max_size=60)
+    a = a[~np.isnan(a)]
+    if len(a) == 0:
+        return
+    lo = data.draw(st.integers(0, len(a) - 1))
+    hi = data.draw(st.integers(lo, len(a) - 1))
+    k = data.draw(st.integers(lo, hi))
+    before = a.copy()
+    got = optics.select_kth(a, lo, hi, k)
+    assert got == np.sort(before[lo:hi + 1])[k - lo] == a[k]
+    np.testing.assert_array_equal(np.sort(a[lo:hi + 1]), np.sort(before[lo:hi + 1]))  # reordered, not changed
+    np.testing.assert_array_equal(a[:lo], before[:lo])
+    np.testing.assert_array_equal(a[hi + 1:], before[hi + 1:])
+
+
+@pytest.mark.kernel
+@settings(max_examples=100, deadline=None)
+@given(data=st.data(), m=st.integers(2, 70))
+def test_theil_sen_medians_are_exact(data, m):
+    """The slope, level and scale are order statistics of the same numbers np.median would see:
+    equal to the reference's, not close (quantised readings: many ties among the slopes)."""
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1)))
+    t = (np.arange(m) + 0.5) * 60.0
+    y = np.round(-2.0 - 1e-4 * t + rng.normal(0, data.draw(st.sampled_from([0.0, 0.02, 0.3])), m), 2)
+    got = theil_sen(t, y, m, np.empty(m * m // 4 + m + optics.MEDIAN_BRACKET + 1))
+    h = m // 2
+    slopes = np.array([(y[j] - y[i]) / (t[j] - t[i]) for i in range(h) for j in range(h, m)])
+    assert got[0] == np.median(slopes)
+    np.testing.assert_allclose(got, naive_theil_sen(list(t), list(y)), rtol=1e-12, atol=1e-12)
+
+
 # ---- bucketing: a streaming kernel against a batch reference ------------------------------------------
 @pytest.mark.kernel
 @settings(max_examples=30, deadline=None)
@@ -133,6 +216,73 @@ def test_bucket_means_match_a_batch_grouping(data):
         got = det.s_ring[o, SIG_RX, order]
         np.testing.assert_allclose(got, want, rtol=1e-12, equal_nan=True)
         np.testing.assert_allclose(det.s_ring_t[o, order], (closed + 0.5) * 60.0)
+
+
+
+# ---- ETAs: the kernel against the docstring's rules written out ---------------------------------------
+def naive_etas(fit, bias_ref, prm, q_limit, rx_alarm, bias_alarm):
+    """(eta_q, eta_rx, eta_bias, bias_ref) of one optic, in plain Python."""
+    inf = math.inf
+    min_slope = prm["min_slope_db_per_day"] / 86400.0
+    reach = prm["max_extrapolation"] * prm["window"] * prm["bucket_s"]
+
+    def eta_down(level, slope, threshold):
+        if math.isnan(level) or math.isnan(threshold):
+            return inf
+        if level <= threshold:
+            return 0.0
+        if not slope < -min_slope:
+            return inf
+        return (level - threshold) / -slope
+
+    q_slope, q_level = fit[SIG_Q][F_SLOPE], fit[SIG_Q][F_LEVEL]
+    rx_slope, rx_level = fit[SIG_RX][F_SLOPE], fit[SIG_RX][F_LEVEL]
+    eta_q = inf if math.isnan(q_slope) else eta_down(q_level, q_slope, q_limit)
+    eta_rx = inf if math.isnan(rx_slope) else eta_down(rx_level, rx_slope, rx_alarm)
+    eta_bias = inf
+    b_slope, bias = fit[SIG_BIAS][F_SLOPE], fit[SIG_BIAS][F_LEVEL]
+    if not math.isnan(b_slope) and bias > 0:
+        if math.isnan(bias_ref):
+            bias_ref = bias
+        tx_rising = fit[SIG_TXP][F_SLOPE] * 86400.0 > prm["tx_flat_db_per_day"]  # NaN: not rising
+        limit = bias_alarm if not math.isnan(bias_alarm) else prm["bias_eol_ratio"] * bias_ref
+        if not tx_rising and b_slope * 86400.0 > prm["min_bias_slope_per_day"] * bias:
+            eta_bias = 0.0 if bias >= limit else (limit - bias) / b_slope
+    etas = [inf if e > reach else e for e in (eta_q, eta_rx, eta_bias)]
+    return (*etas, bias_ref)
+
+
+@pytest.mark.kernel
+@settings(max_examples=300, deadline=None)
+@given(data=st.data())
+def test_eta_kernel_matches_reference(data):
+    value = st.one_of(st.floats(-60, 60), st.sampled_from([math.nan, math.inf, -math.inf, 0.0]))
+    slope = st.one_of(st.floats(-1e-2, 1e-2), st.floats(-1e-6, 1e-6),
+                      st.sampled_from([math.nan, 0.0, -math.inf, math.inf]))
+    fit = np.full((1, N_SIG, optics.F_SIZE), math.nan)
+    for g in range(N_SIG):
+        fit[0, g, F_SLOPE] = data.draw(slope)
+        fit[0, g, F_LEVEL] = data.draw(value)
+    fit[0, SIG_BIAS, F_LEVEL] = data.draw(st.one_of(st.floats(-1e-3, 0.2), st.just(math.nan)))
+    fit[0, SIG_BIAS, F_SLOPE] = data.draw(st.one_of(st.floats(-1e-6, 1e-6), st.just(math.nan)))
+    overrides = {"min_slope_db_per_day": data.draw(st.sampled_from([0.0, 0.02, 1.0])),
+                 "bucket_s": data.draw(st.sampled_from([60.0, 3600.0]))}
+    det = OpticsDetector(links(1), **overrides)
+    prm = {**optics.PARAMS, **overrides}
+    q_limit = data.draw(st.floats(-5, 25))
+    alarms = np.array([[data.draw(st.one_of(st.floats(-40, 5), st.just(math.nan))),
+                        data.draw(st.one_of(st.floats(1e-3, 0.2), st.just(math.nan)))]] * 2)
+    optic = np.full((2, optics.O_SIZE), math.nan)
+    optic[0, optics.O_BIAS_REF] = data.draw(st.one_of(st.floats(1e-3, 0.1), st.just(math.nan)))
+    ref_in = float(optic[0, optics.O_BIAS_REF])
+    fit2 = np.concatenate([fit, fit])
+    optics._update_etas(0, optic, fit2, det.params, q_limit, alarms)
+    with np.errstate(all="ignore"):  # a subnormal slope overflows to inf, as in the kernel
+        want = naive_etas(fit[0].tolist(), ref_in, prm, q_limit, float(alarms[0, 0]), float(alarms[0, 1]))
+    got = (optic[0, optics.O_ETA_Q], optic[0, optics.O_ETA_RX], optic[0, optics.O_ETA_BIAS],
+           optic[0, optics.O_BIAS_REF])
+    np.testing.assert_array_equal(np.array(got), np.array(want))
+    assert np.isnan(optic[1]).all()  # only optic 0 was touched
 
 
 # ---- behaviour ----------------------------------------------------------------------------------------
@@ -222,6 +372,91 @@ def test_laser_ageing_at_constant_tx_power():
     det = OpticsDetector(links(1), tx_bias_high_alarm_a=20e-3)
     found = run(det, optic_frames(rx, ts, tx_bias=bias, tx_power=rising_tx))
     assert not [f for f in found if f.type == "prediction"]
+
+
+
+# ---- each module's own alarm thresholds (from ethtool -m) -------------------------------------------
+def falling_rx(hours: float = 4.0, db_per_h: float = 2.0) -> tuple[np.ndarray, np.ndarray]:
+    """Two links; link 0 end b loses ``db_per_h`` from -3 dBm after 1 h, the rest stay at -1 dBm."""
+    ts = np.arange(0.0, hours * 3600, 30.0)
+    rng = np.random.default_rng(11)
+    rx = -1.0 + 0.03 * rng.standard_normal((len(ts), 4))
+    rx[:, 1] = -3.0 - db_per_h * np.maximum(ts - 3600, 0.0) / 3600 + 0.03 * rng.standard_normal(len(ts))
+    return ts, rx
+
+
+def rx_only_frames(rx: np.ndarray, ts: np.ndarray):
+    """RX power alone (no BER): only the RX-power predictor can see the decline."""
+    for i, t in enumerate(ts):
+        yield Frame("optic", np.full(rx.shape[1], float(t)), np.arange(rx.shape[1]), {"rx_power": rx[i]})
+
+
+def test_rx_power_is_judged_against_the_modules_own_alarm_from_ethtool_m():
+    from pathlib import Path
+
+    from foreshock.streams.dom import parse_ethtool_m
+
+    data = Path(__file__).parent / "data"
+    cmis = parse_ethtool_m((data / "ethtool_m_osfp_cmis_8lane.txt").read_text())  # RX low alarm -10.50 dBm
+    ts, rx = falling_rx()
+    # no alarm known: the falling RX power alone predicts nothing (the parameter default is NaN)
+    assert [f for f in run(OpticsDetector(links(2)), rx_only_frames(rx, ts)) if f.type == "prediction"] == []
+    det = OpticsDetector(links(2))
+    assert det.set_module_thresholds({"n0/gpu0~leaf0#b": cmis.thresholds}) == 2  # RX low and bias high
+    preds = [f for f in run(det, rx_only_frames(rx, ts)) if f.type == "prediction" and f.active]
+    assert preds and {(p.event, p.slot) for p in preds} == {("link_down", 0)}
+    assert "module's low alarm -10.5 dBm" in preds[0].reason
+    alarm_t = 3600 + (-3.0 - -10.5) / 2.0 * 3600  # when the trend crosses -10.5 dBm
+    late = [p for p in preds if p.ts >= 2 * 3600]
+    assert late and all(abs(p.ts + p.eta_s - alarm_t) < 900 for p in late)
+
+
+def test_the_modules_own_alarm_carried_in_its_rows_reaches_the_detector_through_the_pipeline():
+    """The DOM source puts each module's alarm levels in its optic rows (``rx_power_alarm_low``):
+    a replay or a Kafka worker, which never sees ``ethtool -m``, judges the module by them too."""
+    from pathlib import Path
+
+    from foreshock.detectors.bank import DetectorBank
+    from foreshock.streams.dom import parse_ethtool_m
+    from foreshock.streams.embedded import EmbeddedPipeline
+
+    row = parse_ethtool_m((Path(__file__).parent / "data" / "ethtool_m_osfp_cmis_8lane.txt").read_text()).optic_values()
+    assert row["rx_power_alarm_low"] == -10.50
+    topo = links(2)
+    pipeline = EmbeddedPipeline(topo, DetectorBank.from_names(topo, ["optics"], processors=()))
+    ts, rx = falling_rx()
+    preds = []
+    for frame in rx_only_frames(rx, ts):
+        alarm = np.full(len(frame), np.nan)
+        alarm[1] = row["rx_power_alarm_low"]  # optic n0/gpu0~leaf0#b reports its module's level
+        frame.columns["rx_power_alarm_low"] = alarm
+        preds += [f for f in pipeline.process(frame) if f.type == "prediction" and f.active]
+    assert preds and {(p.event, p.slot) for p in preds} == {("link_down", 0)}
+    assert "module's low alarm -10.5 dBm" in preds[0].reason
+
+
+def test_module_thresholds_are_per_optic_and_survive_a_state_round_trip():
+    ts, rx = falling_rx()
+    rx[:, 3] = rx[:, 1]  # link 1 end b falls the same way
+    det = OpticsDetector(links(2), rx_power_low_alarm_dbm=-25.0)  # the fallback for modules that said nothing
+    health = det.health
+    assert det.set_module_thresholds({
+        "n0/gpu0~leaf0#b": {"rx_power_low_alarm": -8.0, "tx_bias_high_alarm": float("nan")},
+        "n0/gpu1~leaf0#b": {"module_temp_high_alarm": 75.0},  # nothing the detector uses
+        "nowhere#a": {"rx_power_low_alarm": -9.0},
+    }) == 1
+    assert health.problems[("optics", "module thresholds for an optic not in the topology")] == 1
+    frames = list(rx_only_frames(rx, ts))
+    run(det, frames[:240])
+    twin = OpticsDetector(links(2), rx_power_low_alarm_dbm=-25.0)
+    twin.load_state_dict(det.state_dict())
+    out = run(det, frames[240:])
+    assert out == run(twin, frames[240:])
+    # the same decline reaches -8 dBm (its module's alarm) hours before -25 dBm (the fallback, past the horizon)
+    assert det.s_optic[1, optics.O_ETA_RX] + 5 * 3600 < det.s_optic[3, optics.O_ETA_RX] or \
+        not np.isfinite(det.s_optic[3, optics.O_ETA_RX])
+    preds = {p.slot for p in out if p.type == "prediction" and p.active}
+    assert preds == {0}
 
 
 def test_loss_of_signal_is_not_a_trend_or_a_step():
@@ -327,3 +562,21 @@ def test_alibaba_script_writes_the_figure(shared_data, tmp_path):
     assert result["name"] == "alibaba_optics" and result["channel_ends"] == 50
     assert result["step"] >= 4
     assert out.stat().st_size > 10_000 and out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_fabric_bench_times_optics_with_their_trends_running(tmp_path):
+    """bench_fabric's optics detectors are warmed first: timed from empty, two minutes of ticks
+    never fit a trend and the figure is several times what a running pipeline gets."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    proc = subprocess.run([sys.executable, str(root / "bench" / "bench_fabric.py"), "--gpus", "64", "--ticks", "61",
+                           "--runs", "1"], capture_output=True, text=True, timeout=300, cwd=root)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["name"] == "fabric_detectors" and result["warm_buckets"] >= 32
+    assert result["optics_trended"] == result["optics"] > 0
+    assert result["port_obs_per_s"] > 0
