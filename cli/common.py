@@ -22,6 +22,7 @@ from foreshock.exporters.store import FindingStore
 from foreshock.frames import Frame
 from foreshock.health import PipelineHealth
 from foreshock.streams.embedded import EmbeddedPipeline, RunStats
+from foreshock.streams.external_feed import ExternalFeed, external_targets, feed_before_frames
 from foreshock.topology import Topology
 
 log = logging.getLogger("foreshock.cli")
@@ -68,6 +69,14 @@ def serve_options(func):  # type: ignore[no-untyped-def]
     return func
 
 
+def external_option(func):  # type: ignore[no-untyped-def]
+    return click.option(
+        "--external", "external_path", type=click.Path(exists=True, dir_okay=False), default=None,
+        help="Follow this JSON-lines file of outside fault/alert events ({\"node\", \"time\", \"type\", "
+             "\"severity\"}, e.g. from a scheduler or a BMC), like tail -f: lines in it and lines appended "
+             "while the pipeline runs are grouped into incidents.")(func)
+
+
 @dataclass
 class PipelineRun:
     pipeline: EmbeddedPipeline
@@ -76,10 +85,21 @@ class PipelineRun:
     health: PipelineHealth
     server: object | None
     jsonl: JsonlSink | None
+    external: ExternalFeed | None = None
+
+
+def follow_external(run: PipelineRun, frames: Iterable[Frame]) -> Iterable[Frame]:
+    """``frames``, with the events of the followed ``--external`` file handed to the incident
+    engine before each frame (unchanged without one)."""
+    if run.external is None:
+        return frames
+    Console(stderr=True).print(f"[dim]following external events in {run.external.path}[/dim]")
+    return feed_before_frames(frames, run.external, external_targets(run.pipeline.bank.processors))
 
 
 def build_pipeline(topology: Topology, detectors: str | None, host: str, port: int,
-                   findings_path: str | None, top_k: int, params: Sequence[str] = ()) -> PipelineRun:
+                   findings_path: str | None, top_k: int, params: Sequence[str] = (),
+                   external_path: str | None = None) -> PipelineRun:
     health = PipelineHealth()
     names = [d.strip() for d in detectors.split(",") if d.strip()] if detectors else None
     by_detector = parse_params(params)
@@ -90,6 +110,11 @@ def build_pipeline(topology: Topology, detectors: str | None, host: str, port: i
     unused = sorted(set(by_detector) - {d.name for d in bank.detectors} - {getattr(p, 'name', '') for p in bank.processors})
     if unused:
         raise click.UsageError(f"--param for detectors not in the bank: {', '.join(unused)}")
+    if external_path:
+        try:
+            external_targets(bank.processors)
+        except ValueError as exc:
+            raise click.UsageError(f"--external: {exc}") from None
     store = FindingStore(topology, health)
     tally = FindingTally(topology)
     jsonl = JsonlSink(findings_path) if findings_path else None
@@ -99,7 +124,8 @@ def build_pipeline(topology: Topology, detectors: str | None, host: str, port: i
     if port:
         server = serve(store, host=host, port=port, top_k=top_k)
         Console(stderr=True).print(f"[dim]serving Prometheus metrics on http://{host}:{port}/metrics[/dim]")
-    return PipelineRun(pipeline, store, tally, health, server, jsonl)
+    external = ExternalFeed(external_path, health) if external_path else None
+    return PipelineRun(pipeline, store, tally, health, server, jsonl, external)
 
 
 def run_with_progress(run: PipelineRun, frames: Iterable[Frame], total_samples: int | None,
@@ -123,6 +149,9 @@ def run_with_progress(run: PipelineRun, frames: Iterable[Frame], total_samples: 
 def finish(run: PipelineRun, stats: RunStats, events: Sequence[Event] = (), json_name: str = "run") -> None:
     if run.jsonl is not None:
         run.jsonl.close()
+    if run.external is not None:
+        Console(stderr=True).print(f"[dim]{run.external.events} external events read from {run.external.path}"
+                                   f"{f', {run.external.bad} bad lines' if run.external.bad else ''}[/dim]")
     render_summary(run.tally, run.health, events)
     click.echo(json.dumps({
         "name": json_name, "samples": stats.samples, "wall_seconds": round(stats.wall_s, 3),

@@ -16,7 +16,7 @@ from foreshock.simulator import ClusterSimulator, ScenarioError, formats, list_s
 from foreshock.streams.sources import IterableSource
 from foreshock.streams.via_format import VIA_KIND, ViaFormat
 
-from .common import build_pipeline, detector_option, param_option, finish, run_with_progress, serve_options, stop_server
+from .common import build_pipeline, detector_option, external_option, follow_external, param_option, finish, run_with_progress, serve_options, stop_server
 
 
 @click.command("demo")
@@ -35,9 +35,10 @@ from .common import build_pipeline, detector_option, param_option, finish, run_w
                    "format and its importer, as the real source path would deliver them. Default: frames as simulated.")
 @detector_option
 @param_option
+@external_option
 @serve_options
 def command(gpus: int, duration: float, interval: float, scenario: str, seed: int, speed: float | None,
-            hold: float, via: str | None, detectors: str | None, params: tuple[str, ...], host: str, port: int, findings_path: str | None, top_k: int) -> None:
+            hold: float, via: str | None, detectors: str | None, params: tuple[str, ...], external_path: str | None, host: str, port: int, findings_path: str | None, top_k: int) -> None:
     """Simulate a cluster with a fault, predict it live, serve /metrics, print what was found."""
     if gpus < 8 or duration <= 0 or interval <= 0:
         raise click.UsageError("--gpus must be >= 8, --duration and --interval > 0")
@@ -50,14 +51,14 @@ def command(gpus: int, duration: float, interval: float, scenario: str, seed: in
     for fault in sim.faults:
         console.print(f"[dim]scenario {scenario}: {fault.type} on {fault.target_name} at +{fault.onset / 60:.0f} min "
                       "(hidden from the detectors)[/dim]")
-    run = build_pipeline(sim.topology, detectors, host, port, findings_path, top_k, params)
+    run = build_pipeline(sim.topology, detectors, host, port, findings_path, top_k, params, external_path)
     frames = sim.iter_frames(duration)
     if via:
         frames = ViaFormat(sim.topology, via, formats, run.health).frames(frames)
     source = IterableSource(sim.topology, frames, speed=speed)
     ticks = int(duration / interval)
     total = ticks * sum(sim.topology.size(k) for k in ("gpu", "link", "optic", "node", "rack", "job"))
-    stats = run_with_progress(run, source, total, f"demo: {gpus} GPUs, {duration / 3600:.1f} h simulated")
+    stats = run_with_progress(run, follow_external(run, source), total, f"demo: {gpus} GPUs, {duration / 3600:.1f} h simulated")
     finish(run, stats, sim.events, json_name="demo")
     if hold > 0 and run.server is not None:
         console.print(f"serving /metrics on http://{host}:{port}/metrics for {hold:.0f} s (Ctrl-C to stop)")

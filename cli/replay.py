@@ -10,7 +10,7 @@ import click
 from foreshock.recording import RecordingError
 from foreshock.streams.sources import ReplaySource
 
-from .common import build_pipeline, detector_option, param_option, finish, recording_rows, run_with_progress, serve_options, stop_server
+from .common import build_pipeline, detector_option, external_option, follow_external, param_option, finish, recording_rows, run_with_progress, serve_options, stop_server
 
 
 @click.command("replay")
@@ -21,9 +21,10 @@ from .common import build_pipeline, detector_option, param_option, finish, recor
 @click.option("--hold", type=float, default=0.0, help="Keep serving /metrics this many seconds after the end.")
 @detector_option
 @param_option
+@external_option
 @serve_options
 def command(path: str, speed: float | None, max_speed: bool, shift_now: bool, hold: float, detectors: str | None,
-            params: tuple[str, ...],
+            params: tuple[str, ...], external_path: str | None,
             host: str, port: int, findings_path: str | None, top_k: int) -> None:
     """Replay a recording (a folder written by `simulate` or `import`) through the detectors."""
     if speed is not None and max_speed:
@@ -36,9 +37,9 @@ def command(path: str, speed: float | None, max_speed: bool, shift_now: bool, ho
         events = [replace(e, time=e.time + source.offset) for e in source.recording.events()]
     except RecordingError as exc:
         raise click.ClickException(str(exc)) from None
-    run = build_pipeline(source.topology, detectors, host, port, findings_path, top_k, params)
+    run = build_pipeline(source.topology, detectors, host, port, findings_path, top_k, params, external_path)
     try:
-        stats = run_with_progress(run, source, recording_rows(source.recording.meta), "replay")
+        stats = run_with_progress(run, follow_external(run, source), recording_rows(source.recording.meta), "replay")
     except RecordingError as exc:
         raise click.ClickException(str(exc)) from None
     finish(run, stats, events, json_name="replay")

@@ -8,7 +8,10 @@ Agents (one consumer group, ``app_id``; start as many workers as you like):
 - ``route_json`` — consumes ``telemetry.json`` (outside producers), turns the records into
   frames and publishes them to ``telemetry.frames`` like an ingest agent;
 - ``incidents`` — consumes ``foreshock.findings`` (one partition: one worker at a time owns the
-  incident stage), runs the incident processors, publishes to ``foreshock.incidents``.
+  incident stage), runs the incident processors, publishes to ``foreshock.incidents``. The
+  worker that owns the stage also reads ``external.events`` (outside fault/alert events, JSON
+  lines from any producer) with a consumer of its own, positioned from the incident checkpoint,
+  and hands each record's events to the stage before the next findings message.
 
 **Roles.** A worker runs all three (``role="all"``, the default), or only ``detect`` (with
 ``route_json``) or only ``incidents``. The incident stage sees every finding of the cluster,
@@ -54,6 +57,8 @@ from .kafka_codec import (BundleBuilder, Headers, PartitionMap, RecordError, bun
                           json_to_frames)
 from .kafka_config import KafkaSettings
 from .kafka_topics import CHECKPOINT_MAX_BYTES, Topics
+from .external_feed import STAGE as EXTERNAL_STAGE
+from .external_feed import parse_lines
 from .kafka_worker import DetectionStage, IncidentStage
 
 log = logging.getLogger("foreshock.worker")
@@ -125,8 +130,13 @@ class ForeshockWorker:
         self.last_checkpoint: dict[int, float] = {}
         self.last_incident_checkpoint = 0.0
         self.json_seq = 0
-        self.counts = {"records": 0, "pieces": 0, "deadletters": 0, "checkpoints": 0, "skipped": 0, "incidents": 0}
+        self.counts = {"records": 0, "pieces": 0, "deadletters": 0, "checkpoints": 0, "skipped": 0, "incidents": 0,
+                       "external": 0}
         self._ckpt_reader: AIOKafkaConsumer | None = None
+        self._external_reader: AIOKafkaConsumer | None = None
+        self.external_positioned = False  # the external reader is at the incident stage's offset
+        if config.builds_incidents and not self.incident_stage.external_targets:
+            log.warning("the detector bank has no incident processor: %s is not read", config.topics.external)
         self._frames_stream: Any = None
         self._findings_stream: Any = None
         self.app = self._build_app()
@@ -203,19 +213,23 @@ class ForeshockWorker:
         return app
 
     # ---- checkpoints -------------------------------------------------------------------
+    async def _consumer(self, name: str) -> AIOKafkaConsumer:
+        """A started consumer outside the group (partitions assigned by hand, no commits)."""
+        s = self.config.settings
+        extra: dict[str, Any] = {}
+        if s.sasl:
+            extra = {"sasl_mechanism": s.sasl_mechanism, "sasl_plain_username": s.username,
+                     "sasl_plain_password": s.password}
+        reader = AIOKafkaConsumer(bootstrap_servers=s.bootstrap, security_protocol=s.security_protocol,
+                                  enable_auto_commit=False, client_id=f"foreshock-{name}-{self.config.worker_id}",
+                                  max_partition_fetch_bytes=CHECKPOINT_MAX_BYTES, fetch_max_bytes=CHECKPOINT_MAX_BYTES,
+                                  **extra)
+        await reader.start()
+        return reader
+
     async def _reader(self) -> AIOKafkaConsumer:
         if self._ckpt_reader is None:
-            s = self.config.settings
-            extra: dict[str, Any] = {}
-            if s.sasl:
-                extra = {"sasl_mechanism": s.sasl_mechanism, "sasl_plain_username": s.username,
-                         "sasl_plain_password": s.password}
-            reader = AIOKafkaConsumer(bootstrap_servers=s.bootstrap, security_protocol=s.security_protocol,
-                                      enable_auto_commit=False, client_id=f"foreshock-ckpt-{self.config.worker_id}",
-                                      max_partition_fetch_bytes=CHECKPOINT_MAX_BYTES, fetch_max_bytes=CHECKPOINT_MAX_BYTES,
-                                      **extra)
-            await reader.start()
-            self._ckpt_reader = reader
+            self._ckpt_reader = await self._consumer("ckpt")
         return self._ckpt_reader
 
     async def read_checkpoint(self, partition: int) -> bytes | None:
@@ -283,6 +297,8 @@ class ForeshockWorker:
                 elif tp.topic == self.config.topics.findings and self.incidents_loaded:
                     self.incident_stage = IncidentStage(self.config.make_bank().processors, self.health)
                     self.incidents_loaded = False
+                    self.external_positioned = False
+                    await self._stop_external_reader()  # the stage's next owner reads the topic now
                     self.held_incidents = []
 
     # ---- agents' work ------------------------------------------------------------------
@@ -347,6 +363,44 @@ class ForeshockWorker:
             await self.frames_topic.send(key=bundle_key(partition), value=value, partition=partition,
                                          force=True, headers=headers)
 
+    async def _stop_external_reader(self) -> None:
+        reader, self._external_reader = self._external_reader, None
+        if reader is not None:
+            try:
+                await reader.stop()
+            except Exception as exc:  # only a consumer outside the group: nothing to hand over
+                log.warning("stopping the external.events reader: %s: %s", type(exc).__name__, exc)
+
+    async def poll_external(self) -> None:
+        """Hand the incident stage the external events published since the last call (without
+        waiting: what the reader has fetched). Its first call after the stage was loaded seeks
+        to the offset after the checkpoint's (the topic's start without one)."""
+        stage = self.incident_stage
+        if not stage.external_targets:
+            return
+        if self._external_reader is None:
+            self._external_reader = await self._consumer("external")
+        reader = self._external_reader
+        tp = TopicPartition(self.config.topics.external, 0)
+        if not self.external_positioned:
+            reader.assign([tp])
+            if stage.external_offset >= 0:
+                reader.seek(tp, stage.external_offset + 1)
+            else:
+                await reader.seek_to_beginning(tp)
+            self.external_positioned = True
+        batch = (await reader.getmany(tp, timeout_ms=0)).get(tp, [])
+        for record in batch:
+            events, bad = parse_lines((record.value or b"").split(b"\n"))
+            if not stage.add_external(events, record.offset):
+                continue  # already taken before the checkpoint this stage was loaded from
+            for line in bad:
+                where = f"{record.topic}/{record.partition}/{record.offset} line {line.position + 1}"
+                self.health.problem(EXTERNAL_STAGE, line.reason, detail=f"{where}: {line.detail}")
+                await self.dead_letter(record, "invalid_record", f"{line.reason}: {line.detail}", "external",
+                                       value=line.raw)
+            self.counts["external"] += len(events)
+
     async def on_findings(self, stream: Any, event: Any) -> None:
         self._findings_stream = stream
         message = event.message
@@ -354,7 +408,9 @@ class ForeshockWorker:
             if not self.incidents_loaded:
                 self.incident_stage.load(await self.read_checkpoint(self.config.topics.incident_checkpoint_partition))
                 self.incidents_loaded = True
+                self.external_positioned = False
                 self.last_incident_checkpoint = time.monotonic()
+            await self.poll_external()  # before this message's findings, as the embedded feed before a frame
             if message.offset <= self.incident_stage.offset:
                 await stream.ack(event)
                 return

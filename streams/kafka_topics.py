@@ -16,6 +16,9 @@ topic                       partitions  holds
                                         incident stage); compacted, last record = latest
 ``foreshock.topology``      1           the cluster topology (JSON, read as YAML too) agents publish;
                                         compacted
+``external.events``         1           outside fault/alert events as JSON lines (``{"node", "time",
+                                        "type", "severity"}``, one or more per record) from any
+                                        producer; the worker with the incident stage groups them
 ==========================  ==========  ============================================================
 
 A ``namespace`` prefixes every name so that several pipelines (or tests) share one broker.
@@ -79,6 +82,10 @@ class Topics:
         return f"{self.namespace}foreshock.topology"
 
     @property
+    def external(self) -> str:
+        return f"{self.namespace}external.events"
+
+    @property
     def incident_checkpoint_partition(self) -> int:
         return self.partitions
 
@@ -96,6 +103,7 @@ class Topics:
             self.checkpoints: {"num_partitions": self.partitions + 1,
                                "configs": {**compacted, "max.message.bytes": str(CHECKPOINT_MAX_BYTES)}},
             self.topology: {"num_partitions": 1, "configs": {**compacted, "max.message.bytes": str(CHECKPOINT_MAX_BYTES)}},
+            self.external: {"num_partitions": 1},  # one partition: read in order by the incident stage
         }
 
 

@@ -11,7 +11,11 @@ produces the same findings. A record (a bundle of pieces) gets one findings mess
 **Incidents.** The findings of all partitions meet in one place (``foreshock.findings`` has
 one partition). :class:`IncidentStage` puts the pieces of each source frame back together —
 frame (agent, seq) is complete when all its ``parts`` pieces reported — and runs the incident
-processors on them in sequence order, as the embedded bank does after each frame.
+processors on them in sequence order, as the embedded bank does after each frame. Outside
+fault/alert events (``external.events``) are queued in the processors before the findings
+message read after them, and grouped once telemetry time reaches their ``time``; the incident
+checkpoint holds the queue and the last external offset taken, so a crash neither loses a queued
+event nor takes one twice.
 
 **Checkpoints and delivery (at-least-once).** A checkpoint holds the stage's state and the
 last source offset it covers. A worker writes one per partition every ``interval`` seconds,
@@ -31,12 +35,13 @@ import pickle
 import struct
 import zlib
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 import pyarrow as pa
 
 from foreshock.detectors.bank import DetectorBank, FindingProcessor
+from foreshock.detectors.incident_external import ExternalEvent
 from foreshock.exporters.store import FindingStore
 from foreshock.fields import ENTITY_KINDS, field_names
 from foreshock.findings import Finding
@@ -45,6 +50,7 @@ from foreshock.health import PipelineHealth
 from foreshock.topology import Topology
 
 from .embedded import EmbeddedPipeline
+from .external_feed import ExternalTarget, external_targets
 from .kafka_codec import (H_CONTENT, TELEMETRY, BundleEntry, FindingsMessage, Headers, PartitionMap, PieceInfo,
                           PieceReport, RecordError, decode_bundle, encode_bundle, encode_findings, headers_dict,
                           piece_headers)
@@ -356,6 +362,27 @@ class IncidentStage:
         self.telemetry: dict[tuple[str, int], dict[int, Frame]] = {}  # forwarded rows awaiting their frame
         self.offset = -1
         self.duplicates = 0
+        # external.events: the processors that take them, and the last record offset taken. Taken
+        # events wait in the processors' state (grouped once telemetry time reaches them), so the
+        # checkpoint holds both: after a crash nothing queued is lost and nothing is taken twice.
+        self.external_targets: list[ExternalTarget] = []
+        try:
+            self.external_targets = external_targets(self.processors)
+        except ValueError:
+            pass  # the worker says so once (faust_app)
+        self.external_offset = -1
+
+    def add_external(self, events: Iterable[ExternalEvent], offset: int) -> bool:
+        """Queue the events of the external.events record at ``offset``; False (and nothing
+        queued) for a record at or below the last one taken: redelivered after a checkpoint."""
+        if offset <= self.external_offset:
+            return False
+        self.external_offset = offset
+        batch = list(events)
+        if batch:
+            for target in self.external_targets:
+                target.add_external(batch)
+        return True
 
     def observe_telemetry(self, info: PieceInfo, frame: Frame) -> None:
         if info.seq <= self.released.get(info.agent, 0):
@@ -400,7 +427,8 @@ class IncidentStage:
 
     def state(self) -> dict[str, Any]:
         return {"processors": {p.name: p.state_dict() for p in self.processors},
-                "released": dict(self.released), "pending": self.pending, "telemetry": self.telemetry}
+                "released": dict(self.released), "pending": self.pending, "telemetry": self.telemetry,
+                "external_offset": self.external_offset}
 
     def checkpoint(self) -> tuple[int, bytes]:
         return self.offset, encode_checkpoint(self.offset, self.state(), "incidents", self.signature)
@@ -415,6 +443,7 @@ class IncidentStage:
             self.released = dict(state["released"])
             self.pending = state["pending"]
             self.telemetry = state.get("telemetry", {})
+            self.external_offset = int(state.get("external_offset", -1))  # absent before external.events
             self.offset = offset
         except Exception as exc:
             self.health.problem("worker", "checkpoint_unusable", detail=f"incident stage: {exc}")

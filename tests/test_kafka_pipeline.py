@@ -897,3 +897,78 @@ def test_running_worker_leaves_nothing_in_the_current_directory(kafka_settings, 
             proc.wait(timeout=30)
     assert list(cwd.iterdir()) == [], (tmp_path / "worker.log").read_text()
     assert not any(p.name.startswith("foreshock-worker-") for p in tmp.iterdir())
+
+
+# ---- external events (external.events) ----------------------------------------------------
+def external_line(node: str, t: float, typ: str = "fan_failure") -> bytes:
+    return json.dumps({"node": node, "time": t, "type": typ, "severity": "critical"}).encode() + b"\n"
+
+
+def test_incident_stage_checkpoint_keeps_queued_external_events_and_their_offset(small_topology: Topology):
+    """Events taken from external.events wait in the incident engine until telemetry time
+    reaches them; a checkpoint taken meanwhile holds them and the offset, so a restored stage
+    groups them exactly like the original and skips the redelivered record."""
+    from foreshock.detectors.incident_external import ExternalEvent
+
+    def stage() -> IncidentStage:
+        return IncidentStage(DetectorBank.from_names(small_topology, []).processors)
+
+    def frame(seq: int, now: float) -> FindingsMessage:
+        (report,) = decode_findings(encode_findings([PieceReport(PieceInfo("a", seq, 0, 1, 0.0), now, 1, [])], 0, 0))
+        return report
+
+    def run(s: IncidentStage, seqs: range) -> list[str]:
+        return [finding_to_json(f) for q in seqs for f in s.observe(frame(q, 10.0 * q))]
+
+    event = ExternalEvent("node1", 100.0, "fan_failure", "critical")
+    original = stage()
+    assert original.add_external([event], offset=0)
+    assert not original.add_external([event], offset=0)  # the same record again: not taken twice
+    assert run(original, range(1, 6)) == []  # telemetry time (50 s) has not reached the event yet
+    offset, blob = original.checkpoint()
+    restored = stage()
+    restored.load(blob)
+    assert restored.external_offset == 0
+    assert not restored.add_external([event], offset=0)  # redelivered after the restart: skipped
+    out = run(original, range(6, 40))
+    assert out and {(json.loads(f)["root_kind"], json.loads(f)["root_entity"]) for f in out} == {("node", "node1")}
+    assert run(restored, range(6, 40)) == out
+    control = stage()  # without the event nothing is grouped: the incidents above are its
+    assert run(control, range(1, 40)) == []
+
+
+@pytest.mark.kafka
+@pytest.mark.slow
+def test_external_events_topic_is_grouped_into_incidents(kafka_settings, tmp_path, workers):
+    """An outside producer writes to external.events while a worker runs a replay: the
+    incidents topic shows an incident grouping the event; a bad line is dead-lettered."""
+    from foreshock.recording import Recording
+    from foreshock.simulator import ClusterSimulator
+
+    rec = tmp_path / "healthy"
+    ClusterSimulator(gpus=16, scenario="healthy", seed=1, duration=600).record(rec)
+    start = min(float(f.ts.min()) for f in Recording.open(rec).iter_frames() if len(f))
+    topics = ensure_topics(kafka_settings, Topics(namespace(), 1))
+    assert topics.external == topics.namespace + "external.events"
+    group = workers(kafka_settings.bootstrap, topics, "g-" + topics.namespace)
+    group.start(rec / "topology.yaml")
+    wait_for_members(kafka_settings, group.group, 1)
+
+    def produce_external() -> None:
+        producer = KafkaProducer(**kafka_settings.kafka_python())
+        producer.send(topics.external, partition=0, value=external_line("node1", start + 120.0) + b"{garbage\n")
+        producer.flush()
+        producer.close()
+
+    run_and_collect(kafka_settings, topics, rec, speed=None, during=produce_external)
+    deadline = time.monotonic() + 30
+    while True:  # the worker may still be reading the last findings
+        found = [json.loads(r.value) for r in read_topic(kafka_settings, topics.incidents, None, timeout_s=3)]
+        if found or time.monotonic() > deadline:
+            break
+    assert found, group.logs()
+    assert {(i["root_kind"], i["root_entity"]) for i in found} == {("node", "node1")}
+    assert "fan_failure" in found[0]["reason"] and found[0]["ts"] >= start + 120.0
+    dead = read_topic(kafka_settings, topics.deadletter, None, timeout_s=5)
+    assert [(r.value, headers_dict(r.headers)["foreshock-stage"]) for r in dead] == [(b"{garbage", b"external")]
+    assert headers_dict(dead[0].headers)["foreshock-source"].decode() == f"{topics.external}/0/0"

@@ -1,0 +1,156 @@
+"""External fault/alert events on their way into a running pipeline.
+
+Schedulers, BMCs and existing alerting systems write JSON lines
+(``{"node", "time", "type", "severity"}``, read by :mod:`foreshock.detectors.incident_external`).
+Two live paths carry them to the incident engine's ``add_external``:
+
+- the embedded pipeline (``foreshock replay/demo --external FILE``) *follows* a file like
+  ``tail -F``: :class:`ExternalFeed` reads the lines already in it and those appended while the
+  pipeline runs, and :func:`feed_before_frames` hands them to the incident processors before
+  each frame;
+- the Kafka workers read the ``external.events`` topic (``faust_app``); a record holds one or
+  more lines and is decoded by :func:`parse_lines`.
+
+An event is queued by the engine and grouped once telemetry time reaches its ``time``. Lines
+that cannot be read are counted in the pipeline health (stage ``external``) — never fatal.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from pathlib import Path
+from typing import Iterable, Iterator, NamedTuple, Protocol, Sequence, TypeVar
+
+from foreshock.detectors.incident_external import ExternalEvent, parse_event
+from foreshock.health import PipelineHealth
+
+log = logging.getLogger("foreshock.external")
+
+STAGE = "external"
+NOT_JSON = "external event line is not valid JSON"
+MALFORMED = "external event line is malformed"
+REREAD = "external event file shrank or was replaced: read again from the start"
+MISSING = "external event file is missing: waiting for it to reappear"
+UNREADABLE = "external event file cannot be read"
+TOO_LONG = "external event line is too long: skipped"
+MAX_LINE_BYTES = 1 << 20  # an event is ~100 bytes: a longer "line" is not one, and must not fill memory
+
+T = TypeVar("T")
+
+
+class ExternalTarget(Protocol):
+    """What takes external events: the incident engine (``detectors.incidents``)."""
+
+    def add_external(self, events: Iterable[ExternalEvent]) -> None: ...
+
+
+def external_targets(processors: Sequence[object]) -> list[ExternalTarget]:
+    """The processors that take external events; ``ValueError`` when none does (the events
+    would go nowhere)."""
+    targets = [p for p in processors if callable(getattr(p, "add_external", None))]
+    if not targets:
+        raise ValueError("external events need the incident engine, and the detector bank has no processor "
+                         "that takes them")
+    return targets  # type: ignore[return-value]
+
+
+class BadLine(NamedTuple):
+    position: int  # among the lines given (0-based)
+    raw: bytes
+    reason: str
+    detail: str
+
+
+def parse_lines(lines: Iterable[bytes]) -> tuple[list[ExternalEvent], list[BadLine]]:
+    """Events from JSON lines, and the lines that could not be read. Blank lines are skipped.
+    The caller counts (and, on Kafka, dead-letters) the bad ones."""
+    events: list[ExternalEvent] = []
+    bad: list[BadLine] = []
+    for index, raw in enumerate(lines):
+        if not raw.strip():
+            continue
+        try:
+            events.append(parse_event(json.loads(raw)))
+        except json.JSONDecodeError as exc:
+            bad.append(BadLine(index, raw, NOT_JSON, exc.msg))
+        except (ValueError, UnicodeDecodeError) as exc:  # UnicodeDecodeError: bytes that are not UTF-8
+            bad.append(BadLine(index, raw, MALFORMED, str(exc)))
+    return events, bad
+
+
+class ExternalFeed:
+    """Follows a JSON-lines file: every :meth:`poll` returns the events of the complete lines
+    written since the last one (a partial last line waits for its newline).
+
+    Cheap enough to call before every frame: one ``stat``, and a read only when the file grew.
+    A file that shrank (truncated) or was replaced (rotated: another inode) is read again from
+    its start, and that is counted; lines appended to a rotated-away file after the last poll
+    are not seen (as with ``tail -F``). A file that disappears is waited for.
+    """
+
+    def __init__(self, path: str | Path, health: PipelineHealth | None = None) -> None:
+        self.path = Path(path)
+        self.health = health or PipelineHealth()
+        self.offset = 0  # bytes of the file consumed (complete lines and the partial tail)
+        self.partial = b""  # the last line, still without its newline
+        self.lineno = 0  # complete lines read from the current file
+        self.inode: tuple[int, int] | None = None
+        self.events = 0  # events read, in all
+        self.bad = 0  # lines that could not be read, in all
+        self._missing = False
+        self._skipping = False  # inside an overlong line: drop up to its newline
+
+    def poll(self) -> list[ExternalEvent]:
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            if not self._missing:
+                self._missing = True
+                self.health.problem(STAGE, MISSING, detail=str(self.path))
+            return []
+        except OSError as exc:
+            self.health.problem(STAGE, UNREADABLE, detail=f"{self.path}: {exc}")
+            return []
+        self._missing = False
+        inode = (st.st_dev, st.st_ino)
+        if self.inode is not None and (inode != self.inode or st.st_size < self.offset):
+            self.health.problem(STAGE, REREAD, detail=str(self.path))
+            self.offset, self.partial, self.lineno, self._skipping = 0, b"", 0, False
+        self.inode = inode
+        if st.st_size <= self.offset:
+            return []
+        try:
+            with open(self.path, "rb") as fh:
+                fh.seek(self.offset)
+                data = fh.read(st.st_size - self.offset)  # not past the size seen: a writer may be mid-line
+        except OSError as exc:
+            self.health.problem(STAGE, UNREADABLE, detail=f"{self.path}: {exc}")
+            return []
+        self.offset += len(data)
+        *lines, self.partial = (self.partial + data).split(b"\n")
+        first = self.lineno + 1
+        self.lineno += len(lines)
+        if self._skipping and lines:  # the end of an overlong line
+            self._skipping = False
+            lines[0] = b""
+        if len(self.partial) > MAX_LINE_BYTES:
+            self.health.problem(STAGE, TOO_LONG, detail=f"{self.path}:{self.lineno + 1}")
+            self.partial, self._skipping = b"", True
+        events, bad = parse_lines(lines)
+        for line in bad:
+            self.health.problem(STAGE, line.reason, detail=f"{self.path}:{first + line.position}: {line.detail}")
+        self.events += len(events)
+        self.bad += len(bad)
+        return events
+
+
+def feed_before_frames(frames: Iterable[T], feed: ExternalFeed, targets: Sequence[ExternalTarget]) -> Iterator[T]:
+    """``frames``, handing the feed's new events to ``targets`` before each frame is processed."""
+    for frame in frames:
+        events = feed.poll()
+        if events:
+            for target in targets:
+                target.add_external(events)
+        yield frame

@@ -1,0 +1,208 @@
+"""External events on the live path: the followed file (streams/external_feed.py) and
+`foreshock replay/demo --external FILE` grouping them into incidents."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from foreshock.cli.main import cli
+from foreshock.detectors.incident_external import ExternalEvent
+from foreshock.health import PipelineHealth
+from foreshock.streams.external_feed import (MALFORMED, MAX_LINE_BYTES, MISSING, NOT_JSON, REREAD, STAGE, TOO_LONG,
+                                             ExternalFeed, external_targets, feed_before_frames, parse_lines)
+
+
+def line(node: str, t: float, typ: str = "fan_failure", severity: str = "critical") -> str:
+    return json.dumps({"node": node, "time": t, "type": typ, "severity": severity}) + "\n"
+
+
+def append(path: Path, text: str | bytes) -> None:
+    with open(path, "ab") as fh:
+        fh.write(text.encode() if isinstance(text, str) else text)
+
+
+# ---- parsing --------------------------------------------------------------------------------
+def test_parse_lines_keeps_good_events_and_names_each_bad_line():
+    lines = [line("node1", 5.0).encode(), b"", b"  ", b"{not json", b'{"node": "n", "time": 1}', b'{"node": "\xff"}',
+             b'{"node": "node2", "time": "1970-01-01T00:00:10Z", "type": "psu"}']
+    events, bad = parse_lines(lines)
+    assert events == [ExternalEvent("node1", 5.0, "fan_failure", "critical"), ExternalEvent("node2", 10.0, "psu")]
+    assert [(b.position, b.raw, b.reason) for b in bad] == [(3, b"{not json", NOT_JSON),
+                                                            (4, b'{"node": "n", "time": 1}', MALFORMED),
+                                                            (5, b'{"node": "\xff"}', MALFORMED)]  # not UTF-8
+    assert "missing" in bad[1].detail
+
+
+# ---- following a file -----------------------------------------------------------------------
+def test_follower_reads_existing_then_appended_lines_once(tmp_path: Path):
+    path = tmp_path / "ext.jsonl"
+    path.write_text(line("node0", 1.0) + line("node1", 2.0))
+    health = PipelineHealth()
+    feed = ExternalFeed(path, health)
+    assert [e.node for e in feed.poll()] == ["node0", "node1"]
+    assert feed.poll() == []  # nothing new: nothing read again
+    append(path, line("node2", 3.0))
+    assert [e.node for e in feed.poll()] == ["node2"]
+    assert feed.events == 3 and feed.offset == path.stat().st_size
+    assert health.total_problems() == 0
+
+
+def test_a_partial_last_line_waits_for_its_newline(tmp_path: Path):
+    path = tmp_path / "ext.jsonl"
+    path.write_text("")
+    feed = ExternalFeed(path)
+    whole = line("node3", 7.0)
+    append(path, whole[:10])
+    assert feed.poll() == []
+    append(path, whole[10:-1])  # all but the newline: still incomplete
+    assert feed.poll() == []
+    append(path, "\n" + whole[:5])
+    assert feed.poll() == [ExternalEvent("node3", 7.0, "fan_failure", "critical")]
+    append(path, whole[5:])
+    assert [e.time for e in feed.poll()] == [7.0]
+    assert feed.health.total_problems() == 0  # no half line was ever parsed
+
+
+def test_bad_lines_are_counted_with_their_line_number(tmp_path: Path):
+    path = tmp_path / "ext.jsonl"
+    path.write_text(line("node0", 1.0) + "oops\n")
+    health = PipelineHealth()
+    feed = ExternalFeed(path, health)
+    assert len(feed.poll()) == 1
+    append(path, '{"node": "node1"}\n' + line("node1", 2.0))
+    assert len(feed.poll()) == 1
+    assert health.problems[(STAGE, NOT_JSON)] == 1 and health.problems[(STAGE, MALFORMED)] == 1
+    assert feed.bad == 2
+
+
+def test_a_truncated_file_is_read_again_from_the_start_and_counted(tmp_path: Path):
+    path = tmp_path / "ext.jsonl"
+    path.write_text(line("node0", 1.0) + line("node1", 2.0) + '{"partial": ')
+    health = PipelineHealth()
+    feed = ExternalFeed(path, health)
+    assert len(feed.poll()) == 2
+    path.write_text(line("node5", 9.0))  # truncated and rewritten, shorter than before (same inode)
+    assert [e.node for e in feed.poll()] == ["node5"]  # the old partial line is not glued to it
+    assert health.problems[(STAGE, REREAD)] == 1
+    assert feed.poll() == []
+
+
+def test_a_replaced_file_is_read_from_its_start_even_when_longer(tmp_path: Path):
+    path = tmp_path / "ext.jsonl"
+    path.write_text(line("node0", 1.0))
+    health = PipelineHealth()
+    feed = ExternalFeed(path, health)
+    assert len(feed.poll()) == 1
+    os.rename(path, tmp_path / "ext.jsonl.1")  # rotated: a new file (inode) takes the name
+    assert feed.poll() == [] and health.problems[(STAGE, MISSING)] == 1
+    assert feed.poll() == [] and health.problems[(STAGE, MISSING)] == 1  # counted once per absence
+    path.write_text(line("node1", 2.0) + line("node2", 3.0))
+    assert [e.node for e in feed.poll()] == ["node1", "node2"]
+    assert health.problems[(STAGE, REREAD)] == 1
+
+
+def test_an_endless_line_is_dropped_not_kept_in_memory(tmp_path: Path):
+    path = tmp_path / "ext.jsonl"
+    path.write_text(line("node0", 1.0))
+    health = PipelineHealth()
+    feed = ExternalFeed(path, health)
+    assert len(feed.poll()) == 1
+    append(path, b"x" * (MAX_LINE_BYTES + 1))
+    assert feed.poll() == [] and feed.partial == b""
+    append(path, b"still the same line")
+    assert feed.poll() == [] and feed.partial == b"still the same line"
+    append(path, b"\n" + line("node1", 2.0).encode())  # the long line ends; the next one is read
+    assert [e.node for e in feed.poll()] == ["node1"]
+    assert health.problems[(STAGE, TOO_LONG)] == 1 and health.total_problems() == 1
+
+
+class Collector:
+    def __init__(self, log: list[tuple[str, object]]) -> None:
+        self.log = log
+
+    def add_external(self, events):  # type: ignore[no-untyped-def]
+        self.log.extend(("event", e.node) for e in events)
+
+
+def test_events_reach_the_targets_before_the_next_frame(tmp_path: Path):
+    path = tmp_path / "ext.jsonl"
+    path.write_text(line("node0", 1.0))
+    log: list[tuple[str, object]] = []
+    targets = [Collector(log), Collector(log)]
+    for frame in feed_before_frames(["f1", "f2", "f3"], ExternalFeed(path), targets):
+        log.append(("frame", frame))
+        if frame == "f1":
+            append(path, line("node1", 2.0))  # written while the pipeline runs
+    assert log == [("event", "node0"), ("event", "node0"), ("frame", "f1"),
+                   ("event", "node1"), ("event", "node1"), ("frame", "f2"), ("frame", "f3")]
+
+
+def test_external_targets_needs_a_processor_that_takes_events():
+    take = Collector([])
+    assert external_targets([object(), take]) == [take]
+    with pytest.raises(ValueError, match="incident engine"):
+        external_targets([object()])
+
+
+# ---- the commands ---------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def healthy(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, float]:
+    """16 GPUs (two nodes), 15 healthy minutes: no incident of its own. Returns (folder, start)."""
+    from foreshock.recording import Recording
+    from foreshock.simulator import ClusterSimulator
+
+    out = tmp_path_factory.mktemp("ext") / "rec"
+    ClusterSimulator(gpus=16, scenario="healthy", seed=1, duration=900).record(out)
+    start = min(float(frame.ts.min()) for frame in Recording.open(out).iter_frames() if len(frame))
+    return out, start
+
+
+def incidents(path: Path) -> list[dict]:  # type: ignore[type-arg]
+    rows = [json.loads(text) for text in path.read_text().splitlines()]
+    return [r for r in rows if r.get("type") == "incident"]
+
+
+def test_replay_groups_an_external_event_into_an_incident(healthy, tmp_path: Path):
+    rec, start = healthy
+    ext = tmp_path / "bmc.jsonl"
+    ext.write_text(line("node1", start + 120.0, "fan_failure", "critical") + "garbage\n")
+    runner = CliRunner()
+    base = runner.invoke(cli, ["replay", str(rec), "--port", "0", "--findings", str(tmp_path / "plain.jsonl")])
+    assert base.exit_code == 0, base.output
+    assert incidents(tmp_path / "plain.jsonl") == []  # any incident below comes from the event
+    result = runner.invoke(cli, ["replay", str(rec), "--port", "0", "--external", str(ext),
+                                 "--findings", str(tmp_path / "found.jsonl")])
+    assert result.exit_code == 0, result.output
+    found = incidents(tmp_path / "found.jsonl")
+    assert found, result.output
+    assert {(i["root_kind"], i["root_entity"]) for i in found} == {("node", "node1")}
+    assert "fan_failure" in found[0]["reason"] and found[0]["members"] == ["node1"]
+    assert found[0]["ts"] >= start + 120.0  # grouped once telemetry time reached the event
+    said = " ".join(result.output.split())  # rich wraps long lines
+    assert "1 external events read" in said and "1 bad lines" in said  # the garbage line was counted
+
+
+def test_demo_follows_an_external_file(tmp_path: Path):
+    ext = tmp_path / "sched.jsonl"
+    ext.write_text(line("node0", time.time() + 60.0, "xid 79 gpu fell off the bus", "critical"))
+    result = CliRunner().invoke(cli, ["demo", "--gpus", "8", "--duration", "600", "--scenario", "healthy",
+                                      "--port", "0", "--external", str(ext), "--findings", str(tmp_path / "f.jsonl")])
+    assert result.exit_code == 0, result.output
+    assert {i["root_entity"] for i in incidents(tmp_path / "f.jsonl")} == {"node0"}
+
+
+def test_external_without_an_incident_processor_is_a_usage_error(healthy, tmp_path: Path, monkeypatch):
+    import foreshock.detectors.bank as bank
+
+    monkeypatch.setattr(bank, "DEFAULT_PROCESSORS", ())
+    ext = tmp_path / "e.jsonl"
+    ext.write_text(line("node1", 1.0))
+    result = CliRunner().invoke(cli, ["replay", str(healthy[0]), "--port", "0", "--external", str(ext)])
+    assert result.exit_code == 2
+    assert "--external" in result.output and "incident engine" in result.output
