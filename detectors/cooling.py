@@ -51,6 +51,7 @@ from foreshock.numba_config import jit
 from foreshock.topology import Topology
 
 from .base import resolve_params
+from .order_stats import select_kth
 from .thermal_fit import G_SIZE, G_TS, M_LOADED, M_PF, M_RL, P_LOAD_MIN, ThermalFitDetector
 from .thermal_fit import params_vector as thermal_params
 
@@ -100,33 +101,10 @@ def _group_median(values: np.ndarray, groups: np.ndarray, out: np.ndarray) -> No
     for g in range(n_groups):
         lo, hi = start[g], start[g + 1]
         if hi > lo:
-            upper = _kth_smallest(bucket, lo, hi, (hi - lo) // 2)
-            lower = upper if (hi - lo) % 2 == 1 else _kth_smallest(bucket, lo, hi, (hi - lo) // 2 - 1)
+            # the k-th smallest of bucket[lo:hi] (select_kth takes the last index and an absolute k)
+            upper = select_kth(bucket, lo, hi - 1, lo + (hi - lo) // 2)
+            lower = upper if (hi - lo) % 2 == 1 else select_kth(bucket, lo, hi - 1, lo + (hi - lo) // 2 - 1)
             out[g] = 0.5 * (lower + upper)
-
-
-@jit
-def _kth_smallest(a: np.ndarray, lo: int, hi: int, k: int) -> float:
-    """The ``k``-th smallest (from 0) of ``a[lo:hi]`` (finite values), reordering them in place
-    (Wirth's selection: linear on average, no allocation)."""
-    left, right, target = lo, hi - 1, lo + k
-    while left < right:
-        pivot = a[target]
-        i, j = left, right
-        while i <= j:
-            while a[i] < pivot:
-                i += 1
-            while pivot < a[j]:
-                j -= 1
-            if i <= j:
-                a[i], a[j] = a[j], a[i]
-                i += 1
-                j -= 1
-        if j < target:
-            left = i
-        if target < i:
-            right = j
-    return a[target]  # type: ignore[no-any-return]
 
 
 class CoolingDetector(ThermalFitDetector):
