@@ -685,6 +685,17 @@ def test_detection_stage_resumes_from_checkpoint_with_identical_output(recording
 
 
 # ---- against the real broker --------------------------------------------------------------
+def read_incidents(settings: KafkaSettings, topic: str, want: int, timeout_s: float = 30.0) -> list[Any]:
+    """The incidents topic once it holds ``want`` records (or at the timeout): the incident stage
+    may still be reading the last findings when the detect side is done — on a loaded machine
+    it trails by seconds."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        incidents = read_topic(settings, topic, None, timeout_s=3)
+        if len(incidents) >= want or time.monotonic() > deadline:
+            return incidents
+
+
 def wait_for_members(settings: KafkaSettings, group: str, n: int, timeout_s: float = 60.0) -> None:
     """Until the consumer group has ``n`` members in a stable state (the workers are in)."""
     from kafka import KafkaAdminClient
@@ -741,9 +752,9 @@ def test_two_workers_find_what_the_embedded_pipeline_finds(kafka_settings, recor
     assert len(unique) == pieces, group.logs()
     assert canon(findings_of(messages)) == canon(detector_findings(recording))
     assert len({m.worker for m in unique}) == 2  # the partitions were shared
-    incidents = read_topic(kafka_settings, topics.incidents, None, timeout_s=3)
     embedded_incidents = [f for f in embedded_findings(recording) if f.type == "incident"]
     assert embedded_incidents  # the comparison below must not be between two empty lists
+    incidents = read_incidents(kafka_settings, topics.incidents, len(embedded_incidents))
     assert Counter(r.value.decode() for r in incidents) == canon(embedded_incidents)
 
 
@@ -767,11 +778,7 @@ def test_detect_workers_and_an_incidents_worker_find_what_the_embedded_pipeline_
     assert len({m.worker for m in unique}) == 2  # both detect workers took a partition
     embedded_incidents = [f for f in embedded_findings(recording) if f.type == "incident"]
     assert embedded_incidents
-    deadline = time.monotonic() + 30
-    while True:  # the incidents worker may still be reading the last findings
-        incidents = read_topic(kafka_settings, topics.incidents, None, timeout_s=3)
-        if len(incidents) >= len(embedded_incidents) or time.monotonic() > deadline:
-            break
+    incidents = read_incidents(kafka_settings, topics.incidents, len(embedded_incidents))
     assert Counter(r.value.decode() for r in incidents) == canon(embedded_incidents), group.logs()
 
 
@@ -961,11 +968,7 @@ def test_external_events_topic_is_grouped_into_incidents(kafka_settings, tmp_pat
         producer.close()
 
     run_and_collect(kafka_settings, topics, rec, speed=None, during=produce_external)
-    deadline = time.monotonic() + 30
-    while True:  # the worker may still be reading the last findings
-        found = [json.loads(r.value) for r in read_topic(kafka_settings, topics.incidents, None, timeout_s=3)]
-        if found or time.monotonic() > deadline:
-            break
+    found = [json.loads(r.value) for r in read_incidents(kafka_settings, topics.incidents, 1)]
     assert found, group.logs()
     assert {(i["root_kind"], i["root_entity"]) for i in found} == {("node", "node1")}
     assert "fan_failure" in found[0]["reason"] and found[0]["ts"] >= start + 120.0
