@@ -113,11 +113,6 @@ def mahalanobis_detector_rate(topo: Topology, frames: list[Frame], warm: int) ->
     return sum(len(f) for f in frames[warm:]) / (time.perf_counter() - t0)
 
 
-def state_bytes(det) -> int:  # type: ignore[no-untyped-def]
-    """Bytes of a detector's state arrays (what a checkpoint holds and memory keeps per series)."""
-    return sum(np.asarray(v).nbytes for v in det.state_dict().values())
-
-
 def river_hst_bytes(values: np.ndarray, lo: float, hi: float) -> int:
     """Heap held by one river HalfSpaceTrees after it has learnt ``values`` (one series' model)."""
     import tracemalloc
@@ -190,9 +185,9 @@ def main() -> None:
     print(f"foreshock EWMA z via river adapter:   {adapter['median']:>14,.0f} obs/s     (per-event Python calls)")
     print(f"multivariate Mahalanobis, 32 fields:  {mv['median']:>14,.0f} node-steps/s (min {mv['min']:,.0f}, max {mv['max']:,.0f})")
     print(f"mahalanobis detector, 1,024 GPUs:     {mvd['median']:>14,.0f} GPU rows/s (min {mvd['min']:,.0f}, max {mvd['max']:,.0f})")
-    per_series = {det.name: state_bytes(det) / args.series for det in make_bank(args.series)}
+    per_series = {det.name: det.state_nbytes() / args.series for det in make_bank(args.series)}
     bank_bytes = sum(per_series.values())
-    mv_bytes = state_bytes(OnlineMahalanobis(256, 32)) / 256
+    mv_bytes = OnlineMahalanobis(256, 32).state_nbytes() / 256
     hst_bytes = river_hst_bytes(arr[:2000], lo, hi)
     print(f"memory per series: foreshock bank {bank_bytes:,.0f} B (" +
           ", ".join(f"{k} {v:,.0f}" for k, v in per_series.items()) +

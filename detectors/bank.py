@@ -29,6 +29,15 @@ class FindingProcessor(Protocol):
     def load_state_dict(self, state: dict[str, Any]) -> None: ...
 
 
+def report_problems_to(parts: Iterable[object], health: PipelineHealth) -> None:
+    """Count the input problems each detector or processor finds itself (counter values that go
+    backwards, findings for unknown entities, ...) in ``health`` — the pipeline's, which the
+    exporter publishes — instead of each one's private default."""
+    for part in parts:
+        if isinstance(getattr(part, "health", None), PipelineHealth):
+            part.health = health  # type: ignore[attr-defined]
+
+
 class DetectorBank:
     def __init__(self, topology: Topology, detectors: Iterable[Detector],
                  processors: Iterable[FindingProcessor] = ()) -> None:
@@ -57,12 +66,9 @@ class DetectorBank:
         return cls(topology, [create(n, topology, **params.get(n, {})) for n in names], processors)
 
     def report_problems_to(self, health: PipelineHealth) -> None:
-        """Count the detectors' and processors' own input problems (counter values that go
-        backwards, findings for unknown entities, ...) in ``health`` — the pipeline's, which the
-        exporter publishes — instead of each one's private default."""
-        for part in [*self.detectors, *self.processors]:
-            if isinstance(getattr(part, "health", None), PipelineHealth):
-                part.health = health  # type: ignore[attr-defined]
+        """Count the detectors' and processors' own input problems in ``health`` (see
+        :func:`report_problems_to`)."""
+        report_problems_to([*self.detectors, *self.processors], health)
 
     @property
     def kinds(self) -> set[str]:

@@ -23,6 +23,8 @@ from typing import Any, Iterable, Iterator
 from foreshock.health import PipelineHealth
 
 STAGE = "incidents.external"
+NOT_JSON = "external event line is not valid JSON"
+MALFORMED = "external event line is malformed"
 
 
 @dataclass(frozen=True)
@@ -76,17 +78,27 @@ def parse_event(obj: Any) -> ExternalEvent:
     return ExternalEvent(node, parse_time(obj["time"]), typ, severity)
 
 
+def parse_line(line: str | bytes) -> tuple[ExternalEvent | None, str, str]:
+    """One JSON line: ``(event, "", "")``, or ``(None, reason, detail)`` when it cannot be read
+    (``NOT_JSON`` / ``MALFORMED``, bytes that are not UTF-8 included)."""
+    try:
+        return parse_event(json.loads(line)), "", ""
+    except json.JSONDecodeError as exc:
+        return None, NOT_JSON, exc.msg
+    except ValueError as exc:  # a UnicodeDecodeError is one too
+        return None, MALFORMED, str(exc)
+
+
 def iter_events(lines: Iterable[str], health: PipelineHealth, source: str = "external") -> Iterator[ExternalEvent]:
     """Events from JSON lines; bad lines are counted (``incidents.external``) and skipped."""
     for lineno, line in enumerate(lines, start=1):
         if not line.strip():
             continue
-        try:
-            yield parse_event(json.loads(line))
-        except json.JSONDecodeError as exc:
-            health.problem(STAGE, "external event line is not valid JSON", detail=f"{source}:{lineno}: {exc.msg}")
-        except ValueError as exc:
-            health.problem(STAGE, "external event line is malformed", detail=f"{source}:{lineno}: {exc}")
+        event, reason, detail = parse_line(line)
+        if event is None:
+            health.problem(STAGE, reason, detail=f"{source}:{lineno}: {detail}")
+        else:
+            yield event
 
 
 def read_events(path: str | Path, health: PipelineHealth) -> list[ExternalEvent]:

@@ -17,20 +17,17 @@ that cannot be read are counted in the pipeline health (stage ``external``) — 
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 from pathlib import Path
 from typing import Iterable, Iterator, NamedTuple, Protocol, Sequence, TypeVar
 
-from foreshock.detectors.incident_external import ExternalEvent, parse_event
+from foreshock.detectors.incident_external import MALFORMED, NOT_JSON, ExternalEvent, parse_line  # noqa: F401 (reasons: tests)
 from foreshock.health import PipelineHealth
 
 log = logging.getLogger("foreshock.external")
 
 STAGE = "external"
-NOT_JSON = "external event line is not valid JSON"
-MALFORMED = "external event line is malformed"
 REREAD = "external event file shrank or was replaced: read again from the start"
 MISSING = "external event file is missing: waiting for it to reappear"
 UNREADABLE = "external event file cannot be read"
@@ -71,12 +68,11 @@ def parse_lines(lines: Iterable[bytes]) -> tuple[list[ExternalEvent], list[BadLi
     for index, raw in enumerate(lines):
         if not raw.strip():
             continue
-        try:
-            events.append(parse_event(json.loads(raw)))
-        except json.JSONDecodeError as exc:
-            bad.append(BadLine(index, raw, NOT_JSON, exc.msg))
-        except (ValueError, UnicodeDecodeError) as exc:  # UnicodeDecodeError: bytes that are not UTF-8
-            bad.append(BadLine(index, raw, MALFORMED, str(exc)))
+        event, reason, detail = parse_line(raw)
+        if event is None:
+            bad.append(BadLine(index, raw, reason, detail))
+        else:
+            events.append(event)
     return events, bad
 
 

@@ -40,7 +40,7 @@ from typing import Any, Callable, Iterable, Sequence
 import numpy as np
 import pyarrow as pa
 
-from foreshock.detectors.bank import DetectorBank, FindingProcessor
+from foreshock.detectors.bank import DetectorBank, FindingProcessor, report_problems_to
 from foreshock.detectors.incident_external import ExternalEvent
 from foreshock.exporters.store import FindingStore
 from foreshock.fields import ENTITY_KINDS, field_names
@@ -353,9 +353,7 @@ class IncidentStage:
     def __init__(self, processors: Sequence[FindingProcessor], health: PipelineHealth | None = None) -> None:
         self.processors = list(processors)
         self.health = health or PipelineHealth()
-        for proc in self.processors:  # their problems (findings for unknown entities, ...) count here
-            if isinstance(getattr(proc, "health", None), PipelineHealth):
-                proc.health = self.health  # type: ignore[attr-defined]
+        report_problems_to(self.processors, self.health)  # findings for unknown entities, ... count here
         self.signature = ",".join(p.name for p in self.processors)
         self.released: dict[str, int] = {}  # agent -> last released seq
         self.pending: dict[tuple[str, int], dict[int, FindingsMessage]] = {}
