@@ -397,3 +397,25 @@ def test_a_claim_whose_job_another_fault_stopped_is_not_judged() -> None:
     m = ev.score_kind(findings, events, kind, rec, 0.0, 10000.0)
     assert (m["episodes"], m["recall"], m["lead_median_s"]) == (1, 1.0, 200.0)
     assert m["precision"] == pytest.approx(1 / 2)  # gpu0's hit and gpu2's false claim; gpu1 not judged
+
+
+def test_a_member_shutting_down_inside_a_slowdown_interrupts_the_job_too() -> None:
+    """job0 is already slowed (a member throttling since 900 s: one ``job_slowdown_start`` with a
+    slowdown, no new one when that member then shuts down at 1300 s, XID 79, and the job
+    stops). gpu1's claim made at 1000 s can no longer come true: not judged. Seed 781 had 63 such
+    claims (precision 0.76 until the XID counted as the interruption it is)."""
+    topo = small_topology(nodes=1, gpus=4, racks=1)
+    rec = Recording(Path("."), topo, {"faults": []})
+    events = [Event(900.0, "job_slowdown_start", "job", "job0", "f9", "tim_degradation", {"slowdown": 1.1}),
+              gpu_event(950, "thermal_throttle_start", 3), gpu_event(1300, "thermal_throttle_end", 3),
+              Event(1300.0, "xid", "gpu", topo.gpus[3], "f9", "tim_degradation",
+                    {"code": 79, "reason": "thermal shutdown"})]
+    findings = [pred(1000, 1), pred(1600, 1, active=False), pred(5000, 2), pred(5100, 2, active=False)]
+    kind = ev.EventKind("thermal_throttle", "thermal_throttle_start", "thermal_throttle_end", "thermal_throttle",
+                        "gpu", horizon_s=1800.0, merge_gap_s=600.0, warmup_s=0.0)
+    m = ev.score_kind(findings, events, kind, rec, 0.0, 10000.0)
+    assert m["precision"] == 0.0  # gpu2's false claim only: gpu1's is not judged
+    assert m["false_alarms_per_1000_gpu_hours"] == pytest.approx(1 / (4 * 10000 / 3600) * 1000)
+    other = [e for e in events if e.type != "xid"]  # without the XID, gpu1's claim is false as well
+    m = ev.score_kind(findings, other, kind, rec, 0.0, 10000.0)
+    assert m["false_alarms_per_1000_gpu_hours"] == pytest.approx(2 / (4 * 10000 / 3600) * 1000)

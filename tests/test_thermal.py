@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from foreshock import facts
 from foreshock.detectors import thermal as th
 from foreshock.detectors import thermal_fit as tf
 from foreshock.detectors.gpu_inputs import RACK_DAMP, RACK_DAMP_N, new_rack_state, update_rack_inlet
@@ -241,20 +242,51 @@ def test_tim_degradation_predicted_well_ahead_and_only_on_that_gpu():
     assert "R 0.0" in first[0].reason and "inlet" in first[0].reason
 
 
-def test_cooling_loss_predicted_for_the_rack_and_not_elsewhere():
+def cooling_loss_frames(idle_from: float | None):
+    """Rack 1's loop settles +30 °C with a 180 s time constant from t = 1 h (its GPUs heading for
+    the limit; the synthetic inlet settles instead of ramping forever); from
+    ``idle_from`` s on, rack 1's GPUs report the idle bit (their job stopped)."""
     topo = small_topology()
-    # a loop settling to +30 °C with a 180 s time constant, from t = 1 h
     world = World(topo, faults=[Fault("cooling_loss", 1, 3600, 30 / 180, "f2")], seed=2)
-    frames, events = world.run(2 * 3600)
-    # make the synthetic inlet settle instead of ramping forever
+    frames, _ = world.run(2 * 3600)
+    rack1 = np.flatnonzero(topo.gpu_rack == 1)
     for f in frames:
+        t = f.ts[0] - world.t0
         if f.kind == "rack":
-            t = f.ts[0] - world.t0
-            rise = 30 * (1 - math.exp(-max(t - 3600, 0) / 180)) if t >= 3600 else 0.0
-            f.columns["inlet_temp"][1] = 24.0 + rise
-    found = run(th.ThermalDetector(topo), frames)
-    slots = {p.slot for p in preds(found)}
+            f.columns["inlet_temp"][1] = 24.0 + (30 * (1 - math.exp(-(t - 3600) / 180)) if t >= 3600 else 0.0)
+        elif idle_from is not None and t >= idle_from:
+            bits = f.columns["throttle_reasons"]
+            bits[rack1] = bits[rack1].astype(np.int64) | facts.THROTTLE_IDLE
+    return topo, world, frames
+
+
+def test_cooling_loss_predicted_for_the_rack_and_not_elsewhere():
+    topo, _, frames = cooling_loss_frames(idle_from=None)
+    slots = {p.slot for p in preds(run(th.ThermalDetector(topo), frames))}
     assert slots and all(topo.gpu_rack[s] == 1 for s in slots)
+
+
+def test_an_idle_gpu_is_not_predicted_to_throttle():
+    """No work scheduled (bit 0x1): the SW thermal slowdown has nothing to slow, so a GPU whose
+    job stopped is not predicted however hot its coolant gets (seed 779: GPUs idled by a
+    crashed job member, on a loop losing its flow, were called and peaked at 79 °C)."""
+    topo, _, frames = cooling_loss_frames(idle_from=None)
+    assert {p.slot for p in preds(run(th.ThermalDetector(topo), frames))}  # the case is real
+    topo, _, frames = cooling_loss_frames(idle_from=3000)
+    assert not preds(run(th.ThermalDetector(topo), frames))
+
+
+def test_a_prediction_is_withdrawn_once_its_gpu_has_idled_for_off_hold():
+    topo, world, frames = cooling_loss_frames(idle_from=None)
+    first = min(p.ts for p in preds(run(th.ThermalDetector(topo), frames))) - world.t0
+    idle_from = first + 30  # the job stops right after the first prediction
+    topo, world, frames = cooling_loss_frames(idle_from=idle_from)
+    found = run(th.ThermalDetector(topo), frames)
+    started = {p.slot for p in preds(found)}
+    withdrawn = {p.slot: p.ts - world.t0 for p in preds(found, active=False)}
+    assert started and started <= set(withdrawn)
+    hold = th.PARAMS["off_hold_s"]
+    assert all(hold <= w - idle_from <= hold + 2 * world.interval for w in withdrawn.values())
 
 
 def fan_failure_frames(factor: float, hours: float = 2.0, seed: int = 0):
