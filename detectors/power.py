@@ -346,9 +346,12 @@ class PowerDetector(ThermalFitDetector):
                               f"within the ±{facts.POWER_NOISE_W:.0f} W measurement noise: the cap binds "
                               f"at its next rise")
                 else:
+                    # the forecast's leakage comes from the thermal model's steady state, not from
+                    # the measured slope: a GPU cooling for a moment can still be heading warmer
+                    heat = ("leakage rising with it" if v[3] >= 0 else
+                            "but its thermal model settles it warmer: leakage will rise")
                     reason = (f"compute-phase power {v[0]:.0f} W ({v[1] * 60:+.1f} W/min, temperature "
-                              f"{v[3] * 60:+.2f} °C/min, leakage rising with it) heading for the "
-                              f"{v[2]:.0f} W limit")
+                              f"{v[3] * 60:+.2f} °C/min, {heat}) heading for the {v[2]:.0f} W limit")
                 findings.append(Prediction(ts, "gpu", slot, "power_cap", eta if np.isfinite(eta) else -1.0,
                                            round(float(rec[O_CONF]), 3), self.name, reason,
                                            active=code != CODE_WITHDRAW))

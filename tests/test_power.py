@@ -185,3 +185,19 @@ def test_bad_input_is_counted():
                                                           "throttle_reasons": [np.nan, 9.3e18, 0.0]}))
     reasons = {r for (_, r) in det.health.problems}
     assert any("out of time order" in r for r in reasons) and any("unknown slot" in r for r in reasons)
+
+
+@pytest.mark.parametrize("temp_slope, wording", [(0.01, "leakage rising with it"),
+                                                 (-0.0057, "its thermal model settles it warmer")])
+def test_the_cap_reason_does_not_call_a_cooling_gpus_leakage_rising(temp_slope, wording):
+    """The leakage in the forecast comes from the thermal model's steady state, not from the
+    measured slope: a GPU cooling for a moment (the demo showed -0.34 °C/min) may still be
+    heading warmer, and its reason must not say its leakage is rising with a falling temperature."""
+    from foreshock.detectors.alarm import CODE_START, O_CODE, O_CONF, O_ETA, O_ROW, O_V0, O_WHICH, OUT_SIZE
+    det = pw.PowerDetector(small_topology(nodes=1, gpus=1, racks=1))
+    out = np.zeros((1, OUT_SIZE))
+    out[0, [O_ROW, O_WHICH, O_CODE, O_ETA, O_CONF]] = (0, pw.WHICH_CAP, CODE_START, 234.0, 0.9)
+    out[0, O_V0:O_V0 + 6] = (683.0, 0.01, 700.0, temp_slope, 0.0, 0.0)
+    (found,) = det._findings(np.array([[1000.0, 0.0]]), out)
+    assert found.event == "power_cap" and wording in found.reason
+    assert f"temperature {temp_slope * 60:+.2f} °C/min" in found.reason
