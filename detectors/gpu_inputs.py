@@ -53,7 +53,7 @@ INLINE_OPTIONS: dict[str, Any] = {**KERNEL_OPTIONS, "inline": "always"}
 RACK_SIZE = 15
 FLOW_SLOPE_TAU_S = 60.0
 FLOW_DROP_MAX = 0.25
-"""A falling flow is carried over the loop's lag, but to no less than this share of itself."""
+"""A falling flow is carried ahead (the forecast's ``lag``), but to no less than this share of itself."""
 BASELINE_TAU_S = 1800.0
 FLOW_NOMINAL = 0.9  # flow above this share of its baseline is "nominal"
 DAMP_MIN_OBS = 4.0
@@ -231,7 +231,7 @@ def inlet_settled(rack_state: np.ndarray, r: int, inlet: float) -> bool:
 @inline
 def flow_asymptote(rack_state: np.ndarray, r: int, prior_rise: float, lag: float) -> float:
     """Where the inlet settles at the rack's coolant flow ``lag`` seconds ahead — the flow's
-    trend carried over the loop's own lag (at most a fourfold drop, never below 2 % of
+    trend carried that far (at most a fourfold drop, never below 2 % of
     baseline); NaN at nominal flow (unless the loop is still coming back from a loss: its inlet
     heads back to the baseline's, whatever its own trend still says) or without flow telemetry."""
     if r < 0:

@@ -251,7 +251,11 @@ def _power_kernel(obs: np.ndarray, rows: np.ndarray, span: tuple[int, int], pare
             since = ts - s[i, S_EVAL_TS]
             if not since < tparams[tf.P_EVERY]:  # solved every forecast_every_s, aged between
                 damp = th.inlet_damping(parents[i, 0], racks, tparams)
-                du = th.inlet_rate(m, i, parents[i, 0], racks, damp, tparams)
+                # the flow's fall carried over the loop's time constant only: this 5-minute cap
+                # forecast, carried as far as the 30-minute thermal one, called caps on failing
+                # loops that did not come within its horizon (seed 783: false cap alarms charged
+                # to the cooling loss 4.6 -> 16.9 per 1000 GPU-h)
+                du = th.inlet_rate(m, i, parents[i, 0], racks, damp, tparams, damp)
                 s[i, S_ETA] = thermal_cap_eta(m, i, temp, level, s[i, S_SLOPE], limit, damp, du,
                                               tparams, p)
                 s[i, S_EVAL_TS] = ts

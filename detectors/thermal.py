@@ -86,7 +86,7 @@ from .gpu_inputs import (DAMP_MIN_OBS, flow_asymptote, inline, kernel, RACK_DAMP
 from .thermal_fit import PARAMS  # noqa: F401
 from .thermal_fit import (CORE, G_PLIM, G_PREF, G_SIZE, G_UB, G_UL, HBM, M_LOADED, M_PF, M_RB,
                           M_RES, M_RL, M_SIZE, M_TAU, N_MODELS, P_CLEAR, P_CONF_MIN, P_DAMP,
-                          P_DRIFT_DAMP, P_EVERY, P_HORIZON, P_LEAK, P_LEARN_DAMP, P_LIM_CORE,
+                          P_DRIFT_DAMP, P_EVERY, P_FLOW_CARRY, P_HORIZON, P_LEAK, P_LEARN_DAMP, P_LIM_CORE,
                           P_LIM_HBM, P_LOAD_MIN, P_MARGIN, P_MARGIN_RISE, P_OFF_HOLD, P_ON, P_REFRESH,
                           P_RISE, P_R_NOM, P_SITE_DAMP, P_SITE_RISE, P_SLOWDOWN_OFF, P_TREND_CONFIRM,
                           P_TREND_NOISE, P_TREND_SMOOTH, P_TREND_WINDOW, P_URGENT, P_WARMUP, R_DT, R_TPREV,
@@ -199,19 +199,19 @@ def inlet_damping(rack: int, racks: np.ndarray, params: np.ndarray) -> float:
 
 @inline
 def inlet_rate(s: np.ndarray, i: int, rack: int, racks: np.ndarray, damp: float,
-               params: np.ndarray) -> float:
+               params: np.ndarray, carry: float) -> float:
     """The inlet's rate of rise to forecast with (°C/s, damped by ``damp``): when the loop's
-    coolant flow has dropped, the approach to where the heat balance settles the inlet at that
-    flow (the flow reading moves minutes before the inlet does, and says where it stops — at the
-    baseline once the flow is back, while the inlet still trails it); otherwise the inlet's own
-    trend."""
+    coolant flow has dropped, the approach to where the heat balance settles the inlet at the
+    flow its trend reaches ``carry`` s ahead (the flow reading moves minutes before the inlet
+    does, and says where it stops — at the baseline once the flow is back, while the inlet still
+    trails it); otherwise the inlet's own trend."""
     # a loop's rise scales with its heat over its flow; the site's learnt rise was measured where
     # a loss settled — with that loop's GPUs throttled, their heat cut — so it is a floor of the
     # rise at full heat, not an estimate of it: it may raise the design prior, never lower it
     prior = params[P_RISE]
     if params[P_SITE_RISE] == params[P_SITE_RISE]:
         prior = max(prior, params[P_SITE_RISE])
-    u_inf = flow_asymptote(racks, rack, prior, damp)
+    u_inf = flow_asymptote(racks, rack, prior, carry)
     ul = s[i, G_UL]
     if u_inf == u_inf and ul == ul:
         return (u_inf - ul) / damp  # type: ignore[no-any-return]
@@ -367,7 +367,7 @@ def _thermal_kernel(obs: np.ndarray, rows: np.ndarray, span: tuple[int, int], pa
         ts = obs[row, X_TS]
         i = int(obs[row, X_SLOT])
         damp = inlet_damping(parents[i, 0], racks, params)
-        du = inlet_rate(s, i, parents[i, 0], racks, damp, params)
+        du = inlet_rate(s, i, parents[i, 0], racks, damp, params, params[P_FLOW_CARRY])
         # no work scheduled (the idle bit): a slowdown would slow nothing, and the driver's SW
         # thermal limiter does not act on idle clocks — such a GPU's core is not predicted, and
         # a prediction made while it worked is withdrawn once it has idled for off_hold_s

@@ -104,6 +104,13 @@ PARAMS: dict[str, float] = {
     "trend_smooth_s": 60.0,  # R samples are smoothed over this first (integer °C readings)
     "trend_confirm": 1.5,  # the R drift extrapolated is at most this multiple of the observed one
     "trend_noise": 0.5,  # ... less this many times the rate that the samples' scatter alone can show
+    # how far ahead the thermal forecast carries a falling coolant flow's trend (at most a
+    # fourfold drop): a design figure, apart from the loop's learnt time constant, which only
+    # sets how fast the inlet approaches where that flow settles it. Tied to the time constant,
+    # an accurately learnt loop (175 s against the 240 s prior) carried the flow less and every
+    # loss after the first was called a minute later. (The power detector's 5-minute forecast
+    # carries it over the loop's time constant.)
+    "flow_carry_s": 240.0,
 }
 PARAM_NAMES = tuple(PARAMS)
 P = {name: i for i, name in enumerate(PARAM_NAMES)}
@@ -111,7 +118,7 @@ P = {name: i for i, name in enumerate(PARAM_NAMES)}
  P_TAU_REF, P_HORIZON,
  P_CLEAR, P_OFF_HOLD, P_REFRESH, P_EVERY, P_ON, P_URGENT, P_CONF_MIN, P_WARMUP, P_LOAD_MIN, P_GAP, P_R_NOM,
  P_STALE, P_LIM_CORE, P_LIM_HBM, P_SLOWDOWN_OFF, P_TAU_MIN, P_TAU_MAX, P_TAU_EXC, P_SITE_DAMP, P_SITE_RISE,
- P_TREND_WINDOW, P_TREND_SMOOTH, P_TREND_CONFIRM, P_TREND_NOISE) = range(len(PARAMS))
+ P_TREND_WINDOW, P_TREND_SMOOTH, P_TREND_CONFIRM, P_TREND_NOISE, P_FLOW_CARRY) = range(len(PARAMS))
 
 
 def params_vector(overrides: dict[str, float]) -> np.ndarray:

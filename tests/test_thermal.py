@@ -511,6 +511,20 @@ def test_a_rise_learnt_on_a_throttled_loop_does_not_delay_the_next_loss():
     assert leads[4.0] >= 240 and leads[1.5] >= leads[4.0] - 10
 
 
+def test_a_loop_time_constant_learnt_on_the_first_loss_does_not_delay_the_second():
+    """Rack 0's loss teaches the site its loop time constant (180 s here, against the 240 s
+    prior). It sets how fast the inlet approaches where the flow settles it; the falling flow is
+    carried as far ahead as before. Tied together, the second loss was called a minute later
+    (the simulated seeds 784/786: median lead 300 s, 4.7 min on every second loss)."""
+    topo, frames, throttle = failing_loop(with_flow=True)  # the same loss, on a loop not yet learnt
+    lead_first = throttle - preds(run(th.ThermalDetector(topo), frames))[0].ts
+    topo, frames, throttle = two_failing_loops(4.0)
+    det = th.ThermalDetector(topo)
+    lead_second = throttle - [p for p in preds(run(det, frames)) if p.slot == 1][0].ts
+    assert det.params[tf.P_SITE_DAMP] == pytest.approx(180.0, rel=0.15)  # learnt, under the prior
+    assert lead_second >= 300 and lead_second >= lead_first - 20
+
+
 @pytest.mark.parametrize("floor", [0.06, 0.08, 0.1])
 def test_a_severe_flow_loss_is_predicted_five_minutes_ahead(floor):
     topo, frames, throttle = failing_loop(with_flow=True, floor=floor)
@@ -520,14 +534,16 @@ def test_a_severe_flow_loss_is_predicted_five_minutes_ahead(floor):
 
 
 # Flow falling at the same pace reads the same at 0.3 of baseline whether it stops at 0.2 or at
-# 0.06; the five minutes' lead on the severe loss above needs the fall carried on over the loop's
-# lag (the forecast reaches the limit when the carried flow is ~0.11 of baseline), and with it
-# a loss that stops at 0.2-0.25 is called too: shortening the carry enough to spare them costs
+# 0.06; the five minutes' lead on the severe loss above needs the fall carried ahead (flow_carry_s:
+# the forecast reaches the limit when the carried flow is ~0.11 of baseline), and with it
+# a loss that stops at 0.12-0.25 is called too (seed 791's random loss stopped at 0.099, 38 of its
+# loop's 128 GPUs settling 2-3 °C under the limit): shortening the carry enough to spare them costs
 # the severe loss ~2 min of lead (and the simulated seeds their 5-min median lead).
-TRADE_OFF = pytest.mark.xfail(strict=True, reason="ramp carried over the loop lag: lead vs mild floors")
+TRADE_OFF = pytest.mark.xfail(strict=True, reason="falling flow carried ahead: lead vs mild floors")
 
 
-@pytest.mark.parametrize("floor", [pytest.param(0.2, marks=TRADE_OFF), pytest.param(0.25, marks=TRADE_OFF),
+@pytest.mark.parametrize("floor", [pytest.param(0.12, marks=TRADE_OFF), pytest.param(0.15, marks=TRADE_OFF),
+                                   pytest.param(0.2, marks=TRADE_OFF), pytest.param(0.25, marks=TRADE_OFF),
                                    0.3, 0.4])
 def test_a_mild_flow_loss_predicts_nothing(floor):
     topo, frames, throttle = failing_loop(with_flow=True, floor=floor)  # settles >= 17 °C under the limit
