@@ -41,9 +41,10 @@ which the temperature reaches the GPU's limit — max operating (SW thermal slow
 Hopper, or the GPU's own ``slowdown_temp - 2``) for ``thermal_throttle``, HBM max operating
 (95 °C) for ``hbm_overheat`` — and emits a :class:`~foreshock.findings.Prediction` when that
 ETA falls inside its horizon with enough confidence (warm-up on load, fit residual). A GPU with
-no work scheduled (idle bit 0x1) is not predicted to throttle — its job stopped, there is nothing
-to slow, and the driver's SW thermal limiter does not act on idle clocks — and a prediction made
-while it worked is withdrawn once it has idled for ``off_hold_s`` (the HBM model is not gated).
+no work scheduled (idle bit 0x1; without reasons, utilisation under 5 %) is not predicted to
+throttle — its job stopped, there is nothing to slow, and the driver's SW thermal limiter does not
+act on idle clocks — and a prediction made while it worked is withdrawn once it has idled for
+``off_hold_s`` (the HBM model is not gated).
 
 Example (a GPU whose thermal interface is failing: R rises 50 % per hour)::
 
@@ -90,10 +91,12 @@ from .thermal_fit import (CORE, G_PLIM, G_PREF, G_SIZE, G_UB, G_UL, HBM, M_LOADE
                           P_LIM_HBM, P_LOAD_MIN, P_MARGIN, P_MARGIN_RISE, P_OFF_HOLD, P_ON, P_REFRESH,
                           P_RISE, P_R_NOM, P_SITE_DAMP, P_SITE_RISE, P_SLOWDOWN_OFF, P_TREND_CONFIRM,
                           P_TREND_NOISE, P_TREND_SMOOTH, P_TREND_WINDOW, P_URGENT, P_WARMUP, R_DT, R_TPREV,
-                          ThermalFit, ThermalFitDetector, X_HBM, X_REASONS, X_SLOT, X_SLOWDOWN, X_TEMP, X_TS,
+                          ThermalFit, ThermalFitDetector, X_HBM, X_REASONS, X_SLOT, X_SLOWDOWN, X_TEMP, X_TS, X_UTIL,
                           params_vector)
 
 MODEL_EVENTS = ("thermal_throttle", "hbm_overheat")
+IDLE_UTIL = 0.05
+"""Without throttle reasons, a GPU whose kernels ran less than this share of the time is idle."""
 # forecast state per GPU: when the forecast was last solved (it is solved every
 # forecast_every_s and aged between), then per model its ETA and whether it was sure, and the
 # R the temperature shows (see observe_trend): smoothed R sample, and two checkpoints of it
@@ -368,11 +371,16 @@ def _thermal_kernel(obs: np.ndarray, rows: np.ndarray, span: tuple[int, int], pa
         i = int(obs[row, X_SLOT])
         damp = inlet_damping(parents[i, 0], racks, params)
         du = inlet_rate(s, i, parents[i, 0], racks, damp, params, params[P_FLOW_CARRY])
-        # no work scheduled (the idle bit): a slowdown would slow nothing, and the driver's SW
-        # thermal limiter does not act on idle clocks — such a GPU's core is not predicted, and
-        # a prediction made while it worked is withdrawn once it has idled for off_hold_s
+        # no work scheduled (the idle bit; without reasons, as dcgm-exporter's default counters,
+        # no kernel running): a slowdown would slow nothing, and the driver's SW thermal limiter
+        # does not act on idle clocks — such a GPU's core is not predicted, and a prediction made
+        # while it worked is withdrawn once it has idled for off_hold_s
         reasons = obs[row, X_REASONS]
-        idle = reasons == reasons and 0.0 <= reasons < 2.0 ** 40 and (int(reasons) & THROTTLE_IDLE) != 0
+        if reasons == reasons and 0.0 <= reasons < 2.0 ** 40:
+            idle = (int(reasons) & THROTTLE_IDLE) != 0
+        else:
+            util = obs[row, X_UTIL]
+            idle = util == util and 0.0 <= util < IDLE_UTIL
         slowdown = obs[row, X_SLOWDOWN]
         if slowdown == slowdown and 40.0 < slowdown < 130.0:
             limit_core = slowdown - params[P_SLOWDOWN_OFF]

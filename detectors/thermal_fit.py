@@ -37,8 +37,9 @@ from .base import Detector, resolve_params
 from .gpu_inputs import (Scratch, gpu_inlet, gpu_obs, inline, kernel, new_node_state, new_rack_state,
                          rack_inlet_obs, update_rack_inlet)
 
-OBS_FIELDS = ("gpu_temp", "hbm_temp", "power", "slowdown_temp", "energy", "power_limit", "throttle_reasons")
-X_TS, X_SLOT, X_TEMP, X_HBM, X_POWER, X_SLOWDOWN, X_ENERGY, X_PLIMIT, X_REASONS = range(9)
+OBS_FIELDS = ("gpu_temp", "hbm_temp", "power", "slowdown_temp", "energy", "power_limit", "throttle_reasons",
+              "util")
+X_TS, X_SLOT, X_TEMP, X_HBM, X_POWER, X_SLOWDOWN, X_ENERGY, X_PLIMIT, X_REASONS, X_UTIL = range(10)
 
 # ---- per-GPU fit state: common columns, then one block per model --------------------------
 # last ts, reference power, inlet level/slope/samples, last energy reading, power limit

@@ -242,10 +242,11 @@ def test_tim_degradation_predicted_well_ahead_and_only_on_that_gpu():
     assert "R 0.0" in first[0].reason and "inlet" in first[0].reason
 
 
-def cooling_loss_frames(idle_from: float | None):
+def cooling_loss_frames(idle_from: float | None, reasons: bool = True):
     """Rack 1's loop settles +30 °C with a 180 s time constant from t = 1 h (its GPUs heading for
     the limit; the synthetic inlet settles instead of ramping forever); from
-    ``idle_from`` s on, rack 1's GPUs report the idle bit (their job stopped)."""
+    ``idle_from`` s on, rack 1's GPUs report the idle bit (their job stopped) and no utilisation.
+    Without ``reasons`` no throttle reasons are reported (dcgm-exporter's default counters)."""
     topo = small_topology()
     world = World(topo, faults=[Fault("cooling_loss", 1, 3600, 30 / 180, "f2")], seed=2)
     frames, _ = world.run(2 * 3600)
@@ -254,9 +255,13 @@ def cooling_loss_frames(idle_from: float | None):
         t = f.ts[0] - world.t0
         if f.kind == "rack":
             f.columns["inlet_temp"][1] = 24.0 + (30 * (1 - math.exp(-(t - 3600) / 180)) if t >= 3600 else 0.0)
-        elif idle_from is not None and t >= idle_from:
-            bits = f.columns["throttle_reasons"]
-            bits[rack1] = bits[rack1].astype(np.int64) | facts.THROTTLE_IDLE
+        else:
+            if idle_from is not None and t >= idle_from:
+                bits = f.columns["throttle_reasons"]
+                bits[rack1] = bits[rack1].astype(np.int64) | facts.THROTTLE_IDLE
+                f.columns["util"][rack1] = 0.0
+            if not reasons:
+                f.columns["throttle_reasons"][:] = np.nan
     return topo, world, frames
 
 
@@ -273,6 +278,13 @@ def test_an_idle_gpu_is_not_predicted_to_throttle():
     topo, _, frames = cooling_loss_frames(idle_from=None)
     assert {p.slot for p in preds(run(th.ThermalDetector(topo), frames))}  # the case is real
     topo, _, frames = cooling_loss_frames(idle_from=3000)
+    assert not preds(run(th.ThermalDetector(topo), frames))
+
+
+def test_without_throttle_reasons_no_utilisation_means_idle():
+    topo, _, frames = cooling_loss_frames(idle_from=None, reasons=False)
+    assert {p.slot for p in preds(run(th.ThermalDetector(topo), frames))}  # the case is real
+    topo, _, frames = cooling_loss_frames(idle_from=3000, reasons=False)
     assert not preds(run(th.ThermalDetector(topo), frames))
 
 
