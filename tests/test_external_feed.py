@@ -28,6 +28,14 @@ def append(path: Path, text: str | bytes) -> None:
 
 
 # ---- parsing --------------------------------------------------------------------------------
+def follow(tmp_path: Path, text: str) -> tuple[Path, PipelineHealth, ExternalFeed]:
+    """``ext.jsonl`` holding ``text``, and a follower of it counting problems in a health of its own."""
+    path = tmp_path / "ext.jsonl"
+    path.write_text(text)
+    health = PipelineHealth()
+    return path, health, ExternalFeed(path, health)
+
+
 def test_parse_lines_keeps_good_events_and_names_each_bad_line():
     lines = [line("node1", 5.0).encode(), b"", b"  ", b"{not json", b'{"node": "n", "time": 1}', b'{"node": "\xff"}',
              b'{"node": "node2", "time": "1970-01-01T00:00:10Z", "type": "psu"}']
@@ -41,10 +49,7 @@ def test_parse_lines_keeps_good_events_and_names_each_bad_line():
 
 # ---- following a file -----------------------------------------------------------------------
 def test_follower_reads_existing_then_appended_lines_once(tmp_path: Path):
-    path = tmp_path / "ext.jsonl"
-    path.write_text(line("node0", 1.0) + line("node1", 2.0))
-    health = PipelineHealth()
-    feed = ExternalFeed(path, health)
+    path, health, feed = follow(tmp_path, line("node0", 1.0) + line("node1", 2.0))
     assert [e.node for e in feed.poll()] == ["node0", "node1"]
     assert feed.poll() == []  # nothing new: nothing read again
     append(path, line("node2", 3.0))
@@ -70,10 +75,7 @@ def test_a_partial_last_line_waits_for_its_newline(tmp_path: Path):
 
 
 def test_bad_lines_are_counted_with_their_line_number(tmp_path: Path):
-    path = tmp_path / "ext.jsonl"
-    path.write_text(line("node0", 1.0) + "oops\n")
-    health = PipelineHealth()
-    feed = ExternalFeed(path, health)
+    path, health, feed = follow(tmp_path, line("node0", 1.0) + "oops\n")
     assert len(feed.poll()) == 1
     append(path, '{"node": "node1"}\n' + line("node1", 2.0))
     assert len(feed.poll()) == 1
@@ -82,10 +84,7 @@ def test_bad_lines_are_counted_with_their_line_number(tmp_path: Path):
 
 
 def test_a_truncated_file_is_read_again_from_the_start_and_counted(tmp_path: Path):
-    path = tmp_path / "ext.jsonl"
-    path.write_text(line("node0", 1.0) + line("node1", 2.0) + '{"partial": ')
-    health = PipelineHealth()
-    feed = ExternalFeed(path, health)
+    path, health, feed = follow(tmp_path, line("node0", 1.0) + line("node1", 2.0) + '{"partial": ')
     assert len(feed.poll()) == 2
     path.write_text(line("node5", 9.0))  # truncated and rewritten, shorter than before (same inode)
     assert [e.node for e in feed.poll()] == ["node5"]  # the old partial line is not glued to it
@@ -94,10 +93,7 @@ def test_a_truncated_file_is_read_again_from_the_start_and_counted(tmp_path: Pat
 
 
 def test_a_replaced_file_is_read_from_its_start_even_when_longer(tmp_path: Path):
-    path = tmp_path / "ext.jsonl"
-    path.write_text(line("node0", 1.0))
-    health = PipelineHealth()
-    feed = ExternalFeed(path, health)
+    path, health, feed = follow(tmp_path, line("node0", 1.0))
     assert len(feed.poll()) == 1
     os.rename(path, tmp_path / "ext.jsonl.1")  # rotated: a new file (inode) takes the name
     assert feed.poll() == [] and health.problems[(STAGE, MISSING)] == 1
@@ -108,10 +104,7 @@ def test_a_replaced_file_is_read_from_its_start_even_when_longer(tmp_path: Path)
 
 
 def test_an_endless_line_is_dropped_not_kept_in_memory(tmp_path: Path):
-    path = tmp_path / "ext.jsonl"
-    path.write_text(line("node0", 1.0))
-    health = PipelineHealth()
-    feed = ExternalFeed(path, health)
+    path, health, feed = follow(tmp_path, line("node0", 1.0))
     assert len(feed.poll()) == 1
     append(path, b"x" * (MAX_LINE_BYTES + 1))
     assert feed.poll() == [] and feed.partial == b""
