@@ -41,7 +41,7 @@ from .alarm import (CODE_NONE, CODE_REFRESH, CODE_WITHDRAW, O_CODE, O_CONF, O_ET
                     OUT_SIZE, alarm_step, emit, new_alarm_columns)
 from .base import Detector
 from .gpu_inputs import (gpu_inlet, gpu_obs, kernel, new_node_state, new_rack_state, rack_inlet_obs,
-                         update_rack_inlet)
+                         reason_bits, update_rack_inlet)
 
 # ---- the shared per-GPU feature stream -------------------------------------------------------
 OBS_FIELDS = ("gpu_temp", "hbm_temp", "power", "power_limit", "energy", "sm_clock", "sm_clock_max",
@@ -127,7 +127,7 @@ def feature_kernel(obs: np.ndarray, parents: np.ndarray, s: np.ndarray, racks: n
             s[i, F_INLET] = inlet
         clock, clock_max = obs[row, X_CLOCK], obs[row, X_CLOCK_MAX]
         reasons = obs[row, X_REASONS]
-        bits = int(reasons) if reasons == reasons and 0.0 <= reasons < 2.0 ** 40 else 0
+        bits = max(reason_bits(reasons), 0)
         out[row, 0] = temp
         out[row, 1] = hbm
         out[row, 2] = power

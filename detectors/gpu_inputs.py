@@ -172,6 +172,15 @@ def update_rack_inlet(obs: np.ndarray, rack_state: np.ndarray) -> None:
 
 
 @inline
+def reason_bits(reasons: float) -> int:
+    """A sample's throttle-reasons bitmask as an int, or -1 where it is missing or not one (NaN,
+    negative, or beyond the 40 bits any driver defines)."""
+    if reasons == reasons and 0.0 <= reasons < 2.0 ** 40:
+        return int(reasons)
+    return -1
+
+
+@inline
 def track_flow(rack_state: np.ndarray, r: int, dt: float, inlet: float, flow: float) -> None:
     """Coolant flow now and its baseline (with the inlet it gives); learn the loop's coolant
     rise once a flow loss has settled.

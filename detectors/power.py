@@ -55,7 +55,7 @@ from foreshock.topology import Topology
 from .alarm import (CODE_NONE, CODE_START, CODE_WITHDRAW, O_CODE, O_CONF, O_ETA, O_ROW, O_V0,
                     O_WHICH, OUT_SIZE, alarm_step, emit, new_alarm_columns)
 from .base import resolve_params
-from .gpu_inputs import Scratch, inline, kernel, site_loop_rise, site_loop_tau
+from .gpu_inputs import reason_bits, Scratch, inline, kernel, site_loop_rise, site_loop_tau
 from . import thermal as th
 from . import thermal_fit as tf
 from .thermal_fit import R_DT, R_TPREV, X_REASONS, ThermalFit, ThermalFitDetector
@@ -187,12 +187,11 @@ def _power_kernel(obs: np.ndarray, rows: np.ndarray, span: tuple[int, int], pare
             if old == old:
                 w = 1.0 - tf.cached_decay(cache, C_SLOPE, dt, p[P_TAU_SLOPE])
                 s[i, S_TB] += w * ((temp - old) / dt - s[i, S_TB])
-        reasons = obs[row, X_REASONS]
+        bits = reason_bits(obs[row, X_REASONS])
         capped = False
         thermal = False
         # --- power brake: immediate, per GPU and per node ---------------------------------
-        if reasons == reasons and 0.0 <= reasons < 2.0 ** 40:
-            bits = int(reasons)
+        if bits >= 0:
             braking = (bits & facts.THROTTLE_HW_POWER_BRAKE) != 0
             node = parents[i, 1]
             if braking and s[i, S_BRAKE] == 0.0:

@@ -46,7 +46,7 @@ from foreshock.topology import Topology
 
 from .base import Detector, resolve_params
 from .cooling import group_median
-from .gpu_inputs import Scratch, gpu_obs, kernel
+from .gpu_inputs import reason_bits, Scratch, gpu_obs, kernel
 
 OBS_FIELDS = ("sm_clock", "sm_clock_max", "util", "gpu_temp", "throttle_reasons")
 S_TS, S_CLOCK, S_TEMP, S_UTIL, S_THROTTLE, S_N = range(6)
@@ -95,8 +95,9 @@ def _ew_kernel(obs: np.ndarray, s: np.ndarray, tau: float) -> int:
             s[i, S_UTIL] = util if s[i, S_UTIL] != s[i, S_UTIL] else s[i, S_UTIL] + w * (util - s[i, S_UTIL])
         if temp == temp:
             s[i, S_TEMP] = temp if s[i, S_TEMP] != s[i, S_TEMP] else s[i, S_TEMP] + w * (temp - s[i, S_TEMP])
-        if reasons == reasons and 0.0 <= reasons < 2.0 ** 40:
-            x = 1.0 if (int(reasons) & THROTTLING) != 0 else 0.0
+        bits = reason_bits(reasons)
+        if bits >= 0:
+            x = 1.0 if (bits & THROTTLING) != 0 else 0.0
             s[i, S_THROTTLE] = x if s[i, S_THROTTLE] != s[i, S_THROTTLE] else s[i, S_THROTTLE] + w * (x - s[i, S_THROTTLE])
         s[i, S_N] += 1.0
     return skipped

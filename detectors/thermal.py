@@ -81,7 +81,7 @@ from foreshock.topology import Topology
 from .alarm import (A_SIZE, CODE_NONE, CODE_WITHDRAW, O_CODE, O_CONF, O_ETA, O_ROW, O_V0,
                     O_WHICH, OUT_SIZE, alarm_step, emit, new_alarm_columns)
 from .gpu_inputs import (DAMP_MIN_OBS, flow_asymptote, inline, kernel, RACK_DAMP, RACK_DAMP_N,
-                         Scratch, site_loop_rise, site_loop_tau)
+                         reason_bits, Scratch, site_loop_rise, site_loop_tau)
 # the thermal model's fit is shared with power and cooling (see thermal_fit); its parameters
 # (PARAMS, one vector: fit and forecast) are this detector's
 from .thermal_fit import PARAMS  # noqa: F401
@@ -375,9 +375,9 @@ def _thermal_kernel(obs: np.ndarray, rows: np.ndarray, span: tuple[int, int], pa
         # no kernel running): a slowdown would slow nothing, and the driver's SW thermal limiter
         # does not act on idle clocks — such a GPU's core is not predicted, and a prediction made
         # while it worked is withdrawn once it has idled for off_hold_s
-        reasons = obs[row, X_REASONS]
-        if reasons == reasons and 0.0 <= reasons < 2.0 ** 40:
-            idle = (int(reasons) & THROTTLE_IDLE) != 0
+        bits = reason_bits(obs[row, X_REASONS])
+        if bits >= 0:
+            idle = (bits & THROTTLE_IDLE) != 0
         else:
             util = obs[row, X_UTIL]
             idle = util == util and 0.0 <= util < IDLE_UTIL
