@@ -46,6 +46,13 @@ Additive keys (the documented shape above stays as it is):
   episodes (mean power jumped >= 20 % in the last minute) have nothing in telemetry before them
   to predict from. Precision and false alarms are not split by class (a false alarm predicts no
   episode); each class repeats recall and lead ``by_fault``.
+- ``by_onset[class]["by_capped_time"]`` (where the GPU frames carry the power-throttle
+  counter, ``power_throttle_time``: NVML's power violation time): recall and lead per
+  :data:`CAPPED_TIME_CLASSES` — how long the power limiter actually held the clock over the
+  episode, the counter's increase from the last sample before its onset to the first after its
+  end. An episode whose limiter held for under a second in all (a compute phase touching the
+  limit at its hottest instant, then letting go) is a different thing to predict from one
+  that holds for minutes; the split shows which of them a detector misses.
 - ``matched`` (baselines that score samples against a threshold): the best recall the baseline
   reaches at precision >= the ``foreshock`` set's precision for that kind, its alarm threshold
   swept over its own logged scores and its alarms replayed by its own alarm rule
@@ -158,6 +165,9 @@ ONSET_CLASSES = ("job_start", "load_step", "steady_load")
   under load, so the trend that leads to it is in the telemetry. The power-cap target (recall
   >= 0.9, median lead >= 30 s) is judged on this class."""
 JOB_START_S = 60.0
+CAPPED_TIME_CLASSES: dict[str, tuple[float, float]] = {"under_1s": (0.0, 1.0), "1s_or_more": (1.0, math.inf)}
+"""Episodes by the seconds the power limiter held the clock over them (``[low, high)``);
+``unknown`` where the counter is missing or went backwards (a reset)."""
 LOAD_BEFORE_S = 300.0
 LOAD_STEP_RATIO = 0.2
 PREDICTABLE_ONSET = "steady_load"
@@ -172,7 +182,8 @@ class OnsetTelemetry:
     ts: np.ndarray = field(default_factory=lambda: np.empty(0))
     energy: np.ndarray = field(default_factory=lambda: np.empty(0))
     idle: np.ndarray = field(default_factory=lambda: np.empty(0, bool))
-    _parts: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = field(default_factory=list)
+    held: np.ndarray = field(default_factory=lambda: np.empty(0))  # power-throttle counter (s)
+    _parts: list[tuple[np.ndarray, ...]] = field(default_factory=list)
 
     def add(self, frame: Frame) -> None:
         n = len(frame)
@@ -183,13 +194,15 @@ class OnsetTelemetry:
         idle_bit = (np.where(ok_bits, bits, 0).astype(np.int64) & facts.THROTTLE_IDLE) != 0
         self._parts.append((frame.slot.astype(np.int64), frame.ts.astype(float),
                             np.asarray(frame.columns.get("energy", nan), dtype=float).copy(),
-                            (util < 0.5) | idle_bit))
+                            (util < 0.5) | idle_bit,
+                            np.asarray(frame.columns.get("power_throttle_time", nan), dtype=float).copy()))
 
     def finish(self) -> "OnsetTelemetry":
         if self._parts:
-            slot, ts, energy, idle = (np.concatenate(c) for c in zip(*self._parts))
+            slot, ts, energy, idle, held = (np.concatenate(c) for c in zip(*self._parts))
             order = np.lexsort((ts, slot))
             self.slot, self.ts, self.energy, self.idle = slot[order], ts[order], energy[order], idle[order]
+            self.held = held[order]
             self._parts = []
         return self
 
@@ -234,6 +247,30 @@ def classify_onsets(tel: OnsetTelemetry, slot: np.ndarray, onset: np.ndarray) ->
         step = recent >= earlier * (1.0 + LOAD_STEP_RATIO)
     out[step] = ONSET_CLASSES.index("load_step")
     out[onset - last_idle <= JOB_START_S] = ONSET_CLASSES.index("job_start")
+    return out
+
+
+def capped_seconds(tel: OnsetTelemetry, slot: np.ndarray, onset: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """Seconds the power limiter held each episode's GPU (``slot``) from ``onset`` to ``end``
+    (inf: still capped when the recording ends): the power-throttle counter's increase from
+    the GPU's last sample before the onset to its first at or after the end (its last sample
+    for an open episode). NaN without both readings, or where the counter went backwards."""
+    out = np.full(len(slot), np.nan)
+    if not len(tel.ts) or not len(slot):
+        return out
+    t0 = float(np.min(tel.ts))
+    keys = _key(tel.slot, tel.ts, t0)
+    last = len(keys) - 1
+    before = np.searchsorted(keys, _key(slot, onset, t0), side="left") - 1
+    after = np.searchsorted(keys, _key(slot, np.where(np.isfinite(end), end, np.inf), t0), side="left")
+    open_ended = ~np.isfinite(end) | (after > last) | (tel.slot[np.clip(after, 0, last)] != slot)
+    after = np.where(open_ended, np.searchsorted(tel.slot, slot, side="right") - 1, after)
+    b, a = np.clip(before, 0, last), np.clip(after, 0, last)
+    ok = (before >= 0) & (tel.slot[b] == slot) & (tel.slot[a] == slot) & (a > b)
+    with np.errstate(invalid="ignore"):
+        held = tel.held[a] - tel.held[b]
+        ok &= held >= 0.0
+    out[ok] = held[ok]
     return out
 
 
@@ -468,6 +505,7 @@ class EpisodeTable:
     names: dict[str, int]
     faults: list[str]
     onset_class: np.ndarray | None = None  # int64 code into ONSET_CLASSES, where classified
+    capped_s: np.ndarray | None = None  # seconds the limiter held over it (capped_seconds)
 
     @classmethod
     def build(cls, eps: Sequence[Episode], names: dict[str, int], scored_from: float) -> "EpisodeTable":
@@ -620,8 +658,29 @@ def score_spans(spans: SpanTable, eps: EpisodeTable, kind: EventKind, scopes: Se
                                                    "hits": int((hit & m & (ep_fault == i)).sum()), "tp": 0, "fp": 0,
                                                    "leads": leads[hit & m & (ep_fault == i)]}, 0.0)
                                for i in sorted(range(n_all), key=lambda i: faults[i]) if (m & (ep_fault == i)).any()}
+            if eps.capped_s is not None:
+                sub["by_capped_time"] = _by_capped_time(eps.capped_s[sc], m, hit, leads, kind)
             result["by_onset"][name] = sub
     return result
+
+
+def _by_capped_time(held: np.ndarray, m: np.ndarray, hit: np.ndarray, leads: np.ndarray,
+                    kind: EventKind) -> dict[str, Any]:
+    """Recall and lead of the scored episodes selected by ``m``, split by
+    :data:`CAPPED_TIME_CLASSES` of their ``held`` seconds (``unknown``: NaN)."""
+    out: dict[str, Any] = {}
+    groups = [(name, (held >= lo) & (held < hi)) for name, (lo, hi) in CAPPED_TIME_CLASSES.items()]
+    groups.append(("unknown", np.isnan(held)))
+    for name, g in groups:
+        g = g & m
+        if not g.any():
+            continue
+        sub = _finish({"episodes": int(g.sum()), "hits": int((hit & g).sum()), "tp": 0, "fp": 0,
+                       "leads": leads[hit & g]}, 0.0)
+        if kind.min_lead_s is not None:
+            sub["recall_at_min_lead"] = round(float(np.mean(np.nan_to_num(leads[g], nan=-1.0) >= kind.min_lead_s)), 4)
+        out[name] = sub
+    return out
 
 
 def _interrupted_statement(spans: SpanTable, interrupts: tuple[np.ndarray, np.ndarray] | None, horizon: float,
@@ -696,6 +755,8 @@ def episode_table(events: Sequence[Event], kind: EventKind, recording: Recording
         by_code = {c: n for n, c in table.names.items()}
         slots = np.array([topo.slot("gpu", by_code[int(c)]) for c in table.entity], dtype=np.int64)
         table.onset_class = classify_onsets(onsets, slots, table.start)
+        if np.isfinite(onsets.held).any():
+            table.capped_s = capped_seconds(onsets, slots, table.start, table.end)
     return table
 
 
@@ -921,6 +982,9 @@ def write_plots(result: RunResult, report: dict[str, Any], out_dir: str | Path,
     return written
 
 
+CAPPED_TIME_LABELS = {"under_1s": "< 1 s in all", "1s_or_more": ">= 1 s", "unknown": "(no counter)"}
+
+
 def render_table(report: dict[str, Any], kinds: Sequence[str] | None = None, by_fault: bool = True) -> Any:
     """A rich table of the report (returned, so the caller decides where to print it)."""
     from rich.table import Table
@@ -947,8 +1011,11 @@ def render_table(report: dict[str, Any], kinds: Sequence[str] | None = None, by_
                 continue
             rows = [("all", m)] + (sorted(m.get("by_fault", {}).items()) if by_fault else [])
             # recall by what precedes the onset; the target is judged on the predictable class
-            rows += [(f"onset: {c}" + (" (target)" if c == PREDICTABLE_ONSET else ""), mm)
-                     for c, mm in m.get("by_onset", {}).items()]
+            for c, mm in m.get("by_onset", {}).items():
+                rows.append((f"onset: {c}" + (" (target)" if c == PREDICTABLE_ONSET else ""), mm))
+                if c == PREDICTABLE_ONSET:  # ... and how long the limiter held those episodes
+                    rows += [(f"  held {CAPPED_TIME_LABELS.get(h, h)}", hm)
+                             for h, hm in mm.get("by_capped_time", {}).items()]
             for fault, mm in rows:
                 table.add_row(det if fault == "all" else "", kind if fault == "all" else "", fault,
                               fmt(mm["episodes"]), fmt(mm["recall"]), fmt(mm.get("recall_at_min_lead")),

@@ -121,7 +121,7 @@ def test_report_shape_and_extension_point(tmp_path):
             assert ("by_onset" in metrics) == (name == "power_cap")
             for sub in metrics["by_fault"].values():
                 assert set(sub) == set(ev.METRICS)
-            for sub in metrics.get("by_onset", {}).values():
+            for sub in metrics.get("by_onset", {}).values():  # (this world reports no power-throttle counter)
                 assert set(sub) == set(ev.METRICS) | {"recall_at_min_lead", "by_fault"}
     fs = report["detectors"]["foreshock"]["thermal_throttle"]
     th = report["detectors"]["threshold"]["thermal_throttle"]
@@ -312,6 +312,44 @@ def test_onsets_are_classified_by_what_precedes_them():
     assert on["steady_load"]["precision"] is None  # false alarms belong to no onset class
     assert on["steady_load"]["by_fault"]["none"]["episodes"] == 2 and list(on["load_step"]["by_fault"]) == ["none"]
     assert "by_onset" not in ev.score_kind(findings, events, kind, rec, 0.0, 2100.0)  # no telemetry: no classes
+
+
+def test_steady_onsets_are_split_by_how_long_the_limiter_held_the_clock():
+    # four loaded GPUs capped at 2000 s; the counter (seconds held) says for how long: GPU 0 a
+    # 0.2-s touch, GPU 1 40 s, GPU 2 still capped at the end (open episode), GPU 3 has no counter
+    held = {0: lambda t: 5.0 + (0.2 if t >= 2000 else 0.0), 1: lambda t: 7.0 + min(max(t - 2000, 0), 40),
+            2: lambda t: max(t - 2000, 0) * 0.5, 3: lambda t: np.nan}
+    tel = ev.OnsetTelemetry()
+    for t in range(0, 2200, 10):
+        for g in range(4):
+            tel.add(Frame("gpu", [t], [g], {"util": [1.0], "throttle_reasons": [0.0], "energy": [600.0 * t],
+                                           "power_throttle_time": [held[g](t)]}))
+    tel.finish()
+    got = ev.capped_seconds(tel, np.array([0, 1, 2, 3]), np.full(4, 1995.0), np.array([1996.0, 2040.0, np.inf, 2010.0]))
+    assert got[0] == pytest.approx(0.2) and got[1] == pytest.approx(40.0)
+    assert got[2] == pytest.approx(0.5 * 190) and np.isnan(got[3])
+    # a counter that went backwards (driver reload) says nothing about the episode
+    tel.held[(tel.slot == 1) & (tel.ts >= 2000)] = 0.0
+    assert np.isnan(ev.capped_seconds(tel, np.array([1]), np.array([1995.0]), np.array([2040.0]))[0])
+
+    topo = small_topology(nodes=1, gpus=4, racks=1)
+    rec = Recording(Path("."), topo, {})
+    kind = ev.EVENT_KINDS["power_cap"]
+    events = [gpu_event(1995, "power_cap_start", 0), gpu_event(1996, "power_cap_end", 0),
+              gpu_event(1995, "power_cap_start", 1), gpu_event(2040, "power_cap_end", 1),
+              gpu_event(1995, "power_cap_start", 2), gpu_event(1995, "power_cap_start", 3),
+              gpu_event(2010, "power_cap_end", 3)]
+    findings = [pred(1900, 1, event="power_cap"), pred(1950, 2, event="power_cap")]
+    tel.held[(tel.slot == 1) & (tel.ts >= 2000)] = 7.0 + np.minimum(tel.ts[(tel.slot == 1) & (tel.ts >= 2000)] - 2000, 40)
+    split = ev.score_kind(findings, events, kind, rec, 0.0, 2200.0, tel)["by_onset"]["steady_load"]["by_capped_time"]
+    assert list(split) == ["under_1s", "1s_or_more", "unknown"]
+    assert (split["under_1s"]["episodes"], split["under_1s"]["recall"]) == (1, 0.0)
+    assert (split["1s_or_more"]["episodes"], split["1s_or_more"]["recall"]) == (2, 1.0)
+    assert split["1s_or_more"]["lead_median_s"] == 70.0 and split["1s_or_more"]["recall_at_min_lead"] == 1.0
+    assert (split["unknown"]["episodes"], split["unknown"]["recall"]) == (1, 0.0)
+    # frames without the counter (dcgm-exporter's defaults): no split at all
+    bare = onset_telemetry([(g, t, 1.0, 0, 600.0) for t in range(0, 2200, 10) for g in range(4)])
+    assert "by_capped_time" not in ev.score_kind(findings, events, kind, rec, 0.0, 2200.0, bare)["by_onset"]["steady_load"]
 
 
 # ---- precision-matched baseline comparison ---------------------------------------------------
