@@ -165,12 +165,12 @@ ONSET_CLASSES = ("job_start", "load_step", "steady_load")
   under load, so the trend that leads to it is in the telemetry. The power-cap target (recall
   >= 0.9, median lead >= 30 s) is judged on this class."""
 JOB_START_S = 60.0
-CAPPED_TIME_CLASSES: dict[str, tuple[float, float]] = {"under_1s": (0.0, 1.0), "1s_or_more": (1.0, math.inf)}
-"""Episodes by the seconds the power limiter held the clock over them (``[low, high)``);
-``unknown`` where the counter is missing or went backwards (a reset)."""
 LOAD_BEFORE_S = 300.0
 LOAD_STEP_RATIO = 0.2
 PREDICTABLE_ONSET = "steady_load"
+CAPPED_TIME_CLASSES: dict[str, tuple[float, float]] = {"under_1s": (0.0, 1.0), "1s_or_more": (1.0, math.inf)}
+"""Episodes by the seconds the power limiter held the clock over them (``[low, high)``);
+``unknown`` where the counter is missing or went backwards (a reset)."""
 
 
 @dataclass
