@@ -8,7 +8,8 @@ One JSON object per line::
 ``type`` is a fault (``fault_onset``, with ``fault_type`` naming the hidden cause) or an
 observable consequence (``thermal_throttle_start``/``_end``, ``power_cap_start``/``_end``,
 ``power_brake_start``/``_end``, ``link_down``/``link_up``, ``xid``, ``job_slowdown_start``/``_end``,
-``congestion_start``/``_end``). ``fault_id`` ties consequences to the fault that caused them
+``congestion_start``/``_end``), or the schedule (``job_end``/``job_start``: a job finished, the
+next one started; no fault). ``fault_id`` ties consequences to the fault that caused them
 (empty for consequences with no fault, such as the power cap under full load).
 """
 

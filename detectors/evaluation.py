@@ -17,9 +17,9 @@ within its horizon, and its lead time is how early it came. Concretely, per *eve
   predicts nothing. Its lead is ``start - max(alarm start, start - horizon)``.
 - **Precision**: an alarm that starts inside an episode (or within ``merge_gap_s`` after it) is
   not scored — for precision nor for recall (it cannot earn the entity's next episode). Nor is
-  the statement during which the GPU's job was interrupted (ground truth ``job_slowdown_start``,
+  the statement during which the GPU's job stopped (ground truth ``job_slowdown_start``,
   reason ``interrupted``, or an XID 79 on one of its GPUs: a member fell off the bus or shut
-  down), unless its episode came first: an
+  down; or ``job_end``: the job finished), unless its episode came first: an
   idle GPU cannot confirm or refute a claim about its load. Any other alarm states "the event comes within the horizon" once per horizon it
   stays active; each such statement is a true positive when an episode of that entity starts
   within the horizon after it, otherwise a false alarm.
@@ -706,12 +706,13 @@ def _interrupted_statement(spans: SpanTable, interrupts: tuple[np.ndarray, np.nd
 
 def job_interruptions(events: Iterable[Event], recording: Recording, kind: EventKind,
                       names: dict[str, int]) -> tuple[np.ndarray, np.ndarray]:
-    """(entity code, time) of every GPU whose job was interrupted: ground truth
-    ``job_slowdown_start`` with reason ``interrupted``, or an XID 79 (fell off the bus, or a
-    thermal shutdown) on one of the job's GPUs. A GPU of a stopped job goes idle: a claim that it
-    would throttle under its load can be neither confirmed nor refuted, like a claim whose horizon
-    outlives the recording. (The XID matters when the job was already in a slowdown episode — a
-    member throttling, then shutting down — which starts no new ``job_slowdown_start``.)"""
+    """(entity code, time) of every GPU whose job stopped: ground truth ``job_slowdown_start``
+    with reason ``interrupted``, an XID 79 (fell off the bus, or a thermal shutdown) on one of
+    the job's GPUs, or ``job_end`` (the job finished). A GPU of a stopped job goes idle: a claim
+    that it would throttle under its load can be neither confirmed nor refuted, like a claim whose
+    horizon outlives the recording. (The XID matters when the job was already in a slowdown
+    episode — a member throttling, then shutting down — which starts no new
+    ``job_slowdown_start``.)"""
     if kind.entity_kind != "gpu":
         return np.zeros(0, np.int64), np.zeros(0)
     topo = recording.topology
@@ -719,7 +720,7 @@ def job_interruptions(events: Iterable[Event], recording: Recording, kind: Event
     when: list[float] = []
     for e in events:
         detail = e.detail or {}
-        if e.type == "job_slowdown_start" and detail.get("reason") == "interrupted":
+        if (e.type == "job_slowdown_start" and detail.get("reason") == "interrupted") or e.type == "job_end":
             job = topo.slot("job", e.entity) if e.entity in topo.jobs else -1
         elif e.type == "xid" and detail.get("code") == 79 and e.entity_kind == "gpu" and e.entity in topo.gpus:
             job = int(topo.gpu_job[topo.slot("gpu", e.entity)])

@@ -39,6 +39,9 @@ events arrive one debounce window late with the time the condition actually clea
   ``link_down``/``link_up`` (link; every flap), ``congestion_start/_end`` (link, the links that
   took rerouted traffic), ``job_slowdown_start/_end`` (job; step time > 1.10x nominal, or
   ``detail.reason == "interrupted"`` while a crashed job waits for repair).
+- the schedule, without a fault: ``job_end`` (job; ``detail.reason == "completed"``: its GPUs
+  go idle) and ``job_start`` (the next job starts on its nodes), as ``params.job_churn`` ends and
+  starts jobs.
 - debouncing: an episode ends only after its condition stayed clear for ``HOLD_S`` seconds
   (30-60 s), so the power cap that releases during each communication phase is one episode.
 

@@ -286,7 +286,10 @@ class ClusterSimulator:
         speed = np.where(gpu.reasons & facts.THROTTLE_IDLE, 1.0, gpu.compute_clock / self.params.clock_max_hz)
         # the step below runs on the fabric state of the previous physics step: so does its attribution
         job_fabric_cause = self._job_fabric_cause
+        was_running = wl.running.copy()
         wl.step(dt, speed, self.fabric.job_comm_slowdown)
+        if truth:
+            self._job_churn_events(t, was_running)
         gpu.util = np.where(wl.gpu_running, 1.0, 0.0)
         inlet = self.cooling.rack_inlet[self.gpu_rack]
         # the warm-up (no truth) settles a fault-free cluster far from every limiter in 5-s steps:
@@ -305,6 +308,16 @@ class ClusterSimulator:
         if truth:
             self._hbm_errors(dt)
             self._truth(t, went_down, came_up, job_fabric_cause)
+
+    def _job_churn_events(self, t: float, was_running: np.ndarray) -> None:
+        """``job_end`` / ``job_start`` (job, no fault) where the schedule ended a job or started
+        the next one on its nodes in this step: the job's GPUs go idle, or load again, for a
+        reason no detector can see coming (a claim about their load cannot then be judged)."""
+        flipped = np.flatnonzero(was_running != self.workload.running)
+        for j in flipped:
+            started = bool(self.workload.running[j])
+            self.events.append(Event(t, "job_start" if started else "job_end", "job", self.topology.jobs[int(j)],
+                                     "", "", {} if started else {"reason": "completed"}))
 
     def _thermal_shutdowns(self, t: float, truth: bool) -> None:
         """A die at the shutdown temperature (92 °C) powers off; its job stops. Leakage rises with

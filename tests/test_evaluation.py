@@ -185,7 +185,8 @@ def naive_score(findings, events, kind, recording, start, end):
         return acc.setdefault(ft, {"episodes": 0, "hits": 0, "tp": 0, "fp": 0, "leads": []})
 
     # GPUs of an interrupted job (every GPU of the toy topology is in job0)
-    stops = sorted(e.time for e in events if e.type == "job_slowdown_start" and e.detail.get("reason") == "interrupted")
+    stops = sorted(e.time for e in events if (e.type == "job_slowdown_start" and e.detail.get("reason") == "interrupted")
+                   or e.type == "job_end")
     total = {"episodes": 0, "hits": 0, "tp": 0, "fp": 0, "leads": []}
     for ep in eps:
         mine = mine_of.get(ep.entity, [])
@@ -245,6 +246,9 @@ def test_columnar_scoring_matches_the_naive_rules(seed):
     # job0 (every GPU) stopped by a member falling off the bus, now and then
     events += [Event(float(round(rng.uniform(0, end))), "job_slowdown_start", "job", "job0", "f3", "xid79",
                      {"reason": "interrupted"}) for _ in range(int(rng.integers(0, 4)))]
+    # ... or by the schedule (the job finished)
+    events += [Event(float(round(rng.uniform(0, end))), "job_end", "job", "job0", "", "", {"reason": "completed"})
+               for _ in range(int(rng.integers(0, 3)))]
     for g in range(6):
         t = float(rng.uniform(0, 1500))
         while t < end:
@@ -420,21 +424,46 @@ def test_a_claim_raised_as_an_episode_lets_go_earns_neither_precision_nor_the_ne
     assert m["precision"] == 1.0 and m["lead_median_s"] == 250.0
 
 
+JOB_GPUS = small_topology(nodes=1, gpus=4, racks=1)
+
+
+def score_job0_claims(findings: list, events: list) -> dict:
+    """Thermal claims about the four GPUs of job0 (horizon 30 min, no warm-up) over 10,000 s."""
+    rec = Recording(Path("."), JOB_GPUS, {"faults": []})
+    kind = ev.EventKind("thermal_throttle", "thermal_throttle_start", "thermal_throttle_end", "thermal_throttle",
+                        "gpu", horizon_s=1800.0, merge_gap_s=600.0, warmup_s=0.0)
+    return ev.score_kind(findings, events, kind, rec, 0.0, 10000.0)
+
+
 def test_a_claim_whose_job_another_fault_stopped_is_not_judged() -> None:
     """gpu0 and gpu1 are predicted to throttle at 1000 s; at 1300 s another member of job0 falls
     off the bus and the job stops. gpu0 throttled at 1200 s, before the stop: a hit. gpu1 never
     throttles: its claim is not judged (not a false alarm). gpu2's claim at 5000 s is false."""
-    topo = small_topology(nodes=1, gpus=4, racks=1)
-    rec = Recording(Path("."), topo, {"faults": []})
     events = [gpu_event(1200, "thermal_throttle_start", 0), gpu_event(1250, "thermal_throttle_end", 0),
               Event(1300.0, "job_slowdown_start", "job", "job0", "f9", "xid79", {"reason": "interrupted"})]
     findings = [pred(1000, 0), pred(1250, 0, active=False), pred(1000, 1), pred(1500, 1, active=False),
                 pred(5000, 2), pred(5100, 2, active=False)]
-    kind = ev.EventKind("thermal_throttle", "thermal_throttle_start", "thermal_throttle_end", "thermal_throttle",
-                        "gpu", horizon_s=1800.0, merge_gap_s=600.0, warmup_s=0.0)
-    m = ev.score_kind(findings, events, kind, rec, 0.0, 10000.0)
+    m = score_job0_claims(findings, events)
     assert (m["episodes"], m["recall"], m["lead_median_s"]) == (1, 1.0, 200.0)
     assert m["precision"] == pytest.approx(1 / 2)  # gpu0's hit and gpu2's false claim; gpu1 not judged
+
+
+def test_a_claim_whose_job_finished_is_not_judged() -> None:
+    """The schedule ends job0 at 1300 s (``job_end``, no fault): gpu1's claim made at 1000 s
+    can neither come true nor be refuted while its GPU idles; gpu2's claim at 5000 s is false.
+    Seed 796: a GPU predicted 8.6 min before its job ended throttled 44 min after the claim,
+    when the next job loaded it."""
+    events = [Event(1300.0, "job_end", "job", "job0", "", "", {"reason": "completed"}),
+              Event(2400.0, "job_start", "job", "job0", "", "", {}),
+              gpu_event(2500, "thermal_throttle_start", 1), gpu_event(2600, "thermal_throttle_end", 1)]
+    findings = [pred(1000, 1), pred(1600, 1, active=False), pred(5000, 2), pred(5100, 2, active=False)]
+    m = score_job0_claims(findings, events)
+    assert m["precision"] == 0.0  # gpu2's false claim only
+    assert m["false_alarms_per_1000_gpu_hours"] == pytest.approx(1 / (4 * 10000 / 3600) * 1000)
+    # ... and the claim still earns the episode it predicted (within its horizon, though after the stop)
+    assert (m["episodes"], m["recall"]) == (1, 1.0)
+    m = score_job0_claims(findings, [e for e in events if e.type != "job_end"])
+    assert m["precision"] == pytest.approx(1 / 2)  # without the job end it is a hit, judged
 
 
 def test_a_member_shutting_down_inside_a_slowdown_interrupts_the_job_too() -> None:
@@ -442,18 +471,14 @@ def test_a_member_shutting_down_inside_a_slowdown_interrupts_the_job_too() -> No
     slowdown, no new one when that member then shuts down at 1300 s, XID 79, and the job
     stops). gpu1's claim made at 1000 s can no longer come true: not judged. Seed 781 had 63 such
     claims (precision 0.76 until the XID counted as the interruption it is)."""
-    topo = small_topology(nodes=1, gpus=4, racks=1)
-    rec = Recording(Path("."), topo, {"faults": []})
     events = [Event(900.0, "job_slowdown_start", "job", "job0", "f9", "tim_degradation", {"slowdown": 1.1}),
               gpu_event(950, "thermal_throttle_start", 3), gpu_event(1300, "thermal_throttle_end", 3),
-              Event(1300.0, "xid", "gpu", topo.gpus[3], "f9", "tim_degradation",
+              Event(1300.0, "xid", "gpu", JOB_GPUS.gpus[3], "f9", "tim_degradation",
                     {"code": 79, "reason": "thermal shutdown"})]
     findings = [pred(1000, 1), pred(1600, 1, active=False), pred(5000, 2), pred(5100, 2, active=False)]
-    kind = ev.EventKind("thermal_throttle", "thermal_throttle_start", "thermal_throttle_end", "thermal_throttle",
-                        "gpu", horizon_s=1800.0, merge_gap_s=600.0, warmup_s=0.0)
-    m = ev.score_kind(findings, events, kind, rec, 0.0, 10000.0)
+    m = score_job0_claims(findings, events)
     assert m["precision"] == 0.0  # gpu2's false claim only: gpu1's is not judged
     assert m["false_alarms_per_1000_gpu_hours"] == pytest.approx(1 / (4 * 10000 / 3600) * 1000)
     other = [e for e in events if e.type != "xid"]  # without the XID, gpu1's claim is false as well
-    m = ev.score_kind(findings, other, kind, rec, 0.0, 10000.0)
+    m = score_job0_claims(findings, other)
     assert m["false_alarms_per_1000_gpu_hours"] == pytest.approx(2 / (4 * 10000 / 3600) * 1000)

@@ -120,6 +120,37 @@ def test_missing_samples_are_whole_nan_rows() -> None:
     assert not np.isnan(m[~nan_rows]).any()
 
 
+def test_the_schedule_ending_and_starting_a_job_is_ground_truth() -> None:
+    # jobs of ~5 min with ~2-min gaps: within an hour every job ends and restarts
+    sim = ClusterSimulator(build_topology(32, job_nodes=2, idle_fraction=0.0), seed=3,
+                           params={"missing_prob": 0.0, "job_run_mean_s": 300.0, "job_gap_mean_s": 120.0},
+                           warmup_s=0, interval=10.0)
+    util = {}
+    for frames in iter(sim.step, None):
+        gpu = next(f for f in frames if f.kind == "gpu")
+        util[float(gpu.ts[0])] = gpu.columns["util"].copy()
+        if sim.elapsed >= 3600:
+            break
+    churn = [e for e in sim.events if e.type in ("job_end", "job_start")]
+    assert {e.entity for e in churn} == set(sim.topology.jobs) and all(e.fault_id == "" for e in churn)
+    for job in sim.topology.jobs:  # a job ends, then starts, alternately
+        types = [e.type for e in churn if e.entity == job]
+        assert types[0] == "job_end" and all(a != b for a, b in zip(types, types[1:]))
+    times = sorted(util)
+    checked = 0
+    for e in churn:  # the job's GPUs go idle at its end and load at its start, by the next sample
+        members = sim.topology.gpus_of_job(sim.topology.slot("job", e.entity))
+        following = [x.time for x in churn if x.entity == e.entity and x.time > e.time]
+        after = next((t for t in times if t >= e.time), None)
+        if after is None or (following and following[0] <= after):
+            continue  # flipped back before a sample could show it
+        loaded = util[after][members]
+        assert (loaded == 0).all() if e.type == "job_end" else (loaded == 1).all(), e
+        checked += 1
+    assert checked >= len(churn) // 2
+    assert [e.detail for e in churn if e.type == "job_end"][0] == {"reason": "completed"}
+
+
 def test_xid79_gpu_reports_nothing_but_the_xid_and_its_job_stops() -> None:
     scen = scenario_from_dict({"faults": [{"type": "xid79", "target": "node0/gpu2", "onset": 10, "duration": 100}]})
     sim = ClusterSimulator(build_topology(32, job_nodes=2, idle_fraction=0.0), scenario=scen, seed=1,

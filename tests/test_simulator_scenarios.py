@@ -12,7 +12,7 @@ from foreshock.events import Event
 from foreshock.simulator import ClusterSimulator, list_scenarios
 
 NAMED = ["healthy", "cooling-loss", "tim-degradation", "optic-degradation", "psu-failure", "mixed"]
-FAULT_FREE_TYPES = {"power_cap_start", "power_cap_end"}
+FAULT_FREE_TYPES = {"power_cap_start", "power_cap_end", "job_end", "job_start"}  # full load; the schedule
 LINK_TYPES = {"link_down", "link_up", "congestion_start", "congestion_end"}
 
 
