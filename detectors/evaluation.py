@@ -262,7 +262,7 @@ def capped_seconds(tel: OnsetTelemetry, slot: np.ndarray, onset: np.ndarray, end
     keys = _key(tel.slot, tel.ts, t0)
     last = len(keys) - 1
     before = np.searchsorted(keys, _key(slot, onset, t0), side="left") - 1
-    after = np.searchsorted(keys, _key(slot, np.where(np.isfinite(end), end, np.inf), t0), side="left")
+    after = np.searchsorted(keys, _key(slot, end, t0), side="left")  # inf clips past the slot
     open_ended = ~np.isfinite(end) | (after > last) | (tel.slot[np.clip(after, 0, last)] != slot)
     after = np.where(open_ended, np.searchsorted(tel.slot, slot, side="right") - 1, after)
     b, a = np.clip(before, 0, last), np.clip(after, 0, last)
