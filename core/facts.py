@@ -94,3 +94,10 @@ PREFEC_BER_FEC_LIMIT = 2.4e-4  # RS(544,514) "KP4" FEC limit for 400G PAM4 links
 STALLED_STEP_RATIO = 100.0
 """Step slowdown reported for a job that cannot step at all (a GPU off the bus): the ratio is
 unbounded, and gauges and JSON want a finite number; GPU-hours at risk count the whole job."""
+
+
+def lost_share(step_ratio: float) -> float:
+    """The share of a synchronous job's GPU time lost when its step runs ``step_ratio`` times
+    slower (its GPUs all wait for the slowest member): ``1 - 1/ratio``, all of it once the job
+    cannot step (``STALLED_STEP_RATIO`` or more, inf included)."""
+    return 1.0 if step_ratio >= STALLED_STEP_RATIO else 1.0 - 1.0 / max(step_ratio, 1.0)

@@ -134,11 +134,8 @@ def job_impact(dom: Domains, tel: Telemetry, slowest: dict[int, float]) -> tuple
         if np.isfinite(base) and np.isfinite(last) and base > 0:
             ratio = max(ratio, float(last / base))
         n = len(dom.gpus_in(key(JOB, j)))
-        if math.isinf(ratio) or ratio >= STALLED_RATIO:
-            ratio = STALLED_RATIO
-            risk += n
-        else:
-            risk += n * (1.0 - 1.0 / ratio)
+        risk += n * facts.lost_share(ratio)
+        ratio = min(ratio, STALLED_RATIO)  # inf included: gauges and JSON want a finite number
         out.append((dom.topology.jobs[j], round(ratio, 3)))
     return tuple(out), risk
 

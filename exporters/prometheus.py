@@ -399,8 +399,7 @@ class ForeshockCollector(Collector):
             # lost is 1 - 1/factor (all of them when it cannot step), from its worst incident — two
             # incidents on one job do not add, the slower one sets the pace
             gpus = float(job_gpus[job_slot[job]]) if job in job_slot else 0.0
-            lost = 1.0 if factor >= facts.STALLED_STEP_RATIO else 1.0 - 1.0 / max(factor, 1.0)
-            f_risk.add_metric([cluster, job], gpus * lost)
+            f_risk.add_metric([cluster, job], gpus * facts.lost_share(factor))
         yield from (f_open, f_mem, f_pred, f_slow, f_risk)
 
     # ---- the pipeline itself ---------------------------------------------------------------
