@@ -94,7 +94,7 @@ from .alarm import (A_SIZE, CODE_START, CODE_WITHDRAW, O_CODE, O_CONF, O_ETA, O_
                     O_WHICH, OUT_SIZE, alarm_step, emit, new_alarm_columns)
 from .base import Detector, resolve_params
 from .counters import CounterRates, report_problems
-from .order_stats import MEDIAN_BRACKET, median_of, select_kth  # noqa: F401 (select_kth: tests)
+from .order_stats import MEDIAN_BRACKET, median_of
 
 # ---- inputs: one matrix per frame ------------------------------------------------------------
 X_RX, X_TXP, X_BIAS, X_BER, X_BITS, X_CORR, X_LOS = range(7)
@@ -116,6 +116,8 @@ M_RX_LOW, M_BIAS_HIGH = range(2)
 MODULE_THRESHOLD_KEYS = ("rx_power_low_alarm", "tx_bias_high_alarm")
 """The :attr:`foreshock.streams.dom.ModuleDom.thresholds` keys behind the ``M_*`` columns
 (dBm and amperes, as the DOM parser stores them)."""
+MODULE_ALARM_FIELDS = ("rx_power_alarm_low", "tx_bias_alarm_high")
+"""The optic-row fields that carry the same levels, column for column."""
 # per-optic scalar columns
 O_BUCKET, O_COUNT, O_POS, O_BIAS_REF, O_ETA_RX, O_ETA_Q, O_ETA_BIAS, O_TREND_EMIT = range(8)
 O_SIZE = 8
@@ -578,7 +580,7 @@ class OpticsDetector(Detector):
         ``tx_bias_alarm_high``: the DOM source fills them from ``ethtool -m``) replace what the
         optic had — the same as :meth:`set_module_thresholds`, but carried by the telemetry, so a
         replay or a Kafka worker judges each module by its own levels too."""
-        for col, field in ((M_RX_LOW, "rx_power_alarm_low"), (M_BIAS_HIGH, "tx_bias_alarm_high")):
+        for col, field in enumerate(MODULE_ALARM_FIELDS):
             values = frame.columns.get(field)
             if values is None:
                 continue

@@ -22,7 +22,7 @@ import os
 from pathlib import Path
 from typing import Iterable, Iterator, NamedTuple, Protocol, Sequence, TypeVar
 
-from foreshock.detectors.incident_external import MALFORMED, NOT_JSON, ExternalEvent, parse_line  # noqa: F401 (reasons: tests)
+from foreshock.detectors.incident_external import ExternalEvent, parse_line
 from foreshock.health import PipelineHealth
 
 log = logging.getLogger("foreshock.external")

@@ -12,10 +12,10 @@ import pytest
 from click.testing import CliRunner
 
 from foreshock.cli.main import cli
-from foreshock.detectors.incident_external import ExternalEvent
+from foreshock.detectors.incident_external import MALFORMED, NOT_JSON, ExternalEvent
 from foreshock.health import PipelineHealth
-from foreshock.streams.external_feed import (MALFORMED, MAX_LINE_BYTES, MISSING, NOT_JSON, REREAD, STAGE, TOO_LONG,
-                                             ExternalFeed, external_targets, feed_before_frames, parse_lines)
+from foreshock.streams.external_feed import (MAX_LINE_BYTES, MISSING, REREAD, STAGE, TOO_LONG, ExternalFeed,
+                                             external_targets, feed_before_frames, parse_lines)
 
 
 def line(node: str, t: float, typ: str = "fan_failure", severity: str = "critical") -> str:

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from scipy.special import erfcinv
 
 from foreshock import facts
-from foreshock.detectors import optics
+from foreshock.detectors import optics, order_stats
 from foreshock.detectors.optics import (F_CONF, F_LEVEL, F_SLOPE, N_SIG, SIG_BIAS, SIG_Q, SIG_RX, SIG_TXP,
                                         OpticsDetector, ber_of_q_db, q_db_of_ber, theil_sen)
 from foreshock.frames import Frame
@@ -135,9 +135,9 @@ def median_inputs(data, max_size=300):
 def test_median_of_is_np_median_exactly(data):
     a = median_inputs(data)
     n = len(a)
-    work = np.empty(data.draw(st.sampled_from([0, 1, optics.MEDIAN_BRACKET + 1, n + 1])))  # short: falls back
+    work = np.empty(data.draw(st.sampled_from([0, 1, order_stats.MEDIAN_BRACKET + 1, n + 1])))  # short: falls back
     before = a.copy()
-    got = optics.median_of(a, n, work)
+    got = order_stats.median_of(a, n, work)
     np.testing.assert_array_equal(a, before)  # read only
     if n == 0:
         assert math.isnan(got)
@@ -148,7 +148,7 @@ def test_median_of_is_np_median_exactly(data):
         assert got == np.median(a)  # the same number, not a close one
     # a prefix of a longer array: the values beyond n are not read
     longer = np.concatenate([a, np.full(5, -1e308)])
-    again = optics.median_of(longer, n, np.empty(n + 1))
+    again = order_stats.median_of(longer, n, np.empty(n + 1))
     assert again == got or (math.isnan(again) and math.isnan(got))
 
 
@@ -164,7 +164,7 @@ def test_select_kth_matches_sorting(data):
     hi = data.draw(st.integers(lo, len(a) - 1))
     k = data.draw(st.integers(lo, hi))
     before = a.copy()
-    got = optics.select_kth(a, lo, hi, k)
+    got = order_stats.select_kth(a, lo, hi, k)
     assert got == np.sort(before[lo:hi + 1])[k - lo] == a[k]
     np.testing.assert_array_equal(np.sort(a[lo:hi + 1]), np.sort(before[lo:hi + 1]))  # reordered, not changed
     np.testing.assert_array_equal(a[:lo], before[:lo])
@@ -180,7 +180,7 @@ def test_theil_sen_medians_are_exact(data, m):
     rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1)))
     t = (np.arange(m) + 0.5) * 60.0
     y = np.round(-2.0 - 1e-4 * t + rng.normal(0, data.draw(st.sampled_from([0.0, 0.02, 0.3])), m), 2)
-    got = theil_sen(t, y, m, np.empty(m * m // 4 + m + optics.MEDIAN_BRACKET + 1))
+    got = theil_sen(t, y, m, np.empty(m * m // 4 + m + order_stats.MEDIAN_BRACKET + 1))
     h = m // 2
     slopes = np.array([(y[j] - y[i]) / (t[j] - t[i]) for i in range(h) for j in range(h, m)])
     assert got[0] == np.median(slopes)
