@@ -271,20 +271,15 @@ def test_cooling_loss_predicted_for_the_rack_and_not_elsewhere():
     assert slots and all(topo.gpu_rack[s] == 1 for s in slots)
 
 
-def test_an_idle_gpu_is_not_predicted_to_throttle():
-    """No work scheduled (bit 0x1): the SW thermal slowdown has nothing to slow, so a GPU whose
-    job stopped is not predicted however hot its coolant gets (seed 779: GPUs idled by a
-    crashed job member, on a loop losing its flow, were called and peaked at 79 °C)."""
-    topo, _, frames = cooling_loss_frames(idle_from=None)
+@pytest.mark.parametrize("reasons", [True, False])
+def test_an_idle_gpu_is_not_predicted_to_throttle(reasons):
+    """No work scheduled (bit 0x1; without throttle reasons, as dcgm-exporter's default counters,
+    no utilisation): the SW thermal slowdown has nothing to slow, so a GPU whose job stopped is
+    not predicted however hot its coolant gets (seed 779: GPUs idled by a crashed job member, on
+    a loop losing its flow, were called and peaked at 79 °C)."""
+    topo, _, frames = cooling_loss_frames(idle_from=None, reasons=reasons)
     assert {p.slot for p in preds(run(th.ThermalDetector(topo), frames))}  # the case is real
-    topo, _, frames = cooling_loss_frames(idle_from=3000)
-    assert not preds(run(th.ThermalDetector(topo), frames))
-
-
-def test_without_throttle_reasons_no_utilisation_means_idle():
-    topo, _, frames = cooling_loss_frames(idle_from=None, reasons=False)
-    assert {p.slot for p in preds(run(th.ThermalDetector(topo), frames))}  # the case is real
-    topo, _, frames = cooling_loss_frames(idle_from=3000, reasons=False)
+    topo, _, frames = cooling_loss_frames(idle_from=3000, reasons=reasons)
     assert not preds(run(th.ThermalDetector(topo), frames))
 
 
