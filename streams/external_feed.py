@@ -33,6 +33,7 @@ MISSING = "external event file is missing: waiting for it to reappear"
 UNREADABLE = "external event file cannot be read"
 TOO_LONG = "external event line is too long: skipped"
 MAX_LINE_BYTES = 1 << 20  # an event is ~100 bytes: a longer "line" is not one, and must not fill memory
+READ_CHUNK_BYTES = 1 << 20  # a large append is read in pieces of this size, so memory stays bounded
 
 T = TypeVar("T")
 
@@ -115,25 +116,39 @@ class ExternalFeed:
             self.health.problem(STAGE, REREAD, detail=str(self.path))
             self.offset, self.partial, self.lineno, self._skipping = 0, b"", 0, False
         self.inode = inode
+        events: list[ExternalEvent] = []
         if st.st_size <= self.offset:
-            return []
+            return events
         try:
             with open(self.path, "rb") as fh:
                 fh.seek(self.offset)
-                data = fh.read(st.st_size - self.offset)  # not past the size seen: a writer may be mid-line
+                while self.offset < st.st_size:  # not past the size seen: a writer may be mid-line
+                    data = fh.read(min(READ_CHUNK_BYTES, st.st_size - self.offset))
+                    if not data:
+                        break
+                    self.offset += len(data)
+                    events.extend(self._take(data))
         except OSError as exc:
             self.health.problem(STAGE, UNREADABLE, detail=f"{self.path}: {exc}")
-            return []
-        self.offset += len(data)
+        return events
+
+    def _take(self, data: bytes) -> list[ExternalEvent]:
+        """The events of the lines that ``data`` completes; the rest waits in :attr:`partial`."""
         *lines, self.partial = (self.partial + data).split(b"\n")
         first = self.lineno + 1
         self.lineno += len(lines)
         if self._skipping and lines:  # the end of an overlong line
             self._skipping = False
             lines[0] = b""
+        for i, raw in enumerate(lines):  # a whole line that arrived in one piece, but too long
+            if len(raw) > MAX_LINE_BYTES:
+                self.health.problem(STAGE, TOO_LONG, detail=f"{self.path}:{first + i}")
+                lines[i] = b""
+                self.bad += 1
         if len(self.partial) > MAX_LINE_BYTES:
             self.health.problem(STAGE, TOO_LONG, detail=f"{self.path}:{self.lineno + 1}")
             self.partial, self._skipping = b"", True
+            self.bad += 1
         events, bad = parse_lines(lines)
         for line in bad:
             self.health.problem(STAGE, line.reason, detail=f"{self.path}:{first + line.position}: {line.detail}")

@@ -14,6 +14,7 @@ from click.testing import CliRunner
 from foreshock.cli.main import cli
 from foreshock.detectors.incident_external import MALFORMED, NOT_JSON, ExternalEvent
 from foreshock.health import PipelineHealth
+from foreshock.streams import external_feed
 from foreshock.streams.external_feed import (MAX_LINE_BYTES, MISSING, REREAD, STAGE, TOO_LONG, ExternalFeed,
                                              external_targets, feed_before_frames, parse_lines)
 
@@ -114,6 +115,31 @@ def test_an_endless_line_is_dropped_not_kept_in_memory(tmp_path: Path):
     assert [e.node for e in feed.poll()] == ["node1"]
     assert health.problems[(STAGE, TOO_LONG)] == 1 and health.total_problems() == 1
 
+
+
+def test_a_whole_overlong_line_in_one_read_is_skipped_unparsed(tmp_path: Path, monkeypatch):
+    # the line and its newline arrive together: it never sits in the partial buffer
+    path, health, feed = follow(tmp_path, line("node0", 1.0))
+    append(path, b'{"node": "' + b"n" * MAX_LINE_BYTES + b'"}\n' + line("node1", 2.0).encode())
+    parsed: list[bytes] = []
+    real = external_feed.parse_line
+    monkeypatch.setattr(external_feed, "parse_line", lambda raw: parsed.append(raw) or real(raw))
+    assert [e.node for e in feed.poll()] == ["node0", "node1"]
+    assert all(len(raw) < 1000 for raw in parsed)  # the long line was never handed to the JSON parser
+    assert health.problems[(STAGE, TOO_LONG)] == 1 and health.total_problems() == 1
+    assert feed.bad == 1 and feed.lineno == 3
+
+
+def test_a_large_append_is_read_in_bounded_pieces(tmp_path: Path, monkeypatch):
+    monkeypatch.setattr(external_feed, "READ_CHUNK_BYTES", 64)
+    text = "".join(line(f"node{i}", float(i)) for i in range(50))  # ~3.5 KB: ~55 pieces, lines split across them
+    path, health, feed = follow(tmp_path, text)
+    sizes: list[int] = []
+    real_take = feed._take
+    monkeypatch.setattr(feed, "_take", lambda data: sizes.append(len(data)) or real_take(data))
+    assert [e.node for e in feed.poll()] == [f"node{i}" for i in range(50)]
+    assert max(sizes) == 64 and sum(sizes) == len(text) and feed.offset == path.stat().st_size
+    assert health.total_problems() == 0 and feed.partial == b""
 
 class Collector:
     def __init__(self, log: list[tuple[str, object]]) -> None:
