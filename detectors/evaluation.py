@@ -741,8 +741,18 @@ def score_kind(findings: Iterable[Finding], events: Sequence[Event], kind: Event
                onsets: "OnsetTelemetry | None" = None) -> dict[str, Any]:
     """Metrics of one detector set for one event kind, with ``by_fault`` (and ``by_onset`` for
     kinds whose episodes are classified by what precedes them, given the run's telemetry)."""
+    return score_intervals(alarm_intervals(findings, kind, recording.topology, end), events, kind, recording,
+                           start, end, onsets)
+
+
+def score_intervals(alarms: dict[str, list[tuple[float, float]]], events: Sequence[Event], kind: EventKind,
+                    recording: Recording, start: float, end: float,
+                    onsets: "OnsetTelemetry | None" = None) -> dict[str, Any]:
+    """:func:`score_kind` for claims given as time spans per entity name (sorted, disjoint; as
+    :func:`alarm_intervals` gives them): scores a rule that is not a detector — an analysis of
+    what a signal could predict — by exactly the rules a detector is scored by."""
     table = episode_table(events, kind, recording, start, onsets)
-    spans = SpanTable.from_intervals(alarm_intervals(findings, kind, recording.topology, end), table.names)
+    spans = SpanTable.from_intervals(alarms, table.names)
     return score_spans(spans, table, kind, fault_scopes(recording, events, kind.entity_kind), start, end,
                        recording.topology.size(kind.entity_kind),
                        job_interruptions(events, recording, kind, table.names))

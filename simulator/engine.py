@@ -178,6 +178,9 @@ class ClusterSimulator:
             "job_slowdown": EpisodeTracker("job_slowdown", "job", topo.jobs, HOLD_S["job_slowdown"], lookup),
         }
         self.ticks = 0
+        # called with the simulator after every physics step past the warm-up, to read hidden
+        # state (analyses of what could be predicted at best; no telemetry depends on them)
+        self.probes: list[Callable[[ClusterSimulator], None]] = []
         self._warm_up(warmup_s)
 
     # ---- public API ------------------------------------------------------------------------------
@@ -308,6 +311,8 @@ class ClusterSimulator:
         if truth:
             self._hbm_errors(dt)
             self._truth(t, went_down, came_up, job_fabric_cause)
+            for probe in self.probes:
+                probe(self)
 
     def _job_churn_events(self, t: float, was_running: np.ndarray) -> None:
         """``job_end`` / ``job_start`` (job, no fault) where the schedule ended a job or started

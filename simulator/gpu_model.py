@@ -95,9 +95,7 @@ class GpuModel:
         alive = self.alive
         running = running & alive
         fmax = p.clock_max_hz
-        # (the exponent is capped far above the 92 °C shutdown, only to keep numbers finite)
-        leak = p.leak_ref_w * self.leak_scale * np.exp(np.minimum(p.leak_k * (self.temp - p.leak_ref_temp_c), 4.0))
-        base = p.static_power_w + leak
+        base = self.base_power()
         self._thermal_limiter(dt)
         f_thermal = fmax * self.sw_scale
         # HW slowdown with hysteresis
@@ -129,6 +127,22 @@ class GpuModel:
         self.power_throttle_time += np.where(alive, capped_share * dt, 0.0)
         thermal = (sw_thermal | self.hw_slowdown) & alive
         self.thermal_throttle_time += np.where(thermal, dt, 0.0)
+
+    def base_power(self) -> np.ndarray:
+        """Static power plus leakage at the current die temperature (W): what a GPU draws before
+        any work, and what the SW power cap's headroom is measured from."""
+        p = self.params
+        # (the exponent is capped far above the 92 °C shutdown, only to keep numbers finite)
+        leak = p.leak_ref_w * self.leak_scale * np.exp(np.minimum(p.leak_k * (self.temp - p.leak_ref_temp_c), 4.0))
+        return p.static_power_w + leak
+
+    def power_cap_margin(self, activity: np.ndarray) -> np.ndarray:
+        """Watts between the enforced power limit and what a phase of ``activity`` would draw
+        at the max clock, at the current die temperature. Below zero the SW power cap binds in
+        that phase (unless the thermal limiter already holds the clock lower). Hidden state: no
+        telemetry reports it; analyses use it to ask what could be predicted at best."""
+        p = self.params
+        return self.power_limit - self.base_power() - p.dyn_max_w * self.dyn_scale * activity
 
     def _thermal_limiter(self, dt: float) -> None:
         """SW thermal slowdown: an integral controller holding the die just under max operating

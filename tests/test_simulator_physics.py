@@ -346,6 +346,26 @@ def test_power_cap_bit_is_set_exactly_when_the_gpu_is_held_at_its_enforced_limit
     assert ((gpu.power <= 500.0) & (gpu.power > 492.0)).all()
 
 
+
+def test_the_hidden_power_cap_margin_is_negative_exactly_where_the_cap_binds() -> None:
+    # intensities straddling the limit, and a die warming with the inlet so that leakage moves
+    # GPUs across it: the margin taken before each step says which of them the step caps
+    activity = np.linspace(1.05, 1.25, 41)
+    gpu = GpuModel(len(activity), EXACT, np.random.default_rng(0))
+    n = gpu.n
+    seen_both = 0
+    for k in range(240):
+        margin = gpu.power_cap_margin(activity)
+        inlet = np.full(n, 20.0 + k * 0.05)
+        gpu.step(1.0, inlet, np.ones(n), activity, np.zeros(n), np.ones(n, bool), np.zeros(n, bool),
+                 np.ones(n), np.ones(n))
+        capped = (gpu.reasons & facts.THROTTLE_SW_POWER_CAP) != 0
+        assert np.array_equal(capped, margin < 0), k
+        seen_both += bool(capped.any() and (~capped).any())
+        # uncapped, the phase draws the limit minus its margin
+        assert np.allclose(gpu.power[~capped], (gpu.power_limit - margin)[~capped])
+    assert seen_both > 200
+
 def test_hbm_sw_thermal_slowdown_starts_above_95_with_a_cool_die() -> None:
     gpu = GpuModel(1, EXACT, np.random.default_rng(0))
     one = np.ones(1)
