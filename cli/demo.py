@@ -43,8 +43,10 @@ def command(gpus: int, duration: float, interval: float, scenario: str, seed: in
     if gpus < 8 or duration <= 0 or interval <= 0:
         raise click.UsageError("--gpus must be >= 8, --duration and --interval > 0")
     try:
+        # frames carry the wall clock (Prometheus wants current samples), but the cluster's day
+        # starts at midnight whatever the hour: the same seed tells the same story at any time
         sim = ClusterSimulator(gpus=gpus, scenario=scenario, seed=seed, interval=interval, duration=duration,
-                               start_time=time.time())
+                               start_time=time.time(), start_hour=0.0)
     except (ScenarioError, ValueError) as exc:
         raise click.UsageError(str(exc)) from None
     console = Console(stderr=True)

@@ -22,7 +22,11 @@ path or :class:`Scenario`; default healthy), ``seed`` (same seed, same run: fram
 ``interval`` (sampling, 1 s default; 30 s like dcgm-exporter), ``duration`` (the run length
 ``%`` onsets refer to; default from the scenario), ``random_faults`` (FACTS rates ×``fault_acceleration``,
 25 by default, see faults.py), ``params`` (:class:`SimParams` or a dict of overrides, e.g. ``{"missing_prob": 0}``),
-``physics_dt`` (internal step, default 1 s, at most the interval), ``start_time`` (epoch s).
+``physics_dt`` (internal step, default 1 s, at most the interval), ``start_time`` (epoch s),
+``start_hour`` (the UTC hour of the day the facility water's diurnal swing starts at; default
+``start_time``'s own — a live run that stamps frames with the wall clock passes one, so that the
+same seed gives the same run at any hour), ``probes`` (attribute: callables given the simulator
+after every physics step past the warm-up, to read hidden state).
 
 Ground truth (``sim.events``; ``events.jsonl`` in recordings, sorted by time there; live, end
 events arrive one debounce window late with the time the condition actually cleared):

@@ -25,8 +25,10 @@ DAY_S = 86400.0
 
 
 class CoolingModel:
-    def __init__(self, topo: Topology, params: SimParams, rng: np.random.Generator, start_time: float) -> None:
+    def __init__(self, topo: Topology, params: SimParams, rng: np.random.Generator, start_time: float,
+                 day_offset_s: float = 0.0) -> None:
         self.params = params
+        self.day_offset_s = day_offset_s  # added to the time before the hour of the diurnal swing is taken
         self.rack_loop = topo.rack_loop
         self.n_loops = len(topo.loops)
         self.node_rack = topo.node_rack
@@ -45,9 +47,10 @@ class CoolingModel:
         self.rack_power = np.zeros(n_racks)
 
     def facility(self, t: float) -> float:
-        """Facility water temperature: diurnal swing peaking at 15:00 UTC."""
+        """Facility water temperature: diurnal swing peaking at 15:00 UTC (of ``t`` shifted by
+        ``day_offset_s``)."""
         p = self.params
-        hour = (t % DAY_S) / 3600.0
+        hour = ((t + self.day_offset_s) % DAY_S) / 3600.0
         return p.facility_temp_c + p.diurnal_amplitude_c * math.sin(2 * math.pi * (hour - 9.0) / 24.0)
 
     def target(self, t: float) -> np.ndarray:

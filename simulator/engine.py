@@ -31,7 +31,7 @@ from foreshock.frames import Frame
 from foreshock.recording import RecordingWriter
 from foreshock.topology import Topology
 
-from .cooling import CoolingModel
+from .cooling import DAY_S, CoolingModel
 from .fabric import FabricModel
 from .faults import (
     DEFAULT_PARAMS, FAULT_TYPES, RANDOM_FAULT_ACCELERATION, RANDOM_FAULT_MIX, Fault, draw_random_params,
@@ -96,6 +96,7 @@ class ClusterSimulator:
         params: SimParams | dict[str, Any] | None = None,
         physics_dt: float | None = None,
         start_time: float = DEFAULT_START,
+        start_hour: float | None = None,
         topology_options: dict[str, Any] | None = None,
         warmup_s: float = WARMUP_S,
     ) -> None:
@@ -131,7 +132,9 @@ class ClusterSimulator:
 
         # models
         self.gpu = GpuModel(len(topo.gpus), p, self._rng_init)
-        self.cooling = CoolingModel(topo, p, self._rng_init, self.start_time)
+        # the diurnal swing follows start_time's own hour of the day, or starts at start_hour (UTC)
+        day_offset = 0.0 if start_hour is None else start_hour * 3600.0 - self.start_time % DAY_S
+        self.cooling = CoolingModel(topo, p, self._rng_init, self.start_time, day_offset)
         self.workload = Workload(topo, p, self._rng_work)
         self.optics = OpticsModel(topo, p, self._rng_optics)
         self.fabric = FabricModel(topo, p, self._rng_fabric)

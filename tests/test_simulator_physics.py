@@ -274,6 +274,26 @@ def test_diurnal_swing_warms_the_inlets_in_the_afternoon() -> None:
     assert np.mean(inlet_day - inlet_night) == pytest.approx(3.0, abs=0.5)
 
 
+
+def test_a_run_given_its_start_hour_is_the_same_whatever_its_timestamps() -> None:
+    # a live run stamps frames with the wall clock; its day starts at start_hour instead
+    topo = build_topology(16, idle_fraction=0.0)
+    midnight = 1_700_006_400.0
+
+    def run(start_time: float, start_hour: float | None) -> list:
+        sim = ClusterSimulator(topo, seed=1, start_time=start_time, start_hour=start_hour, duration=60.0, interval=10.0)
+        return [sim.step() for _ in range(6)]
+
+    base = run(midnight + 3 * 3600, None)
+    shifted = run(midnight + 15 * 3600 + 1234.5, 3.0)  # stamped at 15:20, its day at 03:00
+    for a, b in zip(base, shifted):
+        for fa, fb in zip(a, b):
+            assert np.array_equal(fb.ts - fa.ts, np.full(len(fa), 12 * 3600 + 1234.5))
+            for name, col in fa.columns.items():
+                assert np.array_equal(col, fb.columns[name], equal_nan=True), (fa.kind, name)
+    afternoon = run(midnight + 3 * 3600, 15.0)  # the same stamps, its day at 15:00: warmer water
+    assert np.mean(afternoon[0][4].columns["inlet_temp"] - base[0][4].columns["inlet_temp"]) == pytest.approx(3.0, abs=0.5)
+
 def test_a_runaway_die_shuts_down_at_92_and_stops_its_job() -> None:
     # a thermal interface gone completely: even clocks cut by HW slowdown cannot hold it
     sim = small_sim({"name": "t", "faults": [{"type": "tim_degradation", "target": "node1/gpu1", "onset": 20,
