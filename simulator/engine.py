@@ -133,6 +133,7 @@ class ClusterSimulator:
         # models
         self.gpu = GpuModel(len(topo.gpus), p, self._rng_init)
         # the diurnal swing follows start_time's own hour of the day, or starts at start_hour (UTC)
+        self.start_hour = start_hour
         day_offset = 0.0 if start_hour is None else start_hour * 3600.0 - self.start_time % DAY_S
         self.cooling = CoolingModel(topo, p, self._rng_init, self.start_time, day_offset)
         self.workload = Workload(topo, p, self._rng_work)
@@ -228,7 +229,8 @@ class ClusterSimulator:
         meta_all = {
             "source": "simulator", "interval": self.interval, "seed": self.seed, "scenario": self.scenario.name,
             "gpus": len(self.topology.gpus), "physics_dt": self.dt, "random_faults": self.random_faults,
-            "fault_acceleration": self.fault_acceleration, "start_time": self.start_time, **(meta or {}),
+            "fault_acceleration": self.fault_acceleration, "start_time": self.start_time,
+            **({"start_hour": self.start_hour} if self.start_hour is not None else {}), **(meta or {}),
         }
         writer = RecordingWriter(out_dir, self.topology, meta_all)
         try:

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from foreshock import facts
 from foreshock.fields import fields_of
+from foreshock.recording import Recording
 from foreshock.simulator import ClusterSimulator, SimParams, build_topology
 from foreshock.simulator.gpu_model import GpuModel
 from foreshock.simulator.optics import erfc, q_function
@@ -275,7 +277,7 @@ def test_diurnal_swing_warms_the_inlets_in_the_afternoon() -> None:
 
 
 
-def test_a_run_given_its_start_hour_is_the_same_whatever_its_timestamps() -> None:
+def test_a_run_given_its_start_hour_is_the_same_whatever_its_timestamps(tmp_path: Path) -> None:
     # a live run stamps frames with the wall clock; its day starts at start_hour instead
     topo = build_topology(16, idle_fraction=0.0)
     midnight = 1_700_006_400.0
@@ -293,6 +295,8 @@ def test_a_run_given_its_start_hour_is_the_same_whatever_its_timestamps() -> Non
                 assert np.array_equal(col, fb.columns[name], equal_nan=True), (fa.kind, name)
     afternoon = run(midnight + 3 * 3600, 15.0)  # the same stamps, its day at 15:00: warmer water
     assert np.mean(afternoon[0][4].columns["inlet_temp"] - base[0][4].columns["inlet_temp"]) == pytest.approx(3.0, abs=0.5)
+    ClusterSimulator(topo, seed=1, start_hour=3.0).record(tmp_path, 10.0)
+    assert Recording.open(tmp_path).meta["start_hour"] == 3.0  # a recording says where its day began
 
 def test_a_runaway_die_shuts_down_at_92_and_stops_its_job() -> None:
     # a thermal interface gone completely: even clocks cut by HW slowdown cannot hold it
