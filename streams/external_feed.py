@@ -44,11 +44,11 @@ class ExternalTarget(Protocol):
     def add_external(self, events: Iterable[ExternalEvent]) -> None: ...
 
 
-def external_targets(processors: Sequence[object]) -> list[ExternalTarget]:
-    """The processors that take external events; ``ValueError`` when none does (the events
-    would go nowhere)."""
+def external_targets(processors: Sequence[object], required: bool = True) -> list[ExternalTarget]:
+    """The processors that take external events; when none does, ``ValueError`` (the events
+    would go nowhere) — or, not ``required``, an empty list."""
     targets = [p for p in processors if callable(getattr(p, "add_external", None))]
-    if not targets:
+    if not targets and required:
         raise ValueError("external events need the incident engine, and the detector bank has no processor "
                          "that takes them")
     return targets  # type: ignore[return-value]

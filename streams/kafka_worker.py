@@ -363,11 +363,8 @@ class IncidentStage:
         # external.events: the processors that take them, and the last record offset taken. Taken
         # events wait in the processors' state (grouped once telemetry time reaches them), so the
         # checkpoint holds both: after a crash nothing queued is lost and nothing is taken twice.
-        self.external_targets: list[ExternalTarget] = []
-        try:
-            self.external_targets = external_targets(self.processors)
-        except ValueError:
-            pass  # the worker says so once (faust_app)
+        # none: the worker says so once (faust_app)
+        self.external_targets: list[ExternalTarget] = external_targets(self.processors, required=False)
         self.external_offset = -1
 
     def add_external(self, events: Iterable[ExternalEvent], offset: int) -> bool:

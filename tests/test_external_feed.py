@@ -167,6 +167,7 @@ def test_external_targets_needs_a_processor_that_takes_events():
     assert external_targets([object(), take]) == [take]
     with pytest.raises(ValueError, match="incident engine"):
         external_targets([object()])
+    assert external_targets([object()], required=False) == []  # a Kafka worker without the stage
 
 
 # ---- the commands ---------------------------------------------------------------------------
