@@ -89,7 +89,6 @@ def test_alarm_after_onset_predicts_nothing():
     assert m["recall"] == 0.0 and m["precision"] is None and m["lead_median_s"] is None
 
 
-
 def test_claims_given_as_spans_are_scored_like_a_detector_s():
     # a rule that is not a detector (an analysis) is scored by the same rules, from its spans
     topo = small_topology(nodes=1, gpus=4, racks=1)
@@ -102,6 +101,7 @@ def test_claims_given_as_spans_are_scored_like_a_detector_s():
     assert m["precision"] == 0.5
     findings = [pred(4700, 0), pred(5050, 0, active=False), pred(2000, 1), pred(2100, 1, active=False)]
     assert ev.score_kind(findings, events, KIND, rec, 0.0, 9000.0) == m
+
 
 def test_aligned_frames_never_read_the_future(tmp_path):
     topo = small_topology(nodes=1, gpus=2, racks=1)

@@ -116,7 +116,6 @@ def test_an_endless_line_is_dropped_not_kept_in_memory(tmp_path: Path):
     assert health.problems[(STAGE, TOO_LONG)] == 1 and health.total_problems() == 1
 
 
-
 def test_a_whole_overlong_line_in_one_read_is_skipped_unparsed(tmp_path: Path, monkeypatch):
     # the line and its newline arrive together: it never sits in the partial buffer
     path, health, feed = follow(tmp_path, line("node0", 1.0))
@@ -140,6 +139,7 @@ def test_a_large_append_is_read_in_bounded_pieces(tmp_path: Path, monkeypatch):
     assert [e.node for e in feed.poll()] == [f"node{i}" for i in range(50)]
     assert max(sizes) == 64 and sum(sizes) == len(text) and feed.offset == path.stat().st_size
     assert health.total_problems() == 0 and feed.partial == b""
+
 
 class Collector:
     def __init__(self, log: list[tuple[str, object]]) -> None:

@@ -87,7 +87,6 @@ def test_same_seed_same_run_other_seed_other_run() -> None:
     assert len(sim_b.events) > 0
 
 
-
 def test_probes_read_every_physics_step_past_the_warm_up_and_change_nothing() -> None:
     def sim() -> ClusterSimulator:
         return ClusterSimulator(gpus=16, scenario="psu-failure", seed=5, duration=60, interval=5.0,
@@ -101,6 +100,7 @@ def test_probes_read_every_physics_step_past_the_warm_up_and_change_nothing() ->
     assert all(np.isfinite(m) for _, m in seen)
     assert all(frames_equal(x, y) for x, y in zip(a, b))  # reading hidden state draws nothing
     assert [e.to_json() for e in plain.events] == [e.to_json() for e in probed.events]
+
 
 def test_iter_frames_runs_live_until_the_consumer_stops() -> None:
     sim = ClusterSimulator(gpus=16, seed=0, warmup_s=0)

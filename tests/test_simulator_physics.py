@@ -276,7 +276,6 @@ def test_diurnal_swing_warms_the_inlets_in_the_afternoon() -> None:
     assert np.mean(inlet_day - inlet_night) == pytest.approx(3.0, abs=0.5)
 
 
-
 def test_a_run_given_its_start_hour_is_the_same_whatever_its_timestamps(tmp_path: Path) -> None:
     # a live run stamps frames with the wall clock; its day starts at start_hour instead
     topo = build_topology(16, idle_fraction=0.0)
@@ -297,6 +296,7 @@ def test_a_run_given_its_start_hour_is_the_same_whatever_its_timestamps(tmp_path
     assert np.mean(afternoon[0][4].columns["inlet_temp"] - base[0][4].columns["inlet_temp"]) == pytest.approx(3.0, abs=0.5)
     ClusterSimulator(topo, seed=1, start_hour=3.0).record(tmp_path, 10.0)
     assert Recording.open(tmp_path).meta["start_hour"] == 3.0  # a recording says where its day began
+
 
 def test_a_runaway_die_shuts_down_at_92_and_stops_its_job() -> None:
     # a thermal interface gone completely: even clocks cut by HW slowdown cannot hold it
@@ -370,7 +370,6 @@ def test_power_cap_bit_is_set_exactly_when_the_gpu_is_held_at_its_enforced_limit
     assert ((gpu.power <= 500.0) & (gpu.power > 492.0)).all()
 
 
-
 def test_the_hidden_power_cap_margin_is_negative_exactly_where_the_cap_binds() -> None:
     # intensities straddling the limit, and a die warming with the inlet so that leakage moves
     # GPUs across it: the margin taken before each step says which of them the step caps
@@ -389,6 +388,7 @@ def test_the_hidden_power_cap_margin_is_negative_exactly_where_the_cap_binds() -
         # uncapped, the phase draws the limit minus its margin
         assert np.allclose(gpu.power[~capped], (gpu.power_limit - margin)[~capped])
     assert seen_both > 200
+
 
 def test_hbm_sw_thermal_slowdown_starts_above_95_with_a_cool_die() -> None:
     gpu = GpuModel(1, EXACT, np.random.default_rng(0))
