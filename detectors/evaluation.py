@@ -649,11 +649,7 @@ def score_spans(spans: SpanTable, eps: EpisodeTable, kind: EventKind, scopes: Se
         for c, name in enumerate(ONSET_CLASSES):
             m = cls == c
             # an alarm's onset class is that of the episode it predicts; false alarms have none
-            sub = _finish({"episodes": int(m.sum()), "hits": int((hit & m).sum()), "tp": 0, "fp": 0,
-                           "leads": leads[hit & m]}, 0.0)
-            if kind.min_lead_s is not None:
-                sub["recall_at_min_lead"] = (round(float(np.mean(np.nan_to_num(leads[m], nan=-1.0) >= kind.min_lead_s)), 4)
-                                             if m.any() else None)
+            sub = _recall_of(m, hit, leads, kind)
             sub["by_fault"] = {faults[i]: _finish({"episodes": int((m & (ep_fault == i)).sum()),
                                                    "hits": int((hit & m & (ep_fault == i)).sum()), "tp": 0, "fp": 0,
                                                    "leads": leads[hit & m & (ep_fault == i)]}, 0.0)
@@ -664,23 +660,24 @@ def score_spans(spans: SpanTable, eps: EpisodeTable, kind: EventKind, scopes: Se
     return result
 
 
+def _recall_of(sel: np.ndarray, hit: np.ndarray, leads: np.ndarray, kind: EventKind) -> dict[str, Any]:
+    """Recall and lead of the scored episodes selected by ``sel`` (and, for kinds with a minimum
+    lead, the share predicted that far ahead); no precision: a false alarm predicts no episode."""
+    sub = _finish({"episodes": int(sel.sum()), "hits": int((hit & sel).sum()), "tp": 0, "fp": 0,
+                   "leads": leads[hit & sel]}, 0.0)
+    if kind.min_lead_s is not None:
+        sub["recall_at_min_lead"] = (round(float(np.mean(np.nan_to_num(leads[sel], nan=-1.0) >= kind.min_lead_s)), 4)
+                                     if sel.any() else None)
+    return sub
+
+
 def _by_capped_time(held: np.ndarray, m: np.ndarray, hit: np.ndarray, leads: np.ndarray,
                     kind: EventKind) -> dict[str, Any]:
-    """Recall and lead of the scored episodes selected by ``m``, split by
-    :data:`CAPPED_TIME_CLASSES` of their ``held`` seconds (``unknown``: NaN)."""
-    out: dict[str, Any] = {}
+    """:func:`_recall_of` the scored episodes selected by ``m``, split by
+    :data:`CAPPED_TIME_CLASSES` of their ``held`` seconds (``unknown``: NaN); empty groups left out."""
     groups = [(name, (held >= lo) & (held < hi)) for name, (lo, hi) in CAPPED_TIME_CLASSES.items()]
     groups.append(("unknown", np.isnan(held)))
-    for name, g in groups:
-        g = g & m
-        if not g.any():
-            continue
-        sub = _finish({"episodes": int(g.sum()), "hits": int((hit & g).sum()), "tp": 0, "fp": 0,
-                       "leads": leads[hit & g]}, 0.0)
-        if kind.min_lead_s is not None:
-            sub["recall_at_min_lead"] = round(float(np.mean(np.nan_to_num(leads[g], nan=-1.0) >= kind.min_lead_s)), 4)
-        out[name] = sub
-    return out
+    return {name: _recall_of(g & m, hit, leads, kind) for name, g in groups if (g & m).any()}
 
 
 def _interrupted_statement(spans: SpanTable, interrupts: tuple[np.ndarray, np.ndarray] | None, horizon: float,

@@ -141,8 +141,11 @@ class GpuModel:
         at the max clock, at the current die temperature. Below zero the SW power cap binds in
         that phase (unless the thermal limiter already holds the clock lower). Hidden state: no
         telemetry reports it; analyses use it to ask what could be predicted at best."""
-        p = self.params
-        return self.power_limit - self.base_power() - p.dyn_max_w * self.dyn_scale * activity
+        return self.power_limit - self.base_power() - self.full_clock_dynamic_power(activity)
+
+    def full_clock_dynamic_power(self, activity: np.ndarray) -> np.ndarray:
+        """Dynamic power (W) of a phase of ``activity`` (1 = gpu-burn) at the max clock."""
+        return self.params.dyn_max_w * self.dyn_scale * activity
 
     def _thermal_limiter(self, dt: float) -> None:
         """SW thermal slowdown: an integral controller holding the die just under max operating
@@ -161,7 +164,7 @@ class GpuModel:
         """Clock, power and "power cap binding" for one phase of work."""
         p = self.params
         fmax = p.clock_max_hz
-        dyn_full = p.dyn_max_w * self.dyn_scale * activity  # dynamic power at the max clock
+        dyn_full = self.full_clock_dynamic_power(activity)
         # SW power cap: the clock at which base + dyn_full * (f/fmax)^a == limit
         headroom = np.maximum(self.power_limit - base, 1.0)
         ratio = headroom / np.maximum(dyn_full, 1e-9)
