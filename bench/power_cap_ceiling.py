@@ -9,16 +9,19 @@ what its compute phase would draw at the max clock at the die's current temperat
 step, the minimum over the last 30 s so that the hottest instant of each training step counts.
 
 The oracle claims "this GPU caps within the horizon" while a running GPU's margin is in
-``[0, D)`` W, from once it has been uncapped long enough for a new episode to be able to start
-(the ground truth's 60-s hold plus the harness's 120-s merge gap: a claim raised earlier starts
-inside the last episode and can earn nothing). Its claims, foreshock's, and their union are
-scored by the harness's own rules (``evaluation.score_intervals``, the code of
+``[0, D)`` W, at every sampling instant where the harness would judge a claim raised then: not
+inside a power-cap episode of the GPU nor within the harness's merge gap (120 s) after its end
+(such a claim can earn nothing). The ground truth dates an episode's end at its first uncapped
+step, so the oracle may claim from 120 s after the limiter last held. Its claims, foreshock's,
+and their union are scored by the harness's own rules (``evaluation.score_intervals``, the code of
 ``foreshock evaluate``). A detector only sees whole-degree temperatures and noisy power, so it
 can do no better than this oracle on the same kind of rule.
 
     .venv/bin/python bench/power_cap_ceiling.py --seeds 784,785 --dir /tmp/cap-ceiling
 
-Per seed and claim set (foreshock; the oracle at margin < D; both, unioned): steady-load episodes, their recall, median lead and recall at >= 30 s lead,
+Per seed and claim set (foreshock; a claim at every instant the harness judges one, the recall
+no claim set can beat; the oracle at margin < D; foreshock and the oracle, unioned): steady-load
+episodes, their recall, median lead and recall at >= 30 s lead,
 recall on the episodes the limiter held >= 1 s, then precision and false alarms per 1000 GPU-h
 over all power-cap claims. A JSON line with ``"name": "power_cap_ceiling"`` ends the output.
 Recordings and margins are kept in ``--dir`` and reused.
@@ -45,7 +48,6 @@ from _util import emit  # noqa: E402
 from foreshock.detectors import evaluation as ev  # noqa: E402
 from foreshock.recording import Recording  # noqa: E402
 from foreshock.simulator import ClusterSimulator, load_scenario  # noqa: E402
-from foreshock.simulator.engine import HOLD_S  # noqa: E402
 
 KIND = ev.EVENT_KINDS["power_cap"]
 MARGIN_FILE = "power_cap_margin.npz"
@@ -86,16 +88,17 @@ def simulate(out: Path, seed: int, args: argparse.Namespace) -> None:
                         running=np.array(probe.running))
 
 
-def capped_until(result: ev.RunResult, ts: np.ndarray, n_gpus: int) -> np.ndarray:
-    """Per sampling instant and GPU, the last time at or before it that the power limiter held
-    the clock (the power-throttle counter grew since the previous sample); -inf before any."""
-    tel = result.onsets
-    assert tel is not None
-    last = np.full((len(ts), n_gpus), -np.inf)
-    grew = np.r_[False, (np.diff(tel.held) > 1e-6) & (tel.slot[1:] == tel.slot[:-1])]
-    row = np.clip(np.searchsorted(ts, tel.ts[grew]), 0, len(ts) - 1)
-    last[row, tel.slot[grew]] = tel.ts[grew]
-    return np.maximum.accumulate(last, axis=0)
+def claimable(episodes: list[ev.Episode], ts: np.ndarray, names: list[str], gap: float) -> np.ndarray:
+    """Per sampling instant and GPU, whether the harness would judge a claim raised then: not
+    inside one of the GPU's (merged) episodes nor within ``gap`` after its end — the rule of
+    ``evaluation.score_spans``."""
+    ok = np.ones((len(ts), len(names)), dtype=bool)
+    column = {name: g for g, name in enumerate(names)}
+    for e in episodes:
+        lo = np.searchsorted(ts, e.start, side="left")
+        hi = np.searchsorted(ts, e.end + gap, side="right")
+        ok[lo:hi, column[e.entity]] = False
+    return ok
 
 
 def spans_of(on: np.ndarray, ts: np.ndarray, names: list[str], interval: float) -> dict[str, list[tuple[float, float]]]:
@@ -139,16 +142,16 @@ def evaluate_seed(seed: int, args: argparse.Namespace, console: Console) -> dict
     probe = np.load(out / MARGIN_FILE)
     ts, margin, running = probe["ts"], probe["margin"], probe["running"]
     names = list(rec.topology.gpus)
-    quiet_s = HOLD_S["power_cap"] + KIND.merge_gap_s + rec.interval
-    quiet = (ts[:, None] - capped_until(result, ts, len(names))) >= quiet_s
+    judged = claimable(ev.episodes(result.events, KIND), ts, names, KIND.merge_gap_s)
     foreshock = ev.alarm_intervals(result.findings["foreshock"], KIND, rec.topology, result.end)
 
     def score(alarms: dict[str, list[tuple[float, float]]]) -> dict[str, Any]:
         return figures(ev.score_intervals(alarms, result.events, KIND, rec, result.start, result.end, result.onsets))
 
-    rows = {"foreshock": score(foreshock)}
+    # the recall no claim set can beat under the harness's rules: a claim at every instant one is judged
+    rows = {"foreshock": score(foreshock), "any time judged": score(spans_of(judged, ts, names, rec.interval))}
     for d in args.margins:
-        oracle = spans_of(running & quiet & (margin >= 0) & (margin < d), ts, names, rec.interval)
+        oracle = spans_of(running & judged & (margin >= 0) & (margin < d), ts, names, rec.interval)
         rows[f"oracle < {d:g} W"] = score(oracle)
         rows[f"both, < {d:g} W"] = score(union(foreshock, oracle))
     console.print(f"seed {seed}: {time.perf_counter() - t0:.0f} s")
