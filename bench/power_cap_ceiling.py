@@ -1,7 +1,8 @@
 """How well could any detector predict a steady-load power cap? An oracle on the simulator's hidden state.
 
 The power-cap target of issue 4 (recall >= 0.9 with a median lead >= 30 s on ``steady_load``
-episodes) is not met: foreshock's recall there is 0.53-0.89 on seeds 782-799. This asks whether
+episodes: loaded, unthrottled, no step in the load) is not met: foreshock's recall there is
+0.41-0.86 on seeds 782-799 (0-0.01 on the fault-free caps in it). This asks whether
 the telemetry is the limit or the events themselves are. While the simulator runs, a probe reads
 what no telemetry reports: each GPU's *power-cap margin* — watts between its enforced limit and
 what its compute phase would draw at the max clock at the die's current temperature

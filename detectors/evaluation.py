@@ -41,11 +41,17 @@ Additive keys (the documented shape above stays as it is):
 - ``by_onset`` (kinds with ``classify_onset``: the power cap): recall and lead per
   :data:`ONSET_CLASSES` — what the GPU's own telemetry shows before the onset. **Rule: the
   power-cap target (recall >= 0.9, median lead >= 30 s) is judged on ``steady_load`` episodes**
-  (loaded for at least a minute, no step in the workload); ``job_start`` episodes (the GPU was
-  idle within a minute of the onset: work hit the limit from its first steps) and ``load_step``
-  episodes (mean power jumped >= 20 % in the last minute) have nothing in telemetry before them
-  to predict from. Precision and false alarms are not split by class (a false alarm predicts no
-  episode); each class repeats recall and lead ``by_fault``.
+  (loaded for at least a minute, no thermal throttle, no step in the workload); ``job_start``
+  episodes (the GPU was idle within a minute of the onset: work hit the limit from its first
+  steps) and ``load_step`` episodes (mean power jumped >= 20 % in the last minute) have nothing
+  in telemetry before them to predict from, and ``thermal_throttled`` ones (a thermal limiter
+  held the clock just before) are the power limiter taking over from it, not a slowdown.
+  Precision and false alarms are not split by class (a false alarm predicts no episode); each
+  class repeats recall and lead ``by_fault``.
+- ``by_onset[class]["clock_change"]`` (where the frames carry ``sm_clock``): how the SM clock
+  changed across the class's onsets, first sample at or after the onset less the last before —
+  ``median_mhz``, the shares of onsets where it ``rose`` and ``fell``, and how many ``onsets``
+  had both readings (None: none had).
 - ``by_onset[class]["by_capped_time"]`` (where the GPU frames carry the power-throttle
   counter, ``power_throttle_time``: NVML's power violation time): recall and lead per
   :data:`CAPPED_TIME_CLASSES` — how long the power limiter actually held the clock over the
@@ -87,6 +93,7 @@ from foreshock.topology import Topology
 from .alarm import prediction_spans
 from .bank import DetectorBank
 from .baselines import ScoredBaseline, ScoreLog
+from .gpu_inputs import reason_bits_column
 from .registry import DEFAULT_BANK, create
 
 
@@ -151,19 +158,24 @@ def set_members(name: str) -> tuple[str, ...]:
 
 
 # ---- what precedes an episode ---------------------------------------------------------------
-ONSET_CLASSES = ("job_start", "load_step", "steady_load")
+ONSET_CLASSES = ("job_start", "thermal_throttled", "load_step", "steady_load")
 """How a GPU episode begins, judged from the GPU's own telemetry before its onset
-(:func:`classify_onsets`):
+(:func:`classify_onsets`; where several apply, the first listed):
 
 - ``job_start``: the GPU reported idle (utilisation < 0.5 or the idle reason bit) within
   :data:`JOB_START_S` before the onset — work started and hit the limit at once; nothing in
   telemetry precedes it, so no detector can be expected to predict it.
+- ``thermal_throttled``: the GPU's last sample before the onset carried a thermal throttle bit
+  (SW or HW thermal, HW slowdown): a thermal limiter already held its clock, and the power cap
+  took over as that limiter let go — on the simulator's recordings the SM clock *rose* across
+  85-95 % of these onsets and across none of the ``steady_load`` ones. Not a slowdown, so not a
+  throttle to forecast; a cooling fault makes many of them (report key ``clock_change``).
 - ``load_step``: loaded throughout that window, but its mean power (energy counter) over the
   last :data:`JOB_START_S` is at least :data:`LOAD_STEP_RATIO` above the mean over the
   :data:`LOAD_BEFORE_S` before — the workload itself stepped up (a job's pace recovering).
-- ``steady_load``: loaded and without such a step: the onset follows minutes of uncapped running
-  under load, so the trend that leads to it is in the telemetry. The power-cap target (recall
-  >= 0.9, median lead >= 30 s) is judged on this class."""
+- ``steady_load``: loaded, no thermal throttle, and no such step: the onset follows minutes of
+  unthrottled running under load, so the trend that leads to it is in the telemetry. The
+  power-cap target (recall >= 0.9, median lead >= 30 s) is judged on this class."""
 JOB_START_S = 60.0
 LOAD_BEFORE_S = 300.0
 LOAD_STEP_RATIO = 0.2
@@ -183,28 +195,47 @@ class OnsetTelemetry:
     energy: np.ndarray = field(default_factory=lambda: np.empty(0))
     idle: np.ndarray = field(default_factory=lambda: np.empty(0, bool))
     held: np.ndarray = field(default_factory=lambda: np.empty(0))  # power-throttle counter (s)
+    thermal: np.ndarray = field(default_factory=lambda: np.empty(0, bool))  # a thermal limiter held the clock
+    clock: np.ndarray = field(default_factory=lambda: np.empty(0))  # SM clock (Hz)
     _parts: list[tuple[np.ndarray, ...]] = field(default_factory=list)
 
     def add(self, frame: Frame) -> None:
         n = len(frame)
         nan = np.full(n, np.nan)
-        util = np.asarray(frame.columns.get("util", nan), dtype=float)
-        bits = np.asarray(frame.columns.get("throttle_reasons", nan), dtype=float)
-        ok_bits = np.isfinite(bits) & (bits >= 0) & (bits < 2.0 ** 40)
-        idle_bit = (np.where(ok_bits, bits, 0).astype(np.int64) & facts.THROTTLE_IDLE) != 0
-        self._parts.append((frame.slot.astype(np.int64), frame.ts.astype(float),
-                            np.asarray(frame.columns.get("energy", nan), dtype=float).copy(),
-                            (util < 0.5) | idle_bit,
-                            np.asarray(frame.columns.get("power_throttle_time", nan), dtype=float).copy()))
+
+        def column(name: str) -> np.ndarray:
+            return np.asarray(frame.columns.get(name, nan), dtype=float).copy()
+
+        util = column("util")
+        bits = reason_bits_column(column("throttle_reasons"))  # -1: not reported
+        known = bits >= 0
+        self._parts.append((frame.slot.astype(np.int64), frame.ts.astype(float), column("energy"),
+                            (util < 0.5) | (known & ((bits & facts.THROTTLE_IDLE) != 0)),
+                            column("power_throttle_time"),
+                            known & ((bits & facts.THERMAL_THROTTLE_MASK) != 0),
+                            column("sm_clock")))
 
     def finish(self) -> "OnsetTelemetry":
         if self._parts:
-            slot, ts, energy, idle, held = (np.concatenate(c) for c in zip(*self._parts))
+            slot, ts, energy, idle, held, thermal, clock = (np.concatenate(c) for c in zip(*self._parts))
             order = np.lexsort((ts, slot))
             self.slot, self.ts, self.energy, self.idle = slot[order], ts[order], energy[order], idle[order]
-            self.held = held[order]
+            self.held, self.thermal, self.clock = held[order], thermal[order], clock[order]
             self._parts = []
         return self
+
+    def around(self, slot: np.ndarray, onset: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Per episode (GPU ``slot``, ``onset`` time): the index of the GPU's last sample before the
+        onset and of its first at or after it, and whether each exists."""
+        if not len(self.ts):
+            z, no = np.zeros(len(slot), np.int64), np.zeros(len(slot), bool)
+            return z, z, no, no
+        t0 = float(np.min(self.ts))
+        i = np.searchsorted(_key(self.slot, self.ts, t0), _key(slot, onset, t0), side="left")
+        last = len(self.ts) - 1
+        before, after = np.clip(i - 1, 0, last), np.clip(i, 0, last)
+        return (before, after, (i >= 1) & (self.slot[before] == slot),
+                (i <= last) & (self.slot[after] == slot))
 
 
 def classify_onsets(tel: OnsetTelemetry, slot: np.ndarray, onset: np.ndarray) -> np.ndarray:
@@ -246,8 +277,19 @@ def classify_onsets(tel: OnsetTelemetry, slot: np.ndarray, onset: np.ndarray) ->
     with np.errstate(invalid="ignore"):
         step = recent >= earlier * (1.0 + LOAD_STEP_RATIO)
     out[step] = ONSET_CLASSES.index("load_step")
+    before, _, has_before, _ = tel.around(slot, onset)
+    out[has_before & tel.thermal[before]] = ONSET_CLASSES.index("thermal_throttled")
     out[onset - last_idle <= JOB_START_S] = ONSET_CLASSES.index("job_start")
     return out
+
+
+def clock_change(tel: OnsetTelemetry, slot: np.ndarray, onset: np.ndarray) -> np.ndarray:
+    """SM clock (Hz) at each episode's first sample at or after its onset less at its last one
+    before: negative where the limiter cut the clock. NaN without both readings."""
+    before, after, has_before, has_after = tel.around(slot, onset)
+    if not len(tel.ts):
+        return np.full(len(slot), np.nan)
+    return np.where(has_before & has_after, tel.clock[after] - tel.clock[before], np.nan)
 
 
 def capped_seconds(tel: OnsetTelemetry, slot: np.ndarray, onset: np.ndarray, end: np.ndarray) -> np.ndarray:
@@ -506,6 +548,7 @@ class EpisodeTable:
     faults: list[str]
     onset_class: np.ndarray | None = None  # int64 code into ONSET_CLASSES, where classified
     capped_s: np.ndarray | None = None  # seconds the limiter held over it (capped_seconds)
+    clock_step: np.ndarray | None = None  # SM clock change across the onset, Hz (clock_change)
 
     @classmethod
     def build(cls, eps: Sequence[Episode], names: dict[str, int], scored_from: float) -> "EpisodeTable":
@@ -654,6 +697,8 @@ def score_spans(spans: SpanTable, eps: EpisodeTable, kind: EventKind, scopes: Se
                                                    "hits": int((hit & m & (ep_fault == i)).sum()), "tp": 0, "fp": 0,
                                                    "leads": leads[hit & m & (ep_fault == i)]}, 0.0)
                                for i in sorted(range(n_all), key=lambda i: faults[i]) if (m & (ep_fault == i)).any()}
+            if eps.clock_step is not None:
+                sub["clock_change"] = _clock_change_summary(eps.clock_step[sc][m])
             if eps.capped_s is not None:
                 sub["by_capped_time"] = _by_capped_time(eps.capped_s[sc], m, hit, leads, kind)
             result["by_onset"][name] = sub
@@ -669,6 +714,16 @@ def _recall_of(sel: np.ndarray, hit: np.ndarray, leads: np.ndarray, kind: EventK
         sub["recall_at_min_lead"] = (round(float(np.mean(np.nan_to_num(leads[sel], nan=-1.0) >= kind.min_lead_s)), 4)
                                      if sel.any() else None)
     return sub
+
+
+def _clock_change_summary(hz: np.ndarray) -> dict[str, Any] | None:
+    """Median SM clock change (MHz) across onsets, and the shares where the clock rose and fell;
+    None without readings."""
+    hz = hz[np.isfinite(hz)]
+    if not len(hz):
+        return None
+    return {"median_mhz": round(float(np.median(hz)) / 1e6, 1), "rose": round(float(np.mean(hz > 0)), 4),
+            "fell": round(float(np.mean(hz < 0)), 4), "onsets": int(len(hz))}
 
 
 def _by_capped_time(held: np.ndarray, m: np.ndarray, hit: np.ndarray, leads: np.ndarray,
@@ -763,6 +818,7 @@ def episode_table(events: Sequence[Event], kind: EventKind, recording: Recording
         by_code = {c: n for n, c in table.names.items()}
         slots = np.array([topo.slot("gpu", by_code[int(c)]) for c in table.entity], dtype=np.int64)
         table.onset_class = classify_onsets(onsets, slots, table.start)
+        table.clock_step = clock_change(onsets, slots, table.start)
         if np.isfinite(onsets.held).any():
             table.capped_s = capped_seconds(onsets, slots, table.start, table.end)
     return table
@@ -1020,7 +1076,9 @@ def render_table(report: dict[str, Any], kinds: Sequence[str] | None = None, by_
             rows = [("all", m)] + (sorted(m.get("by_fault", {}).items()) if by_fault else [])
             # recall by what precedes the onset; the target is judged on the predictable class
             for c, mm in m.get("by_onset", {}).items():
-                rows.append((f"onset: {c}" + (" (target)" if c == PREDICTABLE_ONSET else ""), mm))
+                clock = mm.get("clock_change")
+                rows.append((f"onset: {c}" + (" (target)" if c == PREDICTABLE_ONSET else "")
+                             + (f", clock rose {clock['rose']:.0%}" if clock is not None else ""), mm))
                 if c == PREDICTABLE_ONSET:  # ... and how long the limiter held those episodes
                     rows += [(f"  held {CAPPED_TIME_LABELS.get(h, h)}", hm)
                              for h, hm in mm.get("by_capped_time", {}).items()]

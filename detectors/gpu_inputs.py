@@ -171,13 +171,26 @@ def update_rack_inlet(obs: np.ndarray, rack_state: np.ndarray) -> None:
                 learn_loop_tau(rack_state, r, obs[i, 0], v)
 
 
+REASON_BITS_LIMIT = 2.0 ** 40
+"""A throttle-reasons value at or above this is not a bitmask: no driver defines 40 bits."""
+
+
 @inline
 def reason_bits(reasons: float) -> int:
     """A sample's throttle-reasons bitmask as an int, or -1 where it is missing or not one (NaN,
     negative, or beyond the 40 bits any driver defines)."""
-    if reasons == reasons and 0.0 <= reasons < 2.0 ** 40:
+    if reasons == reasons and 0.0 <= reasons < REASON_BITS_LIMIT:
         return int(reasons)
     return -1
+
+
+def reason_bits_column(reasons: np.ndarray) -> np.ndarray:
+    """:func:`reason_bits` of a whole column (int64, -1 where a value is not a bitmask) — for code
+    that reads a frame's column at once rather than a sample in a kernel."""
+    r = np.asarray(reasons, dtype=float)
+    with np.errstate(invalid="ignore"):
+        ok = (r >= 0.0) & (r < REASON_BITS_LIMIT)  # False for NaN
+    return np.where(ok, r, -1.0).astype(np.int64)
 
 
 @inline

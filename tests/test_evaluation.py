@@ -136,7 +136,7 @@ def test_report_shape_and_extension_point(tmp_path):
             for sub in metrics["by_fault"].values():
                 assert set(sub) == set(ev.METRICS)
             for sub in metrics.get("by_onset", {}).values():  # (this world reports no power-throttle counter)
-                assert set(sub) == set(ev.METRICS) | {"recall_at_min_lead", "by_fault"}
+                assert set(sub) == set(ev.METRICS) | {"recall_at_min_lead", "by_fault", "clock_change"}
     fs = report["detectors"]["foreshock"]["thermal_throttle"]
     th = report["detectors"]["threshold"]["thermal_throttle"]
     # the sweep replays the threshold rule's alarms from its logged scores: at its own level the
@@ -291,12 +291,13 @@ def test_columnar_scoring_matches_the_naive_rules(seed):
 
 # ---- onset classes (power cap) ----------------------------------------------------------------
 def onset_telemetry(samples):
-    """samples: (slot, ts, util, bits, power W); energy integrates the power."""
+    """samples: (slot, ts, util, bits, power W[, SM clock Hz]); energy integrates the power."""
     tel = ev.OnsetTelemetry()
     energy = {}
-    for slot, ts, util, bits, power in samples:
+    for slot, ts, util, bits, power, *clock in samples:
         energy[slot] = energy.get(slot, 0.0) + power * 10.0
-        tel.add(Frame("gpu", [ts], [slot], {"util": [util], "throttle_reasons": [bits], "energy": [energy[slot]]}))
+        cols = {"util": [util], "throttle_reasons": [bits], "energy": [energy[slot]]}
+        tel.add(Frame("gpu", [ts], [slot], cols | ({"sm_clock": clock} if clock else {})))
     return tel.finish()
 
 
@@ -330,6 +331,40 @@ def test_onsets_are_classified_by_what_precedes_them():
     assert on["steady_load"]["precision"] is None  # false alarms belong to no onset class
     assert on["steady_load"]["by_fault"]["none"]["episodes"] == 2 and list(on["load_step"]["by_fault"]) == ["none"]
     assert "by_onset" not in ev.score_kind(findings, events, kind, rec, 0.0, 2100.0)  # no telemetry: no classes
+
+
+def test_a_cap_taking_over_from_a_thermal_limiter_is_its_own_class():
+    """A GPU the thermal limiter held just before its power-cap onset is not a steady-load onset:
+    the clock rises as the power limiter takes over. Idle before it is still a job start."""
+    mhz = 1e6
+    samples = []
+    for t in range(0, 2100, 10):
+        before = t < 2000
+        samples.append((0, t, 1.0, 0x20 if before else 0x24, 600.0, (1600 if before else 1700) * mhz))
+        samples.append((1, t, 1.0, 0x20 if t < 1500 else 0, 600.0, (1980 if before else 1900) * mhz))  # long ago
+        samples.append((2, t, 0.0 if t < 1970 else 1.0, 0x21 if t < 1970 else 0x20, 600.0, 1980 * mhz))
+        samples.append((3, t, 1.0, np.nan, 600.0, 1980 * mhz))  # no throttle reasons reported
+    tel = onset_telemetry(samples)
+    slots, onsets = np.arange(4), np.full(4, 2000.0)
+    codes = ev.classify_onsets(tel, slots, onsets)
+    assert [ev.ONSET_CLASSES[c] for c in codes] == ["thermal_throttled", "steady_load", "job_start", "steady_load"]
+    assert list(ev.clock_change(tel, slots, onsets) / mhz) == [100.0, -80.0, 0.0, 0.0]
+    # no sample of the GPU before the onset (slot 1's first; slot 0's last is just before it) or after it
+    assert np.isnan(ev.clock_change(tel, np.array([1, 3]), np.array([0.0, 5000.0]))).all()
+    late = ev.classify_onsets(tel, np.array([0, 1]), np.array([5000.0, 0.0]))  # nothing after / before it
+    assert [ev.ONSET_CLASSES[c] for c in late] == ["thermal_throttled", "steady_load"]
+
+    topo = small_topology(nodes=1, gpus=4, racks=1)
+    rec = Recording(Path("."), topo, {})
+    events = [gpu_event(2000, "power_cap_start", g) for g in range(4)]
+    m = ev.score_kind([pred(1900, 0, event="power_cap")], events, ev.EVENT_KINDS["power_cap"], rec, 0.0, 2100.0, tel)
+    on = m["by_onset"]
+    assert (on["thermal_throttled"]["episodes"], on["thermal_throttled"]["recall"]) == (1, 1.0)
+    assert (on["steady_load"]["episodes"], on["steady_load"]["recall"]) == (2, 0.0)  # the target class
+    assert on["thermal_throttled"]["clock_change"] == {"median_mhz": 100.0, "rose": 1.0, "fell": 0.0, "onsets": 1}
+    assert on["steady_load"]["clock_change"] == {"median_mhz": -40.0, "rose": 0.0, "fell": 0.5, "onsets": 2}
+    assert on["load_step"]["clock_change"] is None  # no episode of that class
+    assert ev.PREDICTABLE_ONSET == "steady_load"
 
 
 def test_steady_onsets_are_split_by_how_long_the_limiter_held_the_clock():
