@@ -197,6 +197,8 @@ class OnsetTelemetry:
     held: np.ndarray = field(default_factory=lambda: np.empty(0))  # power-throttle counter (s)
     thermal: np.ndarray = field(default_factory=lambda: np.empty(0, bool))  # a thermal limiter held the clock
     clock: np.ndarray = field(default_factory=lambda: np.empty(0))  # SM clock (Hz)
+    keys: np.ndarray = field(default_factory=lambda: np.empty(0))  # (slot, ts) search keys, sorted
+    t0: float = 0.0  # the first sample's time, the keys' origin
     _parts: list[tuple[np.ndarray, ...]] = field(default_factory=list)
 
     def add(self, frame: Frame) -> None:
@@ -221,8 +223,15 @@ class OnsetTelemetry:
             order = np.lexsort((ts, slot))
             self.slot, self.ts, self.energy, self.idle = slot[order], ts[order], energy[order], idle[order]
             self.held, self.thermal, self.clock = held[order], thermal[order], clock[order]
+            self.t0 = float(np.min(self.ts))
+            self.keys = _key(self.slot, self.ts, self.t0)
             self._parts = []
         return self
+
+    def index(self, slot: np.ndarray, t: np.ndarray) -> np.ndarray:
+        """Per GPU ``slot`` and time ``t``: the index of its first sample at or after ``t``; past
+        its last sample, the next GPU's first (or the end)."""
+        return np.searchsorted(self.keys, _key(slot, t, self.t0), side="left")
 
     def around(self, slot: np.ndarray, onset: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Per episode (GPU ``slot``, ``onset`` time): the index of the GPU's last sample before the
@@ -230,8 +239,7 @@ class OnsetTelemetry:
         if not len(self.ts):
             z, no = np.zeros(len(slot), np.int64), np.zeros(len(slot), bool)
             return z, z, no, no
-        t0 = float(np.min(self.ts))
-        i = np.searchsorted(_key(self.slot, self.ts, t0), _key(slot, onset, t0), side="left")
+        i = self.index(slot, onset)
         last = len(self.ts) - 1
         before, after = np.clip(i - 1, 0, last), np.clip(i, 0, last)
         return (before, after, (i >= 1) & (self.slot[before] == slot),
@@ -245,19 +253,14 @@ def classify_onsets(tel: OnsetTelemetry, slot: np.ndarray, onset: np.ndarray) ->
     out = np.full(len(slot), ONSET_CLASSES.index("steady_load"), dtype=np.int64)
     if not len(tel.ts) or not len(slot):
         return out
-    t0 = float(np.min(tel.ts))
-    keys = _key(tel.slot, tel.ts, t0)
-
-    def first_at(t: np.ndarray, side: str) -> np.ndarray:
-        """Index of the first sample of the episode's GPU at/after ``t`` ('left') or after it."""
-        return np.searchsorted(keys, _key(slot, t, t0), side=side)  # type: ignore[call-overload]
+    keys = tel.keys
 
     def same(i: np.ndarray) -> np.ndarray:
         ok = (i >= 0) & (i < len(keys))
         return ok & (tel.slot[np.clip(i, 0, len(keys) - 1)] == slot)
 
     def mean_power(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-        i, j = first_at(a, "left"), first_at(b, "left") - 1
+        i, j = tel.index(slot, a), tel.index(slot, b) - 1  # the GPU's samples in [a, b)
         ok = same(i) & same(j) & (j > i)
         i, j = np.clip(i, 0, len(keys) - 1), np.clip(j, 0, len(keys) - 1)
         dt = tel.ts[j] - tel.ts[i]
@@ -265,7 +268,7 @@ def classify_onsets(tel: OnsetTelemetry, slot: np.ndarray, onset: np.ndarray) ->
             return np.where(ok & (dt > 0), (tel.energy[j] - tel.energy[i]) / np.where(dt > 0, dt, 1.0), np.nan)
 
     idle_keys = keys[tel.idle]
-    j = np.searchsorted(idle_keys, _key(slot, onset, t0), side="left") - 1
+    j = np.searchsorted(idle_keys, _key(slot, onset, tel.t0), side="left") - 1
     jj = np.clip(j, 0, max(len(idle_keys) - 1, 0))
     idle_slot, idle_ts = tel.slot[tel.idle], tel.ts[tel.idle]
     if len(idle_keys):
@@ -286,9 +289,9 @@ def classify_onsets(tel: OnsetTelemetry, slot: np.ndarray, onset: np.ndarray) ->
 def clock_change(tel: OnsetTelemetry, slot: np.ndarray, onset: np.ndarray) -> np.ndarray:
     """SM clock (Hz) at each episode's first sample at or after its onset less at its last one
     before: negative where the limiter cut the clock. NaN without both readings."""
-    before, after, has_before, has_after = tel.around(slot, onset)
     if not len(tel.ts):
         return np.full(len(slot), np.nan)
+    before, after, has_before, has_after = tel.around(slot, onset)
     return np.where(has_before & has_after, tel.clock[after] - tel.clock[before], np.nan)
 
 
@@ -300,15 +303,11 @@ def capped_seconds(tel: OnsetTelemetry, slot: np.ndarray, onset: np.ndarray, end
     out = np.full(len(slot), np.nan)
     if not len(tel.ts) or not len(slot):
         return out
-    t0 = float(np.min(tel.ts))
-    keys = _key(tel.slot, tel.ts, t0)
-    last = len(keys) - 1
-    before = np.searchsorted(keys, _key(slot, onset, t0), side="left") - 1
-    after = np.searchsorted(keys, _key(slot, end, t0), side="left")  # inf clips past the slot
-    open_ended = ~np.isfinite(end) | (after > last) | (tel.slot[np.clip(after, 0, last)] != slot)
-    after = np.where(open_ended, np.searchsorted(tel.slot, slot, side="right") - 1, after)
-    b, a = np.clip(before, 0, last), np.clip(after, 0, last)
-    ok = (before >= 0) & (tel.slot[b] == slot) & (tel.slot[a] == slot) & (a > b)
+    b, _, has_before, _ = tel.around(slot, onset)
+    _, a, _, has_after = tel.around(slot, end)  # none after an open episode's end (inf)
+    gpu_last = np.clip(np.searchsorted(tel.slot, slot, side="right") - 1, 0, len(tel.ts) - 1)
+    a = np.where(has_after, a, gpu_last)
+    ok = has_before & (tel.slot[a] == slot) & (a > b)
     with np.errstate(invalid="ignore"):
         held = tel.held[a] - tel.held[b]
         ok &= held >= 0.0
