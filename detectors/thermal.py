@@ -40,7 +40,9 @@ Prediction: the steady-state target ``T_ss(h) = inlet(h) + R(h)·P`` is linear i
 which the temperature reaches the GPU's limit — max operating (SW thermal slowdown, 87 °C on
 Hopper, or the GPU's own ``slowdown_temp - 2``) for ``thermal_throttle``, HBM max operating
 (95 °C) for ``hbm_overheat`` — and emits a :class:`~foreshock.findings.Prediction` when that
-ETA falls inside its horizon with enough confidence (warm-up on load, fit residual). A GPU with
+ETA falls inside its horizon with enough confidence (warm-up on load, fit residual). A core
+prediction's reason also gives the same forecast's time to the HW slowdown temperature (the GPU's
+slowdown temperature, 89 °C by default): what follows if the SW limiter does not hold the die. A GPU with
 no work scheduled (idle bit 0x1; without reasons, utilisation under 5 %) is not predicted to
 throttle — its job stopped, there is nothing to slow, and the driver's SW thermal limiter does not
 act on idle clocks — and a prediction made while it worked is withdrawn once it has idled for
@@ -430,7 +432,25 @@ def _thermal_kernel(obs: np.ndarray, rows: np.ndarray, span: tuple[int, int], pa
                     _, _, target, slope, _ = model_eta(s, i, off, t_m, limit, (damp, du), observed, params)
                 n_out = emit(out, n_out, row, m, code, eta, conf,
                              (target, slope, s[i, G_UL], s[i, off + M_RL], s[i, off + M_TAU], limit))
+                if m == CORE and code != CODE_WITHDRAW:
+                    # the same forecast to the HW slowdown temperature (clocks cut >= 2x): where
+                    # the die goes at today's power if the SW limiter does not hold it at its limit
+                    hw_limit = limit + params[P_SLOWDOWN_OFF]
+                    out[n_out - 1, O_V0 + 6] = model_eta(s, i, off, t_m, hw_limit, (damp, du), observed, params)[0]
+                    out[n_out - 1, O_V0 + 7] = hw_limit
     return n_out
+
+
+def hw_slowdown_text(eta_hw: float, hw_limit: float) -> str:
+    """The reason's part on the HW slowdown temperature, from the forecast that the ETA to max
+    operating comes from (the SW thermal limiter starts cutting clocks there, so this is what
+    follows if it cannot hold the die)."""
+    if hw_limit != hw_limit:
+        return ""
+    if eta_hw == eta_hw and eta_hw < np.inf:
+        return (f"; at today's power it reaches HW slowdown {hw_limit:.0f} °C (clocks cut >= 2x) in "
+                f"{eta_hw / 60:.1f} min unless the SW limiter holds it")
+    return f"; at today's power it stays under HW slowdown {hw_limit:.0f} °C within the horizon"
 
 
 # ---- the detector ------------------------------------------------------------------------
@@ -500,6 +520,8 @@ class ThermalDetector(ThermalFitDetector):
                           f"{target:.1f} °C, moving {slope * 60:+.2f} °C/min; R {r:.4f} °C/W "
                           f"({r / self.params[P_R_NOM] - 1:+.0%} vs nominal), tau {tau:.0f} s, "
                           f"inlet {inlet:.1f} °C")
+                if which == CORE:
+                    reason += hw_slowdown_text(float(rec[O_V0 + 6]), float(rec[O_V0 + 7]))
             eta = float(rec[O_ETA])
             findings.append(Prediction(
                 ts=ts, entity_kind="gpu", slot=slot, event=MODEL_EVENTS[which],

@@ -242,6 +242,34 @@ def test_tim_degradation_predicted_well_ahead_and_only_on_that_gpu():
     assert "R 0.0" in first[0].reason and "inlet" in first[0].reason
 
 
+HW_SLOWDOWN_ETA = re.compile(r"reaches HW slowdown (\d+) °C \(clocks cut >= 2x\) in ([\d.]+) min")
+
+
+def test_a_core_prediction_says_when_the_hw_slowdown_temperature_comes(monkeypatch):
+    """The issue asks for the time until max operating (the prediction's ETA) *and* until HW
+    slowdown. In a world whose GPUs have no SW thermal limiter, a failing interface takes the die
+    through 87 °C and, 400 s later, 89 °C: the last predictions before the 87 °C crossing put the
+    89 °C one where it happened, minutes after their own ETA."""
+    topo = small_topology()
+    monkeypatch.setattr(facts, "MAX_OPERATING_TEMP_C", 200.0)  # the world's limiter never engages
+    world = World(topo, faults=[Fault("tim_degradation", 5, 1800, 0.6, "f1")], seed=1)
+    frames, _ = world.run(5 * 3600)
+    monkeypatch.undo()
+    temps = [(float(f.ts[5]), float(f.columns["gpu_temp"][5])) for f in frames if f.kind == "gpu"]
+    t87 = next(t for t, temp in temps if temp >= 87.0)
+    t89 = next(t for t, temp in temps if temp >= 89.0)
+    assert t89 - t87 >= 300.0
+    last = [p for p in preds(run(th.ThermalDetector(topo), frames)) if p.slot == 5 and p.ts < t87][-3:]
+    assert len(last) == 3
+    for p in last:
+        m = HW_SLOWDOWN_ETA.search(p.reason)
+        assert m and m.group(1) == "89", p.reason
+        eta_hw = float(m.group(2)) * 60.0
+        assert eta_hw - p.eta_s >= 240.0
+        assert abs(p.ts + eta_hw - t89) <= 60.0
+    assert th.hw_slowdown_text(np.inf, 89.0) == "; at today's power it stays under HW slowdown 89 °C within the horizon"
+
+
 def cooling_loss_frames(idle_from: float | None, reasons: bool = True):
     """Rack 1's loop settles +30 °C with a 180 s time constant from t = 1 h (its GPUs heading for
     the limit; the synthetic inlet settles instead of ramping forever); from
@@ -356,6 +384,7 @@ def test_the_gpus_own_slowdown_temperature_sets_the_limit():
     found = run(th.ThermalDetector(topo), frames)
     assert preds(found)
     assert "limit 78" in preds(found)[0].reason
+    assert "HW slowdown 80 °C" in preds(found)[0].reason  # its own slowdown temperature, not 89
     for f in frames:
         if f.kind == "gpu":
             f.columns["slowdown_temp"][:] = np.nan
