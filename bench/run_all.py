@@ -28,7 +28,8 @@ START, END = "<!-- bench:start -->", "<!-- bench:end -->"
 # Headline figures per benchmark: (JSON key, label). Anything else still lands in results.json.
 HEADLINES: dict[str, list[tuple[str, str]]] = {
     "detector_bank_vs_river": [("foreshock_obs_per_s", "GPU obs/s"), ("river_obs_per_s", "river HST obs/s"),
-                               ("ratio", "ratio"), ("state_bytes_per_gpu", "state B/GPU")],
+                               ("ratio", "ratio"), ("state_bytes_per_gpu", "state B/GPU"),
+                               ("fastest_tick_obs_per_s", "fastest tick obs/s")],
     "simulator": [("gpus", "GPUs at 1 s"), ("speed_x_realtime", "x real time (CPU time)"),
                   ("wall_speed_x_realtime", "x real time (wall)"), ("peak_rss_mib", "peak RSS MiB")],
     "replay_end_to_end": [("gpus", "GPUs"), ("samples_per_s", "samples/s"), ("speedup_vs_real_time", "x real time")],
