@@ -445,9 +445,9 @@ def hw_slowdown_text(eta_hw: float, hw_limit: float) -> str:
     """The reason's part on the HW slowdown temperature, from the forecast that the ETA to max
     operating comes from (the SW thermal limiter starts cutting clocks there, so this is what
     follows if it cannot hold the die)."""
-    if hw_limit != hw_limit:
+    if np.isnan(hw_limit):
         return ""
-    if eta_hw == eta_hw and eta_hw < np.inf:
+    if np.isfinite(eta_hw):
         return (f"; at today's power it reaches HW slowdown {hw_limit:.0f} °C (clocks cut >= 2x) in "
                 f"{eta_hw / 60:.1f} min unless the SW limiter holds it")
     return f"; at today's power it stays under HW slowdown {hw_limit:.0f} °C within the horizon"
