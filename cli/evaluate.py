@@ -14,6 +14,8 @@ from foreshock.detectors import evaluation
 from foreshock.detectors.baselines import ModelFileError
 from foreshock.recording import Recording, RecordingError
 
+from .common import param_option, parse_params
+
 DEFAULT_SETS = "foreshock,river,sklearn,threshold"
 
 
@@ -30,9 +32,10 @@ DEFAULT_SETS = "foreshock,river,sklearn,threshold"
               help="Also write PNG plots (a few GPUs' temperature, predicted ETA and throttles; lead times).")
 @click.option("--by-fault/--no-by-fault", "by_fault", default=True, show_default=True,
               help="Show the per-fault rows in the printed table (report.json always has them).")
+@param_option
 @click.pass_context
 def command(ctx: click.Context, recording: str, sets: str, report_dir: str, model_path: str | None,
-            events: str | None, plots: bool, by_fault: bool) -> None:
+            events: str | None, plots: bool, by_fault: bool, params: tuple[str, ...]) -> None:
     """Run detector sets over RECORDING and score their predictions against events.jsonl.
 
     Beside each baseline that alarms on a score threshold, the table shows its best recall at
@@ -50,7 +53,12 @@ def command(ctx: click.Context, recording: str, sets: str, report_dir: str, mode
         raise click.UsageError(f"unknown event kinds {bad}; known: {sorted(evaluation.EVENT_KINDS)}, "
                                f"and the report sections {sorted(evaluation.SECTION_SCORERS)}")
     kinds = [k for k in asked if k in evaluation.EVENT_KINDS]
-    params: dict[str, dict[str, object]] = {}
+    detector_params = parse_params(params)  # e.g. thermal.flow_plan_floor=0.1, for every set's detector of that name
+    in_sets = {name for s in chosen for name in evaluation.set_members(s)}
+    unused = sorted(set(detector_params) - in_sets)
+    if unused:
+        raise click.UsageError(f"--param for detectors in none of the sets: {', '.join(unused)}")
+    bank_params: dict[str, dict[str, Any]] = {name: dict(values) for name, values in detector_params.items()}
     if "sklearn" in chosen:
         if model_path is None:
             if ctx.get_parameter_source("sets") == click.core.ParameterSource.DEFAULT:
@@ -59,7 +67,7 @@ def command(ctx: click.Context, recording: str, sets: str, report_dir: str, mode
             else:
                 raise click.UsageError("the sklearn set needs --model (train one with `foreshock train`)")
         else:
-            params["sklearn"] = {"model_path": model_path}
+            bank_params.setdefault("sklearn", {})["model_path"] = model_path
     try:
         rec = Recording.open(recording)
     except RecordingError as exc:
@@ -70,11 +78,14 @@ def command(ctx: click.Context, recording: str, sets: str, report_dir: str, mode
         task = bar.add_task("run", total=max(span, 1.0))
         try:
             result = evaluation.run_recording(
-                rec, chosen, params=params, trace_gpus=evaluation.pick_trace_gpus(rec) if plots else (),
+                rec, chosen, params=bank_params, trace_gpus=evaluation.pick_trace_gpus(rec) if plots else (),
                 progress=lambda done, total: bar.update(task, completed=done))
         except (RecordingError, ModelFileError) as exc:
             raise click.ClickException(str(exc)) from None
+        except (ValueError, TypeError) as exc:  # a detector refused a --param (unknown name, bad value)
+            raise click.UsageError(str(exc)) from None
     report = evaluation.score(result, kinds)
+    report["meta"]["params"] = detector_params
     path = evaluation.write_report(report, report_dir)
     written = evaluation.write_plots(result, report, report_dir) if plots else []
     Console().print(evaluation.render_table(report, by_fault=by_fault))

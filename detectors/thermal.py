@@ -42,7 +42,10 @@ Hopper, or the GPU's own ``slowdown_temp - 2``) for ``thermal_throttle``, HBM ma
 (95 °C) for ``hbm_overheat`` — and emits a :class:`~foreshock.findings.Prediction` when that
 ETA falls inside its horizon with enough confidence (warm-up on load, fit residual). A core
 prediction's reason also gives the same forecast's time to the HW slowdown temperature (the GPU's
-slowdown temperature, 89 °C by default): what follows if the SW limiter does not hold the die. A GPU with
+slowdown temperature, 89 °C by default): what follows if the SW limiter does not hold the die. On a
+loop losing coolant flow it also gives the flow (share of baseline, pace of its fall) and whether
+the die crosses even at today's flow or only if the flow keeps falling: mid-fall a loss that will
+stop at 15 % of baseline reads as one heading for 6 %, and both are called. A GPU with
 no work scheduled (idle bit 0x1; without reasons, utilisation under 5 %) is not predicted to
 throttle — its job stopped, there is nothing to slow, and the driver's SW thermal limiter does not
 act on idle clocks — and a prediction made while it worked is withdrawn once it has idled for
@@ -82,21 +85,25 @@ from foreshock.topology import Topology
 
 from .alarm import (A_SIZE, CODE_NONE, CODE_WITHDRAW, O_CODE, O_CONF, O_ETA, O_ROW, O_V0,
                     O_WHICH, OUT_SIZE, alarm_step, emit, new_alarm_columns)
-from .gpu_inputs import (DAMP_MIN_OBS, flow_asymptote, inline, kernel, RACK_DAMP, RACK_DAMP_N,
-                         reason_bits, Scratch, site_loop_rise, site_loop_tau)
+from .gpu_inputs import (DAMP_MIN_OBS, FLOW_NOMINAL, flow_asymptote, inline, kernel, RACK_DAMP, RACK_DAMP_N,
+                         RACK_FLOW, RACK_FLOW0, RACK_FLOW_SLOPE, reason_bits, Scratch, site_loop_rise,
+                         site_loop_tau)
 # the thermal model's fit is shared with power and cooling (see thermal_fit); its parameters
 # (PARAMS, one vector: fit and forecast) are this detector's
 from .thermal_fit import PARAMS  # noqa: F401
 from .thermal_fit import (CORE, G_PLIM, G_PREF, G_SIZE, G_UB, G_UL, HBM, M_LOADED, M_PF, M_RB,
                           M_RES, M_RL, M_SIZE, M_TAU, N_MODELS, P_CLEAR, P_CONF_MIN, P_DAMP,
-                          P_DRIFT_DAMP, P_EVERY, P_FLOW_CARRY, P_HORIZON, P_LEAK, P_LEARN_DAMP, P_LIM_CORE,
-                          P_LIM_HBM, P_LOAD_MIN, P_MARGIN, P_MARGIN_RISE, P_OFF_HOLD, P_ON, P_REFRESH,
+                          P_DRIFT_DAMP, P_EVERY, P_FLOW_CARRY, P_FLOW_PLAN_FLOOR, P_HORIZON, P_LEAK,
+                          P_LEARN_DAMP, P_LIM_CORE, P_LIM_HBM, P_LOAD_MIN, P_MARGIN, P_MARGIN_RISE,
+                          P_OFF_HOLD, P_ON, P_REFRESH,
                           P_RISE, P_R_NOM, P_SITE_DAMP, P_SITE_RISE, P_SLOWDOWN_OFF, P_TREND_CONFIRM,
                           P_TREND_NOISE, P_TREND_SMOOTH, P_TREND_WINDOW, P_URGENT, P_WARMUP, R_DT, R_TPREV,
                           ThermalFit, ThermalFitDetector, X_HBM, X_REASONS, X_SLOT, X_SLOWDOWN, X_TEMP, X_TS, X_UTIL,
                           params_vector)
 
 MODEL_EVENTS = ("thermal_throttle", "hbm_overheat")
+FLOW_FALLING_PER_MIN = 0.005
+"""A reason calls a coolant flow falling from this share of its baseline per minute."""
 IDLE_UTIL = 0.05
 """Without throttle reasons, a GPU whose kernels ran less than this share of the time is idle."""
 # forecast state per GPU: when the forecast was last solved (it is solved every
@@ -216,7 +223,7 @@ def inlet_rate(s: np.ndarray, i: int, rack: int, racks: np.ndarray, damp: float,
     prior = params[P_RISE]
     if params[P_SITE_RISE] == params[P_SITE_RISE]:
         prior = max(prior, params[P_SITE_RISE])
-    u_inf = flow_asymptote(racks, rack, prior, carry)
+    u_inf = flow_asymptote(racks, rack, prior, carry, params[P_FLOW_PLAN_FLOOR])
     ul = s[i, G_UL]
     if u_inf == u_inf and ul == ul:
         return (u_inf - ul) / damp  # type: ignore[no-any-return]
@@ -438,6 +445,12 @@ def _thermal_kernel(obs: np.ndarray, rows: np.ndarray, span: tuple[int, int], pa
                     hw_limit = limit + params[P_SLOWDOWN_OFF]
                     out[n_out - 1, O_V0 + 6] = model_eta(s, i, off, t_m, hw_limit, (damp, du), observed, params)[0]
                     out[n_out - 1, O_V0 + 7] = hw_limit
+                    # a loop losing flow: the ETA carries the flow's fall ahead; whether the die
+                    # crosses even at today's flow says if the claim hinges on the fall going on
+                    if not np.isnan(flow_asymptote(racks, parents[i, 0], params[P_RISE], 0.0)):
+                        du_now = inlet_rate(s, i, parents[i, 0], racks, damp, params, 0.0)
+                        out[n_out - 1, O_V0 + 8] = model_eta(s, i, off, t_m, limit, (damp, du_now), observed,
+                                                             params)[0]
     return n_out
 
 
@@ -451,6 +464,27 @@ def hw_slowdown_text(eta_hw: float, hw_limit: float) -> str:
         return (f"; at today's power it reaches HW slowdown {hw_limit:.0f} °C (clocks cut >= 2x) in "
                 f"{eta_hw / 60:.1f} min unless the SW limiter holds it")
     return f"; at today's power it stays under HW slowdown {hw_limit:.0f} °C within the horizon"
+
+
+def flow_loss_text(rack: np.ndarray, eta_now: float, limit: float, horizon: float) -> str:
+    """The reason's part on a cooling loop losing flow (``rack``: the GPU's rack state row):
+    the flow now, how fast it falls, and whether the die crosses ``limit`` even at today's flow
+    (ETA ``eta_now``) or only if the flow keeps falling — a falling flow is carried ahead, and
+    where it stops no reading can tell yet (a loss that stops at 15 % of baseline reads as one
+    heading for 6 % until it stops)."""
+    flow, baseline, slope = rack[RACK_FLOW], rack[RACK_FLOW0], rack[RACK_FLOW_SLOPE]
+    if np.isnan(eta_now) or not baseline > 0.0 or not flow < FLOW_NOMINAL * baseline:
+        return ""
+    text = f"; its rack's coolant flow is at {flow / baseline:.0%} of baseline"
+    fall_per_min = -slope / baseline * 60.0
+    falling = fall_per_min >= FLOW_FALLING_PER_MIN  # (the slope's filter trails a stop by a minute or two)
+    if falling:
+        text += f", falling {fall_per_min:.1%}/min"
+    if eta_now <= horizon:
+        return text + f"; even at today's flow the die reaches {limit:.0f} °C in {eta_now / 60:.1f} min"
+    if falling:
+        return text + f"; the ETA assumes it keeps falling: at today's flow the die stays under {limit:.0f} °C"
+    return text
 
 
 # ---- the detector ------------------------------------------------------------------------
@@ -522,6 +556,9 @@ class ThermalDetector(ThermalFitDetector):
                           f"inlet {inlet:.1f} °C")
                 if which == CORE:
                     reason += hw_slowdown_text(float(rec[O_V0 + 6]), float(rec[O_V0 + 7]))
+                    rack = int(self.fit.parents[slot, 0])
+                    if rack >= 0:
+                        reason += flow_loss_text(self.s_rack[rack], float(rec[O_V0 + 8]), limit, self.horizon_s)
             eta = float(rec[O_ETA])
             findings.append(Prediction(
                 ts=ts, entity_kind="gpu", slot=slot, event=MODEL_EVENTS[which],

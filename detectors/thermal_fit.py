@@ -112,6 +112,10 @@ PARAMS: dict[str, float] = {
     # loss after the first was called a minute later. (The power detector's 5-minute forecast
     # carries it over the loop's time constant.)
     "flow_carry_s": 240.0,
+    # ... and no lower than this share of the baseline flow (0: as far as the fourfold cap
+    # allows). Where a falling flow stops no reading tells mid-fall: a planning floor spares
+    # losses that stop above it and warns later on those that go below (README: the figures)
+    "flow_plan_floor": 0.0,
 }
 PARAM_NAMES = tuple(PARAMS)
 P = {name: i for i, name in enumerate(PARAM_NAMES)}
@@ -119,13 +123,15 @@ P = {name: i for i, name in enumerate(PARAM_NAMES)}
  P_TAU_REF, P_HORIZON,
  P_CLEAR, P_OFF_HOLD, P_REFRESH, P_EVERY, P_ON, P_URGENT, P_CONF_MIN, P_WARMUP, P_LOAD_MIN, P_GAP, P_R_NOM,
  P_STALE, P_LIM_CORE, P_LIM_HBM, P_SLOWDOWN_OFF, P_TAU_MIN, P_TAU_MAX, P_TAU_EXC, P_SITE_DAMP, P_SITE_RISE,
- P_TREND_WINDOW, P_TREND_SMOOTH, P_TREND_CONFIRM, P_TREND_NOISE, P_FLOW_CARRY) = range(len(PARAMS))
+ P_TREND_WINDOW, P_TREND_SMOOTH, P_TREND_CONFIRM, P_TREND_NOISE, P_FLOW_CARRY, P_FLOW_PLAN_FLOOR) = range(len(PARAMS))
 
 
 def params_vector(overrides: dict[str, float]) -> np.ndarray:
     vec = np.array(list(resolve_params("thermal", PARAMS, overrides).values()))
     if vec[P_HORIZON] <= 0 or vec[P_TAU_CORE] <= 0 or vec[P_TAU_HBM] <= 0:
         raise ValueError("thermal: horizon_s and the time constants must be positive")
+    if not 0.0 <= vec[P_FLOW_PLAN_FLOOR] < 1.0:
+        raise ValueError("thermal: flow_plan_floor is a share of the baseline flow, 0 to under 1")
     return vec
 FIT_PARAMS = ("tau_core_s", "tau_hbm_s", "tau_level_s", "tau_slope_s", "tau_inlet_level_s",
               "tau_inlet_slope_s", "tau_ref_power_s", "load_min_w", "gap_s", "r_nominal",

@@ -179,6 +179,20 @@ def test_cli_evaluate_end_to_end(tmp_path):
     bad = CliRunner().invoke(cli, ["evaluate", str(tmp_path / "rec"), "--detectors", "sklearn",
                                    "--report", str(tmp_path / "out2")])
     assert bad.exit_code != 0 and "needs --model" in bad.output
+    # detector parameters reach the detectors of every set (a 5-minute horizon: leads under 5 min)
+    short = CliRunner().invoke(cli, ["evaluate", str(tmp_path / "rec"), "--detectors", "foreshock", "--no-plots",
+                                     "--events", "thermal_throttle", "--param", "thermal.horizon_s=300",
+                                     "--report", str(tmp_path / "out5")])
+    assert short.exit_code == 0, short.output
+    short_report = json.loads((tmp_path / "out5" / "report.json").read_text())
+    assert short_report["meta"]["params"] == {"thermal": {"horizon_s": 300.0}}
+    default_lead = report["detectors"]["foreshock"]["thermal_throttle"]["lead_median_s"]
+    short_fs = short_report["detectors"]["foreshock"]["thermal_throttle"]
+    assert default_lead > 300 and short_fs["recall"] == 1.0 and short_fs["lead_median_s"] <= 300
+    for param, said in (("thermal.horizon=60", "horizon"), ("optic.horizon_s=60", "none of the sets")):
+        refused = CliRunner().invoke(cli, ["evaluate", str(tmp_path / "rec"), "--detectors", "foreshock",
+                                           "--param", param, "--report", str(tmp_path / "out6")])
+        assert refused.exit_code == 2 and said in refused.output, refused.output
 
 
 # ---- columnar scoring against the rules written out one alarm at a time ----------------------

@@ -574,7 +574,9 @@ def test_a_severe_flow_loss_is_predicted_five_minutes_ahead(floor):
 # the forecast reaches the limit when the carried flow is ~0.11 of baseline), and with it
 # a loss that stops at 0.12-0.25 is called too (seed 791's random loss stopped at 0.099, 38 of its
 # loop's 128 GPUs settling 2-3 °C under the limit): shortening the carry enough to spare them costs
-# the severe loss ~2 min of lead (and the simulated seeds their 5-min median lead).
+# the severe loss ~2 min of lead (and the simulated seeds their 5-min median lead). An operator
+# who prefers the other side sets flow_plan_floor (the test below); predictions say which claims
+# hinge on the flow falling further (the test after it).
 TRADE_OFF = pytest.mark.xfail(strict=True, reason="falling flow carried ahead: lead vs mild floors")
 
 
@@ -585,6 +587,82 @@ def test_a_mild_flow_loss_predicts_nothing(floor):
     topo, frames, throttle = failing_loop(with_flow=True, floor=floor)  # settles >= 17 °C under the limit
     assert throttle is None
     assert not preds(run(th.ThermalDetector(topo), frames))
+
+
+def test_a_planning_floor_spares_losses_that_stop_above_it_and_warns_later():
+    """``flow_plan_floor``: the falling flow is carried no lower than this share of baseline —
+    the operator's side of the trade-off above (no false statement on losses that stop above the
+    floor, a later warning on those that go below it)."""
+    for floor in (0.12, 0.15, 0.2, 0.25):
+        topo, frames, throttle = failing_loop(with_flow=True, floor=floor)
+        assert throttle is None and not preds(run(th.ThermalDetector(topo, flow_plan_floor=0.12), frames))
+    topo, frames, throttle = failing_loop(with_flow=True, floor=0.06)
+    lead = {plan: throttle - preds(run(th.ThermalDetector(topo, flow_plan_floor=plan), frames))[0].ts
+            for plan in (0.0, 0.12)}
+    assert lead[0.0] >= 300 and 0 < lead[0.12] < lead[0.0] - 120
+
+
+def test_a_flow_loss_prediction_says_whether_it_hinges_on_the_flow_falling_further():
+    """A falling flow is carried ahead, and mid-fall no reading tells where it stops: the reason
+    says so, with the flow now and its pace, and says when the die crosses even at today's flow."""
+    def flow_share(t):  # failing_loop's flow, as a share of its 1.2 L/s baseline
+        return round(1.2 - 1.2 * 0.94 * min(max(t - 3600, 0) / 900, 1.0), 3) / 1.2
+
+    topo, frames, throttle = failing_loop(with_flow=True, floor=0.06)
+    found = [p for p in preds(run(th.ThermalDetector(topo), frames)) if p.ts < throttle]
+    first, last = found[0], found[-1]
+    assert f"coolant flow is at {flow_share(first.ts):.0%} of baseline, falling 6.3%/min" in first.reason
+    assert "the ETA assumes it keeps falling: at today's flow the die stays under 87 °C" in first.reason
+    assert flow_share(last.ts) < 0.12  # past where the loop's floor decides: it crosses regardless
+    assert f"coolant flow is at {flow_share(last.ts):.0%} of baseline" in last.reason
+    assert "even at today's flow the die reaches 87 °C in" in last.reason
+
+    topo, frames, throttle = failing_loop(with_flow=True, floor=0.2)  # stops at 0.2: no throttle
+    mild = preds(run(th.ThermalDetector(topo), frames))
+    assert throttle is None and mild  # still predicted (the trade-off above) ...
+    assert all("the ETA assumes it keeps falling" in p.reason for p in mild)  # ... and says on what
+
+    topo, frames, _ = failing_loop(with_flow=False)
+    assert all("coolant flow" not in p.reason for p in preds(run(th.ThermalDetector(topo), frames)))
+
+
+@pytest.mark.xfail(strict=True, reason="the rise learnt where a loop settled holds the heat it carried then")
+def test_a_job_starting_on_a_loop_that_settled_idle_is_predicted():
+    """A loop's jobs stopped before its flow fell: it settles with little heat, and the rise it
+    teaches is small. When work lands there, the full heat on the low flow drives the inlet up and
+    the GPU throttles within two minutes; the learnt rise must not hide that (seed 805's cdu46).
+
+    Known limit: the forecast uses the rise as learnt, so the first prediction comes as the GPU
+    reaches its limit. Taking the learnt rise as a floor under the design rise (as the site's is)
+    predicts this one a minute ahead, but over-forecasts loops that settled with GPUs throttled:
+    measured on 31 recordings, seed 777 went to 1.14 false alarms per 1000 GPU-h. The rise needs
+    normalising by the loop's heat (the racks' PDU power) instead."""
+    from foreshock.detectors import gpu_inputs as gi
+
+    topo = small_topology(nodes=1, gpus=1, racks=1)
+    det = th.ThermalDetector(topo)
+    inlet, temp, job_start, throttle, found, learnt = 24.0, 54.0, 5700.0, None, [], None
+    for t in np.arange(0.0, 3 * 3600, 10.0):
+        busy = not 3000.0 <= t < job_start
+        flow = 1.2 - (1.2 - 0.072) * min(max(t - 3600, 0) / 900, 1.0)
+        heat = 1.0 if busy else 0.15  # an idle loop carries a sixth of its heat
+        inlet += (24 + 4 * heat * (1.2 / flow - 1) - inlet) * (1 - math.exp(-10 / 180))
+        power = 650.0 if busy else 80.0
+        target = inlet + 0.046 * power
+        temp = target + (temp - target) * math.exp(-1)
+        if t >= job_start and temp >= 87 and throttle is None:
+            throttle = t
+        if t == job_start:
+            learnt = (det.s_rack[0, gi.RACK_RISE], det.s_rack[0, gi.RACK_RISE_N])
+        det.update(Frame("rack", [t], [0], {"inlet_temp": [round(inlet, 1)], "coolant_flow": [round(flow, 3)]}))
+        found += preds(det.update(Frame("gpu", [t], [0], {
+            "gpu_temp": [round(min(temp, 87.5))], "power": [power], "util": [1.0 if busy else 0.0],
+            "throttle_reasons": [0 if busy else 1]})))
+    assert learnt[1] >= 3 and learnt[0] < 1.0  # settled idle: a rise of ~0.6 °C learnt, not 4
+    assert throttle is not None and job_start < throttle <= job_start + 150
+    assert not [p for p in found if p.ts < job_start]  # idle: nothing to slow, nothing predicted
+    first = [p for p in found if p.ts >= job_start][0]
+    assert first.ts <= job_start + 20 and throttle - first.ts >= 60  # at once, a minute or more ahead
 
 
 def restored_loop(restore_s: float):
@@ -659,4 +737,8 @@ def test_flow_asymptote_follows_the_heat_balance():
     assert gi.flow_asymptote(state, 0, 4.0, 0.0) == pytest.approx(24.0 + 4.0 * (1.2 / 0.3 - 1.0))
     # a falling flow is carried over the lag, to at most a fourfold drop
     assert gi.flow_asymptote(state, 0, 4.0, 1e6) == pytest.approx(24.0 + 4.0 * (1.2 / (0.25 * 0.3) - 1.0))
+    # ... and no lower than a planning floor (a share of baseline), unless the flow is already lower
+    assert gi.flow_asymptote(state, 0, 4.0, 1e6, 0.12) == pytest.approx(24.0 + 4.0 * (1.0 / 0.12 - 1.0))
+    assert gi.flow_asymptote(state, 0, 4.0, 1e6, 0.3) == pytest.approx(24.0 + 4.0 * (1.2 / 0.3 - 1.0))
+    assert gi.flow_asymptote(state, 0, 4.0, 1e6, 0.5) == pytest.approx(24.0 + 4.0 * (1.2 / 0.3 - 1.0))
     assert gi.site_loop_rise(state) != gi.site_loop_rise(state)  # nothing learnt yet: NaN
