@@ -445,12 +445,11 @@ def _thermal_kernel(obs: np.ndarray, rows: np.ndarray, span: tuple[int, int], pa
                     hw_limit = limit + params[P_SLOWDOWN_OFF]
                     out[n_out - 1, O_V0 + 6] = model_eta(s, i, off, t_m, hw_limit, (damp, du), observed, params)[0]
                     out[n_out - 1, O_V0 + 7] = hw_limit
-                    # a loop losing flow: the ETA carries the flow's fall ahead; whether the die
-                    # crosses even at today's flow says if the claim hinges on the fall going on
-                    if not np.isnan(flow_asymptote(racks, parents[i, 0], params[P_RISE], 0.0)):
-                        du_now = inlet_rate(s, i, parents[i, 0], racks, damp, params, 0.0)
-                        out[n_out - 1, O_V0 + 8] = model_eta(s, i, off, t_m, limit, (damp, du_now), observed,
-                                                             params)[0]
+                    # the same forecast with the flow held where it is: on a loop losing flow the
+                    # ETA carries the fall ahead, and this says whether the claim hinges on it
+                    # (flow_loss_text words it where the rack is losing flow)
+                    du_now = inlet_rate(s, i, parents[i, 0], racks, damp, params, 0.0)
+                    out[n_out - 1, O_V0 + 8] = model_eta(s, i, off, t_m, limit, (damp, du_now), observed, params)[0]
     return n_out
 
 
@@ -473,7 +472,7 @@ def flow_loss_text(rack: np.ndarray, eta_now: float, limit: float, horizon: floa
     where it stops no reading can tell yet (a loss that stops at 15 % of baseline reads as one
     heading for 6 % until it stops)."""
     flow, baseline, slope = rack[RACK_FLOW], rack[RACK_FLOW0], rack[RACK_FLOW_SLOPE]
-    if np.isnan(eta_now) or not baseline > 0.0 or not flow < FLOW_NOMINAL * baseline:
+    if not baseline > 0.0 or not flow < FLOW_NOMINAL * baseline:
         return ""
     text = f"; its rack's coolant flow is at {flow / baseline:.0%} of baseline"
     fall_per_min = -slope / baseline * 60.0
