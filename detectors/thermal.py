@@ -17,7 +17,10 @@ forecasts from it):
   (see :mod:`foreshock.detectors.gpu_inputs`); when the rack reports its coolant flow and the
   flow drops, the heat balance (coolant rise over facility water ~ heat / flow) says where the
   inlet will settle — minutes before the inlet itself moves (a rise learnt where an earlier loss
-  settled, its GPUs throttled and their heat cut, may raise the design rise, never lower it);
+  settled, its GPUs throttled and their heat cut, may raise the design rise, never lower it; a
+  rack learns its own where its loss settles, with the heat it carried then — its PDU power, where
+  the rack reports one — and where work lands on the loop later, its heat jumping, the forecast
+  scales the rise by the heat now: jobs starting on a loop that settled idle);
   once the flow is back, the inlet heads back to its baseline, whatever its own trend still says.
   An inlet trend is forecast as a cooling loop settles (first-order, damped by the loop's time
   constant, learnt from the inlet's own settling), not as a ramp that never ends;
@@ -211,19 +214,20 @@ def inlet_damping(rack: int, racks: np.ndarray, params: np.ndarray) -> float:
 
 @inline
 def inlet_rate(s: np.ndarray, i: int, rack: int, racks: np.ndarray, damp: float,
-               params: np.ndarray, carry: float) -> float:
+               params: np.ndarray, carry: float, heat_aware: bool = True) -> float:
     """The inlet's rate of rise to forecast with (°C/s, damped by ``damp``): when the loop's
     coolant flow has dropped, the approach to where the heat balance settles the inlet at the
     flow its trend reaches ``carry`` s ahead (the flow reading moves minutes before the inlet
     does, and says where it stops — at the baseline once the flow is back, while the inlet still
-    trails it); otherwise the inlet's own trend."""
+    trails it); otherwise the inlet's own trend. ``heat_aware``: see
+    :func:`~foreshock.detectors.gpu_inputs.flow_asymptote`."""
     # a loop's rise scales with its heat over its flow; the site's learnt rise was measured where
     # a loss settled — with that loop's GPUs throttled, their heat cut — so it is a floor of the
     # rise at full heat, not an estimate of it: it may raise the design prior, never lower it
     prior = params[P_RISE]
     if params[P_SITE_RISE] == params[P_SITE_RISE]:
         prior = max(prior, params[P_SITE_RISE])
-    u_inf = flow_asymptote(racks, rack, prior, carry, params[P_FLOW_PLAN_FLOOR])
+    u_inf = flow_asymptote(racks, rack, prior, carry, params[P_FLOW_PLAN_FLOOR], heat_aware)
     ul = s[i, G_UL]
     if u_inf == u_inf and ul == ul:
         return (u_inf - ul) / damp  # type: ignore[no-any-return]
