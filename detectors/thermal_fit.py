@@ -46,9 +46,19 @@ X_TS, X_SLOT, X_TEMP, X_HBM, X_POWER, X_SLOWDOWN, X_ENERGY, X_PLIMIT, X_REASONS,
 G_TS, G_PREF, G_UL, G_UB, G_UN, G_ENERGY, G_PLIM = range(7)
 G_SIZE = 7
 # model block (relative columns): time constant, filtered power, R level and slope, squared
-# residual, previous temperature, loaded seconds
-M_TAU, M_PF, M_RL, M_RB, M_RES, M_TPREV, M_LOADED = range(7)
-M_SIZE = 7
+# residual, previous temperature, loaded seconds, and how stale R is (seconds unloaded since it
+# was last seen; below zero, the seconds of catching up left — see STALE_R_S)
+M_TAU, M_PF, M_RL, M_RB, M_RES, M_TPREV, M_LOADED, M_STALE = range(8)
+M_SIZE = 8
+STALE_R_S = 300.0
+"""R unseen this long (the GPU unloaded) may have moved meanwhile — an interface degrades whether
+the GPU works or not. Once load is back, the R level then follows the readings at CATCH_UP_TAU_S
+for CATCH_UP_S instead of the Holt level's pace, its slope left as it was, and the residual and
+time constant, measured against the stale R, are not learnt meanwhile (seed 805 at 8,192 GPUs,
+node739/gpu0: R 0.105 °C/W against a stale 0.046 after a 14-minute idle; the fit took the whole
+14 minutes to catch up, and the stale residual held the confidence under its floor)."""
+CATCH_UP_S = 120.0
+CATCH_UP_TAU_S = 30.0
 CORE, HBM = 0, 1
 N_MODELS = 2
 # per row of a fitted frame: the step (s; < 0: row skipped as out of order) and the core
@@ -149,6 +159,7 @@ def new_model_state(n: int, params: np.ndarray) -> np.ndarray:
         state[:, off + M_RB] = 0.0
         state[:, off + M_RES] = 0.0
         state[:, off + M_LOADED] = 0.0
+        state[:, off + M_STALE] = 0.0
     return state
 
 
@@ -214,7 +225,12 @@ def model_step(s: np.ndarray, i: int, off: int, dt: float, temp: float, power: f
     a = decay(dt, tau)
     tprev = s[i, off + M_TPREV]
     rl = s[i, off + M_RL]
-    if tprev == tprev and inlet == inlet and power == power and rl == rl:
+    pf = s[i, off + M_PF]
+    pf_next = pf if power != power else (power if pf != pf else a * pf + (1.0 - a) * power)
+    loaded = inlet == inlet and pf_next > params[P_LOAD_MIN]
+    stale = s[i, off + M_STALE]
+    catching = loaded and rl == rl and (stale < 0.0 or stale >= STALE_R_S)
+    if tprev == tprev and inlet == inlet and power == power and rl == rl and not catching:
         target = inlet + rl * power
         resid = temp - (target + (tprev - target) * a)
         w = 1.0 - d[D_LEVEL]
@@ -225,20 +241,25 @@ def model_step(s: np.ndarray, i: int, off: int, dt: float, temp: float, power: f
             if 0.02 < ratio < 0.98:
                 log_tau = np.log(tau) + 0.1 * (np.log(-dt / np.log(ratio)) - np.log(tau))
                 s[i, off + M_TAU] = min(max(np.exp(log_tau), params[P_TAU_MIN]), params[P_TAU_MAX])
-    if power == power:
-        pf = s[i, off + M_PF]
-        s[i, off + M_PF] = power if pf != pf else a * pf + (1.0 - a) * power
+    s[i, off + M_PF] = pf_next
     s[i, off + M_TPREV] = temp
-    pf = s[i, off + M_PF]
-    if inlet == inlet and pf > params[P_LOAD_MIN]:
-        r = (temp - inlet) / pf
+    if loaded:
+        r = (temp - inlet) / pf_next
         if rl != rl:
             s[i, off + M_RL] = r
             s[i, off + M_RB] = 0.0
+        elif catching:  # back under load after R went unseen (STALE_R_S): catch its level up
+            if stale >= 0.0:
+                stale = -CATCH_UP_S
+            s[i, off + M_RL] = rl + (1.0 - np.exp(-dt / CATCH_UP_TAU_S)) * (r - rl)
+            s[i, off + M_STALE] = min(stale + dt, 0.0)
         else:
             s[i, off + M_RL], s[i, off + M_RB] = holt(
                 rl, s[i, off + M_RB], r, dt, 1.0 - d[D_LEVEL], 1.0 - d[D_SLOPE])
+            s[i, off + M_STALE] = 0.0
         s[i, off + M_LOADED] += min(dt, 120.0)  # a long gap is not load seen
+    elif rl == rl:
+        s[i, off + M_STALE] = max(stale, 0.0) + dt
 
 
 @inline

@@ -821,3 +821,50 @@ def test_a_rise_is_not_learnt_while_the_flow_still_falls():
     for t in np.arange(1500.0, 3300.0, 10.0):  # the flow holds; the inlet settles at 24 + 4 * 4
         step(t, 0.24)
     assert state[0, gi.RACK_RISE_N] >= 3 and state[0, gi.RACK_RISE] == pytest.approx(4.0, rel=0.05)
+
+
+def idle_stretch_frames(r_after: float, idle_s: float = 1200.0):
+    """One GPU at 650 W (R 0.046) for an hour, idle at 80 W for ``idle_s`` while its interface
+    moves to ``r_after`` (a degradation goes on whether the GPU works or not), then at 650 W again
+    for 15 minutes; 10 s samples, whole-degree readings. Returns the frames and the resume time."""
+    topo = small_topology(nodes=1, gpus=1, racks=1)
+    frames, inlet, temp, resume = [], 24.0, 54.0, 3600.0 + idle_s
+    for t in np.arange(0.0, resume + 900.0, 10.0):
+        busy = not 3600.0 <= t < resume
+        power, r = (650.0 if busy else 80.0), (0.046 if t < 3600.0 else r_after)
+        target = inlet + r * power
+        temp = target + (temp - target) * math.exp(-10 / 10)
+        frames.append(Frame("rack", [t], [0], {"inlet_temp": [inlet]}))
+        frames.append(Frame("gpu", [t], [0], {"gpu_temp": [round(temp)], "power": [power],
+                                              "util": [1.0 if busy else 0.0]}))
+    return topo, frames, resume
+
+
+@pytest.mark.kernel
+def test_a_resistance_that_moved_while_the_gpu_idled_is_caught_up_within_minutes():
+    """R is fitted only under load. After a long idle it may have moved (seed 805 at 8,192 GPUs,
+    node739/gpu0: 0.105 °C/W against a stale 0.046 after 14 idle minutes): the fit catches its
+    level up within two minutes of the load coming back, not at the Holt level's pace, and neither
+    counts the stale R's misses as its own error (the confidence) nor reads the jump as a drift."""
+    core = tf.G_SIZE + tf.CORE * tf.M_SIZE
+    topo, frames, resume = idle_stretch_frames(0.075)
+    det = th.ThermalDetector(topo)
+    seen = {}
+    for f in frames:
+        det.update(f)
+        if f.kind == "gpu" and f.ts[0] in (resume - 10.0, resume + 180.0):
+            seen[f.ts[0]] = (det.s_model[0, core + tf.M_RL], det.s_model[0, core + tf.M_RB],
+                             th.confidence_of(det.s_model, 0, core, det.params))
+    (r0, b0, c0), (r1, b1, c1) = seen[resume - 10.0], seen[resume + 180.0]
+    assert r0 == pytest.approx(0.046, rel=0.1)  # (whole-degree readings)
+    # caught up: the Holt level alone would have moved 45 % of the way (1 - exp(-180 / 300))
+    assert r1 == pytest.approx(0.075, rel=0.06)
+    assert c1 >= c0 - 0.05  # the confidence is not lost to the stale R
+    # a level caught up, not a trend: the Holt step alone would read the catching up as a drift
+    # of ~1.5e-5 °C/W a second (a doubling of R in an hour)
+    assert abs(b1 - b0) < 3e-6
+
+
+def test_a_gpu_back_from_idle_with_its_resistance_unchanged_predicts_nothing():
+    topo, frames, resume = idle_stretch_frames(0.046, idle_s=2400.0)
+    assert not preds(run(th.ThermalDetector(topo), frames))
