@@ -296,14 +296,13 @@ def inlet_settled(rack_state: np.ndarray, r: int, inlet: float) -> bool:
 
 @inline
 def flow_asymptote(rack_state: np.ndarray, r: int, prior_rise: float, lag: float,
-                   plan_floor: float = 0.0, heat_aware: bool = True) -> float:
+                   plan_floor: float = 0.0) -> float:
     """Where the inlet settles at the rack's coolant flow ``lag`` seconds ahead — the flow's
     trend carried that far (at most a fourfold drop, not below ``plan_floor`` of baseline unless
     the flow is already there, never below 2 % of baseline); NaN at nominal flow (unless the loop
     is still coming back from a loss: its inlet heads back to the baseline's, whatever its own
-    trend still says) or without flow telemetry. ``heat_aware``: a learnt rise is scaled by the
-    rack's heat where work landed on the loop after the rise was learnt (:func:`new_work_heat`);
-    else the heat is taken as constant."""
+    trend still says) or without flow telemetry. A rise learnt where the loss settled is scaled
+    by the rack's heat where work landed on the loop since (:func:`new_work_heat`)."""
     if r < 0:
         return np.nan
     flow = rack_state[r, RACK_FLOW]
@@ -320,7 +319,7 @@ def flow_asymptote(rack_state: np.ndarray, r: int, prior_rise: float, lag: float
         # at 8,192 GPUs, cdu46). Only a jump in heat counts: scaling the rise by every change of
         # the rack's heat called more mild losses and restored loops (README: seeds 803 and 777)
         rise = rack_state[r, RACK_RISE]
-        if heat_aware and rack_state[r, RACK_FLOW] < FLOW_NOMINAL * f0:
+        if rack_state[r, RACK_FLOW] < FLOW_NOMINAL * f0:
             h = new_work_heat(rack_state, r)
     return rack_state[r, RACK_U0] + min(rise * (h * f0 / max(flow, 0.02 * f0) - 1.0), 70.0)  # type: ignore[no-any-return]
 

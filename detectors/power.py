@@ -253,11 +253,8 @@ def _power_kernel(obs: np.ndarray, rows: np.ndarray, span: tuple[int, int], pare
                 # the flow's fall carried over the loop's time constant only: this 5-minute cap
                 # forecast, carried as far as the 30-minute thermal one, called caps on failing
                 # loops that did not come within its horizon (seed 783: false cap alarms charged
-                # to the cooling loss 4.6 -> 16.9 per 1000 GPU-h). And with the learnt rise as
-                # learnt: the thermal forecast scales it where new work lands on a loop that
-                # settled (gpu_inputs.new_work_heat); scaling this one by every change of the
-                # rack's heat called caps that did not come (783: precision 0.91 -> 0.86)
-                du = th.inlet_rate(m, i, parents[i, 0], racks, damp, tparams, damp, False)
+                # to the cooling loss 4.6 -> 16.9 per 1000 GPU-h)
+                du = th.inlet_rate(m, i, parents[i, 0], racks, damp, tparams, damp)
                 s[i, S_ETA] = thermal_cap_eta(m, i, temp, level, s[i, S_SLOPE], limit, damp, du,
                                               tparams, p)
                 s[i, S_EVAL_TS] = ts

@@ -214,20 +214,19 @@ def inlet_damping(rack: int, racks: np.ndarray, params: np.ndarray) -> float:
 
 @inline
 def inlet_rate(s: np.ndarray, i: int, rack: int, racks: np.ndarray, damp: float,
-               params: np.ndarray, carry: float, heat_aware: bool = True) -> float:
+               params: np.ndarray, carry: float) -> float:
     """The inlet's rate of rise to forecast with (°C/s, damped by ``damp``): when the loop's
     coolant flow has dropped, the approach to where the heat balance settles the inlet at the
     flow its trend reaches ``carry`` s ahead (the flow reading moves minutes before the inlet
     does, and says where it stops — at the baseline once the flow is back, while the inlet still
-    trails it); otherwise the inlet's own trend. ``heat_aware``: see
-    :func:`~foreshock.detectors.gpu_inputs.flow_asymptote`."""
+    trails it); otherwise the inlet's own trend."""
     # a loop's rise scales with its heat over its flow; the site's learnt rise was measured where
     # a loss settled — with that loop's GPUs throttled, their heat cut — so it is a floor of the
     # rise at full heat, not an estimate of it: it may raise the design prior, never lower it
     prior = params[P_RISE]
     if params[P_SITE_RISE] == params[P_SITE_RISE]:
         prior = max(prior, params[P_SITE_RISE])
-    u_inf = flow_asymptote(racks, rack, prior, carry, params[P_FLOW_PLAN_FLOOR], heat_aware)
+    u_inf = flow_asymptote(racks, rack, prior, carry, params[P_FLOW_PLAN_FLOOR])
     ul = s[i, G_UL]
     if u_inf == u_inf and ul == ul:
         return (u_inf - ul) / damp  # type: ignore[no-any-return]

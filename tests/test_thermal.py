@@ -791,7 +791,6 @@ def test_a_learnt_rise_is_scaled_by_the_heat_only_when_work_lands_on_the_loop():
     assert 3.5 < ratio < 5.0  # the heat is smoothed over tens of seconds, the learnt heat over losses
     hot = 24.0 + state[0, gi.RACK_RISE] * (ratio * 1.2 / 0.3 - 1.0)
     assert hot > 35.0 and gi.flow_asymptote(state, 0, 4.0, 0.0) == pytest.approx(hot)
-    assert gi.flow_asymptote(state, 0, 4.0, 0.0, 0.0, False) == pytest.approx(unscaled())  # heat as constant
     gi.update_rack_inlet(np.array([[t, 0, 32.0, 0.3, np.nan]]), state)  # no power reading: the last holds
     assert gi.flow_asymptote(state, 0, 4.0, 0.0) == pytest.approx(hot)
     t = feed(t + 10.0, t + 70.0, 33.0 + np.arange(6.0), 0.3, 400000.0)  # more than any loop's work
