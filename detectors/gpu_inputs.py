@@ -172,7 +172,10 @@ def rack_inlet_obs(frame: Frame, n_racks: int, health: PipelineHealth, stage: st
 
 @kernel
 def update_rack_inlet(obs: np.ndarray, rack_state: np.ndarray) -> None:
-    """Keep the latest finite inlet per rack (rows in time order); learn the loop's time constant."""
+    """Keep the latest finite inlet per rack (rows in time order); learn the loop's time constant.
+
+    ``obs`` rows are ``[ts, slot, inlet, flow, heat]`` (:func:`rack_inlet_obs`); without the heat
+    column the rack's heat is unknown, as where a rack reports no PDU power."""
     for i in range(obs.shape[0]):
         v = obs[i, 2]
         if v == v and abs(v) < 1e6:

@@ -251,7 +251,7 @@ def model_step(s: np.ndarray, i: int, off: int, dt: float, temp: float, power: f
         elif catching:  # back under load after R went unseen (STALE_R_S): catch its level up
             if stale >= 0.0:
                 stale = -CATCH_UP_S
-            s[i, off + M_RL] = rl + (1.0 - np.exp(-dt / CATCH_UP_TAU_S)) * (r - rl)
+            s[i, off + M_RL] = rl + (1.0 - decay(dt, CATCH_UP_TAU_S)) * (r - rl)
             s[i, off + M_STALE] = min(stale + dt, 0.0)
         else:
             s[i, off + M_RL], s[i, off + M_RB] = holt(
