@@ -370,9 +370,8 @@ def gpu_inlet(ts: float, node: int, rack: int, temp: float, power_f: float, rack
         node_state[node, NODE_ACC] = np.inf
         node_state[node, NODE_ACC_TS] = ts
     if temp == temp and power_f == power_f:
-        cand = temp - r_nominal * power_f
-        if cand < node_state[node, NODE_ACC]:
-            node_state[node, NODE_ACC] = cand
+        # min() without a branch: which of a node's GPUs is coolest is a coin toss per sample
+        node_state[node, NODE_ACC] = min(temp - r_nominal * power_f, node_state[node, NODE_ACC])
     if rack >= 0:
         inlet = rack_state[rack, RACK_INLET]
         if inlet == inlet and ts - rack_state[rack, RACK_TS] <= stale_s:

@@ -428,7 +428,7 @@ def _thermal_kernel(obs: np.ndarray, rows: np.ndarray, span: tuple[int, int], pa
             else:  # between forecasts: the last one, aged
                 eta = max(fc[i, f + F_ETA] - since, 0.0)
                 sure = fc[i, f + F_SURE] > 0.0
-                conf = confidence_of(s, i, off, params)
+                conf = confidence_of(s, i, off, params) if sure else np.nan  # else: only to emit
                 target = slope = np.nan
             firing = sure and conf >= params[P_CONF_MIN]
             clear = not eta <= clear_eta
@@ -440,6 +440,8 @@ def _thermal_kernel(obs: np.ndarray, rows: np.ndarray, span: tuple[int, int], pa
             if code != CODE_NONE:
                 if not due:  # the reason needs the forecast's figures
                     _, _, target, slope, _ = model_eta(s, i, off, t_m, limit, (damp, du), observed, params)
+                    if conf != conf:
+                        conf = confidence_of(s, i, off, params)
                 n_out = emit(out, n_out, row, m, code, eta, conf,
                              (target, slope, s[i, G_UL], s[i, off + M_RL], s[i, off + M_TAU], limit))
                 if m == CORE and code != CODE_WITHDRAW:
