@@ -10,10 +10,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from foreshock import facts
+from foreshock.detectors import gpu_inputs as gi
 from foreshock.detectors import power as pw
+from foreshock.detectors import thermal as th
+from foreshock.detectors import thermal_fit as tf
 from foreshock.findings import Anomaly, Prediction
 from foreshock.frames import Frame
 
+from test_thermal import naive_temp_at
 from thermal_synth import run, small_topology
 
 
@@ -201,3 +205,239 @@ def test_the_cap_reason_does_not_call_a_cooling_gpus_leakage_rising(temp_slope, 
     (found,) = det._findings(np.array([[1000.0, 0.0]]), out)
     assert found.event == "power_cap" and wording in found.reason
     assert f"temperature {temp_slope * 60:+.2f} °C/min" in found.reason
+
+
+# ---- the power kernel vs a naive per-sample reference -------------------------------------------
+# The kernel runs after the shared thermal fit on each run of a frame's rows, with cached decays,
+# one emission buffer and the alarm state machine inlined. The reference takes one GPU sample at a
+# time, reads the thermal fit as it stood after that sample (a fit fed one-row frames), and
+# restates the detector's rules plainly; only the thermal forecast itself (thermal_cap_eta, with
+# the inlet helpers) is called, not restated.
+class NaivePower:
+    def __init__(self, topo):
+        self.p = pw.params_vector({})
+        self.tp = tf.params_vector({})
+        self.fit = tf.ThermalFit(topo, self.tp)
+        self.node_of, self.rack_of = topo.gpu_node, topo.gpu_rack
+        n = topo.size("gpu")
+        self.g = [dict(env=math.nan, level=math.nan, slope=math.nan, n=0.0, brake=0.0, thermal=0.0,
+                       env_pre=math.nan, tb=0.0, eta=math.inf, eval_ts=math.nan) for _ in range(n)]
+        self.alarm = [dict(active=False, on=0, emit_ts=math.nan, off_ts=math.nan) for _ in range(n)]
+        self.nodes = {k: dict(count=0, active=False) for k in range(topo.size("node"))}
+        self.found = []  # (ts, slot, what, active)
+        self.seen = {"forecast": 0, "start": 0, "withdraw": 0, "brake": 0, "node brake": 0, "thermal": 0}
+
+    def rack_frame(self, frame):
+        self.fit.update(frame, caller=self)
+        self.tp[tf.P_SITE_DAMP] = gi.site_loop_tau(self.fit.s_rack)
+        self.tp[tf.P_SITE_RISE] = gi.site_loop_rise(self.fit.s_rack)
+
+    def gpu_frame(self, frame):
+        for k in range(len(frame)):
+            row = frame.take(np.array([k]))
+            self.fit.update(row, caller=self)
+            dt, tprev = self.fit.rows[0, tf.R_DT], self.fit.rows[0, tf.R_TPREV]
+            if dt >= 0:
+                c = row.columns
+                self.sample(float(row.ts[0]), int(row.slot[0]), dt, tprev, c["gpu_temp"][0],
+                            c["throttle_reasons"][0], c["power"][0])
+
+    def alarm_step(self, i, ts, firing, clear, on_count):
+        a, p = self.alarm[i], self.p
+        if not a["active"]:
+            a["on"] = a["on"] + 1 if firing else 0
+            if a["on"] >= on_count:
+                a.update(active=True, emit_ts=ts, off_ts=math.nan)
+                return "start"
+            return None
+        if clear:
+            if math.isnan(a["off_ts"]):
+                a["off_ts"] = ts
+            elif ts - a["off_ts"] >= p[pw.P_OFF_HOLD]:
+                a.update(active=False, on=0, off_ts=math.nan, emit_ts=ts)
+                return "withdraw"
+            return None
+        a["off_ts"] = math.nan
+        if firing and ts - a["emit_ts"] >= p[pw.P_REFRESH]:
+            a["emit_ts"] = ts
+            return "refresh"
+        return None
+
+    def sample(self, ts, i, dt, tprev, temp, reasons, power):
+        g, p, tp, m = self.g[i], self.p, self.tp, self.fit.s_model
+        if -50.0 < temp < 200.0 and not math.isnan(tprev):
+            g["tb"] += (1 - math.exp(-dt / p[pw.P_TAU_SLOPE])) * ((temp - tprev) / dt - g["tb"])
+        bits = int(reasons) if 0.0 <= reasons < 2.0 ** 40 else -1
+        capped = thermal = False
+        if bits >= 0:
+            braking, node = bool(bits & facts.THROTTLE_HW_POWER_BRAKE), self.nodes[int(self.node_of[i])]
+            if braking and not g["brake"]:
+                g["brake"], g["env_pre"] = 1.0, g["env"]
+                node["count"] += 1
+                self.found.append((ts, i, "brake", True))
+                self.seen["brake"] += 1
+                if node["count"] >= p[pw.P_NODE_MIN] and not node["active"]:
+                    node["active"] = True
+                    self.found.append((ts, i, "node brake", True))
+                    self.seen["node brake"] += 1
+            elif not braking and g["brake"]:
+                g["brake"] = 0.0
+                node["count"] = max(node["count"] - 1, 0)
+                node["active"] = node["active"] and node["count"] > 0
+            capped = bool(bits & facts.THROTTLE_SW_POWER_CAP)
+            thermal = bool(bits & (facts.THROTTLE_SW_THERMAL | facts.THROTTLE_HW_THERMAL))
+        if not 0.0 <= power < 1e5:
+            return
+        limit = m[i, tf.G_PLIM] if not math.isnan(m[i, tf.G_PLIM]) else facts.POWER_LIMIT_W
+        node_event = g["brake"] == 1.0 and self.nodes[int(self.node_of[i])]["active"]
+        if thermal and not g["thermal"]:
+            g["env_pre"] = g["env"]  # what it drew before the limiter held it down
+            self.seen["thermal"] += 1
+        g["thermal"] = 1.0 if thermal else 0.0
+        if g["n"] == 0 or power < p[pw.P_LOAD_MIN] or dt >= tp[tf.P_GAP]:  # idle or restarting
+            g.update(env=power, level=power, slope=0.0, n=1.0 if power >= p[pw.P_LOAD_MIN] else 0.0)
+        else:
+            g["env"] = max(power, g["env"] - p[pw.P_ENV_DECAY] * dt)
+            pred = g["level"] + g["slope"] * dt
+            level = pred + (1 - math.exp(-dt / p[pw.P_TAU_LEVEL])) * (g["env"] - pred)
+            g["slope"] += (1 - math.exp(-dt / p[pw.P_TAU_SLOPE])) * ((level - g["level"]) / dt - g["slope"])
+            g["level"] = level
+            g["n"] += 1
+        level = min(g["level"], g["env"])
+        eta = math.inf
+        if g["n"] >= p[pw.P_MIN_N] and not (thermal or g["brake"]):
+            since = ts - g["eval_ts"]
+            if not since < tp[tf.P_EVERY]:  # solved every forecast_every_s, aged between
+                rack = int(self.rack_of[i])
+                damp = th.inlet_damping(rack, self.fit.s_rack, tp)
+                du = th.inlet_rate(m, i, rack, self.fit.s_rack, damp, tp, damp)
+                g["eta"] = pw.thermal_cap_eta(m, i, temp, level, g["slope"], limit, damp, du, tp, p)
+                g["eval_ts"], since = ts, 0.0
+                self.seen["forecast"] += 1
+            eta = max(g["eta"] - since, 0.0)
+        max_op = facts.MAX_OPERATING_TEMP_C  # these frames report no slowdown temperature
+        if thermal and g["env_pre"] >= limit - p[pw.P_RELEASE_MARGIN] and temp <= max_op \
+                and m[i, tf.G_UB] <= p[pw.P_RELEASE_INLET]:
+            eta = p[pw.P_RELEASE_ETA]  # cooling below max operating: the cap takes over
+        if node_event and g["env_pre"] >= p[pw.P_LOAD_MIN]:
+            eta = p[pw.P_RELEASE_ETA]  # the brake lifts onto a smaller power budget
+        horizon = p[pw.P_HORIZON]
+        code = self.alarm_step(i, ts, eta <= horizon and not capped,
+                               not eta <= horizon * p[pw.P_CLEAR] and not capped,
+                               1.0 if eta <= p[pw.P_URGENT] else p[pw.P_ON])
+        if code is not None:
+            self.found.append((ts, i, "power_cap", code != "withdraw"))
+            self.seen[code] = self.seen.get(code, 0) + 1
+
+
+def random_power_frames(topo, seed, ticks=150):
+    """GPUs loaded near their 700 W limit and heating at different paces, with cap, thermal and
+    brake bits (a node's GPUs braking together), idle and gap stretches, garbage and missing
+    power, reasons that are not a bitmask and late rows."""
+    rng = np.random.default_rng(seed)
+    n, n_racks = topo.size("gpu"), topo.size("rack")
+    r = 0.046 * rng.uniform(1.0, 2.2, n)
+    base = rng.uniform(600.0, 700.0, n)
+    temp = np.full(n, 40.0)
+    ts, frames = 1.7e9, []
+    for tick in range(ticks):
+        dt = rng.choice([5.0, 10.0, 10.0, 700.0], p=[.3, .6, .08, .02])
+        ts += dt
+        inlet = 24.0 + 0.03 * tick * (rng.random(n_racks) < 0.7)  # most racks warming
+        frames.append(Frame("rack", np.full(n_racks, ts), np.arange(n_racks), {"inlet_temp": inlet}))
+        power = base + 3.0 * (temp - 40.0) + rng.uniform(-5, 5, n)
+        idle = rng.random(n) < 0.05
+        power[idle] = 80.0
+        temp = 24.0 + r * power + (temp - 24.0 - r * power) * np.exp(-dt / 20.0)
+        bits = np.where(power >= 700.0, float(facts.THROTTLE_SW_POWER_CAP), 0.0)
+        bits[temp >= 87.0] += facts.THROTTLE_SW_THERMAL
+        if rng.random() < 0.1:  # a node's power supply: its GPUs brake together for a while
+            node = rng.integers(topo.size("node"))
+            bits[topo.gpu_node == node] += facts.THROTTLE_HW_POWER_BRAKE
+        bits[rng.random(n) < 0.03] = np.nan
+        bits[rng.random(n) < 0.01] = 2.0 ** 50  # not a bitmask
+        sample = np.minimum(power, 705.0)
+        sample[rng.random(n) < 0.03] = np.nan
+        sample[rng.random(n) < 0.01] = -1.0
+        rows = rng.permutation(n)
+        row_ts = ts + np.where(rng.random(n) < 0.03, -rng.uniform(0, 12, n), 0.0)
+        frames.append(Frame("gpu", row_ts, rows, {
+            "gpu_temp": np.round(temp[rows]), "power": sample[rows], "power_limit": np.full(n, 700.0),
+            "throttle_reasons": bits[rows]}))
+    return frames
+
+
+def power_both(seed):
+    topo = small_topology(nodes=2, gpus=4, racks=2)
+    det, naive = pw.PowerDetector(topo), NaivePower(topo)
+    found = []
+    for frame in random_power_frames(topo, seed):
+        found += det.update(frame)
+        naive.rack_frame(frame) if frame.kind == "rack" else naive.gpu_frame(frame)
+    return det, naive, found
+
+
+def as_tuples(found):
+    kind = {"power_cap": "power_cap", "throttle_reasons": "brake", "psu_power": "node brake"}
+    return [(f.ts, f.slot if f.entity_kind == "gpu" else None, kind[getattr(f, "event", None) or f.field],
+             getattr(f, "active", True)) for f in found]
+
+
+@pytest.mark.kernel
+@settings(max_examples=25, deadline=None)
+@given(st.integers(0, 2 ** 32 - 1))
+def test_the_power_kernel_matches_a_naive_per_sample_reference(seed):
+    det, naive, found = power_both(seed)
+    cols = {"env": pw.S_ENV, "level": pw.S_LEVEL, "slope": pw.S_SLOPE, "n": pw.S_N, "brake": pw.S_BRAKE,
+            "thermal": pw.S_THERMAL, "env_pre": pw.S_ENV_PRE, "tb": pw.S_TB, "eta": pw.S_ETA, "eval_ts": pw.S_EVAL_TS}
+    for name, col in cols.items():
+        np.testing.assert_allclose(det.s_gpu[:, col], [g[name] for g in naive.g], rtol=1e-9, atol=1e-9,
+                                   equal_nan=True, err_msg=name)
+    np.testing.assert_array_equal(det.s_node_brake[:, pw.N_COUNT], [v["count"] for v in naive.nodes.values()])
+    got = [(ts, slot if what != "node brake" else None, what, active) for ts, slot, what, active in naive.found]
+    assert as_tuples(found) == got
+
+
+def test_the_power_reference_comparison_reaches_every_branch():
+    seen = {}
+    for seed in range(4):
+        for what, count in power_both(seed)[1].seen.items():
+            seen[what] = seen.get(what, 0) + count
+    assert all(seen.get(k, 0) >= 3 for k in ("forecast", "start", "withdraw", "brake", "node brake", "thermal")), seen
+
+
+def naive_thermal_cap_eta(rl, ul, pref, rb, tau, loaded, temp, level, slope, limit, damp, du, steps=20000):
+    """The first ``h`` on a dense grid where the envelope, pushed by its trend and by leakage as
+    the thermal forecast's temperature rises, reaches the limit (inf if none in the horizon)."""
+    p, tp = pw.params_vector({}), tf.params_vector({})
+    horizon, target = p[pw.P_HORIZON], limit - p[pw.P_MARGIN]
+    slope = max(slope, 0.0) * p[pw.P_TREND]
+    if loaded < tp[tf.P_WARMUP]:  # no trusted thermal model: the envelope's own trend
+        return 0.0 if level >= target else (math.inf if slope <= 0 else (target - level) / slope)
+    gain = rl * p[pw.P_LEAK]
+    amp = 1 / (1 - gain) if 0 <= gain < 0.5 else 2.0
+    for k in range(0, steps + 1):
+        h = horizon * k / steps
+        rise = naive_temp_at(h, temp, ul + rl * pref, rb * pref, tp[tf.P_DRIFT_DAMP], tau, du, damp, amp, math.inf) - temp
+        if level + slope * h + p[pw.P_LEAK] * max(rise, 0.0) >= target:
+            return h
+    return math.inf
+
+
+@pytest.mark.kernel
+@settings(max_examples=200, deadline=None)
+@given(rl=st.floats(0.03, 0.2), ul=st.floats(15, 60), pref=st.floats(300, 700), rb=st.floats(-2e-5, 2e-5),
+       tau=st.floats(5, 60), loaded=st.sampled_from([0.0, 3600.0]), temp=st.floats(30, 95),
+       level=st.floats(500, 720), slope=st.floats(-1, 1), du=st.floats(-0.05, 0.1), damp=st.floats(60, 600))
+def test_thermal_cap_eta_matches_dense_search(rl, ul, pref, rb, tau, loaded, temp, level, slope, du, damp):
+    m = tf.new_model_state(1, tf.params_vector({}))
+    m[0, [tf.G_UL, tf.G_PREF]] = ul, pref
+    m[0, tf.G_SIZE + np.array([tf.M_RL, tf.M_RB, tf.M_TAU, tf.M_LOADED])] = rl, rb, tau, loaded
+    limit = 700.0
+    got = pw.thermal_cap_eta(m, 0, temp, level, slope, limit, damp, du, tf.params_vector({}), pw.params_vector({}))
+    want = naive_thermal_cap_eta(rl, ul, pref, rb, tau, loaded, temp, level, slope, limit, damp, du)
+    grid = pw.params_vector({})[pw.P_HORIZON] / 20000
+    if math.isinf(want):
+        assert math.isinf(got)
+    else:
+        assert want - grid - 1e-6 <= got <= want + grid + 1e-6
