@@ -1,12 +1,16 @@
-"""Inputs shared by the per-GPU detectors (detectors/gpu_inputs.py): the throttle-reasons parser."""
+"""Inputs shared by the per-GPU detectors (detectors/gpu_inputs.py): the throttle-reasons parser and
+the rack state (inlet, coolant flow, heat, the loop's learnt time constant and rise)."""
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from foreshock.detectors import gpu_inputs as gi
 from foreshock.detectors.gpu_inputs import REASON_BITS_LIMIT, reason_bits, reason_bits_column
 
 VALUES = st.one_of(st.floats(allow_nan=True, allow_infinity=True),
@@ -27,3 +31,155 @@ def test_the_column_parser_reads_every_value_as_the_kernels_do(values):
 def test_values_that_are_not_a_bitmask_read_as_missing():
     got = reason_bits_column(np.array([np.nan, -4.0, np.inf, 2.0 ** 40, 2.0 ** 40 - 1, 0x24]))
     assert list(got) == [-1, -1, -1, -1, 2 ** 40 - 1, 0x24]
+
+
+# ---- the rack kernel vs a naive reference -------------------------------------------------------
+class NaiveRack:
+    """One rack's state from its rows, restated from the model: the latest inlet; the heat over
+    20 s and 180 s; the flow, its trend and its baseline (with the inlet at baseline); a loss, and
+    the loop's coolant rise learnt where one settles (with the heat it was learnt at); the loop's
+    time constant from consecutive windows of the inlet settling."""
+
+    def __init__(self):
+        self.v = dict.fromkeys(("ts", "inlet", "u1", "u2", "u1_ts", "damp", "flow", "flow0", "u0", "rise",
+                                "flow_slope", "f1", "heat", "heat_slow", "rise_heat"), math.nan)
+        self.v.update(damp_n=0.0, rise_n=0.0, loss=0.0)
+        self.seen = {"rise learnt": 0, "loop tau learnt": 0, "recovered": 0, "late": 0}
+
+    def settled(self, inlet):
+        u1, u2 = self.v["u1"], self.v["u2"]
+        return abs(u1 - u2) < gi.SETTLED_C and abs(inlet - u1) < gi.SETTLED_C  # False with a NaN
+
+    def row(self, ts, inlet, flow, heat):
+        v = self.v
+        if not (abs(inlet) < 1e6):
+            return
+        if v["ts"] > ts:
+            self.seen["late"] += 1
+            return
+        dt = ts - v["ts"]
+        v["ts"], v["inlet"] = ts, inlet
+        self.flow(dt, inlet, flow, heat)
+        self.loop_tau(ts, inlet)
+
+    @staticmethod
+    def smooth(old, x, dt, tau):
+        w = 1 - math.exp(-dt / tau) if dt > 0 else 1.0
+        return x if math.isnan(old) else old + w * (x - old)
+
+    def flow(self, dt, inlet, flow, heat):
+        v = self.v
+        if heat > 0:
+            v["heat"] = self.smooth(v["heat"], heat, dt, gi.HEAT_TAU_S)
+            v["heat_slow"] = self.smooth(v["heat_slow"], heat, dt, gi.HEAT_SLOW_TAU_S)
+        if not flow >= 0:
+            return
+        if not math.isnan(v["flow"]) and dt > 0:
+            v["flow_slope"] = self.smooth(v["flow_slope"], (flow - v["flow"]) / dt, dt, gi.FLOW_SLOPE_TAU_S)
+        v["flow"] = flow
+        f0 = v["flow0"]
+        if math.isnan(f0):
+            if flow > 0:
+                v["flow0"], v["u0"] = flow, inlet
+            return
+        if flow >= gi.FLOW_NOMINAL * f0:
+            if v["loss"]:
+                if inlet - v["u0"] < gi.RECOVERED_C or self.settled(inlet):
+                    v["loss"] = 0.0
+                    self.seen["recovered"] += 1
+            elif dt > 0:  # nominal: the baseline follows slow changes
+                w = 1 - math.exp(-dt / gi.BASELINE_TAU_S)
+                v["flow0"], v["u0"] = f0 + w * (flow - f0), v["u0"] + w * (inlet - v["u0"])
+            return
+        v["loss"] = 1.0
+        steady_flow = abs(flow - v["f1"]) < 0.01 * f0 and abs(v["flow_slope"]) * gi.DAMP_WINDOW_S < 0.01 * f0
+        steady_heat = not abs(v["heat"] - v["heat_slow"]) > gi.HEAT_STEADY * v["heat_slow"]
+        if self.settled(inlet) and steady_flow and steady_heat and 0 < flow < 0.5 * f0:
+            rise = (inlet - v["u0"]) / (f0 / flow - 1)
+            if rise > 0:
+                v["rise"] = rise if math.isnan(v["rise"]) else v["rise"] + 0.2 * (rise - v["rise"])
+                v["rise_heat"] = v["heat_slow"] if math.isnan(v["rise_heat"]) else \
+                    v["rise_heat"] + 0.2 * (v["heat_slow"] - v["rise_heat"])
+                v["rise_n"] += 1
+                self.seen["rise learnt"] += 1
+
+    def loop_tau(self, ts, inlet):
+        v = self.v
+        since = ts - v["u1_ts"]
+        if since < gi.DAMP_WINDOW_S:
+            return
+        if since <= 2 * gi.DAMP_WINDOW_S:  # consecutive windows: did the inlet's step shrink?
+            d_new, d_old = inlet - v["u1"], v["u1"] - v["u2"]
+            if d_new * d_old > 0 and abs(d_old) >= gi.DAMP_MIN_STEP_C and 0.05 < d_new / d_old < 0.95:
+                tau = -since / math.log(d_new / d_old)
+                v["damp"] = tau if math.isnan(v["damp"]) else math.exp(
+                    math.log(v["damp"]) + 0.3 * (math.log(tau) - math.log(v["damp"])))
+                v["damp_n"] += 1
+                self.seen["loop tau learnt"] += 1
+            v["u2"] = v["u1"]
+        else:
+            v["u2"] = math.nan
+        v["u1"], v["f1"], v["u1_ts"] = inlet, v["flow"], ts
+
+
+RACK_COLUMNS = {"ts": gi.RACK_TS, "inlet": gi.RACK_INLET, "u1": gi.RACK_U1, "u2": gi.RACK_U2,
+                "u1_ts": gi.RACK_U1_TS, "damp": gi.RACK_DAMP, "damp_n": gi.RACK_DAMP_N, "flow": gi.RACK_FLOW,
+                "flow0": gi.RACK_FLOW0, "u0": gi.RACK_U0, "rise": gi.RACK_RISE, "rise_n": gi.RACK_RISE_N,
+                "flow_slope": gi.RACK_FLOW_SLOPE, "f1": gi.RACK_F1, "loss": gi.RACK_LOSS, "heat": gi.RACK_HEAT,
+                "heat_slow": gi.RACK_HEAT_SLOW, "rise_heat": gi.RACK_RISE_HEAT}
+
+
+def random_rack_rows(seed, racks=3, steps=900):
+    """Cooling loops losing flow and getting it back: the flow ramps to 5-30 % of baseline and
+    holds, the inlet follows the heat balance with the loop's lag, work starts and stops (the
+    heat jumps), with missing heat and flow, garbage inlets, late rows and gaps."""
+    rng = np.random.default_rng(seed)
+    f0, rise0, tau = rng.uniform(0.8, 1.5, racks), rng.uniform(3, 6, racks), rng.uniform(100, 300, racks)
+    inlet, heat = np.full(racks, 24.0), rng.uniform(20e3, 40e3, racks)
+    loss_at, floor = rng.uniform(600, 3000, racks), rng.uniform(0.05, 0.3, racks)
+    back_at = loss_at + rng.uniform(1500, 4000, racks)
+    rows, t = [], 0.0
+    for _ in range(steps):
+        dt = rng.choice([10.0, 10.0, 10.0, 5.0, 400.0], p=[.5, .3, .1, .08, .02])
+        t += dt
+        ramp = np.clip((t - loss_at) / 600.0, 0, 1) * (t < back_at)
+        flow = f0 * (1 - (1 - floor) * ramp)
+        heat = np.where(rng.random(racks) < 0.005, heat * rng.choice([0.3, 3.0], racks), heat)
+        target = 24.0 + rise0 * (heat / 30e3) * (f0 / flow - 1)
+        inlet = target + (inlet - target) * np.exp(-dt / tau)
+        for r in range(racks):
+            row = [t - (rng.uniform(0, 30) if rng.random() < 0.02 else 0.0), r, round(inlet[r], 1),
+                   flow[r] + rng.normal(0, 0.002), heat[r] * (1 + rng.normal(0, 0.03))]
+            if rng.random() < 0.03:
+                row[rng.choice([2, 3, 4])] = rng.choice([np.nan, 1e9, -5.0])
+            rows.append(row)
+    return np.array(rows)
+
+
+@pytest.mark.kernel
+@settings(max_examples=30, deadline=None)
+@given(st.integers(0, 2 ** 32 - 1), st.sampled_from([1, 7, 60]))
+def test_the_rack_kernel_matches_a_naive_reference(seed, chunk):
+    rows = random_rack_rows(seed)
+    state = gi.new_rack_state(3)
+    for k in range(0, len(rows), chunk):  # frames of any size: one row each, or several ticks
+        gi.update_rack_inlet(np.ascontiguousarray(rows[k:k + chunk]), state)
+    naive = [NaiveRack() for _ in range(3)]
+    for ts, r, inlet, flow, heat in rows:
+        naive[int(r)].row(ts, inlet, flow, heat)
+    for r in range(3):
+        for name, col in RACK_COLUMNS.items():
+            np.testing.assert_allclose(state[r, col], naive[r].v[name], rtol=1e-9, atol=1e-12, equal_nan=True,
+                                       err_msg=f"rack {r} {name}")
+
+
+def test_the_rack_reference_comparison_reaches_every_branch():
+    seen = {}
+    for seed in range(6):
+        naive = [NaiveRack() for _ in range(3)]
+        for ts, r, inlet, flow, heat in random_rack_rows(seed):
+            naive[int(r)].row(ts, inlet, flow, heat)
+        for rack in naive:
+            for what, count in rack.seen.items():
+                seen[what] = seen.get(what, 0) + count
+    assert all(count >= 3 for count in seen.values()), seen
