@@ -13,6 +13,8 @@ from hypothesis import strategies as st
 from foreshock.detectors import gpu_inputs as gi
 from foreshock.detectors.gpu_inputs import REASON_BITS_LIMIT, reason_bits, reason_bits_column
 
+from naive_refs import branches_seen
+
 VALUES = st.one_of(st.floats(allow_nan=True, allow_infinity=True),
                    st.integers(0, 2 ** 41).map(float),
                    st.sampled_from([0.0, 1.0, 0x24, -1.0, REASON_BITS_LIMIT - 1, REASON_BITS_LIMIT]))
@@ -174,12 +176,11 @@ def test_the_rack_kernel_matches_a_naive_reference(seed, chunk):
 
 
 def test_the_rack_reference_comparison_reaches_every_branch():
-    seen = {}
+    racks = []
     for seed in range(6):
         naive = [NaiveRack() for _ in range(3)]
         for ts, r, inlet, flow, heat in random_rack_rows(seed):
             naive[int(r)].row(ts, inlet, flow, heat)
-        for rack in naive:
-            for what, count in rack.seen.items():
-                seen[what] = seen.get(what, 0) + count
+        racks += naive
+    seen = branches_seen(racks)
     assert all(count >= 3 for count in seen.values()), seen

@@ -17,6 +17,7 @@ from foreshock.detectors import thermal_fit as tf
 from foreshock.findings import Anomaly, Prediction
 from foreshock.frames import Frame
 
+from naive_refs import PerSample, branches_seen, naive_alarm_step, new_alarm, run_both
 from test_thermal import naive_temp_at
 from thermal_synth import run, small_topology
 
@@ -213,58 +214,23 @@ def test_the_cap_reason_does_not_call_a_cooling_gpus_leakage_rising(temp_slope, 
 # time, reads the thermal fit as it stood after that sample (a fit fed one-row frames), and
 # restates the detector's rules plainly; only the thermal forecast itself (thermal_cap_eta, with
 # the inlet helpers) is called, not restated.
-class NaivePower:
+class NaivePower(PerSample):
     def __init__(self, topo):
-        self.p = pw.params_vector({})
-        self.tp = tf.params_vector({})
-        self.fit = tf.ThermalFit(topo, self.tp)
+        self.pp = pw.params_vector({})
+        self.p = tf.params_vector({})  # the thermal parameters
+        self.fit = tf.ThermalFit(topo, self.p)
         self.node_of, self.rack_of = topo.gpu_node, topo.gpu_rack
         n = topo.size("gpu")
         self.g = [dict(env=math.nan, level=math.nan, slope=math.nan, n=0.0, brake=0.0, thermal=0.0,
                        env_pre=math.nan, tb=0.0, eta=math.inf, eval_ts=math.nan) for _ in range(n)]
-        self.alarm = [dict(active=False, on=0, emit_ts=math.nan, off_ts=math.nan) for _ in range(n)]
+        self.alarm = [new_alarm() for _ in range(n)]
         self.nodes = {k: dict(count=0, active=False) for k in range(topo.size("node"))}
         self.found = []  # (ts, slot, what, active)
         self.seen = {"forecast": 0, "start": 0, "withdraw": 0, "brake": 0, "node brake": 0, "thermal": 0}
 
-    def rack_frame(self, frame):
-        self.fit.update(frame, caller=self)
-        self.tp[tf.P_SITE_DAMP] = gi.site_loop_tau(self.fit.s_rack)
-        self.tp[tf.P_SITE_RISE] = gi.site_loop_rise(self.fit.s_rack)
-
-    def gpu_frame(self, frame):
-        for k in range(len(frame)):
-            row = frame.take(np.array([k]))
-            self.fit.update(row, caller=self)
-            dt, tprev = self.fit.rows[0, tf.R_DT], self.fit.rows[0, tf.R_TPREV]
-            if dt >= 0:
-                c = row.columns
-                self.sample(float(row.ts[0]), int(row.slot[0]), dt, tprev, c["gpu_temp"][0],
-                            c["throttle_reasons"][0], c["power"][0])
-
-    def alarm_step(self, i, ts, firing, clear, on_count):
-        a, p = self.alarm[i], self.p
-        if not a["active"]:
-            a["on"] = a["on"] + 1 if firing else 0
-            if a["on"] >= on_count:
-                a.update(active=True, emit_ts=ts, off_ts=math.nan)
-                return "start"
-            return None
-        if clear:
-            if math.isnan(a["off_ts"]):
-                a["off_ts"] = ts
-            elif ts - a["off_ts"] >= p[pw.P_OFF_HOLD]:
-                a.update(active=False, on=0, off_ts=math.nan, emit_ts=ts)
-                return "withdraw"
-            return None
-        a["off_ts"] = math.nan
-        if firing and ts - a["emit_ts"] >= p[pw.P_REFRESH]:
-            a["emit_ts"] = ts
-            return "refresh"
-        return None
-
-    def sample(self, ts, i, dt, tprev, temp, reasons, power):
-        g, p, tp, m = self.g[i], self.p, self.tp, self.fit.s_model
+    def sample(self, ts, i, dt, tprev, c):
+        temp, reasons, power = c["gpu_temp"], c["throttle_reasons"], c["power"]
+        g, p, tp, m = self.g[i], self.pp, self.p, self.fit.s_model
         if -50.0 < temp < 200.0 and not math.isnan(tprev):
             g["tb"] += (1 - math.exp(-dt / p[pw.P_TAU_SLOPE])) * ((temp - tprev) / dt - g["tb"])
         bits = int(reasons) if 0.0 <= reasons < 2.0 ** 40 else -1
@@ -322,9 +288,9 @@ class NaivePower:
         if node_event and g["env_pre"] >= p[pw.P_LOAD_MIN]:
             eta = p[pw.P_RELEASE_ETA]  # the brake lifts onto a smaller power budget
         horizon = p[pw.P_HORIZON]
-        code = self.alarm_step(i, ts, eta <= horizon and not capped,
-                               not eta <= horizon * p[pw.P_CLEAR] and not capped,
-                               1.0 if eta <= p[pw.P_URGENT] else p[pw.P_ON])
+        code = naive_alarm_step(self.alarm[i], ts, eta <= horizon and not capped,
+                                not eta <= horizon * p[pw.P_CLEAR] and not capped,
+                                1.0 if eta <= p[pw.P_URGENT] else p[pw.P_ON], p[pw.P_OFF_HOLD], p[pw.P_REFRESH])
         if code is not None:
             self.found.append((ts, i, "power_cap", code != "withdraw"))
             self.seen[code] = self.seen.get(code, 0) + 1
@@ -370,11 +336,7 @@ def random_power_frames(topo, seed, ticks=150):
 def power_both(seed):
     topo = small_topology(nodes=2, gpus=4, racks=2)
     det, naive = pw.PowerDetector(topo), NaivePower(topo)
-    found = []
-    for frame in random_power_frames(topo, seed):
-        found += det.update(frame)
-        naive.rack_frame(frame) if frame.kind == "rack" else naive.gpu_frame(frame)
-    return det, naive, found
+    return det, naive, run_both(det, naive, random_power_frames(topo, seed))
 
 
 def as_tuples(found):
@@ -399,10 +361,7 @@ def test_the_power_kernel_matches_a_naive_per_sample_reference(seed):
 
 
 def test_the_power_reference_comparison_reaches_every_branch():
-    seen = {}
-    for seed in range(4):
-        for what, count in power_both(seed)[1].seen.items():
-            seen[what] = seen.get(what, 0) + count
+    seen = branches_seen(power_both(seed)[1] for seed in range(4))
     assert all(seen.get(k, 0) >= 3 for k in ("forecast", "start", "withdraw", "brake", "node brake", "thermal")), seen
 
 

@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from foreshock import facts
+from foreshock.detectors import gpu_inputs as gi
 from foreshock.detectors import thermal as th
 from foreshock.detectors import thermal_fit as tf
 from foreshock.detectors.gpu_inputs import RACK_DAMP, RACK_DAMP_N, new_rack_state, update_rack_inlet
@@ -19,6 +20,7 @@ from foreshock.frames import Frame
 from foreshock.health import PipelineHealth
 from foreshock.topology import Topology
 
+from naive_refs import PerSample, branches_seen, naive_alarm_step, new_alarm, run_both
 from thermal_synth import Fault, World, run, small_topology
 
 
@@ -867,3 +869,124 @@ def test_a_resistance_that_moved_while_the_gpu_idled_is_caught_up_within_minutes
 def test_a_gpu_back_from_idle_with_its_resistance_unchanged_predicts_nothing():
     topo, frames, resume = idle_stretch_frames(0.046, idle_s=2400.0)
     assert not preds(run(th.ThermalDetector(topo), frames))
+
+
+# ---- the thermal kernel vs a naive per-sample reference --------------------------------------
+# The kernel predicts on each run of a frame's rows after the shared fit, solves the forecast every
+# forecast_every_s and ages it between (computing a model's confidence there only where the
+# forecast is sure), and emits into a buffer. The reference takes one sample at a time, reads the
+# fit as it stood after that sample (a fit fed one-row frames), and restates the detector's rules;
+# the forecast itself (model_eta, observe_trend, the inlet helpers: references of their own above)
+# is called, not restated.
+class NaiveThermal(PerSample):
+    def __init__(self, topo):
+        self.p = tf.params_vector({})
+        self.fit = tf.ThermalFit(topo, self.p)
+        self.rack_of = topo.gpu_rack
+        n = topo.size("gpu")
+        self.fc = th.new_forecast_state(n)
+        self.alarm = [[new_alarm() for _ in range(tf.N_MODELS)] for _ in range(n)]
+        self.found = []  # (ts, slot, event, active, eta, confidence)
+        self.seen = {"due": 0, "start": 0, "refresh": 0, "withdraw": 0, "idle": 0, "hbm": 0}
+
+    def sample(self, ts, i, dt, tprev, c):
+        p, s, fc, racks = self.p, self.fit.s_model, self.fc, self.fit.s_rack
+        horizon = p[tf.P_HORIZON]
+        rack = int(self.rack_of[i])
+        damp = th.inlet_damping(rack, racks, p)
+        du = th.inlet_rate(s, i, rack, racks, damp, p, p[tf.P_FLOW_CARRY])
+        reasons = c["throttle_reasons"]
+        if 0.0 <= reasons < 2.0 ** 40:
+            idle = bool(int(reasons) & facts.THROTTLE_IDLE)
+        else:  # no reasons reported: no kernels running is idle
+            idle = 0.0 <= c["util"] < th.IDLE_UTIL
+        slowdown = c["slowdown_temp"]
+        limit_core = slowdown - p[tf.P_SLOWDOWN_OFF] if 40.0 < slowdown < 130.0 else p[tf.P_LIM_CORE]
+        since = ts - fc[i, th.F_EVAL_TS]
+        due = not since < p[tf.P_EVERY]
+        if due:
+            fc[i, th.F_EVAL_TS] = ts
+            self.seen["due"] += 1
+        w = math.nan if math.isnan(tprev) else 1 - math.exp(-dt / p[tf.P_TREND_SMOOTH])
+        for m, temp, limit in ((tf.CORE, c["gpu_temp"], limit_core), (tf.HBM, c["hbm_temp"], p[tf.P_LIM_HBM])):
+            if not -50.0 < temp < 200.0:
+                continue
+            off, f = tf.G_SIZE + m * tf.M_SIZE, th.F_MODEL0 + m * th.F_MODEL_SIZE
+            pf = s[i, off + tf.M_PF]
+            r = (temp - s[i, tf.G_UL]) / pf if pf > p[tf.P_LOAD_MIN] else math.nan
+            observed = th.observe_trend(fc, i, f, ts, w, r, s[i, off + tf.M_TAU], p)
+            conf = th.confidence_of(s, i, off, p)
+            if due:
+                eta, _, _, _, sure = th.model_eta(s, i, off, temp, limit, (damp, du), observed, p)
+                if m == tf.HBM and eta <= horizon and th.hbm_held_by_core(s, i, du, damp, limit_core, limit, p):
+                    eta, sure = math.inf, False
+                fc[i, f + th.F_ETA], fc[i, f + th.F_SURE] = eta, float(sure)
+            else:  # the last forecast, aged
+                eta, sure = max(fc[i, f + th.F_ETA] - since, 0.0), fc[i, f + th.F_SURE] > 0
+            firing, clear = sure and conf >= p[tf.P_CONF_MIN], not eta <= horizon * p[tf.P_CLEAR]
+            if m == tf.CORE and idle:
+                firing, clear = False, True
+                self.seen["idle"] += 1
+            code = naive_alarm_step(self.alarm[i][m], ts, firing, clear,
+                                    1.0 if eta <= p[tf.P_URGENT] else p[tf.P_ON], p[tf.P_OFF_HOLD], p[tf.P_REFRESH])
+            if code is not None:
+                self.found.append((ts, i, th.MODEL_EVENTS[m], code != "withdraw",
+                                   eta if math.isfinite(eta) else -1.0, round(conf, 3)))
+                self.seen[code] += 1
+                self.seen["hbm"] += m == tf.HBM
+
+
+def random_heating_frames(topo, seed, ticks=400):
+    """GPUs whose interfaces degrade at different paces (some repaired later), racks whose inlet
+    warms, HBM running hot on some, idle stretches (by the idle bit, or by utilisation where no
+    reasons are reported), slowdown temperatures reported or not, late rows and a gap."""
+    rng = np.random.default_rng(seed)
+    n, n_racks = topo.size("gpu"), topo.size("rack")
+    r0 = 0.046 * rng.uniform(0.9, 1.3, n)
+    drift = rng.choice([0.0, 0.5, 2.0, 4.0], n) / 3600.0  # R per hour, as a share of nominal
+    repair = rng.uniform(1500, 4000, n)
+    r_hbm = rng.choice([0.028, 0.1], n, p=[0.7, 0.3])
+    warming = rng.uniform(0.0, 0.01, n_racks)
+    temp, hbm, t, frames = np.full(n, 40.0), np.full(n, 40.0), 0.0, []
+    idle_until = np.zeros(n)
+    for _ in range(ticks):
+        dt = rng.choice([10.0, 5.0, 700.0], p=[0.85, 0.14, 0.01])
+        t += dt
+        inlet = 24.0 + warming * min(t, 3000.0)
+        frames.append(Frame("rack", np.full(n_racks, t), np.arange(n_racks), {"inlet_temp": np.round(inlet, 1)}))
+        start_idle = rng.random(n) < 0.004
+        idle_until[start_idle] = t + rng.uniform(200, 900, start_idle.sum())
+        idle = t < idle_until
+        r = np.where(t < repair, r0 + 0.046 * drift * t, r0)
+        power = np.where(idle, 80.0, np.where(rng.random(n) < 0.25, 350.0, 680.0) + rng.uniform(-5, 5, n))
+        gpu_inlet = inlet[topo.gpu_rack]
+        temp = gpu_inlet + r * power + (temp - gpu_inlet - r * power) * math.exp(-dt / 20.0)
+        hbm = gpu_inlet + r_hbm * power + (hbm - gpu_inlet - r_hbm * power) * math.exp(-dt / 60.0)
+        reasons = np.where(idle, float(facts.THROTTLE_IDLE), 0.0)
+        reasons[rng.random(n) < 0.2] = np.nan  # no reasons: utilisation says whether it works
+        rows = rng.permutation(n)
+        frames.append(Frame("gpu", t - np.where(rng.random(n) < 0.02, 7.0, 0.0)[rows], rows, {
+            "gpu_temp": np.round(temp)[rows], "hbm_temp": np.round(hbm)[rows], "power": power[rows],
+            "power_limit": np.full(n, 700.0), "util": np.where(idle, 0.0, 1.0)[rows],
+            "throttle_reasons": reasons[rows], "slowdown_temp": rng.choice([89.0, np.nan, 400.0], n)[rows]}))
+    return frames
+
+
+def thermal_both(seed):
+    topo = small_topology(nodes=2, gpus=4, racks=2)
+    det, naive = th.ThermalDetector(topo), NaiveThermal(topo)
+    return det, naive, run_both(det, naive, random_heating_frames(topo, seed))
+
+
+@pytest.mark.kernel
+@settings(max_examples=15, deadline=None)
+@given(st.integers(0, 2 ** 32 - 1))
+def test_the_thermal_kernel_matches_a_naive_per_sample_reference(seed):
+    det, naive, found = thermal_both(seed)
+    np.testing.assert_allclose(det.s_forecast, naive.fc, rtol=1e-9, atol=1e-12, equal_nan=True)
+    assert [(f.ts, f.slot, f.event, f.active, f.eta_s, f.confidence) for f in found] == naive.found
+
+
+def test_the_thermal_reference_comparison_reaches_every_branch():
+    seen = branches_seen(thermal_both(seed)[1] for seed in range(3))
+    assert all(count >= 3 for count in seen.values()), seen

@@ -15,6 +15,7 @@ from foreshock.detectors import thermal_fit as tf
 from foreshock.detectors.bank import DetectorBank
 from foreshock.frames import Frame
 
+from naive_refs import branches_seen
 from thermal_synth import Fault, World, small_topology
 
 FIT_USERS = ("thermal", "power", "cooling")
@@ -332,8 +333,5 @@ def test_the_fit_kernel_matches_a_naive_one_pass_reference(seed):
 
 def test_the_fit_reference_comparison_reaches_every_branch():
     """The random frames above do exercise what the kernel does differently from the reference."""
-    seen = {}
-    for seed in range(5):
-        for what, count in fit_both(seed)[1].seen.items():
-            seen[what] = seen.get(what, 0) + count
+    seen = branches_seen(fit_both(seed)[1] for seed in range(5))
     assert all(count >= 5 for count in seen.values()), seen

@@ -1,0 +1,83 @@
+"""Shared parts of the naive kernel references: a prediction's life (detectors/alarm.py) restated,
+and the thermal fit fed one sample at a time for references of the detectors that read it."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from foreshock.detectors import gpu_inputs as gi
+from foreshock.detectors import thermal_fit as tf
+
+
+def new_alarm() -> dict:
+    return {"active": False, "on": 0, "emit_ts": math.nan, "off_ts": math.nan}
+
+
+def naive_alarm_step(a: dict, ts: float, firing: bool, clear: bool, on_count: float, off_hold_s: float,
+                     refresh_s: float) -> str | None:
+    """Start after ``on_count`` firing samples in a row; while active, refresh at most every
+    ``refresh_s`` while firing, withdraw once ``clear`` has held for ``off_hold_s``."""
+    if not a["active"]:
+        a["on"] = a["on"] + 1 if firing else 0
+        if a["on"] >= on_count:
+            a.update(active=True, emit_ts=ts, off_ts=math.nan)
+            return "start"
+        return None
+    if clear:
+        if math.isnan(a["off_ts"]):
+            a["off_ts"] = ts
+        elif ts - a["off_ts"] >= off_hold_s:
+            a.update(active=False, on=0, off_ts=math.nan, emit_ts=ts)
+            return "withdraw"
+        return None
+    a["off_ts"] = math.nan
+    if firing and ts - a["emit_ts"] >= refresh_s:
+        a["emit_ts"] = ts
+        return "refresh"
+    return None
+
+
+class PerSample:
+    """A reference that predicts one GPU sample at a time from the thermal fit as it stood after
+    that sample (the fit fed one-row frames). Subclasses set ``fit`` and ``p`` (the thermal
+    parameters, whose site estimates follow the racks) and define ``sample``."""
+
+    fit: tf.ThermalFit
+    p: np.ndarray
+
+    def rack_frame(self, frame) -> None:  # type: ignore[no-untyped-def]
+        self.fit.update(frame, caller=self)
+        self.p[tf.P_SITE_DAMP] = gi.site_loop_tau(self.fit.s_rack)
+        self.p[tf.P_SITE_RISE] = gi.site_loop_rise(self.fit.s_rack)
+
+    def gpu_frame(self, frame) -> None:  # type: ignore[no-untyped-def]
+        for k in range(len(frame)):
+            row = frame.take(np.array([k]))
+            self.fit.update(row, caller=self)
+            dt, tprev = self.fit.rows[0, tf.R_DT], self.fit.rows[0, tf.R_TPREV]
+            if dt >= 0:  # (a late row the fit skipped predicts nothing)
+                self.sample(float(row.ts[0]), int(row.slot[0]), dt, tprev,
+                            {name: float(col[0]) for name, col in row.columns.items()})
+
+    def sample(self, ts: float, i: int, dt: float, tprev: float, c: dict) -> None:
+        raise NotImplementedError
+
+
+def run_both(detector, naive: PerSample, frames) -> list:  # type: ignore[no-untyped-def]
+    """Feed ``frames`` to a detector and to its reference; returns the detector's findings."""
+    found = []
+    for frame in frames:
+        found += detector.update(frame)
+        naive.rack_frame(frame) if frame.kind == "rack" else naive.gpu_frame(frame)
+    return found
+
+
+def branches_seen(references) -> dict:  # type: ignore[no-untyped-def]
+    """The references' ``seen`` counts summed: what their random inputs exercised."""
+    seen: dict = {}
+    for ref in references:
+        for what, count in ref.seen.items():
+            seen[what] = seen.get(what, 0) + count
+    return seen
