@@ -281,7 +281,7 @@ def new_work_heat(rack_state: np.ndarray, r: int) -> float:
     """The rack's heat over the heat its learnt rise was measured at, where work has landed on it
     since (at least ``HEAT_JUMP`` times, at most ``HEAT_RATIO_MAX``); else 1. Leakage and a job's
     rhythm move a rack's heat by a tenth or so; scaling the rise by those too forecast warming
-    loops hotter and called more mild losses (README, seed 803)."""
+    loops hotter and called more mild losses (docs/throttling.md, seed 803)."""
     h, h_rise = rack_state[r, RACK_HEAT], rack_state[r, RACK_RISE_HEAT]
     if not (h == h and h_rise == h_rise and h_rise > 0.0) or h < HEAT_JUMP * h_rise:
         return 1.0
@@ -320,7 +320,7 @@ def flow_asymptote(rack_state: np.ndarray, r: int, prior_rise: float, lag: float
         # the rise learnt where the rack's loss settled holds the heat its loop carried then:
         # jobs starting on a loop that settled idle put their full heat on the low flow (seed 805
         # at 8,192 GPUs, cdu46). Only a jump in heat counts: scaling the rise by every change of
-        # the rack's heat called more mild losses and restored loops (README: seeds 803 and 777)
+        # the rack's heat called more mild losses and restored loops (docs/throttling.md: seeds 803 and 777)
         rise = rack_state[r, RACK_RISE]
         if rack_state[r, RACK_FLOW] < FLOW_NOMINAL * f0:
             h = new_work_heat(rack_state, r)

@@ -126,7 +126,7 @@ PARAMS: dict[str, float] = {
     "flow_carry_s": 240.0,
     # ... and no lower than this share of the baseline flow (0: as far as the fourfold cap
     # allows). Where a falling flow stops no reading tells mid-fall: a planning floor spares
-    # losses that stop above it and warns later on those that go below (README: the figures)
+    # losses that stop above it and warns later on those that go below (docs/throttling.md: the figures)
     "flow_plan_floor": 0.0,
 }
 PARAM_NAMES = tuple(PARAMS)
