@@ -359,6 +359,25 @@ def model_eta(s: np.ndarray, i: int, off: int, temp: float, limit: float,
 
 
 @inline
+def out_of_reach(s: np.ndarray, i: int, off: int, temp: float, limit: float, damp: float, du: float,
+                 params: np.ndarray) -> bool:
+    """True when no forecast of :func:`model_eta` can reach ``limit`` within the horizon: the
+    bound of :func:`time_to_limit` taken with the fit's R level and drift as they stand (the
+    temperature's confirmation only lowers them) and the largest leakage gain. Most GPUs, most of
+    the time: this skips the forecast's setup (the noise floor, the confirmation), not only its
+    search, and gives the same ETA (inf)."""
+    rl, ul, pref = s[i, off + M_RL], s[i, G_UL], s[i, G_PREF]
+    if rl != rl or ul != ul or pref != pref or temp != temp:
+        return False  # no model: model_eta says so (with no confidence)
+    horizon = params[P_HORIZON]
+    top = max(ul + rl * pref, temp) + max(s[i, off + M_RB] * pref, 0.0) * min(params[P_DRIFT_DAMP], horizon) \
+        + max(du, 0.0) * min(damp, horizon)
+    plim = s[i, G_PLIM]
+    cap = rl * max(plim - pref, 0.0) if plim == plim else np.inf
+    return min(temp + (top - temp) * 2.0, max(top + cap, top)) < limit  # type: ignore[no-any-return]
+
+
+@inline
 def confidence_of(s: np.ndarray, i: int, off: int, params: np.ndarray) -> float:
     """Trust in a model: its loaded warm-up, and how well it predicts the next sample (°C)."""
     warm = min(1.0, s[i, off + M_LOADED] / params[P_WARMUP])
@@ -420,7 +439,10 @@ def _thermal_kernel(obs: np.ndarray, rows: np.ndarray, span: tuple[int, int], pa
             r = (t_m - s[i, G_UL]) / pf if pf > params[P_LOAD_MIN] else np.nan  # as the fit's R
             observed = observe_trend(fc, i, f, ts, w, r, s[i, off + M_TAU], params)
             if due:
-                eta, conf, target, slope, sure = model_eta(s, i, off, t_m, limit, (damp, du), observed, params)
+                if out_of_reach(s, i, off, t_m, limit, damp, du, params):
+                    eta, conf, target, slope, sure = np.inf, confidence_of(s, i, off, params), np.nan, np.nan, False
+                else:
+                    eta, conf, target, slope, sure = model_eta(s, i, off, t_m, limit, (damp, du), observed, params)
                 if m == HBM and eta <= horizon and hbm_held_by_core(s, i, du, damp, limit_core, limit, params):
                     eta, sure = np.inf, False
                 fc[i, f + F_ETA] = eta
@@ -438,7 +460,7 @@ def _thermal_kernel(obs: np.ndarray, rows: np.ndarray, span: tuple[int, int], pa
             code = alarm_step(alarms, i, m * A_SIZE, ts, firing, clear, on_count,
                               params[P_OFF_HOLD], params[P_REFRESH])
             if code != CODE_NONE:
-                if not due:  # the reason needs the forecast's figures
+                if target != target:  # aged, or out of reach: the reason needs the forecast's figures
                     _, _, target, slope, _ = model_eta(s, i, off, t_m, limit, (damp, du), observed, params)
                     if conf != conf:
                         conf = confidence_of(s, i, off, params)

@@ -990,3 +990,34 @@ def test_the_thermal_kernel_matches_a_naive_per_sample_reference(seed):
 def test_the_thermal_reference_comparison_reaches_every_branch():
     seen = branches_seen(thermal_both(seed)[1] for seed in range(3))
     assert all(count >= 3 for count in seen.values()), seen
+
+
+@pytest.mark.kernel
+@settings(max_examples=300, deadline=None)
+@given(rl=st.floats(-0.01, 0.2), ul=st.floats(10, 70), pref=st.floats(0, 800), rb=st.floats(-1e-5, 1e-5),
+       tau=st.floats(2, 200), res=st.floats(0, 10), plim=st.sampled_from([700.0, 400.0, np.nan]),
+       temp=st.floats(20, 100), limit=st.sampled_from([87.0, 95.0]), du=st.floats(-0.05, 0.1),
+       damp=st.floats(30, 900), r_seen=st.floats(0.0, 0.2) | st.just(np.nan), rate=st.floats(-1e-5, 1e-5))
+def test_a_gpu_out_of_reach_has_no_crossing_in_its_forecast(rl, ul, pref, rb, tau, res, plim, temp, limit, du, damp,
+                                                            r_seen, rate):
+    """out_of_reach skips model_eta: it may do so only where model_eta finds no crossing."""
+    p = tf.params_vector({})
+    s = tf.new_model_state(1, p)
+    off = tf.G_SIZE + tf.CORE * tf.M_SIZE
+    s[0, [tf.G_UL, tf.G_PREF, tf.G_PLIM]] = ul, pref, plim
+    s[0, off + np.array([tf.M_RL, tf.M_RB, tf.M_TAU, tf.M_RES])] = rl, rb, tau, res
+    if th.out_of_reach(s, 0, off, temp, limit, damp, du, p):
+        assert math.isinf(th.model_eta(s, 0, off, temp, limit, (damp, du), (r_seen, rate), p)[0])
+
+
+@pytest.mark.kernel
+def test_out_of_reach_skips_a_healthy_gpu_and_not_one_heading_for_its_limit():
+    p = tf.params_vector({})
+    s = tf.new_model_state(1, p)
+    off = tf.G_SIZE + tf.CORE * tf.M_SIZE
+    s[0, [tf.G_UL, tf.G_PREF, tf.G_PLIM]] = 25.0, 600.0, 700.0
+    s[0, off + np.array([tf.M_RL, tf.M_RB, tf.M_TAU])] = 0.046, 0.0, 20.0
+    assert th.out_of_reach(s, 0, off, 52.0, 87.0, 240.0, 0.0, p)  # 53 °C steady, no drift, inlet flat
+    assert not th.out_of_reach(s, 0, off, 52.0, 87.0, 240.0, 0.2, p)  # its inlet rising 12 °C/min
+    s[0, off + tf.M_RB] = 0.046 / 900  # R doubling every quarter of an hour
+    assert not th.out_of_reach(s, 0, off, 52.0, 87.0, 240.0, 0.0, p)
