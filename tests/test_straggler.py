@@ -100,3 +100,75 @@ def test_a_topology_without_jobs_has_no_stragglers_and_does_not_fail() -> None:
                                   {"gpu_temp": temp, "util": np.ones(8), "sm_clock": np.full(8, 1.98e9),
                                    "throttle_reasons": np.zeros(8), "power": np.full(8, 650.0)}))
     assert found == []
+
+
+def naive_compare(s, gpu_job, n_jobs, flag, now, p):
+    """The job comparison restated with numpy, job by job (np.nanmedian): the outliers due a
+    report, check by check and GPUs in order, as (gpu, check, excess, value, job median)."""
+    busy = ((now - s[:, sg.S_TS]) <= 3 * p["interval_s"]) & (s[:, sg.S_UTIL] >= p["busy_util"]) \
+        & (s[:, sg.S_N] >= p["min_samples"]) & (gpu_job >= 0)
+    found = []
+    gaps = (p["clock_gap"], p["temp_gap_c"], p["throttle_gap"])
+    for col, field in enumerate(sg.CHECK_FIELDS):
+        x = np.where(busy, s[:, field], np.nan)
+        d, spread = np.full(len(x), np.nan), np.full(len(x), np.nan)
+        for j in range(n_jobs):
+            members = busy & (gpu_job == j) & np.isfinite(x)
+            if members.any():
+                d[gpu_job == j] = np.median(x[members])
+                spread[gpu_job == j] = np.median(np.abs(x[members] - d[members]))
+        with np.errstate(invalid="ignore", divide="ignore"):
+            if col == sg.C_CLOCK:
+                excess = (d - x) / np.where(d > 0, d, np.nan)
+                out = busy & (excess >= gaps[col]) & ((d - x) >= p["k_mad"] * spread)
+            else:
+                excess = sg.CHECK_SIGNS[col] * (x - d)
+                out = busy & (excess >= gaps[col]) & (excess >= p["k_mad"] * spread)
+        for g in range(len(x)):
+            if not out[g]:
+                flag[g, col] = np.nan
+            elif np.isnan(flag[g, col]) or now - flag[g, col] >= p["refresh_s"]:
+                flag[g, col] = now
+                found.append((g, col, excess[g], x[g], d[g]))
+    return found
+
+
+@pytest.mark.kernel
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 2 ** 32 - 1))
+def test_compare_kernel_matches_a_numpy_reference(seed):
+    rng = np.random.default_rng(seed)
+    n, n_jobs = int(rng.integers(1, 80)), int(rng.integers(1, 5))
+    p = dict(sg.PARAMS)
+    s = np.column_stack([
+        1000.0 - rng.choice([0.0, 10.0, 500.0], n, p=[0.6, 0.3, 0.1]),  # last sample: some stale
+        1.0 - rng.exponential(0.03, n) * (rng.random(n) < 0.3) - 0.2 * (rng.random(n) < 0.1),  # clock share
+        np.round(60 + rng.normal(0, 2, n) + 15 * (rng.random(n) < 0.1)),  # temperature
+        rng.choice([1.0, 0.9, 0.2], n, p=[0.7, 0.2, 0.1]),  # utilisation
+        rng.choice([0.0, 0.1, 0.6], n, p=[0.8, 0.1, 0.1]),  # throttled share
+        rng.choice([0.0, 3.0, 50.0], n, p=[0.1, 0.1, 0.8])])  # samples
+    s[rng.random((n, sg.S_SIZE)) < 0.03] = np.nan
+    gpu_job = rng.integers(-1, n_jobs, n)
+    flag = np.where(rng.random((n, 3)) < 0.3, rng.choice([400.0, 900.0], (n, 3)), np.nan)
+    want_flag = flag.copy()
+    want = naive_compare(s, gpu_job, n_jobs, want_flag, 1000.0, p)
+    vec = np.array([float(p[k]) for k in sg.PV_NAMES])
+    out, job = np.empty((3 * n, sg.O_SIZE)), np.empty(n, np.int64)
+    got = sg._compare_kernel(s, gpu_job, n_jobs, flag, 1000.0, vec, job, out)
+    np.testing.assert_array_equal(flag, want_flag)
+    assert got == len(want)
+    np.testing.assert_allclose(out[:got], np.array(want).reshape(-1, sg.O_SIZE), rtol=1e-12)
+
+
+def test_the_compare_reference_finds_outliers_of_every_check():
+    """The random states above do have outliers of each kind (a comparison of empty lists proves
+    nothing)."""
+    kinds = set()
+    for seed in range(30):
+        rng = np.random.default_rng(seed)
+        n = 40
+        s = np.column_stack([np.full(n, 1000.0), 1.0 - 0.2 * (rng.random(n) < 0.1),
+                             60 + 15 * (rng.random(n) < 0.1), np.ones(n), 0.6 * (rng.random(n) < 0.1), np.full(n, 50.0)])
+        kinds |= {col for _, col, *_ in naive_compare(s, np.zeros(n, np.int64), 1, np.full((n, 3), np.nan), 1000.0,
+                                                      dict(sg.PARAMS))}
+    assert kinds == {sg.C_CLOCK, sg.C_TEMP, sg.C_THROTTLE}
