@@ -994,7 +994,7 @@ def test_the_thermal_reference_comparison_reaches_every_branch():
 
 @pytest.mark.kernel
 @settings(max_examples=300, deadline=None)
-@given(rl=st.floats(-0.01, 0.2), ul=st.floats(10, 70), pref=st.floats(0, 800), rb=st.floats(-1e-5, 1e-5),
+@given(rl=st.floats(-0.01, 0.2), ul=st.floats(10, 70), pref=st.just(0.0) | st.floats(1, 800), rb=st.floats(-1e-5, 1e-5),
        tau=st.floats(2, 200), res=st.floats(0, 10), plim=st.sampled_from([700.0, 400.0, np.nan]),
        temp=st.floats(20, 100), limit=st.sampled_from([87.0, 95.0]), du=st.floats(-0.05, 0.1),
        damp=st.floats(30, 900), r_seen=st.floats(0.0, 0.2) | st.just(np.nan), rate=st.floats(-1e-5, 1e-5))
