@@ -177,8 +177,8 @@ class StragglerDetector(Detector):
 @jit
 def _middle(buf: np.ndarray, k: int) -> float:
     """The median of ``buf[:k]`` (``k > 0``, no NaN), reordering it; the same value as cooling's
-    group medians. A job's few dozen values are sorted by insertion: on 16 random values 170 ns,
-    against ~330 for two quickselects (an even count needs both middles); ties (whole-degree
+    group medians. A job's few dozen values are sorted by insertion: on 16 random values ~185 ns,
+    against ~325 for two quickselects (an even count needs both middles); ties (whole-degree
     temperatures, unthrottled shares of 0) cost it next to nothing. More are selected."""
     if k <= SORT_MAX:
         for a in range(1, k):
