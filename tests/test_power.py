@@ -10,7 +10,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from foreshock import facts
-from foreshock.detectors import gpu_inputs as gi
 from foreshock.detectors import power as pw
 from foreshock.detectors import thermal as th
 from foreshock.detectors import thermal_fit as tf
