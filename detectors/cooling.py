@@ -51,7 +51,7 @@ from foreshock.numba_config import jit
 from foreshock.topology import Topology
 
 from .base import resolve_params
-from .order_stats import select_kth
+from .order_stats import median_of
 from .thermal_fit import G_SIZE, G_TS, M_LOADED, M_PF, M_RL, P_LOAD_MIN, ThermalFitDetector
 from .thermal_fit import params_vector as thermal_params
 
@@ -81,7 +81,7 @@ def group_median(values: np.ndarray, groups: np.ndarray, n_groups: int) -> np.nd
 
 @jit
 def _group_median(values: np.ndarray, groups: np.ndarray, out: np.ndarray) -> None:
-    """Bucket the finite values by group (a counting sort), then select each bucket's middle:
+    """Bucket the finite values by group (a counting sort), then take each bucket's median (median_of):
     linear in the GPUs (sorting (group, value) pairs instead cost 2.6 ms on 16k GPUs)."""
     n_groups = len(out)
     start = np.zeros(n_groups + 1, np.int64)
@@ -98,13 +98,14 @@ def _group_median(values: np.ndarray, groups: np.ndarray, out: np.ndarray) -> No
         if 0 <= g < n_groups and abs(values[k]) < np.inf:
             bucket[fill[g]] = values[k]
             fill[g] += 1
+    largest = 0
+    for g in range(n_groups):
+        largest = max(largest, start[g + 1] - start[g])
+    work = np.empty(largest + 1)  # median_of's workspace: n + 1 values never fall back to np.median
     for g in range(n_groups):
         lo, hi = start[g], start[g + 1]
         if hi > lo:
-            # the k-th smallest of bucket[lo:hi] (select_kth takes the last index and an absolute k)
-            upper = select_kth(bucket, lo, hi - 1, lo + (hi - lo) // 2)
-            lower = upper if (hi - lo) % 2 == 1 else select_kth(bucket, lo, hi - 1, lo + (hi - lo) // 2 - 1)
-            out[g] = 0.5 * (lower + upper)
+            out[g] = median_of(bucket[lo:hi], hi - lo, work)
 
 
 class CoolingDetector(ThermalFitDetector):

@@ -4,7 +4,8 @@
 :func:`median_of` returns exactly ``np.median``'s value for finite input: counting passes narrow
 a value bracket around the middle ranks (no copy, no reordering of the input), and only the few
 values left in the bracket are selected. The optics detector's Theil-Sen fits take three medians
-per fit at every bucket close; the cooling detector takes group medians with :func:`select_kth`.
+per fit at every bucket close; the cooling and straggler detectors take each group's median with
+it too.
 """
 
 from __future__ import annotations

@@ -46,7 +46,7 @@ from foreshock.numba_config import jit
 from foreshock.topology import Topology
 
 from .base import Detector, resolve_params
-from .order_stats import select_kth
+from .order_stats import median_of
 from .gpu_inputs import reason_bits, Scratch, gpu_obs, kernel
 
 OBS_FIELDS = ("sm_clock", "sm_clock_max", "util", "gpu_temp", "throttle_reasons")
@@ -175,33 +175,6 @@ class StragglerDetector(Detector):
 
 
 @jit
-def _middle(buf: np.ndarray, k: int) -> float:
-    """The median of ``buf[:k]`` (``k > 0``, no NaN), reordering it; the same value as cooling's
-    group medians. A job's few dozen values are sorted by insertion: on 16 random values ~185 ns,
-    against ~325 for two quickselects (an even count needs both middles); ties (whole-degree
-    temperatures, unthrottled shares of 0) cost it next to nothing. More are selected."""
-    if k <= SORT_MAX:
-        for a in range(1, k):
-            v = buf[a]
-            b = a - 1
-            while b >= 0 and buf[b] > v:
-                buf[b + 1] = buf[b]
-                b -= 1
-            buf[b + 1] = v
-        return 0.5 * (buf[(k - 1) // 2] + buf[k // 2])
-    upper = select_kth(buf, 0, k - 1, k // 2)
-    lower = upper
-    if k % 2 == 0:  # quickselect leaves the values below the k-th before it: the next smaller is their largest
-        lower = buf[0]
-        for a in range(1, k // 2):
-            lower = max(lower, buf[a])
-    return 0.5 * (lower + upper)
-
-
-SORT_MAX = 32
-
-
-@jit
 def _compare_kernel(s: np.ndarray, gpu_job: np.ndarray, n_jobs: int, flag: np.ndarray, now: float,
                     p: np.ndarray, job: np.ndarray, out: np.ndarray) -> int:
     """Compare each busy GPU with its job's busy GPUs (median and MAD per job) on each check;
@@ -210,7 +183,9 @@ def _compare_kernel(s: np.ndarray, gpu_job: np.ndarray, n_jobs: int, flag: np.nd
     return their count. ``job`` receives each GPU's job where it is busy, else -1.
 
     The busy GPUs are bucketed by job once (a counting sort) and every check reads its values
-    through the buckets: six group medians, each bucketing the GPUs again, took 130 ns per GPU."""
+    through the buckets: six group medians, each bucketing the GPUs again, took 130 ns per GPU.
+    Each job's median and MAD come from :func:`median_of` (counting, not quickselect: a job's
+    few dozen noisy values made two quickselects cost ~325 ns per 16 values, against ~210)."""
     n = s.shape[0]
     start = np.zeros(n_jobs + 1, np.int64)
     for g in range(n):
@@ -231,6 +206,7 @@ def _compare_kernel(s: np.ndarray, gpu_job: np.ndarray, n_jobs: int, flag: np.nd
     for j in range(n_jobs):
         largest = max(largest, start[j + 1] - start[j])
     buf = np.empty(largest)
+    work = np.empty(largest + 1)  # median_of's workspace: n + 1 values never fall back to np.median
     med = np.empty(n_jobs)
     mad = np.empty(n_jobs)
     n_out = 0
@@ -245,7 +221,7 @@ def _compare_kernel(s: np.ndarray, gpu_job: np.ndarray, n_jobs: int, flag: np.nd
                     k += 1
             med[j] = mad[j] = np.nan
             if k > 0:
-                d = _middle(buf, k)
+                d = median_of(buf, k, work)
                 med[j] = d
                 k = 0
                 for m in range(start[j], start[j + 1]):
@@ -253,7 +229,7 @@ def _compare_kernel(s: np.ndarray, gpu_job: np.ndarray, n_jobs: int, flag: np.nd
                     if abs(v) < np.inf:
                         buf[k] = abs(v - d)
                         k += 1
-                mad[j] = _middle(buf, k)
+                mad[j] = median_of(buf, k, work)
         for g in range(n):
             x = s[g, field] if job[g] >= 0 else np.nan
             d = med[max(job[g], 0)]
