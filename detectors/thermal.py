@@ -149,6 +149,15 @@ def temp_at(h: float, temp0: float, a0: float, b: float, bdamp: float, tau: floa
     return min(temp0 + (plain - temp0) * amp, max(capped, plain))  # type: ignore[no-any-return]
 
 
+@inline
+def ceiling(temp0: float, a0: float, b: float, bdamp: float, du: float, damp: float, amp: float,
+            cap: float, horizon: float) -> float:
+    """An upper bound on :func:`temp_at` over ``[0, horizon]``: the target with every rise taken in
+    full, amplified, and no higher than the power limit allows."""
+    top = max(a0, temp0) + max(b, 0.0) * min(bdamp, horizon) + max(du, 0.0) * min(damp, horizon)
+    return min(temp0 + (top - temp0) * amp, max(top + cap, top))  # type: ignore[no-any-return]
+
+
 @kernel
 def time_to_limit(temp0: float, a0: float, b: float, bdamp: float, tau: float, du: float,
                   damp: float, amp: float, cap: float, limit: float, horizon: float) -> float:
@@ -156,8 +165,7 @@ def time_to_limit(temp0: float, a0: float, b: float, bdamp: float, tau: float, d
     if temp0 >= limit:
         return 0.0
     # cheap upper bound first: the target never reaches the limit, so neither does the temperature
-    top = max(a0, temp0) + max(b, 0.0) * min(bdamp, horizon) + max(du, 0.0) * min(damp, horizon)
-    if min(temp0 + (top - temp0) * amp, max(top + cap, top)) < limit:
+    if ceiling(temp0, a0, b, bdamp, du, damp, amp, cap, horizon) < limit:
         return np.inf
     lo = 0.0
     hi = -1.0
@@ -362,19 +370,17 @@ def model_eta(s: np.ndarray, i: int, off: int, temp: float, limit: float,
 def out_of_reach(s: np.ndarray, i: int, off: int, temp: float, limit: float, damp: float, du: float,
                  params: np.ndarray) -> bool:
     """True when no forecast of :func:`model_eta` can reach ``limit`` within the horizon: the
-    bound of :func:`time_to_limit` taken with the fit's R level and drift as they stand (the
-    temperature's confirmation only lowers them) and the largest leakage gain. Most GPUs, most of
-    the time: this skips the forecast's setup (the noise floor, the confirmation), not only its
-    search, and gives the same ETA (inf)."""
+    :func:`ceiling` that :func:`time_to_limit` checks first, taken with the fit's R level and drift
+    as they stand (the temperature's confirmation only lowers them) and the largest leakage gain.
+    Most GPUs, most of the time: this skips the forecast's setup (the noise floor, the
+    confirmation), not only its search, and gives the same ETA (inf)."""
     rl, ul, pref = s[i, off + M_RL], s[i, G_UL], s[i, G_PREF]
     if rl != rl or ul != ul or pref != pref or temp != temp:
         return False  # no model: model_eta says so (with no confidence)
-    horizon = params[P_HORIZON]
-    top = max(ul + rl * pref, temp) + max(s[i, off + M_RB] * pref, 0.0) * min(params[P_DRIFT_DAMP], horizon) \
-        + max(du, 0.0) * min(damp, horizon)
     plim = s[i, G_PLIM]
     cap = rl * max(plim - pref, 0.0) if plim == plim else np.inf
-    return min(temp + (top - temp) * 2.0, max(top + cap, top)) < limit  # type: ignore[no-any-return]
+    return ceiling(temp, ul + rl * pref, s[i, off + M_RB] * pref, params[P_DRIFT_DAMP], du, damp, 2.0, cap,
+                   params[P_HORIZON]) < limit  # type: ignore[no-any-return]
 
 
 @inline
