@@ -24,9 +24,10 @@ A_SIZE = 4
 
 CODE_NONE, CODE_START, CODE_REFRESH, CODE_WITHDRAW = 0, 1, 2, 3
 
-OUT_FIELDS = ("row", "which", "code", "eta", "confidence", "v0", "v1", "v2", "v3", "v4", "v5", "v6", "v7", "v8")
+OUT_FIELDS = ("row", "which", "code", "eta", "confidence", "v0", "v1", "v2", "v3", "v4", "v5", "v6", "v7", "v8",
+              "v9")
 """Emission buffer columns: input row, which prediction of the detector, code, ETA (s),
-confidence, then up to nine detector-specific values for the human-readable reason (:func:`emit`
+confidence, then up to ten detector-specific values for the human-readable reason (:func:`emit`
 writes six, NaN after them; a detector with more writes them into the row it emitted)."""
 OUT_SIZE = len(OUT_FIELDS)
 O_ROW, O_WHICH, O_CODE, O_ETA, O_CONF, O_V0 = 0, 1, 2, 3, 4, 5

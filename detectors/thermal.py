@@ -41,9 +41,12 @@ it on for half an hour. The inlet part of the forecast (cooling loss) is not hel
 Prediction: the steady-state target ``T_ss(h) = inlet(h) + R(h)·P`` is linear in the horizon
 ``h``; the temperature follows it with lag ``tau``. The detector solves for the first ``h`` at
 which the temperature reaches the GPU's limit — max operating (SW thermal slowdown, 87 °C on
-Hopper, or the GPU's own ``slowdown_temp - 2``) for ``thermal_throttle``, HBM max operating
-(95 °C) for ``hbm_overheat`` — and emits a :class:`~foreshock.findings.Prediction` when that
-ETA falls inside its horizon with enough confidence (warm-up on load, fit residual). A core
+Hopper, or the GPU's own ``slowdown_temp - 2``) for the core, HBM max operating (95 °C) for the
+memory — and emits a :class:`~foreshock.findings.Prediction` when that ETA falls inside its
+horizon with enough confidence (warm-up on load, fit residual): ``hbm_overheat`` from the HBM's
+forecast, and ``thermal_throttle`` from whichever of the two reaches its limit first, since the
+driver's SW thermal slowdown holds both (NVML: GPU temperature above the GPU max operating
+temperature, or memory temperature above the memory max operating temperature). A core
 prediction's reason also gives the same forecast's time to the HW slowdown temperature (the GPU's
 slowdown temperature, 89 °C by default): what follows if the SW limiter does not hold the die. On a
 loop losing coolant flow it also gives the flow (share of baseline, pace of its fall) and whether
@@ -80,7 +83,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from foreshock.facts import THROTTLE_IDLE
+from foreshock.facts import HBM_THERMAL_RESISTANCE_C_PER_W, THROTTLE_IDLE
 from foreshock.findings import Finding, Prediction
 from foreshock.frames import Frame
 from foreshock.health import PipelineHealth
@@ -117,6 +120,12 @@ F_ETA, F_SURE, F_RS, F_C0, F_C0_TS, F_C1, F_C1_TS = range(7)  # relative to the 
 F_MODEL_SIZE = 7
 F_SIZE = F_MODEL0 + N_MODELS * F_MODEL_SIZE
 T_R, T_RATE = 0, 1  # observe_trend's result: R observed now, its rate (°C/W per s)
+# a row's forecast of one model, kept until both alarms have stepped: reading usable, ETA,
+# confidence, steady-state target and its slope (NaN: aged or out of reach), fires, the reading,
+# its limit, and the R the temperature shows with its rate (observe_trend)
+(V_USABLE, V_ETA, V_CONF, V_TARGET, V_SLOPE, V_FIRING, V_TEMP, V_LIMIT, V_SEEN_R,
+ V_SEEN_RATE) = range(10)
+V_SIZE = 10
 
 
 def new_forecast_state(n: int) -> np.ndarray:
@@ -390,13 +399,31 @@ def confidence_of(s: np.ndarray, i: int, off: int, params: np.ndarray) -> float:
     return warm / (1.0 + np.sqrt(s[i, off + M_RES]) / 2.0)  # type: ignore[no-any-return]
 
 
+@inline
+def emit_model(out: np.ndarray, n_out: int, row: int, which: int, code: int, s: np.ndarray, i: int, m: int,
+               mv: np.ndarray, inlet: tuple[float, float], params: np.ndarray) -> int:
+    """Emit alarm ``which``'s ``code`` with model ``m``'s forecast (``mv``, the row's): its ETA,
+    confidence and the figures of its reason — solved here where the forecast was aged or out of
+    reach, so they are computed only for what is emitted."""
+    off = G_SIZE + m * M_SIZE
+    target, slope, conf = mv[m, V_TARGET], mv[m, V_SLOPE], mv[m, V_CONF]
+    if target != target:
+        _, _, target, slope, _ = model_eta(s, i, off, mv[m, V_TEMP], mv[m, V_LIMIT], inlet,
+                                           (mv[m, V_SEEN_R], mv[m, V_SEEN_RATE]), params)
+        if conf != conf:
+            conf = confidence_of(s, i, off, params)
+    return emit(out, n_out, row, which, code, mv[m, V_ETA], conf,  # type: ignore[no-any-return]
+                (target, slope, s[i, G_UL], s[i, off + M_RL], s[i, off + M_TAU], mv[m, V_LIMIT]))
+
+
 @kernel
 def _thermal_kernel(obs: np.ndarray, rows: np.ndarray, span: tuple[int, int], parents: np.ndarray,
                     state: tuple[np.ndarray, np.ndarray, np.ndarray], racks: np.ndarray,
-                    params: np.ndarray, out: np.ndarray, n_out: int) -> int:
+                    params: np.ndarray, mv: np.ndarray, out: np.ndarray, n_out: int) -> int:
     """Predict on the fitted rows ``span`` of a GPU frame; returns the emission count.
 
-    ``rows`` is the fit's per-row output, ``state`` = (fit state, forecast state, alarms)."""
+    ``rows`` is the fit's per-row output, ``state`` = (fit state, forecast state, alarms), ``mv``
+    scratch for a row's forecast of each model (``N_MODELS x V_SIZE``)."""
     s, fc, alarms = state
     horizon = params[P_HORIZON]
     clear_eta = horizon * params[P_CLEAR]
@@ -439,6 +466,7 @@ def _thermal_kernel(obs: np.ndarray, rows: np.ndarray, span: tuple[int, int], pa
             f = F_MODEL0 + m * F_MODEL_SIZE
             t_m = obs[row, X_TEMP] if m == CORE else obs[row, X_HBM]
             limit = limit_core if m == CORE else params[P_LIM_HBM]
+            mv[m, V_USABLE] = 0.0
             if t_m != t_m or not -50.0 < t_m < 200.0:
                 continue
             pf = s[i, off + M_PF]
@@ -458,31 +486,59 @@ def _thermal_kernel(obs: np.ndarray, rows: np.ndarray, span: tuple[int, int], pa
                 sure = fc[i, f + F_SURE] > 0.0
                 conf = confidence_of(s, i, off, params) if sure else np.nan  # else: only to emit
                 target = slope = np.nan
-            firing = sure and conf >= params[P_CONF_MIN]
-            clear = not eta <= clear_eta
-            if m == CORE and idle:
+            mv[m, V_USABLE] = 1.0
+            mv[m, V_ETA] = eta
+            mv[m, V_CONF] = conf
+            mv[m, V_TARGET] = target
+            mv[m, V_SLOPE] = slope
+            mv[m, V_FIRING] = 1.0 if sure and conf >= params[P_CONF_MIN] else 0.0
+            mv[m, V_TEMP] = t_m
+            mv[m, V_LIMIT] = limit
+            mv[m, V_SEEN_R] = observed[T_R]
+            mv[m, V_SEEN_RATE] = observed[T_RATE]
+        # thermal_throttle: NVML's SW thermal slowdown holds the core under its max operating
+        # temperature *and* the memory under its own (95 °C on Hopper), so the GPU throttles at
+        # whichever limit comes first — the alarm follows the core's forecast, or the HBM's where
+        # that one fires first. It steps on rows with a usable core reading (an HBM reading
+        # missing adds nothing); an idle GPU has nothing to slow
+        if mv[CORE, V_USABLE] > 0.0:
+            fire_c, fire_h = mv[CORE, V_FIRING] > 0.0, mv[HBM, V_USABLE] > 0.0 and mv[HBM, V_FIRING] > 0.0
+            eta_h = mv[HBM, V_ETA] if mv[HBM, V_USABLE] > 0.0 else np.inf
+            via = HBM if (fire_h and not fire_c) or (fire_h == fire_c and eta_h < mv[CORE, V_ETA]) else CORE
+            eta = mv[via, V_ETA]
+            firing = fire_c or fire_h
+            clear = not mv[CORE, V_ETA] <= clear_eta and not eta_h <= clear_eta
+            if idle:
                 firing, clear = False, True
             on_count = 1.0 if eta <= params[P_URGENT] else params[P_ON]
-            code = alarm_step(alarms, i, m * A_SIZE, ts, firing, clear, on_count,
+            code = alarm_step(alarms, i, CORE * A_SIZE, ts, firing, clear, on_count,
                               params[P_OFF_HOLD], params[P_REFRESH])
             if code != CODE_NONE:
-                if target != target:  # aged, or out of reach: the reason needs the forecast's figures
-                    _, _, target, slope, _ = model_eta(s, i, off, t_m, limit, (damp, du), observed, params)
-                    if conf != conf:
-                        conf = confidence_of(s, i, off, params)
-                n_out = emit(out, n_out, row, m, code, eta, conf,
-                             (target, slope, s[i, G_UL], s[i, off + M_RL], s[i, off + M_TAU], limit))
-                if m == CORE and code != CODE_WITHDRAW:
+                n_out = emit_model(out, n_out, row, CORE, code, s, i, via, mv, (damp, du), params)
+                out[n_out - 1, O_V0 + 9] = via
+                if via == CORE and code != CODE_WITHDRAW:
                     # the same forecast to the HW slowdown temperature (clocks cut >= 2x): where
                     # the die goes at today's power if the SW limiter does not hold it at its limit
-                    hw_limit = limit + params[P_SLOWDOWN_OFF]
+                    off = G_SIZE + CORE * M_SIZE
+                    observed = (mv[CORE, V_SEEN_R], mv[CORE, V_SEEN_RATE])
+                    t_m = mv[CORE, V_TEMP]
+                    hw_limit = limit_core + params[P_SLOWDOWN_OFF]
                     out[n_out - 1, O_V0 + 6] = model_eta(s, i, off, t_m, hw_limit, (damp, du), observed, params)[0]
                     out[n_out - 1, O_V0 + 7] = hw_limit
                     # the same forecast with the flow held where it is: on a loop losing flow the
                     # ETA carries the fall ahead, and this says whether the claim hinges on it
                     # (flow_loss_text words it where the rack is losing flow)
                     du_now = inlet_rate(s, i, parents[i, 0], racks, damp, params, 0.0)
-                    out[n_out - 1, O_V0 + 8] = model_eta(s, i, off, t_m, limit, (damp, du_now), observed, params)[0]
+                    out[n_out - 1, O_V0 + 8] = model_eta(s, i, off, t_m, limit_core, (damp, du_now), observed,
+                                                         params)[0]
+        # hbm_overheat: the HBM model's own alarm (not gated on idle: the memory heats all the same)
+        if mv[HBM, V_USABLE] > 0.0:
+            eta = mv[HBM, V_ETA]
+            on_count = 1.0 if eta <= params[P_URGENT] else params[P_ON]
+            code = alarm_step(alarms, i, HBM * A_SIZE, ts, mv[HBM, V_FIRING] > 0.0, not eta <= clear_eta,
+                              on_count, params[P_OFF_HOLD], params[P_REFRESH])
+            if code != CODE_NONE:
+                n_out = emit_model(out, n_out, row, HBM, code, s, i, HBM, mv, (damp, du), params)
     return n_out
 
 
@@ -538,6 +594,7 @@ class ThermalDetector(ThermalFitDetector):
         self._scratch = Scratch()
         self._out = np.empty((0, OUT_SIZE))
         self._n_out = 0
+        self._row_models = np.empty((N_MODELS, V_SIZE))  # the kernel's scratch
 
     def update(self, frame: Frame) -> list[Finding]:
         if frame.kind == "rack":
@@ -557,7 +614,7 @@ class ThermalDetector(ThermalFitDetector):
     def after_fit(self, fit: ThermalFit, lo: int, hi: int) -> None:
         self._n_out = _thermal_kernel(fit.obs, fit.rows, (lo, hi), fit.parents,
                                       (fit.s_model, self.s_forecast, self.s_alarm), fit.s_rack,
-                                      self.params, self._out, self._n_out)
+                                      self.params, self._row_models, self._out, self._n_out)
 
     def gauges(self) -> dict[str, tuple[str, np.ndarray, str]]:
         core = G_SIZE + CORE * M_SIZE
@@ -575,7 +632,12 @@ class ThermalDetector(ThermalFitDetector):
             row, which, code = int(rec[O_ROW]), int(rec[O_WHICH]), int(rec[O_CODE])
             ts, slot = float(obs[row, X_TS]), int(obs[row, X_SLOT])
             target, slope, inlet, r, tau, limit = (float(v) for v in rec[O_V0:O_V0 + 6])
-            part = "core" if which == CORE else "HBM"
+            # which model the alarm follows: a thermal throttle comes from the core's forecast
+            # or the HBM's, whichever reaches its limit first
+            via = int(rec[O_V0 + 9]) if which == CORE else HBM
+            part = "core" if via == CORE else "HBM"
+            # the HBM's own nominal: its resistance to the coolant is about 0.6 of the die's
+            r_nominal = self.params[P_R_NOM] if via == CORE else HBM_THERMAL_RESISTANCE_C_PER_W
             if code == CODE_WITHDRAW:
                 reason = f"{part} no longer heading for {limit:.0f} °C (steady state {target:.1f} °C)"
             else:
@@ -584,9 +646,12 @@ class ThermalDetector(ThermalFitDetector):
                 # limit that rises fast is a throttle on its way
                 reason = (f"{part} heading for its limit {limit:.0f} °C: steady state under current power "
                           f"{target:.1f} °C, moving {slope * 60:+.2f} °C/min; R {r:.4f} °C/W "
-                          f"({r / self.params[P_R_NOM] - 1:+.0%} vs nominal), tau {tau:.0f} s, "
+                          f"({r / r_nominal - 1:+.0%} vs nominal), tau {tau:.0f} s, "
                           f"inlet {inlet:.1f} °C")
-                if which == CORE:
+                if which == CORE and via == HBM:
+                    reason += ("; the SW thermal limiter cuts clocks to hold the memory there (NVML's SW "
+                               "thermal slowdown acts on either limit)")
+                elif which == CORE:
                     reason += hw_slowdown_text(float(rec[O_V0 + 6]), float(rec[O_V0 + 7]))
                     rack = int(self.fit.parents[slot, 0])
                     if rack >= 0:

@@ -244,6 +244,32 @@ def test_tim_degradation_predicted_well_ahead_and_only_on_that_gpu():
     assert "R 0.0" in first[0].reason and "inlet" in first[0].reason
 
 
+def test_an_hbm_heading_for_its_limit_is_a_thermal_throttle_on_its_way():
+    """NVML's SW thermal slowdown holds the memory under its max operating temperature (95 °C) as
+    well as the die under its own, so a GPU whose HBM cooling path degrades throttles with its core
+    far from 87 °C (seeds 811-818: every such throttle was missed as a thermal throttle while the
+    same GPU's hbm_overheat was called ~22 min ahead). The thermal_throttle prediction follows the
+    HBM's forecast there, minutes ahead, and says why; hbm_overheat comes from the same forecast."""
+    topo = small_topology()
+    world = World(topo, faults=[Fault("hbm_degradation", 5, 1800, 2.0, "f1")], seed=1)
+    frames, events = world.run(3 * 3600)
+    onset = next(e.time for e in events if e.type == "thermal_throttle_start")
+    core_at_onset = next(f.columns["gpu_temp"][5] for f in frames if f.kind == "gpu" and f.ts[5] >= onset)
+    assert core_at_onset < 80.0  # the core is nowhere near its own limit
+    found = run(th.ThermalDetector(topo), frames)
+    first = preds(found)
+    assert {p.slot for p in first} == {5}
+    assert onset - first[0].ts >= 300  # at least five minutes of warning
+    assert first[0].reason.startswith("HBM heading for its limit 95 °C"), first[0].reason
+    assert "SW thermal limiter cuts clocks to hold the memory" in first[0].reason
+    # its R against the HBM's own nominal (0.027 °C/W), not the die's
+    r, pct = re.search(r"R ([\d.]+) °C/W \(([+-]\d+)% vs nominal\)", first[0].reason).groups()
+    assert int(pct) == pytest.approx(100 * (float(r) / facts.HBM_THERMAL_RESISTANCE_C_PER_W - 1), abs=1)
+    assert abs(first[0].ts + first[0].eta_s - onset) <= 600  # the ETA points at the onset
+    hbm = preds(found, "hbm_overheat")
+    assert hbm and hbm[0].slot == 5 and hbm[0].ts == first[0].ts and hbm[0].eta_s == first[0].eta_s
+
+
 HW_SLOWDOWN_ETA = re.compile(r"reaches HW slowdown (\d+) °C \(clocks cut >= 2x\) in ([\d.]+) min")
 
 
@@ -887,7 +913,7 @@ class NaiveThermal(PerSample):
         self.fc = th.new_forecast_state(n)
         self.alarm = [[new_alarm() for _ in range(tf.N_MODELS)] for _ in range(n)]
         self.found = []  # (ts, slot, event, active, eta, confidence)
-        self.seen = {"due": 0, "start": 0, "refresh": 0, "withdraw": 0, "idle": 0, "hbm": 0}
+        self.seen = {"due": 0, "start": 0, "refresh": 0, "withdraw": 0, "idle": 0, "hbm": 0, "via_hbm": 0}
 
     def sample(self, ts, i, dt, tprev, c):
         p, s, fc, racks = self.p, self.fit.s_model, self.fc, self.fit.s_rack
@@ -908,6 +934,7 @@ class NaiveThermal(PerSample):
             fc[i, th.F_EVAL_TS] = ts
             self.seen["due"] += 1
         w = math.nan if math.isnan(tprev) else 1 - math.exp(-dt / p[tf.P_TREND_SMOOTH])
+        model = {}  # model -> (eta, firing, clear)
         for m, temp, limit in ((tf.CORE, c["gpu_temp"], limit_core), (tf.HBM, c["hbm_temp"], p[tf.P_LIM_HBM])):
             if not -50.0 < temp < 200.0:
                 continue
@@ -923,17 +950,33 @@ class NaiveThermal(PerSample):
                 fc[i, f + th.F_ETA], fc[i, f + th.F_SURE] = eta, float(sure)
             else:  # the last forecast, aged
                 eta, sure = max(fc[i, f + th.F_ETA] - since, 0.0), fc[i, f + th.F_SURE] > 0
-            firing, clear = sure and conf >= p[tf.P_CONF_MIN], not eta <= horizon * p[tf.P_CLEAR]
-            if m == tf.CORE and idle:
+            model[m] = (eta, conf, sure and conf >= p[tf.P_CONF_MIN], not eta <= horizon * p[tf.P_CLEAR])
+        # thermal_throttle: the SW thermal limiter holds the core and the memory, each under its own
+        # limit; the alarm follows whichever forecast fires (the earlier ETA if both or neither do),
+        # steps only with a core reading, and idles with the GPU
+        if tf.CORE in model:
+            hbm = model.get(tf.HBM, (math.inf, math.nan, False, True))
+            core = model[tf.CORE]
+            via = tf.HBM if (hbm[2] and not core[2]) or (hbm[2] == core[2] and hbm[0] < core[0]) else tf.CORE
+            eta, conf = (hbm if via == tf.HBM else core)[:2]
+            firing, clear = core[2] or hbm[2], core[3] and hbm[3]
+            if idle:
                 firing, clear = False, True
                 self.seen["idle"] += 1
-            code = naive_alarm_step(self.alarm[i][m], ts, firing, clear,
-                                    1.0 if eta <= p[tf.P_URGENT] else p[tf.P_ON], p[tf.P_OFF_HOLD], p[tf.P_REFRESH])
-            if code is not None:
-                self.found.append((ts, i, th.MODEL_EVENTS[m], code != "withdraw",
-                                   eta if math.isfinite(eta) else -1.0, round(conf, 3)))
-                self.seen[code] += 1
-                self.seen["hbm"] += m == tf.HBM
+            self.step(i, 0, ts, firing, clear, eta, conf, "thermal_throttle")
+            self.seen["via_hbm"] += via == tf.HBM and firing
+        if tf.HBM in model:
+            eta, conf, firing, clear = model[tf.HBM]
+            self.step(i, 1, ts, firing, clear, eta, conf, "hbm_overheat")
+
+    def step(self, i, k, ts, firing, clear, eta, conf, event):
+        p = self.p
+        code = naive_alarm_step(self.alarm[i][k], ts, firing, clear,
+                                1.0 if eta <= p[tf.P_URGENT] else p[tf.P_ON], p[tf.P_OFF_HOLD], p[tf.P_REFRESH])
+        if code is not None:
+            self.found.append((ts, i, event, code != "withdraw", eta if math.isfinite(eta) else -1.0, round(conf, 3)))
+            self.seen[code] += 1
+            self.seen["hbm"] += event == "hbm_overheat"
 
 
 def random_heating_frames(topo, seed, ticks=400):

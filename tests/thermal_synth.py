@@ -2,8 +2,9 @@
 
 Each GPU's core and HBM temperatures relax toward ``inlet + R·P`` (exact exponential steps);
 power follows a per-GPU demand, capped at the power limit (bit 0x4) and cut to hold the core at
-max operating temperature once it gets there (bit 0x20). Faults: a rack's inlet ramps up
-(cooling loss) or a GPU's R ramps up (thermal-interface degradation). Ground truth is returned
+max operating temperature, or the HBM at its own, once it gets there (bit 0x20). Faults: a
+rack's inlet ramps up (cooling loss), a GPU's R ramps up (thermal-interface degradation) or its
+HBM's does (the HBM cooling path degrading), or its power demand ramps up. Ground truth is returned
 as :class:`foreshock.events.Event` objects, like a simulator recording's ``events.jsonl``.
 """
 
@@ -21,10 +22,10 @@ from foreshock.topology import Topology
 
 @dataclass
 class Fault:
-    kind: str  # "cooling_loss" (rack) | "tim_degradation" (gpu) | "power_ramp" (gpu)
+    kind: str  # "cooling_loss" (rack) | "tim_degradation", "hbm_degradation", "power_ramp" (gpu)
     target: int
     onset: float
-    rate: float  # °C/s of inlet, fraction of R per hour, or W/s of power demand
+    rate: float  # °C/s of inlet, fraction of R (core or HBM) per hour, or W/s of power demand
     fault_id: str = "f0"
 
 
@@ -71,6 +72,7 @@ class World:
             ts = self.t0 + t
             inlet = np.full(n_racks, self.inlet_c)
             r_now = r_core.copy()
+            r_hbm_now = r_hbm.copy()
             dem = demand.copy()
             for f in self.faults:
                 if t < f.onset:
@@ -81,19 +83,24 @@ class World:
                 elif f.kind == "tim_degradation":
                     r_now[f.target] *= 1 + f.rate * (t - f.onset) / 3600
                     fault_of[f.target] = f
+                elif f.kind == "hbm_degradation":
+                    r_hbm_now[f.target] *= 1 + f.rate * (t - f.onset) / 3600
+                    fault_of[f.target] = f
                 elif f.kind == "power_ramp":
                     dem[f.target] += f.rate * (t - f.onset)
                     fault_of[f.target] = f
             u = inlet[rack_of]
             power = np.minimum(dem, facts.POWER_LIMIT_W)
             cap_bit = dem >= facts.POWER_LIMIT_W
-            hold = (limit - u) / r_now  # power that holds the core at the limit
-            therm_bit = temp >= limit - 0.01
+            # the SW thermal limiter holds the core at its limit and the HBM at its own (NVML's
+            # SW thermal slowdown): the power that does it
+            hold = np.minimum((limit - u) / r_now, (facts.HBM_MAX_OPERATING_TEMP_C - u) / r_hbm_now)
+            therm_bit = (temp >= limit - 0.01) | (hbm >= facts.HBM_MAX_OPERATING_TEMP_C - 0.01)
             power = np.where(therm_bit, np.minimum(power, hold), power)
             a_c = np.exp(-self.interval / self.tau_core)
             a_h = np.exp(-self.interval / self.tau_hbm)
             temp = u + r_now * power + (temp - u - r_now * power) * a_c
-            hbm = u + r_hbm * power + (hbm - u - r_hbm * power) * a_h
+            hbm = u + r_hbm_now * power + (hbm - u - r_hbm_now * power) * a_h
             energy = energy + power * self.interval
             reasons = (facts.THROTTLE_SW_POWER_CAP * cap_bit + facts.THROTTLE_SW_THERMAL * therm_bit).astype(float)
             frames.append(Frame("rack", np.full(n_racks, ts), np.arange(n_racks), {
