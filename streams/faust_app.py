@@ -102,6 +102,9 @@ class WorkerConfig:
 
 
 ROLES = ("all", "detect", "incidents")
+EXTERNAL_FIRST_FETCH_MS = 500
+"""How long the incident stage's first read of ``external.events`` (after it is loaded or
+reassigned) waits for the topic's first fetch; later reads take only what has arrived."""
 
 
 def _raw_topic(app: faust.App, name: str, partitions: int | None = None) -> Any:
@@ -382,6 +385,7 @@ class ForeshockWorker:
             self._external_reader = await self._consumer("external")
         reader = self._external_reader
         tp = TopicPartition(self.config.topics.external, 0)
+        wait_ms = 0
         if not self.external_positioned:
             reader.assign([tp])
             if stage.external_offset >= 0:
@@ -389,7 +393,11 @@ class ForeshockWorker:
             else:
                 await reader.seek_to_beginning(tp)
             self.external_positioned = True
-        batch = (await reader.getmany(tp, timeout_ms=0)).get(tp, [])
+            # a reader just positioned has fetched nothing yet: without a wait, events already
+            # on the topic reach the stage only with a later findings message, and a short
+            # replay's last one can come first (a fresh-clone `make test` under load saw it)
+            wait_ms = EXTERNAL_FIRST_FETCH_MS
+        batch = (await reader.getmany(tp, timeout_ms=wait_ms)).get(tp, [])
         for record in batch:
             events, bad = parse_lines((record.value or b"").split(b"\n"))
             if not stage.add_external(events, record.offset):
