@@ -1048,14 +1048,27 @@ def write_plots(result: RunResult, report: dict[str, Any], out_dir: str | Path,
 CAPPED_TIME_LABELS = {"under_1s": "< 1 s in all", "1s_or_more": ">= 1 s", "unknown": "(no counter)"}
 
 
+RENDER_COLUMNS = ("eps", "recall", "@lead", "prec", "lead", "p10", "FA/1kh")
+RENDER_CAPTION = ("eps: episodes; @lead: recall with at least the kind's useful lead (5 min thermal, 30 s power "
+                  "cap); prec: precision; lead, p10: median and 10th-percentile lead; FA/1kh: false alarms per "
+                  "1000 entity-hours (GPU-hours for GPU kinds)")
+
+
 def render_table(report: dict[str, Any], kinds: Sequence[str] | None = None, by_fault: bool = True) -> Any:
-    """A rich table of the report (returned, so the caller decides where to print it)."""
+    """A rich table of the report (returned, so the caller decides where to print it).
+
+    One label column — each detector set and event kind, then its indented per-fault, per-onset
+    and matched rows — and short figure headings explained in the caption: an 80-column terminal
+    shows every figure whole and folds only long labels (with a column each for set, kind and
+    fault it folded every name to "fore…", "powe…")."""
+    from rich import box
     from rich.table import Table
 
-    table = Table(title="foreshock evaluation", show_lines=False)
-    for col in ("detector", "event", "fault", "episodes", "recall", "recall at min lead", "precision",
-                "lead median", "lead p10", "false alarms /1000 h per entity"):
-        table.add_column(col, justify="right" if col not in ("detector", "event", "fault") else "left")
+    table = Table(title="foreshock evaluation", caption=RENDER_CAPTION, box=box.SIMPLE_HEAD, collapse_padding=True,
+                  pad_edge=False)
+    table.add_column("set, event kind / fault", min_width=20, ratio=1, overflow="fold")
+    for col in RENDER_COLUMNS:
+        table.add_column(col, justify="right", no_wrap=True)
 
     def fmt(v: Any, kind: str = "") -> str:
         if v is None:
@@ -1072,37 +1085,36 @@ def render_table(report: dict[str, Any], kinds: Sequence[str] | None = None, by_
         for kind, m in per_kind.items():
             if kinds is not None and kind not in kinds:
                 continue
-            rows = [("all", m)] + (sorted(m.get("by_fault", {}).items()) if by_fault else [])
+            rows = [(f"[bold]{det}[/] {kind}", m)]
+            rows += [(f"  {fault}", mm) for fault, mm in sorted(m.get("by_fault", {}).items())] if by_fault else []
             # recall by what precedes the onset; the target is judged on the predictable class
             for c, mm in m.get("by_onset", {}).items():
                 clock = mm.get("clock_change")
-                rows.append((f"onset: {c}" + (" (target)" if c == PREDICTABLE_ONSET else "")
+                rows.append((f"  onset: {c}" + (" (target)" if c == PREDICTABLE_ONSET else "")
                              + (f", clock rose {clock['rose']:.0%}" if clock is not None else ""), mm))
                 if c == PREDICTABLE_ONSET:  # ... and how long the limiter held those episodes
-                    rows += [(f"  held {CAPPED_TIME_LABELS.get(h, h)}", hm)
+                    rows += [(f"    held {CAPPED_TIME_LABELS.get(h, h)}", hm)
                              for h, hm in mm.get("by_capped_time", {}).items()]
-            for fault, mm in rows:
-                table.add_row(det if fault == "all" else "", kind if fault == "all" else "", fault,
-                              fmt(mm["episodes"]), fmt(mm["recall"]), fmt(mm.get("recall_at_min_lead")),
-                              fmt(mm["precision"]),
-                              fmt(mm["lead_median_s"], "s"), fmt(mm["lead_p10_s"], "s"),
+            for label, mm in rows:
+                table.add_row(label, fmt(mm["episodes"]), fmt(mm["recall"]), fmt(mm.get("recall_at_min_lead")),
+                              fmt(mm["precision"]), fmt(mm["lead_median_s"], "s"), fmt(mm["lead_p10_s"], "s"),
                               fmt(mm["false_alarms_per_1000_gpu_hours"]))
             mt = m.get("matched")
             if mt is not None:
                 best = (mt["best_precision"] or {}).get("precision")
-                label = (f"matched: P >= {mt['target_precision']:.3f} at {mt['threshold']:.4g}"
+                label = (f"  matched: P >= {mt['target_precision']:.3f} at {mt['threshold']:.4g}"
                          if mt["threshold"] is not None else
-                         f"matched: never P >= {mt['target_precision']:.3f} (best "
+                         f"  matched: never P >= {mt['target_precision']:.3f} (best "
                          f"{'—' if best is None else f'{best:.3f}'})")
-                table.add_row("", "", label, "", fmt(mt["recall"]), fmt(mt.get("recall_at_min_lead")),
-                              fmt(mt["precision"], "p"),
-                              fmt(mt["lead_median_s"], "s"), "", fmt(mt["false_alarms_per_1000_gpu_hours"]))
+                table.add_row(label, "", fmt(mt["recall"]), fmt(mt.get("recall_at_min_lead")),
+                              fmt(mt["precision"], "p"), fmt(mt["lead_median_s"], "s"), "",
+                              fmt(mt["false_alarms_per_1000_gpu_hours"]))
                 al = mt.get("at_min_lead")
                 if al is not None and al["threshold"] != mt["threshold"]:
-                    table.add_row("", "", f"matched, most warned ahead: at {al['threshold']:.4g}", "",
+                    table.add_row(f"  matched, most warned ahead: at {al['threshold']:.4g}", "",
                                   fmt(al["recall"]), fmt(al["recall_at_min_lead"]), fmt(al["precision"], "p"),
                                   "", "", "")
-        table.add_section()
+            table.add_section()
     return table
 
 

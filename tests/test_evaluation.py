@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import io
 import json
+import re
 from pathlib import Path
 
 import numpy as np
 import pytest
 from click.testing import CliRunner
+from rich.console import Console
 
 from foreshock.detectors import evaluation as ev
 from foreshock.events import Event
@@ -163,6 +166,19 @@ def test_cli_evaluate_end_to_end(tmp_path):
     assert summary["detectors"]["foreshock"]["thermal_throttle"]["recall"] == \
         report["detectors"]["foreshock"]["thermal_throttle"]["recall"] == 1.0
     assert (tmp_path / "out" / "lead_times.png").exists()
+    # an 80-column terminal shows every figure whole (with a column each for set, kind and fault
+    # every name was cut to "fore…", "ther…"): only long labels fold
+    console = Console(width=80, record=True, file=io.StringIO())
+    console.print(ev.render_table(report))
+    text = console.export_text()
+    assert "…" not in text and max(len(line) for line in text.splitlines()) <= 80
+    thermal = report["detectors"]["foreshock"]["thermal_throttle"]
+    lines = text.splitlines()
+    at = next(k for k, line in enumerate(lines) if re.match(r"\s*foreshock( thermal_throttle)?\s+\d", line))
+    assert "thermal_throttle" in lines[at] + lines[at + 1]  # the label may fold onto the next line
+    assert lines[at].split()[-9:-4] == [str(thermal["episodes"]), f"{thermal['recall']:.2f}",
+                                  f"{thermal['recall_at_min_lead']:.2f}", f"{thermal['precision']:.2f}",
+                                  f"{thermal['lead_median_s'] / 60:.1f}"]
     # the report sections are printed and summarised too, with report.json's figures
     assert "report sections" in result.output
     assert summary["incidents"]["foreshock"]["faults"] == report["incidents"]["faults"] == 1
