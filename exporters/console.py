@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Iterable, Sequence
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from foreshock.events import Event
@@ -127,9 +128,11 @@ def _incidents_table(tally: FindingTally, console: Console, t0: float, max_rows:
     if not tally.incidents:
         console.print("incidents: none")
         return
+    # short columns in the table, each incident's reason below it at the console's full width: in a
+    # column of its own an 80-column terminal folded it to nine characters a line
     table = Table(title="Incidents (one per cause)")
-    for col in ("opened", "state", "root cause", "why", "members", "predicted next", "jobs (step slowdown)"):
-        table.add_column(col, overflow="fold")
+    for col in ("opened", "state", "root cause", "members", "predicted next", "jobs (step slowdown)"):
+        table.add_column(col, overflow="fold", no_wrap=col in ("opened", "state", "members"))
     ordered = sorted(tally.incidents.values(), key=lambda i: (-len(i.members), tally.incident_opened[i.incident_id]))
     for inc in ordered[:max_rows]:
         nxt = ", ".join(f"{m} ({eta / 60:.0f} min)" if eta >= 0 else m for m, eta in inc.predicted_members[:3])
@@ -137,10 +140,13 @@ def _incidents_table(tally: FindingTally, console: Console, t0: float, max_rows:
             nxt += f" +{len(inc.predicted_members) - 3}"
         jobs = ", ".join(f"{j} x{r:.2f}" for j, r in inc.jobs[:3])
         table.add_row(_clock(tally.incident_opened[inc.incident_id], t0), inc.state,
-                      f"{inc.root_kind} {inc.root_entity}", inc.reason, str(len(inc.members)), nxt or "-", jobs or "-")
+                      f"{inc.root_kind} {inc.root_entity}", str(len(inc.members)), nxt or "-", jobs or "-")
     if len(ordered) > max_rows:
-        table.add_row("...", "", f"{len(ordered) - max_rows} more", "", "", "", "")
+        table.add_row("...", "", f"{len(ordered) - max_rows} more", "", "", "")
     console.print(table)
+    for inc in ordered[:max_rows]:  # a reason names its root ("cooling loop cdu1: 128 GPUs ..."); else say it
+        root = "" if inc.root_entity in inc.reason else f" ({inc.root_kind} {inc.root_entity})"
+        console.print(f"  [bold]why{root}[/]: {escape(inc.reason)}")
 
 
 def _predictions_table(tally: FindingTally, console: Console, t0: float, max_rows: int) -> None:
@@ -151,17 +157,24 @@ def _predictions_table(tally: FindingTally, console: Console, t0: float, max_row
     if not grouped:
         console.print("predictions: none")
         return
+    # a group per row, with its first prediction; the reasons (a few hundred characters each) are
+    # printed below at the console's full width, the first of each event kind: in a column they
+    # folded into twenty lines a row on an 80-column terminal, and a kind's groups read alike
     table = Table(title="Predictions by event and rack")
-    for col in ("event", "rack", "entities", "first at", "first example"):
-        table.add_column(col, overflow="fold")
+    for col in ("event", "rack", "entities", "first at", "first (ETA)"):
+        table.add_column(col, overflow="fold", no_wrap=col in ("rack", "entities", "first at"))
     ordered = sorted(grouped.items(), key=lambda kv: min(e.first_ts for e in kv[1]))
+    why: dict[str, tuple[TallyEntry, str]] = {}
     for (event, rack), entries in ordered[:max_rows]:
         first = min(entries, key=lambda e: e.first_ts)
         eta = f" (ETA {first.eta_s / 60:.1f} min)" if first.eta_s == first.eta_s else ""
-        table.add_row(event, rack, str(len(entries)), _clock(first.first_ts, t0), f"{first.entity}{eta}: {first.reason}")
+        table.add_row(event, rack, str(len(entries)), _clock(first.first_ts, t0), f"{first.entity}{eta}")
+        why.setdefault(event, (first, _clock(first.first_ts, t0)))
     if len(ordered) > max_rows:
         table.add_row("...", f"{len(ordered) - max_rows} more groups", "", "", "")
     console.print(table)
+    for event, (first, at) in why.items():
+        console.print(f"  [bold]{event}[/], first said of {first.entity} at {at}: {escape(first.reason)}")
 
 
 # Consequences worth predicting, most telling first: the first of these names the fault's impact.
@@ -176,7 +189,7 @@ _PREDICTED_BY = {"thermal_throttle_start": "thermal_throttle", "link_down": "lin
 
 def _truth_table(tally: FindingTally, events: Sequence[Event], console: Console, t0: float, max_rows: int) -> None:
     table = Table(title="Ground truth (simulator) vs. what foreshock said")
-    for col in ("fault", "target", "onset", "impact", "first prediction", "lead", "incident"):
+    for col in ("fault", "target", "onset", "impact", "foreshock first", "lead", "incident"):
         table.add_column(col, overflow="fold")
     for fault in [e for e in events if e.type == "fault_onset"][:max_rows]:
         consequences = [e for e in events if e.fault_id == fault.fault_id and e.type != "fault_onset"]
@@ -194,10 +207,11 @@ def _truth_table(tally: FindingTally, events: Sequence[Event], console: Console,
             lead = f"{lead_s / 60:.1f} min ahead" if lead_s >= 0 else f"{-lead_s / 60:.1f} min late"
         incident = next((f"{i.root_kind} {i.root_entity}" for i in tally.incidents.values()
                          if i.root_entity == fault.entity or fault.entity in i.members), "-")
+        # short words that wrap at a narrow column's edge: "thermal_throttle node25/gpu7 +0:36:25"
         table.add_row(
             fault.fault_type, fault.entity, _clock(fault.time, t0),
-            f"{impact.type} {impact.entity} at {_clock(impact.time, t0)}" if impact else "none yet",
-            f"{first.what} {first.entity} at {_clock(first.first_ts, t0)}" if first else "none",
+            f"{impact.type.removesuffix('_start')} {impact.entity} {_clock(impact.time, t0)}" if impact else "none yet",
+            f"{first.what.removeprefix('predict ')} {first.entity} {_clock(first.first_ts, t0)}" if first else "none",
             lead, incident,
         )
     console.print(table)

@@ -24,7 +24,31 @@ def test_a_group_shows_its_first_prediction_with_the_first_reason_and_eta() -> N
     render_summary(tally, PipelineHealth(), console=Console(file=out, width=200))
     text = out.getvalue()
     row = next(line for line in text.splitlines() if "power_cap" in line)
-    assert "+0:01:00" in row and "ETA 4.0 min" in row and "first reason: trend" in row
+    assert "+0:01:00" in row and "ETA 4.0 min" in row
+    # the reason below the table, at full width: the group's first
+    why = next(line for line in text.splitlines() if "first said of" in line)
+    assert "power_cap" in why and "n0/gpu0 at +0:01:00" in why and "first reason: trend" in why
     assert "later reason" not in text
     (entry,) = tally.entries.values()
     assert entry.count == 2 and entry.last_ts == 900.0
+
+
+def test_an_80_column_terminal_reads_each_reason_on_full_lines() -> None:
+    """The demo's summary at 80 columns: a reason is no longer folded into a narrow column (the
+    incidents table's "why" was nine characters wide, the predictions' example 29)."""
+    from foreshock.findings import Incident
+
+    tally = FindingTally(TOPO)
+    reason = "core heading for its limit 87 °C: " + "steady state rising, " * 12 + "inlet 26 °C"
+    tally.observe_findings([Prediction(100.0, "gpu", 0, "thermal_throttle", 420.0, 0.8, "thermal", reason)])
+    tally.observe_findings([Incident(160.0, "i1", "open", "cooling_loop", "cdu0",
+                                     "cooling loop cdu0: 2 GPUs across 1 rack heating, inlet rising",
+                                     members=("n0/gpu0",), findings=1)])
+    tally.first_ts = 40.0
+    out = io.StringIO()
+    render_summary(tally, PipelineHealth(), console=Console(file=out, width=80))
+    text = out.getvalue()
+    flat = " ".join(line.strip() for line in text.splitlines())
+    assert reason in flat  # whole, only wrapped at the console's edge
+    assert "cooling loop cdu0: 2 GPUs across 1 rack heating, inlet rising" in flat
+    assert max(len(line) for line in text.splitlines()) <= 80
