@@ -247,8 +247,8 @@ def test_tim_degradation_predicted_well_ahead_and_only_on_that_gpu():
 def test_an_hbm_heading_for_its_limit_is_a_thermal_throttle_on_its_way():
     """NVML's SW thermal slowdown holds the memory under its max operating temperature (95 °C) as
     well as the die under its own, so a GPU whose HBM cooling path degrades throttles with its core
-    far from 87 °C (seeds 811-818: every such throttle was missed as a thermal throttle while the
-    same GPU's hbm_overheat was called ~22 min ahead). The thermal_throttle prediction follows the
+    far from 87 °C (seeds 811-818: 16 of 17 such throttles were missed as thermal throttles while
+    the same GPUs' hbm_overheat was called ~22 min ahead). The thermal_throttle prediction follows the
     HBM's forecast there, minutes ahead, and says why; hbm_overheat comes from the same forecast."""
     topo = small_topology()
     world = World(topo, faults=[Fault("hbm_degradation", 5, 1800, 2.0, "f1")], seed=1)
@@ -934,7 +934,7 @@ class NaiveThermal(PerSample):
             fc[i, th.F_EVAL_TS] = ts
             self.seen["due"] += 1
         w = math.nan if math.isnan(tprev) else 1 - math.exp(-dt / p[tf.P_TREND_SMOOTH])
-        model = {}  # model -> (eta, firing, clear)
+        model = {}  # model -> (eta, confidence, firing, clear)
         for m, temp, limit in ((tf.CORE, c["gpu_temp"], limit_core), (tf.HBM, c["hbm_temp"], p[tf.P_LIM_HBM])):
             if not -50.0 < temp < 200.0:
                 continue
