@@ -164,17 +164,18 @@ def _predictions_table(tally: FindingTally, console: Console, t0: float, max_row
     for col in ("event", "rack", "entities", "first at", "first (ETA)"):
         table.add_column(col, overflow="fold", no_wrap=col in ("rack", "entities", "first at"))
     ordered = sorted(grouped.items(), key=lambda kv: min(e.first_ts for e in kv[1]))
-    why: dict[str, tuple[TallyEntry, str]] = {}
+    why: dict[str, TallyEntry] = {}  # each event kind's first shown prediction
     for (event, rack), entries in ordered[:max_rows]:
         first = min(entries, key=lambda e: e.first_ts)
         eta = f" (ETA {first.eta_s / 60:.1f} min)" if first.eta_s == first.eta_s else ""
         table.add_row(event, rack, str(len(entries)), _clock(first.first_ts, t0), f"{first.entity}{eta}")
-        why.setdefault(event, (first, _clock(first.first_ts, t0)))
+        why.setdefault(event, first)
     if len(ordered) > max_rows:
         table.add_row("...", f"{len(ordered) - max_rows} more groups", "", "", "")
     console.print(table)
-    for event, (first, at) in why.items():
-        console.print(f"  [bold]{event}[/], first said of {first.entity} at {at}: {escape(first.reason)}")
+    for event, first in why.items():
+        console.print(f"  [bold]{event}[/], first said of {first.entity} at {_clock(first.first_ts, t0)}: "
+                      f"{escape(first.reason)}")
 
 
 # Consequences worth predicting, most telling first: the first of these names the fault's impact.
