@@ -189,10 +189,14 @@ _PREDICTED_BY = {"thermal_throttle_start": "thermal_throttle", "link_down": "lin
 
 
 def _truth_table(tally: FindingTally, events: Sequence[Event], console: Console, t0: float, max_rows: int) -> None:
+    # clocks and the lead in the table, the entities on a numbered line per fault below it: with
+    # the names in its cells an 80-column terminal folded "thermal_throttle node25/gpu7" into four
+    # lines, and a link's name ("node26/gpu2~su0-leaf2#a") into three
     table = Table(title="Ground truth (simulator) vs. what foreshock said")
-    for col in ("fault", "target", "onset", "impact", "foreshock first", "lead", "incident"):
-        table.add_column(col, overflow="fold")
-    for fault in [e for e in events if e.type == "fault_onset"][:max_rows]:
+    for col in ("#", "fault", "onset", "impact at", "said at", "lead"):
+        table.add_column(col, overflow="fold", no_wrap=True)
+    lines = []
+    for n, fault in enumerate([e for e in events if e.type == "fault_onset"][:max_rows], 1):
         consequences = [e for e in events if e.fault_id == fault.fault_id and e.type != "fault_onset"]
         impact = next((min(c, key=lambda e: e.time) for kind in _IMPACT_ORDER
                        if (c := [e for e in consequences if e.type == kind])), None)
@@ -207,15 +211,19 @@ def _truth_table(tally: FindingTally, events: Sequence[Event], console: Console,
             lead_s = impact.time - first.first_ts
             lead = f"{lead_s / 60:.1f} min ahead" if lead_s >= 0 else f"{-lead_s / 60:.1f} min late"
         incident = next((f"{i.root_kind} {i.root_entity}" for i in tally.incidents.values()
-                         if i.root_entity == fault.entity or fault.entity in i.members), "-")
-        # short words that wrap at a narrow column's edge: "thermal_throttle node25/gpu7 +0:36:25"
-        table.add_row(
-            fault.fault_type, fault.entity, _clock(fault.time, t0),
-            f"{impact.type.removesuffix('_start')} {impact.entity} {_clock(impact.time, t0)}" if impact else "none yet",
-            f"{first.what.removeprefix('predict ')} {first.entity} {_clock(first.first_ts, t0)}" if first else "none",
-            lead, incident,
-        )
+                         if i.root_entity == fault.entity or fault.entity in i.members), None)
+        table.add_row(str(n), fault.fault_type, _clock(fault.time, t0),
+                      _clock(impact.time, t0) if impact else "-", _clock(first.first_ts, t0) if first else "-",
+                      lead)
+        said = f"{first.what.removeprefix('predict ')} of {first.entity}" if first else "nothing"
+        lines.append(f"  {n} [bold]{fault.fault_type} on {fault.entity}[/]: "
+                     + (f"first impact {impact.type.removesuffix('_start')} of {impact.entity}" if impact
+                        else "no impact yet")
+                     + f"; foreshock first said {said}"
+                     + (f"; incident {incident}" if incident else "; no incident"))
     console.print(table)
+    for line in lines:
+        console.print(line)
 
 
 def _related_entries(tally: FindingTally, fault: Event, consequences: Sequence[Event]) -> list[TallyEntry]:

@@ -52,3 +52,30 @@ def test_an_80_column_terminal_reads_each_reason_on_full_lines() -> None:
     assert reason in flat  # whole, only wrapped at the console's edge
     assert "cooling loop cdu0: 2 GPUs across 1 rack heating, inlet rising" in flat
     assert max(len(line) for line in text.splitlines()) <= 80
+
+
+def test_the_ground_truth_table_keeps_each_fault_on_one_row_at_80_columns() -> None:
+    """The truth table's cells are clocks and the lead; the entities go on a numbered line below
+    it. With them in its cells an 80-column terminal folded "thermal_throttle node0/gpu1" and a
+    link's long name over several lines."""
+    from foreshock.events import Event
+
+    tally = FindingTally(TOPO)
+    tally.observe_findings([Prediction(400.0, "gpu", 1, "thermal_throttle", 300.0, 0.8, "thermal", "r")])
+    tally.first_ts = 0.0
+    events = [
+        Event(100.0, "fault_onset", "gpu", "n0/gpu1", "f1", "tim_degradation"),
+        Event(700.0, "thermal_throttle_start", "gpu", "n0/gpu1", "f1", "tim_degradation"),
+        Event(200.0, "fault_onset", "optic", "n0/gpu0~su0-leaf2#a", "f2", "optic_degradation"),
+    ]
+    out = io.StringIO()
+    render_summary(tally, PipelineHealth(), events, console=Console(file=out, width=80))
+    lines = out.getvalue().splitlines()
+    assert max(len(line) for line in lines) <= 80
+    row = next(line for line in lines if "tim_degradation" in line and "│" in line)
+    cells = [c.strip() for c in row.strip("│ ").split("│")]
+    assert cells == ["1", "tim_degradation", "+0:01:40", "+0:11:40", "+0:06:40", "5.0 min ahead"]
+    flat = " ".join(line.strip() for line in lines)
+    assert ("1 tim_degradation on n0/gpu1: first impact thermal_throttle of n0/gpu1; "
+            "foreshock first said thermal_throttle of n0/gpu1; no incident") in flat
+    assert "2 optic_degradation on n0/gpu0~su0-leaf2#a: no impact yet; foreshock first said nothing" in flat
