@@ -357,21 +357,34 @@ def learn_loop_tau(rack_state: np.ndarray, r: int, ts: float, inlet: float) -> N
 
 
 @inline
-def gpu_inlet(ts: float, node: int, rack: int, temp: float, power_f: float, rack_state: np.ndarray,
-              node_state: np.ndarray, r_nominal: float, stale_s: float) -> float:
-    """The inlet temperature this GPU sees at ``ts`` (NaN when unknown).
-
-    Also feeds this GPU's ``T - R_nominal * P`` into its node's proxy for the current tick.
-    """
+def node_tick(ts: float, node: int, node_state: np.ndarray) -> None:
+    """At a node's first sample of a new tick, the minimum gathered over the last tick becomes
+    its proxy, and gathering starts again."""
     if ts > node_state[node, NODE_ACC_TS] + TICK_EPS_S:
         if node_state[node, NODE_ACC] < np.inf:
             node_state[node, NODE_PROXY] = node_state[node, NODE_ACC]
             node_state[node, NODE_PROXY_TS] = node_state[node, NODE_ACC_TS]
         node_state[node, NODE_ACC] = np.inf
         node_state[node, NODE_ACC_TS] = ts
+
+
+@inline
+def node_feed(node: int, temp: float, power_f: float, node_state: np.ndarray, r_nominal: float) -> None:
+    """Feed a GPU's ``T - R_nominal * P`` into its node's proxy for the current tick. ``power_f``
+    is the power passed through the die's lag (the first-order filter with its time constant)
+    *including this sample*: the temperature read now answers the heat up to now. A filter one
+    sample behind read a job's first loaded samples as the inlet jumping by R times a quarter of
+    the step (+6 °C), which the thermal forecast carried ahead as a failing loop."""
     if temp == temp and power_f == power_f:
         # min() without a branch: which of a node's GPUs is coolest is a coin toss per sample
         node_state[node, NODE_ACC] = min(temp - r_nominal * power_f, node_state[node, NODE_ACC])
+
+
+@inline
+def read_inlet(ts: float, node: int, rack: int, rack_state: np.ndarray, node_state: np.ndarray,
+               stale_s: float) -> float:
+    """The inlet temperature a GPU sees at ``ts``: its rack's, else its node's proxy of the last
+    tick (NaN when neither is fresh)."""
     if rack >= 0:
         inlet = rack_state[rack, RACK_INLET]
         if inlet == inlet and ts - rack_state[rack, RACK_TS] <= stale_s:
@@ -380,3 +393,13 @@ def gpu_inlet(ts: float, node: int, rack: int, temp: float, power_f: float, rack
     if proxy == proxy and ts - node_state[node, NODE_PROXY_TS] <= stale_s:
         return proxy  # type: ignore[no-any-return]
     return np.nan
+
+
+@inline
+def gpu_inlet(ts: float, node: int, rack: int, temp: float, power_f: float, rack_state: np.ndarray,
+              node_state: np.ndarray, r_nominal: float, stale_s: float) -> float:
+    """The inlet temperature this GPU sees at ``ts`` (NaN when unknown), feeding this sample
+    into its node's proxy first (:func:`node_tick`, :func:`node_feed`, :func:`read_inlet`)."""
+    node_tick(ts, node, node_state)
+    node_feed(node, temp, power_f, node_state, r_nominal)
+    return read_inlet(ts, node, rack, rack_state, node_state, stale_s)

@@ -34,8 +34,8 @@ from foreshock.health import PipelineHealth
 from foreshock.topology import Topology
 
 from .base import Detector, resolve_params
-from .gpu_inputs import (Scratch, gpu_inlet, gpu_obs, inline, kernel, new_node_state, new_rack_state,
-                         rack_inlet_obs, update_rack_inlet)
+from .gpu_inputs import (Scratch, gpu_obs, inline, kernel, new_node_state, new_rack_state, node_feed, node_tick,
+                         rack_inlet_obs, read_inlet, update_rack_inlet)
 
 OBS_FIELDS = ("gpu_temp", "hbm_temp", "power", "slowdown_temp", "energy", "power_limit", "throttle_reasons",
               "util")
@@ -319,8 +319,10 @@ def observe(obs: np.ndarray, row: int, s: np.ndarray, n_models: int, parents: np
         dt = params[P_GAP]  # Holt steps after a gap see one long step
     s[i, G_TS] = ts
     step_decays(d, dt, params)
-    inlet = gpu_inlet(ts, parents[i, 1], parents[i, 0], obs[row, X_TEMP], s[i, G_SIZE + M_PF],
-                      racks, nodes, params[P_R_NOM], params[P_STALE])
+    # the node proxy is fed after the core model's step (_fit_kernel): it needs this sample's
+    # filtered power
+    node_tick(ts, parents[i, 1], nodes)
+    inlet = read_inlet(ts, parents[i, 1], parents[i, 0], racks, nodes, params[P_STALE])
     if power == power:
         pr = s[i, G_PREF]
         w = d[D_REF]
@@ -369,6 +371,8 @@ def _fit_kernel(obs: np.ndarray, lo: int, hi: int, parents: np.ndarray, s: np.nd
             if temp == temp and -50.0 < temp < 200.0:
                 off = G_SIZE + m * M_SIZE
                 excited, ratio = model_step(s, i, off, dt, temp, power, inlet, params, decays)
+                if m == CORE:
+                    node_feed(parents[i, 1], temp, s[i, off + M_PF], nodes, params[P_R_NOM])
                 taus[n_taus, 0] = i
                 taus[n_taus, 1] = off
                 taus[n_taus, 2] = dt

@@ -170,14 +170,12 @@ class NaiveFit:
             if math.isfinite(v) and abs(v) < 1e6 and not self.rack.get(int(r), (-math.inf,))[0] > ts:
                 self.rack[int(r)] = (ts, v)
 
-    def inlet(self, ts, i, temp, power_f):
+    def inlet(self, ts, i):
         p, nd = self.p, self.node[int(self.node_of[i])]
         if ts > nd["acc_ts"] + 0.5:  # a new tick of this node: last tick's coolest GPU is the proxy
             if nd["acc"] < math.inf:
                 nd["proxy"], nd["proxy_ts"] = nd["acc"], nd["acc_ts"]
             nd["acc"], nd["acc_ts"] = math.inf, ts
-        if math.isfinite(temp) and math.isfinite(power_f):
-            nd["acc"] = min(nd["acc"], temp - p[tf.P_R_NOM] * power_f)
         rack_ts, rack_inlet = self.rack.get(int(self.rack_of[i]), (math.nan, math.nan))
         if ts - rack_ts <= p[tf.P_STALE]:
             return rack_inlet
@@ -212,7 +210,7 @@ class NaiveFit:
                 s[tf.G_SIZE + m * tf.M_SIZE + tf.M_TPREV] = math.nan
             dt = p[tf.P_GAP]
         s[tf.G_TS] = ts
-        inlet = self.inlet(ts, i, temp, s[tf.G_SIZE + tf.M_PF])
+        inlet = self.inlet(ts, i)
         if math.isfinite(power):
             if not s[tf.G_PREF] == s[tf.G_PREF] or power > 1.5 * s[tf.G_PREF]:
                 s[tf.G_PREF] = power
@@ -231,6 +229,10 @@ class NaiveFit:
         for m, t in ((tf.CORE, temp), (tf.HBM, hbm)):
             if -50.0 < t < 200.0:
                 self.model(s, tf.G_SIZE + m * tf.M_SIZE, dt, t, power, inlet)
+        if -50.0 < temp < 200.0 and math.isfinite(s[tf.G_SIZE + tf.M_PF]):
+            # the node proxy: T less R_nominal times the power filtered through this sample
+            nd = self.node[int(self.node_of[i])]
+            nd["acc"] = min(nd["acc"], temp - p[tf.P_R_NOM] * s[tf.G_SIZE + tf.M_PF])
 
     def model(self, s, off, dt, temp, power, inlet):
         p = self.p
