@@ -12,6 +12,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from foreshock.detectors import evaluation
 from foreshock.detectors.baselines import ModelFileError
+from foreshock.fields import ENTITY_KINDS
 from foreshock.recording import Recording, RecordingError
 
 from .common import param_option, parse_params
@@ -30,12 +31,16 @@ DEFAULT_SETS = "foreshock,river,sklearn,threshold"
 @click.option("--events", default=None, help="Event kinds to score (default: all known).")
 @click.option("--plots/--no-plots", default=True, show_default=True,
               help="Also write PNG plots (a few GPUs' temperature, predicted ETA and throttles; lead times).")
+@click.option("--telemetry", default=None,
+              help="Entity kinds fed to the detectors, comma-separated (default: all the recording has). "
+                   "`--telemetry gpu,job` scores what a GPU exporter alone (dcgm-exporter) gives: no rack "
+                   "inlet or coolant flow, no node fans or PSUs, no fabric.")
 @click.option("--by-fault/--no-by-fault", "by_fault", default=True, show_default=True,
               help="Show the per-fault rows in the printed table (report.json always has them).")
 @param_option
 @click.pass_context
 def command(ctx: click.Context, recording: str, sets: str, report_dir: str, model_path: str | None,
-            events: str | None, plots: bool, by_fault: bool, params: tuple[str, ...]) -> None:
+            events: str | None, plots: bool, telemetry: str | None, by_fault: bool, params: tuple[str, ...]) -> None:
     """Run detector sets over RECORDING and score their predictions against events.jsonl.
 
     Beside each baseline that alarms on a score threshold, the table shows its best recall at
@@ -53,6 +58,9 @@ def command(ctx: click.Context, recording: str, sets: str, report_dir: str, mode
         raise click.UsageError(f"unknown event kinds {bad}; known: {sorted(evaluation.EVENT_KINDS)}, "
                                f"and the report sections {sorted(evaluation.SECTION_SCORERS)}")
     kinds = [k for k in asked if k in evaluation.EVENT_KINDS]
+    fed = [k.strip() for k in telemetry.split(",") if k.strip()] if telemetry is not None else None
+    if fed is not None and (not fed or set(fed) - set(ENTITY_KINDS)):
+        raise click.UsageError(f"--telemetry takes entity kinds from {', '.join(ENTITY_KINDS)}; got {telemetry!r}")
     detector_params = parse_params(params)  # e.g. thermal.flow_plan_floor=0.1, for every set's detector of that name
     in_sets = {name for s in chosen for name in evaluation.set_members(s)}
     unused = sorted(set(detector_params) - in_sets)
@@ -79,7 +87,7 @@ def command(ctx: click.Context, recording: str, sets: str, report_dir: str, mode
         try:
             result = evaluation.run_recording(
                 rec, chosen, params=bank_params, trace_gpus=evaluation.pick_trace_gpus(rec) if plots else (),
-                progress=lambda done, total: bar.update(task, completed=done))
+                progress=lambda done, total: bar.update(task, completed=done), telemetry=fed)
         except (RecordingError, ModelFileError) as exc:
             raise click.ClickException(str(exc)) from None
         except (ValueError, TypeError) as exc:  # a detector refused a --param (unknown name, bad value)

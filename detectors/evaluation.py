@@ -340,6 +340,7 @@ class RunResult:
     health: PipelineHealth = field(default_factory=PipelineHealth)
     onsets: OnsetTelemetry | None = None  # to classify episodes by what precedes them
     score_logs: dict[str, list[ScoreLog]] = field(default_factory=dict)  # set -> its baselines' scores
+    telemetry: tuple[str, ...] = ()  # the entity kinds fed to the detectors
 
     @property
     def duration_s(self) -> float:
@@ -350,8 +351,12 @@ def run_recording(recording: Recording, sets: Sequence[str],
                   params: dict[str, dict[str, Any]] | None = None,
                   trace_gpus: Sequence[int] = (), window_s: float | None = None,
                   progress: Callable[[float, float], None] | None = None,
-                  log_scores: bool = True) -> RunResult:
+                  log_scores: bool = True, telemetry: Sequence[str] | None = None) -> RunResult:
     """Run every detector of ``sets`` in one bank over the recording; findings split by set.
+
+    ``telemetry`` limits the entity kinds fed to the detectors (default: every kind the bank
+    reads): ``("gpu", "job")`` is what a GPU exporter alone (dcgm-exporter) gives a deployment —
+    no rack inlet or coolant flow, so the thermal model falls back on the node proxy.
 
     With ``log_scores`` every baseline that scores samples against a threshold keeps its scores
     (:class:`~foreshock.detectors.baselines.ScoreLog`) for the precision-matched comparison."""
@@ -383,7 +388,8 @@ def run_recording(recording: Recording, sets: Sequence[str],
     samples = 0
     wall0 = time.perf_counter()
     first = last = math.nan
-    for frame in aligned_frames(recording, bank.kinds, window_s):
+    fed = tuple(k for k in bank.kinds if telemetry is None or k in telemetry)
+    for frame in aligned_frames(recording, fed, window_s):
         clean = guard.check(frame)
         if not len(clean):
             continue
@@ -408,7 +414,8 @@ def run_recording(recording: Recording, sets: Sequence[str],
     start = first if math.isnan(start) else start
     end = last if math.isnan(end) else end
     return RunResult(recording, found, recording.events(), start, end, time.perf_counter() - wall0,
-                     samples, traces, health, onsets.finish(), {s: v for s, v in score_logs.items() if v})
+                     samples, traces, health, onsets.finish(), {s: v for s, v in score_logs.items() if v},
+                     tuple(k for k in fed if k in recording.kinds()))
 
 
 # ---- scoring ------------------------------------------------------------------------------
@@ -857,6 +864,7 @@ def score(result: RunResult, kinds: Sequence[str] | None = None, reference: str 
         "horizons_s": {k: EVENT_KINDS[k].horizon_s for k in kinds},
         "wall_s": round(result.wall_s, 2),
         "samples": result.samples,
+        "telemetry": list(result.telemetry),
         "input_problems": {f"{s}:{r}": n for (s, r), n in result.health.problems.items()},
         "onset_classes": {"classes": list(ONSET_CLASSES), "predictable": PREDICTABLE_ONSET,
                           "job_start_s": JOB_START_S, "load_before_s": LOAD_BEFORE_S,

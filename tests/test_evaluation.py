@@ -211,6 +211,30 @@ def test_cli_evaluate_end_to_end(tmp_path):
         assert refused.exit_code == 2 and said in refused.output, refused.output
 
 
+def test_cli_evaluate_feeds_only_the_telemetry_asked_for(tmp_path):
+    """``--telemetry gpu`` scores what a GPU exporter alone gives: the rack frames (inlet) are not
+    fed, the thermal model runs on the node proxy, and a failing interface is still predicted."""
+    from foreshock.cli.main import cli
+    from foreshock.recording import Recording
+
+    topo = small_topology(nodes=2, gpus=4, racks=1)
+    write_recording(tmp_path / "rec", World(topo, seed=8, faults=[Fault("tim_degradation", 2, 600, 1.5)]), 2 * 3600)
+    rows = Recording.open(tmp_path / "rec").meta["rows"]
+    reports = {}
+    for name, extra in (("all", []), ("gpu", ["--telemetry", "gpu"])):
+        result = CliRunner().invoke(cli, ["evaluate", str(tmp_path / "rec"), "--detectors", "foreshock", "--no-plots",
+                                          "--events", "thermal_throttle", "--report", str(tmp_path / name)] + extra)
+        assert result.exit_code == 0, result.output
+        reports[name] = json.loads((tmp_path / name / "report.json").read_text())
+    assert set(reports["all"]["meta"]["telemetry"]) == {"gpu", "rack"}
+    assert reports["all"]["meta"]["samples"] == rows["gpu"] + rows["rack"]
+    assert reports["gpu"]["meta"]["telemetry"] == ["gpu"] and reports["gpu"]["meta"]["samples"] == rows["gpu"]
+    assert reports["gpu"]["detectors"]["foreshock"]["thermal_throttle"]["recall"] == 1.0
+    refused = CliRunner().invoke(cli, ["evaluate", str(tmp_path / "rec"), "--telemetry", "gpu,racks",
+                                       "--report", str(tmp_path / "bad")])
+    assert refused.exit_code == 2 and "entity kinds" in refused.output
+
+
 # ---- columnar scoring against the rules written out one alarm at a time ----------------------
 def naive_score(findings, events, kind, recording, start, end):
     """The scoring rules of the module docstring, one episode and one alarm statement at a time."""
