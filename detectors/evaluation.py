@@ -1059,7 +1059,9 @@ CAPPED_TIME_LABELS = {"under_1s": "< 1 s in all", "1s_or_more": ">= 1 s", "unkno
 RENDER_COLUMNS = ("eps", "recall", "@lead", "prec", "lead", "p10", "FA/1kh")
 RENDER_CAPTION = ("eps: episodes; @lead: recall with at least the kind's useful lead (5 min thermal, 30 s power "
                   "cap); prec: precision; lead, p10: median and 10th-percentile lead; FA/1kh: false alarms per "
-                  "1000 entity-hours (GPU-hours for GPU kinds)")
+                  "1000 entity-hours (GPU-hours for GPU kinds); by onset: recall by what the GPU showed before "
+                  "the onset (*: the class the target is judged on), and the share of those onsets across which "
+                  "the SM clock rose")
 
 
 def render_table(report: dict[str, Any], kinds: Sequence[str] | None = None, by_fault: bool = True) -> Any:
@@ -1095,15 +1097,22 @@ def render_table(report: dict[str, Any], kinds: Sequence[str] | None = None, by_
                 continue
             rows = [(f"[bold]{det}[/] {kind}", m)]
             rows += [(f"  {fault}", mm) for fault, mm in sorted(m.get("by_fault", {}).items())] if by_fault else []
-            # recall by what precedes the onset; the target is judged on the predictable class
+            # recall by what precedes the onset; the target is judged on the predictable class. A
+            # heading row, then a class a row with its clock's rise on a line of its own: on one
+            # line ("onset: thermal_throttled, clock rose 82%") 80 columns folded it mid-word
+            if m.get("by_onset"):
+                rows.append(("  by onset (*: target)", None))
             for c, mm in m.get("by_onset", {}).items():
                 clock = mm.get("clock_change")
-                rows.append((f"  onset: {c}" + (" (target)" if c == PREDICTABLE_ONSET else "")
-                             + (f", clock rose {clock['rose']:.0%}" if clock is not None else ""), mm))
+                rows.append((f"    {c}" + ("*" if c == PREDICTABLE_ONSET else "")
+                             + (f"\n      clock rose {clock['rose']:.0%}" if clock is not None else ""), mm))
                 if c == PREDICTABLE_ONSET:  # ... and how long the limiter held those episodes
-                    rows += [(f"    held {CAPPED_TIME_LABELS.get(h, h)}", hm)
+                    rows += [(f"      held {CAPPED_TIME_LABELS.get(h, h)}", hm)
                              for h, hm in mm.get("by_capped_time", {}).items()]
             for label, mm in rows:
+                if mm is None:
+                    table.add_row(label, *[""] * len(RENDER_COLUMNS))
+                    continue
                 table.add_row(label, fmt(mm["episodes"]), fmt(mm["recall"]), fmt(mm.get("recall_at_min_lead")),
                               fmt(mm["precision"]), fmt(mm["lead_median_s"], "s"), fmt(mm["lead_p10_s"], "s"),
                               fmt(mm["false_alarms_per_1000_gpu_hours"]))

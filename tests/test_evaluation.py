@@ -153,6 +153,10 @@ def test_report_shape_and_extension_point(tmp_path):
     assert any(p.name.startswith("gpu_node0_gpu6") for p in written)
 
 
+def fmt_or_dash(v):
+    return "—" if v is None else f"{v:.2f}"
+
+
 def test_cli_evaluate_end_to_end(tmp_path):
     from foreshock.cli.main import cli
 
@@ -179,6 +183,12 @@ def test_cli_evaluate_end_to_end(tmp_path):
     assert lines[at].split()[-9:-4] == [str(thermal["episodes"]), f"{thermal['recall']:.2f}",
                                   f"{thermal['recall_at_min_lead']:.2f}", f"{thermal['precision']:.2f}",
                                   f"{thermal['lead_median_s'] / 60:.1f}"]
+    # the power cap's onset classes: each on a row of its own with its figures, the target marked
+    onsets = report["detectors"]["foreshock"]["power_cap"]["by_onset"]
+    for c, m in onsets.items():
+        row = next(line for line in lines if re.match(rf"\s+{c}\*?\s+\d", line))
+        assert row.split()[1:3] == [str(m["episodes"]), fmt_or_dash(m["recall"])]
+        assert row.split()[0].endswith("*") == (c == ev.PREDICTABLE_ONSET)
     # the report sections are printed and summarised too, with report.json's figures
     assert "report sections" in result.output
     assert summary["incidents"]["foreshock"]["faults"] == report["incidents"]["faults"] == 1
