@@ -40,7 +40,7 @@ from foreshock.topology import Topology
 from .alarm import (CODE_NONE, CODE_REFRESH, CODE_WITHDRAW, O_CODE, O_CONF, O_ETA, O_ROW, O_V0, O_WHICH,
                     OUT_SIZE, alarm_step, emit, new_alarm_columns)
 from .base import Detector
-from .gpu_inputs import (gpu_inlet, gpu_obs, kernel, new_node_state, new_rack_state, rack_inlet_obs,
+from .gpu_inputs import (gpu_inlet, gpu_obs, kernel, link_rack_nodes, new_node_state, new_rack_state, rack_inlet_obs,
                          reason_bits, update_rack_inlet)
 
 # ---- the shared per-GPU feature stream -------------------------------------------------------
@@ -159,6 +159,7 @@ class FeatureStream:
         self.s_feat = np.full((n, F_SIZE), np.nan)
         self.s_rack = new_rack_state(topology.size("rack"))
         self.s_node = new_node_state(topology.size("node"))
+        link_rack_nodes(self.s_rack, self.s_node, topology.node_rack)
         self.n = n
 
     def observe_rack(self, frame: Frame) -> None:

@@ -50,10 +50,14 @@ INLINE_OPTIONS: dict[str, Any] = {**KERNEL_OPTIONS, "inline": "always"}
 # flow loss until, the flow back, the inlet is back at its baseline too (else 0); and the rack's
 # heat (PDU power) smoothed over tens of seconds and over the loop's lag, and the heat the rise
 # was learnt at (NaN where the rack reports none)
+# (NaN where the rack reports none); then, for racks that report no inlet, the proxy (the median
+# of its steady nodes' proxies) and the tick it was last taken at, the tick it was last looked for
+# at, and the first of the rack's nodes (a list threaded through the node state's NODE_NEXT;
+# NaN: none linked)
 (RACK_TS, RACK_INLET, RACK_U1, RACK_U2, RACK_U1_TS, RACK_DAMP, RACK_DAMP_N, RACK_FLOW, RACK_FLOW0,
  RACK_U0, RACK_RISE, RACK_RISE_N, RACK_FLOW_SLOPE, RACK_F1, RACK_LOSS, RACK_HEAT, RACK_HEAT_SLOW,
- RACK_RISE_HEAT) = range(18)
-RACK_SIZE = 18
+ RACK_RISE_HEAT, RACK_PROXY, RACK_PROXY_TS, RACK_PROXY_AT, RACK_NODE0) = range(22)
+RACK_SIZE = 22
 HEAT_TAU_S = 20.0
 HEAT_SLOW_TAU_S = 180.0
 """The inlet follows the heat over the loop's lag (about this): the heat a settled inlet reflects."""
@@ -77,9 +81,18 @@ SETTLED_C = 0.3
 """An inlet that moved less than this over the last window (and since) has settled."""
 RECOVERED_C = 1.0
 """A loop is back from a flow loss once its inlet is this close to its baseline's (or settled)."""
-# node state columns: the proxy of the previous tick and the minimum being gathered now
-NODE_PROXY_TS, NODE_PROXY, NODE_ACC_TS, NODE_ACC = 0, 1, 2, 3
-NODE_SIZE = 4
+# node state columns: the proxy of the previous tick and the minimum being gathered now; the
+# next node of the same rack (-1: the last; NaN: not linked); how far from steady the node's
+# GPUs were over the previous tick and over this one (see node_feed)
+NODE_PROXY_TS, NODE_PROXY, NODE_ACC_TS, NODE_ACC, NODE_NEXT, NODE_PROXY_DEV, NODE_ACC_DEV = range(7)
+NODE_SIZE = 7
+RACK_PROXY_MIN_NODES = 3
+"""A rack's proxy needs this many steady nodes with a fresh proxy of their own."""
+RACK_PROXY_STEADY_C = 2.0
+"""A node counts for its rack's proxy while none of its GPUs' ``R_nominal * |P - P_f|`` exceeds
+this: its work starting or stopping. Through those minutes its proxy swings by up to R times the
+step (the fitted lag of ``P_f`` trails the die's), and 3 of a rack's 4 nodes starting work moved
+the median 9 °C in a sample."""
 
 TICK_EPS_S = 0.5
 """Samples of one node closer than this in time belong to the same scrape (tick)."""
@@ -109,7 +122,20 @@ def new_node_state(n_nodes: int) -> np.ndarray:
     state = np.full((n_nodes, NODE_SIZE), np.nan)
     state[:, NODE_ACC] = np.inf
     state[:, NODE_ACC_TS] = -np.inf
+    state[:, NODE_ACC_DEV] = 0.0
     return state
+
+
+def link_rack_nodes(rack_state: np.ndarray, node_state: np.ndarray, node_rack: np.ndarray) -> None:
+    """Thread each rack's nodes into a list (RACK_NODE0, then NODE_NEXT) for the rack proxy."""
+    rack_state[:, RACK_NODE0] = np.nan
+    node_state[:, NODE_NEXT] = np.nan
+    for node in range(len(node_rack) - 1, -1, -1):  # pushed at the head: the list runs in node order
+        rack = int(node_rack[node])
+        if 0 <= rack < len(rack_state):
+            head = rack_state[rack, RACK_NODE0]
+            node_state[node, NODE_NEXT] = head if head == head else -1.0
+            rack_state[rack, RACK_NODE0] = node
 
 
 class Scratch:
@@ -364,12 +390,15 @@ def node_tick(ts: float, node: int, node_state: np.ndarray) -> None:
         if node_state[node, NODE_ACC] < np.inf:
             node_state[node, NODE_PROXY] = node_state[node, NODE_ACC]
             node_state[node, NODE_PROXY_TS] = node_state[node, NODE_ACC_TS]
+            node_state[node, NODE_PROXY_DEV] = node_state[node, NODE_ACC_DEV]
         node_state[node, NODE_ACC] = np.inf
         node_state[node, NODE_ACC_TS] = ts
+        node_state[node, NODE_ACC_DEV] = 0.0
 
 
 @inline
-def node_feed(node: int, temp: float, power_f: float, node_state: np.ndarray, r_nominal: float) -> None:
+def node_feed(node: int, temp: float, power_f: float, node_state: np.ndarray, r_nominal: float,
+              unsteady_c: float) -> None:
     """Feed a GPU's ``T - R_nominal * P`` into its node's proxy for the current tick. ``power_f``
     is the power passed through the die's lag (the first-order filter with its time constant)
     *including this sample*: the temperature read now answers the heat up to now. A filter one
@@ -378,17 +407,90 @@ def node_feed(node: int, temp: float, power_f: float, node_state: np.ndarray, r_
     if temp == temp and power_f == power_f:
         # min() without a branch: which of a node's GPUs is coolest is a coin toss per sample
         node_state[node, NODE_ACC] = min(temp - r_nominal * power_f, node_state[node, NODE_ACC])
+    # how far this GPU is from steady: R times its power's distance from the filtered power
+    # (``unsteady_c``, 0 where unknown); the node's worst over the tick
+    node_state[node, NODE_ACC_DEV] = max(unsteady_c, node_state[node, NODE_ACC_DEV])
+
+
+@inline
+def node_proxy_now(ts: float, node: int, node_state: np.ndarray) -> tuple[float, float, float]:
+    """A node's latest complete proxy at ``ts``, when it was gathered and how far from steady its
+    GPUs were then: the minimum of its last tick — still held as the running minimum if this tick
+    has not reached the node yet."""
+    acc = node_state[node, NODE_ACC]
+    if node_state[node, NODE_ACC_TS] < ts - TICK_EPS_S and acc < np.inf:
+        return acc, node_state[node, NODE_ACC_TS], node_state[node, NODE_ACC_DEV]  # type: ignore[return-value]
+    return (node_state[node, NODE_PROXY], node_state[node, NODE_PROXY_TS],  # type: ignore[return-value]
+            node_state[node, NODE_PROXY_DEV])
+
+
+@inline
+def _counts_for_rack(ts: float, v: float, vts: float, dev: float, stale_s: float) -> bool:
+    return v == v and ts - vts <= stale_s and dev <= RACK_PROXY_STEADY_C  # type: ignore[no-any-return]
+
+
+@inline
+def rack_proxy(ts: float, rack: int, rack_state: np.ndarray, node_state: np.ndarray, stale_s: float) -> float:
+    """The median of the fresh proxies of the rack's steady nodes (NaN under
+    RACK_PROXY_MIN_NODES of them).
+
+    A node's own proxy moves with whatever heats that node alone: failed fans raise all its GPUs
+    at the same power, just as a warmer inlet would, and read as its inlet rising. The loop's
+    inlet moves every node of the rack. O(n^2) over a rack's nodes, once per rack and tick (no
+    allocation in a kernel)."""
+    first = rack_state[rack, RACK_NODE0]
+    if first != first:
+        return np.nan
+    n = 0
+    k = int(first)
+    while k >= 0:
+        v, vts, dev = node_proxy_now(ts, k, node_state)
+        n += 1 if _counts_for_rack(ts, v, vts, dev, stale_s) else 0
+        k = int(node_state[k, NODE_NEXT])
+    if n < RACK_PROXY_MIN_NODES:
+        return np.nan
+    lo_rank, hi_rank = (n - 1) // 2, n // 2
+    lo = hi = np.nan
+    k = int(first)
+    while k >= 0:
+        v, vts, dev = node_proxy_now(ts, k, node_state)
+        if _counts_for_rack(ts, v, vts, dev, stale_s):
+            below = 0
+            tied = 0
+            j = int(first)
+            while j >= 0:
+                w, wts, wdev = node_proxy_now(ts, j, node_state)
+                if _counts_for_rack(ts, w, wts, wdev, stale_s):
+                    below += 1 if w < v else 0
+                    tied += 1 if w == v else 0
+                j = int(node_state[j, NODE_NEXT])
+            if below <= lo_rank < below + tied:
+                lo = v
+            if below <= hi_rank < below + tied:
+                hi = v
+        k = int(node_state[k, NODE_NEXT])
+    return 0.5 * (lo + hi)  # type: ignore[no-any-return]
 
 
 @inline
 def read_inlet(ts: float, node: int, rack: int, rack_state: np.ndarray, node_state: np.ndarray,
                stale_s: float) -> float:
-    """The inlet temperature a GPU sees at ``ts``: its rack's, else its node's proxy of the last
-    tick (NaN when neither is fresh)."""
+    """The inlet temperature a GPU sees at ``ts``: its rack's; else the rack's proxy (the median
+    of its steady nodes' proxies, looked for at the rack's first sample of a tick and held while
+    too few nodes are steady); else its node's proxy of the last tick (NaN when none is fresh)."""
     if rack >= 0:
         inlet = rack_state[rack, RACK_INLET]
         if inlet == inlet and ts - rack_state[rack, RACK_TS] <= stale_s:
             return inlet  # type: ignore[no-any-return]
+        if not ts <= rack_state[rack, RACK_PROXY_AT] + TICK_EPS_S:
+            rack_state[rack, RACK_PROXY_AT] = ts
+            median = rack_proxy(ts, rack, rack_state, node_state, stale_s)
+            if median == median:
+                rack_state[rack, RACK_PROXY] = median
+                rack_state[rack, RACK_PROXY_TS] = ts
+        proxy = rack_state[rack, RACK_PROXY]
+        if proxy == proxy and ts - rack_state[rack, RACK_PROXY_TS] <= stale_s:
+            return proxy  # type: ignore[no-any-return]
     proxy = node_state[node, NODE_PROXY]
     if proxy == proxy and ts - node_state[node, NODE_PROXY_TS] <= stale_s:
         return proxy  # type: ignore[no-any-return]
@@ -399,7 +501,8 @@ def read_inlet(ts: float, node: int, rack: int, rack_state: np.ndarray, node_sta
 def gpu_inlet(ts: float, node: int, rack: int, temp: float, power_f: float, rack_state: np.ndarray,
               node_state: np.ndarray, r_nominal: float, stale_s: float) -> float:
     """The inlet temperature this GPU sees at ``ts`` (NaN when unknown), feeding this sample
-    into its node's proxy first (:func:`node_tick`, :func:`node_feed`, :func:`read_inlet`)."""
+    into its node's proxy first (:func:`node_tick`, :func:`node_feed`, :func:`read_inlet`). Its
+    callers pass the sample's own power as ``power_f``, unfiltered: every node counts as steady."""
     node_tick(ts, node, node_state)
-    node_feed(node, temp, power_f, node_state, r_nominal)
+    node_feed(node, temp, power_f, node_state, r_nominal, 0.0)
     return read_inlet(ts, node, rack, rack_state, node_state, stale_s)

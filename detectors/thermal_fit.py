@@ -34,8 +34,8 @@ from foreshock.health import PipelineHealth
 from foreshock.topology import Topology
 
 from .base import Detector, resolve_params
-from .gpu_inputs import (Scratch, gpu_obs, inline, kernel, new_node_state, new_rack_state, node_feed, node_tick,
-                         rack_inlet_obs, read_inlet, update_rack_inlet)
+from .gpu_inputs import (Scratch, gpu_obs, inline, kernel, link_rack_nodes, new_node_state, new_rack_state,
+                         node_feed, node_tick, rack_inlet_obs, read_inlet, update_rack_inlet)
 
 OBS_FIELDS = ("gpu_temp", "hbm_temp", "power", "slowdown_temp", "energy", "power_limit", "throttle_reasons",
               "util")
@@ -372,7 +372,10 @@ def _fit_kernel(obs: np.ndarray, lo: int, hi: int, parents: np.ndarray, s: np.nd
                 off = G_SIZE + m * M_SIZE
                 excited, ratio = model_step(s, i, off, dt, temp, power, inlet, params, decays)
                 if m == CORE:
-                    node_feed(parents[i, 1], temp, s[i, off + M_PF], nodes, params[P_R_NOM])
+                    pf = s[i, off + M_PF]
+                    unsteady = params[P_R_NOM] * abs(power - pf)  # NaN (unknown) counts as steady
+                    node_feed(parents[i, 1], temp, pf, nodes, params[P_R_NOM],
+                              unsteady if unsteady == unsteady else 0.0)
                 taus[n_taus, 0] = i
                 taus[n_taus, 1] = off
                 taus[n_taus, 2] = dt
@@ -439,6 +442,7 @@ class ThermalFit:
         self.s_model = new_model_state(n, self.params)
         self.s_rack = new_rack_state(topology.size("rack"))
         self.s_node = new_node_state(topology.size("node"))
+        link_rack_nodes(self.s_rack, self.s_node, topology.node_rack)
         self.consumers: list[FitConsumer] = []
         self.obs = np.empty((0, 2 + len(OBS_FIELDS)), order="F")
         self.rows = np.empty((0, ROW_SIZE))

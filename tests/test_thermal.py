@@ -1066,31 +1066,41 @@ def test_out_of_reach_skips_a_healthy_gpu_and_not_one_heading_for_its_limit():
     assert not th.out_of_reach(s, 0, off, 52.0, 87.0, 240.0, 0.0, p)
 
 
-def job_stop_and_start_without_inlet(seed: int):
-    """GPU frames only (dcgm-exporter alone: no rack reports an inlet). One node of 8 GPUs works at
-    ~640 W on a 26 °C inlet, its job stops at 20 min and starts again 3.4 min later, mid-interval,
-    and runs on: the dies cool and warm by ~26 °C with the simulator's 10-s lag (the fit starts
-    from 30 s and learns more than that), physics in 1-s steps, sampled every 10 s (whole °C, ±5 W,
-    an energy counter). Nothing is wrong: steady state ~56 °C, 31 °C under the limit."""
+def gpu_only_frames(topo, seed: int, seconds: int, busy_at, r_factor_at=lambda t, n: 1.0):
+    """GPU frames only (dcgm-exporter alone: no rack reports an inlet) of ``topo``'s GPUs on a 26 °C
+    inlet: ~640 W where ``busy_at(t)`` (a bool per GPU) says so, idle power elsewhere, each GPU's R
+    times ``r_factor_at(t, n)``. Physics in 1-s steps with the simulator's 10-s die lag (the fit
+    starts from 30 s and learns more than that), sampled every 10 s: whole °C, ±5 W, an energy
+    counter. Returns the frames and the callback's inlet (26 °C)."""
     rng = np.random.default_rng(seed)
-    topo = small_topology(nodes=1, gpus=8, racks=1)
-    n, inlet, stop, start = 8, 26.0, 1200, 1403.7
-    r = facts.THERMAL_RESISTANCE_C_PER_W * (1 + 0.03 * rng.standard_normal(n))
+    n, inlet = topo.size("gpu"), 26.0
+    r0 = facts.THERMAL_RESISTANCE_C_PER_W * (1 + 0.03 * rng.standard_normal(n))
     load = 640.0 * (1 + 0.02 * rng.standard_normal(n))
-    temp = inlet + r * load
+    power = np.where(busy_at(0), load, facts.IDLE_POWER_W)
+    temp = inlet + r0 * power
     energy = rng.uniform(0, 1e9, n)
     frames = []
-    for t in range(1, 2400 + 1):
-        busy = not stop <= t < start
-        power = load if busy else np.full(n, facts.IDLE_POWER_W)
+    for t in range(1, seconds + 1):
+        busy = busy_at(t)
+        power = np.where(busy, load, facts.IDLE_POWER_W)
+        r = r0 * r_factor_at(t, n)
         temp = inlet + r * power + (temp - inlet - r * power) * math.exp(-1.0 / 10.0)
         energy = energy + power
         if t % 10 == 0:
             frames.append(Frame("gpu", np.full(n, float(t)), np.arange(n), {
                 "gpu_temp": np.round(temp), "hbm_temp": np.round(inlet + 0.028 * power),
                 "power": power + np.clip(2.5 * rng.standard_normal(n), -5, 5), "energy": energy.copy(),
-                "power_limit": np.full(n, facts.POWER_LIMIT_W), "util": np.full(n, 1.0 if busy else 0.0),
-                "throttle_reasons": np.full(n, 0.0 if busy else 1.0)}))
+                "power_limit": np.full(n, facts.POWER_LIMIT_W), "util": np.where(busy, 1.0, 0.0),
+                "throttle_reasons": np.where(busy, 0.0, 1.0)}))
+    return frames, inlet
+
+
+def job_stop_and_start_without_inlet(seed: int):
+    """One node of 8 GPUs works, its job stops at 20 min and starts again 3.4 min later,
+    mid-interval, and runs on: the dies cool and warm by ~26 °C. Nothing is wrong: steady state
+    ~56 °C, 31 °C under the limit."""
+    topo = small_topology(nodes=1, gpus=8, racks=1)
+    frames, _ = gpu_only_frames(topo, seed, 2400, lambda t: np.full(8, not 1200 <= t < 1403.7))
     return topo, frames
 
 
@@ -1109,3 +1119,57 @@ def test_without_an_inlet_a_job_starting_is_not_a_failing_loop(seed):
         found += preds(det.update(frame))
     assert det.s_node[0, gi.NODE_PROXY] == det.s_node[0, gi.NODE_PROXY]  # the proxy was in use
     assert not found, found[0].reason
+
+
+def fans_fail_without_inlet(seed: int, r_factor: float = 1.8):
+    """One rack of 4 nodes x 8 GPUs at work; at 1 h node3's fans fail: its GPUs' R rises to
+    ``r_factor`` times over 60 s and stays (steady state ~79 °C, under the 87 °C limit)."""
+    topo = small_topology(nodes=4, gpus=8, racks=1)
+    failing = topo.gpu_node == 3
+    frames, _ = gpu_only_frames(
+        topo, seed, 2 * 3600, lambda t: np.ones(32, bool),
+        lambda t, n: np.where(failing, 1 + (r_factor - 1) * min(max(t - 3600, 0) / 60, 1.0), 1.0))
+    return topo, frames
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_without_an_inlet_failed_fans_are_a_hot_node_not_a_warm_inlet(seed):
+    """Without rack frames each GPU reads its rack's inlet as the median of the rack's nodes'
+    proxies. A node's own proxy rises with whatever heats that node alone: its fans failing raise
+    all its GPUs at the same power, exactly as a warmer inlet would. Read from the node alone, the
+    inlet 'rose' ~20 °C, the forecast carried it on and predicted every GPU of the node to
+    throttle, and the cooling detector, comparing R with the rack's peers, saw nothing (GPU-only
+    views of twelve 1,024-GPU recordings: fan failures cost 0.65-2.93 false alarms per 1000
+    GPU-h). From the rack, the inlet stays put and the node's R is what rises."""
+    from foreshock.detectors.cooling import CoolingDetector
+    from foreshock.findings import Anomaly
+
+    topo, frames = fans_fail_without_inlet(seed)
+    thermal, cooling = th.ThermalDetector(topo), CoolingDetector(topo)
+    found, flags = [], []
+    for frame in frames:
+        found += preds(thermal.update(frame))
+        flags += [f for f in cooling.update(frame) if isinstance(f, Anomaly) and f.entity_kind == "node"]
+    assert not found, found[0].reason
+    assert {f.slot for f in flags} == {3} and 3600 < min(f.ts for f in flags) <= 3600 + 900
+    assert abs(thermal.s_rack[0, gi.RACK_PROXY] - 26.0) < 3.0  # the rack's inlet did not move
+
+
+def test_without_an_inlet_work_starting_on_its_neighbours_leaves_a_nodes_inlet_alone():
+    """Three of a rack's four nodes start work at once while the fourth runs on. Their proxies
+    swing by up to R times the step for a minute or two (the fitted lag of ``P_f`` trails the
+    die's), so nodes whose GPUs are far from steady (R_nominal * |P - P_f| over 2 °C) are left out
+    of the rack's median, and it is held while fewer than three count. Taken over every node,
+    the fourth node read its inlet jumping 9 °C (seed 21, rack13: 21.4 -> 30.6 °C)."""
+    topo = small_topology(nodes=4, gpus=8, racks=1)
+    steady = topo.gpu_node == 3
+    frames, _ = gpu_only_frames(topo, 5, 2400, lambda t: steady | (t >= 1403.7))
+    det = th.ThermalDetector(topo)
+    seen, found = [], []
+    for frame in frames:
+        found += preds(det.update(frame))
+        if frame.ts[0] >= 600:
+            seen.append(det.s_rack[0, gi.RACK_PROXY])
+    seen = np.array(seen)
+    assert np.all(np.abs(seen - np.median(seen)) <= 1.5), (seen.min(), seen.max())
+    assert not found

@@ -161,24 +161,56 @@ class NaiveFit:
         self.rack_of, self.node_of = topo.gpu_rack, topo.gpu_node
         self.s = tf.new_model_state(topo.size("gpu"), p)
         self.rack = {}  # rack -> (ts, latest finite inlet)
-        self.node = {k: {"proxy": math.nan, "proxy_ts": math.nan, "acc": math.inf, "acc_ts": -math.inf}
-                     for k in range(topo.size("node"))}
-        self.seen = {"tau learnt": 0, "catch-up": 0, "restart": 0, "proxy inlet": 0, "skipped": 0}
+        self.node = {k: {"proxy": math.nan, "proxy_ts": math.nan, "acc": math.inf, "acc_ts": -math.inf,
+                         "dev": math.nan, "acc_dev": 0.0} for k in range(topo.size("node"))}
+        self.rack_nodes = {r: [k for k in range(topo.size("node")) if topo.node_rack[k] == r]
+                           for r in range(topo.size("rack"))}
+        self.rack_proxy = {r: {"value": math.nan, "ts": math.nan, "at": math.nan} for r in self.rack_nodes}
+        self.seen = {"tau learnt": 0, "catch-up": 0, "restart": 0, "proxy inlet": 0, "rack proxy": 0,
+                     "rack proxy held": 0, "skipped": 0}
 
     def rack_frame(self, frame):
         for ts, r, v in zip(frame.ts, frame.slot, frame.columns["inlet_temp"]):
             if math.isfinite(v) and abs(v) < 1e6 and not self.rack.get(int(r), (-math.inf,))[0] > ts:
                 self.rack[int(r)] = (ts, v)
 
+    def latest_node_proxy(self, ts, k):
+        """(value, gathered at, unsteadiness) of node k's last complete tick."""
+        nd = self.node[k]
+        if nd["acc_ts"] < ts - 0.5 and nd["acc"] < math.inf:
+            return nd["acc"], nd["acc_ts"], nd["acc_dev"]
+        return nd["proxy"], nd["proxy_ts"], nd["dev"]
+
+    def rack_median(self, ts, r):
+        """The median of the fresh proxies of the rack's steady nodes (>= 3 of them)."""
+        values = []
+        for k in self.rack_nodes[r]:
+            v, vts, dev = self.latest_node_proxy(ts, k)
+            if math.isfinite(v) and ts - vts <= self.p[tf.P_STALE] and dev <= tf_node.RACK_PROXY_STEADY_C:
+                values.append(v)
+        return float(np.median(values)) if len(values) >= tf_node.RACK_PROXY_MIN_NODES else math.nan
+
     def inlet(self, ts, i):
         p, nd = self.p, self.node[int(self.node_of[i])]
         if ts > nd["acc_ts"] + 0.5:  # a new tick of this node: last tick's coolest GPU is the proxy
             if nd["acc"] < math.inf:
-                nd["proxy"], nd["proxy_ts"] = nd["acc"], nd["acc_ts"]
-            nd["acc"], nd["acc_ts"] = math.inf, ts
-        rack_ts, rack_inlet = self.rack.get(int(self.rack_of[i]), (math.nan, math.nan))
+                nd["proxy"], nd["proxy_ts"], nd["dev"] = nd["acc"], nd["acc_ts"], nd["acc_dev"]
+            nd["acc"], nd["acc_ts"], nd["acc_dev"] = math.inf, ts, 0.0
+        r = int(self.rack_of[i])
+        rack_ts, rack_inlet = self.rack.get(r, (math.nan, math.nan))
         if ts - rack_ts <= p[tf.P_STALE]:
             return rack_inlet
+        rp = self.rack_proxy[r]
+        if not ts <= rp["at"] + 0.5:  # the rack's first sample of a tick: look for its median
+            rp["at"] = ts
+            median = self.rack_median(ts, r)
+            if math.isfinite(median):
+                rp["value"], rp["ts"] = median, ts
+            elif math.isfinite(rp["value"]):
+                self.seen["rack proxy held"] += 1
+        if math.isfinite(rp["value"]) and ts - rp["ts"] <= p[tf.P_STALE]:
+            self.seen["rack proxy"] += 1
+            return rp["value"]
         if ts - nd["proxy_ts"] <= p[tf.P_STALE]:
             self.seen["proxy inlet"] += 1
             return nd["proxy"]
@@ -229,10 +261,14 @@ class NaiveFit:
         for m, t in ((tf.CORE, temp), (tf.HBM, hbm)):
             if -50.0 < t < 200.0:
                 self.model(s, tf.G_SIZE + m * tf.M_SIZE, dt, t, power, inlet)
-        if -50.0 < temp < 200.0 and math.isfinite(s[tf.G_SIZE + tf.M_PF]):
-            # the node proxy: T less R_nominal times the power filtered through this sample
-            nd = self.node[int(self.node_of[i])]
-            nd["acc"] = min(nd["acc"], temp - p[tf.P_R_NOM] * s[tf.G_SIZE + tf.M_PF])
+        if -50.0 < temp < 200.0:
+            # the node proxy: T less R_nominal times the power filtered through this sample; and
+            # how far from steady the node's GPUs were (R_nominal times |P - P_f|)
+            nd, pf = self.node[int(self.node_of[i])], s[tf.G_SIZE + tf.M_PF]
+            if math.isfinite(pf):
+                nd["acc"] = min(nd["acc"], temp - p[tf.P_R_NOM] * pf)
+            unsteady = p[tf.P_R_NOM] * abs(power - pf)
+            nd["acc_dev"] = max(nd["acc_dev"], 0.0 if math.isnan(unsteady) else unsteady)
 
     def model(self, s, off, dt, temp, power, inlet):
         p = self.p
@@ -307,7 +343,7 @@ def random_fit_frames(topo, seed, ticks=60):
 
 
 def fit_both(seed):
-    topo = small_topology(nodes=4, gpus=4, racks=2)
+    topo = small_topology(nodes=7, gpus=3, racks=2)  # racks of 3 and 4 nodes: the rack proxy's median
     frames = random_fit_frames(topo, seed)
     fit, naive = tf.ThermalFit(topo, tf.params_vector({})), NaiveFit(topo, tf.params_vector({}))
     for frame in frames:
@@ -329,8 +365,11 @@ def test_the_fit_kernel_matches_a_naive_one_pass_reference(seed):
     # and LLVM: agreement to 1e-7 is the same arithmetic, a wrong formula is off by far more
     np.testing.assert_allclose(fit.s_model[:, keep], naive.s[:, keep], rtol=1e-7, atol=1e-9, equal_nan=True)
     for k, node in naive.node.items():
-        np.testing.assert_allclose(fit.s_node[k, [tf_node.NODE_PROXY, tf_node.NODE_ACC]],
-                                   [node["proxy"], node["acc"]], rtol=1e-9, atol=1e-9, equal_nan=True)
+        np.testing.assert_allclose(fit.s_node[k, [tf_node.NODE_PROXY, tf_node.NODE_ACC, tf_node.NODE_PROXY_DEV]],
+                                   [node["proxy"], node["acc"], node["dev"]], rtol=1e-9, atol=1e-9, equal_nan=True)
+    for r, rack in naive.rack_proxy.items():
+        np.testing.assert_allclose(fit.s_rack[r, [tf_node.RACK_PROXY, tf_node.RACK_PROXY_TS, tf_node.RACK_PROXY_AT]],
+                                   [rack["value"], rack["ts"], rack["at"]], rtol=1e-9, atol=1e-9, equal_nan=True)
 
 
 def test_the_fit_reference_comparison_reaches_every_branch():
