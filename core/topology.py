@@ -36,6 +36,11 @@ class TopologyError(ValueError):
     """A topology file or description is malformed; the message names the problem."""
 
 
+UNKNOWN = "unknown"
+"""The rack (and row, loop) that holds every node when a source does not say where nodes are:
+a grouping, not a physical rack (no shared inlet)."""
+
+
 def _i32(values: Sequence[int]) -> np.ndarray:
     return np.asarray(values, dtype=np.int32).reshape(-1)
 
@@ -139,6 +144,11 @@ class Topology:
     @property
     def gpu_rack(self) -> np.ndarray:
         return self.node_rack[self.gpu_node]
+
+    @property
+    def physical_racks(self) -> np.ndarray:
+        """Per rack, whether it is a real one (not the :data:`UNKNOWN` grouping of an import)."""
+        return np.array([name != UNKNOWN for name in self.racks], dtype=bool)
 
     @property
     def loops(self) -> list[str]:
@@ -340,7 +350,7 @@ class Topology:
     def from_gpu_hosts(cls, hosts_and_gpus: Iterable[tuple[str, int]], cluster: str = "imported") -> "Topology":
         """Derive a topology from source labels (hostname + GPU index), as an importer sees them.
 
-        Racks are unknown to such sources: every node goes into one rack, ``unknown``.
+        Racks are unknown to such sources: every node goes into one rack, :data:`UNKNOWN`.
         """
         per_host: dict[str, int] = {}
         for host, gpu in hosts_and_gpus:
@@ -348,9 +358,9 @@ class Topology:
         return cls.from_dict(
             {
                 "cluster": cluster,
-                "rows": [{"name": "unknown", "cooling_loop": "unknown"}],
-                "racks": [{"name": "unknown", "row": "unknown"}],
-                "nodes": [{"name": h, "rack": "unknown", "gpus": n} for h, n in sorted(per_host.items())],
+                "rows": [{"name": UNKNOWN, "cooling_loop": UNKNOWN}],
+                "racks": [{"name": UNKNOWN, "row": UNKNOWN}],
+                "nodes": [{"name": h, "rack": UNKNOWN, "gpus": n} for h, n in sorted(per_host.items())],
             }
         )
 

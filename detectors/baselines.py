@@ -159,7 +159,7 @@ class FeatureStream:
         self.s_feat = np.full((n, F_SIZE), np.nan)
         self.s_rack = new_rack_state(topology.size("rack"))
         self.s_node = new_node_state(topology.size("node"))
-        link_rack_nodes(self.s_rack, self.s_node, topology.node_rack)
+        link_rack_nodes(self.s_rack, self.s_node, topology.node_rack, topology.physical_racks)
         self.n = n
 
     def observe_rack(self, frame: Frame) -> None:

@@ -126,13 +126,16 @@ def new_node_state(n_nodes: int) -> np.ndarray:
     return state
 
 
-def link_rack_nodes(rack_state: np.ndarray, node_state: np.ndarray, node_rack: np.ndarray) -> None:
-    """Thread each rack's nodes into a list (RACK_NODE0, then NODE_NEXT) for the rack proxy."""
+def link_rack_nodes(rack_state: np.ndarray, node_state: np.ndarray, node_rack: np.ndarray,
+                    physical: np.ndarray) -> None:
+    """Thread each rack's nodes into a list (RACK_NODE0, then NODE_NEXT) for the rack proxy; only
+    ``physical`` racks: an importer's ``unknown`` rack holds every node of the cluster, across
+    loops whose inlets differ (its GPUs read their nodes' proxies)."""
     rack_state[:, RACK_NODE0] = np.nan
     node_state[:, NODE_NEXT] = np.nan
     for node in range(len(node_rack) - 1, -1, -1):  # pushed at the head: the list runs in node order
         rack = int(node_rack[node])
-        if 0 <= rack < len(rack_state):
+        if 0 <= rack < len(rack_state) and physical[rack]:
             head = rack_state[rack, RACK_NODE0]
             node_state[node, NODE_NEXT] = head if head == head else -1.0
             rack_state[rack, RACK_NODE0] = node

@@ -442,7 +442,7 @@ class ThermalFit:
         self.s_model = new_model_state(n, self.params)
         self.s_rack = new_rack_state(topology.size("rack"))
         self.s_node = new_node_state(topology.size("node"))
-        link_rack_nodes(self.s_rack, self.s_node, topology.node_rack)
+        link_rack_nodes(self.s_rack, self.s_node, topology.node_rack, topology.physical_racks)
         self.consumers: list[FitConsumer] = []
         self.obs = np.empty((0, 2 + len(OBS_FIELDS)), order="F")
         self.rows = np.empty((0, ROW_SIZE))

@@ -25,7 +25,7 @@ import numpy as np
 from foreshock.fields import field_names
 from foreshock.frames import Frame
 from foreshock.health import PipelineHealth
-from foreshock.topology import Topology
+from foreshock.topology import UNKNOWN, Topology
 
 # Tokens real tools print for "no value": the source is telling us the value is absent, which
 # is not bad input (nvidia-smi prints several of these for every query on every GPU).
@@ -238,9 +238,9 @@ def host_link_topology(host: str, links: Sequence[tuple[str, str]]) -> Topology:
     devices = sorted({device for device, _ in links})
     return Topology.from_dict({
         "cluster": host,
-        "rows": [{"name": "unknown", "cooling_loop": "unknown"}],
-        "racks": [{"name": "unknown", "row": "unknown"}],
-        "nodes": [{"name": host, "rack": "unknown", "gpus": 0}],
+        "rows": [{"name": UNKNOWN, "cooling_loop": UNKNOWN}],
+        "racks": [{"name": UNKNOWN, "row": UNKNOWN}],
+        "nodes": [{"name": host, "rack": UNKNOWN, "gpus": 0}],
         "switches": [{"name": f"{host}/{d}", "tier": "hca"} for d in devices]
         + [{"name": "unknown-peer", "tier": "leaf"}],
         "links": [{"name": name, "a": f"{host}/{device}", "b": "unknown-peer"} for device, name in links],

@@ -1173,3 +1173,19 @@ def test_without_an_inlet_work_starting_on_its_neighbours_leaves_a_nodes_inlet_a
     seen = np.array(seen)
     assert np.all(np.abs(seen - np.median(seen)) <= 1.5), (seen.min(), seen.max())
     assert not found
+
+
+def test_an_imported_topologys_unknown_rack_gives_no_rack_inlet():
+    """An importer that cannot tell racks puts every node into one rack, ``unknown``: across loops
+    whose inlets differ, so its median is no inlet. Its GPUs read their nodes' proxies."""
+    topo = Topology.from_gpu_hosts([(f"host{k}", g) for k in range(4) for g in range(8)])
+    frames, inlet = gpu_only_frames(topo, 0, 1200, lambda t: np.ones(32, bool))
+    det = th.ThermalDetector(topo)
+    for frame in frames:
+        det.update(frame)
+    assert np.isnan(det.s_rack[0, gi.RACK_NODE0]) and np.isnan(det.s_rack[0, gi.RACK_PROXY])
+    proxies = det.s_node[:, gi.NODE_PROXY]
+    assert np.all(np.abs(proxies - inlet) < 3.0), proxies
+    # the simulator's racks are real ones: linked
+    linked = th.ThermalDetector(small_topology(nodes=4, gpus=8, racks=1))
+    assert linked.s_rack[0, gi.RACK_NODE0] == 0.0
