@@ -40,8 +40,8 @@ from foreshock.topology import Topology
 from .alarm import (CODE_NONE, CODE_REFRESH, CODE_WITHDRAW, O_CODE, O_CONF, O_ETA, O_ROW, O_V0, O_WHICH,
                     OUT_SIZE, alarm_step, emit, new_alarm_columns)
 from .base import Detector
-from .gpu_inputs import (gpu_inlet, gpu_obs, kernel, link_rack_nodes, new_node_state, new_rack_state, rack_inlet_obs,
-                         reason_bits, update_rack_inlet)
+from .gpu_inputs import (gpu_inlet, gpu_obs, kernel, link_rack_nodes, new_node_state, new_rack_state,
+                         rack_inlet_obs, reason_bits, update_rack_inlet)
 
 # ---- the shared per-GPU feature stream -------------------------------------------------------
 OBS_FIELDS = ("gpu_temp", "hbm_temp", "power", "power_limit", "energy", "sm_clock", "sm_clock_max",

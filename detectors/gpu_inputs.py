@@ -49,11 +49,10 @@ INLINE_OPTIONS: dict[str, Any] = {**KERNEL_OPTIONS, "inline": "always"}
 # coolant rise at baseline flow learnt from a flow loss that settled (with its count); 1 from a
 # flow loss until, the flow back, the inlet is back at its baseline too (else 0); and the rack's
 # heat (PDU power) smoothed over tens of seconds and over the loop's lag, and the heat the rise
-# was learnt at (NaN where the rack reports none)
-# (NaN where the rack reports none); then, for racks that report no inlet, the proxy (the median
-# of its steady nodes' proxies) and the tick it was last taken at, the tick it was last looked for
-# at, and the first of the rack's nodes (a list threaded through the node state's NODE_NEXT;
-# NaN: none linked)
+# was learnt at (NaN where the rack reports none); then, for racks that report no inlet, the proxy
+# (the median of its steady nodes' proxies) and the tick it was last taken at, the tick it was
+# last looked for at, and the first of the rack's nodes (a list threaded through the node state's
+# NODE_NEXT; NaN: none linked)
 (RACK_TS, RACK_INLET, RACK_U1, RACK_U2, RACK_U1_TS, RACK_DAMP, RACK_DAMP_N, RACK_FLOW, RACK_FLOW0,
  RACK_U0, RACK_RISE, RACK_RISE_N, RACK_FLOW_SLOPE, RACK_F1, RACK_LOSS, RACK_HEAT, RACK_HEAT_SLOW,
  RACK_RISE_HEAT, RACK_PROXY, RACK_PROXY_TS, RACK_PROXY_AT, RACK_NODE0) = range(22)
@@ -405,13 +404,13 @@ def node_feed(node: int, temp: float, power_f: float, node_state: np.ndarray, r_
     """Feed a GPU's ``T - R_nominal * P`` into its node's proxy for the current tick. ``power_f``
     is the power passed through the die's lag (the first-order filter with its time constant)
     *including this sample*: the temperature read now answers the heat up to now. A filter one
-    sample behind read a job's first loaded samples as the inlet jumping by R times a quarter of
-    the step (+6 °C), which the thermal forecast carried ahead as a failing loop."""
+    sample behind read a job's first loaded sample as the inlet jumping (~13 °C on the simulator's
+    10-s die), which the thermal forecast carried ahead as a failing loop. ``unsteady_c``: how far
+    this GPU is from steady, ``R_nominal * |P - P_f|`` (0 where unknown)."""
     if temp == temp and power_f == power_f:
         # min() without a branch: which of a node's GPUs is coolest is a coin toss per sample
         node_state[node, NODE_ACC] = min(temp - r_nominal * power_f, node_state[node, NODE_ACC])
-    # how far this GPU is from steady: R times its power's distance from the filtered power
-    # (``unsteady_c``, 0 where unknown); the node's worst over the tick
+    # the node's worst over the tick (see RACK_PROXY_STEADY_C)
     node_state[node, NODE_ACC_DEV] = max(unsteady_c, node_state[node, NODE_ACC_DEV])
 
 

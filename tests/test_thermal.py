@@ -1106,12 +1106,13 @@ def job_stop_and_start_without_inlet(seed: int):
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_without_an_inlet_a_job_starting_is_not_a_failing_loop(seed):
-    """Without rack frames the inlet is the node's coolest GPU, ``T - R_nominal * P``, with P
-    passed through the die's lag. That filter must include this sample: one sample behind, a job
-    restarting read as the inlet jumping ~15 °C in 10 s (R times the step, less nothing), which
-    the forecast carried ahead as a failing loop, and every GPU of the node was predicted to
-    throttle (2-5 predictions on each of 12 seeds; 1,024-GPU recordings with their rack frames left
-    out: 15-66 false alarms per 1000 GPU-hours, against 0-0.16 after, fan failures aside)."""
+    """Without rack frames, on a rack of one node, the inlet is the node's coolest GPU,
+    ``T - R_nominal * P``, with P passed through the die's lag. That filter must include this
+    sample: one sample behind, a job restarting read as the inlet jumping (~13 °C in 10 s on seed
+    831's node41), which the forecast carried ahead as a failing loop, and every GPU of the node was
+    predicted to throttle (here 2-5 predictions on each of 12 seeds; on 1,024-GPU recordings with
+    their rack frames left out, 15-66 false alarms per 1000 GPU-hours, against 0-0.16 after, fan
+    failures aside)."""
     topo, frames = job_stop_and_start_without_inlet(seed)
     det = th.ThermalDetector(topo)
     found = []
