@@ -261,7 +261,10 @@ def hbm_held_by_core(s: np.ndarray, i: int, du: float, damp: float, limit_core: 
     if not (r_core > 0.0 and r_hbm == r_hbm and ul == ul) or du <= 0.0:
         return False  # only a warming inlet is held this way; an HBM drifting on its own is not
     r_hbm += max(s[i, G_SIZE + HBM * M_SIZE + M_RB], 0.0) * params[P_DRIFT_DAMP]
-    u_end = ul + max(du, 0.0) * damp
+    # the coolant is heated by the dies, which the limiter holds at their limit: it is not forecast
+    # hotter than that. (Without rack frames the inlet's own trend is carried ahead, and on a failing
+    # loop +10 °C/min carried 4 minutes read as coolant at 96 °C: every HBM of the loop "overheating")
+    u_end = min(ul + max(du, 0.0) * damp, limit_core)
     power = min(s[i, G_PREF], max((limit_core - u_end) / r_core, 0.0))
     return u_end + r_hbm * power < limit_hbm  # type: ignore[no-any-return]
 

@@ -1066,14 +1066,16 @@ def test_out_of_reach_skips_a_healthy_gpu_and_not_one_heading_for_its_limit():
     assert not th.out_of_reach(s, 0, off, 52.0, 87.0, 240.0, 0.0, p)
 
 
-def gpu_only_frames(topo, seed: int, seconds: int, busy_at, r_factor_at=lambda t, n: 1.0):
-    """GPU frames only (dcgm-exporter alone: no rack reports an inlet) of ``topo``'s GPUs on a 26 °C
-    inlet: ~640 W where ``busy_at(t)`` (a bool per GPU) says so, idle power elsewhere, each GPU's R
-    times ``r_factor_at(t, n)``. Physics in 1-s steps with the simulator's 10-s die lag (the fit
-    starts from 30 s and learns more than that), sampled every 10 s: whole °C, ±5 W, an energy
-    counter. Returns the frames and the callback's inlet (26 °C)."""
+def gpu_only_frames(topo, seed: int, seconds: int, busy_at, r_factor_at=lambda t, n: 1.0,
+                    inlet_at=lambda t: 26.0):
+    """GPU frames only (dcgm-exporter alone: no rack reports an inlet) of ``topo``'s GPUs on an
+    inlet of ``inlet_at(t)`` (26 °C): ~640 W where ``busy_at(t)`` (a bool per GPU) says so, idle
+    power elsewhere, each GPU's R times ``r_factor_at(t, n)``. Physics in 1-s steps with the
+    simulator's 10-s die lag (the fit starts from 30 s and learns more than that), sampled every
+    10 s: whole °C, ±5 W, an energy counter. Returns the frames and the inlet at the start."""
     rng = np.random.default_rng(seed)
-    n, inlet = topo.size("gpu"), 26.0
+    n, inlet = topo.size("gpu"), inlet_at(0)
+    start_inlet = inlet
     r0 = facts.THERMAL_RESISTANCE_C_PER_W * (1 + 0.03 * rng.standard_normal(n))
     load = 640.0 * (1 + 0.02 * rng.standard_normal(n))
     power = np.where(busy_at(0), load, facts.IDLE_POWER_W)
@@ -1084,6 +1086,7 @@ def gpu_only_frames(topo, seed: int, seconds: int, busy_at, r_factor_at=lambda t
         busy = busy_at(t)
         power = np.where(busy, load, facts.IDLE_POWER_W)
         r = r0 * r_factor_at(t, n)
+        inlet = inlet_at(t)
         temp = inlet + r * power + (temp - inlet - r * power) * math.exp(-1.0 / 10.0)
         energy = energy + power
         if t % 10 == 0:
@@ -1092,7 +1095,7 @@ def gpu_only_frames(topo, seed: int, seconds: int, busy_at, r_factor_at=lambda t
                 "power": power + np.clip(2.5 * rng.standard_normal(n), -5, 5), "energy": energy.copy(),
                 "power_limit": np.full(n, facts.POWER_LIMIT_W), "util": np.where(busy, 1.0, 0.0),
                 "throttle_reasons": np.where(busy, 0.0, 1.0)}))
-    return frames, inlet
+    return frames, start_inlet
 
 
 def job_stop_and_start_without_inlet(seed: int):
@@ -1190,3 +1193,21 @@ def test_an_imported_topologys_unknown_rack_gives_no_rack_inlet():
     # the simulator's racks are real ones: linked
     linked = th.ThermalDetector(small_topology(nodes=4, gpus=8, racks=1))
     assert linked.s_rack[0, gi.RACK_NODE0] == 0.0
+
+
+def test_without_an_inlet_a_failing_loop_throttles_cores_not_hbm():
+    """A loop loses coolant: every node's proxy rises 10 °C/min, from 26 to 60 °C. The cores will
+    throttle (60 + R·P ~ 90 °C); the HBM settles at 78 °C. Without rack frames the inlet's own trend
+    is carried ahead, and 4 minutes of +10 °C/min read as coolant at 96 °C, so every HBM of the loop
+    was predicted to overheat (GPU-only views of twelve recordings: HBM-overheat precision
+    0.004-0.16, 3-43 false alarms per 1000 GPU-h). The coolant is heated by the dies the limiter
+    holds at 87 °C, and is not forecast hotter than that."""
+    topo = small_topology(nodes=4, gpus=8, racks=1)
+    frames, _ = gpu_only_frames(topo, 3, 3600, lambda t: np.ones(32, bool),
+                                inlet_at=lambda t: 26.0 + min(max(t - 1200, 0) / 6.0, 34.0))
+    det = th.ThermalDetector(topo)
+    found = []
+    for frame in frames:
+        found += det.update(frame)
+    assert len({p.slot for p in preds(found)}) == 32  # every core predicted to throttle
+    assert not preds(found, "hbm_overheat"), preds(found, "hbm_overheat")[0].reason
