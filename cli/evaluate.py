@@ -100,7 +100,9 @@ def command(ctx: click.Context, recording: str, sets: str, report_dir: str, mode
     sections = section_summaries(report)
     if sections:
         Console().print(render_sections(sections))
-    console.print(f"{result.samples:,} samples in {result.wall_s:.1f} s; report: {path}"
+    console.print(f"{result.samples:,} samples in {result.wall_s:.1f} s"
+                  + (f" (telemetry fed: {', '.join(result.telemetry)})" if fed is not None else "")
+                  + f"; report: {path}"
                   + (f"; plots: {', '.join(p.name for p in written)}" if written else ""))
     summary = {s: {k: {m: v[m] for m in ("episodes", "recall", "precision", "lead_median_s")}
                    | ({"matched_recall": v["matched"]["recall"]} if "matched" in v else {})

@@ -356,7 +356,8 @@ def run_recording(recording: Recording, sets: Sequence[str],
 
     ``telemetry`` limits the entity kinds fed to the detectors (default: every kind the bank
     reads): ``("gpu", "job")`` is what a GPU exporter alone (dcgm-exporter) gives a deployment —
-    no rack inlet or coolant flow, so the thermal model falls back on the node proxy.
+    no rack inlet or coolant flow, so the thermal model reads its inlet from the GPUs themselves
+    (:func:`foreshock.detectors.gpu_inputs.read_inlet`).
 
     With ``log_scores`` every baseline that scores samples against a threshold keeps its scores
     (:class:`~foreshock.detectors.baselines.ScoreLog`) for the precision-matched comparison."""

@@ -235,6 +235,7 @@ def test_cli_evaluate_feeds_only_the_telemetry_asked_for(tmp_path):
         result = CliRunner().invoke(cli, ["evaluate", str(tmp_path / "rec"), "--detectors", "foreshock", "--no-plots",
                                           "--events", "thermal_throttle", "--report", str(tmp_path / name)] + extra)
         assert result.exit_code == 0, result.output
+        assert ("(telemetry fed: gpu)" in result.output) == bool(extra)
         reports[name] = json.loads((tmp_path / name / "report.json").read_text())
     assert set(reports["all"]["meta"]["telemetry"]) == {"gpu", "rack"}
     assert reports["all"]["meta"]["samples"] == rows["gpu"] + rows["rack"]
