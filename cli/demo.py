@@ -53,6 +53,9 @@ def command(gpus: int, duration: float, interval: float, scenario: str, seed: in
     for fault in sim.faults:
         console.print(f"[dim]scenario {scenario}: {fault.type} on {fault.target_name} at +{fault.onset / 60:.0f} min "
                       "(hidden from the detectors)[/dim]")
+    if sim.params.missing_prob > 0:  # or the summary's "input problems" read as a fault
+        console.print(f"[dim]the simulator drops {sim.params.missing_prob:.2%} of samples as failed scrapes: "
+                      "the guard counts them as input problems (missing_values)[/dim]")
     run = build_pipeline(sim.topology, detectors, host, port, findings_path, top_k, params, external_path)
     frames = sim.iter_frames(duration)
     if via:

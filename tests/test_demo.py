@@ -21,6 +21,9 @@ def test_demo_finds_the_cooling_fault_on_the_affected_racks(tmp_path) -> None:
     summary = json.loads(result.output.strip().splitlines()[-1])
     assert summary["name"] == "demo" and summary["samples"] > 0
     assert "foreshock summary" in result.output and "cooling_loss" in result.output
+    # the simulator's deliberate failed scrapes are said to be so, before the summary counts them
+    assert "drops 0.05% of samples as failed scrapes" in result.output
+    assert summary["input_problems"] > 0
 
     # the same seed gives the same cluster and fault: find which GPUs the fault hits
     sim = ClusterSimulator(gpus=128, scenario="cooling-loss", seed=3, interval=10, duration=5400)
