@@ -40,8 +40,8 @@ from foreshock.topology import Topology
 from .alarm import (CODE_NONE, CODE_REFRESH, CODE_WITHDRAW, O_CODE, O_CONF, O_ETA, O_ROW, O_V0, O_WHICH,
                     OUT_SIZE, alarm_step, emit, new_alarm_columns)
 from .base import Detector
-from .gpu_inputs import (gpu_inlet, gpu_obs, kernel, link_rack_nodes, new_node_state, new_rack_state,
-                         rack_inlet_obs, reason_bits, update_rack_inlet)
+from .gpu_inputs import (gpu_inlet, gpu_obs, kernel, new_inlet_states, rack_inlet_obs, reason_bits,
+                         update_rack_inlet)
 
 # ---- the shared per-GPU feature stream -------------------------------------------------------
 OBS_FIELDS = ("gpu_temp", "hbm_temp", "power", "power_limit", "energy", "sm_clock", "sm_clock_max",
@@ -157,9 +157,7 @@ class FeatureStream:
         self.parents = np.ascontiguousarray(np.stack([topology.gpu_rack, topology.gpu_node], axis=1),
                                             dtype=np.int64) if n else np.zeros((0, 2), np.int64)
         self.s_feat = np.full((n, F_SIZE), np.nan)
-        self.s_rack = new_rack_state(topology.size("rack"))
-        self.s_node = new_node_state(topology.size("node"))
-        link_rack_nodes(self.s_rack, self.s_node, topology.node_rack, topology.physical_racks)
+        self.s_rack, self.s_node = new_inlet_states(topology)
         self.n = n
 
     def observe_rack(self, frame: Frame) -> None:

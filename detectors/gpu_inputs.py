@@ -21,6 +21,7 @@ import numpy as np
 from foreshock.frames import Frame
 from foreshock.health import PipelineHealth
 from foreshock.numba_config import JIT_OPTIONS
+from foreshock.topology import Topology
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -125,8 +126,16 @@ def new_node_state(n_nodes: int) -> np.ndarray:
     return state
 
 
-def link_rack_nodes(rack_state: np.ndarray, node_state: np.ndarray, node_rack: np.ndarray,
-                    physical: np.ndarray) -> None:
+def new_inlet_states(topology: Topology) -> tuple[np.ndarray, np.ndarray]:
+    """The rack and node state that :func:`read_inlet` reads (rack inlets, node proxies), each
+    physical rack's nodes linked for its proxy."""
+    rack_state, node_state = new_rack_state(topology.size("rack")), new_node_state(topology.size("node"))
+    _link_rack_nodes(rack_state, node_state, topology.node_rack, topology.physical_racks)
+    return rack_state, node_state
+
+
+def _link_rack_nodes(rack_state: np.ndarray, node_state: np.ndarray, node_rack: np.ndarray,
+                     physical: np.ndarray) -> None:
     """Thread each rack's nodes into a list (RACK_NODE0, then NODE_NEXT) for the rack proxy; only
     ``physical`` racks: an importer's ``unknown`` rack holds every node of the cluster, across
     loops whose inlets differ (its GPUs read their nodes' proxies)."""

@@ -34,8 +34,8 @@ from foreshock.health import PipelineHealth
 from foreshock.topology import Topology
 
 from .base import Detector, resolve_params
-from .gpu_inputs import (Scratch, gpu_obs, inline, kernel, link_rack_nodes, new_node_state, new_rack_state,
-                         node_feed, node_tick, rack_inlet_obs, read_inlet, update_rack_inlet)
+from .gpu_inputs import (Scratch, gpu_obs, inline, kernel, new_inlet_states, node_feed, node_tick, rack_inlet_obs,
+                         read_inlet, update_rack_inlet)
 
 OBS_FIELDS = ("gpu_temp", "hbm_temp", "power", "slowdown_temp", "energy", "power_limit", "throttle_reasons",
               "util")
@@ -440,9 +440,7 @@ class ThermalFit:
         self.parents = np.ascontiguousarray(np.stack([topology.gpu_rack, topology.gpu_node], axis=1),
                                             dtype=np.int64) if n else np.zeros((0, 2), np.int64)
         self.s_model = new_model_state(n, self.params)
-        self.s_rack = new_rack_state(topology.size("rack"))
-        self.s_node = new_node_state(topology.size("node"))
-        link_rack_nodes(self.s_rack, self.s_node, topology.node_rack, topology.physical_racks)
+        self.s_rack, self.s_node = new_inlet_states(topology)
         self.consumers: list[FitConsumer] = []
         self.obs = np.empty((0, 2 + len(OBS_FIELDS)), order="F")
         self.rows = np.empty((0, ROW_SIZE))
