@@ -10,6 +10,7 @@ from pathlib import Path
 import click
 import numpy as np
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from foreshock.frames import Frame, frames_from_records
@@ -156,13 +157,13 @@ def _summary(console: Console, out: Path, frames: list[Frame], topology: Topolog
                       first, last)
     console.print(table)
     for reason, count in sorted(notes.items()):
-        console.print(f"skipped {count} rows: {reason}")
+        console.print(f"skipped {count} rows: {escape(reason)}")  # reasons quote the input
     if health.problems:
         problems = Table(title="Input problems (counted, not imported)")
         for column in ("stage", "reason", "count"):
             problems.add_column(column)
         for (stage, reason), count in sorted(health.problems.items()):
-            problems.add_row(stage, reason, str(count))
+            problems.add_row(stage, escape(reason), str(count))
         console.print(problems)
     else:
         console.print("no input problems")

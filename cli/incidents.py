@@ -10,6 +10,7 @@ import sys
 
 import click
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -144,21 +145,23 @@ def render_timeline(console: Console, findings: list[Finding], t0: float, all_up
         prev = seen.get(f.incident_id)
         seen[f.incident_id] = f
         opened.setdefault(f.incident_id, f.ts)
-        root = f"{f.root_kind} {f.root_entity}" if f.root_entity else "-"
+        # names and reasons come from the user's topology: printed literally, never read as markup
+        root = escape(f"{f.root_kind} {f.root_entity}") if f.root_entity else "-"
+        reason = escape(f.reason)
         if prev is None:
             console.print(f"[bold]{_clock(f.ts, t0)}[/bold] [red]{f.incident_id} OPEN[/red] root {root} "
-                          f"[dim]({f.fault_hint})[/dim] — {f.reason}")
-            console.print(f"            {len(f.members)} member(s): {', '.join(f.members[:4])}"
+                          f"[dim]({escape(f.fault_hint)})[/dim] — {reason}")
+            console.print(f"            {len(f.members)} member(s): {escape(', '.join(f.members[:4]))}"
                           + (" …" if len(f.members) > 4 else ""))
         elif f.state == "resolved":
             console.print(f"[bold]{_clock(f.ts, t0)}[/bold] [green]{f.incident_id} resolved[/green] "
-                          f"{_clock(f.ts, opened[f.incident_id])[1:]} after it opened; {f.findings} findings — {f.reason}")
+                          f"{_clock(f.ts, opened[f.incident_id])[1:]} after it opened; {f.findings} findings — {reason}")
             continue
         elif prev.state == "resolved":
             console.print(f"[bold]{_clock(f.ts, t0)}[/bold] [red]{f.incident_id} reopened[/red]: {len(f.members)} members")
         elif prev.root_entity != f.root_entity:
             console.print(f"[bold]{_clock(f.ts, t0)}[/bold] [yellow]{f.incident_id} re-rooted[/yellow] "
-                          f"{prev.root_kind} {prev.root_entity} -> {root} — {f.reason}")
+                          f"{escape(f'{prev.root_kind} {prev.root_entity}')} -> {root} — {reason}")
         elif len(f.members) != len(prev.members) or all_updates:
             console.print(f"[bold]{_clock(f.ts, t0)}[/bold] {f.incident_id} {f.state}: {len(f.members)} members "
                           f"(+{len(f.members) - len(prev.members)}), {f.findings} findings")
@@ -166,8 +169,8 @@ def render_timeline(console: Console, findings: list[Finding], t0: float, all_up
             console.print(f"[bold]{_clock(f.ts, t0)}[/bold] {f.incident_id} {f.state}")
         extra = [x for x in (_next(f), _jobs(f)) if x]
         if extra and (prev is None or all_updates or len(f.members) != len(prev.members)):
-            console.print("            " + " · ".join(
-                (["next: " + extra[0]] if _next(f) else []) + ([_jobs(f)] if _jobs(f) else [])))
+            console.print("            " + escape(" · ".join(
+                (["next: " + extra[0]] if _next(f) else []) + ([_jobs(f)] if _jobs(f) else []))))
 
 
 def render_summary(console: Console, findings: list[Finding], t0: float) -> dict:  # type: ignore[type-arg]
@@ -182,8 +185,8 @@ def render_summary(console: Console, findings: list[Finding], t0: float) -> dict
     for col in ("incident", "opened", "state", "root", "cause", "members", "findings", "jobs"):
         table.add_column(col, overflow="fold")
     for iid, inc in last.items():
-        table.add_row(iid, _clock(first[iid], t0), inc.state, f"{inc.root_kind} {inc.root_entity}", inc.fault_hint,
-                      str(len(inc.members)), str(inc.findings), _jobs(inc) or "-")
+        table.add_row(escape(iid), _clock(first[iid], t0), inc.state, escape(f"{inc.root_kind} {inc.root_entity}"),
+                      escape(inc.fault_hint), str(len(inc.members)), str(inc.findings), escape(_jobs(inc)) or "-")
     console.print(table)
     compression = round(raw / len(last), 1) if last else None
     console.print(f"{raw:,} raw findings -> {len(last)} incidents"
@@ -197,8 +200,8 @@ def render_truth(console: Console, report: dict, t0: float) -> None:  # type: ig
         table.add_column(col, overflow="fold")
     for row in report["by_fault"]:
         delay = row["onset_to_incident_s"]
-        table.add_row(row["fault"], row["type"], row["target"], _clock(row["onset"], t0),
-                      ", ".join(row["incidents"]) or "-", row["root"] or "-",
+        table.add_row(escape(row["fault"]), escape(row["type"]), escape(row["target"]), _clock(row["onset"], t0),
+                      ", ".join(row["incidents"]) or "-", escape(row["root"] or "-"),
                       "yes" if row["root_correct"] else "[red]no[/red]",
                       "-" if row["member_recall"] is None else f"{row['member_recall']:.2f}",
                       "-" if delay is None else f"{delay / 60:.1f} min")

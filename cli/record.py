@@ -16,6 +16,7 @@ from typing import Any
 
 import click
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -107,7 +108,7 @@ def command(source: str, out_dir: Path, duration: float | None, polls: int | Non
 def _summary(console: Console, out_dir: Path, writer: RecordingWriter | None, health: PipelineHealth, polls: int,
              wall: float, interrupted: bool) -> None:
     if writer is not None:
-        table = Table(title=f"Recorded into {out_dir}" + (" (stopped by Ctrl-C)" if interrupted else ""))
+        table = Table(title=f"Recorded into {escape(str(out_dir))}" + (" (stopped by Ctrl-C)" if interrupted else ""))
         for column in ("kind", "rows", "entities"):
             table.add_column(column)
         for kind, rows in sorted(writer.rows.items()):
@@ -118,6 +119,6 @@ def _summary(console: Console, out_dir: Path, writer: RecordingWriter | None, he
         for column in ("stage", "problem", "count"):
             problems.add_column(column)
         for (stage, reason), n in sorted(health.problems.items()):
-            problems.add_row(stage, reason, f"{n:,}")
+            problems.add_row(stage, escape(reason), f"{n:,}")  # a reason may quote the source
         console.print(problems)
     console.print(f"{polls} polls in {wall:.1f} s")

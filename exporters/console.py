@@ -110,7 +110,7 @@ def render_summary(tally: FindingTally, health: PipelineHealth, events: Sequence
     if health.problems:
         top = sorted(health.problems.items(), key=lambda kv: -kv[1])[:4]
         console.print(f"input problems counted: {health.total_problems():,} ("
-                      + ", ".join(f"{stage}/{reason} {n:,}" for (stage, reason), n in top) + ")")
+                      + escape(", ".join(f"{stage}/{reason} {n:,}" for (stage, reason), n in top)) + ")")
     _incidents_table(tally, console, t0, max_rows)
     _predictions_table(tally, console, t0, max_rows)
     if events:
@@ -135,18 +135,19 @@ def _incidents_table(tally: FindingTally, console: Console, t0: float, max_rows:
         table.add_column(col, overflow="fold", no_wrap=col in ("opened", "state", "members"))
     ordered = sorted(tally.incidents.values(), key=lambda i: (-len(i.members), tally.incident_opened[i.incident_id]))
     for inc in ordered[:max_rows]:
-        nxt = ", ".join(f"{m} ({eta / 60:.0f} min)" if eta >= 0 else m for m, eta in inc.predicted_members[:3])
+        nxt = ", ".join(f"{escape(m)} ({eta / 60:.0f} min)" if eta >= 0 else escape(m)
+                        for m, eta in inc.predicted_members[:3])
         if len(inc.predicted_members) > 3:
             nxt += f" +{len(inc.predicted_members) - 3}"
-        jobs = ", ".join(f"{j} x{r:.2f}" for j, r in inc.jobs[:3])
+        jobs = ", ".join(f"{escape(j)} x{r:.2f}" for j, r in inc.jobs[:3])
         table.add_row(_clock(tally.incident_opened[inc.incident_id], t0), inc.state,
-                      f"{inc.root_kind} {inc.root_entity}", str(len(inc.members)), nxt or "-", jobs or "-")
+                      escape(f"{inc.root_kind} {inc.root_entity}"), str(len(inc.members)), nxt or "-", jobs or "-")
     if len(ordered) > max_rows:
         table.add_row("...", "", f"{len(ordered) - max_rows} more", "", "", "")
     console.print(table)
     for inc in ordered[:max_rows]:  # a reason names its root ("cooling loop cdu1: 128 GPUs ..."); else say it
         root = "" if inc.root_entity in inc.reason else f" ({inc.root_kind} {inc.root_entity})"
-        console.print(f"  [bold]why{root}[/]: {escape(inc.reason)}")
+        console.print(f"  [bold]why{escape(root)}[/]: {escape(inc.reason)}")
 
 
 def _predictions_table(tally: FindingTally, console: Console, t0: float, max_rows: int) -> None:
@@ -168,13 +169,13 @@ def _predictions_table(tally: FindingTally, console: Console, t0: float, max_row
     for (event, rack), entries in ordered[:max_rows]:
         first = min(entries, key=lambda e: e.first_ts)
         eta = f" (ETA {first.eta_s / 60:.1f} min)" if first.eta_s == first.eta_s else ""
-        table.add_row(event, rack, str(len(entries)), _clock(first.first_ts, t0), f"{first.entity}{eta}")
+        table.add_row(event, escape(rack), str(len(entries)), _clock(first.first_ts, t0), escape(first.entity) + eta)
         why.setdefault(event, first)
     if len(ordered) > max_rows:
         table.add_row("...", f"{len(ordered) - max_rows} more groups", "", "", "")
     console.print(table)
     for event, first in why.items():
-        console.print(f"  [bold]{event}[/], first said of {first.entity} at {_clock(first.first_ts, t0)}: "
+        console.print(f"  [bold]{event}[/], first said of {escape(first.entity)} at {_clock(first.first_ts, t0)}: "
                       f"{escape(first.reason)}")
 
 
@@ -212,15 +213,15 @@ def _truth_table(tally: FindingTally, events: Sequence[Event], console: Console,
             lead = f"{lead_s / 60:.1f} min ahead" if lead_s >= 0 else f"{-lead_s / 60:.1f} min late"
         incident = next((f"{i.root_kind} {i.root_entity}" for i in tally.incidents.values()
                          if i.root_entity == fault.entity or fault.entity in i.members), None)
-        table.add_row(str(n), fault.fault_type, _clock(fault.time, t0),
+        table.add_row(str(n), escape(fault.fault_type), _clock(fault.time, t0),
                       _clock(impact.time, t0) if impact else "-", _clock(first.first_ts, t0) if first else "-",
                       lead)
         said = f"{first.what.removeprefix('predict ')} of {first.entity}" if first else "nothing"
-        lines.append(f"  {n} [bold]{fault.fault_type} on {fault.entity}[/]: "
-                     + (f"first impact {impact.type.removesuffix('_start')} of {impact.entity}" if impact
-                        else "no impact yet")
-                     + f"; foreshock first said {said}"
-                     + (f"; incident {incident}" if incident else "; no incident"))
+        lines.append(f"  {n} [bold]{escape(f'{fault.fault_type} on {fault.entity}')}[/]: "
+                     + escape((f"first impact {impact.type.removesuffix('_start')} of {impact.entity}" if impact
+                               else "no impact yet")
+                              + f"; foreshock first said {said}"
+                              + (f"; incident {incident}" if incident else "; no incident")))
     console.print(table)
     for line in lines:
         console.print(line)

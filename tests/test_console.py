@@ -79,3 +79,51 @@ def test_the_ground_truth_table_keeps_each_fault_on_one_row_at_80_columns() -> N
     assert ("1 tim_degradation on n0/gpu1: first impact thermal_throttle of n0/gpu1; "
             "foreshock first said thermal_throttle of n0/gpu1; no incident") in flat
     assert "2 optic_degradation on n0/gpu0~su0-leaf2#a: no impact yet; foreshock first said nothing" in flat
+
+
+def test_names_with_brackets_print_as_they_are_named() -> None:
+    """Entity names come from the user's topology and recordings: rich would read "[b]" in one
+    as markup and "[/x]" as an error. Every name in the summary prints literally."""
+    from foreshock.events import Event
+    from foreshock.findings import Incident
+
+    topo = Topology.from_dict({"rows": [{"name": "r"}], "racks": [{"name": "rack[b]", "row": "r"}],
+                               "nodes": [{"name": "n[/x]", "rack": "rack[b]", "gpus": 1}]})
+    tally = FindingTally(topo)
+    tally.observe_findings([Prediction(400.0, "gpu", 0, "thermal_throttle", 300.0, 0.8, "thermal", "r")])
+    tally.observe_findings([Incident(450.0, "i1", "open", "rack", "rack[b]", "hot rack",
+                                     members=("n[/x]/gpu0",), findings=1,
+                                     predicted_members=(("n[/x]/gpu0", 300.0),))])
+    tally.first_ts = 0.0
+    health = PipelineHealth()
+    health.problem("import", "bad [i]unit[/i]")
+    events = [Event(100.0, "fault_onset", "gpu", "n[/x]/gpu0", "f1", "tim_degradation"),
+              Event(700.0, "thermal_throttle_start", "gpu", "n[/x]/gpu0", "f1", "tim_degradation")]
+    out = io.StringIO()
+    render_summary(tally, health, events, console=Console(file=out, width=200))
+    text = out.getvalue()
+    assert "first said of n[/x]/gpu0 at" in text  # the predictions' reason line
+    row = next(line for line in text.splitlines() if "thermal_throttle" in line and "│" in line)
+    assert "rack[b]" in row and "n[/x]/gpu0 (ETA 5.0 min)" in row
+    assert "rack rack[b]" in text and "n[/x]/gpu0 (5 min)" in text  # the incident's root and next
+    assert "1 tim_degradation on n[/x]/gpu0: first impact thermal_throttle of n[/x]/gpu0" in text
+    assert "import/bad [i]unit[/i] 1" in text
+
+
+def test_the_incidents_timeline_prints_bracketed_names_literally() -> None:
+    """`foreshock incidents` prints each incident's root, members and reason as they come."""
+    from foreshock.cli.incidents import render_summary as incidents_summary, render_timeline
+    from foreshock.findings import Incident
+
+    opened = Incident(100.0, "i1", "open", "rack", "rack[b]", "rack rack[b]: 1 GPU [/x] hot",
+                      members=("n[/x]/gpu0",), predicted_members=(("n[/x]/gpu1", 120.0),), fault_hint="rack [i]")
+    moved = Incident(200.0, "i1", "growing", "node", "n[/x]", "node n[/x] hot", members=("n[/x]/gpu0",))
+    out = io.StringIO()
+    console = Console(file=out, width=200)
+    render_timeline(console, [opened, moved], 0.0)
+    incidents_summary(console, [opened, moved], 0.0)
+    text = out.getvalue()
+    assert "root rack rack[b] (rack [i]) — rack rack[b]: 1 GPU [/x] hot" in text
+    assert "1 member(s): n[/x]/gpu0" in text and "next: n[/x]/gpu1 in 2 min" in text
+    assert "rack rack[b] -> node n[/x] — node n[/x] hot" in text
+    assert "node n[/x]" in next(line for line in text.splitlines() if "│" in line and "i1" in line)
