@@ -51,7 +51,10 @@ prediction's reason also gives the same forecast's time to the HW slowdown tempe
 slowdown temperature, 89 °C by default): what follows if the SW limiter does not hold the die. On a
 loop losing coolant flow it also gives the flow (share of baseline, pace of its fall) and whether
 the die crosses even at today's flow or only if the flow keeps falling: mid-fall a loss that will
-stop at 15 % of baseline reads as one heading for 6 %, and both are called. A GPU with
+stop at 15 % of baseline reads as one heading for 6 %, and both are called. Where a thermal limiter
+already holds another GPU of its (synchronous) job, the reason names the one held longest and for
+how long: the job runs at that GPU's pace, and as its hold deepens this one draws less than the
+forecast, which holds today's power, assumes. A GPU with
 no work scheduled (idle bit 0x1; without reasons, utilisation under 5 %) is not predicted to
 throttle — its job stopped, there is nothing to slow, and the driver's SW thermal limiter does not
 act on idle clocks — and a prediction made while it worked is withdrawn once it has idled for
@@ -83,7 +86,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from foreshock.facts import HBM_THERMAL_RESISTANCE_C_PER_W, THROTTLE_IDLE
+from foreshock.facts import HBM_THERMAL_RESISTANCE_C_PER_W, THERMAL_THROTTLE_MASK, THROTTLE_IDLE
 from foreshock.findings import Finding, Prediction
 from foreshock.frames import Frame
 from foreshock.health import PipelineHealth
@@ -114,11 +117,13 @@ IDLE_UTIL = 0.05
 """Without throttle reasons, a GPU whose kernels ran less than this share of the time is idle."""
 # forecast state per GPU: when the forecast was last solved (it is solved every
 # forecast_every_s and aged between), then per model its ETA and whether it was sure, and the
-# R the temperature shows (see observe_trend): smoothed R sample, and two checkpoints of it
+# R the temperature shows (see observe_trend): smoothed R sample, and two checkpoints of it;
+# last, since when a thermal limiter has held the GPU (NaN: not held; read by a job peer's reason)
 F_EVAL_TS, F_MODEL0 = 0, 1
 F_ETA, F_SURE, F_RS, F_C0, F_C0_TS, F_C1, F_C1_TS = range(7)  # relative to the model's block
 F_MODEL_SIZE = 7
-F_SIZE = F_MODEL0 + N_MODELS * F_MODEL_SIZE
+F_HELD_SINCE = F_MODEL0 + N_MODELS * F_MODEL_SIZE
+F_SIZE = F_HELD_SINCE + 1
 T_R, T_RATE = 0, 1  # observe_trend's result: R observed now, its rate (°C/W per s)
 # a row's forecast of one model, kept until both alarms have stepped: reading usable, ETA,
 # confidence, steady-state target and its slope (NaN: aged or out of reach), fires, the reading,
@@ -445,6 +450,11 @@ def _thermal_kernel(obs: np.ndarray, rows: np.ndarray, span: tuple[int, int], pa
         bits = reason_bits(obs[row, X_REASONS])
         if bits >= 0:
             idle = (bits & THROTTLE_IDLE) != 0
+            # since when a thermal limiter holds it (kept where no reasons are reported)
+            if (bits & THERMAL_THROTTLE_MASK) == 0:
+                fc[i, F_HELD_SINCE] = np.nan
+            elif fc[i, F_HELD_SINCE] != fc[i, F_HELD_SINCE]:
+                fc[i, F_HELD_SINCE] = ts
         else:
             util = obs[row, X_UTIL]
             idle = util == util and 0.0 <= util < IDLE_UTIL
@@ -598,6 +608,7 @@ class ThermalDetector(ThermalFitDetector):
         self._out = np.empty((0, OUT_SIZE))
         self._n_out = 0
         self._row_models = np.empty((N_MODELS, V_SIZE))  # the kernel's scratch
+        self._job_members: dict[int, np.ndarray] = {}  # a job's GPU slots, on its first reason
 
     def update(self, frame: Frame) -> list[Finding]:
         if frame.kind == "rack":
@@ -629,6 +640,30 @@ class ThermalDetector(ThermalFitDetector):
                 "gpu", self.s_model[:, core + M_TAU].copy(), "Fitted core thermal time constant"),
         }
 
+    def _job_pacer_text(self, slot: int, ts: float) -> str:
+        """Where a thermal limiter already holds another GPU of this one's (synchronous) job, say so.
+
+        The held GPU sets the job's pace: as its hold deepens (its loop warming, its interface
+        failing) the job slows and this GPU draws less than the ETA assumes, so it may cross later
+        or settle under its limit. Seed 832: job8's GPUs on a failing loop settled at 85 °C at
+        440 W, paced by a member an HBM fault had held for hours."""
+        job = int(self.topology.gpu_job[slot]) if len(self.topology.gpu_job) else -1
+        if job < 0:
+            return ""
+        members = self._job_members.get(job)
+        if members is None:
+            members = self._job_members[job] = self.topology.gpus_of_job(job)
+        since = self.s_forecast[members, F_HELD_SINCE]
+        held = (since == since) & (members != slot)
+        if not held.any():
+            return ""
+        first = int(np.argmin(np.where(held, since, np.inf)))
+        more = int(held.sum()) - 1
+        return (f"; job {self.topology.jobs[job]} is paced by {self.topology.name('gpu', int(members[first]))}, "
+                f"held by the thermal limiter for {(ts - since[first]) / 60:.0f} min"
+                + (f" ({more} more held)" if more else "")
+                + ": as that hold deepens the job slows, and this GPU draws less than the ETA assumes")
+
     def _findings(self, obs: np.ndarray, out: np.ndarray) -> list[Finding]:
         findings: list[Finding] = []
         for rec in out:
@@ -659,6 +694,8 @@ class ThermalDetector(ThermalFitDetector):
                     rack = int(self.fit.parents[slot, 0])
                     if rack >= 0:
                         reason += flow_loss_text(self.s_rack[rack], float(rec[O_V0 + 8]), limit, self.horizon_s)
+                if which == CORE:
+                    reason += self._job_pacer_text(slot, ts)
             eta = float(rec[O_ETA])
             findings.append(Prediction(
                 ts=ts, entity_kind="gpu", slot=slot, event=MODEL_EVENTS[which],

@@ -192,7 +192,7 @@ def test_observe_trend_matches_reference(steps, window_s, smooth_s):
         rs, rate = th.observe_trend(fc, 1, f, t, 1 - math.exp(-dt / smooth_s), r, tau, params)
         assert rs == pytest.approx(w_rs, rel=1e-9, nan_ok=True)
         assert rate == pytest.approx(w_rate, rel=1e-6, abs=1e-15, nan_ok=True)
-    assert np.isnan(fc[0, th.F_MODEL0:]).sum() == 2 * (th.F_MODEL_SIZE - 2)  # GPU 0 untouched
+    assert np.isnan(fc[0, th.F_MODEL0:th.F_HELD_SINCE]).sum() == 2 * (th.F_MODEL_SIZE - 2)  # GPU 0 untouched
 
 
 @pytest.mark.kernel
@@ -913,7 +913,8 @@ class NaiveThermal(PerSample):
         self.fc = th.new_forecast_state(n)
         self.alarm = [[new_alarm() for _ in range(tf.N_MODELS)] for _ in range(n)]
         self.found = []  # (ts, slot, event, active, eta, confidence)
-        self.seen = {"due": 0, "start": 0, "refresh": 0, "withdraw": 0, "idle": 0, "hbm": 0, "via_hbm": 0}
+        self.seen = {"due": 0, "start": 0, "refresh": 0, "withdraw": 0, "idle": 0, "hbm": 0, "via_hbm": 0,
+                     "held": 0}
 
     def sample(self, ts, i, dt, tprev, c):
         p, s, fc, racks = self.p, self.fit.s_model, self.fc, self.fit.s_rack
@@ -924,6 +925,11 @@ class NaiveThermal(PerSample):
         reasons = c["throttle_reasons"]
         if 0.0 <= reasons < 2.0 ** 40:
             idle = bool(int(reasons) & facts.THROTTLE_IDLE)
+            if not int(reasons) & facts.THERMAL_THROTTLE_MASK:
+                fc[i, th.F_HELD_SINCE] = math.nan
+            elif math.isnan(fc[i, th.F_HELD_SINCE]):
+                fc[i, th.F_HELD_SINCE] = ts  # held from this sample on
+                self.seen["held"] += 1
         else:  # no reasons reported: no kernels running is idle
             idle = 0.0 <= c["util"] < th.IDLE_UTIL
         slowdown = c["slowdown_temp"]
@@ -1005,7 +1011,7 @@ def random_heating_frames(topo, seed, ticks=400):
         gpu_inlet = inlet[topo.gpu_rack]
         temp = gpu_inlet + r * power + (temp - gpu_inlet - r * power) * math.exp(-dt / 20.0)
         hbm = gpu_inlet + r_hbm * power + (hbm - gpu_inlet - r_hbm * power) * math.exp(-dt / 60.0)
-        reasons = np.where(idle, float(facts.THROTTLE_IDLE), 0.0)
+        reasons = np.where(idle, float(facts.THROTTLE_IDLE), np.where(temp >= 85, float(facts.THROTTLE_SW_THERMAL), 0.0))
         reasons[rng.random(n) < 0.2] = np.nan  # no reasons: utilisation says whether it works
         rows = rng.permutation(n)
         frames.append(Frame("gpu", t - np.where(rng.random(n) < 0.02, 7.0, 0.0)[rows], rows, {
@@ -1211,3 +1217,46 @@ def test_without_an_inlet_a_failing_loop_throttles_cores_not_hbm():
         found += det.update(frame)
     assert len({p.slot for p in preds(found)}) == 32  # every core predicted to throttle
     assert not preds(found, "hbm_overheat"), preds(found, "hbm_overheat")[0].reason
+
+
+@pytest.mark.parametrize("hbm_fault", [True, False])
+def test_a_prediction_names_the_job_member_a_thermal_limiter_already_holds(hbm_fault):
+    """In a synchronous job the GPU a thermal limiter holds sets everyone's pace; as its hold
+    deepens, the others draw less than their forecast assumes (seed 832: a failing loop's GPUs
+    settled at 85 °C, paced by a member an HBM fault had held for hours). A thermal_throttle
+    prediction names the member held longest, and for how long; while none is held it says nothing
+    of the kind."""
+    topo = small_topology()  # one job over every node; rack 0 holds node0 and node1
+    faults = [Fault("cooling_loss", 0, 3000, 0.02, "f2")]
+    if hbm_fault:  # node0/gpu3's HBM path degrades: held at 95 °C from about 20 minutes in
+        faults.append(Fault("hbm_degradation", 3, 0, 8.0, "f1"))
+    world = World(topo, faults=faults, seed=4)
+    frames, events = world.run(6000)
+    found = [p for p in preds(run(th.ThermalDetector(topo), frames)) if p.event == "thermal_throttle" and p.active]
+    assert {topo.gpu_rack[p.slot] for p in found} == {0}  # the failing loop's GPUs
+    held_since: dict[str, float] = {}  # the limiter's holds, replayed from the ground truth
+    by_time = sorted(events, key=lambda e: e.time)
+    k, named = 0, 0
+    for p in sorted(found, key=lambda p: p.ts):
+        while k < len(by_time) and by_time[k].time <= p.ts:
+            e = by_time[k]
+            if e.type == "thermal_throttle_start":
+                held_since[e.entity] = e.time
+            elif e.type == "thermal_throttle_end":
+                held_since.pop(e.entity, None)
+            k += 1
+        others = {g: t for g, t in held_since.items() if g != topo.name("gpu", p.slot)}
+        m = re.search(r"job job0 is paced by (\S+), held by the thermal limiter for (\d+) min", p.reason)
+        if not others:
+            assert m is None, p.reason
+            continue
+        first = min(others, key=others.get)
+        assert m and m.group(1) == first and int(m.group(2)) == round((p.ts - others[first]) / 60), p.reason
+        assert ("more held" in p.reason) == (len(others) > 1)
+        named += 1
+    if hbm_fault:  # every prediction names the member the HBM fault held long before the loss
+        others = [p for p in found if p.slot != 3]
+        assert others and all("paced by node0/gpu3, held" in p.reason for p in others)
+        assert min(p.ts for p in others) - world.t0 > 3000 and held_since["node0/gpu3"] - world.t0 < 1800
+    else:  # the first predictions come before any GPU of the loop is held, later ones after
+        assert 0 < named < len(found)
