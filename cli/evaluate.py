@@ -117,6 +117,8 @@ SECTION_FIGURES = {
     "congestion": ("rerouted_episodes", "found", "recall", "cause_named", "delay_samples_max", "false_alarms"),
     "incidents": ("faults", "root_cause_accuracy", "member_recall", "member_precision",
                   "onset_to_incident_median_s", "compression", "merged_independent_faults"),
+    "cooling": ("tim_flagged", "tim_lead_before_throttle_median_s", "fan_flagged", "flagged_entities",
+                "unexplained_flags"),
 }
 
 
@@ -135,7 +137,8 @@ def section_summaries(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
 def render_sections(sections: dict[str, dict[str, Any]]) -> Any:
     from rich.table import Table
 
-    table = Table(title="report sections (congestion caused by rerouting; incidents)")
+    table = Table(title="report sections (congestion caused by rerouting; incidents; cooling degradation "
+                        "flagged before the throttle)")
     for col in ("section", "detector", "figures"):
         table.add_column(col)
     for name, per_set in sections.items():

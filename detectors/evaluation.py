@@ -64,6 +64,10 @@ Additive keys (the documented shape above stays as it is):
   swept over its own logged scores and its alarms replayed by its own alarm rule
   (:func:`matched_threshold`) — the precision-matched comparison.
 
+Report sections (:data:`SECTION_SCORERS`) score what is not a timed prediction of an event kind:
+``congestion`` (:mod:`.evaluation_fabric`), ``incidents`` (:mod:`.incident_eval`) and ``cooling``
+(:mod:`.evaluation_cooling`: how early a failing thermal interface or fan is flagged).
+
 The harness runs the detectors in one bank over time-aligned windows of the recording (racks
 and nodes before GPUs, so a GPU's inlet is the one measured at the same tick), behind the same
 input guard as the embedded pipeline. Detector *sets* (:data:`DETECTOR_SETS`) name what is
@@ -1145,3 +1149,8 @@ _register_fabric(register_event_kind, SECTION_SCORERS)
 from .incident_eval import score_run as _score_incidents  # noqa: E402
 
 SECTION_SCORERS["incidents"] = _score_incidents
+
+# Cooling degradation (issue 4): how early a failing thermal interface or fan is flagged.
+from .evaluation_cooling import score_cooling as _score_cooling  # noqa: E402
+
+SECTION_SCORERS["cooling"] = _score_cooling

@@ -195,6 +195,10 @@ def test_cli_evaluate_end_to_end(tmp_path):
     assert summary["incidents"]["foreshock"]["root_cause_accuracy"] == report["incidents"]["root_cause_accuracy"]
     assert summary["congestion"]["foreshock"]["rerouted_episodes"] == \
         report["congestion"]["detectors"]["foreshock"]["rerouted_episodes"] == 0
+    # the cooling detector flagged the failing interface, long before it throttled
+    cooling = report["cooling"]["detectors"]["foreshock"]
+    assert summary["cooling"]["foreshock"]["tim_flagged"] == cooling["tim_flagged"] == "1 of 1"
+    assert cooling["tim_lead_before_throttle_median_s"] > 600 and "threshold" not in report["cooling"]["detectors"]
     only = CliRunner().invoke(cli, ["evaluate", str(tmp_path / "rec"), "--detectors", "threshold", "--no-plots",
                                     "--events", "thermal_throttle,congestion", "--report", str(tmp_path / "out3")])
     assert only.exit_code == 0, only.output
