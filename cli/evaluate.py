@@ -119,6 +119,7 @@ SECTION_FIGURES = {
                   "onset_to_incident_median_s", "compression", "merged_independent_faults"),
     "cooling": ("tim_flagged", "tim_lead_before_throttle_median_s", "fan_flagged", "flagged_entities",
                 "unexplained_flags"),
+    "straggler": ("slowdowns", "pacer_flagged", "recall", "flagged_ahead", "flagged_gpus", "unexplained_flags"),
 }
 
 
@@ -138,7 +139,7 @@ def render_sections(sections: dict[str, dict[str, Any]]) -> Any:
     from rich.table import Table
 
     table = Table(title="report sections (congestion caused by rerouting; incidents; cooling degradation "
-                        "flagged before the throttle)")
+                        "flagged before the throttle; slowed jobs' pacers named)")
     for col in ("section", "detector", "figures"):
         table.add_column(col)
     for name, per_set in sections.items():

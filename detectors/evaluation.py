@@ -65,8 +65,9 @@ Additive keys (the documented shape above stays as it is):
   (:func:`matched_threshold`) — the precision-matched comparison.
 
 Report sections (:data:`SECTION_SCORERS`) score what is not a timed prediction of an event kind:
-``congestion`` (:mod:`.evaluation_fabric`), ``incidents`` (:mod:`.incident_eval`) and ``cooling``
-(:mod:`.evaluation_cooling`: how early a failing thermal interface or fan is flagged).
+``congestion`` (:mod:`.evaluation_fabric`), ``incidents`` (:mod:`.incident_eval`), and ``cooling``
+and ``straggler`` (:mod:`.evaluation_anomalies`: how early a failing thermal interface or fan is
+flagged; whether the GPU that sets a slowed job's pace is named).
 
 The harness runs the detectors in one bank over time-aligned windows of the recording (racks
 and nodes before GPUs, so a GPU's inlet is the one measured at the same tick), behind the same
@@ -1150,7 +1151,10 @@ from .incident_eval import score_run as _score_incidents  # noqa: E402
 
 SECTION_SCORERS["incidents"] = _score_incidents
 
-# Cooling degradation (issue 4): how early a failing thermal interface or fan is flagged.
-from .evaluation_cooling import score_cooling as _score_cooling  # noqa: E402
+# Issue 4's anomaly detectors: how early a failing thermal interface or fan is flagged (cooling),
+# and whether a slowed job's pacer is named (straggler).
+from .evaluation_anomalies import score_cooling as _score_cooling  # noqa: E402
+from .evaluation_anomalies import score_straggler as _score_straggler  # noqa: E402
 
 SECTION_SCORERS["cooling"] = _score_cooling
+SECTION_SCORERS["straggler"] = _score_straggler

@@ -44,6 +44,25 @@ def small_topology():
 
 
 @pytest.fixture
+def empty_recording(tmp_path, small_topology):
+    """A factory: an empty 12-hour recording of the small topology (one frame of ``kind`` at each
+    end, sampled every ``interval`` s), for scoring hand-made findings and events against it."""
+    import numpy as np
+
+    from foreshock.frames import Frame
+    from foreshock.recording import Recording, RecordingWriter
+
+    def make(kind: str, interval: float, t0: float = 1_700_000_000.0):  # type: ignore[no-untyped-def]
+        with RecordingWriter(tmp_path / "rec", small_topology, {"interval": interval}) as w:
+            n = small_topology.size(kind)
+            for t in (t0, t0 + 12 * 3600.0):
+                w.write(Frame(kind, np.full(n, t), np.arange(n), {}))
+        return Recording.open(tmp_path / "rec")
+
+    return make
+
+
+@pytest.fixture
 def dcgm_exporter(shared_data: Path) -> Iterator[str]:
     """A local HTTP server on 127.0.0.1 (a free port) serving the real dcgm-exporter page at
     ``/metrics`` (404 elsewhere); yields its base URL."""

@@ -3,28 +3,21 @@ the recording) and congestion (detected within two samples, cause named)."""
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 from foreshock.detectors import evaluation
 from foreshock.detectors.evaluation_fabric import LINK_DOWN_HORIZON_S, score_congestion
 from foreshock.events import Event
 from foreshock.findings import Prediction
-from foreshock.frames import Frame
-from foreshock.recording import Recording, RecordingWriter
 
 T0 = 1_700_000_000.0
 H = 3600.0
 
 
 @pytest.fixture
-def recording(tmp_path, small_topology):
+def recording(empty_recording):
     """An empty 12-hour recording of the small topology, sampled every second."""
-    with RecordingWriter(tmp_path / "rec", small_topology, {"interval": 1.0}) as w:
-        n = small_topology.size("link")
-        for t in (T0, T0 + 12 * H):
-            w.write(Frame("link", np.full(n, t), np.arange(n), {}))
-    return Recording.open(tmp_path / "rec")
+    return empty_recording("link", 1.0, T0)
 
 
 def link(topo, name):

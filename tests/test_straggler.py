@@ -68,6 +68,22 @@ def test_slow_hot_and_throttling_gpus_are_named():
     assert "sets the job's step time" in slow.reason and slow.score == pytest.approx(0.15, abs=0.02)
 
 
+@pytest.mark.parametrize("capped", [8, 16])
+def test_gpus_holding_their_power_cap_more_than_their_peers_are_not_stragglers(capped):
+    """Under full load GPUs sit on their SW power cap (0x4) by turns; those that hold it more only
+    show it in their clock, a percent or two lower, which the "slower" check compares. Counted as
+    "throttling more", the cap flagged half of a job a minute into its run (seed 21), or, held by
+    half the job, hid a braking GPU behind the spread. A power brake (0x80) still counts."""
+    topo = small_topology()
+    frames = job_frames()
+    for f in frames:
+        f.columns["throttle_reasons"][:capped] = facts.THROTTLE_SW_POWER_CAP  # all the time
+        f.columns["sm_clock"][:capped] *= 0.985
+        f.columns["throttle_reasons"][20] = facts.THROTTLE_HW_POWER_BRAKE
+    found = run(sg.StragglerDetector(topo), frames)
+    assert {(f.slot, f.field) for f in found} == {(20, "throttle_reasons")}
+
+
 def test_uniform_job_and_idle_gpus_are_quiet():
     topo = small_topology()
     assert run(sg.StragglerDetector(topo), job_frames(idle=(3, 4))) == []

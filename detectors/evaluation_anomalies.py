@@ -1,8 +1,9 @@
-"""The ``cooling`` report section: how early the cooling-degradation detector flags a failing
-thermal path, scored against the recording's ground truth.
+"""Report sections for the GPU detectors that raise anomalies rather than timed predictions,
+scored against the recording's ground truth: ``cooling`` (how early the cooling-degradation
+detector flags a failing thermal path) and ``straggler`` (whether the peer-outlier detector names
+the GPU that sets a slowed job's pace).
 
-Cooling degradation is reported as :class:`~foreshock.findings.Anomaly` (detector ``cooling``),
-not as a timed prediction of an event, so it is scored as a section of its own, per fault type:
+**cooling**, per fault type:
 
 - ``tim_degradation`` (a GPU's thermal interface): flagged when a ``cooling`` anomaly on that GPU
   starts within ``window_s`` of the fault's onset;
@@ -14,9 +15,16 @@ the onset and, where the fault went on to throttle a GPU (its first ``thermal_th
 with the fault's id), how long before that throttle the flag came: the early warning the issue
 asks for ("hours before any throttle").
 
-Every entity the detector flagged is also checked against the faults: a flag is *explained* when
-a fault began before it on the same GPU, its node, or the cooling loop of its rack (a loss of
-flow warms every GPU of the loop); else it is counted, and named, as unexplained.
+**straggler**: every ``job_slowdown_start`` (step time over 1.1x nominal) caused by a fault on
+the job's own GPUs, a node or a cooling loop (not the fabric's: that slows communication, and no
+GPU sets the pace; not an interrupted job) is judged: found when a ``straggler`` anomaly on one of
+the job's GPUs that the fault touches started between the fault's onset and ``window_s`` after
+the slowdown. It is *ahead* when that came before the slowdown (a GPU running hotter or
+throttling more than its peers, before the job's step time shows it), with its lead.
+
+Both sections also check every entity their detector flagged: a flag is *explained* when a fault
+began before it on the same GPU, its node, or the cooling loop of its rack; else it is counted,
+and named, as unexplained.
 """
 
 from __future__ import annotations
@@ -36,6 +44,9 @@ WINDOW_S = 3600.0
 SCORED_FAULTS = {"tim_degradation": "gpu", "fan_failure": "node"}
 """Fault types scored, and the kind of entity each one targets."""
 COOLING_DETECTOR = "cooling"
+STRAGGLER_DETECTOR = "straggler"
+SLOWDOWN_WINDOW_S = 600.0
+"""A slowdown counts as found when its pacer is flagged up to this long after the slowdown began."""
 
 
 def score_cooling(result: "RunResult", window_s: float = WINDOW_S) -> dict[str, Any]:
@@ -50,8 +61,8 @@ def score_cooling(result: "RunResult", window_s: float = WINDOW_S) -> dict[str, 
             first_throttle[e.fault_id] = min(first_throttle.get(e.fault_id, np.inf), e.time)
     out: dict[str, Any] = {"window_s": window_s, "detectors": {}}
     for set_name, findings in result.findings.items():
-        flags = _first_flags(findings, topo)
-        if not flags and not _ran_cooling(set_name):
+        flags = {key: times[0] for key, times in _flag_times(findings, topo, COOLING_DETECTOR).items()}
+        if not flags and not _ran(set_name, COOLING_DETECTOR):
             continue  # a set without the detector (the baselines): nothing to score
         by_fault: dict[str, Any] = {}
         for fault_type, kind in SCORED_FAULTS.items():
@@ -92,24 +103,88 @@ def score_cooling(result: "RunResult", window_s: float = WINDOW_S) -> dict[str, 
     return out
 
 
-def _ran_cooling(set_name: str) -> bool:
+def score_straggler(result: "RunResult", window_s: float = SLOWDOWN_WINDOW_S) -> dict[str, Any]:
+    """Per detector set that ran the straggler detector: per fault type, the job slowdowns judged,
+    those whose pacer was flagged, how many ahead of the slowdown and by how much; and the flags
+    no fault explains."""
+    topo = result.recording.topology
+    onsets = [e for e in result.events if e.type == "fault_onset"]
+    by_id = {e.fault_id: e for e in onsets}
+    slowdowns = [e for e in result.events if e.type == "job_slowdown_start" and e.fault_id in by_id
+                 and (e.detail or {}).get("reason") != "interrupted"]
+    out: dict[str, Any] = {"window_s": window_s, "detectors": {}}
+    for set_name, findings in result.findings.items():
+        flags = _flag_times(findings, topo, STRAGGLER_DETECTOR)
+        if not flags and not _ran(set_name, STRAGGLER_DETECTOR):
+            continue
+        per_type: dict[str, dict[str, list[Any]]] = {}
+        for e in slowdowns:
+            fault = by_id[e.fault_id]
+            pacers = _job_gpus_touched(topo, e.entity, fault)
+            if not pacers:
+                continue  # the fabric's, or a fault off the job's GPUs
+            m = per_type.setdefault(fault.fault_type, {"judged": [], "leads": [], "delays": [], "missed": []})
+            m["judged"].append(e.entity)
+            times = [ts for g in pacers for ts in flags.get(("gpu", g), ()) if fault.time <= ts <= e.time + window_s]
+            if not times:
+                m["missed"].append(f"{e.entity} at {e.time - result.start:.0f} s")
+                continue
+            first = min(times)
+            (m["leads"] if first < e.time else m["delays"]).append(abs(e.time - first))
+        by_fault: dict[str, Any] = {}
+        judged = found = ahead = 0
+        for t, m in sorted(per_type.items()):
+            n_found = len(m["leads"]) + len(m["delays"])
+            by_fault[t] = {"slowdowns": len(m["judged"]), "found": n_found, "found_ahead": len(m["leads"]),
+                           "lead_median_s": _median(m["leads"]), "delay_median_s": _median(m["delays"]),
+                           "missed": m["missed"][:10]}
+            judged, found, ahead = judged + len(m["judged"]), found + n_found, ahead + len(m["leads"])
+        unexplained = sorted(name for (kind, name), times in flags.items()
+                             if not _explained(kind, name, times[0], onsets, topo))
+        out["detectors"][set_name] = {
+            "slowdowns": judged,
+            "pacer_flagged": found,
+            "recall": round(found / judged, 4) if judged else None,
+            "flagged_ahead": ahead,
+            "flagged_gpus": len(flags),
+            "unexplained_flags": len(unexplained),
+            "unexplained": unexplained[:10],
+            "by_fault": by_fault,
+        }
+    return out
+
+
+def _job_gpus_touched(topo: Any, job: str, fault: Event) -> list[str]:
+    """The job's GPUs that ``fault`` acts on: its GPU, its node's GPUs, or those on its loop."""
+    if job not in topo.jobs:
+        return []
+    members = topo.gpus_of_job(topo.slot("job", job))
+    racks = set((fault.detail or {}).get("racks") or ())
+    touched = []
+    for g in members:
+        name = topo.gpus[int(g)]
+        node = topo.nodes[int(topo.gpu_node[g])]
+        if fault.entity in (name, node) or topo.racks[int(topo.gpu_rack[g])] in racks:
+            touched.append(name)
+    return touched
+
+
+def _ran(set_name: str, detector: str) -> bool:
     from .evaluation import set_members
 
     try:
-        return COOLING_DETECTOR in set_members(set_name)
+        return detector in set_members(set_name)
     except ValueError:
         return False
 
 
-def _first_flags(findings: list[Finding], topo: Any) -> dict[tuple[str, str], float]:
-    """(entity kind, name) -> when the cooling detector first flagged it."""
-    first: dict[tuple[str, str], float] = {}
+def _flag_times(findings: list[Finding], topo: Any, detector: str) -> dict[tuple[str, str], list[float]]:
+    """(entity kind, name) -> every time ``detector`` raised or refreshed a flag on it, in order."""
+    times: dict[tuple[str, str], list[float]] = {}
     for f in findings:
-        if isinstance(f, Anomaly) and f.detector == COOLING_DETECTOR:
-            key = (f.entity_kind, topo.name(f.entity_kind, f.slot))
-            if key not in first or f.ts < first[key]:
-                first[key] = f.ts
-    return first
+        if isinstance(f, Anomaly) and f.detector == detector:
+            times.setdefault((f.entity_kind, topo.name(f.entity_kind, f.slot)), []).append(f.ts)
+    return {key: sorted(ts) for key, ts in times.items()}
 
 
 def _first_flag_on(flags: dict[tuple[str, str], float], kind: str, entity: str, lo: float, hi: float,
