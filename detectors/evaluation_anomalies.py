@@ -61,7 +61,7 @@ def score_cooling(result: "RunResult", window_s: float = WINDOW_S) -> dict[str, 
             first_throttle[e.fault_id] = min(first_throttle.get(e.fault_id, np.inf), e.time)
     out: dict[str, Any] = {"window_s": window_s, "detectors": {}}
     for set_name, findings in result.findings.items():
-        flags = {key: times[0] for key, times in _flag_times(findings, topo, COOLING_DETECTOR).items()}
+        flags = _flag_times(findings, topo, COOLING_DETECTOR)
         if not flags and not _ran(set_name, COOLING_DETECTOR):
             continue  # a set without the detector (the baselines): nothing to score
         by_fault: dict[str, Any] = {}
@@ -88,8 +88,8 @@ def score_cooling(result: "RunResult", window_s: float = WINDOW_S) -> dict[str, 
                 "lead_before_throttle_min_s": round(min(leads), 1) if leads else None,
                 "missed": missed[:10],
             }
-        unexplained = sorted(name for (kind, name), ts in flags.items()
-                             if not _explained(kind, name, ts, onsets, topo))
+        unexplained = sorted(name for (kind, name), times in flags.items()
+                             if not _explained(kind, name, times[0], onsets, topo))
         tim, fan = by_fault["tim_degradation"], by_fault["fan_failure"]
         out["detectors"][set_name] = {
             "tim_flagged": f"{tim['flagged']} of {tim['faults']}",
@@ -187,13 +187,14 @@ def _flag_times(findings: list[Finding], topo: Any, detector: str) -> dict[tuple
     return {key: sorted(ts) for key, ts in times.items()}
 
 
-def _first_flag_on(flags: dict[tuple[str, str], float], kind: str, entity: str, lo: float, hi: float,
+def _first_flag_on(flags: dict[tuple[str, str], list[float]], kind: str, entity: str, lo: float, hi: float,
                    topo: Any) -> float | None:
-    """The first flag in ``[lo, hi]`` on the entity, or, for a node, on the node or its GPUs."""
-    names = {(kind, entity)}
+    """The first flag in ``[lo, hi]`` on the entity, or, for a node, on the node or its GPUs (an
+    entity flagged before, and cleared, counts from its flag in the window)."""
+    names = [(kind, entity)]
     if kind == "node" and entity in topo.nodes:
-        names |= {("gpu", topo.name("gpu", int(g))) for g in topo.gpus_of_node(topo.slot("node", entity))}
-    times = [ts for key, ts in flags.items() if key in names and lo <= ts <= hi]
+        names += [("gpu", topo.name("gpu", int(g))) for g in topo.gpus_of_node(topo.slot("node", entity))]
+    times = [ts for key in names for ts in flags.get(key, ()) if lo <= ts <= hi]
     return min(times) if times else None
 
 

@@ -38,6 +38,7 @@ def test_the_cooling_section_scores_flags_against_the_faults(recording):
     ]
     findings = [
         flag(topo, "gpu", "node2/gpu3", T0 + 1 * H),  # before its fault began: neither a hit nor explained
+        flag(topo, "gpu", "node0/gpu1", T0 + 0.5 * H),  # noise before its fault (then cleared): unexplained
         flag(topo, "gpu", "node0/gpu1", T0 + 1.5 * H),  # the TIM, half an hour in, 90 min before its throttle
         flag(topo, "gpu", "node0/gpu1", T0 + 1.6 * H),  # refreshed: the first flag counts
         flag(topo, "gpu", "node1/gpu5", T0 + 4 * H + 300),  # a GPU of the node whose fans failed
@@ -61,7 +62,7 @@ def test_the_cooling_section_scores_flags_against_the_faults(recording):
     assert fan["lead_before_throttle_median_s"] is None
     assert m["tim_flagged"] == "1 of 2" and m["fan_flagged"] == "1 of 1"
     assert m["flagged_entities"] == 6
-    assert m["unexplained"] == ["node2/gpu3", "node3/gpu7"] and m["unexplained_flags"] == 2
+    assert m["unexplained"] == ["node0/gpu1", "node2/gpu3", "node3/gpu7"] and m["unexplained_flags"] == 3
 
 
 
