@@ -15,8 +15,8 @@ the onset and, where the fault went on to throttle a GPU (its first ``thermal_th
 with the fault's id), how long before that throttle the flag came: the early warning the issue
 asks for ("hours before any throttle").
 
-**straggler**: every ``job_slowdown_start`` (step time over 1.1x nominal) caused by a fault on
-the job's own GPUs, a node or a cooling loop (not the fabric's: that slows communication, and no
+**straggler**: a job's first ``job_slowdown_start`` (step time over 1.1x nominal) under each fault
+on the job's own GPUs, a node or a cooling loop (not the fabric's: that slows communication, and no
 GPU sets the pace; not an interrupted job) is judged: found when a ``straggler`` anomaly on one of
 the job's GPUs that the fault touches started between the fault's onset and ``window_s`` after
 the slowdown. It is *ahead* when that came before the slowdown (a GPU running hotter or
@@ -110,8 +110,14 @@ def score_straggler(result: "RunResult", window_s: float = SLOWDOWN_WINDOW_S) ->
     topo = result.recording.topology
     onsets = [e for e in result.events if e.type == "fault_onset"]
     by_id = {e.fault_id: e for e in onsets}
-    slowdowns = [e for e in result.events if e.type == "job_slowdown_start" and e.fault_id in by_id
-                 and (e.detail or {}).get("reason") != "interrupted"]
+    # a job's first slowdown under a fault: its later ones (the step time dipping back under 1.1x
+    # nominal and over again) continue it, and a flag raised at the first would read as their lead
+    slowdowns, seen = [], set()
+    for e in sorted(result.events, key=lambda e: e.time):
+        if e.type == "job_slowdown_start" and e.fault_id in by_id and (e.detail or {}).get("reason") != "interrupted" \
+                and (e.entity, e.fault_id) not in seen:
+            seen.add((e.entity, e.fault_id))
+            slowdowns.append(e)
     out: dict[str, Any] = {"window_s": window_s, "detectors": {}}
     for set_name, findings in result.findings.items():
         flags = _flag_times(findings, topo, STRAGGLER_DETECTOR)
