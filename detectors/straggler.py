@@ -3,8 +3,9 @@
 In synchronous training the slowest rank sets the step time of every rank. Per GPU the
 detector keeps exponentially weighted means of its SM clock (as a fraction of its maximum),
 core temperature, utilisation and the share of time a throttle bit (thermal, power brake, HW
-slowdown; not the SW power cap, see :data:`THROTTLING`) was set. Every ``interval_s`` of telemetry time it compares each busy GPU
-with the other busy GPUs of its job (median and MAD — robust to the outlier itself):
+slowdown; not the SW power cap, see :data:`THROTTLING`) was set. Every ``interval_s`` of telemetry
+time it compares each busy GPU with the other busy GPUs of its job (median and MAD — robust to the
+outlier itself):
 
 - **slower**: clock below the job median by more than ``clock_gap`` (and ``k_mad`` MADs);
 - **hotter**: temperature above the job median by more than ``temp_gap_c`` at the same load;

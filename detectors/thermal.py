@@ -100,12 +100,12 @@ from .gpu_inputs import (DAMP_MIN_OBS, FLOW_NOMINAL, flow_asymptote, inline, ker
 # the thermal model's fit is shared with power and cooling (see thermal_fit); its parameters
 # (PARAMS, one vector: fit and forecast) are this detector's
 from .thermal_fit import PARAMS  # noqa: F401
-from .thermal_fit import (CORE, G_PLIM, G_PREF, G_SIZE, G_UB, G_UL, HBM, M_LOADED, M_PF, M_RB,
+from .thermal_fit import (CORE, G_PLIM, G_PREF, G_SIZE, G_TS, G_UB, G_UL, HBM, M_LOADED, M_PF, M_RB,
                           M_RES, M_RL, M_SIZE, M_TAU, N_MODELS, P_CLEAR, P_CONF_MIN, P_DAMP,
                           P_DRIFT_DAMP, P_EVERY, P_FLOW_CARRY, P_FLOW_PLAN_FLOOR, P_HORIZON, P_LEAK,
                           P_LEARN_DAMP, P_LIM_CORE, P_LIM_HBM, P_LOAD_MIN, P_MARGIN, P_MARGIN_RISE,
                           P_OFF_HOLD, P_ON, P_REFRESH,
-                          P_RISE, P_R_NOM, P_SITE_DAMP, P_SITE_RISE, P_SLOWDOWN_OFF, P_TREND_CONFIRM,
+                          P_RISE, P_R_NOM, P_SITE_DAMP, P_SITE_RISE, P_SLOWDOWN_OFF, P_STALE, P_TREND_CONFIRM,
                           P_TREND_NOISE, P_TREND_SMOOTH, P_TREND_WINDOW, P_URGENT, P_WARMUP, R_DT, R_TPREV,
                           ThermalFit, ThermalFitDetector, X_HBM, X_REASONS, X_SLOT, X_SLOWDOWN, X_TEMP, X_TS, X_UTIL,
                           params_vector)
@@ -654,7 +654,9 @@ class ThermalDetector(ThermalFitDetector):
         if members is None:
             members = self._job_members[job] = self.topology.gpus_of_job(job)
         since = self.s_forecast[members, F_HELD_SINCE]
-        held = (since == since) & (members != slot)
+        # ... and still reporting: a member that fell off the bus keeps its last hold in the state
+        fresh = ts - self.s_model[members, G_TS] <= self.params[P_STALE]
+        held = (since == since) & fresh & (members != slot)
         if not held.any():
             return ""
         first = int(np.argmin(np.where(held, since, np.inf)))

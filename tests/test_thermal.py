@@ -1260,3 +1260,22 @@ def test_a_prediction_names_the_job_member_a_thermal_limiter_already_holds(hbm_f
         assert min(p.ts for p in others) - world.t0 > 3000 and held_since["node0/gpu3"] - world.t0 < 1800
     else:  # the first predictions come before any GPU of the loop is held, later ones after
         assert 0 < named < len(found)
+
+
+def test_a_held_member_that_stops_reporting_no_longer_paces_the_job():
+    """A GPU that fell off the bus keeps its last hold in the detector's state; five minutes after
+    its last sample (inlet_stale_s) its peers' predictions no longer name it."""
+    topo = small_topology()
+    faults = [Fault("cooling_loss", 0, 3000, 0.02, "f2"), Fault("hbm_degradation", 3, 0, 8.0, "f1")]
+    world = World(topo, faults=faults, seed=4)
+    frames, _ = world.run(6000)
+    gone = world.t0 + 5000.0  # node0/gpu3 (held since ~20 min in) reports nothing from here on
+    for f in frames:
+        if f.kind == "gpu" and f.ts[0] >= gone:
+            keep = f.slot != 3
+            f.slot, f.ts = f.slot[keep], f.ts[keep]
+            f.columns = {k: v[keep] for k, v in f.columns.items()}
+    found = [p for p in preds(run(th.ThermalDetector(topo), frames)) if p.event == "thermal_throttle" and p.active]
+    named = [p for p in found if "paced by node0/gpu3," in p.reason]
+    assert named and max(p.ts for p in named) <= gone + 300.0
+    assert any(p.ts > gone + 300.0 for p in found)  # predictions went on without it
