@@ -24,7 +24,8 @@ throttling more than its peers, before the job's step time shows it), with its l
 
 Both sections also check every entity their detector flagged: a flag is *explained* when a fault
 began before it on the same GPU, its node, or the cooling loop of its rack; else it is counted,
-and named, as unexplained.
+and named, as unexplained. A recording whose ground truth holds no fault (a real one) is skipped:
+every flag would read as unexplained.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ SCORED_FAULTS = {"tim_degradation": "gpu", "fan_failure": "node"}
 """Fault types scored, and the kind of entity each one targets."""
 COOLING_DETECTOR = "cooling"
 STRAGGLER_DETECTOR = "straggler"
+NO_FAULTS = "no fault in the recording's ground truth (a real recording has none): nothing to score against"
 SLOWDOWN_WINDOW_S = 600.0
 """A slowdown counts as found when its pacer is flagged up to this long after the slowdown began."""
 
@@ -55,6 +57,8 @@ def score_cooling(result: "RunResult", window_s: float = WINDOW_S) -> dict[str, 
     flags no fault explains."""
     topo = result.recording.topology
     onsets = [e for e in result.events if e.type == "fault_onset"]
+    if not onsets:
+        return {"skipped": NO_FAULTS}
     first_throttle: dict[str, float] = {}
     for e in result.events:
         if e.type == "thermal_throttle_start" and e.fault_id:
@@ -109,6 +113,8 @@ def score_straggler(result: "RunResult", window_s: float = SLOWDOWN_WINDOW_S) ->
     no fault explains."""
     topo = result.recording.topology
     onsets = [e for e in result.events if e.type == "fault_onset"]
+    if not onsets:
+        return {"skipped": NO_FAULTS}
     by_id = {e.fault_id: e for e in onsets}
     # a job's first slowdown under a fault: its later ones (the step time dipping back under 1.1x
     # nominal and over again) continue it, and a flag raised at the first would read as their lead

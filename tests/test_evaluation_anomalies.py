@@ -102,3 +102,11 @@ def test_the_straggler_section_asks_for_the_slowed_jobs_pacer(recording):
     assert (psu["found"], psu["missed"]) == (0, ["job0 at 14430 s"])
     assert set(m["by_fault"]) == {"tim_degradation", "cooling_loss", "psu_failure"}
     assert m["flagged_gpus"] == 4 and m["unexplained"] == ["node1/gpu0"]  # first flagged before any fault near it
+
+
+def test_a_recording_without_faults_is_not_scored(recording):
+    """A real recording has no ground truth: every flag would read as unexplained."""
+    topo = recording.topology
+    findings = [flag(topo, "gpu", "node0/gpu1", T0 + H), flag(topo, "gpu", "node0/gpu2", T0 + H, detector="straggler")]
+    result = evaluation.RunResult(recording, {"foreshock": findings}, [], T0, T0 + 12 * H, 0.0, 0)
+    assert "skipped" in score_cooling(result) and "skipped" in score_straggler(result)
