@@ -74,7 +74,7 @@ def score_cooling(result: "RunResult", window_s: float = WINDOW_S) -> dict[str, 
             delays, leads = [], []
             missed = []
             for e in judged:
-                flag = _first_flag_on(flags, kind, e.entity, e.time, e.time + window_s, topo)
+                flag = _first_flag_on(flags, _fault_entities(kind, e.entity, topo), e.time, e.time + window_s)
                 if flag is None:
                     missed.append(e.entity)
                     continue
@@ -137,11 +137,10 @@ def score_straggler(result: "RunResult", window_s: float = SLOWDOWN_WINDOW_S) ->
                 continue  # the fabric's, or a fault off the job's GPUs
             m = per_type.setdefault(fault.fault_type, {"judged": [], "leads": [], "delays": [], "missed": []})
             m["judged"].append(e.entity)
-            times = [ts for g in pacers for ts in flags.get(("gpu", g), ()) if fault.time <= ts <= e.time + window_s]
-            if not times:
+            first = _first_flag_on(flags, [("gpu", g) for g in pacers], fault.time, e.time + window_s)
+            if first is None:
                 m["missed"].append(f"{e.entity} at {e.time - result.start:.0f} s")
                 continue
-            first = min(times)
             (m["leads"] if first < e.time else m["delays"]).append(abs(e.time - first))
         by_fault: dict[str, Any] = {}
         judged = found = ahead = 0
@@ -199,14 +198,19 @@ def _flag_times(findings: list[Finding], topo: Any, detector: str) -> dict[tuple
     return {key: sorted(ts) for key, ts in times.items()}
 
 
-def _first_flag_on(flags: dict[tuple[str, str], list[float]], kind: str, entity: str, lo: float, hi: float,
-                   topo: Any) -> float | None:
-    """The first flag in ``[lo, hi]`` on the entity, or, for a node, on the node or its GPUs (an
-    entity flagged before, and cleared, counts from its flag in the window)."""
+def _fault_entities(kind: str, entity: str, topo: Any) -> list[tuple[str, str]]:
+    """The entity a fault targets, and, for a node, its GPUs: where its flag may land."""
     names = [(kind, entity)]
     if kind == "node" and entity in topo.nodes:
         names += [("gpu", topo.name("gpu", int(g))) for g in topo.gpus_of_node(topo.slot("node", entity))]
-    times = [ts for key in names for ts in flags.get(key, ()) if lo <= ts <= hi]
+    return names
+
+
+def _first_flag_on(flags: dict[tuple[str, str], list[float]], entities: list[tuple[str, str]], lo: float,
+                   hi: float) -> float | None:
+    """The first flag in ``[lo, hi]`` on any of ``entities`` (an entity flagged before, and cleared,
+    counts from its flag in the window)."""
+    times = [ts for key in entities for ts in flags.get(key, ()) if lo <= ts <= hi]
     return min(times) if times else None
 
 

@@ -647,7 +647,7 @@ class ThermalDetector(ThermalFitDetector):
         failing) the job slows and this GPU draws less than the ETA assumes, so it may cross later
         or settle under its limit. Seed 832: job8's GPUs on a failing loop settled at 85 °C at
         440 W, paced by a member an HBM fault had held for hours."""
-        job = int(self.topology.gpu_job[slot]) if len(self.topology.gpu_job) else -1
+        job = int(self.topology.gpu_job[slot])
         if job < 0:
             return ""
         members = self._job_members.get(job)
