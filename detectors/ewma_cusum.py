@@ -5,8 +5,9 @@ For each series the detector tracks a robust level (an EWMA whose updates are cl
 deviations; for Gaussian noise sigma ~ 1.2533 x mean absolute deviation). The z-score feeds
 a two-sided CUSUM; when either side passes ``threshold`` the detector emits an
 :class:`~foreshock.findings.Anomaly` (score = the CUSUM value), restarts both sides and
-re-learns the level from the new samples (the running mean over ``warmup`` samples, during
-which the series cannot alarm): one level shift is one anomaly, not one per sample.
+re-learns the level and scale from the new samples (the running mean and mean absolute
+deviation over ``warmup`` samples, during which the series cannot alarm): one level shift is one
+anomaly, not one per sample.
 
 >>> import numpy as np
 >>> from foreshock.topology import Topology
@@ -80,12 +81,18 @@ def _ewma_cusum_kernel(slot: np.ndarray, values: np.ndarray, state: np.ndarray, 
                     st[LEVEL] = x
                     st[COUNT] = 1
                     continue
-            lim = clip * sigma
             if st[COUNT] <= warmup:
-                st[LEVEL] += dev / st[COUNT]  # learning a regime: the running mean, unclipped
+                # learning a regime: the running mean and mean absolute deviation, unclipped. A
+                # clipped EWMA of the scale started from zero could grow only a few percent a
+                # sample (its clip is a multiple of itself): a series noisier than ``min_scale``
+                # ended its warm-up with a sigma far too small and alarmed at once (every
+                # loaded GPU's power, whose step rhythm swings it by 100-300 W, at +5 min).
+                st[LEVEL] += dev / st[COUNT]
+                st[SCALE] += (abs(dev) - st[SCALE]) / (st[COUNT] - 1)
             else:
+                lim = clip * sigma
                 st[LEVEL] += alpha * min(max(dev, -lim), lim)
-            st[SCALE] += alpha * (min(abs(dev), lim) - st[SCALE])
+                st[SCALE] += alpha * (min(abs(dev), lim) - st[SCALE])
     return n
 
 

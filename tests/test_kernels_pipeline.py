@@ -48,12 +48,13 @@ def reference_ewma_cusum(slots, values, n_slots, alpha, clip, drift, threshold, 
                     pos[key] = neg[key] = 0.0
                     level[key], count[key] = x, 1  # re-learn the level from the new regime
                     continue
-            lim = clip * sigma
-            if count[key] <= warmup:
+            if count[key] <= warmup:  # a regime being learnt: running mean and mean |deviation|
                 level[key] += dev / count[key]
+                scale[key] += (abs(dev) - scale[key]) / (count[key] - 1)
             else:
+                lim = clip * sigma
                 level[key] += alpha * min(max(dev, -lim), lim)
-            scale[key] += alpha * (min(abs(dev), lim) - scale[key])
+                scale[key] += alpha * (min(abs(dev), lim) - scale[key])
     return alarms
 
 
@@ -126,6 +127,22 @@ def test_ewma_cusum_reports_a_level_shift_once() -> None:
     frame = Frame("gpu", np.arange(power.size, dtype=float), np.zeros(power.size, np.int32), {"power": power})
     found = RobustZScoreDetector(TOPO, fields=("power",), warmup=60).update(frame)
     assert [int(f.ts) for f in found] == [300, 600]
+
+
+def test_ewma_cusum_learns_a_noisy_series_scale_in_its_warm_up() -> None:
+    """A loaded GPU's power swings by hundreds of watts with its job's step rhythm. The scale
+    must be learnt from the warm-up itself: grown from zero by a clipped EWMA it stayed under a
+    watt, and every loaded GPU alarmed as its warm-up ended. A sustained drop is still found."""
+    rng = np.random.default_rng(11)
+    rhythm = 640 + rng.normal(0, 8, 2160)
+    rhythm[np.arange(2160) % 30 >= 27] = 380 + rng.normal(0, 20, 216)  # a dip every 30 samples
+    frame = Frame("gpu", np.arange(rhythm.size, dtype=float), np.zeros(rhythm.size, np.int32), {"power": rhythm})
+    assert RobustZScoreDetector(TOPO, fields=("power",), warmup=60).update(frame) == []
+    throttled = rhythm.copy()
+    throttled[1500:] -= 250  # the limiter cuts the clock: the whole rhythm sits 250 W lower
+    frame = Frame("gpu", np.arange(rhythm.size, dtype=float), np.zeros(rhythm.size, np.int32), {"power": throttled})
+    found = RobustZScoreDetector(TOPO, fields=("power",), warmup=60).update(frame)
+    assert len(found) == 1 and 1500 <= found[0].ts < 1530
 
 
 def test_ewma_cusum_validates_parameters() -> None:
