@@ -8,9 +8,10 @@ detector compares, per GPU:
 - ``R`` with the GPU's own history (a slow baseline, frozen while the GPU is flagged), and
 - ``R`` with its peers — the median of its rack, over GPUs at about the same power;
 
-and flags a failing thermal interface (``gpu``), a node whose GPUs all run hot against their
-rack (failing fans: ``node``), and a rack whose inlet rises against its own baseline (a
-cooling loop or CDU losing flow: ``rack``). Findings are :class:`~foreshock.findings.Anomaly`
+and flags a failing thermal interface (``gpu``), a node whose GPUs all run hot against the
+other nodes of their rack — or of their cooling loop, where fewer than three of the rack's nodes
+can be compared (failing fans: ``node``) — and a rack whose inlet rises against its own baseline
+(a cooling loop or CDU losing flow: ``rack``). Findings are :class:`~foreshock.findings.Anomaly`
 (higher score = larger drift), emitted when a flag rises and refreshed while it holds.
 
 Only GPUs under load now, whose ``R`` the fit has been updating through most of the last
@@ -69,6 +70,7 @@ PARAMS: dict[str, float] = {
     "refresh_s": 1800.0,
 }
 R_BASE, R_BASE_SEEN = 0, 1
+NODE_QUORUM = 3  # nodes compared in a rack before one of them can be told to run hot
 
 
 def group_median(values: np.ndarray, groups: np.ndarray, n_groups: int) -> np.ndarray:
@@ -122,6 +124,8 @@ class CoolingDetector(ThermalFitDetector):
         n = topology.size("gpu")
         self.gpu_rack = topology.gpu_rack.astype(np.int64)
         self.gpu_node = topology.gpu_node.astype(np.int64)
+        self.node_gpus = np.bincount(self.gpu_node, minlength=topology.size("node"))
+        self.rack_loop = topology.rack_loop.astype(np.int64)
         self.init_fit(thermal_params({}), consumer=False)  # reads the fitted R once per peer interval
         self.s_gpu_base = np.full((n, 2), np.nan)
         self.s_gpu_loaded = np.zeros(n)  # the fit's loaded seconds at the last comparison
@@ -181,18 +185,29 @@ class CoolingDetector(ThermalFitDetector):
                 f"{topo.racks[self.gpu_rack[g]]} median at the same power"
                 + (f", {own[g]:+.0%} vs own baseline" if has_history[g] else "")
                 + " — thermal interface or cold plate degrading"))
-        # nodes: the median GPU of the node runs hot against its rack (fans, node airflow)
-        node_med = group_median(r, self.gpu_node, topo.size("node"))
+        # nodes: the median GPU of the node runs hot against its rack (fans, node airflow). A node
+        # speaks for itself with half its GPUs compared, and a rack is a reference with three such
+        # nodes, else the rack's cooling loop is: against one other node, "this one runs hot"
+        # cannot be told from "that one runs cool" (seed 815: node37 flagged +10 % against the mean
+        # of itself and node39, whose R was still settling after its fans came back)
+        n_nodes = topo.size("node")
+        node_med = group_median(r, self.gpu_node, n_nodes)
+        compared = np.bincount(self.gpu_node[np.isfinite(r)], minlength=n_nodes)
+        node_med[2 * compared < self.node_gpus] = np.nan
         node_rack = topo.node_rack.astype(np.int64)
+        node_loop = self.rack_loop[node_rack]
         node_drift = node_med / rack_med[node_rack] - 1.0
-        rack_of_nodes = group_median(node_med, node_rack, topo.size("rack"))
-        node_peer = node_med / rack_of_nodes[node_rack] - 1.0
+        rack_ref = self._node_reference(node_med, node_rack, topo.size("rack"))[node_rack]
+        loop_ref = self._node_reference(node_med, node_loop, len(topo.loops))[node_loop]
+        by_rack = np.isfinite(rack_ref)
+        node_peer = node_med / np.where(by_rack, rack_ref, loop_ref) - 1.0
         node_flag = np.nan_to_num(node_peer) >= p["node_drift_min"]
         for nd in self._raise(self.s_node_flag, node_flag, now, p["refresh_s"]):
+            peers = topo.racks[node_rack[nd]] if by_rack[nd] else f"loop {topo.loops[node_loop[nd]]}"
             findings.append(Anomaly(
                 now, "node", int(nd), "fan_speed", float(node_peer[nd]), self.name,
                 f"all GPUs of {topo.nodes[nd]} run {node_peer[nd]:+.0%} hotter per watt than the "
-                f"other nodes of {topo.racks[node_rack[nd]]} (node median {node_drift[nd]:+.0%} vs rack) "
+                f"other nodes of {peers} (node median {node_drift[nd]:+.0%} vs rack) "
                 "— node fans or airflow"))
         # racks: inlet above its own baseline (a loop or CDU losing flow)
         inlet = self.s_rack[:, 1]
@@ -203,7 +218,7 @@ class CoolingDetector(ThermalFitDetector):
         self.s_rack_base = np.where(
             learn_rack, np.where(np.isfinite(self.s_rack_base), self.s_rack_base + w * (inlet - self.s_rack_base), inlet),
             self.s_rack_base)
-        loops = topo.rack_loop
+        loops = self.rack_loop
         for rk in self._raise(self.s_rack_flag, rack_flag, now, p["refresh_s"]):
             same_loop = loops == loops[rk]
             share = int(np.count_nonzero(rack_flag & same_loop))
@@ -213,6 +228,14 @@ class CoolingDetector(ThermalFitDetector):
                 now, "rack", int(rk), "inlet_temp", float(rise[rk]), self.name,
                 f"inlet {inlet[rk]:.1f} °C, {rise[rk]:+.1f} °C over its baseline; {scope}"))
         return findings
+
+    @staticmethod
+    def _node_reference(node_med: np.ndarray, group: np.ndarray, n_groups: int) -> np.ndarray:
+        """Median of the compared nodes' medians per group (rack or loop); NaN where fewer than
+        :data:`NODE_QUORUM` nodes were compared."""
+        ref = group_median(node_med, group, n_groups)
+        ref[np.bincount(group[np.isfinite(node_med)], minlength=n_groups) < NODE_QUORUM] = np.nan
+        return ref
 
     def _under_load(self, now: float) -> np.ndarray:
         """GPUs whose fitted R can be compared now (see the module doc): fresh, warmed up, under

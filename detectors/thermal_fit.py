@@ -61,6 +61,15 @@ node739/gpu0: R 0.105 °C/W against a stale 0.046 after a 14-minute idle; the fi
 14 minutes to catch up, and the stale residual held the confidence under its floor)."""
 CATCH_UP_S = 120.0
 CATCH_UP_TAU_S = 30.0
+SLOPE_AFTER_S = 300.0
+SETTLE_TAU_S = 60.0
+"""A GPU's first SLOPE_AFTER_S of loaded time settle its R: the level follows the readings at
+SETTLE_TAU_S (five time constants: settled) and learns no drift, then Holt's level (tau_level_s)
+and slope take over. The first readings under load are off while the power filter catches up with
+the step from idle, and Holt's slope learnt the level's settling from them as a drift, which
+overshot it for most of an hour (seed 34, node36: first readings 0.057 °C/W, the level undershot
+to 0.0395 against a true 0.045 and was back only 55 min later; the cooling detector's first peer
+comparison read its settled neighbour node39 as a node with failing fans)."""
 CORE, HBM = 0, 1
 N_MODELS = 2
 # per row of a fitted frame: the step (s; < 0: row skipped as out of order) and the core
@@ -69,8 +78,8 @@ R_DT, R_TPREV = 0, 1
 ROW_SIZE = 2
 # the decays of the fit's fixed time constants over one step (kept while the step repeats: the
 # rows of a frame mostly share theirs): the step, then one per time constant
-D_DT, D_LEVEL, D_SLOPE, D_UL, D_UB, D_REF = range(6)
-D_SIZE = 6
+D_DT, D_LEVEL, D_SLOPE, D_UL, D_UB, D_REF, D_SETTLE = range(7)
+D_SIZE = 7
 
 # ---- parameters (one float64 vector, so kernels take a single array) ----------------------
 PARAMS: dict[str, float] = {
@@ -195,6 +204,7 @@ def step_decays(d: np.ndarray, dt: float, params: np.ndarray) -> None:
         d[D_UL] = np.exp(-dt / params[P_TAU_UL])
         d[D_UB] = np.exp(-dt / params[P_TAU_UB])
         d[D_REF] = np.exp(-dt / params[P_TAU_REF])
+        d[D_SETTLE] = np.exp(-dt / SETTLE_TAU_S)
 
 
 @inline
@@ -264,8 +274,11 @@ def model_step(s: np.ndarray, i: int, off: int, dt: float, temp: float, power: f
             s[i, off + M_RL] = rl + (1.0 - decay(dt, CATCH_UP_TAU_S)) * (r - rl)
             s[i, off + M_STALE] = min(stale + dt, 0.0)
         else:
-            s[i, off + M_RL], s[i, off + M_RB] = holt(
-                rl, s[i, off + M_RB], r, dt, 1.0 - d[D_LEVEL], 1.0 - d[D_SLOPE])
+            if s[i, off + M_LOADED] >= SLOPE_AFTER_S:
+                w_level, w_slope = 1.0 - d[D_LEVEL], 1.0 - d[D_SLOPE]
+            else:  # its first minutes under load settle R: a quick level, no drift (SLOPE_AFTER_S)
+                w_level, w_slope = 1.0 - d[D_SETTLE], 0.0
+            s[i, off + M_RL], s[i, off + M_RB] = holt(rl, s[i, off + M_RB], r, dt, w_level, w_slope)
             s[i, off + M_STALE] = 0.0
         s[i, off + M_LOADED] += min(dt, 120.0)  # a long gap is not load seen
     elif rl == rl:

@@ -78,9 +78,29 @@ def test_node_fans_flag_the_node_and_inlet_rise_flags_the_racks():
     nodes = [f for f in found if f.entity_kind == "node"]
     racks = [f for f in found if f.entity_kind == "rack"]
     assert {f.slot for f in nodes} == {1} and nodes[0].field == "fan_speed"
+    assert "other nodes of loop cdu0" in nodes[0].reason  # two nodes a rack: the loop is the reference
     assert {f.slot for f in racks} == {0, 1}
     assert all(f.ts >= 9000 for f in racks) and "loop" in racks[0].reason
     assert all(isinstance(f, Anomaly) and f.score > 0 for f in found)
+
+
+def test_a_node_is_not_told_hot_against_one_other_node():
+    """One rack of four nodes, two of them idle (not compared). Of the two loaded, node1's R
+    reads 20 % low (still settling, say): against the mean of the two, node0 would read +11 %
+    hot — but which of two nodes is off cannot be told, so neither is flagged. With the idle
+    nodes loaded as well, node0 is no outlier either; node1's low R flags nothing."""
+    topo = small_topology(nodes=4, gpus=8, racks=1)
+    n = topo.size("gpu")
+    for idle in (True, False):
+        power = np.where((topo.gpu_node >= 2) & idle, 60.0, 650.0)
+        frames = []
+        for t in np.arange(0.0, 3 * 3600, 30.0):
+            r = SPREAD[:n].copy()
+            r[8:16] *= 0.8
+            frames.append(Frame("rack", [t], [0], {"inlet_temp": [24.0]}))
+            frames.append(Frame("gpu", np.full(n, t), np.arange(n), {"gpu_temp": np.round(24.0 + r * power),
+                                                                    "power": power}))
+        assert [f for f in run(CoolingDetector(topo), frames) if f.entity_kind == "node"] == [], idle
 
 
 def test_healthy_cluster_is_quiet():

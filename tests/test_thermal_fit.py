@@ -166,7 +166,7 @@ class NaiveFit:
         self.rack_nodes = {r: [k for k in range(topo.size("node")) if topo.node_rack[k] == r]
                            for r in range(topo.size("rack"))}
         self.rack_proxy = {r: {"value": math.nan, "ts": math.nan, "at": math.nan} for r in self.rack_nodes}
-        self.seen = {"tau learnt": 0, "catch-up": 0, "restart": 0, "proxy inlet": 0, "rack proxy": 0,
+        self.seen = {"tau learnt": 0, "R settling": 0, "catch-up": 0, "restart": 0, "proxy inlet": 0, "rack proxy": 0,
                      "rack proxy held": 0, "skipped": 0}
 
     def rack_frame(self, frame):
@@ -299,13 +299,36 @@ class NaiveFit:
                 s[off + tf.M_RL] = rl + (1 - math.exp(-dt / tf.CATCH_UP_TAU_S)) * (r - rl)
                 s[off + tf.M_STALE] = min(left + dt, 0.0)
             else:
-                s[off + tf.M_RL], s[off + tf.M_RB] = naive_holt(rl, s[off + tf.M_RB], r, dt,
-                                                                1 - math.exp(-dt / p[tf.P_TAU_LEVEL]),
-                                                                1 - math.exp(-dt / p[tf.P_TAU_SLOPE]))
+                if s[off + tf.M_LOADED] >= tf.SLOPE_AFTER_S:
+                    w_level, w_slope = 1 - math.exp(-dt / p[tf.P_TAU_LEVEL]), 1 - math.exp(-dt / p[tf.P_TAU_SLOPE])
+                else:  # the first settling: a quick level, no drift learnt from it
+                    self.seen["R settling"] += 1
+                    w_level, w_slope = 1 - math.exp(-dt / tf.SETTLE_TAU_S), 0.0
+                s[off + tf.M_RL], s[off + tf.M_RB] = naive_holt(rl, s[off + tf.M_RB], r, dt, w_level, w_slope)
                 s[off + tf.M_STALE] = 0.0
             s[off + tf.M_LOADED] += min(dt, 120.0)
         elif math.isfinite(rl):
             s[off + tf.M_STALE] = max(stale, 0.0) + dt
+
+
+def test_a_gpus_first_minutes_under_load_teach_its_resistance_no_drift():
+    """Its first readings under load are off (the power filter lags the step from idle) and the
+    level settles from them. Holt's slope learnt that settling as a drift and overshot it for
+    most of an hour (+7 % here; seed 34's node36 read 12 % low 25 min in, and the cooling
+    detector's first peer comparison took its settled neighbour for a node with failing fans)."""
+    topo = small_topology(nodes=1, gpus=1, racks=1)
+    fit = tf.ThermalFit(topo, tf.params_vector({}))
+    r_true, tau, inlet = 0.046, 10.0, 24.0
+    temp, fitted = inlet + r_true * 80.0, []
+    for t in np.arange(0.0, 3600.0, 1.0):  # idle for 5 min, then training steps of 57 s
+        power = 80.0 if t < 300 else (650.0 if (t - 300) % 57 < 43 else 280.0)
+        temp += (inlet + r_true * power - temp) * (1 - math.exp(-1.0 / tau))
+        if t % 10 == 0:
+            fit.update(Frame("rack", [t], [0], {"inlet_temp": [inlet]}), caller=None)
+            fit.update(Frame("gpu", [t], [0], {"gpu_temp": [float(round(temp))], "power": [power]}), caller=None)
+            if t >= 1200:
+                fitted.append(fit.s_model[0, tf.G_SIZE + tf.M_RL])
+    assert np.max(np.abs(np.array(fitted) / r_true - 1)) < 0.03
 
 
 def random_fit_frames(topo, seed, ticks=60):
