@@ -11,7 +11,8 @@ detector compares, per GPU:
 and flags a failing thermal interface (``gpu``), a node whose GPUs all run hot against the
 other nodes of their rack — or of their cooling loop, where fewer than three of the rack's nodes
 can be compared (failing fans: ``node``) — and a rack whose inlet rises against its own baseline
-(a cooling loop or CDU losing flow: ``rack``). Findings are :class:`~foreshock.findings.Anomaly`
+(a cooling loop or CDU losing flow: ``rack``). Where node telemetry reports the chassis fans
+(``fan_speed``, the slowest fan), a stopped fan flags its node at once, whatever the load. Findings are :class:`~foreshock.findings.Anomaly`
 (higher score = larger drift), emitted when a flag rises and refreshed while it holds.
 
 Only GPUs under load now, whose ``R`` the fit has been updating through most of the last
@@ -68,6 +69,7 @@ PARAMS: dict[str, float] = {
     "node_drift_min": 0.10,  # node median R vs rack median
     "inlet_rise_min_c": 3.0,  # rack inlet vs its baseline
     "refresh_s": 1800.0,
+    "fan_stalled_below": 0.1,  # a chassis fan under this share of full speed has stopped
 }
 R_BASE, R_BASE_SEEN = 0, 1
 NODE_QUORUM = 3  # nodes compared in a rack before one of them can be told to run hot
@@ -114,7 +116,7 @@ class CoolingDetector(ThermalFitDetector):
     """Flags thermal resistance and inlet drift per GPU, node and rack."""
 
     name: ClassVar[str] = "cooling"
-    kinds: ClassVar[tuple[str, ...]] = ("gpu", "rack")
+    kinds: ClassVar[tuple[str, ...]] = ("gpu", "rack", "node")
     state_scalars: ClassVar[tuple[str, ...]] = ("next_peer_ts",)
 
     def __init__(self, topology: Topology, health: PipelineHealth | None = None, **params: Any) -> None:
@@ -134,12 +136,16 @@ class CoolingDetector(ThermalFitDetector):
         self.s_gpu_flag = np.full(n, np.nan)
         self.s_node_flag = np.full(topology.size("node"), np.nan)
         self.s_rack_flag = np.full(topology.size("rack"), np.nan)
+        self.s_fan_flag = np.full(topology.size("node"), np.nan)
+        self.s_fan_speed = np.full(topology.size("node"), np.nan)  # each node's last reading
         self.next_peer_ts = -np.inf
 
     def update(self, frame: Frame) -> list[Finding]:
         if frame.kind == "rack":
             self.update_fit(frame)
             return []
+        if frame.kind == "node":
+            return self._fans(frame)
         if frame.kind != "gpu" or len(frame) == 0:
             return []
         self.update_fit(frame)
@@ -152,6 +158,26 @@ class CoolingDetector(ThermalFitDetector):
         first = not np.isfinite(self.next_peer_ts)
         self.next_peer_ts = now + self.p["peer_interval_s"]
         return [] if first else self._compare(now)
+
+    def _fans(self, frame: Frame) -> list[Finding]:
+        """A chassis fan that reads stopped (the BMC's "fan speed critical"; ``fan_speed`` is the
+        node's slowest fan): flagged at its first reading, loaded or idle. The resistance
+        comparison sees failed fans only once the node's GPUs work (seed 817: node70 idled through
+        its failure, its GPUs 5 °C warmer, and nothing compared them)."""
+        speed = frame.columns.get("fan_speed")
+        if speed is None or len(frame) == 0:
+            return []
+        read = np.isfinite(speed)
+        self.s_fan_speed[frame.slot[read]] = speed[read]
+        seen = np.zeros(len(self.s_fan_speed), dtype=bool)
+        seen[frame.slot[read]] = True
+        # a node this frame does not read keeps its flag: only a reading raises or clears it
+        stalled = np.where(seen, self.s_fan_speed < self.p["fan_stalled_below"], np.isfinite(self.s_fan_flag))
+        now = float(frame.ts.max())
+        return [Anomaly(now, "node", int(nd), "fan_speed", float(1.0 - self.s_fan_speed[nd]), self.name,
+                        f"a chassis fan of {self.topology.nodes[nd]} reads {self.s_fan_speed[nd]:.0%} of full "
+                        "speed: stopped — its GPUs lose airflow and run hot under load")
+                for nd in self._raise(self.s_fan_flag, stalled, now, self.p["refresh_s"])]
 
     # ---- periodic comparison with own history and peers -----------------------------------
     def _compare(self, now: float) -> list[Finding]:

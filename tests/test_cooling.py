@@ -103,6 +103,24 @@ def test_a_node_is_not_told_hot_against_one_other_node():
         assert [f for f in run(CoolingDetector(topo), frames) if f.entity_kind == "node"] == [], idle
 
 
+def test_a_stopped_fan_flags_its_node_at_once_loaded_or_idle():
+    """node2's slowest fan reads 0 from t = 1000 s to 4000 s while its GPUs idle (the resistance
+    comparison cannot see it there): flagged at the first reading, refreshed every refresh_s,
+    kept through readings that are missing, cleared by the first reading back at speed."""
+    topo = small_topology(nodes=4, gpus=8, racks=2)
+    det, found = CoolingDetector(topo), []
+    for t in np.arange(0.0, 6000.0, 10.0):
+        speed = np.full(4, 0.35)
+        if 1000 <= t < 4000:
+            speed[2] = np.nan if 2000 <= t < 2100 else 0.0  # a scrape or two lost meanwhile
+        found += det.update(Frame("node", np.full(4, t), np.arange(4), {"fan_speed": speed}))
+        found += det.update(Frame("gpu", np.full(32, t), np.arange(32), {"gpu_temp": np.full(32, 30.0),
+                                                                        "power": np.full(32, 60.0)}))
+    assert [(f.entity_kind, f.slot, f.ts) for f in found] == [("node", 2, 1000.0), ("node", 2, 2800.0)]
+    assert "node2 reads 0% of full speed" in found[0].reason and found[0].field == "fan_speed"
+    assert np.isnan(det.s_fan_flag[2])
+
+
 def test_healthy_cluster_is_quiet():
     topo, frames = cluster(lambda t, n: SPREAD[:n], lambda t: np.array([24.0 + 0.5 * np.sin(t / 5000), 24.5]))
     assert run(CoolingDetector(topo), frames) == []
