@@ -12,8 +12,9 @@ and flags a failing thermal interface (``gpu``), a node whose GPUs all run hot a
 other nodes of their rack — or of their cooling loop, where fewer than three of the rack's nodes
 can be compared (failing fans: ``node``) — and a rack whose inlet rises against its own baseline
 (a cooling loop or CDU losing flow: ``rack``). Where node telemetry reports the chassis fans
-(``fan_speed``, the slowest fan), a stopped fan flags its node at once, whatever the load. Findings are :class:`~foreshock.findings.Anomaly`
-(higher score = larger drift), emitted when a flag rises and refreshed while it holds.
+(``fan_speed``, the slowest fan), a stopped fan flags its node at once, whatever the load.
+Findings are :class:`~foreshock.findings.Anomaly` (higher score = larger drift), emitted when a
+flag rises and refreshed while it holds.
 
 Only GPUs under load now, whose ``R`` the fit has been updating through most of the last
 interval, at a power within ``power_band`` of their rack's median, are compared: the fit

@@ -166,8 +166,8 @@ class NaiveFit:
         self.rack_nodes = {r: [k for k in range(topo.size("node")) if topo.node_rack[k] == r]
                            for r in range(topo.size("rack"))}
         self.rack_proxy = {r: {"value": math.nan, "ts": math.nan, "at": math.nan} for r in self.rack_nodes}
-        self.seen = {"tau learnt": 0, "R settling": 0, "catch-up": 0, "restart": 0, "proxy inlet": 0, "rack proxy": 0,
-                     "rack proxy held": 0, "skipped": 0}
+        self.seen = {"tau learnt": 0, "R settling": 0, "catch-up": 0, "restart": 0, "proxy inlet": 0,
+                     "rack proxy": 0, "rack proxy held": 0, "skipped": 0}
 
     def rack_frame(self, frame):
         for ts, r, v in zip(frame.ts, frame.slot, frame.columns["inlet_temp"]):
