@@ -88,6 +88,11 @@ def fleet(cfg: MixinConfig) -> Dashboard:
             timeseries("Coolant flow by rack", Target(
                 f"foreshock_rack_coolant_flow_liters_per_second{{{CR}}}", "{{rack}}"), min=0,
                 description="Litres per second through each rack: a loop losing flow shows here first."),
+            timeseries("Slowest chassis fan by node", Target(
+                f"bottomk(10, min by (node) (foreshock_node_fan_speed_ratio{{{CR}}}))", "{{node}}"),
+                unit="percentunit", min=0,
+                description="Each node's slowest chassis fan, the ten slowest nodes: 0 is a stopped fan "
+                            "(ForeshockFanStopped), whose node's GPUs lose airflow."),
             timeseries("Cooling loops: hottest GPU and mean inlet", Target(
                 f"foreshock_loop_gpu_temperature_max_celsius{{{C}}}", "{{cooling_loop}} hottest GPU"),
                 Target(f"foreshock_loop_inlet_temperature_celsius{{{C}}}", "{{cooling_loop}} inlet"),

@@ -56,6 +56,7 @@ class MixinConfig:
     # --- thresholds ----------------------------------------------------------------------
     hbm_margin_c: float = 5.0  # alert this far below the HBM max operating temperature
     cooling_resistance_ratio: float = 1.25  # rack resistance vs its own median over a day
+    fan_stopped_ratio: float = 0.1  # a node's slowest chassis fan under this share of full speed
     congestion_links: int = 2  # links anomalous on a congestion counter at once
     cascade_members: int = 3
     # foreshock_job_predicted_slowdown_ratio is the predicted *extra* step time as a fraction of
@@ -71,6 +72,7 @@ class MixinConfig:
     for_: dict[str, str] = field(default_factory=lambda: {
         "ForeshockThrottlePredicted": "30s",
         "ForeshockCoolingDegradation": "10m",
+        "ForeshockFanStopped": "1m",
         "ForeshockPowerBrake": "1m",
         "ForeshockLinkFailurePredicted": "1m",
         "ForeshockFabricCongestion": "5m",

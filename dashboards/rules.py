@@ -127,6 +127,15 @@ def alerts(cfg: MixinConfig = DEFAULT_CONFIG) -> list[Alert]:
             "(flow, inlet temperature, cold plate or fans).",
         ),
         Alert(
+            "ForeshockFanStopped",
+            f"min by (cluster, rack, node) (foreshock_node_fan_speed_ratio) < {cfg.fan_stopped_ratio:g}",
+            "critical",
+            "A chassis fan of {{ $labels.node }} has stopped",
+            "The slowest chassis fan of {{ $labels.node }} (rack {{ $labels.rack }}, cluster "
+            "{{ $labels.cluster }}) reads {{ $value | humanizePercentage }} of full speed: the node's "
+            "GPUs lose airflow, and under load they reach their thermal limit within minutes.",
+        ),
+        Alert(
             "ForeshockPowerBrake",
             f"max by ({gpu}) ({brake}) == 1",
             "critical",

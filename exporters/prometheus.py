@@ -58,6 +58,7 @@ CATALOGUE: tuple[MetricSpec, ...] = (
     MetricSpec(f"{NS}_rack_gpu_power_watts", "gauge", "Sum of GPU power draw in the rack", ("cluster", "rack")),
     MetricSpec(f"{NS}_rack_inlet_temperature_celsius", "gauge", "Rack inlet (coolant supply) temperature", ("cluster", "rack")),
     MetricSpec(f"{NS}_rack_coolant_flow_liters_per_second", "gauge", "Coolant flow through the rack", ("cluster", "rack")),
+    MetricSpec(f"{NS}_node_fan_speed_ratio", "gauge", "The node's slowest chassis fan as a share of full speed (0 = stopped)", ("cluster", "rack", "node")),
     MetricSpec(f"{NS}_loop_gpu_temperature_max_celsius", "gauge", "Hottest GPU core temperature on the cooling loop", ("cluster", "cooling_loop")),
     MetricSpec(f"{NS}_loop_inlet_temperature_celsius", "gauge", "Mean inlet temperature of the racks on the cooling loop", ("cluster", "cooling_loop")),
     MetricSpec(f"{NS}_loop_thermal_resistance_celsius_per_watt", "gauge", "Mean fitted GPU thermal resistance on the cooling loop", ("cluster", "cooling_loop")),
@@ -225,6 +226,11 @@ class ForeshockCollector(Collector):
                 if not math.isnan(v):
                     fam.add_metric([cluster, topo.racks[r]], float(v))
             yield fam
+        f_fan = _family(f"{NS}_node_fan_speed_ratio")
+        for nd, v in enumerate(snap.latest["node"]["fan_speed"]):
+            if not math.isnan(v):
+                f_fan.add_metric([cluster, topo.racks[topo.node_rack[nd]], topo.nodes[nd]], float(v))
+        yield f_fan
         yield from self._loops(snap)
         f_step = _family(f"{NS}_job_step_time_seconds")
         for j, v in enumerate(snap.latest["job"]["step_time"]):

@@ -33,6 +33,7 @@ LATEST_FIELDS: dict[str, tuple[str, ...]] = {
     "link": ("link_state", "xmit_wait"),
     "optic": ("rx_power", "prefec_ber"),
     "rack": ("inlet_temp", "coolant_flow"),
+    "node": ("fan_speed",),
     "job": ("step_time",),
 }
 

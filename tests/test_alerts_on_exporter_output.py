@@ -51,6 +51,8 @@ def _fill(store: FindingStore, topology: Topology) -> None:
     store.observe_frame(Frame("gpu", np.full(n, 1000.0), np.arange(n), {**base, "xid_last": xid.copy()}))
     xid[5] = 79  # a new XID (critical tier)
     store.observe_frame(Frame("gpu", np.full(n, 1001.0), np.arange(n), {**base, "xid_last": xid.copy()}))
+    # node1's slowest fan stopped; node2's runs slow but turns (under 10 % of full pages, not 12 %)
+    store.observe_frame(Frame("node", np.full(4, 1001.0), np.arange(4), {"fan_speed": np.array([0.4, 0.0, 0.12, 0.4])}))
     link = topology.slot("link", FAILING_LINK)
     store.observe_findings([
         Prediction(1001.0, "gpu", 3, "thermal_throttle", 600.0, 0.8, "thermal"),
@@ -76,6 +78,7 @@ EXPECTED: dict[str, tuple[tuple[str, ...], list[tuple[str, ...]]]] = {
     # GPU 2 is outside the top K by core temperature: its HBM series must still be published
     "ForeshockHbmTemperatureNearLimit": (("node", "gpu"), [("node0", "2")]),
     "ForeshockPowerBrake": (("node", "gpu"), [("node1", "1")]),  # GPU slot 9
+    "ForeshockFanStopped": (("node", "rack"), [("node1", "rack0")]),
     "ForeshockXidCritical": (("node", "gpu", "xid"), [("node0", "5", "79")]),  # GPU 6's latched 48: never
     "ForeshockXidWarning": (("xid",), []),
     # a healthy pipeline: silent

@@ -325,6 +325,19 @@ def test_a_hot_hbm_keeps_its_series_beside_a_cool_core(small_topology: Topology)
     assert len(exported) == 2  # GPU 2 (HBM) and GPU 31 (core): nothing else
 
 
+def test_each_nodes_slowest_fan_is_exported_with_its_rack(small_topology: Topology) -> None:
+    """node1's fan stopped; node2 has not reported (no series rather than a 0 that would page)."""
+    store = FindingStore(small_topology)
+    store.observe_frame(Frame("node", np.full(3, 1.0), np.array([0, 1, 3]),
+                              {"fan_speed": np.array([0.35, 0.0, 0.4]), "psu_power": np.full(3, 5000.0)}))
+    reg = build_registry(store, top_k=0)
+
+    def fan(node: str, rack: str) -> float | None:
+        return reg.get_sample_value("foreshock_node_fan_speed_ratio", {"cluster": "test", "rack": rack, "node": node})
+    assert (fan("node0", "rack0"), fan("node1", "rack0"), fan("node3", "rack1")) == (0.35, 0.0, 0.4)
+    assert fan("node2", "rack1") is None
+
+
 def test_rack_coolant_flow_and_cooling_loop_aggregates(small_topology: Topology) -> None:
     """rack0 is on loop cdu0 and rack1 on cdu1 (small_topology); values checked by hand."""
     store = FindingStore(small_topology)
