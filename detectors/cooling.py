@@ -74,6 +74,7 @@ PARAMS: dict[str, float] = {
 }
 R_BASE, R_BASE_SEEN = 0, 1
 NODE_QUORUM = 3  # nodes compared in a rack before one of them can be told to run hot
+FAN_SPEED_MAX = 1.2  # a fan_speed reading above this share of full speed is not one
 
 
 def group_median(values: np.ndarray, groups: np.ndarray, n_groups: int) -> np.ndarray:
@@ -168,7 +169,11 @@ class CoolingDetector(ThermalFitDetector):
         speed = frame.columns.get("fan_speed")
         if speed is None or len(frame) == 0:
             return []
-        read = np.isfinite(speed)
+        # a share of full speed: anything else (a raw RPM, a sentinel such as -1) is not a reading
+        garbage = np.isfinite(speed) & ((speed < 0.0) | (speed > FAN_SPEED_MAX))
+        self.health.problem(self.name, "fan_speed outside 0..1.2 of full speed: ignored",
+                            int(np.count_nonzero(garbage)))
+        read = np.isfinite(speed) & ~garbage
         self.s_fan_speed[frame.slot[read]] = speed[read]
         seen = np.zeros(len(self.s_fan_speed), dtype=bool)
         seen[frame.slot[read]] = True

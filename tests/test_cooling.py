@@ -121,6 +121,20 @@ def test_a_stopped_fan_flags_its_node_at_once_loaded_or_idle():
     assert np.isnan(det.s_fan_flag[2])
 
 
+def test_fan_readings_that_are_not_a_share_of_full_speed_are_counted_and_ignored():
+    """A source that sends raw RPM (9000) or a sentinel (-1) must neither flag a node as stopped
+    nor clear a stopped one; each such reading is counted as an input problem."""
+    from foreshock.health import PipelineHealth
+    topo = small_topology(nodes=4, gpus=8, racks=2)
+    health = PipelineHealth()
+    det, found = CoolingDetector(topo, health=health), []
+    for t, speeds in ((0.0, [0.35, -1.0, 0.35, 0.0]), (10.0, [9000.0, 0.35, -1.0, 9000.0])):
+        found += det.update(Frame("node", np.full(4, t), np.arange(4), {"fan_speed": np.array(speeds)}))
+    assert [(f.slot, f.ts) for f in found] == [(3, 0.0)]  # node3 stopped, and a raw RPM did not clear it
+    assert np.isfinite(det.s_fan_flag[3]) and np.isnan(det.s_fan_flag[1])
+    assert health.problems[("cooling", "fan_speed outside 0..1.2 of full speed: ignored")] == 4
+
+
 def test_healthy_cluster_is_quiet():
     topo, frames = cluster(lambda t, n: SPREAD[:n], lambda t: np.array([24.0 + 0.5 * np.sin(t / 5000), 24.5]))
     assert run(CoolingDetector(topo), frames) == []
