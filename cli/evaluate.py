@@ -117,8 +117,8 @@ SECTION_FIGURES = {
     "congestion": ("rerouted_episodes", "found", "recall", "cause_named", "delay_samples_max", "false_alarms"),
     "incidents": ("faults", "root_cause_accuracy", "member_recall", "member_precision",
                   "onset_to_incident_median_s", "compression", "merged_independent_faults"),
-    "cooling": ("tim_flagged", "tim_lead_before_throttle_median_s", "fan_flagged", "flagged_entities",
-                "unexplained_flags"),
+    "cooling": ("tim_flagged", "tim_lead_before_throttle_median_s", "fan_flagged", "fan_lead_before_throttle_median_s",
+                "flagged_entities", "unexplained_flags"),
     "straggler": ("slowdowns", "pacer_flagged", "recall", "flagged_ahead", "flagged_gpus", "unexplained_flags"),
 }
 

@@ -34,6 +34,7 @@ def test_the_cooling_section_scores_flags_against_the_faults(recording):
         Event(T0 + 2 * H, "fault_onset", "gpu", "node2/gpu3", "f2", "tim_degradation"),  # never flagged in time
         Event(T0 + 11.5 * H, "fault_onset", "gpu", "node3/gpu0", "f3", "tim_degradation"),  # too late to judge
         Event(T0 + 4 * H, "fault_onset", "node", "node1", "f4", "fan_failure"),
+        Event(T0 + 4 * H + 400, "thermal_throttle_start", "gpu", "node1/gpu2", "f4", "fan_failure"),
         Event(T0 + 6 * H, "fault_onset", "loop", "cdu0", "f5", "cooling_loss", {"racks": ["rack0"]}),
     ]
     findings = [
@@ -59,8 +60,9 @@ def test_the_cooling_section_scores_flags_against_the_faults(recording):
     assert tim["throttled_after_flag"] == 1
     fan = m["by_fault"]["fan_failure"]
     assert (fan["faults"], fan["flagged"], fan["delay_median_s"]) == (1, 1, 300.0)
-    assert fan["lead_before_throttle_median_s"] is None
+    assert fan["lead_before_throttle_median_s"] == 100.0  # the node's first throttle, 100 s after the flag
     assert m["tim_flagged"] == "1 of 2" and m["fan_flagged"] == "1 of 1"
+    assert m["fan_lead_before_throttle_median_s"] == 100.0
     assert m["flagged_entities"] == 6
     assert m["unexplained"] == ["node0/gpu1", "node2/gpu3", "node3/gpu7"] and m["unexplained_flags"] == 3
 
