@@ -13,6 +13,9 @@ other nodes of their rack — or of their cooling loop, where fewer than three o
 can be compared (failing fans: ``node``) — and a rack whose inlet rises against its own baseline
 (a cooling loop or CDU losing flow: ``rack``). Where node telemetry reports the chassis fans
 (``fan_speed``, the slowest fan), a stopped fan flags its node at once, whatever the load.
+Idle GPUs, whose R the fit cannot read, are compared by their temperature over the inlet instead,
+on nodes at rest (see :meth:`CoolingDetector._idle`): a failing interface or failed fans show
+before a job lands on them.
 Findings are :class:`~foreshock.findings.Anomaly` (higher score = larger drift), emitted when a
 flag rises and refreshed while it holds.
 
@@ -55,7 +58,7 @@ from foreshock.topology import Topology
 
 from .base import resolve_params
 from .order_stats import median_of
-from .thermal_fit import G_SIZE, G_TS, M_LOADED, M_PF, M_RL, P_LOAD_MIN, ThermalFitDetector
+from .thermal_fit import G_SIZE, G_TS, G_UL, M_LOADED, M_PF, M_RL, M_TPREV, P_LOAD_MIN, ThermalFitDetector
 from .thermal_fit import params_vector as thermal_params
 
 PARAMS: dict[str, float] = {
@@ -71,8 +74,15 @@ PARAMS: dict[str, float] = {
     "inlet_rise_min_c": 3.0,  # rack inlet vs its baseline
     "refresh_s": 1800.0,
     "fan_stalled_below": 0.1,  # a chassis fan under this share of full speed has stopped
+    # idle GPUs (R is fitted only under load): the temperature over the inlet, whole °C readings
+    "idle_rise_min_c": 1.5,  # vs its own idle history and vs its idle node-mates, both, or
+    "idle_peer_only_c": 3.0,  # ... vs its idle node-mates alone (no idle history yet)
+    "idle_node_rise_min_c": 2.0,  # an idle node's median vs the other idle nodes of its rack or loop
 }
 R_BASE, R_BASE_SEEN = 0, 1
+# per GPU, idle: own baseline of the excess over the inlet, idle seconds it has seen, consecutive
+# idle comparisons, consecutive comparisons found hot
+I_BASE, I_SEEN, I_RUN, I_HOT = range(4)
 NODE_QUORUM = 3  # nodes compared in a rack before one of them can be told to run hot
 FAN_SPEED_MAX = 1.2  # a fan_speed reading above this share of full speed is not one
 
@@ -139,6 +149,9 @@ class CoolingDetector(ThermalFitDetector):
         self.s_node_flag = np.full(topology.size("node"), np.nan)
         self.s_rack_flag = np.full(topology.size("rack"), np.nan)
         self.s_fan_flag = np.full(topology.size("node"), np.nan)
+        self.s_idle = np.zeros((n, 4))
+        self.s_idle[:, I_BASE] = np.nan
+        self.s_idle_node_hot = np.zeros(topology.size("node"))  # consecutive comparisons an idle node ran hot
         self.s_fan_speed = np.full(topology.size("node"), np.nan)  # each node's last reading
         self.next_peer_ts = -np.inf
 
@@ -191,7 +204,9 @@ class CoolingDetector(ThermalFitDetector):
         dt = p["peer_interval_s"]
         topo = self.topology
         r = self.s_model[:, G_SIZE + M_RL].copy()
+        quiet = self.s_model[:, G_SIZE + M_LOADED] == self.s_gpu_loaded  # no load since the last comparison
         trusted = self._under_load(now)
+        idle_x, idle_own, idle_peer, idle_hot, idle_node_rise, idle_node_hot, idle_by_rack = self._idle(now, quiet)
         r[~trusted] = np.nan
         rack_med = group_median(r, self.gpu_rack, topo.size("rack"))
         peer = r / rack_med[self.gpu_rack] - 1.0
@@ -209,14 +224,22 @@ class CoolingDetector(ThermalFitDetector):
         seen = np.nan_to_num(self.s_gpu_base[:, R_BASE_SEEN])
         self.s_gpu_base[:, R_BASE_SEEN] = np.where(learn, seen + dt, seen)
         findings: list[Finding] = []
-        for g in self._raise(self.s_gpu_flag, flagged, now, p["refresh_s"]):
-            findings.append(Anomaly(
-                now, "gpu", int(g), "gpu_temp", float(max(peer[g], own[g] if has_history[g] else 0.0)),
-                self.name,
-                f"thermal resistance {r[g]:.4f} °C/W: {peer[g]:+.0%} vs rack "
-                f"{topo.racks[self.gpu_rack[g]]} median at the same power"
-                + (f", {own[g]:+.0%} vs own baseline" if has_history[g] else "")
-                + " — thermal interface or cold plate degrading"))
+        for g in self._raise(self.s_gpu_flag, flagged | idle_hot, now, p["refresh_s"]):
+            if flagged[g]:
+                findings.append(Anomaly(
+                    now, "gpu", int(g), "gpu_temp", float(max(peer[g], own[g] if has_history[g] else 0.0)),
+                    self.name,
+                    f"thermal resistance {r[g]:.4f} °C/W: {peer[g]:+.0%} vs rack "
+                    f"{topo.racks[self.gpu_rack[g]]} median at the same power"
+                    + (f", {own[g]:+.0%} vs own baseline" if has_history[g] else "")
+                    + " — thermal interface or cold plate degrading"))
+            else:
+                findings.append(Anomaly(
+                    now, "gpu", int(g), "gpu_temp", float(idle_peer[g] / max(idle_x[g] - idle_peer[g], 1.0)),
+                    self.name,
+                    f"idle, {idle_x[g]:.1f} °C over its inlet: {idle_peer[g]:+.1f} °C vs its idle node-mates"
+                    + (f", {idle_own[g]:+.1f} °C vs its own idle history" if np.isfinite(idle_own[g]) else "")
+                    + " — thermal interface or cold plate degrading (it will run hot once loaded)"))
         # nodes: the median GPU of the node runs hot against its rack (fans, node airflow). A node
         # speaks for itself with half its GPUs compared, and a rack is a reference with three such
         # nodes, else the rack's cooling loop is: against one other node, "this one runs hot"
@@ -234,13 +257,20 @@ class CoolingDetector(ThermalFitDetector):
         by_rack = np.isfinite(rack_ref)
         node_peer = node_med / np.where(by_rack, rack_ref, loop_ref) - 1.0
         node_flag = np.nan_to_num(node_peer) >= p["node_drift_min"]
-        for nd in self._raise(self.s_node_flag, node_flag, now, p["refresh_s"]):
-            peers = topo.racks[node_rack[nd]] if by_rack[nd] else f"loop {topo.loops[node_loop[nd]]}"
-            findings.append(Anomaly(
-                now, "node", int(nd), "fan_speed", float(node_peer[nd]), self.name,
-                f"all GPUs of {topo.nodes[nd]} run {node_peer[nd]:+.0%} hotter per watt than the "
-                f"other nodes of {peers} (node median {node_drift[nd]:+.0%} vs rack) "
-                "— node fans or airflow"))
+        for nd in self._raise(self.s_node_flag, node_flag | idle_node_hot, now, p["refresh_s"]):
+            if node_flag[nd]:
+                peers = topo.racks[node_rack[nd]] if by_rack[nd] else f"loop {topo.loops[node_loop[nd]]}"
+                findings.append(Anomaly(
+                    now, "node", int(nd), "fan_speed", float(node_peer[nd]), self.name,
+                    f"all GPUs of {topo.nodes[nd]} run {node_peer[nd]:+.0%} hotter per watt than the "
+                    f"other nodes of {peers} (node median {node_drift[nd]:+.0%} vs rack) "
+                    "— node fans or airflow"))
+            else:
+                peers = topo.racks[node_rack[nd]] if idle_by_rack[nd] else f"loop {topo.loops[node_loop[nd]]}"
+                findings.append(Anomaly(
+                    now, "node", int(nd), "fan_speed", float(idle_node_rise[nd]), self.name,
+                    f"idle, all GPUs of {topo.nodes[nd]} run {idle_node_rise[nd]:+.1f} °C warmer over the inlet "
+                    f"than the other idle nodes of {peers} — node fans or airflow"))
         # racks: inlet above its own baseline (a loop or CDU losing flow)
         inlet = self.s_rack[:, 1]
         inlet_fresh = np.isfinite(inlet) & ((now - self.s_rack[:, 0]) <= 3 * dt)
@@ -260,6 +290,52 @@ class CoolingDetector(ThermalFitDetector):
                 now, "rack", int(rk), "inlet_temp", float(rise[rk]), self.name,
                 f"inlet {inlet[rk]:.1f} °C, {rise[rk]:+.1f} °C over its baseline; {scope}"))
         return findings
+
+    def _idle(self, now: float, quiet: np.ndarray) -> tuple[np.ndarray, ...]:
+        """The idle side of the comparison: the fit reads R only under load, so an idle GPU whose
+        interface degrades, or an idle node whose fans fail, shows only as its temperature over the
+        inlet rising (untuned seeds 783 and 792: two failing interfaces idled at ~78 W through their
+        hour, 26 -> 30 °C). Compared are GPUs of nodes idle for two whole intervals (cooled down to
+        where idle settles them, and no neighbour's heat), in °C (whole-degree readings at ~80 W).
+        A GPU is hot against its own idle history and its idle node-mates, or against its node-mates
+        alone by more; a node against the other idle nodes of its rack or loop; either for two
+        comparisons running. Returns per GPU the excess, its rise over its own history and over its
+        node-mates, and whether it is hot; per node its rise, whether it is hot and whether its rack
+        was the reference."""
+        p = self.p
+        topo = self.topology
+        m = self.s_model
+        st = self.s_idle
+        n_nodes = topo.size("node")
+        fresh = (now - m[:, G_TS]) <= 3 * p["peer_interval_s"]
+        idle_now = fresh & quiet & (m[:, G_SIZE + M_PF] < self.fit.params[P_LOAD_MIN])
+        st[:, I_RUN] = np.where(idle_now, st[:, I_RUN] + 1, 0)
+        settled = st[:, I_RUN] >= 2
+        node_idle = np.bincount(self.gpu_node[settled], minlength=n_nodes) == self.node_gpus
+        usable = settled & node_idle[self.gpu_node]
+        x = m[:, G_SIZE + M_TPREV] - m[:, G_UL]
+        x[~usable] = np.nan
+        node_med = group_median(x, self.gpu_node, n_nodes)
+        peer = x - node_med[self.gpu_node]
+        own = x - st[:, I_BASE]
+        own[st[:, I_SEEN] < p["warmup_s"]] = np.nan
+        hot = usable & (((own >= p["idle_rise_min_c"]) & (peer >= p["idle_rise_min_c"]))
+                        | (peer >= p["idle_peer_only_c"]))
+        st[:, I_HOT] = np.where(hot, st[:, I_HOT] + 1, 0)
+        learn = usable & ~hot
+        w = 1.0 - np.exp(-p["peer_interval_s"] / p["tau_baseline_s"])
+        base = st[:, I_BASE]
+        st[learn, I_BASE] = np.where(np.isfinite(base), base + w * (x - base), x)[learn]
+        st[learn, I_SEEN] += p["peer_interval_s"]
+        node_rack = topo.node_rack.astype(np.int64)
+        node_loop = self.rack_loop[node_rack]
+        rack_ref = self._node_reference(node_med, node_rack, topo.size("rack"))[node_rack]
+        loop_ref = self._node_reference(node_med, node_loop, len(topo.loops))[node_loop]
+        by_rack = np.isfinite(rack_ref)
+        rise = node_med - np.where(by_rack, rack_ref, loop_ref)
+        node_hot = np.nan_to_num(rise) >= p["idle_node_rise_min_c"]
+        self.s_idle_node_hot = np.where(node_hot, self.s_idle_node_hot + 1, 0)
+        return x, own, peer, st[:, I_HOT] >= 2, rise, self.s_idle_node_hot >= 2, by_rack
 
     @staticmethod
     def _node_reference(node_med: np.ndarray, group: np.ndarray, n_groups: int) -> np.ndarray:

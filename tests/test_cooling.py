@@ -135,8 +135,76 @@ def test_fan_readings_that_are_not_a_share_of_full_speed_are_counted_and_ignored
     assert health.problems[("cooling", "fan_speed outside 0..1.2 of full speed: ignored")] == 4
 
 
+def idle_cluster(r_of, hours=4.0, racks=2):
+    """Frames of a 4-node cluster idling at ~78 W (no job): R as a function of time, whole °C."""
+    topo = small_topology(nodes=4, gpus=8, racks=racks)
+    n = topo.size("gpu")
+    rng = np.random.default_rng(4)
+    power = 78.0 + rng.uniform(-4, 4, n)
+    frames = []
+    for t in np.arange(0.0, hours * 3600, 30.0):
+        inlet = np.full(racks, 24.2) + 0.3 * np.sin(t / 2000.0)  # the facility water wanders a little
+        frames.append(Frame("rack", np.full(racks, t), np.arange(racks), {"inlet_temp": inlet}))
+        frames.append(Frame("gpu", np.full(n, t), np.arange(n), {
+            "gpu_temp": np.round(inlet[topo.gpu_rack] + r_of(t, n) * power), "power": power + rng.normal(0, 2, n)}))
+    return topo, frames
+
+
+def test_an_idle_gpus_failing_interface_is_flagged_from_its_temperature_over_the_inlet():
+    """The fit reads R only under load. An idle GPU whose interface fails (R doubling in an hour,
+    as seeds 783 and 792 had) shows only as its idle temperature over the inlet rising, 3.6 °C
+    to 7 °C at ~78 W: flagged against its own idle history and its idle node-mates, not its
+    node-mates, not the node."""
+    def r_of(t, n):
+        r = SPREAD[:n].copy()
+        r[13] *= 1 + 1.0 * max(0.0, t - 7200) / 3600
+        return r
+    topo, frames = idle_cluster(r_of)
+    found = run(CoolingDetector(topo), frames)
+    assert {(f.entity_kind, f.slot) for f in found} == {("gpu", 13)}
+    assert 7200 < found[0].ts < 7200 + 3600 and found[0].reason.startswith("idle,")
+    assert "vs its own idle history" in found[0].reason
+
+
+def test_an_idle_nodes_failed_fans_flag_the_node_without_fan_telemetry():
+    """One rack of four idle nodes and no node frames (a GPU exporter alone): node2's fans fail,
+    all its GPUs' R x2.2 — the node is flagged from their temperature over the inlet, and no GPU
+    is (each runs as warm as its node-mates)."""
+    def r_of(t, n):
+        r = SPREAD[:n].copy()
+        if t >= 5400:
+            r[16:24] *= 2.2
+        return r
+    topo, frames = idle_cluster(r_of, racks=1)
+    found = run(CoolingDetector(topo), frames)
+    assert {(f.entity_kind, f.slot) for f in found} == {("node", 2)}
+    assert 5400 < found[0].ts < 5400 + 1200 and "idle, all GPUs of node2" in found[0].reason
+
+
+def test_an_idle_gpu_whose_node_mates_work_is_not_compared():
+    """An idle GPU is compared only on a node at rest. When half of node1 starts a job, the air
+    its idle GPUs sit in warms, unevenly by position (in a real chassis): GPU 8 reads 3 °C
+    warmer over the inlet than before, its idle node-mates 9-11 not. Compared anyway, that would
+    read as its own interface failing."""
+    topo = small_topology(nodes=4, gpus=8, racks=2)
+    n = topo.size("gpu")
+    frames = []
+    for t in np.arange(0.0, 4 * 3600, 30.0):
+        power = np.full(n, 78.0)
+        extra = np.zeros(n)
+        if t >= 3600:
+            power[12:16] = 650.0
+            extra[8] = 3.0  # the working neighbours' heat
+        frames.append(Frame("rack", np.full(2, t), np.arange(2), {"inlet_temp": np.array([24.0, 24.0])}))
+        frames.append(Frame("gpu", np.full(n, t), np.arange(n),
+                            {"gpu_temp": np.round(24.0 + SPREAD[:n] * power + extra), "power": power}))
+    assert [f for f in run(CoolingDetector(topo), frames) if f.entity_kind == "gpu"] == []
+
+
 def test_healthy_cluster_is_quiet():
     topo, frames = cluster(lambda t, n: SPREAD[:n], lambda t: np.array([24.0 + 0.5 * np.sin(t / 5000), 24.5]))
+    assert run(CoolingDetector(topo), frames) == []
+    topo, frames = idle_cluster(lambda t, n: SPREAD[:n], hours=6.0)  # idle: whole degrees, inlet wandering
     assert run(CoolingDetector(topo), frames) == []
 
 
