@@ -78,11 +78,12 @@ PARAMS: dict[str, float] = {
     "idle_rise_min_c": 1.5,  # vs its own idle history and vs its idle node-mates, both, or
     "idle_peer_only_c": 3.0,  # ... vs its idle node-mates alone (no idle history yet)
     "idle_node_rise_min_c": 2.0,  # an idle node's median vs the other idle nodes of its rack or loop
+    "idle_inlet_span_c": 3.0,  # own idle history holds only within this much of the inlet it was learnt at
 }
 R_BASE, R_BASE_SEEN = 0, 1
 # per GPU, idle: own baseline of the excess over the inlet, idle seconds it has seen, consecutive
-# idle comparisons, consecutive comparisons found hot
-I_BASE, I_SEEN, I_RUN, I_HOT = range(4)
+# idle comparisons, consecutive comparisons found hot, the inlet its baseline was learnt at
+I_BASE, I_SEEN, I_RUN, I_HOT, I_INLET = range(5)
 NODE_QUORUM = 3  # nodes compared in a rack before one of them can be told to run hot
 FAN_SPEED_MAX = 1.2  # a fan_speed reading above this share of full speed is not one
 
@@ -149,8 +150,8 @@ class CoolingDetector(ThermalFitDetector):
         self.s_node_flag = np.full(topology.size("node"), np.nan)
         self.s_rack_flag = np.full(topology.size("rack"), np.nan)
         self.s_fan_flag = np.full(topology.size("node"), np.nan)
-        self.s_idle = np.zeros((n, 4))
-        self.s_idle[:, I_BASE] = np.nan
+        self.s_idle = np.zeros((n, 5))
+        self.s_idle[:, [I_BASE, I_INLET]] = np.nan
         self.s_idle_node_hot = np.zeros(topology.size("node"))  # consecutive comparisons an idle node ran hot
         self.s_fan_speed = np.full(topology.size("node"), np.nan)  # each node's last reading
         self.next_peer_ts = -np.inf
@@ -313,19 +314,27 @@ class CoolingDetector(ThermalFitDetector):
         settled = st[:, I_RUN] >= 2
         node_idle = np.bincount(self.gpu_node[settled], minlength=n_nodes) == self.node_gpus
         usable = settled & node_idle[self.gpu_node]
-        x = m[:, G_SIZE + M_TPREV] - m[:, G_UL]
+        inlet = m[:, G_UL]
+        x = m[:, G_SIZE + M_TPREV] - inlet
         x[~usable] = np.nan
         node_med = group_median(x, self.gpu_node, n_nodes)
         peer = x - node_med[self.gpu_node]
         own = x - st[:, I_BASE]
-        own[st[:, I_SEEN] < p["warmup_s"]] = np.nan
+        # an idle history holds at the coolant it was learnt at: on a warming loop leakage raises
+        # idle power with the temperature, and the excess over the inlet with it (the demo's
+        # failing loop: node19/gpu0 read +5.2 °C over its own idle history, 40 °C of inlet later)
+        own[(st[:, I_SEEN] < p["warmup_s"]) | ~(np.abs(inlet - st[:, I_INLET]) <= p["idle_inlet_span_c"])] = np.nan
         hot = usable & (((own >= p["idle_rise_min_c"]) & (peer >= p["idle_rise_min_c"]))
                         | (peer >= p["idle_peer_only_c"]))
         st[:, I_HOT] = np.where(hot, st[:, I_HOT] + 1, 0)
         learn = usable & ~hot
         w = 1.0 - np.exp(-p["peer_interval_s"] / p["tau_baseline_s"])
-        base = st[:, I_BASE]
+        # a history is for one coolant: where the inlet has moved on, a new one starts
+        moved = usable & (np.abs(inlet - st[:, I_INLET]) > p["idle_inlet_span_c"])
+        st[moved, I_BASE], st[moved, I_INLET], st[moved, I_SEEN] = np.nan, np.nan, 0.0
+        base, base_inlet = st[:, I_BASE], st[:, I_INLET]
         st[learn, I_BASE] = np.where(np.isfinite(base), base + w * (x - base), x)[learn]
+        st[learn, I_INLET] = np.where(np.isfinite(base_inlet), base_inlet + w * (inlet - base_inlet), inlet)[learn]
         st[learn, I_SEEN] += p["peer_interval_s"]
         node_rack = topo.node_rack.astype(np.int64)
         node_loop = self.rack_loop[node_rack]

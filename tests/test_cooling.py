@@ -181,6 +181,26 @@ def test_an_idle_nodes_failed_fans_flag_the_node_without_fan_telemetry():
     assert 5400 < found[0].ts < 5400 + 1200 and "idle, all GPUs of node2" in found[0].reason
 
 
+def test_idle_gpus_on_a_loop_losing_its_flow_are_not_read_against_their_cool_history():
+    """The loop's inlet climbs from 24 to 62 °C; idle power climbs with the dies' temperature
+    (leakage), and so does each GPU's excess over the inlet — most for the GPU that leaks most
+    (GPU 13, idling 25 % above its node-mates). Against its idle history, learnt at 24 °C, it
+    would read several °C hot (the demo's failing loop flagged node19/gpu0 so): a history holds
+    only at the coolant it was learnt at."""
+    topo = small_topology(nodes=4, gpus=8, racks=2)
+    n = topo.size("gpu")
+    idle_w = np.full(n, 78.0)
+    idle_w[13] = 97.0
+    frames = []
+    for t in np.arange(0.0, 5 * 3600, 30.0):
+        inlet = 24.0 + 38.0 * min(max(t - 7200, 0.0) / 1200, 1.0)
+        power = idle_w * (1 + 0.02 * (inlet - 24.0))  # leakage: idle power grows with the temperature
+        frames.append(Frame("rack", np.full(2, t), np.arange(2), {"inlet_temp": np.full(2, inlet)}))
+        frames.append(Frame("gpu", np.full(n, t), np.arange(n),
+                            {"gpu_temp": np.round(inlet + SPREAD[:n] * power), "power": power}))
+    assert [f for f in run(CoolingDetector(topo), frames) if f.entity_kind == "gpu"] == []
+
+
 def test_an_idle_gpu_whose_node_mates_work_is_not_compared():
     """An idle GPU is compared only on a node at rest. When half of node1 starts a job, the air
     its idle GPUs sit in warms, unevenly by position (in a real chassis): GPU 8 reads 3 °C
