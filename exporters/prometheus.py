@@ -22,6 +22,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector
 
 from foreshock import facts
+from foreshock.detectors.cooling import FAN_SPEED_MAX
 from foreshock.facts import IB_PORT_STATE_ACTIVE, THROTTLE_BITS
 
 from .store import LATENCY_BUCKETS, FindingStore, StoreSnapshot, xid_severity
@@ -228,7 +229,7 @@ class ForeshockCollector(Collector):
             yield fam
         f_fan = _family(f"{NS}_node_fan_speed_ratio")
         for nd, v in enumerate(snap.latest["node"]["fan_speed"]):
-            if not math.isnan(v):
+            if 0.0 <= v <= FAN_SPEED_MAX:  # a share of full speed; a -1 sentinel must not page as stopped
                 f_fan.add_metric([cluster, topo.racks[topo.node_rack[nd]], topo.nodes[nd]], float(v))
         yield f_fan
         yield from self._loops(snap)

@@ -326,10 +326,11 @@ def test_a_hot_hbm_keeps_its_series_beside_a_cool_core(small_topology: Topology)
 
 
 def test_each_nodes_slowest_fan_is_exported_with_its_rack(small_topology: Topology) -> None:
-    """node1's fan stopped; node2 has not reported (no series rather than a 0 that would page)."""
+    """node1's fan stopped; node2 reads -1, a sentinel, not a speed (no series rather than a value
+    that would page: the cooling detector counts it as an input problem)."""
     store = FindingStore(small_topology)
-    store.observe_frame(Frame("node", np.full(3, 1.0), np.array([0, 1, 3]),
-                              {"fan_speed": np.array([0.35, 0.0, 0.4]), "psu_power": np.full(3, 5000.0)}))
+    store.observe_frame(Frame("node", np.full(4, 1.0), np.arange(4),
+                              {"fan_speed": np.array([0.35, 0.0, -1.0, 0.4]), "psu_power": np.full(4, 5000.0)}))
     reg = build_registry(store, top_k=0)
 
     def fan(node: str, rack: str) -> float | None:
