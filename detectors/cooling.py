@@ -88,6 +88,11 @@ NODE_QUORUM = 3  # nodes compared in a rack before one of them can be told to ru
 FAN_SPEED_MAX = 1.2  # a fan_speed reading above this share of full speed is not one
 
 
+def follow(base: np.ndarray, x: np.ndarray, w: float) -> np.ndarray:
+    """A slow baseline moved ``w`` of the way to ``x``; where it has none yet, ``x`` itself."""
+    return np.where(np.isfinite(base), base + w * (x - base), x)  # type: ignore[no-any-return]
+
+
 def group_median(values: np.ndarray, groups: np.ndarray, n_groups: int) -> np.ndarray:
     """Median of ``values`` per group (NaN values ignored; NaN for empty groups and for groups
     outside ``0..n_groups-1``)."""
@@ -141,6 +146,8 @@ class CoolingDetector(ThermalFitDetector):
         self.gpu_node = topology.gpu_node.astype(np.int64)
         self.node_gpus = np.bincount(self.gpu_node, minlength=topology.size("node"))
         self.rack_loop = topology.rack_loop.astype(np.int64)
+        self.node_rack = topology.node_rack.astype(np.int64)
+        self.node_loop = self.rack_loop[self.node_rack]
         self.init_fit(thermal_params({}), consumer=False)  # reads the fitted R once per peer interval
         self.s_gpu_base = np.full((n, 2), np.nan)
         self.s_gpu_loaded = np.zeros(n)  # the fit's loaded seconds at the last comparison
@@ -220,7 +227,7 @@ class CoolingDetector(ThermalFitDetector):
         # own baseline: slow, and frozen while flagged so a drift cannot teach itself normal
         w = 1.0 - np.exp(-dt / p["tau_baseline_s"])
         learn = trusted & ~flagged
-        base_new = np.where(np.isfinite(base), base + w * (r - base), r)
+        base_new = follow(base, r, w)
         self.s_gpu_base[learn, R_BASE] = base_new[learn]
         seen = np.nan_to_num(self.s_gpu_base[:, R_BASE_SEEN])
         self.s_gpu_base[:, R_BASE_SEEN] = np.where(learn, seen + dt, seen)
@@ -250,28 +257,22 @@ class CoolingDetector(ThermalFitDetector):
         node_med = group_median(r, self.gpu_node, n_nodes)
         compared = np.bincount(self.gpu_node[np.isfinite(r)], minlength=n_nodes)
         node_med[2 * compared < self.node_gpus] = np.nan
-        node_rack = topo.node_rack.astype(np.int64)
-        node_loop = self.rack_loop[node_rack]
-        node_drift = node_med / rack_med[node_rack] - 1.0
-        rack_ref = self._node_reference(node_med, node_rack, topo.size("rack"))[node_rack]
-        loop_ref = self._node_reference(node_med, node_loop, len(topo.loops))[node_loop]
-        by_rack = np.isfinite(rack_ref)
-        node_peer = node_med / np.where(by_rack, rack_ref, loop_ref) - 1.0
+        node_drift = node_med / rack_med[self.node_rack] - 1.0
+        node_ref, by_rack = self._node_reference(node_med)
+        node_peer = node_med / node_ref - 1.0
         node_flag = np.nan_to_num(node_peer) >= p["node_drift_min"]
         for nd in self._raise(self.s_node_flag, node_flag | idle_node_hot, now, p["refresh_s"]):
             if node_flag[nd]:
-                peers = topo.racks[node_rack[nd]] if by_rack[nd] else f"loop {topo.loops[node_loop[nd]]}"
                 findings.append(Anomaly(
                     now, "node", int(nd), "fan_speed", float(node_peer[nd]), self.name,
                     f"all GPUs of {topo.nodes[nd]} run {node_peer[nd]:+.0%} hotter per watt than the "
-                    f"other nodes of {peers} (node median {node_drift[nd]:+.0%} vs rack) "
+                    f"other nodes of {self._peer_nodes(nd, by_rack)} (node median {node_drift[nd]:+.0%} vs rack) "
                     "— node fans or airflow"))
             else:
-                peers = topo.racks[node_rack[nd]] if idle_by_rack[nd] else f"loop {topo.loops[node_loop[nd]]}"
                 findings.append(Anomaly(
                     now, "node", int(nd), "fan_speed", float(idle_node_rise[nd]), self.name,
                     f"idle, all GPUs of {topo.nodes[nd]} run {idle_node_rise[nd]:+.1f} °C warmer over the inlet "
-                    f"than the other idle nodes of {peers} — node fans or airflow"))
+                    f"than the other idle nodes of {self._peer_nodes(nd, idle_by_rack)} — node fans or airflow"))
         # racks: inlet above its own baseline (a loop or CDU losing flow)
         inlet = self.s_rack[:, 1]
         inlet_fresh = np.isfinite(inlet) & ((now - self.s_rack[:, 0]) <= 3 * dt)
@@ -279,8 +280,7 @@ class CoolingDetector(ThermalFitDetector):
         rack_flag = inlet_fresh & (np.nan_to_num(rise) >= p["inlet_rise_min_c"])
         learn_rack = inlet_fresh & ~rack_flag
         self.s_rack_base = np.where(
-            learn_rack, np.where(np.isfinite(self.s_rack_base), self.s_rack_base + w * (inlet - self.s_rack_base), inlet),
-            self.s_rack_base)
+            learn_rack, follow(self.s_rack_base, inlet, w), self.s_rack_base)
         loops = self.rack_loop
         for rk in self._raise(self.s_rack_flag, rack_flag, now, p["refresh_s"]):
             same_loop = loops == loops[rk]
@@ -333,26 +333,31 @@ class CoolingDetector(ThermalFitDetector):
         moved = usable & (np.abs(inlet - st[:, I_INLET]) > p["idle_inlet_span_c"])
         st[moved, I_BASE], st[moved, I_INLET], st[moved, I_SEEN] = np.nan, np.nan, 0.0
         base, base_inlet = st[:, I_BASE], st[:, I_INLET]
-        st[learn, I_BASE] = np.where(np.isfinite(base), base + w * (x - base), x)[learn]
-        st[learn, I_INLET] = np.where(np.isfinite(base_inlet), base_inlet + w * (inlet - base_inlet), inlet)[learn]
+        st[learn, I_BASE] = follow(base, x, w)[learn]
+        st[learn, I_INLET] = follow(base_inlet, inlet, w)[learn]
         st[learn, I_SEEN] += p["peer_interval_s"]
-        node_rack = topo.node_rack.astype(np.int64)
-        node_loop = self.rack_loop[node_rack]
-        rack_ref = self._node_reference(node_med, node_rack, topo.size("rack"))[node_rack]
-        loop_ref = self._node_reference(node_med, node_loop, len(topo.loops))[node_loop]
-        by_rack = np.isfinite(rack_ref)
-        rise = node_med - np.where(by_rack, rack_ref, loop_ref)
+        node_ref, by_rack = self._node_reference(node_med)
+        rise = node_med - node_ref
         node_hot = np.nan_to_num(rise) >= p["idle_node_rise_min_c"]
         self.s_idle_node_hot = np.where(node_hot, self.s_idle_node_hot + 1, 0)
         return x, own, peer, st[:, I_HOT] >= 2, rise, self.s_idle_node_hot >= 2, by_rack
 
-    @staticmethod
-    def _node_reference(node_med: np.ndarray, group: np.ndarray, n_groups: int) -> np.ndarray:
-        """Median of the compared nodes' medians per group (rack or loop); NaN where fewer than
-        :data:`NODE_QUORUM` nodes were compared."""
-        ref = group_median(node_med, group, n_groups)
-        ref[np.bincount(group[np.isfinite(node_med)], minlength=n_groups) < NODE_QUORUM] = np.nan
-        return ref
+    def _node_reference(self, node_med: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Per node, the median of the compared nodes' medians in its rack, or in its cooling loop
+        where fewer than :data:`NODE_QUORUM` of the rack's were compared (NaN where the loop has
+        fewer too); and whether the rack was the reference."""
+        def per_group(group: np.ndarray, n_groups: int) -> np.ndarray:
+            ref = group_median(node_med, group, n_groups)
+            ref[np.bincount(group[np.isfinite(node_med)], minlength=n_groups) < NODE_QUORUM] = np.nan
+            return ref[group]  # type: ignore[no-any-return]
+        rack_ref = per_group(self.node_rack, self.topology.size("rack"))
+        by_rack = np.isfinite(rack_ref)
+        return np.where(by_rack, rack_ref, per_group(self.node_loop, len(self.topology.loops))), by_rack
+
+    def _peer_nodes(self, node: int, by_rack: np.ndarray) -> str:
+        """What a node was compared against, for the reason: its rack, or its cooling loop."""
+        topo = self.topology
+        return topo.racks[self.node_rack[node]] if by_rack[node] else f"loop {topo.loops[self.node_loop[node]]}"
 
     def _under_load(self, now: float) -> np.ndarray:
         """GPUs whose fitted R can be compared now (see the module doc): fresh, warmed up, under
