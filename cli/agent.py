@@ -12,7 +12,7 @@ from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from .kafka_options import kafka_options, settings_from
 
-SOURCES = ("simulator", "replay", "dcgm", "nvidia-smi", "nvml", "infiniband", "dom", "ethtool")
+SOURCES = ("simulator", "replay", "dcgm", "nvidia-smi", "nvml", "infiniband", "dom", "ethtool", "redfish")
 
 
 def open_source(source: str, path: str | None, url: str | None, executable: str | None, root: str | None,
@@ -69,6 +69,16 @@ def open_source(source: str, path: str | None, url: str | None, executable: str 
         polled = EthtoolStatsSource([i.strip() for i in interfaces.split(",") if i.strip()],
                                     interval=interval or 10.0, executable=executable or "ethtool", host=host,
                                     max_polls=polls)
+    elif source == "redfish":  # node BMCs: chassis fans and power
+        from foreshock.streams.redfish import RedfishSource, parse_bmc_list
+
+        if not url:
+            raise click.UsageError("--source redfish needs --url NODE=https://BMC[,NODE=https://BMC...]")
+        try:
+            bmcs = parse_bmc_list(url, host)
+        except ValueError as exc:
+            raise click.UsageError(f"--url: {exc}") from None
+        polled = RedfishSource(bmcs, interval=interval or 30.0, max_polls=polls)
     else:  # pragma: no cover - click.Choice
         raise click.UsageError(f"unknown source {source}")
     return polled, lambda: polled.topology
@@ -81,7 +91,8 @@ def open_source(source: str, path: str | None, url: str | None, executable: str 
 @click.option("--speed", type=float, default=None,
               help="replay/simulator: X times real time (default: replay as fast as possible, simulator live = 1).")
 @click.option("--now", "shift_now", is_flag=True, help="replay: shift timestamps so the replay starts now.")
-@click.option("--url", default=None, help="dcgm: the dcgm-exporter metrics URL.")
+@click.option("--url", default=None, help="dcgm: the dcgm-exporter metrics URL; redfish: NODE=https://BMC[,...] "
+              "(credentials from FORESHOCK_BMC_USER / FORESHOCK_BMC_PASSWORD).")
 @click.option("--executable", default=None, help="nvidia-smi / dom / ethtool: the program to run (default nvidia-smi / ethtool).")
 @click.option("--root", default=None, help="infiniband: the sysfs root (default /sys/class/infiniband).")
 @click.option("--interfaces", default=None, help="dom / ethtool: comma-separated network interfaces.")

@@ -1,0 +1,356 @@
+"""Redfish: read each node's chassis fans and power from its BMC on an interval.
+
+A node's BMC (baseboard management controller) serves the DMTF Redfish REST API, usually over
+HTTPS with HTTP basic authentication. Per node, every chassis listed under
+``/redfish/v1/Chassis`` is read:
+
+* **fans**: the chassis's ``Thermal`` resource (``Fans[]``: ``Reading`` in ``ReadingUnits``
+  ``RPM`` or ``Percent``), or, on BMCs with the newer thermal model, each member of
+  ``ThermalSubsystem/Fans`` (``SpeedPercent.Reading``, in percent). The node's ``fan_speed`` is
+  its **slowest** fan as a share of full speed: one stopped fan is the failure (the BMC's "fan
+  speed critical"), and a mean over eight fans would hide it. An RPM reading is divided by the
+  fan's ``MaxReadingRange``, or by ``fan_max_rpm`` where the BMC gives no range; without either
+  the reading cannot be put on that scale and is counted, not guessed. A fan whose ``Status``
+  says it is ``Absent`` or ``Disabled`` (an empty bay) is left out; one that gives no reading
+  but reports ``Health: Critical`` counts as stopped.
+* **power**: ``Power.PowerControl[].PowerConsumedWatts``, or the chassis's
+  ``EnvironmentMetrics.PowerWatts.Reading``. The node's ``psu_power`` is the largest chassis
+  draw, not their sum: a server chassis reports what its GPU baseboard chassis draws too.
+
+Which resources a node's chassis have is discovered at its first poll and remembered; a node
+whose BMC later fails is discovered again. Nodes are polled in parallel (a BMC takes 0.1–2 s
+per request). Every failure is counted in :class:`~foreshock.health.PipelineHealth` under
+stage ``redfish`` (an unreachable BMC, refused credentials, an HTTP error, a body that is not
+JSON, a fan reading that is not a number) and the poll goes on with the other nodes; a node
+that gave nothing has no row in that poll's frame.
+
+Usage (one BMC per node; credentials from the environment, never the command line)::
+
+    FORESHOCK_BMC_USER=admin FORESHOCK_BMC_PASSWORD=... \\
+        foreshock record --source redfish --url node7=https://10.0.0.7,node8=https://10.0.0.8 --out rec
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import math
+import os
+import ssl
+import urllib.error
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+from urllib.parse import urljoin, urlparse
+
+import numpy as np
+
+from foreshock.frames import Frame
+from foreshock.health import PipelineHealth
+from foreshock.topology import UNKNOWN, Topology
+
+from .polling import PollingSource
+from .samples import SampleBatch
+
+STAGE = "redfish"
+SERVICE_ROOT = "/redfish/v1/"
+ABSENT_STATES = frozenset({"Absent", "Disabled"})
+"""Fan ``Status.State`` values that mean no fan is there to read (an empty bay, a fan switched off)."""
+
+Fetch = Callable[[str], Any]
+
+
+class RedfishError(Exception):
+    """A request the BMC did not answer with JSON; ``reason`` is the counted problem."""
+
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(f"{reason}: {detail}")
+        self.reason = reason
+        self.detail = detail
+
+
+@dataclass
+class FanReadings:
+    """What one node's fans said in one poll: shares of full speed, and the problems met."""
+
+    shares: list[float] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+    def slowest(self) -> float:
+        return min(self.shares) if self.shares else math.nan
+
+
+def _number(value: Any) -> float | None:
+    """A JSON number as a float (None for null, text, booleans, NaN and infinities)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    value = float(value)
+    return value if math.isfinite(value) else None
+
+
+def _status(entry: Mapping[str, Any]) -> tuple[str, str]:
+    status = entry.get("Status")
+    if not isinstance(status, Mapping):
+        return "", ""
+    return str(status.get("State") or ""), str(status.get("Health") or "")
+
+
+def fan_share(entry: Mapping[str, Any], fan_max_rpm: float | None = None) -> tuple[float | None, str]:
+    """One fan entry (a ``Thermal.Fans[]`` item or a ``ThermalSubsystem`` Fan) as a share of full speed.
+
+    Returns ``(share, "")``, ``(None, "")`` for a bay with no fan, or ``(None, problem)``.
+    """
+    state, health = _status(entry)
+    if state in ABSENT_STATES:
+        return None, ""
+    speed_percent = entry.get("SpeedPercent")
+    if isinstance(speed_percent, Mapping):  # ThermalSubsystem Fan (Redfish 2020.4+)
+        raw = speed_percent.get("Reading")
+        reading, units = _number(raw), "Percent"
+    else:
+        raw = entry.get("Reading")
+        reading, units = _number(raw), str(entry.get("ReadingUnits") or "RPM")
+    if reading is None:
+        if raw is not None:
+            return None, "fan reading is not a number"
+        if health == "Critical":
+            return 0.0, ""  # the BMC says it failed and has no speed to show: a stopped fan
+        return None, "fan without a reading"
+    if units.lower() in ("percent", "percentage"):
+        return reading / 100.0, ""
+    full = _number(entry.get("MaxReadingRange"))
+    if full is None or full <= 0:
+        full = fan_max_rpm
+    if not full:
+        return None, "fan RPM without a full-speed reference (set fan_max_rpm)"
+    return reading / full, ""
+
+
+def chassis_power(power: Mapping[str, Any] | None, environment: Mapping[str, Any] | None) -> float:
+    """A chassis's draw in watts from its ``Power`` or ``EnvironmentMetrics`` resource (NaN if neither says)."""
+    if isinstance(power, Mapping):
+        controls = power.get("PowerControl")
+        values = [_number(c.get("PowerConsumedWatts")) for c in controls if isinstance(c, Mapping)] \
+            if isinstance(controls, list) else []
+        found = [v for v in values if v is not None and v >= 0]
+        if found:
+            return max(found)
+    if isinstance(environment, Mapping):
+        watts = environment.get("PowerWatts")
+        if isinstance(watts, Mapping):
+            value = _number(watts.get("Reading"))
+            if value is not None and value >= 0:
+                return value
+    return math.nan
+
+
+def _link(resource: Mapping[str, Any], name: str) -> str | None:
+    ref = resource.get(name)
+    if isinstance(ref, Mapping) and isinstance(ref.get("@odata.id"), str):
+        return str(ref["@odata.id"])
+    return None
+
+
+def _members(collection: Any) -> list[str]:
+    members = collection.get("Members") if isinstance(collection, Mapping) else None
+    if not isinstance(members, list):
+        raise RedfishError("not a Redfish collection", "no Members list")
+    return [str(m["@odata.id"]) for m in members if isinstance(m, Mapping) and isinstance(m.get("@odata.id"), str)]
+
+
+@dataclass
+class ChassisPlan:
+    """Where one chassis keeps its fans and power (found at discovery)."""
+
+    thermal: str | None = None
+    fans: list[str] = field(default_factory=list)  # ThermalSubsystem Fan members
+    power: str | None = None
+    environment: str | None = None
+
+
+def discover(fetch: Fetch) -> list[ChassisPlan]:
+    """The chassis of one BMC and where each keeps fans and power (``fetch`` GETs a path as JSON)."""
+    plans = []
+    for chassis_path in _members(fetch(SERVICE_ROOT + "Chassis")):
+        chassis = fetch(chassis_path)
+        if not isinstance(chassis, Mapping):
+            continue
+        plan = ChassisPlan(thermal=_link(chassis, "Thermal"), power=_link(chassis, "Power"),
+                           environment=_link(chassis, "EnvironmentMetrics"))
+        subsystem = _link(chassis, "ThermalSubsystem")
+        if plan.thermal is None and subsystem is not None:
+            fans = _link(fetch(subsystem), "Fans")
+            plan.fans = _members(fetch(fans)) if fans else []
+        if plan.thermal or plan.fans or plan.power or plan.environment:
+            plans.append(plan)
+    return plans
+
+
+def read_node(fetch: Fetch, plans: list[ChassisPlan], fan_max_rpm: float | None = None) -> tuple[FanReadings, float]:
+    """One poll of a node: its fans' shares of full speed and its largest chassis draw."""
+    fans = FanReadings()
+    draws = []
+    for plan in plans:
+        entries: list[Any] = []
+        if plan.thermal:
+            thermal = fetch(plan.thermal)
+            listed = thermal.get("Fans") if isinstance(thermal, Mapping) else None
+            entries = list(listed) if isinstance(listed, list) else []
+        entries += [fetch(path) for path in plan.fans]
+        for entry in entries:
+            if not isinstance(entry, Mapping):
+                fans.problems.append("fan entry is not an object")
+                continue
+            share, problem = fan_share(entry, fan_max_rpm)
+            if share is not None:
+                fans.shares.append(share)
+            elif problem:
+                fans.problems.append(problem)
+        if plan.power or plan.environment:
+            draws.append(chassis_power(fetch(plan.power) if plan.power else None,
+                                       fetch(plan.environment) if plan.environment else None))
+    found = [d for d in draws if not math.isnan(d)]
+    return fans, max(found) if found else math.nan
+
+
+class BmcClient:
+    """GETs Redfish paths from one BMC as JSON, with basic auth; every failure is a :class:`RedfishError`."""
+
+    def __init__(self, base_url: str, user: str | None = None, password: str | None = None, timeout: float = 10.0,
+                 context: ssl.SSLContext | None = None) -> None:
+        parsed = urlparse(base_url)
+        if parsed.scheme not in ("http", "https") or not parsed.hostname:
+            raise ValueError(f"not a BMC URL: {base_url!r} (expected https://HOST[:PORT])")
+        self.base_url = f"{parsed.scheme}://{parsed.netloc}"
+        self.timeout = timeout
+        self.context = context
+        self.headers = {"Accept": "application/json", "OData-Version": "4.0"}
+        if user is not None:
+            token = base64.b64encode(f"{user}:{password or ''}".encode()).decode()
+            self.headers["Authorization"] = f"Basic {token}"
+
+    def get(self, path: str) -> Any:
+        url = urljoin(self.base_url, path.split("#", 1)[0])
+        request = urllib.request.Request(url, headers=self.headers)
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout, context=self.context) as response:
+                body = response.read()
+        except urllib.error.HTTPError as exc:
+            if exc.code in (401, 403):
+                raise RedfishError("BMC refused the credentials", f"{url}: HTTP {exc.code}") from None
+            raise RedfishError(f"BMC answered HTTP {exc.code}", url) from None
+        except (urllib.error.URLError, OSError, ValueError) as exc:
+            reason = getattr(exc, "reason", exc)
+            raise RedfishError("BMC unreachable", f"{url}: {reason}") from None
+        try:
+            return json.loads(body)
+        except ValueError:
+            raise RedfishError("BMC answer is not JSON", url) from None
+
+
+def tls_context(ca_file: str | None = None, insecure: bool = False) -> ssl.SSLContext:
+    """Verify the BMC's certificate against ``ca_file`` (or the system store); ``insecure`` skips it.
+
+    BMCs ship self-signed certificates; a site either installs its own CA on them or accepts that
+    the management network is trusted. Skipping is the caller's explicit choice, never a fallback.
+    """
+    context = ssl.create_default_context(cafile=ca_file)
+    if insecure:
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+    return context
+
+
+def node_topology(nodes: list[str], cluster: str = "redfish") -> Topology:
+    """Nodes whose racks and GPUs the BMCs do not tell: every node in the one ``unknown`` rack."""
+    return Topology.from_dict({
+        "cluster": cluster,
+        "rows": [{"name": UNKNOWN, "cooling_loop": UNKNOWN}],
+        "racks": [{"name": UNKNOWN, "row": UNKNOWN}],
+        "nodes": [{"name": node, "rack": UNKNOWN, "gpus": 0} for node in nodes],
+    })
+
+
+def parse_bmc_list(text: str, host: str | None = None) -> dict[str, str]:
+    """``NODE=URL[,NODE=URL...]``, or one bare URL (its node is ``host``, else the URL's host name)."""
+    bmcs: dict[str, str] = {}
+    for item in (part.strip() for part in text.split(",")):
+        if not item:
+            continue
+        node, sep, url = item.partition("=")
+        if not sep:
+            node, url = host or urlparse(item).hostname or "", item
+        node, url = node.strip(), url.strip()
+        if not node or urlparse(url).scheme not in ("http", "https"):
+            raise ValueError(f"not NODE=URL or a BMC URL: {item!r}")
+        if node in bmcs:
+            raise ValueError(f"node {node} is given two BMCs")
+        bmcs[node] = url
+    if not bmcs:
+        raise ValueError("no BMC given")
+    return bmcs
+
+
+class RedfishSource(PollingSource):
+    """Polls each node's BMC every ``interval`` seconds; yields node frames (``fan_speed``, ``psu_power``).
+
+    ``bmcs`` maps a node name to its BMC's base URL. The topology is the one given (its node
+    names must match) or one holding just these nodes. ``user``/``password`` default to the
+    ``FORESHOCK_BMC_USER``/``FORESHOCK_BMC_PASSWORD`` environment variables, the TLS settings to
+    ``FORESHOCK_BMC_CA_FILE`` and ``FORESHOCK_BMC_INSECURE=1``.
+    """
+
+    stage = STAGE
+
+    def __init__(self, bmcs: Mapping[str, str], interval: float = 30.0, topology: Topology | None = None,
+                 health: PipelineHealth | None = None, max_polls: int | None = None, timeout: float = 10.0,
+                 user: str | None = None, password: str | None = None, fan_max_rpm: float | None = None,
+                 ca_file: str | None = None, insecure: bool | None = None, workers: int = 32) -> None:
+        super().__init__(interval, health, max_polls)
+        if not bmcs:
+            raise ValueError("RedfishSource needs at least one node's BMC")
+        user = user if user is not None else os.environ.get("FORESHOCK_BMC_USER")
+        password = password if password is not None else os.environ.get("FORESHOCK_BMC_PASSWORD")
+        insecure = insecure if insecure is not None else os.environ.get("FORESHOCK_BMC_INSECURE") == "1"
+        context = tls_context(ca_file or os.environ.get("FORESHOCK_BMC_CA_FILE"), insecure)
+        self.nodes = list(bmcs)
+        self.clients = {node: BmcClient(url, user, password, timeout, context) for node, url in bmcs.items()}
+        self.fan_max_rpm = fan_max_rpm
+        self.plans: dict[str, list[ChassisPlan]] = {}
+        self.workers = max(1, min(workers, len(self.nodes)))
+        self._topology = topology if topology is not None else node_topology(self.nodes)
+
+    def read_one(self, node: str) -> tuple[float, float, float, list[str]] | None:
+        """``(ts, fan_speed, psu_power, problems)`` of one node, or None when its BMC failed (counted)."""
+        client = self.clients[node]
+        try:
+            plans = self.plans.get(node)
+            if plans is None:
+                plans = self.plans[node] = discover(client.get)
+            fans, power = read_node(client.get, plans, self.fan_max_rpm)
+        except RedfishError as exc:
+            self.plans.pop(node, None)  # discover again next poll: the BMC may have been reset
+            self.health.problem(STAGE, exc.reason, detail=f"{node}: {exc.detail}")
+            return None
+        return self.clock(), fans.slowest(), power, fans.problems
+
+    def read(self) -> SampleBatch:
+        """One poll of every node (a row per node whose BMC answered)."""
+        with ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="redfish") as pool:
+            results = list(pool.map(self.read_one, self.nodes))
+        rows = [(i, r) for i, r in enumerate(results) if r is not None]
+        for _, (_, _, _, problems) in rows:
+            for problem in problems:
+                self.health.problem(STAGE, problem)
+        ts = np.array([r[0] for _, r in rows], dtype=np.float64)
+        columns = {"fan_speed": np.array([r[1] for _, r in rows], dtype=np.float64),
+                   "psu_power": np.array([r[2] for _, r in rows], dtype=np.float64)}
+        columns = {name: col for name, col in columns.items() if len(col) and not np.isnan(col).all()}
+        return SampleBatch("node", self.nodes, ts, np.array([i for i, _ in rows], dtype=np.int32), columns)
+
+    def poll(self) -> list[Frame]:
+        assert self._topology is not None
+        batch = self.read()
+        return [batch.to_frame(self._topology, self.health, STAGE)] if len(batch) else []
+

@@ -1,0 +1,259 @@
+"""The Redfish source against test BMCs: HTTP(S) servers on 127.0.0.1 that serve a Redfish tree
+the way a BMC does (basic auth checked on every request, 401 otherwise)."""
+
+from __future__ import annotations
+
+import base64
+import json
+import socket
+import ssl
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from foreshock.frames import Frame
+from foreshock.health import PipelineHealth
+from foreshock.streams.redfish import RedfishSource, fan_share, parse_bmc_list
+
+from thermal_synth import small_topology
+
+CERTS = Path(__file__).parent / "data" / "redfish"
+USER, PASSWORD = "admin", "s3cret"
+
+
+class TestBmc:
+    """A BMC on 127.0.0.1: ``tree`` maps a path to a JSON document, to raw bytes (sent as they
+    are) or to an int (that HTTP status). Every request needs USER/PASSWORD by basic auth."""
+
+    __test__ = False  # not a test class for pytest
+
+    def __init__(self, tree: dict[str, Any], tls: bool = False) -> None:
+        self.tree = tree
+        self.requests: list[str] = []
+        bmc = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802 - http.server's name
+                bmc.requests.append(self.path)
+                expected = "Basic " + base64.b64encode(f"{USER}:{PASSWORD}".encode()).decode()
+                if self.headers.get("Authorization") != expected:
+                    return self._send(401, b'{"error": "unauthorized"}')
+                found = bmc.tree.get(self.path.rstrip("/") or "/")
+                if found is None:
+                    return self._send(404, b'{"error": "not found"}')
+                if isinstance(found, int):
+                    return self._send(found, b"{}")
+                self._send(200, found if isinstance(found, bytes) else json.dumps(found).encode())
+
+            def _send(self, code: int, body: bytes) -> None:
+                self.send_response(code)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        if tls:
+            context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+            context.load_cert_chain(CERTS / "bmc-cert.pem", CERTS / "bmc-key.pem")
+            self.server.socket = context.wrap_socket(self.server.socket, server_side=True)
+        self.url = f"{'https' if tls else 'http'}://127.0.0.1:{self.server.server_port}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def legacy_tree(fan_rpm: tuple[float, ...] = (7200.0, 6900.0, 7100.0), max_rpm: float | None = 12000.0,
+                watts: float = 5210.0) -> dict[str, Any]:
+    """A server's chassis with the legacy Thermal and Power resources, fans in RPM (one empty bay)."""
+    fans: list[dict[str, Any]] = [
+        {"@odata.id": f"/redfish/v1/Chassis/1U/Thermal#/Fans/{i}", "MemberId": str(i), "Name": f"Fan {i}",
+         "Reading": rpm, "ReadingUnits": "RPM", "Status": {"State": "Enabled", "Health": "OK"},
+         **({"MaxReadingRange": max_rpm, "MinReadingRange": 0} if max_rpm else {})}
+        for i, rpm in enumerate(fan_rpm)]
+    fans.append({"MemberId": "9", "Name": "Fan bay 9", "Reading": None, "ReadingUnits": "RPM",
+                 "Status": {"State": "Absent"}})
+    return {
+        "/redfish/v1/Chassis": {"Members": [{"@odata.id": "/redfish/v1/Chassis/1U"}]},
+        "/redfish/v1/Chassis/1U": {"Id": "1U", "Thermal": {"@odata.id": "/redfish/v1/Chassis/1U/Thermal"},
+                                   "Power": {"@odata.id": "/redfish/v1/Chassis/1U/Power"}},
+        "/redfish/v1/Chassis/1U/Thermal": {"Fans": fans, "Temperatures": []},
+        "/redfish/v1/Chassis/1U/Power": {"PowerControl": [{"PowerConsumedWatts": watts}]},
+    }
+
+
+def with_gpu_baseboard(tree: dict[str, Any], percents: tuple[float, ...], watts: float) -> dict[str, Any]:
+    """Add an HGX-style baseboard chassis with the newer ThermalSubsystem fans (percent) and
+    EnvironmentMetrics power."""
+    base = "/redfish/v1/Chassis/HGX_Baseboard_0"
+    tree = dict(tree)
+    tree["/redfish/v1/Chassis"] = {"Members": tree["/redfish/v1/Chassis"]["Members"] + [{"@odata.id": base}]}
+    tree[base] = {"Id": "HGX_Baseboard_0", "ThermalSubsystem": {"@odata.id": f"{base}/ThermalSubsystem"},
+                  "EnvironmentMetrics": {"@odata.id": f"{base}/EnvironmentMetrics"}}
+    tree[f"{base}/ThermalSubsystem"] = {"Fans": {"@odata.id": f"{base}/ThermalSubsystem/Fans"}}
+    tree[f"{base}/ThermalSubsystem/Fans"] = {
+        "Members": [{"@odata.id": f"{base}/ThermalSubsystem/Fans/{i}"} for i in range(len(percents))]}
+    for i, pct in enumerate(percents):
+        tree[f"{base}/ThermalSubsystem/Fans/{i}"] = {"Id": str(i), "SpeedPercent": {"Reading": pct, "SpeedRPM": 99},
+                                                     "Status": {"State": "Enabled", "Health": "OK"}}
+    tree[f"{base}/EnvironmentMetrics"] = {"PowerWatts": {"Reading": watts}}
+    return tree
+
+
+@pytest.fixture
+def bmcs():
+    started: list[TestBmc] = []
+
+    def start(tree: dict[str, Any], tls: bool = False) -> TestBmc:
+        started.append(TestBmc(tree, tls))
+        return started[-1]
+
+    yield start
+    for bmc in started:
+        bmc.close()
+
+
+def source(nodes: dict[str, str], **kwargs: Any) -> RedfishSource:
+    kwargs.setdefault("user", USER)
+    kwargs.setdefault("password", PASSWORD)
+    return RedfishSource(nodes, interval=0.01, **kwargs)
+
+
+def test_a_nodes_slowest_fan_and_largest_chassis_draw_make_its_row(bmcs):
+    """Two chassis: the server's (RPM fans over their range, 5210 W) and the GPU baseboard's
+    (fans in percent, 4100 W). The slowest of all fans counts; the empty bay does not."""
+    bmc = bmcs(with_gpu_baseboard(legacy_tree((7200.0, 6900.0, 7100.0)), (64.0, 58.5), 4100.0))
+    src = source({"node7": bmc.url})
+    batch = src.read()
+    assert batch.entity_names() == ["node7"]
+    assert batch.columns["fan_speed"][0] == pytest.approx(6900.0 / 12000.0)  # 0.575 < 0.585
+    assert batch.columns["psu_power"][0] == 5210.0
+    assert src.health.total_problems() == 0
+
+    bmc.tree["/redfish/v1/Chassis/HGX_Baseboard_0/ThermalSubsystem/Fans/1"]["SpeedPercent"]["Reading"] = 0.0
+    assert src.read().columns["fan_speed"][0] == 0.0
+    # Discovery ran once: the second poll read only the readings.
+    assert bmc.requests.count("/redfish/v1/Chassis") == 1
+
+
+def test_fan_readings_without_a_scale_are_counted_not_guessed():
+    ok = {"Status": {"State": "Enabled", "Health": "OK"}}
+    assert fan_share({**ok, "Reading": 45, "ReadingUnits": "Percent"}) == (0.45, "")
+    assert fan_share({**ok, "Reading": 3000, "ReadingUnits": "RPM"}, fan_max_rpm=12000.0) == (0.25, "")
+    assert fan_share({**ok, "Reading": 3000, "ReadingUnits": "RPM", "MaxReadingRange": 6000},
+                     fan_max_rpm=12000.0) == (0.5, "")
+    share, problem = fan_share({**ok, "Reading": 3000, "ReadingUnits": "RPM"})
+    assert share is None and "full-speed reference" in problem
+    assert fan_share({**ok, "Reading": "fast", "ReadingUnits": "RPM"}) == (None, "fan reading is not a number")
+    assert fan_share({"Reading": None, "Status": {"State": "Enabled", "Health": "Critical"}}) == (0.0, "")
+    assert fan_share({"Reading": None, "Status": {"State": "Enabled", "Health": "OK"}}) == (None, "fan without a reading")
+    assert fan_share({"Reading": None, "Status": {"State": "Absent"}}) == (None, "")
+
+
+def test_rpm_fans_without_a_range_use_the_configured_full_speed(bmcs):
+    bmc = bmcs(legacy_tree((7200.0, 900.0), max_rpm=None))
+    unscaled = source({"node1": bmc.url})
+    batch = unscaled.read()
+    assert "fan_speed" not in batch.columns and batch.columns["psu_power"][0] == 5210.0
+    assert unscaled.health.problems[("redfish", "fan RPM without a full-speed reference (set fan_max_rpm)")] == 2
+    assert source({"node1": bmc.url}, fan_max_rpm=9000.0).read().columns["fan_speed"][0] == pytest.approx(0.1)
+
+
+def test_a_failing_bmc_is_counted_and_the_others_are_still_read(bmcs):
+    """Wrong credentials, a server error, a body that is not JSON and a closed port each cost
+    that node its row in the poll, are counted by reason, and never stop the poll."""
+    good = bmcs(legacy_tree())
+    broken = legacy_tree()
+    broken["/redfish/v1/Chassis/1U/Thermal"] = 500
+    server_error = bmcs(broken)
+    garbage = legacy_tree()
+    garbage["/redfish/v1/Chassis/1U/Power"] = b"<html>BMC busy</html>"
+    not_json = bmcs(garbage)
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        closed = f"http://127.0.0.1:{s.getsockname()[1]}"
+    nodes = {"good": good.url, "error": server_error.url, "html": not_json.url, "gone": closed}
+    src = source(nodes, timeout=2.0)
+    batch = src.read()
+    assert batch.entity_names() == ["good"]
+    refused = source({"good": good.url}, password="wrong")
+    assert len(refused.read()) == 0
+    assert refused.health.problems[("redfish", "BMC refused the credentials")] == 1
+    problems = src.health.problems
+    assert problems[("redfish", "BMC answered HTTP 500")] == 1
+    assert problems[("redfish", "BMC answer is not JSON")] == 1
+    assert problems[("redfish", "BMC unreachable")] == 1
+
+    # The BMC comes back: the node is discovered again and read.
+    server_error.tree["/redfish/v1/Chassis/1U/Thermal"] = legacy_tree()["/redfish/v1/Chassis/1U/Thermal"]
+    assert sorted(src.read().entity_names()) == ["error", "good"]
+    assert server_error.requests.count("/redfish/v1/Chassis") == 2
+
+
+def test_https_bmcs_are_verified_against_the_given_ca(bmcs):
+    bmc = bmcs(legacy_tree(), tls=True)
+    trusted = source({"node1": bmc.url}, ca_file=str(CERTS / "bmc-cert.pem"))
+    assert trusted.read().entity_names() == ["node1"]
+    untrusted = source({"node1": bmc.url})  # the system store does not know a self-signed BMC
+    assert len(untrusted.read()) == 0
+    assert untrusted.health.problems[("redfish", "BMC unreachable")] == 1
+    assert source({"node1": bmc.url}, insecure=True).read().entity_names() == ["node1"]
+
+
+def test_a_fan_stopping_on_a_bmc_flags_its_node_in_the_cooling_detector(bmcs):
+    """End to end: four nodes' BMCs polled as node frames of the cluster's topology; node2's
+    fan stops, and the cooling detector flags node2 at that poll, not before."""
+    from foreshock.detectors.cooling import CoolingDetector
+
+    topo = small_topology(nodes=4, gpus=8, racks=2)
+    servers = {f"node{i}": bmcs(legacy_tree()) for i in range(4)}
+    src = RedfishSource({node: b.url for node, b in servers.items()}, interval=0.01, topology=topo,
+                        user=USER, password=PASSWORD, max_polls=4)
+    det = CoolingDetector(topo)
+    flagged: list[tuple[int, int]] = []
+    for poll, frame in enumerate(src):
+        assert isinstance(frame, Frame) and frame.kind == "node"
+        assert sorted(frame.slot.tolist()) == [0, 1, 2, 3]
+        flagged += [(poll, f.slot) for f in det.update(frame) if f.field == "fan_speed"]
+        if poll == 1:
+            servers["node2"].tree["/redfish/v1/Chassis/1U/Thermal"]["Fans"][1]["Reading"] = 0
+    assert flagged == [(2, 2)]
+    assert np.isfinite(det.s_fan_flag[2])
+
+
+def test_bmc_lists_name_each_node_once():
+    assert parse_bmc_list("node7=https://10.0.0.7, node8=https://10.0.0.8:8443") == {
+        "node7": "https://10.0.0.7", "node8": "https://10.0.0.8:8443"}
+    assert parse_bmc_list("https://bmc7.mgmt", host="node7") == {"node7": "https://bmc7.mgmt"}
+    assert parse_bmc_list("https://bmc7.mgmt") == {"bmc7.mgmt": "https://bmc7.mgmt"}
+    for bad in ("", "node7=10.0.0.7", "node7=https://a,node7=https://b"):
+        with pytest.raises(ValueError):
+            parse_bmc_list(bad)
+
+
+def test_the_record_command_writes_a_bmcs_readings(bmcs, tmp_path, monkeypatch):
+    from click.testing import CliRunner
+
+    from foreshock.cli.main import cli
+    from foreshock.recording import Recording
+
+    bmc = bmcs(legacy_tree((7200.0, 3000.0)))
+    monkeypatch.setenv("FORESHOCK_BMC_USER", USER)
+    monkeypatch.setenv("FORESHOCK_BMC_PASSWORD", PASSWORD)
+    out = tmp_path / "rec"
+    result = CliRunner().invoke(cli, ["record", "--source", "redfish", "--url", f"node7={bmc.url}",
+                                       "--polls", "2", "--interval", "0.05", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    frames = [f for f in Recording.open(str(out)).iter_frames() if f.kind == "node"]
+    speeds = np.concatenate([f.columns["fan_speed"] for f in frames])
+    assert speeds.tolist() == [0.25, 0.25]
