@@ -17,9 +17,22 @@ SOURCES = ("simulator", "replay", "dcgm", "nvidia-smi", "nvml", "infiniband", "d
 
 def open_source(source: str, path: str | None, url: str | None, executable: str | None, root: str | None,
             interfaces: str | None, interval: float | None, polls: int | None, host: str | None,
-            speed: float | None, now: bool, gpus: int, scenario: str, seed: int, duration: float | None) -> tuple[Iterable[Any], Any]:
+            speed: float | None, now: bool, gpus: int, scenario: str, seed: int, duration: float | None,
+            topology_path: str | None = None) -> tuple[Iterable[Any], Any]:
     """(frames, topology or a callable giving it once known) for a source; `agent` publishes the
-    frames, `record` writes them to a recording folder."""
+    frames, `record` writes them to a recording folder. A live source numbers its entities by
+    the topology file at ``topology_path`` when given (its entity names must be the file's), else
+    by one it derives from what it reads."""
+    topology = None
+    if topology_path is not None:
+        if source in ("replay", "simulator"):
+            raise click.UsageError(f"--topology is for live sources; --source {source} brings its own")
+        from foreshock.topology import Topology, TopologyError
+
+        try:
+            topology = Topology.load(topology_path)
+        except (TopologyError, OSError) as exc:
+            raise click.UsageError(f"--topology: {exc}") from None
     if source == "replay":
         from foreshock.streams.sources import ReplaySource
 
@@ -41,26 +54,28 @@ def open_source(source: str, path: str | None, url: str | None, executable: str 
 
         if not url:
             raise click.UsageError("--source dcgm needs --url http://HOST:9400/metrics")
-        polled = DcgmScrapeSource(url, interval=interval or 30.0, max_polls=polls)
+        polled = DcgmScrapeSource(url, interval=interval or 30.0, topology=topology, max_polls=polls)
     elif source == "nvidia-smi":
         from foreshock.streams.nvidia_smi import NvidiaSmiSource
 
-        polled = NvidiaSmiSource(executable or "nvidia-smi", interval=interval or 10.0, host=host, max_polls=polls)
+        polled = NvidiaSmiSource(executable or "nvidia-smi", interval=interval or 10.0, host=host, topology=topology,
+                                 max_polls=polls)
     elif source == "nvml":
         from foreshock.streams.nvml import NvmlSource
 
-        polled = NvmlSource(interval=interval or 1.0, host=host, max_polls=polls)
+        polled = NvmlSource(interval=interval or 1.0, host=host, topology=topology, max_polls=polls)
     elif source == "infiniband":
         from foreshock.streams.infiniband import DEFAULT_ROOT, InfinibandSource
 
-        polled = InfinibandSource(root or DEFAULT_ROOT, interval=interval or 1.0, host=host, max_polls=polls)
+        polled = InfinibandSource(root or DEFAULT_ROOT, interval=interval or 1.0, host=host, topology=topology,
+                                  max_polls=polls)
     elif source == "dom":
         from foreshock.streams.dom import DomSource
 
         if not interfaces:
             raise click.UsageError("--source dom needs --interfaces eth0,eth1")
         polled = DomSource([i.strip() for i in interfaces.split(",") if i.strip()], interval=interval or 60.0,
-                           executable=executable or "ethtool", host=host, max_polls=polls)
+                           executable=executable or "ethtool", host=host, topology=topology, max_polls=polls)
     elif source == "ethtool":  # ethtool -S: PHY counters (pre-FEC BER) and PFC pause per interface
         from foreshock.streams.ethtool_stats import EthtoolStatsSource
 
@@ -68,7 +83,7 @@ def open_source(source: str, path: str | None, url: str | None, executable: str 
             raise click.UsageError("--source ethtool needs --interfaces eth0,eth1")
         polled = EthtoolStatsSource([i.strip() for i in interfaces.split(",") if i.strip()],
                                     interval=interval or 10.0, executable=executable or "ethtool", host=host,
-                                    max_polls=polls)
+                                    topology=topology, max_polls=polls)
     elif source == "redfish":  # node BMCs: chassis fans and power
         from foreshock.streams.redfish import RedfishSource, parse_bmc_list
 
@@ -78,7 +93,7 @@ def open_source(source: str, path: str | None, url: str | None, executable: str 
             bmcs = parse_bmc_list(url, host)
         except ValueError as exc:
             raise click.UsageError(f"--url: {exc}") from None
-        polled = RedfishSource(bmcs, interval=interval or 30.0, max_polls=polls)
+        polled = RedfishSource(bmcs, interval=interval or 30.0, topology=topology, max_polls=polls)
     else:  # pragma: no cover - click.Choice
         raise click.UsageError(f"unknown source {source}")
     return polled, lambda: polled.topology
@@ -98,6 +113,9 @@ def open_source(source: str, path: str | None, url: str | None, executable: str 
 @click.option("--interfaces", default=None, help="dom / ethtool: comma-separated network interfaces.")
 @click.option("--interval", type=click.FloatRange(min=0, min_open=True), default=None,
               help="Seconds between polls / simulator ticks (default: per source).")
+@click.option("--topology", "topology_path", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="Live sources: the cluster's topology file, the same the workers use (default: one derived from "
+                   "what the source reads, which only fits when this agent is the cluster's only one).")
 @click.option("--polls", type=click.IntRange(min=1), default=None, help="Stop after this many polls.")
 @click.option("--host", default=None, help="Node name for local sources (default: this host's name).")
 @click.option("--gpus", type=click.IntRange(min=8), default=64, show_default=True, help="simulator: cluster size.")
@@ -115,7 +133,7 @@ def command(source: str, kafka: str | None, user: str | None, password: str | No
             partitions: int, path: str | None, speed: float | None, shift_now: bool, url: str | None,
             executable: str | None, root: str | None, interfaces: str | None, interval: float | None,
             polls: int | None, host: str | None, gpus: int, scenario: str, seed: int, duration: float | None,
-            agent_id: str | None, linger_ms: float, compression: str) -> None:
+            agent_id: str | None, linger_ms: float, compression: str, topology_path: str | None) -> None:
     """Publish telemetry from SOURCE to Kafka (telemetry.frames, Arrow IPC, routed by node)."""
     from foreshock.health import PipelineHealth
     from foreshock.streams.kafka_agent import run_agent
@@ -130,7 +148,7 @@ def command(source: str, kafka: str | None, user: str | None, password: str | No
     if source == "simulator" and speed is None:
         speed = 1.0
     frames, topology = open_source(source, path, url, executable, root, interfaces, interval, polls, host,
-                                   speed, shift_now, gpus, scenario, seed, duration)
+                                   speed, shift_now, gpus, scenario, seed, duration, topology_path)
     health = PipelineHealth()
     console = Console(stderr=True)
     with Progress(SpinnerColumn(), TextColumn("[bold]agent[/bold] {task.fields[samples]:,} samples, "

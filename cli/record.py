@@ -45,15 +45,17 @@ LIVE_SOURCES = ("dcgm", "nvidia-smi", "nvml", "infiniband", "dom", "ethtool", "r
 @click.option("--root", default=None, help="infiniband: the sysfs root (default /sys/class/infiniband).")
 @click.option("--interfaces", default=None, help="dom / ethtool (-m / -S): comma-separated network interfaces.")
 @click.option("--host", default=None, help="Node name for local sources (default: this host's name).")
+@click.option("--topology", "topology_path", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="The cluster's topology file to name entities by (default: one derived from what the source reads).")
 def command(source: str, out_dir: Path, duration: float | None, polls: int | None, interval: float | None,
             url: str | None, executable: str | None, root: str | None, interfaces: str | None,
-            host: str | None) -> None:
+            host: str | None, topology_path: str | None) -> None:
     """Record live telemetry from SOURCE into a recording folder."""
     if (out_dir / "recording.json").exists():
         raise click.UsageError(f"{out_dir} already holds a recording; choose a new folder")
     try:
         frames, topology_of = open_source(source, None, url, executable, root, interfaces, interval, polls, host,
-                                          None, False, 0, "", 0, None)
+                                          None, False, 0, "", 0, None, topology_path)
     except click.UsageError:
         raise
     except Exception as exc:  # e.g. no NVIDIA driver for --source nvml

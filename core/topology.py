@@ -22,6 +22,8 @@ Each link has two optics, named ``<link>#a`` and ``<link>#b``.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
@@ -232,6 +234,15 @@ class Topology:
                 for j, nodes in zip(self.jobs, self.job_nodes)
             ],
         }
+
+    def fingerprint(self) -> str:
+        """A short digest of every entity and its slot: two topologies with equal fingerprints
+        number their entities alike, so frames of one can be read against the other."""
+        cached: str | None = getattr(self, "_fingerprint", None)
+        if cached is None:
+            canonical = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"), default=str)
+            cached = self._fingerprint = hashlib.sha256(canonical.encode()).hexdigest()[:16]
+        return cached
 
     @classmethod
     def from_dict(cls, data: Any, source: str = "topology") -> "Topology":

@@ -362,7 +362,7 @@ class ForeshockWorker:
                 ready += [(partition, b) for b in builder.add((self.json_seq, index, len(pieces), piece))]
         ready += [(partition, b.take()) for partition, b in builders.items() if b.entries]
         for partition, entries in ready:
-            value, headers = encode_bundle(agent, sent, entries)
+            value, headers = encode_bundle(agent, sent, entries, topology=self.config.topology)
             await self.frames_topic.send(key=bundle_key(partition), value=value, partition=partition,
                                          force=True, headers=headers)
 

@@ -131,7 +131,8 @@ class FramePublisher:
         return seq
 
     def _send(self, partition: int, entries: list[BundleEntry]) -> None:
-        value, headers = encode_bundle(self.agent_id, time.time(), entries, self.compression)
+        value, headers = encode_bundle(self.agent_id, time.time(), entries, self.compression,
+                                       topology=self.topology)
         future = self.producer.send(self.topics.frames, key=bundle_key(partition), value=value,
                                     partition=partition, headers=headers)
         first = entries[0]

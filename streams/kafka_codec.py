@@ -78,6 +78,7 @@ TELEMETRY = b"telemetry"
 H_REASON = "foreshock-reason"
 H_STAGE = "foreshock-stage"
 H_SOURCE = "foreshock-source"
+H_TOPOLOGY = "foreshock-topology"  # the fingerprint of the topology whose slots the frames use
 
 Headers = list[tuple[str, bytes]]
 
@@ -269,9 +270,12 @@ def bundle_key(partition: int) -> bytes:
 
 
 def encode_bundle(agent: str, sent: float, pieces: Sequence[BundleEntry], compression: str | None = None,
-                  fields: Mapping[str, Sequence[str]] | None = None) -> tuple[bytes, Headers]:
+                  fields: Mapping[str, Sequence[str]] | None = None,
+                  topology: Topology | None = None) -> tuple[bytes, Headers]:
     """(value, headers) of one message holding ``pieces`` = [(seq, part, parts, frame), ...]
-    in processing order (all for one partition); ``fields``: per kind, the only fields to send."""
+    in processing order (all for one partition); ``fields``: per kind, the only fields to send;
+    ``topology``: the one the slots refer to, named by its fingerprint so a worker holding
+    another can refuse them."""
     if not pieces:
         raise ValueError("a bundle needs at least one piece")
     by_kind: dict[str, list[Frame]] = {}
@@ -288,6 +292,8 @@ def encode_bundle(agent: str, sent: float, pieces: Sequence[BundleEntry], compre
         sizes.append(f"{kind}:{len(data)}")
     headers = [(H_SCHEMA, SCHEMA), (H_AGENT, agent.encode()), (H_SENT, repr(sent).encode()),
                (H_STREAMS, ";".join(sizes).encode()), (H_PIECES, ";".join(table).encode())]
+    if topology is not None:
+        headers.append((H_TOPOLOGY, topology.fingerprint().encode()))
     return b"".join(streams), headers
 
 
@@ -376,14 +382,17 @@ def decode_bundle(value: bytes | None, headers: Mapping[str, bytes], topology: T
     """Decode and validate one frames-topic record into its pieces, in processing order.
 
     Raises :class:`RecordError` when the record cannot be attributed to pieces at all
-    (``bad_headers``). When its data cannot be read (``wrong_schema``, ``undecodable``) every
-    piece carries that error; otherwise each piece is checked on its own (``unknown_entity``,
+    (``bad_headers``). When its data cannot be read (``wrong_schema``, ``undecodable``), or its
+    slots refer to another topology than ``topology`` (``topology_mismatch``: the header names
+    the agent's; records without it are taken as they are), every piece carries that error;
+    otherwise each piece is checked on its own (``unknown_entity``,
     ``misrouted``; ``partition`` None skips the routing check), so one bad piece does not take
     its bundle with it.
     """
     agent, sent, streams, refs = bundle_table(value, headers)
     pieces = [DecodedPiece(PieceInfo(agent, r.seq, r.part, r.parts, sent), r.kind) for r in refs]
     try:
+        _check_topology(headers, topology, agent)
         frames = _decode_streams(value, headers, streams, refs)
     except RecordError as exc:
         for p in pieces:
@@ -409,6 +418,15 @@ def decode_bundle(value: bytes | None, headers: Mapping[str, bytes], topology: T
             except RecordError as exc:
                 piece.error = exc  # the frame stays, for the dead letter
     return pieces
+
+
+def _check_topology(headers: Mapping[str, bytes], topology: Topology, agent: str) -> None:
+    theirs = headers.get(H_TOPOLOGY)
+    if theirs is not None and theirs.decode(errors="replace") != topology.fingerprint():
+        raise RecordError("topology_mismatch",
+                          f"agent {agent} numbers entities by topology {theirs.decode(errors='replace')}, this "
+                          f"worker by {topology.fingerprint()}: give the agents and the workers the same "
+                          "--topology file")
 
 
 def _decode_streams(value: bytes | None, headers: Mapping[str, bytes], streams: list[tuple[str, int]],

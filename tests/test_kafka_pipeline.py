@@ -427,6 +427,38 @@ def test_bundles_round_trip_pieces_in_order_and_isolate_a_bad_piece(small_topolo
     assert [d.error.reason if d.error else None for d in broken] == ["undecodable"] * 3
 
 
+def test_frames_numbered_by_another_topology_are_refused_whole(small_topology: Topology):
+    """An agent that derived its own topology (a per-host source) numbers entities from 0: read
+    against the cluster's, its node0/gpu3 would land on whatever the cluster's slot 3 is. The
+    fingerprint header makes the worker refuse such a record instead; records without the
+    header (older agents, hand-made ones) are read as before."""
+    pmap = PartitionMap(small_topology, 2)
+    good = Frame("gpu", [1.0], [0], {"gpu_temp": [40.0]})
+    part = int(pmap.partition_of("gpu", good.slot)[0])
+    own = Topology.from_gpu_hosts([("node0", g) for g in range(8)])
+    value, headers = encode_bundle("a", 0.0, [(1, 0, 1, good), (2, 0, 1, good)], topology=own)
+    refused = decode_bundle(value, headers_dict(headers), small_topology, pmap, part)
+    assert [(d.error.reason if d.error else None, d.frame) for d in refused] == [("topology_mismatch", None)] * 2
+    assert "same --topology file" in str(refused[0].error)
+    for topology in (small_topology, None):
+        value, headers = encode_bundle("a", 0.0, [(1, 0, 1, good)], topology=topology)
+        (taken,) = decode_bundle(value, headers_dict(headers), small_topology, pmap, part)
+        assert taken.error is None and taken.frame is not None
+
+
+def test_a_topologys_fingerprint_survives_the_topic_and_the_file_and_tells_slots_apart(small_topology: Topology,
+                                                                                       tmp_path: Path):
+    from foreshock.streams.kafka_agent import topology_from_bytes, topology_to_bytes
+
+    print_ = small_topology.fingerprint()
+    assert topology_from_bytes(topology_to_bytes(small_topology)).fingerprint() == print_
+    small_topology.dump(tmp_path / "t.yaml")
+    assert Topology.load(tmp_path / "t.yaml").fingerprint() == print_
+    data = small_topology.to_dict()
+    data["nodes"] = data["nodes"][1:] + data["nodes"][:1]  # same entities, other slots
+    assert Topology.from_dict(data).fingerprint() != print_
+
+
 def test_bundle_builder_fills_messages_up_to_the_limit(small_topology: Topology):
     from foreshock.streams.kafka_codec import row_bytes
 
@@ -848,6 +880,10 @@ def test_bad_records_land_in_the_dead_letter_topic_with_the_reason(kafka_setting
     value, headers = encode_bundle("mixed-t", 0.0, [(1, 0, 1, later[0]), (2, 0, 1, Frame("gpu", [6.0], [999_998], {})),
                                                    (3, 0, 1, later[1])])
     producer.send(topics.frames, value=value, partition=part, headers=headers)
+    # an agent that numbers its entities by a topology of its own (one it derived, say)
+    own = Topology.from_gpu_hosts([(topo.nodes[0], g) for g in range(8)])
+    value, headers = encode_bundle("own-t", 0.0, [(1, 0, 1, good)], topology=own)
+    producer.send(topics.frames, value=value, partition=part, headers=headers)
     producer.send(topics.json, partition=0, value=b'{"kind":"gpu","entity":"ghost/gpu9","ts":1,"gpu_temp":50}\n'
                                                    b'{"kind":"gpu","entity":"%s","ts":2,"gpu_temp":50}\n[oops'
                   % topo.gpus[0].encode())
@@ -859,11 +895,12 @@ def test_bad_records_land_in_the_dead_letter_topic_with_the_reason(kafka_setting
     group.start(recording / "topology.yaml")
     dead = read_topic(kafka_settings, topics.deadletter, None, timeout_s=40)
     deadline = time.monotonic() + 30
-    while len(dead) < 6 and time.monotonic() < deadline:
+    while len(dead) < 7 and time.monotonic() < deadline:
         time.sleep(1)
         dead = read_topic(kafka_settings, topics.deadletter, None, timeout_s=5)
     codes = Counter(headers_dict(r.headers).get("foreshock-reason-code", b"").decode() for r in dead)
-    assert codes == {"undecodable": 1, "wrong_schema": 1, "unknown_entity": 2, "invalid_record": 2}, group.logs()
+    assert codes == {"undecodable": 1, "wrong_schema": 1, "unknown_entity": 2, "invalid_record": 2,
+                     "topology_mismatch": 1}, group.logs()
     reasons = " | ".join(headers_dict(r.headers)[H_REASON].decode() for r in dead)
     assert "not an Arrow IPC stream" in reasons and "ghost/gpu9" in reasons and "invalid JSON" in reasons
     sources = {headers_dict(r.headers)["foreshock-source"].decode().rsplit("/", 2)[0] for r in dead}
@@ -874,11 +911,11 @@ def test_bad_records_land_in_the_dead_letter_topic_with_the_reason(kafka_setting
     assert Frame.from_ipc(piece.value).slot.tolist() == [999_998]
     # each dead-lettered piece still reports (empty), so its frame's sequence stays complete;
     # the good pieces (the agent's frame, the bundle's two, the valid JSON record) were processed
-    found = [m for r in read_topic(kafka_settings, topics.findings, want=8, timeout_s=30)
+    found = [m for r in read_topic(kafka_settings, topics.findings, want=9, timeout_s=30)
              if not is_telemetry(r.headers) for m in decode_findings(r.value)]
     assert sorted((m.agent.split("@")[0], m.seq, m.rows) for m in found) == [
         ("bad-t", 1, 1), ("bad-t", 97, 0), ("bad-t", 98, 0), ("bad-t", 99, 0), ("json", 1, 1),
-        ("mixed-t", 1, 1), ("mixed-t", 2, 0), ("mixed-t", 3, 1)]
+        ("mixed-t", 1, 1), ("mixed-t", 2, 0), ("mixed-t", 3, 1), ("own-t", 1, 0)]
 
 
 @pytest.mark.kafka

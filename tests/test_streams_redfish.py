@@ -257,3 +257,34 @@ def test_the_record_command_writes_a_bmcs_readings(bmcs, tmp_path, monkeypatch):
     frames = [f for f in Recording.open(str(out)).iter_frames() if f.kind == "node"]
     speeds = np.concatenate([f.columns["fan_speed"] for f in frames])
     assert speeds.tolist() == [0.25, 0.25]
+
+
+def test_record_names_nodes_by_the_clusters_topology_file(bmcs, tmp_path, monkeypatch):
+    """With --topology, node3's BMC reading lands in node3's slot of the cluster's topology (and
+    the recording carries that topology); a BMC for a node the file lacks is counted."""
+    import click
+    from click.testing import CliRunner
+
+    from foreshock.cli.agent import open_source
+    from foreshock.cli.main import cli
+    from foreshock.recording import Recording
+
+    topo = small_topology(nodes=4, gpus=8, racks=2)
+    topo.dump(tmp_path / "cluster.yaml")
+    bmc = bmcs(legacy_tree((7200.0, 3000.0)))
+    monkeypatch.setenv("FORESHOCK_BMC_USER", USER)
+    monkeypatch.setenv("FORESHOCK_BMC_PASSWORD", PASSWORD)
+    out = tmp_path / "rec"
+    result = CliRunner().invoke(cli, ["record", "--source", "redfish", "--url", f"node3={bmc.url},node9={bmc.url}",
+                                      "--topology", str(tmp_path / "cluster.yaml"), "--polls", "1",
+                                      "--interval", "0.05", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    recording = Recording.open(str(out))
+    assert recording.topology.fingerprint() == topo.fingerprint()
+    (frame,) = [f for f in recording.iter_frames() if f.kind == "node"]
+    assert frame.slot.tolist() == [topo.nodes.index("node3")] and frame.columns["fan_speed"].tolist() == [0.25]
+    assert "unknown node entity" in result.output
+
+    with pytest.raises(click.UsageError, match="brings its own"):
+        open_source("replay", str(out), None, None, None, None, None, None, None, None, False, 8, "", 0, None,
+                    str(tmp_path / "cluster.yaml"))
