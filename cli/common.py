@@ -1,4 +1,4 @@
-"""Shared wiring for the commands that run the embedded pipeline (replay, demo)."""
+"""Shared wiring for the commands that run the embedded pipeline (replay, demo, watch)."""
 
 from __future__ import annotations
 
@@ -99,8 +99,10 @@ def follow_external(run: PipelineRun, frames: Iterable[Frame]) -> Iterable[Frame
 
 def build_pipeline(topology: Topology, detectors: str | None, host: str, port: int,
                    findings_path: str | None, top_k: int, params: Sequence[str] = (),
-                   external_path: str | None = None) -> PipelineRun:
-    health = PipelineHealth()
+                   external_path: str | None = None, health: PipelineHealth | None = None) -> PipelineRun:
+    """The embedded pipeline and its sinks; ``health``: the counters to share (a live source's, so
+    what it counts while polling is exported with the rest)."""
+    health = health if health is not None else PipelineHealth()
     names = [d.strip() for d in detectors.split(",") if d.strip()] if detectors else None
     by_detector = parse_params(params)
     try:

@@ -24,6 +24,7 @@ COMMANDS: list[str] = [
     "nab",
     "incidents",
     "record",
+    "watch",
 ]
 
 

@@ -12,7 +12,7 @@ import json
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import click
 from rich.console import Console
@@ -23,45 +23,71 @@ from rich.table import Table
 from foreshock.health import PipelineHealth
 from foreshock.recording import RecordingWriter
 from foreshock.streams.polling import PollingSource
+from foreshock.topology import Topology
 
 from .agent import open_source
 
 LIVE_SOURCES = ("dcgm", "nvidia-smi", "nvml", "infiniband", "dom", "ethtool", "redfish")
 
 
-@click.command("record")
-@click.option("--source", type=click.Choice(LIVE_SOURCES), required=True, help="What to poll.")
-@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), required=True,
-              help="The recording folder to write (created; must not hold a recording already).")
-@click.option("--duration", type=click.FloatRange(min=0, min_open=True), default=None,
-              help="Stop after this many seconds (default: until --polls, or Ctrl-C).")
-@click.option("--polls", type=click.IntRange(min=1), default=None, help="Stop after this many polls.")
-@click.option("--interval", type=click.FloatRange(min=0, min_open=True), default=None,
-              help="Seconds between polls (default: per source — dcgm 30, nvidia-smi 10, nvml 1, "
-                   "infiniband 1, dom 60, ethtool 10, redfish 30).")
-@click.option("--url", default=None, help="dcgm: the dcgm-exporter metrics URL; redfish: NODE=https://BMC[,...] "
-              "(credentials from FORESHOCK_BMC_USER / FORESHOCK_BMC_PASSWORD).")
-@click.option("--executable", default=None, help="nvidia-smi / dom / ethtool: the program to run (default nvidia-smi / ethtool).")
-@click.option("--root", default=None, help="infiniband: the sysfs root (default /sys/class/infiniband).")
-@click.option("--interfaces", default=None, help="dom / ethtool (-m / -S): comma-separated network interfaces.")
-@click.option("--host", default=None, help="Node name for local sources (default: this host's name).")
-@click.option("--topology", "topology_path", type=click.Path(exists=True, dir_okay=False), default=None,
-              help="The cluster's topology file to name entities by (default: one derived from what the source reads).")
-def command(source: str, out_dir: Path, duration: float | None, polls: int | None, interval: float | None,
-            url: str | None, executable: str | None, root: str | None, interfaces: str | None,
-            host: str | None, topology_path: str | None) -> None:
-    """Record live telemetry from SOURCE into a recording folder."""
-    if (out_dir / "recording.json").exists():
-        raise click.UsageError(f"{out_dir} already holds a recording; choose a new folder")
+def live_source_options(node_flag: str = "--host"):  # type: ignore[no-untyped-def]
+    """The options that choose and configure a live source (``record``, ``watch``); the node-name
+    option is ``node_flag`` (``watch`` serves /metrics on ``--host``, so it names nodes ``--node``)."""
+    options = [
+        click.option("--source", type=click.Choice(LIVE_SOURCES), required=True, help="What to poll."),
+        click.option("--duration", type=click.FloatRange(min=0, min_open=True), default=None,
+                     help="Stop after this many seconds (default: until --polls, or Ctrl-C)."),
+        click.option("--polls", type=click.IntRange(min=1), default=None, help="Stop after this many polls."),
+        click.option("--interval", type=click.FloatRange(min=0, min_open=True), default=None,
+                     help="Seconds between polls (default: per source — dcgm 30, nvidia-smi 10, nvml 1, "
+                          "infiniband 1, dom 60, ethtool 10, redfish 30)."),
+        click.option("--url", default=None, help="dcgm: the dcgm-exporter metrics URL; redfish: NODE=https://BMC[,...] "
+                     "(credentials from FORESHOCK_BMC_USER / FORESHOCK_BMC_PASSWORD)."),
+        click.option("--executable", default=None,
+                     help="nvidia-smi / dom / ethtool: the program to run (default nvidia-smi / ethtool)."),
+        click.option("--root", default=None, help="infiniband: the sysfs root (default /sys/class/infiniband)."),
+        click.option("--interfaces", default=None, help="dom / ethtool (-m / -S): comma-separated network interfaces."),
+        click.option(node_flag, "node", default=None, help="Node name for local sources (default: this host's name)."),
+        click.option("--topology", "topology_path", type=click.Path(exists=True, dir_okay=False), default=None,
+                     help="The cluster's topology file to name entities by (default: one derived from what the "
+                          "source reads)."),
+    ]
+
+    def apply(func):  # type: ignore[no-untyped-def]
+        for option in reversed(options):
+            func = option(func)
+        return func
+    return apply
+
+
+def open_live_source(source: str, url: str | None, executable: str | None, root: str | None, interfaces: str | None,
+                     interval: float | None, polls: int | None, node: str | None,
+                     topology_path: str | None) -> tuple[PollingSource, Callable[[], Topology | None]]:
+    """The polled source and a callable giving its topology once known; a source that cannot
+    open (no NVIDIA driver for nvml, say) is a clear error, not a traceback."""
     try:
-        frames, topology_of = open_source(source, None, url, executable, root, interfaces, interval, polls, host,
+        frames, topology_of = open_source(source, None, url, executable, root, interfaces, interval, polls, node,
                                           None, False, 0, "", 0, None, topology_path)
     except click.UsageError:
         raise
     except Exception as exc:  # e.g. no NVIDIA driver for --source nvml
         raise click.ClickException(f"cannot open source {source}: {type(exc).__name__}: {exc}") from None
     assert isinstance(frames, PollingSource)  # every live source polls
-    polled = frames
+    return frames, topology_of
+
+
+@click.command("record")
+@live_source_options()
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), required=True,
+              help="The recording folder to write (created; must not hold a recording already).")
+def command(source: str, out_dir: Path, duration: float | None, polls: int | None, interval: float | None,
+            url: str | None, executable: str | None, root: str | None, interfaces: str | None,
+            node: str | None, topology_path: str | None) -> None:
+    """Record live telemetry from SOURCE into a recording folder."""
+    if (out_dir / "recording.json").exists():
+        raise click.UsageError(f"{out_dir} already holds a recording; choose a new folder")
+    polled, topology_of = open_live_source(source, url, executable, root, interfaces, interval, polls, node,
+                                           topology_path)
     health: PipelineHealth = polled.health
     timer = threading.Timer(duration, polled.stop) if duration else None
     console = Console(stderr=True)
@@ -83,7 +109,7 @@ def command(source: str, out_dir: Path, duration: float | None, polls: int | Non
                     if topology is None:  # pragma: no cover - a source yields frames only once it knows them
                         continue
                     writer = RecordingWriter(out_dir, topology, meta={"source": source, "interval": polled.interval,
-                                                                      "host": host})
+                                                                      "host": node})
                 writer.write(frame)
                 counted["samples"] += len(frame)
                 counted["frames"] += 1

@@ -26,6 +26,7 @@ class PollingSource:
     """Base class: subclasses implement :meth:`poll` and set :attr:`topology` (maybe lazily)."""
 
     stage = "source"
+    counts_samples = True  # False where a pipeline consuming the frames counts them in the same health
 
     def __init__(self, interval: float, health: PipelineHealth | None = None, max_polls: int | None = None,
                  clock: Callable[[], float] = time.time) -> None:
@@ -62,7 +63,8 @@ class PollingSource:
             self.polls += 1
             for frame in frames:
                 if len(frame):
-                    self.health.processed(frame.kind, len(frame))
+                    if self.counts_samples:
+                        self.health.processed(frame.kind, len(frame))
                     yield frame
             if self.max_polls is not None and self.polls >= self.max_polls:
                 break

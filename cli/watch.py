@@ -1,0 +1,94 @@
+"""``foreshock watch``: run the embedded pipeline live over one polled source — no broker.
+
+The single-machine way to use foreshock on real hardware: ``foreshock watch --source nvml``
+on a GPU node, or ``--source dcgm --url http://HOST:9400/metrics``. The detector bank, the Prometheus endpoint and the summary are those of ``replay``. A
+source that derives its topology from what it reads (dcgm) is polled once before the bank is
+built. Ctrl-C, ``--duration`` or ``--polls`` end the watch after the poll in progress, and the
+summary is printed as after a replay.
+"""
+
+from __future__ import annotations
+
+import itertools
+import signal
+import threading
+from typing import Any, Iterator
+
+import click
+from rich.console import Console
+
+from foreshock.frames import Frame
+from foreshock.streams.polling import PollingSource
+
+from .common import build_pipeline, detector_option, finish, param_option, run_with_progress, serve_options, stop_server
+from .record import live_source_options, open_live_source
+
+
+@click.command("watch")
+@live_source_options(node_flag="--node")
+@detector_option
+@param_option
+@serve_options
+def command(source: str, duration: float | None, polls: int | None, interval: float | None, url: str | None,
+            executable: str | None, root: str | None, interfaces: str | None, node: str | None,
+            topology_path: str | None, detectors: str | None, params: tuple[str, ...], host: str, port: int,
+            findings_path: str | None, top_k: int) -> None:
+    """Watch a live SOURCE: poll it, run the detectors on every poll, serve /metrics."""
+    polled, topology_of = open_live_source(source, url, executable, root, interfaces, interval, polls, node,
+                                           topology_path)
+    console = Console(stderr=True)
+    timer = threading.Timer(duration, polled.stop) if duration else None
+    if timer is not None:
+        timer.daemon = True
+        timer.start()
+    polled.counts_samples = False  # the pipeline counts what it processes, in the same health
+    interrupted = threading.Event()
+    restore = _stop_on_ctrl_c(polled, interrupted)
+    try:
+        frames = iter(polled)
+        first = _first_frame(frames)
+        topology = topology_of()
+        if first is None or topology is None:
+            raise click.ClickException(f"no telemetry came from {source} in {polled.polls} polls: nothing to watch "
+                                       f"({_problems(polled)})")
+        run = build_pipeline(topology, detectors, host, port, findings_path, top_k, params, health=polled.health)
+        console.print(f"[dim]watching {source}: {topology.size('gpu')} GPUs, {topology.size('node')} nodes, "
+                      f"a poll every {polled.interval:g} s (Ctrl-C stops)[/dim]")
+        stats = run_with_progress(run, itertools.chain([first], frames), None, f"watch {source}")
+    finally:
+        if timer is not None:
+            timer.cancel()
+        restore()
+    if interrupted.is_set():
+        console.print("[yellow]stopped by Ctrl-C[/yellow]")
+    finish(run, stats, json_name="watch")
+    stop_server(run)
+
+
+def _first_frame(frames: Iterator[Frame]) -> Frame | None:
+    for frame in frames:
+        if len(frame):
+            return frame
+    return None
+
+
+def _problems(polled: PollingSource) -> str:
+    counted = polled.health.problems
+    if not counted:
+        return "nothing was counted either"
+    return "; ".join(f"{reason} ×{n}" for (_, reason), n in sorted(counted.items()))
+
+
+def _stop_on_ctrl_c(polled: PollingSource, interrupted: threading.Event) -> Any:
+    """Make the first Ctrl-C end the polling (the summary still prints); a second one interrupts."""
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+    previous = signal.getsignal(signal.SIGINT)
+
+    def stop(signum: int, frame: Any) -> None:
+        polled.stop()
+        interrupted.set()
+        signal.signal(signal.SIGINT, previous)
+
+    signal.signal(signal.SIGINT, stop)
+    return lambda: signal.signal(signal.SIGINT, previous)

@@ -1,0 +1,138 @@
+"""``foreshock watch``: the embedded pipeline over a live source, against dcgm-exporter
+endpoints served on 127.0.0.1."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+from click.testing import CliRunner
+
+from foreshock.cli.main import cli
+from foreshock.findings import finding_from_dict
+from foreshock.simulator.formats import dcgm_exposition
+from foreshock.topology import Topology
+
+from thermal_synth import Fault, World, small_topology
+
+
+class ScrapeServer:
+    """Serves ``pages`` one per request, in order, then the last one again (a dcgm-exporter)."""
+
+    def __init__(self, pages: list[str]) -> None:
+        self.pages = pages
+        self.served = 0
+        lock = threading.Lock()
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802 - http.server's name
+                with lock:
+                    body = server.pages[min(server.served, len(server.pages) - 1)].encode()
+                    server.served += 1
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain; version=0.0.4")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_port}/metrics"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def stamped(text: str, ts: float) -> str:
+    """Give every sample line the exposition format's own timestamp (milliseconds)."""
+    return "".join(line + (f" {int(ts * 1000)}\n" if line and not line.startswith("#") else "\n")
+                   for line in text.splitlines())
+
+
+def test_watch_predicts_a_failing_interface_from_a_live_dcgm_exporter(tmp_path: Path):
+    """Two nodes' GPUs (no inlet: dcgm-exporter alone) as the exporter would serve them, one
+    scrape per 10 s of telemetry (the lines carry their timestamps, so the test need not wait
+    10 s a poll). node0/gpu5's thermal interface degrades from 10 min in; watch builds its
+    topology from the first scrape and predicts that GPU's throttle well before it comes."""
+    topo = small_topology(nodes=2, gpus=8, racks=1)
+    world = World(topo, faults=[Fault("tim_degradation", 5, 600, 1.2, "f1")], seed=1)
+    frames, events = world.run(4500.0)
+    onset = next(e.time for e in events if e.type == "thermal_throttle_start" and e.entity == "node0/gpu5")
+    pages = [stamped(dcgm_exposition(f, topo), float(f.ts[0])) for f in frames if f.kind == "gpu"]
+    server = ScrapeServer(pages)
+    try:
+        result = CliRunner().invoke(cli, ["watch", "--source", "dcgm", "--url", server.url, "--interval", "0.001",
+                                          "--polls", str(len(pages)), "--port", "0",
+                                          "--findings", str(tmp_path / "findings.jsonl")])
+    finally:
+        server.close()
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.output.strip().splitlines()[-1])
+    assert summary["name"] == "watch" and summary["samples"] == len(pages) * 16 and summary["input_problems"] == 0
+    found = [finding_from_dict(json.loads(line)) for line in (tmp_path / "findings.jsonl").read_text().splitlines()]
+    throttles = [f for f in found if f.type == "prediction" and getattr(f, "event", "") == "thermal_throttle"]
+    derived = Topology.from_gpu_hosts([(f"node{n}", g) for n in range(2) for g in range(8)])
+    assert {derived.gpus[p.slot] for p in throttles} == {"node0/gpu5"}
+    assert onset - min(p.ts for p in throttles) >= 600  # ten minutes ahead at least
+
+
+def test_watch_counts_what_the_source_counts_and_predicts_nothing_on_a_steady_gpu(tmp_path: Path,
+                                                                                   shared_data: Path):
+    """The real Tesla T4 scrape, served as it is (steady, idle), with a broken line added: no
+    prediction, and the source's problem shows in the watch's counters (exported with the rest)."""
+    scrape = (shared_data / "dcgm" / "dcgm-exporter-tesla-t4.prom").read_text()
+    server = ScrapeServer([scrape + 'DCGM_FI_DEV_GPU_TEMP{gpu="0" 41\n'])
+    try:
+        result = CliRunner().invoke(cli, ["watch", "--source", "dcgm", "--url", server.url, "--interval", "0.01",
+                                          "--polls", "3", "--port", "0"], env={"COLUMNS": "300"})
+    finally:
+        server.close()
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.output.strip().splitlines()[-1])
+    assert summary["samples"] == 3 * 2 and summary["findings"].get("prediction", 0) == 0  # two GPUs a scrape
+    assert "telemetry: 6 samples" in result.output  # counted once, by the pipeline
+    assert "dcgm/malformed line 3" in result.output  # the source's count, once per poll
+
+
+def test_watch_says_why_when_the_source_gives_nothing():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        closed = f"http://127.0.0.1:{s.getsockname()[1]}/metrics"
+    result = CliRunner().invoke(cli, ["watch", "--source", "dcgm", "--url", closed, "--interval", "0.01",
+                                      "--polls", "2", "--port", "0"])
+    assert result.exit_code == 1
+    assert "nothing to watch" in result.output and "scrape failed ×2" in result.output
+
+
+def test_ctrl_c_ends_the_watch_with_its_summary(shared_data: Path):
+    """The first Ctrl-C stops the polling after the poll in progress; the summary still prints
+    and the command succeeds (--duration is only the test's safety net)."""
+    import os
+    import signal
+    import time
+
+    server = ScrapeServer([(shared_data / "dcgm" / "dcgm-exporter-tesla-t4.prom").read_text()])
+    timer = threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGINT))
+    before = signal.getsignal(signal.SIGINT)
+    started = time.monotonic()
+    try:
+        timer.start()
+        result = CliRunner().invoke(cli, ["watch", "--source", "dcgm", "--url", server.url, "--interval", "0.05",
+                                          "--duration", "30", "--port", "0"])
+    finally:
+        timer.cancel()
+        server.close()
+    assert result.exit_code == 0, result.output
+    assert time.monotonic() - started < 10
+    assert "stopped by Ctrl-C" in result.output
+    assert json.loads(result.output.strip().splitlines()[-1])["samples"] >= 2
+    assert signal.getsignal(signal.SIGINT) is before  # the next Ctrl-C interrupts as usual
