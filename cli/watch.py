@@ -4,13 +4,16 @@ The single-machine way to use foreshock on real hardware: ``foreshock watch --so
 on a GPU node, or ``--source dcgm --url http://HOST:9400/metrics``. The detector bank, the Prometheus endpoint and the summary are those of ``replay``. A
 source that derives its topology from what it reads (dcgm) is polled once before the bank is
 built. Ctrl-C, ``--duration`` or ``--polls`` end the watch after the poll in progress, and the
-summary is printed as after a replay.
+summary is printed as after a replay. ``--bmc`` polls the nodes' BMCs over Redfish beside the
+source (chassis fans and power, in threads of their own, named by the source's topology): the
+GPUs from NVML or dcgm-exporter and the fans from the BMC, on one machine without a broker.
 """
 
 from __future__ import annotations
 
 import itertools
 import signal
+import socket
 import threading
 from typing import Any, Iterator
 
@@ -18,7 +21,8 @@ import click
 from rich.console import Console
 
 from foreshock.frames import Frame
-from foreshock.streams.polling import PollingSource
+from foreshock.streams.polling import PollingSource, alongside
+from foreshock.streams.redfish import RedfishSource, parse_bmc_list
 
 from .common import build_pipeline, detector_option, finish, param_option, run_with_progress, serve_options, stop_server
 from .record import live_source_options, open_live_source
@@ -26,16 +30,23 @@ from .record import live_source_options, open_live_source
 
 @click.command("watch")
 @live_source_options(node_flag="--node")
+@click.option("--bmc", default=None,
+              help="Also poll these nodes' BMCs over Redfish beside SOURCE (chassis fans and power): "
+                   "NODE=https://BMC[,...], or one URL for this node (--node). Credentials from FORESHOCK_BMC_USER / "
+                   "FORESHOCK_BMC_PASSWORD.")
+@click.option("--bmc-interval", type=click.FloatRange(min=0, min_open=True), default=30.0, show_default=True,
+              help="Seconds between BMC polls.")
 @detector_option
 @param_option
 @serve_options
 def command(source: str, duration: float | None, polls: int | None, interval: float | None, url: str | None,
             executable: str | None, root: str | None, interfaces: str | None, node: str | None,
-            topology_path: str | None, detectors: str | None, params: tuple[str, ...], host: str, port: int,
-            findings_path: str | None, top_k: int) -> None:
+            topology_path: str | None, bmc: str | None, bmc_interval: float, detectors: str | None,
+            params: tuple[str, ...], host: str, port: int, findings_path: str | None, top_k: int) -> None:
     """Watch a live SOURCE: poll it, run the detectors on every poll, serve /metrics."""
     polled, topology_of = open_live_source(source, url, executable, root, interfaces, interval, polls, node,
                                            topology_path)
+    bmcs = _bmc_list(bmc, node)
     console = Console(stderr=True)
     timer = threading.Timer(duration, polled.stop) if duration else None
     if timer is not None:
@@ -52,10 +63,15 @@ def command(source: str, duration: float | None, polls: int | None, interval: fl
             raise click.ClickException(f"no telemetry came from {source} in {polled.polls} polls: nothing to watch "
                                        f"({_problems(polled)})")
         run = build_pipeline(topology, detectors, host, port, findings_path, top_k, params, health=polled.health)
-        console.print(f"[dim]watching {source}: {topology.size('gpu')} GPUs, {topology.size('node')} nodes, "
-                      f"a poll every {polled.interval:g} s (Ctrl-C stops)[/dim]")
-        stats = run_with_progress(run, itertools.chain([first], frames), None, f"watch {source}")
+        others = [RedfishSource(bmcs, interval=bmc_interval, topology=topology, health=polled.health)] if bmcs else []
+        for other in others:
+            other.counts_samples = False
+        console.print(f"[dim]watching {source}{' and ' + str(len(bmcs)) + ' BMCs' if bmcs else ''}: "
+                      f"{topology.size('gpu')} GPUs, {topology.size('node')} nodes, a poll every {polled.interval:g} s "
+                      "(Ctrl-C stops)[/dim]")
+        stats = run_with_progress(run, alongside(itertools.chain([first], frames), others), None, f"watch {source}")
     finally:
+        polled.stop()
         if timer is not None:
             timer.cancel()
         restore()
@@ -63,6 +79,15 @@ def command(source: str, duration: float | None, polls: int | None, interval: fl
         console.print("[yellow]stopped by Ctrl-C[/yellow]")
     finish(run, stats, json_name="watch")
     stop_server(run)
+
+
+def _bmc_list(bmc: str | None, node: str | None) -> dict[str, str]:
+    if not bmc:
+        return {}
+    try:
+        return parse_bmc_list(bmc, node or socket.gethostname())
+    except ValueError as exc:
+        raise click.UsageError(f"--bmc: {exc}") from None
 
 
 def _first_frame(frames: Iterator[Frame]) -> Frame | None:

@@ -9,11 +9,12 @@ iteration from another thread; ``max_polls`` bounds it (tests, ``--duration``).
 
 from __future__ import annotations
 
+import queue
 import socket
 import subprocess
 import threading
 import time
-from typing import Callable, Iterator, Mapping, Sequence
+from typing import Callable, Iterable, Iterator, Mapping, Sequence
 
 from foreshock.frames import Frame
 from foreshock.health import PipelineHealth
@@ -136,3 +137,31 @@ class EthtoolSource(PollingSource):
             if out is not None:
                 readings[entity] = out
         return readings
+
+
+def alongside(primary: Iterable[Frame], others: Sequence[PollingSource]) -> Iterator[Frame]:
+    """The frames of ``primary`` and of ``others``, each polled in a thread of its own, in the
+    order they arrive; ends when the primary does, and stops the others then."""
+    if not others:
+        yield from primary
+        return
+    arrived: queue.Queue[Frame | None] = queue.Queue()
+
+    def pump(frames: Iterable[Frame], last: bool) -> None:
+        try:
+            for frame in frames:
+                arrived.put(frame)
+        finally:
+            if last:
+                arrived.put(None)  # the primary has ended
+
+    threads = [threading.Thread(target=pump, args=(s, False), name=f"poll-{s.stage}", daemon=True) for s in others]
+    threads.append(threading.Thread(target=pump, args=(primary, True), name="poll-primary", daemon=True))
+    for thread in threads:
+        thread.start()
+    try:
+        while (frame := arrived.get()) is not None:
+            yield frame
+    finally:
+        for source in others:
+            source.stop()

@@ -136,3 +136,28 @@ def test_ctrl_c_ends_the_watch_with_its_summary(shared_data: Path):
     assert "stopped by Ctrl-C" in result.output
     assert json.loads(result.output.strip().splitlines()[-1])["samples"] >= 2
     assert signal.getsignal(signal.SIGINT) is before  # the next Ctrl-C interrupts as usual
+
+
+def test_watch_reads_gpus_and_the_nodes_bmc_together(tmp_path: Path, shared_data: Path, monkeypatch):
+    """An H200 node through nvidia-smi (the real capture) and its BMC over Redfish beside it:
+    both kinds reach the bank, and the BMC's stopped fan flags that node."""
+    from test_streams_nvidia_smi import H200, make_stub
+    from test_streams_redfish import PASSWORD, USER, TestBmc, legacy_tree
+
+    stub, _ = make_stub(tmp_path, shared_data / H200)
+    bmc = TestBmc(legacy_tree((7200.0, 0.0, 7100.0)))  # the second fan has stopped
+    monkeypatch.setenv("FORESHOCK_BMC_USER", USER)
+    monkeypatch.setenv("FORESHOCK_BMC_PASSWORD", PASSWORD)
+    try:
+        result = CliRunner().invoke(cli, ["watch", "--source", "nvidia-smi", "--executable", str(stub),
+                                          "--node", "h200-test", "--interval", "0.1", "--polls", "8",
+                                          "--bmc", bmc.url, "--bmc-interval", "0.2", "--port", "0",
+                                          "--findings", str(tmp_path / "findings.jsonl")])
+    finally:
+        bmc.close()
+    assert result.exit_code == 0, result.output
+    assert "and 1 BMCs" in result.output
+    found = [finding_from_dict(json.loads(line)) for line in (tmp_path / "findings.jsonl").read_text().splitlines()]
+    fans = [f for f in found if f.type == "anomaly" and f.entity_kind == "node" and f.field == "fan_speed"]
+    assert fans and "h200-test reads 0% of full speed" in fans[0].reason
+    assert bmc.requests.count("/redfish/v1/Chassis/1U/Thermal") >= 2  # polled on its own clock meanwhile
