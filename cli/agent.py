@@ -12,7 +12,7 @@ from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from .kafka_options import kafka_options, settings_from
 
-SOURCES = ("simulator", "replay", "dcgm", "nvidia-smi", "nvml", "infiniband", "dom", "ethtool", "redfish")
+SOURCES = ("simulator", "replay", "dcgm", "nvidia-smi", "nvml", "infiniband", "dom", "ethtool", "redfish", "cdu")
 
 
 def open_source(source: str, path: str | None, url: str | None, executable: str | None, root: str | None,
@@ -94,6 +94,16 @@ def open_source(source: str, path: str | None, url: str | None, executable: str 
         except ValueError as exc:
             raise click.UsageError(f"--url: {exc}") from None
         polled = RedfishSource(bmcs, interval=interval or 30.0, topology=topology, max_polls=polls)
+    elif source == "cdu":  # cooling loops' CDUs: the coolant supply and flow of their racks
+        from foreshock.streams.redfish import CduSource, parse_bmc_list
+
+        if not url or topology is None:
+            raise click.UsageError("--source cdu needs --url LOOP=https://CDU[,LOOP=https://CDU...] and --topology "
+                                   "(the racks each loop feeds)")
+        try:
+            polled = CduSource(parse_bmc_list(url, what="loop"), topology, interval=interval or 10.0, max_polls=polls)
+        except ValueError as exc:
+            raise click.UsageError(f"--url: {exc}") from None
     else:  # pragma: no cover - click.Choice
         raise click.UsageError(f"unknown source {source}")
     return polled, lambda: polled.topology
@@ -106,8 +116,8 @@ def open_source(source: str, path: str | None, url: str | None, executable: str 
 @click.option("--speed", type=float, default=None,
               help="replay/simulator: X times real time (default: replay as fast as possible, simulator live = 1).")
 @click.option("--now", "shift_now", is_flag=True, help="replay: shift timestamps so the replay starts now.")
-@click.option("--url", default=None, help="dcgm: the dcgm-exporter metrics URL; redfish: NODE=https://BMC[,...] "
-              "(credentials from FORESHOCK_BMC_USER / FORESHOCK_BMC_PASSWORD).")
+@click.option("--url", default=None, help="dcgm: the dcgm-exporter metrics URL; redfish: NODE=https://BMC[,...]; "
+              "cdu: LOOP=https://CDU[,...] (Redfish credentials from FORESHOCK_BMC_USER / FORESHOCK_BMC_PASSWORD).")
 @click.option("--executable", default=None, help="nvidia-smi / dom / ethtool: the program to run (default nvidia-smi / ethtool).")
 @click.option("--root", default=None, help="infiniband: the sysfs root (default /sys/class/infiniband).")
 @click.option("--interfaces", default=None, help="dom / ethtool: comma-separated network interfaces.")

@@ -27,7 +27,7 @@ from foreshock.topology import Topology
 
 from .agent import open_source
 
-LIVE_SOURCES = ("dcgm", "nvidia-smi", "nvml", "infiniband", "dom", "ethtool", "redfish")
+LIVE_SOURCES = ("dcgm", "nvidia-smi", "nvml", "infiniband", "dom", "ethtool", "redfish", "cdu")
 
 
 def live_source_options(node_flag: str = "--host"):  # type: ignore[no-untyped-def]
@@ -40,9 +40,9 @@ def live_source_options(node_flag: str = "--host"):  # type: ignore[no-untyped-d
         click.option("--polls", type=click.IntRange(min=1), default=None, help="Stop after this many polls."),
         click.option("--interval", type=click.FloatRange(min=0, min_open=True), default=None,
                      help="Seconds between polls (default: per source — dcgm 30, nvidia-smi 10, nvml 1, "
-                          "infiniband 1, dom 60, ethtool 10, redfish 30)."),
-        click.option("--url", default=None, help="dcgm: the dcgm-exporter metrics URL; redfish: NODE=https://BMC[,...] "
-                     "(credentials from FORESHOCK_BMC_USER / FORESHOCK_BMC_PASSWORD)."),
+                          "infiniband 1, dom 60, ethtool 10, redfish 30, cdu 10)."),
+        click.option("--url", default=None, help="dcgm: the dcgm-exporter metrics URL; redfish: NODE=https://BMC[,...]; "
+                     "cdu: LOOP=https://CDU[,...] (Redfish credentials from FORESHOCK_BMC_USER / FORESHOCK_BMC_PASSWORD)."),
         click.option("--executable", default=None,
                      help="nvidia-smi / dom / ethtool: the program to run (default nvidia-smi / ethtool)."),
         click.option("--root", default=None, help="infiniband: the sysfs root (default /sys/class/infiniband)."),

@@ -22,7 +22,7 @@ from rich.console import Console
 
 from foreshock.frames import Frame
 from foreshock.streams.polling import PollingSource, alongside
-from foreshock.streams.redfish import RedfishSource, parse_bmc_list
+from foreshock.streams.redfish import CduSource, RedfishSource, parse_bmc_list
 
 from .common import build_pipeline, detector_option, finish, param_option, run_with_progress, serve_options, stop_server
 from .record import live_source_options, open_live_source
@@ -36,17 +36,24 @@ from .record import live_source_options, open_live_source
                    "FORESHOCK_BMC_PASSWORD.")
 @click.option("--bmc-interval", type=click.FloatRange(min=0, min_open=True), default=30.0, show_default=True,
               help="Seconds between BMC polls.")
+@click.option("--cdu", default=None,
+              help="Also poll these cooling loops' CDUs over Redfish beside SOURCE (coolant supply and flow, as the "
+                   "loops' racks' inlet): LOOP=https://CDU[,...]; needs --topology for the racks each loop feeds.")
+@click.option("--cdu-interval", type=click.FloatRange(min=0, min_open=True), default=10.0, show_default=True,
+              help="Seconds between CDU polls.")
 @detector_option
 @param_option
 @serve_options
 def command(source: str, duration: float | None, polls: int | None, interval: float | None, url: str | None,
             executable: str | None, root: str | None, interfaces: str | None, node: str | None,
-            topology_path: str | None, bmc: str | None, bmc_interval: float, detectors: str | None,
+            topology_path: str | None, bmc: str | None, bmc_interval: float, cdu: str | None, cdu_interval: float,
+            detectors: str | None,
             params: tuple[str, ...], host: str, port: int, findings_path: str | None, top_k: int) -> None:
     """Watch a live SOURCE: poll it, run the detectors on every poll, serve /metrics."""
     polled, topology_of = open_live_source(source, url, executable, root, interfaces, interval, polls, node,
                                            topology_path)
     bmcs = _bmc_list(bmc, node)
+    cdus = _cdu_list(cdu, topology_path)
     console = Console(stderr=True)
     timer = threading.Timer(duration, polled.stop) if duration else None
     if timer is not None:
@@ -63,10 +70,18 @@ def command(source: str, duration: float | None, polls: int | None, interval: fl
             raise click.ClickException(f"no telemetry came from {source} in {polled.polls} polls: nothing to watch "
                                        f"({_problems(polled)})")
         run = build_pipeline(topology, detectors, host, port, findings_path, top_k, params, health=polled.health)
-        others = [RedfishSource(bmcs, interval=bmc_interval, topology=topology, health=polled.health)] if bmcs else []
+        others: list[PollingSource] = []
+        if bmcs:
+            others.append(RedfishSource(bmcs, interval=bmc_interval, topology=topology, health=polled.health))
+        if cdus:
+            try:
+                others.append(CduSource(cdus, topology, interval=cdu_interval, health=polled.health))
+            except ValueError as exc:
+                raise click.UsageError(f"--cdu: {exc}") from None
         for other in others:
             other.counts_samples = False
-        console.print(f"[dim]watching {source}{' and ' + str(len(bmcs)) + ' BMCs' if bmcs else ''}: "
+        extra = "".join(f" and {len(found)} {what}" for found, what in ((bmcs, "BMCs"), (cdus, "CDUs")) if found)
+        console.print(f"[dim]watching {source}{extra}: "
                       f"{topology.size('gpu')} GPUs, {topology.size('node')} nodes, a poll every {polled.interval:g} s "
                       "(Ctrl-C stops)[/dim]")
         stats = run_with_progress(run, alongside(itertools.chain([first], frames), others), None, f"watch {source}")
@@ -88,6 +103,17 @@ def _bmc_list(bmc: str | None, node: str | None) -> dict[str, str]:
         return parse_bmc_list(bmc, node or socket.gethostname())
     except ValueError as exc:
         raise click.UsageError(f"--bmc: {exc}") from None
+
+
+def _cdu_list(cdu: str | None, topology_path: str | None) -> dict[str, str]:
+    if not cdu:
+        return {}
+    if topology_path is None:
+        raise click.UsageError("--cdu needs --topology: the racks each cooling loop feeds")
+    try:
+        return parse_bmc_list(cdu, what="loop")
+    except ValueError as exc:
+        raise click.UsageError(f"--cdu: {exc}") from None
 
 
 def _first_frame(frames: Iterator[Frame]) -> Frame | None:

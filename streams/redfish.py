@@ -223,6 +223,7 @@ class BmcClient:
         if parsed.scheme not in ("http", "https") or not parsed.hostname:
             raise ValueError(f"not a BMC URL: {base_url!r} (expected https://HOST[:PORT])")
         self.base_url = f"{parsed.scheme}://{parsed.netloc}"
+        self.path = parsed.path  # where the URL points inside the service (a CDU's resource), if anywhere
         self.timeout = timeout
         self.context = context
         self.headers = {"Accept": "application/json", "OData-Version": "4.0"}
@@ -262,6 +263,17 @@ def tls_context(ca_file: str | None = None, insecure: bool = False) -> ssl.SSLCo
     return context
 
 
+def clients(urls: Mapping[str, str], user: str | None, password: str | None, timeout: float, ca_file: str | None,
+            insecure: bool | None) -> dict[str, BmcClient]:
+    """One client per named URL; unset credentials and TLS settings come from the environment
+    (``FORESHOCK_BMC_USER``, ``_PASSWORD``, ``_CA_FILE``, ``_INSECURE=1``)."""
+    user = user if user is not None else os.environ.get("FORESHOCK_BMC_USER")
+    password = password if password is not None else os.environ.get("FORESHOCK_BMC_PASSWORD")
+    insecure = insecure if insecure is not None else os.environ.get("FORESHOCK_BMC_INSECURE") == "1"
+    context = tls_context(ca_file or os.environ.get("FORESHOCK_BMC_CA_FILE"), insecure)
+    return {name: BmcClient(url, user, password, timeout, context) for name, url in urls.items()}
+
+
 def node_topology(nodes: list[str], cluster: str = "redfish") -> Topology:
     """Nodes whose racks and GPUs the BMCs do not tell: every node in the one ``unknown`` rack."""
     return Topology.from_dict({
@@ -272,24 +284,25 @@ def node_topology(nodes: list[str], cluster: str = "redfish") -> Topology:
     })
 
 
-def parse_bmc_list(text: str, host: str | None = None) -> dict[str, str]:
-    """``NODE=URL[,NODE=URL...]``, or one bare URL (its node is ``host``, else the URL's host name)."""
-    bmcs: dict[str, str] = {}
+def parse_bmc_list(text: str, host: str | None = None, what: str = "node") -> dict[str, str]:
+    """``NAME=URL[,NAME=URL...]``, or one bare URL (named ``host``, else by the URL's host name);
+    ``what`` names the entities in messages (nodes for BMCs, loops for CDUs)."""
+    urls: dict[str, str] = {}
     for item in (part.strip() for part in text.split(",")):
         if not item:
             continue
-        node, sep, url = item.partition("=")
+        name, sep, url = item.partition("=")
         if not sep:
-            node, url = host or urlparse(item).hostname or "", item
-        node, url = node.strip(), url.strip()
-        if not node or urlparse(url).scheme not in ("http", "https"):
-            raise ValueError(f"not NODE=URL or a BMC URL: {item!r}")
-        if node in bmcs:
-            raise ValueError(f"node {node} is given two BMCs")
-        bmcs[node] = url
-    if not bmcs:
-        raise ValueError("no BMC given")
-    return bmcs
+            name, url = host or urlparse(item).hostname or "", item
+        name, url = name.strip(), url.strip()
+        if not name or urlparse(url).scheme not in ("http", "https"):
+            raise ValueError(f"not {what.upper()}=URL or a URL: {item!r}")
+        if name in urls:
+            raise ValueError(f"{what} {name} is given two URLs")
+        urls[name] = url
+    if not urls:
+        raise ValueError("no URL given")
+    return urls
 
 
 class RedfishSource(PollingSource):
@@ -310,12 +323,8 @@ class RedfishSource(PollingSource):
         super().__init__(interval, health, max_polls)
         if not bmcs:
             raise ValueError("RedfishSource needs at least one node's BMC")
-        user = user if user is not None else os.environ.get("FORESHOCK_BMC_USER")
-        password = password if password is not None else os.environ.get("FORESHOCK_BMC_PASSWORD")
-        insecure = insecure if insecure is not None else os.environ.get("FORESHOCK_BMC_INSECURE") == "1"
-        context = tls_context(ca_file or os.environ.get("FORESHOCK_BMC_CA_FILE"), insecure)
         self.nodes = list(bmcs)
-        self.clients = {node: BmcClient(url, user, password, timeout, context) for node, url in bmcs.items()}
+        self.clients = clients(bmcs, user, password, timeout, ca_file, insecure)
         self.fan_max_rpm = fan_max_rpm
         self.plans: dict[str, list[ChassisPlan]] = {}
         self.workers = max(1, min(workers, len(self.nodes)))
@@ -354,3 +363,138 @@ class RedfishSource(PollingSource):
         batch = self.read()
         return [batch.to_frame(self._topology, self.health, STAGE)] if len(batch) else []
 
+
+
+# ---- CDUs: the cooling loops' coolant (rack frames) ------------------------------------------
+CDU_COLLECTION = SERVICE_ROOT + "ThermalEquipment/CDUs"
+
+
+@dataclass
+class CduReading:
+    """One poll of a CDU's secondary (IT-side) loop: supply temperature (°C) and flow (L/s)."""
+
+    supply_c: float = math.nan
+    flow_lps: float = math.nan
+    problems: list[str] = field(default_factory=list)
+
+
+def _excerpt(connector: Mapping[str, Any], name: str, problems: list[str]) -> float | None:
+    """A sensor excerpt's ``Reading`` (``{"Reading": 32.1}``); a reading that is not a number
+    (BMCs print ``"Out of range"``) is counted."""
+    excerpt = connector.get(name)
+    if not isinstance(excerpt, Mapping) or excerpt.get("Reading") is None:
+        return None
+    value = _number(excerpt.get("Reading"))
+    if value is None:
+        problems.append(f"CDU {name} is not a number")
+    return value
+
+
+def find_cdu(fetch: Fetch, path: str) -> list[str]:
+    """The secondary coolant connectors of the CDU at ``path`` (a CoolingUnit resource), or of the
+    service's only CDU when ``path`` is not one."""
+    if "/ThermalEquipment/CDUs/" not in path:
+        members = _members(fetch(CDU_COLLECTION))
+        if len(members) != 1:
+            raise RedfishError("CDU not identified", f"{len(members)} CDUs at {CDU_COLLECTION}: give the CDU's own URL")
+        path = members[0]
+    unit = fetch(path)
+    connectors = _link(unit, "SecondaryCoolantConnectors") if isinstance(unit, Mapping) else None
+    if connectors is None:
+        raise RedfishError("CDU without a secondary coolant loop", path)
+    return _members(fetch(connectors))
+
+
+def read_cdu(fetch: Fetch, connectors: list[str]) -> CduReading:
+    """Supply temperature (the flow-weighted mean over connectors, else the plain mean) and total flow."""
+    reading = CduReading()
+    supplies, flows = [], []
+    for path in connectors:
+        connector = fetch(path)
+        if not isinstance(connector, Mapping):
+            reading.problems.append("CDU coolant connector is not an object")
+            continue
+        supply = _excerpt(connector, "SupplyTemperatureCelsius", reading.problems)
+        flow = _excerpt(connector, "FlowLitersPerMinute", reading.problems)
+        if supply is not None:
+            supplies.append((supply, flow))
+        if flow is not None and flow >= 0:
+            flows.append(flow / 60.0)
+    if flows:
+        reading.flow_lps = sum(flows)
+    weighted = [(s, f) for s, f in supplies if f is not None and f > 0]
+    if weighted:
+        reading.supply_c = sum(s * f for s, f in weighted) / sum(f for _, f in weighted)
+    elif supplies:
+        reading.supply_c = sum(s for s, _ in supplies) / len(supplies)
+    return reading
+
+
+class CduSource(PollingSource):
+    """Polls each cooling loop's CDU over Redfish every ``interval`` seconds; yields rack frames.
+
+    ``cdus`` maps a cooling loop of ``topology`` to its CDU: the URL of its CoolingUnit resource
+    (``https://HOST/redfish/v1/ThermalEquipment/CDUs/1``) or of a service with only one CDU. The
+    CDU's secondary loop feeds every rack of the loop, so each of those racks gets its supply
+    temperature as ``inlet_temp`` and ``coolant_temp``, and an equal share of its flow as
+    ``coolant_flow`` (the thermal detector reads flow against its own learnt baseline, so the
+    share's scale cancels; what matters is the CDU's flow falling). This is what gives a cooling
+    loss its minutes of warning: the flow falls before any die warms. Credentials and TLS as for
+    :class:`RedfishSource`.
+    """
+
+    stage = STAGE
+
+    def __init__(self, cdus: Mapping[str, str], topology: Topology, interval: float = 10.0,
+                 health: PipelineHealth | None = None, max_polls: int | None = None, timeout: float = 10.0,
+                 user: str | None = None, password: str | None = None, ca_file: str | None = None,
+                 insecure: bool | None = None) -> None:
+        super().__init__(interval, health, max_polls)
+        if not cdus:
+            raise ValueError("CduSource needs at least one loop's CDU")
+        self._topology = topology
+        self.racks: dict[str, np.ndarray] = {}
+        for loop in cdus:
+            if loop not in topology.loops:
+                raise ValueError(f"cooling loop {loop!r} is not in the topology (its loops: "
+                                 f"{', '.join(topology.loops[:8]) or 'none'})")
+            racks = np.flatnonzero(topology.rack_loop == topology.loops.index(loop)).astype(np.int32)
+            if not len(racks):
+                raise ValueError(f"cooling loop {loop!r} feeds no rack in the topology")
+            self.racks[loop] = racks
+        self.loops = list(cdus)
+        self.clients = clients(cdus, user, password, timeout, ca_file, insecure)
+        self.connectors: dict[str, list[str]] = {}
+
+    def read_one(self, loop: str) -> CduReading | None:
+        client = self.clients[loop]
+        try:
+            connectors = self.connectors.get(loop)
+            if connectors is None:
+                connectors = self.connectors[loop] = find_cdu(client.get, client.path)
+            return read_cdu(client.get, connectors)
+        except RedfishError as exc:
+            self.connectors.pop(loop, None)
+            self.health.problem(STAGE, exc.reason, detail=f"{loop}: {exc.detail}")
+            return None
+
+    def poll(self) -> list[Frame]:
+        slots, ts, supply, flow = [], [], [], []
+        for loop in self.loops:
+            reading = self.read_one(loop)
+            if reading is None:
+                continue
+            for problem in reading.problems:
+                self.health.problem(STAGE, problem)
+            if math.isnan(reading.supply_c) and math.isnan(reading.flow_lps):
+                continue
+            racks = self.racks[loop]
+            slots.append(racks)
+            ts.append(np.full(len(racks), self.clock()))
+            supply.append(np.full(len(racks), reading.supply_c))
+            flow.append(np.full(len(racks), reading.flow_lps / len(racks)))
+        if not slots:
+            return []
+        temps = np.concatenate(supply)
+        return [Frame("rack", np.concatenate(ts), np.concatenate(slots),
+                      {"inlet_temp": temps, "coolant_temp": temps, "coolant_flow": np.concatenate(flow)})]

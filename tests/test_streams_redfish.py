@@ -17,7 +17,8 @@ import pytest
 
 from foreshock.frames import Frame
 from foreshock.health import PipelineHealth
-from foreshock.streams.redfish import RedfishSource, fan_share, parse_bmc_list
+from foreshock.streams.redfish import CduSource, RedfishSource, fan_share, parse_bmc_list
+from foreshock.topology import Topology
 
 from thermal_synth import small_topology
 
@@ -288,3 +289,145 @@ def test_record_names_nodes_by_the_clusters_topology_file(bmcs, tmp_path, monkey
     with pytest.raises(click.UsageError, match="brings its own"):
         open_source("replay", str(out), None, None, None, None, None, None, None, None, False, 8, "", 0, None,
                     str(tmp_path / "cluster.yaml"))
+
+
+# ---- CDUs ------------------------------------------------------------------------------------
+CDU = "/redfish/v1/ThermalEquipment/CDUs/1"
+
+
+def cdu_tree(connectors: list[dict[str, Any]], cdus: int = 1) -> dict[str, Any]:
+    """A CDU's Redfish service: the CDU collection, the CoolingUnit and its secondary connectors."""
+    tree: dict[str, Any] = {
+        "/redfish/v1/ThermalEquipment/CDUs": {
+            "Members": [{"@odata.id": f"/redfish/v1/ThermalEquipment/CDUs/{i + 1}"} for i in range(cdus)]},
+        CDU: {"Id": "1", "EquipmentType": "CDU",
+              "SecondaryCoolantConnectors": {"@odata.id": f"{CDU}/SecondaryCoolantConnectors"}},
+        f"{CDU}/SecondaryCoolantConnectors": {
+            "Members": [{"@odata.id": f"{CDU}/SecondaryCoolantConnectors/{i}"} for i in range(len(connectors))]},
+    }
+    for i, connector in enumerate(connectors):
+        tree[f"{CDU}/SecondaryCoolantConnectors/{i}"] = connector
+    return tree
+
+
+def connector(supply_c: Any, flow_lpm: Any) -> dict[str, Any]:
+    return {"CoolantConnectorType": "Pair", "SupplyTemperatureCelsius": {"Reading": supply_c},
+            "ReturnTemperatureCelsius": {"Reading": 41.0}, "FlowLitersPerMinute": {"Reading": flow_lpm}}
+
+
+def two_loop_topology() -> Topology:
+    return Topology.from_dict({
+        "cluster": "cdu-test",
+        "rows": [{"name": "row0", "cooling_loop": "cdu0"}, {"name": "row1", "cooling_loop": "cdu1"}],
+        "racks": [{"name": "rack0", "row": "row0"}, {"name": "rack1", "row": "row0"}, {"name": "rack2", "row": "row1"}],
+        "nodes": [{"name": f"node{i}", "rack": f"rack{i}", "gpus": 8} for i in range(3)],
+    })
+
+
+def test_a_cdus_secondary_loop_becomes_the_inlet_and_flow_of_the_racks_it_feeds(bmcs):
+    """cdu0 has two secondary connectors (600 L/min at 32.0 °C, 300 at 32.6: the supply is their
+    flow-weighted mean) and feeds two racks; cdu1's service is given by its base URL only."""
+    topo = two_loop_topology()
+    cdu0 = bmcs(cdu_tree([connector(32.0, 600.0), connector(32.6, 300.0)]))
+    cdu1 = bmcs(cdu_tree([connector(30.5, 240.0)]))
+    src = CduSource({"cdu0": cdu0.url + CDU, "cdu1": cdu1.url}, topo, user=USER, password=PASSWORD)
+    (frame,) = src.poll()
+    assert frame.kind == "rack" and frame.slot.tolist() == [0, 1, 2]
+    supply0 = (32.0 * 600 + 32.6 * 300) / 900
+    assert frame.columns["inlet_temp"].tolist() == pytest.approx([supply0, supply0, 30.5])
+    assert frame.columns["coolant_temp"].tolist() == frame.columns["inlet_temp"].tolist()
+    assert frame.columns["coolant_flow"].tolist() == pytest.approx([900 / 60 / 2, 900 / 60 / 2, 240 / 60])
+    assert src.health.total_problems() == 0
+
+
+def test_cdu_readings_that_are_not_numbers_and_unknown_cdus_are_counted(bmcs):
+    topo = two_loop_topology()
+    cdu0 = bmcs(cdu_tree([connector(33.0, "Out of range")]))
+    two = bmcs(cdu_tree([connector(30.0, 100.0)], cdus=2))  # a base URL can't say which CDU
+    src = CduSource({"cdu0": cdu0.url, "cdu1": two.url}, topo, user=USER, password=PASSWORD)
+    (frame,) = src.poll()
+    assert frame.slot.tolist() == [0, 1] and np.isnan(frame.columns["coolant_flow"]).all()
+    assert frame.columns["inlet_temp"].tolist() == [33.0, 33.0]
+    assert src.health.problems[("redfish", "CDU FlowLitersPerMinute is not a number")] == 1
+    assert src.health.problems[("redfish", "CDU not identified")] == 1
+    with pytest.raises(ValueError, match="not in the topology"):
+        CduSource({"cdu9": cdu0.url}, topo)
+
+
+def test_a_cooling_loss_read_from_the_cdus_is_predicted_minutes_ahead_not_one(bmcs):
+    """The simulator's cooling-loss scenario (256 GPUs, 2 loops; one CDU loses flow over 15 min):
+    its GPUs as recorded, its loops as their CDUs would report them over Redfish (supply
+    temperature, flow), polled every 10 s of simulated time. Read that way the thermal detector
+    warns of the throttles as far ahead as from the simulator's own rack frames; from GPU
+    telemetry alone, minutes later."""
+    from foreshock.detectors.thermal import ThermalDetector
+    from foreshock.findings import Prediction
+    from foreshock.simulator import ClusterSimulator
+
+    sim = ClusterSimulator(gpus=256, scenario="cooling-loss", seed=1, interval=10.0, duration=3600)
+    ticks = list(sim.iter_ticks(3600))
+    topo = sim.topology
+    onsets: dict[int, float] = {}
+    for e in sim.events:
+        if e.type == "thermal_throttle_start":
+            onsets.setdefault(topo.gpus.index(e.entity), e.time)
+    assert len(onsets) >= 64
+    servers = {loop: bmcs(cdu_tree([connector(0.0, 0.0)])) for loop in topo.loops}
+    cdus = CduSource({loop: s.url for loop, s in servers.items()}, topo, user=USER, password=PASSWORD)
+    loop_of_rack = topo.rack_loop
+    garbage = [0]
+
+    def leads(mode: str) -> list[float]:
+        det, first = ThermalDetector(topo), {}
+        for tick in ticks:
+            for frame in tick:
+                if frame.kind == "rack" and mode != "gpu only":
+                    if mode == "cdu":
+                        now = float(frame.ts[0])
+                        for i, loop in enumerate(topo.loops):
+                            on = loop_of_rack[frame.slot] == i
+                            reading = servers[loop].tree[f"{CDU}/SecondaryCoolantConnectors/0"]
+                            supply = float(frame.columns["coolant_temp"][on].mean())
+                            flow = float(frame.columns["coolant_flow"][on].sum() * 60)
+                            reading["SupplyTemperatureCelsius"]["Reading"] = supply
+                            reading["FlowLitersPerMinute"]["Reading"] = flow
+                            garbage[0] += int(np.isnan(supply)) + int(np.isnan(flow))  # a lost sample, served as NaN
+                        cdus.clock = lambda: now
+                        (frame,) = cdus.poll()
+                    found = det.update(frame)
+                elif frame.kind == "gpu":
+                    found = det.update(frame)
+                else:
+                    continue
+                for p in found:
+                    if isinstance(p, Prediction) and p.event == "thermal_throttle" and p.active:
+                        first.setdefault(p.slot, p.ts)
+        assert set(first) <= set(onsets), "a GPU that never throttled was predicted to"
+        return [onsets[g] - first[g] for g in onsets if g in first and first[g] < onsets[g]]
+
+    from_cdus, from_racks, alone = leads("cdu"), leads("rack frames"), leads("gpu only")
+    assert len(from_cdus) == len(onsets)
+    assert np.median(from_cdus) >= 300 and np.median(from_cdus) >= np.median(from_racks) - 30
+    assert np.median(from_cdus) >= np.median(alone) + 120
+    assert cdus.health.total_problems() == garbage[0] > 0  # each NaN the CDU served was counted
+
+
+def test_record_reads_cdus_by_the_topologys_loops_and_needs_the_topology(bmcs, tmp_path, monkeypatch):
+    from click.testing import CliRunner
+
+    from foreshock.cli.main import cli
+    from foreshock.recording import Recording
+
+    topo = two_loop_topology()
+    topo.dump(tmp_path / "cluster.yaml")
+    cdu = bmcs(cdu_tree([connector(31.0, 480.0)]))
+    monkeypatch.setenv("FORESHOCK_BMC_USER", USER)
+    monkeypatch.setenv("FORESHOCK_BMC_PASSWORD", PASSWORD)
+    args = ["record", "--source", "cdu", "--url", f"cdu1={cdu.url}", "--polls", "2", "--interval", "0.05"]
+    unplaced = CliRunner().invoke(cli, args + ["--out", str(tmp_path / "none")])
+    assert unplaced.exit_code == 2 and "needs --url LOOP=https://CDU" in unplaced.output
+    result = CliRunner().invoke(cli, args + ["--topology", str(tmp_path / "cluster.yaml"), "--out", str(tmp_path / "rec")])
+    assert result.exit_code == 0, result.output
+    frames = [f for f in Recording.open(str(tmp_path / "rec")).iter_frames() if f.kind == "rack"]
+    assert np.concatenate([f.slot for f in frames]).tolist() == [2, 2]  # rack2, the one cdu1 feeds
+    assert np.concatenate([f.columns["coolant_flow"] for f in frames]).tolist() == [8.0, 8.0]  # 480 L/min
