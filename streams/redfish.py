@@ -1,4 +1,5 @@
-"""Redfish: read each node's chassis fans and power from its BMC on an interval.
+"""Redfish: read each node's chassis fans and power from its BMC, and each cooling loop's coolant
+from its CDU, on an interval (:class:`RedfishSource`: node frames; :class:`CduSource`: rack frames).
 
 A node's BMC (baseboard management controller) serves the DMTF Redfish REST API, usually over
 HTTPS with HTTP basic authentication. Per node, every chassis listed under
@@ -362,7 +363,6 @@ class RedfishSource(PollingSource):
         assert self._topology is not None
         batch = self.read()
         return [batch.to_frame(self._topology, self.health, STAGE)] if len(batch) else []
-
 
 
 # ---- CDUs: the cooling loops' coolant (rack frames) ------------------------------------------
