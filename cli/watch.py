@@ -3,10 +3,12 @@
 The single-machine way to use foreshock on real hardware: ``foreshock watch --source nvml``
 on a GPU node, or ``--source dcgm --url http://HOST:9400/metrics``. The detector bank, the
 Prometheus endpoint and the summary are those of ``replay``. A source that derives its topology
-from what it reads (dcgm) is polled once before the bank is built. Ctrl-C, ``--duration`` or ``--polls`` end the watch after the poll in progress, and the
-summary is printed as after a replay. ``--bmc`` polls the nodes' BMCs over Redfish beside the
-source (chassis fans and power, in threads of their own, named by the source's topology): the
-GPUs from NVML or dcgm-exporter and the fans from the BMC, on one machine without a broker.
+from what it reads (dcgm) is polled once before the bank is built. Ctrl-C, ``--duration`` or
+``--polls`` end the watch after the poll in progress, and the summary is printed as after a
+replay. ``--bmc`` polls the nodes' BMCs over Redfish beside the source (chassis fans and power)
+and ``--cdu`` the cooling loops' CDUs (coolant supply and flow), each in a thread of its own and
+named by the source's topology: the GPUs from NVML or dcgm-exporter, the fans from the BMC and the
+coolant from the CDU, on one machine without a broker.
 """
 
 from __future__ import annotations
