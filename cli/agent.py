@@ -139,11 +139,16 @@ def open_source(source: str, path: str | None, url: str | None, executable: str 
                    "and partition).")
 @click.option("--compression", type=click.Choice(["none", "lz4", "zstd"]), default="lz4", show_default=True,
               help="Arrow buffer compression of the messages: fewer bytes through the broker, more CPU.")
+@click.option("--metrics-port", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Serve this agent's own counters (samples read, input problems by stage and reason) on "
+                   "/metrics at this port (0 = do not serve).")
+@click.option("--metrics-host", default="127.0.0.1", show_default=True, help="Address for --metrics-port.")
 def command(source: str, kafka: str | None, user: str | None, password: str | None, namespace: str,
             partitions: int, path: str | None, speed: float | None, shift_now: bool, url: str | None,
             executable: str | None, root: str | None, interfaces: str | None, interval: float | None,
             polls: int | None, host: str | None, gpus: int, scenario: str, seed: int, duration: float | None,
-            agent_id: str | None, linger_ms: float, compression: str, topology_path: str | None) -> None:
+            agent_id: str | None, linger_ms: float, compression: str, topology_path: str | None, metrics_port: int,
+            metrics_host: str) -> None:
     """Publish telemetry from SOURCE to Kafka (telemetry.frames, Arrow IPC, routed by node)."""
     from foreshock.health import PipelineHealth
     from foreshock.streams.kafka_agent import run_agent
@@ -159,28 +164,47 @@ def command(source: str, kafka: str | None, user: str | None, password: str | No
         speed = 1.0
     frames, topology = open_source(source, path, url, executable, root, interfaces, interval, polls, host,
                                    speed, shift_now, gpus, scenario, seed, duration, topology_path)
-    health = PipelineHealth()
+    # a polled source counts its own problems (a scrape that failed, a BMC that refused): the
+    # summary and /metrics report those with the publishing's
+    polled_health = getattr(frames, "health", None)
+    health = polled_health or PipelineHealth()
+    server = None
+    if metrics_port:
+        from foreshock.exporters.prometheus import serve_health
+
+        def cluster() -> str:
+            known = topology() if callable(topology) else topology
+            return known.cluster if known is not None else ""
+
+        server = serve_health(health, cluster, metrics_host, metrics_port)
     console = Console(stderr=True)
-    with Progress(SpinnerColumn(), TextColumn("[bold]agent[/bold] {task.fields[samples]:,} samples, "
-                                              "{task.fields[frames]:,} frames"), TimeElapsedColumn(),
-                  console=console, transient=False) as progress:
-        task = progress.add_task("agent", samples=0, frames=0)
-        counted = {"samples": 0, "frames": 0}
+    try:
+        with Progress(SpinnerColumn(), TextColumn("[bold]agent[/bold] {task.fields[samples]:,} samples, "
+                                                  "{task.fields[frames]:,} frames"), TimeElapsedColumn(),
+                      console=console, transient=False) as progress:
+            task = progress.add_task("agent", samples=0, frames=0)
+            counted = {"samples": 0, "frames": 0}
 
-        def on_frame(frame: Any) -> None:
-            counted["samples"] += len(frame)
-            counted["frames"] += 1
-            progress.update(task, samples=counted["samples"], frames=counted["frames"])
+            def on_frame(frame: Any) -> None:
+                counted["samples"] += len(frame)
+                counted["frames"] += 1
+                if polled_health is None:  # a replay or the simulator: nobody else counts its samples
+                    health.processed(frame.kind, len(frame))
+                progress.update(task, samples=counted["samples"], frames=counted["frames"])
 
-        try:
-            stats = run_agent(settings, frames, topology, Topics(namespace, partitions), agent_id, health,
-                              on_frame=on_frame, linger_ms=linger_ms,
-                              compression=None if compression == "none" else compression)
-        except KafkaConnectError as exc:
-            raise click.ClickException(str(exc)) from None
-        except KeyboardInterrupt:
-            console.print("[yellow]stopped[/yellow]")
-            return
+            try:
+                stats = run_agent(settings, frames, topology, Topics(namespace, partitions), agent_id, health,
+                                  on_frame=on_frame, linger_ms=linger_ms,
+                                  compression=None if compression == "none" else compression)
+            except KafkaConnectError as exc:
+                raise click.ClickException(str(exc)) from None
+            except KeyboardInterrupt:
+                console.print("[yellow]stopped[/yellow]")
+                return
+    finally:
+        if server is not None:
+            server[0].shutdown()
+            server[0].server_close()
     click.echo(json.dumps({"name": "agent", "source": source, "frames": stats.frames, "samples": stats.samples,
                            "pieces": stats.pieces, "messages": stats.messages, "bytes": stats.bytes,
                            "send_failed": stats.failed,

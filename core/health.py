@@ -46,3 +46,9 @@ class PipelineHealth:
 
     def total_problems(self) -> int:
         return sum(self.problems.values())
+
+    def counts(self) -> tuple[dict[str, int], dict[tuple[str, str], int]]:
+        """A consistent copy of (samples by kind, problems by stage and reason), for exporters
+        reading from another thread."""
+        with self._lock:
+            return dict(self.samples), dict(self.problems)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import numpy as np
 from prometheus_client import CollectorRegistry, start_http_server
@@ -24,6 +24,7 @@ from prometheus_client.registry import Collector
 from foreshock import facts
 from foreshock.detectors.cooling import FAN_SPEED_MAX
 from foreshock.facts import IB_PORT_STATE_ACTIVE, THROTTLE_BITS
+from foreshock.health import PipelineHealth
 
 from .store import LATENCY_BUCKETS, FindingStore, StoreSnapshot, xid_severity
 
@@ -472,6 +473,39 @@ def _group_reduce(values: np.ndarray, groups: np.ndarray, n: int, op: np.ufunc, 
     op.at(out, groups, np.where(np.isnan(values), init, values))
     out[~np.isfinite(out)] = np.nan
     return out
+
+
+class HealthCollector(Collector):
+    """The counters of a process that reads sources but detects nothing (an ingest agent): its
+    samples by kind and its input problems, named as the workers name theirs, so the same
+    ``ForeshockInputProblems`` alert covers a BMC that stopped answering an agent."""
+
+    def __init__(self, health: PipelineHealth, cluster: Callable[[], str]) -> None:
+        self.health = health
+        self.cluster = cluster  # a callable: a source may learn its topology (and cluster) at its first poll
+
+    def describe(self) -> list[Metric]:
+        return []
+
+    def collect(self) -> Iterator[Metric]:
+        samples, problems = self.health.counts()
+        cluster = self.cluster()
+        f = _family(f"{NS}_samples_processed_total")
+        for kind, n in sorted(samples.items()):
+            f.add_metric([cluster, kind], float(n))
+        yield f
+        f = _family(f"{NS}_input_problems_total")
+        for (stage, reason), n in sorted(problems.items()):
+            f.add_metric([cluster, stage, reason], float(n))
+        yield f
+
+
+def serve_health(health: PipelineHealth, cluster: Callable[[], str], host: str = "127.0.0.1",
+                 port: int = 9109):  # type: ignore[no-untyped-def]
+    """Serve an agent's own counters on ``/metrics`` (loopback by default). Returns (server, thread)."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(HealthCollector(health, cluster))
+    return start_http_server(port, addr=host, registry=registry)
 
 
 def build_registry(store: FindingStore, top_k: int = 16) -> CollectorRegistry:

@@ -361,3 +361,22 @@ def test_rack_coolant_flow_and_cooling_loop_aggregates(small_topology: Topology)
     assert reg.get_sample_value("foreshock_loop_inlet_temperature_celsius", cdu1) == 41.0
     assert reg.get_sample_value("foreshock_loop_thermal_resistance_celsius_per_watt", cdu0) == pytest.approx(0.05)
     assert reg.get_sample_value("foreshock_loop_thermal_resistance_celsius_per_watt", cdu1) == pytest.approx(0.08)
+
+
+def test_an_agents_health_is_served_under_the_workers_metric_names():
+    import urllib.request
+
+    from foreshock.exporters.prometheus import serve_health
+    from foreshock.health import PipelineHealth
+
+    health = PipelineHealth()
+    health.processed("node", 12)
+    health.problem("redfish", "BMC unreachable", 3)
+    server, _ = serve_health(health, lambda: "c1", port=0)
+    try:
+        text = urllib.request.urlopen(f"http://127.0.0.1:{server.server_port}/metrics", timeout=5).read().decode()
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert 'foreshock_samples_processed_total{cluster="c1",kind="node"} 12.0' in text
+    assert 'foreshock_input_problems_total{cluster="c1",reason="BMC unreachable",stage="redfish"} 3.0' in text

@@ -10,6 +10,7 @@ import stat
 import subprocess
 import sys
 import time
+import urllib.request
 import uuid
 from pathlib import Path
 
@@ -19,6 +20,8 @@ from kafka import KafkaConsumer, TopicPartition
 from kafka_support import kafka_settings  # noqa: F401
 
 from foreshock.frames import Frame
+from foreshock.health import PipelineHealth
+from foreshock.streams.dcgm import parse_dcgm_text
 from foreshock.streams.kafka_agent import fetch_topology
 from foreshock.streams.kafka_codec import PartitionMap, decode_bundle, headers_dict
 from foreshock.streams.kafka_config import KafkaSettings
@@ -89,6 +92,10 @@ def test_dcgm_agent_publishes_the_real_scrape_with_exact_values(kafka_settings, 
     topics = new_topics()
     summary = run_agent_cli(kafka_settings, topics, "--source", "dcgm", "--url", f"{dcgm_exporter}/metrics")
     assert summary["samples"] == 2 * POLLS  # two GPUs (two hosts in the page), each poll
+    # what the source counted (the page's metrics foreshock does not map) is in the agent's summary
+    page = PipelineHealth()
+    parse_dcgm_text(urllib.request.urlopen(f"{dcgm_exporter}/metrics").read().decode(), 0.0, page)
+    assert summary["input_problems"] == POLLS * page.total_problems() > 0
     topology, frames = published_gpu_rows(kafka_settings, topics, want_rows=2 * POLLS)
     assert topology.gpus == ["424773df46e0/gpu0", "551bdf382151/gpu0"]  # from the Hostname/gpu labels
     # the page's values, in base units: MHz -> Hz, mJ -> J
@@ -118,3 +125,36 @@ def test_nvidia_smi_agent_publishes_the_real_h200_capture_with_exact_values(kafk
         "power": 627.40, "power_limit": 700.0, "gpu_temp": 52.0, "hbm_temp": 40.0, "sm_clock": 1.98e9,
         "sm_clock_max": 1.98e9, "util": 1.0, "throttle_reasons": 0.0, "power_throttle_time": 0.0,
         "thermal_throttle_time": 0.0, "ecc_dbe": 0.0, "remapped_rows": 0.0}] * POLLS
+
+
+def test_an_agent_serves_its_own_counters_while_it_runs(kafka_settings, dcgm_exporter):
+    """``--metrics-port``: the samples an agent read and the problems its source counted, as the
+    workers name them (``foreshock_input_problems_total{cluster,stage,reason}``), scraped while
+    it runs; the server is gone once it has finished."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    topics = new_topics()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "foreshock.cli.main", "agent", "--kafka", kafka_settings.bootstrap,
+         "--namespace", topics.namespace, "--partitions", "2", "--polls", "40", "--interval", "0.25",
+         "--source", "dcgm", "--url", f"{dcgm_exporter}/metrics", "--metrics-port", str(port)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    text = ""
+    try:
+        deadline = time.monotonic() + 30
+        while "foreshock_samples_processed_total" not in text and time.monotonic() < deadline:
+            time.sleep(0.2)
+            try:
+                text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2).read().decode()
+            except OSError:
+                continue
+    finally:
+        out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err[-2000:]
+    assert 'foreshock_samples_processed_total{cluster="imported",kind="gpu"}' in text
+    assert 'foreshock_input_problems_total{cluster="imported",reason="unmapped metric ignored",stage="dcgm"}' in text
+    with pytest.raises(OSError):
+        urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2)
