@@ -221,6 +221,12 @@ class DcgmScrapeSource(PollingSource):
 
     The topology is the one given, or derived from the first scrape that names any GPU; a GPU
     that appears later is counted as an unknown entity (restart the source to pick it up).
+
+    The URL may be a Prometheus server's ``/federate?match[]={__name__=~"DCGM_.*"}``: every
+    series keeps its ``Hostname`` label and carries the time Prometheus scraped it, so one source
+    reads every GPU the Prometheus server scrapes. A sample served again (polled faster than
+    Prometheus scrapes the exporter) is not new telemetry: a GPU whose row is no newer than the
+    last one read is left out of the frame, not counted as a problem.
     """
 
     stage = STAGE
@@ -233,6 +239,7 @@ class DcgmScrapeSource(PollingSource):
         self.timeout = timeout
         self.default_host = default_host or urlparse(url).hostname or "localhost"
         self._topology = topology
+        self._last_ts: dict[str, float] = {}  # per GPU name, the newest row read
 
     def scrape(self) -> str | None:
         try:
@@ -249,9 +256,22 @@ class DcgmScrapeSource(PollingSource):
         text = self.scrape()
         if text is None:
             return []
-        batch = parse_dcgm_text(text, now, self.health, self.default_host)
+        batch = self._new_rows(parse_dcgm_text(text, now, self.health, self.default_host))
         if self._topology is None:
             if not len(batch):
                 return []
             self._topology = gpu_topology([batch])
-        return [batch.to_frame(self._topology, self.health, STAGE)]
+        return [batch.to_frame(self._topology, self.health, STAGE)] if len(batch) else []
+
+    def _new_rows(self, batch: SampleBatch) -> SampleBatch:
+        """The rows newer than each GPU's last one (a federation serves a sample until the next scrape)."""
+        if not len(batch):
+            return batch
+        last = np.array([self._last_ts.get(name, -np.inf) for name in batch.entities])
+        new = batch.ts > last[batch.entity]
+        for i in np.flatnonzero(new):
+            self._last_ts[batch.entities[batch.entity[i]]] = float(batch.ts[i])
+        if new.all():
+            return batch
+        return SampleBatch("gpu", batch.entities, batch.ts[new], batch.entity[new],
+                           {name: col[new] for name, col in batch.columns.items()})

@@ -161,3 +161,21 @@ def test_watch_reads_gpus_and_the_nodes_bmc_together(tmp_path: Path, shared_data
     fans = [f for f in found if f.type == "anomaly" and f.entity_kind == "node" and f.field == "fan_speed"]
     assert fans and "h200-test reads 0% of full speed" in fans[0].reason
     assert bmc.requests.count("/redfish/v1/Chassis/1U/Thermal") >= 2  # polled on its own clock meanwhile
+
+
+def test_a_sample_served_again_is_not_read_twice():
+    """A Prometheus federation serves each GPU's last scraped sample, with its scrape time, until
+    the next scrape: polled faster than that, the same sample comes back. It is left out, and
+    not counted as a duplicate (a problem); a newer one is read."""
+    from foreshock.health import PipelineHealth
+    from foreshock.streams.dcgm import DcgmScrapeSource
+
+    page = 'DCGM_FI_DEV_GPU_TEMP{gpu="0",Hostname="node7"} 41 %d\nDCGM_FI_DEV_GPU_TEMP{gpu="1",Hostname="node7"} 43 %d\n'
+    server = ScrapeServer([page % (1000, 1000), page % (1000, 1000), page % (1000, 2000)])
+    try:
+        src = DcgmScrapeSource(server.url, interval=0.01, health=PipelineHealth())
+        polls = [src.poll() for _ in range(3)]
+    finally:
+        server.close()
+    assert [[f.slot.tolist() for f in frames] for frames in polls] == [[[0, 1]], [], [[1]]]
+    assert polls[2][0].ts.tolist() == [2.0] and src.health.total_problems() == 0
