@@ -9,9 +9,12 @@ and an optional ``*scale`` that converts the source's unit into foreshock's base
 from __future__ import annotations
 
 import csv
+import math
 from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import resources
+
+import numpy as np
 
 ENTITY_KINDS: tuple[str, ...] = ("gpu", "link", "optic", "node", "rack", "job")
 """Entity kinds, in the order topology slots are laid out."""
@@ -42,6 +45,39 @@ class Field:
     @property
     def is_counter(self) -> bool:
         return self.type == "counter"
+
+    @property
+    def valid(self) -> tuple[float, float]:
+        """The values a sensor of this field can read at all (see :data:`VALID_BY_UNIT`)."""
+        if self.is_counter:
+            return (-math.inf, math.inf)  # wraps, resets and going backwards are the detectors' to count
+        return VALID_BY_FIELD.get(self.name) or VALID_BY_UNIT.get(self.unit, (-math.inf, math.inf))
+
+
+# What a gauge can read at all, so wide that no working sensor leaves it: a value outside is a
+# sentinel or a unit mix-up (65535, -1, a raw RPM given as a share, 6553.5 °C), and the guard
+# sets it to NaN and counts it instead of letting a detector forecast from it.
+VALID_BY_UNIT: dict[str, tuple[float, float]] = {
+    "celsius": (-60.0, 200.0),
+    "watts": (0.0, 1e7),
+    "hertz": (0.0, 1e11),
+    "ratio": (0.0, 1.2),  # a chassis fan may run a little over its rated full speed
+    "dbm": (-100.0, 40.0),
+    "volts": (0.0, 50.0),
+    "amperes": (0.0, 10.0),
+    "liters_per_second": (0.0, 1e5),
+    "seconds": (0.0, 1e7),
+    "bitmask": (0.0, math.inf),
+    "code": (0.0, math.inf),
+    "state": (0.0, math.inf),
+    "flag": (0.0, 1.0),
+    "bits_per_second": (0.0, math.inf),
+}
+VALID_BY_FIELD: dict[str, tuple[float, float]] = {
+    "power": (0.0, 5000.0),  # one GPU board: 700 W on an H200, ~1.2 kW on a B200
+    "power_limit": (0.0, 5000.0),
+    "psu_power": (0.0, 1e5),  # one node
+}
 
 
 def _parse_source_cell(cell: str) -> tuple[SourceName, ...]:
@@ -100,6 +136,18 @@ def get_field(name: str) -> Field:
         if f.name == name:
             return f
     raise KeyError(f"unknown field {name!r}")
+
+
+@lru_cache(maxsize=None)
+def valid_bounds(kind: str, names: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
+    """Lower and upper bounds of ``names`` (fields of ``kind``) as arrays, in that order; an open
+    end is the largest finite float, so a bound test also fails for ±inf (the guard's one test)."""
+    by_name = {f.name: f.valid for f in fields_of(kind)}
+    top = float(np.finfo(np.float64).max)
+    lo = np.array([max(by_name[n][0], -top) for n in names], dtype=np.float64)
+    hi = np.array([min(by_name[n][1], top) for n in names], dtype=np.float64)
+    lo.flags.writeable = hi.flags.writeable = False  # cached: shared by every caller
+    return lo, hi
 
 
 @lru_cache(maxsize=None)

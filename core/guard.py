@@ -9,13 +9,16 @@ sets aside (``PipelineHealth.problem``) — nothing disappears silently:
 - ``duplicate_timestamp``: same ``ts`` as the entity's previous sample;
 - ``out_of_order``: older than the entity's previous sample;
 - ``missing_values``: NaN gaps in a field the frame does report: kept (NaN means missing), counted;
-- ``inf_values``: infinities become NaN, counted.
+- ``inf_values``: infinities become NaN, counted;
+- ``out_of_range``: a gauge value no sensor of its field can read (``Field.valid``: a sentinel
+  such as 65535 or -1, a raw RPM where a share is due) becomes NaN, counted with the field named.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from .fields import get_field, valid_bounds
 from .frames import Frame
 from .health import PipelineHealth
 from .numba_config import jit
@@ -46,24 +49,35 @@ def _guard_kernel(ts: np.ndarray, slot: np.ndarray, last_ts: np.ndarray, counts:
 
 
 @jit
-def _scan_columns(columns: tuple[np.ndarray, ...], rows: int) -> tuple[int, int]:
-    """Over a tuple of equal-length float64 columns, in place: sets infinities to NaN. Returns
-    (gaps, infinities): gaps are the NaN (infinities included) of the columns that have some but
-    not ``rows`` of them — a column NaN in every row is a field the source does not report."""
+def _scan_columns(columns: tuple[np.ndarray, ...], rows: int, lo: np.ndarray, hi: np.ndarray,
+                  out_of_range: np.ndarray) -> tuple[int, int]:
+    """Over a tuple of equal-length float64 columns, in place: sets infinities, and finite values
+    outside ``[lo[c], hi[c]]``, to NaN (counting the latter per column in ``out_of_range``).
+    Returns (gaps, infinities): gaps are the NaN (infinities included) of the columns that have
+    some but not ``rows`` of them — a column NaN in every row is a field the source does not report."""
     gaps = 0
     infs = 0
+    c = 0
     for column in columns:
         n_nan = 0
+        low = lo[c]
+        high = hi[c]
         for i in range(rows):
             v = column[i]
+            if low <= v <= high:  # the usual case, one test: bounds are finite, so NaN and ±inf fail it
+                continue
             if v != v:
                 n_nan += 1
             elif v == np.inf or v == -np.inf:
                 column[i] = np.nan
                 n_nan += 1
                 infs += 1
+            else:
+                column[i] = np.nan
+                out_of_range[c] += 1
         if 0 < n_nan < rows:
             gaps += n_nan
+        c += 1
     return gaps, infs
 
 
@@ -104,7 +118,14 @@ class InputGuard:
         columns = out.columns
         for name, column in columns.items():
             columns[name] = kernel_column(column)
-        gaps, infs = _scan_columns(tuple(columns.values()), len(out))
+        names = tuple(columns)
+        lo, hi = valid_bounds(frame.kind, names)
+        outside = np.zeros(len(names), dtype=np.int64)
+        gaps, infs = _scan_columns(tuple(columns.values()), len(out), lo, hi, outside)
+        for c in np.flatnonzero(outside):
+            self.health.problem(self.stage, f"out_of_range: {names[c]}", int(outside[c]),
+                                detail=f"{frame.kind} frame; outside {lo[c]:g}..{hi[c]:g} {get_field(names[c]).unit}, "
+                                       "set to NaN")
         if infs:
             self.health.problem(self.stage, "inf_values", int(infs), detail=f"{frame.kind} frame; set to NaN")
         # NaN is the contract's "missing". A field absent from the whole frame is simply not

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 import numpy as np
 import pyarrow as pa
@@ -289,10 +290,14 @@ def test_slots_that_are_not_int32_values_are_rejected_not_cast(slots) -> None:
 
 
 # ---- the input guard's column scan against the per-column reference it replaced -------------
-def _reference_guard_columns(columns: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], int, int]:
-    """Infinities become NaN (counted), then NaN gaps inside reported fields are counted."""
+def _reference_guard_columns(columns: dict[str, np.ndarray],
+                             valid: dict[str, tuple[float, float]]) -> tuple[dict[str, np.ndarray], int, int,
+                                                                             dict[str, int]]:
+    """Infinities become NaN (counted), then NaN gaps inside reported fields are counted; then
+    finite values outside each field's valid range become NaN, counted per field (not as gaps)."""
     out = {name: col.copy() for name, col in columns.items()}
     infs = gaps = 0
+    outside: dict[str, int] = {}
     for col in out.values():
         inf = np.isinf(col)
         infs += int(inf.sum())
@@ -301,10 +306,16 @@ def _reference_guard_columns(columns: dict[str, np.ndarray]) -> tuple[dict[str, 
         n_nan = int(np.isnan(col).sum())
         if 0 < n_nan < len(col):
             gaps += n_nan
-    return out, infs, gaps
+    for name, col in out.items():
+        lo, hi = valid[name]
+        bad = np.isfinite(col) & ((col < lo) | (col > hi))
+        if bad.any():
+            outside[name] = int(bad.sum())
+        col[bad] = np.nan
+    return out, infs, gaps, outside
 
 
-_VALUES = st.sampled_from([0.0, 1.5, -3.0, 42.0, float("nan"), float("inf"), float("-inf")])
+_VALUES = st.sampled_from([0.0, 1.5, -3.0, 42.0, 9000.0, -90.0, float("nan"), float("inf"), float("-inf")])
 
 
 @pytest.mark.kernel
@@ -324,7 +335,13 @@ def test_guard_column_scan_matches_the_per_column_reference(case) -> None:
     frame = Frame("gpu", np.arange(n, dtype=float), np.arange(n) % 4, {k: v.copy() for k, v in columns.items()})
     # columns the frame does not report are NaN in every row: never counted as gaps
     absent = {name: np.full(n, np.nan) for name in field_names("gpu") if name not in columns}
-    expect, infs, gaps = _reference_guard_columns({**columns, **absent})
+    # the valid ranges written out here, not read from the code under test
+    valid = {name: (-math.inf, math.inf) for name in field_names("gpu")}
+    valid.update({"gpu_temp": (-60.0, 200.0), "hbm_temp": (-60.0, 200.0), "slowdown_temp": (-60.0, 200.0),
+                  "power": (0.0, 5000.0), "power_limit": (0.0, 5000.0), "sm_clock": (0.0, 1e11),
+                  "sm_clock_max": (0.0, 1e11), "util": (0.0, 1.2), "throttle_reasons": (0.0, math.inf),
+                  "xid_last": (0.0, math.inf)})
+    expect, infs, gaps, outside = _reference_guard_columns({**columns, **absent}, valid)
     health = PipelineHealth()
     out = InputGuard(topology, health).check(frame)
     assert len(out) == n  # every slot's timestamps rise: the guard keeps every row
@@ -333,3 +350,5 @@ def test_guard_column_scan_matches_the_per_column_reference(case) -> None:
         np.testing.assert_array_equal(frame.columns[name], expect[name])  # in place, as before
     assert health.problems[("guard", "inf_values")] == infs
     assert health.problems[("guard", "missing_values")] == gaps
+    assert {reason.removeprefix("out_of_range: "): n for (_, reason), n in health.problems.items()
+            if reason.startswith("out_of_range")} == outside

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from foreshock.detectors.bank import DetectorBank
 from foreshock.detectors.ewma_cusum import RobustZScoreDetector
 from foreshock.detectors.throttle_bits import ThrottleBitsDetector
 from foreshock.frames import Frame
@@ -206,3 +209,57 @@ def test_detectors_count_their_input_problems_in_the_pipelines_health(small_topo
         pipeline.process(Frame("link", np.full(n, t), np.arange(n), cols))
     problems = {reason: count for (stage, reason), count in pipeline.health.problems.items() if stage == "link_errors"}
     assert problems == {"negative or infinite counter value": n}
+
+
+def test_guard_sets_values_no_sensor_can_read_to_nan_and_names_the_field() -> None:
+    """A raw RPM where a share of full speed is due, a 65535 sentinel, a negative power: NaN,
+    counted per field; readings inside the ranges (a fan a little over full speed) untouched."""
+    health = PipelineHealth()
+    guard = InputGuard(TOPO, health)
+    out = guard.check(Frame("gpu", [1.0, 1.0, 1.0], [0, 1, 2],
+                            {"gpu_temp": [65535.0, 54.0, -1.0], "power": [-5.0, 690.0, 0.0]}))
+    np.testing.assert_array_equal(out.columns["gpu_temp"], [np.nan, 54.0, -1.0])
+    np.testing.assert_array_equal(out.columns["power"], [np.nan, 690.0, 0.0])
+    assert health.problems[("guard", "out_of_range: gpu_temp")] == 1
+    assert health.problems[("guard", "out_of_range: power")] == 1
+    assert ("guard", "missing_values") not in health.problems  # a rejected value is not a gap too
+    nodes = guard.check(Frame("node", [1.0, 1.0], [0, 1], {"fan_speed": [9000.0, 1.05]}))
+    np.testing.assert_array_equal(nodes.columns["fan_speed"], [np.nan, 1.05])
+
+
+def test_a_cdu_sentinel_inlet_does_not_become_a_forecast() -> None:
+    """A CDU that reports 6553.5 °C (0xFFFF tenths) for one poll: the guard drops the reading, so
+    nothing is forecast from it. Without the range, the power detector's leakage forecast read
+    that inlet as a die about to heat and forecast every GPU's power cap (187 predictions)."""
+    import foreshock.fields as fields_module
+    from foreshock.findings import Prediction
+    from foreshock.streams.embedded import EmbeddedPipeline
+    from thermal_synth import World, small_topology
+
+    topo = small_topology()
+    frames, _ = World(topo, seed=2).run(2 * 3600)
+    racks = [i for i, f in enumerate(frames) if f.kind == "rack"]
+    hit = racks[len(racks) // 2]
+    bad = frames[hit]
+    frames[hit] = Frame("rack", bad.ts, bad.slot, {**bad.columns, "inlet_temp": np.full(len(bad), 6553.5)})
+
+    def predictions() -> tuple[int, PipelineHealth]:
+        health = PipelineHealth()
+        pipeline = EmbeddedPipeline(topo, DetectorBank.from_names(topo, ["thermal", "power"]), health=health)
+        found = [f for frame in frames
+                 for f in pipeline.process(Frame(frame.kind, frame.ts.copy(), frame.slot.copy(),
+                                                 {k: v.copy() for k, v in frame.columns.items()}))
+                 if isinstance(f, Prediction)]
+        return len(found), health
+
+    n, health = predictions()
+    assert n == 0 and health.problems[("guard", "out_of_range: inlet_temp")] == len(bad)
+    saved = dict(fields_module.VALID_BY_UNIT)
+    fields_module.VALID_BY_UNIT["celsius"] = (-math.inf, math.inf)
+    fields_module.valid_bounds.cache_clear()
+    try:
+        unguarded, _ = predictions()
+    finally:
+        fields_module.VALID_BY_UNIT.update(saved)
+        fields_module.valid_bounds.cache_clear()
+    assert unguarded > 0
