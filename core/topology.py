@@ -235,14 +235,18 @@ class Topology:
             ],
         }
 
-    def fingerprint(self) -> str:
-        """A short digest of every entity and its slot: two topologies with equal fingerprints
-        number their entities alike, so frames of one can be read against the other."""
-        cached: str | None = getattr(self, "_fingerprint", None)
-        if cached is None:
-            canonical = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"), default=str)
-            cached = self._fingerprint = hashlib.sha256(canonical.encode()).hexdigest()[:16]
-        return cached
+    def fingerprint(self, jobs: bool = False) -> str:
+        """A short digest of the entities and their slots: two topologies with equal fingerprints
+        number their entities alike, so frames of one can be read against the other. Jobs have a
+        fingerprint of their own (``jobs=True``): they change with the scheduler's work, the
+        hardware does not, and only job frames depend on their numbering."""
+        cache: dict[bool, str] = self.__dict__.setdefault("_fingerprints", {})
+        if jobs not in cache:
+            layout = self.to_dict()
+            part = {"jobs": layout["jobs"]} if jobs else {k: v for k, v in layout.items() if k != "jobs"}
+            canonical = json.dumps(part, sort_keys=True, separators=(",", ":"), default=str)
+            cache[jobs] = hashlib.sha256(canonical.encode()).hexdigest()[:16]
+        return cache[jobs]
 
     @classmethod
     def from_dict(cls, data: Any, source: str = "topology") -> "Topology":

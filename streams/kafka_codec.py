@@ -78,7 +78,7 @@ TELEMETRY = b"telemetry"
 H_REASON = "foreshock-reason"
 H_STAGE = "foreshock-stage"
 H_SOURCE = "foreshock-source"
-H_TOPOLOGY = "foreshock-topology"  # the fingerprint of the topology whose slots the frames use
+H_TOPOLOGY = "foreshock-topology"  # fingerprints of the topology whose slots the frames use: "HARDWARE/JOBS"
 
 Headers = list[tuple[str, bytes]]
 
@@ -293,7 +293,7 @@ def encode_bundle(agent: str, sent: float, pieces: Sequence[BundleEntry], compre
     headers = [(H_SCHEMA, SCHEMA), (H_AGENT, agent.encode()), (H_SENT, repr(sent).encode()),
                (H_STREAMS, ";".join(sizes).encode()), (H_PIECES, ";".join(table).encode())]
     if topology is not None:
-        headers.append((H_TOPOLOGY, topology.fingerprint().encode()))
+        headers.append((H_TOPOLOGY, f"{topology.fingerprint()}/{topology.fingerprint(jobs=True)}".encode()))
     return b"".join(streams), headers
 
 
@@ -392,7 +392,7 @@ def decode_bundle(value: bytes | None, headers: Mapping[str, bytes], topology: T
     agent, sent, streams, refs = bundle_table(value, headers)
     pieces = [DecodedPiece(PieceInfo(agent, r.seq, r.part, r.parts, sent), r.kind) for r in refs]
     try:
-        _check_topology(headers, topology, agent)
+        _check_topology(headers, topology, agent, any(r.kind == "job" for r in refs))
         frames = _decode_streams(value, headers, streams, refs)
     except RecordError as exc:
         for p in pieces:
@@ -420,13 +420,20 @@ def decode_bundle(value: bytes | None, headers: Mapping[str, bytes], topology: T
     return pieces
 
 
-def _check_topology(headers: Mapping[str, bytes], topology: Topology, agent: str) -> None:
+def _check_topology(headers: Mapping[str, bytes], topology: Topology, agent: str, has_jobs: bool) -> None:
+    """The record's slots must number entities as ``topology`` does: its hardware always, its
+    jobs only where the record carries job rows (a GPU agent need not restart when jobs change)."""
     theirs = headers.get(H_TOPOLOGY)
-    if theirs is not None and theirs.decode(errors="replace") != topology.fingerprint():
-        raise RecordError("topology_mismatch",
-                          f"agent {agent} numbers entities by topology {theirs.decode(errors='replace')}, this "
-                          f"worker by {topology.fingerprint()}: give the agents and the workers the same "
-                          "--topology file")
+    if theirs is None:
+        return
+    hardware, _, jobs = theirs.decode(errors="replace").partition("/")
+    ours = topology.fingerprint()
+    if hardware != ours:
+        raise RecordError("topology_mismatch", f"agent {agent} numbers entities by topology {hardware}, this worker "
+                                               f"by {ours}: give the agents and the workers the same --topology file")
+    if has_jobs and jobs != topology.fingerprint(jobs=True):
+        raise RecordError("topology_mismatch", f"agent {agent} numbers jobs by another list than this worker's: "
+                                               "give them the same --topology file")
 
 
 def _decode_streams(value: bytes | None, headers: Mapping[str, bytes], streams: list[tuple[str, int]],

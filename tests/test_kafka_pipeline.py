@@ -457,6 +457,29 @@ def test_a_topologys_fingerprint_survives_the_topic_and_the_file_and_tells_slots
     data = small_topology.to_dict()
     data["nodes"] = data["nodes"][1:] + data["nodes"][:1]  # same entities, other slots
     assert Topology.from_dict(data).fingerprint() != print_
+    data = small_topology.to_dict()
+    data["jobs"] = data["jobs"][::-1]  # the scheduler's work moved on, the hardware did not
+    moved = Topology.from_dict(data)
+    assert moved.fingerprint() == print_ and moved.fingerprint(jobs=True) != small_topology.fingerprint(jobs=True)
+
+
+def test_an_agent_need_not_restart_when_only_the_jobs_changed(small_topology: Topology):
+    """Job frames depend on the job list's numbering, every other kind does not: a worker whose
+    topology lists other jobs still reads an agent's GPU rows, and refuses a record holding job rows."""
+    pmap = PartitionMap(small_topology, 1)
+    data = small_topology.to_dict()
+    assert len(data["jobs"]) >= 2
+    data["jobs"] = data["jobs"][::-1]
+    agents = Topology.from_dict(data)
+    gpu = Frame("gpu", [1.0], [0], {"gpu_temp": [40.0]})
+    job = Frame("job", [1.0], [0], {"step_time": [2.5]})
+    value, headers = encode_bundle("a", 0.0, [(1, 0, 1, gpu)], topology=agents)
+    (taken,) = decode_bundle(value, headers_dict(headers), small_topology, pmap, 0)
+    assert taken.error is None
+    value, headers = encode_bundle("a", 0.0, [(1, 0, 1, gpu), (2, 0, 1, job)], topology=agents)
+    refused = decode_bundle(value, headers_dict(headers), small_topology, pmap, 0)
+    assert [d.error.reason if d.error else None for d in refused] == ["topology_mismatch"] * 2
+    assert "jobs" in str(refused[0].error)
 
 
 def test_bundle_builder_fills_messages_up_to_the_limit(small_topology: Topology):
