@@ -11,7 +11,8 @@ HTTPS with HTTP basic authentication. Per node, every chassis listed under
   its **slowest** fan as a share of full speed: one stopped fan is the failure (the BMC's "fan
   speed critical"), and a mean over eight fans would hide it. An RPM reading is divided by the
   fan's ``MaxReadingRange``, or by ``fan_max_rpm`` where the BMC gives no range; without either
-  the reading cannot be put on that scale and is counted, not guessed. A fan whose ``Status``
+  the reading cannot be put on that scale and is counted, not guessed (except 0 RPM: a stopped
+  fan is 0 on any scale). A fan whose ``Status``
   says it is ``Absent`` or ``Disabled`` (an empty bay) is left out; one that gives no reading
   but reports ``Health: Critical`` counts as stopped.
 * **power**: ``Power.PowerControl[].PowerConsumedWatts``, or the chassis's
@@ -120,6 +121,8 @@ def fan_share(entry: Mapping[str, Any], fan_max_rpm: float | None = None) -> tup
         return None, "fan without a reading"
     if units.lower() in ("percent", "percentage"):
         return reading / 100.0, ""
+    if reading == 0:
+        return 0.0, ""  # a stopped fan reads 0 on any scale: no full-speed reference needed
     full = _number(entry.get("MaxReadingRange"))
     if full is None or full <= 0:
         full = fan_max_rpm

@@ -155,6 +155,7 @@ def test_fan_readings_without_a_scale_are_counted_not_guessed():
                      fan_max_rpm=12000.0) == (0.5, "")
     share, problem = fan_share({**ok, "Reading": 3000, "ReadingUnits": "RPM"})
     assert share is None and "full-speed reference" in problem
+    assert fan_share({**ok, "Reading": 0, "ReadingUnits": "RPM"}) == (0.0, "")  # stopped: 0 on any scale
     assert fan_share({**ok, "Reading": "fast", "ReadingUnits": "RPM"}) == (None, "fan reading is not a number")
     assert fan_share({"Reading": None, "Status": {"State": "Enabled", "Health": "Critical"}}) == (0.0, "")
     assert fan_share({"Reading": None, "Status": {"State": "Enabled", "Health": "OK"}}) == (None, "fan without a reading")
