@@ -90,10 +90,10 @@ def open_source(source: str, path: str | None, url: str | None, executable: str 
         if not url:
             raise click.UsageError("--source redfish needs --url NODE=https://BMC[,NODE=https://BMC...]")
         try:
-            bmcs = parse_bmc_list(url, host)
+            polled = RedfishSource(parse_bmc_list(url, host), interval=interval or 30.0, topology=topology,
+                                   max_polls=polls)
         except ValueError as exc:
-            raise click.UsageError(f"--url: {exc}") from None
-        polled = RedfishSource(bmcs, interval=interval or 30.0, topology=topology, max_polls=polls)
+            raise click.UsageError(f"--source redfish: {exc}") from None
     elif source == "cdu":  # cooling loops' CDUs: the coolant supply and flow of their racks
         from foreshock.streams.redfish import CduSource, parse_bmc_list
 

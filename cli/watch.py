@@ -73,13 +73,13 @@ def command(source: str, duration: float | None, polls: int | None, interval: fl
                                        f"({_problems(polled)})")
         run = build_pipeline(topology, detectors, host, port, findings_path, top_k, params, health=polled.health)
         others: list[PollingSource] = []
-        if bmcs:
-            others.append(RedfishSource(bmcs, interval=bmc_interval, topology=topology, health=polled.health))
-        if cdus:
-            try:
+        try:
+            if bmcs:
+                others.append(RedfishSource(bmcs, interval=bmc_interval, topology=topology, health=polled.health))
+            if cdus:
                 others.append(CduSource(cdus, topology, interval=cdu_interval, health=polled.health))
-            except ValueError as exc:
-                raise click.UsageError(f"--cdu: {exc}") from None
+        except ValueError as exc:
+            raise click.UsageError(f"--bmc / --cdu: {exc}") from None
         for other in others:
             other.counts_samples = False
         extra = "".join(f" and {len(found)} {what}" for found, what in ((bmcs, "BMCs"), (cdus, "CDUs")) if found)

@@ -127,7 +127,7 @@ def fan_share(entry: Mapping[str, Any], fan_max_rpm: float | None = None) -> tup
     if full is None or full <= 0:
         full = fan_max_rpm
     if not full:
-        return None, "fan RPM without a full-speed reference (set fan_max_rpm)"
+        return None, "fan RPM without a full-speed reference (set FORESHOCK_BMC_FAN_MAX_RPM)"
     return reading / full, ""
 
 
@@ -278,6 +278,19 @@ def clients(urls: Mapping[str, str], user: str | None, password: str | None, tim
     return {name: BmcClient(url, user, password, timeout, context) for name, url in urls.items()}
 
 
+def _env_rpm(name: str) -> float | None:
+    text = os.environ.get(name)
+    if not text:
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not value > 0 or math.isinf(value):
+        raise ValueError(f"{name} must be a fan's full speed in RPM, got {text!r}")
+    return value
+
+
 def node_topology(nodes: list[str], cluster: str = "redfish") -> Topology:
     """Nodes whose racks and GPUs the BMCs do not tell: every node in the one ``unknown`` rack."""
     return Topology.from_dict({
@@ -315,7 +328,8 @@ class RedfishSource(PollingSource):
     ``bmcs`` maps a node name to its BMC's base URL. The topology is the one given (its node
     names must match) or one holding just these nodes. ``user``/``password`` default to the
     ``FORESHOCK_BMC_USER``/``FORESHOCK_BMC_PASSWORD`` environment variables, the TLS settings to
-    ``FORESHOCK_BMC_CA_FILE`` and ``FORESHOCK_BMC_INSECURE=1``.
+    ``FORESHOCK_BMC_CA_FILE`` and ``FORESHOCK_BMC_INSECURE=1``, ``fan_max_rpm`` (the full speed of
+    fans whose BMC gives no ``MaxReadingRange``) to ``FORESHOCK_BMC_FAN_MAX_RPM``.
     """
 
     stage = STAGE
@@ -329,7 +343,7 @@ class RedfishSource(PollingSource):
             raise ValueError("RedfishSource needs at least one node's BMC")
         self.nodes = list(bmcs)
         self.clients = clients(bmcs, user, password, timeout, ca_file, insecure)
-        self.fan_max_rpm = fan_max_rpm
+        self.fan_max_rpm = fan_max_rpm if fan_max_rpm is not None else _env_rpm("FORESHOCK_BMC_FAN_MAX_RPM")
         self.plans: dict[str, list[ChassisPlan]] = {}
         self.workers = max(1, min(workers, len(self.nodes)))
         self._topology = topology if topology is not None else node_topology(self.nodes)

@@ -162,13 +162,19 @@ def test_fan_readings_without_a_scale_are_counted_not_guessed():
     assert fan_share({"Reading": None, "Status": {"State": "Absent"}}) == (None, "")
 
 
-def test_rpm_fans_without_a_range_use_the_configured_full_speed(bmcs):
+def test_rpm_fans_without_a_range_use_the_configured_full_speed(bmcs, monkeypatch):
     bmc = bmcs(legacy_tree((7200.0, 900.0), max_rpm=None))
     unscaled = source({"node1": bmc.url})
     batch = unscaled.read()
     assert "fan_speed" not in batch.columns and batch.columns["psu_power"][0] == 5210.0
-    assert unscaled.health.problems[("redfish", "fan RPM without a full-speed reference (set fan_max_rpm)")] == 2
+    assert unscaled.health.problems[("redfish", "fan RPM without a full-speed reference "
+                                                "(set FORESHOCK_BMC_FAN_MAX_RPM)")] == 2
     assert source({"node1": bmc.url}, fan_max_rpm=9000.0).read().columns["fan_speed"][0] == pytest.approx(0.1)
+    monkeypatch.setenv("FORESHOCK_BMC_FAN_MAX_RPM", "9000")
+    assert source({"node1": bmc.url}).read().columns["fan_speed"][0] == pytest.approx(0.1)
+    monkeypatch.setenv("FORESHOCK_BMC_FAN_MAX_RPM", "fast")
+    with pytest.raises(ValueError, match="full speed in RPM"):
+        source({"node1": bmc.url})
 
 
 def test_a_failing_bmc_is_counted_and_the_others_are_still_read(bmcs):
