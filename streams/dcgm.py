@@ -230,6 +230,7 @@ class DcgmScrapeSource(PollingSource):
     """
 
     stage = STAGE
+    reads = ("gpu",)
 
     def __init__(self, url: str, interval: float = 30.0, topology: Topology | None = None,
                  health: PipelineHealth | None = None, max_polls: int | None = None,

@@ -263,6 +263,7 @@ class DomSource(EthtoolSource):
     """
 
     stage = STAGE
+    reads = ("optic",)
     flag = "-m"
     entity_suffix = "#a"
     default_interval = 60.0

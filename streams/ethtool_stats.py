@@ -142,6 +142,7 @@ class EthtoolStatsSource(EthtoolSource):
     """
 
     stage = STAGE
+    reads = ("link", "optic")
     flag = "-S"
     default_interval = 10.0
 

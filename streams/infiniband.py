@@ -141,6 +141,7 @@ class InfinibandSource(PollingSource):
     """Reads the sysfs port counters every ``interval`` seconds; yields link frames."""
 
     stage = STAGE
+    reads = ("link",)
 
     def __init__(self, root: str | Path = DEFAULT_ROOT, interval: float = 1.0, host: str | None = None,
                  topology: Topology | None = None, link_names: Mapping[str, str] | None = None,

@@ -281,6 +281,7 @@ class NvidiaSmiSource(PollingSource):
     """
 
     stage = STAGE
+    reads = ("gpu",)
 
     def __init__(self, executable: str = "nvidia-smi", interval: float = 10.0, host: str | None = None,
                  topology: Topology | None = None, health: PipelineHealth | None = None,

@@ -95,6 +95,7 @@ class NvmlSource(PollingSource):
     """
 
     stage = STAGE
+    reads = ("gpu",)
 
     def __init__(self, interval: float = 1.0, host: str | None = None, topology: Topology | None = None,
                  health: PipelineHealth | None = None, max_polls: int | None = None,

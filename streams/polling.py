@@ -27,6 +27,7 @@ class PollingSource:
     """Base class: subclasses implement :meth:`poll` and set :attr:`topology` (maybe lazily)."""
 
     stage = "source"
+    reads: tuple[str, ...] = ()  # the entity kinds it yields: their sample counts exist from the start, at 0
     counts_samples = True  # False where a pipeline consuming the frames counts them in the same health
 
     def __init__(self, interval: float, health: PipelineHealth | None = None, max_polls: int | None = None,
@@ -40,6 +41,10 @@ class PollingSource:
         self.polls = 0
         self._stop = threading.Event()
         self._topology: Topology | None = None
+        # A source that never reads anything must still show it: problems over samples read is
+        # how ForeshockInputProblems judges an agent, and a ratio needs both series.
+        for kind in self.reads:
+            self.health.processed(kind, 0)
 
     @property
     def topology(self) -> Topology | None:

@@ -333,6 +333,7 @@ class RedfishSource(PollingSource):
     """
 
     stage = STAGE
+    reads = ("node",)
 
     def __init__(self, bmcs: Mapping[str, str], interval: float = 30.0, topology: Topology | None = None,
                  health: PipelineHealth | None = None, max_polls: int | None = None, timeout: float = 10.0,
@@ -461,6 +462,7 @@ class CduSource(PollingSource):
     """
 
     stage = STAGE
+    reads = ("rack",)
 
     def __init__(self, cdus: Mapping[str, str], topology: Topology, interval: float = 10.0,
                  health: PipelineHealth | None = None, max_polls: int | None = None, timeout: float = 10.0,
