@@ -248,7 +248,8 @@ def alerts(cfg: MixinConfig = DEFAULT_CONFIG) -> list[Alert]:
         Alert(
             "ForeshockInputProblems",
             "sum by (cluster, instance) (rate(foreshock_input_problems_total[5m])) / "
-            "sum by (cluster, instance) (rate(foreshock_samples_processed_total[5m])) "
+            "sum by (cluster, instance) (rate(foreshock_samples_processed_total[5m]) "
+            "or rate(foreshock_agent_samples_read_total[5m])) "
             f"> {cfg.input_problem_ratio:g}",
             "warning",
             "foreshock rejects or repairs {{ $value | humanizePercentage }} of its input on {{ $labels.instance }}",

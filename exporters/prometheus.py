@@ -89,6 +89,8 @@ CATALOGUE: tuple[MetricSpec, ...] = (
     MetricSpec(f"{NS}_xid_events_total", "counter", "New XID events seen (changes of the last-XID field)", ("cluster", "rack", "node", "gpu", "xid", "severity")),
     # the pipeline itself
     MetricSpec(f"{NS}_samples_processed_total", "counter", "Telemetry samples processed", ("cluster", "kind")),
+    # an ingest agent's own (not summed with the workers': every sample would count twice)
+    MetricSpec(f"{NS}_agent_samples_read_total", "counter", "Telemetry samples an ingest agent read from its source", ("cluster", "kind")),
     MetricSpec(f"{NS}_findings_total", "counter", "Findings emitted", ("cluster", "type")),
     MetricSpec(f"{NS}_input_problems_total", "counter", "Input problems counted (bad records, NaN, resets, ...)", ("cluster", "stage", "reason")),
     MetricSpec(f"{NS}_dead_letters_total", "counter", "Records sent to the dead-letter topic", ("cluster",)),
@@ -476,9 +478,11 @@ def _group_reduce(values: np.ndarray, groups: np.ndarray, n: int, op: np.ufunc, 
 
 
 class HealthCollector(Collector):
-    """The counters of a process that reads sources but detects nothing (an ingest agent): its
-    samples by kind and its input problems, named as the workers name theirs, so the same
-    ``ForeshockInputProblems`` alert covers a BMC that stopped answering an agent."""
+    """The counters of a process that reads sources but detects nothing (an ingest agent): the
+    samples it read, by kind (``foreshock_agent_samples_read_total``: the workers count the same
+    samples again as processed, so the two are kept apart), and its input problems, named as the
+    workers name theirs (distinct problems: they add up), so ``ForeshockInputProblems`` covers a
+    BMC that stopped answering an agent."""
 
     def __init__(self, health: PipelineHealth, cluster: Callable[[], str]) -> None:
         self.health = health
@@ -490,7 +494,7 @@ class HealthCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         samples, problems = self.health.counts()
         cluster = self.cluster()
-        f = _family(f"{NS}_samples_processed_total")
+        f = _family(f"{NS}_agent_samples_read_total")
         for kind, n in sorted(samples.items()):
             f.add_metric([cluster, kind], float(n))
         yield f

@@ -378,7 +378,7 @@ def test_an_agents_health_is_served_under_the_workers_metric_names():
     finally:
         server.shutdown()
         server.server_close()
-    assert 'foreshock_samples_processed_total{cluster="c1",kind="node"} 12.0' in text
+    assert 'foreshock_agent_samples_read_total{cluster="c1",kind="node"} 12.0' in text
     assert 'foreshock_input_problems_total{cluster="c1",reason="BMC unreachable",stage="redfish"} 3.0' in text
 
 
@@ -390,5 +390,5 @@ def test_a_source_that_never_read_anything_still_shows_its_kind_at_zero():
 
     source = RedfishSource({"node7": "http://127.0.0.1:9"}, interval=1.0, user="u", password="p")
     families = {f.name: f for f in HealthCollector(source.health, lambda: "c1").collect()}
-    (sample,) = families["foreshock_samples_processed"].samples
+    (sample,) = families["foreshock_agent_samples_read"].samples
     assert sample.labels == {"cluster": "c1", "kind": "node"} and sample.value == 0.0

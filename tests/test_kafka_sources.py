@@ -145,7 +145,7 @@ def test_an_agent_serves_its_own_counters_while_it_runs(kafka_settings, dcgm_exp
     text = ""
     try:
         deadline = time.monotonic() + 30
-        while "foreshock_samples_processed_total" not in text and time.monotonic() < deadline:
+        while "foreshock_agent_samples_read_total" not in text and time.monotonic() < deadline:
             time.sleep(0.2)
             try:
                 text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2).read().decode()
@@ -154,7 +154,7 @@ def test_an_agent_serves_its_own_counters_while_it_runs(kafka_settings, dcgm_exp
     finally:
         out, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err[-2000:]
-    assert 'foreshock_samples_processed_total{cluster="imported",kind="gpu"}' in text
+    assert 'foreshock_agent_samples_read_total{cluster="imported",kind="gpu"}' in text
     assert 'foreshock_input_problems_total{cluster="imported",reason="unmapped metric ignored",stage="dcgm"}' in text
     with pytest.raises(OSError):
         urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2)
