@@ -16,7 +16,6 @@ import numpy as np
 import pytest
 
 from foreshock.frames import Frame
-from foreshock.health import PipelineHealth
 from foreshock.streams.redfish import CduSource, RedfishSource, fan_share, parse_bmc_list
 from foreshock.topology import Topology
 
