@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import http.server
 import os
-import threading
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 import pytest
+
+from local_http import LocalHttpServer
 
 pytest_plugins = ["conftest_prom"]  # real Prometheus/Alertmanager fixtures (tests/conftest_prom.py)
 
@@ -68,26 +68,13 @@ def dcgm_exporter(shared_data: Path) -> Iterator[str]:
     ``/metrics`` (404 elsewhere); yields its base URL."""
     body = (shared_data / "dcgm" / "dcgm-exporter-tesla-t4.prom").read_bytes()
 
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 - http.server's name
-            if self.path != "/metrics":
-                self.send_error(404)
-                return
-            self.send_response(200)
-            self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+    def respond(request: Any) -> tuple[int, bytes, str]:
+        if request.path != "/metrics":
+            return 404, b"not found", "text/plain"
+        return 200, body, "text/plain; version=0.0.4; charset=utf-8"
 
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
+    server = LocalHttpServer(respond)
     try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
+        yield server.url
     finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(5)
+        server.close()

@@ -7,8 +7,6 @@ import base64
 import json
 import socket
 import ssl
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -19,13 +17,14 @@ from foreshock.frames import Frame
 from foreshock.streams.redfish import CduSource, RedfishSource, fan_share, parse_bmc_list
 from foreshock.topology import Topology
 
+from local_http import LocalHttpServer
 from thermal_synth import small_topology
 
 CERTS = Path(__file__).parent / "data" / "redfish"
 USER, PASSWORD = "admin", "s3cret"
 
 
-class TestBmc:
+class TestBmc(LocalHttpServer):
     """A BMC on 127.0.0.1: ``tree`` maps a path to a JSON document, to raw bytes (sent as they
     are) or to an int (that HTTP status). Every request needs USER/PASSWORD by basic auth."""
 
@@ -34,43 +33,24 @@ class TestBmc:
     def __init__(self, tree: dict[str, Any], tls: bool = False) -> None:
         self.tree = tree
         self.requests: list[str] = []
-        bmc = self
+        expected = "Basic " + base64.b64encode(f"{USER}:{PASSWORD}".encode()).decode()
 
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802 - http.server's name
-                bmc.requests.append(self.path)
-                expected = "Basic " + base64.b64encode(f"{USER}:{PASSWORD}".encode()).decode()
-                if self.headers.get("Authorization") != expected:
-                    return self._send(401, b'{"error": "unauthorized"}')
-                found = bmc.tree.get(self.path.rstrip("/") or "/")
-                if found is None:
-                    return self._send(404, b'{"error": "not found"}')
-                if isinstance(found, int):
-                    return self._send(found, b"{}")
-                self._send(200, found if isinstance(found, bytes) else json.dumps(found).encode())
+        def respond(request: Any) -> tuple[int, bytes, str]:
+            self.requests.append(request.path)
+            if request.headers.get("Authorization") != expected:
+                return 401, b'{"error": "unauthorized"}', "application/json"
+            found = self.tree.get(request.path.rstrip("/") or "/")
+            if found is None:
+                return 404, b'{"error": "not found"}', "application/json"
+            if isinstance(found, int):
+                return found, b"{}", "application/json"
+            return 200, found if isinstance(found, bytes) else json.dumps(found).encode(), "application/json"
 
-            def _send(self, code: int, body: bytes) -> None:
-                self.send_response(code)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        context = None
         if tls:
             context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
             context.load_cert_chain(CERTS / "bmc-cert.pem", CERTS / "bmc-key.pem")
-            self.server.socket = context.wrap_socket(self.server.socket, server_side=True)
-        self.url = f"{'https' if tls else 'http'}://127.0.0.1:{self.server.server_port}"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        super().__init__(respond, context)
 
 
 def legacy_tree(fan_rpm: tuple[float, ...] = (7200.0, 6900.0, 7100.0), max_rpm: float | None = 12000.0,

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import socket
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -17,39 +16,26 @@ from foreshock.findings import finding_from_dict
 from foreshock.simulator.formats import dcgm_exposition
 from foreshock.topology import Topology
 
+from local_http import LocalHttpServer
 from thermal_synth import Fault, World, small_topology
 
 
-class ScrapeServer:
+class ScrapeServer(LocalHttpServer):
     """Serves ``pages`` one per request, in order, then the last one again (a dcgm-exporter)."""
 
     def __init__(self, pages: list[str]) -> None:
         self.pages = pages
         self.served = 0
         lock = threading.Lock()
-        server = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802 - http.server's name
-                with lock:
-                    body = server.pages[min(server.served, len(server.pages) - 1)].encode()
-                    server.served += 1
-                self.send_response(200)
-                self.send_header("Content-Type", "text/plain; version=0.0.4")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
+        def respond(request: Any) -> tuple[int, bytes, str]:
+            with lock:
+                body = self.pages[min(self.served, len(self.pages) - 1)].encode()
+                self.served += 1
+            return 200, body, "text/plain; version=0.0.4"
 
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_port}/metrics"
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        super().__init__(respond)
+        self.url += "/metrics"
 
 
 def stamped(text: str, ts: float) -> str:

@@ -1,0 +1,42 @@
+"""A local HTTP(S) server for tests that stand in for a real one (a dcgm-exporter, a BMC): it
+binds 127.0.0.1 on a free port, serves from a thread, and answers every GET with ``respond``."""
+
+from __future__ import annotations
+
+import ssl
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Callable
+
+Response = tuple[int, bytes, str]  # status, body, Content-Type
+
+
+class LocalHttpServer:
+    """``respond(request)`` gets the request handler (``.path``, ``.headers``) and returns the
+    response; ``tls`` wraps the socket for HTTPS. ``url`` is the base URL; ``close()`` stops it."""
+
+    def __init__(self, respond: Callable[[BaseHTTPRequestHandler], Response],
+                 tls: ssl.SSLContext | None = None) -> None:
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802 - http.server's name
+                status, body, content_type = respond(self)
+                self.send_response(status)
+                self.send_header("Content-Type", content_type)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: Any) -> None:  # keep pytest output clean
+                pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        if tls is not None:
+            self.httpd.socket = tls.wrap_socket(self.httpd.socket, server_side=True)
+        self.url = f"{'https' if tls else 'http'}://127.0.0.1:{self.httpd.server_port}"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+        self.thread.join(5)
