@@ -50,6 +50,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from foreshock.fields import get_field
 from foreshock.findings import Anomaly, Finding
 from foreshock.frames import Frame
 from foreshock.health import PipelineHealth
@@ -85,7 +86,7 @@ R_BASE, R_BASE_SEEN = 0, 1
 # idle comparisons, consecutive comparisons found hot, the inlet its baseline was learnt at
 I_BASE, I_SEEN, I_RUN, I_HOT, I_INLET = range(5)
 NODE_QUORUM = 3  # nodes compared in a rack before one of them can be told to run hot
-FAN_SPEED_MAX = 1.2  # a fan_speed reading above this share of full speed is not one
+FAN_SPEED_MIN, FAN_SPEED_MAX = get_field("fan_speed").valid  # outside: not a share of full speed
 
 
 def follow(base: np.ndarray, x: np.ndarray, w: float) -> np.ndarray:
@@ -191,8 +192,8 @@ class CoolingDetector(ThermalFitDetector):
         if speed is None or len(frame) == 0:
             return []
         # a share of full speed: anything else (a raw RPM, a sentinel such as -1) is not a reading
-        garbage = np.isfinite(speed) & ((speed < 0.0) | (speed > FAN_SPEED_MAX))
-        self.health.problem(self.name, "fan_speed outside 0..1.2 of full speed: ignored",
+        garbage = np.isfinite(speed) & ((speed < FAN_SPEED_MIN) | (speed > FAN_SPEED_MAX))
+        self.health.problem(self.name, f"fan_speed outside {FAN_SPEED_MIN:g}..{FAN_SPEED_MAX:g} of full speed: ignored",
                             int(np.count_nonzero(garbage)))
         read = np.isfinite(speed) & ~garbage
         self.s_fan_speed[frame.slot[read]] = speed[read]

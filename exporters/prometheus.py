@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Mapping
 
 import numpy as np
 from prometheus_client import CollectorRegistry, start_http_server
@@ -22,8 +22,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector
 
 from foreshock import facts
-from foreshock.detectors.cooling import FAN_SPEED_MAX
 from foreshock.facts import IB_PORT_STATE_ACTIVE, THROTTLE_BITS
+from foreshock.fields import get_field
 from foreshock.health import PipelineHealth
 
 from .store import LATENCY_BUCKETS, FindingStore, StoreSnapshot, xid_severity
@@ -231,8 +231,9 @@ class ForeshockCollector(Collector):
                     fam.add_metric([cluster, topo.racks[r]], float(v))
             yield fam
         f_fan = _family(f"{NS}_node_fan_speed_ratio")
+        lo, hi = get_field("fan_speed").valid
         for nd, v in enumerate(snap.latest["node"]["fan_speed"]):
-            if 0.0 <= v <= FAN_SPEED_MAX:  # a share of full speed; a -1 sentinel must not page as stopped
+            if lo <= v <= hi:  # a share of full speed; a -1 sentinel must not page as stopped
                 f_fan.add_metric([cluster, topo.racks[topo.node_rack[nd]], topo.nodes[nd]], float(v))
         yield f_fan
         yield from self._loops(snap)
@@ -415,18 +416,9 @@ class ForeshockCollector(Collector):
     # ---- the pipeline itself ---------------------------------------------------------------
     def _pipeline(self, snap: StoreSnapshot) -> Iterator[Metric]:
         cluster = snap.topology.cluster
-        f = _family(f"{NS}_samples_processed_total")
-        for kind, n in sorted(snap.samples.items()):
-            f.add_metric([cluster, kind], float(n))
-        yield f
-        f = _family(f"{NS}_findings_total")
-        for kind, n in sorted(snap.findings.items()):
-            f.add_metric([cluster, kind], float(n))
-        yield f
-        f = _family(f"{NS}_input_problems_total")
-        for (stage, reason), n in sorted(snap.problems.items()):
-            f.add_metric([cluster, stage, reason], float(n))
-        yield f
+        yield _counts(f"{NS}_samples_processed_total", cluster, snap.samples)
+        yield _counts(f"{NS}_findings_total", cluster, snap.findings)
+        yield _counts(f"{NS}_input_problems_total", cluster, snap.problems)
         f = _family(f"{NS}_dead_letters_total")
         f.add_metric([cluster], float(snap.dead_letters))
         yield f
@@ -443,6 +435,15 @@ class ForeshockCollector(Collector):
         buckets.append(("+Inf", float(cumulative[-1])))
         h.add_metric([cluster], buckets, snap.latency_sum)  # type: ignore[attr-defined]
         yield h
+
+
+def _counts(name: str, cluster: str, counts: Mapping[Any, int]) -> Metric:
+    """A counter family with one series per key of ``counts`` (a label value, or a tuple of
+    them after ``cluster``), in key order."""
+    family = _family(name)
+    for key, n in sorted(counts.items()):
+        family.add_metric([cluster, *(key if isinstance(key, tuple) else (key,))], float(n))
+    return family  # type: ignore[no-any-return]
 
 
 def _hottest(values: np.ndarray, k: int) -> np.ndarray:
@@ -494,14 +495,8 @@ class HealthCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         samples, problems = self.health.counts()
         cluster = self.cluster()
-        f = _family(f"{NS}_agent_samples_read_total")
-        for kind, n in sorted(samples.items()):
-            f.add_metric([cluster, kind], float(n))
-        yield f
-        f = _family(f"{NS}_input_problems_total")
-        for (stage, reason), n in sorted(problems.items()):
-            f.add_metric([cluster, stage, reason], float(n))
-        yield f
+        yield _counts(f"{NS}_agent_samples_read_total", cluster, samples)
+        yield _counts(f"{NS}_input_problems_total", cluster, problems)
 
 
 def serve_health(health: PipelineHealth, cluster: Callable[[], str], host: str = "127.0.0.1",
