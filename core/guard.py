@@ -8,7 +8,10 @@ sets aside (``PipelineHealth.problem``) — nothing disappears silently:
 - ``bad_timestamp``: NaN or infinite ``ts``;
 - ``duplicate_timestamp``: same ``ts`` as the entity's previous sample;
 - ``out_of_order``: older than the entity's previous sample;
-- ``missing_values``: NaN gaps in a field the frame does report: kept (NaN means missing), counted;
+- ``missing_values``: NaN gaps in a field the frame does report, where that entity has reported
+  the field before (a sensor going dark): kept (NaN means missing), counted. A field an entity has
+  never reported is one it does not have (a T4 has no HBM sensor; a mixed fleet's exporter page
+  leaves it blank for those GPUs): not counted, or every poll would count it again;
 - ``inf_values``: infinities become NaN, counted;
 - ``out_of_range``: a gauge value no sensor of its field can read (``Field.valid``: a sentinel
   such as 65535 or -1, a raw RPM where a share is due) becomes NaN, counted with the field named.
@@ -16,14 +19,17 @@ sets aside (``PipelineHealth.problem``) — nothing disappears silently:
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 import numpy as np
 
-from .fields import get_field, valid_bounds
+from .fields import field_names, get_field, valid_bounds
 from .frames import Frame
 from .health import PipelineHealth
 from .numba_config import jit
 from .topology import Topology
 
+_REPORTED = ":reported"
 REASONS = ("unknown_entity", "bad_timestamp", "duplicate_timestamp", "out_of_order")
 
 
@@ -50,35 +56,57 @@ def _guard_kernel(ts: np.ndarray, slot: np.ndarray, last_ts: np.ndarray, counts:
 
 @jit
 def _scan_columns(columns: tuple[np.ndarray, ...], rows: int, lo: np.ndarray, hi: np.ndarray,
-                  out_of_range: np.ndarray) -> tuple[int, int]:
+                  out_of_range: np.ndarray, slot: np.ndarray, field: np.ndarray,
+                  reported: np.ndarray, unreported: np.ndarray) -> tuple[int, int]:
     """Over a tuple of equal-length float64 columns, in place: sets infinities, and finite values
     outside ``[lo[c], hi[c]]``, to NaN (counting the latter per column in ``out_of_range``).
-    Returns (gaps, infinities): gaps are the NaN (infinities included) of the columns that have
-    some but not ``rows`` of them — a column NaN in every row is a field the source does not report."""
+    Returns (gaps, infinities). Gaps are the NaN (infinities included) where the row's entity gave
+    a value of that field before: ``reported[field[c], slot]``, set here by every value inside the
+    range, with ``unreported[field]`` counting the entities not yet seen: once every entity of
+    the kind has reported a field, its column is scanned without writing. (Until ``reported`` was
+    kept, a column NaN in every row was taken for a field the source does not report, which also
+    hid the one GPU of a frame whose sensor went dark.)"""
     gaps = 0
     infs = 0
     c = 0
     for column in columns:
-        n_nan = 0
         low = lo[c]
         high = hi[c]
+        f = field[c]
+        seen = reported[f]
+        learning = unreported[f] > 0
         for i in range(rows):
             v = column[i]
             if low <= v <= high:  # the usual case, one test: bounds are finite, so NaN and ±inf fail it
+                if learning and not seen[slot[i]]:
+                    seen[slot[i]] = True
+                    unreported[f] -= 1
                 continue
             if v != v:
-                n_nan += 1
+                gaps += 1 if seen[slot[i]] else 0
             elif v == np.inf or v == -np.inf:
                 column[i] = np.nan
-                n_nan += 1
+                gaps += 1 if seen[slot[i]] else 0
                 infs += 1
             else:
                 column[i] = np.nan
                 out_of_range[c] += 1
-        if 0 < n_nan < rows:
-            gaps += n_nan
         c += 1
     return gaps, infs
+
+
+@lru_cache(maxsize=256)
+def _field_positions(kind: str, names: tuple[str, ...]) -> np.ndarray:
+    """Where each of ``names`` sits in ``field_names(kind)``: the row of ``InputGuard.s_reported``."""
+    index = {name: i for i, name in enumerate(field_names(kind))}
+    positions = np.array([index[name] for name in names], dtype=np.int64)
+    positions.flags.writeable = False  # cached: shared by every caller
+    return positions
+
+
+def _unreported(reported: np.ndarray) -> np.ndarray:
+    """Per field, how many entities have not reported it yet."""
+    return (reported.shape[1] - reported.sum(axis=1)).astype(np.int64)
 
 
 def kernel_column(column: np.ndarray) -> np.ndarray:
@@ -95,8 +123,13 @@ class InputGuard:
     def __init__(self, topology: Topology, health: PipelineHealth, stage: str = "guard") -> None:
         self.health = health
         self.stage = stage
-        self.s_last_ts = {kind: np.full(topology.size(kind), -np.inf) for kind in
-                          ("gpu", "link", "optic", "node", "rack", "job")}
+        kinds = ("gpu", "link", "optic", "node", "rack", "job")
+        self.s_last_ts = {kind: np.full(topology.size(kind), -np.inf) for kind in kinds}
+        # (field, slot): has this entity ever given a valid value of this field? Field-major, so
+        # the kernel walks one contiguous row per column.
+        self.s_reported = {kind: np.zeros((len(field_names(kind)), topology.size(kind)), dtype=np.bool_)
+                           for kind in kinds}
+        self._unreported = {kind: _unreported(seen) for kind, seen in self.s_reported.items()}
 
     def check(self, frame: Frame) -> Frame:
         if len(frame) == 0:
@@ -121,23 +154,34 @@ class InputGuard:
         names = tuple(columns)
         lo, hi = valid_bounds(frame.kind, names)
         outside = np.zeros(len(names), dtype=np.int64)
-        gaps, infs = _scan_columns(tuple(columns.values()), len(out), lo, hi, outside)
+        fields = _field_positions(frame.kind, names)
+        gaps, infs = _scan_columns(tuple(columns.values()), len(out), lo, hi, outside, out.slot, fields,
+                                   self.s_reported[frame.kind], self._unreported[frame.kind])
         for c in np.flatnonzero(outside):
             self.health.problem(self.stage, f"out_of_range: {names[c]}", int(outside[c]),
                                 detail=f"{frame.kind} frame; outside {lo[c]:g}..{hi[c]:g} {get_field(names[c]).unit}, "
                                        "set to NaN")
         if infs:
             self.health.problem(self.stage, "inf_values", int(infs), detail=f"{frame.kind} frame; set to NaN")
-        # NaN is the contract's "missing". A field absent from the whole frame is simply not
-        # reported by this source; a gap inside a reported field is counted, so a sensor going
-        # dark is visible.
+        # NaN is the contract's "missing". A field absent from the frame, or one its entity has
+        # never given a value of, is simply not reported by this source; a NaN where the entity
+        # gave a value before is counted, so a sensor going dark is visible.
         if gaps:
             self.health.problem(self.stage, "missing_values", int(gaps), detail=f"{frame.kind} frame")
         return out
 
     def state_dict(self) -> dict[str, np.ndarray]:
-        return {k: v.copy() for k, v in self.s_last_ts.items()}
+        state: dict[str, np.ndarray] = {k: v.copy() for k, v in self.s_last_ts.items()}
+        state.update({f"{k}{_REPORTED}": v.copy() for k, v in self.s_reported.items()})
+        return state
 
     def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
+        """A state without the reported fields (a checkpoint from before they were kept) leaves
+        them empty: gaps count again once each entity has given a value."""
         for k, v in state.items():
-            self.s_last_ts[k] = np.asarray(v, dtype=np.float64).copy()
+            if k.endswith(_REPORTED):
+                kind = k.removesuffix(_REPORTED)
+                self.s_reported[kind] = np.asarray(v, dtype=np.bool_).copy()
+                self._unreported[kind] = _unreported(self.s_reported[kind])
+            else:
+                self.s_last_ts[k] = np.asarray(v, dtype=np.float64).copy()

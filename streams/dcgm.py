@@ -104,10 +104,17 @@ def _series(block: str, default_host: str, entities: dict[str, int]) -> tuple[in
 
 
 def parse_dcgm_text(text: str, ts: float, health: PipelineHealth | None = None,
-                    default_host: str = "localhost") -> SampleBatch:
+                    default_host: str = "localhost", once: set[str] | None = None) -> SampleBatch:
     """Parse one dcgm-exporter scrape into a gpu batch (one row per GPU).
 
     ``ts`` is the scrape time, used unless lines carry their own (millisecond) timestamps.
+
+    ``once`` is what a source polling the same exporter has counted already. A metric foreshock
+    does not read, and a field a GPU does not support (the not-supported sentinel), are facts
+    about the exporter's configuration and the GPU, not bad input: with ``once`` each counts the
+    first scrape it appears in (the metric by name, the sentinel by series), not every scrape —
+    a default dcgm-exporter page has more such lines than readings, and counting them at every
+    poll kept ForeshockInputProblems firing on a healthy exporter.
     """
     health = health if health is not None else PipelineHealth()
     index = source_index("dcgm")
@@ -162,7 +169,8 @@ def parse_dcgm_text(text: str, ts: float, health: PipelineHealth | None = None,
             problems["infinite value"] += 1
             continue
         if is_not_supported(value):
-            problems["not-supported sentinel dropped"] += 1
+            if once is None or _first_time(once, f"{name}{{{block}}}"):
+                problems["not-supported sentinel dropped"] += 1
             continue
         field, scale = mapped
         ent.append(series[0])
@@ -174,10 +182,19 @@ def parse_dcgm_text(text: str, ts: float, health: PipelineHealth | None = None,
 
     for reason, count in problems.items():
         health.problem(STAGE, reason, count)
+    if once is not None:
+        unmapped = Counter({name: 1 for name in unmapped if _first_time(once, name)})
     if unmapped:
         health.problem(STAGE, "unmapped metric ignored", sum(unmapped.values()),
                        detail=", ".join(sorted(unmapped)[:5]))
     return _fold(names, list(entities), ent, fld, val, weight, stamp, mig, health)
+
+
+def _first_time(once: set[str], key: str) -> bool:
+    if key in once:
+        return False
+    once.add(key)
+    return True
 
 
 def _fold(names: tuple[str, ...], entities: list[str], ent: array, fld: array, val: array,
@@ -227,6 +244,10 @@ class DcgmScrapeSource(PollingSource):
     reads every GPU the Prometheus server scrapes. A sample served again (polled faster than
     Prometheus scrapes the exporter) is not new telemetry: a GPU whose row is no newer than the
     last one read is left out of the frame, not counted as a problem.
+
+    A metric foreshock does not read, and a GPU's not-supported sentinel, count once each over the
+    source's life (``parse_dcgm_text``'s ``once``), so a healthy exporter's rate of input problems
+    is zero.
     """
 
     stage = STAGE
@@ -241,6 +262,7 @@ class DcgmScrapeSource(PollingSource):
         self.default_host = default_host or urlparse(url).hostname or "localhost"
         self._topology = topology
         self._last_ts: dict[str, float] = {}  # per GPU name, the newest row read
+        self._counted_once: set[str] = set()  # unmapped metrics and unsupported series seen (parse_dcgm_text)
 
     def scrape(self) -> str | None:
         try:
@@ -257,7 +279,7 @@ class DcgmScrapeSource(PollingSource):
         text = self.scrape()
         if text is None:
             return []
-        batch = self._new_rows(parse_dcgm_text(text, now, self.health, self.default_host))
+        batch = self._new_rows(parse_dcgm_text(text, now, self.health, self.default_host, self._counted_once))
         if self._topology is None:
             if not len(batch):
                 return []

@@ -40,3 +40,21 @@ class LocalHttpServer:
         self.httpd.shutdown()
         self.httpd.server_close()
         self.thread.join(5)
+
+
+class ScrapeServer(LocalHttpServer):
+    """Serves ``pages`` one per request, in order, then the last one again (a dcgm-exporter)."""
+
+    def __init__(self, pages: list[str]) -> None:
+        self.pages = pages
+        self.served = 0
+        lock = threading.Lock()
+
+        def respond(request: Any) -> tuple[int, bytes, str]:
+            with lock:
+                body = self.pages[min(self.served, len(self.pages) - 1)].encode()
+                self.served += 1
+            return 200, body, "text/plain; version=0.0.4"
+
+        super().__init__(respond)
+        self.url += "/metrics"

@@ -290,11 +290,12 @@ def test_slots_that_are_not_int32_values_are_rejected_not_cast(slots) -> None:
 
 
 # ---- the input guard's column scan against the per-column reference it replaced -------------
-def _reference_guard_columns(columns: dict[str, np.ndarray],
+def _reference_guard_columns(columns: dict[str, np.ndarray], slots: np.ndarray,
                              valid: dict[str, tuple[float, float]]) -> tuple[dict[str, np.ndarray], int, int,
                                                                              dict[str, int]]:
-    """Infinities become NaN (counted), then NaN gaps inside reported fields are counted; then
-    finite values outside each field's valid range become NaN, counted per field (not as gaps)."""
+    """Infinities become NaN (counted), then NaN gaps are counted where an earlier row of the same
+    slot held a value inside the field's range; then finite values outside
+    each field's valid range become NaN, counted per field (not as gaps)."""
     out = {name: col.copy() for name, col in columns.items()}
     infs = gaps = 0
     outside: dict[str, int] = {}
@@ -302,10 +303,12 @@ def _reference_guard_columns(columns: dict[str, np.ndarray],
         inf = np.isinf(col)
         infs += int(inf.sum())
         col[inf] = np.nan
-    for col in out.values():
-        n_nan = int(np.isnan(col).sum())
-        if 0 < n_nan < len(col):
-            gaps += n_nan
+    for name, col in out.items():
+        lo, hi = valid[name]
+        for i, v in enumerate(col):
+            earlier = col[:i][slots[:i] == slots[i]]
+            if np.isnan(v) and np.any((earlier >= lo) & (earlier <= hi)):
+                gaps += 1
     for name, col in out.items():
         lo, hi = valid[name]
         bad = np.isfinite(col) & ((col < lo) | (col > hi))
@@ -341,7 +344,7 @@ def test_guard_column_scan_matches_the_per_column_reference(case) -> None:
                   "power": (0.0, 5000.0), "power_limit": (0.0, 5000.0), "sm_clock": (0.0, 1e11),
                   "sm_clock_max": (0.0, 1e11), "util": (0.0, 1.2), "throttle_reasons": (0.0, math.inf),
                   "xid_last": (0.0, math.inf)})
-    expect, infs, gaps, outside = _reference_guard_columns({**columns, **absent}, valid)
+    expect, infs, gaps, outside = _reference_guard_columns({**columns, **absent}, frame.slot.copy(), valid)
     health = PipelineHealth()
     out = InputGuard(topology, health).check(frame)
     assert len(out) == n  # every slot's timestamps rise: the guard keeps every row

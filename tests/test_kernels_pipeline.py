@@ -173,12 +173,50 @@ def test_guard_matches_reference_and_counts_every_dropped_row(rows) -> None:
 
 def test_guard_turns_inf_into_counted_nan_and_counts_gaps() -> None:
     health = PipelineHealth()
-    out = InputGuard(TOPO, health).check(
-        Frame("gpu", [1.0, 1.0], [0, 1], {"gpu_temp": [np.inf, 50.0], "power": [np.nan, 500.0]}))
+    guard = InputGuard(TOPO, health)
+    guard.check(Frame("gpu", [0.0, 0.0], [0, 1], {"gpu_temp": [45.0, 46.0], "power": [480.0, 490.0]}))
+    out = guard.check(Frame("gpu", [1.0, 1.0], [0, 1], {"gpu_temp": [np.inf, 50.0], "power": [np.nan, 500.0]}))
     assert np.isnan(out.columns["gpu_temp"][0])
     assert health.problems[("guard", "inf_values")] == 1
     # gpu_temp had one inf (now NaN) and power one NaN, in columns the frame does report
     assert health.problems[("guard", "missing_values")] == 2
+
+
+def test_guard_counts_a_sensor_going_dark_but_not_a_field_the_gpu_never_had() -> None:
+    """A mixed fleet's exporter page: GPU 1 has no HBM sensor and never reports one, so its blank
+    ``hbm_temp`` is not a gap, poll after poll; GPU 0's HBM sensor stops answering at the third
+    poll, which is. A value outside the field's range is no reading: it does not make a later
+    NaN a gap."""
+    health = PipelineHealth()
+    guard = InputGuard(TOPO, health)
+    for t, hbm0 in ((1.0, 60.0), (2.0, 61.0), (3.0, np.nan), (4.0, np.nan)):
+        guard.check(Frame("gpu", [t, t, t], [0, 1, 2], {"gpu_temp": [50.0, 40.0, 41.0],
+                                                       "hbm_temp": [hbm0, np.nan, 65535.0 if t == 1.0 else np.nan]}))
+    assert health.problems[("guard", "missing_values")] == 2  # GPU 0 at t=3 and t=4
+    assert health.problems[("guard", "out_of_range: hbm_temp")] == 1
+    # once every GPU of the topology has reported a field the guard stops learning it: a sensor
+    # going dark is still a gap
+    two = Topology.from_gpu_hosts([("n0", 0), ("n0", 1)])
+    health = PipelineHealth()
+    guard = InputGuard(two, health)
+    for t, hbm in ((1.0, [60.0, 61.0]), (2.0, [60.0, np.nan]), (3.0, [np.inf, np.nan]), (4.0, [np.nan, np.nan])):
+        guard.check(Frame("gpu", [t, t], [0, 1], {"hbm_temp": hbm}))
+    assert health.problems[("guard", "missing_values")] == 5
+
+
+def test_the_fields_an_entity_reported_survive_a_checkpoint() -> None:
+    health = PipelineHealth()
+    guard = InputGuard(TOPO, health)
+    guard.check(Frame("gpu", [1.0, 1.0], [0, 1], {"gpu_temp": [50.0, 40.0], "hbm_temp": [60.0, np.nan]}))
+    restored = InputGuard(TOPO, health)
+    restored.load_state_dict(guard.state_dict())
+    restored.check(Frame("gpu", [2.0, 2.0], [0, 1], {"gpu_temp": [50.0, 40.0], "hbm_temp": [np.nan, 61.0]}))
+    assert health.problems[("guard", "missing_values")] == 1  # GPU 0's, which had reported before
+    # a checkpoint written before the guard kept them: every field starts unreported
+    old = InputGuard(TOPO, health)
+    old.load_state_dict({k: v for k, v in guard.state_dict().items() if ":" not in k})
+    old.check(Frame("gpu", [3.0, 3.0], [0, 1], {"gpu_temp": [50.0, 40.0], "hbm_temp": [np.nan, 61.0]}))
+    assert health.problems[("guard", "missing_values")] == 1
 
 
 def test_throttle_bits_reports_onsets_only() -> None:

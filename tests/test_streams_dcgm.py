@@ -13,6 +13,8 @@ from foreshock.health import PipelineHealth
 from foreshock.streams.dcgm import DcgmScrapeSource, is_not_supported, parse_dcgm_text
 from foreshock.streams.samples import gpu_topology
 
+from local_http import ScrapeServer
+
 T0 = 1_780_000_000.0
 LABELS = 'gpu="{gpu}",UUID="GPU-x",device="nvidia{gpu}",modelName="NVIDIA H100 80GB HBM3",Hostname="{host}"'
 
@@ -180,6 +182,35 @@ def test_scrape_source_polls_on_an_interval(dcgm_exporter: str) -> None:
         assert frame.columns["energy"][row] == 128996.013
     assert frames[0].ts[0] < frames[-1].ts[0]
     assert health.samples["gpu"] == 6
+
+
+def test_what_a_healthy_exporter_serves_every_time_is_counted_once_and_a_broken_line_every_time(
+        t4_text: str) -> None:
+    """The real T4 page serves six metrics foreshock does not read at every scrape; an H100 beside
+    it has no HBM temperature (the not-supported sentinel). Those are the exporter's configuration
+    and the GPU's, not bad input: each counts at its first scrape, so a healthy exporter's rate of
+    input problems falls to zero. A metric that appears later counts once then; a broken line is
+    bad input at every scrape."""
+    h100 = "\n".join([line("DCGM_FI_DEV_GPU_TEMP", "61"), line("DCGM_FI_DEV_MEMORY_TEMP", "9223372036854775794")])
+    broken = 'DCGM_FI_DEV_GPU_TEMP{gpu="0" 41'
+    page = f"{t4_text}\n{h100}\n{broken}\n"
+    later = page + line("DCGM_FI_DEV_ENC_UTIL", "0") + "\n"
+    server = ScrapeServer([page, page, later, later])
+    health = PipelineHealth()
+    try:
+        frames = list(DcgmScrapeSource(server.url, interval=0.01, health=health, max_polls=4))
+    finally:
+        server.close()
+    assert len(frames) == 4
+    not_read = {"DCGM_FI_DEV_MEM_CLOCK", "DCGM_FI_DEV_MEM_COPY_UTIL", "DCGM_FI_DEV_FB_FREE", "DCGM_FI_DEV_FB_USED",
+                "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", "DCGM_FI_DEV_PSTATE"}  # read off the page by hand
+    assert health.problems[("dcgm", "unmapped metric ignored")] == len(not_read) + 1  # + ENC_UTIL, once
+    assert health.problems[("dcgm", "not-supported sentinel dropped")] == 1
+    assert health.problems[("dcgm", "malformed line")] == 4
+    # a one-off parse (an imported page) counts what it sees
+    once = PipelineHealth()
+    parse_dcgm_text(page + page, T0, once)
+    assert once.problems[("dcgm", "unmapped metric ignored")] == 2 * len(not_read)
 
 
 def test_scrape_failures_are_counted_and_the_source_keeps_going(dcgm_exporter: str) -> None:

@@ -7,7 +7,6 @@ import json
 import socket
 import threading
 from pathlib import Path
-from typing import Any
 
 from click.testing import CliRunner
 
@@ -16,26 +15,8 @@ from foreshock.findings import finding_from_dict
 from foreshock.simulator.formats import dcgm_exposition
 from foreshock.topology import Topology
 
-from local_http import LocalHttpServer
+from local_http import ScrapeServer
 from thermal_synth import Fault, World, small_topology
-
-
-class ScrapeServer(LocalHttpServer):
-    """Serves ``pages`` one per request, in order, then the last one again (a dcgm-exporter)."""
-
-    def __init__(self, pages: list[str]) -> None:
-        self.pages = pages
-        self.served = 0
-        lock = threading.Lock()
-
-        def respond(request: Any) -> tuple[int, bytes, str]:
-            with lock:
-                body = self.pages[min(self.served, len(self.pages) - 1)].encode()
-                self.served += 1
-            return 200, body, "text/plain; version=0.0.4"
-
-        super().__init__(respond)
-        self.url += "/metrics"
 
 
 def stamped(text: str, ts: float) -> str:
@@ -74,7 +55,8 @@ def test_watch_predicts_a_failing_interface_from_a_live_dcgm_exporter(tmp_path: 
 def test_watch_counts_what_the_source_counts_and_predicts_nothing_on_a_steady_gpu(tmp_path: Path,
                                                                                    shared_data: Path):
     """The real Tesla T4 scrape, served as it is (steady, idle), with a broken line added: no
-    prediction, and the source's problem shows in the watch's counters (exported with the rest)."""
+    prediction, and the source's problem shows in the watch's counters (exported with the rest);
+    what the healthy page serves at every scrape does not."""
     scrape = (shared_data / "dcgm" / "dcgm-exporter-tesla-t4.prom").read_text()
     server = ScrapeServer([scrape + 'DCGM_FI_DEV_GPU_TEMP{gpu="0" 41\n'])
     try:
@@ -87,6 +69,11 @@ def test_watch_counts_what_the_source_counts_and_predicts_nothing_on_a_steady_gp
     assert summary["samples"] == 3 * 2 and summary["findings"].get("prediction", 0) == 0  # two GPUs a scrape
     assert "telemetry: 6 samples" in result.output  # counted once, by the pipeline
     assert "dcgm/malformed line 3" in result.output  # the source's count, once per poll
+    # The page's two GPUs report disjoint fields, and six of its metrics are not read: neither is
+    # bad input, so neither grows with the polls (each poll had counted 16 such problems on 2
+    # samples, and ForeshockInputProblems would have fired on a healthy exporter).
+    assert summary["input_problems"] == 3 + 6
+    assert "missing_values" not in result.output
 
 
 def test_watch_says_why_when_the_source_gives_nothing():
