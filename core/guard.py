@@ -20,6 +20,7 @@ sets aside (``PipelineHealth.problem``) — nothing disappears silently:
 from __future__ import annotations
 
 from functools import lru_cache
+from typing import Any
 
 import numpy as np
 
@@ -30,6 +31,7 @@ from .numba_config import jit
 from .topology import Topology
 
 _REPORTED = ":reported"
+_JOBS = "jobs:keys"
 REASONS = ("unknown_entity", "bad_timestamp", "duplicate_timestamp", "out_of_order")
 
 
@@ -130,6 +132,8 @@ class InputGuard:
         self.s_reported = {kind: np.zeros((len(field_names(kind)), topology.size(kind)), dtype=np.bool_)
                            for kind in kinds}
         self._unreported = {kind: _unreported(seen) for kind, seen in self.s_reported.items()}
+        self._job_keys = topology.job_keys()
+        self._job_slot_map = topology.job_slot_map
 
     def check(self, frame: Frame) -> Frame:
         if len(frame) == 0:
@@ -170,18 +174,39 @@ class InputGuard:
             self.health.problem(self.stage, "missing_values", int(gaps), detail=f"{frame.kind} frame")
         return out
 
-    def state_dict(self) -> dict[str, np.ndarray]:
-        state: dict[str, np.ndarray] = {k: v.copy() for k, v in self.s_last_ts.items()}
+    def state_dict(self) -> dict[str, Any]:
+        state: dict[str, Any] = {k: v.copy() for k, v in self.s_last_ts.items()}
         state.update({f"{k}{_REPORTED}": v.copy() for k, v in self.s_reported.items()})
+        state[_JOBS] = list(self._job_keys)
         return state
 
-    def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
-        """A state without the reported fields (a checkpoint from before they were kept) leaves
-        them empty: gaps count again once each entity has given a value."""
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore a saved state; ValueError where it numbers the hardware otherwise.
+
+        Jobs are found again by name and nodes (``Topology.job_slot_map``): a worker restarted
+        with a new job list keeps what it knew of the jobs still listed, and starts the new ones
+        fresh (their rows had been refused as unknown entities while the saved, shorter arrays
+        lasted). A state without the reported fields (a checkpoint from before they were kept)
+        leaves them empty: gaps count again once each entity has given a value."""
+        saved_jobs = state.get(_JOBS)
         for k, v in state.items():
-            if k.endswith(_REPORTED):
-                kind = k.removesuffix(_REPORTED)
-                self.s_reported[kind] = np.asarray(v, dtype=np.bool_).copy()
+            if k == _JOBS:
+                continue
+            reported = k.endswith(_REPORTED)
+            kind = k.removesuffix(_REPORTED)
+            own = self.s_reported[kind] if reported else self.s_last_ts[kind]
+            arr = np.asarray(v, dtype=own.dtype)
+            if kind == "job" and (saved_jobs is not None or arr.shape != own.shape):
+                moved = own.copy()
+                if saved_jobs is not None:
+                    to = self._job_slot_map(saved_jobs)
+                    kept = np.flatnonzero(to >= 0)
+                    moved[..., to[kept]] = arr[..., kept]
+                arr = moved  # an old state of another length: the jobs start fresh
+            if arr.shape != own.shape:
+                raise ValueError(f"guard: state {k!r} has shape {arr.shape}, expected {own.shape}")
+            if reported:
+                self.s_reported[kind] = arr.copy()
                 self._unreported[kind] = _unreported(self.s_reported[kind])
             else:
-                self.s_last_ts[k] = np.asarray(v, dtype=np.float64).copy()
+                self.s_last_ts[kind] = arr.copy()

@@ -248,6 +248,23 @@ class Topology:
             cache[jobs] = hashlib.sha256(canonical.encode()).hexdigest()[:16]
         return cache[jobs]
 
+    def job_keys(self) -> list[str]:
+        """Per job slot, a short digest of the job's name and nodes: what a checkpoint keeps to
+        find each job again under a new job list (``job_slot_map``). A job is the same only with
+        the same name on the same nodes."""
+        keys: list[str] | None = self.__dict__.get("_job_keys")
+        if keys is None:
+            keys = self.__dict__["_job_keys"] = [
+                hashlib.sha256(json.dumps([name, sorted(self.nodes[n] for n in nodes)]).encode()).hexdigest()[:16]
+                for name, nodes in zip(self.jobs, self.job_nodes)]
+        return keys
+
+    def job_slot_map(self, saved_keys: list[str]) -> np.ndarray:
+        """For each job slot of a saved job list (its ``job_keys``), that job's slot in this
+        topology, or -1 where it is no longer listed."""
+        here = {k: j for j, k in enumerate(self.job_keys())}
+        return np.array([here.get(k, -1) for k in saved_keys], dtype=np.int64)
+
     @classmethod
     def from_dict(cls, data: Any, source: str = "topology") -> "Topology":
         """Build from the YAML shape above; every problem raises :class:`TopologyError`."""

@@ -74,9 +74,15 @@ class Telemetry:
     def state_dict(self) -> dict[str, Any]:
         return {**{n: getattr(self, n).copy() for n in self.ARRAYS}, "gpu_frames_ts": self.gpu_frames_ts}
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
+    def load_state_dict(self, state: dict[str, Any], job_slots: np.ndarray | None = None) -> None:
+        """``job_slots``: where each saved job is in this job list (-1 gone), when it changed."""
         for name in self.ARRAYS:
             arr = np.asarray(state[name], dtype=np.float64)
+            if name == "s_job_tel" and job_slots is not None:
+                kept = np.flatnonzero(job_slots >= 0)
+                moved = np.full_like(self.s_job_tel, np.nan)
+                moved[job_slots[kept]] = arr[kept]
+                arr = moved
             if arr.shape != getattr(self, name).shape:
                 raise ValueError(f"telemetry state {name!r} has shape {arr.shape}, expected {getattr(self, name).shape}")
             setattr(self, name, arr.copy())

@@ -1044,10 +1044,21 @@ class IncidentEngine:
             "incidents": incs, "resolved": list(self._resolved), "next_serial": self.next_serial,
             "last_tick": self.last_tick, "stats": dict(self.stats), "telemetry": self.tel.state_dict(),
             "external": [[t, n, e.node, e.time, e.type, e.severity] for t, n, e in self._external],
+            "jobs": self.topology.job_keys(),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.tel.load_state_dict(state["telemetry"])
+        """Restore a saved state. Jobs are found again by name and nodes: a worker restarted with
+        a new job list keeps the step times and job consequences of the jobs still listed; an
+        incident member or root that was a job no longer listed is left out."""
+        job_slots = self.topology.job_slot_map(state["jobs"]) if "jobs" in state else None
+        if job_slots is not None and np.array_equal(job_slots, np.arange(len(self.topology.jobs))):
+            job_slots = None  # the same jobs in the same slots
+
+        def job_slot(slot: int) -> int:
+            return slot if job_slots is None else int(job_slots[slot])
+
+        self.tel.load_state_dict(state["telemetry"], job_slots)
         for owners in self.s_member_of.values():
             owners[:] = -1
         self._incidents, self._index, self._rooted = {}, {}, {}
@@ -1058,18 +1069,24 @@ class IncidentEngine:
             for k in ("findings", "emits", "emitted_members", "emitted_root", "merged_into"):
                 setattr(inc, k, int(d[k]))
             inc.state, inc.dirty, inc.reason = d["state"], bool(d["dirty"]), d["reason"]
-            inc.jobs_hit = {int(j): int(c) for j, c in d["jobs_hit"].items()}
+            inc.jobs_hit = {job_slot(int(j)): int(c) for j, c in d["jobs_hit"].items() if job_slot(int(j)) >= 0}
             inc.external_types = dict(d["external_types"])
             self._incidents[inc.serial] = inc
             for mkey, kind, slot, first, last, strong, count, signals, preds, xid in d["members"]:
-                m = self._add_member(inc, kind, int(slot), float(first))
+                slot = job_slot(int(slot)) if kind == "job" else int(slot)
+                if slot < 0:
+                    continue
+                m = self._add_member(inc, kind, slot, float(first))
                 m.last_ts, m.strong_ts, m.count, m.xid = float(last), float(strong), int(count), int(xid)
                 m.signals = {str(s): int(c) for s, c in signals.items()}
                 m.preds = {str(e): (float(v[0]), float(v[1])) for e, v in preds.items()}
             if inc.members:
                 self._rank(inc)
             inc.reason = d["reason"]
-            self._set_root(inc, int(d["root"]))
+            root = int(d["root"])
+            if root >= 0 and level_of(root) == JOB:
+                root = key(JOB, job_slot(slot_of(root))) if job_slot(slot_of(root)) >= 0 else inc.root  # as ranked
+            self._set_root(inc, root)
             if not inc.live and inc.root >= 0:
                 self._rooted.get(inc.root, set()).discard(inc.serial)
                 if not self._rooted.get(inc.root, True):

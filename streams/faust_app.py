@@ -124,7 +124,7 @@ class ForeshockWorker:
         self.store = FindingStore(config.topology, self.health)
         self.detection = DetectionStage(config.topology, config.make_bank, config.topics.partitions,
                                         self.store, self.health, config.worker_id)
-        self.incident_stage = IncidentStage(config.make_bank().processors, self.health)
+        self.incident_stage = IncidentStage(config.make_bank().processors, self.health, config.topology)
         self.incidents_loaded = False
         self.pmap = PartitionMap(config.topology, config.topics.partitions)
         self.lock = asyncio.Lock()
@@ -298,7 +298,8 @@ class ForeshockWorker:
                     self.detection.drop(tp.partition)
                     self.held.pop(tp.partition, None)
                 elif tp.topic == self.config.topics.findings and self.incidents_loaded:
-                    self.incident_stage = IncidentStage(self.config.make_bank().processors, self.health)
+                    self.incident_stage = IncidentStage(self.config.make_bank().processors, self.health,
+                                                        self.config.topology)
                     self.incidents_loaded = False
                     self.external_positioned = False
                     await self._stop_external_reader()  # the stage's next owner reads the topic now

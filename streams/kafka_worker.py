@@ -74,7 +74,7 @@ def state_delta(initial: Any, current: Any) -> Any:
             same |= np.isnan(a) & np.isnan(b)
         idx = np.flatnonzero(~same)
         if len(idx) * 2 < a.size:
-            return {"__delta__": (idx.astype(np.int64), a[idx].copy())}
+            return {"__delta__": (idx.astype(np.int64), a[idx].copy()), "__shape__": current.shape}
     return {"__value__": current}
 
 
@@ -84,7 +84,17 @@ def apply_delta(initial: Any, delta: Any) -> Any:
         return {k: apply_delta(base.get(k), v) for k, v in delta["__dict__"].items()}
     if "__delta__" in delta:
         idx, values = delta["__delta__"]
+        shape = tuple(delta.get("__shape__", np.shape(initial)))
         out = np.array(initial, copy=True)
+        if out.shape != shape:
+            # Saved under another job list, so another number of jobs: the delta is from the
+            # initial state at that shape, which a uniform initial array (the guard's per-job
+            # arrays) gives. The state's owner then finds each job again by name.
+            flat = out.reshape(-1)
+            uniform = flat.size and (np.all(flat == flat[0]) or (flat.dtype.kind == "f" and np.isnan(flat).all()))
+            if not uniform:
+                raise ValueError(f"a checkpoint array of shape {shape} cannot be rebuilt at {out.shape}")
+            out = np.full(shape, flat[0], dtype=out.dtype)
         out.reshape(-1)[idx] = values
         return out
     return delta["__value__"]
@@ -95,15 +105,22 @@ def apply_delta(initial: Any, delta: Any) -> Any:
 _ZSTD_MAGIC = b"FSZ1"
 
 
-def encode_checkpoint(offset: int, state: Any, kind: str, signature: str) -> bytes:
-    blob = {"version": CHECKPOINT_VERSION, "kind": kind, "signature": signature, "offset": offset, "state": state}
+def encode_checkpoint(offset: int, state: Any, kind: str, signature: str,
+                      topology: Topology | None = None) -> bytes:
+    """``topology``: the hardware fingerprint to write with the state, which is kept by slot."""
+    blob = {"version": CHECKPOINT_VERSION, "kind": kind, "signature": signature, "offset": offset, "state": state,
+            "hardware": topology.fingerprint() if topology is not None else None}
     raw = pickle.dumps(blob, protocol=5)
     return _ZSTD_MAGIC + struct.pack(">Q", len(raw)) + pa.compress(raw, codec="zstd", asbytes=True)
 
 
-def decode_checkpoint(data: bytes, kind: str, signature: str) -> tuple[int, Any]:
+def decode_checkpoint(data: bytes, kind: str, signature: str, topology: Topology | None = None) -> tuple[int, Any]:
     """Checkpoints come only from this pipeline's own internal topic (pickle is trusted here).
-    Those of the first version (zlib) still load."""
+    Those of the first version (zlib) still load. With ``topology``, one written under other
+    hardware is refused: its state is by slot, and a topology with the same counts but another
+    order (a node renamed, racks listed otherwise) would load without an error into the wrong
+    entities. A changed job list is not refused: the guard and the incident engine find each job
+    again by name and nodes."""
     if data[:4] == _ZSTD_MAGIC:
         (size,) = struct.unpack(">Q", data[4:12])
         raw = pa.decompress(data[12:], decompressed_size=size, codec="zstd", asbytes=True)
@@ -114,6 +131,10 @@ def decode_checkpoint(data: bytes, kind: str, signature: str) -> tuple[int, Any]
         raise ValueError(f"checkpoint version/kind {blob.get('version')}/{blob.get('kind')} not {CHECKPOINT_VERSION}/{kind}")
     if blob.get("signature") != signature:
         raise ValueError(f"checkpoint written by a different bank ({blob.get('signature')!r}, this is {signature!r})")
+    written = blob.get("hardware")
+    if topology is not None and written is not None and written != topology.fingerprint():
+        raise ValueError(f"checkpoint written for another topology (hardware {written}, this worker's "
+                         f"{topology.fingerprint()}): its state is by slot, so this partition starts fresh")
     return int(blob["offset"]), blob["state"]
 
 
@@ -253,7 +274,7 @@ class DetectionStage:
         offset = -1
         if checkpoint is not None:
             try:
-                offset, delta = decode_checkpoint(checkpoint, "detect", self.signature)
+                offset, delta = decode_checkpoint(checkpoint, "detect", self.signature, self.topology)
                 state = apply_delta(self._initial, delta)
                 pipeline.guard.load_state_dict(state["guard"])
                 pipeline.bank.load_state_dict(state["bank"])
@@ -333,7 +354,7 @@ class DetectionStage:
     def checkpoint(self, partition: int) -> tuple[int, bytes]:
         part = self.parts[partition]
         blob = encode_checkpoint(part.offset, state_delta(self._initial, self._state(part.pipeline)),
-                                 "detect", self.signature)
+                                 "detect", self.signature, self.topology)
         return part.offset, blob
 
     def mark_checkpointed(self, partition: int, offset: int) -> None:
@@ -350,8 +371,10 @@ class IncidentStage:
     detection stage forwards (:meth:`observe_telemetry`, before the findings of the same
     pieces): each processor sees every piece of a frame, then the frame's findings."""
 
-    def __init__(self, processors: Sequence[FindingProcessor], health: PipelineHealth | None = None) -> None:
+    def __init__(self, processors: Sequence[FindingProcessor], health: PipelineHealth | None = None,
+                 topology: Topology | None = None) -> None:
         self.processors = list(processors)
+        self.topology = topology  # checked against a checkpoint's hardware when given
         self.health = health or PipelineHealth()
         report_problems_to(self.processors, self.health)  # findings for unknown entities, ... count here
         self.signature = ",".join(p.name for p in self.processors)
@@ -426,13 +449,13 @@ class IncidentStage:
                 "external_offset": self.external_offset}
 
     def checkpoint(self) -> tuple[int, bytes]:
-        return self.offset, encode_checkpoint(self.offset, self.state(), "incidents", self.signature)
+        return self.offset, encode_checkpoint(self.offset, self.state(), "incidents", self.signature, self.topology)
 
     def load(self, checkpoint: bytes | None) -> int:
         if checkpoint is None:
             return -1
         try:
-            offset, state = decode_checkpoint(checkpoint, "incidents", self.signature)
+            offset, state = decode_checkpoint(checkpoint, "incidents", self.signature, self.topology)
             for p in self.processors:
                 p.load_state_dict(state["processors"][p.name])
             self.released = dict(state["released"])

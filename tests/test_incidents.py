@@ -553,6 +553,37 @@ def test_state_round_trip_gives_identical_future_output():
         IncidentEngine(TOPO).load_state_dict({**state, "telemetry": {**state["telemetry"], "s_gpu_tel": np.zeros((3, 7))}})
 
 
+def test_a_restored_engine_finds_its_jobs_again_under_a_new_job_list():
+    """A worker restarted with the job list in another order keeps the jobs' measured step times
+    and its incidents' job consequences under the jobs' names, so it goes on exactly as the engine
+    that never stopped: the next incident on job0 reads job0's 2.5x slowdown (before, the saved job
+    slots were read against the new list, and job0 inherited job1's step time as its baseline)."""
+    swapped = Topology.from_dict({**TOPO.to_dict(), "jobs": TOPO.to_dict()["jobs"][::-1]})
+    assert swapped.jobs == ["job1", "job0"]
+
+    def step_times(topo: Topology, start: float, until: float) -> dict[float, list[Frame]]:
+        """job0 slows to 2.5x its step time once its GPU heads for throttling; job1 runs on."""
+        slots = [topo.slot("job", "job0"), topo.slot("job", "job1")]
+        return {float(t): [Frame("job", [float(t)] * 2, slots, {"step_time": [1.0 if t < 120 else 2.5, 2.0]})]
+                for t in np.arange(start, until + 1, 10.0)}
+
+    hot = gpu(0, 1)  # a GPU of job0
+    stream = [thermal(float(t), hot) for t in range(0, 600, 60)]
+    stream.append(Anomaly(130.0, "job", TOPO.slot("job", "job0"), "step_time", 3.0, "robust_zscore", "step time x2.5"))
+    a = IncidentEngine(TOPO)
+    first = run(a, stream, until=600.0, frames=step_times(TOPO, 0.0, 600.0))
+    assert first and dict(first[-1].jobs) == {"job0": 2.5}
+    b = IncidentEngine(swapped)
+    b.load_state_dict(copy.deepcopy(a.state_dict()))
+    b.check_invariants()
+    later = [thermal(float(t), hot) for t in range(600, 900, 60)]
+    later.append(Anomaly(700.0, "gpu", gpu(0, 2), "throttle_reasons", 8.0, "throttle_bits", "hw_slowdown"))
+    out_a = run(a, later, start=610.0, until=2400.0, frames=step_times(TOPO, 610.0, 2400.0))
+    out_b = run(b, later, start=610.0, until=2400.0, frames=step_times(swapped, 610.0, 2400.0))
+    assert out_a and out_a == out_b
+    assert dict(out_b[0].jobs) == {"job0": 2.5}
+
+
 def test_state_stays_bounded_over_many_incidents():
     engine = IncidentEngine(TOPO, keep_resolved=8, quiet_s=300.0)
     t = 0.0

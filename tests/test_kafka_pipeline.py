@@ -27,6 +27,7 @@ from kafka.errors import KafkaError
 from kafka_support import kafka_settings, private_broker  # noqa: F401
 
 from foreshock.detectors.bank import DetectorBank
+from foreshock.detectors.registry import DETECTORS
 from foreshock.findings import Anomaly, Finding, Incident, finding_to_json
 from foreshock.frames import Frame
 from foreshock.streams.embedded import EmbeddedPipeline
@@ -519,6 +520,14 @@ def test_state_delta_round_trips_and_is_small():
     assert np.array_equal(back["a"], current["a"])
     assert np.array_equal(back["b"]["c"], current["b"]["c"], equal_nan=True) and back["b"]["n"] == 7
     assert len(delta["__dict__"]["a"]["__delta__"][0]) <= 80
+    # applied to the initial state of another shape (a worker restarted with another job count):
+    # a uniform initial array is rebuilt at the saved shape; any other cannot be
+    other = {"a": np.zeros((1200, 4)), "b": {"c": np.full(40, np.nan), "n": 3}, "d": np.zeros(0)}
+    rebuilt = apply_delta(other, delta)
+    assert np.array_equal(rebuilt["a"], current["a"]) and rebuilt["a"].shape == (1000, 4)
+    assert np.array_equal(rebuilt["b"]["c"], current["b"]["c"], equal_nan=True)
+    with pytest.raises(ValueError, match="cannot be rebuilt"):
+        apply_delta({**other, "a": np.arange(4800.0).reshape(1200, 4)}, delta)
 
 
 class CountingProcessor:
@@ -737,6 +746,81 @@ def test_detection_stage_resumes_from_checkpoint_with_identical_output(recording
     assert sum(r.skipped for r in replayed) == half
     got += [finding_to_json(f) for r in replayed for f in r.findings]
     assert Counter(got) == Counter(straight)
+
+
+def _checkpoint_after_job_rows(topo: Topology) -> bytes:
+    """A one-partition detection stage that read both jobs' step times at t = 1..5, checkpointed."""
+    stage = DetectionStage(topo, lambda: DetectorBank.from_names(topo), 1)
+    stage.load(0, None)
+    for t in range(1, 6):
+        frame = Frame("job", [float(t)] * 2, [0, 1], {"step_time": [1.0, 2.0]})
+        value, headers = encode_bundle("a", 0.0, [(t, 0, 1, frame)], topology=topo)
+        stage.process(0, t - 1, value, headers)
+    return stage.checkpoint(0)[1]
+
+
+def test_a_worker_restarted_with_a_new_job_list_reads_every_listed_job(small_topology: Topology):
+    """The README's way to change jobs is to restart the workers with the new file. Their
+    checkpoints then carry per-job state under the old list: before, a restored partition kept the
+    old number of job slots, and the rows of a job beyond them were refused as unknown entities
+    for as long as the checkpoints lasted. Now each job is found again by name and nodes: job1
+    (same nodes, now listed first) keeps its last timestamp, so its repeated row is a duplicate;
+    the two new jobs on job0's nodes start fresh."""
+    checkpoint = _checkpoint_after_job_rows(small_topology)
+    data = small_topology.to_dict()
+    job0, job1 = data["jobs"]
+    data["jobs"] = [job1, {"name": "job2", "nodes": job0["nodes"][:1]}, {"name": "job3", "nodes": job0["nodes"][1:]}]
+    new = Topology.from_dict(data)
+    stage = DetectionStage(new, lambda: DetectorBank.from_names(new), 1)
+    assert stage.load(0, checkpoint) == 4  # resumed, not started fresh
+    frame = Frame("job", [5.0] * 3, [0, 1, 2], {"step_time": [2.0, 1.0, 1.0]})
+    value, headers = encode_bundle("a", 0.0, [(6, 0, 1, frame)], topology=new)
+    result = stage.process(0, 5, value, headers)
+    assert result.rows == 3
+    problems = {reason: n for (_, reason), n in stage.health.problems.items()}
+    assert problems == {"duplicate_timestamp": 1}  # job1's t = 5 again; job2 and job3 read
+
+
+def test_no_detector_keeps_state_by_job_slot(small_topology: Topology):
+    """A restored partition finds jobs again only in the guard (and the incident engine in its own
+    stage): a detector that kept per-job arrays would need the same, so this fails first."""
+    data = small_topology.to_dict()
+    data["jobs"] = [{"name": f"solo{i}", "nodes": [node]} for i, node in enumerate(small_topology.nodes)]
+    more = Topology.from_dict(data)
+    assert len(more.jobs) != len(small_topology.jobs)
+
+    def shapes(state: Any, path: str = "") -> dict[str, tuple[int, ...]]:
+        if isinstance(state, dict):
+            return {k: v for key, sub in state.items() for k, v in shapes(sub, f"{path}/{key}").items()}
+        return {path: state.shape} if isinstance(state, np.ndarray) else {}
+
+    names = sorted(set(DETECTORS) - {"sklearn"})  # every detector but the one that needs a model file
+    assert shapes(DetectorBank.from_names(more, names, processors=()).state_dict()) == \
+        shapes(DetectorBank.from_names(small_topology, names, processors=()).state_dict())
+
+
+def test_a_checkpoint_written_for_other_hardware_is_refused(small_topology: Topology):
+    """The same counts in another order (two nodes' names swapped) would pass every shape check
+    and load one node's state into the other: the checkpoint names its hardware, so the
+    partition starts fresh and says why."""
+    checkpoint = _checkpoint_after_job_rows(small_topology)
+    data = small_topology.to_dict()
+    names = {"node0": "node1", "node1": "node0"}
+    text = json.dumps(data)
+    for old, new in (("node0", "nodeX"), ("node1", "node0"), ("nodeX", "node1")):
+        text = text.replace(f'"{old}', f'"{new}')
+    moved = Topology.from_dict(json.loads(text))
+    assert moved.size("gpu") == small_topology.size("gpu") and moved.nodes[:2] == [names["node0"], names["node1"]]
+    stage = DetectionStage(moved, lambda: DetectorBank.from_names(moved), 1)
+    assert stage.load(0, checkpoint) == -1
+    assert stage.health.problems[("worker", "checkpoint_unusable")] == 1
+    _, blob = IncidentStage(DetectorBank.from_names(small_topology).processors, topology=small_topology).checkpoint()
+    refused = IncidentStage(DetectorBank.from_names(moved).processors, topology=moved)
+    refused.load(blob)
+    assert refused.health.problems[("worker", "checkpoint_unusable")] == 1
+    same = IncidentStage(DetectorBank.from_names(small_topology).processors, topology=small_topology)
+    same.load(blob)
+    assert not same.health.problems
 
 
 # ---- against the real broker --------------------------------------------------------------
