@@ -25,6 +25,7 @@ COMMANDS: list[str] = [
     "incidents",
     "record",
     "watch",
+    "topology_cmd",
 ]
 
 

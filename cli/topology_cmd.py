@@ -1,0 +1,112 @@
+"""``foreshock topology jobs``: rewrite a topology file's jobs from Slurm's running jobs.
+
+The hardware part of the file is kept as it is (its fingerprint too, so agents that publish
+GPU, BMC or CDU rows need not restart); only ``jobs`` changes. The file is replaced atomically
+and left untouched when the job list is the same, so a periodic job can restart the workers
+only when the summary says ``"changed": true``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import IO
+
+import click
+from rich.console import Console
+from rich.markup import escape
+
+from foreshock.health import PipelineHealth
+from foreshock.streams.polling import run_command
+from foreshock.streams.slurm import jobs_from_squeue, with_jobs
+from foreshock.topology import Topology, TopologyError
+
+
+@click.group(name="topology")
+def command() -> None:
+    """Topology files: their jobs from the scheduler."""
+
+
+@command.command(name="jobs")
+@click.argument("topology_path", metavar="TOPOLOGY", type=click.Path(exists=True, dir_okay=False))
+@click.option("--squeue-json", type=click.File("r", encoding="utf-8"), default=None,
+              help="Read this `squeue --json` output ('-': standard input) instead of running squeue.")
+@click.option("--squeue", "squeue_exe", default="squeue", show_default=True, help="The squeue program to run.")
+@click.option("--min-nodes", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Leave out jobs on fewer nodes of the topology.")
+@click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
+              help="Write here instead of replacing TOPOLOGY.")
+@click.option("--dry-run", is_flag=True, help="Say what would change; write nothing.")
+def jobs(topology_path: str, squeue_json: IO[str] | None, squeue_exe: str, min_nodes: int, output: str | None,
+         dry_run: bool) -> None:
+    """Replace TOPOLOGY's jobs with Slurm's running jobs (`squeue --json`).
+
+    A job is named JOBID:NAME and lists the topology's nodes it runs on. Left out, and counted:
+    jobs not running, on no node of the topology, on fewer than --min-nodes, or sharing a node
+    with an older job. When the list changed, restart the workers with the new file (their
+    checkpoints find each job still listed again)."""
+    console = Console()
+    try:
+        topology = Topology.load(topology_path)
+    except TopologyError as exc:
+        raise click.ClickException(str(exc)) from None
+    if squeue_json is not None:
+        text = squeue_json.read()
+    else:
+        out, why = run_command([squeue_exe, "--json", "--states=RUNNING"], PipelineHealth(), "slurm", timeout=60.0)
+        if out is None:
+            raise click.ClickException(f"squeue failed: {why.strip()}")
+        text = out
+    try:
+        found = jobs_from_squeue(text, topology, min_nodes)
+        updated = with_jobs(topology, found.jobs)
+    except (ValueError, TopologyError) as exc:
+        raise click.ClickException(f"squeue output: {exc}") from None
+
+    before, after = set(topology.jobs), set(updated.jobs)
+    changed = updated.fingerprint(jobs=True) != topology.fingerprint(jobs=True)
+    target = Path(output) if output else Path(topology_path)
+    written = changed or target != Path(topology_path)
+    if written and not dry_run:
+        _replace(target, updated)
+
+    covered = sum(len(j["nodes"]) for j in found.jobs)
+    console.print(f"{len(found.jobs)} running jobs on {covered} of {len(topology.nodes)} nodes; "
+                  f"{len(after - before)} new, {len(before - after)} ended")
+    for reason, n in sorted(found.left_out.items()):
+        console.print(f"  left out: {n} {escape(reason)}")
+    if found.unknown_nodes:
+        names = ", ".join(sorted(found.unknown_nodes)[:5])
+        console.print(f"  {len(found.unknown_nodes)} nodes not in the topology were dropped from jobs: "
+                      f"{escape(names)}{', ...' if len(found.unknown_nodes) > 5 else ''}")
+    verb = "would write" if dry_run else "wrote"
+    console.print(f"{verb} {escape(str(target))}" if written else f"unchanged: {escape(str(target))} lists these jobs")
+    print(json.dumps({"name": "topology jobs", "jobs": len(found.jobs), "changed": changed,
+                      "written": written and not dry_run, "left_out": dict(found.left_out),
+                      "unknown_nodes": len(found.unknown_nodes), "hardware": updated.fingerprint(),
+                      "jobs_fingerprint": updated.fingerprint(jobs=True)}))
+
+
+def _replace(path: Path, topology: Topology) -> None:
+    """Write beside ``path`` and rename over it: a worker starting meanwhile reads the old file or
+    the new one, never half of one."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent or Path("."))
+    os.close(fd)
+    try:
+        topology.dump(tmp)
+        if path.exists():
+            os.chmod(tmp, path.stat().st_mode & 0o7777)  # mkstemp's 0600 would lock other users out
+        else:
+            os.chmod(tmp, 0o666 & ~_umask())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask

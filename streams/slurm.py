@@ -1,0 +1,158 @@
+"""The jobs of a topology from Slurm: ``squeue --json`` -> ``jobs: [{name, nodes}]``.
+
+foreshock's jobs are sets of whole nodes (a synchronous training job runs on its nodes alone),
+and the straggler detector, the thermal reasons and the incident engine's job impact read them.
+This module turns the scheduler's running jobs into that list so ``foreshock topology jobs`` can
+rewrite a topology file's jobs when they change (the workers are then restarted with it, and
+their checkpoints find each job again by name and nodes).
+
+``squeue --json`` has kept the fields read here across its data-parser versions: ``jobs[]`` with
+``job_id``, ``name``, ``nodes`` (a Slurm hostlist such as ``gpu[001-004,010]``) and ``job_state``
+(a string before Slurm 23.02, a list of strings after). Nothing else is read.
+
+A job is left out, and counted by reason, when it is not running, runs on no node of the
+topology, or shares a node with a job listed before it (jobs are taken in job-id order, so the
+older one keeps the node: several small jobs on one node are not the synchronous kind).
+Nodes the topology does not know (CPU nodes, another cluster's) are dropped from a job and
+counted.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+
+from foreshock.topology import Topology
+
+_RANGE = re.compile(r"^(\d+)(?:-(\d+))?$")
+
+
+class HostlistError(ValueError):
+    """A hostlist expression that is not Slurm's syntax."""
+
+
+def expand_hostlist(expression: str) -> list[str]:
+    """Every host name of a Slurm hostlist, in order: ``gpu[001-003,010],login1`` ->
+    ``gpu001 gpu002 gpu003 gpu010 login1``. Several bracket groups in one name are a product
+    (``r[1-2]n[1-2]`` -> r1n1 r1n2 r2n1 r2n2, as ``scontrol show hostnames`` gives them); a range
+    keeps the zero padding of its first bound."""
+    hosts: list[str] = []
+    for item in _split_top_level(expression.strip()):
+        hosts.extend(_expand_item(item, expression))
+    return hosts
+
+
+def _split_top_level(expression: str) -> Iterator[str]:
+    """The comma-separated items outside brackets."""
+    depth, start = 0, 0
+    for i, ch in enumerate(expression):
+        if ch == "[":
+            depth += 1
+            if depth > 1:
+                raise HostlistError(f"nested brackets in hostlist {expression!r}")
+        elif ch == "]":
+            depth -= 1
+            if depth < 0:
+                raise HostlistError(f"unbalanced ']' in hostlist {expression!r}")
+        elif ch == "," and depth == 0:
+            if i > start:
+                yield expression[start:i]
+            start = i + 1
+    if depth:
+        raise HostlistError(f"unclosed '[' in hostlist {expression!r}")
+    if start < len(expression):
+        yield expression[start:]
+
+
+def _expand_item(item: str, expression: str) -> list[str]:
+    open_at = item.find("[")
+    if open_at < 0:
+        return [item]
+    close_at = item.index("]", open_at)
+    prefix, body, rest = item[:open_at], item[open_at + 1:close_at], item[close_at + 1:]
+    numbers: list[str] = []
+    for part in body.split(","):
+        match = _RANGE.match(part.strip())
+        if match is None:
+            raise HostlistError(f"bad range {part!r} in hostlist {expression!r}")
+        low, high = match.group(1), match.group(2) or match.group(1)
+        if int(high) < int(low):
+            raise HostlistError(f"descending range {part!r} in hostlist {expression!r}")
+        width = len(low)
+        numbers.extend(str(n).zfill(width) for n in range(int(low), int(high) + 1))
+    tails = _expand_item(rest, expression) if rest else [""]
+    return [f"{prefix}{n}{tail}" for n in numbers for tail in tails]
+
+
+@dataclass
+class SlurmJobs:
+    """The jobs read from one ``squeue --json`` output, and what was left out and why."""
+
+    jobs: list[dict[str, Any]] = field(default_factory=list)  # the topology's shape: {name, nodes}
+    left_out: Counter[str] = field(default_factory=Counter)  # reason -> jobs
+    unknown_nodes: Counter[str] = field(default_factory=Counter)  # node name -> jobs naming it
+
+
+def job_name(job: dict[str, Any]) -> str:
+    """``JOBID:NAME`` (the id alone for a job without a name): unique while the job runs, and
+    readable in an alert."""
+    name = str(job.get("name") or "").strip()
+    return f"{job['job_id']}:{name}" if name else str(job["job_id"])
+
+
+def _states(job: dict[str, Any]) -> set[str]:
+    state = job.get("job_state", ())
+    return {state} if isinstance(state, str) else {str(s) for s in state}
+
+
+def jobs_from_squeue(text: str, topology: Topology, min_nodes: int = 1) -> SlurmJobs:
+    """The running jobs of ``squeue --json`` output on ``topology``'s nodes (see the module
+    docstring for what is left out). Raises ``ValueError`` for output that is not squeue's JSON."""
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"not JSON: {exc}") from None
+    if not isinstance(data, dict) or not isinstance(data.get("jobs"), list):
+        raise ValueError("no 'jobs' list: not the output of squeue --json")
+    known = set(topology.nodes)
+    out = SlurmJobs()
+    taken: set[str] = set()
+    entries = [j for j in data["jobs"] if isinstance(j, dict)]
+    out.left_out["malformed entry"] += len(data["jobs"]) - len(entries)
+    ids = [j.get("job_id") for j in entries]
+    for job in sorted((j for j, i in zip(entries, ids) if isinstance(i, int)), key=lambda j: int(j["job_id"])):
+        if "RUNNING" not in _states(job):
+            out.left_out["not running"] += 1
+            continue
+        try:
+            hosts = expand_hostlist(str(job.get("nodes") or ""))
+        except HostlistError:
+            out.left_out["unreadable node list"] += 1
+            continue
+        nodes = list(dict.fromkeys(h for h in hosts if h in known))
+        for host in hosts:
+            if host not in known:
+                out.unknown_nodes[host] += 1
+        if not nodes:
+            out.left_out["no node of the topology"] += 1
+        elif len(nodes) < min_nodes:
+            out.left_out[f"fewer than {min_nodes} nodes"] += 1
+        elif taken.intersection(nodes):
+            out.left_out["shares a node with an older job"] += 1
+        else:
+            taken.update(nodes)
+            out.jobs.append({"name": job_name(job), "nodes": nodes})
+    out.left_out["malformed entry"] += sum(not isinstance(i, int) for i in ids)
+    if not out.left_out["malformed entry"]:
+        del out.left_out["malformed entry"]
+    return out
+
+
+def with_jobs(topology: Topology, jobs: list[dict[str, Any]]) -> Topology:
+    """``topology`` with its job list replaced (the hardware, and so its fingerprint, unchanged)."""
+    data = topology.to_dict()
+    data["jobs"] = jobs
+    return Topology.from_dict(data, source="topology with the scheduler's jobs")
