@@ -61,11 +61,26 @@ CHECKPOINT_VERSION = 1
 
 
 # ---- checkpoint encoding ------------------------------------------------------------------
-def state_delta(initial: Any, current: Any) -> Any:
+def uniform_fills(state: Any) -> Any:
+    """``state``'s shape with, for each array of one value throughout (NaN counts as one), that
+    value, else None: a delta from such an array can be rebuilt at any other shape
+    (:func:`apply_delta`). Computed once per initial state, not per checkpoint."""
+    if isinstance(state, dict):
+        return {k: uniform_fills(v) for k, v in state.items()}
+    if isinstance(state, np.ndarray) and state.size:
+        flat = state.reshape(-1)
+        if (flat == flat[0]).all() or (flat.dtype.kind == "f" and np.isnan(flat).all()):
+            return flat[0]
+    return None
+
+
+def state_delta(initial: Any, current: Any, fills: Any = None) -> Any:
     """``current`` as a difference from ``initial``: a partition's bank holds full-size arrays,
-    but only its own entities' rows ever change, so the delta is small."""
+    but only its own entities' rows ever change, so the delta is small. ``fills``
+    (:func:`uniform_fills` of ``initial``) is written with the deltas of uniform arrays."""
     if isinstance(current, dict) and isinstance(initial, dict):
-        return {"__dict__": {k: state_delta(initial.get(k), v) for k, v in current.items()}}
+        sub = fills if isinstance(fills, dict) else {}
+        return {"__dict__": {k: state_delta(initial.get(k), v, sub.get(k)) for k, v in current.items()}}
     if (isinstance(current, np.ndarray) and isinstance(initial, np.ndarray)
             and current.shape == initial.shape and current.dtype == initial.dtype and current.size):
         a, b = current.reshape(-1), initial.reshape(-1)
@@ -74,7 +89,10 @@ def state_delta(initial: Any, current: Any) -> Any:
             same |= np.isnan(a) & np.isnan(b)
         idx = np.flatnonzero(~same)
         if len(idx) * 2 < a.size:
-            return {"__delta__": (idx.astype(np.int64), a[idx].copy()), "__shape__": current.shape}
+            delta = {"__delta__": (idx.astype(np.int64), a[idx].copy()), "__shape__": current.shape}
+            if fills is not None and not isinstance(fills, dict):
+                delta["__fill__"] = fills
+            return delta
     return {"__value__": current}
 
 
@@ -88,13 +106,11 @@ def apply_delta(initial: Any, delta: Any) -> Any:
         out = np.array(initial, copy=True)
         if out.shape != shape:
             # Saved under another job list, so another number of jobs: the delta is from the
-            # initial state at that shape, which a uniform initial array (the guard's per-job
-            # arrays) gives. The state's owner then finds each job again by name.
-            flat = out.reshape(-1)
-            uniform = flat.size and (np.all(flat == flat[0]) or (flat.dtype.kind == "f" and np.isnan(flat).all()))
-            if not uniform:
+            # initial state at the saved shape, which a uniform initial array (the guard's per-job
+            # arrays) records. The state's owner then finds each job again by name and nodes.
+            if "__fill__" not in delta:
                 raise ValueError(f"a checkpoint array of shape {shape} cannot be rebuilt at {out.shape}")
-            out = np.full(shape, flat[0], dtype=out.dtype)
+            out = np.full(shape, delta["__fill__"], dtype=out.dtype)
         out.reshape(-1)[idx] = values
         return out
     return delta["__value__"]
@@ -230,6 +246,7 @@ class DetectionStage:
         fresh, _ = self._new_pipeline()
         self.signature = bank_signature(fresh.bank)
         self._initial = self._state(fresh)
+        self._fills = uniform_fills(self._initial)
 
     def _new_pipeline(self) -> tuple[EmbeddedPipeline, _CleanFrame]:
         full = self._make_bank()
@@ -353,7 +370,7 @@ class DetectionStage:
 
     def checkpoint(self, partition: int) -> tuple[int, bytes]:
         part = self.parts[partition]
-        blob = encode_checkpoint(part.offset, state_delta(self._initial, self._state(part.pipeline)),
+        blob = encode_checkpoint(part.offset, state_delta(self._initial, self._state(part.pipeline), self._fills),
                                  "detect", self.signature, self.topology)
         return part.offset, blob
 

@@ -39,7 +39,7 @@ from foreshock.streams.kafka_codec import (H_REASON, BundleBuilder, FindingsMess
 from foreshock.streams.kafka_config import KafkaSettings
 from foreshock.streams.kafka_topics import Topics, ensure_topics
 from foreshock.streams.kafka_worker import (DetectionStage, IncidentStage, apply_delta, dedupe_findings_messages,
-                                            state_delta)
+                                            state_delta, uniform_fills)
 from foreshock.streams.sources import ReplaySource
 from foreshock.topology import Topology
 
@@ -521,13 +521,20 @@ def test_state_delta_round_trips_and_is_small():
     assert np.array_equal(back["b"]["c"], current["b"]["c"], equal_nan=True) and back["b"]["n"] == 7
     assert len(delta["__dict__"]["a"]["__delta__"][0]) <= 80
     # applied to the initial state of another shape (a worker restarted with another job count):
-    # a uniform initial array is rebuilt at the saved shape; any other cannot be
-    other = {"a": np.zeros((1200, 4)), "b": {"c": np.full(40, np.nan), "n": 3}, "d": np.zeros(0)}
+    # an array that was uniform when saved is rebuilt at the saved shape, whatever the new initial
+    # holds (or if it is empty); any other cannot be
+    fills = uniform_fills(initial)
+    assert fills["a"] == 0.0 and np.isnan(fills["b"]["c"]) and fills["b"]["n"] is None
+    delta = state_delta(initial, current, fills)
+    assert apply_delta(initial, delta)["a"].tolist() == current["a"].tolist()
+    other = {"a": np.arange(4800.0).reshape(1200, 4), "b": {"c": np.zeros(0), "n": 3}, "d": np.zeros(0)}
     rebuilt = apply_delta(other, delta)
     assert np.array_equal(rebuilt["a"], current["a"]) and rebuilt["a"].shape == (1000, 4)
     assert np.array_equal(rebuilt["b"]["c"], current["b"]["c"], equal_nan=True)
+    mixed = {**initial, "a": np.arange(4000.0).reshape(1000, 4)}
     with pytest.raises(ValueError, match="cannot be rebuilt"):
-        apply_delta({**other, "a": np.arange(4800.0).reshape(1200, 4)}, delta)
+        apply_delta(other, state_delta(mixed, {**current, "a": mixed["a"] + (np.arange(4000) == 5).reshape(1000, 4)},
+                                       uniform_fills(mixed)))
 
 
 class CountingProcessor:
