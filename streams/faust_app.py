@@ -54,7 +54,7 @@ from foreshock.topology import Topology
 
 from .kafka_codec import (BundleBuilder, Headers, PartitionMap, RecordError, bundle_key, decode_bundle,
                           decode_findings, deadletter_headers, encode_bundle, headers_dict, is_telemetry,
-                          json_to_frames)
+                          json_to_frames, sender_id)
 from .kafka_config import KafkaSettings
 from .kafka_topics import CHECKPOINT_MAX_BYTES, Topics
 from .external_feed import STAGE as EXTERNAL_STAGE
@@ -133,6 +133,7 @@ class ForeshockWorker:
         self.last_checkpoint: dict[int, float] = {}
         self.last_incident_checkpoint = 0.0
         self.json_seq = 0
+        self.json_sender = sender_id(f"json@{config.worker_id}")  # JSON lines it routes, as one sender
         self.counts = {"records": 0, "pieces": 0, "deadletters": 0, "checkpoints": 0, "skipped": 0, "incidents": 0,
                        "external": 0}
         self._ckpt_reader: AIOKafkaConsumer | None = None
@@ -351,7 +352,7 @@ class ForeshockWorker:
         for raw, reason in bad:
             self.health.problem("route_json", "invalid_record", detail=reason)
             await self.dead_letter(message, "invalid_record", reason, "route_json", value=raw)
-        agent = f"json@{self.config.worker_id}"
+        agent = self.json_sender
         sent = time.time()
         builders: dict[int, BundleBuilder] = {}
         ready: list[tuple[int, list[Any]]] = []

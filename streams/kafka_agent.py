@@ -28,7 +28,7 @@ from foreshock.frames import Frame
 from foreshock.health import PipelineHealth
 from foreshock.topology import Topology
 
-from .kafka_codec import BundleBuilder, BundleEntry, PartitionMap, bundle_key, encode_bundle
+from .kafka_codec import BundleBuilder, BundleEntry, PartitionMap, bundle_key, encode_bundle, sender_id
 from .kafka_config import KafkaSettings, check_broker
 from .kafka_topics import CHECKPOINT_MAX_BYTES, Topics, ensure_topics
 
@@ -37,6 +37,7 @@ log = logging.getLogger("foreshock.agent")
 
 def default_agent_id() -> str:
     return f"{socket.gethostname()}-{os.getpid()}"
+
 
 
 def topology_to_bytes(topology: Topology) -> bytes:
@@ -89,6 +90,7 @@ class FramePublisher:
         self.topology = topology
         self.health = health or PipelineHealth()
         self.agent_id = agent_id or default_agent_id()
+        self.sender = sender_id(self.agent_id)  # what its messages carry: a restart starts a new sequence
         self.topics = ensure_topics(settings, topics or Topics())
         self.pmap = PartitionMap(topology, self.topics.partitions)
         self.compression = compression
@@ -131,7 +133,7 @@ class FramePublisher:
         return seq
 
     def _send(self, partition: int, entries: list[BundleEntry]) -> None:
-        value, headers = encode_bundle(self.agent_id, time.time(), entries, self.compression,
+        value, headers = encode_bundle(self.sender, time.time(), entries, self.compression,
                                        topology=self.topology)
         future = self.producer.send(self.topics.frames, key=bundle_key(partition), value=value,
                                     partition=partition, headers=headers)

@@ -52,6 +52,7 @@ from __future__ import annotations
 
 import json
 import operator
+import time
 from dataclasses import dataclass, fields
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -252,6 +253,23 @@ class DecodedPiece:
     kind: str
     frame: Frame | None = None  # None when the piece is unusable (``error`` says why)
     error: RecordError | None = None
+
+
+def sender_id(name: str) -> str:
+    """``name`` and the millisecond this sender started: the identity its messages carry.
+
+    The incident stage releases each sender's frames in sequence order and takes a sequence
+    number at or below the last one released for a repeat. A sender restarted under the same
+    name (a fixed ``--agent-id``, or a pid that comes back after a reboot) counts from 1 again,
+    and under its bare name every frame until it passed its old count was dropped as a repeat."""
+    started = time.time_ns() // 1_000_000
+    while (name, started) in _SENDERS:  # two senders of one name in one process and millisecond
+        started += 1
+    _SENDERS.add((name, started))
+    return f"{name}#{started}"
+
+
+_SENDERS: set[tuple[str, int]] = set()
 
 
 def piece_headers(kind: str, agent: str, seq: int, part: int, parts: int, sent: float) -> Headers:

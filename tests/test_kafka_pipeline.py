@@ -32,10 +32,10 @@ from foreshock.findings import Anomaly, Finding, Incident, finding_to_json
 from foreshock.frames import Frame
 from foreshock.streams.embedded import EmbeddedPipeline
 from foreshock.streams.kafka_agent import FramePublisher, run_agent
-from foreshock.streams.kafka_codec import (H_REASON, BundleBuilder, FindingsMessage, PartitionMap, PieceInfo,
-                                           PieceReport, RecordError, decode_bundle, decode_findings, encode_bundle,
-                                           encode_findings, frame_to_json_lines, headers_dict, is_telemetry,
-                                           json_to_frames, piece_headers)
+from foreshock.streams.kafka_codec import (H_AGENT, H_REASON, BundleBuilder, FindingsMessage, PartitionMap,
+                                           PieceInfo, PieceReport, RecordError, decode_bundle, decode_findings,
+                                           encode_bundle, encode_findings, frame_to_json_lines, headers_dict,
+                                           is_telemetry, json_to_frames, piece_headers, sender_id)
 from foreshock.streams.kafka_config import KafkaSettings
 from foreshock.streams.kafka_topics import Topics, ensure_topics
 from foreshock.streams.kafka_worker import (DetectionStage, IncidentStage, apply_delta, dedupe_findings_messages,
@@ -578,6 +578,25 @@ def test_incident_stage_reassembles_frames_in_order_and_drops_repeats():
     assert dedupe_findings_messages([msg(1, 0, 1, 1.0, 0), msg(1, 0, 1, 1.0, 0)]) == [msg(1, 0, 1, 1.0, 0)]
 
 
+def test_a_restarted_sender_is_a_new_sequence_not_a_repeat():
+    """The incident stage takes a sequence number at or below the last one released for a repeat:
+    a sender that restarts under its bare name (a fixed --agent-id) and counts from 1 again would
+    have every frame dropped until it passed its old count. Its messages carry its start
+    (``sender_id``), so the restart is a new sequence."""
+    def msg(agent: str, seq: int) -> FindingsMessage:
+        (report,) = decode_findings(encode_findings([PieceReport(PieceInfo(agent, seq, 0, 1, 0.0), float(seq), 1,
+                                                                 [Anomaly(0.0, "gpu", 0, "gpu_temp", 1.0, "d")])], 0, 0))
+        return report
+
+    stage = IncidentStage([CountingProcessor()])
+    assert [len(stage.observe(msg("node7", q))) for q in (1, 2, 3)] == [1, 1, 1]
+    assert stage.observe(msg("node7", 1)) == [] and stage.duplicates == 1  # the bare name, restarted
+    first, second = sender_id("node7"), sender_id("node7")  # two starts (the same millisecond, even)
+    assert first != second and first.startswith("node7#") and second.startswith("node7#")
+    assert [len(stage.observe(msg(s, q))) for s in (first, second) for q in (1, 2)] == [1, 1, 1, 1]
+    assert stage.duplicates == 1
+
+
 class TelemetryProcessor(CountingProcessor):
     """Reads gpu_temp from frames (declared), like the incident engine's headroom tracking."""
 
@@ -973,6 +992,23 @@ def test_broker_restart_mid_stream_loses_nothing(private_broker, recording, work
 
 
 @pytest.mark.kafka
+def test_an_agent_restarted_under_its_name_sends_as_a_new_sender(kafka_settings, small_topology: Topology):
+    """Two runs of ``foreshock agent --agent-id node7``, one after the other, on the real broker:
+    their records carry the name and each run's own start, so the incident stage does not take
+    the second run's frames 1, 2, ... for repeats of the first's."""
+    topics = ensure_topics(kafka_settings, Topics(namespace(), 1))
+    frame = Frame("gpu", [1.0], [0], {"gpu_temp": [40.0]})
+    for _ in range(2):
+        publisher = FramePublisher(kafka_settings, small_topology, topics, agent_id="node7", linger_ms=0)
+        publisher.publish(frame)
+        publisher.close()
+    records = read_topic(kafka_settings, topics.frames, None, timeout_s=10)
+    senders = [headers_dict(r.headers)[H_AGENT].decode() for r in records]
+    assert len(senders) == 2 and senders[0] != senders[1]
+    assert all(s.startswith("node7#") for s in senders)
+
+
+@pytest.mark.kafka
 def test_bad_records_land_in_the_dead_letter_topic_with_the_reason(kafka_settings, recording, workers):
     topics = ensure_topics(kafka_settings, Topics(namespace(), 2))
     source = ReplaySource(str(recording), batch_rows=BATCH_ROWS)
@@ -1027,7 +1063,7 @@ def test_bad_records_land_in_the_dead_letter_topic_with_the_reason(kafka_setting
     # the good pieces (the agent's frame, the bundle's two, the valid JSON record) were processed
     found = [m for r in read_topic(kafka_settings, topics.findings, want=9, timeout_s=30)
              if not is_telemetry(r.headers) for m in decode_findings(r.value)]
-    assert sorted((m.agent.split("@")[0], m.seq, m.rows) for m in found) == [
+    assert sorted((re.split("[@#]", m.agent)[0], m.seq, m.rows) for m in found) == [  # less the senders' starts
         ("bad-t", 1, 1), ("bad-t", 97, 0), ("bad-t", 98, 0), ("bad-t", 99, 0), ("json", 1, 1),
         ("mixed-t", 1, 1), ("mixed-t", 2, 0), ("mixed-t", 3, 1), ("own-t", 1, 0)]
 
