@@ -992,6 +992,44 @@ def test_broker_restart_mid_stream_loses_nothing(private_broker, recording, work
 
 
 @pytest.mark.kafka
+@pytest.mark.slow
+def test_workers_restarted_with_a_new_job_list_resume_and_read_every_job(kafka_settings, small_topology: Topology,
+                                                                          tmp_path: Path, workers):
+    """What the README says to do when the jobs change, on the real broker: a worker reads both
+    jobs' step times, stops, and starts again with a file listing job1 first and two new jobs on
+    job0's nodes (the agent too, as it publishes job rows). It resumes from its checkpoint — job1's
+    repeated time is a duplicate — and reads the new jobs' rows."""
+    topics = ensure_topics(kafka_settings, Topics(namespace(), 1))
+    old_path, new_path = tmp_path / "old.yaml", tmp_path / "new.yaml"
+    small_topology.dump(old_path)
+    data = small_topology.to_dict()
+    job0, job1 = data["jobs"]
+    data["jobs"] = [job1, {"name": "job2", "nodes": job0["nodes"][:1]}, {"name": "job3", "nodes": job0["nodes"][1:]}]
+    new = Topology.from_dict(data)
+    new.dump(new_path)
+
+    def publish(topology: Topology, rows: list[tuple[float, list[int]]]) -> None:
+        publisher = FramePublisher(kafka_settings, topology, topics, agent_id="jobs", linger_ms=0)
+        for t, slots in rows:
+            publisher.publish(Frame("job", [t] * len(slots), slots, {"step_time": [2.0] * len(slots)}))
+        publisher.close()
+
+    first = workers(kafka_settings.bootstrap, topics, "g-" + topics.namespace)
+    first.start(old_path)
+    publish(small_topology, [(float(t), [0, 1]) for t in range(1, 6)])
+    assert len(read_topic(kafka_settings, topics.findings, want=5, timeout_s=60)) >= 5, first.logs()
+    time.sleep(2)  # a checkpoint (every second) covers them
+    first.stop()
+    second = workers(kafka_settings.bootstrap, topics, "g-" + topics.namespace)
+    second.start(new_path)
+    publish(new, [(5.0, [0, 1, 2]), (6.0, [0, 1, 2])])
+    read_topic(kafka_settings, topics.findings, want=7, timeout_s=60)
+    logs = second.logs()
+    assert "duplicate_timestamp" in logs, logs  # job1, now slot 0, remembered t = 5
+    assert "unknown_entity" not in logs and "checkpoint_unusable" not in logs, logs
+
+
+@pytest.mark.kafka
 def test_an_agent_restarted_under_its_name_sends_as_a_new_sender(kafka_settings, small_topology: Topology):
     """Two runs of ``foreshock agent --agent-id node7``, one after the other, on the real broker:
     their records carry the name and each run's own start, so the incident stage does not take
