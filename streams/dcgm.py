@@ -45,7 +45,7 @@ from foreshock.frames import Frame
 from foreshock.health import PipelineHealth
 from foreshock.topology import Topology
 
-from .polling import PollingSource
+from .polling import PollingSource, count_once
 from .samples import SampleBatch, gpu_entity, gpu_topology
 
 STAGE = "dcgm"
@@ -169,7 +169,7 @@ def parse_dcgm_text(text: str, ts: float, health: PipelineHealth | None = None,
             problems["infinite value"] += 1
             continue
         if is_not_supported(value):
-            if once is None or _first_time(once, f"{name}{{{block}}}"):
+            if count_once(once, f"{name}{{{block}}}"):
                 problems["not-supported sentinel dropped"] += 1
             continue
         field, scale = mapped
@@ -183,18 +183,11 @@ def parse_dcgm_text(text: str, ts: float, health: PipelineHealth | None = None,
     for reason, count in problems.items():
         health.problem(STAGE, reason, count)
     if once is not None:
-        unmapped = Counter({name: 1 for name in unmapped if _first_time(once, name)})
+        unmapped = Counter({name: 1 for name in unmapped if count_once(once, name)})
     if unmapped:
         health.problem(STAGE, "unmapped metric ignored", sum(unmapped.values()),
                        detail=", ".join(sorted(unmapped)[:5]))
     return _fold(names, list(entities), ent, fld, val, weight, stamp, mig, health)
-
-
-def _first_time(once: set[str], key: str) -> bool:
-    if key in once:
-        return False
-    once.add(key)
-    return True
 
 
 def _fold(names: tuple[str, ...], entities: list[str], ent: array, fld: array, val: array,
@@ -262,7 +255,6 @@ class DcgmScrapeSource(PollingSource):
         self.default_host = default_host or urlparse(url).hostname or "localhost"
         self._topology = topology
         self._last_ts: dict[str, float] = {}  # per GPU name, the newest row read
-        self._counted_once: set[str] = set()  # unmapped metrics and unsupported series seen (parse_dcgm_text)
 
     def scrape(self) -> str | None:
         try:
@@ -279,7 +271,7 @@ class DcgmScrapeSource(PollingSource):
         text = self.scrape()
         if text is None:
             return []
-        batch = self._new_rows(parse_dcgm_text(text, now, self.health, self.default_host, self._counted_once))
+        batch = self._new_rows(parse_dcgm_text(text, now, self.health, self.default_host, self.counted_once))
         if self._topology is None:
             if not len(batch):
                 return []

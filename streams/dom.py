@@ -39,7 +39,7 @@ from foreshock.fields import source_index
 from foreshock.frames import Frame
 from foreshock.health import PipelineHealth
 
-from .polling import EthtoolSource
+from .polling import EthtoolSource, count_once
 from .samples import BatchBuilder, SampleBatch
 
 STAGE = "dom"
@@ -235,9 +235,12 @@ def _value(text: str) -> float | None:
     return float(first.group(1)) if first else None
 
 
-def dom_batch(readings: Mapping[str, str], ts: float, health: PipelineHealth | None = None
-              ) -> tuple[SampleBatch, dict[str, ModuleDom]]:
+def dom_batch(readings: Mapping[str, str], ts: float, health: PipelineHealth | None = None,
+              once: set[str] | None = None) -> tuple[SampleBatch, dict[str, ModuleDom]]:
     """Several modules' ``ethtool -m`` outputs (optic entity name -> text) -> an optic batch.
+
+    With ``once`` (a polling source's, :func:`count_once`), a module without diagnostics counts
+    the first time only: a passive copper cable has none, and will have none at the next poll.
 
     Returns the batch and each module's full :class:`ModuleDom` (lanes, thresholds, flags).
     """
@@ -248,7 +251,8 @@ def dom_batch(readings: Mapping[str, str], ts: float, health: PipelineHealth | N
         dom = parse_ethtool_m(text, health)
         modules[entity] = dom
         if not dom.has_diagnostics():
-            health.problem(STAGE, "module without diagnostics", detail=entity)
+            if count_once(once, entity):
+                health.problem(STAGE, "module without diagnostics", detail=entity)
             continue
         builder.add(ts, entity, dom.optic_values())
     return builder.build(), modules
@@ -277,7 +281,7 @@ class DomSource(EthtoolSource):
 
     def poll(self) -> list[Frame]:
         now = self.clock()
-        batch, modules = dom_batch(self.read_all(), now, self.health)
+        batch, modules = dom_batch(self.read_all(), now, self.health, self.counted_once)
         self.modules.update(modules)
         assert self._topology is not None
         return [batch.to_frame(self._topology, self.health, STAGE)]

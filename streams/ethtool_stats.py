@@ -33,7 +33,7 @@ from foreshock.fields import source_index
 from foreshock.frames import Frame
 from foreshock.health import PipelineHealth
 
-from .polling import EthtoolSource
+from .polling import EthtoolSource, count_once
 from .samples import BatchBuilder, SampleBatch
 
 STAGE = "ethtool"
@@ -107,8 +107,11 @@ class FecTracker:
 
 
 def stats_batches(readings: Mapping[str, str], ts: float, health: PipelineHealth | None = None,
-                  tracker: FecTracker | None = None) -> tuple[SampleBatch, SampleBatch]:
+                  tracker: FecTracker | None = None, once: set[str] | None = None) -> tuple[SampleBatch, SampleBatch]:
     """``ethtool -S`` outputs (link name -> text) -> (link batch, optic batch).
+
+    With ``once`` (a polling source's, :func:`count_once`), an interface with no counter foreshock
+    knows counts the first time only: its driver names its counters otherwise at every poll.
 
     The optic of each link is its local end, ``<link>#a``. With a ``tracker`` the optic rows
     also carry ``prefec_ber`` computed against the port's previous reading.
@@ -126,7 +129,8 @@ def stats_batches(readings: Mapping[str, str], ts: float, health: PipelineHealth
         if tracker is not None:
             values["optic"]["prefec_ber"] = tracker.update(link, stats)[0]
         if not values["link"] and not any(k != "prefec_ber" for k in values["optic"]):
-            health.problem(STAGE, "no known counters", detail=link)
+            if count_once(once, link):
+                health.problem(STAGE, "no known counters", detail=link)
             continue
         links.add(ts, link, values["link"])
         optics.add(ts, f"{link}#a", values["optic"])
@@ -152,7 +156,7 @@ class EthtoolStatsSource(EthtoolSource):
 
     def poll(self) -> list[Frame]:
         now = self.clock()
-        link_batch, optic_batch = stats_batches(self.read_all(), now, self.health, self.tracker)
+        link_batch, optic_batch = stats_batches(self.read_all(), now, self.health, self.tracker, self.counted_once)
         assert self._topology is not None
         return [link_batch.to_frame(self._topology, self.health, STAGE),
                 optic_batch.to_frame(self._topology, self.health, STAGE)]

@@ -36,7 +36,7 @@ from foreshock.frames import Frame
 from foreshock.health import PipelineHealth
 from foreshock.topology import Topology
 
-from .polling import PollingSource
+from .polling import PollingSource, count_once
 from .samples import BatchBuilder, SampleBatch, host_link_topology
 
 STAGE = "infiniband"
@@ -81,8 +81,10 @@ def list_ports(root: str | Path = DEFAULT_ROOT) -> list[tuple[str, str]]:
 
 def read_infiniband(root: str | Path = DEFAULT_ROOT, host: str | None = None, ts: float = 0.0,
                     health: PipelineHealth | None = None,
-                    link_names: Mapping[str, str] | None = None) -> SampleBatch:
-    """Read every port under ``root`` once: a link batch with one row per port."""
+                    link_names: Mapping[str, str] | None = None, once: set[str] | None = None) -> SampleBatch:
+    """Read every port under ``root`` once: a link batch with one row per port. With ``once`` (a
+    polling source's, :func:`count_once`), a counter file the port does not have counts the first
+    time only: the driver will not grow it."""
     health = health if health is not None else PipelineHealth()
     host = host or socket.gethostname()
     lookup = source_index("sysfs")
@@ -109,7 +111,8 @@ def read_infiniband(root: str | Path = DEFAULT_ROOT, host: str | None = None, ts
                 details.setdefault("unreadable counter file", f"{dev}/{port}/{name}: {exc.strerror or exc}")
                 continue
             if text is None:
-                if not (layer == "InfiniBand" and name.startswith(_ROCE_ONLY)):
+                if not (layer == "InfiniBand" and name.startswith(_ROCE_ONLY)) and \
+                        count_once(once, f"{dev}/{port}/{name}"):
                     problems["counter file missing"] += 1
                     details.setdefault("counter file missing", f"{dev}/ports/{port}: {name}")
                 continue
@@ -153,6 +156,6 @@ class InfinibandSource(PollingSource):
         self._topology = topology if topology is not None else port_topology(self.host, list_ports(self.root))
 
     def poll(self) -> list[Frame]:
-        batch = read_infiniband(self.root, self.host, self.clock(), self.health, self.link_names)
+        batch = read_infiniband(self.root, self.host, self.clock(), self.health, self.link_names, self.counted_once)
         assert self._topology is not None
         return [batch.to_frame(self._topology, self.health, STAGE)]

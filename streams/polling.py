@@ -23,8 +23,25 @@ from foreshock.topology import Topology
 from .samples import host_link_topology
 
 
+def count_once(once: set[str] | None, key: str) -> bool:
+    """Whether to count the problem ``key``: always without ``once``; with it, the first time.
+
+    A polling source passes its own set for what a healthy system serves at every poll: a metric
+    foreshock does not read, a field the device does not have, a copper cable with no
+    diagnostics. Those are its configuration, not bad input; counted at every poll they kept
+    ForeshockInputProblems (problems over samples read) firing on healthy hardware."""
+    if once is None:
+        return True
+    if key in once:
+        return False
+    once.add(key)
+    return True
+
+
 class PollingSource:
-    """Base class: subclasses implement :meth:`poll` and set :attr:`topology` (maybe lazily)."""
+    """Base class: subclasses implement :meth:`poll` and set :attr:`topology` (maybe lazily).
+
+    ``counted_once`` is the source's set for :func:`count_once`."""
 
     stage = "source"
     reads: tuple[str, ...] = ()  # the entity kinds it yields: their sample counts exist from the start, at 0
@@ -41,6 +58,7 @@ class PollingSource:
         self.polls = 0
         self._stop = threading.Event()
         self._topology: Topology | None = None
+        self.counted_once: set[str] = set()
         # A source that never reads anything must still show it: problems over samples read is
         # how ForeshockInputProblems judges an agent, and a ratio needs both series.
         for kind in self.reads:

@@ -111,6 +111,26 @@ def test_dom_batch_rows_are_the_optic_values() -> None:
     assert batch.columns["tx_bias_alarm_high"][0] == pytest.approx(0.015)
 
 
+def test_a_copper_cable_counts_once_not_at_every_poll(tmp_path: Path) -> None:
+    """A passive copper cable (DAC, common inside a rack) has no diagnostics, today and at every
+    poll: counted at the first, so the agent's problem rate falls to zero; the optical module
+    beside it is read every time."""
+    stub = tmp_path / "ethtool"
+    stub.write_text(f"""#!/bin/sh
+[ "$1" = -m ] || exit 3
+case "$2" in
+  eth2) cat {DATA}/ethtool_m_qsfp28_sr4.txt ;;
+  *) printf '\\tIdentifier                                : 0x11 (QSFP28)\\n' ;;
+esac
+""")
+    stub.chmod(0o755)
+    health = PipelineHealth()
+    source = DomSource(["eth2", "eth3"], interval=0.01, executable=str(stub), host="h", health=health, max_polls=3)
+    frames = list(source)
+    assert [len(f) for f in frames] == [1, 1, 1]
+    assert health.problems[("dom", "module without diagnostics")] == 1
+
+
 def test_dom_source_runs_ethtool(tmp_path: Path) -> None:
     stub = tmp_path / "ethtool"
     stub.write_text(f"#!/bin/sh\n[ \"$1\" = -m ] || exit 3\ncat {DATA}/ethtool_m_qsfp28_sr4.txt\n")

@@ -98,3 +98,13 @@ if [ -e {counter} ]; then cat {DATA}/ethtool_S_mlx5_t1.txt; else touch {counter}
     assert optic[1].columns["prefec_ber"][0] == pytest.approx(3e-9, rel=1e-12)
     assert optic[1].slot.tolist() == [source.topology.slot("optic", "h/ens1f0#a")]  # type: ignore[union-attr]
     assert health.total_problems() == 0
+
+
+def test_an_interface_without_known_counters_counts_once_not_at_every_poll(tmp_path: Path) -> None:
+    """A NIC whose driver names no counter foreshock knows will name none at the next poll either."""
+    stub = tmp_path / "ethtool"
+    stub.write_text('#!/bin/sh\n[ "$1" = -S ] || exit 3\nprintf "NIC statistics:\\n     rx_packets: 1\\n"\n')
+    stub.chmod(0o755)
+    health = PipelineHealth()
+    list(EthtoolStatsSource(["eno1"], interval=0.01, executable=str(stub), host="h", health=health, max_polls=3))
+    assert health.problems[("ethtool", "no known counters")] == 1

@@ -138,6 +138,11 @@ def test_source_polls_into_a_derived_topology(sysfs: Path) -> None:
     ib = topo.slot("link", "node1/mlx5_0/1")
     assert frames[1].columns["xmit_wait"][frames[1].slot.tolist().index(ib)] == 2490000000.0
     assert port_topology("node1", [("mlx5_0", "1")]).switches == ["node1/mlx5_0", "unknown-peer"]
+    # the counter file the fixture's port lacks counts at the first poll, not at every poll (the
+    # driver will not grow it); a file it cannot read, or a value it cannot parse, at every poll
+    assert health.problems[("infiniband", "counter file missing")] == 1
+    assert health.problems[("infiniband", "unreadable counter file")] == 2
+    assert health.problems[("infiniband", "non-numeric counter value")] == 2
 
 
 def test_ports_map_onto_a_cluster_topology(sysfs: Path, small_topology) -> None:
