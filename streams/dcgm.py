@@ -113,8 +113,8 @@ def parse_dcgm_text(text: str, ts: float, health: PipelineHealth | None = None,
     does not read, and a field a GPU does not support (the not-supported sentinel), are facts
     about the exporter's configuration and the GPU, not bad input: with ``once`` each counts the
     first scrape it appears in (the metric by name, the sentinel by series), not every scrape —
-    a default dcgm-exporter page has more such lines than readings, and counting them at every
-    poll kept ForeshockInputProblems firing on a healthy exporter.
+    a default dcgm-exporter page can have more such lines than readings, and counted at every
+    poll they would keep ForeshockInputProblems firing on a healthy exporter.
     """
     health = health if health is not None else PipelineHealth()
     index = source_index("dcgm")

@@ -39,7 +39,6 @@ def default_agent_id() -> str:
     return f"{socket.gethostname()}-{os.getpid()}"
 
 
-
 def topology_to_bytes(topology: Topology) -> bytes:
     """The topology file's mapping as JSON (a subset of YAML, so any YAML reader takes it):
     YAML's Python emitter needs seconds for a large cluster, JSON milliseconds."""

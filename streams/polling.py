@@ -28,8 +28,8 @@ def count_once(once: set[str] | None, key: str) -> bool:
 
     A polling source passes its own set for what a healthy system serves at every poll: a metric
     foreshock does not read, a field the device does not have, a copper cable with no
-    diagnostics. Those are its configuration, not bad input; counted at every poll they kept
-    ForeshockInputProblems (problems over samples read) firing on healthy hardware."""
+    diagnostics. Those are its configuration, not bad input; counted at every poll they would
+    keep ForeshockInputProblems (problems over samples read) firing on healthy hardware."""
     if once is None:
         return True
     if key in once:
