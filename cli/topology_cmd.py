@@ -26,7 +26,27 @@ from foreshock.topology import Topology, TopologyError
 
 @click.group(name="topology")
 def command() -> None:
-    """Topology files: their jobs from the scheduler."""
+    """Topology files: check one, and rewrite its jobs from the scheduler."""
+
+
+@command.command(name="show")
+@click.argument("topology_path", metavar="TOPOLOGY", type=click.Path(exists=True, dir_okay=False))
+def show(topology_path: str) -> None:
+    """Check TOPOLOGY and print what it holds and its fingerprints.
+
+    A worker dead-letters an agent's records as `topology_mismatch` naming both fingerprints
+    (hardware, and the job list apart): this says which file is which."""
+    try:
+        topology = Topology.load(topology_path)
+    except TopologyError as exc:
+        raise click.ClickException(str(exc)) from None
+    sizes = {kind: topology.size(kind) for kind in ("gpu", "node", "rack", "link", "optic", "job")}
+    Console().print(f"{escape(topology_path)}: cluster {escape(topology.cluster)}, {len(topology.loops)} cooling loops, "
+                    f"{sizes['rack']} racks, {sizes['node']} nodes, {sizes['gpu']} GPUs, {sizes['link']} links, "
+                    f"{sizes['optic']} optics, {len(topology.switches)} switches, {sizes['job']} jobs; "
+                    f"fingerprints: hardware {topology.fingerprint()}, jobs {topology.fingerprint(jobs=True)}")
+    print(json.dumps({"name": "topology show", **sizes, "hardware": topology.fingerprint(),
+                      "jobs_fingerprint": topology.fingerprint(jobs=True)}))
 
 
 @command.command(name="jobs")

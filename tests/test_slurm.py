@@ -172,3 +172,27 @@ def test_topology_jobs_runs_squeue_and_says_why_it_failed(tmp_path: Path) -> Non
     result = CliRunner().invoke(cli, ["topology", "jobs", str(path), "--squeue", str(failing)])
     assert result.exit_code == 1 and "Unable to contact slurm controller" in result.output
     assert Topology.load(path).jobs == ["1:old"]
+
+
+def test_topology_show_names_the_fingerprints_a_mismatch_reports(tmp_path: Path) -> None:
+    """The fingerprints it prints are the ones a worker's topology_mismatch message names."""
+    from foreshock.streams.kafka_codec import RecordError
+
+    path, other = tmp_path / "cluster.yaml", tmp_path / "node-only.yaml"
+    cluster().dump(path)
+    own = Topology.from_gpu_hosts([("gpu001", g) for g in range(8)])
+    own.dump(other)
+    shown = {}
+    for p in (path, other):
+        result = CliRunner().invoke(cli, ["topology", "show", str(p)])
+        assert result.exit_code == 0, result.output
+        shown[p] = json.loads(result.output.strip().splitlines()[-1])
+    assert (shown[path]["gpu"], shown[path]["node"], shown[path]["job"]) == (80, 10, 1)
+    value, headers = encode_bundle("a", 0.0, [(1, 0, 1, Frame("gpu", [1.0], [0], {"gpu_temp": [40.0]}))], topology=own)
+    (refused,) = decode_bundle(value, headers_dict(headers), cluster(), PartitionMap(cluster(), 1), 0)
+    assert isinstance(refused.error, RecordError)
+    assert shown[other]["hardware"] in str(refused.error) and shown[path]["hardware"] in str(refused.error)
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("rows: []\nracks: [{name: r0, row: nowhere}]\n")
+    result = CliRunner().invoke(cli, ["topology", "show", str(broken)])
+    assert result.exit_code == 1 and "broken.yaml" in result.output
