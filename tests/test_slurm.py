@@ -1,4 +1,4 @@
-"""Jobs from Slurm: hostlists, ``squeue --json`` and ``foreshock topology jobs``.
+"""Jobs from Slurm (hostlists, ``squeue --json``, ``foreshock topology jobs``) and ``topology show``.
 
 No Slurm controller runs here: the squeue outputs below follow the shape Slurm documents for
 ``squeue --json`` (``jobs[]`` with ``job_id``, ``name``, ``nodes`` as a hostlist and
