@@ -272,6 +272,12 @@ def sender_id(name: str) -> str:
 _SENDERS: set[tuple[str, int]] = set()
 
 
+def sender_started(sender: str) -> float | None:
+    """When a ``sender_id`` sender started (epoch seconds); None for a bare name."""
+    _, sep, started = sender.rpartition("#")
+    return int(started) / 1000.0 if sep and started.isdigit() else None
+
+
 def piece_headers(kind: str, agent: str, seq: int, part: int, parts: int, sent: float) -> Headers:
     """Headers of a single-piece message (the first version's form; still read)."""
     return [(H_SCHEMA, SCHEMA), (H_KIND, kind.encode()), (H_AGENT, agent.encode()),

@@ -33,6 +33,7 @@ from __future__ import annotations
 import logging
 import pickle
 import struct
+import time
 import zlib
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Sequence
@@ -53,7 +54,7 @@ from .embedded import EmbeddedPipeline
 from .external_feed import ExternalTarget, external_targets
 from .kafka_codec import (H_CONTENT, TELEMETRY, BundleEntry, FindingsMessage, Headers, PartitionMap, PieceInfo,
                           PieceReport, RecordError, decode_bundle, encode_bundle, encode_findings, headers_dict,
-                          piece_headers)
+                          piece_headers, sender_started)
 
 log = logging.getLogger("foreshock.worker")
 
@@ -380,6 +381,9 @@ class DetectionStage:
 
 
 # ---- incidents ----------------------------------------------------------------------------
+RETIRE_SENDER_S = 6 * 3600.0
+"""A sender silent this long (wall time) with nothing waiting is forgotten by the incident stage.
+Far longer than any poll interval, and than clock differences between hosts."""
 class IncidentStage:
     """Reassembles each source frame's findings from its pieces and runs the processors on them
     in (agent, seq) order, as the embedded bank does after each frame; drops redelivered pieces.
@@ -389,9 +393,13 @@ class IncidentStage:
     pieces): each processor sees every piece of a frame, then the frame's findings."""
 
     def __init__(self, processors: Sequence[FindingProcessor], health: PipelineHealth | None = None,
-                 topology: Topology | None = None) -> None:
+                 topology: Topology | None = None, clock: Callable[[], float] = time.time) -> None:
         self.processors = list(processors)
         self.topology = topology  # checked against a checkpoint's hardware when given
+        self.clock = clock
+        # wall time each sender was last heard from: every agent start is a sender of its own
+        # (sender_id), so senders silent for RETIRE_SENDER_S are forgotten (retire_senders)
+        self.last_heard: dict[str, float] = {}
         self.health = health or PipelineHealth()
         report_problems_to(self.processors, self.health)  # findings for unknown entities, ... count here
         self.signature = ",".join(p.name for p in self.processors)
@@ -420,11 +428,14 @@ class IncidentStage:
         return True
 
     def observe_telemetry(self, info: PieceInfo, frame: Frame) -> None:
+        self._resume(info.agent, info.seq)
         if info.seq <= self.released.get(info.agent, 0):
             return  # redelivered after its frame ran
         self.telemetry.setdefault((info.agent, info.seq), {})[info.part] = frame
 
     def observe(self, message: FindingsMessage) -> list[Finding]:
+        self._resume(message.agent, message.seq)
+        self.last_heard[message.agent] = self.clock()
         if message.seq <= self.released.get(message.agent, 0):
             self.duplicates += 1
             return []
@@ -460,10 +471,32 @@ class IncidentStage:
             findings.extend(proc.observe(findings, now))
         return findings[base:]
 
+    def _resume(self, sender: str, seq: int) -> None:
+        """A sender not known here that started before the retirement horizon was retired while
+        silent and speaks again: take up its sequence where this message is (its frames before it
+        were released before it was retired). A sender that started since is new and counts from 1."""
+        if sender not in self.released and sender not in self.last_heard:
+            started = sender_started(sender)
+            if started is not None and started < self.clock() - RETIRE_SENDER_S:
+                self.released[sender] = seq - 1
+
+    def retire_senders(self) -> int:
+        """Forget the senders not heard from for RETIRE_SENDER_S with nothing waiting: each agent
+        start is a sender of its own, and their last sequence numbers would otherwise pile up in
+        every checkpoint for the life of the deployment. Returns how many were retired."""
+        horizon = self.clock() - RETIRE_SENDER_S
+        waiting = {agent for agent, _ in self.pending} | {agent for agent, _ in self.telemetry}
+        old = [a for a, t in self.last_heard.items() if t < horizon and a not in waiting]
+        for agent in old:
+            del self.last_heard[agent]
+            self.released.pop(agent, None)
+        return len(old)
+
     def state(self) -> dict[str, Any]:
+        self.retire_senders()
         return {"processors": {p.name: p.state_dict() for p in self.processors},
                 "released": dict(self.released), "pending": self.pending, "telemetry": self.telemetry,
-                "external_offset": self.external_offset}
+                "external_offset": self.external_offset, "last_heard": dict(self.last_heard)}
 
     def checkpoint(self) -> tuple[int, bytes]:
         return self.offset, encode_checkpoint(self.offset, self.state(), "incidents", self.signature, self.topology)
@@ -476,6 +509,8 @@ class IncidentStage:
             for p in self.processors:
                 p.load_state_dict(state["processors"][p.name])
             self.released = dict(state["released"])
+            # before senders were retired: each heard from now, so none is forgotten at once
+            self.last_heard = dict(state.get("last_heard", {a: self.clock() for a in self.released}))
             self.pending = state["pending"]
             self.telemetry = state.get("telemetry", {})
             self.external_offset = int(state.get("external_offset", -1))  # absent before external.events

@@ -38,8 +38,8 @@ from foreshock.streams.kafka_codec import (H_AGENT, H_REASON, BundleBuilder, Fin
                                            is_telemetry, json_to_frames, piece_headers, sender_id)
 from foreshock.streams.kafka_config import KafkaSettings
 from foreshock.streams.kafka_topics import Topics, ensure_topics
-from foreshock.streams.kafka_worker import (DetectionStage, IncidentStage, apply_delta, dedupe_findings_messages,
-                                            state_delta, uniform_fills)
+from foreshock.streams.kafka_worker import (RETIRE_SENDER_S, DetectionStage, IncidentStage, apply_delta,
+                                            dedupe_findings_messages, state_delta, uniform_fills)
 from foreshock.streams.sources import ReplaySource
 from foreshock.topology import Topology
 
@@ -595,6 +595,46 @@ def test_a_restarted_sender_is_a_new_sequence_not_a_repeat():
     assert first != second and first.startswith("node7#") and second.startswith("node7#")
     assert [len(stage.observe(msg(s, q))) for s in (first, second) for q in (1, 2)] == [1, 1, 1, 1]
     assert stage.duplicates == 1
+
+
+def test_senders_silent_for_hours_are_forgotten_and_taken_up_again_if_they_speak():
+    """Every agent start is a sender of its own, so the last sequence numbers of dead ones would
+    pile up in every checkpoint for the life of the deployment: one silent for RETIRE_SENDER_S with
+    nothing waiting is forgotten. Should it speak again, it started before that horizon, so its
+    sequence is taken up where it is rather than waited on from 1 (forever); a sender started
+    since is new and counts from 1."""
+    now = [1_800_000_000.0]
+
+    def msg(agent: str, seq: int, part: int = 0, parts: int = 1) -> FindingsMessage:
+        (report,) = decode_findings(encode_findings([PieceReport(PieceInfo(agent, seq, part, parts, 0.0), float(seq), 1,
+                                                                 [Anomaly(0.0, "gpu", 0, "gpu_temp", 1.0, "d")])], 0, 0))
+        return report
+
+    def sender(name: str, started: float) -> str:
+        return f"{name}#{int(started * 1000)}"
+
+    stage = IncidentStage([CountingProcessor()], clock=lambda: now[0])
+    dead, waiting, alive = (sender(n, now[0] - 60) for n in ("dead", "waiting", "alive"))
+    assert [len(stage.observe(msg(dead, q))) for q in (1, 2, 3)] == [1, 1, 1]
+    assert stage.observe(msg(waiting, 1, 1, 2)) == []  # half a frame, waiting for its other piece
+    now[0] += RETIRE_SENDER_S + 1
+    assert len(stage.observe(msg(alive, 1))) == 1
+    _, blob = stage.checkpoint()
+    assert set(stage.released) == {alive} and set(stage.last_heard) == {waiting, alive}
+    restored = IncidentStage([CountingProcessor()], clock=lambda: now[0])
+    restored.load(blob)
+    assert set(restored.released) == {alive}
+    assert len(restored.observe(msg(dead, 4))) == 1  # the dead one was only silent: taken up at 4
+    fresh = sender("fresh", now[0] - 5)
+    assert restored.observe(msg(fresh, 2)) == []  # new: waits for its frame 1
+    assert [i.ts for i in restored.observe(msg(fresh, 1))] == [1.0, 2.0]  # type: ignore[union-attr]
+    # a checkpoint from before senders were retired: every sender is taken as heard from now
+    state = restored.state()
+    del state["last_heard"]
+    from foreshock.streams.kafka_worker import encode_checkpoint
+    old = IncidentStage([CountingProcessor()], clock=lambda: now[0])
+    old.load(encode_checkpoint(7, state, "incidents", old.signature))
+    assert old.retire_senders() == 0 and set(old.released) == {alive, dead, fresh}
 
 
 class TelemetryProcessor(CountingProcessor):
