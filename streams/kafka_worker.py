@@ -493,12 +493,12 @@ class IncidentStage:
         return len(old)
 
     def state(self) -> dict[str, Any]:
-        self.retire_senders()
         return {"processors": {p.name: p.state_dict() for p in self.processors},
                 "released": dict(self.released), "pending": self.pending, "telemetry": self.telemetry,
                 "external_offset": self.external_offset, "last_heard": dict(self.last_heard)}
 
     def checkpoint(self) -> tuple[int, bytes]:
+        self.retire_senders()
         return self.offset, encode_checkpoint(self.offset, self.state(), "incidents", self.signature, self.topology)
 
     def load(self, checkpoint: bytes | None) -> int:
