@@ -112,7 +112,8 @@ def parse_dcgm_text(text: str, ts: float, health: PipelineHealth | None = None,
     ``once`` is what a source polling the same exporter has counted already. A metric foreshock
     does not read, and a field a GPU does not support (the not-supported sentinel), are facts
     about the exporter's configuration and the GPU, not bad input: with ``once`` each counts the
-    first scrape it appears in (the metric by name, the sentinel by series), not every scrape —
+    first scrape it appears in (the metric by name, the sentinel by metric and GPU: not by label
+    block, which a Kubernetes exporter changes with every pod on the GPU), not every scrape —
     a default dcgm-exporter page can have more such lines than readings, and counted at every
     poll they would keep ForeshockInputProblems firing on a healthy exporter.
     """
@@ -127,6 +128,7 @@ def parse_dcgm_text(text: str, ts: float, health: PipelineHealth | None = None,
     problems: Counter[str] = Counter()
     unmapped: Counter[str] = Counter()
     seen: dict[str, tuple[int, float, int] | str] = {}
+    entity_names: list[str] = []
 
     for raw in text.splitlines():
         line = raw.strip()
@@ -169,7 +171,9 @@ def parse_dcgm_text(text: str, ts: float, health: PipelineHealth | None = None,
             problems["infinite value"] += 1
             continue
         if is_not_supported(value):
-            if count_once(once, f"{name}{{{block}}}"):
+            if once is not None and len(entity_names) < len(entities):
+                entity_names = list(entities)  # the entity of an index, once a parse meets a sentinel
+            if count_once(once, f"{name}@{entity_names[series[0]]}" if once is not None else ""):
                 problems["not-supported sentinel dropped"] += 1
             continue
         field, scale = mapped

@@ -191,10 +191,13 @@ def test_what_a_healthy_exporter_serves_every_time_is_counted_once_and_a_broken_
     and the GPU's, not bad input: each counts at its first scrape, so a healthy exporter's rate of
     input problems falls to zero. A metric that appears later counts once then; a broken line is
     bad input at every scrape."""
-    h100 = "\n".join([line("DCGM_FI_DEV_GPU_TEMP", "61"), line("DCGM_FI_DEV_MEMORY_TEMP", "9223372036854775794")])
+    sentinel = line("DCGM_FI_DEV_MEMORY_TEMP", "9223372036854775794")
+    h100 = "\n".join([line("DCGM_FI_DEV_GPU_TEMP", "61"), sentinel])
     broken = 'DCGM_FI_DEV_GPU_TEMP{gpu="0" 41'
     page = f"{t4_text}\n{h100}\n{broken}\n"
-    later = page + line("DCGM_FI_DEV_ENC_UTIL", "0") + "\n"
+    # later a pod runs on the H100: Kubernetes' exporter adds its labels to every series of the GPU
+    later = page.replace(sentinel, line("DCGM_FI_DEV_MEMORY_TEMP", "9223372036854775794", extra=',pod="train-7"'))
+    later += line("DCGM_FI_DEV_ENC_UTIL", "0") + "\n"
     server = ScrapeServer([page, page, later, later])
     health = PipelineHealth()
     try:
@@ -205,7 +208,7 @@ def test_what_a_healthy_exporter_serves_every_time_is_counted_once_and_a_broken_
     not_read = {"DCGM_FI_DEV_MEM_CLOCK", "DCGM_FI_DEV_MEM_COPY_UTIL", "DCGM_FI_DEV_FB_FREE", "DCGM_FI_DEV_FB_USED",
                 "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", "DCGM_FI_DEV_PSTATE"}  # read off the page by hand
     assert health.problems[("dcgm", "unmapped metric ignored")] == len(not_read) + 1  # + ENC_UTIL, once
-    assert health.problems[("dcgm", "not-supported sentinel dropped")] == 1
+    assert health.problems[("dcgm", "not-supported sentinel dropped")] == 1  # the GPU's, whatever its pod
     assert health.problems[("dcgm", "malformed line")] == 4
     # a one-off parse (an imported page) counts what it sees
     once = PipelineHealth()
