@@ -203,8 +203,9 @@ def command(source: str, kafka: str | None, user: str | None, password: str | No
                 return
     finally:
         if server is not None:
-            server[0].shutdown()
-            server[0].server_close()
+            from foreshock.exporters.prometheus import stop
+
+            stop(server)
     click.echo(json.dumps({"name": "agent", "source": source, "frames": stats.frames, "samples": stats.samples,
                            "pieces": stats.pieces, "messages": stats.messages, "bytes": stats.bytes,
                            "send_failed": stats.failed,

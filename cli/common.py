@@ -17,7 +17,7 @@ from foreshock.detectors.bank import DetectorBank
 from foreshock.events import Event
 from foreshock.exporters.console import FindingTally, render_summary
 from foreshock.exporters.jsonl import JsonlSink
-from foreshock.exporters.prometheus import serve
+from foreshock.exporters.prometheus import serve, stop
 from foreshock.exporters.store import FindingStore
 from foreshock.frames import Frame
 from foreshock.health import PipelineHealth
@@ -169,11 +169,8 @@ def _json_number(value: float) -> float | None:
 
 
 def stop_server(run: PipelineRun) -> None:
-    server = run.server
-    if server is not None and isinstance(server, tuple):
-        httpd = server[0]
-        httpd.shutdown()
-        httpd.server_close()
+    if run.server is not None and isinstance(run.server, tuple):
+        stop(run.server)
 
 
 def recording_rows(meta: dict) -> int | None:  # type: ignore[type-arg]

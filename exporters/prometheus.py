@@ -507,6 +507,13 @@ def serve_health(health: PipelineHealth, cluster: Callable[[], str], host: str =
     return start_http_server(port, addr=host, registry=registry)
 
 
+def stop(server: Any) -> None:
+    """Stop what :func:`serve` or :func:`serve_health` started (their ``(server, thread)``)."""
+    httpd = server[0]
+    httpd.shutdown()
+    httpd.server_close()
+
+
 def build_registry(store: FindingStore, top_k: int = 16) -> CollectorRegistry:
     registry = CollectorRegistry(auto_describe=False)
     registry.register(ForeshockCollector(store, top_k=top_k))
