@@ -88,8 +88,9 @@ def _labels(block: str) -> dict[str, str] | None:
     return labels
 
 
-def _series(block: str, default_host: str, entities: dict[str, int]) -> tuple[int, float, int] | str:
-    """A label block -> (entity index, MIG slice weight, is-MIG) or the problem that rejects it."""
+def _series(block: str, default_host: str, entities: dict[str, int]) -> tuple[int, float, int, str] | str:
+    """A label block -> (entity index, MIG slice weight, is-MIG, entity name) or the problem that
+    rejects it."""
     labels = _labels(block)
     if labels is None:
         return "malformed labels"
@@ -99,8 +100,9 @@ def _series(block: str, default_host: str, entities: dict[str, int]) -> tuple[in
     host = labels.get("Hostname") or labels.get("hostname") or default_host
     is_mig = "GPU_I_ID" in labels or "GPU_I_PROFILE" in labels
     slices = _SLICES.match(labels.get("GPU_I_PROFILE", ""))
-    entity = entities.setdefault(gpu_entity(host, int(gpu)), len(entities))
-    return entity, float(slices.group(1)) if slices else 1.0, int(is_mig)
+    name = gpu_entity(host, int(gpu))
+    entity = entities.setdefault(name, len(entities))
+    return entity, float(slices.group(1)) if slices else 1.0, int(is_mig), name
 
 
 def parse_dcgm_text(text: str, ts: float, health: PipelineHealth | None = None,
@@ -127,8 +129,7 @@ def parse_dcgm_text(text: str, ts: float, health: PipelineHealth | None = None,
     mig = array("b")
     problems: Counter[str] = Counter()
     unmapped: Counter[str] = Counter()
-    seen: dict[str, tuple[int, float, int] | str] = {}
-    entity_names: list[str] = []
+    seen: dict[str, tuple[int, float, int, str] | str] = {}
 
     for raw in text.splitlines():
         line = raw.strip()
@@ -171,9 +172,7 @@ def parse_dcgm_text(text: str, ts: float, health: PipelineHealth | None = None,
             problems["infinite value"] += 1
             continue
         if is_not_supported(value):
-            if once is not None and len(entity_names) < len(entities):
-                entity_names = list(entities)  # the entity of an index, once a parse meets a sentinel
-            if count_once(once, f"{name}@{entity_names[series[0]]}" if once is not None else ""):
+            if count_once(once, f"{name}@{series[3]}"):
                 problems["not-supported sentinel dropped"] += 1
             continue
         field, scale = mapped
