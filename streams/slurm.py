@@ -120,10 +120,10 @@ def jobs_from_squeue(text: str, topology: Topology, min_nodes: int = 1) -> Slurm
     known = set(topology.nodes)
     out = SlurmJobs()
     taken: set[str] = set()
-    entries = [j for j in data["jobs"] if isinstance(j, dict)]
-    out.left_out["malformed entry"] += len(data["jobs"]) - len(entries)
-    ids = [j.get("job_id") for j in entries]
-    for job in sorted((j for j, i in zip(entries, ids) if isinstance(i, int)), key=lambda j: int(j["job_id"])):
+    entries = [j for j in data["jobs"] if isinstance(j, dict) and isinstance(j.get("job_id"), int)]
+    if len(entries) < len(data["jobs"]):
+        out.left_out["malformed entry"] = len(data["jobs"]) - len(entries)
+    for job in sorted(entries, key=lambda j: int(j["job_id"])):
         if "RUNNING" not in _states(job):
             out.left_out["not running"] += 1
             continue
@@ -145,9 +145,6 @@ def jobs_from_squeue(text: str, topology: Topology, min_nodes: int = 1) -> Slurm
         else:
             taken.update(nodes)
             out.jobs.append({"name": job_name(job), "nodes": nodes})
-    out.left_out["malformed entry"] += sum(not isinstance(i, int) for i in ids)
-    if not out.left_out["malformed entry"]:
-        del out.left_out["malformed entry"]
     return out
 
 
