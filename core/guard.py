@@ -132,8 +132,7 @@ class InputGuard:
         self.s_reported = {kind: np.zeros((len(field_names(kind)), topology.size(kind)), dtype=np.bool_)
                            for kind in kinds}
         self._unreported = {kind: _unreported(seen) for kind, seen in self.s_reported.items()}
-        self._job_keys = topology.job_keys()
-        self._job_slot_map = topology.job_slot_map
+        self.topology = topology  # its job list: saved with the state, found again on load
 
     def check(self, frame: Frame) -> Frame:
         if len(frame) == 0:
@@ -177,7 +176,7 @@ class InputGuard:
     def state_dict(self) -> dict[str, Any]:
         state: dict[str, Any] = {k: v.copy() for k, v in self.s_last_ts.items()}
         state.update({f"{k}{_REPORTED}": v.copy() for k, v in self.s_reported.items()})
-        state[_JOBS] = list(self._job_keys)
+        state[_JOBS] = list(self.topology.job_keys())
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -199,7 +198,7 @@ class InputGuard:
             if kind == "job" and (saved_jobs is not None or arr.shape != own.shape):
                 moved = own.copy()
                 if saved_jobs is not None:
-                    to = self._job_slot_map(saved_jobs)
+                    to = self.topology.job_slot_map(saved_jobs)
                     kept = np.flatnonzero(to >= 0)
                     moved[..., to[kept]] = arr[..., kept]
                 arr = moved  # an old state of another length: the jobs start fresh
