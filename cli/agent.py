@@ -13,6 +13,8 @@ from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from .kafka_options import kafka_options, settings_from
 
 SOURCES = ("simulator", "replay", "dcgm", "nvidia-smi", "nvml", "infiniband", "dom", "ethtool", "redfish", "cdu")
+URL_HELP = ("dcgm: the dcgm-exporter metrics URL; redfish: NODE=https://BMC[,...]; cdu: LOOP=https://CDU[,...] "
+            "(Redfish credentials from FORESHOCK_BMC_USER / FORESHOCK_BMC_PASSWORD).")
 
 
 def open_source(source: str, path: str | None, url: str | None, executable: str | None, root: str | None,
@@ -116,8 +118,7 @@ def open_source(source: str, path: str | None, url: str | None, executable: str 
 @click.option("--speed", type=float, default=None,
               help="replay/simulator: X times real time (default: replay as fast as possible, simulator live = 1).")
 @click.option("--now", "shift_now", is_flag=True, help="replay: shift timestamps so the replay starts now.")
-@click.option("--url", default=None, help="dcgm: the dcgm-exporter metrics URL; redfish: NODE=https://BMC[,...]; "
-              "cdu: LOOP=https://CDU[,...] (Redfish credentials from FORESHOCK_BMC_USER / FORESHOCK_BMC_PASSWORD).")
+@click.option("--url", default=None, help=URL_HELP)
 @click.option("--executable", default=None, help="nvidia-smi / dom / ethtool: the program to run (default nvidia-smi / ethtool).")
 @click.option("--root", default=None, help="infiniband: the sysfs root (default /sys/class/infiniband).")
 @click.option("--interfaces", default=None, help="dom / ethtool: comma-separated network interfaces.")

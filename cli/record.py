@@ -25,7 +25,7 @@ from foreshock.recording import RecordingWriter
 from foreshock.streams.polling import PollingSource
 from foreshock.topology import Topology
 
-from .agent import open_source
+from .agent import URL_HELP, open_source
 
 LIVE_SOURCES = ("dcgm", "nvidia-smi", "nvml", "infiniband", "dom", "ethtool", "redfish", "cdu")
 
@@ -41,8 +41,7 @@ def live_source_options(node_flag: str = "--host"):  # type: ignore[no-untyped-d
         click.option("--interval", type=click.FloatRange(min=0, min_open=True), default=None,
                      help="Seconds between polls (default: per source — dcgm 30, nvidia-smi 10, nvml 1, "
                           "infiniband 1, dom 60, ethtool 10, redfish 30, cdu 10)."),
-        click.option("--url", default=None, help="dcgm: the dcgm-exporter metrics URL; redfish: NODE=https://BMC[,...]; "
-                     "cdu: LOOP=https://CDU[,...] (Redfish credentials from FORESHOCK_BMC_USER / FORESHOCK_BMC_PASSWORD)."),
+        click.option("--url", default=None, help=URL_HELP),
         click.option("--executable", default=None,
                      help="nvidia-smi / dom / ethtool: the program to run (default nvidia-smi / ethtool)."),
         click.option("--root", default=None, help="infiniband: the sysfs root (default /sys/class/infiniband)."),
