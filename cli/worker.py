@@ -55,7 +55,7 @@ def command(kafka: str | None, user: str | None, password: str | None, namespace
         DetectorBank.from_names(topology, names)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
-    config = WorkerConfig(settings, topics, topology, lambda: DetectorBank.from_names(topology, names),
+    config = WorkerConfig(settings, topics, topology, lambda hardware: DetectorBank.from_names(hardware, names),
                           app_id=app_id, checkpoint_interval_s=checkpoint_interval,
                           session_timeout_s=session_timeout, metrics_host=host, metrics_port=port,
                           metrics_top_k=top_k, data_dir=data_dir, role=role)

@@ -28,6 +28,7 @@ from .fields import field_names, get_field, valid_bounds
 from .frames import Frame
 from .health import PipelineHealth
 from .numba_config import jit
+from .remap import HARDWARE_KINDS, Remap
 from .topology import Topology
 
 _REPORTED = ":reported"
@@ -179,9 +180,11 @@ class InputGuard:
         state[_JOBS] = list(self.topology.job_keys())
         return state
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
+    def load_state_dict(self, state: dict[str, Any], remap: Remap | None = None) -> None:
         """Restore a saved state; ValueError where it numbers the hardware otherwise.
 
+        ``remap``: the state was saved under other hardware; each entity's last timestamp and
+        reported fields follow it by name, and new entities start fresh (``core/remap.py``).
         Jobs are found again by name and nodes (``Topology.job_slot_map``): a worker restarted
         with a new job list keeps what it knew of the jobs still listed, and starts the new ones
         fresh (their rows had been refused as unknown entities while the saved, shorter arrays
@@ -195,6 +198,8 @@ class InputGuard:
             kind = k.removesuffix(_REPORTED)
             own = self.s_reported[kind] if reported else self.s_last_ts[kind]
             arr = np.asarray(v, dtype=own.dtype)
+            if remap is not None and kind in HARDWARE_KINDS:
+                arr = remap.rows(kind, arr, own, axis=1 if reported else 0)
             if kind == "job" and (saved_jobs is not None or arr.shape != own.shape):
                 moved = own.copy()
                 if saved_jobs is not None:

@@ -235,6 +235,11 @@ class Topology:
             ],
         }
 
+    def hardware_dict(self) -> dict[str, Any]:
+        """:meth:`to_dict` without the jobs: the part a hardware fingerprint covers, and what a
+        checkpoint keeps to move its state onto a changed topology (``core/remap.py``)."""
+        return {k: v for k, v in self.to_dict().items() if k != "jobs"}
+
     def fingerprint(self, jobs: bool = False) -> str:
         """A short digest of the entities and their slots: two topologies with equal fingerprints
         number their entities alike, so frames of one can be read against the other. Jobs have a
@@ -242,8 +247,7 @@ class Topology:
         hardware does not, and only job frames depend on their numbering."""
         cache: dict[bool, str] = self.__dict__.setdefault("_fingerprints", {})
         if jobs not in cache:
-            layout = self.to_dict()
-            part = {"jobs": layout["jobs"]} if jobs else {k: v for k, v in layout.items() if k != "jobs"}
+            part = {"jobs": self.to_dict()["jobs"]} if jobs else self.hardware_dict()
             canonical = json.dumps(part, sort_keys=True, separators=(",", ":"), default=str)
             cache[jobs] = hashlib.sha256(canonical.encode()).hexdigest()[:16]
         return cache[jobs]

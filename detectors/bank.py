@@ -12,6 +12,7 @@ from typing import Any, Iterable, Protocol, Sequence
 from foreshock.health import PipelineHealth
 from foreshock.findings import Finding
 from foreshock.frames import Frame
+from foreshock.remap import Remap
 from foreshock.topology import Topology
 
 from .base import Detector
@@ -105,6 +106,14 @@ class DetectorBank:
             d.load_state_dict(state["detectors"][d.name])
         for p in self.processors:
             p.load_state_dict(state["processors"][p.name])
+
+    def remap_state(self, state: dict[str, Any], remap: Remap) -> dict[str, Any]:
+        """A state saved under another topology, moved onto this (fresh) bank's entity by entity
+        (``Detector.remap_state``); load it with :meth:`load_state_dict`."""
+        if self.processors:
+            raise ValueError("a bank with finding processors cannot move its state to other hardware")
+        return {"detectors": {d.name: d.remap_state(state["detectors"][d.name], remap) for d in self.detectors},
+                "processors": {}}
 
     def gauges(self) -> dict[str, tuple[str, Any, str]]:
         out: dict[str, tuple[str, Any, str]] = {}

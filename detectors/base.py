@@ -20,6 +20,7 @@ import numpy as np
 
 from foreshock.findings import Finding
 from foreshock.frames import Frame
+from foreshock.remap import Remap
 from foreshock.topology import Topology
 
 
@@ -44,6 +45,11 @@ class Detector:
     name: ClassVar[str] = "detector"
     kinds: ClassVar[tuple[str, ...]] = ()
     state_scalars: ClassVar[tuple[str, ...]] = ()
+    # The entity kind whose slots index the first axis of each state array that has one: what
+    # lets the state follow its entities to another topology (:meth:`remap_state`). An array not
+    # listed must keep its shape whatever the hardware (a test builds every detector on grown
+    # topologies and holds each one to this).
+    slot_kinds: ClassVar[Mapping[str, str]] = {}
 
     def __init__(self, topology: Topology) -> None:
         self.topology = topology
@@ -81,6 +87,14 @@ class Detector:
                     setattr(self, k, arr.copy())
             else:
                 setattr(self, k, v)
+
+    def remap_state(self, state: dict[str, Any], remap: Remap) -> dict[str, Any]:
+        """``state``, saved under another topology, moved entity by entity onto this detector's
+        (fresh rows for entities it did not have): load the result with :meth:`load_state_dict`.
+        Override where an array holds slot *values* or counts derived from other arrays."""
+        fresh = self.state_dict()
+        return {k: remap.rows(self.slot_kinds[k], v, fresh[k]) if k in self.slot_kinds and k in fresh else v
+                for k, v in state.items()}
 
     def gauges(self) -> dict[str, tuple[str, np.ndarray, str]]:
         """Per-entity estimates worth exporting: ``name -> (entity kind, values by slot, help)``.

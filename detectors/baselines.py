@@ -26,7 +26,7 @@ import json
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Sequence
+from typing import Any, ClassVar, Mapping, Sequence
 
 import numpy as np
 from threadpoolctl import threadpool_limits
@@ -179,6 +179,7 @@ class FeatureStream:
 class _FeatureDetector(Detector):
     """Shared plumbing: a feature stream, per-GPU alarms per predicted event."""
 
+    slot_kinds: ClassVar[Mapping[str, str]] = {"s_feat": "gpu", "s_rack": "rack", "s_node": "node", "s_alarm": "gpu"}
     kinds: ClassVar[tuple[str, ...]] = ("gpu", "rack")
     events: tuple[str, ...] = ()
     score_log: "ScoreLog | None" = None

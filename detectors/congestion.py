@@ -50,7 +50,7 @@ reason names the link and why.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Mapping
 
 import numpy as np
 
@@ -59,6 +59,7 @@ from foreshock.findings import Finding, Prediction
 from foreshock.frames import Frame
 from foreshock.health import PipelineHealth
 from foreshock.numba_config import jit
+from foreshock.remap import Remap
 from foreshock.topology import Topology, take_or
 
 from .alarm import A_ACTIVE, CODE_START, CODE_WITHDRAW, alarm_step, new_alarm_columns
@@ -186,6 +187,8 @@ def _congestion_kernel(ts: np.ndarray, slot: np.ndarray, rate: np.ndarray, delta
 class CongestionDetector(Detector):
     """Congested ports (xmit_wait, PFC, ECN/CNP), spreading vs hot port, rerouting cause."""
 
+    slot_kinds: ClassVar[Mapping[str, str]] = {name: "link" for name in (
+        "s_counter_state", "s_counter_resets", "s_link", "s_alarm", "s_cause")}
     name: ClassVar[str] = "congestion"
     kinds: ClassVar[tuple[str, ...]] = ("link",)
 
@@ -232,6 +235,24 @@ class CongestionDetector(Detector):
         _congestion_kernel(frame.ts, frame.slot, rate, delta, gauges, state, self._groups, self.params, out)
         rows = np.flatnonzero(out[:, R_CODE] != 0)
         return [self._finding(frame, int(r), out[r]) for r in rows]
+
+    def remap_state(self, state: dict[str, Any], remap: Remap) -> dict[str, Any]:
+        """Rows follow their links; the blamed link is a slot value, renumbered; the per-leaf and
+        per-node counts of congested ports are recounted from the alarms carried over (a port
+        left out or moved to another partition no longer counts here)."""
+        out = super().remap_state(state, remap)
+        out["s_cause"] = remap.slots("link", out["s_cause"])
+        out["s_congested_per_group"] = self.congested_per_group(out["s_alarm"])
+        return out
+
+    def congested_per_group(self, alarm: np.ndarray) -> np.ndarray:
+        """What the kernel keeps in ``s_congested_per_group``, counted afresh from the alarms."""
+        counts = np.zeros_like(self.s_congested_per_group)
+        active = alarm[:, A_ACTIVE] == 1.0
+        for k in range(self._groups.shape[1]):
+            group = self._groups[:, k]
+            np.add.at(counts, group[active & (group >= 0)], 1.0)
+        return counts
 
     # ---- explanation ---------------------------------------------------------------------------
     def _finding(self, frame: Frame, row: int, rec: np.ndarray) -> Prediction:

@@ -46,7 +46,7 @@ Example (one GPU's R grows 40 % per hour from the second hour; its seven peers s
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Mapping
 
 import numpy as np
 
@@ -59,7 +59,7 @@ from foreshock.topology import Topology
 
 from .base import resolve_params
 from .order_stats import median_of
-from .thermal_fit import G_SIZE, G_TS, G_UL, M_LOADED, M_PF, M_RL, M_TPREV, P_LOAD_MIN, ThermalFitDetector
+from .thermal_fit import FIT_SLOT_KINDS, G_SIZE, G_TS, G_UL, M_LOADED, M_PF, M_RL, M_TPREV, P_LOAD_MIN, ThermalFitDetector
 from .thermal_fit import params_vector as thermal_params
 
 PARAMS: dict[str, float] = {
@@ -134,6 +134,10 @@ def _group_median(values: np.ndarray, groups: np.ndarray, out: np.ndarray) -> No
 class CoolingDetector(ThermalFitDetector):
     """Flags thermal resistance and inlet drift per GPU, node and rack."""
 
+    slot_kinds: ClassVar[Mapping[str, str]] = {
+        **FIT_SLOT_KINDS, "s_gpu_base": "gpu", "s_gpu_loaded": "gpu", "s_gpu_flag": "gpu", "s_idle": "gpu",
+        "s_rack_base": "rack", "s_rack_flag": "rack",
+        "s_node_flag": "node", "s_fan_flag": "node", "s_idle_node_hot": "node", "s_fan_speed": "node"}
     name: ClassVar[str] = "cooling"
     kinds: ClassVar[tuple[str, ...]] = ("gpu", "rack", "node")
     state_scalars: ClassVar[tuple[str, ...]] = ("next_peer_ts",)

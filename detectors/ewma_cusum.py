@@ -25,7 +25,7 @@ anomaly, not one per sample.
 
 from __future__ import annotations
 
-from typing import ClassVar, Sequence
+from typing import ClassVar, Mapping, Sequence
 
 import numpy as np
 
@@ -99,6 +99,7 @@ def _ewma_cusum_kernel(slot: np.ndarray, values: np.ndarray, state: np.ndarray, 
 class RobustZScoreDetector(Detector):
     """Per-series robust z-score + CUSUM over GPU fields; emits anomalies, predicts nothing."""
 
+    slot_kinds: ClassVar[Mapping[str, str]] = {"s_state": "gpu"}
     name: ClassVar[str] = "robust_zscore"
     kinds: ClassVar[tuple[str, ...]] = ("gpu",)
 

@@ -35,7 +35,7 @@ most every ``refresh_s``; "any increase" rules report every increase.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Mapping
 
 import numpy as np
 
@@ -190,6 +190,8 @@ def _link_error_kernel(ts: np.ndarray, slot: np.ndarray, delta: np.ndarray, rate
 class LinkErrorsDetector(Detector):
     """FACTS thresholds on link error counters, and flap counting, per link."""
 
+    slot_kinds: ClassVar[Mapping[str, str]] = {name: "link" for name in (
+        "s_counter_state", "s_counter_resets", "s_hour_bins", "s_hour_bin_index", "s_downs", "s_last_state", "s_last_emit")}
     name: ClassVar[str] = "link_errors"
     kinds: ClassVar[tuple[str, ...]] = ("link",)
 

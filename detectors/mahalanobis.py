@@ -55,7 +55,7 @@ plus 3 counters x (last value, last time) float64 and 3 int64 reset counts = 86 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar, Sequence
+from typing import Any, ClassVar, Mapping, Sequence
 
 import numpy as np
 
@@ -171,6 +171,9 @@ class _KindModel:
 class MahalanobisDetector(Detector):
     """Per-entity online Mahalanobis distance over many fields; one anomaly per episode."""
 
+    slot_kinds: ClassVar[Mapping[str, str]] = {
+        f"s_{kind}_{part}": kind for kind in ("gpu", "node")
+        for part in ("mean", "cov", "count", "counter_state", "counter_resets", "alarm")}
     name: ClassVar[str] = "mahalanobis"
     kinds: ClassVar[tuple[str, ...]] = ("gpu", "node")
     state_scalars: ClassVar[tuple[str, ...]] = ("imputed_rows", "skipped_rows")

@@ -518,6 +518,10 @@ def _link_alarm(row: int, o: int, bucket: float, t: float, state: tuple,  # type
 class OpticsDetector(Detector):
     """Per-optic robust trends -> ``link_down`` predictions per link; RX power steps."""
 
+    slot_kinds: ClassVar[Mapping[str, str]] = {
+        **{name: "optic" for name in ("s_counter_state", "s_counter_resets", "s_acc", "s_optic", "s_ring_t", "s_ring",
+                                      "s_fit", "s_module_alarm")},
+        "s_alarm": "link", "s_link_bucket": "link"}
     name: ClassVar[str] = "optics"
     kinds: ClassVar[tuple[str, ...]] = ("optic",)
 

@@ -42,7 +42,7 @@ Example (a GPU whose power creeps up 0.5 W/s from 640 W toward its 700 W limit):
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Mapping
 
 import numpy as np
 
@@ -58,7 +58,7 @@ from .base import resolve_params
 from .gpu_inputs import reason_bits, Scratch, inline, kernel, site_loop_rise, site_loop_tau
 from . import thermal as th
 from . import thermal_fit as tf
-from .thermal_fit import R_DT, R_TPREV, X_REASONS, ThermalFit, ThermalFitDetector
+from .thermal_fit import FIT_SLOT_KINDS, R_DT, R_TPREV, X_REASONS, ThermalFit, ThermalFitDetector
 
 # envelope, its Holt level/slope, loaded samples, braking, thermally throttled, envelope
 # before the thermal throttle, temperature slope (°C/s)
@@ -285,6 +285,7 @@ def _power_kernel(obs: np.ndarray, rows: np.ndarray, span: tuple[int, int], pare
 class PowerDetector(ThermalFitDetector):
     """Predicts ``power_cap``; reports power brake per GPU and per node at once."""
 
+    slot_kinds: ClassVar[Mapping[str, str]] = {**FIT_SLOT_KINDS, "s_gpu": "gpu", "s_alarm": "gpu", "s_node_brake": "node"}
     name: ClassVar[str] = "power"
     kinds: ClassVar[tuple[str, ...]] = ("gpu", "rack")
 

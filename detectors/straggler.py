@@ -35,7 +35,7 @@ Example (job of 16 GPUs; GPU 5 runs 15 % slower)::
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Mapping
 
 import numpy as np
 
@@ -124,6 +124,7 @@ def _ew_kernel(obs: np.ndarray, s: np.ndarray, tau: float) -> int:
 class StragglerDetector(Detector):
     """Flags GPUs slower, hotter or more throttled than their job peers."""
 
+    slot_kinds: ClassVar[Mapping[str, str]] = {"s_gpu": "gpu", "s_flag": "gpu"}
     name: ClassVar[str] = "straggler"
     kinds: ClassVar[tuple[str, ...]] = ("gpu",)
     state_scalars: ClassVar[tuple[str, ...]] = ("next_ts",)

@@ -82,7 +82,7 @@ Example (a GPU whose thermal interface is failing: R rises 50 % per hour)::
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Mapping
 
 import numpy as np
 
@@ -100,7 +100,7 @@ from .gpu_inputs import (DAMP_MIN_OBS, FLOW_NOMINAL, flow_asymptote, inline, ker
 # the thermal model's fit is shared with power and cooling (see thermal_fit); its parameters
 # (PARAMS, one vector: fit and forecast) are this detector's
 from .thermal_fit import PARAMS  # noqa: F401
-from .thermal_fit import (CORE, G_PLIM, G_PREF, G_SIZE, G_TS, G_UB, G_UL, HBM, M_LOADED, M_PF, M_RB,
+from .thermal_fit import (CORE, FIT_SLOT_KINDS, G_PLIM, G_PREF, G_SIZE, G_TS, G_UB, G_UL, HBM, M_LOADED, M_PF, M_RB,
                           M_RES, M_RL, M_SIZE, M_TAU, N_MODELS, P_CLEAR, P_CONF_MIN, P_DAMP,
                           P_DRIFT_DAMP, P_EVERY, P_FLOW_CARRY, P_FLOW_PLAN_FLOOR, P_HORIZON, P_LEAK,
                           P_LEARN_DAMP, P_LIM_CORE, P_LIM_HBM, P_LOAD_MIN, P_MARGIN, P_MARGIN_RISE,
@@ -592,6 +592,7 @@ def flow_loss_text(rack: np.ndarray, eta_now: float, limit: float, horizon: floa
 class ThermalDetector(ThermalFitDetector):
     """Per-GPU first-order thermal model; predicts ``thermal_throttle`` and ``hbm_overheat``."""
 
+    slot_kinds: ClassVar[Mapping[str, str]] = {**FIT_SLOT_KINDS, "s_forecast": "gpu", "s_alarm": "gpu"}
     name: ClassVar[str] = "thermal"
     kinds: ClassVar[tuple[str, ...]] = ("gpu", "rack")
 

@@ -24,7 +24,7 @@ complete on its own); loading writes them in place, so they stay shared.
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Any, ClassVar, Mapping, Protocol
 
 import numpy as np
 
@@ -443,6 +443,10 @@ class _Tally(PipelineHealth):
             self.found.append((reason, count))
 
 
+# the fit's arrays, which every ThermalFitDetector holds as state (``Detector.slot_kinds``)
+FIT_SLOT_KINDS: Mapping[str, str] = {"s_model": "gpu", "s_rack": "rack", "s_node": "node"}
+
+
 class ThermalFit:
     """The thermal model of every GPU of ``topology``, fitted once per frame (see module doc)."""
 
@@ -519,6 +523,7 @@ class ThermalFitDetector(Detector):
     relays its input problems to the detector's own health."""
 
     health: PipelineHealth
+    slot_kinds: ClassVar[Mapping[str, str]] = FIT_SLOT_KINDS
 
     def init_fit(self, params: np.ndarray, consumer: bool) -> None:
         self.fit_consumer = consumer

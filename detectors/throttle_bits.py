@@ -7,7 +7,7 @@ checked against them in a replay.
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import ClassVar, Mapping
 
 import numpy as np
 
@@ -65,6 +65,7 @@ class ThrottleBitsDetector(Detector):
     """Throttle onsets (the bits that turned on) and, every ``refresh_s`` while a thermal or
     power-brake bit stays set, a reminder that it still holds (score: the held bits)."""
 
+    slot_kinds: ClassVar[Mapping[str, str]] = {"s_last": "gpu", "s_reported": "gpu"}
     name: ClassVar[str] = "throttle_bits"
     kinds: ClassVar[tuple[str, ...]] = ("gpu",)
 

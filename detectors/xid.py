@@ -24,7 +24,7 @@ lost or failing GPU on.
 from __future__ import annotations
 
 import math
-from typing import ClassVar
+from typing import ClassVar, Mapping
 
 import numpy as np
 
@@ -76,6 +76,7 @@ def _xid_events(slot: np.ndarray, xid: np.ndarray, dbe: np.ndarray, last: np.nda
 class XidDetector(Detector):
     """New XIDs (changes of the last-XID field) and DBE ECC increments per GPU."""
 
+    slot_kinds: ClassVar[Mapping[str, str]] = {"s_last": "gpu"}
     name: ClassVar[str] = "xid"
     kinds: ClassVar[tuple[str, ...]] = ("gpu",)
 

@@ -69,7 +69,7 @@ class WorkerConfig:
     settings: KafkaSettings
     topics: Topics
     topology: Topology
-    make_bank: Callable[[], DetectorBank]
+    make_bank: Callable[[Topology], DetectorBank]  # the bank for a topology (see DetectionStage)
     app_id: str = "foreshock"
     worker_id: str = field(default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}")
     checkpoint_interval_s: float = 5.0
@@ -124,7 +124,7 @@ class ForeshockWorker:
         self.store = FindingStore(config.topology, self.health)
         self.detection = DetectionStage(config.topology, config.make_bank, config.topics.partitions,
                                         self.store, self.health, config.worker_id)
-        self.incident_stage = IncidentStage(config.make_bank().processors, self.health, config.topology)
+        self.incident_stage = IncidentStage(config.make_bank(config.topology).processors, self.health, config.topology)
         self.incidents_loaded = False
         self.pmap = PartitionMap(config.topology, config.topics.partitions)
         self.lock = asyncio.Lock()
@@ -299,7 +299,7 @@ class ForeshockWorker:
                     self.detection.drop(tp.partition)
                     self.held.pop(tp.partition, None)
                 elif tp.topic == self.config.topics.findings and self.incidents_loaded:
-                    self.incident_stage = IncidentStage(self.config.make_bank().processors, self.health,
+                    self.incident_stage = IncidentStage(self.config.make_bank(self.config.topology).processors, self.health,
                                                         self.config.topology)
                     self.incidents_loaded = False
                     self.external_positioned = False

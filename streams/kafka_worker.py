@@ -30,6 +30,7 @@ identity (agent, seq, part), so a consumer can drop the repeats; the incident st
 
 from __future__ import annotations
 
+import json
 import logging
 import pickle
 import struct
@@ -48,6 +49,7 @@ from foreshock.fields import ENTITY_KINDS, field_names
 from foreshock.findings import Finding
 from foreshock.frames import Frame
 from foreshock.health import PipelineHealth
+from foreshock.remap import Remap
 from foreshock.topology import Topology
 
 from .embedded import EmbeddedPipeline
@@ -122,22 +124,60 @@ def apply_delta(initial: Any, delta: Any) -> Any:
 _ZSTD_MAGIC = b"FSZ1"
 
 
+_LAYOUTS: dict[str, bytes] = {}
+
+
+def hardware_layout(topology: Topology) -> bytes:
+    """The topology's hardware (``Topology.hardware_dict``) as zstd-compressed JSON: written with
+    every detection checkpoint, so that a worker restarted on changed hardware can move the state
+    onto its entities (``core/remap.py``). Made once per topology: every owned partition is
+    checkpointed every few seconds."""
+    fingerprint = topology.fingerprint()
+    if fingerprint not in _LAYOUTS:
+        raw = json.dumps(topology.hardware_dict(), separators=(",", ":"), default=str).encode()
+        _LAYOUTS[fingerprint] = struct.pack(">Q", len(raw)) + pa.compress(raw, codec="zstd", asbytes=True)
+    return _LAYOUTS[fingerprint]
+
+
+@dataclass
+class SavedCheckpoint:
+    offset: int
+    state: Any
+    hardware: str | None  # the fingerprint of the hardware it was written for (None: before they were written)
+    layout: bytes | None  # that hardware itself (``hardware_layout``; None: not written with it)
+
+    def written_for(self, topology: Topology) -> Topology | None:
+        """None when written for ``topology``'s hardware (or before checkpoints named theirs);
+        otherwise the topology it was written for, to move its state from. A ValueError when it
+        cannot be rebuilt: the state is by slot, and a topology with the same counts in another
+        order would load without an error into the wrong entities."""
+        if self.hardware is None or self.hardware == topology.fingerprint():
+            return None
+        if self.layout is None:
+            raise ValueError(f"checkpoint written for another topology (hardware {self.hardware}, this worker's "
+                             f"{topology.fingerprint()}) without its layout: this partition starts fresh")
+        (size,) = struct.unpack(">Q", self.layout[:8])
+        raw = pa.decompress(self.layout[8:], decompressed_size=size, codec="zstd", asbytes=True)
+        return Topology.from_dict(json.loads(raw), source=f"checkpoint's topology {self.hardware}")
+
+
 def encode_checkpoint(offset: int, state: Any, kind: str, signature: str,
-                      topology: Topology | None = None) -> bytes:
-    """``topology``: the hardware fingerprint to write with the state, which is kept by slot."""
+                      topology: Topology | None = None, layout: bool = False) -> bytes:
+    """``topology``: the hardware to name with the state, which is kept by slot; ``layout``: write
+    that hardware itself too (``hardware_layout``), so the state can follow its entities onto
+    changed hardware."""
     blob = {"version": CHECKPOINT_VERSION, "kind": kind, "signature": signature, "offset": offset, "state": state,
-            "hardware": topology.fingerprint() if topology is not None else None}
+            "hardware": topology.fingerprint() if topology is not None else None,
+            "layout": hardware_layout(topology) if topology is not None and layout else None}
     raw = pickle.dumps(blob, protocol=5)
     return _ZSTD_MAGIC + struct.pack(">Q", len(raw)) + pa.compress(raw, codec="zstd", asbytes=True)
 
 
-def decode_checkpoint(data: bytes, kind: str, signature: str, topology: Topology | None = None) -> tuple[int, Any]:
+def decode_checkpoint(data: bytes, kind: str, signature: str) -> SavedCheckpoint:
     """Checkpoints come only from this pipeline's own internal topic (pickle is trusted here).
-    Those of the first version (zlib) still load. With ``topology``, one written under other
-    hardware is refused: its state is by slot, and a topology with the same counts but another
-    order (a node renamed, racks listed otherwise) would load without an error into the wrong
-    entities. A changed job list is not refused: the guard and the incident engine find each job
-    again by name and nodes."""
+    Those of the first version (zlib) still load. Which hardware it was written for is the
+    caller's to check (``SavedCheckpoint.written_for``); a changed job list is not refused: the
+    guard and the incident engine find each job again by name and nodes."""
     if data[:4] == _ZSTD_MAGIC:
         (size,) = struct.unpack(">Q", data[4:12])
         raw = pa.decompress(data[12:], decompressed_size=size, codec="zstd", asbytes=True)
@@ -148,11 +188,7 @@ def decode_checkpoint(data: bytes, kind: str, signature: str, topology: Topology
         raise ValueError(f"checkpoint version/kind {blob.get('version')}/{blob.get('kind')} not {CHECKPOINT_VERSION}/{kind}")
     if blob.get("signature") != signature:
         raise ValueError(f"checkpoint written by a different bank ({blob.get('signature')!r}, this is {signature!r})")
-    written = blob.get("hardware")
-    if topology is not None and written is not None and written != topology.fingerprint():
-        raise ValueError(f"checkpoint written for another topology (hardware {written}, this worker's "
-                         f"{topology.fingerprint()}): its state is by slot, so this partition starts fresh")
-    return int(blob["offset"]), blob["state"]
+    return SavedCheckpoint(int(blob["offset"]), blob["state"], blob.get("hardware"), blob.get("layout"))
 
 
 def bank_signature(bank: DetectorBank) -> str:
@@ -232,9 +268,11 @@ class _Partition:
 class DetectionStage:
     """Per-partition pipelines of one worker."""
 
-    def __init__(self, topology: Topology, make_bank: Callable[[], DetectorBank], partitions: int,
+    def __init__(self, topology: Topology, make_bank: Callable[[Topology], DetectorBank], partitions: int,
                  store: FindingStore | None = None, health: PipelineHealth | None = None,
                  worker_id: str = "") -> None:
+        """``make_bank``: the detector bank for a topology (this one's; a checkpoint written for
+        other hardware needs a bank of that hardware to be read)."""
         self.topology = topology
         self.worker_id = worker_id
         self.health = health or PipelineHealth()
@@ -242,18 +280,19 @@ class DetectionStage:
         self.pmap = PartitionMap(topology, partitions)
         self._make_bank = make_bank
         self.parts: dict[int, _Partition] = {}
-        full = make_bank()
+        full = make_bank(topology)
         self.frame_fields = processor_frame_fields(full.processors)
         fresh, _ = self._new_pipeline()
         self.signature = bank_signature(fresh.bank)
         self._initial = self._state(fresh)
         self._fills = uniform_fills(self._initial)
 
-    def _new_pipeline(self) -> tuple[EmbeddedPipeline, _CleanFrame]:
-        full = self._make_bank()
-        bank = DetectorBank(self.topology, full.detectors, processors=())  # incidents run in IncidentStage
+    def _new_pipeline(self, topology: Topology | None = None) -> tuple[EmbeddedPipeline, _CleanFrame]:
+        topology = topology or self.topology
+        full = self._make_bank(topology)
+        bank = DetectorBank(topology, full.detectors, processors=())  # incidents run in IncidentStage
         clean = _CleanFrame()
-        return EmbeddedPipeline(self.topology, bank, self.store, (clean,), self.health), clean
+        return EmbeddedPipeline(topology, bank, self.store, (clean,), self.health), clean
 
     @staticmethod
     def _state(pipeline: EmbeddedPipeline) -> dict[str, Any]:
@@ -269,7 +308,7 @@ class DetectionStage:
         or, after any source change, compiled, seconds of CPU — mid-stream (five kernels of the
         thermal, power and straggler detectors when this was measured)."""
         health = PipelineHealth()
-        bank = DetectorBank(self.topology, self._make_bank().detectors, processors=())
+        bank = DetectorBank(self.topology, self._make_bank(self.topology).detectors, processors=())
         pipeline = EmbeddedPipeline(self.topology, bank, FindingStore(self.topology, health), (), health)
         try:
             for kind in ENTITY_KINDS:
@@ -292,16 +331,36 @@ class DetectionStage:
         offset = -1
         if checkpoint is not None:
             try:
-                offset, delta = decode_checkpoint(checkpoint, "detect", self.signature, self.topology)
-                state = apply_delta(self._initial, delta)
-                pipeline.guard.load_state_dict(state["guard"])
-                pipeline.bank.load_state_dict(state["bank"])
+                saved = decode_checkpoint(checkpoint, "detect", self.signature)
+                old = saved.written_for(self.topology)
+                if old is None:
+                    state = apply_delta(self._initial, saved.state)
+                    pipeline.guard.load_state_dict(state["guard"])
+                    pipeline.bank.load_state_dict(state["bank"])
+                else:
+                    self._load_moved(partition, pipeline, old, saved.state)
+                offset = saved.offset
             except Exception as exc:  # a checkpoint we cannot use must not stop the worker
                 self.health.problem("worker", "checkpoint_unusable", detail=f"partition {partition}: {exc}")
                 (pipeline, clean), offset = self._new_pipeline(), -1
         self.parts[partition] = _Partition(pipeline, clean, offset)
         log.info("partition %d: resumed after offset %d", partition, offset)
         return offset
+
+    def _load_moved(self, partition: int, pipeline: EmbeddedPipeline, old: Topology, delta: Any) -> None:
+        """Load a checkpoint written for other hardware (a rack added, a node retired, the file
+        reordered): its delta is read against a fresh pipeline of that hardware, and each entity
+        this partition owns now keeps its state where its name is still listed (``core/remap.py``).
+        Entities new to the file, or new to this partition, start fresh."""
+        saved_pipeline, _ = self._new_pipeline(old)
+        state = apply_delta(self._state(saved_pipeline), delta)
+        owned = {kind: table == partition for kind, table in self.pmap.by_kind.items()}
+        remap = Remap(old, self.topology, keep=owned)
+        pipeline.guard.load_state_dict(state["guard"], remap)
+        pipeline.bank.load_state_dict(pipeline.bank.remap_state(state["bank"], remap))
+        kept = {kind: remap.kept(kind) for kind in ("gpu", "link", "node", "rack")}
+        log.info("partition %d: checkpoint of hardware %s moved onto %s: state kept for %s", partition,
+                 old.fingerprint(), self.topology.fingerprint(), ", ".join(f"{n} {k}s" for k, n in kept.items()))
 
     def drop(self, partition: int) -> None:
         """Give a partition up: its pipeline goes, and the shared store forgets its entities (their
@@ -372,7 +431,7 @@ class DetectionStage:
     def checkpoint(self, partition: int) -> tuple[int, bytes]:
         part = self.parts[partition]
         blob = encode_checkpoint(part.offset, state_delta(self._initial, self._state(part.pipeline), self._fills),
-                                 "detect", self.signature, self.topology)
+                                 "detect", self.signature, self.topology, layout=True)
         return part.offset, blob
 
     def mark_checkpointed(self, partition: int, offset: int) -> None:
@@ -505,7 +564,13 @@ class IncidentStage:
         if checkpoint is None:
             return -1
         try:
-            offset, state = decode_checkpoint(checkpoint, "incidents", self.signature, self.topology)
+            saved = decode_checkpoint(checkpoint, "incidents", self.signature)
+            if self.topology is not None and saved.written_for(self.topology) is not None:
+                # incidents name their members by slot, and frames waiting for their other pieces
+                # are numbered by the old file: open incidents start again on changed hardware
+                raise ValueError(f"checkpoint written for another topology (hardware {saved.hardware}, this "
+                                 f"worker's {self.topology.fingerprint()}): the incident stage starts fresh")
+            offset, state = saved.offset, saved.state
             for p in self.processors:
                 p.load_state_dict(state["processors"][p.name])
             self.released = dict(state["released"])

@@ -39,7 +39,8 @@ from foreshock.streams.kafka_codec import (H_AGENT, H_REASON, BundleBuilder, Fin
 from foreshock.streams.kafka_config import KafkaSettings
 from foreshock.streams.kafka_topics import Topics, ensure_topics
 from foreshock.streams.kafka_worker import (RETIRE_SENDER_S, DetectionStage, IncidentStage, apply_delta,
-                                            dedupe_findings_messages, state_delta, uniform_fills)
+                                            bank_signature, decode_checkpoint, dedupe_findings_messages,
+                                            encode_checkpoint, state_delta, uniform_fills)
 from foreshock.streams.sources import ReplaySource
 from foreshock.topology import Topology
 
@@ -305,7 +306,7 @@ def test_worker_data_dir_is_a_temporary_folder_not_the_current_directory(tmp_pat
 
     def config(**kw: Any) -> WorkerConfig:
         return WorkerConfig(KafkaSettings("127.0.0.1:9"), Topics("dd.", 1), topology,
-                            lambda: DetectorBank.from_names(topology), app_id="dd-app", **kw)
+                            lambda hardware: DetectorBank.from_names(hardware), app_id="dd-app", **kw)
 
     worker = ForeshockWorker(config())
     assert worker.app.conf.datadir.parent == tmp and worker.data_dir.is_dir()
@@ -351,7 +352,7 @@ def test_worker_roles_run_their_own_agents_in_their_own_group(tmp_path: Path, mo
 
     def config(role: str) -> WorkerConfig:
         return WorkerConfig(KafkaSettings("127.0.0.1:9"), Topics("rr.", 1), topology,
-                            lambda: DetectorBank.from_names(topology), app_id="rr-app", role=role)
+                            lambda hardware: DetectorBank.from_names(hardware), app_id="rr-app", role=role)
 
     expected = {"all": ("rr-app", {"detect", "route_json", "incidents"}),
                 "detect": ("rr-app.detect", {"detect", "route_json"}),
@@ -631,7 +632,6 @@ def test_senders_silent_for_hours_are_forgotten_and_taken_up_again_if_they_speak
     # a checkpoint from before senders were retired: every sender is taken as heard from now
     state = restored.state()
     del state["last_heard"]
-    from foreshock.streams.kafka_worker import encode_checkpoint
     old = IncidentStage([CountingProcessor()], clock=lambda: now[0])
     old.load(encode_checkpoint(7, state, "incidents", old.signature))
     assert old.retire_senders() == 0 and set(old.released) == {alive, dead, fresh}
@@ -657,7 +657,7 @@ def test_processors_that_read_frames_get_the_guarded_rows_they_declared(small_to
     declared fields, and the incident stage hands them to the processor before the findings of
     their frame — what the embedded bank does with the whole frame."""
     topo = small_topology
-    bank = lambda: DetectorBank.from_names(topo, ["robust_zscore"], processors=[TelemetryProcessor()])  # noqa: E731
+    bank = lambda hardware: DetectorBank.from_names(hardware, ["robust_zscore"], processors=[TelemetryProcessor()])  # noqa: E731
     detection = DetectionStage(topo, bank, 2)
     assert detection.frame_fields == {"gpu": ("gpu_temp",)}
     incidents = IncidentStage([TelemetryProcessor()])
@@ -701,7 +701,7 @@ def test_a_dropped_partition_leaves_the_workers_exported_view(small_topology: To
     from foreshock.findings import Prediction
 
     topo = small_topology
-    detection = DetectionStage(topo, lambda: DetectorBank.from_names(topo, ["robust_zscore"]), 2)
+    detection = DetectionStage(topo, lambda hardware: DetectorBank.from_names(hardware, ["robust_zscore"]), 2)
     pmap = PartitionMap(topo, 2)
     n = len(topo.gpus)
     frame = Frame("gpu", np.full(n, 10.0), np.arange(n), {"gpu_temp": np.full(n, 50.0), "power": np.full(n, 500.0)})
@@ -740,7 +740,7 @@ def loaded():
 
 source = ReplaySource(sys.argv[1])
 topo = source.topology
-stage = DetectionStage(topo, lambda: DetectorBank.from_names(topo), 2)
+stage = DetectionStage(topo, lambda hardware: DetectorBank.from_names(hardware), 2)
 stage.warm_up()
 warm = loaded()
 pmap = PartitionMap(topo, 2)
@@ -799,13 +799,13 @@ def test_detection_stage_resumes_from_checkpoint_with_identical_output(recording
             out.extend(finding_to_json(f) for f in result.findings)
         return out
 
-    straight = run(DetectionStage(topo, lambda: DetectorBank.from_names(topo), 2), records)
+    straight = run(DetectionStage(topo, lambda hardware: DetectorBank.from_names(hardware), 2), records)
     assert Counter(straight) == canon(detector_findings(recording))
     half = len(records) // 2
-    first = DetectionStage(topo, lambda: DetectorBank.from_names(topo), 2)
+    first = DetectionStage(topo, lambda hardware: DetectorBank.from_names(hardware), 2)
     got = run(first, records[:half])
     blobs = {p: first.checkpoint(p)[1] for p in list(first.parts)}
-    second = DetectionStage(topo, lambda: DetectorBank.from_names(topo), 2)
+    second = DetectionStage(topo, lambda hardware: DetectorBank.from_names(hardware), 2)
     for p in range(2):
         second.load(p, blobs.get(p))
     replayed = [second.process(*r) for r in records]  # offsets at or below the checkpoint are skipped
@@ -816,7 +816,7 @@ def test_detection_stage_resumes_from_checkpoint_with_identical_output(recording
 
 def _checkpoint_after_job_rows(topo: Topology) -> bytes:
     """A one-partition detection stage that read both jobs' step times at t = 1..5, checkpointed."""
-    stage = DetectionStage(topo, lambda: DetectorBank.from_names(topo), 1)
+    stage = DetectionStage(topo, lambda hardware: DetectorBank.from_names(hardware), 1)
     stage.load(0, None)
     for t in range(1, 6):
         frame = Frame("job", [float(t)] * 2, [0, 1], {"step_time": [1.0, 2.0]})
@@ -837,7 +837,7 @@ def test_a_worker_restarted_with_a_new_job_list_reads_every_listed_job(small_top
     job0, job1 = data["jobs"]
     data["jobs"] = [job1, {"name": "job2", "nodes": job0["nodes"][:1]}, {"name": "job3", "nodes": job0["nodes"][1:]}]
     new = Topology.from_dict(data)
-    stage = DetectionStage(new, lambda: DetectorBank.from_names(new), 1)
+    stage = DetectionStage(new, lambda hardware: DetectorBank.from_names(hardware), 1)
     assert stage.load(0, checkpoint) == 4  # resumed, not started fresh
     frame = Frame("job", [5.0] * 3, [0, 1, 2], {"step_time": [2.0, 1.0, 1.0]})
     value, headers = encode_bundle("a", 0.0, [(6, 0, 1, frame)], topology=new)
@@ -865,11 +865,18 @@ def test_no_detector_keeps_state_by_job_slot(small_topology: Topology):
         shapes(DetectorBank.from_names(small_topology, names, processors=()).state_dict())
 
 
-def test_a_checkpoint_written_for_other_hardware_is_refused(small_topology: Topology):
+def test_a_checkpoint_for_other_hardware_is_refused_where_its_state_cannot_follow_the_entities(
+        small_topology: Topology):
     """The same counts in another order (two nodes' names swapped) would pass every shape check
-    and load one node's state into the other: the checkpoint names its hardware, so the
-    partition starts fresh and says why."""
+    and load one node's state into the other. A detection checkpoint written with its hardware's
+    layout is moved entity by entity (tests/test_hardware_change.py); one written without it
+    (before layouts were kept), and the incident stage's (its incidents and waiting frames are
+    numbered by the old file), are refused: the partition starts fresh and says why."""
     checkpoint = _checkpoint_after_job_rows(small_topology)
+    saved = decode_checkpoint(checkpoint, "detect", bank_signature(DetectorBank.from_names(small_topology, processors=())))
+    without_layout = encode_checkpoint(saved.offset, saved.state, "detect",
+                                       bank_signature(DetectorBank.from_names(small_topology, processors=())),
+                                       small_topology)
     data = small_topology.to_dict()
     names = {"node0": "node1", "node1": "node0"}
     text = json.dumps(data)
@@ -877,9 +884,10 @@ def test_a_checkpoint_written_for_other_hardware_is_refused(small_topology: Topo
         text = text.replace(f'"{old}', f'"{new}')
     moved = Topology.from_dict(json.loads(text))
     assert moved.size("gpu") == small_topology.size("gpu") and moved.nodes[:2] == [names["node0"], names["node1"]]
-    stage = DetectionStage(moved, lambda: DetectorBank.from_names(moved), 1)
-    assert stage.load(0, checkpoint) == -1
+    stage = DetectionStage(moved, lambda hardware: DetectorBank.from_names(hardware), 1)
+    assert stage.load(0, without_layout) == -1
     assert stage.health.problems[("worker", "checkpoint_unusable")] == 1
+    assert stage.load(0, checkpoint) == 4 and stage.health.problems[("worker", "checkpoint_unusable")] == 1
     _, blob = IncidentStage(DetectorBank.from_names(small_topology).processors, topology=small_topology).checkpoint()
     refused = IncidentStage(DetectorBank.from_names(moved).processors, topology=moved)
     refused.load(blob)
@@ -1031,6 +1039,33 @@ def test_broker_restart_mid_stream_loses_nothing(private_broker, recording, work
     assert canon(findings_of(messages)) == canon(detector_findings(recording))
 
 
+def restart_on_new_file(kafka_settings: KafkaSettings, topics: Topics, workers: Any, files: tuple[Path, Path],
+                        topologies: tuple[Topology, Topology], frame: Any, before: list[tuple[float, list[int]]],
+                        after: list[tuple[float, list[int]]]) -> str:
+    """A worker reads ``frame(t, slots)`` of each of ``before`` under the first file (an agent
+    with the first topology sends them), checkpoints and stops; another starts under the second
+    file and reads ``after``. Returns the second worker's log."""
+
+    def publish(topology: Topology, rows: list[tuple[float, list[int]]]) -> None:
+        publisher = FramePublisher(kafka_settings, topology, topics, agent_id="rows", linger_ms=0)
+        for t, slots in rows:
+            publisher.publish(frame(t, slots))
+        publisher.close()
+
+    first = workers(kafka_settings.bootstrap, topics, "g-" + topics.namespace)
+    first.start(files[0])
+    publish(topologies[0], before)
+    assert len(read_topic(kafka_settings, topics.findings, want=len(before), timeout_s=60)) >= len(before), \
+        first.logs()
+    time.sleep(2)  # a checkpoint (every second) covers them
+    first.stop()
+    second = workers(kafka_settings.bootstrap, topics, "g-" + topics.namespace)
+    second.start(files[1])
+    publish(topologies[1], after)
+    read_topic(kafka_settings, topics.findings, want=len(before) + len(after), timeout_s=60)
+    return second.logs()  # type: ignore[no-any-return]
+
+
 @pytest.mark.kafka
 @pytest.mark.slow
 def test_workers_restarted_with_a_new_job_list_resume_and_read_every_job(kafka_settings, small_topology: Topology,
@@ -1048,25 +1083,39 @@ def test_workers_restarted_with_a_new_job_list_resume_and_read_every_job(kafka_s
     new = Topology.from_dict(data)
     new.dump(new_path)
 
-    def publish(topology: Topology, rows: list[tuple[float, list[int]]]) -> None:
-        publisher = FramePublisher(kafka_settings, topology, topics, agent_id="jobs", linger_ms=0)
-        for t, slots in rows:
-            publisher.publish(Frame("job", [t] * len(slots), slots, {"step_time": [2.0] * len(slots)}))
-        publisher.close()
-
-    first = workers(kafka_settings.bootstrap, topics, "g-" + topics.namespace)
-    first.start(old_path)
-    publish(small_topology, [(float(t), [0, 1]) for t in range(1, 6)])
-    assert len(read_topic(kafka_settings, topics.findings, want=5, timeout_s=60)) >= 5, first.logs()
-    time.sleep(2)  # a checkpoint (every second) covers them
-    first.stop()
-    second = workers(kafka_settings.bootstrap, topics, "g-" + topics.namespace)
-    second.start(new_path)
-    publish(new, [(5.0, [0, 1, 2]), (6.0, [0, 1, 2])])
-    read_topic(kafka_settings, topics.findings, want=7, timeout_s=60)
-    logs = second.logs()
+    logs = restart_on_new_file(kafka_settings, topics, workers, (old_path, new_path), (small_topology, new),
+                               lambda t, slots: Frame("job", [t] * len(slots), slots, {"step_time": [2.0] * len(slots)}),
+                               [(float(t), [0, 1]) for t in range(1, 6)], [(5.0, [0, 1, 2]), (6.0, [0, 1, 2])])
     assert "duplicate_timestamp" in logs, logs  # job1, now slot 0, remembered t = 5
     assert "unknown_entity" not in logs and "checkpoint_unusable" not in logs, logs
+
+
+@pytest.mark.kafka
+@pytest.mark.slow
+def test_workers_restarted_on_changed_hardware_resume_with_each_entity_s_state(kafka_settings,
+                                                                               small_topology: Topology,
+                                                                               tmp_path: Path, workers):
+    """What the README says to do when racks are added, on the real broker: a worker reads
+    node0/gpu0 at t = 1..5, stops, and starts again with a file whose new rack's node is listed
+    first (node0/gpu0 moves from slot 0 to slot 8). It resumes from its checkpoint and the GPU
+    keeps its state under its name — its repeated time is a duplicate — while the new node's GPU
+    reads fresh. Before, the checkpoint was refused (`checkpoint_unusable`)."""
+    topics = ensure_topics(kafka_settings, Topics(namespace(), 1))
+    old_path, new_path = tmp_path / "old.yaml", tmp_path / "new.yaml"
+    small_topology.dump(old_path)
+    data = small_topology.to_dict()
+    data["racks"].append({"name": "rack9", "row": "row0"})
+    data["nodes"].insert(0, {"name": "node9", "rack": "rack9", "gpus": 8})
+    new = Topology.from_dict(data)
+    new.dump(new_path)
+    moved, added = new.slot("gpu", "node0/gpu0"), new.slot("gpu", "node9/gpu0")
+    assert (small_topology.slot("gpu", "node0/gpu0"), moved, added) == (0, 8, 0)
+
+    logs = restart_on_new_file(kafka_settings, topics, workers, (old_path, new_path), (small_topology, new),
+                               lambda t, slots: Frame("gpu", [t] * len(slots), slots, {"gpu_temp": [40.0] * len(slots)}),
+                               [(float(t), [0]) for t in range(1, 6)], [(5.0, [moved, added]), (6.0, [moved, added])])
+    assert "duplicate_timestamp" in logs, logs  # node0/gpu0, now slot 8, remembered t = 5
+    assert "checkpoint_unusable" not in logs and "unknown_entity" not in logs, logs
 
 
 @pytest.mark.kafka

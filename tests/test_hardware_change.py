@@ -1,0 +1,259 @@
+"""Workers restarted on changed hardware keep what each entity learnt (core/remap.py).
+
+A rack added, a node retired, the topology file reordered: slots move, names stay. Detection
+checkpoints carry their hardware's layout, and a partition loaded under another file moves each
+entity's state to its new slot.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from foreshock.detectors.bank import DetectorBank
+from foreshock.detectors.registry import DETECTORS
+from foreshock.findings import Finding, finding_to_dict
+from foreshock.frames import Frame
+from foreshock.remap import HARDWARE_KINDS, Remap
+from foreshock.streams.kafka_codec import PartitionMap, encode_bundle
+from foreshock.streams.kafka_worker import DetectionStage
+from foreshock.streams.sources import ReplaySource
+from foreshock.topology import Topology
+
+BATCH_ROWS = 4096
+
+
+def topology(racks: list[tuple[str, list[str]]], rails: int = 2) -> Topology:
+    """Racks of (name, nodes) in one row, nodes of ``rails`` GPUs, a leaf per rail."""
+    nodes = [(node, rack) for rack, names in racks for node in names]
+    return Topology.from_dict({
+        "cluster": "t", "rows": [{"name": "row0", "cooling_loop": "cdu0"}],
+        "racks": [{"name": rack, "row": "row0"} for rack, _ in racks],
+        "nodes": [{"name": node, "rack": rack, "gpus": rails} for node, rack in nodes],
+        "switches": [{"name": f"leaf{r}", "tier": "leaf", "rail": r} for r in range(rails)],
+        "links": [{"name": f"{node}/gpu{r}~leaf{r}", "a": f"{node}/gpu{r}", "b": f"leaf{r}"}
+                  for node, _ in nodes for r in range(rails)],
+    })
+
+
+def test_remap_moves_rows_by_name_and_starts_new_entities_fresh():
+    old = topology([("rackA", ["n0", "n1"]), ("rackB", ["n2"])])
+    new = topology([("rackC", ["n9"]), ("rackB", ["n2"]), ("rackA", ["n1"])])  # n0 retired, n9 added
+    remap = Remap(old, new)
+    saved = np.arange(old.size("node") * 2, dtype=float).reshape(-1, 2)  # row i: 2i, 2i+1
+    fresh = np.full((new.size("node"), 2), -1.0)
+    moved = remap.rows("node", saved, fresh)
+    assert moved.tolist() == [[-1, -1], [4, 5], [2, 3]]  # n9 fresh; n2, n1 from their old rows
+    assert remap.kept("node") == 2 and remap.kept("rack") == 2 and remap.kept("gpu") == 4
+    assert remap.slots("link", np.array([-1, 0, 2, 4])).tolist() == \
+        [-1, -1, new.slot("link", "n1/gpu0~leaf0"), new.slot("link", "n2/gpu0~leaf0")]
+    assert remap.rows("optic", np.arange(old.size("optic")), np.zeros(new.size("optic"), dtype=np.int64))[
+        new.slot("optic", "n2/gpu1~leaf1#b")] == old.slot("optic", "n2/gpu1~leaf1#b")
+    reported = np.zeros((3, old.size("gpu")), dtype=bool)
+    reported[1, old.slot("gpu", "n2/gpu1")] = True
+    along = remap.rows("gpu", reported, np.zeros((3, new.size("gpu")), dtype=bool), axis=1)
+    assert np.argwhere(along).tolist() == [[1, new.slot("gpu", "n2/gpu1")]]
+    with pytest.raises(ValueError, match="does not fit"):
+        remap.rows("node", saved[:, :1], fresh)
+    kept = Remap(old, new, keep={"node": np.array([False, True, False])})
+    assert kept.rows("node", saved, fresh).tolist() == [[-1, -1], [4, 5], [-1, -1]]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.data())
+def test_every_kept_entity_keeps_its_own_rows_whatever_the_change(data: st.DataObject):
+    names = [f"n{i}" for i in range(8)]
+    old_nodes = data.draw(st.lists(st.sampled_from(names), min_size=1, max_size=8, unique=True))
+    new_nodes = data.draw(st.lists(st.sampled_from(names + ["x0", "x1"]), min_size=1, max_size=10, unique=True))
+    old = topology([("r0", old_nodes)])
+    new = topology([("r0", new_nodes)])
+    remap = Remap(old, new)
+    for kind in HARDWARE_KINDS:
+        saved = np.arange(old.size(kind), dtype=np.int64) + 100
+        moved = remap.rows(kind, saved, np.full(new.size(kind), -1, dtype=np.int64))
+        for slot, name in enumerate(new.names(kind)):
+            expected = old.slot(kind, name) + 100 if name in old.names(kind) else -1
+            assert moved[slot] == expected
+
+
+def grown(base: Topology, kind: str) -> Topology:
+    """``base`` with more entities of ``kind`` (and of the kinds that hang off them) only."""
+    data = base.to_dict()
+    if kind == "rack":
+        data["racks"].append({"name": "rackZ", "row": data["rows"][0]["name"]})
+    elif kind == "node":
+        data["nodes"].append({"name": "nodeZ", "rack": data["racks"][0]["name"], "gpus": 0})
+    elif kind == "gpu":
+        data["nodes"][-1]["gpus"] += 1
+    elif kind == "link":
+        switches = [s["name"] for s in data["switches"]]
+        data["links"].append({"name": "extra", "a": switches[0], "b": switches[-1]})
+    return Topology.from_dict(data)
+
+
+def shapes(state: Any, path: str = "") -> dict[str, tuple[int, ...]]:
+    if isinstance(state, dict):
+        return {k: v for key, sub in state.items() for k, v in shapes(sub, f"{path}/{key}" if path else key).items()}
+    return {path: state.shape} if isinstance(state, np.ndarray) else {}
+
+
+@pytest.mark.parametrize("name", sorted(set(DETECTORS) - {"sklearn"}))
+def test_each_detector_names_the_entity_kind_of_every_array_that_grows_with_the_hardware(
+        name: str, small_topology: Topology):
+    """``Detector.slot_kinds`` is what moves state onto changed hardware: an array that grows with
+    a kind must be declared with that kind (its first axis), and only then. Grown one kind at a
+    time (links grow optics too, two per link)."""
+    detector = DetectorBank.from_names(small_topology, [name], processors=()).detectors[0]
+    before = shapes(detector.state_dict())
+    declared = dict(detector.slot_kinds)
+    assert set(declared) <= set(before), f"declared arrays {sorted(set(declared) - set(before))} are not state"
+    for kind in ("rack", "node", "gpu", "link"):
+        bigger = grown(small_topology, kind)
+        after = shapes(DetectorBank.from_names(bigger, [name], processors=()).detectors[0].state_dict())
+        for array, shape in before.items():
+            if array in declared:
+                owner = declared[array]
+                assert shape[0] == small_topology.size(owner) and after[array][0] == bigger.size(owner), array
+                assert after[array][1:] == shape[1:], array
+            elif name == "congestion" and array == "s_congested_per_group":
+                continue  # per leaf and node, recounted from the alarms (CongestionDetector.remap_state)
+            else:
+                assert after[array] == shape, f"{name}.{array} grows with {kind}s but names no kind"
+
+
+@pytest.fixture(scope="module")
+def recording(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """64 GPUs (2 racks), 10 simulated minutes of the mixed scenario."""
+    from foreshock.simulator import ClusterSimulator
+
+    out = tmp_path_factory.mktemp("hardware") / "rec"
+    ClusterSimulator(gpus=64, scenario="mixed", seed=3, duration=600).record(out)
+    return out
+
+
+def with_new_rows_of_racks(base: Topology) -> Topology:
+    """``base`` with a new row of two racks, one node each, on a loop of its own: the new nodes,
+    GPUs and links are listed *first*, so every existing one has another slot. The racks are
+    listed last, two of them, so every existing rack (and switch link) keeps its partition of two."""
+    data = base.to_dict()
+    data["rows"].append({"name": "rowN", "cooling_loop": "cduN"})
+    data["racks"] += [{"name": "rackN0", "row": "rowN"}, {"name": "rackN1", "row": "rowN"}]
+    new_nodes = [{"name": "nodeN0", "rack": "rackN0", "gpus": 8}, {"name": "nodeN1", "rack": "rackN1", "gpus": 8}]
+    data["nodes"] = new_nodes + data["nodes"]
+    leaves = {link["a"].split("/")[1]: link["b"] for link in data["links"] if link["a"].startswith("node0/")}
+    new_links = [{"name": f"{n['name']}/{gpu}~{leaf}", "a": f"{n['name']}/{gpu}", "b": leaf}
+                 for n in new_nodes for gpu, leaf in sorted(leaves.items())]
+    data["links"] = new_links + data["links"]
+    return Topology.from_dict(data)
+
+
+def on(topo: Topology, frame: Frame, source: Topology) -> Frame:
+    """``frame`` of ``source``'s entities, numbered by ``topo``."""
+    slots = topo.slots(frame.kind, [source.name(frame.kind, int(s)) for s in frame.slot])
+    return Frame(frame.kind, frame.ts, slots, frame.columns)
+
+
+def named(finding: Finding, topo: Topology) -> str:
+    data = finding_to_dict(finding)
+    data["slot"] = topo.name(data["entity_kind"], data["slot"])
+    return json.dumps(data, sort_keys=True, default=float)
+
+
+class Feeder:
+    """Frames into a two-partition detection stage as the agents would send them."""
+
+    def __init__(self, stage: DetectionStage, offsets: Counter[int] | None = None) -> None:
+        self.stage = stage
+        self.pmap = PartitionMap(stage.topology, 2)
+        self.offsets = offsets if offsets is not None else Counter[int]()
+
+    def feed(self, frames: list[Frame], first_seq: int) -> list[str]:
+        out = []
+        for seq, frame in enumerate(frames, first_seq):
+            messages = self.pmap.messages(frame)
+            for index, (part, piece) in enumerate(messages):
+                if not self.stage.owns(part):
+                    self.stage.load(part, None)
+                value, headers = encode_bundle("a", 0.0, [(seq, index, len(messages), piece)],
+                                               topology=self.stage.topology)
+                result = self.stage.process(part, self.offsets[part], value, headers)
+                assert not result.dead_letters, result.dead_letters
+                self.offsets[part] += 1
+                out.extend(named(f, self.stage.topology) for f in result.findings)
+        return out
+
+
+def test_a_worker_restarted_on_changed_hardware_finds_the_same_as_one_that_never_stopped(recording: Path):
+    """Half the recording on its own topology, checkpoints; the other half on a topology with a new
+    row of racks whose nodes, GPUs and links come first (every slot moved). The findings of the
+    second half are those of a stage that read the whole recording on the old topology. Before,
+    the checkpoints were refused (`checkpoint_unusable`) and each partition started fresh: a
+    fresh stage's findings differ, which this test checks too, so it shows the state mattered."""
+    source = ReplaySource(str(recording), batch_rows=BATCH_ROWS)
+    old = source.topology
+    frames = list(source)
+    half = len(frames) // 2
+    new = with_new_rows_of_racks(old)
+    assert all(new.slot("gpu", g) != old.slot("gpu", g) for g in old.gpus)
+
+    def bank(hardware: Topology) -> DetectorBank:
+        return DetectorBank.from_names(hardware)
+
+    straight = Feeder(DetectionStage(old, bank, 2))
+    straight.feed(frames[:half], 1)
+    expected = straight.feed(frames[half:], half + 1)
+    assert len(expected) > 20
+
+    first = Feeder(DetectionStage(old, bank, 2))
+    first.feed(frames[:half], 1)
+    blobs = {p: first.stage.checkpoint(p)[1] for p in range(2)}
+    restarted = DetectionStage(new, bank, 2)
+    for p in range(2):
+        assert restarted.load(p, blobs[p]) == first.offsets[p] - 1
+    assert not restarted.health.problems
+    got = Feeder(restarted, Counter(first.offsets)).feed([on(new, f, old) for f in frames[half:]], half + 1)
+    assert Counter(got) == Counter(expected)
+
+    fresh = Feeder(DetectionStage(new, bank, 2), Counter(first.offsets))
+    assert Counter(fresh.feed([on(new, f, old) for f in frames[half:]], half + 1)) != Counter(expected)
+
+
+def test_entities_that_moved_to_another_partition_start_fresh_there(recording: Path):
+    """Partitions follow racks (rack index modulo partitions). An empty rack listed between the
+    two moves rack1 from partition 1 to partition 0: partition 0 keeps what it knew of rack0 and
+    starts rack1 fresh (partition 1 had read it); partition 1 keeps nothing of rack1 — its frames
+    go to partition 0 now, and partition 1 must not export it as its own (the guard's last
+    timestamps say which entities a partition has seen)."""
+    source = ReplaySource(str(recording), batch_rows=BATCH_ROWS)
+    old = source.topology
+    first = Feeder(DetectionStage(old, lambda hardware: DetectorBank.from_names(hardware), 2))
+    first.feed(list(source)[:40], 1)
+    data = old.to_dict()
+    data["racks"].insert(1, {"name": "rackZ", "row": data["racks"][0]["row"]})
+    new = Topology.from_dict(data)
+    assert PartitionMap(new, 2).by_kind["rack"].tolist() == [0, 1, 0]
+    stage = DetectionStage(new, lambda hardware: DetectorBank.from_names(hardware), 2)
+    for p in range(2):
+        stage.load(p, first.stage.checkpoint(p)[1])
+    rack0 = np.isin(new.gpu_rack, [new.slot("rack", "rack0")])
+
+    def thermal_model(s: DetectionStage, p: int) -> np.ndarray:
+        return next(d for d in s.parts[p].pipeline.bank.detectors if d.name == "thermal").s_model  # type: ignore[attr-defined, no-any-return]
+
+    seen = {p: np.isfinite(stage.parts[p].pipeline.guard.s_last_ts["gpu"]) for p in range(2)}
+    assert seen[0].tolist() == rack0.tolist() and not seen[1].any()
+    saved = thermal_model(first.stage, 0)
+    moved = thermal_model(stage, 0)
+    for gpu in np.flatnonzero(rack0):
+        assert np.array_equal(moved[gpu], saved[old.slot("gpu", new.gpus[gpu])], equal_nan=True)
+    untouched = DetectionStage(new, lambda hardware: DetectorBank.from_names(hardware), 2)
+    untouched.load(0, None)
+    assert np.array_equal(moved[~rack0], thermal_model(untouched, 0)[~rack0], equal_nan=True)
+    assert not np.array_equal(moved[rack0], thermal_model(untouched, 0)[rack0], equal_nan=True)
