@@ -31,10 +31,14 @@ from .kafka_options import kafka_options, settings_from
               help="all: detection and the incident stage; detect / incidents: one of them, in the consumer "
                    "group GROUP.detect / GROUP.incidents (run detect workers plus an incidents worker, so the "
                    "incident stage does not slow one worker's detection; never mix with all-role workers).")
+@click.option("--max-clock-ahead", "max_clock_ahead", type=click.FloatRange(min=0), default=900.0, show_default=True,
+              help="Refuse rows stamped more seconds ahead of this host's clock (counted as future_timestamp): a "
+                   "sending host with a wrong clock would otherwise blind its entities for as long once it is put "
+                   "right. 'inf' for no limit, for a simulation published faster than real time.")
 def command(kafka: str | None, user: str | None, password: str | None, namespace: str, partitions: int,
             app_id: str, topology_path: str | None, detectors: str | None, checkpoint_interval: float,
             session_timeout: float, host: str, port: int, top_k: int, log_level: str, data_dir: str | None,
-            role: str) -> None:
+            role: str, max_clock_ahead: float) -> None:
     """Consume telemetry from Kafka, run the detector bank on this worker's partitions, publish
     findings and incidents. Start several with the same --group to share the load."""
     from foreshock.detectors.bank import DetectorBank
@@ -58,7 +62,7 @@ def command(kafka: str | None, user: str | None, password: str | None, namespace
     config = WorkerConfig(settings, topics, topology, lambda hardware: DetectorBank.from_names(hardware, names),
                           app_id=app_id, checkpoint_interval_s=checkpoint_interval,
                           session_timeout_s=session_timeout, metrics_host=host, metrics_port=port,
-                          metrics_top_k=top_k, data_dir=data_dir, role=role)
+                          metrics_top_k=top_k, data_dir=data_dir, role=role, max_clock_ahead_s=max_clock_ahead)
     click.echo(f"worker {config.worker_id}: {role}, group {config.group}, {topics.partitions} partitions, "
                f"{len(topology.gpus)} GPUs" + (f", metrics on http://{host}:{port}/metrics" if port else ""), err=True)
     run_worker(config, loglevel=log_level)

@@ -8,6 +8,11 @@ sets aside (``PipelineHealth.problem``) — nothing disappears silently:
 - ``bad_timestamp``: NaN or infinite ``ts``;
 - ``duplicate_timestamp``: same ``ts`` as the entity's previous sample;
 - ``out_of_order``: older than the entity's previous sample;
+- ``future_timestamp``: further ahead of the receiver's clock than ``max_ahead_s`` (only where one
+  is given: the Kafka workers, whose agents stamp rows with their own hosts' clocks). Accepted,
+  such a row would have set the entity's last timestamp hours ahead, and once the host's clock
+  was put right every later row would have been refused as out of order for as long — kept so by
+  the checkpoints across restarts;
 - ``missing_values``: NaN gaps in a field the frame does report, where that entity has reported
   the field before (a sensor going dark): kept (NaN means missing), counted. A field an entity has
   never reported is one it does not have (a T4 has no HBM sensor; a mixed fleet's exporter page
@@ -19,8 +24,9 @@ sets aside (``PipelineHealth.problem``) — nothing disappears silently:
 
 from __future__ import annotations
 
+import time
 from functools import lru_cache
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -33,11 +39,12 @@ from .topology import Topology
 
 _REPORTED = ":reported"
 _JOBS = "jobs:keys"
-REASONS = ("unknown_entity", "bad_timestamp", "duplicate_timestamp", "out_of_order")
+REASONS = ("unknown_entity", "bad_timestamp", "duplicate_timestamp", "out_of_order", "future_timestamp")
 
 
 @jit
-def _guard_kernel(ts: np.ndarray, slot: np.ndarray, last_ts: np.ndarray, counts: np.ndarray) -> np.ndarray:
+def _guard_kernel(ts: np.ndarray, slot: np.ndarray, last_ts: np.ndarray, counts: np.ndarray,
+                  latest: float) -> np.ndarray:
     keep = np.zeros(len(ts), dtype=np.bool_)
     n_slots = len(last_ts)
     for i in range(len(ts)):
@@ -47,6 +54,8 @@ def _guard_kernel(ts: np.ndarray, slot: np.ndarray, last_ts: np.ndarray, counts:
             counts[0] += 1
         elif not np.isfinite(t):
             counts[1] += 1
+        elif t > latest:
+            counts[4] += 1
         elif t == last_ts[s]:
             counts[2] += 1
         elif t < last_ts[s]:
@@ -121,11 +130,17 @@ def kernel_column(column: np.ndarray) -> np.ndarray:
 
 
 class InputGuard:
-    """Keeps per-entity last timestamps; :meth:`check` returns the clean part of a frame."""
+    """Keeps per-entity last timestamps; :meth:`check` returns the clean part of a frame.
 
-    def __init__(self, topology: Topology, health: PipelineHealth, stage: str = "guard") -> None:
+    ``max_ahead_s``: refuse rows stamped further ahead of ``clock()`` (``future_timestamp``);
+    None: no limit (a replay or a simulation runs ahead of the wall clock by design)."""
+
+    def __init__(self, topology: Topology, health: PipelineHealth, stage: str = "guard",
+                 max_ahead_s: float | None = None, clock: Callable[[], float] = time.time) -> None:
         self.health = health
         self.stage = stage
+        self.max_ahead_s = max_ahead_s
+        self.clock = clock
         kinds = ("gpu", "link", "optic", "node", "rack", "job")
         self.s_last_ts = {kind: np.full(topology.size(kind), -np.inf) for kind in kinds}
         # (field, slot): has this entity ever given a valid value of this field? Field-major, so
@@ -139,12 +154,13 @@ class InputGuard:
         if len(frame) == 0:
             return frame
         counts = np.zeros(len(REASONS), dtype=np.int64)
-        keep = _guard_kernel(frame.ts, frame.slot, self.s_last_ts[frame.kind], counts)
+        latest = np.inf if self.max_ahead_s is None else self.clock() + self.max_ahead_s
+        keep = _guard_kernel(frame.ts, frame.slot, self.s_last_ts[frame.kind], counts, latest)
         dropped = bool(counts.any())  # every row is either counted here or kept
         if dropped:
             for reason, n in zip(REASONS, counts):
                 if n:
-                    self.health.problem(self.stage, reason, int(n), detail=f"{frame.kind} frame")
+                    self.health.problem(self.stage, reason, int(n), detail=self._detail(frame, reason))
         out = frame.take(keep) if dropped else frame
         if len(out) == 0 or not out.columns:
             return out
@@ -173,6 +189,13 @@ class InputGuard:
         if gaps:
             self.health.problem(self.stage, "missing_values", int(gaps), detail=f"{frame.kind} frame")
         return out
+
+    def _detail(self, frame: Frame, reason: str) -> str:
+        if reason != "future_timestamp":
+            return f"{frame.kind} frame"
+        ahead = float(np.nanmax(frame.ts[np.isfinite(frame.ts)])) - self.clock()
+        return (f"{frame.kind} frame up to {ahead:.0f} s ahead of this host's clock (limit {self.max_ahead_s:g} s): "
+                "the sending host's clock is wrong (NTP), or its source runs faster than real time")
 
     def state_dict(self) -> dict[str, Any]:
         state: dict[str, Any] = {k: v.copy() for k, v in self.s_last_ts.items()}

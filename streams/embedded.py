@@ -52,12 +52,14 @@ class RunStats:
 class EmbeddedPipeline:
     def __init__(self, topology: Topology, bank: DetectorBank, store: FindingStore | None = None,
                  sinks: Iterable[Sink] = (), health: PipelineHealth | None = None,
-                 gauge_interval_s: float = 1.0) -> None:
+                 gauge_interval_s: float = 1.0, max_ahead_s: float | None = None) -> None:
+        """``max_ahead_s``: the input guard refuses rows stamped further ahead of the wall clock
+        (``InputGuard``); None, for replays and simulations, which run ahead of it."""
         self.topology = topology
         self.bank = bank
         self.health = health or (store.health if store is not None else PipelineHealth())
         self.store = store or FindingStore(topology, self.health)
-        self.guard = InputGuard(topology, self.health)
+        self.guard = InputGuard(topology, self.health, max_ahead_s=max_ahead_s)
         bank.report_problems_to(self.health)
         self.sinks: list[Sink] = [self.store, *sinks]
         self.gauge_interval_s = gauge_interval_s

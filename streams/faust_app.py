@@ -82,6 +82,9 @@ class WorkerConfig:
     # ``<app id>-data`` in the current directory: every run left a folder behind.
     data_dir: str | None = None
     role: str = "all"  # "all", "detect" (and route_json) or "incidents": see the module docstring
+    # rows stamped further ahead of this host's clock are refused (the sending host's clock is
+    # wrong); inf: no limit, for a simulation published faster than real time
+    max_clock_ahead_s: float = 900.0
 
     def __post_init__(self) -> None:
         if self.role not in ROLES:
@@ -123,7 +126,7 @@ class ForeshockWorker:
         self.health = PipelineHealth()
         self.store = FindingStore(config.topology, self.health)
         self.detection = DetectionStage(config.topology, config.make_bank, config.topics.partitions,
-                                        self.store, self.health, config.worker_id)
+                                        self.store, self.health, config.worker_id, config.max_clock_ahead_s)
         self.incident_stage = IncidentStage(config.make_bank(config.topology).processors, self.health, config.topology)
         self.incidents_loaded = False
         self.pmap = PartitionMap(config.topology, config.topics.partitions)

@@ -270,9 +270,11 @@ class DetectionStage:
 
     def __init__(self, topology: Topology, make_bank: Callable[[Topology], DetectorBank], partitions: int,
                  store: FindingStore | None = None, health: PipelineHealth | None = None,
-                 worker_id: str = "") -> None:
+                 worker_id: str = "", max_ahead_s: float | None = None) -> None:
         """``make_bank``: the detector bank for a topology (this one's; a checkpoint written for
-        other hardware needs a bank of that hardware to be read)."""
+        other hardware needs a bank of that hardware to be read). ``max_ahead_s``: rows stamped
+        further ahead of this host's clock are refused (``InputGuard``; None: no limit)."""
+        self.max_ahead_s = max_ahead_s
         self.topology = topology
         self.worker_id = worker_id
         self.health = health or PipelineHealth()
@@ -292,7 +294,8 @@ class DetectionStage:
         full = self._make_bank(topology)
         bank = DetectorBank(topology, full.detectors, processors=())  # incidents run in IncidentStage
         clean = _CleanFrame()
-        return EmbeddedPipeline(topology, bank, self.store, (clean,), self.health), clean
+        pipeline = EmbeddedPipeline(topology, bank, self.store, (clean,), self.health, max_ahead_s=self.max_ahead_s)
+        return pipeline, clean
 
     @staticmethod
     def _state(pipeline: EmbeddedPipeline) -> dict[str, Any]:

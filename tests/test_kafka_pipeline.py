@@ -340,6 +340,14 @@ def test_worker_command_passes_data_dir_and_top_k_to_the_worker(tmp_path: Path, 
         assert seen[-1].data_dir == expected
     assert seen[-1].metrics_top_k == 16
     assert CliRunner().invoke(cli, args + ["--top-k", "3"]).exit_code == 0 and seen[-1].metrics_top_k == 3
+    assert seen[-1].max_clock_ahead_s == 900.0
+    assert CliRunner().invoke(cli, args + ["--max-clock-ahead", "inf"]).exit_code == 0
+    assert seen[-1].max_clock_ahead_s == float("inf")
+    # and the worker's detection stage hands it to every partition's input guard
+    worker = faust_app.ForeshockWorker(seen[-2])
+    worker.detection.load(0, None)
+    assert worker.detection.parts[0].pipeline.guard.max_ahead_s == 900.0
+    worker.remove_data_dir()
 
 
 def test_worker_roles_run_their_own_agents_in_their_own_group(tmp_path: Path, monkeypatch):

@@ -61,13 +61,15 @@ def reference_ewma_cusum(slots, values, n_slots, alpha, clip, drift, threshold, 
     return alarms
 
 
-def reference_guard(ts, slots, n_slots, last):
+def reference_guard(ts, slots, n_slots, last, latest=np.inf):
     keep, reasons = [], []
     for t, s in zip(ts, slots):
         if s < 0 or s >= n_slots:
             reasons.append("unknown_entity"); keep.append(False)
         elif not np.isfinite(t):
             reasons.append("bad_timestamp"); keep.append(False)
+        elif t > latest:
+            reasons.append("future_timestamp"); keep.append(False)
         elif t == last[s]:
             reasons.append("duplicate_timestamp"); keep.append(False)
         elif t < last[s]:
@@ -156,19 +158,41 @@ def test_ewma_cusum_validates_parameters() -> None:
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.lists(st.tuples(st.sampled_from([0.0, 1.0, 2.0, 2.0, 3.0, float("nan"), float("inf")]),
-                          st.integers(-1, 9)), max_size=60))
-def test_guard_matches_reference_and_counts_every_dropped_row(rows) -> None:
+@given(st.lists(st.tuples(st.sampled_from([0.0, 1.0, 2.0, 2.0, 3.0, 9.0, float("nan"), float("inf")]),
+                          st.integers(-1, 9)), max_size=60),
+       st.one_of(st.none(), st.sampled_from([0.0, 1.5, 5.0])))
+def test_guard_matches_reference_and_counts_every_dropped_row(rows, max_ahead_s) -> None:
     ts = np.array([r[0] for r in rows], dtype=float)
     slots = np.array([r[1] for r in rows], dtype=np.int32)
     health = PipelineHealth()
-    guard = InputGuard(TOPO, health)
+    guard = InputGuard(TOPO, health, max_ahead_s=max_ahead_s, clock=lambda: 2.0)
     out = guard.check(Frame("gpu", ts, slots, {"gpu_temp": np.arange(len(rows), dtype=float)}))
-    keep, reasons = reference_guard(ts, slots, 8, np.full(8, -np.inf))
+    latest = np.inf if max_ahead_s is None else 2.0 + max_ahead_s
+    keep, reasons = reference_guard(ts, slots, 8, np.full(8, -np.inf), latest)
     np.testing.assert_array_equal(out.columns["gpu_temp"], np.arange(len(rows), dtype=float)[keep])
     for reason in set(reasons):
         assert health.problems[("guard", reason)] == reasons.count(reason)
     assert len(out) + sum(health.problems[("guard", r)] for r in set(reasons)) == len(rows)
+
+
+def test_a_row_stamped_hours_ahead_is_refused_so_its_gpu_reads_again_once_the_clock_is_right(caplog) -> None:
+    """A host whose clock ran 8 hours ahead sends one row, then its clock is put right. Accepted,
+    that row had set the GPU's last timestamp 8 hours ahead, and every later row was refused as out
+    of order for 8 hours (in a worker, kept so by its checkpoints across restarts). The workers'
+    guard refuses rows further ahead of its own clock than ``max_ahead_s``, and says why."""
+    rows = [100.0, 100.0 + 8 * 3600, *np.arange(101.0, 111.0)]
+
+    def run(max_ahead_s: float | None) -> tuple[int, PipelineHealth]:
+        health = PipelineHealth()
+        guard = InputGuard(TOPO, health, max_ahead_s=max_ahead_s, clock=lambda: 105.0)
+        kept = sum(len(guard.check(Frame("gpu", [t], [0], {"gpu_temp": [50.0]}))) for t in rows)
+        return kept, health
+
+    kept, health = run(None)
+    assert kept == 2 and health.problems[("guard", "out_of_order")] == 10  # blind from then on
+    kept, health = run(900.0)
+    assert kept == 11 and dict(health.problems) == {("guard", "future_timestamp"): 1}
+    assert "up to 28795 s ahead of this host's clock (limit 900 s)" in caplog.text
 
 
 def test_guard_turns_inf_into_counted_nan_and_counts_gaps() -> None:
