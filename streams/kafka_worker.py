@@ -444,8 +444,15 @@ class DetectionStage:
 
 # ---- incidents ----------------------------------------------------------------------------
 RETIRE_SENDER_S = 6 * 3600.0
-"""A sender silent this long (wall time) with nothing waiting is forgotten by the incident stage.
-Far longer than any poll interval, and than clock differences between hosts."""
+"""A sender silent this long (wall time) is forgotten by the incident stage, with any frame it left
+incomplete. Far longer than any poll interval, and than clock differences between hosts."""
+
+FRAME_WAIT_S = 180.0
+"""How long (wall time) the incident stage waits for a frame's missing pieces once later frames of
+its sender have arrived: then it runs the frame with the pieces it has and goes on. Longer than an
+agent's delivery timeout (120 s: the longest its retries hold a piece) and a detect worker's
+failover. A piece can be lost for good — the agent's send failed after the broker was away for
+longer — and until 2026-12-01 every later frame of that sender then waited behind it forever."""
 class IncidentStage:
     """Reassembles each source frame's findings from its pieces and runs the processors on them
     in (agent, seq) order, as the embedded bank does after each frame; drops redelivered pieces.
@@ -455,8 +462,10 @@ class IncidentStage:
     pieces): each processor sees every piece of a frame, then the frame's findings."""
 
     def __init__(self, processors: Sequence[FindingProcessor], health: PipelineHealth | None = None,
-                 topology: Topology | None = None, clock: Callable[[], float] = time.time) -> None:
+                 topology: Topology | None = None, clock: Callable[[], float] = time.time,
+                 frame_wait_s: float = FRAME_WAIT_S) -> None:
         self.processors = list(processors)
+        self.frame_wait_s = frame_wait_s
         self.topology = topology  # checked against a checkpoint's hardware when given
         self.clock = clock
         # wall time each sender was last heard from: every agent start is a sender of its own
@@ -467,6 +476,13 @@ class IncidentStage:
         self.signature = ",".join(p.name for p in self.processors)
         self.released: dict[str, int] = {}  # agent -> last released seq
         self.pending: dict[tuple[str, int], dict[int, FindingsMessage]] = {}
+        # a frame's waiting: when its first piece came (wall time); per sender, its highest seq
+        # seen and since when its next frame has been missing while later ones came; frames run
+        # incomplete (or never seen) and when, to count a piece that comes after all
+        self.arrived: dict[tuple[str, int], float] = {}
+        self.newest: dict[str, int] = {}
+        self.missing_since: dict[str, float] = {}
+        self.given_up: dict[tuple[str, int], float] = {}
         self.telemetry: dict[tuple[str, int], dict[int, Frame]] = {}  # forwarded rows awaiting their frame
         self.offset = -1
         self.duplicates = 0
@@ -496,27 +512,63 @@ class IncidentStage:
         self.telemetry.setdefault((info.agent, info.seq), {})[info.part] = frame
 
     def observe(self, message: FindingsMessage) -> list[Finding]:
-        self._resume(message.agent, message.seq)
-        self.last_heard[message.agent] = self.clock()
-        if message.seq <= self.released.get(message.agent, 0):
-            self.duplicates += 1
+        agent = message.agent
+        self._resume(agent, message.seq)
+        now = self.last_heard[agent] = self.clock()
+        if message.seq <= self.released.get(agent, 0):
+            if (agent, message.seq) in self.given_up:
+                self.health.problem("incidents", "late_piece", detail=f"{agent} frame {message.seq} part "
+                                    f"{message.part}: came after its frame was run without it; its findings are left out")
+            else:
+                self.duplicates += 1
             return []
-        pieces = self.pending.setdefault((message.agent, message.seq), {})
+        pieces = self.pending.setdefault((agent, message.seq), {})
         if message.part in pieces:
             self.duplicates += 1
             return []
         pieces[message.part] = message
+        self.arrived.setdefault((agent, message.seq), now)
+        self.newest[agent] = max(self.newest.get(agent, 0), message.seq)
         out: list[Finding] = []
         while True:
-            nxt = (message.agent, self.released.get(message.agent, 0) + 1)
+            nxt = (agent, self.released.get(agent, 0) + 1)
             ready = self.pending.get(nxt)
-            if not ready or len(ready) < next(iter(ready.values())).parts:
+            if ready and len(ready) >= next(iter(ready.values())).parts:
+                self.missing_since.pop(agent, None)
+            elif not self._give_up(nxt, ready, now):
                 break
-            del self.pending[nxt]
-            self.released[message.agent] = nxt[1]
+            self.pending.pop(nxt, None)
+            self.arrived.pop(nxt, None)
+            self.released[agent] = nxt[1]
             frames = self.telemetry.pop(nxt, {})
-            out.extend(self._run([ready[p] for p in sorted(ready)], [frames[p] for p in sorted(frames)]))
+            if ready:
+                out.extend(self._run([ready[p] for p in sorted(ready)], [frames[p] for p in sorted(frames)]))
         return out
+
+    def _give_up(self, frame: tuple[str, int], pieces: dict[int, FindingsMessage] | None, now: float) -> bool:
+        """Whether to stop waiting for ``frame`` (its sender's next, incomplete or not seen): only
+        once a later frame of its sender has come, and its own first piece (or, not seen at all, the
+        first later frame since it was missed) came ``frame_wait_s`` ago. Counted; the caller runs
+        it with the pieces it has."""
+        agent, seq = frame
+        if self.newest.get(agent, 0) <= seq:
+            self.missing_since.pop(agent, None)
+            return False  # nothing later: the sender is mid-frame, or stopped (retire_senders)
+        # a run of frames of which nothing came (every send failed while the broker was away) is
+        # given up on at once, after one wait; each incomplete frame after its own
+        since = self.arrived[frame] if pieces else self.missing_since.setdefault(agent, now)
+        if now - since < self.frame_wait_s:
+            return False
+        if pieces:
+            self.missing_since.pop(agent, None)  # a frame missing after this one waits afresh
+            parts = next(iter(pieces.values())).parts
+            self.health.problem("incidents", "frame_incomplete", detail=f"{agent} frame {seq}: {len(pieces)} of "
+                                f"{parts} pieces after {now - since:.0f} s; run with them")
+        else:
+            self.health.problem("incidents", "frame_missing", detail=f"{agent} frame {seq}: no piece after "
+                                f"{now - since:.0f} s while later frames came; skipped")
+        self.given_up[frame] = now
+        return True
 
     def _run(self, pieces: list[FindingsMessage], frames: list[Frame]) -> list[Finding]:
         findings: list[Finding] = [f for p in pieces for f in p.findings]
@@ -543,21 +595,32 @@ class IncidentStage:
                 self.released[sender] = seq - 1
 
     def retire_senders(self) -> int:
-        """Forget the senders not heard from for RETIRE_SENDER_S with nothing waiting: each agent
-        start is a sender of its own, and their last sequence numbers would otherwise pile up in
-        every checkpoint for the life of the deployment. Returns how many were retired."""
+        """Forget the senders not heard from for RETIRE_SENDER_S: each agent start is a sender of
+        its own, and their last sequence numbers would otherwise pile up in every checkpoint for the
+        life of the deployment. A frame such a sender left incomplete (it stopped mid-frame) is
+        dropped and counted: its findings are hours old. Returns how many were retired."""
         horizon = self.clock() - RETIRE_SENDER_S
-        waiting = {agent for agent, _ in self.pending} | {agent for agent, _ in self.telemetry}
-        old = [a for a, t in self.last_heard.items() if t < horizon and a not in waiting]
+        old = {a for a, t in self.last_heard.items() if t < horizon}
+        for frame in [f for f in self.pending if f[0] in old]:
+            pieces = self.pending.pop(frame)
+            self.arrived.pop(frame, None)
+            self.health.problem("incidents", "frame_incomplete", detail=f"{frame[0]} frame {frame[1]}: "
+                                f"{len(pieces)} pieces, then nothing for {RETIRE_SENDER_S / 3600:g} h; dropped")
+        for frame in [f for f in self.telemetry if f[0] in old]:
+            del self.telemetry[frame]
         for agent in old:
             del self.last_heard[agent]
-            self.released.pop(agent, None)
+            for table in (self.released, self.newest, self.missing_since):
+                table.pop(agent, None)
+        self.given_up = {f: t for f, t in self.given_up.items() if t >= horizon}
         return len(old)
 
     def state(self) -> dict[str, Any]:
         return {"processors": {p.name: p.state_dict() for p in self.processors},
                 "released": dict(self.released), "pending": self.pending, "telemetry": self.telemetry,
-                "external_offset": self.external_offset, "last_heard": dict(self.last_heard)}
+                "external_offset": self.external_offset, "last_heard": dict(self.last_heard),
+                "arrived": dict(self.arrived), "newest": dict(self.newest), "missing_since": dict(self.missing_since),
+                "given_up": dict(self.given_up)}
 
     def checkpoint(self) -> tuple[int, bytes]:
         self.retire_senders()
@@ -581,6 +644,13 @@ class IncidentStage:
             self.last_heard = dict(state.get("last_heard", {a: self.clock() for a in self.released}))
             self.pending = state["pending"]
             self.telemetry = state.get("telemetry", {})
+            # before frames were given up on: what waits is taken as arrived now
+            self.arrived = dict(state.get("arrived", {frame: self.clock() for frame in self.pending}))
+            self.newest = dict(state.get("newest", {}))
+            for agent, seq in self.pending:
+                self.newest[agent] = max(self.newest.get(agent, 0), seq)
+            self.missing_since = dict(state.get("missing_since", {}))
+            self.given_up = dict(state.get("given_up", {}))
             self.external_offset = int(state.get("external_offset", -1))  # absent before external.events
             self.offset = offset
         except Exception as exc:

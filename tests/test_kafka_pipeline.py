@@ -606,10 +606,62 @@ def test_a_restarted_sender_is_a_new_sequence_not_a_repeat():
     assert stage.duplicates == 1
 
 
+def test_a_piece_lost_for_good_holds_its_sender_back_only_for_a_while():
+    """An agent's send that fails after the broker was away past its delivery timeout loses its
+    pieces for good; the agent goes on with later frames. The incident stage runs each sender's
+    frames in order, and until 2026-12-01 waited for the lost piece forever: every later frame of
+    that sender piled up in memory and in every checkpoint, and none reached the incident engine.
+    Now it waits FRAME_WAIT_S from the frame's first piece (or, for a frame of which nothing came,
+    from when a later one came), runs it with what it has, counts it, and goes on — across a
+    restart from a checkpoint too. A piece that comes after all is counted, not run."""
+    now = [1_800_000_000.0]
+
+    def msg(seq: int, part: int = 0, parts: int = 1) -> FindingsMessage:
+        (report,) = decode_findings(encode_findings([PieceReport(PieceInfo("a#1", seq, part, parts, 0.0), float(seq),
+                                                                 1, [Anomaly(float(seq), "gpu", 0, "gpu_temp", 1.0, "d")])],
+                                                    0, 0))
+        return report
+
+    def ts(found: list[Finding]) -> list[float]:
+        return [f.ts for f in found]
+
+    stage = IncidentStage([CountingProcessor()], clock=lambda: now[0], frame_wait_s=180.0)
+    assert stage.observe(msg(1, 0, 2)) == []  # its part 1 is lost
+    assert [stage.observe(msg(q)) for q in (2, 3)] == [[], []]
+    now[0] += 100
+    assert stage.observe(msg(4)) == []  # still within the wait
+    now[0] += 81
+    assert ts(stage.observe(msg(5))) == [1.0, 2.0, 3.0, 4.0, 5.0]  # frame 1 with its one piece, then the rest
+    assert stage.health.problems[("incidents", "frame_incomplete")] == 1 and not stage.pending
+    assert stage.observe(msg(1, 1, 2)) == [] and stage.health.problems[("incidents", "late_piece")] == 1
+    assert stage.duplicates == 0
+    # nothing of frames 6 and 7 ever comes (all their sends failed); 8 waits behind them, through
+    # a restart, and both are given up on after one wait
+    assert stage.observe(msg(8)) == []
+    _, blob = stage.checkpoint()
+    restored = IncidentStage([CountingProcessor()], clock=lambda: now[0], frame_wait_s=180.0)
+    restored.load(blob)
+    now[0] += 179
+    assert restored.observe(msg(9)) == []
+    now[0] += 2
+    assert ts(restored.observe(msg(10))) == [8.0, 9.0, 10.0]
+    assert restored.health.problems[("incidents", "frame_missing")] == 2
+    # a sender that is merely mid-frame (nothing later yet) is waited for however long it takes
+    assert restored.observe(msg(11, 0, 2)) == []
+    now[0] += 3600
+    assert restored.observe(msg(11, 1, 2)) != [] and not restored.pending
+    # and a frame merely late after all that is waited for afresh, not given up on at once
+    assert restored.observe(msg(13)) == []
+    now[0] += 60
+    assert ts(restored.observe(msg(12))) == [12.0, 13.0]
+    assert restored.health.problems[("incidents", "frame_missing")] == 2
+
+
 def test_senders_silent_for_hours_are_forgotten_and_taken_up_again_if_they_speak():
     """Every agent start is a sender of its own, so the last sequence numbers of dead ones would
-    pile up in every checkpoint for the life of the deployment: one silent for RETIRE_SENDER_S with
-    nothing waiting is forgotten. Should it speak again, it started before that horizon, so its
+    pile up in every checkpoint for the life of the deployment: one silent for RETIRE_SENDER_S is
+    forgotten, and a frame it left incomplete (it stopped mid-frame) is dropped and counted — before
+    2026-12-01 that frame kept it, and itself, in every checkpoint forever. Should it speak again, it started before that horizon, so its
     sequence is taken up where it is rather than waited on from 1 (forever); a sender started
     since is new and counts from 1."""
     now = [1_800_000_000.0]
@@ -629,7 +681,8 @@ def test_senders_silent_for_hours_are_forgotten_and_taken_up_again_if_they_speak
     now[0] += RETIRE_SENDER_S + 1
     assert len(stage.observe(msg(alive, 1))) == 1
     _, blob = stage.checkpoint()
-    assert set(stage.released) == {alive} and set(stage.last_heard) == {waiting, alive}
+    assert set(stage.released) == {alive} and set(stage.last_heard) == {alive} and not stage.pending
+    assert stage.health.problems[("incidents", "frame_incomplete")] == 1
     restored = IncidentStage([CountingProcessor()], clock=lambda: now[0])
     restored.load(blob)
     assert set(restored.released) == {alive}
