@@ -1,4 +1,5 @@
-"""``foreshock topology jobs``: rewrite a topology file's jobs from Slurm's running jobs.
+"""``foreshock topology``: check a file (``show``), say what a hardware change keeps (``diff``),
+and rewrite a file's jobs from Slurm's running jobs (``jobs``).
 
 The hardware part of the file is kept as it is (its fingerprint too, so agents that publish
 GPU, BMC or CDU rows need not restart); only ``jobs`` changes. The file is replaced atomically
@@ -15,10 +16,13 @@ from pathlib import Path
 from typing import IO
 
 import click
+import numpy as np
 from rich.console import Console
 from rich.markup import escape
 
 from foreshock.health import PipelineHealth
+from foreshock.remap import HARDWARE_KINDS, Remap
+from foreshock.streams.kafka_codec import PartitionMap
 from foreshock.streams.polling import run_command
 from foreshock.streams.slurm import jobs_from_squeue, with_jobs
 from foreshock.topology import Topology, TopologyError
@@ -26,7 +30,7 @@ from foreshock.topology import Topology, TopologyError
 
 @click.group(name="topology")
 def command() -> None:
-    """Topology files: check one, and rewrite its jobs from the scheduler."""
+    """Topology files: check one, compare two, and rewrite one's jobs from the scheduler."""
 
 
 @command.command(name="show")
@@ -47,6 +51,47 @@ def show(topology_path: str) -> None:
                     f"fingerprints: hardware {topology.fingerprint()}, jobs {topology.fingerprint(jobs=True)}")
     print(json.dumps({"name": "topology show", **sizes, "hardware": topology.fingerprint(),
                       "jobs_fingerprint": topology.fingerprint(jobs=True)}))
+
+
+@command.command(name="diff")
+@click.argument("old_path", metavar="OLD", type=click.Path(exists=True, dir_okay=False))
+@click.argument("new_path", metavar="NEW", type=click.Path(exists=True, dir_okay=False))
+@click.option("--partitions", type=click.IntRange(min=1), default=8, show_default=True,
+              help="Partitions of the frames topic (the workers' --partitions).")
+def diff(old_path: str, new_path: str, partitions: int) -> None:
+    """What workers restarted with NEW after running with OLD keep of what they learnt.
+
+    Each entity still listed under its name keeps its state, unless it now falls to another
+    partition (partitions follow racks in the order the file lists them): there it starts fresh,
+    as new entities do. List new racks after the old ones to keep every rack's partition."""
+    try:
+        old, new = Topology.load(old_path), Topology.load(new_path)
+    except TopologyError as exc:
+        raise click.ClickException(str(exc)) from None
+    old_parts, new_parts = PartitionMap(old, partitions).by_kind, PartitionMap(new, partitions).by_kind
+    listed = Remap(old, new)
+    # an entity keeps its state where its partition is the one it had
+    same = {kind: (listed.old_of_new[kind] >= 0)
+            & (new_parts[kind] == old_parts[kind][np.maximum(listed.old_of_new[kind], 0)])
+            for kind in HARDWARE_KINDS}
+    kept = Remap(old, new, keep=same)
+    summary: dict[str, dict[str, int]] = {}
+    for kind in HARDWARE_KINDS:
+        still = int((listed.old_of_new[kind] >= 0).sum())
+        summary[kind] = {"old": old.size(kind), "new": new.size(kind), "kept": kept.kept(kind),
+                         "moved_partition": still - kept.kept(kind), "added": new.size(kind) - still,
+                         "removed": old.size(kind) - still}
+    console = Console()
+    same_hardware = old.fingerprint() == new.fingerprint()
+    console.print(f"hardware {old.fingerprint()} -> {new.fingerprint()}"
+                  f"{' (the same: checkpoints load as they are)' if same_hardware else ''}; {partitions} partitions")
+    for kind, row in summary.items():
+        console.print(f"  {kind + 's':7} {row['kept']:>6} keep their state, {row['added']:>5} new, "
+                      f"{row['moved_partition']:>5} move to another partition (start fresh), {row['removed']:>5} removed")
+    if summary["rack"]["moved_partition"]:
+        console.print("  racks listed in a new place move partitions: list new racks after the old ones to keep them")
+    print(json.dumps({"name": "topology diff", "partitions": partitions, "same_hardware": same_hardware,
+                      "old_hardware": old.fingerprint(), "new_hardware": new.fingerprint(), **summary}))
 
 
 @command.command(name="jobs")

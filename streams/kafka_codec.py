@@ -121,8 +121,12 @@ class PartitionMap:
             if gpu >= 0:
                 link_part[i] = gpu_part[gpu]
             else:
+                # by the switch alone, not after the racks: a rack added to the file would
+                # otherwise move every fabric link to another partition, and with it the link's
+                # hours of error-rate and optics trends (a restarted partition starts fresh
+                # on the entities that are new to it)
                 sw = int(topology.link_a_switch[i])
-                link_part[i] = (n_racks + max(sw, 0)) % partitions
+                link_part[i] = max(sw, 0) % partitions
         self.by_kind: dict[str, np.ndarray] = {
             "rack": rack_part, "node": node_part, "gpu": gpu_part, "link": link_part,
             "optic": np.repeat(link_part, 2),

@@ -141,7 +141,7 @@ def recording(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def with_new_rows_of_racks(base: Topology) -> Topology:
     """``base`` with a new row of two racks, one node each, on a loop of its own: the new nodes,
     GPUs and links are listed *first*, so every existing one has another slot. The racks are
-    listed last, two of them, so every existing rack (and switch link) keeps its partition of two."""
+    listed last, so every existing rack keeps its partition."""
     data = base.to_dict()
     data["rows"].append({"name": "rowN", "cooling_loop": "cduN"})
     data["racks"] += [{"name": "rackN0", "row": "rowN"}, {"name": "rackN1", "row": "rowN"}]
@@ -257,3 +257,39 @@ def test_entities_that_moved_to_another_partition_start_fresh_there(recording: P
     untouched.load(0, None)
     assert np.array_equal(moved[~rack0], thermal_model(untouched, 0)[~rack0], equal_nan=True)
     assert not np.array_equal(moved[rack0], thermal_model(untouched, 0)[rack0], equal_nan=True)
+
+
+def test_topology_diff_says_what_a_restart_on_the_new_file_keeps(small_topology: Topology, tmp_path: Path):
+    """A rack listed after the old ones keeps every entity's partition, fabric links included
+    (they follow their switch: until 2026-12-01 they followed the rack count too, so adding one
+    rack moved every leaf-to-spine link to another partition and it started fresh); a rack
+    listed first moves the others."""
+    from click.testing import CliRunner
+
+    from foreshock.cli.main import cli
+
+    def diff(data: dict[str, Any]) -> dict[str, Any]:
+        old, new = tmp_path / "old.yaml", tmp_path / "new.yaml"
+        small_topology.dump(old)
+        Topology.from_dict(data).dump(new)
+        res = CliRunner().invoke(cli, ["topology", "diff", str(old), str(new), "--partitions", "2"])
+        assert res.exit_code == 0, res.output
+        return json.loads(res.output.strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+    data = small_topology.to_dict()
+    data["racks"].append({"name": "rack9", "row": "row0"})
+    data["nodes"].append({"name": "node9", "rack": "rack9", "gpus": 8})
+    data["nodes"] = [n for n in data["nodes"] if n["name"] != "node3"]
+    data["links"] = [link for link in data["links"] if not link["a"].startswith("node3/")]
+    data["jobs"] = data["jobs"][:1]
+    appended = diff(data)
+    assert appended["same_hardware"] is False
+    assert appended["rack"] == {"old": 2, "new": 3, "kept": 2, "moved_partition": 0, "added": 1, "removed": 0}
+    assert appended["gpu"] == {"old": 32, "new": 32, "kept": 24, "moved_partition": 0, "added": 8, "removed": 8}
+    assert appended["link"]["kept"] == 24 + 8 and appended["link"]["moved_partition"] == 0  # GPU links, fabric links
+    data["racks"].insert(0, data["racks"].pop())
+    first = diff(data)
+    assert first["rack"]["kept"] == 0 and first["rack"]["moved_partition"] == 2
+    assert first["link"]["kept"] == 8  # the fabric links alone
+    same = diff(small_topology.to_dict())
+    assert same["same_hardware"] is True and same["optic"]["kept"] == small_topology.size("optic")
