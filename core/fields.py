@@ -151,6 +151,17 @@ def valid_bounds(kind: str, names: tuple[str, ...]) -> tuple[np.ndarray, np.ndar
 
 
 @lru_cache(maxsize=None)
+def source_preference(source: str) -> dict[str, int]:
+    """Each name a source uses -> its place among its field's names (0: the first listed). Where
+    a source serves a field under several names at once — dcgm-exporter's profiling set prints
+    ``DCGM_FI_DEV_GPU_UTIL`` and ``DCGM_FI_PROF_GR_ENGINE_ACTIVE``, two measures of the same
+    business — the first listed is read and the others left alone, not averaged with it."""
+    if source not in SOURCES:
+        raise ValueError(f"unknown source {source!r}; expected one of {SOURCES}")
+    return {sn.name: rank for f in load_fields() for rank, sn in enumerate(f.sources.get(source, ()))}
+
+
+@lru_cache(maxsize=None)
 def source_index(source: str) -> dict[str, tuple[Field, float]]:
     """Map each name a source uses (aliases included) to (field, scale to base units)."""
     if source not in SOURCES:

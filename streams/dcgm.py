@@ -6,9 +6,12 @@ dcgm-exporter (port 9400, every 30 s by default) prints one line per GPU and DCG
 
 Metric names map to foreshock fields through the field table (``dcgm`` column, aliases and
 ``*scale`` to base units), so ``DCGM_FI_DEV_SM_CLOCK 300`` becomes ``sm_clock = 3.0e8`` Hz and
-the energy counter's millijoules become joules. The entity is ``<Hostname>/gpu<gpu>``
-(``hostname`` is accepted too: the label was renamed in 2026; without either, the scrape
-target's host). Bad input is counted in :class:`~foreshock.health.PipelineHealth` under stage
+the energy counter's millijoules become joules. A field the page serves under several of its
+names (``DCGM_FI_DEV_GPU_UTIL`` and ``DCGM_FI_PROF_GR_ENGINE_ACTIVE``, both in the exporter's
+profiling set) is read from the first the table lists (``source_preference``). The entity is
+``<Hostname>/gpu<gpu>`` (``hostname`` is accepted too: the label was renamed in 2026; without
+either — an exporter run with ``--no-hostname`` — the host of the ``instance`` label Prometheus
+adds to a federated series, else the scrape target's host). Bad input is counted in :class:`~foreshock.health.PipelineHealth` under stage
 ``dcgm`` and never raises: malformed lines, non-numeric values, NaN, the "not supported"
 sentinels, series without a ``gpu`` label, and metrics the table does not map (ignored).
 
@@ -33,6 +36,7 @@ from __future__ import annotations
 
 import re
 import urllib.error
+from functools import lru_cache
 import urllib.request
 from array import array
 from collections import Counter
@@ -40,7 +44,7 @@ from urllib.parse import urlparse
 
 import numpy as np
 
-from foreshock.fields import field_names, source_index
+from foreshock.fields import field_names, source_index, source_preference
 from foreshock.frames import Frame
 from foreshock.health import PipelineHealth
 from foreshock.topology import Topology
@@ -88,6 +92,23 @@ def _labels(block: str) -> dict[str, str] | None:
     return labels
 
 
+@lru_cache(maxsize=1)
+def _metric_cells() -> dict[str, tuple[int, float, int]]:
+    """Metric name -> (its field's column among the gpu fields, scale to base units, its place
+    among the field's names): one lookup a line."""
+    column = {name: i for i, name in enumerate(field_names("gpu"))}
+    preference = source_preference("dcgm")
+    return {name: (column[field.name], scale, preference[name]) for name, (field, scale) in source_index("dcgm").items()}
+
+
+def _target_host(instance: str | None) -> str | None:
+    """The host of a Prometheus ``instance`` label (``node7:9400``, ``[fd00::7]:9400``)."""
+    if not instance:
+        return None
+    host = instance.rsplit("]", 1)[0].lstrip("[") if instance.startswith("[") else instance.rsplit(":", 1)[0]
+    return host or None
+
+
 def _series(block: str, default_host: str, entities: dict[str, int]) -> tuple[int, float, int, str] | str:
     """A label block -> (entity index, MIG slice weight, is-MIG, entity name) or the problem that
     rejects it."""
@@ -97,7 +118,7 @@ def _series(block: str, default_host: str, entities: dict[str, int]) -> tuple[in
     gpu = labels.get("gpu", "")
     if not _is_int(gpu) or gpu.startswith("-"):
         return "series without a gpu label"
-    host = labels.get("Hostname") or labels.get("hostname") or default_host
+    host = labels.get("Hostname") or labels.get("hostname") or _target_host(labels.get("instance")) or default_host
     is_mig = "GPU_I_ID" in labels or "GPU_I_PROFILE" in labels
     slices = _SLICES.match(labels.get("GPU_I_PROFILE", ""))
     name = gpu_entity(host, int(gpu))
@@ -120,13 +141,12 @@ def parse_dcgm_text(text: str, ts: float, health: PipelineHealth | None = None,
     poll they would keep ForeshockInputProblems firing on a healthy exporter.
     """
     health = health if health is not None else PipelineHealth()
-    index = source_index("dcgm")
+    index = _metric_cells()
     names = field_names("gpu")
-    position = {name: i for i, name in enumerate(names)}
     entities: dict[str, int] = {}
     ent, fld = array("i"), array("i")
     val, weight, stamp = array("d"), array("d"), array("d")
-    mig = array("b")
+    mig, rank = array("b"), array("b")
     problems: Counter[str] = Counter()
     unmapped: Counter[str] = Counter()
     seen: dict[str, tuple[int, float, int, str] | str] = {}
@@ -175,13 +195,14 @@ def parse_dcgm_text(text: str, ts: float, health: PipelineHealth | None = None,
             if count_once(once, f"{name}@{series[3]}"):
                 problems["not-supported sentinel dropped"] += 1
             continue
-        field, scale = mapped
+        column, scale, preferred = mapped
         ent.append(series[0])
-        fld.append(position[field.name])
+        fld.append(column)
         val.append(value * scale)
         weight.append(series[1])
         stamp.append(int(tail[1]) / 1000.0 if len(tail) == 2 else ts)
         mig.append(series[2])
+        rank.append(preferred)
 
     for reason, count in problems.items():
         health.problem(STAGE, reason, count)
@@ -190,12 +211,13 @@ def parse_dcgm_text(text: str, ts: float, health: PipelineHealth | None = None,
     if unmapped:
         health.problem(STAGE, "unmapped metric ignored", sum(unmapped.values()),
                        detail=", ".join(sorted(unmapped)[:5]))
-    return _fold(names, list(entities), ent, fld, val, weight, stamp, mig, health)
+    return _fold(names, list(entities), ent, fld, val, weight, stamp, mig, rank, health)
 
 
 def _fold(names: tuple[str, ...], entities: list[str], ent: array, fld: array, val: array,
-          weight: array, stamp: array, mig: array, health: PipelineHealth) -> SampleBatch:
-    """Fold (GPU, field, value) cells into one row per GPU (the MIG rule in the module docstring)."""
+          weight: array, stamp: array, mig: array, rank: array, health: PipelineHealth) -> SampleBatch:
+    """Fold (GPU, field, value) cells into one row per GPU (the MIG rule in the module docstring),
+    from each field's preferred name where the page serves it under several."""
     n_ent, n_fld = len(entities), len(names)
     if not len(ent):
         return SampleBatch.empty("gpu")
@@ -203,7 +225,15 @@ def _fold(names: tuple[str, ...], entities: list[str], ent: array, fld: array, v
     key = e.astype(np.int64) * n_fld + np.frombuffer(fld, dtype=np.int32)
     v = np.frombuffer(val, dtype=np.float64)
     w = np.frombuffer(weight, dtype=np.float64)
+    m = np.frombuffer(mig, dtype=np.int8)
+    s = np.frombuffer(stamp, dtype=np.float64)
     size = n_ent * n_fld
+    r = np.frombuffer(rank, dtype=np.int8)
+    if r.any():
+        best = np.full(size, np.iinfo(np.int8).max, dtype=np.int8)
+        np.minimum.at(best, key, r)
+        first = r == best[key]
+        e, key, v, w, m, s = e[first], key[first], v[first], w[first], m[first], s[first]
     lo = np.full(size, np.inf)
     hi = np.full(size, -np.inf)
     np.minimum.at(lo, key, v)
@@ -214,13 +244,13 @@ def _fold(names: tuple[str, ...], entities: list[str], ent: array, fld: array, v
 
     differing = np.zeros(size, dtype=bool)
     differing[key] = lo[key] != hi[key]
-    plain = np.frombuffer(mig, dtype=np.int8) == 0
+    plain = m == 0
     conflicts = np.unique(key[plain & differing[key]])
     if len(conflicts):
         health.problem(STAGE, "conflicting duplicate series", len(conflicts))
 
     ts = np.full(n_ent, -np.inf)
-    np.maximum.at(ts, e, np.frombuffer(stamp, dtype=np.float64))
+    np.maximum.at(ts, e, s)
     # GPUs whose every value was rejected have no row (their label block was still seen).
     has = np.bincount(e, minlength=n_ent) > 0
     cells, ts = cells[has], ts[has]

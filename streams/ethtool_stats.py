@@ -37,11 +37,15 @@ from .polling import EthtoolSource, count_once
 from .samples import BatchBuilder, SampleBatch
 
 STAGE = "ethtool"
-_STAT = re.compile(r"^\s*([^\s:][^:]*?):\s*(\S+)\s*$")
+# ``name: value``; drivers that print per-queue counters (bnxt_en) prefix them ``[N]: ``
+_STAT = re.compile(r"^\s*(?:\[(\d+)\]:\s*)?([^\s:\[][^:]*?):\s*(\S+)\s*$")
 
 
 def parse_ethtool_stats(text: str, health: PipelineHealth | None = None) -> dict[str, float]:
-    """All counters of one ``ethtool -S`` output, by name (non-numeric values counted, left out)."""
+    """All counters of one ``ethtool -S`` output, by name (non-numeric values counted, left out).
+    A per-queue counter (Broadcom's ``[3]: rx_ucast_packets: 1418``) is named ``[3]rx_ucast_packets``:
+    foreshock reads port counters only, and until 2026-12-01 every such line was counted as
+    malformed at every poll — hundreds a poll on a healthy NIC."""
     health = health if health is not None else PipelineHealth()
     stats: dict[str, float] = {}
     bad = 0
@@ -53,7 +57,8 @@ def parse_ethtool_stats(text: str, health: PipelineHealth | None = None) -> dict
             bad += 1
             continue
         try:
-            stats[m.group(1)] = float(int(m.group(2)))
+            queue, name = m.group(1), m.group(2)
+            stats[f"[{queue}]{name}" if queue else name] = float(int(m.group(3)))
         except ValueError:
             bad += 1
     if bad:

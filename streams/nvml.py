@@ -104,20 +104,34 @@ class NvmlSource(PollingSource):
         self.nv = nvml if nvml is not None else load_nvml()
         self.host = host or socket.gethostname()
         count = int(self.nv.nvmlDeviceGetCount())
-        self.handles = [self.nv.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
+        # a GPU that fell off the bus is still counted but has no handle: the others are read,
+        # and its handle is asked for again at every poll (a reset can bring it back)
+        self.handles: list[Any | None] = [self._handle(i) for i in range(count)]
         self.fields = list(READERS)
         self.supported = np.ones((count, len(self.fields)), dtype=bool)
         self._entities = [gpu_entity(self.host, i) for i in range(count)]
         self._topology = topology if topology is not None else Topology.from_gpu_hosts(
             [(self.host, i) for i in range(count)])
 
+    def _handle(self, index: int) -> Any | None:
+        try:
+            return self.nv.nvmlDeviceGetHandleByIndex(index)
+        except self.nv.NVMLError as exc:
+            self.health.problem(STAGE, "GPU handle unavailable",
+                                detail=f"GPU {index}: {exc} (fallen off the bus? it is asked for again at every poll)")
+            return None
+
     def read(self) -> SampleBatch:
-        """One reading of every GPU (a row per GPU)."""
+        """One reading of every GPU (a row per GPU that has a handle)."""
         now = self.clock()
         nv = self.nv
         values = np.full((len(self.handles), len(self.fields)), np.nan)
         unsupported = {getattr(nv, "NVML_ERROR_NOT_SUPPORTED", 3), getattr(nv, "NVML_ERROR_FUNCTION_NOT_FOUND", 13)}
         for g, handle in enumerate(self.handles):
+            if handle is None:
+                handle = self.handles[g] = self._handle(g)
+                if handle is None:
+                    continue
             for f, name in enumerate(self.fields):
                 if not self.supported[g, f]:
                     continue
@@ -130,9 +144,11 @@ class NvmlSource(PollingSource):
                         self.health.problem(STAGE, "NVML call failed", detail=f"{name} on GPU {g}: {exc}")
                     continue
                 values[g, f] = value if math.isfinite(value) else np.nan
+        present = np.array([h is not None for h in self.handles], dtype=bool)
+        values = values[present]
         columns = {name: values[:, f] for f, name in enumerate(self.fields) if not np.isnan(values[:, f]).all()}
-        return SampleBatch("gpu", self._entities, np.full(len(self.handles), now),
-                           np.arange(len(self.handles), dtype=np.int32), columns)
+        return SampleBatch("gpu", self._entities, np.full(len(values), now),
+                           np.flatnonzero(present).astype(np.int32), columns)
 
     def poll(self) -> list[Frame]:
         assert self._topology is not None

@@ -94,6 +94,59 @@ def test_lowercase_hostname_label_and_missing_host() -> None:
                                           "scraped-host/gpu0", "scraped-host/gpu1"]
 
 
+def test_a_federated_series_without_hostname_is_named_by_its_scrape_target() -> None:
+    """dcgm-exporter run with --no-hostname has no Hostname label; read through Prometheus's
+    /federate each series still names its scrape target (``instance``). Until 2026-12-01 both
+    nodes' gpu0 became one GPU named after the Prometheus server: 45 and 89 °C read as one GPU
+    at 67 °C, counted as a conflict."""
+    block = 'gpu="0",UUID="GPU-{u}",device="nvidia0",instance="{inst}",job="dcgm"'
+    text = "\n".join([
+        f'DCGM_FI_DEV_GPU_TEMP{{{block.format(u="a", inst="node1:9400")}}} 45 1700000000000',
+        f'DCGM_FI_DEV_GPU_TEMP{{{block.format(u="b", inst="node2:9400")}}} 89 1700000001000',
+        f'DCGM_FI_DEV_GPU_TEMP{{{block.format(u="c", inst="[fd00::3]:9400")}}} 50 1700000001000',
+    ])
+    health = PipelineHealth()
+    batch = parse_dcgm_text(text, T0, health, default_host="prometheus")
+    assert values(batch, "node1/gpu0") == {"gpu_temp": 45.0}
+    assert values(batch, "node2/gpu0") == {"gpu_temp": 89.0}
+    assert values(batch, "fd00::3/gpu0") == {"gpu_temp": 50.0}
+    assert not health.problems
+
+
+def test_a_field_served_under_two_names_is_read_from_the_first_the_table_lists() -> None:
+    """The exporter's profiling counter set serves GPU utilisation twice: DCGM_FI_DEV_GPU_UTIL (%)
+    and DCGM_FI_PROF_GR_ENGINE_ACTIVE (a ratio measured otherwise). Until 2026-12-01 the two were
+    averaged into a value that is neither (100 % and 0.41 read as 0.71) and counted as conflicting
+    duplicates at every scrape, which would have kept ForeshockInputProblems firing. Under MIG,
+    where the device-level one is not supported, the instances' engine activity is read."""
+    text = "\n".join([line("DCGM_FI_DEV_GPU_UTIL", "100"), line("DCGM_FI_PROF_GR_ENGINE_ACTIVE", "0.412"),
+                      line("DCGM_FI_DEV_GPU_UTIL", str(0x7FFFFFF2), gpu=1),  # not supported (MIG)
+                      line("DCGM_FI_PROF_GR_ENGINE_ACTIVE", "0.3", gpu=1, extra=',GPU_I_ID="1",GPU_I_PROFILE="3g.40gb"'),
+                      line("DCGM_FI_PROF_GR_ENGINE_ACTIVE", "0.5", gpu=1, extra=',GPU_I_ID="2",GPU_I_PROFILE="1g.10gb"')])
+    health, once = PipelineHealth(), set[str]()
+    for _ in range(3):
+        batch = parse_dcgm_text(text, T0, health, once=once)
+    assert values(batch, "node1/gpu0") == {"util": 1.0}
+    assert values(batch, "node1/gpu1") == {"util": pytest.approx((0.3 * 3 + 0.5) / 4)}
+    assert dict(health.problems) == {("dcgm", "not-supported sentinel dropped"): 1}
+
+
+def test_dcgm_4_field_names_are_read() -> None:
+    """DCGM 4's field naming standard renamed fields (its python bindings' deprecated-alias table);
+    an exporter whose counter list uses the new names must read the same fields."""
+    renamed = {"DCGM_FI_DEV_MEMORY_TEMP_CELSIUS": ("hbm_temp", "61", 61.0),
+               "DCGM_FI_DEV_GPU_TEMP_SLOWDOWN_CELSIUS": ("slowdown_temp", "89", 89.0),
+               "DCGM_FI_DEV_BOARD_POWER_LIMIT_ENFORCED_WATTS": ("power_limit", "700", 700.0),
+               "DCGM_FI_PROF_GR_ENGINE_UTIL_RATIO": ("util", "0.93", 0.93),
+               "DCGM_FI_DEV_XID_ERROR": ("xid_last", "79", 79.0),
+               "DCGM_FI_DEV_PCIE_REPLAY_TOTAL": ("pcie_replays", "3", 3.0),
+               "DCGM_FI_DEV_ROW_REMAP_UNCORRECTABLE_TOTAL": ("remapped_rows", "1", 1.0)}
+    health = PipelineHealth()
+    batch = parse_dcgm_text("\n".join(line(m, v) for m, (_, v, _) in renamed.items()), T0, health)
+    assert values(batch, "node1/gpu0") == {name: value for name, _, value in renamed.values()}
+    assert not health.problems
+
+
 def test_mig_instances_fold_into_the_physical_gpu_without_double_counting() -> None:
     mig = ',GPU_I_ID="{id}",GPU_I_PROFILE="{profile}"'
     instances = [("7", "1g.10gb", "0.9"), ("3", "2g.20gb", "0.6"), ("9", "1g.10gb", "0.8")]

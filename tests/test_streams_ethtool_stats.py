@@ -69,6 +69,17 @@ def test_tracker_fills_prefec_ber_and_counts_resets() -> None:
     assert health.problems[("ethtool", "counter reset")] == 1
 
 
+def test_per_queue_counters_are_read_not_counted_as_malformed() -> None:
+    """Broadcom's bnxt_en prints per-queue counters as ``[N]: name: value`` (hundreds on a real
+    NIC). Until 2026-12-01 each was counted as a malformed line at every poll."""
+    text = ("NIC statistics:\n     [0]: rx_ucast_packets: 1418\n     [12]: rx_discards: 0\n"
+            "     rx_total_discard_pkts: 0\n     link_down_events: 2\n")
+    health = PipelineHealth()
+    assert parse_ethtool_stats(text, health) == {"[0]rx_ucast_packets": 1418.0, "[12]rx_discards": 0.0,
+                                                 "rx_total_discard_pkts": 0.0, "link_down_events": 2.0}
+    assert not health.problems
+
+
 def test_malformed_lines_and_unknown_output_are_counted() -> None:
     health = PipelineHealth()
     text = T0 + "     rx_bits_phy: lots\n     this line has no colon\n"

@@ -117,6 +117,32 @@ def test_unsupported_calls_are_not_repeated_and_errors_are_counted() -> None:
     assert health.problems == {("nvml", "NVML call failed"): 3}
 
 
+def test_a_gpu_without_a_handle_leaves_the_others_read_and_is_asked_for_again() -> None:
+    """After an XID 79 NVML still counts the GPU, but ``nvmlDeviceGetHandleByIndex`` fails for it
+    (nvidia-smi's "Unable to determine the device handle for GPU ..."). Until 2026-12-01 that
+    stopped the source from starting, so the node's healthy GPUs went unread too. Now the others
+    are read, the lost one is counted at every poll and read again once it has a handle."""
+    nv = fake_nvml(gpus=4)
+    lost = [2]  # polls for which GPU 2 has no handle (the first at start-up)
+
+    def handle(i: int) -> int:
+        if i == 2 and lost[0] > 0:
+            lost[0] -= 1
+            raise FakeNvmlError(15)  # NVML_ERROR_GPU_IS_LOST
+        return i
+
+    nv.nvmlDeviceGetHandleByIndex = handle
+    health = PipelineHealth()
+    source = NvmlSource(nvml=nv, host="h", health=health)
+    first = source.read()
+    assert first.entity_names() == ["h/gpu0", "h/gpu1", "h/gpu3"]
+    assert first.column("gpu_temp").tolist() == [53.0, 54.0, 56.0]
+    assert health.problems == {("nvml", "GPU handle unavailable"): 2}
+    back = source.read()
+    assert back.entity_names() == ["h/gpu0", "h/gpu1", "h/gpu2", "h/gpu3"] and back.column("gpu_temp")[2] == 55.0
+    assert source.topology is not None and source.topology.gpus == ["h/gpu0", "h/gpu1", "h/gpu2", "h/gpu3"]
+
+
 def test_record_nvml_writes_a_recording(tmp_path: Path) -> None:
     summary = record_nvml(tmp_path / "rec", duration=0.05, interval=0.01,
                           nvml=fake_nvml(unsupported=frozenset({"field_values"})))
