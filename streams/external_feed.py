@@ -18,6 +18,7 @@ that cannot be read are counted in the pipeline health (stage ``external``) — 
 from __future__ import annotations
 
 import logging
+import math
 import os
 from pathlib import Path
 from typing import Iterable, Iterator, NamedTuple, Protocol, Sequence, TypeVar
@@ -61,9 +62,13 @@ class BadLine(NamedTuple):
     detail: str
 
 
-def parse_lines(lines: Iterable[bytes]) -> tuple[list[ExternalEvent], list[BadLine]]:
+def parse_lines(lines: Iterable[bytes], latest: float = math.inf,
+                now: float = 0.0) -> tuple[list[ExternalEvent], list[BadLine]]:
     """Events from JSON lines, and the lines that could not be read. Blank lines are skipped.
-    The caller counts (and, on Kafka, dead-letters) the bad ones."""
+    The caller counts (and, on Kafka, dead-letters) the bad ones. ``latest``: an event dated
+    later is refused (``future_timestamp``, said against ``now``): the incident engine holds an
+    event until telemetry reaches its time, so one dated in milliseconds, or by a clock far
+    ahead, would be held for good, and enough of them fill its queue."""
     events: list[ExternalEvent] = []
     bad: list[BadLine] = []
     for index, raw in enumerate(lines):
@@ -72,6 +77,10 @@ def parse_lines(lines: Iterable[bytes]) -> tuple[list[ExternalEvent], list[BadLi
         event, reason, detail = parse_line(raw)
         if event is None:
             bad.append(BadLine(index, raw, reason, detail))
+        elif event.time > latest:
+            bad.append(BadLine(index, raw, "future_timestamp",
+                               f"time {event.time:.0f} is {event.time - now:.0f} s ahead of this host's clock "
+                               "(seconds since the epoch expected)"))
         else:
             events.append(event)
     return events, bad

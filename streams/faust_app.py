@@ -25,7 +25,17 @@ one cluster's topics: an all-role group and a detect group would each process ev
 
 Bad records go to ``foreshock.deadletter`` with the reason in a header, and are counted. Each
 worker serves its own ``/metrics`` (``exporters.prometheus``). Checkpoints and the
-at-least-once contract: see ``kafka_worker``.
+at-least-once contract: see ``kafka_worker``. Two things keep that contract here:
+
+- every message the worker sends is confirmed delivered before a checkpoint is written (a send
+  fails for good when the broker is away past the producer's timeout, or refuses the message):
+  aiokafka's flush does not raise, so until 2026-12-01 a checkpoint, and the offset commit after
+  it, could pass findings that were never delivered;
+- a record whose handling raises ends the worker (``fatal``; exit status 70) instead of faust's
+  default of restarting the agent: the restarted agent read on, later records were committed,
+  and faust's commit passes a single unacknowledged offset, so that record's findings were lost
+  with nothing counted. Restarted (by systemd, Kubernetes or compose), the worker, or the
+  partition's next owner, reads on from the last checkpoint.
 """
 
 from __future__ import annotations
@@ -105,6 +115,7 @@ class WorkerConfig:
 
 
 ROLES = ("all", "detect", "incidents")
+EXIT_RECORD_FAILED = 70  # EX_SOFTWARE
 EXTERNAL_FIRST_FETCH_MS = 500
 """How long the incident stage's first read of ``external.events`` (after it is loaded or
 reassigned) waits for the topic's first fetch; later reads take only what has arrived."""
@@ -146,6 +157,8 @@ class ForeshockWorker:
             log.warning("the detector bank has no incident processor: %s is not read", config.topics.external)
         self._frames_stream: Any = None
         self._findings_stream: Any = None
+        self._unconfirmed: list[Any] = []  # futures of messages sent since the last checkpoint
+        self._exit: Callable[[int], Any] = os._exit  # fatal's way out (a test's stand-in)
         self.app = self._build_app()
 
     # ---- the faust app -----------------------------------------------------------------
@@ -190,7 +203,7 @@ class ForeshockWorker:
             async def agent(stream: Any) -> None:
                 manual = stream.noack()
                 async for event in manual.events():
-                    await handler(manual, event)
+                    await self.handle(handler, manual, event)
             return agent
 
         if cfg.detects:
@@ -198,15 +211,18 @@ class ForeshockWorker:
 
             @app.agent(self.json_topic, name="route_json")
             async def route_json(stream: Any) -> None:
-                async for event in stream.events():
-                    await self.on_json(event)
+                async for event in stream.events():  # acked when handled: handle ends the worker first
+                    await self.handle(lambda _, ev: self.on_json(ev), stream, event)
 
         if cfg.builds_incidents:
             app.agent(self.findings_topic, name="incidents")(held_until_checkpoint(self.on_findings))
 
         @app.timer(max(0.5, cfg.checkpoint_interval_s / 2))
         async def checkpoint_idle_partitions() -> None:
-            await self.checkpoint_due()
+            try:
+                await self.checkpoint_due()
+            except Exception as exc:
+                self.fatal("a checkpoint", exc)
 
         async def on_revoked(sender: Any, revoked: Any, **kwargs: Any) -> None:
             await self.on_revoked(revoked)
@@ -255,8 +271,41 @@ class ForeshockWorker:
         value: bytes = batch[-1].value
         return value
 
+    async def handle(self, handler: Callable[[Any, Any], Awaitable[None]], stream: Any, event: Any) -> None:
+        """``handler(stream, event)``, ending the worker (``fatal``) if it raises."""
+        try:
+            await handler(stream, event)
+        except Exception as exc:
+            message = event.message
+            self.fatal(f"record {message.topic}/{message.partition}@{message.offset}", exc)
+
+    def fatal(self, what: str, exc: BaseException) -> None:
+        """End the worker: ``what`` could not be handled. Nothing after it may be acknowledged,
+        or the offset commit would pass it (see the module docstring)."""
+        self.health.problem("worker", "record_failed", detail=f"{what}: {type(exc).__name__}: {exc}")
+        log.critical("%s could not be handled (%s: %s): the worker exits so that it is read again from "
+                     "the last checkpoint", what, type(exc).__name__, exc, exc_info=exc)
+        logging.shutdown()
+        self._exit(EXIT_RECORD_FAILED)
+
+    async def _send(self, topic: Any, **message: Any) -> None:
+        """Send ``message`` on ``topic``; its delivery is confirmed before the next checkpoint."""
+        self._unconfirmed.append(await topic.send(force=True, **message))
+
+    async def _confirm_sent(self) -> None:
+        """Wait for every message sent since the last checkpoint; raise if one was not delivered
+        (aiokafka's flush does not: it only waits)."""
+        await self.app.producer.flush()
+        sent, self._unconfirmed = self._unconfirmed, []
+        for future in sent:
+            try:
+                await future
+            except Exception as exc:
+                self.health.problem("worker", "send_failed", detail=f"{type(exc).__name__}: {exc}")
+                raise
+
     async def _write_checkpoint(self, partition: int, key: str, blob: bytes) -> None:
-        await self.app.producer.flush()  # the findings these offsets produced are delivered first
+        await self._confirm_sent()  # the findings these offsets produced are delivered first
         future = await self.checkpoint_topic.send(key=key.encode(), value=blob, partition=partition, force=True)
         await future
         self.counts["checkpoints"] += 1
@@ -273,7 +322,16 @@ class ForeshockWorker:
             for ev in events:  # now faust may commit them
                 await stream.ack(ev)
 
+    async def _publish_incidents(self, found: list[Any]) -> None:
+        for finding in found:
+            await self._send(self.incidents_topic, key=b"incident", value=finding_to_json(finding).encode(), partition=0)
+        if found:
+            self.store.observe_findings(found)
+            self.counts["incidents"] += len(found)
+
     async def checkpoint_incidents(self, stream: Any) -> None:
+        # frames behind a piece lost for good, of a sender that fell silent: run them now
+        await self._publish_incidents(self.incident_stage.release_overdue())
         offset, blob = self.incident_stage.checkpoint()
         await self._write_checkpoint(self.config.topics.incident_checkpoint_partition, "incidents", blob)
         self.last_incident_checkpoint = time.monotonic()
@@ -289,6 +347,8 @@ class ForeshockWorker:
                     await self.checkpoint_partition(self._frames_stream, partition)
             if self.held_incidents and self._findings_stream is not None and (force or now - self.last_incident_checkpoint >= self.config.checkpoint_interval_s):
                 await self.checkpoint_incidents(self._findings_stream)
+            elif self.incidents_loaded:  # no findings coming: what waits behind a lost piece still runs
+                await self._publish_incidents(self.incident_stage.release_overdue())
 
     async def on_revoked(self, revoked: Any) -> None:
         """A partition leaves this worker: checkpoint it (fewer repeats for its next owner), drop it."""
@@ -316,8 +376,8 @@ class ForeshockWorker:
         kept = list(headers_dict(message.headers).items()) if original_headers is None else original_headers
         headers = deadletter_headers(kept, detail or reason, stage, message.topic, message.partition, message.offset)
         headers.append(("foreshock-reason-code", reason.encode()))
-        await self.deadletter_topic.send(key=message.key, value=message.value if value is None else value,
-                                         headers=headers, partition=0, force=True)
+        await self._send(self.deadletter_topic, key=message.key, value=message.value if value is None else value,
+                         headers=headers, partition=0)
         self.health.dead_letters += 1
         self.counts["deadletters"] += 1
 
@@ -338,11 +398,11 @@ class ForeshockWorker:
                 await self.dead_letter(message, dead.reason, dead.detail, "detect", dead.value, dead.headers)
             if result.telemetry_message is not None:  # same partition, before the findings: read first
                 value, headers = result.telemetry_message
-                await self.findings_topic.send(key=str(partition).encode(), value=value, headers=headers,
-                                               partition=0, force=True)
+                await self._send(self.findings_topic, key=str(partition).encode(), value=value, headers=headers,
+                                 partition=0)
             if result.findings_message is not None:
-                await self.findings_topic.send(key=str(partition).encode(), value=result.findings_message,
-                                               partition=0, force=True)
+                await self._send(self.findings_topic, key=str(partition).encode(), value=result.findings_message,
+                                 partition=0)
                 self.counts["pieces"] += result.pieces
                 self.counts["records"] += 1
             self.held.setdefault(partition, []).append(event)
@@ -368,8 +428,10 @@ class ForeshockWorker:
         ready += [(partition, b.take()) for partition, b in builders.items() if b.entries]
         for partition, entries in ready:
             value, headers = encode_bundle(agent, sent, entries, topology=self.config.topology)
-            await self.frames_topic.send(key=bundle_key(partition), value=value, partition=partition,
-                                         force=True, headers=headers)
+            await self._send(self.frames_topic, key=bundle_key(partition), value=value, partition=partition,
+                             headers=headers)
+        async with self.lock:
+            await self._confirm_sent()  # faust acks this record when the handler returns
 
     async def _stop_external_reader(self) -> None:
         reader, self._external_reader = self._external_reader, None
@@ -404,7 +466,8 @@ class ForeshockWorker:
             wait_ms = EXTERNAL_FIRST_FETCH_MS
         batch = (await reader.getmany(tp, timeout_ms=wait_ms)).get(tp, [])
         for record in batch:
-            events, bad = parse_lines((record.value or b"").split(b"\n"))
+            now = time.time()
+            events, bad = parse_lines((record.value or b"").split(b"\n"), now + self.config.max_clock_ahead_s, now)
             if not stage.add_external(events, record.offset):
                 continue  # already taken before the checkpoint this stage was loaded from
             for line in bad:
@@ -443,13 +506,7 @@ class ForeshockWorker:
                 self.health.problem("incidents", exc.reason, detail=str(exc))
                 await self.dead_letter(message, exc.reason, str(exc), "incidents")
             else:
-                out = [f for report in reports for f in self.incident_stage.observe(report)]
-                for finding in out:
-                    await self.incidents_topic.send(key=b"incident", value=finding_to_json(finding).encode(),
-                                                    partition=0, force=True)
-                if out:
-                    self.store.observe_findings(out)
-                    self.counts["incidents"] += len(out)
+                await self._publish_incidents([f for report in reports for f in self.incident_stage.observe(report)])
             self.held_incidents.append(event)
             if time.monotonic() - self.last_incident_checkpoint >= self.config.checkpoint_interval_s:
                 await self.checkpoint_incidents(stream)

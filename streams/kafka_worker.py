@@ -476,13 +476,18 @@ class IncidentStage:
         self.signature = ",".join(p.name for p in self.processors)
         self.released: dict[str, int] = {}  # agent -> last released seq
         self.pending: dict[tuple[str, int], dict[int, FindingsMessage]] = {}
-        # a frame's waiting: when its first piece came (wall time); per sender, its highest seq
-        # seen and since when its next frame has been missing while later ones came; frames run
-        # incomplete (or never seen) and when, to count a piece that comes after all
+        # a frame's waiting: when its first piece came (wall time); per sender, the frames waiting
+        # (its index into ``pending``), its highest seq seen, since when its next frame has been
+        # missing while later ones came, and the runs of frames given up on (lo, hi, wall time),
+        # to count a piece that comes after all
         self.arrived: dict[tuple[str, int], float] = {}
+        self.waiting: dict[str, set[int]] = {}
         self.newest: dict[str, int] = {}
         self.missing_since: dict[str, float] = {}
-        self.given_up: dict[tuple[str, int], float] = {}
+        self.given_up: dict[str, list[tuple[int, int, float]]] = {}
+        # a stage without a checkpoint (the first, or after checkpoint_unusable): a sender that
+        # started before it is taken up where its messages are, not waited on from frame 1
+        self.fresh_since: float | None = self.clock()
         self.telemetry: dict[tuple[str, int], dict[int, Frame]] = {}  # forwarded rows awaiting their frame
         self.offset = -1
         self.duplicates = 0
@@ -516,7 +521,7 @@ class IncidentStage:
         self._resume(agent, message.seq)
         now = self.last_heard[agent] = self.clock()
         if message.seq <= self.released.get(agent, 0):
-            if (agent, message.seq) in self.given_up:
+            if self._given_up(agent, message.seq):
                 self.health.problem("incidents", "late_piece", detail=f"{agent} frame {message.seq} part "
                                     f"{message.part}: came after its frame was run without it; its findings are left out")
             else:
@@ -528,47 +533,74 @@ class IncidentStage:
             return []
         pieces[message.part] = message
         self.arrived.setdefault((agent, message.seq), now)
+        self.waiting.setdefault(agent, set()).add(message.seq)
         self.newest[agent] = max(self.newest.get(agent, 0), message.seq)
+        return self._release(agent, now)
+
+    def release_overdue(self) -> list[Finding]:
+        """Run what every sender has waiting past ``frame_wait_s`` (``_release``): without it, the
+        frames behind a lost piece would wait for their sender's next message — forever, if it
+        stopped or restarted (a new sender). Call it with the checkpoints."""
+        now = self.clock()
+        return [f for agent in [a for a, seqs in self.waiting.items() if seqs] for f in self._release(agent, now)]
+
+    def _release(self, agent: str, now: float) -> list[Finding]:
+        """Run ``agent``'s frames in order while the next is complete, or overdue (``_give_up``)."""
         out: list[Finding] = []
         while True:
             nxt = (agent, self.released.get(agent, 0) + 1)
             ready = self.pending.get(nxt)
             if ready and len(ready) >= next(iter(ready.values())).parts:
                 self.missing_since.pop(agent, None)
-            elif not self._give_up(nxt, ready, now):
-                break
+            else:
+                last = self._give_up(nxt, ready, now)
+                if last is None:
+                    break
+                if not ready:  # a run of frames of which nothing came: skip it whole
+                    self.released[agent] = last
+                    for key in [k for k in self.telemetry if k[0] == agent and k[1] <= last]:
+                        del self.telemetry[key]  # rows forwarded for frames whose findings never came
+                    continue
             self.pending.pop(nxt, None)
             self.arrived.pop(nxt, None)
+            self.waiting[agent].discard(nxt[1])
             self.released[agent] = nxt[1]
             frames = self.telemetry.pop(nxt, {})
             if ready:
                 out.extend(self._run([ready[p] for p in sorted(ready)], [frames[p] for p in sorted(frames)]))
         return out
 
-    def _give_up(self, frame: tuple[str, int], pieces: dict[int, FindingsMessage] | None, now: float) -> bool:
+    def _give_up(self, frame: tuple[str, int], pieces: dict[int, FindingsMessage] | None, now: float) -> int | None:
         """Whether to stop waiting for ``frame`` (its sender's next, incomplete or not seen): only
         once a later frame of its sender has come, and its own first piece (or, not seen at all, the
-        first later frame since it was missed) came ``frame_wait_s`` ago. Counted; the caller runs
-        it with the pieces it has."""
+        first later frame since it was missed) came ``frame_wait_s`` ago. Returns the last seq
+        given up on (a frame not seen is given up on with the run of unseen frames after it), or
+        None to wait. Counted; the caller runs an incomplete frame with the pieces it has."""
         agent, seq = frame
         if self.newest.get(agent, 0) <= seq:
             self.missing_since.pop(agent, None)
-            return False  # nothing later: the sender is mid-frame, or stopped (retire_senders)
+            return None  # nothing later: the sender is mid-frame, or stopped (retire_senders)
         # a run of frames of which nothing came (every send failed while the broker was away) is
         # given up on at once, after one wait; each incomplete frame after its own
         since = self.arrived[frame] if pieces else self.missing_since.setdefault(agent, now)
         if now - since < self.frame_wait_s:
-            return False
+            return None
         if pieces:
-            self.missing_since.pop(agent, None)  # a frame missing after this one waits afresh
+            last = seq
             parts = next(iter(pieces.values())).parts
+            self.missing_since.pop(agent, None)  # a frame missing after this one waits afresh
             self.health.problem("incidents", "frame_incomplete", detail=f"{agent} frame {seq}: {len(pieces)} of "
                                 f"{parts} pieces after {now - since:.0f} s; run with them")
         else:
-            self.health.problem("incidents", "frame_missing", detail=f"{agent} frame {seq}: no piece after "
-                                f"{now - since:.0f} s while later frames came; skipped")
-        self.given_up[frame] = now
-        return True
+            last = min(s for s in self.waiting[agent] if s > seq) - 1
+            self.health.problem("incidents", "frame_missing", last - seq + 1,
+                                detail=f"{agent} frames {seq}..{last}: no piece after {now - since:.0f} s while "
+                                       "later frames came; skipped")
+        self.given_up.setdefault(agent, []).append((seq, last, now))
+        return last
+
+    def _given_up(self, agent: str, seq: int) -> bool:
+        return any(lo <= seq <= hi for lo, hi, _ in self.given_up.get(agent, ()))
 
     def _run(self, pieces: list[FindingsMessage], frames: list[Frame]) -> list[Finding]:
         findings: list[Finding] = [f for p in pieces for f in p.findings]
@@ -588,17 +620,22 @@ class IncidentStage:
     def _resume(self, sender: str, seq: int) -> None:
         """A sender not known here that started before the retirement horizon was retired while
         silent and speaks again: take up its sequence where this message is (its frames before it
-        were released before it was retired). A sender that started since is new and counts from 1."""
+        were released before it was retired). So is one that started before a stage that has no
+        checkpoint (the first, or one whose checkpoint was unusable): waited on from frame 1, it
+        would be held FRAME_WAIT_S and then given up on frame by frame. A sender that started
+        since is new and counts from 1."""
         if sender not in self.released and sender not in self.last_heard:
             started = sender_started(sender)
-            if started is not None and started < self.clock() - RETIRE_SENDER_S:
+            if started is not None and (started < self.clock() - RETIRE_SENDER_S
+                                        or (self.fresh_since is not None and started < self.fresh_since)):
                 self.released[sender] = seq - 1
 
     def retire_senders(self) -> int:
         """Forget the senders not heard from for RETIRE_SENDER_S: each agent start is a sender of
         its own, and their last sequence numbers would otherwise pile up in every checkpoint for the
-        life of the deployment. A frame such a sender left incomplete (it stopped mid-frame) is
-        dropped and counted: its findings are hours old. Returns how many were retired."""
+        life of the deployment. A frame such a sender left incomplete (it stopped mid-frame; what
+        waited behind a lost piece was run by ``release_overdue``) is dropped and counted: its
+        findings are hours old. Returns how many were retired."""
         horizon = self.clock() - RETIRE_SENDER_S
         old = {a for a, t in self.last_heard.items() if t < horizon}
         for frame in [f for f in self.pending if f[0] in old]:
@@ -610,9 +647,13 @@ class IncidentStage:
             del self.telemetry[frame]
         for agent in old:
             del self.last_heard[agent]
-            for table in (self.released, self.newest, self.missing_since):
-                table.pop(agent, None)
-        self.given_up = {f: t for f, t in self.given_up.items() if t >= horizon}
+            self.released.pop(agent, None)
+            self.newest.pop(agent, None)
+            self.missing_since.pop(agent, None)
+            self.waiting.pop(agent, None)
+            self.given_up.pop(agent, None)
+        for agent, runs in list(self.given_up.items()):
+            self.given_up[agent] = [run for run in runs if run[2] >= horizon]
         return len(old)
 
     def state(self) -> dict[str, Any]:
@@ -620,7 +661,7 @@ class IncidentStage:
                 "released": dict(self.released), "pending": self.pending, "telemetry": self.telemetry,
                 "external_offset": self.external_offset, "last_heard": dict(self.last_heard),
                 "arrived": dict(self.arrived), "newest": dict(self.newest), "missing_since": dict(self.missing_since),
-                "given_up": dict(self.given_up)}
+                "given_up": {agent: list(runs) for agent, runs in self.given_up.items() if runs}}
 
     def checkpoint(self) -> tuple[int, bytes]:
         self.retire_senders()
@@ -647,10 +688,13 @@ class IncidentStage:
             # before frames were given up on: what waits is taken as arrived now
             self.arrived = dict(state.get("arrived", {frame: self.clock() for frame in self.pending}))
             self.newest = dict(state.get("newest", {}))
+            self.waiting = {}
             for agent, seq in self.pending:
                 self.newest[agent] = max(self.newest.get(agent, 0), seq)
+                self.waiting.setdefault(agent, set()).add(seq)
             self.missing_since = dict(state.get("missing_since", {}))
-            self.given_up = dict(state.get("given_up", {}))
+            self.given_up = {agent: [tuple(run) for run in runs] for agent, runs in state.get("given_up", {}).items()}
+            self.fresh_since = None
             self.external_offset = int(state.get("external_offset", -1))  # absent before external.events
             self.offset = offset
         except Exception as exc:

@@ -49,6 +49,21 @@ def test_parse_lines_keeps_good_events_and_names_each_bad_line():
 
 
 # ---- following a file -----------------------------------------------------------------------
+def test_an_event_dated_far_ahead_is_refused_where_a_limit_is_given():
+    """The incident engine holds an event until telemetry reaches its time: one dated in
+    milliseconds (year 55,000) was held for good, and 100,000 of them filled the queue so that
+    valid events were dropped. The Kafka worker refuses events further ahead of its clock than
+    --max-clock-ahead."""
+    now = 1_800_000_000.0
+    lines = [json.dumps({"node": "node1", "time": t, "type": "xid"}).encode()
+             for t in (now - 60, now + 600, now * 1000)]
+    events, bad = parse_lines(lines, now + 900, now)
+    assert [e.time for e in events] == [now - 60, now + 600]
+    assert [(b.position, b.reason) for b in bad] == [(2, "future_timestamp")]
+    assert "seconds since the epoch expected" in bad[0].detail
+    assert len(parse_lines(lines)[0]) == 3  # no limit: a replay's external file is in its own time
+
+
 def test_follower_reads_existing_then_appended_lines_once(tmp_path: Path):
     path, health, feed = follow(tmp_path, line("node0", 1.0) + line("node1", 2.0))
     assert [e.node for e in feed.poll()] == ["node0", "node1"]

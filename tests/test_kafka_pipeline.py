@@ -15,10 +15,11 @@ import subprocess
 import sys
 import threading
 import time
+import types
 import uuid
 from collections import Counter
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import numpy as np
 import pytest
@@ -376,6 +377,99 @@ def test_worker_roles_run_their_own_agents_in_their_own_group(tmp_path: Path, mo
         config("both")
 
 
+class _Delivery:
+    """A stand-in for faust's producer and topics: ``send`` returns a future the 'broker' settles
+    a moment later (refused where ``refuse(value)``), and ``flush`` waits for them without raising
+    — aiokafka's semantics (``asyncio.wait``)."""
+
+    def __init__(self, refuse: Callable[[bytes], bool] = lambda value: False) -> None:
+        self.refuse = refuse
+        self.futures: list[Any] = []
+        self.sent: list[tuple[str, bytes]] = []
+
+    def topic(self, name: str) -> Any:
+        delivery = self
+
+        class Topic:
+            async def send(self, key: Any = None, value: bytes = b"", partition: Any = None, headers: Any = None,
+                           force: bool = False) -> Any:
+                import asyncio
+
+                from aiokafka.errors import KafkaTimeoutError
+                future = asyncio.get_running_loop().create_future()
+                delivery.futures.append(future)
+                delivery.sent.append((name, value))
+                refused = delivery.refuse(value) and name != "checkpoints"
+                asyncio.get_running_loop().call_later(
+                    0.01, lambda: future.set_exception(KafkaTimeoutError("batch expired")) if refused
+                    else future.set_result(None))
+                return future
+
+        return Topic()
+
+    async def flush(self) -> None:
+        import asyncio
+        if self.futures:
+            await asyncio.wait(self.futures)
+
+
+def test_a_checkpoint_is_never_written_past_findings_that_were_not_delivered(tmp_path: Path, monkeypatch,
+                                                                              small_topology: Topology):
+    """aiokafka's flush waits for the outstanding sends but does not raise when one failed (the
+    batch expired while the partition had no leader, or the broker refused it). The worker wrote
+    the checkpoint, and acked the records, regardless: the findings were lost for good, nothing
+    counted. Now the sends are confirmed first; a failure is counted and raised, and a record whose
+    handling raises ends the worker (exit status 70) rather than faust restarting the agent and
+    committing past it."""
+    import asyncio
+
+    from foreshock.streams.faust_app import EXIT_RECORD_FAILED, ForeshockWorker, WorkerConfig
+
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
+
+    class Event:
+        def __init__(self, offset: int, value: bytes, headers: Any) -> None:
+            self.message = types.SimpleNamespace(topic="t.frames", partition=0, offset=offset, value=value,
+                                                 headers=headers, key=b"")
+
+    class Stream:
+        def __init__(self) -> None:
+            self.acked: list[int] = []
+
+        async def ack(self, event: Any) -> None:
+            self.acked.append(event.message.offset)
+
+    def run(refuse: Callable[[bytes], bool]) -> tuple[Any, Stream, list[int], list[bytes]]:
+        worker = ForeshockWorker(WorkerConfig(KafkaSettings("127.0.0.1:9"), Topics("t.", 1), small_topology,
+                                              lambda hardware: DetectorBank.from_names(hardware, ["robust_zscore"]),
+                                              app_id="t-app", checkpoint_interval_s=0.0))
+        delivery, written, exits, stream = _Delivery(refuse), [], [], Stream()
+        worker.app.producer = delivery  # type: ignore[assignment]
+        worker.findings_topic, worker.checkpoint_topic = delivery.topic("findings"), delivery.topic("checkpoints")
+
+        async def no_checkpoint(partition: int) -> None:
+            return None
+
+        async def write(partition: int, key: str, blob: bytes, original: Any = worker._write_checkpoint) -> None:
+            await original(partition, key, blob)
+            written.append(blob)
+
+        worker.read_checkpoint, worker._write_checkpoint = no_checkpoint, write  # type: ignore[method-assign]
+        worker._exit = exits.append
+        frame = Frame("gpu", [1.0] * 8, np.arange(8), {"gpu_temp": np.full(8, 50.0)})
+        value, headers = encode_bundle("a#1", 0.0, [(1, 0, 1, frame)], topology=small_topology)
+        asyncio.run(worker.handle(worker.on_piece, stream, Event(0, value, headers)))
+        worker.remove_data_dir()
+        return worker, stream, exits, written
+
+    worker, stream, exits, written = run(lambda value: False)
+    assert stream.acked == [0] and len(written) == 1 and exits == [] and not worker.health.problems
+    worker, stream, exits, written = run(lambda value: True)  # every findings message refused
+    assert stream.acked == [] and written == [] and exits == [EXIT_RECORD_FAILED]
+    assert worker.health.problems[("worker", "send_failed")] == 1
+    assert worker.health.problems[("worker", "record_failed")] == 1
+
+
 def test_decode_rejects_garbage_wrong_schema_unknown_entity_and_misrouted(small_topology: Topology):
     pmap = PartitionMap(small_topology, 2)
     good = Frame("gpu", [1.0, 1.0], [0, 1], {"gpu_temp": [50.0, 51.0]})
@@ -606,6 +700,15 @@ def test_a_restarted_sender_is_a_new_sequence_not_a_repeat():
     assert stage.duplicates == 1
 
 
+def findings_piece(seq: int, part: int = 0, parts: int = 1, agent: str = "a#1") -> FindingsMessage:
+    """One piece of ``agent``'s frame ``seq`` as the incident stage reads it: its time is ``seq``,
+    with one anomaly."""
+    (report,) = decode_findings(encode_findings([PieceReport(PieceInfo(agent, seq, part, parts, 0.0), float(seq), 1,
+                                                             [Anomaly(float(seq), "gpu", 0, "gpu_temp", 1.0, "d")])],
+                                                0, 0))
+    return report
+
+
 def test_a_piece_lost_for_good_holds_its_sender_back_only_for_a_while():
     """An agent's send that fails after the broker was away past its delivery timeout loses its
     pieces for good; the agent goes on with later frames. The incident stage runs each sender's
@@ -615,12 +718,7 @@ def test_a_piece_lost_for_good_holds_its_sender_back_only_for_a_while():
     from when a later one came), runs it with what it has, counts it, and goes on — across a
     restart from a checkpoint too. A piece that comes after all is counted, not run."""
     now = [1_800_000_000.0]
-
-    def msg(seq: int, part: int = 0, parts: int = 1) -> FindingsMessage:
-        (report,) = decode_findings(encode_findings([PieceReport(PieceInfo("a#1", seq, part, parts, 0.0), float(seq),
-                                                                 1, [Anomaly(float(seq), "gpu", 0, "gpu_temp", 1.0, "d")])],
-                                                    0, 0))
-        return report
+    msg = findings_piece
 
     def ts(found: list[Finding]) -> list[float]:
         return [f.ts for f in found]
@@ -655,6 +753,55 @@ def test_a_piece_lost_for_good_holds_its_sender_back_only_for_a_while():
     now[0] += 60
     assert ts(restored.observe(msg(12))) == [12.0, 13.0]
     assert restored.health.problems[("incidents", "frame_missing")] == 2
+
+
+def test_frames_behind_a_lost_piece_run_even_if_their_sender_falls_silent():
+    """The wait for a lost piece was measured when the sender's next message came: an agent that
+    stopped, or restarted (a new sender), left every frame behind the lost piece waiting — complete
+    ones too — until it was retired 6 hours later. The worker now calls ``release_overdue`` with
+    its checkpoints."""
+    now = [1_800_000_000.0]
+    msg = findings_piece
+
+    stage = IncidentStage([CountingProcessor()], clock=lambda: now[0], frame_wait_s=180.0)
+    assert [len(stage.observe(m)) for m in (msg(1), msg(2, 0, 2), msg(3), msg(4))] == [1, 0, 0, 0]
+    now[0] += 100
+    assert stage.release_overdue() == []
+    now[0] += 81
+    assert [f.ts for f in stage.release_overdue()] == [2.0, 3.0, 4.0]
+    assert stage.health.problems[("incidents", "frame_incomplete")] == 1 and not stage.pending
+
+
+def test_a_stage_without_a_checkpoint_takes_running_senders_up_where_they_are():
+    """A fresh incident stage (the first, or after checkpoint_unusable) met every agent younger
+    than 6 hours mid-sequence and waited for its frame 1: for 3 minutes, and then it gave the
+    frames up one by one (2 million entries for 200 agents 3 hours old). It now takes a sender
+    that started before it up where its messages are; one that starts after it counts from 1, and
+    a run of frames of which nothing came is one record however long."""
+    now = [1_800_000_000.0]
+
+    def msg(agent: str, seq: int) -> FindingsMessage:
+        return findings_piece(seq, agent=agent)
+
+    running = f"node1#{int((now[0] - 3 * 3600) * 1000)}"
+    stage = IncidentStage([CountingProcessor()], clock=lambda: now[0], frame_wait_s=180.0)
+    assert len(stage.observe(msg(running, 10_800))) == 1 and not stage.health.problems
+    now[0] += 10
+    later = f"node2#{int(now[0] * 1000)}"
+    assert stage.observe(msg(later, 2)) == []  # a new sender: waits for its frame 1
+    assert len(stage.observe(msg(later, 1))) == 2
+    # nothing of frames 10,801..20,000 ever comes: one wait, one record
+    assert stage.observe(msg(running, 20_001)) == []
+    now[0] += 181
+    assert len(stage.observe(msg(running, 20_002))) == 2
+    assert stage.health.problems[("incidents", "frame_missing")] == 9_200
+    assert stage.given_up[running] == [(10_801, 20_000, now[0])]
+    # restored from its checkpoint, the stage waits on a sender it does not know from frame 1
+    _, blob = stage.checkpoint()
+    restored = IncidentStage([CountingProcessor()], clock=lambda: now[0], frame_wait_s=180.0)
+    restored.load(blob)
+    other = f"node3#{int((now[0] - 3600) * 1000)}"
+    assert restored.observe(msg(other, 5)) == []
 
 
 def test_senders_silent_for_hours_are_forgotten_and_taken_up_again_if_they_speak():
