@@ -1327,6 +1327,40 @@ def test_workers_restarted_on_changed_hardware_resume_with_each_entity_s_state(k
 
 
 @pytest.mark.kafka
+@pytest.mark.slow
+def test_a_worker_that_cannot_write_its_checkpoint_exits_rather_than_read_on(kafka_settings, small_topology: Topology,
+                                                                             tmp_path: Path, workers):
+    """On the real broker: a checkpoints topic that refuses every checkpoint (its message limit
+    set far too low). Before, the failing handler had faust restart the agent and the worker read
+    on, its records never covered; now it exits with status 70, naming the record, so that its
+    supervisor restarts it (or its partitions move) and nothing is committed past the failure."""
+    from kafka.admin import KafkaAdminClient, NewTopic
+
+    from foreshock.streams.faust_app import EXIT_RECORD_FAILED
+
+    topics = Topics(namespace(), 1)
+    admin = KafkaAdminClient(**kafka_settings.kafka_python())
+    try:
+        admin.create_topics([NewTopic(topics.checkpoints, topics.partitions + 1, 1,
+                                      topic_configs={"max.message.bytes": "256", "cleanup.policy": "compact"})])
+    finally:
+        admin.close()
+    topics = ensure_topics(kafka_settings, topics)
+    path = tmp_path / "topology.yaml"
+    small_topology.dump(path)
+    group = workers(kafka_settings.bootstrap, topics, "g-" + topics.namespace)
+    proc = group.start(path)
+    publisher = FramePublisher(kafka_settings, small_topology, topics, agent_id="rows", linger_ms=0)
+    n = small_topology.size("gpu")
+    for t in range(1, 4):
+        publisher.publish(Frame("gpu", [float(t)] * n, np.arange(n), {"gpu_temp": np.full(n, 50.0)}))
+    publisher.close()
+    assert proc.wait(timeout=120) == EXIT_RECORD_FAILED, group.logs()
+    logs = group.logs()
+    assert "could not be handled" in logs and "the worker exits" in logs, logs
+
+
+@pytest.mark.kafka
 def test_an_agent_restarted_under_its_name_sends_as_a_new_sender(kafka_settings, small_topology: Topology):
     """Two runs of ``foreshock agent --agent-id node7``, one after the other, on the real broker:
     their records carry the name and each run's own start, so the incident stage does not take
