@@ -26,7 +26,8 @@ HARDWARE_KINDS = ("gpu", "link", "optic", "node", "rack")
 
 class Remap:
     """Per hardware kind, the saved slot of each entity of ``new`` (``old_of_new``, -1: start
-    fresh) and the new slot of each entity of ``old`` (``new_of_old``, -1: gone).
+    fresh) and the new slot of each entity of ``old`` (``new_of_old``, -1: gone; also for
+    ``loop`` and ``switch``, by their names).
 
     ``keep``: per kind, a boolean mask over ``new``'s slots of the entities whose state is to be
     carried over; the others start fresh (a Kafka partition keeps only the entities it owns under
@@ -44,6 +45,10 @@ class Remap:
                 old_of_new[~np.asarray(keep[kind], dtype=bool)] = -1
             self.new_of_old[kind] = new_of_old
             self.old_of_new[kind] = old_of_new
+        # not entity kinds, but an incident can be rooted at a cooling loop or a leaf switch
+        for kind, old_names, new_names in (("loop", old.loops, new.loops), ("switch", old.switches, new.switches)):
+            where = {name: i for i, name in enumerate(new_names)}
+            self.new_of_old[kind] = np.array([where.get(name, -1) for name in old_names], dtype=np.int64)
 
     def kept(self, kind: str) -> int:
         """How many entities of ``kind`` keep their saved state."""

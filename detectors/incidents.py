@@ -69,9 +69,10 @@ import numpy as np
 from foreshock.findings import Anomaly, Finding, Incident, Prediction
 from foreshock.frames import Frame
 from foreshock.health import PipelineHealth
+from foreshock.remap import Remap
 from foreshock.topology import Topology
 
-from .incident_domains import (GPU, JOB, LEAF, LEVEL_NAMES, LINK, LOOP, MEMBER_LEVEL, NODE, OPTIC, RACK,
+from .incident_domains import (GPU, JOB, LEAF, LEVEL_NAMES, LINK, LOOP, MEMBER_LEVEL, NODE, OPTIC, PDU, RACK,
                                Domains, key, level_of, slot_of)
 from .incident_external import ExternalEvent
 from .incident_impact import Telemetry, exposed_gpus, job_impact, reroute_targets_ranked
@@ -186,6 +187,11 @@ class _Evidence:
                  active: bool = True, xid: int = 0, named: tuple[tuple[str, int], ...] = (), label: str = "") -> None:
         self.kind, self.slot, self.sig, self.ts = kind, slot, sig, ts
         self.event, self.eta, self.active, self.xid, self.named, self.label = event, eta, active, xid, named, label
+
+
+_LEVEL_SLOTS = {GPU: "gpu", NODE: "node", RACK: "rack", PDU: "rack", LOOP: "loop", LINK: "link", OPTIC: "optic",
+                LEAF: "switch"}
+"""What a domain level's slot numbers (``Remap`` kinds): a PDU is its rack's, a leaf is a switch."""
 
 
 class IncidentEngine:
@@ -1046,6 +1052,35 @@ class IncidentEngine:
             "external": [[t, n, e.node, e.time, e.type, e.severity] for t, n, e in self._external],
             "jobs": self.topology.job_keys(),
         }
+
+    def remap_state(self, state: dict[str, Any], remap: Remap) -> dict[str, Any]:
+        """A state saved under other hardware (``core/remap.py``), renumbered for this topology:
+        each incident member, root and GPU or link telemetry row follows its entity by name. A
+        member no longer listed is left out, and an incident whose root is no longer listed is
+        dropped (the hardware it was about is gone); jobs are found again by :meth:`load_state_dict`."""
+        def moved(k: int) -> int:
+            level = level_of(k) if k >= 0 else -1
+            if level < 0 or level == JOB:
+                return k
+            slot = int(remap.slots(_LEVEL_SLOTS[level], np.array([slot_of(k)]))[0])
+            return key(level, slot) if slot >= 0 else -1
+
+        incidents = []
+        for d in state["incidents"]:
+            root = moved(int(d["root"]))
+            if int(d["root"]) >= 0 and root < 0:
+                continue
+            members = []
+            for mkey, kind, slot, *rest in d["members"]:
+                new = int(slot) if kind == "job" else int(remap.slots(kind, np.array([slot]))[0])
+                if new >= 0:
+                    members.append([key(MEMBER_LEVEL[kind], new) if kind != "job" else mkey, kind, new, *rest])
+            incidents.append({**d, "root": root, "emitted_root": moved(int(d["emitted_root"])), "members": members})
+        tel = dict(state["telemetry"])
+        fresh = self.tel.state_dict()
+        tel["s_gpu_tel"] = remap.rows("gpu", tel["s_gpu_tel"], fresh["s_gpu_tel"])
+        tel["s_link_tel"] = remap.rows("link", tel["s_link_tel"], fresh["s_link_tel"])
+        return {**state, "incidents": incidents, "telemetry": tel}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore a saved state. Jobs are found again by name and nodes: a worker restarted with

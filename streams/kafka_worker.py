@@ -592,7 +592,10 @@ class IncidentStage:
             self.health.problem("incidents", "frame_incomplete", detail=f"{agent} frame {seq}: {len(pieces)} of "
                                 f"{parts} pieces after {now - since:.0f} s; run with them")
         else:
-            last = min(s for s in self.waiting[agent] if s > seq) - 1
+            later = [s for s in self.waiting.get(agent, ()) if s > seq]
+            if not later:
+                return None
+            last = min(later) - 1
             self.health.problem("incidents", "frame_missing", last - seq + 1,
                                 detail=f"{agent} frames {seq}..{last}: no piece after {now - since:.0f} s while "
                                        "later frames came; skipped")
@@ -656,6 +659,25 @@ class IncidentStage:
             self.given_up[agent] = [run for run in runs if run[2] >= horizon]
         return len(old)
 
+    def _moved(self, state: dict[str, Any], remap: Remap) -> dict[str, Any]:
+        """A state saved under other hardware: the processors' renumbered by entity name (open
+        incidents keep their members and roots), the frames that waited for pieces dropped and
+        counted — their findings are numbered by the old file, and their agents restart with the
+        new one."""
+        unmovable = [p.name for p in self.processors if not callable(getattr(p, "remap_state", None))]
+        if unmovable:
+            raise ValueError(f"checkpoint written for another topology, and {', '.join(unmovable)} cannot move "
+                             "its state onto this one: the incident stage starts fresh")
+        waiting = len(state["pending"])
+        if waiting:
+            self.health.problem("incidents", "frame_incomplete", waiting,
+                                detail="frames waiting for pieces when the hardware changed: numbered by the old "
+                                       "topology file, dropped")
+        processors = {p.name: p.remap_state(state["processors"][p.name], remap)  # type: ignore[attr-defined]
+                      for p in self.processors}
+        return {**state, "processors": processors, "pending": {}, "telemetry": {}, "arrived": {},
+                "missing_since": {}, "newest": dict(state["released"])}
+
     def state(self) -> dict[str, Any]:
         return {"processors": {p.name: p.state_dict() for p in self.processors},
                 "released": dict(self.released), "pending": self.pending, "telemetry": self.telemetry,
@@ -665,19 +687,18 @@ class IncidentStage:
 
     def checkpoint(self) -> tuple[int, bytes]:
         self.retire_senders()
-        return self.offset, encode_checkpoint(self.offset, self.state(), "incidents", self.signature, self.topology)
+        return self.offset, encode_checkpoint(self.offset, self.state(), "incidents", self.signature, self.topology,
+                                              layout=True)
 
     def load(self, checkpoint: bytes | None) -> int:
         if checkpoint is None:
             return -1
         try:
             saved = decode_checkpoint(checkpoint, "incidents", self.signature)
-            if self.topology is not None and saved.written_for(self.topology) is not None:
-                # incidents name their members by slot, and frames waiting for their other pieces
-                # are numbered by the old file: open incidents start again on changed hardware
-                raise ValueError(f"checkpoint written for another topology (hardware {saved.hardware}, this "
-                                 f"worker's {self.topology.fingerprint()}): the incident stage starts fresh")
             offset, state = saved.offset, saved.state
+            old = saved.written_for(self.topology) if self.topology is not None else None
+            if old is not None and self.topology is not None:
+                state = self._moved(state, Remap(old, self.topology))
             for p in self.processors:
                 p.load_state_dict(state["processors"][p.name])
             self.released = dict(state["released"])

@@ -293,3 +293,33 @@ def test_topology_diff_says_what_a_restart_on_the_new_file_keeps(small_topology:
     assert first["link"]["kept"] == 8  # the fabric links alone
     same = diff(small_topology.to_dict())
     assert same["same_hardware"] is True and same["optic"]["kept"] == small_topology.size("optic")
+
+
+def test_open_incidents_keep_their_members_and_roots_when_the_incident_stage_moves_hardware(recording: Path):
+    """The incident stage's checkpoint carries its layout too: restarted on a file with a new row
+    of racks listed first (every slot moved), the incident engine has the same incidents, each
+    with the same members and root by name, and its indexes agree with them. Until 2026-12-01 the
+    checkpoint was refused and every open incident started again. A processor that cannot move its
+    state is still refused (tests/test_kafka_pipeline.py)."""
+    from foreshock.findings import finding_to_json
+    from foreshock.streams.embedded import EmbeddedPipeline
+    from foreshock.streams.kafka_worker import IncidentStage
+
+    source = ReplaySource(str(recording), batch_rows=BATCH_ROWS)
+    old = source.topology
+    pipeline = EmbeddedPipeline(old, DetectorBank.from_names(old))
+    pipeline.run(source)
+    (engine,) = pipeline.bank.processors
+    before = [finding_to_json(i) for i in engine.incidents(include_resolved=True)]  # type: ignore[attr-defined]
+    assert len(before) >= 2
+    _, blob = IncidentStage([engine], topology=old).checkpoint()
+    new = with_new_rows_of_racks(old)
+    stage = IncidentStage(DetectorBank.from_names(new).processors, topology=new)
+    stage.load(blob)
+    assert not stage.health.problems
+    (moved,) = stage.processors
+    moved.check_invariants()  # type: ignore[attr-defined]
+    assert [finding_to_json(i) for i in moved.incidents(include_resolved=True)] == before  # type: ignore[attr-defined]
+    gpu = old.gpus[5]
+    assert np.array_equal(moved.tel.s_gpu_tel[new.slot("gpu", gpu)],  # type: ignore[attr-defined]
+                          engine.tel.s_gpu_tel[old.slot("gpu", gpu)], equal_nan=True)  # type: ignore[attr-defined]

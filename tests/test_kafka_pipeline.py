@@ -1076,10 +1076,10 @@ def test_no_detector_keeps_state_by_job_slot(small_topology: Topology):
 def test_a_checkpoint_for_other_hardware_is_refused_where_its_state_cannot_follow_the_entities(
         small_topology: Topology):
     """The same counts in another order (two nodes' names swapped) would pass every shape check
-    and load one node's state into the other. A detection checkpoint written with its hardware's
-    layout is moved entity by entity (tests/test_hardware_change.py); one written without it
-    (before layouts were kept), and the incident stage's (its incidents and waiting frames are
-    numbered by the old file), are refused: the partition starts fresh and says why."""
+    and load one node's state into the other. A checkpoint written with its hardware's layout is
+    moved entity by entity (tests/test_hardware_change.py); one written without it (before layouts
+    were kept), and an incident stage whose processors cannot move their state, are refused: the
+    partition (or the stage) starts fresh and says why."""
     checkpoint = _checkpoint_after_job_rows(small_topology)
     saved = decode_checkpoint(checkpoint, "detect", bank_signature(DetectorBank.from_names(small_topology, processors=())))
     without_layout = encode_checkpoint(saved.offset, saved.state, "detect",
@@ -1097,10 +1097,13 @@ def test_a_checkpoint_for_other_hardware_is_refused_where_its_state_cannot_follo
     assert stage.health.problems[("worker", "checkpoint_unusable")] == 1
     assert stage.load(0, checkpoint) == 4 and stage.health.problems[("worker", "checkpoint_unusable")] == 1
     _, blob = IncidentStage(DetectorBank.from_names(small_topology).processors, topology=small_topology).checkpoint()
-    refused = IncidentStage(DetectorBank.from_names(moved).processors, topology=moved)
+    engine = IncidentStage(DetectorBank.from_names(moved).processors, topology=moved)
+    assert engine.load(blob) == -1 and not engine.health.problems  # the incident engine moves its state
+    _, blob = IncidentStage([CountingProcessor()], topology=small_topology).checkpoint()
+    refused = IncidentStage([CountingProcessor()], topology=moved)
     refused.load(blob)
     assert refused.health.problems[("worker", "checkpoint_unusable")] == 1
-    same = IncidentStage(DetectorBank.from_names(small_topology).processors, topology=small_topology)
+    same = IncidentStage([CountingProcessor()], topology=small_topology)
     same.load(blob)
     assert not same.health.problems
 
