@@ -67,7 +67,7 @@ CATALOGUE: tuple[MetricSpec, ...] = (
     MetricSpec(f"{NS}_rack_gpus_throttled", "gauge", "GPUs of the rack with a thermal or power throttle bit set", ("cluster", "rack", "kind")),
     MetricSpec(f"{NS}_job_step_time_seconds", "gauge", "Last synchronous step time of the job", ("cluster", "training_job")),
     MetricSpec(f"{NS}_gpus_reporting", "gauge", "GPUs that reported telemetry within the staleness window", ("cluster",)),
-    MetricSpec(f"{NS}_leaf_xmit_wait_ticks_total", "counter", "Sum of port_xmit_wait over the leaf's GPU links", ("cluster", "leaf")),
+    MetricSpec(f"{NS}_leaf_xmit_wait_ticks_total", "counter", "What port_xmit_wait rose by over the leaf's GPU links, across port counter resets", ("cluster", "leaf")),
     MetricSpec(f"{NS}_leaf_links_down", "gauge", "GPU links of the leaf whose port is not ACTIVE", ("cluster", "leaf")),
     MetricSpec(f"{NS}_leaf_optic_rx_power_min_dbm", "gauge", "Weakest optic RX power on the leaf's GPU links", ("cluster", "leaf")),
     MetricSpec(f"{NS}_leaf_optic_prefec_ber_max_ratio", "gauge", "Worst optic pre-FEC BER on the leaf's GPU links", ("cluster", "leaf")),
@@ -123,6 +123,11 @@ def _family(name: str) -> Any:  # the concrete *MetricFamily, whose add_metric s
     return GaugeMetricFamily(name, spec.help, labels=spec.labels)
 
 
+HBM_SERIES_BAND_C = 10.0
+"""A GPU whose HBM is within this of its max operating temperature always has its series: wider
+than the HBM alert's margin (5 °C), so every GPU the alert is about is exported at every scrape."""
+
+
 class ForeshockCollector(Collector):
     def __init__(self, store: FindingStore, top_k: int = 16, stale_after_s: float = 120.0) -> None:
         self.store = store
@@ -134,10 +139,24 @@ class ForeshockCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         snap = self.store.snapshot()
+        self._drop_stale(snap)
         yield from self._gpu_series(snap)
         yield from self._aggregates(snap)
         yield from self._findings(snap)
         yield from self._pipeline(snap)
+
+    def _drop_stale(self, snap: StoreSnapshot) -> None:
+        """Leave out the latest values of entities not heard from within ``stale_after_s`` of the
+        telemetry clock (the window ``gpus_reporting`` counts in): a node that went down with its
+        brake bit set, its HBM at 93 °C or its fans read as stopped otherwise exported those values,
+        in its series and in its rack's aggregates, for good — and kept their alerts firing."""
+        if not math.isfinite(snap.last_ts):
+            return
+        for kind, fields in snap.latest.items():
+            stale = snap.last_seen[kind] < snap.last_ts - self.stale_after_s
+            if stale.any():
+                for values in fields.values():
+                    values[stale] = np.nan  # the snapshot's own copies
 
     # ---- per-entity ----------------------------------------------------------------------
     def _flagged_gpus(self, snap: StoreSnapshot) -> np.ndarray:
@@ -150,6 +169,11 @@ class ForeshockCollector(Collector):
         # (a cool core can sit beside hot memory), and the HBM alert reads the per-GPU series
         for field in ("gpu_temp", "hbm_temp"):
             flagged |= set(_hottest(snap.latest["gpu"][field], self.top_k).tolist())
+        # and every GPU whose HBM is near its limit: with more of them than K (a failing loop
+        # heats a rack of 64), the hottest K changed from scrape to scrape and no GPU kept a
+        # series long enough for the HBM alert's ``for``
+        hbm = snap.latest["gpu"]["hbm_temp"]
+        flagged |= set(np.flatnonzero(hbm >= facts.HBM_MAX_OPERATING_TEMP_C - HBM_SERIES_BAND_C).tolist())
         return np.array(sorted(flagged), dtype=np.int64)
 
     def _gpu_series(self, snap: StoreSnapshot) -> Iterator[Metric]:
@@ -290,7 +314,11 @@ class ForeshockCollector(Collector):
         if len(gpu_links):
             lf = leaf[gpu_links]
             wait = link["xmit_wait"][gpu_links]
-            wait_sum = np.bincount(lf, weights=np.nan_to_num(wait), minlength=n_sw)
+            # what the ports' counters rose by, across their resets: a sum of the raw counters
+            # fell whenever one port's counter reset, which rate() read as a spike of the whole sum
+            risen = snap.xmit_wait_increase[gpu_links] if len(snap.xmit_wait_increase) == len(leaf) else \
+                np.zeros(len(gpu_links))
+            wait_sum = np.bincount(lf, weights=risen, minlength=n_sw)
             state = link["link_state"][gpu_links]
             reported = np.bincount(lf, weights=~np.isnan(state), minlength=n_sw)
             down = np.bincount(lf, weights=(~np.isnan(state)) & (state != IB_PORT_STATE_ACTIVE), minlength=n_sw)

@@ -61,6 +61,7 @@ class StoreSnapshot:
     last_ts: float
     ingest_lag_s: float
     predictions_raised: dict[str, int] = field(default_factory=dict)
+    xmit_wait_increase: np.ndarray = field(default_factory=lambda: np.zeros(0))
 
 
 class FindingStore:
@@ -80,6 +81,12 @@ class FindingStore:
         self._seen = {kind: np.zeros(topology.size(kind), dtype=bool) for kind in LATEST_FIELDS}
         self._last_xid = np.full(topology.size("gpu"), np.nan)
         self._last_seen = {kind: np.full(topology.size(kind), -np.inf) for kind in LATEST_FIELDS}
+        # per link, what its xmit_wait counter has risen by since this store first saw it, across
+        # the port's counter resets: what a per-leaf sum exported as a counter may add up (a sum
+        # of the raw counters falls whenever one port's counter resets, and rate() reads that
+        # fall as a reset of the sum: a spike of the whole sum)
+        self._xmit_wait_prev = np.full(topology.size("link"), np.nan)
+        self._xmit_wait_increase = np.zeros(topology.size("link"))
         self._predictions: dict[tuple[str, str, int], Prediction] = {}
         self._anomalies: dict[tuple[str, int, str, str], Anomaly] = {}
         # no active finding lapses before this telemetry time (a lower bound): ``_expire``
@@ -111,10 +118,16 @@ class FindingStore:
                 newest = _newest(frame.ts)
             if frame.kind == "gpu":
                 self._count_xids(frame)
+            elif frame.kind == "link" and "xmit_wait" in frame.columns:
+                _accumulate_increase(frame.slot, kernel_column(frame.columns["xmit_wait"]), self._xmit_wait_prev,
+                                     self._xmit_wait_increase)
             if newest[1]:  # some timestamp is finite: the newest (NaN skipped) is the clock
                 self.last_ts = float(newest[0])
             if received_wall is not None:
                 self._lag = max(0.0, time.time() - received_wall)
+            # findings lapse with telemetry time, not only when more findings come: a quiet
+            # cluster after a burst kept exporting the burst's anomalies (and alerts) for good
+            self._expire()
 
     def _count_xids(self, frame: Frame) -> None:
         # dcgm's XID field is the *last* XID and never resets: a new event is a change of value.
@@ -164,6 +177,9 @@ class FindingStore:
                     self._last_seen[kind][mask] = -np.inf
                 if kind == "gpu":
                     self._last_xid[mask] = np.nan
+                if kind == "link":
+                    self._xmit_wait_prev[mask] = np.nan
+                    self._xmit_wait_increase[mask] = 0.0
             self._predictions = {k: p for k, p in self._predictions.items()
                                  if not _owned(owned, p.entity_kind, p.slot)}
             self._anomalies = {k: a for k, a in self._anomalies.items()
@@ -245,7 +261,14 @@ class FindingStore:
                 last_ts=self.last_ts,
                 ingest_lag_s=self._lag,
                 predictions_raised=dict(self._raised),
+                xmit_wait_increase=self._xmit_wait_increase.copy(),
             )
+
+    def forget_incidents(self) -> None:
+        """Drop the incidents: this worker no longer runs the incident stage (its new owner
+        publishes them, and resolves them: this store would never hear of it)."""
+        with self._lock:
+            self._incidents.clear()
 
 
 def _owned(owned: dict[str, np.ndarray], kind: str, slot: int) -> bool:
@@ -272,6 +295,22 @@ def _new_xids(slot: np.ndarray, xid: np.ndarray, last: np.ndarray) -> np.ndarray
             n += 1
         last[slot[i]] = v
     return out[:n]
+
+
+@jit
+def _accumulate_increase(slot: np.ndarray, values: np.ndarray, prev: np.ndarray, increase: np.ndarray) -> None:
+    """Per row (time-ordered), add what a counter rose by since its slot's previous value to
+    ``increase``; a fall is a reset, after which the counter has risen by its value (Prometheus's
+    rule). The first value of a slot adds nothing."""
+    for i in range(len(slot)):
+        v = values[i]
+        s = slot[i]
+        if v != v or s < 0 or s >= len(prev):
+            continue
+        p = prev[s]
+        if p == p:
+            increase[s] += v - p if v >= p else v
+        prev[s] = v
 
 
 @jit

@@ -368,6 +368,8 @@ class ForeshockWorker:
                     self.external_positioned = False
                     await self._stop_external_reader()  # the stage's next owner reads the topic now
                     self.held_incidents = []
+                    # its next owner publishes (and resolves) the incidents: they left this store's care
+                    self.store.forget_incidents()
 
     # ---- agents' work ------------------------------------------------------------------
     async def dead_letter(self, message: Any, reason: str, detail: str, stage: str,

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from prometheus_client import generate_latest
 
 from foreshock.exporters.prometheus import CATALOGUE, build_registry
@@ -197,8 +199,16 @@ def test_leaf_and_flagged_optic_families(small_topology: Topology) -> None:
     store.observe_findings([Prediction(5.0, "link", down, "link_down", 3600.0, 0.9, "optics")])
     reg = build_registry(store)
     leaf3 = {"cluster": "test", "leaf": "leaf3"}
-    links_on_leaf3 = [t.slot("link", f"node{i}/gpu3~leaf3") for i in range(4)]
-    assert reg.get_sample_value("foreshock_leaf_xmit_wait_ticks_total", leaf3) == sum(links_on_leaf3)
+    assert reg.get_sample_value("foreshock_leaf_xmit_wait_ticks_total", leaf3) == 0.0  # nothing risen yet
+    # every port's counter rises by 100, but node0's resets (a reboot) and reads 1: the leaf's
+    # counter rises by 3 x 100 + 1. Until 2026-12-01 the series was the sum of the raw counters,
+    # which falls whenever one port's counter resets; rate() reads any fall as a reset of the
+    # whole sum, and the leaf's congestion panel spiked by the sum itself.
+    reset = t.slot("link", "node0/gpu3~leaf3")
+    later = wait + 100.0
+    later[reset] = 1.0
+    store.observe_frame(Frame("link", np.full(n_links, 10.0), np.arange(n_links), {"link_state": state, "xmit_wait": later}))
+    assert reg.get_sample_value("foreshock_leaf_xmit_wait_ticks_total", leaf3) == 3 * 100.0 + 1.0
     assert reg.get_sample_value("foreshock_leaf_links_down", leaf3) == 1
     assert reg.get_sample_value("foreshock_leaf_links_down", {"cluster": "test", "leaf": "leaf2"}) == 0
     assert reg.get_sample_value("foreshock_leaf_optic_rx_power_min_dbm", leaf3) == -9.5
@@ -265,6 +275,89 @@ def test_observe_frame_matches_the_numpy_reference(small_topology: Topology, see
     np.testing.assert_array_equal(snap.seen["gpu"], seen)
     np.testing.assert_array_equal(snap.last_seen["gpu"], last_seen)
     assert snap.last_ts == last_ts or (np.isnan(snap.last_ts) and np.isnan(last_ts))
+
+
+@pytest.mark.kernel
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 3), st.one_of(st.just(float("nan")), st.floats(0, 1e6))), max_size=40))
+def test_counter_increase_matches_a_plain_reference(rows: list[tuple[int, float]]) -> None:
+    from foreshock.exporters.store import _accumulate_increase
+
+    slot = np.array([r[0] for r in rows], dtype=np.int32)
+    values = np.array([r[1] for r in rows], dtype=np.float64)
+    prev, increase = np.full(4, np.nan), np.zeros(4)
+    _accumulate_increase(slot, values, prev, increase)
+    ref_prev: dict[int, float] = {}
+    ref = [0.0] * 4
+    for s, v in rows:  # Prometheus's rule: a fall is a reset, after which the counter rose by its value
+        if v != v:
+            continue
+        if s in ref_prev:
+            ref[s] += v - ref_prev[s] if v >= ref_prev[s] else v
+        ref_prev[s] = v
+    np.testing.assert_allclose(increase, ref)
+
+
+def test_findings_lapse_with_telemetry_time_when_no_more_findings_come(small_topology: Topology) -> None:
+    """Findings lapsed only when more findings came: after one burst, a quiet cluster kept
+    exporting its anomalies and a never-withdrawn prediction (and their alerts) for good."""
+    store = FindingStore(small_topology, anomaly_ttl_s=300.0)
+    n = small_topology.size("gpu")
+    store.observe_frame(_gpu_frame(small_topology, 0.0, np.full(n, 50.0)))
+    store.observe_findings([Anomaly(0.0, "link", 0, "xmit_wait", 9.0, "congestion"),
+                            Prediction(0.0, "gpu", 3, "thermal_throttle", 600.0, 0.9, "thermal")])
+    for t in range(60, 3601, 60):  # an hour of telemetry, not one finding
+        store.observe_frame(_gpu_frame(small_topology, float(t), np.full(n, 50.0)))
+        snap = store.snapshot()
+        assert (len(snap.anomalies), len(snap.predictions)) == ((1 if t <= 300 else 0), (1 if t <= 900 else 0)), t
+
+
+def test_entities_that_stop_reporting_are_not_exported_with_their_last_values(small_topology: Topology) -> None:
+    """A node that went down with its GPUs' brake bit set, HBM at 93 °C and its fans read as
+    stopped kept exporting those values — in its GPUs' series and its rack's aggregates — for
+    good, and ForeshockPowerBrake, ForeshockHbmTemperatureNearLimit and ForeshockFanStopped kept
+    firing. Values older than the collector's staleness window (the one gpus_reporting counts in)
+    are left out."""
+    t = small_topology
+    n = t.size("gpu")
+    store = FindingStore(t)
+    down = np.flatnonzero(t.gpu_node == t.slot("node", "node0"))
+    hbm = np.full(n, 60.0)
+    hbm[down] = 93.0
+    reasons = np.zeros(n)
+    reasons[down] = 0x80  # HW power brake
+    store.observe_frame(Frame("gpu", np.zeros(n), np.arange(n), {"gpu_temp": np.full(n, 50.0), "hbm_temp": hbm,
+                                                                    "throttle_reasons": reasons}))
+    store.observe_frame(Frame("node", [0.0, 0.0], [0, 1], {"fan_speed": [0.0, 0.6]}))
+    reg = build_registry(store)
+    gpu0 = {"cluster": "test", "rack": "rack0", "node": "node0", "gpu": "0"}
+    assert reg.get_sample_value("foreshock_gpu_memory_temperature_celsius", gpu0) == 93.0
+    up = np.setdiff1d(np.arange(n), down)
+    for ts in (60.0, 120.0, 180.0):  # node0 is silent from here on; node1 reports its fans
+        store.observe_frame(Frame("gpu", np.full(len(up), ts), up, {"gpu_temp": np.full(len(up), 50.0),
+                                                                      "hbm_temp": np.full(len(up), 60.0),
+                                                                      "throttle_reasons": np.zeros(len(up))}))
+        store.observe_frame(Frame("node", [ts], [1], {"fan_speed": [0.6]}))
+    assert reg.get_sample_value("foreshock_gpu_memory_temperature_celsius", gpu0) is None
+    assert reg.get_sample_value("foreshock_gpu_throttle_reasons", gpu0) is None
+    assert reg.get_sample_value("foreshock_rack_gpu_memory_temperature_max_celsius",
+                                {"cluster": "test", "rack": "rack0"}) == 60.0
+    assert reg.get_sample_value("foreshock_node_fan_speed_ratio",
+                                {"cluster": "test", "rack": "rack0", "node": "node0"}) is None
+    assert reg.get_sample_value("foreshock_node_fan_speed_ratio",
+                                {"cluster": "test", "rack": "rack0", "node": "node1"}) == 0.6
+
+
+def test_every_gpu_with_hbm_near_its_limit_is_exported_however_many(small_topology: Topology) -> None:
+    """With more hot GPUs than the top K (a failing loop heats whole racks), the hottest K changed
+    from scrape to scrape and no GPU kept its series long enough for the HBM alert's ``for``."""
+    t = small_topology
+    n = t.size("gpu")
+    store = FindingStore(t)
+    hbm = np.linspace(90.0, 93.0, n)  # every GPU within 5 °C of the 95 °C limit
+    store.observe_frame(Frame("gpu", np.zeros(n), np.arange(n), {"gpu_temp": np.full(n, 50.0), "hbm_temp": hbm}))
+    text = generate_latest(build_registry(store, top_k=4)).decode()
+    assert text.count("foreshock_gpu_memory_temperature_celsius{") == n
 
 
 def test_findings_expire_exactly_as_a_scan_after_every_batch(small_topology: Topology) -> None:

@@ -470,6 +470,31 @@ def test_a_checkpoint_is_never_written_past_findings_that_were_not_delivered(tmp
     assert worker.health.problems[("worker", "record_failed")] == 1
 
 
+def test_a_worker_that_loses_the_incident_stage_stops_exporting_its_incidents(tmp_path: Path, monkeypatch,
+                                                                             small_topology: Topology):
+    """The stage's next owner publishes the incidents, and resolves them: this worker would never
+    hear of it, and its open incidents (and ForeshockCascadeIncident) stayed on its /metrics."""
+    import asyncio
+    from collections import namedtuple
+
+    from foreshock.exporters.prometheus import build_registry
+    from foreshock.streams.faust_app import ForeshockWorker, WorkerConfig
+
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
+    worker = ForeshockWorker(WorkerConfig(KafkaSettings("127.0.0.1:9"), Topics("t.", 1), small_topology,
+                                          lambda hardware: DetectorBank.from_names(hardware), app_id="t-app"))
+    worker.incidents_loaded = True
+    worker.store.observe_findings([Incident(100.0, "inc-7", "growing", "cooling_loop", "cdu1", "inlet rising",
+                                            members=("rack1", "node2"))])
+    registry = build_registry(worker.store)
+    open_loop = {"cluster": "test", "root_kind": "cooling_loop"}
+    assert registry.get_sample_value("foreshock_incidents_open", open_loop) == 1
+    asyncio.run(worker.on_revoked([namedtuple("TP", "topic partition")(worker.config.topics.findings, 0)]))
+    assert not worker.incidents_loaded
+    assert not registry.get_sample_value("foreshock_incidents_open", open_loop)
+    worker.remove_data_dir()
+
+
 def test_decode_rejects_garbage_wrong_schema_unknown_entity_and_misrouted(small_topology: Topology):
     pmap = PartitionMap(small_topology, 2)
     good = Frame("gpu", [1.0, 1.0], [0, 1], {"gpu_temp": [50.0, 51.0]})
