@@ -14,24 +14,30 @@ within its horizon, and its lead time is how early it came. Concretely, per *eve
   scored (under way before the detectors saw the entity, or too early to predict).
 - **Recall**: an episode is predicted when an alarm was active at some time in
   ``[start - horizon, start)`` — strictly before the onset: firing once the throttle bit is set
-  predicts nothing. Its lead is ``start - max(alarm start, start - horizon)``.
+  predicts nothing. Its lead is ``start - max(alarm start, start - horizon)``. An alarm earns
+  at most the first episode of its entity after it was raised: kept up through that episode, it
+  does not earn the next one too (until 2026-12-01 it did, with the full horizon as its lead —
+  the same "it may happen again" claim the precision rule below leaves unjudged).
 - **Precision**: an alarm that starts inside an episode (or within ``merge_gap_s`` after it) is
   not scored — for precision nor for recall (it cannot earn the entity's next episode). Nor is
   the statement during which the GPU's job stopped (ground truth ``job_slowdown_start``,
   reason ``interrupted``, or an XID 79 on one of its GPUs: a member fell off the bus or shut
   down; or ``job_end``: the job finished), unless its episode came first: an
-  idle GPU cannot confirm or refute a claim about its load. Any other alarm states "the event comes within the horizon" once per horizon it
+  idle GPU cannot confirm or refute a claim about its load. That holds for a stop after the alarm
+  was withdrawn too, within its last statement's horizon. Any other alarm states "the event comes within the horizon" once per horizon it
   stays active; each such statement is a true positive when an episode of that entity starts
   within the horizon after it, otherwise a false alarm.
 - **Censoring** (``censor_at_end``: the thermal kinds and link-down): a statement whose horizon
   outlives the recording is not judged — a 30-minute claim made in its last 30 minutes cannot be
-  checked.
+  checked, whether or not its event came (until 2026-12-01 one that came counted as a hit, and
+  one that did not was left out: precision leaned up).
 - **False alarms per 1000 GPU-hours** (entity-hours for other kinds): false statements over
   the entities' observed time.
 
 ``by_fault`` repeats the figures per fault type: episodes by the fault they started under;
-false alarms on an entity the fault affected while it was active are charged to that fault,
-the rest to ``none``.
+false alarms on an entity the fault affected while it was active, or within the simulator's
+aftermath after its repair (``AFTERMATH_S``: the window it attributes consequences in, a loop
+still cooling down), are charged to that fault, the rest to ``none``.
 
 Additive keys (the documented shape above stays as it is):
 
@@ -99,6 +105,7 @@ from .alarm import prediction_spans
 from .bank import DetectorBank
 from .baselines import ScoredBaseline, ScoreLog
 from .gpu_inputs import reason_bits_column
+from .incident_eval import AFTERMATH_S
 from .registry import DEFAULT_BANK, create
 
 
@@ -516,7 +523,7 @@ def fault_scopes(recording: Recording, events: Iterable[Event], entity_kind: str
         except (KeyError, ValueError):
             names = set()
         dur = durations.get(ev.fault_id)
-        end = ev.time + float(dur) if isinstance(dur, (int, float)) else math.inf
+        end = ev.time + float(dur) + AFTERMATH_S if isinstance(dur, (int, float)) else math.inf
         scopes.append(FaultScope(ev.fault_type or NO_FAULT, frozenset(names), ev.time, end))
     return scopes
 
@@ -623,10 +630,19 @@ def score_spans(spans: SpanTable, eps: EpisodeTable, kind: EventKind, scopes: Se
     during = (prev >= 0) & (eps.entity[p] == spans.entity) if n_e else np.zeros(len(s_key), bool)
     if n_e:
         during &= spans.start <= eps.end[p] + gap
+    # the entity's first episode after each span starts: the span's claim is about that one
+    nxt = prev + 1
+    q = np.minimum(nxt, max(n_e - 1, 0))
+    has_next = (nxt < n_e) & (eps.entity[q] == spans.entity) if n_e else np.zeros(len(s_key), bool)
     # recall: the earliest judged span that starts before the onset and is still active within
-    # the horizon before it (spans are disjoint, so their ends are sorted like their starts)
+    # the horizon before it, counted as ending at that first episode's onset: kept up through it,
+    # a span does not earn the next one too (spans are disjoint, so these ends are sorted like
+    # their starts)
     judged_spans = ~during
-    r_start, r_s_key, r_w_key = spans.start[judged_spans], s_key[judged_spans], w_key[judged_spans]
+    r_end = np.minimum(spans.end, eps.start[q]) if n_e else spans.end
+    r_end = np.where(has_next, r_end, spans.end)
+    r_start, r_s_key = spans.start[judged_spans], s_key[judged_spans]
+    r_w_key = _key(spans.entity, r_end, t0)[judged_spans]
     sc = np.flatnonzero(eps.scored)
     hi = np.searchsorted(r_s_key, e_key[sc], side="left")
     lo = np.searchsorted(r_w_key, _key(eps.entity[sc], eps.start[sc] - horizon, t0), side="right")
@@ -634,10 +650,7 @@ def score_spans(spans: SpanTable, eps: EpisodeTable, kind: EventKind, scopes: Se
     leads = np.full(len(sc), np.nan)
     leads[hit] = np.minimum(eps.start[sc][hit] - r_start[lo[hit]], horizon)
     # a span states its claim at s, s + h, ... while active; the first episode after s ends it
-    n_stmt = np.maximum(np.ceil((spans.end - spans.start) / horizon), 1.0)
-    nxt = prev + 1
-    q = np.minimum(nxt, max(n_e - 1, 0))
-    has_next = (nxt < n_e) & (eps.entity[q] == spans.entity) if n_e else np.zeros(len(s_key), bool)
+    n_stmt = _statements(spans, horizon)
     k_hit = np.where(has_next, np.ceil((eps.start[q] - spans.start) / horizon) - 1.0, np.inf) if n_e \
         else np.full(len(s_key), np.inf)
     if kind.censor_at_end:  # statements whose horizon outlives the recording are not judged
@@ -649,7 +662,7 @@ def score_spans(spans: SpanTable, eps: EpisodeTable, kind: EventKind, scopes: Se
     # span) is not judged either, unless its episode came before the interruption
     k_int, t_int = _interrupted_statement(spans, interrupts, horizon, t0)
     censored_hit = (k_hit == k_int) & ~(eps.start[q] < t_int) if n_e else np.zeros(len(s_key), bool)
-    tp = live & (k_hit < n_stmt) & (k_hit <= judged) & ~censored_hit
+    tp = live & (k_hit < n_stmt) & (k_hit < judged) & ~censored_hit
     n_claims = np.where(live, np.minimum(np.minimum(k_hit, n_stmt), judged), 0.0).astype(np.int64)
     # each false statement is charged to the first fault scope holding its entity at that time
     fp_span = np.repeat(np.arange(len(n_claims)), n_claims)
@@ -747,6 +760,11 @@ def _by_capped_time(held: np.ndarray, m: np.ndarray, hit: np.ndarray, leads: np.
     return {name: _recall_of(g & m, hit, leads, kind) for name, g in groups if (g & m).any()}
 
 
+def _statements(spans: SpanTable, horizon: float) -> np.ndarray:
+    """How many statements each span makes: one at its start and one per horizon it stays active."""
+    return np.maximum(np.ceil((spans.end - spans.start) / horizon), 1.0)  # type: ignore[no-any-return]
+
+
 def _interrupted_statement(spans: SpanTable, interrupts: tuple[np.ndarray, np.ndarray] | None, horizon: float,
                            t0: float) -> tuple[np.ndarray, np.ndarray]:
     """Per span: the index of the statement whose window holds the first interruption of the
@@ -761,7 +779,10 @@ def _interrupted_statement(spans: SpanTable, interrupts: tuple[np.ndarray, np.nd
     ent, when = ent[order], when[order]
     i = np.searchsorted(_key(ent, when, t0), _key(spans.entity, spans.start, t0), side="left")
     ic = np.minimum(i, len(ent) - 1)
-    inside = (i < len(ent)) & (ent[ic] == spans.entity) & (when[ic] < spans.end)
+    # within the reach of the span's last statement, also after a withdrawal: a claim made before
+    # it still stands until its horizon (a throttle then would count as its hit)
+    reach = spans.start + horizon * _statements(spans, horizon)
+    inside = (i < len(ent)) & (ent[ic] == spans.entity) & (when[ic] <= reach)
     t = np.where(inside, when[ic], np.inf)
     # a statement made at s + k*h covers (s + k*h, s + (k + 1)*h]
     k = np.where(inside, np.maximum(np.ceil((t - spans.start) / horizon) - 1.0, 0.0), -1).astype(np.int64)

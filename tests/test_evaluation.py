@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import re
 from pathlib import Path
 
@@ -271,10 +272,13 @@ def naive_score(findings, events, kind, recording, start, end):
     stops = sorted(e.time for e in events if (e.type == "job_slowdown_start" and e.detail.get("reason") == "interrupted")
                    or e.type == "job_end")
     total = {"episodes": 0, "hits": 0, "tp": 0, "fp": 0, "leads": []}
+    def first_after(mine, s):  # the onset of the entity's first episode after s: an alarm's claim
+        return min((e.start for e in mine if e.start > s), default=math.inf)
+
     for ep in eps:
         mine = mine_of.get(ep.entity, [])
         leads = [ep.start - max(s, ep.start - h) for s, w in alarms.get(ep.entity, ())
-                 if s < ep.start and w > ep.start - h
+                 if s < ep.start and min(w, first_after(mine, s)) > ep.start - h
                  and not any(e.start <= s <= e.end + kind.merge_gap_s for e in mine)]  # not judged
         for a in (total, bucket(ep.fault_type)):
             a["episodes"] += 1
@@ -286,9 +290,12 @@ def naive_score(findings, events, kind, recording, start, end):
         for s, w in spans:
             if any(ep.start <= s <= ep.end + kind.merge_gap_s for ep in mine):
                 continue
-            ti = next((x for x in stops if s <= x < w), None)  # the first interruption in the span
+            reach = s + h * max(math.ceil((w - s) / h), 1)  # the last statement's horizon
+            ti = next((x for x in stops if s <= x <= reach), None)  # the first interruption it reaches
             t = s
             while True:
+                if kind.censor_at_end and t + h > end:
+                    break  # outlives the recording: not judged, come true or not
                 hit = next((ep for ep in mine if t < ep.start <= t + h), None)
                 if ti is not None and (t < ti <= t + h or ti == t == s) and (hit is None or not hit.start < ti):
                     if hit is not None:  # its episode came after the job stopped: not judged
@@ -300,8 +307,6 @@ def naive_score(findings, events, kind, recording, start, end):
                 if hit is not None:
                     total["tp"] += 1
                     bucket(hit.fault_type)["tp"] += 1
-                    break
-                if kind.censor_at_end and t + h > end:
                     break
                 total["fp"] += 1
                 bucket(next((sc.fault_type for sc in scopes if entity in sc.entities and sc.onset <= t <= sc.end),
@@ -542,6 +547,54 @@ def test_a_claim_raised_as_an_episode_lets_go_earns_neither_precision_nor_the_ne
     assert m["precision"] == 1.0 and m["lead_median_s"] == 250.0
 
 
+def test_an_alarm_kept_up_through_a_throttle_does_not_earn_the_next_one_too() -> None:
+    """gpu0's alarm, raised 300 s before its first throttle and kept up through it and after,
+    earned the throttle 600 s later as well, with the full horizon as its lead: on seed 33 one
+    such alarm made the TIM class's median lead 22 min where the GPU was warned 7 s ahead. Raised
+    again after the first throttle (gpu1) the same claim is not judged; kept up (gpu0) it is not
+    credited either."""
+    topo = small_topology(nodes=1, gpus=2, racks=1)
+    rec = Recording(Path("."), topo, {"faults": []})
+    events = []
+    for g in (0, 1):  # two throttles more than a horizon apart
+        events += [gpu_event(3000, "thermal_throttle_start", g), gpu_event(3100, "thermal_throttle_end", g),
+                   gpu_event(6000, "thermal_throttle_start", g), gpu_event(6100, "thermal_throttle_end", g)]
+    findings = [pred(2700, 0), pred(5950, 0, active=False),  # up through the first throttle
+                pred(2700, 1), pred(3000, 1, active=False), pred(3150, 1), pred(5950, 1, active=False)]
+    kind = ev.EventKind("thermal_throttle", "thermal_throttle_start", "thermal_throttle_end", "thermal_throttle",
+                        "gpu", horizon_s=1800.0, merge_gap_s=120.0, warmup_s=0.0)
+    m = ev.score_kind(findings, events, kind, rec, 0.0, 10000.0)
+    assert (m["episodes"], m["recall"], m["lead_median_s"]) == (4, 0.5, 300.0)
+
+
+def test_claims_that_outlive_the_recording_are_not_judged_whether_or_not_they_came_true() -> None:
+    """Four 30-minute claims in the recording's last 30 minutes; one comes true. They cannot all
+    be checked, so none is judged: precision has nothing to say. Until 2026-12-01 the one that
+    came true counted and the three that could not were left out: precision 1.0."""
+    topo = small_topology(nodes=1, gpus=4, racks=1)
+    rec = Recording(Path("."), topo, {"faults": []})
+    events = [gpu_event(9500, "thermal_throttle_start", 0), gpu_event(9600, "thermal_throttle_end", 0)]
+    findings = [pred(9000, g) for g in range(4)]
+    kind = ev.EventKind("thermal_throttle", "thermal_throttle_start", "thermal_throttle_end", "thermal_throttle",
+                        "gpu", horizon_s=1800.0, merge_gap_s=120.0, warmup_s=0.0, censor_at_end=True)
+    m = ev.score_kind(findings, events, kind, rec, 0.0, 10000.0)
+    assert m["precision"] is None and m["recall"] == 1.0  # the episode was still predicted
+
+
+def test_a_false_alarm_in_a_faults_aftermath_is_charged_to_that_fault() -> None:
+    """The simulator attributes a fault's consequences to it for 15 minutes after its repair (a
+    loop still cooling down); a false alarm then was charged to ``none``."""
+    topo = small_topology(nodes=1, gpus=2, racks=1)
+    rec = Recording(Path("."), topo, {"faults": [{"id": "f1", "duration_s": 1000.0}]})
+    events = [Event(2000.0, "fault_onset", "gpu", topo.gpus[0], "f1", "cooling_loss")]
+    findings = [pred(3100, 0), pred(3200, 0, active=False)]  # 100 s after the repair at 3000 s
+    kind = ev.EventKind("thermal_throttle", "thermal_throttle_start", "thermal_throttle_end", "thermal_throttle",
+                        "gpu", horizon_s=1800.0, merge_gap_s=120.0, warmup_s=0.0)
+    m = ev.score_kind(findings, events, kind, rec, 0.0, 10000.0)
+    assert m["by_fault"]["cooling_loss"]["false_alarms_per_1000_gpu_hours"] > 0
+    assert "none" not in m["by_fault"] or not m["by_fault"]["none"]["false_alarms_per_1000_gpu_hours"]
+
+
 JOB_GPUS = small_topology(nodes=1, gpus=4, racks=1)
 
 
@@ -582,6 +635,17 @@ def test_a_claim_whose_job_finished_is_not_judged() -> None:
     assert (m["episodes"], m["recall"]) == (1, 1.0)
     m = score_job0_claims(findings, [e for e in events if e.type != "job_end"])
     assert m["precision"] == pytest.approx(1 / 2)  # without the job end it is a hit, judged
+
+
+def test_a_claim_withdrawn_before_its_job_stopped_is_still_not_judged() -> None:
+    """A claim stands until its horizon, also after its alarm is withdrawn (a throttle then is its
+    hit). So a job that stops within that horizon leaves it unjudged, as it does a claim still
+    active; until 2026-12-01 a withdrawn one was judged false (seed 791: thermal precision 0.850,
+    0.865 once these were left out)."""
+    events = [Event(1300.0, "job_end", "job", "job0", "", "", {"reason": "completed"})]
+    findings = [pred(1000, 1), pred(1100, 1, active=False)]
+    m = score_job0_claims(findings, events)
+    assert m["precision"] is None and m["false_alarms_per_1000_gpu_hours"] == 0.0
 
 
 def test_a_member_shutting_down_inside_a_slowdown_interrupts_the_job_too() -> None:
