@@ -620,7 +620,6 @@ def score_spans(spans: SpanTable, eps: EpisodeTable, kind: EventKind, scopes: Se
     none_code = eps.faults.index(NO_FAULT)
     e_key = _key(eps.entity, eps.start, t0)
     s_key = _key(spans.entity, spans.start, t0)
-    w_key = _key(spans.entity, spans.end, t0)
     # spans raised during an episode (or within the merge gap after it) are not judged: neither
     # for precision nor for recall — else "it may happen again" said as each episode lets go
     # would earn the next episode at no cost in precision
