@@ -44,8 +44,12 @@ class MixinConfig:
                   "no telemetry is analysed, so no prediction and no foreshock alert can fire"),
         ScrapeJob("alertmanager", "ForeshockAlertmanagerDown", "Alertmanager",
                   "alerts that fire may not be delivered to anyone", "warning"),
+        ScrapeJob("foreshock-agents", "ForeshockAgentsDown", "foreshock agent",
+                  "no GPU, BMC or CDU telemetry reaches the workers, so nothing can be predicted — and "
+                  "the workers' own GPU-missing alert cannot fire on a telemetry clock that stopped"),
     )
     pipeline_job: str = "foreshock"
+    agent_job: str = "foreshock-agents"  # agents' --metrics-port; ForeshockAgentDown is per agent
 
     # --- predictions ---------------------------------------------------------------------
     throttle_events: tuple[str, ...] = ("thermal_throttle", "power_cap", "power_brake")
@@ -85,6 +89,7 @@ class MixinConfig:
         "ForeshockIngestLag": "5m",
         "ForeshockDeadLettersRising": "10m",
         "ForeshockInputProblems": "15m",
+        "ForeshockAgentDown": "2m",
         "absent": "2m",
     })
 

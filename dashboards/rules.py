@@ -219,6 +219,14 @@ def alerts(cfg: MixinConfig = DEFAULT_CONFIG) -> list[Alert]:
             "HBM max operating temperature.",
         ),
     ]
+    out.append(Alert(
+        "ForeshockAgentDown",
+        f'up{{job="{cfg.agent_job}"}} == 0',
+        "warning",
+        "foreshock agent {{ $labels.instance }} is down",
+        "Prometheus cannot scrape the agent at {{ $labels.instance }}: what it reads (a node's GPUs, a "
+        "set of BMCs or CDUs, an exporter) reaches no worker, and nothing it would show can be predicted.",
+    ))
     for job in cfg.scrape_jobs:
         out.append(Alert(
             job.alert,

@@ -49,7 +49,8 @@ def test_the_parser_rejects_an_invalid_file(tmp_path: Path) -> None:
 def test_stack_has_every_service(stack: dict[str, Any]) -> None:
     services = stack["services"]
     assert set(services) == {"kafka", "prometheus", "alertmanager", "grafana", "agent", "worker-1", "worker-2"}
-    assert services["agent"]["command"] == ["foreshock", "agent", "--source", "simulator", "--kafka", "kafka:9092"]
+    assert services["agent"]["command"] == ["foreshock", "agent", "--source", "simulator", "--kafka", "kafka:9092",
+                                            "--metrics-host", "0.0.0.0", "--metrics-port", "9109"]
     for worker in ("worker-1", "worker-2"):
         command = services[worker]["command"]
         assert command[:4] == ["foreshock", "worker", "--kafka", "kafka:9092"]
@@ -109,6 +110,10 @@ def test_mounted_configs_agree_with_each_other(stack: dict[str, Any]) -> None:
     jobs = {j["job_name"]: j for j in prometheus_yml["scrape_configs"]}
     # each component with an absent(up) alert is scraped, and the workers are the foreshock job
     assert {j.job for j in DEFAULT_CONFIG.scrape_jobs} <= set(jobs)
+    # the agent serves its counters where the agents' job scrapes them
+    agent = services["agent"]["command"]
+    assert jobs[DEFAULT_CONFIG.agent_job]["static_configs"][0]["targets"] == \
+        [f"agent:{agent[agent.index('--metrics-port') + 1]}"]
     targets = jobs[DEFAULT_CONFIG.pipeline_job]["static_configs"][0]["targets"]
     assert sorted(targets) == ["worker-1:9108", "worker-2:9108"]
     for target in targets:
