@@ -56,8 +56,8 @@ INLINE_OPTIONS: dict[str, Any] = {**KERNEL_OPTIONS, "inline": "always"}
 # NODE_NEXT; NaN: none linked)
 (RACK_TS, RACK_INLET, RACK_U1, RACK_U2, RACK_U1_TS, RACK_DAMP, RACK_DAMP_N, RACK_FLOW, RACK_FLOW0,
  RACK_U0, RACK_RISE, RACK_RISE_N, RACK_FLOW_SLOPE, RACK_F1, RACK_LOSS, RACK_HEAT, RACK_HEAT_SLOW,
- RACK_RISE_HEAT, RACK_PROXY, RACK_PROXY_TS, RACK_PROXY_AT, RACK_NODE0) = range(22)
-RACK_SIZE = 22
+ RACK_RISE_HEAT, RACK_PROXY, RACK_PROXY_TS, RACK_PROXY_AT, RACK_NODE0, RACK_FLOW_TS) = range(23)
+RACK_SIZE = 23  # RACK_FLOW_TS: when the flow was last read (a flow sensor can go dark with the inlet still read)
 HEAT_TAU_S = 20.0
 HEAT_SLOW_TAU_S = 180.0
 """The inlet follows the heat over the loop's lag (about this): the heat a settled inlet reflects."""
@@ -222,6 +222,8 @@ def update_rack_inlet(obs: np.ndarray, rack_state: np.ndarray) -> None:
                 rack_state[r, RACK_TS] = obs[i, 0]
                 rack_state[r, RACK_INLET] = v
                 track_flow(rack_state, r, dt, v, obs[i, 3], obs[i, 4] if obs.shape[1] > 4 else np.nan)
+                if obs[i, 3] == obs[i, 3] and obs[i, 3] >= 0.0:
+                    rack_state[r, RACK_FLOW_TS] = obs[i, 0]
                 learn_loop_tau(rack_state, r, obs[i, 0], v)
 
 
@@ -336,14 +338,17 @@ def inlet_settled(rack_state: np.ndarray, r: int, inlet: float) -> bool:
 
 @inline
 def flow_asymptote(rack_state: np.ndarray, r: int, prior_rise: float, lag: float,
-                   plan_floor: float = 0.0) -> float:
+                   plan_floor: float = 0.0, now: float = np.nan, stale_s: float = np.inf) -> float:
     """Where the inlet settles at the rack's coolant flow ``lag`` seconds ahead — the flow's
     trend carried that far (at most a fourfold drop, not below ``plan_floor`` of baseline unless
     the flow is already there, never below 2 % of baseline); NaN at nominal flow (unless the loop
     is still coming back from a loss: its inlet heads back to the baseline's, whatever its own
     trend still says) or without flow telemetry. A rise learnt where the loss settled is scaled
-    by the rack's heat where work landed on the loop since (:func:`new_work_heat`)."""
-    if r < 0:
+    by the rack's heat where work landed on the loop since (:func:`new_work_heat`). A flow last
+    read more than ``stale_s`` before ``now`` says nothing: until 2026-12-01 a flow sensor (or a
+    whole rack's exporter) that went dark at 8 % of baseline kept its loop's GPUs forecast to
+    throttle long after the pump was repaired."""
+    if r < 0 or now - rack_state[r, RACK_FLOW_TS] > stale_s:
         return np.nan
     flow = rack_state[r, RACK_FLOW]
     f0 = rack_state[r, RACK_FLOW0]

@@ -130,6 +130,12 @@ def _link_error_kernel(ts: np.ndarray, slot: np.ndarray, delta: np.ndarray, rate
                 hour += bins[s, k]
             bins[s, HOUR_BINS] = hour  # the running total, recomputed when the bins roll
         d_sym = delta[i, _SYMBOL]
+        r_sym = rate[i, _SYMBOL]
+        if d_sym == d_sym and r_sym == r_sym and r_sym >= 0.0:
+            # the increase since a sample hours ago (an agent that was down) came at its mean pace
+            # over the gap: only the last hour's share is in the trailing hour. Counted whole, a
+            # link at 30 errors an hour raised an hour of "fatal" after each 6-hour outage.
+            d_sym = min(d_sym, r_sym * HOUR_BINS * BIN_S)
         if d_sym == d_sym and b == bin_index[s]:
             bins[s, b % HOUR_BINS] += d_sym
             bins[s, HOUR_BINS] += d_sym

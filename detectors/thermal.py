@@ -248,7 +248,7 @@ def inlet_rate(s: np.ndarray, i: int, rack: int, racks: np.ndarray, damp: float,
     prior = params[P_RISE]
     if params[P_SITE_RISE] == params[P_SITE_RISE]:
         prior = max(prior, params[P_SITE_RISE])
-    u_inf = flow_asymptote(racks, rack, prior, carry, params[P_FLOW_PLAN_FLOOR])
+    u_inf = flow_asymptote(racks, rack, prior, carry, params[P_FLOW_PLAN_FLOOR], s[i, G_TS], params[P_STALE])
     ul = s[i, G_UL]
     if u_inf == u_inf and ul == ul:
         return (u_inf - ul) / damp  # type: ignore[no-any-return]

@@ -78,6 +78,20 @@ def test_symbol_errors_leave_the_window_after_an_hour():
     assert fatal == [300, 600]  # the refresh (60 s) repeats it at 600; at 4500 it has left the hour
 
 
+def test_errors_counted_through_an_agent_outage_are_spread_over_it():
+    """A link at 30 symbol errors an hour (well under the 120 line); its agent is down for 6 hours
+    while the port keeps counting. The 180 errors the counter gained came over 6 hours: until
+    2026-12-01 all of them landed in the trailing hour and the link was "fatal" for an hour."""
+    det = LinkErrorsDetector(one_link_topology())
+    ts = list(range(0, 7200, 60)) + list(range(7200 + 6 * 3600, 7200 + 6 * 3600 + 3600, 60))
+    errors = [30.0 * t / 3600 for t in ts]
+    assert not [f for f in feed(det, ts, symbol_error=errors) if f.field == "symbol_error" and "fatal" in f.reason]
+    # ... while the same 180 within a minute, sampled as usual, is fatal at once
+    det = LinkErrorsDetector(one_link_topology())
+    found = feed(det, [0, 60, 120], symbol_error=[0.0, 0.5, 180.5])
+    assert [f.ts for f in found if f.field == "symbol_error" and "fatal" in f.reason] == [120]
+
+
 @pytest.mark.parametrize("field,rule_rate,below,above", [
     ("symbol_error", "symbol_error_rate", 9.0, 11.0),
     ("rcv_errors", "rcv_errors", 9.0, 11.0),
@@ -143,8 +157,9 @@ def naive_rules(ts, slot, delta, rate, state, refresh, flap_window, flap_cycles,
         if not 0 <= s < n_links or math.isnan(t):
             continue
         b = math.floor(t / BIN_S)
-        if not math.isnan(delta[i, sym]):
-            sym_events[s].append((b, delta[i, sym]))
+        if not math.isnan(delta[i, sym]):  # a gap's errors at their mean pace: its last hour's share
+            d = delta[i, sym] if math.isnan(rate[i, sym]) else min(delta[i, sym], rate[i, sym] * 3600.0)
+            sym_events[s].append((b, d))
         hour = sum(c for bb, c in sym_events[s] if b - HOUR_BINS < bb <= b)
         st_ = state[i]
         left_active = not math.isnan(st_) and last_state.get(s) == 4.0 and st_ != 4.0
@@ -192,7 +207,7 @@ def test_rule_kernel_matches_reference(data, n_rows):
     ts = np.cumsum(np.array(steps, dtype=np.float64)) if n_rows else np.empty(0)
     delta = np.array(data.draw(st.lists(st.lists(small, min_size=k, max_size=k), min_size=n_rows,
                                         max_size=n_rows)), dtype=np.float64).reshape(n_rows, k)
-    rate = delta / 10.0
+    rate = delta / np.array(steps, dtype=np.float64).reshape(-1, 1)  # hours-long steps: the gap rule
     state = np.array(data.draw(st.lists(st.sampled_from([np.nan, 4.0, 1.0, 2.0]), min_size=n_rows,
                                         max_size=n_rows)), dtype=np.float64)
     det = LinkErrorsDetector(one_link_topology(n_links))

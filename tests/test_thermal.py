@@ -750,6 +750,27 @@ def nominal_rack_state():
 
 
 @pytest.mark.kernel
+def test_a_flow_reading_that_went_dark_stops_driving_the_forecast():
+    """A loop loses its flow from 1 h (down to 8 % in 15 min); its flow sensor goes dark at 1 h 20
+    (the rack still reports its inlet), and the pump is repaired at 2 h: the inlet is back at
+    24 °C within minutes. Until 2026-12-01 the last flow reading, 8 %, held at any age, and the
+    GPU was forecast to throttle for as long as the sensor stayed dark (a review found 3,228
+    such predictions over 50 GPUs in 1.5 hours of a simulated cooling loss)."""
+    topo = small_topology(nodes=1, gpus=1, racks=1)
+    frames, inlet, temp = [], 24.0, 54.0
+    for t in np.arange(0.0, 4 * 3600, 10.0):
+        flow = 1.2 if t >= 7200 else 1.2 - 1.2 * 0.92 * min(max(t - 3600, 0) / 900, 1.0)
+        inlet += (20 + 4 * 1.2 / flow - inlet) * (1 - math.exp(-10 / 180))
+        target = inlet + 0.046 * 650
+        temp = target + (temp - target) * math.exp(-10 / 10)
+        frames.append(Frame("rack", [t], [0], {"inlet_temp": [round(inlet, 1)],
+                                                "coolant_flow": [round(flow, 3) if t < 4800 else np.nan]}))
+        frames.append(Frame("gpu", [t], [0], {"gpu_temp": [round(min(temp, 87.5))], "power": [650.0]}))
+    found = preds(run(th.ThermalDetector(topo), frames))
+    assert any(p.ts < 7200 for p in found)  # the loss itself is predicted
+    assert not [p for p in found if p.ts > 7200 + 1800]
+
+
 def test_flow_asymptote_after_a_loss_is_the_baseline_until_the_inlet_is_back():
     from foreshock.detectors import gpu_inputs as gi
 
