@@ -124,6 +124,16 @@ def apply_delta(initial: Any, delta: Any) -> Any:
 _ZSTD_MAGIC = b"FSZ1"
 
 
+def _zstd(raw: bytes) -> bytes:
+    """``raw`` zstd-compressed, after its size (Arrow's decompression needs it)."""
+    return struct.pack(">Q", len(raw)) + pa.compress(raw, codec="zstd", asbytes=True)
+
+
+def _unzstd(data: bytes) -> bytes:
+    (size,) = struct.unpack(">Q", data[:8])
+    return pa.decompress(data[8:], decompressed_size=size, codec="zstd", asbytes=True)  # type: ignore[no-any-return]
+
+
 _LAYOUTS: dict[str, bytes] = {}
 
 
@@ -135,7 +145,7 @@ def hardware_layout(topology: Topology) -> bytes:
     fingerprint = topology.fingerprint()
     if fingerprint not in _LAYOUTS:
         raw = json.dumps(topology.hardware_dict(), separators=(",", ":"), default=str).encode()
-        _LAYOUTS[fingerprint] = struct.pack(">Q", len(raw)) + pa.compress(raw, codec="zstd", asbytes=True)
+        _LAYOUTS[fingerprint] = _zstd(raw)
     return _LAYOUTS[fingerprint]
 
 
@@ -156,9 +166,7 @@ class SavedCheckpoint:
         if self.layout is None:
             raise ValueError(f"checkpoint written for another topology (hardware {self.hardware}, this worker's "
                              f"{topology.fingerprint()}) without its layout: this partition starts fresh")
-        (size,) = struct.unpack(">Q", self.layout[:8])
-        raw = pa.decompress(self.layout[8:], decompressed_size=size, codec="zstd", asbytes=True)
-        return Topology.from_dict(json.loads(raw), source=f"checkpoint's topology {self.hardware}")
+        return Topology.from_dict(json.loads(_unzstd(self.layout)), source=f"checkpoint's topology {self.hardware}")
 
 
 def encode_checkpoint(offset: int, state: Any, kind: str, signature: str,
@@ -169,8 +177,7 @@ def encode_checkpoint(offset: int, state: Any, kind: str, signature: str,
     blob = {"version": CHECKPOINT_VERSION, "kind": kind, "signature": signature, "offset": offset, "state": state,
             "hardware": topology.fingerprint() if topology is not None else None,
             "layout": hardware_layout(topology) if topology is not None and layout else None}
-    raw = pickle.dumps(blob, protocol=5)
-    return _ZSTD_MAGIC + struct.pack(">Q", len(raw)) + pa.compress(raw, codec="zstd", asbytes=True)
+    return _ZSTD_MAGIC + _zstd(pickle.dumps(blob, protocol=5))
 
 
 def decode_checkpoint(data: bytes, kind: str, signature: str) -> SavedCheckpoint:
@@ -178,11 +185,7 @@ def decode_checkpoint(data: bytes, kind: str, signature: str) -> SavedCheckpoint
     Those of the first version (zlib) still load. Which hardware it was written for is the
     caller's to check (``SavedCheckpoint.written_for``); a changed job list is not refused: the
     guard and the incident engine find each job again by name and nodes."""
-    if data[:4] == _ZSTD_MAGIC:
-        (size,) = struct.unpack(">Q", data[4:12])
-        raw = pa.decompress(data[12:], decompressed_size=size, codec="zstd", asbytes=True)
-    else:
-        raw = zlib.decompress(data)
+    raw = _unzstd(data[4:]) if data[:4] == _ZSTD_MAGIC else zlib.decompress(data)
     blob = pickle.loads(raw)
     if blob.get("version") != CHECKPOINT_VERSION or blob.get("kind") != kind:
         raise ValueError(f"checkpoint version/kind {blob.get('version')}/{blob.get('kind')} not {CHECKPOINT_VERSION}/{kind}")
