@@ -138,7 +138,7 @@ class ForeshockWorker:
         self.store = FindingStore(config.topology, self.health)
         self.detection = DetectionStage(config.topology, config.make_bank, config.topics.partitions,
                                         self.store, self.health, config.worker_id, config.max_clock_ahead_s)
-        self.incident_stage = IncidentStage(config.make_bank(config.topology).processors, self.health, config.topology)
+        self.incident_stage = self._new_incident_stage()
         self.incidents_loaded = False
         self.pmap = PartitionMap(config.topology, config.topics.partitions)
         self.lock = asyncio.Lock()
@@ -160,6 +160,9 @@ class ForeshockWorker:
         self._unconfirmed: list[Any] = []  # futures of messages sent since the last checkpoint
         self._exit: Callable[[int], Any] = os._exit  # fatal's way out (a test's stand-in)
         self.app = self._build_app()
+
+    def _new_incident_stage(self) -> IncidentStage:
+        return IncidentStage(self.config.make_bank(self.config.topology).processors, self.health, self.config.topology)
 
     # ---- the faust app -----------------------------------------------------------------
     def _build_app(self) -> faust.App:
@@ -362,8 +365,7 @@ class ForeshockWorker:
                     self.detection.drop(tp.partition)
                     self.held.pop(tp.partition, None)
                 elif tp.topic == self.config.topics.findings and self.incidents_loaded:
-                    self.incident_stage = IncidentStage(self.config.make_bank(self.config.topology).processors, self.health,
-                                                        self.config.topology)
+                    self.incident_stage = self._new_incident_stage()
                     self.incidents_loaded = False
                     self.external_positioned = False
                     await self._stop_external_reader()  # the stage's next owner reads the topic now
