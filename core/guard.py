@@ -34,7 +34,7 @@ from .fields import field_names, get_field, valid_bounds
 from .frames import Frame
 from .health import PipelineHealth
 from .numba_config import jit
-from .remap import HARDWARE_KINDS, Remap
+from .remap import HARDWARE_KINDS, Remap, saved_slots, take_rows
 from .topology import Topology
 
 _REPORTED = ":reported"
@@ -223,13 +223,10 @@ class InputGuard:
             arr = np.asarray(v, dtype=own.dtype)
             if remap is not None and kind in HARDWARE_KINDS:
                 arr = remap.rows(kind, arr, own, axis=1 if reported else 0)
-            if kind == "job" and (saved_jobs is not None or arr.shape != own.shape):
-                moved = own.copy()
-                if saved_jobs is not None:
-                    to = self.topology.job_slot_map(saved_jobs)
-                    kept = np.flatnonzero(to >= 0)
-                    moved[..., to[kept]] = arr[..., kept]
-                arr = moved  # an old state of another length: the jobs start fresh
+            if kind == "job" and saved_jobs is not None:
+                arr = take_rows(arr, own, saved_slots(self.topology.job_slot_map(saved_jobs), own.shape[-1]), axis=-1)
+            elif kind == "job" and arr.shape != own.shape:
+                arr = own.copy()  # an old state of another length, without its job list: the jobs start fresh
             if arr.shape != own.shape:
                 raise ValueError(f"guard: state {k!r} has shape {arr.shape}, expected {own.shape}")
             if reported:

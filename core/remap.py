@@ -24,6 +24,26 @@ from .topology import Topology
 HARDWARE_KINDS = ("gpu", "link", "optic", "node", "rack")
 
 
+def saved_slots(new_of_old: np.ndarray, n_new: int) -> np.ndarray:
+    """The inverse of a map from saved slots to new ones (-1: gone): per new slot, the saved slot
+    it takes its state from (-1: none, it starts fresh)."""
+    old_of_new = np.full(n_new, -1, dtype=np.int64)
+    found = np.flatnonzero(new_of_old >= 0)
+    old_of_new[new_of_old[found]] = found
+    return old_of_new
+
+
+def take_rows(saved: np.ndarray, fresh: np.ndarray, old_of_new: np.ndarray, axis: int = 0) -> np.ndarray:
+    """``fresh`` with, along ``axis``, each slot's row taken from ``saved`` where ``old_of_new``
+    names one (-1: the fresh row stays)."""
+    out = fresh.copy()
+    rows_out = np.moveaxis(out, axis, 0)  # a view: writing it writes ``out``
+    rows_saved = np.moveaxis(np.asarray(saved, dtype=fresh.dtype), axis, 0)
+    take = np.flatnonzero(old_of_new >= 0)
+    rows_out[take] = rows_saved[old_of_new[take]]
+    return out
+
+
 class Remap:
     """Per hardware kind, the saved slot of each entity of ``new`` (``old_of_new``, -1: start
     fresh) and the new slot of each entity of ``old`` (``new_of_old``, -1: gone; also for
@@ -38,9 +58,7 @@ class Remap:
         self.new_of_old: dict[str, np.ndarray] = {}
         for kind in HARDWARE_KINDS:
             new_of_old = new.slots(kind, old.names(kind)).astype(np.int64)
-            old_of_new = np.full(new.size(kind), -1, dtype=np.int64)
-            found = np.flatnonzero(new_of_old >= 0)
-            old_of_new[new_of_old[found]] = found
+            old_of_new = saved_slots(new_of_old, new.size(kind))
             if keep is not None and kind in keep:
                 old_of_new[~np.asarray(keep[kind], dtype=bool)] = -1
             self.new_of_old[kind] = new_of_old
@@ -58,16 +76,12 @@ class Remap:
         """``fresh`` with, along ``axis`` (the slot axis, of ``kind``), each kept entity's rows
         taken from ``saved``. Every other axis must match: a ValueError says which does not."""
         old_of_new = self.old_of_new[kind]
-        out = fresh.copy()
-        rows_out = np.moveaxis(out, axis, 0)  # a view: writing it writes ``out``
-        rows_saved = np.moveaxis(np.asarray(saved, dtype=fresh.dtype), axis, 0)
-        if len(rows_saved) != len(self.new_of_old[kind]) or len(rows_out) != len(old_of_new) or \
-                rows_saved.shape[1:] != rows_out.shape[1:]:
+        saved_shape, fresh_shape = list(np.shape(saved)), list(fresh.shape)
+        if len(saved_shape) != len(fresh_shape) or saved_shape.pop(axis) != len(self.new_of_old[kind]) or \
+                fresh_shape.pop(axis) != len(old_of_new) or saved_shape != fresh_shape:
             raise ValueError(f"a saved {kind} array of shape {np.shape(saved)} does not fit {fresh.shape} "
                              f"along axis {axis}")
-        take = np.flatnonzero(old_of_new >= 0)
-        rows_out[take] = rows_saved[old_of_new[take]]
-        return out
+        return take_rows(saved, fresh, old_of_new, axis)
 
     def slots(self, kind: str, saved_slots: np.ndarray) -> np.ndarray:
         """Saved slot *values* (an array that names entities, e.g. the link blamed for a port's

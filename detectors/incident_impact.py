@@ -25,6 +25,7 @@ import numpy as np
 
 from foreshock import facts
 from foreshock.frames import Frame
+from foreshock.remap import saved_slots, take_rows
 
 from .gpu_inputs import kernel
 from .incident_domains import JOB, Domains, key
@@ -79,10 +80,7 @@ class Telemetry:
         for name in self.ARRAYS:
             arr = np.asarray(state[name], dtype=np.float64)
             if name == "s_job_tel" and job_slots is not None:
-                kept = np.flatnonzero(job_slots >= 0)
-                moved = np.full_like(self.s_job_tel, np.nan)
-                moved[job_slots[kept]] = arr[kept]
-                arr = moved
+                arr = take_rows(arr, np.full_like(self.s_job_tel, np.nan), saved_slots(job_slots, len(self.s_job_tel)))
             if arr.shape != getattr(self, name).shape:
                 raise ValueError(f"telemetry state {name!r} has shape {arr.shape}, expected {getattr(self, name).shape}")
             setattr(self, name, arr.copy())
