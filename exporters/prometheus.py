@@ -153,10 +153,14 @@ class ForeshockCollector(Collector):
         if not math.isfinite(snap.last_ts):
             return
         for kind, fields in snap.latest.items():
-            stale = snap.last_seen[kind] < snap.last_ts - self.stale_after_s
+            stale = ~self._fresh(snap, kind)
             if stale.any():
                 for values in fields.values():
                     values[stale] = np.nan  # the snapshot's own copies
+
+    def _fresh(self, snap: StoreSnapshot, kind: str) -> np.ndarray:
+        """The entities of ``kind`` heard from within ``stale_after_s`` of the telemetry clock."""
+        return snap.last_seen[kind] >= snap.last_ts - self.stale_after_s  # type: ignore[no-any-return]
 
     # ---- per-entity ----------------------------------------------------------------------
     def _flagged_gpus(self, snap: StoreSnapshot) -> np.ndarray:
@@ -268,8 +272,7 @@ class ForeshockCollector(Collector):
         yield f_step
         f_rep = _family(f"{NS}_gpus_reporting")
         if math.isfinite(snap.last_ts):
-            fresh = snap.last_seen["gpu"] >= snap.last_ts - self.stale_after_s
-            f_rep.add_metric([cluster], float(fresh.sum()))
+            f_rep.add_metric([cluster], float(self._fresh(snap, "gpu").sum()))
         yield f_rep
         yield from self._leaves(snap)
 
