@@ -133,6 +133,10 @@ class PartitionMap:
             "job": np.arange(len(topology.jobs), dtype=np.int64) % partitions,
         }
 
+    def owned_by(self, partition: int) -> dict[str, np.ndarray]:
+        """Per kind, a mask by slot of the entities routed to ``partition``."""
+        return {kind: table == partition for kind, table in self.by_kind.items()}
+
     def partition_of(self, kind: str, slots: np.ndarray) -> np.ndarray:
         """Partition per row; -1 for slots outside the topology."""
         table = self.by_kind[kind]

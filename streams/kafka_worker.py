@@ -360,8 +360,7 @@ class DetectionStage:
         Entities new to the file, or new to this partition, start fresh."""
         saved_pipeline, _ = self._new_pipeline(old)
         state = apply_delta(self._state(saved_pipeline), delta)
-        owned = {kind: table == partition for kind, table in self.pmap.by_kind.items()}
-        remap = Remap(old, self.topology, keep=owned)
+        remap = Remap(old, self.topology, keep=self.pmap.owned_by(partition))
         pipeline.guard.load_state_dict(state["guard"], remap)
         pipeline.bank.load_state_dict(pipeline.bank.remap_state(state["bank"], remap))
         kept = {kind: remap.kept(kind) for kind in ("gpu", "link", "node", "rack")}
@@ -372,7 +371,7 @@ class DetectionStage:
         """Give a partition up: its pipeline goes, and the shared store forgets its entities (their
         next owner exports them now)."""
         if self.parts.pop(partition, None) is not None:
-            self.store.forget({kind: table == partition for kind, table in self.pmap.by_kind.items()})
+            self.store.forget(self.pmap.owned_by(partition))
 
     def offset(self, partition: int) -> int:
         return self.parts[partition].offset
