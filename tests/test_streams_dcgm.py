@@ -147,6 +147,17 @@ def test_dcgm_4_field_names_are_read() -> None:
     assert not health.problems
 
 
+def test_violation_counters_are_read_as_nanoseconds() -> None:
+    """DCGM's violation counters are NVML's violation times, in nanoseconds (dcgm_fields.h: "Power
+    Violation time in ns"; dcgm-exporter's counter list said "in us" until NVIDIA/dcgm-exporter#589,
+    whose author measured the values). Read as microseconds, a GPU held at its cap for 2.5 s read as
+    held for 42 minutes. nvidia-smi's `clocks_event_reasons_counters.*` are microseconds ("[us]")."""
+    text = "\n".join([line("DCGM_FI_DEV_POWER_VIOLATION", "2500000000"),
+                      line("DCGM_FI_DEV_THERMAL_VIOLATION", "40000000")])
+    got = values(parse_dcgm_text(text, T0, PipelineHealth()), "node1/gpu0")
+    assert got == {"power_throttle_time": pytest.approx(2.5), "thermal_throttle_time": pytest.approx(0.04)}
+
+
 def test_mig_instances_fold_into_the_physical_gpu_without_double_counting() -> None:
     mig = ',GPU_I_ID="{id}",GPU_I_PROFILE="{profile}"'
     instances = [("7", "1g.10gb", "0.9"), ("3", "2g.20gb", "0.6"), ("9", "1g.10gb", "0.8")]
