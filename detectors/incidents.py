@@ -111,6 +111,8 @@ SUPPORT: dict[int, tuple[int, int, int]] = {
 holding them, or members of its own level). A lone GPU never makes its node the root."""
 
 FAILING_LINK = frozenset({"link_down", "link_down_predicted", "link_errors", "optic_degrading", "external_fabric"})
+MAX_EXTERNAL_TYPES = 16
+OTHER_EXTERNAL = "other external events"
 HINTS = {
     (THERMAL, GPU): "tim_degradation", (THERMAL, NODE): "fan_failure", (THERMAL, RACK): "rack_cooling",
     (THERMAL, LOOP): "cooling_loss", (POWER, GPU): "power_brake", (POWER, NODE): "psu_failure",
@@ -179,6 +181,15 @@ class _Incident:
     def live(self) -> bool:
         return self.state != RESOLVED
 
+    def count_external(self, label: str, n: int) -> None:
+        """Count ``n`` external events of type ``label``. Past ``MAX_EXTERNAL_TYPES`` distinct types
+        the rest are counted together: BMC SEL and scheduler reason strings carry ids and values,
+        so an incident that lives for weeks would otherwise keep (and checkpoint, and print in its
+        reason) every one."""
+        if label not in self.external_types and len(self.external_types) >= MAX_EXTERNAL_TYPES:
+            label = OTHER_EXTERNAL
+        self.external_types[label] = self.external_types.get(label, 0) + n
+
 
 class _Evidence:
     __slots__ = ("kind", "slot", "sig", "ts", "event", "eta", "active", "xid", "named", "label")
@@ -208,7 +219,8 @@ class IncidentEngine:
                  update_interval_s: float = 30.0, stable_s: float = 600.0, quiet_s: float = 900.0,
                  coherence_s: float = 600.0, reopen_s: float = 3600.0, cover: float = 0.8,
                  keep_resolved: int = 256, max_live: int = 4096, max_predicted: int = 32,
-                 tick_s: float = 10.0, max_external_queue: int = 100_000) -> None:
+                 tick_s: float = 10.0, max_external_queue: int = 100_000,
+                 max_external_ahead_s: float = 900.0) -> None:
         for label, v in (("hold_s", hold_s), ("update_interval_s", update_interval_s), ("stable_s", stable_s),
                          ("quiet_s", quiet_s), ("coherence_s", coherence_s), ("reopen_s", reopen_s),
                          ("tick_s", tick_s)):
@@ -216,6 +228,8 @@ class IncidentEngine:
                 raise ValueError(f"{label} must be a finite number >= 0, got {v!r}")
         if not 0.5 <= cover <= 1.0:
             raise ValueError(f"cover must be in [0.5, 1], got {cover!r}")
+        if not max_external_ahead_s >= 0:
+            raise ValueError(f"max_external_ahead_s must be >= 0, got {max_external_ahead_s!r}")
         if keep_resolved < 0 or max_live < 1 or max_predicted < 0 or max_external_queue < 0:
             raise ValueError("keep_resolved, max_predicted and max_external_queue must be >= 0, max_live >= 1")
         self.topology = topology
@@ -224,6 +238,8 @@ class IncidentEngine:
         self.quiet_s, self.coherence_s, self.reopen_s, self.cover = quiet_s, coherence_s, reopen_s, cover
         self.keep_resolved, self.max_live, self.max_predicted = keep_resolved, max_live, max_predicted
         self.tick_s, self.max_external_queue = tick_s, max_external_queue
+        self.max_external_ahead_s = max_external_ahead_s
+        self.latest_now = -math.inf  # the latest telemetry time observed (not saved: relearnt at once)
         self.dom = Domains(topology)
         # entity -> incident serial (-1 none), by member level; the only per-entity state
         self.s_member_of = {MEMBER_LEVEL[k]: np.full(n, -1, dtype=np.int64) for k, n in self.dom.sizes.items()}
@@ -246,13 +262,14 @@ class IncidentEngine:
         """Take the findings of one frame; return the incidents opened, updated or resolved."""
         out: list[Finding] = []
         took = False
+        self.latest_now = max(self.latest_now, now)
         if self._external and self._external[0][0] <= now:
             took = self._drain_external(now) or took
         for f in findings:
             if isinstance(f, Incident):
                 continue
             took = True
-            self._take(f)
+            self._take(f, now)
         if self._evicted:
             out += self._evicted
             self._evicted = []
@@ -264,8 +281,16 @@ class IncidentEngine:
         return out
 
     def add_external(self, events: Iterable[ExternalEvent]) -> None:
-        """Queue external events; each is grouped once telemetry time reaches its ``time``."""
+        """Queue external events; each is grouped once telemetry time reaches its ``time``.
+
+        An event dated more than ``max_external_ahead_s`` past the latest telemetry time is refused:
+        held until telemetry reached it, one dated in milliseconds (or by a clock hours ahead) would
+        wait for good, in every checkpoint, and enough of them fill the queue for the good ones."""
         for ev in events:
+            if self.latest_now > -math.inf and ev.time > self.latest_now + self.max_external_ahead_s:
+                self.health.problem(self.name, "external event dated too far ahead of telemetry: refused",
+                                    detail=f"{ev.type} on {ev.node} at {ev.time:.0f}, telemetry at {self.latest_now:.0f}")
+                continue
             if len(self._external) >= self.max_external_queue:
                 self.health.problem(self.name, "external event queue full: event dropped")
                 continue
@@ -293,11 +318,11 @@ class IncidentEngine:
                 continue
             sig = SIGNALS[external_signal(ev.type, ev.severity)]
             self.stats["findings"] += 1
-            self._place(_Evidence("node", node, sig, ev.time, label=f"{ev.type} ({ev.severity})"))
+            self._place(_Evidence("node", node, sig, ev.time, label=f"{ev.type} ({ev.severity})"), now)
             took = True
         return took
 
-    def _take(self, f: Anomaly | Prediction) -> None:
+    def _take(self, f: Anomaly | Prediction, now: float) -> None:
         kind, slot = f.entity_kind, int(f.slot)
         level = MEMBER_LEVEL.get(kind)
         if level is None or not 0 <= slot < self.dom.sizes[kind]:
@@ -317,7 +342,7 @@ class IncidentEngine:
         else:
             xid = xid_code(f) if sig.family == LOST else 0
             ev = _Evidence(kind, slot, sig, ts, xid=xid, named=self._named(f.reason) if kind == "link" else ())
-        self._place(ev)
+        self._place(ev, now)
 
     def _named(self, reason: str) -> tuple[tuple[str, int], ...]:
         """Links and optics a reason names (congestion names the link whose traffic it carries;
@@ -337,7 +362,7 @@ class IncidentEngine:
         return tuple(out)
 
     # ---- grouping ------------------------------------------------------------------------------
-    def _place(self, ev: _Evidence) -> None:
+    def _place(self, ev: _Evidence, now: float) -> None:
         inc = self._own_incident(ev)
         if inc is None and ev.named:
             inc = self._named_incident(ev)
@@ -347,6 +372,13 @@ class IncidentEngine:
             inc = self._widen(ev)
         if inc is None:
             if ev.sig.opens and self._back_on_the_bus(ev):
+                return
+            if ev.sig.opens and now - ev.ts > self.quiet_s:
+                # evidence older than quiet_s could only open an incident that resolves at the next
+                # tick: a fault that ended long ago (a redelivered or re-read feed, a finding hours
+                # late) announced as opened and then resolved. It still joins a live incident.
+                self.health.problem(self.name, "evidence too old to open an incident (older than quiet_s)",
+                                    detail=f"{ev.kind} {ev.slot}")
                 return
             if ev.sig.opens:
                 inc = self._new_incident(ev.sig.family, ev.ts)
@@ -378,7 +410,7 @@ class IncidentEngine:
         if inc.state == RESOLVED:
             # a flapping link or a recurring GPU reopens its incident; one GPU of a resolved loop
             # incident does not reopen the loop
-            if inc.merged_into < 0 and ev.sig.opens and not wide and ev.ts - inc.resolved_ts <= self.reopen_s:
+            if inc.merged_into < 0 and ev.sig.opens and not wide and 0.0 <= ev.ts - inc.resolved_ts <= self.reopen_s:
                 self._reopen(inc, ev.ts)
                 return inc
             return None
@@ -539,7 +571,7 @@ class IncidentEngine:
         if ev.xid:
             m.xid = ev.xid
         if ev.label:
-            inc.external_types[ev.label] = inc.external_types.get(ev.label, 0) + 1
+            inc.count_external(ev.label, 1)
         inc.findings += 1
         if ev.sig.opens:
             # symptoms (routine power caps, z-score blips) join an incident but do not keep it
@@ -556,8 +588,14 @@ class IncidentEngine:
             inc.dirty = True
             if inc.state == STABLE:
                 inc.state = GROWING
-            self._rank(inc)
-            self._consolidate(inc, ev)
+            self._rank(inc)  # may merge it into a twin: consolidate what it became
+            self._consolidate(self._surviving(inc), ev)
+
+    def _surviving(self, inc: _Incident) -> _Incident:
+        """The incident ``inc`` was merged into (following a chain of merges), or ``inc``."""
+        while inc.merged_into >= 0 and inc.merged_into in self._incidents:
+            inc = self._incidents[inc.merged_into]
+        return inc
 
     def _add_member(self, inc: _Incident, kind: str, slot: int, ts: float) -> _Member:
         level = MEMBER_LEVEL[kind]
@@ -620,7 +658,7 @@ class IncidentEngine:
     def _consolidate(self, inc: _Incident, ev: _Evidence) -> None:
         """Merge incidents that, together with this one, are enough evidence for a shared domain."""
         fam = inc.family
-        if fam == JOBF:
+        if fam == JOBF or not inc.live or inc.merged_into >= 0:
             return
         mkey = key(MEMBER_LEVEL[ev.kind], ev.slot)
         for a in self.dom.ancestors(ev.kind, ev.slot):
@@ -685,7 +723,7 @@ class IncidentEngine:
         for j, c in victim.jobs_hit.items():
             survivor.jobs_hit[j] = survivor.jobs_hit.get(j, 0) + c
         for t, c in victim.external_types.items():
-            survivor.external_types[t] = survivor.external_types.get(t, 0) + c
+            survivor.count_external(t, c)
         survivor.findings += victim.findings
         survivor.first_ts = min(survivor.first_ts, victim.first_ts)
         survivor.last_ts = max(survivor.last_ts, victim.last_ts)
@@ -703,7 +741,7 @@ class IncidentEngine:
             victim.reason = f"merged into {survivor.id}"
             victim.dirty = True
         else:
-            del self._incidents[victim.serial]
+            self._incidents.pop(victim.serial, None)
 
     # ---- root cause ----------------------------------------------------------------------------
     def _unroot(self, inc: _Incident) -> None:
@@ -720,10 +758,26 @@ class IncidentEngine:
             self._rooted.setdefault(root, set()).add(inc.serial)
 
     def _rank(self, inc: _Incident) -> None:
-        """Root cause: the finest candidate domain that explains ``cover`` of the evidence."""
+        """Root cause: the finest candidate domain that explains ``cover`` of the evidence; then
+        one cause, one incident: a second incident that lands on the same root joins the first,
+        and a rack-wide one inside a live loop incident is that loop's doing."""
+        if not self._find_root(inc):
+            return
+        root, fam = inc.root, inc.family
+        roots = [root] + ([key(LOOP, self.dom.rack_loop[slot_of(root)])] if level_of(root) == RACK else [])
+        twins = [self._incidents[s] for r in roots for s in self._rooted.get(r, ()) if s != inc.serial
+                 and self._incidents[s].live and self._incidents[s].family == fam]
+        if twins:
+            group = sorted([inc, *twins], key=lambda i: (not i.emits, i.serial))
+            for victim in group[1:]:
+                self._merge(group[0], victim)
+            self._rank(group[0])
+
+    def _find_root(self, inc: _Incident) -> bool:
+        """Set ``inc``'s root, root kind, hint and reason from its members; False without members."""
         members = list(inc.members.values())
         if not members:
-            return
+            return False
         fam = inc.family
         if fam == FABRIC:
             root = self._rank_fabric(members)
@@ -756,16 +810,7 @@ class IncidentEngine:
         level = level_of(root)
         inc.root_kind = "pdu" if fam == POWER and level == RACK else LEVEL_NAMES[level]
         inc.hint, inc.reason = self._explain(inc, root, members)
-        # one cause, one incident: a second incident that lands on the same root joins the first,
-        # and a rack-wide one inside a live loop incident is that loop's doing
-        roots = [root] + ([key(LOOP, self.dom.rack_loop[slot_of(root)])] if level == RACK else [])
-        twins = [self._incidents[s] for r in roots for s in self._rooted.get(r, ()) if s != inc.serial
-                 and self._incidents[s].live and self._incidents[s].family == fam]
-        if twins:
-            group = sorted([inc, *twins], key=lambda i: (not i.emits, i.serial))
-            for victim in group[1:]:
-                self._merge(group[0], victim)
-            self._rank(group[0])
+        return True
 
     def _rank_fabric(self, members: list[_Member]) -> int:
         def first(ms: list[_Member]) -> _Member:
@@ -868,7 +913,7 @@ class IncidentEngine:
             if inc is None:
                 continue
             if inc.state == RESOLVED:
-                if inc.dirty and inc.emits:  # merged away since the last tick
+                if inc.dirty and inc.emits and inc.merged_into >= 0:  # merged away since the last tick
                     inc.dirty = False
                     out.append(self._snapshot(inc, now))
                     self._retire(inc)
@@ -1045,6 +1090,11 @@ class IncidentEngine:
                 "resolved_ts": inc.resolved_ts, "merged_into": inc.merged_into, "reason": inc.reason,
                 "jobs_hit": dict(inc.jobs_hit), "external_types": dict(inc.external_types),
                 "members": [m.to_state() for m in inc.members.values()],
+                # which members it holds now (an entity that moved on to another cause stays in the
+                # history of the incident it left), and how it was described
+                "owned": [m.key for m in inc.members.values()
+                          if self.s_member_of[level_of(m.key)][slot_of(m.key)] == inc.serial],
+                "root_kind": inc.root_kind, "hint": inc.hint,
             })
         return {
             "incidents": incs, "resolved": list(self._resolved), "next_serial": self.next_serial,
@@ -1070,12 +1120,16 @@ class IncidentEngine:
             root = moved(int(d["root"]))
             if int(d["root"]) >= 0 and root < 0:
                 continue
-            members = []
+            members, renamed = [], {}
             for mkey, kind, slot, *rest in d["members"]:
                 new = int(slot) if kind == "job" else int(remap.slots(kind, np.array([slot]))[0])
                 if new >= 0:
-                    members.append([key(MEMBER_LEVEL[kind], new) if kind != "job" else mkey, kind, new, *rest])
-            incidents.append({**d, "root": root, "emitted_root": moved(int(d["emitted_root"])), "members": members})
+                    renamed[int(mkey)] = key(MEMBER_LEVEL[kind], new) if kind != "job" else mkey
+                    members.append([renamed[int(mkey)], kind, new, *rest])
+            moved_d = {**d, "root": root, "emitted_root": moved(int(d["emitted_root"])), "members": members}
+            if "owned" in d:
+                moved_d["owned"] = [renamed[int(k)] for k in d["owned"] if int(k) in renamed]
+            incidents.append(moved_d)
         tel = dict(state["telemetry"])
         fresh = self.tel.state_dict()
         tel["s_gpu_tel"] = remap.rows("gpu", tel["s_gpu_tel"], fresh["s_gpu_tel"])
@@ -1094,9 +1148,10 @@ class IncidentEngine:
             return slot if job_slots is None else int(job_slots[slot])
 
         self.tel.load_state_dict(state["telemetry"], job_slots)
-        for owners in self.s_member_of.values():
-            owners[:] = -1
+        for owner_of in self.s_member_of.values():
+            owner_of[:] = -1
         self._incidents, self._index, self._rooted = {}, {}, {}
+        owners: dict[int, int] = {}  # member key -> the incident holding it
         for d in state["incidents"]:
             inc = _Incident(int(d["serial"]), d["family"], float(d["first_ts"]))
             for k in ("last_ts", "last_growth_ts", "last_emit_ts", "resolved_ts"):
@@ -1107,25 +1162,41 @@ class IncidentEngine:
             inc.jobs_hit = {job_slot(int(j)): int(c) for j, c in d["jobs_hit"].items() if job_slot(int(j)) >= 0}
             inc.external_types = dict(d["external_types"])
             self._incidents[inc.serial] = inc
+            saved_owned = d.get("owned")  # (a checkpoint from before it was saved: the last one listing it)
+            owned = None if saved_owned is None else {int(k) for k in saved_owned}
             for mkey, kind, slot, first, last, strong, count, signals, preds, xid in d["members"]:
                 slot = job_slot(int(slot)) if kind == "job" else int(slot)
                 if slot < 0:
                     continue
-                m = self._add_member(inc, kind, slot, float(first))
+                level = MEMBER_LEVEL[kind]
+                m = _Member(key(level, slot), kind, slot, self.dom.ancestors(kind, slot), float(first))
                 m.last_ts, m.strong_ts, m.count, m.xid = float(last), float(strong), int(count), int(xid)
                 m.signals = {str(s): int(c) for s, c in signals.items()}
                 m.preds = {str(e): (float(v[0]), float(v[1])) for e, v in preds.items()}
-            if inc.members:
-                self._rank(inc)
+                inc.members[m.key] = m
+                if owned is None or int(mkey) in owned:
+                    owners[m.key] = inc.serial
+            if "root_kind" in d:
+                inc.root_kind, inc.hint = str(d["root_kind"]), str(d["hint"])
+            else:
+                self._find_root(inc)  # describes it; never merges, which only live input may cause
             inc.reason = d["reason"]
             root = int(d["root"])
             if root >= 0 and level_of(root) == JOB:
-                root = key(JOB, job_slot(slot_of(root))) if job_slot(slot_of(root)) >= 0 else inc.root  # as ranked
+                if job_slot(slot_of(root)) >= 0:
+                    root = key(JOB, job_slot(slot_of(root)))
+                else:  # its job is no longer listed: ranked again from the members left
+                    self._find_root(inc)
+                    root = inc.root
             self._set_root(inc, root)
             if not inc.live and inc.root >= 0:
                 self._rooted.get(inc.root, set()).discard(inc.serial)
                 if not self._rooted.get(inc.root, True):
                     del self._rooted[inc.root]
+        for mkey, serial in owners.items():
+            holder = self._incidents[serial]
+            self.s_member_of[level_of(mkey)][slot_of(mkey)] = serial
+            self._index_add(holder, holder.members[mkey].anc)
         self._resolved = deque(int(s) for s in state["resolved"])
         self.next_serial = int(state["next_serial"])
         self.last_tick = float(state["last_tick"])

@@ -717,3 +717,99 @@ def test_gpu_telemetry_kernel_matches_reference(frames):
         assert np.array_equal(tel.s_gpu_tel, ref, equal_nan=True)
         newest = max([before] + [t for t in ts if not math.isnan(t)]) if np.isfinite(ts).any() else before
         assert tel.gpu_frames_ts == newest
+
+
+# ---- found by the review of 2026-12-01 (each failed before its fix) -------------------------------
+def test_a_rack_inlet_under_a_loop_incident_that_stopped_growing_does_not_crash_the_engine():
+    """A new rack-inlet incident was merged into the live loop incident it sat under, and the
+    engine then went on consolidating the merged-away one: ``KeyError`` out of ``observe``, which
+    stopped the pipeline, and again at every restart from the checkpoint."""
+    findings = [Prediction(980.0, "gpu", 17, "thermal_throttle", 300.0, 0.9, "thermal", "x"),
+                Prediction(1100.0, "gpu", 26, "thermal_throttle", 300.0, 0.9, "thermal", "x"),
+                Anomaly(1260.0, "gpu", 20, "thermal_throttle_time", 79.0, "d", "r"),
+                Anomaly(2080.0, "rack", 2, "inlet_temp", 3.0, "cooling", "inlet")]
+    engine = IncidentEngine(TOPO)
+    out = run(engine, findings, until=2200.0, start=900.0)
+    engine.check_invariants()
+    assert len(by_id(out)) == 1  # the inlet joined the loop's incident
+    assert "rack2" in " ".join(out[-1].members)
+
+
+def test_an_incident_is_announced_resolved_once():
+    """A member that joined in the step an incident went quiet (a routine power cap) left it
+    marked as changed, and the next tick announced it resolved a second time."""
+    findings = [Prediction(float(t), "gpu", g, "thermal_throttle", -1.0, 0.9, "thermal", "hot")
+                for t in range(0, 300, 10) for g in (0, 1)]
+    findings.append(Anomaly(1200.0, "gpu", 2, "power_limit", 3.0, "power", "power cap"))
+    out = run(IncidentEngine(TOPO), findings, until=1300.0)
+    assert [i.state for i in out if i.state == "resolved"] == ["resolved"]
+
+
+@pytest.mark.parametrize("late", ["external event re-read", "finding hours late"])
+def test_evidence_from_long_ago_opens_no_incident(late):
+    """An external event read again (a feed rewritten in place, a redelivery) or a finding that
+    arrives hours late opened an incident for a fault long over, announced open and then resolved
+    a tick later; with the old incident still kept, it reopened it. It is counted instead."""
+    health = PipelineHealth()
+    engine = IncidentEngine(TOPO, health)
+    event = ExternalEvent("node0", 1000.0, "fan_failure", "critical")
+    engine.add_external([event])
+    first = run(engine, [], until=6000.0, start=900.0)
+    assert [i.state for i in first][0] == "open" and first[-1].state == "resolved"
+    if late == "external event re-read":
+        engine.add_external([event])
+        again = run(engine, [], until=20100.0, start=20000.0)
+    else:
+        again = run(engine, [Anomaly(1000.0, "gpu", 5, "xid_last", 48.0, "xid", "XID 48")],
+                    until=20100.0, start=20000.0)
+    assert again == []
+    assert any("too old to open an incident" in what for _, what in health.problems)
+
+
+def test_an_external_event_dated_far_ahead_is_refused_and_leaves_room_for_the_good_ones():
+    """Events dated in milliseconds waited in the queue (and every checkpoint) for good; once it
+    was full, every later event was dropped, a real fan failure among them."""
+    health = PipelineHealth()
+    engine = IncidentEngine(TOPO, health, max_external_queue=50)
+    t = 100.0
+    for k in range(200):  # (before any telemetry, as a replay loads its file, an event is taken)
+        t = 100.0 + 60 * k
+        engine.observe([], t)
+        engine.add_external([ExternalEvent("node3", t * 1000.0, "psu_failure", "critical")])
+    engine.add_external([ExternalEvent("node0", t + 60, "fan_failure", "critical")])
+    out = run(engine, [], until=t + 260, start=t + 60)
+    assert [i.root_entity for i in out] == ["node0"]
+    assert engine.state_dict()["external"] == []
+    assert health.problems[("incidents", "external event dated too far ahead of telemetry: refused")] == 200
+
+
+def test_a_restored_engine_gives_each_entity_the_incident_that_held_it():
+    """Ownership was rebuilt by replaying members in save order, so a resolved incident saved after
+    the live loop incident took back a GPU the loop held; after the restart the loop listed its own
+    member among the GPUs predicted next, and emitted other updates than an engine that never stopped."""
+    findings = [Prediction(float(t), "gpu", g, "thermal_throttle", -1.0, 0.9, "thermal", "hot")
+                for g in range(12) for t in range(100 * g, 3000, 30)]
+    findings.append(Anomaly(100.0, "gpu", 12, "throttle_reasons", 1.0, "power", "power brake"))
+    findings += [Prediction(float(t), "gpu", 12, "thermal_throttle", -1.0, 0.9, "thermal", "hot")
+                 for t in range(1500, 3000, 30)]
+    a = IncidentEngine(TOPO)
+    run(a, [f for f in findings if f.ts <= 1600], until=1600.0)
+    b = IncidentEngine(TOPO)
+    b.load_state_dict(copy.deepcopy(a.state_dict()))
+    b.check_invariants()
+    for level in a.s_member_of:
+        np.testing.assert_array_equal(b.s_member_of[level], a.s_member_of[level])
+    rest = [f for f in findings if f.ts > 1600]
+    assert run(b, rest, until=2200.0, start=1610.0) == run(a, rest, until=2200.0, start=1610.0)
+
+
+def test_an_incident_keeps_a_bounded_number_of_external_event_types():
+    """Reason strings from BMC SEL or the scheduler carry ids: every distinct one was kept for the
+    incident's life, in every checkpoint and in its reason."""
+    engine = IncidentEngine(TOPO)
+    for k in range(500):
+        engine.add_external([ExternalEvent("node0", 1000.0 + k, f"fan_failure sel#{k}", "critical")])
+    run(engine, [], until=1600.0, start=900.0)
+    (saved,) = engine.state_dict()["incidents"]
+    assert len(saved["external_types"]) <= incidents_module.MAX_EXTERNAL_TYPES + 1
+    assert sum(saved["external_types"].values()) == 500
