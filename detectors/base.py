@@ -24,6 +24,21 @@ from foreshock.remap import Remap
 from foreshock.topology import Topology
 
 
+def add_columns(saved: Any, width: int, copy_from: Mapping[int, int] | None = None) -> Any:
+    """A per-slot state array saved with fewer columns than ``width`` (before a column was added at
+    the end), widened: each new column NaN, or a copy of the saved column ``copy_from`` names for
+    it. Anything else is returned as it came (``load_state_dict`` judges its shape)."""
+    arr = np.asarray(saved)
+    if arr.ndim != 2 or arr.shape[1] >= width:
+        return saved
+    out = np.full((arr.shape[0], width), np.nan)
+    out[:, :arr.shape[1]] = arr
+    for new, old in (copy_from or {}).items():
+        if new >= arr.shape[1]:
+            out[:, new] = arr[:, old]
+    return out
+
+
 def resolve_params(detector: str, defaults: dict[str, float], overrides: Mapping[str, Any]) -> dict[str, float]:
     """``defaults`` with ``overrides`` applied, as floats, in the defaults' order; a name that is
     not a parameter raises ``ValueError`` listing the known ones (a typo must not be ignored)."""
@@ -67,7 +82,14 @@ class Detector:
             state[k] = getattr(self, k)
         return state
 
+    def upgrade_state(self, state: dict[str, Any]) -> dict[str, Any]:
+        """``state`` as this version keeps it, where it was saved by an earlier one (a state array
+        that has since grown a column): a checkpoint written before an upgrade then goes on rather
+        than being refused. Default: unchanged."""
+        return state
+
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        state = self.upgrade_state(state)
         own = self.state_dict()
         missing = sorted(set(own) - set(state))
         if missing:
@@ -94,7 +116,7 @@ class Detector:
         Override where an array holds slot *values* or counts derived from other arrays."""
         fresh = self.state_dict()
         return {k: remap.rows(self.slot_kinds[k], v, fresh[k]) if k in self.slot_kinds and k in fresh else v
-                for k, v in state.items()}
+                for k, v in self.upgrade_state(state).items()}
 
     def gauges(self) -> dict[str, tuple[str, np.ndarray, str]]:
         """Per-entity estimates worth exporting: ``name -> (entity kind, values by slot, help)``.

@@ -46,13 +46,13 @@ from foreshock.health import PipelineHealth
 from foreshock.numba_config import jit
 from foreshock.topology import Topology
 
-from .base import Detector, resolve_params
+from .base import Detector, add_columns, resolve_params
 from .order_stats import median_of
 from .gpu_inputs import reason_bits, Scratch, gpu_obs, kernel
 
 OBS_FIELDS = ("sm_clock", "sm_clock_max", "util", "gpu_temp", "throttle_reasons")
-S_TS, S_CLOCK, S_TEMP, S_UTIL, S_THROTTLE, S_N = range(6)
-S_SIZE = 6
+S_TS, S_CLOCK, S_TEMP, S_UTIL, S_THROTTLE, S_N, S_BUSY_TS = range(7)
+S_SIZE = 7  # S_N counts busy samples; S_BUSY_TS is the last of them
 THROTTLING = facts.THERMAL_THROTTLE_MASK | facts.THROTTLE_HW_POWER_BRAKE
 """The throttle bits that count for "throttling more". Not the SW power cap (0x4): under full load
 GPUs sit on it by turns (the nvidia-smi capture: 0x4 held at 691 W), and a GPU that holds it more
@@ -86,8 +86,15 @@ O_SIZE = 5
 
 
 @kernel
-def _ew_kernel(obs: np.ndarray, s: np.ndarray, tau: float) -> int:
-    """Exponentially weighted per-GPU means; returns rows skipped as out of order."""
+def _ew_kernel(obs: np.ndarray, s: np.ndarray, tau: float, busy_util: float) -> int:
+    """Exponentially weighted per-GPU means; returns rows skipped as out of order.
+
+    Utilisation is averaged over every sample. Clock, temperature and throttled share are averaged
+    over *busy* samples only (utilisation reported and at least ``busy_util``), each weighted by
+    the time since the GPU's last busy sample: the comparisons are "at the same load", and a GPU
+    that joined its job late, or came back after a pause, must not carry its idle clock (0.17 of
+    max against its peers' 0.75) into them. Averaged over all samples, such a GPU was a "slower"
+    straggler two minutes after it started. Busy history older than a few ``tau`` fades by itself."""
     skipped = 0
     step, w_step = np.nan, np.nan  # the rows of a frame share their step: one exp per frame
     for row in range(obs.shape[0]):
@@ -106,11 +113,16 @@ def _ew_kernel(obs: np.ndarray, s: np.ndarray, tau: float) -> int:
             w = w_step
         s[i, S_TS] = ts
         clock, clock_max, util, temp, reasons = obs[row, 2], obs[row, 3], obs[row, 4], obs[row, 5], obs[row, 6]
+        if util == util:
+            s[i, S_UTIL] = util if s[i, S_UTIL] != s[i, S_UTIL] else s[i, S_UTIL] + w * (util - s[i, S_UTIL])
+        if not util >= busy_util:  # idle, or not known to be busy
+            continue
+        last_busy = s[i, S_BUSY_TS]
+        w = 1.0 if last_busy != last_busy else 1.0 - np.exp(-(ts - last_busy) / tau)
+        s[i, S_BUSY_TS] = ts
         if clock == clock and clock_max == clock_max and clock_max > 0.0:
             x = clock / clock_max
             s[i, S_CLOCK] = x if s[i, S_CLOCK] != s[i, S_CLOCK] else s[i, S_CLOCK] + w * (x - s[i, S_CLOCK])
-        if util == util:
-            s[i, S_UTIL] = util if s[i, S_UTIL] != s[i, S_UTIL] else s[i, S_UTIL] + w * (util - s[i, S_UTIL])
         if temp == temp:
             s[i, S_TEMP] = temp if s[i, S_TEMP] != s[i, S_TEMP] else s[i, S_TEMP] + w * (temp - s[i, S_TEMP])
         bits = reason_bits(reasons)
@@ -142,12 +154,17 @@ class StragglerDetector(Detector):
         self.next_ts = -np.inf
         self._scratch = Scratch()
 
+    def upgrade_state(self, state: dict[str, Any]) -> dict[str, Any]:
+        """A state saved before ``S_BUSY_TS`` existed (six columns), read as if every GPU's last sample
+        had been busy: its means go on from where they were rather than being thrown away."""
+        return {**state, "s_gpu": add_columns(state["s_gpu"], S_SIZE, {S_BUSY_TS: S_TS})} if "s_gpu" in state else state
+
     def update(self, frame: Frame) -> list[Finding]:
         if frame.kind != "gpu" or len(frame) == 0:
             return []
         obs = gpu_obs(frame, OBS_FIELDS, len(self.s_gpu), self.health, self.name, order="F",
                       scratch=self._scratch)
-        skipped = _ew_kernel(obs, self.s_gpu, self.p["tau_s"])
+        skipped = _ew_kernel(obs, self.s_gpu, self.p["tau_s"], self.p["busy_util"])
         if skipped:
             self.health.problem(self.name, "gpu samples out of time order", skipped)
         if not len(obs):

@@ -38,26 +38,78 @@ def job_frames(n=32, minutes=20, slow=None, hot=None, throttled=None, idle=()):
 
 
 @pytest.mark.kernel
-@settings(max_examples=40, deadline=None)
-@given(st.lists(st.tuples(st.floats(0.5, 30), st.one_of(st.floats(0, 2e9), st.just(float("nan")))),
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.floats(0.5, 900), st.one_of(st.floats(0, 2e9), st.just(float("nan"))),
+                          st.sampled_from([0.0, 0.3, 0.5, 1.0, float("nan")]), st.floats(20, 95),
+                          st.sampled_from([0.0, float(facts.THROTTLE_SW_THERMAL), float(facts.THROTTLE_SW_POWER_CAP)])),
                 min_size=1, max_size=30))
 def test_ew_kernel_matches_reference(samples):
+    """Utilisation averaged over every sample; clock, temperature and throttled share over busy
+    samples only (utilisation >= 0.5), weighted by the time since the last busy one."""
     obs = []
     t = 0.0
-    for dt, clock in samples:
+    for dt, clock, util, temp, bits in samples:
         t += dt
-        obs.append([t, 0.0, clock, 2e9, 1.0, 50.0, 0.0])
+        obs.append([t, 0.0, clock, 2e9, util, temp, bits])
     s = np.full((1, sg.S_SIZE), np.nan)
     s[0, sg.S_N] = 0.0
-    assert sg._ew_kernel(np.ascontiguousarray(np.array(obs)), s, 120.0) == 0
-    mean, last = math.nan, math.nan
-    for row in obs:
-        w = 1.0 if math.isnan(last) else 1 - math.exp(-(row[0] - last) / 120.0)
-        last = row[0]
-        x = row[2] / row[3]
-        if not math.isnan(x):
-            mean = x if math.isnan(mean) else mean + w * (x - mean)
-    assert (math.isnan(mean) and math.isnan(s[0, sg.S_CLOCK])) or s[0, sg.S_CLOCK] == pytest.approx(mean)
+    assert sg._ew_kernel(np.ascontiguousarray(np.array(obs)), s, 120.0, 0.5) == 0
+
+    def ew(mean, x, w):
+        return x if math.isnan(mean) else mean + w * (x - mean)
+
+    util_mean = clock_mean = temp_mean = throttled = math.nan
+    last = last_busy = math.nan
+    n_busy = 0
+    for ts, _, clock, clock_max, util, temp, bits in obs:
+        w = 1.0 if math.isnan(last) else 1 - math.exp(-(ts - last) / 120.0)
+        last = ts
+        if not math.isnan(util):
+            util_mean = ew(util_mean, util, w)
+        if not util >= 0.5:
+            continue
+        w = 1.0 if math.isnan(last_busy) else 1 - math.exp(-(ts - last_busy) / 120.0)
+        last_busy = ts
+        n_busy += 1
+        if not math.isnan(clock):
+            clock_mean = ew(clock_mean, clock / clock_max, w)
+        temp_mean = ew(temp_mean, temp, w)
+        throttled = ew(throttled, 1.0 if int(bits) & sg.THROTTLING else 0.0, w)
+    for col, want in ((sg.S_UTIL, util_mean), (sg.S_CLOCK, clock_mean), (sg.S_TEMP, temp_mean),
+                      (sg.S_THROTTLE, throttled), (sg.S_BUSY_TS, last_busy), (sg.S_N, n_busy)):
+        assert (math.isnan(want) and math.isnan(s[0, col])) or s[0, col] == pytest.approx(want), col
+
+
+def test_a_gpu_that_joins_its_job_late_is_not_called_slower():
+    """A GPU idle at 0.17 of its max clock for 15 minutes, then running exactly like its peers.
+    Averaged over every sample its clock read 0.55 against the job's 0.76 two minutes after it
+    started: a "slower" straggler that was not."""
+    topo = small_topology()
+    frames = job_frames(n=32, minutes=30)
+    for f in frames:
+        if f.ts[0] < 900:
+            f.columns["util"][5] = 0.0
+            f.columns["sm_clock"][5] = 0.345e9
+            f.columns["gpu_temp"][5] = 31.0
+    assert run(sg.StragglerDetector(topo), frames) == []
+    for f in frames[90:]:  # and once it does run slower, it is named
+        f.columns["sm_clock"][5] *= 0.85
+    assert {(f.slot, f.field) for f in run(sg.StragglerDetector(topo), frames)} == {(5, "sm_clock")}
+
+
+def test_a_state_saved_before_busy_means_is_read_on():
+    """A checkpoint written before the busy-sample column existed loads, and goes on finding what
+    the state it came from would have."""
+    topo = small_topology()
+    frames = job_frames(slow=9, minutes=40)
+    a = sg.StragglerDetector(topo, refresh_s=120)
+    run(a, frames[:60])
+    old = a.state_dict()
+    old["s_gpu"] = old["s_gpu"][:, :sg.S_BUSY_TS]  # the six columns of the old layout
+    b = sg.StragglerDetector(topo, refresh_s=120)
+    b.load_state_dict(old)
+    rest = run(a, frames[60:])
+    assert rest and run(b, frames[60:]) == rest
 
 
 def test_slow_hot_and_throttling_gpus_are_named():
@@ -162,7 +214,8 @@ def test_compare_kernel_matches_a_numpy_reference(seed):
         np.round(60 + rng.normal(0, 2, n) + 15 * (rng.random(n) < 0.1)),  # temperature
         rng.choice([1.0, 0.9, 0.2], n, p=[0.7, 0.2, 0.1]),  # utilisation
         rng.choice([0.0, 0.1, 0.6], n, p=[0.8, 0.1, 0.1]),  # throttled share
-        rng.choice([0.0, 3.0, 50.0], n, p=[0.1, 0.1, 0.8])])  # samples
+        rng.choice([0.0, 3.0, 50.0], n, p=[0.1, 0.1, 0.8]),  # busy samples
+        1000.0 - rng.choice([0.0, 10.0, 500.0], n, p=[0.6, 0.3, 0.1])])  # last busy sample
     s[rng.random((n, sg.S_SIZE)) < 0.03] = np.nan
     gpu_job = rng.integers(-1, n_jobs, n)
     flag = np.where(rng.random((n, 3)) < 0.3, rng.choice([400.0, 900.0], (n, 3)), np.nan)

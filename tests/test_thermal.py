@@ -771,6 +771,31 @@ def test_a_flow_reading_that_went_dark_stops_driving_the_forecast():
     assert not [p for p in found if p.ts > 7200 + 1800]
 
 
+def test_a_state_saved_before_racks_kept_their_flow_time_is_read_on():
+    """A checkpoint from before ``RACK_FLOW_TS`` (22 columns per rack) was refused, and every GPU's
+    learnt thermal model with it. It loads now, its flow read when its rack last reported, and
+    goes on finding what the detector it was saved from finds."""
+    from foreshock.detectors import gpu_inputs as gi
+
+    topo = small_topology(nodes=1, gpus=1, racks=1)
+    frames, inlet, temp = [], 24.0, 54.0
+    for t in np.arange(0.0, 2 * 3600, 10.0):
+        flow = 1.2 - 1.2 * 0.92 * min(max(t - 3600, 0) / 900, 1.0)
+        inlet += (20 + 4 * 1.2 / flow - inlet) * (1 - math.exp(-10 / 180))
+        target = inlet + 0.046 * 650
+        temp = target + (temp - target) * math.exp(-10 / 10)
+        frames.append(Frame("rack", [t], [0], {"inlet_temp": [round(inlet, 1)], "coolant_flow": [round(flow, 3)]}))
+        frames.append(Frame("gpu", [t], [0], {"gpu_temp": [round(min(temp, 87.5))], "power": [650.0]}))
+    a = th.ThermalDetector(topo)
+    run(a, frames[:700])
+    old = a.state_dict()
+    old["s_rack"] = old["s_rack"][:, :gi.RACK_FLOW_TS]
+    b = th.ThermalDetector(topo)
+    b.load_state_dict(old)
+    out = run(a, frames[700:])
+    assert preds(out) and run(b, frames[700:]) == out
+
+
 def test_flow_asymptote_after_a_loss_is_the_baseline_until_the_inlet_is_back():
     from foreshock.detectors import gpu_inputs as gi
 
