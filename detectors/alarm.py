@@ -43,6 +43,19 @@ def new_alarm_columns(n: int, count: int) -> np.ndarray:
 
 
 @inline
+def alarm_withdraw(state: np.ndarray, i: int, off: int, ts: float) -> int:
+    """Withdraw the alarm of slot ``i`` now, without the clear hold (what it watched is gone);
+    return the emission code: ``CODE_WITHDRAW``, or ``CODE_NONE`` if it was not active."""
+    if state[i, off + A_ACTIVE] == 0.0:
+        return CODE_NONE
+    state[i, off + A_ACTIVE] = 0.0
+    state[i, off + A_ON] = 0.0
+    state[i, off + A_OFF_TS] = np.nan
+    state[i, off + A_EMIT_TS] = ts
+    return CODE_WITHDRAW
+
+
+@inline
 def alarm_step(state: np.ndarray, i: int, off: int, ts: float, firing: bool, clear: bool,
                on_count: float, off_hold_s: float, refresh_s: float) -> int:
     """Advance the alarm of slot ``i`` at columns ``off..off+3``; return the emission code."""
@@ -62,11 +75,7 @@ def alarm_step(state: np.ndarray, i: int, off: int, ts: float, firing: bool, cle
         if since != since:
             state[i, off + A_OFF_TS] = ts
         elif ts - since >= off_hold_s:
-            state[i, off + A_ACTIVE] = 0.0
-            state[i, off + A_ON] = 0.0
-            state[i, off + A_OFF_TS] = np.nan
-            state[i, off + A_EMIT_TS] = ts
-            return CODE_WITHDRAW
+            return alarm_withdraw(state, i, off, ts)
         return CODE_NONE
     state[i, off + A_OFF_TS] = np.nan
     if firing and ts - state[i, off + A_EMIT_TS] >= refresh_s:

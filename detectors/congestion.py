@@ -62,7 +62,7 @@ from foreshock.numba_config import jit
 from foreshock.remap import Remap
 from foreshock.topology import Topology, take_or
 
-from .alarm import A_ACTIVE, CODE_START, CODE_WITHDRAW, alarm_step, new_alarm_columns
+from .alarm import A_ACTIVE, CODE_START, CODE_WITHDRAW, alarm_step, alarm_withdraw, new_alarm_columns
 from .base import Detector, resolve_params
 from .counters import CounterRates, modulus_for_bits, report_problems
 
@@ -154,7 +154,12 @@ def _congestion_kernel(ts: np.ndarray, slot: np.ndarray, rate: np.ndarray, delta
                 link[s, L_UP_TS] = t
             link[s, L_STATE] = state
         if state == state and state != 4.0:
-            continue  # a port that is not ACTIVE carries nothing: its counters say nothing
+            # a port that is not ACTIVE carries nothing: its counters say nothing, and a congestion
+            # it was flagged for is over (left held, it stayed "congested" for as long as the port
+            # was down and counted as a congested neighbour of every port of its leaf and node)
+            if alarm[s, A_ACTIVE] == 1.0:
+                _count_change(per_group, groups, s, alarm_withdraw(alarm, s, 0, t), out, i)
+            continue
         wait = rate[i, C_WAIT] * params[P_TICK] * 8.0 / bps
         pause = rate[i, C_PAUSE]
         ecn = rate[i, C_ECN]
@@ -174,14 +179,21 @@ def _congestion_kernel(ts: np.ndarray, slot: np.ndarray, rate: np.ndarray, delta
         firing = score >= 1.0
         clear = score < params[P_CLEAR]
         code = alarm_step(alarm, s, 0, t, firing, clear, params[P_ON], params[P_OFF_HOLD], params[P_REFRESH])
-        out[i, R_CODE] = code
-        change = 1.0 if code == CODE_START else (-1.0 if code == CODE_WITHDRAW else 0.0)
-        for k in range(2):
-            g = groups[s, k]
-            if g >= 0:
-                per_group[g] += change
-        out[i, R_ON_LEAF] = per_group[groups[s, 0]] if groups[s, 0] >= 0 else 1.0
-        out[i, R_ON_NODE] = per_group[groups[s, 1]] if groups[s, 1] >= 0 else 1.0
+        _count_change(per_group, groups, s, code, out, i)
+
+
+@jit
+def _count_change(per_group: np.ndarray, groups: np.ndarray, s: int, code: int, out: np.ndarray, i: int) -> None:
+    """Record port ``s``'s alarm code in row ``i`` of ``out`` and keep the congested-port counts of
+    its leaf and node in step with it."""
+    out[i, R_CODE] = code
+    change = 1.0 if code == CODE_START else (-1.0 if code == CODE_WITHDRAW else 0.0)
+    for k in range(2):
+        g = groups[s, k]
+        if g >= 0:
+            per_group[g] += change
+    out[i, R_ON_LEAF] = per_group[groups[s, 0]] if groups[s, 0] >= 0 else 1.0
+    out[i, R_ON_NODE] = per_group[groups[s, 1]] if groups[s, 1] >= 0 else 1.0
 
 
 class CongestionDetector(Detector):
@@ -261,7 +273,8 @@ class CongestionDetector(Detector):
         links = self.topology.links
         if code == CODE_WITHDRAW:
             return Prediction(ts=ts, entity_kind="link", slot=port, event="congestion", eta_s=0.0, confidence=1.0,
-                              detector=self.name, reason=f"congestion on {links[port]} cleared", active=False)
+                              detector=self.name, reason=f"congestion on {links[port]} cleared"
+                              + (": the port is down and carries nothing" if self._down(port) else ""), active=False)
         signals = (f"xmit_wait {rec[R_WAIT]:.2%} of time, PFC pause {rec[R_PAUSE]:.2%}, "
                    f"ECN/CNP {rec[R_ECN]:.3g}/s")
         spread = self._spread(port, int(rec[R_ON_LEAF]), int(rec[R_ON_NODE]))
@@ -272,6 +285,10 @@ class CongestionDetector(Detector):
         conf = float(min(1.0, 0.5 + 0.25 * rec[R_SCORE])) if np.isfinite(rec[R_SCORE]) else 0.5
         return Prediction(ts=ts, entity_kind="link", slot=port, event="congestion", eta_s=0.0,
                           confidence=round(conf, 3), detector=self.name, reason=reason)
+
+    def _down(self, port: int) -> bool:
+        state = self.s_link[port, L_STATE]
+        return bool(state == state and state != 4.0)
 
     def _spread(self, port: int, on_leaf: int, on_node: int) -> str:
         need = int(self.params[P_SPREAD])

@@ -60,10 +60,13 @@ def score_congestion(result: "RunResult", max_delay_samples: int = MAX_DELAY_SAM
 
     Episodes are ``congestion_start`` events; an episode is *rerouted* when its fault also has
     a ``link_down`` event (the failed link(s) are those events' links). ``found`` = a
-    ``congestion`` prediction on that link is active at some time in
-    ``[onset, onset + max_delay_samples × interval]``; ``cause_named`` = the latest such
-    finding up to that time names a failed link of the same fault. ``false_alarms`` counts
-    alarm starts on links with no congestion episode within ``HOLD_S`` around them.
+    ``congestion`` prediction on that link, raised no earlier than ``HOLD_S`` before the onset,
+    is active at some time in ``[onset, onset + max_delay_samples × interval]``; ``cause_named`` =
+    the latest finding of that alarm up to that time names a failed link of the same fault. An
+    alarm raised earlier is about something else: held on (a port that went down while
+    congested once did), it would otherwise be credited with every later episode of its link,
+    cause and all. ``false_alarms`` counts alarm starts on links with no congestion episode
+    within ``HOLD_S`` around them.
     """
     interval = float(result.recording.interval)
     window = max_delay_samples * interval
@@ -88,7 +91,8 @@ def score_congestion(result: "RunResult", max_delay_samples: int = MAX_DELAY_SAM
         misses: list[str] = []
         for ev in starts:
             causes = failed_links.get(ev.fault_id, set()) - {ev.entity}
-            hit_at = _first_active(spans.get(ev.entity, []), ev.time, ev.time + window)
+            raised = [sp for sp in spans.get(ev.entity, []) if sp[0] >= ev.time - HOLD_S]
+            hit_at = _first_active(raised, ev.time, ev.time + window)
             if not causes:
                 other += 1
                 other_found += hit_at is not None
@@ -99,7 +103,8 @@ def score_congestion(result: "RunResult", max_delay_samples: int = MAX_DELAY_SAM
                 continue
             found += 1
             delays.append(max(hit_at - ev.time, 0.0) / interval)
-            latest = [f for f in per_link.get(ev.entity, []) if f.active and f.ts <= ev.time + window]
+            since = min(s for s, w in raised if s <= ev.time + window and w >= ev.time)
+            latest = [f for f in per_link.get(ev.entity, []) if f.active and since <= f.ts <= ev.time + window]
             if latest and any(c in latest[-1].reason for c in causes):
                 named += 1
         episodes = _episodes(starts, ends, result.end)

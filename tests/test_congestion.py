@@ -239,6 +239,27 @@ def test_a_down_port_is_not_scored():
     assert det.update(fab.tick(wait=wait, down=[0])) == []
 
 
+def test_a_congested_port_that_goes_down_is_withdrawn_and_no_longer_counts_nearby():
+    """A port flagged congested that then went down kept its prediction, and the link_congested
+    gauge, for as long as it stayed down (two days in the review's case), and a lone hot port of
+    its node a day later read as "spreading over 3 NIC ports"."""
+    topo = fabric()
+    fab = Fabric(topo)
+    det = CongestionDetector(topo)
+    run(det, fab, 3)
+    wait = np.full(topo.size("link"), 1e-4)
+    wait[[0, 1]] = 0.5
+    started = det.update(fab.tick(wait=wait))
+    assert {(p.slot, p.active) for p in started} == {(0, True), (1, True)}
+    (gone,) = det.update(fab.tick(wait=wait, down=[0]))
+    assert (gone.slot, gone.active) == (0, False) and "the port is down" in gone.reason
+    assert det.gauges()["link_congested"][1][[0, 1]].tolist() == [0.0, 1.0]
+    np.testing.assert_array_equal(det.s_congested_per_group, det.congested_per_group(det.s_alarm))
+    for _ in range(20):
+        det.update(fab.tick(wait=wait, down=[0]))
+    assert det.gauges()["link_congested"][1][0] == 0.0
+
+
 # ---- kernel against a plain-Python reference ------------------------------------------------------
 def naive_congestion(ts, slot, rate, delta, gauges, params, n_links):
     """Reference: scores from the module docstring, and the alarm machine written out."""
@@ -265,6 +286,9 @@ def naive_congestion(ts, slot, rate, delta, gauges, params, n_links):
         if not math.isnan(state):
             last_state[s] = state
         if not math.isnan(state) and state != 4.0:
+            if alarm[s]["active"]:  # a port that went down while congested: withdrawn at once
+                alarm[s].update(active=False, on=0, off=math.nan, emit=t)
+                row[R_CODE] = 3.0
             out.append(row)
             continue
         wait = rate[i, 0] * params["tick_bytes"] * 8 / bps

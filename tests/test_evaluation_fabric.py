@@ -108,3 +108,15 @@ def test_an_alarm_already_active_at_onset_counts_and_strays_are_false_alarms(rec
     m, *_ = congestion_result(recording, findings)
     assert m["found"] == 1 and m["delay_samples_median"] == 0.0
     assert m["alarms"] == 2 and m["false_alarms"] == 1
+
+
+def test_an_alarm_raised_long_before_the_onset_is_not_credited_with_it(recording):
+    """An alarm raised an hour before the episode and never withdrawn (a port that went down while
+    congested once held its alarm so) was scored as finding the episode at delay 0, with its old
+    reason counted as naming the cause."""
+    topo = recording.topology
+    findings = [Prediction(ts=T0 - 3600, entity_kind="link", slot=link(topo, "node1/gpu1~leaf1"), event="congestion",
+                           eta_s=0.0, confidence=1.0, detector="congestion",
+                           reason="traffic rerouted from node1/gpu0~leaf0")]
+    m, *_ = congestion_result(recording, findings)
+    assert m["rerouted_episodes"] == 1 and m["found"] == 0 and m["cause_named"] == 0
