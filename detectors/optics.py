@@ -41,6 +41,19 @@ buckets are shifted by it, so the line keeps the trend and does not read the ste
 while the level — and so the ETA — starts from where the signal is now. An RX power step is
 reported as an anomaly.
 
+**Replaced modules.** A step that follows a dark stretch of the optic (a loss-of-signal sample,
+or no sample at all for ``dark_gap_buckets`` whole buckets) and either improves the RX power or
+Q or moves the laser bias is a new module, not a step of the old one: a module cannot be swapped
+without the link going dark, and a step that keeps the trend would hand the failing module's
+decline, or its laser's bias as the end-of-life reference, to the healthy one. The optic's
+ring, fits and bias reference start over, so its ETAs are unknown (and an active prediction is
+withdrawn after ``off_hold_s``, as when a trend clears) until ``min_points`` buckets of the new
+module are in. A worsening step after a dark stretch (a flapping, failing link) and any step
+while the optic kept reporting (a patch change or bend, a firmware power-reporting change, a
+laser whose bias jumps at constant power) keep the trend as above. A connector reseated with
+the link dark that comes back better counts as a replacement: if the decline was not the
+connector's, it is learnt again within ``min_points`` buckets.
+
 The smallest ETA of the two ends of a link, when under ``horizon_s`` with enough confidence,
 is a :class:`~foreshock.findings.Prediction` ``link_down`` on the link (slot = optic slot // 2)
 through the shared start/refresh/withdraw state machine (:mod:`.alarm`). A BER already past
@@ -92,7 +105,7 @@ from foreshock.topology import Topology
 
 from .alarm import (A_SIZE, CODE_START, CODE_WITHDRAW, O_CODE, O_CONF, O_ETA, O_ROW, O_V0,
                     O_WHICH, OUT_SIZE, alarm_step, emit, new_alarm_columns)
-from .base import Detector, resolve_params
+from .base import Detector, add_columns, resolve_params
 from .counters import CounterRates, report_problems
 from .order_stats import MEDIAN_BRACKET, median_of
 
@@ -119,8 +132,9 @@ MODULE_THRESHOLD_KEYS = ("rx_power_low_alarm", "tx_bias_high_alarm")
 MODULE_ALARM_FIELDS = ("rx_power_alarm_low", "tx_bias_alarm_high")
 """The optic-row fields that carry the same levels, column for column."""
 # per-optic scalar columns
-O_BUCKET, O_COUNT, O_POS, O_BIAS_REF, O_ETA_RX, O_ETA_Q, O_ETA_BIAS, O_TREND_EMIT = range(8)
-O_SIZE = 8
+# (O_DARK: the latest bucket in which the optic was dark, NaN = never)
+O_BUCKET, O_COUNT, O_POS, O_BIAS_REF, O_ETA_RX, O_ETA_Q, O_ETA_BIAS, O_TREND_EMIT, O_DARK = range(9)
+O_SIZE = 9
 # predictors (which signal gave the ETA)
 PRED_RX, PRED_Q, PRED_BIAS = range(3)
 PRED_SIGNAL = (SIG_RX, SIG_Q, SIG_BIAS)
@@ -152,11 +166,12 @@ PARAMS: dict[str, float] = {
     "off_hold_s": 600.0,  # ... for this long
     "refresh_s": 60.0,
     "on_count": 2.0,  # consecutive firing evaluations (bucket closes) to start
+    "dark_gap_buckets": 2.0,  # whole buckets without a sample that count as the optic gone dark
 }
 PARAM_NAMES = tuple(PARAMS)
 (P_BUCKET, P_WINDOW, P_MIN_POINTS, P_FEC, P_BER_FLOOR, P_RX_ALARM, P_BIAS_ALARM, P_BIAS_EOL,
  P_LOS, P_HORIZON, P_TREND_HORIZON, P_TREND_REFRESH, P_MAX_EXTRAP, P_MIN_SLOPE, P_MIN_BIAS_SLOPE, P_TX_FLAT, P_CONF_MIN, P_STEP_MIN, P_STEP_K,
- P_CLEAR, P_OFF_HOLD, P_REFRESH, P_ON) = range(len(PARAMS))
+ P_CLEAR, P_OFF_HOLD, P_REFRESH, P_ON, P_DARK_GAP) = range(len(PARAMS))
 
 DAY_S = 86400.0
 
@@ -169,6 +184,8 @@ def params_vector(overrides: dict[str, float]) -> np.ndarray:
         raise ValueError("optics: need 4 <= window <= 1024 and 2 <= min_points <= window")
     if not 0.0 < vec[P_FEC] < 0.5:
         raise ValueError("optics: fec_limit_ber must be in (0, 0.5)")
+    if not vec[P_DARK_GAP] >= 1:  # at 0, every bucket after the last would be a dark stretch
+        raise ValueError("optics: dark_gap_buckets must be >= 1")
     return vec
 
 
@@ -268,12 +285,13 @@ def theil_sen(t: np.ndarray, y: np.ndarray, m: int, scratch: np.ndarray) -> tupl
 @jit
 def _close_bucket(o: int, acc: np.ndarray, optic: np.ndarray, ring_t: np.ndarray, ring: np.ndarray,
                   fit: np.ndarray, params: np.ndarray, q_limit: float, module_alarm: np.ndarray,
-                  work: np.ndarray) -> np.ndarray:
+                  work: np.ndarray) -> tuple[np.ndarray, bool]:
     """Turn optic ``o``'s open bucket into ring points, refit each signal, update the ETAs.
 
     ``work`` (4, L): fit times, fit values, pair slopes and the medians' workspace, then this
     bucket's means and steps (no allocation per close). Returns the size of a confirmed step per
-    signal (NaN where none): a view on ``work[3]``, valid until the next close.
+    signal (NaN where none): a view on ``work[3]``, valid until the next close; and whether the
+    steps were a replaced module, whose history was dropped (see the module docstring).
     """
     window = ring_t.shape[1]
     t_b = (optic[o, O_BUCKET] + 0.5) * params[P_BUCKET]
@@ -295,6 +313,9 @@ def _close_bucket(o: int, acc: np.ndarray, optic: np.ndarray, ring_t: np.ndarray
     steps[:] = np.nan
     count = int(optic[o, O_COUNT])
     pos = int(optic[o, O_POS])
+    # dark since the last bucket before the pending one: a step confirmed now began after it
+    dark = count >= 2 and optic[o, O_DARK] >= math.floor(ring_t[o, (pos - 2) % window] / params[P_BUCKET])
+    new_module = False
     # step detection against the current fit, before the new point joins the ring
     for g in range(N_SIG):
         y = means[g]
@@ -307,18 +328,43 @@ def _close_bucket(o: int, acc: np.ndarray, optic: np.ndarray, ring_t: np.ndarray
         pending = fit[o, g, F_PENDING]
         if big and pending == pending and (pending > 0.0) == (resid > 0.0):
             # the pending bucket may straddle the step; the new one is wholly after it, so its
-            # residual is the step. Shift every ring point older than the pending one.
-            shift = resid
-            for k in range(1, count):
-                idx = (pos - 1 - k) % window
-                ring[o, g, idx] += shift
+            # residual is the step
+            steps[g] = resid
             fit[o, g, F_PENDING] = np.nan
-            fit[o, g, F_LEVEL] += shift
-            steps[g] = shift
+            # a lower RX power or Q after the dark stretch may be the old module failing on;
+            # the bias is the module's own laser, so a bias step in either direction is new
+            if dark and (g == SIG_BIAS or ((g == SIG_RX or g == SIG_Q) and resid > 0.0)):
+                new_module = True
         elif big:
             fit[o, g, F_PENDING] = resid
         else:
             fit[o, g, F_PENDING] = np.nan
+    if new_module:
+        # nothing of the old module describes the new one: not its trend, not its laser's
+        # first bias, not when its trend was last warned about. The straddling pending bucket
+        # goes too; the level starts from this bucket, the slope once min_points are in.
+        for k in range(window):
+            ring_t[o, k] = np.nan
+            for g in range(N_SIG):
+                ring[o, g, k] = np.nan
+        count = 0
+        pos = 0
+        for g in range(N_SIG):
+            for c in range(F_SIZE):
+                fit[o, g, c] = np.nan
+            fit[o, g, F_LEVEL] = means[g]
+            fit[o, g, F_T] = t_b
+        optic[o, O_BIAS_REF] = np.nan
+        optic[o, O_TREND_EMIT] = np.nan
+    else:
+        for g in range(N_SIG):
+            shift = steps[g]
+            if shift == shift:
+                # shift every ring point older than the pending one, so the line keeps its trend
+                for k in range(1, count):
+                    idx = (pos - 1 - k) % window
+                    ring[o, g, idx] += shift
+                fit[o, g, F_LEVEL] += shift
     ring_t[o, pos] = t_b
     for g in range(N_SIG):
         ring[o, g, pos] = means[g]
@@ -355,7 +401,7 @@ def _close_bucket(o: int, acc: np.ndarray, optic: np.ndarray, ring_t: np.ndarray
         fit[o, g, F_SCALE] = scale
         fit[o, g, F_T] = ts_buf[m - 1]
     _update_etas(o, optic, fit, params, q_limit, module_alarm)
-    return steps
+    return steps, new_module
 
 
 @jit
@@ -427,19 +473,23 @@ def _optics_kernel(ts: np.ndarray, slot: np.ndarray, x: np.ndarray, state: tuple
         b = math.floor(t / params[P_BUCKET])
         cur = optic[o, O_BUCKET]
         if cur == cur and b > cur:
-            steps = _close_bucket(o, acc, optic, ring_t, ring, fit, params, q_limit[o], module_alarm, work)
+            steps, new_module = _close_bucket(o, acc, optic, ring_t, ring, fit, params, q_limit[o], module_alarm,
+                                              work)
             for g in range(N_SIG):
                 if steps[g] == steps[g]:
                     n_out = emit(out, n_out, i, EMIT_STEP, CODE_START, np.nan, 1.0,
-                                 (steps[g], fit[o, g, F_LEVEL], float(g), 0.0, 0.0, 0.0))
+                                 (steps[g], fit[o, g, F_LEVEL], float(g), 1.0 if new_module else 0.0, 0.0, 0.0))
             n_out = _trend_warning(i, o, t, optic, fit, params, out, n_out)
             n_out = _link_alarm(i, o, cur, t, state, params, out, n_out)
+        if cur == cur and b - cur > params[P_DARK_GAP]:
+            optic[o, O_DARK] = b - 1  # silent for whole buckets: unplugged, or its module was
         if cur != cur or b > cur:
             optic[o, O_BUCKET] = b
         elif b < cur:
             continue  # late sample for a closed bucket
         rx = x[i, X_RX]
         if x[i, X_LOS] >= 0.5 or rx < params[P_LOS]:
+            optic[o, O_DARK] = b
             continue  # loss of signal: the link is down, not trending
         for g, col in ((SIG_RX, X_RX), (SIG_BIAS, X_BIAS), (SIG_TXP, X_TXP)):
             v = x[i, col]
@@ -615,6 +665,10 @@ class OpticsDetector(Detector):
                            self._work, out)
         return [self._finding(frame, rec) for rec in out[:n]]
 
+    def upgrade_state(self, state: dict[str, Any]) -> dict[str, Any]:
+        """A state saved before ``O_DARK`` existed: never seen dark (NaN), as a fresh optic."""
+        return {**state, "s_optic": add_columns(state["s_optic"], O_SIZE)} if "s_optic" in state else state
+
     def load_state_dict(self, state: dict[str, Any]) -> None:
         super().load_state_dict(state)
         self.counters.s_state, self.counters.s_resets = self.s_counter_state, self.s_counter_resets
@@ -624,7 +678,7 @@ class OpticsDetector(Detector):
         ts, optic = float(frame.ts[row]), int(frame.slot[row])
         v = rec[O_V0:O_V0 + 6]
         if which == EMIT_STEP:
-            return self._step(ts, optic, float(v[0]), float(v[1]), int(v[2]))
+            return self._step(ts, optic, float(v[0]), float(v[1]), int(v[2]), bool(v[3]))
         if which == EMIT_TREND:
             return self._trend(ts, optic, int(v[0]), float(rec[O_ETA]), float(rec[O_CONF]), float(v[2]), float(v[3]))
         pred, end = int(v[0]), int(v[1])
@@ -638,7 +692,7 @@ class OpticsDetector(Detector):
                           eta_s=eta if np.isfinite(eta) else -1.0, confidence=round(float(rec[O_CONF]), 3),
                           detector=self.name, reason=reason, active=code != CODE_WITHDRAW)
 
-    def _step(self, ts: float, optic: int, step: float, level: float, sig: int) -> Anomaly:
+    def _step(self, ts: float, optic: int, step: float, level: float, sig: int, new_module: bool = False) -> Anomaly:
         name = self.topology.name("optic", optic)
         if sig == SIG_Q:
             after = float(ber_of_q_db(level))
@@ -650,6 +704,8 @@ class OpticsDetector(Detector):
             what = f"TX power stepped {step:+.1f} dB to {level:.1f} dBm"
         else:
             what = f"RX power stepped {step:+.1f} dB to {level:.1f} dBm (connector, patch or fibre change?)"
+        if new_module:
+            what += "; after the link was dark: a replaced module, its trends start over"
         return Anomaly(ts=ts, entity_kind="optic", slot=optic, field=SIGNAL_NAMES[sig], score=abs(step),
                        detector=self.name, reason=f"{name}: {what}")
 

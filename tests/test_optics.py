@@ -15,7 +15,7 @@ from scipy.special import erfcinv
 
 from foreshock import facts
 from foreshock.detectors import optics, order_stats
-from foreshock.detectors.optics import (F_CONF, F_LEVEL, F_SLOPE, N_SIG, SIG_BIAS, SIG_Q, SIG_RX, SIG_TXP,
+from foreshock.detectors.optics import (F_CONF, F_LEVEL, F_SLOPE, N_SIG, O_DARK, SIG_BIAS, SIG_Q, SIG_RX, SIG_TXP,
                                         OpticsDetector, ber_of_q_db, q_db_of_ber, theil_sen)
 from foreshock.frames import Frame
 from foreshock.topology import Topology
@@ -375,6 +375,105 @@ def test_laser_ageing_at_constant_tx_power():
 
 
 
+# ---- a replaced module is a new module ----------------------------------------------------------------
+def module_swap(dark: str, hours: float = 8.0, swap_h: float = 6.0, dark_s: float = 300.0):
+    """Link 0, end b: loses 1 dB/h from 2 h on, goes dark at ``swap_h`` for ``dark_s`` (``"los"``:
+    LOS rows; ``"gap"``: no rows at all) and comes back as a healthy module, flat at -1.5 dBm."""
+    rng = np.random.default_rng(21)
+    ts = np.arange(0.0, hours * 3600, 30.0)
+    rx = -1.0 - np.where(ts >= 7200, (ts - 7200) / 3600, 0.0)[:, None] * [0.0, 1.0]
+    out = (ts >= swap_h * 3600) & (ts < swap_h * 3600 + dark_s)
+    back = ts >= swap_h * 3600 + dark_s
+    rx[back, 1] = -1.5
+    rx += 0.05 * rng.standard_normal(rx.shape)
+    los = np.zeros_like(rx)
+    rx[out, 1], los[out, 1] = -40.0, 1.0
+    keep = ~out if dark == "gap" else np.ones(len(ts), bool)
+    frames = list(optic_frames(rx, ts, los=los))
+    if dark == "gap":  # the unplugged module's DOM says nothing: only end a reports
+        frames = [f if k else Frame("optic", f.ts[:1], f.slot[:1], {c: v[:1] for c, v in f.columns.items()})
+                  for f, k in zip(frames, keep)]
+    return frames, swap_h * 3600 + dark_s
+
+
+@pytest.mark.parametrize("dark", ["los", "gap"])
+def test_a_failing_module_swapped_for_a_healthy_one_does_not_hand_it_its_trend(dark):
+    """A degrading optic goes dark and comes back a healthy, flat module. Before, the confirmed
+    step shifted the old module's declining buckets up to the new level ("keeping the trend"),
+    so the healthy module inherited -1.15 dB/h and a ``link_down`` prediction ("reaches the FEC
+    limit in 4.3 h") was refreshed for most of a window after the swap."""
+    frames, swapped = module_swap(dark)
+    det = OpticsDetector(links(1))
+    found = run(det, frames)
+    before = [f for f in found if f.type == "prediction" and f.ts < swapped]
+    assert before and before[-1].active  # the failing module was predicted, and still was at the swap
+    step = [f for f in found if f.type == "anomaly" and f.ts >= swapped and f.slot == 1]
+    assert step and step[0].ts - swapped <= 180  # confirmed two buckets on
+    after = [f for f in found[found.index(step[0]):] if f.type == "prediction"]
+    # withdrawn as a cleared trend is, off_hold_s after the module's trends started over ...
+    assert [p.active for p in after] == [False]
+    assert after[0].ts - step[0].ts <= optics.PARAMS["off_hold_s"] + 120
+    # ... and the new module is trended as it is: flat
+    assert abs(det.s_fit[1, SIG_RX, F_SLOPE] * 3600) < 0.25 and abs(det.s_fit[1, SIG_Q, F_SLOPE] * 3600) < 0.25
+    assert det.s_fit[1, SIG_RX, F_LEVEL] == pytest.approx(-1.5, abs=0.1)
+    assert all("replaced module" in f.reason for f in step)
+
+
+def test_a_worse_level_after_the_link_was_dark_keeps_the_trend():
+    """A failing optic that flaps (a dark stretch) and comes back lower is still the failing
+    module: the step keeps its trend and the prediction holds."""
+    frames, swapped = module_swap("los")
+    for f in frames:
+        if f.ts[0] >= swapped:
+            f.columns["rx_power"][1] = -1.0 - (f.ts[0] - 7200) / 3600 - 1.0  # the decline, 1 dB lower
+            f.columns["prefec_ber"] = ber_at(f.columns["rx_power"])
+    found = run(OpticsDetector(links(1)), frames)
+    step = [f for f in found if f.type == "anomaly" and f.ts >= swapped and f.field == "rx_power"]
+    assert step and "replaced module" not in step[0].reason
+    after = [f for f in found if f.type == "prediction" and f.ts >= swapped]
+    assert after and all(p.active for p in after)
+
+
+def bias_frames(t0: float, t1: float, bias0: float, drift_per_day: float, seed: int):
+    """End a's laser at ``bias0`` drifting ``drift_per_day`` (relative) at constant TX power;
+    end b steady at 7 mA."""
+    rng = np.random.default_rng(seed)
+    for t in np.arange(t0, t1, 30.0):
+        bias = bias0 * (1 + drift_per_day * (t - t0) / 86400) + 0.02e-3 * rng.standard_normal()
+        yield Frame("optic", [t, t], [0, 1], {"rx_power": -2.0 + 0.05 * rng.standard_normal(2),
+                                              "tx_power": 1.0 + 0.02 * rng.standard_normal(2),
+                                              "tx_bias": [bias, 7e-3]})
+
+
+def test_a_new_modules_laser_is_not_judged_by_the_old_ones_first_bias():
+    """A 6 mA module, unplugged for 10 minutes (no rows), replaced by one that runs at 10 mA and
+    drifts +3 %/day, as new lasers do. Before, the end-of-life reference (1.5 x the bias first
+    seen) stayed the old laser's 9 mA: ``link_down`` "reaches end of life ... now" at confidence
+    1.0, for as long as the new module lived. The same data on a fresh detector predicts nothing."""
+    swap = 4 * 3600.0
+    det = OpticsDetector(links(1))
+    assert run(det, bias_frames(0.0, swap, 6e-3, 0.0, seed=0)) == []
+    assert det.s_optic[0, optics.O_BIAS_REF] == pytest.approx(6e-3, rel=0.01)
+    found = run(det, bias_frames(swap + 600, swap + 4 * 3600, 10e-3, 0.03, seed=1))
+    assert [f.type for f in found] == ["anomaly"]
+    assert "laser bias stepped +4.0" in found[0].reason and "replaced module" in found[0].reason
+    assert det.s_optic[0, optics.O_BIAS_REF] == pytest.approx(10e-3, rel=0.01)  # the new laser's
+    assert run(OpticsDetector(links(1)), bias_frames(swap + 600, swap + 4 * 3600, 10e-3, 0.03, seed=1)) == []
+
+
+def test_a_bias_jump_on_a_module_that_kept_reporting_is_judged_by_its_first_bias():
+    """No dark stretch, so the same laser: a bias 67 % up at constant TX power and still rising
+    is past end of life, and says so."""
+    swap = 4 * 3600.0
+    det = OpticsDetector(links(1))
+    run(det, bias_frames(0.0, swap, 6e-3, 0.0, seed=0))
+    found = run(det, bias_frames(swap, swap + 2 * 3600, 10e-3, 0.03, seed=1))
+    assert "replaced module" not in found[0].reason
+    preds = [f for f in found if f.type == "prediction" and f.active]
+    assert preds and "end of life (1.5 x the bias first seen) now" in preds[0].reason
+    assert det.s_optic[0, optics.O_BIAS_REF] == pytest.approx(6e-3, rel=0.01)
+
+
 # ---- each module's own alarm thresholds (from ethtool -m) -------------------------------------------
 def falling_rx(hours: float = 4.0, db_per_h: float = 2.0) -> tuple[np.ndarray, np.ndarray]:
     """Two links; link 0 end b loses ``db_per_h`` from -3 dBm after 1 h, the rest stay at -1 dBm."""
@@ -501,6 +600,23 @@ def test_state_round_trip_gives_identical_future_output():
     b.load_state_dict(a.state_dict())
     out_a, out_b = run(a, frames[400:]), run(b, frames[400:])
     assert out_a == out_b and any(f.type == "prediction" for f in out_a)
+
+
+def test_a_state_saved_before_optics_kept_their_dark_buckets_is_read_on():
+    """A checkpoint from before ``O_DARK`` (eight columns per optic) loads, never dark, and goes on
+    finding what the detector it came from finds: the hours of trends it holds are not thrown away."""
+    ts, rx = healthy(4, 3, 10.0, seed=9)
+    rx[:, 2] -= np.where(ts > 1800, 2.0 + 2.0 * (ts - 1800) / 3600, 0.0)
+    frames = list(optic_frames(rx, ts))
+    a = OpticsDetector(links(2))
+    run(a, frames[:400])
+    old = a.state_dict()
+    assert np.isnan(old["s_optic"][:, O_DARK]).all()  # no optic went dark: the old layout lost nothing
+    old["s_optic"] = old["s_optic"][:, :O_DARK]
+    b = OpticsDetector(links(2))
+    b.load_state_dict(old)
+    out_a = run(a, frames[400:])
+    assert run(b, frames[400:]) == out_a and any(f.type == "prediction" for f in out_a)
 
 
 def test_parameters_are_checked():
