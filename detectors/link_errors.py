@@ -9,10 +9,18 @@ Rules (from ``foreshock.facts``, i.e. NVSentinel and gpud; see FACTS.md "Fabric"
   hour is kept as twelve 5-minute bins per link, so the window is exact to 5 minutes and
   costs twelve numbers per link;
 - **warnings** on rates: ``symbol_error`` > 10/s, ``link_error_recovery`` > 5/min,
-  ``rcv_errors`` > 10/s, ``xmit_discards`` > 100/s;
+  ``rcv_errors`` > 10/s, ``xmit_discards`` > 100/s. Each rate is taken over the unit its rule
+  names — a second, or a minute — or over the sample's own interval when that is longer:
+  samples closer than that are summed into spans of at least the unit, and the rate is the
+  span's increase over its length. A per-sample rate would make the verdict depend on the poll
+  interval: one recovery in an hour, polled every second, read 60/min. The spans follow each
+  other (they do not slide), so a burst split across two spans is halved, as it is when it
+  falls across two samples of a source polled once per unit;
 - **flapping** when a link went down ≥ 3 times in 12 hours (gpud). Downs are counted from
   ``link_downed`` increments — which see a down/up shorter than a sample — and, for sources
-  without that counter, from ``link_state`` leaving ACTIVE.
+  without that counter, from ``link_state`` leaving ACTIVE. The downs a sample's increment
+  reports are spread evenly over its interval, the last at the sample: after an agent outage
+  of days they are days apart, not all at the first sample after it.
 
 Every finding is an :class:`~foreshock.findings.Anomaly` on the link (score = value over
 threshold, or the increase for "any increase" rules). A rule that keeps holding is repeated at
@@ -70,6 +78,7 @@ class Rule:
     severity: str
     source: str
     field: str = ""  # the Anomaly's field when not ``name`` (the incident engine maps fields)
+    window_s: float = 1.0  # PER_SECOND: the unit its threshold is stated per (a rate over less is noise)
 
     @property
     def anomaly_field(self) -> str:
@@ -85,7 +94,7 @@ RULES: tuple[Rule, ...] = (
     Rule("symbol_error_rate", _SYMBOL, PER_SECOND, facts.SYMBOL_ERRORS_WARN_PER_S, "warning",
          "NVSentinel: > 10/s", field="symbol_error"),
     Rule("link_error_recovery", _RECOVERY, PER_SECOND, facts.LINK_ERROR_RECOVERY_WARN_PER_MIN / 60.0,
-         "warning", "NVSentinel: > 5/min"),
+         "warning", "NVSentinel: > 5/min", window_s=60.0),
     Rule("rcv_errors", _RCV, PER_SECOND, facts.RCV_ERRORS_WARN_PER_S, "warning", "NVSentinel: > 10/s"),
     Rule("xmit_discards", _DISCARDS, PER_SECOND, facts.XMIT_DISCARDS_WARN_PER_S, "warning",
          "NVSentinel: > 100/s"),
@@ -97,19 +106,21 @@ RULES: tuple[Rule, ...] = (
 
 HOUR_BINS = 12
 BIN_S = 3600.0 / HOUR_BINS
+N_RATE_RULES = sum(1 for r in RULES if r.test == PER_SECOND)
 
 
 @jit
 def _link_error_kernel(ts: np.ndarray, slot: np.ndarray, delta: np.ndarray, rate: np.ndarray,
                        link_state: np.ndarray, rules: np.ndarray, state: tuple,  # type: ignore[type-arg]
                        out: np.ndarray) -> int:
-    """Apply ``rules`` (r, 5) = [counter, test, threshold, refresh_s, flap_window_s] row by row.
+    """Apply ``rules`` (r, 6) = [counter, test, threshold, refresh_s, flap_window_s, window_s] row by row.
 
-    ``state`` = (hour_bins (links, 12 + running total), hour_bin_index (links,) int64, downs (links, F) ring
-    of down times, last_state (links,), last_emit (links, r)). Writes (row, rule, value) into
-    ``out`` and returns how many.
+    ``state`` = (hour_bins (links, 12 + running total), hour_bin_index (links,) int64, downs (links, F) the
+    latest down times, ascending, last_state (links,), last_emit (links, r), rate_span (links, q, 2) =
+    [start, increase since] of each PER_SECOND rule's open span, in rule order, NaN start = none
+    open). Writes (row, rule, value) into ``out`` and returns how many.
     """
-    bins, bin_index, downs, last_state, last_emit = state
+    bins, bin_index, downs, last_state, last_emit, rate_span = state
     flap_window = rules[0, 4]
     n_out = 0
     n_links = bins.shape[0]
@@ -135,7 +146,7 @@ def _link_error_kernel(ts: np.ndarray, slot: np.ndarray, delta: np.ndarray, rate
             # the increase since a sample hours ago (an agent that was down) came at its mean pace
             # over the gap: only the last hour's share is in the trailing hour. Counted whole, a
             # link at 30 errors an hour raised an hour of "fatal" after each 6-hour outage.
-            d_sym = min(d_sym, r_sym * HOUR_BINS * BIN_S)
+            d_sym = min(d_sym, r_sym * (HOUR_BINS * BIN_S))  # one product: fastmath folds it under JIT only
         if d_sym == d_sym and b == bin_index[s]:
             bins[s, b % HOUR_BINS] += d_sym
             bins[s, HOUR_BINS] += d_sym
@@ -145,20 +156,33 @@ def _link_error_kernel(ts: np.ndarray, slot: np.ndarray, delta: np.ndarray, rate
         st = link_state[i]
         left_active = st == st and last_state[s] == 4.0 and st != 4.0
         n_down = 0
+        spacing = 0.0
         if d_down == d_down:
             n_down = int(min(d_down, n_ring))
+            if d_down > 0.0:
+                # the downs came at their mean pace over the sample's interval (delta / rate): stamped
+                # all at the sample, three downs over a 3-day agent outage read as a flapping link
+                spacing = 1.0 / rate[i, _DOWNED]
         elif left_active:
             n_down = 1
         if st == st:
             last_state[s] = st
-        for _ in range(n_down):
-            for k in range(n_ring - 1):
+        for j in range(n_down - 1, -1, -1):
+            # the ring keeps the latest down times, ascending (NaN = empty, first): spread back over
+            # its interval, a sample's downs may come before a link_state down already held
+            x = t - j * spacing
+            if downs[s, 0] == downs[s, 0] and x <= downs[s, 0]:
+                continue
+            k = 0
+            while k < n_ring - 1 and (downs[s, k + 1] != downs[s, k + 1] or downs[s, k + 1] < x):
                 downs[s, k] = downs[s, k + 1]
-            downs[s, n_ring - 1] = t
+                k += 1
+            downs[s, k] = x
         recent = 0
         for k in range(n_ring):
             if downs[s, k] == downs[s, k] and t - downs[s, k] <= flap_window:
                 recent += 1
+        q = -1  # this rule's span in rate_span
         for r in range(rules.shape[0]):
             col = int(rules[r, 0])
             test = int(rules[r, 1])
@@ -171,8 +195,22 @@ def _link_error_kernel(ts: np.ndarray, slot: np.ndarray, delta: np.ndarray, rate
                 if hour > threshold:
                     value = hour
             elif test == PER_SECOND:
-                if rate[i, col] > threshold:
-                    value = rate[i, col]
+                q += 1
+                # over spans of at least the rule's unit: a second's one recovery is not 60/min
+                d = delta[i, col]
+                if d == d:
+                    start = rate_span[s, q, 0]
+                    if start != start:  # no span open: this sample's interval starts it
+                        start = t - d / rate[i, col] if d > 0.0 else t
+                        rate_span[s, q, 0] = start
+                        rate_span[s, q, 1] = 0.0
+                    rate_span[s, q, 1] += d
+                    if t - start >= rules[r, 5]:
+                        span_rate = rate_span[s, q, 1] / (t - start)
+                        rate_span[s, q, 0] = t
+                        rate_span[s, q, 1] = 0.0
+                        if span_rate > threshold:
+                            value = span_rate
             elif test == FLAP:
                 if n_down > 0 and recent >= threshold:
                     value = float(recent)
@@ -197,7 +235,8 @@ class LinkErrorsDetector(Detector):
     """FACTS thresholds on link error counters, and flap counting, per link."""
 
     slot_kinds: ClassVar[Mapping[str, str]] = {name: "link" for name in (
-        "s_counter_state", "s_counter_resets", "s_hour_bins", "s_hour_bin_index", "s_downs", "s_last_state", "s_last_emit")}
+        "s_counter_state", "s_counter_resets", "s_hour_bins", "s_hour_bin_index", "s_downs", "s_last_state",
+        "s_last_emit", "s_rate_span")}
     name: ClassVar[str] = "link_errors"
     kinds: ClassVar[tuple[str, ...]] = ("link",)
 
@@ -210,9 +249,10 @@ class LinkErrorsDetector(Detector):
         self.health = health or PipelineHealth()
         n = topology.size("link")
         self.rules = RULES
-        table = np.array([[r.counter, r.test, r.threshold, refresh_s] for r in RULES], dtype=np.float64)
+        table = np.array([[r.counter, r.test, r.threshold, refresh_s, flap_window_s, r.window_s] for r in RULES],
+                         dtype=np.float64)
         table[[i for i, r in enumerate(RULES) if r.test == FLAP], 2] = float(flap_cycles)
-        self._table = np.ascontiguousarray(np.c_[table, np.full(len(RULES), flap_window_s)])
+        self._table = np.ascontiguousarray(table)
         self.counters = CounterRates(n, COUNTERS)  # IB error counters saturate, never wrap
         self.s_counter_state, self.s_counter_resets = self.counters.s_state, self.counters.s_resets
         self.s_hour_bins = np.zeros((n, HOUR_BINS + 1))
@@ -220,6 +260,7 @@ class LinkErrorsDetector(Detector):
         self.s_downs = np.full((n, max(flap_cycles, 1)), np.nan)
         self.s_last_state = np.full(n, np.nan)
         self.s_last_emit = np.full((n, len(RULES)), np.nan)
+        self.s_rate_span = np.full((n, N_RATE_RULES, 2), np.nan)
 
     def update(self, frame: Frame) -> list[Finding]:
         if len(frame) == 0:
@@ -228,7 +269,8 @@ class LinkErrorsDetector(Detector):
         delta, rate, problems = self.counters.update(frame.ts, frame.slot, values)
         report_problems(self.health, self.name, problems)
         out = np.empty((len(frame) * len(RULES), 3))
-        state = (self.s_hour_bins, self.s_hour_bin_index, self.s_downs, self.s_last_state, self.s_last_emit)
+        state = (self.s_hour_bins, self.s_hour_bin_index, self.s_downs, self.s_last_state, self.s_last_emit,
+                 self.s_rate_span)
         n = _link_error_kernel(frame.ts, frame.slot, delta, rate, frame.columns["link_state"],
                                self._table, state, out)
         return [self._finding(frame, int(row), int(rule), float(value)) for row, rule, value in out[:n]]
@@ -241,7 +283,8 @@ class LinkErrorsDetector(Detector):
         elif rule.test == PER_HOUR:
             what, score = f"{value:g} symbol errors in the last hour", value / rule.threshold
         elif rule.test == PER_SECOND:
-            what, score = f"{rule.anomaly_field} at {value:.3g}/s", value / rule.threshold
+            unit, per = (60.0, "min") if rule.window_s == 60.0 else (1.0, "s")
+            what, score = f"{rule.anomaly_field} at {value * unit:.3g}/{per}", value / rule.threshold
         elif rule.test == FLAP:
             window_h = self._table[r, 4] / 3600
             what, score = f"link went down {int(value)} times in {window_h:g} h (flapping)", value / rule.threshold
@@ -251,6 +294,15 @@ class LinkErrorsDetector(Detector):
                        score=float(score),
                        detector=self.name, reason=f"{rule.severity}: {what} on {self.topology.links[link]} "
                                                   f"({rule.source})")
+
+    def upgrade_state(self, state: dict[str, Any]) -> dict[str, Any]:
+        """A state saved before ``s_rate_span`` existed, read as if no rate span were open: each
+        rate rule's first span after the load starts at its next sample's interval, as on a fresh
+        detector, while everything else goes on from where it was."""
+        if "s_rate_span" in state or "s_last_emit" not in state:
+            return state
+        n = np.shape(state["s_last_emit"])[0]
+        return {**state, "s_rate_span": np.full((n, N_RATE_RULES, 2), np.nan)}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         super().load_state_dict(state)

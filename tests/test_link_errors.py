@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 
 from foreshock import facts
 from foreshock.detectors import link_errors
-from foreshock.detectors.link_errors import (BIN_S, COUNTERS, FLAP, HOUR_BINS, INCREASE, PER_HOUR, PER_SECOND,
-                                             RULES, STATE, LinkErrorsDetector, _link_error_kernel)
+from foreshock.detectors.link_errors import (BIN_S, COUNTERS, FLAP, HOUR_BINS, INCREASE, N_RATE_RULES, PER_HOUR,
+                                             PER_SECOND, RULES, STATE, LinkErrorsDetector, _link_error_kernel)
 from foreshock.frames import Frame
 from foreshock.topology import Topology
 
@@ -99,15 +99,48 @@ def test_errors_counted_through_an_agent_outage_are_spread_over_it():
     ("link_error_recovery", "link_error_recovery", 4.0 / 60, 6.0 / 60),
 ])
 def test_warning_rates(field, rule_rate, below, above):
+    rule = [r for r in RULES if r.name == rule_rate][0]
+    dt = max(10.0, rule.window_s)  # a rate is taken over at least the unit its rule is stated per
     for rate, expect in ((below, False), (above, True)):
         det = LinkErrorsDetector(one_link_topology())
-        values = [0.0, rate * 10]
-        rule = [r for r in RULES if r.name == rule_rate][0]
-        found = [f for f in feed(det, [0, 10], **{field: values})
+        values = [0.0, rate * dt]
+        found = [f for f in feed(det, [0, dt], **{field: values})
                  if f.field == rule.anomaly_field and rule.severity in f.reason]
         assert bool(found) == expect, (field, rate)
         if expect:
             assert found[0].score == pytest.approx(above / rule.threshold)
+
+
+@pytest.mark.parametrize("interval", [1.0, 10.0, 30.0, 60.0, 300.0])
+def test_recoveries_per_minute_do_not_depend_on_the_poll_interval(interval):
+    """NVSentinel's "link_error_recovery > 5/min". Until 2026-12-01 it was tested on each sample's
+    rate: polled every second (the sysfs source's default), a single recovery in an hour read
+    1/s = 60/min and warned, while polled every 30 s the same recovery passed."""
+    ts = np.arange(0.0, 3600.0 + interval, interval)
+
+    def warnings(per_min, first=0.0):
+        det = LinkErrorsDetector(one_link_topology())
+        recoveries = 100 + np.floor(np.maximum(ts - first, 0.0) * per_min / 60.0)
+        return [f for f in feed(det, ts, link_error_recovery=recoveries) if f.field == "link_error_recovery"]
+
+    single = 100 + (ts >= 1800)  # one recovery in the hour
+    det = LinkErrorsDetector(one_link_topology())
+    assert not [f for f in feed(det, ts, link_error_recovery=single) if f.field == "link_error_recovery"]
+    assert not warnings(4.0)  # a steady 4/min: under the line at every poll interval
+    found = warnings(6.0)  # a steady 6/min: over it at every poll interval
+    assert found and found[0].ts <= 60.0 + interval and "at 6/min" in found[0].reason
+    assert found[0].score == pytest.approx(6.0 / 5.0)
+
+
+def test_per_second_rates_are_taken_over_at_least_a_second():
+    """Sub-second polls: 4 symbol errors within one 0.25-s sample, then none for the rest of the
+    second, read 16/s, over the 10/s warning, when each sample's rate was tested."""
+    ts = np.arange(0.0, 10.0, 0.25)
+    det = LinkErrorsDetector(one_link_topology())
+    assert not feed(det, ts, symbol_error=np.where(ts >= 5.0, 4.0, 0.0))
+    det = LinkErrorsDetector(one_link_topology())  # a steady 11/s is over it
+    found = [f for f in feed(det, ts, symbol_error=np.floor(11.0 * ts)) if f.field == "symbol_error"]
+    assert found and found[0].ts == 1.0 and "at 11/s" in found[0].reason
 
 
 def test_a_held_warning_repeats_every_refresh():
@@ -130,6 +163,22 @@ def test_flapping_needs_three_downs_within_12_hours():
     assert "link_flaps" not in fields(found)
 
 
+def test_downs_counted_through_an_agent_outage_are_spread_over_it():
+    """A link that went down once a day while its agent was out for three days: the counter
+    gained 3, i.e. 3 downs in 72 h, not flapping by gpud's 3 in 12 h. Until 2026-12-01 all three
+    were stamped at the first sample after the outage and a fatal ``link_flaps`` was raised."""
+    h = 3600.0
+    back = 60.0 + 72 * h
+    det = LinkErrorsDetector(one_link_topology())
+    assert fields(feed(det, [0.0, 60.0, back], link_downed=[10, 10, 13])) == ["link_downed"]  # still fatal
+    # the outage's last down counts as at its end: two more within 12 h of it make three
+    assert fields(feed(det, [back + 6 * h], link_downed=[14])) == ["link_downed"]
+    assert fields(feed(det, [back + 8 * h], link_downed=[15])) == ["link_downed", "link_flaps"]
+    # the same three downs within a 6-hour outage are a flapping link
+    det = LinkErrorsDetector(one_link_topology())
+    assert fields(feed(det, [0.0, 60.0, 60.0 + 6 * h], link_downed=[10, 10, 13])) == ["link_downed", "link_flaps"]
+
+
 def test_flaps_from_link_state_when_the_counter_is_absent():
     det = LinkErrorsDetector(one_link_topology())
     states = [4, 1, 4, 1, 4, 2, 4]
@@ -148,6 +197,7 @@ def test_a_counter_reset_is_not_an_increase():
 def naive_rules(ts, slot, delta, rate, state, refresh, flap_window, flap_cycles, n_links):
     sym_events = defaultdict(list)
     downs = defaultdict(list)
+    spans: dict[tuple[int, int], list[float]] = {}  # (link, rule) -> [start, increase since]
     last_state: dict[int, float] = {}
     last_emit: dict[tuple[int, int], float] = {}
     out = []
@@ -163,13 +213,16 @@ def naive_rules(ts, slot, delta, rate, state, refresh, flap_window, flap_cycles,
         hour = sum(c for bb, c in sym_events[s] if b - HOUR_BINS < bb <= b)
         st_ = state[i]
         left_active = not math.isnan(st_) and last_state.get(s) == 4.0 and st_ != 4.0
+        spacing = 0.0
         if not math.isnan(delta[i, down]):
             n_down = int(min(delta[i, down], flap_cycles))
+            if delta[i, down] > 0:  # a sample's downs at their mean pace over its interval
+                spacing = 1.0 / rate[i, down]
         else:
             n_down = 1 if left_active else 0
         if not math.isnan(st_):
             last_state[s] = st_
-        downs[s] += [t] * n_down
+        downs[s] += [t - j * spacing for j in range(n_down)]
         recent = min(flap_cycles, sum(1 for x in downs[s] if t - x <= flap_window))
         for r, rule in enumerate(RULES):
             value = math.nan
@@ -177,8 +230,16 @@ def naive_rules(ts, slot, delta, rate, state, refresh, flap_window, flap_cycles,
                 value = delta[i, rule.counter]
             elif rule.test == PER_HOUR and hour > rule.threshold:
                 value = hour
-            elif rule.test == PER_SECOND and rate[i, rule.counter] > rule.threshold:
-                value = rate[i, rule.counter]
+            elif rule.test == PER_SECOND and not math.isnan(delta[i, rule.counter]):
+                # the rate over spans of at least window_s, each sample's increase in the span it closes
+                d = delta[i, rule.counter]
+                span = spans.setdefault((s, r), [t - d / rate[i, rule.counter] if d > 0 else t, 0.0])
+                span[1] += d
+                if t - span[0] >= rule.window_s:
+                    span_rate = span[1] / (t - span[0])
+                    spans[(s, r)] = [t, 0.0]
+                    if span_rate > rule.threshold:
+                        value = span_rate
             elif rule.test == FLAP and n_down > 0 and recent >= flap_cycles:
                 value = float(recent)
             elif rule.test == STATE and left_active and math.isnan(delta[i, down]):
@@ -212,7 +273,8 @@ def test_rule_kernel_matches_reference(data, n_rows):
                                         max_size=n_rows)), dtype=np.float64)
     det = LinkErrorsDetector(one_link_topology(n_links))
     out = np.empty((max(n_rows, 1) * len(RULES), 3))
-    st_tuple = (det.s_hour_bins, det.s_hour_bin_index, det.s_downs, det.s_last_state, det.s_last_emit)
+    st_tuple = (det.s_hour_bins, det.s_hour_bin_index, det.s_downs, det.s_last_state, det.s_last_emit,
+                det.s_rate_span)
     n = _link_error_kernel(ts, slot, delta, rate, state, det._table, st_tuple, out)
     got = [(int(a), int(b), float(c)) for a, b, c in out[:n]]
     want = naive_rules(ts, slot, delta, rate, state, 60.0, facts.FLAP_WINDOW_S, facts.FLAP_CYCLES, n_links)
@@ -238,6 +300,20 @@ def test_state_round_trip_gives_identical_future_output():
     out_a = [x for f in frames(100, len(t)) for x in a.update(f)]
     out_b = [x for f in frames(100, len(t)) for x in b.update(f)]
     assert out_a == out_b and len(out_a) > 5
+
+
+def test_a_checkpoint_from_before_the_rate_spans_loads():
+    """A state saved before ``s_rate_span`` existed loads as if no span were open; the rest of it
+    (here a link that went down twice) goes on."""
+    a = LinkErrorsDetector(one_link_topology())
+    feed(a, [0, 60, 120], link_downed=[0, 1, 2])
+    old = {k: v for k, v in a.state_dict().items() if k != "s_rate_span"}
+    b = LinkErrorsDetector(one_link_topology())
+    b.load_state_dict(old)
+    assert b.s_rate_span.shape == (1, N_RATE_RULES, 2) and np.isnan(b.s_rate_span).all()
+    assert fields(feed(b, [180], link_downed=[3])) == ["link_downed", "link_flaps"]
+    with pytest.raises(ValueError, match="unexpected state key"):
+        b.load_state_dict({**a.state_dict(), "s_bogus": np.zeros(1)})
 
 
 def test_doctests():
