@@ -5,9 +5,11 @@ from __future__ import annotations
 import json
 import logging
 import math
+import signal
+import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 import click
 from rich.console import Console
@@ -119,7 +121,10 @@ def build_pipeline(topology: Topology, detectors: str | None, host: str, port: i
             raise click.UsageError(f"--external: {exc}") from None
     store = FindingStore(topology, health)
     tally = FindingTally(topology)
-    jsonl = JsonlSink(findings_path) if findings_path else None
+    try:
+        jsonl = JsonlSink(findings_path) if findings_path else None
+    except OSError as exc:
+        raise click.ClickException(f"--findings {findings_path}: {exc.strerror or exc}") from None
     sinks = [tally] + ([jsonl] if jsonl else [])
     pipeline = EmbeddedPipeline(topology, bank, store, sinks, health)
     server = None
@@ -156,7 +161,8 @@ def finish(run: PipelineRun, stats: RunStats, events: Sequence[Event] = (), json
                                    f"{f', {run.external.bad} bad lines' if run.external.bad else ''}[/dim]")
     render_summary(run.tally, run.health, events)
     click.echo(json.dumps({
-        "name": json_name, "samples": stats.samples, "wall_seconds": round(stats.wall_s, 3),
+        "name": json_name, "samples": stats.samples, "accepted_samples": stats.accepted,
+        "wall_seconds": round(stats.wall_s, 3),
         "samples_per_s": round(stats.samples_per_s), "telemetry_start": _json_number(stats.start_ts),
         "telemetry_seconds": _json_number(stats.telemetry_s), "speedup": _json_number(round(stats.speedup, 1)),
         "findings": stats.by_type, "input_problems": run.health.total_problems(),
@@ -180,3 +186,29 @@ def recording_rows(meta: dict) -> int | None:  # type: ignore[type-arg]
 
 def default_out(path: str | None, name: str) -> Path:
     return Path(path) if path else Path("out") / name
+
+
+def stop_on_signals(stop: Callable[[signal.Signals], None],
+                    signals: Sequence[signal.Signals] = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)) -> Callable[[], None]:
+    """Make the first of ``signals`` call ``stop`` (the run ends as asked, its files closed and its
+    summary printed); the same signal again acts as before (a second Ctrl-C interrupts). SIGTERM is
+    what systemd, docker, Slurm and ``timeout`` send: unhandled, it killed a run with its files open.
+    Returns what puts the previous handlers back; off the main thread, where Python takes no
+    signals, it does nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+    previous = {sig: signal.getsignal(sig) for sig in signals}
+
+    def on_signal(signum: int, _frame: Any) -> None:
+        sig = signal.Signals(signum)
+        signal.signal(sig, previous[sig])
+        stop(sig)
+
+    for sig in signals:
+        signal.signal(sig, on_signal)
+
+    def restore() -> None:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+    return restore

@@ -3,12 +3,13 @@ into a recording folder that ``replay``, ``evaluate`` and ``incidents`` read.
 
 The recording is opened at the first poll that yields telemetry (a polled source learns its
 topology from what it reads) and is always closed properly — at ``--duration``, after
-``--polls``, or on Ctrl-C — so an interrupted recording is still a valid one.
+``--polls``, or on Ctrl-C, SIGTERM or SIGHUP — so an interrupted recording is still a valid one.
 """
 
 from __future__ import annotations
 
 import json
+import signal
 import threading
 import time
 from pathlib import Path
@@ -26,6 +27,7 @@ from foreshock.streams.polling import PollingSource
 from foreshock.topology import Topology
 
 from .agent import URL_HELP, open_source
+from .common import stop_on_signals
 
 LIVE_SOURCES = ("dcgm", "nvidia-smi", "nvml", "infiniband", "dom", "ethtool", "redfish", "cdu")
 
@@ -94,6 +96,15 @@ def command(source: str, out_dir: Path, duration: float | None, polls: int | Non
     counted = {"samples": 0, "frames": 0}
     started = time.monotonic()
     interrupted = False
+    stopped_by: list[str] = []
+
+    def stop(sig: signal.Signals) -> None:
+        stopped_by.append(sig.name)
+        polled.stop()
+
+    # Ctrl-C arrives as KeyboardInterrupt below; killed by the others mid-recording, every part
+    # lost its Parquet footer and recording.json was never written
+    restore = stop_on_signals(stop, (signal.SIGTERM, signal.SIGHUP))
     try:
         if timer is not None:
             timer.daemon = True
@@ -117,10 +128,12 @@ def command(source: str, out_dir: Path, duration: float | None, polls: int | Non
         interrupted = True
         polled.stop()
     finally:
+        restore()
         if timer is not None:
             timer.cancel()
         if writer is not None:
             writer.close()
+    interrupted = interrupted or bool(stopped_by)
     wall = time.monotonic() - started
     _summary(console, out_dir, writer, health, polled.polls, wall, interrupted)
     summary: dict[str, Any] = {"name": "record", "source": source, "path": str(out_dir), "polls": polled.polls,
@@ -136,7 +149,7 @@ def command(source: str, out_dir: Path, duration: float | None, polls: int | Non
 def _summary(console: Console, out_dir: Path, writer: RecordingWriter | None, health: PipelineHealth, polls: int,
              wall: float, interrupted: bool) -> None:
     if writer is not None:
-        table = Table(title=f"Recorded into {escape(str(out_dir))}" + (" (stopped by Ctrl-C)" if interrupted else ""))
+        table = Table(title=f"Recorded into {escape(str(out_dir))}" + (" (stopped early)" if interrupted else ""))
         for column in ("kind", "rows", "entities"):
             table.add_column(column)
         for kind, rows in sorted(writer.rows.items()):

@@ -17,7 +17,7 @@ import itertools
 import signal
 import socket
 import threading
-from typing import Any, Iterator
+from typing import Iterator
 
 import click
 from rich.console import Console
@@ -26,7 +26,8 @@ from foreshock.frames import Frame
 from foreshock.streams.polling import PollingSource, alongside
 from foreshock.streams.redfish import CduSource, RedfishSource, parse_bmc_list
 
-from .common import build_pipeline, detector_option, finish, param_option, run_with_progress, serve_options, stop_server
+from .common import (build_pipeline, detector_option, finish, param_option, run_with_progress, serve_options,
+                     stop_on_signals, stop_server)
 from .record import live_source_options, open_live_source
 
 
@@ -62,8 +63,13 @@ def command(source: str, duration: float | None, polls: int | None, interval: fl
         timer.daemon = True
         timer.start()
     polled.counts_samples = False  # the pipeline counts what it processes, in the same health
-    interrupted = threading.Event()
-    restore = _stop_on_ctrl_c(polled, interrupted)
+    stopped_by: list[str] = []
+
+    def stop(sig: signal.Signals) -> None:
+        polled.stop()
+        stopped_by.append("Ctrl-C" if sig == signal.SIGINT else sig.name)
+
+    restore = stop_on_signals(stop)
     try:
         frames = iter(polled)
         first = _first_frame(frames)
@@ -92,8 +98,8 @@ def command(source: str, duration: float | None, polls: int | None, interval: fl
         if timer is not None:
             timer.cancel()
         restore()
-    if interrupted.is_set():
-        console.print("[yellow]stopped by Ctrl-C[/yellow]")
+    if stopped_by:
+        console.print(f"[yellow]stopped by {stopped_by[0]}[/yellow]")
     finish(run, stats, json_name="watch")
     stop_server(run)
 
@@ -130,18 +136,3 @@ def _problems(polled: PollingSource) -> str:
     if not counted:
         return "nothing was counted either"
     return "; ".join(f"{reason} ×{n}" for (_, reason), n in sorted(counted.items()))
-
-
-def _stop_on_ctrl_c(polled: PollingSource, interrupted: threading.Event) -> Any:
-    """Make the first Ctrl-C end the polling (the summary still prints); a second one interrupts."""
-    if threading.current_thread() is not threading.main_thread():
-        return lambda: None
-    previous = signal.getsignal(signal.SIGINT)
-
-    def stop(signum: int, frame: Any) -> None:
-        polled.stop()
-        interrupted.set()
-        signal.signal(signal.SIGINT, previous)
-
-    signal.signal(signal.SIGINT, stop)
-    return lambda: signal.signal(signal.SIGINT, previous)

@@ -71,8 +71,10 @@ class RecordingWriter:
         self._pending.setdefault(frame.kind, []).append(frame)
         self._pending_rows[frame.kind] = self._pending_rows.get(frame.kind, 0) + len(frame)
         self.rows[frame.kind] = self.rows.get(frame.kind, 0) + len(frame)
-        self.t_min = min(self.t_min, float(frame.ts.min()))
-        self.t_max = max(self.t_max, float(frame.ts.max()))
+        stamps = frame.ts[np.isfinite(frame.ts)]  # one NaN stamp made the recording's start and end null
+        if len(stamps):
+            self.t_min = min(self.t_min, float(stamps.min()))
+            self.t_max = max(self.t_max, float(stamps.max()))
         if self._pending_rows[frame.kind] >= self.rows_per_group:
             self._flush(frame.kind)
 
@@ -171,8 +173,18 @@ class Recording:
         except ValueError as exc:
             raise RecordingError(str(exc)) from None
         rec = cls(path, topology, meta)
+        rows = meta.get("rows", {})
+        for kind in ENTITY_KINDS:
+            want = int(rows.get(kind, 0))
+            if want and kind not in rec.kinds():
+                # an interrupted copy: replayed without it, the run would look whole and be silent
+                raise RecordingError(f"{path / f'{kind}.parquet'}: missing ({META_FILE} lists {want} rows)")
         for kind in rec.kinds():
-            rec._parquet(kind)  # validate schema up front: a truncated file fails here, by name
+            pf = rec._parquet(kind)  # validate schema up front: a truncated file fails here, by name
+            have = pf.metadata.num_rows
+            if kind in rows and have != int(rows[kind]):
+                raise RecordingError(f"{path / f'{kind}.parquet'}: {have} rows, {META_FILE} lists {int(rows[kind])} "
+                                     "(a part from another recording, or a copy cut short)")
         return rec
 
     def kinds(self) -> list[str]:
@@ -182,7 +194,7 @@ class Recording:
         file = self.path / f"{kind}.parquet"
         try:
             pf = pq.ParquetFile(file)
-        except (pa.ArrowInvalid, OSError) as exc:
+        except (pa.ArrowException, UnicodeDecodeError, OSError) as exc:  # (a corrupt footer's text, too)
             raise RecordingError(f"{file}: unreadable Parquet ({exc})") from None
         names = set(pf.schema_arrow.names)
         missing = {"ts", "slot"} - names
@@ -213,7 +225,7 @@ class Recording:
         try:
             for batch in pf.iter_batches(batch_size=batch_rows):
                 yield Frame.from_arrow(batch, kind=kind)
-        except (pa.ArrowInvalid, OSError) as exc:
+        except (pa.ArrowException, UnicodeDecodeError, OSError) as exc:
             raise RecordingError(f"{file}: unreadable Parquet ({exc})") from None
         except FrameError as exc:
             raise RecordingError(f"{file}: {exc}") from None
@@ -260,8 +272,12 @@ class Recording:
             nxt = [_first_ts(f) for f in pending.values() if f is not None and len(f)]
             if not nxt:
                 break
-            # jump over gaps in the recording instead of yielding empty windows
+            # jump over gaps in the recording instead of yielding empty windows; past a stamp so
+            # large that adding the window leaves it unchanged (nanoseconds among seconds), by
+            # one representable step at least, so that the row at it is delivered
             t_end = max(t_end, min(nxt)) + window
+            if not t_end > min(nxt):
+                t_end = float(np.nextafter(min(nxt), np.inf))
 
     def read_kind(self, kind: str) -> Frame:
         frames = list(self.iter_kind(kind))
@@ -275,8 +291,9 @@ def _first_ts(frame: Frame) -> float:
 def _prefix_before(ts: np.ndarray, t_end: float) -> int:
     """Length of the longest prefix whose rows belong before ``t_end``.
 
-    Rows with a missing timestamp ride along with their neighbours (the guard counts them);
-    a row from the past stays in the prefix, a row at or after ``t_end`` ends it.
+    Rows with a missing or infinite timestamp ride along with their neighbours (the guard
+    counts them); a row from the past stays in the prefix, a row at or after ``t_end`` ends it.
+    (An infinite stamp that ended it would end every prefix: the replay would spin for good.)
     """
     return int(_first_at_or_after(ts, t_end))
 
@@ -293,6 +310,6 @@ def _first_finite(ts: np.ndarray) -> float:
 def _first_at_or_after(ts: np.ndarray, t_end: float) -> int:
     # a scan that stops at the cut: O(window) per window, not O(batch)
     for i in range(len(ts)):
-        if ts[i] >= t_end:
+        if ts[i] >= t_end and ts[i] != np.inf:
             return i
     return len(ts)

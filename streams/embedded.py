@@ -33,7 +33,8 @@ class Sink(Protocol):
 @dataclass
 class RunStats:
     frames: int = 0
-    samples: int = 0
+    samples: int = 0  # rows read
+    accepted: int = 0  # rows the input guard let through (the telemetry span is theirs)
     findings: int = 0
     wall_s: float = 0.0
     telemetry_s: float = 0.0
@@ -67,6 +68,10 @@ class EmbeddedPipeline:
 
     def process(self, frame: Frame, received_wall: float | None = None) -> list[Finding]:
         """Guard, detect and fan out one frame; never raises on bad data in the frame."""
+        return self._process(frame, received_wall)[1]
+
+    def _process(self, frame: Frame, received_wall: float | None) -> tuple[Frame, list[Finding]]:
+        """:meth:`process`, also returning the rows the guard let through."""
         received_wall = time.time() if received_wall is None else received_wall
         clean = self.guard.check(frame)
         t0 = time.perf_counter()
@@ -80,7 +85,7 @@ class EmbeddedPipeline:
         if now - self._last_gauges >= self.gauge_interval_s:
             self._last_gauges = now
             self._publish_gauges()
-        return findings
+        return clean, findings
 
     def _publish_gauges(self) -> None:
         gauges = self.bank.gauges()
@@ -96,14 +101,18 @@ class EmbeddedPipeline:
         start = time.perf_counter()
         first_ts = last_ts = None
         for frame in frames:
-            findings = self.process(frame)
+            clean, findings = self._process(frame, None)
             stats.frames += 1
             stats.samples += len(frame)
+            stats.accepted += len(clean)
             stats.findings += len(findings)
             for f in findings:
                 stats.by_type[f.type] = stats.by_type.get(f.type, 0) + 1
-            if len(frame):
-                lo, hi = float(frame.ts.min()), float(frame.ts.max())
+            # the span of what was accepted: a row the guard refused (a NaN stamp, one an hour in
+            # the past) made the summary's span and speed-up null or wrong
+            stamps = clean.ts[np.isfinite(clean.ts)]
+            if len(stamps):
+                lo, hi = float(stamps.min()), float(stamps.max())
                 first_ts = lo if first_ts is None else min(first_ts, lo)
                 last_ts = hi if last_ts is None else max(last_ts, hi)
             if on_frame is not None:

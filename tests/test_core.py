@@ -219,6 +219,39 @@ def test_truncated_parquet_is_rejected_naming_the_file(tmp_path, small_topology:
         Recording.open(tmp_path / "rec")
 
 
+@pytest.mark.parametrize("odd", [math.inf, 1.7e18, -math.inf, math.nan])
+def test_a_row_stamped_infinite_or_in_nanoseconds_is_delivered_and_the_replay_ends(tmp_path, small_topology,
+                                                                                  odd: float) -> None:
+    """One row stamped +inf, or in nanoseconds among seconds (adding a window leaves the stamp
+    unchanged), ended every window's prefix: the replay spun at full CPU for good, yielding nothing.
+    Such a row now rides along with its neighbours, for the guard to count."""
+    with RecordingWriter(tmp_path / "rec", small_topology, {"interval": 1.0}) as w:
+        for t in range(10):
+            ts = np.full(32, 100.0 + t)
+            if t in (3, 9):
+                ts[5] = odd
+            w.write(Frame("gpu", ts, np.arange(32), {"gpu_temp": np.full(32, 40.0)}))
+    frames = list(Recording.open(tmp_path / "rec").iter_frames(batch_rows=64))
+    assert sum(len(f) for f in frames) == 320
+    finite = np.concatenate([f.ts[np.isfinite(f.ts) & (f.ts < 1e9)] for f in frames])
+    assert (np.diff(finite) >= 0).all()  # the rest still comes in time order
+
+
+def test_a_part_missing_or_cut_short_is_refused_naming_it(tmp_path, small_topology: Topology) -> None:
+    """A copy interrupted before the rack part: replayed without it the run looked whole (exit 0,
+    no warning, the progress bar stopping short)."""
+    _write_small_recording(tmp_path / "rec", small_topology)
+    rack = tmp_path / "rec" / "rack.parquet"
+    kept = rack.read_bytes()
+    rack.unlink()
+    with pytest.raises(RecordingError, match=r"rack.parquet: missing \(recording.json lists 20 rows\)"):
+        Recording.open(tmp_path / "rec")
+    rack.write_bytes(kept)
+    pq.write_table(pq.read_table(rack).slice(0, 7), rack)
+    with pytest.raises(RecordingError, match="rack.parquet: 7 rows, recording.json lists 20"):
+        Recording.open(tmp_path / "rec")
+
+
 def test_recording_missing_topology_and_unknown_columns(tmp_path, small_topology: Topology) -> None:
     _write_small_recording(tmp_path / "rec", small_topology)
     pq.write_table(pa.table({"ts": [1.0], "slot": [0], "warp_drive": [1.0]}), tmp_path / "rec" / "link.parquet")

@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import numpy as np
+import pytest
 from click.testing import CliRunner
 
 from foreshock.cli.main import cli
@@ -80,3 +85,28 @@ def test_record_ethtool_phy_counters_give_prefec_ber(tmp_path: Path) -> None:
     assert rec.topology.links == ["n1/eth4"]
     ber = np.concatenate([f.columns["prefec_ber"] for f in rec.iter_frames() if f.kind == "optic"])
     assert len(ber) == 2 and np.isnan(ber[0]) and abs(ber[1] - 3e-9) < 1e-15
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
+def test_record_stopped_by_a_signal_leaves_a_valid_recording(tmp_path: Path, shared_data: Path, sig) -> None:
+    """SIGTERM is what systemd, docker, Slurm and `timeout` send. It used to kill `record` with the
+    writer open: no Parquet footers, no recording.json, every polled sample lost."""
+    stub, calls = make_stub(tmp_path, shared_data / H200)
+    out = tmp_path / "rec"
+    proc = subprocess.Popen([sys.executable, "-m", "foreshock.cli.main", "record", "--source", "nvidia-smi",
+                             "--executable", str(stub), "--interval", "0.1", "--out", str(out)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not (calls.exists() and len(calls.read_text().splitlines()) >= 3):
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.1)
+        proc.send_signal(sig)
+        stdout, stderr = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, stderr
+    summary = json.loads(stdout.strip().splitlines()[-1])
+    assert summary["interrupted"] is True and summary["polls"] >= 3
+    rec = Recording.open(out)
+    assert rec.meta["rows"]["gpu"] == summary["samples"] == sum(len(f) for f in rec.iter_frames()) > 0

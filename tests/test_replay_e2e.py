@@ -188,3 +188,32 @@ def test_summary_json_line_is_strict_json_when_no_timestamp_is_valid(tmp_path, s
     line = result.output.strip().splitlines()[-1]
     summary = json.loads(line, parse_constant=lambda name: pytest.fail(f"{name} in the JSON line: {line}"))
     assert summary["telemetry_start"] is None and summary["input_problems"] == 2
+
+
+def test_the_summary_counts_and_spans_what_the_guard_accepted(tmp_path, small_topology: Topology) -> None:
+    """A NaN stamp in the first frame made the JSON line's start, span and speed-up null (NaN
+    carried through min), and a row an hour in the past stretched the span to 4,099 s of a 10-minute
+    run, while the console counted only the accepted rows."""
+    n = small_topology.size("gpu")
+    with RecordingWriter(tmp_path / "rec", small_topology, {"interval": 1.0}) as w:
+        for t in range(600):
+            ts = np.full(n, T0 + t)
+            if t == 0:
+                ts[3] = np.nan
+            if t == 100:
+                ts[4] = T0 - 3600.0
+            w.write(Frame("gpu", ts, np.arange(n), {"gpu_temp": np.full(n, 50.0)}))
+    result = CliRunner().invoke(cli, ["replay", str(tmp_path / "rec"), "--max", "--port", "0"])
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.output.strip().splitlines()[-1])
+    assert summary["samples"] == 600 * n and summary["accepted_samples"] == 600 * n - 2
+    assert summary["telemetry_start"] == T0 and summary["telemetry_seconds"] == 599.0
+    assert f"{600 * n - 2:,} samples" in result.output
+
+
+def test_an_unwritable_findings_file_is_a_clear_error(tmp_path, small_topology: Topology) -> None:
+    write_ramp_recording(tmp_path / "rec", small_topology)
+    result = CliRunner().invoke(cli, ["replay", str(tmp_path / "rec"), "--port", "0",
+                                      "--findings", str(tmp_path / "missing" / "f.jsonl")])
+    assert result.exit_code == 1 and "--findings" in result.output and "Traceback" not in result.output
+    assert not isinstance(result.exception, FileNotFoundError)

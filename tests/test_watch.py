@@ -8,6 +8,7 @@ import socket
 import threading
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from foreshock.cli.main import cli
@@ -86,16 +87,19 @@ def test_watch_says_why_when_the_source_gives_nothing():
     assert "nothing to watch" in result.output and "scrape failed ×2" in result.output
 
 
-def test_ctrl_c_ends_the_watch_with_its_summary(shared_data: Path):
-    """The first Ctrl-C stops the polling after the poll in progress; the summary still prints
-    and the command succeeds (--duration is only the test's safety net)."""
+@pytest.mark.parametrize("sig, said", [("SIGINT", "Ctrl-C"), ("SIGTERM", "SIGTERM")])
+def test_ctrl_c_ends_the_watch_with_its_summary(shared_data: Path, sig: str, said: str):
+    """The first Ctrl-C (or SIGTERM, what systemd and docker send, which used to kill it without
+    its summary) stops the polling after the poll in progress; the summary still prints and the
+    command succeeds (--duration is only the test's safety net)."""
     import os
     import signal
     import time
 
+    signum = getattr(signal, sig)
     server = ScrapeServer([(shared_data / "dcgm" / "dcgm-exporter-tesla-t4.prom").read_text()])
-    timer = threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGINT))
-    before = signal.getsignal(signal.SIGINT)
+    timer = threading.Timer(1.0, os.kill, (os.getpid(), signum))
+    before = signal.getsignal(signum)
     started = time.monotonic()
     try:
         timer.start()
@@ -106,9 +110,9 @@ def test_ctrl_c_ends_the_watch_with_its_summary(shared_data: Path):
         server.close()
     assert result.exit_code == 0, result.output
     assert time.monotonic() - started < 10
-    assert "stopped by Ctrl-C" in result.output
+    assert f"stopped by {said}" in result.output
     assert json.loads(result.output.strip().splitlines()[-1])["samples"] >= 2
-    assert signal.getsignal(signal.SIGINT) is before  # the next Ctrl-C interrupts as usual
+    assert signal.getsignal(signum) is before  # the next Ctrl-C interrupts as usual
 
 
 def test_watch_reads_gpus_and_the_nodes_bmc_together(tmp_path: Path, shared_data: Path, monkeypatch):
