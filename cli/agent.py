@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import signal
+import threading
 import time
 from typing import Any, Iterable
 
@@ -10,6 +12,7 @@ import click
 from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
+from .common import stop_on_signals
 from .kafka_options import kafka_options, settings_from
 
 SOURCES = ("simulator", "replay", "dcgm", "nvidia-smi", "nvml", "infiniband", "dom", "ethtool", "redfish", "cdu")
@@ -193,15 +196,29 @@ def command(source: str, kafka: str | None, user: str | None, password: str | No
                     health.processed(frame.kind, len(frame))
                 progress.update(task, samples=counted["samples"], frames=counted["frames"])
 
+            # the first Ctrl-C, SIGTERM (systemd, docker) or SIGHUP ends the run after the frame in
+            # hand: the publisher is flushed and closed and the summary printed. Killed outright by
+            # SIGTERM, what it still held for the broker was lost.
+            stopping = threading.Event()
+
+            def stop_publishing(_sig: signal.Signals) -> None:
+                stopping.set()
+                halt = getattr(frames, "stop", None)  # a polled source: no wait for the next poll
+                if callable(halt):
+                    halt()
+
+            restore = stop_on_signals(stop_publishing)
             try:
                 stats = run_agent(settings, frames, topology, Topics(namespace, partitions), agent_id, health,
-                                  on_frame=on_frame, linger_ms=linger_ms,
+                                  on_frame=on_frame, stop=stopping, linger_ms=linger_ms,
                                   compression=None if compression == "none" else compression)
             except KafkaConnectError as exc:
                 raise click.ClickException(str(exc)) from None
             except KeyboardInterrupt:
                 console.print("[yellow]stopped[/yellow]")
                 return
+            finally:
+                restore()
     finally:
         if server is not None:
             from foreshock.exporters.prometheus import stop
@@ -211,6 +228,7 @@ def command(source: str, kafka: str | None, user: str | None, password: str | No
                            "pieces": stats.pieces, "messages": stats.messages, "bytes": stats.bytes,
                            "send_failed": stats.failed,
                            "wall_seconds": round(stats.wall_s, 3), "samples_per_s": round(stats.samples_per_s),
-                           "input_problems": health.total_problems()}))
+                           "input_problems": health.total_problems(), "stopped_early": stopping.is_set()}))
     if stats.failed:
         raise click.ClickException(f"{stats.failed} of {stats.pieces} pieces could not be delivered (see the log)")
+

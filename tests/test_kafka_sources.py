@@ -159,3 +159,29 @@ def test_an_agent_serves_its_own_counters_while_it_runs(kafka_settings, dcgm_exp
     assert 'foreshock_input_problems_total{cluster="imported",reason="unmapped metric ignored",stage="dcgm"}' in text
     with pytest.raises(OSError):
         urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2)
+
+
+def test_an_agent_stopped_by_sigterm_delivers_what_it_read_and_says_so(kafka_settings, dcgm_exporter):
+    """SIGTERM is how systemd and docker stop an agent. It used to kill it with the frames its
+    publisher still held unsent; now the agent flushes, closes and prints its summary."""
+    import signal
+
+    topics = new_topics()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "foreshock.cli.main", "agent", "--kafka", kafka_settings.bootstrap,
+         "--namespace", topics.namespace, "--partitions", "2", "--polls", "10000", "--interval", "0.2",
+         "--source", "dcgm", "--url", f"{dcgm_exporter}/metrics", "--linger-ms", "5000"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        fetch_topology(kafka_settings, topics, timeout_s=60)  # published with its first frame
+        time.sleep(1.0)
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err[-2000:]
+    summary = json.loads(out.strip().splitlines()[-1])
+    assert summary["stopped_early"] is True and summary["send_failed"] == 0 and summary["frames"] >= 2
+    # a 5-s linger holds every frame back: only the flush on the way out sent them
+    _, frames = published_gpu_rows(kafka_settings, topics, want_rows=int(summary["samples"]))
+    assert sum(len(f) for f in frames) == summary["samples"]
