@@ -80,6 +80,10 @@ def command(ctx: click.Context, recording: str, sets: str, report_dir: str, mode
         rec = Recording.open(recording)
     except RecordingError as exc:
         raise click.ClickException(str(exc)) from None
+    try:  # now, not after a run that can take minutes
+        Path(report_dir).mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise click.ClickException(f"cannot create the report folder {report_dir}: {exc.strerror or exc}") from None
     span = (rec.meta.get("end") or 0) - (rec.meta.get("start") or 0)
     with Progress(TextColumn("evaluate"), BarColumn(), TextColumn("{task.percentage:>3.0f}% of telemetry time"),
                   TimeElapsedColumn(), console=console, transient=True) as bar:

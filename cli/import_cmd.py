@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -24,6 +25,11 @@ from foreshock.streams.samples import SampleBatch, gpu_topology, split_gpu_entit
 from foreshock.topology import Topology
 
 FORMATS = ("dcgm", "nvidia-smi", "dmon", "alibaba", "sysfs", "jsonl")
+# 1e11 s since the epoch is the year 5138: larger stamps are ms, us or ns, not seconds
+SECONDS_LIMIT = 1e11
+# utf-8-sig: files saved by Windows tools (Excel, Notepad, PowerShell) start with a BOM that
+# would otherwise glue itself to the first header, metric or JSON record
+ENCODING = "utf-8-sig"
 
 
 def _parse_time(text: str) -> float:
@@ -40,17 +46,17 @@ def _sections(text: str, kind: str) -> list[str]:
     return found or [text]
 
 
-def _gpu_import(batches: list[SampleBatch], health: PipelineHealth) -> tuple[Topology, list[Frame]]:
+def _gpu_import(batches: list[SampleBatch], health: PipelineHealth) -> tuple[Topology | None, list[Frame]]:
     batch = SampleBatch.concat(batches).sorted_by_time()
     if not len(batch):
-        raise click.ClickException("no GPU samples found in the input (see the problems above)")
+        return None, []  # the caller reports it, with the problems that explain it
     topology = gpu_topology([batch])
     return topology, [batch.to_frame(topology, health)]
 
 
 def _jsonl(path: Path, topology_path: Path | None, health: PipelineHealth) -> tuple[Topology, list[Frame]]:
     records: list[object] = []
-    for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+    for lineno, line in enumerate(path.read_text(encoding=ENCODING, errors="replace").splitlines(), start=1):
         if not line.strip():
             continue
         try:
@@ -79,6 +85,12 @@ def _jsonl(path: Path, topology_path: Path | None, health: PipelineHealth) -> tu
     return topology, [f.sorted_by_time() for f in frames.values()]
 
 
+def _positive_finite(ctx: click.Context, param: click.Parameter, value: float) -> float:
+    if not (math.isfinite(value) and value > 0):
+        raise click.BadParameter(f"must be a finite number > 0, got {value}")
+    return value
+
+
 @click.command("import")
 @click.option("--format", "fmt", type=click.Choice(FORMATS), required=True, help="What PATH holds.")
 @click.argument("path", type=click.Path(exists=True, path_type=Path))
@@ -88,7 +100,8 @@ def _jsonl(path: Path, topology_path: Path | None, health: PipelineHealth) -> tu
 @click.option("--time", "at", default=None,
               help="ISO time of a single-snapshot capture (dcgm, sysfs) or of the first dmon sample. "
                    "Default: the capture's collected_at, else the file's modification time.")
-@click.option("--interval", default=1.0, show_default=True, type=float, help="dmon sampling interval (seconds).")
+@click.option("--interval", default=1.0, show_default=True, type=float, callback=_positive_finite,
+              help="dmon sampling interval (seconds).")
 @click.option("--stat", default="avg", show_default=True, type=click.Choice(STATS),
               help="alibaba: which hourly statistic to import.")
 @click.option("--topology", "topology_path", default=None, type=click.Path(exists=True, path_type=Path),
@@ -103,7 +116,9 @@ def command(fmt: str, path: Path, out: Path, host: str | None, at: str | None, i
     console = Console()
     health = PipelineHealth()
     started = time.perf_counter()
-    text = path.read_text(encoding="utf-8", errors="replace") if path.is_file() else ""
+    if fmt != "sysfs" and path.is_dir():
+        raise click.BadParameter(f"{path} is a folder; --format {fmt} reads a file", param_hint="PATH")
+    text = path.read_text(encoding=ENCODING, errors="replace") if path.is_file() else ""
     when = _parse_time(at) if at else (capture_collected_at(text) if text else None) or path.stat().st_mtime
     notes: dict[str, int] = {}
 
@@ -121,7 +136,10 @@ def command(fmt: str, path: Path, out: Path, host: str | None, at: str | None, i
                 start = float(batch.ts.max()) + interval
         topology, frames = _gpu_import(batches, health)
     elif fmt == "alibaba":
-        imported = read_alibaba(path, stat, health)
+        try:
+            imported = read_alibaba(path, stat, health)
+        except (ValueError, UnicodeDecodeError) as exc:  # not the Alibaba CSV at all (empty, other columns)
+            raise click.ClickException(str(exc)) from None
         topology, frames = imported.topology, [imported.batch.to_frame(imported.topology, health)]
         notes = dict(imported.skipped)
     elif fmt == "sysfs":
@@ -133,13 +151,22 @@ def command(fmt: str, path: Path, out: Path, host: str | None, at: str | None, i
     else:
         topology, frames = _jsonl(path, topology_path, health)
 
+    if topology is None or not sum(len(f) for f in frames):
+        # before the writer: it clears the folder, and an empty import must not replace a recording
+        _problems(console, health, notes)
+        why = "every row was rejected (see above)" if health.problems or notes else "the input holds no data"
+        raise click.ClickException(f"no samples imported from {path}: {why}; {out} left unchanged")
+
     meta: dict[str, object] = {"source": f"import:{fmt}", "imported_from": str(path)}
     stamps = np.unique(np.concatenate([f.ts for f in frames])) if frames else np.empty(0)
     if len(stamps) > 1:
         meta["interval"] = float(np.median(np.diff(stamps)))
-    with RecordingWriter(out, topology, meta=meta) as writer:
-        for frame in frames:
-            writer.write(frame)
+    try:
+        with RecordingWriter(out, topology, meta=meta) as writer:
+            for frame in frames:
+                writer.write(frame)
+    except OSError as exc:
+        raise click.ClickException(f"cannot write the recording to {out}: {exc.strerror or exc}") from None
     _summary(console, out, frames, topology, health, notes, time.perf_counter() - started)
 
 
@@ -151,11 +178,28 @@ def _summary(console: Console, out: Path, frames: list[Frame], topology: Topolog
     for frame in frames:
         if not len(frame):
             continue
-        first, last = (datetime.fromtimestamp(float(t), timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
-                       for t in (frame.ts.min(), frame.ts.max()))
+        first, last = _utc(float(frame.ts.min())), _utc(float(frame.ts.max()))
         table.add_row(frame.kind, str(len(frame)), f"{len(np.unique(frame.slot))} of {topology.size(frame.kind)}",
                       first, last)
     console.print(table)
+    finite = [np.abs(f.ts[np.isfinite(f.ts)]) for f in frames]
+    top = max((float(ts.max()) for ts in finite if len(ts)), default=0.0)
+    if top > SECONDS_LIMIT:
+        console.print(f"[yellow]warning:[/] timestamps up to {top:.6g} look like ms, us or ns since the epoch; "
+                      "foreshock reads seconds")
+    _problems(console, health, notes)
+    console.print(f"done in {seconds:.2f} s")
+
+
+def _utc(t: float) -> str:
+    """A sample time as UTC, or the raw number where datetime cannot represent it."""
+    try:
+        return datetime.fromtimestamp(t, timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+    except (OverflowError, OSError, ValueError):
+        return f"{t:.0f}" if math.isfinite(t) else str(t)
+
+
+def _problems(console: Console, health: PipelineHealth, notes: dict[str, int]) -> None:
     for reason, count in sorted(notes.items()):
         console.print(f"skipped {count} rows: {escape(reason)}")  # reasons quote the input
     if health.problems:
@@ -167,4 +211,3 @@ def _summary(console: Console, out: Path, frames: list[Frame], topology: Topolog
         console.print(problems)
     else:
         console.print("no input problems")
-    console.print(f"done in {seconds:.2f} s")

@@ -64,8 +64,8 @@ def command(recording: str, external_path: str | None, detectors: str | None, fi
     guard = InputGuard(topo, health)
     findings: list[Finding] = []
     sink = open(findings_path, "w", encoding="utf-8") if findings_path else None
-    start = float(rec.meta.get("start", math.nan))
-    end = float(rec.meta.get("end", math.nan))
+    start, end = (math.nan if rec.meta.get(k) is None else float(rec.meta[k])  # an empty recording stores null
+                  for k in ("start", "end"))
     last = math.nan
     try:
         with Progress(TextColumn("[bold]incidents"), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),

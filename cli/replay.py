@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import replace
 
@@ -29,8 +30,10 @@ def command(path: str, speed: float | None, max_speed: bool, shift_now: bool, ho
     """Replay a recording (a folder written by `simulate` or `import`) through the detectors."""
     if speed is not None and max_speed:
         raise click.UsageError("--speed and --max are exclusive")
-    if speed is not None and speed <= 0:
-        raise click.UsageError("--speed must be > 0")
+    if speed is not None and not (math.isfinite(speed) and speed > 0):  # NaN would pass "<= 0" and mean --max
+        raise click.BadParameter(f"must be a finite number > 0, got {speed}", param_hint="--speed")
+    if not math.isfinite(hold):
+        raise click.BadParameter(f"must be a finite number of seconds, got {hold}", param_hint="--hold")
     try:
         source = ReplaySource(path, speed=None if max_speed else speed, shift_to=time.time() if shift_now else None)
         # ground truth is read before the run: a broken events file fails now, not after a long replay

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import click
 from rich.console import Console
@@ -26,6 +27,10 @@ from foreshock.recording import RecordingError
 def command(recordings: tuple[str, ...], out_path: str, events: str, negatives: float, seed: int) -> None:
     """Train "EVENT within its horizon" classifiers on RECORDINGS (use seeds you do not evaluate on)."""
     chosen = [e.strip() for e in events.split(",") if e.strip()]
+    try:  # now, not after the feature pass over every recording
+        Path(out_path).parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise click.ClickException(f"cannot create the folder for {out_path}: {exc.strerror or exc}") from None
     console = Console(stderr=True)
     with Progress(TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(), console=console,
                   transient=True) as bar:

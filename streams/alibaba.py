@@ -60,7 +60,7 @@ def read_alibaba(path: str | Path, stat: str = "avg", health: PipelineHealth | N
         raise ValueError(f"stat must be one of {STATS}, got {stat!r}")
     health = health if health is not None else PipelineHealth()
     path = Path(path)
-    with path.open(newline="", encoding="utf-8") as fh:
+    with path.open(newline="", encoding="utf-8-sig") as fh:  # Excel saves CSV with a BOM
         reader = csv.reader(fh)
         header = next(reader, None)
         if header is None:

@@ -7,6 +7,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
+import pytest
 from click.testing import CliRunner
 
 from foreshock.cli.import_cmd import command
@@ -112,4 +113,104 @@ def test_bad_arguments_give_clear_errors(tmp_path: Path) -> None:
     empty = tmp_path / "empty.prom"
     empty.write_text("# nothing here\n")
     result = CliRunner().invoke(command, ["--format", "dcgm", str(empty), "--out", str(tmp_path / "o")])
-    assert result.exit_code == 1 and "no GPU samples" in result.output
+    assert result.exit_code == 1 and "no samples imported" in result.output
+
+
+def fails(*args: str) -> str:
+    """Exit 1 with an ``Error:`` line, not a traceback."""
+    result = CliRunner().invoke(command, list(args))
+    assert result.exit_code == 1 and isinstance(result.exception, SystemExit), result.output
+    return result.output
+
+
+def test_an_import_with_no_samples_keeps_the_recording_it_would_replace(shared_data: Path, tmp_path: Path) -> None:
+    out = tmp_path / "rec"
+    run("--format", "dcgm", str(shared_data / "dcgm" / "dcgm-exporter-tesla-t4.prom"), "--out", str(out),
+        "--time", "2026-07-01T00:00:00Z")
+    before = len(Recording.open(out).read_kind("gpu"))
+    rejected = tmp_path / "bad.jsonl"
+    rejected.write_text('{"kind": "gpu", "entity": "n0/gpu0", "ts": "yesterday", "gpu_temp": 50}\n')
+    header_only = tmp_path / "hdr.csv"
+    header_only.write_text("device_name,logical_name,item,stats_type,value,och,center_frequency,och_group,time,side,pn\n")
+    text = fails("--format", "jsonl", str(rejected), "--out", str(out))
+    assert "no samples imported" in text and "missing or non-numeric 'ts'" in text  # the table says why
+    text = fails("--format", "alibaba", str(header_only), "--out", str(out))
+    assert "no samples imported" in text and "no data" in text
+    assert len(Recording.open(out).read_kind("gpu")) == before
+
+
+def test_a_file_with_nothing_in_it_says_so_instead_of_pointing_at_problems(tmp_path: Path) -> None:
+    empty = tmp_path / "q.csv"
+    empty.write_text("")
+    text = fails("--format", "nvidia-smi", str(empty), "--out", str(tmp_path / "o"))
+    assert "holds no data" in text and "see the problems above" not in text
+
+
+@pytest.mark.parametrize("fmt", ["dcgm", "nvidia-smi", "jsonl", "alibaba"])
+def test_a_utf8_bom_is_ignored(fmt: str, shared_data: Path, tmp_path: Path) -> None:
+    """Windows tools (Excel, Notepad) save a BOM: the import must equal the one without it."""
+    source = {
+        "dcgm": shared_data / "dcgm" / "dcgm-exporter-tesla-t4.prom",
+        "nvidia-smi": shared_data / "nvidia-smi" / "linux-x86_64__nvidia-h200__590.48.01.txt",
+        "alibaba": shared_data / "optics" / "alibaba_prefec_ber.csv",
+    }.get(fmt)
+    if source is None:
+        plain = "\n".join(json.dumps({"kind": "gpu", "entity": f"n0/gpu{k}", "ts": 10.0 + k, "gpu_temp": 50 + k})
+                          for k in range(3)) + "\n"
+    else:
+        plain = source.read_text(encoding="utf-8")
+    if fmt == "dcgm":  # no "# HELP" first: the BOM then sits on the first metric's name
+        plain = "".join(line for line in plain.splitlines(keepends=True) if not line.startswith("#"))
+    frames = []
+    for name, text in (("plain", plain), ("bom", "\ufeff" + plain)):
+        path = tmp_path / f"{name}.in"
+        path.write_text(text, encoding="utf-8")
+        out = tmp_path / name
+        printed = run("--format", fmt, str(path), "--out", str(out), "--time", "2026-07-01T00:00:00Z")
+        frames.append((Recording.open(out).read_kind("optic" if fmt == "alibaba" else "gpu"), printed))
+    (plain_frame, plain_text), (bom_frame, bom_text) = frames
+    assert plain_text.count("unmapped metric") == bom_text.count("unmapped metric")
+    assert len(bom_frame) == len(plain_frame)
+    for column, values in plain_frame.columns.items():
+        np.testing.assert_array_equal(bom_frame.columns[column], values)
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "nvidia-smi", "dcgm", "dmon", "alibaba"])
+def test_a_folder_is_refused_for_file_formats(fmt: str, tmp_path: Path) -> None:
+    result = CliRunner().invoke(command, ["--format", fmt, str(tmp_path), "--out", str(tmp_path / "o")])
+    assert result.exit_code == 2 and "is a folder" in result.output, result.output
+
+
+def test_an_out_folder_that_cannot_be_made_gives_an_error_not_a_traceback(tmp_path: Path) -> None:
+    path = tmp_path / "in.jsonl"
+    path.write_text(json.dumps({"kind": "gpu", "entity": "n0/gpu0", "ts": 10.0, "gpu_temp": 50}) + "\n")
+    (tmp_path / "afile").write_text("")
+    text = fails("--format", "jsonl", str(path), "--out", str(tmp_path / "afile" / "sub"))
+    assert "cannot write the recording" in text
+
+
+def test_a_csv_that_is_not_the_alibaba_one_gives_an_error_not_a_traceback(tmp_path: Path) -> None:
+    empty = tmp_path / "empty.csv"
+    empty.write_text("")
+    assert "empty file" in fails("--format", "alibaba", str(empty), "--out", str(tmp_path / "o"))
+    other = tmp_path / "q.csv"
+    other.write_text("timestamp, index, power.draw [W]\n2026/07/03 22:10:46.000, 0, 77.71 W\n")
+    assert "not the Alibaba" in fails("--format", "alibaba", str(other), "--out", str(tmp_path / "o"))
+
+
+def test_nanosecond_timestamps_are_written_with_a_warning(tmp_path: Path) -> None:
+    path = tmp_path / "ns.jsonl"
+    path.write_text("\n".join(json.dumps({"kind": "gpu", "entity": "n0/gpu0", "ts": 1.7e18 + k * 1e9,
+                                          "gpu_temp": 50}) for k in range(3)) + "\n")
+    text = run("--format", "jsonl", str(path), "--out", str(tmp_path / "rec"))
+    assert "1700000000000000000" in text and "ns since the epoch" in text
+    assert len(Recording.open(tmp_path / "rec").read_kind("gpu")) == 3
+
+
+@pytest.mark.parametrize("interval", ["nan", "inf", "0"])
+def test_dmon_interval_must_be_finite_and_positive(interval: str, tmp_path: Path) -> None:
+    path = tmp_path / "dmon.txt"
+    path.write_text("# gpu pwr\n# Idx W\n0 70\n")
+    result = CliRunner().invoke(command, ["--format", "dmon", str(path), "--out", str(tmp_path / "o"),
+                                          "--interval", interval])
+    assert result.exit_code == 2 and "--interval" in result.output, result.output

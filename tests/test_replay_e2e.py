@@ -105,7 +105,7 @@ def test_replay_of_a_broken_recording_is_a_clear_error(tmp_path, small_topology:
     assert "gpu.parquet: unreadable Parquet" in result.output
 
 
-@pytest.mark.parametrize("args, message", [(["--speed", "0"], "--speed must be > 0"),
+@pytest.mark.parametrize("args, message", [(["--speed", "0"], "must be a finite number > 0"),
                                            (["--speed", "2", "--max"], "exclusive")])
 def test_replay_rejects_bad_options(tmp_path, small_topology: Topology, args, message) -> None:
     write_ramp_recording(tmp_path / "rec", small_topology)
