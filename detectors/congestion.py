@@ -278,7 +278,7 @@ class CongestionDetector(Detector):
         signals = (f"xmit_wait {rec[R_WAIT]:.2%} of time, PFC pause {rec[R_PAUSE]:.2%}, "
                    f"ECN/CNP {rec[R_ECN]:.3g}/s")
         spread = self._spread(port, int(rec[R_ON_LEAF]), int(rec[R_ON_NODE]))
-        cause = self._cause(port, ts)
+        cause = self._cause(port, ts, running=code != CODE_START)
         reason = f"congestion on {links[port]} ({signals}); {spread}"
         if cause:
             reason += f"; likely cause: {cause}"
@@ -299,14 +299,23 @@ class CongestionDetector(Detector):
             return f"spreading over {on_leaf} ports of {self.topology.switches[leaf]}"
         return "one hot port" if max(on_leaf, on_node) <= 1 else f"{max(on_leaf, on_node)} ports congested nearby"
 
-    def _cause(self, port: int, ts: float) -> str:
+    def _cause(self, port: int, ts: float, running: bool = False) -> str:
         """The link whose going down most plausibly caused congestion starting at ``ts``.
 
         Best first: a link that went down within ``coincide_s`` before (rerouting is
         immediate), closest in the topology, latest; else the cause of this port's previous
         episode if that link is still down; else the closest related link down within
         ``cause_window_s``.
+
+        ``running``: a refresh of an episode that started earlier. It keeps the cause found at
+        its start, and takes a new one only from links related to the port: a link anywhere that
+        merely went down shortly before a refresh did not start this congestion. Judged afresh at
+        every refresh, an alarm held for days blamed each later, unrelated link failure, and the
+        incident engine, which follows the links a reason names, pulled every one of those faults
+        into the first one's incident.
         """
+        if running and self.s_cause[port] >= 0:
+            return self._describe_cause(port, int(self.s_cause[port]), ts)
         lk = self.s_link
         # the latest down at or before ts (a batch may already hold later ones)
         down_ts = np.where(lk[:, L_DOWN_TS] <= ts, lk[:, L_DOWN_TS], lk[:, L_PREV_DOWN_TS])
@@ -323,7 +332,7 @@ class CongestionDetector(Detector):
         still = down_now[cand]
         last = down_ts[cand]
         pick = -1
-        if coincident.any() and (relation[coincident].max() > 0 or coincident.sum() == 1):
+        if coincident.any() and (relation[coincident].max() > 0 or (coincident.sum() == 1 and not running)):
             sub = np.flatnonzero(coincident)
             pick = int(sub[np.lexsort((last[sub], relation[sub]))[-1]])
         elif self.s_cause[port] in cand:
@@ -335,9 +344,16 @@ class CongestionDetector(Detector):
             return ""
         best = int(cand[pick])
         self.s_cause[port] = best
-        how = RELATIONS[int(relation[pick])]
-        since = f"went down {ts - last[pick]:.0f} s before" + (" and is still down" if still[pick] else "")
-        return f"traffic rerouted from {self.topology.links[best]}, which {since} ({how})"
+        return self._describe_cause(port, best, ts)
+
+    def _describe_cause(self, port: int, link: int, ts: float) -> str:
+        lk = self.s_link[link]
+        down = lk[L_DOWN_TS] if lk[L_DOWN_TS] <= ts else lk[L_PREV_DOWN_TS]
+        still = down <= ts and not (down < lk[L_UP_TS] <= ts)
+        how = RELATIONS[int(self._relation(port, np.array([link]))[0])]
+        since = (f"went down {ts - down:.0f} s before" if down <= ts else "went down") + \
+            (" and is still down" if still else "")
+        return f"traffic rerouted from {self.topology.links[link]}, which {since} ({how})"
 
     def _relation(self, port: int, cand: np.ndarray) -> np.ndarray:
         """How close each candidate link is to ``port``: an index into ``RELATIONS``."""

@@ -229,6 +229,26 @@ def test_an_old_unrelated_failure_is_not_blamed():
     assert "likely cause" not in p.reason
 
 
+def test_a_held_alarm_keeps_the_cause_it_started_with():
+    """Judged afresh at every refresh, an alarm held for days blamed each later link failure
+    anywhere ("went down at the same time"), and the incident engine pulled each of those faults
+    into the first one's incident (a three-day simulation: three independent faults merged)."""
+    topo = fabric()
+    fab = Fabric(topo)
+    det = CongestionDetector(topo)
+    run(det, fab, 3)
+    victim, sibling, elsewhere = slot(topo, "n2/gpu1~leaf1"), slot(topo, "n2/gpu0~leaf0"), slot(topo, "n0/gpu0~leaf0")
+    wait = np.full(topo.size("link"), 1e-4)
+    wait[victim] = 0.1
+    (first,) = det.update(fab.tick(wait=wait, down=[sibling]))
+    assert "traffic rerouted from n2/gpu0~leaf0" in first.reason
+    later = run(det, fab, 200, wait=wait)
+    later += det.update(fab.tick(wait=wait, down=[elsewhere]))  # unrelated: another node, leaf, job and rail
+    later += run(det, fab, 60, wait=wait)  # the next refresh comes 40 s after it went down
+    refreshes = [p for p in later if p.slot == victim]
+    assert len(refreshes) >= 4 and all("traffic rerouted from n2/gpu0~leaf0" in p.reason for p in refreshes)
+
+
 def test_a_down_port_is_not_scored():
     topo = fabric()
     fab = Fabric(topo)
