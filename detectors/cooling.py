@@ -73,7 +73,9 @@ PARAMS: dict[str, float] = {
     "peer_only_min": 0.30,  # ... vs rack median alone (no history yet)
     "node_drift_min": 0.10,  # node median R vs rack median
     "inlet_rise_min_c": 3.0,  # rack inlet vs its baseline
-    "refresh_s": 1800.0,
+    # a held flag is said again this often: under the incident engine's quiet_s (900 s), or a
+    # degraded loop or GPU left in service is announced resolved and opened again every half hour
+    "refresh_s": 600.0,
     "fan_stalled_below": 0.1,  # a chassis fan under this share of full speed has stopped
     # idle GPUs (R is fitted only under load): the temperature over the inlet, whole °C readings
     "idle_rise_min_c": 1.5,  # vs its own idle history and vs its idle node-mates, both, or
@@ -278,11 +280,15 @@ class CoolingDetector(ThermalFitDetector):
                     now, "node", int(nd), "fan_speed", float(idle_node_rise[nd]), self.name,
                     f"idle, all GPUs of {topo.nodes[nd]} run {idle_node_rise[nd]:+.1f} °C warmer over the inlet "
                     f"than the other idle nodes of {self._peer_nodes(nd, idle_by_rack)} — node fans or airflow"))
-        # racks: inlet above its own baseline (a loop or CDU losing flow)
+        # racks: inlet above its own baseline (a loop or CDU losing flow), beyond what the racks of
+        # the other loops rose by together: they share the facility water, whose daily swing (a
+        # few °C where dry coolers follow the weather) otherwise read as every loop losing capacity
         inlet = self.s_rack[:, 1]
         inlet_fresh = np.isfinite(inlet) & ((now - self.s_rack[:, 0]) <= 3 * dt)
         rise = inlet - self.s_rack_base
-        rack_flag = inlet_fresh & (np.nan_to_num(rise) >= p["inlet_rise_min_c"])
+        facility = self._other_loops_rise(np.where(inlet_fresh, rise, np.nan))
+        excess = rise - np.maximum(np.nan_to_num(facility), 0.0)
+        rack_flag = inlet_fresh & (np.nan_to_num(excess) >= p["inlet_rise_min_c"])
         learn_rack = inlet_fresh & ~rack_flag
         self.s_rack_base = np.where(
             learn_rack, follow(self.s_rack_base, inlet, w), self.s_rack_base)
@@ -292,10 +298,29 @@ class CoolingDetector(ThermalFitDetector):
             share = int(np.count_nonzero(rack_flag & same_loop))
             scope = (f"{share} of {int(same_loop.sum())} racks on loop {topo.loops[loops[rk]]} rising: "
                      "the cooling loop (CDU) is losing capacity") if share > 1 else "this rack only: rack flow or manifold"
+            common = (f" ({facility[rk]:+.1f} °C on the other loops)" if np.isfinite(facility[rk])
+                      and facility[rk] > 0.05 else "")
             findings.append(Anomaly(
-                now, "rack", int(rk), "inlet_temp", float(rise[rk]), self.name,
-                f"inlet {inlet[rk]:.1f} °C, {rise[rk]:+.1f} °C over its baseline; {scope}"))
+                now, "rack", int(rk), "inlet_temp", float(excess[rk]), self.name,
+                f"inlet {inlet[rk]:.1f} °C, {rise[rk]:+.1f} °C over its baseline{common}; {scope}"))
         return findings
+
+    def _other_loops_rise(self, rise: np.ndarray) -> np.ndarray:
+        """Per rack, the median over the other cooling loops of each loop's median rack rise
+        (NaN where no other loop has a fresh rack): what the facility water did meanwhile. A
+        single-loop cluster has no such reference, and its racks are judged on their own rise."""
+        loops = self.rack_loop
+        n_loops = int(loops.max()) + 1 if len(loops) else 0
+        if n_loops < 2:
+            return np.full(len(rise), np.nan)
+        per_loop = group_median(rise, np.where(loops >= 0, loops, n_loops), n_loops + 1)[:n_loops]
+        out = np.full(len(rise), np.nan)
+        for loop in np.unique(loops):
+            others = np.delete(per_loop, loop) if loop >= 0 else per_loop
+            others = others[np.isfinite(others)]
+            if len(others):
+                out[loops == loop] = float(np.median(others))
+        return out
 
     def _idle(self, now: float, quiet: np.ndarray) -> tuple[np.ndarray, ...]:
         """The idle side of the comparison: the fit reads R only under load, so an idle GPU whose

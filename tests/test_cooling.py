@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from foreshock.detectors.cooling import CoolingDetector, group_median
 from foreshock.findings import Anomaly
 from foreshock.frames import Frame
+from foreshock.topology import Topology
 
 from thermal_synth import run, small_topology
 
@@ -84,6 +85,43 @@ def test_node_fans_flag_the_node_and_inlet_rise_flags_the_racks():
     assert all(isinstance(f, Anomaly) and f.score > 0 for f in found)
 
 
+def two_loops() -> Topology:
+    """Two cooling loops (cdu0 feeds rack0-1, cdu1 rack2-3), a node of 8 GPUs a rack."""
+    return Topology.from_dict({
+        "cluster": "synth",
+        "rows": [{"name": "row0", "cooling_loop": "cdu0"}, {"name": "row1", "cooling_loop": "cdu1"}],
+        "racks": [{"name": f"rack{k}", "row": f"row{k // 2}"} for k in range(4)],
+        "nodes": [{"name": f"node{k}", "rack": f"rack{k}", "gpus": 8} for k in range(4)]})
+
+
+@pytest.mark.parametrize("swing", [4.0, 5.0])
+def test_the_facility_waters_daily_swing_is_not_a_loop_losing_capacity(swing):
+    """A 48-hour simulation with the facility water swinging ±3-4 °C over the day (dry coolers
+    following the weather) had every rack of both loops flagged each afternoon, "the cooling loop
+    (CDU) is losing capacity", and incidents opened for both loops. The loops share the facility
+    water: a rise they share is not one loop's. A loop that does lose capacity meanwhile is still
+    flagged, against the other loop's rise."""
+    topo = two_loops()
+    n = topo.size("gpu")
+    r = SPREAD[:n]
+
+    def frames(loss_at: float | None):
+        out = []
+        for t in np.arange(0.0, 40 * 3600, 60.0):
+            inlet = 24.0 + swing * np.sin(2 * np.pi * (t / 3600 - 9.0) / 24) + np.array([0.0, 0.3, 0.1, 0.4])
+            if loss_at is not None and t >= loss_at:
+                inlet[2:] += min((t - loss_at) / 1800, 1.0) * 8.0  # cdu1 loses flow
+            out.append(Frame("rack", np.full(4, t), np.arange(4), {"inlet_temp": inlet}))
+            out.append(Frame("gpu", np.full(n, t), np.arange(n), {
+                "gpu_temp": np.round(inlet[topo.gpu_rack] + r * 650.0), "power": np.full(n, 650.0)}))
+        return out
+
+    assert [f for f in run(CoolingDetector(topo), frames(None)) if f.entity_kind == "rack"] == []
+    racks = [f for f in run(CoolingDetector(topo), frames(33 * 3600.0)) if f.entity_kind == "rack"]
+    assert {f.slot for f in racks} == {2, 3} and racks[0].ts >= 33 * 3600
+    assert "2 of 2 racks on loop cdu1" in racks[0].reason
+
+
 def test_a_node_is_not_told_hot_against_one_other_node():
     """One rack of four nodes, two of them idle (not compared). Of the two loaded, node1's R
     reads 20 % low (still settling, say): against the mean of the two, node0 would read +11 %
@@ -116,7 +154,8 @@ def test_a_stopped_fan_flags_its_node_at_once_loaded_or_idle():
         found += det.update(Frame("node", np.full(4, t), np.arange(4), {"fan_speed": speed}))
         found += det.update(Frame("gpu", np.full(32, t), np.arange(32), {"gpu_temp": np.full(32, 30.0),
                                                                         "power": np.full(32, 60.0)}))
-    assert [(f.entity_kind, f.slot, f.ts) for f in found] == [("node", 2, 1000.0), ("node", 2, 2800.0)]
+    assert [(f.entity_kind, f.slot, f.ts) for f in found] == [("node", 2, t) for t in (1000.0, 1600.0, 2200.0, 2800.0,
+                                                                                       3400.0)]
     assert "node2 reads 0% of full speed" in found[0].reason and found[0].field == "fan_speed"
     assert np.isnan(det.s_fan_flag[2])
 
