@@ -151,7 +151,7 @@ class _Member:
 class _Incident:
     __slots__ = ("serial", "family", "first_ts", "last_ts", "last_growth_ts", "state", "root", "root_kind",
                  "reason", "hint", "members", "jobs_hit", "findings", "emits", "last_emit_ts", "emitted_members",
-                 "emitted_root", "dirty", "resolved_ts", "merged_into", "external_types")
+                 "emitted_root", "dirty", "resolved_ts", "merged_into", "external_types", "quiet_s")
 
     def __init__(self, serial: int, family: str, ts: float) -> None:
         self.serial, self.family = serial, family
@@ -172,6 +172,7 @@ class _Incident:
         self.resolved_ts = math.nan
         self.merged_into = -1
         self.external_types: dict[str, int] = {}
+        self.quiet_s = math.nan  # its own quiet time once it has reopened (NaN: the engine's)
 
     @property
     def id(self) -> str:
@@ -645,6 +646,14 @@ class IncidentEngine:
         self.stats["attached"] += 1
 
     def _reopen(self, inc: _Incident, ts: float) -> None:
+        # a cause that is still there but speaks less often than quiet_s (a double-bit ECC error
+        # every half hour on a GPU left in service) had its incident announced resolved and open
+        # again all day: once it reopens, it stays open through one and a half of the longest
+        # silence it has shown (at most reopen_s)
+        gap = ts - inc.last_ts
+        if math.isfinite(gap) and gap > 0:
+            inc.quiet_s = min(max(self.quiet_s, 1.5 * gap, 0.0 if math.isnan(inc.quiet_s) else inc.quiet_s),
+                              max(self.reopen_s, self.quiet_s))
         if inc.serial in self._resolved:
             self._resolved.remove(inc.serial)
         inc.state = GROWING if inc.emits else PENDING
@@ -927,7 +936,7 @@ class IncidentEngine:
                     self.stats["unconfirmed"] += 1
                     self._drop(inc)
                 continue
-            if not self._active(inc, now) and now - inc.last_ts >= self.quiet_s:
+            if not self._active(inc, now) and now - inc.last_ts >= self._quiet_s(inc):
                 self._resolve(inc, now, out)
                 continue
             grew = len(inc.members) != inc.emitted_members
@@ -938,6 +947,9 @@ class IncidentEngine:
             elif inc.state in (OPEN, GROWING) and now - inc.last_growth_ts >= self.stable_s and not grew:
                 inc.state = STABLE
                 self._emit(inc, now, out)
+
+    def _quiet_s(self, inc: _Incident) -> float:
+        return self.quiet_s if math.isnan(inc.quiet_s) else inc.quiet_s
 
     def _confirmed(self, inc: _Incident, now: float) -> bool:
         if now - inc.first_ts < self.hold_s:
@@ -1094,7 +1106,7 @@ class IncidentEngine:
                 # history of the incident it left), and how it was described
                 "owned": [m.key for m in inc.members.values()
                           if self.s_member_of[level_of(m.key)][slot_of(m.key)] == inc.serial],
-                "root_kind": inc.root_kind, "hint": inc.hint,
+                "root_kind": inc.root_kind, "hint": inc.hint, "quiet_s": inc.quiet_s,
             })
         return {
             "incidents": incs, "resolved": list(self._resolved), "next_serial": self.next_serial,
@@ -1159,6 +1171,7 @@ class IncidentEngine:
             for k in ("findings", "emits", "emitted_members", "emitted_root", "merged_into"):
                 setattr(inc, k, int(d[k]))
             inc.state, inc.dirty, inc.reason = d["state"], bool(d["dirty"]), d["reason"]
+            inc.quiet_s = float(d.get("quiet_s", math.nan))
             inc.jobs_hit = {job_slot(int(j)): int(c) for j, c in d["jobs_hit"].items() if job_slot(int(j)) >= 0}
             inc.external_types = dict(d["external_types"])
             self._incidents[inc.serial] = inc

@@ -813,3 +813,28 @@ def test_an_incident_keeps_a_bounded_number_of_external_event_types():
     (saved,) = engine.state_dict()["incidents"]
     assert len(saved["external_types"]) <= incidents_module.MAX_EXTERNAL_TYPES + 1
     assert sum(saved["external_types"].values()) == 500
+
+
+@pytest.mark.parametrize("module", ["congestion", "cooling", "optics", "power", "straggler", "thermal_fit"])
+def test_a_held_flag_is_said_again_before_its_incident_would_go_quiet(module):
+    """The incident engine resolves an incident after quiet_s without findings. The cooling
+    detector said a held flag again only every 1800 s, so a degraded loop or GPU left in service
+    was announced resolved and opened again every half hour (a 72-hour simulation: dozens a day)."""
+    import importlib
+    import inspect
+
+    params = importlib.import_module(f"foreshock.detectors.{module}").PARAMS
+    quiet = inspect.signature(IncidentEngine).parameters["quiet_s"].default
+    assert params["refresh_s"] < quiet
+
+
+def test_a_cause_that_speaks_every_half_hour_keeps_one_incident_open_once_it_reopened():
+    """A GPU left in service with a double-bit ECC error every 30 min had its incident announced
+    resolved after each 15-min silence and open again at the next error: 9-12 times a day in a
+    three-day simulation. Once reopened, an incident stays open through 1.5x the silence it showed."""
+    errors = [Anomaly(float(t), "gpu", 5, "xid_last", 48.0, "xid", "XID 48") for t in range(1000, 6 * 3600, 1800)]
+    out = run(IncidentEngine(TOPO), errors, until=6 * 3600 + 4000.0, start=900.0)
+    states = [i.state for i in out]
+    assert len(by_id(out)) == 1
+    assert states.count("resolved") == 2  # after the first silence, and once the errors stop
+    assert out[-1].state == "resolved" and out[-1].ts >= errors[-1].ts + 2700
