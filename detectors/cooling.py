@@ -10,8 +10,9 @@ detector compares, per GPU:
 
 and flags a failing thermal interface (``gpu``), a node whose GPUs all run hot against the
 other nodes of their rack — or of their cooling loop, where fewer than three of the rack's nodes
-can be compared (failing fans: ``node``) — and a rack whose inlet rises against its own baseline
-(a cooling loop or CDU losing flow: ``rack``). Where node telemetry reports the chassis fans
+can be compared (failing fans: ``node``) — and a rack whose inlet rises against its own baseline,
+beyond what the other cooling loops' racks rose by meanwhile (a cooling loop or CDU losing flow:
+``rack``; a rise every loop shares is the facility water's, such as its daily swing). Where node telemetry reports the chassis fans
 (``fan_speed``, the slowest fan), a stopped fan flags its node at once, whatever the load.
 Idle GPUs, whose R the fit cannot read, are compared by their temperature over the inlet instead,
 on nodes at rest (see :meth:`CoolingDetector._idle`): a failing interface or failed fans show
