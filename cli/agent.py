@@ -203,8 +203,12 @@ def command(source: str, kafka: str | None, user: str | None, password: str | No
 
             def stop_publishing(_sig: signal.Signals) -> None:
                 stopping.set()
-                halt = getattr(frames, "stop", None)  # a polled source: no wait for the next poll
-                if callable(halt):
+                # no wait for the next frame: a polled source's poll, or a paced replay's next
+                # frame, which may be an hour away across a gap in the recording
+                halt = getattr(frames, "stop", None)
+                if isinstance(halt, threading.Event):  # replay and simulator sources
+                    halt.set()
+                elif callable(halt):  # polled sources
                     halt()
 
             restore = stop_on_signals(stop_publishing)

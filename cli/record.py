@@ -128,11 +128,11 @@ def command(source: str, out_dir: Path, duration: float | None, polls: int | Non
         interrupted = True
         polled.stop()
     finally:
-        restore()
         if timer is not None:
             timer.cancel()
         if writer is not None:
             writer.close()
+        restore()  # after the close: a second SIGTERM during it must not cut the footers short
     interrupted = interrupted or bool(stopped_by)
     wall = time.monotonic() - started
     _summary(console, out_dir, writer, health, polled.polls, wall, interrupted)

@@ -41,7 +41,7 @@ from .alarm import (CODE_NONE, CODE_REFRESH, CODE_WITHDRAW, O_CODE, O_CONF, O_ET
                     OUT_SIZE, alarm_step, emit, new_alarm_columns)
 from .base import Detector
 from .gpu_inputs import (gpu_inlet, gpu_obs, kernel, new_inlet_states, rack_inlet_obs, reason_bits,
-                         update_rack_inlet)
+                         update_rack_inlet, upgrade_rack_state)
 
 # ---- the shared per-GPU feature stream -------------------------------------------------------
 OBS_FIELDS = ("gpu_temp", "hbm_temp", "power", "power_limit", "energy", "sm_clock", "sm_clock_max",
@@ -191,6 +191,9 @@ class _FeatureDetector(Detector):
         self.s_feat = self.stream.s_feat
         self.s_rack = self.stream.s_rack
         self.s_node = self.stream.s_node
+
+    def upgrade_state(self, state: dict[str, Any]) -> dict[str, Any]:
+        return upgrade_rack_state(state)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         super().load_state_dict(state)

@@ -308,14 +308,19 @@ class CongestionDetector(Detector):
         ``cause_window_s``.
 
         ``running``: a refresh of an episode that started earlier. It keeps the cause found at
-        its start, and takes a new one only from links related to the port: a link anywhere that
-        merely went down shortly before a refresh did not start this congestion. Judged afresh at
-        every refresh, an alarm held for days blamed each later, unrelated link failure, and the
-        incident engine, which follows the links a reason names, pulled every one of those faults
-        into the first one's incident.
+        its start while that link is down or came back less than ``cause_window_s`` ago, and takes
+        a new one only from links related to the port: a link anywhere that merely went down
+        shortly before a refresh did not start this congestion. Judged afresh at every refresh, an
+        alarm held for days blamed each later, unrelated link failure, and the incident engine,
+        which follows the links a reason names, pulled every one of those faults into the first
+        one's incident.
         """
-        if running and self.s_cause[port] >= 0:
-            return self._describe_cause(port, int(self.s_cause[port]), ts)
+        kept = int(self.s_cause[port])
+        if running and kept >= 0:
+            up = self.s_link[kept, L_UP_TS]
+            back_long_ago = up > self.s_link[kept, L_DOWN_TS] and ts - up > self.params[P_CAUSE]
+            if not back_long_ago:
+                return self._describe_cause(port, kept, ts)
         lk = self.s_link
         # the latest down at or before ts (a batch may already hold later ones)
         down_ts = np.where(lk[:, L_DOWN_TS] <= ts, lk[:, L_DOWN_TS], lk[:, L_PREV_DOWN_TS])

@@ -309,12 +309,14 @@ class CoolingDetector(ThermalFitDetector):
     def _other_loops_rise(self, rise: np.ndarray) -> np.ndarray:
         """Per rack, the median over the other cooling loops of each loop's median rack rise
         (NaN where no other loop has a fresh rack): what the facility water did meanwhile. A
-        single-loop cluster has no such reference, and its racks are judged on their own rise."""
+        single-loop cluster has no such reference, and its racks are judged on their own rise.
+        The price: a loss the loops share — the facility's chiller, or two loops failing at once
+        where there are only two — is read as the facility water's, and not flagged here."""
         loops = self.rack_loop
         n_loops = int(loops.max()) + 1 if len(loops) else 0
         if n_loops < 2:
             return np.full(len(rise), np.nan)
-        per_loop = group_median(rise, np.where(loops >= 0, loops, n_loops), n_loops + 1)[:n_loops]
+        per_loop = group_median(rise, loops, n_loops)  # (racks without a loop: in no group)
         out = np.full(len(rise), np.nan)
         for loop in np.unique(loops):
             others = np.delete(per_loop, loop) if loop >= 0 else per_loop

@@ -23,6 +23,8 @@ from foreshock.health import PipelineHealth
 from foreshock.numba_config import JIT_OPTIONS
 from foreshock.topology import Topology
 
+from .base import add_columns
+
 F = TypeVar("F", bound=Callable[..., Any])
 
 
@@ -96,6 +98,15 @@ the median 9 °C in a sample."""
 
 TICK_EPS_S = 0.5
 """Samples of one node closer than this in time belong to the same scrape (tick)."""
+
+
+def upgrade_rack_state(state: dict[str, Any]) -> dict[str, Any]:
+    """A detector state whose ``s_rack`` was saved before racks kept when their flow was last read
+    (``RACK_FLOW_TS``): read at the rack's last sample, which carried it where the rack reports a
+    flow at all (``Detector.upgrade_state``)."""
+    if "s_rack" not in state:
+        return state
+    return {**state, "s_rack": add_columns(state["s_rack"], RACK_SIZE, {RACK_FLOW_TS: RACK_TS})}
 
 
 def new_rack_state(n_racks: int) -> np.ndarray:

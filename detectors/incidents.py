@@ -364,9 +364,9 @@ class IncidentEngine:
 
     # ---- grouping ------------------------------------------------------------------------------
     def _place(self, ev: _Evidence, now: float) -> None:
-        inc = self._own_incident(ev)
+        inc = self._own_incident(ev, now)
         if inc is None and ev.named:
-            inc = self._named_incident(ev)
+            inc = self._named_incident(ev, now)
         if inc is None:
             inc = self._inside_root(ev)
         if inc is None and ev.sig.opens:
@@ -374,12 +374,10 @@ class IncidentEngine:
         if inc is None:
             if ev.sig.opens and self._back_on_the_bus(ev):
                 return
-            if ev.sig.opens and now - ev.ts > self.quiet_s:
-                # evidence older than quiet_s could only open an incident that resolves at the next
-                # tick: a fault that ended long ago (a redelivered or re-read feed, a finding hours
-                # late) announced as opened and then resolved. It still joins a live incident.
+            if ev.sig.opens and self._too_old(ev, now):
                 self.health.problem(self.name, "evidence too old to open an incident (older than quiet_s)",
                                     detail=f"{ev.kind} {ev.slot}")
+                self.stats["unattached"] += 1
                 return
             if ev.sig.opens:
                 inc = self._new_incident(ev.sig.family, ev.ts)
@@ -391,7 +389,13 @@ class IncidentEngine:
         self.stats["attached"] += 1
         self._attach(inc, ev)
 
-    def _own_incident(self, ev: _Evidence) -> _Incident | None:
+    def _too_old(self, ev: _Evidence, now: float) -> bool:
+        """Evidence older than quiet_s could only open (or reopen) an incident that resolves at the
+        next tick: a fault that ended long ago (a redelivered or re-read feed, a finding hours late)
+        announced as opened and then resolved. It may still join a live incident."""
+        return now - ev.ts > self.quiet_s
+
+    def _own_incident(self, ev: _Evidence, now: float) -> _Incident | None:
         serial = int(self.s_member_of[MEMBER_LEVEL[ev.kind]][ev.slot])
         inc = self._incidents.get(serial) if serial >= 0 else None
         if inc is None:
@@ -411,7 +415,8 @@ class IncidentEngine:
         if inc.state == RESOLVED:
             # a flapping link or a recurring GPU reopens its incident; one GPU of a resolved loop
             # incident does not reopen the loop
-            if inc.merged_into < 0 and ev.sig.opens and not wide and 0.0 <= ev.ts - inc.resolved_ts <= self.reopen_s:
+            if (inc.merged_into < 0 and ev.sig.opens and not wide and 0.0 <= ev.ts - inc.resolved_ts <= self.reopen_s
+                    and not self._too_old(ev, now)):
                 self._reopen(inc, ev.ts)
                 return inc
             return None
@@ -438,7 +443,7 @@ class IncidentEngine:
         self.stats["consequences"] += 1
         return True
 
-    def _named_incident(self, ev: _Evidence) -> _Incident | None:
+    def _named_incident(self, ev: _Evidence, now: float) -> _Incident | None:
         for kind, slot in ev.named:
             keys = [(kind, slot)]
             if kind == "link":
@@ -448,8 +453,8 @@ class IncidentEngine:
                 inc = self._incidents.get(serial) if serial >= 0 else None
                 if inc is not None and inc.live and inc.family == FABRIC:
                     return inc
-        if ev.sig.family == FABRIC:  # the cause shows nothing yet: it opens the incident
-            return self._new_incident(FABRIC, ev.ts)
+        if ev.sig.family == FABRIC and not self._too_old(ev, now):
+            return self._new_incident(FABRIC, ev.ts)  # the cause shows nothing yet: it opens the incident
         return None
 
     def _inside_root(self, ev: _Evidence) -> _Incident | None:
@@ -737,6 +742,8 @@ class IncidentEngine:
         survivor.first_ts = min(survivor.first_ts, victim.first_ts)
         survivor.last_ts = max(survivor.last_ts, victim.last_ts)
         survivor.last_growth_ts = max(survivor.last_growth_ts, victim.last_growth_ts)
+        if not victim.quiet_s <= survivor.quiet_s:  # (NaN: the engine's)
+            survivor.quiet_s = victim.quiet_s if math.isfinite(victim.quiet_s) else survivor.quiet_s
         survivor.dirty = True
         if survivor.state == STABLE:
             survivor.state = GROWING

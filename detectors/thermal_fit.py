@@ -33,9 +33,9 @@ from foreshock.frames import Frame
 from foreshock.health import PipelineHealth
 from foreshock.topology import Topology
 
-from .base import Detector, add_columns, resolve_params
-from .gpu_inputs import (RACK_FLOW_TS, RACK_SIZE, RACK_TS, Scratch, gpu_obs, inline, kernel, new_inlet_states,
-                         node_feed, node_tick, rack_inlet_obs, read_inlet, update_rack_inlet)
+from .base import Detector, resolve_params
+from .gpu_inputs import (Scratch, gpu_obs, inline, kernel, new_inlet_states, node_feed, node_tick, rack_inlet_obs,
+                         read_inlet, update_rack_inlet, upgrade_rack_state)
 
 OBS_FIELDS = ("gpu_temp", "hbm_temp", "power", "slowdown_temp", "energy", "power_limit", "throttle_reasons",
               "util")
@@ -526,11 +526,7 @@ class ThermalFitDetector(Detector):
     slot_kinds: ClassVar[Mapping[str, str]] = FIT_SLOT_KINDS
 
     def upgrade_state(self, state: dict[str, Any]) -> dict[str, Any]:
-        """A state saved before racks kept when their flow was last read (``RACK_FLOW_TS``): read
-        at the rack's last sample, which carried it where the rack reports a flow at all."""
-        if "s_rack" not in state:
-            return state
-        return {**state, "s_rack": add_columns(state["s_rack"], RACK_SIZE, {RACK_FLOW_TS: RACK_TS})}
+        return upgrade_rack_state(state)
 
     def init_fit(self, params: np.ndarray, consumer: bool) -> None:
         self.fit_consumer = consumer

@@ -72,3 +72,52 @@ def test_incidents_runs_on_an_empty_recording(small_topology, tmp_path: Path) ->
     result = invoke(incidents.command, str(tmp_path / "rec"), "--no-progress")
     assert result.exit_code == 0, result.output
     assert json.loads(result.output.strip().splitlines()[-1])["incidents_total"] == 0
+
+
+def test_an_agent_replaying_across_a_gap_stops_at_sigterm_not_at_the_next_frame(tmp_path: Path, monkeypatch,
+                                                                                 small_topology) -> None:
+    """SIGTERM (systemd, docker) ends an agent after the frame in hand. A paced replay's stop is an
+    Event, which the handler at first left unset: across an hour without data the agent ignored
+    SIGTERM until its next frame was due, and was killed with its frames unsent. (The publisher
+    is a stand-in here; tests/test_kafka_sources.py sends through the real broker.)"""
+    import os
+    import signal
+    import threading
+    import time
+
+    import numpy as np
+
+    from foreshock.cli import agent
+    from foreshock.frames import Frame
+    from foreshock.streams import kafka_agent, kafka_config
+
+    n = small_topology.size("gpu")
+    with RecordingWriter(tmp_path / "rec", small_topology, {"interval": 1.0}) as w:
+        for t in (0.0, 1.0, 3600.0):  # an hour without data after the second sample
+            w.write(Frame("gpu", np.full(n, t), np.arange(n, dtype=np.int32), {"gpu_temp": np.full(n, 40.0)}))
+
+    class Publisher:
+        def __init__(self, *args: object, **kwargs: object) -> None:
+            self.stats = kafka_agent.AgentStats()
+
+        def publish(self, frame: Frame) -> None:
+            self.stats.frames += 1
+
+        def close(self) -> None:
+            pass
+
+    monkeypatch.setattr(kafka_agent, "FramePublisher", Publisher)
+    monkeypatch.setattr(kafka_agent, "check_broker", lambda settings: None)
+    monkeypatch.setattr(kafka_config, "check_broker", lambda settings: None)
+    timer = threading.Timer(2.0, os.kill, (os.getpid(), signal.SIGTERM))
+    started = time.monotonic()
+    timer.start()
+    try:
+        result = invoke(agent.command, "--source", "replay", "--path", str(tmp_path / "rec"), "--speed", "1",
+                        "--kafka", "127.0.0.1:9")
+    finally:
+        timer.cancel()
+    assert result.exit_code == 0, result.output
+    assert time.monotonic() - started < 20
+    summary = json.loads(result.output.strip().splitlines()[-1])
+    assert summary["stopped_early"] is True and summary["frames"] == 2

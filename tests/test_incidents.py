@@ -745,7 +745,8 @@ def test_an_incident_is_announced_resolved_once():
     assert [i.state for i in out if i.state == "resolved"] == ["resolved"]
 
 
-@pytest.mark.parametrize("late", ["external event re-read", "finding hours late"])
+@pytest.mark.parametrize("late", ["external event re-read", "finding hours late", "link finding hours late",
+                                  "finding after the resolution, delivered late"])
 def test_evidence_from_long_ago_opens_no_incident(late):
     """An external event read again (a feed rewritten in place, a redelivery) or a finding that
     arrives hours late opened an incident for a fault long over, announced open and then resolved
@@ -759,9 +760,20 @@ def test_evidence_from_long_ago_opens_no_incident(late):
     if late == "external event re-read":
         engine.add_external([event])
         again = run(engine, [], until=20100.0, start=20000.0)
-    else:
+    elif late == "finding hours late":
         again = run(engine, [Anomaly(1000.0, "gpu", 5, "xid_last", 48.0, "xid", "XID 48")],
                     until=20100.0, start=20000.0)
+    elif late == "link finding hours late":  # (a link's own finding names it: another path)
+        name = TOPO.links[link(0, 0)]
+        again = run(engine, [Anomaly(1000.0, "link", link(0, 0), "link_downed", 1.0, "link_errors",
+                                     f"fatal: link down on {name}")], until=20100.0, start=20000.0)
+    else:  # dated after a GPU's incident resolved, an hour in coming: it reopened it, resolved again
+        engine = IncidentEngine(TOPO, health)
+        first = run(engine, [Anomaly(1000.0, "gpu", 5, "xid_last", 48.0, "xid", "XID 48")],
+                    until=2500.0, start=900.0)
+        assert first[-1].state == "resolved" and first[-1].ts < 3000.0
+        again = run(engine, [Anomaly(3000.0, "gpu", 5, "xid_last", 48.0, "xid", "XID 48")],
+                    until=7100.0, start=7000.0)
     assert again == []
     assert any("too old to open an incident" in what for _, what in health.problems)
 

@@ -1325,3 +1325,19 @@ def test_a_held_member_that_stops_reporting_no_longer_paces_the_job():
     named = [p for p in found if "paced by node0/gpu3," in p.reason]
     assert named and max(p.ts for p in named) <= gone + 300.0
     assert any(p.ts > gone + 300.0 for p in found)  # predictions went on without it
+
+
+@pytest.mark.parametrize("name", ["thermal", "power", "cooling", "threshold", "river_hst"])
+def test_every_detector_holding_rack_state_reads_one_saved_before_the_flow_time(name):
+    """The thermal fit's detectors and the baselines keep the same rack state; at first only the
+    former read a checkpoint from before ``RACK_FLOW_TS``, and the threshold rule refused it."""
+    from foreshock.detectors import gpu_inputs as gi
+    from foreshock.detectors.registry import create
+
+    topo = small_topology(nodes=2, gpus=8, racks=2)
+    det = create(name, topo)
+    saved = det.state_dict()
+    saved["s_rack"][:, gi.RACK_TS] = 1234.0
+    saved["s_rack"] = saved["s_rack"][:, :gi.RACK_FLOW_TS]
+    det.load_state_dict(saved)
+    assert det.s_rack.shape[1] == gi.RACK_SIZE and (det.s_rack[:, gi.RACK_FLOW_TS] == 1234.0).all()
