@@ -157,43 +157,38 @@ def _congestion_kernel(ts: np.ndarray, slot: np.ndarray, rate: np.ndarray, delta
             # a port that is not ACTIVE carries nothing: its counters say nothing, and a congestion
             # it was flagged for is over (left held, it stayed "congested" for as long as the port
             # was down and counted as a congested neighbour of every port of its leaf and node)
-            if alarm[s, A_ACTIVE] == 1.0:
-                _count_change(per_group, groups, s, alarm_withdraw(alarm, s, 0, t), out, i)
-            continue
-        wait = rate[i, C_WAIT] * params[P_TICK] * 8.0 / bps
-        pause = rate[i, C_PAUSE]
-        ecn = rate[i, C_ECN]
-        cnp = rate[i, C_CNP]
-        if cnp == cnp and not cnp <= ecn:
-            ecn = cnp
-        score = np.nan
-        for v, th in ((wait, params[P_WAIT_ON]), (pause, params[P_PAUSE_ON]), (ecn, params[P_ECN_ON])):
-            if v == v and not v / th <= score:
-                score = v / th
-        out[i, R_WAIT] = wait
-        out[i, R_PAUSE] = pause
-        out[i, R_ECN] = ecn
-        out[i, R_SCORE] = score
-        if score != score:
-            continue  # no rate yet (first sample, missing counters): no decision either way
-        firing = score >= 1.0
-        clear = score < params[P_CLEAR]
-        code = alarm_step(alarm, s, 0, t, firing, clear, params[P_ON], params[P_OFF_HOLD], params[P_REFRESH])
-        _count_change(per_group, groups, s, code, out, i)
-
-
-@jit
-def _count_change(per_group: np.ndarray, groups: np.ndarray, s: int, code: int, out: np.ndarray, i: int) -> None:
-    """Record port ``s``'s alarm code in row ``i`` of ``out`` and keep the congested-port counts of
-    its leaf and node in step with it."""
-    out[i, R_CODE] = code
-    change = 1.0 if code == CODE_START else (-1.0 if code == CODE_WITHDRAW else 0.0)
-    for k in range(2):
-        g = groups[s, k]
-        if g >= 0:
-            per_group[g] += change
-    out[i, R_ON_LEAF] = per_group[groups[s, 0]] if groups[s, 0] >= 0 else 1.0
-    out[i, R_ON_NODE] = per_group[groups[s, 1]] if groups[s, 1] >= 0 else 1.0
+            if alarm[s, A_ACTIVE] != 1.0:
+                continue
+            code = alarm_withdraw(alarm, s, 0, t)
+        else:
+            wait = rate[i, C_WAIT] * params[P_TICK] * 8.0 / bps
+            pause = rate[i, C_PAUSE]
+            ecn = rate[i, C_ECN]
+            cnp = rate[i, C_CNP]
+            if cnp == cnp and not cnp <= ecn:
+                ecn = cnp
+            score = np.nan
+            for v, th in ((wait, params[P_WAIT_ON]), (pause, params[P_PAUSE_ON]), (ecn, params[P_ECN_ON])):
+                if v == v and not v / th <= score:
+                    score = v / th
+            out[i, R_WAIT] = wait
+            out[i, R_PAUSE] = pause
+            out[i, R_ECN] = ecn
+            out[i, R_SCORE] = score
+            if score != score:
+                continue  # no rate yet (first sample, missing counters): no decision either way
+            firing = score >= 1.0
+            clear = score < params[P_CLEAR]
+            code = alarm_step(alarm, s, 0, t, firing, clear, params[P_ON], params[P_OFF_HOLD], params[P_REFRESH])
+        # (written out here, not called: a helper, even inlined, halved the kernel's speed)
+        out[i, R_CODE] = code
+        change = 1.0 if code == CODE_START else (-1.0 if code == CODE_WITHDRAW else 0.0)
+        for k in range(2):
+            g = groups[s, k]
+            if g >= 0:
+                per_group[g] += change
+        out[i, R_ON_LEAF] = per_group[groups[s, 0]] if groups[s, 0] >= 0 else 1.0
+        out[i, R_ON_NODE] = per_group[groups[s, 1]] if groups[s, 1] >= 0 else 1.0
 
 
 class CongestionDetector(Detector):
