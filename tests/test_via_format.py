@@ -63,6 +63,8 @@ def test_frames_come_back_on_the_formats_grid_for_the_same_entities(fmt: str) ->
     kind = VIA_KIND[fmt]
     index = [f.kind for f in tick].index(kind)
     resolution = GPU_RESOLUTION if kind == "gpu" else LINK_RESOLUTION
+    if fmt == "dcgm":  # DCGM's violation counters count nanoseconds (nvidia-smi's: microseconds)
+        resolution = resolution | {"power_throttle_time": 1e-9, "thermal_throttle_time": 1e-9}
     original = _off_grid(tick[index], resolution)
     health = PipelineHealth()
     with ViaFormat(sim.topology, fmt, formats, health) as via:
