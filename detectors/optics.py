@@ -646,8 +646,11 @@ class OpticsDetector(Detector):
         if frame.kind != "optic" or len(frame) == 0:
             return []
         cols = frame.columns
-        delta, _, problems = self.counters.update(
-            frame.ts, frame.slot, np.stack([cols["rx_bits"], cols["rx_corrected_bits"]], axis=1))
+        # the pair is read together or not at all: a row with one of them missing would have the
+        # other's increase span one interval and its own the next two (a BER off by up to 2x)
+        counters = np.stack([cols["rx_bits"], cols["rx_corrected_bits"]], axis=1)
+        counters[np.isnan(counters).any(axis=1)] = np.nan
+        delta, _, problems = self.counters.update(frame.ts, frame.slot, counters)
         report_problems(self.health, self.name, problems)
         self._take_module_alarms(frame)
         x = np.empty((len(frame), X_SIZE))

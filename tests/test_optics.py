@@ -619,6 +619,22 @@ def test_a_state_saved_before_optics_kept_their_dark_buckets_is_read_on():
     assert run(b, frames[400:]) == out_a and any(f.type == "prediction" for f in out_a)
 
 
+def test_a_missing_corrected_bits_reading_does_not_double_the_ber():
+    """A row with ``rx_corrected_bits`` missing but ``rx_bits`` present: the bits of that interval
+    were counted, the corrected bits of it landed with the next one, and the BER of the bucket
+    read up to 2x too high. The pair is now read together or not at all."""
+    det = OpticsDetector(links(1), bucket_s=3600.0)
+    bits = corrected = 0.0
+    for k, t in enumerate(np.arange(0.0, 600.0, 10.0)):
+        bits += 1e11
+        corrected += 1e5  # a BER of 1e-6
+        missing = k in (20, 21, 40)
+        det.update(Frame("optic", [t], [0], {"rx_power": [-2.0], "rx_bits": [bits],
+                                             "rx_corrected_bits": [np.nan if missing else corrected]}))
+    acc = det.s_acc[0]
+    assert acc[2 * SIG_Q] / acc[2 * SIG_Q + 1] == pytest.approx(1e-6, rel=1e-9)
+
+
 def test_parameters_are_checked():
     with pytest.raises(ValueError, match="unknown parameters"):
         OpticsDetector(links(1), fec_limit=1e-3)
