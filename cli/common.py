@@ -191,20 +191,22 @@ def default_out(path: str | None, name: str) -> Path:
 def stop_on_signals(stop: Callable[[signal.Signals], None],
                     signals: Sequence[signal.Signals] = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)) -> Callable[[], None]:
     """Make the first of ``signals`` call ``stop`` (the run ends as asked, its files closed and its
-    summary printed); the same signal again acts as before (a second Ctrl-C interrupts). SIGTERM is
-    what systemd, docker, Slurm and ``timeout`` send: unhandled, it killed a run with its files open.
+    summary printed); the same signal again acts as before (a second Ctrl-C interrupts), and one
+    set to be ignored stays ignored. SIGTERM is what systemd, docker, Slurm and ``timeout`` send:
+    unhandled, it killed a run with its files open.
     Returns what puts the previous handlers back; off the main thread, where Python takes no
     signals, it does nothing."""
     if threading.current_thread() is not threading.main_thread():
         return lambda: None
-    previous = {sig: signal.getsignal(sig) for sig in signals}
+    # a signal set to be ignored stays ignored: under nohup, SIGHUP must not end the run
+    previous = {sig: handler for sig in signals if (handler := signal.getsignal(sig)) is not signal.SIG_IGN}
 
     def on_signal(signum: int, _frame: Any) -> None:
         sig = signal.Signals(signum)
         signal.signal(sig, previous[sig])
         stop(sig)
 
-    for sig in signals:
+    for sig in previous:
         signal.signal(sig, on_signal)
 
     def restore() -> None:

@@ -121,3 +121,22 @@ def test_an_agent_replaying_across_a_gap_stops_at_sigterm_not_at_the_next_frame(
     assert time.monotonic() - started < 20
     summary = json.loads(result.output.strip().splitlines()[-1])
     assert summary["stopped_early"] is True and summary["frames"] == 2
+
+
+def test_a_signal_set_to_be_ignored_stays_ignored() -> None:
+    """Under ``nohup`` SIGHUP is ignored: taking it over would end an agent or a recording when
+    its terminal closed."""
+    import signal
+
+    from foreshock.cli.common import stop_on_signals
+
+    before = signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    try:
+        stopped: list[signal.Signals] = []
+        restore = stop_on_signals(stopped.append, (signal.SIGTERM, signal.SIGHUP))
+        assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
+        assert signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL
+        restore()
+        assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL and stopped == []
+    finally:
+        signal.signal(signal.SIGHUP, before)
