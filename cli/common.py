@@ -169,6 +169,26 @@ def finish(run: PipelineRun, stats: RunStats, events: Sequence[Event] = (), json
     }, allow_nan=False))
 
 
+def finite_number(positive: bool = False) -> Callable[[click.Context, click.Parameter, Any], Any]:
+    """A click callback refusing NaN and infinities (``FloatRange`` lets NaN through: every
+    comparison with it is false) and, with ``positive``, numbers <= 0; an option not given passes."""
+    def check(_ctx: click.Context, _param: click.Parameter, value: Any) -> Any:
+        if value is not None and not (math.isfinite(value) and (value > 0 or not positive)):
+            raise click.BadParameter(f"must be a finite number{' > 0' if positive else ''}, got {value}")
+        return value
+
+    return check
+
+
+def create_folder(path: Path, what: str) -> None:
+    """Create an output folder now, not after a run that can take minutes: a path that cannot be
+    one is a clear error up front rather than a traceback at the end."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise click.ClickException(f"cannot create {what} {path}: {exc.strerror or exc}") from None
+
+
 def _json_number(value: float) -> float | None:
     """JSON has no NaN: a figure that does not exist (no valid timestamp in the input) is null."""
     return value if math.isfinite(value) else None

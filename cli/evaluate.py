@@ -15,7 +15,7 @@ from foreshock.detectors.baselines import ModelFileError
 from foreshock.fields import ENTITY_KINDS
 from foreshock.recording import Recording, RecordingError
 
-from .common import param_option, parse_params
+from .common import create_folder, param_option, parse_params
 
 DEFAULT_SETS = "foreshock,river,sklearn,threshold"
 
@@ -80,10 +80,7 @@ def command(ctx: click.Context, recording: str, sets: str, report_dir: str, mode
         rec = Recording.open(recording)
     except RecordingError as exc:
         raise click.ClickException(str(exc)) from None
-    try:  # now, not after a run that can take minutes
-        Path(report_dir).mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise click.ClickException(f"cannot create the report folder {report_dir}: {exc.strerror or exc}") from None
+    create_folder(Path(report_dir), "the report folder")
     span = (rec.meta.get("end") or 0) - (rec.meta.get("start") or 0)
     with Progress(TextColumn("evaluate"), BarColumn(), TextColumn("{task.percentage:>3.0f}% of telemetry time"),
                   TimeElapsedColumn(), console=console, transient=True) as bar:

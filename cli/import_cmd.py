@@ -24,6 +24,8 @@ from foreshock.streams.nvidia_smi import capture_collected_at, capture_sections,
 from foreshock.streams.samples import SampleBatch, gpu_topology, split_gpu_entity
 from foreshock.topology import Topology
 
+from .common import finite_number
+
 FORMATS = ("dcgm", "nvidia-smi", "dmon", "alibaba", "sysfs", "jsonl")
 # 1e11 s since the epoch is the year 5138: larger stamps are ms, us or ns, not seconds
 SECONDS_LIMIT = 1e11
@@ -85,12 +87,6 @@ def _jsonl(path: Path, topology_path: Path | None, health: PipelineHealth) -> tu
     return topology, [f.sorted_by_time() for f in frames.values()]
 
 
-def _positive_finite(ctx: click.Context, param: click.Parameter, value: float) -> float:
-    if not (math.isfinite(value) and value > 0):
-        raise click.BadParameter(f"must be a finite number > 0, got {value}")
-    return value
-
-
 @click.command("import")
 @click.option("--format", "fmt", type=click.Choice(FORMATS), required=True, help="What PATH holds.")
 @click.argument("path", type=click.Path(exists=True, path_type=Path))
@@ -100,7 +96,7 @@ def _positive_finite(ctx: click.Context, param: click.Parameter, value: float) -
 @click.option("--time", "at", default=None,
               help="ISO time of a single-snapshot capture (dcgm, sysfs) or of the first dmon sample. "
                    "Default: the capture's collected_at, else the file's modification time.")
-@click.option("--interval", default=1.0, show_default=True, type=float, callback=_positive_finite,
+@click.option("--interval", default=1.0, show_default=True, type=float, callback=finite_number(positive=True),
               help="dmon sampling interval (seconds).")
 @click.option("--stat", default="avg", show_default=True, type=click.Choice(STATS),
               help="alibaba: which hourly statistic to import.")

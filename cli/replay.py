@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import replace
 
@@ -11,15 +10,18 @@ import click
 from foreshock.recording import RecordingError
 from foreshock.streams.sources import ReplaySource
 
-from .common import build_pipeline, detector_option, external_option, follow_external, param_option, finish, recording_rows, run_with_progress, serve_options, stop_server
+from .common import (build_pipeline, detector_option, external_option, finish, finite_number, follow_external,
+                     param_option, recording_rows, run_with_progress, serve_options, stop_server)
 
 
 @click.command("replay")
 @click.argument("path", type=click.Path(exists=True, file_okay=False))
-@click.option("--speed", type=float, default=None, help="Replay at X times real time (default: --max).")
+@click.option("--speed", type=float, default=None, callback=finite_number(positive=True),
+              help="Replay at X times real time (default: --max).")
 @click.option("--max", "max_speed", is_flag=True, help="Replay as fast as the CPU allows (the default).")
 @click.option("--now", "shift_now", is_flag=True, help="Shift timestamps so the replay starts at the current time.")
-@click.option("--hold", type=float, default=0.0, help="Keep serving /metrics this many seconds after the end.")
+@click.option("--hold", type=float, default=0.0, callback=finite_number(),
+              help="Keep serving /metrics this many seconds after the end.")
 @detector_option
 @param_option
 @external_option
@@ -30,10 +32,6 @@ def command(path: str, speed: float | None, max_speed: bool, shift_now: bool, ho
     """Replay a recording (a folder written by `simulate` or `import`) through the detectors."""
     if speed is not None and max_speed:
         raise click.UsageError("--speed and --max are exclusive")
-    if speed is not None and not (math.isfinite(speed) and speed > 0):  # NaN would pass "<= 0" and mean --max
-        raise click.BadParameter(f"must be a finite number > 0, got {speed}", param_hint="--speed")
-    if not math.isfinite(hold):
-        raise click.BadParameter(f"must be a finite number of seconds, got {hold}", param_hint="--hold")
     try:
         source = ReplaySource(path, speed=None if max_speed else speed, shift_to=time.time() if shift_now else None)
         # ground truth is read before the run: a broken events file fails now, not after a long replay

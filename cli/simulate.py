@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import math
 import sys
 from pathlib import Path
 
@@ -16,22 +15,17 @@ from foreshock.simulator import (
 from foreshock.simulator.faults import FAILURES_PER_1000_NODE_DAYS
 from foreshock.streams.via_format import VIA_KIND, ViaFormat
 
+from .common import create_folder, finite_number
+
 VIA_HELP = ("Pass every gpu frame (dcgm, nvidia-smi) or host link frame (sysfs) through that real "
             "format and its importer, so the recording holds what the real source path delivers "
             "(integer units; fields the format lacks are NaN). Default: frames as simulated.")
 
 
-def _finite(ctx: click.Context, param: click.Parameter, value: float | None) -> float | None:
-    # FloatRange lets NaN through (every comparison with it is false)
-    if value is not None and not math.isfinite(value):
-        raise click.BadParameter(f"must be a finite number, got {value}")
-    return value
-
-
 @click.command("simulate")
 @click.option("--gpus", type=click.IntRange(min=8), default=None,
               help="Cluster size in GPUs, a multiple of 8 (default: the scenario's, else 256).")
-@click.option("--duration", type=click.FloatRange(min=0, min_open=True), default=None, callback=_finite,
+@click.option("--duration", type=click.FloatRange(min=0, min_open=True), default=None, callback=finite_number(),
               help="Simulated seconds (default: the scenario's, else 3600).")
 @click.option("--scenario", default="healthy", show_default=True,
               help=f"Packaged scenario ({', '.join(list_scenarios())}) or a YAML file.")
@@ -41,15 +35,15 @@ def _finite(ctx: click.Context, param: click.Parameter, value: float | None) -> 
 @click.option("--random-faults", is_flag=True,
               help="Add random faults at FACTS' failure rate x --fault-acceleration (see foreshock.simulator.faults).")
 @click.option("--fault-acceleration", type=click.FloatRange(min=0), default=RANDOM_FAULT_ACCELERATION,
-              show_default=True, callback=_finite,
+              show_default=True, callback=finite_number(),
               help=f"Multiplier on FACTS' {FAILURES_PER_1000_NODE_DAYS:g} failures per 1000 node-days for random faults "
                    "(1 = the real rate; "
                    "applies with --random-faults or a scenario that draws them).")
 @click.option("--interval", type=click.FloatRange(min=0, min_open=True), default=1.0, show_default=True,
-              callback=_finite,
+              callback=finite_number(),
               help="Sampling interval in seconds (30 = dcgm-exporter's default).")
 @click.option("--physics-dt", type=click.FloatRange(min=0, min_open=True), default=1.0, show_default=True,
-              callback=_finite,
+              callback=finite_number(),
               help="Internal physics step in seconds (at most the interval); larger is faster, coarser.")
 @click.option("--counter-bits", type=click.Choice(["32", "64"]), default="64", show_default=True,
               help="Width of the link counters (32 makes them wrap like classic IB PortCounters).")
@@ -79,10 +73,7 @@ def command(gpus: int | None, duration: float | None, scenario: str, seed: int, 
                                params={"counter_bits": int(counter_bits)})
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
-    try:  # now, not after the simulation
-        out_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise click.ClickException(f"cannot create {out_dir}: {exc.strerror or exc}") from None
+    create_folder(out_dir, "the recording folder")
     console = Console(stderr=True)
     health = PipelineHealth()
     total = sim.duration

@@ -13,6 +13,8 @@ from foreshock.detectors.evaluation import EVENT_KINDS
 from foreshock.detectors.train import train_and_save
 from foreshock.recording import RecordingError
 
+from .common import create_folder
+
 
 @click.command("train")
 @click.argument("recordings", nargs=-1, required=True, type=click.Path(exists=True, file_okay=False))
@@ -27,10 +29,7 @@ from foreshock.recording import RecordingError
 def command(recordings: tuple[str, ...], out_path: str, events: str, negatives: float, seed: int) -> None:
     """Train "EVENT within its horizon" classifiers on RECORDINGS (use seeds you do not evaluate on)."""
     chosen = [e.strip() for e in events.split(",") if e.strip()]
-    try:  # now, not after the feature pass over every recording
-        Path(out_path).parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise click.ClickException(f"cannot create the folder for {out_path}: {exc.strerror or exc}") from None
+    create_folder(Path(out_path).parent, "the folder")  # for the model
     console = Console(stderr=True)
     with Progress(TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(), console=console,
                   transient=True) as bar:
