@@ -24,19 +24,21 @@ from foreshock.remap import Remap
 from foreshock.topology import Topology
 
 
-def add_columns(saved: Any, width: int, copy_from: Mapping[int, int] | None = None) -> Any:
-    """A per-slot state array saved with fewer columns than ``width`` (before a column was added at
-    the end), widened: each new column NaN, or a copy of the saved column ``copy_from`` names for
-    it. Anything else is returned as it came (``load_state_dict`` judges its shape)."""
-    arr = np.asarray(saved)
+def add_columns(state: dict[str, Any], key: str, width: int,
+                copy_from: Mapping[int, int] | None = None) -> dict[str, Any]:
+    """``state`` with its per-slot array ``key``, saved with fewer columns than ``width`` (before a
+    column was added at the end), widened: each new column NaN, or a copy of the saved column
+    ``copy_from`` names for it (``Detector.upgrade_state``). A state without ``key``, or whose
+    array is anything else, is returned as it came (``load_state_dict`` judges its shape)."""
+    arr = np.asarray(state.get(key))
     if arr.ndim != 2 or arr.shape[1] >= width:
-        return saved
+        return state
     out = np.full((arr.shape[0], width), np.nan)
     out[:, :arr.shape[1]] = arr
     for new, old in (copy_from or {}).items():
         if new >= arr.shape[1]:
             out[:, new] = arr[:, old]
-    return out
+    return {**state, key: out}
 
 
 def resolve_params(detector: str, defaults: dict[str, float], overrides: Mapping[str, Any]) -> dict[str, float]:

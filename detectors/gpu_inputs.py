@@ -104,9 +104,7 @@ def upgrade_rack_state(state: dict[str, Any]) -> dict[str, Any]:
     """A detector state whose ``s_rack`` was saved before racks kept when their flow was last read
     (``RACK_FLOW_TS``): read at the rack's last sample, which carried it where the rack reports a
     flow at all (``Detector.upgrade_state``)."""
-    if "s_rack" not in state:
-        return state
-    return {**state, "s_rack": add_columns(state["s_rack"], RACK_SIZE, {RACK_FLOW_TS: RACK_TS})}
+    return add_columns(state, "s_rack", RACK_SIZE, {RACK_FLOW_TS: RACK_TS})
 
 
 def new_rack_state(n_racks: int) -> np.ndarray:

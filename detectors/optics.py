@@ -670,7 +670,7 @@ class OpticsDetector(Detector):
 
     def upgrade_state(self, state: dict[str, Any]) -> dict[str, Any]:
         """A state saved before ``O_DARK`` existed: never seen dark (NaN), as a fresh optic."""
-        return {**state, "s_optic": add_columns(state["s_optic"], O_SIZE)} if "s_optic" in state else state
+        return add_columns(state, "s_optic", O_SIZE)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         super().load_state_dict(state)

@@ -157,7 +157,7 @@ class StragglerDetector(Detector):
     def upgrade_state(self, state: dict[str, Any]) -> dict[str, Any]:
         """A state saved before ``S_BUSY_TS`` existed (six columns), read as if every GPU's last sample
         had been busy: its means go on from where they were rather than being thrown away."""
-        return {**state, "s_gpu": add_columns(state["s_gpu"], S_SIZE, {S_BUSY_TS: S_TS})} if "s_gpu" in state else state
+        return add_columns(state, "s_gpu", S_SIZE, {S_BUSY_TS: S_TS})
 
     def update(self, frame: Frame) -> list[Finding]:
         if frame.kind != "gpu" or len(frame) == 0:
