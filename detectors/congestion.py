@@ -315,15 +315,13 @@ class CongestionDetector(Detector):
             up = self.s_link[kept, L_UP_TS]
             back_long_ago = up > self.s_link[kept, L_DOWN_TS] and ts - up > self.params[P_CAUSE]
             if not back_long_ago:
-                return self._describe_cause(port, kept, ts)
-        lk = self.s_link
-        # the latest down at or before ts (a batch may already hold later ones)
-        down_ts = np.where(lk[:, L_DOWN_TS] <= ts, lk[:, L_DOWN_TS], lk[:, L_PREV_DOWN_TS])
-        down_ts = np.where(down_ts <= ts, down_ts, np.nan)
-        up_ts = lk[:, L_UP_TS]
-        down_now = (down_ts <= ts) & ~((up_ts > down_ts) & (up_ts <= ts))
+                one = np.array([kept])
+                down, still_down = self._last_down(ts, one)
+                return self._describe_cause(kept, ts, float(down[0]), bool(still_down[0]),
+                                            int(self._relation(port, one)[0]))
+        down_ts, down_now = self._last_down(ts, slice(None))
         recent = down_ts >= ts - self.params[P_CAUSE]
-        cand = np.flatnonzero((down_now | recent) & (np.arange(len(lk)) != port))
+        cand = np.flatnonzero((down_now | recent) & (np.arange(len(down_ts)) != port))
         if len(cand) == 0:
             self.s_cause[port] = -1
             return ""
@@ -344,16 +342,21 @@ class CongestionDetector(Detector):
             return ""
         best = int(cand[pick])
         self.s_cause[port] = best
-        return self._describe_cause(port, best, ts)
+        return self._describe_cause(best, ts, float(last[pick]), bool(still[pick]), int(relation[pick]))
 
-    def _describe_cause(self, port: int, link: int, ts: float) -> str:
-        lk = self.s_link[link]
-        down = lk[L_DOWN_TS] if lk[L_DOWN_TS] <= ts else lk[L_PREV_DOWN_TS]
-        still = down <= ts and not (down < lk[L_UP_TS] <= ts)
-        how = RELATIONS[int(self._relation(port, np.array([link]))[0])]
+    def _last_down(self, ts: float, links: Any) -> tuple[np.ndarray, np.ndarray]:
+        """When each of ``links`` last went down at or before ``ts`` (NaN: not by then; a batch may
+        already hold later downs), and whether it is still down at ``ts``."""
+        lk = self.s_link[links]
+        down = np.where(lk[:, L_DOWN_TS] <= ts, lk[:, L_DOWN_TS], lk[:, L_PREV_DOWN_TS])
+        down = np.where(down <= ts, down, np.nan)
+        up = lk[:, L_UP_TS]
+        return down, (down <= ts) & ~((up > down) & (up <= ts))
+
+    def _describe_cause(self, link: int, ts: float, down: float, still_down: bool, relation: int) -> str:
         since = (f"went down {ts - down:.0f} s before" if down <= ts else "went down") + \
-            (" and is still down" if still else "")
-        return f"traffic rerouted from {self.topology.links[link]}, which {since} ({how})"
+            (" and is still down" if still_down else "")
+        return f"traffic rerouted from {self.topology.links[link]}, which {since} ({RELATIONS[relation]})"
 
     def _relation(self, port: int, cand: np.ndarray) -> np.ndarray:
         """How close each candidate link is to ``port``: an index into ``RELATIONS``."""
