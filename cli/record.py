@@ -4,6 +4,8 @@ into a recording folder that ``replay``, ``evaluate`` and ``incidents`` read.
 The recording is opened at the first poll that yields telemetry (a polled source learns its
 topology from what it reads) and is always closed properly — at ``--duration``, after
 ``--polls``, or on Ctrl-C, SIGTERM or SIGHUP — so an interrupted recording is still a valid one.
+It is written in parts closed every ``--commit-every`` seconds, so a recorder killed outright
+(SIGKILL, the OOM killer, a power cut) loses only its last part.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from foreshock.streams.polling import PollingSource
 from foreshock.topology import Topology
 
 from .agent import URL_HELP, open_source
-from .common import stop_on_signals
+from .common import finite_number, stop_on_signals
 
 LIVE_SOURCES = ("dcgm", "nvidia-smi", "nvml", "infiniband", "dom", "ethtool", "redfish", "cdu")
 
@@ -38,9 +40,11 @@ def live_source_options(node_flag: str = "--host"):  # type: ignore[no-untyped-d
     options = [
         click.option("--source", type=click.Choice(LIVE_SOURCES), required=True, help="What to poll."),
         click.option("--duration", type=click.FloatRange(min=0, min_open=True), default=None,
+                     callback=finite_number(),
                      help="Stop after this many seconds (default: until --polls, or Ctrl-C)."),
         click.option("--polls", type=click.IntRange(min=1), default=None, help="Stop after this many polls."),
         click.option("--interval", type=click.FloatRange(min=0, min_open=True), default=None,
+                     callback=finite_number(),
                      help="Seconds between polls (default: per source — dcgm 30, nvidia-smi 10, nvml 1, "
                           "infiniband 1, dom 60, ethtool 10, redfish 30, cdu 10)."),
         click.option("--url", default=None, help=URL_HELP),
@@ -81,7 +85,11 @@ def open_live_source(source: str, url: str | None, executable: str | None, root:
 @live_source_options()
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), required=True,
               help="The recording folder to write (created; must not hold a recording already).")
-def command(source: str, out_dir: Path, duration: float | None, polls: int | None, interval: float | None,
+@click.option("--commit-every", "commit_every", type=click.FloatRange(min=0, min_open=True), default=600.0,
+              show_default=True, callback=finite_number(),
+              help="Close the recording's parts and list them in recording.json every this many seconds: "
+                   "a recorder that is killed (SIGKILL, out of memory, power cut) loses at most this much.")
+def command(source: str, out_dir: Path, commit_every: float, duration: float | None, polls: int | None, interval: float | None,
             url: str | None, executable: str | None, root: str | None, interfaces: str | None,
             node: str | None, topology_path: str | None) -> None:
     """Record live telemetry from SOURCE into a recording folder."""
@@ -119,7 +127,7 @@ def command(source: str, out_dir: Path, duration: float | None, polls: int | Non
                     if topology is None:  # pragma: no cover - a source yields frames only once it knows them
                         continue
                     writer = RecordingWriter(out_dir, topology, meta={"source": source, "interval": polled.interval,
-                                                                      "host": node})
+                                                                      "host": node}, segment_s=commit_every)
                 writer.write(frame)
                 counted["samples"] += len(frame)
                 counted["frames"] += 1
@@ -138,6 +146,7 @@ def command(source: str, out_dir: Path, duration: float | None, polls: int | Non
     _summary(console, out_dir, writer, health, polled.polls, wall, interrupted)
     summary: dict[str, Any] = {"name": "record", "source": source, "path": str(out_dir), "polls": polled.polls,
                                "samples": counted["samples"], "rows": dict(writer.rows) if writer else {},
+                               "parts": dict(writer.parts) if writer else {},
                                "wall_seconds": round(wall, 3), "input_problems": health.total_problems(),
                                "interrupted": interrupted}
     click.echo(json.dumps(summary))

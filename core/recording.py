@@ -11,14 +11,24 @@ Layout::
 
 Parquet files are written in row groups of whole time ticks, so a reader can stream a
 recording far larger than memory, and a replay interleaves kinds by time.
+
+A live recorder writes in parts (``segment_s``): every few minutes it closes each kind's
+file and starts the next (``gpu.parquet``, ``gpu.00001.parquet``, ...; the one being written
+is ``*.partial``), and rewrites ``recording.json`` to list the closed ones with
+``"complete": false``. A Parquet file is readable only once closed (its footer is written
+last), so a recorder killed outright (SIGKILL, the OOM killer, a power cut) loses only the
+part it was writing; the recording opens up to the last closed part, with a warning.
 """
 
 from __future__ import annotations
 
 import json
+import logging
+import os
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -30,14 +40,26 @@ from .frames import Frame, FrameError
 from .numba_config import jit
 from .topology import Topology
 
-FORMAT_VERSION = 1
+# 2: a kind may be stored in several parts ("parts" in recording.json), written by a live
+# recorder; a reader of format 1 would read only the first part, so it is told to refuse them.
+# Recordings written whole (simulator, import) stay format 1.
+FORMAT_VERSION = 2
+PARTIAL = ".partial"
 META_FILE = "recording.json"
 TOPOLOGY_FILE = "topology.yaml"
 EVENTS_FILE = "events.jsonl"
 
 
+log = logging.getLogger("foreshock.recording")
+
+
 class RecordingError(ValueError):
     """A recording is missing a part or a part is malformed; the message names the file."""
+
+
+def part_name(kind: str, index: int) -> str:
+    """File name of a kind's ``index``-th part: the first keeps the one-part name."""
+    return f"{kind}.parquet" if index == 0 else f"{kind}.{index:05d}.parquet"
 
 
 class RecordingWriter:
@@ -48,22 +70,33 @@ class RecordingWriter:
     """
 
     def __init__(self, path: str | Path, topology: Topology, meta: dict[str, Any] | None = None,
-                 rows_per_group: int = 262_144) -> None:
+                 rows_per_group: int = 262_144, segment_s: float | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.path = Path(path)
         self.path.mkdir(parents=True, exist_ok=True)
-        for part in [META_FILE, EVENTS_FILE, *(f"{kind}.parquet" for kind in ENTITY_KINDS)]:
+        for part in [META_FILE, EVENTS_FILE]:
             (self.path / part).unlink(missing_ok=True)
+        for kind in ENTITY_KINDS:
+            for old in [*self.path.glob(f"{kind}.parquet"), *self.path.glob(f"{kind}.*.parquet"),
+                        *self.path.glob(f"{kind}.*parquet{PARTIAL}")]:
+                old.unlink()
         self.topology = topology
         self.meta = dict(meta or {})
         self.rows_per_group = rows_per_group
+        self.segment_s = segment_s
+        self._clock = clock
+        self._segment_start = clock()
         self._writers: dict[str, pq.ParquetWriter] = {}
         self._pending: dict[str, list[Frame]] = {}
         self._pending_rows: dict[str, int] = {}
         self.events: list[Event] = []
         self.rows: dict[str, int] = {}
+        self.parts: dict[str, int] = {}  # closed parts per kind (segmented writing)
         self.t_min = np.inf
         self.t_max = -np.inf
         topology.dump(self.path / TOPOLOGY_FILE)
+        if segment_s is not None:
+            self._write_meta(complete=False)  # a recorder killed before its first part: an empty recording
 
     def write(self, frame: Frame) -> None:
         if len(frame) == 0:
@@ -77,6 +110,8 @@ class RecordingWriter:
             self.t_max = max(self.t_max, float(stamps.max()))
         if self._pending_rows[frame.kind] >= self.rows_per_group:
             self._flush(frame.kind)
+        if self.segment_s is not None and self._clock() - self._segment_start >= self.segment_s:
+            self.commit()
 
     def add_events(self, events: Iterable[Event]) -> None:
         self.events.extend(events)
@@ -89,25 +124,50 @@ class RecordingWriter:
         batch = Frame.concat(frames).to_arrow()
         writer = self._writers.get(kind)
         if writer is None:
-            writer = pq.ParquetWriter(self.path / f"{kind}.parquet", batch.schema, compression="zstd")
+            writer = pq.ParquetWriter(self._open_file(kind), batch.schema, compression="zstd")
             self._writers[kind] = writer
         writer.write_table(pa.Table.from_batches([batch]), row_group_size=len(batch))
 
-    def close(self) -> None:
+    def _open_file(self, kind: str) -> Path:
+        final = self.path / part_name(kind, self.parts.get(kind, 0))
+        return final if self.segment_s is None else final.with_name(final.name + PARTIAL)
+
+    def commit(self) -> None:
+        """Close every open part and list it in ``recording.json``: what was written so far
+        survives the recorder being killed. A no-op when nothing new was written."""
         for kind in list(self._pending):
             self._flush(kind)
-        for writer in self._writers.values():
+        for kind, writer in self._writers.items():
             writer.close()
+            if self.segment_s is not None:
+                partial = self._open_file(kind)
+                os.replace(partial, partial.with_name(partial.name[:-len(PARTIAL)]))
+            self.parts[kind] = self.parts.get(kind, 0) + 1
+        committed = bool(self._writers)
         self._writers.clear()
+        self._segment_start = self._clock()
+        if committed and self.segment_s is not None:
+            self._write_meta(complete=False)
+
+    def close(self) -> None:
+        self.commit()
         write_events(self.path / EVENTS_FILE, self.events)
-        meta = {
-            "format": FORMAT_VERSION,
-            "rows": self.rows,
+        self._write_meta(complete=True)
+
+    def _write_meta(self, complete: bool) -> None:
+        meta: dict[str, Any] = {
+            "format": 1,
+            "rows": {kind: n for kind, n in self.rows.items() if self.parts.get(kind)},
             "start": self.t_min if np.isfinite(self.t_min) else None,
             "end": self.t_max if np.isfinite(self.t_max) else None,
             **self.meta,
         }
-        (self.path / META_FILE).write_text(json.dumps(meta, indent=2, sort_keys=True), encoding="utf-8")
+        if self.segment_s is not None:
+            meta.update(format=FORMAT_VERSION, parts=dict(self.parts), complete=complete)
+        # written whole, then renamed over the old one: a kill mid-write leaves the previous list
+        tmp = self.path / (META_FILE + ".tmp")
+        tmp.write_text(json.dumps(meta, indent=2, sort_keys=True), encoding="utf-8")
+        os.replace(tmp, self.path / META_FILE)
 
     def __enter__(self) -> "RecordingWriter":
         return self
@@ -140,6 +200,12 @@ def _check_meta(meta_path: Path, meta: object) -> dict[str, Any]:
     if rows is not None and not (isinstance(rows, dict) and all(
             isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in rows.values())):
         raise RecordingError(f"{meta_path}: 'rows' must map entity kinds to row counts, not {rows!r}")
+    parts = meta.get("parts")
+    if parts is not None and not (isinstance(parts, dict) and all(
+            isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in parts.values())):
+        raise RecordingError(f"{meta_path}: 'parts' must map entity kinds to part counts, not {parts!r}")
+    if not isinstance(meta.get("complete", True), bool):
+        raise RecordingError(f"{meta_path}: 'complete' must be true or false, not {meta['complete']!r}")
     return meta
 
 
@@ -178,20 +244,45 @@ class Recording:
             want = int(rows.get(kind, 0))
             if want and kind not in rec.kinds():
                 # an interrupted copy: replayed without it, the run would look whole and be silent
-                raise RecordingError(f"{path / f'{kind}.parquet'}: missing ({META_FILE} lists {want} rows)")
+                raise RecordingError(f"{path / part_name(kind, 0)}: missing ({META_FILE} lists {want} rows)")
         for kind in rec.kinds():
-            pf = rec._parquet(kind)  # validate schema up front: a truncated file fails here, by name
-            have = pf.metadata.num_rows
+            have = 0
+            for file in rec.part_files(kind):
+                if not file.exists():
+                    raise RecordingError(f"{file}: missing ({META_FILE} lists {len(rec.part_files(kind))} parts "
+                                         f"of {kind})")
+                have += rec._parquet(file, kind).metadata.num_rows  # a truncated file fails here, by name
             if kind in rows and have != int(rows[kind]):
-                raise RecordingError(f"{path / f'{kind}.parquet'}: {have} rows, {META_FILE} lists {int(rows[kind])} "
+                raise RecordingError(f"{path / part_name(kind, 0)}: {have} rows, {META_FILE} lists {int(rows[kind])} "
                                      "(a part from another recording, or a copy cut short)")
+        if rec.interrupted:
+            lost = sorted(p.name for p in path.glob(f"*{PARTIAL}"))
+            end = meta.get("end")
+            log.warning("%s: its recorder was stopped without closing it (killed, or the machine went down); "
+                        "reading it up to its last closed part%s%s", path,
+                        f", which ends at {time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime(end))} UTC"
+                        if isinstance(end, (int, float)) else " (none was closed: it is empty)",
+                        f"; what it was writing is lost ({', '.join(lost)})" if lost else "")
         return rec
 
-    def kinds(self) -> list[str]:
-        return [k for k in ENTITY_KINDS if (self.path / f"{k}.parquet").exists()]
+    @property
+    def interrupted(self) -> bool:
+        """The recorder was killed: only the parts it had closed are read."""
+        return self.meta.get("complete") is False
 
-    def _parquet(self, kind: str) -> pq.ParquetFile:
-        file = self.path / f"{kind}.parquet"
+    def kinds(self) -> list[str]:
+        parts = self.meta.get("parts")
+        if isinstance(parts, dict):
+            return [k for k in ENTITY_KINDS if parts.get(k, 0) > 0]
+        return [k for k in ENTITY_KINDS if (self.path / part_name(k, 0)).exists()]
+
+    def part_files(self, kind: str) -> list[Path]:
+        """The kind's files in time order (one, unless a live recorder wrote it in parts)."""
+        parts = self.meta.get("parts")
+        count = int(parts.get(kind, 0)) if isinstance(parts, dict) else 1
+        return [self.path / part_name(kind, i) for i in range(count)]
+
+    def _parquet(self, file: Path, kind: str) -> pq.ParquetFile:
         try:
             pf = pq.ParquetFile(file)
         except (pa.ArrowException, UnicodeDecodeError, OSError) as exc:  # (a corrupt footer's text, too)
@@ -220,15 +311,15 @@ class Recording:
 
     def iter_kind(self, kind: str, batch_rows: int = 262_144) -> Iterator[Frame]:
         """Frames of one kind in file order (time order for recordings foreshock wrote)."""
-        pf = self._parquet(kind)
-        file = self.path / f"{kind}.parquet"
-        try:
-            for batch in pf.iter_batches(batch_size=batch_rows):
-                yield Frame.from_arrow(batch, kind=kind)
-        except (pa.ArrowException, UnicodeDecodeError, OSError) as exc:
-            raise RecordingError(f"{file}: unreadable Parquet ({exc})") from None
-        except FrameError as exc:
-            raise RecordingError(f"{file}: {exc}") from None
+        for file in self.part_files(kind):
+            pf = self._parquet(file, kind)
+            try:
+                for batch in pf.iter_batches(batch_size=batch_rows):
+                    yield Frame.from_arrow(batch, kind=kind)
+            except (pa.ArrowException, UnicodeDecodeError, OSError) as exc:
+                raise RecordingError(f"{file}: unreadable Parquet ({exc})") from None
+            except FrameError as exc:
+                raise RecordingError(f"{file}: {exc}") from None
 
     def iter_frames(self, window_s: float | None = None, batch_rows: int = 262_144,
                     kinds: Iterable[str] | None = None, order: Sequence[str] = ENTITY_KINDS) -> Iterator[Frame]:

@@ -252,6 +252,79 @@ def test_a_part_missing_or_cut_short_is_refused_naming_it(tmp_path, small_topolo
         Recording.open(tmp_path / "rec")
 
 
+class _FakeClock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _gpu_tick(t: int) -> Frame:
+    return Frame("gpu", np.full(32, 100.0 + t), np.arange(32), {"gpu_temp": np.full(32, 40.0 + t)})
+
+
+def test_a_recorder_killed_mid_recording_keeps_every_part_it_had_closed(tmp_path, small_topology: Topology,
+                                                                       caplog) -> None:
+    """A live recorder writes in parts closed every ``segment_s``. Killed outright (SIGKILL, the
+    OOM killer), a single open Parquet file had no footer and no recording.json existed: the
+    whole recording was lost. Now only the part being written is."""
+    clock = _FakeClock()
+    w = RecordingWriter(tmp_path / "rec", small_topology, {"interval": 1.0}, rows_per_group=64, segment_s=10.0,
+                        clock=clock)
+    for t in range(25):  # parts close after ticks 10 and 20 (written at clock 10 and 20)
+        clock.now = float(t)
+        w.write(_gpu_tick(t))
+        if t == 12:
+            w.write(Frame("rack", [112.0, 112.0], [0, 1], {"inlet_temp": [24.0, 25.0]}))
+    # the process dies here: no close(); ticks 21-24 sit in a .partial file or in memory
+    assert (tmp_path / "rec" / "gpu.00002.parquet.partial").exists() or w._pending_rows["gpu"]
+    with caplog.at_level("WARNING", logger="foreshock.recording"):
+        rec = Recording.open(tmp_path / "rec")
+    assert rec.interrupted and rec.meta["parts"] == {"gpu": 2, "rack": 1}
+    assert rec.part_files("gpu") == [tmp_path / "rec" / "gpu.parquet", tmp_path / "rec" / "gpu.00001.parquet"]
+    gpu = rec.read_kind("gpu")
+    assert len(gpu) == 21 * 32 and rec.meta["rows"] == {"gpu": 21 * 32, "rack": 2}
+    assert np.array_equal(np.unique(gpu.ts), 100.0 + np.arange(21)) and rec.meta["end"] == 120.0
+    assert sum(len(f) for f in rec.iter_frames()) == 21 * 32 + 2
+    assert "stopped without closing it" in caplog.text and "ends at 1970-01-01 00:02:00 UTC" in caplog.text
+    assert "what it was writing is lost (gpu.00002.parquet.partial)" in caplog.text
+    # closed properly, the same writer gives every row, in time order, marked complete
+    w.close()
+    rec = Recording.open(tmp_path / "rec")
+    assert not rec.interrupted and rec.meta["format"] == 2 and rec.meta["parts"]["gpu"] == 3
+    ts = np.concatenate([f.ts for f in rec.iter_frames() if f.kind == "gpu"])
+    assert len(ts) == 25 * 32 and (np.diff(ts) >= 0).all()
+    assert not list((tmp_path / "rec").glob("*.partial"))
+
+
+def test_a_recorder_killed_before_its_first_part_leaves_an_empty_recording(tmp_path, small_topology) -> None:
+    clock = _FakeClock()
+    w = RecordingWriter(tmp_path / "rec", small_topology, {"interval": 1.0}, rows_per_group=1, segment_s=600.0,
+                        clock=clock)
+    w.write(_gpu_tick(0))  # flushed into gpu.parquet.partial, which has no footer yet
+    rec = Recording.open(tmp_path / "rec")
+    assert rec.interrupted and rec.kinds() == [] and list(rec.iter_frames()) == []
+
+
+def test_a_part_listed_but_missing_is_refused_naming_it(tmp_path, small_topology: Topology) -> None:
+    clock = _FakeClock()
+    with RecordingWriter(tmp_path / "rec", small_topology, {"interval": 1.0}, segment_s=1.0, clock=clock) as w:
+        for t in range(3):
+            clock.now = float(t)
+            w.write(_gpu_tick(t))
+    (tmp_path / "rec" / "gpu.00001.parquet").unlink()
+    with pytest.raises(RecordingError, match=r"gpu.00001.parquet: missing \(recording.json lists 2 parts of gpu\)"):
+        Recording.open(tmp_path / "rec")
+
+
+def test_a_recording_written_whole_stays_format_1(tmp_path, small_topology: Topology) -> None:
+    """The simulator and import write one file per kind: an older foreshock still reads those."""
+    _write_small_recording(tmp_path / "rec", small_topology)
+    meta = json.loads((tmp_path / "rec" / "recording.json").read_text())
+    assert meta["format"] == 1 and "parts" not in meta and "complete" not in meta
+
+
 def test_recording_missing_topology_and_unknown_columns(tmp_path, small_topology: Topology) -> None:
     _write_small_recording(tmp_path / "rec", small_topology)
     pq.write_table(pa.table({"ts": [1.0], "slot": [0], "warp_drive": [1.0]}), tmp_path / "rec" / "link.parquet")

@@ -110,3 +110,34 @@ def test_record_stopped_by_a_signal_leaves_a_valid_recording(tmp_path: Path, sha
     assert summary["interrupted"] is True and summary["polls"] >= 3
     rec = Recording.open(out)
     assert rec.meta["rows"]["gpu"] == summary["samples"] == sum(len(f) for f in rec.iter_frames()) > 0
+
+
+def test_record_killed_outright_keeps_what_it_had_committed(tmp_path: Path, shared_data: Path) -> None:
+    """SIGKILL (the OOM killer, `kill -9`, a node going down) cannot be handled. The recorder
+    used to hold one open Parquet file per kind, which is unreadable without its footer, and
+    write recording.json only at the end: everything polled was lost. With parts committed every
+    ``--commit-every`` seconds, the recording replays up to the last one."""
+    stub, calls = make_stub(tmp_path, shared_data / H200)
+    out = tmp_path / "rec"
+    proc = subprocess.Popen([sys.executable, "-m", "foreshock.cli.main", "record", "--source", "nvidia-smi",
+                             "--executable", str(stub), "--interval", "0.1", "--commit-every", "0.3",
+                             "--out", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not (out / "recording.json").exists() or json.loads((out / "recording.json").read_text())[
+                "parts"].get("gpu", 0) < 2:
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.1)
+        proc.kill()
+        proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    polls = len(calls.read_text().splitlines())
+    rec = Recording.open(out)
+    assert rec.interrupted and rec.meta["parts"]["gpu"] >= 2
+    gpus = rec.topology.size("gpu")
+    rows = sum(len(f) for f in rec.iter_frames())
+    assert rows == rec.meta["rows"]["gpu"] and rows % gpus == 0 and 2 <= rows // gpus <= polls
+    res = CliRunner().invoke(cli, ["replay", str(out), "--port", "0"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.output.strip().splitlines()[-1])["samples"] == rows
