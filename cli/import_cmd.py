@@ -20,7 +20,7 @@ from foreshock.recording import RecordingWriter
 from foreshock.streams.alibaba import STATS, read_alibaba
 from foreshock.streams.dcgm import parse_dcgm_text
 from foreshock.streams.infiniband import list_ports, port_topology, read_infiniband
-from foreshock.streams.nvidia_smi import capture_collected_at, capture_sections, parse_dmon, parse_query_gpu
+from foreshock.streams.nvidia_smi import capture_collected_at, capture_sections, parse_dmon, parse_query_gpu_chunks
 from foreshock.streams.samples import SampleBatch, gpu_topology, split_gpu_entity
 from foreshock.topology import Topology
 
@@ -49,7 +49,7 @@ def _sections(text: str, kind: str) -> list[str]:
 
 
 def _gpu_import(batches: list[SampleBatch], health: PipelineHealth) -> tuple[Topology | None, list[Frame]]:
-    batch = SampleBatch.concat(batches).sorted_by_time()
+    batch = SampleBatch.concat(batches).sorted_by_time() if batches else SampleBatch.empty("gpu")
     if not len(batch):
         return None, []  # the caller reports it, with the problems that explain it
     topology = gpu_topology([batch])
@@ -121,8 +121,8 @@ def command(fmt: str, path: Path, out: Path, host: str | None, at: str | None, i
     if fmt == "dcgm":
         topology, frames = _gpu_import([parse_dcgm_text(text, when, health, host or "localhost")], health)
     elif fmt == "nvidia-smi":
-        topology, frames = _gpu_import([parse_query_gpu(body, host, health) for body in _sections(text, "query-gpu")],
-                                       health)
+        topology, frames = _gpu_import([batch for body in _sections(text, "query-gpu")
+                                        for batch in parse_query_gpu_chunks(body, host, health)], health)
     elif fmt == "dmon":
         batches, start = [], when
         for body in _sections(text, "dmon"):

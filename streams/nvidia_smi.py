@@ -30,7 +30,7 @@ import re
 import socket
 from collections import Counter
 from datetime import datetime, timezone
-from typing import Sequence
+from typing import Iterator, Sequence
 
 import numpy as np
 
@@ -183,6 +183,33 @@ def parse_query_gpu(text: str, host: str | None = None, health: PipelineHealth |
         dtype=np.int32, count=n)
     return SampleBatch("gpu", list(entities), times[keep], entity[keep],
                        {name: col[keep] for name, col in values.items()})
+
+
+def parse_query_gpu_chunks(text: str, host: str | None = None, health: PipelineHealth | None = None,
+                           chunk_rows: int = 50_000) -> Iterator[SampleBatch]:
+    """:func:`parse_query_gpu` over a long CSV (``nvidia-smi --query-gpu=... -l 1`` left running
+    for days), ``chunk_rows`` lines at a time: parsed whole, its cells as Python strings took
+    about ten times the file's size in memory; a chunk's strings are freed once it is columnar.
+    (Slices of the text, not ``io.StringIO``: that holds four bytes a character.)"""
+    pos = 0
+    while pos < len(text):  # the header is the first line that is not blank
+        end = text.find("\n", pos)
+        end = len(text) if end < 0 else end + 1
+        line, pos = text[pos:end], end
+        if line.strip():
+            header = next(csv.reader([line], skipinitialspace=True))
+            break
+    else:
+        return
+    while pos < len(text):
+        end = pos
+        for _ in range(chunk_rows):
+            end = text.find("\n", end) + 1
+            if end == 0:
+                end = len(text)
+                break
+        yield parse_query_gpu(text[pos:end], host, health, columns=header)
+        pos = end
 
 
 # ---- dmon ----------------------------------------------------------------------------------

@@ -135,6 +135,8 @@ class SampleBatch:
             if health is not None:
                 health.problem(stage, f"unknown {self.kind} entity", int((~known).sum()),
                                detail=", ".join(missing[:3]))
+        if known.all():  # the common case: no copy of every column (an import can be gigabytes)
+            return Frame(self.kind, self.ts, slot, dict(self.columns))
         return Frame(self.kind, self.ts[known], slot[known],
                      {name: col[known] for name, col in self.columns.items()})
 
@@ -163,6 +165,10 @@ class SampleBatch:
         )
 
     def sorted_by_time(self) -> "SampleBatch":
+        """Rows by time, then entity; a batch already in that order is returned as it is."""
+        ts, entity = self.ts, self.entity
+        if len(ts) < 2 or bool(np.all((ts[1:] > ts[:-1]) | ((ts[1:] == ts[:-1]) & (entity[1:] >= entity[:-1])))):
+            return self
         order = np.lexsort((self.entity, self.ts))
         return SampleBatch(self.kind, self.entities, self.ts[order], self.entity[order],
                            {n: c[order] for n, c in self.columns.items()})

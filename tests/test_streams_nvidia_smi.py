@@ -9,9 +9,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from foreshock.health import PipelineHealth
+from foreshock.streams.samples import SampleBatch
 from foreshock.streams.nvidia_smi import (
+    parse_query_gpu_chunks,
     NvidiaSmiSource,
     capture_collected_at,
     capture_sections,
@@ -209,3 +213,34 @@ def test_runner_without_the_executable_counts_and_continues(tmp_path: Path) -> N
     assert list(source) == []
     assert health.problems[("nvidia-smi", "command not found")] == 2
     assert os.path.exists(tmp_path)
+
+
+_LONG_HEADER = "timestamp, index, temperature.gpu, power.draw [W], clocks.current.sm [MHz]"
+
+
+@settings(max_examples=60, deadline=None)
+@given(rows=st.lists(st.sampled_from([
+    "2026/07/03 22:00:{s:02d}.000, {g}, {t}, 600.5 W, 1980 MHz",
+    "2026/07/03 22:00:{s:02d}.000, {g}, [N/A], 601 W, 1980 MHz",
+    "2026/07/03 22:00:{s:02d}.000, {g}, {t}",  # cut short
+    "not a time, {g}, {t}, 600 W, 1980 MHz",
+    "",
+    _LONG_HEADER,  # nvidia-smi restarted into the same file (>>) repeats its header
+]), max_size=40), chunk_rows=st.integers(1, 7), blank_lead=st.booleans())
+def test_a_long_csv_parsed_in_chunks_gives_what_parsing_it_whole_gives(rows, chunk_rows, blank_lead) -> None:
+    """`import` parses a days-long query-gpu CSV a chunk at a time (parsed whole, the cells as
+    Python strings took ten times the file's size in memory); rows, entities, values and every
+    counted problem must be the same."""
+    lines = [r.format(s=i % 60, g=i % 3, t=40 + i % 7) for i, r in enumerate(rows)]
+    text = ("\n \n" if blank_lead else "") + "\n".join([_LONG_HEADER, *lines]) + "\n"
+    whole_health, chunk_health = PipelineHealth(), PipelineHealth()
+    whole = parse_query_gpu(text, "n0", whole_health)
+    parts = list(parse_query_gpu_chunks(text, "n0", chunk_health, chunk_rows=chunk_rows))
+    assert sum(len(p) for p in parts) == len(whole)
+    assert whole_health.problems == chunk_health.problems
+    if len(whole):
+        joined = SampleBatch.concat(parts)
+        assert joined.entities == whole.entities and np.array_equal(joined.ts, whole.ts)
+        assert np.array_equal(np.asarray(joined.entities)[joined.entity], np.asarray(whole.entities)[whole.entity])
+        for name, column in whole.columns.items():
+            assert np.array_equal(joined.column(name), column, equal_nan=True), name
