@@ -63,9 +63,13 @@ def _read_token(token_file: Path | None) -> str:
               help=f"File holding a Grafana service-account token (default: ${TOKEN_ENV}).")
 @click.option("--folder-uid", default=None, help="Folder UID (default from the dashboards config).")
 @click.option("--overwrite/--no-overwrite", default=True, show_default=True,
-              help="Replace dashboards edited in Grafana since; --no-overwrite fails on such a conflict.")
+              help="Replace dashboards edited in Grafana since foreshock's last push; --no-overwrite "
+                   "fails on such a dashboard (and replaces only what foreshock pushed).")
 @click.option("--timeout", type=float, default=10.0, show_default=True, help="HTTP timeout in seconds.")
-def push(url: str, token_file: Path | None, folder_uid: str | None, overwrite: bool, timeout: float) -> None:
+@click.option("--ca-file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="CA certificate(s) (PEM) to trust for an https Grafana (default: the system's).")
+def push(url: str, token_file: Path | None, folder_uid: str | None, overwrite: bool, timeout: float,
+         ca_file: Path | None) -> None:
     """Push the generated dashboards to Grafana (token from $FORESHOCK_GRAFANA_TOKEN or --token-file)."""
     from foreshock.dashboards.config import DEFAULT_CONFIG
     from foreshock.dashboards.generate import load_dashboards
@@ -75,7 +79,7 @@ def push(url: str, token_file: Path | None, folder_uid: str | None, overwrite: b
     boards = load_dashboards()
     try:
         pushed = push_dashboards(url, token, boards, folder_uid or DEFAULT_CONFIG.folder_uid,
-                                 DEFAULT_CONFIG.folder_title, overwrite=overwrite, timeout=timeout)
+                                 DEFAULT_CONFIG.folder_title, overwrite=overwrite, timeout=timeout, ca_file=ca_file)
     except PushError as exc:
         raise click.ClickException(str(exc)) from None
     table = Table(title=f"pushed to {url}")

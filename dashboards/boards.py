@@ -42,13 +42,22 @@ def RED_ABOVE(limit: float) -> list[tuple[float | None, str]]:  # noqa: N802 (re
 
 
 def _link(uid: str, title: str, params: str) -> dict[str, str]:
-    return {"title": title, "url": f"/d/{uid}/?{params}&${{__url_time_range}}"}
+    """A data link to dashboard ``uid`` that keeps the time range and the chosen datasource."""
+    return {"title": title, "url": f"/d/{uid}?{params}&${{datasource:queryparam}}&${{__url_time_range}}"}
+
+
+def _with_node_and_gpu(expr: str) -> str:
+    """``expr`` with ``node`` and ``gpu`` labels taken from a GPU ``entity`` ("node0/gpu3"), for links
+    to the GPU detail dashboard (its variables); series of other entities are left as they are."""
+    expr = f'label_replace({expr}, "node", "$1", "entity", "(.+)/gpu[0-9]+")'
+    return f'label_replace({expr}, "gpu", "$1", "entity", ".+/gpu([0-9]+)")'
 
 
 def fleet(cfg: MixinConfig) -> Dashboard:
     throttle = "|".join(cfg.throttle_events)
     to_gpu = _link(UIDS["gpu"], "GPU detail",
-                   "var-cluster=${__data.fields.cluster}&var-rack=${__data.fields.rack}")
+                   "var-cluster=${__data.fields.cluster}&var-rack=${__data.fields.rack}"
+                   "&var-node=${__data.fields.node}&var-gpu=${__data.fields.gpu}")
     return Dashboard(
         UIDS["fleet"], "foreshock / Fleet overview",
         "What will throttle or fail next, where the heat is, and what is already open.",
@@ -71,7 +80,7 @@ def fleet(cfg: MixinConfig) -> Dashboard:
             timeseries("Active predictions by rack", Target(
                 f"sum by (rack, event) (foreshock_predictions_active{{{CR}}})", "{{rack}} {{event}}")),
             table("Active predictions (soonest first)", Target(
-                f"sort(foreshock_prediction_eta_seconds{{{C}}})", instant=True, table=True),
+                f"sort({_with_node_and_gpu(f'foreshock_prediction_eta_seconds{{{C}}}')})", instant=True, table=True),
                 unit="s", links=[to_gpu],
                 description="Each active prediction with its ETA; click a row for the GPU detail dashboard."),
             "Heat by rack",

@@ -13,6 +13,8 @@ from typing import Any
 GRID_WIDTH = 24
 SCHEMA_VERSION = 39
 DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
+ALERT_TAG_KEYS = "severity,cluster,rack,node,gpu,entity,training_job,incident,instance"
+"""Labels of a firing foreshock alert shown as tags of its annotation (those it has)."""
 
 
 @dataclass(frozen=True)
@@ -242,8 +244,11 @@ class Dashboard:
                 {"name": "foreshock alerts", "enable": True, "hide": False, "iconColor": "red",
                  "datasource": DATASOURCE,
                  "expr": 'ALERTS{alertstate="firing", alertname=~"Foreshock.*"}',
-                 "step": "60s", "titleFormat": "{{alertname}}", "textFormat": "{{summary}}",
-                 "useValueForTime": False},
+                 # ALERTS carries the alert's labels, never its annotations (no summary), and
+                 # Grafana writes a missing label's name in its place: only labels every foreshock
+                 # alert has go in the text; the others become tags where a series has them
+                 "step": "60s", "titleFormat": "{{alertname}}", "textFormat": "{{alertname}} ({{severity}})",
+                 "tagKeys": ALERT_TAG_KEYS, "useValueForTime": False},
             ]},
             "templating": {"list": [datasource_variable(datasource_uid)] + [v.json() for v in self.variables]},
             "panels": panels,

@@ -3,24 +3,40 @@
 The token is passed in by the caller (the CLI reads it from ``FORESHOCK_GRAFANA_TOKEN`` or a
 file) and is never logged nor put in an error message: grafana-client sends it as
 ``Authorization: Bearer <token>``. Dashboards go into one folder, created if missing, with
-``POST /api/dashboards/db`` and ``{dashboard, folderUid, overwrite}``.
+``POST /api/dashboards/db`` and ``{dashboard, folderUid, overwrite, message}``.
+
+Without ``overwrite`` a dashboard is replaced only when the last change Grafana holds is a
+push of foreshock's (its version message is :data:`PUSH_MESSAGE`): the generated JSON always
+carries version 1, so posting it as is would pass Grafana's version check only until the
+second push, and an edit made in Grafana would be told from a previous push by nothing.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import Any, Callable
 from urllib.parse import urlparse, urlunparse
 
 from grafana_client.api import GrafanaApi
-from grafana_client.client import GrafanaClientError, GrafanaException, GrafanaUnauthorizedError
+from grafana_client.client import GrafanaClientError, GrafanaException, GrafanaTimeoutError, GrafanaUnauthorizedError
+from niquests.exceptions import RequestException, SSLError
 
 log = logging.getLogger("foreshock.dashboards")
 
+PUSH_MESSAGE = "foreshock dashboards push"
+"""The version message of every push: how a push without overwrite recognises its own versions."""
+
 
 class PushError(RuntimeError):
-    """Grafana refused the push; the message says why and never contains the token."""
+    """Grafana refused the push; the message says why and never contains the token. ``status`` is
+    Grafana's HTTP status (0 when it did not answer)."""
+
+    def __init__(self, message: str, status: int = 0) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 @dataclass(frozen=True)
@@ -42,59 +58,128 @@ def _normalise_url(url: str) -> str:
     return urlunparse(parts._replace(path=path))
 
 
+_PRECONDITION = {  # Grafana's 412 answers to POST /api/dashboards/db, by their "status"
+    "version-mismatch": "the dashboard was changed in Grafana since (412 version-mismatch); "
+                        "push with --overwrite to replace it",
+    "name-exists": "another dashboard in the folder has the same title (412 name-exists); "
+                   "rename or delete it in Grafana",
+    "plugin-dashboard": "a plugin's dashboard has this uid (412 plugin-dashboard)",
+}
+
+
 def _explain(exc: GrafanaException, what: str) -> PushError:
+    status = int(getattr(exc, "status_code", 0) or 0)
     if isinstance(exc, GrafanaUnauthorizedError):
-        return PushError(f"{what}: Grafana rejected the token (401 Unauthorized)")
-    status = getattr(exc, "status_code", 0)
+        return PushError(f"{what}: Grafana rejected the token (401 Unauthorized)", status)
+    if isinstance(exc, GrafanaTimeoutError):
+        return PushError(f"{what}: Grafana did not answer in time (--timeout)")
     response = getattr(exc, "response", None)
     message = response.get("message", "") if isinstance(response, dict) else ""
     if status == 403:
-        return PushError(f"{what}: the token lacks permission (403): {message}")
+        return PushError(f"{what}: the token lacks permission (403): {message}", status)
     if status == 412:
-        return PushError(f"{what}: the dashboard changed in Grafana since it was generated (412 {message}); "
-                         "push with --overwrite to replace it")
-    return PushError(f"{what}: Grafana answered {status or 'nothing'}: {message or exc.message}")
+        reason = response.get("status", "") if isinstance(response, dict) else ""
+        return PushError(f"{what}: " + _PRECONDITION.get(reason, f"Grafana refused it (412 {reason}): {message}"),
+                         status)
+    return PushError(f"{what}: Grafana answered {status or 'nothing'}: {message or exc.message}", status)
 
 
-def _client(url: str, token: str, timeout: float) -> GrafanaApi:
-    if not token or not token.strip():
-        raise PushError("empty Grafana token")
-    api: GrafanaApi = GrafanaApi.from_url(_normalise_url(url), credential=token.strip(), timeout=timeout)
-    return api
+def _transport(exc: RequestException, what: str, url: str) -> PushError:
+    """A request that got no HTTP answer (refused, DNS, TLS): the cause, without a traceback."""
+    text = str(exc)
+    if isinstance(exc, SSLError):
+        found = re.search(r"certificate verify failed: ([^(']+)", text)
+        reason = found.group(1).strip() if found else text
+        return PushError(f"{what}: TLS certificate of {url} not trusted ({reason}); pass --ca-file with the "
+                         "CA certificate that signed it")
+    found = re.search(r"\[Errno -?\d+\] ([^'\")]+)", text)
+    return PushError(f"{what}: cannot reach Grafana at {url}: {found.group(1) if found else text}")
 
 
-def ensure_folder(api: GrafanaApi, uid: str, title: str) -> str:
-    """The folder's UID, creating the folder when Grafana has none with that UID."""
+class _Grafana:
+    """grafana-client calls whose every failure becomes a :class:`PushError`."""
+
+    def __init__(self, url: str, token: str, timeout: float, ca_file: Path | None) -> None:
+        if not token or not token.strip():
+            raise PushError("empty Grafana token")
+        self.url = _normalise_url(url)
+        self.api: GrafanaApi = GrafanaApi.from_url(self.url, credential=token.strip(), timeout=timeout)
+        if ca_file is not None:
+            self.api.client.verify = str(ca_file)
+
+    def call(self, what: str, fn: Callable[..., Any], *args: Any, **kw: Any) -> Any:
+        try:
+            return fn(*args, **kw)
+        except GrafanaException as exc:
+            raise _explain(exc, what) from None
+        except RequestException as exc:
+            raise _transport(exc, what, self.url) from None
+
+    def find(self, what: str, fn: Callable[..., Any], *args: Any) -> Any:
+        """``fn(*args)``'s answer, or None when Grafana answers 404."""
+        return self.call(what, _none_if_missing, fn, *args)
+
+
+def _none_if_missing(fn: Callable[..., Any], *args: Any) -> Any:
     try:
-        api.folder.get_folder(uid)
-        return uid
+        return fn(*args)
     except GrafanaClientError as exc:
-        if exc.status_code != 404:
-            raise _explain(exc, f"looking up folder {uid!r}") from None
-    except GrafanaException as exc:
-        raise _explain(exc, f"looking up folder {uid!r}") from None
+        if exc.status_code == 404:
+            return None
+        raise
+
+
+def ensure_folder(grafana: _Grafana, uid: str, title: str) -> str:
+    """The folder's UID, creating the folder when Grafana has none with that UID."""
+    if grafana.find(f"looking up folder {uid!r}", grafana.api.folder.get_folder, uid) is not None:
+        return uid
     try:
-        created = api.folder.create_folder(title, uid=uid)
-    except GrafanaException as exc:
-        raise _explain(exc, f"creating folder {uid!r}") from None
+        created = grafana.call(f"creating folder {uid!r}", grafana.api.folder.create_folder, title, uid=uid)
+    except PushError as exc:
+        if exc.status == 409:  # Grafana keeps folder titles unique: one made by hand or by provisioning
+            raise PushError(f"{exc}; a folder titled {title!r} exists with another uid: push into it with "
+                            "--folder-uid (its uid is in the folder's URL, /dashboards/f/<uid>/)", 409) from None
+        raise
     log.info("created Grafana folder %s (%s)", title, uid)
-    return str(created.get("uid", uid))
+    return str(created.get("uid", uid)) if isinstance(created, dict) else uid
+
+
+def _unedited_version(grafana: _Grafana, uid: str, what: str) -> int | None:
+    """For a push without overwrite: the version Grafana holds of ``uid`` when foreshock's own push
+    made it (None for a new dashboard); a :class:`PushError` when someone saved it since."""
+    current = grafana.find(what, grafana.api.dashboard.get_dashboard, uid)
+    if current is None:
+        return None
+    version = int(current.get("dashboard", {}).get("version") or current.get("meta", {}).get("version") or 0)
+    answer = grafana.call(what, grafana.api.client.GET, f"/dashboards/uid/{uid}/versions", params={"limit": 1})
+    entries = answer.get("versions", []) if isinstance(answer, dict) else answer  # Grafana 12 wraps the list
+    latest = entries[0] if entries else {}
+    if latest.get("message") != PUSH_MESSAGE:
+        by = latest.get("createdBy") or "someone"
+        raise PushError(f"{what}: version {version} was saved in Grafana by {by}, not by a foreshock push; "
+                        "push with --overwrite to replace it")
+    return version
 
 
 def push_dashboards(url: str, token: str, boards: dict[str, dict[str, Any]], folder_uid: str,
-                    folder_title: str, overwrite: bool = True, timeout: float = 10.0) -> list[Pushed]:
-    """Create or update every dashboard in ``boards`` (keyed by UID) inside one folder."""
-    api = _client(url, token, timeout)
-    folder = ensure_folder(api, folder_uid, folder_title)
+                    folder_title: str, overwrite: bool = True, timeout: float = 10.0,
+                    ca_file: Path | None = None) -> list[Pushed]:
+    """Create or update every dashboard in ``boards`` (keyed by UID) inside one folder.
+
+    ``ca_file``: the CA certificate(s) to trust for an https Grafana (default: the system's)."""
+    grafana = _Grafana(url, token, timeout, ca_file)
+    folder = ensure_folder(grafana, folder_uid, folder_title)
     pushed = []
     for uid, board in boards.items():
-        # id null: Grafana matches on uid; "version" lets it detect edits made since generation
-        payload = {"dashboard": {**board, "id": None}, "folderUid": folder, "overwrite": overwrite,
-                   "message": "foreshock dashboards push"}
-        try:
-            result = api.dashboard.update_dashboard(payload)
-        except GrafanaException as exc:
-            raise _explain(exc, f"pushing dashboard {uid!r}") from None
+        what = f"pushing dashboard {uid!r}"
+        # id null: Grafana matches on uid; "version" lets it detect edits made since the last push
+        dashboard = {**board, "id": None}
+        if not overwrite:
+            version = _unedited_version(grafana, uid, what)
+            if version is not None:
+                dashboard["version"] = version
+        payload = {"dashboard": dashboard, "folderUid": folder, "overwrite": overwrite, "message": PUSH_MESSAGE}
+        result = grafana.call(what, grafana.api.dashboard.update_dashboard, payload)
         pushed.append(Pushed(uid=str(result.get("uid", uid)), title=str(board.get("title", uid)),
                              version=int(result.get("version", 0)), url=str(result.get("url", ""))))
         log.info("pushed dashboard %s (version %s)", uid, result.get("version"))

@@ -150,3 +150,11 @@ def test_dockerfile_copies_every_package_folder() -> None:
     assert folders <= copied, f"Dockerfile misses {sorted(folders - copied)}"
     ignored = {line.strip().rstrip("/") for line in (ROOT / ".dockerignore").read_text().splitlines()}
     assert not folders & ignored
+
+
+def test_kafka_keeps_its_logs_in_its_volume(stack: dict[str, Any]) -> None:
+    """apache/kafka defaults KAFKA_LOG_DIRS to /tmp/kraft-combined-logs (its configureDefaults):
+    the kafka-data volume stays empty and a recreated container starts with no topics."""
+    kafka = stack["services"]["kafka"]
+    (data,) = [v for v in kafka["volumes"] if v["type"] == "volume" and v["source"] == "kafka-data"]
+    assert kafka["environment"].get("KAFKA_LOG_DIRS") == data["target"]

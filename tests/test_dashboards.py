@@ -25,7 +25,7 @@ BUILTIN_VARIABLES = {"__rate_interval", "__interval", "__range", "__data", "__ur
 def substitute(expr: str) -> str:
     """A dashboard query as Grafana sends it with every variable on "All" (regex ``.*``)."""
     expr = expr.replace("$__rate_interval", "1m").replace("$__interval", "15s")
-    return re.sub(r"\$\{?(\w+)\}?", ".*", expr)
+    return re.sub(r"\$\{?([A-Za-z_]\w*)\}?", ".*", expr)  # not label_replace's "$1"
 
 
 def all_queries() -> list[tuple[str, str, str]]:
@@ -74,7 +74,7 @@ def test_panels_are_well_formed(uid: str) -> None:
         assert panel["datasource"]["uid"] == "${datasource}"
         for target in panel["targets"]:
             assert target["datasource"]["uid"] == "${datasource}"
-            used = set(re.findall(r"\$\{?(\w+)", target["expr"]))
+            used = set(re.findall(r"\$\{?([A-Za-z_]\w*)", target["expr"]))  # not label_replace's $1
             assert used <= defined | BUILTIN_VARIABLES, f"{panel['title']}: undefined {used - defined}"
 
 
@@ -185,3 +185,59 @@ def test_every_query_is_valid_promql_for_the_real_prometheus(start_prometheus: A
                 match = re.fullmatch(r"label_values\((.+), (\w+)\)", variable["query"]["query"])
                 assert match, variable["query"]
                 prom.query(substitute(match.group(1)))
+
+
+def test_alert_annotations_name_only_labels_every_alert_series_has() -> None:
+    """The ALERTS series Prometheus keeps for a firing alert has its labels, never its annotations
+    ("summary" is not on it), and Grafana writes a missing label's name in its place: a text of
+    "{{summary}}" showed the word "summary" on every alert marker."""
+    alerts = [r for g in rule_file()["groups"] for r in g["rules"] if "alert" in r]
+    on_every_series = {"alertname", "alertstate"} | set.intersection(*(set(r["labels"]) for r in alerts))
+    for uid, board in load_dashboards().items():
+        for annotation in board["annotations"]["list"]:
+            if "ALERTS" not in annotation.get("expr", ""):
+                continue
+            for key in ("titleFormat", "textFormat"):
+                used = {label.strip() for label in re.findall(r"\{\{([^}]+)\}\}", annotation[key])}
+                assert used <= on_every_series, f"{uid} {key}: {sorted(used - on_every_series)} not on ALERTS"
+
+
+def _data_links() -> list[tuple[str, dict[str, Any], dict[str, str]]]:
+    """(dashboard uid, panel, link) for every panel data link to another foreshock dashboard."""
+    return [(uid, panel, link) for uid, board in load_dashboards().items() for panel in board["panels"]
+            for link in panel.get("fieldConfig", {}).get("defaults", {}).get("links", [])
+            if link["url"].startswith("/d/")]
+
+
+def test_data_links_select_every_variable_of_the_dashboard_they_open() -> None:
+    """The predictions table's link opened GPU detail with only cluster and rack set: every GPU of
+    the rack, not the one predicted to throttle (what the ThrottlePredicted runbook says it opens)."""
+    boards = load_dashboards()
+    links = _data_links()
+    assert links
+    for uid, panel, link in links:
+        path, _, query = link["url"][len("/d/"):].partition("?")
+        target_uid = path.split("/")[0]  # /d/<uid> or /d/<uid>/<slug>
+        assert target_uid in boards, f"{uid} {panel['title']}: no dashboard {target_uid}"
+        params = {p.partition("=")[0] for p in query.split("&")}
+        wanted = {f"var-{v['name']}" for v in boards[target_uid]["templating"]["list"] if v["type"] == "query"}
+        assert wanted <= params, f"{uid} {panel['title']}: {target_uid} opens without {sorted(wanted - params)}"
+        assert "${datasource:queryparam}" in params and "${__url_time_range}" in params
+
+
+@pytest.mark.prometheus
+def test_data_link_fields_are_labels_of_the_table_query(start_prometheus: Any) -> None:
+    """Each ``${__data.fields.X}`` of a link is a column of its table: a label of the query result
+    (here for a prediction on GPU node0/gpu3, from a synthetic series in a real Prometheus)."""
+    prom = start_prometheus(scrape={})
+    eta = 'foreshock_prediction_eta_seconds{cluster=~".*"}'
+    series = ('label_replace(label_replace(label_replace(vector(600), "cluster", "c0", "", ""), '
+              '"rack", "rack0", "", ""), "entity", "node0/gpu3", "", "")')
+    for uid, panel, link in _data_links():
+        (target,) = panel["targets"]
+        expr = substitute(target["expr"])
+        assert eta in expr, f"{uid} {panel['title']}: update this test's synthetic series"
+        (row,) = prom.query(expr.replace(eta, series))
+        fields = set(re.findall(r"\$\{__data\.fields\.(\w+)\}", link["url"]))
+        assert fields <= set(row["metric"]), f"{uid} {panel['title']}: no column {sorted(fields - set(row['metric']))}"
+        assert (row["metric"]["node"], row["metric"]["gpu"]) == ("node0", "3")

@@ -5,22 +5,31 @@ relies on (Grafana HTTP API docs, /api/folders and /api/dashboards/db):
 
 - every request carries ``Authorization: Bearer <token>``; a wrong or missing token is 401;
 - ``GET /api/folders/<uid>`` is 404 for an unknown folder, ``POST /api/folders`` takes
-  ``{title, uid}`` and is 409 when the uid exists;
+  ``{title, uid}`` and is 409 when the uid or the title exists;
 - ``POST /api/dashboards/db`` takes ``{dashboard, folderUid, overwrite, message?}`` with a JSON
   content type; the dashboard needs ``uid`` and ``title``, its ``id`` must be null or absent for a
   new uid; the folder must exist (400); when the stored version differs from the posted one and
   ``overwrite`` is false it answers 412 ``version-mismatch``; otherwise it stores the dashboard
-  with version + 1 and answers ``{id, uid, url, status, version, slug}``.
+  with version + 1 and answers ``{id, uid, url, status, version, slug}``; each save adds an entry
+  ``{version, createdBy, message}`` to the dashboard's history;
+- ``GET /api/dashboards/uid/<uid>`` answers ``{dashboard, meta}`` (404 for an unknown uid) and
+  ``GET /api/dashboards/uid/<uid>/versions?limit=N`` the newest N history entries: a bare list as
+  Grafana 9-11 answer it, or ``{continueToken, versions}`` as Grafana 12 does (``wrapped_versions``);
+- over https when the fixture is ``tls_grafana`` (the test certificate of tests/data/redfish).
 """
 
 from __future__ import annotations
 
 import json
+import socket
+import ssl
 import threading
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Iterator
+from urllib.parse import parse_qs, urlparse
 
 import pytest
 from click.testing import CliRunner
@@ -41,12 +50,29 @@ class FakeGrafana:
     dashboards: dict[str, dict[str, Any]] = field(default_factory=dict)  # uid -> {dashboard, folderUid, version}
     requests: list[tuple[str, str, dict[str, str], Any]] = field(default_factory=list)
     violations: list[str] = field(default_factory=list)
+    history: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # uid -> saves, oldest first
+    wrapped_versions: bool = False
+
+    def edit(self, uid: str, by: str = "admin") -> None:
+        """Someone saves the dashboard in Grafana's UI (no version message)."""
+        stored = self.dashboards[uid]
+        stored["version"] += 1
+        stored["dashboard"] = {**stored["dashboard"], "version": stored["version"]}
+        self.history[uid].append({"version": stored["version"], "createdBy": by, "message": ""})
 
 
-@pytest.fixture
-def grafana() -> Iterator[FakeGrafana]:
+CERTS = Path(__file__).parent / "data" / "redfish"  # a throwaway self-signed CA certificate for 127.0.0.1
+
+
+@contextmanager
+def fake_grafana(tls: bool = False) -> Iterator[FakeGrafana]:
     server = ThreadingHTTPServer(("127.0.0.1", 0), BaseHTTPRequestHandler)
-    state = FakeGrafana(url=f"http://127.0.0.1:{server.server_address[1]}")
+    if tls:
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        context.load_cert_chain(CERTS / "bmc-cert.pem", CERTS / "bmc-key.pem")
+        server.socket = context.wrap_socket(server.socket, server_side=True)
+    scheme = "https" if tls else "http"
+    state = FakeGrafana(url=f"{scheme}://127.0.0.1:{server.server_address[1]}")
     lock = threading.Lock()
 
     class Handler(BaseHTTPRequestHandler):
@@ -62,6 +88,8 @@ def grafana() -> Iterator[FakeGrafana]:
             length = int(self.headers.get("Content-Length") or 0)
             raw = self.rfile.read(length) if length else b""
             body = None
+            if raw and method == "GET":
+                state.violations.append(f"GET {self.path} with a body (Grafana reads query parameters)")
             if raw:
                 if not self.headers.get("Content-Type", "").startswith("application/json"):
                     state.violations.append(f"{method} {self.path}: body without JSON content type")
@@ -86,10 +114,27 @@ def grafana() -> Iterator[FakeGrafana]:
                 uid = body.get("uid") or f"auto{len(state.folders)}"
                 if uid in state.folders:
                     return self._reply(409, {"message": "a folder with the same uid already exists"})
+                if any(f["title"] == body["title"] for f in state.folders.values()):
+                    return self._reply(409, {"message": "a folder or dashboard in the general folder with the same "
+                                                        "name already exists"})
                 state.folders[uid] = {"id": len(state.folders) + 1, "uid": uid, "title": body["title"], "version": 1}
                 return self._reply(200, state.folders[uid])
             if method == "POST" and path == "/api/dashboards/db":
                 return self._post_dashboard(body)
+            if method == "GET" and path.startswith("/api/dashboards/uid/"):
+                uid, _, rest = path[len("/api/dashboards/uid/"):].partition("/")
+                stored = state.dashboards.get(uid)
+                if stored is None:
+                    return self._reply(404, {"message": "Dashboard not found", "status": "not-found"})
+                if rest == "versions":
+                    query = parse_qs(urlparse(self.path).query)
+                    limit = int(query.get("limit", ["1000"])[0])
+                    newest = [{"uid": uid, **entry} for entry in reversed(state.history[uid])][:limit]
+                    return self._reply(200, {"continueToken": "", "versions": newest} if state.wrapped_versions
+                                       else newest)
+                if rest == "":
+                    return self._reply(200, {"dashboard": stored["dashboard"],
+                                             "meta": {"version": stored["version"], "folderUid": stored["folderUid"]}})
             state.violations.append(f"unexpected {method} {path}")
             return self._reply(404, {"message": "Not found"})
 
@@ -107,13 +152,21 @@ def grafana() -> Iterator[FakeGrafana]:
             if folder and folder not in state.folders:
                 return self._reply(400, {"message": "folder not found"})
             stored = state.dashboards.get(uid)
+            same_title = [u for u, d in state.dashboards.items()
+                          if u != uid and d["folderUid"] == folder and d["dashboard"].get("title") == title]
+            if same_title and not body.get("overwrite", False):
+                return self._reply(412, {"message": "A dashboard with the same name in the folder already exists",
+                                         "status": "name-exists"})
             if stored is None and board.get("id") is not None:
                 return self._reply(404, {"message": "Dashboard not found"})
             if stored is not None and not body.get("overwrite", False) and board.get("version") != stored["version"]:
                 return self._reply(412, {"message": "The dashboard has been changed by someone else",
                                          "status": "version-mismatch"})
             version = (stored["version"] if stored else 0) + 1
-            state.dashboards[uid] = {"dashboard": board, "folderUid": folder, "version": version}
+            state.dashboards[uid] = {"dashboard": {**board, "version": version}, "folderUid": folder,
+                                     "version": version}
+            state.history.setdefault(uid, []).append(
+                {"version": version, "createdBy": "sa-foreshock", "message": body.get("message", "")})
             slug = title.lower().replace(" ", "-").replace("/", "")
             return self._reply(200, {"id": len(state.dashboards), "uid": uid, "url": f"/d/{uid}/{slug}",
                                      "status": "success", "version": version, "slug": slug})
@@ -139,6 +192,18 @@ def grafana() -> Iterator[FakeGrafana]:
         server.shutdown()
         server.server_close()
         thread.join(timeout=5)
+
+
+@pytest.fixture
+def grafana() -> Iterator[FakeGrafana]:
+    with fake_grafana() as state:
+        yield state
+
+
+@pytest.fixture
+def tls_grafana() -> Iterator[FakeGrafana]:
+    with fake_grafana(tls=True) as state:
+        yield state
 
 
 @pytest.fixture
@@ -171,11 +236,71 @@ def test_push_reuses_an_existing_folder_and_overwrites(grafana: FakeGrafana, boa
 
 def test_version_conflict_without_overwrite_is_reported(grafana: FakeGrafana, boards: dict[str, dict[str, Any]]) -> None:
     push_dashboards(grafana.url, TOKEN, boards, "foreshock", "foreshock", overwrite=False)  # new: version 1
-    grafana.dashboards["foreshock-gpu"]["version"] += 1  # someone edits it in Grafana
-    with pytest.raises(PushError, match="412.*--overwrite"):
+    grafana.edit("foreshock-gpu")  # someone edits it in Grafana
+    with pytest.raises(PushError, match="'foreshock-gpu'.*saved in Grafana by admin.*--overwrite"):
         push_dashboards(grafana.url, TOKEN, boards, "foreshock", "foreshock", overwrite=False)
+    assert grafana.dashboards["foreshock-gpu"]["version"] == 2  # the edit survives
     pushed = push_dashboards(grafana.url, TOKEN, boards, "foreshock", "foreshock", overwrite=True)
     assert {p.uid: p.version for p in pushed}["foreshock-gpu"] == 3
+
+
+@pytest.mark.parametrize("wrapped_versions", [False, True], ids=["grafana-11", "grafana-12"])
+def test_pushes_without_overwrite_replace_what_foreshock_pushed(grafana: FakeGrafana, boards: dict[str, dict[str, Any]],
+                                                                 wrapped_versions: bool) -> None:
+    # the generated JSON always says version 1: posted as is, the third push was refused (412)
+    # although nobody had touched the dashboards in Grafana
+    grafana.wrapped_versions = wrapped_versions
+    for push in range(1, 4):
+        pushed = push_dashboards(grafana.url, TOKEN, boards, "foreshock", "foreshock", overwrite=False)
+        assert {p.version for p in pushed} == {push}
+    assert grafana.violations == []
+    grafana.edit("foreshock-fleet", by="alice")
+    with pytest.raises(PushError, match="'foreshock-fleet'.*version 4 was saved in Grafana by alice"):
+        push_dashboards(grafana.url, TOKEN, boards, "foreshock", "foreshock", overwrite=False)
+
+
+def test_a_title_taken_by_another_dashboard_is_not_called_an_edit(grafana: FakeGrafana,
+                                                                  boards: dict[str, dict[str, Any]]) -> None:
+    grafana.folders["foreshock"] = {"id": 1, "uid": "foreshock", "title": "foreshock", "version": 1}
+    grafana.dashboards["hand-made"] = {"dashboard": {"uid": "hand-made", "title": "foreshock / GPU detail"},
+                                       "folderUid": "foreshock", "version": 1}
+    with pytest.raises(PushError, match="same title.*name-exists") as info:
+        push_dashboards(grafana.url, TOKEN, boards, "foreshock", "foreshock", overwrite=False)
+    assert "changed in Grafana" not in str(info.value)
+
+
+def test_a_folder_title_taken_under_another_uid_says_what_to_do(grafana: FakeGrafana,
+                                                                 boards: dict[str, dict[str, Any]]) -> None:
+    grafana.folders["ops1"] = {"id": 1, "uid": "ops1", "title": "foreshock", "version": 1}  # made by hand
+    with pytest.raises(PushError, match="409.*titled 'foreshock' exists with another uid.*--folder-uid"):
+        push_dashboards(grafana.url, TOKEN, boards, "foreshock", "foreshock")
+    pushed = push_dashboards(grafana.url, TOKEN, boards, "ops1", "foreshock")
+    assert len(pushed) == 5 and {d["folderUid"] for d in grafana.dashboards.values()} == {"ops1"}
+
+
+def test_unreachable_grafana_is_a_message_not_a_traceback(boards: dict[str, dict[str, Any]]) -> None:
+    with socket.socket() as sock:  # a port nobody listens on
+        sock.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    with pytest.raises(PushError, match=f"cannot reach Grafana at {url}.*refused"):
+        push_dashboards(url, TOKEN, boards, "foreshock", "foreshock", timeout=5)
+    result = CliRunner().invoke(cli, ["dashboards", "push", "--url", url, "--timeout", "5"],
+                                env={"FORESHOCK_GRAFANA_TOKEN": TOKEN})
+    assert result.exit_code == 1 and "cannot reach Grafana" in result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+
+
+def test_https_grafana_with_a_private_ca(tls_grafana: FakeGrafana, boards: dict[str, dict[str, Any]]) -> None:
+    with pytest.raises(PushError, match="TLS certificate .* not trusted .*--ca-file") as info:
+        push_dashboards(tls_grafana.url, TOKEN, boards, "foreshock", "foreshock", timeout=5)
+    assert TOKEN not in str(info.value)
+    pushed = push_dashboards(tls_grafana.url, TOKEN, boards, "foreshock", "foreshock", timeout=5,
+                             ca_file=CERTS / "bmc-cert.pem")
+    assert {p.uid for p in pushed} == EXPECTED_UIDS
+    result = CliRunner().invoke(cli, ["dashboards", "push", "--url", tls_grafana.url, "--ca-file",
+                                      str(CERTS / "bmc-cert.pem")], env={"FORESHOCK_GRAFANA_TOKEN": TOKEN})
+    assert result.exit_code == 0, result.output
+    assert tls_grafana.violations == []
 
 
 def test_wrong_token_is_401_and_the_token_is_never_shown(grafana: FakeGrafana, boards: dict[str, dict[str, Any]]) -> None:
