@@ -99,7 +99,8 @@ def main() -> None:
     ap.add_argument("--river-points", type=int, default=20000)
     ap.add_argument("--interval", type=float, default=1.0,
                     help="seconds between ticks: at 1 s one tick in ten solves the thermal and power forecasts "
-                         "(forecast_every_s), at 10 s (the simulator's default sampling) every tick does")
+                         "(forecast_every_s), at 10 s (the evaluation's sampling; the simulator's default is 1 s) "
+                         "every tick does")
     args = ap.parse_args()
 
     topo = cluster(args.gpus)

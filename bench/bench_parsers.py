@@ -8,6 +8,7 @@ real H200 load section repeated; Alibaba: the real pre-FEC BER CSV; ethtool -m: 
 
 from __future__ import annotations
 
+import argparse
 import random
 import sys
 from pathlib import Path
@@ -31,6 +32,8 @@ METRICS = ["DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_MEMORY_TEMP", "DCGM_FI_DEV_POWER
 
 
 def main() -> None:
+    argparse.ArgumentParser(description=__doc__,
+                            formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()  # --help, no options
     rng = random.Random(0)
     lines = [f'{m}{{gpu="{g}",UUID="GPU-{n:04d}-{g}",pci_bus_id="00000000:{g:02x}:00.0",device="nvidia{g}",'
              f'modelName="NVIDIA H100 80GB HBM3",Hostname="node{n:04d}",container="",namespace="",pod=""}} '

@@ -174,13 +174,16 @@ def command(source: str, kafka: str | None, user: str | None, password: str | No
     health = polled_health or PipelineHealth()
     server = None
     if metrics_port:
-        from foreshock.exporters.prometheus import serve_health
+        from foreshock.exporters.prometheus import MetricsPortError, serve_health
 
         def cluster() -> str:
             known = topology() if callable(topology) else topology
             return known.cluster if known is not None else ""
 
-        server = serve_health(health, cluster, metrics_host, metrics_port)
+        try:
+            server = serve_health(health, cluster, metrics_host, metrics_port)
+        except MetricsPortError as exc:
+            raise click.UsageError(f"{exc.strerror}; choose another --metrics-port (0 serves none)") from None
     console = Console(stderr=True)
     try:
         with Progress(SpinnerColumn(), TextColumn("[bold]agent[/bold] {task.fields[samples]:,} samples, "

@@ -19,7 +19,7 @@ from foreshock.detectors.bank import DetectorBank
 from foreshock.events import Event
 from foreshock.exporters.console import FindingTally, render_summary
 from foreshock.exporters.jsonl import JsonlSink
-from foreshock.exporters.prometheus import serve, stop
+from foreshock.exporters.prometheus import MetricsPortError, serve, stop
 from foreshock.exporters.store import FindingStore
 from foreshock.frames import Frame
 from foreshock.health import PipelineHealth
@@ -129,7 +129,12 @@ def build_pipeline(topology: Topology, detectors: str | None, host: str, port: i
     pipeline = EmbeddedPipeline(topology, bank, store, sinks, health)
     server = None
     if port:
-        server = serve(store, host=host, port=port, top_k=top_k)
+        try:
+            server = serve(store, host=host, port=port, top_k=top_k)
+        except MetricsPortError as exc:
+            if jsonl is not None:
+                jsonl.close()
+            raise click.UsageError(f"{exc.strerror}; choose another --port (0 serves none)") from None
         Console(stderr=True).print(f"[dim]serving Prometheus metrics on http://{host}:{port}/metrics[/dim]")
     external = ExternalFeed(external_path, health) if external_path else None
     return PipelineRun(pipeline, store, tally, health, server, jsonl, external)
@@ -157,8 +162,9 @@ def finish(run: PipelineRun, stats: RunStats, events: Sequence[Event] = (), json
     if run.jsonl is not None:
         run.jsonl.close()
     if run.external is not None:
-        Console(stderr=True).print(f"[dim]{run.external.events} external events read from {run.external.path}"
-                                   f"{f', {run.external.bad} bad lines' if run.external.bad else ''}[/dim]")
+        read, bad = run.external.events, run.external.bad
+        Console(stderr=True).print(f"[dim]{read} external event{'' if read == 1 else 's'} read from {run.external.path}"
+                                   + (f", {bad} bad line{'' if bad == 1 else 's'}" if bad else "") + "[/dim]")
     render_summary(run.tally, run.health, events)
     click.echo(json.dumps({
         "name": json_name, "samples": stats.samples, "accepted_samples": stats.accepted,

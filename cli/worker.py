@@ -42,6 +42,7 @@ def command(kafka: str | None, user: str | None, password: str | None, namespace
     """Consume telemetry from Kafka, run the detector bank on this worker's partitions, publish
     findings and incidents. Start several with the same --group to share the load."""
     from foreshock.detectors.bank import DetectorBank
+    from foreshock.exporters.prometheus import MetricsPortError
     from foreshock.streams.faust_app import WorkerConfig, run_worker
     from foreshock.streams.kafka_agent import fetch_topology
     from foreshock.streams.kafka_config import KafkaConnectError
@@ -65,4 +66,7 @@ def command(kafka: str | None, user: str | None, password: str | None, namespace
                           metrics_top_k=top_k, data_dir=data_dir, role=role, max_clock_ahead_s=max_clock_ahead)
     click.echo(f"worker {config.worker_id}: {role}, group {config.group}, {topics.partitions} partitions, "
                f"{len(topology.gpus)} GPUs" + (f", metrics on http://{host}:{port}/metrics" if port else ""), err=True)
-    run_worker(config, loglevel=log_level)
+    try:
+        run_worker(config, loglevel=log_level)
+    except MetricsPortError as exc:
+        raise click.UsageError(f"{exc.strerror}; choose another --port (0 serves none)") from None

@@ -22,7 +22,7 @@ from typing import Any, Iterable, Iterator
 
 from foreshock.health import PipelineHealth
 
-STAGE = "incidents.external"
+STAGE = "external"  # the stage the live feed (streams/external_feed.py) counts under too
 NOT_JSON = "external event line is not valid JSON"
 MALFORMED = "external event line is malformed"
 

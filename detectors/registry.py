@@ -51,10 +51,22 @@ def _load(table: dict[str, str], name: str, what: str) -> Any:
     return getattr(importlib.import_module(f"foreshock.detectors.{module_name}"), cls_name)
 
 
+def _construct(cls: Any, name: str, topology: Topology, params: dict[str, Any]) -> Any:
+    """``cls(topology, **params)``; a parameter it cannot take is named in the error (a value that
+    is not a number read "could not convert string to float: 'abc'", naming nothing)."""
+    try:
+        return cls(topology, **params)
+    except (ValueError, TypeError) as exc:
+        if not params or str(exc).startswith(f"{name}:"):
+            raise
+        given = ", ".join(f"{name}.{key}={value}" for key, value in params.items())
+        raise ValueError(f"{name}: {exc} (parameters given: {given})") from None
+
+
 def create(name: str, topology: Topology, **params: Any) -> Detector:
-    return _load(DETECTORS, name, "detector")(topology, **params)  # type: ignore[no-any-return]
+    return _construct(_load(DETECTORS, name, "detector"), name, topology, params)  # type: ignore[no-any-return]
 
 
 def create_processor(name: str, topology: Topology, **params: Any) -> Any:
     """A finding processor such as the incident engine (see ``bank.FindingProcessor``)."""
-    return _load(PROCESSORS, name, "processor")(topology, **params)
+    return _construct(_load(PROCESSORS, name, "processor"), name, topology, params)

@@ -193,11 +193,15 @@ def _truth_table(tally: FindingTally, events: Sequence[Event], console: Console,
     # clocks and the lead in the table, the entities on a numbered line per fault below it: with
     # the names in its cells an 80-column terminal folded "thermal_throttle node25/gpu7" into four
     # lines, and a link's name ("node26/gpu2~su0-leaf2#a") into three
+    faults = [e for e in events if e.type == "fault_onset"]
+    if not faults:  # a healthy run's events are its jobs: no table of nothing
+        console.print("ground truth: no fault was injected")
+        return
     table = Table(title="Ground truth (simulator) vs. what foreshock said")
     for col in ("#", "fault", "onset", "impact at", "said at", "lead"):
         table.add_column(col, overflow="fold", no_wrap=True)
     lines = []
-    for n, fault in enumerate([e for e in events if e.type == "fault_onset"][:max_rows], 1):
+    for n, fault in enumerate(faults[:max_rows], 1):
         consequences = [e for e in events if e.fault_id == fault.fault_id and e.type != "fault_onset"]
         impact = next((min(c, key=lambda e: e.time) for kind in _IMPACT_ORDER
                        if (c := [e for e in consequences if e.type == kind])), None)

@@ -530,12 +530,24 @@ class HealthCollector(Collector):
         yield _counts(f"{NS}_input_problems_total", cluster, problems)
 
 
+class MetricsPortError(OSError):
+    """``/metrics`` could not be served: the port is taken, or the address is not this host's.
+    The message names both; commands turn it into a usage error rather than a traceback."""
+
+
+def _start(registry: CollectorRegistry, host: str, port: int):  # type: ignore[no-untyped-def]
+    try:
+        return start_http_server(port, addr=host, registry=registry)
+    except OSError as exc:
+        raise MetricsPortError(exc.errno, f"cannot serve /metrics on {host}:{port}: {exc.strerror or exc}") from None
+
+
 def serve_health(health: PipelineHealth, cluster: Callable[[], str], host: str = "127.0.0.1",
                  port: int = 9109):  # type: ignore[no-untyped-def]
     """Serve an agent's own counters on ``/metrics`` (loopback by default). Returns (server, thread)."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(HealthCollector(health, cluster))
-    return start_http_server(port, addr=host, registry=registry)
+    return _start(registry, host, port)
 
 
 def stop(server: Any) -> None:
@@ -553,4 +565,4 @@ def build_registry(store: FindingStore, top_k: int = 16) -> CollectorRegistry:
 
 def serve(store: FindingStore, host: str = "127.0.0.1", port: int = 9108, top_k: int = 16):  # type: ignore[no-untyped-def]
     """Serve ``/metrics`` on host:port (loopback by default). Returns (server, thread)."""
-    return start_http_server(port, addr=host, registry=build_registry(store, top_k))
+    return _start(build_registry(store, top_k), host, port)

@@ -23,12 +23,11 @@ import os
 from pathlib import Path
 from typing import Iterable, Iterator, NamedTuple, Protocol, Sequence, TypeVar
 
-from foreshock.detectors.incident_external import ExternalEvent, parse_line
+from foreshock.detectors.incident_external import STAGE, ExternalEvent, parse_line
 from foreshock.health import PipelineHealth
 
 log = logging.getLogger("foreshock.external")
 
-STAGE = "external"
 REREAD = "external event file shrank or was replaced: read again from the start"
 MISSING = "external event file is missing: waiting for it to reappear"
 UNREADABLE = "external event file cannot be read"

@@ -541,12 +541,12 @@ def run_worker(config: WorkerConfig, loglevel: str = "warning") -> None:
     if config.detects:
         worker.detection.warm_up()  # before joining the group: no kernel loading on the first record
     server = None
-    if config.metrics_port:
-        from foreshock.exporters.prometheus import serve
-
-        server = serve(worker.store, host=config.metrics_host, port=config.metrics_port,
-                       top_k=config.metrics_top_k)
     try:
+        if config.metrics_port:  # (a taken port raises MetricsPortError, after which the data dir goes too)
+            from foreshock.exporters.prometheus import serve
+
+            server = serve(worker.store, host=config.metrics_host, port=config.metrics_port,
+                           top_k=config.metrics_top_k)
         _QuietWorker(worker.app, loglevel=loglevel, quiet=True).execute_from_commandline()
     finally:
         if server is not None and isinstance(server, tuple):

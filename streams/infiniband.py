@@ -92,7 +92,12 @@ def read_infiniband(root: str | Path = DEFAULT_ROOT, host: str | None = None, ts
     builder = BatchBuilder("link")
     problems: Counter[str] = Counter()
     details: dict[str, str] = {}
-    for dev, port in list_ports(root):
+    ports = list_ports(root)
+    if not ports:  # a wrong --root, or a node without the driver: said, not an empty success
+        problems["no InfiniBand ports found"] += 1
+        details["no InfiniBand ports found"] = f"{root}: " + ("no <device>/ports/<n> folders" if Path(root).is_dir()
+                                                              else "no such folder")
+    for dev, port in ports:
         port_dir = Path(root) / dev / "ports" / port
         try:
             layer = (_read(port_dir / "link_layer") or "").strip()

@@ -4,6 +4,7 @@ after a long run (evaluate, train, simulate, replay, incidents)."""
 from __future__ import annotations
 
 import json
+import socket
 from pathlib import Path
 
 import pytest
@@ -63,6 +64,32 @@ def test_replay_refuses_non_finite_numbers(args: list[str], empty_recording) -> 
     rec = empty_recording("gpu", 30.0)
     text = refused(invoke(replay.command, str(rec.path), "--port", "0", *args), code=2)
     assert args[0] in text and "finite" in text
+
+
+@pytest.fixture
+def a_taken_port():  # type: ignore[no-untyped-def]
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        yield taken.getsockname()[1]
+
+
+def test_a_metrics_port_in_use_is_a_usage_error_not_a_traceback(empty_recording, a_taken_port: int,
+                                                                 tmp_path: Path) -> None:
+    """demo, replay and watch serve /metrics through build_pipeline; a taken port gave a traceback
+    ending in OSError: [Errno 98] Address already in use."""
+    rec = empty_recording("gpu", 30.0)
+    findings = tmp_path / "findings.jsonl"
+    text = refused(invoke(replay.command, str(rec.path), "--port", str(a_taken_port), "--findings", str(findings)),
+                   code=2)
+    assert f"cannot serve /metrics on 127.0.0.1:{a_taken_port}" in text and "choose another --port" in text
+
+
+def test_a_parameter_value_that_is_not_a_number_is_named(empty_recording) -> None:
+    rec = empty_recording("gpu", 30.0)
+    text = refused(invoke(replay.command, str(rec.path), "--port", "0", "--param", "thermal.inlet_stale_s=abc"),
+                   code=2)
+    assert "thermal.inlet_stale_s=abc" in text
 
 
 def test_incidents_runs_on_an_empty_recording(small_topology, tmp_path: Path) -> None:

@@ -81,6 +81,18 @@ def test_the_ground_truth_table_keeps_each_fault_on_one_row_at_80_columns() -> N
     assert "2 optic_degradation on n0/gpu0~su0-leaf2#a: no impact yet; foreshock first said nothing" in flat
 
 
+def test_a_run_without_faults_says_so_instead_of_an_empty_truth_table() -> None:
+    from foreshock.events import Event
+
+    tally = FindingTally(TOPO)
+    tally.first_ts = 0.0
+    out = io.StringIO()
+    render_summary(tally, PipelineHealth(), [Event(10.0, "job_start", "job", "job0", "", "")],
+                   console=Console(file=out, width=80))
+    text = out.getvalue()
+    assert "ground truth: no fault was injected" in text and "Ground truth (simulator)" not in text
+
+
 def test_names_with_brackets_print_as_they_are_named() -> None:
     """Entity names come from the user's topology and recordings: rich would read "[b]" in one
     as markup and "[/x]" as an error. Every name in the summary prints literally."""

@@ -220,7 +220,7 @@ def test_replay_groups_an_external_event_into_an_incident(healthy, tmp_path: Pat
     assert "fan_failure" in found[0]["reason"] and found[0]["members"] == ["node1"]
     assert found[0]["ts"] >= start + 120.0  # grouped once telemetry time reached the event
     said = " ".join(result.output.split())  # rich wraps long lines
-    assert "1 external events read" in said and "1 bad lines" in said  # the garbage line was counted
+    assert "1 external event read" in said and "1 bad line" in said  # the garbage line was counted
 
 
 def test_demo_follows_an_external_file(tmp_path: Path):

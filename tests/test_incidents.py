@@ -497,6 +497,8 @@ def test_external_events_group_like_findings():
     assert [e.node for e in events] == ["node2", "node3", "node9", "node7"]
     assert events[1].time == 110.0
     assert sum(health.problems.values()) == 2
+    # `foreshock incidents --external` counts under the stage `replay --external`'s live feed uses
+    assert {stage for stage, _ in health.problems} == {"external"}
     engine = IncidentEngine(TOPO, health)
     engine.add_external(events)
     assert engine.observe([], 50.0) == []  # not yet: they are grouped when telemetry time reaches them

@@ -122,10 +122,15 @@ def test_io_error_on_read_is_counted(sysfs: Path, monkeypatch: pytest.MonkeyPatc
     assert health.problems[("infiniband", "unreadable counter file")] == 2  # this one + the folder
 
 
-def test_missing_root_gives_nothing(tmp_path: Path) -> None:
+def test_missing_root_gives_nothing_and_says_so(tmp_path: Path) -> None:
+    """A wrong --root made `record` say "the counted problems above say why" with none counted."""
     health = PipelineHealth()
     assert len(read_infiniband(tmp_path / "absent", host="n", health=health)) == 0
     assert list_ports(tmp_path / "absent") == []
+    assert health.problems == {("infiniband", "no InfiniBand ports found"): 1}
+    (tmp_path / "empty").mkdir()
+    read_infiniband(tmp_path / "empty", host="n", health=health)
+    assert health.problems == {("infiniband", "no InfiniBand ports found"): 2}
 
 
 def test_source_polls_into_a_derived_topology(sysfs: Path) -> None:
