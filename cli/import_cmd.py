@@ -7,6 +7,7 @@ import math
 import time
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Iterator
 
 import click
 import numpy as np
@@ -21,7 +22,7 @@ from foreshock.streams.alibaba import STATS, read_alibaba
 from foreshock.streams.dcgm import parse_dcgm_text
 from foreshock.streams.infiniband import list_ports, port_topology, read_infiniband
 from foreshock.streams.nvidia_smi import capture_collected_at, capture_sections, parse_dmon, parse_query_gpu_chunks
-from foreshock.streams.samples import SampleBatch, gpu_topology, split_gpu_entity
+from foreshock.streams.samples import SampleBatch, gpu_topology, line_chunks, split_gpu_entity
 from foreshock.topology import Topology
 
 from .common import finite_number
@@ -56,21 +57,36 @@ def _gpu_import(batches: list[SampleBatch], health: PipelineHealth) -> tuple[Top
     return topology, [batch.to_frame(topology, health)]
 
 
+JSONL_CHUNK_LINES = 100_000
+
+
+def _json_records(text: str, path: Path, health: PipelineHealth | None) -> Iterator[list[object]]:
+    """The file's JSON records, a list per :data:`JSONL_CHUNK_LINES` lines (a list of every
+    record of a days-long file took many times its size in memory); with ``health``, a line that
+    is not JSON is counted, naming its number."""
+    lineno = 0
+    for piece in line_chunks(text, JSONL_CHUNK_LINES):
+        records: list[object] = []
+        for line in piece.splitlines():
+            lineno += 1
+            if not line.strip():
+                continue
+            try:
+                records.append(json.loads(line))
+            except json.JSONDecodeError as exc:
+                if health is not None:
+                    health.problem("jsonl", "invalid JSON line", detail=f"{path}:{lineno}: {exc.msg}")
+        yield records
+
+
 def _jsonl(path: Path, topology_path: Path | None, health: PipelineHealth) -> tuple[Topology, list[Frame]]:
-    records: list[object] = []
-    for lineno, line in enumerate(path.read_text(encoding=ENCODING, errors="replace").splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            records.append(json.loads(line))
-        except json.JSONDecodeError as exc:
-            health.problem("jsonl", "invalid JSON line", detail=f"{path}:{lineno}: {exc.msg}")
+    text = path.read_text(encoding=ENCODING, errors="replace")
     if topology_path is not None:
         topology = Topology.load(topology_path)
-    else:
+    else:  # a first pass for the GPUs' names: the topology resolves the entities of the second
         try:
             topology = Topology.from_gpu_hosts(
-                split_gpu_entity(str(r.get("entity"))) for r in records
+                split_gpu_entity(str(r.get("entity"))) for records in _json_records(text, path, None) for r in records
                 if isinstance(r, dict) and r.get("kind") == "gpu")
         except ValueError as exc:
             raise click.ClickException(f"{exc}; pass --topology for entities other than HOST/gpuN") from None
@@ -81,10 +97,14 @@ def _jsonl(path: Path, topology_path: Path | None, health: PipelineHealth) -> tu
         except (KeyError, ValueError):
             return -1
 
-    frames, rejected = frames_from_records(records, resolve)  # type: ignore[arg-type]
-    for _, reason in rejected:
-        health.problem("jsonl", reason)
-    return topology, [f.sorted_by_time() for f in frames.values()]
+    parts: dict[str, list[Frame]] = {}
+    for records in _json_records(text, path, health):
+        frames, rejected = frames_from_records(records, resolve)  # type: ignore[arg-type]
+        for _, reason in rejected:
+            health.problem("jsonl", reason)
+        for kind, frame in frames.items():
+            parts.setdefault(kind, []).append(frame)
+    return topology, [Frame.concat(frames).sorted_by_time() for frames in parts.values()]
 
 
 @click.command("import")

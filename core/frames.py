@@ -81,6 +81,10 @@ class Frame:
         return Frame(self.kind, self.ts[index], self.slot[index], {k: v[index] for k, v in self.columns.items()})
 
     def sorted_by_time(self) -> "Frame":
+        """Rows by time, then slot; a frame already in that order is returned as it is."""
+        ts, slot = self.ts, self.slot
+        if len(ts) < 2 or bool(np.all((ts[1:] > ts[:-1]) | ((ts[1:] == ts[:-1]) & (slot[1:] >= slot[:-1])))):
+            return self
         order = np.lexsort((self.slot, self.ts))
         return self.take(order)
 

@@ -40,7 +40,7 @@ from foreshock.health import PipelineHealth
 from foreshock.topology import Topology
 
 from .polling import PollingSource, run_command
-from .samples import SampleBatch, gpu_entity, gpu_topology, parse_tokens
+from .samples import SampleBatch, gpu_entity, gpu_topology, line_chunks, parse_tokens
 
 STAGE = "nvidia-smi"
 DMON_STAGE = "dmon"
@@ -189,27 +189,17 @@ def parse_query_gpu_chunks(text: str, host: str | None = None, health: PipelineH
                            chunk_rows: int = 50_000) -> Iterator[SampleBatch]:
     """:func:`parse_query_gpu` over a long CSV (``nvidia-smi --query-gpu=... -l 1`` left running
     for days), ``chunk_rows`` lines at a time: parsed whole, its cells as Python strings took
-    about ten times the file's size in memory; a chunk's strings are freed once it is columnar.
-    (Slices of the text, not ``io.StringIO``: that holds four bytes a character.)"""
+    about ten times the file's size in memory; a chunk's strings are freed once it is columnar."""
     pos = 0
-    while pos < len(text):  # the header is the first line that is not blank
-        end = text.find("\n", pos)
-        end = len(text) if end < 0 else end + 1
-        line, pos = text[pos:end], end
+    for line in line_chunks(text, 1):  # the header is the first line that is not blank
+        pos += len(line)
         if line.strip():
             header = next(csv.reader([line], skipinitialspace=True))
             break
     else:
         return
-    while pos < len(text):
-        end = pos
-        for _ in range(chunk_rows):
-            end = text.find("\n", end) + 1
-            if end == 0:
-                end = len(text)
-                break
-        yield parse_query_gpu(text[pos:end], host, health, columns=header)
-        pos = end
+    for piece in line_chunks(text, chunk_rows, pos):
+        yield parse_query_gpu(piece, host, health, columns=header)
 
 
 # ---- dmon ----------------------------------------------------------------------------------

@@ -18,7 +18,7 @@ import math
 import re
 from array import array
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping, Sequence
+from typing import Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -251,3 +251,20 @@ def host_link_topology(host: str, links: Sequence[tuple[str, str]]) -> Topology:
         + [{"name": "unknown-peer", "tier": "leaf"}],
         "links": [{"name": name, "a": f"{host}/{device}", "b": "unknown-peer"} for device, name in links],
     })
+
+
+def line_chunks(text: str, lines: int, start: int = 0) -> Iterator[str]:
+    """``text`` from offset ``start`` in pieces of up to ``lines`` whole lines (``\\n`` ends a line,
+    as ``read_text`` leaves them): an importer parses a file of millions of lines a piece at a
+    time, so the Python objects of only one piece are alive at once. Slices of the text, not
+    ``io.StringIO``, which holds four bytes a character."""
+    pos = start
+    while pos < len(text):
+        end = pos
+        for _ in range(lines):
+            end = text.find("\n", end) + 1
+            if end == 0:
+                end = len(text)
+                break
+        yield text[pos:end]
+        pos = end
