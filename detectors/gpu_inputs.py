@@ -99,6 +99,13 @@ the median 9 °C in a sample."""
 TICK_EPS_S = 0.5
 """Samples of one node closer than this in time belong to the same scrape (tick)."""
 
+INLET_MIN_C, INLET_MAX_C = 0.0, 1e6
+"""A coolant or air inlet reads above freezing (bound excluded): 0 is what a BMC reports for a
+sensor it could not read, and no inlet is at or below it: a rack whose inlet read 0 °C for a
+minute came back to 28 °C as the loop warming by as much, and the power detector predicted every
+one of its 32 loaded GPUs to meet its cap through leakage (until 2026-12-01). (Above: garbage only
+— the guard drops what no sensor reads, such as 0xFFFF tenths.)"""
+
 
 def upgrade_rack_state(state: dict[str, Any]) -> dict[str, Any]:
     """A detector state whose ``s_rack`` was saved before racks kept when their flow was last read
@@ -209,7 +216,8 @@ def rack_inlet_obs(frame: Frame, n_racks: int, health: PipelineHealth, stage: st
     ``coolant_flow`` and ``pdu_power`` (the heat the rack puts into its loop)."""
     obs = gpu_obs(frame, ("inlet_temp", "coolant_temp", "coolant_flow", "pdu_power"), n_racks, health, stage)
     inlet = obs[:, 2]
-    missing = ~np.isfinite(inlet)
+    with np.errstate(invalid="ignore"):
+        missing = ~((inlet > INLET_MIN_C) & (inlet < INLET_MAX_C))  # (NaN: missing too)
     inlet[missing] = obs[missing, 3]
     obs[:, 3] = obs[:, 4]
     obs[:, 4] = obs[:, 5]
@@ -218,13 +226,14 @@ def rack_inlet_obs(frame: Frame, n_racks: int, health: PipelineHealth, stage: st
 
 @kernel
 def update_rack_inlet(obs: np.ndarray, rack_state: np.ndarray) -> None:
-    """Keep the latest finite inlet per rack (rows in time order); learn the loop's time constant.
+    """Keep the latest inlet per rack (rows in time order; a value outside ``INLET_MIN_C`` to
+    ``INLET_MAX_C`` is none); learn the loop's time constant.
 
     ``obs`` rows are ``[ts, slot, inlet, flow, heat]`` (:func:`rack_inlet_obs`); without the heat
     column the rack's heat is unknown, as where a rack reports no PDU power."""
     for i in range(obs.shape[0]):
         v = obs[i, 2]
-        if v == v and abs(v) < 1e6:
+        if INLET_MIN_C < v < INLET_MAX_C:  # (False for NaN)
             r = int(obs[i, 1])
             if not rack_state[r, RACK_TS] > obs[i, 0]:
                 dt = obs[i, 0] - rack_state[r, RACK_TS]
@@ -497,16 +506,25 @@ def rack_proxy(ts: float, rack: int, rack_state: np.ndarray, node_state: np.ndar
     return 0.5 * (lo + hi)  # type: ignore[no-any-return]
 
 
+INLET_RACK, INLET_RACK_PROXY, INLET_NODE_PROXY = 1.0, 2.0, 3.0
+"""Where :func:`read_inlet`'s value came from: the rack's own reading, the rack's proxy, the node's.
+The proxies sit where ``R_nominal`` puts the inlet, not where it is: on GPUs whose resistance is
+not nominal (another SKU, air cooling, a rack sensor on the facility side) they read several °C
+off the rack's reading, and a switch between sources is a step that the inlet's trend must not
+take for the loop warming (see ``thermal_fit.observe``)."""
+
+
 @inline
 def read_inlet(ts: float, node: int, rack: int, rack_state: np.ndarray, node_state: np.ndarray,
-               stale_s: float) -> float:
-    """The inlet temperature a GPU sees at ``ts``: its rack's; else the rack's proxy (the median
-    of its steady nodes' proxies, looked for at the rack's first sample of a tick and held while
-    too few nodes are steady); else its node's proxy of the last tick (NaN when none is fresh)."""
+               stale_s: float) -> tuple[float, float]:
+    """The inlet temperature a GPU sees at ``ts`` and where it came from (``INLET_*``; NaN, NaN
+    when none is fresh): its rack's; else the rack's proxy (the median of its steady nodes'
+    proxies, looked for at the rack's first sample of a tick and held while too few nodes are
+    steady); else its node's proxy of the last tick."""
     if rack >= 0:
         inlet = rack_state[rack, RACK_INLET]
         if inlet == inlet and ts - rack_state[rack, RACK_TS] <= stale_s:
-            return inlet  # type: ignore[no-any-return]
+            return inlet, INLET_RACK
         if not ts <= rack_state[rack, RACK_PROXY_AT] + TICK_EPS_S:
             rack_state[rack, RACK_PROXY_AT] = ts
             median = rack_proxy(ts, rack, rack_state, node_state, stale_s)
@@ -515,11 +533,11 @@ def read_inlet(ts: float, node: int, rack: int, rack_state: np.ndarray, node_sta
                 rack_state[rack, RACK_PROXY_TS] = ts
         proxy = rack_state[rack, RACK_PROXY]
         if proxy == proxy and ts - rack_state[rack, RACK_PROXY_TS] <= stale_s:
-            return proxy  # type: ignore[no-any-return]
+            return proxy, INLET_RACK_PROXY
     proxy = node_state[node, NODE_PROXY]
     if proxy == proxy and ts - node_state[node, NODE_PROXY_TS] <= stale_s:
-        return proxy  # type: ignore[no-any-return]
-    return np.nan
+        return proxy, INLET_NODE_PROXY
+    return np.nan, np.nan
 
 
 @inline
@@ -530,4 +548,4 @@ def gpu_inlet(ts: float, node: int, rack: int, temp: float, power_f: float, rack
     callers pass the sample's own power as ``power_f``, unfiltered: every node counts as steady."""
     node_tick(ts, node, node_state)
     node_feed(node, temp, power_f, node_state, r_nominal, 0.0)
-    return read_inlet(ts, node, rack, rack_state, node_state, stale_s)
+    return read_inlet(ts, node, rack, rack_state, node_state, stale_s)[0]

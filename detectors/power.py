@@ -54,7 +54,7 @@ from foreshock.topology import Topology
 
 from .alarm import (CODE_NONE, CODE_START, CODE_WITHDRAW, O_CODE, O_CONF, O_ETA, O_ROW, O_V0,
                     O_WHICH, OUT_SIZE, alarm_step, emit, new_alarm_columns)
-from .base import resolve_params
+from .base import add_columns, resolve_params
 from .gpu_inputs import reason_bits, Scratch, inline, kernel, site_loop_rise, site_loop_tau
 from . import thermal as th
 from . import thermal_fit as tf
@@ -63,7 +63,17 @@ from .thermal_fit import FIT_SLOT_KINDS, R_DT, R_TPREV, X_REASONS, ThermalFit, T
 # envelope, its Holt level/slope, loaded samples, braking, thermally throttled, envelope
 # before the thermal throttle, temperature slope (°C/s)
 S_ENV, S_LEVEL, S_SLOPE, S_N, S_BRAKE, S_THERMAL, S_ENV_PRE, S_TB, S_ETA, S_EVAL_TS = range(10)
-S_SIZE = 10  # ... the last forecast ETA and when it was solved
+# ... the last forecast ETA and when it was solved; 1 once the GPU drew well over the default
+# limit while reporting none (else 0 or NaN, see DEFAULT_LIMIT_SLACK_W); when its throttle reasons
+# were last read (see reasons_stale_s)
+S_OVER_DEFAULT, S_BITS_TS = 10, 11
+S_SIZE = 12
+DEFAULT_LIMIT_SLACK_W = 5.0 * facts.POWER_NOISE_W
+"""A GPU that reports no power limit (dcgm-exporter's default counters do not) is taken to have
+Hopper's 700 W — until its compute-phase power (the envelope's level: not one sample) is this far
+over it: then it is not a 700 W part (a 1,000 W Blackwell, say), its limit is unknown, and no cap is
+forecast for it until it reports one. Until 2026-12-01 such a GPU at 850 W was predicted to meet
+"the 700 W limit" every minute."""
 N_COUNT, N_ACTIVE = 0, 1  # node state: GPUs braking now, node event raised
 WHICH_CAP, WHICH_GPU_BRAKE, WHICH_NODE_BRAKE = 0, 1, 2
 C_SLOPE, C_LEVEL = 0, 1  # call sites of cached_decay (rows of this kernel's decay cache)
@@ -89,11 +99,15 @@ PARAMS: dict[str, float] = {
     "on_count": 2.0,  # consecutive firing samples to start a prediction ...
     "urgent_s": 0.0,  # ... or one, when the cap is this close (0: never)
     "node_brake_min": 2.0,  # GPUs of one node braking together make a node event
+    # a brake is held while the throttle reasons say so: reasons unread this long (an exporter
+    # restarted without its custom counters) let it go — a held brake stops the GPU's own cap
+    # forecast, and on a braking node predicts the cap, every minute, for as long as it is held
+    "reasons_stale_s": 300.0,
 }
 PARAM_NAMES = tuple(PARAMS)
 (P_TAU_LEVEL, P_TAU_SLOPE, P_ENV_DECAY, P_LEAK, P_TREND, P_HORIZON, P_MARGIN, P_RELEASE_MARGIN,
  P_RELEASE_ETA, P_RELEASE_INLET, P_MIN_N, P_LOAD_MIN, P_CLEAR, P_OFF_HOLD, P_REFRESH, P_ON,
- P_URGENT, P_NODE_MIN) = range(len(PARAMS))
+ P_URGENT, P_NODE_MIN, P_REASONS_STALE) = range(len(PARAMS))
 
 
 def params_vector(overrides: dict[str, float]) -> np.ndarray:
@@ -191,9 +205,10 @@ def _power_kernel(obs: np.ndarray, rows: np.ndarray, span: tuple[int, int], pare
         capped = False
         thermal = False
         # --- power brake: immediate, per GPU and per node ---------------------------------
+        node = parents[i, 1]
         if bits >= 0:
+            s[i, S_BITS_TS] = ts
             braking = (bits & facts.THROTTLE_HW_POWER_BRAKE) != 0
-            node = parents[i, 1]
             if braking and s[i, S_BRAKE] == 0.0:
                 s[i, S_BRAKE] = 1.0
                 s[i, S_ENV_PRE] = s[i, S_ENV]  # what it drew before the brake
@@ -211,15 +226,21 @@ def _power_kernel(obs: np.ndarray, rows: np.ndarray, span: tuple[int, int], pare
                     node_brake[node, N_ACTIVE] = 0.0
             capped = (bits & facts.THROTTLE_SW_POWER_CAP) != 0
             thermal = (bits & (facts.THROTTLE_SW_THERMAL | facts.THROTTLE_HW_THERMAL)) != 0
+        elif s[i, S_BRAKE] == 1.0 and not ts - s[i, S_BITS_TS] <= p[P_REASONS_STALE]:
+            # reasons unread for long: whether it still brakes is unknown — let the brake go
+            s[i, S_BRAKE] = 0.0
+            node_brake[node, N_COUNT] = max(node_brake[node, N_COUNT] - 1.0, 0.0)
+            if node_brake[node, N_COUNT] == 0.0:
+                node_brake[node, N_ACTIVE] = 0.0
         # --- power cap: the compute-phase envelope, pushed by trend and by leakage -----------
         # A sample is a 1-s average: most land in compute phases, so their upper envelope is the
         # power the cap acts on (the interval mean, diluted by communication phases, is not).
         power = obs[row, tf.X_POWER]
-        if power != power or not 0.0 <= power < 1e5:
-            continue
+        if power != power or not 0.0 < power < 1e5:
+            continue  # (0 W included: no powered board draws it, see thermal_fit.observe)
         limit = m[i, tf.G_PLIM]
-        if limit != limit:
-            limit = facts.POWER_LIMIT_W
+        if limit != limit:  # none reported: Hopper's, unless it drew well over that (see below)
+            limit = np.nan if s[i, S_OVER_DEFAULT] == 1.0 else facts.POWER_LIMIT_W
         node_event = s[i, S_BRAKE] == 1.0 and node_brake[parents[i, 1], N_ACTIVE] == 1.0
         if thermal:
             if s[i, S_THERMAL] == 0.0:  # remember what it drew before the limiter held it down
@@ -233,6 +254,8 @@ def _power_kernel(obs: np.ndarray, rows: np.ndarray, span: tuple[int, int], pare
             s[i, S_LEVEL] = power
             s[i, S_SLOPE] = 0.0
             s[i, S_N] = 1.0 if power >= p[P_LOAD_MIN] else 0.0
+            if dt >= tparams[tf.P_GAP]:
+                s[i, S_OVER_DEFAULT] = 0.0  # after a gap it may be another GPU (a replaced board)
         else:
             s[i, S_ENV] = max(power, s[i, S_ENV] - p[P_ENV_DECAY] * dt)
             s[i, S_LEVEL], s[i, S_SLOPE] = tf.holt(
@@ -244,9 +267,13 @@ def _power_kernel(obs: np.ndarray, rows: np.ndarray, span: tuple[int, int], pare
         # then overshoots the envelope it smooths by tens of watts for a minute or two; the
         # envelope, a running maximum of noisy samples, is already the highest honest estimate.
         level = min(s[i, S_LEVEL], s[i, S_ENV])
+        if m[i, tf.G_PLIM] != m[i, tf.G_PLIM] and level > facts.POWER_LIMIT_W + DEFAULT_LIMIT_SLACK_W:
+            # reports no limit and draws well over the default's: not a 700 W part, limit unknown
+            s[i, S_OVER_DEFAULT] = 1.0
+            limit = np.nan
         eta = np.inf
         held = thermal or s[i, S_BRAKE] == 1.0
-        if s[i, S_N] >= p[P_MIN_N] and not held:
+        if s[i, S_N] >= p[P_MIN_N] and not held and limit == limit:
             since = ts - s[i, S_EVAL_TS]
             if not since < tparams[tf.P_EVERY]:  # solved every forecast_every_s, aged between
                 damp = th.inlet_damping(parents[i, 0], racks, tparams)
@@ -260,8 +287,8 @@ def _power_kernel(obs: np.ndarray, rows: np.ndarray, span: tuple[int, int], pare
                 s[i, S_EVAL_TS] = ts
                 since = 0.0
             eta = max(s[i, S_ETA] - since, 0.0)
-        slowdown = obs[row, tf.X_SLOWDOWN]
-        max_op = slowdown - 2.0 if slowdown == slowdown and 40.0 < slowdown < 130.0 else facts.MAX_OPERATING_TEMP_C
+        slowdown = m[i, tf.G_SLOWDOWN]  # its own, as last reported (the fit keeps it)
+        max_op = slowdown - tparams[tf.P_SLOWDOWN_OFF] if slowdown == slowdown else tparams[tf.P_LIM_CORE]
         if thermal and s[i, S_ENV_PRE] >= limit - p[P_RELEASE_MARGIN] and temp == temp \
                 and temp <= max_op and m[i, tf.G_UB] <= p[P_RELEASE_INLET]:
             # cooling below max operating: the thermal limiter lets go and the cap takes over
@@ -298,7 +325,7 @@ class PowerDetector(ThermalFitDetector):
         n = topology.size("gpu")
         self.init_fit(self.thermal_params, consumer=True)
         self.s_gpu = np.full((n, S_SIZE), np.nan)
-        self.s_gpu[:, [S_N, S_BRAKE, S_THERMAL, S_TB]] = 0.0
+        self.s_gpu[:, [S_N, S_BRAKE, S_THERMAL, S_TB, S_OVER_DEFAULT]] = 0.0
         self.s_gpu[:, S_ETA] = np.inf
         self.s_alarm = new_alarm_columns(n, 1)
         self.s_node_brake = np.zeros((topology.size("node"), 2))
@@ -316,6 +343,11 @@ class PowerDetector(ThermalFitDetector):
             return []
         self.update_fit(frame)
         return self._findings(self.fit.obs, self._out[:self._n_out])
+
+    def upgrade_state(self, state: dict[str, Any]) -> dict[str, Any]:
+        """The fit's upgrades, and ``s_gpu`` saved before S_OVER_DEFAULT and S_BITS_TS (NaN: not
+        over the default limit; reasons never read, so a brake held then is let go)."""
+        return add_columns(super().upgrade_state(state), "s_gpu", S_SIZE)
 
     def begin_frame(self, fit: ThermalFit) -> None:
         self._out = self._scratch.take("out", (3 * len(fit.obs), OUT_SIZE))

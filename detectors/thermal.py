@@ -86,7 +86,8 @@ from typing import Any, ClassVar, Mapping
 
 import numpy as np
 
-from foreshock.facts import HBM_THERMAL_RESISTANCE_C_PER_W, THERMAL_THROTTLE_MASK, THROTTLE_IDLE
+from foreshock.facts import (HBM_THERMAL_RESISTANCE_C_PER_W, THROTTLE_HW_POWER_BRAKE, THROTTLE_HW_SLOWDOWN,
+                             THROTTLE_HW_THERMAL, THROTTLE_IDLE, THROTTLE_SW_THERMAL)
 from foreshock.findings import Finding, Prediction
 from foreshock.frames import Frame
 from foreshock.health import PipelineHealth
@@ -94,23 +95,33 @@ from foreshock.topology import Topology
 
 from .alarm import (A_SIZE, CODE_NONE, CODE_WITHDRAW, O_CODE, O_CONF, O_ETA, O_ROW, O_V0,
                     O_WHICH, OUT_SIZE, alarm_step, emit, new_alarm_columns)
-from .gpu_inputs import (DAMP_MIN_OBS, FLOW_NOMINAL, flow_asymptote, inline, kernel, RACK_DAMP, RACK_DAMP_N,
+from .base import add_columns
+from .gpu_inputs import (DAMP_MIN_OBS, FLOW_NOMINAL, flow_asymptote, INLET_NODE_PROXY, INLET_RACK_PROXY, inline,
+                         kernel, RACK_DAMP, RACK_DAMP_N,
                          RACK_FLOW, RACK_FLOW0, RACK_FLOW_SLOPE, reason_bits, Scratch, site_loop_rise,
                          site_loop_tau)
 # the thermal model's fit is shared with power and cooling (see thermal_fit); its parameters
 # (PARAMS, one vector: fit and forecast) are this detector's
 from .thermal_fit import PARAMS  # noqa: F401
-from .thermal_fit import (CORE, FIT_SLOT_KINDS, G_PLIM, G_PREF, G_SIZE, G_TS, G_UB, G_UL, HBM, M_LOADED, M_PF, M_RB,
-                          M_RES, M_RL, M_SIZE, M_TAU, N_MODELS, P_CLEAR, P_CONF_MIN, P_DAMP,
+from .thermal_fit import (CORE, FIT_SLOT_KINDS, G_PLIM, G_PREF, G_SIZE, G_SLOWDOWN, G_TS, G_UB, G_UL, G_USRC, HBM,
+                          M_LOADED, M_PF, M_RB, M_RES, M_RL, M_SIZE, M_TAU, N_MODELS, P_CLEAR, P_CONF_MIN, P_DAMP,
                           P_DRIFT_DAMP, P_EVERY, P_FLOW_CARRY, P_FLOW_PLAN_FLOOR, P_HORIZON, P_LEAK,
                           P_LEARN_DAMP, P_LIM_CORE, P_LIM_HBM, P_LOAD_MIN, P_MARGIN, P_MARGIN_RISE,
                           P_OFF_HOLD, P_ON, P_REFRESH,
                           P_RISE, P_R_NOM, P_SITE_DAMP, P_SITE_RISE, P_SLOWDOWN_OFF, P_STALE, P_TREND_CONFIRM,
                           P_TREND_NOISE, P_TREND_SMOOTH, P_TREND_WINDOW, P_URGENT, P_WARMUP, R_DT, R_TPREV,
-                          ThermalFit, ThermalFitDetector, X_HBM, X_REASONS, X_SLOT, X_SLOWDOWN, X_TEMP, X_TS, X_UTIL,
+                          ThermalFit, ThermalFitDetector, X_HBM, X_REASONS, X_SLOT, X_TEMP, X_TS, X_UTIL,
                           params_vector)
 
 MODEL_EVENTS = ("thermal_throttle", "hbm_overheat")
+INLET_WORDS = {
+    INLET_RACK_PROXY: " (no rack reading: estimated from its rack's nodes' coolest GPUs, R nominal)",
+    INLET_NODE_PROXY: " (no rack reading: estimated from its node's coolest GPU, R nominal)",
+}
+"""A reason's inlet where no rack reports one (``thermal_fit.G_USRC``, as it stood after the frame):
+an estimate that puts the node's coolest GPU at the nominal resistance — its R reads near nominal by
+construction, and the inlet is off by as much as that GPU's R is (9 °C on the real H100 capture's
+0.032 °C/W at 632 W). Until 2026-12-01 it read as a measurement."""
 FLOW_FALLING_PER_MIN = 0.005
 """A reason calls a coolant flow falling from this share of its baseline per minute."""
 IDLE_UTIL = 0.05
@@ -119,11 +130,14 @@ IDLE_UTIL = 0.05
 # forecast_every_s and aged between), then per model its ETA and whether it was sure, and the
 # R the temperature shows (see observe_trend): smoothed R sample, and two checkpoints of it;
 # last, since when a thermal limiter has held the GPU (NaN: not held; read by a job peer's reason)
+# and when its throttle reasons were last read (a hold is kept through a missing reading, not
+# through reasons unread for longer than inlet_stale_s)
 F_EVAL_TS, F_MODEL0 = 0, 1
 F_ETA, F_SURE, F_RS, F_C0, F_C0_TS, F_C1, F_C1_TS = range(7)  # relative to the model's block
 F_MODEL_SIZE = 7
 F_HELD_SINCE = F_MODEL0 + N_MODELS * F_MODEL_SIZE
-F_SIZE = F_HELD_SINCE + 1
+F_BITS_TS = F_HELD_SINCE + 1
+F_SIZE = F_BITS_TS + 1
 T_R, T_RATE = 0, 1  # observe_trend's result: R observed now, its rate (°C/W per s)
 # a row's forecast of one model, kept until both alarms have stepped: reading usable, ETA,
 # confidence, steady-state target and its slope (NaN: aged or out of reach), fires, the reading,
@@ -253,6 +267,17 @@ def inlet_rate(s: np.ndarray, i: int, rack: int, racks: np.ndarray, damp: float,
     if u_inf == u_inf and ul == ul:
         return (u_inf - ul) / damp  # type: ignore[no-any-return]
     return s[i, G_UB]  # type: ignore[no-any-return]
+
+
+@inline
+def thermal_hold(bits: int) -> bool:
+    """A reasons bitmask that says a thermal limiter holds the GPU: SW or HW thermal slowdown, or
+    HW slowdown (0x8) not raised by a power brake. 0x8 is NVML's umbrella for every >= 2x clock
+    cut — thermal, the external power brake (0x80 with it), fast-trigger power protection — and a
+    node whose supply failed braked as 0x88: its GPUs were named "held by the thermal limiter"."""
+    if (bits & (THROTTLE_SW_THERMAL | THROTTLE_HW_THERMAL)) != 0:
+        return True
+    return (bits & THROTTLE_HW_SLOWDOWN) != 0 and (bits & THROTTLE_HW_POWER_BRAKE) == 0
 
 
 @inline
@@ -449,17 +474,23 @@ def _thermal_kernel(obs: np.ndarray, rows: np.ndarray, span: tuple[int, int], pa
         # while it worked is withdrawn once it has idled for off_hold_s
         bits = reason_bits(obs[row, X_REASONS])
         if bits >= 0:
+            fc[i, F_BITS_TS] = ts
             idle = (bits & THROTTLE_IDLE) != 0
-            # since when a thermal limiter holds it (kept where no reasons are reported)
-            if (bits & THERMAL_THROTTLE_MASK) == 0:
+            # since when a thermal limiter holds it (kept through a sample without reasons)
+            if not thermal_hold(bits):
                 fc[i, F_HELD_SINCE] = np.nan
             elif fc[i, F_HELD_SINCE] != fc[i, F_HELD_SINCE]:
                 fc[i, F_HELD_SINCE] = ts
         else:
+            if not ts - fc[i, F_BITS_TS] <= params[P_STALE]:
+                # reasons unread for long (an exporter that lost its custom counters): whether
+                # it is still held is unknown. Until 2026-12-01 a job peer's reason went on naming
+                # it "held by the thermal limiter for 169 min", 2 1/2 hours after the last reading
+                fc[i, F_HELD_SINCE] = np.nan
             util = obs[row, X_UTIL]
             idle = util == util and 0.0 <= util < IDLE_UTIL
-        slowdown = obs[row, X_SLOWDOWN]
-        if slowdown == slowdown and 40.0 < slowdown < 130.0:
+        slowdown = s[i, G_SLOWDOWN]  # its own, as last reported (the fit keeps it)
+        if slowdown == slowdown:
             limit_core = slowdown - params[P_SLOWDOWN_OFF]
         else:
             limit_core = params[P_LIM_CORE]
@@ -622,6 +653,11 @@ class ThermalDetector(ThermalFitDetector):
         self.update_fit(frame)
         return self._findings(self.fit.obs, self._out[:self._n_out])
 
+    def upgrade_state(self, state: dict[str, Any]) -> dict[str, Any]:
+        """The fit's upgrades, and ``s_forecast`` saved before F_BITS_TS (NaN: reasons never read —
+        a hold kept then is let go at the next sample without reasons)."""
+        return add_columns(super().upgrade_state(state), "s_forecast", F_SIZE)
+
     def begin_frame(self, fit: ThermalFit) -> None:
         self._out = self._scratch.take("out", (2 * len(fit.obs), OUT_SIZE))
         self._n_out = 0
@@ -688,7 +724,7 @@ class ThermalDetector(ThermalFitDetector):
                 reason = (f"{part} heading for its limit {limit:.0f} °C: steady state under current power "
                           f"{target:.1f} °C, moving {slope * 60:+.2f} °C/min; R {r:.4f} °C/W "
                           f"({r / r_nominal - 1:+.0%} vs nominal), tau {tau:.0f} s, "
-                          f"inlet {inlet:.1f} °C")
+                          f"inlet {inlet:.1f} °C{INLET_WORDS.get(float(self.s_model[slot, G_USRC]), '')}")
                 if which == CORE and via == HBM:
                     reason += ("; the SW thermal limiter cuts clocks to hold the memory there (NVML's SW "
                                "thermal slowdown acts on either limit)")

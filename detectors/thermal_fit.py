@@ -33,7 +33,7 @@ from foreshock.frames import Frame
 from foreshock.health import PipelineHealth
 from foreshock.topology import Topology
 
-from .base import Detector, resolve_params
+from .base import Detector, add_columns, resolve_params
 from .gpu_inputs import (Scratch, gpu_obs, inline, kernel, new_inlet_states, node_feed, node_tick, rack_inlet_obs,
                          read_inlet, update_rack_inlet, upgrade_rack_state)
 
@@ -72,6 +72,29 @@ to 0.0395 against a true 0.045 and was back only 55 min later; the cooling detec
 comparison read its settled neighbour node39 as a node with failing fans)."""
 CORE, HBM = 0, 1
 N_MODELS = 2
+G_USRC = G_SIZE + N_MODELS * M_SIZE
+"""After the model blocks: where the GPU's inlet last came from (``gpu_inputs.INLET_*``; NaN: not
+yet, or a state saved before it was kept). Where it changes — a rack's inlet sensor going dark for
+longer than ``inlet_stale_s`` hands its GPUs to the node proxy, and back when it returns — the
+inlet steps by as much as the proxy is off (``R - R_nominal`` times the power: 8 °C on GPUs at
+0.06 °C/W, 640 W), and each model's R by that over the power. The inlet's trend starts over from
+the new reading, each R is moved by the step and catches up with the readings
+(:func:`switch_inlet_source`), and the forecast's R trend restarts: until 2026-12-01 a 10-minute
+rack-sensor outage read as the loop warming +5 °C/min, and every loaded GPU of the rack was
+predicted to throttle."""
+G_ENERGY_TS = G_USRC + 1
+"""... and when the energy counter last moved: an interval's mean power is the counter's advance
+over the time since then. An exporter serves its last collection until the next (dcgm-exporter
+collects every 30 s, whatever the poll): polled every 10 s, the counter repeated twice, then moved
+by 30 s of energy. Read as 0 W, 0 W and three times the power over 10 s, the jump made that power
+the GPU's reference (a step up is taken at once): 1,900 W, and every loaded GPU was predicted to
+meet its power cap through leakage (until 2026-12-01)."""
+G_SLOWDOWN = G_ENERGY_TS + 1
+"""... and the GPU's own HW slowdown temperature as last reported (40-130 °C; NaN: never): kept, as
+the power limit is, through a poll that misses it. A GPU whose own limits sit above Hopper's (a
+slowdown of 95 °C, running at 89 °C) was held to the 87 °C default for the one poll whose read
+failed, and predicted to throttle with ETA 0 (until 2026-12-01)."""
+MODEL_WIDTH = G_SLOWDOWN + 1
 # per row of a fitted frame: the step (s; < 0: row skipped as out of order) and the core
 # temperature before this sample (NaN after a gap) — what consumers need besides the state
 R_DT, R_TPREV = 0, 1
@@ -161,8 +184,8 @@ FIT_PARAMS = ("tau_core_s", "tau_hbm_s", "tau_level_s", "tau_slope_s", "tau_inle
 
 
 def new_model_state(n: int, params: np.ndarray) -> np.ndarray:
-    """``(n, G_SIZE + 2 * M_SIZE)``: common columns, core block, HBM block."""
-    state = np.full((n, G_SIZE + N_MODELS * M_SIZE), np.nan)
+    """``(n, MODEL_WIDTH)``: common columns, core block, HBM block, the inlet's source."""
+    state = np.full((n, MODEL_WIDTH), np.nan)
     state[:, G_UN] = 0.0
     for m, tau in ((CORE, params[P_TAU_CORE]), (HBM, params[P_TAU_HBM])):
         off = G_SIZE + m * M_SIZE
@@ -315,15 +338,23 @@ def observe(obs: np.ndarray, row: int, s: np.ndarray, n_models: int, parents: np
     dt = ts - last
     if last == last and dt <= 0.0:
         return -1.0, np.nan, np.nan
-    if power == power and not 0.0 <= power < 1e5:
-        power = np.nan  # a sentinel or garbage reading is missing, not a measurement
+    if power == power and not 0.0 < power < 1e5:
+        # a sentinel or garbage reading is missing, not a measurement; and so is 0 W, which no
+        # powered board draws (exporters that print 0 for N/A): a node's loaded GPUs read 0 W for
+        # ten minutes, their proxy inlet (no rack frames) read T - R·0 as the inlet jumping, and all 8
+        # were predicted to throttle (until 2026-12-01)
+        power = np.nan
     energy = obs[row, X_ENERGY]
     e_last = s[i, G_ENERGY]
-    s[i, G_ENERGY] = energy
-    if energy == energy and e_last == e_last and last == last and dt <= params[P_GAP]:
-        mean_power = (energy - e_last) / dt
-        if 0.0 <= mean_power < 1e5:
-            power = mean_power
+    if energy != e_last:  # (a reading equal to the last is the exporter's cache: see G_ENERGY_TS)
+        span = ts - s[i, G_ENERGY_TS]
+        if energy == energy and e_last == e_last and last == last and dt <= params[P_GAP] \
+                and span <= params[P_GAP]:
+            mean_power = (energy - e_last) / span
+            if 0.0 <= mean_power < 1e5:
+                power = mean_power
+        s[i, G_ENERGY] = energy
+        s[i, G_ENERGY_TS] = ts
     if last != last or dt > params[P_GAP]:
         s[i, G_PREF] = power
         for m in range(n_models):
@@ -335,7 +366,11 @@ def observe(obs: np.ndarray, row: int, s: np.ndarray, n_models: int, parents: np
     # the node proxy is fed after the core model's step (_fit_kernel): it needs this sample's
     # filtered power
     node_tick(ts, parents[i, 1], nodes)
-    inlet = read_inlet(ts, parents[i, 1], parents[i, 0], racks, nodes, params[P_STALE])
+    inlet, source = read_inlet(ts, parents[i, 1], parents[i, 0], racks, nodes, params[P_STALE])
+    if inlet == inlet:
+        if s[i, G_USRC] == s[i, G_USRC] and s[i, G_USRC] != source:
+            switch_inlet_source(s, i, n_models, inlet, params[P_LOAD_MIN])
+        s[i, G_USRC] = source
     if power == power:
         pr = s[i, G_PREF]
         w = d[D_REF]
@@ -354,7 +389,29 @@ def observe(obs: np.ndarray, row: int, s: np.ndarray, n_models: int, parents: np
     plim = obs[row, X_PLIMIT]
     if plim == plim and 50.0 < plim < 1e5:
         s[i, G_PLIM] = plim
+    slowdown = obs[row, X_SLOWDOWN]
+    if slowdown == slowdown and 40.0 < slowdown < 130.0:  # (an offset from T.Limit, or 0, is not one)
+        s[i, G_SLOWDOWN] = slowdown
     return dt, power, inlet
+
+
+@inline
+def switch_inlet_source(s: np.ndarray, i: int, n_models: int, inlet: float, load_min: float) -> None:
+    """GPU ``i``'s inlet now comes from another source (``G_USRC``): its level steps to ``inlet``.
+    The inlet's trend starts over from it. Each model's R, fitted against the old source, is moved
+    by the step over its filtered power (the steady-state target ``inlet + R·P`` stays where it was:
+    the dies did not move) where it works, and then catches up with the readings (the STALE_R_S
+    path: its level follows them for CATCH_UP_S, residual and tau not learnt meanwhile); and no
+    previous temperature is kept, so the forecast's R trend starts over too (as after a gap)."""
+    step = inlet - s[i, G_UL]
+    s[i, G_UN] = 0.0
+    for m in range(n_models):
+        off = G_SIZE + m * M_SIZE
+        s[i, off + M_TPREV] = np.nan
+        if s[i, off + M_RL] == s[i, off + M_RL]:
+            if s[i, off + M_PF] > load_min and step == step:
+                s[i, off + M_RL] -= step / s[i, off + M_PF]
+            s[i, off + M_STALE] = STALE_R_S
 
 
 @kernel
@@ -526,7 +583,11 @@ class ThermalFitDetector(Detector):
     slot_kinds: ClassVar[Mapping[str, str]] = FIT_SLOT_KINDS
 
     def upgrade_state(self, state: dict[str, Any]) -> dict[str, Any]:
-        return upgrade_rack_state(state)
+        """Racks' flow time (``upgrade_rack_state``), the GPUs' inlet source (``G_USRC``: NaN, not
+        known), when their energy counter last moved (``G_ENERGY_TS``: the last sample's time, when
+        it was read) and their slowdown temperature (``G_SLOWDOWN``: NaN, taken from the next
+        report) added to a state saved before them."""
+        return add_columns(upgrade_rack_state(state), "s_model", MODEL_WIDTH, {G_ENERGY_TS: G_TS})
 
     def init_fit(self, params: np.ndarray, consumer: bool) -> None:
         self.fit_consumer = consumer

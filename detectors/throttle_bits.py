@@ -18,6 +18,7 @@ from foreshock.numba_config import jit
 from foreshock.topology import Topology
 
 from .base import Detector
+from .gpu_inputs import reason_bits
 
 WATCHED = THERMAL_THROTTLE_MASK | THROTTLE_SW_POWER_CAP | THROTTLE_HW_POWER_BRAKE
 HELD = THERMAL_THROTTLE_MASK | THROTTLE_HW_POWER_BRAKE
@@ -35,11 +36,11 @@ def _bit_onsets(ts: np.ndarray, slot: np.ndarray, mask: np.ndarray, last: np.nda
     where held bits stay set ``refresh_s`` after they were last reported."""
     n = 0
     for i in range(len(slot)):
-        m = mask[i]
-        if m != m:
-            continue
+        m = reason_bits(mask[i])
+        if m < 0:
+            continue  # missing, or not a bitmask (as the GPU detectors read it: gpu_inputs.reason_bits)
         s = slot[i]
-        bits = int(m) & watched
+        bits = m & watched
         new = bits & ~int(last[s])
         if new != 0:
             out_row[n] = i

@@ -46,7 +46,7 @@ class NaiveRack:
         self.v = dict.fromkeys(("ts", "inlet", "u1", "u2", "u1_ts", "damp", "flow", "flow0", "u0", "rise",
                                 "flow_slope", "f1", "heat", "heat_slow", "rise_heat"), math.nan)
         self.v.update(damp_n=0.0, rise_n=0.0, loss=0.0)
-        self.seen = {"rise learnt": 0, "loop tau learnt": 0, "recovered": 0, "late": 0}
+        self.seen = {"rise learnt": 0, "loop tau learnt": 0, "recovered": 0, "late": 0, "not an inlet": 0}
 
     def settled(self, inlet):
         u1, u2 = self.v["u1"], self.v["u2"]
@@ -54,7 +54,8 @@ class NaiveRack:
 
     def row(self, ts, inlet, flow, heat):
         v = self.v
-        if not (abs(inlet) < 1e6):
+        if not 0.0 < inlet < 1e6:  # above freezing (0: a failed read), else no reading (NaN too)
+            self.seen["not an inlet"] += 1
             return
         if v["ts"] > ts:
             self.seen["late"] += 1
@@ -153,7 +154,7 @@ def random_rack_rows(seed, racks=3, steps=900):
             row = [t - (rng.uniform(0, 30) if rng.random() < 0.02 else 0.0), r, round(inlet[r], 1),
                    flow[r] + rng.normal(0, 0.002), heat[r] * (1 + rng.normal(0, 0.03))]
             if rng.random() < 0.03:
-                row[rng.choice([2, 3, 4])] = rng.choice([np.nan, 1e9, -5.0])
+                row[rng.choice([2, 3, 4])] = rng.choice([np.nan, 1e9, -5.0, 0.0])
             rows.append(row)
     return np.array(rows)
 

@@ -221,21 +221,28 @@ class NaivePower(PerSample):
         self.node_of, self.rack_of = topo.gpu_node, topo.gpu_rack
         n = topo.size("gpu")
         self.g = [dict(env=math.nan, level=math.nan, slope=math.nan, n=0.0, brake=0.0, thermal=0.0,
-                       env_pre=math.nan, tb=0.0, eta=math.inf, eval_ts=math.nan) for _ in range(n)]
+                       env_pre=math.nan, tb=0.0, eta=math.inf, eval_ts=math.nan, over=0.0, bits_ts=math.nan,
+                       slowdown=math.nan)
+                  for _ in range(n)]
         self.alarm = [new_alarm() for _ in range(n)]
         self.nodes = {k: dict(count=0, active=False) for k in range(topo.size("node"))}
         self.found = []  # (ts, slot, what, active)
-        self.seen = {"forecast": 0, "start": 0, "withdraw": 0, "brake": 0, "node brake": 0, "thermal": 0}
+        self.seen = {"forecast": 0, "start": 0, "withdraw": 0, "brake": 0, "node brake": 0, "thermal": 0,
+                     "brake let go": 0, "over the default limit": 0}
 
     def sample(self, ts, i, dt, tprev, c):
         temp, reasons, power = c["gpu_temp"], c["throttle_reasons"], c["power"]
         g, p, tp, m = self.g[i], self.pp, self.p, self.fit.s_model
+        if 40.0 < c["slowdown_temp"] < 130.0:  # its own slowdown temperature, kept once reported
+            g["slowdown"] = c["slowdown_temp"]
         if -50.0 < temp < 200.0 and not math.isnan(tprev):
             g["tb"] += (1 - math.exp(-dt / p[pw.P_TAU_SLOPE])) * ((temp - tprev) / dt - g["tb"])
         bits = int(reasons) if 0.0 <= reasons < 2.0 ** 40 else -1
         capped = thermal = False
+        node = self.nodes[int(self.node_of[i])]
         if bits >= 0:
-            braking, node = bool(bits & facts.THROTTLE_HW_POWER_BRAKE), self.nodes[int(self.node_of[i])]
+            g["bits_ts"] = ts
+            braking = bool(bits & facts.THROTTLE_HW_POWER_BRAKE)
             if braking and not g["brake"]:
                 g["brake"], g["env_pre"] = 1.0, g["env"]
                 node["count"] += 1
@@ -251,9 +258,16 @@ class NaivePower(PerSample):
                 node["active"] = node["active"] and node["count"] > 0
             capped = bool(bits & facts.THROTTLE_SW_POWER_CAP)
             thermal = bool(bits & (facts.THROTTLE_SW_THERMAL | facts.THROTTLE_HW_THERMAL))
-        if not 0.0 <= power < 1e5:
+        elif g["brake"] and not ts - g["bits_ts"] <= p[pw.P_REASONS_STALE]:  # reasons unread for long
+            self.seen["brake let go"] += 1
+            g["brake"] = 0.0
+            node["count"] = max(node["count"] - 1, 0)
+            node["active"] = node["active"] and node["count"] > 0
+        if not 0.0 < power < 1e5:  # (0 W: no reading)
             return
-        limit = m[i, tf.G_PLIM] if not math.isnan(m[i, tf.G_PLIM]) else facts.POWER_LIMIT_W
+        reported = not math.isnan(m[i, tf.G_PLIM])
+        # no limit reported: Hopper's 700 W, unless it drew well over that
+        limit = m[i, tf.G_PLIM] if reported else (math.nan if g["over"] else facts.POWER_LIMIT_W)
         node_event = g["brake"] == 1.0 and self.nodes[int(self.node_of[i])]["active"]
         if thermal and not g["thermal"]:
             g["env_pre"] = g["env"]  # what it drew before the limiter held it down
@@ -261,6 +275,8 @@ class NaivePower(PerSample):
         g["thermal"] = 1.0 if thermal else 0.0
         if g["n"] == 0 or power < p[pw.P_LOAD_MIN] or dt >= tp[tf.P_GAP]:  # idle or restarting
             g.update(env=power, level=power, slope=0.0, n=1.0 if power >= p[pw.P_LOAD_MIN] else 0.0)
+            if dt >= tp[tf.P_GAP]:
+                g["over"] = 0.0  # perhaps another board
         else:
             g["env"] = max(power, g["env"] - p[pw.P_ENV_DECAY] * dt)
             pred = g["level"] + g["slope"] * dt
@@ -269,8 +285,11 @@ class NaivePower(PerSample):
             g["level"] = level
             g["n"] += 1
         level = min(g["level"], g["env"])
+        if not reported and level > facts.POWER_LIMIT_W + pw.DEFAULT_LIMIT_SLACK_W:
+            self.seen["over the default limit"] += 1
+            g["over"], limit = 1.0, math.nan  # not a 700 W part: its limit is unknown
         eta = math.inf
-        if g["n"] >= p[pw.P_MIN_N] and not (thermal or g["brake"]):
+        if g["n"] >= p[pw.P_MIN_N] and not (thermal or g["brake"]) and not math.isnan(limit):
             since = ts - g["eval_ts"]
             if not since < tp[tf.P_EVERY]:  # solved every forecast_every_s, aged between
                 rack = int(self.rack_of[i])
@@ -280,7 +299,7 @@ class NaivePower(PerSample):
                 g["eval_ts"], since = ts, 0.0
                 self.seen["forecast"] += 1
             eta = max(g["eta"] - since, 0.0)
-        max_op = facts.MAX_OPERATING_TEMP_C  # these frames report no slowdown temperature
+        max_op = g["slowdown"] - 2.0 if not math.isnan(g["slowdown"]) else facts.MAX_OPERATING_TEMP_C
         if thermal and g["env_pre"] >= limit - p[pw.P_RELEASE_MARGIN] and temp <= max_op \
                 and m[i, tf.G_UB] <= p[pw.P_RELEASE_INLET]:
             eta = p[pw.P_RELEASE_ETA]  # cooling below max operating: the cap takes over
@@ -298,11 +317,14 @@ class NaivePower(PerSample):
 def random_power_frames(topo, seed, ticks=150):
     """GPUs loaded near their 700 W limit and heating at different paces, with cap, thermal and
     brake bits (a node's GPUs braking together), idle and gap stretches, garbage and missing
-    power, reasons that are not a bitmask and late rows."""
+    power, reasons that are not a bitmask and late rows; one node's reasons go unread for minutes
+    at a time, and every fourth GPU reports no power limit, some of them drawing well over 700 W."""
     rng = np.random.default_rng(seed)
     n, n_racks = topo.size("gpu"), topo.size("rack")
     r = 0.046 * rng.uniform(1.0, 2.2, n)
     base = rng.uniform(600.0, 700.0, n)
+    no_limit = np.arange(n) % 4 == 3
+    base[no_limit] = rng.uniform(600.0, 800.0, int(no_limit.sum()))
     temp = np.full(n, 40.0)
     ts, frames = 1.7e9, []
     for tick in range(ticks):
@@ -314,21 +336,25 @@ def random_power_frames(topo, seed, ticks=150):
         idle = rng.random(n) < 0.05
         power[idle] = 80.0
         temp = 24.0 + r * power + (temp - 24.0 - r * power) * np.exp(-dt / 20.0)
-        bits = np.where(power >= 700.0, float(facts.THROTTLE_SW_POWER_CAP), 0.0)
+        bits = np.where((power >= 700.0) & ~no_limit, float(facts.THROTTLE_SW_POWER_CAP), 0.0)
         bits[temp >= 87.0] += facts.THROTTLE_SW_THERMAL
         if rng.random() < 0.1:  # a node's power supply: its GPUs brake together for a while
             node = rng.integers(topo.size("node"))
             bits[topo.gpu_node == node] += facts.THROTTLE_HW_POWER_BRAKE
         bits[rng.random(n) < 0.03] = np.nan
         bits[rng.random(n) < 0.01] = 2.0 ** 50  # not a bitmask
-        sample = np.minimum(power, 705.0)
+        if tick % 75 >= 35:
+            bits[topo.gpu_node == 0] = np.nan  # its exporter lost its custom counters for a while
+        sample = np.where(no_limit, power, np.minimum(power, 705.0))
         sample[rng.random(n) < 0.03] = np.nan
         sample[rng.random(n) < 0.01] = -1.0
+        sample[rng.random(n) < 0.01] = 0.0  # an exporter's N/A
         rows = rng.permutation(n)
         row_ts = ts + np.where(rng.random(n) < 0.03, -rng.uniform(0, 12, n), 0.0)
         frames.append(Frame("gpu", row_ts, rows, {
-            "gpu_temp": np.round(temp[rows]), "power": sample[rows], "power_limit": np.full(n, 700.0),
-            "throttle_reasons": bits[rows]}))
+            "gpu_temp": np.round(temp[rows]), "power": sample[rows],
+            "power_limit": np.where(no_limit, np.nan, 700.0)[rows],
+            "throttle_reasons": bits[rows], "slowdown_temp": rng.choice([89.0, 84.0, np.nan], n)}))
     return frames
 
 
@@ -350,7 +376,8 @@ def as_tuples(found):
 def test_the_power_kernel_matches_a_naive_per_sample_reference(seed):
     det, naive, found = power_both(seed)
     cols = {"env": pw.S_ENV, "level": pw.S_LEVEL, "slope": pw.S_SLOPE, "n": pw.S_N, "brake": pw.S_BRAKE,
-            "thermal": pw.S_THERMAL, "env_pre": pw.S_ENV_PRE, "tb": pw.S_TB, "eta": pw.S_ETA, "eval_ts": pw.S_EVAL_TS}
+            "thermal": pw.S_THERMAL, "env_pre": pw.S_ENV_PRE, "tb": pw.S_TB, "eta": pw.S_ETA, "eval_ts": pw.S_EVAL_TS,
+            "over": pw.S_OVER_DEFAULT, "bits_ts": pw.S_BITS_TS}
     for name, col in cols.items():
         np.testing.assert_allclose(det.s_gpu[:, col], [g[name] for g in naive.g], rtol=1e-9, atol=1e-9,
                                    equal_nan=True, err_msg=name)
@@ -361,7 +388,8 @@ def test_the_power_kernel_matches_a_naive_per_sample_reference(seed):
 
 def test_the_power_reference_comparison_reaches_every_branch():
     seen = branches_seen(power_both(seed)[1] for seed in range(4))
-    assert all(seen.get(k, 0) >= 3 for k in ("forecast", "start", "withdraw", "brake", "node brake", "thermal")), seen
+    assert all(seen.get(k, 0) >= 3 for k in ("forecast", "start", "withdraw", "brake", "node brake", "thermal",
+                                             "brake let go", "over the default limit")), seen
 
 
 def naive_thermal_cap_eta(rl, ul, pref, rb, tau, loaded, temp, level, slope, limit, damp, du, steps=20000):
@@ -406,3 +434,81 @@ def test_thermal_cap_eta_matches_dense_search(rl, ul, pref, rb, tau, loaded, tem
                                                     damp, du) == math.inf
     else:
         assert want - grid - 1e-6 <= got <= want + grid + 1e-6
+
+
+# ---- a real deployment's inputs ---------------------------------------------------------------
+def no_limit_frames(compute_w: float, seed: int = 1):
+    """dcgm-exporter's default counters: no power limit, no throttle reasons."""
+    frames = job_start_frames(compute_w=compute_w, comm_w=0.6 * compute_w, start=0.0, duration=1800.0, seed=seed)
+    for f in frames:
+        if f.kind == "gpu":
+            f.columns["power_limit"][:] = np.nan
+            f.columns["throttle_reasons"][:] = np.nan
+    return frames
+
+
+def test_a_gpu_reporting_no_limit_and_drawing_over_700_w_is_not_called_at_that_limit():
+    """Without a reported limit the detector assumes Hopper's 700 W. A GPU whose compute phases
+    draw 850 W is not a 700 W part (a 1,000 W Blackwell board): it was predicted every minute to be
+    'already at the 700 W limit' (168 predictions in 30 min). A Hopper at its limit still is."""
+    topo = small_topology(nodes=1, gpus=1, racks=1)
+    det = pw.PowerDetector(topo)
+    found = [f for f in run(det, no_limit_frames(850.0)) if isinstance(f, Prediction)]
+    assert not found, found[0].reason
+    assert det.s_gpu[0, pw.S_OVER_DEFAULT] == 1.0
+    found = [f for f in run(pw.PowerDetector(topo), no_limit_frames(700.0)) if isinstance(f, Prediction)]
+    assert found and "already at the 700 W limit" in found[0].reason
+
+
+def test_a_brake_whose_reasons_go_unread_is_let_go():
+    """A node's power supply fails: two GPUs brake (0x88) for 2 min, then the exporter loses its
+    custom counters (no reasons at all) while power keeps coming. The brake was held for good: both
+    GPUs were predicted to meet the cap 'when the brake lifts' every minute for as long as the
+    reasons stayed away (an hour here), and their own cap forecast never ran again."""
+    topo = small_topology(nodes=1, gpus=4, racks=1)
+    frames = []
+    for t in np.arange(0.0, 5400.0, 10.0):
+        bits = np.zeros(4) if t < 1800 else (np.array([0x88, 0x88, 0, 0], float) if t < 1920 else np.full(4, np.nan))
+        frames.append(Frame("rack", [t], [0], {"inlet_temp": [24.0]}))
+        frames.append(Frame("gpu", np.full(4, t), np.arange(4), {
+            "gpu_temp": np.full(4, 53.0), "power": np.full(4, 620.0), "power_limit": np.full(4, 700.0),
+            "throttle_reasons": bits}))
+    det = pw.PowerDetector(topo)
+    found = [f for f in run(det, frames) if isinstance(f, Prediction)]
+    let_go = 1910.0 + 300.0  # the last reasons read, and reasons_stale_s
+    assert found and all(f.ts <= let_go + pw.PARAMS["off_hold_s"] + 60.0 for f in found), found[-1]
+    assert not [f for f in found if f.active and f.ts > let_go]
+    assert {f.slot for f in found if not f.active} == {0, 1}  # withdrawn
+    assert (det.s_gpu[:, pw.S_BRAKE] == 0).all() and det.s_node_brake[0, pw.N_COUNT] == 0
+
+
+def test_a_state_saved_before_the_limit_and_reasons_columns_is_read_on():
+    topo = small_topology(nodes=1, gpus=1, racks=1)
+    frames, _ = heating_gpu()
+    a = pw.PowerDetector(topo)
+    run(a, frames[:360])
+    old = a.state_dict()
+    old["s_gpu"] = old["s_gpu"][:, :pw.S_OVER_DEFAULT]
+    old["s_model"] = old["s_model"][:, :tf.G_USRC]
+    b = pw.PowerDetector(topo)
+    b.load_state_dict(old)
+    out = run(a, frames[360:])
+    assert [f for f in out if isinstance(f, Prediction)] and run(b, frames[360:]) == out
+
+
+def test_a_rack_inlet_read_as_0_for_a_minute_is_not_a_warming_loop():
+    """BMCs report 0 for a sensor they could not read. The inlet's trend took 0 °C for a minute and
+    back to 28 °C as the loop warming by 28 °C, and the leakage that forecast added called the cap
+    on every loaded GPU of the rack (62 predictions on 32 GPUs; here on the one). An inlet reads
+    above freezing and below boiling, else it is no reading."""
+    topo = small_topology(nodes=1, gpus=1, racks=1)
+    rng = np.random.default_rng(2)
+    frames = []
+    for t in np.arange(0.0, 7200.0, 10.0):
+        frames.append(Frame("rack", [t], [0], {"inlet_temp": [0.0 if 3600 <= t < 3660 else 28.0]}))
+        frames.append(Frame("gpu", [t], [0], {
+            "gpu_temp": [float(round(28.0 + 0.046 * 640))], "power": [640.0 + rng.uniform(-5, 5)],
+            "power_limit": [700.0], "throttle_reasons": [0.0]}))
+    found = [f for f in run(pw.PowerDetector(topo), frames) if isinstance(f, Prediction)]
+    assert not found, found[0].reason
+    assert not [f for f in run(th.ThermalDetector(topo), frames) if isinstance(f, Prediction)]

@@ -957,10 +957,11 @@ class NaiveThermal(PerSample):
         self.rack_of = topo.gpu_rack
         n = topo.size("gpu")
         self.fc = th.new_forecast_state(n)
+        self.slowdown = {}  # gpu -> its slowdown temperature as last reported
         self.alarm = [[new_alarm() for _ in range(tf.N_MODELS)] for _ in range(n)]
         self.found = []  # (ts, slot, event, active, eta, confidence)
         self.seen = {"due": 0, "start": 0, "refresh": 0, "withdraw": 0, "idle": 0, "hbm": 0, "via_hbm": 0,
-                     "held": 0}
+                     "held": 0, "brake, not held": 0, "hold let go unread": 0}
 
     def sample(self, ts, i, dt, tprev, c):
         p, s, fc, racks = self.p, self.fit.s_model, self.fc, self.fit.s_rack
@@ -970,16 +971,28 @@ class NaiveThermal(PerSample):
         du = th.inlet_rate(s, i, rack, racks, damp, p, p[tf.P_FLOW_CARRY])
         reasons = c["throttle_reasons"]
         if 0.0 <= reasons < 2.0 ** 40:
-            idle = bool(int(reasons) & facts.THROTTLE_IDLE)
-            if not int(reasons) & facts.THERMAL_THROTTLE_MASK:
+            bits = int(reasons)
+            fc[i, th.F_BITS_TS] = ts
+            idle = bool(bits & facts.THROTTLE_IDLE)
+            # a thermal limiter: SW/HW thermal, or the HW slowdown bit unless a power brake raised it
+            brake = bool(bits & facts.THROTTLE_HW_POWER_BRAKE)
+            held = bool(bits & (facts.THROTTLE_SW_THERMAL | facts.THROTTLE_HW_THERMAL)) or \
+                (bool(bits & facts.THROTTLE_HW_SLOWDOWN) and not brake)
+            self.seen["brake, not held"] += brake and not held
+            if not held:
                 fc[i, th.F_HELD_SINCE] = math.nan
             elif math.isnan(fc[i, th.F_HELD_SINCE]):
                 fc[i, th.F_HELD_SINCE] = ts  # held from this sample on
                 self.seen["held"] += 1
         else:  # no reasons reported: no kernels running is idle
+            if not ts - fc[i, th.F_BITS_TS] <= p[tf.P_STALE]:  # unread for long: a hold is unknown
+                self.seen["hold let go unread"] += not math.isnan(fc[i, th.F_HELD_SINCE])
+                fc[i, th.F_HELD_SINCE] = math.nan
             idle = 0.0 <= c["util"] < th.IDLE_UTIL
-        slowdown = c["slowdown_temp"]
-        limit_core = slowdown - p[tf.P_SLOWDOWN_OFF] if 40.0 < slowdown < 130.0 else p[tf.P_LIM_CORE]
+        if 40.0 < c["slowdown_temp"] < 130.0:  # its own slowdown temperature, kept once reported
+            self.slowdown[i] = c["slowdown_temp"]
+        slowdown = self.slowdown.get(i, math.nan)
+        limit_core = slowdown - p[tf.P_SLOWDOWN_OFF] if not math.isnan(slowdown) else p[tf.P_LIM_CORE]
         since = ts - fc[i, th.F_EVAL_TS]
         due = not since < p[tf.P_EVERY]
         if due:
@@ -1058,7 +1071,11 @@ def random_heating_frames(topo, seed, ticks=400):
         temp = gpu_inlet + r * power + (temp - gpu_inlet - r * power) * math.exp(-dt / 20.0)
         hbm = gpu_inlet + r_hbm * power + (hbm - gpu_inlet - r_hbm * power) * math.exp(-dt / 60.0)
         reasons = np.where(idle, float(facts.THROTTLE_IDLE), np.where(temp >= 85, float(facts.THROTTLE_SW_THERMAL), 0.0))
+        # HW slowdown: thermal (0x48), or raised by a power brake (0x88: not a thermal hold)
+        reasons[rng.random(n) < 0.02] = rng.choice([0x48, 0x88, 0x8])
         reasons[rng.random(n) < 0.2] = np.nan  # no reasons: utilisation says whether it works
+        if int(t / 1000) % 3 == 2:
+            reasons[topo.gpu_node == 0] = np.nan  # an exporter without its custom counters for a while
         rows = rng.permutation(n)
         frames.append(Frame("gpu", t - np.where(rng.random(n) < 0.02, 7.0, 0.0)[rows], rows, {
             "gpu_temp": np.round(temp)[rows], "hbm_temp": np.round(hbm)[rows], "power": power[rows],
@@ -1341,3 +1358,143 @@ def test_every_detector_holding_rack_state_reads_one_saved_before_the_flow_time(
     saved["s_rack"] = saved["s_rack"][:, :gi.RACK_FLOW_TS]
     det.load_state_dict(saved)
     assert det.s_rack.shape[1] == gi.RACK_SIZE and (det.s_rack[:, gi.RACK_FLOW_TS] == 1234.0).all()
+
+
+# ---- a real deployment's inputs ---------------------------------------------------------------
+def rack_sensor_outage_frames(r_core: float, dark=(3600.0, 4200.0), seconds: int = 7200, seed: int = 0):
+    """4 nodes of 8 GPUs on one rack, loaded at ~640 W on a 28 °C inlet, each GPU's R around
+    ``r_core``; the rack's inlet reading goes dark over ``dark`` (a BMC or Redfish outage longer
+    than inlet_stale_s) and comes back. Nothing else happens."""
+    topo = small_topology(nodes=4, gpus=8, racks=1)
+    rng = np.random.default_rng(seed)
+    n = topo.size("gpu")
+    r = r_core * (1 + 0.03 * rng.standard_normal(n))
+    power = 640.0 * (1 + 0.02 * rng.standard_normal(n))
+    temp = 28.0 + r * power
+    energy = rng.uniform(0, 1e9, n)
+    frames = []
+    for t in range(1, seconds + 1):
+        temp = 28.0 + r * power + (temp - 28.0 - r * power) * math.exp(-1.0 / 10.0)
+        energy = energy + power
+        if t % 10 == 0:
+            if not dark[0] <= t < dark[1]:
+                frames.append(Frame("rack", [float(t)], [0], {"inlet_temp": [28.0]}))
+            frames.append(Frame("gpu", np.full(n, float(t)), np.arange(n), {
+                "gpu_temp": np.round(temp), "hbm_temp": np.round(28.0 + 0.028 * power),
+                "power": power + np.clip(2.5 * rng.standard_normal(n), -5, 5), "energy": energy.copy(),
+                "power_limit": np.full(n, 700.0), "throttle_reasons": np.zeros(n)}))
+    return topo, frames
+
+
+@pytest.mark.parametrize("r_core", [0.046, 0.06, 0.07])
+def test_a_rack_inlet_sensor_going_dark_is_not_a_warming_loop(r_core):
+    """Its GPUs fall back on the node proxy, ``T - R_nominal * P``, which sits (R - R_nominal) * P
+    above the rack's reading: 8.6 °C at 0.06 °C/W (air cooling, another SKU, a sensor on the
+    facility side). The inlet's trend took that step for the loop warming +5 °C/min and every GPU
+    of the rack was predicted to throttle within 4 minutes (32 of 32 at 0.06 °C/W, steady at 67 °C,
+    20 °C under the limit); switching back to the rack's reading must not teach R a drift either."""
+    topo, frames = rack_sensor_outage_frames(r_core)
+    det = th.ThermalDetector(topo)
+    found = run(det, frames)
+    assert not preds(found), preds(found)[0].reason
+    core = tf.G_SIZE + tf.CORE * tf.M_SIZE
+    assert (det.s_model[:, tf.G_USRC] == gi.INLET_RACK).all()
+    # back on the rack's reading, R is back where it was, with no drift learnt from the switches
+    np.testing.assert_allclose(det.s_model[:, core + tf.M_RL], r_core, rtol=0.1)
+    assert np.abs(det.s_model[:, core + tf.M_RB] * 3600 / r_core).max() < 0.05
+
+
+def test_a_state_saved_before_gpus_kept_their_inlet_source_is_read_on():
+    """A checkpoint whose ``s_model`` has no ``G_USRC`` column (nor ``s_forecast`` its
+    ``F_BITS_TS``) loads (the source unknown, taken from the next reading) and goes on finding
+    what the detector it was saved from finds."""
+    topo = small_topology(nodes=1, gpus=1, racks=1)
+    world = World(topo, load_w=650.0, seed=6, faults=[Fault("tim_degradation", 0, 600, 1.0)])
+    frames, _ = world.run(2 * 3600)
+    a = th.ThermalDetector(topo)
+    run(a, frames[:400])
+    old = a.state_dict()
+    old["s_model"] = old["s_model"][:, :tf.G_USRC]
+    old["s_forecast"] = old["s_forecast"][:, :th.F_BITS_TS]  # ... nor when reasons were last read
+    b = th.ThermalDetector(topo)
+    b.load_state_dict(old)
+    assert b.s_model.shape[1] == tf.MODEL_WIDTH and b.s_forecast.shape[1] == th.F_SIZE
+    out = run(a, frames[400:])
+    assert preds(out) and run(b, frames[400:]) == out
+
+
+def paced_job_frames(case: str):
+    """node0/gpu0's interface fails (predicted from ~50 min in); its job peer node1/gpu3 is, by
+    ``case``: braking on its node's failed supply (0x88, from 10 min to the end), or thermally held
+    from 10 to 15 min (0x20), after which nobody's throttle reasons are read any more."""
+    topo = small_topology(nodes=2, gpus=4, racks=1)
+    world = World(topo, load_w=650.0, seed=6, faults=[Fault("tim_degradation", 0, 600, 1.0)])
+    frames, _ = world.run(3 * 3600)
+    for f in frames:
+        t = f.ts[0] - world.t0
+        if f.kind != "gpu" or t < 600:
+            continue
+        if case == "brake":
+            f.columns["throttle_reasons"][7] = 0x88
+        elif t < 900:
+            f.columns["throttle_reasons"][7] = 0x20
+        else:
+            f.columns["throttle_reasons"][:] = np.nan
+    return topo, frames
+
+
+@pytest.mark.parametrize("case", ["brake", "unread"])
+def test_a_peer_is_named_held_by_the_thermal_limiter_only_while_it_is(case):
+    """A power brake raises the HW slowdown bit with its own (0x88): the braking peer was named
+    "held by the thermal limiter for 40 min". And a peer held for 5 min before the reasons went
+    unread was still named held for 169 min, 2 1/2 hours later."""
+    topo, frames = paced_job_frames(case)
+    found = [p for p in preds(run(th.ThermalDetector(topo), frames)) if p.slot == 0]
+    assert found  # node0/gpu0's failing interface
+    assert not [p for p in found if "paced by" in p.reason], found[0].reason
+
+
+def test_a_poll_that_misses_the_slowdown_temperature_keeps_the_gpus_own_limit():
+    """A GPU whose own slowdown temperature is 95 °C (max operating 93 °C) runs at 88-89 °C, as it
+    always does. One poll's read of its threshold fails (NVML gives NaN for that poll): the 87 °C
+    default applied for that sample, the GPU was already past it, and every such GPU was predicted
+    to throttle with ETA 0 — withdrawn minutes later. The threshold is kept as last reported."""
+    topo = small_topology(nodes=1, gpus=2, racks=1)
+    world = World(topo, load_w=650.0, inlet_c=34.0, seed=5)
+    world_frames, _ = world.run(2 * 3600, slowdown_temp=95.0)
+    gpu = [f for f in world_frames if f.kind == "gpu"]
+    for f in gpu:
+        f.columns["gpu_temp"] = f.columns["gpu_temp"] + 24.0  # an R of ~0.083 °C/W: 88-89 °C
+    gpu[len(gpu) // 2].columns["slowdown_temp"][:] = np.nan
+    assert max(f.columns["gpu_temp"].max() for f in gpu) >= 88.0
+    found = run(th.ThermalDetector(topo), world_frames)
+    assert not preds(found) + preds(found, active=False), preds(found)[0].reason
+
+
+@pytest.mark.parametrize("nodes", [1, 4])
+def test_a_reason_says_when_its_inlet_is_an_estimate(nodes):
+    """Without rack frames (dcgm-exporter alone) the inlet is the node's coolest GPU at the nominal
+    resistance (or the median of its rack's nodes'): on the real H100 capture (0.032 °C/W) that is
+    9 °C under the air it breathes. The reason quoted it as the GPU's inlet; it says it is an estimate."""
+    topo = small_topology(nodes=nodes, gpus=8, racks=1)
+    frames, _ = gpu_only_frames(topo, 3, 3600, lambda t: np.ones(8 * nodes, bool),
+                                inlet_at=lambda t: 26.0 + min(max(t - 1200, 0) / 6.0, 34.0))
+    found = preds(run(th.ThermalDetector(topo), frames))
+    words = "its rack's nodes' coolest GPUs" if nodes == 4 else "its node's coolest GPU"
+    assert found and all(f"(no rack reading: estimated from {words}, R nominal)" in p.reason for p in found)
+    topo, _, frames = cooling_loss_frames(idle_from=None)  # a rack's own reading is quoted as it is
+    found = preds(run(th.ThermalDetector(topo), frames))
+    assert found and not [p for p in found if "estimated" in p.reason]
+
+
+def test_a_node_whose_power_reads_0_w_is_not_a_warming_inlet():
+    """An exporter that prints 0 for N/A: a loaded node's 8 GPUs read 0 W for ten minutes (no rack
+    frames). Their proxy inlet, T - R_nominal * P, read that as the inlet jumping ~26 °C, and all 8
+    were predicted to throttle (11 predictions). No powered board draws 0 W: it is no reading."""
+    topo = small_topology(nodes=1, gpus=8, racks=1)
+    frames, _ = gpu_only_frames(topo, 0, 7200, lambda t: np.ones(8, bool))
+    for f in frames:
+        if 3600 <= f.ts[0] < 4200:
+            f.columns["power"][:] = 0.0
+            f.columns["energy"][:] = np.nan
+    assert not preds(run(th.ThermalDetector(topo), frames))

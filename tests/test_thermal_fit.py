@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from foreshock.detectors import gpu_inputs as tf_node
 from foreshock.detectors import thermal_fit as tf
 from foreshock.detectors.bank import DetectorBank
+from foreshock.findings import Prediction
 from foreshock.frames import Frame
 
 from naive_refs import branches_seen
@@ -166,12 +167,14 @@ class NaiveFit:
         self.rack_nodes = {r: [k for k in range(topo.size("node")) if topo.node_rack[k] == r]
                            for r in range(topo.size("rack"))}
         self.rack_proxy = {r: {"value": math.nan, "ts": math.nan, "at": math.nan} for r in self.rack_nodes}
+        self.source = {}  # gpu -> where its inlet last came from
         self.seen = {"tau learnt": 0, "R settling": 0, "catch-up": 0, "restart": 0, "proxy inlet": 0,
-                     "rack proxy": 0, "rack proxy held": 0, "skipped": 0}
+                     "rack proxy": 0, "rack proxy held": 0, "skipped": 0, "source switch": 0,
+                     "energy repeated": 0}
 
     def rack_frame(self, frame):
         for ts, r, v in zip(frame.ts, frame.slot, frame.columns["inlet_temp"]):
-            if math.isfinite(v) and abs(v) < 1e6 and not self.rack.get(int(r), (-math.inf,))[0] > ts:
+            if 0.0 < v < 1e6 and not self.rack.get(int(r), (-math.inf,))[0] > ts:  # (an inlet is above freezing)
                 self.rack[int(r)] = (ts, v)
 
     def latest_node_proxy(self, ts, k):
@@ -199,7 +202,7 @@ class NaiveFit:
         r = int(self.rack_of[i])
         rack_ts, rack_inlet = self.rack.get(r, (math.nan, math.nan))
         if ts - rack_ts <= p[tf.P_STALE]:
-            return rack_inlet
+            return rack_inlet, "rack"
         rp = self.rack_proxy[r]
         if not ts <= rp["at"] + 0.5:  # the rack's first sample of a tick: look for its median
             rp["at"] = ts
@@ -210,30 +213,36 @@ class NaiveFit:
                 self.seen["rack proxy held"] += 1
         if math.isfinite(rp["value"]) and ts - rp["ts"] <= p[tf.P_STALE]:
             self.seen["rack proxy"] += 1
-            return rp["value"]
+            return rp["value"], "rack proxy"
         if ts - nd["proxy_ts"] <= p[tf.P_STALE]:
             self.seen["proxy inlet"] += 1
-            return nd["proxy"]
-        return math.nan
+            return nd["proxy"], "node proxy"
+        return math.nan, None
 
     def gpu_frame(self, frame):
         c = frame.columns
         for k in range(len(frame)):
             self.sample(frame.ts[k], int(frame.slot[k]), c["gpu_temp"][k], c["hbm_temp"][k], c["power"][k],
-                        c["energy"][k], c["power_limit"][k])
+                        c["energy"][k], c["power_limit"][k], c["slowdown_temp"][k])
 
-    def sample(self, ts, i, temp, hbm, power, energy, plim):
+    def sample(self, ts, i, temp, hbm, power, energy, plim, slowdown):
         s, p = self.s[i], self.p
         last = s[tf.G_TS]
         if ts <= last:
             self.seen["skipped"] += 1
             return
         dt = ts - last
-        if not 0.0 <= power < 1e5:
+        if not 0.0 < power < 1e5:  # (0 W: no reading)
             power = math.nan
-        e_last, s[tf.G_ENERGY] = s[tf.G_ENERGY], energy
-        if math.isfinite(energy) and math.isfinite(e_last) and dt <= p[tf.P_GAP] and 0.0 <= (energy - e_last) / dt < 1e5:
-            power = (energy - e_last) / dt  # the interval's mean power
+        e_last = s[tf.G_ENERGY]
+        if energy == e_last:  # the same reading again (an exporter's cache): no interval mean
+            self.seen["energy repeated"] += 1
+        else:  # the mean power since the counter last moved
+            span = ts - s[tf.G_ENERGY_TS]
+            if math.isfinite(energy) and math.isfinite(e_last) and dt <= p[tf.P_GAP] and span <= p[tf.P_GAP] \
+                    and 0.0 <= (energy - e_last) / span < 1e5:
+                power = (energy - e_last) / span
+            s[tf.G_ENERGY], s[tf.G_ENERGY_TS] = energy, ts
         if not dt <= p[tf.P_GAP]:  # first sample or a long gap: the filters restart
             self.seen["restart"] += 1
             s[tf.G_PREF] = power
@@ -242,7 +251,22 @@ class NaiveFit:
                 s[tf.G_SIZE + m * tf.M_SIZE + tf.M_TPREV] = math.nan
             dt = p[tf.P_GAP]
         s[tf.G_TS] = ts
-        inlet = self.inlet(ts, i)
+        inlet, source = self.inlet(ts, i)
+        if source is not None:
+            if self.source.get(i, source) != source:  # another source: the inlet steps
+                self.seen["source switch"] += 1
+                step = inlet - s[tf.G_UL]
+                s[tf.G_UN] = 0  # its trend starts over
+                for m in range(tf.N_MODELS):  # R moved by the step, then catches up; R's trend starts over
+                    off = tf.G_SIZE + m * tf.M_SIZE
+                    s[off + tf.M_TPREV] = math.nan
+                    if math.isfinite(s[off + tf.M_RL]):
+                        if s[off + tf.M_PF] > p[tf.P_LOAD_MIN]:
+                            s[off + tf.M_RL] -= step / s[off + tf.M_PF]
+                        s[off + tf.M_STALE] = tf.STALE_R_S
+            self.source[i] = source
+            s[tf.G_USRC] = {"rack": tf_node.INLET_RACK, "rack proxy": tf_node.INLET_RACK_PROXY,
+                            "node proxy": tf_node.INLET_NODE_PROXY}[source]
         if math.isfinite(power):
             if not s[tf.G_PREF] == s[tf.G_PREF] or power > 1.5 * s[tf.G_PREF]:
                 s[tf.G_PREF] = power
@@ -258,6 +282,8 @@ class NaiveFit:
             s[tf.G_UN] += 1
         if 50.0 < plim < 1e5:
             s[tf.G_PLIM] = plim
+        if 40.0 < slowdown < 130.0:  # kept through polls without one
+            s[tf.G_SLOWDOWN] = slowdown
         for m, t in ((tf.CORE, temp), (tf.HBM, hbm)):
             if -50.0 < t < 200.0:
                 self.model(s, tf.G_SIZE + m * tf.M_SIZE, dt, t, power, inlet)
@@ -343,6 +369,7 @@ def random_fit_frames(topo, seed, ticks=60):
     for tick in range(ticks):
         ts += rng.choice([1.0, 5.0, 10.0, 10.0, 10.0, 360.0, 700.0], p=[.2, .2, .2, .2, .1, .05, .05])
         inlet = np.where(rng.random(n_racks) < 0.8, 25.0 + rng.normal(0, 1, n_racks), np.nan)
+        inlet[rng.random(n_racks) < 0.05] = 0.0  # a BMC's failed read
         if tick > ticks // 3:
             inlet[-1] = np.nan  # the last rack stops reporting: its GPUs fall back on the node proxy
         frames.append(Frame("rack", np.full(n_racks, ts), np.arange(n_racks), {"inlet_temp": inlet}))
@@ -353,7 +380,9 @@ def random_fit_frames(topo, seed, ticks=60):
         power = rng.choice([60.0, 300.0, 650.0, 700.0], k) + rng.normal(0, 5, k)
         power[rng.random(k) < 0.05] = np.nan
         power[rng.random(k) < 0.03] = 1e9  # garbage
-        energy[rows] += np.where(np.isnan(power) | (power > 1e5), 600.0, power) * 10.0
+        power[rng.random(k) < 0.03] = 0.0  # an exporter's N/A
+        # a fifth of the counters do not move: an exporter serving its last collection again
+        energy[rows] += np.where(np.isnan(power) | (power > 1e5), 600.0, power) * 10.0 * (rng.random(k) > 0.2)
         e = np.where(rng.random(k) < 0.3, np.nan, energy[rows])
         temp = np.round(25.0 + r[rows] * np.nan_to_num(power, nan=300.0, posinf=300.0) + rng.normal(0, 6, k))
         temp[rng.random(k) < 0.05] = np.nan
@@ -361,7 +390,8 @@ def random_fit_frames(topo, seed, ticks=60):
         hbm = np.round(25.0 + 0.028 * np.nan_to_num(power, nan=300.0) + rng.normal(0, 4, k))
         frames.append(Frame("gpu", row_ts, rows, {
             "gpu_temp": temp, "hbm_temp": hbm, "power": power, "energy": e,
-            "power_limit": rng.choice([700.0, np.nan, 0.0], k, p=[.8, .1, .1])}))
+            "power_limit": rng.choice([700.0, np.nan, 0.0], k, p=[.8, .1, .1]),
+            "slowdown_temp": rng.choice([89.0, 95.0, np.nan, 0.0, -2.0], k)}))
     return frames
 
 
@@ -380,7 +410,7 @@ def fit_both(seed):
 @given(st.integers(0, 2 ** 32 - 1))
 def test_the_fit_kernel_matches_a_naive_one_pass_reference(seed):
     fit, naive = fit_both(seed)
-    exact = [tf.G_TS, tf.G_ENERGY, tf.G_PLIM, tf.G_UN]
+    exact = [tf.G_TS, tf.G_ENERGY, tf.G_ENERGY_TS, tf.G_PLIM, tf.G_UN, tf.G_USRC, tf.G_SLOWDOWN]
     np.testing.assert_array_equal(fit.s_model[:, exact], naive.s[:, exact])
     keep = [c for c in range(fit.s_model.shape[1]) if c not in DECAY_CACHE + exact]
     # recurrences over a few hundred samples (Holt levels, filters; inlets near zero from the
@@ -399,3 +429,25 @@ def test_the_fit_reference_comparison_reaches_every_branch():
     """The random frames above do exercise what the kernel does differently from the reference."""
     seen = branches_seen(fit_both(seed)[1] for seed in range(5))
     assert all(count >= 5 for count in seen.values()), seen
+
+
+def test_an_exporter_serving_its_last_collection_again_is_not_a_power_step():
+    """dcgm-exporter collects every 30 s whatever the poll; polled every 10 s, every value repeats
+    for three polls (the energy counter too), stamped with the poll's time. The counter standing
+    still read as 0 W twice, then 30 s of energy over 10 s as three times the power: that became the
+    GPU's reference power (1,900 W: a step up is taken at once) and the power detector predicted
+    every loaded GPU to meet its cap (3,584 predictions on 32 GPUs in 2 h). The mean is taken over
+    the time since the counter last moved."""
+    topo = small_topology(nodes=4, gpus=8, racks=1)
+    frames, _ = World(topo, load_w=640.0, seed=3).run(2 * 3600)
+    held: dict = {}
+    for k, f in enumerate(f for f in frames if f.kind == "gpu"):
+        if k % 3 == 0:
+            held = {name: col.copy() for name, col in f.columns.items()}
+        else:
+            f.columns = {name: col.copy() for name, col in held.items()}
+    bank = bank_of(topo, ["thermal", "power"])
+    found = [f for f in run(bank, frames) if isinstance(f, Prediction)]
+    assert not found, found[0].reason
+    fit = bank.detectors[0].fit
+    np.testing.assert_allclose(fit.s_model[:, tf.G_PREF], 640.0, rtol=0.1)

@@ -22,8 +22,8 @@ def reference(ts: list[float], slot: list[int], masks: list[float], n: int, refr
     reported = [-np.inf] * n
     out = []
     for t, s, m in zip(ts, slot, masks):
-        if m != m:
-            continue
+        if not 0.0 <= m < 2.0 ** 40:
+            continue  # missing, or not a bitmask
         bits = int(m) & WATCHED
         new = bits & ~last[s]
         if new:
@@ -36,7 +36,7 @@ def reference(ts: list[float], slot: list[int], masks: list[float], n: int, refr
     return out
 
 
-MASKS = st.sampled_from([0.0, 1.0, 4.0, 0x20, 0x24, 0x48, 0x80, 0x88, float("nan")])
+MASKS = st.sampled_from([0.0, 1.0, 4.0, 0x20, 0x24, 0x48, 0x80, 0x88, float("nan"), -1.0, float("inf"), 2.0 ** 64])
 
 
 @pytest.mark.kernel
@@ -88,3 +88,15 @@ def test_a_cooling_incident_stays_open_while_its_gpus_stay_throttled() -> None:
     assert resolved, "the incident never resolved after the throttling ended"
     assert min(i.ts for i in resolved) > throttled_until
     assert all(isinstance(i, Incident) for i in out)
+
+
+def test_a_value_that_is_not_a_bitmask_is_no_throttle() -> None:
+    """-1 (an exporter's "N/A"), infinity, 2**64: read as missing, as the GPU detectors read them
+    (``gpu_inputs.reason_bits``). -1 was every watched bit at once ("throttling observed:
+    sw_power_cap+hw_slowdown+sw_thermal+hw_thermal+hw_power_brake"), and infinity raised
+    OverflowError without the JIT."""
+    for bad in (-1.0, float("inf"), 2.0 ** 64, 2.0 ** 40):
+        det = ThrottleBitsDetector(TOPO)
+        found = det.update(Frame("gpu", np.array([0.0, 10.0, 20.0]), np.zeros(3, np.int32),
+                                 {"throttle_reasons": np.array([0.0, bad, 0x20])}))
+        assert [(f.ts, f.reason) for f in found] == [(20.0, "throttling observed: sw_thermal")], bad
