@@ -59,7 +59,21 @@ INLINE_OPTIONS: dict[str, Any] = {**KERNEL_OPTIONS, "inline": "always"}
 (RACK_TS, RACK_INLET, RACK_U1, RACK_U2, RACK_U1_TS, RACK_DAMP, RACK_DAMP_N, RACK_FLOW, RACK_FLOW0,
  RACK_U0, RACK_RISE, RACK_RISE_N, RACK_FLOW_SLOPE, RACK_F1, RACK_LOSS, RACK_HEAT, RACK_HEAT_SLOW,
  RACK_RISE_HEAT, RACK_PROXY, RACK_PROXY_TS, RACK_PROXY_AT, RACK_NODE0, RACK_FLOW_TS) = range(23)
-RACK_SIZE = 23  # RACK_FLOW_TS: when the flow was last read (a flow sensor can go dark with the inlet still read)
+# RACK_FLOW_TS: when the flow was last read (a flow sensor can go dark with the inlet still read)
+# ... and a reading held back as a jump no loop makes (see INLET_JUMP_RATE_C_PER_S), with its time,
+# and how many such jumps the next reading confirmed (level shifts: each is a new source of inlet)
+RACK_HELD, RACK_HELD_TS, RACK_SHIFTS = 23, 24, 25
+RACK_SIZE = 26
+INLET_JUMP_C = 5.0
+INLET_JUMP_RATE_C_PER_S = 1.0
+"""A rack's inlet that moves more than ``max(INLET_JUMP_C, INLET_JUMP_RATE_C_PER_S * dt)`` from its
+last reading is held back for a reading: dropped as a glitch unless the next one is near it. Then the
+reading moved to another level (a sensor swapped or recalibrated, the BMC reading another probe):
+read on from there, as from another source (``read_inlet``: the fit re-bases on it, as where a
+rack's GPUs move to the node proxy). A loop that loses all flow warms a few tenths of a degree per
+second (the simulator's worst cooling loss: 0.21 °C/s); one poll of a BMC's sensor reading 58 °C among 28s
+(until 2026-12-01) was taken for the loop warming 30 °C, its trend carried ahead: 5 of a rack's 32
+loaded GPUs were predicted to throttle and all 32 to meet their power cap."""
 HEAT_TAU_S = 20.0
 HEAT_SLOW_TAU_S = 180.0
 """The inlet follows the heat over the loop's lag (about this): the heat a settled inlet reflects."""
@@ -235,7 +249,7 @@ def update_rack_inlet(obs: np.ndarray, rack_state: np.ndarray) -> None:
         v = obs[i, 2]
         if INLET_MIN_C < v < INLET_MAX_C:  # (False for NaN)
             r = int(obs[i, 1])
-            if not rack_state[r, RACK_TS] > obs[i, 0]:
+            if not rack_state[r, RACK_TS] > obs[i, 0] and not inlet_jump_held(rack_state, r, obs[i, 0], v):
                 dt = obs[i, 0] - rack_state[r, RACK_TS]
                 rack_state[r, RACK_TS] = obs[i, 0]
                 rack_state[r, RACK_INLET] = v
@@ -265,6 +279,28 @@ def reason_bits_column(reasons: np.ndarray) -> np.ndarray:
     with np.errstate(invalid="ignore"):
         ok = (r >= 0.0) & (r < REASON_BITS_LIMIT)  # False for NaN
     return np.where(ok, r, -1.0).astype(np.int64)
+
+
+@inline
+def inlet_jump_held(rack_state: np.ndarray, r: int, ts: float, v: float) -> bool:
+    """True when reading ``v`` at ``ts`` jumps from the rack's last inlet further than a loop moves
+    (``INLET_JUMP_C``, ``INLET_JUMP_RATE_C_PER_S``) and has not been seen there before: it is held
+    (``RACK_HELD``) instead of read. A reading held before that this one confirms is read, and one
+    near the last inlet drops what was held (a glitch)."""
+    last = rack_state[r, RACK_INLET]
+    held = rack_state[r, RACK_HELD]
+    if not abs(v - last) > max(INLET_JUMP_C, INLET_JUMP_RATE_C_PER_S * (ts - rack_state[r, RACK_TS])):
+        rack_state[r, RACK_HELD] = np.nan  # (no last inlet yet: read)
+        return False
+    if held == held and \
+            abs(v - held) <= max(INLET_JUMP_C, INLET_JUMP_RATE_C_PER_S * (ts - rack_state[r, RACK_HELD_TS])):
+        rack_state[r, RACK_HELD] = np.nan  # confirmed: the reading is at another level now
+        shifts = rack_state[r, RACK_SHIFTS]
+        rack_state[r, RACK_SHIFTS] = shifts + 1.0 if shifts == shifts else 1.0
+        return False
+    rack_state[r, RACK_HELD] = v
+    rack_state[r, RACK_HELD_TS] = ts
+    return True
 
 
 @inline
@@ -507,7 +543,10 @@ def rack_proxy(ts: float, rack: int, rack_state: np.ndarray, node_state: np.ndar
 
 
 INLET_RACK, INLET_RACK_PROXY, INLET_NODE_PROXY = 1.0, 2.0, 3.0
-"""Where :func:`read_inlet`'s value came from: the rack's own reading, the rack's proxy, the node's.
+INLET_SOURCES = 4.0
+"""Where :func:`read_inlet`'s value came from: the rack's own reading, the rack's proxy, the node's;
+the rack's reading after ``k`` level shifts (``RACK_SHIFTS``) is source
+``INLET_RACK + k * INLET_SOURCES``.
 The proxies sit where ``R_nominal`` puts the inlet, not where it is: on GPUs whose resistance is
 not nominal (another SKU, air cooling, a rack sensor on the facility side) they read several °C
 off the rack's reading, and a switch between sources is a step that the inlet's trend must not
@@ -524,7 +563,8 @@ def read_inlet(ts: float, node: int, rack: int, rack_state: np.ndarray, node_sta
     if rack >= 0:
         inlet = rack_state[rack, RACK_INLET]
         if inlet == inlet and ts - rack_state[rack, RACK_TS] <= stale_s:
-            return inlet, INLET_RACK
+            shifts = rack_state[rack, RACK_SHIFTS]
+            return inlet, INLET_RACK + (shifts * INLET_SOURCES if shifts == shifts else 0.0)
         if not ts <= rack_state[rack, RACK_PROXY_AT] + TICK_EPS_S:
             rack_state[rack, RACK_PROXY_AT] = ts
             median = rack_proxy(ts, rack, rack_state, node_state, stale_s)

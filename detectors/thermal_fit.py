@@ -77,9 +77,10 @@ G_USRC = G_SIZE + N_MODELS * M_SIZE
 yet, or a state saved before it was kept). Where it changes — a rack's inlet sensor going dark for
 longer than ``inlet_stale_s`` hands its GPUs to the node proxy, and back when it returns — the
 inlet steps by as much as the proxy is off (``R - R_nominal`` times the power: 8 °C on GPUs at
-0.06 °C/W, 640 W), and each model's R by that over the power. The inlet's trend starts over from
-the new reading, each R is moved by the step and catches up with the readings
-(:func:`switch_inlet_source`), and the forecast's R trend restarts: until 2026-12-01 a 10-minute
+0.06 °C/W, 640 W), and each model's R by that over the power; so does a rack's reading shifting to
+another level (``gpu_inputs.RACK_SHIFTS``). The inlet's trend starts over from the new reading, each
+R is moved by the step and catches up with the readings (:func:`switch_inlet_source`), and the
+forecast's R trend restarts: until 2026-12-01 a 10-minute
 rack-sensor outage read as the loop warming +5 °C/min, and every loaded GPU of the rack was
 predicted to throttle."""
 G_ENERGY_TS = G_USRC + 1

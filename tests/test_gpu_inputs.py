@@ -44,9 +44,11 @@ class NaiveRack:
 
     def __init__(self):
         self.v = dict.fromkeys(("ts", "inlet", "u1", "u2", "u1_ts", "damp", "flow", "flow0", "u0", "rise",
-                                "flow_slope", "f1", "heat", "heat_slow", "rise_heat"), math.nan)
+                                "flow_slope", "f1", "heat", "heat_slow", "rise_heat", "held", "held_ts",
+                                "shifts"), math.nan)
         self.v.update(damp_n=0.0, rise_n=0.0, loss=0.0)
-        self.seen = {"rise learnt": 0, "loop tau learnt": 0, "recovered": 0, "late": 0, "not an inlet": 0}
+        self.seen = {"rise learnt": 0, "loop tau learnt": 0, "recovered": 0, "late": 0, "not an inlet": 0,
+                     "jump held": 0, "level shift": 0}
 
     def settled(self, inlet):
         u1, u2 = self.v["u1"], self.v["u2"]
@@ -60,6 +62,15 @@ class NaiveRack:
         if v["ts"] > ts:
             self.seen["late"] += 1
             return
+        jump = max(gi.INLET_JUMP_C, gi.INLET_JUMP_RATE_C_PER_S * (ts - v["ts"]))
+        if abs(inlet - v["inlet"]) > jump:
+            if not abs(inlet - v["held"]) <= max(gi.INLET_JUMP_C, gi.INLET_JUMP_RATE_C_PER_S * (ts - v["held_ts"])):
+                v["held"], v["held_ts"] = inlet, ts  # a jump no loop makes: held back for a reading
+                self.seen["jump held"] += 1
+                return
+            v["shifts"] = 1.0 if math.isnan(v["shifts"]) else v["shifts"] + 1  # confirmed: another level
+            self.seen["level shift"] += 1
+        v["held"] = math.nan
         dt = ts - v["ts"]
         v["ts"], v["inlet"] = ts, inlet
         self.flow(dt, inlet, flow, heat)
@@ -129,7 +140,8 @@ RACK_COLUMNS = {"ts": gi.RACK_TS, "inlet": gi.RACK_INLET, "u1": gi.RACK_U1, "u2"
                 "u1_ts": gi.RACK_U1_TS, "damp": gi.RACK_DAMP, "damp_n": gi.RACK_DAMP_N, "flow": gi.RACK_FLOW,
                 "flow0": gi.RACK_FLOW0, "u0": gi.RACK_U0, "rise": gi.RACK_RISE, "rise_n": gi.RACK_RISE_N,
                 "flow_slope": gi.RACK_FLOW_SLOPE, "f1": gi.RACK_F1, "loss": gi.RACK_LOSS, "heat": gi.RACK_HEAT,
-                "heat_slow": gi.RACK_HEAT_SLOW, "rise_heat": gi.RACK_RISE_HEAT}
+                "heat_slow": gi.RACK_HEAT_SLOW, "rise_heat": gi.RACK_RISE_HEAT, "held": gi.RACK_HELD,
+                "held_ts": gi.RACK_HELD_TS, "shifts": gi.RACK_SHIFTS}
 
 
 def random_rack_rows(seed, racks=3, steps=900):
@@ -155,6 +167,8 @@ def random_rack_rows(seed, racks=3, steps=900):
                    flow[r] + rng.normal(0, 0.002), heat[r] * (1 + rng.normal(0, 0.03))]
             if rng.random() < 0.03:
                 row[rng.choice([2, 3, 4])] = rng.choice([np.nan, 1e9, -5.0, 0.0])
+            if rng.random() < 0.02:  # a sensor glitch, or (where it holds) a level shift
+                row[2] += 20.0 * (1.0 + (t // 1000) % 2)
             rows.append(row)
     return np.array(rows)
 

@@ -292,7 +292,9 @@ def test_guard_sets_values_no_sensor_can_read_to_nan_and_names_the_field() -> No
 def test_a_cdu_sentinel_inlet_does_not_become_a_forecast() -> None:
     """A CDU that reports 6553.5 °C (0xFFFF tenths) for one poll: the guard drops the reading, so
     nothing is forecast from it. Without the range, the power detector's leakage forecast read
-    that inlet as a die about to heat and forecast every GPU's power cap (187 predictions)."""
+    that inlet as a die about to heat and forecast every GPU's power cap (187 predictions); since
+    2026-12-01 the detectors hold a jump no loop makes for a reading (``inlet_jump_held``), so even
+    unguarded the one poll forecasts nothing: two layers, each tested here."""
     import foreshock.fields as fields_module
     from foreshock.findings import Prediction
     from foreshock.streams.embedded import EmbeddedPipeline
@@ -324,4 +326,4 @@ def test_a_cdu_sentinel_inlet_does_not_become_a_forecast() -> None:
     finally:
         fields_module.VALID_BY_UNIT.update(saved)
         fields_module.valid_bounds.cache_clear()
-    assert unguarded > 0
+    assert unguarded == 0

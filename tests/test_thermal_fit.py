@@ -168,14 +168,27 @@ class NaiveFit:
                            for r in range(topo.size("rack"))}
         self.rack_proxy = {r: {"value": math.nan, "ts": math.nan, "at": math.nan} for r in self.rack_nodes}
         self.source = {}  # gpu -> where its inlet last came from
+        self.held, self.shifts = {}, {}  # rack -> a jump held back (ts, value); its level shifts
         self.seen = {"tau learnt": 0, "R settling": 0, "catch-up": 0, "restart": 0, "proxy inlet": 0,
                      "rack proxy": 0, "rack proxy held": 0, "skipped": 0, "source switch": 0,
-                     "energy repeated": 0}
+                     "energy repeated": 0, "inlet jump held": 0, "inlet level shift": 0}
 
     def rack_frame(self, frame):
         for ts, r, v in zip(frame.ts, frame.slot, frame.columns["inlet_temp"]):
-            if 0.0 < v < 1e6 and not self.rack.get(int(r), (-math.inf,))[0] > ts:  # (an inlet is above freezing)
-                self.rack[int(r)] = (ts, v)
+            r = int(r)
+            last_ts, last = self.rack.get(r, (-math.inf, math.nan))
+            if not 0.0 < v < 1e6 or last_ts > ts:  # (an inlet reads above freezing)
+                continue
+            if abs(v - last) > max(tf_node.INLET_JUMP_C, tf_node.INLET_JUMP_RATE_C_PER_S * (ts - last_ts)):
+                held_ts, held = self.held.pop(r, (math.nan, math.nan))
+                if not abs(v - held) <= max(tf_node.INLET_JUMP_C, tf_node.INLET_JUMP_RATE_C_PER_S * (ts - held_ts)):
+                    self.held[r] = (ts, v)  # a jump no loop makes: held for a reading
+                    self.seen["inlet jump held"] += 1
+                    continue
+                self.shifts[r] = self.shifts.get(r, 0) + 1  # confirmed: the reading is at another level
+                self.seen["inlet level shift"] += 1
+            self.held.pop(r, None)
+            self.rack[r] = (ts, v)
 
     def latest_node_proxy(self, ts, k):
         """(value, gathered at, unsteadiness) of node k's last complete tick."""
@@ -202,7 +215,7 @@ class NaiveFit:
         r = int(self.rack_of[i])
         rack_ts, rack_inlet = self.rack.get(r, (math.nan, math.nan))
         if ts - rack_ts <= p[tf.P_STALE]:
-            return rack_inlet, "rack"
+            return rack_inlet, ("rack", self.shifts.get(r, 0))
         rp = self.rack_proxy[r]
         if not ts <= rp["at"] + 0.5:  # the rack's first sample of a tick: look for its median
             rp["at"] = ts
@@ -265,8 +278,8 @@ class NaiveFit:
                             s[off + tf.M_RL] -= step / s[off + tf.M_PF]
                         s[off + tf.M_STALE] = tf.STALE_R_S
             self.source[i] = source
-            s[tf.G_USRC] = {"rack": tf_node.INLET_RACK, "rack proxy": tf_node.INLET_RACK_PROXY,
-                            "node proxy": tf_node.INLET_NODE_PROXY}[source]
+            s[tf.G_USRC] = (tf_node.INLET_RACK + source[1] * tf_node.INLET_SOURCES if source[0] == "rack" else
+                            {"rack proxy": tf_node.INLET_RACK_PROXY, "node proxy": tf_node.INLET_NODE_PROXY}[source])
         if math.isfinite(power):
             if not s[tf.G_PREF] == s[tf.G_PREF] or power > 1.5 * s[tf.G_PREF]:
                 s[tf.G_PREF] = power
@@ -370,6 +383,9 @@ def random_fit_frames(topo, seed, ticks=60):
         ts += rng.choice([1.0, 5.0, 10.0, 10.0, 10.0, 360.0, 700.0], p=[.2, .2, .2, .2, .1, .05, .05])
         inlet = np.where(rng.random(n_racks) < 0.8, 25.0 + rng.normal(0, 1, n_racks), np.nan)
         inlet[rng.random(n_racks) < 0.05] = 0.0  # a BMC's failed read
+        inlet[rng.random(n_racks) < 0.08] += rng.choice([-30.0, 30.0])  # a glitch, or a level shift if it holds
+        if ticks // 2 <= tick < ticks // 2 + 6:
+            inlet[0] += 30.0  # the first rack's reading moves to another level for a while
         if tick > ticks // 3:
             inlet[-1] = np.nan  # the last rack stops reporting: its GPUs fall back on the node proxy
         frames.append(Frame("rack", np.full(n_racks, ts), np.arange(n_racks), {"inlet_temp": inlet}))
