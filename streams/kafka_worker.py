@@ -111,9 +111,17 @@ def apply_delta(initial: Any, delta: Any) -> Any:
             # Saved under another job list, so another number of jobs: the delta is from the
             # initial state at the saved shape, which a uniform initial array (the guard's per-job
             # arrays) records. The state's owner then finds each job again by name and nodes.
-            if "__fill__" not in delta:
+            if "__fill__" in delta:
+                out = np.full(shape, delta["__fill__"], dtype=out.dtype)
+            elif out.ndim == 2 and len(shape) == 2 and shape[0] == out.shape[0] and shape[1] < out.shape[1]:
+                # Saved by a version before columns were appended (``Detector.upgrade_state``,
+                # ``add_columns``): the old initial state is the new one's first columns; the
+                # detector widens what it reads. Until 2026-12-01 such a checkpoint was refused and
+                # every partition started fresh at each upgrade that added a column (hours of R
+                # baselines, τ, idle histories lost), whatever ``upgrade_state`` could read.
+                out = np.ascontiguousarray(out[:, :shape[1]])
+            else:
                 raise ValueError(f"a checkpoint array of shape {shape} cannot be rebuilt at {out.shape}")
-            out = np.full(shape, delta["__fill__"], dtype=out.dtype)
         out.reshape(-1)[idx] = values
         return out
     return delta["__value__"]

@@ -225,6 +225,59 @@ def test_a_worker_restarted_on_changed_hardware_finds_the_same_as_one_that_never
     assert Counter(fresh.feed([on(new, f, old) for f in frames[half:]], half + 1)) != Counter(expected)
 
 
+def test_a_checkpoint_written_before_columns_were_appended_is_read_on(recording: Path):
+    """A new version that appends state columns (``Detector.upgrade_state``, ``add_columns``) meets
+    the checkpoints of the old one. A worker keeps each partition as a delta from a fresh bank's
+    state, and that initial state now has the wider arrays: the delta could not be applied to a
+    non-uniform one, the checkpoint was refused (`checkpoint_unusable`) and every partition started
+    fresh at each such upgrade. The old initial state is the new one's first columns."""
+    from foreshock.detectors import power as pw
+    from foreshock.detectors import thermal as th
+    from foreshock.detectors import thermal_fit as tf
+    from foreshock.streams.kafka_worker import apply_delta, decode_checkpoint, encode_checkpoint, state_delta, \
+        uniform_fills
+
+    source = ReplaySource(str(recording), batch_rows=BATCH_ROWS)
+    topo = source.topology
+    frames = list(source)
+    half = len(frames) // 2
+
+    def bank(hardware: Topology) -> DetectorBank:
+        return DetectorBank.from_names(hardware)
+
+    straight = Feeder(DetectionStage(topo, bank, 2))
+    straight.feed(frames[:half], 1)
+    expected = straight.feed(frames[half:], half + 1)
+    assert len(expected) > 20
+
+    # what the version before these columns would have written: every array of theirs narrower
+    older = {("thermal", "s_forecast"): th.F_BITS_TS, ("power", "s_gpu"): pw.S_OVER_DEFAULT,
+             **{(name, "s_model"): tf.G_USRC for name in ("thermal", "power", "cooling")}}
+
+    def narrower(state: dict[str, Any]) -> dict[str, Any]:
+        detectors = {name: dict(sub) for name, sub in state["bank"]["detectors"].items()}
+        for (name, key), width in older.items():
+            detectors[name][key] = np.ascontiguousarray(detectors[name][key][:, :width])
+        return {**state, "bank": {**state["bank"], "detectors": detectors}}
+
+    first = Feeder(DetectionStage(topo, bank, 2))
+    first.feed(frames[:half], 1)
+    restarted = DetectionStage(topo, bank, 2)
+    old_initial = narrower(first.stage._initial)
+    fills = uniform_fills(old_initial)["bank"]["detectors"]
+    assert [fills[name][key] for name, key in older] == [None] * len(older), \
+        "an array here is uniform: its delta carries a fill that rebuilds it at any shape"
+    for p in range(2):
+        saved = decode_checkpoint(first.stage.checkpoint(p)[1], "detect", first.stage.signature)
+        state = narrower(apply_delta(first.stage._initial, saved.state))
+        blob = encode_checkpoint(saved.offset, state_delta(old_initial, state, uniform_fills(old_initial)),
+                                 "detect", first.stage.signature, topo, layout=True)
+        assert restarted.load(p, blob) == first.offsets[p] - 1
+    assert not restarted.health.problems
+    got = Feeder(restarted, Counter(first.offsets)).feed(frames[half:], half + 1)
+    assert Counter(got) == Counter(expected)
+
+
 def test_entities_that_moved_to_another_partition_start_fresh_there(recording: Path):
     """Partitions follow racks (rack index modulo partitions). An empty rack listed between the
     two moves rack1 from partition 1 to partition 0: partition 0 keeps what it knew of rack0 and
