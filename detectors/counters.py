@@ -49,9 +49,19 @@ from foreshock.numba_config import jit
 
 # Problem counters returned by the kernel, in this order.
 PROBLEMS: tuple[str, ...] = (
-    "resets", "wraps", "stale_or_out_of_order", "invalid_value", "unknown_slot",
+    "resets", "wraps", "stale_or_out_of_order", "invalid_value", "unknown_slot", "saturated",
 )
-_RESET, _WRAP, _STALE, _INVALID, _BAD_SLOT = range(len(PROBLEMS))
+_RESET, _WRAP, _STALE, _INVALID, _BAD_SLOT, _SATURATED = range(len(PROBLEMS))
+
+SATURATED_AT = 2.0**32 - 1.0
+"""Where 32-bit legacy InfiniBand PortCounters stop: ``port_xmit_wait`` (sysfs reads it from
+PortCounters, 32 bits, also where the HCA has 64-bit data counters) and the 32-bit data counters.
+A counter reaching it is counted once as ``saturated`` (when it gets there, or at its first sample
+if it is there already): from then on it does not move, and every rate from it reads 0 — a
+congested port looks idle until someone clears the counters (``perfquery -x -R``). A healthy NDR
+port's ``port_xmit_wait`` reads ~2.5e9 (FACTS), over half way there. The 16-bit error counters
+(``symbol_error`` at 65535) are not judged: a slow 64-bit counter (mlx5 ``np_cnp_sent``,
+``tx_discards_phy``) sits on 65535 for polls on its way up, and the simulator's do."""
 
 MIN_DT_S = 1e-6
 """Samples closer than this are the same sample (a rate over a shorter gap would be noise, or
@@ -101,8 +111,11 @@ def _counter_deltas(ts: np.ndarray, slot: np.ndarray, values: np.ndarray, spec: 
                 continue
             modulus = spec[j, 0]
             last = state[s, j, 0]
+            # got to where a legacy counter stops (or first seen there); a stale row is not counted
+            saturated = v == SATURATED_AT and last != v
             last_t = state[s, j, 1]
             if last != last:
+                problems[_SATURATED] += saturated
                 state[s, j, 0] = v
                 state[s, j, 1] = t
                 continue
@@ -110,6 +123,7 @@ def _counter_deltas(ts: np.ndarray, slot: np.ndarray, values: np.ndarray, spec: 
             if not dt >= MIN_DT_S:
                 problems[_STALE] += 1
                 continue
+            problems[_SATURATED] += saturated
             if v >= last:
                 delta = v - last
             else:
@@ -213,6 +227,8 @@ def report_problems(health: Any, stage: str, problems: dict[str, int]) -> None:
         "stale_or_out_of_order": "counter sample not newer than the last one for its entity",
         "invalid_value": "negative or infinite counter value",
         "unknown_slot": "row with a slot outside the topology or a NaN timestamp",
+        "saturated": "counter reached 2**32-1, where 32-bit PortCounters stop: its increases are no longer "
+                     "seen until it is cleared",
     }
     for key, reason in reasons.items():
         if problems.get(key, 0):

@@ -118,6 +118,7 @@ FIELD_SIGNALS: dict[tuple[str, str], str] = {
     ("link", "rcv_errors"): "link_errors",
     ("link", "link_integrity_errors"): "link_errors",
     ("link", "buffer_overrun_errors"): "link_errors",
+    ("link", "link_rate"): "link_errors",  # retrained slower (speed or width fallback): degraded, up
     ("link", "xmit_wait"): "congestion",
     ("link", "pfc_pause_duration"): "congestion",
     ("link", "ecn_marked"): "congestion",

@@ -16,6 +16,9 @@ Rules (from ``foreshock.facts``, i.e. NVSentinel and gpud; see FACTS.md "Fabric"
   interval: one recovery in an hour, polled every second, read 60/min. The spans follow each
   other (they do not slide), so a burst split across two spans is halved, as it is when it
   falls across two samples of a source polled once per unit;
+- **speed or width fallback** when a port is ACTIVE at a lower ``link_rate`` than it last was
+  ACTIVE at (HDR -> EDR, 4x -> 1x: a link retrained at a fraction of its bandwidth, which
+  nothing else reports: it is up, and its error counters may be clean), once per drop;
 - **flapping** when a link went down ≥ 3 times in 12 hours (gpud). Downs are counted from
   ``link_downed`` increments — which see a down/up shorter than a sample — and, for sources
   without that counter, from ``link_state`` leaving ACTIVE. The downs a sample's increment
@@ -54,7 +57,7 @@ from foreshock.health import PipelineHealth
 from foreshock.numba_config import jit
 from foreshock.topology import Topology
 
-from .base import Detector
+from .base import Detector, add_columns
 from .counters import CounterRates, report_problems
 
 COUNTERS: tuple[str, ...] = (
@@ -64,7 +67,7 @@ COUNTERS: tuple[str, ...] = (
 _DOWNED, _OVERRUN, _INTEGRITY, _SYMBOL, _RECOVERY, _RCV, _DISCARDS = range(len(COUNTERS))
 
 # Rule tests understood by the kernel.
-INCREASE, PER_HOUR, PER_SECOND, FLAP, STATE = range(5)
+INCREASE, PER_HOUR, PER_SECOND, FLAP, STATE, RATE_DROP = range(6)
 
 
 @dataclass(frozen=True)
@@ -102,6 +105,9 @@ RULES: tuple[Rule, ...] = (
          "port left ACTIVE (source without link_downed)"),
     Rule("link_flap", _DOWNED, FLAP, float(facts.FLAP_CYCLES), "fatal",
          f"gpud: >= {facts.FLAP_CYCLES} down/up cycles in {facts.FLAP_WINDOW_S / 3600:g} h", field="link_flaps"),
+    # last, so a checkpoint's s_last_emit from before it only lacks its last column
+    Rule("link_rate", -1, RATE_DROP, 1.0, "warning",
+         "an ACTIVE port slower than it last ran: speed or width fallback (HDR -> EDR, 4x -> 1x)"),
 )
 
 HOUR_BINS = 12
@@ -111,16 +117,23 @@ N_RATE_RULES = sum(1 for r in RULES if r.test == PER_SECOND)
 
 @jit
 def _link_error_kernel(ts: np.ndarray, slot: np.ndarray, delta: np.ndarray, rate: np.ndarray,
-                       link_state: np.ndarray, rules: np.ndarray, state: tuple,  # type: ignore[type-arg]
-                       out: np.ndarray) -> int:
+                       link_state: np.ndarray, link_rate: np.ndarray, downed_raw: np.ndarray, has_downed: np.ndarray,
+                       rules: np.ndarray, state: tuple, out: np.ndarray) -> int:  # type: ignore[type-arg]
     """Apply ``rules`` (r, 6) = [counter, test, threshold, refresh_s, flap_window_s, window_s] row by row.
 
     ``state`` = (hour_bins (links, 12 + running total), hour_bin_index (links,) int64, downs (links, F) the
     latest down times, ascending, last_state (links,), last_emit (links, r), rate_span (links, q, 2) =
     [start, increase since] of each PER_SECOND rule's open span, in rule order, NaN start = none
-    open). Writes (row, rule, value) into ``out`` and returns how many.
+    open, active_rate (links,) the port's ``link_rate`` when it was last seen ACTIVE). Writes (row,
+    rule, value) into ``out`` and returns how many (RATE_DROP: the rate it ran at before).
+
+    ``downed_raw`` (rows,) the raw ``link_downed`` readings, ``has_downed`` (links,) bool whether
+    each link's counter was read before this frame (updated here as rows read it): ``link_state``
+    leaving ACTIVE counts a down only on a link without the counter. On one with it, a row whose
+    counter gave no increase (unreadable that poll, a repeated timestamp) had the state count the
+    down and the counter count it again at the next poll: two downs read as three, a flapping link.
     """
-    bins, bin_index, downs, last_state, last_emit, rate_span = state
+    bins, bin_index, downs, last_state, last_emit, rate_span, active_rate = state
     flap_window = rules[0, 4]
     n_out = 0
     n_links = bins.shape[0]
@@ -155,6 +168,9 @@ def _link_error_kernel(ts: np.ndarray, slot: np.ndarray, delta: np.ndarray, rate
         d_down = delta[i, _DOWNED]
         st = link_state[i]
         left_active = st == st and last_state[s] == 4.0 and st != 4.0
+        state_down = left_active and not has_downed[s]  # the fallback: no counter to see it
+        if downed_raw[i] == downed_raw[i]:
+            has_downed[s] = True
         n_down = 0
         spacing = 0.0
         if d_down == d_down:
@@ -163,10 +179,16 @@ def _link_error_kernel(ts: np.ndarray, slot: np.ndarray, delta: np.ndarray, rate
                 # the downs came at their mean pace over the sample's interval (delta / rate): stamped
                 # all at the sample, three downs over a 3-day agent outage read as a flapping link
                 spacing = 1.0 / rate[i, _DOWNED]
-        elif left_active:
+        elif state_down:
             n_down = 1
         if st == st:
             last_state[s] = st
+        # the rate an ACTIVE port runs at, against the rate it last ran at (a down port's rate says nothing)
+        bps = link_rate[i]
+        was_bps = np.nan
+        if st == 4.0 and bps == bps and bps > 0.0:
+            was_bps = active_rate[s]
+            active_rate[s] = bps
         for j in range(n_down - 1, -1, -1):
             # the ring keeps the latest down times, ascending (NaN = empty, first): spread back over
             # its interval, a sample's downs may come before a link_state down already held
@@ -215,11 +237,14 @@ def _link_error_kernel(ts: np.ndarray, slot: np.ndarray, delta: np.ndarray, rate
                 if n_down > 0 and recent >= threshold:
                     value = float(recent)
             elif test == STATE:
-                if left_active and d_down != d_down:
+                if state_down and d_down != d_down:
                     value = st
+            elif test == RATE_DROP:
+                if bps < was_bps * threshold:  # NaN (not ACTIVE, no rate, none before) fails
+                    value = was_bps
             if value != value:
                 continue
-            if test != INCREASE and test != FLAP and test != STATE:
+            if test != INCREASE and test != FLAP and test != STATE and test != RATE_DROP:
                 last = last_emit[s, r]
                 if last == last and t - last < rules[r, 3]:
                     continue
@@ -236,7 +261,7 @@ class LinkErrorsDetector(Detector):
 
     slot_kinds: ClassVar[Mapping[str, str]] = {name: "link" for name in (
         "s_counter_state", "s_counter_resets", "s_hour_bins", "s_hour_bin_index", "s_downs", "s_last_state",
-        "s_last_emit", "s_rate_span")}
+        "s_last_emit", "s_rate_span", "s_active_rate")}
     name: ClassVar[str] = "link_errors"
     kinds: ClassVar[tuple[str, ...]] = ("link",)
 
@@ -261,17 +286,20 @@ class LinkErrorsDetector(Detector):
         self.s_last_state = np.full(n, np.nan)
         self.s_last_emit = np.full((n, len(RULES)), np.nan)
         self.s_rate_span = np.full((n, N_RATE_RULES, 2), np.nan)
+        self.s_active_rate = np.full(n, np.nan)
 
     def update(self, frame: Frame) -> list[Finding]:
         if len(frame) == 0:
             return []
         values = np.stack([frame.columns[c] for c in COUNTERS], axis=1)
+        has_downed = ~np.isnan(self.counters.s_state[:, _DOWNED, 0])  # read before (see the kernel)
         delta, rate, problems = self.counters.update(frame.ts, frame.slot, values)
         report_problems(self.health, self.name, problems)
         out = np.empty((len(frame) * len(RULES), 3))
         state = (self.s_hour_bins, self.s_hour_bin_index, self.s_downs, self.s_last_state, self.s_last_emit,
-                 self.s_rate_span)
+                 self.s_rate_span, self.s_active_rate)
         n = _link_error_kernel(frame.ts, frame.slot, delta, rate, frame.columns["link_state"],
+                               frame.columns["link_rate"], np.ascontiguousarray(values[:, _DOWNED]), has_downed,
                                self._table, state, out)
         return [self._finding(frame, int(row), int(rule), float(value)) for row, rule, value in out[:n]]
 
@@ -285,6 +313,10 @@ class LinkErrorsDetector(Detector):
         elif rule.test == PER_SECOND:
             unit, per = (60.0, "min") if rule.window_s == 60.0 else (1.0, "s")
             what, score = f"{rule.anomaly_field} at {value * unit:.3g}/{per}", value / rule.threshold
+        elif rule.test == RATE_DROP:
+            now = float(frame.columns["link_rate"][row])
+            what, score = (f"port ACTIVE at {now / 1e9:g} Gb/s, down from {value / 1e9:g} Gb/s "
+                           f"(speed or width fallback: {now / value:.0%} of its bandwidth)"), value / now
         elif rule.test == FLAP:
             window_h = self._table[r, 4] / 3600
             what, score = f"link went down {int(value)} times in {window_h:g} h (flapping)", value / rule.threshold
@@ -298,11 +330,17 @@ class LinkErrorsDetector(Detector):
     def upgrade_state(self, state: dict[str, Any]) -> dict[str, Any]:
         """A state saved before ``s_rate_span`` existed, read as if no rate span were open: each
         rate rule's first span after the load starts at its next sample's interval, as on a fresh
-        detector, while everything else goes on from where it was."""
-        if "s_rate_span" in state or "s_last_emit" not in state:
+        detector, while everything else goes on from where it was. One saved before the
+        ``link_rate`` rule: no rate known yet (``s_active_rate`` NaN, the port's next ACTIVE rate
+        is its first), that rule never emitted (its ``s_last_emit`` column NaN)."""
+        if "s_last_emit" not in state:
             return state
         n = np.shape(state["s_last_emit"])[0]
-        return {**state, "s_rate_span": np.full((n, N_RATE_RULES, 2), np.nan)}
+        if "s_rate_span" not in state:
+            state = {**state, "s_rate_span": np.full((n, N_RATE_RULES, 2), np.nan)}
+        if "s_active_rate" not in state:
+            state = {**state, "s_active_rate": np.full(n, np.nan)}
+        return add_columns(state, "s_last_emit", len(RULES))
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         super().load_state_dict(state)

@@ -32,7 +32,8 @@ into :attr:`foreshock.streams.dom.ModuleDom.thresholds`, and carried in the opti
 ``rx_power_alarm_low`` / ``tx_bias_alarm_high``, which the detector takes as they arrive;
 :meth:`OpticsDetector.set_module_thresholds` sets them by name). Until an optic's module has
 reported one, the parameters
-``rx_power_low_alarm_dbm`` and ``tx_bias_high_alarm_a`` stand in (NaN = unknown).
+``rx_power_low_alarm_dbm`` and ``tx_bias_high_alarm_a`` stand in (NaN = unknown). A module
+without a thresholds page prints them as 0 mW / 0 mA: not levels, ignored.
 
 **Steps.** Every signal is corrected for steps: a jump off the fitted line of more than
 ``step_min_db`` (10 % for the bias) and ``step_k`` × the fit's residual scale that persists
@@ -131,6 +132,19 @@ MODULE_THRESHOLD_KEYS = ("rx_power_low_alarm", "tx_bias_high_alarm")
 (dBm and amperes, as the DOM parser stores them)."""
 MODULE_ALARM_FIELDS = ("rx_power_alarm_low", "tx_bias_alarm_high")
 """The optic-row fields that carry the same levels, column for column."""
+UNSET_RX_ALARM_DBM = -40.0
+"""A low RX power alarm at or under this (0 mW, which the DOM parser floors to -40 dBm) is a
+module that does not implement its thresholds page, as is a high bias alarm of 0 mA: ``ethtool
+-m`` prints zeros for them. Taken as levels, a 0 mA bias alarm read every bias as past it, and a
+bias drifting up with temperature became a ``link_down`` predicted "now"; such a value is
+ignored (the optic keeps the parameter, or what it had)."""
+
+
+def module_alarm_usable(col: int, value: float) -> bool:
+    """Whether ``value`` is a level the module really set for column ``col`` (``M_*``)."""
+    if not math.isfinite(value):
+        return False
+    return value > UNSET_RX_ALARM_DBM if col == M_RX_LOW else value > 0.0
 # per-optic scalar columns
 # (O_DARK: the latest bucket in which the optic was dark, NaN = never)
 O_BUCKET, O_COUNT, O_POS, O_BIAS_REF, O_ETA_RX, O_ETA_Q, O_ETA_BIAS, O_TREND_EMIT, O_DARK = range(9)
@@ -610,8 +624,9 @@ class OpticsDetector(Detector):
         """Judge each optic against its own module's alarms: ``{optic name: ModuleDom.thresholds}``
         (``rx_power_low_alarm`` in dBm, ``tx_bias_high_alarm`` in A; other keys are ignored).
 
-        Takes effect at each optic's next bucket close. A missing or non-finite value keeps what
-        the optic had; an optic not in the topology is counted (stage ``optics``). Returns how
+        Takes effect at each optic's next bucket close. A missing or non-finite value, or a zero
+        one (a module without thresholds, :data:`UNSET_RX_ALARM_DBM`), keeps what the optic had;
+        an optic not in the topology is counted (stage ``optics``). Returns how
         many values were set.
         """
         optics = list(thresholds)
@@ -624,7 +639,7 @@ class OpticsDetector(Detector):
                 continue
             for col, key in enumerate(MODULE_THRESHOLD_KEYS):
                 value = values.get(key)
-                if value is not None and math.isfinite(value):
+                if value is not None and module_alarm_usable(col, float(value)):
                     self.s_module_alarm[o, col] = float(value)
                     applied += 1
         return applied
@@ -638,7 +653,12 @@ class OpticsDetector(Detector):
             values = frame.columns.get(field)
             if values is None:
                 continue
-            given = np.isfinite(values)
+            # a module without a thresholds page prints zeros: not a level (module_alarm_usable)
+            given = values > (UNSET_RX_ALARM_DBM if col == M_RX_LOW else 0.0)  # NaN fails, as it should
+            given &= np.isfinite(values)
+            # a row outside the topology is the kernel's to count: written here, slot -1 set the last
+            # optic's alarm and a slot past the end raised IndexError out of update()
+            given &= (frame.slot >= 0) & (frame.slot < len(self.s_module_alarm))
             if given.any():  # later rows of an optic win, as later readings should
                 self.s_module_alarm[frame.slot[given], col] = values[given]
 

@@ -59,6 +59,13 @@ _THRESHOLD_FIELD = {
     "Module temperature": ("module_temp", 1.0),
     "Module voltage": ("module_voltage", 1.0),
 }
+# A module whose RX monitor measures OMA (SFF-8472 / SFF-8636 / CMIS "RX power type" bit clear)
+# has ethtool print "Receiver signal OMA" where others print average power. Not the same number
+# (OMA = 2 x average x (ER - 1) / (ER + 1)), but its trend in dB is, and the module's own RX
+# thresholds are in the same terms: read as ``rx_power``, marked in ``ModuleDom.rx_power_type``.
+# Unread, such a module had no RX power at all, and nothing said so.
+_RX_OMA = "Receiver signal OMA"
+_RX_AVG = "Rcvr signal avg optical power"
 _SPEC_BY_ID = {0x03: "sff8472", 0x0C: "sff8636", 0x0D: "sff8636", 0x11: "sff8636",
                0x18: "cmis", 0x19: "cmis", 0x1B: "cmis", 0x1E: "cmis"}
 
@@ -89,6 +96,7 @@ class ModuleDom:
     rx_los: np.ndarray = field(default_factory=lambda: np.empty(0))  # 1 lost, 0 not, NaN unknown
     thresholds: dict[str, float] = field(default_factory=dict)  # "rx_power_low_alarm" -> -8.9 (dBm)
     flags: dict[str, bool] = field(default_factory=dict)  # "Module temperature high warning" -> True
+    rx_power_type: str = "average"  # "oma" where the module measures RX power as OMA
 
     @property
     def tx_power_mw(self) -> np.ndarray:
@@ -125,8 +133,11 @@ class ModuleDom:
                 out["los"] = float(np.nanmax(los))
         # the module's own alarm levels ride along with its readings, so every path (recording,
         # Kafka, replay) hands the optics detector the thresholds this module is judged against
-        for name, key in (("rx_power_alarm_low", "rx_power_low_alarm"), ("tx_bias_alarm_high", "tx_bias_high_alarm")):
-            if key in self.thresholds:
+        # (a module that does not implement its thresholds page prints them as 0 mW / 0 mA: no level;
+        # sent on, a 0 mA bias alarm had every bias past it and a link_down predicted "now")
+        for name, key, floor in (("rx_power_alarm_low", "rx_power_low_alarm", DBM_FLOOR),
+                                 ("tx_bias_alarm_high", "tx_bias_high_alarm", 0.0)):
+            if self.thresholds.get(key, math.nan) > floor:
                 out[name] = self.thresholds[key]
         return out
 
@@ -182,6 +193,8 @@ def parse_ethtool_m(text: str, health: PipelineHealth | None = None) -> ModuleDo
             dom.flags[key] = value == "On"
             continue
 
+        if base == _RX_OMA:
+            base, dom.rx_power_type = _RX_AVG, "oma"
         mapped = lookup.get(base)
         if mapped is None:
             continue

@@ -37,6 +37,9 @@ from .polling import EthtoolSource, count_once
 from .samples import BatchBuilder, SampleBatch
 
 STAGE = "ethtool"
+# mlx5 prints PFC counters for every priority; the lossless (RoCE) class is on 3 by default, not
+# always: ``pfc_pause_duration`` is the sum over priorities (the field table names priority 3)
+_PRIO_PAUSE = re.compile(r"^rx_prio[0-7]_pause_duration$")
 # ``name: value``; drivers that print per-queue counters (bnxt_en) prefix them ``[N]: ``
 _STAT = re.compile(r"^\s*(?:\[(\d+)\]:\s*)?([^\s:\[][^:]*?):\s*(\S+)\s*$")
 
@@ -111,6 +114,20 @@ class FecTracker:
         return fec_ber(prev, stats)
 
 
+def pfc_pause_duration(stats: Mapping[str, float], lookup: Mapping[str, Any], link: dict[str, float]) -> None:
+    """Set ``link["pfc_pause_duration"]`` to the pause time summed over every priority's
+    ``rx_prioN_pause_duration``, in the unit the field table gives the name it maps.
+
+    Only priority 3 was read: a fabric whose lossless class is on priority 4 or 5 had its PFC
+    storms unseen. Only PFC-enabled priorities are ever paused, so the others add nothing; with
+    two lossless classes paused at once the sum counts the overlap twice (a ratio over 1 is then
+    possible; the congestion detector only compares it to a threshold)."""
+    names = [name for name in stats if _PRIO_PAUSE.match(name)]
+    scale = [sc for key, (fld, sc) in lookup.items() if fld.name == "pfc_pause_duration" and _PRIO_PAUSE.match(key)]
+    if names and scale:
+        link["pfc_pause_duration"] = sum(stats[name] for name in names) * scale[0]
+
+
 def stats_batches(readings: Mapping[str, str], ts: float, health: PipelineHealth | None = None,
                   tracker: FecTracker | None = None, once: set[str] | None = None) -> tuple[SampleBatch, SampleBatch]:
     """``ethtool -S`` outputs (link name -> text) -> (link batch, optic batch).
@@ -131,6 +148,7 @@ def stats_batches(readings: Mapping[str, str], ts: float, health: PipelineHealth
             mapped = lookup.get(name)
             if mapped is not None:
                 values[mapped[0].kind][mapped[0].name] = value * mapped[1]
+        pfc_pause_duration(stats, lookup, values["link"])
         if tracker is not None:
             values["optic"]["prefec_ber"] = tracker.update(link, stats)[0]
         if not values["link"] and not any(k != "prefec_ber" for k in values["optic"]):

@@ -34,7 +34,10 @@ def naive_rates(ts, slot, values, modulus, max_rate, n_slots):
             if v < 0 or math.isinf(v):
                 problems["invalid_value"] += 1
                 continue
+            # reaching where a legacy PortCounters counter stops is counted once (a stale row is not)
+            at_top = v == 2.0**32 - 1 and last.get((s, j), (None,))[0] != v
             if (s, j) not in last:
+                problems["saturated"] += at_top
                 last[(s, j)] = (v, t)
                 continue
             lv, lt = last[(s, j)]
@@ -42,6 +45,7 @@ def naive_rates(ts, slot, values, modulus, max_rate, n_slots):
             if dt < MIN_DT_S:
                 problems["stale_or_out_of_order"] += 1
                 continue
+            problems["saturated"] += at_top
             if v >= lv:
                 d = v - lv
             else:
@@ -62,7 +66,7 @@ def naive_rates(ts, slot, values, modulus, max_rate, n_slots):
 
 values_st = st.one_of(
     st.floats(0, 2.0**32, allow_nan=False),
-    st.sampled_from([0.0, 2.0**32 - 1, 2.0**31, np.nan, np.inf, -np.inf, -1.0, 2.0**64 - 2048.0]),
+    st.sampled_from([0.0, 2.0**32 - 1, 2.0**16 - 1, 2.0**31, np.nan, np.inf, -np.inf, -1.0, 2.0**64 - 2048.0]),
 )
 
 
@@ -156,6 +160,27 @@ def test_float64_precision_near_2_to_64():
     _, rate, problems = CounterRates(1, ["c"], modulus=m).update(np.array([0.0, 1.0]), np.zeros(2, np.int32), raw)
     assert problems["wraps"] == 1
     assert rate[1, 0] == 20480.0
+
+
+def test_a_counter_stuck_at_its_portcounters_maximum_is_counted_once():
+    """sysfs ``port_xmit_wait`` (32-bit PortCounters) stops at 2**32-1: a healthy NDR port's reads
+    ~2.5e9. Once there, every rate from it reads 0 — a congested port looks idle — and nothing said
+    so. Counted once when it gets there (or at a first sample already there), not at every poll
+    after; a clear and a new climb count again. 65535 is not judged: a slow 64-bit counter sits
+    there on its way up (the simulator's ``np_cnp_sent`` does)."""
+    from foreshock.health import PipelineHealth
+
+    from foreshock.detectors.counters import report_problems
+
+    top32, top16 = 2.0**32 - 1, 2.0**16 - 1
+    rates = CounterRates(1, ["xmit_wait", "symbol_error"])
+    raw = np.array([[4.2e9, top16], [top32, top16], [top32, top16], [top32, top16], [5.0, 3.0], [top32, 9.0]])
+    _, rate, problems = rates.update(np.arange(6.0), np.zeros(6, np.int32), raw)
+    assert problems["saturated"] == 2  # xmit_wait reaching it twice; symbol_error at 65535 is not judged
+    assert rate[2:4].tolist() == [[0.0, 0.0], [0.0, 0.0]]
+    health = PipelineHealth()
+    report_problems(health, "congestion", problems)
+    assert [(stage, n) for (stage, reason), n in health.problems.items() if "2**32-1" in reason] == [("congestion", 2)]
 
 
 def test_empty_and_missing():

@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 from foreshock import facts
 from foreshock.detectors import link_errors
 from foreshock.detectors.link_errors import (BIN_S, COUNTERS, FLAP, HOUR_BINS, INCREASE, N_RATE_RULES, PER_HOUR,
-                                             PER_SECOND, RULES, STATE, LinkErrorsDetector, _link_error_kernel)
+                                             PER_SECOND, RATE_DROP, RULES, STATE, LinkErrorsDetector,
+                                             _link_error_kernel)
 from foreshock.frames import Frame
 from foreshock.topology import Topology
 
@@ -193,12 +194,60 @@ def test_a_counter_reset_is_not_an_increase():
     assert det.counters.s_resets[0].tolist() == [1, 0, 0, 1, 0, 0, 0]
 
 
+def test_a_port_back_active_at_a_lower_rate_is_a_speed_or_width_fallback():
+    """An NDR port goes down and retrains at 1x (sysfs ``rate`` "100 Gb/sec (1X NDR)"): the link
+    is up at a quarter of its bandwidth, its error counters clean. Before, the ``link_downed``
+    increase was all that was said; the fallback itself was not. Said once per drop; a down port's
+    rate, a rise back and a rate first seen after a load say nothing."""
+    det = LinkErrorsDetector(one_link_topology())
+    state = [4.0, 4.0, 1.0, 4.0, 4.0, 1.0, 2.0, 4.0, 4.0]
+    rate = [400e9, 400e9, 10e9, 100e9, 100e9, 10e9, 10e9, 400e9, 200e9]  # down: SDR, says nothing
+    found = feed(det, [30.0 * k for k in range(len(state))], link_state=state, link_rate=rate,
+                 link_downed=[0, 0, 1, 1, 1, 2, 2, 2, 2])
+    drops = [f for f in found if f.field == "link_rate"]
+    assert [(f.ts, round(f.score, 6)) for f in drops] == [(90.0, 4.0), (240.0, 2.0)]
+    assert "ACTIVE at 100 Gb/s, down from 400 Gb/s" in drops[0].reason and drops[0].reason.startswith("warning")
+    assert RULES[-1].test == RATE_DROP  # last: a checkpoint's s_last_emit only lacks its column
+    old = {k: v for k, v in det.state_dict().items() if k != "s_active_rate"}
+    old["s_last_emit"] = old["s_last_emit"][:, :-1]
+    fresh = LinkErrorsDetector(one_link_topology())
+    fresh.load_state_dict(old)  # a checkpoint from before the rule: its first rate is a first
+    assert np.isnan(fresh.s_active_rate).all() and fresh.s_last_emit.shape == (1, len(RULES))
+    assert feed(fresh, [300.0, 330.0], link_state=[4.0, 4.0], link_rate=[200e9, 100e9])[0].field == "link_rate"
+
+
+@pytest.mark.parametrize("gap", ["same timestamp", "link_downed unreadable"])
+def test_a_down_the_counter_sees_is_not_counted_again_from_the_port_state(gap):
+    """An IB port with ``link_downed`` goes down twice, 1 h apart. The poll that first sees it DOWN
+    gives no increase (a repeated timestamp, or the counter file unreadable that poll): the
+    ``link_state`` fallback counted the down, and the counter's increase at the next poll counted it
+    again. Two downs read as three: "flapping", and each down reported twice."""
+    det = LinkErrorsDetector(one_link_topology())
+    rows, t, d = [], 0.0, 0
+    for _ in range(2):
+        rows += [(t, 4.0, d), (t + 30, 4.0, d)]
+        t, d = t + 60, d + 1
+        rows += [(t - 30, 1.0, d)] if gap == "same timestamp" else [(t, 1.0, np.nan)]
+        rows += [(t + 30, 1.0, d), (t + 60, 4.0, d)]
+        t += 3600
+    found = feed(det, [r[0] for r in rows], link_state=[r[1] for r in rows], link_downed=[r[2] for r in rows])
+    assert fields(found) == ["link_downed", "link_downed"]
+    # a source without the counter still counts downs from the state
+    det = LinkErrorsDetector(one_link_topology())
+    found = feed(det, [r[0] for r in rows if r[0] != 30.0 or gap != "same timestamp"],
+                 link_state=[r[1] for r in rows if r[0] != 30.0 or gap != "same timestamp"])
+    assert fields(found) == ["link_state", "link_state"]
+
+
 # ---- the kernel against a plain-Python reference ------------------------------------------------
-def naive_rules(ts, slot, delta, rate, state, refresh, flap_window, flap_cycles, n_links):
+def naive_rules(ts, slot, delta, rate, state, refresh, flap_window, flap_cycles, n_links, link_rate=None,
+                downed_raw=None, has_downed=()):
     sym_events = defaultdict(list)
     downs = defaultdict(list)
     spans: dict[tuple[int, int], list[float]] = {}  # (link, rule) -> [start, increase since]
     last_state: dict[int, float] = {}
+    active_rate: dict[int, float] = {}  # the rate each port last ran at while ACTIVE
+    counter_read = set(has_downed)  # links whose link_downed was ever read: no link_state fallback
     last_emit: dict[tuple[int, int], float] = {}
     out = []
     sym, down = COUNTERS.index("symbol_error"), COUNTERS.index("link_downed")
@@ -213,15 +262,23 @@ def naive_rules(ts, slot, delta, rate, state, refresh, flap_window, flap_cycles,
         hour = sum(c for bb, c in sym_events[s] if b - HOUR_BINS < bb <= b)
         st_ = state[i]
         left_active = not math.isnan(st_) and last_state.get(s) == 4.0 and st_ != 4.0
+        state_down = left_active and s not in counter_read
+        if downed_raw is not None and not math.isnan(downed_raw[i]):
+            counter_read.add(s)
         spacing = 0.0
         if not math.isnan(delta[i, down]):
             n_down = int(min(delta[i, down], flap_cycles))
             if delta[i, down] > 0:  # a sample's downs at their mean pace over its interval
                 spacing = 1.0 / rate[i, down]
         else:
-            n_down = 1 if left_active else 0
+            n_down = 1 if state_down else 0
         if not math.isnan(st_):
             last_state[s] = st_
+        bps = math.nan if link_rate is None else float(link_rate[i])
+        was_bps = math.nan
+        if st_ == 4.0 and bps > 0:
+            was_bps = active_rate.get(s, math.nan)
+            active_rate[s] = bps
         downs[s] += [t - j * spacing for j in range(n_down)]
         recent = min(flap_cycles, sum(1 for x in downs[s] if t - x <= flap_window))
         for r, rule in enumerate(RULES):
@@ -242,8 +299,10 @@ def naive_rules(ts, slot, delta, rate, state, refresh, flap_window, flap_cycles,
                         value = span_rate
             elif rule.test == FLAP and n_down > 0 and recent >= flap_cycles:
                 value = float(recent)
-            elif rule.test == STATE and left_active and math.isnan(delta[i, down]):
+            elif rule.test == STATE and state_down and math.isnan(delta[i, down]):
                 value = st_
+            elif rule.test == RATE_DROP and bps < was_bps:
+                value = was_bps
             if math.isnan(value):
                 continue
             if rule.test in (PER_HOUR, PER_SECOND):
@@ -271,13 +330,22 @@ def test_rule_kernel_matches_reference(data, n_rows):
     rate = delta / np.array(steps, dtype=np.float64).reshape(-1, 1)  # hours-long steps: the gap rule
     state = np.array(data.draw(st.lists(st.sampled_from([np.nan, 4.0, 1.0, 2.0]), min_size=n_rows,
                                         max_size=n_rows)), dtype=np.float64)
+    link_rate = np.array(data.draw(st.lists(st.sampled_from([np.nan, 0.0, 100e9, 200e9, 400e9]), min_size=n_rows,
+                                            max_size=n_rows)), dtype=np.float64)
     det = LinkErrorsDetector(one_link_topology(n_links))
     out = np.empty((max(n_rows, 1) * len(RULES), 3))
     st_tuple = (det.s_hour_bins, det.s_hour_bin_index, det.s_downs, det.s_last_state, det.s_last_emit,
-                det.s_rate_span)
-    n = _link_error_kernel(ts, slot, delta, rate, state, det._table, st_tuple, out)
+                det.s_rate_span, det.s_active_rate)
+    # the raw link_downed: read where its delta is known, else sometimes (a first or stale reading)
+    unread = np.array(data.draw(st.lists(st.booleans(), min_size=n_rows, max_size=n_rows)), dtype=bool)
+    downed_raw = np.where(np.isnan(delta[:, COUNTERS.index("link_downed")]) & unread, np.nan, 1.0)
+    has_downed = np.array(data.draw(st.lists(st.booleans(), min_size=n_links, max_size=n_links)), dtype=bool)
+    read_before = {k for k in range(n_links) if has_downed[k]}
+    n = _link_error_kernel(ts, slot, delta, rate, state, link_rate, downed_raw, has_downed, det._table, st_tuple,
+                           out)
     got = [(int(a), int(b), float(c)) for a, b, c in out[:n]]
-    want = naive_rules(ts, slot, delta, rate, state, 60.0, facts.FLAP_WINDOW_S, facts.FLAP_CYCLES, n_links)
+    want = naive_rules(ts, slot, delta, rate, state, 60.0, facts.FLAP_WINDOW_S, facts.FLAP_CYCLES, n_links,
+                       link_rate, downed_raw, read_before)
     assert got == [(a, b, float(c)) for a, b, c in want]
 
 

@@ -534,6 +534,39 @@ def test_the_modules_own_alarm_carried_in_its_rows_reaches_the_detector_through_
     assert "module's low alarm -10.5 dBm" in preds[0].reason
 
 
+def test_zero_alarm_levels_of_a_module_without_thresholds_are_ignored():
+    """``ethtool -m`` prints 0 mA / 0 mW (-40 dBm floored) for a module that does not implement
+    its thresholds page. Taken as levels, the 0 mA bias alarm had every bias past it: a bias
+    creeping up 1 %/h with the module warming gave ``link_down`` "reaches the module's high bias
+    alarm 0.0 mA now" at every bucket. Ignored, the optic keeps the parameters (unknown)."""
+    def frames(zero_levels: bool):
+        rng = np.random.default_rng(0)
+        for t in np.arange(0.0, 4 * 3600, 60.0):
+            cols = {"tx_bias": [7e-3 * (1 + 0.01 * t / 3600) + 2e-6 * rng.standard_normal()],
+                    "rx_power": [-4.0], "tx_power": [-3.3]}
+            if zero_levels:
+                cols.update(tx_bias_alarm_high=[0.0], rx_power_alarm_low=[-40.0])
+            yield Frame("optic", [t], [0], cols)
+
+    det = OpticsDetector(links(1))
+    assert run(det, frames(zero_levels=True)) == run(OpticsDetector(links(1)), frames(zero_levels=False)) == []
+    assert np.isnan(det.s_module_alarm[0]).all()
+    det = OpticsDetector(links(1), tx_bias_high_alarm_a=0.02)
+    assert det.set_module_thresholds({"n0/gpu0~leaf0#a": {"tx_bias_high_alarm": 0.0,
+                                                           "rx_power_low_alarm": -40.0}}) == 0
+    assert det.s_module_alarm[0].tolist()[1] == 0.02
+
+
+def test_alarm_levels_in_rows_outside_the_topology_are_left_alone():
+    """Rows with a slot outside the topology are counted by the kernel; their alarm levels were
+    written first: slot -1 set the last optic's, a slot past the end raised IndexError."""
+    det = OpticsDetector(links(2))
+    for slot in (-1, 7):
+        assert det.update(Frame("optic", [0.0], [slot], {"rx_power": [-3.0], "rx_power_alarm_low": [-5.0]})) == []
+    assert np.isnan(det.s_module_alarm).all()
+    assert det.health.problems[("optics", "row with a slot outside the topology or a NaN timestamp")] == 2
+
+
 def test_module_thresholds_are_per_optic_and_survive_a_state_round_trip():
     ts, rx = falling_rx()
     rx[:, 3] = rx[:, 1]  # link 1 end b falls the same way

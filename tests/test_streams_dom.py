@@ -88,6 +88,35 @@ def test_sff8472_single_lane_sfp() -> None:
                       "rx_power_alarm_low": -21.02, "tx_bias_alarm_high": pytest.approx(13e-3)}
 
 
+def test_zero_thresholds_of_a_module_without_a_thresholds_page_are_not_sent_as_levels() -> None:
+    """A module that does not implement its alarm thresholds prints them as 0.000 mA and
+    0.0000 mW / -inf dBm. They stay in ``thresholds`` (what the module said) but are not levels:
+    sent in the row, a 0 mA high bias alarm had the optics detector read every bias as past it."""
+    import re
+
+    text = re.sub(r"(threshold\s*: )[0-9.]+ mA", r"\g<1>0.000 mA", read("ethtool_m_sfp_8472.txt"))
+    text = re.sub(r"(threshold\s*: )[0-9.]+ mW / [-0-9.]+ dBm", r"\g<1>0.0000 mW / -inf dBm", text)
+    dom = parse_ethtool_m(text)
+    assert dom.thresholds["tx_bias_high_alarm"] == 0.0 and dom.thresholds["rx_power_low_alarm"] == DBM_FLOOR
+    values = dom.optic_values()
+    assert "tx_bias_alarm_high" not in values and "rx_power_alarm_low" not in values
+    assert values["tx_bias"] == pytest.approx(6.986e-3) and values["rx_power"] == -4.00
+
+
+def test_a_module_measuring_rx_power_as_oma_still_has_rx_power() -> None:
+    """ethtool prints "Receiver signal OMA (Channel N)" (SFP: "Receiver signal OMA") for a module
+    whose RX monitor measures OMA. Before, such a module had no RX power at all, silently: no RX
+    trend, no weakest lane, no loss of signal by power."""
+    qsfp = parse_ethtool_m(read("ethtool_m_qsfp28_sr4.txt").replace("Rcvr signal avg optical power",
+                                                                      "Receiver signal OMA"))
+    assert qsfp.rx_power_dbm.tolist() == [-1.40, -1.80, -9.90, -1.50] and qsfp.rx_power_type == "oma"
+    assert qsfp.optic_values()["rx_power"] == -9.90
+    sfp = parse_ethtool_m(read("ethtool_m_sfp_8472.txt").replace("Receiver signal average optical power",
+                                                                  "Receiver signal OMA"))
+    assert sfp.optic_values()["rx_power"] == -4.00
+    assert parse_ethtool_m(read("ethtool_m_sfp_8472.txt")).rx_power_type == "average"
+
+
 def test_bad_values_are_counted_and_a_module_without_dom_is_reported() -> None:
     text = read("ethtool_m_qsfp28_sr4.txt").replace("7.760 mA", "n/a mA").replace(
         ": None\n", ": [ Maybe ]\n", 1)

@@ -42,6 +42,17 @@ def test_link_and_optic_fields_in_base_units() -> None:
     assert optic == {"rx_bits": 9215872153600000.0, "rx_corrected_bits": 27647616.0, "rx_symbol_errors": 0.0}
 
 
+def test_pfc_pause_is_summed_over_every_priority() -> None:
+    """The lossless class on priority 4, not 3: before, ``pfc_pause_duration`` was priority 3's
+    alone, so this port's PFC storm never reached the congestion detector (NaN at every poll)."""
+    on4 = T0.replace("rx_prio3_", "rx_prio4_")
+    links, _ = stats_batches({"n/eth0": on4}, ts=10.0)
+    assert links.columns["pfc_pause_duration"][0] == pytest.approx(0.098, rel=1e-12)
+    both = T0 + "     rx_prio5_pause_duration: 2000\n"  # two lossless classes: their times add
+    links, _ = stats_batches({"n/eth0": both}, ts=10.0)
+    assert links.columns["pfc_pause_duration"][0] == pytest.approx(0.100, rel=1e-12)
+
+
 def test_fec_ber_from_two_readings() -> None:
     pre, post = fec_ber(parse_ethtool_stats(T0), parse_ethtool_stats(T1))
     # 12000 corrected bits and 2 uncorrected symbols over 4e12 bits (10 s at 400 Gb/s)
