@@ -7,8 +7,16 @@ slowdown; not the SW power cap, see :data:`THROTTLING`) was set. Every ``interva
 time it compares each busy GPU with the other busy GPUs of its job (median and MAD — robust to the
 outlier itself):
 
-- **slower**: clock below the job median by more than ``clock_gap`` (and ``k_mad`` MADs);
-- **hotter**: temperature above the job median by more than ``temp_gap_c`` at the same load;
+- **slower**: clock below the job median by more than ``clock_gap`` (and ``k_mad`` MADs), at the
+  same load: not a GPU drawing more than ``1 + clock_power_band`` times the job's median power and
+  not throttling (its throttled share under ``throttle_gap``), whose clock its work holds down (a
+  real H200 under a bf16 matmul sat on its power cap at 691 W and 1,483 MHz, under a memory-bound
+  copy at 407 W and 1,980: a job's heavier stage was "slower" by 25 %). A GPU that runs hot draws
+  more through leakage (3 W/°C), and is still compared: it throttles, or its excess is far below;
+- **hotter**: temperature above the job median by more than ``temp_gap_c`` at the same load: a GPU
+  drawing more than ``1 + power_band`` times the job's median power is read down by ``temp_per_w``
+  °C per watt above that (a pipeline's last stage, given more work, runs hotter for no fault of its
+  own; within the band, a GPU that runs hot draws a little more through leakage, and is read as it is);
 - **throttling more**: throttled share above the job median by more than ``throttle_gap``.
 
 Findings are :class:`~foreshock.findings.Anomaly` on the GPU (field ``sm_clock``,
@@ -50,9 +58,9 @@ from .base import Detector, add_columns, resolve_params
 from .order_stats import median_of
 from .gpu_inputs import reason_bits, Scratch, gpu_obs, kernel
 
-OBS_FIELDS = ("sm_clock", "sm_clock_max", "util", "gpu_temp", "throttle_reasons")
-S_TS, S_CLOCK, S_TEMP, S_UTIL, S_THROTTLE, S_N, S_BUSY_TS = range(7)
-S_SIZE = 7  # S_N counts busy samples; S_BUSY_TS is the last of them
+OBS_FIELDS = ("sm_clock", "sm_clock_max", "util", "gpu_temp", "throttle_reasons", "power")
+S_TS, S_CLOCK, S_TEMP, S_UTIL, S_THROTTLE, S_N, S_BUSY_TS, S_POWER = range(8)
+S_SIZE = 8  # S_N counts busy samples; S_BUSY_TS is the last of them; S_POWER their mean power
 THROTTLING = facts.THERMAL_THROTTLE_MASK | facts.THROTTLE_HW_POWER_BRAKE
 """The throttle bits that count for "throttling more". Not the SW power cap (0x4): under full load
 GPUs sit on it by turns (the nvidia-smi capture: 0x4 held at 691 W), and a GPU that holds it more
@@ -70,11 +78,17 @@ PARAMS: dict[str, float] = {
     "throttle_gap": 0.25,
     "k_mad": 4.0,
     "refresh_s": 600.0,
+    # °C per W a GPU above its job's median power is read down by, to compare its temperature at
+    # the same load (the nominal die-to-coolant resistance)
+    "temp_per_w": facts.THERMAL_RESISTANCE_C_PER_W,
+    "power_band": 0.1,  # ... for the watts above this share over the job's median power
+    "clock_power_band": 0.25,  # a GPU above this share over its job's median power is not "slower"
 }
 
 PV_NAMES = ("interval_s", "busy_util", "min_samples", "clock_gap", "temp_gap_c", "throttle_gap", "k_mad",
-            "refresh_s")
-PV_INTERVAL, PV_BUSY_UTIL, PV_MIN_SAMPLES, PV_CLOCK_GAP, PV_TEMP_GAP, PV_THROTTLE_GAP, PV_K_MAD, PV_REFRESH = range(8)
+            "refresh_s", "temp_per_w", "power_band", "clock_power_band")
+(PV_INTERVAL, PV_BUSY_UTIL, PV_MIN_SAMPLES, PV_CLOCK_GAP, PV_TEMP_GAP, PV_THROTTLE_GAP, PV_K_MAD, PV_REFRESH,
+ PV_TEMP_PER_W, PV_POWER_BAND, PV_CLOCK_POWER_BAND) = range(11)
 # the checks, in the order of s_flag's columns (their gaps are PV_CLOCK_GAP + check): slower
 # (relative clock deficit), hotter, throttling more
 C_CLOCK, C_TEMP, C_THROTTLE = 0, 1, 2
@@ -112,7 +126,8 @@ def _ew_kernel(obs: np.ndarray, s: np.ndarray, tau: float, busy_util: float) -> 
                 w_step = 1.0 - np.exp(-step / tau)
             w = w_step
         s[i, S_TS] = ts
-        clock, clock_max, util, temp, reasons = obs[row, 2], obs[row, 3], obs[row, 4], obs[row, 5], obs[row, 6]
+        clock, clock_max, util, temp, reasons, power = obs[row, 2], obs[row, 3], obs[row, 4], obs[row, 5], \
+            obs[row, 6], obs[row, 7]
         if util == util:
             s[i, S_UTIL] = util if s[i, S_UTIL] != s[i, S_UTIL] else s[i, S_UTIL] + w * (util - s[i, S_UTIL])
         if not util >= busy_util:  # idle, or not known to be busy
@@ -125,6 +140,8 @@ def _ew_kernel(obs: np.ndarray, s: np.ndarray, tau: float, busy_util: float) -> 
             s[i, S_CLOCK] = x if s[i, S_CLOCK] != s[i, S_CLOCK] else s[i, S_CLOCK] + w * (x - s[i, S_CLOCK])
         if temp == temp:
             s[i, S_TEMP] = temp if s[i, S_TEMP] != s[i, S_TEMP] else s[i, S_TEMP] + w * (temp - s[i, S_TEMP])
+        if power == power:
+            s[i, S_POWER] = power if s[i, S_POWER] != s[i, S_POWER] else s[i, S_POWER] + w * (power - s[i, S_POWER])
         bits = reason_bits(reasons)
         if bits >= 0:
             x = 1.0 if (bits & THROTTLING) != 0 else 0.0
@@ -156,7 +173,8 @@ class StragglerDetector(Detector):
 
     def upgrade_state(self, state: dict[str, Any]) -> dict[str, Any]:
         """A state saved before ``S_BUSY_TS`` existed (six columns), read as if every GPU's last sample
-        had been busy: its means go on from where they were rather than being thrown away."""
+        had been busy: its means go on from where they were rather than being thrown away. One saved
+        before ``S_POWER`` (seven) starts its power mean at the next busy sample."""
         return add_columns(state, "s_gpu", S_SIZE, {S_BUSY_TS: S_TS})
 
     def update(self, frame: Frame) -> list[Finding]:
@@ -189,10 +207,14 @@ class StragglerDetector(Detector):
             name, label = CHECK_NAMES[col]
             j = int(self.gpu_job[g])
             unit = "" if col != C_TEMP else " °C"
+            if col == C_TEMP and abs(x - d - excess) >= 0.05:  # read down to the job's median power
+                what = (f"temperature {x:.3g} °C at {self.s_gpu[g, S_POWER]:.0f} W ({d + excess:.3g} °C read at "
+                        f"the job's load) vs job {self.topology.jobs[j]} median {d:.3g} °C")
+            else:
+                what = f"{label} {x:.3g}{unit} vs job {self.topology.jobs[j]} median {d:.3g}{unit}"
             findings.append(Anomaly(
                 now, "gpu", g, name, float(excess), self.name,
-                f"{label} {x:.3g}{unit} vs job {self.topology.jobs[j]} median {d:.3g}{unit} "
-                f"({int(peers[j])} busy peers)"
+                f"{what} ({int(peers[j])} busy peers)"
                 + (": this GPU sets the job's step time" if col == C_CLOCK else " at the same load")))
         return findings
 
@@ -203,7 +225,9 @@ def _compare_kernel(s: np.ndarray, gpu_job: np.ndarray, n_jobs: int, flag: np.nd
     """Compare each busy GPU with its job's busy GPUs (median and MAD per job) on each check;
     update ``flag`` (when each GPU was last reported per check, NaN while it is no outlier); write
     the outliers due a report into ``out`` (``O_*`` columns), check by check, GPUs in slot order;
-    return their count. ``job`` receives each GPU's job where it is busy, else -1.
+    return their count. ``job`` receives each GPU's job where it is busy, else -1. The temperature
+    check compares each GPU's temperature read down to its job's median busy power (see the module
+    doc; ``O_X`` holds the temperature, ``O_MEDIAN`` the job's median of the read values).
 
     The busy GPUs are bucketed by job once (a counting sort) and every check reads its values
     through the buckets: six group medians, each bucketing the GPUs again, took 130 ns per GPU.
@@ -232,13 +256,25 @@ def _compare_kernel(s: np.ndarray, gpu_job: np.ndarray, n_jobs: int, flag: np.nd
     work = np.empty(largest + 1)  # median_of's workspace: n + 1 values never fall back to np.median
     med = np.empty(n_jobs)
     mad = np.empty(n_jobs)
+    power_med = np.full(n_jobs, np.nan)  # each job's median busy power
+    vals = np.empty(n)  # the values compared: the field's, the temperature read at the job's median power
     n_out = 0
-    for col in range(len(CHECK_FIELDS)):
-        field, sign, gap = CHECK_FIELDS[col], CHECK_SIGNS[col], p[PV_CLOCK_GAP + col]
+    heavier = np.zeros(n, np.bool_)  # its heavier work holds its clock down: not compared on it
+    for col in range(-1, len(CHECK_FIELDS)):  # -1: the job's median busy power, for the temperature
+        field = S_POWER if col < 0 else CHECK_FIELDS[col]
+        for g in range(n):
+            vals[g] = s[g, field]
+            if col == C_CLOCK and job[g] >= 0:  # (NaN: no power known, compared as it is)
+                heavier[g] = s[g, S_POWER] > power_med[job[g]] * (1.0 + p[PV_CLOCK_POWER_BAND]) \
+                    and s[g, S_THROTTLE] < p[PV_THROTTLE_GAP]
+            if col == C_TEMP and job[g] >= 0:
+                above = s[g, S_POWER] - power_med[job[g]] * (1.0 + p[PV_POWER_BAND])
+                if above > 0.0:  # (NaN: no power known, read as it is)
+                    vals[g] -= p[PV_TEMP_PER_W] * above
         for j in range(n_jobs):  # median and MAD of the job's finite values
             k = 0
             for m in range(start[j], start[j + 1]):
-                v = s[members[m], field]
+                v = vals[members[m]]
                 if abs(v) < np.inf:
                     buf[k] = v
                     k += 1
@@ -248,18 +284,22 @@ def _compare_kernel(s: np.ndarray, gpu_job: np.ndarray, n_jobs: int, flag: np.nd
                 med[j] = d
                 k = 0
                 for m in range(start[j], start[j + 1]):
-                    v = s[members[m], field]
+                    v = vals[members[m]]
                     if abs(v) < np.inf:
                         buf[k] = abs(v - d)
                         k += 1
                 mad[j] = median_of(buf, k, work)
+        if col < 0:
+            power_med[:] = med
+            continue
+        sign, gap = CHECK_SIGNS[col], p[PV_CLOCK_GAP + col]
         for g in range(n):
-            x = s[g, field] if job[g] >= 0 else np.nan
+            x = vals[g] if job[g] >= 0 else np.nan
             d = med[max(job[g], 0)]
             spread = mad[max(job[g], 0)]
             if col == C_CLOCK:  # the relative deficit
                 excess = (d - x) / (d if d > 0.0 else np.nan)
-                outlier = job[g] >= 0 and excess >= gap and d - x >= p[PV_K_MAD] * spread
+                outlier = job[g] >= 0 and excess >= gap and d - x >= p[PV_K_MAD] * spread and not heavier[g]
             else:
                 excess = sign * (x - d)
                 outlier = job[g] >= 0 and excess >= gap and excess >= p[PV_K_MAD] * spread
@@ -272,7 +312,7 @@ def _compare_kernel(s: np.ndarray, gpu_job: np.ndarray, n_jobs: int, flag: np.nd
                 out[n_out, O_GPU] = g
                 out[n_out, O_CHECK] = col
                 out[n_out, O_EXCESS] = excess
-                out[n_out, O_X] = x
+                out[n_out, O_X] = s[g, field]
                 out[n_out, O_MEDIAN] = d
                 n_out += 1
     return n_out

@@ -8,7 +8,9 @@ ECC errors (``ecc_dbe``, a counter) are reported on every increase.
 
 Findings are :class:`~foreshock.findings.Anomaly` on the GPU: field ``xid_last`` with the code
 as score, or ``ecc_dbe`` with the increase as score. They are what the incident engine roots a
-lost or failing GPU on.
+lost or failing GPU on — so the XIDs an *application* causes (:data:`APPLICATION_XIDS`: 13, 31, 43,
+45, info per FACTS) are not findings: every crashing user job would open a GPU-error incident on a
+healthy GPU. They still count in the exporter's ``foreshock_xid_events_total{severity="info"}``.
 
 >>> from foreshock.topology import Topology
 >>> from foreshock.frames import Frame
@@ -40,6 +42,12 @@ XID_MEANING = {48: "double-bit ECC error", 63: "row remap pending", 64: "row rem
                79: "GPU fell off the bus", 92: "high single-bit ECC rate", 94: "contained ECC error",
                95: "uncontained ECC error", 119: "GSP timeout", 120: "GSP error"}
 KIND_XID, KIND_DBE = 0, 1
+APPLICATION_XIDS = frozenset({13, 31, 43, 45})
+"""XIDs a user's program causes, not the GPU (NVIDIA's XID catalogue): 13 graphics engine exception
+(an illegal instruction or out-of-range access), 31 GPU memory page fault (an illegal address), 43
+GPU stopped processing (the application's channel reset), 45 preemptive cleanup (the driver
+killing a process after such an error, or on a Ctrl-C). None is in FACTS' list of XIDs worth
+knowing (severity info); until 2026-12-01 each rooted a "gpu_error" incident (family lost)."""
 
 
 @jit
@@ -99,6 +107,8 @@ class XidDetector(Detector):
             name = self.topology.gpus[g]
             if int(kind) == KIND_XID:
                 code = int(value)
+                if code in APPLICATION_XIDS:
+                    continue
                 what = XID_MEANING.get(code, "driver error")
                 findings.append(Anomaly(float(frame.ts[r]), "gpu", g, "xid_last", float(code), self.name,
                                         f"XID {code} on {name}: {what} ({XID_SEVERITY.get(code, 'info')})"))

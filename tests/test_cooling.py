@@ -167,11 +167,76 @@ def test_fan_readings_that_are_not_a_share_of_full_speed_are_counted_and_ignored
     topo = small_topology(nodes=4, gpus=8, racks=2)
     health = PipelineHealth()
     det, found = CoolingDetector(topo, health=health), []
-    for t, speeds in ((0.0, [0.35, -1.0, 0.35, 0.0]), (10.0, [9000.0, 0.35, -1.0, 9000.0])):
+    for t, speeds in ((-10.0, [0.35, 0.35, 0.35, 0.35]), (0.0, [0.35, -1.0, 0.35, 0.0]),
+                      (10.0, [9000.0, 0.35, -1.0, 9000.0])):
         found += det.update(Frame("node", np.full(4, t), np.arange(4), {"fan_speed": np.array(speeds)}))
     assert [(f.slot, f.ts) for f in found] == [(3, 0.0)]  # node3 stopped, and a raw RPM did not clear it
     assert np.isfinite(det.s_fan_flag[3]) and np.isnan(det.s_fan_flag[1])
     assert health.problems[("cooling", "fan_speed outside 0..1.2 of full speed: ignored")] == 4
+
+
+def test_a_node_that_always_runs_hotter_than_its_rack_is_not_flagged_for_good():
+    """node1 (another chassis make, say) runs +15 % per watt over its rack from the first hour on:
+    it was flagged "node fans or airflow" and refreshed every refresh_s, never cleared. A node is
+    judged against how hot it usually runs (without a history yet, only +30 % flags it): node1 is
+    not flagged, and when its fans do fail (and node5's) at 4 h, both are flagged and held."""
+    topo = small_topology(nodes=8, gpus=8, racks=2)  # four nodes a rack
+    n = topo.size("gpu")
+    r0 = 0.046 * (1 + 0.03 * np.random.default_rng(0).standard_normal(n))
+    r0[8:16] *= 1.15
+    det, found = CoolingDetector(topo), []
+    for t in np.arange(0.0, 5.5 * 3600, 30.0):
+        r = r0.copy()
+        if t >= 4 * 3600:
+            r[8:16] *= 1.2
+            r[40:48] *= 1.2
+        found += det.update(Frame("rack", np.full(2, t), np.arange(2), {"inlet_temp": np.array([24.0, 24.0])}))
+        found += det.update(Frame("gpu", np.full(n, t), np.arange(n), {"gpu_temp": np.round(24 + r * 650),
+                                                                      "power": np.full(n, 650.0)}))
+    nodes = [(f.slot, f.ts) for f in found if f.entity_kind == "node"]
+    assert all(ts >= 4 * 3600 for _, ts in nodes)
+    late = nodes
+    assert {nd for nd, _ in late} == {1, 5} and min(ts for _, ts in late) <= 4 * 3600 + 600
+    assert max(ts for nd, ts in late if nd == 1) >= 5.5 * 3600 - 600  # held while the fans are out
+    assert "it usually runs +1" in next(f.reason for f in found if f.slot == 1 and f.ts >= 4 * 3600)
+    assert not [f for f in found if f.entity_kind == "gpu" and f.ts < 4 * 3600]
+
+
+def test_a_state_saved_before_node_baselines_loads():
+    topo = small_topology(nodes=4, gpus=8, racks=2)
+    old = CoolingDetector(topo).state_dict()
+    del old["s_node_base"], old["s_idle_node_base"]
+    det = CoolingDetector(topo)
+    det.load_state_dict(old)
+    assert det.s_node_base.shape == det.s_idle_node_base.shape == (4, 2)
+    assert np.isnan(det.s_node_base).all() and np.isnan(det.s_idle_node_base).all()
+
+
+def test_a_fan_that_never_ran_is_not_a_stopped_fan():
+    """A liquid-cooled node whose BMC lists a fan header that reads 0 from the first poll on (no fan
+    there) is not a node whose fan stopped: it was flagged at its first reading and refreshed every
+    refresh_s for as long as it ran, never cleared. A fan seen turning, then reading 0, still is."""
+    topo = small_topology(nodes=4, gpus=8, racks=2)
+    det, found = CoolingDetector(topo), []
+    for t in np.arange(0.0, 3600.0, 30.0):
+        speed = np.array([0.6, 0.0, 0.6, 0.0 if t >= 1800 else 0.6])  # node1: none; node3: stops at 1800 s
+        found += det.update(Frame("node", np.full(4, t), np.arange(4), {"fan_speed": speed}))
+    assert [(f.slot, f.ts) for f in found] == [(3, 1800.0), (3, 2400.0), (3, 3000.0)]
+
+
+def test_a_state_saved_before_fans_were_seen_running_loads_and_keeps_its_flags():
+    topo = small_topology(nodes=4, gpus=8, racks=2)
+    a = CoolingDetector(topo)
+    a.update(Frame("node", np.zeros(4), np.arange(4), {"fan_speed": np.array([0.6, 0.6, 0.6, 0.6])}))
+    a.update(Frame("node", np.full(4, 10.0), np.arange(4), {"fan_speed": np.array([0.6, 0.0, 0.6, 0.6])}))
+    old = a.state_dict()
+    del old["s_fan_ran"]
+    old["s_fan_speed"][2] = np.nan  # a node never read
+    b = CoolingDetector(topo)
+    b.load_state_dict(old)
+    assert list(b.s_fan_ran) == [1.0, 1.0, 0.0, 1.0]
+    frame = Frame("node", np.full(4, 700.0), np.arange(4), {"fan_speed": np.array([0.6, 0.0, 0.0, 0.6])})
+    assert [f.slot for f in b.update(frame)] == [1]  # refreshed; node2 never seen running
 
 
 def idle_cluster(r_of, hours=4.0, racks=2):
@@ -218,6 +283,24 @@ def test_an_idle_nodes_failed_fans_flag_the_node_without_fan_telemetry():
     found = run(CoolingDetector(topo), frames)
     assert {(f.entity_kind, f.slot) for f in found} == {("node", 2)}
     assert 5400 < found[0].ts < 5400 + 1200 and "idle, all GPUs of node2" in found[0].reason
+
+
+def test_a_node_that_always_idles_warmer_than_its_rack_is_not_flagged_for_good():
+    """node1 idles ~2.5 °C warmer over the inlet than the rest of its rack from the start and for
+    good (higher in an air-cooled rack, another chassis): it was flagged "idle ... node fans or
+    airflow" every refresh_s for the whole run. Judged against how warm it usually idles, its flags
+    stop once it has a history; node2's fans failing at 3 h still flag node2."""
+    def r_of(t, n):
+        r = SPREAD[:n].copy()
+        r[8:16] += 2.5 / 78.0
+        if t >= 3 * 3600:
+            r[16:24] *= 2.2
+        return r
+    topo, frames = idle_cluster(r_of, hours=5.0, racks=1)
+    nodes = [(f.slot, f.ts) for f in run(CoolingDetector(topo), frames) if f.entity_kind == "node"]
+    assert not [ts for nd, ts in nodes if nd == 1 and ts >= 2 * 3600]
+    assert {nd for nd, ts in nodes if ts >= 3 * 3600} == {2}
+    assert 3 * 3600 < min(ts for nd, ts in nodes if nd == 2) < 3 * 3600 + 1200
 
 
 def test_idle_gpus_on_a_loop_losing_its_flow_are_not_read_against_their_cool_history():

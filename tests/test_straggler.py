@@ -41,16 +41,17 @@ def job_frames(n=32, minutes=20, slow=None, hot=None, throttled=None, idle=()):
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.tuples(st.floats(0.5, 900), st.one_of(st.floats(0, 2e9), st.just(float("nan"))),
                           st.sampled_from([0.0, 0.3, 0.5, 1.0, float("nan")]), st.floats(20, 95),
-                          st.sampled_from([0.0, float(facts.THROTTLE_SW_THERMAL), float(facts.THROTTLE_SW_POWER_CAP)])),
+                          st.sampled_from([0.0, float(facts.THROTTLE_SW_THERMAL), float(facts.THROTTLE_SW_POWER_CAP)]),
+                          st.one_of(st.floats(0, 1000), st.just(float("nan")))),
                 min_size=1, max_size=30))
 def test_ew_kernel_matches_reference(samples):
     """Utilisation averaged over every sample; clock, temperature and throttled share over busy
     samples only (utilisation >= 0.5), weighted by the time since the last busy one."""
     obs = []
     t = 0.0
-    for dt, clock, util, temp, bits in samples:
+    for dt, clock, util, temp, bits, power in samples:
         t += dt
-        obs.append([t, 0.0, clock, 2e9, util, temp, bits])
+        obs.append([t, 0.0, clock, 2e9, util, temp, bits, power])
     s = np.full((1, sg.S_SIZE), np.nan)
     s[0, sg.S_N] = 0.0
     assert sg._ew_kernel(np.ascontiguousarray(np.array(obs)), s, 120.0, 0.5) == 0
@@ -58,10 +59,10 @@ def test_ew_kernel_matches_reference(samples):
     def ew(mean, x, w):
         return x if math.isnan(mean) else mean + w * (x - mean)
 
-    util_mean = clock_mean = temp_mean = throttled = math.nan
+    util_mean = clock_mean = temp_mean = throttled = power_mean = math.nan
     last = last_busy = math.nan
     n_busy = 0
-    for ts, _, clock, clock_max, util, temp, bits in obs:
+    for ts, _, clock, clock_max, util, temp, bits, power in obs:
         w = 1.0 if math.isnan(last) else 1 - math.exp(-(ts - last) / 120.0)
         last = ts
         if not math.isnan(util):
@@ -75,8 +76,11 @@ def test_ew_kernel_matches_reference(samples):
             clock_mean = ew(clock_mean, clock / clock_max, w)
         temp_mean = ew(temp_mean, temp, w)
         throttled = ew(throttled, 1.0 if int(bits) & sg.THROTTLING else 0.0, w)
+        if not math.isnan(power):
+            power_mean = ew(power_mean, power, w)
     for col, want in ((sg.S_UTIL, util_mean), (sg.S_CLOCK, clock_mean), (sg.S_TEMP, temp_mean),
-                      (sg.S_THROTTLE, throttled), (sg.S_BUSY_TS, last_busy), (sg.S_N, n_busy)):
+                      (sg.S_THROTTLE, throttled), (sg.S_BUSY_TS, last_busy), (sg.S_N, n_busy),
+                      (sg.S_POWER, power_mean)):
         assert (math.isnan(want) and math.isnan(s[0, col])) or s[0, col] == pytest.approx(want), col
 
 
@@ -105,7 +109,7 @@ def test_a_state_saved_before_busy_means_is_read_on():
     a = sg.StragglerDetector(topo, refresh_s=120)
     run(a, frames[:60])
     old = a.state_dict()
-    old["s_gpu"] = old["s_gpu"][:, :sg.S_BUSY_TS]  # the six columns of the old layout
+    old["s_gpu"] = old["s_gpu"][:, :sg.S_BUSY_TS]  # the six columns of the old layout (no power either)
     b = sg.StragglerDetector(topo, refresh_s=120)
     b.load_state_dict(old)
     rest = run(a, frames[60:])
@@ -177,8 +181,17 @@ def naive_compare(s, gpu_job, n_jobs, flag, now, p):
         & (s[:, sg.S_N] >= p["min_samples"]) & (gpu_job >= 0)
     found = []
     gaps = (p["clock_gap"], p["temp_gap_c"], p["throttle_gap"])
+    power_med = np.full(len(s), np.nan)  # each GPU's job's median busy power
+    for j in range(n_jobs):
+        members = busy & (gpu_job == j) & np.isfinite(s[:, sg.S_POWER])
+        if members.any():
+            power_med[gpu_job == j] = np.median(s[members, sg.S_POWER])
     for col, field in enumerate(sg.CHECK_FIELDS):
         x = np.where(busy, s[:, field], np.nan)
+        if col == sg.C_TEMP:  # read down: temp_per_w per watt above (1 + power_band) x the job's median
+            with np.errstate(invalid="ignore"):
+                above = s[:, sg.S_POWER] - power_med * (1 + p["power_band"])
+            x = x - p["temp_per_w"] * np.where(above > 0, above, 0.0)
         d, spread = np.full(len(x), np.nan), np.full(len(x), np.nan)
         for j in range(n_jobs):
             members = busy & (gpu_job == j) & np.isfinite(x)
@@ -186,9 +199,11 @@ def naive_compare(s, gpu_job, n_jobs, flag, now, p):
                 d[gpu_job == j] = np.median(x[members])
                 spread[gpu_job == j] = np.median(np.abs(x[members] - d[members]))
         with np.errstate(invalid="ignore", divide="ignore"):
-            if col == sg.C_CLOCK:
+            if col == sg.C_CLOCK:  # not a GPU whose heavier work (power) holds its clock down
                 excess = (d - x) / np.where(d > 0, d, np.nan)
-                out = busy & (excess >= gaps[col]) & ((d - x) >= p["k_mad"] * spread)
+                heavier = (s[:, sg.S_POWER] > power_med * (1 + p["clock_power_band"])) \
+                    & (s[:, sg.S_THROTTLE] < p["throttle_gap"])
+                out = busy & (excess >= gaps[col]) & ((d - x) >= p["k_mad"] * spread) & ~heavier
             else:
                 excess = sg.CHECK_SIGNS[col] * (x - d)
                 out = busy & (excess >= gaps[col]) & (excess >= p["k_mad"] * spread)
@@ -197,7 +212,7 @@ def naive_compare(s, gpu_job, n_jobs, flag, now, p):
                 flag[g, col] = np.nan
             elif np.isnan(flag[g, col]) or now - flag[g, col] >= p["refresh_s"]:
                 flag[g, col] = now
-                found.append((g, col, excess[g], x[g], d[g]))
+                found.append((g, col, excess[g], s[g, field], d[g]))
     return found
 
 
@@ -215,7 +230,8 @@ def test_compare_kernel_matches_a_numpy_reference(seed):
         rng.choice([1.0, 0.9, 0.2], n, p=[0.7, 0.2, 0.1]),  # utilisation
         rng.choice([0.0, 0.1, 0.6], n, p=[0.8, 0.1, 0.1]),  # throttled share
         rng.choice([0.0, 3.0, 50.0], n, p=[0.1, 0.1, 0.8]),  # busy samples
-        1000.0 - rng.choice([0.0, 10.0, 500.0], n, p=[0.6, 0.3, 0.1])])  # last busy sample
+        1000.0 - rng.choice([0.0, 10.0, 500.0], n, p=[0.6, 0.3, 0.1]),  # last busy sample
+        rng.choice([650.0, 700.0, 450.0, 800.0], n, p=[0.6, 0.2, 0.1, 0.1]) + rng.normal(0, 10, n)])  # busy power
     s[rng.random((n, sg.S_SIZE)) < 0.03] = np.nan
     gpu_job = rng.integers(-1, n_jobs, n)
     flag = np.where(rng.random((n, 3)) < 0.3, rng.choice([400.0, 900.0], (n, 3)), np.nan)
@@ -237,7 +253,75 @@ def test_the_compare_reference_finds_outliers_of_every_check():
         rng = np.random.default_rng(seed)
         n = 40
         s = np.column_stack([np.full(n, 1000.0), 1.0 - 0.2 * (rng.random(n) < 0.1),
-                             60 + 15 * (rng.random(n) < 0.1), np.ones(n), 0.6 * (rng.random(n) < 0.1), np.full(n, 50.0)])
+                             60 + 15 * (rng.random(n) < 0.1), np.ones(n), 0.6 * (rng.random(n) < 0.1), np.full(n, 50.0),
+                             np.full(n, 1000.0), np.full(n, 650.0)])
         kinds |= {col for _, col, *_ in naive_compare(s, np.zeros(n, np.int64), 1, np.full((n, 3), np.nan), 1000.0,
                                                       dict(sg.PARAMS))}
     assert kinds == {sg.C_CLOCK, sg.C_TEMP, sg.C_THROTTLE}
+
+
+def test_a_pipeline_stage_given_more_work_is_not_hotter_at_the_same_load():
+    """A 4-stage pipeline whose last stage (node3) draws 700 W against the others' 480 W runs
+    ~10 °C hotter: all eight of its GPUs were named "hotter ... at the same load" (signal
+    hot_outlier: their own cooling). Read at the job's median power they are not; a GPU whose
+    cooling fails still is, whether in the heavy stage or not."""
+    topo = small_topology()
+    rng = np.random.default_rng(1)
+    power = np.full(32, 480.0)
+    power[24:] = 700.0
+
+    def frames(bad=()):
+        out = []
+        for t in np.arange(0.0, 1200.0, 10.0):
+            p = power * (1 + 0.01 * rng.standard_normal(32))
+            temp = 25 + 0.046 * p + rng.normal(0, 0.5, 32)
+            temp[list(bad)] += 15
+            out.append(Frame("gpu", np.full(32, t), np.arange(32), {
+                "sm_clock": np.full(32, facts.SM_CLOCK_MAX_HZ), "sm_clock_max": np.full(32, facts.SM_CLOCK_MAX_HZ),
+                "util": np.ones(32), "gpu_temp": np.round(temp), "throttle_reasons": np.zeros(32), "power": p}))
+        return out
+    assert run(sg.StragglerDetector(topo), frames()) == []
+    found = run(sg.StragglerDetector(topo), frames(bad=(3, 27)))
+    assert {(f.slot, f.field) for f in found} == {(3, "gpu_temp"), (27, "gpu_temp")}
+    heavy = next(f for f in found if f.slot == 27)
+    assert "read at the job's load" in heavy.reason and 12 < heavy.score < 19
+
+
+def test_a_state_saved_before_power_means_loads():
+    topo = small_topology()
+    frames = job_frames(slow=9, minutes=40)
+    a = sg.StragglerDetector(topo, refresh_s=120)
+    run(a, frames[:60])
+    old = a.state_dict()
+    old["s_gpu"] = old["s_gpu"][:, :sg.S_POWER]  # the seven columns before the power mean
+    b = sg.StragglerDetector(topo, refresh_s=120)
+    b.load_state_dict(old)
+    assert np.isnan(b.s_gpu[:, sg.S_POWER]).all()
+    rest = run(a, frames[60:])
+    assert rest and run(b, frames[60:]) == rest
+
+
+def test_a_stage_whose_heavier_work_holds_its_clock_down_is_not_slower():
+    """The real H200 (tests/data/h200_step) under a bf16 matmul: 691 W on its power cap (0x4) at
+    1,483 MHz, 58 °C; under a memory-bound copy: 407 W at 1,980 MHz, 43 °C, both busy. A job whose
+    last stage (node3) does the matmul while the others copy: its eight GPUs were "slower ... this
+    GPU sets the job's step time" (0.75 vs 1). At the same load they are not; one of them slower
+    than its stage-mates at the same power is still not named (a design limit: the job is the peer
+    group), but a light-stage GPU clocked 15 % down is."""
+    topo = small_topology()
+    rng = np.random.default_rng(0)
+    heavy = np.arange(32) >= 24
+
+    def frames(slow=()):
+        out = []
+        for t in np.arange(0.0, 1200.0, 10.0):
+            clock = np.where(heavy, 1.485e9, 1.98e9)
+            clock[list(slow)] *= 0.85
+            out.append(Frame("gpu", np.full(32, t), np.arange(32), {
+                "sm_clock": clock, "sm_clock_max": np.full(32, 1.98e9), "util": np.full(32, 0.99),
+                "gpu_temp": np.where(heavy, 58.0, 43.0) + np.round(rng.normal(0, 0.5, 32)),
+                "throttle_reasons": np.where(heavy, float(facts.THROTTLE_SW_POWER_CAP), 0.0),
+                "power": np.where(heavy, 691.0, 407.0) + rng.normal(0, 5, 32)}))
+        return out
+    assert run(sg.StragglerDetector(topo), frames()) == []
+    assert {(f.slot, f.field) for f in run(sg.StragglerDetector(topo), frames(slow=(4,)))} == {(4, "sm_clock")}
