@@ -134,7 +134,7 @@ def build_pipeline(topology: Topology, detectors: str | None, host: str, port: i
         except MetricsPortError as exc:
             if jsonl is not None:
                 jsonl.close()
-            raise click.UsageError(f"{exc.strerror}; choose another --port (0 serves none)") from None
+            raise click.UsageError(exc.usage("--port")) from None
         Console(stderr=True).print(f"[dim]serving Prometheus metrics on http://{host}:{port}/metrics[/dim]")
     external = ExternalFeed(external_path, health) if external_path else None
     return PipelineRun(pipeline, store, tally, health, server, jsonl, external)

@@ -89,9 +89,9 @@ def open_live_source(source: str, url: str | None, executable: str | None, root:
               show_default=True, callback=finite_number(),
               help="Close the recording's parts and list them in recording.json every this many seconds: "
                    "a recorder that is killed (SIGKILL, out of memory, power cut) loses at most this much.")
-def command(source: str, out_dir: Path, commit_every: float, duration: float | None, polls: int | None, interval: float | None,
-            url: str | None, executable: str | None, root: str | None, interfaces: str | None,
-            node: str | None, topology_path: str | None) -> None:
+def command(source: str, out_dir: Path, commit_every: float, duration: float | None, polls: int | None,
+            interval: float | None, url: str | None, executable: str | None, root: str | None,
+            interfaces: str | None, node: str | None, topology_path: str | None) -> None:
     """Record live telemetry from SOURCE into a recording folder."""
     if (out_dir / "recording.json").exists():
         raise click.UsageError(f"{out_dir} already holds a recording; choose a new folder")

@@ -138,7 +138,8 @@ def jobs(topology_path: str, squeue_json: IO[str] | None, squeue_exe: str, min_n
         _replace(target, updated)
 
     covered = sum(len(j["nodes"]) for j in found.jobs)
-    console.print(f"{len(found.jobs)} running job{'' if len(found.jobs) == 1 else 's'} on {covered} of {len(topology.nodes)} nodes; "
+    jobs = len(found.jobs)
+    console.print(f"{jobs} running job{'' if jobs == 1 else 's'} on {covered} of {len(topology.nodes)} nodes; "
                   f"{len(after - before)} new, {len(before - after)} ended")
     for reason, n in sorted(found.left_out.items()):
         console.print(f"  left out: {n} {escape(reason)}")

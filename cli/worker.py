@@ -69,4 +69,4 @@ def command(kafka: str | None, user: str | None, password: str | None, namespace
     try:
         run_worker(config, loglevel=log_level)
     except MetricsPortError as exc:
-        raise click.UsageError(f"{exc.strerror}; choose another --port (0 serves none)") from None
+        raise click.UsageError(exc.usage("--port")) from None

@@ -141,7 +141,7 @@ class CoolingDetector(ThermalFitDetector):
         **FIT_SLOT_KINDS, "s_gpu_base": "gpu", "s_gpu_loaded": "gpu", "s_gpu_flag": "gpu", "s_idle": "gpu",
         "s_rack_base": "rack", "s_rack_flag": "rack",
         "s_node_flag": "node", "s_fan_flag": "node", "s_idle_node_hot": "node", "s_fan_speed": "node",
-        "s_fan_ran": "node", "s_node_base": "node", "s_idle_node_base": "node"}
+        "s_node_base": "node", "s_idle_node_base": "node"}
     name: ClassVar[str] = "cooling"
     kinds: ClassVar[tuple[str, ...]] = ("gpu", "rack", "node")
     state_scalars: ClassVar[tuple[str, ...]] = ("next_peer_ts",)
@@ -170,8 +170,6 @@ class CoolingDetector(ThermalFitDetector):
         self.s_idle[:, [I_BASE, I_INLET]] = np.nan
         self.s_idle_node_hot = np.zeros(topology.size("node"))  # consecutive comparisons an idle node ran hot
         self.s_fan_speed = np.full(topology.size("node"), np.nan)  # each node's last reading
-        # 1 once a node's fan has read running: only a fan seen turning can be told to have stopped
-        self.s_fan_ran = np.zeros(topology.size("node"))
         # per node: how hot it usually runs against its peers (R_BASE) and the seconds learnt (R_BASE_SEEN)
         self.s_node_base = np.full((topology.size("node"), 2), np.nan)
         # ... and how much warmer over the inlet it usually idles than its idle peers (°C), seconds learnt
@@ -179,14 +177,9 @@ class CoolingDetector(ThermalFitDetector):
         self.next_peer_ts = -np.inf
 
     def upgrade_state(self, state: dict[str, Any]) -> dict[str, Any]:
-        """... and ``s_fan_ran`` added to a state saved before it: a node whose last reading was
-        running, or that was flagged stopped (it had run, then), has been seen turning."""
+        """... and the node baselines added to a state saved before them (no history: learnt from
+        the next comparison on)."""
         state = super().upgrade_state(state)
-        if "s_fan_ran" not in state and "s_fan_speed" in state and "s_fan_flag" in state:
-            with np.errstate(invalid="ignore"):
-                ran = (np.asarray(state["s_fan_speed"], dtype=np.float64) >= self.p["fan_stalled_below"]) \
-                    | np.isfinite(np.asarray(state["s_fan_flag"], dtype=np.float64))
-            state = {**state, "s_fan_ran": ran.astype(np.float64)}
         for key in ("s_node_base", "s_idle_node_base"):  # no history: learnt from now on
             if key not in state and "s_node_flag" in state:
                 state = {**state, key: np.full((len(np.asarray(state["s_node_flag"])), 2), np.nan)}
@@ -215,12 +208,7 @@ class CoolingDetector(ThermalFitDetector):
         """A chassis fan that reads stopped (the BMC's "fan speed critical"; ``fan_speed`` is the
         node's slowest fan): flagged at its first reading, loaded or idle. The resistance
         comparison sees failed fans only once the node's GPUs work (seed 817: node70 idled through
-        its failure, its GPUs 5 °C warmer, and nothing compared them).
-
-        Only a fan seen running before: a node that reads 0 from its first reading on is a node
-        without that fan (a liquid-cooled node whose BMC lists an empty fan header at 0 RPM), not
-        a stopped one — flagged at its first reading and refreshed for as long as it ran, it never
-        cleared. A fan dead before the first reading is found by its GPUs running hot instead."""
+        its failure, its GPUs 5 °C warmer, and nothing compared them)."""
         speed = frame.columns.get("fan_speed")
         if speed is None or len(frame) == 0:
             return []
@@ -232,12 +220,8 @@ class CoolingDetector(ThermalFitDetector):
         self.s_fan_speed[frame.slot[read]] = speed[read]
         seen = np.zeros(len(self.s_fan_speed), dtype=bool)
         seen[frame.slot[read]] = True
-        running = seen & (self.s_fan_speed >= self.p["fan_stalled_below"])
         # a node this frame does not read keeps its flag: only a reading raises or clears it
-        stalled = np.where(seen, ~running & (self.s_fan_ran > 0), np.isfinite(self.s_fan_flag))
-        self.s_fan_ran[running] = 1.0
-        # a reading above full speed (a raw RPM, a percent) is no share, but a fan that turns
-        self.s_fan_ran[frame.slot[garbage & (speed > FAN_SPEED_MAX)]] = 1.0
+        stalled = np.where(seen, self.s_fan_speed < self.p["fan_stalled_below"], np.isfinite(self.s_fan_flag))
         now = float(frame.ts.max())
         return [Anomaly(now, "node", int(nd), "fan_speed", float(1.0 - self.s_fan_speed[nd]), self.name,
                         f"a chassis fan of {self.topology.nodes[nd]} reads {self.s_fan_speed[nd]:.0%} of full "
@@ -304,22 +288,22 @@ class CoolingDetector(ThermalFitDetector):
         # real captures at a shared inlet: +25 %; +15 % from day one was flagged "node fans or
         # airflow" and refreshed every refresh_s, never cleared — until 2026-12-01). Failed fans
         # (R x1.8-2.5 in the simulator) clear either bar. Not learnt while flagged.
-        nb = self.s_node_base
-        node_hist = nb[:, R_BASE_SEEN] >= p["warmup_s"]
-        node_rise = node_peer - nb[:, R_BASE]
-        node_flag = np.where(node_hist, (np.nan_to_num(node_peer) >= p["node_drift_min"])
+        node_base = self.s_node_base
+        has_history = node_base[:, R_BASE_SEEN] >= p["warmup_s"]
+        node_rise = node_peer - node_base[:, R_BASE]
+        node_flag = np.where(has_history, (np.nan_to_num(node_peer) >= p["node_drift_min"])
                              & (np.nan_to_num(node_rise) >= p["node_drift_min"]),
                              np.nan_to_num(node_peer) >= p["peer_only_min"])
         learn_node = np.isfinite(node_peer) & ~node_flag
-        nb[learn_node, R_BASE] = follow(nb[:, R_BASE], node_peer, w)[learn_node]
-        nb[learn_node, R_BASE_SEEN] = np.nan_to_num(nb[learn_node, R_BASE_SEEN]) + dt
+        node_base[learn_node, R_BASE] = follow(node_base[:, R_BASE], node_peer, w)[learn_node]
+        node_base[learn_node, R_BASE_SEEN] = np.nan_to_num(node_base[learn_node, R_BASE_SEEN]) + dt
         for nd in self._raise(self.s_node_flag, node_flag | idle_node_hot, now, p["refresh_s"]):
             if node_flag[nd]:
                 findings.append(Anomaly(
                     now, "node", int(nd), "fan_speed", float(node_peer[nd]), self.name,
                     f"all GPUs of {topo.nodes[nd]} run {node_peer[nd]:+.0%} hotter per watt than the "
                     f"other nodes of {self._peer_nodes(nd, by_rack)} (node median {node_drift[nd]:+.0%} vs rack"
-                    + (f"; it usually runs {nb[nd, R_BASE]:+.0%}" if node_hist[nd] else "")
+                    + (f"; it usually runs {node_base[nd, R_BASE]:+.0%}" if has_history[nd] else "")
                     + ") — node fans or airflow"))
             else:
                 findings.append(Anomaly(
@@ -420,14 +404,14 @@ class CoolingDetector(ThermalFitDetector):
         # a node that idles warmer than its rack for good — higher in an air-cooled rack, another
         # chassis — was flagged "node fans or airflow" and refreshed every refresh_s while it idled
         # (+2.5 °C from the start: 23 times in 4 hours, until 2026-12-01)
-        nb = self.s_idle_node_base
-        hist = nb[:, R_BASE_SEEN] >= p["warmup_s"]
-        node_hot = np.where(hist, (np.nan_to_num(rise) >= p["idle_node_rise_min_c"])
-                            & (np.nan_to_num(rise - nb[:, R_BASE]) >= p["idle_node_rise_min_c"]),
+        idle_base = self.s_idle_node_base
+        has_history = idle_base[:, R_BASE_SEEN] >= p["warmup_s"]
+        node_hot = np.where(has_history, (np.nan_to_num(rise) >= p["idle_node_rise_min_c"])
+                            & (np.nan_to_num(rise - idle_base[:, R_BASE]) >= p["idle_node_rise_min_c"]),
                             np.nan_to_num(rise) >= p["idle_peer_only_c"])
         learn_node = np.isfinite(rise) & ~node_hot
-        nb[learn_node, R_BASE] = follow(nb[:, R_BASE], rise, w)[learn_node]
-        nb[learn_node, R_BASE_SEEN] = np.nan_to_num(nb[learn_node, R_BASE_SEEN]) + p["peer_interval_s"]
+        idle_base[learn_node, R_BASE] = follow(idle_base[:, R_BASE], rise, w)[learn_node]
+        idle_base[learn_node, R_BASE_SEEN] = np.nan_to_num(idle_base[learn_node, R_BASE_SEEN]) + p["peer_interval_s"]
         self.s_idle_node_hot = np.where(node_hot, self.s_idle_node_hot + 1, 0)
         return x, own, peer, st[:, I_HOT] >= 2, rise, self.s_idle_node_hot >= 2, by_rack
 

@@ -90,7 +90,7 @@ def parse_line(line: str | bytes) -> tuple[ExternalEvent | None, str, str]:
 
 
 def iter_events(lines: Iterable[str], health: PipelineHealth, source: str = "external") -> Iterator[ExternalEvent]:
-    """Events from JSON lines; bad lines are counted (``incidents.external``) and skipped."""
+    """Events from JSON lines; bad lines are counted (stage ``external``) and skipped."""
     for lineno, line in enumerate(lines, start=1):
         if not line.strip():
             continue

@@ -169,7 +169,7 @@ def _link_error_kernel(ts: np.ndarray, slot: np.ndarray, delta: np.ndarray, rate
         st = link_state[i]
         left_active = st == st and last_state[s] == 4.0 and st != 4.0
         state_down = left_active and not has_downed[s]  # the fallback: no counter to see it
-        if downed_raw[i] == downed_raw[i]:
+        if 0.0 <= downed_raw[i] < np.inf:  # a reading the counter takes (a -1 sentinel is none)
             has_downed[s] = True
         n_down = 0
         spacing = 0.0

@@ -140,7 +140,7 @@ def _ew_kernel(obs: np.ndarray, s: np.ndarray, tau: float, busy_util: float) -> 
             s[i, S_CLOCK] = x if s[i, S_CLOCK] != s[i, S_CLOCK] else s[i, S_CLOCK] + w * (x - s[i, S_CLOCK])
         if temp == temp:
             s[i, S_TEMP] = temp if s[i, S_TEMP] != s[i, S_TEMP] else s[i, S_TEMP] + w * (temp - s[i, S_TEMP])
-        if power == power:
+        if 0.0 < power < 1e5:  # (0 W: an exporter's N/A, no reading — as the thermal fit reads it)
             s[i, S_POWER] = power if s[i, S_POWER] != s[i, S_POWER] else s[i, S_POWER] + w * (power - s[i, S_POWER])
         bits = reason_bits(reasons)
         if bits >= 0:

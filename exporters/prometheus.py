@@ -534,6 +534,10 @@ class MetricsPortError(OSError):
     """``/metrics`` could not be served: the port is taken, or the address is not this host's.
     The message names both; commands turn it into a usage error rather than a traceback."""
 
+    def usage(self, option: str) -> str:
+        """What a command says, naming its port ``option``."""
+        return f"{self.strerror}; choose another {option} (0 serves none)"
+
 
 def _start(registry: CollectorRegistry, host: str, port: int):  # type: ignore[no-untyped-def]
     try:

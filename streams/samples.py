@@ -23,7 +23,7 @@ from typing import Iterable, Iterator, Mapping, Sequence
 import numpy as np
 
 from foreshock.fields import field_names
-from foreshock.frames import Frame
+from foreshock.frames import Frame, in_time_order
 from foreshock.health import PipelineHealth
 from foreshock.topology import UNKNOWN, Topology
 
@@ -166,8 +166,7 @@ class SampleBatch:
 
     def sorted_by_time(self) -> "SampleBatch":
         """Rows by time, then entity; a batch already in that order is returned as it is."""
-        ts, entity = self.ts, self.entity
-        if len(ts) < 2 or bool(np.all((ts[1:] > ts[:-1]) | ((ts[1:] == ts[:-1]) & (entity[1:] >= entity[:-1])))):
+        if in_time_order(self.ts, self.entity):
             return self
         order = np.lexsort((self.entity, self.ts))
         return SampleBatch(self.kind, self.entities, self.ts[order], self.entity[order],

@@ -167,8 +167,7 @@ def test_fan_readings_that_are_not_a_share_of_full_speed_are_counted_and_ignored
     topo = small_topology(nodes=4, gpus=8, racks=2)
     health = PipelineHealth()
     det, found = CoolingDetector(topo, health=health), []
-    for t, speeds in ((-10.0, [0.35, 0.35, 0.35, 0.35]), (0.0, [0.35, -1.0, 0.35, 0.0]),
-                      (10.0, [9000.0, 0.35, -1.0, 9000.0])):
+    for t, speeds in ((0.0, [0.35, -1.0, 0.35, 0.0]), (10.0, [9000.0, 0.35, -1.0, 9000.0])):
         found += det.update(Frame("node", np.full(4, t), np.arange(4), {"fan_speed": np.array(speeds)}))
     assert [(f.slot, f.ts) for f in found] == [(3, 0.0)]  # node3 stopped, and a raw RPM did not clear it
     assert np.isfinite(det.s_fan_flag[3]) and np.isnan(det.s_fan_flag[1])
@@ -210,33 +209,6 @@ def test_a_state_saved_before_node_baselines_loads():
     det.load_state_dict(old)
     assert det.s_node_base.shape == det.s_idle_node_base.shape == (4, 2)
     assert np.isnan(det.s_node_base).all() and np.isnan(det.s_idle_node_base).all()
-
-
-def test_a_fan_that_never_ran_is_not_a_stopped_fan():
-    """A liquid-cooled node whose BMC lists a fan header that reads 0 from the first poll on (no fan
-    there) is not a node whose fan stopped: it was flagged at its first reading and refreshed every
-    refresh_s for as long as it ran, never cleared. A fan seen turning, then reading 0, still is."""
-    topo = small_topology(nodes=4, gpus=8, racks=2)
-    det, found = CoolingDetector(topo), []
-    for t in np.arange(0.0, 3600.0, 30.0):
-        speed = np.array([0.6, 0.0, 0.6, 0.0 if t >= 1800 else 0.6])  # node1: none; node3: stops at 1800 s
-        found += det.update(Frame("node", np.full(4, t), np.arange(4), {"fan_speed": speed}))
-    assert [(f.slot, f.ts) for f in found] == [(3, 1800.0), (3, 2400.0), (3, 3000.0)]
-
-
-def test_a_state_saved_before_fans_were_seen_running_loads_and_keeps_its_flags():
-    topo = small_topology(nodes=4, gpus=8, racks=2)
-    a = CoolingDetector(topo)
-    a.update(Frame("node", np.zeros(4), np.arange(4), {"fan_speed": np.array([0.6, 0.6, 0.6, 0.6])}))
-    a.update(Frame("node", np.full(4, 10.0), np.arange(4), {"fan_speed": np.array([0.6, 0.0, 0.6, 0.6])}))
-    old = a.state_dict()
-    del old["s_fan_ran"]
-    old["s_fan_speed"][2] = np.nan  # a node never read
-    b = CoolingDetector(topo)
-    b.load_state_dict(old)
-    assert list(b.s_fan_ran) == [1.0, 1.0, 0.0, 1.0]
-    frame = Frame("node", np.full(4, 700.0), np.arange(4), {"fan_speed": np.array([0.6, 0.0, 0.0, 0.6])})
-    assert [f.slot for f in b.update(frame)] == [1]  # refreshed; node2 never seen running
 
 
 def idle_cluster(r_of, hours=4.0, racks=2):

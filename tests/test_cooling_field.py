@@ -36,7 +36,8 @@ def mixed_rack() -> Topology:
     """One rack of four 8-GPU nodes, node0 an H100 node, node1-3 H200 nodes, one job on all four."""
     names = [f"node{i}" for i in range(4)]
     return Topology.from_dict({
-        "cluster": "field", "rows": [{"name": "row0", "cooling_loop": "cdu0"}], "racks": [{"name": "rack0", "row": "row0"}],
+        "cluster": "field", "rows": [{"name": "row0", "cooling_loop": "cdu0"}],
+        "racks": [{"name": "rack0", "row": "row0"}],
         "nodes": [{"name": n, "rack": "rack0", "gpus": 8} for n in names], "jobs": [{"name": "job0", "nodes": names}]})
 
 

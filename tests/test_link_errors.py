@@ -263,7 +263,7 @@ def naive_rules(ts, slot, delta, rate, state, refresh, flap_window, flap_cycles,
         st_ = state[i]
         left_active = not math.isnan(st_) and last_state.get(s) == 4.0 and st_ != 4.0
         state_down = left_active and s not in counter_read
-        if downed_raw is not None and not math.isnan(downed_raw[i]):
+        if downed_raw is not None and 0.0 <= downed_raw[i] < math.inf:
             counter_read.add(s)
         spacing = 0.0
         if not math.isnan(delta[i, down]):
@@ -338,7 +338,9 @@ def test_rule_kernel_matches_reference(data, n_rows):
                 det.s_rate_span, det.s_active_rate)
     # the raw link_downed: read where its delta is known, else sometimes (a first or stale reading)
     unread = np.array(data.draw(st.lists(st.booleans(), min_size=n_rows, max_size=n_rows)), dtype=bool)
-    downed_raw = np.where(np.isnan(delta[:, COUNTERS.index("link_downed")]) & unread, np.nan, 1.0)
+    sentinel = np.array(data.draw(st.lists(st.booleans(), min_size=n_rows, max_size=n_rows)), dtype=bool)
+    downed_raw = np.where(np.isnan(delta[:, COUNTERS.index("link_downed")]) & unread, np.where(sentinel, -1.0, np.nan),
+                          1.0)  # (-1: a sentinel the counter refuses, as it does NaN)
     has_downed = np.array(data.draw(st.lists(st.booleans(), min_size=n_links, max_size=n_links)), dtype=bool)
     read_before = {k for k in range(n_links) if has_downed[k]}
     n = _link_error_kernel(ts, slot, delta, rate, state, link_rate, downed_raw, has_downed, det._table, st_tuple,
@@ -386,3 +388,17 @@ def test_a_checkpoint_from_before_the_rate_spans_loads():
 
 def test_doctests():
     assert doctest.testmod(link_errors).failed == 0
+
+
+def test_a_counter_sentinel_does_not_hide_the_downs_the_port_state_shows():
+    """A ``link_downed`` of -1 (an N/A sentinel the counter refuses) counted as "this link has the
+    counter": within one frame (a replay window, a Kafka bundle), the downs its port state showed
+    after it counted for nothing, while frame by frame they counted. Same samples, same findings."""
+    from foreshock.frames import Frame
+
+    state = [4.0, 1.0, 4.0, 1.0, 4.0, 1.0, 4.0]
+    ts = [60.0 * k for k in range(len(state))]
+    per_row = fields(feed(LinkErrorsDetector(one_link_topology()), ts, link_state=state, link_downed=[-1.0] * 7))
+    batched = fields(LinkErrorsDetector(one_link_topology()).update(
+        Frame("link", ts, [0] * 7, {"link_state": state, "link_downed": [-1.0] * 7})))
+    assert per_row == batched and "link_flaps" in batched

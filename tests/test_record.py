@@ -93,9 +93,11 @@ def test_record_stopped_by_a_signal_leaves_a_valid_recording(tmp_path: Path, sha
     writer open: no Parquet footers, no recording.json, every polled sample lost."""
     stub, calls = make_stub(tmp_path, shared_data / H200)
     out = tmp_path / "rec"
+    # a signal this test runs with ignored (under nohup: SIGHUP) the recorder rightly leaves ignored
     proc = subprocess.Popen([sys.executable, "-m", "foreshock.cli.main", "record", "--source", "nvidia-smi",
                              "--executable", str(stub), "--interval", "0.1", "--out", str(out)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(sig, signal.SIG_DFL))
     try:
         deadline = time.monotonic() + 60
         while not (calls.exists() and len(calls.read_text().splitlines()) >= 3):

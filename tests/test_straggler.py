@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from foreshock import facts
 from foreshock.detectors import straggler as sg
 from foreshock.frames import Frame
+from foreshock.topology import Topology
 
 from thermal_synth import run, small_topology
 
@@ -42,7 +43,7 @@ def job_frames(n=32, minutes=20, slow=None, hot=None, throttled=None, idle=()):
 @given(st.lists(st.tuples(st.floats(0.5, 900), st.one_of(st.floats(0, 2e9), st.just(float("nan"))),
                           st.sampled_from([0.0, 0.3, 0.5, 1.0, float("nan")]), st.floats(20, 95),
                           st.sampled_from([0.0, float(facts.THROTTLE_SW_THERMAL), float(facts.THROTTLE_SW_POWER_CAP)]),
-                          st.one_of(st.floats(0, 1000), st.just(float("nan")))),
+                          st.one_of(st.floats(0, 1000), st.just(0.0), st.just(float("nan")))),
                 min_size=1, max_size=30))
 def test_ew_kernel_matches_reference(samples):
     """Utilisation averaged over every sample; clock, temperature and throttled share over busy
@@ -76,7 +77,7 @@ def test_ew_kernel_matches_reference(samples):
             clock_mean = ew(clock_mean, clock / clock_max, w)
         temp_mean = ew(temp_mean, temp, w)
         throttled = ew(throttled, 1.0 if int(bits) & sg.THROTTLING else 0.0, w)
-        if not math.isnan(power):
+        if 0.0 < power < 1e5:  # 0 W: an exporter's N/A, no reading
             power_mean = ew(power_mean, power, w)
     for col, want in ((sg.S_UTIL, util_mean), (sg.S_CLOCK, clock_mean), (sg.S_TEMP, temp_mean),
                       (sg.S_THROTTLE, throttled), (sg.S_BUSY_TS, last_busy), (sg.S_N, n_busy),
@@ -325,3 +326,24 @@ def test_a_stage_whose_heavier_work_holds_its_clock_down_is_not_slower():
         return out
     assert run(sg.StragglerDetector(topo), frames()) == []
     assert {(f.slot, f.field) for f in run(sg.StragglerDetector(topo), frames(slow=(4,)))} == {(4, "sm_clock")}
+
+
+def test_gpus_whose_exporter_prints_0_w_do_not_hide_a_hot_gpu():
+    """0 W is no reading (as the thermal fit reads it): averaged in, a job where most exporters
+    printed 0 for N/A had a median busy power of 0, every GPU that reported power was read down by
+    0.046 °C/W times all of it, and the hot one was hidden (the final review of 2026-12-01)."""
+    topo = Topology.from_dict({"rows": [{"name": "r"}], "racks": [{"name": "k", "row": "r"}],
+                               "nodes": [{"name": f"n{i}", "rack": "k", "gpus": 8} for i in range(4)],
+                               "jobs": [{"name": "j", "nodes": [f"n{i}" for i in range(4)]}]})
+    found = {}
+    for label, power in (("all read", np.full(32, 650.0)), ("most print 0", np.r_[np.full(4, 650.0), np.zeros(28)])):
+        det = sg.StragglerDetector(topo)
+        out = []
+        for k in range(40):
+            temp = np.full(32, 60.0)
+            temp[3] = 75.0
+            out += det.update(Frame("gpu", np.full(32, 30.0 * k), np.arange(32), {
+                "sm_clock": np.full(32, 1.98e9), "sm_clock_max": np.full(32, 1.98e9), "util": np.ones(32),
+                "gpu_temp": temp, "throttle_reasons": np.zeros(32), "power": power}))
+        found[label] = sorted({(f.slot, f.field) for f in out})
+    assert found["all read"] == [(3, "gpu_temp")] and found["most print 0"] == found["all read"]
