@@ -97,6 +97,21 @@ def follow(base: np.ndarray, x: np.ndarray, w: float) -> np.ndarray:
     return np.where(np.isfinite(base), base + w * (x - base), x)  # type: ignore[no-any-return]
 
 
+def above_usual(base: np.ndarray, x: np.ndarray, gap: float, peer_only: float, warmup_s: float, w: float,
+                seen_s: float) -> tuple[np.ndarray, np.ndarray]:
+    """Nodes whose excess ``x`` over their peers is at least ``gap`` and also ``gap`` over their own
+    usual excess (``base``: ``R_BASE``, and ``R_BASE_SEEN`` seconds learnt), or ``peer_only`` where
+    fewer than ``warmup_s`` are learnt; the usual excess of the others moves ``w`` towards ``x``
+    (not learnt while flagged). Returns the flags and which nodes had a history."""
+    has_history = base[:, R_BASE_SEEN] >= warmup_s
+    flag = np.where(has_history, (np.nan_to_num(x) >= gap) & (np.nan_to_num(x - base[:, R_BASE]) >= gap),
+                    np.nan_to_num(x) >= peer_only)
+    learn = np.isfinite(x) & ~flag
+    base[learn, R_BASE] = follow(base[:, R_BASE], x, w)[learn]
+    base[learn, R_BASE_SEEN] = np.nan_to_num(base[learn, R_BASE_SEEN]) + seen_s
+    return flag, has_history
+
+
 def group_median(values: np.ndarray, groups: np.ndarray, n_groups: int) -> np.ndarray:
     """Median of ``values`` per group (NaN values ignored; NaN for empty groups and for groups
     outside ``0..n_groups-1``)."""
@@ -289,14 +304,8 @@ class CoolingDetector(ThermalFitDetector):
         # airflow" and refreshed every refresh_s, never cleared — until 2026-12-01). Failed fans
         # (R x1.8-2.5 in the simulator) clear either bar. Not learnt while flagged.
         node_base = self.s_node_base
-        has_history = node_base[:, R_BASE_SEEN] >= p["warmup_s"]
-        node_rise = node_peer - node_base[:, R_BASE]
-        node_flag = np.where(has_history, (np.nan_to_num(node_peer) >= p["node_drift_min"])
-                             & (np.nan_to_num(node_rise) >= p["node_drift_min"]),
-                             np.nan_to_num(node_peer) >= p["peer_only_min"])
-        learn_node = np.isfinite(node_peer) & ~node_flag
-        node_base[learn_node, R_BASE] = follow(node_base[:, R_BASE], node_peer, w)[learn_node]
-        node_base[learn_node, R_BASE_SEEN] = np.nan_to_num(node_base[learn_node, R_BASE_SEEN]) + dt
+        node_flag, has_history = above_usual(node_base, node_peer, p["node_drift_min"], p["peer_only_min"],
+                                             p["warmup_s"], w, dt)
         for nd in self._raise(self.s_node_flag, node_flag | idle_node_hot, now, p["refresh_s"]):
             if node_flag[nd]:
                 findings.append(Anomaly(
@@ -404,14 +413,8 @@ class CoolingDetector(ThermalFitDetector):
         # a node that idles warmer than its rack for good — higher in an air-cooled rack, another
         # chassis — was flagged "node fans or airflow" and refreshed every refresh_s while it idled
         # (+2.5 °C from the start: 23 times in 4 hours, until 2026-12-01)
-        idle_base = self.s_idle_node_base
-        has_history = idle_base[:, R_BASE_SEEN] >= p["warmup_s"]
-        node_hot = np.where(has_history, (np.nan_to_num(rise) >= p["idle_node_rise_min_c"])
-                            & (np.nan_to_num(rise - idle_base[:, R_BASE]) >= p["idle_node_rise_min_c"]),
-                            np.nan_to_num(rise) >= p["idle_peer_only_c"])
-        learn_node = np.isfinite(rise) & ~node_hot
-        idle_base[learn_node, R_BASE] = follow(idle_base[:, R_BASE], rise, w)[learn_node]
-        idle_base[learn_node, R_BASE_SEEN] = np.nan_to_num(idle_base[learn_node, R_BASE_SEEN]) + p["peer_interval_s"]
+        node_hot, _ = above_usual(self.s_idle_node_base, rise, p["idle_node_rise_min_c"], p["idle_peer_only_c"],
+                                  p["warmup_s"], w, p["peer_interval_s"])
         self.s_idle_node_hot = np.where(node_hot, self.s_idle_node_hot + 1, 0)
         return x, own, peer, st[:, I_HOT] >= 2, rise, self.s_idle_node_hot >= 2, by_rack
 

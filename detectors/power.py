@@ -176,6 +176,16 @@ def thermal_cap_eta(m: np.ndarray, i: int, temp: float, level: float, slope: flo
     return hi
 
 
+@inline
+def release_brake(s: np.ndarray, i: int, node: int, node_brake: np.ndarray) -> None:
+    """GPU ``i`` no longer brakes (its reasons say so, or went unread too long): off its node's count,
+    and the node event ends with the node's last braking GPU."""
+    s[i, S_BRAKE] = 0.0
+    node_brake[node, N_COUNT] = max(node_brake[node, N_COUNT] - 1.0, 0.0)
+    if node_brake[node, N_COUNT] == 0.0:
+        node_brake[node, N_ACTIVE] = 0.0
+
+
 @kernel
 def _power_kernel(obs: np.ndarray, rows: np.ndarray, span: tuple[int, int], parents: np.ndarray,
                   state: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray], racks: np.ndarray,
@@ -220,18 +230,12 @@ def _power_kernel(obs: np.ndarray, rows: np.ndarray, span: tuple[int, int], pare
                     n_out = emit(out, n_out, row, WHICH_NODE_BRAKE, CODE_START, 0.0, 1.0,
                                  (node_brake[node, N_COUNT], float(node), 0.0, 0.0, 0.0, 0.0))
             elif not braking and s[i, S_BRAKE] == 1.0:
-                s[i, S_BRAKE] = 0.0
-                node_brake[node, N_COUNT] = max(node_brake[node, N_COUNT] - 1.0, 0.0)
-                if node_brake[node, N_COUNT] == 0.0:
-                    node_brake[node, N_ACTIVE] = 0.0
+                release_brake(s, i, node, node_brake)
             capped = (bits & facts.THROTTLE_SW_POWER_CAP) != 0
             thermal = (bits & (facts.THROTTLE_SW_THERMAL | facts.THROTTLE_HW_THERMAL)) != 0
         elif s[i, S_BRAKE] == 1.0 and not ts - s[i, S_BITS_TS] <= p[P_REASONS_STALE]:
             # reasons unread for long: whether it still brakes is unknown — let the brake go
-            s[i, S_BRAKE] = 0.0
-            node_brake[node, N_COUNT] = max(node_brake[node, N_COUNT] - 1.0, 0.0)
-            if node_brake[node, N_COUNT] == 0.0:
-                node_brake[node, N_ACTIVE] = 0.0
+            release_brake(s, i, node, node_brake)
         # --- power cap: the compute-phase envelope, pushed by trend and by leakage -----------
         # A sample is a 1-s average: most land in compute phases, so their upper envelope is the
         # power the cap acts on (the interval mean, diluted by communication phases, is not).

@@ -78,3 +78,14 @@ def dcgm_exporter(shared_data: Path) -> Iterator[str]:
         yield server.url
     finally:
         server.close()
+
+
+@pytest.fixture
+def a_taken_port() -> Iterator[int]:
+    """A port on 127.0.0.1 that another socket is listening on for the test's length."""
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        yield taken.getsockname()[1]

@@ -4,7 +4,6 @@ after a long run (evaluate, train, simulate, replay, incidents)."""
 from __future__ import annotations
 
 import json
-import socket
 from pathlib import Path
 
 import pytest
@@ -64,14 +63,6 @@ def test_replay_refuses_non_finite_numbers(args: list[str], empty_recording) -> 
     rec = empty_recording("gpu", 30.0)
     text = refused(invoke(replay.command, str(rec.path), "--port", "0", *args), code=2)
     assert args[0] in text and "finite" in text
-
-
-@pytest.fixture
-def a_taken_port():  # type: ignore[no-untyped-def]
-    with socket.socket() as taken:
-        taken.bind(("127.0.0.1", 0))
-        taken.listen()
-        yield taken.getsockname()[1]
 
 
 def test_a_metrics_port_in_use_is_a_usage_error_not_a_traceback(empty_recording, a_taken_port: int,

@@ -190,6 +190,20 @@ class Feeder:
         return out
 
 
+def bank(hardware: Topology) -> DetectorBank:
+    return DetectorBank.from_names(hardware)
+
+
+def findings_of_a_stage_that_never_stopped(topo: Topology, frames: list[Frame]) -> list[str]:
+    """The second half's findings of a two-partition stage that read both halves of ``frames``."""
+    half = len(frames) // 2
+    straight = Feeder(DetectionStage(topo, bank, 2))
+    straight.feed(frames[:half], 1)
+    expected = straight.feed(frames[half:], half + 1)
+    assert len(expected) > 20
+    return expected
+
+
 def test_a_worker_restarted_on_changed_hardware_finds_the_same_as_one_that_never_stopped(recording: Path):
     """Half the recording on its own topology, checkpoints; the other half on a topology with a new
     row of racks whose nodes, GPUs and links come first (every slot moved). The findings of the
@@ -203,13 +217,7 @@ def test_a_worker_restarted_on_changed_hardware_finds_the_same_as_one_that_never
     new = with_new_rows_of_racks(old)
     assert all(new.slot("gpu", g) != old.slot("gpu", g) for g in old.gpus)
 
-    def bank(hardware: Topology) -> DetectorBank:
-        return DetectorBank.from_names(hardware)
-
-    straight = Feeder(DetectionStage(old, bank, 2))
-    straight.feed(frames[:half], 1)
-    expected = straight.feed(frames[half:], half + 1)
-    assert len(expected) > 20
+    expected = findings_of_a_stage_that_never_stopped(old, frames)
 
     first = Feeder(DetectionStage(old, bank, 2))
     first.feed(frames[:half], 1)
@@ -242,13 +250,7 @@ def test_a_checkpoint_written_before_columns_were_appended_is_read_on(recording:
     frames = list(source)
     half = len(frames) // 2
 
-    def bank(hardware: Topology) -> DetectorBank:
-        return DetectorBank.from_names(hardware)
-
-    straight = Feeder(DetectionStage(topo, bank, 2))
-    straight.feed(frames[:half], 1)
-    expected = straight.feed(frames[half:], half + 1)
-    assert len(expected) > 20
+    expected = findings_of_a_stage_that_never_stopped(topo, frames)
 
     # what the version before these columns would have written: every array of theirs narrower
     older = {("thermal", "s_forecast"): th.F_BITS_TS, ("power", "s_gpu"): pw.S_OVER_DEFAULT,
@@ -286,13 +288,13 @@ def test_entities_that_moved_to_another_partition_start_fresh_there(recording: P
     timestamps say which entities a partition has seen)."""
     source = ReplaySource(str(recording), batch_rows=BATCH_ROWS)
     old = source.topology
-    first = Feeder(DetectionStage(old, lambda hardware: DetectorBank.from_names(hardware), 2))
+    first = Feeder(DetectionStage(old, bank, 2))
     first.feed(list(source)[:40], 1)
     data = old.to_dict()
     data["racks"].insert(1, {"name": "rackZ", "row": data["racks"][0]["row"]})
     new = Topology.from_dict(data)
     assert PartitionMap(new, 2).by_kind["rack"].tolist() == [0, 1, 0]
-    stage = DetectionStage(new, lambda hardware: DetectorBank.from_names(hardware), 2)
+    stage = DetectionStage(new, bank, 2)
     for p in range(2):
         stage.load(p, first.stage.checkpoint(p)[1])
     rack0 = np.isin(new.gpu_rack, [new.slot("rack", "rack0")])
@@ -306,7 +308,7 @@ def test_entities_that_moved_to_another_partition_start_fresh_there(recording: P
     moved = thermal_model(stage, 0)
     for gpu in np.flatnonzero(rack0):
         assert np.array_equal(moved[gpu], saved[old.slot("gpu", new.gpus[gpu])], equal_nan=True)
-    untouched = DetectionStage(new, lambda hardware: DetectorBank.from_names(hardware), 2)
+    untouched = DetectionStage(new, bank, 2)
     untouched.load(0, None)
     assert np.array_equal(moved[~rack0], thermal_model(untouched, 0)[~rack0], equal_nan=True)
     assert not np.array_equal(moved[rack0], thermal_model(untouched, 0)[rack0], equal_nan=True)

@@ -163,35 +163,25 @@ def test_an_agent_serves_its_own_counters_while_it_runs(kafka_settings, dcgm_exp
         urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2)
 
 
-def test_an_agent_whose_metrics_port_is_taken_says_so(kafka_settings):
+def test_an_agent_whose_metrics_port_is_taken_says_so(kafka_settings, a_taken_port):
     """It gave a traceback ending in OSError: [Errno 98] Address already in use."""
-    import socket
-
-    with socket.socket() as taken:
-        taken.bind(("127.0.0.1", 0))
-        taken.listen()
-        port = taken.getsockname()[1]
-        res = subprocess.run(
-            [sys.executable, "-m", "foreshock.cli.main", "agent", "--kafka", kafka_settings.bootstrap,
-             "--namespace", new_topics().namespace, "--source", "simulator", "--gpus", "8", "--duration", "5",
-             "--metrics-port", str(port)], capture_output=True, text=True, timeout=120)
+    port = a_taken_port
+    res = subprocess.run(
+        [sys.executable, "-m", "foreshock.cli.main", "agent", "--kafka", kafka_settings.bootstrap,
+         "--namespace", new_topics().namespace, "--source", "simulator", "--gpus", "8", "--duration", "5",
+         "--metrics-port", str(port)], capture_output=True, text=True, timeout=120)
     assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr[-2000:]
     assert f"cannot serve /metrics on 127.0.0.1:{port}" in res.stderr and "--metrics-port" in res.stderr
 
 
-def test_a_worker_whose_metrics_port_is_taken_says_so(kafka_settings, tmp_path):
-    import socket
-
+def test_a_worker_whose_metrics_port_is_taken_says_so(kafka_settings, tmp_path, a_taken_port):
+    port = a_taken_port
     topology = tmp_path / "cluster.yaml"
     Topology.from_gpu_hosts([("node0", 0), ("node0", 1)]).dump(topology)
-    with socket.socket() as taken:
-        taken.bind(("127.0.0.1", 0))
-        taken.listen()
-        port = taken.getsockname()[1]
-        res = subprocess.run(
-            [sys.executable, "-m", "foreshock.cli.main", "worker", "--kafka", kafka_settings.bootstrap,
-             "--namespace", new_topics().namespace, "--topology", str(topology), "--port", str(port)],
-            capture_output=True, text=True, timeout=180)
+    res = subprocess.run(
+        [sys.executable, "-m", "foreshock.cli.main", "worker", "--kafka", kafka_settings.bootstrap,
+         "--namespace", new_topics().namespace, "--topology", str(topology), "--port", str(port)],
+        capture_output=True, text=True, timeout=180)
     assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr[-2000:]
     assert f"cannot serve /metrics on 127.0.0.1:{port}" in res.stderr and "--port" in res.stderr
 
