@@ -10,13 +10,25 @@ passes 2**32 in seconds at 400 Gb/s) or was reset (driver reload, ``perfquery -x
 module swap). For a counter declared with a wrap modulus ``M``::
 
     wrapped = (M - last) + value
-    wrap   if last <= M and wrapped <= min(M / 2, max_rate * dt)
+    wrap   if last <= M and wrapped <= min(M / 2, max_rate * dt, PACE_SLACK * pace * dt)
     reset  otherwise
 
 The half-range rule is the usual one (SNMP, Prometheus exporters): a wrap that moved more than
 half the range between two samples cannot be told from a reset, so it is not guessed at.
 Give ``max_rate`` (e.g. the link's line rate in bytes/s) to tighten it. A counter declared
 without a modulus (``0``) never wraps: every decrease is a reset.
+
+The half-range rule alone read a 32-bit counter cleared from above 2**31 (``perfquery -R``, a
+driver reload) as a wrap: 3.0e9 -> 12 became an increase of 2**32 - 3.0e9 + 12 = 1.29e9 counts
+that never happened (a ``port_xmit_wait`` at a few thousand ticks a second read as a port
+stalled for minutes). So a wrap must also fit the counter's own pace: ``pace`` (``s_rate``) is
+its recent peak rate, the fastest of its last intervals, halved at each interval after it
+(``pace = max(rate, pace / 2)``), and a wrap may be up to ``PACE_SLACK`` times that pace over
+the interval. With no pace known (the counter's second reading, or the first after a reset:
+when the clear came is not known) a decrease is a reset. A reset under-counts by the part of
+the interval before the clear, a wrong wrap adds up to 2**31 phantom counts; a true wrap read
+as a reset (a counter idle, then suddenly ``PACE_SLACK`` times faster) loses what it counted
+before passing the top in that one interval.
 
 A reset follows Prometheus' ``rate()``: the counter restarted from zero, so the increase since
 the previous sample is the new value itself — never negative, never the near-2**64 number a
@@ -36,7 +48,8 @@ large take years at line rate).
 
 Legacy InfiniBand PortCounters (``symbol_error`` 16 bits, ``link_downed`` 8 bits, ...) saturate
 at their maximum instead of wrapping and are cleared by software: declare them without a
-modulus, so a decrease is read as the clear it is.
+modulus, so a decrease is read as the clear it is (the sysfs source counts those stuck at their
+maximum: :mod:`foreshock.streams.infiniband`).
 """
 
 from __future__ import annotations
@@ -59,9 +72,18 @@ PortCounters, 32 bits, also where the HCA has 64-bit data counters) and the 32-b
 A counter reaching it is counted once as ``saturated`` (when it gets there, or at its first sample
 if it is there already): from then on it does not move, and every rate from it reads 0 — a
 congested port looks idle until someone clears the counters (``perfquery -x -R``). A healthy NDR
-port's ``port_xmit_wait`` reads ~2.5e9 (FACTS), over half way there. The 16-bit error counters
-(``symbol_error`` at 65535) are not judged: a slow 64-bit counter (mlx5 ``np_cnp_sent``,
-``tx_discards_phy``) sits on 65535 for polls on its way up, and the simulator's do."""
+port's ``port_xmit_wait`` reads ~2.5e9 (FACTS), over half way there. The 8- and 16-bit error counters
+(``link_downed`` at 255, ``symbol_error`` at 65535) are not judged here: a frame's field does not say
+which counter fed it, a slow 64-bit counter (mlx5 ``np_cnp_sent``, ``tx_discards_phy``) sits on 65535
+for polls on its way up, and the simulator's do. The sysfs source, which reads them by name, counts
+them (:data:`foreshock.streams.infiniband.NATIVE_BITS`)."""
+
+PACE_SLACK = 16.0
+"""How much faster than its recent pace a counter may have run in an interval whose decrease is
+read as a wrap (traffic and congestion come in bursts; a clear's phantom increase is 2**31-scale)."""
+
+PACE_DECAY = 0.5
+"""Per interval, the recent peak rate falls to this share of itself unless a faster one replaces it."""
 
 MIN_DT_S = 1e-6
 """Samples closer than this are the same sample (a rate over a shorter gap would be noise, or
@@ -81,11 +103,12 @@ def modulus_for_bits(bits: int, scale: float = 1.0) -> float:
 
 @jit
 def _counter_deltas(ts: np.ndarray, slot: np.ndarray, values: np.ndarray, spec: np.ndarray,
-                    state: np.ndarray, counts: np.ndarray, out: np.ndarray) -> np.ndarray:
+                    state: np.ndarray, pace: np.ndarray, counts: np.ndarray, out: np.ndarray) -> np.ndarray:
     """Increase and rate of every (row, counter); updates the per-slot state in place.
 
     ts (rows,), slot (rows,) int32, values (rows, k); spec (k, 2) = [modulus, max_rate];
-    state (slots, k, 2) = [last value, last ts] with NaN = nothing seen yet;
+    state (slots, k, 2) = [last value, last ts] with NaN = nothing seen yet; pace (slots, k) the
+    recent peak rate, NaN = none known (see the module docstring);
     counts (slots, k) int64 resets; out (2, rows, k) = [delta, rate], NaN where unknown (two
     C-contiguous planes, so the kernels downstream get contiguous matrices).
     Returns the problem totals in ``PROBLEMS`` order.
@@ -124,18 +147,23 @@ def _counter_deltas(ts: np.ndarray, slot: np.ndarray, values: np.ndarray, spec: 
                 problems[_STALE] += 1
                 continue
             problems[_SATURATED] += saturated
+            recent = pace[s, j]
             if v >= last:
                 delta = v - last
+                pace[s, j] = max(delta / dt, PACE_DECAY * recent) if recent == recent else delta / dt
             else:
                 wrapped = (modulus - last) + v
                 limit = min(0.5 * modulus, spec[j, 1] * dt)
-                if modulus > 0.0 and last <= modulus and wrapped <= limit:
+                paced = recent == recent and wrapped <= PACE_SLACK * recent * dt  # no pace known: a reset
+                if modulus > 0.0 and last <= modulus and wrapped <= limit and paced:
                     delta = wrapped
                     problems[_WRAP] += 1
+                    pace[s, j] = max(delta / dt, PACE_DECAY * recent)
                 else:
                     delta = v
                     counts[s, j] += 1
                     problems[_RESET] += 1
+                    pace[s, j] = np.nan  # when in the interval the clear came is unknown
             state[s, j, 0] = v
             state[s, j, 1] = t
             out[0, i, j] = delta
@@ -163,11 +191,11 @@ class CounterRates:
     -------
     >>> import numpy as np
     >>> rates = CounterRates(1, ["rx"], modulus=modulus_for_bits(32))
-    >>> ts = np.array([0.0, 1.0, 2.0, 3.0])
-    >>> raw = np.array([[2.0**32 - 10], [5.0], [25.0], [3.0]])  # wrap, then a reset
-    >>> delta, rate, problems = rates.update(ts, np.zeros(4, np.int32), raw)
+    >>> ts = np.array([0.0, 1.0, 2.0, 3.0, 4.0])
+    >>> raw = np.array([[2.0**32 - 30], [2.0**32 - 10], [5.0], [25.0], [3.0]])  # a wrap, then a reset
+    >>> delta, rate, problems = rates.update(ts, np.zeros(5, np.int32), raw)
     >>> rate[:, 0].tolist()
-    [nan, 15.0, 20.0, 3.0]
+    [nan, 20.0, 15.0, 20.0, 3.0]
     >>> problems["wraps"], problems["resets"], int(rates.s_resets[0, 0])
     (1, 1, 1)
     """
@@ -187,6 +215,17 @@ class CounterRates:
         self.spec = np.ascontiguousarray(np.stack([mod, top], axis=1))
         self.s_state = np.full((n_slots, k, 2), np.nan)
         self.s_resets = np.zeros((n_slots, k), dtype=np.int64)
+        self.s_rate = np.full((n_slots, k), np.nan)  # recent peak rate (the wrap test's pace)
+        self._rate_of = self.s_state
+
+    def _pace(self) -> np.ndarray:
+        """``s_rate``, for the ``s_state`` in use. A detector that loads a saved state rebinds
+        ``s_state`` (its own array, saved without the pace): the pace is then unknown (NaN), never
+        another slot's or another shape's, so the next decrease of each counter is a reset."""
+        if self._rate_of is not self.s_state or self.s_rate.shape != self.s_state.shape[:2]:
+            self.s_rate = np.full(self.s_state.shape[:2], np.nan)
+            self._rate_of = self.s_state
+        return self.s_rate
 
     def update(self, ts: np.ndarray, slot: np.ndarray,
                values: np.ndarray) -> tuple[np.ndarray, np.ndarray, dict[str, int]]:
@@ -205,19 +244,25 @@ class CounterRates:
         if len(ts) != len(values) or len(slot) != len(values):
             raise ValueError("ts, slot and values must have the same number of rows")
         out = np.empty((2, len(values), len(self.names)))
-        problems = _counter_deltas(ts, slot, values, self.spec, self.s_state, self.s_resets, out)
+        problems = _counter_deltas(ts, slot, values, self.spec, self.s_state, self._pace(), self.s_resets, out)
         return out[0], out[1], dict(zip(PROBLEMS, (int(p) for p in problems)))
 
     def state_dict(self, prefix: str = "") -> dict[str, Any]:
-        return {f"{prefix}s_state": self.s_state.copy(), f"{prefix}s_resets": self.s_resets.copy()}
+        return {f"{prefix}s_state": self.s_state.copy(), f"{prefix}s_resets": self.s_resets.copy(),
+                f"{prefix}s_rate": self._pace().copy()}
 
     def load_state_dict(self, state: dict[str, Any], prefix: str = "") -> None:
+        """A state saved before ``s_rate`` existed loads with no pace known (NaN)."""
         for name in ("s_state", "s_resets"):
             own = getattr(self, name)
             arr = np.asarray(state[f"{prefix}{name}"], dtype=own.dtype)
             if arr.shape != own.shape:
                 raise ValueError(f"counter state {name!r} has shape {arr.shape}, expected {own.shape}")
             setattr(self, name, arr.copy())
+        rate = np.asarray(state.get(f"{prefix}s_rate", np.full(self.s_rate.shape, np.nan)), dtype=np.float64)
+        if rate.shape != self.s_state.shape[:2]:
+            raise ValueError(f"counter state 's_rate' has shape {rate.shape}, expected {self.s_state.shape[:2]}")
+        self.s_rate, self._rate_of = rate.copy(), self.s_state
 
 
 def report_problems(health: Any, stage: str, problems: dict[str, int]) -> None:

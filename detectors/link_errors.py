@@ -278,7 +278,8 @@ class LinkErrorsDetector(Detector):
                          dtype=np.float64)
         table[[i for i, r in enumerate(RULES) if r.test == FLAP], 2] = float(flap_cycles)
         self._table = np.ascontiguousarray(table)
-        self.counters = CounterRates(n, COUNTERS)  # IB error counters saturate, never wrap
+        # IB error counters saturate, never wrap (one stuck at its maximum is the sysfs source's to count)
+        self.counters = CounterRates(n, COUNTERS)
         self.s_counter_state, self.s_counter_resets = self.counters.s_state, self.counters.s_resets
         self.s_hour_bins = np.zeros((n, HOUR_BINS + 1))
         self.s_hour_bin_index = np.full(n, np.iinfo(np.int64).min // 2, dtype=np.int64)

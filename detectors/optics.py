@@ -140,11 +140,15 @@ bias drifting up with temperature became a ``link_down`` predicted "now"; such a
 ignored (the optic keeps the parameter, or what it had)."""
 
 
-def module_alarm_usable(col: int, value: float) -> bool:
-    """Whether ``value`` is a level the module really set for column ``col`` (``M_*``)."""
-    if not math.isfinite(value):
-        return False
-    return value > UNSET_RX_ALARM_DBM if col == M_RX_LOW else value > 0.0
+def module_alarm_usable(col: int, value: Any) -> np.ndarray:
+    """Whether ``value`` (a number or an array) is a level the module really set for column ``col``
+    (``M_*``): finite and above what ``ethtool -m`` prints for a thresholds page it does not
+    implement. The one test for it: the DOM parser (which leaves such levels out of the optic row),
+    :meth:`OpticsDetector.set_module_thresholds` and the rows the detector takes all call it."""
+    unset = UNSET_RX_ALARM_DBM if col == M_RX_LOW else 0.0
+    with np.errstate(invalid="ignore"):
+        level = np.asarray(value, dtype=np.float64)
+        return np.isfinite(level) & (level > unset)
 # per-optic scalar columns
 # (O_DARK: the latest bucket in which the optic was dark, NaN = never)
 O_BUCKET, O_COUNT, O_POS, O_BIAS_REF, O_ETA_RX, O_ETA_Q, O_ETA_BIAS, O_TREND_EMIT, O_DARK = range(9)
@@ -639,7 +643,7 @@ class OpticsDetector(Detector):
                 continue
             for col, key in enumerate(MODULE_THRESHOLD_KEYS):
                 value = values.get(key)
-                if value is not None and module_alarm_usable(col, float(value)):
+                if value is not None and bool(module_alarm_usable(col, float(value))):
                     self.s_module_alarm[o, col] = float(value)
                     applied += 1
         return applied
@@ -653,9 +657,7 @@ class OpticsDetector(Detector):
             values = frame.columns.get(field)
             if values is None:
                 continue
-            # a module without a thresholds page prints zeros: not a level (module_alarm_usable)
-            given = values > (UNSET_RX_ALARM_DBM if col == M_RX_LOW else 0.0)  # NaN fails, as it should
-            given &= np.isfinite(values)
+            given = module_alarm_usable(col, values)  # a module without a thresholds page prints zeros
             # a row outside the topology is the kernel's to count: written here, slot -1 set the last
             # optic's alarm and a slot past the end raised IndexError out of update()
             given &= (frame.slot >= 0) & (frame.slot < len(self.s_module_alarm))

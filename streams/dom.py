@@ -23,6 +23,23 @@ Which key feeds which optic field is the field table's ``dom`` column (the key w
 
 :class:`ModuleDom` keeps the per-lane arrays, the thresholds (base units: A, dBm, °C, V)
 and the alarm/warning flags for detectors and reports that want more than the row.
+
+The flags (``Laser rx power low alarm : On``; SFF-8636 per lane ``... alarm (Chan 2)``, older
+ethtool ``... alarm (Channel 2)``) are kept but feed no rule, as levels or as findings:
+
+* ethtool prints an SFF-8472 or SFF-8636 module's flags only where it prints its thresholds
+  (both under ``sd.supports_alarms``: SFF-8636 page 03h present), and the module raises them
+  against those very thresholds. A module printing its thresholds as 0 compares against 0: its
+  RX power low alarm can never raise and its bias high alarm is always on. Its flags hold no
+  level its thresholds lack.
+* SFF-8636 and CMIS flags are latched, cleared on read (by ethtool, or first by the NIC's
+  firmware): ``On`` says the condition happened at some time since the last read (the RX power
+  low alarm of every link that was dark), not that the reading beside it is at a level.
+* ethtool prints CMIS per-lane flags from ``page_11h[offset] & chan`` (the lane's index, not its
+  bit): lane 1 always ``Off``, lane 8's flag never shown, others on the wrong lane.
+
+Where a module has real thresholds, the optics detector judges every reading (and its trend)
+against them, which says all a flag would, and earlier.
 """
 
 from __future__ import annotations
@@ -35,6 +52,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from foreshock.detectors.optics import MODULE_ALARM_FIELDS, MODULE_THRESHOLD_KEYS, module_alarm_usable
 from foreshock.fields import source_index
 from foreshock.frames import Frame
 from foreshock.health import PipelineHealth
@@ -134,11 +152,12 @@ class ModuleDom:
         # the module's own alarm levels ride along with its readings, so every path (recording,
         # Kafka, replay) hands the optics detector the thresholds this module is judged against
         # (a module that does not implement its thresholds page prints them as 0 mW / 0 mA: no level;
-        # sent on, a 0 mA bias alarm had every bias past it and a link_down predicted "now")
-        for name, key, floor in (("rx_power_alarm_low", "rx_power_low_alarm", DBM_FLOOR),
-                                 ("tx_bias_alarm_high", "tx_bias_high_alarm", 0.0)):
-            if self.thresholds.get(key, math.nan) > floor:
-                out[name] = self.thresholds[key]
+        # sent on, a 0 mA bias alarm had every bias past it and a link_down predicted "now"). The
+        # optics detector's test of a level, so the two can never disagree on what is one.
+        for col, (name, key) in enumerate(zip(MODULE_ALARM_FIELDS, MODULE_THRESHOLD_KEYS)):
+            level = self.thresholds.get(key, math.nan)
+            if module_alarm_usable(col, level):
+                out[name] = level
         return out
 
 

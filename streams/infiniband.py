@@ -17,6 +17,15 @@ file should be), a non-numeric content. The RoCE congestion counters (mlx5 ``np_
 notification-point and ``rp_*`` reaction-point names) do not exist on InfiniBand-layer ports;
 their absence there is expected and not counted.
 
+Legacy PortCounters saturate: each error counter stops at its native width's maximum (IBA
+PortCounters; the widths are the kernel's, ``drivers/infiniband/core/sysfs.c`` ``PORT_PMA_ATTR``,
+in :data:`NATIVE_BITS`) and stays there until software clears it. A ``link_downed`` at 255 or a
+``symbol_error`` at 65535 moves no more: every increase after it reads as "no errors". Such a
+counter is counted once as ``saturated`` when a reading finds it there (again after a clear and a
+new climb), with a log line that names it and says how to clear it (``perfquery -R``). The value
+goes on unchanged (the increase up to the maximum was real; the detectors see no increase after
+it, and the problem counter says why).
+
 The root is configurable (tests build a fixture tree; a container may mount the host's sysfs
 elsewhere). Each port is the link ``<host>/<dev>/<port>`` unless ``link_names`` maps
 ``"<dev>/<port>"`` to a link of the cluster's topology.
@@ -24,6 +33,7 @@ elsewhere). Each port is the link ``<host>/<dev>/<port>`` unless ``link_names`` 
 
 from __future__ import annotations
 
+import logging
 import math
 import re
 import socket
@@ -45,6 +55,25 @@ _SUBDIRS = ("counters", "hw_counters", "")
 _RATE = re.compile(r"^\s*([0-9.]+)\s*([KMGT]?)b/sec", re.IGNORECASE)
 _RATE_UNIT = {"": 1.0, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12}
 _ROCE_ONLY = ("np_", "rp_")
+log = logging.getLogger("foreshock.infiniband")
+
+NATIVE_BITS: dict[str, int] = {
+    "symbol_error": 16, "link_error_recovery": 8, "link_downed": 8, "port_rcv_errors": 16,
+    "port_rcv_remote_physical_errors": 16, "port_rcv_switch_relay_errors": 16, "port_xmit_discards": 16,
+    "port_xmit_constraint_errors": 8, "port_rcv_constraint_errors": 8, "local_link_integrity_errors": 4,
+    "excessive_buffer_overrun_errors": 4, "VL15_dropped": 16, "port_xmit_wait": 32,
+}
+"""Native widths of the PortCounters files under ``counters/`` (IBA PortCounters, as the kernel's
+``sysfs.c`` reads them). Each saturates at ``2**bits - 1``. The data and packet counters are not
+listed: the kernel serves them from PortCountersExtended (64 bits) where the HCA has it, the file
+does not say which it is, and a 64-bit one passes 2**32-1 on its way up."""
+SATURATED = "saturated counter: stuck at its native maximum, its increases are no longer seen (clear it: perfquery -R)"
+
+
+def saturated_at(name: str) -> float:
+    """Where the PortCounters file ``name`` stops (``inf`` for one not in :data:`NATIVE_BITS`)."""
+    bits = NATIVE_BITS.get(name)
+    return math.inf if bits is None else float(2**bits - 1)
 
 
 def parse_state(text: str) -> float:
@@ -81,10 +110,13 @@ def list_ports(root: str | Path = DEFAULT_ROOT) -> list[tuple[str, str]]:
 
 def read_infiniband(root: str | Path = DEFAULT_ROOT, host: str | None = None, ts: float = 0.0,
                     health: PipelineHealth | None = None,
-                    link_names: Mapping[str, str] | None = None, once: set[str] | None = None) -> SampleBatch:
+                    link_names: Mapping[str, str] | None = None, once: set[str] | None = None,
+                    saturated: set[str] | None = None) -> SampleBatch:
     """Read every port under ``root`` once: a link batch with one row per port. With ``once`` (a
     polling source's, :func:`count_once`), a counter file the port does not have counts the first
-    time only: the driver will not grow it."""
+    time only: the driver will not grow it. With ``saturated`` (a polling source's: the
+    ``dev/port/name`` of the counters at their maximum at the last reading), a counter found at
+    its maximum counts once until a reading finds it cleared; without it, at every reading."""
     health = health if health is not None else PipelineHealth()
     host = host or socket.gethostname()
     lookup = source_index("sysfs")
@@ -132,12 +164,35 @@ def read_infiniband(root: str | Path = DEFAULT_ROOT, host: str | None = None, ts
                 problems["non-numeric counter value"] += 1
                 details.setdefault("non-numeric counter value", f"{dev}/{port}/{name}: {text.strip()[:40]!r}")
                 continue
+            if sub == "counters" and name in NATIVE_BITS:
+                _judge_saturation(f"{dev}/{port}/{name}", name, value, saturated, problems, details)
             values[field.name] = value * scale if math.isfinite(value) else math.nan
         key = f"{dev}/{port}"
         builder.add(ts, (link_names or {}).get(key, f"{host}/{key}"), values)
     for reason, count in problems.items():
         health.problem(STAGE, reason, count, detail=details.get(reason, ""))
     return builder.build()
+
+
+def _judge_saturation(key: str, name: str, value: float, saturated: set[str] | None,
+                      problems: Counter[str], details: dict[str, str]) -> None:
+    """Count ``key`` (``dev/port/name``) when it reads at its native maximum and was not there at
+    the last reading (``saturated`` is updated: a cleared counter is judged again)."""
+    top = saturated_at(name)
+    if value != top:
+        if saturated is not None:
+            saturated.discard(key)
+        return
+    if saturated is not None:
+        if key in saturated:
+            return
+        saturated.add(key)
+    problems[SATURATED] += 1
+    details.setdefault(SATURATED, key)
+    # named every time one gets there: the health log names only the first (stage, reason)
+    log.warning("%s is at %d, the maximum of its %d-bit PortCounters register: it no longer counts, so its "
+                "link reads as free of what it counts from here on; clear the port's counters (perfquery -R)",
+                key, int(top), NATIVE_BITS[name])
 
 
 def port_topology(host: str, ports: list[tuple[str, str]]) -> Topology:
@@ -158,9 +213,11 @@ class InfinibandSource(PollingSource):
         self.root = Path(root)
         self.host = host or socket.gethostname()
         self.link_names = dict(link_names or {})
+        self.saturated: set[str] = set()  # counters at their maximum at the last poll (read_infiniband)
         self._topology = topology if topology is not None else port_topology(self.host, list_ports(self.root))
 
     def poll(self) -> list[Frame]:
-        batch = read_infiniband(self.root, self.host, self.clock(), self.health, self.link_names, self.counted_once)
+        batch = read_infiniband(self.root, self.host, self.clock(), self.health, self.link_names, self.counted_once,
+                                self.saturated)
         assert self._topology is not None
         return [batch.to_frame(self._topology, self.health, STAGE)]

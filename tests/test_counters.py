@@ -20,6 +20,7 @@ def naive_rates(ts, slot, values, modulus, max_rate, n_slots):
     delta = np.full((rows, k), np.nan)
     rate = np.full((rows, k), np.nan)
     last: dict[tuple[int, int], tuple[float, float]] = {}
+    pace: dict[tuple[int, int], float] = {}  # recent peak rate; absent = none known
     resets = np.zeros((n_slots, k), dtype=np.int64)
     problems = dict.fromkeys(PROBLEMS, 0)
     for i in range(rows):
@@ -46,18 +47,27 @@ def naive_rates(ts, slot, values, modulus, max_rate, n_slots):
                 problems["stale_or_out_of_order"] += 1
                 continue
             problems["saturated"] += at_top
+            recent = pace.get((s, j))
             if v >= lv:
                 d = v - lv
             else:
                 m = modulus[j]
                 wrapped = (m - lv) + v
-                if m > 0 and lv <= m and wrapped <= min(m / 2, max_rate[j] * dt):
+                # a wrap must fit the half range, the rate limit and 16x the counter's recent pace
+                if m > 0 and lv <= m and wrapped <= min(m / 2, max_rate[j] * dt) \
+                        and recent is not None and wrapped <= 16.0 * recent * dt:
                     d = wrapped
                     problems["wraps"] += 1
                 else:
                     d = v
                     resets[s, j] += 1
                     problems["resets"] += 1
+                    pace.pop((s, j), None)  # when the clear came in the interval is unknown
+                    recent = math.nan
+            if recent is None:  # an increase or a wrap: the pace is the faster of now and half the last
+                pace[(s, j)] = d / dt
+            elif not math.isnan(recent):
+                pace[(s, j)] = max(d / dt, recent / 2)
             last[(s, j)] = (v, t)
             delta[i, j] = d
             rate[i, j] = d / dt
@@ -105,17 +115,22 @@ def test_kernel_matches_reference_on_random_input(n_rows, n_slots, data):
 @pytest.mark.kernel
 @settings(max_examples=40, deadline=None)
 @given(
-    increments=st.lists(st.integers(0, 2**30), min_size=2, max_size=60),
-    start=st.integers(0, 2**32 - 1),
+    increments=st.lists(st.integers(2**26, 2**30), min_size=2, max_size=60),
+    start=st.integers(0, 2**32 - 2**30 - 1),
     bits=st.sampled_from([32, 64]),
 )
 def test_true_increments_survive_wraps(increments, start, bits):
-    """A real counter of ``bits`` width, sampled every second: the rates are the increments."""
+    """A real counter of ``bits`` width, sampled every second: the rates are the increments.
+
+    Its pace varies up to 16-fold from one second to the next (2**26..2**30 a second: a
+    ``port_xmit_wait`` from lightly to fully stalled), and it does not pass the top in its first
+    second (no pace known yet: a decrease there is a reset, see the next test)."""
     modulus = 2**bits
-    raw, acc = [], start
+    raw, acc = [start], start
     for inc in increments:
         acc += inc
         raw.append(float(acc % modulus))
+    increments = [0, *increments]
     rates = CounterRates(1, ["x"], modulus=modulus_for_bits(bits))
     ts = np.arange(len(raw), dtype=np.float64)
     delta, rate, problems = rates.update(ts, np.zeros(len(raw), np.int32), np.array(raw)[:, None])
@@ -123,6 +138,48 @@ def test_true_increments_survive_wraps(increments, start, bits):
     np.testing.assert_allclose(rate[1:, 0], expected, rtol=0, atol=4096 if bits == 64 else 0)
     assert problems["resets"] == 0
     assert problems["wraps"] == sum(1 for a, b in zip(raw, raw[1:]) if b < a)
+
+
+def test_a_32_bit_counter_cleared_from_above_2_to_31_is_a_reset_not_a_wrap():
+    """``perfquery -R`` (or a driver reload) on a 32-bit ``port_xmit_wait`` at 3.0e9 moving 1e4
+    ticks a second: the half-range rule alone read 3.0e9 -> 12 as a wrap, an increase of
+    2**32 - 3.0e9 + 12 = 1,294,967,308 ticks in one second that never happened."""
+    rates = CounterRates(1, ["xmit_wait"], modulus=modulus_for_bits(32))
+    raw = np.array([[3.0e9 - 2e4], [3.0e9 - 1e4], [3.0e9], [12.0], [10012.0]])
+    delta, _, problems = rates.update(np.arange(5.0), np.zeros(5, np.int32), raw)
+    assert delta[1:, 0].tolist() == [1e4, 1e4, 12.0, 1e4]
+    assert problems["resets"] == 1 and problems["wraps"] == 0
+    assert rates.s_resets[0, 0] == 1
+
+
+def test_a_wrap_needs_a_known_pace():
+    """The second reading of a counter has no pace to judge a wrap by: a decrease there is a
+    reset (its value a lower bound of the increase), never a guess of up to 2**31. Once a pace
+    is known, the same kind of decrease is recovered as the wrap it is."""
+    m = modulus_for_bits(32)
+    rates = CounterRates(2, ["x"], modulus=m)
+    ts = np.array([0.0, 0.0, 1.0, 1.0, 2.0])
+    slot = np.array([0, 1, 0, 1, 1], np.int32)
+    raw = np.array([[m - 100.0], [m - 300.0], [50.0], [m - 200.0], [50.0]])
+    delta, _, problems = rates.update(ts, slot, raw)
+    assert delta[2, 0] == 50.0  # slot 0: second reading, a reset
+    assert delta[4, 0] == 250.0  # slot 1: 100/s known, 200 + 50 through the top is a wrap
+    assert problems["resets"] == 1 and problems["wraps"] == 1
+
+
+def test_a_burst_within_16_times_the_recent_peak_still_wraps():
+    m = modulus_for_bits(32)
+    rates = CounterRates(1, ["x"], modulus=m)
+    # 1e7/s, then idle two seconds (the peak halves: 5e6, 2.5e6), then 3e7 passing the top
+    start = m - 1e7 - 2e7
+    raw = np.array([[start], [start + 1e7], [start + 1e7], [start + 1e7], [(start + 4e7) - m]])
+    delta, _, problems = rates.update(np.arange(5.0), np.zeros(5, np.int32), raw)
+    assert delta[4, 0] == 3e7 and problems["wraps"] == 1
+    # 5e7 after the peak has halved to 2.5e6: more than 16x the pace (4e7), read as a reset
+    raw[4, 0] = (start + 6e7) - m
+    rates = CounterRates(1, ["x"], modulus=m)
+    delta, _, problems = rates.update(np.arange(5.0), np.zeros(5, np.int32), raw)
+    assert delta[4, 0] == raw[4, 0] and problems["resets"] == 1
 
 
 def test_reset_is_counted_never_negative_or_huge():
@@ -143,23 +200,25 @@ def test_32_bit_data_counter_in_bytes_wraps_at_4_times_2_to_32():
     assert modulus == 4.0 * 2**32
     rates = CounterRates(1, ["tx_data"], modulus=modulus, max_rate=400e9 / 8)
     before = modulus - 4e9
-    raw = np.array([[before], [before + 4e9 - modulus + 1e9]])  # 5e9 bytes in one second, wrapped
-    _, rate, problems = rates.update(np.array([0.0, 1.0]), np.zeros(2, np.int32), raw)
-    assert rate[1, 0] == 5e9 and problems["wraps"] == 1
+    # 4e9 bytes a second, then 5e9 bytes in one second, wrapped
+    raw = np.array([[before - 4e9], [before], [before + 4e9 - modulus + 1e9]])
+    _, rate, problems = rates.update(np.array([-1.0, 0.0, 1.0]), np.zeros(3, np.int32), raw)
+    assert rate[2, 0] == 5e9 and problems["wraps"] == 1
     # the same decrease over 0.01 s would need 500 GB/s: more than the line rate, so a reset
     rates = CounterRates(1, ["tx_data"], modulus=modulus, max_rate=400e9 / 8)
-    _, rate, problems = rates.update(np.array([0.0, 0.01]), np.zeros(2, np.int32), raw)
-    assert problems["resets"] == 1 and rate[1, 0] == raw[1, 0] / 0.01
+    _, rate, problems = rates.update(np.array([-1.0, 0.0, 0.01]), np.zeros(3, np.int32), raw)
+    assert problems["resets"] == 1 and rate[2, 0] == raw[2, 0] / 0.01
 
 
 def test_float64_precision_near_2_to_64():
     """Deltas of 64-bit counters above 2**53 are exact to one float64 spacing (4096 near 2**64)."""
     m = modulus_for_bits(64)
     last = m - 3 * 4096.0  # representable exactly
-    raw = np.array([[last], [8192.0]])  # wrapped: 3 * 4096 + 8192 = 20480 counts
-    _, rate, problems = CounterRates(1, ["c"], modulus=m).update(np.array([0.0, 1.0]), np.zeros(2, np.int32), raw)
+    raw = np.array([[last - 20480.0], [last], [8192.0]])  # then wrapped: 3 * 4096 + 8192 = 20480 counts
+    rates = CounterRates(1, ["c"], modulus=m)
+    _, rate, problems = rates.update(np.array([-1.0, 0.0, 1.0]), np.zeros(3, np.int32), raw)
     assert problems["wraps"] == 1
-    assert rate[1, 0] == 20480.0
+    assert rate[2, 0] == 20480.0
 
 
 def test_a_counter_stuck_at_its_portcounters_maximum_is_counted_once():
@@ -217,6 +276,25 @@ def test_state_round_trip_gives_identical_future_output():
     b.load_state_dict(a.state_dict())
     for x, y in zip(a.update(ts[20:], slot[20:], raw[20:])[:2], b.update(ts[20:], slot[20:], raw[20:])[:2]):
         np.testing.assert_array_equal(x, y)
+
+
+def test_a_state_without_the_pace_loads_with_none_known():
+    """A state saved before ``s_rate`` existed, or a detector's own ``s_state`` put in place
+    (detectors save the counter state, not the pace): no pace known, so the next decrease is a
+    reset, never a wrap judged by another slot's (or shape's) pace."""
+    m = modulus_for_bits(32)
+    a = CounterRates(1, ["x"], modulus=m)
+    a.update(np.array([0.0, 1.0]), np.zeros(2, np.int32), np.array([[m - 300.0], [m - 200.0]]))
+    saved = a.state_dict()
+    assert saved["s_rate"].tolist() == [[100.0]]
+    del saved["s_rate"]
+    b = CounterRates(1, ["x"], modulus=m)
+    b.load_state_dict(saved)
+    delta, _, problems = b.update(np.array([2.0]), np.zeros(1, np.int32), np.array([[50.0]]))
+    assert delta[0, 0] == 50.0 and problems["resets"] == 1
+    a.s_state = a.s_state.copy()  # what a detector's load_state_dict does
+    delta, _, problems = a.update(np.array([2.0]), np.zeros(1, np.int32), np.array([[50.0]]))
+    assert delta[0, 0] == 50.0 and problems["resets"] == 1
 
 
 def test_doctests():

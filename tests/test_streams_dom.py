@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from foreshock.health import PipelineHealth
-from foreshock.streams.dom import DBM_FLOOR, DomSource, dom_batch, parse_ethtool_m
+from foreshock.streams.dom import DBM_FLOOR, DomSource, ModuleDom, dom_batch, parse_ethtool_m
 
 DATA = Path(__file__).parent / "data"
 
@@ -172,3 +172,21 @@ def test_dom_source_runs_ethtool(tmp_path: Path) -> None:
     assert frames[0].columns["rx_power"].tolist() == [-9.90]
     assert source.modules["h/eth2#a"].thresholds["module_temp_high_alarm"] == 75.0
     assert health.total_problems() == 0
+
+
+@pytest.mark.parametrize("rx_low, bias_high", [(-40.0, 0.0), (-39.99, 1e-6), (-8.9, 0.013), (math.inf, math.inf),
+                                               (-math.inf, -math.inf), (math.nan, math.nan), (-45.0, -1e-3)])
+def test_the_row_carries_a_level_exactly_when_the_optics_detector_would_take_it(rx_low, bias_high) -> None:
+    """One test of "is this a level the module set" for the DOM row and the detector (it was written
+    three times: a threshold of +inf went out in the row and the detector's setter refused it)."""
+    from foreshock.detectors.optics import OpticsDetector
+    from foreshock.topology import Topology
+
+    dom = ModuleDom(temperature=40.0, thresholds={"rx_power_low_alarm": rx_low, "tx_bias_high_alarm": bias_high})
+    values = dom.optic_values()
+    topo = Topology.from_dict({"rows": [{"name": "r"}], "racks": [{"name": "k", "row": "r"}],
+                               "nodes": [{"name": "n0", "rack": "k", "gpus": 1}], "switches": [{"name": "leaf0"}],
+                               "links": [{"name": "n0/gpu0~leaf0", "a": "n0/gpu0", "b": "leaf0"}]})
+    for key, field in (("rx_power_low_alarm", "rx_power_alarm_low"), ("tx_bias_high_alarm", "tx_bias_alarm_high")):
+        taken = OpticsDetector(topo).set_module_thresholds({topo.names("optic")[0]: {key: dom.thresholds[key]}})
+        assert (field in values) == (taken == 1), (key, dom.thresholds[key])

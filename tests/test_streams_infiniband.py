@@ -155,3 +155,41 @@ def test_ports_map_onto_a_cluster_topology(sysfs: Path, small_topology) -> None:
     batch = read_infiniband(sysfs, host="node0", link_names=names)
     frame = batch.to_frame(small_topology)
     assert sorted(frame.slot.tolist()) == [small_topology.slot("link", n) for n in sorted(names.values())]
+
+
+def test_counters_stuck_at_their_native_maximum_are_counted_once_each(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """PortCounters saturate at their native width (the kernel's sysfs.c: link_downed 8 bits,
+    symbol_error 16, local_link_integrity_errors 4, port_xmit_wait 32). A link_downed stuck at 255
+    read as "no downs" from then on, with nothing counted or logged. Counted once per counter while
+    it stays there, named in a log line saying how to clear it; one below its maximum, or a
+    cleared one, is not; a cleared one that gets there again counts again."""
+    root = tmp_path / "infiniband"
+    counters = {**PORT_COUNTERS, "link_downed": 255, "symbol_error": 65535, "local_link_integrity_errors": 15,
+                "port_xmit_discards": 65534, "link_error_recovery": 254, "port_xmit_wait": 2**32 - 1}
+    base = make_port(root, "mlx5_0", "1", "InfiniBand", "400 Gb/sec (4X NDR)", counters, {})
+    health = PipelineHealth()
+    saturated: set[str] = set()
+    with caplog.at_level("WARNING", logger="foreshock.infiniband"):
+        rows = by_link(read_infiniband(root, host="n", health=health, saturated=saturated))
+        read_infiniband(root, host="n", health=health, saturated=saturated)  # still there: not again
+    # the values go on as read: the increase up to the maximum was real
+    assert (rows["n/mlx5_0/1"]["link_downed"], rows["n/mlx5_0/1"]["symbol_error"]) == (255.0, 65535.0)
+    reason = ("infiniband", next(r for (_, r) in health.problems if "saturated" in r))
+    assert "perfquery -R" in reason[1]
+    assert health.problems[reason] == 4
+    lines = [rec.getMessage() for rec in caplog.records if rec.name == "foreshock.infiniband"]
+    assert sorted(line.split(" ", 1)[0] for line in lines) == [
+        "mlx5_0/1/link_downed", "mlx5_0/1/local_link_integrity_errors", "mlx5_0/1/port_xmit_wait",
+        "mlx5_0/1/symbol_error"]
+    assert all("perfquery -R" in line for line in lines)
+    # cleared (perfquery -R), then back at the top: counted again; the others stay counted once
+    write(base / "counters" / "link_downed", "0\n")
+    read_infiniband(root, host="n", health=health, saturated=saturated)
+    write(base / "counters" / "link_downed", "255\n")
+    read_infiniband(root, host="n", health=health, saturated=saturated)
+    assert health.problems[reason] == 5
+    # without a source's memory, every reading counts (as every other problem of a lone reading)
+    lone = PipelineHealth()
+    read_infiniband(root, host="n", health=lone)
+    assert lone.problems[reason] == 4
