@@ -32,9 +32,9 @@ DEFAULT_SETS = "foreshock,river,sklearn,threshold"
 @click.option("--plots/--no-plots", default=True, show_default=True,
               help="Also write PNG plots (a few GPUs' temperature, predicted ETA and throttles; lead times).")
 @click.option("--telemetry", default=None,
-              help="Entity kinds fed to the detectors, comma-separated (default: all the recording has). "
-                   "`--telemetry gpu,job` scores what a GPU exporter alone (dcgm-exporter) gives: no rack "
-                   "inlet or coolant flow, no node fans or PSUs, no fabric.")
+              help="Entity kinds fed to the detectors and the incident engine, comma-separated (default: all "
+                   "the recording has). `--telemetry gpu,job` scores what a GPU exporter alone (dcgm-exporter) "
+                   "gives: no rack inlet or coolant flow, no node fans or PSUs, no fabric.")
 @click.option("--by-fault/--no-by-fault", "by_fault", default=True, show_default=True,
               help="Show the per-fault rows in the printed table (report.json always has them).")
 @param_option

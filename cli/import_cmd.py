@@ -7,7 +7,7 @@ import math
 import time
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 import click
 import numpy as np
@@ -79,32 +79,101 @@ def _json_records(text: str, path: Path, health: PipelineHealth | None) -> Itera
         yield records
 
 
-def _jsonl(path: Path, topology_path: Path | None, health: PipelineHealth) -> tuple[Topology, list[Frame]]:
-    text = path.read_text(encoding=ENCODING, errors="replace")
+# the reasons frames_from_records gives a record only after it resolved the record's entity: with a
+# topology still being learnt they wait for it, since an unknown entity is the reason given first
+AFTER_ENTITY_REASONS = ("unknown fields ", "non-numeric field value")
+
+
+class _EntityNumbers:
+    """Entity names numbered per kind as they first come, standing in for slots while the
+    topology is still being learnt from the GPUs' names (see :func:`_jsonl`)."""
+
+    def __init__(self) -> None:
+        self.names: dict[str, list[str]] = {}
+        self._number: dict[str, dict[str, int]] = {}
+
+    def __call__(self, kind: str, name: str) -> int:
+        numbers = self._number.setdefault(kind, {})
+        number = numbers.get(name)
+        if number is None:
+            number = numbers[name] = len(numbers)
+            self.names.setdefault(kind, []).append(name)
+        return number
+
+    def slots(self, kind: str, topology: Topology) -> np.ndarray:
+        """The topology's slot of each numbered name of ``kind``, -1 for one it does not hold."""
+        resolve = topology.slots_resolver()
+        return np.array([resolve(kind, name) for name in self.names.get(kind, [])], dtype=np.int32)
+
+
+def _jsonl(text: str, path: Path, topology_path: Path | None, health: PipelineHealth) -> tuple[Topology, list[Frame]]:
+    """Parse the JSON lines once. Without ``--topology`` the topology is the one the GPUs' names
+    imply (HOST/gpuN), known only at the end of the file, so rows keep a number per entity name
+    until then (:class:`_EntityNumbers`) and are given their slots at the end; a record whose entity
+    the topology does not hold is counted then, under the reason it had before any other."""
     if topology_path is not None:
         topology = Topology.load(topology_path)
-    else:  # a first pass for the GPUs' names: the topology resolves the entities of the second
+        resolve: Callable[[str, str], int] = topology.slots_resolver()
+    else:
+        resolve = numbers = _EntityNumbers()
+        gpus_per_host: dict[str, int] = {}
+        # (kind, name, reason) -> records rejected after their entity was looked up: counted under
+        # `reason` only if the topology holds the entity; {kind: {name: repr}} for non-string entities
+        waiting: dict[tuple[str, str, str], int] = {}
+        raw_entity: dict[str, dict[str, str]] = {}
+    parts: dict[str, list[tuple[int, Frame]]] = {}
+    for piece, records in enumerate(_json_records(text, path, health)):
+        if topology_path is None:
+            for r in records:
+                if not isinstance(r, dict):
+                    continue
+                entity = r.get("entity")
+                if r.get("kind") == "gpu":
+                    try:
+                        host, gpu = split_gpu_entity(str(entity))
+                    except ValueError as exc:
+                        raise click.ClickException(f"{exc}; pass --topology for entities other than HOST/gpuN") from None
+                    gpus_per_host[host] = max(gpus_per_host.get(host, 0), gpu + 1)
+                elif not isinstance(entity, str):  # its reason quotes it as JSON gave it (5, None), not as '5'
+                    raw_entity.setdefault(str(r.get("kind")), {})[str(entity)] = repr(entity)
+        frames, rejected = frames_from_records(records, resolve)  # type: ignore[arg-type]
+        for record, reason in rejected:
+            if topology_path is None and reason.startswith(AFTER_ENTITY_REASONS):
+                key = (str(record.get("kind")), str(record.get("entity")), reason)
+                waiting[key] = waiting.get(key, 0) + 1
+            else:
+                health.problem("jsonl", reason)
+        for kind, frame in frames.items():
+            parts.setdefault(kind, []).append((piece, frame))
+    if topology_path is None:
         try:
-            topology = Topology.from_gpu_hosts(
-                split_gpu_entity(str(r.get("entity"))) for records in _json_records(text, path, None) for r in records
-                if isinstance(r, dict) and r.get("kind") == "gpu")
+            topology = Topology.from_gpu_hosts((host, n - 1) for host, n in gpus_per_host.items())
         except ValueError as exc:
             raise click.ClickException(f"{exc}; pass --topology for entities other than HOST/gpuN") from None
-
-    def resolve(kind: str, name: str) -> int:
-        try:
-            return topology.slot(kind, name)
-        except (KeyError, ValueError):
-            return -1
-
-    parts: dict[str, list[Frame]] = {}
-    for records in _json_records(text, path, health):
-        frames, rejected = frames_from_records(records, resolve)  # type: ignore[arg-type]
-        for _, reason in rejected:
-            health.problem("jsonl", reason)
-        for kind, frame in frames.items():
-            parts.setdefault(kind, []).append(frame)
-    return topology, [Frame.concat(frames).sorted_by_time() for frames in parts.values()]
+        slots = {kind: numbers.slots(kind, topology) for kind in numbers.names}
+        unknown: dict[tuple[str, str], int] = {}
+        for kind, pieces in parts.items():
+            placed = []
+            for piece, frame in pieces:
+                slot = slots[kind][frame.slot]
+                for number, count in zip(*np.unique(frame.slot[slot < 0], return_counts=True)):
+                    name = numbers.names[kind][int(number)]
+                    unknown[(kind, name)] = unknown.get((kind, name), 0) + int(count)
+                kept = frame.take(slot >= 0)
+                placed.append((piece, Frame(kind, kept.ts, slot[slot >= 0], kept.columns)))
+            parts[kind] = [(piece, frame) for piece, frame in placed if len(frame)]
+        known = topology.slots_resolver()
+        for (kind, name, reason), count in waiting.items():
+            if known(kind, name) >= 0:
+                health.problem("jsonl", reason, count=count)
+            else:
+                unknown[(kind, name)] = unknown.get((kind, name), 0) + count
+        for (kind, name), count in unknown.items():
+            shown = raw_entity.get(kind, {}).get(name, repr(name))
+            health.problem("jsonl", f"unknown {kind} entity {shown}", count=count)
+    # kinds in the order their first rows came, as when every row was placed as it was read
+    ordered = sorted((kind for kind in parts if parts[kind]), key=lambda kind: parts[kind][0][0])
+    return topology, [Frame.concat(frame for _, frame in parts[kind]).sorted_by_time() for kind in ordered]
 
 
 @click.command("import")
@@ -165,7 +234,7 @@ def command(fmt: str, path: Path, out: Path, host: str | None, at: str | None, i
         topology = port_topology(node, list_ports(path))
         frames = [read_infiniband(path, node, when, health).to_frame(topology, health)]
     else:
-        topology, frames = _jsonl(path, topology_path, health)
+        topology, frames = _jsonl(text, path, topology_path, health)
 
     if topology is None or not sum(len(f) for f in frames):
         # before the writer: it clears the folder, and an empty import must not replace a recording

@@ -94,6 +94,7 @@ import numpy as np
 
 from foreshock import facts
 from foreshock.events import Event
+from foreshock.fields import ENTITY_KINDS
 from foreshock.findings import Finding, Prediction
 from foreshock.frames import Frame
 from foreshock.guard import InputGuard
@@ -105,7 +106,8 @@ from .alarm import prediction_spans
 from .bank import DetectorBank
 from .baselines import ScoredBaseline, ScoreLog
 from .gpu_inputs import reason_bits_column
-from .incident_eval import AFTERMATH_S
+from .incident_eval import AFTERMATH_S, INCIDENT_SET
+from .incidents import IncidentEngine
 from .registry import DEFAULT_BANK, create
 
 
@@ -352,7 +354,11 @@ class RunResult:
     health: PipelineHealth = field(default_factory=PipelineHealth)
     onsets: OnsetTelemetry | None = None  # to classify episodes by what precedes them
     score_logs: dict[str, list[ScoreLog]] = field(default_factory=dict)  # set -> its baselines' scores
-    telemetry: tuple[str, ...] = ()  # the entity kinds fed to the detectors
+    telemetry: tuple[str, ...] = ()  # the entity kinds fed to the detectors or the incident engine
+    # what the incidents section replays beside the findings (IncidentEngine.frame_fields' kinds the
+    # run was given), read again from the recording in the windows the detectors saw
+    incident_telemetry: tuple[str, ...] = ()
+    window_s: float | None = None
 
     @property
     def duration_s(self) -> float:
@@ -369,7 +375,8 @@ def run_recording(recording: Recording, sets: Sequence[str],
     ``telemetry`` limits the entity kinds fed to the detectors (default: every kind the bank
     reads): ``("gpu", "job")`` is what a GPU exporter alone (dcgm-exporter) gives a deployment —
     no rack inlet or coolant flow, so the thermal model reads its inlet from the GPUs themselves
-    (:func:`foreshock.detectors.gpu_inputs.read_inlet`).
+    (:func:`foreshock.detectors.gpu_inputs.read_inlet`). The same limit holds for the telemetry
+    the incidents section gives the incident engine (``RunResult.incident_telemetry``).
 
     With ``log_scores`` every baseline that scores samples against a threshold keeps its scores
     (:class:`~foreshock.detectors.baselines.ScoreLog`) for the precision-matched comparison."""
@@ -426,9 +433,14 @@ def run_recording(recording: Recording, sets: Sequence[str],
             progress(t_hi - (start if not math.isnan(start) else first), end - start)
     start = first if math.isnan(start) else start
     end = last if math.isnan(end) else end
+    # the engine reads telemetry of its own (job step times, link load) that no detector may read;
+    # only the foreshock set's findings go through it (see incident_eval.score_run)
+    incident_fed = tuple(k for k in IncidentEngine.frame_fields if (telemetry is None or k in telemetry)
+                         and k in recording.kinds()) if INCIDENT_SET in sets else ()
+    fed_kinds = tuple(k for k in ENTITY_KINDS if k in recording.kinds() and (k in fed or k in incident_fed))
     return RunResult(recording, found, recording.events(), start, end, time.perf_counter() - wall0,
                      samples, traces, health, onsets.finish(), {s: v for s, v in score_logs.items() if v},
-                     tuple(k for k in fed if k in recording.kinds()))
+                     fed_kinds, incident_fed, window_s)
 
 
 # ---- scoring ------------------------------------------------------------------------------

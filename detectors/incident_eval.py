@@ -32,12 +32,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Sequence
 
 import numpy as np
 
 from foreshock.events import Event
 from foreshock.findings import Anomaly, Finding, Incident, Prediction
+from foreshock.frames import Frame
+from foreshock.health import PipelineHealth
 from foreshock.topology import Topology
 
 if TYPE_CHECKING:  # the harness imports this module lazily; no import cycle at run time
@@ -49,6 +51,8 @@ EXPECTED_ROOT_KIND = {"loop": "cooling_loop", "cooling_loop": "cooling_loop", "g
 
 CONSEQUENCE_TYPES = frozenset({"thermal_throttle_start", "power_cap_start", "power_brake_start",
                                "hbm_overheat_start", "congestion_start", "link_down", "xid"})
+INCIDENT_SET = "foreshock"
+"""The detector set whose findings the incidents section runs through the incident engine."""
 AFTERMATH_S = 900.0
 """A fault's consequences (a loop still cooling down) outlive its repair by this much (simulator)."""
 
@@ -250,9 +254,13 @@ def score_incidents(findings: Sequence[Finding], events: Sequence[Event], topolo
 
 
 def replay_findings(findings: Sequence[Finding], topology: Topology, step_s: float = 1.0,
-                    end: float | None = None, **params: Any) -> list[Finding]:
+                    end: float | None = None, telemetry: Iterable[Frame] = (), **params: Any) -> list[Finding]:
     """Run the incident engine over recorded detector findings (time order), as the pipeline
-    would have after each frame; returns the findings followed by the incidents, interleaved."""
+    would have after each frame; returns the findings followed by the incidents, interleaved.
+
+    ``telemetry``: time-ordered frames for :meth:`IncidentEngine.observe_frame`, each given to the
+    engine before the findings of its time, as the pipeline's bank does (job step times for the
+    measured slowdown, headroom for the predicted spread, a GPU still off the bus)."""
     from .incidents import IncidentEngine
 
     engine = IncidentEngine(topology, **params)
@@ -260,10 +268,15 @@ def replay_findings(findings: Sequence[Finding], topology: Topology, step_s: flo
     out: list[Finding] = []
     if not raw:
         return out
+    frames = iter(telemetry)
+    pending = next(frames, None)
     i = 0
     now = raw[0].ts
     limit = max(raw[-1].ts, end if end is not None else raw[-1].ts) + engine.quiet_s + 2 * engine.tick_s
     while now <= limit:
+        while pending is not None and not float(np.nanmax(pending.ts, initial=-math.inf)) > now:
+            engine.observe_frame(pending)
+            pending = next(frames, None)
         j = i
         while j < len(raw) and raw[j].ts <= now:
             j += 1
@@ -276,14 +289,42 @@ def replay_findings(findings: Sequence[Finding], topology: Topology, step_s: flo
     return out
 
 
-def score_run(result: "RunResult", detector_set: str = "foreshock") -> dict[str, Any]:
+def score_run(result: "RunResult", detector_set: str = INCIDENT_SET) -> dict[str, Any]:
     """The evaluation harness's ``incidents`` section: the set's findings through the engine."""
     if detector_set not in result.findings:
         return {"skipped": f"no {detector_set!r} detector set in this run"}
     findings = result.findings[detector_set]
     topo = result.recording.topology
     if not any(isinstance(f, Incident) for f in findings):
-        findings = replay_findings(findings, topo, step_s=float(result.recording.interval or 1.0), end=result.end)
+        findings = replay_findings(findings, topo, step_s=float(result.recording.interval or 1.0), end=result.end,
+                                   telemetry=incident_telemetry(result))
     durations = {str(f.get("id")): float(f["duration_s"]) for f in result.recording.meta.get("faults", []) or []
                  if isinstance(f, dict) and isinstance(f.get("duration_s"), (int, float))}
     return score_incidents(findings, result.events, topo, duration_of=durations)
+
+
+def incident_telemetry(result: "RunResult") -> Iterator[Frame]:
+    """The recording's frames of ``result.incident_telemetry`` (the kinds the run was given that
+    the engine reads), read again in the detectors' windows and through an input guard of their
+    own, as the embedded pipeline gives them to the engine. Read again rather than kept from the
+    detectors' pass: the replay's clock follows the findings, all known only after that pass, and
+    keeping every GPU, link and job frame until then would hold the recording in memory."""
+    from foreshock.guard import InputGuard
+
+    from .evaluation import aligned_frames
+
+    guard = InputGuard(result.recording.topology, _CountedBefore())
+    for frame in aligned_frames(result.recording, result.incident_telemetry, result.window_s):
+        clean = guard.check(frame)
+        if len(clean):
+            yield clean
+
+
+class _CountedBefore(PipelineHealth):
+    """The health of a second read of the run's telemetry: the run's own guard counted and
+    logged the problems of the kinds the detectors read, so this one does not log them again
+    (nor report those of job frames, which only the engine reads: ``input_problems`` in the
+    report stays that of the detectors' input)."""
+
+    def problem(self, stage: str, reason: str, count: int = 1, detail: str = "") -> None:
+        self.problems[(stage, reason)] += max(count, 0)

@@ -241,3 +241,77 @@ def test_dmon_interval_must_be_finite_and_positive(interval: str, tmp_path: Path
     result = CliRunner().invoke(command, ["--format", "dmon", str(path), "--out", str(tmp_path / "o"),
                                           "--interval", interval])
     assert result.exit_code == 2 and "--interval" in result.output, result.output
+
+
+def _problem_rows(printed: str) -> list[str]:
+    """The rows of the printed problems table (stage jsonl), each 'reason | count'."""
+    return sorted(" | ".join(cell.strip() for cell in line.split("│")[2:4])
+                  for line in printed.splitlines() if "│" in line and "│ jsonl" in line)
+
+
+def test_a_jsonl_file_without_topology_is_parsed_once(tmp_path: Path, monkeypatch) -> None:
+    """Without --topology the GPUs' names make the topology; that was a first parse of every line,
+    then a second to convert (twice the time of the JSON parsing, and a second copy of the text)."""
+    import types
+
+    from foreshock.cli import import_cmd
+
+    path = tmp_path / "in.jsonl"
+    lines = [json.dumps({"kind": "gpu", "entity": f"n{i % 3}/gpu{i % 2}", "ts": 100.0 + i // 6, "gpu_temp": 40})
+             for i in range(24)]
+    path.write_text("\n".join(lines) + "\n\n")
+    parsed: list[str] = []
+
+    def counting_loads(line: str) -> object:
+        parsed.append(line)
+        return json.loads(line)
+
+    monkeypatch.setattr(import_cmd, "json", types.SimpleNamespace(loads=counting_loads,
+                                                                  JSONDecodeError=json.JSONDecodeError))
+    monkeypatch.setattr(import_cmd, "JSONL_CHUNK_LINES", 5)
+    run("--format", "jsonl", str(path), "--out", str(tmp_path / "rec"))
+    assert sorted(parsed) == sorted(lines)  # each line once, the blank one not at all
+    assert len(Recording.open(tmp_path / "rec").read_kind("gpu")) == 24
+
+
+def test_entities_are_judged_against_the_topology_of_the_whole_file(tmp_path: Path, monkeypatch) -> None:
+    """In one pass the topology (from every GPU name of the file) is known only at the end: a node
+    record before its host's first GPU record is kept, a record whose entity the file's GPUs never
+    name is counted as an unknown entity even when something else is wrong with it too, and the
+    rows and problems are those of an import given that topology up front."""
+    from foreshock.cli import import_cmd
+
+    records: list[object] = [
+        {"kind": "node", "entity": "late", "ts": 5.0, "fan_speed": 9000},  # host of a later GPU record
+        {"kind": "node", "entity": "ghost", "ts": 5.0, "fan_speed": 1, "rpm": 2},  # unknown entity first
+        {"kind": "node", "entity": "late", "ts": 6.0, "rpm": 2},  # known entity: its fields are wrong
+        {"kind": "node", "entity": 7, "ts": 6.0, "fan_speed": 1},  # quoted as JSON gave it
+        {"kind": "node", "entity": "late", "ts": 7.0, "psu_power": "high"},
+        {"kind": "gpu", "entity": "n0/gpu1", "ts": 5.0, "gpu_temp": 50},
+        {"kind": "gpu", "entity": "n0/gpu007", "ts": 5.0, "gpu_temp": 50},  # gives n0 8 GPUs, yet is no name
+        {"kind": "link", "entity": "sw0/p1", "ts": 5.0, "tx_data": 1, "speed": 3},
+        {"kind": "gpu", "entity": "n0/gpu0", "ts": 6.0, "gpu_temp": 51},  # gpu0 named by gpu1's count
+        {"kind": "gpu", "entity": "late/gpu3", "ts": 7.0, "gpu_temp": 52},
+        {"kind": "node", "entity": "late", "ts": 8.0, "fan_speed": 9100},
+    ]
+    path = tmp_path / "in.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in records) + "\n")
+    monkeypatch.setattr(import_cmd, "JSONL_CHUNK_LINES", 2)  # the node rows come pieces before 'late/gpu3'
+    derived = run("--format", "jsonl", str(path), "--out", str(tmp_path / "derived"))
+    rec = Recording.open(tmp_path / "derived")
+    assert rec.topology.nodes == ["late", "n0"] and len(rec.topology.gpus) == 4 + 8
+    nodes, gpus = rec.read_kind("node"), rec.read_kind("gpu")
+    assert nodes.ts.tolist() == [5.0, 8.0] and nodes.columns["fan_speed"].tolist() == [9000.0, 9100.0]
+    assert nodes.slot.tolist() == [rec.topology.slot("node", "late")] * 2
+    assert gpus.ts.tolist() == [5.0, 6.0, 7.0] and gpus.columns["gpu_temp"].tolist() == [50.0, 51.0, 52.0]
+    assert [rec.topology.gpus[s] for s in gpus.slot] == ["n0/gpu1", "n0/gpu0", "late/gpu3"]
+    assert _problem_rows(derived) == sorted([
+        "non-numeric field value | 1", "unknown fields ['rpm'] | 1", "unknown gpu entity 'n0/gpu007' | 1",
+        "unknown link entity 'sw0/p1' | 1", "unknown node entity 'ghost' | 1", "unknown node entity 7 | 1"])
+    given = run("--format", "jsonl", str(path), "--out", str(tmp_path / "given"),
+                "--topology", str(tmp_path / "derived" / "topology.yaml"))
+    assert _problem_rows(given) == _problem_rows(derived)
+    other = Recording.open(tmp_path / "given")
+    for kind, frame in (("node", nodes), ("gpu", gpus)):
+        again = other.read_kind(kind)
+        assert np.array_equal(again.ts, frame.ts) and np.array_equal(again.slot, frame.slot)

@@ -107,6 +107,61 @@ def test_replay_findings_runs_the_engine(small_topology):
     assert [f for f in out if not isinstance(f, Incident)] == findings
 
 
+def _off_the_bus(topology, lost: int, back_at: float, until: float) -> list[Frame]:
+    """GPU telemetry every 10 s in which GPU ``lost`` is silent until ``back_at``."""
+    frames = []
+    for t in np.arange(0.0, until, 10.0):
+        slots = np.arange(len(topology.gpus), dtype=np.int32)
+        slots = slots[slots != lost] if t < back_at else slots
+        frames.append(Frame("gpu", np.full(len(slots), t), slots, {"gpu_temp": np.full(len(slots), 50.0)}))
+    return frames
+
+
+def test_replay_gives_the_engine_the_telemetry(small_topology):
+    """The evaluation replayed the findings without telemetry: an XID 79 incident resolved 15
+    minutes after its last finding though the GPU was still off the bus (the live pipeline keeps
+    it open until the GPU's telemetry comes back), and jobs' step times were never measured."""
+    lost, back_at = 3, 1800.0
+    xid79 = [Anomaly(0.0, "gpu", lost, "xid_last", 79.0, "xid", "XID 79")]
+
+    def resolved_at(out):
+        return next(f.ts for f in out if isinstance(f, Incident) and f.state == "resolved")
+
+    blind = replay_findings(xid79, small_topology, step_s=10.0, end=3000.0)
+    fed = replay_findings(xid79, small_topology, step_s=10.0, end=3000.0,
+                          telemetry=_off_the_bus(small_topology, lost, back_at, 3000.0))
+    assert resolved_at(blind) < back_at <= resolved_at(fed)
+
+
+@settings(max_examples=25, deadline=None)
+@given(finding_ts=st.lists(st.integers(0, 600), min_size=1, max_size=8),
+       frame_ts=st.lists(st.integers(0, 900), max_size=12), step=st.sampled_from([1.0, 5.0, 10.0]))
+def test_each_frame_reaches_the_engine_before_the_findings_of_its_time(finding_ts, frame_ts, step):
+    """As the pipeline's bank does it: a frame, then the findings of its time; never a frame from
+    after the time the engine is told it is."""
+    from foreshock.detectors.incidents import IncidentEngine
+    from thermal_synth import small_topology
+
+    calls: list[tuple[str, float]] = []
+    observe, observe_frame = IncidentEngine.observe, IncidentEngine.observe_frame
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(IncidentEngine, "observe", lambda self, batch, now: (calls.append(("now", now)),
+                                                                           observe(self, batch, now))[1])
+        patch.setattr(IncidentEngine, "observe_frame", lambda self, frame: (calls.append(("frame", frame.ts[0])),
+                                                                          observe_frame(self, frame))[1])
+        findings = [Anomaly(float(t), "gpu", 1, "gpu_temp", 5.0, "x", "hot") for t in finding_ts]
+        frames = [Frame("gpu", [float(t)], [2], {"gpu_temp": [40.0]}) for t in sorted(frame_ts)]
+        replay_findings(findings, small_topology(nodes=1, gpus=4, racks=1), step_s=step, telemetry=frames)
+    nows = [t for what, t in calls if what == "now"]
+    given_at = [(t, sum(1 for what, _ in calls[:i] if what == "now")) for i, (what, t) in enumerate(calls)
+                if what == "frame"]
+    for t, before in given_at:  # given after `before` engine steps
+        assert before == 0 or nows[before - 1] < t  # not one step too late
+        assert before < len(nows) and t <= nows[before]  # nor before its time
+    # a frame past the engine's last step is never given; every other one is
+    assert len(given_at) == sum(1 for t in frame_ts if t <= nows[-1])
+
+
 # ---- the XID detector --------------------------------------------------------------------------
 def naive_xid(slot, xid, dbe, last):
     out = []
@@ -213,3 +268,36 @@ def test_evaluation_harness_reports_incidents(psu_recording, monkeypatch):
     assert required <= set(section)
     assert section["faults"] == 1 and section["root_cause_accuracy"] == 1.0 and section["member_recall"] == 1.0
     assert score_run(result, detector_set="river") == {"skipped": "no 'river' detector set in this run"}
+
+
+def test_evaluate_feeds_the_incident_engine_the_telemetry_the_run_was_given(psu_recording, monkeypatch):
+    """``foreshock evaluate --telemetry gpu,job`` fed no job frame anywhere and said "(telemetry
+    fed: gpu)": no detector reads job frames, and the incidents section replayed the findings
+    without telemetry. Now the engine gets the kinds it reads that the run was given, in time order."""
+    from foreshock.cli.main import cli
+    from foreshock.detectors import evaluation, incident_eval
+    from foreshock.recording import Recording
+
+    rec = Recording.open(psu_recording)
+    assert {"gpu", "link", "job", "rack"} <= set(rec.kinds())
+    given: list[list[Frame]] = []
+
+    def replay(findings, topology, telemetry=(), **kwargs):
+        given.append(list(telemetry))
+        return replay_findings(findings, topology, telemetry=given[-1], **kwargs)
+
+    monkeypatch.setattr(incident_eval, "replay_findings", replay)
+    monkeypatch.setitem(evaluation.DETECTOR_SETS, "foreshock", ("power", "throttle_bits", "xid"))
+    for asked, engine_kinds in ((None, {"gpu", "link", "job"}), (("gpu", "job"), {"gpu", "job"}), (("gpu",), {"gpu"})):
+        result = evaluation.run_recording(rec, ["foreshock"], telemetry=asked)
+        assert set(result.incident_telemetry) == engine_kinds
+        assert incident_eval.score_run(result)["faults"] == 1
+        frames = given.pop()
+        assert {f.kind for f in frames} == engine_kinds
+        assert sum(len(f) for f in frames if f.kind == "job") == (rec.meta["rows"]["job"] if "job" in engine_kinds else 0)
+        ends = [float(f.ts.max()) for f in frames]
+        assert ends == sorted(ends)
+    result = CliRunner().invoke(cli, ["evaluate", str(psu_recording), "--detectors", "foreshock", "--no-plots",
+                                      "--telemetry", "gpu,job", "--report", str(psu_recording.parent / "report")])
+    assert result.exit_code == 0, result.output
+    assert "(telemetry fed: gpu, job)" in result.output
