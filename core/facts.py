@@ -44,6 +44,11 @@ MAX_OPERATING_TEMP_C = 87.0  # SW thermal slowdown above it [P]
 HW_SLOWDOWN_TEMP_C = 89.0  # [P]; NVSentinel reads 89 on H100
 SHUTDOWN_TEMP_C = 92.0  # [P]
 HBM_MAX_OPERATING_TEMP_C = 95.0  # [P]
+# A GPU's own thresholds as an exporter reports them (slowdown_temp, max_op_temp, hbm_max_op_temp)
+# are readings only inside this range: nvidia-smi 590 prints them as offsets from T.Limit (0, -2),
+# and a 0 or a sentinel would otherwise become a limit
+OWN_LIMIT_MIN_C = 40.0
+OWN_LIMIT_MAX_C = 130.0
 THERMAL_RESISTANCE_C_PER_W = 0.046  # die to coolant, derived from the H200 capture, 24 C inlet
 NOMINAL_INLET_C = 24.0
 

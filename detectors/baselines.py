@@ -45,9 +45,9 @@ from .gpu_inputs import (gpu_inlet, gpu_obs, kernel, new_inlet_states, rack_inle
 
 # ---- the shared per-GPU feature stream -------------------------------------------------------
 OBS_FIELDS = ("gpu_temp", "hbm_temp", "power", "power_limit", "energy", "sm_clock", "sm_clock_max",
-              "util", "throttle_reasons", "slowdown_temp")
+              "util", "throttle_reasons", "slowdown_temp", "max_op_temp", "hbm_max_op_temp")
 X_TS, X_SLOT, X_TEMP, X_HBM, X_POWER, X_LIMIT, X_ENERGY, X_CLOCK, X_CLOCK_MAX, X_UTIL, X_REASONS, \
-    X_SLOWDOWN = range(12)
+    X_SLOWDOWN, X_MAX_OP, X_HBM_MAX_OP = range(14)
 
 FEATURES: tuple[str, ...] = (
     "gpu_temp", "hbm_temp", "power_w", "power_frac", "clock_frac", "util",
@@ -106,8 +106,18 @@ def feature_kernel(obs: np.ndarray, parents: np.ndarray, s: np.ndarray, racks: n
         limit = obs[row, X_LIMIT]
         if not (limit == limit and limit > 0.0):
             limit = facts.POWER_LIMIT_W
-        slowdown = obs[row, X_SLOWDOWN]
-        core_limit = slowdown - 2.0 if slowdown == slowdown and 40.0 < slowdown < 130.0 else facts.MAX_OPERATING_TEMP_C
+        # the margins are to the GPU's own limits where this sample reports them (see thermal_fit's
+        # core_limit and hbm_limit; one sample's features, nothing kept): its max operating
+        # temperatures, else its slowdown temperature less 2 °C, else Hopper's
+        max_op, slowdown, hbm_max_op = obs[row, X_MAX_OP], obs[row, X_SLOWDOWN], obs[row, X_HBM_MAX_OP]
+        if facts.OWN_LIMIT_MIN_C < max_op < facts.OWN_LIMIT_MAX_C:
+            core_limit = max_op
+        elif facts.OWN_LIMIT_MIN_C < slowdown < facts.OWN_LIMIT_MAX_C:
+            core_limit = slowdown - (facts.HW_SLOWDOWN_TEMP_C - facts.MAX_OPERATING_TEMP_C)
+        else:
+            core_limit = facts.MAX_OPERATING_TEMP_C
+        hbm_limit = hbm_max_op if facts.OWN_LIMIT_MIN_C < hbm_max_op < facts.OWN_LIMIT_MAX_C \
+            else facts.HBM_MAX_OPERATING_TEMP_C
         inlet = gpu_inlet(ts, parents[i, 1], parents[i, 0], temp, power, racks, nodes,
                           facts.THERMAL_RESISTANCE_C_PER_W, 300.0)
         if last == last and dt <= 600.0:
@@ -138,7 +148,7 @@ def feature_kernel(obs: np.ndarray, parents: np.ndarray, s: np.ndarray, racks: n
         out[row, 7] = s[i, F_HSLOPE]
         out[row, 8] = s[i, F_PSLOPE]
         out[row, 9] = core_limit - temp
-        out[row, 10] = facts.HBM_MAX_OPERATING_TEMP_C - hbm
+        out[row, 10] = hbm_limit - hbm
         out[row, 11] = temp - inlet
         out[row, 12] = inlet
         out[row, 13] = s[i, F_USLOPE]

@@ -154,26 +154,28 @@ def _track_gpu(tel: np.ndarray, slot: np.ndarray, ts: np.ndarray, cols: dict[str
                seen: np.ndarray) -> float | None:
     """Track each GPU's latest temperature, heating rate, limit and power headroom; return the
     newest timestamp of the frame (None when it has no finite one)."""
-    names = ("gpu_temp", "slowdown_temp", "power", "power_limit")
+    names = ("gpu_temp", "slowdown_temp", "max_op_temp", "power", "power_limit")
     if all(k in cols for k in names):
-        temp, slowdown, power, cap = (cols[k] for k in names)
-    else:  # a frame carries every field; a stand-in for what a plain mapping lacks
+        temp, slowdown, max_op, power, cap = (cols[k] for k in names)
+    else:  # a frame carries every field; a stand-in for what a plain mapping lacks (or the
+        # columns a Kafka worker forwards: IncidentEngine.frame_fields)
         nan = np.full(len(ts), np.nan)
-        temp, slowdown, power, cap = (cols.get(k, nan) for k in names)
-    newest = _track_gpu_kernel(tel, slot, ts, (temp, slowdown, power, cap), seen,
+        temp, slowdown, max_op, power, cap = (cols.get(k, nan) for k in names)
+    newest = _track_gpu_kernel(tel, slot, ts, (temp, slowdown, max_op, power, cap), seen,
                                "power" in cols and "power_limit" in cols)
     return None if np.isnan(newest) else float(newest)
 
 
 @kernel
 def _track_gpu_kernel(tel: np.ndarray, slot: np.ndarray, ts: np.ndarray,
-                      cols: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray], seen: np.ndarray,
+                      cols: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray], seen: np.ndarray,
                       has_power: bool) -> float:
     """Per GPU, its last sample of the frame with a finite temperature and time (rows are in time
     order, so the frame is read backwards); returns the largest timestamp if any is finite, else
-    NaN. ``cols`` = (temperature, slowdown temperature, power, power limit); ``seen`` is scratch
-    (all False, one per GPU; left so). Slots outside the table are left out."""
-    temp, slowdown, power, cap = cols
+    NaN. ``cols`` = (temperature, slowdown temperature, max operating temperature, power, power
+    limit); ``seen`` is scratch (all False, one per GPU; left so). Slots outside the table are left
+    out."""
+    temp, slowdown, max_op, power, cap = cols
     newest = -np.inf
     any_finite = False
     for r in range(len(ts) - 1, -1, -1):
@@ -194,9 +196,14 @@ def _track_gpu_kernel(tel: np.ndarray, slot: np.ndarray, ts: np.ndarray,
             tel[s, TEL_REF_TEMP] = x
         tel[s, TEL_TS] = t
         tel[s, TEL_TEMP] = x
-        # the GPU's own limit: max operating sits 2 °C under its HW slowdown
-        own = slowdown[r] - (facts.HW_SLOWDOWN_TEMP_C - facts.MAX_OPERATING_TEMP_C)
-        tel[s, TEL_LIMIT] = own if abs(own) < np.inf else facts.MAX_OPERATING_TEMP_C
+        # the GPU's own limit: its max operating temperature, else 2 °C under its HW slowdown (an
+        # offset from T.Limit, or 0, is no reading); kept through a sample that reports neither
+        if facts.OWN_LIMIT_MIN_C < max_op[r] < facts.OWN_LIMIT_MAX_C:
+            tel[s, TEL_LIMIT] = max_op[r]
+        elif facts.OWN_LIMIT_MIN_C < slowdown[r] < facts.OWN_LIMIT_MAX_C:
+            tel[s, TEL_LIMIT] = slowdown[r] - (facts.HW_SLOWDOWN_TEMP_C - facts.MAX_OPERATING_TEMP_C)
+        elif tel[s, TEL_LIMIT] != tel[s, TEL_LIMIT]:
+            tel[s, TEL_LIMIT] = facts.MAX_OPERATING_TEMP_C
         if has_power:
             tel[s, TEL_POWER_HEADROOM] = cap[r] - power[r]
     for r in range(len(ts)):

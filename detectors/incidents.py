@@ -210,7 +210,7 @@ class IncidentEngine:
     """Groups findings into incidents (a :class:`~foreshock.detectors.bank.FindingProcessor`)."""
 
     name = "incidents"
-    frame_fields = {"gpu": ("gpu_temp", "slowdown_temp", "power", "power_limit"),
+    frame_fields = {"gpu": ("gpu_temp", "slowdown_temp", "max_op_temp", "power", "power_limit"),
                     "link": ("tx_data", "link_rate"), "job": ("step_time",)}
     """The telemetry :meth:`observe_frame` reads (incident_impact.py): Kafka workers forward only
     these columns to the incident stage. A field read but not listed here would make the

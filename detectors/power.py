@@ -291,8 +291,7 @@ def _power_kernel(obs: np.ndarray, rows: np.ndarray, span: tuple[int, int], pare
                 s[i, S_EVAL_TS] = ts
                 since = 0.0
             eta = max(s[i, S_ETA] - since, 0.0)
-        slowdown = m[i, tf.G_SLOWDOWN]  # its own, as last reported (the fit keeps it)
-        max_op = slowdown - tparams[tf.P_SLOWDOWN_OFF] if slowdown == slowdown else tparams[tf.P_LIM_CORE]
+        max_op = tf.core_limit(m, i, tparams)  # its own, as last reported (the fit keeps it)
         if thermal and s[i, S_ENV_PRE] >= limit - p[P_RELEASE_MARGIN] and temp == temp \
                 and temp <= max_op and m[i, tf.G_UB] <= p[P_RELEASE_INLET]:
             # cooling below max operating: the thermal limiter lets go and the cap takes over

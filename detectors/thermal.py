@@ -40,9 +40,10 @@ it on for half an hour. The inlet part of the forecast (cooling loss) is not hel
 
 Prediction: the steady-state target ``T_ss(h) = inlet(h) + R(h)·P`` is linear in the horizon
 ``h``; the temperature follows it with lag ``tau``. The detector solves for the first ``h`` at
-which the temperature reaches the GPU's limit — max operating (SW thermal slowdown, 87 °C on
-Hopper, or the GPU's own ``slowdown_temp - 2``) for the core, HBM max operating (95 °C) for the
-memory — and emits a :class:`~foreshock.findings.Prediction` when that ETA falls inside its
+which the temperature reaches the GPU's limit — its own max operating temperature (SW thermal
+slowdown: ``max_op_temp`` where reported, else its own ``slowdown_temp - 2``, else 87 °C as on
+Hopper) for the core, its own memory max operating temperature (``hbm_max_op_temp``, else 95 °C)
+for the memory — and emits a :class:`~foreshock.findings.Prediction` when that ETA falls inside its
 horizon with enough confidence (warm-up on load, fit residual): ``hbm_overheat`` from the HBM's
 forecast, and ``thermal_throttle`` from whichever of the two reaches its limit first, since the
 driver's SW thermal slowdown holds both (NVML: GPU temperature above the GPU max operating
@@ -103,15 +104,15 @@ from .gpu_inputs import (DAMP_MIN_OBS, FLOW_NOMINAL, flow_asymptote, INLET_NODE_
 # the thermal model's fit is shared with power and cooling (see thermal_fit); its parameters
 # (PARAMS, one vector: fit and forecast) are this detector's
 from .thermal_fit import PARAMS  # noqa: F401
-from .thermal_fit import (CORE, FIT_SLOT_KINDS, G_PLIM, G_PREF, G_SIZE, G_SLOWDOWN, G_TS, G_UB, G_UL, G_USRC, HBM,
+from .thermal_fit import (CORE, FIT_SLOT_KINDS, G_PLIM, G_PREF, G_SIZE, G_TS, G_UB, G_UL, G_USRC, HBM,
                           M_LOADED, M_PF, M_RB, M_RES, M_RL, M_SIZE, M_TAU, N_MODELS, P_CLEAR, P_CONF_MIN, P_DAMP,
                           P_DRIFT_DAMP, P_EVERY, P_FLOW_CARRY, P_FLOW_PLAN_FLOOR, P_HORIZON, P_LEAK,
-                          P_LEARN_DAMP, P_LIM_CORE, P_LIM_HBM, P_LOAD_MIN, P_MARGIN, P_MARGIN_RISE,
-                          P_OFF_HOLD, P_ON, P_REFRESH,
-                          P_RISE, P_R_NOM, P_SITE_DAMP, P_SITE_RISE, P_SLOWDOWN_OFF, P_STALE, P_TREND_CONFIRM,
+                          P_LEARN_DAMP, P_LOAD_MIN, P_MARGIN, P_MARGIN_RISE,
+                          P_OFF_HOLD, P_ON, P_REASONS_STALE, P_REFRESH,
+                          P_RISE, P_R_NOM, P_SITE_DAMP, P_SITE_RISE, P_STALE, P_TREND_CONFIRM,
                           P_TREND_NOISE, P_TREND_SMOOTH, P_TREND_WINDOW, P_URGENT, P_WARMUP, R_DT, R_TPREV,
                           ThermalFit, ThermalFitDetector, X_HBM, X_REASONS, X_SLOT, X_TEMP, X_TS, X_UTIL,
-                          params_vector)
+                          core_limit, hbm_limit, hw_slowdown_limit, params_vector)
 
 MODEL_EVENTS = ("thermal_throttle", "hbm_overheat")
 INLET_WORDS = {
@@ -131,7 +132,7 @@ IDLE_UTIL = 0.05
 # R the temperature shows (see observe_trend): smoothed R sample, and two checkpoints of it;
 # last, since when a thermal limiter has held the GPU (NaN: not held; read by a job peer's reason)
 # and when its throttle reasons were last read (a hold is kept through a missing reading, not
-# through reasons unread for longer than inlet_stale_s)
+# through reasons unread for longer than reasons_stale_s)
 F_EVAL_TS, F_MODEL0 = 0, 1
 F_ETA, F_SURE, F_RS, F_C0, F_C0_TS, F_C1, F_C1_TS = range(7)  # relative to the model's block
 F_MODEL_SIZE = 7
@@ -482,18 +483,16 @@ def _thermal_kernel(obs: np.ndarray, rows: np.ndarray, span: tuple[int, int], pa
             elif fc[i, F_HELD_SINCE] != fc[i, F_HELD_SINCE]:
                 fc[i, F_HELD_SINCE] = ts
         else:
-            if not ts - fc[i, F_BITS_TS] <= params[P_STALE]:
+            if not ts - fc[i, F_BITS_TS] <= params[P_REASONS_STALE]:
                 # reasons unread for long (an exporter that lost its custom counters): whether
                 # it is still held is unknown. Until 2026-12-01 a job peer's reason went on naming
                 # it "held by the thermal limiter for 169 min", 2 1/2 hours after the last reading
                 fc[i, F_HELD_SINCE] = np.nan
             util = obs[row, X_UTIL]
             idle = util == util and 0.0 <= util < IDLE_UTIL
-        slowdown = s[i, G_SLOWDOWN]  # its own, as last reported (the fit keeps it)
-        if slowdown == slowdown:
-            limit_core = slowdown - params[P_SLOWDOWN_OFF]
-        else:
-            limit_core = params[P_LIM_CORE]
+        # its own limits, as last reported (the fit keeps them), else the defaults
+        limit_core = core_limit(s, i, params)
+        limit_hbm = hbm_limit(s, i, params)
         since = ts - fc[i, F_EVAL_TS]
         due = not since < params[P_EVERY]  # NaN (never) counts as due
         if due:
@@ -509,7 +508,7 @@ def _thermal_kernel(obs: np.ndarray, rows: np.ndarray, span: tuple[int, int], pa
             off = G_SIZE + m * M_SIZE
             f = F_MODEL0 + m * F_MODEL_SIZE
             t_m = obs[row, X_TEMP] if m == CORE else obs[row, X_HBM]
-            limit = limit_core if m == CORE else params[P_LIM_HBM]
+            limit = limit_core if m == CORE else limit_hbm
             mv[m, V_USABLE] = 0.0
             if t_m != t_m or not -50.0 < t_m < 200.0:
                 continue
@@ -541,8 +540,8 @@ def _thermal_kernel(obs: np.ndarray, rows: np.ndarray, span: tuple[int, int], pa
             mv[m, V_SEEN_R] = observed[T_R]
             mv[m, V_SEEN_RATE] = observed[T_RATE]
         # thermal_throttle: NVML's SW thermal slowdown holds the core under its max operating
-        # temperature *and* the memory under its own (95 °C on Hopper), so the GPU throttles at
-        # whichever limit comes first — the alarm follows the core's forecast, or the HBM's where
+        # temperature *and* the memory under its own (hbm_max_op_temp; 95 °C on Hopper), so the
+        # GPU throttles at whichever limit comes first — the alarm follows the core's forecast, or the HBM's where
         # that one fires first. It steps on rows with a usable core reading (an HBM reading
         # missing adds nothing); an idle GPU has nothing to slow
         if mv[CORE, V_USABLE] > 0.0:
@@ -566,7 +565,7 @@ def _thermal_kernel(obs: np.ndarray, rows: np.ndarray, span: tuple[int, int], pa
                     off = G_SIZE + CORE * M_SIZE
                     observed = (mv[CORE, V_SEEN_R], mv[CORE, V_SEEN_RATE])
                     t_m = mv[CORE, V_TEMP]
-                    hw_limit = limit_core + params[P_SLOWDOWN_OFF]
+                    hw_limit = hw_slowdown_limit(s, i, limit_core, params)
                     out[n_out - 1, O_V0 + 6] = model_eta(s, i, off, t_m, hw_limit, (damp, du), observed, params)[0]
                     out[n_out - 1, O_V0 + 7] = hw_limit
                     # the same forecast with the flow held where it is: on a loop losing flow the
@@ -692,7 +691,7 @@ class ThermalDetector(ThermalFitDetector):
             members = self._job_members[job] = self.topology.gpus_of_job(job)
         since = self.s_forecast[members, F_HELD_SINCE]
         # ... and still reporting: a member that fell off the bus keeps its last hold in the state
-        fresh = ts - self.s_model[members, G_TS] <= self.params[P_STALE]
+        fresh = ts - self.s_model[members, G_TS] <= self.params[P_REASONS_STALE]
         held = (since == since) & fresh & (members != slot)
         if not held.any():
             return ""

@@ -38,8 +38,9 @@ from .gpu_inputs import (Scratch, gpu_obs, inline, kernel, new_inlet_states, nod
                          read_inlet, update_rack_inlet, upgrade_rack_state)
 
 OBS_FIELDS = ("gpu_temp", "hbm_temp", "power", "slowdown_temp", "energy", "power_limit", "throttle_reasons",
-              "util")
-X_TS, X_SLOT, X_TEMP, X_HBM, X_POWER, X_SLOWDOWN, X_ENERGY, X_PLIMIT, X_REASONS, X_UTIL = range(10)
+              "util", "max_op_temp", "hbm_max_op_temp")
+X_TS, X_SLOT, X_TEMP, X_HBM, X_POWER, X_SLOWDOWN, X_ENERGY, X_PLIMIT, X_REASONS, X_UTIL, X_MAX_OP, \
+    X_HBM_MAX_OP = range(12)
 
 # ---- per-GPU fit state: common columns, then one block per model --------------------------
 # last ts, reference power, inlet level/slope/samples, last energy reading, power limit
@@ -95,7 +96,15 @@ G_SLOWDOWN = G_ENERGY_TS + 1
 the power limit is, through a poll that misses it. A GPU whose own limits sit above Hopper's (a
 slowdown of 95 °C, running at 89 °C) was held to the 87 °C default for the one poll whose read
 failed, and predicted to throttle with ETA 0 (until 2026-12-01)."""
-MODEL_WIDTH = G_SLOWDOWN + 1
+G_MAX_OP = G_SLOWDOWN + 1
+"""... and the GPU's own max operating temperatures as last reported, core then memory (40-130 °C;
+NaN: never; kept through a poll that misses them, as the slowdown temperature is): the limits its
+SW thermal slowdown holds the die and the HBM under (DCGM fields 152 and 151, NVML's GPU_MAX and
+MEM_MAX thresholds, nvidia-smi's T.Limit). Before 2026-12-01 neither was read: the core limit was
+the slowdown temperature less 2 °C (else 87 °C) and the HBM's a fixed 95 °C, so a part whose own
+limits sit elsewhere (a max operating temperature of 83 °C) was predicted against the wrong one."""
+G_HBM_MAX_OP = G_MAX_OP + 1
+MODEL_WIDTH = G_HBM_MAX_OP + 1
 # per row of a fitted frame: the step (s; < 0: row skipped as out of order) and the core
 # temperature before this sample (NaN after a gap) — what consumers need besides the state
 R_DT, R_TPREV = 0, 1
@@ -137,6 +146,12 @@ PARAMS: dict[str, float] = {
     "gap_s": 600.0,  # a longer gap restarts the filters
     "r_nominal": facts.THERMAL_RESISTANCE_C_PER_W,
     "inlet_stale_s": 300.0,
+    # a thermal hold is kept through a sample without throttle reasons, not through reasons unread
+    # this long (an exporter restarted without its custom counters): then it is let go (as
+    # power.reasons_stale_s lets a brake go)
+    "reasons_stale_s": 300.0,
+    # the limits where the GPU reports none of its own (max_op_temp, hbm_max_op_temp; for the core,
+    # else its slowdown_temp less slowdown_to_max_operating_c)
     "limit_core_c": facts.MAX_OPERATING_TEMP_C,
     "limit_hbm_c": facts.HBM_MAX_OPERATING_TEMP_C,
     "slowdown_to_max_operating_c": facts.HW_SLOWDOWN_TEMP_C - facts.MAX_OPERATING_TEMP_C,
@@ -167,7 +182,8 @@ P = {name: i for i, name in enumerate(PARAM_NAMES)}
 (P_TAU_CORE, P_TAU_HBM, P_TAU_LEVEL, P_TAU_SLOPE, P_TAU_UL, P_TAU_UB, P_DAMP, P_LEARN_DAMP, P_DRIFT_DAMP, P_RISE, P_LEAK, P_MARGIN, P_MARGIN_RISE,
  P_TAU_REF, P_HORIZON,
  P_CLEAR, P_OFF_HOLD, P_REFRESH, P_EVERY, P_ON, P_URGENT, P_CONF_MIN, P_WARMUP, P_LOAD_MIN, P_GAP, P_R_NOM,
- P_STALE, P_LIM_CORE, P_LIM_HBM, P_SLOWDOWN_OFF, P_TAU_MIN, P_TAU_MAX, P_TAU_EXC, P_SITE_DAMP, P_SITE_RISE,
+ P_STALE, P_REASONS_STALE, P_LIM_CORE, P_LIM_HBM, P_SLOWDOWN_OFF, P_TAU_MIN, P_TAU_MAX, P_TAU_EXC, P_SITE_DAMP,
+ P_SITE_RISE,
  P_TREND_WINDOW, P_TREND_SMOOTH, P_TREND_CONFIRM, P_TREND_NOISE, P_FLOW_CARRY, P_FLOW_PLAN_FLOOR) = range(len(PARAMS))
 
 
@@ -390,10 +406,42 @@ def observe(obs: np.ndarray, row: int, s: np.ndarray, n_models: int, parents: np
     plim = obs[row, X_PLIMIT]
     if plim == plim and 50.0 < plim < 1e5:
         s[i, G_PLIM] = plim
-    slowdown = obs[row, X_SLOWDOWN]
-    if slowdown == slowdown and 40.0 < slowdown < 130.0:  # (an offset from T.Limit, or 0, is not one)
-        s[i, G_SLOWDOWN] = slowdown
+    # the GPU's own thresholds, kept through a poll that misses them (an offset from T.Limit, or 0,
+    # is not one: see facts.OWN_LIMIT_MIN_C)
+    for x, g in ((X_SLOWDOWN, G_SLOWDOWN), (X_MAX_OP, G_MAX_OP), (X_HBM_MAX_OP, G_HBM_MAX_OP)):
+        own = obs[row, x]
+        if facts.OWN_LIMIT_MIN_C < own < facts.OWN_LIMIT_MAX_C:  # (False for NaN)
+            s[i, g] = own
     return dt, power, inlet
+
+
+@inline
+def core_limit(s: np.ndarray, i: int, params: np.ndarray) -> float:
+    """GPU ``i``'s core limit: its own max operating temperature as last reported, else its own
+    slowdown temperature less ``slowdown_to_max_operating_c``, else ``limit_core_c``."""
+    if s[i, G_MAX_OP] == s[i, G_MAX_OP]:
+        return s[i, G_MAX_OP]  # type: ignore[no-any-return]
+    if s[i, G_SLOWDOWN] == s[i, G_SLOWDOWN]:
+        return s[i, G_SLOWDOWN] - params[P_SLOWDOWN_OFF]  # type: ignore[no-any-return]
+    return params[P_LIM_CORE]  # type: ignore[no-any-return]
+
+
+@inline
+def hbm_limit(s: np.ndarray, i: int, params: np.ndarray) -> float:
+    """GPU ``i``'s HBM limit: its own memory max operating temperature as last reported, else
+    ``limit_hbm_c``."""
+    if s[i, G_HBM_MAX_OP] == s[i, G_HBM_MAX_OP]:
+        return s[i, G_HBM_MAX_OP]  # type: ignore[no-any-return]
+    return params[P_LIM_HBM]  # type: ignore[no-any-return]
+
+
+@inline
+def hw_slowdown_limit(s: np.ndarray, i: int, limit_core: float, params: np.ndarray) -> float:
+    """GPU ``i``'s HW slowdown temperature: its own as last reported, else
+    ``slowdown_to_max_operating_c`` over its core limit (``limit_core``, :func:`core_limit`)."""
+    if s[i, G_SLOWDOWN] == s[i, G_SLOWDOWN]:
+        return s[i, G_SLOWDOWN]  # type: ignore[no-any-return]
+    return limit_core + params[P_SLOWDOWN_OFF]
 
 
 @inline
@@ -586,8 +634,9 @@ class ThermalFitDetector(Detector):
     def upgrade_state(self, state: dict[str, Any]) -> dict[str, Any]:
         """Racks' flow time (``upgrade_rack_state``), the GPUs' inlet source (``G_USRC``: NaN, not
         known), when their energy counter last moved (``G_ENERGY_TS``: the last sample's time, when
-        it was read) and their slowdown temperature (``G_SLOWDOWN``: NaN, taken from the next
-        report) added to a state saved before them."""
+        it was read), their slowdown temperature (``G_SLOWDOWN``) and their max operating
+        temperatures (``G_MAX_OP``, ``G_HBM_MAX_OP``) (NaN: taken from the next report) added to a
+        state saved before them."""
         return add_columns(upgrade_rack_state(state), "s_model", MODEL_WIDTH, {G_ENERGY_TS: G_TS})
 
     def init_fit(self, params: np.ndarray, consumer: bool) -> None:

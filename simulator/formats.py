@@ -25,7 +25,7 @@ from foreshock.frames import Frame
 from foreshock.topology import Topology
 
 MODEL_NAME = "NVIDIA H200"
-_INTEGER_FIELDS = {"gpu_temp", "hbm_temp", "slowdown_temp", "sm_clock", "sm_clock_max", "util", "throttle_reasons",
+_INTEGER_FIELDS = {"gpu_temp", "hbm_temp", "slowdown_temp", "max_op_temp", "hbm_max_op_temp", "sm_clock", "sm_clock_max", "util", "throttle_reasons",
                    "xid_last", "ecc_dbe", "pcie_replays", "remapped_rows", "energy", "power_throttle_time",
                    "thermal_throttle_time"}
 

@@ -44,6 +44,8 @@ class Telemetry:
             "gpu_temp": np.round(gpu.temp),
             "hbm_temp": np.round(gpu.hbm_temp),
             "slowdown_temp": np.full(n, p.hw_slowdown_c),
+            "max_op_temp": np.full(n, p.max_operating_c),
+            "hbm_max_op_temp": np.full(n, p.hbm_max_operating_c),
             "power": np.round(np.maximum(gpu.power + noise, 0.0), 2),
             "power_limit": gpu.power_limit.copy(),
             "energy": np.floor(gpu.energy * 1000.0) / 1000.0,

@@ -49,6 +49,13 @@ _RULE = re.compile(r"^#{20,}\s*$")
 _UNIT = re.compile(r"\s*\[[^\]]*\]\s*$")
 _INVALID_FIELD = re.compile(r'Field "([^"]+)" is not a valid field to query')
 _MISSING = frozenset({"", "[n/a]", "n/a"})
+TLIMIT_QUERY = "temperature.gpu.tlimit"
+"""The headroom to the GPU's max operating temperature (T.Limit), not a temperature: drivers 590
+print ``GPU T.Limit Temp : 59 C`` at 28 °C on an H200 (and ``GPU Max Operating T.Limit Temp : 0 C``
+in ``-q``, every threshold an offset from T.Limit), so ``max_op_temp`` is ``temperature.gpu`` plus
+it. The field table cannot say "plus another column", so :func:`parse_query_gpu` derives it and the
+live source asks for it besides the table's names. (The memory's max operating temperature has no
+query name: ``-q`` prints only its offset, 0, from a memory T.Limit it does not print.)"""
 
 
 # ---- capture files ------------------------------------------------------------------------
@@ -172,6 +179,11 @@ def parse_query_gpu(text: str, host: str | None = None, health: PipelineHealth |
         # Two aliases of one field queried together: the first with a value wins.
         values[field.name] = np.where(np.isnan(values[field.name]), parsed, values[field.name]) \
             if field.name in values else parsed
+    if TLIMIT_QUERY in col_of and "gpu_temp" in values:
+        headroom, bad, nans = parse_tokens(cols[col_of[TLIMIT_QUERY]])
+        problems["non-numeric value"] += bad
+        problems["NaN value"] += nans
+        values["max_op_temp"] = values["gpu_temp"] + headroom  # (the detectors judge its range)
 
     for reason, count in problems.items():
         health.problem(STAGE, reason, count)
@@ -308,7 +320,7 @@ class NvidiaSmiSource(PollingSource):
         self.host = host or socket.gethostname()
         self.timeout = timeout
         self._topology = topology
-        self._choices = query_fields()
+        self._choices = query_fields() + [[TLIMIT_QUERY]]  # (max_op_temp: see TLIMIT_QUERY)
 
     def argv(self) -> list[str]:
         names = ["timestamp", "index"] + [choice[0] for choice in self._choices if choice]

@@ -60,6 +60,12 @@ READERS: dict[str, Reader] = {
     "hbm_temp": _memory_temp,
     "slowdown_temp": lambda nv, h: float(nv.nvmlDeviceGetTemperatureThreshold(
         h, nv.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN)),
+    # the max operating temperatures (GPU_MAX = 3, MEM_MAX = 2): a GPU that has none raises
+    # NOT_SUPPORTED, read as no value (and not asked again); an older pynvml lacks the names
+    "max_op_temp": lambda nv, h: float(nv.nvmlDeviceGetTemperatureThreshold(
+        h, getattr(nv, "NVML_TEMPERATURE_THRESHOLD_GPU_MAX", 3))),
+    "hbm_max_op_temp": lambda nv, h: float(nv.nvmlDeviceGetTemperatureThreshold(
+        h, getattr(nv, "NVML_TEMPERATURE_THRESHOLD_MEM_MAX", 2))),
     "power": lambda nv, h: nv.nvmlDeviceGetPowerUsage(h) * 1e-3,
     "power_limit": lambda nv, h: nv.nvmlDeviceGetEnforcedPowerLimit(h) * 1e-3,
     "energy": lambda nv, h: nv.nvmlDeviceGetTotalEnergyConsumption(h) * 1e-3,

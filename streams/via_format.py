@@ -12,8 +12,10 @@ detectors see exactly what the real path would give them, not the simulator's fl
                             violation counters; power to 6 decimals; GPUs with a missing sample
                             are left out (no row), as the exporter leaves them out.
 ``nvidia-smi`` gpu          ``nvidia-smi --query-gpu`` CSV per node through ``parse_query_gpu``;
-                            ``slowdown_temp``, ``energy``, ``xid_last`` and ``pcie_replays``
-                            have no query name and come back NaN; a missing sample is a row of
+                            ``slowdown_temp``, ``energy``, ``xid_last``, ``pcie_replays`` and
+                            ``hbm_max_op_temp`` have no query name and come back NaN, and so does
+                            ``max_op_temp`` (a real CSV derives it from ``temperature.gpu.tlimit``,
+                            which the renderer does not print); a missing sample is a row of
                             ``[N/A]`` (NaN values).
 ``sysfs``      link         each node's ``/sys/class/infiniband`` tree (a scratch folder)
                             through ``read_infiniband``: integer counters, data in 4-byte words;

@@ -49,6 +49,24 @@ def test_feature_kernel_matches_reference():
             assert f["temp_slope_c_per_min"] == pytest.approx(slope)
 
 
+@pytest.mark.kernel
+@pytest.mark.parametrize("own, core_limit, hbm_limit", [
+    ({}, 87.0, 95.0),
+    ({"slowdown_temp": 85.0}, 83.0, 95.0),  # its slowdown less 2
+    ({"max_op_temp": 83.0, "slowdown_temp": 89.0}, 83.0, 95.0),  # its max operating, first
+    ({"max_op_temp": 83.0, "hbm_max_op_temp": 90.0}, 83.0, 90.0),
+    ({"max_op_temp": 0.0, "hbm_max_op_temp": -2.0, "slowdown_temp": 0.0}, 87.0, 95.0),  # T.Limit offsets: none
+])
+def test_the_margins_are_to_the_gpus_own_limits(own, core_limit, hbm_limit):
+    """core_margin_c and hbm_margin_c are to the limits the GPU reports (its max operating
+    temperatures, else its slowdown less 2 °C), else Hopper's 87 and 95 °C."""
+    stream = bl.FeatureStream(small_topology(nodes=1, gpus=1, racks=1), PipelineHealth(), "test")
+    _, x = stream.features(Frame("gpu", [10.0], [0], {"gpu_temp": [70.0], "hbm_temp": [60.0], "power": [600.0],
+                                                      **{k: [v] for k, v in own.items()}}))
+    f = dict(zip(bl.FEATURES, x[0]))
+    assert (f["core_margin_c"], f["hbm_margin_c"]) == (core_limit - 70.0, hbm_limit - 60.0)
+
+
 def test_threshold_rule_fires_at_the_level_not_before():
     topo = small_topology()
     world = World(topo, faults=[Fault("tim_degradation", 4, 1800, 0.8)], seed=2)

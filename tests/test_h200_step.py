@@ -38,6 +38,10 @@ def gpu_columns(run: str) -> dict[str, np.ndarray]:
     return {"ts": frame.ts, **frame.columns}
 
 
+READ_SINCE_RECORDED = {"max_op_temp", "hbm_max_op_temp"}
+"""NVML readers added after the H200 was recorded (2026-12-01): not in the recording."""
+
+
 def during(ts: np.ndarray, start: float, end: float, settle: float) -> np.ndarray:
     return (ts >= start + settle) & (ts < end)
 
@@ -48,7 +52,7 @@ def test_the_nvml_recording_reads_back_with_every_field_nvml_reports(run: str) -
     interval = np.diff(cols["ts"])
     assert np.median(interval) == pytest.approx(RUNS[run], rel=0.02)
     assert interval.min() > 0  # strictly increasing: no duplicate or reordered polls
-    for field in READERS:  # every reader worked on a real H200: no NaN column
+    for field in set(READERS) - READ_SINCE_RECORDED:  # every reader worked on a real H200: no NaN column
         assert np.isfinite(cols[field]).all(), field
     # base units: watts, joules, hertz, ratio
     assert 60 < cols["power"].min() and cols["power"].max() < 720

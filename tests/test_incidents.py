@@ -691,8 +691,15 @@ def naive_track_gpu(tel, slot, ts, cols):
                 tel[s, ii.TEL_SLOPE] = (x - tel[s, ii.TEL_REF_TEMP]) / span
             tel[s, ii.TEL_REF_TS], tel[s, ii.TEL_REF_TEMP] = t, x
         tel[s, ii.TEL_TS], tel[s, ii.TEL_TEMP] = t, x
-        own = cols["slowdown_temp"][r] - (facts.HW_SLOWDOWN_TEMP_C - facts.MAX_OPERATING_TEMP_C)
-        tel[s, ii.TEL_LIMIT] = own if np.isfinite(own) else facts.MAX_OPERATING_TEMP_C
+        # its own limit: max operating, else slowdown less 2 (40-130 °C, else no reading); kept
+        # through a sample with neither, 87 °C until one comes
+        max_op, slowdown = cols["max_op_temp"][r], cols["slowdown_temp"][r]
+        if 40.0 < max_op < 130.0:
+            tel[s, ii.TEL_LIMIT] = max_op
+        elif 40.0 < slowdown < 130.0:
+            tel[s, ii.TEL_LIMIT] = slowdown - (facts.HW_SLOWDOWN_TEMP_C - facts.MAX_OPERATING_TEMP_C)
+        elif np.isnan(tel[s, ii.TEL_LIMIT]):
+            tel[s, ii.TEL_LIMIT] = facts.MAX_OPERATING_TEMP_C
         tel[s, ii.TEL_POWER_HEADROOM] = cols["power_limit"][r] - cols["power"][r]
 
 
@@ -700,7 +707,8 @@ def naive_track_gpu(tel, slot, ts, cols):
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.lists(st.tuples(st.integers(0, 5), st.sampled_from([0.0, 100.0, 400.0, math.nan, math.inf]),
                                    st.sampled_from([55.0, 61.0, 90.0, math.nan, -math.inf]),
-                                   st.sampled_from([89.0, math.nan]), st.sampled_from([300.0, math.nan])),
+                                   st.sampled_from([89.0, math.nan, 0.0]), st.sampled_from([300.0, math.nan]),
+                                   st.sampled_from([83.0, math.nan, 0.0])),
                          max_size=12), min_size=1, max_size=4))
 def test_gpu_telemetry_kernel_matches_reference(frames):
     from foreshock.detectors.incident_impact import Telemetry
@@ -712,13 +720,28 @@ def test_gpu_telemetry_kernel_matches_reference(frames):
         slot = np.array([r[0] for r in rows], np.int32)
         ts = np.array([t0 + r[1] for r in rows])
         cols = {"gpu_temp": np.array([r[2] for r in rows]), "slowdown_temp": np.array([r[3] for r in rows]),
-                "power": np.array([r[4] for r in rows]), "power_limit": np.full(len(rows), 700.0)}
+                "power": np.array([r[4] for r in rows]), "power_limit": np.full(len(rows), 700.0),
+                "max_op_temp": np.array([r[5] for r in rows])}
         before = tel.gpu_frames_ts
         tel.observe(Frame("gpu", ts, slot, cols))
         naive_track_gpu(ref, slot, ts, cols)
         assert np.array_equal(tel.s_gpu_tel, ref, equal_nan=True)
         newest = max([before] + [t for t in ts if not math.isnan(t)]) if np.isfinite(ts).any() else before
         assert tel.gpu_frames_ts == newest
+
+
+def test_a_gpus_limit_is_its_own_max_operating_temperature_kept_through_a_missing_sample():
+    """The headroom an incident ranks exposed GPUs by is to the GPU's own max operating temperature
+    (83 °C reported), else its slowdown less 2; a sample that reports neither keeps the last, and a
+    T.Limit offset (0) is no reading — it made the limit -2 °C (until 2026-12-01)."""
+    from foreshock.detectors import incident_impact as ii
+    tel = ii.Telemetry(3, 1, 1)
+    nan = math.nan
+    for t, max_op, slowdown in ((10.0, 83.0, 89.0), (20.0, nan, nan), (30.0, 0.0, 0.0)):
+        tel.observe(Frame("gpu", [t, t, t], [0, 1, 2], {
+            "gpu_temp": [70.0, 70.0, 70.0], "max_op_temp": [max_op, nan, nan],
+            "slowdown_temp": [slowdown, slowdown, 0.0]}))
+        assert tel.s_gpu_tel[:, ii.TEL_LIMIT].tolist() == [83.0, 87.0, 87.0], t
 
 
 # ---- found by the review of 2026-12-01 (each failed before its fix) -------------------------------

@@ -222,19 +222,21 @@ class NaivePower(PerSample):
         n = topo.size("gpu")
         self.g = [dict(env=math.nan, level=math.nan, slope=math.nan, n=0.0, brake=0.0, thermal=0.0,
                        env_pre=math.nan, tb=0.0, eta=math.inf, eval_ts=math.nan, over=0.0, bits_ts=math.nan,
-                       slowdown=math.nan)
+                       slowdown=math.nan, max_op=math.nan)
                   for _ in range(n)]
         self.alarm = [new_alarm() for _ in range(n)]
         self.nodes = {k: dict(count=0, active=False) for k in range(topo.size("node"))}
         self.found = []  # (ts, slot, what, active)
         self.seen = {"forecast": 0, "start": 0, "withdraw": 0, "brake": 0, "node brake": 0, "thermal": 0,
-                     "brake let go": 0, "over the default limit": 0}
+                     "brake let go": 0, "over the default limit": 0, "released": 0}
 
     def sample(self, ts, i, dt, tprev, c):
         temp, reasons, power = c["gpu_temp"], c["throttle_reasons"], c["power"]
         g, p, tp, m = self.g[i], self.pp, self.p, self.fit.s_model
         if 40.0 < c["slowdown_temp"] < 130.0:  # its own slowdown temperature, kept once reported
             g["slowdown"] = c["slowdown_temp"]
+        if 40.0 < c["max_op_temp"] < 130.0:  # its own max operating temperature, likewise
+            g["max_op"] = c["max_op_temp"]
         if -50.0 < temp < 200.0 and not math.isnan(tprev):
             g["tb"] += (1 - math.exp(-dt / p[pw.P_TAU_SLOPE])) * ((temp - tprev) / dt - g["tb"])
         bits = int(reasons) if 0.0 <= reasons < 2.0 ** 40 else -1
@@ -299,10 +301,13 @@ class NaivePower(PerSample):
                 g["eval_ts"], since = ts, 0.0
                 self.seen["forecast"] += 1
             eta = max(g["eta"] - since, 0.0)
-        max_op = g["slowdown"] - 2.0 if not math.isnan(g["slowdown"]) else facts.MAX_OPERATING_TEMP_C
+        # its own max operating temperature, else its slowdown less 2 °C, else 87 °C
+        max_op = g["max_op"] if not math.isnan(g["max_op"]) else \
+            g["slowdown"] - 2.0 if not math.isnan(g["slowdown"]) else facts.MAX_OPERATING_TEMP_C
         if thermal and g["env_pre"] >= limit - p[pw.P_RELEASE_MARGIN] and temp <= max_op \
                 and m[i, tf.G_UB] <= p[pw.P_RELEASE_INLET]:
             eta = p[pw.P_RELEASE_ETA]  # cooling below max operating: the cap takes over
+            self.seen["released"] += 1
         if node_event and g["env_pre"] >= p[pw.P_LOAD_MIN]:
             eta = p[pw.P_RELEASE_ETA]  # the brake lifts onto a smaller power budget
         horizon = p[pw.P_HORIZON]
@@ -320,7 +325,9 @@ def random_power_frames(topo, seed, ticks=150):
     power, reasons that are not a bitmask and late rows; one node's reasons go unread for minutes
     at a time, and every fourth GPU reports no power limit, some of them drawing well over 700 W."""
     rng = np.random.default_rng(seed)
+    own = np.random.default_rng([seed, 1])  # the max operating temperatures reported (their own draws)
     n, n_racks = topo.size("gpu"), topo.size("rack")
+    max_op = own.choice([87.0, 84.0, np.nan], n)  # each GPU's own (none reported by some)
     r = 0.046 * rng.uniform(1.0, 2.2, n)
     base = rng.uniform(600.0, 700.0, n)
     no_limit = np.arange(n) % 4 == 3
@@ -330,14 +337,15 @@ def random_power_frames(topo, seed, ticks=150):
     for tick in range(ticks):
         dt = rng.choice([5.0, 10.0, 10.0, 700.0], p=[.3, .6, .08, .02])
         ts += dt
-        inlet = 24.0 + 0.03 * tick * (rng.random(n_racks) < 0.7)  # most racks warming
+        inlet = 24.0 + 0.03 * tick * (rng.random(n_racks) < 0.7)  # most racks warming ...
+        inlet -= 0.25 * max(tick - 100, 0)  # ... until their cooling is restored: thermally held GPUs let go
         frames.append(Frame("rack", np.full(n_racks, ts), np.arange(n_racks), {"inlet_temp": inlet}))
         power = base + 3.0 * (temp - 40.0) + rng.uniform(-5, 5, n)
         idle = rng.random(n) < 0.05
         power[idle] = 80.0
         temp = 24.0 + r * power + (temp - 24.0 - r * power) * np.exp(-dt / 20.0)
         bits = np.where((power >= 700.0) & ~no_limit, float(facts.THROTTLE_SW_POWER_CAP), 0.0)
-        bits[temp >= 87.0] += facts.THROTTLE_SW_THERMAL
+        bits[temp >= 85.0] += facts.THROTTLE_SW_THERMAL  # (a limiter at 85 °C: held GPUs read under 87)
         if rng.random() < 0.1:  # a node's power supply: its GPUs brake together for a while
             node = rng.integers(topo.size("node"))
             bits[topo.gpu_node == node] += facts.THROTTLE_HW_POWER_BRAKE
@@ -354,7 +362,9 @@ def random_power_frames(topo, seed, ticks=150):
         frames.append(Frame("gpu", row_ts, rows, {
             "gpu_temp": np.round(temp[rows]), "power": sample[rows],
             "power_limit": np.where(no_limit, np.nan, 700.0)[rows],
-            "throttle_reasons": bits[rows], "slowdown_temp": rng.choice([89.0, 84.0, np.nan], n)}))
+            "throttle_reasons": bits[rows], "slowdown_temp": rng.choice([89.0, 84.0, np.nan], n),
+            # ... missing from some polls, or a T.Limit offset (0)
+            "max_op_temp": np.where(own.random(n) < 0.1, own.choice([np.nan, 0.0], n), max_op)[rows]}))
     return frames
 
 
@@ -389,7 +399,7 @@ def test_the_power_kernel_matches_a_naive_per_sample_reference(seed):
 def test_the_power_reference_comparison_reaches_every_branch():
     seen = branches_seen(power_both(seed)[1] for seed in range(4))
     assert all(seen.get(k, 0) >= 3 for k in ("forecast", "start", "withdraw", "brake", "node brake", "thermal",
-                                             "brake let go", "over the default limit")), seen
+                                             "brake let go", "over the default limit", "released")), seen
 
 
 def naive_thermal_cap_eta(rl, ul, pref, rb, tau, loaded, temp, level, slope, limit, damp, du, steps=20000):
@@ -512,3 +522,33 @@ def test_a_rack_inlet_read_as_0_for_a_minute_is_not_a_warming_loop():
     found = [f for f in run(pw.PowerDetector(topo), frames) if isinstance(f, Prediction)]
     assert not found, found[0].reason
     assert not [f for f in run(th.ThermalDetector(topo), frames) if isinstance(f, Prediction)]
+
+
+def held_gpu_cooling_frames(max_op_temp: float):
+    """A GPU that drew ~690 W for 10 min, then is held by the SW thermal limiter (0x20) at 640 W
+    while its die sits at 84-85 °C and its inlet falls (cooling restored: 1.2 °C/min); it reports
+    ``max_op_temp`` (NaN: none)."""
+    frames = []
+    for t in np.arange(0.0, 1200.0, 10.0):
+        held = t >= 600.0
+        frames.append(Frame("rack", [t], [0], {"inlet_temp": [40.0 - 0.02 * max(t - 600.0, 0.0)]}))
+        frames.append(Frame("gpu", [t], [0], {
+            "gpu_temp": [84.0 + (t // 10) % 2 if held else 80.0], "power": [640.0 if held else 690.0],
+            "power_limit": [700.0], "throttle_reasons": [float(facts.THROTTLE_SW_THERMAL) if held else 0.0],
+            "max_op_temp": [max_op_temp]}))
+    return frames
+
+
+@pytest.mark.parametrize("max_op_temp, predicted", [(np.nan, True), (87.0, True), (83.0, False)])
+def test_a_held_gpu_meets_its_cap_only_once_under_its_own_max_operating_temperature(max_op_temp, predicted):
+    """A GPU held by the thermal limiter after drawing near its cap meets the cap once it cools
+    below max operating (the limiter lets go). At 84-85 °C that is so under the 87 °C default or a
+    reported 87, but not for a GPU whose own max operating temperature is 83 °C (DCGM field 152):
+    its limiter still holds it, and no cap is coming (its inlet falling all the while). Until
+    2026-12-01 the reported temperature was not read and its cap was predicted."""
+    topo = small_topology(nodes=1, gpus=1, racks=1)
+    found = [f for f in run(pw.PowerDetector(topo), held_gpu_cooling_frames(max_op_temp))
+             if isinstance(f, Prediction) and f.active and f.event == "power_cap"]
+    assert bool(found) == predicted, found
+    if predicted:
+        assert "cooling below max operating" in found[0].reason

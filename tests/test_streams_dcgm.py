@@ -302,3 +302,27 @@ def test_unicode_digits_are_not_numbers() -> None:
     assert len(parse_dcgm_text(text, T0, health)) == 0
     assert health.problems[("dcgm", "series without a gpu label")] == 1
     assert health.problems[("dcgm", "malformed line")] == 1
+
+
+def test_the_gpus_own_max_operating_temperatures_are_read_under_both_namings() -> None:
+    """dcgm_fields.h: DCGM_FI_DEV_GPU_MAX_OP_TEMP (152) and DCGM_FI_DEV_MEM_MAX_OP_TEMP (151), the
+    maximum operating temperatures of the GPU and of its memory; DCGM 4.6 names them
+    ``..._GPU_MAX_OP_TEMP_CELSIUS`` and ``..._MEMORY_MAX_OP_TEMP_CELSIUS``. A GPU that does not
+    support one serves the not-supported sentinel: no value, counted as such."""
+    text = "\n".join([
+        line("DCGM_FI_DEV_GPU_TEMP", "61"),
+        line("DCGM_FI_DEV_GPU_MAX_OP_TEMP", "83"),
+        line("DCGM_FI_DEV_MEM_MAX_OP_TEMP", "95"),
+        line("DCGM_FI_DEV_GPU_TEMP_CELSIUS", "60", gpu=1),
+        line("DCGM_FI_DEV_GPU_MAX_OP_TEMP_CELSIUS", "87", gpu=1),
+        line("DCGM_FI_DEV_MEMORY_MAX_OP_TEMP_CELSIUS", "105", gpu=1),
+        line("DCGM_FI_DEV_GPU_TEMP", "59", gpu=2),
+        line("DCGM_FI_DEV_GPU_MAX_OP_TEMP", "9223372036854775794", gpu=2),  # int64 not supported
+        line("DCGM_FI_DEV_MEM_MAX_OP_TEMP", "9223372036854775794", gpu=2),
+    ])
+    health = PipelineHealth()
+    batch = parse_dcgm_text(text, T0, health)
+    assert values(batch, "node1/gpu0") == {"gpu_temp": 61.0, "max_op_temp": 83.0, "hbm_max_op_temp": 95.0}
+    assert values(batch, "node1/gpu1") == {"gpu_temp": 60.0, "max_op_temp": 87.0, "hbm_max_op_temp": 105.0}
+    assert values(batch, "node1/gpu2") == {"gpu_temp": 59.0}
+    assert health.problems == {("dcgm", "not-supported sentinel dropped"): 2}

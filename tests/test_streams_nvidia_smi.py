@@ -67,6 +67,7 @@ def test_h200_under_load_query_gpu(h200: dict[str, str]) -> None:
         "power": 627.40, "power_limit": 700.0, "gpu_temp": 52.0, "hbm_temp": 40.0,
         "sm_clock": 1.98e9, "sm_clock_max": 1.98e9, "util": 1.0, "throttle_reasons": 0.0,
         "power_throttle_time": 0.0, "thermal_throttle_time": 0.0, "ecc_dbe": 0.0, "remapped_rows": 0.0,
+        "max_op_temp": 87.0,  # 52 °C + temperature.gpu.tlimit 35
     }
     assert health.total_problems() == 0  # [N/A], deprecated, Active/Not Active: none is a problem
 
@@ -191,6 +192,8 @@ def test_runner_polls_the_stub(tmp_path: Path, shared_data: Path) -> None:
     assert argv[1] == "--format=csv"
     query = argv[0].removeprefix("--query-gpu=").split(",")
     assert query[:2] == ["timestamp", "index"] and "power.draw" in query and "clocks_event_reasons.active" in query
+    assert "temperature.gpu.tlimit" in query  # for max_op_temp (the table has no name for it)
+    assert frames[0].columns["max_op_temp"].tolist() == [87.0]
     assert health.total_problems() == 0
 
 
@@ -244,3 +247,48 @@ def test_a_long_csv_parsed_in_chunks_gives_what_parsing_it_whole_gives(rows, chu
         assert np.array_equal(np.asarray(joined.entities)[joined.entity], np.asarray(whole.entities)[whole.entity])
         for name, column in whole.columns.items():
             assert np.array_equal(joined.column(name), column, equal_nan=True), name
+
+
+# ---- the GPU's own max operating temperature (T.Limit) --------------------------------------------
+def _q_temperature(q_text: str) -> dict[str, float]:
+    """The ``Temperature`` block of ``nvidia-smi -q``: ``{"GPU Current Temp": 52.0, ...}`` (N/A left out)."""
+    block = q_text.split("\n    Temperature\n", 1)[1].split("\n    GPU Power Readings", 1)[0]
+    out = {}
+    for line in block.splitlines():
+        name, _, value = line.partition(":")
+        if value.strip().endswith(" C"):
+            out[name.strip()] = float(value.strip()[:-2])
+    return out
+
+
+@pytest.mark.parametrize("state", ["idle", "load"])
+def test_max_operating_temperature_is_the_temperature_plus_its_t_limit_headroom(h200, state) -> None:
+    """Drivers 590 print every threshold as an offset from T.Limit (``-q``: ``GPU Max Operating T.Limit
+    Temp : 0 C``) and ``GPU T.Limit Temp`` as the headroom: on the real H200 capture 28 °C + 59 and
+    52 °C + 35 = 87 °C, the max operating temperature. The query-gpu CSV's ``temperature.gpu.tlimit``
+    is that headroom: a row built from the capture's own header gives 87 °C, as ``-q`` does."""
+    q = _q_temperature(h200[f"{state} :: query"])  # the -q section
+    assert q["GPU Max Operating T.Limit Temp"] == 0.0 and q["Memory Max Operating T.Limit Temp"] == 0.0  # offsets
+    from_q = q["GPU Current Temp"] + q["GPU T.Limit Temp"]
+    assert from_q == 87.0
+    header = next(line for line in h200[f"{state} :: query-gpu"].splitlines() if line.startswith("timestamp,"))
+    names = [h.strip() for h in header.split(",")]
+    cells = ["[N/A]"] * len(names)
+    for name, value in (("timestamp", "2026/07/03 22:11:09.763"), ("index", "0"),
+                        ("temperature.gpu", str(int(q["GPU Current Temp"]))),
+                        ("temperature.gpu.tlimit", str(int(q["GPU T.Limit Temp"]))),
+                        ("temperature.memory", str(int(q["Memory Current Temp"])))):
+        cells[names.index(name)] = value
+    health = PipelineHealth()
+    values = row(parse_query_gpu(header + "\n" + ", ".join(cells) + "\n", health=health))
+    assert values["max_op_temp"] == from_q
+    assert "hbm_max_op_temp" not in values  # no query name: -q prints only its offset, 0
+    assert health.total_problems() == 0
+
+
+def test_without_a_t_limit_column_or_value_there_is_no_max_operating_temperature() -> None:
+    text = ("timestamp, index, temperature.gpu, temperature.gpu.tlimit\n"
+            "2026/07/03 22:11:09.763, 0, 52, [N/A]\n")
+    assert "max_op_temp" not in row(parse_query_gpu(text))
+    text = "timestamp, index, temperature.gpu\n2026/07/03 22:11:09.763, 0, 52\n"
+    assert "max_op_temp" not in parse_query_gpu(text).columns

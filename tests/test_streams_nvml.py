@@ -53,6 +53,7 @@ def fake_nvml(gpus: int = 2, unsupported: frozenset[str] = frozenset(), failing:
     nv.NVMLError = FakeNvmlError
     consts = dict(NVML_SUCCESS=0, NVML_ERROR_NOT_SUPPORTED=3, NVML_ERROR_FUNCTION_NOT_FOUND=13,
                   NVML_ERROR_GPU_IS_LOST=15, NVML_TEMPERATURE_GPU=0, NVML_TEMPERATURE_THRESHOLD_SLOWDOWN=1,
+                  NVML_TEMPERATURE_THRESHOLD_MEM_MAX=2, NVML_TEMPERATURE_THRESHOLD_GPU_MAX=3,
                   NVML_CLOCK_SM=1, NVML_PERF_POLICY_POWER=0, NVML_PERF_POLICY_THERMAL=1,
                   NVML_MEMORY_ERROR_TYPE_UNCORRECTED=1, NVML_VOLATILE_ECC=0, NVML_FI_DEV_MEMORY_TEMP=82,
                   NVML_VALUE_TYPE_DOUBLE=0, NVML_VALUE_TYPE_UNSIGNED_INT=1, NVML_VALUE_TYPE_UNSIGNED_LONG=2,
@@ -75,7 +76,8 @@ def fake_nvml(gpus: int = 2, unsupported: frozenset[str] = frozenset(), failing:
     nv.nvmlDeviceGetHandleByIndex = lambda i: i
     nv.nvmlDeviceGetTemperature = fn("temperature", lambda h, s: 53 + h)
     nv.nvmlDeviceGetFieldValues = fn("field_values", lambda h, ids: [field])
-    nv.nvmlDeviceGetTemperatureThreshold = fn("threshold", 87)
+    # pynvml's threshold types: SLOWDOWN 1, MEM_MAX 2, GPU_MAX 3 (an H100's 89, 95 and 87 °C)
+    nv.nvmlDeviceGetTemperatureThreshold = fn("threshold", lambda h, kind: {1: 89, 2: 95, 3: 87}[kind])
     nv.nvmlDeviceGetPowerUsage = fn("power", 630000)  # mW
     nv.nvmlDeviceGetEnforcedPowerLimit = fn("limit", 700000)
     nv.nvmlDeviceGetTotalEnergyConsumption = fn("energy", 123456789)  # mJ
@@ -97,7 +99,8 @@ def test_readers_convert_to_base_units() -> None:
     assert batch.entity_names() == ["h/gpu0", "h/gpu1"]
     row = {k: v[1] for k, v in batch.columns.items()}
     assert row == {
-        "gpu_temp": 54.0, "hbm_temp": 41.0, "slowdown_temp": 87.0, "power": 630.0, "power_limit": 700.0,
+        "gpu_temp": 54.0, "hbm_temp": 41.0, "slowdown_temp": 89.0, "max_op_temp": 87.0, "hbm_max_op_temp": 95.0,
+        "power": 630.0, "power_limit": 700.0,
         "energy": pytest.approx(123456.789, rel=1e-12), "sm_clock": 1.98e9, "sm_clock_max": 1.98e9, "util": 1.0,
         "throttle_reasons": 4.0, "power_throttle_time": 2.5, "thermal_throttle_time": 0.0, "ecc_dbe": 0.0,
         "pcie_replays": 7.0, "remapped_rows": 1.0,
@@ -153,3 +156,25 @@ def test_record_nvml_writes_a_recording(tmp_path: Path) -> None:
     assert len(frame) == 10
     assert np.all(frame.columns["power"] == 630.0)
     assert rec.topology.gpus[0].endswith("/gpu0")
+
+
+def test_max_operating_temperatures_not_supported_are_no_value_not_an_error() -> None:
+    """NVML's GPU_MAX and MEM_MAX thresholds: a GPU that has no memory max operating temperature
+    raises NOT_SUPPORTED for it — no value, not a problem, not asked again; the others are read."""
+    nv = fake_nvml(gpus=1)
+    asked: list[int] = []
+
+    def threshold(handle: int, kind: int) -> int:
+        asked.append(kind)
+        if kind == nv.NVML_TEMPERATURE_THRESHOLD_MEM_MAX:
+            raise FakeNvmlError(nv.NVML_ERROR_NOT_SUPPORTED)
+        return {1: 89, 3: 83}[kind]
+
+    nv.nvmlDeviceGetTemperatureThreshold = threshold
+    health = PipelineHealth()
+    frames = list(NvmlSource(nvml=nv, host="h", health=health, interval=0.01, max_polls=2))
+    assert frames[-1].columns["max_op_temp"].tolist() == [83.0]
+    assert frames[-1].columns["slowdown_temp"].tolist() == [89.0]
+    assert np.isnan(frames[-1].columns["hbm_max_op_temp"]).all()
+    assert asked.count(nv.NVML_TEMPERATURE_THRESHOLD_MEM_MAX) == 1  # remembered as not supported
+    assert health.total_problems() == 0

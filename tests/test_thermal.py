@@ -957,7 +957,7 @@ class NaiveThermal(PerSample):
         self.rack_of = topo.gpu_rack
         n = topo.size("gpu")
         self.fc = th.new_forecast_state(n)
-        self.slowdown = {}  # gpu -> its slowdown temperature as last reported
+        self.own = {}  # (gpu, field) -> its own threshold as last reported (slowdown, max operating)
         self.alarm = [[new_alarm() for _ in range(tf.N_MODELS)] for _ in range(n)]
         self.found = []  # (ts, slot, event, active, eta, confidence)
         self.seen = {"due": 0, "start": 0, "refresh": 0, "withdraw": 0, "idle": 0, "hbm": 0, "via_hbm": 0,
@@ -985,14 +985,22 @@ class NaiveThermal(PerSample):
                 fc[i, th.F_HELD_SINCE] = ts  # held from this sample on
                 self.seen["held"] += 1
         else:  # no reasons reported: no kernels running is idle
-            if not ts - fc[i, th.F_BITS_TS] <= p[tf.P_STALE]:  # unread for long: a hold is unknown
+            if not ts - fc[i, th.F_BITS_TS] <= p[tf.P_REASONS_STALE]:  # unread for long: a hold is unknown
                 self.seen["hold let go unread"] += not math.isnan(fc[i, th.F_HELD_SINCE])
                 fc[i, th.F_HELD_SINCE] = math.nan
             idle = 0.0 <= c["util"] < th.IDLE_UTIL
-        if 40.0 < c["slowdown_temp"] < 130.0:  # its own slowdown temperature, kept once reported
-            self.slowdown[i] = c["slowdown_temp"]
-        slowdown = self.slowdown.get(i, math.nan)
-        limit_core = slowdown - p[tf.P_SLOWDOWN_OFF] if not math.isnan(slowdown) else p[tf.P_LIM_CORE]
+        for name in ("slowdown_temp", "max_op_temp", "hbm_max_op_temp"):  # its own thresholds, kept once reported
+            if 40.0 < c[name] < 130.0:
+                self.own[i, name] = c[name]
+        # the core's limit: its max operating temperature, else its slowdown less 2 °C, else 87 °C;
+        # the HBM's: its memory max operating temperature, else 95 °C
+        if (i, "max_op_temp") in self.own:
+            limit_core = self.own[i, "max_op_temp"]
+        elif (i, "slowdown_temp") in self.own:
+            limit_core = self.own[i, "slowdown_temp"] - p[tf.P_SLOWDOWN_OFF]
+        else:
+            limit_core = p[tf.P_LIM_CORE]
+        limit_hbm = self.own.get((i, "hbm_max_op_temp"), p[tf.P_LIM_HBM])
         since = ts - fc[i, th.F_EVAL_TS]
         due = not since < p[tf.P_EVERY]
         if due:
@@ -1000,7 +1008,7 @@ class NaiveThermal(PerSample):
             self.seen["due"] += 1
         w = math.nan if math.isnan(tprev) else 1 - math.exp(-dt / p[tf.P_TREND_SMOOTH])
         model = {}  # model -> (eta, confidence, firing, clear)
-        for m, temp, limit in ((tf.CORE, c["gpu_temp"], limit_core), (tf.HBM, c["hbm_temp"], p[tf.P_LIM_HBM])):
+        for m, temp, limit in ((tf.CORE, c["gpu_temp"], limit_core), (tf.HBM, c["hbm_temp"], limit_hbm)):
             if not -50.0 < temp < 200.0:
                 continue
             off, f = tf.G_SIZE + m * tf.M_SIZE, th.F_MODEL0 + m * th.F_MODEL_SIZE
@@ -1047,7 +1055,7 @@ class NaiveThermal(PerSample):
 def random_heating_frames(topo, seed, ticks=400):
     """GPUs whose interfaces degrade at different paces (some repaired later), racks whose inlet
     warms, HBM running hot on some, idle stretches (by the idle bit, or by utilisation where no
-    reasons are reported), slowdown temperatures reported or not, late rows and a gap."""
+    reasons are reported), slowdown and max operating temperatures reported or not, late rows and a gap."""
     rng = np.random.default_rng(seed)
     n, n_racks = topo.size("gpu"), topo.size("rack")
     r0 = 0.046 * rng.uniform(0.9, 1.3, n)
@@ -1080,7 +1088,11 @@ def random_heating_frames(topo, seed, ticks=400):
         frames.append(Frame("gpu", t - np.where(rng.random(n) < 0.02, 7.0, 0.0)[rows], rows, {
             "gpu_temp": np.round(temp)[rows], "hbm_temp": np.round(hbm)[rows], "power": power[rows],
             "power_limit": np.full(n, 700.0), "util": np.where(idle, 0.0, 1.0)[rows],
-            "throttle_reasons": reasons[rows], "slowdown_temp": rng.choice([89.0, np.nan, 400.0], n)[rows]}))
+            "throttle_reasons": reasons[rows], "slowdown_temp": rng.choice([89.0, np.nan, 400.0], n)[rows],
+            # its own max operating temperatures: reported by some GPUs (not at every poll), a
+            # T.Limit offset (0) or garbage by others
+            "max_op_temp": rng.choice([87.0, 84.0, np.nan, 0.0], n)[rows],
+            "hbm_max_op_temp": rng.choice([95.0, 80.0, np.nan, -1.0], n)[rows]}))
     return frames
 
 
@@ -1518,3 +1530,97 @@ def test_a_rack_inlet_reading_that_jumps_is_not_a_warming_loop(span_s):
         assert not found, (det.name, found[0].reason)
     shifts = det.s_rack[0, gi.RACK_SHIFTS]
     assert (shifts != shifts) if span_s == 10.0 else shifts == 2.0  # up, and back
+
+
+# ---- the GPU's own max operating temperatures (max_op_temp, hbm_max_op_temp) ---------------------
+def own_limit_frames(inlet_c: float, hours: float = 1.0, **own: float):
+    """One node of two loaded GPUs (650 W; core at inlet + ~30 °C, HBM at inlet + ~18 °C) reporting
+    the given thresholds (``max_op_temp=83.0``, ...) at every poll."""
+    topo = small_topology(nodes=1, gpus=2, racks=1)
+    frames, _ = World(topo, load_w=650.0, inlet_c=inlet_c, seed=5).run(hours * 3600)
+    for f in frames:
+        if f.kind == "gpu":
+            for name, value in own.items():
+                f.columns[name][:] = value
+    return topo, frames
+
+
+@pytest.mark.parametrize("own, predicted", [({"max_op_temp": 83.0}, True), ({"max_op_temp": 87.0}, False),
+                                            ({"max_op_temp": 83.0, "slowdown_temp": 89.0}, True), ({}, False)])
+def test_the_gpus_own_max_operating_temperature_is_its_core_limit(own, predicted):
+    """A GPU settling at ~85 °C: reporting a max operating temperature of 83 °C (DCGM field 152,
+    NVML's GPU_MAX) it is predicted to throttle, against 83 °C — not against the 87 °C default, nor
+    its slowdown temperature less 2 (87 °C) — and its HW slowdown stays its own 89 °C; one reporting
+    87 °C is judged as before. Until 2026-12-01 the reported temperature was not read."""
+    topo, frames = own_limit_frames(55.0, **own)
+    assert 84.0 <= max(f.columns["gpu_temp"].max() for f in frames if f.kind == "gpu") <= 86.0
+    found = preds(run(th.ThermalDetector(topo), frames))
+    assert bool(found) == predicted, found[0].reason if found else ""
+    if predicted:
+        assert "core heading for its limit 83 °C" in found[0].reason
+        # its own HW slowdown where reported (not 83 + 2), else 2 °C over its max operating
+        assert f"HW slowdown {89 if 'slowdown_temp' in own else 85} °C" in found[0].reason
+
+
+@pytest.mark.parametrize("hbm_max_op, predicted", [(68.0, True), (95.0, False), (None, False)])
+def test_the_gpus_own_memory_max_operating_temperature_is_its_hbm_limit(hbm_max_op, predicted):
+    """HBM settling at ~70 °C (the core at 82 °C, under its 87): a GPU whose memory max operating
+    temperature is 68 °C (DCGM field 151, NVML's MEM_MAX) is predicted to overheat its HBM against
+    68 °C; at 95 °C, or none reported, nothing is predicted (until 2026-12-01 the HBM limit was a
+    fixed 95 °C whatever the GPU reported)."""
+    topo, frames = own_limit_frames(52.0, **({} if hbm_max_op is None else {"hbm_max_op_temp": hbm_max_op}))
+    assert 69.0 <= max(f.columns["hbm_temp"].max() for f in frames if f.kind == "gpu") <= 72.0
+    found = run(th.ThermalDetector(topo), frames)
+    hbm, throttle = preds(found, "hbm_overheat"), preds(found)
+    assert bool(hbm) == predicted, (hbm or throttle)[0].reason if hbm or throttle else ""
+    if predicted:
+        assert "HBM heading for its limit 68 °C" in hbm[0].reason
+        # ... and the SW thermal slowdown holds the memory there: a throttle, via the HBM
+        assert throttle and "HBM heading for its limit 68 °C" in throttle[0].reason
+    else:
+        assert not throttle, throttle[0].reason
+
+
+def test_a_poll_that_misses_the_max_operating_temperatures_keeps_the_gpus_own_limits():
+    """A part whose own limits sit above Hopper's (max operating 95 °C, memory 110 °C) runs at
+    88-89 °C with its HBM at ~97 °C, as it always does. One poll misses both readings: the 87 °C
+    and 95 °C defaults for that one sample would have the die and the memory already past their
+    limits (ETA 0). The limits are kept as last reported, so nothing is predicted."""
+    topo, frames = own_limit_frames(34.0, hours=2.0, max_op_temp=95.0, hbm_max_op_temp=110.0)
+    gpu = [f for f in frames if f.kind == "gpu"]
+    for f in gpu:
+        f.columns["gpu_temp"] = f.columns["gpu_temp"] + 24.0  # an R of ~0.083 °C/W: 88-89 °C
+        f.columns["hbm_temp"] = f.columns["hbm_temp"] + 45.0  # ~97 °C
+    gpu[len(gpu) // 2].columns["max_op_temp"][:] = np.nan
+    gpu[len(gpu) // 2].columns["hbm_max_op_temp"][:] = np.nan
+    assert max(f.columns["gpu_temp"].max() for f in gpu) >= 88.0
+    assert max(f.columns["hbm_temp"].max() for f in gpu) >= 96.0
+    found = run(th.ThermalDetector(topo), frames)
+    assert not preds(found) + preds(found, active=False), preds(found)[0].reason
+
+
+def test_a_state_saved_before_the_max_operating_temperatures_were_kept_is_read_on():
+    """A checkpoint whose ``s_model`` ends at ``G_SLOWDOWN`` (saved before ``G_MAX_OP`` and
+    ``G_HBM_MAX_OP``) loads — the limits unknown, taken from the next report — and goes on finding
+    what the detector it was saved from finds."""
+    topo, frames = own_limit_frames(55.0, max_op_temp=83.0)
+    a = th.ThermalDetector(topo)
+    run(a, frames[:200])
+    old = a.state_dict()
+    old["s_model"] = old["s_model"][:, :tf.G_MAX_OP]
+    b = th.ThermalDetector(topo)
+    b.load_state_dict(old)
+    assert b.s_model.shape[1] == tf.MODEL_WIDTH and np.isnan(b.s_model[:, tf.G_MAX_OP:]).all()
+    out = run(a, frames[200:])
+    assert preds(out) and run(b, frames[200:]) == out
+
+
+def test_the_thermal_hold_ages_by_its_own_reasons_stale_s():
+    """A thermal hold is let go once the throttle reasons go unread for ``reasons_stale_s`` (its own
+    parameter, 300 s as before; it was ``inlet_stale_s``, the rack inlet's): set apart, a peer held
+    for 5 min and then unread is named "paced by" with a long reasons_stale_s only."""
+    topo, frames = paced_job_frames("unread")
+    assert th.ThermalDetector(topo).params[tf.P_REASONS_STALE] == 300.0
+    named = [p for p in preds(run(th.ThermalDetector(topo, reasons_stale_s=1e6), frames)) if "paced by" in p.reason]
+    assert named
+    assert not [p for p in preds(run(th.ThermalDetector(topo, inlet_stale_s=1e6), frames)) if "paced by" in p.reason]

@@ -236,9 +236,10 @@ class NaiveFit:
         c = frame.columns
         for k in range(len(frame)):
             self.sample(frame.ts[k], int(frame.slot[k]), c["gpu_temp"][k], c["hbm_temp"][k], c["power"][k],
-                        c["energy"][k], c["power_limit"][k], c["slowdown_temp"][k])
+                        c["energy"][k], c["power_limit"][k], c["slowdown_temp"][k],
+                        (c["max_op_temp"][k], c["hbm_max_op_temp"][k]))
 
-    def sample(self, ts, i, temp, hbm, power, energy, plim, slowdown):
+    def sample(self, ts, i, temp, hbm, power, energy, plim, slowdown, max_ops=(math.nan, math.nan)):
         s, p = self.s[i], self.p
         last = s[tf.G_TS]
         if ts <= last:
@@ -297,6 +298,9 @@ class NaiveFit:
             s[tf.G_PLIM] = plim
         if 40.0 < slowdown < 130.0:  # kept through polls without one
             s[tf.G_SLOWDOWN] = slowdown
+        for col, own in zip((tf.G_MAX_OP, tf.G_HBM_MAX_OP), max_ops):  # its max operating temperatures: likewise
+            if 40.0 < own < 130.0:
+                s[col] = own
         for m, t in ((tf.CORE, temp), (tf.HBM, hbm)):
             if -50.0 < t < 200.0:
                 self.model(s, tf.G_SIZE + m * tf.M_SIZE, dt, t, power, inlet)
@@ -407,7 +411,9 @@ def random_fit_frames(topo, seed, ticks=60):
         frames.append(Frame("gpu", row_ts, rows, {
             "gpu_temp": temp, "hbm_temp": hbm, "power": power, "energy": e,
             "power_limit": rng.choice([700.0, np.nan, 0.0], k, p=[.8, .1, .1]),
-            "slowdown_temp": rng.choice([89.0, 95.0, np.nan, 0.0, -2.0], k)}))
+            "slowdown_temp": rng.choice([89.0, 95.0, np.nan, 0.0, -2.0], k),
+            "max_op_temp": rng.choice([87.0, 83.0, np.nan, 0.0, 200.0], k),
+            "hbm_max_op_temp": rng.choice([95.0, 105.0, np.nan, 0.0, -1.0], k)}))
     return frames
 
 
@@ -426,7 +432,8 @@ def fit_both(seed):
 @given(st.integers(0, 2 ** 32 - 1))
 def test_the_fit_kernel_matches_a_naive_one_pass_reference(seed):
     fit, naive = fit_both(seed)
-    exact = [tf.G_TS, tf.G_ENERGY, tf.G_ENERGY_TS, tf.G_PLIM, tf.G_UN, tf.G_USRC, tf.G_SLOWDOWN]
+    exact = [tf.G_TS, tf.G_ENERGY, tf.G_ENERGY_TS, tf.G_PLIM, tf.G_UN, tf.G_USRC, tf.G_SLOWDOWN, tf.G_MAX_OP,
+             tf.G_HBM_MAX_OP]
     np.testing.assert_array_equal(fit.s_model[:, exact], naive.s[:, exact])
     keep = [c for c in range(fit.s_model.shape[1]) if c not in DECAY_CACHE + exact]
     # recurrences over a few hundred samples (Holt levels, filters; inlets near zero from the

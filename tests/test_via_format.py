@@ -32,7 +32,7 @@ GPU_RESOLUTION = {
 LINK_RESOLUTION = {name: 1.0 for name in field_names("link")} | {"tx_data": 4.0, "rx_data": 4.0}
 LOST = {
     "dcgm": set(),
-    "nvidia-smi": {"slowdown_temp", "energy", "xid_last", "pcie_replays"},
+    "nvidia-smi": {"slowdown_temp", "energy", "xid_last", "pcie_replays", "max_op_temp", "hbm_max_op_temp"},
     "sysfs": {"pfc_pause_duration"},
 }
 EXACT = {"throttle_reasons", "xid_last", "link_state", "link_rate"}  # codes: never perturbed
