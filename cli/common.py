@@ -88,6 +88,30 @@ class PipelineRun:
     server: object | None
     jsonl: JsonlSink | None
     external: ExternalFeed | None = None
+    make_bank: Callable[[Topology], DetectorBank] | None = None  # the same bank for another topology
+
+
+def move_run(run: PipelineRun, topology: Topology, stage: str) -> str:
+    """Carry ``run`` over to ``topology`` (a live source took in new GPUs, ``foreshock watch``): the
+    detectors', the input guard's and the /metrics store's state follow each entity by name
+    (``EmbeddedPipeline.move_to``), the /metrics server keeps its port and counters, the summary
+    names findings under the new topology. Counted (``foreshock_topology_changes_total``) and
+    logged in one line, which it returns."""
+    assert run.make_bank is not None
+    old = run.pipeline.topology
+    fresh = run.pipeline.move_to(topology, run.make_bank(topology))
+    run.tally.topology = topology  # it keeps findings by entity name: only new ones need the new names
+    run.health.topology_changed(stage)
+    added = sorted(set(topology.gpus) - set(old.gpus))
+    hosts = sorted({name.rpartition("/")[0] for name in added})
+    shown = ", ".join(hosts[:5]) + (f" and {len(hosts) - 5} more" if len(hosts) > 5 else "")
+    message = (f"topology changed: +{len(added)} GPU{'' if len(added) == 1 else 's'} ({shown}); now "
+               f"{topology.size('gpu')} GPUs on {topology.size('node')} nodes, GPUs no longer served stay listed; "
+               "detector, input guard and /metrics state kept by GPU name")
+    if fresh:
+        message += f"; {', '.join(fresh)} cannot move its state: started fresh"
+    log.warning(message)
+    return message
 
 
 def follow_external(run: PipelineRun, frames: Iterable[Frame]) -> Iterable[Frame]:
@@ -137,7 +161,11 @@ def build_pipeline(topology: Topology, detectors: str | None, host: str, port: i
             raise click.UsageError(exc.usage("--port")) from None
         Console(stderr=True).print(f"[dim]serving Prometheus metrics on http://{host}:{port}/metrics[/dim]")
     external = ExternalFeed(external_path, health) if external_path else None
-    return PipelineRun(pipeline, store, tally, health, server, jsonl, external)
+
+    def make_bank(other: Topology) -> DetectorBank:
+        return DetectorBank.from_names(other, names, params=by_detector)
+
+    return PipelineRun(pipeline, store, tally, health, server, jsonl, external, make_bank)
 
 
 def run_with_progress(run: PipelineRun, frames: Iterable[Frame], total_samples: int | None,

@@ -9,6 +9,12 @@ replay. ``--bmc`` polls the nodes' BMCs over Redfish beside the source (chassis 
 and ``--cdu`` the cooling loops' CDUs (coolant supply and flow), each in a thread of its own and
 named by the source's topology: the GPUs from NVML or dcgm-exporter, the fans from the BMC and the
 coolant from the CDU, on one machine without a broker.
+
+A topology derived from the source (no ``--topology``) follows the hardware: when dcgm-exporter
+serves GPUs it lacks in 3 consecutive polls (a node replaced or added: new hostnames), the source
+takes them in and the watch carries on under the grown topology (``_TopologyFollower``), each
+entity keeping its learnt state. With ``--topology FILE`` the file is the truth: a GPU it lacks
+is counted as an unknown entity and logged once, asking to add it to the file.
 """
 
 from __future__ import annotations
@@ -17,17 +23,20 @@ import itertools
 import signal
 import socket
 import threading
-from typing import Iterator
+from collections import deque
+from typing import Iterable, Iterator
 
 import click
 from rich.console import Console
 
 from foreshock.frames import Frame
+from foreshock.streams.dcgm import DcgmScrapeSource
 from foreshock.streams.polling import PollingSource, alongside
 from foreshock.streams.redfish import CduSource, RedfishSource, parse_bmc_list
+from foreshock.topology import Topology
 
-from .common import (build_pipeline, detector_option, finish, param_option, run_with_progress, serve_options,
-                     stop_on_signals, stop_server)
+from .common import (PipelineRun, build_pipeline, detector_option, finish, move_run, param_option,
+                     run_with_progress, serve_options, stop_on_signals, stop_server)
 from .record import live_source_options, open_live_source
 
 
@@ -63,6 +72,8 @@ def command(source: str, duration: float | None, polls: int | None, interval: fl
         timer.daemon = True
         timer.start()
     polled.counts_samples = False  # the pipeline counts what it processes, in the same health
+    if isinstance(polled, DcgmScrapeSource):
+        polled.takes_in_new_gpus = True  # a derived topology follows nodes replaced or added
     stopped_by: list[str] = []
 
     def stop(sig: signal.Signals) -> None:
@@ -92,7 +103,9 @@ def command(source: str, duration: float | None, polls: int | None, interval: fl
         console.print(f"[dim]watching {source}{extra}: "
                       f"{topology.size('gpu')} GPUs, {topology.size('node')} nodes, a poll every {polled.interval:g} s "
                       "(Ctrl-C stops)[/dim]")
-        stats = run_with_progress(run, alongside(itertools.chain([first], frames), others), None, f"watch {source}")
+        follower = _TopologyFollower(polled, topology)
+        merged = alongside(itertools.chain([first], follower.mark(frames)), others)
+        stats = run_with_progress(run, follower.follow(merged, run), None, f"watch {source}")
     finally:
         polled.stop()
         if timer is not None:
@@ -122,6 +135,38 @@ def _cdu_list(cdu: str | None, topology_path: str | None) -> dict[str, str]:
         return parse_bmc_list(cdu, what="loop")
     except ValueError as exc:
         raise click.UsageError(f"--cdu: {exc}") from None
+
+
+class _TopologyFollower:
+    """Moves the pipeline onto the source's new topology between the last frame mapped on the
+    old one and the first mapped on the new one. The source may be polled in a thread of its own
+    (``alongside``) ahead of the pipeline, so its current topology says nothing of the frames
+    still queued: :meth:`mark`, on the source's side, puts a marker (an empty frame) before the
+    first frame of a new topology, and :meth:`follow`, on the pipeline's, makes the move when the
+    marker comes out. (A new topology keeps the old nodes' slots: the frames of a BMC polled
+    beside, by node, stay right across the move.)"""
+
+    def __init__(self, polled: PollingSource, topology: Topology) -> None:
+        self.polled = polled
+        self.current = topology  # the source side's
+        self.moves: deque[tuple[Frame, Topology]] = deque()  # (marker, topology), in order
+
+    def mark(self, frames: Iterable[Frame]) -> Iterator[Frame]:
+        for frame in frames:
+            topology = self.polled.topology
+            if topology is not None and topology is not self.current:
+                self.current = topology
+                marker = Frame.empty(frame.kind)
+                self.moves.append((marker, topology))
+                yield marker
+            yield frame
+
+    def follow(self, frames: Iterable[Frame], run: PipelineRun) -> Iterator[Frame]:
+        for frame in frames:
+            if self.moves and frame is self.moves[0][0]:
+                move_run(run, self.moves.popleft()[1], self.polled.stage)
+                continue
+            yield frame
 
 
 def _first_frame(frames: Iterator[Frame]) -> Frame | None:

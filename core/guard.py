@@ -191,11 +191,26 @@ class InputGuard:
         return out
 
     def _detail(self, frame: Frame, reason: str) -> str:
+        if reason == "out_of_order":
+            return self._behind(frame)
         if reason != "future_timestamp":
             return f"{frame.kind} frame"
         ahead = float(np.nanmax(frame.ts[np.isfinite(frame.ts)])) - self.clock()
         return (f"{frame.kind} frame up to {ahead:.0f} s ahead of this host's clock (limit {self.max_ahead_s:g} s): "
                 "the sending host's clock is wrong (NTP), or its source runs faster than real time")
+
+    def _behind(self, frame: Frame) -> str:
+        """How far behind their entities' newest rows the out-of-order rows are (after the
+        kernel: the newest kept row of the frame included), and what that usually means: the one
+        line logged for a clock stepped back an hour said only "gpu frame"."""
+        last = self.s_last_ts[frame.kind]
+        known = (frame.slot >= 0) & (frame.slot < len(last))
+        behind = last[frame.slot[known]] - frame.ts[known]
+        behind = behind[np.isfinite(behind) & (behind > 0)]
+        most = float(behind.max()) if len(behind) else 0.0
+        return (f"{frame.kind} frame, rows up to {most:.0f} s older than their entity's newest: its source's "
+                "clock was stepped back (NTP), or old rows were sent again; they are refused until its rows are "
+                "newer again")
 
     def state_dict(self) -> dict[str, Any]:
         state: dict[str, Any] = {k: v.copy() for k, v in self.s_last_ts.items()}

@@ -21,6 +21,12 @@ class PipelineHealth:
         self.samples: Counter[str] = Counter()  # samples processed, by entity kind
         self.findings: Counter[str] = Counter()  # findings emitted, by type
         self.dead_letters = 0
+        # polls a live source skipped, by stage: a poll (or the consumer of its frames) took
+        # longer than the interval. Not an input problem: the input was fine, there is less of it
+        self.polls_skipped: Counter[str] = Counter()
+        # times a live source's derived topology took in entities it had not listed (a node
+        # replaced or added), by stage: ``foreshock_topology_changes_total``
+        self.topology_changes: Counter[str] = Counter()
         self._logged: set[tuple[str, str]] = set()
 
     def problem(self, stage: str, reason: str, count: int = 1, detail: str = "") -> None:
@@ -35,6 +41,34 @@ class PipelineHealth:
         if first:
             log.warning("%s: %s%s (counted in foreshock_input_problems_total; logged once)",
                         stage, reason, f": {detail}" if detail else "")
+
+    def skipped_polls(self, stage: str, count: int, detail: str = "") -> None:
+        """Count ``count`` polls a source skipped; log the first of each stage."""
+        if count <= 0:
+            return
+        key = (stage, "polls skipped")
+        with self._lock:
+            self.polls_skipped[stage] += count
+            first = key not in self._logged
+            self._logged.add(key)
+        if first:
+            log.warning("%s: polls skipped%s (counted in foreshock_polls_skipped_total; logged once)",
+                        stage, f": {detail}" if detail else "")
+
+    def skipped(self) -> dict[str, int]:
+        """A copy of the polls skipped by stage, for exporters reading from another thread."""
+        with self._lock:
+            return dict(self.polls_skipped)
+
+    def topology_changed(self, stage: str) -> None:
+        """Count one change of the topology a live source derives (the caller logs what changed)."""
+        with self._lock:
+            self.topology_changes[stage] += 1
+
+    def changes(self) -> dict[str, int]:
+        """A copy of the topology changes by stage, for exporters reading from another thread."""
+        with self._lock:
+            return dict(self.topology_changes)
 
     def processed(self, kind: str, count: int) -> None:
         with self._lock:

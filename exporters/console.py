@@ -34,14 +34,25 @@ class TallyEntry:
     eta_s: float = float("nan")
 
 
-class FindingTally:
-    """A sink that remembers, per (what, entity), when it was first and last seen."""
+MAX_INCIDENTS = 1000
+"""Incidents a tally keeps (open ones always): ``foreshock watch`` runs for weeks, and each
+incident had been kept for good (a few KB each, with its members' names)."""
 
-    def __init__(self, topology: Topology) -> None:
+
+class FindingTally:
+    """A sink that remembers, per (what, entity), when it was first and last seen.
+
+    Of the incidents, the open ones and the ``max_incidents`` the summary would show first
+    (most members, then the earliest opened): past that, the resolved one that it would show
+    last is forgotten (counted in :attr:`incidents_forgotten`)."""
+
+    def __init__(self, topology: Topology, max_incidents: int = MAX_INCIDENTS) -> None:
         self.topology = topology
         self.entries: dict[tuple[str, str, str], TallyEntry] = {}
         self.incidents: dict[str, Incident] = {}  # latest state of each incident
         self.incident_opened: dict[str, float] = {}
+        self.max_incidents = max_incidents
+        self.incidents_forgotten = 0
         self.first_ts = float("nan")
         self.last_ts = float("nan")
 
@@ -64,6 +75,8 @@ class FindingTally:
             elif isinstance(f, Incident):
                 self.incidents[f.incident_id] = f
                 self.incident_opened.setdefault(f.incident_id, f.ts)
+                if len(self.incidents) > self.max_incidents:
+                    self._forget_an_incident()
                 what, kind, entity, eta = f"incident {f.root_kind}", f.root_kind, f.root_entity, float("nan")
                 rack = ""
             else:  # pragma: no cover - Finding is a closed union
@@ -81,6 +94,19 @@ class FindingTally:
 
     def close(self) -> None:
         pass
+
+    def summary_order(self, inc: Incident) -> tuple[int, float]:
+        """Where the summary lists an incident: most members first, then the earliest opened."""
+        return -len(inc.members), self.incident_opened[inc.incident_id]
+
+    def _forget_an_incident(self) -> None:
+        resolved = [inc for inc in self.incidents.values() if inc.state == "resolved"]
+        if not resolved:
+            return  # open incidents are few (the engine bounds them); they are kept
+        last = max(resolved, key=self.summary_order)
+        del self.incidents[last.incident_id]
+        del self.incident_opened[last.incident_id]
+        self.incidents_forgotten += 1
 
     def by_rack(self) -> dict[str, dict[str, set[str]]]:
         """rack -> what -> entities; the shape of the demo's headline."""
@@ -133,7 +159,7 @@ def _incidents_table(tally: FindingTally, console: Console, t0: float, max_rows:
     table = Table(title="Incidents (one per cause)")
     for col in ("opened", "state", "root cause", "members", "predicted next", "jobs (step slowdown)"):
         table.add_column(col, overflow="fold", no_wrap=col in ("opened", "state", "members"))
-    ordered = sorted(tally.incidents.values(), key=lambda i: (-len(i.members), tally.incident_opened[i.incident_id]))
+    ordered = sorted(tally.incidents.values(), key=tally.summary_order)
     for inc in ordered[:max_rows]:
         nxt = ", ".join(f"{escape(m)} ({eta / 60:.0f} min)" if eta >= 0 else escape(m)
                         for m, eta in inc.predicted_members[:3])
@@ -142,8 +168,9 @@ def _incidents_table(tally: FindingTally, console: Console, t0: float, max_rows:
         jobs = ", ".join(f"{escape(j)} x{r:.2f}" for j, r in inc.jobs[:3])
         table.add_row(_clock(tally.incident_opened[inc.incident_id], t0), inc.state,
                       escape(f"{inc.root_kind} {inc.root_entity}"), str(len(inc.members)), nxt or "-", jobs or "-")
-    if len(ordered) > max_rows:
-        table.add_row("...", "", f"{len(ordered) - max_rows} more", "", "", "")
+    more = len(ordered) - max_rows + tally.incidents_forgotten
+    if more > 0:
+        table.add_row("...", "", f"{more} more", "", "", "")
     console.print(table)
     for inc in ordered[:max_rows]:  # a reason names its root ("cooling loop cdu1: 128 GPUs ..."); else say it
         root = "" if inc.root_entity in inc.reason else f" ({inc.root_kind} {inc.root_entity})"

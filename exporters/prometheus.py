@@ -93,6 +93,8 @@ CATALOGUE: tuple[MetricSpec, ...] = (
     MetricSpec(f"{NS}_agent_samples_read_total", "counter", "Telemetry samples an ingest agent read from its source", ("cluster", "kind")),
     MetricSpec(f"{NS}_findings_total", "counter", "Findings emitted", ("cluster", "type")),
     MetricSpec(f"{NS}_input_problems_total", "counter", "Input problems counted (bad records, NaN, resets, ...)", ("cluster", "stage", "reason")),
+    MetricSpec(f"{NS}_polls_skipped_total", "counter", "Polls a live source skipped: a poll, or the pipeline, took longer than its interval", ("cluster", "stage")),
+    MetricSpec(f"{NS}_topology_changes_total", "counter", "Times a live source's derived topology took in GPUs it did not list (a node replaced or added)", ("cluster", "stage")),
     MetricSpec(f"{NS}_dead_letters_total", "counter", "Records sent to the dead-letter topic", ("cluster",)),
     MetricSpec(f"{NS}_ingest_lag_seconds", "gauge", "Seconds from receiving a batch to finishing its detection", ("cluster",)),
     MetricSpec(f"{NS}_last_telemetry_timestamp_seconds", "gauge", "Telemetry timestamp of the newest sample processed", ("cluster",)),
@@ -146,17 +148,25 @@ class ForeshockCollector(Collector):
         yield from self._pipeline(snap)
 
     def _drop_stale(self, snap: StoreSnapshot) -> None:
-        """Leave out the latest values of entities not heard from within ``stale_after_s`` of the
-        telemetry clock (the window ``gpus_reporting`` counts in): a node that went down with its
-        brake bit set, its HBM at 93 °C or its fans read as stopped otherwise exported those values,
-        in its series and in its rack's aggregates, for good — and kept their alerts firing."""
+        """Leave out the latest values and estimates of entities not heard from within
+        ``stale_after_s`` of the telemetry clock (the window ``gpus_reporting`` counts in): a node
+        that went down with its brake bit set, its HBM at 93 °C or its fans read as stopped otherwise
+        exported those values, in its series and in its rack's aggregates, for good — and kept
+        their alerts firing."""
         if not math.isfinite(snap.last_ts):
             return
+        stale = {kind: ~self._fresh(snap, kind) for kind in snap.last_seen}
         for kind, fields in snap.latest.items():
-            stale = ~self._fresh(snap, kind)
-            if stale.any():
+            if stale[kind].any():
                 for values in fields.values():
-                    values[stale] = np.nan  # the snapshot's own copies
+                    values[stale[kind]] = np.nan  # the snapshot's own copies
+        # and the detectors' estimates of those entities: a detector keeps its last fit of a GPU
+        # that left, and that fit stayed in its rack's and loop's means and maxima for good (a
+        # pulled GPU with a degraded thermal resistance kept ForeshockCoolingDegradation firing)
+        for name, (kind, values, help_text) in list(snap.gauges.items()):
+            gone = stale.get(kind)
+            if gone is not None and len(values) == len(gone) and gone.any():
+                snap.gauges[name] = (kind, np.where(gone, np.nan, values), help_text)  # the store's stay
 
     def _fresh(self, snap: StoreSnapshot, kind: str) -> np.ndarray:
         """The entities of ``kind`` heard from within ``stale_after_s`` of the telemetry clock."""
@@ -453,6 +463,8 @@ class ForeshockCollector(Collector):
         f = _family(f"{NS}_dead_letters_total")
         f.add_metric([cluster], float(snap.dead_letters))
         yield f
+        yield _counts(f"{NS}_polls_skipped_total", cluster, self.store.health.skipped())
+        yield _counts(f"{NS}_topology_changes_total", cluster, self.store.health.changes())
         g = _family(f"{NS}_ingest_lag_seconds")
         g.add_metric([cluster], snap.ingest_lag_s)
         yield g
@@ -528,6 +540,7 @@ class HealthCollector(Collector):
         cluster = self.cluster()
         yield _counts(f"{NS}_agent_samples_read_total", cluster, samples)
         yield _counts(f"{NS}_input_problems_total", cluster, problems)
+        yield _counts(f"{NS}_polls_skipped_total", cluster, self.health.skipped())
 
 
 class MetricsPortError(OSError):

@@ -9,11 +9,12 @@ keyed by (entity, event) and expire, incidents are keyed by id.
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Iterable
+from typing import Iterable, Iterator, TypeVar
 
 import numpy as np
 
@@ -23,6 +24,7 @@ from foreshock.frames import Frame
 from foreshock.guard import kernel_column
 from foreshock.health import PipelineHealth
 from foreshock.numba_config import jit
+from foreshock.remap import Remap
 from foreshock.topology import Topology
 
 LATENCY_BUCKETS = (0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0)
@@ -188,6 +190,52 @@ class FindingStore:
                 if kind in owned and values.shape == np.shape(owned[kind]):
                     self._gauges[name] = (kind, np.where(owned[kind], np.nan, values), help_text)
 
+    def move_to(self, topology: Topology, remap: Remap | None = None) -> None:
+        """Index everything by ``topology`` from now on: what is known of each entity (latest
+        values, active findings, estimates, XID counts) follows it by name (``remap``: from this
+        store's topology to ``topology``; made here when not given), a new entity starts unseen.
+        For ``foreshock watch``, whose live source took in new GPUs: the /metrics server keeps
+        this store (and its port and counters) and exports the new entities at the next scrape.
+        What belonged to an entity ``topology`` no longer lists is dropped, XID counts too (they
+        cannot be labelled without it). Incidents name their entities and stay as they are."""
+        with self._lock:
+            remap = remap if remap is not None else Remap(self.topology, topology)
+            self._latest_block = {kind: self._moved(remap, topology, kind, block, np.nan, axis=1)
+                                  for kind, block in self._latest_block.items()}
+            self._latest = {kind: dict(zip(LATEST_FIELDS[kind], block)) for kind, block in self._latest_block.items()}
+            self._seen = {kind: self._moved(remap, topology, kind, seen, False) for kind, seen in self._seen.items()}
+            self._last_seen = {kind: self._moved(remap, topology, kind, last, -np.inf)
+                               for kind, last in self._last_seen.items()}
+            self._last_xid = self._moved(remap, topology, "gpu", self._last_xid, np.nan)
+            self._xmit_wait_prev = self._moved(remap, topology, "link", self._xmit_wait_prev, np.nan)
+            self._xmit_wait_increase = self._moved(remap, topology, "link", self._xmit_wait_increase, 0.0)
+            gpu_slot = remap.new_of_old["gpu"]
+            xids: Counter[tuple[int, int]] = Counter()
+            for (slot, code), n in self._xids.items():
+                if 0 <= slot < len(gpu_slot) and gpu_slot[slot] >= 0:
+                    xids[(int(gpu_slot[slot]), code)] += n
+            self._xids = xids
+            self._predictions = {(p.event, p.entity_kind, p.slot): p for p in
+                                 _moved_findings(remap, self._predictions.values())}
+            self._anomalies = {(a.entity_kind, a.slot, a.field, a.detector): a for a in
+                               _moved_findings(remap, self._anomalies.values())}
+            self._gauges = {name: (kind, self._moved(remap, topology, kind, values, np.nan), help_text)
+                            for name, (kind, values, help_text) in self._gauges.items()
+                            if len(values) == self.topology.size(kind)}  # the next publish sets the rest
+            self.topology = topology
+
+    @staticmethod
+    def _moved(remap: Remap, topology: Topology, kind: str, saved: np.ndarray, fill: float | bool,
+               axis: int = 0) -> np.ndarray:
+        """``saved`` (by ``kind``'s slots along ``axis``) renumbered for ``topology``: a new entity
+        gets ``fill``. Jobs are not hardware: they keep their rows while their number stays."""
+        shape = list(saved.shape)
+        shape[axis] = topology.size(kind)
+        fresh = np.full(shape, fill, dtype=saved.dtype)
+        if kind in remap.old_of_new:
+            return remap.rows(kind, saved, fresh, axis=axis)
+        return saved if saved.shape == fresh.shape else fresh
+
     def _prediction_expiry(self, p: Prediction) -> float:
         # a prediction that was never refreshed nor withdrawn lapses after its horizon
         return p.ts + max(p.eta_s, 0.0) + self.anomaly_ttl_s
@@ -269,6 +317,19 @@ class FindingStore:
         publishes them, and resolves them: this store would never hear of it)."""
         with self._lock:
             self._incidents.clear()
+
+
+_EntityFinding = TypeVar("_EntityFinding", Anomaly, Prediction)
+
+
+def _moved_findings(remap: Remap, findings: Iterable[_EntityFinding]) -> Iterator[_EntityFinding]:
+    """``findings`` with each entity's slot in the new numbering; those of entities gone, left out."""
+    for f in findings:
+        table = remap.new_of_old.get(f.entity_kind)
+        if table is None:  # a job: jobs are not renumbered by a change of hardware
+            yield f
+        elif 0 <= f.slot < len(table) and table[f.slot] >= 0:
+            yield dataclasses.replace(f, slot=int(table[f.slot]))
 
 
 def _owned(owned: dict[str, np.ndarray], kind: str, slot: int) -> bool:

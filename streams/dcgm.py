@@ -34,6 +34,7 @@ counted as ``conflicting duplicate series``.
 
 from __future__ import annotations
 
+import logging
 import re
 import urllib.error
 from functools import lru_cache
@@ -47,12 +48,22 @@ import numpy as np
 from foreshock.fields import field_names, source_index, source_preference
 from foreshock.frames import Frame
 from foreshock.health import PipelineHealth
-from foreshock.topology import Topology
+from foreshock.topology import UNKNOWN, Topology
 
 from .polling import PollingSource, count_once
-from .samples import SampleBatch, gpu_entity, gpu_topology
+from .samples import SampleBatch, gpu_entity, gpu_topology, split_gpu_entity
 
 STAGE = "dcgm"
+
+log = logging.getLogger("foreshock.dcgm")
+
+UNLISTED_POLLS = 3
+"""Consecutive polls that must serve GPUs a derived topology lacks before the source takes them in
+(``DcgmScrapeSource.takes_in_new_gpus``): one odd scrape rebuilds nothing."""
+
+TOLD_MAX = 4096
+"""GPU names the source remembers having logged as missing from its topology; past that it forgets
+them (and may log one again): the set stays bounded over weeks of churn."""
 
 NOT_SUPPORTED_INT64_MIN = 0x7FFFFFFFFFFFFFF0
 """DCGM_FT_INT64_BLANK and its siblings (not found / not supported / not permissioned)."""
@@ -262,8 +273,15 @@ def _fold(names: tuple[str, ...], entities: list[str], ent: array, fld: array, v
 class DcgmScrapeSource(PollingSource):
     """Scrapes a dcgm-exporter ``/metrics`` URL every ``interval`` seconds, yielding gpu frames.
 
-    The topology is the one given, or derived from the first scrape that names any GPU; a GPU
-    that appears later is counted as an unknown entity (restart the source to pick it up).
+    The topology is the one given, or derived from the first scrape that names any GPU. A GPU
+    the topology lacks is counted as an unknown entity (``unknown gpu entity``), and its name is
+    logged once, saying to add it to the topology file (a given topology) or to restart (a derived
+    one). With :attr:`takes_in_new_gpus` (``foreshock watch``, which moves its state onto the new
+    topology) and a derived topology, a GPU unlisted in :data:`UNLISTED_POLLS` consecutive polls
+    (a node replaced or added: new hostnames) is taken in instead: :attr:`topology` becomes a new
+    one (:func:`grown_topology`) from that poll's frame on. GPUs no longer served stay listed (a node
+    down for repair keeps its place and its learnt state): a derived topology only grows, until a
+    restart.
 
     The URL may be a Prometheus server's ``/federate?match[]={__name__=~"DCGM_.*"}``: every
     series keeps its ``Hostname`` label and carries the time Prometheus scraped it, so one source
@@ -287,7 +305,13 @@ class DcgmScrapeSource(PollingSource):
         self.timeout = timeout
         self.default_host = default_host or urlparse(url).hostname or "localhost"
         self._topology = topology
-        self._last_ts: dict[str, float] = {}  # per GPU name, the newest row read
+        self._derived = topology is None
+        # per GPU name the topology lists, the newest row read; only listed GPUs: every name ever
+        # served (an unknown GPU's rows are refused anyway) made it grow for as long as nodes churn
+        self._last_ts: dict[str, float] = {}
+        self.takes_in_new_gpus = False
+        self._unlisted_polls: dict[str, int] = {}  # GPUs the topology lacks: polls in a row serving them
+        self._told: set[str] = set()  # names logged as missing from the topology
 
     def scrape(self) -> str | None:
         try:
@@ -304,22 +328,77 @@ class DcgmScrapeSource(PollingSource):
         text = self.scrape()
         if text is None:
             return []
-        batch = self._new_rows(parse_dcgm_text(text, now, self.health, self.default_host, self.counted_once))
+        batch = parse_dcgm_text(text, now, self.health, self.default_host, self.counted_once)
+        if not len(batch):
+            return []
         if self._topology is None:
-            if not len(batch):
-                return []
             self._topology = gpu_topology([batch])
+        else:
+            self._follow(batch)
+        batch = self._new_rows(batch, self._topology)
         return [batch.to_frame(self._topology, self.health, STAGE)] if len(batch) else []
 
-    def _new_rows(self, batch: SampleBatch) -> SampleBatch:
-        """The rows newer than each GPU's last one (a federation serves a sample until the next scrape)."""
+    def _follow(self, batch: SampleBatch) -> None:
+        """Take in each GPU the topology lacks once it has been served in :data:`UNLISTED_POLLS`
+        consecutive polls (a derived topology, :attr:`takes_in_new_gpus`);
+        otherwise log each one's name once, saying what to do."""
+        assert self._topology is not None
+        unlisted = [name for name, slot in zip(batch.entities, self._topology.slots("gpu", batch.entities)) if slot < 0]
+        if self._derived and self.takes_in_new_gpus:
+            # per GPU served now and unlisted, in how many polls in a row: only the current page's
+            # names, so a name served once (an odd scrape) is forgotten at the next poll
+            self._unlisted_polls = {name: self._unlisted_polls.get(name, 0) + 1 for name in unlisted}
+            steady = [name for name, polls in self._unlisted_polls.items() if polls >= UNLISTED_POLLS]
+            if steady:
+                self._topology = grown_topology(self._topology, steady)
+                self._unlisted_polls = {n: k for n, k in self._unlisted_polls.items() if k < UNLISTED_POLLS}
+            return
+        if not unlisted:
+            return
+        new = sorted(set(unlisted) - self._told)
+        if not new:
+            return
+        if len(self._told) + len(new) > TOLD_MAX:
+            self._told.clear()
+        self._told.update(new)
+        what = "add them to the --topology file and restart" if not self._derived else \
+            "restart to watch them (the topology was derived from the first scrape)"
+        log.warning("%s: %d GPU%s not in the topology, their samples counted as unknown gpu entities: %s; %s",
+                    STAGE, len(new), "" if len(new) == 1 else "s", _names(new), what)
+
+    def _new_rows(self, batch: SampleBatch, topology: Topology) -> SampleBatch:
+        """The rows newer than each GPU's last one (a federation serves a sample until the next
+        scrape). Only GPUs ``topology`` lists are remembered: the others' rows are refused anyway."""
         if not len(batch):
             return batch
         last = np.array([self._last_ts.get(name, -np.inf) for name in batch.entities])
+        listed = topology.slots("gpu", batch.entities) >= 0
         new = batch.ts > last[batch.entity]
-        for i in np.flatnonzero(new):
+        for i in np.flatnonzero(new & listed[batch.entity]):
             self._last_ts[batch.entities[batch.entity[i]]] = float(batch.ts[i])
         if new.all():
             return batch
         return SampleBatch("gpu", batch.entities, batch.ts[new], batch.entity[new],
                            {name: col[new] for name, col in batch.columns.items()})
+
+
+def grown_topology(topology: Topology, gpus: list[str]) -> Topology:
+    """A derived topology (``gpu_topology``: hosts with their GPU counts, one unknown rack) with
+    ``gpus`` taken in. Its nodes keep their order, and so their slots and their GPUs' (unless a
+    node listed gains a GPU, which shifts the GPUs after it); new hosts follow, sorted."""
+    counts = dict(zip(topology.nodes, np.bincount(topology.gpu_node, minlength=len(topology.nodes)).tolist()))
+    added: dict[str, int] = {}
+    for name in gpus:
+        host, index = split_gpu_entity(name)
+        grown = counts if host in counts else added
+        grown[host] = max(grown.get(host, 0), index + 1)
+    return Topology.from_dict({
+        "cluster": topology.cluster,
+        "rows": [{"name": UNKNOWN, "cooling_loop": UNKNOWN}],
+        "racks": [{"name": UNKNOWN, "row": UNKNOWN}],
+        "nodes": [{"name": host, "rack": UNKNOWN, "gpus": n} for host, n in [*counts.items(), *sorted(added.items())]],
+    })
+
+
+def _names(names: list[str], shown: int = 5) -> str:
+    return ", ".join(names[:shown]) + (f" and {len(names) - shown} more" if len(names) > shown else "")

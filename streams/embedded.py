@@ -19,6 +19,7 @@ from foreshock.findings import Finding
 from foreshock.frames import Frame
 from foreshock.guard import InputGuard
 from foreshock.health import PipelineHealth
+from foreshock.remap import Remap
 from foreshock.topology import Topology
 
 log = logging.getLogger("foreshock.pipeline")
@@ -65,6 +66,35 @@ class EmbeddedPipeline:
         self.sinks: list[Sink] = [self.store, *sinks]
         self.gauge_interval_s = gauge_interval_s
         self._last_gauges = 0.0
+
+    def move_to(self, topology: Topology, bank: DetectorBank) -> list[str]:
+        """Go on under ``topology`` with ``bank`` (a fresh bank made for it): the detectors', the
+        input guard's and the store's state follow each entity by name (``core/remap.py``), a new
+        entity starts fresh, one ``topology`` no longer lists is left out. A processor (the
+        incident engine) that cannot move its state starts fresh: returns the names of those.
+        For ``foreshock watch``, whose live source took in new GPUs; the caller switches
+        between frames, so every frame is processed under the topology its slots refer to."""
+        remap = Remap(self.topology, topology)
+        state = self.bank.state_dict()
+        fresh: list[str] = []
+        processors: dict[str, Any] = {}
+        for proc in bank.processors:
+            move = getattr(proc, "remap_state", None)
+            if callable(move) and proc.name in state["processors"]:
+                processors[proc.name] = move(state["processors"][proc.name], remap)
+            else:
+                processors[proc.name] = proc.state_dict()
+                fresh.append(proc.name)
+        bank.load_state_dict({"detectors": {d.name: d.remap_state(state["detectors"][d.name], remap)
+                                            for d in bank.detectors},
+                              "processors": processors})
+        bank.report_problems_to(self.health)
+        guard = InputGuard(topology, self.health, self.guard.stage, self.guard.max_ahead_s, self.guard.clock)
+        guard.load_state_dict(self.guard.state_dict(), remap)
+        self.store.move_to(topology, remap)
+        self.topology, self.bank, self.guard = topology, bank, guard
+        self._publish_gauges()  # the estimates under the new numbering, for the next scrape
+        return fresh
 
     def process(self, frame: Frame, received_wall: float | None = None) -> list[Finding]:
         """Guard, detect and fan out one frame; never raises on bad data in the frame."""

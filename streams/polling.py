@@ -3,8 +3,9 @@
 A :class:`PollingSource` is an iterator of :class:`~foreshock.frames.Frame`: each poll reads
 the system once (an HTTP scrape, a command, NVML, sysfs) and yields what it got. Polls are
 scheduled on a fixed grid (``start + k * interval``), so a slow poll does not drift the
-sampling; a poll that fails is counted and the source keeps going. ``stop()`` ends the
-iteration from another thread; ``max_polls`` bounds it (tests, ``--duration``).
+sampling; a poll that fails is counted and the source keeps going, and so are the slots of the
+grid a poll longer than the interval skipped (``foreshock_polls_skipped_total``). ``stop()``
+ends the iteration from another thread; ``max_polls`` bounds it (tests, ``--duration``).
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ class PollingSource:
         self.health = health if health is not None else PipelineHealth()
         self.max_polls = max_polls
         self.clock = clock
+        self.monotonic: Callable[[], float] = time.monotonic  # the poll grid's clock
         self.polls = 0
         self._stop = threading.Event()
         self._topology: Topology | None = None
@@ -77,13 +79,16 @@ class PollingSource:
         self._stop.set()
 
     def __iter__(self) -> Iterator[Frame]:
-        start = time.monotonic()
+        start = self.monotonic()
+        slot = 0  # the grid slot of the poll in hand
         while not self._stop.is_set() and (self.max_polls is None or self.polls < self.max_polls):
+            began = self.monotonic()
             try:
                 frames = self.poll()
             except Exception as exc:  # a source must never take the pipeline down
                 self.health.problem(self.stage, "poll failed", detail=f"{type(exc).__name__}: {exc}")
                 frames = []
+            took = self.monotonic() - began
             self.polls += 1
             for frame in frames:
                 if len(frame):
@@ -93,9 +98,21 @@ class PollingSource:
             if self.max_polls is not None and self.polls >= self.max_polls:
                 break
             # Next slot on the fixed grid; skip slots a slow poll overran instead of bunching up.
-            elapsed = time.monotonic() - start
-            next_slot = (int(elapsed / self.interval) + 1) * self.interval
-            self._stop.wait(max(0.0, next_slot - elapsed))
+            # The grid is monotonic time: a wall clock stepped by NTP neither stalls nor bunches it.
+            elapsed = self.monotonic() - start
+            next_slot = max(int(elapsed / self.interval) + 1, slot + 1)  # never the same slot twice
+            skipped = next_slot - slot - 1
+            if skipped:
+                # those samples were never read: counted (foreshock_polls_skipped_total), the reason
+                # logged once, not at every poll of a device that is always this slow
+                if took > self.interval:
+                    why = f"a poll took {took:.3g} s, longer than the {self.interval:g} s interval"
+                else:
+                    why = (f"the frames of a poll were taken {elapsed - slot * self.interval:.3g} s after it began, "
+                           f"longer than the {self.interval:g} s interval")
+                self.health.skipped_polls(self.stage, skipped, detail=why)
+            slot = next_slot
+            self._stop.wait(max(0.0, next_slot * self.interval - elapsed))
 
 
 def run_command(argv: Sequence[str], health: PipelineHealth, stage: str,
@@ -162,21 +179,44 @@ class EthtoolSource(PollingSource):
         return readings
 
 
-def alongside(primary: Iterable[Frame], others: Sequence[PollingSource]) -> Iterator[Frame]:
+ALONGSIDE_BACKLOG = 64
+"""Frames :func:`alongside` holds for a consumer busy with another: past that, the sources wait
+(their skipped polls are counted) rather than the backlog growing for as long as the run lasts."""
+
+
+def alongside(primary: Iterable[Frame], others: Sequence[PollingSource],
+              backlog: int = ALONGSIDE_BACKLOG) -> Iterator[Frame]:
     """The frames of ``primary`` and of ``others``, each polled in a thread of its own, in the
-    order they arrive; ends when the primary does, and stops the others then."""
+    order they arrive; ends when the primary does, and stops the others then.
+
+    At most ``backlog`` frames wait for the consumer. Unbounded, a pipeline slower than its
+    sources let them queue frames without end (memory growing for weeks, each frame processed
+    later than the last, and the ingest lag, measured from when a frame is taken, saying 0);
+    bounded, a source waits in its poll loop, which counts the polls it skips
+    (``foreshock_polls_skipped_total``)."""
     if not others:
         yield from primary
         return
-    arrived: queue.Queue[Frame | None] = queue.Queue()
+    arrived: queue.Queue[Frame | None] = queue.Queue(maxsize=backlog)
+    done = threading.Event()  # the consumer has gone: a pump waiting for room gives up
+
+    def put(item: Frame | None) -> bool:
+        while not done.is_set():
+            try:
+                arrived.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
 
     def pump(frames: Iterable[Frame], last: bool) -> None:
         try:
             for frame in frames:
-                arrived.put(frame)
+                if not put(frame):
+                    return
         finally:
             if last:
-                arrived.put(None)  # the primary has ended
+                put(None)  # the primary has ended
 
     threads = [threading.Thread(target=pump, args=(s, False), name=f"poll-{s.stage}", daemon=True) for s in others]
     threads.append(threading.Thread(target=pump, args=(primary, True), name="poll-primary", daemon=True))
@@ -186,5 +226,6 @@ def alongside(primary: Iterable[Frame], others: Sequence[PollingSource]) -> Iter
         while (frame := arrived.get()) is not None:
             yield frame
     finally:
+        done.set()
         for source in others:
             source.stop()

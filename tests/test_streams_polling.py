@@ -10,7 +10,7 @@ import pytest
 
 from foreshock.frames import Frame
 from foreshock.health import PipelineHealth
-from foreshock.streams.polling import PollingSource, run_command
+from foreshock.streams.polling import PollingSource, alongside, run_command
 
 
 class Flaky(PollingSource):
@@ -60,3 +60,73 @@ def test_run_command_reports_failures() -> None:
     out, _ = run_command(["/bin/sleep", "5"], health, "t", timeout=0.1)
     assert out is None
     assert health.problems == {("t", "command failed"): 1, ("t", "command timed out"): 1}
+
+
+class Slow(PollingSource):
+    """Each poll takes ``took[i]`` intervals of a fake poll-grid clock, which the wait between
+    polls advances too (no real waiting)."""
+
+    stage = "slow"
+
+    def __init__(self, took: list[float], **kwargs: object) -> None:
+        super().__init__(**kwargs)  # type: ignore[arg-type]
+        self.took = took
+        self.now = 0.0
+        self.monotonic = lambda: self.now
+        self.began: list[float] = []
+        source = self
+
+        class FakeWait(threading.Event):
+            def wait(self, timeout: float | None = None) -> bool:
+                source.now += timeout or 0.0
+                return self.is_set()
+
+        self._stop = FakeWait()
+
+    def poll(self) -> list[Frame]:
+        self.began.append(self.now)
+        self.now += self.took[len(self.began) - 1] * self.interval
+        return [Frame("gpu", np.array([float(len(self.began))]), np.array([0]), {"power": np.array([1.0])})]
+
+
+def test_a_poll_longer_than_the_interval_counts_the_polls_it_skipped() -> None:
+    """A poll that takes 2.5 intervals overruns the next two slots of the grid: their samples
+    were never read. They were skipped silently; they are counted (not as input problems: the
+    input was fine), the reason logged once."""
+    health = PipelineHealth()
+    source = Slow([0.1, 2.5, 0.1, 3.2, 0.1], interval=10.0, health=health, max_polls=5)
+    assert len(list(source)) == 5
+    assert health.polls_skipped["slow"] == 2 + 3 and not health.problems
+    # and the polls stay on the grid: 0, 1, then 4 (slots 2 and 3 skipped), 5, then 9
+    assert [b / source.interval for b in source.began] == pytest.approx([0.0, 1.0, 4.0, 5.0, 9.0])
+
+
+def test_polls_within_the_interval_count_nothing() -> None:
+    health = PipelineHealth()
+    assert len(list(Slow([0.9] * 4, interval=10.0, health=health, max_polls=4))) == 4
+    assert not health.problems and not health.polls_skipped
+
+
+class Steady(PollingSource):
+    stage = "steady"
+
+    def poll(self) -> list[Frame]:
+        return [Frame("gpu", np.array([float(self.polls)]), np.array([0]), {"power": np.array([1.0])})]
+
+
+def test_a_pipeline_slower_than_its_sources_holds_a_bounded_backlog() -> None:
+    """``watch --bmc``: the source and the BMCs are polled in threads of their own, their frames
+    queued for the pipeline. With a pipeline slower than the polls the queue grew for as long as
+    the run lasted (here some 600 frames for 30 taken; over weeks, memory and a lag without end).
+    It holds ``backlog`` frames; past that the sources wait, and count the polls they skip."""
+    health = PipelineHealth()
+    primary, other = Steady(interval=0.001, health=health), Steady(interval=0.001, health=health)
+    frames = alongside(primary, [other], backlog=4)
+    for _ in range(30):
+        next(frames)
+        time.sleep(0.01)  # a pipeline ten times slower than the polls
+    polled = primary.polls + other.polls
+    frames.close()
+    primary.stop()
+    assert polled <= 30 + 4 + 2  # taken, waiting, and one in each pump's hand
+    assert health.polls_skipped["steady"] > 0
