@@ -244,6 +244,12 @@ def pipeline(cfg: MixinConfig) -> Dashboard:
             timeseries("Input problems by stage and reason", Target(
                 f"sum by (stage, reason) (rate(foreshock_input_problems_total{{{C}}}[$__rate_interval]))",
                 "{{stage}} {{reason}}")),
+            timeseries("Polls skipped by stage", Target(
+                # "or vector(0)": a pipeline that polls nothing (a replay, a Kafka worker) skips nothing
+                f"sum by (stage) (rate(foreshock_polls_skipped_total{{{C}}}[$__rate_interval])) or on() vector(0)",
+                "{{stage}}"),
+                description="Polls a live source skipped: a poll, or the pipeline behind it, took longer than the "
+                            "poll interval. Each is a sample never read."),
             timeseries("Dead letters", Target(
                 f"sum by (instance) (rate(foreshock_dead_letters_total{{{C}}}[$__rate_interval]))", "{{instance}}")),
             timeseries("Detector latency per batch", Target(

@@ -89,6 +89,7 @@ class MixinConfig:
         "ForeshockIngestLag": "5m",
         "ForeshockDeadLettersRising": "10m",
         "ForeshockInputProblems": "15m",
+        "ForeshockPollsSkipped": "15m",
         "ForeshockAgentDown": "2m",
         "absent": "2m",
     })

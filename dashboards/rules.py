@@ -254,6 +254,17 @@ def alerts(cfg: MixinConfig = DEFAULT_CONFIG) -> list[Alert]:
             "a producer sends records foreshock cannot decode.",
         ),
         Alert(
+            # a source slower than its poll interval (a dcgm-exporter taking 40 s to answer a 30-s
+            # poll, a BMC timing out): every skipped poll is a sample never read, counted apart from
+            # input problems because the input that came was fine
+            "ForeshockPollsSkipped",
+            "sum by (cluster, instance, stage) (rate(foreshock_polls_skipped_total[5m])) > 0",
+            "warning",
+            "foreshock on {{ $labels.instance }} keeps skipping {{ $labels.stage }} polls",
+            "The {{ $labels.stage }} source on {{ $labels.instance }} skips {{ $value | printf \"%.3g\" }} polls/s: "
+            "a poll, or the pipeline behind it, takes longer than the poll interval, so samples are never read.",
+        ),
+        Alert(
             "ForeshockInputProblems",
             "sum by (cluster, instance) (rate(foreshock_input_problems_total[5m])) / "
             "sum by (cluster, instance) (rate(foreshock_samples_processed_total[5m]) "

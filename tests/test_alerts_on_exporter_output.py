@@ -85,6 +85,7 @@ EXPECTED: dict[str, tuple[tuple[str, ...], list[tuple[str, ...]]]] = {
     "ForeshockPipelineDown": ((), []),
     "ForeshockIngestLag": ((), []),
     "ForeshockDeadLettersRising": ((), []),
+    "ForeshockPollsSkipped": ((), []),
 }
 
 
