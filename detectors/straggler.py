@@ -16,7 +16,14 @@ outlier itself):
 - **hotter**: temperature above the job median by more than ``temp_gap_c`` at the same load: a GPU
   drawing more than ``1 + power_band`` times the job's median power is read down by ``temp_per_w``
   °C per watt above that (a pipeline's last stage, given more work, runs hotter for no fault of its
-  own; within the band, a GPU that runs hot draws a little more through leakage, and is read as it is);
+  own; within the band, a GPU that runs hot draws a little more through leakage, and is read as it is).
+  Where racks report their inlet (rack frames' ``inlet_temp``, else ``coolant_temp``), each GPU's
+  temperature is taken over its rack's *usual* inlet (see :data:`R_USUAL`): a job spanning two racks
+  at 25 and 32 °C (two loops, or the two ends of one) read every GPU of the warmer rack as "hotter",
+  with nothing wrong with it, while a loop warming above its usual (a CDU losing flow) still shows,
+  minutes before its GPUs throttle. A GPU whose rack reports none is taken over the
+  job's median usual inlet; a job none of whose racks reports one (dcgm-exporter alone) is compared
+  on temperatures as they are;
 - **throttling more**: throttled share above the job median by more than ``throttle_gap``.
 
 Findings are :class:`~foreshock.findings.Anomaly` on the GPU (field ``sm_clock``,
@@ -52,11 +59,12 @@ from foreshock.findings import Anomaly, Finding
 from foreshock.frames import Frame
 from foreshock.health import PipelineHealth
 from foreshock.numba_config import jit
+from foreshock.remap import Remap
 from foreshock.topology import Topology
 
 from .base import Detector, add_columns, resolve_params
 from .order_stats import median_of
-from .gpu_inputs import reason_bits, Scratch, gpu_obs, kernel
+from .gpu_inputs import INLET_MAX_C, INLET_MIN_C, reason_bits, rack_inlet_obs, Scratch, gpu_obs, kernel
 
 OBS_FIELDS = ("sm_clock", "sm_clock_max", "util", "gpu_temp", "throttle_reasons", "power")
 S_TS, S_CLOCK, S_TEMP, S_UTIL, S_THROTTLE, S_N, S_BUSY_TS, S_POWER = range(8)
@@ -67,6 +75,18 @@ GPUs sit on it by turns (the nvidia-smi capture: 0x4 held at 691 W), and a GPU t
 than its peers only shows it in its clock, which the "slower" check compares. Counted, it flagged
 half of a 128-GPU job a minute into its run on seed 21 (126 GPUs: "throttled share 1 vs job median
 0.168"), none of them near a fault."""
+
+R_TS, R_INLET, R_USUAL = range(3)
+R_SIZE = 3
+"""Per rack: the time of its last inlet reading, the inlet averaged over ``tau_s`` (as the GPUs'
+temperatures are), and its *usual* inlet: the lower envelope of that average, which follows it down
+at once and up only over ``inlet_usual_tau_s``. The temperature check takes each GPU over its rack's
+usual inlet, not over the inlet now: a rack that always runs warmer (its place on the loop, another
+loop) is its usual, while a loop that warms above its usual (a CDU losing flow: every GPU on it runs
+hotter minutes before it throttles, ahead of the job's slowdown) still reads hotter. Taken over the
+inlet now, those GPUs went unnamed until they throttled. A low envelope, not a mean: a mean would
+keep part of a flow loss of 40 minutes, and read the loop cooler than usual (and the other racks of
+its jobs hotter) for hours after the flow came back."""
 
 PARAMS: dict[str, float] = {
     "tau_s": 120.0,
@@ -83,6 +103,9 @@ PARAMS: dict[str, float] = {
     "temp_per_w": facts.THERMAL_RESISTANCE_C_PER_W,
     "power_band": 0.1,  # ... for the watts above this share over the job's median power
     "clock_power_band": 0.25,  # a GPU above this share over its job's median power is not "slower"
+    # how fast a rack's usual inlet rises to a higher level (it falls at once): hours, so that a loop
+    # losing flow (tens of minutes) stays above its usual, and a rack moved for good is learnt over hours
+    "inlet_usual_tau_s": 21600.0,
 }
 
 PV_NAMES = ("interval_s", "busy_util", "min_samples", "clock_gap", "temp_gap_c", "throttle_gap", "k_mad",
@@ -95,8 +118,9 @@ C_CLOCK, C_TEMP, C_THROTTLE = 0, 1, 2
 CHECK_FIELDS = (S_CLOCK, S_TEMP, S_THROTTLE)
 CHECK_SIGNS = (-1.0, 1.0, 1.0)
 CHECK_NAMES = (("sm_clock", "clock"), ("gpu_temp", "temperature"), ("throttle_reasons", "throttled share"))
-O_GPU, O_CHECK, O_EXCESS, O_X, O_MEDIAN = range(5)  # one outlier due a report
-O_SIZE = 5
+# one outlier due a report; O_INLET: the usual inlet its temperature was taken over (NaN: none)
+O_GPU, O_CHECK, O_EXCESS, O_X, O_MEDIAN, O_INLET = range(6)
+O_SIZE = 6
 
 
 @kernel
@@ -150,12 +174,33 @@ def _ew_kernel(obs: np.ndarray, s: np.ndarray, tau: float, busy_util: float) -> 
     return skipped
 
 
+@kernel
+def _inlet_kernel(obs: np.ndarray, s: np.ndarray, tau: float, usual_tau: float) -> None:
+    """Each rack's inlet averaged over ``tau`` and its usual inlet (``R_*``, see :data:`R_USUAL`),
+    from ``[ts, slot, inlet, ...]`` rows (:func:`~.gpu_inputs.rack_inlet_obs`). A row without an
+    inlet (missing, or 0 °C: a BMC's unread sensor) or not after the rack's last is skipped."""
+    for row in range(obs.shape[0]):
+        ts, r, v = obs[row, 0], int(obs[row, 1]), obs[row, 2]
+        last = s[r, R_TS]
+        if not INLET_MIN_C < v < INLET_MAX_C or ts <= last:  # (NaN: False)
+            continue
+        s[r, R_TS] = ts
+        if last != last or s[r, R_INLET] != s[r, R_INLET]:
+            s[r, R_INLET] = s[r, R_USUAL] = v
+            continue
+        s[r, R_INLET] += (1.0 - np.exp(-(ts - last) / tau)) * (v - s[r, R_INLET])
+        if s[r, R_INLET] < s[r, R_USUAL]:
+            s[r, R_USUAL] = s[r, R_INLET]
+        else:
+            s[r, R_USUAL] += (1.0 - np.exp(-(ts - last) / usual_tau)) * (s[r, R_INLET] - s[r, R_USUAL])
+
+
 class StragglerDetector(Detector):
     """Flags GPUs slower, hotter or more throttled than their job peers."""
 
-    slot_kinds: ClassVar[Mapping[str, str]] = {"s_gpu": "gpu", "s_flag": "gpu"}
+    slot_kinds: ClassVar[Mapping[str, str]] = {"s_gpu": "gpu", "s_flag": "gpu", "s_rack": "rack"}
     name: ClassVar[str] = "straggler"
-    kinds: ClassVar[tuple[str, ...]] = ("gpu",)
+    kinds: ClassVar[tuple[str, ...]] = ("gpu", "rack")  # rack frames: the inlets (R_*)
     state_scalars: ClassVar[tuple[str, ...]] = ("next_ts",)
 
     def __init__(self, topology: Topology, health: PipelineHealth | None = None, **params: Any) -> None:
@@ -165,19 +210,34 @@ class StragglerDetector(Detector):
         self.health = health or PipelineHealth()
         n = topology.size("gpu")
         self.gpu_job = topology.gpu_job.astype(np.int64)
+        self.gpu_rack = topology.gpu_rack.astype(np.int64)
         self.s_gpu = np.full((n, S_SIZE), np.nan)
         self.s_gpu[:, S_N] = 0.0
         self.s_flag = np.full((n, 3), np.nan)  # time each outlier kind was last reported
+        self.s_rack = np.full((topology.size("rack"), R_SIZE), np.nan)
         self.next_ts = -np.inf
         self._scratch = Scratch()
 
     def upgrade_state(self, state: dict[str, Any]) -> dict[str, Any]:
         """A state saved before ``S_BUSY_TS`` existed (six columns), read as if every GPU's last sample
         had been busy: its means go on from where they were rather than being thrown away. One saved
-        before ``S_POWER`` (seven) starts its power mean at the next busy sample."""
+        before ``S_POWER`` (seven) starts its power mean at the next busy sample. One saved before
+        the racks' inlets were kept (no ``s_rack``) knows none: learnt from the next rack frame on."""
+        if "s_rack" not in state:
+            state = {**state, "s_rack": np.full_like(self.s_rack, np.nan)}
         return add_columns(state, "s_gpu", S_SIZE, {S_BUSY_TS: S_TS})
 
+    def remap_state(self, state: dict[str, Any], remap: Remap) -> dict[str, Any]:
+        """... and a state saved without ``s_rack`` on other hardware: none known on its racks either."""
+        if "s_rack" not in state:
+            state = {**state, "s_rack": np.full((len(remap.new_of_old["rack"]), R_SIZE), np.nan)}
+        return super().remap_state(state, remap)
+
     def update(self, frame: Frame) -> list[Finding]:
+        if frame.kind == "rack" and len(frame):
+            _inlet_kernel(rack_inlet_obs(frame, len(self.s_rack), self.health, self.name), self.s_rack,
+                          self.p["tau_s"], self.p["inlet_usual_tau_s"])
+            return []
         if frame.kind != "gpu" or len(frame) == 0:
             return []
         obs = gpu_obs(frame, OBS_FIELDS, len(self.s_gpu), self.health, self.name, order="F",
@@ -199,15 +259,24 @@ class StragglerDetector(Detector):
             return []  # no jobs known (e.g. a topology derived from dcgm labels): no peers to compare
         out = self._scratch.take("outliers", (len(CHECK_FIELDS) * len(self.s_gpu), O_SIZE))
         job = self._scratch.take("busy_job", (len(self.s_gpu), 1), dtype=np.int64)[:, 0]
-        n_out = _compare_kernel(self.s_gpu, self.gpu_job, n_jobs, self.s_flag, now, self.params_vec, job, out)
+        n_out = _compare_kernel(self.s_gpu, self.gpu_job, n_jobs, self.s_flag, now, self.params_vec, job, out,
+                                self.gpu_rack, self.s_rack)
         findings: list[Finding] = []
         peers = np.bincount(job[job >= 0], minlength=n_jobs)  # busy GPUs per job
-        for g, col, excess, x, d in out[:n_out]:
+        for g, col, excess, x, d, inlet in out[:n_out]:
             g, col = int(g), int(col)
             name, label = CHECK_NAMES[col]
             j = int(self.gpu_job[g])
             unit = "" if col != C_TEMP else " °C"
-            if col == C_TEMP and abs(x - d - excess) >= 0.05:  # read down to the job's median power
+            if col == C_TEMP and inlet == inlet:  # taken over the usual inlet
+                rack = int(self.gpu_rack[g])
+                whose = "its rack's" if 0 <= rack < len(self.s_rack) and self.s_rack[rack, R_USUAL] == inlet \
+                    else "the job's"  # (its rack reports none)
+                what = f"temperature {x:.3g} °C, {x - inlet:.3g} °C over {whose} usual inlet {inlet:.3g} °C"
+                if abs(x - inlet - d - excess) >= 0.05:  # read down to the job's median power
+                    what += f" at {self.s_gpu[g, S_POWER]:.0f} W ({d + excess:.3g} °C read at the job's load)"
+                what += f", vs job {self.topology.jobs[j]} median {d:.3g} °C over their usual inlets"
+            elif col == C_TEMP and abs(x - d - excess) >= 0.05:  # read down to the job's median power
                 what = (f"temperature {x:.3g} °C at {self.s_gpu[g, S_POWER]:.0f} W ({d + excess:.3g} °C read at "
                         f"the job's load) vs job {self.topology.jobs[j]} median {d:.3g} °C")
             else:
@@ -221,13 +290,16 @@ class StragglerDetector(Detector):
 
 @jit
 def _compare_kernel(s: np.ndarray, gpu_job: np.ndarray, n_jobs: int, flag: np.ndarray, now: float,
-                    p: np.ndarray, job: np.ndarray, out: np.ndarray) -> int:
+                    p: np.ndarray, job: np.ndarray, out: np.ndarray, gpu_rack: np.ndarray, rack: np.ndarray) -> int:
     """Compare each busy GPU with its job's busy GPUs (median and MAD per job) on each check;
     update ``flag`` (when each GPU was last reported per check, NaN while it is no outlier); write
     the outliers due a report into ``out`` (``O_*`` columns), check by check, GPUs in slot order;
     return their count. ``job`` receives each GPU's job where it is busy, else -1. The temperature
     check compares each GPU's temperature read down to its job's median busy power (see the module
-    doc; ``O_X`` holds the temperature, ``O_MEDIAN`` the job's median of the read values).
+    doc; ``O_X`` holds the temperature, ``O_MEDIAN`` the job's median of the read values), taken over
+    the usual inlet of the GPU's rack (``rack[:, R_USUAL]``, by ``gpu_rack``), else over its job's
+    median usual inlet, else (no rack of the job knows one) as it is; ``O_INLET`` holds the inlet
+    taken (NaN: none).
 
     The busy GPUs are bucketed by job once (a counting sort) and every check reads its values
     through the buckets: six group medians, each bucketing the GPUs again, took 130 ns per GPU.
@@ -257,13 +329,20 @@ def _compare_kernel(s: np.ndarray, gpu_job: np.ndarray, n_jobs: int, flag: np.nd
     med = np.empty(n_jobs)
     mad = np.empty(n_jobs)
     power_med = np.full(n_jobs, np.nan)  # each job's median busy power
+    inlet_med = np.full(n_jobs, np.nan)  # ... and median usual inlet
+    inlet = np.full(n, np.nan)  # each GPU's usual inlet: its rack's, else its job's median
     vals = np.empty(n)  # the values compared: the field's, the temperature read at the job's median power
     n_out = 0
     heavier = np.zeros(n, np.bool_)  # its heavier work holds its clock down: not compared on it
-    for col in range(-1, len(CHECK_FIELDS)):  # -1: the job's median busy power, for the temperature
+    # -2, -1: the job's median usual inlet and median busy power, for the temperature
+    for col in range(-2, len(CHECK_FIELDS)):
         field = S_POWER if col < 0 else CHECK_FIELDS[col]
         for g in range(n):
-            vals[g] = s[g, field]
+            if col == -2:
+                inlet[g] = rack[gpu_rack[g], R_USUAL] if 0 <= gpu_rack[g] < rack.shape[0] else np.nan
+                vals[g] = inlet[g]
+            else:
+                vals[g] = s[g, field]
             if col == C_CLOCK and job[g] >= 0:  # (NaN: no power known, compared as it is)
                 heavier[g] = s[g, S_POWER] > power_med[job[g]] * (1.0 + p[PV_CLOCK_POWER_BAND]) \
                     and s[g, S_THROTTLE] < p[PV_THROTTLE_GAP]
@@ -271,6 +350,10 @@ def _compare_kernel(s: np.ndarray, gpu_job: np.ndarray, n_jobs: int, flag: np.nd
                 above = s[g, S_POWER] - power_med[job[g]] * (1.0 + p[PV_POWER_BAND])
                 if above > 0.0:  # (NaN: no power known, read as it is)
                     vals[g] -= p[PV_TEMP_PER_W] * above
+                if inlet[g] != inlet[g]:  # its rack reports none: the job's (NaN: none of them does)
+                    inlet[g] = inlet_med[job[g]]
+                if inlet[g] == inlet[g]:
+                    vals[g] -= inlet[g]
         for j in range(n_jobs):  # median and MAD of the job's finite values
             k = 0
             for m in range(start[j], start[j + 1]):
@@ -289,7 +372,10 @@ def _compare_kernel(s: np.ndarray, gpu_job: np.ndarray, n_jobs: int, flag: np.nd
                         buf[k] = abs(v - d)
                         k += 1
                 mad[j] = median_of(buf, k, work)
-        if col < 0:
+        if col == -2:
+            inlet_med[:] = med
+            continue
+        if col == -1:
             power_med[:] = med
             continue
         sign, gap = CHECK_SIGNS[col], p[PV_CLOCK_GAP + col]
@@ -314,5 +400,6 @@ def _compare_kernel(s: np.ndarray, gpu_job: np.ndarray, n_jobs: int, flag: np.nd
                 out[n_out, O_EXCESS] = excess
                 out[n_out, O_X] = s[g, field]
                 out[n_out, O_MEDIAN] = d
+                out[n_out, O_INLET] = inlet[g] if col == C_TEMP else np.nan
                 n_out += 1
     return n_out

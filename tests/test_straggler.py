@@ -175,9 +175,10 @@ def test_a_topology_without_jobs_has_no_stragglers_and_does_not_fail() -> None:
     assert found == []
 
 
-def naive_compare(s, gpu_job, n_jobs, flag, now, p):
+def naive_compare(s, gpu_job, n_jobs, flag, now, p, gpu_rack=None, racks=None):
     """The job comparison restated with numpy, job by job (np.nanmedian): the outliers due a
-    report, check by check and GPUs in order, as (gpu, check, excess, value, job median)."""
+    report, check by check and GPUs in order, as (gpu, check, excess, value, job median, inlet
+    taken: the usual one of its rack, else its job's median, else none)."""
     busy = ((now - s[:, sg.S_TS]) <= 3 * p["interval_s"]) & (s[:, sg.S_UTIL] >= p["busy_util"]) \
         & (s[:, sg.S_N] >= p["min_samples"]) & (gpu_job >= 0)
     found = []
@@ -187,12 +188,19 @@ def naive_compare(s, gpu_job, n_jobs, flag, now, p):
         members = busy & (gpu_job == j) & np.isfinite(s[:, sg.S_POWER])
         if members.any():
             power_med[gpu_job == j] = np.median(s[members, sg.S_POWER])
+    inlet = np.full(len(s), np.nan)
+    if racks is not None:
+        inlet = np.array([racks[r, sg.R_USUAL] if 0 <= r < len(racks) else np.nan for r in gpu_rack])
+    for j in range(n_jobs):  # a GPU whose rack knows no inlet: its job's median (over busy GPUs)
+        known = busy & (gpu_job == j) & np.isfinite(inlet)
+        if known.any():
+            inlet[(gpu_job == j) & ~np.isfinite(inlet)] = np.median(inlet[known])
     for col, field in enumerate(sg.CHECK_FIELDS):
         x = np.where(busy, s[:, field], np.nan)
         if col == sg.C_TEMP:  # read down: temp_per_w per watt above (1 + power_band) x the job's median
             with np.errstate(invalid="ignore"):
                 above = s[:, sg.S_POWER] - power_med * (1 + p["power_band"])
-            x = x - p["temp_per_w"] * np.where(above > 0, above, 0.0)
+            x = x - p["temp_per_w"] * np.where(above > 0, above, 0.0) - np.where(np.isfinite(inlet), inlet, 0.0)
         d, spread = np.full(len(x), np.nan), np.full(len(x), np.nan)
         for j in range(n_jobs):
             members = busy & (gpu_job == j) & np.isfinite(x)
@@ -213,7 +221,7 @@ def naive_compare(s, gpu_job, n_jobs, flag, now, p):
                 flag[g, col] = np.nan
             elif np.isnan(flag[g, col]) or now - flag[g, col] >= p["refresh_s"]:
                 flag[g, col] = now
-                found.append((g, col, excess[g], s[g, field], d[g]))
+                found.append((g, col, excess[g], s[g, field], d[g], inlet[g] if col == sg.C_TEMP else np.nan))
     return found
 
 
@@ -236,11 +244,16 @@ def test_compare_kernel_matches_a_numpy_reference(seed):
     s[rng.random((n, sg.S_SIZE)) < 0.03] = np.nan
     gpu_job = rng.integers(-1, n_jobs, n)
     flag = np.where(rng.random((n, 3)) < 0.3, rng.choice([400.0, 900.0], (n, 3)), np.nan)
+    # racks: some report no inlet (NaN), some sit 6-8 °C warmer; a GPU or two outside any rack
+    n_racks = int(rng.integers(1, 5))
+    racks = np.full((n_racks, sg.R_SIZE), np.nan)
+    racks[:, sg.R_USUAL] = np.where(rng.random(n_racks) < 0.3, np.nan, 25.0 + rng.choice([0.0, 6.0, 8.0], n_racks))
+    gpu_rack = np.where(rng.random(n) < 0.05, -1, rng.integers(0, n_racks, n))
     want_flag = flag.copy()
-    want = naive_compare(s, gpu_job, n_jobs, want_flag, 1000.0, p)
+    want = naive_compare(s, gpu_job, n_jobs, want_flag, 1000.0, p, gpu_rack, racks)
     vec = np.array([float(p[k]) for k in sg.PV_NAMES])
     out, job = np.empty((3 * n, sg.O_SIZE)), np.empty(n, np.int64)
-    got = sg._compare_kernel(s, gpu_job, n_jobs, flag, 1000.0, vec, job, out)
+    got = sg._compare_kernel(s, gpu_job, n_jobs, flag, 1000.0, vec, job, out, gpu_rack, racks)
     np.testing.assert_array_equal(flag, want_flag)
     assert got == len(want)
     np.testing.assert_allclose(out[:got], np.array(want).reshape(-1, sg.O_SIZE), rtol=1e-12)
@@ -261,11 +274,33 @@ def test_the_compare_reference_finds_outliers_of_every_check():
     assert kinds == {sg.C_CLOCK, sg.C_TEMP, sg.C_THROTTLE}
 
 
-def test_a_pipeline_stage_given_more_work_is_not_hotter_at_the_same_load():
+def test_the_compare_reference_takes_temperatures_over_the_racks_inlets():
+    """... and it does take them over the inlets: two racks 8 °C apart, each GPU 8 °C over the
+    other rack's inlet, the warm rack's and the cool rack's rack-less GPU named by none; a GPU
+    on the warm rack 10 °C hotter than its rack-mates is."""
+    n = 40
+    gpu_rack = np.where(np.arange(n) < 30, 0, 1)
+    gpu_rack[5] = -1  # a GPU outside any rack: the job's median inlet
+    temp = np.where(gpu_rack == 1, 68.0, 60.0)
+    temp[35] += 10.0
+    s = np.column_stack([np.full(n, 1000.0), np.ones(n), temp, np.ones(n), np.zeros(n), np.full(n, 50.0),
+                         np.full(n, 1000.0), np.full(n, 650.0)])
+    racks = np.full((2, sg.R_SIZE), np.nan)
+    racks[:, sg.R_USUAL] = [25.0, 33.0]
+    job = np.zeros(n, np.int64)
+    was = naive_compare(s, job, 1, np.full((n, 3), np.nan), 1000.0, dict(sg.PARAMS))
+    assert [g for g, *_ in was] == list(range(30, 40))  # the warm rack, as it was
+    found = naive_compare(s, job, 1, np.full((n, 3), np.nan), 1000.0, dict(sg.PARAMS), gpu_rack, racks)
+    assert [(g, inlet) for g, _, _, _, _, inlet in found] == [(35, 33.0)]
+
+
+@pytest.mark.parametrize("racks_report", [False, True])
+def test_a_pipeline_stage_given_more_work_is_not_hotter_at_the_same_load(racks_report):
     """A 4-stage pipeline whose last stage (node3) draws 700 W against the others' 480 W runs
     ~10 °C hotter: all eight of its GPUs were named "hotter ... at the same load" (signal
     hot_outlier: their own cooling). Read at the job's median power they are not; a GPU whose
-    cooling fails still is, whether in the heavy stage or not."""
+    cooling fails still is, whether in the heavy stage or not. The same taken over the racks'
+    inlet where they report it."""
     topo = small_topology()
     rng = np.random.default_rng(1)
     power = np.full(32, 480.0)
@@ -274,6 +309,8 @@ def test_a_pipeline_stage_given_more_work_is_not_hotter_at_the_same_load():
     def frames(bad=()):
         out = []
         for t in np.arange(0.0, 1200.0, 10.0):
+            if racks_report:
+                out.append(Frame("rack", np.full(2, t), np.arange(2), {"inlet_temp": np.full(2, 25.0)}))
             p = power * (1 + 0.01 * rng.standard_normal(32))
             temp = 25 + 0.046 * p + rng.normal(0, 0.5, 32)
             temp[list(bad)] += 15
@@ -286,6 +323,7 @@ def test_a_pipeline_stage_given_more_work_is_not_hotter_at_the_same_load():
     assert {(f.slot, f.field) for f in found} == {(3, "gpu_temp"), (27, "gpu_temp")}
     heavy = next(f for f in found if f.slot == 27)
     assert "read at the job's load" in heavy.reason and 12 < heavy.score < 19
+    assert ("over its rack's usual inlet 25 °C at 7" in heavy.reason) == racks_report
 
 
 def test_a_state_saved_before_power_means_loads():
@@ -347,3 +385,148 @@ def test_gpus_whose_exporter_prints_0_w_do_not_hide_a_hot_gpu():
                 "gpu_temp": temp, "throttle_reasons": np.zeros(32), "power": power}))
         found[label] = sorted({(f.slot, f.field) for f in out})
     assert found["all read"] == [(3, "gpu_temp")] and found["most print 0"] == found["all read"]
+
+
+@pytest.mark.kernel
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from([-10.0, 0.0, 10.0, 30.0, 600.0]), st.integers(0, 2),
+                          st.one_of(st.floats(15, 45), st.sampled_from([0.0, -3.0, float("nan")]))),
+                min_size=1, max_size=40))
+def test_inlet_kernel_matches_reference(readings):
+    """Per rack: the inlet averaged over tau_s; its usual inlet follows that average down at once
+    and up over inlet_usual_tau_s. A reading without an inlet (NaN, 0 °C or below) or not after the
+    rack's last is skipped."""
+    tau, usual_tau = 120.0, 3600.0
+    obs, t = [], 1000.0
+    for dt, rack, v in readings:
+        t += dt
+        obs.append([t, float(rack), v, np.nan, np.nan])
+    s = np.full((3, sg.R_SIZE), np.nan)
+    sg._inlet_kernel(np.array(obs), s, tau, usual_tau)
+    want = {r: [math.nan, math.nan, math.nan] for r in range(3)}  # last ts, mean, usual
+    for ts, rack, v, _, _ in obs:
+        last, mean, usual = want[int(rack)]
+        if not v > 0 or (not math.isnan(last) and ts <= last):
+            continue
+        if math.isnan(last):
+            want[int(rack)] = [ts, v, v]
+            continue
+        mean += (1 - math.exp(-(ts - last) / tau)) * (v - mean)
+        usual = mean if mean < usual else usual + (1 - math.exp(-(ts - last) / usual_tau)) * (mean - usual)
+        want[int(rack)] = [ts, mean, usual]
+    for r in range(3):
+        for col in (sg.R_TS, sg.R_INLET, sg.R_USUAL):
+            w = want[r][col]
+            assert (math.isnan(w) and math.isnan(s[r, col])) or s[r, col] == pytest.approx(w, rel=1e-12), (r, col)
+
+
+def two_rack_job(warm_inlet=32.0, hot=(), minutes=30, racks_report=True, seed=0, inlets=None):
+    """One job on 8 nodes: rack k0 (nodes 0-5, GPUs 0-47) at a 25 °C inlet, rack k1 (nodes 6-7, GPUs
+    48-63) at ``warm_inlet`` (two loops, or the end of one). Every GPU does the same work at the same
+    thermal resistance, but those in ``hot`` (a worn interface: R x 1.35); power draws 3 W/°C more
+    through leakage. ``inlets(t)``: the racks' inlets at time t instead (a loop warming). Rack frames
+    (``inlet_temp``) before each tick's GPU frame, unless ``racks_report`` is False (dcgm-exporter
+    alone)."""
+    nodes = [f"n{i}" for i in range(8)]
+    topo = Topology.from_dict({
+        "rows": [{"name": "r0", "cooling_loop": "cdu0"}, {"name": "r1", "cooling_loop": "cdu1"}],
+        "racks": [{"name": "k0", "row": "r0"}, {"name": "k1", "row": "r1"}],
+        "nodes": [{"name": n, "rack": "k0" if i < 6 else "k1", "gpus": 8} for i, n in enumerate(nodes)],
+        "jobs": [{"name": "j", "nodes": nodes}]})
+    rng, rack_rng = np.random.default_rng(seed), np.random.default_rng(seed + 1)  # the same GPUs either way
+    n = 64
+    r = np.full(n, facts.THERMAL_RESISTANCE_C_PER_W)
+    r[list(hot)] *= 1.35
+    inlets = inlets or (lambda t: np.array([25.0, warm_inlet]))
+    frames = []
+    temp = inlets(0.0)[topo.gpu_rack] + r * 650.0
+    for t in np.arange(0.0, minutes * 60.0, 10.0):
+        rack_inlet = inlets(t)
+        if racks_report:
+            frames.append(Frame("rack", np.full(2, t), np.arange(2),
+                                {"inlet_temp": np.round(rack_inlet + rack_rng.normal(0, 0.1, 2), 1)}))
+        power = 650.0 + 3.0 * (temp - 60.0) + rng.normal(0, 5, n)
+        temp = rack_inlet[topo.gpu_rack] + r * power + rng.normal(0, 0.5, n)
+        frames.append(Frame("gpu", np.full(n, t), np.arange(n), {
+            "sm_clock": np.full(n, facts.SM_CLOCK_MAX_HZ), "sm_clock_max": np.full(n, facts.SM_CLOCK_MAX_HZ),
+            "util": np.ones(n), "gpu_temp": np.round(temp), "throttle_reasons": np.zeros(n), "power": power}))
+    return topo, frames
+
+
+def fed(det, frames):
+    """``frames`` of the kinds ``det`` reads, as the bank routes them."""
+    return run(det, [f for f in frames if f.kind in det.kinds])
+
+
+def test_a_job_over_racks_with_different_inlets_is_compared_over_each_racks_inlet():
+    """A job over two racks whose inlets are 25 and 32 °C (7 °C apart, the warm rack's GPUs ~8 °C
+    hotter with their leakage), every GPU healthy and equal: all 16 GPUs of the warm rack were
+    "hotter ... at the same load" (README: left as it was). Taken over their rack's inlet, none is;
+    one with a worn interface (R x 1.35: +13 °C with its leakage) on the warm rack still is, and alone."""
+    topo, frames = two_rack_job()
+    assert sg.StragglerDetector(topo).kinds == ("gpu", "rack")
+    assert fed(sg.StragglerDetector(topo), frames) == []
+    _, frames = two_rack_job(hot=(53,))
+    found = fed(sg.StragglerDetector(topo), frames)
+    assert {(f.slot, f.field) for f in found} == {(53, "gpu_temp")}
+    assert "over its rack's usual inlet 32" in found[0].reason and "median" in found[0].reason
+    assert 11 < found[0].score < 16
+
+
+def test_without_rack_inlets_a_job_is_compared_as_before():
+    """dcgm-exporter alone: no rack frames, or rack frames without an inlet. Temperatures are
+    compared as they are, as before: the warm rack's 16 GPUs are named, with the reason they had."""
+    topo, frames = two_rack_job(racks_report=False)
+    found = fed(sg.StragglerDetector(topo), frames)
+    assert {f.slot for f in found} == set(range(48, 64)) and {f.field for f in found} == {"gpu_temp"}
+    assert all("inlet" not in f.reason and "vs job j median" in f.reason for f in found)
+    no_inlet = [Frame("rack", f.ts, f.slot, {"coolant_flow": np.full(len(f), 30.0)}) if f.kind == "rack" else f
+                for f in two_rack_job()[1]]
+    assert fed(sg.StragglerDetector(topo), no_inlet) == found
+
+
+def test_a_gpu_whose_rack_reports_no_inlet_is_taken_over_its_jobs():
+    """Only the cool rack reports its inlet: the warm rack's GPUs are taken over the job's median
+    usual inlet (25 °C): named hotter, as without any inlet, and the reason says whose inlet."""
+    topo, frames = two_rack_job()
+    cool_only = [Frame("rack", f.ts[:1], f.slot[:1], {"inlet_temp": f.columns["inlet_temp"][:1]})
+                 if f.kind == "rack" else f for f in frames]
+    found = fed(sg.StragglerDetector(topo), cool_only)
+    assert {f.slot for f in found} == set(range(48, 64))
+    assert all("over the job's usual inlet 25" in f.reason for f in found)
+
+
+def test_a_loop_warming_above_its_usual_still_reads_hotter():
+    """The warm rack's loop loses flow: its inlet climbs 12 °C over ten minutes, holds twenty, and
+    comes back. Its GPUs run hotter than the job minutes before they would throttle (the early sign
+    of a cooling loss the evaluation scores): taken over the inlet *now* they were never named.
+    Over the rack's usual inlet they are, while it lasts; not before, and not once it is back."""
+    def inlets(t):
+        up = np.interp(t, [1800, 2400, 3600, 4200], [0.0, 12.0, 12.0, 0.0])
+        return np.array([25.0, 31.0 + up])
+
+    topo, frames = two_rack_job(minutes=120, inlets=inlets)
+    found = fed(sg.StragglerDetector(topo), frames)
+    assert {f.slot for f in found} == set(range(48, 64)) and {f.field for f in found} == {"gpu_temp"}
+    assert 1800 < min(f.ts for f in found) < 2400 and max(f.ts for f in found) < 4500
+    assert fed(sg.StragglerDetector(topo, inlet_usual_tau_s=1e-6), frames) == []  # over the inlet now
+
+
+def test_a_state_saved_before_rack_inlets_loads_and_learns_them():
+    """A checkpoint written before ``s_rack`` existed loads (here and, moved, onto other hardware)
+    and knows no inlet; the rack frames after it teach it the inlets, and the warm rack, named
+    before, is not any more."""
+    from foreshock.remap import Remap
+
+    topo, frames = two_rack_job(minutes=60)
+    a = sg.StragglerDetector(topo)
+    before = fed(a, [f for f in frames[:120] if f.kind == "gpu"])  # 10 min of GPU frames only
+    assert {f.slot for f in before} == set(range(48, 64))  # no inlet known: the warm rack, as before
+    old = a.state_dict()
+    del old["s_rack"]
+    b = sg.StragglerDetector(topo)
+    b.load_state_dict(old)
+    assert np.isnan(b.s_rack).all()
+    moved = b.remap_state(old, Remap(topo, topo))
+    assert moved["s_rack"].shape == b.s_rack.shape and np.isnan(moved["s_rack"]).all()
+    assert fed(b, frames[120:]) == [] and np.isfinite(b.s_rack[:, sg.R_USUAL]).all()
