@@ -6,12 +6,20 @@
   also follows temperature through leakage: the detector reads the same first-order thermal
   model as :mod:`foreshock.detectors.thermal` (one fit serves both, see
   :mod:`foreshock.detectors.thermal_fit`) and adds ``leak_w_per_c`` times the forecast
-  temperature rise. The ETA is the first time the envelope so forecast reaches the enforced
+  temperature rise. The inlet's part of that rise is taken only as far as the dies show it, as
+  the thermal detector holds its R to them: the inlet's own trend at most ``trend_confirm`` times
+  the die's rise, the steady state at most the die's smoothed temperature plus its lag — a rack
+  inlet sensor that steps +8 °C (recalibrated or replaced) while the dies stay put is not the
+  loop warming. A drop of the rack's coolant flow, which reads before the inlet moves, is
+  forecast as it is. The ETA is the first time the envelope so forecast reaches the enforced
   limit (minus a measurement margin). A GPU held down by the thermal limiter that drew close
   to its limit before is predicted to meet the cap as it cools below max operating
-  temperature again. A GPU already at the cap (bit 0x4) is not predicted — it is there. An
-  envelope already at the limit (``margin_w`` 0: the envelope of ±5 W-noisy samples sits ~5 W
-  above the power it tracks) is predicted with ETA 0 and says so.
+  temperature again. A GPU already at the cap (bit 0x4) is not predicted — it is there; without
+  throttle reasons (dcgm-exporter's default counters), a sample pinned at the limit with the SM
+  clock below its max is the cap binding (:func:`cap_binds`), and so is one under it within
+  ``cap_hold_s`` of such a sample (a job's communication phase). An envelope already at the
+  limit (``margin_w`` 0: the envelope of ±5 W-noisy samples sits ~5 W above the power it
+  tracks) is predicted with ETA 0 and says so.
 - **Not predicted: a flat GPU a few watts under its limit.** Its onset is set by sub-degree
   temperature drift (leakage ~2 W/°C, readings in whole °C) and by the share of each 1-s sample
   spent waiting for slower job peers — below what ±5 W samples resolve. Measured on 1,024-GPU
@@ -55,7 +63,8 @@ from foreshock.topology import Topology
 from .alarm import (CODE_NONE, CODE_START, CODE_WITHDRAW, O_CODE, O_CONF, O_ETA, O_ROW, O_V0,
                     O_WHICH, OUT_SIZE, alarm_step, emit, new_alarm_columns)
 from .base import add_columns, resolve_params
-from .gpu_inputs import reason_bits, Scratch, inline, kernel, site_loop_rise, site_loop_tau
+from . import gpu_inputs as gi
+from .gpu_inputs import gpu_obs, reason_bits, Scratch, inline, kernel, site_loop_rise, site_loop_tau
 from . import thermal as th
 from . import thermal_fit as tf
 from .thermal_fit import FIT_SLOT_KINDS, R_DT, R_TPREV, X_REASONS, ThermalFit, ThermalFitDetector
@@ -65,9 +74,10 @@ from .thermal_fit import FIT_SLOT_KINDS, R_DT, R_TPREV, X_REASONS, ThermalFit, T
 S_ENV, S_LEVEL, S_SLOPE, S_N, S_BRAKE, S_THERMAL, S_ENV_PRE, S_TB, S_ETA, S_EVAL_TS = range(10)
 # ... the last forecast ETA and when it was solved; 1 once the GPU drew well over the default
 # limit while reporting none (else 0 or NaN, see DEFAULT_LIMIT_SLACK_W); when its throttle reasons
-# were last read (see reasons_stale_s)
-S_OVER_DEFAULT, S_BITS_TS = 10, 11
-S_SIZE = 12
+# were last read (see reasons_stale_s); its die temperature smoothed (see confirmed_r_level);
+# when its power cap last bound (see cap_hold_s)
+S_OVER_DEFAULT, S_BITS_TS, S_T_SEEN, S_CAP_TS = 10, 11, 12, 13
+S_SIZE = 14
 DEFAULT_LIMIT_SLACK_W = 5.0 * facts.POWER_NOISE_W
 """A GPU that reports no power limit (dcgm-exporter's default counters do not) is taken to have
 Hopper's 700 W — until its compute-phase power (the envelope's level: not one sample) is this far
@@ -76,8 +86,17 @@ forecast for it until it reports one. Until 2026-12-01 such a GPU at 850 W was p
 "the 700 W limit" every minute."""
 N_COUNT, N_ACTIVE = 0, 1  # node state: GPUs braking now, node event raised
 WHICH_CAP, WHICH_GPU_BRAKE, WHICH_NODE_BRAKE = 0, 1, 2
-C_SLOPE, C_LEVEL = 0, 1  # call sites of cached_decay (rows of this kernel's decay cache)
-C_SITES = 2
+C_SLOPE, C_LEVEL, C_SEEN = 0, 1, 2  # call sites of cached_decay (rows of this kernel's decay cache)
+C_SITES = 3
+CLOCK_FIELDS = ("sm_clock", "sm_clock_max")
+"""Read besides the fit's fields: without throttle reasons they say whether the cap binds (see
+cap_binds)."""
+CAP_HELD_UNDER_W = 3.0 * facts.POWER_NOISE_W
+"""How far under its limit a capped GPU's ``power.draw`` reads: the driver holds the board's power
+*under* the limit, and the reading is good to ±5 W. The real H200 capture (tests/data/h200_step)
+reads 688-696 W, median 691, under its 700 W limit with the cap bit set: within 5 W of the limit
+were 3 of its 753 capped samples, within 15 W 736; no uncapped sample was within 15 W with its
+clock cut."""
 
 PARAMS: dict[str, float] = {
     "tau_level_s": 20.0,
@@ -103,11 +122,14 @@ PARAMS: dict[str, float] = {
     # restarted without its custom counters) let it go — a held brake stops the GPU's own cap
     # forecast, and on a braking node predicts the cap, every minute, for as long as it is held
     "reasons_stale_s": 300.0,
+    # without reasons, a sample under the cap this soon after one the cap bound (see cap_binds) is
+    # still the cap's: a job's communication phase between capped compute phases
+    "cap_hold_s": 60.0,
 }
 PARAM_NAMES = tuple(PARAMS)
 (P_TAU_LEVEL, P_TAU_SLOPE, P_ENV_DECAY, P_LEAK, P_TREND, P_HORIZON, P_MARGIN, P_RELEASE_MARGIN,
  P_RELEASE_ETA, P_RELEASE_INLET, P_MIN_N, P_LOAD_MIN, P_CLEAR, P_OFF_HOLD, P_REFRESH, P_ON,
- P_URGENT, P_NODE_MIN, P_REASONS_STALE) = range(len(PARAMS))
+ P_URGENT, P_NODE_MIN, P_REASONS_STALE, P_CAP_HOLD) = range(len(PARAMS))
 
 
 def params_vector(overrides: dict[str, float]) -> np.ndarray:
@@ -129,25 +151,51 @@ def cap_eta(level: float, slope: float, limit: float, margin: float) -> float:
 
 
 @inline
-def a0_of(m: np.ndarray, i: int) -> float:
-    """The thermal model's steady-state target now (inlet + R·P), NaN before it is fitted."""
-    return m[i, tf.G_UL] + m[i, tf.G_SIZE + tf.M_RL] * m[i, tf.G_PREF]  # type: ignore[no-any-return]
+def confirmed_r_level(m: np.ndarray, i: int, t_seen: float, du: float, tparams: np.ndarray) -> float:
+    """The core model's R level, held to what the die shows (as the thermal detector holds it,
+    :func:`foreshock.detectors.thermal.confirmed_resistance`): the steady state ``inlet + R·P`` at
+    most the die's smoothed temperature ``t_seen`` plus ``margin_c`` and what the die and its
+    smoothing trail a rising inlet ``du`` by. The fit's R follows a step of the inlet over minutes:
+    a rack's inlet sensor that steps +8 °C (recalibrated or replaced) while the dies stay put left
+    the steady state 7 °C over the dies for minutes, and the leakage that adds called the cap on
+    most of a rack's GPUs (until 2026-12-01). The dies are measured against the inlet as it reads
+    now, so the step shows at once: the R they show, smoothed as the thermal detector smooths it,
+    trails a step by a minute, and a GPU or two near its limit was still called in that minute."""
+    off = tf.G_SIZE
+    rl, ul, pref, pf = m[i, off + tf.M_RL], m[i, tf.G_UL], m[i, tf.G_PREF], m[i, off + tf.M_PF]
+    if t_seen == t_seen and ul == ul and pf > tparams[tf.P_LOAD_MIN] and pref > 0.0:
+        lag = m[i, off + tf.M_TAU] + tparams[tf.P_TREND_SMOOTH]
+        rl = min(rl, (t_seen - ul) / pf + (tparams[tf.P_MARGIN] + max(du, 0.0) * lag) / pref)
+    return rl  # type: ignore[no-any-return]
+
+
+@inline
+def led_by_flow(m: np.ndarray, i: int, rack: int, racks: np.ndarray, tparams: np.ndarray) -> bool:
+    """Whether the inlet forecast of GPU ``i`` (:func:`foreshock.detectors.thermal.inlet_rate`) comes
+    from its rack's coolant flow (dropped: where the heat balance settles the inlet) rather than
+    from the inlet's own trend. The flow reads minutes before the inlet moves and is no reading of
+    the inlet sensor: it is not held to the dies' rise."""
+    # (where the flow settles the inlet, NaN at nominal flow, is carried no distance here: only
+    # whether there is one matters)
+    settles = gi.flow_asymptote(racks, rack, tparams[tf.P_RISE], 0.0, 0.0, m[i, tf.G_TS], tparams[tf.P_STALE])
+    return settles == settles and m[i, tf.G_UL] == m[i, tf.G_UL]  # type: ignore[no-any-return]
 
 
 @kernel
 def thermal_cap_eta(m: np.ndarray, i: int, temp: float, level: float, slope: float, limit: float,
-                    damp: float, du: float, tparams: np.ndarray, params: np.ndarray) -> float:
+                    damp: float, du: float, rl: float, tparams: np.ndarray, params: np.ndarray) -> float:
     """First time the envelope, pushed by its trend and by leakage as the thermal model's
-    forecast temperature rises, reaches the limit; inf beyond the horizon."""
+    forecast temperature rises, reaches the limit; inf beyond the horizon. ``rl`` is the core
+    model's R level as the die confirms it (:func:`confirmed_r_level`)."""
     horizon = params[P_HORIZON]
     target = limit - params[P_MARGIN]
     slope = max(slope, 0.0) * params[P_TREND]
-    top = max(a0_of(m, i), temp) + max(du, 0.0) * min(damp, horizon) \
-        + max(m[i, tf.G_SIZE + tf.M_RB] * m[i, tf.G_PREF], 0.0) * min(tparams[tf.P_DRIFT_DAMP], horizon)
+    off = tf.G_SIZE
+    ul, pref = m[i, tf.G_UL], m[i, tf.G_PREF]
+    top = max(ul + rl * pref, temp) + max(du, 0.0) * min(damp, horizon) \
+        + max(m[i, off + tf.M_RB] * pref, 0.0) * min(tparams[tf.P_DRIFT_DAMP], horizon)
     if level + slope * horizon + params[P_LEAK] * max(top - temp, 0.0) * 2.0 < target:
         return np.inf  # not even the highest temperature it could reach pushes it to the cap
-    off = tf.G_SIZE
-    rl, ul, pref = m[i, off + tf.M_RL], m[i, tf.G_UL], m[i, tf.G_PREF]
     if rl != rl or ul != ul or pref != pref or temp != temp or m[i, off + tf.M_LOADED] < tparams[tf.P_WARMUP]:
         return cap_eta(level, slope, limit, params[P_MARGIN])  # no trusted thermal model yet
     a0 = ul + rl * pref
@@ -186,14 +234,27 @@ def release_brake(s: np.ndarray, i: int, node: int, node_brake: np.ndarray) -> N
         node_brake[node, N_ACTIVE] = 0.0
 
 
+@inline
+def cap_binds(power: float, limit: float, clock: float, clock_max: float) -> bool:
+    """Whether the power cap binds at a sample that carries no throttle reasons (dcgm-exporter's
+    default counters have none): its power pinned at the limit (from ``CAP_HELD_UNDER_W`` under it
+    to the ±5 W of the reading over it) with the SM clock cut below its max. A GPU held at a
+    lowered limit (``nvidia-smi -pl 500`` on a 700 W part) was predicted "already at the limit"
+    again and again while it sat capped (until 2026-12-01); a GPU whose power rises towards its
+    limit still runs at its max clock (the real H200: 1,980 MHz at 627 W under gpu-burn). Unknown
+    (False) where either clock is not reported."""
+    return limit - CAP_HELD_UNDER_W <= power <= limit + facts.POWER_NOISE_W and clock < clock_max
+
+
 @kernel
-def _power_kernel(obs: np.ndarray, rows: np.ndarray, span: tuple[int, int], parents: np.ndarray,
-                  state: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray], racks: np.ndarray,
-                  params: tuple[np.ndarray, np.ndarray], out: np.ndarray, n_out: int,
+def _power_kernel(obs: np.ndarray, clocks: np.ndarray, rows: np.ndarray, span: tuple[int, int],
+                  parents: np.ndarray, state: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
+                  racks: np.ndarray, params: tuple[np.ndarray, np.ndarray], out: np.ndarray, n_out: int,
                   cache: np.ndarray) -> int:
     """Power brake, node brake and power-cap prediction over the fitted rows ``span`` of a
     GPU frame; returns the emission count.
 
+    ``clocks`` holds each row's ``CLOCK_FIELDS`` (columns 2 and 3, as ``obs`` holds its fields),
     ``rows`` is the thermal fit's per-row output, ``state`` = (thermal fit state, power state,
     alarms, node brake state), ``params`` = (thermal parameters, power parameters)."""
     m, s, alarms, node_brake = state
@@ -211,6 +272,13 @@ def _power_kernel(obs: np.ndarray, rows: np.ndarray, span: tuple[int, int], pare
             if old == old:
                 w = 1.0 - tf.cached_decay(cache, C_SLOPE, dt, p[P_TAU_SLOPE])
                 s[i, S_TB] += w * ((temp - old) / dt - s[i, S_TB])
+            # its die's temperature smoothed over trend_smooth_s, as the thermal detector smooths
+            # the R it shows (integer readings, a training step's rhythm); it starts over after a gap
+            if old != old or s[i, S_T_SEEN] != s[i, S_T_SEEN]:
+                s[i, S_T_SEEN] = temp
+            else:
+                s[i, S_T_SEEN] += (1.0 - tf.cached_decay(cache, C_SEEN, dt, tparams[tf.P_TREND_SMOOTH])) \
+                    * (temp - s[i, S_T_SEEN])
         bits = reason_bits(obs[row, X_REASONS])
         capped = False
         thermal = False
@@ -275,6 +343,16 @@ def _power_kernel(obs: np.ndarray, rows: np.ndarray, span: tuple[int, int], pare
             # reports no limit and draws well over the default's: not a 700 W part, limit unknown
             s[i, S_OVER_DEFAULT] = 1.0
             limit = np.nan
+        if bits < 0:  # no reasons: the sample's power and clock say whether the cap binds now ...
+            capped = cap_binds(power, limit, clocks[row, 2], clocks[row, 3])
+            if not capped and ts - s[i, S_CAP_TS] <= p[P_CAP_HOLD]:
+                # ... and a sample under it between capped ones (a job's communication phase) is
+                # still at the cap, not heading for it (its die cooled a little, and the leakage
+                # forecast brought it back to the limit: predicted every few minutes for as long as
+                # it was capped)
+                capped = True
+        if capped:
+            s[i, S_CAP_TS] = ts
         eta = np.inf
         held = thermal or s[i, S_BRAKE] == 1.0
         if s[i, S_N] >= p[P_MIN_N] and not held and limit == limit:
@@ -286,7 +364,12 @@ def _power_kernel(obs: np.ndarray, rows: np.ndarray, span: tuple[int, int], pare
                 # loops that did not come within its horizon (seed 783: false cap alarms charged
                 # to the cooling loss 4.6 -> 16.9 per 1000 GPU-h)
                 du = th.inlet_rate(m, i, parents[i, 0], racks, damp, tparams, damp)
-                s[i, S_ETA] = thermal_cap_eta(m, i, temp, level, s[i, S_SLOPE], limit, damp, du,
+                if not led_by_flow(m, i, parents[i, 0], racks, tparams):
+                    # the inlet's own trend: only as fast as the die shows it rise (a rack sensor
+                    # stepping +8 °C, recalibrated, is no warming loop while the dies stay put)
+                    du = min(du, tparams[tf.P_TREND_CONFIRM] * max(s[i, S_TB], 0.0))
+                rl = confirmed_r_level(m, i, s[i, S_T_SEEN], du, tparams)
+                s[i, S_ETA] = thermal_cap_eta(m, i, temp, level, s[i, S_SLOPE], limit, damp, du, rl,
                                               tparams, p)
                 s[i, S_EVAL_TS] = ts
                 since = 0.0
@@ -312,6 +395,16 @@ def _power_kernel(obs: np.ndarray, rows: np.ndarray, span: tuple[int, int], pare
     return n_out
 
 
+class _NotCounted(PipelineHealth):
+    """Input problems counted elsewhere (the fit counts its frame's)."""
+
+    def problem(self, stage: str, reason: str, count: int = 1, detail: str = "") -> None:
+        pass
+
+
+_NOT_COUNTED = _NotCounted()
+
+
 class PowerDetector(ThermalFitDetector):
     """Predicts ``power_cap``; reports power brake per GPU and per node at once."""
 
@@ -334,6 +427,7 @@ class PowerDetector(ThermalFitDetector):
         self.s_node_brake = np.zeros((topology.size("node"), 2))
         self._scratch = Scratch()
         self._out = np.empty((0, OUT_SIZE))
+        self._clocks = np.empty((0, 2 + len(CLOCK_FIELDS)))
         self._n_out = 0
 
     def update(self, frame: Frame) -> list[Finding]:
@@ -348,16 +442,23 @@ class PowerDetector(ThermalFitDetector):
         return self._findings(self.fit.obs, self._out[:self._n_out])
 
     def upgrade_state(self, state: dict[str, Any]) -> dict[str, Any]:
-        """The fit's upgrades, and ``s_gpu`` saved before S_OVER_DEFAULT and S_BITS_TS (NaN: not
-        over the default limit; reasons never read, so a brake held then is let go)."""
+        """The fit's upgrades, and ``s_gpu`` saved before S_OVER_DEFAULT, S_BITS_TS, S_T_SEEN and
+        S_CAP_TS (NaN: not over the default limit; reasons never read, so a brake held then is let
+        go; no die temperature seen yet, taken from the next sample; its cap not seen binding)."""
         return add_columns(super().upgrade_state(state), "s_gpu", S_SIZE)
 
     def begin_frame(self, fit: ThermalFit) -> None:
         self._out = self._scratch.take("out", (3 * len(fit.obs), OUT_SIZE))
         self._n_out = 0
+        # the clocks of the rows of the frame being fitted, in the fit's order (gpu_obs keeps the
+        # same rows); the fit has counted its bad rows already. (The fit's frame: the fit reads no
+        # clock, and runs for whichever detector of a bank sees the frame first)
+        frame = fit.frame
+        assert frame is not None
+        self._clocks = gpu_obs(frame, CLOCK_FIELDS, len(self.s_gpu), _NOT_COUNTED, "", scratch=self._scratch)
 
     def after_fit(self, fit: ThermalFit, lo: int, hi: int) -> None:
-        self._n_out = _power_kernel(fit.obs, fit.rows, (lo, hi), fit.parents,
+        self._n_out = _power_kernel(fit.obs, self._clocks, fit.rows, (lo, hi), fit.parents,
                                     (fit.s_model, self.s_gpu, self.s_alarm, self.s_node_brake), fit.s_rack,
                                     (self.thermal_params, self.params), self._out, self._n_out,
                                     tf.new_decay_cache(C_SITES))

@@ -580,6 +580,11 @@ class ThermalFit:
         """Fits with equal keys compute the same thing from the same frames."""
         return (id(self.topology),) + tuple(float(self.params[P[name]]) for name in FIT_PARAMS)
 
+    @property
+    def frame(self) -> Frame | None:
+        """The frame being (or last) fitted: its consumers may read fields the fit does not."""
+        return self._frame
+
     def state(self) -> dict[str, np.ndarray]:
         return {"s_model": self.s_model, "s_rack": self.s_rack, "s_node": self.s_node}
 
