@@ -121,9 +121,11 @@ def test_nvidia_smi_agent_publishes_the_real_h200_capture_with_exact_values(kafk
     topology, frames = published_gpu_rows(kafka_settings, topics, want_rows=POLLS)
     assert topology.gpus == ["h200-test/gpu0"]
     # H200 under gpu-burn, as captured: 627.40 W of a 700 W limit, 52 C core, 40 C HBM, SM clock
-    # at its 1980 MHz maximum, 100 % busy, no throttle reason, no ECC errors or remapped rows
+    # at its 1980 MHz maximum, 100 % busy, no throttle reason, no ECC errors or remapped rows; its
+    # max operating temperature is the core's 52 C plus the 35 C T.Limit headroom the capture reads
     assert values_of(topology, frames, "h200-test/gpu0") == [{
-        "power": 627.40, "power_limit": 700.0, "gpu_temp": 52.0, "hbm_temp": 40.0, "sm_clock": 1.98e9,
+        "power": 627.40, "power_limit": 700.0, "gpu_temp": 52.0, "hbm_temp": 40.0, "max_op_temp": 87.0,
+        "sm_clock": 1.98e9,
         "sm_clock_max": 1.98e9, "util": 1.0, "throttle_reasons": 0.0, "power_throttle_time": 0.0,
         "thermal_throttle_time": 0.0, "ecc_dbe": 0.0, "remapped_rows": 0.0}] * POLLS
 
