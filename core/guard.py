@@ -236,6 +236,11 @@ class InputGuard:
             kind = k.removesuffix(_REPORTED)
             own = self.s_reported[kind] if reported else self.s_last_ts[kind]
             arr = np.asarray(v, dtype=own.dtype)
+            if reported and arr.ndim == 2 and arr.shape[0] < own.shape[0]:
+                # saved before fields of its kind were appended to fields.csv (max_op_temp and
+                # hbm_max_op_temp, 2026-12-01): those are not reported yet. Until then such a
+                # checkpoint was refused, and every Kafka partition started fresh at the upgrade
+                arr = np.concatenate([arr, np.zeros((own.shape[0] - arr.shape[0], arr.shape[1]), dtype=own.dtype)])
             if remap is not None and kind in HARDWARE_KINDS:
                 arr = remap.rows(kind, arr, own, axis=1 if reported else 0)
             if kind == "job" and saved_jobs is not None:

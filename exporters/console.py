@@ -53,6 +53,10 @@ class FindingTally:
         self.incident_opened: dict[str, float] = {}
         self.max_incidents = max_incidents
         self.incidents_forgotten = 0
+        # when each forgotten incident opened, the last max_incidents forgotten: the engine reopens
+        # a resolved incident under its id (a flapping link), and one forgotten came back counted
+        # twice in the summary's "N more" and "opened" at its reopening
+        self._forgotten_opened: dict[str, float] = {}
         self.first_ts = float("nan")
         self.last_ts = float("nan")
 
@@ -73,6 +77,10 @@ class FindingTally:
                 what, kind, entity, eta = f"anomaly {f.field}", f.entity_kind, self.topology.name(f.entity_kind, f.slot), float("nan")
                 rack = self.topology.labels(kind, f.slot).get("rack", "")
             elif isinstance(f, Incident):
+                opened = self._forgotten_opened.pop(f.incident_id, None)
+                if opened is not None and f.incident_id not in self.incidents:  # forgotten, reopened
+                    self.incident_opened[f.incident_id] = opened
+                    self.incidents_forgotten -= 1
                 self.incidents[f.incident_id] = f
                 self.incident_opened.setdefault(f.incident_id, f.ts)
                 if len(self.incidents) > self.max_incidents:
@@ -105,7 +113,9 @@ class FindingTally:
             return  # open incidents are few (the engine bounds them); they are kept
         last = max(resolved, key=self.summary_order)
         del self.incidents[last.incident_id]
-        del self.incident_opened[last.incident_id]
+        self._forgotten_opened[last.incident_id] = self.incident_opened.pop(last.incident_id)
+        if len(self._forgotten_opened) > self.max_incidents:  # the longest forgotten: past reopening
+            del self._forgotten_opened[next(iter(self._forgotten_opened))]
         self.incidents_forgotten += 1
 
     def by_rack(self) -> dict[str, dict[str, set[str]]]:

@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 from foreshock.detectors.bank import DetectorBank
 from foreshock.detectors.registry import DETECTORS
+from foreshock.fields import field_names
 from foreshock.findings import Finding, finding_to_dict
 from foreshock.frames import Frame
 from foreshock.remap import HARDWARE_KINDS, Remap
@@ -256,11 +257,19 @@ def test_a_checkpoint_written_before_columns_were_appended_is_read_on(recording:
     older = {("thermal", "s_forecast"): th.F_BITS_TS, ("power", "s_gpu"): pw.S_OVER_DEFAULT,
              **{(name, "s_model"): tf.G_USRC for name in ("thermal", "power", "cooling")}}
 
+    # ... and as 9845867 wrote them: no rack inlets kept by the straggler, and the input guard's
+    # fields reported before max_op_temp and hbm_max_op_temp were appended to fields.csv (until
+    # 2026-12-01 that guard state was refused: every partition started fresh)
+    gpu_fields_before = field_names("gpu").index("max_op_temp")
+
     def narrower(state: dict[str, Any]) -> dict[str, Any]:
         detectors = {name: dict(sub) for name, sub in state["bank"]["detectors"].items()}
         for (name, key), width in older.items():
             detectors[name][key] = np.ascontiguousarray(detectors[name][key][:, :width])
-        return {**state, "bank": {**state["bank"], "detectors": detectors}}
+        del detectors["straggler"]["s_rack"]
+        reported = np.ascontiguousarray(state["guard"]["gpu:reported"][:gpu_fields_before])
+        guard = {**state["guard"], "gpu:reported": reported}
+        return {**state, "guard": guard, "bank": {**state["bank"], "detectors": detectors}}
 
     first = Feeder(DetectionStage(topo, bank, 2))
     first.feed(frames[:half], 1)
