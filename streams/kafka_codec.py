@@ -261,6 +261,8 @@ class DecodedPiece:
     kind: str
     frame: Frame | None = None  # None when the piece is unusable (``error`` says why)
     error: RecordError | None = None
+    # fields of its kind this version does not know (a newer agent's): left out of ``frame``
+    ignored_fields: tuple[str, ...] = ()
 
 
 def sender_id(name: str) -> str:
@@ -393,8 +395,11 @@ def bundle_table(value: bytes | None, headers: Mapping[str, bytes]) -> tuple[str
     return agent, sent, streams, pieces
 
 
-def _read_stream(data: pa.Buffer) -> Frame:
-    """One Arrow IPC stream as a frame (its batches joined); raises FrameError/ValueError."""
+def _read_stream(data: pa.Buffer) -> tuple[Frame, tuple[str, ...]]:
+    """One Arrow IPC stream as a frame (its batches joined), and the fields it carried that this
+    version does not know, left out: an agent upgraded before its workers sends fields added
+    since (``max_op_temp``, 2026-12-01), and refusing them dead-lettered all its frames until the
+    workers were upgraded too. Raises FrameError/ValueError."""
     try:
         batches = list(pa.ipc.open_stream(data, options=_READ_OPTIONS))
     except (pa.ArrowInvalid, pa.ArrowIOError, OSError) as exc:
@@ -406,7 +411,12 @@ def _read_stream(data: pa.Buffer) -> Frame:
     kind = (data_.schema.metadata or {}).get(ARROW_KIND_KEY, b"").decode()
     if not kind:
         raise FrameError("Arrow batch has no foreshock.kind metadata")
-    return Frame.from_arrow(data_, kind=kind)
+    known = field_names(kind)  # raises ValueError for an unknown kind
+    names = data_.schema.names
+    ignored = tuple(n for n in names if n not in known and n not in ("ts", "slot"))
+    if ignored:
+        data_ = data_.select([n for n in names if n not in ignored])
+    return Frame.from_arrow(data_, kind=kind), ignored
 
 
 def decode_bundle(value: bytes | None, headers: Mapping[str, bytes], topology: Topology,
@@ -425,7 +435,7 @@ def decode_bundle(value: bytes | None, headers: Mapping[str, bytes], topology: T
     pieces = [DecodedPiece(PieceInfo(agent, r.seq, r.part, r.parts, sent), r.kind) for r in refs]
     try:
         _check_topology(headers, topology, agent, any(r.kind == "job" for r in refs))
-        frames = _decode_streams(value, headers, streams, refs)
+        frames, ignored = _decode_streams(value, headers, streams, refs)
     except RecordError as exc:
         for p in pieces:
             p.error = exc
@@ -444,6 +454,7 @@ def decode_bundle(value: bytes | None, headers: Mapping[str, bytes], topology: T
         stop = len(whole) if ref.rows is None else start + ref.rows
         cursor[ref.kind] = stop
         piece.frame = whole if (start == 0 and stop == len(whole)) else row_range(whole, start, stop)
+        piece.ignored_fields = ignored.get(ref.kind, ())
         if ref.kind not in clean:
             try:
                 _check_rows(piece.frame, topology, pmap, partition)
@@ -469,7 +480,8 @@ def _check_topology(headers: Mapping[str, bytes], topology: Topology, agent: str
 
 
 def _decode_streams(value: bytes | None, headers: Mapping[str, bytes], streams: list[tuple[str, int]],
-                    refs: list[PieceRef]) -> dict[str, Frame]:
+                    refs: list[PieceRef]) -> tuple[dict[str, Frame], dict[str, tuple[str, ...]]]:
+    """The record's frames by kind, and per kind the fields left out as unknown (``_read_stream``)."""
     if headers.get(H_SCHEMA) != SCHEMA:
         raise RecordError("wrong_schema", f"header {H_SCHEMA} is {headers.get(H_SCHEMA)!r}, expected {SCHEMA!r}")
     if not value:
@@ -479,16 +491,19 @@ def _decode_streams(value: bytes | None, headers: Mapping[str, bytes], streams: 
                                          f"the value has {len(value)}")
     buffer = pa.py_buffer(value)
     frames: dict[str, Frame] = {}
+    ignored: dict[str, tuple[str, ...]] = {}
     offset = 0
     for kind, size in streams:
         try:
-            frame = _read_stream(buffer.slice(offset, size))
+            frame, unknown = _read_stream(buffer.slice(offset, size))
         except (FrameError, ValueError) as exc:
             raise RecordError("undecodable" if "Arrow IPC" in str(exc) else "wrong_schema", str(exc)) from None
         offset += size
         if frame.kind != kind or kind in frames:
             raise RecordError("wrong_schema", f"header says kind {kind!r}, the stream holds {frame.kind!r}")
         frames[kind] = frame
+        if unknown:
+            ignored[kind] = unknown
     for ref in refs:
         if ref.kind not in frames:
             raise RecordError("wrong_schema", f"no {ref.kind!r} stream for piece {ref.seq}/{ref.part}")
@@ -497,7 +512,7 @@ def _decode_streams(value: bytes | None, headers: Mapping[str, bytes], streams: 
         if None not in listed and sum(listed) != len(frame):  # type: ignore[arg-type]
             raise RecordError("wrong_schema", f"pieces list {sum(listed)} {kind} rows, "  # type: ignore[arg-type]
                                               f"the stream holds {len(frame)}")
-    return frames
+    return frames, ignored
 
 
 def _check_rows(frame: Frame, topology: Topology, pmap: PartitionMap, partition: int | None) -> None:

@@ -421,6 +421,12 @@ class DetectionStage:
                         error.reason, str(error), piece.frame.to_ipc(),
                         piece_headers(piece.kind, info.agent, info.seq, info.part, info.parts, info.sent)))
                 continue
+            if piece.ignored_fields:
+                # a newer agent's fields: its rows are read without them (counted per piece; the
+                # log line, once, says to upgrade the workers)
+                self.health.problem("worker", "unknown_fields", detail=(
+                    f"{piece.kind} fields {', '.join(piece.ignored_fields)} from agent {piece.info.agent} are not "
+                    "known to this worker (an agent newer than its workers): ignored; upgrade the workers"))
             frame = piece.frame
             findings: list[Finding] = []
             clean = frame

@@ -520,6 +520,36 @@ def test_decode_rejects_garbage_wrong_schema_unknown_entity_and_misrouted(small_
     assert reason(good.to_ipc(), partition=1 - part) == "misrouted"
 
 
+def test_fields_a_newer_agent_sends_are_left_out_and_counted_not_dead_lettered(small_topology: Topology,
+                                                                              monkeypatch):
+    """An agent upgraded before its workers sends fields added since (``max_op_temp`` on
+    2026-12-01): the worker refused the whole stream as ``wrong_schema`` and dead-lettered every
+    frame of that agent until the workers were upgraded too. Now it reads the fields it knows,
+    and counts the others (``worker/unknown_fields``)."""
+    from foreshock import frames
+    from foreshock.streams import kafka_codec
+
+    pmap = PartitionMap(small_topology, 1)
+    gpus = np.arange(small_topology.size("gpu"))
+    known = kafka_codec.field_names
+    with monkeypatch.context() as newer:  # the newer agent's field list
+        def newer_fields(kind: str) -> tuple[str, ...]:
+            return known(kind) + (("future_temp",) if kind == "gpu" else ())
+        newer.setattr(kafka_codec, "field_names", newer_fields)
+        newer.setattr(frames, "field_names", newer_fields)
+        sent = Frame("gpu", np.full(len(gpus), 5.0), gpus,
+                     {"gpu_temp": np.full(len(gpus), 50.0), "future_temp": np.full(len(gpus), 87.0)})
+        value, headers = encode_bundle("agent-new", 5.0, [(1, 0, 1, sent)])
+    (piece,) = decode_bundle(value, headers_dict(headers), small_topology, pmap, 0)
+    assert piece.error is None and piece.frame is not None and piece.ignored_fields == ("future_temp",)
+    assert "future_temp" not in piece.frame.columns and np.all(piece.frame.columns["gpu_temp"] == 50.0)
+    stage = DetectionStage(small_topology, lambda hardware: DetectorBank.from_names(hardware, ["thermal"]), 1)
+    stage.load(0, None)
+    result = stage.process(0, 0, value, headers)
+    assert not result.dead_letters and result.rows == len(gpus)
+    assert stage.health.problems[("worker", "unknown_fields")] == 1
+
+
 def test_bundles_round_trip_pieces_in_order_and_isolate_a_bad_piece(small_topology: Topology):
     """A bundle (one message, several pieces of several kinds) decodes to the same pieces in the
     same order; NaN-only fields travel as absent columns and come back as NaN; compression is
