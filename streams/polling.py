@@ -99,6 +99,11 @@ class PollingSource:
                 break
             # Next slot on the fixed grid; skip slots a slow poll overran instead of bunching up.
             # The grid is monotonic time: a wall clock stepped by NTP neither stalls nor bunches it.
+            if self.polls == 1:
+                # the grid starts when the first poll's frames have been taken: what takes them
+                # starts up meanwhile (`watch` builds its bank and compiles its kernels on the
+                # first frame), which skips no sample worth counting at every start
+                start = self.monotonic() - took
             elapsed = self.monotonic() - start
             next_slot = max(int(elapsed / self.interval) + 1, slot + 1)  # never the same slot twice
             skipped = next_slot - slot - 1

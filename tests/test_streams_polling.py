@@ -107,6 +107,23 @@ def test_polls_within_the_interval_count_nothing() -> None:
     assert not health.problems and not health.polls_skipped
 
 
+def test_the_start_up_behind_the_first_poll_is_not_a_skipped_poll() -> None:
+    """`watch` builds its bank and compiles its kernels when the first frame comes: every start
+    counted the polls of that pause as skipped, so the counter was never 0. The grid starts once
+    the first poll's frames are taken; a consumer that is late later is still counted."""
+    health = PipelineHealth()
+    source = Slow([0.1] * 4, interval=10.0, health=health, max_polls=4)
+    frames = iter(source)
+    next(frames)
+    source.now += 35.0  # the consumer starting up: 3.5 intervals
+    next(frames)
+    assert not health.polls_skipped
+    source.now += 25.0  # late later: the slots it overran are skipped polls
+    list(frames)
+    assert health.polls_skipped["slow"] == 2
+    assert [b / source.interval for b in source.began] == pytest.approx([0.0, 3.5 + 1.0, 3.5 + 4.0, 3.5 + 5.0])
+
+
 class Steady(PollingSource):
     stage = "steady"
 
