@@ -65,7 +65,8 @@ def serve_options(func):  # type: ignore[no-untyped-def]
     func = click.option("--port", default=9108, show_default=True, type=int,
                         help="Port for /metrics (0 = do not serve).")(func)
     func = click.option("--findings", "findings_path", type=click.Path(dir_okay=False), default=None,
-                        help="Also write every finding to this JSON-lines file.")(func)
+                        help="Also write every finding to this JSON-lines file (one a line, as it is found, "
+                             "its entity named beside its slot).")(func)
     func = click.option("--top-k", default=16, show_default=True, type=int,
                         help="Per-GPU series exported for the K hottest GPUs besides flagged ones.")(func)
     return func
@@ -101,6 +102,8 @@ def move_run(run: PipelineRun, topology: Topology, stage: str) -> str:
     old = run.pipeline.topology
     fresh = run.pipeline.move_to(topology, run.make_bank(topology))
     run.tally.topology = topology  # it keeps findings by entity name: only new ones need the new names
+    if run.jsonl is not None:
+        run.jsonl.topology = topology  # the findings file names each entity; its slots are renumbered
     run.health.topology_changed(stage)
     added = sorted(set(topology.gpus) - set(old.gpus))
     hosts = sorted({name.rpartition("/")[0] for name in added})
@@ -146,7 +149,7 @@ def build_pipeline(topology: Topology, detectors: str | None, host: str, port: i
     store = FindingStore(topology, health)
     tally = FindingTally(topology)
     try:
-        jsonl = JsonlSink(findings_path) if findings_path else None
+        jsonl = JsonlSink(findings_path, topology) if findings_path else None
     except OSError as exc:
         raise click.ClickException(f"--findings {findings_path}: {exc.strerror or exc}") from None
     sinks = [tally] + ([jsonl] if jsonl else [])

@@ -73,7 +73,10 @@ def finding_to_json(finding: Finding) -> str:
 
 
 def finding_from_dict(data: dict[str, Any]) -> Finding:
+    """A finding from :func:`finding_to_dict`'s shape; an ``entity`` name beside the slot (the
+    findings file's, ``exporters/jsonl.py``) is left out: the slot is the entity."""
     data = dict(data)
+    data.pop("entity", None)
     kind = data.pop("type", None)
     if kind == "anomaly":
         return Anomaly(**data)

@@ -7,7 +7,8 @@ import os
 from pathlib import Path
 
 from foreshock.exporters.jsonl import JsonlSink
-from foreshock.findings import Anomaly
+from foreshock.findings import Anomaly, Incident, Prediction, finding_from_dict
+from foreshock.topology import Topology
 
 
 def _anomaly(ts: float) -> Anomaly:
@@ -39,3 +40,20 @@ def test_each_finding_is_in_the_file_once_written(tmp_path: Path) -> None:
     sink.observe_findings([_anomaly(1.0)])
     assert json.loads(path.read_text())["ts"] == 1.0
     sink.close()
+
+
+def test_each_finding_in_the_file_names_its_entity_and_reads_back(tmp_path: Path) -> None:
+    """A finding carried only its slot ("slot": 9): a log shipper or a person reading the file
+    needed the topology to know which GPU it meant. The sink names it beside the slot; the name
+    does not get in the way of reading the finding back."""
+    topology = Topology.from_gpu_hosts([(f"node{n}", g) for n in range(2) for g in range(8)])
+    path = tmp_path / "findings.jsonl"
+    sink = JsonlSink(path, topology)
+    written = [Anomaly(1.0, "gpu", 9, "gpu_temp", 5.0, "univariate"),
+               Prediction(2.0, "node", 0, "power_brake", 0.0, 0.9, "power"),
+               Incident(3.0, "inc-1", "open", "node", "node1", "hot", members=("node1/gpu1",))]
+    sink.observe_findings(written)
+    sink.close()
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    assert [line.get("entity") for line in lines] == ["node1/gpu1", "node0", None]
+    assert [finding_from_dict(line) for line in lines] == written

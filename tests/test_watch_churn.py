@@ -123,6 +123,9 @@ def test_watch_takes_in_a_replaced_node_and_keeps_what_it_learnt_of_the_others(t
 
     derived = Topology.from_gpu_hosts([(f"node{n}", g) for n in range(3) for g in range(8)])
     named = _named(found, derived)
+    # the findings file names each finding's entity, under the topology it was found under
+    lines = [json.loads(line) for line in (tmp_path / "churned.jsonl").read_text().splitlines()]
+    assert [line["entity"] for line in lines if line["type"] != "incident"] == [entity for entity, *_ in named]
     onset = next(e.time for e in events if e.type == "thermal_throttle_start" and e.entity == "node2/gpu5")
     node2 = [ts for entity, kind, ts, event in named if entity == "node2/gpu5" and kind == "prediction"
              and event == "thermal_throttle"]
