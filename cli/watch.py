@@ -15,6 +15,10 @@ serves GPUs it lacks in 3 consecutive polls (a node replaced or added: new hostn
 takes them in and the watch carries on under the grown topology (``_TopologyFollower``), each
 entity keeping its learnt state. With ``--topology FILE`` the file is the truth: a GPU it lacks
 is counted as an unknown entity and logged once, asking to add it to the file.
+
+A GPU board swapped in its slot (an RMA: dcgm-exporter's ``UUID`` label changes, the name stays)
+starts its detector state afresh at the same place in the stream (``move_run``), with or without
+``--topology``: the new board's thermal resistance is not judged against the old one's history.
 """
 
 from __future__ import annotations
@@ -24,13 +28,13 @@ import signal
 import socket
 import threading
 from collections import deque
-from typing import Iterable, Iterator
+from typing import Callable, Iterable, Iterator
 
 import click
 from rich.console import Console
 
 from foreshock.frames import Frame
-from foreshock.streams.dcgm import DcgmScrapeSource
+from foreshock.streams.dcgm import DcgmScrapeSource, GpuReplaced
 from foreshock.streams.polling import PollingSource, alongside
 from foreshock.streams.redfish import CduSource, RedfishSource, parse_bmc_list
 from foreshock.topology import Topology
@@ -74,6 +78,7 @@ def command(source: str, duration: float | None, polls: int | None, interval: fl
     polled.counts_samples = False  # the pipeline counts what it processes, in the same health
     if isinstance(polled, DcgmScrapeSource):
         polled.takes_in_new_gpus = True  # a derived topology follows nodes replaced or added
+        polled.reports_replaced_gpus = True  # a GPU board swapped in its slot starts afresh
     stopped_by: list[str] = []
 
     def stop(sig: signal.Signals) -> None:
@@ -103,7 +108,8 @@ def command(source: str, duration: float | None, polls: int | None, interval: fl
         console.print(f"[dim]watching {source}{extra}: "
                       f"{topology.size('gpu')} GPUs, {topology.size('node')} nodes, a poll every {polled.interval:g} s "
                       "(Ctrl-C stops)[/dim]")
-        follower = _TopologyFollower(polled, topology)
+        follower = _TopologyFollower(polled, topology,
+                                     polled.take_replaced if isinstance(polled, DcgmScrapeSource) else None)
         merged = alongside(itertools.chain([first], follower.mark(frames)), others)
         stats = run_with_progress(run, follower.follow(merged, run), None, f"watch {source}")
     finally:
@@ -144,27 +150,37 @@ class _TopologyFollower:
     still queued: :meth:`mark`, on the source's side, puts a marker (an empty frame) before the
     first frame of a new topology, and :meth:`follow`, on the pipeline's, makes the move when the
     marker comes out. (A new topology keeps the old nodes' slots: the frames of a BMC polled
-    beside, by node, stay right across the move.)"""
+    beside, by node, stay right across the move.) GPUs the source found replaced (``replaced``,
+    called on the source's side after each frame: :meth:`DcgmScrapeSource.take_replaced`) are
+    moved the same way, onto the same topology with their state started afresh, between the last
+    frame of the old board and the first of the new."""
 
-    def __init__(self, polled: PollingSource, topology: Topology) -> None:
+    def __init__(self, polled: PollingSource, topology: Topology,
+                 replaced: Callable[[], list[GpuReplaced]] | None = None) -> None:
         self.polled = polled
         self.current = topology  # the source side's
-        self.moves: deque[tuple[Frame, Topology]] = deque()  # (marker, topology), in order
+        self.replaced = replaced
+        # (marker, topology, GPUs replaced), in order
+        self.moves: deque[tuple[Frame, Topology, list[GpuReplaced]]] = deque()
 
     def mark(self, frames: Iterable[Frame]) -> Iterator[Frame]:
         for frame in frames:
             topology = self.polled.topology
-            if topology is not None and topology is not self.current:
+            grown = topology is not None and topology is not self.current
+            if topology is not None:
                 self.current = topology
+            replaced = self.replaced() if self.replaced is not None else []
+            if grown or replaced:
                 marker = Frame.empty(frame.kind)
-                self.moves.append((marker, topology))
+                self.moves.append((marker, self.current, replaced))
                 yield marker
             yield frame
 
     def follow(self, frames: Iterable[Frame], run: PipelineRun) -> Iterator[Frame]:
         for frame in frames:
             if self.moves and frame is self.moves[0][0]:
-                move_run(run, self.moves.popleft()[1], self.polled.stage)
+                _, topology, replaced = self.moves.popleft()
+                move_run(run, topology, self.polled.stage, replaced)
                 continue
             yield frame
 

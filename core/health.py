@@ -27,6 +27,9 @@ class PipelineHealth:
         # times a live source's derived topology took in entities it had not listed (a node
         # replaced or added), by stage: ``foreshock_topology_changes_total``
         self.topology_changes: Counter[str] = Counter()
+        # GPUs a live source found replaced in their slot (their UUID changed: another board), by
+        # stage: ``foreshock_gpus_replaced_total``
+        self.gpus_replaced: Counter[str] = Counter()
         self._logged: set[tuple[str, str]] = set()
 
     def problem(self, stage: str, reason: str, count: int = 1, detail: str = "") -> None:
@@ -69,6 +72,16 @@ class PipelineHealth:
         """A copy of the topology changes by stage, for exporters reading from another thread."""
         with self._lock:
             return dict(self.topology_changes)
+
+    def gpu_replaced(self, stage: str, count: int = 1) -> None:
+        """Count GPUs a live source found replaced (the caller logs which, with both UUIDs)."""
+        with self._lock:
+            self.gpus_replaced[stage] += count
+
+    def replacements(self) -> dict[str, int]:
+        """A copy of the GPUs replaced by stage, for exporters reading from another thread."""
+        with self._lock:
+            return dict(self.gpus_replaced)
 
     def processed(self, kind: str, count: int) -> None:
         with self._lock:

@@ -95,6 +95,7 @@ CATALOGUE: tuple[MetricSpec, ...] = (
     MetricSpec(f"{NS}_input_problems_total", "counter", "Input problems counted (bad records, NaN, resets, ...)", ("cluster", "stage", "reason")),
     MetricSpec(f"{NS}_polls_skipped_total", "counter", "Polls a live source skipped: a poll, or the pipeline, took longer than its interval", ("cluster", "stage")),
     MetricSpec(f"{NS}_topology_changes_total", "counter", "Times a live source's derived topology took in GPUs it did not list (a node replaced or added)", ("cluster", "stage")),
+    MetricSpec(f"{NS}_gpus_replaced_total", "counter", "GPUs a live source found replaced in their slot (their UUID changed: another board), whose detector state started afresh", ("cluster", "stage")),
     MetricSpec(f"{NS}_dead_letters_total", "counter", "Records sent to the dead-letter topic", ("cluster",)),
     MetricSpec(f"{NS}_ingest_lag_seconds", "gauge", "Seconds from receiving a batch to finishing its detection", ("cluster",)),
     MetricSpec(f"{NS}_last_telemetry_timestamp_seconds", "gauge", "Telemetry timestamp of the newest sample processed", ("cluster",)),
@@ -465,6 +466,7 @@ class ForeshockCollector(Collector):
         yield f
         yield _counts(f"{NS}_polls_skipped_total", cluster, self.store.health.skipped())
         yield _counts(f"{NS}_topology_changes_total", cluster, self.store.health.changes())
+        yield _counts(f"{NS}_gpus_replaced_total", cluster, self.store.health.replacements())
         g = _family(f"{NS}_ingest_lag_seconds")
         g.add_metric([cluster], snap.ingest_lag_s)
         yield g

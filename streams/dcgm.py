@@ -41,6 +41,7 @@ from functools import lru_cache
 import urllib.request
 from array import array
 from collections import Counter
+from typing import NamedTuple
 from urllib.parse import urlparse
 
 import numpy as np
@@ -120,9 +121,18 @@ def _target_host(instance: str | None) -> str | None:
     return host or None
 
 
-def _series(block: str, default_host: str, entities: dict[str, int]) -> tuple[int, float, int, str] | str:
+class GpuReplaced(NamedTuple):
+    """A listed GPU whose ``UUID`` label changed from one known UUID to another: another board in
+    its slot (an RMA), whose learnt state starts afresh."""
+    name: str
+    old_uuid: str
+    new_uuid: str
+
+
+def _series(block: str, default_host: str, entities: dict[str, int],
+            uuids: dict[str, str] | None) -> tuple[int, float, int, str] | str:
     """A label block -> (entity index, MIG slice weight, is-MIG, entity name) or the problem that
-    rejects it."""
+    rejects it; with ``uuids``, notes the GPU's ``UUID`` label there ("" where its series disagree)."""
     labels = _labels(block)
     if labels is None:
         return "malformed labels"
@@ -134,11 +144,15 @@ def _series(block: str, default_host: str, entities: dict[str, int]) -> tuple[in
     slices = _SLICES.match(labels.get("GPU_I_PROFILE", ""))
     name = gpu_entity(host, int(gpu))
     entity = entities.setdefault(name, len(entities))
+    if uuids is not None and (uuid := labels.get("UUID")):
+        # MIG instance series carry their GPU's UUID; two differing ones name no one board
+        uuids[name] = uuid if uuids.get(name, uuid) == uuid else ""
     return entity, float(slices.group(1)) if slices else 1.0, int(is_mig), name
 
 
 def parse_dcgm_text(text: str, ts: float, health: PipelineHealth | None = None,
-                    default_host: str = "localhost", once: set[str] | None = None) -> SampleBatch:
+                    default_host: str = "localhost", once: set[str] | None = None,
+                    uuids: dict[str, str] | None = None) -> SampleBatch:
     """Parse one dcgm-exporter scrape into a gpu batch (one row per GPU).
 
     ``ts`` is the scrape time, used unless lines carry their own (millisecond) timestamps.
@@ -150,6 +164,9 @@ def parse_dcgm_text(text: str, ts: float, health: PipelineHealth | None = None,
     block, which a Kubernetes exporter changes with every pod on the GPU), not every scrape —
     a default dcgm-exporter page can have more such lines than readings, and counted at every
     poll they would keep ForeshockInputProblems firing on a healthy exporter.
+
+    ``uuids``, when given, is filled with each GPU's ``UUID`` label (GPU name -> UUID; "" where
+    its series name different ones): read once per distinct label block, not per line.
     """
     health = health if health is not None else PipelineHealth()
     index = _metric_cells()
@@ -187,7 +204,7 @@ def parse_dcgm_text(text: str, ts: float, health: PipelineHealth | None = None,
         series = seen.get(block)
         if series is None:
             # Label blocks repeat for every metric of a GPU: parse each distinct one once.
-            series = seen[block] = _series(block, default_host, entities)
+            series = seen[block] = _series(block, default_host, entities, uuids)
         if isinstance(series, str):
             problems[series] += 1
             continue
@@ -292,6 +309,11 @@ class DcgmScrapeSource(PollingSource):
     A metric foreshock does not read, and a GPU's not-supported sentinel, count once each over the
     source's life (``parse_dcgm_text``'s ``once``), so a healthy exporter's rate of input problems
     is zero.
+
+    With :attr:`reports_replaced_gpus` (``foreshock watch``) the source follows each listed GPU's
+    ``UUID`` label: one that changes from a known UUID to another (a board swapped in the slot;
+    a first UUID or a missing label is no change) is queued as a :class:`GpuReplaced` for
+    :meth:`take_replaced`, before the frame of the poll that served the new board is yielded.
     """
 
     stage = STAGE
@@ -312,6 +334,9 @@ class DcgmScrapeSource(PollingSource):
         self.takes_in_new_gpus = False
         self._unlisted_polls: dict[str, int] = {}  # GPUs the topology lacks: polls in a row serving them
         self._told: set[str] = set()  # names logged as missing from the topology
+        self.reports_replaced_gpus = False
+        self._uuids: dict[str, str] = {}  # per listed GPU, the UUID last served
+        self._replaced: list[GpuReplaced] = []  # not yet taken (take_replaced)
 
     def scrape(self) -> str | None:
         try:
@@ -328,13 +353,16 @@ class DcgmScrapeSource(PollingSource):
         text = self.scrape()
         if text is None:
             return []
-        batch = parse_dcgm_text(text, now, self.health, self.default_host, self.counted_once)
+        uuids: dict[str, str] | None = {} if self.reports_replaced_gpus else None
+        batch = parse_dcgm_text(text, now, self.health, self.default_host, self.counted_once, uuids)
         if not len(batch):
             return []
         if self._topology is None:
             self._topology = gpu_topology([batch])
         else:
             self._follow(batch)
+        if uuids:
+            self._note_uuids(uuids, self._topology)
         batch = self._new_rows(batch, self._topology)
         return [batch.to_frame(self._topology, self.health, STAGE)] if len(batch) else []
 
@@ -365,6 +393,24 @@ class DcgmScrapeSource(PollingSource):
             "restart to watch them (the topology was derived from the first scrape)"
         log.warning("%s: %d GPU%s not in the topology, their samples counted as unknown gpu entities: %s; %s",
                     STAGE, len(new), "" if len(new) == 1 else "s", _names(new), what)
+
+    def _note_uuids(self, uuids: dict[str, str], topology: Topology) -> None:
+        """Remember each listed GPU's UUID; queue a :class:`GpuReplaced` where a known one changed.
+        Only listed GPUs: the others' rows are refused, and the map stays as big as the topology."""
+        names = list(uuids)
+        for name, slot in zip(names, topology.slots("gpu", names)):
+            uuid = uuids[name]
+            if slot < 0 or not uuid:
+                continue
+            old = self._uuids.get(name)
+            if old is not None and old != uuid:
+                self._replaced.append(GpuReplaced(name, old, uuid))
+            self._uuids[name] = uuid
+
+    def take_replaced(self) -> list[GpuReplaced]:
+        """The GPUs found replaced since the last call (in the polling thread: :meth:`poll`'s)."""
+        replaced, self._replaced = self._replaced, []
+        return replaced
 
     def _new_rows(self, batch: SampleBatch, topology: Topology) -> SampleBatch:
         """The rows newer than each GPU's last one (a federation serves a sample until the next

@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Protocol
+from typing import Any, Callable, Iterable, Protocol, Sequence
 
 import numpy as np
 
@@ -67,14 +67,26 @@ class EmbeddedPipeline:
         self.gauge_interval_s = gauge_interval_s
         self._last_gauges = 0.0
 
-    def move_to(self, topology: Topology, bank: DetectorBank) -> list[str]:
+    def move_to(self, topology: Topology, bank: DetectorBank, afresh: Sequence[str] = ()) -> list[str]:
         """Go on under ``topology`` with ``bank`` (a fresh bank made for it): the detectors', the
         input guard's and the store's state follow each entity by name (``core/remap.py``), a new
         entity starts fresh, one ``topology`` no longer lists is left out. A processor (the
         incident engine) that cannot move its state starts fresh: returns the names of those.
-        For ``foreshock watch``, whose live source took in new GPUs; the caller switches
-        between frames, so every frame is processed under the topology its slots refer to."""
+        For ``foreshock watch``, whose live source took in new GPUs or found GPUs replaced; the
+        caller switches between frames, so every frame is processed under the topology its slots
+        refer to.
+
+        ``afresh``: GPUs (by name) whose board was swapped: their detectors' state starts fresh, as
+        a new GPU's would (no baseline of the old board's); the input guard keeps their
+        timestamps (a row older than the last one read is still out of order), the store its
+        latest values, the incident engine its incidents (they are the slot's history)."""
         remap = Remap(self.topology, topology)
+        learnt = remap
+        if afresh:
+            keep = np.ones(topology.size("gpu"), dtype=bool)
+            slots = topology.slots("gpu", list(afresh))
+            keep[slots[slots >= 0]] = False
+            learnt = Remap(self.topology, topology, keep={"gpu": keep})
         state = self.bank.state_dict()
         fresh: list[str] = []
         processors: dict[str, Any] = {}
@@ -85,7 +97,7 @@ class EmbeddedPipeline:
             else:
                 processors[proc.name] = proc.state_dict()
                 fresh.append(proc.name)
-        bank.load_state_dict({"detectors": {d.name: d.remap_state(state["detectors"][d.name], remap)
+        bank.load_state_dict({"detectors": {d.name: d.remap_state(state["detectors"][d.name], learnt)
                                             for d in bank.detectors},
                               "processors": processors})
         bank.report_problems_to(self.health)

@@ -326,3 +326,71 @@ def test_the_gpus_own_max_operating_temperatures_are_read_under_both_namings() -
     assert values(batch, "node1/gpu1") == {"gpu_temp": 60.0, "max_op_temp": 87.0, "hbm_max_op_temp": 105.0}
     assert values(batch, "node1/gpu2") == {"gpu_temp": 59.0}
     assert health.problems == {("dcgm", "not-supported sentinel dropped"): 2}
+
+
+def _page(uuids: dict[str, str | None], metric: str = "DCGM_FI_DEV_GPU_TEMP", value: str = "40") -> str:
+    """One line per GPU (``host/gpuN``), labelled with its UUID (None: no UUID label)."""
+    lines = []
+    for name, uuid in uuids.items():
+        host, _, gpu = name.partition("/gpu")
+        labels = f'gpu="{gpu}",' + (f'UUID="{uuid}",' if uuid is not None else "") + f'Hostname="{host}"'
+        lines.append(f"{metric}{{{labels}}} {value}")
+    return "\n".join(lines) + "\n"
+
+
+def test_each_gpus_uuid_is_read_once_per_gpu_and_series_that_disagree_name_none() -> None:
+    text = "\n".join([
+        line("DCGM_FI_DEV_GPU_TEMP", "40", gpu=0), line("DCGM_FI_DEV_POWER_USAGE", "300", gpu=0),
+        # MIG instances of one GPU carry its UUID
+        line("DCGM_FI_DEV_GPU_TEMP", "41", gpu=1, extra=',GPU_I_ID="1",GPU_I_PROFILE="3g.40gb"'),
+        line("DCGM_FI_DEV_GPU_TEMP", "41", gpu=1, extra=',GPU_I_ID="2",GPU_I_PROFILE="4g.40gb"'),
+    ]).replace('gpu="1",UUID="GPU-x"', 'gpu="1",UUID="GPU-y"') + "\n" + _page({"node2/gpu0": "GPU-a"}) + \
+        _page({"node2/gpu0": "GPU-b"}, "DCGM_FI_DEV_POWER_USAGE") + _page({"node3/gpu0": None})
+    uuids: dict[str, str] = {}
+    batch = parse_dcgm_text(text, T0, uuids=uuids)
+    assert uuids == {"node1/gpu0": "GPU-x", "node1/gpu1": "GPU-y", "node2/gpu0": ""}
+    plain = parse_dcgm_text(text, T0)  # reading UUIDs changes no sample
+    assert batch.entities == plain.entities
+    assert all(values(batch, name) == values(plain, name) for name in plain.entities)
+
+
+class _Pages(DcgmScrapeSource):
+    """A source serving the pages given, in order (no HTTP)."""
+
+    def __init__(self, pages: list[str]) -> None:
+        super().__init__("http://node1:9400/metrics", interval=0.001, max_polls=len(pages))
+        self.pages = iter(pages)
+        self.reports_replaced_gpus = True
+
+    def scrape(self) -> str | None:
+        return next(self.pages, None)
+
+
+def test_the_source_reports_a_gpu_whose_uuid_changes_once() -> None:
+    """A UUID changing from one known to another is a replacement, reported once; the first UUID,
+    a missing label (a page without it, or a GPU seen for the first time) and the same UUID again
+    are not; neither is a GPU whose series disagree."""
+    pages = [
+        _page({"n/gpu0": "GPU-a", "n/gpu1": "GPU-p"}),
+        _page({"n/gpu0": "GPU-a", "n/gpu1": None}),  # the label missing: no change
+        _page({"n/gpu0": "GPU-b", "n/gpu1": "GPU-p"}),  # gpu0 replaced; gpu1's UUID as before the gap
+        _page({"n/gpu0": "GPU-b", "n/gpu1": "GPU-p"}),
+        _page({"n/gpu0": None, "n/gpu1": "GPU-p"}),
+        _page({"n/gpu0": "GPU-b", "n/gpu1": "GPU-p"}) + _page({"n/gpu1": "GPU-q"}, "DCGM_FI_DEV_POWER_USAGE"),
+        _page({"n/gpu0": "GPU-c", "n/gpu1": "GPU-p"}),  # gpu0 replaced again
+    ]
+    source = _Pages(pages)
+    reported = []
+    for _ in pages:
+        assert len(source.poll()) == 1
+        reported.append(source.take_replaced())
+    assert reported == [[], [], [("n/gpu0", "GPU-a", "GPU-b")], [], [], [], [("n/gpu0", "GPU-b", "GPU-c")]]
+    assert source.take_replaced() == []
+
+
+def test_a_source_not_asked_to_report_replacements_reads_no_uuid() -> None:
+    source = _Pages([_page({"n/gpu0": "GPU-a"}), _page({"n/gpu0": "GPU-b"})])
+    source.reports_replaced_gpus = False
+    for _ in range(2):
+        source.poll()
+    assert source.take_replaced() == []

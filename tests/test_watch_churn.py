@@ -297,7 +297,7 @@ def test_the_pipeline_moves_between_the_last_frame_of_the_old_topology_and_the_f
         done.set()
 
     seen: list[Any] = []
-    monkeypatch.setattr(watch, "move_run", lambda run, topology, stage: seen.append(topology))
+    monkeypatch.setattr(watch, "move_run", lambda run, topology, stage, replaced: seen.append(topology))
     follower = watch._TopologyFollower(primary, old)
     others = [Quiet(0.001, max_polls=1)]  # with another source, alongside polls each in a thread
     merged = follower.follow(alongside(follower.mark(frames()), others), run=None)  # type: ignore[arg-type]

@@ -1,0 +1,162 @@
+"""``foreshock watch`` over a dcgm-exporter where a GPU board is swapped in its slot (an RMA: the
+name stays, dcgm-exporter's ``UUID`` label changes): that GPU's detector state starts afresh, so
+the new board is not judged against the old one's history."""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from foreshock.cli import watch
+from foreshock.cli.main import cli
+from foreshock.detectors.thermal_fit import CORE, G_SIZE, M_LOADED, M_RL, M_SIZE
+from foreshock.frames import Frame
+from foreshock.simulator.formats import dcgm_exposition
+from foreshock.streams.dcgm import GpuReplaced
+from foreshock.streams.polling import PollingSource, alongside
+from foreshock.topology import Topology
+
+from test_watch import stamped
+from test_watch_churn import _Exporter, _free_port
+from thermal_synth import World, small_topology
+
+SWAP = 150  # node0/gpu3's board is replaced from this scrape on (1500 s of telemetry in)
+POLLS = 300
+SWAPPED = "node0/gpu3"
+SLOT = 3
+
+
+@pytest.fixture(scope="module")
+def boards() -> tuple[list[str], list[str], int]:
+    """The pages of two nodes' GPUs where node0/gpu3's readings from ``SWAP`` on are those of
+    another board (the world's GPU whose thermal resistance differs most from its own): served
+    with its UUID as before (``same``) and with a new one (``swapped``)."""
+    topology = small_topology(nodes=2, gpus=8, racks=1)
+    frames = [f for f in World(topology, seed=1).run(POLLS * 10.0)[0] if f.kind == "gpu"]
+    resistance = np.mean([(f.columns["gpu_temp"] - 24.0) / f.columns["power"] for f in frames], axis=0)
+    board = int(np.argmax(np.abs(resistance - resistance[SLOT])))
+    assert abs(resistance[board] - resistance[SLOT]) > 0.02 * resistance[SLOT]  # a board that differs
+
+    def served(i: int, frame: Frame) -> Frame:
+        if i < SWAP:
+            return frame
+        columns = {name: column.copy() for name, column in frame.columns.items()}
+        for column in columns.values():
+            column[SLOT] = column[board]
+        return Frame("gpu", frame.ts, frame.slot, columns)
+
+    same = [stamped(dcgm_exposition(served(i, f), topology), float(f.ts[0])) for i, f in enumerate(frames)]
+    old = same[0].split('gpu="3",UUID="', 1)[1].split('"', 1)[0]
+    assert same[-1].count(f'UUID="{old}"') == same[-1].count('gpu="3",') // 2  # node0's gpu3 only, node1's not
+    swapped = same[:SWAP] + [page.replace(f'UUID="{old}"', 'UUID="GPU-0f1e2d3c-new0-board-0000-000000000003"')
+                             for page in same[SWAP:]]
+    assert swapped[SWAP] != same[SWAP]
+    return same, swapped, board
+
+
+def _watch(pages: list[str], monkeypatch: Any, findings: Path) -> tuple[Any, str, list[str]]:
+    """Watch ``pages`` (served once each); the pipeline run, at the end, /metrics read as the last
+    page is requested, and the entities of the findings."""
+    runs: list[Any] = []
+    build = watch.build_pipeline
+
+    def keep(*args: Any, **kwargs: Any) -> Any:
+        runs.append(build(*args, **kwargs))
+        return runs[-1]
+
+    monkeypatch.setattr(watch, "build_pipeline", keep)
+    port = _free_port()
+    exporter = _Exporter(pages, f"http://127.0.0.1:{port}/metrics", scrape_at=len(pages))
+    try:
+        result = CliRunner().invoke(cli, ["watch", "--source", "dcgm", "--url", exporter.url, "--interval", "0.001",
+                                          "--polls", str(len(pages) + 1), "--port", str(port), "--top-k", "32",
+                                          "--findings", str(findings)])
+    finally:
+        exporter.close()
+    assert result.exit_code == 0, result.output
+    return runs[0], exporter.metrics, [json.loads(line)["entity"] for line in findings.read_text().splitlines()]
+
+
+def test_a_gpu_whose_board_is_swapped_starts_its_detector_state_afresh(boards, monkeypatch, caplog, tmp_path: Path):
+    """The thermal fit of node0/gpu3 restarts at the first scrape of the new board: its loaded time
+    counts from there and its resistance is the new board's own (the board it was copied from);
+    a run served the same readings under the old UUID carries the old board's fit on. Every other
+    GPU's state is that of the run without the swap; the univariate detectors, which flag the
+    step from one board to the other when the UUID is ignored, do not flag it; the swap is counted
+    and logged once, naming both UUIDs."""
+    same, swapped, board = boards
+    kept, _, kept_found = _watch(same, monkeypatch, tmp_path / "same.jsonl")
+    with caplog.at_level(logging.WARNING, logger="foreshock"):
+        fresh, metrics, fresh_found = _watch(swapped, monkeypatch, tmp_path / "swapped.jsonl")
+
+    lines = [r.getMessage() for r in caplog.records if "replaced" in r.getMessage()]
+    assert len(lines) == 1 and lines[0].startswith(f"GPU {SWAPPED} replaced: UUID GPU-")
+    assert "-> GPU-0f1e2d3c-new0-board-0000-000000000003" in lines[0]
+    assert 'foreshock_gpus_replaced_total{cluster="imported",stage="dcgm"} 1.0' in metrics
+    assert "foreshock_topology_changes_total{" not in metrics  # the topology is the same one
+
+    core = G_SIZE + CORE * M_SIZE
+    for name in ("thermal", "cooling"):
+        before = next(d for d in kept.pipeline.bank.detectors if d.name == name).s_model
+        after = next(d for d in fresh.pipeline.bank.detectors if d.name == name).s_model
+        others = np.arange(len(before)) != SLOT
+        np.testing.assert_array_equal(after[others], before[others])
+        # loaded seconds: every scrape of the run without the swap; from the new board's first on
+        assert before[SLOT, core + M_LOADED] == (POLLS - 1) * 10.0
+        assert (POLLS - SWAP - 1) * 10.0 <= after[SLOT, core + M_LOADED] <= (POLLS - SWAP - 1) * 10.0 + 120.0
+        # the new board's resistance, learnt as the board it was copied from learnt it
+        r_new = after[board, core + M_RL]
+        assert abs(after[SLOT, core + M_RL] - r_new) < 0.5 * abs(before[SLOT, core + M_RL] - r_new)
+    assert SWAPPED in kept_found and SWAPPED not in fresh_found
+
+
+def test_the_move_for_a_replaced_gpu_comes_before_the_new_boards_first_frame(monkeypatch):
+    """With a BMC polled beside it, the source runs ahead of the pipeline in a thread of its own:
+    the replacement it found at its second poll is acted on exactly between its first and second
+    frames, not when the pipeline notices, and the topology stays the same one."""
+    topology = Topology.from_gpu_hosts([("a", 0)])
+    replacement = GpuReplaced("a/gpu0", "GPU-old", "GPU-new")
+
+    class Swapping(PollingSource):
+        def __init__(self) -> None:
+            super().__init__(0.001, max_polls=3)
+            self._topology = topology
+            self.found: list[GpuReplaced] = []
+
+        def poll(self) -> list[Frame]:
+            if self.polls == 1:
+                self.found.append(replacement)
+            return [Frame("gpu", np.array([float(self.polls)]), np.array([0]), {})]
+
+        def take_replaced(self) -> list[GpuReplaced]:
+            found, self.found = self.found, []
+            return found
+
+    class Quiet(PollingSource):
+        def poll(self) -> list[Frame]:
+            return []
+
+    done = threading.Event()
+    primary = Swapping()
+
+    def frames():  # type: ignore[no-untyped-def]
+        yield from primary
+        done.set()
+
+    seen: list[Any] = []
+    monkeypatch.setattr(watch, "move_run", lambda run, moved_to, stage, replaced: seen.append((moved_to, replaced)))
+    follower = watch._TopologyFollower(primary, topology, primary.take_replaced)
+    others = [Quiet(0.001, max_polls=1)]  # with another source, alongside polls each in a thread
+    merged = follower.follow(alongside(follower.mark(frames()), others), run=None)  # type: ignore[arg-type]
+    first = next(merged)
+    assert done.wait(5) and not primary.found  # the source has found it before the pipeline's first frame
+    seen.append(float(first.ts[0]))
+    seen += [float(f.ts[0]) for f in merged]
+    assert seen == [0.0, (topology, [replacement]), 1.0, 2.0]
