@@ -64,7 +64,7 @@ from .alarm import (CODE_NONE, CODE_START, CODE_WITHDRAW, O_CODE, O_CONF, O_ETA,
                     O_WHICH, OUT_SIZE, alarm_step, emit, new_alarm_columns)
 from .base import add_columns, resolve_params
 from . import gpu_inputs as gi
-from .gpu_inputs import gpu_obs, reason_bits, Scratch, inline, kernel, site_loop_rise, site_loop_tau
+from .gpu_inputs import reason_bits, Scratch, inline, kernel, site_loop_rise, site_loop_tau
 from . import thermal as th
 from . import thermal_fit as tf
 from .thermal_fit import FIT_SLOT_KINDS, R_DT, R_TPREV, X_REASONS, ThermalFit, ThermalFitDetector
@@ -88,9 +88,6 @@ N_COUNT, N_ACTIVE = 0, 1  # node state: GPUs braking now, node event raised
 WHICH_CAP, WHICH_GPU_BRAKE, WHICH_NODE_BRAKE = 0, 1, 2
 C_SLOPE, C_LEVEL, C_SEEN = 0, 1, 2  # call sites of cached_decay (rows of this kernel's decay cache)
 C_SITES = 3
-CLOCK_FIELDS = ("sm_clock", "sm_clock_max")
-"""Read besides the fit's fields: without throttle reasons they say whether the cap binds (see
-cap_binds)."""
 CAP_HELD_UNDER_W = 3.0 * facts.POWER_NOISE_W
 """How far under its limit a capped GPU's ``power.draw`` reads: the driver holds the board's power
 *under* the limit, and the reading is good to ±5 W. The real H200 capture (tests/data/h200_step)
@@ -247,15 +244,15 @@ def cap_binds(power: float, limit: float, clock: float, clock_max: float) -> boo
 
 
 @kernel
-def _power_kernel(obs: np.ndarray, clocks: np.ndarray, rows: np.ndarray, span: tuple[int, int],
+def _power_kernel(obs: np.ndarray, rows: np.ndarray, span: tuple[int, int],
                   parents: np.ndarray, state: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
                   racks: np.ndarray, params: tuple[np.ndarray, np.ndarray], out: np.ndarray, n_out: int,
                   cache: np.ndarray) -> int:
     """Power brake, node brake and power-cap prediction over the fitted rows ``span`` of a
     GPU frame; returns the emission count.
 
-    ``clocks`` holds each row's ``CLOCK_FIELDS`` (columns 2 and 3, as ``obs`` holds its fields),
-    ``rows`` is the thermal fit's per-row output, ``state`` = (thermal fit state, power state,
+    ``obs`` is the thermal fit's observation matrix (its ``X_CLOCK`` and ``X_CLOCK_MAX`` are read
+    here only), ``rows`` the fit's per-row output, ``state`` = (thermal fit state, power state,
     alarms, node brake state), ``params`` = (thermal parameters, power parameters)."""
     m, s, alarms, node_brake = state
     tparams, p = params
@@ -344,7 +341,7 @@ def _power_kernel(obs: np.ndarray, clocks: np.ndarray, rows: np.ndarray, span: t
             s[i, S_OVER_DEFAULT] = 1.0
             limit = np.nan
         if bits < 0:  # no reasons: the sample's power and clock say whether the cap binds now ...
-            capped = cap_binds(power, limit, clocks[row, 2], clocks[row, 3])
+            capped = cap_binds(power, limit, obs[row, tf.X_CLOCK], obs[row, tf.X_CLOCK_MAX])
             if not capped and ts - s[i, S_CAP_TS] <= p[P_CAP_HOLD]:
                 # ... and a sample under it between capped ones (a job's communication phase) is
                 # still at the cap, not heading for it (its die cooled a little, and the leakage
@@ -395,15 +392,6 @@ def _power_kernel(obs: np.ndarray, clocks: np.ndarray, rows: np.ndarray, span: t
     return n_out
 
 
-class _NotCounted(PipelineHealth):
-    """Input problems counted elsewhere (the fit counts its frame's)."""
-
-    def problem(self, stage: str, reason: str, count: int = 1, detail: str = "") -> None:
-        pass
-
-
-_NOT_COUNTED = _NotCounted()
-
 
 class PowerDetector(ThermalFitDetector):
     """Predicts ``power_cap``; reports power brake per GPU and per node at once."""
@@ -427,7 +415,6 @@ class PowerDetector(ThermalFitDetector):
         self.s_node_brake = np.zeros((topology.size("node"), 2))
         self._scratch = Scratch()
         self._out = np.empty((0, OUT_SIZE))
-        self._clocks = np.empty((0, 2 + len(CLOCK_FIELDS)))
         self._n_out = 0
 
     def update(self, frame: Frame) -> list[Finding]:
@@ -450,15 +437,9 @@ class PowerDetector(ThermalFitDetector):
     def begin_frame(self, fit: ThermalFit) -> None:
         self._out = self._scratch.take("out", (3 * len(fit.obs), OUT_SIZE))
         self._n_out = 0
-        # the clocks of the rows of the frame being fitted, in the fit's order (gpu_obs keeps the
-        # same rows); the fit has counted its bad rows already. (The fit's frame: the fit reads no
-        # clock, and runs for whichever detector of a bank sees the frame first)
-        frame = fit.frame
-        assert frame is not None
-        self._clocks = gpu_obs(frame, CLOCK_FIELDS, len(self.s_gpu), _NOT_COUNTED, "", scratch=self._scratch)
 
     def after_fit(self, fit: ThermalFit, lo: int, hi: int) -> None:
-        self._n_out = _power_kernel(fit.obs, self._clocks, fit.rows, (lo, hi), fit.parents,
+        self._n_out = _power_kernel(fit.obs, fit.rows, (lo, hi), fit.parents,
                                     (fit.s_model, self.s_gpu, self.s_alarm, self.s_node_brake), fit.s_rack,
                                     (self.thermal_params, self.params), self._out, self._n_out,
                                     tf.new_decay_cache(C_SITES))

@@ -37,10 +37,12 @@ from .base import Detector, add_columns, resolve_params
 from .gpu_inputs import (Scratch, gpu_obs, inline, kernel, new_inlet_states, node_feed, node_tick, rack_inlet_obs,
                          read_inlet, update_rack_inlet, upgrade_rack_state)
 
+# (the fit reads no clock: sm_clock and sm_clock_max are the power detector's, gathered here with
+# the rest so that a frame is gathered once)
 OBS_FIELDS = ("gpu_temp", "hbm_temp", "power", "slowdown_temp", "energy", "power_limit", "throttle_reasons",
-              "util", "max_op_temp", "hbm_max_op_temp")
+              "util", "max_op_temp", "hbm_max_op_temp", "sm_clock", "sm_clock_max")
 X_TS, X_SLOT, X_TEMP, X_HBM, X_POWER, X_SLOWDOWN, X_ENERGY, X_PLIMIT, X_REASONS, X_UTIL, X_MAX_OP, \
-    X_HBM_MAX_OP = range(12)
+    X_HBM_MAX_OP, X_CLOCK, X_CLOCK_MAX = range(14)
 
 # ---- per-GPU fit state: common columns, then one block per model --------------------------
 # last ts, reference power, inlet level/slope/samples, last energy reading, power limit
@@ -579,11 +581,6 @@ class ThermalFit:
     def key(self) -> tuple[Any, ...]:
         """Fits with equal keys compute the same thing from the same frames."""
         return (id(self.topology),) + tuple(float(self.params[P[name]]) for name in FIT_PARAMS)
-
-    @property
-    def frame(self) -> Frame | None:
-        """The frame being (or last) fitted: its consumers may read fields the fit does not."""
-        return self._frame
 
     def state(self) -> dict[str, np.ndarray]:
         return {"s_model": self.s_model, "s_rack": self.s_rack, "s_node": self.s_node}
