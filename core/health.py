@@ -34,54 +34,49 @@ class PipelineHealth:
 
     def problem(self, stage: str, reason: str, count: int = 1, detail: str = "") -> None:
         """Count ``count`` occurrences of a problem; log the first of each (stage, reason)."""
-        if count <= 0:
-            return
-        key = (stage, reason)
-        with self._lock:
-            self.problems[key] += count
-            first = key not in self._logged
-            self._logged.add(key)
-        if first:
+        if count > 0 and self._count(self.problems, (stage, reason), count, (stage, reason)):
             log.warning("%s: %s%s (counted in foreshock_input_problems_total; logged once)",
                         stage, reason, f": {detail}" if detail else "")
 
     def skipped_polls(self, stage: str, count: int, detail: str = "") -> None:
         """Count ``count`` polls a source skipped; log the first of each stage."""
-        if count <= 0:
-            return
-        key = (stage, "polls skipped")
-        with self._lock:
-            self.polls_skipped[stage] += count
-            first = key not in self._logged
-            self._logged.add(key)
-        if first:
+        if count > 0 and self._count(self.polls_skipped, stage, count, (stage, "polls skipped")):
             log.warning("%s: polls skipped%s (counted in foreshock_polls_skipped_total; logged once)",
                         stage, f": {detail}" if detail else "")
 
-    def skipped(self) -> dict[str, int]:
-        """A copy of the polls skipped by stage, for exporters reading from another thread."""
-        with self._lock:
-            return dict(self.polls_skipped)
-
     def topology_changed(self, stage: str) -> None:
         """Count one change of the topology a live source derives (the caller logs what changed)."""
-        with self._lock:
-            self.topology_changes[stage] += 1
-
-    def changes(self) -> dict[str, int]:
-        """A copy of the topology changes by stage, for exporters reading from another thread."""
-        with self._lock:
-            return dict(self.topology_changes)
+        self._count(self.topology_changes, stage, 1)
 
     def gpu_replaced(self, stage: str, count: int = 1) -> None:
         """Count GPUs a live source found replaced (the caller logs which, with both UUIDs)."""
+        self._count(self.gpus_replaced, stage, count)
+
+    def _count(self, counter: Counter, key: object, count: int, log_key: tuple[str, str] | None = None) -> bool:
+        """Add ``count`` to ``counter[key]``; whether ``log_key`` is logged for the first time."""
         with self._lock:
-            self.gpus_replaced[stage] += count
+            counter[key] += count
+            if log_key is None or log_key in self._logged:
+                return False
+            self._logged.add(log_key)
+            return True
+
+    # copies for exporters reading from another thread
+    def skipped(self) -> dict[str, int]:
+        """The polls skipped by stage."""
+        return self._copy(self.polls_skipped)
+
+    def changes(self) -> dict[str, int]:
+        """The topology changes by stage."""
+        return self._copy(self.topology_changes)
 
     def replacements(self) -> dict[str, int]:
-        """A copy of the GPUs replaced by stage, for exporters reading from another thread."""
+        """The GPUs replaced by stage."""
+        return self._copy(self.gpus_replaced)
+
+    def _copy(self, counter: Counter) -> dict:
         with self._lock:
-            return dict(self.gpus_replaced)
+            return dict(counter)
 
     def processed(self, kind: str, count: int) -> None:
         with self._lock:
