@@ -40,7 +40,7 @@ from foreshock.topology import Topology
 from .alarm import (CODE_NONE, CODE_REFRESH, CODE_WITHDRAW, O_CODE, O_CONF, O_ETA, O_ROW, O_V0, O_WHICH,
                     OUT_SIZE, alarm_step, emit, new_alarm_columns)
 from .base import Detector
-from .gpu_inputs import (gpu_inlet, gpu_obs, kernel, new_inlet_states, rack_inlet_obs, reason_bits,
+from .gpu_inputs import (gpu_inlet, gpu_obs, kernel, new_inlet_states, rack_inlet_obs, reason_bits, reported_core_limit,
                          update_rack_inlet, upgrade_rack_state)
 
 # ---- the shared per-GPU feature stream -------------------------------------------------------
@@ -109,13 +109,10 @@ def feature_kernel(obs: np.ndarray, parents: np.ndarray, s: np.ndarray, racks: n
         # the margins are to the GPU's own limits where this sample reports them (see thermal_fit's
         # core_limit and hbm_limit; one sample's features, nothing kept): its max operating
         # temperatures, else its slowdown temperature less 2 °C, else Hopper's
-        max_op, slowdown, hbm_max_op = obs[row, X_MAX_OP], obs[row, X_SLOWDOWN], obs[row, X_HBM_MAX_OP]
-        if facts.OWN_LIMIT_MIN_C < max_op < facts.OWN_LIMIT_MAX_C:
-            core_limit = max_op
-        elif facts.OWN_LIMIT_MIN_C < slowdown < facts.OWN_LIMIT_MAX_C:
-            core_limit = slowdown - (facts.HW_SLOWDOWN_TEMP_C - facts.MAX_OPERATING_TEMP_C)
-        else:
+        core_limit = reported_core_limit(obs[row, X_MAX_OP], obs[row, X_SLOWDOWN])
+        if core_limit != core_limit:
             core_limit = facts.MAX_OPERATING_TEMP_C
+        hbm_max_op = obs[row, X_HBM_MAX_OP]
         hbm_limit = hbm_max_op if facts.OWN_LIMIT_MIN_C < hbm_max_op < facts.OWN_LIMIT_MAX_C \
             else facts.HBM_MAX_OPERATING_TEMP_C
         inlet = gpu_inlet(ts, parents[i, 1], parents[i, 0], temp, power, racks, nodes,

@@ -18,6 +18,7 @@ from typing import Any, Callable, Sequence, TypeVar
 import numba
 import numpy as np
 
+from foreshock import facts
 from foreshock.frames import Frame
 from foreshock.health import PipelineHealth
 from foreshock.numba_config import JIT_OPTIONS
@@ -270,6 +271,19 @@ def reason_bits(reasons: float) -> int:
     if reasons == reasons and 0.0 <= reasons < REASON_BITS_LIMIT:
         return int(reasons)
     return -1
+
+
+@inline
+def reported_core_limit(max_op: float, slowdown: float) -> float:
+    """The core limit a sample's own thresholds give: its max operating temperature, else its HW
+    slowdown temperature less the 2 °C between them; NaN where it reports neither (a value outside
+    ``facts.OWN_LIMIT_MIN_C``..``OWN_LIMIT_MAX_C``, such as nvidia-smi's T.Limit offsets or 0, is no
+    report). The thermal fit keeps the same rule per GPU (``thermal_fit.core_limit``)."""
+    if facts.OWN_LIMIT_MIN_C < max_op < facts.OWN_LIMIT_MAX_C:
+        return max_op
+    if facts.OWN_LIMIT_MIN_C < slowdown < facts.OWN_LIMIT_MAX_C:
+        return slowdown - (facts.HW_SLOWDOWN_TEMP_C - facts.MAX_OPERATING_TEMP_C)
+    return np.nan
 
 
 def reason_bits_column(reasons: np.ndarray) -> np.ndarray:

@@ -27,7 +27,7 @@ from foreshock import facts
 from foreshock.frames import Frame
 from foreshock.remap import saved_slots, take_rows
 
-from .gpu_inputs import kernel
+from .gpu_inputs import kernel, reported_core_limit
 from .incident_domains import JOB, Domains, key
 
 TEL_TS, TEL_TEMP, TEL_SLOPE, TEL_LIMIT, TEL_POWER_HEADROOM, TEL_REF_TS, TEL_REF_TEMP = range(7)
@@ -198,10 +198,9 @@ def _track_gpu_kernel(tel: np.ndarray, slot: np.ndarray, ts: np.ndarray,
         tel[s, TEL_TEMP] = x
         # the GPU's own limit: its max operating temperature, else 2 °C under its HW slowdown (an
         # offset from T.Limit, or 0, is no reading); kept through a sample that reports neither
-        if facts.OWN_LIMIT_MIN_C < max_op[r] < facts.OWN_LIMIT_MAX_C:
-            tel[s, TEL_LIMIT] = max_op[r]
-        elif facts.OWN_LIMIT_MIN_C < slowdown[r] < facts.OWN_LIMIT_MAX_C:
-            tel[s, TEL_LIMIT] = slowdown[r] - (facts.HW_SLOWDOWN_TEMP_C - facts.MAX_OPERATING_TEMP_C)
+        own = reported_core_limit(max_op[r], slowdown[r])
+        if own == own:
+            tel[s, TEL_LIMIT] = own
         elif tel[s, TEL_LIMIT] != tel[s, TEL_LIMIT]:
             tel[s, TEL_LIMIT] = facts.MAX_OPERATING_TEMP_C
         if has_power:
