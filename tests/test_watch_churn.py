@@ -9,7 +9,7 @@ import logging
 import socket
 import urllib.request
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 from click.testing import CliRunner
@@ -264,10 +264,8 @@ def test_the_pipeline_moves_between_the_last_frame_of_the_old_topology_and_the_f
     when the pipeline takes its first frame, the source may have switched topology already. The
     move comes exactly before the first frame mapped on the new one, not when the pipeline
     notices the switch."""
-    import threading
-
     from foreshock.cli import watch
-    from foreshock.streams.polling import PollingSource, alongside
+    from foreshock.streams.polling import PollingSource
 
     old = Topology.from_gpu_hosts([("a", 0)])
     new = grown_topology(old, ["b/gpu0"])
@@ -285,24 +283,38 @@ def test_the_pipeline_moves_between_the_last_frame_of_the_old_topology_and_the_f
                 self._topology = new
             return [frame(float(self.polls))]
 
+    primary = Switching()
+    seen = follow_a_source_running_ahead(primary, watch._TopologyFollower(primary, old), monkeypatch,
+                                         lambda topology, replaced: topology, lambda: primary.topology is new)
+    assert seen == [0.0, new, 1.0, 2.0]
+
+
+def follow_a_source_running_ahead(primary: Any, follower: Any, monkeypatch: Any,
+                                  moved: Callable[[Topology, Any], Any], ahead: Callable[[], bool]) -> list[Any]:
+    """``primary``'s frames through ``follower`` with another source polled beside it (``alongside``
+    polls each in a thread of its own, so ``primary`` runs ahead of the pipeline): the timestamps of
+    the frames taken, with ``moved(topology, replaced)`` of each ``move_run`` between them. Asserts
+    ``ahead()`` (the source had gone on) once the pipeline has its first frame."""
+    import threading
+
+    from foreshock.cli import watch
+    from foreshock.streams.polling import PollingSource, alongside
+
     class Quiet(PollingSource):
         def poll(self) -> list[Frame]:
             return []
 
     done = threading.Event()
-    primary = Switching()
 
     def frames():  # type: ignore[no-untyped-def]
         yield from primary
         done.set()
 
     seen: list[Any] = []
-    monkeypatch.setattr(watch, "move_run", lambda run, topology, stage, replaced: seen.append(topology))
-    follower = watch._TopologyFollower(primary, old)
-    others = [Quiet(0.001, max_polls=1)]  # with another source, alongside polls each in a thread
-    merged = follower.follow(alongside(follower.mark(frames()), others), run=None)  # type: ignore[arg-type]
+    monkeypatch.setattr(watch, "move_run", lambda run, topology, stage, replaced: seen.append(moved(topology, replaced)))
+    merged = follower.follow(alongside(follower.mark(frames()), [Quiet(0.001, max_polls=1)]), run=None)
     first = next(merged)
-    assert done.wait(5) and primary.topology is new  # the source has moved on before the pipeline's first frame
+    assert done.wait(5) and ahead()  # the source has gone on before the pipeline's first frame
     seen.append(float(first.ts[0]))
     seen += [float(f.ts[0]) for f in merged]
-    assert seen == [0.0, new, 1.0, 2.0]
+    return seen

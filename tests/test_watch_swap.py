@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import logging
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -20,11 +19,11 @@ from foreshock.detectors.thermal_fit import CORE, G_SIZE, M_LOADED, M_RL, M_SIZE
 from foreshock.frames import Frame
 from foreshock.simulator.formats import dcgm_exposition
 from foreshock.streams.dcgm import GpuReplaced
-from foreshock.streams.polling import PollingSource, alongside
+from foreshock.streams.polling import PollingSource
 from foreshock.topology import Topology
 
 from test_watch import stamped
-from test_watch_churn import _Exporter, _free_port
+from test_watch_churn import _Exporter, _free_port, follow_a_source_running_ahead
 from thermal_synth import World, small_topology
 
 SWAP = 150  # node0/gpu3's board is replaced from this scrape on (1500 s of telemetry in)
@@ -139,24 +138,8 @@ def test_the_move_for_a_replaced_gpu_comes_before_the_new_boards_first_frame(mon
             found, self.found = self.found, []
             return found
 
-    class Quiet(PollingSource):
-        def poll(self) -> list[Frame]:
-            return []
-
-    done = threading.Event()
     primary = Swapping()
-
-    def frames():  # type: ignore[no-untyped-def]
-        yield from primary
-        done.set()
-
-    seen: list[Any] = []
-    monkeypatch.setattr(watch, "move_run", lambda run, moved_to, stage, replaced: seen.append((moved_to, replaced)))
-    follower = watch._TopologyFollower(primary, topology, primary.take_replaced)
-    others = [Quiet(0.001, max_polls=1)]  # with another source, alongside polls each in a thread
-    merged = follower.follow(alongside(follower.mark(frames()), others), run=None)  # type: ignore[arg-type]
-    first = next(merged)
-    assert done.wait(5) and not primary.found  # the source has found it before the pipeline's first frame
-    seen.append(float(first.ts[0]))
-    seen += [float(f.ts[0]) for f in merged]
+    seen = follow_a_source_running_ahead(primary, watch._TopologyFollower(primary, topology, primary.take_replaced),
+                                         monkeypatch, lambda moved_to, replaced: (moved_to, replaced),
+                                         lambda: not primary.found)
     assert seen == [0.0, (topology, [replacement]), 1.0, 2.0]
