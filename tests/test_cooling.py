@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from foreshock.detectors.cooling import CoolingDetector, group_median
+from foreshock.detectors.cooling import CoolingDetector, group_median, median_of_others
 from foreshock.findings import Anomaly
 from foreshock.frames import Frame
 from foreshock.topology import Topology
@@ -29,6 +29,22 @@ def test_group_median_matches_numpy(pairs):
             assert got[g] == pytest.approx(float(np.median(sel)))
         else:
             assert np.isnan(got[g])
+
+
+@given(st.lists(st.one_of(st.floats(-50, 50), st.just(float("nan")), st.just(float("inf"))), max_size=12)
+       | st.lists(st.sampled_from([0.5, 1.0, 2.0]), max_size=9))  # (many repeats)
+def test_median_of_others_is_numpy_median_with_each_element_deleted(values):
+    """The facility-water reference per cooling loop: exactly (bit for bit) what the loop over the
+    loops gave, ``np.median`` of the finite values of ``np.delete(values, k)``."""
+    values = np.array(values, dtype=float)
+    others, every = median_of_others(values)
+    finite = values[np.isfinite(values)]
+    assert np.array_equal([every], [np.median(finite) if len(finite) else np.nan], equal_nan=True)
+    for k in range(len(values)):
+        rest = np.delete(values, k)
+        rest = rest[np.isfinite(rest)]
+        want = float(np.median(rest)) if len(rest) else np.nan
+        assert np.array_equal([others[k]], [want], equal_nan=True), (k, others[k], want)
 
 
 def cluster(r_of, inlet_of, hours=4.0, dt=30.0, n_nodes=4, power=650.0):
