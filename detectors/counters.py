@@ -247,6 +247,12 @@ class CounterRates:
         problems = _counter_deltas(ts, slot, values, self.spec, self.s_state, self._pace(), self.s_resets, out)
         return out[0], out[1], dict(zip(PROBLEMS, (int(p) for p in problems)))
 
+    def bind(self, s_state: np.ndarray, s_resets: np.ndarray, s_rate: np.ndarray) -> None:
+        """Use a detector's own state arrays (loaded from a checkpoint), the pace with them."""
+        if s_state.shape[:2] != s_resets.shape or s_rate.shape != s_resets.shape:
+            raise ValueError(f"counter state shapes disagree: {s_state.shape}, {s_resets.shape}, {s_rate.shape}")
+        self.s_state, self.s_resets, self.s_rate, self._rate_of = s_state, s_resets, s_rate, s_state
+
     def state_dict(self, prefix: str = "") -> dict[str, Any]:
         return {f"{prefix}s_state": self.s_state.copy(), f"{prefix}s_resets": self.s_resets.copy(),
                 f"{prefix}s_rate": self._pace().copy()}

@@ -390,6 +390,53 @@ def test_state_round_trip_gives_identical_future_output():
     assert out_a == out_b and len(out_a) > 10
 
 
+
+def _xmit_wait_frames(n: int, wraps_at: int) -> list[Frame]:
+    """32-bit xmit_wait counters climbing 100 ticks a second that wrap at second ``wraps_at``."""
+    frames = []
+    for t in range(wraps_at + 2):
+        wait = np.full(n, 2.0**32 - 100.0 * (wraps_at - t) - 50.0) if t < wraps_at else np.full(n, 50.0 + 100.0 * (t - wraps_at))
+        frames.append(Frame("link", np.full(n, float(t)), np.arange(n), {"xmit_wait": wait, "link_rate": np.full(n, 400e9)}))
+    return frames
+
+
+def test_a_restored_32_bit_counter_still_reads_its_wrap_as_a_wrap():
+    """The pace a wrap must fit (16x the counter's recent peak rate) is kept in the checkpoint: before
+    2026-12-01 a restored detector knew none, and read each counter's first wrap as a reset."""
+    topo = fabric()
+    n = topo.size("link")
+    frames = _xmit_wait_frames(n, wraps_at=6)
+    never_stopped = CongestionDetector(topo, counter_bits=32)
+    for f in frames:
+        never_stopped.update(f)
+    before = CongestionDetector(topo, counter_bits=32)
+    for f in frames[:6]:  # the checkpoint just before the wrap
+        before.update(f)
+    restored = CongestionDetector(topo, counter_bits=32)
+    restored.load_state_dict(before.state_dict())
+    for f in frames[6:]:
+        restored.update(f)
+    assert never_stopped.counters.s_resets[:, 0].tolist() == [0] * n  # the wrap is a wrap
+    assert restored.counters.s_resets[:, 0].tolist() == [0] * n
+    np.testing.assert_array_equal(restored.state_dict()["s_counter_state"], never_stopped.state_dict()["s_counter_state"])
+
+
+def test_a_checkpoint_saved_before_the_pace_was_kept_loads_knowing_none():
+    topo = fabric()
+    n = topo.size("link")
+    frames = _xmit_wait_frames(n, wraps_at=6)
+    before = CongestionDetector(topo, counter_bits=32)
+    for f in frames[:6]:
+        before.update(f)
+    old = before.state_dict()
+    del old["s_counter_rate"]
+    restored = CongestionDetector(topo, counter_bits=32)
+    restored.load_state_dict(old)
+    assert np.isnan(restored.state_dict()["s_counter_rate"]).all()
+    for f in frames[6:]:
+        restored.update(f)
+    assert restored.counters.s_resets[:, 0].tolist() == [1] * n  # no pace known: the first decrease is a reset
+
 def test_unknown_parameter_is_refused():
     with pytest.raises(ValueError, match="unknown parameters"):
         CongestionDetector(fabric(), wait_ratio=0.1)
