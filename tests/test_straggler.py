@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from foreshock import facts
 from foreshock.detectors import straggler as sg
 from foreshock.frames import Frame
+from foreshock.health import PipelineHealth
 from foreshock.topology import Topology
 
 from thermal_synth import run, small_topology
@@ -55,7 +56,9 @@ def test_ew_kernel_matches_reference(samples):
         obs.append([t, 0.0, clock, 2e9, util, temp, bits, power])
     s = np.full((1, sg.S_SIZE), np.nan)
     s[0, sg.S_N] = 0.0
-    assert sg._ew_kernel(np.ascontiguousarray(np.array(obs)), s, 120.0, 0.5) == 0
+    m = np.array(obs)
+    cols = tuple(np.ascontiguousarray(m[:, 2 + k]) for k in range(len(sg.OBS_FIELDS)))
+    assert sg._ew_kernel(m[:, 0].copy(), m[:, 1].astype(np.int32), cols, s, 120.0, 0.5) == (0, 0, m[-1, 0])
 
     def ew(mean, x, w):
         return x if math.isnan(mean) else mean + w * (x - mean)
@@ -84,6 +87,27 @@ def test_ew_kernel_matches_reference(samples):
                       (sg.S_POWER, power_mean)):
         assert (math.isnan(want) and math.isnan(s[0, col])) or s[0, col] == pytest.approx(want), col
 
+
+
+def test_rows_of_unknown_gpus_or_without_a_time_are_counted_and_read_nowhere():
+    """The detector reads the frame's columns in place: a row whose slot is outside the topology
+    or whose time is not finite is counted as an input problem and changes no GPU's means nor when
+    the next comparison is due; a row older than its GPU's last is counted as out of order."""
+    topo = small_topology(nodes=1, gpus=4, racks=1)
+    health = PipelineHealth()
+    det = sg.StragglerDetector(topo, health)
+    busy = {"sm_clock": np.full(4, 1.5e9), "sm_clock_max": np.full(4, 2e9), "util": np.ones(4),
+            "gpu_temp": np.full(4, 60.0), "throttle_reasons": np.zeros(4), "power": np.full(4, 500.0)}
+    det.update(Frame("gpu", np.full(4, 100.0), np.arange(4), busy))
+    before = det.s_gpu.copy()
+    next_ts = det.next_ts
+    odd = {k: np.full(4, 99.0 if k == "gpu_temp" else v[0]) for k, v in busy.items()}
+    det.update(Frame("gpu", np.array([1e12, 1e12, np.nan, 50.0]), np.array([-1, 4, 0, 1]), odd))
+    np.testing.assert_array_equal(det.s_gpu, before)
+    assert det.next_ts == next_ts  # (the unknown GPUs' far-off time is nobody's "now")
+    problems = health.counts()[1]
+    assert problems[("straggler", "gpu rows with unknown slot or non-finite ts")] == 3
+    assert problems[("straggler", "gpu samples out of time order")] == 1
 
 def test_a_gpu_that_joins_its_job_late_is_not_called_slower():
     """A GPU idle at 0.17 of its max clock for 15 minutes, then running exactly like its peers.
