@@ -14,7 +14,8 @@ from typing import Any
 from foreshock.facts import THROTTLE_BITS
 
 from .config import DEFAULT_CONFIG, MixinConfig
-from .grafana import Dashboard, Panel, Target, Variable, heatmap, right_axis, stat, state_timeline, table, timeseries
+from .grafana import (Dashboard, Panel, Target, Variable, dashed, heatmap, right_axis, stat, state_timeline, table,
+                      timeseries)
 
 UIDS = {
     "fleet": "foreshock-fleet",
@@ -127,15 +128,22 @@ def gpu_detail(cfg: MixinConfig) -> Dashboard:
         "One GPU (or a few): temperature against the predicted time to throttle, power against its "
         "limit, and the decoded throttle reasons.",
         [
+            # each GPU's own limits as series (D, E), not fixed lines: a part whose HBM limit is
+            # 85 °C, or whose core limit is not 87 °C, is drawn against the limit it throttles at
             timeseries("Temperature vs predicted time to throttle",
                        Target(f"foreshock_gpu_temperature_celsius{{{GPU}}}", "{{node}}/gpu{{gpu}} core"),
                        Target(f"foreshock_gpu_memory_temperature_celsius{{{GPU}}}", "{{node}}/gpu{{gpu}} HBM"),
                        Target(f'foreshock_prediction_eta_seconds{{{GPU_ENTITY}, event=~"{thermal}"}}',
                               "{{entity}} {{event}} ETA"),
-                       unit="celsius", threshold_lines=True,
-                       thresholds=[(None, "transparent"), (cfg.max_operating_c, "orange"), (cfg.hw_slowdown_c, "red")],
-                       overrides=[right_axis("C", "s", min=0)],
-                       description="Core and HBM temperature (left; lines: max operating and HW slowdown) "
+                       Target(f"foreshock_gpu_max_operating_temperature_celsius{{{GPU}}}",
+                              "{{node}}/gpu{{gpu}} core limit"),
+                       Target(f"foreshock_gpu_memory_max_operating_temperature_celsius{{{GPU}}}",
+                              "{{node}}/gpu{{gpu}} HBM limit"),
+                       unit="celsius",
+                       overrides=[right_axis("C", "s", min=0), dashed("D"), dashed("E")],
+                       description="Core and HBM temperature (left) with each GPU's own max operating "
+                                   "temperatures (dashed: as the GPU reports them, else "
+                                   f"{cfg.max_operating_c:g} °C core and {cfg.hbm_max_operating_c:g} °C HBM), "
                                    "against the predicted time to a thermal event (right, counting down)."),
             timeseries("Predicted time to event", Target(
                 f"foreshock_prediction_eta_seconds{{{GPU_ENTITY}}}", "{{entity}} {{event}}"),

@@ -58,7 +58,7 @@ class MixinConfig:
     min_confidence: float = 0.5
 
     # --- thresholds ----------------------------------------------------------------------
-    hbm_margin_c: float = 5.0  # alert this far below the HBM max operating temperature
+    hbm_margin_c: float = 5.0  # alert this far below a GPU's own HBM max operating temperature
     cooling_resistance_ratio: float = 1.25  # rack resistance vs its own median over a day
     fan_stopped_ratio: float = 0.1  # a node's slowest chassis fan under this share of full speed
     congestion_links: int = 2  # links anomalous on a congestion counter at once
@@ -95,8 +95,14 @@ class MixinConfig:
     })
 
     @property
+    def hbm_max_operating_c(self) -> float:
+        """The HBM limit of a GPU whose own is not exported (the exporter's default too)."""
+        return HBM_MAX_OPERATING_TEMP_C
+
+    @property
     def hbm_alert_c(self) -> float:
-        return HBM_MAX_OPERATING_TEMP_C - self.hbm_margin_c
+        """The HBM alert's level for a GPU whose own limit is not exported."""
+        return self.hbm_max_operating_c - self.hbm_margin_c
 
     @property
     def max_operating_c(self) -> float:

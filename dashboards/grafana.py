@@ -103,6 +103,14 @@ def right_axis(ref: str, unit: str, **props: Any) -> dict[str, Any]:
     return {"matcher": {"id": "byFrameRefID", "options": ref}, "properties": properties}
 
 
+def dashed(ref: str) -> dict[str, Any]:
+    """A field override that draws query ``ref`` as a dashed line without fill: a limit drawn
+    beside the values it bounds."""
+    return {"matcher": {"id": "byFrameRefID", "options": ref},
+            "properties": [{"id": "custom.lineStyle", "value": {"fill": "dash", "dash": [10, 10]}},
+                           {"id": "custom.fillOpacity", "value": 0}]}
+
+
 def timeseries(title: str, *targets: Target, **kw: Any) -> Panel:
     kw.setdefault("options", {"legend": {"displayMode": "list", "placement": "bottom", "showLegend": True},
                               "tooltip": {"mode": "multi", "sort": "desc"}})

@@ -101,6 +101,8 @@ def alerts(cfg: MixinConfig = DEFAULT_CONFIG) -> list[Alert]:
     throttle = _regex(cfg.throttle_events)
     by_pred = "cluster, event, entity_kind, entity, rack"
     gpu = "cluster, rack, node, gpu"
+    hbm = "foreshock_gpu_memory_temperature_celsius"
+    hbm_limit = "foreshock_gpu_memory_max_operating_temperature_celsius"
     brake = decode_bit("foreshock_gpu_throttle_reasons", THROTTLE_BITS["hw_power_brake"])
     out = [
         Alert(
@@ -211,12 +213,18 @@ def alerts(cfg: MixinConfig = DEFAULT_CONFIG) -> list[Alert]:
         ),
         Alert(
             "ForeshockHbmTemperatureNearLimit",
-            f"max by ({gpu}) (foreshock_gpu_memory_temperature_celsius) > {cfg.hbm_alert_c:g}",
+            # against each GPU's own limit (another SKU, or a driver reporting a lower one, throttles
+            # elsewhere than at 95 °C); where its limit series is absent (an older exporter,
+            # another job), against Hopper's
+            f"max by ({gpu}) ({hbm}) > on ({gpu}) (max by ({gpu}) ({hbm_limit}) - {cfg.hbm_margin_c:g} "
+            f"or max by ({gpu}) ({hbm}) * 0 + {cfg.hbm_alert_c:g})",
             "warning",
             "HBM of {{ $labels.node }} GPU {{ $labels.gpu }} is near its limit",
             "HBM temperature of {{ $labels.node }} GPU {{ $labels.gpu }} (rack {{ $labels.rack }}) is "
-            "{{ $value }} °C, within " f"{cfg.hbm_margin_c:g} °C of the {cfg.hbm_alert_c + cfg.hbm_margin_c:g} °C "
-            "HBM max operating temperature.",
+            "{{ $value }} °C, within " f"{cfg.hbm_margin_c:g} °C of its HBM max operating temperature, "
+            f"{{{{ with printf `max({hbm_limit}{{cluster=%q,rack=%q,node=%q,gpu=%q}})` "
+            "$labels.cluster $labels.rack $labels.node $labels.gpu | query }}{{ . | first | value }} °C"
+            f"{{{{ else }}}}{cfg.hbm_max_operating_c:g} °C (no limit exported for it){{{{ end }}}}.",
         ),
     ]
     out.append(Alert(

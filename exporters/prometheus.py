@@ -46,6 +46,15 @@ CATALOGUE: tuple[MetricSpec, ...] = (
     # per-GPU telemetry, bounded to flagged GPUs + top K hottest
     MetricSpec(f"{NS}_gpu_temperature_celsius", "gauge", "GPU core temperature (flagged GPUs and the top K hottest)", GPU_LABELS),
     MetricSpec(f"{NS}_gpu_memory_temperature_celsius", "gauge", "GPU HBM temperature (flagged GPUs and the top K hottest)", GPU_LABELS),
+    # each GPU's own limits, beside the temperature they bound (the HBM alert and the GPU dashboard
+    # compare with them): a GPU of another SKU, or whose driver reports a lower limit, is judged by its own
+    MetricSpec(f"{NS}_gpu_max_operating_temperature_celsius", "gauge",
+               "GPU core max operating temperature: its own as last reported, else its HW slowdown "
+               f"temperature less {facts.HW_SLOWDOWN_TEMP_C - facts.MAX_OPERATING_TEMP_C:g} °C, else "
+               f"{facts.MAX_OPERATING_TEMP_C:g} °C (GPUs whose core temperature is exported)", GPU_LABELS),
+    MetricSpec(f"{NS}_gpu_memory_max_operating_temperature_celsius", "gauge",
+               "GPU HBM max operating temperature: its own as last reported, else "
+               f"{facts.HBM_MAX_OPERATING_TEMP_C:g} °C (GPUs whose HBM temperature is exported)", GPU_LABELS),
     MetricSpec(f"{NS}_gpu_power_watts", "gauge", "GPU power draw (flagged GPUs and the top K hottest)", GPU_LABELS),
     MetricSpec(f"{NS}_gpu_power_limit_watts", "gauge", "GPU enforced power limit (flagged GPUs and the top K hottest)", GPU_LABELS),
     MetricSpec(f"{NS}_gpu_sm_clock_hertz", "gauge", "GPU SM clock (flagged GPUs and the top K hottest)", GPU_LABELS),
@@ -127,8 +136,26 @@ def _family(name: str) -> Any:  # the concrete *MetricFamily, whose add_metric s
 
 
 HBM_SERIES_BAND_C = 10.0
-"""A GPU whose HBM is within this of its max operating temperature always has its series: wider
-than the HBM alert's margin (5 °C), so every GPU the alert is about is exported at every scrape."""
+"""A GPU whose HBM is within this of its own max operating temperature (:func:`own_limits`) always
+has its series: wider than the HBM alert's margin (5 °C), so every GPU the alert is about is
+exported at every scrape."""
+_LIMIT_FAMILIES = (
+    (f"{NS}_gpu_max_operating_temperature_celsius", "gpu_temp"),
+    (f"{NS}_gpu_memory_max_operating_temperature_celsius", "hbm_temp"),
+)
+"""Each limit family and the temperature it bounds: a GPU has the one where it has the other."""
+
+
+def own_limits(gpu: Mapping[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """Each GPU's core and HBM max operating temperatures, by slot, from the store's latest values
+    (which hold only readings in range, kept through the polls that miss them): its own as last
+    reported; for the core else its HW slowdown temperature less the 2 °C between them; else
+    Hopper's (``facts``). The detectors' rule (``thermal_fit.core_limit`` and ``hbm_limit``)."""
+    below_slowdown = facts.HW_SLOWDOWN_TEMP_C - facts.MAX_OPERATING_TEMP_C
+    core = np.where(np.isnan(gpu["max_op_temp"]), gpu["slowdown_temp"] - below_slowdown, gpu["max_op_temp"])
+    core = np.where(np.isnan(core), facts.MAX_OPERATING_TEMP_C, core)
+    hbm = np.where(np.isnan(gpu["hbm_max_op_temp"]), facts.HBM_MAX_OPERATING_TEMP_C, gpu["hbm_max_op_temp"])
+    return core, hbm
 
 
 class ForeshockCollector(Collector):
@@ -184,11 +211,13 @@ class ForeshockCollector(Collector):
         # (a cool core can sit beside hot memory), and the HBM alert reads the per-GPU series
         for field in ("gpu_temp", "hbm_temp"):
             flagged |= set(_hottest(snap.latest["gpu"][field], self.top_k).tolist())
-        # and every GPU whose HBM is near its limit: with more of them than K (a failing loop
+        # and every GPU whose HBM is near its own limit: with more of them than K (a failing loop
         # heats a rack of 64), the hottest K changed from scrape to scrape and no GPU kept a
-        # series long enough for the HBM alert's ``for``
+        # series long enough for the HBM alert's ``for`` (and against a fixed 95 °C, an 85 °C
+        # part at 80 °C had no series at all)
         hbm = snap.latest["gpu"]["hbm_temp"]
-        flagged |= set(np.flatnonzero(hbm >= facts.HBM_MAX_OPERATING_TEMP_C - HBM_SERIES_BAND_C).tolist())
+        _, hbm_limit = own_limits(snap.latest["gpu"])
+        flagged |= set(np.flatnonzero(hbm >= hbm_limit - HBM_SERIES_BAND_C).tolist())
         return np.array(sorted(flagged), dtype=np.int64)
 
     def _gpu_series(self, snap: StoreSnapshot) -> Iterator[Metric]:
@@ -202,6 +231,12 @@ class ForeshockCollector(Collector):
                 v = latest[field][s]
                 if not math.isnan(v):
                     fam.add_metric(labels[int(s)], float(v))
+            yield fam
+        for (name, temp_field), limit in zip(_LIMIT_FAMILIES, own_limits(latest)):
+            fam = _family(name)
+            for s in gpus:
+                if not math.isnan(latest[temp_field][s]):
+                    fam.add_metric(labels[int(s)], float(limit[s]))
             yield fam
         fam = _family(f"{NS}_gpu_thermal_resistance_celsius_per_watt")
         r_est = snap.gauges.get(THERMAL_RESISTANCE_GAUGE)

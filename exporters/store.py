@@ -18,7 +18,7 @@ from typing import Iterable, Iterator, TypeVar
 
 import numpy as np
 
-from foreshock.facts import XID_SEVERITY
+from foreshock.facts import OWN_LIMIT_MAX_C, OWN_LIMIT_MIN_C, XID_SEVERITY
 from foreshock.findings import Anomaly, Finding, Incident, Prediction
 from foreshock.frames import Frame
 from foreshock.guard import kernel_column
@@ -31,13 +31,18 @@ LATENCY_BUCKETS = (0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0)
 
 # Latest value kept per entity, by kind: (field in frames, exported metric suffix).
 LATEST_FIELDS: dict[str, tuple[str, ...]] = {
-    "gpu": ("gpu_temp", "hbm_temp", "power", "power_limit", "sm_clock", "throttle_reasons", "util"),
+    "gpu": ("gpu_temp", "hbm_temp", "power", "power_limit", "sm_clock", "throttle_reasons", "util",
+            "slowdown_temp", "max_op_temp", "hbm_max_op_temp"),
     "link": ("link_state", "xmit_wait"),
     "optic": ("rx_power", "prefec_ber"),
     "rack": ("inlet_temp", "coolant_flow"),
     "node": ("fan_speed",),
     "job": ("step_time",),
 }
+OWN_LIMIT_FIELDS = frozenset({"slowdown_temp", "max_op_temp", "hbm_max_op_temp"})
+"""A GPU's own thresholds: a value outside ``OWN_LIMIT_MIN_C``..``OWN_LIMIT_MAX_C`` is no report
+(nvidia-smi's T.Limit offsets, a 0), so it neither becomes the latest value nor replaces a limit
+kept from an earlier poll — the detectors' rule (``thermal_fit``'s kept thresholds)."""
 
 
 @dataclass
@@ -113,7 +118,8 @@ class FindingStore:
         with self._lock:
             fields = LATEST_FIELDS.get(frame.kind, ())
             if fields:
-                columns = tuple(kernel_column(frame.columns[name]) for name in fields)  # no (fields, rows) copy
+                columns = tuple(_own_limit(frame.columns[name]) if name in OWN_LIMIT_FIELDS
+                                else kernel_column(frame.columns[name]) for name in fields)  # no (fields, rows) copy
                 newest = _observe_latest(frame.ts, frame.slot, columns, self._latest_block[frame.kind],
                                          self._seen[frame.kind], self._last_seen[frame.kind])
             else:
@@ -335,6 +341,13 @@ def _moved_findings(remap: Remap, findings: Iterable[_EntityFinding]) -> Iterato
 def _owned(owned: dict[str, np.ndarray], kind: str, slot: int) -> bool:
     mask = owned.get(kind)
     return mask is not None and 0 <= slot < len(mask) and bool(mask[slot])
+
+
+def _own_limit(column: np.ndarray) -> np.ndarray:
+    """A threshold column with every value that is no report (see ``OWN_LIMIT_FIELDS``) as NaN."""
+    with np.errstate(invalid="ignore"):
+        reported = (column > OWN_LIMIT_MIN_C) & (column < OWN_LIMIT_MAX_C)  # False for NaN
+    return np.where(reported, column, np.nan)
 
 
 def xid_severity(code: int) -> str:

@@ -41,13 +41,17 @@ def _fill(store: FindingStore, topology: Topology) -> None:
     hbm = np.full(n, 60.0)
     hbm[2] = 93.0  # a cool core beside HBM within 5 °C of its limit
     hbm[31] = 89.0  # the hottest core, HBM under the alert level
+    # each GPU against its own HBM limit: an 85 °C part at 82 °C pages, a 105 °C part at 92 °C does not
+    hbm_limit = np.full(n, np.nan)
+    hbm[12], hbm_limit[12] = 82.0, 85.0
+    hbm[13], hbm_limit[13] = 92.0, 105.0
     masks = np.zeros(n)
     masks[9] = 0x84  # SW power cap + HW power brake
     masks[10] = 0x17F  # every bit but the brake: `x >= 128` would page, the decode must not
     xid = np.zeros(n)
     xid[6] = 48  # latched before foreshock started: never counted
     base = {"gpu_temp": temps, "hbm_temp": hbm, "power": np.full(n, 600.0), "power_limit": np.full(n, 700.0),
-            "throttle_reasons": masks}
+            "throttle_reasons": masks, "hbm_max_op_temp": hbm_limit}
     store.observe_frame(Frame("gpu", np.full(n, 1000.0), np.arange(n), {**base, "xid_last": xid.copy()}))
     xid[5] = 79  # a new XID (critical tier)
     store.observe_frame(Frame("gpu", np.full(n, 1001.0), np.arange(n), {**base, "xid_last": xid.copy()}))
@@ -76,7 +80,8 @@ EXPECTED: dict[str, tuple[tuple[str, ...], list[tuple[str, ...]]]] = {
     # the exporter publishes the extra step time as a fraction: job1 is 25 % slower, job0 2 %
     "ForeshockJobSlowdownPredicted": (("training_job",), [("job1",)]),
     # GPU 2 is outside the top K by core temperature: its HBM series must still be published
-    "ForeshockHbmTemperatureNearLimit": (("node", "gpu"), [("node0", "2")]),
+    # and GPU 12 (node1/gpu4) is within 5 °C of its own 85 °C; GPU 13's 92 °C is far from its 105 °C
+    "ForeshockHbmTemperatureNearLimit": (("node", "gpu"), [("node0", "2"), ("node1", "4")]),
     "ForeshockPowerBrake": (("node", "gpu"), [("node1", "1")]),  # GPU slot 9
     "ForeshockFanStopped": (("node", "rack"), [("node1", "rack0")]),
     "ForeshockXidCritical": (("node", "gpu", "xid"), [("node0", "5", "79")]),  # GPU 6's latched 48: never

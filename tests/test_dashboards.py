@@ -82,6 +82,25 @@ def _panel(uid: str, title: str) -> dict[str, Any]:
     return next(p for p in load_dashboards()[uid]["panels"] if p["title"] == title)
 
 
+def test_gpu_temperatures_are_drawn_against_each_gpus_own_limits() -> None:
+    """GPU detail drew fixed lines (87 and 89 °C) under every GPU's temperatures, and no HBM
+    limit: a part whose HBM limit is 85 °C was drawn 10 °C short of a 95 °C it never reaches.
+    The panel draws each selected GPU's own limit series (dashed) and no fixed line."""
+    versus = _panel("foreshock-gpu", "Temperature vs predicted time to throttle")
+    exprs = {t["refId"]: t["expr"] for t in versus["targets"]}
+    limits = {"foreshock_gpu_max_operating_temperature_celsius": "core limit",
+              "foreshock_gpu_memory_max_operating_temperature_celsius": "HBM limit"}
+    for family, legend in limits.items():
+        (ref,) = [r for r, e in exprs.items() if e.startswith(family + "{")]
+        target = next(t for t in versus["targets"] if t["refId"] == ref)
+        assert 'node=~"$node", gpu=~"$gpu"' in target["expr"] and target["legendFormat"].endswith(legend)
+        (style,) = [o for o in versus["fieldConfig"]["overrides"] if o["matcher"]["options"] == ref]
+        assert {p["id"]: p["value"] for p in style["properties"]}["custom.lineStyle"]["fill"] == "dash"
+    defaults = versus["fieldConfig"]["defaults"]
+    assert [s["value"] for s in defaults["thresholds"]["steps"]] == [None]  # no fixed limit
+    assert defaults["custom"].get("thresholdsStyle", {"mode": "off"})["mode"] == "off"
+
+
 def test_dashboards_cover_what_users_asked_for() -> None:
     # fleet: predicted throttles, open incidents, temperature and thermal-resistance heatmaps by rack
     assert "cluster:foreshock_predictions_active:sum" in _panel("foreshock-fleet", "Predicted throttles")["targets"][0]["expr"]
@@ -97,7 +116,7 @@ def test_dashboards_cover_what_users_asked_for() -> None:
     assert "foreshock_gpu_temperature_celsius" in exprs["A"] and "foreshock_gpu_memory_temperature_celsius" in exprs["B"]
     assert "foreshock_prediction_eta_seconds" in exprs["C"] and "thermal_throttle" in exprs["C"]
     assert versus["fieldConfig"]["defaults"]["unit"] == "celsius"
-    (eta_axis,) = versus["fieldConfig"]["overrides"]
+    (eta_axis,) = [o for o in versus["fieldConfig"]["overrides"] if o["matcher"]["options"] == "C"]
     assert eta_axis["matcher"] == {"id": "byFrameRefID", "options": "C"}
     props = {p["id"]: p["value"] for p in eta_axis["properties"]}
     assert props["unit"] == "s" and props["custom.axisPlacement"] == "right"

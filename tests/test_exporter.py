@@ -265,6 +265,8 @@ def test_observe_frame_matches_the_numpy_reference(small_topology: Topology, see
             continue
         for f, col in cols.items():  # the reference: the code the kernel replaced
             ok = ~np.isnan(col)
+            if f in ("slowdown_temp", "max_op_temp", "hbm_max_op_temp"):  # a GPU's own limits:
+                ok &= (col > 40.0) & (col < 130.0)  # out of range (an offset, a 0) is no report
             latest[f][slot[ok]] = col[ok]
         seen[slot] = True
         np.maximum.at(last_seen, slot, np.nan_to_num(ts, nan=-np.inf))
@@ -358,6 +360,67 @@ def test_every_gpu_with_hbm_near_its_limit_is_exported_however_many(small_topolo
     store.observe_frame(Frame("gpu", np.zeros(n), np.arange(n), {"gpu_temp": np.full(n, 50.0), "hbm_temp": hbm}))
     text = generate_latest(build_registry(store, top_k=4)).decode()
     assert text.count("foreshock_gpu_memory_temperature_celsius{") == n
+
+
+LIMITS = ("foreshock_gpu_max_operating_temperature_celsius", "foreshock_gpu_memory_max_operating_temperature_celsius")
+
+
+def test_each_exported_gpu_has_its_own_limits_beside_its_temperatures(small_topology: Topology) -> None:
+    """The HBM alert and the GPU dashboard compared every GPU with a fixed 95 °C (87 °C core): the
+    collector now exports each exported GPU's own limits, as last reported (an out-of-range value,
+    such as nvidia-smi's T.Limit offset 0 or -2, is no report: the earlier one stays), else the
+    core's HW slowdown less 2 °C, else 87 / 95 °C — one limit series per temperature series."""
+    store = FindingStore(small_topology)
+    n = small_topology.size("gpu")
+    nan = np.full(n, np.nan)
+    max_op, hbm_max_op, slowdown = nan.copy(), nan.copy(), nan.copy()
+    max_op[0], hbm_max_op[0] = 83.0, 85.0  # GPU 0: another part, both limits reported
+    slowdown[1] = 91.0  # GPU 1: only its HW slowdown (core limit 89); HBM not reported
+    max_op[3], hbm_max_op[3] = 80.0, 105.0  # GPU 3: reported now, offsets at the next poll
+    hbm = np.full(n, 60.0)
+    hbm[5] = np.nan  # GPU 5: no HBM reading, so no HBM series and no HBM limit series
+    frame = _gpu_frame(small_topology, 1.0, np.full(n, 50.0))
+    frame.columns.update(hbm_temp=hbm, max_op_temp=max_op, hbm_max_op_temp=hbm_max_op, slowdown_temp=slowdown)
+    store.observe_frame(frame)
+    offsets = np.where(np.arange(n) == 3, 0.0, np.nan)
+    later = _gpu_frame(small_topology, 11.0, np.full(n, 50.0))  # a poll without limits, GPU 3's as offsets
+    later.columns.update(max_op_temp=offsets, hbm_max_op_temp=offsets - 2.0, slowdown_temp=offsets)
+    store.observe_frame(later)
+    store.observe_findings([Anomaly(11.0, "gpu", s, "gpu_temp", 9.0, "z") for s in (0, 1, 2, 3, 5)])
+    reg = build_registry(store, top_k=0)
+
+    def limits(slot: int) -> tuple[float | None, float | None]:
+        gpu = {"cluster": "test", "rack": "rack0", "node": "node0", "gpu": str(slot)}
+        return (reg.get_sample_value(LIMITS[0], gpu), reg.get_sample_value(LIMITS[1], gpu))
+    assert limits(0) == (83.0, 85.0)
+    assert limits(1) == (89.0, 95.0)
+    assert limits(2) == (87.0, 95.0)  # reports none: Hopper's
+    assert limits(3) == (80.0, 105.0)  # kept through the poll that printed offsets
+    assert limits(5) == (87.0, None)
+    text = generate_latest(reg).decode()
+    temperatures = ("foreshock_gpu_temperature_celsius", "foreshock_gpu_memory_temperature_celsius")
+    for limit, temperature in zip(LIMITS, temperatures):
+        assert text.count(f"{limit}{{") == text.count(f"{temperature}{{") > 0  # bounded as the temperatures are
+
+
+def test_the_hbm_series_band_is_relative_to_each_gpus_own_limit(small_topology: Topology) -> None:
+    """Every GPU whose HBM is within HBM_SERIES_BAND_C of its limit keeps its series, however many
+    (the alert's ``for`` needs it at every scrape): against the fixed 95 °C, an 85 °C part at
+    78 °C (2 °C from the alert) had no series, and a 105 °C part at 90 °C (15 °C from it) had one."""
+    store = FindingStore(small_topology)
+    n = small_topology.size("gpu")
+    hbm = np.full(n, 60.0)
+    own = np.full(n, np.nan)
+    hbm[4], own[4] = 78.0, 85.0
+    hbm[6], own[6] = 90.0, 105.0
+    hbm[7] = 86.0  # no limit reported: 95 °C
+    frame = _gpu_frame(small_topology, 1.0, np.full(n, 50.0))
+    frame.columns.update(hbm_temp=hbm, hbm_max_op_temp=own)
+    store.observe_frame(frame)
+    text = generate_latest(build_registry(store, top_k=0)).decode()
+    exported = {int(line.split('gpu="')[1].split('"')[0]) for line in text.splitlines()
+                if line.startswith("foreshock_gpu_memory_temperature_celsius{")}
+    assert exported == {4, 7}
 
 
 def test_findings_expire_exactly_as_a_scan_after_every_batch(small_topology: Topology) -> None:
