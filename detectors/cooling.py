@@ -60,7 +60,8 @@ from foreshock.topology import Topology
 
 from .base import resolve_params
 from .order_stats import median_of
-from .thermal_fit import FIT_SLOT_KINDS, G_SIZE, G_TS, G_UL, M_LOADED, M_PF, M_RL, M_TPREV, P_LOAD_MIN, ThermalFitDetector
+from .thermal_fit import (FIT_SLOT_KINDS, G_SIZE, G_TS, G_UL, M_LOADED, M_PF, M_RL, M_TPREV, P_LOAD_MIN, X_TS,
+                          ThermalFitDetector)
 from .thermal_fit import params_vector as thermal_params
 
 PARAMS: dict[str, float] = {
@@ -240,10 +241,9 @@ class CoolingDetector(ThermalFitDetector):
         if frame.kind != "gpu" or len(frame) == 0:
             return []
         self.update_fit(frame)
-        obs = self.fit.obs
-        if not len(obs):
+        if not self.fit.n_rows:
             return []
-        now = float(obs[:, 0].max())
+        now = float(self.fit.obs[X_TS].max())
         if now < self.next_peer_ts:
             return []
         first = not np.isfinite(self.next_peer_ts)

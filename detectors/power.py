@@ -244,14 +244,14 @@ def cap_binds(power: float, limit: float, clock: float, clock_max: float) -> boo
 
 
 @kernel
-def _power_kernel(obs: np.ndarray, rows: np.ndarray, span: tuple[int, int],
+def _power_kernel(obs: tuple[np.ndarray, ...], rows: np.ndarray, span: tuple[int, int],
                   parents: np.ndarray, state: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
                   racks: np.ndarray, params: tuple[np.ndarray, np.ndarray], out: np.ndarray, n_out: int,
                   cache: np.ndarray) -> int:
     """Power brake, node brake and power-cap prediction over the fitted rows ``span`` of a
     GPU frame; returns the emission count.
 
-    ``obs`` is the thermal fit's observation matrix (its ``X_CLOCK`` and ``X_CLOCK_MAX`` are read
+    ``obs`` is the thermal fit's observation columns (its ``X_CLOCK`` and ``X_CLOCK_MAX`` are read
     here only), ``rows`` the fit's per-row output, ``state`` = (thermal fit state, power state,
     alarms, node brake state), ``params`` = (thermal parameters, power parameters)."""
     m, s, alarms, node_brake = state
@@ -261,9 +261,9 @@ def _power_kernel(obs: np.ndarray, rows: np.ndarray, span: tuple[int, int],
         dt = rows[row, R_DT]
         if dt < 0.0:
             continue  # out of order: the fit skipped it
-        ts = obs[row, tf.X_TS]
-        i = int(obs[row, tf.X_SLOT])
-        temp = obs[row, tf.X_TEMP]
+        ts = obs[tf.X_TS][row]
+        i = int(obs[tf.X_SLOT][row])
+        temp = obs[tf.X_TEMP][row]
         if temp == temp and -50.0 < temp < 200.0:
             old = rows[row, R_TPREV]  # the temperature the fit held before this sample
             if old == old:
@@ -276,7 +276,7 @@ def _power_kernel(obs: np.ndarray, rows: np.ndarray, span: tuple[int, int],
             else:
                 s[i, S_T_SEEN] += (1.0 - tf.cached_decay(cache, C_SEEN, dt, tparams[tf.P_TREND_SMOOTH])) \
                     * (temp - s[i, S_T_SEEN])
-        bits = reason_bits(obs[row, X_REASONS])
+        bits = reason_bits(obs[X_REASONS][row])
         capped = False
         thermal = False
         # --- power brake: immediate, per GPU and per node ---------------------------------
@@ -304,7 +304,7 @@ def _power_kernel(obs: np.ndarray, rows: np.ndarray, span: tuple[int, int],
         # --- power cap: the compute-phase envelope, pushed by trend and by leakage -----------
         # A sample is a 1-s average: most land in compute phases, so their upper envelope is the
         # power the cap acts on (the interval mean, diluted by communication phases, is not).
-        power = obs[row, tf.X_POWER]
+        power = obs[tf.X_POWER][row]
         if power != power or not 0.0 < power < 1e5:
             continue  # (0 W included: no powered board draws it, see thermal_fit.observe)
         limit = m[i, tf.G_PLIM]
@@ -341,7 +341,7 @@ def _power_kernel(obs: np.ndarray, rows: np.ndarray, span: tuple[int, int],
             s[i, S_OVER_DEFAULT] = 1.0
             limit = np.nan
         if bits < 0:  # no reasons: the sample's power and clock say whether the cap binds now ...
-            capped = cap_binds(power, limit, obs[row, tf.X_CLOCK], obs[row, tf.X_CLOCK_MAX])
+            capped = cap_binds(power, limit, obs[tf.X_CLOCK][row], obs[tf.X_CLOCK_MAX][row])
             if not capped and ts - s[i, S_CAP_TS] <= p[P_CAP_HOLD]:
                 # ... and a sample under it between capped ones (a job's communication phase) is
                 # still at the cap, not heading for it (its die cooled a little, and the leakage
@@ -435,7 +435,7 @@ class PowerDetector(ThermalFitDetector):
         return add_columns(super().upgrade_state(state), "s_gpu", S_SIZE)
 
     def begin_frame(self, fit: ThermalFit) -> None:
-        self._out = self._scratch.take("out", (3 * len(fit.obs), OUT_SIZE))
+        self._out = self._scratch.take("out", (3 * fit.n_rows, OUT_SIZE))
         self._n_out = 0
 
     def after_fit(self, fit: ThermalFit, lo: int, hi: int) -> None:
@@ -444,11 +444,11 @@ class PowerDetector(ThermalFitDetector):
                                     (self.thermal_params, self.params), self._out, self._n_out,
                                     tf.new_decay_cache(C_SITES))
 
-    def _findings(self, obs: np.ndarray, out: np.ndarray) -> list[Finding]:
+    def _findings(self, obs: tuple[np.ndarray, ...], out: np.ndarray) -> list[Finding]:
         findings: list[Finding] = []
         for rec in out:
             row, which, code = int(rec[O_ROW]), int(rec[O_WHICH]), int(rec[O_CODE])
-            ts, slot = float(obs[row, 0]), int(obs[row, 1])
+            ts, slot = float(obs[tf.X_TS][row]), int(obs[tf.X_SLOT][row])
             v = rec[O_V0:O_V0 + 6]
             if which == WHICH_CAP:
                 eta = float(rec[O_ETA])

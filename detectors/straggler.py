@@ -64,7 +64,7 @@ from foreshock.topology import Topology
 
 from .base import Detector, add_columns, resolve_params
 from .order_stats import median_of
-from .gpu_inputs import INLET_MAX_C, INLET_MIN_C, reason_bits, rack_inlet_obs, Scratch, kernel
+from .gpu_inputs import INLET_MAX_C, INLET_MIN_C, reason_bits, rack_inlet_obs, Scratch, gpu_columns, kernel
 
 OBS_FIELDS = ("sm_clock", "sm_clock_max", "util", "gpu_temp", "throttle_reasons", "power")
 S_TS, S_CLOCK, S_TEMP, S_UTIL, S_THROTTLE, S_N, S_BUSY_TS, S_POWER = range(8)
@@ -124,13 +124,10 @@ O_SIZE = 6
 
 
 @kernel
-def _ew_kernel(ts_col: np.ndarray, slot_col: np.ndarray, cols: tuple[np.ndarray, ...], s: np.ndarray, tau: float,
-               busy_util: float) -> tuple[int, int, float]:
-    """Exponentially weighted per-GPU means from a GPU frame's own columns: ``ts``, ``slot`` and
-    ``cols`` = the frame's :data:`OBS_FIELDS` columns, read where they are (gathering them into one
-    matrix first cost ~8 ns per GPU, a sixth of the detector's time). Returns the rows skipped as
-    out of order, the rows with a slot outside ``s`` or a non-finite time (skipped too), and the
-    newest time of the other rows (-inf: none).
+def _ew_kernel(obs: tuple[np.ndarray, ...], s: np.ndarray, tau: float, busy_util: float) -> int:
+    """Exponentially weighted per-GPU means from ``obs`` = ``(ts, slot, OBS_FIELDS...)`` columns
+    (:func:`~.gpu_inputs.gpu_columns`: the frame's own arrays, not a gathered copy, which cost
+    ~8 ns per GPU, a sixth of the detector's time); returns rows skipped as out of order.
 
     Utilisation is averaged over every sample. Clock, temperature and throttled share are averaged
     over *busy* samples only (utilisation reported and at least ``busy_util``), each weighted by
@@ -138,17 +135,12 @@ def _ew_kernel(ts_col: np.ndarray, slot_col: np.ndarray, cols: tuple[np.ndarray,
     that joined its job late, or came back after a pause, must not carry its idle clock (0.17 of
     max against its peers' 0.75) into them. Averaged over all samples, such a GPU was a "slower"
     straggler two minutes after it started. Busy history older than a few ``tau`` fades by itself."""
-    skipped = bad = 0
-    newest = -np.inf
+    skipped = 0
     step, w_step = np.nan, np.nan  # the rows of a frame share their step: one exp per frame
-    clocks, clock_maxes, utils, temps, all_reasons, powers = cols
+    ts_col, slots, clocks, clock_maxes, utils, temps, all_reasons, powers = obs
     for row in range(len(ts_col)):
         ts = ts_col[row]
-        i = slot_col[row]
-        if not (0 <= i < s.shape[0] and abs(ts) < np.inf):
-            bad += 1
-            continue
-        newest = max(newest, ts)
+        i = int(slots[row])
         last = s[i, S_TS]
         if last == last and ts <= last:
             skipped += 1
@@ -182,7 +174,7 @@ def _ew_kernel(ts_col: np.ndarray, slot_col: np.ndarray, cols: tuple[np.ndarray,
             x = 1.0 if (bits & THROTTLING) != 0 else 0.0
             s[i, S_THROTTLE] = x if s[i, S_THROTTLE] != s[i, S_THROTTLE] else s[i, S_THROTTLE] + w * (x - s[i, S_THROTTLE])
         s[i, S_N] += 1.0
-    return skipped, bad, newest
+    return skipped
 
 
 @kernel
@@ -251,14 +243,13 @@ class StragglerDetector(Detector):
             return []
         if frame.kind != "gpu" or len(frame) == 0:
             return []
-        cols = tuple(frame.columns[name] for name in OBS_FIELDS)
-        skipped, bad, now = _ew_kernel(frame.ts, frame.slot, cols, self.s_gpu, self.p["tau_s"], self.p["busy_util"])
-        if bad:  # (as gpu_obs words it for the detectors that gather)
-            self.health.problem(self.name, "gpu rows with unknown slot or non-finite ts", bad)
+        obs = gpu_columns(frame, OBS_FIELDS, len(self.s_gpu), self.health, self.name, self._scratch)
+        skipped = _ew_kernel(obs, self.s_gpu, self.p["tau_s"], self.p["busy_util"])
         if skipped:
             self.health.problem(self.name, "gpu samples out of time order", skipped)
-        if now == -np.inf:
+        if not len(obs[0]):
             return []
+        now = float(obs[0].max())
         if now < self.next_ts:
             return []
         self.next_ts = now + self.p["interval_s"]

@@ -451,7 +451,7 @@ def emit_model(out: np.ndarray, n_out: int, row: int, which: int, code: int, s: 
 
 
 @kernel
-def _thermal_kernel(obs: np.ndarray, rows: np.ndarray, span: tuple[int, int], parents: np.ndarray,
+def _thermal_kernel(obs: tuple[np.ndarray, ...], rows: np.ndarray, span: tuple[int, int], parents: np.ndarray,
                     state: tuple[np.ndarray, np.ndarray, np.ndarray], racks: np.ndarray,
                     params: np.ndarray, mv: np.ndarray, out: np.ndarray, n_out: int) -> int:
     """Predict on the fitted rows ``span`` of a GPU frame; returns the emission count.
@@ -465,15 +465,15 @@ def _thermal_kernel(obs: np.ndarray, rows: np.ndarray, span: tuple[int, int], pa
     for row in range(span[0], span[1]):
         if rows[row, R_DT] < 0.0:
             continue  # out of order: the fit skipped it
-        ts = obs[row, X_TS]
-        i = int(obs[row, X_SLOT])
+        ts = obs[X_TS][row]
+        i = int(obs[X_SLOT][row])
         damp = inlet_damping(parents[i, 0], racks, params)
         du = inlet_rate(s, i, parents[i, 0], racks, damp, params, params[P_FLOW_CARRY])
         # no work scheduled (the idle bit; without reasons, as dcgm-exporter's default counters,
         # no kernel running): a slowdown would slow nothing, and the driver's SW thermal limiter
         # does not act on idle clocks — such a GPU's core is not predicted, and a prediction made
         # while it worked is withdrawn once it has idled for off_hold_s
-        bits = reason_bits(obs[row, X_REASONS])
+        bits = reason_bits(obs[X_REASONS][row])
         if bits >= 0:
             fc[i, F_BITS_TS] = ts
             idle = (bits & THROTTLE_IDLE) != 0
@@ -488,7 +488,7 @@ def _thermal_kernel(obs: np.ndarray, rows: np.ndarray, span: tuple[int, int], pa
                 # it is still held is unknown. Until 2026-12-01 a job peer's reason went on naming
                 # it "held by the thermal limiter for 169 min", 2 1/2 hours after the last reading
                 fc[i, F_HELD_SINCE] = np.nan
-            util = obs[row, X_UTIL]
+            util = obs[X_UTIL][row]
             idle = util == util and 0.0 <= util < IDLE_UTIL
         # its own limits, as last reported (the fit keeps them), else the defaults
         limit_core = core_limit(s, i, params)
@@ -507,7 +507,7 @@ def _thermal_kernel(obs: np.ndarray, rows: np.ndarray, span: tuple[int, int], pa
         for m in range(N_MODELS):
             off = G_SIZE + m * M_SIZE
             f = F_MODEL0 + m * F_MODEL_SIZE
-            t_m = obs[row, X_TEMP] if m == CORE else obs[row, X_HBM]
+            t_m = obs[X_TEMP][row] if m == CORE else obs[X_HBM][row]
             limit = limit_core if m == CORE else limit_hbm
             mv[m, V_USABLE] = 0.0
             if t_m != t_m or not -50.0 < t_m < 200.0:
@@ -658,7 +658,7 @@ class ThermalDetector(ThermalFitDetector):
         return add_columns(super().upgrade_state(state), "s_forecast", F_SIZE)
 
     def begin_frame(self, fit: ThermalFit) -> None:
-        self._out = self._scratch.take("out", (2 * len(fit.obs), OUT_SIZE))
+        self._out = self._scratch.take("out", (2 * fit.n_rows, OUT_SIZE))
         self._n_out = 0
 
     def after_fit(self, fit: ThermalFit, lo: int, hi: int) -> None:
@@ -702,11 +702,11 @@ class ThermalDetector(ThermalFitDetector):
                 + (f" ({more} more held)" if more else "")
                 + ": as that hold deepens the job slows, and this GPU draws less than the ETA assumes")
 
-    def _findings(self, obs: np.ndarray, out: np.ndarray) -> list[Finding]:
+    def _findings(self, obs: tuple[np.ndarray, ...], out: np.ndarray) -> list[Finding]:
         findings: list[Finding] = []
         for rec in out:
             row, which, code = int(rec[O_ROW]), int(rec[O_WHICH]), int(rec[O_CODE])
-            ts, slot = float(obs[row, X_TS]), int(obs[row, X_SLOT])
+            ts, slot = float(obs[X_TS][row]), int(obs[X_SLOT][row])
             target, slope, inlet, r, tau, limit = (float(v) for v in rec[O_V0:O_V0 + 6])
             # which model the alarm follows: a thermal throttle comes from the core's forecast
             # or the HBM's, whichever reaches its limit first

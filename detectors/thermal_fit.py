@@ -34,7 +34,7 @@ from foreshock.health import PipelineHealth
 from foreshock.topology import Topology
 
 from .base import Detector, add_columns, resolve_params
-from .gpu_inputs import (Scratch, gpu_obs, inline, kernel, new_inlet_states, node_feed, node_tick, rack_inlet_obs,
+from .gpu_inputs import (Scratch, gpu_columns, inline, kernel, new_inlet_states, node_feed, node_tick, rack_inlet_obs,
                          read_inlet, update_rack_inlet, upgrade_rack_state)
 
 # (the fit reads no clock: sm_clock and sm_clock_max are the power detector's, gathered here with
@@ -341,7 +341,7 @@ def learn_tau(s: np.ndarray, i: int, off: int, dt: float, ratio: float, params: 
 
 
 @inline
-def observe(obs: np.ndarray, row: int, s: np.ndarray, n_models: int, parents: np.ndarray,
+def observe(obs: tuple[np.ndarray, ...], row: int, s: np.ndarray, n_models: int, parents: np.ndarray,
             racks: np.ndarray, nodes: np.ndarray, params: np.ndarray,
             d: np.ndarray) -> tuple[float, float, float]:
     """Common per-sample bookkeeping: ``(dt, power, inlet)``; ``dt < 0`` means skip the row.
@@ -350,9 +350,9 @@ def observe(obs: np.ndarray, row: int, s: np.ndarray, n_models: int, parents: np
     sample alone aliases the training-step rhythm), else the sample. After a gap the filters
     restart. The common part of the fit (:func:`_fit_kernel` runs it once per sample).
     """
-    ts = obs[row, X_TS]
-    i = int(obs[row, X_SLOT])
-    power = obs[row, X_POWER]
+    ts = obs[X_TS][row]
+    i = int(obs[X_SLOT][row])
+    power = obs[X_POWER][row]
     last = s[i, G_TS]
     dt = ts - last
     if last == last and dt <= 0.0:
@@ -363,7 +363,7 @@ def observe(obs: np.ndarray, row: int, s: np.ndarray, n_models: int, parents: np
         # ten minutes, their proxy inlet (no rack frames) read T - R·0 as the inlet jumping, and all 8
         # were predicted to throttle (until 2026-12-01)
         power = np.nan
-    energy = obs[row, X_ENERGY]
+    energy = obs[X_ENERGY][row]
     e_last = s[i, G_ENERGY]
     if energy != e_last:  # (a reading equal to the last is the exporter's cache: see G_ENERGY_TS)
         span = ts - s[i, G_ENERGY_TS]
@@ -405,13 +405,13 @@ def observe(obs: np.ndarray, row: int, s: np.ndarray, n_models: int, parents: np
             s[i, G_UL], s[i, G_UB] = holt(s[i, G_UL], s[i, G_UB], inlet, dt,
                                           1.0 - d[D_UL], 1.0 - d[D_UB])
         s[i, G_UN] += 1.0
-    plim = obs[row, X_PLIMIT]
+    plim = obs[X_PLIMIT][row]
     if plim == plim and 50.0 < plim < 1e5:
         s[i, G_PLIM] = plim
     # the GPU's own thresholds, kept through a poll that misses them (an offset from T.Limit, or 0,
     # is not one: see facts.OWN_LIMIT_MIN_C)
     for x, g in ((X_SLOWDOWN, G_SLOWDOWN), (X_MAX_OP, G_MAX_OP), (X_HBM_MAX_OP, G_HBM_MAX_OP)):
-        own = obs[row, x]
+        own = obs[x][row]
         if facts.OWN_LIMIT_MIN_C < own < facts.OWN_LIMIT_MAX_C:  # (False for NaN)
             s[i, g] = own
     return dt, power, inlet
@@ -466,7 +466,7 @@ def switch_inlet_source(s: np.ndarray, i: int, n_models: int, inlet: float, load
 
 
 @kernel
-def _fit_kernel(obs: np.ndarray, lo: int, hi: int, parents: np.ndarray, s: np.ndarray,
+def _fit_kernel(obs: tuple[np.ndarray, ...], lo: int, hi: int, parents: np.ndarray, s: np.ndarray,
                 env: tuple[np.ndarray, np.ndarray], params: np.ndarray, rows: np.ndarray,
                 decays: np.ndarray, taus: np.ndarray) -> int:
     """Fit both models on rows ``lo..hi-1``; fill ``rows`` (see ``R_*``); return rows skipped
@@ -485,10 +485,10 @@ def _fit_kernel(obs: np.ndarray, lo: int, hi: int, parents: np.ndarray, s: np.nd
         if dt < 0.0:
             skipped += 1
             continue
-        i = int(obs[row, X_SLOT])
+        i = int(obs[X_SLOT][row])
         rows[row, R_TPREV] = s[i, G_SIZE + CORE * M_SIZE + M_TPREV]
         for m in range(N_MODELS):
-            temp = obs[row, X_TEMP] if m == CORE else obs[row, X_HBM]
+            temp = obs[X_TEMP][row] if m == CORE else obs[X_HBM][row]
             if temp == temp and -50.0 < temp < 200.0:
                 off = G_SIZE + m * M_SIZE
                 excited, ratio = model_step(s, i, off, dt, temp, power, inlet, params, decays)
@@ -508,21 +508,21 @@ def _fit_kernel(obs: np.ndarray, lo: int, hi: int, parents: np.ndarray, s: np.nd
 
 
 @kernel
-def repeat_free_runs(obs: np.ndarray, seen: np.ndarray, first_id: int, ends: np.ndarray) -> int:
-    """Cut the rows into runs in which no GPU appears twice; ``ends[k]`` is the end (exclusive)
-    of run ``k``; returns the number of runs. ``seen[slot]`` holds the id of the run the slot was
-    last seen in: ids start at ``first_id`` and must never have been used before."""
+def repeat_free_runs(slots: np.ndarray, seen: np.ndarray, first_id: int, ends: np.ndarray) -> int:
+    """Cut the rows (their ``slots``) into runs in which no GPU appears twice; ``ends[k]`` is the
+    end (exclusive) of run ``k``; returns the number of runs. ``seen[slot]`` holds the id of the run
+    the slot was last seen in: ids start at ``first_id`` and must never have been used before."""
     n = 0
     run = first_id
-    for row in range(obs.shape[0]):
-        i = int(obs[row, X_SLOT])
+    for row in range(len(slots)):
+        i = int(slots[row])
         if seen[i] == run:
             ends[n] = row
             n += 1
             run += 1
         seen[i] = run
-    if obs.shape[0] > 0:
-        ends[n] = obs.shape[0]
+    if len(slots) > 0:
+        ends[n] = len(slots)
         n += 1
     return n
 
@@ -567,7 +567,7 @@ class ThermalFit:
         self.s_model = new_model_state(n, self.params)
         self.s_rack, self.s_node = new_inlet_states(topology)
         self.consumers: list[FitConsumer] = []
-        self.obs = np.empty((0, 2 + len(OBS_FIELDS)), order="F")
+        self.obs: tuple[np.ndarray, ...] = tuple(np.empty(0) for _ in range(2 + len(OBS_FIELDS)))
         self.rows = np.empty((0, ROW_SIZE))
         self.problems: list[tuple[str, int]] = []
         self._frame: Frame | None = None
@@ -604,17 +604,22 @@ class ThermalFit:
             self._fit_gpu(frame, tally)
         self.problems = tally.found
 
+    @property
+    def n_rows(self) -> int:
+        """The rows of the frame fitted last (``obs``)."""
+        return len(self.obs[X_TS])
+
     def _fit_gpu(self, frame: Frame, tally: _Tally) -> None:
-        self.obs = obs = gpu_obs(frame, OBS_FIELDS, len(self.s_model), tally, "", order="F",
-                                 scratch=self._scratch)
-        self.rows = self._scratch.take("rows", (len(obs), ROW_SIZE))
+        self.obs = obs = gpu_columns(frame, OBS_FIELDS, len(self.s_model), tally, "", self._scratch)
+        n_rows = self.n_rows
+        self.rows = self._scratch.take("rows", (n_rows, ROW_SIZE))
         for consumer in self.consumers:
             consumer.begin_frame(self)
-        ends = self._scratch.take("ends", (len(obs) + 1, 1), dtype=np.int64)[:, 0]
-        n_runs = repeat_free_runs(obs, self._seen, self._next_run, ends)
+        ends = self._scratch.take("ends", (n_rows + 1, 1), dtype=np.int64)[:, 0]
+        n_runs = repeat_free_runs(obs[X_SLOT], self._seen, self._next_run, ends)
         self._next_run += n_runs
         decays = new_step_decays()
-        taus = self._scratch.take("taus", (N_MODELS * len(obs) + 1, 4))
+        taus = self._scratch.take("taus", (N_MODELS * n_rows + 1, 4))
         skipped = 0
         lo = 0
         for hi in ends[:n_runs].tolist():

@@ -203,7 +203,7 @@ def test_the_cap_reason_does_not_call_a_cooling_gpus_leakage_rising(temp_slope, 
     out = np.zeros((1, OUT_SIZE))
     out[0, [O_ROW, O_WHICH, O_CODE, O_ETA, O_CONF]] = (0, pw.WHICH_CAP, CODE_START, 234.0, 0.9)
     out[0, O_V0:O_V0 + 6] = (683.0, 0.01, 700.0, temp_slope, 0.0, 0.0)
-    (found,) = det._findings(np.array([[1000.0, 0.0]]), out)
+    (found,) = det._findings((np.array([1000.0]), np.array([0.0])), out)
     assert found.event == "power_cap" and wording in found.reason
     assert f"temperature {temp_slope * 60:+.2f} °C/min" in found.reason
 
