@@ -16,9 +16,11 @@ takes them in and the watch carries on under the grown topology (``_TopologyFoll
 entity keeping its learnt state. With ``--topology FILE`` the file is the truth: a GPU it lacks
 is counted as an unknown entity and logged once, asking to add it to the file.
 
-A GPU board swapped in its slot (an RMA: dcgm-exporter's ``UUID`` label changes, the name stays)
-starts its detector state afresh at the same place in the stream (``move_run``), with or without
-``--topology``: the new board's thermal resistance is not judged against the old one's history.
+A GPU board swapped in its slot (an RMA: the name stays, the UUID changes) starts its detector
+state afresh at the same place in the stream (``move_run``), with or without ``--topology``: the
+new board's thermal resistance is not judged against the old one's history. Every GPU source
+reads the UUID for this (``ReportsReplacedGpus``): dcgm-exporter's ``UUID`` label, NVML's
+``nvmlDeviceGetUUID``, nvidia-smi's ``uuid`` query.
 """
 
 from __future__ import annotations
@@ -34,8 +36,8 @@ import click
 from rich.console import Console
 
 from foreshock.frames import Frame
-from foreshock.streams.dcgm import DcgmScrapeSource, GpuReplaced
-from foreshock.streams.polling import PollingSource, alongside
+from foreshock.streams.dcgm import DcgmScrapeSource
+from foreshock.streams.polling import GpuReplaced, PollingSource, ReportsReplacedGpus, alongside
 from foreshock.streams.redfish import CduSource, RedfishSource, parse_bmc_list
 from foreshock.topology import Topology
 
@@ -78,6 +80,7 @@ def command(source: str, duration: float | None, polls: int | None, interval: fl
     polled.counts_samples = False  # the pipeline counts what it processes, in the same health
     if isinstance(polled, DcgmScrapeSource):
         polled.takes_in_new_gpus = True  # a derived topology follows nodes replaced or added
+    if isinstance(polled, ReportsReplacedGpus):
         polled.reports_replaced_gpus = True  # a GPU board swapped in its slot starts afresh
     stopped_by: list[str] = []
 
@@ -109,7 +112,7 @@ def command(source: str, duration: float | None, polls: int | None, interval: fl
                       f"{topology.size('gpu')} GPUs, {topology.size('node')} nodes, a poll every {polled.interval:g} s "
                       "(Ctrl-C stops)[/dim]")
         follower = _TopologyFollower(polled, topology,
-                                     polled.take_replaced if isinstance(polled, DcgmScrapeSource) else None)
+                                     polled.take_replaced if isinstance(polled, ReportsReplacedGpus) else None)
         merged = alongside(itertools.chain([first], follower.mark(frames)), others)
         stats = run_with_progress(run, follower.follow(merged, run), None, f"watch {source}")
     finally:
@@ -151,9 +154,9 @@ class _TopologyFollower:
     first frame of a new topology, and :meth:`follow`, on the pipeline's, makes the move when the
     marker comes out. (A new topology keeps the old nodes' slots: the frames of a BMC polled
     beside, by node, stay right across the move.) GPUs the source found replaced (``replaced``,
-    called on the source's side after each frame: :meth:`DcgmScrapeSource.take_replaced`) are
-    moved the same way, onto the same topology with their state started afresh, between the last
-    frame of the old board and the first of the new."""
+    called on the source's side after each frame: the ``take_replaced`` of a
+    :class:`ReportsReplacedGpus`) are moved the same way, onto the same topology with their state
+    started afresh, between the last frame of the old board and the first of the new."""
 
     def __init__(self, polled: PollingSource, topology: Topology,
                  replaced: Callable[[], list[GpuReplaced]] | None = None) -> None:

@@ -41,7 +41,6 @@ from functools import lru_cache
 import urllib.request
 from array import array
 from collections import Counter
-from typing import NamedTuple
 from urllib.parse import urlparse
 
 import numpy as np
@@ -51,7 +50,7 @@ from foreshock.frames import Frame
 from foreshock.health import PipelineHealth
 from foreshock.topology import UNKNOWN, Topology
 
-from .polling import PollingSource, count_once
+from .polling import GpuBoards, GpuReplaced, PollingSource, count_once  # GpuReplaced: re-exported
 from .samples import SampleBatch, gpu_entity, gpu_topology, split_gpu_entity
 
 STAGE = "dcgm"
@@ -119,14 +118,6 @@ def _target_host(instance: str | None) -> str | None:
         return None
     host = instance.rsplit("]", 1)[0].lstrip("[") if instance.startswith("[") else instance.rsplit(":", 1)[0]
     return host or None
-
-
-class GpuReplaced(NamedTuple):
-    """A listed GPU whose ``UUID`` label changed from one known UUID to another: another board in
-    its slot (an RMA), whose learnt state starts afresh."""
-    name: str
-    old_uuid: str
-    new_uuid: str
 
 
 def _series(block: str, default_host: str, entities: dict[str, int],
@@ -335,8 +326,7 @@ class DcgmScrapeSource(PollingSource):
         self._unlisted_polls: dict[str, int] = {}  # GPUs the topology lacks: polls in a row serving them
         self._told: set[str] = set()  # names logged as missing from the topology
         self.reports_replaced_gpus = False
-        self._uuids: dict[str, str] = {}  # per listed GPU, the UUID last served
-        self._replaced: list[GpuReplaced] = []  # not yet taken (take_replaced)
+        self._boards = GpuBoards()  # per listed GPU, the UUID last served; the swaps not yet taken
 
     def scrape(self) -> str | None:
         try:
@@ -362,7 +352,7 @@ class DcgmScrapeSource(PollingSource):
         else:
             self._follow(batch)
         if uuids:
-            self._note_uuids(uuids, self._topology)
+            self._boards.note(uuids, self._topology)
         batch = self._new_rows(batch, self._topology)
         return [batch.to_frame(self._topology, self.health, STAGE)] if len(batch) else []
 
@@ -394,23 +384,9 @@ class DcgmScrapeSource(PollingSource):
         log.warning("%s: %d GPU%s not in the topology, their samples counted as unknown gpu entities: %s; %s",
                     STAGE, len(new), "" if len(new) == 1 else "s", _names(new), what)
 
-    def _note_uuids(self, uuids: dict[str, str], topology: Topology) -> None:
-        """Remember each listed GPU's UUID; queue a :class:`GpuReplaced` where a known one changed.
-        Only listed GPUs: the others' rows are refused, and the map stays as big as the topology."""
-        names = list(uuids)
-        for name, slot in zip(names, topology.slots("gpu", names)):
-            uuid = uuids[name]
-            if slot < 0 or not uuid:
-                continue
-            old = self._uuids.get(name)
-            if old is not None and old != uuid:
-                self._replaced.append(GpuReplaced(name, old, uuid))
-            self._uuids[name] = uuid
-
     def take_replaced(self) -> list[GpuReplaced]:
         """The GPUs found replaced since the last call (in the polling thread: :meth:`poll`'s)."""
-        replaced, self._replaced = self._replaced, []
-        return replaced
+        return self._boards.take()
 
     def _new_rows(self, batch: SampleBatch, topology: Topology) -> SampleBatch:
         """The rows newer than each GPU's last one (a federation serves a sample until the next

@@ -18,6 +18,14 @@ with the poll time instead.
 line per GPU per interval; without ``-o T``/``-o DT`` it prints no time, so rows are placed on
 ``start + cycle * interval`` (a cycle ends when a GPU index repeats). ``-`` means no value.
 
+A GPU's ``uuid`` (``GPU-...``) is a string, not a field: :func:`parse_query_gpu` reads it apart
+from the field table into its ``uuids`` map, and the live source asks for it only with
+:attr:`NvidiaSmiSource.reports_replaced_gpus` (``foreshock watch``): a GPU whose UUID changes from
+one known to another is another board in its slot (an RMA), reported as a
+:class:`~foreshock.streams.polling.GpuReplaced` under the rule every UUID-reading source follows
+(:class:`~foreshock.streams.polling.GpuBoards`); a missing one (``[N/A]``, the name rejected by the
+driver) is no change.
+
 The capture files in ``../shared/data/nvidia-smi/`` hold many commands' outputs, each under a
 ``# idle :: query-gpu (...)`` banner; :func:`capture_sections` splits them.
 """
@@ -39,7 +47,7 @@ from foreshock.frames import Frame
 from foreshock.health import PipelineHealth
 from foreshock.topology import Topology
 
-from .polling import PollingSource, run_command
+from .polling import GpuBoards, GpuReplaced, PollingSource, run_command
 from .samples import SampleBatch, gpu_entity, gpu_topology, line_chunks, parse_tokens
 
 STAGE = "nvidia-smi"
@@ -56,6 +64,11 @@ in ``-q``, every threshold an offset from T.Limit), so ``max_op_temp`` is ``temp
 it. The field table cannot say "plus another column", so :func:`parse_query_gpu` derives it and the
 live source asks for it besides the table's names. (The memory's max operating temperature has no
 query name: ``-q`` prints only its offset, 0, from a memory T.Limit it does not print.)"""
+
+UUID_QUERY = "uuid"
+"""The board's UUID (``GPU-...``; ``gpu_uuid`` is the same query under another name): a string,
+so it is no field of the table's (a float column) and is read on its own (``uuids``)."""
+_UUID_COLUMNS = (UUID_QUERY, "gpu_uuid")
 
 
 # ---- capture files ------------------------------------------------------------------------
@@ -108,12 +121,16 @@ def _utc_timestamp(text: str) -> float:
 
 
 def parse_query_gpu(text: str, host: str | None = None, health: PipelineHealth | None = None,
-                    ts: float | None = None, columns: Sequence[str] | None = None) -> SampleBatch:
+                    ts: float | None = None, columns: Sequence[str] | None = None,
+                    uuids: dict[str, str] | None = None) -> SampleBatch:
     """Parse ``nvidia-smi --query-gpu=... --format=csv`` output into a gpu batch.
 
     ``host`` names the node when the CSV has no usable ``hostname`` column (default
     ``localhost``). ``ts`` overrides the CSV's timestamps (live polling); without it rows need a
     ``timestamp`` column. ``columns`` gives the header for ``--format=csv,noheader`` output.
+
+    ``uuids``, when given, is filled with each GPU's ``uuid`` column (GPU name -> UUID; "" where
+    its rows name different ones; none for ``[N/A]``), for the rows kept.
     """
     health = health if health is not None else PipelineHealth()
     lines = [line for line in text.splitlines() if line.strip()]
@@ -193,8 +210,22 @@ def parse_query_gpu(text: str, host: str | None = None, health: PipelineHealth |
                                         int(g) if k else 0), len(entities)) if k else -1
          for h, g, k in zip(hosts, index, keep)),
         dtype=np.int32, count=n)
+    if uuids is not None:
+        uuid_column = next((cols[col_of[name]] for name in _UUID_COLUMNS if name in col_of), ())
+        _read_uuids(entity, list(entities), uuid_column, uuids)
     return SampleBatch("gpu", list(entities), times[keep], entity[keep],
                        {name: col[keep] for name, col in values.items()})
+
+
+def _read_uuids(entity: np.ndarray, names: list[str], tokens: Sequence[str], uuids: dict[str, str]) -> None:
+    """Note each kept row's UUID under its GPU's name (``entity``: the row's index in ``names``,
+    -1 for a row dropped); nvidia-smi's bracketed "no value" forms name none."""
+    for row, token in zip(entity, tokens):
+        uuid = token.strip()
+        if row < 0 or not uuid or uuid.startswith("[") or uuid.lower() in _MISSING:
+            continue
+        name = names[row]
+        uuids[name] = uuid if uuids.get(name, uuid) == uuid else ""  # two boards in one slot name none
 
 
 def parse_query_gpu_chunks(text: str, host: str | None = None, health: PipelineHealth | None = None,
@@ -307,6 +338,9 @@ class NvidiaSmiSource(PollingSource):
     rejects a query name (``Field "x" is not a valid field to query``, older drivers lack the
     ``clocks_event_reasons.*`` names), the source switches that field to its next alias, or
     drops it, and retries on the next poll; each rejection is counted.
+
+    With :attr:`reports_replaced_gpus` the query asks for :data:`UUID_QUERY` too and a board
+    swapped in a slot is queued for :meth:`take_replaced` (the module docstring); off, it does not.
     """
 
     stage = STAGE
@@ -321,9 +355,14 @@ class NvidiaSmiSource(PollingSource):
         self.timeout = timeout
         self._topology = topology
         self._choices = query_fields() + [[TLIMIT_QUERY]]  # (max_op_temp: see TLIMIT_QUERY)
+        self.reports_replaced_gpus = False
+        # asked for with reports_replaced_gpus; a choice like the others, emptied if the driver rejects it
+        self._uuid_choice = [UUID_QUERY]
+        self._boards = GpuBoards()
 
     def argv(self) -> list[str]:
-        names = ["timestamp", "index"] + [choice[0] for choice in self._choices if choice]
+        choices = self._choices + ([self._uuid_choice] if self.reports_replaced_gpus else [])
+        names = ["timestamp", "index"] + [choice[0] for choice in choices if choice]
         return [self.executable, f"--query-gpu={','.join(names)}", "--format=csv"]
 
     def poll(self) -> list[Frame]:
@@ -334,15 +373,22 @@ class NvidiaSmiSource(PollingSource):
             if m:
                 self._drop_name(m.group(1))
             return []
-        batch = parse_query_gpu(out, host=self.host, health=self.health, ts=now)
+        uuids: dict[str, str] | None = {} if self.reports_replaced_gpus else None
+        batch = parse_query_gpu(out, host=self.host, health=self.health, ts=now, uuids=uuids)
         if self._topology is None:
             if not len(batch):
                 return []
             self._topology = gpu_topology([batch])
+        if uuids:
+            self._boards.note(uuids, self._topology)
         return [batch.to_frame(self._topology, self.health, STAGE)]
 
+    def take_replaced(self) -> list[GpuReplaced]:
+        """The GPUs found replaced since the last call (in the polling thread: :meth:`poll`'s)."""
+        return self._boards.take()
+
     def _drop_name(self, name: str) -> None:
-        for choice in self._choices:
+        for choice in [*self._choices, self._uuid_choice]:
             if choice and choice[0] == name:
                 choice.pop(0)
                 self.health.problem(STAGE, "query field rejected by the driver",

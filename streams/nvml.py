@@ -7,6 +7,13 @@ MHz -> Hz, percent -> ratio, ns -> s). A reader the GPU does not support (``Not 
 NaN without noise; any other NVML error is counted and gives NaN for that poll. The last XID
 needs an NVML event set and is not read here (dcgm-exporter reports it).
 
+With :attr:`NvmlSource.reports_replaced_gpus` (``foreshock watch``) each GPU's UUID is read too,
+one ``nvmlDeviceGetUUID`` per GPU and poll (bytes from older pynvml, str from newer ones): a GPU
+whose UUID changes from one known to another is another board in its slot (an RMA), reported as
+a :class:`~foreshock.streams.polling.GpuReplaced` (:class:`~foreshock.streams.polling.GpuBoards`,
+the rule every UUID-reading source follows). A UUID that cannot be read is no UUID that poll (no
+change), counted like any other failed call, never a crash.
+
 ``record_nvml(out_dir, duration, interval)`` writes a recording from the local GPUs, for
 example on a real H200::
 
@@ -28,7 +35,7 @@ from foreshock.health import PipelineHealth
 from foreshock.recording import RecordingWriter
 from foreshock.topology import Topology
 
-from .polling import PollingSource
+from .polling import GpuBoards, GpuReplaced, PollingSource
 from .samples import SampleBatch, gpu_entity
 
 STAGE = "nvml"
@@ -98,6 +105,9 @@ class NvmlSource(PollingSource):
 
     ``nvml`` is an initialised pynvml module (default: :func:`load_nvml`); the topology is this
     host with its GPUs unless one is given (then ``host`` must name a node in it).
+
+    With :attr:`reports_replaced_gpus` each GPU's UUID is read at every poll and a board swapped
+    in a slot is queued for :meth:`take_replaced` (the module docstring); off, no UUID is read.
     """
 
     stage = STAGE
@@ -118,6 +128,9 @@ class NvmlSource(PollingSource):
         self._entities = [gpu_entity(self.host, i) for i in range(count)]
         self._topology = topology if topology is not None else Topology.from_gpu_hosts(
             [(self.host, i) for i in range(count)])
+        self.reports_replaced_gpus = False
+        self._boards = GpuBoards()
+        self._uuid_unsupported: set[int] = set()  # GPUs whose UUID NVML does not give
 
     def _handle(self, index: int) -> Any | None:
         try:
@@ -133,6 +146,7 @@ class NvmlSource(PollingSource):
         nv = self.nv
         values = np.full((len(self.handles), len(self.fields)), np.nan)
         unsupported = {getattr(nv, "NVML_ERROR_NOT_SUPPORTED", 3), getattr(nv, "NVML_ERROR_FUNCTION_NOT_FOUND", 13)}
+        uuids: dict[str, str] = {}
         for g, handle in enumerate(self.handles):
             if handle is None:
                 handle = self.handles[g] = self._handle(g)
@@ -150,11 +164,37 @@ class NvmlSource(PollingSource):
                         self.health.problem(STAGE, "NVML call failed", detail=f"{name} on GPU {g}: {exc}")
                     continue
                 values[g, f] = value if math.isfinite(value) else np.nan
+            if self.reports_replaced_gpus:
+                uuids[self._entities[g]] = self._uuid(g, handle, unsupported)
         present = np.array([h is not None for h in self.handles], dtype=bool)
         values = values[present]
         columns = {name: values[:, f] for f, name in enumerate(self.fields) if not np.isnan(values[:, f]).all()}
+        if uuids:
+            assert self._topology is not None
+            self._boards.note(uuids, self._topology)
         return SampleBatch("gpu", self._entities, np.full(len(values), now),
                            np.flatnonzero(present).astype(np.int32), columns)
+
+    def _uuid(self, index: int, handle: Any, unsupported: set[int]) -> str:
+        """GPU ``index``'s UUID; "" (no change) when it cannot be read: a failed call is counted,
+        one the GPU does not support is remembered and not made again, as a reader's."""
+        if index in self._uuid_unsupported:
+            return ""
+        try:
+            uuid = self.nv.nvmlDeviceGetUUID(handle)
+        except self.nv.NVMLError as exc:
+            if getattr(exc, "value", None) in unsupported:
+                self._uuid_unsupported.add(index)
+            else:
+                self.health.problem(STAGE, "NVML call failed", detail=f"uuid on GPU {index}: {exc}")
+            return ""
+        # older pynvml returns the C string as bytes; newer ones decode it (nvidia-ml-py 13.615: a str)
+        text = uuid.decode("ascii", errors="replace") if isinstance(uuid, bytes) else str(uuid)
+        return text.strip()
+
+    def take_replaced(self) -> list[GpuReplaced]:
+        """The GPUs found replaced since the last call (in the polling thread: :meth:`poll`'s)."""
+        return self._boards.take()
 
     def poll(self) -> list[Frame]:
         assert self._topology is not None

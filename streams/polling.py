@@ -6,6 +6,12 @@ scheduled on a fixed grid (``start + k * interval``), so a slow poll does not dr
 sampling; a poll that fails is counted and the source keeps going, and so are the slots of the
 grid a poll longer than the interval skipped (``foreshock_polls_skipped_total``). ``stop()``
 ends the iteration from another thread; ``max_polls`` bounds it (tests, ``--duration``).
+
+A GPU source that reads each GPU's UUID (dcgm-exporter's ``UUID`` label, NVML's
+``nvmlDeviceGetUUID``, nvidia-smi's ``uuid``) can tell a board swapped in its slot (an RMA: the
+name stays, the UUID changes): it serves :class:`ReportsReplacedGpus`, which ``foreshock watch``
+turns on to start that GPU's detector state afresh, and says "replaced" by the rule of
+:class:`GpuBoards`, which each of them keeps.
 """
 
 from __future__ import annotations
@@ -15,7 +21,7 @@ import socket
 import subprocess
 import threading
 import time
-from typing import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Callable, Iterable, Iterator, Mapping, NamedTuple, Protocol, Sequence, runtime_checkable
 
 from foreshock.frames import Frame
 from foreshock.health import PipelineHealth
@@ -37,6 +43,55 @@ def count_once(once: set[str] | None, key: str) -> bool:
         return False
     once.add(key)
     return True
+
+
+class GpuReplaced(NamedTuple):
+    """A listed GPU whose UUID changed from one known UUID to another: another board in its slot
+    (an RMA), whose learnt state starts afresh."""
+    name: str
+    old_uuid: str
+    new_uuid: str
+
+
+class GpuBoards:
+    """Per GPU a topology lists, the UUID of the board last read in its slot; a known UUID that
+    changes to another is queued as a :class:`GpuReplaced` until :meth:`take`. A first UUID, or
+    none this time ("": not read, or several that disagree), is no change. The same rule for every
+    source that reads UUIDs, so that each says "replaced" for the same thing."""
+
+    def __init__(self) -> None:
+        self.uuids: dict[str, str] = {}  # per listed GPU, the UUID last read
+        self._replaced: list[GpuReplaced] = []  # not yet taken
+
+    def note(self, uuids: Mapping[str, str], topology: Topology) -> None:
+        """Note the UUIDs read in one poll (GPU name -> UUID). Only listed GPUs: the others' rows
+        are refused, and the map stays as big as the topology."""
+        names = list(uuids)
+        for name, slot in zip(names, topology.slots("gpu", names)):
+            uuid = uuids[name]
+            if slot < 0 or not uuid:
+                continue
+            old = self.uuids.get(name)
+            if old is not None and old != uuid:
+                self._replaced.append(GpuReplaced(name, old, uuid))
+            self.uuids[name] = uuid
+
+    def take(self) -> list[GpuReplaced]:
+        """The GPUs found replaced since the last call."""
+        replaced, self._replaced = self._replaced, []
+        return replaced
+
+
+@runtime_checkable
+class ReportsReplacedGpus(Protocol):
+    """A source that can follow each GPU's UUID: with :attr:`reports_replaced_gpus` set
+    (``foreshock watch``) it reads them at every poll and :meth:`take_replaced` returns the GPUs
+    found replaced since the last call (in the polling thread, after the poll whose frame serves
+    the new board, before that frame is taken). Off, it reads no UUID."""
+
+    reports_replaced_gpus: bool
+
+    def take_replaced(self) -> list[GpuReplaced]: ...
 
 
 class PollingSource:

@@ -292,3 +292,79 @@ def test_without_a_t_limit_column_or_value_there_is_no_max_operating_temperature
     assert "max_op_temp" not in row(parse_query_gpu(text))
     text = "timestamp, index, temperature.gpu\n2026/07/03 22:11:09.763, 0, 52\n"
     assert "max_op_temp" not in parse_query_gpu(text).columns
+
+
+# ---- the GPUs' UUIDs: a board swapped in its slot ----------------------------------------------
+def test_the_uuid_is_read_apart_from_the_fields(h200: dict[str, str]) -> None:
+    """The real capture's ``uuid`` column (a string, not a field) gives the GPU's UUID and
+    changes no sample; ``[N/A]`` names none, a dropped row none, rows of one GPU that disagree ""."""
+    health = PipelineHealth()
+    uuids: dict[str, str] = {}
+    batch = parse_query_gpu(h200["load :: query-gpu"], host="h", health=health, uuids=uuids)
+    assert uuids == {"h/gpu0": "GPU-00000000-0000-0000-0000-000000000000"}
+    plain = parse_query_gpu(h200["load :: query-gpu"], host="h")
+    assert row(batch) == row(plain) and batch.entity_names() == plain.entity_names()
+    assert health.total_problems() == 0
+    text = ("index, temperature.gpu, uuid\n0, 50, GPU-a\n1, 51, [N/A]\n2, 52, GPU-c\nx, 53, GPU-x\n"
+            "3, 54, GPU-d\n3, 54, GPU-e\n4, 55, GPU-f\n4, 55, GPU-f\n")
+    uuids = {}
+    batch = parse_query_gpu(text, host="h", ts=1.0, uuids=uuids)
+    assert uuids == {"h/gpu0": "GPU-a", "h/gpu2": "GPU-c", "h/gpu3": "", "h/gpu4": "GPU-f"}
+    assert batch.column("gpu_temp").tolist() == [50.0, 51.0, 52.0, 54.0, 54.0, 55.0, 55.0]
+
+
+def pages_stub(tmp_path: Path, pages: list[str], reject: str | None = None) -> tuple[Path, Path]:
+    """An executable printing ``pages`` in turn (then the last again); it logs its arguments and
+    can reject one query name, as make_stub's."""
+    for i, page in enumerate(pages):
+        (tmp_path / f"page{i}.csv").write_text(page)
+    calls, counter = tmp_path / "calls.txt", tmp_path / "served"
+    counter.write_text("0\n")
+    refuse = (f'case ",${{1#--query-gpu=}}," in *,{reject},*) '
+              f'echo \'Field "{reject}" is not a valid field to query.\' >&2; exit 2;; esac\n') if reject else ""
+    stub = tmp_path / "nvidia-smi"
+    stub.write_text(f'#!/bin/sh\necho "$1 $2" >> {calls}\n{refuse}n=$(cat {counter})\n'
+                    f'[ "$n" -lt {len(pages) - 1} ] && echo $((n + 1)) > {counter}\ncat {tmp_path}/page$n.csv\n')
+    stub.chmod(stub.stat().st_mode | stat.S_IXUSR)
+    return stub, calls
+
+
+def _page(uuids: list[str]) -> str:
+    return "index, temperature.gpu, uuid\n" + "".join(f"{i}, 50, {u}\n" for i, u in enumerate(uuids))
+
+
+def test_the_source_asks_for_the_uuid_and_reports_a_gpu_whose_uuid_changes_once(tmp_path: Path) -> None:
+    pages = [_page(["GPU-a", "GPU-p"]), _page(["GPU-a", "[N/A]"]), _page(["GPU-b", "GPU-p"]), _page(["GPU-b", "GPU-p"]),
+             _page(["GPU-b", "GPU-q"])]
+    stub, calls = pages_stub(tmp_path, pages)
+    health = PipelineHealth()
+    source = NvidiaSmiSource(executable=str(stub), interval=0.01, host="h", health=health, max_polls=len(pages))
+    source.reports_replaced_gpus = True
+    reported = []
+    for _ in pages:
+        assert len(source.poll()[0]) == 2
+        reported.append(source.take_replaced())
+    assert reported == [[], [], [("h/gpu0", "GPU-a", "GPU-b")], [], [("h/gpu1", "GPU-p", "GPU-q")]]
+    query = calls.read_text().splitlines()[0].split(" ")[0].removeprefix("--query-gpu=").split(",")
+    assert query.count("uuid") == 1 and "temperature.gpu.tlimit" in query
+    assert health.total_problems() == 0
+
+
+def test_a_source_not_asked_for_uuids_does_not_query_them(tmp_path: Path) -> None:
+    stub, calls = pages_stub(tmp_path, [_page(["GPU-a"]), _page(["GPU-b"])])
+    source = NvidiaSmiSource(executable=str(stub), interval=0.01, host="h", max_polls=2)
+    assert len(list(source)) == 2
+    assert source.take_replaced() == []
+    assert all("uuid" not in line.split(" ")[0].split(",") for line in calls.read_text().splitlines())
+
+
+def test_a_driver_that_rejects_the_uuid_query_is_asked_without_it(tmp_path: Path) -> None:
+    stub, calls = pages_stub(tmp_path, ["index, temperature.gpu\n0, 50\n"], reject="uuid")
+    health = PipelineHealth()
+    source = NvidiaSmiSource(executable=str(stub), interval=0.01, host="h", health=health, max_polls=3)
+    source.reports_replaced_gpus = True
+    assert len(list(source)) == 2  # the first poll was rejected, the next ones asked without it
+    asked = [line.split(" ")[0].split(",") for line in calls.read_text().splitlines()]
+    assert [("uuid" in query) for query in asked] == [True, False, False]
+    assert source.take_replaced() == []
+    assert health.problems[("nvidia-smi", "query field rejected by the driver")] == 1

@@ -178,3 +178,69 @@ def test_max_operating_temperatures_not_supported_are_no_value_not_an_error() ->
     assert np.isnan(frames[-1].columns["hbm_max_op_temp"]).all()
     assert asked.count(nv.NVML_TEMPERATURE_THRESHOLD_MEM_MAX) == 1  # remembered as not supported
     assert health.total_problems() == 0
+
+
+# ---- the GPUs' UUIDs: a board swapped in its slot ----------------------------------------------
+def _uuids_in_turn(nv: Any, per_poll: list[dict[int, Any]]) -> list[int]:
+    """``nvmlDeviceGetUUID`` serving ``per_poll[k][gpu]`` at the k-th poll (an exception there: raised);
+    the poll it is at is moved on by the GPU temperature read first. Returns the calls counter."""
+    poll = [-1]
+    calls = [0]
+    temperature = nv.nvmlDeviceGetTemperature
+
+    def temp(handle: int, sensor: int) -> Any:
+        if handle == 0:
+            poll[0] += 1
+        return temperature(handle, sensor)
+
+    def uuid(handle: int) -> Any:
+        calls[0] += 1
+        served = per_poll[poll[0]][handle]
+        if isinstance(served, Exception):
+            raise served
+        return served
+
+    nv.nvmlDeviceGetTemperature = temp
+    nv.nvmlDeviceGetUUID = uuid
+    return calls
+
+
+def test_a_gpu_whose_uuid_changes_is_reported_once_and_a_failed_read_is_no_change() -> None:
+    """Older pynvml gives the UUID as bytes, newer as str: the same UUID either way. A UUID
+    changing from one known to another is a replacement, reported once, at the poll that read
+    it; the first UUID, a failed read (counted, not raised) and the same UUID again are not."""
+    nv = fake_nvml(gpus=2)
+    calls = _uuids_in_turn(nv, [
+        {0: "GPU-a", 1: b"GPU-p"},
+        {0: FakeNvmlError(15), 1: "GPU-p"},  # GPU 0's read fails (GPU_IS_LOST): no UUID this poll
+        {0: "GPU-a", 1: b"GPU-q"},  # GPU 1 replaced; GPU 0's UUID as before the gap
+        {0: b"GPU-b", 1: b"GPU-q"},  # GPU 0 replaced
+        {0: "GPU-b", 1: "GPU-q"},
+    ])
+    health = PipelineHealth()
+    source = NvmlSource(nvml=nv, host="h", health=health, interval=0.01, max_polls=5)
+    source.reports_replaced_gpus = True
+    reported = []
+    for _ in range(5):
+        assert len(source.poll()[0]) == 2  # the readings are not held up by a UUID
+        reported.append(source.take_replaced())
+    assert reported == [[], [], [("h/gpu1", "GPU-p", "GPU-q")], [("h/gpu0", "GPU-a", "GPU-b")], []]
+    assert source.take_replaced() == []
+    assert calls[0] == 10  # once per GPU and poll
+    assert health.problems == {("nvml", "NVML call failed"): 1}
+
+
+def test_a_uuid_nvml_does_not_give_is_not_asked_for_again_and_no_uuid_is_read_unless_asked() -> None:
+    nv = fake_nvml(gpus=1)
+    calls = _uuids_in_turn(nv, [{0: FakeNvmlError(nv.NVML_ERROR_NOT_SUPPORTED)}] * 3)
+    health = PipelineHealth()
+    source = NvmlSource(nvml=nv, host="h", health=health, interval=0.01, max_polls=3)
+    source.reports_replaced_gpus = True
+    assert len(list(source)) == 3
+    assert calls[0] == 1 and health.total_problems() == 0 and source.take_replaced() == []
+
+    nv = fake_nvml(gpus=1)
+    calls = _uuids_in_turn(nv, [{0: "GPU-a"}, {0: "GPU-b"}])
+    source = NvmlSource(nvml=nv, host="h", interval=0.01, max_polls=2)  # record, agent: not asked
+    assert len(list(source)) == 2
+    assert calls[0] == 0 and source.take_replaced() == []

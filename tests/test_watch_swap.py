@@ -32,26 +32,47 @@ SWAPPED = "node0/gpu3"
 SLOT = 3
 
 
+def another_board(topology: Topology, slot: int, swap: int) -> tuple[list[Frame], int]:
+    """A simulated run's gpu frames (``POLLS`` of them, 10 s apart) where ``slot``'s readings from
+    frame ``swap`` on are those of another board: the world's GPU whose thermal resistance differs
+    most from its own (returned beside them)."""
+    frames = [f for f in World(topology, seed=1).run(POLLS * 10.0)[0] if f.kind == "gpu"]
+    resistance = np.mean([(f.columns["gpu_temp"] - 24.0) / f.columns["power"] for f in frames], axis=0)
+    board = int(np.argmax(np.abs(resistance - resistance[slot])))
+    assert abs(resistance[board] - resistance[slot]) > 0.02 * resistance[slot]  # a board that differs
+
+    def served(i: int, frame: Frame) -> Frame:
+        if i < swap:
+            return frame
+        columns = {name: column.copy() for name, column in frame.columns.items()}
+        for column in columns.values():
+            column[slot] = column[board]
+        return Frame("gpu", frame.ts, frame.slot, columns)
+
+    return [served(i, f) for i, f in enumerate(frames)], board
+
+
+def assert_restarted(before: np.ndarray, after: np.ndarray, slot: int, swap: int, board: int) -> None:
+    """``slot``'s core model (fit states ``before``: a run without the swap, ``after``: with it)
+    learnt from the new board's first poll (``swap``) on, towards the resistance of the ``board``
+    its readings are copied from."""
+    core = G_SIZE + CORE * M_SIZE
+    # loaded seconds: every poll of the run without the swap; from the new board's first on
+    assert before[slot, core + M_LOADED] == (POLLS - 1) * 10.0
+    assert (POLLS - swap - 1) * 10.0 <= after[slot, core + M_LOADED] <= (POLLS - swap - 1) * 10.0 + 120.0
+    # the new board's resistance, learnt as the board it was copied from learnt it
+    r_new = after[board, core + M_RL]
+    assert abs(after[slot, core + M_RL] - r_new) < 0.5 * abs(before[slot, core + M_RL] - r_new)
+
+
 @pytest.fixture(scope="module")
 def boards() -> tuple[list[str], list[str], int]:
     """The pages of two nodes' GPUs where node0/gpu3's readings from ``SWAP`` on are those of
     another board (the world's GPU whose thermal resistance differs most from its own): served
     with its UUID as before (``same``) and with a new one (``swapped``)."""
     topology = small_topology(nodes=2, gpus=8, racks=1)
-    frames = [f for f in World(topology, seed=1).run(POLLS * 10.0)[0] if f.kind == "gpu"]
-    resistance = np.mean([(f.columns["gpu_temp"] - 24.0) / f.columns["power"] for f in frames], axis=0)
-    board = int(np.argmax(np.abs(resistance - resistance[SLOT])))
-    assert abs(resistance[board] - resistance[SLOT]) > 0.02 * resistance[SLOT]  # a board that differs
-
-    def served(i: int, frame: Frame) -> Frame:
-        if i < SWAP:
-            return frame
-        columns = {name: column.copy() for name, column in frame.columns.items()}
-        for column in columns.values():
-            column[SLOT] = column[board]
-        return Frame("gpu", frame.ts, frame.slot, columns)
-
-    same = [stamped(dcgm_exposition(served(i, f), topology), float(f.ts[0])) for i, f in enumerate(frames)]
+    frames, board = another_board(topology, SLOT, SWAP)
+    same = [stamped(dcgm_exposition(f, topology), float(f.ts[0])) for f in frames]
     old = same[0].split('gpu="3",UUID="', 1)[1].split('"', 1)[0]
     assert same[-1].count(f'UUID="{old}"') == same[-1].count('gpu="3",') // 2  # node0's gpu3 only, node1's not
     swapped = same[:SWAP] + [page.replace(f'UUID="{old}"', 'UUID="GPU-0f1e2d3c-new0-board-0000-000000000003"')
@@ -101,18 +122,12 @@ def test_a_gpu_whose_board_is_swapped_starts_its_detector_state_afresh(boards, m
     assert 'foreshock_gpus_replaced_total{cluster="imported",stage="dcgm"} 1.0' in metrics
     assert "foreshock_topology_changes_total{" not in metrics  # the topology is the same one
 
-    core = G_SIZE + CORE * M_SIZE
     for name in ("thermal", "cooling"):
         before = next(d for d in kept.pipeline.bank.detectors if d.name == name).s_model
         after = next(d for d in fresh.pipeline.bank.detectors if d.name == name).s_model
         others = np.arange(len(before)) != SLOT
         np.testing.assert_array_equal(after[others], before[others])
-        # loaded seconds: every scrape of the run without the swap; from the new board's first on
-        assert before[SLOT, core + M_LOADED] == (POLLS - 1) * 10.0
-        assert (POLLS - SWAP - 1) * 10.0 <= after[SLOT, core + M_LOADED] <= (POLLS - SWAP - 1) * 10.0 + 120.0
-        # the new board's resistance, learnt as the board it was copied from learnt it
-        r_new = after[board, core + M_RL]
-        assert abs(after[SLOT, core + M_RL] - r_new) < 0.5 * abs(before[SLOT, core + M_RL] - r_new)
+        assert_restarted(before, after, SLOT, SWAP, board)
     assert SWAPPED in kept_found and SWAPPED not in fresh_found
 
 
