@@ -224,7 +224,12 @@ def gpu_columns(frame: Frame, fields: Sequence[str], n_slots: int, health: Pipel
     column arrays where every row is valid (only ``slot`` is converted, into ``scratch``), else
     compacted copies. What :func:`gpu_obs` gives, without its copy of every column: a kernel
     reads ``obs[X][row]`` as it read ``matrix[row, X]`` from the Fortran-ordered matrix, one
-    column stream each (gathering 14 columns of a 16k-GPU frame cost ~11 ns per GPU)."""
+    column stream each (gathering 14 columns of a 16k-GPU frame cost ~11 ns per GPU).
+
+    A read-only column (a frame built on ``np.frombuffer`` or a memory-mapped file) is copied:
+    Numba types a read-only array apart from a writable one, and a tuple mixing them is
+    heterogeneous, which a kernel indexing it by a variable cannot compile (read-only views of
+    every column instead cost the bank ~3 %)."""
     slot = frame.slot
     ok = (slot >= 0) & (slot < n_slots) & np.isfinite(frame.ts)
     bad = int(len(ok) - np.count_nonzero(ok))
@@ -235,7 +240,7 @@ def gpu_columns(frame: Frame, fields: Sequence[str], n_slots: int, health: Pipel
     if bad:
         health.problem(stage, f"{frame.kind} rows with unknown slot or non-finite ts", bad)
         columns = tuple(column[ok] for column in columns)
-    return columns
+    return tuple(column if column.flags.writeable else column.copy() for column in columns)
 
 
 def rack_inlet_obs(frame: Frame, n_racks: int, health: PipelineHealth, stage: str) -> np.ndarray:

@@ -132,6 +132,34 @@ def test_repeat_free_runs_matches_reference(frames):
         assert ends[:n].tolist() == naive_runs(slots)
 
 
+
+def test_frames_of_read_only_arrays_are_read_as_writable_ones():
+    """The GPU kernels read a frame's columns where they are (``gpu_columns``). A frame built on
+    read-only buffers (``np.frombuffer``, memory-mapped files), all or some of its columns, gives
+    the same findings and state as one built on writable arrays (a mix of both failed to compile)."""
+    topo = small_topology(nodes=2, gpus=4, racks=1)
+    frames, _ = World(topo, load_w=680.0, faults=[Fault("tim_degradation", 3, 900, 1.0)], seed=5).run(3600.0)
+
+    def frozen(frame: Frame, k: int) -> Frame:
+        columns = {}
+        for j, (name, column) in enumerate(frame.columns.items()):
+            column = column.copy()
+            column.flags.writeable = (j + k) % 2 == 0 and k % 3 != 0  # some frames all read-only
+            columns[name] = column
+        return Frame(frame.kind, frame.ts, frame.slot, columns)
+
+    def findings_and_state(feed: list[Frame]) -> tuple[list, dict]:
+        bank = DetectorBank.from_names(topo, ("thermal", "power", "cooling", "straggler"))
+        found = [f for frame in feed for f in bank.update(frame)]
+        return found, {d.name: d.state_dict() for d in bank.detectors}
+
+    found, state = findings_and_state(frames)
+    found_ro, state_ro = findings_and_state([frozen(f, k) for k, f in enumerate(frames)])
+    assert found and found_ro == found
+    for name, arrays in state.items():
+        for key, value in arrays.items():
+            np.testing.assert_array_equal(state_ro[name][key], value, err_msg=f"{name}.{key}")
+
 @pytest.mark.parametrize("module", ["thermal", "power", "cooling", "straggler"])
 def test_docstring_examples_run(module):
     import doctest
