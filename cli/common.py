@@ -120,7 +120,7 @@ def move_run(run: PipelineRun, topology: Topology, stage: str, replaced: Sequenc
     for gpu in replaced:
         run.health.gpu_replaced(stage)
         lines.append(f"GPU {gpu.name} replaced: UUID {gpu.old_uuid} -> {gpu.new_uuid}; its detector state starts "
-                     "afresh (input guard and /metrics state kept)")
+                     "afresh (input guard and /metrics state kept, but for the old board's limits)")
     if fresh and lines:
         lines[-1] += f"; {', '.join(fresh)} cannot move its state: started fresh"
     for line in lines:

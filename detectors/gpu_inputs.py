@@ -1,8 +1,11 @@
-"""Inputs shared by the per-GPU detectors: the observation matrix and the inlet temperature.
+"""Inputs shared by the per-GPU detectors: the observations and the inlet temperature.
 
-Every GPU kernel reads a contiguous ``(rows, 2 + k)`` matrix ``[ts, slot, field...]`` built
-once per frame by :func:`gpu_obs` (rows with a slot outside the topology are counted as a
-pipeline problem and left out, never passed to a kernel).
+The GPU kernels on the hot path (the thermal fit, thermal, power, straggler) read a frame's own
+columns, ``(ts, slot, field...)`` as a tuple of arrays indexed ``obs[X][row]``
+(:func:`gpu_columns`: no copy); the baselines and the rack inlets read a contiguous
+``(rows, 2 + k)`` matrix ``[ts, slot, field...]`` (:func:`gpu_obs`). Either way, rows with a slot
+outside the topology or a non-finite time are counted as a pipeline problem and left out, never
+passed to a kernel.
 
 The thermal model needs the coolant or air temperature at the GPU's inlet. It comes from the
 rack frames (``inlet_temp``, else ``coolant_temp``) through the topology's ``gpu_rack``. Where

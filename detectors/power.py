@@ -353,7 +353,9 @@ def _power_kernel(obs: tuple[np.ndarray, ...], rows: np.ndarray, span: tuple[int
             # 1,024-GPU recordings until 2026-12-01, none of them scored, in an episode). Held from a
             # sample it bound at only: a held sample extending the hold kept a GPU once capped
             # "capped" for good — its limit raised back, its power creeping to the new one was never
-            # predicted; tried with reasons, that cost recall 0.24 -> 0.05 on seed 21
+            # predicted; tried with reasons, that cost recall 0.24 -> 0.05 on seed 21. (A held
+            # sample withdraws no prediction either: "no longer heading for the limit" waits for
+            # the hold to end, up to cap_hold_s later.)
             capped = True
         eta = np.inf
         held = thermal or s[i, S_BRAKE] == 1.0

@@ -37,8 +37,8 @@ from .base import Detector, add_columns, resolve_params
 from .gpu_inputs import (Scratch, gpu_columns, inline, kernel, new_inlet_states, node_feed, node_tick, rack_inlet_obs,
                          read_inlet, update_rack_inlet, upgrade_rack_state)
 
-# (the fit reads no clock: sm_clock and sm_clock_max are the power detector's, gathered here with
-# the rest so that a frame is gathered once)
+# (the fit reads no clock: sm_clock and sm_clock_max are the power detector's, in the fit's
+# columns so that its kernel reads them from the same ``obs``)
 OBS_FIELDS = ("gpu_temp", "hbm_temp", "power", "slowdown_temp", "energy", "power_limit", "throttle_reasons",
               "util", "max_op_temp", "hbm_max_op_temp", "sm_clock", "sm_clock_max")
 X_TS, X_SLOT, X_TEMP, X_HBM, X_POWER, X_SLOWDOWN, X_ENERGY, X_PLIMIT, X_REASONS, X_UTIL, X_MAX_OP, \

@@ -3,9 +3,11 @@
 No import-time registration and no global registry: :func:`build_registry` makes a fresh
 ``CollectorRegistry`` holding one :class:`ForeshockCollector`; :func:`serve` exposes it.
 
-Cardinality is bounded: per-entity series exist only for entities with an active finding plus
-the ``top_k`` hottest GPUs by core and by HBM temperature (at most 2 × ``top_k``); aggregates by
-rack, cooling loop, leaf switch and job are always exported.
+Cardinality is bounded: per-entity series exist only for entities with an active finding, the
+``top_k`` hottest GPUs by core and by HBM temperature (at most 2 × ``top_k``) and the GPUs whose
+HBM is within ``HBM_SERIES_BAND_C`` of their own limit (the HBM alert's, however many); a GPU's
+limits are exported where its temperatures are. Aggregates by rack, cooling loop, leaf switch and
+job are always exported.
 The catalogue below is the one place metric names are defined (the rules and dashboards
 generator reads it too).
 """

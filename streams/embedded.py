@@ -79,13 +79,16 @@ class EmbeddedPipeline:
         ``afresh``: GPUs (by name) whose board was swapped: their detectors' state starts fresh, as
         a new GPU's would (no baseline of the old board's); the input guard keeps their
         timestamps (a row older than the last one read is still out of order), the store its
-        latest values, the incident engine its incidents (they are the slot's history)."""
+        latest values but the old board's limits, the incident engine its incidents (they are the
+        slot's history)."""
         remap = Remap(self.topology, topology)
         learnt = remap
+        replaced = np.zeros(0, dtype=np.int64)
         if afresh:
             keep = np.ones(topology.size("gpu"), dtype=bool)
             slots = topology.slots("gpu", list(afresh))
-            keep[slots[slots >= 0]] = False
+            replaced = slots[slots >= 0]
+            keep[replaced] = False
             learnt = Remap(self.topology, topology, keep={"gpu": keep})
         state = self.bank.state_dict()
         fresh: list[str] = []
@@ -103,7 +106,7 @@ class EmbeddedPipeline:
         bank.report_problems_to(self.health)
         guard = InputGuard(topology, self.health, self.guard.stage, self.guard.max_ahead_s, self.guard.clock)
         guard.load_state_dict(self.guard.state_dict(), remap)
-        self.store.move_to(topology, remap)
+        self.store.move_to(topology, remap, replaced.tolist())
         self.topology, self.bank, self.guard = topology, bank, guard
         self._publish_gauges()  # the estimates under the new numbering, for the next scrape
         return fresh

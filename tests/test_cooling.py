@@ -34,8 +34,8 @@ def test_group_median_matches_numpy(pairs):
 @given(st.lists(st.one_of(st.floats(-50, 50), st.just(float("nan")), st.just(float("inf"))), max_size=12)
        | st.lists(st.sampled_from([0.5, 1.0, 2.0]), max_size=9))  # (many repeats)
 def test_median_of_others_is_numpy_median_with_each_element_deleted(values):
-    """The facility-water reference per cooling loop: exactly (bit for bit) what the loop over the
-    loops gave, ``np.median`` of the finite values of ``np.delete(values, k)``."""
+    """The facility-water reference per cooling loop: equal to what the loop over the loops gave,
+    ``np.median`` of the finite values of ``np.delete(values, k)``."""
     values = np.array(values, dtype=float)
     others, every = median_of_others(values)
     finite = values[np.isfinite(values)]

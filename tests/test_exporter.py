@@ -403,6 +403,28 @@ def test_each_exported_gpu_has_its_own_limits_beside_its_temperatures(small_topo
         assert text.count(f"{limit}{{") == text.count(f"{temperature}{{") > 0  # bounded as the temperatures are
 
 
+
+def test_a_replaced_board_is_exported_against_its_own_limits_not_the_old_boards(small_topology: Topology) -> None:
+    """A GPU board swapped in its slot (``move_to(..., replaced=...)``, as ``foreshock watch``
+    does): the limits the old board reported are forgotten — the new board, reporting none, is
+    exported and alerted on against the defaults, not the old part's 85 °C HBM — while its latest
+    temperature and every other GPU's limits stay."""
+    store = FindingStore(small_topology)
+    n = small_topology.size("gpu")
+    own = np.full(n, 85.0)
+    frame = _gpu_frame(small_topology, 1.0, np.full(n, 50.0))
+    frame.columns.update(hbm_temp=np.full(n, 70.0), hbm_max_op_temp=own, max_op_temp=own - 2.0)
+    store.observe_frame(frame)
+    store.move_to(small_topology, replaced=[1])
+    store.observe_findings([Anomaly(1.0, "gpu", s, "gpu_temp", 9.0, "z") for s in (0, 1)])
+    reg = build_registry(store, top_k=0)
+
+    def sample(name: str, slot: int) -> float | None:
+        return reg.get_sample_value(name, {"cluster": "test", "rack": "rack0", "node": "node0", "gpu": str(slot)})
+    assert (sample(LIMITS[0], 1), sample(LIMITS[1], 1)) == (87.0, 95.0)
+    assert (sample(LIMITS[0], 0), sample(LIMITS[1], 0)) == (83.0, 85.0)
+    assert sample("foreshock_gpu_memory_temperature_celsius", 1) == 70.0
+
 def test_the_hbm_series_band_is_relative_to_each_gpus_own_limit(small_topology: Topology) -> None:
     """Every GPU whose HBM is within HBM_SERIES_BAND_C of its limit keeps its series, however many
     (the alert's ``for`` needs it at every scrape): against the fixed 95 °C, an 85 °C part at
