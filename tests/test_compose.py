@@ -147,9 +147,11 @@ def test_dockerfile_copies_every_package_folder() -> None:
     folders = set(pyproject["tool"]["setuptools"]["package-dir"].values())
     copied = {line.split()[1].rstrip("/") for line in (ROOT / "Dockerfile").read_text().splitlines()
               if line.startswith("COPY ") and line.split()[1].endswith("/")}
-    assert folders <= copied, f"Dockerfile misses {sorted(folders - copied)}"
+    # a package folder inside a copied one (dashboards/generated) comes with it
+    missed = {f for f in folders if not any(f == c or f.startswith(c + "/") for c in copied)}
+    assert not missed, f"Dockerfile misses {sorted(missed)}"
     ignored = {line.strip().rstrip("/") for line in (ROOT / ".dockerignore").read_text().splitlines()}
-    assert not folders & ignored
+    assert not {f for f in folders if any(f == i or f.startswith(i + "/") for i in ignored)}
 
 
 def test_kafka_keeps_its_logs_in_its_volume(stack: dict[str, Any]) -> None:
