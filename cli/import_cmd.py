@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from foreshock.frames import Frame, frames_from_records
+from foreshock.frames import REASONS_AFTER_ENTITY, Frame, frames_from_records
 from foreshock.health import PipelineHealth
 from foreshock.recording import RecordingWriter
 from foreshock.streams.alibaba import STATS, read_alibaba
@@ -79,11 +79,6 @@ def _json_records(text: str, path: Path, health: PipelineHealth | None) -> Itera
         yield records
 
 
-# the reasons frames_from_records gives a record only after it resolved the record's entity: with a
-# topology still being learnt they wait for it, since an unknown entity is the reason given first
-AFTER_ENTITY_REASONS = ("unknown fields ", "non-numeric field value")
-
-
 class _EntityNumbers:
     """Entity names numbered per kind as they first come, standing in for slots while the
     topology is still being learnt from the GPUs' names (see :func:`_jsonl`)."""
@@ -138,7 +133,7 @@ def _jsonl(text: str, path: Path, topology_path: Path | None, health: PipelineHe
                     raw_entity.setdefault(str(r.get("kind")), {})[str(entity)] = repr(entity)
         frames, rejected = frames_from_records(records, resolve)  # type: ignore[arg-type]
         for record, reason in rejected:
-            if topology_path is None and reason.startswith(AFTER_ENTITY_REASONS):
+            if topology_path is None and reason.startswith(REASONS_AFTER_ENTITY):
                 key = (str(record.get("kind")), str(record.get("entity")), reason)
                 waiting[key] = waiting.get(key, 0) + 1
             else:

@@ -208,6 +208,14 @@ class Frame:
         return cls.from_arrow(table, kind=(table.schema.metadata or {}).get(ARROW_KIND_KEY, b"").decode() or None)
 
 
+UNKNOWN_FIELDS = "unknown fields"
+NON_NUMERIC_VALUE = "non-numeric field value"
+REASONS_AFTER_ENTITY = (UNKNOWN_FIELDS + " ", NON_NUMERIC_VALUE)
+"""How the reasons begin that :func:`frames_from_records` gives a record only once its entity
+resolved (an unknown entity is the reason given first): a caller still learning its topology
+(``foreshock import`` without ``--topology``) holds these back until it knows the entity."""
+
+
 def frames_from_records(
     records: Iterable[Mapping[str, object]], resolve_slot: Callable[[str, str], int]
 ) -> tuple[dict[str, Frame], list[tuple[Mapping[str, object], str]]]:
@@ -243,12 +251,12 @@ def frames_from_records(
             continue
         bad = [k for k in rec if k not in names and k not in ("kind", "entity", "ts")]
         if bad:
-            rejected.append((rec, f"unknown fields {bad}"))
+            rejected.append((rec, f"{UNKNOWN_FIELDS} {bad}"))
             continue
         try:
             values = {k: float(rec[k]) if rec[k] is not None else np.nan for k in names if k in rec}  # type: ignore[arg-type]
         except (TypeError, ValueError):
-            rejected.append((rec, "non-numeric field value"))
+            rejected.append((rec, NON_NUMERIC_VALUE))
             continue
         rows.setdefault(str(kind), []).append((ts, slot, values))
     frames = {}
