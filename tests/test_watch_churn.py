@@ -71,10 +71,12 @@ class _Exporter(LocalHttpServer):
         self.url += "/metrics"
 
 
-def _watch(tmp_path: Path, pages: list[str], name: str) -> tuple[Any, dict[str, Any], list[Any], str]:
+def watch_pages(pages: list[str], findings: Path) -> tuple[Any, str]:
+    """``foreshock watch --source dcgm`` over ``pages`` (served once each, then the last again),
+    its findings written to ``findings``: the CLI result and /metrics as read when the last page
+    was requested."""
     port = _free_port()
     exporter = _Exporter(pages, f"http://127.0.0.1:{port}/metrics", scrape_at=len(pages))
-    findings = tmp_path / f"{name}.jsonl"
     try:
         result = CliRunner().invoke(cli, ["watch", "--source", "dcgm", "--url", exporter.url, "--interval", "0.001",
                                           "--polls", str(len(pages) + 1), "--port", str(port), "--top-k", "32",
@@ -82,9 +84,15 @@ def _watch(tmp_path: Path, pages: list[str], name: str) -> tuple[Any, dict[str, 
     finally:
         exporter.close()
     assert result.exit_code == 0, result.output
+    return result, exporter.metrics
+
+
+def _watch(tmp_path: Path, pages: list[str], name: str) -> tuple[Any, dict[str, Any], list[Any], str]:
+    findings = tmp_path / f"{name}.jsonl"
+    result, metrics = watch_pages(pages, findings)
     summary = json.loads(result.output.strip().splitlines()[-1])
     found = [finding_from_dict(json.loads(line)) for line in findings.read_text().splitlines()]
-    return result, summary, found, exporter.metrics
+    return result, summary, found, metrics
 
 
 def _named(found: list[Any], topology: Topology) -> list[tuple[str, str, float, str]]:

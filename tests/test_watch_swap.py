@@ -11,10 +11,8 @@ from typing import Any
 
 import numpy as np
 import pytest
-from click.testing import CliRunner
 
 from foreshock.cli import watch
-from foreshock.cli.main import cli
 from foreshock.detectors.thermal_fit import CORE, G_SIZE, M_LOADED, M_RL, M_SIZE
 from foreshock.frames import Frame
 from foreshock.simulator.formats import dcgm_exposition
@@ -23,7 +21,7 @@ from foreshock.streams.polling import PollingSource
 from foreshock.topology import Topology
 
 from test_watch import stamped
-from test_watch_churn import _Exporter, _free_port, follow_a_source_running_ahead
+from test_watch_churn import follow_a_source_running_ahead, watch_pages
 from thermal_synth import World, small_topology
 
 SWAP = 150  # node0/gpu3's board is replaced from this scrape on (1500 s of telemetry in)
@@ -92,16 +90,8 @@ def _watch(pages: list[str], monkeypatch: Any, findings: Path) -> tuple[Any, str
         return runs[-1]
 
     monkeypatch.setattr(watch, "build_pipeline", keep)
-    port = _free_port()
-    exporter = _Exporter(pages, f"http://127.0.0.1:{port}/metrics", scrape_at=len(pages))
-    try:
-        result = CliRunner().invoke(cli, ["watch", "--source", "dcgm", "--url", exporter.url, "--interval", "0.001",
-                                          "--polls", str(len(pages) + 1), "--port", str(port), "--top-k", "32",
-                                          "--findings", str(findings)])
-    finally:
-        exporter.close()
-    assert result.exit_code == 0, result.output
-    return runs[0], exporter.metrics, [json.loads(line)["entity"] for line in findings.read_text().splitlines()]
+    _, metrics = watch_pages(pages, findings)
+    return runs[0], metrics, [json.loads(line)["entity"] for line in findings.read_text().splitlines()]
 
 
 def test_a_gpu_whose_board_is_swapped_starts_its_detector_state_afresh(boards, monkeypatch, caplog, tmp_path: Path):
