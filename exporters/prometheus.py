@@ -203,7 +203,8 @@ class ForeshockCollector(Collector):
         return snap.last_seen[kind] >= snap.last_ts - self.stale_after_s  # type: ignore[no-any-return]
 
     # ---- per-entity ----------------------------------------------------------------------
-    def _flagged_gpus(self, snap: StoreSnapshot) -> np.ndarray:
+    def _flagged_gpus(self, snap: StoreSnapshot, hbm_limit: np.ndarray) -> np.ndarray:
+        """The GPUs exported one by one; ``hbm_limit``: each GPU's own HBM limit (:func:`own_limits`)."""
         flagged = {f.slot for f in snap.predictions if f.entity_kind == "gpu"}
         flagged |= {a.slot for a in snap.anomalies if a.entity_kind == "gpu"}
         # a GPU held by a thermal or power-brake bit right now keeps its series (and decoded bits)
@@ -218,15 +219,15 @@ class ForeshockCollector(Collector):
         # series long enough for the HBM alert's ``for`` (and against a fixed 95 °C, an 85 °C
         # part at 80 °C had no series at all)
         hbm = snap.latest["gpu"]["hbm_temp"]
-        _, hbm_limit = own_limits(snap.latest["gpu"])
         flagged |= set(np.flatnonzero(hbm >= hbm_limit - HBM_SERIES_BAND_C).tolist())
         return np.array(sorted(flagged), dtype=np.int64)
 
     def _gpu_series(self, snap: StoreSnapshot) -> Iterator[Metric]:
         topo = snap.topology
-        gpus = self._flagged_gpus(snap)
-        labels = {int(s): _values(topo.labels("gpu", int(s)), GPU_LABELS) for s in gpus}
         latest = snap.latest["gpu"]
+        limits = own_limits(latest)  # (core, HBM): once per scrape, for the selection and the series
+        gpus = self._flagged_gpus(snap, limits[1])
+        labels = {int(s): _values(topo.labels("gpu", int(s)), GPU_LABELS) for s in gpus}
         for name, field in _GPU_FIELDS.items():
             fam = _family(name)
             for s in gpus:
@@ -234,7 +235,7 @@ class ForeshockCollector(Collector):
                 if not math.isnan(v):
                     fam.add_metric(labels[int(s)], float(v))
             yield fam
-        for (name, temp_field), limit in zip(_LIMIT_FAMILIES, own_limits(latest)):
+        for (name, temp_field), limit in zip(_LIMIT_FAMILIES, limits):
             fam = _family(name)
             for s in gpus:
                 if not math.isnan(latest[temp_field][s]):
