@@ -155,15 +155,9 @@ class NvmlSource(PollingSource):
             for f, name in enumerate(self.fields):
                 if not self.supported[g, f]:
                     continue
-                try:
-                    value = READERS[name](nv, handle)
-                except nv.NVMLError as exc:
-                    if getattr(exc, "value", None) in unsupported:
-                        self.supported[g, f] = False
-                    else:
-                        self.health.problem(STAGE, "NVML call failed", detail=f"{name} on GPU {g}: {exc}")
-                    continue
-                values[g, f] = value if math.isfinite(value) else np.nan
+                value, self.supported[g, f] = self._call(g, name, lambda: READERS[name](nv, handle), unsupported)
+                if value is not None:
+                    values[g, f] = value if math.isfinite(value) else np.nan
             if self.reports_replaced_gpus:
                 uuids[self._entities[g]] = self._uuid(g, handle, unsupported)
         present = np.array([h is not None for h in self.handles], dtype=bool)
@@ -175,18 +169,27 @@ class NvmlSource(PollingSource):
         return SampleBatch("gpu", self._entities, np.full(len(values), now),
                            np.flatnonzero(present).astype(np.int32), columns)
 
+    def _call(self, index: int, what: str, read: Callable[[], Any], unsupported: set[int]) -> tuple[Any, bool]:
+        """``(read(), True)`` for GPU ``index``, or ``(None, supported)`` where NVML fails: an error
+        saying the GPU does not support it gives ``False`` (the caller asks no more), any other is
+        counted (``what`` names the call) and asked again at the next poll."""
+        try:
+            return read(), True
+        except self.nv.NVMLError as exc:
+            if getattr(exc, "value", None) in unsupported:
+                return None, False
+            self.health.problem(STAGE, "NVML call failed", detail=f"{what} on GPU {index}: {exc}")
+            return None, True
+
     def _uuid(self, index: int, handle: Any, unsupported: set[int]) -> str:
         """GPU ``index``'s UUID; "" (no change) when it cannot be read: a failed call is counted,
         one the GPU does not support is remembered and not made again, as a reader's."""
         if index in self._uuid_unsupported:
             return ""
-        try:
-            uuid = self.nv.nvmlDeviceGetUUID(handle)
-        except self.nv.NVMLError as exc:
-            if getattr(exc, "value", None) in unsupported:
-                self._uuid_unsupported.add(index)
-            else:
-                self.health.problem(STAGE, "NVML call failed", detail=f"uuid on GPU {index}: {exc}")
+        uuid, supported = self._call(index, "uuid", lambda: self.nv.nvmlDeviceGetUUID(handle), unsupported)
+        if not supported:
+            self._uuid_unsupported.add(index)
+        if uuid is None:
             return ""
         # older pynvml returns the C string as bytes; newer ones decode it (nvidia-ml-py 13.615: a str)
         text = uuid.decode("ascii", errors="replace") if isinstance(uuid, bytes) else str(uuid)
