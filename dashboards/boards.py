@@ -16,6 +16,7 @@ from foreshock.facts import THROTTLE_BITS
 from .config import DEFAULT_CONFIG, MixinConfig
 from .grafana import (Dashboard, Panel, Target, Variable, dashed, heatmap, right_axis, stat, state_timeline, table,
                       timeseries)
+from .rules import THERMAL_HEADROOM
 
 UIDS = {
     "fleet": "foreshock-fleet",
@@ -40,6 +41,14 @@ TRAINING_JOB = Variable("training_job", "Training job",
 
 def RED_ABOVE(limit: float) -> list[tuple[float | None, str]]:  # noqa: N802 (reads as a constant)
     return [(None, "green"), (limit, "red")]
+
+
+def _headroom_colours(cfg: MixinConfig, above: str) -> list[tuple[float | None, str]]:
+    """Red at or over a GPU's own limit (0 °C left or less), orange within ``headroom_warning_c`` of
+    it, ``above`` beyond. Grafana colours a value by the highest step at or below it, so the steps
+    sit a hundredth of a degree (finer than any sensor reads) above 0 and above the warning."""
+    just_above = 0.01
+    return [(None, "red"), (just_above, "orange"), (cfg.headroom_warning_c + just_above, above)]
 
 
 def _link(uid: str, title: str, params: str) -> dict[str, str]:
@@ -71,9 +80,15 @@ def fleet(cfg: MixinConfig) -> Dashboard:
                  thresholds=RED_ABOVE(1)),
             stat("GPUs reporting", Target(f"sum(cluster:foreshock_gpus_reporting:sum{{{C}}})"),
                  thresholds=[(None, "blue")]),
-            stat("Hottest GPU", Target(f"max(cluster:foreshock_gpu_temperature_celsius:max{{{C}}})"),
-                 unit="celsius", thresholds=[(None, "green"), (cfg.max_operating_c - 10, "orange"),
-                                             (cfg.max_operating_c, "red")]),
+            stat("Least thermal headroom", Target(f"min({THERMAL_HEADROOM}{{{C}}})"),
+                 unit="celsius", thresholds=_headroom_colours(cfg, "green"),
+                 description="The smallest distance from a GPU's core or HBM temperature to its own max "
+                             "operating temperature (as the GPU reports it, else "
+                             f"{cfg.max_operating_c:g} °C core and {cfg.hbm_max_operating_c:g} °C HBM): "
+                             "red at or over a limit, orange within "
+                             f"{cfg.headroom_warning_c:g} °C. Over the GPUs exported one by one (flagged, "
+                             "the hottest by core and by HBM, HBM near its limit); the ranking by GPU below "
+                             "names them."),
             "Predictions",
             timeseries("Active predictions by event", Target(
                 f"sum by (event) (cluster:foreshock_predictions_active:sum{{{C}}})", "{{event}}"),
@@ -93,6 +108,14 @@ def fleet(cfg: MixinConfig) -> Dashboard:
                 unit="none", width=12, height=9,
                 description="Mean die-to-coolant thermal resistance (°C/W) of the rack's GPUs: it rises when "
                             "cooling degrades, before temperatures do."),
+            timeseries("Least thermal headroom by GPU", Target(
+                f"bottomk(10, {THERMAL_HEADROOM}{{{CR}}})", "{{node}}/gpu{{gpu}} {{sensor}}"),
+                unit="celsius", thresholds=_headroom_colours(cfg, "transparent"), threshold_lines=True,
+                options={"legend": {"displayMode": "list", "placement": "bottom", "showLegend": True},
+                         "tooltip": {"mode": "multi", "sort": "asc"}},
+                description="The ten GPU core or HBM temperatures nearest their own max operating "
+                            "temperature, ranked by what is left (°C), not by how hot they are: an 85 °C "
+                            "part at 84 °C (1 °C left) comes before a 105 °C part at 90 °C (15 °C left)."),
             timeseries("Rack inlet temperature", Target(
                 f"foreshock_rack_inlet_temperature_celsius{{{CR}}}", "{{rack}}"), unit="celsius"),
             timeseries("Coolant flow by rack", Target(

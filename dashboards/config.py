@@ -59,6 +59,7 @@ class MixinConfig:
 
     # --- thresholds ----------------------------------------------------------------------
     hbm_margin_c: float = 5.0  # alert this far below a GPU's own HBM max operating temperature
+    headroom_warning_c: float = 10.0  # dashboards: orange within this of a GPU's own limit
     cooling_resistance_ratio: float = 1.25  # rack resistance vs its own median over a day
     fan_stopped_ratio: float = 0.1  # a node's slowest chassis fan under this share of full speed
     congestion_links: int = 2  # links anomalous on a congestion counter at once

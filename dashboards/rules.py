@@ -23,6 +23,9 @@ from .config import DEFAULT_CONFIG, MixinConfig
 
 ALERT_GROUP = "foreshock.alerts"
 RECORDING_GROUP = "foreshock.rules"
+THERMAL_HEADROOM = "gpu:foreshock_gpu_thermal_headroom_celsius:own_limit"
+"""Each exported GPU's own max operating temperature less its temperature (°C), one series per
+``sensor`` ("core", "hbm"): 0 or below is at or over its limit."""
 
 
 @dataclass(frozen=True)
@@ -85,6 +88,22 @@ def recording_rules(cfg: MixinConfig = DEFAULT_CONFIG) -> list[dict[str, Any]]:
             "expr": f"histogram_quantile({q}, sum by (cluster, instance, le) "
                     "(rate(foreshock_detector_latency_seconds_bucket[5m])))",
             "labels": {"quantile": q},
+        })
+    # How far each exported GPU is from its own limits, for the fleet board's stat and ranking: a
+    # fleet mixing parts is judged part by part (an 85 °C part at 84 °C has 1 °C left, a 105 °C
+    # part at 90 °C has 15), not by absolute temperature. A GPU without a limit series (an older
+    # exporter, another job) is judged against Hopper's, as ForeshockHbmTemperatureNearLimit does.
+    gpu = "cluster, rack, node, gpu"
+    for sensor, temp, limit, default in (
+            ("core", "foreshock_gpu_temperature_celsius", "foreshock_gpu_max_operating_temperature_celsius",
+             cfg.max_operating_c),
+            ("hbm", "foreshock_gpu_memory_temperature_celsius",
+             "foreshock_gpu_memory_max_operating_temperature_celsius", cfg.hbm_max_operating_c)):
+        rules.append({
+            "record": THERMAL_HEADROOM,
+            "expr": f"(max by ({gpu}) ({limit}) or max by ({gpu}) ({temp}) * 0 + {default:g}) "
+                    f"- on ({gpu}) max by ({gpu}) ({temp})",
+            "labels": {"sensor": sensor},
         })
     # One series per throttle reason, 0 or 1, with the reason as a label: the GPU detail
     # dashboard draws them as a state timeline. Decoded from the raw NVML bitmask.
