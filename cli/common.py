@@ -23,7 +23,6 @@ from foreshock.exporters.prometheus import MetricsPortError, serve, stop
 from foreshock.exporters.store import FindingStore
 from foreshock.frames import Frame
 from foreshock.health import PipelineHealth
-from foreshock.streams.dcgm import GpuReplaced
 from foreshock.streams.embedded import EmbeddedPipeline, RunStats
 from foreshock.streams.external_feed import ExternalFeed, external_targets, feed_before_frames
 from foreshock.topology import Topology
@@ -93,39 +92,29 @@ class PipelineRun:
     make_bank: Callable[[Topology], DetectorBank] | None = None  # the same bank for another topology
 
 
-def move_run(run: PipelineRun, topology: Topology, stage: str, replaced: Sequence[GpuReplaced] = ()) -> str:
+def move_run(run: PipelineRun, topology: Topology, stage: str) -> str:
     """Carry ``run`` over to ``topology`` (a live source took in new GPUs, ``foreshock watch``): the
     detectors', the input guard's and the /metrics store's state follow each entity by name
     (``EmbeddedPipeline.move_to``), the /metrics server keeps its port and counters, the summary
     names findings under the new topology. Counted (``foreshock_topology_changes_total``) and
-    logged in one line. ``replaced``: GPUs whose board was swapped (their UUID changed; ``topology``
-    may be the same one): their detector state starts afresh, each is counted
-    (``foreshock_gpus_replaced_total``) and logged in a line naming both UUIDs. Returns the lines
-    logged."""
+    logged in one line, which is returned."""
     assert run.make_bank is not None
     old = run.pipeline.topology
-    fresh = run.pipeline.move_to(topology, run.make_bank(topology), afresh=[gpu.name for gpu in replaced])
-    lines: list[str] = []
-    if topology is not old:
-        run.tally.topology = topology  # it keeps findings by entity name: only new ones need the new names
-        if run.jsonl is not None:
-            run.jsonl.topology = topology  # the findings file names each entity; its slots are renumbered
-        run.health.topology_changed(stage)
-        added = sorted(set(topology.gpus) - set(old.gpus))
-        hosts = sorted({name.rpartition("/")[0] for name in added})
-        shown = ", ".join(hosts[:5]) + (f" and {len(hosts) - 5} more" if len(hosts) > 5 else "")
-        lines.append(f"topology changed: +{len(added)} GPU{'' if len(added) == 1 else 's'} ({shown}); now "
-                     f"{topology.size('gpu')} GPUs on {topology.size('node')} nodes, GPUs no longer served stay "
-                     "listed; detector, input guard and /metrics state kept by GPU name")
-    for gpu in replaced:
-        run.health.gpu_replaced(stage)
-        lines.append(f"GPU {gpu.name} replaced: UUID {gpu.old_uuid} -> {gpu.new_uuid}; its detector state starts "
-                     "afresh (input guard and /metrics state kept, but for the old board's limits)")
-    if fresh and lines:
-        lines[-1] += f"; {', '.join(fresh)} cannot move its state: started fresh"
-    for line in lines:
-        log.warning(line)
-    return "\n".join(lines)
+    fresh = run.pipeline.move_to(topology, run.make_bank(topology))
+    run.tally.topology = topology  # it keeps findings by entity name: only new ones need the new names
+    if run.jsonl is not None:
+        run.jsonl.topology = topology  # the findings file names each entity; its slots are renumbered
+    run.health.topology_changed(stage)
+    added = sorted(set(topology.gpus) - set(old.gpus))
+    hosts = sorted({name.rpartition("/")[0] for name in added})
+    shown = ", ".join(hosts[:5]) + (f" and {len(hosts) - 5} more" if len(hosts) > 5 else "")
+    line = (f"topology changed: +{len(added)} GPU{'' if len(added) == 1 else 's'} ({shown}); now "
+            f"{topology.size('gpu')} GPUs on {topology.size('node')} nodes, GPUs no longer served stay "
+            "listed; detector, input guard and /metrics state kept by GPU name")
+    if fresh:
+        line += f"; {', '.join(fresh)} cannot move its state: started fresh"
+    log.warning(line)
+    return line
 
 
 def follow_external(run: PipelineRun, frames: Iterable[Frame]) -> Iterable[Frame]:

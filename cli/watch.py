@@ -17,10 +17,11 @@ entity keeping its learnt state. With ``--topology FILE`` the file is the truth:
 is counted as an unknown entity and logged once, asking to add it to the file.
 
 A GPU board swapped in its slot (an RMA: the name stays, the UUID changes) starts its detector
-state afresh at the same place in the stream (``move_run``), with or without ``--topology``: the
-new board's thermal resistance is not judged against the old one's history. Every GPU source
-reads the UUID for this (``ReportsReplacedGpus``): dcgm-exporter's ``UUID`` label, NVML's
-``nvmlDeviceGetUUID``, nvidia-smi's ``uuid`` query.
+state afresh from the new board's first row, with or without ``--topology``: the new board's
+thermal resistance is not judged against the old one's history. Every GPU source reads the UUID
+for this (dcgm-exporter's ``UUID`` label, NVML's ``nvmlDeviceGetUUID``, nvidia-smi's ``uuid``
+query) and carries it in each row (``board_id``), where the pipeline's input guard finds the
+change (``InputGuard.board_change``): the same as in ``replay`` and the Kafka workers.
 """
 
 from __future__ import annotations
@@ -30,14 +31,14 @@ import signal
 import socket
 import threading
 from collections import deque
-from typing import Callable, Iterable, Iterator
+from typing import Iterable, Iterator
 
 import click
 from rich.console import Console
 
 from foreshock.frames import Frame
 from foreshock.streams.dcgm import DcgmScrapeSource
-from foreshock.streams.polling import GpuReplaced, PollingSource, ReportsReplacedGpus, alongside
+from foreshock.streams.polling import PollingSource, alongside
 from foreshock.streams.redfish import CduSource, RedfishSource, parse_bmc_list
 from foreshock.topology import Topology
 
@@ -80,8 +81,6 @@ def command(source: str, duration: float | None, polls: int | None, interval: fl
     polled.counts_samples = False  # the pipeline counts what it processes, in the same health
     if isinstance(polled, DcgmScrapeSource):
         polled.takes_in_new_gpus = True  # a derived topology follows nodes replaced or added
-    if isinstance(polled, ReportsReplacedGpus):
-        polled.reports_replaced_gpus = True  # a GPU board swapped in its slot starts afresh
     stopped_by: list[str] = []
 
     def stop(sig: signal.Signals) -> None:
@@ -111,8 +110,7 @@ def command(source: str, duration: float | None, polls: int | None, interval: fl
         console.print(f"[dim]watching {source}{extra}: "
                       f"{topology.size('gpu')} GPUs, {topology.size('node')} nodes, a poll every {polled.interval:g} s "
                       "(Ctrl-C stops)[/dim]")
-        follower = _TopologyFollower(polled, topology,
-                                     polled.take_replaced if isinstance(polled, ReportsReplacedGpus) else None)
+        follower = _TopologyFollower(polled, topology)
         merged = alongside(itertools.chain([first], follower.mark(frames)), others)
         stats = run_with_progress(run, follower.follow(merged, run), None, f"watch {source}")
     finally:
@@ -153,37 +151,28 @@ class _TopologyFollower:
     still queued: :meth:`mark`, on the source's side, puts a marker (an empty frame) before the
     first frame of a new topology, and :meth:`follow`, on the pipeline's, makes the move when the
     marker comes out. (A new topology keeps the old nodes' slots: the frames of a BMC polled
-    beside, by node, stay right across the move.) GPUs the source found replaced (``replaced``,
-    called on the source's side after each frame: the ``take_replaced`` of a
-    :class:`ReportsReplacedGpus`) are moved the same way, onto the same topology with their state
-    started afresh, between the last frame of the old board and the first of the new."""
+    beside, by node, stay right across the move.)"""
 
-    def __init__(self, polled: PollingSource, topology: Topology,
-                 replaced: Callable[[], list[GpuReplaced]] | None = None) -> None:
+    def __init__(self, polled: PollingSource, topology: Topology) -> None:
         self.polled = polled
         self.current = topology  # the source side's
-        self.replaced = replaced
-        # (marker, topology, GPUs replaced), in order
-        self.moves: deque[tuple[Frame, Topology, list[GpuReplaced]]] = deque()
+        self.moves: deque[tuple[Frame, Topology]] = deque()  # (marker, topology), in order
 
     def mark(self, frames: Iterable[Frame]) -> Iterator[Frame]:
         for frame in frames:
             topology = self.polled.topology
-            grown = topology is not None and topology is not self.current
-            if topology is not None:
+            if topology is not None and topology is not self.current:
                 self.current = topology
-            replaced = self.replaced() if self.replaced is not None else []
-            if grown or replaced:
                 marker = Frame.empty(frame.kind)
-                self.moves.append((marker, self.current, replaced))
+                self.moves.append((marker, topology))
                 yield marker
             yield frame
 
     def follow(self, frames: Iterable[Frame], run: PipelineRun) -> Iterator[Frame]:
         for frame in frames:
             if self.moves and frame is self.moves[0][0]:
-                _, topology, replaced = self.moves.popleft()
-                move_run(run, topology, self.polled.stage, replaced)
+                _, topology = self.moves.popleft()
+                move_run(run, topology, self.polled.stage)
                 continue
             yield frame
 

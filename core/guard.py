@@ -20,6 +20,11 @@ sets aside (``PipelineHealth.problem``) — nothing disappears silently:
 - ``inf_values``: infinities become NaN, counted;
 - ``out_of_range``: a gauge value no sensor of its field can read (``Field.valid``: a sentinel
   such as 65535 or -1, a raw RPM where a share is due) becomes NaN, counted with the field named.
+
+It also keeps the board last read in each GPU's slot (the ``board_id`` field, a number per UUID
+that the GPU sources write): :meth:`InputGuard.board_change` tells the pipeline where a slot's
+board changes (an RMA), so that GPU's detector state starts afresh there. Kept with the rest of
+the state, a worker restarted after the swap still finds it.
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ from .topology import Topology
 
 _REPORTED = ":reported"
 _JOBS = "jobs:keys"
+_BOARDS = "gpu:board"
 REASONS = ("unknown_entity", "bad_timestamp", "duplicate_timestamp", "out_of_order", "future_timestamp")
 
 
@@ -148,6 +154,8 @@ class InputGuard:
         self.s_reported = {kind: np.zeros((len(field_names(kind)), topology.size(kind)), dtype=np.bool_)
                            for kind in kinds}
         self._unreported = {kind: _unreported(seen) for kind, seen in self.s_reported.items()}
+        # per GPU slot, the board_id last read there (NaN: none yet)
+        self.s_board = np.full(topology.size("gpu"), np.nan)
         self.topology = topology  # its job list: saved with the state, found again on load
 
     def check(self, frame: Frame) -> Frame:
@@ -190,6 +198,38 @@ class InputGuard:
             self.health.problem(self.stage, "missing_values", int(gaps), detail=f"{frame.kind} frame")
         return out
 
+    def board_change(self, frame: Frame) -> tuple[int, np.ndarray, np.ndarray, np.ndarray] | None:
+        """Where a GPU frame the guard let through (:meth:`check`'s result) first reads another
+        board in a slot than the one last read there: ``(row, slots, old, new)``, the row and
+        every slot whose board changes at that row's time, with the boards before and after
+        (which are noted as the slots' boards now). None when no board changes. A slot's first
+        board is no change; a NaN ``board_id`` (not read) neither.
+
+        The caller processes the rows before ``row``, starts those slots afresh, and asks again
+        with the rest: a frame holding a slot's old board and its new one (a worker catching up)
+        is split where the board changes, not before or after."""
+        ids = frame.columns.get("board_id")
+        if ids is None or frame.kind != "gpu" or not len(frame):
+            return None
+        read = np.isfinite(ids)
+        if not read.any():  # not read (the simulator; sources with reads_boards off): the common case
+            return None
+        slot = frame.slot
+        known = self.s_board[slot]
+        first = read & np.isnan(known)
+        if first.any():
+            rows = np.flatnonzero(first)[::-1]  # reversed: where a slot's first rows disagree, the first row's wins
+            self.s_board[slot[rows]] = ids[rows]
+            known = self.s_board[slot]
+        changed = read & (ids != known)
+        if not changed.any():
+            return None
+        row = int(np.argmax(changed))
+        at = np.flatnonzero(changed & (frame.ts == frame.ts[row]))
+        slots, old, new = slot[at].astype(np.int64), known[at], ids[at]
+        self.s_board[slots] = new
+        return row, slots, old, new
+
     def _detail(self, frame: Frame, reason: str) -> str:
         if reason == "out_of_order":
             return self._behind(frame)
@@ -216,6 +256,7 @@ class InputGuard:
         state: dict[str, Any] = {k: v.copy() for k, v in self.s_last_ts.items()}
         state.update({f"{k}{_REPORTED}": v.copy() for k, v in self.s_reported.items()})
         state[_JOBS] = list(self.topology.job_keys())
+        state[_BOARDS] = self.s_board.copy()
         return state
 
     def load_state_dict(self, state: dict[str, Any], remap: Remap | None = None) -> None:
@@ -227,10 +268,17 @@ class InputGuard:
         with a new job list keeps what it knew of the jobs still listed, and starts the new ones
         fresh (their rows had been refused as unknown entities while the saved, shorter arrays
         lasted). A state without the reported fields (a checkpoint from before they were kept)
-        leaves them empty: gaps count again once each entity has given a value."""
+        leaves them empty: gaps count again once each entity has given a value; one without the
+        boards (before 2026-12-02) knows none: each GPU's next board is its first."""
         saved_jobs = state.get(_JOBS)
+        boards = np.full(self.topology.size("gpu"), np.nan)
+        if _BOARDS in state:
+            saved = np.asarray(state[_BOARDS], dtype=np.float64)
+            boards = remap.rows("gpu", saved, boards) if remap is not None else saved.copy()
+            if boards.shape != self.s_board.shape:
+                raise ValueError(f"guard: state {_BOARDS!r} has shape {boards.shape}, expected {self.s_board.shape}")
         for k, v in state.items():
-            if k == _JOBS:
+            if k in (_JOBS, _BOARDS):
                 continue
             reported = k.endswith(_REPORTED)
             kind = k.removesuffix(_REPORTED)
@@ -254,3 +302,4 @@ class InputGuard:
                 self._unreported[kind] = _unreported(self.s_reported[kind])
             else:
                 self.s_last_ts[kind] = arr.copy()
+        self.s_board = boards

@@ -27,8 +27,9 @@ class PipelineHealth:
         # times a live source's derived topology took in entities it had not listed (a node
         # replaced or added), by stage: ``foreshock_topology_changes_total``
         self.topology_changes: Counter[str] = Counter()
-        # GPUs a live source found replaced in their slot (their UUID changed: another board), by
-        # stage: ``foreshock_gpus_replaced_total``
+        # GPUs found with another board in their slot (their UUID changed), by stage: the source
+        # that read the UUIDs, the guard stage whose pipeline restarted their state:
+        # ``foreshock_gpus_replaced_total``
         self.gpus_replaced: Counter[str] = Counter()
         self._logged: set[tuple[str, str]] = set()
 
@@ -49,7 +50,7 @@ class PipelineHealth:
         self._count(self.topology_changes, stage, 1)
 
     def gpu_replaced(self, stage: str, count: int = 1) -> None:
-        """Count GPUs a live source found replaced (the caller logs which, with both UUIDs)."""
+        """Count GPUs found with another board in their slot (the caller logs which)."""
         self._count(self.gpus_replaced, stage, count)
 
     def _count(self, counter: Counter, key: object, count: int, log_key: tuple[str, str] | None = None) -> bool:

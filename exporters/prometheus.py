@@ -106,7 +106,7 @@ CATALOGUE: tuple[MetricSpec, ...] = (
     MetricSpec(f"{NS}_input_problems_total", "counter", "Input problems counted (bad records, NaN, resets, ...)", ("cluster", "stage", "reason")),
     MetricSpec(f"{NS}_polls_skipped_total", "counter", "Polls a live source skipped: a poll, or the pipeline, took longer than its interval", ("cluster", "stage")),
     MetricSpec(f"{NS}_topology_changes_total", "counter", "Times a live source's derived topology took in GPUs it did not list (a node replaced or added)", ("cluster", "stage")),
-    MetricSpec(f"{NS}_gpus_replaced_total", "counter", "GPUs a live source found replaced in their slot (their UUID changed: another board), whose detector state started afresh", ("cluster", "stage")),
+    MetricSpec(f"{NS}_gpus_replaced_total", "counter", "GPUs found with another board in their slot (their UUID changed: an RMA), by stage: the live source that read the UUIDs, and the pipeline stage (guard) that started their detector state afresh", ("cluster", "stage")),
     MetricSpec(f"{NS}_dead_letters_total", "counter", "Records sent to the dead-letter topic", ("cluster",)),
     MetricSpec(f"{NS}_ingest_lag_seconds", "gauge", "Seconds from receiving a batch to finishing its detection", ("cluster",)),
     MetricSpec(f"{NS}_last_telemetry_timestamp_seconds", "gauge", "Telemetry timestamp of the newest sample processed", ("cluster",)),
@@ -203,30 +203,32 @@ class ForeshockCollector(Collector):
         return snap.last_seen[kind] >= snap.last_ts - self.stale_after_s  # type: ignore[no-any-return]
 
     # ---- per-entity ----------------------------------------------------------------------
-    def _flagged_gpus(self, snap: StoreSnapshot, hbm_limit: np.ndarray) -> np.ndarray:
-        """The GPUs exported one by one; ``hbm_limit``: each GPU's own HBM limit (:func:`own_limits`)."""
+    def _flagged_gpus(self, snap: StoreSnapshot, limits: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
+        """The GPUs exported one by one; ``limits``: each GPU's own core and HBM limits (:func:`own_limits`)."""
         flagged = {f.slot for f in snap.predictions if f.entity_kind == "gpu"}
         flagged |= {a.slot for a in snap.anomalies if a.entity_kind == "gpu"}
         # a GPU held by a thermal or power-brake bit right now keeps its series (and decoded bits)
         mask = np.nan_to_num(snap.latest["gpu"]["throttle_reasons"]).astype(np.int64)
         flagged |= set(np.flatnonzero(mask & (_THERMAL_BITS | THROTTLE_BITS["hw_power_brake"])).tolist())
-        # the K hottest by core and the K hottest by HBM: HBM runs its own race to its own limit
-        # (a cool core can sit beside hot memory), and the HBM alert reads the per-GPU series
-        for field in ("gpu_temp", "hbm_temp"):
-            flagged |= set(_hottest(snap.latest["gpu"][field], self.top_k).tolist())
+        # the K nearest their own limits by core and the K by HBM (the hottest, in a fleet of one
+        # part): HBM runs its own race to its own limit (a cool core can sit beside hot memory),
+        # and the HBM alert reads the per-GPU series. By headroom, not by temperature: in a fleet
+        # mixing parts, 32 parts rated 105 °C at 90 °C had hidden an 85 °C part at 80 °C
+        for field, limit in zip(("gpu_temp", "hbm_temp"), limits):
+            flagged |= set(_hottest(snap.latest["gpu"][field] - limit, self.top_k).tolist())
         # and every GPU whose HBM is near its own limit: with more of them than K (a failing loop
         # heats a rack of 64), the hottest K changed from scrape to scrape and no GPU kept a
         # series long enough for the HBM alert's ``for`` (and against a fixed 95 °C, an 85 °C
         # part at 80 °C had no series at all)
         hbm = snap.latest["gpu"]["hbm_temp"]
-        flagged |= set(np.flatnonzero(hbm >= hbm_limit - HBM_SERIES_BAND_C).tolist())
+        flagged |= set(np.flatnonzero(hbm >= limits[1] - HBM_SERIES_BAND_C).tolist())
         return np.array(sorted(flagged), dtype=np.int64)
 
     def _gpu_series(self, snap: StoreSnapshot) -> Iterator[Metric]:
         topo = snap.topology
         latest = snap.latest["gpu"]
         limits = own_limits(latest)  # (core, HBM): once per scrape, for the selection and the series
-        gpus = self._flagged_gpus(snap, limits[1])
+        gpus = self._flagged_gpus(snap, limits)
         labels = {int(s): _values(topo.labels("gpu", int(s)), GPU_LABELS) for s in gpus}
         for name, field in _GPU_FIELDS.items():
             fam = _family(name)

@@ -196,25 +196,27 @@ class FindingStore:
                 if kind in owned and values.shape == np.shape(owned[kind]):
                     self._gauges[name] = (kind, np.where(owned[kind], np.nan, values), help_text)
 
-    def move_to(self, topology: Topology, remap: Remap | None = None, replaced: Sequence[int] = ()) -> None:
+    def forget_limits(self, slots: Sequence[int] | np.ndarray) -> None:
+        """Forget the limits GPU ``slots``' boards reported (``OWN_LIMIT_FIELDS``): their boards
+        were swapped, and the new ones are exported and alerted on against their own, or the
+        defaults, not the old ones'; their other latest values stay."""
+        with self._lock:
+            gpu_fields = LATEST_FIELDS["gpu"]
+            for row in (gpu_fields.index(name) for name in OWN_LIMIT_FIELDS):
+                self._latest_block["gpu"][row, np.asarray(slots, dtype=np.int64)] = np.nan
+
+    def move_to(self, topology: Topology, remap: Remap | None = None) -> None:
         """Index everything by ``topology`` from now on: what is known of each entity (latest
         values, active findings, estimates, XID counts) follows it by name (``remap``: from this
         store's topology to ``topology``; made here when not given), a new entity starts unseen.
         For ``foreshock watch``, whose live source took in new GPUs: the /metrics server keeps
         this store (and its port and counters) and exports the new entities at the next scrape.
         What belonged to an entity ``topology`` no longer lists is dropped, XID counts too (they
-        cannot be labelled without it). Incidents name their entities and stay as they are.
-
-        ``replaced``: GPU slots (under ``topology``) whose board was swapped: the limits the old
-        board reported (``OWN_LIMIT_FIELDS``) are forgotten, so the new board is exported and
-        alerted on against its own, or the defaults, not the old one's; its other values stay."""
+        cannot be labelled without it). Incidents name their entities and stay as they are."""
         with self._lock:
             remap = remap if remap is not None else Remap(self.topology, topology)
             self._latest_block = {kind: self._moved(remap, topology, kind, block, np.nan, axis=1)
                                   for kind, block in self._latest_block.items()}
-            gpu_fields = LATEST_FIELDS["gpu"]
-            for row in (gpu_fields.index(name) for name in OWN_LIMIT_FIELDS):
-                self._latest_block["gpu"][row, np.asarray(replaced, dtype=np.int64)] = np.nan
             self._latest = {kind: dict(zip(LATEST_FIELDS[kind], block)) for kind, block in self._latest_block.items()}
             self._seen = {kind: self._moved(remap, topology, kind, seen, False) for kind, seen in self._seen.items()}
             self._last_seen = {kind: self._moved(remap, topology, kind, last, -np.inf)

@@ -50,7 +50,7 @@ from foreshock.frames import Frame
 from foreshock.health import PipelineHealth
 from foreshock.topology import UNKNOWN, Topology
 
-from .polling import GpuBoards, GpuReplaced, PollingSource, count_once  # GpuReplaced: re-exported
+from .polling import GpuBoards, PollingSource, count_once
 from .samples import SampleBatch, gpu_entity, gpu_topology, split_gpu_entity
 
 STAGE = "dcgm"
@@ -301,10 +301,11 @@ class DcgmScrapeSource(PollingSource):
     source's life (``parse_dcgm_text``'s ``once``), so a healthy exporter's rate of input problems
     is zero.
 
-    With :attr:`reports_replaced_gpus` (``foreshock watch``) the source follows each listed GPU's
-    ``UUID`` label: one that changes from a known UUID to another (a board swapped in the slot;
-    a first UUID or a missing label is no change) is queued as a :class:`GpuReplaced` for
-    :meth:`take_replaced`, before the frame of the poll that served the new board is yielded.
+    With :attr:`reads_boards` (on unless turned off) the source follows each listed GPU's ``UUID``
+    label and carries it as the ``board_id`` field: one that changes from a known UUID to another
+    (a board swapped in the slot; a first UUID or a missing label is no change) is logged and
+    counted here (:class:`~foreshock.streams.polling.GpuBoards`), and the pipeline starts that
+    GPU's detector state afresh from the new board's first row.
     """
 
     stage = STAGE
@@ -325,8 +326,8 @@ class DcgmScrapeSource(PollingSource):
         self.takes_in_new_gpus = False
         self._unlisted_polls: dict[str, int] = {}  # GPUs the topology lacks: polls in a row serving them
         self._told: set[str] = set()  # names logged as missing from the topology
-        self.reports_replaced_gpus = False
-        self._boards = GpuBoards()  # per listed GPU, the UUID last served; the swaps not yet taken
+        self.reads_boards = True
+        self._boards = GpuBoards(self.health, STAGE)  # per listed GPU, the UUID last served
 
     def scrape(self) -> str | None:
         try:
@@ -343,7 +344,7 @@ class DcgmScrapeSource(PollingSource):
         text = self.scrape()
         if text is None:
             return []
-        uuids: dict[str, str] | None = {} if self.reports_replaced_gpus else None
+        uuids: dict[str, str] | None = {} if self.reads_boards else None
         batch = parse_dcgm_text(text, now, self.health, self.default_host, self.counted_once, uuids)
         if not len(batch):
             return []
@@ -352,7 +353,7 @@ class DcgmScrapeSource(PollingSource):
         else:
             self._follow(batch)
         if uuids:
-            self._boards.note(uuids, self._topology)
+            batch = self._boards.tag(batch, uuids, self._topology)
         batch = self._new_rows(batch, self._topology)
         return [batch.to_frame(self._topology, self.health, STAGE)] if len(batch) else []
 
@@ -383,10 +384,6 @@ class DcgmScrapeSource(PollingSource):
             "restart to watch them (the topology was derived from the first scrape)"
         log.warning("%s: %d GPU%s not in the topology, their samples counted as unknown gpu entities: %s; %s",
                     STAGE, len(new), "" if len(new) == 1 else "s", _names(new), what)
-
-    def take_replaced(self) -> list[GpuReplaced]:
-        """The GPUs found replaced since the last call (in the polling thread: :meth:`poll`'s)."""
-        return self._boards.take()
 
     def _new_rows(self, batch: SampleBatch, topology: Topology) -> SampleBatch:
         """The rows newer than each GPU's last one (a federation serves a sample until the next

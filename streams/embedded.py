@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Protocol, Sequence
+from typing import Any, Callable, Iterable, Protocol
 
 import numpy as np
 
@@ -54,11 +54,18 @@ class RunStats:
 class EmbeddedPipeline:
     def __init__(self, topology: Topology, bank: DetectorBank, store: FindingStore | None = None,
                  sinks: Iterable[Sink] = (), health: PipelineHealth | None = None,
-                 gauge_interval_s: float = 1.0, max_ahead_s: float | None = None) -> None:
+                 gauge_interval_s: float = 1.0, max_ahead_s: float | None = None,
+                 fresh_state: Callable[[], dict[str, Any]] | None = None) -> None:
         """``max_ahead_s``: the input guard refuses rows stamped further ahead of the wall clock
-        (``InputGuard``); None, for replays and simulations, which run ahead of it."""
+        (``InputGuard``); None, for replays and simulations, which run ahead of it.
+
+        ``fresh_state``: gives the detectors' state of a fresh bank like ``bank`` (``state_dict()
+        ["detectors"]``), from which a GPU started afresh takes its rows (:meth:`restart_gpus`);
+        by default a copy of ``bank``'s own is kept, taken here, when it must be fresh. (A Kafka
+        worker, with a pipeline per partition, gives the one fresh state it keeps anyway.)"""
         self.topology = topology
         self.bank = bank
+        self._fresh_state = fresh_state or self._kept(bank.state_dict()["detectors"])
         self.health = health or (store.health if store is not None else PipelineHealth())
         self.store = store or FindingStore(topology, self.health)
         self.guard = InputGuard(topology, self.health, max_ahead_s=max_ahead_s)
@@ -67,30 +74,16 @@ class EmbeddedPipeline:
         self.gauge_interval_s = gauge_interval_s
         self._last_gauges = 0.0
 
-    def move_to(self, topology: Topology, bank: DetectorBank, afresh: Sequence[str] = ()) -> list[str]:
+    def move_to(self, topology: Topology, bank: DetectorBank) -> list[str]:
         """Go on under ``topology`` with ``bank`` (a fresh bank made for it): the detectors', the
         input guard's and the store's state follow each entity by name (``core/remap.py``), a new
         entity starts fresh, one ``topology`` no longer lists is left out. A processor (the
         incident engine) that cannot move its state starts fresh: returns the names of those.
-        For ``foreshock watch``, whose live source took in new GPUs or found GPUs replaced; the
-        caller switches between frames, so every frame is processed under the topology its slots
-        refer to.
-
-        ``afresh``: GPUs (by name) whose board was swapped: their detectors' state starts fresh, as
-        a new GPU's would (no baseline of the old board's); the input guard keeps their
-        timestamps (a row older than the last one read is still out of order), the store its
-        latest values but the old board's limits, the incident engine its incidents (they are the
-        slot's history)."""
+        For ``foreshock watch``, whose live source took in new GPUs; the caller switches between
+        frames, so every frame is processed under the topology its slots refer to."""
         remap = Remap(self.topology, topology)
-        learnt = remap
-        replaced = np.zeros(0, dtype=np.int64)
-        if afresh:
-            keep = np.ones(topology.size("gpu"), dtype=bool)
-            slots = topology.slots("gpu", list(afresh))
-            replaced = slots[slots >= 0]
-            keep[replaced] = False
-            learnt = Remap(self.topology, topology, keep={"gpu": keep})
         state = self.bank.state_dict()
+        fresh_detectors = bank.state_dict()["detectors"]
         fresh: list[str] = []
         processors: dict[str, Any] = {}
         for proc in bank.processors:
@@ -100,25 +93,67 @@ class EmbeddedPipeline:
             else:
                 processors[proc.name] = proc.state_dict()
                 fresh.append(proc.name)
-        bank.load_state_dict({"detectors": {d.name: d.remap_state(state["detectors"][d.name], learnt)
+        bank.load_state_dict({"detectors": {d.name: d.remap_state(state["detectors"][d.name], remap)
                                             for d in bank.detectors},
                               "processors": processors})
         bank.report_problems_to(self.health)
         guard = InputGuard(topology, self.health, self.guard.stage, self.guard.max_ahead_s, self.guard.clock)
         guard.load_state_dict(self.guard.state_dict(), remap)
-        self.store.move_to(topology, remap, replaced.tolist())
+        self.store.move_to(topology, remap)
         self.topology, self.bank, self.guard = topology, bank, guard
+        self._fresh_state = self._kept(fresh_detectors)
         self._publish_gauges()  # the estimates under the new numbering, for the next scrape
         return fresh
+
+    def restart_gpus(self, slots: np.ndarray) -> None:
+        """Start the detector state of GPU ``slots`` afresh, as a new GPU's (no baseline of the
+        board that was there before); the other GPUs' state stays as it is. For a board swapped
+        in a slot (an RMA, :meth:`InputGuard.board_change`): the input guard keeps the slots'
+        timestamps (a row older than the last one read is still out of order), the store its
+        latest values but the old board's limits, the incident engine its incidents (they are the
+        slot's history)."""
+        keep = np.ones(self.topology.size("gpu"), dtype=bool)
+        keep[slots] = False
+        all_but_these = Remap(self.topology, self.topology, keep={"gpu": keep})
+        fresh = self._fresh_state()
+        current = self.bank.state_dict()["detectors"]
+        for detector in self.bank.detectors:
+            # the fresh state first: a remap takes the rows of the entities it does not keep from
+            # the detector's own state (``Detector.remap_state``), as a fresh bank's on a move
+            detector.load_state_dict(fresh[detector.name])
+            detector.load_state_dict(detector.remap_state(current[detector.name], all_but_these))
+        self.store.forget_limits(slots)
+
+    @staticmethod
+    def _kept(state: dict[str, Any]) -> Callable[[], dict[str, Any]]:
+        return lambda: state
 
     def process(self, frame: Frame, received_wall: float | None = None) -> list[Finding]:
         """Guard, detect and fan out one frame; never raises on bad data in the frame."""
         return self._process(frame, received_wall)[1]
 
     def _process(self, frame: Frame, received_wall: float | None) -> tuple[Frame, list[Finding]]:
-        """:meth:`process`, also returning the rows the guard let through."""
+        """:meth:`process`, also returning the rows the guard let through. Where a GPU's board
+        changes within them, the rows before are processed, that GPU's state restarted, and the
+        rest processed on."""
         received_wall = time.time() if received_wall is None else received_wall
         clean = self.guard.check(frame)
+        rest, findings = clean, []
+        while (change := self.guard.board_change(rest)) is not None:
+            row, slots, old, new = change
+            if row:
+                findings += self._detect(rest.take(slice(0, row)), received_wall)
+            self._board_swapped(slots, old, new)
+            rest = rest.take(slice(row, None))
+        findings += self._detect(rest, received_wall)
+        now = time.monotonic()
+        if now - self._last_gauges >= self.gauge_interval_s:
+            self._last_gauges = now
+            self._publish_gauges()
+        return clean, findings
+
+    def _detect(self, clean: Frame, received_wall: float) -> list[Finding]:
+        """Detect on guarded rows and hand rows and findings to the sinks."""
         t0 = time.perf_counter()
         findings = self.bank.update(clean)
         self.store.observe_latency(time.perf_counter() - t0)
@@ -126,11 +161,15 @@ class EmbeddedPipeline:
             sink.observe_frame(clean, received_wall)
             if findings:
                 sink.observe_findings(findings)
-        now = time.monotonic()
-        if now - self._last_gauges >= self.gauge_interval_s:
-            self._last_gauges = now
-            self._publish_gauges()
-        return clean, findings
+        return findings
+
+    def _board_swapped(self, slots: np.ndarray, old: np.ndarray, new: np.ndarray) -> None:
+        self.restart_gpus(slots)
+        self.health.gpu_replaced(self.guard.stage, len(slots))
+        for slot, was, now in zip(slots.tolist(), old.tolist(), new.tolist()):
+            log.warning("GPU %s: another board in its slot (board_id %d -> %d); its detector state starts afresh "
+                        "(input guard and /metrics state kept, but for the old board's limits)",
+                        self.topology.name("gpu", slot), was, now)
 
     def _publish_gauges(self) -> None:
         gauges = self.bank.gauges()

@@ -305,7 +305,10 @@ class DetectionStage:
         full = self._make_bank(topology)
         bank = DetectorBank(topology, full.detectors, processors=())  # incidents run in IncidentStage
         clean = _CleanFrame()
-        pipeline = EmbeddedPipeline(topology, bank, self.store, (clean,), self.health, max_ahead_s=self.max_ahead_s)
+        # a GPU started afresh (its board swapped) takes its rows from the fresh state kept for the
+        # checkpoints, not from a copy per partition (``_initial``: made from the first pipeline)
+        pipeline = EmbeddedPipeline(topology, bank, self.store, (clean,), self.health, max_ahead_s=self.max_ahead_s,
+                                    fresh_state=lambda: self._initial["bank"]["detectors"])
         return pipeline, clean
 
     @staticmethod

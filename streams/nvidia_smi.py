@@ -19,12 +19,12 @@ line per GPU per interval; without ``-o T``/``-o DT`` it prints no time, so rows
 ``start + cycle * interval`` (a cycle ends when a GPU index repeats). ``-`` means no value.
 
 A GPU's ``uuid`` (``GPU-...``) is a string, not a field: :func:`parse_query_gpu` reads it apart
-from the field table into its ``uuids`` map, and the live source asks for it only with
-:attr:`NvidiaSmiSource.reports_replaced_gpus` (``foreshock watch``): a GPU whose UUID changes from
-one known to another is another board in its slot (an RMA), reported as a
-:class:`~foreshock.streams.polling.GpuReplaced` under the rule every UUID-reading source follows
-(:class:`~foreshock.streams.polling.GpuBoards`); a missing one (``[N/A]``, the name rejected by the
-driver) is no change.
+from the field table into its ``uuids`` map, and the live source asks for it (unless
+:attr:`NvidiaSmiSource.reads_boards` is turned off) and carries it as the ``board_id`` field: a
+GPU whose UUID changes from one known to another is another board in its slot (an RMA), logged
+and counted here and started afresh by the pipeline, under the rule every UUID-reading source
+follows (:class:`~foreshock.streams.polling.GpuBoards`); a missing one (``[N/A]``, the name
+rejected by the driver) is no change.
 
 The capture files in ``../shared/data/nvidia-smi/`` hold many commands' outputs, each under a
 ``# idle :: query-gpu (...)`` banner; :func:`capture_sections` splits them.
@@ -47,7 +47,7 @@ from foreshock.frames import Frame
 from foreshock.health import PipelineHealth
 from foreshock.topology import Topology
 
-from .polling import GpuBoards, GpuReplaced, PollingSource, run_command
+from .polling import GpuBoards, PollingSource, run_command
 from .samples import SampleBatch, gpu_entity, gpu_topology, line_chunks, parse_tokens
 
 STAGE = "nvidia-smi"
@@ -339,8 +339,8 @@ class NvidiaSmiSource(PollingSource):
     ``clocks_event_reasons.*`` names), the source switches that field to its next alias, or
     drops it, and retries on the next poll; each rejection is counted.
 
-    With :attr:`reports_replaced_gpus` the query asks for :data:`UUID_QUERY` too and a board
-    swapped in a slot is queued for :meth:`take_replaced` (the module docstring); off, it does not.
+    With :attr:`reads_boards` (on unless turned off) the query asks for :data:`UUID_QUERY` too,
+    carried as ``board_id`` (the module docstring); off, it does not.
     """
 
     stage = STAGE
@@ -355,13 +355,13 @@ class NvidiaSmiSource(PollingSource):
         self.timeout = timeout
         self._topology = topology
         self._choices = query_fields() + [[TLIMIT_QUERY]]  # (max_op_temp: see TLIMIT_QUERY)
-        self.reports_replaced_gpus = False
-        # asked for with reports_replaced_gpus; a choice like the others, emptied if the driver rejects it
+        self.reads_boards = True
+        # asked for with reads_boards; a choice like the others, emptied if the driver rejects it
         self._uuid_choice = [UUID_QUERY]
-        self._boards = GpuBoards()
+        self._boards = GpuBoards(self.health, STAGE)
 
     def argv(self) -> list[str]:
-        choices = self._choices + ([self._uuid_choice] if self.reports_replaced_gpus else [])
+        choices = self._choices + ([self._uuid_choice] if self.reads_boards else [])
         names = ["timestamp", "index"] + [choice[0] for choice in choices if choice]
         return [self.executable, f"--query-gpu={','.join(names)}", "--format=csv"]
 
@@ -373,19 +373,15 @@ class NvidiaSmiSource(PollingSource):
             if m:
                 self._drop_name(m.group(1))
             return []
-        uuids: dict[str, str] | None = {} if self.reports_replaced_gpus else None
+        uuids: dict[str, str] | None = {} if self.reads_boards else None
         batch = parse_query_gpu(out, host=self.host, health=self.health, ts=now, uuids=uuids)
         if self._topology is None:
             if not len(batch):
                 return []
             self._topology = gpu_topology([batch])
         if uuids:
-            self._boards.note(uuids, self._topology)
+            batch = self._boards.tag(batch, uuids, self._topology)
         return [batch.to_frame(self._topology, self.health, STAGE)]
-
-    def take_replaced(self) -> list[GpuReplaced]:
-        """The GPUs found replaced since the last call (in the polling thread: :meth:`poll`'s)."""
-        return self._boards.take()
 
     def _drop_name(self, name: str) -> None:
         for choice in [*self._choices, self._uuid_choice]:

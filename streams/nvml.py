@@ -7,10 +7,10 @@ MHz -> Hz, percent -> ratio, ns -> s). A reader the GPU does not support (``Not 
 NaN without noise; any other NVML error is counted and gives NaN for that poll. The last XID
 needs an NVML event set and is not read here (dcgm-exporter reports it).
 
-With :attr:`NvmlSource.reports_replaced_gpus` (``foreshock watch``) each GPU's UUID is read too,
-one ``nvmlDeviceGetUUID`` per GPU and poll (bytes from older pynvml, str from newer ones): a GPU
-whose UUID changes from one known to another is another board in its slot (an RMA), reported as
-a :class:`~foreshock.streams.polling.GpuReplaced` (:class:`~foreshock.streams.polling.GpuBoards`,
+Each GPU's UUID is read too (:attr:`NvmlSource.reads_boards`), one ``nvmlDeviceGetUUID`` per GPU
+and poll (bytes from older pynvml, str from newer ones), and carried as the ``board_id`` field: a
+GPU whose UUID changes from one known to another is another board in its slot (an RMA), logged
+and counted here and started afresh by the pipeline (:class:`~foreshock.streams.polling.GpuBoards`,
 the rule every UUID-reading source follows). A UUID that cannot be read is no UUID that poll (no
 change), counted like any other failed call, never a crash.
 
@@ -35,7 +35,7 @@ from foreshock.health import PipelineHealth
 from foreshock.recording import RecordingWriter
 from foreshock.topology import Topology
 
-from .polling import GpuBoards, GpuReplaced, PollingSource
+from .polling import GpuBoards, PollingSource
 from .samples import SampleBatch, gpu_entity
 
 STAGE = "nvml"
@@ -106,8 +106,8 @@ class NvmlSource(PollingSource):
     ``nvml`` is an initialised pynvml module (default: :func:`load_nvml`); the topology is this
     host with its GPUs unless one is given (then ``host`` must name a node in it).
 
-    With :attr:`reports_replaced_gpus` each GPU's UUID is read at every poll and a board swapped
-    in a slot is queued for :meth:`take_replaced` (the module docstring); off, no UUID is read.
+    With :attr:`reads_boards` (on unless turned off) each GPU's UUID is read at every poll and
+    carried as ``board_id`` (the module docstring); off, no UUID is read.
     """
 
     stage = STAGE
@@ -128,8 +128,8 @@ class NvmlSource(PollingSource):
         self._entities = [gpu_entity(self.host, i) for i in range(count)]
         self._topology = topology if topology is not None else Topology.from_gpu_hosts(
             [(self.host, i) for i in range(count)])
-        self.reports_replaced_gpus = False
-        self._boards = GpuBoards()
+        self.reads_boards = True  # each GPU's UUID, carried as board_id (the module docstring)
+        self._boards = GpuBoards(self.health, STAGE)
         self._uuid_unsupported: set[int] = set()  # GPUs whose UUID NVML does not give
 
     def _handle(self, index: int) -> Any | None:
@@ -158,16 +158,17 @@ class NvmlSource(PollingSource):
                 value, self.supported[g, f] = self._call(g, name, lambda: READERS[name](nv, handle), unsupported)
                 if value is not None:
                     values[g, f] = value if math.isfinite(value) else np.nan
-            if self.reports_replaced_gpus:
+            if self.reads_boards:
                 uuids[self._entities[g]] = self._uuid(g, handle, unsupported)
         present = np.array([h is not None for h in self.handles], dtype=bool)
         values = values[present]
         columns = {name: values[:, f] for f, name in enumerate(self.fields) if not np.isnan(values[:, f]).all()}
+        batch = SampleBatch("gpu", self._entities, np.full(len(values), now), np.flatnonzero(present).astype(np.int32),
+                            columns)
         if uuids:
             assert self._topology is not None
-            self._boards.note(uuids, self._topology)
-        return SampleBatch("gpu", self._entities, np.full(len(values), now),
-                           np.flatnonzero(present).astype(np.int32), columns)
+            batch = self._boards.tag(batch, uuids, self._topology)
+        return batch
 
     def _call(self, index: int, what: str, read: Callable[[], Any], unsupported: set[int]) -> tuple[Any, bool]:
         """``(read(), True)`` for GPU ``index``, or ``(None, supported)`` where NVML fails: an error
@@ -194,10 +195,6 @@ class NvmlSource(PollingSource):
         # older pynvml returns the C string as bytes; newer ones decode it (nvidia-ml-py 13.615: a str)
         text = uuid.decode("ascii", errors="replace") if isinstance(uuid, bytes) else str(uuid)
         return text.strip()
-
-    def take_replaced(self) -> list[GpuReplaced]:
-        """The GPUs found replaced since the last call (in the polling thread: :meth:`poll`'s)."""
-        return self._boards.take()
 
     def poll(self) -> list[Frame]:
         assert self._topology is not None

@@ -7,27 +7,34 @@ sampling; a poll that fails is counted and the source keeps going, and so are th
 grid a poll longer than the interval skipped (``foreshock_polls_skipped_total``). ``stop()``
 ends the iteration from another thread; ``max_polls`` bounds it (tests, ``--duration``).
 
-A GPU source that reads each GPU's UUID (dcgm-exporter's ``UUID`` label, NVML's
-``nvmlDeviceGetUUID``, nvidia-smi's ``uuid``) can tell a board swapped in its slot (an RMA: the
-name stays, the UUID changes): it serves :class:`ReportsReplacedGpus`, which ``foreshock watch``
-turns on to start that GPU's detector state afresh, and says "replaced" by the rule of
-:class:`GpuBoards`, which each of them keeps.
+A GPU source reads each GPU's UUID (dcgm-exporter's ``UUID`` label, NVML's
+``nvmlDeviceGetUUID``, nvidia-smi's ``uuid``; off with ``reads_boards = False``) and carries it
+as the ``board_id`` field (:func:`board_id`), so a board swapped in its slot (an RMA: the name
+stays, the UUID changes) starts that GPU's detector state afresh wherever its frames are
+processed; each source says "replaced" by the rule of :class:`GpuBoards`, which it keeps.
 """
 
 from __future__ import annotations
 
+import hashlib
+import logging
+import math
 import queue
 import socket
 import subprocess
 import threading
 import time
-from typing import Callable, Iterable, Iterator, Mapping, NamedTuple, Protocol, Sequence, runtime_checkable
+from typing import Callable, Iterable, Iterator, Mapping, Sequence
+
+import numpy as np
 
 from foreshock.frames import Frame
 from foreshock.health import PipelineHealth
 from foreshock.topology import Topology
 
-from .samples import host_link_topology
+from .samples import SampleBatch, host_link_topology
+
+log = logging.getLogger("foreshock.sources")
 
 
 def count_once(once: set[str] | None, key: str) -> bool:
@@ -45,27 +52,40 @@ def count_once(once: set[str] | None, key: str) -> bool:
     return True
 
 
-class GpuReplaced(NamedTuple):
-    """A listed GPU whose UUID changed from one known UUID to another: another board in its slot
-    (an RMA), whose learnt state starts afresh."""
-    name: str
-    old_uuid: str
-    new_uuid: str
+BOARD_ID_BITS = 52  # a float64 holds every integer below 2**53 exactly
+
+
+def board_id(uuid: str) -> float:
+    """The ``board_id`` field's value for a GPU board's UUID: the low 52 bits of its 8-byte
+    BLAKE2b digest, an integer a float64 holds exactly (frames carry float64 columns only); NaN
+    for no UUID (""). The same UUID gives the same number on every host and version; two boards
+    share one with odds of about 2**-52."""
+    if not uuid:
+        return math.nan
+    digest = hashlib.blake2b(uuid.encode(), digest_size=8).digest()
+    return float(int.from_bytes(digest, "little") & ((1 << BOARD_ID_BITS) - 1))
 
 
 class GpuBoards:
-    """Per GPU a topology lists, the UUID of the board last read in its slot; a known UUID that
-    changes to another is queued as a :class:`GpuReplaced` until :meth:`take`. A first UUID, or
-    none this time ("": not read, or several that disagree), is no change. The same rule for every
-    source that reads UUIDs, so that each says "replaced" for the same thing."""
+    """Per GPU a topology lists, the UUID of the board last read in its slot, by the same rule for
+    every source that reads UUIDs: a known UUID that changes to another is another board (an RMA),
+    logged with both UUIDs and counted (``foreshock_gpus_replaced_total``, the source's stage); a
+    first UUID, or none this time ("": not read, or several that disagree), is no change.
 
-    def __init__(self) -> None:
+    :meth:`tag` also writes each row's board into the ``board_id`` column. That is what starts
+    the GPU's detector state afresh: the input guard of the pipeline the frames reach — this
+    process's, or through Kafka a worker's, whose checkpoint keeps the boards — finds the number
+    changed (``InputGuard.board_change``), however long the source or the agent was down."""
+
+    def __init__(self, health: PipelineHealth, stage: str) -> None:
+        self.health = health
+        self.stage = stage
         self.uuids: dict[str, str] = {}  # per listed GPU, the UUID last read
-        self._replaced: list[GpuReplaced] = []  # not yet taken
 
-    def note(self, uuids: Mapping[str, str], topology: Topology) -> None:
-        """Note the UUIDs read in one poll (GPU name -> UUID). Only listed GPUs: the others' rows
-        are refused, and the map stays as big as the topology."""
+    def tag(self, batch: SampleBatch, uuids: Mapping[str, str], topology: Topology) -> SampleBatch:
+        """``batch`` with its ``board_id`` column from the UUIDs read in the same poll (GPU name ->
+        UUID), having noted them. Only listed GPUs are noted: the others' rows are refused, and
+        the map stays as big as the topology."""
         names = list(uuids)
         for name, slot in zip(names, topology.slots("gpu", names)):
             uuid = uuids[name]
@@ -73,25 +93,14 @@ class GpuBoards:
                 continue
             old = self.uuids.get(name)
             if old is not None and old != uuid:
-                self._replaced.append(GpuReplaced(name, old, uuid))
+                self.health.gpu_replaced(self.stage)
+                log.warning("GPU %s replaced: UUID %s -> %s; the pipeline starts its detector state afresh",
+                            name, old, uuid)
             self.uuids[name] = uuid
-
-    def take(self) -> list[GpuReplaced]:
-        """The GPUs found replaced since the last call."""
-        replaced, self._replaced = self._replaced, []
-        return replaced
-
-
-@runtime_checkable
-class ReportsReplacedGpus(Protocol):
-    """A source that can follow each GPU's UUID: with :attr:`reports_replaced_gpus` set
-    (``foreshock watch``) it reads them at every poll and :meth:`take_replaced` returns the GPUs
-    found replaced since the last call (in the polling thread, after the poll whose frame serves
-    the new board, before that frame is taken). Off, it reads no UUID."""
-
-    reports_replaced_gpus: bool
-
-    def take_replaced(self) -> list[GpuReplaced]: ...
+        if len(batch):
+            ids = np.array([board_id(uuids.get(name, "")) for name in batch.entities], dtype=np.float64)
+            batch.columns["board_id"] = ids[batch.entity]
+        return batch
 
 
 class PollingSource:

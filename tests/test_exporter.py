@@ -362,6 +362,28 @@ def test_every_gpu_with_hbm_near_its_limit_is_exported_however_many(small_topolo
     assert text.count("foreshock_gpu_memory_temperature_celsius{") == n
 
 
+def test_the_top_k_are_the_gpus_nearest_their_own_limits_not_the_hottest(small_topology: Topology) -> None:
+    """In a fleet mixing parts, 31 parts rated 105 °C at ~90 °C (15 °C left) took the top K by
+    temperature, and the 85 °C part at 80 °C (5 °C left) had no series: the Fleet board's
+    headroom stat, over the exported GPUs, showed 15 °C in green. The same for HBM."""
+    t = small_topology
+    n = t.size("gpu")
+    core = 90.0 - np.arange(n) * 0.01
+    hbm = 90.0 - np.arange(n) * 0.01
+    limit = np.full(n, 105.0)
+    core[n - 1], hbm[n - 2], limit[n - 1] = 80.0, 80.0, 85.0
+    hbm_limit = np.full(n, 110.0)
+    hbm_limit[n - 2] = 96.0  # 16 °C left: outside the band every GPU near its HBM limit is exported in
+    store = FindingStore(t)
+    store.observe_frame(Frame("gpu", np.full(n, 1000.0), np.arange(n), {
+        "gpu_temp": core, "hbm_temp": hbm, "max_op_temp": limit, "hbm_max_op_temp": hbm_limit}))
+    reg = build_registry(store, top_k=4)
+    exported = {int(s.labels["gpu"]) + 8 * int(s.labels["node"].removeprefix("node"))
+                for fam in reg.collect() if fam.name == "foreshock_gpu_temperature_celsius" for s in fam.samples}
+    # the nearest by core (the 85 °C part, then three with 15 °C left) and by HBM (16 °C left, then 20)
+    assert exported == {n - 1, 0, 1, 2} | {n - 2, 0, 1, 2}
+
+
 LIMITS = ("foreshock_gpu_max_operating_temperature_celsius", "foreshock_gpu_memory_max_operating_temperature_celsius")
 
 
@@ -405,8 +427,8 @@ def test_each_exported_gpu_has_its_own_limits_beside_its_temperatures(small_topo
 
 
 def test_a_replaced_board_is_exported_against_its_own_limits_not_the_old_boards(small_topology: Topology) -> None:
-    """A GPU board swapped in its slot (``move_to(..., replaced=...)``, as ``foreshock watch``
-    does): the limits the old board reported are forgotten — the new board, reporting none, is
+    """A GPU board swapped in its slot (``forget_limits``, as the pipeline does when a slot's
+    ``board_id`` changes): the limits the old board reported are forgotten — the new board, reporting none, is
     exported and alerted on against the defaults, not the old part's 85 °C HBM — while its latest
     temperature and every other GPU's limits stay."""
     store = FindingStore(small_topology)
@@ -415,7 +437,7 @@ def test_a_replaced_board_is_exported_against_its_own_limits_not_the_old_boards(
     frame = _gpu_frame(small_topology, 1.0, np.full(n, 50.0))
     frame.columns.update(hbm_temp=np.full(n, 70.0), hbm_max_op_temp=own, max_op_temp=own - 2.0)
     store.observe_frame(frame)
-    store.move_to(small_topology, replaced=[1])
+    store.forget_limits([1])
     store.observe_findings([Anomaly(1.0, "gpu", s, "gpu_temp", 9.0, "z") for s in (0, 1)])
     reg = build_registry(store, top_k=0)
 

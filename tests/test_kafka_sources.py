@@ -5,7 +5,9 @@ stub ``nvidia-smi`` printing a real ``--query-gpu`` capture; the frames it publi
 
 from __future__ import annotations
 
+import csv
 import json
+import re
 import stat
 import subprocess
 import sys
@@ -28,6 +30,8 @@ from foreshock.streams.kafka_config import KafkaSettings
 from foreshock.streams.kafka_topics import Topics
 from foreshock.streams.nvidia_smi import capture_sections
 from foreshock.topology import Topology
+
+from board_ids import uuid_number
 
 pytestmark = pytest.mark.kafka
 
@@ -88,6 +92,14 @@ def new_topics() -> Topics:
     return Topics(f"src{uuid.uuid4().hex[:8]}.", 2)
 
 
+def page_uuid(page: str, host: str) -> str:
+    """The UUID label of ``host``'s GPU on a dcgm-exporter page (one GPU per host here)."""
+    found = {m.group(1) for line in page.splitlines() if f'Hostname="{host}"' in line
+             for m in [re.search(r'UUID="([^"]+)"', line)] if m}
+    assert len(found) == 1, found
+    return found.pop()
+
+
 def test_dcgm_agent_publishes_the_real_scrape_with_exact_values(kafka_settings, dcgm_exporter):
     topics = new_topics()
     summary = run_agent_cli(kafka_settings, topics, "--source", "dcgm", "--url", f"{dcgm_exporter}/metrics")
@@ -99,12 +111,15 @@ def test_dcgm_agent_publishes_the_real_scrape_with_exact_values(kafka_settings, 
     assert summary["input_problems"] == page.total_problems() > 0 and POLLS > 1
     topology, frames = published_gpu_rows(kafka_settings, topics, want_rows=2 * POLLS)
     assert topology.gpus == ["424773df46e0/gpu0", "551bdf382151/gpu0"]  # from the Hostname/gpu labels
-    # the page's values, in base units: MHz -> Hz, mJ -> J
+    # the page's values, in base units: MHz -> Hz, mJ -> J; each GPU's board (its UUID label) as the
+    # number the workers compare to find a board swapped
+    text = urllib.request.urlopen(f"{dcgm_exporter}/metrics").read().decode()
     assert values_of(topology, frames, "424773df46e0/gpu0") == [{
         "sm_clock": 300e6, "gpu_temp": 25.0, "power": 8.969, "energy": 128996.013, "pcie_replays": 0.0,
-        "util": 0.0, "xid_last": 0.0}] * POLLS
+        "util": 0.0, "xid_last": 0.0, "board_id": float(uuid_number(page_uuid(text, "424773df46e0")))}] * POLLS
     assert values_of(topology, frames, "551bdf382151/gpu0") == [
-        {"slowdown_temp": 93.0, "power_limit": 70.0, "throttle_reasons": 1.0}] * POLLS
+        {"slowdown_temp": 93.0, "power_limit": 70.0, "throttle_reasons": 1.0,
+         "board_id": float(uuid_number(page_uuid(text, "551bdf382151")))}] * POLLS
 
 
 def test_nvidia_smi_agent_publishes_the_real_h200_capture_with_exact_values(kafka_settings, shared_data,
@@ -127,7 +142,9 @@ def test_nvidia_smi_agent_publishes_the_real_h200_capture_with_exact_values(kafk
         "power": 627.40, "power_limit": 700.0, "gpu_temp": 52.0, "hbm_temp": 40.0, "max_op_temp": 87.0,
         "sm_clock": 1.98e9,
         "sm_clock_max": 1.98e9, "util": 1.0, "throttle_reasons": 0.0, "power_throttle_time": 0.0,
-        "thermal_throttle_time": 0.0, "ecc_dbe": 0.0, "remapped_rows": 0.0}] * POLLS
+        "thermal_throttle_time": 0.0, "ecc_dbe": 0.0, "remapped_rows": 0.0,
+        "board_id": float(uuid_number(next(csv.DictReader(csv_text.splitlines(), skipinitialspace=True))["uuid"]))}
+    ] * POLLS
 
 
 def test_an_agent_serves_its_own_counters_while_it_runs(kafka_settings, dcgm_exporter):

@@ -13,6 +13,7 @@ from foreshock.health import PipelineHealth
 from foreshock.streams.dcgm import DcgmScrapeSource, is_not_supported, parse_dcgm_text
 from foreshock.streams.samples import gpu_topology
 
+from board_ids import uuid_number
 from local_http import ScrapeServer
 
 T0 = 1_780_000_000.0
@@ -360,16 +361,16 @@ class _Pages(DcgmScrapeSource):
     def __init__(self, pages: list[str]) -> None:
         super().__init__("http://node1:9400/metrics", interval=0.001, max_polls=len(pages))
         self.pages = iter(pages)
-        self.reports_replaced_gpus = True
 
     def scrape(self) -> str | None:
         return next(self.pages, None)
 
 
-def test_the_source_reports_a_gpu_whose_uuid_changes_once() -> None:
-    """A UUID changing from one known to another is a replacement, reported once; the first UUID,
-    a missing label (a page without it, or a GPU seen for the first time) and the same UUID again
-    are not; neither is a GPU whose series disagree."""
+def test_the_source_carries_each_board_and_counts_a_gpu_whose_uuid_changes_once() -> None:
+    """Each row carries its GPU's board (board_id: none where the label is missing or its series
+    disagree). A UUID changing from one known to another is a replacement, counted once; the
+    first UUID, a missing label (a page without it, or a GPU seen for the first time) and the
+    same UUID again are not; neither is a GPU whose series disagree."""
     pages = [
         _page({"n/gpu0": "GPU-a", "n/gpu1": "GPU-p"}),
         _page({"n/gpu0": "GPU-a", "n/gpu1": None}),  # the label missing: no change
@@ -380,17 +381,24 @@ def test_the_source_reports_a_gpu_whose_uuid_changes_once() -> None:
         _page({"n/gpu0": "GPU-c", "n/gpu1": "GPU-p"}),  # gpu0 replaced again
     ]
     source = _Pages(pages)
-    reported = []
+    boards, replaced = [], []
     for _ in pages:
-        assert len(source.poll()) == 1
-        reported.append(source.take_replaced())
-    assert reported == [[], [], [("n/gpu0", "GPU-a", "GPU-b")], [], [], [], [("n/gpu0", "GPU-b", "GPU-c")]]
-    assert source.take_replaced() == []
+        frames = source.poll()
+        assert len(frames) == 1
+        assert source.topology is not None
+        by_name = dict(zip(source.topology.names("gpu"), np.full(2, np.nan)))
+        by_name.update(zip((source.topology.name("gpu", int(s)) for s in frames[0].slot),
+                           frames[0].columns["board_id"]))
+        boards.append([by_name["n/gpu0"], by_name["n/gpu1"]])
+        replaced.append(source.health.gpus_replaced["dcgm"])
+    a, b, c, p = (float(uuid_number(u)) for u in ("GPU-a", "GPU-b", "GPU-c", "GPU-p"))
+    np.testing.assert_array_equal(boards, [[a, p], [a, np.nan], [b, p], [b, p], [np.nan, p], [b, np.nan], [c, p]])
+    assert replaced == [0, 0, 1, 1, 1, 1, 2]
 
 
-def test_a_source_not_asked_to_report_replacements_reads_no_uuid() -> None:
+def test_a_source_told_not_to_read_boards_reads_no_uuid() -> None:
     source = _Pages([_page({"n/gpu0": "GPU-a"}), _page({"n/gpu0": "GPU-b"})])
-    source.reports_replaced_gpus = False
+    source.reads_boards = False
     for _ in range(2):
-        source.poll()
-    assert source.take_replaced() == []
+        assert np.isnan(source.poll()[0].columns["board_id"]).all()
+    assert not source.health.gpus_replaced

@@ -23,6 +23,8 @@ from foreshock.streams.nvidia_smi import (
     parse_query_gpu,
 )
 
+from board_ids import uuid_number
+
 H200 = "nvidia-smi/linux-x86_64__nvidia-h200__590.48.01.txt"
 H100 = "nvidia-smi/linux-x86_64__nvidia-h100-80gb-hbm3__590.48.01.txt"
 
@@ -334,27 +336,35 @@ def _page(uuids: list[str]) -> str:
 
 
 def test_the_source_asks_for_the_uuid_and_reports_a_gpu_whose_uuid_changes_once(tmp_path: Path) -> None:
+    """Each row carries its GPU's board (board_id; none where the UUID reads [N/A]); a UUID
+    changing from one known to another is counted once, at the poll that read it."""
     pages = [_page(["GPU-a", "GPU-p"]), _page(["GPU-a", "[N/A]"]), _page(["GPU-b", "GPU-p"]), _page(["GPU-b", "GPU-p"]),
              _page(["GPU-b", "GPU-q"])]
     stub, calls = pages_stub(tmp_path, pages)
     health = PipelineHealth()
     source = NvidiaSmiSource(executable=str(stub), interval=0.01, host="h", health=health, max_polls=len(pages))
-    source.reports_replaced_gpus = True
-    reported = []
+    boards, replaced = [], []
     for _ in pages:
-        assert len(source.poll()[0]) == 2
-        reported.append(source.take_replaced())
-    assert reported == [[], [], [("h/gpu0", "GPU-a", "GPU-b")], [], [("h/gpu1", "GPU-p", "GPU-q")]]
+        frame = source.poll()[0]
+        assert len(frame) == 2 and frame.slot.tolist() == [0, 1]
+        boards.append(frame.columns["board_id"].tolist())
+        replaced.append(health.gpus_replaced["nvidia-smi"])
+    a, b, p, q = (float(uuid_number(u)) for u in ("GPU-a", "GPU-b", "GPU-p", "GPU-q"))
+    np.testing.assert_array_equal(boards, [[a, p], [a, np.nan], [b, p], [b, p], [b, q]])
+    assert replaced == [0, 0, 1, 1, 2]
     query = calls.read_text().splitlines()[0].split(" ")[0].removeprefix("--query-gpu=").split(",")
     assert query.count("uuid") == 1 and "temperature.gpu.tlimit" in query
     assert health.total_problems() == 0
 
 
-def test_a_source_not_asked_for_uuids_does_not_query_them(tmp_path: Path) -> None:
+def test_a_source_told_not_to_read_boards_does_not_query_uuids(tmp_path: Path) -> None:
     stub, calls = pages_stub(tmp_path, [_page(["GPU-a"]), _page(["GPU-b"])])
-    source = NvidiaSmiSource(executable=str(stub), interval=0.01, host="h", max_polls=2)
-    assert len(list(source)) == 2
-    assert source.take_replaced() == []
+    health = PipelineHealth()
+    source = NvidiaSmiSource(executable=str(stub), interval=0.01, host="h", health=health, max_polls=2)
+    source.reads_boards = False
+    frames = list(source)
+    assert len(frames) == 2 and all(np.isnan(f.columns["board_id"]).all() for f in frames)
+    assert not health.gpus_replaced
     assert all("uuid" not in line.split(" ")[0].split(",") for line in calls.read_text().splitlines())
 
 
@@ -362,9 +372,9 @@ def test_a_driver_that_rejects_the_uuid_query_is_asked_without_it(tmp_path: Path
     stub, calls = pages_stub(tmp_path, ["index, temperature.gpu\n0, 50\n"], reject="uuid")
     health = PipelineHealth()
     source = NvidiaSmiSource(executable=str(stub), interval=0.01, host="h", health=health, max_polls=3)
-    source.reports_replaced_gpus = True
-    assert len(list(source)) == 2  # the first poll was rejected, the next ones asked without it
+    frames = list(source)
+    assert len(frames) == 2  # the first poll was rejected, the next ones asked without it
     asked = [line.split(" ")[0].split(",") for line in calls.read_text().splitlines()]
     assert [("uuid" in query) for query in asked] == [True, False, False]
-    assert source.take_replaced() == []
+    assert all(np.isnan(f.columns["board_id"]).all() for f in frames)
     assert health.problems[("nvidia-smi", "query field rejected by the driver")] == 1

@@ -3,6 +3,7 @@ error handling against a stand-in for pynvml (NVML itself cannot run without a d
 
 from __future__ import annotations
 
+import logging
 import types
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,8 @@ import pytest
 from foreshock.health import PipelineHealth
 from foreshock.recording import Recording
 from foreshock.streams.nvml import READERS, NvmlSource, load_nvml, record_nvml
+
+from board_ids import uuid_number
 
 
 @pytest.fixture(scope="module")
@@ -90,6 +93,7 @@ def fake_nvml(gpus: int = 2, unsupported: frozenset[str] = frozenset(), failing:
     nv.nvmlDeviceGetTotalEccErrors = fn("ecc", 0)
     nv.nvmlDeviceGetPcieReplayCounter = fn("pcie", 7)
     nv.nvmlDeviceGetRemappedRows = fn("remap", (3, 1, 0, 0))
+    nv.nvmlDeviceGetUUID = fn("uuid", lambda h: f"GPU-{h:08x}-0000-0000-0000-000000000000")
     return nv
 
 
@@ -104,8 +108,9 @@ def test_readers_convert_to_base_units() -> None:
         "energy": pytest.approx(123456.789, rel=1e-12), "sm_clock": 1.98e9, "sm_clock_max": 1.98e9, "util": 1.0,
         "throttle_reasons": 4.0, "power_throttle_time": 2.5, "thermal_throttle_time": 0.0, "ecc_dbe": 0.0,
         "pcie_replays": 7.0, "remapped_rows": 1.0,
+        "board_id": float(uuid_number("GPU-00000001-0000-0000-0000-000000000000")),  # the UUID, carried as a number
     }
-    assert set(READERS) == set(row)
+    assert set(READERS) | {"board_id"} == set(row)
 
 
 def test_unsupported_calls_are_not_repeated_and_errors_are_counted() -> None:
@@ -205,10 +210,11 @@ def _uuids_in_turn(nv: Any, per_poll: list[dict[int, Any]]) -> list[int]:
     return calls
 
 
-def test_a_gpu_whose_uuid_changes_is_reported_once_and_a_failed_read_is_no_change() -> None:
-    """Older pynvml gives the UUID as bytes, newer as str: the same UUID either way. A UUID
-    changing from one known to another is a replacement, reported once, at the poll that read
-    it; the first UUID, a failed read (counted, not raised) and the same UUID again are not."""
+def test_a_gpu_whose_uuid_changes_is_reported_once_and_a_failed_read_is_no_change(caplog) -> None:
+    """Older pynvml gives the UUID as bytes, newer as str: the same UUID either way, carried as the
+    same board_id. A UUID changing from one known to another is a replacement, logged and counted
+    once, at the poll that read it; the first UUID, a failed read (counted, not raised; no
+    board_id that poll) and the same UUID again are not."""
     nv = fake_nvml(gpus=2)
     calls = _uuids_in_turn(nv, [
         {0: "GPU-a", 1: b"GPU-p"},
@@ -219,28 +225,36 @@ def test_a_gpu_whose_uuid_changes_is_reported_once_and_a_failed_read_is_no_chang
     ])
     health = PipelineHealth()
     source = NvmlSource(nvml=nv, host="h", health=health, interval=0.01, max_polls=5)
-    source.reports_replaced_gpus = True
-    reported = []
-    for _ in range(5):
-        assert len(source.poll()[0]) == 2  # the readings are not held up by a UUID
-        reported.append(source.take_replaced())
-    assert reported == [[], [], [("h/gpu1", "GPU-p", "GPU-q")], [("h/gpu0", "GPU-a", "GPU-b")], []]
-    assert source.take_replaced() == []
+    boards, replaced = [], []
+    with caplog.at_level(logging.WARNING, logger="foreshock.sources"):
+        for _ in range(5):
+            frame = source.poll()[0]
+            assert len(frame) == 2  # the readings are not held up by a UUID
+            boards.append(frame.columns["board_id"].tolist())
+            replaced.append(health.gpus_replaced["nvml"])
+    a, b, p, q = (float(uuid_number(u)) for u in ("GPU-a", "GPU-b", "GPU-p", "GPU-q"))
+    np.testing.assert_array_equal(boards, [[a, p], [np.nan, p], [a, q], [b, q], [b, q]])
+    assert replaced == [0, 0, 1, 2, 2]
+    assert [r.getMessage().split(";")[0] for r in caplog.records if r.name == "foreshock.sources"] == [
+        "GPU h/gpu1 replaced: UUID GPU-p -> GPU-q", "GPU h/gpu0 replaced: UUID GPU-a -> GPU-b"]
     assert calls[0] == 10  # once per GPU and poll
     assert health.problems == {("nvml", "NVML call failed"): 1}
 
 
-def test_a_uuid_nvml_does_not_give_is_not_asked_for_again_and_no_uuid_is_read_unless_asked() -> None:
+def test_a_uuid_nvml_does_not_give_is_not_asked_for_again_and_none_is_read_when_turned_off() -> None:
     nv = fake_nvml(gpus=1)
     calls = _uuids_in_turn(nv, [{0: FakeNvmlError(nv.NVML_ERROR_NOT_SUPPORTED)}] * 3)
     health = PipelineHealth()
     source = NvmlSource(nvml=nv, host="h", health=health, interval=0.01, max_polls=3)
-    source.reports_replaced_gpus = True
-    assert len(list(source)) == 3
-    assert calls[0] == 1 and health.total_problems() == 0 and source.take_replaced() == []
+    frames = list(source)
+    assert len(frames) == 3 and all(np.isnan(f.columns["board_id"]).all() for f in frames)
+    assert calls[0] == 1 and health.total_problems() == 0
 
     nv = fake_nvml(gpus=1)
     calls = _uuids_in_turn(nv, [{0: "GPU-a"}, {0: "GPU-b"}])
-    source = NvmlSource(nvml=nv, host="h", interval=0.01, max_polls=2)  # record, agent: not asked
-    assert len(list(source)) == 2
-    assert calls[0] == 0 and source.take_replaced() == []
+    health = PipelineHealth()
+    source = NvmlSource(nvml=nv, host="h", health=health, interval=0.01, max_polls=2)
+    source.reads_boards = False
+    frames = list(source)
+    assert len(frames) == 2 and all(np.isnan(f.columns["board_id"]).all() for f in frames)
+    assert calls[0] == 0 and not health.gpus_replaced

@@ -30,9 +30,10 @@ GPU_RESOLUTION = {
     "thermal_throttle_time": 1e-6, "xid_last": 1.0, "ecc_dbe": 1.0, "pcie_replays": 1.0, "remapped_rows": 1.0,
 }
 LINK_RESOLUTION = {name: 1.0 for name in field_names("link")} | {"tx_data": 4.0, "rx_data": 4.0}
-LOST = {
-    "dcgm": set(),
-    "nvidia-smi": {"slowdown_temp", "energy", "xid_last", "pcie_replays", "max_op_temp", "hbm_max_op_temp"},
+LOST = {  # board_id: a UUID, a label or a string column, not a metric; the simulator reads none either
+    "dcgm": {"board_id"},
+    "nvidia-smi": {"slowdown_temp", "energy", "xid_last", "pcie_replays", "max_op_temp", "hbm_max_op_temp",
+                   "board_id"},
     "sysfs": {"pfc_pause_duration"},
 }
 EXACT = {"throttle_reasons", "xid_last", "link_state", "link_rate"}  # codes: never perturbed

@@ -293,15 +293,15 @@ def test_the_pipeline_moves_between_the_last_frame_of_the_old_topology_and_the_f
 
     primary = Switching()
     seen = follow_a_source_running_ahead(primary, watch._TopologyFollower(primary, old), monkeypatch,
-                                         lambda topology, replaced: topology, lambda: primary.topology is new)
+                                         lambda: primary.topology is new)
     assert seen == [0.0, new, 1.0, 2.0]
 
 
 def follow_a_source_running_ahead(primary: Any, follower: Any, monkeypatch: Any,
-                                  moved: Callable[[Topology, Any], Any], ahead: Callable[[], bool]) -> list[Any]:
+                                  ahead: Callable[[], bool]) -> list[Any]:
     """``primary``'s frames through ``follower`` with another source polled beside it (``alongside``
     polls each in a thread of its own, so ``primary`` runs ahead of the pipeline): the timestamps of
-    the frames taken, with ``moved(topology, replaced)`` of each ``move_run`` between them. Asserts
+    the frames taken, with the topology of each ``move_run`` between them. Asserts
     ``ahead()`` (the source had gone on) once the pipeline has its first frame."""
     import threading
 
@@ -319,7 +319,7 @@ def follow_a_source_running_ahead(primary: Any, follower: Any, monkeypatch: Any,
         done.set()
 
     seen: list[Any] = []
-    monkeypatch.setattr(watch, "move_run", lambda run, topology, stage, replaced: seen.append(moved(topology, replaced)))
+    monkeypatch.setattr(watch, "move_run", lambda run, topology, stage: seen.append(topology))
     merged = follower.follow(alongside(follower.mark(frames()), [Quiet(0.001, max_polls=1)]), run=None)
     first = next(merged)
     assert done.wait(5) and ahead()  # the source has gone on before the pipeline's first frame

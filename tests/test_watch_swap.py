@@ -16,12 +16,11 @@ from foreshock.cli import watch
 from foreshock.detectors.thermal_fit import CORE, G_SIZE, M_LOADED, M_RL, M_SIZE
 from foreshock.frames import Frame
 from foreshock.simulator.formats import dcgm_exposition
-from foreshock.streams.dcgm import GpuReplaced
-from foreshock.streams.polling import PollingSource
 from foreshock.topology import Topology
 
+from board_ids import uuid_number
 from test_watch import stamped
-from test_watch_churn import follow_a_source_running_ahead, watch_pages
+from test_watch_churn import watch_pages
 from thermal_synth import World, small_topology
 
 SWAP = 150  # node0/gpu3's board is replaced from this scrape on (1500 s of telemetry in)
@@ -100,7 +99,8 @@ def test_a_gpu_whose_board_is_swapped_starts_its_detector_state_afresh(boards, m
     a run served the same readings under the old UUID carries the old board's fit on. Every other
     GPU's state is that of the run without the swap; the univariate detectors, which flag the
     step from one board to the other when the UUID is ignored, do not flag it; the swap is counted
-    and logged once, naming both UUIDs."""
+    and logged once by the source, naming both UUIDs, and once by the pipeline that restarted the
+    GPU, naming both boards' numbers."""
     same, swapped, board = boards
     kept, _, kept_found = _watch(same, monkeypatch, tmp_path / "same.jsonl")
     with caplog.at_level(logging.WARNING, logger="foreshock"):
@@ -110,6 +110,13 @@ def test_a_gpu_whose_board_is_swapped_starts_its_detector_state_afresh(boards, m
     assert len(lines) == 1 and lines[0].startswith(f"GPU {SWAPPED} replaced: UUID GPU-")
     assert "-> GPU-0f1e2d3c-new0-board-0000-000000000003" in lines[0]
     assert 'foreshock_gpus_replaced_total{cluster="imported",stage="dcgm"} 1.0' in metrics
+    # the source only carried the new board (board_id): the pipeline's guard found it and restarted the GPU
+    old = lines[0].split("UUID ", 1)[1].split(" ", 1)[0]
+    restarted = [r.getMessage() for r in caplog.records if "another board in its slot" in r.getMessage()]
+    assert restarted == [f"GPU {SWAPPED}: another board in its slot (board_id {uuid_number(old)} -> "
+                         f"{uuid_number('GPU-0f1e2d3c-new0-board-0000-000000000003')}); its detector state starts "
+                         "afresh (input guard and /metrics state kept, but for the old board's limits)"]
+    assert 'foreshock_gpus_replaced_total{cluster="imported",stage="guard"} 1.0' in metrics
     assert "foreshock_topology_changes_total{" not in metrics  # the topology is the same one
 
     for name in ("thermal", "cooling"):
@@ -119,32 +126,3 @@ def test_a_gpu_whose_board_is_swapped_starts_its_detector_state_afresh(boards, m
         np.testing.assert_array_equal(after[others], before[others])
         assert_restarted(before, after, SLOT, SWAP, board)
     assert SWAPPED in kept_found and SWAPPED not in fresh_found
-
-
-def test_the_move_for_a_replaced_gpu_comes_before_the_new_boards_first_frame(monkeypatch):
-    """With a BMC polled beside it, the source runs ahead of the pipeline in a thread of its own:
-    the replacement it found at its second poll is acted on exactly between its first and second
-    frames, not when the pipeline notices, and the topology stays the same one."""
-    topology = Topology.from_gpu_hosts([("a", 0)])
-    replacement = GpuReplaced("a/gpu0", "GPU-old", "GPU-new")
-
-    class Swapping(PollingSource):
-        def __init__(self) -> None:
-            super().__init__(0.001, max_polls=3)
-            self._topology = topology
-            self.found: list[GpuReplaced] = []
-
-        def poll(self) -> list[Frame]:
-            if self.polls == 1:
-                self.found.append(replacement)
-            return [Frame("gpu", np.array([float(self.polls)]), np.array([0]), {})]
-
-        def take_replaced(self) -> list[GpuReplaced]:
-            found, self.found = self.found, []
-            return found
-
-    primary = Swapping()
-    seen = follow_a_source_running_ahead(primary, watch._TopologyFollower(primary, topology, primary.take_replaced),
-                                         monkeypatch, lambda moved_to, replaced: (moved_to, replaced),
-                                         lambda: not primary.found)
-    assert seen == [0.0, (topology, [replacement]), 1.0, 2.0]

@@ -27,6 +27,7 @@ from foreshock.frames import Frame
 from foreshock.simulator.formats import nvidia_smi_csv
 from foreshock.streams import nvml as nvml_module
 
+from board_ids import uuid_number
 from test_streams_nvml import FakeNvmlError, fake_nvml
 from test_watch_churn import _free_port
 from test_watch_swap import another_board, assert_restarted
@@ -176,7 +177,7 @@ def test_a_gpu_whose_board_is_swapped_starts_its_detector_state_afresh(source, r
     counts from there and its resistance is the new board's own (the board it was copied from); a
     run served the same readings under the old UUID carries the old board's fit on. No other GPU's
     state restarts (it is the run's without the swap, to rounding); the swap is counted and
-    logged once, naming both UUIDs."""
+    logged once by the source, naming both UUIDs, and once by the pipeline that restarted it."""
     frames, board = readings
     kept, kept_metrics, kept_found = _watch(source, frames, False, monkeypatch, tmp_path / "same")
     caplog.clear()
@@ -187,7 +188,10 @@ def test_a_gpu_whose_board_is_swapped_starts_its_detector_state_afresh(source, r
     assert len(lines) == 1, lines
     assert lines[0].startswith(f"GPU {SWAPPED} replaced: UUID {old_uuid(SLOT)} -> {NEW_UUID};")
     counted = re.findall(r'^foreshock_gpus_replaced_total\{[^}]*stage="([^"]+)"\} (\S+)$', metrics, re.MULTILINE)
-    assert counted == [(source, "1.0")]
+    assert sorted(counted) == sorted([(source, "1.0"), ("guard", "1.0")])  # the source read it, the pipeline restarted it
+    restarted = [r.getMessage() for r in caplog.records if "another board in its slot" in r.getMessage()]
+    assert len(restarted) == 1 and restarted[0].startswith(
+        f"GPU {SWAPPED}: another board in its slot (board_id {uuid_number(old_uuid(SLOT))} -> {uuid_number(NEW_UUID)});")
     assert not re.search(r"^foreshock_gpus_replaced_total\{", kept_metrics, re.MULTILINE)
     assert "foreshock_topology_changes_total{" not in metrics  # the topology is the same one
 
