@@ -130,12 +130,12 @@ class EmbeddedPipeline:
 
     def process(self, frame: Frame, received_wall: float | None = None) -> list[Finding]:
         """Guard, detect and fan out one frame; never raises on bad data in the frame."""
-        return self._process(frame, received_wall)[1]
+        return self.process_rows(frame, received_wall)[1]
 
-    def _process(self, frame: Frame, received_wall: float | None) -> tuple[Frame, list[Finding]]:
-        """:meth:`process`, also returning the rows the guard let through. Where a GPU's board
-        changes within them, the rows before are processed, that GPU's state restarted, and the
-        rest processed on."""
+    def process_rows(self, frame: Frame, received_wall: float | None = None) -> tuple[Frame, list[Finding]]:
+        """:meth:`process`, also returning the rows the guard let through (all of them: the sinks
+        may have been handed them in two parts). Where a GPU's board changes within them, the rows
+        before are processed, that GPU's state restarted, and the rest processed on."""
         received_wall = time.time() if received_wall is None else received_wall
         clean = self.guard.check(frame)
         rest, findings = clean, []
@@ -185,7 +185,7 @@ class EmbeddedPipeline:
         start = time.perf_counter()
         first_ts = last_ts = None
         for frame in frames:
-            clean, findings = self._process(frame, None)
+            clean, findings = self.process_rows(frame)
             stats.frames += 1
             stats.samples += len(frame)
             stats.accepted += len(clean)

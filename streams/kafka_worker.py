@@ -254,24 +254,9 @@ def processor_frame_fields(processors: Sequence[FindingProcessor]) -> dict[str, 
     return {kind: tuple(n for n in field_names(kind) if n in names) for kind, names in wanted.items()}
 
 
-class _CleanFrame:
-    """A pipeline sink keeping the last frame the input guard passed (what the embedded bank
-    gives its processors' ``observe_frame``)."""
-
-    def __init__(self) -> None:
-        self.frame: Frame | None = None
-
-    def observe_frame(self, frame: Frame, received_wall: float | None = None) -> None:
-        self.frame = frame
-
-    def observe_findings(self, findings: Any) -> None:
-        pass
-
-
 class _Partition:
-    def __init__(self, pipeline: EmbeddedPipeline, clean: _CleanFrame, offset: int) -> None:
+    def __init__(self, pipeline: EmbeddedPipeline, offset: int) -> None:
         self.pipeline = pipeline
-        self.clean = clean
         self.offset = offset  # last processed (or checkpointed) offset
         self.checkpointed = offset
 
@@ -295,21 +280,19 @@ class DetectionStage:
         self.parts: dict[int, _Partition] = {}
         full = make_bank(topology)
         self.frame_fields = processor_frame_fields(full.processors)
-        fresh, _ = self._new_pipeline()
+        fresh = self._new_pipeline()
         self.signature = bank_signature(fresh.bank)
         self._initial = self._state(fresh)
         self._fills = uniform_fills(self._initial)
 
-    def _new_pipeline(self, topology: Topology | None = None) -> tuple[EmbeddedPipeline, _CleanFrame]:
+    def _new_pipeline(self, topology: Topology | None = None) -> EmbeddedPipeline:
         topology = topology or self.topology
         full = self._make_bank(topology)
         bank = DetectorBank(topology, full.detectors, processors=())  # incidents run in IncidentStage
-        clean = _CleanFrame()
         # a GPU started afresh (its board swapped) takes its rows from the fresh state kept for the
         # checkpoints, not from a copy per partition (``_initial``: made from the first pipeline)
-        pipeline = EmbeddedPipeline(topology, bank, self.store, (clean,), self.health, max_ahead_s=self.max_ahead_s,
-                                    fresh_state=lambda: self._initial["bank"]["detectors"])
-        return pipeline, clean
+        return EmbeddedPipeline(topology, bank, self.store, (), self.health, max_ahead_s=self.max_ahead_s,
+                                fresh_state=lambda: self._initial["bank"]["detectors"])
 
     @staticmethod
     def _state(pipeline: EmbeddedPipeline) -> dict[str, Any]:
@@ -344,7 +327,7 @@ class DetectionStage:
 
     def load(self, partition: int, checkpoint: bytes | None) -> int:
         """Take a partition, from its checkpoint (or fresh); returns the offset covered (-1 none)."""
-        pipeline, clean = self._new_pipeline()
+        pipeline = self._new_pipeline()
         offset = -1
         if checkpoint is not None:
             try:
@@ -359,8 +342,8 @@ class DetectionStage:
                 offset = saved.offset
             except Exception as exc:  # a checkpoint we cannot use must not stop the worker
                 self.health.problem("worker", "checkpoint_unusable", detail=f"partition {partition}: {exc}")
-                (pipeline, clean), offset = self._new_pipeline(), -1
-        self.parts[partition] = _Partition(pipeline, clean, offset)
+                pipeline, offset = self._new_pipeline(), -1
+        self.parts[partition] = _Partition(pipeline, offset)
         log.info("partition %d: resumed after offset %d", partition, offset)
         return offset
 
@@ -369,7 +352,7 @@ class DetectionStage:
         reordered): its delta is read against a fresh pipeline of that hardware, and each entity
         this partition owns now keeps its state where its name is still listed (``core/remap.py``).
         Entities new to the file, or new to this partition, start fresh."""
-        saved_pipeline, _ = self._new_pipeline(old)
+        saved_pipeline = self._new_pipeline(old)
         state = apply_delta(self._state(saved_pipeline), delta)
         remap = Remap(old, self.topology, keep=self.pmap.owned_by(partition))
         pipeline.guard.load_state_dict(state["guard"], remap)
@@ -434,8 +417,7 @@ class DetectionStage:
             findings: list[Finding] = []
             clean = frame
             if len(frame):
-                findings = part.pipeline.process(frame)
-                clean = part.clean.frame if part.clean.frame is not None else frame
+                clean, findings = part.pipeline.process_rows(frame)
             # the embedded bank's clock: the newest timestamp the guard let through
             now = float(clean.ts.max()) if len(clean) else None
             reports.append(PieceReport(piece.info, now, len(frame), findings))

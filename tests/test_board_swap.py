@@ -25,7 +25,7 @@ from foreshock.health import PipelineHealth
 from foreshock.recording import RecordingWriter
 from foreshock.remap import Remap
 from foreshock.streams.embedded import EmbeddedPipeline
-from foreshock.streams.kafka_codec import PartitionMap, encode_bundle
+from foreshock.streams.kafka_codec import PartitionMap, decode_bundle, encode_bundle, headers_dict
 from foreshock.streams.kafka_worker import DetectionStage
 from foreshock.streams.polling import board_id
 from foreshock.streams.sources import ReplaySource
@@ -312,3 +312,24 @@ def test_a_recording_carries_the_boards_and_its_replay_finds_the_swap(world, tmp
         by_tick.process(frame)
     assert replayed.health.gpus_replaced == {"guard": 1}
     assert_same_state(detector_state(replayed), detector_state(by_tick))
+
+
+def test_a_kafka_worker_forwards_every_guarded_row_of_a_piece_split_at_a_swap(world) -> None:
+    """The rows the incident stage reads (processors' declared fields) are the piece's guarded
+    rows, both sides of the swap: the worker kept only the part after it, once a piece was split."""
+    topology, frames = world
+    swap = 150
+    stage = DetectionStage(topology, lambda hardware: DetectorBank.from_names(hardware), 1)
+    assert stage.frame_fields is not None and "gpu" in stage.frame_fields
+    stage.load(0, None)
+    piece = Frame.concat(with_boards(frames, swap)[swap - 3:swap + 3])  # three ticks each side, one piece
+    value, headers = encode_bundle("agent", 0.0, [(1, 0, 1, piece)])
+    result = stage.process(0, 0, value, headers)
+    assert stage.health.gpus_replaced == {"guard": 1}
+    assert result.telemetry_message is not None
+    forwarded_value, forwarded_headers = result.telemetry_message
+    (forwarded,) = decode_bundle(forwarded_value, headers_dict(forwarded_headers), topology, PartitionMap(topology, 1),
+                                 None)
+    assert forwarded.frame is not None
+    np.testing.assert_array_equal(forwarded.frame.ts, piece.ts)
+    np.testing.assert_array_equal(forwarded.frame.slot, piece.slot)
