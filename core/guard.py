@@ -179,11 +179,14 @@ class InputGuard:
         columns = out.columns
         for name, column in columns.items():
             columns[name] = kernel_column(column)
-        names = tuple(columns)
+        # every field but board_id, which names the board rather than measures it: a UUID not read
+        # one poll is counted by its source already, not again as a sensor going dark
+        scanned = {name: column for name, column in columns.items() if name != "board_id"}
+        names = tuple(scanned)
         lo, hi = valid_bounds(frame.kind, names)
         outside = np.zeros(len(names), dtype=np.int64)
         fields = _field_positions(frame.kind, names)
-        gaps, infs = _scan_columns(tuple(columns.values()), len(out), lo, hi, outside, out.slot, fields,
+        gaps, infs = _scan_columns(tuple(scanned.values()), len(out), lo, hi, outside, out.slot, fields,
                                    self.s_reported[frame.kind], self._unreported[frame.kind])
         for c in np.flatnonzero(outside):
             self.health.problem(self.stage, f"out_of_range: {names[c]}", int(outside[c]),
@@ -198,16 +201,17 @@ class InputGuard:
             self.health.problem(self.stage, "missing_values", int(gaps), detail=f"{frame.kind} frame")
         return out
 
-    def board_change(self, frame: Frame) -> tuple[int, np.ndarray, np.ndarray, np.ndarray] | None:
-        """Where a GPU frame the guard let through (:meth:`check`'s result) first reads another
-        board in a slot than the one last read there: ``(row, slots, old, new)``, the row and
-        every slot whose board changes at that row's time, with the boards before and after
-        (which are noted as the slots' boards now). None when no board changes. A slot's first
-        board is no change; a NaN ``board_id`` (not read) neither.
+    def board_change(self, frame: Frame) -> tuple[float, np.ndarray, np.ndarray, np.ndarray] | None:
+        """When a GPU frame the guard let through (:meth:`check`'s result) first reads another
+        board in a slot than the one last read there: ``(ts, slots, old, new)``, the earliest time
+        of such a row and every slot whose board changes at that time, with the boards before and
+        after (which are noted as the slots' boards now). None when no board changes. A slot's
+        first board is no change; a NaN ``board_id`` (not read) neither.
 
-        The caller processes the rows before ``row``, starts those slots afresh, and asks again
-        with the rest: a frame holding a slot's old board and its new one (a worker catching up)
-        is split where the board changes, not before or after."""
+        The caller processes the rows stamped before ``ts``, starts those slots afresh, and asks
+        again with the rest: a frame holding a slot's old board and its new one (a worker catching
+        up) is split where the board changes, by time, so a tick stays whole, in whatever order the
+        frame lists its slots (the guard keeps only each slot's own rows in time order)."""
         ids = frame.columns.get("board_id")
         if ids is None or frame.kind != "gpu" or not len(frame):
             return None
@@ -224,11 +228,11 @@ class InputGuard:
         changed = read & (ids != known)
         if not changed.any():
             return None
-        row = int(np.argmax(changed))
-        at = np.flatnonzero(changed & (frame.ts == frame.ts[row]))
+        when = float(frame.ts[changed].min())
+        at = np.flatnonzero(changed & (frame.ts == when))
         slots, old, new = slot[at].astype(np.int64), known[at], ids[at]
         self.s_board[slots] = new
-        return row, slots, old, new
+        return when, slots, old, new
 
     def _detail(self, frame: Frame, reason: str) -> str:
         if reason == "out_of_order":

@@ -196,6 +196,12 @@ class FindingStore:
                 if kind in owned and values.shape == np.shape(owned[kind]):
                     self._gauges[name] = (kind, np.where(owned[kind], np.nan, values), help_text)
 
+    def active_predictions(self, kind: str, slots: Sequence[int] | np.ndarray) -> list[Prediction]:
+        """The active predictions about entities ``slots`` of ``kind``."""
+        wanted = set(np.asarray(slots, dtype=np.int64).tolist())
+        with self._lock:
+            return [p for (_, k, slot), p in self._predictions.items() if k == kind and slot in wanted]
+
     def forget_limits(self, slots: Sequence[int] | np.ndarray) -> None:
         """Forget the limits GPU ``slots``' boards reported (``OWN_LIMIT_FIELDS``): their boards
         were swapped, and the new ones are exported and alerted on against their own, or the

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterable, Protocol
 
 import numpy as np
@@ -140,11 +140,12 @@ class EmbeddedPipeline:
         clean = self.guard.check(frame)
         rest, findings = clean, []
         while (change := self.guard.board_change(rest)) is not None:
-            row, slots, old, new = change
-            if row:
-                findings += self._detect(rest.take(slice(0, row)), received_wall)
-            self._board_swapped(slots, old, new)
-            rest = rest.take(slice(row, None))
+            when, slots, old, new = change
+            before = rest.ts < when
+            if before.any():
+                findings += self._detect(rest.take(before), received_wall)
+                rest = rest.take(~before)
+            findings += self._board_swapped(when, slots, old, new)
         findings += self._detect(rest, received_wall)
         now = time.monotonic()
         if now - self._last_gauges >= self.gauge_interval_s:
@@ -163,13 +164,23 @@ class EmbeddedPipeline:
                 sink.observe_findings(findings)
         return findings
 
-    def _board_swapped(self, slots: np.ndarray, old: np.ndarray, new: np.ndarray) -> None:
+    def _board_swapped(self, when: float, slots: np.ndarray, old: np.ndarray, new: np.ndarray) -> list[Finding]:
+        """Restart GPU ``slots`` (another board in each since ``when``), and withdraw what was
+        predicted of their old boards: the restarted detectors no longer know they had raised it,
+        and would never withdraw it (the sinks are handed the withdrawals, which are returned)."""
         self.restart_gpus(slots)
         self.health.gpu_replaced(self.guard.stage, len(slots))
         for slot, was, now in zip(slots.tolist(), old.tolist(), new.tolist()):
             log.warning("GPU %s: another board in its slot (board_id %d -> %d); its detector state starts afresh "
                         "(input guard and /metrics state kept, but for the old board's limits)",
                         self.topology.name("gpu", slot), was, now)
+        withdrawn: list[Finding] = [
+            replace(p, ts=when, active=False, reason="withdrawn: another board in the GPU's slot")
+            for p in self.store.active_predictions("gpu", slots)]
+        if withdrawn:
+            for sink in self.sinks:
+                sink.observe_findings(withdrawn)
+        return withdrawn
 
     def _publish_gauges(self) -> None:
         gauges = self.bank.gauges()

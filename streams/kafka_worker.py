@@ -290,9 +290,11 @@ class DetectionStage:
         full = self._make_bank(topology)
         bank = DetectorBank(topology, full.detectors, processors=())  # incidents run in IncidentStage
         # a GPU started afresh (its board swapped) takes its rows from the fresh state kept for the
-        # checkpoints, not from a copy per partition (``_initial``: made from the first pipeline)
+        # checkpoints, not from a copy per partition (``_initial``: made from the first pipeline).
+        # A pipeline of other hardware only reads a checkpoint (``_load_moved``): a copy of its own
+        fresh = (lambda: self._initial["bank"]["detectors"]) if topology is self.topology else None
         return EmbeddedPipeline(topology, bank, self.store, (), self.health, max_ahead_s=self.max_ahead_s,
-                                fresh_state=lambda: self._initial["bank"]["detectors"])
+                                fresh_state=fresh)
 
     @staticmethod
     def _state(pipeline: EmbeddedPipeline) -> dict[str, Any]:

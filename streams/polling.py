@@ -94,8 +94,8 @@ class GpuBoards:
             old = self.uuids.get(name)
             if old is not None and old != uuid:
                 self.health.gpu_replaced(self.stage)
-                log.warning("GPU %s replaced: UUID %s -> %s; the pipeline starts its detector state afresh",
-                            name, old, uuid)
+                log.warning("GPU %s replaced: UUID %s -> %s; its detector state starts afresh where its rows are "
+                            "processed", name, old, uuid)
             self.uuids[name] = uuid
         if len(batch):
             ids = np.array([board_id(uuids.get(name, "")) for name in batch.entities], dtype=np.float64)

@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 from foreshock.detectors.bank import DetectorBank
 from foreshock.detectors.registry import DEFAULT_BANK
+from foreshock.findings import Prediction
 from foreshock.frames import Frame
 from foreshock.guard import InputGuard
 from foreshock.health import PipelineHealth
@@ -64,23 +65,23 @@ def test_the_guard_finds_where_a_slots_board_changes() -> None:
     # first boards, and none read: no change
     assert guard.board_change(gpu_frame(10.0, [0, 1, 2], [1.0, 2.0, nan])) is None
     assert guard.board_change(gpu_frame(20.0, [0, 1, 2], [nan, 2.0, nan])) is None
-    # slot 1 swapped, and slot 2's first board: the change is at row 1, slot 1, 2 -> 7
+    # slot 1 swapped, and slot 2's first board: the change is at 30 s, slot 1, 2 -> 7
     found = guard.board_change(gpu_frame(30.0, [0, 1, 2], [1.0, 7.0, 3.0]))
     assert found is not None
-    row, slots, old, new = found
-    assert (row, slots.tolist(), old.tolist(), new.tolist()) == (1, [1], [2.0], [7.0])
+    when, slots, old, new = found
+    assert (when, slots.tolist(), old.tolist(), new.tolist()) == (30.0, [1], [2.0], [7.0])
     assert guard.board_change(gpu_frame(40.0, [0, 1, 2], [1.0, 7.0, 3.0])) is None  # noted
     # two ticks in one frame: both slots changing at the second tick, none at the first
     two = Frame("gpu", np.array([50.0, 50.0, 60.0, 60.0]), np.array([0, 1, 0, 1]),
                 {"board_id": np.array([1.0, 7.0, 4.0, 8.0])})
     found = guard.board_change(two)
     assert found is not None
-    row, slots, old, new = found
-    assert (row, slots.tolist(), old.tolist(), new.tolist()) == (2, [0, 1], [1.0, 7.0], [4.0, 8.0])
+    when, slots, old, new = found
+    assert (when, slots.tolist(), old.tolist(), new.tolist()) == (60.0, [0, 1], [1.0, 7.0], [4.0, 8.0])
     # a slot's first rows that disagree: the first is its board, the second a change
     found = guard.board_change(Frame("gpu", np.array([70.0, 80.0]), np.array([3, 3]),
                                      {"board_id": np.array([5.0, 6.0])}))
-    assert found is not None and (found[0], found[1].tolist(), found[2].tolist()) == (1, [3], [5.0])
+    assert found is not None and (found[0], found[1].tolist(), found[2].tolist()) == (80.0, [3], [5.0])
 
 
 def test_the_guards_boards_are_kept_with_its_state_and_follow_each_gpu_by_name() -> None:
@@ -333,3 +334,55 @@ def test_a_kafka_worker_forwards_every_guarded_row_of_a_piece_split_at_a_swap(wo
     assert forwarded.frame is not None
     np.testing.assert_array_equal(forwarded.frame.ts, piece.ts)
     np.testing.assert_array_equal(forwarded.frame.slot, piece.slot)
+
+
+def test_a_frame_listing_each_gpus_ticks_together_is_split_by_time(caplog) -> None:
+    """A frame of two ticks ordered by slot (the guard only keeps each slot's own rows in time
+    order), two GPUs swapped at the second: split at that tick, whole, each GPU restarted once
+    (split where the first changed row sat, GPU 1's old row after it read as a change back, and
+    GPU 1 was restarted three times)."""
+    topology = small_topology(nodes=1, gpus=4, racks=1)
+    p = pipeline(topology)
+    restarts: list[list[int]] = []
+    parts: list[list[float]] = []
+    restart, detect = p.restart_gpus, p._detect
+    p.restart_gpus = lambda slots: (restarts.append(slots.tolist()), restart(slots))[1]  # type: ignore[method-assign]
+    p._detect = lambda frame, wall: (parts.append(sorted(frame.ts.tolist())), detect(frame, wall))[1]  # type: ignore[method-assign]
+    p.process(Frame("gpu", np.array([10.0, 10.0]), np.array([0, 1]), {"board_id": np.array([1.0, 2.0])}))
+    parts.clear()
+    p.process(Frame("gpu", np.array([15.0, 20.0, 15.0, 20.0]), np.array([0, 0, 1, 1]),
+                    {"board_id": np.array([1.0, 7.0, 2.0, 8.0])}))
+    assert restarts == [[0, 1]]
+    assert parts == [[15.0, 15.0], [20.0, 20.0]]
+    assert p.health.gpus_replaced == {"guard": 2}
+
+
+def test_what_was_predicted_of_the_old_board_is_withdrawn_at_the_swap(world) -> None:
+    """The restarted detectors no longer know they raised it, and would never withdraw it: the
+    store kept the old board's prediction (on /metrics, in the alerts) until its ETA passed."""
+    topology, frames = world
+    swap = 20
+    ticks = with_boards(frames, swap)
+    p = pipeline(topology, ["thermal"])
+    for frame in ticks[:swap]:
+        p.process(frame)
+    raised = Prediction(float(ticks[swap - 1].ts[0]), "gpu", SLOT, "thermal_throttle", 6 * 3600.0, 0.9, "thermal",
+                        "old board")
+    other = Prediction(raised.ts, "gpu", SLOT + 1, "thermal_throttle", 6 * 3600.0, 0.9, "thermal", "stays")
+    p.store.observe_findings([raised, other])
+    findings = p.process(ticks[swap])
+    withdrawn = [f for f in findings if isinstance(f, Prediction) and not f.active]
+    assert [(f.slot, f.event, f.ts) for f in withdrawn] == [(SLOT, "thermal_throttle", float(ticks[swap].ts[0]))]
+    assert [(f.slot, f.reason) for f in p.store.snapshot().predictions] == [(SLOT + 1, "stays")]
+
+
+def test_a_uuid_not_read_is_no_sensor_going_dark() -> None:
+    """Its source counts a UUID it could not read; the guard does not count the NaN board_id again
+    as a missing value, as it would a temperature once reported."""
+    topology = small_topology(nodes=1, gpus=2, racks=1)
+    health = PipelineHealth()
+    guard = InputGuard(topology, health)
+    for ts, board in ((10.0, 1.0), (20.0, math.nan), (30.0, math.nan)):
+        guard.check(Frame("gpu", np.full(2, ts), np.arange(2),
+                          {"board_id": np.full(2, board), "gpu_temp": np.full(2, 50.0 if ts < 30 else math.nan)}))
+    assert health.problems == {("guard", "missing_values"): 2}  # the temperatures of the last tick only
