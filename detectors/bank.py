@@ -95,6 +95,15 @@ class DetectorBank:
         self.last_latency_s = time.perf_counter() - start
         return findings
 
+    def pass_on(self, findings: list[Finding], now: float) -> list[Finding]:
+        """Hand findings made outside the detectors (the withdrawals of a board swap's restarted
+        GPUs) to the processors, as :meth:`update` hands them the detectors'; returns what the
+        processors make of them (an incident losing a predicted member)."""
+        seen = list(findings)
+        for proc in self.processors:
+            seen.extend(proc.observe(seen, now))
+        return seen[len(findings):]
+
     def state_dict(self) -> dict[str, Any]:
         return {
             "detectors": {d.name: d.state_dict() for d in self.detectors},

@@ -167,7 +167,8 @@ class EmbeddedPipeline:
     def _board_swapped(self, when: float, slots: np.ndarray, old: np.ndarray, new: np.ndarray) -> list[Finding]:
         """Restart GPU ``slots`` (another board in each since ``when``), and withdraw what was
         predicted of their old boards: the restarted detectors no longer know they had raised it,
-        and would never withdraw it (the sinks are handed the withdrawals, which are returned)."""
+        and would never withdraw it. The bank's processors and the sinks are handed the
+        withdrawals, which are returned with what the processors made of them."""
         self.restart_gpus(slots)
         self.health.gpu_replaced(self.guard.stage, len(slots))
         for slot, was, now in zip(slots.tolist(), old.tolist(), new.tolist()):
@@ -178,6 +179,7 @@ class EmbeddedPipeline:
             replace(p, ts=when, active=False, reason="withdrawn: another board in the GPU's slot")
             for p in self.store.active_predictions("gpu", slots)]
         if withdrawn:
+            withdrawn += self.bank.pass_on(withdrawn, when)  # the incident engine, where it runs in the bank
             for sink in self.sinks:
                 sink.observe_findings(withdrawn)
         return withdrawn

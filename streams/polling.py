@@ -81,6 +81,8 @@ class GpuBoards:
         self.health = health
         self.stage = stage
         self.uuids: dict[str, str] = {}  # per listed GPU, the UUID last read
+        # each UUID's board_id: hashed once, not at every poll (9.9 ms a poll of 10,000 GPUs)
+        self._ids: dict[str, float] = {}
 
     def tag(self, batch: SampleBatch, uuids: Mapping[str, str], topology: Topology) -> SampleBatch:
         """``batch`` with its ``board_id`` column from the UUIDs read in the same poll (GPU name ->
@@ -98,9 +100,17 @@ class GpuBoards:
                             "processed", name, old, uuid)
             self.uuids[name] = uuid
         if len(batch):
-            ids = np.array([board_id(uuids.get(name, "")) for name in batch.entities], dtype=np.float64)
+            if len(self._ids) > 2 * len(batch.entities) + 1024:  # boards long gone: keep it as big as the page
+                self._ids.clear()
+            ids = np.array([self._id(uuids.get(name, "")) for name in batch.entities], dtype=np.float64)
             batch.columns["board_id"] = ids[batch.entity]
         return batch
+
+    def _id(self, uuid: str) -> float:
+        found = self._ids.get(uuid)
+        if found is None:
+            found = self._ids[uuid] = board_id(uuid)
+        return found
 
 
 class PollingSource:

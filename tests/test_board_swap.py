@@ -28,7 +28,8 @@ from foreshock.remap import Remap
 from foreshock.streams.embedded import EmbeddedPipeline
 from foreshock.streams.kafka_codec import PartitionMap, decode_bundle, encode_bundle, headers_dict
 from foreshock.streams.kafka_worker import DetectionStage
-from foreshock.streams.polling import board_id
+from foreshock.streams.polling import GpuBoards, board_id
+from foreshock.streams.samples import SampleBatch
 from foreshock.streams.sources import ReplaySource
 from foreshock.topology import Topology
 
@@ -357,13 +358,34 @@ def test_a_frame_listing_each_gpus_ticks_together_is_split_by_time(caplog) -> No
     assert p.health.gpus_replaced == {"guard": 2}
 
 
+class Seen:
+    """A finding processor (as the incident engine) noting the predictions it is handed."""
+
+    name = "seen"
+
+    def __init__(self) -> None:
+        self.predictions: list[tuple[int, bool]] = []
+
+    def observe(self, findings: Any, now: float) -> list[Any]:
+        self.predictions += [(f.slot, f.active) for f in findings if isinstance(f, Prediction)]
+        return []
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        pass
+
+
 def test_what_was_predicted_of_the_old_board_is_withdrawn_at_the_swap(world) -> None:
     """The restarted detectors no longer know they raised it, and would never withdraw it: the
-    store kept the old board's prediction (on /metrics, in the alerts) until its ETA passed."""
+    store kept the old board's prediction (on /metrics, in the alerts) until its ETA passed. The
+    bank's processors (the incident engine) are handed the withdrawal too."""
     topology, frames = world
     swap = 20
     ticks = with_boards(frames, swap)
-    p = pipeline(topology, ["thermal"])
+    seen = Seen()
+    p = EmbeddedPipeline(topology, DetectorBank.from_names(topology, ["thermal"], processors=[seen]))
     for frame in ticks[:swap]:
         p.process(frame)
     raised = Prediction(float(ticks[swap - 1].ts[0]), "gpu", SLOT, "thermal_throttle", 6 * 3600.0, 0.9, "thermal",
@@ -374,6 +396,7 @@ def test_what_was_predicted_of_the_old_board_is_withdrawn_at_the_swap(world) -> 
     withdrawn = [f for f in findings if isinstance(f, Prediction) and not f.active]
     assert [(f.slot, f.event, f.ts) for f in withdrawn] == [(SLOT, "thermal_throttle", float(ticks[swap].ts[0]))]
     assert [(f.slot, f.reason) for f in p.store.snapshot().predictions] == [(SLOT + 1, "stays")]
+    assert seen.predictions == [(SLOT, False)]
 
 
 def test_a_uuid_not_read_is_no_sensor_going_dark() -> None:
@@ -386,3 +409,17 @@ def test_a_uuid_not_read_is_no_sensor_going_dark() -> None:
         guard.check(Frame("gpu", np.full(2, ts), np.arange(2),
                           {"board_id": np.full(2, board), "gpu_temp": np.full(2, 50.0 if ts < 30 else math.nan)}))
     assert health.problems == {("guard", "missing_values"): 2}  # the temperatures of the last tick only
+
+
+def test_a_source_hashes_each_uuid_once_and_keeps_no_more_numbers_than_its_page_needs() -> None:
+    """Boards swapped again and again (1,200 UUIDs through two slots): each row's number is its
+    UUID's, and the numbers kept stay bounded by the page, not by every board ever seen."""
+    topology = small_topology(nodes=1, gpus=2, racks=1)
+    boards = GpuBoards(PipelineHealth(), "nvml")
+    names = topology.names("gpu")
+    for poll in range(600):
+        uuids = {name: f"GPU-{poll:04d}-{i}" for i, name in enumerate(names)}
+        batch = boards.tag(SampleBatch("gpu", names, np.full(2, float(poll)), np.arange(2)), uuids, topology)
+        assert batch.columns["board_id"].tolist() == [uuid_number(uuids[name]) for name in names]
+        assert len(boards._ids) <= 2 * len(names) + 1024 + len(names)
+    assert boards.health.gpus_replaced == {"nvml": 2 * 599}
