@@ -134,8 +134,8 @@ class EmbeddedPipeline:
 
     def process_rows(self, frame: Frame, received_wall: float | None = None) -> tuple[Frame, list[Finding]]:
         """:meth:`process`, also returning the rows the guard let through (all of them: the sinks
-        may have been handed them in two parts). Where a GPU's board changes within them, the rows
-        before are processed, that GPU's state restarted, and the rest processed on."""
+        may have been handed them in parts). Where a GPU's board changes within them, the rows
+        stamped before are processed, that GPU's state restarted, and the rest processed on."""
         received_wall = time.time() if received_wall is None else received_wall
         clean = self.guard.check(frame)
         rest, findings = clean, []
