@@ -47,6 +47,20 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+@contextmanager
+def serving(store: Any, top_k: int = 16) -> Iterator[int]:
+    """The exporter serving ``store`` (a ``FindingStore``) on 127.0.0.1 at a free port, which is
+    yielded; stopped on the way out."""
+    from foreshock.exporters.prometheus import serve, stop
+
+    port = free_port()
+    server = serve(store, host="127.0.0.1", port=port, top_k=top_k)
+    try:
+        yield port
+    finally:
+        stop(server)
+
+
 def require_binary(name: str) -> str:
     path = shutil.which(name)
     if path is None:

@@ -17,8 +17,7 @@ import numpy as np
 import pytest
 import yaml
 
-from conftest_prom import free_port, wait_until
-from foreshock.exporters.prometheus import serve
+from conftest_prom import serving, wait_until
 from foreshock.exporters.store import FindingStore
 from foreshock.findings import Incident, Prediction
 from foreshock.frames import Frame
@@ -99,9 +98,7 @@ def test_each_alert_selects_exactly_the_entities_that_should_page(small_topology
                                                                    start_prometheus: Any) -> None:
     store = FindingStore(small_topology)
     _fill(store, small_topology)
-    port = free_port()
-    httpd, _thread = serve(store, host="127.0.0.1", port=port, top_k=TOP_K)
-    try:
+    with serving(store, top_k=TOP_K) as port:
         prom = start_prometheus(scrape={"foreshock": [f"127.0.0.1:{port}"]}, rule_files=[RULES])
         wait_until(lambda: prom.query("foreshock_last_telemetry_timestamp_seconds"), timeout=30,
                    what="the first scrape")
@@ -115,6 +112,3 @@ def test_each_alert_selects_exactly_the_entities_that_should_page(small_topology
             if alert == "ForeshockJobSlowdownPredicted" and result:
                 assert float(result[0]["value"][1]) == pytest.approx(0.25)
         assert not wrong, "\n".join(wrong)
-    finally:
-        httpd.shutdown()
-        httpd.server_close()

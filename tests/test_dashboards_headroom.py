@@ -12,16 +12,16 @@ give the headroom, ordered by headroom.
 from __future__ import annotations
 
 import re
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
-from conftest_prom import free_port, wait_until
+from conftest_prom import serving, wait_until
 from foreshock.dashboards.generate import load_dashboards
 from foreshock.dashboards.rules import THERMAL_HEADROOM
-from foreshock.exporters.prometheus import serve
 from foreshock.exporters.store import FindingStore
 from foreshock.frames import Frame
 from foreshock.topology import Topology
@@ -111,10 +111,8 @@ def test_fleet_panels_rank_gpus_by_headroom_against_their_own_limits(small_topol
                                                                       start_prometheus: Any) -> None:
     store = FindingStore(small_topology)
     _fill(store, small_topology)
-    port = free_port()
-    httpd, _thread = serve(store, host="127.0.0.1", port=port, top_k=TOP_K)
     legacy = ScrapeServer([LEGACY])
-    try:
+    with closing(legacy), serving(store, top_k=TOP_K) as port:
         prom = start_prometheus(scrape={"foreshock": [f"127.0.0.1:{port}"],
                                         "legacy": [legacy.url.removeprefix("http://").removesuffix("/metrics")]},
                                 rule_files=[RULES])
@@ -134,7 +132,3 @@ def test_fleet_panels_rank_gpus_by_headroom_against_their_own_limits(small_topol
         assert sorted((r["metric"]["node"], r["metric"]["gpu"], r["metric"]["sensor"]) for r in rack1) == [
             ("node2", "4", "core"), ("node2", "4", "hbm"), ("node3", "3", "core"), ("node3", "3", "hbm"),
             ("node3", "6", "core"), ("node3", "6", "hbm")]
-    finally:
-        legacy.close()
-        httpd.shutdown()
-        httpd.server_close()

@@ -20,15 +20,14 @@ from typing import Any, Iterator
 
 import pytest
 
-from conftest_prom import (Alertmanager, Prometheus, WebhookReceiver, free_port, run_alertmanager, run_prometheus,
-                           run_webhook_receiver, wait_until)
+from conftest_prom import (Alertmanager, Prometheus, WebhookReceiver, run_alertmanager, run_prometheus,
+                           run_webhook_receiver, serving, wait_until)
 from foreshock.dashboards.config import DEFAULT_CONFIG
 from foreshock.dashboards.generate import load_dashboards
 from foreshock.dashboards.rules import rule_file
 from foreshock.detectors.bank import DetectorBank
 from foreshock.detectors.incidents import IncidentEngine
 from foreshock.events import Event
-from foreshock.exporters.prometheus import serve
 from foreshock.exporters.store import FindingStore
 from foreshock.findings import Prediction
 from foreshock.health import PipelineHealth
@@ -96,46 +95,41 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
     store = FindingStore(topology, health)
     bank = DetectorBank.from_names(topology, DETECTORS, processors=[IncidentEngine(topology, health)])
     pipeline = EmbeddedPipeline(topology, bank, store, health=health)
-    metrics_port = free_port()
-    httpd, _thread = serve(store, host="127.0.0.1", port=metrics_port)
-    try:
-        with run_webhook_receiver() as receiver, \
-                run_alertmanager(tmp / "alertmanager", receiver) as am, \
-                run_prometheus(tmp / "prometheus", {"foreshock": [f"127.0.0.1:{metrics_port}"],
-                                                    "alertmanager": [am.address]},
-                               rule_files=[RULES], alertmanager=am) as prom:
-            wait_until(lambda: len(prom.targets_up()) == 2, timeout=30, what="both targets up")
-            started = time.time()
-            predicted_ts = speed = anchor_wall = throttle_wall = None
-            for tick in ticks:
-                ts = float(tick[0].ts[0])
-                if speed is not None and ts <= throttle_ts + PACED_AFTER_THROTTLE_WALL_S * speed:
-                    delay = anchor_wall + (ts - predicted_ts) / speed - time.time()
-                    if delay > 0:
-                        time.sleep(delay)
-                if throttle_wall is None and ts >= throttle_ts:
-                    throttle_wall = time.time()
-                    prom.check_alive()
-                findings = [f for frame in tick for f in pipeline.process(frame)]
-                if predicted_ts is None:
-                    first = next((f for f in findings if _qualifies(f)), None)
-                    if first is not None:
-                        predicted_ts, anchor_wall = first.ts, time.time()
-                        speed = (throttle_ts - predicted_ts) / PACED_WALL_S
-                    elif ts >= throttle_ts:
-                        pytest.fail("no throttle prediction before the first thermal throttle: the detectors "
-                                    "changed, or the scenario no longer gives them a lead")
-            assert predicted_ts is not None and throttle_wall is not None and speed is not None
-            # the final state is scraped and the recording rules have run on it
-            last = store.snapshot().last_ts
-            wait_until(lambda: any(abs(float(r["value"][1]) - last) < 1e-3 for r in
-                                   prom.query("foreshock_last_telemetry_timestamp_seconds")),
-                       timeout=15, what="the last sample scraped")
-            time.sleep(2.0)
-            yield Run(prom, am, receiver, events, started, predicted_ts, throttle_ts, throttle_wall, speed)
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
+    with serving(store) as metrics_port, \
+            run_webhook_receiver() as receiver, \
+            run_alertmanager(tmp / "alertmanager", receiver) as am, \
+            run_prometheus(tmp / "prometheus", {"foreshock": [f"127.0.0.1:{metrics_port}"],
+                                                "alertmanager": [am.address]},
+                           rule_files=[RULES], alertmanager=am) as prom:
+        wait_until(lambda: len(prom.targets_up()) == 2, timeout=30, what="both targets up")
+        started = time.time()
+        predicted_ts = speed = anchor_wall = throttle_wall = None
+        for tick in ticks:
+            ts = float(tick[0].ts[0])
+            if speed is not None and ts <= throttle_ts + PACED_AFTER_THROTTLE_WALL_S * speed:
+                delay = anchor_wall + (ts - predicted_ts) / speed - time.time()
+                if delay > 0:
+                    time.sleep(delay)
+            if throttle_wall is None and ts >= throttle_ts:
+                throttle_wall = time.time()
+                prom.check_alive()
+            findings = [f for frame in tick for f in pipeline.process(frame)]
+            if predicted_ts is None:
+                first = next((f for f in findings if _qualifies(f)), None)
+                if first is not None:
+                    predicted_ts, anchor_wall = first.ts, time.time()
+                    speed = (throttle_ts - predicted_ts) / PACED_WALL_S
+                elif ts >= throttle_ts:
+                    pytest.fail("no throttle prediction before the first thermal throttle: the detectors "
+                                "changed, or the scenario no longer gives them a lead")
+        assert predicted_ts is not None and throttle_wall is not None and speed is not None
+        # the final state is scraped and the recording rules have run on it
+        last = store.snapshot().last_ts
+        wait_until(lambda: any(abs(float(r["value"][1]) - last) < 1e-3 for r in
+                               prom.query("foreshock_last_telemetry_timestamp_seconds")),
+                   timeout=15, what="the last sample scraped")
+        time.sleep(2.0)
+        yield Run(prom, am, receiver, events, started, predicted_ts, throttle_ts, throttle_wall, speed)
 
 
 def _diagnose(run: Run) -> str:
