@@ -4,7 +4,8 @@ No import-time registration and no global registry: :func:`build_registry` makes
 ``CollectorRegistry`` holding one :class:`ForeshockCollector`; :func:`serve` exposes it.
 
 Cardinality is bounded: per-entity series exist only for entities with an active finding, the
-``top_k`` hottest GPUs by core and by HBM temperature (at most 2 × ``top_k``) and the GPUs whose
+``top_k`` GPUs nearest their own limits by core and by HBM temperature (at most 2 × ``top_k``;
+the hottest, in a fleet of one part) and the GPUs whose
 HBM is within ``HBM_SERIES_BAND_C`` of their own limit (the HBM alert's, however many); a GPU's
 limits are exported where its temperatures are. Aggregates by rack, cooling loop, leaf switch and
 job are always exported.
