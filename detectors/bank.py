@@ -39,6 +39,23 @@ def report_problems_to(parts: Iterable[object], health: PipelineHealth) -> None:
             part.health = health  # type: ignore[attr-defined]
 
 
+def run_processors(processors: Sequence[FindingProcessor], findings: Sequence[Finding], now: float,
+                   frames: Sequence[Frame] = ()) -> list[Finding]:
+    """Run the finding processors (the incident engine) in turn: each reads ``frames`` first
+    (``observe_frame``, where it has one: headroom such as temperatures and link state, for the
+    spread it predicts), then ``findings`` with what the processors before it made. Returns what
+    the processors made. The embedded bank after each frame and the Kafka incident stage after
+    each source frame's pieces both run them so."""
+    seen = list(findings)
+    for proc in processors:
+        observe_frame = getattr(proc, "observe_frame", None)
+        if observe_frame is not None:
+            for frame in frames:
+                observe_frame(frame)
+        seen.extend(proc.observe(seen, now))
+    return seen[len(findings):]
+
+
 class DetectorBank:
     def __init__(self, topology: Topology, detectors: Iterable[Detector],
                  processors: Iterable[FindingProcessor] = ()) -> None:
@@ -86,12 +103,7 @@ class DetectorBank:
             # the per-sample predictions of the others (see thermal_fit)
             self.latency_s[det.name] = time.perf_counter() - t0
         if self.processors and len(frame):
-            now = float(frame.ts.max())
-            for proc in self.processors:
-                observe_frame = getattr(proc, "observe_frame", None)
-                if observe_frame is not None:
-                    observe_frame(frame)  # headroom (temperatures, link state) for predicted spread
-                findings.extend(proc.observe(findings, now))
+            findings.extend(run_processors(self.processors, findings, float(frame.ts.max()), (frame,)))
         self.last_latency_s = time.perf_counter() - start
         return findings
 
@@ -99,10 +111,7 @@ class DetectorBank:
         """Hand findings made outside the detectors (the withdrawals of a board swap's restarted
         GPUs) to the processors, as :meth:`update` hands them the detectors'; returns what the
         processors make of them (an incident losing a predicted member)."""
-        seen = list(findings)
-        for proc in self.processors:
-            seen.extend(proc.observe(seen, now))
-        return seen[len(findings):]
+        return run_processors(self.processors, findings, now)
 
     def state_dict(self) -> dict[str, Any]:
         return {

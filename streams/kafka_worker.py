@@ -42,7 +42,7 @@ from typing import Any, Callable, Iterable, Sequence
 import numpy as np
 import pyarrow as pa
 
-from foreshock.detectors.bank import DetectorBank, FindingProcessor, report_problems_to
+from foreshock.detectors.bank import DetectorBank, FindingProcessor, report_problems_to, run_processors
 from foreshock.detectors.incident_external import ExternalEvent
 from foreshock.exporters.store import FindingStore
 from foreshock.fields import ENTITY_KINDS, field_names
@@ -613,15 +613,7 @@ class IncidentStage:
         nows = [p.now for p in pieces if p.now is not None]
         if not self.processors or not nows:
             return []
-        base = len(findings)
-        now = max(nows)
-        for proc in self.processors:
-            observe_frame = getattr(proc, "observe_frame", None)
-            if observe_frame is not None:
-                for frame in frames:
-                    observe_frame(frame)
-            findings.extend(proc.observe(findings, now))
-        return findings[base:]
+        return run_processors(self.processors, findings, max(nows), frames)
 
     def _resume(self, sender: str, seq: int) -> None:
         """A sender not known here that started before the retirement horizon was retired while
