@@ -315,26 +315,42 @@ def reason_bits_column(reasons: np.ndarray) -> np.ndarray:
     return np.where(ok, r, -1.0).astype(np.int64)
 
 
+READ, HELD, SHIFTED = 0, 1, 2
+"""What :func:`reading_jump` made of a reading: read it; hold it back; read it, confirming the one
+held before it (the sensor reads at another level now)."""
+
+
+@inline
+def reading_jump(state: np.ndarray, r: int, ts: float, v: float, last: float, last_ts: float, held_col: int,
+                 held_ts_col: int) -> int:
+    """Whether an inlet reading ``v`` at ``ts`` is read (``READ``, ``SHIFTED``) or held back
+    (``HELD``): it is held when it jumps from the ``last`` reading (at ``last_ts``) further than a
+    loop moves (``INLET_JUMP_C``, ``INLET_JUMP_RATE_C_PER_S``) and has not been seen there before.
+    The held reading is kept in row ``r`` of ``state`` (columns ``held_col``, ``held_ts_col``): one
+    that the next reading confirms is read (``SHIFTED``), and one near the last reading drops what
+    was held (a glitch). No ``last`` yet (NaN): read."""
+    held = state[r, held_col]
+    if not abs(v - last) > max(INLET_JUMP_C, INLET_JUMP_RATE_C_PER_S * (ts - last_ts)):
+        state[r, held_col] = np.nan
+        return READ
+    if held == held and abs(v - held) <= max(INLET_JUMP_C, INLET_JUMP_RATE_C_PER_S * (ts - state[r, held_ts_col])):
+        state[r, held_col] = np.nan  # confirmed: the reading is at another level now
+        return SHIFTED
+    state[r, held_col] = v
+    state[r, held_ts_col] = ts
+    return HELD
+
+
 @inline
 def inlet_jump_held(rack_state: np.ndarray, r: int, ts: float, v: float) -> bool:
-    """True when reading ``v`` at ``ts`` jumps from the rack's last inlet further than a loop moves
-    (``INLET_JUMP_C``, ``INLET_JUMP_RATE_C_PER_S``) and has not been seen there before: it is held
-    (``RACK_HELD``) instead of read. A reading held before that this one confirms is read, and one
-    near the last inlet drops what was held (a glitch)."""
-    last = rack_state[r, RACK_INLET]
-    held = rack_state[r, RACK_HELD]
-    if not abs(v - last) > max(INLET_JUMP_C, INLET_JUMP_RATE_C_PER_S * (ts - rack_state[r, RACK_TS])):
-        rack_state[r, RACK_HELD] = np.nan  # (no last inlet yet: read)
-        return False
-    if held == held and \
-            abs(v - held) <= max(INLET_JUMP_C, INLET_JUMP_RATE_C_PER_S * (ts - rack_state[r, RACK_HELD_TS])):
-        rack_state[r, RACK_HELD] = np.nan  # confirmed: the reading is at another level now
+    """True when the rack's inlet reading ``v`` at ``ts`` is held back (:func:`reading_jump`, against
+    its last inlet; ``RACK_HELD``); a level shift it confirms is counted (``RACK_SHIFTS``)."""
+    seen = reading_jump(rack_state, r, ts, v, rack_state[r, RACK_INLET], rack_state[r, RACK_TS], RACK_HELD,
+                        RACK_HELD_TS)
+    if seen == SHIFTED:
         shifts = rack_state[r, RACK_SHIFTS]
         rack_state[r, RACK_SHIFTS] = shifts + 1.0 if shifts == shifts else 1.0
-        return False
-    rack_state[r, RACK_HELD] = v
-    rack_state[r, RACK_HELD_TS] = ts
-    return True
+    return seen == HELD
 
 
 @inline
