@@ -96,6 +96,9 @@ def command(source: str, duration: float | None, polls: int | None, interval: fl
             raise click.ClickException(f"no telemetry came from {source} in {polled.polls} polls: nothing to watch "
                                        f"({_problems(polled)})")
         run = build_pipeline(topology, detectors, host, port, findings_path, top_k, params, health=polled.health)
+        # live: /metrics ages by arrival on this host's clock, not by whichever source's clock
+        # stamped the last frame (a BMC a minute behind its nodes made ETAs jump back and forth)
+        run.store.use_wall_clock()
         others: list[PollingSource] = []
         try:
             if bmcs:

@@ -45,8 +45,8 @@ class MixinConfig:
         ScrapeJob("alertmanager", "ForeshockAlertmanagerDown", "Alertmanager",
                   "alerts that fire may not be delivered to anyone", "warning"),
         ScrapeJob("foreshock-agents", "ForeshockAgentsDown", "foreshock agent",
-                  "no GPU, BMC or CDU telemetry reaches the workers, so nothing can be predicted — and "
-                  "the workers' own GPU-missing alert cannot fire on a telemetry clock that stopped"),
+                  "no GPU, BMC or CDU telemetry reaches the workers, so nothing can be predicted (the "
+                  "workers' GPUs reporting fall to 0 within 2 minutes: ForeshockGpuMissing fires with this alert)"),
     )
     pipeline_job: str = "foreshock"
     agent_job: str = "foreshock-agents"  # agents' --metrics-port; ForeshockAgentDown is per agent

@@ -180,11 +180,11 @@ class ForeshockCollector(Collector):
 
     def _drop_stale(self, snap: StoreSnapshot) -> None:
         """Leave out the latest values and estimates of entities not heard from within
-        ``stale_after_s`` of the telemetry clock (the window ``gpus_reporting`` counts in): a node
+        ``stale_after_s`` of the store's clock (the window ``gpus_reporting`` counts in): a node
         that went down with its brake bit set, its HBM at 93 °C or its fans read as stopped otherwise
         exported those values, in its series and in its rack's aggregates, for good — and kept
         their alerts firing."""
-        if not math.isfinite(snap.last_ts):
+        if not math.isfinite(snap.clock):
             return
         stale = {kind: ~self._fresh(snap, kind) for kind in snap.last_seen}
         for kind, fields in snap.latest.items():
@@ -200,8 +200,11 @@ class ForeshockCollector(Collector):
                 snap.gauges[name] = (kind, np.where(gone, np.nan, values), help_text)  # the store's stay
 
     def _fresh(self, snap: StoreSnapshot, kind: str) -> np.ndarray:
-        """The entities of ``kind`` heard from within ``stale_after_s`` of the telemetry clock."""
-        return snap.last_seen[kind] >= snap.last_ts - self.stale_after_s  # type: ignore[no-any-return]
+        """The entities of ``kind`` heard from within ``stale_after_s`` of the store's clock:
+        telemetry time in a replay; in a live store, wall time since a row of theirs arrived,
+        whatever their source's clock (``exporters/store.py``): with telemetry time, a frame of
+        an agent 600 s fast made every other entity read stale until the next frame."""
+        return snap.heard[kind] >= snap.clock - self.stale_after_s  # type: ignore[no-any-return]
 
     # ---- per-entity ----------------------------------------------------------------------
     def _flagged_gpus(self, snap: StoreSnapshot, limits: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
@@ -420,8 +423,11 @@ class ForeshockCollector(Collector):
             entity = topo.name(p.entity_kind, p.slot)
             rack = topo.labels(p.entity_kind, p.slot).get("rack", "")
             labels = [cluster, p.event, p.entity_kind, entity, rack, p.detector]
-            # the ETA counts down in telemetry time from when it was made
-            eta = max(0.0, p.eta_s - max(0.0, snap.last_ts - p.ts)) if math.isfinite(snap.last_ts) else p.eta_s
+            # the ETA counts down on the store's clock from when it was made (telemetry time; in a
+            # live store, wall time since it arrived: by telemetry time it jumped by the skew of
+            # whichever source spoke last)
+            made = snap.predictions_heard.get((p.event, p.entity_kind, p.slot), p.ts)
+            eta = max(0.0, p.eta_s - max(0.0, snap.clock - made)) if math.isfinite(snap.clock) else p.eta_s
             f_eta.add_metric(labels, eta)
             f_conf.add_metric(labels, p.confidence)
             active[(p.event, rack)] = active.get((p.event, rack), 0) + 1

@@ -4,6 +4,17 @@ The pipeline calls :meth:`FindingStore.observe_frame` and :meth:`FindingStore.ob
 the Prometheus collector and the console summary read a consistent snapshot under a lock.
 Everything here is bounded: latest values are arrays indexed by slot, active findings are
 keyed by (entity, event) and expire, incidents are keyed by id.
+
+**The store's clock.** Staleness, exported ETAs and the lapse of findings are measured on one
+clock. By default it is telemetry time (``last_ts``, the newest row of the last frame): right for
+a replay, an evaluation or a demo, which run hundreds of times faster than real time. A live
+pipeline (``foreshock watch``, the Kafka worker) reads sources whose clocks differ (a BMC a
+minute behind its nodes, an agent minutes fast): there ``last_ts`` see-sawed from frame to frame
+with whichever source spoke last, ETAs jumped by the skew, and a fast agent's frame made every
+other entity read stale and lapsed everyone's findings. A live store (``wall_clock``, or
+:meth:`FindingStore.use_wall_clock`) measures on the wall clock instead: an entity is fresh while
+it was heard from (a row of it reached the store) recently, a finding ages from when the store
+received it; whose clock stamped the rows no longer matters.
 """
 
 from __future__ import annotations
@@ -14,7 +25,7 @@ import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Iterable, Iterator, Sequence, TypeVar
+from typing import Callable, Iterable, Iterator, Sequence, TypeVar
 
 import numpy as np
 
@@ -69,13 +80,23 @@ class StoreSnapshot:
     ingest_lag_s: float
     predictions_raised: dict[str, int] = field(default_factory=dict)
     xmit_wait_increase: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    # the store's clock (see the module docstring) at this snapshot, and on that clock when each
+    # entity was last heard from and when each active prediction (by its key, (event, kind,
+    # slot)) was made: ``last_ts``, ``last_seen`` and the predictions' own ``ts`` on the
+    # telemetry clock; the wall clock, and arrival times, in a live store
+    clock: float = float("nan")
+    heard: dict[str, np.ndarray] = field(default_factory=dict)
+    predictions_heard: dict[tuple[str, str, int], float] = field(default_factory=dict)
 
 
 class FindingStore:
     """Sink for frames and findings; the single source of truth for exporters."""
 
     def __init__(self, topology: Topology, health: PipelineHealth | None = None,
-                 anomaly_ttl_s: float = 300.0) -> None:
+                 anomaly_ttl_s: float = 300.0, wall_clock: Callable[[], float] | None = None) -> None:
+        """``wall_clock``: make this a live store, measuring staleness, ETAs and the lapse of
+        findings on that clock (``time.time``) by arrival; None (the default): on telemetry time,
+        for replays, evaluations and demos (see the module docstring)."""
         self.topology = topology
         self.health = health or PipelineHealth()
         self.anomaly_ttl_s = anomaly_ttl_s
@@ -88,6 +109,10 @@ class FindingStore:
         self._seen = {kind: np.zeros(topology.size(kind), dtype=bool) for kind in LATEST_FIELDS}
         self._last_xid = np.full(topology.size("gpu"), np.nan)
         self._last_seen = {kind: np.full(topology.size(kind), -np.inf) for kind in LATEST_FIELDS}
+        self._wall_clock = wall_clock  # None: telemetry time is the store's clock
+        # a live store's: when each entity was last heard from (a timestamped row of it arrived),
+        # on the wall clock; unused (left at -inf) on the telemetry clock
+        self._heard = {kind: np.full(topology.size(kind), -np.inf) for kind in LATEST_FIELDS}
         # per link, what its xmit_wait counter has risen by since this store first saw it, across
         # the port's counter resets: what a per-leaf sum exported as a counter may add up (a sum
         # of the raw counters falls whenever one port's counter resets, and rate() reads that
@@ -96,8 +121,12 @@ class FindingStore:
         self._xmit_wait_increase = np.zeros(topology.size("link"))
         self._predictions: dict[tuple[str, str, int], Prediction] = {}
         self._anomalies: dict[tuple[str, int, str, str], Anomaly] = {}
-        # no active finding lapses before this telemetry time (a lower bound): ``_expire``
-        # scans only once ``last_ts`` reaches it, not after every batch of findings
+        # when each active finding was made, on the store's clock (by the same keys): its own
+        # ``ts`` on the telemetry clock, when it reached the store on the wall clock
+        self._prediction_heard: dict[tuple[str, str, int], float] = {}
+        self._anomaly_heard: dict[tuple[str, int, str, str], float] = {}
+        # no active finding lapses before this time of the store's clock (a lower bound):
+        # ``_expire`` scans only once the clock reaches it, not after every batch of findings
         self._next_expiry = -np.inf
         self._incidents: dict[str, Incident] = {}
         self._gauges: dict[str, tuple[str, np.ndarray, str]] = {}
@@ -108,6 +137,29 @@ class FindingStore:
         self._latency_count = 0
         self.last_ts = float("nan")
         self._lag = 0.0
+
+    # ---- the clock -------------------------------------------------------------------------
+    @property
+    def live(self) -> bool:
+        """Whether this store measures on the wall clock (see the module docstring)."""
+        return self._wall_clock is not None
+
+    def use_wall_clock(self, clock: Callable[[], float] = time.time) -> None:
+        """Measure on ``clock`` from now on, as a store made with ``wall_clock``: for a live
+        caller handed a store made elsewhere (``foreshock watch``'s comes with its sinks, a Kafka
+        worker's with its server). What was heard before counts as heard now."""
+        with self._lock:
+            now = clock()
+            self._wall_clock = clock
+            for kind, last in self._last_seen.items():
+                self._heard[kind] = np.where(np.isneginf(last), -np.inf, now)
+            self._prediction_heard = dict.fromkeys(self._predictions, now)
+            self._anomaly_heard = dict.fromkeys(self._anomalies, now)
+            self._next_expiry = -np.inf  # rescan on the new clock
+
+    def _now(self) -> float:
+        """The store's clock: the wall clock in a live store, else telemetry time (``last_ts``)."""
+        return self._wall_clock() if self._wall_clock is not None else self.last_ts
 
     # ---- updates from the pipeline ---------------------------------------------------------
     def observe_frame(self, frame: Frame, received_wall: float | None = None) -> None:
@@ -131,11 +183,25 @@ class FindingStore:
                                      self._xmit_wait_increase)
             if newest[1]:  # some timestamp is finite: the newest (NaN skipped) is the clock
                 self.last_ts = float(newest[0])
+            if self._wall_clock is not None:
+                self._hear(frame)
             if received_wall is not None:
-                self._lag = max(0.0, time.time() - received_wall)
-            # findings lapse with telemetry time, not only when more findings come: a quiet
+                wall = self._wall_clock() if self._wall_clock is not None else time.time()
+                self._lag = max(0.0, wall - received_wall)
+            # findings lapse with the store's clock, not only when more findings come: a quiet
             # cluster after a burst kept exporting the burst's anomalies (and alerts) for good
             self._expire()
+
+    def _hear(self, frame: Frame) -> None:
+        """A live store's: the entities of ``frame`` were heard from now — those of its rows
+        with a timestamp (a row without one refreshes no ``last_seen`` either) and a slot in
+        the arrays (as ``_observe_latest``)."""
+        heard = self._heard.get(frame.kind)
+        if heard is None:
+            return
+        slot = frame.slot
+        rows = ~np.isnan(frame.ts) & (slot >= 0) & (slot < len(heard))
+        heard[slot[rows]] = self._now()
 
     def _count_xids(self, frame: Frame) -> None:
         # dcgm's XID field is the *last* XID and never resets: a new event is a change of value.
@@ -156,19 +222,27 @@ class FindingStore:
                         if key not in self._predictions:
                             self._raised[f.event] += 1
                         self._predictions[key] = f
+                        self._prediction_heard[key] = heard = self._made(f)
+                        self._lower_expiry(self._prediction_expiry(f, heard))
                     else:
                         self._predictions.pop(key, None)
-                    if f.active:
-                        self._lower_expiry(self._prediction_expiry(f))
+                        self._prediction_heard.pop(key, None)
                 elif isinstance(f, Anomaly):
-                    self._anomalies[(f.entity_kind, f.slot, f.field, f.detector)] = f
-                    self._lower_expiry(f.ts + self.anomaly_ttl_s)
+                    akey = (f.entity_kind, f.slot, f.field, f.detector)
+                    self._anomalies[akey] = f
+                    self._anomaly_heard[akey] = heard = self._made(f)
+                    self._lower_expiry(heard + self.anomaly_ttl_s)
                 elif isinstance(f, Incident):
                     if f.state == "resolved":
                         self._incidents.pop(f.incident_id, None)
                     else:
                         self._incidents[f.incident_id] = f
             self._expire()
+
+    def _made(self, f: Anomaly | Prediction) -> float:
+        """When ``f`` was made, on the store's clock: now in a live store (it has just come),
+        else its own telemetry time."""
+        return self._wall_clock() if self._wall_clock is not None else f.ts
 
     def forget(self, owned: dict[str, np.ndarray]) -> None:
         """Drop what is known of the entities that left this store's care (kind -> boolean mask by
@@ -183,6 +257,7 @@ class FindingStore:
                     self._latest_block[kind][:, mask] = np.nan
                     self._seen[kind][mask] = False
                     self._last_seen[kind][mask] = -np.inf
+                    self._heard[kind][mask] = -np.inf
                 if kind == "gpu":
                     self._last_xid[mask] = np.nan
                 if kind == "link":
@@ -192,6 +267,8 @@ class FindingStore:
                                  if not _owned(owned, p.entity_kind, p.slot)}
             self._anomalies = {k: a for k, a in self._anomalies.items()
                                if not _owned(owned, a.entity_kind, a.slot)}
+            self._prediction_heard = {k: self._prediction_heard[k] for k in self._predictions}
+            self._anomaly_heard = {k: self._anomaly_heard[k] for k in self._anomalies}
             for name, (kind, values, help_text) in list(self._gauges.items()):
                 if kind in owned and values.shape == np.shape(owned[kind]):
                     self._gauges[name] = (kind, np.where(owned[kind], np.nan, values), help_text)
@@ -227,6 +304,8 @@ class FindingStore:
             self._seen = {kind: self._moved(remap, topology, kind, seen, False) for kind, seen in self._seen.items()}
             self._last_seen = {kind: self._moved(remap, topology, kind, last, -np.inf)
                                for kind, last in self._last_seen.items()}
+            self._heard = {kind: self._moved(remap, topology, kind, heard, -np.inf)
+                           for kind, heard in self._heard.items()}
             self._last_xid = self._moved(remap, topology, "gpu", self._last_xid, np.nan)
             self._xmit_wait_prev = self._moved(remap, topology, "link", self._xmit_wait_prev, np.nan)
             self._xmit_wait_increase = self._moved(remap, topology, "link", self._xmit_wait_increase, 0.0)
@@ -236,10 +315,12 @@ class FindingStore:
                 if 0 <= slot < len(gpu_slot) and gpu_slot[slot] >= 0:
                     xids[(int(gpu_slot[slot]), code)] += n
             self._xids = xids
-            self._predictions = {(p.event, p.entity_kind, p.slot): p for p in
-                                 _moved_findings(remap, self._predictions.values())}
-            self._anomalies = {(a.entity_kind, a.slot, a.field, a.detector): a for a in
-                               _moved_findings(remap, self._anomalies.values())}
+            predictions = list(_moved_findings(remap, self._predictions, self._prediction_heard))
+            self._predictions = {(p.event, p.entity_kind, p.slot): p for p, _ in predictions}
+            self._prediction_heard = {(p.event, p.entity_kind, p.slot): heard for p, heard in predictions}
+            anomalies = list(_moved_findings(remap, self._anomalies, self._anomaly_heard))
+            self._anomalies = {(a.entity_kind, a.slot, a.field, a.detector): a for a, _ in anomalies}
+            self._anomaly_heard = {(a.entity_kind, a.slot, a.field, a.detector): heard for a, heard in anomalies}
             self._gauges = {name: (kind, self._moved(remap, topology, kind, values, np.nan), help_text)
                             for name, (kind, values, help_text) in self._gauges.items()
                             if len(values) == self.topology.size(kind)}  # the next publish sets the rest
@@ -257,30 +338,31 @@ class FindingStore:
             return remap.rows(kind, saved, fresh, axis=axis)
         return saved if saved.shape == fresh.shape else fresh
 
-    def _prediction_expiry(self, p: Prediction) -> float:
-        # a prediction that was never refreshed nor withdrawn lapses after its horizon
-        return p.ts + max(p.eta_s, 0.0) + self.anomaly_ttl_s
+    def _prediction_expiry(self, p: Prediction, heard: float) -> float:
+        # a prediction that was never refreshed nor withdrawn lapses after its horizon, counted
+        # from when it was made (``heard``, on the store's clock)
+        return heard + max(p.eta_s, 0.0) + self.anomaly_ttl_s
 
     def _lower_expiry(self, expiry: float) -> None:
         if expiry < self._next_expiry:  # False for NaN: such a finding never lapses
             self._next_expiry = expiry
 
     def _expire(self) -> None:
-        now = self.last_ts
+        now = self._now()
         # the margin keeps the exact test below in charge at the boundary (rounding)
         if not np.isfinite(now) or now < self._next_expiry - 1e-3:
             return
-        for akey, a in list(self._anomalies.items()):
-            if now - a.ts > self.anomaly_ttl_s:
-                del self._anomalies[akey]
-        for pkey, p in list(self._predictions.items()):
-            if now - p.ts > max(p.eta_s, 0.0) + self.anomaly_ttl_s:
-                del self._predictions[pkey]
+        for akey, heard in list(self._anomaly_heard.items()):
+            if now - heard > self.anomaly_ttl_s:
+                del self._anomalies[akey], self._anomaly_heard[akey]
+        for pkey, heard in list(self._prediction_heard.items()):
+            if now - heard > max(self._predictions[pkey].eta_s, 0.0) + self.anomaly_ttl_s:
+                del self._predictions[pkey], self._prediction_heard[pkey]
         self._next_expiry = np.inf
-        for a in self._anomalies.values():
-            self._lower_expiry(a.ts + self.anomaly_ttl_s)
-        for p in self._predictions.values():
-            self._lower_expiry(self._prediction_expiry(p))
+        for heard in self._anomaly_heard.values():
+            self._lower_expiry(heard + self.anomaly_ttl_s)
+        for pkey, heard in self._prediction_heard.items():
+            self._lower_expiry(self._prediction_expiry(self._predictions[pkey], heard))
 
     def set_gauges(self, gauges: dict[str, tuple[str, np.ndarray, str]],
                    owned: dict[str, np.ndarray] | None = None) -> None:
@@ -310,6 +392,9 @@ class FindingStore:
     # ---- reads -----------------------------------------------------------------------------
     def snapshot(self) -> StoreSnapshot:
         with self._lock:
+            if self._wall_clock is not None:
+                self._expire()  # a scrape of a quiet live store sees what lapsed since the last frame
+            last_seen = {k: v.copy() for k, v in self._last_seen.items()}
             return StoreSnapshot(
                 topology=self.topology,
                 latest={k: {f: v.copy() for f, v in d.items()} for k, d in self._latest.items()},
@@ -323,7 +408,7 @@ class FindingStore:
                 findings=dict(self.health.findings),
                 dead_letters=self.health.dead_letters,
                 xids=dict(self._xids),
-                last_seen={k: v.copy() for k, v in self._last_seen.items()},
+                last_seen=last_seen,
                 latency_counts=list(self._latency_counts),
                 latency_sum=self._latency_sum,
                 latency_count=self._latency_count,
@@ -331,6 +416,9 @@ class FindingStore:
                 ingest_lag_s=self._lag,
                 predictions_raised=dict(self._raised),
                 xmit_wait_increase=self._xmit_wait_increase.copy(),
+                clock=self._now(),
+                heard={k: v.copy() for k, v in self._heard.items()} if self._wall_clock is not None else last_seen,
+                predictions_heard=dict(self._prediction_heard),
             )
 
     def forget_incidents(self) -> None:
@@ -341,16 +429,20 @@ class FindingStore:
 
 
 _EntityFinding = TypeVar("_EntityFinding", Anomaly, Prediction)
+_Key = TypeVar("_Key")
 
 
-def _moved_findings(remap: Remap, findings: Iterable[_EntityFinding]) -> Iterator[_EntityFinding]:
-    """``findings`` with each entity's slot in the new numbering; those of entities gone, left out."""
-    for f in findings:
+def _moved_findings(remap: Remap, findings: dict[_Key, _EntityFinding],
+                    heard: dict[_Key, float]) -> Iterator[tuple[_EntityFinding, float]]:
+    """``findings`` (by key; ``heard``: when each was made, by the same keys) with each entity's
+    slot in the new numbering, and when it was made; those of entities gone, left out."""
+    for key, f in findings.items():
+        when = heard[key]
         table = remap.new_of_old.get(f.entity_kind)
         if table is None:  # a job: jobs are not renumbered by a change of hardware
-            yield f
+            yield f, when
         elif 0 <= f.slot < len(table) and table[f.slot] >= 0:
-            yield dataclasses.replace(f, slot=int(table[f.slot]))
+            yield dataclasses.replace(f, slot=int(table[f.slot])), when
 
 
 def _owned(owned: dict[str, np.ndarray], kind: str, slot: int) -> bool:

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import pickle
 import struct
 import time
@@ -269,12 +270,18 @@ class DetectionStage:
                  worker_id: str = "", max_ahead_s: float | None = None) -> None:
         """``make_bank``: the detector bank for a topology (this one's; a checkpoint written for
         other hardware needs a bank of that hardware to be read). ``max_ahead_s``: rows stamped
-        further ahead of this host's clock are refused (``InputGuard``; None: no limit)."""
+        further ahead of this host's clock are refused (``InputGuard``; None: no limit); with a
+        limit, the store measures staleness and ETAs on the wall clock (live)."""
         self.max_ahead_s = max_ahead_s
         self.topology = topology
         self.worker_id = worker_id
         self.health = health or PipelineHealth()
         self.store = store or FindingStore(topology, self.health)
+        if max_ahead_s is not None and math.isfinite(max_ahead_s):
+            # rows held to this host's clock are a live stream, from agents whose clocks differ:
+            # /metrics ages by arrival (``FindingStore.use_wall_clock``). Without a limit (a
+            # simulation published faster than real time) telemetry time stays the clock
+            self.store.use_wall_clock()
         self.pmap = PartitionMap(topology, partitions)
         self._make_bank = make_bank
         self.parts: dict[int, _Partition] = {}
