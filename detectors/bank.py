@@ -9,6 +9,8 @@ from __future__ import annotations
 import time
 from typing import Any, Iterable, Protocol, Sequence
 
+import numpy as np
+
 from foreshock.health import PipelineHealth
 from foreshock.findings import Finding
 from foreshock.frames import Frame
@@ -112,6 +114,21 @@ class DetectorBank:
         GPUs) to the processors, as :meth:`update` hands them the detectors'; returns what the
         processors make of them (an incident losing a predicted member)."""
         return run_processors(self.processors, findings, now)
+
+    def restart_gpus(self, slots: Sequence[int] | np.ndarray, fresh: dict[str, Any]) -> None:
+        """Start the detector state of GPU ``slots`` afresh, as a new GPU's: their rows from
+        ``fresh`` (a fresh bank's ``state_dict()["detectors"]``), every other row as it is. For a
+        board swapped in a slot (an RMA, ``InputGuard.board_change``). The processors (the
+        incident engine) keep theirs: an incident is the slot's history."""
+        keep = np.ones(self.topology.size("gpu"), dtype=bool)
+        keep[np.asarray(slots, dtype=np.int64)] = False
+        all_but_these = Remap(self.topology, self.topology, keep={"gpu": keep})
+        current = self.state_dict()["detectors"]
+        for detector in self.detectors:
+            # the fresh state first: a remap takes the rows of the entities it does not keep from
+            # the detector's own state (``Detector.remap_state``), as a fresh bank's on a move
+            detector.load_state_dict(fresh[detector.name])
+            detector.load_state_dict(detector.remap_state(current[detector.name], all_but_these))
 
     def state_dict(self) -> dict[str, Any]:
         return {

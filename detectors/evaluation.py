@@ -86,7 +86,7 @@ from __future__ import annotations
 import json
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
@@ -409,6 +409,7 @@ def run_recording(recording: Recording, sets: Sequence[str],
     wall0 = time.perf_counter()
     first = last = math.nan
     fed = tuple(k for k in bank.kinds if telemetry is None or k in telemetry)
+    swaps = _BoardSwaps(bank, guard, health)
     for frame in aligned_frames(recording, fed, window_s):
         clean = guard.check(frame)
         if not len(clean):
@@ -416,7 +417,7 @@ def run_recording(recording: Recording, sets: Sequence[str],
         samples += len(clean)
         if clean.kind == "gpu":
             onsets.add(clean)
-        for f in bank.update(clean):
+        for f in swaps.update(clean):
             for s in sets_of.get(getattr(f, "detector", ""), ()):
                 found[s].append(f)
         t_hi = float(clean.ts[-1])
@@ -441,6 +442,50 @@ def run_recording(recording: Recording, sets: Sequence[str],
     return RunResult(recording, found, recording.events(), start, end, time.perf_counter() - wall0,
                      samples, traces, health, onsets.finish(), {s: v for s, v in score_logs.items() if v},
                      fed_kinds, incident_fed, window_s)
+
+
+class _BoardSwaps:
+    """``bank.update`` of guarded rows, as the embedded pipeline runs it where a GPU's board changes
+    (``EmbeddedPipeline.process_rows``): the rows stamped before the change first, then the GPU's
+    detector state restarted as a new GPU's, what was predicted of its old board withdrawn (the
+    restarted detectors would never withdraw it: in the scoring it would stay a claim to the end),
+    and the rest. Keeps the predictions active so far, by finding, for that."""
+
+    def __init__(self, bank: DetectorBank, guard: InputGuard, health: PipelineHealth) -> None:
+        self.bank, self.guard, self.health = bank, guard, health
+        self.fresh = bank.state_dict()["detectors"]  # as built: a new GPU's rows
+        self.active: dict[tuple[str, str, str, int], Prediction] = {}
+
+    def update(self, clean: Frame) -> list[Finding]:
+        found: list[Finding] = []
+        rest = clean
+        while (change := self.guard.board_change(rest)) is not None:
+            when, slots, _, _ = change
+            before = rest.ts < when
+            if before.any():
+                found += self._detect(rest.take(before))
+                rest = rest.take(~before)
+            self.bank.restart_gpus(slots, self.fresh)
+            self.health.gpu_replaced(self.guard.stage, len(slots))
+            swapped = set(slots.tolist())
+            withdrawn: list[Finding] = [
+                replace(p, ts=when, active=False, reason="withdrawn: another board in the GPU's slot")
+                for p in self.active.values() if p.entity_kind == "gpu" and p.slot in swapped]
+            found += self._keep(withdrawn + self.bank.pass_on(withdrawn, when) if withdrawn else [])
+        return found + self._detect(rest)
+
+    def _detect(self, rows: Frame) -> list[Finding]:
+        return self._keep(self.bank.update(rows))
+
+    def _keep(self, findings: list[Finding]) -> list[Finding]:
+        for f in findings:
+            if isinstance(f, Prediction):
+                key = (f.detector, f.event, f.entity_kind, f.slot)
+                if f.active:
+                    self.active[key] = f
+                else:
+                    self.active.pop(key, None)
+        return findings
 
 
 # ---- scoring ------------------------------------------------------------------------------
@@ -904,6 +949,8 @@ def score(result: RunResult, kinds: Sequence[str] | None = None, reference: str 
         "samples": result.samples,
         "telemetry": list(result.telemetry),
         "input_problems": {f"{s}:{r}": n for (s, r), n in result.health.problems.items()},
+        # GPUs found with another board in their slot, restarted as new GPUs (_BoardSwaps)
+        "gpus_replaced": sum(result.health.gpus_replaced.values()),
         "onset_classes": {"classes": list(ONSET_CLASSES), "predictable": PREDICTABLE_ONSET,
                           "job_start_s": JOB_START_S, "load_before_s": LOAD_BEFORE_S,
                           "load_step_ratio": LOAD_STEP_RATIO},

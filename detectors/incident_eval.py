@@ -89,12 +89,18 @@ def _norm(topology: Topology, name: str) -> str:
     return name.rsplit("#", 1)[0] if "#" in name else name
 
 
+MAINTENANCE = frozenset({"gpu_replacement"})
+"""Fault types that are work done on the cluster, not faults to find: a board swapped in (an RMA)
+is the operator's own doing. Scored as a fault, the replacement of a GPU whose HBM had overheated
+took that GPU's incident from the overheating it was about (the scenario gpu-replacement)."""
+
+
 def fault_truths(events: Sequence[Event], topology: Topology, duration_of: dict[str, float] | None = None) -> list[FaultTruth]:
     t = topology
     duration_of = duration_of or {}
     faults: dict[str, FaultTruth] = {}
     for ev in events:
-        if ev.type != "fault_onset":
+        if ev.type != "fault_onset" or ev.fault_type in MAINTENANCE:
             continue
         dur = ev.detail.get("duration_s", duration_of.get(ev.fault_id))
         end = ev.time + float(dur) if isinstance(dur, (int, float)) else math.inf

@@ -14,6 +14,8 @@ Stable API (the embedded pipeline, ``foreshock demo`` and the detectors' tests r
     for tick in sim.iter_ticks(600): ... # the same, one list of frames per tick
     sim.events                   # ground truth so far: list[foreshock.events.Event]
     sim.faults                   # list[Fault]: id, type, target_name, onset (s), duration, params
+    sim.gpu_uuids                # per GPU slot, the UUID of the board in it now (gpu frames carry
+                                 #   it as board_id; a gpu_replacement puts another board there)
     sim.record("out/rec", duration=1800, progress=lambda done, total: ...)  # -> RunSummary
 
 Parameters of ``ClusterSimulator``: ``topology`` (else generated for ``gpus`` GPUs with
@@ -43,13 +45,21 @@ events arrive one debounce window late with the time the condition actually clea
   ``link_down``/``link_up`` (link; every flap), ``congestion_start/_end`` (link, the links that
   took rerouted traffic), ``job_slowdown_start/_end`` (job; step time > 1.10x nominal, or
   ``detail.reason == "interrupted"`` while a crashed job waits for repair).
+- ``gpu_replaced`` (gpu) — a board swapped in the slot (a ``gpu_replacement``, or an XID 79
+  repair with ``params.xid79_new_board``), at the GPU's return: ``detail`` has ``old_uuid``,
+  ``new_uuid``, ``old_board_id``/``new_board_id`` (the numbers gpu frames carry),
+  ``board_number`` (1 for the slot's second board), ``r_core_ratio``/``r_hbm_ratio`` (new
+  board's thermal resistance over the old one's) and ``faults_cured`` (the old board's faults
+  the swap ended: their ``duration_s`` in the recording's fault list ends at the swap).
 - the schedule, without a fault: ``job_end`` (job; ``detail.reason == "completed"``: its GPUs
   go idle) and ``job_start`` (the next job starts on its nodes), as ``params.job_churn`` ends and
   starts jobs.
 - debouncing: an episode ends only after its condition stayed clear for ``HOLD_S`` seconds
   (30-60 s), so the power cap that releases during each communication phase is one episode.
 
-Conventions detectors can rely on: link counters are cumulative (``params.counter_bits=32``
+Conventions detectors can rely on: gpu ``board_id`` is the board's UUID as a number
+(``foreshock.boards.board_id``; NaN only in a failed read; a GPU off the bus keeps it),
+link counters are cumulative (``params.counter_bits=32``
 makes them wrap), one ``xmit_wait`` tick = 64 bytes at the port rate
 (``facts.XMIT_WAIT_TICK_BYTES``), optic slot = 2·link + end (end a = the GPU NIC side),
 rack ``coolant_temp`` is the loop's CDU supply and ``inlet_temp`` the rack's inlet, node

@@ -3,7 +3,8 @@
 One physics step of ``dt`` seconds (1 s by default, never more than the sampling interval):
 
 1. faults set the hidden inputs (CDU flow, thermal resistances, fans, power brake and limits,
-   optic losses, dead GPUs, stopped jobs) and note which fault touches which entity;
+   optic losses, dead GPUs, stopped jobs) and note which fault touches which entity; a repair
+   that swaps a GPU's board (``gpu_replacement``) puts the new board in first;
 2. jobs advance their steps (pace of the slowest member, communication stretched by congestion);
 3. GPUs choose clocks (driver limiters), draw power, heat up or cool down;
 4. cooling loops follow the heat they carry; fans follow the hottest GPU;
@@ -25,6 +26,7 @@ from typing import Any, Callable, Iterator
 import numpy as np
 
 from foreshock import facts
+from foreshock.boards import board_id
 from foreshock.events import Event
 from foreshock.fields import ENTITY_KINDS
 from foreshock.frames import Frame
@@ -34,9 +36,10 @@ from foreshock.topology import Topology
 from .cooling import DAY_S, CoolingModel
 from .fabric import FabricModel
 from .faults import (
-    DEFAULT_PARAMS, FAULT_TYPES, RANDOM_FAULT_ACCELERATION, RANDOM_FAULT_MIX, Fault, draw_random_params,
-    random_fault_rate_per_s,
+    CURED_BY_NEW_BOARD, DEFAULT_PARAMS, FAULT_TYPES, RANDOM_FAULT_ACCELERATION, RANDOM_FAULT_MIX, Fault,
+    draw_random_params, random_fault_rate_per_s,
 )
+from .formats import gpu_uuid
 from .gpu_model import GpuModel
 from .optics import OpticsModel
 from .params import SimParams
@@ -62,6 +65,9 @@ REBOOT_S = 600.0
 """A GPU that shut down thermally is back this long after it went down (once cool and repaired)."""
 WARMUP_S = 600.0
 """Physics run before the first sample so the cluster starts in its steady state."""
+BOARD_STREAM = 0xB0A4D
+"""Mixed into the seed of each new board's own random stream (seed, this, GPU, board number): a
+swap draws nothing from the run's streams, so the rest of the run stays as it was."""
 
 
 @dataclass
@@ -132,6 +138,10 @@ class ClusterSimulator:
 
         # models
         self.gpu = GpuModel(len(topo.gpus), p, self._rng_init)
+        # the board in each GPU's slot: the slot's first (number 0), one more at each swap
+        self.board_number = np.zeros(len(topo.gpus), dtype=np.int64)
+        self.gpu_uuids = [gpu_uuid(name) for name in topo.gpus]
+        self.gpu.board_id[:] = [board_id(uuid) for uuid in self.gpu_uuids]
         # the diurnal swing follows start_time's own hour of the day, or starts at start_hour (UTC)
         self.start_hour = start_hour
         day_offset = 0.0 if start_hour is None else start_hour * 3600.0 - self.start_time % DAY_S
@@ -521,6 +531,11 @@ class ClusterSimulator:
         self._reset_fault_inputs()
         self._fault_inputs_dirty = False
         topo = self.topology
+        # boards swapped in at this step, first: the faults of the old boards end before any of
+        # them sets its effect on the new one
+        for f in self.faults:
+            if self._swaps_board(f) and self.elapsed >= f.onset and not f.ended and not f.active_at(self.elapsed):
+                self._replace_board(f)
         for i, f in enumerate(self.faults):
             if not f.started and self.elapsed >= f.onset:
                 f.started = True
@@ -563,13 +578,45 @@ class ClusterSimulator:
             elif f.type == "hbm_overheat":
                 self.hbm_r_factor[f.target] *= min(1.0 + f.p("r_per_hour") * el / 3600.0, f.p("max_factor"))
                 self.gpu_cause[f.target] = i
-            elif f.type == "xid79":
+            elif f.type in ("xid79", "gpu_replacement"):  # out of service: reports nothing, its job stops
                 self.fault_dead[f.target] = True
                 self.gpu_cause[f.target] = i
                 job = int(topo.gpu_job[f.target])
                 if job >= 0:
                     self.fault_held[job] = True
                     self.job_cause[job] = i
+
+    def _swaps_board(self, f: Fault) -> bool:
+        """Whether ``f``'s repair puts another board in the GPU's slot."""
+        return f.type == "gpu_replacement" or (f.type == "xid79" and self.params.xid79_new_board)
+
+    def _replace_board(self, f: Fault) -> None:
+        """The repair of ``f`` swaps GPU ``f.target``'s board: a new UUID (``board_id``), the new
+        board's constants from its own random stream, and the old board's faults (its thermal
+        interface, its HBM, its bus) repaired now. Ground truth: ``gpu_replaced``, with both
+        UUIDs and board numbers and how the new board's resistances compare with the old one's."""
+        g, gpu = f.target, self.gpu
+        self.board_number[g] += 1
+        number = int(self.board_number[g])
+        old_uuid, new_uuid = self.gpu_uuids[g], gpu_uuid(self.topology.gpus[g], number)
+        old_board, old_r_core, old_r_hbm = gpu.board_id[g], gpu.r_core[g], gpu.r_hbm[g]
+        gpu.replace_board(g, np.random.default_rng([self.seed, BOARD_STREAM, g, number]))
+        self.gpu_uuids[g] = new_uuid
+        gpu.board_id[g] = board_id(new_uuid)
+        cured = []
+        for other in self.faults:
+            if (other is not f and other.kind == "gpu" and other.target == g and other.type in CURED_BY_NEW_BOARD
+                    and other.started and not other.ended):
+                other.duration = self.elapsed - other.onset  # repaired by the swap: its aftermath follows
+                other.ended = True
+                cured.append(other.id)
+        self.events.append(Event(self.now, "gpu_replaced", "gpu", f.target_name, f.id, f.type, {
+            "old_uuid": old_uuid, "new_uuid": new_uuid,
+            "old_board_id": int(old_board), "new_board_id": int(gpu.board_id[g]), "board_number": number,
+            "r_core_ratio": round(float(gpu.r_core[g] / old_r_core), 6),
+            "r_hbm_ratio": round(float(gpu.r_hbm[g] / old_r_hbm), 6),
+            "faults_cured": cured,
+        }))
 
     def _on_fault_end(self, f: Fault) -> None:
         """Repair: a replaced optic lets its link train again."""
@@ -631,4 +678,5 @@ _CAUSES = {
     "optic_degradation": "transceiver degrading: RX power falls toward sensitivity, BER rises",
     "hbm_overheat": "HBM cooling path degrading: HBM temperature rises, then uncorrectable ECC errors",
     "xid79": "GPU fell off the bus (XID 79): its job stops until the node is repaired",
+    "gpu_replacement": "GPU board swapped (RMA): out of service, then back on a new board (new UUID, resistance, counters)",
 }

@@ -15,7 +15,8 @@ stops its job until it has cooled and its cause is repaired.
 | ``psu_failure`` | node | HW power brake on every GPU of the node for ``brake_s`` (90 s), then the node's power limit is derated to ``derated_limit_w`` (500 W) until repair |
 | ``optic_degradation`` | optic | received power falls by ``initial_db`` (3.0) plus ``db_per_hour`` (2.0): pre-FEC BER rises, symbol errors, flaps, link down, the traffic moves to the next rail's NIC (PXN) and congests those links on the node and its ring neighbours |
 | ``hbm_overheat`` | gpu | HBM resistance grows by ``r_per_hour`` (2.0) up to ``max_factor`` (6.0); at its 95 °C limit for ``dbe_after_s`` (600 s) → ECC DBE + XID 48 (repeats every ``dbe_every_s``, 1800 s) |
-| ``xid79`` | gpu | the GPU falls off the bus (XID 79): it reports nothing, its job stops until repair (``duration``, 1800 s) |
+| ``xid79`` | gpu | the GPU falls off the bus (XID 79): it reports nothing, its job stops until repair (``duration``, 1800 s); with ``SimParams.xid79_new_board`` (off by default) the repair is a board swap, as ``gpu_replacement``'s |
+| ``gpu_replacement`` | gpu | the board is swapped (an RMA): the GPU is out of service for ``duration`` (3600 s; it reports nothing, its job stops), then returns on a new board — a new UUID (``board_id``), thermal resistances (core and HBM), leakage and dynamic power redrawn from the fleet's spread, counters from the new driver load; a ``tim_degradation``, ``hbm_overheat`` or ``xid79`` of the old board is cured (repaired at the swap). Ground truth: ``gpu_replaced`` at the return, with both UUIDs |
 
 Random faults (``--random-faults``) arrive as a Poisson process at FACTS' rate of 6.5
 failures per 1000 node-days (Meta, HPCA'25), **accelerated ×25** by default (``RANDOM_FAULT_ACCELERATION``; ``fault_acceleration`` /
@@ -23,7 +24,9 @@ failures per 1000 node-days (Meta, HPCA'25), **accelerated ×25** by default (``
 (expected 128 nodes × 0.25 d × 6.5e-3 × 25 ≈ 5).
 The mix follows Llama 3's unexpected interruptions (faulty GPU 148 → TIM degradation and
 XID 79 half each, HBM 72, network/cable 35) plus the PSU, fan and cooling faults of the
-InfiniteHBD trace (``RANDOM_FAULT_MIX``).
+InfiniteHBD trace (``RANDOM_FAULT_MIX``). A ``gpu_replacement`` is no failure but a repair,
+drawn only where a scenario names one: it is not in the mix, so adding it changed no seed's
+random faults.
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ FAULT_TYPES: dict[str, str] = {
     "optic_degradation": "optic",
     "hbm_overheat": "gpu",
     "xid79": "gpu",
+    "gpu_replacement": "gpu",
 }
 """Fault type -> the kind of entity it targets."""
 
@@ -52,10 +56,15 @@ DEFAULT_PARAMS: dict[str, dict[str, float]] = {
     "optic_degradation": {"initial_db": 3.0, "db_per_hour": 2.0},
     "hbm_overheat": {"r_per_hour": 2.0, "max_factor": 6.0, "dbe_after_s": 600.0, "dbe_every_s": 1800.0},
     "xid79": {},
+    "gpu_replacement": {},
 }
 
-DEFAULT_DURATION_S: dict[str, float | None] = {"xid79": 1800.0}
+DEFAULT_DURATION_S: dict[str, float | None] = {"xid79": 1800.0, "gpu_replacement": 3600.0}
 """Repair time when a scenario names none (None: lasts to the end of the run)."""
+
+CURED_BY_NEW_BOARD = ("tim_degradation", "hbm_overheat", "xid79")
+"""GPU faults of the board itself (its thermal interface, its HBM, its bus interface): a board
+swapped in the slot ends them."""
 
 FAILURES_PER_1000_NODE_DAYS = 6.5  # FACTS: Meta research clusters (HPCA'25)
 RANDOM_FAULT_ACCELERATION = 25.0

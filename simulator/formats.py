@@ -4,15 +4,23 @@
   field table's DCGM names, the exporter's units (MHz, mJ, µs, percent) and its labels
   (``gpu, UUID, pci_bus_id, device, modelName, Hostname``). GPUs with a missing sample are left
   out, as the exporter leaves out a GPU it could not read.
-- :func:`nvidia_smi_csv` — ``nvidia-smi --query-gpu=... --format=csv`` output for one node.
+- :func:`nvidia_smi_csv` — ``nvidia-smi --query-gpu=... --format=csv`` output for one node, its
+  last column the ``uuid``.
 - :func:`infiniband_sysfs` — the ``/sys/class/infiniband`` tree of one node's NICs (one
   ``mlx5_<rail>`` device per GPU link) from a link frame, for the sysfs importer.
+
+A GPU's UUID is that of the board in its slot at the frame's time: the one whose number is the
+row's ``board_id`` (:func:`gpu_uuid`; a board swapped in by a ``gpu_replacement`` has a new
+one), so the real importers read back the same ``board_id``. A row that carries none (NaN: a
+frame recorded before the simulator carried boards) is served with the slot's first board's
+UUID by dcgm, and ``[N/A]`` by nvidia-smi (its row of NaN is a failed read).
 
 All read the field table (``core/fields.csv``), never a list of their own.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import zlib
 from pathlib import Path
@@ -20,6 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from foreshock import facts
+from foreshock.boards import board_id
 from foreshock.fields import fields_of
 from foreshock.frames import Frame
 from foreshock.topology import Topology
@@ -36,6 +45,34 @@ def _uuid(name: str) -> str:
     return f"GPU-{a:08x}-{b >> 16:04x}-{b & 0xFFFF:04x}-{a >> 16:04x}-{a:08x}{b & 0xFFFF:04x}"
 
 
+MAX_BOARDS_PER_SLOT = 1000
+"""How many boards of a slot :func:`uuid_of_board` tries (a run swaps a GPU's board a few times)."""
+
+
+def gpu_uuid(name: str, number: int = 0) -> str:
+    """The UUID of board ``number`` in GPU ``name``'s slot (0: the board it started with; one more
+    at each swap), in NVML's ``GPU-8-4-4-4-12`` hex form; the same in every run, whatever the seed."""
+    return _uuid(name if number == 0 else f"{name}#board{number}")
+
+
+def uuid_of_board(name: str, board: float) -> str:
+    """The UUID of the board numbered ``board`` (the ``board_id`` field) in GPU ``name``'s slot;
+    the first board's for NaN (a frame that carries no board). ``ValueError`` for a number that
+    is none of the slot's boards."""
+    if math.isnan(board):
+        return gpu_uuid(name)
+    return _uuid_of_board(name, float(board))
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _uuid_of_board(name: str, board: float) -> str:
+    for number in range(MAX_BOARDS_PER_SLOT):
+        uuid = gpu_uuid(name, number)
+        if board_id(uuid) == board:
+            return uuid
+    raise ValueError(f"board_id {board:.0f} of GPU {name} is none of the simulator's boards in that slot")
+
+
 def _format(value: float, integer: bool) -> str:
     if integer:
         return str(int(round(value)))
@@ -49,11 +86,12 @@ def dcgm_exposition(frame: Frame, topology: Topology, model_name: str = MODEL_NA
         raise ValueError(f"dcgm-exporter serves gpu frames, not {frame.kind}")
     lines: list[str] = []
     labels = []
-    for slot in frame.slot:
+    for slot, board in zip(frame.slot, frame.columns["board_id"]):
         name = topology.gpus[slot]
         node = topology.nodes[int(topology.gpu_node[slot])]
         index = int(topology.gpu_index[slot])
-        labels.append(f'gpu="{index}",UUID="{_uuid(name)}",pci_bus_id="00000000:{0x18 + 0x10 * index:02X}:00.0",'
+        uuid = uuid_of_board(name, float(board))
+        labels.append(f'gpu="{index}",UUID="{uuid}",pci_bus_id="00000000:{0x18 + 0x10 * index:02X}:00.0",'
                       f'device="nvidia{index}",modelName="{model_name}",Hostname="{node}"')
     rows = ~np.isnan(frame.matrix()).all(axis=1)
     for field in fields_of("gpu"):
@@ -74,10 +112,11 @@ def dcgm_exposition(frame: Frame, topology: Topology, model_name: str = MODEL_NA
 
 
 def nvidia_smi_csv(frame: Frame, topology: Topology, node: str, model_name: str = MODEL_NAME) -> str:
-    """``nvidia-smi --query-gpu=index,name,<fields> --format=csv`` for the GPUs of one node."""
+    """``nvidia-smi --query-gpu=index,name,<fields>,uuid --format=csv`` for the GPUs of one node."""
     fields = [f for f in fields_of("gpu") if f.sources.get("nvidia_smi")]
-    header = ["index", "name"] + [f.sources["nvidia_smi"][0].name for f in fields]
+    header = ["index", "name"] + [f.sources["nvidia_smi"][0].name for f in fields] + ["uuid"]
     out = [", ".join(header)]
+    boards = frame.columns["board_id"]
     node_slot = topology.slot("node", node)
     for row, slot in enumerate(frame.slot):
         if topology.gpu_node[slot] != node_slot:
@@ -90,6 +129,8 @@ def nvidia_smi_csv(frame: Frame, topology: Topology, node: str, model_name: str 
                 continue
             native = value / f.sources["nvidia_smi"][0].scale
             cells.append(_format(native, f.name in _INTEGER_FIELDS))
+        board = float(boards[row])
+        cells.append("[N/A]" if math.isnan(board) else uuid_of_board(topology.gpus[slot], board))
         out.append(", ".join(cells))
     return "\n".join(out) + "\n"
 

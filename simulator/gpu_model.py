@@ -34,17 +34,22 @@ from foreshock import facts
 from .params import SimParams
 
 
+def manufacturing_spread(rng: np.random.Generator, sigma: float, n: int) -> np.ndarray:
+    """``n`` factors around 1 of relative standard deviation ``sigma``, clipped at 4 sigma: how
+    much one board's constant differs from the nominal one."""
+    return np.clip(1.0 + sigma * rng.standard_normal(n), 1.0 - 4 * sigma, 1.0 + 4 * sigma)
+
+
 class GpuModel:
     def __init__(self, n: int, params: SimParams, rng: np.random.Generator,
                  inlet_c: float = facts.NOMINAL_INLET_C) -> None:
         p = self.params = params
         self.n = n
-        spread = lambda s: np.clip(1.0 + s * rng.standard_normal(n), 1.0 - 4 * s, 1.0 + 4 * s)  # noqa: E731
         # hidden per-GPU constants (manufacturing spread)
-        self.r_core = p.r_core_c_per_w * spread(p.gpu_spread)
-        self.r_hbm = p.r_hbm_c_per_w * spread(p.gpu_spread)
-        self.leak_scale = spread(p.leak_spread)
-        self.dyn_scale = spread(p.dyn_spread)
+        self.r_core = p.r_core_c_per_w * manufacturing_spread(rng, p.gpu_spread, n)
+        self.r_hbm = p.r_hbm_c_per_w * manufacturing_spread(rng, p.gpu_spread, n)
+        self.leak_scale = manufacturing_spread(rng, p.leak_spread, n)
+        self.dyn_scale = manufacturing_spread(rng, p.dyn_spread, n)
         # state
         idle_power = p.static_power_w + p.leak_ref_w * np.exp(p.leak_k * (inlet_c + 4.0 - p.leak_ref_temp_c))
         self.temp = inlet_c + self.r_core * idle_power
@@ -66,6 +71,26 @@ class GpuModel:
         self.ecc_dbe = np.zeros(n)
         self.pcie_replays = np.floor(rng.exponential(20.0, n))
         self.remapped_rows = np.zeros(n)
+        # the board in each slot: boards.board_id of its UUID (the engine names the boards)
+        self.board_id = np.full(n, np.nan)
+
+    def replace_board(self, g: int, rng: np.random.Generator) -> None:
+        """Another board in GPU ``g``'s slot (an RMA): its own manufacturing constants, drawn from
+        the fleet's spread with ``rng`` (the new board's own stream, so no other draw moves), and
+        its counters as the driver loaded at the swap's reboot leaves them: energy from the
+        burn-in (up to 10 MJ, ~4 h at 700 W), no throttle time, ECC error, remapped row, PCIe
+        replay or XID yet. The caller sets ``board_id``."""
+        p = self.params
+        self.r_core[g] = p.r_core_c_per_w * manufacturing_spread(rng, p.gpu_spread, 1)[0]
+        self.r_hbm[g] = p.r_hbm_c_per_w * manufacturing_spread(rng, p.gpu_spread, 1)[0]
+        self.leak_scale[g] = manufacturing_spread(rng, p.leak_spread, 1)[0]
+        self.dyn_scale[g] = manufacturing_spread(rng, p.dyn_spread, 1)[0]
+        self.energy[g] = rng.uniform(0.0, 1e7)
+        for counter in (self.power_throttle_time, self.thermal_throttle_time, self.ecc_dbe, self.remapped_rows,
+                        self.pcie_replays, self.xid_last):
+            counter[g] = 0.0
+        self.sw_scale[g] = 1.0
+        self.hw_slowdown[g] = False
 
     def step(self, dt: float, inlet: np.ndarray, compute_frac: np.ndarray, compute_activity: np.ndarray,
              other_activity: np.ndarray, running: np.ndarray, brake: np.ndarray, r_factor: np.ndarray,

@@ -60,6 +60,10 @@ class SimParams:
     hw_slowdown_factor: float = 0.45  # HW slowdown cuts clocks >= 2x
     power_brake_factor: float = 0.30  # HW power brake cuts clocks >= 2x
     gpu_max_dt_s: float = 1.0  # GPU thermal and limiters are integrated in steps no longer than this
+    # --- repairs -----------------------------------------------------------------------------
+    # an XID 79 repair swaps the board (an RMA, as a ``gpu_replacement`` fault does): the GPU
+    # returns with a new UUID and constants. Off by default: every seed's telemetry stays as it was
+    xid79_new_board: bool = False
     # --- telemetry ---------------------------------------------------------------------------
     power_noise_w: float = facts.POWER_NOISE_W  # uniform +-noise on power.draw
     missing_prob: float = 5e-4  # chance a sample (one entity, one tick) is missing

@@ -3,7 +3,8 @@
 Realism applied here, not in the physics: temperatures are integer °C, power carries ±5 W of
 noise (NVML's stated accuracy), clocks sit on 15 MHz bins, counters are integers (optionally
 32-bit wrapping, see fabric.py), and a small share of samples is missing (a failed scrape:
-the whole row is NaN). A GPU that fell off the bus reports NaN in every field except the XID.
+the whole row is NaN). A GPU that fell off the bus reports NaN in every field except the XID
+and its board (``board_id``: DCGM serves the XID of a GPU it lost under the UUID it knew it by).
 Every column is a fresh array: consumers may keep frames while the simulation moves on.
 """
 
@@ -59,10 +60,11 @@ class Telemetry:
             "ecc_dbe": gpu.ecc_dbe.astype(np.float64),
             "pcie_replays": gpu.pcie_replays.astype(np.float64),
             "remapped_rows": gpu.remapped_rows.astype(np.float64),
+            "board_id": gpu.board_id.copy(),  # the board's UUID as a number, as a source reads it
         }
         dead = ~gpu.alive
         if dead.any():
             for name, col in cols.items():
-                if name != "xid_last":
+                if name not in ("xid_last", "board_id"):
                     col[dead] = np.nan
         return cols

@@ -112,16 +112,7 @@ class EmbeddedPipeline:
         timestamps (a row older than the last one read is still out of order), the store its
         latest values but the old board's limits, the incident engine its incidents (they are the
         slot's history)."""
-        keep = np.ones(self.topology.size("gpu"), dtype=bool)
-        keep[slots] = False
-        all_but_these = Remap(self.topology, self.topology, keep={"gpu": keep})
-        fresh = self._fresh_state()
-        current = self.bank.state_dict()["detectors"]
-        for detector in self.bank.detectors:
-            # the fresh state first: a remap takes the rows of the entities it does not keep from
-            # the detector's own state (``Detector.remap_state``), as a fresh bank's on a move
-            detector.load_state_dict(fresh[detector.name])
-            detector.load_state_dict(detector.remap_state(current[detector.name], all_but_these))
+        self.bank.restart_gpus(slots, self._fresh_state())
         self.store.forget_limits(slots)
 
     @staticmethod

@@ -16,9 +16,7 @@ processed; each source says "replaced" by the rule of :class:`GpuBoards`, which 
 
 from __future__ import annotations
 
-import hashlib
 import logging
-import math
 import queue
 import socket
 import subprocess
@@ -28,6 +26,7 @@ from typing import Callable, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 
+from foreshock.boards import board_id
 from foreshock.frames import Frame
 from foreshock.health import PipelineHealth
 from foreshock.topology import Topology
@@ -50,20 +49,6 @@ def count_once(once: set[str] | None, key: str) -> bool:
         return False
     once.add(key)
     return True
-
-
-BOARD_ID_BITS = 52  # a float64 holds every integer below 2**53 exactly
-
-
-def board_id(uuid: str) -> float:
-    """The ``board_id`` field's value for a GPU board's UUID: the low 52 bits of its 8-byte
-    BLAKE2b digest, an integer a float64 holds exactly (frames carry float64 columns only); NaN
-    for no UUID (""). The same UUID gives the same number on every host and version; two boards
-    share one with odds of about 2**-52."""
-    if not uuid:
-        return math.nan
-    digest = hashlib.blake2b(uuid.encode(), digest_size=8).digest()
-    return float(int.from_bytes(digest, "little") & ((1 << BOARD_ID_BITS) - 1))
 
 
 class GpuBoards:

@@ -17,6 +17,9 @@ detectors see exactly what the real path would give them, not the simulator's fl
                             ``max_op_temp`` (a real CSV derives it from ``temperature.gpu.tlimit``,
                             which the renderer does not print); a missing sample is a row of
                             ``[N/A]`` (NaN values).
+                            Both GPU formats carry each GPU's UUID (the ``UUID`` label, the
+                            ``uuid`` column), read back as ``board_id`` as the live sources read
+                            it: a simulated board swap comes through.
 ``sysfs``      link         each node's ``/sys/class/infiniband`` tree (a scratch folder)
                             through ``read_infiniband``: integer counters, data in 4-byte words;
                             ``pfc_pause_duration`` (an ethtool counter) comes back NaN; a link
@@ -50,6 +53,7 @@ from foreshock.health import PipelineHealth
 from foreshock.topology import Topology
 
 from . import dcgm, infiniband, nvidia_smi
+from .polling import GpuBoards
 
 VIA_KIND: dict[str, str] = {"dcgm": "gpu", "nvidia-smi": "gpu", "sysfs": "link"}
 """Each ``--via`` format and the entity kind whose frames it carries."""
@@ -66,10 +70,16 @@ class FormatRenderers(Protocol):
     def infiniband_sysfs(self, frame: Frame, topology: Topology, node: str, root: str | Path) -> dict[str, str]: ...
 
 
+CARRIED_AS_UUID = frozenset({"dcgm", "nvidia-smi"})
+"""Formats that carry each GPU's UUID (dcgm-exporter's ``UUID`` label, nvidia-smi's ``uuid`` column),
+read back as the ``board_id`` field (a string, so no name of the field table's)."""
+
+
 def fields_not_carried(fmt: str) -> tuple[str, ...]:
     """Fields of the format's kind that it has no name for: NaN after the round trip."""
     kind = VIA_KIND[fmt]
-    return tuple(f.name for f in fields_of(kind) if not f.sources.get(_TABLE_SOURCE[fmt]))
+    return tuple(f.name for f in fields_of(kind) if not f.sources.get(_TABLE_SOURCE[fmt])
+                 and not (f.name == "board_id" and fmt in CARRIED_AS_UUID))
 
 
 class ViaFormat:
@@ -92,6 +102,9 @@ class ViaFormat:
         self.health = health if health is not None else PipelineHealth()
         self._scratch_parent = scratch if scratch is not None else _default_scratch()
         self._scratch: Path | None = None
+        # each GPU's board, read from the UUIDs as the live source reads them (a swap is logged and
+        # counted under the source's stage; the pipeline's guard restarts the GPU)
+        self._boards = GpuBoards(self.health, dcgm.STAGE if fmt == "dcgm" else nvidia_smi.STAGE)
         if fmt == "sysfs":
             # Only links served by a host NIC have a sysfs view; the rest pass through.
             self._host_link = topology.link_gpu >= 0
@@ -133,7 +146,8 @@ class ViaFormat:
     def _convert_at(self, frame: Frame, ts: float) -> Frame:
         if self.format == "dcgm":
             text = self.renderers.dcgm_exposition(frame, self.topology)
-            batch = dcgm.parse_dcgm_text(text, ts, self.health)
+            uuids: dict[str, str] = {}
+            batch = self._boards.tag(dcgm.parse_dcgm_text(text, ts, self.health, uuids=uuids), uuids, self.topology)
             return batch.to_frame(self.topology, self.health, dcgm.STAGE)
         if self.format == "nvidia-smi":
             node_of_row = self.topology.gpu_node[frame.slot]
@@ -145,8 +159,9 @@ class ViaFormat:
     def _nvidia_smi_node(self, frame: Frame, node: int, ts: float) -> Frame:
         host = self.topology.nodes[node]
         text = self.renderers.nvidia_smi_csv(frame, self.topology, host)
-        batch = nvidia_smi.parse_query_gpu(text, host=host, health=self.health, ts=ts)
-        return batch.to_frame(self.topology, self.health, nvidia_smi.STAGE)
+        uuids: dict[str, str] = {}
+        batch = nvidia_smi.parse_query_gpu(text, host=host, health=self.health, ts=ts, uuids=uuids)
+        return self._boards.tag(batch, uuids, self.topology).to_frame(self.topology, self.health, nvidia_smi.STAGE)
 
     def _sysfs(self, frame: Frame, ts: float) -> Frame:
         node_of_row = self._link_node[frame.slot]

@@ -30,10 +30,9 @@ GPU_RESOLUTION = {
     "thermal_throttle_time": 1e-6, "xid_last": 1.0, "ecc_dbe": 1.0, "pcie_replays": 1.0, "remapped_rows": 1.0,
 }
 LINK_RESOLUTION = {name: 1.0 for name in field_names("link")} | {"tx_data": 4.0, "rx_data": 4.0}
-LOST = {  # board_id: a UUID, a label or a string column, not a metric; the simulator reads none either
-    "dcgm": {"board_id"},
-    "nvidia-smi": {"slowdown_temp", "energy", "xid_last", "pcie_replays", "max_op_temp", "hbm_max_op_temp",
-                   "board_id"},
+LOST = {  # (board_id comes back from the UUID: a label, a string column, no name of the field table's)
+    "dcgm": set(),
+    "nvidia-smi": {"slowdown_temp", "energy", "xid_last", "pcie_replays", "max_op_temp", "hbm_max_op_temp"},
     "sysfs": {"pfc_pause_duration"},
 }
 EXACT = {"throttle_reasons", "xid_last", "link_state", "link_rate"}  # codes: never perturbed
@@ -95,6 +94,9 @@ def test_frames_come_back_on_the_formats_grid_for_the_same_entities(fmt: str) ->
             assert not np.array_equal(got[ok], want[ok]), f"{name} came back unrounded: not through the format?"
         compared += 1
     assert compared >= (12 if kind == "gpu" else 14)
+    if kind == "gpu":  # each GPU's board, from its UUID: the same number back (NaN in a failed read only)
+        np.testing.assert_array_equal(back.columns["board_id"], original.columns["board_id"])
+        assert np.isfinite(back.columns["board_id"]).all()
     if fmt == "sysfs":  # switch-to-switch links have no host sysfs: passed through untouched
         switch = np.flatnonzero(sim.topology.link_gpu[back.slot] < 0)
         assert len(switch) > 0

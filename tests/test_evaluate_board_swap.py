@@ -1,0 +1,56 @@
+"""`foreshock evaluate` on a recording in which GPU boards are swapped (the simulator's
+``gpu_replacement`` fault and an XID 79 repaired by a new board).
+
+The evaluation runs the bank itself, not the embedded pipeline: until 2026-12-02 it never looked for
+a board change, so a swapped GPU went on with its old board's state, and what had been predicted of
+the old board (an HBM overheating, here) stayed a claim to the end of the recording. It now runs a
+swap as the pipeline does (``EmbeddedPipeline.process_rows``): the rows before it, the GPU restarted
+as a new one, the old board's predictions withdrawn, the rest.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from foreshock.detectors import evaluation
+from foreshock.detectors.incident_eval import fault_truths
+from foreshock.findings import Prediction
+from foreshock.recording import Recording
+from foreshock.simulator import ClusterSimulator
+
+
+@pytest.fixture(scope="module")
+def swapped(tmp_path_factory: pytest.TempPathFactory) -> Recording:
+    path = Path(tmp_path_factory.mktemp("swap")) / "rec"
+    ClusterSimulator(gpus=16, scenario="gpu-replacement", seed=1, interval=10.0).record(path)
+    return Recording.open(path)
+
+
+def test_evaluate_withdraws_what_was_predicted_of_a_board_at_its_swap(swapped: Recording) -> None:
+    """node1/gpu2's HBM overheats (predicted), the GPU is taken out and comes back on a new board
+    whose HBM is cool: every prediction on it active at its return is withdrawn at the return's
+    first row, none is raised on the new board after, and both swaps are counted."""
+    result = evaluation.run_recording(swapped, ["foreshock"], log_scores=False)
+    topo = swapped.topology
+    gpu = topo.gpus.index("node1/gpu2")
+    back = [ev.time for ev in swapped.events() if ev.type == "gpu_replaced" and ev.entity == "node1/gpu2"]
+    assert len(back) == 1
+    mine = [f for f in result.findings["foreshock"] if isinstance(f, Prediction) and f.entity_kind == "gpu"
+            and f.slot == gpu]
+    raised_before = {f.event for f in mine if f.active and f.ts < back[0]}
+    assert "hbm_overheat" in raised_before
+    withdrawn = [f for f in mine if not f.active and "another board" in f.reason]
+    assert {f.event for f in withdrawn} >= {"hbm_overheat"}
+    assert all(abs(f.ts - back[0]) <= swapped.interval for f in withdrawn)
+    assert not [f for f in mine if f.active and f.ts > back[0]]
+    assert sum(result.health.gpus_replaced.values()) == 2  # node1/gpu2 and the XID 79 repaired by a swap
+    assert evaluation.score(result)["meta"]["gpus_replaced"] == 2
+
+
+def test_a_board_swap_is_no_fault_the_incidents_must_find(swapped: Recording) -> None:
+    """A swap is the operator's own work: scored as a fault, it took node1/gpu2's incident from the
+    HBM overheating that incident was about."""
+    kinds = {f.fault_type for f in fault_truths(swapped.events(), swapped.topology)}
+    assert "gpu_replacement" not in kinds and {"hbm_overheat", "xid79"} <= kinds
