@@ -216,7 +216,7 @@ class InputGuard:
         if ids is None or frame.kind != "gpu" or not len(frame):
             return None
         read = np.isfinite(ids)
-        if not read.any():  # not read (the simulator; sources with reads_boards off): the common case
+        if not read.any():  # not read (sources with reads_boards off; recordings made before boards)
             return None
         slot = frame.slot
         known = self.s_board[slot]

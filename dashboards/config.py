@@ -46,7 +46,8 @@ class MixinConfig:
                   "alerts that fire may not be delivered to anyone", "warning"),
         ScrapeJob("foreshock-agents", "ForeshockAgentsDown", "foreshock agent",
                   "no GPU, BMC or CDU telemetry reaches the workers, so nothing can be predicted (the "
-                  "workers' GPUs reporting fall to 0 within 2 minutes: ForeshockGpuMissing fires with this alert)"),
+                  "workers' GPUs reporting fall to 0 within 2 minutes, and ForeshockGpuMissing follows about 12 "
+                  "minutes after the agents stopped)"),
     )
     pipeline_job: str = "foreshock"
     agent_job: str = "foreshock-agents"  # agents' --metrics-port; ForeshockAgentDown is per agent

@@ -102,7 +102,9 @@ def fault_truths(events: Sequence[Event], topology: Topology, duration_of: dict[
     for ev in events:
         if ev.type != "fault_onset" or ev.fault_type in MAINTENANCE:
             continue
-        dur = ev.detail.get("duration_s", duration_of.get(ev.fault_id))
+        # the recording's fault list first: it holds how long each fault lasted in the end (a board
+        # swap cures the old board's faults early); the onset event only what was planned
+        dur = duration_of.get(ev.fault_id, ev.detail.get("duration_s"))
         end = ev.time + float(dur) if isinstance(dur, (int, float)) else math.inf
         ft = FaultTruth(ev.fault_id, ev.fault_type, ev.entity_kind, ev.entity, ev.time, end)
         ft.scope = _scope(t, ev.entity_kind, ev.entity)

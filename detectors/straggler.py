@@ -22,10 +22,8 @@ outlier itself):
   at 25 and 32 °C (two loops, or the two ends of one) read every GPU of the warmer rack as "hotter",
   with nothing wrong with it, while a loop warming above its usual (a CDU losing flow) still shows,
   minutes before its GPUs throttle. A GPU whose rack reports none is taken over the
-  job's median usual inlet. A job none of whose racks reports one (dcgm-exporter alone) is taken over
-  each rack's usual inlet *estimated* from its nodes' coolest GPUs (:func:`_rack_proxies`; before
-  2026-12-02 such a job was compared on temperatures as they are, and a warmer rack's GPUs were all
-  "hotter"); where no rack of it has an estimate either, temperatures are compared as they are;
+  job's median usual inlet; a job none of whose racks reports one (dcgm-exporter alone) is compared
+  on temperatures as they are;
 - **throttling more**: throttled share above the job median by more than ``throttle_gap``.
 
 Findings are :class:`~foreshock.findings.Anomaly` on the GPU (field ``sm_clock``,
@@ -66,14 +64,12 @@ from foreshock.topology import Topology
 
 from .base import Detector, add_columns, resolve_params
 from .order_stats import median_of
-from .gpu_inputs import (HELD, INLET_MAX_C, INLET_MIN_C, RACK_PROXY_MIN_NODES, inline, reason_bits, rack_inlet_obs, reading_jump, Scratch,
+from .gpu_inputs import (HELD, INLET_MAX_C, INLET_MIN_C, reason_bits, rack_inlet_obs, reading_jump, Scratch,
                          gpu_columns, kernel)
 
 OBS_FIELDS = ("sm_clock", "sm_clock_max", "util", "gpu_temp", "throttle_reasons", "power")
-S_TS, S_CLOCK, S_TEMP, S_UTIL, S_THROTTLE, S_N, S_BUSY_TS, S_POWER, S_BUSY_SINCE = range(9)
-S_SIZE = 9  # S_N counts busy samples; S_BUSY_TS is the last of them; S_POWER their mean power;
-# S_BUSY_SINCE: the first of the busy samples running now (NaN: not busy; a sample read idle, or a
-# gap longer than tau_s between busy samples, ends a run): its means have settled a few tau_s in
+S_TS, S_CLOCK, S_TEMP, S_UTIL, S_THROTTLE, S_N, S_BUSY_TS, S_POWER = range(8)
+S_SIZE = 8  # S_N counts busy samples; S_BUSY_TS is the last of them; S_POWER their mean power
 THROTTLING = facts.THERMAL_THROTTLE_MASK | facts.THROTTLE_HW_POWER_BRAKE
 """The throttle bits that count for "throttling more". Not the SW power cap (0x4): under full load
 GPUs sit on it by turns (the nvidia-smi capture: 0x4 held at 691 W), and a GPU that holds it more
@@ -81,8 +77,8 @@ than its peers only shows it in its clock, which the "slower" check compares. Co
 half of a 128-GPU job a minute into its run on seed 21 (126 GPUs: "throttled share 1 vs job median
 0.168"), none of them near a fault."""
 
-R_TS, R_INLET, R_USUAL, R_LAST, R_HELD, R_HELD_TS, R_PROXY_USUAL, R_PROXY_TS = range(8)
-R_SIZE = 8
+R_TS, R_INLET, R_USUAL, R_LAST, R_HELD, R_HELD_TS = range(6)
+R_SIZE = 6
 """Per rack: the time of its last inlet reading, the inlet averaged over ``tau_s`` (as the GPUs'
 temperatures are), its *usual* inlet (below), and the last reading as read, with a reading held back
 as a jump no loop makes (and when): a glitch is dropped, not averaged in, as the thermal fit drops it
@@ -95,14 +91,7 @@ loop) is its usual, while a loop that warms above its usual (a CDU losing flow: 
 hotter minutes before it throttles, ahead of the job's slowdown) still reads hotter. Taken over the
 inlet now, those GPUs went unnamed until they throttled. A low envelope, not a mean: a mean would
 keep part of a flow loss of 40 minutes, and read the loop cooler than usual (and the other racks of
-its jobs hotter) for hours after the flow came back.
-
-Where no rack of a job reports an inlet (dcgm-exporter alone), each rack's usual inlet is *estimated*
-instead (``R_PROXY_USUAL``, as of ``R_PROXY_TS``; see :func:`_rack_proxies`): the same low envelope,
-of the median over the rack's nodes of each node's coolest busy GPU, ``T - R_nominal * P``, as the
-thermal fit's proxy reads the inlet. An estimate is off the true inlet by as much as the GPUs' R is
-off nominal, so only a job none of whose racks reports an inlet is taken over estimates: its racks'
-estimates are off alike."""
+its jobs hotter) for hours after the flow came back."""
 
 PARAMS: dict[str, float] = {
     "tau_s": 120.0,
@@ -134,12 +123,9 @@ C_CLOCK, C_TEMP, C_THROTTLE = 0, 1, 2
 CHECK_FIELDS = (S_CLOCK, S_TEMP, S_THROTTLE)
 CHECK_SIGNS = (-1.0, 1.0, 1.0)
 CHECK_NAMES = (("sm_clock", "clock"), ("gpu_temp", "temperature"), ("throttle_reasons", "throttled share"))
-# one outlier due a report; O_INLET: the usual inlet its temperature was taken over (NaN: none), and
-# O_FROM where that came from (FROM_* bits)
-O_GPU, O_CHECK, O_EXCESS, O_X, O_MEDIAN, O_INLET, O_FROM = range(7)
-O_SIZE = 7
-FROM_ESTIMATE, FROM_JOB = 1, 2
-"""An inlet estimated from the GPUs (``R_PROXY_USUAL``), not read; the job's median, not the rack's."""
+# one outlier due a report; O_INLET: the usual inlet its temperature was taken over (NaN: none)
+O_GPU, O_CHECK, O_EXCESS, O_X, O_MEDIAN, O_INLET = range(6)
+O_SIZE = 6
 
 
 @kernel
@@ -177,13 +163,9 @@ def _ew_kernel(obs: tuple[np.ndarray, ...], s: np.ndarray, tau: float, busy_util
         if util == util:
             s[i, S_UTIL] = util if s[i, S_UTIL] != s[i, S_UTIL] else s[i, S_UTIL] + w * (util - s[i, S_UTIL])
         if not util >= busy_util:  # idle, or not known to be busy
-            if util == util:
-                s[i, S_BUSY_SINCE] = np.nan  # read idle: a busy run ended
             continue
         last_busy = s[i, S_BUSY_TS]
         w = 1.0 if last_busy != last_busy else 1.0 - np.exp(-(ts - last_busy) / tau)
-        if s[i, S_BUSY_SINCE] != s[i, S_BUSY_SINCE] or not ts - last_busy <= tau:
-            s[i, S_BUSY_SINCE] = ts  # a busy run starts (its means start over: w near 1 after a gap)
         s[i, S_BUSY_TS] = ts
         if clock == clock and clock_max == clock_max and clock_max > 0.0:
             x = clock / clock_max
@@ -241,8 +223,6 @@ class StragglerDetector(Detector):
         n = topology.size("gpu")
         self.gpu_job = topology.gpu_job.astype(np.int64)
         self.gpu_rack = topology.gpu_rack.astype(np.int64)
-        self.gpu_node = topology.gpu_node.astype(np.int64)
-        self.node_rack = topology.node_rack.astype(np.int64)
         self.s_gpu = np.full((n, S_SIZE), np.nan)
         self.s_gpu[:, S_N] = 0.0
         self.s_flag = np.full((n, 3), np.nan)  # time each outlier kind was last reported
@@ -257,9 +237,8 @@ class StragglerDetector(Detector):
         the racks' inlets were kept (no ``s_rack``) knows none: learnt from the next rack frame on."""
         if "s_rack" not in state:
             state = {**state, "s_rack": np.full_like(self.s_rack, np.nan)}
-        # one saved before the last reading, the held one and the estimates were kept (three or five
-        # columns): the next reading is read as it comes, estimates start over; a GPU's busy run
-        # (S_BUSY_SINCE), not kept before either, starts at its next busy sample
+        # one saved before the last reading and the held one were kept (three columns): the next
+        # reading is read as it comes
         state = add_columns(state, "s_rack", R_SIZE)
         return add_columns(state, "s_gpu", S_SIZE, {S_BUSY_TS: S_TS})
 
@@ -294,22 +273,20 @@ class StragglerDetector(Detector):
             return []  # no jobs known (e.g. a topology derived from dcgm labels): no peers to compare
         out = self._scratch.take("outliers", (len(CHECK_FIELDS) * len(self.s_gpu), O_SIZE))
         job = self._scratch.take("busy_job", (len(self.s_gpu), 1), dtype=np.int64)[:, 0]
-        _rack_proxies(self.s_gpu, self.gpu_node, self.node_rack, self.s_rack, now, self.params_vec,
-                      self.p["inlet_usual_tau_s"], SETTLE_TAUS * self.p["tau_s"])
         n_out = _compare_kernel(self.s_gpu, self.gpu_job, n_jobs, self.s_flag, now, self.params_vec, job, out,
-                                self.gpu_rack, self.s_rack, SETTLE_TAUS * self.p["tau_s"])
+                                self.gpu_rack, self.s_rack)
         findings: list[Finding] = []
         peers = np.bincount(job[job >= 0], minlength=n_jobs)  # busy GPUs per job
-        for g, col, excess, x, d, inlet, source in out[:n_out]:
+        for g, col, excess, x, d, inlet in out[:n_out]:
             g, col = int(g), int(col)
             name, label = CHECK_NAMES[col]
             j = int(self.gpu_job[g])
             unit = "" if col != C_TEMP else " °C"
             if col == C_TEMP and inlet == inlet:  # taken over the usual inlet
-                whose = "the job's" if int(source) & FROM_JOB else "its rack's"
+                rack = int(self.gpu_rack[g])
+                whose = "its rack's" if 0 <= rack < len(self.s_rack) and self.s_rack[rack, R_USUAL] == inlet \
+                    else "the job's"  # (its rack reports none)
                 what = f"temperature {x:.3g} °C, {x - inlet:.3g} °C over {whose} usual inlet {inlet:.3g} °C"
-                if int(source) & FROM_ESTIMATE:
-                    what += " (estimated: its nodes' coolest GPUs at R nominal)"
                 if abs(x - inlet - d - excess) >= 0.05:  # read down to the job's median power
                     what += f" at {self.s_gpu[g, S_POWER]:.0f} W ({d + excess:.3g} °C read at the job's load)"
                 what += f", vs job {self.topology.jobs[j]} median {d:.3g} °C over their usual inlets"
@@ -325,80 +302,18 @@ class StragglerDetector(Detector):
         return findings
 
 
-SETTLE_TAUS = 3.0
-"""A GPU counts in its rack's inlet estimate once busy this many ``tau_s`` (its means settled)."""
-
-
-@inline
-def busy_now(s: np.ndarray, g: int, now: float, p: np.ndarray) -> bool:
-    """GPU ``g`` counts in a comparison at ``now``: heard from lately, busy on average, and with
-    enough busy samples."""
-    return now - s[g, S_TS] <= 3.0 * p[PV_INTERVAL] and s[g, S_UTIL] >= p[PV_BUSY_UTIL] \
-        and s[g, S_N] >= p[PV_MIN_SAMPLES]  # type: ignore[no-any-return]
-
-
-
-@jit
-def _rack_proxies(s: np.ndarray, gpu_node: np.ndarray, node_rack: np.ndarray, rack: np.ndarray, now: float,
-                  p: np.ndarray, usual_tau: float, settle_s: float) -> None:
-    """Each rack's estimated usual inlet (``R_PROXY_USUAL``, ``R_PROXY_TS``; see :data:`R_SIZE`):
-    per node, its coolest busy GPU's ``T - temp_per_w * P`` (busy means), of the GPUs busy for
-    ``settle_s`` at least (a job starting: the temperature's mean trails the power's, and a node
-    read ~15 °C under its inlet, which the low envelope kept for hours); per rack, the median of its
-    nodes' (at least ``RACK_PROXY_MIN_NODES`` of them, as the thermal fit's rack proxy: one node's
-    failed fans, all its GPUs hot, must not read as its rack's inlet), followed down at once and up over
-    ``usual_tau``. A rack without enough busy nodes keeps the estimate it had."""
-    n_nodes, n_racks = len(node_rack), rack.shape[0]
-    node_proxy = np.full(n_nodes, np.inf)
-    for g in range(s.shape[0]):
-        node = gpu_node[g]
-        if 0 <= node < n_nodes and busy_now(s, g, now, p) and now - s[g, S_BUSY_SINCE] >= settle_s:
-            v = s[g, S_TEMP] - p[PV_TEMP_PER_W] * s[g, S_POWER]
-            if v == v:
-                node_proxy[node] = min(node_proxy[node], v)
-    start = np.zeros(n_racks + 1, np.int64)  # the nodes with an estimate, bucketed by rack
-    for node in range(n_nodes):
-        if node_proxy[node] < np.inf and 0 <= node_rack[node] < n_racks:
-            start[node_rack[node] + 1] += 1
-    for r in range(n_racks):
-        start[r + 1] += start[r]
-    values = np.empty(int(start[n_racks]) + 1)
-    fill = start[:n_racks].copy()
-    for node in range(n_nodes):
-        if node_proxy[node] < np.inf and 0 <= node_rack[node] < n_racks:
-            values[fill[node_rack[node]]] = node_proxy[node]
-            fill[node_rack[node]] += 1
-    work = np.empty(int(start[n_racks]) + 2)  # median_of's workspace: n + 1 values
-    for r in range(n_racks):
-        k = start[r + 1] - start[r]
-        if k < RACK_PROXY_MIN_NODES:
-            continue
-        v = median_of(values[start[r]:start[r + 1]], k, work)  # (each rack's values are read once)
-        usual, last = rack[r, R_PROXY_USUAL], rack[r, R_PROXY_TS]
-        if usual != usual or v < usual:
-            rack[r, R_PROXY_USUAL] = v
-        else:
-            rack[r, R_PROXY_USUAL] = usual + (1.0 - np.exp(-(now - last) / usual_tau)) * (v - usual)
-        rack[r, R_PROXY_TS] = now
-
-
 @jit
 def _compare_kernel(s: np.ndarray, gpu_job: np.ndarray, n_jobs: int, flag: np.ndarray, now: float,
-                    p: np.ndarray, job: np.ndarray, out: np.ndarray, gpu_rack: np.ndarray, rack: np.ndarray,
-                    settle_s: float) -> int:
+                    p: np.ndarray, job: np.ndarray, out: np.ndarray, gpu_rack: np.ndarray, rack: np.ndarray) -> int:
     """Compare each busy GPU with its job's busy GPUs (median and MAD per job) on each check;
     update ``flag`` (when each GPU was last reported per check, NaN while it is no outlier); write
     the outliers due a report into ``out`` (``O_*`` columns), check by check, GPUs in slot order;
     return their count. ``job`` receives each GPU's job where it is busy, else -1. The temperature
     check compares each GPU's temperature read down to its job's median busy power (see the module
     doc; ``O_X`` holds the temperature, ``O_MEDIAN`` the job's median of the read values), taken over
-    the usual inlet of the GPU's rack (``rack[:, R_USUAL]``, by ``gpu_rack``; where no busy GPU of
-    the job is on a rack that reads one, the rack's estimate ``R_PROXY_USUAL``), else over its job's
+    the usual inlet of the GPU's rack (``rack[:, R_USUAL]``, by ``gpu_rack``), else over its job's
     median usual inlet, else (no rack of the job knows one) as it is; ``O_INLET`` holds the inlet
-    taken (NaN: none), ``O_FROM`` where it came from (``FROM_*``). A GPU of a job without readings
-    whose inlet is not estimated yet and whose busy run is younger than ``settle_s`` is not compared
-    on temperature (nor counted in its job's median): estimates come once the runs have settled,
-    and until then a warmer rack's GPUs would be "hotter" at every job start.
+    taken (NaN: none).
 
     The busy GPUs are bucketed by job once (a counting sort) and every check reads its values
     through the buckets: six group medians, each bucketing the GPUs again, took 130 ns per GPU.
@@ -406,14 +321,12 @@ def _compare_kernel(s: np.ndarray, gpu_job: np.ndarray, n_jobs: int, flag: np.nd
     few dozen noisy values made two quickselects cost ~325 ns per 16 values, against ~210)."""
     n = s.shape[0]
     start = np.zeros(n_jobs + 1, np.int64)
-    read = np.zeros(n_jobs, np.bool_)  # some busy GPU of the job is on a rack that reports an inlet
     for g in range(n):
-        busy = busy_now(s, g, now, p) and 0 <= gpu_job[g] < n_jobs
+        busy = now - s[g, S_TS] <= 3.0 * p[PV_INTERVAL] and s[g, S_UTIL] >= p[PV_BUSY_UTIL] \
+            and s[g, S_N] >= p[PV_MIN_SAMPLES] and 0 <= gpu_job[g] < n_jobs
         job[g] = gpu_job[g] if busy else -1
         if busy:
             start[gpu_job[g] + 1] += 1
-            if 0 <= gpu_rack[g] < rack.shape[0] and rack[gpu_rack[g], R_USUAL] == rack[gpu_rack[g], R_USUAL]:
-                read[gpu_job[g]] = True
     for j in range(n_jobs):
         start[j + 1] += start[j]
     members = np.empty(start[n_jobs], np.int64)
@@ -432,7 +345,6 @@ def _compare_kernel(s: np.ndarray, gpu_job: np.ndarray, n_jobs: int, flag: np.nd
     power_med = np.full(n_jobs, np.nan)  # each job's median busy power
     inlet_med = np.full(n_jobs, np.nan)  # ... and median usual inlet
     inlet = np.full(n, np.nan)  # each GPU's usual inlet: its rack's, else its job's median
-    source = np.zeros(n)  # ... and where it came from (FROM_* bits)
     vals = np.empty(n)  # the values compared: the field's, the temperature read at the job's median power
     n_out = 0
     heavier = np.zeros(n, np.bool_)  # its heavier work holds its clock down: not compared on it
@@ -441,12 +353,7 @@ def _compare_kernel(s: np.ndarray, gpu_job: np.ndarray, n_jobs: int, flag: np.nd
         field = S_POWER if col < 0 else CHECK_FIELDS[col]
         for g in range(n):
             if col == -2:
-                inlet[g] = np.nan
-                if 0 <= gpu_rack[g] < rack.shape[0]:
-                    # its rack's reading; where no rack of its job reads one, its rack's estimate
-                    on_readings = 0 <= gpu_job[g] < n_jobs and read[gpu_job[g]]
-                    inlet[g] = rack[gpu_rack[g], R_USUAL] if on_readings else rack[gpu_rack[g], R_PROXY_USUAL]
-                    source[g] = 0.0 if on_readings else FROM_ESTIMATE
+                inlet[g] = rack[gpu_rack[g], R_USUAL] if 0 <= gpu_rack[g] < rack.shape[0] else np.nan
                 vals[g] = inlet[g]
             else:
                 vals[g] = s[g, field]
@@ -459,11 +366,8 @@ def _compare_kernel(s: np.ndarray, gpu_job: np.ndarray, n_jobs: int, flag: np.nd
                     vals[g] -= p[PV_TEMP_PER_W] * above
                 if inlet[g] != inlet[g]:  # its rack reports none: the job's (NaN: none of them does)
                     inlet[g] = inlet_med[job[g]]
-                    source[g] = (0.0 if read[job[g]] else FROM_ESTIMATE) + FROM_JOB
                 if inlet[g] == inlet[g]:
                     vals[g] -= inlet[g]
-                elif not read[job[g]] and not now - s[g, S_BUSY_SINCE] >= settle_s:
-                    vals[g] = np.nan  # no estimate yet, and it may come: not compared meanwhile
         for j in range(n_jobs):  # median and MAD of the job's finite values
             k = 0
             for m in range(start[j], start[j + 1]):
@@ -511,6 +415,5 @@ def _compare_kernel(s: np.ndarray, gpu_job: np.ndarray, n_jobs: int, flag: np.nd
                 out[n_out, O_X] = s[g, field]
                 out[n_out, O_MEDIAN] = d
                 out[n_out, O_INLET] = inlet[g] if col == C_TEMP else np.nan
-                out[n_out, O_FROM] = source[g] if col == C_TEMP and inlet[g] == inlet[g] else 0.0
                 n_out += 1
     return n_out

@@ -54,3 +54,15 @@ def test_a_board_swap_is_no_fault_the_incidents_must_find(swapped: Recording) ->
     HBM overheating that incident was about."""
     kinds = {f.fault_type for f in fault_truths(swapped.events(), swapped.topology)}
     assert "gpu_replacement" not in kinds and {"hbm_overheat", "xid79"} <= kinds
+
+
+def test_a_fault_a_board_swap_cured_ends_at_the_swap(swapped: Recording) -> None:
+    """The overheating HBM's fault ends with its board: the recording's fault list says so (the
+    simulator shortens a cured fault's duration), while its onset event only says what was planned
+    (none: to the end). The incidents section read the event and kept the fault on for good, so an
+    incident on the new board could still be credited to it (review h17)."""
+    durations = {str(f["id"]): float(f["duration_s"]) for f in swapped.meta["faults"]
+                 if isinstance(f.get("duration_s"), (int, float))}
+    hbm = next(f for f in fault_truths(swapped.events(), swapped.topology, durations) if f.fault_type == "hbm_overheat")
+    back = next(ev.time for ev in swapped.events() if ev.type == "gpu_replaced" and ev.entity == "node1/gpu2")
+    assert hbm.end == pytest.approx(back, abs=swapped.interval)
