@@ -106,15 +106,20 @@ def move_run(run: PipelineRun, topology: Topology, stage: str) -> str:
         run.jsonl.topology = topology  # the findings file names each entity; its slots are renumbered
     run.health.topology_changed(stage)
     added = sorted(set(topology.gpus) - set(old.gpus))
-    hosts = sorted({name.rpartition("/")[0] for name in added})
-    shown = ", ".join(hosts[:5]) + (f" and {len(hosts) - 5} more" if len(hosts) > 5 else "")
-    line = (f"topology changed: +{len(added)} GPU{'' if len(added) == 1 else 's'} ({shown}); now "
-            f"{topology.size('gpu')} GPUs on {topology.size('node')} nodes, GPUs no longer served stay "
-            "listed; detector, input guard and /metrics state kept by GPU name")
+    dropped = sorted(set(old.gpus) - set(topology.gpus))  # a host the source forgot (--forget-after)
+    changes = ", ".join(f"{sign}{len(gpus)} GPU{'' if len(gpus) == 1 else 's'} ({_hosts_of(gpus)})"
+                        for sign, gpus in (("+", added), ("-", dropped)) if gpus)
+    line = (f"topology changed: {changes or 'renumbered'}; now {topology.size('gpu')} GPUs on "
+            f"{topology.size('node')} nodes; detector, input guard and /metrics state kept by GPU name")
     if fresh:
         line += f"; {', '.join(fresh)} cannot move its state: started fresh"
     log.warning(line)
     return line
+
+
+def _hosts_of(gpus: Sequence[str], shown: int = 5) -> str:
+    hosts = sorted({name.rpartition("/")[0] for name in gpus})
+    return ", ".join(hosts[:shown]) + (f" and {len(hosts) - shown} more" if len(hosts) > shown else "")
 
 
 def follow_external(run: PipelineRun, frames: Iterable[Frame]) -> Iterable[Frame]:

@@ -13,8 +13,12 @@ coolant from the CDU, on one machine without a broker.
 A topology derived from the source (no ``--topology``) follows the hardware: when dcgm-exporter
 serves GPUs it lacks in 3 consecutive polls (a node replaced or added: new hostnames), the source
 takes them in and the watch carries on under the grown topology (``_TopologyFollower``), each
-entity keeping its learnt state. With ``--topology FILE`` the file is the truth: a GPU it lacks
-is counted as an unknown entity and logged once, asking to add it to the file.
+entity keeping its learnt state. A host none of whose GPUs has been served for ``--forget-after``
+seconds (24 h; 0: never) is dropped the same way, its state with it, so a watch over a cluster
+whose nodes come and go under new hostnames does not grow without end; a node down for a shorter
+repair keeps its place and state, and one served again after being forgotten is taken in as a new
+one. With ``--topology FILE`` the file is the truth, and never changes: a GPU it lacks is counted
+as an unknown entity and logged once, asking to add it to the file.
 
 A GPU board swapped in its slot (an RMA: the name stays, the UUID changes) starts its detector
 state afresh from the new board's first row, with or without ``--topology``: the new board's
@@ -34,10 +38,12 @@ from collections import deque
 from typing import Iterable, Iterator
 
 import click
+import numpy as np
 from rich.console import Console
 
 from foreshock.frames import Frame
-from foreshock.streams.dcgm import DcgmScrapeSource
+from foreshock.remap import Remap
+from foreshock.streams.dcgm import FORGET_AFTER_S, DcgmScrapeSource
 from foreshock.streams.polling import PollingSource, alongside
 from foreshock.streams.redfish import CduSource, RedfishSource, parse_bmc_list
 from foreshock.topology import Topology
@@ -60,13 +66,17 @@ from .record import live_source_options, open_live_source
                    "loops' racks' inlet): LOOP=https://CDU[,...]; needs --topology for the racks each loop feeds.")
 @click.option("--cdu-interval", type=click.FloatRange(min=0, min_open=True), default=10.0, show_default=True,
               help="Seconds between CDU polls.")
+@click.option("--forget-after", type=click.FloatRange(min=0), default=FORGET_AFTER_S, show_default=True,
+              help="--source dcgm without --topology: drop a host from the derived topology, and its state, once "
+                   "none of its GPUs has been served for this many seconds (nodes recycled under new hostnames); "
+                   "0: never.")
 @detector_option
 @param_option
 @serve_options
 def command(source: str, duration: float | None, polls: int | None, interval: float | None, url: str | None,
             executable: str | None, root: str | None, interfaces: str | None, node: str | None,
             topology_path: str | None, bmc: str | None, bmc_interval: float, cdu: str | None, cdu_interval: float,
-            detectors: str | None,
+            forget_after: float, detectors: str | None,
             params: tuple[str, ...], host: str, port: int, findings_path: str | None, top_k: int) -> None:
     """Watch a live SOURCE: poll it, run the detectors on every poll, serve /metrics."""
     polled, topology_of = open_live_source(source, url, executable, root, interfaces, interval, polls, node,
@@ -80,7 +90,8 @@ def command(source: str, duration: float | None, polls: int | None, interval: fl
         timer.start()
     polled.counts_samples = False  # the pipeline counts what it processes, in the same health
     if isinstance(polled, DcgmScrapeSource):
-        polled.takes_in_new_gpus = True  # a derived topology follows nodes replaced or added
+        polled.takes_in_new_gpus = True  # a derived topology follows nodes replaced, added or gone for long
+        polled.forget_after_s = forget_after
     stopped_by: list[str] = []
 
     def stop(sig: signal.Signals) -> None:
@@ -153,13 +164,19 @@ class _TopologyFollower:
     (``alongside``) ahead of the pipeline, so its current topology says nothing of the frames
     still queued: :meth:`mark`, on the source's side, puts a marker (an empty frame) before the
     first frame of a new topology, and :meth:`follow`, on the pipeline's, makes the move when the
-    marker comes out. (A new topology keeps the old nodes' slots: the frames of a BMC polled
-    beside, by node, stay right across the move.)"""
+    marker comes out.
+
+    The sources polled beside (a BMC's node frames) keep numbering their entities by the first
+    topology: after a move their frames are renumbered here, by name, onto the pipeline's (a grown
+    topology keeps the old nodes' slots, but one that forgot a host moves those after it down), and
+    the rows of an entity it no longer lists are left out."""
 
     def __init__(self, polled: PollingSource, topology: Topology) -> None:
         self.polled = polled
+        self.first = topology  # what the sources beside number their frames by
         self.current = topology  # the source side's
         self.moves: deque[tuple[Frame, Topology]] = deque()  # (marker, topology), in order
+        self._beside: Remap | None = None  # from the first topology to the pipeline's, once it moved
 
     def mark(self, frames: Iterable[Frame]) -> Iterator[Frame]:
         for frame in frames:
@@ -176,8 +193,25 @@ class _TopologyFollower:
             if self.moves and frame is self.moves[0][0]:
                 _, topology = self.moves.popleft()
                 move_run(run, topology, self.polled.stage)
+                self._beside = Remap(self.first, topology)
                 continue
+            if self._beside is not None and frame.kind not in self.polled.reads:
+                frame = _renumbered(frame, self._beside)
             yield frame
+
+
+def _renumbered(frame: Frame, remap: Remap) -> Frame:
+    """``frame`` (numbered by the remap's old topology) with each row's slot in the new one; the
+    rows of an entity the new one no longer lists are left out. A kind that is not hardware (a
+    job's) is left as it is."""
+    new_of_old = remap.new_of_old.get(frame.kind)
+    if new_of_old is None:
+        return frame
+    slot = new_of_old[frame.slot]
+    if np.array_equal(slot, frame.slot):
+        return frame  # the common case: a grown topology keeps the old slots
+    kept = slot >= 0
+    return Frame(frame.kind, frame.ts[kept], slot[kept], {name: col[kept] for name, col in frame.columns.items()})
 
 
 def _first_frame(frames: Iterator[Frame]) -> Frame | None:

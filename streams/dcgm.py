@@ -61,6 +61,13 @@ UNLISTED_POLLS = 3
 """Consecutive polls that must serve GPUs a derived topology lacks before the source takes them in
 (``DcgmScrapeSource.takes_in_new_gpus``): one odd scrape rebuilds nothing."""
 
+FORGET_AFTER_S = 24 * 3600.0
+"""Wall-clock seconds a host may go without any of its GPUs served before a derived topology that
+follows the hardware drops it (``DcgmScrapeSource.forget_after_s``; 0: never). Long enough that a
+node down for a repair (minutes to hours) keeps its place and its learnt state; short enough that a
+cluster whose nodes come and go under new hostnames (autoscaling, recycled node pools) does not
+grow its topology, state and /metrics without end."""
+
 TOLD_MAX = 4096
 """GPU names the source remembers having logged as missing from its topology; past that it forgets
 them (and may log one again): the set stays bounded over weeks of churn."""
@@ -288,8 +295,11 @@ class DcgmScrapeSource(PollingSource):
     topology) and a derived topology, a GPU unlisted in :data:`UNLISTED_POLLS` consecutive polls
     (a node replaced or added: new hostnames) is taken in instead: :attr:`topology` becomes a new
     one (:func:`grown_topology`) from that poll's frame on. GPUs no longer served stay listed (a node
-    down for repair keeps its place and its learnt state): a derived topology only grows, until a
-    restart.
+    down for repair keeps its place and its learnt state) until none of their host's GPUs has been
+    served for :attr:`forget_after_s` seconds of wall time (:data:`FORGET_AFTER_S`, 0: never): the
+    host is then dropped (:func:`shrunk_topology`, logged with how long it was silent), so a cluster
+    whose nodes come and go under new hostnames does not grow its topology without end. A host
+    served again after that is a new one, taken in as above. A given topology never changes.
 
     The URL may be a Prometheus server's ``/federate?match[]={__name__=~"DCGM_.*"}``: every
     series keeps its ``Hostname`` label and carries the time Prometheus scraped it, so one source
@@ -324,7 +334,10 @@ class DcgmScrapeSource(PollingSource):
         # served (an unknown GPU's rows are refused anyway) made it grow for as long as nodes churn
         self._last_ts: dict[str, float] = {}
         self.takes_in_new_gpus = False
+        self.forget_after_s = FORGET_AFTER_S
         self._unlisted_polls: dict[str, int] = {}  # GPUs the topology lacks: polls in a row serving them
+        # per node slot of the topology, the wall time a GPU of it was last served (a derived one)
+        self._heard = np.empty(0)
         self._told: set[str] = set()  # names logged as missing from the topology
         self.reads_boards = True
         self._boards = GpuBoards(self.health, STAGE)  # per listed GPU, the UUID last served
@@ -350,20 +363,24 @@ class DcgmScrapeSource(PollingSource):
             return []
         if self._topology is None:
             self._topology = gpu_topology([batch])
+            self._heard = np.full(self._topology.size("node"), now)
         else:
-            self._follow(batch)
+            self._follow(batch, now)
         if uuids:
             batch = self._boards.tag(batch, uuids, self._topology)
         batch = self._new_rows(batch, self._topology)
         return [batch.to_frame(self._topology, self.health, STAGE)] if len(batch) else []
 
-    def _follow(self, batch: SampleBatch) -> None:
+    def _follow(self, batch: SampleBatch, now: float) -> None:
         """Take in each GPU the topology lacks once it has been served in :data:`UNLISTED_POLLS`
-        consecutive polls (a derived topology, :attr:`takes_in_new_gpus`);
-        otherwise log each one's name once, saying what to do."""
+        consecutive polls, and drop the hosts silent for :attr:`forget_after_s` (a derived
+        topology, :attr:`takes_in_new_gpus`); otherwise log each one's name once, saying what to do."""
         assert self._topology is not None
-        unlisted = [name for name, slot in zip(batch.entities, self._topology.slots("gpu", batch.entities)) if slot < 0]
+        slots = self._topology.slots("gpu", batch.entities)
+        unlisted = [name for name, slot in zip(batch.entities, slots) if slot < 0]
         if self._derived and self.takes_in_new_gpus:
+            # before judging silence: a host back after an outage of the exporter is not forgotten
+            self._heard[self._topology.gpu_node[slots[slots >= 0]]] = now
             # per GPU served now and unlisted, in how many polls in a row: only the current page's
             # names, so a name served once (an odd scrape) is forgotten at the next poll
             self._unlisted_polls = {name: self._unlisted_polls.get(name, 0) + 1 for name in unlisted}
@@ -371,6 +388,11 @@ class DcgmScrapeSource(PollingSource):
             if steady:
                 self._topology = grown_topology(self._topology, steady)
                 self._unlisted_polls = {n: k for n, k in self._unlisted_polls.items() if k < UNLISTED_POLLS}
+                # grown_topology keeps the listed nodes' slots and appends the new ones
+                added = self._topology.size("node") - len(self._heard)
+                self._heard = np.concatenate([self._heard, np.full(added, now)])
+            if self.forget_after_s > 0:
+                self._forget_silent(now)
             return
         if not unlisted:
             return
@@ -384,6 +406,29 @@ class DcgmScrapeSource(PollingSource):
             "restart to watch them (the topology was derived from the first scrape)"
         log.warning("%s: %d GPU%s not in the topology, their samples counted as unknown gpu entities: %s; %s",
                     STAGE, len(new), "" if len(new) == 1 else "s", _names(new), what)
+
+    def _forget_silent(self, now: float) -> None:
+        """Drop from the topology the hosts none of whose GPUs has been served for
+        :attr:`forget_after_s` (one comparison per host a poll), and what the source keeps of
+        their GPUs; logged in one line with how long each was silent. Never every host: with no
+        GPU served at all, the exporter is what went away (and a topology needs a GPU)."""
+        assert self._topology is not None
+        silent = np.flatnonzero(now - self._heard > self.forget_after_s)
+        if not len(silent) or len(silent) == len(self._heard):
+            return
+        topology = self._topology
+        hosts = [topology.nodes[i] for i in silent]
+        gone = [topology.gpus[g] for g in np.flatnonzero(np.isin(topology.gpu_node, silent))]
+        for name in gone:  # a host served again is a new one: no last row, no board to compare
+            self._last_ts.pop(name, None)
+            self._boards.uuids.pop(name, None)
+        silences = [f"{host} ({_span(now - self._heard[i])})" for host, i in zip(hosts, silent)]
+        log.warning("%s: forgot %d host%s none of whose GPUs was served for over %s: %s; %d GPU%s and their state "
+                    "dropped from the derived topology (a host served again is taken in as a new one)",
+                    STAGE, len(hosts), "" if len(hosts) == 1 else "s", _span(self.forget_after_s), _names(silences),
+                    len(gone), "" if len(gone) == 1 else "s")
+        self._topology = shrunk_topology(topology, hosts)
+        self._heard = np.delete(self._heard, silent)
 
     def _new_rows(self, batch: SampleBatch, topology: Topology) -> SampleBatch:
         """The rows newer than each GPU's last one (a federation serves a sample until the next
@@ -405,18 +450,44 @@ def grown_topology(topology: Topology, gpus: list[str]) -> Topology:
     """A derived topology (``gpu_topology``: hosts with their GPU counts, one unknown rack) with
     ``gpus`` taken in. Its nodes keep their order, and so their slots and their GPUs' (unless a
     node listed gains a GPU, which shifts the GPUs after it); new hosts follow, sorted."""
-    counts = dict(zip(topology.nodes, np.bincount(topology.gpu_node, minlength=len(topology.nodes)).tolist()))
+    counts = _gpu_counts(topology)
     added: dict[str, int] = {}
     for name in gpus:
         host, index = split_gpu_entity(name)
         grown = counts if host in counts else added
         grown[host] = max(grown.get(host, 0), index + 1)
+    return _derived_topology(topology.cluster, [*counts.items(), *sorted(added.items())])
+
+
+def shrunk_topology(topology: Topology, hosts: list[str]) -> Topology:
+    """A derived topology (``gpu_topology``) without the nodes ``hosts`` and their GPUs. The other
+    nodes keep their order; their slots, and their GPUs', move down past those dropped (state
+    follows them by name: ``core/remap.py``)."""
+    dropped = set(hosts)
+    return _derived_topology(topology.cluster, [(host, n) for host, n in _gpu_counts(topology).items()
+                                                if host not in dropped])
+
+
+def _gpu_counts(topology: Topology) -> dict[str, int]:
+    """Per node of ``topology``, in its order, how many GPUs it lists."""
+    return dict(zip(topology.nodes, np.bincount(topology.gpu_node, minlength=len(topology.nodes)).tolist()))
+
+
+def _derived_topology(cluster: str, nodes: list[tuple[str, int]]) -> Topology:
+    """Nodes (host, GPU count) in one unknown rack: what ``gpu_topology`` derives."""
     return Topology.from_dict({
-        "cluster": topology.cluster,
+        "cluster": cluster,
         "rows": [{"name": UNKNOWN, "cooling_loop": UNKNOWN}],
         "racks": [{"name": UNKNOWN, "row": UNKNOWN}],
-        "nodes": [{"name": host, "rack": UNKNOWN, "gpus": n} for host, n in [*counts.items(), *sorted(added.items())]],
+        "nodes": [{"name": host, "rack": UNKNOWN, "gpus": n} for host, n in nodes],
     })
+
+
+def _span(seconds: float) -> str:
+    """A duration for a log line: ``25.0 h``, ``40 min``, ``12 s``."""
+    if seconds >= 3600:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 60:.0f} min" if seconds >= 60 else f"{seconds:.0f} s"
 
 
 def _names(names: list[str], shown: int = 5) -> str:

@@ -1,0 +1,277 @@
+"""``foreshock watch`` over a dcgm-exporter whose hosts go away for good (a node pool recycled under
+new hostnames, autoscaling): a host none of whose GPUs has been served for ``--forget-after``
+seconds of wall time is dropped from the derived topology, its state with it, the other hosts'
+state following them by name to their renumbered slots; a node down for a shorter repair keeps
+its place and state; ``--forget-after 0`` and a given topology never forget."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from click.testing import CliRunner
+
+from foreshock.cli.main import cli
+from foreshock.frames import Frame
+from foreshock.health import PipelineHealth
+from foreshock.streams import dcgm
+from foreshock.streams.dcgm import UNLISTED_POLLS, DcgmScrapeSource, shrunk_topology
+from foreshock.streams.polling import PollingSource
+from foreshock.topology import Topology
+
+from test_watch_churn import _Exporter, _free_port, _pages
+from thermal_synth import Fault, World, small_topology
+
+HOUR = 3600.0
+
+
+def _gpu_page(hosts: list[str], ts: float) -> str:
+    return "".join(f'DCGM_FI_DEV_GPU_TEMP{{gpu="{g}",Hostname="{h}",UUID="GPU-{h}-{g}"}} 41 {int(ts * 1000)}\n'
+                   for h in hosts for g in range(2))
+
+
+class _Clocked(DcgmScrapeSource):
+    """Serves the page of each poll; the wall clock is the poll's time (``at``), not the test's."""
+
+    def __init__(self, **kw: Any) -> None:
+        super().__init__("http://exporter:9400/metrics", interval=0.01, **kw)
+        self.takes_in_new_gpus = True
+        self.page = ""
+        self.now = 0.0
+        self.clock = lambda: self.now
+
+    def scrape(self) -> str | None:
+        return self.page
+
+    def at(self, ts: float, hosts: list[str]) -> list[Frame]:
+        self.now, self.page = ts, _gpu_page(hosts, ts)
+        return self.poll()
+
+
+def test_a_host_silent_past_forget_after_is_dropped_and_the_others_move_down_by_name(caplog):
+    """b stops being served at t=100; at forget_after (24 h by default) past that it is still
+    listed, one poll later it is gone: c's GPUs move down to b's slots, the source forgets what it
+    kept of b's GPUs, and one line names b and how long it was silent."""
+    src = _Clocked(health=PipelineHealth())
+    assert src.forget_after_s == 24 * HOUR
+    src.at(0, ["a", "b", "c"])
+    src.at(100, ["a", "b", "c"])
+    assert sorted(src._last_ts) == sorted(src.topology.gpus) and "b/gpu0" in src._boards.uuids
+    listed = src.topology
+    for t in np.arange(1000, 24 * HOUR + 100, 1800.0):
+        src.at(float(t), ["a", "c"])
+    src.at(24 * HOUR + 100, ["a", "c"])  # silent exactly forget_after: kept
+    assert src.topology is listed
+    with caplog.at_level(logging.WARNING, logger="foreshock"):
+        frames = src.at(24 * HOUR + 130, ["a", "c"])
+    assert src.topology.gpus == ["a/gpu0", "a/gpu1", "c/gpu0", "c/gpu1"]
+    assert src.topology.nodes == ["a", "c"]
+    assert [f.slot.tolist() for f in frames] == [[0, 1, 2, 3]]  # c's rows in the slots b had
+    assert sorted(src._last_ts) == sorted(src.topology.gpus)
+    assert sorted(src._boards.uuids) == sorted(src.topology.gpus)
+    told = [r.getMessage() for r in caplog.records if "forgot" in r.getMessage()]
+    assert told == ["dcgm: forgot 1 host none of whose GPUs was served for over 24.0 h: b (24.0 h); 2 GPUs and "
+                    "their state dropped from the derived topology (a host served again is taken in as a new one)"]
+
+
+def test_a_host_down_for_a_repair_keeps_its_place_and_one_back_after_being_forgotten_is_a_new_one():
+    src = _Clocked(health=PipelineHealth())
+    src.forget_after_s = 2 * HOUR
+    src.at(0, ["a", "b", "c"])
+    listed = src.topology
+    for t in np.arange(60, 1.9 * HOUR, 60.0):  # a down for 1.9 h: repaired, back
+        src.at(float(t), ["b", "c"])
+    assert [f.slot.tolist() for f in src.at(1.9 * HOUR + 60, ["a", "b", "c"])] == [[0, 1, 2, 3, 4, 5]]
+    for t in np.arange(1.9 * HOUR + 120, 4 * HOUR, 60.0):  # still served: a's silence started again
+        src.at(float(t), ["a", "b", "c"])
+    assert src.topology is listed
+    for t in np.arange(4 * HOUR, 6.1 * HOUR, 60.0):  # a gone for over 2 h
+        src.at(float(t), ["b", "c"])
+    assert src.topology.nodes == ["b", "c"]
+    for k in range(UNLISTED_POLLS - 1):  # a back: unlisted, refused until served in UNLISTED_POLLS polls
+        assert [f.slot.tolist() for f in src.at(6.2 * HOUR + k, ["a", "b", "c"])] == [[0, 1, 2, 3]]
+    assert [f.slot.tolist() for f in src.at(6.3 * HOUR, ["a", "b", "c"])] == [[4, 5, 0, 1, 2, 3]]
+    assert src.topology.nodes == ["b", "c", "a"]  # taken in as a new host, after those listed
+    assert src.health.problems[("dcgm", "unknown gpu entity")] == 2 * (UNLISTED_POLLS - 1)
+
+
+def test_forget_after_0_a_given_topology_and_a_source_that_does_not_follow_never_forget():
+    never = _Clocked(health=PipelineHealth())
+    never.forget_after_s = 0
+    given_topology = Topology.from_gpu_hosts([(h, g) for h in "abc" for g in range(2)])
+    given = _Clocked(health=PipelineHealth(), topology=given_topology)
+    agent = _Clocked(health=PipelineHealth())
+    agent.takes_in_new_gpus = False  # foreshock agent: its topology does not follow the hardware
+    for src in (never, given, agent):
+        src.at(0, ["a", "b", "c"])
+        listed = src.topology
+        for t in (HOUR, 30 * HOUR, 1000 * HOUR):
+            src.at(t, ["a", "c"])
+        assert src.topology is listed and src.topology.nodes == ["a", "b", "c"]
+    assert given.topology is given_topology
+
+
+def test_not_every_host_is_forgotten_when_none_listed_is_served():
+    """The whole cluster replaced under new hostnames: the old hosts are dropped once the new ones
+    are taken in, never before (a topology without a GPU would watch nothing)."""
+    src = _Clocked(health=PipelineHealth())
+    src.forget_after_s = HOUR
+    src.at(0, ["a", "b"])
+    for k in range(UNLISTED_POLLS - 1):
+        src.at(2 * HOUR + k, ["x"])
+        assert src.topology.nodes == ["a", "b"]
+    src.at(3 * HOUR, ["x"])
+    assert src.topology.nodes == ["x"]
+
+
+def test_shrunk_topology_keeps_the_other_nodes_in_order():
+    topology = Topology.from_gpu_hosts([("a", 0), ("b", 0), ("b", 1), ("c", 0), ("c", 1), ("c", 2), ("d", 0)])
+    shrunk = shrunk_topology(topology, ["b", "d"])
+    assert shrunk.nodes == ["a", "c"] and shrunk.gpus == ["a/gpu0", "c/gpu0", "c/gpu1", "c/gpu2"]
+    assert shrunk.racks == topology.racks and shrunk.cluster == topology.cluster
+
+
+def test_the_frames_of_a_bmc_polled_beside_follow_their_node_across_a_shrink(monkeypatch):
+    """A BMC polled beside the dcgm source numbers its node frames by the first topology: once the
+    pipeline has moved onto one without node b, c's row is c's (slot 1 now, not 2) and b's is left out."""
+    from foreshock.cli import watch
+
+    first = Topology.from_gpu_hosts([(h, 0) for h in "abc"])
+    shrunk = shrunk_topology(first, ["b"])
+
+    class Primary(PollingSource):
+        reads = ("gpu",)
+
+    primary = Primary(1.0)
+    primary._topology = first
+    follower = watch._TopologyFollower(primary, first)
+    gpu_before = Frame("gpu", np.zeros(3), np.arange(3), {})
+    gpu_after = Frame("gpu", np.zeros(2), np.arange(2), {})
+    marked = follower.mark(iter([gpu_before, gpu_after]))
+    merged: list[Frame] = [next(marked)]
+    primary._topology = shrunk
+    merged += list(marked)
+    assert len(merged) == 3 and not len(merged[1])  # the marker before the first frame of the shrunk one
+
+    def bmc(ts: float) -> Frame:
+        return Frame("node", np.full(3, ts), np.arange(3), {"fan_speed": np.array([10.0, 20.0, 30.0])})
+
+    moved: list[Topology] = []
+    monkeypatch.setattr(watch, "move_run", lambda run, topology, stage: moved.append(topology))
+    out = list(follower.follow([merged[0], bmc(1), merged[1], merged[2], bmc(2)], run=None))
+    assert moved == [shrunk]
+    assert [(f.kind, f.slot.tolist()) for f in out] == [("gpu", [0, 1, 2]), ("node", [0, 1, 2]), ("gpu", [0, 1]),
+                                                          ("node", [0, 1])]
+    assert out[1].columns["fan_speed"].tolist() == [10.0, 20.0, 30.0]
+    assert out[3].columns["fan_speed"].tolist() == [10.0, 30.0]
+
+
+# ---- the whole watch ---------------------------------------------------------------------------
+
+GONE_POLL = 150  # node0 is no longer served from this scrape on (1500 s of telemetry in)
+FORGET_AFTER = 1200.0  # 120 polls of 10 s
+
+
+def _watch(pages: list[str], page_ts: list[float], findings: Path, forget_after: float,
+           monkeypatch: Any) -> tuple[Any, str]:
+    """``foreshock watch --source dcgm --forget-after`` over ``pages``, its wall clock the time of
+    the page it is about to read (10 s a page, not the test's); the result and /metrics as read
+    when the last page was requested."""
+    port = _free_port()
+    exporter = _Exporter(pages, f"http://127.0.0.1:{port}/metrics", scrape_at=len(pages))
+
+    class Clocked(DcgmScrapeSource):
+        def __init__(self, *args: Any, **kw: Any) -> None:
+            super().__init__(*args, **kw)
+            self.clock = lambda: page_ts[min(exporter.served, len(page_ts) - 1)]
+
+    monkeypatch.setattr(dcgm, "DcgmScrapeSource", Clocked)
+    try:
+        result = CliRunner().invoke(cli, ["watch", "--source", "dcgm", "--url", exporter.url, "--interval", "0.001",
+                                          "--polls", str(len(pages) + 1), "--port", str(port), "--top-k", "32",
+                                          "--forget-after", f"{forget_after:g}", "--findings", str(findings)])
+    finally:
+        exporter.close()
+    assert result.exit_code == 0, result.output
+    return result, exporter.metrics
+
+
+def _world() -> tuple[Topology, list[Frame], list[str], list[float]]:
+    world_topology = small_topology(nodes=3, gpus=8, racks=1)
+    faults = [Fault("tim_degradation", 16 + 5, 600, 1.2, "node2")]
+    frames, _ = World(world_topology, faults=faults, seed=1).run(4500.0)
+    pages = _pages(world_topology, frames, lambda i: [0, 1, 2] if i < GONE_POLL else [1, 2])
+    page_ts = [float(f.ts[0]) for f in frames if f.kind == "gpu"]
+    return world_topology, frames, pages, page_ts
+
+
+def _gpu_series(metrics: str) -> list[str]:
+    return [line.split('node="')[1].split('"')[0] for line in metrics.splitlines()
+            if line.startswith("foreshock_gpu_temperature_celsius{")]
+
+
+def test_watch_forgets_a_host_gone_for_long_and_the_others_keep_their_state_by_name(tmp_path: Path, caplog,
+                                                                                  monkeypatch):
+    """node0 goes away for good 1500 s in; with --forget-after 1200 the watch drops it 1200 s later:
+    counted and logged, its series gone from /metrics, and every detector's and the input guard's
+    state of node2's GPUs (now in node1's slots, node1's in node0's) is what it was before, by name.
+    node2/gpu5, whose interface degrades, is still predicted to throttle, named as it is."""
+    from foreshock.cli import watch
+
+    _, _, pages, page_ts = _world()
+    states: list[tuple[Topology, dict[str, Any], np.ndarray]] = []
+    move_run = watch.move_run
+
+    def watched_move(run: Any, topology: Topology, stage: str) -> str:
+        def state() -> tuple[Topology, dict[str, Any], np.ndarray]:
+            return run.pipeline.topology, run.pipeline.bank.state_dict(), run.pipeline.guard.s_last_ts["gpu"].copy()
+
+        states.append(state())
+        line = move_run(run, topology, stage)
+        states.append(state())
+        return line
+
+    monkeypatch.setattr(watch, "move_run", watched_move)
+    with caplog.at_level(logging.WARNING, logger="foreshock"):
+        result, metrics = _watch(pages, page_ts, tmp_path / "forgot.jsonl", FORGET_AFTER, monkeypatch)
+
+    forgot = [r.getMessage() for r in caplog.records if "forgot" in r.getMessage()]
+    assert len(forgot) == 1 and forgot[0].startswith("dcgm: forgot 1 host none of whose GPUs was served for over "
+                                                     "20 min: node0 (20 min); 8 GPUs")
+    assert 'foreshock_topology_changes_total{cluster="imported",stage="dcgm"} 1.0' in metrics
+    assert sorted(set(_gpu_series(metrics))) == ["node1", "node2"] and len(_gpu_series(metrics)) == 16
+    summary = json.loads(result.output.strip().splitlines()[-1])
+    assert summary["input_problems"] == 0
+
+    (before, saved, guard_before), (after, moved, guard_after) = states
+    assert before.nodes == ["node0", "node1", "node2"] and after.nodes == ["node1", "node2"]
+    compared = 0
+    for gpu in ("node1/gpu3", "node2/gpu5"):
+        old, new = before.slot("gpu", gpu), after.slot("gpu", gpu)
+        assert old != new  # renumbered
+        assert guard_after[new] == guard_before[old] > 0
+        for detector in ("robust_zscore", "thermal", "power", "cooling"):
+            for key, value in saved["detectors"][detector].items():
+                if isinstance(value, np.ndarray) and value.ndim and len(value) == before.size("gpu"):
+                    np.testing.assert_array_equal(moved["detectors"][detector][key][new], value[old],
+                                                  err_msg=f"{detector} {key} {gpu}")
+                    compared += 1
+    assert compared >= 8
+    thermal_model = saved["detectors"]["thermal"]["s_model"]
+    assert np.isfinite(thermal_model[before.slot("gpu", "node2/gpu5")]).any()  # it had learnt something
+
+    named = [json.loads(line) for line in (tmp_path / "forgot.jsonl").read_text().splitlines()]
+    throttles = [f for f in named if f["type"] == "prediction" and f.get("event") == "thermal_throttle"]
+    assert throttles and {f["entity"] for f in throttles} == {"node2/gpu5"}
+    assert max(f["ts"] for f in throttles) > page_ts[GONE_POLL] + FORGET_AFTER  # some after the shrink
+
+
+def test_watch_with_forget_after_0_keeps_a_host_gone_for_long(tmp_path: Path, monkeypatch):
+    _, _, pages, page_ts = _world()
+    _, metrics = _watch(pages, page_ts, tmp_path / "kept.jsonl", 0, monkeypatch)
+    assert not any(line.startswith("foreshock_topology_changes_total{") and not line.endswith(" 0.0")
+                   for line in metrics.splitlines())
+    assert sorted(set(_gpu_series(metrics))) == ["node0", "node1", "node2"]
