@@ -93,8 +93,8 @@ class PipelineRun:
 
 
 def move_run(run: PipelineRun, topology: Topology, stage: str) -> str:
-    """Carry ``run`` over to ``topology`` (a live source took in new GPUs, ``foreshock watch``): the
-    detectors', the input guard's and the /metrics store's state follow each entity by name
+    """Carry ``run`` over to ``topology`` (a live source took in new GPUs or forgot a host, ``foreshock
+    watch``): the detectors', the input guard's and the /metrics store's state follow each entity by name
     (``EmbeddedPipeline.move_to``), the /metrics server keeps its port and counters, the summary
     names findings under the new topology. Counted (``foreshock_topology_changes_total``) and
     logged in one line, which is returned."""

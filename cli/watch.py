@@ -43,7 +43,7 @@ from rich.console import Console
 
 from foreshock.frames import Frame
 from foreshock.remap import Remap
-from foreshock.streams.dcgm import FORGET_AFTER_S, DcgmScrapeSource
+from foreshock.streams.dcgm import FORGET_AFTER_S, UNLISTED_POLLS, DcgmScrapeSource
 from foreshock.streams.polling import PollingSource, alongside
 from foreshock.streams.redfish import CduSource, RedfishSource, parse_bmc_list
 from foreshock.topology import Topology
@@ -83,6 +83,11 @@ def command(source: str, duration: float | None, polls: int | None, interval: fl
                                            topology_path)
     bmcs = _bmc_list(bmc, node)
     cdus = _cdu_list(cdu, topology_path)
+    if not (forget_after == 0 or forget_after >= UNLISTED_POLLS * polled.interval):  # (NaN: refused)
+        # shorter, a host missing one scrape is forgotten, and taken in again as a new one
+        least = UNLISTED_POLLS * polled.interval
+        raise click.BadParameter(f"0 (never) or at least {UNLISTED_POLLS} polls ({least:g} s), not {forget_after:g}",
+                                 param_hint="--forget-after")
     console = Console(stderr=True)
     timer = threading.Timer(duration, polled.stop) if duration else None
     if timer is not None:

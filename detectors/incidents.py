@@ -1097,6 +1097,10 @@ class IncidentEngine:
         self._tick(now, out)
         return out
 
+    def incident_ids(self) -> set[str]:
+        """The ids of the incidents this engine holds (open or resolved and kept for a reopening)."""
+        return {inc.id for inc in self._incidents.values()}
+
     # ---- checkpoints ---------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         incs = []

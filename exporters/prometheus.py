@@ -106,7 +106,7 @@ CATALOGUE: tuple[MetricSpec, ...] = (
     MetricSpec(f"{NS}_findings_total", "counter", "Findings emitted", ("cluster", "type")),
     MetricSpec(f"{NS}_input_problems_total", "counter", "Input problems counted (bad records, NaN, resets, ...)", ("cluster", "stage", "reason")),
     MetricSpec(f"{NS}_polls_skipped_total", "counter", "Polls a live source skipped: a poll, or the pipeline, took longer than its interval", ("cluster", "stage")),
-    MetricSpec(f"{NS}_topology_changes_total", "counter", "Times a live source's derived topology took in GPUs it did not list (a node replaced or added)", ("cluster", "stage")),
+    MetricSpec(f"{NS}_topology_changes_total", "counter", "Times a live source's derived topology changed: took in GPUs it did not list (a node replaced or added), or forgot a host gone for long (--forget-after)", ("cluster", "stage")),
     MetricSpec(f"{NS}_gpus_replaced_total", "counter", "GPUs found with another board in their slot (their UUID changed: an RMA), by stage: the live source that read the UUIDs, and the pipeline stage (guard) that started their detector state afresh", ("cluster", "stage")),
     MetricSpec(f"{NS}_dead_letters_total", "counter", "Records sent to the dead-letter topic", ("cluster",)),
     MetricSpec(f"{NS}_ingest_lag_seconds", "gauge", "Seconds from receiving a batch to finishing its detection", ("cluster",)),

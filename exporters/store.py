@@ -292,10 +292,11 @@ class FindingStore:
         """Index everything by ``topology`` from now on: what is known of each entity (latest
         values, active findings, estimates, XID counts) follows it by name (``remap``: from this
         store's topology to ``topology``; made here when not given), a new entity starts unseen.
-        For ``foreshock watch``, whose live source took in new GPUs: the /metrics server keeps
-        this store (and its port and counters) and exports the new entities at the next scrape.
-        What belonged to an entity ``topology`` no longer lists is dropped, XID counts too (they
-        cannot be labelled without it). Incidents name their entities and stay as they are."""
+        For ``foreshock watch``, whose live source took in new GPUs or forgot a host: the /metrics
+        server keeps this store (and its port and counters) and exports the new entities at the
+        next scrape. What belonged to an entity ``topology`` no longer lists is dropped, XID counts
+        too (they cannot be labelled without it). Incidents name their entities and stay as they
+        are (the pipeline resolves those the move left without an engine's incident)."""
         with self._lock:
             remap = remap if remap is not None else Remap(self.topology, topology)
             self._latest_block = {kind: self._moved(remap, topology, kind, block, np.nan, axis=1)
@@ -420,6 +421,11 @@ class FindingStore:
                 heard={k: v.copy() for k, v in self._heard.items()} if self._wall_clock is not None else last_seen,
                 predictions_heard=dict(self._prediction_heard),
             )
+
+    def incidents(self) -> list[Incident]:
+        """The incidents exported now (not resolved)."""
+        with self._lock:
+            return list(self._incidents.values())
 
     def forget_incidents(self) -> None:
         """Drop the incidents: this worker no longer runs the incident stage (its new owner

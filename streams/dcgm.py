@@ -35,6 +35,7 @@ counted as ``conflicting duplicate series``.
 from __future__ import annotations
 
 import logging
+import math
 import re
 import urllib.error
 from functools import lru_cache
@@ -336,8 +337,11 @@ class DcgmScrapeSource(PollingSource):
         self.takes_in_new_gpus = False
         self.forget_after_s = FORGET_AFTER_S
         self._unlisted_polls: dict[str, int] = {}  # GPUs the topology lacks: polls in a row serving them
-        # per node slot of the topology, the wall time a GPU of it was last served (a derived one)
+        # per node slot of the topology, the wall time a GPU of it was last served (a derived one),
+        # and when the exporter last served a page at all
         self._heard = np.empty(0)
+        self._served_at = math.nan
+        self._out = False  # a poll since then served no page (the exporter down, or empty)
         self._told: set[str] = set()  # names logged as missing from the topology
         self.reads_boards = True
         self._boards = GpuBoards(self.health, STAGE)  # per listed GPU, the UUID last served
@@ -356,14 +360,17 @@ class DcgmScrapeSource(PollingSource):
         now = self.clock()
         text = self.scrape()
         if text is None:
+            self._out = True
             return []
         uuids: dict[str, str] | None = {} if self.reads_boards else None
         batch = parse_dcgm_text(text, now, self.health, self.default_host, self.counted_once, uuids)
         if not len(batch):
+            self._out = True
             return []
         if self._topology is None:
             self._topology = gpu_topology([batch])
             self._heard = np.full(self._topology.size("node"), now)
+            self._served_at = now
         else:
             self._follow(batch, now)
         if uuids:
@@ -379,6 +386,13 @@ class DcgmScrapeSource(PollingSource):
         slots = self._topology.slots("gpu", batch.entities)
         unlisted = [name for name, slot in zip(batch.entities, slots) if slot < 0]
         if self._derived and self.takes_in_new_gpus:
+            # the exporter served no page since the last one (down, or a federation restarting): no
+            # host was silent meanwhile. A Prometheus /federate back from a restart serves its targets as it
+            # scrapes them again, so the hosts missing from its first pages back were forgotten at
+            # once after an outage longer than forget_after_s (review h19)
+            if self._out:
+                self._heard += now - self._served_at
+            self._served_at, self._out = now, False
             # before judging silence: a host back after an outage of the exporter is not forgotten
             self._heard[self._topology.gpu_node[slots[slots >= 0]]] = now
             # per GPU served now and unlisted, in how many polls in a row: only the current page's

@@ -79,8 +79,8 @@ class EmbeddedPipeline:
         input guard's and the store's state follow each entity by name (``core/remap.py``), a new
         entity starts fresh, one ``topology`` no longer lists is left out. A processor (the
         incident engine) that cannot move its state starts fresh: returns the names of those.
-        For ``foreshock watch``, whose live source took in new GPUs; the caller switches between
-        frames, so every frame is processed under the topology its slots refer to."""
+        For ``foreshock watch``, whose live source took in new GPUs or forgot a host; the caller
+        switches between frames, so every frame is processed under the topology its slots refer to."""
         remap = Remap(self.topology, topology)
         state = self.bank.state_dict()
         fresh_detectors = bank.state_dict()["detectors"]
@@ -102,8 +102,25 @@ class EmbeddedPipeline:
         self.store.move_to(topology, remap)
         self.topology, self.bank, self.guard = topology, bank, guard
         self._fresh_state = self._kept(fresh_detectors)
+        self._resolve_left_behind()
         self._publish_gauges()  # the estimates under the new numbering, for the next scrape
         return fresh
+
+    def _resolve_left_behind(self) -> None:
+        """Resolve, for the sinks, each exported incident the moved engine no longer holds: one
+        rooted at hardware the new topology no longer lists (a host ``watch`` forgot) is dropped by
+        the move (``IncidentEngine.remap_state``) and would never be resolved, so ``/metrics`` and the
+        findings file kept it open for good (review h19)."""
+        engines = [ids for ids in (getattr(p, "incident_ids", None) for p in self.bank.processors) if callable(ids)]
+        if not engines:
+            return  # the incidents this store exports come from elsewhere (a Kafka incident stage)
+        held: set[str] = set().union(*(ids() for ids in engines))
+        gone: list[Finding] = [
+            replace(inc, ts=self.store.last_ts, state="resolved",
+                    reason=f"resolved: {inc.root_entity} left the topology (no longer served)")
+            for inc in self.store.incidents() if inc.incident_id not in held]
+        for sink in self.sinks if gone else ():
+            sink.observe_findings(gone)
 
     def restart_gpus(self, slots: np.ndarray) -> None:
         """Start the detector state of GPU ``slots`` afresh, as a new GPU's (no baseline of the

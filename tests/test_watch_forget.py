@@ -275,3 +275,61 @@ def test_watch_with_forget_after_0_keeps_a_host_gone_for_long(tmp_path: Path, mo
     assert not any(line.startswith("foreshock_topology_changes_total{") and not line.endswith(" 0.0")
                    for line in metrics.splitlines())
     assert sorted(set(_gpu_series(metrics))) == ["node0", "node1", "node2"]
+
+
+def test_an_incident_open_on_a_forgotten_host_is_resolved_when_the_host_is_dropped(tmp_path: Path, monkeypatch):
+    """node0's two degrading GPUs open an incident rooted at node0; the node then goes silent and is
+    forgotten 600 s later. The move drops the incident with the hardware it was about, and nothing
+    resolved it: /metrics kept it open and the findings file's last word on it was "stable", for good
+    (review h19). It is resolved at the move now; without forgetting it resolves by itself, later."""
+    topo = small_topology(nodes=3, gpus=8, racks=1)
+    faults = [Fault("tim_degradation", 5, 300, 8.0, "f"), Fault("tim_degradation", 3, 300, 8.0, "g")]
+    frames, _ = World(topo, faults=faults, seed=3).run(6000.0)
+    pages = _pages(topo, frames, lambda i: [0, 1, 2] if i < GONE_POLL else [1, 2])
+    page_ts = [float(f.ts[0]) for f in frames if f.kind == "gpu"]
+    findings = tmp_path / "findings.jsonl"
+    _, metrics = _watch(pages, page_ts, findings, 600, monkeypatch)
+    last: dict[str, dict[str, Any]] = {}
+    for line in findings.read_text().splitlines():
+        f = json.loads(line)
+        if f["type"] == "incident":
+            last[f["incident_id"]] = f
+    on_node0 = [f for f in last.values() if f["root_entity"] == "node0"]
+    assert on_node0 and all(f["state"] == "resolved" and "left the topology" in f["reason"] for f in on_node0)
+    assert 'foreshock_incidents_open{cluster="imported",root_kind="node"} 1.0' not in metrics
+    assert not [line for line in metrics.splitlines()
+                if line.startswith("foreshock_incident_members{") and 'root_entity="node0"' in line]
+
+
+def test_an_exporter_outage_is_no_hosts_silence():
+    """The federation is down for 3 h (forget_after 2 h); its first page back serves a and b only,
+    as a Prometheus /federate does while it scrapes its targets again. c, silent only because
+    nothing was served, was forgotten at once, refused as unknown and taken in again as a new host,
+    its state lost (review h19). The outage does not count as any host's silence now."""
+    src = _Clocked(health=PipelineHealth())
+    src.forget_after_s = 2 * HOUR
+    for t in range(0, 600, 10):
+        src.at(float(t), ["a", "b", "c"])
+    page = src.scrape
+    src.scrape = lambda: None  # type: ignore[method-assign]
+    for t in range(600, int(3 * HOUR + 600), 60):
+        src.now = float(t)
+        src.poll()
+    src.scrape = page  # type: ignore[method-assign]
+    back = 3 * HOUR + 600
+    src.at(back, ["a", "b"])
+    assert src.topology.nodes == ["a", "b", "c"]
+    src.at(back + 10, ["a", "b", "c"])
+    assert src.topology.nodes == ["a", "b", "c"] and not src.health.problems
+    src.at(back + 2 * HOUR + 20, ["a", "b"])  # c silent for 2 h since the outage ended: forgotten
+    assert src.topology.nodes == ["a", "b"]
+
+
+def test_a_forget_after_shorter_than_the_polls_taking_a_host_in_is_refused():
+    """Under UNLISTED_POLLS polls a host that missed one scrape was forgotten, then taken in again
+    as a new one (review h19); NaN was read as never."""
+    for value in ("5", "nan"):
+        result = CliRunner().invoke(cli, ["watch", "--source", "dcgm", "--url", "http://127.0.0.1:9/metrics",
+                                          "--interval", "10", "--polls", "1", "--forget-after", value])
+        assert result.exit_code == 2 and "--forget-after" in result.output, result.output
+        assert "at least 3 polls (30 s)" in result.output
