@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import time
 from functools import lru_cache
-from typing import Any, Callable
+from typing import Any, Callable, Iterator, Tuple
 
 import numpy as np
 
@@ -45,6 +45,9 @@ from .topology import Topology
 _REPORTED = ":reported"
 _JOBS = "jobs:keys"
 _BOARDS = "gpu:board"
+BoardChange = Tuple[float, np.ndarray, np.ndarray, np.ndarray]
+"""``(ts, slots, old, new)``: when boards change, in which GPU slots, the boards before and after
+(:meth:`InputGuard.board_change`)."""
 REASONS = ("unknown_entity", "bad_timestamp", "duplicate_timestamp", "out_of_order", "future_timestamp")
 
 
@@ -201,7 +204,7 @@ class InputGuard:
             self.health.problem(self.stage, "missing_values", int(gaps), detail=f"{frame.kind} frame")
         return out
 
-    def board_change(self, frame: Frame) -> tuple[float, np.ndarray, np.ndarray, np.ndarray] | None:
+    def board_change(self, frame: Frame) -> BoardChange | None:
         """When a GPU frame the guard let through (:meth:`check`'s result) first reads another
         board in a slot than the one last read there: ``(ts, slots, old, new)``, the earliest time
         of such a row and every slot whose board changes at that time, with the boards before and
@@ -233,6 +236,19 @@ class InputGuard:
         slots, old, new = slot[at].astype(np.int64), known[at], ids[at]
         self.s_board[slots] = new
         return when, slots, old, new
+
+    def split_by_board(self, frame: Frame) -> Iterator[tuple[Frame, BoardChange | None]]:
+        """``frame`` (:meth:`check`'s result) cut where a GPU's board changes (:meth:`board_change`):
+        ``(rows, change)`` for the rows stamped before each change (none: an empty frame) and the
+        change, then ``(the rest, None)``. The caller processes each part's rows, then, for a
+        change, starts its slots afresh before the next part: the embedded pipeline and the
+        evaluation, alike."""
+        rest = frame
+        while (change := self.board_change(rest)) is not None:
+            before = rest.ts < change[0]
+            yield rest.take(before), change
+            rest = rest.take(~before)
+        yield rest, None
 
     def _detail(self, frame: Frame, reason: str) -> str:
         if reason == "out_of_order":

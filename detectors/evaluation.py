@@ -458,13 +458,12 @@ class _BoardSwaps:
 
     def update(self, clean: Frame) -> list[Finding]:
         found: list[Finding] = []
-        rest = clean
-        while (change := self.guard.board_change(rest)) is not None:
+        for rows, change in self.guard.split_by_board(clean):
+            if change is None or len(rows):
+                found += self._keep(self.bank.update(rows))
+            if change is None:
+                continue
             when, slots, _, _ = change
-            before = rest.ts < when
-            if before.any():
-                found += self._detect(rest.take(before))
-                rest = rest.take(~before)
             self.bank.restart_gpus(slots, self.fresh)
             self.health.gpu_replaced(self.guard.stage, len(slots))
             swapped = set(slots.tolist())
@@ -472,10 +471,7 @@ class _BoardSwaps:
                 replace(p, ts=when, active=False, reason="withdrawn: another board in the GPU's slot")
                 for p in self.active.values() if p.entity_kind == "gpu" and p.slot in swapped]
             found += self._keep(withdrawn + self.bank.pass_on(withdrawn, when) if withdrawn else [])
-        return found + self._detect(rest)
-
-    def _detect(self, rows: Frame) -> list[Finding]:
-        return self._keep(self.bank.update(rows))
+        return found
 
     def _keep(self, findings: list[Finding]) -> list[Finding]:
         for f in findings:

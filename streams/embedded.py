@@ -146,15 +146,12 @@ class EmbeddedPipeline:
         stamped before are processed, that GPU's state restarted, and the rest processed on."""
         received_wall = time.time() if received_wall is None else received_wall
         clean = self.guard.check(frame)
-        rest, findings = clean, []
-        while (change := self.guard.board_change(rest)) is not None:
-            when, slots, old, new = change
-            before = rest.ts < when
-            if before.any():
-                findings += self._detect(rest.take(before), received_wall)
-                rest = rest.take(~before)
-            findings += self._board_swapped(when, slots, old, new)
-        findings += self._detect(rest, received_wall)
+        findings: list[Finding] = []
+        for rows, change in self.guard.split_by_board(clean):
+            if change is None or len(rows):
+                findings += self._detect(rows, received_wall)
+            if change is not None:
+                findings += self._board_swapped(*change)
         now = time.monotonic()
         if now - self._last_gauges >= self.gauge_interval_s:
             self._last_gauges = now
