@@ -30,6 +30,7 @@ change (``InputGuard.board_change``): the same as in ``replay`` and the Kafka wo
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import signal
 import socket
@@ -209,14 +210,13 @@ def _renumbered(frame: Frame, remap: Remap) -> Frame:
     """``frame`` (numbered by the remap's old topology) with each row's slot in the new one; the
     rows of an entity the new one no longer lists are left out. A kind that is not hardware (a
     job's) is left as it is."""
-    new_of_old = remap.new_of_old.get(frame.kind)
-    if new_of_old is None:
+    if frame.kind not in remap.new_of_old:
         return frame
-    slot = new_of_old[frame.slot]
+    slot = remap.slots(frame.kind, frame.slot)
     if np.array_equal(slot, frame.slot):
         return frame  # the common case: a grown topology keeps the old slots
-    kept = slot >= 0
-    return Frame(frame.kind, frame.ts[kept], slot[kept], {name: col[kept] for name, col in frame.columns.items()})
+    keep = slot >= 0
+    return dataclasses.replace(frame.take(keep), slot=slot[keep])
 
 
 def _first_frame(frames: Iterator[Frame]) -> Frame | None:
