@@ -36,13 +36,14 @@ import signal
 import socket
 import threading
 from collections import deque
-from typing import Iterable, Iterator
+from typing import Iterable, Iterator, Sequence
 
 import click
 import numpy as np
 from rich.console import Console
 
 from foreshock.frames import Frame
+from foreshock.health import PipelineHealth
 from foreshock.remap import Remap
 from foreshock.streams.dcgm import FORGET_AFTER_S, UNLISTED_POLLS, DcgmScrapeSource
 from foreshock.streams.polling import PollingSource, alongside
@@ -130,7 +131,7 @@ def command(source: str, duration: float | None, polls: int | None, interval: fl
         console.print(f"[dim]watching {source}{extra}: "
                       f"{topology.size('gpu')} GPUs, {topology.size('node')} nodes, a poll every {polled.interval:g} s "
                       "(Ctrl-C stops)[/dim]")
-        follower = _TopologyFollower(polled, topology)
+        follower = _TopologyFollower(polled, topology, others)
         merged = alongside(itertools.chain([first], follower.mark(frames)), others)
         stats = run_with_progress(run, follower.follow(merged, run), None, f"watch {source}")
     finally:
@@ -172,27 +173,46 @@ class _TopologyFollower:
     first frame of a new topology, and :meth:`follow`, on the pipeline's, makes the move when the
     marker comes out.
 
+    A source that tells each topology it took (``DcgmScrapeSource.taken_topologies``) has the
+    pipeline moved through each in turn: a host forgotten and served again between two frames is
+    dropped with its state, then taken in as a new host, as the source logged it (moved straight to
+    the last topology, it kept its state by name, and the move's line said nothing was added or
+    dropped; h20).
+
     The sources polled beside (a BMC's node frames) keep numbering their entities by the first
     topology: after a move their frames are renumbered here, by name, onto the pipeline's (a grown
     topology keeps the old nodes' slots, but one that forgot a host moves those after it down), and
-    the rows of an entity it no longer lists are left out."""
+    the rows of an entity it no longer lists are left out, counted under their source's stage."""
 
-    def __init__(self, polled: PollingSource, topology: Topology) -> None:
+    def __init__(self, polled: PollingSource, topology: Topology, beside: Sequence[PollingSource] = ()) -> None:
         self.polled = polled
         self.first = topology  # what the sources beside number their frames by
         self.current = topology  # the source side's
         self.moves: deque[tuple[Frame, Topology]] = deque()  # (marker, topology), in order
         self._beside: Remap | None = None  # from the first topology to the pipeline's, once it moved
+        self._stage_of = {kind: source.stage for source in beside for kind in source.reads}
 
     def mark(self, frames: Iterable[Frame]) -> Iterator[Frame]:
         for frame in frames:
-            topology = self.polled.topology
-            if topology is not None and topology is not self.current:
+            for topology in self._taken():
                 self.current = topology
                 marker = Frame.empty(frame.kind)
                 self.moves.append((marker, topology))
                 yield marker
             yield frame
+
+    def _taken(self) -> list[Topology]:
+        """The topologies the source took since the last frame, in order."""
+        told = getattr(self.polled, "taken_topologies", None)
+        taken: list[Topology] = told() if callable(told) else []
+        for i, earlier in enumerate(taken):
+            if earlier is self.current:  # taken before the follower began: the pipeline has it
+                taken = taken[i + 1:]
+                break
+        topology = self.polled.topology
+        if topology is not None and topology is not self.current and (not taken or taken[-1] is not topology):
+            taken.append(topology)  # a source that does not tell: its current one
+        return taken
 
     def follow(self, frames: Iterable[Frame], run: PipelineRun) -> Iterator[Frame]:
         for frame in frames:
@@ -202,20 +222,28 @@ class _TopologyFollower:
                 self._beside = Remap(self.first, topology)
                 continue
             if self._beside is not None and frame.kind not in self.polled.reads:
-                frame = _renumbered(frame, self._beside)
+                frame = _renumbered(frame, self.first, self._beside, self.polled.health,
+                                    self._stage_of.get(frame.kind, self.polled.stage))
             yield frame
 
 
-def _renumbered(frame: Frame, remap: Remap) -> Frame:
-    """``frame`` (numbered by the remap's old topology) with each row's slot in the new one; the
-    rows of an entity the new one no longer lists are left out. A kind that is not hardware (a
-    job's) is left as it is."""
+def _renumbered(frame: Frame, old: Topology, remap: Remap, health: PipelineHealth, stage: str) -> Frame:
+    """``frame`` (numbered by ``old``, the remap's old topology) with each row's slot in the new
+    one; the rows of an entity the new one no longer lists (a host the source forgot whose BMC
+    still answers) are left out, counted under ``stage`` and logged once with their names, never
+    silently. A kind that is not hardware (a job's) is left as it is."""
     if frame.kind not in remap.new_of_old:
         return frame
     slot = remap.slots(frame.kind, frame.slot)
     if np.array_equal(slot, frame.slot):
         return frame  # the common case: a grown topology keeps the old slots
     keep = slot >= 0
+    if not keep.all():
+        gone = [old.name(frame.kind, int(s)) if 0 <= s < old.size(frame.kind) else f"slot {s}"
+                for s in np.unique(frame.slot[~keep])]
+        health.problem(stage, f"{frame.kind} no longer in the topology", int((~keep).sum()),
+                       detail=f"{', '.join(gone[:3])}: rows left out (a host the watch forgot: none of its GPUs "
+                              "served for --forget-after)")
     return dataclasses.replace(frame.take(keep), slot=slot[keep])
 
 

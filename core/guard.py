@@ -24,14 +24,17 @@ sets aside (``PipelineHealth.problem``) — nothing disappears silently:
 It also keeps the board last read in each GPU's slot (the ``board_id`` field, a number per UUID
 that the GPU sources write): :meth:`InputGuard.board_change` tells the pipeline where a slot's
 board changes (an RMA), so that GPU's detector state starts afresh there. Kept with the rest of
-the state, a worker restarted after the swap still finds it.
+the state, a worker restarted after the swap still finds it. A board last read in another slot of
+the same node has not been swapped but renumbered (a node rebooting with one GPU missing lists
+every later GPU one index lower): :meth:`InputGuard.follow_boards` says where it came from, and
+its state follows it (``DetectorBank.move_gpus``).
 """
 
 from __future__ import annotations
 
 import time
 from functools import lru_cache
-from typing import Any, Callable, Iterator, Tuple
+from typing import Any, Callable, Iterator, NamedTuple, Tuple
 
 import numpy as np
 
@@ -48,6 +51,49 @@ _BOARDS = "gpu:board"
 BoardChange = Tuple[float, np.ndarray, np.ndarray, np.ndarray]
 """``(ts, slots, old, new)``: when boards change, in which GPU slots, the boards before and after
 (:meth:`InputGuard.board_change`)."""
+
+
+class BoardSwap(NamedTuple):
+    """A change of boards (:meth:`InputGuard.board_change`) and, per slot, where its new board was
+    read before (:meth:`InputGuard.split_by_board`). A board last read in another slot of the same
+    node has *moved* (a GPU missing at a reboot renumbers the node's later GPUs): its learnt state
+    follows it; any other board is a new one (an RMA) and starts afresh."""
+
+    ts: float
+    slots: np.ndarray  # the GPU slots reading another board from ``ts`` on
+    old: np.ndarray  # their boards before (NaN: none; a slot a moved board had left)
+    new: np.ndarray  # their boards from ``ts`` on
+    came_from: np.ndarray  # per slot, the slot of the same node its board was last read in (-1: none, a new board)
+    left: np.ndarray  # slots a moved board left and no other board came to: they hold no board now
+
+    @property
+    def moved(self) -> np.ndarray:
+        """Per slot of the change, whether its board moved there from another slot of its node."""
+        return self.came_from >= 0
+
+    @property
+    def replaced(self) -> np.ndarray:
+        """Per slot of the change, whether a new board took another's place (an RMA): counted and
+        logged as a swap, as before boards were followed."""
+        return (self.came_from < 0) & np.isfinite(self.old)
+
+    def take_from(self, n_gpus: int) -> np.ndarray:
+        """Per GPU slot of the topology, the slot whose state it takes (itself where nothing
+        changes; -1: none, it starts afresh): :meth:`Remap.rearranged`'s ``gpu_from``."""
+        take = np.arange(n_gpus, dtype=np.int64)
+        take[self.slots] = self.came_from
+        take[self.left] = -1
+        return take
+
+    def moves_by_node(self, topology: Topology) -> dict[int, list[tuple[int, int]]]:
+        """Per node, the boards that moved in it: (slot before, slot now), by slot now."""
+        out: dict[int, list[tuple[int, int]]] = {}
+        for slot, source in sorted(zip(self.slots.tolist(), self.came_from.tolist())):
+            if source >= 0:
+                out.setdefault(int(topology.gpu_node[slot]), []).append((source, slot))
+        return out
+
+
 REASONS = ("unknown_entity", "bad_timestamp", "duplicate_timestamp", "out_of_order", "future_timestamp")
 
 
@@ -209,7 +255,8 @@ class InputGuard:
         board in a slot than the one last read there: ``(ts, slots, old, new)``, the earliest time
         of such a row and every slot whose board changes at that time, with the boards before and
         after (which are noted as the slots' boards now). None when no board changes. A slot's
-        first board is no change; a NaN ``board_id`` (not read) neither.
+        first board is no change, unless another slot of its node holds it (it moved there, old
+        NaN: :meth:`follow_boards`); a NaN ``board_id`` (not read) is none either.
 
         The caller processes the rows stamped before ``ts``, starts those slots afresh, and asks
         again with the rest: a frame holding a slot's old board and its new one (a worker catching
@@ -225,30 +272,102 @@ class InputGuard:
         known = self.s_board[slot]
         first = read & np.isnan(known)
         if first.any():
-            rows = np.flatnonzero(first)[::-1]  # reversed: where a slot's first rows disagree, the first row's wins
+            rows = np.flatnonzero(first)
+            # a board still held by another slot of its node has moved here (its node's GPUs were
+            # renumbered): a change, not a first board. Only slots holding no board read first
+            # boards: a worker's first frames, and the slots a moved board left
+            moved = self._held_on_node(slot[rows], ids[rows])
+            rows = rows[~moved][::-1]  # reversed: where a slot's first rows disagree, the first row's wins
             self.s_board[slot[rows]] = ids[rows]
             known = self.s_board[slot]
-        changed = read & (ids != known)
+        changed = read & (ids != known)  # NaN known: a board moved here from another slot (above)
         if not changed.any():
             return None
         when = float(frame.ts[changed].min())
         at = np.flatnonzero(changed & (frame.ts == when))
+        at = np.concatenate([at, self._same_renumbering(frame, changed, at, when)])
+        at = at[np.argsort(slot[at], kind="stable")]
         slots, old, new = slot[at].astype(np.int64), known[at], ids[at]
         self.s_board[slots] = new
         return when, slots, old, new
 
-    def split_by_board(self, frame: Frame) -> Iterator[tuple[Frame, BoardChange | None]]:
+    def split_by_board(self, frame: Frame) -> Iterator[tuple[Frame, BoardSwap | None]]:
         """``frame`` (:meth:`check`'s result) cut where a GPU's board changes (:meth:`board_change`):
-        ``(rows, change)`` for the rows stamped before each change (none: an empty frame) and the
-        change, then ``(the rest, None)``. The caller processes each part's rows, then, for a
-        change, starts its slots afresh before the next part: the embedded pipeline and the
-        evaluation, alike."""
+        ``(rows, swap)`` for the rows stamped before each change (none: an empty frame) and the
+        change with where each new board came from (:meth:`follow_boards`), then ``(the rest,
+        None)``. The caller processes each part's rows, then, for a swap, moves the moved boards'
+        state and starts the others' slots afresh before the next part: the embedded pipeline and
+        the evaluation, alike."""
         rest = frame
         while (change := self.board_change(rest)) is not None:
             before = rest.ts < change[0]
-            yield rest.take(before), change
+            yield rest.take(before), self.follow_boards(change)
             rest = rest.take(~before)
         yield rest, None
+
+    def follow_boards(self, change: BoardChange) -> BoardSwap:
+        """``change`` (:meth:`board_change`'s, just returned) with, per slot, the slot of the same
+        node its new board was last read in: a board moved by a renumbering of its node's GPUs
+        (one missing at a reboot shifts every later index down one; back, up one). A slot whose
+        board moved away and to which no board came now holds none (NaN): the next board read
+        there is a first one, or, if it is held by another slot of the node, moved back. A board
+        of another node, or held nowhere, is a new board (an RMA).
+
+        Per change, not per frame: vectorised over the slots, so that a change of every board at
+        once (a source that numbers boards anew) costs milliseconds."""
+        when, slots, old, new = change
+        before = self.s_board.copy()
+        before[slots] = old  # the boards as they were read before ``when``
+        node = self.topology.gpu_node
+        # (node, board) -> the slot holding it before the change, over the slots holding one of
+        # the new boards only: few, but for a mass change
+        holders = np.flatnonzero(np.isin(before, new))
+        held = {(int(node[s]), b): int(s) for s, b in zip(holders.tolist(), before[holders].tolist())}
+        came_from = np.array([held.get((int(node[s]), b), -1) for s, b in zip(slots.tolist(), new.tolist())],
+                             dtype=np.int64)
+        # a board read in two slots at once (a source's fault): its state goes to the first only
+        sources, first = np.unique(came_from, return_index=True)
+        twice = np.ones(len(came_from), dtype=bool)
+        twice[first] = False
+        came_from[twice & (came_from >= 0)] = -1
+        sources = sources[sources >= 0]
+        left = np.setdiff1d(sources, slots).astype(np.int64)
+        self.s_board[left] = np.nan
+        return BoardSwap(when, slots, old, new, came_from, left)
+
+    def _same_renumbering(self, frame: Frame, changed: np.ndarray, at: np.ndarray, when: float) -> np.ndarray:
+        """The rows, after ``when``, of the other board changes on the nodes of those at ``when``
+        (rows ``at``) that belong with them: each the first row from ``when`` on of its slot. A
+        node's GPUs stamped each with its own sample time (DCGM series a few ms apart) are read
+        renumbered at once, but their changes would come one at a time, and a board read back in
+        the slot it had left (the missing GPU back: 4 takes 3's board at t, 3 a new one at t - 1
+        ms) would find its state gone with the board the new one displaced. No row of such a slot
+        lies between ``when`` and its change, so its detectors see the same rows either way."""
+        node = self.topology.gpu_node
+        later = np.flatnonzero(changed & (frame.ts > when))
+        if not len(later):
+            return later
+        slot = frame.slot
+        later = later[np.isin(node[slot[later]], node[slot[at]]) & ~np.isin(slot[later], slot[at])]
+        if not len(later):
+            return later
+        # per slot of those, its first row from ``when`` on: the change only if that row is it
+        since = np.flatnonzero((frame.ts >= when) & np.isin(slot, slot[later]))
+        since = since[np.lexsort((frame.ts[since], slot[since]))]
+        first = since[np.r_[True, slot[since][1:] != slot[since][:-1]]]
+        return first[changed[first]]
+
+    def _held_on_node(self, slots: np.ndarray, boards: np.ndarray) -> np.ndarray:
+        """Per (slot, board), whether another slot of the slot's node holds that board."""
+        found = np.isin(boards, self.s_board)
+        if not found.any():
+            return found
+        node = self.topology.gpu_node
+        holders = np.flatnonzero(np.isin(self.s_board, boards[found]))
+        held = {(int(node[s]), b) for s, b in zip(holders.tolist(), self.s_board[holders].tolist())}
+        for i in np.flatnonzero(found).tolist():
+            found[i] = (int(node[slots[i]]), float(boards[i])) in held
+        return found
 
     def _detail(self, frame: Frame, reason: str) -> str:
         if reason == "out_of_order":

@@ -31,6 +31,10 @@ class PipelineHealth:
         # that read the UUIDs, the guard stage whose pipeline restarted their state:
         # ``foreshock_gpus_replaced_total``
         self.gpus_replaced: Counter[str] = Counter()
+        # GPU boards read at another index of their node than before (a node rebooted with a GPU
+        # missing lists every later GPU one index lower), by stage, as ``gpus_replaced``: no RMA,
+        # the board's learnt state follows it: ``foreshock_gpus_moved_total``
+        self.gpus_moved: Counter[str] = Counter()
         self._logged: set[tuple[str, str]] = set()
 
     def problem(self, stage: str, reason: str, count: int = 1, detail: str = "") -> None:
@@ -53,6 +57,10 @@ class PipelineHealth:
         """Count GPUs found with another board in their slot (the caller logs which)."""
         self._count(self.gpus_replaced, stage, count)
 
+    def gpu_moved(self, stage: str, count: int = 1) -> None:
+        """Count GPU boards found at another index of their node (the caller logs which)."""
+        self._count(self.gpus_moved, stage, count)
+
     def _count(self, counter: Counter, key: object, count: int, log_key: tuple[str, str] | None = None) -> bool:
         """Add ``count`` to ``counter[key]``; whether ``log_key`` is logged for the first time."""
         with self._lock:
@@ -74,6 +82,10 @@ class PipelineHealth:
     def replacements(self) -> dict[str, int]:
         """The GPUs replaced by stage."""
         return self._copy(self.gpus_replaced)
+
+    def moves(self) -> dict[str, int]:
+        """The GPU boards moved to another index of their node, by stage."""
+        return self._copy(self.gpus_moved)
 
     def _copy(self, counter: Counter) -> dict:
         with self._lock:

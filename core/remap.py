@@ -68,6 +68,22 @@ class Remap:
             where = {name: i for i, name in enumerate(new_names)}
             self.new_of_old[kind] = np.array([where.get(name, -1) for name in old_names], dtype=np.int64)
 
+    @classmethod
+    def rearranged(cls, topology: Topology, gpu_from: np.ndarray) -> "Remap":
+        """Within one topology, each GPU slot's state taken from the slot ``gpu_from`` names (its
+        own: kept; another: a board that moved there; -1: start fresh); every other entity keeps
+        its own. For boards renumbered within a node (``InputGuard.follow_boards``): the state
+        follows the board, not the index."""
+        remap = cls(topology, topology)
+        old_of_new = np.asarray(gpu_from, dtype=np.int64).copy()
+        if old_of_new.shape != (topology.size("gpu"),):
+            raise ValueError(f"gpu_from has shape {old_of_new.shape}, expected ({topology.size('gpu')},)")
+        new_of_old = np.full(len(old_of_new), -1, dtype=np.int64)
+        taken = np.flatnonzero(old_of_new >= 0)
+        new_of_old[old_of_new[taken]] = taken
+        remap.old_of_new["gpu"], remap.new_of_old["gpu"] = old_of_new, new_of_old
+        return remap
+
     def kept(self, kind: str) -> int:
         """How many entities of ``kind`` keep their saved state."""
         return int((self.old_of_new[kind] >= 0).sum())

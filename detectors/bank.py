@@ -7,13 +7,15 @@ flow on to *processors* (the incident engine) that turn findings into further fi
 from __future__ import annotations
 
 import time
-from typing import Any, Iterable, Protocol, Sequence
+from dataclasses import replace
+from typing import Any, Callable, Iterable, Protocol, Sequence
 
 import numpy as np
 
 from foreshock.health import PipelineHealth
-from foreshock.findings import Finding
+from foreshock.findings import Finding, Prediction
 from foreshock.frames import Frame
+from foreshock.guard import BoardSwap
 from foreshock.remap import Remap
 from foreshock.topology import Topology
 
@@ -56,6 +58,32 @@ def run_processors(processors: Sequence[FindingProcessor], findings: Sequence[Fi
                 observe_frame(frame)
         seen.extend(proc.observe(seen, now))
     return seen[len(findings):]
+
+
+def follow_predictions(swap: BoardSwap, active: Iterable[Prediction], gpu_name: Callable[[int], str]) -> list[Prediction]:
+    """What a board swap (``InputGuard.split_by_board``) makes of the active predictions about GPUs
+    (``active``; others are ignored), for the sinks and the processors, in this order:
+
+    - withdrawn, at ``swap.ts``: those about a slot whose board changed or that a board left (the
+      detector state there is now another board's, or a new GPU's, and would never withdraw them);
+    - made again in its new slot: those about a board that moved (its state moved with it, the
+      detectors know they raised them and will withdraw them there), at ``swap.ts``, with the same
+      detector, event, confidence and time of the event (the ETA shortened by the time since).
+      Where one takes the place of a prediction of the same detector and event in that slot, that
+      one's withdrawal is left out: it is replaced, not withdrawn and raised again."""
+    went = {int(source): int(slot) for slot, source in zip(swap.slots.tolist(), swap.came_from.tolist())
+            if source >= 0}
+    touched = set(swap.slots.tolist()) | set(swap.left.tolist())
+    about = [p for p in active if p.entity_kind == "gpu" and p.active and p.slot in touched]
+    carried = [replace(p, ts=swap.ts, slot=went[p.slot], eta_s=max(p.eta_s - (swap.ts - p.ts), 0.0),
+                       reason=f"{p.reason} (its board moved from {gpu_name(p.slot)})")
+               for p in about if p.slot in went]
+    replaced = {(p.detector, p.event, p.slot) for p in carried}
+    withdrawn = [replace(p, ts=swap.ts, active=False,
+                         reason=f"withdrawn: the GPU's board moved to {gpu_name(went[p.slot])}" if p.slot in went
+                         else "withdrawn: another board in the GPU's slot")
+                 for p in about if (p.detector, p.event, p.slot) not in replaced]
+    return withdrawn + carried
 
 
 class DetectorBank:
@@ -122,13 +150,22 @@ class DetectorBank:
         incident engine) keep theirs: an incident is the slot's history."""
         keep = np.ones(self.topology.size("gpu"), dtype=bool)
         keep[np.asarray(slots, dtype=np.int64)] = False
-        all_but_these = Remap(self.topology, self.topology, keep={"gpu": keep})
+        self._load_remapped(Remap(self.topology, self.topology, keep={"gpu": keep}), fresh)
+
+    def move_gpus(self, take_from: np.ndarray, fresh: dict[str, Any]) -> None:
+        """Rearrange the GPUs' detector state: each GPU slot takes the rows of the slot
+        ``take_from`` names (its own: as it is; another: its board moved here, ``InputGuard.
+        follow_boards``; -1: a new GPU's, from ``fresh``, as :meth:`restart_gpus`). Read all at
+        once, so boards trading places (a cycle) each take the other's. The processors keep theirs."""
+        self._load_remapped(Remap.rearranged(self.topology, take_from), fresh)
+
+    def _load_remapped(self, remap: Remap, fresh: dict[str, Any]) -> None:
         current = self.state_dict()["detectors"]
         for detector in self.detectors:
             # the fresh state first: a remap takes the rows of the entities it does not keep from
             # the detector's own state (``Detector.remap_state``), as a fresh bank's on a move
             detector.load_state_dict(fresh[detector.name])
-            detector.load_state_dict(detector.remap_state(current[detector.name], all_but_these))
+            detector.load_state_dict(detector.remap_state(current[detector.name], remap))
 
     def state_dict(self) -> dict[str, Any]:
         return {

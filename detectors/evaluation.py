@@ -86,7 +86,7 @@ from __future__ import annotations
 import json
 import math
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
@@ -103,7 +103,7 @@ from foreshock.recording import Recording
 from foreshock.topology import Topology
 
 from .alarm import prediction_spans
-from .bank import DetectorBank
+from .bank import DetectorBank, follow_predictions
 from .baselines import ScoredBaseline, ScoreLog
 from .gpu_inputs import reason_bits_column
 from .incident_eval import AFTERMATH_S, INCIDENT_SET
@@ -447,8 +447,10 @@ def run_recording(recording: Recording, sets: Sequence[str],
 class _BoardSwaps:
     """``bank.update`` of guarded rows, as the embedded pipeline runs it where a GPU's board changes
     (``EmbeddedPipeline.process_rows``): the rows stamped before the change first, then the GPU's
-    detector state restarted as a new GPU's, what was predicted of its old board withdrawn (the
-    restarted detectors would never withdraw it: in the scoring it would stay a claim to the end),
+    detector state restarted as a new GPU's, or, for a board moved from another slot of its node
+    (``InputGuard.follow_boards``), moved with it, what was predicted of what left a slot withdrawn
+    (the restarted detectors would never withdraw it: in the scoring it would stay a claim to the
+    end) and what was predicted of a moved board made again in its new slot (``follow_predictions``),
     and the rest. Keeps the predictions active so far, by finding, for that."""
 
     def __init__(self, bank: DetectorBank, guard: InputGuard, health: PipelineHealth) -> None:
@@ -458,19 +460,22 @@ class _BoardSwaps:
 
     def update(self, clean: Frame) -> list[Finding]:
         found: list[Finding] = []
-        for rows, change in self.guard.split_by_board(clean):
-            if change is None or len(rows):
+        for rows, swap in self.guard.split_by_board(clean):
+            if swap is None or len(rows):
                 found += self._keep(self.bank.update(rows))
-            if change is None:
+            if swap is None:
                 continue
-            when, slots, _, _ = change
-            self.bank.restart_gpus(slots, self.fresh)
-            self.health.gpu_replaced(self.guard.stage, len(slots))
-            swapped = set(slots.tolist())
-            withdrawn: list[Finding] = [
-                replace(p, ts=when, active=False, reason="withdrawn: another board in the GPU's slot")
-                for p in self.active.values() if p.entity_kind == "gpu" and p.slot in swapped]
-            found += self._keep(withdrawn + self.bank.pass_on(withdrawn, when) if withdrawn else [])
+            if swap.moved.any() or len(swap.left):
+                self.bank.move_gpus(swap.take_from(self.bank.topology.size("gpu")), self.fresh)
+            else:
+                self.bank.restart_gpus(swap.slots, self.fresh)
+            if swap.replaced.any():
+                self.health.gpu_replaced(self.guard.stage, int(swap.replaced.sum()))
+            if swap.moved.any():
+                self.health.gpu_moved(self.guard.stage, int(swap.moved.sum()))
+            changed: list[Finding] = list(follow_predictions(swap, self.active.values(),
+                                                             lambda slot: self.bank.topology.name("gpu", slot)))
+            found += self._keep(changed + self.bank.pass_on(changed, swap.ts) if changed else [])
         return found
 
     def _keep(self, findings: list[Finding]) -> list[Finding]:
@@ -947,6 +952,7 @@ def score(result: RunResult, kinds: Sequence[str] | None = None, reference: str 
         "input_problems": {f"{s}:{r}": n for (s, r), n in result.health.problems.items()},
         # GPUs found with another board in their slot, restarted as new GPUs (_BoardSwaps)
         "gpus_replaced": sum(result.health.gpus_replaced.values()),
+        "gpus_moved": sum(result.health.gpus_moved.values()),
         "onset_classes": {"classes": list(ONSET_CLASSES), "predictable": PREDICTABLE_ONSET,
                           "job_start_s": JOB_START_S, "load_before_s": LOAD_BEFORE_S,
                           "load_step_ratio": LOAD_STEP_RATIO},

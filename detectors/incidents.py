@@ -253,6 +253,7 @@ class IncidentEngine:
         self._external: list[tuple[float, int, ExternalEvent]] = []
         self._names: dict[str, tuple[str, int]] | None = None
         self._evicted: list[Finding] = []  # resolved early to make room; reported by the same observe()
+        self._left_out: list[int] = []  # incidents a move left members out of (report_left_out)
         self.next_serial = 1
         self.last_tick = -math.inf
         self.stats = {"findings": 0, "attached": 0, "consequences": 0, "unattached": 0, "incidents": 0,
@@ -1101,6 +1102,26 @@ class IncidentEngine:
         """The ids of the incidents this engine holds (open or resolved and kept for a reopening)."""
         return {inc.id for inc in self._incidents.values()}
 
+    def report_left_out(self, now: float) -> list[Finding]:
+        """Each open incident a move onto other hardware (:meth:`remap_state`) left members out of,
+        told again at once without them: re-ranked from the members left (a rack-wide incident may
+        be one node's now), in the state it was (it did not grow), or resolved when none is left.
+        Without this the findings file and ``/metrics`` kept listing the GPUs of a host ``foreshock
+        watch`` forgot until the incident's next update, which then said it was growing (h20). One
+        not told yet (pending) is ranked when it is; a resolved one keeps its history."""
+        out: list[Finding] = []
+        for serial in self._left_out:
+            inc = self._incidents.get(serial)
+            if inc is None or not inc.live or not inc.emits:
+                continue
+            if inc.members:
+                inc.dirty = True
+                self._emit(inc, now, out)
+            else:
+                self._resolve(inc, now, out)
+        self._left_out = []
+        return out
+
     # ---- checkpoints ---------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         incs = []
@@ -1150,6 +1171,8 @@ class IncidentEngine:
                     renamed[int(mkey)] = key(MEMBER_LEVEL[kind], new) if kind != "job" else mkey
                     members.append([renamed[int(mkey)], kind, new, *rest])
             moved_d = {**d, "root": root, "emitted_root": moved(int(d["emitted_root"])), "members": members}
+            if len(members) < len(d["members"]):
+                moved_d["members_left_out"] = len(d["members"]) - len(members)  # for report_left_out
             if "owned" in d:
                 moved_d["owned"] = [renamed[int(k)] for k in d["owned"] if int(k) in renamed]
             incidents.append(moved_d)
@@ -1174,6 +1197,7 @@ class IncidentEngine:
         for owner_of in self.s_member_of.values():
             owner_of[:] = -1
         self._incidents, self._index, self._rooted = {}, {}, {}
+        self._left_out = [int(d["serial"]) for d in state["incidents"] if d.get("members_left_out")]
         owners: dict[int, int] = {}  # member key -> the incident holding it
         for d in state["incidents"]:
             inc = _Incident(int(d["serial"]), d["family"], float(d["first_ts"]))

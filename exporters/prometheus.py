@@ -108,6 +108,7 @@ CATALOGUE: tuple[MetricSpec, ...] = (
     MetricSpec(f"{NS}_polls_skipped_total", "counter", "Polls a live source skipped: a poll, or the pipeline, took longer than its interval", ("cluster", "stage")),
     MetricSpec(f"{NS}_topology_changes_total", "counter", "Times a live source's derived topology changed: took in GPUs it did not list (a node replaced or added), or forgot a host gone for long (--forget-after)", ("cluster", "stage")),
     MetricSpec(f"{NS}_gpus_replaced_total", "counter", "GPUs found with another board in their slot (their UUID changed: an RMA), by stage: the live source that read the UUIDs, and the pipeline stage (guard) that started their detector state afresh", ("cluster", "stage")),
+    MetricSpec(f"{NS}_gpus_moved_total", "counter", "GPU boards read at another index of their node than before (a node rebooted with a GPU missing lists the later GPUs one index lower): no RMA, their detector state follows them; by stage, as gpus_replaced", ("cluster", "stage")),
     MetricSpec(f"{NS}_dead_letters_total", "counter", "Records sent to the dead-letter topic", ("cluster",)),
     MetricSpec(f"{NS}_ingest_lag_seconds", "gauge", "Seconds from receiving a batch to finishing its detection", ("cluster",)),
     MetricSpec(f"{NS}_last_telemetry_timestamp_seconds", "gauge", "Telemetry timestamp of the newest sample processed", ("cluster",)),
@@ -514,6 +515,7 @@ class ForeshockCollector(Collector):
         yield _counts(f"{NS}_polls_skipped_total", cluster, self.store.health.skipped())
         yield _counts(f"{NS}_topology_changes_total", cluster, self.store.health.changes())
         yield _counts(f"{NS}_gpus_replaced_total", cluster, self.store.health.replacements())
+        yield _counts(f"{NS}_gpus_moved_total", cluster, self.store.health.moves())
         g = _family(f"{NS}_ingest_lag_seconds")
         g.add_metric([cluster], snap.ingest_lag_s)
         yield g

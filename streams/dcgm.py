@@ -37,11 +37,13 @@ from __future__ import annotations
 import logging
 import math
 import re
+import time
 import urllib.error
 from functools import lru_cache
 import urllib.request
 from array import array
-from collections import Counter
+from collections import Counter, deque
+from typing import Callable
 from urllib.parse import urlparse
 
 import numpy as np
@@ -63,11 +65,16 @@ UNLISTED_POLLS = 3
 (``DcgmScrapeSource.takes_in_new_gpus``): one odd scrape rebuilds nothing."""
 
 FORGET_AFTER_S = 24 * 3600.0
-"""Wall-clock seconds a host may go without any of its GPUs served before a derived topology that
+"""Seconds a host may go without any of its GPUs served before a derived topology that
 follows the hardware drops it (``DcgmScrapeSource.forget_after_s``; 0: never). Long enough that a
 node down for a repair (minutes to hours) keeps its place and its learnt state; short enough that a
 cluster whose nodes come and go under new hostnames (autoscaling, recycled node pools) does not
-grow its topology, state and /metrics without end."""
+grow its topology, state and /metrics without end. Measured on a monotonic clock
+(``DcgmScrapeSource.silence_clock``), not the wall clock the rows are stamped with."""
+
+TAKEN_MAX = 64
+"""Topologies a following source keeps for :meth:`DcgmScrapeSource.taken_topologies` until they
+are taken (``foreshock watch`` takes them at every frame); past that the oldest go."""
 
 TOLD_MAX = 4096
 """GPU names the source remembers having logged as missing from its topology; past that it forgets
@@ -297,10 +304,12 @@ class DcgmScrapeSource(PollingSource):
     (a node replaced or added: new hostnames) is taken in instead: :attr:`topology` becomes a new
     one (:func:`grown_topology`) from that poll's frame on. GPUs no longer served stay listed (a node
     down for repair keeps its place and its learnt state) until none of their host's GPUs has been
-    served for :attr:`forget_after_s` seconds of wall time (:data:`FORGET_AFTER_S`, 0: never): the
-    host is then dropped (:func:`shrunk_topology`, logged with how long it was silent), so a cluster
-    whose nodes come and go under new hostnames does not grow its topology without end. A host
-    served again after that is a new one, taken in as above. A given topology never changes.
+    served for :attr:`forget_after_s` seconds (:data:`FORGET_AFTER_S`, 0: never) while the exporter
+    served pages, on :attr:`silence_clock` (monotonic: a wall clock stepped forward is no silence):
+    the host is then dropped (:func:`shrunk_topology`, logged with how long it was silent), so a
+    cluster whose nodes come and go under new hostnames does not grow its topology without end. A
+    host served again after that is a new one, taken in as above. A given topology never changes.
+    :meth:`taken_topologies` tells each topology taken, in order, even one no frame was mapped on.
 
     The URL may be a Prometheus server's ``/federate?match[]={__name__=~"DCGM_.*"}``: every
     series keeps its ``Hostname`` label and carries the time Prometheus scraped it, so one source
@@ -337,12 +346,15 @@ class DcgmScrapeSource(PollingSource):
         self.takes_in_new_gpus = False
         self.forget_after_s = FORGET_AFTER_S
         self._unlisted_polls: dict[str, int] = {}  # GPUs the topology lacks: polls in a row serving them
-        # per node slot of the topology, the wall time a GPU of it was last served (a derived one),
-        # and when the exporter last served a page at all
+        # per node slot of the topology, when a GPU of it was last served (a derived one), and when
+        # the exporter last served a page at all: on silence_clock. A wall clock stepped forward
+        # (NTP, a VM resumed) made every host not served in the next poll silent for the step (h20)
+        self.silence_clock: Callable[[], float] = time.monotonic
         self._heard = np.empty(0)
         self._served_at = math.nan
         self._out = False  # a poll since then served no page (the exporter down, or empty)
         self._told: set[str] = set()  # names logged as missing from the topology
+        self._taken: deque[Topology] = deque(maxlen=TAKEN_MAX)  # the topologies taken since taken_topologies()
         self.reads_boards = True
         self._boards = GpuBoards(self.health, STAGE)  # per listed GPU, the UUID last served
 
@@ -369,19 +381,30 @@ class DcgmScrapeSource(PollingSource):
             return []
         if self._topology is None:
             self._topology = gpu_topology([batch])
-            self._heard = np.full(self._topology.size("node"), now)
-            self._served_at = now
+            self._served_at = self.silence_clock()
+            self._heard = np.full(self._topology.size("node"), self._served_at)
         else:
-            self._follow(batch, now)
+            self._follow(batch, self.silence_clock())
         if uuids:
             batch = self._boards.tag(batch, uuids, self._topology)
         batch = self._new_rows(batch, self._topology)
         return [batch.to_frame(self._topology, self.health, STAGE)] if len(batch) else []
 
+    def taken_topologies(self) -> list[Topology]:
+        """The topologies this source has switched to since the last call, oldest first. Between two
+        frames it may take more than one: a host forgotten in a poll that brought no new row (a
+        federation polled faster than it scrapes) and served again in the next ones is dropped,
+        then taken in as a new host; a consumer moving straight to the last topology would keep
+        its state by name as if it had never left (h20)."""
+        taken = list(self._taken)
+        self._taken.clear()
+        return taken
+
     def _follow(self, batch: SampleBatch, now: float) -> None:
         """Take in each GPU the topology lacks once it has been served in :data:`UNLISTED_POLLS`
         consecutive polls, and drop the hosts silent for :attr:`forget_after_s` (a derived
-        topology, :attr:`takes_in_new_gpus`); otherwise log each one's name once, saying what to do."""
+        topology, :attr:`takes_in_new_gpus`); otherwise log each one's name once, saying what to do.
+        ``now`` is :attr:`silence_clock`'s."""
         assert self._topology is not None
         slots = self._topology.slots("gpu", batch.entities)
         unlisted = [name for name, slot in zip(batch.entities, slots) if slot < 0]
@@ -401,6 +424,7 @@ class DcgmScrapeSource(PollingSource):
             steady = [name for name, polls in self._unlisted_polls.items() if polls >= UNLISTED_POLLS]
             if steady:
                 self._topology = grown_topology(self._topology, steady)
+                self._taken.append(self._topology)
                 self._unlisted_polls = {n: k for n, k in self._unlisted_polls.items() if k < UNLISTED_POLLS}
                 # grown_topology keeps the listed nodes' slots and appends the new ones
                 added = self._topology.size("node") - len(self._heard)
@@ -442,6 +466,7 @@ class DcgmScrapeSource(PollingSource):
                     STAGE, len(hosts), "" if len(hosts) == 1 else "s", _span(self.forget_after_s), _names(silences),
                     len(gone), "" if len(gone) == 1 else "s")
         self._topology = shrunk_topology(topology, hosts)
+        self._taken.append(self._topology)
         self._heard = np.delete(self._heard, silent)
 
     def _new_rows(self, batch: SampleBatch, topology: Topology) -> SampleBatch:

@@ -13,11 +13,11 @@ from typing import Any, Callable, Iterable, Protocol
 
 import numpy as np
 
-from foreshock.detectors.bank import DetectorBank
+from foreshock.detectors.bank import DetectorBank, follow_predictions
 from foreshock.exporters.store import FindingStore
 from foreshock.findings import Finding
 from foreshock.frames import Frame
-from foreshock.guard import InputGuard
+from foreshock.guard import BoardSwap, InputGuard
 from foreshock.health import PipelineHealth
 from foreshock.remap import Remap
 from foreshock.topology import Topology
@@ -110,17 +110,22 @@ class EmbeddedPipeline:
         """Resolve, for the sinks, each exported incident the moved engine no longer holds: one
         rooted at hardware the new topology no longer lists (a host ``watch`` forgot) is dropped by
         the move (``IncidentEngine.remap_state``) and would never be resolved, so ``/metrics`` and the
-        findings file kept it open for good (review h19)."""
+        findings file kept it open for good (review h19). One that lost members only is told again
+        without them (``IncidentEngine.report_left_out``, h20)."""
         engines = [ids for ids in (getattr(p, "incident_ids", None) for p in self.bank.processors) if callable(ids)]
         if not engines:
             return  # the incidents this store exports come from elsewhere (a Kafka incident stage)
         held: set[str] = set().union(*(ids() for ids in engines))
-        gone: list[Finding] = [
+        told: list[Finding] = [
             replace(inc, ts=self.store.last_ts, state="resolved",
                     reason=f"resolved: {inc.root_entity} left the topology (no longer served)")
             for inc in self.store.incidents() if inc.incident_id not in held]
-        for sink in self.sinks if gone else ():
-            sink.observe_findings(gone)
+        for proc in self.bank.processors:
+            report_left_out = getattr(proc, "report_left_out", None)
+            if callable(report_left_out):
+                told += report_left_out(self.store.last_ts)
+        for sink in self.sinks if told else ():
+            sink.observe_findings(told)
 
     def restart_gpus(self, slots: np.ndarray) -> None:
         """Start the detector state of GPU ``slots`` afresh, as a new GPU's (no baseline of the
@@ -131,6 +136,15 @@ class EmbeddedPipeline:
         slot's history)."""
         self.bank.restart_gpus(slots, self._fresh_state())
         self.store.forget_limits(slots)
+
+    def move_gpus(self, take_from: np.ndarray) -> None:
+        """Rearrange the GPUs' detector state: each GPU slot takes the state of the slot
+        ``take_from`` names (its own: kept; another: its board moved here, a renumbering of its
+        node's GPUs, ``InputGuard.follow_boards``; -1: afresh, as :meth:`restart_gpus`). The store
+        forgets the limits of every slot that takes another's state (its board's are read again
+        with its next row); the guard and the incident engine keep theirs, by slot, as for a swap."""
+        self.bank.move_gpus(take_from, self._fresh_state())
+        self.store.forget_limits(np.flatnonzero(take_from != np.arange(len(take_from))))
 
     @staticmethod
     def _kept(state: dict[str, Any]) -> Callable[[], dict[str, Any]]:
@@ -147,11 +161,11 @@ class EmbeddedPipeline:
         received_wall = time.time() if received_wall is None else received_wall
         clean = self.guard.check(frame)
         findings: list[Finding] = []
-        for rows, change in self.guard.split_by_board(clean):
-            if change is None or len(rows):
+        for rows, swap in self.guard.split_by_board(clean):
+            if swap is None or len(rows):
                 findings += self._detect(rows, received_wall)
-            if change is not None:
-                findings += self._board_swapped(*change)
+            if swap is not None:
+                findings += self._board_swapped(swap)
         now = time.monotonic()
         if now - self._last_gauges >= self.gauge_interval_s:
             self._last_gauges = now
@@ -169,25 +183,42 @@ class EmbeddedPipeline:
                 sink.observe_findings(findings)
         return findings
 
-    def _board_swapped(self, when: float, slots: np.ndarray, old: np.ndarray, new: np.ndarray) -> list[Finding]:
-        """Restart GPU ``slots`` (another board in each since ``when``), and withdraw what was
-        predicted of their old boards: the restarted detectors no longer know they had raised it,
-        and would never withdraw it. The bank's processors and the sinks are handed the
-        withdrawals, which are returned with what the processors made of them."""
-        self.restart_gpus(slots)
-        self.health.gpu_replaced(self.guard.stage, len(slots))
-        for slot, was, now in zip(slots.tolist(), old.tolist(), new.tolist()):
+    def _board_swapped(self, swap: BoardSwap) -> list[Finding]:
+        """Where GPU boards changed slots at ``swap.ts``: a board new to its node (an RMA) starts
+        afresh in its slot (:meth:`restart_gpus`, counted, logged per GPU); a board that moved from
+        another slot of its node (a GPU missing at a reboot renumbers the later ones) takes its
+        detector state along (:meth:`move_gpus`, logged once per node), and a slot it left that no
+        board came to starts afresh. The predictions about what left a slot are withdrawn, those
+        of a moved board made again in its new slot (``follow_predictions``): the bank's processors
+        and the sinks are handed them, and they are returned with what the processors made of them."""
+        def name(slot: int) -> str:
+            return self.topology.name("gpu", slot)
+
+        if swap.moved.any() or len(swap.left):
+            self.move_gpus(swap.take_from(self.topology.size("gpu")))
+        else:
+            self.restart_gpus(swap.slots)
+        if swap.replaced.any():
+            self.health.gpu_replaced(self.guard.stage, int(swap.replaced.sum()))
+        if swap.moved.any():
+            self.health.gpu_moved(self.guard.stage, int(swap.moved.sum()))
+        for slot, was, now in zip(swap.slots[swap.replaced].tolist(), swap.old[swap.replaced].tolist(),
+                                  swap.new[swap.replaced].tolist()):
             log.warning("GPU %s: another board in its slot (board_id %d -> %d); its detector state starts afresh "
-                        "(input guard and /metrics state kept, but for the old board's limits)",
-                        self.topology.name("gpu", slot), was, now)
-        withdrawn: list[Finding] = [
-            replace(p, ts=when, active=False, reason="withdrawn: another board in the GPU's slot")
-            for p in self.store.active_predictions("gpu", slots)]
-        if withdrawn:
-            withdrawn += self.bank.pass_on(withdrawn, when)  # the incident engine, where it runs in the bank
+                        "(input guard and /metrics state kept, but for the old board's limits)", name(slot), was, now)
+        for node, moves in swap.moves_by_node(self.topology).items():
+            empty = [name(s) for s in swap.left.tolist() if self.topology.gpu_node[s] == node]
+            log.warning("%s: GPU boards moved to other indices (a GPU missing, or back, at a reboot?): %s; their detector "
+                        "state and predictions follow them%s", self.topology.name("node", node),
+                        ", ".join(f"{name(a)} -> {name(b)}" for a, b in moves),
+                        f"; no board now in {', '.join(empty)}: started afresh" if empty else "")
+        about = self.store.active_predictions("gpu", np.concatenate([swap.slots, swap.left]))
+        changed: list[Finding] = list(follow_predictions(swap, about, name))
+        if changed:
+            changed += self.bank.pass_on(changed, swap.ts)  # the incident engine, where it runs in the bank
             for sink in self.sinks:
-                sink.observe_findings(withdrawn)
-        return withdrawn
+                sink.observe_findings(changed)
+        return changed
 
     def _publish_gauges(self) -> None:
         gauges = self.bank.gauges()

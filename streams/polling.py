@@ -54,13 +54,17 @@ def count_once(once: set[str] | None, key: str) -> bool:
 class GpuBoards:
     """Per GPU a topology lists, the UUID of the board last read in its slot, by the same rule for
     every source that reads UUIDs: a known UUID that changes to another is another board (an RMA),
-    logged with both UUIDs and counted (``foreshock_gpus_replaced_total``, the source's stage); a
-    first UUID, or none this time ("": not read, or several that disagree), is no change.
+    logged with both UUIDs and counted (``foreshock_gpus_replaced_total``, the source's stage),
+    unless that UUID was last read at another GPU of the same host: then the board has moved (a
+    node rebooted with a GPU missing lists every later GPU one index lower), logged once per host
+    and counted apart (``foreshock_gpus_moved_total``). A first UUID, or none this time ("": not
+    read, or several that disagree), is no change.
 
     :meth:`tag` also writes each row's board into the ``board_id`` column. That is what starts
-    the GPU's detector state afresh: the input guard of the pipeline the frames reach — this
-    process's, or through Kafka a worker's, whose checkpoint keeps the boards — finds the number
-    changed (``InputGuard.board_change``), however long the source or the agent was down."""
+    the GPU's detector state afresh, or moves it with its board: the input guard of the pipeline
+    the frames reach — this process's, or through Kafka a worker's, whose checkpoint keeps the
+    boards — finds the number changed (``InputGuard.board_change``, ``InputGuard.follow_boards``),
+    however long the source or the agent was down."""
 
     def __init__(self, health: PipelineHealth, stage: str) -> None:
         self.health = health
@@ -74,22 +78,51 @@ class GpuBoards:
         UUID), having noted them. Only listed GPUs are noted: the others' rows are refused, and
         the map stays as big as the topology."""
         names = list(uuids)
+        changed: list[tuple[str, int, str, str]] = []  # (name, slot, old UUID, new UUID)
         for name, slot in zip(names, topology.slots("gpu", names)):
             uuid = uuids[name]
             if slot < 0 or not uuid:
                 continue
             old = self.uuids.get(name)
             if old is not None and old != uuid:
-                self.health.gpu_replaced(self.stage)
-                log.warning("GPU %s replaced: UUID %s -> %s; its detector state starts afresh where its rows are "
-                            "processed", name, old, uuid)
+                changed.append((name, int(slot), old, uuid))
             self.uuids[name] = uuid
+        if changed:
+            self._tell(changed, topology)
         if len(batch):
             if len(self._ids) > 2 * len(batch.entities) + 1024:  # boards long gone: keep it as big as the page
                 self._ids.clear()
             ids = np.array([self._id(uuids.get(name, "")) for name in batch.entities], dtype=np.float64)
             batch.columns["board_id"] = ids[batch.entity]
         return batch
+
+    def _tell(self, changed: list[tuple[str, int, str, str]], topology: Topology) -> None:
+        """Log and count the GPUs that read another UUID this poll: a board last read at another GPU
+        of the same host before this poll moved there, any other is a new board. Judged against
+        the UUIDs as they were before the poll (a shift back up reads gpu3's old board at gpu4 after
+        gpu3 noted its own), so it runs on the changes only, after they are noted."""
+        before = dict(self.uuids)
+        for name, _, old, _ in changed:
+            before[name] = old
+        where: dict[str, str] = {}  # UUID -> the GPU it was read at before the poll
+        for name, uuid in before.items():
+            where.setdefault(uuid, name)
+        node = topology.gpu_node
+        moves: dict[int, list[str]] = {}
+        for name, slot, old, uuid in changed:
+            was = where.get(uuid)
+            was_slot = int(topology.slots("gpu", [was])[0]) if was is not None else -1
+            if was is not None and was != name and was_slot >= 0 and node[was_slot] == node[slot]:
+                moves.setdefault(int(node[slot]), []).append(f"{was} -> {name}")
+                continue
+            self.health.gpu_replaced(self.stage)
+            log.warning("GPU %s replaced: UUID %s -> %s; its detector state starts afresh where its rows are "
+                        "processed", name, old, uuid)
+        for node_slot, moved in moves.items():
+            self.health.gpu_moved(self.stage, len(moved))
+            log.warning("%s: GPU boards read at other indices (a GPU missing, or back, at a reboot?): %s; their "
+                        "detector state follows them where their rows are processed",
+                        topology.name("node", node_slot), ", ".join(moved))
 
     def _id(self, uuid: str) -> float:
         found = self._ids.get(uuid)

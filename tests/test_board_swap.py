@@ -33,7 +33,7 @@ from foreshock.streams.samples import SampleBatch
 from foreshock.streams.sources import ReplaySource
 from foreshock.topology import Topology
 
-from board_ids import uuid_number
+from board_ids import Seen, uuid_number
 from thermal_synth import World, small_topology
 
 TICKS = 240  # 40 min at 10 s
@@ -356,25 +356,6 @@ def test_a_frame_listing_each_gpus_ticks_together_is_split_by_time(caplog) -> No
     assert restarts == [[0, 1]]
     assert parts == [[15.0, 15.0], [20.0, 20.0]]
     assert p.health.gpus_replaced == {"guard": 2}
-
-
-class Seen:
-    """A finding processor (as the incident engine) noting the predictions it is handed."""
-
-    name = "seen"
-
-    def __init__(self) -> None:
-        self.predictions: list[tuple[int, bool]] = []
-
-    def observe(self, findings: Any, now: float) -> list[Any]:
-        self.predictions += [(f.slot, f.active) for f in findings if isinstance(f, Prediction)]
-        return []
-
-    def state_dict(self) -> dict[str, Any]:
-        return {}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        pass
 
 
 def test_what_was_predicted_of_the_old_board_is_withdrawn_at_the_swap(world) -> None:

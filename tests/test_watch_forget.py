@@ -1,8 +1,9 @@
 """``foreshock watch`` over a dcgm-exporter whose hosts go away for good (a node pool recycled under
 new hostnames, autoscaling): a host none of whose GPUs has been served for ``--forget-after``
-seconds of wall time is dropped from the derived topology, its state with it, the other hosts'
-state following them by name to their renumbered slots; a node down for a shorter repair keeps
-its place and state; ``--forget-after 0`` and a given topology never forget."""
+seconds (on a monotonic clock: a wall clock stepped forward is no silence) is dropped from the
+derived topology, its state with it, the other hosts' state following them by name to their
+renumbered slots; a node down for a shorter repair keeps its place and state; ``--forget-after 0``
+and a given topology never forget."""
 
 from __future__ import annotations
 
@@ -34,20 +35,23 @@ def _gpu_page(hosts: list[str], ts: float) -> str:
 
 
 class _Clocked(DcgmScrapeSource):
-    """Serves the page of each poll; the wall clock is the poll's time (``at``), not the test's."""
+    """Serves the page of each poll; the clocks are the poll's time (``at``), not the test's: the
+    monotonic one silence is measured on, and the wall clock, ``wall_step`` ahead of it."""
 
     def __init__(self, **kw: Any) -> None:
         super().__init__("http://exporter:9400/metrics", interval=0.01, **kw)
         self.takes_in_new_gpus = True
         self.page = ""
         self.now = 0.0
-        self.clock = lambda: self.now
+        self.wall_step = 0.0  # how far the wall clock has been stepped
+        self.clock = lambda: self.now + self.wall_step
+        self.silence_clock = lambda: self.now
 
     def scrape(self) -> str | None:
         return self.page
 
     def at(self, ts: float, hosts: list[str]) -> list[Frame]:
-        self.now, self.page = ts, _gpu_page(hosts, ts)
+        self.now, self.page = ts, _gpu_page(hosts, ts + self.wall_step)
         return self.poll()
 
 
@@ -186,7 +190,7 @@ def _watch(pages: list[str], page_ts: list[float], findings: Path, forget_after:
     class Clocked(DcgmScrapeSource):
         def __init__(self, *args: Any, **kw: Any) -> None:
             super().__init__(*args, **kw)
-            self.clock = lambda: page_ts[min(exporter.served, len(page_ts) - 1)]
+            self.clock = self.silence_clock = lambda: page_ts[min(exporter.served, len(page_ts) - 1)]
 
     monkeypatch.setattr(dcgm, "DcgmScrapeSource", Clocked)
     try:
@@ -333,3 +337,187 @@ def test_a_forget_after_shorter_than_the_polls_taking_a_host_in_is_refused():
                                           "--interval", "10", "--polls", "1", "--forget-after", value])
         assert result.exit_code == 2 and "--forget-after" in result.output, result.output
         assert "at least 3 polls (30 s)" in result.output
+
+
+# ---- review h19's loose ends (h20) ---------------------------------------------------------------
+
+def test_the_bmc_rows_of_a_forgotten_node_are_counted_under_their_source_not_dropped_silently(caplog):
+    """After the move onto a topology without node b, b's BMC still answers: its rows are left out,
+    and each is counted under the BMC source's stage, the reason logged once with b's name (they
+    vanished uncounted: review h19)."""
+    from foreshock.cli import watch
+
+    first = Topology.from_gpu_hosts([(h, 0) for h in "abc"])
+    shrunk = shrunk_topology(first, ["b"])
+
+    class Primary(PollingSource):
+        reads = ("gpu",)
+
+    class Bmc(PollingSource):
+        stage = "redfish"
+        reads = ("node",)
+
+    health = PipelineHealth()
+    primary = Primary(1.0, health)
+    primary._topology = first
+    follower = watch._TopologyFollower(primary, first, [Bmc(1.0, health)])
+    gpu = Frame("gpu", np.zeros(2), np.arange(2), {})
+    marked = follower.mark(iter([gpu]))
+    primary._topology = shrunk
+    marker = next(marked)
+    fans = Frame("node", np.ones(3), np.arange(3), {"fan_speed": np.array([10.0, 20.0, 30.0])})
+    with caplog.at_level(logging.WARNING, logger="foreshock"):
+        out = list(follower.follow([marker, fans, fans], run=_real_run(first)))
+    assert [f.columns["fan_speed"].tolist() for f in out] == [[10.0, 30.0], [10.0, 30.0]]
+    assert health.problems == {("redfish", "node no longer in the topology"): 2}
+    told = [r.getMessage() for r in caplog.records if "no longer in the topology" in r.getMessage()]
+    assert len(told) == 1 and told[0].startswith("redfish: node no longer in the topology: b: rows left out")
+
+
+def _real_run(topology: Topology) -> Any:
+    """What ``watch.move_run`` reads of a run: a pipeline and the bank's factory; no server, no file."""
+    from types import SimpleNamespace
+
+    from foreshock.detectors.bank import DetectorBank
+    from foreshock.streams.embedded import EmbeddedPipeline
+
+    pipeline = EmbeddedPipeline(topology, DetectorBank.from_names(topology), health=PipelineHealth())
+    return SimpleNamespace(pipeline=pipeline, make_bank=DetectorBank.from_names, tally=SimpleNamespace(topology=None),
+                           jsonl=None, health=pipeline.health)
+
+
+class _Scripted(_Clocked):
+    """Polled through ``PollingSource.__iter__`` (which yields no empty frame), each poll reading
+    the next (time, page) of ``script``."""
+
+    def __init__(self, script: list[tuple[float, str]]) -> None:
+        super().__init__(health=PipelineHealth(), max_polls=len(script))
+        self.script = script
+
+    def poll(self) -> list[Frame]:
+        self.now, self.page = self.script[self.polls]
+        return super().poll()
+
+
+def test_a_host_forgotten_and_served_again_between_two_frames_is_dropped_then_taken_in_as_a_new_one(caplog):
+    """A federation polled faster than Prometheus scrapes serves a and c's last samples again: the
+    poll that forgets b brings no new row, nor do the next two, which serve b (unlisted, refused),
+    and the third takes b in. The pipeline moved once, from [a, b, c] to [a, c, b]: b kept its
+    state by name though the source had logged it dropped, and the move's line said no GPU was
+    added or dropped ("renumbered"). It moves through both topologies now, each logged and counted,
+    and b starts afresh as a new host."""
+    from foreshock.cli import watch
+
+    script = [(0.0, _gpu_page(["a", "b", "c"], 0.0))]
+    script += [(float(t), _gpu_page(["a", "c"], float(t))) for t in np.arange(60, HOUR + 1, 60.0)]
+    stale = _gpu_page(["a", "c"], HOUR)  # their last samples, served again
+    script += [(HOUR + 60, stale)]  # b silent for over forget_after: forgotten; no new row
+    script += [(HOUR + 60 + k, _gpu_page(["b"], HOUR + 60 + k) + stale) for k in range(1, UNLISTED_POLLS + 1)]
+    src = _Scripted(script)
+    src.forget_after_s = HOUR
+    frames = iter(src)
+    first = next(frames)
+    run = _real_run(src.topology)
+    run.pipeline.process(first)
+    follower = watch._TopologyFollower(src, src.topology)
+    b_last_ts: list[float] = []
+    with caplog.at_level(logging.WARNING, logger="foreshock"):
+        for frame in follower.follow(follower.mark(frames), run):
+            if frame.slot.tolist() == [4, 5]:  # b's rows, the first frame under [a, c, b]
+                b_last_ts = run.pipeline.guard.s_last_ts["gpu"][[4, 5]].tolist()
+            run.pipeline.process(frame)
+    assert src.topology.nodes == ["a", "c", "b"] and run.pipeline.topology.nodes == ["a", "c", "b"]
+    moves = [r.getMessage().split(";")[0] for r in caplog.records if r.getMessage().startswith("topology changed")]
+    assert moves == ["topology changed: -2 GPUs (b)", "topology changed: +2 GPUs (b)"]
+    assert run.health.changes() == {"dcgm": 2}
+    assert b_last_ts and not np.isfinite(b_last_ts).any()  # b's input guard state started afresh, not kept
+
+
+def test_a_wall_clock_stepped_forward_is_no_hosts_silence():
+    """b misses one scrape just as NTP steps the wall clock 2 h forward (forget_after 1 h): on the
+    wall clock b had been silent for 2 h and was forgotten, its state lost; a and c, served in that
+    poll, were not, so "never every host" did not catch it (review h19). Silence is measured on the
+    monotonic clock; the rows are stamped with the (stepped) wall time as before."""
+    src = _Clocked(health=PipelineHealth())
+    src.forget_after_s = HOUR
+    for t in range(0, 600, 10):
+        src.at(float(t), ["a", "b", "c"])
+    src.at(600.0, ["a", "c"])
+    src.wall_step = 2 * HOUR
+    frames = src.at(610.0, ["a", "c"])
+    assert src.topology.nodes == ["a", "b", "c"]
+    assert [f.ts.tolist() for f in frames] == [[610.0 + 2 * HOUR] * 4]
+    assert [f.slot.tolist() for f in src.at(620.0, ["a", "b", "c"])] == [[0, 1, 2, 3, 4, 5]]
+    src.at(620.0 + HOUR + 10, ["a", "c"])  # a real hour of b's silence still forgets it
+    assert src.topology.nodes == ["a", "c"]
+
+
+def test_an_incident_that_loses_members_in_a_move_is_told_again_without_them_at_the_move():
+    """An incident of three degrading GPUs on node0 and node1, rooted at their rack. node0 is
+    forgotten: the incident stays (its root is still listed) but listed node0's GPUs in /metrics and
+    the findings file until its next update, which called it "growing" (review h19). At the move it
+    is told again with node1/gpu3 alone, its own root now (a lone GPU makes no node or rack a root),
+    still "stable"."""
+    from foreshock.detectors.bank import DetectorBank
+    from foreshock.streams.embedded import EmbeddedPipeline
+
+    world_topology = small_topology(nodes=3, gpus=8, racks=1)
+    faults = [Fault("tim_degradation", 3, 300, 8.0, "f"), Fault("tim_degradation", 5, 300, 8.0, "g"),
+              Fault("tim_degradation", 8 + 3, 300, 8.0, "h")]
+    frames, _ = World(world_topology, faults=faults, seed=3).run(1700.0)
+    old = Topology.from_gpu_hosts([(f"node{n}", g) for n in range(3) for g in range(8)])
+    told: list[Any] = []
+
+    class Told:
+        def observe_frame(self, frame: Frame, received_wall: float | None = None) -> None:
+            pass
+
+        def observe_findings(self, findings: Any) -> None:
+            told.extend(f for f in findings if f.type == "incident")
+
+    pipeline = EmbeddedPipeline(old, DetectorBank.from_names(old), sinks=[Told()], health=PipelineHealth())
+    for frame in frames:
+        if frame.kind == "gpu":
+            pipeline.process(frame)
+    (before,) = pipeline.store.incidents()
+    assert (before.state, before.root_entity) == ("stable", "unknown")
+    assert sorted(before.members) == ["node0/gpu3", "node0/gpu5", "node1/gpu3"]
+    told.clear()
+    shrunk = shrunk_topology(old, ["node0"])
+    pipeline.move_to(shrunk, DetectorBank.from_names(shrunk))
+    (after,) = pipeline.store.incidents()
+    assert after.incident_id == before.incident_id
+    assert (after.state, after.root_entity, after.members) == ("stable", "node1/gpu3", ("node1/gpu3",))
+    assert [(f.incident_id, f.members) for f in told] == [(before.incident_id, ("node1/gpu3",))]
+    told.clear()
+    last = max(float(f.ts.max()) for f in frames)
+    for k in range(1, 7):  # the next minute: no update saying it grew
+        slots = np.arange(shrunk.size("gpu"))
+        pipeline.process(Frame("gpu", np.full(len(slots), last + 10 * k), slots,
+                               {"gpu_temp": np.full(len(slots), 45.0)}))
+    assert not [f for f in told if f.state == "growing"]
+
+
+def test_watch_tells_an_incident_across_a_forgotten_host_and_a_kept_one_without_the_forgotten_gpus(
+        tmp_path: Path, monkeypatch):
+    """The whole watch: node0's and node1's degrading GPUs share an incident rooted at the derived
+    topology's rack; node0 goes silent and is forgotten 600 s later. The findings file's next word
+    on the incident came at its next update, calling it "growing" as it shrank (review h19); now
+    the move tells it without node0's GPUs, and it never says it grew."""
+    topo = small_topology(nodes=3, gpus=8, racks=1)
+    faults = [Fault("tim_degradation", 3, 300, 8.0, "f"), Fault("tim_degradation", 5, 300, 8.0, "g"),
+              Fault("tim_degradation", 8 + 3, 300, 8.0, "h")]
+    frames, _ = World(topo, faults=faults, seed=3).run(3000.0)
+    pages = _pages(topo, frames, lambda i: [0, 1, 2] if i < GONE_POLL else [1, 2])
+    page_ts = [float(f.ts[0]) for f in frames if f.kind == "gpu"]
+    findings = tmp_path / "findings.jsonl"
+    _, metrics = _watch(pages, page_ts, findings, 600, monkeypatch)
+    told = [f for f in map(json.loads, findings.read_text().splitlines()) if f["type"] == "incident"]
+    across = [f for f in told if any(m.startswith("node0/") for m in f["members"])
+              and any(m.startswith("node1/") for m in f["members"])]
+    assert across, [(f["state"], f["members"]) for f in told]
+    after = [f for f in told if f["incident_id"] == across[0]["incident_id"] and f["ts"] > page_ts[GONE_POLL]]
+    assert after and after[0]["members"] == ["node1/gpu3"] and after[0]["state"] == "stable"
+    assert not [f for f in after if f["state"] == "growing" or any(m.startswith("node0/") for m in f["members"])]
+    assert 'root_entity="unknown"' not in "".join(line for line in metrics.splitlines()
+                                                  if line.startswith("foreshock_incident_members{"))

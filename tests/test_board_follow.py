@@ -1,0 +1,409 @@
+"""A GPU's learnt state follows its board when its node's GPU indices shift.
+
+A node rebooting with one GPU missing (fallen off the bus, pulled for RMA) enumerates the others in
+PCI order: every GPU after the missing one reports one index lower, and the last index goes silent.
+Read as board swaps, the moved boards' detector state (thermal fit, cooling baseline, power trend)
+restarted and the detectors were blind on healthy GPUs for their warm-up. A board last read in
+another slot of the same node now takes its state along (``InputGuard.follow_boards``,
+``DetectorBank.move_gpus``); a board new to the node still starts afresh; the slot a board left
+with none coming in starts afresh, and what was predicted there is withdrawn."""
+
+from __future__ import annotations
+
+import logging
+import math
+from typing import Any, Callable
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from foreshock.detectors.bank import DetectorBank
+from foreshock.detectors.evaluation import _BoardSwaps
+from foreshock.findings import Finding, Prediction
+from foreshock.frames import Frame
+from foreshock.guard import BoardSwap, InputGuard
+from foreshock.health import PipelineHealth
+from foreshock.remap import Remap
+from foreshock.streams.embedded import EmbeddedPipeline
+from foreshock.streams.polling import GpuBoards
+from foreshock.streams.samples import SampleBatch
+from foreshock.topology import Topology
+
+from board_ids import Seen
+from thermal_synth import Fault, World, small_topology
+
+TICKS = 240  # 40 min at 10 s
+BEFORE = 120  # ticks read in place before the first shift
+MISSING = 3  # node0/gpu3 falls off the bus
+GPUS = 8  # per node: node0 holds slots 0-7, node1 slots 8-15
+
+
+def board(physical: np.ndarray | int) -> Any:
+    """The board_id of the GPU that sat at slot ``physical`` at the start."""
+    return 1000.0 + np.asarray(physical, dtype=float)
+
+
+def in_place(frame: Frame) -> Frame:
+    """A GPU frame with each GPU's board read in its own slot."""
+    if frame.kind != "gpu":
+        return frame
+    return Frame("gpu", frame.ts, frame.slot, {**frame.columns, "board_id": board(frame.slot)})
+
+
+def shifted(frame: Frame, missing: int = MISSING) -> Frame:
+    """A GPU frame as node0 reads it after a reboot without its GPU ``missing``: that GPU's rows
+    gone, each later GPU's rows (its board's) under the index one lower, the last index silent."""
+    if frame.kind != "gpu":
+        return frame
+    keep = frame.slot != missing
+    physical = frame.slot[keep]
+    slot = np.where((physical > missing) & (physical < GPUS), physical - 1, physical)
+    columns = {name: column[keep] for name, column in frame.columns.items()}
+    return Frame("gpu", frame.ts[keep], slot, {**columns, "board_id": board(physical)})
+
+
+def with_boards(frame: Frame, boards: dict[int, float]) -> Frame:
+    """``frame`` with the boards read in place but in the slots ``boards`` names (slot -> board)."""
+    frame = in_place(frame)
+    ids = frame.columns["board_id"].copy()
+    for slot, value in boards.items():
+        ids[frame.slot == slot] = value
+    return Frame("gpu", frame.ts, frame.slot, {**frame.columns, "board_id": ids})
+
+
+@pytest.fixture(scope="module")
+def world() -> tuple[Topology, list[Frame]]:
+    topology = small_topology(nodes=2, gpus=GPUS, racks=1)
+    frames = [f for f in World(topology, seed=3).run(TICKS * 10.0)[0] if f.kind == "gpu"]
+    return topology, frames
+
+
+def pipeline(topology: Topology, names: list[str] | None = None, processors: Any = ()) -> EmbeddedPipeline:
+    return EmbeddedPipeline(topology, DetectorBank.from_names(topology, names, processors=processors))
+
+
+def gpu_rows(bank: DetectorBank) -> dict[tuple[str, str], np.ndarray]:
+    """Every detector's per-GPU state arrays (slot on axis 0), copied."""
+    state = bank.state_dict()["detectors"]
+    return {(d.name, key): np.array(state[d.name][key], copy=True)
+            for d in bank.detectors for key, kind in d.slot_kinds.items()
+            if kind == "gpu" and key in state[d.name] and isinstance(state[d.name][key], np.ndarray)}
+
+
+def after_each_swap(p: EmbeddedPipeline) -> list[dict[tuple[str, str], np.ndarray]]:
+    """The GPU state right after each board swap the pipeline handles (before the rows after it)."""
+    seen: list[dict[tuple[str, str], np.ndarray]] = []
+    handle = p._board_swapped
+
+    def noted(swap: BoardSwap) -> list[Finding]:
+        out = handle(swap)
+        seen.append(gpu_rows(p.bank))
+        return out
+
+    p._board_swapped = noted  # type: ignore[method-assign]
+    return seen
+
+
+def assert_rows(got: dict[tuple[str, str], np.ndarray], want: Callable[[tuple[str, str], int], np.ndarray],
+                slots: range | list[int]) -> None:
+    for key, rows in got.items():
+        for slot in slots:
+            np.testing.assert_array_equal(rows[slot], want(key, slot), err_msg=f"{key} slot {slot}")
+
+
+# ---- the guard -----------------------------------------------------------------------------------
+def hand_frame(ts: float, slots: list[int], boards: list[float]) -> Frame:
+    return Frame("gpu", np.full(len(slots), ts), np.array(slots), {"board_id": np.array(boards, dtype=float)})
+
+
+def swaps(guard: InputGuard, frame: Frame) -> list[BoardSwap]:
+    return [swap for _, swap in guard.split_by_board(frame) if swap is not None]
+
+
+def test_the_guard_says_where_each_moved_board_was_read_before() -> None:
+    topology = small_topology(nodes=2, gpus=GPUS, racks=1)
+    guard = InputGuard(topology, PipelineHealth())
+    every = list(range(2 * GPUS))
+    assert swaps(guard, hand_frame(10.0, every, board(every).tolist())) == []
+    # node0 without gpu3: 4..7 read at 3..6, 7 silent
+    (swap,) = swaps(guard, hand_frame(20.0, every[:7] + every[8:], board([0, 1, 2, 4, 5, 6, 7] + every[8:]).tolist()))
+    assert swap.slots.tolist() == [3, 4, 5, 6] and swap.came_from.tolist() == [4, 5, 6, 7]
+    assert swap.left.tolist() == [7] and not swap.replaced.any()
+    assert swap.moves_by_node(topology) == {0: [(4, 3), (5, 4), (6, 5), (7, 6)]}
+    assert math.isnan(guard.s_board[7])  # no board there now
+    # gpu3 back: 3 is a board held nowhere (new), 4..6 move up, and so does 7 into the slot that held none
+    (swap,) = swaps(guard, hand_frame(30.0, every, board(every).tolist()))
+    assert swap.slots.tolist() == [3, 4, 5, 6, 7] and swap.came_from.tolist() == [-1, 3, 4, 5, 6]
+    assert swap.left.tolist() == [] and swap.replaced.tolist() == [True, False, False, False, False]
+    np.testing.assert_array_equal(guard.s_board, board(every))
+    # a cycle of three on node1, and a board of node0 read on node1 (and node1's on node0): not moves
+    boards = board(every)
+    boards[[8, 9, 10]] = board([10, 8, 9])
+    boards[[2, 12]] = board([12, 2])
+    (swap,) = swaps(guard, hand_frame(40.0, every, boards.tolist()))
+    assert swap.slots.tolist() == [2, 8, 9, 10, 12] and swap.came_from.tolist() == [-1, 10, 8, 9, -1]
+    assert swap.left.tolist() == [] and swap.replaced.tolist() == [True, False, False, False, True]
+    # nothing changing: nothing said
+    assert swaps(guard, hand_frame(50.0, every, boards.tolist())) == []
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.permutations(range(2 * GPUS)))
+def test_a_nodes_gpus_stamped_apart_are_read_renumbered_at_once(order: list[int]) -> None:
+    """Each GPU's rows stamped with its own sample time (milliseconds apart, in any order): the
+    shift down and back are each one swap of the whole node, with the moves of the same rows
+    stamped alike. One at a time, the board read first in the slot another had just left found
+    its state gone (back up, gpu3's new board displaced gpu4's before gpu4's row came)."""
+    topology = small_topology(nodes=2, gpus=GPUS, racks=1)
+    guard = InputGuard(topology, PipelineHealth())
+    every = list(range(2 * GPUS))
+    apart = np.array(order) * 0.001
+
+    def stamped(ts: float, slots: list[int], boards: list[int]) -> Frame:
+        return Frame("gpu", ts + apart[slots], np.array(slots), {"board_id": board(boards)})
+
+    guard.board_change(stamped(10.0, every, every))
+    down = [0, 1, 2, 4, 5, 6, 7] + every[GPUS:]
+    (swap,) = swaps(guard, stamped(20.0, every[:7] + every[GPUS:], down))
+    assert swap.ts == 20.0 + apart[[3, 4, 5, 6]].min()
+    assert swap.slots.tolist() == [3, 4, 5, 6] and swap.came_from.tolist() == [4, 5, 6, 7]
+    assert swap.left.tolist() == [7]
+    (swap,) = swaps(guard, stamped(30.0, every, every))
+    assert swap.ts == 30.0 + apart[[3, 4, 5, 6, 7]].min()
+    assert sorted(zip(swap.slots.tolist(), swap.came_from.tolist())) == [(3, -1), (4, 3), (5, 4), (6, 5), (7, 6)]
+    np.testing.assert_array_equal(guard.s_board, board(every))
+
+
+def test_a_later_change_of_a_gpu_read_in_between_is_its_own() -> None:
+    """Rows of another GPU of the node read between the first change and its own (a catch-up
+    frame of several ticks): its change comes at its own time, not with the first."""
+    topology = small_topology(nodes=1, gpus=4, racks=1)
+    guard = InputGuard(topology, PipelineHealth())
+    guard.board_change(hand_frame(10.0, [0, 1, 2, 3], board([0, 1, 2, 3]).tolist()))
+    frame = Frame("gpu", np.array([20.0, 20.0, 30.0, 30.0]), np.array([0, 1, 0, 1]),
+                  {"board_id": board([9, 1, 9, 8])})
+    assert [(swap.ts, swap.slots.tolist()) for swap in swaps(guard, frame)] == [(20.0, [0]), (30.0, [1])]
+
+
+def test_a_rearranged_remap_takes_each_gpus_rows_from_the_slot_it_names() -> None:
+    topology = small_topology(nodes=1, gpus=4, racks=1)
+    remap = Remap.rearranged(topology, np.array([1, 0, -1, 2]))
+    saved = np.array([[10.0, 11.0], [20.0, 21.0], [30.0, 31.0], [40.0, 41.0]])
+    fresh = np.full((4, 2), -1.0)
+    np.testing.assert_array_equal(remap.rows("gpu", saved, fresh), [[20.0, 21.0], [10.0, 11.0], [-1, -1], [30.0, 31.0]])
+    assert remap.slots("gpu", np.array([0, 1, 2, 3, -1])).tolist() == [1, 0, 3, -1, -1]  # 3's state went nowhere
+    assert remap.old_of_new["node"].tolist() == [0]  # every other kind stays as it is
+    with pytest.raises(ValueError):
+        Remap.rearranged(topology, np.array([0, 1]))
+
+
+# ---- the embedded pipeline ---------------------------------------------------------------------
+def test_a_gpu_missing_at_a_reboot_moves_the_later_boards_state_one_index_down(world, caplog) -> None:
+    """Each moved board's detector state after the shift, in its new slot, is its state before;
+    the silent last index starts afresh; node1 and node0's GPUs before the missing one keep theirs.
+    No GPU is counted as replaced; one line says which boards moved."""
+    topology, frames = world
+    p = pipeline(topology)
+    for frame in frames[:BEFORE]:
+        p.process(in_place(frame))
+    before, fresh = gpu_rows(p.bank), gpu_rows(pipeline(topology).bank)
+    learnt = [key for key, rows in before.items() if not np.array_equal(rows[4:8], fresh[key][4:8], equal_nan=True)]
+    assert {("thermal", "s_model"), ("cooling", "s_gpu_base"), ("power", "s_gpu")} <= set(learnt)
+    seen = after_each_swap(p)
+    with caplog.at_level(logging.WARNING, logger="foreshock.pipeline"):
+        p.process(shifted(frames[BEFORE]))
+    (after,) = seen
+    assert_rows(after, lambda key, slot: before[key][slot + 1], [3, 4, 5, 6])
+    assert_rows(after, lambda key, slot: fresh[key][slot], [7])
+    assert_rows(after, lambda key, slot: before[key][slot], [0, 1, 2, *range(GPUS, 2 * GPUS)])
+    assert not p.health.gpus_replaced
+    assert p.health.gpus_moved == {"guard": 4}
+    assert [r.getMessage() for r in caplog.records] == [
+        "node0: GPU boards moved to other indices (a GPU missing, or back, at a reboot?): node0/gpu4 -> node0/gpu3, "
+        "node0/gpu5 -> node0/gpu4, node0/gpu6 -> node0/gpu5, node0/gpu7 -> node0/gpu6; their detector state and "
+        "predictions follow them; no board now in node0/gpu7: started afresh"]
+
+
+def test_the_reverse_shift_puts_each_board_back_and_the_returning_board_starts_afresh(world) -> None:
+    """Back with all eight GPUs (the missing one reseated): the boards that had moved down one
+    index move back up with their state; the returning board was held nowhere (its state went
+    when another board took its slot): it starts afresh, as a new board, and is counted so."""
+    topology, frames = world
+    p = pipeline(topology)
+    back = BEFORE + 30
+    for frame in frames[:BEFORE]:
+        p.process(in_place(frame))
+    for frame in frames[BEFORE:back]:
+        p.process(shifted(frame))
+    before, fresh = gpu_rows(p.bank), gpu_rows(pipeline(topology).bank)
+    seen = after_each_swap(p)
+    p.process(in_place(frames[back]))
+    (after,) = seen
+    assert_rows(after, lambda key, slot: before[key][slot - 1], [4, 5, 6, 7])
+    assert_rows(after, lambda key, slot: fresh[key][slot], [MISSING])
+    assert_rows(after, lambda key, slot: before[key][slot], [0, 1, 2, *range(GPUS, 2 * GPUS)])
+    np.testing.assert_array_equal(p.guard.s_board, board(np.arange(2 * GPUS)))
+    assert p.health.gpus_replaced == {"guard": 1}
+    assert p.health.gpus_moved == {"guard": 4 + 4}  # down, then back up
+
+
+def test_two_boards_trading_slots_each_take_their_own_state_and_a_new_board_starts_afresh(world) -> None:
+    topology, frames = world
+    p = pipeline(topology)
+    for frame in frames[:BEFORE]:
+        p.process(in_place(frame))
+    before, fresh = gpu_rows(p.bank), gpu_rows(pipeline(topology).bank)
+    seen = after_each_swap(p)
+    p.process(with_boards(frames[BEFORE], {0: board(1), 1: board(0), 2: 5000.0}))
+    (after,) = seen
+    assert_rows(after, lambda key, slot: before[key][1 - slot], [0, 1])
+    assert_rows(after, lambda key, slot: fresh[key][slot], [2])
+    assert_rows(after, lambda key, slot: before[key][slot], range(3, 2 * GPUS))
+    assert p.health.gpus_replaced == {"guard": 1}  # the new board only
+    assert p.health.gpus_moved == {"guard": 2}
+
+
+def test_boards_never_move_between_nodes(world) -> None:
+    """node0/gpu4's board read at node1/gpu4 and node1/gpu4's at node0/gpu4 are new boards to their
+    nodes: both start afresh (a move between nodes is not a renumbering); node1/gpu0 and gpu1
+    trading places at the same time move."""
+    topology, frames = world
+    p = pipeline(topology)
+    for frame in frames[:BEFORE]:
+        p.process(in_place(frame))
+    before, fresh = gpu_rows(p.bank), gpu_rows(pipeline(topology).bank)
+    seen = after_each_swap(p)
+    p.process(with_boards(frames[BEFORE], {4: board(12), 12: board(4), 8: board(9), 9: board(8)}))
+    (after,) = seen
+    assert_rows(after, lambda key, slot: fresh[key][slot], [4, 12])
+    assert_rows(after, lambda key, slot: before[key][17 - slot], [8, 9])
+    assert p.health.gpus_replaced == {"guard": 2}
+    assert p.health.gpus_moved == {"guard": 2}
+
+
+def test_what_was_predicted_where_a_board_left_is_withdrawn_and_a_moved_boards_follows_it(world) -> None:
+    """Predictions about node0/gpu3 (its board gone), gpu4 (its board moved to gpu3) and gpu7 (its
+    board moved to gpu6, none came): gpu3's and gpu7's are withdrawn, gpu4's and gpu7's made again
+    where their boards are now, with the same time of the event; gpu1's is left alone."""
+    topology, frames = world
+    seen = Seen()
+    p = pipeline(topology, ["thermal"], processors=[seen])
+    for frame in frames[:BEFORE]:
+        p.process(in_place(frame))
+    ts = float(frames[BEFORE - 1].ts[0])
+    when = float(frames[BEFORE].ts[0])
+    raised = [Prediction(ts, "gpu", slot, "thermal_throttle", 3600.0, 0.9, "thermal", f"board {slot}")
+              for slot in (1, 3, 4, 7)]
+    raised.append(Prediction(ts, "gpu", 3, "hbm_overheat", 1800.0, 0.8, "thermal", "board 3's HBM"))
+    p.store.observe_findings(raised)
+    findings = p.process(shifted(frames[BEFORE]))
+    changed = sorted((f.slot, f.event, f.active, f.reason) for f in findings if isinstance(f, Prediction))
+    # gpu3's thermal_throttle is replaced by the one that moved in, not withdrawn and raised again
+    assert changed == [
+        (3, "hbm_overheat", False, "withdrawn: another board in the GPU's slot"),
+        (3, "thermal_throttle", True, "board 4 (its board moved from node0/gpu4)"),
+        (4, "thermal_throttle", False, "withdrawn: the GPU's board moved to node0/gpu3"),
+        (6, "thermal_throttle", True, "board 7 (its board moved from node0/gpu7)"),
+        (7, "thermal_throttle", False, "withdrawn: the GPU's board moved to node0/gpu6")]
+    assert all(f.ts == when for f in findings)
+    assert sorted(seen.predictions) == [(3, False), (3, True), (4, False), (6, True), (7, False)]
+    now = {(f.slot, f.event): f for f in p.store.snapshot().predictions}
+    assert sorted(now) == [(1, "thermal_throttle"), (3, "thermal_throttle"), (6, "thermal_throttle")]
+    moved = now[3, "thermal_throttle"]
+    assert moved.ts + moved.eta_s == pytest.approx(ts + 3600.0)  # the same time of the event
+    assert now[1, "thermal_throttle"] == raised[0]
+
+
+def test_a_moved_boards_prediction_stays_active_in_its_new_slot_without_a_warm_up() -> None:
+    """A GPU whose thermal interface degrades is predicted to throttle; then its node reboots
+    without an earlier GPU, and it reads one index lower. The prediction is active there from the
+    move on, every tick, never withdrawn (the detector's state, moved with the board, knows it
+    raised it); the slot it left holds none. Restarted, the detector was blind there for its
+    warm-up, and the prediction was withdrawn."""
+    topology = small_topology(nodes=2, gpus=GPUS, racks=1)
+    frames, _ = World(topology, faults=[Fault("tim_degradation", 5, 1800, 0.6, "f1")], seed=1).run(3 * 3600)
+    p = pipeline(topology, ["thermal"])
+    shift = None
+    for i, frame in enumerate(frames):
+        predicted = [f for f in p.process(in_place(frame)) if isinstance(f, Prediction)]
+        if predicted:
+            assert {(f.slot, f.active) for f in predicted} == {(5, True)}
+            shift = i + 6  # a minute after the first prediction
+            break
+    assert shift is not None
+    for i in range(i + 1, shift):
+        p.process(in_place(frames[i]))
+    after: list[Prediction] = []
+    for frame in frames[shift:shift + 400]:
+        after += [f for f in p.process(shifted(frame)) if isinstance(f, Prediction)]
+        if frame.kind == "gpu":
+            active = {(f.slot, f.event) for f in p.store.snapshot().predictions}
+            assert active == {(4, "thermal_throttle")}
+    assert [(f.slot, f.active) for f in after if f.slot != 4] == [(5, False)]  # at the move
+    assert all(f.active for f in after if f.slot == 4)
+
+
+# ---- the evaluation ----------------------------------------------------------------------------
+def test_the_evaluation_moves_a_boards_state_and_predictions_as_the_pipeline_does(world) -> None:
+    topology, frames = world
+    bank = DetectorBank.from_names(topology, processors=())
+    health = PipelineHealth()
+    guard = InputGuard(topology, health)
+    evaluation = _BoardSwaps(bank, guard, health)
+    for frame in frames[:BEFORE]:
+        evaluation.update(guard.check(in_place(frame)))
+    raised = Prediction(float(frames[BEFORE - 1].ts[0]), "gpu", 7, "thermal_throttle", 3600.0, 0.9, "thermal", "b7")
+    evaluation._keep([raised])
+    before, fresh = gpu_rows(bank), gpu_rows(DetectorBank.from_names(topology, processors=()))
+    noted: list[dict[tuple[str, str], np.ndarray]] = []
+    move = bank.move_gpus
+    bank.move_gpus = lambda take, state: (move(take, state), noted.append(gpu_rows(bank)))[0]  # type: ignore[method-assign]
+    found = evaluation.update(guard.check(shifted(frames[BEFORE])))
+    (after,) = noted
+    assert_rows(after, lambda key, slot: before[key][slot + 1], [3, 4, 5, 6])
+    assert_rows(after, lambda key, slot: fresh[key][slot], [7])
+    assert not health.gpus_replaced
+    assert [(f.slot, f.active) for f in found if isinstance(f, Prediction)] == [(7, False), (6, True)]
+    assert [key[-1] for key in evaluation.active] == [6]
+
+
+# ---- the sources ------------------------------------------------------------------------------
+def test_a_source_counts_boards_read_at_other_indices_of_their_host_as_moved_not_replaced(caplog) -> None:
+    """The sources reading UUIDs (dcgm, nvidia-smi, NVML: ``GpuBoards``) count a board read at
+    another GPU of its host as moved, logged once per host, and only a UUID new to the host as a
+    replacement: the shift down and back up counted 4 and 5 replacements at the source stage while
+    the pipeline moved the boards' state. Judged against the UUIDs before the poll: on the way back
+    gpu4 reads the UUID gpu3 held until this same poll."""
+    topology = small_topology(nodes=2)
+    names = topology.gpus[:2 * GPUS]
+    uuid = {name: f"GPU-{i:04d}" for i, name in enumerate(names)}
+    boards = GpuBoards(PipelineHealth(), "dcgm")
+    empty = SampleBatch("gpu", [], np.empty(0), np.empty(0, dtype=np.int32))
+
+    def poll(read: dict[str, str]) -> list[str]:
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="foreshock"):
+            boards.tag(empty, read, topology)
+        return [r.getMessage() for r in caplog.records]
+
+    assert poll(uuid) == []
+    # node0/gpu3 missing: gpu4..7's boards read one index lower, gpu7 not read
+    down = {**uuid, **{f"node0/gpu{i}": uuid[f"node0/gpu{i + 1}"] for i in range(MISSING, GPUS - 1)}}
+    del down["node0/gpu7"]
+    told = poll(down)
+    assert boards.health.gpus_moved == {"dcgm": 4} and not boards.health.gpus_replaced
+    assert told == ["node0: GPU boards read at other indices (a GPU missing, or back, at a reboot?): node0/gpu4 -> "
+                    "node0/gpu3, node0/gpu5 -> node0/gpu4, node0/gpu6 -> node0/gpu5, node0/gpu7 -> node0/gpu6; "
+                    "their detector state follows them where their rows are processed"]
+    # back: gpu3's own board is held nowhere now (a new board to the source too), the others move up
+    told = poll(uuid)
+    # (gpu7 reads the board it last read there: no change to the source, which never read another
+    # at gpu7; the pipeline's guard, which emptied gpu7 when its board moved, counts it moved back)
+    assert boards.health.gpus_moved == {"dcgm": 4 + 3} and boards.health.gpus_replaced == {"dcgm": 1}
+    assert told[0].startswith("GPU node0/gpu3 replaced: UUID GPU-0004 -> GPU-0003")
+    # a board of node0 read on node1: new to node1, as node1's is to node0
+    across = {**uuid, "node0/gpu0": uuid["node1/gpu0"], "node1/gpu0": uuid["node0/gpu0"]}
+    poll(across)
+    assert boards.health.gpus_moved == {"dcgm": 7} and boards.health.gpus_replaced == {"dcgm": 3}
