@@ -183,7 +183,7 @@ def command(source: str, kafka: str | None, user: str | None, password: str | No
         try:
             server = serve_health(health, cluster, metrics_host, metrics_port)
         except MetricsPortError as exc:
-            raise click.UsageError(exc.usage("--metrics-port")) from None
+            raise click.UsageError(exc.usage("--metrics-port", node_option="--host")) from None
     console = Console(stderr=True)
     try:
         with Progress(SpinnerColumn(), TextColumn("[bold]agent[/bold] {task.fields[samples]:,} samples, "

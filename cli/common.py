@@ -61,7 +61,8 @@ def parse_params(items: Sequence[str]) -> dict[str, dict[str, Any]]:
 
 
 def serve_options(func):  # type: ignore[no-untyped-def]
-    func = click.option("--host", default="127.0.0.1", show_default=True, help="Address for /metrics.")(func)
+    func = click.option("--host", default="127.0.0.1", show_default=True,
+                        help="Address of this machine that /metrics binds to (0.0.0.0: all of them).")(func)
     func = click.option("--port", default=9108, show_default=True, type=int,
                         help="Port for /metrics (0 = do not serve).")(func)
     func = click.option("--findings", "findings_path", type=click.Path(dir_okay=False), default=None,
@@ -133,9 +134,11 @@ def follow_external(run: PipelineRun, frames: Iterable[Frame]) -> Iterable[Frame
 
 def build_pipeline(topology: Topology, detectors: str | None, host: str, port: int,
                    findings_path: str | None, top_k: int, params: Sequence[str] = (),
-                   external_path: str | None = None, health: PipelineHealth | None = None) -> PipelineRun:
+                   external_path: str | None = None, health: PipelineHealth | None = None,
+                   node_option: str | None = None) -> PipelineRun:
     """The embedded pipeline and its sinks; ``health``: the counters to share (a live source's, so
-    what it counts while polling is exported with the rest)."""
+    what it counts while polling is exported with the rest); ``node_option``: the command's option
+    naming a node, which a ``--host`` that is no address of this machine may have meant."""
     health = health if health is not None else PipelineHealth()
     names = [d.strip() for d in detectors.split(",") if d.strip()] if detectors else None
     by_detector = parse_params(params)
@@ -166,7 +169,7 @@ def build_pipeline(topology: Topology, detectors: str | None, host: str, port: i
         except MetricsPortError as exc:
             if jsonl is not None:
                 jsonl.close()
-            raise click.UsageError(exc.usage("--port")) from None
+            raise click.UsageError(exc.usage("--port", node_option=node_option)) from None
         Console(stderr=True).print(f"[dim]serving Prometheus metrics on http://{host}:{port}/metrics[/dim]")
     external = ExternalFeed(external_path, health) if external_path else None
 

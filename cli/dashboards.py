@@ -20,27 +20,66 @@ def command() -> None:
 
 
 @command.command("generate")
-@click.option("--root", type=click.Path(file_okay=False, path_type=Path), default=Path("."), show_default=True,
-              help="Repository root: writes dashboards/generated/*.json and deploy/prometheus/rules/.")
-@click.option("--check", is_flag=True, help="Write nothing; exit 1 if regenerating would change a file.")
-def generate(root: Path, check: bool) -> None:
+@click.option("--root", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Repository root: writes dashboards/generated/*.json and deploy/prometheus/rules/ under it "
+                   "(default: the current directory if it is a foreshock checkout, else the checkout foreshock "
+                   "is installed from in editable mode).")
+@click.option("--check", is_flag=True, help="Write nothing; exit 1 if regenerating would change or add a file.")
+def generate(root: Path | None, check: bool) -> None:
     """Regenerate the dashboard JSON and the Prometheus rule file from one config."""
     from foreshock.dashboards.generate import render, stale, write
 
     console = Console(stderr=True)
+    root = _generated_root(root, console)
     if check:
         outdated = stale(root)
+        missing = [rel for rel in outdated if not (root / rel).exists()]
         for rel in outdated:
-            console.print(f"[red]out of date:[/] {rel}")
+            console.print(f"[red]{'missing' if rel in missing else 'out of date'}:[/] {rel}")
         if outdated:
-            console.print("run `foreshock dashboards generate` and commit the result")
+            console.print(f"under {root.resolve()}: {len(missing)} missing, "
+                          f"{len(outdated) - len(missing)} out of date; "
+                          "run `foreshock dashboards generate` and commit the result")
             sys.exit(1)
-        console.print(f"{len(render())} generated files are up to date")
+        console.print(f"{len(render())} generated files under {root.resolve()} are up to date")
         return
     changed = write(root)
     for rel in changed:
         console.print(f"wrote {rel}")
-    console.print(f"{len(changed)} of {len(render())} generated files changed")
+    console.print(f"{len(changed)} of {len(render())} generated files under {root.resolve()} changed")
+
+
+def _is_checkout(root: Path) -> bool:
+    """Whether ``root`` holds the folders the generated files go to (a foreshock checkout)."""
+    return (root / "dashboards").is_dir() and (root / "deploy" / "prometheus").is_dir()
+
+
+def _installed_checkout() -> Path | None:
+    """The checkout foreshock runs from (an editable install links its modules there), or None
+    (installed from a wheel: its package folder is no checkout)."""
+    from foreshock.dashboards import generate
+
+    root = Path(generate.__file__).resolve().parents[1]
+    return root if _is_checkout(root) else None
+
+
+def _generated_root(root: Path | None, console: Console) -> Path:
+    """``--root`` as given; else the current directory when it is a foreshock checkout, else the
+    checkout foreshock is installed from. Run from anywhere else, ``generate`` wrote a second copy
+    of the files into that folder and ``--check`` called every file out of date: refused."""
+    if root is not None:
+        return root
+    here = Path(".")
+    if _is_checkout(here):
+        return here
+    installed = _installed_checkout()
+    if installed is None:
+        raise click.UsageError(f"{here.resolve()} is not a foreshock checkout (no dashboards/ and deploy/prometheus/ "
+                               "folders) and foreshock is not installed from one: run it from the repository root "
+                               "or give --root DIR")
+    console.print(f"[dim]{here.resolve()} is not a foreshock checkout: using the one foreshock is installed from, "
+                  f"{installed}[/dim]")
+    return installed
 
 
 def _read_token(token_file: Path | None) -> str:

@@ -11,9 +11,11 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from foreshock.detectors import evaluation
-from foreshock.detectors.baselines import ModelFileError
+from foreshock.detectors.baselines import ModelFileError, load_model
+from foreshock.detectors.registry import create
 from foreshock.fields import ENTITY_KINDS
 from foreshock.recording import Recording, RecordingError
+from foreshock.topology import Topology
 
 from .common import create_folder, param_option, parse_params
 
@@ -26,7 +28,7 @@ DEFAULT_SETS = "foreshock,river,sklearn,threshold"
               help=f"Comma-separated detector sets: {', '.join(evaluation.DETECTOR_SETS)}.")
 @click.option("--report", "report_dir", required=True, type=click.Path(file_okay=False),
               help="Folder for report.json and the PNG plots.")
-@click.option("--model", "model_path", type=click.Path(dir_okay=False), default=None,
+@click.option("--model", "model_path", type=click.Path(exists=True, dir_okay=False), default=None,
               help="Model file for the sklearn set (written by `foreshock train`).")
 @click.option("--events", default=None, help="Event kinds to score (default: all known).")
 @click.option("--plots/--no-plots", default=True, show_default=True,
@@ -75,11 +77,17 @@ def command(ctx: click.Context, recording: str, sets: str, report_dir: str, mode
             else:
                 raise click.UsageError("the sklearn set needs --model (train one with `foreshock train`)")
         else:
+            try:  # the loader's checks (a tampered or foreign file is refused) before anything is read or written
+                load_model(model_path)
+            except ModelFileError as exc:
+                raise click.ClickException(f"--model {exc}") from None
             bank_params.setdefault("sklearn", {})["model_path"] = model_path
     try:
         rec = Recording.open(recording)
     except RecordingError as exc:
         raise click.ClickException(str(exc)) from None
+    run = {name for s in chosen for name in evaluation.set_members(s)}  # (sklearn dropped above: not run)
+    check_params(rec.topology, {name: detector_params[name] for name in detector_params if name in run}, bank_params)
     create_folder(Path(report_dir), "the report folder")
     span = (rec.meta.get("end") or 0) - (rec.meta.get("start") or 0)
     with Progress(TextColumn("evaluate"), BarColumn(), TextColumn("{task.percentage:>3.0f}% of telemetry time"),
@@ -89,10 +97,8 @@ def command(ctx: click.Context, recording: str, sets: str, report_dir: str, mode
             result = evaluation.run_recording(
                 rec, chosen, params=bank_params, trace_gpus=evaluation.pick_trace_gpus(rec) if plots else (),
                 progress=lambda done, total: bar.update(task, completed=done), telemetry=fed)
-        except (RecordingError, ModelFileError) as exc:
+        except RecordingError as exc:  # a damaged file found while reading
             raise click.ClickException(str(exc)) from None
-        except (ValueError, TypeError) as exc:  # a detector refused a --param (unknown name, bad value)
-            raise click.UsageError(str(exc)) from None
     report = evaluation.score(result, kinds)
     report["meta"]["params"] = detector_params
     path = evaluation.write_report(report, report_dir)
@@ -111,6 +117,18 @@ def command(ctx: click.Context, recording: str, sets: str, report_dir: str, mode
                       if "by_onset" in v else {})
                    for k, v in per.items()} for s, per in report["detectors"].items()}
     click.echo(json.dumps({"report": str(Path(path)), "detectors": summary} | sections, separators=(",", ":")))
+
+
+def check_params(topology: Topology, given: dict[str, dict[str, Any]],
+                 bank_params: dict[str, dict[str, Any]]) -> None:
+    """Build each detector a ``--param`` names, as the run will, so that one it refuses (unknown
+    name, bad value) is a usage error before the run, and any error of the run itself keeps its
+    traceback. ``bank_params`` holds what the run passes (``given`` and the sklearn model)."""
+    for name in given:
+        try:
+            create(name, topology, **bank_params[name])
+        except (ValueError, TypeError) as exc:
+            raise click.UsageError(str(exc)) from None
 
 
 # the headline figures of each report section (report.json has them all)

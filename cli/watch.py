@@ -37,6 +37,7 @@ import socket
 import threading
 from collections import deque
 from typing import Iterable, Iterator, Sequence
+from urllib.parse import urlparse
 
 import click
 import numpy as np
@@ -59,13 +60,14 @@ from .record import live_source_options, open_live_source
 @live_source_options(node_flag="--node")
 @click.option("--bmc", default=None,
               help="Also poll these nodes' BMCs over Redfish beside SOURCE (chassis fans and power): "
-                   "NODE=https://BMC[,...], or one URL for this node (--node). Credentials from FORESHOCK_BMC_USER / "
-                   "FORESHOCK_BMC_PASSWORD.")
+                   "NODE=https://BMC[,...], or one URL alone: the BMC of the node --node names (default: this "
+                   "machine's hostname). Credentials from FORESHOCK_BMC_USER / FORESHOCK_BMC_PASSWORD.")
 @click.option("--bmc-interval", type=click.FloatRange(min=0, min_open=True), default=30.0, show_default=True,
               help="Seconds between BMC polls.")
 @click.option("--cdu", default=None,
               help="Also poll these cooling loops' CDUs over Redfish beside SOURCE (coolant supply and flow, as the "
-                   "loops' racks' inlet): LOOP=https://CDU[,...]; needs --topology for the racks each loop feeds.")
+                   "loops' racks' inlet): LOOP=https://CDU[,...] (a URL alone names its loop after the URL's host "
+                   "name); needs --topology for the racks each loop feeds.")
 @click.option("--cdu-interval", type=click.FloatRange(min=0, min_open=True), default=10.0, show_default=True,
               help="Seconds between CDU polls.")
 @click.option("--forget-after", type=click.FloatRange(min=0), default=FORGET_AFTER_S, show_default=True,
@@ -113,18 +115,14 @@ def command(source: str, duration: float | None, polls: int | None, interval: fl
         if first is None or topology is None:
             raise click.ClickException(f"no telemetry came from {source} in {polled.polls} polls: nothing to watch "
                                        f"({_problems(polled)})")
-        run = build_pipeline(topology, detectors, host, port, findings_path, top_k, params, health=polled.health)
+        # before /metrics is served and the findings file opened: a refused --bmc or --cdu leaves neither
+        others = (_bmc_sources(bmc, bmcs, bmc_interval, node, topology, polled.health)
+                  + _cdu_sources(cdu, cdus, cdu_interval, topology, polled.health))
+        run = build_pipeline(topology, detectors, host, port, findings_path, top_k, params, health=polled.health,
+                             node_option="--node")
         # live: /metrics ages by arrival on this host's clock, not by whichever source's clock
         # stamped the last frame (a BMC a minute behind its nodes made ETAs jump back and forth)
         run.store.use_wall_clock()
-        others: list[PollingSource] = []
-        try:
-            if bmcs:
-                others.append(RedfishSource(bmcs, interval=bmc_interval, topology=topology, health=polled.health))
-            if cdus:
-                others.append(CduSource(cdus, topology, interval=cdu_interval, health=polled.health))
-        except ValueError as exc:
-            raise click.UsageError(f"--bmc / --cdu: {exc}") from None
         for other in others:
             other.counts_samples = False
         extra = "".join(f" and {len(found)} {what}" for found, what in ((bmcs, "BMCs"), (cdus, "CDUs")) if found)
@@ -163,6 +161,48 @@ def _cdu_list(cdu: str | None, topology_path: str | None) -> dict[str, str]:
         return parse_bmc_list(cdu, what="loop")
     except ValueError as exc:
         raise click.UsageError(f"--cdu: {exc}") from None
+
+
+def _urls_alone(text: str | None) -> list[str]:
+    """The items of a ``--bmc`` / ``--cdu`` list given as a URL without a name (``parse_bmc_list``
+    names them)."""
+    return [item.strip() for item in (text or "").split(",") if item.strip() and "=" not in item]
+
+
+def _bmc_sources(bmc: str | None, bmcs: dict[str, str], interval: float, node: str | None, topology: Topology,
+                 health: PipelineHealth) -> list[PollingSource]:
+    """The BMCs' source, polled beside SOURCE. A URL alone is the BMC of the node ``--node`` names
+    (else this machine's hostname): a node the topology lacks, its rows would never be read, so it
+    is refused, saying where the name came from (a dcgm-exporter's ``Hostname`` is often not this
+    machine's hostname)."""
+    if not bmcs:
+        return []
+    named = node or socket.gethostname()
+    if _urls_alone(bmc) and named not in topology.nodes:
+        source = "--node" if node else "no --node: this machine's hostname"
+        shown = ", ".join(topology.nodes[:8]) + (", ..." if len(topology.nodes) > 8 else "")
+        raise click.UsageError(f"--bmc: a URL alone is the BMC of node {named!r} ({source}), which is not in the "
+                               f"topology (its nodes: {shown or 'none'}); name its node, --bmc NODE=URL, or give "
+                               "--node NODE")
+    try:
+        return [RedfishSource(bmcs, interval=interval, topology=topology, health=health)]
+    except ValueError as exc:  # its settings from the environment (FORESHOCK_BMC_*)
+        raise click.UsageError(f"--bmc: {exc}") from None
+
+
+def _cdu_sources(cdu: str | None, cdus: dict[str, str], interval: float, topology: Topology,
+                 health: PipelineHealth) -> list[PollingSource]:
+    """The CDUs' source, polled beside SOURCE; a loop the topology lacks is refused, and where a
+    URL alone named it (after the URL's host name), the message says how to name it."""
+    if not cdus:
+        return []
+    try:
+        return [CduSource(cdus, topology, interval=interval, health=health)]
+    except ValueError as exc:
+        alone = [urlparse(url).hostname for url in _urls_alone(cdu)]
+        hint = ("; a URL alone names its loop after the URL's host name: name the loop, --cdu LOOP=URL"
+                if any(loop not in topology.loops for loop in alone) else "")
+        raise click.UsageError(f"--cdu: {exc}{hint}") from None
 
 
 class _TopologyFollower:

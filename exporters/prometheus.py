@@ -15,7 +15,9 @@ generator reads it too).
 
 from __future__ import annotations
 
+import errno
 import math
+import socket
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Mapping
 
@@ -595,19 +597,37 @@ class HealthCollector(Collector):
 
 
 class MetricsPortError(OSError):
-    """``/metrics`` could not be served: the port is taken, or the address is not this host's.
-    The message names both; commands turn it into a usage error rather than a traceback."""
+    """``/metrics`` could not be served: the port is taken (or not this user's to bind), or the
+    address does not resolve or is not this host's (``bad_address``). The message names which;
+    commands turn it into a usage error naming the option at fault rather than a traceback."""
 
-    def usage(self, option: str) -> str:
-        """What a command says, naming its port ``option``."""
-        return f"{self.strerror}; choose another {option} (0 serves none)"
+    bad_address = False
+
+    def usage(self, port_option: str, host_option: str | None = None, node_option: str | None = None) -> str:
+        """What a command says: a port at fault names ``port_option``; an address at fault names
+        ``host_option`` (by default the port option's name with "host" for "port": ``--port`` ->
+        ``--host``, ``--metrics-port`` -> ``--metrics-host``) and, where the command takes one,
+        the ``node_option`` a user giving a node's name there meant (``watch --host node7``)."""
+        if not self.bad_address:
+            return f"{self.strerror}; choose another {port_option} (0 serves none)"
+        host_option = host_option or port_option.replace("port", "host")
+        node = f"; a node's name goes to {node_option}" if node_option else ""
+        return (f"{self.strerror}; check {host_option}, the address of this machine that /metrics binds to "
+                f"(127.0.0.1 by default, 0.0.0.0 for all its addresses){node}")
+
+
+# the address, not the port, is at fault: a name that does not resolve (socket.gaierror), an
+# address of another machine, or one of a family this host does not have
+_ADDRESS_ERRNOS = (errno.EADDRNOTAVAIL, errno.EAFNOSUPPORT)
 
 
 def _start(registry: CollectorRegistry, host: str, port: int):  # type: ignore[no-untyped-def]
     try:
         return start_http_server(port, addr=host, registry=registry)
     except OSError as exc:
-        raise MetricsPortError(exc.errno, f"cannot serve /metrics on {host}:{port}: {exc.strerror or exc}") from None
+        error = MetricsPortError(exc.errno, f"cannot serve /metrics on {host}:{port}: {exc.strerror or exc}")
+        error.bad_address = isinstance(exc, socket.gaierror) or exc.errno in _ADDRESS_ERRNOS
+        raise error from None
 
 
 def serve_health(health: PipelineHealth, cluster: Callable[[], str], host: str = "127.0.0.1",

@@ -60,6 +60,9 @@ STAGE = "dcgm"
 
 log = logging.getLogger("foreshock.dcgm")
 
+UNMAPPED_NAMED = 5
+"""Unmapped metric names the "unmapped metric ignored" log line names; it counts the rest."""
+
 UNLISTED_POLLS = 3
 """Consecutive polls that must serve GPUs a derived topology lacks before the source takes them in
 (``DcgmScrapeSource.takes_in_new_gpus``): one odd scrape rebuilds nothing."""
@@ -243,8 +246,10 @@ def parse_dcgm_text(text: str, ts: float, health: PipelineHealth | None = None,
     if once is not None:
         unmapped = Counter({name: 1 for name in unmapped if count_once(once, name)})
     if unmapped:
+        named = sorted(unmapped)[:UNMAPPED_NAMED]
+        rest = len(unmapped) - len(named)  # the log line says how many names it leaves out
         health.problem(STAGE, "unmapped metric ignored", sum(unmapped.values()),
-                       detail=", ".join(sorted(unmapped)[:5]))
+                       detail=", ".join(named) + (f" +{rest} more" if rest else ""))
     return _fold(names, list(entities), ent, fld, val, weight, stamp, mig, rank, health)
 
 

@@ -76,6 +76,39 @@ def test_a_metrics_port_in_use_is_a_usage_error_not_a_traceback(empty_recording,
     assert f"cannot serve /metrics on 127.0.0.1:{a_taken_port}" in text and "choose another --port" in text
 
 
+@pytest.mark.parametrize("cause", ["not this machine's", "does not resolve"])
+def test_a_metrics_host_that_cannot_be_bound_names_host_not_port(empty_recording, monkeypatch, cause: str) -> None:
+    """``--host node7`` (a node's name, meant for watch's --node) said "choose another --port" (h22)."""
+    import socket
+
+    from foreshock.exporters import prometheus
+
+    host = "192.0.2.1"  # TEST-NET-1 (RFC 5737): on no interface of this machine
+    if cause == "does not resolve":
+        host = "node7"
+
+        def unresolved(*_args, **_kwargs):  # type: ignore[no-untyped-def]
+            raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+
+        monkeypatch.setattr(prometheus, "start_http_server", unresolved)  # no resolver asked
+    rec = empty_recording("gpu", 30.0)
+    text = refused(invoke(replay.command, str(rec.path), "--port", "19108", "--host", host), code=2)
+    assert f"cannot serve /metrics on {host}:19108" in text and "check --host" in text
+    assert "--port" not in text.partition("Error:")[2]  # the port is not at fault
+
+
+def test_a_metrics_error_names_the_options_of_the_command() -> None:
+    from foreshock.exporters.prometheus import MetricsPortError
+
+    taken = MetricsPortError(98, "cannot serve /metrics on 127.0.0.1:9109: Address already in use")
+    assert taken.usage("--metrics-port").endswith("choose another --metrics-port (0 serves none)")
+    elsewhere = MetricsPortError(99, "cannot serve /metrics on 10.9.9.9:9109: Cannot assign requested address")
+    elsewhere.bad_address = True
+    said = elsewhere.usage("--metrics-port")
+    assert "check --metrics-host" in said and "--metrics-port" not in said and "node" not in said
+    assert elsewhere.usage("--port", node_option="--node").endswith("a node's name goes to --node")
+
+
 def test_a_parameter_value_that_is_not_a_number_is_named(empty_recording) -> None:
     rec = empty_recording("gpu", 30.0)
     text = refused(invoke(replay.command, str(rec.path), "--port", "0", "--param", "thermal.inlet_stale_s=abc"),

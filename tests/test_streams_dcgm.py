@@ -402,3 +402,13 @@ def test_a_source_told_not_to_read_boards_reads_no_uuid() -> None:
     for _ in range(2):
         assert np.isnan(source.poll()[0].columns["board_id"]).all()
     assert not source.health.gpus_replaced
+
+
+def test_the_unmapped_metric_log_line_says_how_many_names_it_leaves_out(t4_text: str, caplog) -> None:
+    """The T4 page serves six metrics the table does not map; the line named five of them and
+    nothing said there was a sixth (h22)."""
+    with caplog.at_level("WARNING", logger="foreshock"):
+        parse_dcgm_text(t4_text, T0, PipelineHealth())
+    [line] = [r.getMessage() for r in caplog.records if "unmapped metric ignored" in r.getMessage()]
+    assert "DCGM_FI_DEV_FB_FREE, DCGM_FI_DEV_FB_USED, DCGM_FI_DEV_MEM_CLOCK, DCGM_FI_DEV_MEM_COPY_UTIL, " \
+           "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL +1 more (counted" in line

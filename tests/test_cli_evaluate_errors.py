@@ -1,0 +1,68 @@
+"""``foreshock evaluate``: a ``--param`` or ``--model`` the command cannot use is a clear error before
+anything is written; an error inside the run is not disguised as one (h22's README walk-through)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner, Result
+
+from foreshock.cli import evaluate
+from foreshock.detectors.bank import DetectorBank
+
+
+def invoke(*args: str) -> Result:
+    return CliRunner().invoke(evaluate.command, list(args))
+
+
+def test_an_unknown_param_name_is_a_usage_error_before_the_report_folder(empty_recording, tmp_path: Path) -> None:
+    rec = empty_recording("gpu", 30.0)
+    report = tmp_path / "report"
+    result = invoke(str(rec.path), "--detectors", "foreshock", "--report", str(report), "--no-plots",
+                    "--param", "thermal.no_such_knob=1")
+    assert result.exit_code == 2 and isinstance(result.exception, SystemExit), result.output
+    assert "Usage:" in result.output and "no_such_knob" in result.output
+    assert not report.exists()
+
+
+def test_a_value_error_inside_the_run_keeps_its_traceback(empty_recording, tmp_path: Path, monkeypatch) -> None:
+    """The run's ``except (ValueError, TypeError)`` turned any internal error into "Usage: ... Error:
+    <message>", with no traceback even under -vv."""
+    rec = empty_recording("gpu", 30.0)
+
+    def broken(self, frame):  # type: ignore[no-untyped-def]
+        raise ValueError("an internal error, not the user's")
+
+    monkeypatch.setattr(DetectorBank, "update", broken)
+    result = invoke(str(rec.path), "--detectors", "foreshock", "--report", str(tmp_path / "report"), "--no-plots",
+                    "--param", "thermal.inlet_stale_s=120")
+    assert isinstance(result.exception, ValueError) and str(result.exception) == "an internal error, not the user's"
+    assert "Usage:" not in result.output
+
+
+def test_a_missing_model_file_names_the_model_option_before_the_report_folder(empty_recording,
+                                                                               tmp_path: Path) -> None:
+    rec = empty_recording("gpu", 30.0)
+    report = tmp_path / "report"
+    result = invoke(str(rec.path), "--detectors", "foreshock,sklearn", "--report", str(report), "--no-plots",
+                    "--model", str(tmp_path / "nonexist.skops"))
+    assert result.exit_code == 2 and isinstance(result.exception, SystemExit), result.output
+    assert "'--model'" in result.output and "nonexist.skops" in result.output and "does not exist" in result.output
+    assert "model_path" not in result.output  # a parameter the user never typed
+    assert not report.exists()
+
+
+@pytest.mark.parametrize("content", [b"not a zip archive", b"PK\x05\x06" + bytes(18)], ids=["pickle-ish", "empty-zip"])
+def test_a_model_file_the_loader_refuses_names_the_model_option_before_the_report_folder(
+        empty_recording, tmp_path: Path, content: bytes) -> None:
+    rec = empty_recording("gpu", 30.0)
+    report = tmp_path / "report"
+    model = tmp_path / "tampered.skops"
+    model.write_bytes(content)
+    result = invoke(str(rec.path), "--detectors", "foreshock,sklearn", "--report", str(report), "--no-plots",
+                    "--model", str(model))
+    assert result.exit_code == 1 and isinstance(result.exception, SystemExit), result.output
+    assert f"Error: --model {model}: " in result.output and "model file" in result.output
+    assert "model_path" not in result.output
+    assert not report.exists()
