@@ -324,7 +324,8 @@ class DetectionStage:
                 size = self.topology.size(kind)
                 steps = [(rows, value) for rows in sorted({1, min(2, size)}) for value in (0.0, 1.0)] if size else []
                 for i, (rows, value) in enumerate(steps):
-                    columns = {name: np.full(rows, value) for name in field_names(kind)}
+                    # (no board read: 0 then 1 read as a swapped board, logged at every start)
+                    columns = {name: np.full(rows, np.nan if name == "board_id" else value) for name in field_names(kind)}
                     slots = np.arange(rows, dtype=np.int32)
                     pipeline.process(Frame(kind, np.full(rows, float(i + 1)), slots, columns))
         except Exception as exc:  # only a head start: the real records will compile what is missing

@@ -8,6 +8,7 @@ started as real `foreshock worker` processes; the broker-restart test starts a p
 from __future__ import annotations
 
 import json
+import logging
 import re
 import os
 import signal
@@ -1028,6 +1029,15 @@ def test_warm_up_loads_the_kernel_versions_real_frames_use(recording: Path):
                           timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.strip().splitlines()[-1] == "[]", proc.stdout
+
+
+def test_the_warm_up_reads_no_board_swap(small_topology: Topology, caplog):
+    """Its throw-away frames carry no board: with every field 0, then 1, board_id too, each
+    worker's start logged "GPU ...: another board in its slot (board_id 0 -> 1)"."""
+    stage = DetectionStage(small_topology, lambda hardware: DetectorBank.from_names(hardware), 2)
+    with caplog.at_level(logging.WARNING):
+        stage.warm_up()
+    assert not [r.getMessage() for r in caplog.records if "board" in r.getMessage()]
 
 
 def test_detection_stage_resumes_from_checkpoint_with_identical_output(recording: Path):
