@@ -27,7 +27,10 @@ board changes (an RMA), so that GPU's detector state starts afresh there. Kept w
 the state, a worker restarted after the swap still finds it. A board last read in another slot of
 the same node has not been swapped but renumbered (a node rebooting with one GPU missing lists
 every later GPU one index lower): :meth:`InputGuard.follow_boards` says where it came from, and
-its state follows it (``DetectorBank.move_gpus``).
+its state follows it (``DetectorBank.move_gpus``). A board displaced and read nowhere else yet (a
+renumbering read in pieces, a UUID not read one poll, the missing GPU itself) has its state parked
+by (node, board) until it is read again (``DetectorBank.park_gpus``), kept with the state, for a
+day at most.
 """
 
 from __future__ import annotations
@@ -48,9 +51,14 @@ from .topology import Topology
 _REPORTED = ":reported"
 _JOBS = "jobs:keys"
 _BOARDS = "gpu:board"
+_PARKED = "gpu:parked"
 BoardChange = Tuple[float, np.ndarray, np.ndarray, np.ndarray]
 """``(ts, slots, old, new)``: when boards change, in which GPU slots, the boards before and after
 (:meth:`InputGuard.board_change`)."""
+PARK_FOR_S = 24 * 3600.0
+"""How long (telemetry time) a displaced board's state stays parked (:meth:`InputGuard.follow_boards`):
+a GPU reseated within a day finds its own state again; a board back from repair, or after longer,
+starts afresh."""
 
 
 class BoardSwap(NamedTuple):
@@ -65,17 +73,40 @@ class BoardSwap(NamedTuple):
     new: np.ndarray  # their boards from ``ts`` on
     came_from: np.ndarray  # per slot, the slot of the same node its board was last read in (-1: none, a new board)
     left: np.ndarray  # slots a moved board left and no other board came to: they hold no board now
+    # slots whose board before, displaced and read nowhere else, has its state set aside (parked)
+    # by (node, board) before the change: a renumbering read in pieces, or with a board unread one
+    # poll, finds it there when the board is read again (the missing GPU back, too)
+    parked: np.ndarray = np.empty(0, dtype=np.int64)
+    # slots whose new board was held nowhere but parked on their node: they take its parked state
+    unparked: np.ndarray = np.empty(0, dtype=np.int64)
+    # (node, board) of parked states given up at this change (the oldest past a node's GPU count,
+    # or parked longer than ``PARK_FOR_S``)
+    dropped: tuple[tuple[int, float], ...] = ()
 
     @property
     def moved(self) -> np.ndarray:
-        """Per slot of the change, whether its board moved there from another slot of its node."""
-        return self.came_from >= 0
+        """Per slot of the change, whether its board moved there from another slot of its node,
+        now or, parked, before."""
+        return (self.came_from >= 0) | np.isin(self.slots, self.unparked)
 
     @property
     def replaced(self) -> np.ndarray:
         """Per slot of the change, whether a new board took another's place (an RMA): counted and
         logged as a swap, as before boards were followed."""
-        return (self.came_from < 0) & np.isfinite(self.old)
+        return ~self.moved & np.isfinite(self.old)
+
+    def park_keys(self, topology: Topology) -> list[tuple[int, tuple[int, float]]]:
+        """Per slot whose board's state is parked at this change: (slot, (node, its board before))."""
+        return self._keys(topology, self.parked, self.old)
+
+    def unpark_keys(self, topology: Topology) -> list[tuple[int, tuple[int, float]]]:
+        """Per slot taking a parked state at this change: (slot, (node, its board now))."""
+        return self._keys(topology, self.unparked, self.new)
+
+    def _keys(self, topology: Topology, which: np.ndarray, boards: np.ndarray) -> list[tuple[int, tuple[int, float]]]:
+        at = np.flatnonzero(np.isin(self.slots, which))
+        return [(slot, (int(topology.gpu_node[slot]), board))
+                for slot, board in zip(self.slots[at].tolist(), boards[at].tolist())]
 
     def take_from(self, n_gpus: int) -> np.ndarray:
         """Per GPU slot of the topology, the slot whose state it takes (itself where nothing
@@ -205,6 +236,11 @@ class InputGuard:
         self._unreported = {kind: _unreported(seen) for kind, seen in self.s_reported.items()}
         # per GPU slot, the board_id last read there (NaN: none yet)
         self.s_board = np.full(topology.size("gpu"), np.nan)
+        # per node, the boards displaced from its slots and read nowhere since, whose state is
+        # parked (``BoardSwap.parked``): board -> when parked, oldest first. Kept with the state,
+        # as the bank keeps their rows: the missing GPU back after a worker's restart finds it
+        self._parked: dict[int, dict[float, float]] = {}
+        self._gpus_of_node = np.bincount(topology.gpu_node, minlength=topology.size("node"))
         self.topology = topology  # its job list: saved with the state, found again on load
 
     def check(self, frame: Frame) -> Frame:
@@ -273,10 +309,11 @@ class InputGuard:
         first = read & np.isnan(known)
         if first.any():
             rows = np.flatnonzero(first)
-            # a board still held by another slot of its node has moved here (its node's GPUs were
-            # renumbered): a change, not a first board. Only slots holding no board read first
-            # boards: a worker's first frames, and the slots a moved board left
-            moved = self._held_on_node(slot[rows], ids[rows])
+            # a board held by another slot of its node that no longer reads it, or parked on the
+            # node, has moved here (its node's GPUs were renumbered): a change, not a first board.
+            # Only slots holding no board read first boards: a worker's first frames, and the
+            # slots a moved board left
+            moved = self._moved_here(frame, rows)
             rows = rows[~moved][::-1]  # reversed: where a slot's first rows disagree, the first row's wins
             self.s_board[slot[rows]] = ids[rows]
             known = self.s_board[slot]
@@ -297,21 +334,49 @@ class InputGuard:
         change with where each new board came from (:meth:`follow_boards`), then ``(the rest,
         None)``. The caller processes each part's rows, then, for a swap, moves the moved boards'
         state and starts the others' slots afresh before the next part: the embedded pipeline and
-        the evaluation, alike."""
+        the evaluation, alike.
+
+        Each change comes later than the one before (every part after the first holds a row), so
+        a frame is cut at most once per time stamp in it. A change no later than the one before
+        would mean boards moving back and forth for ever (a fault of this logic: a board read in
+        two slots of its node at once did so until 2026-12-02): it is handled, counted
+        (``board_changes_unsettled``) and the rest of the frame processed as it is."""
         rest = frame
+        previous = -np.inf
         while (change := self.board_change(rest)) is not None:
-            before = rest.ts < change[0]
-            yield rest.take(before), self.follow_boards(change)
-            rest = rest.take(~before)
+            when = change[0]
+            before = rest.ts < when
+            after = rest.take(~before)
+            yield rest.take(before), self.follow_boards(change, after)
+            rest = after
+            if when <= previous:
+                self.health.problem(self.stage, "board_changes_unsettled", 1,
+                                    detail=f"gpu frame: boards changing again at {when:.3f} (slots "
+                                           f"{change[1].tolist()[:8]}); its last {len(rest)} rows processed "
+                                           "as they are")
+                break
+            previous = when
         yield rest, None
 
-    def follow_boards(self, change: BoardChange) -> BoardSwap:
+    def follow_boards(self, change: BoardChange, rest: Frame | None = None) -> BoardSwap:
         """``change`` (:meth:`board_change`'s, just returned) with, per slot, the slot of the same
         node its new board was last read in: a board moved by a renumbering of its node's GPUs
         (one missing at a reboot shifts every later index down one; back, up one). A slot whose
         board moved away and to which no board came now holds none (NaN): the next board read
         there is a first one, or, if it is held by another slot of the node, moved back. A board
         of another node, or held nowhere, is a new board (an RMA).
+
+        ``rest``: the frame's rows from the change on. A holder whose own next row there still
+        reads the board has not let it go: the other slot reading it too is a source's fault (one
+        bad row), and reads a new board; its state moving there and back was the endless loop of
+        :meth:`split_by_board` until 2026-12-02.
+
+        A board displaced from its slot and read nowhere else (the slot it moves to, if any, is
+        not read yet: a renumbering cut into pieces by row order, or a UUID not read one poll;
+        or an RMA) has its state parked by (node, board) (``BoardSwap.parked``); a board held
+        nowhere but parked on its node takes it back when it is read (``BoardSwap.unparked``):
+        a move, not a new board. A node parks at most as many boards as it has GPUs (the oldest
+        goes), each for :data:`PARK_FOR_S` of telemetry time (``BoardSwap.dropped``).
 
         Per change, not per frame: vectorised over the slots, so that a change of every board at
         once (a source that numbers boards anew) costs milliseconds."""
@@ -325,6 +390,10 @@ class InputGuard:
         held = {(int(node[s]), b): int(s) for s, b in zip(holders.tolist(), before[holders].tolist())}
         came_from = np.array([held.get((int(node[s]), b), -1) for s, b in zip(slots.tolist(), new.tolist())],
                              dtype=np.int64)
+        if rest is not None and (came_from >= 0).any():
+            moving = np.flatnonzero(came_from >= 0)
+            still = self._next_reads(rest, came_from[moving], np.full(len(moving), when)) == new[moving]
+            came_from[moving[still]] = -1  # its holder still reads it: a new board here, not a move
         # a board read in two slots at once (a source's fault): its state goes to the first only
         sources, first = np.unique(came_from, return_index=True)
         twice = np.ones(len(came_from), dtype=bool)
@@ -333,7 +402,102 @@ class InputGuard:
         sources = sources[sources >= 0]
         left = np.setdiff1d(sources, slots).astype(np.int64)
         self.s_board[left] = np.nan
-        return BoardSwap(when, slots, old, new, came_from, left)
+        dropped = self._expire_parked(when)
+        unparked = self._unpark(slots[came_from < 0], new[came_from < 0])
+        parked, evicted = self._park_displaced(when, slots, old, sources)
+        return BoardSwap(when, slots, old, new, came_from, left, parked, unparked, dropped + evicted)
+
+    @property
+    def parked(self) -> dict[tuple[int, float], float]:
+        """The boards whose state is parked: (node, board) -> when parked (telemetry time)."""
+        return {(n, b): ts for n, boards in self._parked.items() for b, ts in boards.items()}
+
+    def _unpark(self, slots: np.ndarray, boards: np.ndarray) -> np.ndarray:
+        """Of ``slots`` reading ``boards`` held nowhere on their node, those whose board is parked
+        on their node: taken out of the parking, they take its state (``BoardSwap.unparked``)."""
+        if not self._parked or not len(slots):
+            return np.empty(0, dtype=np.int64)
+        node = self.topology.gpu_node
+        maybe = np.flatnonzero(np.isin(boards, [b for parked in self._parked.values() for b in parked]))
+        out = [int(slots[i]) for i in maybe.tolist()
+               if self._parked.get(int(node[slots[i]]), {}).pop(float(boards[i]), None) is not None]
+        return np.array(out, dtype=np.int64)
+
+    def _park_displaced(self, when: float, slots: np.ndarray, old: np.ndarray,
+                        sources: np.ndarray) -> tuple[np.ndarray, tuple[tuple[int, float], ...]]:
+        """Park the boards displaced at ``when`` from ``slots`` (their boards before, ``old``) that
+        moved nowhere (their slot is none of ``sources``) and that no other slot of their node
+        holds now (read twice, the other slot's state is the board's): the slots whose state is
+        to be parked, and the (node, board) given up to make room on their node, oldest first."""
+        displaced = np.flatnonzero(np.isfinite(old) & ~np.isin(slots, sources))
+        if not len(displaced):
+            return np.empty(0, dtype=np.int64), ()
+        node = self.topology.gpu_node
+        holders = np.flatnonzero(np.isin(self.s_board, old[displaced]))
+        held = {(int(node[s]), b) for s, b in zip(holders.tolist(), self.s_board[holders].tolist())}
+        parked: list[int] = []
+        evicted: list[tuple[int, float]] = []
+        for slot, board in zip(slots[displaced].tolist(), old[displaced].tolist()):
+            n = int(node[slot])
+            if (n, board) in held:
+                continue
+            boards = self._parked.setdefault(n, {})
+            while len(boards) >= self._gpus_of_node[n]:  # the oldest goes: memory stays bounded
+                oldest = next(iter(boards))
+                del boards[oldest]
+                evicted.append((n, oldest))
+            boards[board] = when
+            parked.append(slot)
+        return np.array(parked, dtype=np.int64), tuple(evicted)
+
+    def _expire_parked(self, now: float) -> tuple[tuple[int, float], ...]:
+        """Give up the states parked longer than :data:`PARK_FOR_S` before ``now``: their (node, board)."""
+        expired = [(n, b) for n, boards in self._parked.items() for b, ts in boards.items() if now - ts > PARK_FOR_S]
+        for n, b in expired:
+            del self._parked[n][b]
+        return tuple(expired)
+
+    @staticmethod
+    def _next_reads(frame: Frame, slots: np.ndarray, since: np.ndarray) -> np.ndarray:
+        """Per ``(slots[i], since[i])``, the ``board_id`` that the slot's first row of ``frame``
+        stamped ``since[i]`` or later reads (NaN: no such row, or not read)."""
+        out = np.full(len(slots), np.nan)
+        if not len(slots) or not len(frame):
+            return out
+        # one sorted key per row, (slot, rank of its time): the row sought is the first at or after
+        # (slot, rank of the first time at or after ``since``), if it is still the slot's
+        times, rank = np.unique(frame.ts, return_inverse=True)
+        width = len(times) + 1
+        key = frame.slot.astype(np.int64) * width + rank
+        order = np.argsort(key, kind="stable")
+        slots = np.asarray(slots, dtype=np.int64)
+        pos = np.searchsorted(key[order], slots * width + np.searchsorted(times, since))
+        found = pos < len(order)
+        found[found] = frame.slot[order[pos[found]]] == slots[found]
+        out[found] = frame.columns["board_id"][order[pos[found]]]
+        return out
+
+    def _moved_here(self, frame: Frame, rows: np.ndarray) -> np.ndarray:
+        """Per row of ``rows`` (each a first board read in its slot), whether its board moved
+        there: another slot of its node holds it and that slot's own next row from then on does
+        not still read it (:meth:`follow_boards`), or it is parked on the node."""
+        slots, boards = frame.slot[rows], frame.columns["board_id"][rows]
+        node = self.topology.gpu_node
+        moved = np.zeros(len(rows), dtype=bool)
+        found = np.flatnonzero(np.isin(boards, self.s_board))
+        if len(found):
+            holders = np.flatnonzero(np.isin(self.s_board, boards[found]))
+            held = {(int(node[s]), b): int(s) for s, b in zip(holders.tolist(), self.s_board[holders].tolist())}
+            holder = np.array([held.get((int(node[slots[i]]), float(boards[i])), -1) for i in found.tolist()],
+                              dtype=np.int64)
+            found, holder = found[holder >= 0], holder[holder >= 0]
+            still = self._next_reads(frame, holder, frame.ts[rows[found]]) == boards[found]
+            moved[found[~still]] = True
+        if self._parked:
+            maybe = np.flatnonzero(~moved & np.isin(boards, [b for parked in self._parked.values() for b in parked]))
+            for i in maybe.tolist():
+                moved[i] = float(boards[i]) in self._parked.get(int(node[slots[i]]), {})
+        return moved
 
     def _same_renumbering(self, frame: Frame, changed: np.ndarray, at: np.ndarray, when: float) -> np.ndarray:
         """The rows, after ``when``, of the other board changes on the nodes of those at ``when``
@@ -356,18 +520,6 @@ class InputGuard:
         since = since[np.lexsort((frame.ts[since], slot[since]))]
         first = since[np.r_[True, slot[since][1:] != slot[since][:-1]]]
         return first[changed[first]]
-
-    def _held_on_node(self, slots: np.ndarray, boards: np.ndarray) -> np.ndarray:
-        """Per (slot, board), whether another slot of the slot's node holds that board."""
-        found = np.isin(boards, self.s_board)
-        if not found.any():
-            return found
-        node = self.topology.gpu_node
-        holders = np.flatnonzero(np.isin(self.s_board, boards[found]))
-        held = {(int(node[s]), b) for s, b in zip(holders.tolist(), self.s_board[holders].tolist())}
-        for i in np.flatnonzero(found).tolist():
-            found[i] = (int(node[slots[i]]), float(boards[i])) in held
-        return found
 
     def _detail(self, frame: Frame, reason: str) -> str:
         if reason == "out_of_order":
@@ -396,6 +548,9 @@ class InputGuard:
         state.update({f"{k}{_REPORTED}": v.copy() for k, v in self.s_reported.items()})
         state[_JOBS] = list(self.topology.job_keys())
         state[_BOARDS] = self.s_board.copy()
+        # (node, board, when parked) per row, each node's oldest first
+        state[_PARKED] = np.array([(n, b, ts) for n, boards in self._parked.items() for b, ts in boards.items()],
+                                  dtype=np.float64).reshape(-1, 3)
         return state
 
     def load_state_dict(self, state: dict[str, Any], remap: Remap | None = None) -> None:
@@ -408,7 +563,9 @@ class InputGuard:
         fresh (their rows had been refused as unknown entities while the saved, shorter arrays
         lasted). A state without the reported fields (a checkpoint from before they were kept)
         leaves them empty: gaps count again once each entity has given a value; one without the
-        boards (before 2026-12-02) knows none: each GPU's next board is its first."""
+        boards (before 2026-12-02) knows none: each GPU's next board is its first. The parked
+        boards are kept only where the hardware is the same (no ``remap``): the bank drops their
+        rows on a move, so a parked board read again there starts afresh."""
         saved_jobs = state.get(_JOBS)
         boards = np.full(self.topology.size("gpu"), np.nan)
         if _BOARDS in state:
@@ -417,7 +574,7 @@ class InputGuard:
             if boards.shape != self.s_board.shape:
                 raise ValueError(f"guard: state {_BOARDS!r} has shape {boards.shape}, expected {self.s_board.shape}")
         for k, v in state.items():
-            if k in (_JOBS, _BOARDS):
+            if k in (_JOBS, _BOARDS, _PARKED):
                 continue
             reported = k.endswith(_REPORTED)
             kind = k.removesuffix(_REPORTED)
@@ -442,3 +599,7 @@ class InputGuard:
             else:
                 self.s_last_ts[kind] = arr.copy()
         self.s_board = boards
+        self._parked = {}
+        parked = np.asarray(state.get(_PARKED, np.empty((0, 3))), dtype=np.float64).reshape(-1, 3)
+        for n, b, ts in parked.tolist() if remap is None else ():
+            self._parked.setdefault(int(n), {})[b] = ts

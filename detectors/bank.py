@@ -6,9 +6,10 @@ flow on to *processors* (the incident engine) that turn findings into further fi
 
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import replace
-from typing import Any, Callable, Iterable, Protocol, Sequence
+from typing import Any, Callable, Iterable, NamedTuple, Protocol, Sequence
 
 import numpy as np
 
@@ -68,15 +69,17 @@ def follow_predictions(swap: BoardSwap, active: Iterable[Prediction], gpu_name: 
       detector state there is now another board's, or a new GPU's, and would never withdraw them);
     - made again in its new slot: those about a board that moved (its state moved with it, the
       detectors know they raised them and will withdraw them there), at ``swap.ts``, with the same
-      detector, event, confidence and time of the event (the ETA shortened by the time since).
-      Where one takes the place of a prediction of the same detector and event in that slot, that
-      one's withdrawal is left out: it is replaced, not withdrawn and raised again."""
+      detector, event, confidence and time of the event (a known ETA shortened by the time
+      since; an unknown one, negative, kept), its reason saying where the board moved from (once:
+      a board moved again says only where from last). Where one takes the place of a prediction
+      of the same detector and event in that slot, that one's withdrawal is left out: it is
+      replaced, not withdrawn and raised again."""
     went = {int(source): int(slot) for slot, source in zip(swap.slots.tolist(), swap.came_from.tolist())
             if source >= 0}
     touched = set(swap.slots.tolist()) | set(swap.left.tolist())
     about = [p for p in active if p.entity_kind == "gpu" and p.active and p.slot in touched]
-    carried = [replace(p, ts=swap.ts, slot=went[p.slot], eta_s=max(p.eta_s - (swap.ts - p.ts), 0.0),
-                       reason=f"{p.reason} (its board moved from {gpu_name(p.slot)})")
+    carried = [replace(p, ts=swap.ts, slot=went[p.slot], eta_s=_eta_at(p, swap.ts),
+                       reason=f"{_MOVED_FROM.sub('', p.reason)} (its board moved from {gpu_name(p.slot)})")
                for p in about if p.slot in went]
     replaced = {(p.detector, p.event, p.slot) for p in carried}
     withdrawn = [replace(p, ts=swap.ts, active=False,
@@ -84,6 +87,39 @@ def follow_predictions(swap: BoardSwap, active: Iterable[Prediction], gpu_name: 
                          else "withdrawn: another board in the GPU's slot")
                  for p in about if (p.detector, p.event, p.slot) not in replaced]
     return withdrawn + carried
+
+
+_MOVED_FROM = re.compile(r" \(its board moved from [^()]*\)$")
+"""The suffix :func:`follow_predictions` gives a moved board's prediction's reason."""
+
+
+def _eta_at(prediction: Prediction, ts: float) -> float:
+    """``prediction``'s ETA seen from ``ts``: the time left to its event (0: due), or as it is
+    where it is unknown (negative: ``power_cap``'s "no finite forecast" is -1, not "now")."""
+    if prediction.eta_s < 0:
+        return prediction.eta_s
+    return max(prediction.eta_s - (ts - prediction.ts), 0.0)
+
+
+class ParkedRows(NamedTuple):
+    """One GPU's detector rows set aside (``DetectorBank.park_gpus``), packed: one byte array per
+    GPU, not one array per detector and key (1.8 kB a GPU in the default bank, not 4.9)."""
+
+    layout: tuple[tuple[str, str, np.dtype, tuple[int, ...]], ...]  # (detector, key, dtype, row shape), in order
+    packed: np.ndarray  # uint8: the rows' bytes, one after another
+    other: dict[tuple[str, str], np.ndarray]  # rows of a dtype not packed (object), as they are
+
+    def rows(self) -> dict[str, dict[str, np.ndarray]]:
+        """Detector name -> state key -> the GPU's row."""
+        out: dict[str, dict[str, np.ndarray]] = {}
+        offset = 0
+        for detector, key, dtype, shape in self.layout:
+            count = int(np.prod(shape, dtype=np.int64))
+            out.setdefault(detector, {})[key] = np.frombuffer(self.packed, dtype, count, offset).reshape(shape).copy()
+            offset += count * dtype.itemsize
+        for (detector, key), row in self.other.items():
+            out.setdefault(detector, {})[key] = row
+        return out
 
 
 class DetectorBank:
@@ -99,6 +135,10 @@ class DetectorBank:
                 self._by_kind.setdefault(kind, []).append(det)
         self.latency_s: dict[str, float] = {d.name: 0.0 for d in self.detectors}
         self.last_latency_s = 0.0
+        # (node, board) -> the detector rows of a board displaced from its slot and read nowhere
+        # else yet (``BoardSwap.parked``): the guard says which to keep and which to give up.
+        # Kept with the state (:meth:`state_dict`), as the guard keeps its list of them
+        self._parked: dict[tuple[int, float], ParkedRows] = {}
 
     @classmethod
     def from_names(cls, topology: Topology, names: Iterable[str] | None = None,
@@ -159,6 +199,93 @@ class DetectorBank:
         once, so boards trading places (a cycle) each take the other's. The processors keep theirs."""
         self._load_remapped(Remap.rearranged(self.topology, take_from), fresh)
 
+    def take_swap(self, swap: BoardSwap, fresh: dict[str, Any]) -> list[Finding]:
+        """A board swap (``InputGuard.split_by_board``) applied to the bank, as the embedded pipeline
+        and the evaluation both do it: a displaced board's state parked (:meth:`park_gpus`), the
+        moved boards' state moved and the new ones' started afresh from ``fresh`` (:meth:`move_gpus`,
+        :meth:`restart_gpus`), a parked board read again given its state back (:meth:`unpark_gpus`),
+        then the processors that keep incidents by GPU slot made to follow the boards
+        (:meth:`follow_moves`). Returns the incidents told again; the caller then withdraws and
+        makes again the predictions (``follow_predictions``) and passes them on, so a moved board's
+        re-made predictions land in its own renamed incident."""
+        self.park_gpus(swap)
+        if (swap.came_from >= 0).any() or len(swap.left):
+            self.move_gpus(swap.take_from(self.topology.size("gpu")), fresh)
+        else:
+            self.restart_gpus(swap.slots, fresh)
+        self.unpark_gpus(swap)
+        return self.follow_moves(swap)
+
+    def follow_moves(self, swap: BoardSwap) -> list[Finding]:
+        """Hand a board swap to the processors that keep incidents by GPU slot (``IncidentEngine.
+        follow_moves``): an incident follows the boards that moved, as their state does
+        (:meth:`move_gpus`), and a parked board takes its incidents back where it is read again.
+        Returns the incidents told again."""
+        moved_from = np.full(self.topology.size("gpu"), -1, dtype=np.int64)
+        moved_from[swap.slots] = swap.came_from
+        out: list[Finding] = []
+        for proc in self.processors:
+            follow = getattr(proc, "follow_moves", None)
+            if callable(follow):
+                out += follow(moved_from, swap.ts, swap.park_keys(self.topology), swap.unpark_keys(self.topology),
+                              swap.dropped)
+        return out
+
+    def park_gpus(self, swap: BoardSwap) -> None:
+        """Before a board swap's state moves (:meth:`move_gpus`, :meth:`restart_gpus`): set aside
+        the rows of the slots whose board is displaced and read nowhere else (``swap.parked``),
+        by (node, board), and give up those the guard gave up (``swap.dropped``)."""
+        for key in swap.dropped:
+            self._parked.pop(key, None)
+        keys = swap.park_keys(self.topology)
+        if not keys:
+            return
+        slots = np.array([slot for slot, _ in keys], dtype=np.int64)
+        layout: list[tuple[str, str, np.dtype, tuple[int, ...]]] = []
+        packed: list[np.ndarray] = []  # per key: per slot, its row's bytes
+        other: list[dict[tuple[str, str], np.ndarray]] = [{} for _ in keys]
+        for detector in self.detectors:
+            state = detector.state_dict()  # a copy, at a swap only
+            for k, kind in detector.slot_kinds.items():
+                arr = state.get(k)
+                if kind != "gpu" or not isinstance(arr, np.ndarray):
+                    continue
+                if arr.dtype.kind not in "biuf":
+                    for i, slot in enumerate(slots.tolist()):
+                        other[i][detector.name, k] = arr[slot].copy()
+                    continue
+                layout.append((detector.name, k, arr.dtype, arr.shape[1:]))
+                packed.append(np.ascontiguousarray(arr[slots]).reshape(len(slots), -1).view(np.uint8))
+        rows = np.concatenate(packed, axis=1) if packed else np.zeros((len(slots), 0), dtype=np.uint8)
+        shared = tuple(layout)
+        for i, (_, key) in enumerate(keys):
+            self._parked[key] = ParkedRows(shared, rows[i].copy(), other[i])
+        while len(self._parked) > self.topology.size("gpu"):  # the guard bounds them; never more than a row per GPU
+            del self._parked[next(iter(self._parked))]
+
+    def unpark_gpus(self, swap: BoardSwap) -> None:
+        """After a board swap's state moved: each slot whose board was parked (``swap.unparked``)
+        takes its rows back (it started afresh in the move). Loaded through ``remap_state`` with
+        every slot in place, so that what a detector derives from its GPUs' rows (the power
+        detector's braking GPUs per node) is counted again. A board the bank holds no rows of
+        (the guard's parking outlived the bank's) stays as it started: afresh."""
+        restore = [(slot, self._parked.pop(key).rows()) for slot, key in swap.unpark_keys(self.topology)
+                   if key in self._parked]
+        if not restore:
+            return
+        in_place = Remap.rearranged(self.topology, np.arange(self.topology.size("gpu")))
+        for detector in self.detectors:
+            state = detector.state_dict()
+            for slot, rows in restore:
+                for k, row in rows.get(detector.name, {}).items():
+                    state[k][slot] = row
+            detector.load_state_dict(detector.remap_state(state, in_place))
+
+    @property
+    def parked(self) -> dict[tuple[int, float], ParkedRows]:
+        """The parked boards' rows, by (node, board) (:meth:`park_gpus`)."""
+        return self._parked
+
     def _load_remapped(self, remap: Remap, fresh: dict[str, Any]) -> None:
         current = self.state_dict()["detectors"]
         for detector in self.detectors:
@@ -171,6 +298,7 @@ class DetectorBank:
         return {
             "detectors": {d.name: d.state_dict() for d in self.detectors},
             "processors": {p.name: p.state_dict() for p in self.processors},
+            "parked": self._parked_state(),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -178,6 +306,40 @@ class DetectorBank:
             d.load_state_dict(state["detectors"][d.name])
         for p in self.processors:
             p.load_state_dict(state["processors"][p.name])
+        self._parked = self._parked_from(state.get("parked"))
+
+    def _gpu_layout(self) -> tuple[tuple[str, str, np.dtype, tuple[int, ...]], ...]:
+        """The packed layout of a GPU's rows in this bank (:class:`ParkedRows`), as :meth:`park_gpus` makes it."""
+        layout: list[tuple[str, str, np.dtype, tuple[int, ...]]] = []
+        for detector in self.detectors:
+            state = detector.state_dict()
+            for k, kind in detector.slot_kinds.items():
+                arr = state.get(k)
+                if kind == "gpu" and isinstance(arr, np.ndarray) and arr.dtype.kind in "biuf":
+                    layout.append((detector.name, k, arr.dtype, arr.shape[1:]))
+        return tuple(layout)
+
+    def _parked_state(self) -> dict[str, np.ndarray]:
+        """The parked rows as arrays, for a checkpoint: ``keys`` (node, board) and ``rows`` (their
+        packed bytes, in this bank's layout). Rows of a dtype not packed (none in the bank) are
+        left out, their boards with them."""
+        kept = [(key, parked.packed) for key, parked in self._parked.items() if not parked.other]
+        return {"keys": np.array([key for key, _ in kept], dtype=np.float64).reshape(-1, 2),
+                "rows": np.stack([rows for _, rows in kept]) if kept else np.zeros((0, 0), dtype=np.uint8)}
+
+    def _parked_from(self, saved: dict[str, Any] | None) -> dict[tuple[int, float], ParkedRows]:
+        """The parked rows of a state (:meth:`_parked_state`); none where it has none (saved before
+        boards were parked, or moved to other hardware: ``remap_state``) or where this bank's
+        detectors keep other rows (another version): those boards start afresh when read again."""
+        if not saved or not len(saved["keys"]):
+            return {}
+        layout = self._gpu_layout()
+        width = sum(int(np.prod(shape, dtype=np.int64)) * dtype.itemsize for _, _, dtype, shape in layout)
+        rows = np.asarray(saved["rows"], dtype=np.uint8)
+        if rows.ndim != 2 or rows.shape[1] != width:
+            return {}
+        return {(int(n), float(b)): ParkedRows(layout, rows[i].copy(), {})
+                for i, (n, b) in enumerate(np.asarray(saved["keys"]).tolist())}
 
     def remap_state(self, state: dict[str, Any], remap: Remap) -> dict[str, Any]:
         """A state saved under another topology, moved onto this (fresh) bank's entity by entity

@@ -451,7 +451,8 @@ class _BoardSwaps:
     (``InputGuard.follow_boards``), moved with it, what was predicted of what left a slot withdrawn
     (the restarted detectors would never withdraw it: in the scoring it would stay a claim to the
     end) and what was predicted of a moved board made again in its new slot (``follow_predictions``),
-    and the rest. Keeps the predictions active so far, by finding, for that."""
+    a displaced board's state parked for when it is read again (``DetectorBank.park_gpus``), and
+    the rest. Keeps the predictions active so far, by finding, for that."""
 
     def __init__(self, bank: DetectorBank, guard: InputGuard, health: PipelineHealth) -> None:
         self.bank, self.guard, self.health = bank, guard, health
@@ -465,17 +466,14 @@ class _BoardSwaps:
                 found += self._keep(self.bank.update(rows))
             if swap is None:
                 continue
-            if swap.moved.any() or len(swap.left):
-                self.bank.move_gpus(swap.take_from(self.bank.topology.size("gpu")), self.fresh)
-            else:
-                self.bank.restart_gpus(swap.slots, self.fresh)
+            told = self.bank.take_swap(swap, self.fresh)
             if swap.replaced.any():
                 self.health.gpu_replaced(self.guard.stage, int(swap.replaced.sum()))
             if swap.moved.any():
                 self.health.gpu_moved(self.guard.stage, int(swap.moved.sum()))
             changed: list[Finding] = list(follow_predictions(swap, self.active.values(),
                                                              lambda slot: self.bank.topology.name("gpu", slot)))
-            found += self._keep(changed + self.bank.pass_on(changed, swap.ts) if changed else [])
+            found += self._keep(told + (changed + self.bank.pass_on(changed, swap.ts) if changed else []))
         return found
 
     def _keep(self, findings: list[Finding]) -> list[Finding]:

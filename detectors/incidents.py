@@ -62,7 +62,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections import deque
-from typing import Any, Iterable, Sequence
+from typing import Any, Hashable, Iterable, Sequence
 
 import numpy as np
 
@@ -254,6 +254,9 @@ class IncidentEngine:
         self._names: dict[str, tuple[str, int]] | None = None
         self._evicted: list[Finding] = []  # resolved early to make room; reported by the same observe()
         self._left_out: list[int] = []  # incidents a move left members out of (report_left_out)
+        # boards displaced at a renumbering, read nowhere since: by the guard's key, the incidents
+        # each was a member of (serial, saved member, whether it held it) (follow_moves)
+        self._parked: dict[Hashable, list[tuple[int, list[Any], bool]]] = {}
         self.next_serial = 1
         self.last_tick = -math.inf
         self.stats = {"findings": 0, "attached": 0, "consequences": 0, "unattached": 0, "incidents": 0,
@@ -1122,6 +1125,135 @@ class IncidentEngine:
         self._left_out = []
         return out
 
+    def follow_moves(self, moved_from: np.ndarray, now: float, parked: Iterable[tuple[int, Hashable]] = (),
+                     unparked: Iterable[tuple[int, Hashable]] = (), dropped: Iterable[Hashable] = ()) -> list[Finding]:
+        """GPU boards renumbered within their node (a GPU missing at a reboot moves the later ones
+        one index down, ``InputGuard.follow_boards``): ``moved_from[slot]`` is the slot the board
+        read in ``slot`` now was read in before (-1: none moved there). Each incident member and
+        root that is a moved board follows it to its new slot, as the detector state does
+        (``DetectorBank.move_gpus``): an incident is about a board, not an index. Without this, one
+        degrading board's incident, still held by its old slot, took the board again at its new
+        one — ``growing root=node0 members=(node0/gpu5, node0/gpu4)``, a node-wide cause out of one
+        board (h24). A slot a board left keeps nothing of it; a board whose slot another board
+        took and that is read nowhere now (the one missing) is left out of its incidents, as a move
+        onto other hardware leaves out what is gone (:meth:`remap_state`). A slot that took no
+        board that moved keeps its history (a board swapped in it, an RMA: the incident is the slot's).
+
+        The guard may set a displaced board's state aside for when it is read again
+        (``BoardSwap.parked``, by a key such as (node, board)): ``parked`` names, per slot whose
+        board was so displaced, that key, and what the board was a member of is kept under it;
+        ``unparked`` names the slots whose board takes a parked state back, and there it becomes
+        a member again of those of its incidents the engine still holds (told again where open; in
+        a resolved one's history, for a reopening). ``dropped``: keys given up. In memory only, as
+        the guard's and the bank's: a restored state has none.
+
+        Returns each open incident that changed, told again at once under its new member names:
+        re-ranked (its root and reason follow the board), in the state it was (it did not grow);
+        resolved where none of its members is left. One not told yet is ranked when it is; a
+        resolved one is renamed for a reopening and keeps its history. Call it right after the
+        detector state moved and before the withdrawn and re-made predictions of the move
+        (``follow_predictions``) are handed over: those of a moved board are then its own again."""
+        n = self.dom.sizes["gpu"]
+        moved_from = np.asarray(moved_from, dtype=np.int64)
+        if moved_from.shape != (n,):
+            raise ValueError(f"moved_from has shape {moved_from.shape}, expected ({n},)")
+        for gone in dropped:
+            self._parked.pop(gone, None)
+        parked, unparked = list(parked), list(unparked)
+        moved = np.flatnonzero(moved_from >= 0)
+        take_from = np.arange(n, dtype=np.int64)
+        take_from[moved_from[moved]] = -1  # a board that moved left its slot ...
+        take_from[moved] = moved_from[moved]  # ... for the one it is read in now (read at once: cycles too)
+        for slot, _ in unparked:
+            take_from[slot] = -1  # its board's incidents come from the parking, not the slot's
+        # a displaced board whose slot another board took: its memberships set aside
+        park = {int(slot): k for slot, k in parked if take_from[slot] != slot}
+        if (take_from == np.arange(n)).all():
+            return []
+        remap = Remap.rearranged(self.topology, take_from)
+        new_gpu = remap.new_of_old["gpu"]
+
+        def renamed(k: int) -> bool:
+            return k >= 0 and level_of(k) == GPU and int(new_gpu[slot_of(k)]) != slot_of(k)
+
+        state = self.state_dict()
+        changed: list[int] = []
+        gone_roots: dict[int, int] = {}  # serial -> its root, a board read nowhere now
+        for d in state["incidents"]:
+            serial, root = int(d["serial"]), int(d["root"])
+            if renamed(root) or any(renamed(int(m[0])) for m in d["members"]):
+                changed.append(serial)
+            owned = {int(k) for k in d.get("owned", ())}
+            for m in d["members"]:
+                k = int(m[0])
+                if level_of(k) == GPU and slot_of(k) in park:
+                    self._parked.setdefault(park[slot_of(k)], []).append((serial, list(m), k in owned))
+            if renamed(root) and new_gpu[slot_of(root)] < 0:
+                # kept for a new root among the members left, or the board's return (a move onto
+                # other hardware drops an incident whose root is gone: its sinks are told by the
+                # pipeline, not here)
+                gone_roots[serial] = root
+                d["root"] = -1
+        held_aside, left_out = self._parked, self._left_out  # (load_state_dict starts both afresh)
+        self.load_state_dict(self.remap_state(state, remap))
+        self._parked, self._left_out = held_aside, left_out
+        for slot, parked_as in unparked:
+            changed += self._take_back(int(slot), self._parked.pop(parked_as, []))
+        while sum(len(v) for v in self._parked.values()) > n:  # bounded as the guard's: the oldest goes
+            del self._parked[next(iter(self._parked))]
+        waiting = {serial for memberships in self._parked.values() for serial, _, _ in memberships}
+        for serial in gone_roots:
+            inc = self._incidents.get(serial)
+            if inc is None or inc.live:
+                continue
+            if inc.members:
+                self._find_root(inc)  # described from the members left, for a reopening
+            elif serial not in waiting:
+                self._drop(inc)  # nothing left that could reopen it
+        out: list[Finding] = []
+        for serial in dict.fromkeys(changed):
+            inc = self._incidents.get(serial)
+            if inc is None or not inc.live:
+                continue
+            inc.dirty = True  # its reason names its members: described again
+            if not inc.members:
+                root = gone_roots.get(serial, inc.root)
+                self._set_root(inc, root)
+                if inc.emits:
+                    what = f"{self.dom.name(root)}'s board" if root >= 0 and level_of(root) == GPU \
+                        else "the boards of its GPUs"
+                    inc.reason = f"resolved: {what} no longer read (the node's GPUs renumbered at a reboot)"
+                    self._resolve(inc, now, out)
+                else:
+                    self._drop(inc)
+            elif inc.emits:
+                self._emit(inc, now, out)
+            elif inc.root < 0:
+                self._find_root(inc)  # a root among the members left, until it is told
+        return out
+
+    def _take_back(self, slot: int, memberships: list[tuple[int, list[Any], bool]]) -> list[int]:
+        """A board read again at GPU ``slot`` whose memberships were set aside (:meth:`follow_moves`):
+        a member again, there, of each of those incidents still held (merged since: of the one it
+        was merged into). Returns the incidents it is back in."""
+        back = []
+        mkey = key(GPU, slot)
+        for serial, (_, kind, _, first, last, strong, count, signals, preds, xid), owned in memberships:
+            inc = self._incidents.get(serial)
+            inc = self._surviving(inc) if inc is not None else None
+            if inc is None or inc.merged_into >= 0 or mkey in inc.members:
+                continue
+            serial = inc.serial
+            m = _Member(mkey, kind, slot, self.dom.ancestors(kind, slot), float(first))
+            m.last_ts, m.strong_ts, m.count, m.xid = float(last), float(strong), int(count), int(xid)
+            m.signals, m.preds = dict(signals), {str(e): (float(v[0]), float(v[1])) for e, v in preds.items()}
+            inc.members[mkey] = m
+            if owned and self.s_member_of[GPU][slot] < 0:
+                self.s_member_of[GPU][slot] = serial
+                self._index_add(inc, m.anc)
+            back.append(serial)
+        return back
+
     # ---- checkpoints ---------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         incs = []
@@ -1198,6 +1330,7 @@ class IncidentEngine:
             owner_of[:] = -1
         self._incidents, self._index, self._rooted = {}, {}, {}
         self._left_out = [int(d["serial"]) for d in state["incidents"] if d.get("members_left_out")]
+        self._parked = {}  # in memory only, as the guard's parked boards
         owners: dict[int, int] = {}  # member key -> the incident holding it
         for d in state["incidents"]:
             inc = _Incident(int(d["serial"]), d["family"], float(d["first_ts"]))

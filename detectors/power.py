@@ -59,6 +59,7 @@ from foreshock import facts
 from foreshock.findings import Anomaly, Finding, Prediction
 from foreshock.frames import Frame
 from foreshock.health import PipelineHealth
+from foreshock.remap import Remap
 from foreshock.topology import Topology
 
 from .alarm import (CODE_NONE, CODE_START, CODE_WITHDRAW, O_CODE, O_CONF, O_ETA, O_ROW, O_V0,
@@ -440,6 +441,21 @@ class PowerDetector(ThermalFitDetector):
         S_CAP_TS (NaN: not over the default limit; reasons never read, so a brake held then is let
         go; no die temperature seen yet, taken from the next sample; its cap not seen binding)."""
         return add_columns(super().upgrade_state(state), "s_gpu", S_SIZE)
+
+    def remap_state(self, state: dict[str, Any], remap: Remap) -> dict[str, Any]:
+        """... and each node's count of braking GPUs counted again from the GPUs' brake flags as
+        they now sit: the kernel keeps it as each flag changes, and a braking GPU whose state starts
+        afresh (a board swapped in its slot) or moves (boards renumbered at a reboot) never lets its
+        brake go there. The stale count made the next single GPU of the node to brake "2 of 8 GPUs
+        braking together — power supply or PDU fault" (until 2026-12-02). A node event still raised
+        ends where none of the node's GPUs brakes any more, as when its last braking GPU lets go
+        (:func:`release_brake`)."""
+        moved = super().remap_state(state, remap)
+        braking = np.asarray(moved["s_gpu"])[:, S_BRAKE] == 1.0
+        node_brake = np.array(moved["s_node_brake"], dtype=float)
+        node_brake[:, N_COUNT] = np.bincount(self.topology.gpu_node[braking], minlength=len(node_brake))
+        node_brake[node_brake[:, N_COUNT] == 0.0, N_ACTIVE] = 0.0
+        return {**moved, "s_node_brake": node_brake}
 
     def begin_frame(self, fit: ThermalFit) -> None:
         self._out = self._scratch.take("out", (3 * fit.n_rows, OUT_SIZE))

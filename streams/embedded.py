@@ -137,15 +137,6 @@ class EmbeddedPipeline:
         self.bank.restart_gpus(slots, self._fresh_state())
         self.store.forget_limits(slots)
 
-    def move_gpus(self, take_from: np.ndarray) -> None:
-        """Rearrange the GPUs' detector state: each GPU slot takes the state of the slot
-        ``take_from`` names (its own: kept; another: its board moved here, a renumbering of its
-        node's GPUs, ``InputGuard.follow_boards``; -1: afresh, as :meth:`restart_gpus`). The store
-        forgets the limits of every slot that takes another's state (its board's are read again
-        with its next row); the guard and the incident engine keep theirs, by slot, as for a swap."""
-        self.bank.move_gpus(take_from, self._fresh_state())
-        self.store.forget_limits(np.flatnonzero(take_from != np.arange(len(take_from))))
-
     @staticmethod
     def _kept(state: dict[str, Any]) -> Callable[[], dict[str, Any]]:
         return lambda: state
@@ -184,20 +175,23 @@ class EmbeddedPipeline:
         return findings
 
     def _board_swapped(self, swap: BoardSwap) -> list[Finding]:
-        """Where GPU boards changed slots at ``swap.ts``: a board new to its node (an RMA) starts
-        afresh in its slot (:meth:`restart_gpus`, counted, logged per GPU); a board that moved from
-        another slot of its node (a GPU missing at a reboot renumbers the later ones) takes its
-        detector state along (:meth:`move_gpus`, logged once per node), and a slot it left that no
-        board came to starts afresh. The predictions about what left a slot are withdrawn, those
-        of a moved board made again in its new slot (``follow_predictions``): the bank's processors
-        and the sinks are handed them, and they are returned with what the processors made of them."""
+        """Where GPU boards changed slots at ``swap.ts`` (``DetectorBank.take_swap``): a board new to
+        its node (an RMA) starts afresh in its slot (counted, logged per GPU); a board that moved
+        from another slot of its node (a GPU missing at a reboot renumbers the later ones) takes its
+        detector state and its incidents along (logged once per node), and a slot it left that no
+        board came to starts afresh. A board displaced and read nowhere else has its state parked
+        in the bank, and takes it back where it is read again (``BoardSwap.parked``, logged per
+        GPU). The predictions about what left a slot are withdrawn, those of a moved board made
+        again in its new slot (``follow_predictions``): the bank's processors and the sinks are
+        handed them with the incidents told again, and all are returned with what the processors
+        made of them."""
         def name(slot: int) -> str:
             return self.topology.name("gpu", slot)
 
-        if swap.moved.any() or len(swap.left):
-            self.move_gpus(swap.take_from(self.topology.size("gpu")))
-        else:
-            self.restart_gpus(swap.slots)
+        told = self.bank.take_swap(swap, self._fresh_state())  # incidents follow their boards too
+        # the store forgets the limits of every slot whose board changed (its board's are read again
+        # with its next row)
+        self.store.forget_limits(np.union1d(swap.slots, swap.left))
         if swap.replaced.any():
             self.health.gpu_replaced(self.guard.stage, int(swap.replaced.sum()))
         if swap.moved.any():
@@ -206,6 +200,9 @@ class EmbeddedPipeline:
                                   swap.new[swap.replaced].tolist()):
             log.warning("GPU %s: another board in its slot (board_id %d -> %d); its detector state starts afresh "
                         "(input guard and /metrics state kept, but for the old board's limits)", name(slot), was, now)
+        for slot, (_, board) in swap.unpark_keys(self.topology):
+            log.warning("GPU %s: board_id %d read again on its node (at another index, or back from a reboot "
+                        "without it); the detector state it had there follows it", name(slot), board)
         for node, moves in swap.moves_by_node(self.topology).items():
             empty = [name(s) for s in swap.left.tolist() if self.topology.gpu_node[s] == node]
             log.warning("%s: GPU boards moved to other indices (a GPU missing, or back, at a reboot?): %s; their detector "
@@ -213,11 +210,11 @@ class EmbeddedPipeline:
                         ", ".join(f"{name(a)} -> {name(b)}" for a, b in moves),
                         f"; no board now in {', '.join(empty)}: started afresh" if empty else "")
         about = self.store.active_predictions("gpu", np.concatenate([swap.slots, swap.left]))
-        changed: list[Finding] = list(follow_predictions(swap, about, name))
-        if changed:
-            changed += self.bank.pass_on(changed, swap.ts)  # the incident engine, where it runs in the bank
-            for sink in self.sinks:
-                sink.observe_findings(changed)
+        predicted: list[Finding] = list(follow_predictions(swap, about, name))
+        # the incident engine, where it runs in the bank, is handed the predictions too
+        changed = told + predicted + (self.bank.pass_on(predicted, swap.ts) if predicted else [])
+        for sink in self.sinks if changed else ():
+            sink.observe_findings(changed)
         return changed
 
     def _publish_gauges(self) -> None:

@@ -70,6 +70,9 @@ class GpuBoards:
         self.health = health
         self.stage = stage
         self.uuids: dict[str, str] = {}  # per listed GPU, the UUID last read
+        # UUIDs another one displaced and read at no GPU since, with their node's slot: the board
+        # of a GPU missing at a reboot, read again when it is back (oldest first; as many as GPUs)
+        self._away: dict[str, int] = {}
         # each UUID's board_id: hashed once, not at every poll (9.9 ms a poll of 10,000 GPUs)
         self._ids: dict[str, float] = {}
 
@@ -98,7 +101,8 @@ class GpuBoards:
 
     def _tell(self, changed: list[tuple[str, int, str, str]], topology: Topology) -> None:
         """Log and count the GPUs that read another UUID this poll: a board last read at another GPU
-        of the same host before this poll moved there, any other is a new board. Judged against
+        of the same host before this poll moved there, and so did one displaced on this host and
+        read nowhere since (the missing GPU's, back); any other is a new board. Judged against
         the UUIDs as they were before the poll (a shift back up reads gpu3's old board at gpu4 after
         gpu3 noted its own), so it runs on the changes only, after they are noted."""
         before = dict(self.uuids)
@@ -115,9 +119,19 @@ class GpuBoards:
             if was is not None and was != name and was_slot >= 0 and node[was_slot] == node[slot]:
                 moves.setdefault(int(node[slot]), []).append(f"{was} -> {name}")
                 continue
+            if self._away.get(uuid) == node[slot]:  # back on its node (the pipeline's guard parked its state)
+                del self._away[uuid]
+                moves.setdefault(int(node[slot]), []).append(f"(away) -> {name}")
+                continue
             self.health.gpu_replaced(self.stage)
             log.warning("GPU %s replaced: UUID %s -> %s; its detector state starts afresh where its rows are "
                         "processed", name, old, uuid)
+        read = set(self.uuids.values())
+        for name, slot, old, _ in changed:
+            if old not in read:  # displaced, and read at no GPU now
+                self._away[old] = int(node[slot])
+        for uuid in list(self._away)[:max(len(self._away) - len(self.uuids), 0)]:
+            del self._away[uuid]  # the oldest beyond one per GPU
         for node_slot, moved in moves.items():
             self.health.gpu_moved(self.stage, len(moved))
             log.warning("%s: GPU boards read at other indices (a GPU missing, or back, at a reboot?): %s; their "

@@ -12,21 +12,25 @@ from __future__ import annotations
 
 import logging
 import math
-from typing import Any, Callable
+import signal
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator
 
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from foreshock.detectors.bank import DetectorBank
+from foreshock.detectors.bank import DetectorBank, follow_predictions
 from foreshock.detectors.evaluation import _BoardSwaps
-from foreshock.findings import Finding, Prediction
+from foreshock.findings import Finding, Incident, Prediction
 from foreshock.frames import Frame
-from foreshock.guard import BoardSwap, InputGuard
+from foreshock.guard import PARK_FOR_S, BoardSwap, InputGuard
 from foreshock.health import PipelineHealth
 from foreshock.remap import Remap
 from foreshock.streams.embedded import EmbeddedPipeline
+from foreshock.streams.kafka_codec import PartitionMap, encode_bundle
+from foreshock.streams.kafka_worker import DetectionStage
 from foreshock.streams.polling import GpuBoards
 from foreshock.streams.samples import SampleBatch
 from foreshock.topology import Topology
@@ -133,10 +137,13 @@ def test_the_guard_says_where_each_moved_board_was_read_before() -> None:
     assert swap.left.tolist() == [7] and not swap.replaced.any()
     assert swap.moves_by_node(topology) == {0: [(4, 3), (5, 4), (6, 5), (7, 6)]}
     assert math.isnan(guard.s_board[7])  # no board there now
-    # gpu3 back: 3 is a board held nowhere (new), 4..6 move up, and so does 7 into the slot that held none
+    assert swap.parked.tolist() == [3] and guard.parked == {(0, board(3)): 20.0}  # gpu3's board, displaced
+    # gpu3 back: 3 is a board held nowhere but parked on node0 (its state comes back), 4..6 move
+    # up, and so does 7 into the slot that held none
     (swap,) = swaps(guard, hand_frame(30.0, every, board(every).tolist()))
     assert swap.slots.tolist() == [3, 4, 5, 6, 7] and swap.came_from.tolist() == [-1, 3, 4, 5, 6]
-    assert swap.left.tolist() == [] and swap.replaced.tolist() == [True, False, False, False, False]
+    assert swap.unparked.tolist() == [3] and swap.parked.tolist() == [] and guard.parked == {}
+    assert swap.left.tolist() == [] and swap.moved.all() and not swap.replaced.any()
     np.testing.assert_array_equal(guard.s_board, board(every))
     # a cycle of three on node1, and a board of node0 read on node1 (and node1's on node0): not moves
     boards = board(every)
@@ -145,6 +152,7 @@ def test_the_guard_says_where_each_moved_board_was_read_before() -> None:
     (swap,) = swaps(guard, hand_frame(40.0, every, boards.tolist()))
     assert swap.slots.tolist() == [2, 8, 9, 10, 12] and swap.came_from.tolist() == [-1, 10, 8, 9, -1]
     assert swap.left.tolist() == [] and swap.replaced.tolist() == [True, False, False, False, True]
+    assert guard.parked == {(0, board(2)): 40.0, (1, board(12)): 40.0}  # the boards displaced, by node
     # nothing changing: nothing said
     assert swaps(guard, hand_frame(50.0, every, boards.tolist())) == []
 
@@ -226,27 +234,31 @@ def test_a_gpu_missing_at_a_reboot_moves_the_later_boards_state_one_index_down(w
         "predictions follow them; no board now in node0/gpu7: started afresh"]
 
 
-def test_the_reverse_shift_puts_each_board_back_and_the_returning_board_starts_afresh(world) -> None:
+def test_the_reverse_shift_puts_each_board_back_and_the_returning_board_finds_its_own_state(world) -> None:
     """Back with all eight GPUs (the missing one reseated): the boards that had moved down one
-    index move back up with their state; the returning board was held nowhere (its state went
-    when another board took its slot): it starts afresh, as a new board, and is counted so."""
+    index move back up with their state; the returning board's state, set aside when another
+    board took its slot, is its own again, as it was when it went missing: no board is new. (Its
+    state went with the displaced board: it started afresh and was counted a replacement.)"""
     topology, frames = world
     p = pipeline(topology)
     back = BEFORE + 30
     for frame in frames[:BEFORE]:
         p.process(in_place(frame))
+    when_it_went = gpu_rows(p.bank)
     for frame in frames[BEFORE:back]:
         p.process(shifted(frame))
-    before, fresh = gpu_rows(p.bank), gpu_rows(pipeline(topology).bank)
+    before = gpu_rows(p.bank)
+    assert list(p.bank.parked) == [(0, board(MISSING))]
     seen = after_each_swap(p)
     p.process(in_place(frames[back]))
     (after,) = seen
     assert_rows(after, lambda key, slot: before[key][slot - 1], [4, 5, 6, 7])
-    assert_rows(after, lambda key, slot: fresh[key][slot], [MISSING])
+    assert_rows(after, lambda key, slot: when_it_went[key][slot], [MISSING])
     assert_rows(after, lambda key, slot: before[key][slot], [0, 1, 2, *range(GPUS, 2 * GPUS)])
     np.testing.assert_array_equal(p.guard.s_board, board(np.arange(2 * GPUS)))
-    assert p.health.gpus_replaced == {"guard": 1}
-    assert p.health.gpus_moved == {"guard": 4 + 4}  # down, then back up
+    assert not p.health.gpus_replaced
+    assert p.health.gpus_moved == {"guard": 4 + 5}  # down, then back up, gpu3's own board with them
+    assert p.bank.parked == {} and p.guard.parked == {}
 
 
 def test_two_boards_trading_slots_each_take_their_own_state_and_a_new_board_starts_afresh(world) -> None:
@@ -399,11 +411,320 @@ def test_a_source_counts_boards_read_at_other_indices_of_their_host_as_moved_not
                     "their detector state follows them where their rows are processed"]
     # back: gpu3's own board is held nowhere now (a new board to the source too), the others move up
     told = poll(uuid)
-    # (gpu7 reads the board it last read there: no change to the source, which never read another
-    # at gpu7; the pipeline's guard, which emptied gpu7 when its board moved, counts it moved back)
-    assert boards.health.gpus_moved == {"dcgm": 4 + 3} and boards.health.gpus_replaced == {"dcgm": 1}
-    assert told[0].startswith("GPU node0/gpu3 replaced: UUID GPU-0004 -> GPU-0003")
+    # gpu3's own board, displaced at the shift and read nowhere since, is back on its node: moved,
+    # as the pipeline's guard unparks it. (gpu7 reads the board it last read there: no change to
+    # the source, which never read another at gpu7; the guard, which emptied gpu7, counts it moved.)
+    assert boards.health.gpus_moved == {"dcgm": 4 + 4} and not boards.health.gpus_replaced
+    assert told == ["node0: GPU boards read at other indices (a GPU missing, or back, at a reboot?): (away) -> "
+                    "node0/gpu3, node0/gpu3 -> node0/gpu4, node0/gpu4 -> node0/gpu5, node0/gpu5 -> node0/gpu6; "
+                    "their detector state follows them where their rows are processed"]
     # a board of node0 read on node1: new to node1, as node1's is to node0
     across = {**uuid, "node0/gpu0": uuid["node1/gpu0"], "node1/gpu0": uuid["node0/gpu0"]}
     poll(across)
-    assert boards.health.gpus_moved == {"dcgm": 7} and boards.health.gpus_replaced == {"dcgm": 3}
+    assert boards.health.gpus_moved == {"dcgm": 8} and boards.health.gpus_replaced == {"dcgm": 2}
+    # an RMA: a UUID new to the host is a replacement
+    poll({**across, "node0/gpu1": "GPU-new"})
+    assert boards.health.gpus_replaced == {"dcgm": 3}
+
+
+# ---- a board read twice, a renumbering read in pieces or with a board unread (review h24) -------
+class _StillRunning(Exception):
+    pass
+
+
+@contextmanager
+def ends_within(seconds: int) -> Iterator[None]:
+    """Fail where the block runs longer than ``seconds`` (``split_by_board`` looping for ever)."""
+    def alarm(*_: Any) -> None:
+        raise _StillRunning()
+
+    previous = signal.signal(signal.SIGALRM, alarm)
+    signal.alarm(seconds)
+    try:
+        yield
+    except _StillRunning:
+        pytest.fail(f"still running after {seconds} s")
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def test_a_board_read_in_two_slots_of_its_node_at_once_is_a_new_board_in_the_other() -> None:
+    """node0/gpu3 reads gpu4's board while gpu4 still reads it (one bad row from a source): gpu3
+    reads a new board, its own parked; gpu4 keeps its board. Read right again, gpu3's board takes
+    its state back. (The state moved from gpu4 to gpu3 and back for ever: the pipeline hung, and
+    a Kafka worker would replay the record after every restart.)"""
+    topology = small_topology(nodes=1, gpus=GPUS, racks=1)
+    health = PipelineHealth()
+    guard = InputGuard(topology, health)
+    every = list(range(GPUS))
+    swaps(guard, hand_frame(10.0, every, board(every).tolist()))
+    boards = board(every)
+    boards[3] = board(4)
+    with ends_within(5):
+        found = swaps(guard, hand_frame(20.0, every, boards.tolist()))
+    (swap,) = found
+    assert swap.slots.tolist() == [3] and swap.came_from.tolist() == [-1] and swap.left.tolist() == []
+    assert swap.replaced.tolist() == [True] and swap.parked.tolist() == [3]
+    assert guard.s_board[[3, 4]].tolist() == [board(4), board(4)]
+    (swap,) = swaps(guard, hand_frame(30.0, every, board(every).tolist()))
+    assert swap.slots.tolist() == [3] and swap.unparked.tolist() == [3] and swap.moved.tolist() == [True]
+    assert swap.parked.tolist() == []  # the second read of gpu4's board: gpu4 holds the board's state
+    np.testing.assert_array_equal(guard.s_board, board(every))
+    # a slot holding no board (gpu7, after the shift down) reading the board gpu6 still reads: a
+    # first board there, not a move (the same loop, through the first boards)
+    swaps(guard, hand_frame(40.0, every[:7], board([0, 1, 2, 4, 5, 6, 7]).tolist()))
+    boards = board([0, 1, 2, 4, 5, 6, 7, 7])
+    with ends_within(5):
+        assert swaps(guard, hand_frame(50.0, every, boards.tolist())) == []
+    np.testing.assert_array_equal(guard.s_board, boards)
+    assert not health.problems
+
+
+def test_boards_moving_back_and_forth_end_the_split_and_are_counted(monkeypatch) -> None:
+    """Should the guard's logic ever move a board back and forth within one frame (here: the
+    duplicate read above, with the check that its holder still reads it defeated), the split
+    still ends: a change no later than the one before is the last, counted, and the rest of the
+    frame is processed as it is, each row once."""
+    never = staticmethod(lambda frame, slots, since: np.full(len(slots), np.nan))
+    monkeypatch.setattr(InputGuard, "_next_reads", never)
+    topology = small_topology(nodes=1, gpus=GPUS, racks=1)
+    health = PipelineHealth()
+    guard = InputGuard(topology, health)
+    every = list(range(GPUS))
+    swaps(guard, hand_frame(10.0, every, board(every).tolist()))
+    boards = board(every)
+    boards[3] = board(4)
+    with ends_within(5):
+        parts = list(guard.split_by_board(hand_frame(20.0, every, boards.tolist())))
+    assert [swap is None for _, swap in parts] == [False, False, True]
+    assert sum(len(rows) for rows, _ in parts) == GPUS
+    assert health.problems == {("guard", "board_changes_unsettled"): 1}
+
+
+def test_the_pipeline_handed_a_board_read_twice_goes_on_and_keeps_both_boards_state(world) -> None:
+    topology, frames = world
+    p = pipeline(topology)
+    for frame in frames[:BEFORE]:
+        p.process(in_place(frame))
+    before = gpu_rows(p.bank)
+    seen = after_each_swap(p)
+    with ends_within(30):
+        p.process(with_boards(frames[BEFORE], {3: board(4)}))
+    p.process(in_place(frames[BEFORE + 1]))
+    first, second = seen
+    assert_rows(first, lambda key, slot: before[key][slot], [4])  # gpu4's board's state stays with gpu4
+    assert_rows(second, lambda key, slot: before[key][slot], [3])  # gpu3's board back: its state from before
+    assert p.health.gpus_replaced == {"guard": 1} and p.health.gpus_moved == {"guard": 1}
+    assert p.bank.parked == {} and p.guard.parked == {}
+
+
+def test_a_shift_read_in_two_pieces_high_slots_first_keeps_every_boards_state(world) -> None:
+    """The shift poll cut into two pieces by row order with the same stamps (Kafka agents cut a
+    partition's frame into pieces), gpu5..6's rows first: board 1005 (gpu5 before, gpu4 now) still
+    takes its state to gpu4, from the parking: the first piece moved 1006 into gpu5 before gpu4's
+    row said where 1005 went. (1005's state was discarded; gpu4 then read a board held nowhere:
+    an "RMA", afresh.)"""
+    topology, frames = world
+    p = pipeline(topology)
+    for frame in frames[:BEFORE]:
+        p.process(in_place(frame))
+    before = gpu_rows(p.bank)
+    seen = after_each_swap(p)
+    f = shifted(frames[BEFORE])
+    high = np.isin(f.slot, [5, 6])
+    p.process(f.take(high))
+    p.process(f.take(~high))
+    assert len(seen) == 2
+    assert_rows(seen[-1], lambda key, slot: before[key][5], [4])  # as it was parked, before the first piece
+    for key in (("thermal", "s_model"), ("cooling", "s_gpu_base"), ("power", "s_gpu")):  # learnt, per board
+        np.testing.assert_array_equal(seen[-1][key][3], before[key][4], err_msg=str(key))
+    assert not p.health.gpus_replaced and p.health.gpus_moved == {"guard": 4}
+    assert list(p.bank.parked) == list(p.guard.parked) == [(0, board(MISSING))]  # the missing GPU's
+
+
+def test_the_shift_back_read_in_two_pieces_moves_every_board() -> None:
+    """Back up (gpu3 reseated) in two pieces, gpu0..4 then gpu5..7: gpu4's board before (1005) was
+    displaced by 1004 before gpu5's row read it: parked, it moves on. (It was counted new.)"""
+    topology = small_topology(nodes=1, gpus=GPUS, racks=1)
+    guard = InputGuard(topology, PipelineHealth())
+    every = list(range(GPUS))
+    swaps(guard, hand_frame(10.0, every, board(every).tolist()))
+    swaps(guard, hand_frame(20.0, every[:7], board([0, 1, 2, 4, 5, 6, 7]).tolist()))
+    low, high = (swaps(guard, hand_frame(30.0, part, board(part).tolist())) for part in (every[:5], every[5:]))
+    (low,), (high,) = low, high
+    assert (low.slots.tolist(), low.came_from.tolist(), low.unparked.tolist()) == ([3, 4], [-1, 3], [3])
+    assert (high.slots.tolist(), high.came_from.tolist(), high.unparked.tolist()) == ([5, 6, 7], [-1, 5, 6], [5])
+    assert low.moved.all() and high.moved.all() and guard.parked == {}
+    np.testing.assert_array_equal(guard.s_board, board(every))
+
+
+def test_a_board_not_read_in_the_shift_poll_keeps_its_state(world) -> None:
+    """gpu4's UUID not read in the shift poll (board_id NaN), read at the next: board 1005 still
+    finds its state there. (gpu5's state, 1005's, was overwritten by 1006's at the shift, gpu4
+    started afresh, and at the next poll 1005 was a first board there: lost, neither moved nor
+    replaced.)"""
+    topology, frames = world
+    p = pipeline(topology)
+    for frame in frames[:BEFORE]:
+        p.process(in_place(frame))
+    before = gpu_rows(p.bank)
+    seen = after_each_swap(p)
+    f = shifted(frames[BEFORE])
+    ids = f.columns["board_id"].copy()
+    ids[f.slot == 4] = np.nan
+    p.process(Frame("gpu", f.ts, f.slot, {**f.columns, "board_id": ids}))
+    p.process(shifted(frames[BEFORE + 1]))
+    assert len(seen) == 2
+    assert_rows(seen[-1], lambda key, slot: before[key][5], [4])
+    assert p.health.gpus_moved == {"guard": 4} and not p.health.gpus_replaced
+
+
+def test_a_node_parks_at_most_as_many_boards_as_it_has_gpus_and_for_a_day(world) -> None:
+    """Ten boards in turn in node0/gpu0 (RMAs): each displaced one is parked, node0 keeps its
+    last eight (its GPU count), the bank the same boards' rows; a day of telemetry later the next
+    change anywhere gives them up."""
+    topology, frames = world
+    p = pipeline(topology)
+    for frame in frames[:10]:
+        p.process(in_place(frame))
+    dropped: list[tuple[int, float]] = []
+    handle = p._board_swapped
+    p._board_swapped = lambda swap: (dropped.extend(swap.dropped), handle(swap))[1]  # type: ignore[method-assign]
+    for i, frame in enumerate(frames[10:20]):
+        p.process(with_boards(frame, {0: 5000.0 + i}))
+    assert dropped == [(0, board(0)), (0, 5000.0)]
+    assert list(p.guard.parked) == [(0, 5000.0 + i) for i in range(1, 9)]
+    assert list(p.bank.parked) == list(p.guard.parked)
+    last = frames[20]
+    later = Frame("gpu", last.ts + PARK_FOR_S + 100.0, last.slot, last.columns)
+    p.process(with_boards(later, {0: 5009.0, 8: 6000.0}))  # node1/gpu0 swapped too, a day on
+    assert dropped[2:] == [(0, 5000.0 + i) for i in range(1, 9)]
+    assert list(p.guard.parked) == list(p.bank.parked) == [(1, board(8))]
+
+
+def test_a_carried_prediction_keeps_an_unknown_eta_and_says_once_where_its_board_moved_from() -> None:
+    """A moved board's prediction with no finite forecast (``eta_s`` -1) stays unknown, not due
+    now (0); a known ETA is shortened by the time since; moved again, its reason names the last
+    slot only (the suffix grew with each move)."""
+    swap = BoardSwap(100.0, np.array([3]), np.array([board(3)]), np.array([board(4)]), np.array([4]), np.array([4]))
+    unknown = Prediction(90.0, "gpu", 4, "power_cap", -1.0, 0.7, "power", "heading for the limit")
+    known = Prediction(90.0, "gpu", 4, "thermal_throttle", 600.0, 0.9, "thermal", "hot")
+
+    def name(slot: int) -> str:
+        return f"node0/gpu{slot}"
+
+    carried = {f.event: f for f in follow_predictions(swap, [unknown, known], name) if f.active}
+    assert carried["power_cap"].eta_s == -1.0
+    assert carried["thermal_throttle"].eta_s == 590.0
+    assert carried["thermal_throttle"].reason == "hot (its board moved from node0/gpu4)"
+    again = BoardSwap(200.0, np.array([2]), np.array([board(2)]), np.array([board(4)]), np.array([3]), np.array([3]))
+    (moved,) = [f for f in follow_predictions(again, [carried["thermal_throttle"]], name) if f.active]
+    assert moved.reason == "hot (its board moved from node0/gpu3)"
+    assert moved.eta_s == 490.0
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.lists(st.integers(-2, 11), min_size=GPUS, max_size=GPUS), min_size=1, max_size=5),
+       st.lists(st.integers(1, 3), min_size=5, max_size=5), st.lists(st.integers(0, 3), min_size=GPUS, max_size=GPUS))
+def test_any_reads_of_a_nodes_boards_settle(polls: list[list[int]], pieces: list[int], apart: list[int]) -> None:
+    """Any boards read in a node's slots (-2: no row, -1: not read, else one of twelve boards:
+    the node's own, new ones, and the same board in two slots), each poll's GPUs stamped up to
+    3 ms apart and cut into up to three pieces by row order: every split ends with at most one
+    cut per time stamp, never counted unsettled; no board is both held and parked on the node,
+    which parks no more boards than it has GPUs; a swap's moves come each from another slot of
+    the node, each slot's board from one slot at most."""
+    topology = small_topology(nodes=1, gpus=GPUS, racks=1)
+    health = PipelineHealth()
+    guard = InputGuard(topology, health)
+    every = np.arange(GPUS)
+    guard.board_change(hand_frame(0.0, every.tolist(), board(every).tolist()))
+    for i, poll in enumerate(polls):
+        reads = np.array(poll)
+        rows = every[reads > -2]
+        ids = np.where(reads[rows] >= 0, board(reads[rows]), np.nan)
+        frame = Frame("gpu", 10.0 * (i + 1) + 0.001 * np.array(apart)[rows], rows, {"board_id": ids})
+        for piece in np.array_split(np.arange(len(rows)), pieces[i]):
+            part = guard.check(frame.take(piece))
+            with ends_within(5):
+                parts = list(guard.split_by_board(part))
+            assert len(parts) <= len(np.unique(part.ts)) + 1
+            for _, swap in parts[:-1]:
+                assert swap is not None
+                came = swap.came_from >= 0
+                sources = swap.came_from[came]
+                assert len(np.unique(sources)) == len(sources) and not (sources == swap.slots[came]).any()
+                assert not np.isin(swap.unparked, swap.slots[came]).any()
+            held = {(0, b) for b in guard.s_board[np.isfinite(guard.s_board)].tolist()}
+            assert not held & set(guard.parked) and len(guard.parked) <= GPUS
+    assert not health.problems
+
+
+def test_a_kafka_worker_restarted_while_a_board_is_parked_finds_its_state_from_the_checkpoint(world) -> None:
+    """node0/gpu3 missing, its board parked, a detection stage checkpoints and is replaced by one
+    loading that checkpoint (the agents' pieces, by partition, as they travel); gpu3 comes back:
+    its board takes its state from the checkpoint's parked rows, as in a stage that never stopped.
+    (Parked in memory only, it started afresh there and counted as a replacement.)"""
+    topology, frames = world
+    back = BEFORE + 30
+    pmap = PartitionMap(topology, 2)
+    offsets = {0: 0, 1: 0}
+    records: list[tuple[int, int, bytes, Any]] = []
+    for seq, frame in enumerate(frames[:back + 10], 1):
+        frame = shifted(frame) if BEFORE <= seq - 1 < back else in_place(frame)
+        messages = pmap.messages(frame)
+        for index, (part, piece) in enumerate(messages):
+            value, headers = encode_bundle("agent", 0.0, [(seq, index, len(messages), piece)])
+            records.append((part, offsets[part], value, headers))
+            offsets[part] += 1
+        if seq == back:
+            restart = len(records)
+
+    def stage() -> DetectionStage:
+        made = DetectionStage(topology, lambda hardware: DetectorBank.from_names(hardware, processors=()), 2)
+        for part in range(2):
+            made.load(part, None)
+        return made
+
+    node0 = int(pmap.partition_of("gpu", np.array([0]))[0])
+    never_stopped, first = stage(), stage()
+    for record in records:
+        never_stopped.process(*record)
+    for record in records[:restart]:
+        first.process(*record)
+    assert list(first.parts[node0].pipeline.bank.parked) == [(0, board(MISSING))]
+    blobs = {part: first.checkpoint(part)[1] for part in range(2)}
+    second = DetectionStage(topology, lambda hardware: DetectorBank.from_names(hardware, processors=()), 2)
+    for part in range(2):
+        second.load(part, blobs[part])
+    assert second.parts[node0].pipeline.guard.parked == first.parts[node0].pipeline.guard.parked
+    for record in records[restart:]:
+        second.process(*record)
+    assert not second.health.gpus_replaced and second.health.gpus_moved == {"guard": 5}
+    assert never_stopped.health.gpus_moved == {"guard": 4 + 5}
+    want = gpu_rows(never_stopped.parts[node0].pipeline.bank)
+    assert_rows(gpu_rows(second.parts[node0].pipeline.bank), lambda key, slot: want[key][slot], range(GPUS))
+
+
+def test_an_incident_on_a_moved_board_follows_it_to_its_new_index() -> None:
+    """A board with a degrading interface (node0/gpu5) opens an incident; its node reboots without
+    gpu3 and the board reads at gpu4. The incident is told again at once under gpu4, in its state;
+    it never names gpu5 again nor calls itself growing. Before the engine followed the boards
+    (``IncidentEngine.follow_moves``, wired in ``DetectorBank.take_swap``) it held the board's old
+    index and took the new one as a second member: "growing, root node0, members gpu5 and gpu4"."""
+    topology = small_topology(nodes=2, gpus=GPUS, racks=1)
+    frames, _ = World(topology, faults=[Fault("tim_degradation", 5, 1800, 0.6, "f1")], seed=1).run(3 * 3600)
+    p = EmbeddedPipeline(topology, DetectorBank.from_names(topology))
+    opened = None
+    for i, frame in enumerate(frames):
+        incidents = [f for f in p.process(in_place(frame)) if isinstance(f, Incident)]
+        if incidents:
+            assert [(f.root_entity, f.members) for f in incidents] == [("node0/gpu5", ("node0/gpu5",))]
+            opened = i
+            break
+    assert opened is not None, "the degrading interface opened no incident before the shift"
+    after = [f for frame in frames[opened + 1:opened + 400] for f in p.process(shifted(frame))
+             if isinstance(f, Incident)]
+    assert after, "the move told the incident nothing"
+    assert {(f.incident_id, f.root_entity, f.members) for f in after} == {("inc-1", "node0/gpu4", ("node0/gpu4",))}
+    assert after[0].state == "open" and "growing" not in {f.state for f in after}

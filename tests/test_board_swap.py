@@ -346,8 +346,9 @@ def test_a_frame_listing_each_gpus_ticks_together_is_split_by_time(caplog) -> No
     p = pipeline(topology)
     restarts: list[list[int]] = []
     parts: list[list[float]] = []
-    restart, detect = p.restart_gpus, p._detect
-    p.restart_gpus = lambda slots: (restarts.append(slots.tolist()), restart(slots))[1]  # type: ignore[method-assign]
+    restart, detect = p.bank.restart_gpus, p._detect
+    p.bank.restart_gpus = lambda slots, fresh: (  # type: ignore[method-assign]
+        restarts.append(np.asarray(slots).tolist()), restart(slots, fresh))[1]
     p._detect = lambda frame, wall: (parts.append(sorted(frame.ts.tolist())), detect(frame, wall))[1]  # type: ignore[method-assign]
     p.process(Frame("gpu", np.array([10.0, 10.0]), np.array([0, 1]), {"board_id": np.array([1.0, 2.0])}))
     parts.clear()
