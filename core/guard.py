@@ -392,7 +392,7 @@ class InputGuard:
                              dtype=np.int64)
         if rest is not None and (came_from >= 0).any():
             moving = np.flatnonzero(came_from >= 0)
-            still = self._next_reads(rest, came_from[moving], np.full(len(moving), when)) == new[moving]
+            still = self._still_holds(rest, came_from[moving], new[moving], slots[moving], np.full(len(moving), when))
             came_from[moving[still]] = -1  # its holder still reads it: a new board here, not a move
         # a board read in two slots at once (a source's fault): its state goes to the first only
         sources, first = np.unique(came_from, return_index=True)
@@ -457,13 +457,28 @@ class InputGuard:
             del self._parked[n][b]
         return tuple(expired)
 
+    @classmethod
+    def _still_holds(cls, frame: Frame, holders: np.ndarray, boards: np.ndarray, readers: np.ndarray,
+                     since: np.ndarray) -> np.ndarray:
+        """Per i, whether ``holders[i]`` still reads ``boards[i]`` in the poll where ``readers[i]``
+        read it at ``since[i]``: the holder's first row from then on reads the board, before the
+        reader's next row (a source's fault: one board read at two indices at once). A holder
+        reading the board only in a later poll of a catch-up frame has it back from the reader
+        (a GPU missing for a poll or two, then back): the board did move (review h27: a worker
+        catching up counted such a renumbering as a replacement, and dropped the board's state)."""
+        read, at = cls._next_reads(frame, holders, since)
+        _, reader_next = cls._next_reads(frame, readers, np.nextafter(since, np.inf))
+        return (read == boards) & (at < reader_next)  # type: ignore[no-any-return]
+
     @staticmethod
-    def _next_reads(frame: Frame, slots: np.ndarray, since: np.ndarray) -> np.ndarray:
+    def _next_reads(frame: Frame, slots: np.ndarray, since: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Per ``(slots[i], since[i])``, the ``board_id`` that the slot's first row of ``frame``
-        stamped ``since[i]`` or later reads (NaN: no such row, or not read)."""
+        stamped ``since[i]`` or later reads (NaN: no such row, or not read), and that row's time
+        (inf: none)."""
         out = np.full(len(slots), np.nan)
+        when = np.full(len(slots), np.inf)
         if not len(slots) or not len(frame):
-            return out
+            return out, when
         # one sorted key per row, (slot, rank of its time): the row sought is the first at or after
         # (slot, rank of the first time at or after ``since``), if it is still the slot's
         times, rank = np.unique(frame.ts, return_inverse=True)
@@ -475,7 +490,8 @@ class InputGuard:
         found = pos < len(order)
         found[found] = frame.slot[order[pos[found]]] == slots[found]
         out[found] = frame.columns["board_id"][order[pos[found]]]
-        return out
+        when[found] = frame.ts[order[pos[found]]]
+        return out, when
 
     def _moved_here(self, frame: Frame, rows: np.ndarray) -> np.ndarray:
         """Per row of ``rows`` (each a first board read in its slot), whether its board moved
@@ -491,7 +507,7 @@ class InputGuard:
             holder = np.array([held.get((int(node[slots[i]]), float(boards[i])), -1) for i in found.tolist()],
                               dtype=np.int64)
             found, holder = found[holder >= 0], holder[holder >= 0]
-            still = self._next_reads(frame, holder, frame.ts[rows[found]]) == boards[found]
+            still = self._still_holds(frame, holder, boards[found], slots[found], frame.ts[rows[found]])
             moved[found[~still]] = True
         if self._parked:
             maybe = np.flatnonzero(~moved & np.isin(boards, [b for parked in self._parked.values() for b in parked]))
@@ -548,9 +564,12 @@ class InputGuard:
         state.update({f"{k}{_REPORTED}": v.copy() for k, v in self.s_reported.items()})
         state[_JOBS] = list(self.topology.job_keys())
         state[_BOARDS] = self.s_board.copy()
-        # (node, board, when parked) per row, each node's oldest first
-        state[_PARKED] = np.array([(n, b, ts) for n, boards in self._parked.items() for b, ts in boards.items()],
-                                  dtype=np.float64).reshape(-1, 3)
+        # (node, board, when parked) per row, each node's oldest first; only where a board is
+        # parked: code from before parking reads the key as an entity kind and refuses the whole
+        # checkpoint (review h27: every partition of a worker rolled back started fresh)
+        parked = [(n, b, ts) for n, boards in self._parked.items() for b, ts in boards.items()]
+        if parked:
+            state[_PARKED] = np.array(parked, dtype=np.float64).reshape(-1, 3)
         return state
 
     def load_state_dict(self, state: dict[str, Any], remap: Remap | None = None) -> None:

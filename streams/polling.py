@@ -28,6 +28,7 @@ import numpy as np
 
 from foreshock.boards import board_id
 from foreshock.frames import Frame
+from foreshock.guard import PARK_FOR_S
 from foreshock.health import PipelineHealth
 from foreshock.topology import Topology
 
@@ -70,9 +71,12 @@ class GpuBoards:
         self.health = health
         self.stage = stage
         self.uuids: dict[str, str] = {}  # per listed GPU, the UUID last read
-        # UUIDs another one displaced and read at no GPU since, with their node's slot: the board
-        # of a GPU missing at a reboot, read again when it is back (oldest first; as many as GPUs)
-        self._away: dict[str, int] = {}
+        # UUIDs another one displaced and read at no GPU since -> (their node's slot, when): the
+        # board of a GPU missing at a reboot, read again when it is back. Kept as the pipeline's
+        # guard parks their state (``InputGuard.follow_boards``): per node at most its GPU count,
+        # the oldest out, each for ``PARK_FOR_S``, so both count a board back alike (review h27)
+        self._away: dict[str, tuple[int, float]] = {}
+        self._now = -np.inf  # the newest sample time read (telemetry time, as the guard's)
         # each UUID's board_id: hashed once, not at every poll (9.9 ms a poll of 10,000 GPUs)
         self._ids: dict[str, float] = {}
 
@@ -90,6 +94,8 @@ class GpuBoards:
             if old is not None and old != uuid:
                 changed.append((name, int(slot), old, uuid))
             self.uuids[name] = uuid
+        if len(batch) and np.isfinite(batch.ts).any():
+            self._now = max(self._now, float(np.nanmax(batch.ts)))
         if changed:
             self._tell(changed, topology)
         if len(batch):
@@ -119,8 +125,9 @@ class GpuBoards:
             if was is not None and was != name and was_slot >= 0 and node[was_slot] == node[slot]:
                 moves.setdefault(int(node[slot]), []).append(f"{was} -> {name}")
                 continue
-            if self._away.get(uuid) == node[slot]:  # back on its node (the pipeline's guard parked its state)
-                del self._away[uuid]
+            away = self._away.pop(uuid, None)
+            if away is not None and away[0] == node[slot] and not self._now - away[1] > PARK_FOR_S:
+                # back on its node: the pipeline's guard parked its state
                 moves.setdefault(int(node[slot]), []).append(f"(away) -> {name}")
                 continue
             self.health.gpu_replaced(self.stage)
@@ -129,14 +136,23 @@ class GpuBoards:
         read = set(self.uuids.values())
         for name, slot, old, _ in changed:
             if old not in read:  # displaced, and read at no GPU now
-                self._away[old] = int(node[slot])
-        for uuid in list(self._away)[:max(len(self._away) - len(self.uuids), 0)]:
-            del self._away[uuid]  # the oldest beyond one per GPU
+                self._away[old] = (int(node[slot]), self._now)
+        self._forget_away(topology)
         for node_slot, moved in moves.items():
             self.health.gpu_moved(self.stage, len(moved))
             log.warning("%s: GPU boards read at other indices (a GPU missing, or back, at a reboot?): %s; their "
                         "detector state follows them where their rows are processed",
                         topology.name("node", node_slot), ", ".join(moved))
+
+    def _forget_away(self, topology: Topology) -> None:
+        """Keep of the displaced UUIDs what the guard keeps of their state: per node its GPU count
+        (the oldest out), none displaced more than ``PARK_FOR_S`` ago."""
+        per_node: dict[int, int] = {}
+        gpus = np.bincount(topology.gpu_node, minlength=topology.size("node"))
+        for uuid, (node, when) in reversed(list(self._away.items())):  # newest first
+            per_node[node] = per_node.get(node, 0) + 1
+            if self._now - when > PARK_FOR_S or not 0 <= node < len(gpus) or per_node[node] > gpus[node]:
+                del self._away[uuid]
 
     def _id(self, uuid: str) -> float:
         found = self._ids.get(uuid)

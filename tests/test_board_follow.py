@@ -486,8 +486,8 @@ def test_boards_moving_back_and_forth_end_the_split_and_are_counted(monkeypatch)
     duplicate read above, with the check that its holder still reads it defeated), the split
     still ends: a change no later than the one before is the last, counted, and the rest of the
     frame is processed as it is, each row once."""
-    never = staticmethod(lambda frame, slots, since: np.full(len(slots), np.nan))
-    monkeypatch.setattr(InputGuard, "_next_reads", never)
+    never = classmethod(lambda cls, frame, holders, boards, readers, since: np.zeros(len(holders), dtype=bool))
+    monkeypatch.setattr(InputGuard, "_still_holds", never)
     topology = small_topology(nodes=1, gpus=GPUS, racks=1)
     health = PipelineHealth()
     guard = InputGuard(topology, health)
@@ -728,3 +728,75 @@ def test_an_incident_on_a_moved_board_follows_it_to_its_new_index() -> None:
     assert after, "the move told the incident nothing"
     assert {(f.incident_id, f.root_entity, f.members) for f in after} == {("inc-1", "node0/gpu4", ("node0/gpu4",))}
     assert after[0].state == "open" and "growing" not in {f.state for f in after}
+
+
+def test_a_worker_catching_up_a_gpu_missing_for_two_polls_moves_its_boards_as_poll_by_poll(world) -> None:
+    """One frame holding a poll in place, two with gpu3 missing and two back (a worker catching up
+    its backlog): the same moves, state and counts as the polls one by one. gpu7 reading its board
+    again two polls later is no duplicate read: it had been read at gpu6 in between (review h27:
+    the board was taken for one still read by gpu7, gpu6 counted "another board in its slot", and
+    the board's rows of those polls went into a fresh state that was then thrown away)."""
+    topology, frames = world
+    ticks = [in_place(frames[BEFORE]), shifted(frames[BEFORE + 1]), shifted(frames[BEFORE + 2]),
+             in_place(frames[BEFORE + 3]), in_place(frames[BEFORE + 4])]
+    runs = []
+    for joined in (False, True):
+        p = pipeline(topology)
+        for frame in frames[:BEFORE]:
+            p.process(in_place(frame))
+        for frame in ([Frame("gpu", np.concatenate([t.ts for t in ticks]), np.concatenate([t.slot for t in ticks]),
+                             {k: np.concatenate([t.columns[k] for t in ticks]) for k in ticks[0].columns})]
+                      if joined else ticks):
+            p.process(frame)
+        runs.append(p)
+    poll_by_poll, caught_up = runs
+    assert caught_up.health.gpus_moved == poll_by_poll.health.gpus_moved == {"guard": 4 + 5}
+    assert not caught_up.health.gpus_replaced and not poll_by_poll.health.gpus_replaced
+    one, other = gpu_rows(poll_by_poll.bank), gpu_rows(caught_up.bank)
+    assert [key for key in one if not np.array_equal(one[key], other[key], equal_nan=True)] == []
+
+
+def test_a_guards_checkpoint_names_parked_boards_only_when_there_are_some() -> None:
+    """Code from before parking reads every key of the guard's state it does not know as an entity
+    kind and refuses the checkpoint: with nothing parked the key is left out, so rolling a worker
+    back costs only the partitions where a board is parked (review h27: every partition started
+    fresh). With a board parked it is written and read back."""
+    topology = small_topology(nodes=1, gpus=GPUS, racks=1)
+    guard = InputGuard(topology, PipelineHealth())
+    every = list(range(GPUS))
+    swaps(guard, hand_frame(10.0, every, board(every).tolist()))
+    assert "gpu:parked" not in guard.state_dict()
+    swaps(guard, hand_frame(20.0, every, [*board(every[:3]).tolist(), 5000.0, *board(every[4:]).tolist()]))
+    assert guard.parked == {(0, board(3)): 20.0}
+    restored = InputGuard(topology, PipelineHealth())
+    restored.load_state_dict(guard.state_dict())
+    assert restored.parked == {(0, board(3)): 20.0}
+
+
+def test_a_source_keeps_displaced_boards_as_the_guard_parks_their_state() -> None:
+    """A UUID displaced on its host is moved when read there again only while the pipeline's guard
+    would still hold its parked state: per host at most its GPU count (the oldest out) and for
+    ``PARK_FOR_S``. Kept for good and for as many as the cluster's GPUs, the source counted boards
+    moved that the pipeline counted replaced (review h27)."""
+    from foreshock.guard import PARK_FOR_S
+    topology = small_topology(nodes=2)
+    boards = GpuBoards(PipelineHealth(), "dcgm")
+    names = topology.gpus[:GPUS]  # node0's
+
+    def poll(ts: float, read: dict[str, str]) -> None:
+        batch = SampleBatch("gpu", list(read), np.full(len(read), ts), np.arange(len(read), dtype=np.int32))
+        boards.tag(batch, read, topology)
+
+    own = {name: f"GPU-own-{i}" for i, name in enumerate(names)}
+    poll(0.0, own)
+    for k in range(GPUS + 2):  # gpu0 swapped ten times (RMAs): ten displaced boards on an 8-GPU node
+        poll(10.0 * (k + 1), {**own, names[0]: f"GPU-rma-{k}"})
+    replaced = boards.health.gpus_replaced["dcgm"]
+    assert replaced == GPUS + 2
+    poll(200.0, {**own, names[0]: "GPU-own-0"})  # the first displaced, two past the node's count: gone
+    assert boards.health.gpus_replaced["dcgm"] == replaced + 1 and not boards.health.gpus_moved
+    poll(210.0, {**own, names[0]: f"GPU-rma-{GPUS + 1}"})  # among the last eight: back
+    assert boards.health.gpus_moved == {"dcgm": 1}
+    poll(220.0, {**own, names[0]: "GPU-later"})  # GPU-rma-9 displaced at 220 s
+    poll(220.0 + PARK_FOR_S + 10.0, {**own, names[0]: f"GPU-rma-{GPUS + 1}"})  # a day and more after
+    assert boards.health.gpus_moved == {"dcgm": 1} and boards.health.gpus_replaced["dcgm"] == replaced + 3
