@@ -156,21 +156,25 @@ def build_pipeline(topology: Topology, detectors: str | None, host: str, port: i
             raise click.UsageError(f"--external: {exc}") from None
     store = FindingStore(topology, health)
     tally = FindingTally(topology)
-    try:
-        jsonl = JsonlSink(findings_path, topology) if findings_path else None
-    except OSError as exc:
-        raise click.ClickException(f"--findings {findings_path}: {exc.strerror or exc}") from None
-    sinks = [tally] + ([jsonl] if jsonl else [])
-    pipeline = EmbeddedPipeline(topology, bank, store, sinks, health)
+    # /metrics bound before the findings file is opened: opening truncates it, and a refused
+    # --port or --host emptied the previous run's findings (review h28)
     server = None
     if port:
         try:
             server = serve(store, host=host, port=port, top_k=top_k)
         except MetricsPortError as exc:
-            if jsonl is not None:
-                jsonl.close()
             raise click.UsageError(exc.usage("--port", node_option=node_option)) from None
-        Console(stderr=True).print(f"[dim]serving Prometheus metrics on http://{host}:{port}/metrics[/dim]")
+    try:
+        jsonl = JsonlSink(findings_path, topology) if findings_path else None
+    except OSError as exc:
+        if server is not None:
+            stop(server)
+        raise click.ClickException(f"--findings {findings_path}: {exc.strerror or exc}") from None
+    if server is not None:
+        shown = f"[{host}]" if ":" in host else host  # an IPv6 address in a URL
+        Console(stderr=True).print(f"[dim]serving Prometheus metrics on http://{shown}:{port}/metrics[/dim]")
+    sinks = [tally] + ([jsonl] if jsonl else [])
+    pipeline = EmbeddedPipeline(topology, bank, store, sinks, health)
     external = ExternalFeed(external_path, health) if external_path else None
 
     def make_bank(other: Topology) -> DetectorBank:

@@ -50,8 +50,10 @@ def generate(root: Path | None, check: bool) -> None:
 
 
 def _is_checkout(root: Path) -> bool:
-    """Whether ``root`` holds the folders the generated files go to (a foreshock checkout)."""
-    return (root / "dashboards").is_dir() and (root / "deploy" / "prometheus").is_dir()
+    """Whether ``root`` is a foreshock checkout: the generator's own source beside the folder of
+    Prometheus files (a folder merely holding ``dashboards/`` and ``deploy/prometheus/``, the layout
+    of many an ops repository, was written into: review h28)."""
+    return (root / "dashboards" / "generate.py").is_file() and (root / "deploy" / "prometheus").is_dir()
 
 
 def _installed_checkout() -> Path | None:
@@ -74,8 +76,8 @@ def _generated_root(root: Path | None, console: Console) -> Path:
         return here
     installed = _installed_checkout()
     if installed is None:
-        raise click.UsageError(f"{here.resolve()} is not a foreshock checkout (no dashboards/ and deploy/prometheus/ "
-                               "folders) and foreshock is not installed from one: run it from the repository root "
+        raise click.UsageError(f"{here.resolve()} is not a foreshock checkout (no dashboards/generate.py and "
+                               "deploy/prometheus/ folder) and foreshock is not installed from one: run it from the repository root "
                                "or give --root DIR")
     console.print(f"[dim]{here.resolve()} is not a foreshock checkout: using the one foreshock is installed from, "
                   f"{installed}[/dim]")

@@ -22,6 +22,7 @@ format version is refused with :class:`ModelFileError`.
 from __future__ import annotations
 
 import copy
+import math
 import json
 import zipfile
 from dataclasses import dataclass, field
@@ -388,6 +389,26 @@ SKLEARN_TIMING = np.array([2.0, 120.0, 60.0])
 
 
 # ---- river HalfSpaceTrees -----------------------------------------------------------------
+def _whole(detector: str, name: str, value: Any, least: int) -> int:
+    """A whole-number parameter given as any number (``--param`` gives floats): ValueError naming
+    it where it is not whole, or under ``least``."""
+    number = _number(detector, name, value)
+    if not (number.is_integer() and number >= least):
+        raise ValueError(f"{detector}: {name} must be a whole number of at least {least}, not {value!r}")
+    return int(number)
+
+
+def _number(detector: str, name: str, value: Any) -> float:
+    """A finite number parameter: ValueError naming it otherwise."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{detector}: {name} must be a number, not {value!r}") from None
+    if not math.isfinite(number):
+        raise ValueError(f"{detector}: {name} must be finite, not {value!r}")
+    return number
+
+
 class HalfSpaceTreesDetector(_FeatureDetector):
     """river's HalfSpaceTrees over the feature stream, one model for all GPUs."""
 
@@ -401,6 +422,18 @@ class HalfSpaceTreesDetector(_FeatureDetector):
         super().__init__(topology, health)
         from river import anomaly
 
+        # checked here, so that a refused value is refused when the bank is built (a usage error
+        # of evaluate's --param), not once data comes (river checks none of them; review h28:
+        # ``--param river_hst.n_trees=5``, a float as every --param is, ended in a traceback)
+        n_trees, height, window_size, seed = (_whole(self.name, k, v, least) for k, v, least in (
+            ("n_trees", n_trees, 1), ("height", height, 1), ("window_size", window_size, 1), ("seed", seed, 0)))
+        calibration_s, calibration_skip_s, quantile, horizon_s = (_number(self.name, k, v) for k, v in (
+            ("calibration_s", calibration_s), ("calibration_skip_s", calibration_skip_s), ("quantile", quantile),
+            ("horizon_s", horizon_s)))
+        if not (0.0 < quantile <= 1.0 and calibration_s > 0 and calibration_skip_s >= 0 and horizon_s > 0):
+            raise ValueError(f"{self.name}: quantile must be in (0, 1], calibration_s and horizon_s positive, "
+                             f"calibration_skip_s not negative (got {quantile:g}, {calibration_s:g}, "
+                             f"{horizon_s:g}, {calibration_skip_s:g})")
         limits: dict[Any, tuple[float, float]] = {name: (float(lo), float(hi))
                                                    for name, (lo, hi) in FEATURE_LIMITS.items()}
         self.model = anomaly.HalfSpaceTrees(n_trees=n_trees, height=height, window_size=window_size,

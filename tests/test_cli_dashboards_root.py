@@ -32,6 +32,18 @@ def test_outside_a_checkout_without_root_it_refuses_and_writes_nothing(tmp_path:
     assert files_under(tmp_path) == []
 
 
+def test_a_folder_with_the_same_layout_is_no_checkout(tmp_path: Path, monkeypatch) -> None:
+    """An ops repository with its own dashboards/ and deploy/prometheus/ folders was taken for a
+    checkout and written into (review h28)."""
+    (tmp_path / "dashboards").mkdir()
+    (tmp_path / "deploy" / "prometheus").mkdir(parents=True)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(dashboards, "_installed_checkout", lambda: None, raising=False)
+    result = CliRunner(env={"COLUMNS": "300"}).invoke(cli, ["dashboards", "generate"])
+    assert result.exit_code == 2 and "is not a foreshock checkout" in result.output, result.output
+    assert files_under(tmp_path) == []
+
+
 def test_outside_a_checkout_it_uses_the_checkout_foreshock_is_installed_from(tmp_path: Path, monkeypatch) -> None:
     if not Path(foreshock.__file__).resolve().is_relative_to(ROOT):
         pytest.skip("foreshock is not installed in editable mode from this checkout")

@@ -76,6 +76,18 @@ def test_a_metrics_port_in_use_is_a_usage_error_not_a_traceback(empty_recording,
     assert f"cannot serve /metrics on 127.0.0.1:{a_taken_port}" in text and "choose another --port" in text
 
 
+def test_a_refused_metrics_port_leaves_the_previous_findings_file_as_it_was(empty_recording, a_taken_port: int,
+                                                                           tmp_path: Path) -> None:
+    """The findings file was opened (truncated) before /metrics was bound: a run refused for its
+    --port or --host emptied the previous run's findings (review h28)."""
+    rec = empty_recording("gpu", 30.0)
+    findings = tmp_path / "findings.jsonl"
+    previous = '{"type": "prediction", "ts": 1.0}\n'
+    findings.write_text(previous)
+    refused(invoke(replay.command, str(rec.path), "--port", str(a_taken_port), "--findings", str(findings)), code=2)
+    assert findings.read_text() == previous
+
+
 @pytest.mark.parametrize("cause", ["not this machine's", "does not resolve"])
 def test_a_metrics_host_that_cannot_be_bound_names_host_not_port(empty_recording, monkeypatch, cause: str) -> None:
     """``--host node7`` (a node's name, meant for watch's --node) said "choose another --port" (h22)."""

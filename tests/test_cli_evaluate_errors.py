@@ -66,3 +66,28 @@ def test_a_model_file_the_loader_refuses_names_the_model_option_before_the_repor
     assert f"Error: --model {model}: " in result.output and "model file" in result.output
     assert "model_path" not in result.output
     assert not report.exists()
+
+
+@pytest.mark.parametrize("param", ["river_hst.n_trees=5.5", "river_hst.height=0", "river_hst.quantile=1.5",
+                                   "river_hst.calibration_skip_s=abc"])
+def test_a_river_parameter_river_would_refuse_only_mid_run_is_a_usage_error(empty_recording, tmp_path: Path,
+                                                                           param: str) -> None:
+    """river's HalfSpaceTrees checks none of its arguments: a bad one failed once data came (a
+    quantile only at the end of the calibration window), a traceback after the report folder was
+    made (review h28)."""
+    rec = empty_recording("gpu", 30.0)
+    report = tmp_path / "report"
+    result = invoke(str(rec.path), "--detectors", "river", "--report", str(report), "--no-plots", "--param", param)
+    assert result.exit_code == 2 and isinstance(result.exception, SystemExit), result.output
+    assert "Usage:" in result.output and param.split(".")[1].split("=")[0] in result.output
+    assert not report.exists()
+
+
+def test_whole_river_parameters_given_as_floats_are_taken() -> None:
+    """Every --param is parsed as a float: ``river_hst.n_trees=5`` ended in "'float' object cannot be
+    interpreted as an integer" once data came."""
+    from foreshock.detectors.baselines import HalfSpaceTreesDetector
+    from thermal_synth import small_topology
+    hst = HalfSpaceTreesDetector(small_topology(), n_trees=5.0, height=6.0, window_size=100.0)
+    assert (hst.model.n_trees, hst.model.height, hst.model.window_size) == (5, 6, 100)
+    assert all(isinstance(v, int) for v in (hst.model.n_trees, hst.model.height, hst.model.window_size))
