@@ -38,7 +38,7 @@ from foreshock.frames import Frame
 from foreshock.health import PipelineHealth
 from foreshock.topology import Topology
 
-from .alarm import (CODE_NONE, CODE_REFRESH, CODE_WITHDRAW, O_CODE, O_CONF, O_ETA, O_ROW, O_V0, O_WHICH,
+from .alarm import (CODE_NONE, CODE_REFRESH, CODE_WITHDRAW, O_CODE, O_CONF, O_ROW, O_V0, O_WHICH,
                     OUT_SIZE, alarm_step, emit, new_alarm_columns)
 from .base import Detector
 from .gpu_inputs import (gpu_inlet, gpu_obs, kernel, new_inlet_states, rack_inlet_obs, reason_bits, reported_core_limit,
