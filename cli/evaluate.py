@@ -77,7 +77,9 @@ def command(ctx: click.Context, recording: str, sets: str, report_dir: str, mode
             else:
                 raise click.UsageError("the sklearn set needs --model (train one with `foreshock train`)")
         else:
-            try:  # the loader's checks (a tampered or foreign file is refused) before anything is read or written
+            # the loader's checks (a tampered or foreign file is refused) before anything is read or written;
+            # the loader keeps what it read, so the detectors built later do not read the file again
+            try:
                 load_model(model_path)
             except ModelFileError as exc:
                 raise click.ClickException(f"--model {exc}") from None

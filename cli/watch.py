@@ -18,7 +18,8 @@ seconds (24 h; 0: never) is dropped the same way, its state with it, so a watch 
 whose nodes come and go under new hostnames does not grow without end; a node down for a shorter
 repair keeps its place and state, and one served again after being forgotten is taken in as a new
 one. With ``--topology FILE`` the file is the truth, and never changes: a GPU it lacks is counted
-as an unknown entity and logged once, asking to add it to the file.
+as an unknown entity and logged once, asking to add it to the file; a ``--bmc`` node or ``--cdu``
+loop it lacks is refused before the first poll.
 
 A GPU board swapped in its slot (an RMA: the name stays, the UUID changes) starts its detector
 state afresh from the new board's first row, with or without ``--topology``: the new board's
@@ -92,6 +93,11 @@ def command(source: str, duration: float | None, polls: int | None, interval: fl
         least = UNLISTED_POLLS * polled.interval
         raise click.BadParameter(f"0 (never) or at least {UNLISTED_POLLS} polls ({least:g} s), not {forget_after:g}",
                                  param_hint="--forget-after")
+    # --topology: the file is known before the first poll, so a --bmc or --cdu it refuses is told
+    # at once, not after the source's first frame (never, with the exporter down)
+    given = topology_of() if topology_path is not None else None
+    others = ([] if given is None else
+              _beside_sources(bmc, bmcs, bmc_interval, node, cdu, cdus, cdu_interval, given, polled.health, fixed=True))
     console = Console(stderr=True)
     timer = threading.Timer(duration, polled.stop) if duration else None
     if timer is not None:
@@ -115,9 +121,9 @@ def command(source: str, duration: float | None, polls: int | None, interval: fl
         if first is None or topology is None:
             raise click.ClickException(f"no telemetry came from {source} in {polled.polls} polls: nothing to watch "
                                        f"({_problems(polled)})")
-        # before /metrics is served and the findings file opened: a refused --bmc or --cdu leaves neither
-        others = (_bmc_sources(bmc, bmcs, bmc_interval, node, topology, polled.health)
-                  + _cdu_sources(cdu, cdus, cdu_interval, topology, polled.health))
+        if given is None:  # before /metrics is served and the findings file opened: a refusal leaves neither
+            others = _beside_sources(bmc, bmcs, bmc_interval, node, cdu, cdus, cdu_interval, topology, polled.health,
+                                     fixed=False)
         run = build_pipeline(topology, detectors, host, port, findings_path, top_k, params, health=polled.health,
                              node_option="--node")
         # live: /metrics ages by arrival on this host's clock, not by whichever source's clock
@@ -169,25 +175,43 @@ def _urls_alone(text: str | None) -> list[str]:
     return [item.strip() for item in (text or "").split(",") if item.strip() and "=" not in item]
 
 
+def _beside_sources(bmc: str | None, bmcs: dict[str, str], bmc_interval: float, node: str | None, cdu: str | None,
+                    cdus: dict[str, str], cdu_interval: float, topology: Topology, health: PipelineHealth,
+                    fixed: bool) -> list[PollingSource]:
+    """The BMCs' and CDUs' sources, checked against ``topology``: the --topology file's (``fixed``:
+    it never grows) or the one derived from the source's first poll."""
+    return (_bmc_sources(bmc, bmcs, bmc_interval, node, topology, health, fixed)
+            + _cdu_sources(cdu, cdus, cdu_interval, topology, health))
+
+
 def _bmc_sources(bmc: str | None, bmcs: dict[str, str], interval: float, node: str | None, topology: Topology,
-                 health: PipelineHealth) -> list[PollingSource]:
+                 health: PipelineHealth, fixed: bool = False) -> list[PollingSource]:
     """The BMCs' source, polled beside SOURCE. A URL alone is the BMC of the node ``--node`` names
     (else this machine's hostname): a node the topology lacks, its rows would never be read, so it
     is refused, saying where the name came from (a dcgm-exporter's ``Hostname`` is often not this
-    machine's hostname)."""
+    machine's hostname). A ``fixed`` topology (``--topology``: it never grows) refuses a named node
+    it lacks too; a derived one may take that node in later."""
     if not bmcs:
         return []
     named = node or socket.gethostname()
     if _urls_alone(bmc) and named not in topology.nodes:
         source = "--node" if node else "no --node: this machine's hostname"
-        shown = ", ".join(topology.nodes[:8]) + (", ..." if len(topology.nodes) > 8 else "")
         raise click.UsageError(f"--bmc: a URL alone is the BMC of node {named!r} ({source}), which is not in the "
-                               f"topology (its nodes: {shown or 'none'}); name its node, --bmc NODE=URL, or give "
-                               "--node NODE")
+                               f"topology (its nodes: {_shown(topology.nodes)}); name its node, --bmc NODE=URL, or "
+                               "give --node NODE")
+    missing = [name for name in bmcs if name not in topology.nodes] if fixed else []
+    if missing:
+        nodes = f"nodes {', '.join(map(repr, missing))} are" if len(missing) > 1 else f"node {missing[0]!r} is"
+        raise click.UsageError(f"--bmc: {nodes} not in the --topology file (its nodes: {_shown(topology.nodes)}): a "
+                               "BMC's rows would never be read; name the node as the file does, or add it to the file")
     try:
         return [RedfishSource(bmcs, interval=interval, topology=topology, health=health)]
     except ValueError as exc:  # its settings from the environment (FORESHOCK_BMC_*)
         raise click.UsageError(f"--bmc: {exc}") from None
+
+
+def _shown(names: Sequence[str], most: int = 8) -> str:
+    return ", ".join(names[:most]) + (", ..." if len(names) > most else "") or "none"
 
 
 def _cdu_sources(cdu: str | None, cdus: dict[str, str], interval: float, topology: Topology,

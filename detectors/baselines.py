@@ -22,6 +22,7 @@ format version is refused with :class:`ModelFileError`.
 from __future__ import annotations
 
 import copy
+import io
 import math
 import json
 import zipfile
@@ -525,19 +526,54 @@ def save_model(path: str | Path, models: dict[str, dict[str, Any]], meta: dict[s
     return path
 
 
-def load_model(path: str | Path) -> dict[str, Any]:
-    """Load a model file safely; raise :class:`ModelFileError` with the reason otherwise."""
-    import skops.io as sio
-    from skops.io.exceptions import UntrustedTypesFoundException
+_LOADED: dict[tuple[str, int, int], dict[str, Any]] = {}
+"""Model files read and checked, by (resolved path, st_mtime_ns, st_size): ``evaluate --model``
+checks the file at parse time, again when it checks a ``--param sklearn.*`` and once more when the
+run builds the detector (each read of a 3.4 MB model ~0.3 s). A file rewritten (by ``train``)
+changes its key and is read afresh; a refused file is never kept."""
+_LOADED_MOST = 4  # a process loads one model, seldom two: a few are plenty, and memory stays bounded
 
+
+def _read_model_file(path: Path) -> bytes:
+    """The model file's bytes: its one read per load (the checks and the load all work on these)."""
+    return path.read_bytes()
+
+
+def load_model(path: str | Path) -> dict[str, Any]:
+    """Load a model file safely; raise :class:`ModelFileError` with the reason otherwise.
+
+    A file read before and unchanged since (same path, modification time and size) is not read
+    again: its document is checked against this foreshock (format, version, features, classifiers)
+    at every call and shared, each caller getting its own dicts around the same fitted classifiers
+    (read-only: only ``predict_proba`` is called)."""
     path = Path(path)
     if not path.is_file():
         raise ModelFileError(f"{path}: no such model file (train one with `foreshock train`)")
-    if not zipfile.is_zipfile(path):
+    stat = path.stat()
+    key = (str(path.resolve()), stat.st_mtime_ns, stat.st_size)
+    doc = _LOADED.get(key)
+    if doc is None:
+        doc = _parsed_model(path, _read_model_file(path))
+    _check_model(path, doc)
+    if key not in _LOADED:
+        while len(_LOADED) >= _LOADED_MOST:
+            del _LOADED[next(iter(_LOADED))]  # the oldest
+        _LOADED[key] = doc
+    return {**doc, "features": list(doc["features"]),
+            "events": {event: dict(entry) for event, entry in doc["events"].items()}}
+
+
+def _parsed_model(path: Path, data: bytes) -> Any:
+    """What the skops archive ``data`` (the bytes of ``path``, named in messages) holds, loaded only
+    once it asks for no untrusted type; :class:`ModelFileError` with the reason otherwise."""
+    import skops.io as sio
+    from skops.io.exceptions import UntrustedTypesFoundException
+
+    if not zipfile.is_zipfile(io.BytesIO(data)):
         raise ModelFileError(f"{path}: not a foreshock model file (expected a skops archive; "
                              "pickles are never loaded)")
     try:
-        untrusted = sio.get_untrusted_types(file=path)
+        untrusted = sio.get_untrusted_types(data=data)
     except Exception as exc:  # a damaged archive or schema: report, do not guess
         raise ModelFileError(f"{path}: unreadable model file ({type(exc).__name__}: {exc})") from None
     refused = sorted(set(untrusted) - set(TRUSTED_TYPES))
@@ -545,11 +581,17 @@ def load_model(path: str | Path) -> dict[str, Any]:
         raise ModelFileError(f"{path}: refused — the file asks to load untrusted types {refused}; "
                              "it was not written by `foreshock train` or has been tampered with")
     try:
-        doc = sio.load(path, trusted=list(TRUSTED_TYPES))
+        doc = sio.loads(data, trusted=list(TRUSTED_TYPES))
     except UntrustedTypesFoundException as exc:
         raise ModelFileError(f"{path}: refused — untrusted types ({exc})") from None
     except Exception as exc:
         raise ModelFileError(f"{path}: unreadable model file ({type(exc).__name__}: {exc})") from None
+    return doc
+
+
+def _check_model(path: Path, doc: Any) -> None:
+    """:class:`ModelFileError` unless ``doc`` is a model file of this foreshock's format, version
+    and features, holding a classifier per event."""
     if not isinstance(doc, dict) or doc.get("format") != MODEL_FORMAT:
         raise ModelFileError(f"{path}: not a foreshock model file (format {doc.get('format') if isinstance(doc, dict) else None!r})")
     if doc.get("version") != MODEL_VERSION:
@@ -567,7 +609,6 @@ def load_model(path: str | Path) -> dict[str, Any]:
         n_in = getattr(entry["model"], "n_features_in_", len(FEATURES))
         if n_in != len(FEATURES):
             raise ModelFileError(f"{path}: {event!r} model takes {n_in} features, expected {len(FEATURES)}")
-    return doc
 
 
 class SklearnDetector(_FeatureDetector):

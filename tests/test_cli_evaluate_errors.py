@@ -91,3 +91,64 @@ def test_whole_river_parameters_given_as_floats_are_taken() -> None:
     hst = HalfSpaceTreesDetector(small_topology(), n_trees=5.0, height=6.0, window_size=100.0)
     assert (hst.model.n_trees, hst.model.height, hst.model.window_size) == (5, 6, 100)
     assert all(isinstance(v, int) for v in (hst.model.n_trees, hst.model.height, hst.model.window_size))
+
+
+@pytest.fixture
+def small_model(tmp_path: Path) -> Path:
+    """A model file as `foreshock train` writes it: a small classifier of the loader's features."""
+    import numpy as np
+    from sklearn.ensemble import HistGradientBoostingClassifier
+
+    from foreshock.detectors.baselines import FEATURES, save_model
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(200, len(FEATURES)))
+    model = HistGradientBoostingClassifier(max_iter=3).fit(x, (x[:, 0] > 0).astype(int))
+    return save_model(tmp_path / "model.skops",
+                      {"thermal_throttle": {"model": model, "horizon_s": 1800.0, "threshold": 0.5}})
+
+
+def count_model_reads(monkeypatch) -> list[str]:  # type: ignore[no-untyped-def]
+    """The model file's reads from now on: the loader's own reader and skops' loads (a skops load
+    from a path reads the file)."""
+    import skops.io
+
+    from foreshock.detectors import baselines
+    reads: list[str] = []
+    monkeypatch.setattr(baselines, "_LOADED", {}, raising=False)  # nothing read before this test
+    for name in ("load", "loads"):
+        loader = getattr(skops.io, name)
+        monkeypatch.setattr(skops.io, name, lambda *a, _loader=loader, _name=name, **k: (
+            reads.append(f"skops.io.{_name}"), _loader(*a, **k))[1])
+    reader = getattr(baselines, "_read_model_file", None)
+    if reader is not None:
+        monkeypatch.setattr(baselines, "_read_model_file", lambda path: (reads.append("read"), reader(path))[1])
+    return reads
+
+
+def test_evaluate_reads_the_model_file_once(empty_recording, tmp_path: Path, small_model: Path, monkeypatch) -> None:
+    """It was loaded at parse time, again to check a --param sklearn.*, and again for the run: three
+    skops loads (~0.3 s each for a 3.4 MB model; review h28)."""
+    rec = empty_recording("gpu", 30.0)
+    reads = count_model_reads(monkeypatch)
+    result = invoke(str(rec.path), "--detectors", "sklearn", "--report", str(tmp_path / "report"), "--no-plots",
+                    "--model", str(small_model), "--param", "sklearn.threshold=0.6")
+    assert result.exit_code == 0, result.output
+    assert sorted(reads) == ["read", "skops.io.loads"]
+
+
+def test_a_model_file_rewritten_after_a_load_is_read_and_checked_again(tmp_path: Path, small_model: Path,
+                                                                        monkeypatch) -> None:
+    """The loaded model is kept by the file's modification time and size: a file tampered with
+    after a first load is refused, not served from memory."""
+    import os
+
+    from foreshock.detectors.baselines import ModelFileError, load_model
+    reads = count_model_reads(monkeypatch)
+    first = load_model(small_model)
+    first["events"].clear()  # a caller's own copy: the next load is whole
+    assert list(load_model(str(small_model))["events"]) == ["thermal_throttle"] and reads.count("read") == 1
+    stat = small_model.stat()
+    small_model.write_bytes(b"PK\x05\x06" + bytes(18))  # an empty zip archive
+    os.utime(small_model, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1))
+    with pytest.raises(ModelFileError, match="unreadable model file"):
+        load_model(small_model)

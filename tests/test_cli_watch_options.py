@@ -81,3 +81,46 @@ def test_watch_help_says_what_a_url_alone_means() -> None:
     text = " ".join(CliRunner(env={"COLUMNS": "300"}).invoke(cli, ["watch", "--help"]).output.split())
     assert "one URL alone: the BMC of the node --node names (default: this machine's hostname)" in text
     assert "(a URL alone names its loop after the URL's host name)" in text
+
+
+def watch_down(*args: str) -> Result:
+    """A watch of a dcgm-exporter that never answers (a closed port), for one poll."""
+    return CliRunner(env={"COLUMNS": "300"}).invoke(
+        cli, ["watch", "--source", "dcgm", "--url", "http://127.0.0.1:1/metrics", "--interval", "0.01", "--polls", "1",
+              "--port", "0", *args])
+
+
+@pytest.mark.parametrize("given, told", [
+    (["--cdu", "https://cdu-a.example"], "--cdu: cooling loop 'cdu-a.example' is not in the topology"),
+    (["--cdu", "cdu9=https://cdu-a.example"], "--cdu: cooling loop 'cdu9' is not in the topology"),
+    (["--bmc", "http://127.0.0.1:1/", "--node", "node8"], "--bmc: a URL alone is the BMC of node 'node8' (--node)"),
+], ids=["cdu-url-alone", "cdu-named", "bmc-url-alone"])
+def test_with_a_topology_file_a_misnamed_bmc_or_cdu_is_refused_before_the_first_poll(
+        node7_topology: Path, given: list[str], told: str) -> None:
+    """The checks waited for the source's first frame: with the exporter down, the watch said only
+    "no telemetry came from dcgm in N polls" (without --polls it waited until Ctrl-C) and never
+    named the misnamed loop or node (review h28)."""
+    said = refused(watch_down("--topology", str(node7_topology), *given))
+    assert said.startswith(told) and "no telemetry" not in said
+
+
+@pytest.mark.parametrize("bmc, told", [
+    ("node8=http://127.0.0.1:1/", "--bmc: node 'node8' is not in the --topology file (its nodes: node7)"),
+    ("node7=http://127.0.0.1:1/,node8=http://127.0.0.1:1/,node9=http://127.0.0.1:1/",
+     "--bmc: nodes 'node8', 'node9' are not in the --topology file (its nodes: node7)"),
+])
+def test_with_a_topology_file_a_named_bmc_node_it_lacks_is_refused(node7_topology: Path, tmp_path: Path,
+                                                                   bmc: str, told: str) -> None:
+    """The file never grows: a BMC named for a node it lacks was started, and its rows counted as an
+    unknown node entity's at every poll."""
+    findings = tmp_path / "findings.jsonl"
+    said = refused(watch_down("--topology", str(node7_topology), "--bmc", bmc, "--findings", str(findings)))
+    assert said.startswith(told) and "add it to the file" in said
+    assert not findings.exists()
+
+
+def test_without_a_topology_file_a_named_bmc_node_not_yet_served_is_taken(tmp_path: Path) -> None:
+    """A derived topology may grow (a node added later): a named BMC it lacks yet is no usage error."""
+    result = watch("--bmc", "node8=http://127.0.0.1:1/", "--port", "0", "--findings", str(tmp_path / "f.jsonl"))
+    assert result.exit_code == 0, result.output
+    assert "and 1 BMCs" in result.output
