@@ -79,7 +79,7 @@ def follow_predictions(swap: BoardSwap, active: Iterable[Prediction], gpu_name: 
     touched = set(swap.slots.tolist()) | set(swap.left.tolist())
     about = [p for p in active if p.entity_kind == "gpu" and p.active and p.slot in touched]
     carried = [replace(p, ts=swap.ts, slot=went[p.slot], eta_s=_eta_at(p, swap.ts),
-                       reason=f"{_MOVED_FROM.sub('', p.reason)} (its board moved from {gpu_name(p.slot)})")
+                       reason=f"{_WHERE_FROM.sub('', p.reason)} (its board moved from {gpu_name(p.slot)})")
                for p in about if p.slot in went]
     replaced = {(p.detector, p.event, p.slot) for p in carried}
     withdrawn = [replace(p, ts=swap.ts, active=False,
@@ -89,8 +89,9 @@ def follow_predictions(swap: BoardSwap, active: Iterable[Prediction], gpu_name: 
     return withdrawn + carried
 
 
-_MOVED_FROM = re.compile(r" \(its board moved from [^()]*\)$")
-"""The suffix :func:`follow_predictions` gives a moved board's prediction's reason."""
+_WHERE_FROM = re.compile(r" \(its board (?:moved from|back at) [^()]*\)$")
+"""The suffix :func:`follow_predictions` gives a moved board's prediction's reason, or
+``DetectorBank.follow_predictions`` a parked board's read again."""
 
 
 def _eta_at(prediction: Prediction, ts: float) -> float:
@@ -139,6 +140,11 @@ class DetectorBank:
         # else yet (``BoardSwap.parked``): the guard says which to keep and which to give up.
         # Kept with the state (:meth:`state_dict`), as the guard keeps its list of them
         self._parked: dict[tuple[int, float], ParkedRows] = {}
+        # (node, board) -> the predictions about a parked board, withdrawn when it was parked and
+        # made again where it is read again (:meth:`follow_predictions`): its rows keep the
+        # detectors' latches "raised", which would otherwise hold them back until their next
+        # refresh. Only of boards whose rows are parked; given up with them
+        self._parked_predictions: dict[tuple[int, float], list[Prediction]] = {}
 
     @classmethod
     def from_names(cls, topology: Topology, names: Iterable[str] | None = None,
@@ -206,8 +212,8 @@ class DetectorBank:
         :meth:`restart_gpus`), a parked board read again given its state back (:meth:`unpark_gpus`),
         then the processors that keep incidents by GPU slot made to follow the boards
         (:meth:`follow_moves`). Returns the incidents told again; the caller then withdraws and
-        makes again the predictions (``follow_predictions``) and passes them on, so a moved board's
-        re-made predictions land in its own renamed incident."""
+        makes again the predictions (:meth:`follow_predictions`) and passes them on, so a moved
+        board's re-made predictions land in its own renamed incident."""
         self.park_gpus(swap)
         if (swap.came_from >= 0).any() or len(swap.left):
             self.move_gpus(swap.take_from(self.topology.size("gpu")), fresh)
@@ -238,8 +244,14 @@ class DetectorBank:
         for key in swap.dropped:
             self._parked.pop(key, None)
         keys = swap.park_keys(self.topology)
-        if not keys:
-            return
+        if keys:
+            self._park_rows(keys)
+        # the predictions go with their rows (dropped, past the cap, or left by a caller that
+        # took a swap without :meth:`follow_predictions`)
+        self._parked_predictions = {key: kept for key, kept in self._parked_predictions.items() if key in self._parked}
+
+    def _park_rows(self, keys: list[tuple[int, tuple[int, float]]]) -> None:
+        """Set aside the rows of each (slot, (node, board)) of ``keys``, packed (:class:`ParkedRows`)."""
         slots = np.array([slot for slot, _ in keys], dtype=np.int64)
         layout: list[tuple[str, str, np.dtype, tuple[int, ...]]] = []
         packed: list[np.ndarray] = []  # per key: per slot, its row's bytes
@@ -269,8 +281,11 @@ class DetectorBank:
         every slot in place, so that what a detector derives from its GPUs' rows (the power
         detector's braking GPUs per node) is counted again. A board the bank holds no rows of
         (the guard's parking outlived the bank's) stays as it started: afresh."""
-        restore = [(slot, self._parked.pop(key).rows()) for slot, key in swap.unpark_keys(self.topology)
-                   if key in self._parked]
+        unpark = swap.unpark_keys(self.topology)
+        for _, key in unpark:
+            if key not in self._parked:  # no rows to take back: its predictions are not made again
+                self._parked_predictions.pop(key, None)
+        restore = [(slot, self._parked.pop(key).rows()) for slot, key in unpark if key in self._parked]
         if not restore:
             return
         in_place = Remap.rearranged(self.topology, np.arange(self.topology.size("gpu")))
@@ -281,10 +296,44 @@ class DetectorBank:
                     state[k][slot] = row
             detector.load_state_dict(detector.remap_state(state, in_place))
 
+    def follow_predictions(self, swap: BoardSwap, active: Iterable[Prediction],
+                           gpu_name: Callable[[int], str]) -> list[Prediction]:
+        """What a board swap the bank took (:meth:`take_swap`) makes of the active predictions
+        about GPUs (``active``, from before the swap): :func:`follow_predictions` (withdrawn where
+        a board left or changed, made again where a board moved), then, made again at ``swap.ts``
+        in its slot now, each prediction about a parked board read again (``swap.unparked``): its
+        rows came back with the detectors' latches "raised", and they would make it again only at
+        their next refresh (a minute; cooling ten) and withdraw it, if it cleared first, a second
+        time. Same detector, event and confidence, a known ETA shortened by the time since (an
+        unknown one, negative, kept), its reason saying where the board is back; one whose event
+        time has passed while it was away is not made again. The predictions about a board parked
+        at this swap are kept with its rows for that (withdrawn all the same: its slot is another
+        board's, or none's). A withdrawal in the slot of one made again, of the same detector and
+        event, is left out: it is replaced."""
+        active = [p for p in active if p.entity_kind == "gpu" and p.active]
+        for slot, key in swap.park_keys(self.topology):
+            about = [p for p in active if p.slot == slot]
+            if about and key in self._parked:
+                self._parked_predictions[key] = about
+            else:
+                self._parked_predictions.pop(key, None)
+        back = [replace(p, ts=swap.ts, slot=slot, eta_s=_eta_at(p, swap.ts),
+                        reason=f"{_WHERE_FROM.sub('', p.reason)} (its board back at {gpu_name(slot)})")
+                for slot, key in swap.unpark_keys(self.topology) for p in self._parked_predictions.pop(key, ())
+                if p.eta_s < 0 or p.ts + p.eta_s >= swap.ts]
+        made = {(p.detector, p.event, p.slot) for p in back}
+        return [p for p in follow_predictions(swap, active, gpu_name)
+                if p.active or (p.detector, p.event, p.slot) not in made] + back
+
     @property
     def parked(self) -> dict[tuple[int, float], ParkedRows]:
         """The parked boards' rows, by (node, board) (:meth:`park_gpus`)."""
         return self._parked
+
+    @property
+    def parked_predictions(self) -> dict[tuple[int, float], list[Prediction]]:
+        """The predictions about the parked boards, by (node, board) (:meth:`follow_predictions`)."""
+        return self._parked_predictions
 
     def _load_remapped(self, remap: Remap, fresh: dict[str, Any]) -> None:
         current = self.state_dict()["detectors"]
@@ -307,6 +356,11 @@ class DetectorBank:
         for p in self.processors:
             p.load_state_dict(state["processors"][p.name])
         self._parked = self._parked_from(state.get("parked"))
+        saved = (state.get("parked") or {}).get("predictions", ())
+        self._parked_predictions = {}
+        for node, board, prediction in saved:
+            if (node, board) in self._parked:
+                self._parked_predictions.setdefault((node, board), []).append(prediction)
 
     def _gpu_layout(self) -> tuple[tuple[str, str, np.dtype, tuple[int, ...]], ...]:
         """The packed layout of a GPU's rows in this bank (:class:`ParkedRows`), as :meth:`park_gpus` makes it."""
@@ -319,13 +373,16 @@ class DetectorBank:
                     layout.append((detector.name, k, arr.dtype, arr.shape[1:]))
         return tuple(layout)
 
-    def _parked_state(self) -> dict[str, np.ndarray]:
+    def _parked_state(self) -> dict[str, Any]:
         """The parked rows as arrays, for a checkpoint: ``keys`` (node, board) and ``rows`` (their
-        packed bytes, in this bank's layout). Rows of a dtype not packed (none in the bank) are
-        left out, their boards with them."""
+        packed bytes, in this bank's layout), with ``predictions``, (node, board, prediction) of
+        each (:meth:`follow_predictions`). Rows of a dtype not packed (none in the bank) are left
+        out, their boards with them."""
         kept = [(key, parked.packed) for key, parked in self._parked.items() if not parked.other]
         return {"keys": np.array([key for key, _ in kept], dtype=np.float64).reshape(-1, 2),
-                "rows": np.stack([rows for _, rows in kept]) if kept else np.zeros((0, 0), dtype=np.uint8)}
+                "rows": np.stack([rows for _, rows in kept]) if kept else np.zeros((0, 0), dtype=np.uint8),
+                "predictions": [(node, board, prediction) for (node, board), _ in kept
+                                for prediction in self._parked_predictions.get((node, board), ())]}
 
     def _parked_from(self, saved: dict[str, Any] | None) -> dict[tuple[int, float], ParkedRows]:
         """The parked rows of a state (:meth:`_parked_state`); none where it has none (saved before

@@ -103,7 +103,7 @@ from foreshock.recording import Recording
 from foreshock.topology import Topology
 
 from .alarm import prediction_spans
-from .bank import DetectorBank, follow_predictions
+from .bank import DetectorBank
 from .baselines import ScoredBaseline, ScoreLog
 from .gpu_inputs import reason_bits_column
 from .incident_eval import AFTERMATH_S, INCIDENT_SET
@@ -450,9 +450,10 @@ class _BoardSwaps:
     detector state restarted as a new GPU's, or, for a board moved from another slot of its node
     (``InputGuard.follow_boards``), moved with it, what was predicted of what left a slot withdrawn
     (the restarted detectors would never withdraw it: in the scoring it would stay a claim to the
-    end) and what was predicted of a moved board made again in its new slot (``follow_predictions``),
-    a displaced board's state parked for when it is read again (``DetectorBank.park_gpus``), and
-    the rest. Keeps the predictions active so far, by finding, for that."""
+    end) and what was predicted of a moved board made again in its new slot, a displaced board's
+    state and predictions parked for when it is read again, there made again
+    (``DetectorBank.park_gpus``, ``DetectorBank.follow_predictions``), and the rest. Keeps the
+    predictions active so far, by finding, for that."""
 
     def __init__(self, bank: DetectorBank, guard: InputGuard, health: PipelineHealth) -> None:
         self.bank, self.guard, self.health = bank, guard, health
@@ -471,8 +472,8 @@ class _BoardSwaps:
                 self.health.gpu_replaced(self.guard.stage, int(swap.replaced.sum()))
             if swap.moved.any():
                 self.health.gpu_moved(self.guard.stage, int(swap.moved.sum()))
-            changed: list[Finding] = list(follow_predictions(swap, self.active.values(),
-                                                             lambda slot: self.bank.topology.name("gpu", slot)))
+            changed: list[Finding] = list(self.bank.follow_predictions(
+                swap, self.active.values(), lambda slot: self.bank.topology.name("gpu", slot)))
             found += self._keep(told + (changed + self.bank.pass_on(changed, swap.ts) if changed else []))
         return found
 

@@ -13,7 +13,7 @@ from typing import Any, Callable, Iterable, Protocol
 
 import numpy as np
 
-from foreshock.detectors.bank import DetectorBank, follow_predictions
+from foreshock.detectors.bank import DetectorBank
 from foreshock.exporters.store import FindingStore
 from foreshock.findings import Finding
 from foreshock.frames import Frame
@@ -182,7 +182,8 @@ class EmbeddedPipeline:
         board came to starts afresh. A board displaced and read nowhere else has its state parked
         in the bank, and takes it back where it is read again (``BoardSwap.parked``, logged per
         GPU). The predictions about what left a slot are withdrawn, those of a moved board made
-        again in its new slot (``follow_predictions``): the bank's processors and the sinks are
+        again in its new slot, those of a parked board kept with its state and made again where it
+        is read again (``DetectorBank.follow_predictions``): the bank's processors and the sinks are
         handed them with the incidents told again, and all are returned with what the processors
         made of them."""
         def name(slot: int) -> str:
@@ -210,7 +211,7 @@ class EmbeddedPipeline:
                         ", ".join(f"{name(a)} -> {name(b)}" for a, b in moves),
                         f"; no board now in {', '.join(empty)}: started afresh" if empty else "")
         about = self.store.active_predictions("gpu", np.concatenate([swap.slots, swap.left]))
-        predicted: list[Finding] = list(follow_predictions(swap, about, name))
+        predicted: list[Finding] = list(self.bank.follow_predictions(swap, about, name))
         # the incident engine, where it runs in the bank, is handed the predictions too
         changed = told + predicted + (self.bank.pass_on(predicted, swap.ts) if predicted else [])
         for sink in self.sinks if changed else ():

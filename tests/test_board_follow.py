@@ -800,3 +800,132 @@ def test_a_source_keeps_displaced_boards_as_the_guard_parks_their_state() -> Non
     poll(220.0, {**own, names[0]: "GPU-later"})  # GPU-rma-9 displaced at 220 s
     poll(220.0 + PARK_FOR_S + 10.0, {**own, names[0]: f"GPU-rma-{GPUS + 1}"})  # a day and more after
     assert boards.health.gpus_moved == {"dcgm": 1} and boards.health.gpus_replaced["dcgm"] == replaced + 3
+
+
+# ---- a parked board's predictions ----------------------------------------------------------------
+AWAY = 2  # frames node0 reads without gpu3 (a reboot without it, then reseated)
+
+
+@pytest.fixture(scope="module")
+def throttling() -> tuple[Topology, list[Frame], int]:
+    """node0/gpu3's interface degrading (the thermal detector predicts a throttle), its frames,
+    and the index of the first frame after which the thermal detector holds that prediction."""
+    topology = small_topology(nodes=2, gpus=GPUS, racks=1)
+    frames = [f for f in World(topology, faults=[Fault("tim_degradation", MISSING, 1800, 0.6, "f1")],
+                               seed=1).run(4 * 3600)[0] if f.kind == "gpu"]
+    p = pipeline(topology, ["thermal"])
+    for i, frame in enumerate(frames):
+        if any(isinstance(f, Prediction) and f.active and f.slot == MISSING for f in p.process(in_place(frame))):
+            return topology, frames, i
+    raise AssertionError("no throttle predicted on the degrading GPU")
+
+
+def test_a_parked_boards_prediction_is_made_again_the_moment_its_board_is_read_again(throttling) -> None:
+    """gpu3 predicted to throttle, its node reboots without it (its board parked, the prediction
+    withdrawn) and it is back two polls later: the prediction is active again at the very frame the
+    board is read again, at its slot, saying so, its ETA shortened by the time away. (Its detector
+    rows came back with their latch "raised", so the thermal detector made it again only at its
+    next refresh: 10 s later, h27; and had the throttle cleared first, it would have withdrawn a
+    prediction already withdrawn.) Every withdrawal after the return is of a prediction active."""
+    topology, frames, at = throttling
+    p = pipeline(topology, ["thermal"])
+    for frame in frames[:at + 1]:
+        p.process(in_place(frame))
+    (raised,) = p.store.snapshot().predictions
+    for frame in frames[at + 1:at + 1 + AWAY]:
+        p.process(shifted(frame))
+    assert not p.store.snapshot().predictions
+    back = frames[at + 1 + AWAY]
+    told = [f for f in p.process(in_place(back)) if isinstance(f, Prediction) and f.slot == MISSING]
+    (made,) = [f for f in told if f.active]
+    when = float(back.ts.min())
+    assert (made.ts, made.detector, made.event, made.confidence) == (when, "thermal", raised.event, raised.confidence)
+    assert made.eta_s == max(raised.eta_s - (when - raised.ts), 0.0)
+    assert made.reason == f"{raised.reason} (its board back at node0/gpu{MISSING})"
+    assert [(f.slot, f.event) for f in p.store.snapshot().predictions] == [(MISSING, raised.event)]
+    assert p.bank.parked_predictions == {}
+    active = {(f.detector, f.event, f.slot) for f in p.store.snapshot().predictions}
+    for frame in frames[at + 2 + AWAY:at + 2 + AWAY + 60]:
+        for f in p.process(in_place(frame)):
+            if isinstance(f, Prediction):
+                key = (f.detector, f.event, f.slot)
+                assert f.active or key in active, f"{f} withdraws a prediction not active"
+                active = active | {key} if f.active else active - {key}
+
+
+def test_the_evaluation_makes_a_parked_boards_prediction_again_as_the_pipeline_does(throttling) -> None:
+    topology, frames, at = throttling
+    bank = DetectorBank.from_names(topology, ["thermal"], processors=())
+    health = PipelineHealth()
+    guard = InputGuard(topology, health)
+    evaluation = _BoardSwaps(bank, guard, health)
+    for frame in frames[:at + 1]:
+        evaluation.update(guard.check(in_place(frame)))
+    (raised,) = evaluation.active.values()
+    for frame in frames[at + 1:at + 1 + AWAY]:
+        evaluation.update(guard.check(shifted(frame)))
+    assert evaluation.active == {}
+    back = frames[at + 1 + AWAY]
+    found = evaluation.update(guard.check(in_place(back)))
+    (made,) = [f for f in found if isinstance(f, Prediction) and f.active and f.slot == MISSING]
+    assert (made.ts, made.event, made.reason) == (float(back.ts.min()), raised.event,
+                                                  f"{raised.reason} (its board back at node0/gpu{MISSING})")
+    assert list(evaluation.active.values()) == [made]
+
+
+def test_a_parked_boards_predictions_come_back_but_one_whose_event_passed_and_go_with_its_rows() -> None:
+    """Predictions about gpu3's board, parked at 100 s (withdrawn), are made again when it is read
+    again at 1000 s, in its slot: a known ETA shortened by the time since it was made, an unknown
+    one (-1) kept, one whose event time passed while away (made at 90 s, 600 s ahead) not made
+    again; a moved-from suffix replaced by where it is back; the withdrawal of the same prediction
+    about the board that leaves the slot then left out (replaced). They are kept in the bank's
+    checkpoint, and given up with the board's rows (``swap.dropped``)."""
+    topology = small_topology(nodes=2, gpus=GPUS, racks=1)
+    bank = DetectorBank.from_names(topology, ["thermal", "power"], processors=())
+    fresh = bank.state_dict()["detectors"]
+
+    def name(slot: int) -> str:
+        return topology.name("gpu", slot)
+
+    def took(swap: BoardSwap, active: list[Prediction]) -> list[Prediction]:
+        bank.take_swap(swap, fresh)
+        return bank.follow_predictions(swap, active, name)
+
+    def away(ts: float) -> BoardSwap:  # gpu4's board reads in gpu3; gpu3's, read nowhere, parked
+        return BoardSwap(ts, np.array([3]), np.array([board(3)]), np.array([board(4)]), np.array([4]),
+                         np.array([4]), parked=np.array([3]))
+
+    def back(ts: float) -> BoardSwap:  # gpu3's board back in gpu3, gpu4's back in gpu4
+        return BoardSwap(ts, np.array([3, 4]), np.array([board(4), np.nan]), np.array([board(3), board(4)]),
+                         np.array([-1, 3]), np.empty(0, dtype=np.int64), unparked=np.array([3]))
+
+    due = Prediction(90.0, "gpu", 3, "thermal_throttle", 3600.0, 0.9, "thermal",
+                     "hot (its board moved from node0/gpu5)")
+    unknown = Prediction(95.0, "gpu", 3, "power_cap", -1.0, 0.7, "power", "heading for the limit")
+    passed = Prediction(90.0, "gpu", 3, "thermal_runaway", 600.0, 0.8, "thermal", "runaway")
+    withdrawn = took(away(100.0), [due, unknown, passed])
+    assert [(f.slot, f.event, f.active) for f in withdrawn] == [(3, e, False) for e in
+                                                                 ("thermal_throttle", "power_cap", "thermal_runaway")]
+    assert bank.parked_predictions == {(0, board(3)): [due, unknown, passed]}
+
+    restored = DetectorBank.from_names(topology, ["thermal", "power"], processors=())
+    restored.load_state_dict(bank.state_dict())
+    assert restored.parked_predictions == bank.parked_predictions
+
+    other = Prediction(500.0, "gpu", 3, "thermal_throttle", 100.0, 0.6, "thermal", "gpu4's board, hot")
+    told = took(back(1000.0), [other])
+    assert [(f.slot, f.event, f.active) for f in told] == [(4, "thermal_throttle", True),  # gpu4's board's, carried
+                                                           (3, "thermal_throttle", True), (3, "power_cap", True)]
+    _, again, cap = told
+    assert (again.ts, again.eta_s, again.confidence, again.detector) == (1000.0, 3600.0 - 910.0, 0.9, "thermal")
+    assert again.reason == "hot (its board back at node0/gpu3)"
+    assert (cap.ts, cap.eta_s, cap.reason) == (1000.0, -1.0, "heading for the limit (its board back at node0/gpu3)")
+    assert bank.parked_predictions == {}
+
+    took(away(2000.0), [again])
+    assert bank.parked_predictions == {(0, board(3)): [again]}
+    gone = BoardSwap(3000.0, np.array([8]), np.array([board(8)]), np.array([7000.0]), np.array([-1]),
+                     np.empty(0, dtype=np.int64), dropped=((0, board(3)),))
+    assert took(gone, []) == []
+    assert bank.parked_predictions == {} and bank.parked == {}
+    assert took(back(4000.0), []) == []  # read again after it was given up: nothing to make again
