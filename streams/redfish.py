@@ -274,7 +274,15 @@ def clients(urls: Mapping[str, str], user: str | None, password: str | None, tim
     user = user if user is not None else os.environ.get("FORESHOCK_BMC_USER")
     password = password if password is not None else os.environ.get("FORESHOCK_BMC_PASSWORD")
     insecure = insecure if insecure is not None else os.environ.get("FORESHOCK_BMC_INSECURE") == "1"
-    context = tls_context(ca_file or os.environ.get("FORESHOCK_BMC_CA_FILE"), insecure)
+    ca = ca_file or os.environ.get("FORESHOCK_BMC_CA_FILE")
+    try:
+        context = tls_context(ca, insecure)
+    except OSError as exc:  # (ssl.SSLError is one) a CA file missing, unreadable or no certificate:
+        # a ValueError naming where it came from, which the commands make a usage error (it was a
+        # FileNotFoundError traceback; review h28)
+        origin = "the CA file" if ca_file else "FORESHOCK_BMC_CA_FILE"
+        raise ValueError(f"{origin} {ca!r} cannot be used to verify the BMCs' certificates: "
+                         f"{exc.strerror or exc}") from None
     return {name: BmcClient(url, user, password, timeout, context) for name, url in urls.items()}
 
 

@@ -156,6 +156,20 @@ def test_rpm_fans_without_a_range_use_the_configured_full_speed(bmcs, monkeypatc
         source({"node1": bmc.url})
 
 
+@pytest.mark.parametrize("content", [None, b"not a certificate"], ids=["missing", "no-certificate"])
+def test_a_ca_file_that_cannot_be_used_is_a_value_error_naming_it(monkeypatch, tmp_path: Path,
+                                                                  content: bytes | None) -> None:
+    """The commands make a ValueError from a source's settings a usage error; a CA file named in
+    FORESHOCK_BMC_CA_FILE that is missing, or holds no certificate, was a FileNotFoundError or an
+    SSLError traceback (review h28)."""
+    ca = tmp_path / "ca.pem"
+    if content is not None:
+        ca.write_bytes(content)
+    monkeypatch.setenv("FORESHOCK_BMC_CA_FILE", str(ca))
+    with pytest.raises(ValueError, match="FORESHOCK_BMC_CA_FILE .*ca.pem"):
+        RedfishSource({"node1": "https://127.0.0.1:1"}, topology=small_topology(nodes=2))
+
+
 def test_a_failing_bmc_is_counted_and_the_others_are_still_read(bmcs):
     """Wrong credentials, a server error, a body that is not JSON and a closed port each cost
     that node its row in the poll, are counted by reason, and never stop the poll."""
