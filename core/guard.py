@@ -334,7 +334,8 @@ class InputGuard:
         change with where each new board came from (:meth:`follow_boards`), then ``(the rest,
         None)``. The caller processes each part's rows, then, for a swap, moves the moved boards'
         state and starts the others' slots afresh before the next part: the embedded pipeline and
-        the evaluation, alike.
+        the evaluation, alike. Each swap's new boards and moved ones are counted here
+        (``foreshock_gpus_replaced_total``, ``foreshock_gpus_moved_total``, the guard's stage).
 
         Each change comes later than the one before (every part after the first holds a row), so
         a frame is cut at most once per time stamp in it. A change no later than the one before
@@ -347,7 +348,13 @@ class InputGuard:
             when = change[0]
             before = rest.ts < when
             after = rest.take(~before)
-            yield rest.take(before), self.follow_boards(change, after)
+            swap = self.follow_boards(change, after)
+            # counted here, for every caller alike (the embedded pipeline, the evaluation)
+            if swap.replaced.any():
+                self.health.gpu_replaced(self.stage, int(swap.replaced.sum()))
+            if swap.moved.any():
+                self.health.gpu_moved(self.stage, int(swap.moved.sum()))
+            yield rest.take(before), swap
             rest = after
             if when <= previous:
                 self.health.problem(self.stage, "board_changes_unsettled", 1,
@@ -384,10 +391,7 @@ class InputGuard:
         before = self.s_board.copy()
         before[slots] = old  # the boards as they were read before ``when``
         node = self.topology.gpu_node
-        # (node, board) -> the slot holding it before the change, over the slots holding one of
-        # the new boards only: few, but for a mass change
-        holders = np.flatnonzero(np.isin(before, new))
-        held = {(int(node[s]), b): int(s) for s, b in zip(holders.tolist(), before[holders].tolist())}
+        held = self._holders(before, new)
         came_from = np.array([held.get((int(node[s]), b), -1) for s, b in zip(slots.tolist(), new.tolist())],
                              dtype=np.int64)
         if rest is not None and (came_from >= 0).any():
@@ -412,13 +416,24 @@ class InputGuard:
         """The boards whose state is parked: (node, board) -> when parked (telemetry time)."""
         return {(n, b): ts for n, boards in self._parked.items() for b, ts in boards.items()}
 
+    def _holders(self, board_of_slot: np.ndarray, boards: np.ndarray) -> dict[tuple[int, float], int]:
+        """(node, board) -> the slot holding it in ``board_of_slot`` (a board per GPU slot), over the
+        slots holding one of ``boards`` only: few, but for a mass change."""
+        node = self.topology.gpu_node
+        holders = np.flatnonzero(np.isin(board_of_slot, boards))
+        return {(int(node[s]), b): int(s) for s, b in zip(holders.tolist(), board_of_slot[holders].tolist())}
+
+    def _parked_boards(self) -> list[float]:
+        """The boards parked on any node."""
+        return [b for parked in self._parked.values() for b in parked]
+
     def _unpark(self, slots: np.ndarray, boards: np.ndarray) -> np.ndarray:
         """Of ``slots`` reading ``boards`` held nowhere on their node, those whose board is parked
         on their node: taken out of the parking, they take its state (``BoardSwap.unparked``)."""
         if not self._parked or not len(slots):
             return np.empty(0, dtype=np.int64)
         node = self.topology.gpu_node
-        maybe = np.flatnonzero(np.isin(boards, [b for parked in self._parked.values() for b in parked]))
+        maybe = np.flatnonzero(np.isin(boards, self._parked_boards()))
         out = [int(slots[i]) for i in maybe.tolist()
                if self._parked.get(int(node[slots[i]]), {}).pop(float(boards[i]), None) is not None]
         return np.array(out, dtype=np.int64)
@@ -433,8 +448,7 @@ class InputGuard:
         if not len(displaced):
             return np.empty(0, dtype=np.int64), ()
         node = self.topology.gpu_node
-        holders = np.flatnonzero(np.isin(self.s_board, old[displaced]))
-        held = {(int(node[s]), b) for s, b in zip(holders.tolist(), self.s_board[holders].tolist())}
+        held = self._holders(self.s_board, old[displaced])
         parked: list[int] = []
         evicted: list[tuple[int, float]] = []
         for slot, board in zip(slots[displaced].tolist(), old[displaced].tolist()):
@@ -502,15 +516,14 @@ class InputGuard:
         moved = np.zeros(len(rows), dtype=bool)
         found = np.flatnonzero(np.isin(boards, self.s_board))
         if len(found):
-            holders = np.flatnonzero(np.isin(self.s_board, boards[found]))
-            held = {(int(node[s]), b): int(s) for s, b in zip(holders.tolist(), self.s_board[holders].tolist())}
+            held = self._holders(self.s_board, boards[found])
             holder = np.array([held.get((int(node[slots[i]]), float(boards[i])), -1) for i in found.tolist()],
                               dtype=np.int64)
             found, holder = found[holder >= 0], holder[holder >= 0]
             still = self._still_holds(frame, holder, boards[found], slots[found], frame.ts[rows[found]])
             moved[found[~still]] = True
         if self._parked:
-            maybe = np.flatnonzero(~moved & np.isin(boards, [b for parked in self._parked.values() for b in parked]))
+            maybe = np.flatnonzero(~moved & np.isin(boards, self._parked_boards()))
             for i in maybe.tolist():
                 moved[i] = float(boards[i]) in self._parked.get(int(node[slots[i]]), {})
         return moved

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 import time
 from dataclasses import replace
-from typing import Any, Callable, Iterable, NamedTuple, Protocol, Sequence
+from typing import Any, Callable, Iterable, Iterator, NamedTuple, Protocol, Sequence
 
 import numpy as np
 
@@ -100,6 +100,11 @@ def _eta_at(prediction: Prediction, ts: float) -> float:
     if prediction.eta_s < 0:
         return prediction.eta_s
     return max(prediction.eta_s - (ts - prediction.ts), 0.0)
+
+
+PACKED_KINDS = "biuf"
+"""The dtype kinds :class:`ParkedRows` packs as bytes (numbers and booleans); rows of any other
+are kept as they are."""
 
 
 class ParkedRows(NamedTuple):
@@ -256,18 +261,13 @@ class DetectorBank:
         layout: list[tuple[str, str, np.dtype, tuple[int, ...]]] = []
         packed: list[np.ndarray] = []  # per key: per slot, its row's bytes
         other: list[dict[tuple[str, str], np.ndarray]] = [{} for _ in keys]
-        for detector in self.detectors:
-            state = detector.state_dict()  # a copy, at a swap only
-            for k, kind in detector.slot_kinds.items():
-                arr = state.get(k)
-                if kind != "gpu" or not isinstance(arr, np.ndarray):
-                    continue
-                if arr.dtype.kind not in "biuf":
-                    for i, slot in enumerate(slots.tolist()):
-                        other[i][detector.name, k] = arr[slot].copy()
-                    continue
-                layout.append((detector.name, k, arr.dtype, arr.shape[1:]))
-                packed.append(np.ascontiguousarray(arr[slots]).reshape(len(slots), -1).view(np.uint8))
+        for name, k, arr in self._gpu_arrays():  # copies, at a swap only
+            if arr.dtype.kind not in PACKED_KINDS:
+                for i, slot in enumerate(slots.tolist()):
+                    other[i][name, k] = arr[slot].copy()
+                continue
+            layout.append((name, k, arr.dtype, arr.shape[1:]))
+            packed.append(np.ascontiguousarray(arr[slots]).reshape(len(slots), -1).view(np.uint8))
         rows = np.concatenate(packed, axis=1) if packed else np.zeros((len(slots), 0), dtype=np.uint8)
         shared = tuple(layout)
         for i, (_, key) in enumerate(keys):
@@ -336,7 +336,7 @@ class DetectorBank:
         return self._parked_predictions
 
     def _load_remapped(self, remap: Remap, fresh: dict[str, Any]) -> None:
-        current = self.state_dict()["detectors"]
+        current = {d.name: d.state_dict() for d in self.detectors}  # (not the processors': they keep theirs)
         for detector in self.detectors:
             # the fresh state first: a remap takes the rows of the entities it does not keep from
             # the detector's own state (``Detector.remap_state``), as a fresh bank's on a move
@@ -362,16 +362,20 @@ class DetectorBank:
             if (node, board) in self._parked:
                 self._parked_predictions.setdefault((node, board), []).append(prediction)
 
-    def _gpu_layout(self) -> tuple[tuple[str, str, np.dtype, tuple[int, ...]], ...]:
-        """The packed layout of a GPU's rows in this bank (:class:`ParkedRows`), as :meth:`park_gpus` makes it."""
-        layout: list[tuple[str, str, np.dtype, tuple[int, ...]]] = []
+    def _gpu_arrays(self) -> Iterator[tuple[str, str, np.ndarray]]:
+        """Each detector's per-GPU state arrays (slot on axis 0), copies: (detector, key, array),
+        in the order :class:`ParkedRows` packs their rows."""
         for detector in self.detectors:
             state = detector.state_dict()
             for k, kind in detector.slot_kinds.items():
                 arr = state.get(k)
-                if kind == "gpu" and isinstance(arr, np.ndarray) and arr.dtype.kind in "biuf":
-                    layout.append((detector.name, k, arr.dtype, arr.shape[1:]))
-        return tuple(layout)
+                if kind == "gpu" and isinstance(arr, np.ndarray):
+                    yield detector.name, k, arr
+
+    def _gpu_layout(self) -> tuple[tuple[str, str, np.dtype, tuple[int, ...]], ...]:
+        """The packed layout of a GPU's rows in this bank (:class:`ParkedRows`), as :meth:`park_gpus` makes it."""
+        return tuple((name, k, arr.dtype, arr.shape[1:]) for name, k, arr in self._gpu_arrays()
+                     if arr.dtype.kind in PACKED_KINDS)
 
     def _parked_state(self) -> dict[str, Any]:
         """The parked rows as arrays, for a checkpoint: ``keys`` (node, board) and ``rows`` (their

@@ -409,7 +409,7 @@ def run_recording(recording: Recording, sets: Sequence[str],
     wall0 = time.perf_counter()
     first = last = math.nan
     fed = tuple(k for k in bank.kinds if telemetry is None or k in telemetry)
-    swaps = _BoardSwaps(bank, guard, health)
+    swaps = _BoardSwaps(bank, guard)
     for frame in aligned_frames(recording, fed, window_s):
         clean = guard.check(frame)
         if not len(clean):
@@ -455,8 +455,8 @@ class _BoardSwaps:
     (``DetectorBank.park_gpus``, ``DetectorBank.follow_predictions``), and the rest. Keeps the
     predictions active so far, by finding, for that."""
 
-    def __init__(self, bank: DetectorBank, guard: InputGuard, health: PipelineHealth) -> None:
-        self.bank, self.guard, self.health = bank, guard, health
+    def __init__(self, bank: DetectorBank, guard: InputGuard) -> None:
+        self.bank, self.guard = bank, guard
         self.fresh = bank.state_dict()["detectors"]  # as built: a new GPU's rows
         self.active: dict[tuple[str, str, str, int], Prediction] = {}
 
@@ -468,10 +468,6 @@ class _BoardSwaps:
             if swap is None:
                 continue
             told = self.bank.take_swap(swap, self.fresh)
-            if swap.replaced.any():
-                self.health.gpu_replaced(self.guard.stage, int(swap.replaced.sum()))
-            if swap.moved.any():
-                self.health.gpu_moved(self.guard.stage, int(swap.moved.sum()))
             changed: list[Finding] = list(self.bank.follow_predictions(
                 swap, self.active.values(), lambda slot: self.bank.topology.name("gpu", slot)))
             found += self._keep(told + (changed + self.bank.pass_on(changed, swap.ts) if changed else []))

@@ -1144,8 +1144,9 @@ class IncidentEngine:
         board was so displaced, that key, and what the board was a member of is kept under it;
         ``unparked`` names the slots whose board takes a parked state back, and there it becomes
         a member again of those of its incidents the engine still holds (told again where open; in
-        a resolved one's history, for a reopening). ``dropped``: keys given up. In memory only, as
-        the guard's and the bank's: a restored state has none.
+        a resolved one's history, for a reopening). ``dropped``: keys given up. In memory only (the guard
+        and the bank checkpoint their parking; a restored engine has none: a parked board read again after a
+        worker's restart rejoins no incident).
 
         Returns each open incident that changed, told again at once under its new member names:
         re-ranked (its root and reason follow the board), in the state it was (it did not grow);
@@ -1330,7 +1331,7 @@ class IncidentEngine:
             owner_of[:] = -1
         self._incidents, self._index, self._rooted = {}, {}, {}
         self._left_out = [int(d["serial"]) for d in state["incidents"] if d.get("members_left_out")]
-        self._parked = {}  # in memory only, as the guard's parked boards
+        self._parked = {}  # in memory only (not in the state, unlike the guard's and the bank's parking)
         owners: dict[int, int] = {}  # member key -> the incident holding it
         for d in state["incidents"]:
             inc = _Incident(int(d["serial"]), d["family"], float(d["first_ts"]))

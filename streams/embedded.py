@@ -193,10 +193,6 @@ class EmbeddedPipeline:
         # the store forgets the limits of every slot whose board changed (its board's are read again
         # with its next row)
         self.store.forget_limits(np.union1d(swap.slots, swap.left))
-        if swap.replaced.any():
-            self.health.gpu_replaced(self.guard.stage, int(swap.replaced.sum()))
-        if swap.moved.any():
-            self.health.gpu_moved(self.guard.stage, int(swap.moved.sum()))
         for slot, was, now in zip(swap.slots[swap.replaced].tolist(), swap.old[swap.replaced].tolist(),
                                   swap.new[swap.replaced].tolist()):
             log.warning("GPU %s: another board in its slot (board_id %d -> %d); its detector state starts afresh "

@@ -363,7 +363,7 @@ def test_the_evaluation_moves_a_boards_state_and_predictions_as_the_pipeline_doe
     bank = DetectorBank.from_names(topology, processors=())
     health = PipelineHealth()
     guard = InputGuard(topology, health)
-    evaluation = _BoardSwaps(bank, guard, health)
+    evaluation = _BoardSwaps(bank, guard)
     for frame in frames[:BEFORE]:
         evaluation.update(guard.check(in_place(frame)))
     raised = Prediction(float(frames[BEFORE - 1].ts[0]), "gpu", 7, "thermal_throttle", 3600.0, 0.9, "thermal", "b7")
@@ -858,7 +858,7 @@ def test_the_evaluation_makes_a_parked_boards_prediction_again_as_the_pipeline_d
     bank = DetectorBank.from_names(topology, ["thermal"], processors=())
     health = PipelineHealth()
     guard = InputGuard(topology, health)
-    evaluation = _BoardSwaps(bank, guard, health)
+    evaluation = _BoardSwaps(bank, guard)
     for frame in frames[:at + 1]:
         evaluation.update(guard.check(in_place(frame)))
     (raised,) = evaluation.active.values()
