@@ -53,6 +53,8 @@ def command(ctx: click.Context, recording: str, sets: str, report_dir: str, mode
     unknown = [s for s in chosen if s not in evaluation.DETECTOR_SETS]
     if unknown:
         raise click.UsageError(f"unknown detector sets {unknown}; known: {sorted(evaluation.DETECTOR_SETS)}")
+    if model_path is not None and "sklearn" not in chosen:  # refused, like a --param for no set: it would do nothing
+        raise click.UsageError("--model is only used by the sklearn set: add sklearn to --detectors, or drop --model")
     asked = [k.strip() for k in events.split(",") if k.strip()] if events else list(evaluation.EVENT_KINDS)
     # congestion and incidents are report sections, scored on every run: naming them is allowed
     bad = [k for k in asked if k not in evaluation.EVENT_KINDS and k not in evaluation.SECTION_SCORERS]

@@ -8,6 +8,9 @@ names. ``DEFAULT_BANK`` is what ``demo``, ``replay`` and the workers run.
 from __future__ import annotations
 
 import importlib
+import inspect
+import numbers
+import sys
 from typing import Any
 
 from foreshock.topology import Topology
@@ -51,10 +54,38 @@ def _load(table: dict[str, str], name: str, what: str) -> Any:
     return getattr(importlib.import_module(f"foreshock.detectors.{module_name}"), cls_name)
 
 
+def _number_params(cls: Any) -> set[str]:
+    """The parameters ``cls`` takes as numbers: each whose default is a number (or that is typed
+    ``float | None``), and, where it takes ``**params``, the names in its module's ``PARAMS`` table
+    (the table ``--param`` help points to)."""
+    out: set[str] = set()
+    for key, param in inspect.signature(cls.__init__).parameters.items():
+        if param.kind is param.VAR_KEYWORD:
+            out.update(getattr(sys.modules[cls.__module__], "PARAMS", {}))
+        elif isinstance(param.default, numbers.Real) and not isinstance(param.default, bool):
+            out.add(key)
+        elif param.default is None and isinstance(param.annotation, str):  # annotations are strings here
+            kinds = {t.strip() for t in param.annotation.split("|")} - {"None"}
+            if kinds and kinds <= {"float", "int"}:
+                out.add(key)
+    return out
+
+
+def _check_numbers(cls: Any, params: dict[str, Any]) -> None:
+    """ValueError naming the first number parameter given something else: a string reached the
+    Numba kernels of some detectors (``threshold.off_hold_s=abc`` failed as a typing error once data
+    came) and tripped others on a comparison that named neither parameter nor value."""
+    numeric = _number_params(cls)
+    for key, value in params.items():
+        if key in numeric and not (isinstance(value, numbers.Real) and not isinstance(value, bool)):
+            raise ValueError(f"{key} must be a number, not {value!r}")
+
+
 def _construct(cls: Any, name: str, topology: Topology, params: dict[str, Any]) -> Any:
     """``cls(topology, **params)``; a parameter it cannot take is named in the error (a value that
     is not a number read "could not convert string to float: 'abc'", naming nothing)."""
     try:
+        _check_numbers(cls, params)
         return cls(topology, **params)
     except (ValueError, TypeError) as exc:
         if not params or str(exc).startswith(f"{name}:"):

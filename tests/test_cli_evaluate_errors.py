@@ -152,3 +152,71 @@ def test_a_model_file_rewritten_after_a_load_is_read_and_checked_again(tmp_path:
     os.utime(small_model, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1))
     with pytest.raises(ModelFileError, match="unreadable model file"):
         load_model(small_model)
+
+
+@pytest.mark.parametrize(("sets", "param"), [("threshold", "threshold.off_hold_s=abc"),
+                                             ("foreshock", "thermal.tau_core_s=abc")])
+def test_a_param_that_is_not_a_number_is_a_usage_error_naming_it(empty_recording, tmp_path: Path, sets: str,
+                                                                 param: str) -> None:
+    """``threshold.off_hold_s=abc`` reached the alarm kernel and ended in a Numba typing error once
+    data came, after the report folder was made."""
+    rec = empty_recording("gpu", 30.0)
+    report = tmp_path / "report"
+    result = invoke(str(rec.path), "--detectors", sets, "--report", str(report), "--no-plots", "--param", param)
+    assert result.exit_code == 2 and isinstance(result.exception, SystemExit), result.output
+    detector, name = param.split("=")[0].split(".")
+    assert "Usage:" in result.output and f"{detector}: {name} must be a number, not 'abc'" in result.output
+    assert param in result.output  # as typed, like any parameter the detector refuses
+    assert not report.exists()
+
+
+def number_parameters() -> list[tuple[str, str]]:
+    """``(detector or processor, parameter)`` for each parameter with a number default, each
+    ``float | None`` one, and each name in the ``PARAMS`` table of one that takes ``**params``."""
+    import importlib
+    import inspect
+
+    from foreshock.detectors.registry import DETECTORS, PROCESSORS
+    out = []
+    for name, target in (DETECTORS | PROCESSORS).items():
+        module_name, _, cls_name = target.partition(":")
+        module = importlib.import_module(f"foreshock.detectors.{module_name}")
+        for key, param in inspect.signature(getattr(module, cls_name).__init__).parameters.items():
+            if param.kind is param.VAR_KEYWORD:
+                out += [(name, k) for k in module.PARAMS]
+            elif type(param.default) in (int, float) or param.annotation == "float | None":
+                out.append((name, key))
+    return out
+
+
+@pytest.mark.parametrize(("name", "key"), number_parameters(), ids=lambda v: str(v))
+def test_every_number_parameter_refuses_a_string_naming_itself(small_topology, name: str, key: str) -> None:
+    """The check is the registry's, so every command's ``--param`` has it; before, only river's were
+    named, the rest read "'<' not supported between instances of 'str' and 'int'" or worse."""
+    from foreshock.detectors.registry import PROCESSORS, create, create_processor
+    make = create_processor if name in PROCESSORS else create
+    with pytest.raises(ValueError) as refused:
+        make(name, small_topology, **{key: "abc"})
+    assert str(refused.value) == f"{name}: {key} must be a number, not 'abc' (parameters given: {name}.{key}=abc)"
+
+
+def test_number_parameters_cover_every_detector_that_takes_one() -> None:
+    """The list above is read from the signatures and ``PARAMS`` tables: an empty one would pass
+    the test vacuously."""
+    from foreshock.detectors.registry import DETECTORS
+    named = {name for name, _ in number_parameters()}
+    assert set(DETECTORS) - named == {"xid"}  # the only detector without parameters
+    assert ("threshold", "off_hold_s") in number_parameters() and ("sklearn", "threshold") in number_parameters()
+
+
+def test_a_model_without_the_sklearn_set_is_a_usage_error_before_it_is_read(empty_recording, tmp_path: Path,
+                                                                             small_model: Path, monkeypatch) -> None:
+    """``--model`` was loaded (and had to be a valid model file) even where no set used it."""
+    rec = empty_recording("gpu", 30.0)
+    reads = count_model_reads(monkeypatch)
+    report = tmp_path / "report"
+    result = invoke(str(rec.path), "--detectors", "foreshock,threshold", "--report", str(report), "--no-plots",
+                    "--model", str(small_model))
+    assert result.exit_code == 2 and isinstance(result.exception, SystemExit), result.output
+    assert "Usage:" in result.output and "--model is only used by the sklearn set" in result.output
+    assert reads == [] and not report.exists()
