@@ -14,11 +14,12 @@ def kafka_options(func: Callable[..., Any]) -> Callable[..., Any]:
                         help="Partitions of telemetry.frames when this command creates it.")(func)
     func = click.option("--namespace", default="", help="Prefix for every topic name (several pipelines on one broker).")(func)
     func = click.option("--password", envvar="FORESHOCK_KAFKA_PASSWORD", default=None,
-                        help="SASL/PLAIN password (env FORESHOCK_KAFKA_PASSWORD).")(func)
+                        help="SASL/PLAIN password; needs --user (env FORESHOCK_KAFKA_PASSWORD).")(func)
     func = click.option("--user", envvar="FORESHOCK_KAFKA_USER", default=None,
                         help="SASL/PLAIN user: switches to SASL_PLAINTEXT (env FORESHOCK_KAFKA_USER).")(func)
     func = click.option("--kafka", envvar="FORESHOCK_KAFKA", default=None,
-                        help="Broker address HOST:PORT[,HOST:PORT] (env FORESHOCK_KAFKA).")(func)
+                        help="Broker address HOST:PORT[,HOST:PORT], IPv6 as [ADDRESS]:PORT "
+                             "(env FORESHOCK_KAFKA).")(func)
     return func
 
 

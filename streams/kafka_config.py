@@ -18,6 +18,7 @@ requests itself (SaslHandshake v1, SaslAuthenticate v0) and reads the broker's a
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import socket
 import struct
@@ -29,6 +30,8 @@ MECHANISMS = ("PLAIN",)
 
 _API_SASL_HANDSHAKE = 17
 _API_SASL_AUTHENTICATE = 36
+# far above any SaslHandshake/SaslAuthenticate answer: a bigger size prefix is not Kafka talking
+_MAX_RESPONSE_BYTES = 1 << 20
 
 
 class KafkaConnectError(RuntimeError):
@@ -45,7 +48,8 @@ class KafkaAuthError(KafkaConnectError):
 
 @dataclass(frozen=True)
 class KafkaSettings:
-    """Where the broker is and how to authenticate. ``bootstrap`` is ``host:port[,host:port]``."""
+    """Where the broker is and how to authenticate. ``bootstrap`` is ``host:port[,host:port]``, an
+    IPv6 address in brackets (``[::1]:9092``), as kafka-python and aiokafka read it."""
 
     bootstrap: str
     security_protocol: str = "PLAINTEXT"
@@ -68,13 +72,8 @@ class KafkaSettings:
         return self.security_protocol.startswith("SASL")
 
     def servers(self) -> list[tuple[str, int]]:
-        out = []
-        for item in self.bootstrap.split(","):
-            host, sep, port = item.strip().rpartition(":")
-            if not sep or not host or not port.isdigit():
-                raise ValueError(f"Kafka address {item.strip()!r} is not HOST:PORT")
-            out.append((host, int(port)))
-        return out
+        """``(host, port)`` per bootstrap server; an IPv6 host without its brackets, as sockets take it."""
+        return [_split_address(item.strip()) for item in self.bootstrap.split(",")]
 
     def with_client_id(self, client_id: str) -> "KafkaSettings":
         return replace(self, client_id=client_id)
@@ -89,6 +88,10 @@ class KafkaSettings:
             raise ValueError("no Kafka address: pass --kafka HOST:PORT or set FORESHOCK_KAFKA")
         username = username or os.environ.get("FORESHOCK_KAFKA_USER")
         password = password if password is not None else os.environ.get("FORESHOCK_KAFKA_PASSWORD")
+        if password and not username:
+            # without a user the settings are PLAINTEXT: the password would be dropped without a word
+            raise ValueError("a Kafka password (--password or FORESHOCK_KAFKA_PASSWORD) needs a user "
+                             "(--user or FORESHOCK_KAFKA_USER)")
         if username:
             return cls(bootstrap, "SASL_PLAINTEXT", "PLAIN", username, password)
         return cls(bootstrap)
@@ -104,7 +107,7 @@ class KafkaSettings:
         return conf
 
     def faust_broker(self) -> str:
-        return ";".join(f"kafka://{h}:{p}" for h, p in self.servers())
+        return ";".join(f"kafka://{_join_address(h, p)}" for h, p in self.servers())
 
     def faust_credentials(self) -> Any:
         """``broker_credentials`` for faust (None for PLAINTEXT)."""
@@ -116,25 +119,74 @@ class KafkaSettings:
                                      mechanism=self.sasl_mechanism)
 
 
+def _split_address(item: str) -> tuple[str, int]:
+    """``HOST:PORT`` or ``[IPV6]:PORT`` -> ``(host, port)``; a ValueError says what is wrong with it."""
+    if item.startswith("["):
+        host, bracket, rest = item[1:].partition("]")
+        if not bracket or not _is_ipv6(host) or not rest.startswith(":"):
+            raise ValueError(f"Kafka address {item!r} is not [IPV6]:PORT")
+        sep, port = ":", rest[1:]
+    else:
+        host, sep, port = item.rpartition(":")
+        if ":" in host:
+            # kafka-python and aiokafka read an unbracketed IPv6 address with a port as one host name
+            hint = f"[{host}]:{port}" if _is_ipv6(host) and port else "[ADDRESS]:PORT"
+            raise ValueError(f"Kafka address {item!r}: an IPv6 address goes in brackets, as in {hint}")
+    if not sep or not host or not (port.isascii() and port.isdigit()):
+        raise ValueError(f"Kafka address {item!r} is not HOST:PORT")
+    if not 0 < int(port) < 65536:
+        raise ValueError(f"Kafka address {item!r}: the port must be 1 to 65535")
+    return host, int(port)
+
+
+def _is_ipv6(host: str) -> bool:
+    try:
+        ipaddress.IPv6Address(host)
+    except ValueError:
+        return False
+    return True
+
+
+def _join_address(host: str, port: int) -> str:
+    """The inverse of :func:`_split_address`: an IPv6 host in brackets."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
 def check_broker(settings: KafkaSettings, timeout_s: float = 5.0) -> None:
-    """Connect to the first reachable bootstrap server; authenticate if SASL is configured.
+    """Connect to the first usable bootstrap server; authenticate if SASL is configured.
 
     Raises :class:`KafkaUnavailableError` or :class:`KafkaAuthError` with a message that
-    names the address (and the user), within about ``timeout_s`` per server.
+    names the address (and the user), within about ``timeout_s`` per server. A server that is
+    down or does not speak SASL sends the check on to the next one; refused credentials do not
+    (every broker of a cluster shares them).
     """
+    servers = settings.servers()
     errors = []
-    for host, port in settings.servers():
+    reached = False
+    for host, port in servers:
+        where = _join_address(host, port)
         try:
             sock = socket.create_connection((host, port), timeout=timeout_s)
         except OSError as exc:
-            errors.append(f"{host}:{port}: {exc.strerror or exc}")
+            errors.append(f"{where}: {exc.strerror or exc}")
+            continue
+        except UnicodeError:  # the IDNA encoding of the name failed (an empty label, a label over 63)
+            errors.append(f"{where}: not a valid host name")
             continue
         with sock:
             sock.settimeout(timeout_s)
             if settings.sasl:
-                _sasl_plain(sock, settings, f"{host}:{port}")
+                try:
+                    _sasl_plain(sock, settings, where)
+                except KafkaUnavailableError as exc:
+                    if len(servers) == 1:
+                        raise
+                    errors.append(str(exc))
+                    reached = True
+                    continue
             return
-    raise KafkaUnavailableError(f"no Kafka broker reachable at {settings.bootstrap} ({'; '.join(errors)})")
+    raise KafkaUnavailableError(f"no Kafka broker {'usable' if reached else 'reachable'} at {settings.bootstrap} "
+                                f"({'; '.join(errors)})")
 
 
 # ---- the two SASL requests (Kafka protocol, non-flexible versions) -----------------------
@@ -143,25 +195,27 @@ def _string(value: str) -> bytes:
     return struct.pack(">h", len(raw)) + raw
 
 
-def _request(sock: socket.socket, api_key: int, version: int, correlation: int, client_id: str,
+def _request(sock: socket.socket, where: str, api_key: int, version: int, correlation: int, client_id: str,
              body: bytes) -> bytes:
     header = struct.pack(">hhi", api_key, version, correlation) + _string(client_id)
     payload = header + body
     sock.sendall(struct.pack(">i", len(payload)) + payload)
-    size = struct.unpack(">i", _read_exactly(sock, 4))[0]
-    response = _read_exactly(sock, size)
+    size = struct.unpack(">i", _read_exactly(sock, where, 4))[0]
+    if not 4 <= size <= _MAX_RESPONSE_BYTES:  # a response holds at least its correlation id
+        raise KafkaUnavailableError(f"unexpected answer from {where} (a response of {size} bytes; not Kafka?)")
+    response = _read_exactly(sock, where, size)
     if struct.unpack(">i", response[:4])[0] != correlation:
-        raise KafkaUnavailableError("unexpected Kafka response (correlation id mismatch)")
+        raise KafkaUnavailableError(f"unexpected answer from {where} (correlation id mismatch)")
     return response[4:]
 
 
-def _read_exactly(sock: socket.socket, n: int) -> bytes:
+def _read_exactly(sock: socket.socket, where: str, n: int) -> bytes:
     chunks = []
     while n:
         try:
             chunk = sock.recv(n)
         except socket.timeout:
-            raise KafkaUnavailableError("the broker did not answer in time") from None
+            raise KafkaUnavailableError(f"the broker at {where} did not answer in time") from None
         if not chunk:
             raise EOFError
         chunks.append(chunk)
@@ -171,8 +225,9 @@ def _read_exactly(sock: socket.socket, n: int) -> bytes:
 
 def _sasl_plain(sock: socket.socket, settings: KafkaSettings, where: str) -> None:
     user = settings.username or ""
+    message = ""
     try:
-        body = _request(sock, _API_SASL_HANDSHAKE, 1, 1, settings.client_id, _string(settings.sasl_mechanism))
+        body = _request(sock, where, _API_SASL_HANDSHAKE, 1, 1, settings.client_id, _string(settings.sasl_mechanism))
         (error,) = struct.unpack(">h", body[:2])
         if error == 33:  # UNSUPPORTED_SASL_MECHANISM
             raise KafkaAuthError(f"the broker at {where} does not offer SASL {settings.sasl_mechanism}")
@@ -180,14 +235,19 @@ def _sasl_plain(sock: socket.socket, settings: KafkaSettings, where: str) -> Non
             raise KafkaUnavailableError(f"SASL handshake with {where} failed (Kafka error code {error}); "
                                         "is this the SASL_PLAINTEXT listener?")
         token = b"\0" + user.encode() + b"\0" + (settings.password or "").encode()
-        body = _request(sock, _API_SASL_AUTHENTICATE, 0, 2, settings.client_id,
+        body = _request(sock, where, _API_SASL_AUTHENTICATE, 0, 2, settings.client_id,
                         struct.pack(">i", len(token)) + token)
+        (error,) = struct.unpack(">h", body[:2])
+        if error != 0:
+            (length,) = struct.unpack(">h", body[2:4])
+            message = body[4:4 + length].decode(errors="replace") if length >= 0 else ""
     except EOFError:
         raise KafkaUnavailableError(f"the broker at {where} closed the connection during SASL "
                                     "(a PLAINTEXT listener, or not Kafka?)") from None
-    (error,) = struct.unpack(">h", body[:2])
+    except struct.error:  # an answer too short for the fields the request's version has
+        raise KafkaUnavailableError(f"the broker at {where} sent a malformed SASL answer (not Kafka?)") from None
+    except OSError as exc:  # a reset connection, a send that timed out
+        raise KafkaUnavailableError(f"the connection to {where} failed during SASL: {exc.strerror or exc}") from None
     if error != 0:
-        (length,) = struct.unpack(">h", body[2:4])
-        message = body[4:4 + length].decode(errors="replace") if length >= 0 else ""
         raise KafkaAuthError(f"SASL/{settings.sasl_mechanism} authentication as {user!r} at {where} failed: "
                              f"{message or f'Kafka error code {error}'}")
