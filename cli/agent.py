@@ -154,6 +154,8 @@ def command(source: str, kafka: str | None, user: str | None, password: str | No
             agent_id: str | None, linger_ms: float, compression: str, topology_path: str | None, metrics_port: int,
             metrics_host: str) -> None:
     """Publish telemetry from SOURCE to Kafka (telemetry.frames, Arrow IPC, routed by node)."""
+    from kafka.errors import KafkaError
+
     from foreshock.health import PipelineHealth
     from foreshock.streams.kafka_agent import run_agent
     from foreshock.streams.kafka_config import KafkaConnectError, check_broker
@@ -216,11 +218,16 @@ def command(source: str, kafka: str | None, user: str | None, password: str | No
 
             restore = stop_on_signals(stop_publishing)
             try:
+                # a replay or the simulator can wait while the broker's backlog is full; a live
+                # source's readings would go stale: it drops them (counted)
                 stats = run_agent(settings, frames, topology, Topics(namespace, partitions), agent_id, health,
                                   on_frame=on_frame, stop=stopping, linger_ms=linger_ms,
-                                  compression=None if compression == "none" else compression)
+                                  compression=None if compression == "none" else compression,
+                                  live=source not in ("replay", "simulator"))
             except KafkaConnectError as exc:
                 raise click.ClickException(str(exc)) from None
+            except KafkaError as exc:  # a send the producer refused (counted in the log's send_failed)
+                raise click.ClickException(f"Kafka: {type(exc).__name__}: {exc}") from None
             except KeyboardInterrupt:
                 console.print("[yellow]stopped[/yellow]")
                 return
@@ -233,7 +240,7 @@ def command(source: str, kafka: str | None, user: str | None, password: str | No
             stop(server)
     click.echo(json.dumps({"name": "agent", "source": source, "frames": stats.frames, "samples": stats.samples,
                            "pieces": stats.pieces, "messages": stats.messages, "bytes": stats.bytes,
-                           "send_failed": stats.failed,
+                           "send_failed": stats.failed, "backlog_dropped": stats.dropped,
                            "wall_seconds": round(stats.wall_s, 3), "samples_per_s": round(stats.samples_per_s),
                            "input_problems": health.total_problems(), "stopped_early": stopping.is_set()}))
     if stats.failed:

@@ -8,7 +8,10 @@ together as one message (a bundle): a live source's kinds of one tick share a me
 replay at full speed fills them. Delivery: acks from all in-sync replicas, idempotent producer
 (no duplicates or reordering from retries), retries until ``delivery_timeout_s`` — long enough
 to ride out a broker restart; a message that still fails is counted (``send_failed``, per
-piece) and logged, never dropped silently.
+piece) and logged, never dropped silently. While the broker is away, what waits for it is
+bounded (``MAX_IN_FLIGHT_BYTES``): a replay or the simulator then waits for room, a live source
+drops the bundle (``broker_backlog_full``, counted per piece). At the end of a run the broker
+gets ``close``'s timeout to take what waits; what it has not taken by then is counted as failed.
 """
 
 from __future__ import annotations
@@ -33,6 +36,18 @@ from .kafka_config import KafkaSettings, check_broker
 from .kafka_topics import CHECKPOINT_MAX_BYTES, Topics, ensure_topics
 
 log = logging.getLogger("foreshock.agent")
+
+# kafka-python 3.0.x has no ``buffer_memory``: send() never blocks or refuses, and a message the
+# broker cannot take stays in memory until its delivery timeout (120 s) expires it; with the
+# broker away an agent grew by everything it read in that time (~1.2 MB of memory per MB sent).
+# 256 MB is over 100 times what a node's live sources send in 120 s (kB/s) and more than a
+# 4096-GPU simulator at real time sends in that time (~3 MB/s of rows, ~0.8 MB/s with LZ4), so
+# only an outage (or a replay outrunning the broker, which then waits) reaches it, and it is
+# still small beside a host that runs jobs.
+MAX_IN_FLIGHT_BYTES = 256 * 1024 * 1024
+# kafka-python's close() flushes first and raises if that times out: after close's own flush
+# timed out, the producer gets this long to abort what it holds
+FORCE_CLOSE_S = 5.0
 
 
 def default_agent_id() -> str:
@@ -62,6 +77,8 @@ class AgentStats:
     bytes: int = 0
     failed: int = 0
     wall_s: float = 0.0
+    # of ``failed``: pieces a live source dropped while the broker's backlog was full
+    dropped: int = 0
     by_kind: dict[str, int] = field(default_factory=dict)
 
     @property
@@ -77,12 +94,20 @@ class FramePublisher:
     Measured on simulated telemetry: LZ4 cuts messages to ~28 % (zstd ~20 %) for ~0.15 CPU s
     per million samples at each end (zstd ~0.3), and saves the broker about a third of its CPU:
     LZ4 needs the least CPU in total.
+
+    ``live``: whether the source reads the present (a poll's readings go stale while it waits).
+    With ``max_in_flight_bytes`` of messages the broker has not yet taken, a live source's next
+    bundle is dropped and counted (``broker_backlog_full``); any other source (a replay, the
+    simulator) waits for room instead, at most ``delivery_timeout_s`` (by then every message
+    waiting should be delivered or have failed) or until ``stop`` is set; after a wait that
+    long in vain, its bundles too are dropped until the broker takes messages again.
     """
 
     def __init__(self, settings: KafkaSettings, topology: Topology, topics: Topics | None = None,
                  agent_id: str | None = None, health: PipelineHealth | None = None,
                  linger_ms: float = 50.0, delivery_timeout_s: float = 120.0, publish_topology: bool = True,
-                 compression: str | None = "lz4") -> None:
+                 compression: str | None = "lz4", live: bool = False,
+                 max_in_flight_bytes: int = MAX_IN_FLIGHT_BYTES, stop: threading.Event | None = None) -> None:
         from kafka import KafkaProducer
 
         self.settings = settings
@@ -94,11 +119,24 @@ class FramePublisher:
         self.pmap = PartitionMap(topology, self.topics.partitions)
         self.compression = compression
         self.linger_s = max(0.0, linger_ms) / 1000.0
+        self.live = live
+        self.max_in_flight_bytes = max_in_flight_bytes
+        self.delivery_timeout_s = delivery_timeout_s
         self.stats = AgentStats()
         self._seq = 0
         self._lock = threading.RLock()  # pending bundles and sending them, in order per partition
         self._pending: dict[int, BundleBuilder] = {}
-        self._failed_lock = threading.Lock()  # not _lock: the producer's I/O thread takes it
+        # messages sent and not yet delivered or failed: id -> (bytes, pieces). Not under _lock:
+        # the producer's I/O thread settles them, and a send waiting for room holds _lock
+        self._delivery = threading.Condition(threading.Lock())
+        self._in_flight: dict[int, tuple[int, int]] = {}
+        self._in_flight_bytes = 0
+        self._message_ids = 0
+        self._waited_logged = False
+        self._backlog_stuck = False  # a source that can wait waited a whole delivery timeout in vain
+        self._send_error: BaseException | None = None  # the last one _send_waiting raised (counted)
+        self._stop = stop
+        self._closed = threading.Event()
         self.producer = KafkaProducer(
             **settings.with_client_id(f"foreshock-agent-{self.agent_id}").kafka_python(),
             acks="all", enable_idempotence=True, linger_ms=5, batch_size=1 << 20,
@@ -107,7 +145,6 @@ class FramePublisher:
             max_block_ms=int(delivery_timeout_s * 1000), retry_backoff_ms=200)
         if publish_topology:
             self.producer.send(self.topics.topology, key=b"topology", value=topology_to_bytes(topology)).get(timeout=30)
-        self._closed = threading.Event()
         self._lingerer: threading.Thread | None = None
         if self.linger_s > 0:
             self._lingerer = threading.Thread(target=self._linger_loop, name="foreshock-agent-linger", daemon=True)
@@ -132,47 +169,155 @@ class FramePublisher:
         return seq
 
     def _send(self, partition: int, entries: list[BundleEntry]) -> None:
-        value, headers = encode_bundle(self.sender, time.time(), entries, self.compression,
-                                       topology=self.topology)
-        future = self.producer.send(self.topics.frames, key=bundle_key(partition), value=value,
-                                    partition=partition, headers=headers)
-        first = entries[0]
-        future.add_errback(self._failed, len(entries), f"partition {partition} seq {first[0]}..{entries[-1][0]}")
-        self.stats.pieces += len(entries)
+        """Send one bundle. Its pieces have left their builder: if it cannot be sent they are
+        counted as failed here (and the error raised), as a failed delivery counts them."""
+        pieces = len(entries)
+        what = f"partition {partition} seq {entries[0][0]}..{entries[-1][0]}"
+        self.stats.pieces += pieces
+        try:
+            value, headers = encode_bundle(self.sender, time.time(), entries, self.compression,
+                                           topology=self.topology)
+            if not self._room_for(len(value)):
+                self._count_failed(pieces, f"{what}: dropped unsent, the broker has not taken the "
+                                   f"{self._in_flight_bytes:,} bytes sent before it", reason="broker_backlog_full")
+                return
+            future = self.producer.send(self.topics.frames, key=bundle_key(partition), value=value,
+                                        partition=partition, headers=headers)
+        except Exception as exc:
+            self._count_failed(pieces, f"{what}: {type(exc).__name__}: {exc}")
+            raise
+        with self._delivery:
+            self._message_ids += 1
+            message = self._message_ids
+            self._in_flight[message] = (len(value), pieces)
+            self._in_flight_bytes += len(value)
+        # registered after the message is counted in flight: a future already done runs them at once
+        future.add_callback(self._delivered, message)
+        future.add_errback(self._failed, message, what)
         self.stats.messages += 1
         self.stats.bytes += len(value)
 
+    def _room_for(self, size: int) -> bool:
+        """Whether a message of ``size`` bytes may be sent now: below the in-flight cap (or
+        nothing in flight), else, for a source that can wait, once the broker has taken enough."""
+        def room() -> bool:
+            return not self._in_flight_bytes or self._in_flight_bytes + size <= self.max_in_flight_bytes
+
+        def stopping() -> bool:
+            return self._closed.is_set() or (self._stop is not None and self._stop.is_set())
+
+        with self._delivery:
+            if room():
+                self._backlog_stuck = False
+                return True
+            if self.live or self._backlog_stuck:
+                return False
+            if not self._waited_logged:
+                self._waited_logged = True
+                log.warning("agent: the broker has not taken %s bytes: publishing waits for it (up to %.0f s; "
+                            "logged once)", f"{self._in_flight_bytes:,}", self.delivery_timeout_s)
+            deadline = time.monotonic() + self.delivery_timeout_s
+            # in slices: a stop (SIGTERM) or close must not wait for a delivery
+            while not room() and not stopping() and time.monotonic() < deadline:
+                self._delivery.wait(min(0.5, max(0.0, deadline - time.monotonic())))
+            # a whole delivery timeout with nothing taken (kafka-python does not expire batches
+            # while it has no producer id): the broker is away; bundles are dropped, without a
+            # wait each, until it takes messages again
+            self._backlog_stuck = not room() and not stopping()
+            # stopping: send it anyway, close gives the broker its last chance and counts what it missed
+            return not self._backlog_stuck
+
     def _send_waiting(self, older_than: float | None = None) -> None:
-        """Send the waiting pieces of every partition (only those waiting since before ``older_than``)."""
+        """Send the waiting pieces of every partition (only those waiting since before ``older_than``).
+        A partition whose send fails does not keep the others' pieces waiting: the first error is
+        raised once all were tried (each failed send counted its pieces)."""
+        error: Exception | None = None
         with self._lock:
             for partition, builder in self._pending.items():
                 if builder.entries and (older_than is None or builder.since <= older_than):
-                    self._send(partition, builder.take())
+                    try:
+                        self._send(partition, builder.take())
+                    except Exception as exc:
+                        error = error or exc
+        if error is not None:
+            self._send_error = error
+            raise error
 
     def _linger_loop(self) -> None:
         while not self._closed.wait(self.linger_s / 2):
             try:
                 self._send_waiting(older_than=time.monotonic() - self.linger_s)
             except Exception as exc:  # never let the thread die silently: count, keep going
-                self.health.problem("agent", "send_failed", detail=f"linger flush: {exc}")
+                if exc is not self._send_error:  # _send counted the pieces it could not send
+                    self.health.problem("agent", "send_failed", detail=f"linger flush: {exc}")
 
-    def _failed(self, exc: BaseException, pieces: int, what: str) -> None:
-        with self._failed_lock:
-            self.stats.failed += pieces
-        self.health.problem("agent", "send_failed", pieces, detail=f"{what}: {exc}")
+    def _settle(self, message: int) -> int:
+        """Take a message out of flight; its pieces (0 if close has already counted it)."""
+        with self._delivery:
+            size, pieces = self._in_flight.pop(message, (0, 0))
+            self._in_flight_bytes -= size
+            self._delivery.notify_all()
+        return pieces
+
+    def _delivered(self, message: int, _metadata: Any) -> None:
+        self._settle(message)
+
+    def _failed(self, message: int, what: str, exc: BaseException) -> None:
+        # kafka-python calls an errback as f(*args, exception): the exception comes last
+        self._count_failed(self._settle(message), f"{what}: {type(exc).__name__}: {exc}")
+
+    def _count_failed(self, pieces: int, detail: str, reason: str = "send_failed") -> None:
+        """Count pieces that will not reach the broker (``broker_backlog_full``: dropped unsent)."""
+        if pieces:
+            with self._delivery:  # the I/O thread's errbacks and the publishing thread both count
+                self.stats.failed += pieces
+                if reason == "broker_backlog_full":
+                    self.stats.dropped += pieces
+            self.health.problem("agent", reason, pieces, detail=detail)
+
+    def in_flight(self) -> tuple[int, int]:
+        """(messages, pieces) sent and neither delivered nor failed yet."""
+        with self._delivery:
+            return len(self._in_flight), sum(pieces for _, pieces in self._in_flight.values())
 
     def flush(self, timeout_s: float | None = None) -> None:
         self._send_waiting()
         self.producer.flush(timeout=timeout_s)
 
     def close(self, timeout_s: float = 30.0) -> None:
+        """Send what waits, give the broker ``timeout_s`` to take it, close the producer. Raises
+        nothing for a broker that is away: what it has not taken is counted as failed
+        (``send_failed``), so the run still ends with its summary."""
         self._closed.set()
         if self._lingerer is not None:
             self._lingerer.join(timeout=5)
         try:
-            self.flush(timeout_s)
-        finally:
+            self._send_waiting()
+        except Exception as exc:  # its pieces are counted; what was sent before may still get through
+            log.warning("agent: a last send failed: %s: %s", type(exc).__name__, exc)
+        try:
+            self.producer.flush(timeout=timeout_s)
             self.producer.close(timeout=timeout_s)
+            return
+        except Exception as exc:  # KafkaTimeoutError: the broker is away
+            messages, pieces = self.in_flight()
+            log.warning("agent: closing with %d message(s), %d piece(s) the broker has not taken (%s: %s): "
+                        "counted as send_failed", messages, pieces, type(exc).__name__, exc)
+        # kafka-python's close() flushes before anything else, and a flush that times out raises:
+        # its I/O thread would go on running and its batches never fail. Its own force close
+        # (what close() does once a graceful close timed out) fails them, their errbacks count them
+        sender = getattr(self.producer, "_sender", None)
+        if sender is not None and hasattr(sender, "force_close"):
+            sender.force_close()
+            sender.join(FORCE_CLOSE_S)
+        try:
+            self.producer.close(timeout=0)
+        except Exception as exc:
+            log.warning("agent: the Kafka producer did not close: %s: %s", type(exc).__name__, exc)
+        with self._delivery:  # what no errback settled: counted here, and a late errback counts nothing
+            left, self._in_flight, self._in_flight_bytes = list(self._in_flight.values()), {}, 0
+        self._count_failed(sum(pieces for _, pieces in left),
+                           f"{len(left)} message(s) not delivered within {timeout_s:.0f} s of closing")
 
 
 def run_agent(settings: KafkaSettings, frames: Iterable[Frame], topology: Topology | Callable[[], Topology | None],
@@ -182,7 +327,8 @@ def run_agent(settings: KafkaSettings, frames: Iterable[Frame], topology: Topolo
     """Publish every frame of a source until it ends (or ``stop`` is set), then flush.
 
     ``topology`` may be a callable for sources that learn it from their first poll (a dcgm
-    scrape derives it from labels); the publisher is built when the first frame arrives.
+    scrape derives it from labels); the publisher is built when the first frame arrives. A
+    broker away at the end raises nothing: what it did not take is in the stats' ``failed``.
     """
     check_broker(settings)  # clear errors (address, credentials) before any client retries
     publisher: FramePublisher | None = None
@@ -195,7 +341,7 @@ def run_agent(settings: KafkaSettings, frames: Iterable[Frame], topology: Topolo
                 topo = topology() if callable(topology) else topology
                 if topo is None:
                     raise RuntimeError("the source produced a frame before its topology was known")
-                publisher = FramePublisher(settings, topo, topics, agent_id, health, **publisher_args)
+                publisher = FramePublisher(settings, topo, topics, agent_id, health, stop=stop, **publisher_args)
             publisher.publish(frame)
             if on_frame is not None:
                 on_frame(frame)
