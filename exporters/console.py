@@ -205,7 +205,9 @@ def _predictions_table(tally: FindingTally, console: Console, t0: float, max_row
     why: dict[str, TallyEntry] = {}  # each event kind's first shown prediction
     for (event, rack), entries in ordered[:max_rows]:
         first = min(entries, key=lambda e: e.first_ts)
-        eta = f" (ETA {first.eta_s / 60:.1f} min)" if first.eta_s == first.eta_s else ""
+        # a negative ETA is "no finite forecast" (``power_cap``'s -1), not a past one: "-0.0 min" read as due
+        eta = ("" if first.eta_s != first.eta_s else " (ETA unknown)" if first.eta_s < 0
+               else f" (ETA {first.eta_s / 60:.1f} min)")
         table.add_row(event, escape(rack), str(len(entries)), _clock(first.first_ts, t0), escape(first.entity) + eta)
         why.setdefault(event, first)
     if len(ordered) > max_rows:

@@ -31,7 +31,7 @@ from foreshock.facts import IB_PORT_STATE_ACTIVE, THROTTLE_BITS
 from foreshock.fields import get_field
 from foreshock.health import PipelineHealth
 
-from .store import LATENCY_BUCKETS, FindingStore, StoreSnapshot, xid_severity
+from .store import LATENCY_BUCKETS, FindingStore, StoreSnapshot, prediction_key, xid_severity
 
 NS = "foreshock"
 THERMAL_RESISTANCE_GAUGE = "thermal_resistance_celsius_per_watt"
@@ -88,10 +88,10 @@ CATALOGUE: tuple[MetricSpec, ...] = (
     MetricSpec(f"{NS}_optic_rx_power_dbm", "gauge", "Optic RX power (optics of flagged links)", ("cluster", "link", "end")),
     MetricSpec(f"{NS}_optic_prefec_ber_ratio", "gauge", "Optic pre-FEC bit error rate (optics of flagged links)", ("cluster", "link", "end")),
     # findings
-    MetricSpec(f"{NS}_prediction_eta_seconds", "gauge", "Predicted time until the event, per entity with an active prediction", ("cluster", "event", "entity_kind", "entity", "rack", "detector")),
+    MetricSpec(f"{NS}_prediction_eta_seconds", "gauge", "Predicted time until the event, per entity with an active prediction (NaN: no finite forecast)", ("cluster", "event", "entity_kind", "entity", "rack", "detector")),
     MetricSpec(f"{NS}_prediction_confidence_ratio", "gauge", "Confidence of the active prediction (0-1)", ("cluster", "event", "entity_kind", "entity", "rack", "detector")),
     MetricSpec(f"{NS}_predictions_active", "gauge", "Active predictions by event and rack", ("cluster", "event", "rack")),
-    MetricSpec(f"{NS}_predictions_raised_total", "counter", "Predictions raised (first prediction per entity and event)", ("cluster", "event")),
+    MetricSpec(f"{NS}_predictions_raised_total", "counter", "Predictions raised (first prediction per entity, event and detector)", ("cluster", "event")),
     MetricSpec(f"{NS}_anomaly_score", "gauge", "Score of a current anomaly (higher = more anomalous)", ("cluster", "entity_kind", "entity", "field", "detector")),
     MetricSpec(f"{NS}_estimate", "gauge", "Per-entity estimates published by detectors (flagged entities)", ("cluster", "estimate", "entity_kind", "entity")),
     MetricSpec(f"{NS}_estimate_rack_max", "gauge", "Per-rack maximum of each detector estimate", ("cluster", "estimate", "rack")),
@@ -164,8 +164,15 @@ def own_limits(gpu: Mapping[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     return core, hbm
 
 
+STALE_AFTER_INTERVALS = 3.0
+"""A live entity is stale once unheard for this many of its kind's report intervals
+(``StoreSnapshot.report_interval_s``), where that is longer than ``stale_after_s``: two missed
+polls are not yet a node gone."""
+
+
 class ForeshockCollector(Collector):
     def __init__(self, store: FindingStore, top_k: int = 16, stale_after_s: float = 120.0) -> None:
+        """``stale_after_s``: the staleness window, or in a live store its floor (:meth:`stale_after`)."""
         self.store = store
         self.top_k = top_k
         self.stale_after_s = stale_after_s
@@ -182,8 +189,8 @@ class ForeshockCollector(Collector):
         yield from self._pipeline(snap)
 
     def _drop_stale(self, snap: StoreSnapshot) -> None:
-        """Leave out the latest values and estimates of entities not heard from within
-        ``stale_after_s`` of the store's clock (the window ``gpus_reporting`` counts in): a node
+        """Leave out the latest values and estimates of entities not heard from within their
+        kind's window (:meth:`stale_after`) of the store's clock (the one ``gpus_reporting`` counts in): a node
         that went down with its brake bit set, its HBM at 93 °C or its fans read as stopped otherwise
         exported those values, in its series and in its rack's aggregates, for good — and kept
         their alerts firing."""
@@ -203,11 +210,25 @@ class ForeshockCollector(Collector):
                 snap.gauges[name] = (kind, np.where(gone, np.nan, values), help_text)  # the store's stay
 
     def _fresh(self, snap: StoreSnapshot, kind: str) -> np.ndarray:
-        """The entities of ``kind`` heard from within ``stale_after_s`` of the store's clock:
+        """The entities of ``kind`` heard from within :meth:`stale_after` of the store's clock:
         telemetry time in a replay; in a live store, wall time since a row of theirs arrived,
         whatever their source's clock (``exporters/store.py``): with telemetry time, a frame of
         an agent 600 s fast made every other entity read stale until the next frame."""
-        return snap.heard[kind] >= snap.clock - self.stale_after_s  # type: ignore[no-any-return]
+        return snap.heard[kind] >= snap.clock - self.stale_after(snap, kind)  # type: ignore[no-any-return]
+
+    def stale_after(self, snap: StoreSnapshot, kind: str) -> float:
+        """How long an entity of ``kind`` stays exported unheard: ``stale_after_s``, or in a live
+        store ``STALE_AFTER_INTERVALS`` of the kind's report interval where that is longer. A
+        fixed 120 s left every entity of ``watch --interval 300`` out of /metrics (and
+        ``gpus_reporting`` at 0) for 180 s of each poll, so no alert's ``for`` ever held. The
+        interval is the store's robust reading of what the sources do (``_lower_median``): a
+        pipeline pause does not widen the window for good. On the telemetry clock (replay,
+        evaluate, demo) the window stays ``stale_after_s``: its clock see-saws with the stamps of
+        skewed sources, so the gaps between an entity's stamps are no poll interval."""
+        interval = snap.report_interval_s.get(kind, math.nan)
+        if not math.isfinite(interval):
+            return self.stale_after_s
+        return max(self.stale_after_s, STALE_AFTER_INTERVALS * interval)
 
     # ---- per-entity ----------------------------------------------------------------------
     def _flagged_gpus(self, snap: StoreSnapshot, limits: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
@@ -380,6 +401,10 @@ class ForeshockCollector(Collector):
             risen = snap.xmit_wait_increase[gpu_links] if len(snap.xmit_wait_increase) == len(leaf) else \
                 np.zeros(len(gpu_links))
             wait_sum = np.bincount(lf, weights=risen, minlength=n_sw)
+            # and what the links the store no longer lists under a leaf had risen by: without it
+            # the counter fell when a host was forgotten (a reset to rate(): a spike)
+            for s, name in enumerate(topo.switches if snap.xmit_wait_dropped else ()):
+                wait_sum[s] += snap.xmit_wait_dropped.get(name, 0.0)
             state = link["link_state"][gpu_links]
             reported = np.bincount(lf, weights=~np.isnan(state), minlength=n_sw)
             down = np.bincount(lf, weights=(~np.isnan(state)) & (state != IB_PORT_STATE_ACTIVE), minlength=n_sw)
@@ -429,8 +454,16 @@ class ForeshockCollector(Collector):
             # the ETA counts down on the store's clock from when it was made (telemetry time; in a
             # live store, wall time since it arrived: by telemetry time it jumped by the skew of
             # whichever source spoke last)
-            made = snap.predictions_heard.get((p.event, p.entity_kind, p.slot), p.ts)
-            eta = max(0.0, p.eta_s - max(0.0, snap.clock - made)) if math.isfinite(snap.clock) else p.eta_s
+            made = snap.predictions_heard.get(prediction_key(p), p.ts)
+            if p.eta_s < 0:
+                # no finite forecast (``power_cap``, ``optics``, ``thermal``: -1): NaN, not "due
+                # now" (0 read so to ``ForeshockThrottlePredicted``'s ``< 1800``: "in 0s"); any
+                # comparison with NaN is false, and the series still counts as an active prediction
+                eta = math.nan
+            elif math.isfinite(snap.clock):
+                eta = max(0.0, p.eta_s - max(0.0, snap.clock - made))
+            else:
+                eta = p.eta_s
             f_eta.add_metric(labels, eta)
             f_conf.add_metric(labels, p.confidence)
             active[(p.event, rack)] = active.get((p.event, rack), 0) + 1

@@ -23,7 +23,7 @@ import bisect
 import dataclasses
 import threading
 import time
-from collections import Counter
+from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Iterator, Sequence, TypeVar
 
@@ -50,10 +50,24 @@ LATEST_FIELDS: dict[str, tuple[str, ...]] = {
     "node": ("fan_speed",),
     "job": ("step_time",),
 }
+REPORT_GAP_FRAMES = 9
+"""A live store's frames of a kind whose report gaps (``StoreSnapshot.report_interval_s``) are
+kept: the lower median of these is the kind's interval."""
 OWN_LIMIT_FIELDS = frozenset({"slowdown_temp", "max_op_temp", "hbm_max_op_temp"})
 """A GPU's own thresholds: a value outside ``OWN_LIMIT_MIN_C``..``OWN_LIMIT_MAX_C`` is no report
 (nvidia-smi's T.Limit offsets, a 0), so it neither becomes the latest value nor replaces a limit
 kept from an earlier poll — the detectors' rule (``thermal_fit``'s kept thresholds)."""
+
+
+PredictionKey = tuple[str, str, int, str]
+"""An active prediction's key in the store: (event, entity kind, slot, detector)."""
+
+
+def prediction_key(p: Prediction) -> PredictionKey:
+    """``p``'s key among the active predictions. The detector is part of it: two detectors
+    predicting one event of one entity (``--detectors thermal,threshold``) are two predictions,
+    exported as two series (``detector`` label), each withdrawn by its own detector only."""
+    return p.event, p.entity_kind, p.slot, p.detector
 
 
 @dataclass
@@ -80,13 +94,20 @@ class StoreSnapshot:
     ingest_lag_s: float
     predictions_raised: dict[str, int] = field(default_factory=dict)
     xmit_wait_increase: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    # by leaf name: what the links this store no longer lists under that leaf had risen by
+    # (``FindingStore.move_to``), still part of the leaf's counter
+    xmit_wait_dropped: dict[str, float] = field(default_factory=dict)
     # the store's clock (see the module docstring) at this snapshot, and on that clock when each
-    # entity was last heard from and when each active prediction (by its key, (event, kind,
-    # slot)) was made: ``last_ts``, ``last_seen`` and the predictions' own ``ts`` on the
-    # telemetry clock; the wall clock, and arrival times, in a live store
+    # entity was last heard from and when each active prediction (by its key,
+    # :func:`prediction_key`) was made: ``last_ts``, ``last_seen`` and the predictions' own ``ts``
+    # on the telemetry clock; the wall clock, and arrival times, in a live store
     clock: float = float("nan")
     heard: dict[str, np.ndarray] = field(default_factory=dict)
-    predictions_heard: dict[tuple[str, str, int], float] = field(default_factory=dict)
+    predictions_heard: dict[PredictionKey, float] = field(default_factory=dict)
+    # a live store's: by kind, how long its entities typically go unheard between two of their
+    # reports, on the wall clock (NaN: not known yet; empty on the telemetry clock) — the
+    # collector widens its staleness window to a few of these (``ForeshockCollector.stale_after``)
+    report_interval_s: dict[str, float] = field(default_factory=dict)
 
 
 class FindingStore:
@@ -119,11 +140,17 @@ class FindingStore:
         # fall as a reset of the sum: a spike of the whole sum)
         self._xmit_wait_prev = np.full(topology.size("link"), np.nan)
         self._xmit_wait_increase = np.zeros(topology.size("link"))
-        self._predictions: dict[tuple[str, str, int], Prediction] = {}
+        # by leaf name, the increase of links dropped from under that leaf (``move_to``): the
+        # leaf's counter keeps it, or it would fall (rate() reads a fall as a reset: a spike)
+        self._xmit_wait_dropped: dict[str, float] = {}
+        # a live store's: per kind, for each of its last frames, the median time its entities had
+        # gone unheard (``_hear``); see ``StoreSnapshot.report_interval_s``
+        self._report_gaps: dict[str, deque[float]] = {kind: deque(maxlen=REPORT_GAP_FRAMES) for kind in LATEST_FIELDS}
+        self._predictions: dict[PredictionKey, Prediction] = {}
         self._anomalies: dict[tuple[str, int, str, str], Anomaly] = {}
         # when each active finding was made, on the store's clock (by the same keys): its own
         # ``ts`` on the telemetry clock, when it reached the store on the wall clock
-        self._prediction_heard: dict[tuple[str, str, int], float] = {}
+        self._prediction_heard: dict[PredictionKey, float] = {}
         self._anomaly_heard: dict[tuple[str, int, str, str], float] = {}
         # no active finding lapses before this time of the store's clock (a lower bound):
         # ``_expire`` scans only once the clock reaches it, not after every batch of findings
@@ -155,6 +182,8 @@ class FindingStore:
                 self._heard[kind] = np.where(np.isneginf(last), -np.inf, now)
             self._prediction_heard = dict.fromkeys(self._predictions, now)
             self._anomaly_heard = dict.fromkeys(self._anomalies, now)
+            for gaps in self._report_gaps.values():
+                gaps.clear()  # "heard now" above is no report: the next gaps are not the sources' interval
             self._next_expiry = -np.inf  # rescan on the new clock
 
     def _now(self) -> float:
@@ -201,7 +230,15 @@ class FindingStore:
             return
         slot = frame.slot
         rows = ~np.isnan(frame.ts) & (slot >= 0) & (slot < len(heard))
-        heard[slot[rows]] = self._now()
+        now = self._now()
+        slots = slot[rows]
+        before = heard[slots]
+        gaps = now - before[np.isfinite(before)]  # the never-heard (and forgotten) have no gap
+        gaps = gaps[gaps > 0]  # a second frame of the same instant is no new report
+        if len(gaps):
+            # the frame's median: a host back after a day's outage is one entity of many
+            self._report_gaps[frame.kind].append(float(np.median(gaps)))
+        heard[slots] = now
 
     def _count_xids(self, frame: Frame) -> None:
         # dcgm's XID field is the *last* XID and never resets: a new event is a change of value.
@@ -217,7 +254,7 @@ class FindingStore:
             for f in findings:
                 self.health.emitted(f.type)
                 if isinstance(f, Prediction):
-                    key = (f.event, f.entity_kind, f.slot)
+                    key = prediction_key(f)
                     if f.active:
                         if key not in self._predictions:
                             self._raised[f.event] += 1
@@ -249,7 +286,9 @@ class FindingStore:
         slot): a Kafka worker whose partition moves to another worker must stop exporting those
         entities' latest values, active findings and estimates, or the cluster's sums (GPUs
         reporting, throttled GPUs) would count them twice — and for as long as this worker's own
-        telemetry clock stood still. XID counters stay: they must only grow."""
+        telemetry clock stood still. XID counters stay: they must only grow; and so does what each
+        link's xmit_wait rose by (its leaf's counter): frozen here, it adds nothing more to
+        rate(), and the new owner counts the link from 0, so nothing is counted twice."""
         with self._lock:
             for kind, mask in owned.items():
                 mask = np.asarray(mask, dtype=bool)
@@ -261,8 +300,9 @@ class FindingStore:
                 if kind == "gpu":
                     self._last_xid[mask] = np.nan
                 if kind == "link":
+                    # the next reading of a link back in this store's care is a first reading:
+                    # what it rose by meanwhile was counted by its owner then
                     self._xmit_wait_prev[mask] = np.nan
-                    self._xmit_wait_increase[mask] = 0.0
             self._predictions = {k: p for k, p in self._predictions.items()
                                  if not _owned(owned, p.entity_kind, p.slot)}
             self._anomalies = {k: a for k, a in self._anomalies.items()
@@ -277,7 +317,7 @@ class FindingStore:
         """The active predictions about entities ``slots`` of ``kind``."""
         wanted = set(np.asarray(slots, dtype=np.int64).tolist())
         with self._lock:
-            return [p for (_, k, slot), p in self._predictions.items() if k == kind and slot in wanted]
+            return [p for (_, k, slot, _), p in self._predictions.items() if k == kind and slot in wanted]
 
     def forget_limits(self, slots: Sequence[int] | np.ndarray) -> None:
         """Forget the limits GPU ``slots``' boards reported (``OWN_LIMIT_FIELDS``): their boards
@@ -295,8 +335,9 @@ class FindingStore:
         For ``foreshock watch``, whose live source took in new GPUs or forgot a host: the /metrics
         server keeps this store (and its port and counters) and exports the new entities at the
         next scrape. What belonged to an entity ``topology`` no longer lists is dropped, XID counts
-        too (they cannot be labelled without it). Incidents name their entities and stay as they
-        are (the pipeline resolves those the move left without an engine's incident)."""
+        too (they cannot be labelled without it), but for what a link's xmit_wait rose by: its
+        leaf's counter keeps it (``_move_xmit_wait``). Incidents name their entities and stay as
+        they are (the pipeline resolves those the move left without an engine's incident)."""
         with self._lock:
             remap = remap if remap is not None else Remap(self.topology, topology)
             self._latest_block = {kind: self._moved(remap, topology, kind, block, np.nan, axis=1)
@@ -309,7 +350,7 @@ class FindingStore:
                            for kind, heard in self._heard.items()}
             self._last_xid = self._moved(remap, topology, "gpu", self._last_xid, np.nan)
             self._xmit_wait_prev = self._moved(remap, topology, "link", self._xmit_wait_prev, np.nan)
-            self._xmit_wait_increase = self._moved(remap, topology, "link", self._xmit_wait_increase, 0.0)
+            self._xmit_wait_increase = self._move_xmit_wait(topology, remap)
             gpu_slot = remap.new_of_old["gpu"]
             xids: Counter[tuple[int, int]] = Counter()
             for (slot, code), n in self._xids.items():
@@ -317,8 +358,8 @@ class FindingStore:
                     xids[(int(gpu_slot[slot]), code)] += n
             self._xids = xids
             predictions = list(_moved_findings(remap, self._predictions, self._prediction_heard))
-            self._predictions = {(p.event, p.entity_kind, p.slot): p for p, _ in predictions}
-            self._prediction_heard = {(p.event, p.entity_kind, p.slot): heard for p, heard in predictions}
+            self._predictions = {prediction_key(p): p for p, _ in predictions}
+            self._prediction_heard = {prediction_key(p): heard for p, heard in predictions}
             anomalies = list(_moved_findings(remap, self._anomalies, self._anomaly_heard))
             self._anomalies = {(a.entity_kind, a.slot, a.field, a.detector): a for a, _ in anomalies}
             self._anomaly_heard = {(a.entity_kind, a.slot, a.field, a.detector): heard for a, heard in anomalies}
@@ -326,6 +367,30 @@ class FindingStore:
                             for name, (kind, values, help_text) in self._gauges.items()
                             if len(values) == self.topology.size(kind)}  # the next publish sets the rest
             self.topology = topology
+
+    def _move_xmit_wait(self, topology: Topology, remap: Remap) -> np.ndarray:
+        """What each link's xmit_wait rose by, renumbered for ``topology``. A link's total counts
+        in its leaf's counter (``foreshock_leaf_xmit_wait_ticks_total``), which must never fall:
+        the total of a link gone, or no longer under the same leaf (another leaf, or none), stays
+        with its old leaf (``_xmit_wait_dropped``, by name), and a link now under another leaf
+        starts there from 0 (its old total added to the new leaf would read as a burst)."""
+        old = self.topology
+        increase = self._moved(remap, topology, "link", self._xmit_wait_increase, 0.0)
+        old_of_new = remap.old_of_new["link"]
+        new_of_old = np.full(old.size("link"), -1, dtype=np.int64)  # where each old link's total went
+        took = np.flatnonzero(old_of_new >= 0)
+        new_of_old[old_of_new[took]] = took
+        for s in np.flatnonzero(self._xmit_wait_increase > 0).tolist():
+            leaf = _leaf_name(old, s)
+            n = int(new_of_old[s])
+            if n >= 0 and _leaf_name(topology, n) == leaf:
+                continue  # the same link under the same leaf: its total went with it
+            if leaf is not None:
+                total = float(self._xmit_wait_increase[s])
+                self._xmit_wait_dropped[leaf] = self._xmit_wait_dropped.get(leaf, 0.0) + total
+            if n >= 0:
+                increase[n] = 0.0
+        return increase
 
     @staticmethod
     def _moved(remap: Remap, topology: Topology, kind: str, saved: np.ndarray, fill: float | bool,
@@ -417,9 +482,12 @@ class FindingStore:
                 ingest_lag_s=self._lag,
                 predictions_raised=dict(self._raised),
                 xmit_wait_increase=self._xmit_wait_increase.copy(),
+                xmit_wait_dropped=dict(self._xmit_wait_dropped),
                 clock=self._now(),
                 heard={k: v.copy() for k, v in self._heard.items()} if self._wall_clock is not None else last_seen,
                 predictions_heard=dict(self._prediction_heard),
+                report_interval_s={kind: _lower_median(gaps) for kind, gaps in self._report_gaps.items()}
+                if self._wall_clock is not None else {},
             )
 
     def incidents(self) -> list[Incident]:
@@ -449,6 +517,21 @@ def _moved_findings(remap: Remap, findings: dict[_Key, _EntityFinding],
             yield f, when
         elif 0 <= f.slot < len(table) and table[f.slot] >= 0:
             yield dataclasses.replace(f, slot=int(table[f.slot])), when
+
+
+def _leaf_name(topology: Topology, link: int) -> str | None:
+    """The name of the leaf switch link ``link`` of ``topology`` serves (None: not a GPU's link)."""
+    leaf = int(topology.link_leaf[link])
+    return topology.switches[leaf] if leaf >= 0 else None
+
+
+def _lower_median(values: Iterable[float]) -> float:
+    """The lower median of ``values`` (NaN for none). Of the last few frames' report gaps, it
+    is the sources' interval however a few of them read: a pipeline pause, or one poll that took
+    long, is one long gap of many and is not it — and leaves the kept frames a few frames later,
+    so it never widens the window for good; of two (early on), the shorter."""
+    ordered = sorted(values)
+    return ordered[(len(ordered) - 1) // 2] if ordered else float("nan")
 
 
 def _owned(owned: dict[str, np.ndarray], kind: str, slot: int) -> bool:

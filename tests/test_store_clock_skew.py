@@ -263,7 +263,7 @@ def test_arrival_times_follow_their_entities_through_forget_and_move_to() -> Non
     wall.now = T0 + 100
     snap = store.snapshot()
     np.testing.assert_array_equal(snap.heard["gpu"], [-np.inf, -np.inf, T0 + 20, T0 + 30])
-    assert snap.predictions_heard == {("thermal_throttle", "gpu", 3): T0 + 50}
+    assert snap.predictions_heard == {("thermal_throttle", "gpu", 3, "thermal"): T0 + 50}
     assert registry_eta(store, new, 3) == 550.0
     store.forget({"gpu": np.array([False, False, False, True])})
     snap = store.snapshot()

@@ -1,0 +1,241 @@
+"""The exporter against review h32's findings: a leaf's congestion counter that fell when the
+store dropped links, two detectors' predictions of one event that replaced each other, a fixed
+120-s staleness window that hid every entity of a slow poll for most of each cycle, and an
+unknown ETA exported (and printed) as "due now"."""
+
+from __future__ import annotations
+
+import io
+import math
+
+import numpy as np
+from prometheus_client import CollectorRegistry
+from rich.console import Console
+
+from foreshock.exporters.console import FindingTally, render_summary
+from foreshock.exporters.prometheus import build_registry
+from foreshock.exporters.store import FindingStore
+from foreshock.findings import Prediction
+from foreshock.frames import Frame
+from foreshock.health import PipelineHealth
+from foreshock.topology import Topology
+
+RISE = 1e6  # every port's xmit_wait rises by this much per poll (steady congestion)
+LEAF0 = {"cluster": "test", "leaf": "leaf0"}
+
+
+def _links(topology: Topology, ts: float, waits: np.ndarray) -> Frame:
+    n = topology.size("link")
+    return Frame("link", np.full(n, ts), np.arange(n), {"xmit_wait": waits, "link_state": np.full(n, 4.0)})
+
+
+def _leaf0(registry: CollectorRegistry) -> float:
+    value = registry.get_sample_value("foreshock_leaf_xmit_wait_ticks_total", LEAF0)
+    assert value is not None
+    return float(value)
+
+
+def _leaf0_links(topology: Topology, nodes: tuple[str, ...]) -> np.ndarray:
+    return np.array([name.endswith("~leaf0") and name.split("/")[0] in nodes for name in topology.links])
+
+
+def _without_node3(topology: Topology) -> Topology:
+    nodes = [f"node{i}" for i in range(3)]
+    return Topology.from_dict({
+        "cluster": topology.cluster,
+        "rows": [{"name": "row0", "cooling_loop": "cdu0"}, {"name": "row1", "cooling_loop": "cdu1"}],
+        "racks": [{"name": "rack0", "row": "row0"}, {"name": "rack1", "row": "row1"}],
+        "nodes": [{"name": n, "rack": f"rack{i // 2}", "gpus": 8} for i, n in enumerate(nodes)],
+        "switches": [{"name": f"leaf{r}", "tier": "leaf", "rail": r} for r in range(8)]
+        + [{"name": "spine0", "tier": "spine"}],
+        "links": [{"name": f"{n}/gpu{r}~leaf{r}", "a": f"{n}/gpu{r}", "b": f"leaf{r}"} for n in nodes for r in range(8)]
+        + [{"name": f"leaf{r}~spine0", "a": f"leaf{r}", "b": "spine0"} for r in range(8)],
+        "jobs": [{"name": "job0", "nodes": nodes[:2]}, {"name": "job1", "nodes": nodes[2:]}],
+    })
+
+
+# ---- 1. the leaf counter never falls --------------------------------------------------------
+def test_the_leaf_counter_does_not_fall_when_a_worker_gives_links_up(small_topology: Topology) -> None:
+    """A Kafka worker giving up the partition of node2 and node3 (``forget``): leaf0's counter
+    keeps what their links rose by while they were its own (it adds nothing more to rate()), and
+    goes on rising by exactly what the links it still owns rise by. It fell by their totals:
+    Prometheus read a reset, and the whole remaining sum as new increase. A link back in its care
+    counts from its first reading again, not its whole counter (its owner counted that)."""
+    topo = small_topology
+    store = FindingStore(topo)
+    registry = build_registry(store)
+    polls = 11
+    for k in range(polls):
+        store.observe_frame(_links(topo, 100.0 + 30 * k, np.full(topo.size("link"), RISE * k)))
+    before = _leaf0(registry)
+    assert before == 4 * RISE * (polls - 1)  # four nodes' links under leaf0, each risen every poll but the first
+    given_up = np.zeros(topo.size("link"), dtype=bool)
+    given_up[[i for i, name in enumerate(topo.links) if name.split("/")[0] in ("node2", "node3")]] = True
+    store.forget({"link": given_up})
+    assert _leaf0(registry) == before
+    kept = np.where(given_up, np.nan, RISE * polls)
+    store.observe_frame(_links(topo, 100.0 + 30 * polls, kept))
+    still_own = int(_leaf0_links(topo, ("node0", "node1")).sum())
+    assert _leaf0(registry) == before + still_own * RISE
+    # node2's leaf0 link back in this store's care, its counter far above where it was given up
+    back = _leaf0_links(topo, ("node2",))
+    waits = np.where(given_up & ~back, np.nan, RISE * (polls + 1))
+    waits[back] = RISE * 50
+    store.observe_frame(_links(topo, 100.0 + 30 * (polls + 1), waits))
+    assert _leaf0(registry) == before + 2 * still_own * RISE  # the returning link's first reading adds nothing
+    waits[back] += RISE
+    waits[~given_up] += RISE
+    store.observe_frame(_links(topo, 100.0 + 30 * (polls + 2), waits))
+    assert _leaf0(registry) == before + 3 * still_own * RISE + RISE
+
+
+def test_the_leaf_counter_does_not_fall_when_a_host_is_dropped_from_the_topology(small_topology: Topology) -> None:
+    """``watch`` forgetting a host (``--forget-after``) moves the store onto a topology without
+    it: leaf0's counter keeps what node3's link had risen by (it fell by it: a reset to rate()),
+    and rises by what the links still listed rise by."""
+    topo = small_topology
+    store = FindingStore(topo)
+    registry = build_registry(store)
+    polls = 11
+    for k in range(polls):
+        store.observe_frame(_links(topo, 100.0 + 30 * k, np.full(topo.size("link"), RISE * k)))
+    before = _leaf0(registry)
+    smaller = _without_node3(topo)
+    store.move_to(smaller)
+    assert _leaf0(registry) == before
+    store.observe_frame(_links(smaller, 100.0 + 30 * polls, np.full(smaller.size("link"), RISE * polls)))
+    assert _leaf0(registry) == before + int(_leaf0_links(smaller, ("node0", "node1", "node2")).sum()) * RISE
+    # back on a topology with node3 (served again): its new link counts from its first reading
+    store.move_to(topo)
+    store.observe_frame(_links(topo, 100.0 + 30 * (polls + 1), np.full(topo.size("link"), RISE * (polls + 1))))
+    assert _leaf0(registry) == before + 2 * 3 * RISE
+
+
+# ---- 2. predictions are keyed by their detector too ----------------------------------------
+def test_two_detectors_predicting_one_event_of_one_gpu_are_two_predictions(small_topology: Topology) -> None:
+    """``--detectors thermal,threshold`` both predicting node0/gpu3's throttle: two series (the
+    ``detector`` label), two raised, and one detector's withdrawal leaves the other's prediction
+    (it deleted it). A board swap's caller (``active_predictions``) is handed both."""
+    store = FindingStore(small_topology)
+    registry = build_registry(store)
+    thermal = Prediction(100.0, "gpu", 3, "thermal_throttle", 600.0, 0.9, "thermal", "R rising")
+    threshold = Prediction(100.0, "gpu", 3, "thermal_throttle", 1800.0, 0.6, "threshold", "score high")
+    store.observe_findings([thermal, threshold])
+
+    def eta(detector: str) -> float | None:
+        labels = {"cluster": "test", "event": "thermal_throttle", "entity_kind": "gpu", "entity": "node0/gpu3",
+                  "rack": "rack0", "detector": detector}
+        return registry.get_sample_value("foreshock_prediction_eta_seconds", labels)  # type: ignore[no-any-return]
+
+    assert eta("thermal") == thermal.eta_s and eta("threshold") == threshold.eta_s
+    assert registry.get_sample_value("foreshock_predictions_raised_total",
+                                     {"cluster": "test", "event": "thermal_throttle"}) == 2
+    assert sorted(p.detector for p in store.active_predictions("gpu", [3])) == ["thermal", "threshold"]
+    store.observe_findings([Prediction(110.0, "gpu", 3, "thermal_throttle", -1.0, 0.6, "threshold", "below",
+                                       active=False)])
+    assert eta("threshold") is None and eta("thermal") == thermal.eta_s
+    assert [p.detector for p in store.active_predictions("gpu", [3])] == ["thermal"]
+    assert registry.get_sample_value("foreshock_predictions_active",
+                                     {"cluster": "test", "event": "thermal_throttle", "rack": "rack0"}) == 1
+
+
+# ---- 3. the staleness window follows the poll interval ---------------------------------------
+class _Wall:
+    def __init__(self) -> None:
+        self.now = 1_800_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _gpus(topology: Topology, ts: float, slots: np.ndarray | None = None) -> Frame:
+    slots = np.arange(topology.size("gpu")) if slots is None else slots
+    n = len(slots)
+    return Frame("gpu", np.full(n, ts), slots, {"gpu_temp": np.full(n, 70.0), "hbm_temp": np.full(n, 93.0),
+                                               "throttle_reasons": np.full(n, 128.0)})
+
+
+def _reporting(registry: CollectorRegistry) -> float | None:
+    return registry.get_sample_value("foreshock_gpus_reporting", {"cluster": "test"})  # type: ignore[no-any-return]
+
+
+def test_a_slow_poll_keeps_its_entities_exported_between_polls(small_topology: Topology) -> None:
+    """``watch --interval 300``: from its second poll on, every GPU is reported and its series
+    exported at every scrape of the cycle (a fixed 120 s left them all out, and gpus_reporting at
+    0, for 180 s of each poll). A node that stops is still left out, a few intervals later."""
+    topo = small_topology
+    wall = _Wall()
+    store = FindingStore(topo, wall_clock=wall)
+    registry = build_registry(store)
+    braking = {"cluster": "test", "rack": "rack1", "node": "node3", "gpu": "7"}
+    start = wall.now
+    for poll in range(4):
+        wall.now = start + 300.0 * poll
+        store.observe_frame(_gpus(topo, wall.now), wall.now)
+        for after in (15.0, 135.0, 285.0):
+            wall.now = start + 300.0 * poll + after
+            if poll == 0:
+                continue  # the interval is known from the second poll on
+            assert _reporting(registry) == 32.0, (poll, after)
+            assert registry.get_sample_value("foreshock_gpu_throttle_reasons", braking) == 128.0, (poll, after)
+    # node3 stops; the others go on every 300 s
+    others = np.flatnonzero(topo.gpu_node != 3)
+    last_heard = start + 300.0 * 3
+    for poll in range(4, 8):
+        wall.now = start + 300.0 * poll
+        store.observe_frame(_gpus(topo, wall.now, others), wall.now)
+        assert _reporting(registry) == (32.0 if wall.now - last_heard <= 3 * 300.0 else 24.0), poll
+    assert registry.get_sample_value("foreshock_gpu_throttle_reasons", braking) is None
+
+
+def test_a_pipeline_pause_does_not_widen_the_staleness_window_for_good(small_topology: Topology) -> None:
+    """A 30-s poll, one pause of an hour, then 30-s polls again: a node that stops two polls
+    after the pause is left out 120 s after its last report, as before the pause (the window's
+    floor), not three hours later: the pause is one long gap among the recent short ones."""
+    topo = small_topology
+    wall = _Wall()
+    store = FindingStore(topo, wall_clock=wall)
+    registry = build_registry(store)
+    for gap in [30.0] * 10 + [3600.0] + [30.0] * 2:
+        wall.now += gap
+        store.observe_frame(_gpus(topo, wall.now), wall.now)
+    last_heard = wall.now
+    others = np.flatnonzero(topo.gpu_node != 3)
+    for _ in range(8):
+        wall.now += 30.0
+        store.observe_frame(_gpus(topo, wall.now, others), wall.now)
+        assert _reporting(registry) == (32.0 if wall.now - last_heard <= 120.0 else 24.0), wall.now - last_heard
+
+
+# ---- 4. an unknown ETA is no ETA of 0 --------------------------------------------------------
+def test_an_unknown_eta_is_exported_as_nan_and_printed_as_unknown(small_topology: Topology) -> None:
+    """``power_cap``'s "no finite forecast" (eta_s -1) was exported as 0 once the store had a
+    clock (``ForeshockThrottlePredicted``'s ``< 1800`` held: "in 0s") and printed "ETA -0.0 min".
+    Its series is NaN (no comparison holds), before a frame and after; it still counts as active;
+    a known ETA beside it counts down as before."""
+    store = FindingStore(small_topology)
+    registry = build_registry(store)
+    unknown = Prediction(100.0, "gpu", 4, "power_cap", -1.0, 0.7, "power", "heading for the limit")
+    known = Prediction(100.0, "gpu", 5, "power_cap", 300.0, 0.7, "power", "heading for the limit")
+    store.observe_findings([unknown, known])
+
+    def eta(p: Prediction) -> float | None:
+        labels = {"cluster": "test", "event": "power_cap", "entity_kind": "gpu",
+                  "entity": small_topology.name("gpu", p.slot), "rack": "rack0", "detector": "power"}
+        return registry.get_sample_value("foreshock_prediction_eta_seconds", labels)  # type: ignore[no-any-return]
+
+    value = eta(unknown)
+    assert value is not None and math.isnan(value)
+    n = small_topology.size("gpu")
+    store.observe_frame(Frame("gpu", np.full(n, 110.0), np.arange(n), {"gpu_temp": np.full(n, 50.0)}))
+    value = eta(unknown)
+    assert value is not None and math.isnan(value)
+    assert eta(known) == known.eta_s - 10.0
+    assert registry.get_sample_value("foreshock_predictions_active",
+                                     {"cluster": "test", "event": "power_cap", "rack": "rack0"}) == 2
+    tally = FindingTally(small_topology)
+    tally.observe_findings([unknown])
+    out = io.StringIO()
+    render_summary(tally, PipelineHealth(), console=Console(file=out, width=200))
+    row = next(line for line in out.getvalue().splitlines() if "power_cap" in line and "node0/gpu4" in line)
+    assert "ETA unknown" in row and "min" not in row
