@@ -47,7 +47,7 @@ from rich.console import Console
 from foreshock.frames import Frame
 from foreshock.health import PipelineHealth
 from foreshock.remap import Remap
-from foreshock.streams.dcgm import FORGET_AFTER_S, UNLISTED_POLLS, DcgmScrapeSource
+from foreshock.streams.dcgm import FORGET_AFTER_S, MAX_AHEAD_S, UNLISTED_POLLS, DcgmScrapeSource
 from foreshock.streams.polling import PollingSource, alongside
 from foreshock.streams.redfish import CduSource, RedfishSource, parse_bmc_list
 from foreshock.topology import Topology
@@ -126,6 +126,10 @@ def command(source: str, duration: float | None, polls: int | None, interval: fl
                                      fixed=False)
         run = build_pipeline(topology, detectors, host, port, findings_path, top_k, params, health=polled.health,
                              node_option="--node")
+        # live rows are stamped by clocks near this host's, as the Kafka workers' are: one far ahead
+        # (a federation's line in microseconds, a BMC's clock off by a year) is refused, counted
+        # (future_timestamp), not taken as its entity's last time, which hid the entity until then
+        run.pipeline.guard.max_ahead_s = MAX_AHEAD_S
         # live: /metrics ages by arrival on this host's clock, not by whichever source's clock
         # stamped the last frame (a BMC a minute behind its nodes made ETAs jump back and forth)
         run.store.use_wall_clock()

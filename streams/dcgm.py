@@ -12,8 +12,10 @@ profiling set) is read from the first the table lists (``source_preference``). T
 ``<Hostname>/gpu<gpu>`` (``hostname`` is accepted too: the label was renamed in 2026; without
 either — an exporter run with ``--no-hostname`` — the host of the ``instance`` label Prometheus
 adds to a federated series, else the scrape target's host). Bad input is counted in :class:`~foreshock.health.PipelineHealth` under stage
-``dcgm`` and never raises: malformed lines, non-numeric values, NaN, the "not supported"
-sentinels, series without a ``gpu`` label, and metrics the table does not map (ignored).
+``dcgm`` and never raises: malformed lines (a timestamp too long for an int64 among them),
+non-numeric values, NaN, the "not supported" sentinels, series without a ``gpu`` label or with an
+index past :data:`~foreshock.streams.samples.MAX_GPU_INDEX`, lines stamped far ahead of the scrape
+(:data:`MAX_AHEAD_S`), and metrics the table does not map (ignored).
 
 MIG. With MIG enabled, the exporter emits one series per GPU instance, labelled
 ``GPU_I_ID``/``GPU_I_PROFILE`` (``3g.40gb``). foreshock's entity is the *physical* GPU — heat,
@@ -54,7 +56,7 @@ from foreshock.health import PipelineHealth
 from foreshock.topology import UNKNOWN, Topology
 
 from .polling import GpuBoards, PollingSource, count_once
-from .samples import SampleBatch, gpu_entity, gpu_topology, split_gpu_entity
+from .samples import MAX_GPU_INDEX, SampleBatch, gpu_entity, gpu_topology, split_gpu_entity
 
 STAGE = "dcgm"
 
@@ -74,6 +76,18 @@ node down for a repair (minutes to hours) keeps its place and its learnt state; 
 cluster whose nodes come and go under new hostnames (autoscaling, recycled node pools) does not
 grow its topology, state and /metrics without end. Measured on a monotonic clock
 (``DcgmScrapeSource.silence_clock``), not the wall clock the rows are stamped with."""
+
+MAX_AHEAD_S = 900.0
+"""Seconds a line's own timestamp may run ahead of the scrape time before the line is refused
+(``future timestamp``): a GPU's row takes the newest stamp of its lines, and the source leaves out
+every later row no newer than the last it read, so one line stamped in microseconds (a year ahead
+in milliseconds) hid its GPU for good. The Kafka workers' default ``--max-clock-ahead``, which
+``foreshock watch``'s input guard takes too: a clock that far ahead is wrong, not slightly off."""
+
+STAMP_DIGITS = 19
+"""Most digits of a line's timestamp: Prometheus stamps are int64 milliseconds (19 digits at most).
+Longer ones are malformed lines, not numbers: past 308 digits ``/ 1000`` overflows a float, and
+``int()`` refuses strings past 4300 digits."""
 
 TAKEN_MAX = 64
 """Topologies a following source keeps for :meth:`DcgmScrapeSource.taken_topologies` until they
@@ -148,6 +162,9 @@ def _series(block: str, default_host: str, entities: dict[str, int],
     gpu = labels.get("gpu", "")
     if not _is_int(gpu) or gpu.startswith("-"):
         return "series without a gpu label"
+    digits = gpu.lstrip("0")  # (int() refuses strings past 4300 digits, leading zeros included)
+    if len(digits) > len(str(MAX_GPU_INDEX)) or int(digits or "0") > MAX_GPU_INDEX:
+        return "bad GPU index"  # a derived topology would list every GPU up to it
     host = labels.get("Hostname") or labels.get("hostname") or _target_host(labels.get("instance")) or default_host
     is_mig = "GPU_I_ID" in labels or "GPU_I_PROFILE" in labels
     slices = _SLICES.match(labels.get("GPU_I_PROFILE", ""))
@@ -164,7 +181,8 @@ def parse_dcgm_text(text: str, ts: float, health: PipelineHealth | None = None,
                     uuids: dict[str, str] | None = None) -> SampleBatch:
     """Parse one dcgm-exporter scrape into a gpu batch (one row per GPU).
 
-    ``ts`` is the scrape time, used unless lines carry their own (millisecond) timestamps.
+    ``ts`` is the scrape time, used unless lines carry their own (millisecond) timestamps. A line
+    stamped more than :data:`MAX_AHEAD_S` after it is refused (``future timestamp``).
 
     ``once`` is what a source polling the same exporter has counted already. A metric foreshock
     does not read, and a field a GPU does not support (the not-supported sentinel), are facts
@@ -187,6 +205,8 @@ def parse_dcgm_text(text: str, ts: float, health: PipelineHealth | None = None,
     problems: Counter[str] = Counter()
     unmapped: Counter[str] = Counter()
     seen: dict[str, tuple[int, float, int, str] | str] = {}
+    latest = ts + MAX_AHEAD_S
+    ahead = 0.0  # the furthest a refused line was stamped ahead of ts, for the log line
 
     for raw in text.splitlines():
         line = raw.strip()
@@ -203,7 +223,8 @@ def parse_dcgm_text(text: str, ts: float, health: PipelineHealth | None = None,
         else:
             head = line.split(None, 1)
             name, block, tail = head[0], "", head[1].split() if len(head) > 1 else []
-        if not name or not 1 <= len(tail) <= 2 or (len(tail) == 2 and not _is_int(tail[1])):
+        if not name or not 1 <= len(tail) <= 2 or \
+                (len(tail) == 2 and not (_is_int(tail[1]) and len(tail[1].removeprefix("-")) <= STAMP_DIGITS)):
             problems["malformed line"] += 1
             continue
         mapped = index.get(name)
@@ -232,17 +253,25 @@ def parse_dcgm_text(text: str, ts: float, health: PipelineHealth | None = None,
             if count_once(once, f"{name}@{series[3]}"):
                 problems["not-supported sentinel dropped"] += 1
             continue
+        at = int(tail[1]) / 1000.0 if len(tail) == 2 else ts
+        if at > latest:
+            problems["future timestamp"] += 1
+            ahead = max(ahead, at - ts)
+            continue
         column, scale, preferred = mapped
         ent.append(series[0])
         fld.append(column)
         val.append(value * scale)
         weight.append(series[1])
-        stamp.append(int(tail[1]) / 1000.0 if len(tail) == 2 else ts)
+        stamp.append(at)
         mig.append(series[2])
         rank.append(preferred)
 
+    details = {"future timestamp": f"up to {ahead:.0f} s after the scrape (limit {MAX_AHEAD_S:g} s): the line left "
+                                   "out (a clock ahead, or a stamp not in milliseconds)",
+               "bad GPU index": f"a gpu label over {MAX_GPU_INDEX}: the series left out"}
     for reason, count in problems.items():
-        health.problem(STAGE, reason, count)
+        health.problem(STAGE, reason, count, detail=details.get(reason, ""))
     if once is not None:
         unmapped = Counter({name: 1 for name in unmapped if count_once(once, name)})
     if unmapped:
@@ -319,8 +348,9 @@ class DcgmScrapeSource(PollingSource):
     The URL may be a Prometheus server's ``/federate?match[]={__name__=~"DCGM_.*"}``: every
     series keeps its ``Hostname`` label and carries the time Prometheus scraped it, so one source
     reads every GPU the Prometheus server scrapes. A sample served again (polled faster than
-    Prometheus scrapes the exporter) is not new telemetry: a GPU whose row is no newer than the
-    last one read is left out of the frame, not counted as a problem.
+    Prometheus scrapes the exporter) is not new telemetry: a GPU whose row is stamped as the last
+    one read is left out of the frame, not counted as a problem. An older row (the wall clock
+    stepped back) is passed on, for the input guard to count.
 
     A metric foreshock does not read, and a GPU's not-supported sentinel, count once each over the
     source's life (``parse_dcgm_text``'s ``once``), so a healthy exporter's rate of input problems
@@ -475,19 +505,23 @@ class DcgmScrapeSource(PollingSource):
         self._heard = np.delete(self._heard, silent)
 
     def _new_rows(self, batch: SampleBatch, topology: Topology) -> SampleBatch:
-        """The rows newer than each GPU's last one (a federation serves a sample until the next
-        scrape). Only GPUs ``topology`` lists are remembered: the others' rows are refused anyway."""
+        """The rows but those stamped as each GPU's last one (a federation serves a sample until the
+        next scrape: not new telemetry, not a problem). A row older than the last one (the wall
+        clock stepped back) is kept, for the input guard to count (``out_of_order``): left out here,
+        every row until the clock caught up was lost uncounted. Only GPUs ``topology`` lists are
+        remembered: the others' rows are refused anyway."""
         if not len(batch):
             return batch
-        last = np.array([self._last_ts.get(name, -np.inf) for name in batch.entities])
+        last = np.array([self._last_ts.get(name, -np.inf) for name in batch.entities])[batch.entity]
         listed = topology.slots("gpu", batch.entities) >= 0
-        new = batch.ts > last[batch.entity]
-        for i in np.flatnonzero(new & listed[batch.entity]):
+        for i in np.flatnonzero((batch.ts > last) & listed[batch.entity]):
             self._last_ts[batch.entities[batch.entity[i]]] = float(batch.ts[i])
-        if new.all():
+        again = batch.ts == last
+        if not again.any():
             return batch
-        return SampleBatch("gpu", batch.entities, batch.ts[new], batch.entity[new],
-                           {name: col[new] for name, col in batch.columns.items()})
+        keep = ~again
+        return SampleBatch("gpu", batch.entities, batch.ts[keep], batch.entity[keep],
+                           {name: col[keep] for name, col in batch.columns.items()})
 
 
 def grown_topology(topology: Topology, gpus: list[str]) -> Topology:

@@ -33,7 +33,6 @@ The capture files in ``../shared/data/nvidia-smi/`` hold many commands' outputs,
 from __future__ import annotations
 
 import csv
-import math
 import re
 import socket
 from collections import Counter
@@ -48,7 +47,7 @@ from foreshock.health import PipelineHealth
 from foreshock.topology import Topology
 
 from .polling import GpuBoards, PollingSource, run_command
-from .samples import SampleBatch, gpu_entity, gpu_topology, line_chunks, parse_tokens
+from .samples import MAX_GPU_INDEX, SampleBatch, gpu_entity, gpu_topology, line_chunks, parse_tokens
 
 STAGE = "nvidia-smi"
 DMON_STAGE = "dmon"
@@ -131,54 +130,57 @@ def parse_query_gpu(text: str, host: str | None = None, health: PipelineHealth |
 
     ``uuids``, when given, is filled with each GPU's ``uuid`` column (GPU name -> UUID; "" where
     its rows name different ones; none for ``[N/A]``), for the rows kept.
+
+    Each bad line is counted once, under the first reason found (its width, timestamp or GPU
+    index), and costs its own row only: the cells of a row left out are not read.
     """
     health = health if health is not None else PipelineHealth()
     lines = [line for line in text.splitlines() if line.strip()]
-    rows = list(csv.reader(lines, skipinitialspace=True))
+    rows, unreadable = _csv_rows(lines)
+    problems: Counter[str] = Counter({"unreadable line": unreadable})
     if columns is None:
         if not rows:
+            health.problem(STAGE, "unreadable line", unreadable)
             return SampleBatch.empty("gpu")
         header, rows = rows[0], rows[1:]
     else:
         header = list(columns)
     names = [_UNIT.sub("", h).strip() for h in header]
     width = len(names)
-    problems: Counter[str] = Counter()
     good = []
     for row in rows:
         if len(row) == width:
             good.append(row)
         else:
             problems["truncated row" if len(row) < width else "row with extra columns"] += 1
-    n = len(good)
-    cols = list(zip(*good)) if n else [() for _ in names]
     col_of = {name: i for i, name in enumerate(names)}
 
-    keep = np.ones(n, dtype=bool)
     if ts is not None:
-        times = np.full(n, float(ts))
+        times = np.full(len(good), float(ts))
     elif "timestamp" in col_of:
-        times = np.empty(n)
-        for i, token in enumerate(cols[col_of["timestamp"]]):
-            try:
-                times[i] = _utc_timestamp(token)
-            except ValueError:
-                times[i] = math.nan
-                keep[i] = False
-        problems["bad timestamp"] += int(n - keep.sum())
+        at = col_of["timestamp"]
+        stamps = [_utc_timestamp_or_none(row[at]) for row in good]
+        bad_stamps = stamps.count(None)
+        if bad_stamps:  # left out before their cells are read: one bad line, one count
+            problems["bad timestamp"] += bad_stamps
+            good = [row for row, t in zip(good, stamps) if t is not None]
+            stamps = [t for t in stamps if t is not None]
+        times = np.array(stamps, dtype=np.float64)
     else:
-        if n:
-            problems["no timestamp column"] += n
-        keep[:] = False
-        times = np.full(n, math.nan)
+        problems["no timestamp column"] += len(good)
+        good, times = [], np.empty(0)
 
     if "index" in col_of:
-        index, bad, _ = parse_tokens(cols[col_of["index"]])
-        bad_index = ~np.isfinite(index) | (index < 0) | (index != np.floor(index))
-        problems["bad GPU index"] += int((bad_index & keep).sum())
-        keep &= ~bad_index
+        index, _, _ = parse_tokens([row[col_of["index"]] for row in good])
+        bad_index = _bad_index(index)
+        problems["bad GPU index"] += int(bad_index.sum())
+        if bad_index.any():
+            good = [row for row, bad in zip(good, bad_index) if not bad]
+            index, times = index[~bad_index], times[~bad_index]
     else:
-        index = np.zeros(n)  # a single-GPU host; several rows per time would collide
+        index = np.zeros(len(good))  # a single-GPU host; several rows per time would collide
+    n = len(good)
+    cols = list(zip(*good)) if n else [() for _ in names]
     hosts = (cols[col_of["hostname"]] if "hostname" in col_of else ("",) * n)
     fallback = host or "localhost"
 
@@ -206,23 +208,55 @@ def parse_query_gpu(text: str, host: str | None = None, health: PipelineHealth |
         health.problem(STAGE, reason, count)
     entities: dict[str, int] = {}
     entity = np.fromiter(
-        (entities.setdefault(gpu_entity(h if h.strip().lower() not in _MISSING else fallback,
-                                        int(g) if k else 0), len(entities)) if k else -1
-         for h, g, k in zip(hosts, index, keep)),
+        (entities.setdefault(gpu_entity(h if h.strip().lower() not in _MISSING else fallback, int(g)), len(entities))
+         for h, g in zip(hosts, index)),
         dtype=np.int32, count=n)
     if uuids is not None:
         uuid_column = next((cols[col_of[name]] for name in _UUID_COLUMNS if name in col_of), ())
         _read_uuids(entity, list(entities), uuid_column, uuids)
-    return SampleBatch("gpu", list(entities), times[keep], entity[keep],
-                       {name: col[keep] for name, col in values.items()})
+    return SampleBatch("gpu", list(entities), times, entity, values)
+
+
+def _csv_rows(lines: list[str]) -> tuple[list[list[str]], int]:
+    """The cells of each line, and how many lines could not be read (a cell over the csv module's
+    field limit, 128 KiB), which are left out. nvidia-smi quotes nothing, so a ``"`` is a garbled
+    cell; read with the rest, it opened a quoted cell that swallowed every following line into one
+    bad row (or raised, past the field limit). Read on its own, such a line is one bad row (of the
+    wrong width, most likely), the others unharmed."""
+    try:
+        rows = list(csv.reader(lines, skipinitialspace=True))
+        if len(rows) == len(lines):  # no row ran over a line's end: the one reader is the fast way
+            return rows, 0
+    except csv.Error:
+        pass
+    rows = []
+    for line in lines:
+        try:
+            rows.append(next(csv.reader([line], skipinitialspace=True)))
+        except csv.Error:
+            continue
+    return rows, len(lines) - len(rows)
+
+
+def _utc_timestamp_or_none(text: str) -> float | None:
+    try:
+        return _utc_timestamp(text)
+    except ValueError:
+        return None
+
+
+def _bad_index(index: np.ndarray) -> np.ndarray:
+    """Where a parsed GPU index column holds no GPU index: not a whole number from 0 to
+    :data:`~foreshock.streams.samples.MAX_GPU_INDEX` (``1.5``, ``-1``, ``4294967295``, text)."""
+    return ~np.isfinite(index) | (index < 0) | (index != np.floor(index)) | (index > MAX_GPU_INDEX)
 
 
 def _read_uuids(entity: np.ndarray, names: list[str], tokens: Sequence[str], uuids: dict[str, str]) -> None:
-    """Note each kept row's UUID under its GPU's name (``entity``: the row's index in ``names``,
-    -1 for a row dropped); nvidia-smi's bracketed "no value" forms name none."""
+    """Note each row's UUID under its GPU's name (``entity``: the row's index in ``names``);
+    nvidia-smi's bracketed "no value" forms name none."""
     for row, token in zip(entity, tokens):
         uuid = token.strip()
-        if row < 0 or not uuid or uuid.startswith("[") or uuid.lower() in _MISSING:
+        if not uuid or uuid.startswith("[") or uuid.lower() in _MISSING:
             continue
         name = names[row]
         uuids[name] = uuid if uuids.get(name, uuid) == uuid else ""  # two boards in one slot name none
@@ -237,7 +271,10 @@ def parse_query_gpu_chunks(text: str, host: str | None = None, health: PipelineH
     for line in line_chunks(text, 1):  # the header is the first line that is not blank
         pos += len(line)
         if line.strip():
-            header = next(csv.reader([line], skipinitialspace=True))
+            rows, unreadable = _csv_rows([line])
+            health = health if health is not None else PipelineHealth()
+            health.problem(STAGE, "unreadable line", unreadable)
+            header = rows[0] if rows else []  # (then every row is counted as one with extra columns)
             break
     else:
         return
@@ -296,17 +333,16 @@ def parse_dmon(text: str, host: str = "localhost", start: float = 0.0, interval:
         rows.append(tokens)
         times.append(t)
 
+    col_of = {name: i for i, name in enumerate(header)}
+    gpu, _, _ = parse_tokens([row[col_of["gpu"]] for row in rows]) if rows else (np.empty(0), 0, 0)
+    bad_index = _bad_index(gpu)  # (int() read 1.5 as GPU 1)
+    problems["bad GPU index"] += int(bad_index.sum())
+    if bad_index.any():  # left out before their cells are read: one bad line, one count
+        rows = [row for row, bad in zip(rows, bad_index) if not bad]
+        times = [t for t, bad in zip(times, bad_index) if not bad]
+        gpu = gpu[~bad_index]
     n = len(rows)
     cols = list(zip(*rows)) if n else [() for _ in header]
-    col_of = {name: i for i, name in enumerate(header)}
-    keep = np.ones(n, dtype=bool)
-    if n:
-        gpu, _, _ = parse_tokens(cols[col_of["gpu"]])
-        bad_index = ~np.isfinite(gpu) | (gpu < 0)
-        problems["bad GPU index"] += int(bad_index.sum())
-        keep &= ~bad_index
-    else:
-        gpu = np.empty(0)
     values: dict[str, np.ndarray] = {}
     for name, i in col_of.items():
         mapped = lookup.get(name)
@@ -319,10 +355,9 @@ def parse_dmon(text: str, host: str = "localhost", start: float = 0.0, interval:
     for reason, count in problems.items():
         health.problem(DMON_STAGE, reason, count)
     entities: dict[str, int] = {}
-    entity = np.fromiter((entities.setdefault(gpu_entity(host, int(g)), len(entities)) if k else -1
-                          for g, k in zip(gpu, keep)), dtype=np.int32, count=n)
-    return SampleBatch("gpu", list(entities), np.asarray(times, dtype=np.float64)[keep], entity[keep],
-                       {name: col[keep] for name, col in values.items()})
+    entity = np.fromiter((entities.setdefault(gpu_entity(host, int(g)), len(entities)) for g in gpu),
+                         dtype=np.int32, count=n)
+    return SampleBatch("gpu", list(entities), np.asarray(times, dtype=np.float64), entity, values)
 
 
 # ---- live runner ----------------------------------------------------------------------------

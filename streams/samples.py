@@ -57,7 +57,7 @@ def parse_token(token: str) -> tuple[float, bool]:
     if text[:2] in ("0x", "0X"):
         try:
             return float(int(text, 16)), True
-        except ValueError:
+        except (ValueError, OverflowError):  # (past 256 hex digits no float holds it)
             return math.nan, False
     match = _NUMBER_WITH_UNIT.match(text)
     if match:
@@ -209,6 +209,14 @@ class BatchBuilder:
             np.frombuffer(self._entity, dtype=np.int32).copy() if len(self._entity) else np.empty(0, np.int32),
             columns,
         )
+
+
+MAX_GPU_INDEX = 1023
+"""The largest GPU index a parser accepts (dcgm's ``gpu`` label, nvidia-smi's ``index``); a larger
+one is counted as ``bad GPU index`` and its row left out. A topology derived from what a source
+reads lists every GPU of a host up to the largest index it read, so one garbled index (4294967295,
+a common "no index" sentinel) made a topology of billions of GPUs. DCGM handles 32 GPUs a host at
+most (``DCGM_MAX_NUM_DEVICES``, DCGM 2.0 on); this leaves room for any node to come."""
 
 
 def gpu_entity(host: str, index: int) -> str:
