@@ -9,8 +9,9 @@ Frames travel as Arrow IPC streams (files and Kafka). The kind rides in the sche
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
-from typing import Callable, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 import numpy as np
 import pyarrow as pa
@@ -223,40 +224,65 @@ def frames_from_records(
 
     A record looks like ``{"kind": "gpu", "entity": "node0/gpu3", "ts": 1.7e9, "gpu_temp": 61}``.
     Returns the frames and the rejected records, each with the reason; nothing is dropped
-    silently.
+    silently. A rejected value that is not an object comes back as ``{"raw": repr(value)}``;
+    :func:`records_to_frames` says where in ``records`` each rejected one was instead.
     """
+    records = list(records)
+    frames, rejected = records_to_frames(records, resolve_slot)
+    return frames, [(rec if isinstance(rec := records[i], Mapping) else {"raw": repr(rec)}, reason)
+                    for i, reason in rejected]
+
+
+def _number(value: Any) -> float:
+    """``float(value)``, where an integer beyond float64's range is the infinity of its sign, as
+    ``1e999`` is (``float`` raises OverflowError for it): rejected as a ``ts``, set to NaN and
+    counted by the input guard as a field value, as any infinity."""
+    try:
+        return float(value)
+    except OverflowError:
+        if isinstance(value, int):
+            return math.inf if value > 0 else -math.inf
+        raise ValueError(f"{type(value).__name__} out of float range") from None
+
+
+def records_to_frames(
+    records: Iterable[object], resolve_slot: Callable[[str, str], int]
+) -> tuple[dict[str, Frame], list[tuple[int, str]]]:
+    """:func:`frames_from_records`, the rejected records given by their index in ``records``
+    with the reason: a caller that holds each record's bytes as they came (a Kafka worker's
+    dead letters) passes those on, not the record written out again."""
     rows: dict[str, list[tuple[float, int, Mapping[str, object]]]] = {}
-    rejected: list[tuple[Mapping[str, object], str]] = []
-    for rec in records:
+    rejected: list[tuple[int, str]] = []
+    for index, rec in enumerate(records):
         if not isinstance(rec, Mapping):
-            rejected.append(({"raw": repr(rec)}, "record is not an object"))
+            rejected.append((index, "record is not an object"))
             continue
         kind = rec.get("kind")
         try:
             names = field_names(str(kind))
         except ValueError:
-            rejected.append((rec, f"unknown entity kind {kind!r}"))
+            rejected.append((index, f"unknown entity kind {kind!r}"))
             continue
         try:
-            ts = float(rec["ts"])  # type: ignore[arg-type]
+            ts = _number(rec["ts"])
         except (KeyError, TypeError, ValueError):
-            rejected.append((rec, "missing or non-numeric 'ts'"))
+            rejected.append((index, "missing or non-numeric 'ts'"))
             continue
         if not np.isfinite(ts):
-            rejected.append((rec, "non-finite 'ts'"))
+            rejected.append((index, "non-finite 'ts'"))
             continue
         slot = resolve_slot(str(kind), str(rec.get("entity")))
         if slot < 0:
-            rejected.append((rec, f"unknown {kind} entity {rec.get('entity')!r}"))
+            rejected.append((index, f"unknown {kind} entity {rec.get('entity')!r}"))
             continue
         bad = [k for k in rec if k not in names and k not in ("kind", "entity", "ts")]
         if bad:
-            rejected.append((rec, f"{UNKNOWN_FIELDS} {bad}"))
+            rejected.append((index, f"{UNKNOWN_FIELDS} {bad}"))
             continue
         try:
-            values = {k: float(rec[k]) if rec[k] is not None else np.nan for k in names if k in rec}  # type: ignore[arg-type]
+            values = {k: _number(rec[k]) if rec[k] is not None else np.nan for k in names if k in rec}
         except (TypeError, ValueError):
-            rejected.append((rec, NON_NUMERIC_VALUE))
+            rejected.append((index, NON_NUMERIC_VALUE))
             continue
         rows.setdefault(str(kind), []).append((ts, slot, values))
     frames = {}

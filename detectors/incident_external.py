@@ -40,7 +40,10 @@ def parse_time(value: Any) -> float:
     if isinstance(value, bool):
         raise ValueError("time must be a number or an ISO 8601 string")
     if isinstance(value, (int, float)):
-        t = float(value)
+        try:
+            t = float(value)
+        except OverflowError:  # an integer of hundreds of digits
+            raise ValueError("time is not finite") from None
     elif isinstance(value, str):
         text = value.strip()
         try:
@@ -85,6 +88,8 @@ def parse_line(line: str | bytes) -> tuple[ExternalEvent | None, str, str]:
         return parse_event(json.loads(line)), "", ""
     except json.JSONDecodeError as exc:
         return None, NOT_JSON, exc.msg
+    except RecursionError:  # arrays or objects nested a few thousand deep
+        return None, NOT_JSON, "nested too deep"
     except ValueError as exc:  # a UnicodeDecodeError is one too
         return None, MALFORMED, str(exc)
 

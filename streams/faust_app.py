@@ -30,7 +30,8 @@ at-least-once contract: see ``kafka_worker``. Two things keep that contract here
 - every message the worker sends is confirmed delivered before a checkpoint is written (a send
   fails for good when the broker is away past the producer's timeout, or refuses the message):
   aiokafka's flush does not raise, so until 2026-12-01 a checkpoint, and the offset commit after
-  it, could pass findings that were never delivered;
+  it, could pass findings that were never delivered. After a failed send the worker writes no
+  checkpoint again and ends (``fatal``), a partition revoked meanwhile included;
 - a record whose handling raises ends the worker (``fatal``; exit status 70) instead of faust's
   default of restarting the agent: the restarted agent read on, later records were committed,
   and faust's commit passes a single unacknowledged offset, so that record's findings were lost
@@ -62,9 +63,9 @@ from foreshock.findings import finding_to_json
 from foreshock.health import PipelineHealth
 from foreshock.topology import Topology
 
-from .kafka_codec import (BundleBuilder, Headers, PartitionMap, RecordError, bundle_key, decode_bundle,
-                          decode_findings, deadletter_headers, encode_bundle, headers_dict, is_telemetry,
-                          json_to_frames, sender_id)
+from .kafka_codec import (BundleBuilder, Headers, PartitionMap, RecordError, as_record_error, bundle_key,
+                          decode_bundle, decode_findings, deadletter_headers, encode_bundle, headers_dict,
+                          is_telemetry, json_to_frames, sender_id)
 from .kafka_config import KafkaSettings
 from .kafka_topics import CHECKPOINT_MAX_BYTES, Topics
 from .external_feed import STAGE as EXTERNAL_STAGE
@@ -158,6 +159,7 @@ class ForeshockWorker:
         self._frames_stream: Any = None
         self._findings_stream: Any = None
         self._unconfirmed: list[Any] = []  # futures of messages sent since the last checkpoint
+        self._undelivered: str | None = None  # the first send that failed, once one has: no checkpoint after it
         self._exit: Callable[[int], Any] = os._exit  # fatal's way out (a test's stand-in)
         self.app = self._build_app()
 
@@ -297,15 +299,24 @@ class ForeshockWorker:
 
     async def _confirm_sent(self) -> None:
         """Wait for every message sent since the last checkpoint; raise if one was not delivered
-        (aiokafka's flush does not: it only waits)."""
+        (aiokafka's flush does not: it only waits). Each failure is counted, and once one was,
+        this raises every time: no checkpoint may be written after a message that was lost (its
+        record lies before the checkpoint's offset, and would never be read again); only a
+        restart, reading from the last checkpoint, sends it again (``fatal``)."""
+        if self._undelivered is not None:
+            raise RuntimeError(f"a message sent since an earlier checkpoint was not delivered "
+                               f"({self._undelivered}): no checkpoint may be written until the worker restarts")
         await self.app.producer.flush()
         sent, self._unconfirmed = self._unconfirmed, []
-        for future in sent:
-            try:
-                await future
-            except Exception as exc:
-                self.health.problem("worker", "send_failed", detail=f"{type(exc).__name__}: {exc}")
-                raise
+        # every one awaited, not up to the first failure: those after it were no longer tracked,
+        # and the next partition's checkpoint passed them unconfirmed
+        outcomes = await asyncio.gather(*sent, return_exceptions=True)
+        failed = [exc for exc in outcomes if isinstance(exc, BaseException)]
+        if failed:
+            first = failed[0]
+            self._undelivered = f"{type(first).__name__}: {first}"
+            self.health.problem("worker", "send_failed", count=len(failed), detail=self._undelivered)
+            raise first
 
     async def _write_checkpoint(self, partition: int, key: str, blob: bytes) -> None:
         await self._confirm_sent()  # the findings these offsets produced are delivered first
@@ -362,6 +373,11 @@ class ForeshockWorker:
                         await self.checkpoint_partition(self._frames_stream, tp.partition, ack=False)
                     except Exception as exc:  # the next owner resumes from the previous checkpoint
                         self.health.problem("worker", "checkpoint_failed", detail=f"partition {tp.partition}: {exc}")
+                        if self._undelivered is not None:
+                            # a lost message may be of a partition this worker keeps: as on any failed
+                            # send, only a restart from the last checkpoints sends it again
+                            self.fatal(f"the checkpoint of revoked partition {tp.partition}", exc)
+                            return
                     self.detection.drop(tp.partition)
                     self.held.pop(tp.partition, None)
                 elif tp.topic == self.config.topics.findings and self.incidents_loaded:
@@ -415,7 +431,10 @@ class ForeshockWorker:
 
     async def on_json(self, event: Any) -> None:
         message = event.message
-        frames, bad = json_to_frames(message.value, self.config.topology)
+        try:
+            frames, bad = json_to_frames(message.value, self.config.topology)
+        except Exception as exc:  # a record this worker cannot read must not end it (as_record_error)
+            frames, bad = [], [(message.value or b"", str(as_record_error(exc)))]
         for raw, reason in bad:
             self.health.problem("route_json", "invalid_record", detail=reason)
             await self.dead_letter(message, "invalid_record", reason, "route_json", value=raw)
@@ -495,21 +514,25 @@ class ForeshockWorker:
                 await stream.ack(event)
                 return
             self.incident_stage.offset = message.offset
+            telemetry = []
+            reports = []
             try:
                 if is_telemetry(message.headers):
                     for piece in decode_bundle(message.value, headers_dict(message.headers), self.config.topology,
                                                self.pmap, None):
                         if piece.error is not None or piece.frame is None:
                             raise piece.error or RecordError("undecodable", "forwarded telemetry")
-                        self.incident_stage.observe_telemetry(piece.info, piece.frame)
-                    reports = []
+                        telemetry.append((piece.info, piece.frame))
                 else:
                     # without incident processors nothing reads the findings themselves
                     reports = decode_findings(message.value, with_findings=bool(self.incident_stage.processors))
-            except RecordError as exc:
-                self.health.problem("incidents", exc.reason, detail=str(exc))
-                await self.dead_letter(message, exc.reason, str(exc), "incidents")
+            except Exception as exc:  # anything decoding raises; the processors' exceptions below end the worker
+                error = as_record_error(exc)
+                self.health.problem("incidents", error.reason, detail=str(error))
+                await self.dead_letter(message, error.reason, str(error), "incidents")
             else:
+                for info, frame in telemetry:
+                    self.incident_stage.observe_telemetry(info, frame)
                 await self._publish_incidents([f for report in reports for f in self.incident_stage.observe(report)])
             self.held_incidents.append(event)
             if time.monotonic() - self.last_incident_checkpoint >= self.config.checkpoint_interval_s:

@@ -45,23 +45,25 @@ of findings skip those (:func:`is_telemetry`).
 
 **Dead letters** keep the original key, value and headers, plus ``foreshock-reason``,
 ``foreshock-stage`` and ``foreshock-source`` (``topic/partition/offset``). A bad piece inside
-a good bundle is dead-lettered alone, as a single-piece message of its own rows.
+a good bundle is dead-lettered alone, as a single-piece message of its own rows; a bad JSON
+record alone too, its bytes as they came (its line, or its element of an array).
 """
 
 from __future__ import annotations
 
 import json
 import operator
+import re
 import time
 from dataclasses import dataclass, fields
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 import pyarrow as pa
 
 from foreshock.fields import field_names
 from foreshock.findings import Finding, finding_from_dict
-from foreshock.frames import ARROW_KIND_KEY, Frame, FrameError, frames_from_records
+from foreshock.frames import ARROW_KIND_KEY, Frame, FrameError, records_to_frames
 from foreshock.topology import Topology
 
 SCHEMA = b"arrow-ipc/1"
@@ -101,6 +103,13 @@ class RecordError(ValueError):
     def __init__(self, reason: str, detail: str) -> None:
         super().__init__(f"{reason}: {detail}")
         self.reason = reason
+
+
+def as_record_error(exc: Exception) -> RecordError:
+    """``exc`` if it is a :class:`RecordError`, else an ``undecodable`` one naming it: what a
+    caller of a decoder makes of anything it raises. A record that ends the worker is read again
+    by its restart, and ends that one too: its partition would be stuck for good."""
+    return exc if isinstance(exc, RecordError) else RecordError("undecodable", f"{type(exc).__name__}: {exc}")
 
 
 class PartitionMap:
@@ -387,9 +396,14 @@ def bundle_table(value: bytes | None, headers: Mapping[str, bytes]) -> tuple[str
             pieces = [PieceRef(kind, int(headers[H_SEQ]), int(headers[H_PART]), int(headers[H_PARTS]), None)]
     except (KeyError, ValueError, UnicodeDecodeError) as exc:
         raise RecordError("bad_headers", f"missing or malformed header {exc}") from None
+    for kind, size in streams:
+        if size < 0:  # sizes that still add up to the value's would slice outside it
+            raise RecordError("bad_headers", f"{kind} stream of {size} bytes")
     for p in pieces:
         if not 0 <= p.part < p.parts:
             raise RecordError("bad_headers", f"part {p.part} of {p.parts}")
+        if p.seq < 0:
+            raise RecordError("bad_headers", f"piece with sequence number {p.seq}")
         if p.rows is not None and p.rows < 0:
             raise RecordError("bad_headers", f"piece with {p.rows} rows")
     return agent, sent, streams, pieces
@@ -498,6 +512,11 @@ def _decode_streams(value: bytes | None, headers: Mapping[str, bytes], streams: 
             frame, unknown = _read_stream(buffer.slice(offset, size))
         except (FrameError, ValueError) as exc:
             raise RecordError("undecodable" if "Arrow IPC" in str(exc) else "wrong_schema", str(exc)) from None
+        except (pa.ArrowException, MemoryError, IndexError) as exc:
+            # damaged bytes Arrow reads as something else: an integer type wider than 64 bits
+            # (ArrowNotImplementedError), a buffer length of petabytes to decompress into
+            # (ArrowMemoryError), an offset past the buffer (ArrowIndexError)
+            raise RecordError("undecodable", f"{kind} stream: {type(exc).__name__}: {exc}") from None
         offset += size
         if frame.kind != kind or kind in frames:
             raise RecordError("wrong_schema", f"header says kind {kind!r}, the stream holds {frame.kind!r}")
@@ -528,39 +547,103 @@ def _check_rows(frame: Frame, topology: Topology, pmap: PartitionMap, partition:
 
 
 # ---- JSON lines topic ---------------------------------------------------------------------
+# What json.loads raises for a value it cannot take: a JSONDecodeError (a ValueError) for bad
+# syntax, a plain ValueError for an integer of more than sys.get_int_max_str_digits() digits, a
+# RecursionError for arrays or objects nested a few thousand deep.
+_JSON_ERRORS = (ValueError, RecursionError)
+_JSON_DECODER = json.JSONDecoder()
+_JSON_SPACE = re.compile(r"[ \t\n\r]*")
+# Lines end at CR or LF only: str.splitlines also splits at U+2028, U+2029 and U+0085, which a
+# JSON string may hold as they are, cutting a valid record in two.
+_LINE_END = re.compile(r"\r\n?|\n")
+
+
+def _json_error(exc: BaseException) -> str:
+    if isinstance(exc, RecursionError):
+        return "invalid JSON: nested too deep"
+    return f"invalid JSON: {exc}"
+
+
+def _skip_space(text: str, at: int) -> int:
+    match = _JSON_SPACE.match(text, at)
+    return match.end() if match else at
+
+
+def _json_array(text: str) -> list[tuple[str, Any]]:
+    """The elements of the JSON array ``text`` (no space before its ``[``), each with its own
+    text; raises what ``json.loads`` raises for the same text (which has read it already)."""
+    out: list[tuple[str, Any]] = []
+    at = _skip_space(text, 1)
+    if text.startswith("]", at):
+        at += 1
+    else:
+        while True:
+            value, end = _JSON_DECODER.raw_decode(text, at)
+            out.append((text[at:end], value))
+            at = _skip_space(text, end)
+            if text.startswith(",", at):
+                at = _skip_space(text, at + 1)
+            elif text.startswith("]", at):
+                at += 1
+                break
+            else:
+                raise json.JSONDecodeError("Expecting ',' delimiter", text, at)
+    if _skip_space(text, at) != len(text):
+        raise json.JSONDecodeError("Extra data", text, at)
+    return out
+
+
 def parse_json_records(value: bytes | None) -> tuple[list[Any], list[tuple[bytes, str]]]:
     """Records from one JSON-lines message, and the undecodable lines with their reasons."""
+    records, _, bad = _parse_json(value)
+    return records, bad
+
+
+def _parse_json(value: bytes | None) -> tuple[list[Any], Callable[[], list[str]], list[tuple[bytes, str]]]:
+    """:func:`parse_json_records`, and a function giving each record's text as it came (a line
+    without the space around it, an array's element): an array's are found only when asked for
+    (reading each element on its own takes several times ``json.loads`` of the whole)."""
     if not value:
-        return [], [(b"", "empty message")]
+        return [], list, [(b"", "empty message")]
     try:
         text = value.decode("utf-8")
     except UnicodeDecodeError as exc:
-        return [], [(value, f"not UTF-8: {exc}")]
+        return [], list, [(value, f"not UTF-8: {exc}")]
     stripped = text.strip()
     if stripped.startswith("["):
         try:
             data = json.loads(stripped)
-        except json.JSONDecodeError as exc:
-            return [], [(value, f"invalid JSON: {exc}")]
-        return list(data), []
+        except _JSON_ERRORS as exc:
+            return [], list, [(value, _json_error(exc))]
+        return list(data), lambda: [element for element, _ in _json_array(stripped)], []
     records: list[Any] = []
+    texts: list[str] = []
     bad: list[tuple[bytes, str]] = []
-    for line in stripped.splitlines():
-        if not line.strip():
+    for line in _LINE_END.split(stripped):
+        line = line.strip()
+        if not line:
             continue
         try:
             records.append(json.loads(line))
-        except json.JSONDecodeError as exc:
-            bad.append((line.encode(), f"invalid JSON: {exc}"))
-    return records, bad
+        except _JSON_ERRORS as exc:
+            bad.append((line.encode(), _json_error(exc)))
+            continue
+        texts.append(line)
+    return records, lambda: texts, bad
 
 
 def json_to_frames(value: bytes | None, topology: Topology) -> tuple[list[Frame], list[tuple[bytes, str]]]:
-    """Frames (one per kind, time-ordered) and rejected records as (bytes, reason)."""
-    records, bad = parse_json_records(value)
-    frames, rejected = frames_from_records(records, topology.slots_resolver())
-    for rec, reason in rejected:
-        bad.append((json.dumps(rec, default=str).encode(), reason))
+    """Frames (one per kind, time-ordered) and rejected records as (their bytes as they came,
+    reason): what goes to the dead letters is the record its producer sent."""
+    records, texts, bad = _parse_json(value)
+    frames, rejected = records_to_frames(records, topology.slots_resolver())
+    if rejected:
+        text: list[str] | None
+        try:
+            text = texts()
+        except _JSON_ERRORS:  # an array nested just deep enough for json.loads, read here a call deeper
+            text = None  # then each bad record's dead letter is the whole message
+        bad += [(text[index].encode() if text is not None else value or b"", reason) for index, reason in rejected]
     return [f.sorted_by_time() for f in frames.values()], bad
 
 
@@ -656,8 +739,8 @@ def decode_findings(value: bytes, with_findings: bool = True) -> list[FindingsMe
                                 None if p["now"] is None else float(p["now"]), int(p["rows"]), sent,
                                 [finding_from_dict(f) for f in p["findings"]] if with_findings else [], worker)
                 for p in data["pieces"]]
-    except (ValueError, KeyError, TypeError, AttributeError) as exc:
-        raise RecordError("undecodable", f"findings message: {exc}") from None
+    except (ValueError, KeyError, TypeError, AttributeError, OverflowError, RecursionError) as exc:
+        raise RecordError("undecodable", f"findings message: {type(exc).__name__}: {exc}") from None
 
 
 def deadletter_headers(headers: Iterable[tuple[str, bytes]], reason: str, stage: str, topic: str,

@@ -56,8 +56,8 @@ from foreshock.topology import Topology
 from .embedded import EmbeddedPipeline
 from .external_feed import ExternalTarget, external_targets
 from .kafka_codec import (H_CONTENT, TELEMETRY, BundleEntry, FindingsMessage, Headers, PartitionMap, PieceInfo,
-                          PieceReport, RecordError, decode_bundle, encode_bundle, encode_findings, headers_dict,
-                          piece_headers, sender_started)
+                          PieceReport, RecordError, as_record_error, decode_bundle, encode_bundle, encode_findings,
+                          headers_dict, piece_headers, sender_started)
 
 log = logging.getLogger("foreshock.worker")
 
@@ -389,12 +389,14 @@ class DetectionStage:
             self.health.problem("worker", "offset_gap",
                                 detail=f"partition {partition}: offset {offset} after {part.offset}")
         part.offset = offset
-        hdrs = headers_dict(headers)
         try:
-            pieces = decode_bundle(value, hdrs, self.topology, self.pmap, partition)
-        except RecordError as exc:  # no piece identity: nothing to report, only the dead letter
-            self.health.problem("worker", exc.reason, detail=str(exc))
-            return BundleResult(dead_letters=[DeadLetter(exc.reason, str(exc))])
+            pieces = decode_bundle(value, headers_dict(headers), self.topology, self.pmap, partition)
+        except Exception as exc:  # no piece identity: nothing to report, only the dead letter
+            # anything decoding raises, not only RecordError (as_record_error); the detectors'
+            # exceptions below still end the worker
+            error = as_record_error(exc)
+            self.health.problem("worker", error.reason, detail=str(error))
+            return BundleResult(dead_letters=[DeadLetter(error.reason, str(error))])
         result = BundleResult(pieces=len(pieces))
         reports = []
         telemetry: list[BundleEntry] = []
