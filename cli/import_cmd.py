@@ -67,15 +67,19 @@ def _json_records(text: str, path: Path, health: PipelineHealth | None) -> Itera
     lineno = 0
     for piece in line_chunks(text, JSONL_CHUNK_LINES):
         records: list[object] = []
-        for line in piece.splitlines():
+        # lines end at "\n" only: str.splitlines also splits at U+2028, U+2029 and U+0085, which
+        # JSON allows unescaped inside a string, cutting a valid record in two
+        for line in piece.removesuffix("\n").split("\n"):
             lineno += 1
             if not line.strip():
                 continue
             try:
                 records.append(json.loads(line))
-            except json.JSONDecodeError as exc:
+            except (ValueError, RecursionError) as exc:  # JSONDecodeError, a 5000-digit number, deep nesting
                 if health is not None:
-                    health.problem("jsonl", "invalid JSON line", detail=f"{path}:{lineno}: {exc.msg}")
+                    why = exc.msg if isinstance(exc, json.JSONDecodeError) else \
+                        "nested too deep" if isinstance(exc, RecursionError) else str(exc)
+                    health.problem("jsonl", "invalid JSON line", detail=f"{path}:{lineno}: {why}")
         yield records
 
 

@@ -107,6 +107,24 @@ def test_import_jsonl_counts_rejected_records(tmp_path: Path) -> None:
     assert frame.columns["power"][1] == 300.5
 
 
+def test_a_jsonl_line_json_cannot_hold_is_counted_and_a_line_separator_in_a_string_is_no_line_end(
+        tmp_path: Path) -> None:
+    """A 5000-digit number (int() refuses it: ValueError, not JSONDecodeError) and 100k-deep
+    nesting (RecursionError) ended the import with a traceback; U+2028 inside a string is legal
+    JSON, and str.splitlines cut that record in two (two invalid lines, the record lost)."""
+    path = tmp_path / "in.jsonl"
+    good = {"kind": "gpu", "entity": "n1/gpu0", "ts": 10.0, "gpu_temp": 50}
+    lines = [json.dumps(good), '{"kind": "gpu", "ts": ' + "9" * 5000 + "}", "[" * 100_000 + "]" * 100_000,
+             json.dumps({**good, "kind": "g\u2028pu"}, ensure_ascii=False), json.dumps({**good, "ts": 11.0})]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    text = run("--format", "jsonl", str(path), "--out", str(tmp_path / "rec"))
+    counts = {row.split("│")[2].strip(): row.split("│")[3].strip() for row in text.splitlines() if row.count("│") == 4}
+    assert counts["invalid JSON line"] == "2"  # the two lines JSON cannot hold, not the separator's halves
+    assert [n for reason, n in counts.items() if reason.startswith("unknown entity kind")] == ["1"]  # read whole
+    frame = Recording.open(tmp_path / "rec").read_kind("gpu")
+    assert list(frame.ts) == [10.0, 11.0]
+
+
 def test_a_jsonl_file_imported_in_pieces_gives_what_one_piece_gives(tmp_path: Path, monkeypatch, caplog) -> None:
     """A days-long JSON-lines file is parsed a piece of lines at a time (every record as a Python
     dict at once took many times the file's size): the same rows, the same counted problems,
