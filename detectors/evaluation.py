@@ -7,17 +7,29 @@ within its horizon, and its lead time is how early it came. Concretely, per *eve
 - **Episodes**: the kind's start events per entity; a start within ``merge_gap_s`` of the
   previous episode's end continues it (a throttle that releases for a moment is one episode).
   Each episode keeps its fault type (``none`` for consequences without a fault, such as the
-  power cap under full load).
+  power cap under full load). A kind with no end event (``end_type`` None) has instants: each
+  ends where it starts, so only instants within ``merge_gap_s`` of each other are one episode
+  (until 2026-12-02 an instant never ended, and all of an entity's merged into one episode).
 - **Alarms**: a detector's prediction for an entity is active from its first ``active=True``
   until its withdrawal (``active=False``) or the end of the recording; refreshes are part of it.
 - **Warm-up**: episodes that start within ``warmup_s`` of the recording's first sample are not
   scored (under way before the detectors saw the entity, or too early to predict).
-- **Recall**: an episode is predicted when an alarm was active at some time in
-  ``[start - horizon, start)`` — strictly before the onset: firing once the throttle bit is set
-  predicts nothing. Its lead is ``start - max(alarm start, start - horizon)``. An alarm earns
-  at most the first episode of its entity after it was raised: kept up through that episode, it
-  does not earn the next one too (until 2026-12-01 it did, with the full horizon as its lead —
-  the same "it may happen again" claim the precision rule below leaves unjudged).
+- **Recall**: an alarm's claim is about the first episode of its entity that starts after the
+  alarm was raised, and that episode is predicted when one of the alarm's statements (one at its
+  start and one per horizon it stays active, as the precision rule below counts them) covers its
+  onset: raised at ``s`` and active until ``w``, it predicts the episode starting at ``start``
+  when ``s < start <= s + horizon * max(ceil((w - s) / horizon), 1)`` — strictly after it was
+  raised (firing once the throttle bit is set predicts nothing) and within its last statement's
+  horizon. Its lead is ``start - max(s, start - horizon)``, from the earliest such alarm. So an
+  alarm earns at most one episode, and one that earns it is a true positive for precision
+  wherever its statement is judged; a statement precision leaves unjudged (its horizon outlives
+  the recording, its job stopped) still predicts the episode it covers. (Until 2026-12-01 an
+  alarm kept up through an episode earned the next one too, with the full horizon as its lead —
+  the same "it may happen again" claim the precision rule below leaves unjudged; until
+  2026-12-02 an episode was predicted by an alarm active at some time in
+  ``[start - horizon, start)``: one raised before an earlier episode still earned an episode
+  within a horizon after that one's onset, and one withdrawn early earned an episode its last
+  statement's horizon had ended before — a hit for recall and a false alarm for precision.)
 - **Precision**: an alarm that starts inside an episode (or within ``merge_gap_s`` after it) is
   not scored — for precision nor for recall (it cannot earn the entity's next episode). Nor is
   the statement during which the GPU's job stopped (ground truth ``job_slowdown_start``,
@@ -37,10 +49,14 @@ within its horizon, and its lead time is how early it came. Concretely, per *eve
 ``by_fault`` repeats the figures per fault type: episodes by the fault they started under;
 false alarms on an entity the fault affected while it was active, or within the simulator's
 aftermath after its repair (``AFTERMATH_S``: the window it attributes consequences in, a loop
-still cooling down), are charged to that fault, the rest to ``none``.
+still cooling down), are charged to that fault, the rest to ``none``. Under several such faults
+at once, a false alarm is charged to the latest to begin, as the simulator attributes the GPU's
+state (until 2026-12-02 to the earliest).
 
 Additive keys (the documented shape above stays as it is):
 
+- ``leads_s``: the lead of each predicted scored episode, ascending (seconds) — what
+  ``lead_median_s`` and ``lead_p10_s`` summarise, and what the lead-time plot draws.
 - ``recall_at_min_lead`` (kinds with ``min_lead_s``): the share of scored episodes predicted at
   least that far ahead — 5 minutes for thermal kinds, 30 s for the power cap. A hit with a few
   seconds' warning (an alarm at 85 °C) counts for recall, not here.
@@ -496,7 +512,9 @@ class Episode:
 
 
 def episodes(events: Iterable[Event], kind: EventKind) -> list[Episode]:
-    """Merge a kind's start/end events into episodes per entity."""
+    """Merge a kind's start/end events into episodes per entity. A kind without an end event
+    (``end_type`` None) has instants: each ends where it starts, and instants within
+    ``merge_gap_s`` of each other are one episode ending at the last."""
     per_entity: dict[str, list[Event]] = {}
     for ev in events:
         if ev.entity_kind == kind.entity_kind and ev.type in (kind.start_type, kind.end_type):
@@ -507,12 +525,15 @@ def episodes(events: Iterable[Event], kind: EventKind) -> list[Episode]:
         current: Episode | None = None
         for ev in evs:
             if ev.type == kind.start_type:
+                # an instant ends as it starts; a start otherwise leaves its episode open until its end
+                # event (until 2026-12-02 an instant stayed open too, so every later one merged into it)
+                end = ev.time if kind.end_type is None else math.inf
                 if current is not None and (math.isinf(current.end) or ev.time - current.end <= kind.merge_gap_s):
-                    current.end = math.inf  # continues
+                    current.end = end  # continues
                     continue
                 if current is not None:
                     out.append(current)
-                current = Episode(entity, ev.time, math.inf, ev.fault_id, ev.fault_type or NO_FAULT)
+                current = Episode(entity, ev.time, end, ev.fault_id, ev.fault_type or NO_FAULT)
             elif current is not None and math.isinf(current.end):
                 current.end = ev.time
         if current is not None:
@@ -686,37 +707,35 @@ def score_spans(spans: SpanTable, eps: EpisodeTable, kind: EventKind, scopes: Se
     nxt = prev + 1
     q = np.minimum(nxt, max(n_e - 1, 0))
     has_next = (nxt < n_e) & (eps.entity[q] == spans.entity) if n_e else np.zeros(len(s_key), bool)
-    # recall: the earliest judged span that starts before the onset and is still active within
-    # the horizon before it, counted as ending at that first episode's onset: kept up through it,
-    # a span does not earn the next one too (spans are disjoint, so these ends are sorted like
-    # their starts)
-    judged_spans = ~during
-    r_end = np.minimum(spans.end, eps.start[q]) if n_e else spans.end
-    r_end = np.where(has_next, r_end, spans.end)
-    r_start, r_s_key = spans.start[judged_spans], s_key[judged_spans]
-    r_w_key = _key(spans.entity, r_end, t0)[judged_spans]
-    sc = np.flatnonzero(eps.scored)
-    hi = np.searchsorted(r_s_key, e_key[sc], side="left")
-    lo = np.searchsorted(r_w_key, _key(eps.entity[sc], eps.start[sc] - horizon, t0), side="right")
-    hit = lo < hi
-    leads = np.full(len(sc), np.nan)
-    leads[hit] = np.minimum(eps.start[sc][hit] - r_start[lo[hit]], horizon)
-    # a span states its claim at s, s + h, ... while active; the first episode after s ends it
+    # a span states its claim at s, s + h, ... while active (the statement made at s + k*h covers
+    # (s + k*h, s + (k + 1)*h]); the claim is about that first episode, which statement k_hit covers
     n_stmt = _statements(spans, horizon)
     k_hit = np.where(has_next, np.ceil((eps.start[q] - spans.start) / horizon) - 1.0, np.inf) if n_e \
         else np.full(len(s_key), np.inf)
+    live = ~during
+    # recall: an episode is predicted by the judged spans whose claim is about it and that made the
+    # statement covering its onset — the rule precision judges a statement by, so no span is a hit
+    # for one and a false alarm for the other; kept up through it, a span does not earn the next
+    # episode too. The lead is from the earliest such span (spans and episodes are sorted alike, so
+    # it is the first span naming that episode)
+    covered = live & (k_hit < n_stmt)
+    ep_q, first = np.unique(q[covered], return_index=True)
+    ep_lead = np.full(n_e, np.nan)
+    ep_lead[ep_q] = np.minimum(eps.start[ep_q] - spans.start[covered][first], horizon)
+    sc = np.flatnonzero(eps.scored)
+    leads = ep_lead[sc]
+    hit = ~np.isnan(leads)
     if kind.censor_at_end:  # statements whose horizon outlives the recording are not judged
         judged = np.maximum(np.floor((end - horizon - spans.start) / horizon) + 1.0, 0.0)
     else:
         judged = np.full(len(s_key), np.inf)
-    live = ~during
     # the statement during which the entity's job was interrupted (first interruption inside the
     # span) is not judged either, unless its episode came before the interruption
     k_int, t_int = _interrupted_statement(spans, interrupts, horizon, t0)
     censored_hit = (k_hit == k_int) & ~(eps.start[q] < t_int) if n_e else np.zeros(len(s_key), bool)
-    tp = live & (k_hit < n_stmt) & (k_hit < judged) & ~censored_hit
+    tp = covered & (k_hit < judged) & ~censored_hit
     n_claims = np.where(live, np.minimum(np.minimum(k_hit, n_stmt), judged), 0.0).astype(np.int64)
-    # each false statement is charged to the first fault scope holding its entity at that time
+    # the false statements (each made at fp_t), charged to the fault its entity's state is put down to then
     fp_span = np.repeat(np.arange(len(n_claims)), n_claims)
     fp_k = np.arange(len(fp_span)) - np.repeat(np.cumsum(n_claims) - n_claims, n_claims)
     keep = fp_k != k_int[fp_span]
@@ -726,7 +745,10 @@ def score_spans(spans: SpanTable, eps: EpisodeTable, kind: EventKind, scopes: Se
     fp_fault = np.full(len(fp_span), -1, dtype=np.int64)
     fault_code = {f: i for i, f in enumerate(eps.faults)}
     extra: list[str] = []
-    for scope in scopes:
+    # of the scopes holding the entity then, the latest to begin: the simulator puts a GPU's state
+    # down to each fault active (or in its aftermath) in onset order, the later overwriting the
+    # earlier (until 2026-12-02 the first scope in the events' order was charged)
+    for scope in sorted(scopes, key=lambda sc: sc.onset):  # stable: equal onsets keep the events' order
         if not len(fp_span):
             break
         codes = [eps.names[n] for n in scope.entities if n in eps.names]
@@ -735,7 +757,7 @@ def score_spans(spans: SpanTable, eps: EpisodeTable, kind: EventKind, scopes: Se
         if scope.fault_type not in fault_code:
             fault_code[scope.fault_type] = n_f + len(extra)
             extra.append(scope.fault_type)
-        m = (fp_fault < 0) & (scope.onset <= fp_t) & (fp_t <= scope.end) & np.isin(fp_ent, codes)
+        m = (scope.onset <= fp_t) & (fp_t <= scope.end) & np.isin(fp_ent, codes)
         fp_fault[m] = fault_code[scope.fault_type]
     fp_fault[fp_fault < 0] = none_code
     faults = list(eps.faults) + extra
@@ -758,6 +780,7 @@ def score_spans(spans: SpanTable, eps: EpisodeTable, kind: EventKind, scopes: Se
                 "leads": leads[hit & (ep_fault == idx)]}
 
     result = _finish(acc(None), hours)
+    result["leads_s"] = [round(float(x), 4) for x in np.sort(leads[hit])]  # what write_plots draws
     if kind.min_lead_s is not None:  # a hit with a few seconds' warning predicts little
         result["recall_at_min_lead"] = (round(float(np.mean(np.nan_to_num(leads, nan=-1.0) >= kind.min_lead_s)), 4)
                                         if len(sc) else None)
@@ -1063,7 +1086,8 @@ def write_report(report: dict[str, Any], out_dir: str | Path) -> Path:
 
 def write_plots(result: RunResult, report: dict[str, Any], out_dir: str | Path,
                 kinds: Sequence[str] = ("thermal_throttle", "power_cap")) -> list[Path]:
-    """PNG plots: a few GPUs (temperature, predicted ETA, actual throttles) and lead times."""
+    """PNG plots: a few GPUs (temperature, predicted ETA, actual throttles) and, for the ``kinds``
+    the report scored, its lead times (``leads_s``) per detector set."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -1108,21 +1132,18 @@ def write_plots(result: RunResult, report: dict[str, Any], out_dir: str | Path,
         fig.savefig(path, dpi=100)
         plt.close(fig)
         written.append(path)
-    # lead-time histograms per detector set
-    fig, axes = plt.subplots(1, len(kinds), figsize=(5 * len(kinds), 3.5), squeeze=False)
-    for ax, kind_name in zip(axes[0], kinds):
+    # lead-time histograms per detector set: the report's own leads (``leads_s``), of the kinds it scored
+    # (until 2026-12-02 the plot found its own, by an older rule than the report's)
+    shown = [k for k in kinds if any(k in per_kind for per_kind in report["detectors"].values())]
+    if not shown:
+        return written
+    fig, axes = plt.subplots(1, len(shown), figsize=(5 * len(shown), 3.5), squeeze=False)
+    for ax, kind_name in zip(axes[0], shown):
         kind = EVENT_KINDS[kind_name]
-        eps = episodes(result.events, kind)
-        for set_name, findings in result.findings.items():
-            alarms = alarm_intervals(findings, kind, topo, result.end)
-            leads = []
-            for ep in eps:
-                cand = [ep.start - max(s, ep.start - kind.horizon_s) for s, w in alarms.get(ep.entity, ())
-                        if s < ep.start and w > ep.start - kind.horizon_s]
-                if cand:
-                    leads.append(max(cand) / 60.0)
+        for set_name, per_kind in report["detectors"].items():
+            leads = per_kind.get(kind_name, {}).get("leads_s")
             if leads:
-                ax.hist(leads, bins=20, range=(0, kind.horizon_s / 60), alpha=0.5, label=set_name)
+                ax.hist(np.asarray(leads) / 60.0, bins=20, range=(0, kind.horizon_s / 60), alpha=0.5, label=set_name)
         ax.set_title(f"{kind_name}: lead time")
         ax.set_xlabel("minutes before onset")
         if ax.get_legend_handles_labels()[0]:

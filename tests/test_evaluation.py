@@ -75,6 +75,7 @@ def test_scores_by_hand(scored):
     assert scored["precision"] == pytest.approx(2 / 5, abs=1e-4)
     assert scored["lead_median_s"] == pytest.approx(505.0)
     assert scored["lead_p10_s"] == pytest.approx(10 + 0.1 * 990)
+    assert scored["leads_s"] == [10.0, 1000.0]
     assert scored["recall_at_min_lead"] == 0.5  # 1000 s >= 300 s; 10 s is not
     gpu_hours = 4 * 13000 / 3600
     assert scored["false_alarms_per_1000_gpu_hours"] == pytest.approx(3 / gpu_hours * 1000, abs=1e-3)
@@ -135,7 +136,8 @@ def test_report_shape_and_extension_point(tmp_path):
         assert "toy" in per_kind and "thermal_throttle" in per_kind
         for name, metrics in per_kind.items():
             # additive keys: by_onset on classified kinds, matched on baselines with scores
-            assert set(metrics) - {"by_onset", "matched", "recall_at_min_lead"} == set(ev.METRICS) | {"by_fault"}
+            assert set(metrics) - {"by_onset", "matched", "recall_at_min_lead"} == \
+                set(ev.METRICS) | {"by_fault", "leads_s"}
             assert ("by_onset" in metrics) == (name == "power_cap")
             for sub in metrics["by_fault"].values():
                 assert set(sub) == set(ev.METRICS)
@@ -277,9 +279,18 @@ def naive_score(findings, events, kind, recording, start, end):
 
     for ep in eps:
         mine = mine_of.get(ep.entity, [])
-        leads = [ep.start - max(s, ep.start - h) for s, w in alarms.get(ep.entity, ())
-                 if s < ep.start and min(w, first_after(mine, s)) > ep.start - h
-                 and not any(e.start <= s <= e.end + kind.merge_gap_s for e in mine)]  # not judged
+        leads = []
+        for s, w in alarms.get(ep.entity, ()):
+            if any(e.start <= s <= e.end + kind.merge_gap_s for e in mine) or first_after(mine, s) != ep.start:
+                continue  # not judged, or its claim is about another episode
+            t = s
+            while True:  # its statements, at s, s + h, ... while active: one covering the onset predicts it
+                if t < ep.start <= t + h:
+                    leads.append(ep.start - max(s, ep.start - h))
+                    break
+                t += h
+                if t >= w:
+                    break
         for a in (total, bucket(ep.fault_type)):
             a["episodes"] += 1
             if leads:
@@ -309,13 +320,17 @@ def naive_score(findings, events, kind, recording, start, end):
                     bucket(hit.fault_type)["tp"] += 1
                     break
                 total["fp"] += 1
-                bucket(next((sc.fault_type for sc in scopes if entity in sc.entities and sc.onset <= t <= sc.end),
-                            "none"))["fp"] += 1
+                charged = "none"
+                for sc in sorted(scopes, key=lambda sc: sc.onset):  # the latest fault to begin holding it
+                    if entity in sc.entities and sc.onset <= t <= sc.end:
+                        charged = sc.fault_type
+                bucket(charged)["fp"] += 1
                 t += h
                 if t >= w:
                     break
     hours = (end - start) / 3600.0 * topo.size(kind.entity_kind)
     out = ev._finish(total, hours)
+    out["leads_s"] = sorted(round(x, 4) for x in total["leads"])
     out["by_fault"] = {ft: ev._finish(a, hours) for ft, a in sorted(acc.items())}
     return out
 
@@ -565,6 +580,106 @@ def test_an_alarm_kept_up_through_a_throttle_does_not_earn_the_next_one_too() ->
                         "gpu", horizon_s=1800.0, merge_gap_s=120.0, warmup_s=0.0)
     m = ev.score_kind(findings, events, kind, rec, 0.0, 10000.0)
     assert (m["episodes"], m["recall"], m["lead_median_s"]) == (4, 0.5, 300.0)
+
+
+THROTTLE_0_WARMUP = ev.EventKind("thermal_throttle", "thermal_throttle_start", "thermal_throttle_end",
+                                 "thermal_throttle", "gpu", horizon_s=1800.0, merge_gap_s=120.0, warmup_s=0.0)
+
+
+def test_an_alarm_earns_only_the_first_episode_after_it_was_raised() -> None:
+    """Each GPU throttles at 3000 and at 3900 s (900 s apart: two episodes), the second within a
+    horizon of the first's onset. gpu0's alarm, raised at 2700 s and kept up to 3500 s, and gpu1's,
+    raised at 2700 s and withdrawn at 2800 s, claim the throttle at 3000 s, not the one at 3900 s
+    too. Until 2026-12-02 each earned both, the second with a lead of 1200 s from 2700 s."""
+    rec = Recording(Path("."), small_topology(nodes=1, gpus=2, racks=1), {"faults": []})
+    events = []
+    for g in (0, 1):
+        events += [gpu_event(3000, "thermal_throttle_start", g), gpu_event(3100, "thermal_throttle_end", g),
+                   gpu_event(3900, "thermal_throttle_start", g), gpu_event(4000, "thermal_throttle_end", g)]
+    findings = [pred(2700, 0), pred(3500, 0, active=False), pred(2700, 1), pred(2800, 1, active=False)]
+    m = ev.score_kind(findings, events, THROTTLE_0_WARMUP, rec, 0.0, 10000.0)
+    # 4 episodes, each GPU's first predicted 300 s ahead (the old rule: all 4, leads 300, 300, 1200,
+    # 1200 s); each alarm makes one statement (under a horizon long), true
+    assert (m["episodes"], m["recall"], m["lead_median_s"], m["precision"]) == (4, 0.5, 300.0, 1.0)
+    assert m["leads_s"] == [300.0, 300.0]
+
+
+def test_an_episode_is_predicted_only_within_the_reach_of_an_alarm_s_statements() -> None:
+    """Recall and precision judge the same statements. Horizon 1800 s; every alarm raised at 1000 s:
+
+    - gpu0, withdrawn at 1100 s, states once, covering (1000, 2800]; its throttle at 2850 s is
+      50 s beyond it: missed, and the statement false. Until 2026-12-02 recall counted it (active
+      within the horizon before the onset, lead 1800 s) while precision judged it false.
+    - gpu1, withdrawn at 1100 s: its throttle at 2800 s is just covered: a hit, lead 1800 s, true.
+    - gpu2, withdrawn at 1100 s: its throttle at 1600 s, a hit 600 s ahead, true.
+    - gpu3, kept up to 2900 s, states at 1000 and at 2800 s; the second covers its throttle at
+      4500 s: a hit, lead 1800 s (from the start of the horizon), the first statement false.
+
+    4 episodes, 3 predicted; 5 statements, 3 true."""
+    rec = Recording(Path("."), small_topology(nodes=1, gpus=4, racks=1), {"faults": []})
+    events = []
+    for g, t in enumerate((2850, 2800, 1600, 4500)):
+        events += [gpu_event(t, "thermal_throttle_start", g), gpu_event(t + 50, "thermal_throttle_end", g)]
+    findings = [pred(1000, g) for g in range(4)]
+    findings += [pred(1100, g, active=False) for g in range(3)] + [pred(2900, 3, active=False)]
+    m = ev.score_kind(findings, events, THROTTLE_0_WARMUP, rec, 0.0, 10000.0)
+    assert (m["episodes"], m["recall"], m["precision"]) == (4, 0.75, 0.6)
+    assert m["leads_s"] == [600.0, 1800.0, 1800.0]
+    alone = ev.score_kind([f for f in findings if f.slot == 0], events, THROTTLE_0_WARMUP, rec, 0.0, 10000.0)
+    assert (alone["recall"], alone["precision"]) == (0.0, 0.0)  # the old rule: recall 0.25 from this alarm
+
+
+def test_instant_episodes_end_where_they_start() -> None:
+    """A kind with no end event: instants at 1000, 1030, 5000 and 9000 s (merge gap 60 s) are
+    three episodes, the first two one ending at 1030 s. Until 2026-12-02 an instant never ended,
+    so every later one merged into the first: one episode, and the alarm at 4800 s was raised
+    "during" it, not judged."""
+    kind = ev.EventKind("blip", "blip", None, "blip", "gpu", horizon_s=300.0, merge_gap_s=60.0, warmup_s=0.0)
+    events = [gpu_event(t, "blip", 0) for t in (1000, 1030, 5000, 9000)]
+    assert [(e.start, e.end) for e in ev.episodes(events, kind)] == [(1000, 1030), (5000, 5000), (9000, 9000)]
+    rec = Recording(Path("."), small_topology(nodes=1, gpus=2, racks=1), {"faults": []})
+    # 200 s before the instant at 5000 s: predicted, one true statement; 30 s after it (within the
+    # merge gap): not judged
+    findings = [pred(4800, 0, event="blip"), pred(4850, 0, active=False, event="blip"),
+                pred(5030, 0, event="blip"), pred(5040, 0, active=False, event="blip")]
+    m = ev.score_kind(findings, events, kind, rec, 0.0, 10000.0)
+    assert (m["episodes"], m["recall"], m["lead_median_s"], m["precision"]) == (3, round(1 / 3, 4), 200.0, 1.0)
+
+
+def test_a_false_alarm_under_two_faults_is_charged_to_the_later_one() -> None:
+    """gpu0's interface fails from 1000 s on (never repaired); its loop loses cooling from 5000 s
+    for 2000 s (aftermath to 7900 s). The simulator puts gpu0's state from 5000 s down to the
+    cooling loss, the later fault overwriting the earlier, and labels its episodes so: the false
+    alarm at 5500 s is the cooling loss's, the one at 9000 s (the loop recovered) the
+    interface's, in whatever order the events come. Until 2026-12-02 both were the interface's."""
+    topo = small_topology(nodes=1, gpus=2, racks=1)
+    rec = Recording(Path("."), topo, {"faults": [{"id": "f1", "duration_s": None}, {"id": "f2", "duration_s": 2000.0}]})
+    events = [Event(1000.0, "fault_onset", "gpu", topo.gpus[0], "f1", "tim_degradation"),
+              Event(5000.0, "fault_onset", "loop", topo.loops[0], "f2", "cooling_loss")]
+    findings = [pred(5500, 0), pred(5600, 0, active=False), pred(9000, 0), pred(9100, 0, active=False)]
+    one = 1 / (2 * 20000 / 3600) * 1000  # one false alarm per 1000 GPU-hours
+    for order in (events, events[::-1]):
+        by = ev.score_kind(findings, order, THROTTLE_0_WARMUP, rec, 0.0, 20000.0)["by_fault"]
+        assert set(by) == {"cooling_loss", "tim_degradation"}
+        assert by["cooling_loss"]["false_alarms_per_1000_gpu_hours"] == pytest.approx(one, abs=1e-3)
+        assert by["tim_degradation"]["false_alarms_per_1000_gpu_hours"] == pytest.approx(one, abs=1e-3)
+
+
+def test_the_lead_time_plot_draws_the_report_s_leads(tmp_path, monkeypatch) -> None:
+    """One source of truth: the histogram is of the leads the report computed (``leads_s``), of
+    the kinds it scored; until 2026-12-02 the plot found leads of its own, by an older rule."""
+    import matplotlib.axes
+
+    drawn: dict = {}
+    monkeypatch.setattr(matplotlib.axes.Axes, "hist",
+                        lambda self, x, **kw: drawn.setdefault(kw["label"], list(x)))
+    rec = Recording(Path("."), small_topology(nodes=1, gpus=2, racks=1), {"faults": []})
+    # the findings would give no lead (no episode): what is drawn can only come from the report
+    result = ev.RunResult(rec, {"foreshock": [pred(100, 0)]}, [], 0.0, 3000.0, 0.0, 0)
+    report = {"detectors": {"foreshock": {"thermal_throttle": {"leads_s": [60.0, 600.0]}}}}
+    ev.write_plots(result, report, tmp_path)
+    assert drawn == {"foreshock": [1.0, 10.0]}  # minutes; power_cap was not scored: not drawn
+    assert (tmp_path / "lead_times.png").exists()
 
 
 def test_claims_that_outlive_the_recording_are_not_judged_whether_or_not_they_came_true() -> None:
