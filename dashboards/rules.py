@@ -126,7 +126,7 @@ def alerts(cfg: MixinConfig = DEFAULT_CONFIG) -> list[Alert]:
     out = [
         Alert(
             "ForeshockThrottlePredicted",
-            f'max by ({by_pred}) (foreshock_prediction_eta_seconds{{event=~"{throttle}"}}) < {cfg.throttle_horizon_s:g}'
+            f'min by ({by_pred}) (foreshock_prediction_eta_seconds{{event=~"{throttle}"}}) < {cfg.throttle_horizon_s:g}'
             f" and on ({by_pred}) max by ({by_pred}) "
             f'(foreshock_prediction_confidence_ratio{{event=~"{throttle}"}}) >= {cfg.min_confidence:g}',
             "warning",
@@ -166,7 +166,7 @@ def alerts(cfg: MixinConfig = DEFAULT_CONFIG) -> list[Alert]:
         ),
         Alert(
             "ForeshockLinkFailurePredicted",
-            f'max by ({by_pred}) (foreshock_prediction_eta_seconds{{event="link_down"}}) < {cfg.link_horizon_s:g}'
+            f'min by ({by_pred}) (foreshock_prediction_eta_seconds{{event="link_down"}}) < {cfg.link_horizon_s:g}'
             f" and on ({by_pred}) max by ({by_pred}) "
             f'(foreshock_prediction_confidence_ratio{{event="link_down"}}) >= {cfg.min_confidence:g}',
             "warning",
