@@ -104,11 +104,12 @@ LADDER: dict[str, tuple[int, ...]] = {
 SUPPORT: dict[int, tuple[int, int, int]] = {
     # level: (GPUs, distinct children, entity members of the level's own kind that suffice)
     NODE: (2, 1, 1),  # two GPUs of one node, or a node-level finding (fans, PSU)
-    RACK: (3, 2, 1),  # three GPUs on two nodes, or a rack-level finding (inlet, PDU)
+    RACK: (3, 2, 1),  # three GPUs on two nodes, a rack-level finding (inlet, PDU), or node findings on two nodes
     LOOP: (3, 2, 1),  # three GPUs on two racks, or racks whose inlet rises
 }
 """What a domain above the GPU needs before it may be a root: (GPUs under it, distinct children
-holding them, or members of its own level). A lone GPU never makes its node the root."""
+holding them, or members of its own level). A lone GPU never makes its node the root, nor one
+node's finding its rack."""
 
 FAILING_LINK = frozenset({"link_down", "link_down_predicted", "link_errors", "optic_degrading", "external_fabric"})
 MAX_EXTERNAL_TYPES = 16
@@ -133,7 +134,9 @@ class _Member:
         self.strong_ts = math.nan  # last finding that could open an incident by itself
         self.count = 0
         self.signals: dict[str, int] = {}
-        self.preds: dict[str, tuple[float, float]] = {}  # event -> (ts, eta) while active
+        # (event, detector) -> (ts, eta) while active: two detectors may predict one event on one
+        # entity (thermal and a baseline), and each withdraws only its own
+        self.preds: dict[tuple[str, str], tuple[float, float]] = {}
         self.xid = 0
 
     @property
@@ -145,7 +148,16 @@ class _Member:
 
     def to_state(self) -> list[Any]:
         return [self.key, self.kind, self.slot, self.first_ts, self.last_ts, self.strong_ts, self.count,
-                dict(self.signals), {e: list(v) for e, v in self.preds.items()}, self.xid]
+                dict(self.signals), [[e, d, ts, eta] for (e, d), (ts, eta) in self.preds.items()], self.xid]
+
+
+def _load_preds(saved: Any) -> dict[tuple[str, str], tuple[float, float]]:
+    """A member's saved predictions: ``[[event, detector, ts, eta], ...]``, or — saved before they
+    were kept per detector — ``{event: [ts, eta]}``, whose detector is unknown (``""``: any
+    detector's withdrawal of that event withdraws it)."""
+    if isinstance(saved, dict):
+        return {(str(e), ""): (float(v[0]), float(v[1])) for e, v in saved.items()}
+    return {(str(e), str(d)): (float(ts), float(eta)) for e, d, ts, eta in saved}
 
 
 class _Incident:
@@ -193,12 +205,14 @@ class _Incident:
 
 
 class _Evidence:
-    __slots__ = ("kind", "slot", "sig", "ts", "event", "eta", "active", "xid", "named", "label")
+    __slots__ = ("kind", "slot", "sig", "ts", "event", "eta", "active", "xid", "named", "label", "detector")
 
     def __init__(self, kind: str, slot: int, sig: Signal, ts: float, event: str = "", eta: float = math.nan,
-                 active: bool = True, xid: int = 0, named: tuple[tuple[str, int], ...] = (), label: str = "") -> None:
+                 active: bool = True, xid: int = 0, named: tuple[tuple[str, int], ...] = (), label: str = "",
+                 detector: str = "") -> None:
         self.kind, self.slot, self.sig, self.ts = kind, slot, sig, ts
         self.event, self.eta, self.active, self.xid, self.named, self.label = event, eta, active, xid, named, label
+        self.detector = detector
 
 
 _LEVEL_SLOTS = {GPU: "gpu", NODE: "node", RACK: "rack", PDU: "rack", LOOP: "loop", LINK: "link", OPTIC: "optic",
@@ -340,7 +354,8 @@ class IncidentEngine:
         self.stats["findings"] += 1
         sig = SIGNALS[classify(f)]
         if isinstance(f, Prediction):
-            ev = _Evidence(kind, slot, sig, ts, f.event, float(f.eta_s), f.active, named=self._named(f.reason))
+            ev = _Evidence(kind, slot, sig, ts, f.event, float(f.eta_s), f.active, named=self._named(f.reason),
+                           detector=f.detector)
             if not f.active:
                 self._withdraw(ev)
                 return
@@ -464,12 +479,15 @@ class IncidentEngine:
     def _inside_root(self, ev: _Evidence) -> _Incident | None:
         """A live incident whose root domain holds the entity: of the same family, or — for a
         symptom that opens nothing by itself, such as a power cap on a GPU of an overheating loop
-        (leakage grows with temperature) — of any family rooted above the GPU."""
+        (leakage grows with temperature) — of any family rooted above the GPU. Not a fabric
+        symptom: an optic's trend on a NIC of a node whose fans failed is not the fans' doing, and
+        taken by their incident it would be missing from the optic's when its link goes down."""
         fam = ev.sig.family
         symptom = not ev.sig.opens and fam != JOBF
         fallback: _Incident | None = None
         for a in self.dom.ancestors(ev.kind, ev.slot):
             best: _Incident | None = None
+            other: _Incident | None = None  # the finest domain's, for the fallback
             wide = level_of(a) in (RACK, LOOP)
             for serial in self._rooted.get(a, ()):
                 inc = self._incidents[serial]
@@ -483,12 +501,14 @@ class IncidentEngine:
                         m = inc.members.get(key(MEMBER_LEVEL[ev.kind], ev.slot))
                         if m is None or not ev.ts - m.strong_ts <= self.coherence_s:
                             continue
-                    if best is None or inc.last_ts > best.last_ts:
+                    if best is None or _recency(inc) > _recency(best):
                         best = inc
-                elif symptom and fallback is None and level_of(a) in (NODE, RACK, LOOP):
-                    fallback = inc
+                elif (symptom and fam != FABRIC and fallback is None and level_of(a) in (NODE, RACK, LOOP)
+                      and (other is None or _recency(inc) > _recency(other))):
+                    other = inc
             if best is not None:
                 return best
+            fallback = fallback or other
         return fallback
 
     def _widen(self, ev: _Evidence) -> _Incident | None:
@@ -505,7 +525,7 @@ class IncidentEngine:
                 inc = self._incidents[serial]
                 if not inc.live or inc.family != fam or not self._joinable(inc, a, ev):
                     continue
-                if n > best_n or (n == best_n and best is not None and inc.last_ts > best.last_ts):
+                if n > best_n or (n == best_n and best is not None and _recency(inc) > _recency(best)):
                     best, best_n = inc, n
             if best is not None:
                 return best
@@ -539,7 +559,7 @@ class IncidentEngine:
         best: _Incident | None = None
         for serial in self._index.get(key(JOB, job), {}):
             inc = self._incidents[serial]
-            if inc.live and (best is None or inc.last_ts > best.last_ts):
+            if inc.live and (best is None or _recency(inc) > _recency(best)):
                 best = inc
         if best is None:
             return False
@@ -577,7 +597,7 @@ class IncidentEngine:
             m.strong_ts = ev.ts if not m.strong_ts >= ev.ts else m.strong_ts
         m.signals[ev.sig.name] = m.signals.get(ev.sig.name, 0) + 1
         if ev.event:
-            m.preds[ev.event] = (ev.ts, ev.eta)
+            m.preds[(ev.event, ev.detector)] = (ev.ts, ev.eta)
         if ev.xid:
             m.xid = ev.xid
         if ev.label:
@@ -614,8 +634,13 @@ class IncidentEngine:
         inc.members[m.key] = m
         old = int(self.s_member_of[level][slot])
         if old >= 0 and old != inc.serial and old in self._incidents:
-            # the entity moves on to a new cause; the old incident keeps it in its history
-            self._forget_member(self._incidents[old], m.key)
+            # the entity moves on to a new cause; the old incident keeps it in its history, not its
+            # predictions: their withdrawal now reaches the new one only, and held there they kept
+            # the old one open (and named the entity as its next) until they expired
+            left = self._incidents[old]
+            self._forget_member(left, m.key)
+            if m.key in left.members:
+                left.members[m.key].preds = {}
         self.s_member_of[level][slot] = inc.serial
         self._index_add(inc, anc)
         return m
@@ -640,18 +665,21 @@ class IncidentEngine:
                     del self._index[a]
 
     def _withdraw(self, ev: _Evidence) -> None:
-        """A prediction withdrawn: the member stays, its prediction is no longer active."""
+        """A prediction withdrawn: the member stays, its prediction is no longer active. Counted in
+        the incident that held the prediction, and like the finding it withdraws: a symptom's (a
+        routine power cap predicted and withdrawn all day) does not keep the incident open."""
         serial = int(self.s_member_of[MEMBER_LEVEL[ev.kind]][ev.slot])
         inc = self._incidents.get(serial) if serial >= 0 else None
-        if inc is None or not inc.live:
-            self.stats["unattached"] += 1
+        m = inc.members.get(key(MEMBER_LEVEL[ev.kind], ev.slot)) if inc is not None and inc.live else None
+        # ("": saved before predictions were kept per detector)
+        held = [m.preds.pop(k, None) for k in ((ev.event, ev.detector), (ev.event, ""))] if m is not None else []
+        if inc is None or m is None or not any(p is not None for p in held):
+            self.stats["unattached"] += 1  # never held here: said while another incident held the entity
             return
-        m = inc.members.get(key(MEMBER_LEVEL[ev.kind], ev.slot))
-        if m is not None:
-            m.preds.pop(ev.event, None)
-            m.last_ts = max(m.last_ts, ev.ts)
+        m.last_ts = max(m.last_ts, ev.ts)
         inc.findings += 1
-        inc.last_ts = max(inc.last_ts, ev.ts)
+        if ev.sig.opens:
+            inc.last_ts = max(inc.last_ts, ev.ts)
         self.stats["attached"] += 1
 
     def _reopen(self, inc: _Incident, ts: float) -> None:
@@ -703,10 +731,7 @@ class IncidentEngine:
                 if not _supported(self.dom, level, under, []):
                     continue
             group = sorted([inc, *others], key=lambda i: (not i.emits, i.serial))
-            survivor = group[0]
-            for victim in group[1:]:
-                self._merge(survivor, victim)
-            self._rank(survivor)
+            self._absorb(group[0], group[1:])
             return
 
     def _fabric_related(self, a_inc: _Incident, b_inc: _Incident, a: int) -> bool:
@@ -717,16 +742,29 @@ class IncidentEngine:
         near = abs(a_inc.last_ts - b_inc.last_ts) <= self.coherence_s
         return near and (_failing(a_inc) != _failing(b_inc))
 
+    def _absorb(self, survivor: _Incident, victims: Sequence[_Incident]) -> None:
+        """Merge ``victims`` into ``survivor`` and rank it again. A stable incident whose root the
+        merge changed is growing again (as one that gained members, :meth:`_merge`)."""
+        root = survivor.root
+        for victim in victims:
+            self._merge(survivor, victim)
+        self._rank(survivor)
+        if survivor.state == STABLE and survivor.merged_into < 0 and survivor.root != root:
+            survivor.state = GROWING
+
     def _merge(self, survivor: _Incident, victim: _Incident) -> None:
+        added = False
         for mkey, m in list(victim.members.items()):
             level, s = level_of(mkey), slot_of(mkey)
             if self.s_member_of[level][s] != victim.serial:
                 continue  # it moved on to another cause before the merge
             mine = survivor.members.get(mkey)
-            if mine is None:  # (adding it takes it out of the victim's index)
+            if mine is None:  # (adding it takes it out of the victim's index, and its predictions)
+                preds = m.preds
                 nm = self._add_member(survivor, m.kind, s, m.first_ts)
                 nm.last_ts, nm.strong_ts, nm.count = m.last_ts, m.strong_ts, m.count
-                nm.signals, nm.preds, nm.xid = m.signals, m.preds, m.xid
+                nm.signals, nm.preds, nm.xid = m.signals, preds, m.xid
+                added = True
             else:
                 mine.first_ts = min(mine.first_ts, m.first_ts)
                 mine.last_ts = max(mine.last_ts, m.last_ts)
@@ -749,7 +787,9 @@ class IncidentEngine:
         if not victim.quiet_s <= survivor.quiet_s:  # (NaN: the engine's)
             survivor.quiet_s = victim.quiet_s if math.isfinite(victim.quiet_s) else survivor.quiet_s
         survivor.dirty = True
-        if survivor.state == STABLE:
+        if survivor.state == STABLE and added:
+            # absorbing members it already listed (an entity that had left it for a twin) is no
+            # growth: flipped, it was announced stable again stable_s later, saying nothing new
             survivor.state = GROWING
         victim.members = {}
         victim.merged_into = survivor.serial
@@ -789,9 +829,7 @@ class IncidentEngine:
                  and self._incidents[s].live and self._incidents[s].family == fam]
         if twins:
             group = sorted([inc, *twins], key=lambda i: (not i.emits, i.serial))
-            for victim in group[1:]:
-                self._merge(group[0], victim)
-            self._rank(group[0])
+            self._absorb(group[0], group[1:])
 
     def _find_root(self, inc: _Incident) -> bool:
         """Set ``inc``'s root, root kind, hint and reason from its members; False without members."""
@@ -965,16 +1003,28 @@ class IncidentEngine:
     def _confirmed(self, inc: _Incident, now: float) -> bool:
         if now - inc.first_ts < self.hold_s:
             return False
-        return inc.findings >= 2 or len(inc.members) >= 2 or any(
+        # what was said (members' findings, job consequences), not withdrawals: a lone prediction
+        # withdrawn as a false alarm before the hold time is not two findings
+        said = sum(m.count for m in inc.members.values()) + sum(inc.jobs_hit.values())
+        return said >= 2 or len(inc.members) >= 2 or any(
             SIGNALS[s].observed and SIGNALS[s].opens for m in inc.members.values() for s in m.signals)
+
+    def _pending(self, inc: _Incident, m: _Member, now: float) -> Iterable[tuple[str, float, float]]:
+        """A member's predictions that still count, as (event, ts, eta): unexpired (ETA plus
+        ``quiet_s``) and held by the incident that holds the entity (one that moved on to another
+        cause is that one's; a checkpoint from before kept them in both)."""
+        if m.preds and self.s_member_of[level_of(m.key)][m.slot] == inc.serial:
+            for (event, _), (ts, eta) in m.preds.items():
+                if now - ts <= max(eta, 0.0) + self.quiet_s:
+                    yield event, ts, eta
 
     def _active(self, inc: _Incident, now: float) -> bool:
         """An unexpired prediction keeps an incident open even when nothing new arrives, and so
         does a GPU that fell off the bus until its telemetry (when given) shows it back."""
         for m in inc.members.values():
-            for event, (ts, eta) in m.preds.items():
+            for event, _, _ in self._pending(inc, m, now):
                 # a symptom's prediction (a routine power cap) does not hold an incident open
-                if now - ts <= max(eta, 0.0) + self.quiet_s and SIGNALS[EVENT_SIGNALS.get(event, "generic")].opens:
+                if SIGNALS[EVENT_SIGNALS.get(event, "generic")].opens:
                     return True
             if m.kind == "gpu" and "gpu_lost" in m.signals and self.tel.silent_since(m.slot, m.last_ts):
                 return True
@@ -1033,10 +1083,11 @@ class IncidentEngine:
             return ()
         at_risk: list[tuple[float, str]] = []
         for m in members:
-            if m.observed or not m.preds:
+            if m.observed:
                 continue
-            eta = min(max(0.0, e - (now - ts)) if e >= 0 else math.inf for ts, e in m.preds.values())
-            at_risk.append((eta, self.dom.name(m.key)))
+            etas = [max(0.0, e - (now - ts)) if e >= 0 else math.inf for _, ts, e in self._pending(inc, m, now)]
+            if etas:  # (an expired prediction is not 'due now' for as long as the incident lives)
+                at_risk.append((min(etas), self.dom.name(m.key)))
         at_risk.sort()
         out = [(n, round(e, 1) if math.isfinite(e) else -1.0) for e, n in at_risk[:cap]]
         if len(out) < cap:
@@ -1047,7 +1098,9 @@ class IncidentEngine:
         level = level_of(inc.root) if inc.root >= 0 else -1
         if inc.family in (THERMAL, POWER, GENERIC) and level in (NODE, RACK, LOOP):
             gpus = self.dom.gpus_in(inc.root)
-            gpus = gpus[self.s_member_of[GPU][gpus] != inc.serial]
+            # its members are not what it spreads to next (one that moved on to another cause, and
+            # whose prediction it listed first, was named twice)
+            gpus = gpus[~np.isin(gpus, [m.slot for m in members if m.kind == "gpu"])]
             return exposed_gpus(self.dom, self.tel, gpus, inc.family == POWER, room)
         if inc.family == FABRIC:
             failing: dict[int, float] = {}  # link -> ETA of its failure (0: down, -1: unknown)
@@ -1056,9 +1109,9 @@ class IncidentEngine:
                     continue
                 link = m.slot if m.kind == "link" else m.slot // 2
                 eta = 0.0 if "link_down" in m.signals else -1.0
-                p = m.preds.get("link_down")
-                if eta < 0 and p is not None and p[1] >= 0:
-                    eta = max(0.0, p[1] - (now - p[0]))  # the detector's ETA, counted down to now
+                if eta < 0:  # the detectors' ETA, counted down to now: the soonest
+                    eta = min((max(0.0, e - (now - ts)) for event, ts, e in self._pending(inc, m, now)
+                               if event == "link_down" and e >= 0), default=-1.0)
                 # an optic and its link are both members: the soonest known ETA wins, unknown (-1) only
                 # when neither knows (min() alone would let the optic's unknown hide the link's ETA)
                 known = [e for e in (failing.get(link, -1.0), eta) if e >= 0]
@@ -1247,7 +1300,7 @@ class IncidentEngine:
             serial = inc.serial
             m = _Member(mkey, kind, slot, self.dom.ancestors(kind, slot), float(first))
             m.last_ts, m.strong_ts, m.count, m.xid = float(last), float(strong), int(count), int(xid)
-            m.signals, m.preds = dict(signals), {str(e): (float(v[0]), float(v[1])) for e, v in preds.items()}
+            m.signals, m.preds = dict(signals), _load_preds(preds)
             inc.members[mkey] = m
             if owned and self.s_member_of[GPU][slot] < 0:
                 self.s_member_of[GPU][slot] = serial
@@ -1354,7 +1407,7 @@ class IncidentEngine:
                 m = _Member(key(level, slot), kind, slot, self.dom.ancestors(kind, slot), float(first))
                 m.last_ts, m.strong_ts, m.count, m.xid = float(last), float(strong), int(count), int(xid)
                 m.signals = {str(s): int(c) for s, c in signals.items()}
-                m.preds = {str(e): (float(v[0]), float(v[1])) for e, v in preds.items()}
+                m.preds = _load_preds(preds)
                 inc.members[m.key] = m
                 if owned is None or int(mkey) in owned:
                     owners[m.key] = inc.serial
@@ -1412,6 +1465,13 @@ class IncidentEngine:
 
 
 # ---- helpers -------------------------------------------------------------------------------------
+def _recency(inc: _Incident) -> tuple[float, int]:
+    """Which of two incidents a finding goes to when both could take it: the one heard from last,
+    then the older. Explicit, not the order of the domain index, which a restored engine rebuilds
+    in another order (creation, not first member under the domain) and so went on differently."""
+    return inc.last_ts, -inc.serial
+
+
 def _follows(family: str, sig: Signal) -> bool:
     """Whether a finding on an entity already in an incident of ``family`` belongs to it: the
     same family, a symptom that opens nothing by itself, or a known consequence (an overheating
@@ -1432,6 +1492,7 @@ def _supported(dom: Domains, level: int, members: Sequence[_Member], extra: Sequ
     n_gpus, n_children, n_own = need
     gpus: set[int] = set()
     children: set[int] = set()
+    nodes: set[int] = set()  # node-level members under a rack
     own = 0
     child_pos = {NODE: 0, RACK: 1, LOOP: 2}[level]  # GPU ancestors: gpu, node, rack, loop
     entries = [(m.kind, m.slot) for m in members] + list(extra)
@@ -1439,10 +1500,16 @@ def _supported(dom: Domains, level: int, members: Sequence[_Member], extra: Sequ
         if kind == "gpu":
             gpus.add(slot)
             children.add(dom.ancestors("gpu", slot)[child_pos])
-        elif MEMBER_LEVEL.get(kind) == level or (level == LOOP and kind == "rack") or (level == RACK and kind == "node"):
+        elif level == RACK and kind == "node":
+            nodes.add(slot)
+        elif MEMBER_LEVEL.get(kind) == level or (level == LOOP and kind == "rack"):
             own += 1
             if level == LOOP and kind == "rack":
                 children.add(key(RACK, slot))
     if level == LOOP:  # a loop needs its spread over racks whatever the evidence
         return len(children) >= n_children and (len(gpus) >= n_gpus or own >= 1)
+    if len(nodes) >= n_children:
+        # node-level findings (fans, PSUs) on as many nodes as the GPUs need: one node's finding
+        # and a GPU heating on another node are two causes, not the rack's
+        own += 1
     return own >= n_own or (len(gpus) >= n_gpus and len(children) >= n_children)
