@@ -26,9 +26,18 @@ new climb), with a log line that names it and says how to clear it (``perfquery 
 goes on unchanged (the increase up to the maximum was real; the detectors see no increase after
 it, and the problem counter says why).
 
+A port its topology lists that is not under sysfs (an HCA reset, a driver reload, a NIC fallen
+off the bus: FACTS.md "NIC lost") is counted as ``port disappeared``, once each time it goes (a
+polling source's), with a log line naming it, and gets a row with ``link_state`` DOWN at every
+reading while it is gone: its link is down, and that row is how the detectors read it leave
+ACTIVE; its counters cannot say it (the port comes back with them cleared: ``link_downed``
+reads as a reset, not an increase).
+
 The root is configurable (tests build a fixture tree; a container may mount the host's sysfs
 elsewhere). Each port is the link ``<host>/<dev>/<port>`` unless ``link_names`` maps
-``"<dev>/<port>"`` to a link of the cluster's topology.
+``"<dev>/<port>"`` to a link of the cluster's topology. A topology :class:`InfinibandSource`
+derives (no topology given) lists the ports found when it starts, or at the first poll that
+finds any; one found later is taken in with :attr:`InfinibandSource.takes_in_new_ports` (see there).
 """
 
 from __future__ import annotations
@@ -37,15 +46,17 @@ import logging
 import math
 import re
 import socket
-from collections import Counter
+from collections import Counter, deque
 from pathlib import Path
 from typing import Mapping
 
+from foreshock import facts
 from foreshock.fields import source_index
 from foreshock.frames import Frame
 from foreshock.health import PipelineHealth
 from foreshock.topology import Topology
 
+from .dcgm import TAKEN_MAX, TOLD_MAX, UNLISTED_POLLS
 from .polling import PollingSource, count_once
 from .samples import BatchBuilder, SampleBatch, host_link_topology
 
@@ -68,6 +79,7 @@ NATIVE_BITS: dict[str, int] = {
 listed: the kernel serves them from PortCountersExtended (64 bits) where the HCA has it, the file
 does not say which it is, and a 64-bit one passes 2**32-1 on its way up."""
 SATURATED = "saturated counter: stuck at its native maximum, its increases are no longer seen (clear it: perfquery -R)"
+DISAPPEARED = "port disappeared"
 
 
 def saturated_at(name: str) -> float:
@@ -108,15 +120,39 @@ def list_ports(root: str | Path = DEFAULT_ROOT) -> list[tuple[str, str]]:
     return found
 
 
+def expected_ports(topology: Topology, host: str, link_names: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The ports of ``host`` that ``topology`` lists, ``"<dev>/<port>"`` -> link name: those
+    ``link_names`` maps onto one of its links, and its links named ``<host>/<dev>/<port>`` (unless
+    ``link_names`` maps that port elsewhere)."""
+    names = dict(link_names or {})
+    listed = set(topology.names("link"))
+    expected = {key: name for key, name in names.items() if name in listed}
+    prefix = f"{host}/"
+    for name in listed:
+        key = name[len(prefix):] if name.startswith(prefix) else ""
+        dev, sep, port = key.partition("/")
+        if dev and sep and port and "/" not in port and key not in names:
+            expected[key] = name
+    return expected
+
+
 def read_infiniband(root: str | Path = DEFAULT_ROOT, host: str | None = None, ts: float = 0.0,
                     health: PipelineHealth | None = None,
                     link_names: Mapping[str, str] | None = None, once: set[str] | None = None,
-                    saturated: set[str] | None = None) -> SampleBatch:
+                    saturated: set[str] | None = None, expected: Mapping[str, str] | None = None,
+                    missing: set[str] | None = None, ports: list[tuple[str, str]] | None = None) -> SampleBatch:
     """Read every port under ``root`` once: a link batch with one row per port. With ``once`` (a
     polling source's, :func:`count_once`), a counter file the port does not have counts the first
     time only: the driver will not grow it. With ``saturated`` (a polling source's: the
     ``dev/port/name`` of the counters at their maximum at the last reading), a counter found at
-    its maximum counts once until a reading finds it cleared; without it, at every reading."""
+    its maximum counts once until a reading finds it cleared; without it, at every reading.
+
+    ``expected`` (``"<dev>/<port>"`` -> link name: :func:`expected_ports`) are the ports the caller's
+    topology lists: each one not under ``root`` gets a row of its link with ``link_state`` DOWN
+    and nothing else, and is counted as ``port disappeared`` — with ``missing`` (a polling
+    source's: the ports missing at the last reading, updated here), once until a reading finds
+    it again, with a log line naming it each time it goes; without it, at every reading.
+    ``ports``: what :func:`list_ports` found under ``root``, where the caller has listed them."""
     health = health if health is not None else PipelineHealth()
     host = host or socket.gethostname()
     lookup = source_index("sysfs")
@@ -124,7 +160,7 @@ def read_infiniband(root: str | Path = DEFAULT_ROOT, host: str | None = None, ts
     builder = BatchBuilder("link")
     problems: Counter[str] = Counter()
     details: dict[str, str] = {}
-    ports = list_ports(root)
+    ports = list_ports(root) if ports is None else ports
     if not ports:  # a wrong --root, or a node without the driver: said, not an empty success
         problems["no InfiniBand ports found"] += 1
         details["no InfiniBand ports found"] = f"{root}: " + ("no <device>/ports/<n> folders" if Path(root).is_dir()
@@ -169,9 +205,37 @@ def read_infiniband(root: str | Path = DEFAULT_ROOT, host: str | None = None, ts
             values[field.name] = value * scale if math.isfinite(value) else math.nan
         key = f"{dev}/{port}"
         builder.add(ts, (link_names or {}).get(key, f"{host}/{key}"), values)
+    if expected:
+        _gone(expected, {f"{dev}/{port}" for dev, port in ports}, ts, builder, missing, problems, details)
     for reason, count in problems.items():
         health.problem(STAGE, reason, count, detail=details.get(reason, ""))
     return builder.build()
+
+
+def _gone(expected: Mapping[str, str], found: set[str], ts: float, builder: BatchBuilder, missing: set[str] | None,
+          problems: Counter[str], details: dict[str, str]) -> None:
+    """A DOWN row for each port of ``expected`` not ``found``, counted (with ``missing``: when it
+    was found at the last reading, or never read yet), and ``missing`` updated."""
+    down = {"link_state": float(facts.IB_PORT_STATE_DOWN)}
+    for key, link in expected.items():
+        if key in found:
+            if missing is not None and key in missing:
+                missing.discard(key)
+                log.warning("%s (link %s) is back under sysfs; counters it restarted from 0 read as a reset, "
+                            "not as errors", key, link)
+            continue
+        # the link is down while its port is gone: a row saying so is how the detectors see it
+        # leave ACTIVE (it comes back with link_downed cleared to 0, a reset, not a down)
+        builder.add(ts, link, down)
+        if missing is not None:
+            if key in missing:
+                continue
+            missing.add(key)
+        problems[DISAPPEARED] += 1
+        details.setdefault(DISAPPEARED, f"{key} (link {link})")
+        # named every time one goes: the health log names only the first (stage, reason)
+        log.warning("%s (link %s) is listed in the topology but not under sysfs: the HCA reset, its driver "
+                    "reloaded, or it fell off the bus; its link reads as DOWN until it is back", key, link)
 
 
 def _judge_saturation(key: str, name: str, value: float, saturated: set[str] | None,
@@ -195,13 +259,26 @@ def _judge_saturation(key: str, name: str, value: float, saturated: set[str] | N
                 key, int(top), NATIVE_BITS[name])
 
 
-def port_topology(host: str, ports: list[tuple[str, str]]) -> Topology:
-    """One host's ports as links ``<host>/<dev>/<port>`` (see :func:`host_link_topology`)."""
-    return host_link_topology(host, [(dev, f"{host}/{dev}/{port}") for dev, port in ports])
+def port_topology(host: str, ports: list[tuple[str, str]], link_names: Mapping[str, str] | None = None) -> Topology:
+    """One host's ports as links ``<host>/<dev>/<port>``, or as ``link_names`` names them
+    (``"<dev>/<port>"`` -> link; see :func:`host_link_topology`)."""
+    names = link_names or {}
+    return host_link_topology(host, [(dev, names.get(f"{dev}/{port}", f"{host}/{dev}/{port}")) for dev, port in ports])
 
 
 class InfinibandSource(PollingSource):
-    """Reads the sysfs port counters every ``interval`` seconds; yields link frames."""
+    """Reads the sysfs port counters every ``interval`` seconds; yields link frames.
+
+    The topology is the one given, or derived from the ports found (:func:`port_topology`): at
+    construction, or at the first poll that finds any (no frame before). A port it lists that is
+    gone from sysfs reads as DOWN and is counted (the module docstring). A port it does not list
+    is counted as an unknown entity at every poll and logged once, saying to add it to the
+    topology file (a given one) or to restart (a derived one); with :attr:`takes_in_new_ports`
+    and a derived topology, one found in :data:`~foreshock.streams.dcgm.UNLISTED_POLLS`
+    consecutive polls is taken in instead, as the dcgm source takes in GPUs: :attr:`topology`
+    becomes a new one (the ports listed keep their slots, the new ones follow) from that poll's
+    frame on, and :meth:`taken_topologies` tells each one taken. Ports are never dropped: a port
+    gone stays listed, read as DOWN."""
 
     stage = STAGE
     reads = ("link",)
@@ -214,10 +291,74 @@ class InfinibandSource(PollingSource):
         self.host = host or socket.gethostname()
         self.link_names = dict(link_names or {})
         self.saturated: set[str] = set()  # counters at their maximum at the last poll (read_infiniband)
-        self._topology = topology if topology is not None else port_topology(self.host, list_ports(self.root))
+        self.missing: set[str] = set()  # "dev/port" listed and not under sysfs at the last poll (read_infiniband)
+        self.takes_in_new_ports = False
+        self._derived = topology is None
+        self._ports: list[tuple[str, str]] = []  # the ports a derived topology lists, in its link order
+        self._unlisted_polls: dict[tuple[str, str], int] = {}  # ports it lacks: polls in a row finding them
+        self._told: set[str] = set()  # ports logged as missing from the topology
+        self._taken: deque[Topology] = deque(maxlen=TAKEN_MAX)  # the topologies taken since taken_topologies()
+        self._expected: dict[str, str] = {}
+        self._expected_of: Topology | None = None  # the topology _expected was worked out for
+        self._topology = topology
+        if self._derived:
+            self._derive(list_ports(self.root))
 
     def poll(self) -> list[Frame]:
-        batch = read_infiniband(self.root, self.host, self.clock(), self.health, self.link_names, self.counted_once,
-                                self.saturated)
-        assert self._topology is not None
-        return [batch.to_frame(self._topology, self.health, STAGE)]
+        now = self.clock()
+        ports = list_ports(self.root)
+        if self._derived:
+            if self._topology is None:
+                self._derive(ports)
+            else:
+                self._follow(ports)
+        topology = self._topology
+        if topology is not self._expected_of:
+            self._expected = expected_ports(topology, self.host, self.link_names) if topology is not None else {}
+            self._expected_of = topology
+        batch = read_infiniband(self.root, self.host, now, self.health, self.link_names, self.counted_once,
+                                self.saturated, self._expected, self.missing, ports)
+        if topology is None:  # no port found yet (counted by read_infiniband): nothing to number rows by
+            return []
+        return [batch.to_frame(topology, self.health, STAGE)]
+
+    def taken_topologies(self) -> list[Topology]:
+        """The topologies this source has taken in (:attr:`takes_in_new_ports`) since the last call,
+        oldest first (as ``DcgmScrapeSource.taken_topologies``)."""
+        taken = list(self._taken)
+        self._taken.clear()
+        return taken
+
+    def _derive(self, ports: list[tuple[str, str]]) -> None:
+        if ports:
+            self._ports = list(ports)
+            self._topology = port_topology(self.host, self._ports, self.link_names)
+
+    def _follow(self, ports: list[tuple[str, str]]) -> None:
+        """Take in the ports a derived topology lacks once found in :data:`UNLISTED_POLLS`
+        consecutive polls (:attr:`takes_in_new_ports`); otherwise log each one once, saying what to do."""
+        listed = set(self._ports)
+        unlisted = [p for p in ports if p not in listed]
+        if self.takes_in_new_ports:
+            # only this poll's: a port seen once (a driver loading and failing) is forgotten at the next
+            self._unlisted_polls = {p: self._unlisted_polls.get(p, 0) + 1 for p in unlisted}
+            steady = [p for p, polls in self._unlisted_polls.items() if polls >= UNLISTED_POLLS]
+            if not steady:
+                return
+            self._ports += sorted(steady, key=lambda p: (p[0], len(p[1]), p[1]))
+            self._topology = port_topology(self.host, self._ports, self.link_names)
+            self._taken.append(self._topology)
+            self._unlisted_polls = {p: k for p, k in self._unlisted_polls.items() if k < UNLISTED_POLLS}
+            log.warning("%s: took in %d port%s found after the start: %s; the topology now lists %d links",
+                        STAGE, len(steady), "" if len(steady) == 1 else "s",
+                        ", ".join(f"{dev}/{port}" for dev, port in steady), len(self._ports))
+            return
+        new = sorted({f"{dev}/{port}" for dev, port in unlisted} - self._told)
+        if not new:
+            return
+        if len(self._told) + len(new) > TOLD_MAX:
+            self._told.clear()
+        self._told.update(new)
+        log.warning("%s: %d port%s not in the topology (found after it was derived), their samples counted as unknown "
+                    "link entities: %s; restart to watch them", STAGE, len(new), "" if len(new) == 1 else "s",
+                    ", ".join(new))

@@ -22,9 +22,10 @@ HTTPS with HTTP basic authentication. Per node, every chassis listed under
 Which resources a node's chassis have is discovered at its first poll and remembered; a node
 whose BMC later fails is discovered again. Nodes are polled in parallel (a BMC takes 0.1–2 s
 per request). Every failure is counted in :class:`~foreshock.health.PipelineHealth` under
-stage ``redfish`` (an unreachable BMC, refused credentials, an HTTP error, a body that is not
-JSON, a fan reading that is not a number) and the poll goes on with the other nodes; a node
-that gave nothing has no row in that poll's frame.
+stage ``redfish`` with the node named (an unreachable BMC, refused credentials, an HTTP error,
+a body that is not JSON or not a JSON object, a fan reading that is not a number, an answer
+the code did not expect) and the poll goes on with the other nodes; a node that gave nothing
+has no row in that poll's frame.
 
 Usage (one BMC per node; credentials from the environment, never the command line)::
 
@@ -74,10 +75,17 @@ class RedfishError(Exception):
 
 @dataclass
 class FanReadings:
-    """What one node's fans said in one poll: shares of full speed, and the problems met."""
+    """What one node's fans said in one poll: shares of full speed, and the problems met reading
+    the node (its fans' and its power resources'), with the first detail of each."""
 
     shares: list[float] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+    details: dict[str, str] = field(default_factory=dict)
+
+    def problem(self, reason: str, detail: str = "") -> None:
+        self.problems.append(reason)
+        if detail:
+            self.details.setdefault(reason, detail)
 
     def slowest(self) -> float:
         return min(self.shares) if self.shares else math.nan
@@ -149,6 +157,22 @@ def chassis_power(power: Mapping[str, Any] | None, environment: Mapping[str, Any
     return math.nan
 
 
+NOT_AN_OBJECT = "not a Redfish object"
+"""The problem counted for a resource whose JSON body is not an object (null, a list, a string:
+a BMC booting, or a broken one)."""
+
+
+def _kind(body: Any) -> str:
+    return "null" if body is None else type(body).__name__
+
+
+def _object(body: Any, path: str) -> Mapping[str, Any]:
+    """``body`` (the JSON fetched from ``path``) when it is an object; a :class:`RedfishError` otherwise."""
+    if not isinstance(body, Mapping):
+        raise RedfishError(NOT_AN_OBJECT, f"{path}: JSON {_kind(body)}")
+    return body
+
+
 def _link(resource: Mapping[str, Any], name: str) -> str | None:
     ref = resource.get(name)
     if isinstance(ref, Mapping) and isinstance(ref.get("@odata.id"), str):
@@ -174,17 +198,19 @@ class ChassisPlan:
 
 
 def discover(fetch: Fetch) -> list[ChassisPlan]:
-    """The chassis of one BMC and where each keeps fans and power (``fetch`` GETs a path as JSON)."""
+    """The chassis of one BMC and where each keeps fans and power (``fetch`` GETs a path as JSON).
+
+    A chassis or thermal subsystem whose body is not an object raises (``not a Redfish object``):
+    the node is discovered again at its next poll, not remembered without that chassis (a BMC
+    answering ``null`` while it boots)."""
     plans = []
     for chassis_path in _members(fetch(SERVICE_ROOT + "Chassis")):
-        chassis = fetch(chassis_path)
-        if not isinstance(chassis, Mapping):
-            continue
+        chassis = _object(fetch(chassis_path), chassis_path)
         plan = ChassisPlan(thermal=_link(chassis, "Thermal"), power=_link(chassis, "Power"),
                            environment=_link(chassis, "EnvironmentMetrics"))
         subsystem = _link(chassis, "ThermalSubsystem")
         if plan.thermal is None and subsystem is not None:
-            fans = _link(fetch(subsystem), "Fans")
+            fans = _link(_object(fetch(subsystem), subsystem), "Fans")
             plan.fans = _members(fetch(fans)) if fans else []
         if plan.thermal or plan.fans or plan.power or plan.environment:
             plans.append(plan)
@@ -192,28 +218,39 @@ def discover(fetch: Fetch) -> list[ChassisPlan]:
 
 
 def read_node(fetch: Fetch, plans: list[ChassisPlan], fan_max_rpm: float | None = None) -> tuple[FanReadings, float]:
-    """One poll of a node: its fans' shares of full speed and its largest chassis draw."""
+    """One poll of a node: its fans' shares of full speed and its largest chassis draw. A resource
+    whose body is not an object is a problem (``not a Redfish object``) of that resource only: the
+    node's other resources are still read."""
     fans = FanReadings()
     draws = []
+
+    def resource(path: str | None) -> Mapping[str, Any] | None:
+        if not path:
+            return None
+        body = fetch(path)
+        if isinstance(body, Mapping):
+            return body
+        fans.problem(NOT_AN_OBJECT, f"{path}: JSON {_kind(body)}")
+        return None
+
     for plan in plans:
         entries: list[Any] = []
-        if plan.thermal:
-            thermal = fetch(plan.thermal)
-            listed = thermal.get("Fans") if isinstance(thermal, Mapping) else None
+        thermal = resource(plan.thermal)
+        if thermal is not None:
+            listed = thermal.get("Fans")
             entries = list(listed) if isinstance(listed, list) else []
         entries += [fetch(path) for path in plan.fans]
         for entry in entries:
             if not isinstance(entry, Mapping):
-                fans.problems.append("fan entry is not an object")
+                fans.problem("fan entry is not an object", f"JSON {_kind(entry)}")
                 continue
             share, problem = fan_share(entry, fan_max_rpm)
             if share is not None:
                 fans.shares.append(share)
             elif problem:
-                fans.problems.append(problem)
+                fans.problem(problem)
         if plan.power or plan.environment:
-            draws.append(chassis_power(fetch(plan.power) if plan.power else None,
-                                       fetch(plan.environment) if plan.environment else None))
+            draws.append(chassis_power(resource(plan.power), resource(plan.environment)))
     found = [d for d in draws if not math.isnan(d)]
     return fans, max(found) if found else math.nan
 
@@ -357,8 +394,10 @@ class RedfishSource(PollingSource):
         self.workers = max(1, min(workers, len(self.nodes)))
         self._topology = topology if topology is not None else node_topology(self.nodes)
 
-    def read_one(self, node: str) -> tuple[float, float, float, list[str]] | None:
-        """``(ts, fan_speed, psu_power, problems)`` of one node, or None when its BMC failed (counted)."""
+    def read_one(self, node: str) -> tuple[float, float, float, FanReadings] | None:
+        """``(ts, fan_speed, psu_power, what was read)`` of one node, or None when its BMC failed
+        (counted, the node named). Whatever goes wrong with one node stays with it: an exception
+        out of here ends ``pool.map``, and with it every node's row of the poll."""
         client = self.clients[node]
         try:
             plans = self.plans.get(node)
@@ -369,16 +408,21 @@ class RedfishSource(PollingSource):
             self.plans.pop(node, None)  # discover again next poll: the BMC may have been reset
             self.health.problem(STAGE, exc.reason, detail=f"{node}: {exc.detail}")
             return None
-        return self.clock(), fans.slowest(), power, fans.problems
+        except Exception as exc:  # an answer this code did not expect: this node's problem, not the poll's
+            self.plans.pop(node, None)
+            self.health.problem(STAGE, "BMC answer not understood", detail=f"{node}: {type(exc).__name__}: {exc}")
+            return None
+        return self.clock(), fans.slowest(), power, fans
 
     def read(self) -> SampleBatch:
         """One poll of every node (a row per node whose BMC answered)."""
         with ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="redfish") as pool:
             results = list(pool.map(self.read_one, self.nodes))
         rows = [(i, r) for i, r in enumerate(results) if r is not None]
-        for _, (_, _, _, problems) in rows:
-            for problem in problems:
-                self.health.problem(STAGE, problem)
+        for i, (_, _, _, fans) in rows:
+            for problem in fans.problems:
+                detail = fans.details.get(problem)
+                self.health.problem(STAGE, problem, detail=f"{self.nodes[i]}: {detail}" if detail else self.nodes[i])
         ts = np.array([r[0] for _, r in rows], dtype=np.float64)
         columns = {"fan_speed": np.array([r[1] for _, r in rows], dtype=np.float64),
                    "psu_power": np.array([r[2] for _, r in rows], dtype=np.float64)}
@@ -424,8 +468,7 @@ def find_cdu(fetch: Fetch, path: str) -> list[str]:
         if len(members) != 1:
             raise RedfishError("CDU not identified", f"{len(members)} CDUs at {CDU_COLLECTION}: give the CDU's own URL")
         path = members[0]
-    unit = fetch(path)
-    connectors = _link(unit, "SecondaryCoolantConnectors") if isinstance(unit, Mapping) else None
+    connectors = _link(_object(fetch(path), path), "SecondaryCoolantConnectors")
     if connectors is None:
         raise RedfishError("CDU without a secondary coolant loop", path)
     return _members(fetch(connectors))
@@ -438,7 +481,7 @@ def read_cdu(fetch: Fetch, connectors: list[str]) -> CduReading:
     for path in connectors:
         connector = fetch(path)
         if not isinstance(connector, Mapping):
-            reading.problems.append("CDU coolant connector is not an object")
+            reading.problems.append(NOT_AN_OBJECT)
             continue
         supply = _excerpt(connector, "SupplyTemperatureCelsius", reading.problems)
         flow = _excerpt(connector, "FlowLitersPerMinute", reading.problems)
@@ -504,6 +547,10 @@ class CduSource(PollingSource):
             self.connectors.pop(loop, None)
             self.health.problem(STAGE, exc.reason, detail=f"{loop}: {exc.detail}")
             return None
+        except Exception as exc:  # one CDU's unexpected answer must not cost the other loops their rows
+            self.connectors.pop(loop, None)
+            self.health.problem(STAGE, "CDU answer not understood", detail=f"{loop}: {type(exc).__name__}: {exc}")
+            return None
 
     def poll(self) -> list[Frame]:
         slots, ts, supply, flow = [], [], [], []
@@ -512,7 +559,7 @@ class CduSource(PollingSource):
             if reading is None:
                 continue
             for problem in reading.problems:
-                self.health.problem(STAGE, problem)
+                self.health.problem(STAGE, problem, detail=loop)
             if math.isnan(reading.supply_c) and math.isnan(reading.flow_lps):
                 continue
             racks = self.racks[loop]

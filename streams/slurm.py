@@ -10,9 +10,11 @@ their checkpoints find each job again by name and nodes).
 ``job_id``, ``name``, ``nodes`` (a Slurm hostlist such as ``gpu[001-004,010]``) and ``job_state``
 (a string before Slurm 23.02, a list of strings after). Nothing else is read.
 
-A job is left out, and counted by reason, when it is not running, runs on no node of the
-topology, or shares a node with a job listed before it (jobs are taken in job-id order, so the
-older one keeps the node: several small jobs on one node are not the synchronous kind).
+An entry without an integer ``job_id``, or whose ``job_state`` is neither a string nor a list of
+strings, is left out as a malformed entry (counted). A job is left out, and counted by reason,
+when it is not running, runs on no node of the topology, or shares a node with a job listed
+before it (jobs are taken in job-id order, so the older one keeps the node: several small jobs
+on one node are not the synchronous kind).
 Nodes the topology does not know (CPU nodes, another cluster's) are dropped from a job and
 counted.
 """
@@ -103,9 +105,15 @@ def job_name(job: dict[str, Any]) -> str:
     return f"{job['job_id']}:{name}" if name else str(job["job_id"])
 
 
-def _states(job: dict[str, Any]) -> set[str]:
+def _states(job: dict[str, Any]) -> set[str] | None:
+    """The job's states (none for a job without ``job_state``); None when it is neither a string
+    nor a list of strings (null, a number: a malformed entry, not a state to guess at)."""
     state = job.get("job_state", ())
-    return {state} if isinstance(state, str) else {str(s) for s in state}
+    if isinstance(state, str):
+        return {state}
+    if isinstance(state, (list, tuple)) and all(isinstance(s, str) for s in state):
+        return set(state)
+    return None
 
 
 def jobs_from_squeue(text: str, topology: Topology, min_nodes: int = 1) -> SlurmJobs:
@@ -120,11 +128,12 @@ def jobs_from_squeue(text: str, topology: Topology, min_nodes: int = 1) -> Slurm
     known = set(topology.nodes)
     out = SlurmJobs()
     taken: set[str] = set()
-    entries = [j for j in data["jobs"] if isinstance(j, dict) and isinstance(j.get("job_id"), int)]
+    entries = [j for j in data["jobs"]
+               if isinstance(j, dict) and isinstance(j.get("job_id"), int) and _states(j) is not None]
     if len(entries) < len(data["jobs"]):
         out.left_out["malformed entry"] = len(data["jobs"]) - len(entries)
     for job in sorted(entries, key=lambda j: int(j["job_id"])):
-        if "RUNNING" not in _states(job):
+        if "RUNNING" not in (_states(job) or ()):
             out.left_out["not running"] += 1
             continue
         try:
