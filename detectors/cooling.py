@@ -59,6 +59,7 @@ from foreshock.numba_config import jit
 from foreshock.topology import Topology
 
 from .base import resolve_params
+from .gpu_inputs import frame_now
 from .order_stats import median_of
 from .thermal_fit import (FIT_SLOT_KINDS, G_SIZE, G_TS, G_UL, M_LOADED, M_PF, M_RL, M_TPREV, P_LOAD_MIN, X_TS,
                           ThermalFitDetector)
@@ -244,7 +245,7 @@ class CoolingDetector(ThermalFitDetector):
         self.update_fit(frame)
         if not self.fit.n_rows:
             return []
-        now = float(self.fit.obs[X_TS].max())
+        now = frame_now(self.fit.obs[X_TS], self.p["peer_interval_s"])
         if now < self.next_peer_ts:
             return []
         first = not np.isfinite(self.next_peer_ts)
@@ -259,17 +260,28 @@ class CoolingDetector(ThermalFitDetector):
         speed = frame.columns.get("fan_speed")
         if speed is None or len(frame) == 0:
             return []
+        # rows of a node outside the topology, or without a time, are read nowhere (as the GPU and
+        # rack rows are, gpu_inputs.gpu_obs): a slot past the last node raised out of the bank, -1
+        # set the last node's fan, and a NaN time re-reported a stopped fan at every frame
+        slot, ts = frame.slot, frame.ts
+        valid = (slot >= 0) & (slot < len(self.s_fan_speed)) & np.isfinite(ts)
+        bad = int(len(valid) - np.count_nonzero(valid))
+        if bad:
+            self.health.problem(self.name, f"{frame.kind} rows with unknown slot or non-finite ts", bad)
+            if not valid.any():
+                return []
+            slot, ts, speed = slot[valid], ts[valid], np.asarray(speed)[valid]
         # a share of full speed: anything else (a raw RPM, a sentinel such as -1) is not a reading
         garbage = np.isfinite(speed) & ((speed < FAN_SPEED_MIN) | (speed > FAN_SPEED_MAX))
         self.health.problem(self.name, f"fan_speed outside {FAN_SPEED_MIN:g}..{FAN_SPEED_MAX:g} of full speed: ignored",
                             int(np.count_nonzero(garbage)))
         read = np.isfinite(speed) & ~garbage
-        self.s_fan_speed[frame.slot[read]] = speed[read]
+        self.s_fan_speed[slot[read]] = speed[read]
         seen = np.zeros(len(self.s_fan_speed), dtype=bool)
-        seen[frame.slot[read]] = True
+        seen[slot[read]] = True
         # a node this frame does not read keeps its flag: only a reading raises or clears it
         stalled = np.where(seen, self.s_fan_speed < self.p["fan_stalled_below"], np.isfinite(self.s_fan_flag))
-        now = float(frame.ts.max())
+        now = frame_now(ts, self.p["peer_interval_s"])
         return [Anomaly(now, "node", int(nd), "fan_speed", float(1.0 - self.s_fan_speed[nd]), self.name,
                         f"a chassis fan of {self.topology.nodes[nd]} reads {self.s_fan_speed[nd]:.0%} of full "
                         "speed: stopped — its GPUs lose airflow and run hot under load")

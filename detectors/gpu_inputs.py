@@ -67,7 +67,10 @@ INLINE_OPTIONS: dict[str, Any] = {**KERNEL_OPTIONS, "inline": "always"}
 # ... and a reading held back as a jump no loop makes (see INLET_JUMP_RATE_C_PER_S), with its time,
 # and how many such jumps the next reading confirmed (level shifts: each is a new source of inlet)
 RACK_HELD, RACK_HELD_TS, RACK_SHIFTS = 23, 24, 25
-RACK_SIZE = 26
+# ... and a flow reading held back as a jump above the baseline (see FLOW_JUMP), and 1 while the
+# baseline is a single reading the next one has yet to confirm (0 or NaN: confirmed, or none yet)
+RACK_FLOW_HELD, RACK_FLOW0_NEW = 26, 27
+RACK_SIZE = 28
 INLET_JUMP_C = 5.0
 INLET_JUMP_RATE_C_PER_S = 1.0
 """A rack's inlet that moves more than ``max(INLET_JUMP_C, INLET_JUMP_RATE_C_PER_S * dt)`` from its
@@ -93,6 +96,21 @@ FLOW_DROP_MAX = 0.25
 """A falling flow is carried ahead (the forecast's ``lag``), but to no less than this share of itself."""
 BASELINE_TAU_S = 1800.0
 FLOW_NOMINAL = 0.9  # flow above this share of its baseline is "nominal"
+FLOW_JUMP = 2.0
+"""A flow reading above this many times its rack's baseline is held back for a reading: dropped as a
+glitch unless the next one agrees with it (each nominal against the other), and then the baseline
+moves there (a pump upgraded, a second pump started). Readings below it are read at once: a loss
+must be seen on its first reading. The guard passes any flow up to 1e5 L/s, and one BMC reading
+65535 (its 'unreadable') on a 1.2 L/s loop lifted the baseline, which follows nominal readings, to
+364 L/s: the loop read as a loss at 0.3 % of baseline for good and every loaded GPU of the rack was
+predicted to throttle (until 2026-12-02). Below twice the baseline one reading moves it by at most
+``1 - exp(-dt / BASELINE_TAU_S)`` times its value: 0.6 % at a 10 s poll."""
+FLOW_UNFELT = 0.2
+"""A loss below this share of the baseline that settles with the inlet within ``RECOVERED_C`` of the
+baseline's, on a rack that reports its heat, is a baseline the loop does not have (a glitch it
+learnt, a checkpoint's): the baseline starts over from the reading. At a fifth of its flow a loop's
+coolant rise is five times its baseline's: 4 °C more on an idle rack carrying a sixth of the heat
+of a loaded one whose loop runs 6 °C over its supply water (a 30 kW rack at 1.2 L/s)."""
 DAMP_MIN_OBS = 4.0
 """Windows a rack's learnt loop time constant needs before it is used."""
 DAMP_WINDOW_S = 60.0
@@ -128,7 +146,8 @@ one of its 32 loaded GPUs to meet its cap through leakage (until 2026-12-01). (A
 def upgrade_rack_state(state: dict[str, Any]) -> dict[str, Any]:
     """A detector state whose ``s_rack`` was saved before racks kept when their flow was last read
     (``RACK_FLOW_TS``): read at the rack's last sample, which carried it where the rack reports a
-    flow at all (``Detector.upgrade_state``)."""
+    flow at all (``Detector.upgrade_state``); or before they held flow jumps back (``RACK_FLOW_HELD``,
+    ``RACK_FLOW0_NEW``: NaN, nothing held and the baseline in use as confirmed)."""
     return add_columns(state, "s_rack", RACK_SIZE, {RACK_FLOW_TS: RACK_TS})
 
 
@@ -246,6 +265,18 @@ def gpu_columns(frame: Frame, fields: Sequence[str], n_slots: int, health: Pipel
     return tuple(column if column.flags.writeable else column.copy() for column in columns)
 
 
+def frame_now(ts: np.ndarray, slack_s: float) -> float:
+    """The time a frame's rows speak for (``ts``: finite, not empty): its latest stamp, unless that lies
+    more than ``slack_s`` (a detector's cadence) past the frame's median stamp, then the latest one
+    within it. One GPU's row stamped a day ahead (a host's clock wrong for a poll) set the straggler's
+    and the cooling detector's timers a day ahead: neither compared any GPU until then. Stamps within
+    ``slack_s`` of each other (a frame of one scrape) cost two passes, no median."""
+    hi = float(ts.max())
+    if hi - float(ts.min()) <= slack_s:
+        return hi
+    return float(ts[ts <= np.median(ts) + slack_s].max())
+
+
 def rack_inlet_obs(frame: Frame, n_racks: int, health: PipelineHealth, stage: str) -> np.ndarray:
     """``[ts, slot, inlet, flow, heat]`` for rack frames: ``inlet_temp`` (else ``coolant_temp``),
     ``coolant_flow`` and ``pdu_power`` (the heat the rack puts into its loop)."""
@@ -274,8 +305,7 @@ def update_rack_inlet(obs: np.ndarray, rack_state: np.ndarray) -> None:
                 dt = obs[i, 0] - rack_state[r, RACK_TS]
                 rack_state[r, RACK_TS] = obs[i, 0]
                 rack_state[r, RACK_INLET] = v
-                track_flow(rack_state, r, dt, v, obs[i, 3], obs[i, 4] if obs.shape[1] > 4 else np.nan)
-                if obs[i, 3] == obs[i, 3] and obs[i, 3] >= 0.0:
+                if track_flow(rack_state, r, dt, v, obs[i, 3], obs[i, 4] if obs.shape[1] > 4 else np.nan):
                     rack_state[r, RACK_FLOW_TS] = obs[i, 0]
                 learn_loop_tau(rack_state, r, obs[i, 0], v)
 
@@ -354,9 +384,21 @@ def inlet_jump_held(rack_state: np.ndarray, r: int, ts: float, v: float) -> bool
 
 
 @inline
-def track_flow(rack_state: np.ndarray, r: int, dt: float, inlet: float, flow: float, heat: float) -> None:
+def flows_agree(a: float, b: float) -> bool:
+    """Two flow readings of one level: each nominal against the other (False with a NaN)."""
+    return a >= FLOW_NOMINAL * b and b >= FLOW_NOMINAL * a  # type: ignore[no-any-return]
+
+
+@inline
+def track_flow(rack_state: np.ndarray, r: int, dt: float, inlet: float, flow: float, heat: float) -> bool:
     """Coolant flow now and its baseline (with the inlet it gives), and the rack's heat; learn
-    the loop's coolant rise once a flow loss has settled, with the heat it was learnt at.
+    the loop's coolant rise once a flow loss has settled, with the heat it was learnt at. True
+    where ``flow`` was read: a finite flow >= 0 not held back as a jump (``FLOW_JUMP``).
+
+    The baseline starts from a reading the next one agrees with (:func:`flows_agree`; one that
+    does not starts it over); a jump above it is read once the next reading confirms it, and the
+    baseline moves there, the rise learnt at the old one dropped; and a baseline starts over where
+    a deep loss against it settles without the inlet feeling it (``FLOW_UNFELT``).
 
     Heat balance: the coolant warms over the facility water by ``Q / (m_dot c_p)`` — the rise
     scales as ``1 / flow`` at a given heat. So ``inlet = u0 + rise0 * (flow0 / flow - 1)`` at a
@@ -368,8 +410,18 @@ def track_flow(rack_state: np.ndarray, r: int, dt: float, inlet: float, flow: fl
             old = rack_state[r, col]
             w = 1.0 - np.exp(-dt / tau) if dt == dt and dt > 0.0 else 1.0
             rack_state[r, col] = heat if old != old else old + w * (heat - old)
-    if not (flow == flow and flow >= 0.0):
-        return
+    if not (flow == flow and 0.0 <= flow < np.inf):
+        return False
+    f0 = rack_state[r, RACK_FLOW0]
+    new = rack_state[r, RACK_FLOW0_NEW] > 0.0  # (False for NaN: a baseline saved before the flag)
+    moved = False
+    if f0 == f0 and not new:
+        if flow > FLOW_JUMP * f0:
+            if not flows_agree(flow, rack_state[r, RACK_FLOW_HELD]):
+                rack_state[r, RACK_FLOW_HELD] = flow
+                return False
+            moved = True  # the jump confirmed: the loop runs at another flow now
+        rack_state[r, RACK_FLOW_HELD] = np.nan
     prev = rack_state[r, RACK_FLOW]
     if prev == prev and dt == dt and dt > 0.0:
         w = 1.0 - np.exp(-dt / FLOW_SLOPE_TAU_S)
@@ -377,12 +429,19 @@ def track_flow(rack_state: np.ndarray, r: int, dt: float, inlet: float, flow: fl
         d = (flow - prev) / dt
         rack_state[r, RACK_FLOW_SLOPE] = d if old != old else old + w * (d - old)
     rack_state[r, RACK_FLOW] = flow
-    f0 = rack_state[r, RACK_FLOW0]
-    if f0 != f0:
+    if f0 != f0 or (new and not flows_agree(flow, f0)):
         if flow > 0.0:
+            if new:  # the reading before was a glitch, or the flow moved: no trend between the two
+                rack_state[r, RACK_FLOW_SLOPE] = np.nan
             rack_state[r, RACK_FLOW0] = flow
             rack_state[r, RACK_U0] = inlet
-        return
+            rack_state[r, RACK_FLOW0_NEW] = 1.0
+        return True
+    rack_state[r, RACK_FLOW0_NEW] = 0.0
+    if moved:
+        f0 = flow
+        rack_state[r, RACK_FLOW0] = flow
+        forget_rise(rack_state, r)
     if flow >= FLOW_NOMINAL * f0:
         if rack_state[r, RACK_LOSS] > 0.0:
             # back from a loss: the inlet settles back to the baseline's, which holds meanwhile
@@ -390,12 +449,12 @@ def track_flow(rack_state: np.ndarray, r: int, dt: float, inlet: float, flow: fl
             # settled elsewhere (the facility water moved during the loss)
             if inlet - rack_state[r, RACK_U0] < RECOVERED_C or inlet_settled(rack_state, r, inlet):
                 rack_state[r, RACK_LOSS] = 0.0
-            return
+            return True
         if dt == dt and dt > 0.0:  # nominal: follow slow changes (load, facility water)
             w = 1.0 - np.exp(-dt / BASELINE_TAU_S)
             rack_state[r, RACK_FLOW0] = f0 + w * (flow - f0)
             rack_state[r, RACK_U0] = rack_state[r, RACK_U0] + w * (inlet - rack_state[r, RACK_U0])
-        return
+        return True
     rack_state[r, RACK_LOSS] = 1.0
     # settled: the inlet no longer moving over a whole window and since, and the flow steady —
     # against the window's start and by its trend: the window may have started a sample ago, and
@@ -409,6 +468,15 @@ def track_flow(rack_state: np.ndarray, r: int, dt: float, inlet: float, flow: fl
     h_fast, h_slow = rack_state[r, RACK_HEAT], rack_state[r, RACK_HEAT_SLOW]
     if h_slow == h_slow and abs(h_fast - h_slow) > HEAT_STEADY * h_slow:
         settled = False
+    if settled and 0.0 < flow < FLOW_UNFELT * f0 and h_slow > 0.0 and inlet - rack_state[r, RACK_U0] < RECOVERED_C:
+        # a loss this deep warms a loop carrying heat by several of its rises: this one's inlet
+        # did not move, so its baseline is not the loop's (only a rack that reports its heat: an
+        # idle loop losing its flow does not warm either)
+        rack_state[r, RACK_FLOW0] = flow
+        rack_state[r, RACK_U0] = inlet
+        rack_state[r, RACK_LOSS] = 0.0
+        forget_rise(rack_state, r)
+        return True
     if settled and flow < 0.5 * f0 and flow > 0.0:
         k_obs = (inlet - rack_state[r, RACK_U0]) / (f0 / flow - 1.0)
         if k_obs > 0.0:
@@ -417,6 +485,16 @@ def track_flow(rack_state: np.ndarray, r: int, dt: float, inlet: float, flow: fl
             rack_state[r, RACK_RISE_N] += 1.0
             old = rack_state[r, RACK_RISE_HEAT]
             rack_state[r, RACK_RISE_HEAT] = h_slow if old != old else old + 0.2 * (h_slow - old)
+    return True
+
+
+@inline
+def forget_rise(rack_state: np.ndarray, r: int) -> None:
+    """Drop the coolant rise a rack learnt at its baseline flow (the baseline moved: the rise is
+    another until a loss settles again; meanwhile the site's rise stands for it)."""
+    rack_state[r, RACK_RISE] = np.nan
+    rack_state[r, RACK_RISE_N] = 0.0
+    rack_state[r, RACK_RISE_HEAT] = np.nan
 
 
 @inline

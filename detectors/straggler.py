@@ -64,8 +64,8 @@ from foreshock.topology import Topology
 
 from .base import Detector, add_columns, resolve_params
 from .order_stats import median_of
-from .gpu_inputs import (HELD, INLET_MAX_C, INLET_MIN_C, reason_bits, rack_inlet_obs, reading_jump, Scratch,
-                         gpu_columns, kernel)
+from .gpu_inputs import (frame_now, HELD, INLET_MAX_C, INLET_MIN_C, reason_bits, rack_inlet_obs, reading_jump,
+                         Scratch, gpu_columns, kernel)
 
 OBS_FIELDS = ("sm_clock", "sm_clock_max", "util", "gpu_temp", "throttle_reasons", "power")
 S_TS, S_CLOCK, S_TEMP, S_UTIL, S_THROTTLE, S_N, S_BUSY_TS, S_POWER = range(8)
@@ -76,6 +76,15 @@ GPUs sit on it by turns (the nvidia-smi capture: 0x4 held at 691 W), and a GPU t
 than its peers only shows it in its clock, which the "slower" check compares. Counted, it flagged
 half of a 128-GPU job a minute into its run on seed 21 (126 GPUs: "throttled share 1 vs job median
 0.168"), none of them near a fault."""
+
+TEMP_MIN_C, TEMP_MAX_C = -50.0, 200.0
+"""A core temperature a sample reads (bounds excluded; the thermal fit's): anything else is no reading.
+An infinite one was averaged in and named its GPU "hotter" with score inf; 1e6 °C (a sentinel) sat in
+its mean, the GPU named "hotter" again at every refresh while it faded (review h43)."""
+CLOCK_RATIO_MAX = 1.2
+UTIL_MAX = 1.2
+"""The most ``sm_clock / sm_clock_max`` and ``util`` read (boost and rounding stay far below); above, or
+below 0, a sample has no clock or utilisation."""
 
 R_TS, R_INLET, R_USUAL, R_LAST, R_HELD, R_HELD_TS = range(6)
 R_SIZE = 6
@@ -160,6 +169,8 @@ def _ew_kernel(obs: tuple[np.ndarray, ...], s: np.ndarray, tau: float, busy_util
         s[i, S_TS] = ts
         clock, clock_max, util, temp = clocks[row], clock_maxes[row], utils[row], temps[row]
         reasons, power = all_reasons[row], powers[row]
+        if not 0.0 <= util <= UTIL_MAX:  # (NaN too)
+            util = np.nan
         if util == util:
             s[i, S_UTIL] = util if s[i, S_UTIL] != s[i, S_UTIL] else s[i, S_UTIL] + w * (util - s[i, S_UTIL])
         if not util >= busy_util:  # idle, or not known to be busy
@@ -167,10 +178,10 @@ def _ew_kernel(obs: tuple[np.ndarray, ...], s: np.ndarray, tau: float, busy_util
         last_busy = s[i, S_BUSY_TS]
         w = 1.0 if last_busy != last_busy else 1.0 - np.exp(-(ts - last_busy) / tau)
         s[i, S_BUSY_TS] = ts
-        if clock == clock and clock_max == clock_max and clock_max > 0.0:
-            x = clock / clock_max
+        x = clock / clock_max if 0.0 < clock_max < np.inf else np.nan  # (NaN with a NaN clock)
+        if 0.0 <= x <= CLOCK_RATIO_MAX:
             s[i, S_CLOCK] = x if s[i, S_CLOCK] != s[i, S_CLOCK] else s[i, S_CLOCK] + w * (x - s[i, S_CLOCK])
-        if temp == temp:
+        if TEMP_MIN_C < temp < TEMP_MAX_C:
             s[i, S_TEMP] = temp if s[i, S_TEMP] != s[i, S_TEMP] else s[i, S_TEMP] + w * (temp - s[i, S_TEMP])
         if 0.0 < power < 1e5:  # (0 W: an exporter's N/A, no reading — as the thermal fit reads it)
             s[i, S_POWER] = power if s[i, S_POWER] != s[i, S_POWER] else s[i, S_POWER] + w * (power - s[i, S_POWER])
@@ -261,7 +272,7 @@ class StragglerDetector(Detector):
             self.health.problem(self.name, "gpu samples out of time order", skipped)
         if not len(obs[0]):
             return []
-        now = float(obs[0].max())
+        now = frame_now(obs[0], self.p["interval_s"])
         if now < self.next_ts:
             return []
         self.next_ts = now + self.p["interval_s"]

@@ -45,10 +45,10 @@ class NaiveRack:
     def __init__(self):
         self.v = dict.fromkeys(("ts", "inlet", "u1", "u2", "u1_ts", "damp", "flow", "flow0", "u0", "rise",
                                 "flow_slope", "f1", "heat", "heat_slow", "rise_heat", "held", "held_ts",
-                                "shifts"), math.nan)
+                                "shifts", "flow_ts", "flow_held", "flow0_new"), math.nan)
         self.v.update(damp_n=0.0, rise_n=0.0, loss=0.0)
         self.seen = {"rise learnt": 0, "loop tau learnt": 0, "recovered": 0, "late": 0, "not an inlet": 0,
-                     "jump held": 0, "level shift": 0}
+                     "jump held": 0, "level shift": 0, "flow jump held": 0}
 
     def settled(self, inlet):
         u1, u2 = self.v["u1"], self.v["u2"]
@@ -73,7 +73,8 @@ class NaiveRack:
         v["held"] = math.nan
         dt = ts - v["ts"]
         v["ts"], v["inlet"] = ts, inlet
-        self.flow(dt, inlet, flow, heat)
+        if self.flow(dt, inlet, flow, heat):
+            v["flow_ts"] = ts
         self.loop_tau(ts, inlet)
 
     @staticmethod
@@ -81,21 +82,45 @@ class NaiveRack:
         w = 1 - math.exp(-dt / tau) if dt > 0 else 1.0
         return x if math.isnan(old) else old + w * (x - old)
 
+    @staticmethod
+    def one_level(a, b):
+        return a >= gi.FLOW_NOMINAL * b and b >= gi.FLOW_NOMINAL * a
+
+    def forget_rise(self):
+        self.v.update(rise=math.nan, rise_n=0.0, rise_heat=math.nan)
+
     def flow(self, dt, inlet, flow, heat):
+        """Whether ``flow`` was read."""
         v = self.v
         if heat > 0:
             v["heat"] = self.smooth(v["heat"], heat, dt, gi.HEAT_TAU_S)
             v["heat_slow"] = self.smooth(v["heat_slow"], heat, dt, gi.HEAT_SLOW_TAU_S)
-        if not flow >= 0:
-            return
+        if not 0 <= flow < math.inf:
+            return False
+        f0 = v["flow0"]
+        seeded = not math.isnan(f0) and not v["flow0_new"] == 1.0  # a baseline a second reading confirmed
+        moved = False
+        if seeded and flow > gi.FLOW_JUMP * f0:
+            if not self.one_level(flow, v["flow_held"]):
+                v["flow_held"] = flow  # held back for a reading
+                self.seen["flow jump held"] += 1
+                return False
+            moved = True
+        if seeded:
+            v["flow_held"] = math.nan
         if not math.isnan(v["flow"]) and dt > 0:
             v["flow_slope"] = self.smooth(v["flow_slope"], (flow - v["flow"]) / dt, dt, gi.FLOW_SLOPE_TAU_S)
         v["flow"] = flow
-        f0 = v["flow0"]
-        if math.isnan(f0):
+        if not seeded and not self.one_level(flow, f0):  # no baseline yet, or the first reading disagreed
             if flow > 0:
-                v["flow0"], v["u0"] = flow, inlet
-            return
+                if not math.isnan(f0):
+                    v["flow_slope"] = math.nan
+                v["flow0"], v["u0"], v["flow0_new"] = flow, inlet, 1.0
+            return True
+        v["flow0_new"] = 0.0
+        if moved:  # a confirmed jump: the baseline moves there, the rise learnt at the old one forgotten
+            f0 = v["flow0"] = flow
+            self.forget_rise()
         if flow >= gi.FLOW_NOMINAL * f0:
             if v["loss"]:
                 if inlet - v["u0"] < gi.RECOVERED_C or self.settled(inlet):
@@ -104,11 +129,17 @@ class NaiveRack:
             elif dt > 0:  # nominal: the baseline follows slow changes
                 w = 1 - math.exp(-dt / gi.BASELINE_TAU_S)
                 v["flow0"], v["u0"] = f0 + w * (flow - f0), v["u0"] + w * (inlet - v["u0"])
-            return
+            return True
         v["loss"] = 1.0
         steady_flow = abs(flow - v["f1"]) < 0.01 * f0 and abs(v["flow_slope"]) * gi.DAMP_WINDOW_S < 0.01 * f0
         steady_heat = not abs(v["heat"] - v["heat_slow"]) > gi.HEAT_STEADY * v["heat_slow"]
-        if self.settled(inlet) and steady_flow and steady_heat and 0 < flow < 0.5 * f0:
+        settled = self.settled(inlet) and steady_flow and steady_heat
+        if settled and 0 < flow < gi.FLOW_UNFELT * f0 and v["heat_slow"] > 0 and inlet - v["u0"] < gi.RECOVERED_C:
+            # a deep loss the inlet does not feel: the baseline was not the loop's
+            v.update(flow0=flow, u0=inlet, loss=0.0)
+            self.forget_rise()
+            return True
+        if settled and 0 < flow < 0.5 * f0:
             rise = (inlet - v["u0"]) / (f0 / flow - 1)
             if rise > 0:
                 v["rise"] = rise if math.isnan(v["rise"]) else v["rise"] + 0.2 * (rise - v["rise"])
@@ -116,6 +147,7 @@ class NaiveRack:
                     v["rise_heat"] + 0.2 * (v["heat_slow"] - v["rise_heat"])
                 v["rise_n"] += 1
                 self.seen["rise learnt"] += 1
+        return True
 
     def loop_tau(self, ts, inlet):
         v = self.v
@@ -141,7 +173,8 @@ RACK_COLUMNS = {"ts": gi.RACK_TS, "inlet": gi.RACK_INLET, "u1": gi.RACK_U1, "u2"
                 "flow0": gi.RACK_FLOW0, "u0": gi.RACK_U0, "rise": gi.RACK_RISE, "rise_n": gi.RACK_RISE_N,
                 "flow_slope": gi.RACK_FLOW_SLOPE, "f1": gi.RACK_F1, "loss": gi.RACK_LOSS, "heat": gi.RACK_HEAT,
                 "heat_slow": gi.RACK_HEAT_SLOW, "rise_heat": gi.RACK_RISE_HEAT, "held": gi.RACK_HELD,
-                "held_ts": gi.RACK_HELD_TS, "shifts": gi.RACK_SHIFTS}
+                "held_ts": gi.RACK_HELD_TS, "shifts": gi.RACK_SHIFTS, "flow_ts": gi.RACK_FLOW_TS,
+                "flow_held": gi.RACK_FLOW_HELD, "flow0_new": gi.RACK_FLOW0_NEW}
 
 
 def random_rack_rows(seed, racks=3, steps=900):

@@ -41,19 +41,25 @@ def job_frames(n=32, minutes=20, slow=None, hot=None, throttled=None, idle=()):
 
 @pytest.mark.kernel
 @settings(max_examples=60, deadline=None)
-@given(st.lists(st.tuples(st.floats(0.5, 900), st.one_of(st.floats(0, 2e9), st.just(float("nan"))),
-                          st.sampled_from([0.0, 0.3, 0.5, 1.0, float("nan")]), st.floats(20, 95),
+@given(st.lists(st.tuples(st.floats(0.5, 900),
+                          st.one_of(st.floats(0, 2e9), st.sampled_from([float("nan"), float("inf"), -1e9, 2.6e9])),
+                          st.sampled_from([0.0, 0.3, 0.5, 1.0, 1.2, 1.3, -0.5, float("inf"), float("nan")]),
+                          st.one_of(st.floats(20, 95), st.sampled_from([float("nan"), float("inf"), -float("inf"),
+                                                                        -50.0, 200.0, 1e6])),
                           st.sampled_from([0.0, float(facts.THROTTLE_SW_THERMAL), float(facts.THROTTLE_SW_POWER_CAP)]),
-                          st.one_of(st.floats(0, 1000), st.just(0.0), st.just(float("nan")))),
+                          st.one_of(st.floats(0, 1000), st.just(0.0), st.just(float("nan"))),
+                          st.sampled_from([2e9, 2e9, 2e9, 0.0, float("inf"), float("nan")])),
                 min_size=1, max_size=30))
 def test_ew_kernel_matches_reference(samples):
     """Utilisation averaged over every sample; clock, temperature and throttled share over busy
-    samples only (utilisation >= 0.5), weighted by the time since the last busy one."""
+    samples only (utilisation >= 0.5), weighted by the time since the last busy one. A value out of
+    its range (temperature outside -50..200 °C, clock ratio or utilisation outside 0..1.2, or not
+    finite) is no reading."""
     obs = []
     t = 0.0
-    for dt, clock, util, temp, bits, power in samples:
+    for dt, clock, util, temp, bits, power, clock_max in samples:
         t += dt
-        obs.append([t, 0.0, clock, 2e9, util, temp, bits, power])
+        obs.append([t, 0.0, clock, clock_max, util, temp, bits, power])
     s = np.full((1, sg.S_SIZE), np.nan)
     s[0, sg.S_N] = 0.0
     m = np.array(obs)
@@ -68,16 +74,19 @@ def test_ew_kernel_matches_reference(samples):
     for ts, _, clock, clock_max, util, temp, bits, power in obs:
         w = 1.0 if math.isnan(last) else 1 - math.exp(-(ts - last) / 120.0)
         last = ts
-        if not math.isnan(util):
+        if 0.0 <= util <= 1.2:
             util_mean = ew(util_mean, util, w)
+        else:
+            util = math.nan  # no reading: not known to be busy
         if not util >= 0.5:
             continue
         w = 1.0 if math.isnan(last_busy) else 1 - math.exp(-(ts - last_busy) / 120.0)
         last_busy = ts
         n_busy += 1
-        if not math.isnan(clock):
+        if math.isfinite(clock_max) and clock_max > 0 and 0.0 <= clock / clock_max <= 1.2:
             clock_mean = ew(clock_mean, clock / clock_max, w)
-        temp_mean = ew(temp_mean, temp, w)
+        if -50.0 < temp < 200.0:
+            temp_mean = ew(temp_mean, temp, w)
         throttled = ew(throttled, 1.0 if int(bits) & sg.THROTTLING else 0.0, w)
         if 0.0 < power < 1e5:  # 0 W: an exporter's N/A, no reading
             power_mean = ew(power_mean, power, w)
