@@ -21,6 +21,7 @@ from foreshock.remap import Remap
 from foreshock.topology import Topology
 
 from .base import Detector
+from .gpu_inputs import frame_now
 from .registry import DEFAULT_BANK, DEFAULT_PROCESSORS, create, create_processor
 from .thermal_fit import share_thermal_fits
 
@@ -59,6 +60,13 @@ def run_processors(processors: Sequence[FindingProcessor], findings: Sequence[Fi
                 observe_frame(frame)
         seen.extend(proc.observe(seen, now))
     return seen[len(findings):]
+
+
+PROCESSORS_SLACK_S = 900.0
+"""How far past a frame's median stamp its latest may lie and still be the processors' "now"
+(:func:`~foreshock.detectors.gpu_inputs.frame_now`): a frame of one tick spans seconds, one of a
+Kafka bundle a linger; a row further ahead has a wrong clock (the live input guard's
+``max_ahead_s`` is the same 15 minutes)."""
 
 
 def follow_predictions(swap: BoardSwap, active: Iterable[Prediction], gpu_name: Callable[[int], str]) -> list[Prediction]:
@@ -183,8 +191,12 @@ class DetectorBank:
             # detectors sharing the thermal fit: the first to see a frame also carries the fit and
             # the per-sample predictions of the others (see thermal_fit)
             self.latency_s[det.name] = time.perf_counter() - t0
-        if self.processors and len(frame):
-            findings.extend(run_processors(self.processors, findings, float(frame.ts.max()), (frame,)))
+        stamps = frame.ts[np.isfinite(frame.ts)]
+        if self.processors and len(stamps):
+            # the time the frame speaks for, not one odd row's: a row stamped a day ahead (replay and
+            # evaluate have no clock to refuse it by) moved the incident engine's clock a day on
+            now = frame_now(stamps, PROCESSORS_SLACK_S)
+            findings.extend(run_processors(self.processors, findings, now, (frame,)))
         self.last_latency_s = time.perf_counter() - start
         return findings
 

@@ -238,3 +238,22 @@ def test_a_clock_no_gpu_runs_is_no_reading():
             frame.columns["sm_clock"][9] = -facts.SM_CLOCK_MAX_HZ
         found += det.update(frame)
     assert {f.slot for f in found if f.field == "sm_clock"} == {5}
+
+
+def test_one_row_a_day_ahead_does_not_move_the_incident_engine_s_clock() -> None:
+    """The bank hands its processors the time a frame speaks for: with the frame's latest stamp,
+    one GPU row a day ahead (replay and evaluate have no wall clock to refuse it by) moved the
+    incident engine a day on, where it then refused every external event as dated in the past."""
+    from foreshock.detectors.bank import DetectorBank
+
+    topo = small_topology()
+    bank = DetectorBank.from_names(topo, ("thermal",))
+    engine = bank.processors[0]
+    n = topo.size("gpu")
+    t0 = 1.7e9
+    for k in range(3):
+        ts = np.full(n, t0 + 10.0 * k)
+        if k == 2:
+            ts[0] += 86400.0  # one host's clock a day ahead, for one poll
+        bank.update(Frame("gpu", ts, np.arange(n), {"gpu_temp": np.full(n, 60.0), "power": np.full(n, 500.0)}))
+    assert engine.latest_now == t0 + 20.0
