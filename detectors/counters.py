@@ -35,6 +35,31 @@ the previous sample is the new value itself — never negative, never the near-2
 naive unsigned subtraction gives. Every reset is counted per (slot, counter) in
 ``s_resets`` and reported back, so a detector can say "counter reset" instead of a rate.
 
+One low reading
+---------------
+A reading can be low once and right again at the next poll: a driver or firmware momentarily
+reporting 0, a truncated sysfs read (``249`` of ``2490000000``), a bad relay. Read as a reset,
+the next, correct reading was an increase from the low value: the counter's whole total in one
+interval (a ``port_xmit_wait`` of 2.49e9 as a port stalled ~32 % of the time, 50000 old symbol
+errors as new ones, ``link_downed`` 3 -> 0 -> 3 as three downs). So a decrease read as a reset
+keeps the value before it, its time and its pace (``s_drop``) for the next reading, which
+decides::
+
+    glitch  if  value >= before  and  value - before <= PACE_SLACK * pace * (t - t_before)
+    reset   otherwise (the counter stayed low, or grew from there: as it would have anyway)
+
+A glitch is counted (``glitches``, a health problem) and not a reset (its ``s_resets`` count is
+taken back); its increase is taken from the value before the drop, less what the low reading
+was already counted as, so the two intervals together count the larger of the true increase and
+the low value (a truncated ``50`` of a static ``50000`` counts 50, never 50000); the pace is
+the one before the drop, updated with the rate over both intervals. Only the reading right after
+the drop decides (missing, invalid and stale rows do not), and only with a pace known before it
+(the same rule as a wrap's). A real clear is read as a glitch only when the counter gets back
+above its whole pre-clear total within one interval at a pace it has kept: what is lost is at
+most that total, at most one interval's counts. ``s_drop`` is tied to ``s_state`` like the pace:
+a detector that rebinds ``s_state`` (loading its own checkpoint, which does not hold it) starts
+with no drop pending, so a glitch across a restore reads as before (a reset, then an increase).
+
 Float64 and 64-bit counters
 ---------------------------
 Frame columns are float64, which holds integers exactly only up to 2**53. A 64-bit counter
@@ -62,9 +87,9 @@ from foreshock.numba_config import jit
 
 # Problem counters returned by the kernel, in this order.
 PROBLEMS: tuple[str, ...] = (
-    "resets", "wraps", "stale_or_out_of_order", "invalid_value", "unknown_slot", "saturated",
+    "resets", "wraps", "stale_or_out_of_order", "invalid_value", "unknown_slot", "saturated", "glitches",
 )
-_RESET, _WRAP, _STALE, _INVALID, _BAD_SLOT, _SATURATED = range(len(PROBLEMS))
+_RESET, _WRAP, _STALE, _INVALID, _BAD_SLOT, _SATURATED, _GLITCH = range(len(PROBLEMS))
 
 SATURATED_AT = 2.0**32 - 1.0
 """Where 32-bit legacy InfiniBand PortCounters stop: ``port_xmit_wait`` (sysfs reads it from
@@ -103,14 +128,17 @@ def modulus_for_bits(bits: int, scale: float = 1.0) -> float:
 
 @jit
 def _counter_deltas(ts: np.ndarray, slot: np.ndarray, values: np.ndarray, spec: np.ndarray,
-                    state: np.ndarray, pace: np.ndarray, counts: np.ndarray, out: np.ndarray) -> np.ndarray:
+                    state: np.ndarray, pace: np.ndarray, drop: np.ndarray, counts: np.ndarray,
+                    out: np.ndarray) -> np.ndarray:
     """Increase and rate of every (row, counter); updates the per-slot state in place.
 
     ts (rows,), slot (rows,) int32, values (rows, k); spec (k, 2) = [modulus, max_rate];
     state (slots, k, 2) = [last value, last ts] with NaN = nothing seen yet; pace (slots, k) the
-    recent peak rate, NaN = none known (see the module docstring);
-    counts (slots, k) int64 resets; out (2, rows, k) = [delta, rate], NaN where unknown (two
-    C-contiguous planes, so the kernels downstream get contiguous matrices).
+    recent peak rate, NaN = none known (see the module docstring); drop (slots, k, 3) = [value,
+    ts, pace] from before a decrease read as a reset, NaN = none pending (the next reading tells a
+    one-reading glitch from a reset); counts (slots, k) int64 resets; out (2, rows, k) = [delta,
+    rate], NaN where unknown (two C-contiguous planes, so the kernels downstream get contiguous
+    matrices).
     Returns the problem totals in ``PROBLEMS`` order.
     """
     problems = np.zeros(len(PROBLEMS), dtype=np.int64)
@@ -134,7 +162,8 @@ def _counter_deltas(ts: np.ndarray, slot: np.ndarray, values: np.ndarray, spec: 
                 continue
             modulus = spec[j, 0]
             last = state[s, j, 0]
-            # got to where a legacy counter stops (or first seen there); a stale row is not counted
+            # got to where a legacy counter stops (or first seen there); a stale row, or one back
+            # there after a single bad reading, is not counted
             saturated = v == SATURATED_AT and last != v
             last_t = state[s, j, 1]
             if last != last:
@@ -146,12 +175,27 @@ def _counter_deltas(ts: np.ndarray, slot: np.ndarray, values: np.ndarray, spec: 
             if not dt >= MIN_DT_S:
                 problems[_STALE] += 1
                 continue
-            problems[_SATURATED] += saturated
             recent = pace[s, j]
-            if v >= last:
+            before = drop[s, j, 0]
+            glitch = False
+            if before == before:  # the last reading was a drop: back where it was, it was a bad reading
+                elapsed = t - drop[s, j, 1]
+                before_pace = drop[s, j, 2]
+                glitch = v >= before and v - before <= PACE_SLACK * before_pace * elapsed
+                drop[s, j, 0] = drop[s, j, 1] = drop[s, j, 2] = np.nan  # only the next reading decides
+            if glitch:
+                # the low reading was counted as an increase of itself (a reset) already
+                delta = max(v - before - last, 0.0)
+                problems[_GLITCH] += 1
+                if counts[s, j] > 0:
+                    counts[s, j] -= 1  # not a reset after all
+                pace[s, j] = max((v - before) / elapsed, PACE_DECAY * before_pace)
+            elif v >= last:
+                problems[_SATURATED] += saturated
                 delta = v - last
                 pace[s, j] = max(delta / dt, PACE_DECAY * recent) if recent == recent else delta / dt
             else:
+                problems[_SATURATED] += saturated
                 wrapped = (modulus - last) + v
                 limit = min(0.5 * modulus, spec[j, 1] * dt)
                 paced = recent == recent and wrapped <= PACE_SLACK * recent * dt  # no pace known: a reset
@@ -163,6 +207,10 @@ def _counter_deltas(ts: np.ndarray, slot: np.ndarray, values: np.ndarray, spec: 
                     delta = v
                     counts[s, j] += 1
                     problems[_RESET] += 1
+                    if recent == recent:  # kept for the next reading, which tells a glitch from a reset
+                        drop[s, j, 0] = last
+                        drop[s, j, 1] = last_t
+                        drop[s, j, 2] = recent
                     pace[s, j] = np.nan  # when in the interval the clear came is unknown
             state[s, j, 0] = v
             state[s, j, 1] = t
@@ -217,6 +265,9 @@ class CounterRates:
         self.s_resets = np.zeros((n_slots, k), dtype=np.int64)
         self.s_rate = np.full((n_slots, k), np.nan)  # recent peak rate (the wrap test's pace)
         self._rate_of = self.s_state
+        # [value, ts, pace] from before a decrease read as a reset: the next reading may show it a glitch
+        self.s_drop = np.full((n_slots, k, 3), np.nan)
+        self._drop_of = self.s_state
 
     def _pace(self) -> np.ndarray:
         """``s_rate``, for the ``s_state`` in use. A detector that loads a saved state rebinds
@@ -226,6 +277,14 @@ class CounterRates:
             self.s_rate = np.full(self.s_state.shape[:2], np.nan)
             self._rate_of = self.s_state
         return self.s_rate
+
+    def _drop(self) -> np.ndarray:
+        """``s_drop``, for the ``s_state`` in use; like the pace, none pending once ``s_state`` is
+        rebound without it (a low reading before a restore then reads as the reset it looked like)."""
+        if self._drop_of is not self.s_state or self.s_drop.shape != (*self.s_state.shape[:2], 3):
+            self.s_drop = np.full((*self.s_state.shape[:2], 3), np.nan)
+            self._drop_of = self.s_state
+        return self.s_drop
 
     def update(self, ts: np.ndarray, slot: np.ndarray,
                values: np.ndarray) -> tuple[np.ndarray, np.ndarray, dict[str, int]]:
@@ -244,21 +303,29 @@ class CounterRates:
         if len(ts) != len(values) or len(slot) != len(values):
             raise ValueError("ts, slot and values must have the same number of rows")
         out = np.empty((2, len(values), len(self.names)))
-        problems = _counter_deltas(ts, slot, values, self.spec, self.s_state, self._pace(), self.s_resets, out)
+        problems = _counter_deltas(ts, slot, values, self.spec, self.s_state, self._pace(), self._drop(),
+                                   self.s_resets, out)
         return out[0], out[1], dict(zip(PROBLEMS, (int(p) for p in problems)))
 
-    def bind(self, s_state: np.ndarray, s_resets: np.ndarray, s_rate: np.ndarray) -> None:
-        """Use a detector's own state arrays (loaded from a checkpoint), the pace with them."""
+    def bind(self, s_state: np.ndarray, s_resets: np.ndarray, s_rate: np.ndarray,
+             s_drop: np.ndarray | None = None) -> None:
+        """Use a detector's own state arrays (loaded from a checkpoint), the pace with them, and the
+        pending drops if it keeps them (else none is pending)."""
         if s_state.shape[:2] != s_resets.shape or s_rate.shape != s_resets.shape:
             raise ValueError(f"counter state shapes disagree: {s_state.shape}, {s_resets.shape}, {s_rate.shape}")
+        if s_drop is not None and s_drop.shape != (*s_resets.shape, 3):
+            raise ValueError(f"counter state 's_drop' has shape {s_drop.shape}, expected {(*s_resets.shape, 3)}")
         self.s_state, self.s_resets, self.s_rate, self._rate_of = s_state, s_resets, s_rate, s_state
+        self.s_drop = np.full((*s_resets.shape, 3), np.nan) if s_drop is None else s_drop
+        self._drop_of = s_state
 
     def state_dict(self, prefix: str = "") -> dict[str, Any]:
         return {f"{prefix}s_state": self.s_state.copy(), f"{prefix}s_resets": self.s_resets.copy(),
-                f"{prefix}s_rate": self._pace().copy()}
+                f"{prefix}s_rate": self._pace().copy(), f"{prefix}s_drop": self._drop().copy()}
 
     def load_state_dict(self, state: dict[str, Any], prefix: str = "") -> None:
-        """A state saved before ``s_rate`` existed loads with no pace known (NaN)."""
+        """A state saved before ``s_rate`` existed loads with no pace known (NaN), one saved before
+        ``s_drop`` existed with no drop pending (NaN)."""
         for name in ("s_state", "s_resets"):
             own = getattr(self, name)
             arr = np.asarray(state[f"{prefix}{name}"], dtype=own.dtype)
@@ -269,17 +336,23 @@ class CounterRates:
         if rate.shape != self.s_state.shape[:2]:
             raise ValueError(f"counter state 's_rate' has shape {rate.shape}, expected {self.s_state.shape[:2]}")
         self.s_rate, self._rate_of = rate.copy(), self.s_state
+        shape = (*self.s_state.shape[:2], 3)
+        drop = np.asarray(state.get(f"{prefix}s_drop", np.full(shape, np.nan)), dtype=np.float64)
+        if drop.shape != shape:
+            raise ValueError(f"counter state 's_drop' has shape {drop.shape}, expected {shape}")
+        self.s_drop, self._drop_of = drop.copy(), self.s_state
 
 
 def report_problems(health: Any, stage: str, problems: dict[str, int]) -> None:
     """Send counter problems to a :class:`foreshock.health.PipelineHealth` (resets and wraps
-    are normal events, not input problems, so they are not reported)."""
+    are normal events, not input problems, so they are not reported; a glitch is a bad reading)."""
     reasons = {
         "stale_or_out_of_order": "counter sample not newer than the last one for its entity",
         "invalid_value": "negative or infinite counter value",
         "unknown_slot": "row with a slot outside the topology or a NaN timestamp",
         "saturated": "counter reached 2**32-1, where 32-bit PortCounters stop: its increases are no longer "
                      "seen until it is cleared",
+        "glitches": "counter read lower than before once, then back: one bad reading, not a reset (its drop ignored)",
     }
     for key, reason in reasons.items():
         if problems.get(key, 0):

@@ -21,6 +21,7 @@ def naive_rates(ts, slot, values, modulus, max_rate, n_slots):
     rate = np.full((rows, k), np.nan)
     last: dict[tuple[int, int], tuple[float, float]] = {}
     pace: dict[tuple[int, int], float] = {}  # recent peak rate; absent = none known
+    drop: dict[tuple[int, int], tuple[float, float, float]] = {}  # (value, ts, pace) before a reset
     resets = np.zeros((n_slots, k), dtype=np.int64)
     problems = dict.fromkeys(PROBLEMS, 0)
     for i in range(rows):
@@ -35,7 +36,8 @@ def naive_rates(ts, slot, values, modulus, max_rate, n_slots):
             if v < 0 or math.isinf(v):
                 problems["invalid_value"] += 1
                 continue
-            # reaching where a legacy PortCounters counter stops is counted once (a stale row is not)
+            # reaching where a legacy PortCounters counter stops is counted once (a stale row, or a
+            # return there after one bad reading, is not)
             at_top = v == 2.0**32 - 1 and last.get((s, j), (None,))[0] != v
             if (s, j) not in last:
                 problems["saturated"] += at_top
@@ -46,8 +48,20 @@ def naive_rates(ts, slot, values, modulus, max_rate, n_slots):
             if dt < MIN_DT_S:
                 problems["stale_or_out_of_order"] += 1
                 continue
-            problems["saturated"] += at_top
             recent = pace.get((s, j))
+            pending = drop.pop((s, j), None)  # only the reading right after a reset decides
+            if pending is not None and v >= pending[0] and v - pending[0] <= 16.0 * pending[2] * (t - pending[1]):
+                # back where it was before the drop, at its pace: the low reading was a glitch
+                before, before_t, before_pace = pending
+                d = max(v - before - lv, 0.0)  # the low reading was counted as a reset of itself
+                problems["glitches"] += 1
+                resets[s, j] = max(resets[s, j] - 1, 0)
+                pace[(s, j)] = max((v - before) / (t - before_t), before_pace / 2)
+                last[(s, j)] = (v, t)
+                delta[i, j] = d
+                rate[i, j] = d / dt
+                continue
+            problems["saturated"] += at_top
             if v >= lv:
                 d = v - lv
             else:
@@ -62,6 +76,8 @@ def naive_rates(ts, slot, values, modulus, max_rate, n_slots):
                     d = v
                     resets[s, j] += 1
                     problems["resets"] += 1
+                    if recent is not None:
+                        drop[(s, j)] = (lv, lt, recent)
                     pace.pop((s, j), None)  # when the clear came in the interval is unknown
                     recent = math.nan
             if recent is None:  # an increase or a wrap: the pace is the faster of now and half the last
@@ -233,8 +249,10 @@ def test_a_counter_stuck_at_its_portcounters_maximum_is_counted_once():
 
     top32, top16 = 2.0**32 - 1, 2.0**16 - 1
     rates = CounterRates(1, ["xmit_wait", "symbol_error"])
-    raw = np.array([[4.2e9, top16], [top32, top16], [top32, top16], [top32, top16], [5.0, 3.0], [top32, 9.0]])
-    _, rate, problems = rates.update(np.arange(6.0), np.zeros(6, np.int32), raw)
+    # the clear's next reading climbs from it (straight back at the top would be one bad reading)
+    raw = np.array([[4.2e9, top16], [top32, top16], [top32, top16], [top32, top16], [5.0, 3.0], [2e9, 6.0],
+                    [top32, 9.0]])
+    _, rate, problems = rates.update(np.arange(7.0), np.zeros(7, np.int32), raw)
     assert problems["saturated"] == 2  # xmit_wait reaching it twice; symbol_error at 65535 is not judged
     assert rate[2:4].tolist() == [[0.0, 0.0], [0.0, 0.0]]
     health = PipelineHealth()

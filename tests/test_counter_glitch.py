@@ -1,0 +1,337 @@
+"""One low counter reading between two right ones is a glitch, not a reset (review h45).
+
+Read as a reset, the low reading made the next, correct one an increase from the low value: the
+counter's whole total in one interval. A driver reporting 0 for one poll, a truncated sysfs read
+or a bad relay became congestion, "fatal: 50000 symbol errors in the last hour" or three link
+downs. A real clear (the counter stays low and grows from there) and a wrap read as before.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from foreshock.detectors.congestion import CongestionDetector
+from foreshock.detectors.counters import (MIN_DT_S, PACE_SLACK, PROBLEMS, CounterRates, modulus_for_bits,
+                                          report_problems)
+from foreshock.detectors.link_errors import LinkErrorsDetector
+from foreshock.frames import Frame
+from foreshock.health import PipelineHealth
+from foreshock.topology import Topology
+
+
+def one_link_topology() -> Topology:
+    return Topology.from_dict({
+        "rows": [{"name": "r"}], "racks": [{"name": "k", "row": "r"}],
+        "nodes": [{"name": "n0", "rack": "k", "gpus": 1}], "switches": [{"name": "leaf0"}],
+        "links": [{"name": "n0/gpu0~leaf0", "a": "n0/gpu0", "b": "leaf0"}],
+    })
+
+
+def feed(det, ts, **columns):
+    """One link's samples, one frame per sample; all findings."""
+    found = []
+    for i, t in enumerate(ts):
+        found += det.update(Frame("link", [float(t)], [0], {k: [v[i]] for k, v in columns.items()}))
+    return found
+
+
+def glitch_problems(health: PipelineHealth, stage: str) -> int:
+    return sum(n for (where, reason), n in health.problems.items() if where == stage and "bad reading" in reason)
+
+
+def one_counter(raw, ts=None, modulus: float = 0.0) -> tuple[CounterRates, np.ndarray, dict[str, int]]:
+    rates = CounterRates(1, ["x"], modulus=modulus)
+    raw = np.asarray(raw, dtype=np.float64)
+    ts = np.arange(len(raw), dtype=np.float64) * 10.0 if ts is None else np.asarray(ts, dtype=np.float64)
+    delta, _, problems = rates.update(ts, np.zeros(len(raw), np.int32), raw[:, None])
+    return rates, delta[:, 0], problems
+
+
+# ---- the three cases the review found ---------------------------------------------------------
+def test_one_truncated_xmit_wait_reading_is_no_congestion():
+    """A healthy NDR port: xmit_wait ~2.49e9 total, ~1000 ticks/s (0.0002 % of the time); one poll
+    reads '249' of '2490050000'. Before: the next poll was +2.49e9 in 10 s, congestion at ~32 %."""
+    health = PipelineHealth()
+    det = CongestionDetector(one_link_topology(), health=health)
+    ts = np.arange(12) * 10.0
+    wait = 2.49e9 + 1000.0 * ts
+    wait[5] = 249.0
+    found = feed(det, ts, xmit_wait=wait, link_state=[4.0] * 12, link_rate=[400e9] * 12)
+    assert found == []
+    assert glitch_problems(health, "congestion") == 1
+
+
+def test_one_truncated_symbol_error_reading_is_not_50000_new_errors():
+    """A static symbol_error of 50000 reading '50' once. Before: 'fatal: 50000 symbol errors in
+    the last hour' and 5e3/s. The low reading itself still counts as a reset of 50 (it cannot be
+    told from one when it comes), below the 120-an-hour threshold; nothing more is added."""
+    health = PipelineHealth()
+    det = LinkErrorsDetector(one_link_topology(), health=health)
+    ts = np.arange(12) * 10.0
+    sym = np.full(12, 50000.0)
+    sym[5] = 50.0
+    found = feed(det, ts, symbol_error=sym, link_state=[4.0] * 12)
+    assert [f.field for f in found] == []
+    assert glitch_problems(health, "link_errors") == 1
+
+
+def test_one_zero_link_downed_reading_is_no_down_and_no_flapping():
+    """link_downed 3 read as 0 once. Before: 'fatal: link_downed +3' and three downs in 12 h
+    ('flapping') from a link that never went down."""
+    health = PipelineHealth()
+    det = LinkErrorsDetector(one_link_topology(), health=health)
+    downed = [3.0, 3.0, 3.0, 0.0, 3.0, 3.0]
+    found = feed(det, np.arange(6) * 10.0, link_downed=downed, link_state=[4.0] * 6)
+    assert found == []
+    assert glitch_problems(health, "link_errors") == 1
+
+
+# ---- what the glitch adds, and what stays as it was ----------------------------------------------
+def test_a_glitch_adds_nothing_to_the_true_increase_and_is_no_reset():
+    """xmit_wait at 1000/s read as 249 once: the two intervals around it count the 20000 ticks
+    that happened (249 at the low reading, the rest at the next), the reset is taken back, and the
+    pace is the one from before the drop (the next wrap is judged by it)."""
+    m = modulus_for_bits(32)
+    raw = [2.49e9, 2.49e9 + 1e4, 249.0, 2.49e9 + 3e4, 2.49e9 + 4e4]
+    rates, delta, problems = one_counter(raw, modulus=m)
+    assert delta[1:].tolist() == [1e4, 249.0, 2e4 - 249.0, 1e4]
+    assert problems["glitches"] == 1 and problems["resets"] == 1  # the reset is known a glitch only after
+    assert rates.s_resets[0, 0] == 0
+    assert rates.s_rate[0, 0] == 1000.0
+
+
+def test_a_glitch_of_a_counter_stuck_at_2_to_32_is_not_counted_saturated_again():
+    top = 2.0**32 - 1
+    _, delta, problems = one_counter([top, top, 7.0, top, top])
+    assert problems["saturated"] == 1 and problems["glitches"] == 1
+    assert delta[1:].tolist() == [0.0, 7.0, 0.0, 0.0]
+
+
+def test_a_glitch_is_reported_to_health_once_per_batch_like_other_problems():
+    _, _, problems = one_counter([5.0, 5.0, 0.0, 5.0, 5.0, 0.0, 5.0])
+    assert problems["glitches"] == 2
+    health = PipelineHealth()
+    report_problems(health, "link_errors", problems)
+    assert glitch_problems(health, "link_errors") == 2
+
+
+def test_a_real_reset_stays_a_reset():
+    """Cleared (perfquery -R, a driver reload) and counting from there: every delta as a plain
+    reset gives it, no glitch."""
+    raw = [2.49e9, 2.49e9 + 1e4, 249.0, 249.0 + 1e4, 249.0 + 2e4]
+    rates, delta, problems = one_counter(raw)
+    assert delta[1:].tolist() == [1e4, 249.0, 1e4, 1e4]
+    assert problems["resets"] == 1 and problems["glitches"] == 0
+    assert rates.s_resets[0, 0] == 1
+
+
+def test_back_above_but_faster_than_the_pace_allows_is_a_reset():
+    """A counter at 10/s, cleared, then past its old total faster than 16x that pace: it counted
+    all of it from zero, a reset. At exactly 16x the pace it is a glitch."""
+    pace = 10.0
+    before = 1000.0 + 2 * 10.0 * pace
+    limit = before + PACE_SLACK * pace * 20.0
+    _, delta, problems = one_counter([1000.0, 1100.0, before, 0.0, limit + 1.0])
+    assert problems["glitches"] == 0 and delta[4] == limit + 1.0
+    _, delta, problems = one_counter([1000.0, 1100.0, before, 0.0, limit])
+    assert problems["glitches"] == 1 and delta[4] == limit - before
+
+
+def test_only_the_reading_right_after_the_drop_decides():
+    """Low twice: the second low reading grows from the first (a reset, as before), and a later
+    reading back at the old total is an increase from there, not a glitch."""
+    _, delta, problems = one_counter([100.0, 100.0, 0.0, 2.0, 100.0])
+    assert problems["glitches"] == 0 and problems["resets"] == 1
+    assert delta[1:].tolist() == [0.0, 0.0, 2.0, 98.0]
+
+
+def test_a_missing_or_stale_reading_does_not_end_a_pending_drop():
+    ts = [0.0, 10.0, 20.0, 30.0, 20.0, 40.0]
+    raw = [100.0, 100.0, 0.0, np.nan, 100.0, 100.0]
+    _, delta, problems = one_counter(raw, ts=ts)
+    assert problems["stale_or_out_of_order"] == 1 and problems["glitches"] == 1
+    assert delta[5] == 0.0
+
+
+def test_no_pace_known_before_the_drop_is_a_reset_as_before():
+    """The counter's second reading is the low one: no pace to judge the way back by."""
+    _, delta, problems = one_counter([5e4, 50.0, 5e4])
+    assert problems["glitches"] == 0 and delta[2] == 5e4 - 50.0
+
+
+def test_a_wrap_stays_a_wrap():
+    """A 32-bit counter at ~1e7/s passing the top: the next reading is far below the one before the
+    wrap, never a glitch, and each delta is the true increment."""
+    m = modulus_for_bits(32)
+    start = m - 3e7
+    true = [start + i * 1e7 for i in range(6)]
+    rates, delta, problems = one_counter([x % m for x in true], ts=np.arange(6.0), modulus=m)
+    assert problems["wraps"] == 1 and problems["glitches"] == 0 and problems["resets"] == 0
+    assert delta[1:].tolist() == [1e7] * 5
+
+
+# ---- state ------------------------------------------------------------------------------------
+def test_a_pending_drop_survives_a_state_round_trip():
+    raw = np.array([[100.0], [200.0], [0.0], [300.0]])
+    ts, slot = np.arange(4.0), np.zeros(4, np.int32)
+    a = CounterRates(1, ["x"])
+    a.update(ts[:3], slot[:3], raw[:3])
+    saved = a.state_dict()
+    b = CounterRates(1, ["x"])
+    b.load_state_dict(saved)
+    delta, _, problems = b.update(ts[3:], slot[3:], raw[3:])
+    assert problems["glitches"] == 1 and delta[0, 0] == 100.0
+    del saved["s_drop"]  # a state saved before s_drop: none pending, a reset then an increase
+    c = CounterRates(1, ["x"])
+    c.load_state_dict(saved)
+    delta, _, problems = c.update(ts[3:], slot[3:], raw[3:])
+    assert problems["glitches"] == 0 and delta[0, 0] == 300.0
+
+
+def test_a_rebound_state_has_no_drop_pending():
+    """A detector that puts its own saved s_state in place (it does not save s_drop) never judges
+    a reading by a drop kept for another state."""
+    a = CounterRates(1, ["x"])
+    a.update(np.arange(3.0), np.zeros(3, np.int32), np.array([[100.0], [200.0], [0.0]]))
+    b = CounterRates(1, ["x"])
+    b.bind(a.s_state.copy(), a.s_resets.copy(), a.s_rate.copy())
+    a.s_state = a.s_state.copy()
+    for rates in (a, b):
+        delta, _, problems = rates.update(np.array([3.0]), np.zeros(1, np.int32), np.array([[300.0]]))
+        assert problems["glitches"] == 0 and delta[0, 0] == 300.0
+    with pytest.raises(ValueError, match="s_drop"):
+        b.bind(b.s_state, b.s_resets, b.s_rate, np.full((1, 1, 2), np.nan))
+
+
+# ---- the kernel against a plain reference, and a real counter with one bad reading ---------------
+def naive_rates(ts, slot, values, modulus, max_rate, n_slots):
+    """Reference: one (slot, counter) at a time, straight from the module docstring, glitches too."""
+    rows, k = values.shape
+    delta = np.full((rows, k), np.nan)
+    rate = np.full((rows, k), np.nan)
+    last: dict[tuple[int, int], tuple[float, float]] = {}
+    pace: dict[tuple[int, int], float] = {}  # recent peak rate; absent = none known
+    drop: dict[tuple[int, int], tuple[float, float, float]] = {}  # (value, ts, pace) before a reset
+    resets = np.zeros((n_slots, k), dtype=np.int64)
+    problems = dict.fromkeys(PROBLEMS, 0)
+    for i in range(rows):
+        s, t = int(slot[i]), float(ts[i])
+        if not 0 <= s < n_slots or math.isnan(t):
+            problems["unknown_slot"] += 1
+            continue
+        for j in range(k):
+            v = float(values[i, j])
+            if math.isnan(v):
+                continue
+            if v < 0 or math.isinf(v):
+                problems["invalid_value"] += 1
+                continue
+            at_top = v == 2.0**32 - 1 and last.get((s, j), (None,))[0] != v
+            if (s, j) not in last:
+                problems["saturated"] += at_top
+                last[(s, j)] = (v, t)
+                continue
+            lv, lt = last[(s, j)]
+            dt = t - lt
+            if dt < MIN_DT_S:
+                problems["stale_or_out_of_order"] += 1
+                continue
+            recent = pace.get((s, j))
+            pending = drop.pop((s, j), None)
+            if pending is not None and v >= pending[0] and v - pending[0] <= 16.0 * pending[2] * (t - pending[1]):
+                before, before_t, before_pace = pending
+                d = max(v - before - lv, 0.0)
+                problems["glitches"] += 1
+                resets[s, j] = max(resets[s, j] - 1, 0)
+                pace[(s, j)] = max((v - before) / (t - before_t), before_pace / 2)
+                last[(s, j)] = (v, t)
+                delta[i, j] = d
+                rate[i, j] = d / dt
+                continue
+            problems["saturated"] += at_top
+            if v >= lv:
+                d = v - lv
+            else:
+                m = modulus[j]
+                wrapped = (m - lv) + v
+                if m > 0 and lv <= m and wrapped <= min(m / 2, max_rate[j] * dt) \
+                        and recent is not None and wrapped <= 16.0 * recent * dt:
+                    d = wrapped
+                    problems["wraps"] += 1
+                else:
+                    d = v
+                    resets[s, j] += 1
+                    problems["resets"] += 1
+                    if recent is not None:
+                        drop[(s, j)] = (lv, lt, recent)
+                    pace.pop((s, j), None)
+                    recent = math.nan
+            if recent is None:
+                pace[(s, j)] = d / dt
+            elif not math.isnan(recent):
+                pace[(s, j)] = max(d / dt, recent / 2)
+            last[(s, j)] = (v, t)
+            delta[i, j] = d
+            rate[i, j] = d / dt
+    return delta, rate, problems, resets
+
+
+# few distinct levels, so readings go down and come back often
+values_st = st.one_of(
+    st.sampled_from([0.0, 3.0, 50.0, 100.0, 5e4, 2.0**31, 2.0**32 - 1, np.nan, np.inf, -1.0]),
+    st.floats(0, 2.0**32, allow_nan=False),
+)
+
+
+@pytest.mark.kernel
+@settings(max_examples=80, deadline=None)
+@given(n_rows=st.integers(0, 40), n_slots=st.integers(1, 3), data=st.data())
+def test_kernel_matches_reference_with_glitches(n_rows, n_slots, data):
+    k = 3
+    slot = np.array(data.draw(st.lists(st.integers(-1, n_slots), min_size=n_rows, max_size=n_rows)), np.int32)
+    # mostly forward in time (a pace builds up, drops get a next reading), sometimes back or NaN
+    steps = data.draw(st.lists(st.one_of(st.floats(0, 10, allow_nan=False), st.just(-1.0), st.just(np.nan)),
+                               min_size=n_rows, max_size=n_rows))
+    ts = np.cumsum(np.nan_to_num(steps, nan=0.0)) + np.where(np.isnan(steps), np.nan, 0.0)
+    values = np.array(data.draw(st.lists(st.lists(values_st, min_size=k, max_size=k),
+                                         min_size=n_rows, max_size=n_rows)), dtype=np.float64).reshape(n_rows, k)
+    modulus = [modulus_for_bits(32), 0.0, modulus_for_bits(64)]
+    max_rate = [np.inf, np.inf, 1e6]
+    rates = CounterRates(n_slots, ["a", "b", "c"], modulus=modulus, max_rate=max_rate)
+    cut = data.draw(st.integers(0, n_rows))  # streamed in two parts: the pending drop carries over
+    d1, r1, p1 = rates.update(ts[:cut], slot[:cut], values[:cut])
+    d2, r2, p2 = rates.update(ts[cut:], slot[cut:], values[cut:])
+    ref_d, ref_r, ref_p, ref_resets = naive_rates(ts, slot, values, modulus, max_rate, n_slots)
+    np.testing.assert_array_equal(np.vstack([d1, d2]), ref_d)
+    np.testing.assert_array_equal(np.vstack([r1, r2]), ref_r)
+    assert {key: p1[key] + p2[key] for key in PROBLEMS} == ref_p
+    np.testing.assert_array_equal(rates.s_resets, ref_resets)
+    both = np.vstack([r1, r2])
+    assert not np.any(both[np.isfinite(both)] < 0)
+
+
+@pytest.mark.kernel
+@settings(max_examples=60, deadline=None)
+@given(
+    increments=st.lists(st.integers(1000, 4000), min_size=3, max_size=40),
+    start=st.integers(10**6, 10**9),
+    data=st.data(),
+)
+def test_a_real_counter_with_one_bad_reading_counts_what_happened(increments, start, data):
+    """A counter that never wraps, moving within 4x of its pace, with one reading replaced by a
+    lower value: the deltas add up to the true increase, plus what the low reading exceeds the
+    two intervals around it by; one glitch, no reset left."""
+    true = np.cumsum([start, *increments]).astype(np.float64)
+    bad = data.draw(st.integers(2, len(true) - 2))  # a pace is known before it, a reading follows it
+    low = float(data.draw(st.integers(0, int(true[bad - 1]) - 1)))
+    raw = true.copy()
+    raw[bad] = low
+    rates, delta, problems = one_counter(raw, ts=np.arange(len(raw), dtype=np.float64))
+    around = true[bad + 1] - true[bad - 1]
+    assert problems["glitches"] == 1 and rates.s_resets[0, 0] == 0
+    assert np.nansum(delta) == true[-1] - true[0] - around + max(around, low)
