@@ -94,11 +94,12 @@ class PipelineRun:
 
 
 def move_run(run: PipelineRun, topology: Topology, stage: str) -> str:
-    """Carry ``run`` over to ``topology`` (a live source took in new GPUs or forgot a host, ``foreshock
-    watch``): the detectors', the input guard's and the /metrics store's state follow each entity by name
-    (``EmbeddedPipeline.move_to``), the /metrics server keeps its port and counters, the summary
-    names findings under the new topology. Counted (``foreshock_topology_changes_total``) and
-    logged in one line, which is returned."""
+    """Carry ``run`` over to ``topology`` (a live source took in new GPUs or ports, or forgot a host,
+    ``foreshock watch``): the detectors', the input guard's and the /metrics store's state follow
+    each entity by name (``EmbeddedPipeline.move_to``), the /metrics server keeps its port and
+    counters, the summary names findings under the new topology. Counted
+    (``foreshock_topology_changes_total``) and logged in one line, which is returned: the GPUs
+    (by host) and links (by name) added or dropped, and what the topology now holds."""
     assert run.make_bank is not None
     old = run.pipeline.topology
     fresh = run.pipeline.move_to(topology, run.make_bank(topology))
@@ -106,21 +107,39 @@ def move_run(run: PipelineRun, topology: Topology, stage: str) -> str:
     if run.jsonl is not None:
         run.jsonl.topology = topology  # the findings file names each entity; its slots are renumbered
     run.health.topology_changed(stage)
-    added = sorted(set(topology.gpus) - set(old.gpus))
-    dropped = sorted(set(old.gpus) - set(topology.gpus))  # a host the source forgot (--forget-after)
-    changes = ", ".join(f"{sign}{len(gpus)} GPU{'' if len(gpus) == 1 else 's'} ({_hosts_of(gpus)})"
-                        for sign, gpus in (("+", added), ("-", dropped)) if gpus)
-    line = (f"topology changed: {changes or 'renumbered'}; now {topology.size('gpu')} GPUs on "
-            f"{topology.size('node')} nodes; detector, input guard and /metrics state kept by GPU name")
+    changes: list[str] = []
+    for kind, label, shown in (("gpu", "GPU", _hosts_of), ("link", "link", _names_of)):
+        before, now = set(old.names(kind)), set(topology.names(kind))
+        # dropped: a host the source forgot (--forget-after)
+        for sign, names in (("+", sorted(now - before)), ("-", sorted(before - now))):
+            if names:
+                changes.append(f"{sign}{_count(len(names), label)} ({shown(names)})")
+    line = (f"topology changed: {', '.join(changes) or 'renumbered'}; now {topology_holds(topology)}; detector, "
+            "input guard and /metrics state kept by entity name")
     if fresh:
         line += f"; {', '.join(fresh)} cannot move its state: started fresh"
     log.warning(line)
     return line
 
 
+def topology_holds(topology: Topology) -> str:
+    """What ``topology`` holds, in a few words: its GPUs, links and optics (those it has) on its nodes."""
+    held = [_count(topology.size(kind), label) for kind, label in (("gpu", "GPU"), ("link", "link"),
+                                                                   ("optic", "optic")) if topology.size(kind)]
+    return f"{', '.join(held) or 'no GPUs or links'} on {_count(topology.size('node'), 'node')}"
+
+
+def _count(n: int, label: str) -> str:
+    return f"{n} {label}{'' if n == 1 else 's'}"
+
+
 def _hosts_of(gpus: Sequence[str], shown: int = 5) -> str:
     hosts = sorted({name.rpartition("/")[0] for name in gpus})
     return ", ".join(hosts[:shown]) + (f" and {len(hosts) - shown} more" if len(hosts) > shown else "")
+
+
+def _names_of(names: Sequence[str], shown: int = 5) -> str:
+    return ", ".join(names[:shown]) + (f" and {len(names) - shown} more" if len(names) > shown else "")
 
 
 def follow_external(run: PipelineRun, frames: Iterable[Frame]) -> Iterable[Frame]:

@@ -3,23 +3,24 @@
 The single-machine way to use foreshock on real hardware: ``foreshock watch --source nvml``
 on a GPU node, or ``--source dcgm --url http://HOST:9400/metrics``. The detector bank, the
 Prometheus endpoint and the summary are those of ``replay``. A source that derives its topology
-from what it reads (dcgm) is polled once before the bank is built. Ctrl-C, ``--duration`` or
-``--polls`` end the watch after the poll in progress, and the summary is printed as after a
-replay. ``--bmc`` polls the nodes' BMCs over Redfish beside the source (chassis fans and power)
+from what it reads (dcgm, infiniband) is polled once before the bank is built. Ctrl-C,
+``--duration`` or ``--polls`` end the watch after the poll in progress, and the summary is
+printed as after a replay. ``--bmc`` polls the nodes' BMCs over Redfish beside the source (chassis fans and power)
 and ``--cdu`` the cooling loops' CDUs (coolant supply and flow), each in a thread of its own and
 named by the source's topology: the GPUs from NVML or dcgm-exporter, the fans from the BMC and the
 coolant from the CDU, on one machine without a broker.
 
 A topology derived from the source (no ``--topology``) follows the hardware: when dcgm-exporter
-serves GPUs it lacks in 3 consecutive polls (a node replaced or added: new hostnames), the source
-takes them in and the watch carries on under the grown topology (``_TopologyFollower``), each
-entity keeping its learnt state. A host none of whose GPUs has been served for ``--forget-after``
-seconds (24 h; 0: never) is dropped the same way, its state with it, so a watch over a cluster
-whose nodes come and go under new hostnames does not grow without end; a node down for a shorter
-repair keeps its place and state, and one served again after being forgotten is taken in as a new
-one. With ``--topology FILE`` the file is the truth, and never changes: a GPU it lacks is counted
-as an unknown entity and logged once, asking to add it to the file; a ``--bmc`` node or ``--cdu``
-loop it lacks is refused before the first poll.
+serves GPUs it lacks in 3 consecutive polls (a node replaced or added: new hostnames), or sysfs
+lists InfiniBand ports it lacks in as many (an HCA whose driver loaded after the start, a port
+added), the source takes them in and the watch carries on under the grown topology
+(``_TopologyFollower``), each entity keeping its learnt state. A host none of whose GPUs has been
+served for ``--forget-after`` seconds (24 h; 0: never) is dropped the same way, its state with it,
+so a watch over a cluster whose nodes come and go under new hostnames does not grow without end; a
+node down for a shorter repair keeps its place and state, and one served again after being
+forgotten is taken in as a new one. With ``--topology FILE`` the file is the truth, and never
+changes: a GPU it lacks is counted as an unknown entity and logged once, asking to add it to the
+file; a ``--bmc`` node or ``--cdu`` loop it lacks is refused before the first poll.
 
 A GPU board swapped in its slot (an RMA: the name stays, the UUID changes) starts its detector
 state afresh from the new board's first row, with or without ``--topology``: the new board's
@@ -48,6 +49,7 @@ from foreshock.frames import Frame
 from foreshock.health import PipelineHealth
 from foreshock.remap import Remap
 from foreshock.streams.dcgm import FORGET_AFTER_S, MAX_AHEAD_S, UNLISTED_POLLS, DcgmScrapeSource
+from foreshock.streams.infiniband import InfinibandSource
 from foreshock.streams.polling import PollingSource, alongside
 from foreshock.streams.redfish import CduSource, RedfishSource, parse_bmc_list
 from foreshock.topology import Topology
@@ -107,6 +109,8 @@ def command(source: str, duration: float | None, polls: int | None, interval: fl
     if isinstance(polled, DcgmScrapeSource):
         polled.takes_in_new_gpus = True  # a derived topology follows nodes replaced, added or gone for long
         polled.forget_after_s = forget_after
+    if isinstance(polled, InfinibandSource):
+        polled.takes_in_new_ports = True  # a derived topology follows ports found after the start
     stopped_by: list[str] = []
 
     def stop(sig: signal.Signals) -> None:
@@ -136,8 +140,10 @@ def command(source: str, duration: float | None, polls: int | None, interval: fl
         for other in others:
             other.counts_samples = False
         extra = "".join(f" and {len(found)} {what}" for found, what in ((bmcs, "BMCs"), (cdus, "CDUs")) if found)
+        links = f", {topology.size('link')} links" if topology.size("link") else ""
         console.print(f"[dim]watching {source}{extra}: "
-                      f"{topology.size('gpu')} GPUs, {topology.size('node')} nodes, a poll every {polled.interval:g} s "
+                      f"{topology.size('gpu')} GPUs, {topology.size('node')} nodes{links}, a poll every "
+                      f"{polled.interval:g} s "
                       "(Ctrl-C stops)[/dim]")
         follower = _TopologyFollower(polled, topology, others)
         merged = alongside(itertools.chain([first], follower.mark(frames)), others)

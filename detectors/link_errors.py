@@ -24,6 +24,16 @@ Rules (from ``foreshock.facts``, i.e. NVSentinel and gpud; see FACTS.md "Fabric"
   without that counter, from ``link_state`` leaving ACTIVE. The downs a sample's increment
   reports are spread evenly over its interval, the last at the sample: after an agent outage
   of days they are days apart, not all at the first sample after it.
+- **a down the counter cannot see**: on a port that has ``link_downed``, ``link_state`` leaving
+  ACTIVE on a row without a ``link_downed`` reading (its file unreadable once, or the port gone
+  from sysfs: the InfiniBand source's DOWN row for a port its topology lists, FACTS.md "NIC
+  lost") waits for the counter's answer. Its next reading with an increase saw the down: counted
+  there, as ``link_downed``, not again. A reading with none, or a cleared counter (a port back
+  from an HCA reset: nothing else tells it went down), or a second row with the state and still
+  no reading (the port is gone) did not: the down is counted then, at the time it came, and
+  reported as ``link_state`` (fatal, with the state the port went to). Until the counter's next
+  reading: an increase there is that same down (reported and counted one less); none, or a
+  clear, ends the wait.
 
 Every finding is an :class:`~foreshock.findings.Anomaly` on the link (score = value over
 threshold, or the increase for "any increase" rules). A rule that keeps holding is repeated at
@@ -102,7 +112,7 @@ RULES: tuple[Rule, ...] = (
     Rule("xmit_discards", _DISCARDS, PER_SECOND, facts.XMIT_DISCARDS_WARN_PER_S, "warning",
          "NVSentinel: > 100/s"),
     Rule("link_state", -1, STATE, float(facts.IB_PORT_STATE_ACTIVE), "fatal",
-         "port left ACTIVE (source without link_downed)"),
+         "port left ACTIVE (source without link_downed, or a down its link_downed did not read)"),
     Rule("link_flap", _DOWNED, FLAP, float(facts.FLAP_CYCLES), "fatal",
          f"gpud: >= {facts.FLAP_CYCLES} down/up cycles in {facts.FLAP_WINDOW_S / 3600:g} h", field="link_flaps"),
     # last, so a checkpoint's s_last_emit from before it only lacks its last column
@@ -116,24 +126,44 @@ N_RATE_RULES = sum(1 for r in RULES if r.test == PER_SECOND)
 
 
 @jit
+def _add_down(downs: np.ndarray, s: int, x: float) -> None:
+    """Put a down at ``x`` into link ``s``'s ring of its latest down times (ascending, NaN = empty,
+    first); one older than every down a full ring holds is left out."""
+    n_ring = downs.shape[1]
+    if downs[s, 0] == downs[s, 0] and x <= downs[s, 0]:
+        return
+    k = 0
+    while k < n_ring - 1 and (downs[s, k + 1] != downs[s, k + 1] or downs[s, k + 1] < x):
+        downs[s, k] = downs[s, k + 1]
+        k += 1
+    downs[s, k] = x
+
+
+@jit
 def _link_error_kernel(ts: np.ndarray, slot: np.ndarray, delta: np.ndarray, rate: np.ndarray,
-                       link_state: np.ndarray, link_rate: np.ndarray, downed_raw: np.ndarray, has_downed: np.ndarray,
+                       link_state: np.ndarray, link_rate: np.ndarray, downed_raw: np.ndarray, downed_last: np.ndarray,
                        rules: np.ndarray, state: tuple, out: np.ndarray) -> int:  # type: ignore[type-arg]
     """Apply ``rules`` (r, 6) = [counter, test, threshold, refresh_s, flap_window_s, window_s] row by row.
 
     ``state`` = (hour_bins (links, 12 + running total), hour_bin_index (links,) int64, downs (links, F) the
     latest down times, ascending, last_state (links,), last_emit (links, r), rate_span (links, q, 2) =
     [start, increase since] of each PER_SECOND rule's open span, in rule order, NaN start = none
-    open, active_rate (links,) the port's ``link_rate`` when it was last seen ACTIVE). Writes (row,
-    rule, value) into ``out`` and returns how many (RATE_DROP: the rate it ran at before).
+    open, active_rate (links,) the port's ``link_rate`` when it was last seen ACTIVE, state_down
+    (links, 3) = [time, state] of a down held for the counter to answer (NaN time = none), and 1.0
+    where a down counted from the state awaits the counter's next reading). Writes (row, rule,
+    value) into ``out`` and returns how many (RATE_DROP: the rate it ran at before; STATE: the
+    state the port went to).
 
-    ``downed_raw`` (rows,) the raw ``link_downed`` readings, ``has_downed`` (links,) bool whether
-    each link's counter was read before this frame (updated here as rows read it): ``link_state``
-    leaving ACTIVE counts a down only on a link without the counter. On one with it, a row whose
-    counter gave no increase (unreadable that poll, a repeated timestamp) had the state count the
-    down and the counter count it again at the next poll: two downs read as three, a flapping link.
+    ``downed_raw`` (rows,) the raw ``link_downed`` readings, ``downed_last`` (links,) each link's
+    reading the counter last took before this frame, NaN = never read (updated here as rows read
+    it). ``link_state`` leaving ACTIVE counts a down at once only on a link without the counter.
+    On one with it, a row that read the counter (a repeated timestamp gives no increase) leaves
+    the down to the counter's next increase: counted from both, two downs read as three, a
+    flapping link. A row without a reading holds it (the module docstring): a down the counter
+    then does not see (a port gone from sysfs, back with its counters cleared) is counted late,
+    not lost; one it does see is counted once.
     """
-    bins, bin_index, downs, last_state, last_emit, rate_span, active_rate = state
+    bins, bin_index, downs, last_state, last_emit, rate_span, active_rate, state_down = state
     flap_window = rules[0, 4]
     n_out = 0
     n_links = bins.shape[0]
@@ -166,11 +196,42 @@ def _link_error_kernel(ts: np.ndarray, slot: np.ndarray, delta: np.ndarray, rate
         hour = bins[s, HOUR_BINS]
         # downs: the counter sees every down; link_state is the fallback when it is absent
         d_down = delta[i, _DOWNED]
+        raw = downed_raw[i]
+        reading = 0.0 <= raw < np.inf  # a reading the counter takes (a -1 sentinel is none)
+        has_counter = downed_last[s] == downed_last[s]
         st = link_state[i]
         left_active = st == st and last_state[s] == 4.0 and st != 4.0
-        state_down = left_active and not has_downed[s]  # the fallback: no counter to see it
-        if 0.0 <= downed_raw[i] < np.inf:  # a reading the counter takes (a -1 sentinel is none)
-            has_downed[s] = True
+        down_now = left_active and not has_counter  # the fallback: no counter to see it
+        late = np.nan  # a held down the counter did not see: when it came
+        late_state = np.nan
+        held = state_down[s, 0]
+        if d_down == d_down:  # the counter's answer
+            cleared = raw < downed_last[s]  # link_downed does not wrap: a decrease is a clear
+            if reading:
+                downed_last[s] = raw
+            if state_down[s, 2] == 1.0:
+                # a down counted from the state: an increase here is that down, a clear or none ends it
+                state_down[s, 2] = np.nan
+                if d_down > 0.0 and not cleared:
+                    d_down -= 1.0
+            if held == held:
+                if d_down <= 0.0 or cleared:  # the counter did not see it (back from a reset, cleared)
+                    late = held
+                    late_state = state_down[s, 1]
+                state_down[s, 0] = state_down[s, 1] = np.nan
+        else:
+            if reading and not has_counter:
+                downed_last[s] = raw
+            if held == held and st == st and not reading:
+                # a second row with the state and still no reading: the port is gone, not one bad read
+                late = held
+                late_state = state_down[s, 1]
+                state_down[s, 0] = state_down[s, 1] = np.nan
+        if late == late:
+            state_down[s, 2] = 1.0  # the counter's next reading may see it too
+        if left_active and has_counter and not reading:
+            state_down[s, 0] = t  # held for the counter's answer (a row that reads it leaves it to the counter)
+            state_down[s, 1] = st
         n_down = 0
         spacing = 0.0
         if d_down == d_down:
@@ -179,7 +240,7 @@ def _link_error_kernel(ts: np.ndarray, slot: np.ndarray, delta: np.ndarray, rate
                 # the downs came at their mean pace over the sample's interval (delta / rate): stamped
                 # all at the sample, three downs over a 3-day agent outage read as a flapping link
                 spacing = 1.0 / rate[i, _DOWNED]
-        elif state_down:
+        elif down_now:
             n_down = 1
         if st == st:
             last_state[s] = st
@@ -190,16 +251,11 @@ def _link_error_kernel(ts: np.ndarray, slot: np.ndarray, delta: np.ndarray, rate
             was_bps = active_rate[s]
             active_rate[s] = bps
         for j in range(n_down - 1, -1, -1):
-            # the ring keeps the latest down times, ascending (NaN = empty, first): spread back over
-            # its interval, a sample's downs may come before a link_state down already held
-            x = t - j * spacing
-            if downs[s, 0] == downs[s, 0] and x <= downs[s, 0]:
-                continue
-            k = 0
-            while k < n_ring - 1 and (downs[s, k + 1] != downs[s, k + 1] or downs[s, k + 1] < x):
-                downs[s, k] = downs[s, k + 1]
-                k += 1
-            downs[s, k] = x
+            # spread back over its interval, a sample's downs may come before a link_state down in the ring
+            _add_down(downs, s, t - j * spacing)
+        if late == late:
+            _add_down(downs, s, late)  # at its time: counted late, it is no later a down
+            n_down += 1
         recent = 0
         for k in range(n_ring):
             if downs[s, k] == downs[s, k] and t - downs[s, k] <= flap_window:
@@ -211,8 +267,9 @@ def _link_error_kernel(ts: np.ndarray, slot: np.ndarray, delta: np.ndarray, rate
             threshold = rules[r, 2]
             value = np.nan
             if test == INCREASE:
-                if delta[i, col] > threshold:
-                    value = delta[i, col]
+                d = d_down if col == _DOWNED else delta[i, col]  # less a down counted from the state
+                if d > threshold:
+                    value = d
             elif test == PER_HOUR:
                 if hour > threshold:
                     value = hour
@@ -237,8 +294,10 @@ def _link_error_kernel(ts: np.ndarray, slot: np.ndarray, delta: np.ndarray, rate
                 if n_down > 0 and recent >= threshold:
                     value = float(recent)
             elif test == STATE:
-                if state_down and d_down != d_down:
+                if down_now and d_down != d_down:
                     value = st
+                elif late == late:
+                    value = late_state
             elif test == RATE_DROP:
                 if bps < was_bps * threshold:  # NaN (not ACTIVE, no rate, none before) fails
                     value = was_bps
@@ -261,7 +320,7 @@ class LinkErrorsDetector(Detector):
 
     slot_kinds: ClassVar[Mapping[str, str]] = {name: "link" for name in (
         "s_counter_state", "s_counter_resets", "s_hour_bins", "s_hour_bin_index", "s_downs", "s_last_state",
-        "s_last_emit", "s_rate_span", "s_active_rate")}
+        "s_last_emit", "s_rate_span", "s_active_rate", "s_state_down")}
     name: ClassVar[str] = "link_errors"
     kinds: ClassVar[tuple[str, ...]] = ("link",)
 
@@ -288,19 +347,20 @@ class LinkErrorsDetector(Detector):
         self.s_last_emit = np.full((n, len(RULES)), np.nan)
         self.s_rate_span = np.full((n, N_RATE_RULES, 2), np.nan)
         self.s_active_rate = np.full(n, np.nan)
+        self.s_state_down = np.full((n, 3), np.nan)  # [time, state] of a held down; 1.0: one counted awaits the counter
 
     def update(self, frame: Frame) -> list[Finding]:
         if len(frame) == 0:
             return []
         values = np.stack([frame.columns[c] for c in COUNTERS], axis=1)
-        has_downed = ~np.isnan(self.counters.s_state[:, _DOWNED, 0])  # read before (see the kernel)
+        downed_last = self.counters.s_state[:, _DOWNED, 0].copy()  # read before (see the kernel)
         delta, rate, problems = self.counters.update(frame.ts, frame.slot, values)
         report_problems(self.health, self.name, problems)
         out = np.empty((len(frame) * len(RULES), 3))
         state = (self.s_hour_bins, self.s_hour_bin_index, self.s_downs, self.s_last_state, self.s_last_emit,
-                 self.s_rate_span, self.s_active_rate)
+                 self.s_rate_span, self.s_active_rate, self.s_state_down)
         n = _link_error_kernel(frame.ts, frame.slot, delta, rate, frame.columns["link_state"],
-                               frame.columns["link_rate"], np.ascontiguousarray(values[:, _DOWNED]), has_downed,
+                               frame.columns["link_rate"], np.ascontiguousarray(values[:, _DOWNED]), downed_last,
                                self._table, state, out)
         return [self._finding(frame, int(row), int(rule), float(value)) for row, rule, value in out[:n]]
 
@@ -333,7 +393,8 @@ class LinkErrorsDetector(Detector):
         rate rule's first span after the load starts at its next sample's interval, as on a fresh
         detector, while everything else goes on from where it was. One saved before the
         ``link_rate`` rule: no rate known yet (``s_active_rate`` NaN, the port's next ACTIVE rate
-        is its first), that rule never emitted (its ``s_last_emit`` column NaN)."""
+        is its first), that rule never emitted (its ``s_last_emit`` column NaN). One saved before
+        ``s_state_down``: no down held or awaiting the counter (as on a fresh detector)."""
         if "s_last_emit" not in state:
             return state
         n = np.shape(state["s_last_emit"])[0]
@@ -341,6 +402,8 @@ class LinkErrorsDetector(Detector):
             state = {**state, "s_rate_span": np.full((n, N_RATE_RULES, 2), np.nan)}
         if "s_active_rate" not in state:
             state = {**state, "s_active_rate": np.full(n, np.nan)}
+        if "s_state_down" not in state:
+            state = {**state, "s_state_down": np.full((n, 3), np.nan)}
         return add_columns(state, "s_last_emit", len(RULES))
 
     def load_state_dict(self, state: dict[str, Any]) -> None:

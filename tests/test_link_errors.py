@@ -241,13 +241,15 @@ def test_a_down_the_counter_sees_is_not_counted_again_from_the_port_state(gap):
 
 # ---- the kernel against a plain-Python reference ------------------------------------------------
 def naive_rules(ts, slot, delta, rate, state, refresh, flap_window, flap_cycles, n_links, link_rate=None,
-                downed_raw=None, has_downed=()):
+                downed_raw=None, downed_last=None):
     sym_events = defaultdict(list)
     downs = defaultdict(list)
     spans: dict[tuple[int, int], list[float]] = {}  # (link, rule) -> [start, increase since]
     last_state: dict[int, float] = {}
     active_rate: dict[int, float] = {}  # the rate each port last ran at while ACTIVE
-    counter_read = set(has_downed)  # links whose link_downed was ever read: no link_state fallback
+    last_read = dict(downed_last or {})  # link -> its link_downed reading last taken: no link_state fallback
+    held: dict[int, tuple[float, float]] = {}  # link -> (time, state) of a down the counter has not answered
+    counted: set[int] = set()  # links whose down counted from the state the counter's next reading may hold
     last_emit: dict[tuple[int, int], float] = {}
     out = []
     sym, down = COUNTERS.index("symbol_error"), COUNTERS.index("link_downed")
@@ -262,13 +264,36 @@ def naive_rules(ts, slot, delta, rate, state, refresh, flap_window, flap_cycles,
         hour = sum(c for bb, c in sym_events[s] if b - HOUR_BINS < bb <= b)
         st_ = state[i]
         left_active = not math.isnan(st_) and last_state.get(s) == 4.0 and st_ != 4.0
-        state_down = left_active and s not in counter_read
-        if downed_raw is not None and 0.0 <= downed_raw[i] < math.inf:
-            counter_read.add(s)
+        raw = math.nan if downed_raw is None else float(downed_raw[i])
+        reading = 0.0 <= raw < math.inf
+        has_counter = s in last_read
+        state_down = left_active and not has_counter
+        d_down = float(delta[i, down])
+        late = None  # (time, state) of a held down the counter did not see
+        if not math.isnan(d_down):
+            cleared = has_counter and raw < last_read[s]
+            if reading:
+                last_read[s] = raw
+            if s in counted:  # its increase holds the down counted from the state
+                counted.discard(s)
+                if d_down > 0 and not cleared:
+                    d_down -= 1.0
+            if s in held:  # an increase has the held down; none, or a clear, did not see it
+                was = held.pop(s)
+                late = was if d_down <= 0 or cleared else None
+        else:
+            if reading and not has_counter:
+                last_read[s] = raw
+            if s in held and not math.isnan(st_) and not reading:  # still no reading: the port is gone
+                late = held.pop(s)
+        if late is not None:
+            counted.add(s)
+        if left_active and has_counter and not reading:
+            held[s] = (t, st_)
         spacing = 0.0
-        if not math.isnan(delta[i, down]):
-            n_down = int(min(delta[i, down], flap_cycles))
-            if delta[i, down] > 0:  # a sample's downs at their mean pace over its interval
+        if not math.isnan(d_down):
+            n_down = int(min(d_down, flap_cycles))
+            if d_down > 0:  # a sample's downs at their mean pace over its interval
                 spacing = 1.0 / rate[i, down]
         else:
             n_down = 1 if state_down else 0
@@ -280,11 +305,15 @@ def naive_rules(ts, slot, delta, rate, state, refresh, flap_window, flap_cycles,
             was_bps = active_rate.get(s, math.nan)
             active_rate[s] = bps
         downs[s] += [t - j * spacing for j in range(n_down)]
+        if late is not None:
+            downs[s].append(late[0])
+            n_down += 1
         recent = min(flap_cycles, sum(1 for x in downs[s] if t - x <= flap_window))
         for r, rule in enumerate(RULES):
             value = math.nan
-            if rule.test == INCREASE and delta[i, rule.counter] > 0:
-                value = delta[i, rule.counter]
+            increase = d_down if rule.counter == down else delta[i, rule.counter]
+            if rule.test == INCREASE and increase > 0:
+                value = increase
             elif rule.test == PER_HOUR and hour > rule.threshold:
                 value = hour
             elif rule.test == PER_SECOND and not math.isnan(delta[i, rule.counter]):
@@ -301,6 +330,8 @@ def naive_rules(ts, slot, delta, rate, state, refresh, flap_window, flap_cycles,
                 value = float(recent)
             elif rule.test == STATE and state_down and math.isnan(delta[i, down]):
                 value = st_
+            elif rule.test == STATE and late is not None:
+                value = late[1]
             elif rule.test == RATE_DROP and bps < was_bps:
                 value = was_bps
             if math.isnan(value):
@@ -335,16 +366,18 @@ def test_rule_kernel_matches_reference(data, n_rows):
     det = LinkErrorsDetector(one_link_topology(n_links))
     out = np.empty((max(n_rows, 1) * len(RULES), 3))
     st_tuple = (det.s_hour_bins, det.s_hour_bin_index, det.s_downs, det.s_last_state, det.s_last_emit,
-                det.s_rate_span, det.s_active_rate)
+                det.s_rate_span, det.s_active_rate, det.s_state_down)
     # the raw link_downed: read where its delta is known, else sometimes (a first or stale reading)
     unread = np.array(data.draw(st.lists(st.booleans(), min_size=n_rows, max_size=n_rows)), dtype=bool)
     sentinel = np.array(data.draw(st.lists(st.booleans(), min_size=n_rows, max_size=n_rows)), dtype=bool)
+    level = np.array(data.draw(st.lists(st.sampled_from([0.0, 1.0, 2.0]), min_size=n_rows, max_size=n_rows)))
     downed_raw = np.where(np.isnan(delta[:, COUNTERS.index("link_downed")]) & unread, np.where(sentinel, -1.0, np.nan),
-                          1.0)  # (-1: a sentinel the counter refuses, as it does NaN)
-    has_downed = np.array(data.draw(st.lists(st.booleans(), min_size=n_links, max_size=n_links)), dtype=bool)
-    read_before = {k for k in range(n_links) if has_downed[k]}
-    n = _link_error_kernel(ts, slot, delta, rate, state, link_rate, downed_raw, has_downed, det._table, st_tuple,
-                           out)
+                          level)  # (-1: a sentinel the counter refuses, as it does NaN; a lower level: a clear)
+    downed_last = np.array(data.draw(st.lists(st.sampled_from([np.nan, 0.0, 1.0, 2.0]), min_size=n_links,
+                                              max_size=n_links)))
+    read_before = {k: float(v) for k, v in enumerate(downed_last) if not np.isnan(v)}
+    n = _link_error_kernel(ts, slot, delta, rate, state, link_rate, downed_raw, downed_last.copy(), det._table,
+                           st_tuple, out)
     got = [(int(a), int(b), float(c)) for a, b, c in out[:n]]
     want = naive_rules(ts, slot, delta, rate, state, 60.0, facts.FLAP_WINDOW_S, facts.FLAP_CYCLES, n_links,
                        link_rate, downed_raw, read_before)
