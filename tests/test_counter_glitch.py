@@ -8,20 +8,19 @@ downs. A real clear (the counter stays low and grows from there) and a wrap read
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from foreshock.detectors.congestion import CongestionDetector
-from foreshock.detectors.counters import (MIN_DT_S, PACE_SLACK, PROBLEMS, CounterRates, modulus_for_bits,
-                                          report_problems)
+from foreshock.detectors.counters import PACE_SLACK, PROBLEMS, CounterRates, modulus_for_bits, report_problems
 from foreshock.detectors.link_errors import LinkErrorsDetector
 from foreshock.frames import Frame
 from foreshock.health import PipelineHealth
 from foreshock.topology import Topology
+
+from test_counters import naive_rates  # the module's reference, glitches included
 
 
 def one_link_topology() -> Topology:
@@ -208,79 +207,7 @@ def test_a_rebound_state_has_no_drop_pending():
         b.bind(b.s_state, b.s_resets, b.s_rate, np.full((1, 1, 2), np.nan))
 
 
-# ---- the kernel against a plain reference, and a real counter with one bad reading ---------------
-def naive_rates(ts, slot, values, modulus, max_rate, n_slots):
-    """Reference: one (slot, counter) at a time, straight from the module docstring, glitches too."""
-    rows, k = values.shape
-    delta = np.full((rows, k), np.nan)
-    rate = np.full((rows, k), np.nan)
-    last: dict[tuple[int, int], tuple[float, float]] = {}
-    pace: dict[tuple[int, int], float] = {}  # recent peak rate; absent = none known
-    drop: dict[tuple[int, int], tuple[float, float, float]] = {}  # (value, ts, pace) before a reset
-    resets = np.zeros((n_slots, k), dtype=np.int64)
-    problems = dict.fromkeys(PROBLEMS, 0)
-    for i in range(rows):
-        s, t = int(slot[i]), float(ts[i])
-        if not 0 <= s < n_slots or math.isnan(t):
-            problems["unknown_slot"] += 1
-            continue
-        for j in range(k):
-            v = float(values[i, j])
-            if math.isnan(v):
-                continue
-            if v < 0 or math.isinf(v):
-                problems["invalid_value"] += 1
-                continue
-            at_top = v == 2.0**32 - 1 and last.get((s, j), (None,))[0] != v
-            if (s, j) not in last:
-                problems["saturated"] += at_top
-                last[(s, j)] = (v, t)
-                continue
-            lv, lt = last[(s, j)]
-            dt = t - lt
-            if dt < MIN_DT_S:
-                problems["stale_or_out_of_order"] += 1
-                continue
-            recent = pace.get((s, j))
-            pending = drop.pop((s, j), None)
-            if pending is not None and v >= pending[0] and v - pending[0] <= 16.0 * pending[2] * (t - pending[1]):
-                before, before_t, before_pace = pending
-                d = max(v - before - lv, 0.0)
-                problems["glitches"] += 1
-                resets[s, j] = max(resets[s, j] - 1, 0)
-                pace[(s, j)] = max((v - before) / (t - before_t), before_pace / 2)
-                last[(s, j)] = (v, t)
-                delta[i, j] = d
-                rate[i, j] = d / dt
-                continue
-            problems["saturated"] += at_top
-            if v >= lv:
-                d = v - lv
-            else:
-                m = modulus[j]
-                wrapped = (m - lv) + v
-                if m > 0 and lv <= m and wrapped <= min(m / 2, max_rate[j] * dt) \
-                        and recent is not None and wrapped <= 16.0 * recent * dt:
-                    d = wrapped
-                    problems["wraps"] += 1
-                else:
-                    d = v
-                    resets[s, j] += 1
-                    problems["resets"] += 1
-                    if recent is not None:
-                        drop[(s, j)] = (lv, lt, recent)
-                    pace.pop((s, j), None)
-                    recent = math.nan
-            if recent is None:
-                pace[(s, j)] = d / dt
-            elif not math.isnan(recent):
-                pace[(s, j)] = max(d / dt, recent / 2)
-            last[(s, j)] = (v, t)
-            delta[i, j] = d
-            rate[i, j] = d / dt
-    return delta, rate, problems, resets
-
-
+# ---- the kernel against the plain reference (test_counters), and a real counter with one bad reading
 # few distinct levels, so readings go down and come back often
 values_st = st.one_of(
     st.sampled_from([0.0, 3.0, 50.0, 100.0, 5e4, 2.0**31, 2.0**32 - 1, np.nan, np.inf, -1.0]),
