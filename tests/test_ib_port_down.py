@@ -32,23 +32,11 @@ from foreshock.streams.dcgm import UNLISTED_POLLS
 from foreshock.streams.infiniband import DISAPPEARED, STAGE, InfinibandSource
 from foreshock.topology import Topology
 
+from test_fabric_sources_review import make_port  # an ACTIVE port in the kernel's sysfs layout
+
 HOST = "n0"
 GONE = f"{HOST}/mlx5_1/1"  # the port whose HCA falls off the bus
 POLL_S = 60.0
-
-
-def make_port(root: Path, dev: str, port: str, link_downed: int) -> None:
-    """One ACTIVE port with the kernel's layout, its error counters at 0 but ``link_downed``."""
-    base = root / dev / "ports" / port
-    (base / "counters").mkdir(parents=True, exist_ok=True)
-    for name in ("port_xmit_data", "port_rcv_data", "port_xmit_wait", "symbol_error", "link_error_recovery",
-                 "port_rcv_errors", "port_xmit_discards", "excessive_buffer_overrun_errors",
-                 "local_link_integrity_errors"):
-        (base / "counters" / name).write_text("0\n")
-    (base / "counters" / "link_downed").write_text(f"{link_downed}\n")
-    (base / "state").write_text("4: ACTIVE\n")
-    (base / "rate").write_text("400 Gb/sec (4X NDR)\n")
-    (base / "link_layer").write_text("InfiniBand\n")
 
 
 def run_outages(root: Path, outages: list[tuple[int, int, int]], polls: int,
