@@ -124,7 +124,10 @@ class RecordingWriter:
         batch = Frame.concat(frames).to_arrow()
         writer = self._writers.get(kind)
         if writer is None:
-            writer = pq.ParquetWriter(self._open_file(kind), batch.schema, compression="zstd")
+            # page checksums: a data page corrupted on disk or in a copy (footer intact) read back
+            # without error, wrong values passing the guard; now reading it fails, naming the file
+            writer = pq.ParquetWriter(self._open_file(kind), batch.schema, compression="zstd",
+                                      write_page_checksum=True)
             self._writers[kind] = writer
         writer.write_table(pa.Table.from_batches([batch]), row_group_size=len(batch))
 
@@ -284,7 +287,9 @@ class Recording:
 
     def _parquet(self, file: Path, kind: str) -> pq.ParquetFile:
         try:
-            pf = pq.ParquetFile(file)
+            # pages with a checksum are verified as read (iter_kind); those of recordings written
+            # before there were any are read as before
+            pf = pq.ParquetFile(file, page_checksum_verification=True)
         except (pa.ArrowException, UnicodeDecodeError, OSError) as exc:  # (a corrupt footer's text, too)
             raise RecordingError(f"{file}: unreadable Parquet ({exc})") from None
         names = set(pf.schema_arrow.names)
@@ -330,7 +335,10 @@ class Recording:
         end: a detector that joins kinds (GPU temperature with rack inlet) never reads the future,
         and a replay feeds the detectors exactly as the live source did. Rows are cut as prefixes
         in file order, so a row whose timestamp is out of order or missing is delivered (and
-        counted by the input guard), never lost.
+        counted by the input guard), never lost. So is a stray stamped beyond the next window
+        among rows of this one (milliseconds among seconds, a clock run ahead): it rides along
+        with them (ending the prefix, it held back every later row of its kind until the windows
+        reached it, hours or years on).
         """
         window = float(window_s or self.interval)
         if not window > 0:
@@ -339,19 +347,57 @@ class Recording:
         present = [k for k in order if k in wanted and k in self.kinds()]
         iters = {k: self.iter_kind(k, batch_rows) for k in present}
         pending: dict[str, Frame | None] = {k: next(iters[k], None) for k in present}
-        starts = [_first_ts(f) for f in pending.values() if f is not None and len(f)]
-        if not starts or not np.isfinite(min(starts)):
-            starts = [0.0]
-        t_end = min(starts) + window
+        firsts = [_first_stamp(f.ts, window) for f in pending.values() if f is not None and len(f)]
+        t_end = (min(firsts) if firsts and np.isfinite(min(firsts)) else 0.0) + window
+        # A row stamped beyond the next window starts a gap in the recording, or is a stray
+        # (milliseconds among seconds): then the rows after it fall back into this window, or,
+        # its kind held back, to its rows not delivered yet (from ``since[kind]``). How far past
+        # it to look, ``ahead[kind]``: 512 rows or the most the kind gave a window, doubled each
+        # window it gives none (a longer run of strays), up to twice the most any kind gave. A
+        # look that finds none costs O(window); rows in time order need none.
+        most = 512
+        ahead = dict.fromkeys(present, most)
+        since = dict.fromkeys(present, t_end - window)
+        peeked: dict[str, list[Frame]] = {k: [] for k in present}  # batches read early: a look ran off a batch
+
+        def stamps(kind: str, ts: np.ndarray, more_rows: int) -> np.ndarray | None:
+            """``ts`` and up to ``more_rows`` stamps of the kind's next batches (None where none)."""
+            queue = peeked[kind]
+            while sum(len(f) for f in queue) < more_rows and (batch := next(iters[kind], None)) is not None:
+                queue.append(batch)
+            if not queue:
+                return None
+            pieces, left = [ts], more_rows
+            for batch in queue:
+                pieces.append(batch.ts[:left])
+                left -= len(pieces[-1])
+            return np.concatenate(pieces)
+
+        def next_start(t_end: float) -> float:
+            """Where the rows left after this window start (NaN where none are left)."""
+            starts: list[float] = []
+            for kind, frame in pending.items():
+                if frame is not None and len(frame):
+                    start, open_end = _next_stamp(frame.ts, t_end, window, since[kind], ahead[kind])
+                    if open_end and (ts := stamps(kind, frame.ts, ahead[kind] + 1)) is not None:
+                        start, _ = _next_stamp(ts, t_end, window, since[kind], ahead[kind])
+                    starts.append(start)
+            return min(starts, default=np.nan)
+
         while any(f is not None and len(f) for f in pending.values()):
             for kind in present:
                 frame = pending[kind]
                 parts = []
                 while frame is not None:
-                    cut = _prefix_before(frame.ts, t_end)
+                    cut, open_end = _first_at_or_after(frame.ts, t_end, window, since[kind], ahead[kind])
+                    if open_end:  # the rows that tell whether the row at the cut is a stray are in the next batch
+                        look = max(ahead[kind], cut)
+                        if (ts := stamps(kind, frame.ts[cut:], look + 1)) is not None:
+                            rest, _ = _first_at_or_after(ts, t_end, window, since[kind], look)
+                            cut = min(cut + int(rest), len(frame))
                     if cut == len(frame):
                         parts.append(frame)
-                        frame = next(iters[kind], None)
+                        frame = peeked[kind].pop(0) if peeked[kind] else next(iters[kind], None)
                         continue
                     if cut:
                         parts.append(frame.take(slice(0, cut)))  # views, not copies
@@ -359,48 +405,104 @@ class Recording:
                     break
                 pending[kind] = frame
                 if parts:
-                    yield parts[0] if len(parts) == 1 else Frame.concat(parts)
-            nxt = [_first_ts(f) for f in pending.values() if f is not None and len(f)]
-            if not nxt:
+                    out = parts[0] if len(parts) == 1 else Frame.concat(parts)
+                    ahead[kind] = max(ahead[kind], len(out))
+                    most = max(most, len(out))
+                    since[kind] = t_end
+                    yield out
+                elif frame is not None:
+                    ahead[kind] = min(2 * ahead[kind], 2 * most)
+            nxt = next_start(t_end)
+            if nxt != nxt:  # (NaN: nothing left)
                 break
             # jump over gaps in the recording instead of yielding empty windows; past a stamp so
             # large that adding the window leaves it unchanged (nanoseconds among seconds), by
             # one representable step at least, so that the row at it is delivered
-            t_end = max(t_end, min(nxt)) + window
-            if not t_end > min(nxt):
-                t_end = float(np.nextafter(min(nxt), np.inf))
+            t_end = max(t_end, nxt) + window
+            if not t_end > nxt:
+                t_end = float(np.nextafter(nxt, np.inf))
 
     def read_kind(self, kind: str) -> Frame:
         frames = list(self.iter_kind(kind))
         return Frame.concat(frames) if frames else Frame.empty(kind)
 
 
-def _first_ts(frame: Frame) -> float:
-    return float(_first_finite(frame.ts))
+@jit
+def _first_stamp(ts: np.ndarray, window: float) -> float:
+    """The first finite stamp (inf where none), unless none of the next four finite ones lies
+    within ten windows of it while two of those do of each other: then it is a stray (in
+    milliseconds, from epoch zero: far off), and the first of those two is the start."""
+    near = np.empty(5)
+    k = 0
+    for t in ts:
+        if np.isfinite(t):
+            near[k] = t
+            k += 1
+            if k == 5:
+                break
+    if k == 0:
+        return np.inf
+    span = 10 * window
+    for j in range(1, k):
+        if abs(near[j] - near[0]) <= span:
+            return near[0]
+    for i in range(1, k):
+        for j in range(i + 1, k):
+            if abs(near[j] - near[i]) <= span:
+                return near[i]
+    return near[0]
 
 
-def _prefix_before(ts: np.ndarray, t_end: float) -> int:
-    """Length of the longest prefix whose rows belong before ``t_end``.
+@jit
+def _next_stamp(ts: np.ndarray, t_end: float, window: float, since: float, ahead: int) -> tuple[float, bool]:
+    """Where the rows left after a window ending at ``t_end`` start, and whether the rows that
+    tell lie past the end of ``ts``: the first finite stamp at or after ``t_end``, or where that
+    is a stray (see :func:`_first_at_or_after`), where the stamps after it fall back to.
+    -inf where there is none.
+    """
+    far = t_end + window
+    n = len(ts)
+    for i in range(n):
+        t = ts[i]
+        if not t >= t_end or t == np.inf:  # (NaN too)
+            continue
+        if t < far:
+            return t, False
+        stop = i + 1 + ahead
+        for j in range(i + 1, min(stop, n)):
+            if since <= ts[j] < t - window:
+                return ts[j], False
+        return t, stop > n
+    return -np.inf, False
+
+
+@jit
+def _first_at_or_after(ts: np.ndarray, t_end: float, window: float, since: float, ahead: int) -> tuple[int, bool]:
+    """Length of the longest prefix whose rows belong before ``t_end``, and whether the rows that
+    tell where it ends lie past the end of ``ts`` (the caller looks into the next batch).
 
     Rows with a missing or infinite timestamp ride along with their neighbours (the guard
     counts them); a row from the past stays in the prefix, a row at or after ``t_end`` ends it.
     (An infinite stamp that ended it would end every prefix: the replay would spin for good.)
+    A row beyond the next window ends it only where the stamps of the ``ahead`` rows after it
+    (at least as many as before it) do not fall back into ``[since, t_end)``: where they do, it
+    is a stray, and it rides along, with the rows up to there.
     """
-    return int(_first_at_or_after(ts, t_end))
-
-
-@jit
-def _first_finite(ts: np.ndarray) -> float:
-    for t in ts:
-        if np.isfinite(t):
-            return t
-    return np.inf
-
-
-@jit
-def _first_at_or_after(ts: np.ndarray, t_end: float) -> int:
-    # a scan that stops at the cut: O(window) per window, not O(batch)
-    for i in range(len(ts)):
-        if ts[i] >= t_end and ts[i] != np.inf:
-            return i
-    return len(ts)
+    # a scan that stops at the cut, looking at most a window's rows past it: O(window) per window, not O(batch)
+    far = t_end + window
+    n = len(ts)
+    back = 0  # rows before it ride along: a stray's run
+    for i in range(n):
+        t = ts[i]
+        if not t >= t_end or t == np.inf or i < back:  # (NaN too)
+            continue
+        if t < far:
+            return i, False
+        stop = i + 1 + max(ahead, i)
+        for j in range(i + 1, min(stop, n)):
+            if since <= ts[j] < t_end:
+                back = j
+                break
+        if back <= i:
+            return i, stop > n
+    return n, False

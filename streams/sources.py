@@ -28,7 +28,9 @@ def paced(frames: Iterable[Frame], speed: float | None, stop: threading.Event | 
     """Yield frames no faster than ``speed`` x real time (``None`` = as fast as possible).
 
     Pacing follows the telemetry timestamps: a frame is released when wall time since the
-    start reaches (its first timestamp - the first frame's) / speed.
+    start reaches (its earliest timestamp - the first frame's) / speed. Only finite stamps count:
+    one row stamped -inf made the start -inf and the next wait infinite (an OverflowError in the
+    sleep); a frame with no finite stamp is released at once. The guard counts such rows.
     """
     start_wall = time.monotonic()
     start_ts: float | None = None
@@ -36,8 +38,9 @@ def paced(frames: Iterable[Frame], speed: float | None, stop: threading.Event | 
         if stop is not None and stop.is_set():
             return
         if speed and len(frame):
-            ts0 = float(np.nanmin(frame.ts)) if np.isfinite(frame.ts).any() else None
-            if ts0 is not None:
+            finite = frame.ts[np.isfinite(frame.ts)]
+            if len(finite):
+                ts0 = float(finite.min())
                 if start_ts is None:
                     start_ts = ts0
                 due = (ts0 - start_ts) / speed - (time.monotonic() - start_wall)
