@@ -55,7 +55,7 @@ from foreshock.frames import Frame
 from foreshock.health import PipelineHealth
 from foreshock.topology import UNKNOWN, Topology
 
-from .polling import GpuBoards, PollingSource, count_once
+from .polling import GpuBoards, PollingSource, count_once, not_yet_told, steady_unlisted
 from .samples import MAX_GPU_INDEX, SampleBatch, gpu_entity, gpu_topology, split_gpu_entity
 
 STAGE = "dcgm"
@@ -455,12 +455,10 @@ class DcgmScrapeSource(PollingSource):
             self._heard[self._topology.gpu_node[slots[slots >= 0]]] = now
             # per GPU served now and unlisted, in how many polls in a row: only the current page's
             # names, so a name served once (an odd scrape) is forgotten at the next poll
-            self._unlisted_polls = {name: self._unlisted_polls.get(name, 0) + 1 for name in unlisted}
-            steady = [name for name, polls in self._unlisted_polls.items() if polls >= UNLISTED_POLLS]
+            self._unlisted_polls, steady = steady_unlisted(self._unlisted_polls, unlisted, UNLISTED_POLLS)
             if steady:
                 self._topology = grown_topology(self._topology, steady)
                 self._taken.append(self._topology)
-                self._unlisted_polls = {n: k for n, k in self._unlisted_polls.items() if k < UNLISTED_POLLS}
                 # grown_topology keeps the listed nodes' slots and appends the new ones
                 added = self._topology.size("node") - len(self._heard)
                 self._heard = np.concatenate([self._heard, np.full(added, now)])
@@ -469,12 +467,9 @@ class DcgmScrapeSource(PollingSource):
             return
         if not unlisted:
             return
-        new = sorted(set(unlisted) - self._told)
+        new = not_yet_told(self._told, unlisted, TOLD_MAX)
         if not new:
             return
-        if len(self._told) + len(new) > TOLD_MAX:
-            self._told.clear()
-        self._told.update(new)
         what = "add them to the --topology file and restart" if not self._derived else \
             "restart to watch them (the topology was derived from the first scrape)"
         log.warning("%s: %d GPU%s not in the topology, their samples counted as unknown gpu entities: %s; %s",

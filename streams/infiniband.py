@@ -57,7 +57,7 @@ from foreshock.health import PipelineHealth
 from foreshock.topology import Topology
 
 from .dcgm import TAKEN_MAX, TOLD_MAX, UNLISTED_POLLS
-from .polling import PollingSource, count_once
+from .polling import PollingSource, count_once, not_yet_told, steady_unlisted
 from .samples import BatchBuilder, SampleBatch, host_link_topology
 
 STAGE = "infiniband"
@@ -340,25 +340,19 @@ class InfinibandSource(PollingSource):
         listed = set(self._ports)
         unlisted = [p for p in ports if p not in listed]
         if self.takes_in_new_ports:
-            # only this poll's: a port seen once (a driver loading and failing) is forgotten at the next
-            self._unlisted_polls = {p: self._unlisted_polls.get(p, 0) + 1 for p in unlisted}
-            steady = [p for p, polls in self._unlisted_polls.items() if polls >= UNLISTED_POLLS]
+            self._unlisted_polls, steady = steady_unlisted(self._unlisted_polls, unlisted, UNLISTED_POLLS)
             if not steady:
                 return
             self._ports += sorted(steady, key=lambda p: (p[0], len(p[1]), p[1]))
             self._topology = port_topology(self.host, self._ports, self.link_names)
             self._taken.append(self._topology)
-            self._unlisted_polls = {p: k for p, k in self._unlisted_polls.items() if k < UNLISTED_POLLS}
             log.warning("%s: took in %d port%s found after the start: %s; the topology now lists %d links",
                         STAGE, len(steady), "" if len(steady) == 1 else "s",
                         ", ".join(f"{dev}/{port}" for dev, port in steady), len(self._ports))
             return
-        new = sorted({f"{dev}/{port}" for dev, port in unlisted} - self._told)
+        new = not_yet_told(self._told, (f"{dev}/{port}" for dev, port in unlisted), TOLD_MAX)
         if not new:
             return
-        if len(self._told) + len(new) > TOLD_MAX:
-            self._told.clear()
-        self._told.update(new)
         log.warning("%s: %d port%s not in the topology (found after it was derived), their samples counted as unknown "
                     "link entities: %s; restart to watch them", STAGE, len(new), "" if len(new) == 1 else "s",
                     ", ".join(new))

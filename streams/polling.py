@@ -22,7 +22,7 @@ import socket
 import subprocess
 import threading
 import time
-from typing import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -35,6 +35,28 @@ from foreshock.topology import Topology
 from .samples import SampleBatch, host_link_topology
 
 log = logging.getLogger("foreshock.sources")
+
+
+def steady_unlisted(polls: dict[Any, int], unlisted: Iterable[Any], needed: int) -> tuple[dict[Any, int], list[Any]]:
+    """A source following its hardware: ``polls`` (entity -> polls in a row it was served
+    while the topology lacks it) counted on by this poll's ``unlisted``, and the entities served in
+    ``needed`` polls in a row, to take in. Only this poll's names are kept, so a name served once
+    (an odd scrape, a driver loading and failing) is forgotten at the next poll; the taken ones
+    leave the count."""
+    polls = {name: polls.get(name, 0) + 1 for name in unlisted}
+    steady = [name for name, n in polls.items() if n >= needed]
+    return {name: n for name, n in polls.items() if n < needed}, steady
+
+
+def not_yet_told(told: set[str], names: Iterable[str], cap: int) -> list[str]:
+    """``names`` not logged yet, sorted, now noted in ``told`` (emptied once it would pass ``cap``:
+    a churning cluster's names must not grow it without end)."""
+    new = sorted(set(names) - told)
+    if new:
+        if len(told) + len(new) > cap:
+            told.clear()
+        told.update(new)
+    return new
 
 
 def count_once(once: set[str] | None, key: str) -> bool:
