@@ -40,18 +40,12 @@ def _leaf0_links(topology: Topology, nodes: tuple[str, ...]) -> np.ndarray:
 
 
 def _without_node3(topology: Topology) -> Topology:
-    nodes = [f"node{i}" for i in range(3)]
-    return Topology.from_dict({
-        "cluster": topology.cluster,
-        "rows": [{"name": "row0", "cooling_loop": "cdu0"}, {"name": "row1", "cooling_loop": "cdu1"}],
-        "racks": [{"name": "rack0", "row": "row0"}, {"name": "rack1", "row": "row1"}],
-        "nodes": [{"name": n, "rack": f"rack{i // 2}", "gpus": 8} for i, n in enumerate(nodes)],
-        "switches": [{"name": f"leaf{r}", "tier": "leaf", "rail": r} for r in range(8)]
-        + [{"name": "spine0", "tier": "spine"}],
-        "links": [{"name": f"{n}/gpu{r}~leaf{r}", "a": f"{n}/gpu{r}", "b": f"leaf{r}"} for n in nodes for r in range(8)]
-        + [{"name": f"leaf{r}~spine0", "a": f"leaf{r}", "b": "spine0"} for r in range(8)],
-        "jobs": [{"name": "job0", "nodes": nodes[:2]}, {"name": "job1", "nodes": nodes[2:]}],
-    })
+    """``topology`` (conftest's small one) with node3, its links and its job membership gone."""
+    data = topology.to_dict()
+    data["nodes"] = [n for n in data["nodes"] if n["name"] != "node3"]
+    data["links"] = [link for link in data["links"] if not link["a"].startswith("node3/")]
+    data["jobs"] = [{**job, "nodes": [n for n in job["nodes"] if n != "node3"]} for job in data["jobs"]]
+    return Topology.from_dict(data)
 
 
 # ---- 1. the leaf counter never falls --------------------------------------------------------
