@@ -8,11 +8,13 @@ sets aside (``PipelineHealth.problem``) — nothing disappears silently:
 - ``bad_timestamp``: NaN or infinite ``ts``;
 - ``duplicate_timestamp``: same ``ts`` as the entity's previous sample;
 - ``out_of_order``: older than the entity's previous sample;
-- ``future_timestamp``: further ahead of the receiver's clock than ``max_ahead_s`` (only where one
-  is given: the Kafka workers, whose agents stamp rows with their own hosts' clocks). Accepted,
-  such a row would have set the entity's last timestamp hours ahead, and once the host's clock
-  was put right every later row would have been refused as out of order for as long — kept so by
-  the checkpoints across restarts;
+- ``future_timestamp``: further ahead of the receiver's clock than ``max_ahead_s`` (where one is
+  given: ``foreshock watch`` and the Kafka workers, whose agents stamp rows with their own hosts'
+  clocks); without one (a replay, an evaluation, a simulation: no wall clock to go by), further
+  than :data:`STREAM_AHEAD_S` ahead of the stream's own present (:meth:`InputGuard.stream_present`).
+  Accepted, such a row would have set the entity's last timestamp hours (or years) ahead, and
+  every later row of it would have been refused as out of order for as long — kept so by the
+  checkpoints across restarts;
 - ``missing_values``: NaN gaps in a field the frame does report, where that entity has reported
   the field before (a sensor going dark): kept (NaN means missing), counted. A field an entity has
   never reported is one it does not have (a T4 has no HBM sensor; a mixed fleet's exporter page
@@ -52,6 +54,7 @@ _REPORTED = ":reported"
 _JOBS = "jobs:keys"
 _BOARDS = "gpu:board"
 _PARKED = "gpu:parked"
+_STREAM_CLOCK = "stream:clock"
 BoardChange = Tuple[float, np.ndarray, np.ndarray, np.ndarray]
 """``(ts, slots, old, new)``: when boards change, in which GPU slots, the boards before and after
 (:meth:`InputGuard.board_change`)."""
@@ -59,6 +62,12 @@ PARK_FOR_S = 24 * 3600.0
 """How long (telemetry time) a displaced board's state stays parked (:meth:`InputGuard.follow_boards`):
 a GPU reseated within a day finds its own state again; a board back from repair, or after longer,
 starts afresh."""
+STREAM_AHEAD_S = 900.0
+"""How far (s) a row may lie ahead of its stream's present where no wall clock bounds it (an
+:class:`InputGuard` without ``max_ahead_s``) before it is refused (``future_timestamp``): the 15
+minutes the live modes allow ahead of the wall clock (the Kafka workers' ``--max-clock-ahead``,
+``streams.dcgm.MAX_AHEAD_S``, ``detectors.bank.PROCESSORS_SLACK_S``): a clock that far ahead is
+wrong, not slightly off."""
 
 
 class BoardSwap(NamedTuple):
@@ -219,7 +228,9 @@ class InputGuard:
     """Keeps per-entity last timestamps; :meth:`check` returns the clean part of a frame.
 
     ``max_ahead_s``: refuse rows stamped further ahead of ``clock()`` (``future_timestamp``);
-    None: no limit (a replay or a simulation runs ahead of the wall clock by design)."""
+    None (or infinite): no wall-clock limit (a replay or a simulation runs ahead of the wall clock
+    by design), but rows further than :data:`STREAM_AHEAD_S` ahead of the stream's own present
+    are refused (:meth:`stream_present`)."""
 
     def __init__(self, topology: Topology, health: PipelineHealth, stage: str = "guard",
                  max_ahead_s: float | None = None, clock: Callable[[], float] = time.time) -> None:
@@ -242,18 +253,21 @@ class InputGuard:
         self._parked: dict[int, dict[float, float]] = {}
         self._gpus_of_node = np.bincount(topology.gpu_node, minlength=topology.size("node"))
         self.topology = topology  # its job list: saved with the state, found again on load
+        # per kind, the newest lower median stamp of its frames (:meth:`stream_present`); kept only
+        # where no wall clock bounds the rows (-inf: none yet, or a live guard)
+        self.s_stream_clock = dict.fromkeys(kinds, -np.inf)
 
     def check(self, frame: Frame) -> Frame:
         if len(frame) == 0:
             return frame
         counts = np.zeros(len(REASONS), dtype=np.int64)
-        latest = np.inf if self.max_ahead_s is None else self.clock() + self.max_ahead_s
+        latest, present = self._latest(frame)
         keep = _guard_kernel(frame.ts, frame.slot, self.s_last_ts[frame.kind], counts, latest)
         dropped = bool(counts.any())  # every row is either counted here or kept
         if dropped:
             for reason, n in zip(REASONS, counts):
                 if n:
-                    self.health.problem(self.stage, reason, int(n), detail=self._detail(frame, reason))
+                    self.health.problem(self.stage, reason, int(n), detail=self._detail(frame, reason, present))
         out = frame.take(keep) if dropped else frame
         if len(out) == 0 or not out.columns:
             return out
@@ -285,6 +299,44 @@ class InputGuard:
         if gaps:
             self.health.problem(self.stage, "missing_values", int(gaps), detail=f"{frame.kind} frame")
         return out
+
+    def _latest(self, frame: Frame) -> tuple[float, float]:
+        """The latest stamp ``frame``'s rows may carry, and the stream's present it is set from (NaN:
+        the wall clock's). The wall clock alone where it is given (live): it bounds a whole frame
+        stamped ahead, and a one-row piece, which the stream's present cannot; and a live guard's
+        checkpoint stays one that code from before the stream's present reads."""
+        if self.max_ahead_s is not None and np.isfinite(self.max_ahead_s):
+            return self.clock() + self.max_ahead_s, np.nan
+        present = self.stream_present(frame)
+        return (present + STREAM_AHEAD_S if np.isfinite(present) else np.inf), present
+
+    def stream_present(self, frame: Frame) -> float:
+        """The present of ``frame``'s stream, where no wall clock bounds its rows: the newest lower
+        median stamp of its kind's frames, this one's included (kept as the kind's clock). A few
+        stray rows (a GPU's row stamped in 2100, or in milliseconds) cannot move the lower median
+        of a frame of many, so they lie ahead of it and are refused (:data:`STREAM_AHEAD_S`),
+        while a whole frame stamped hours ahead (a recording's gap) moves it and is taken. The
+        kind's clock only widens the limit: rows of a frame whose median lags (most of its rows
+        late) are no further ahead of the stream than its newest frames.
+
+        Not caught: a stray that is (most of) its frame's rows, a frame of one row above all (a
+        Kafka worker's per-partition piece of one entity), which moves the present itself, and,
+        being kept as the kind's clock, widens the limit of that kind's later frames for as long.
+        Per kind, so that such a frame of a kind sending few rows (jobs, racks) does not widen the
+        GPUs' limit. A frame whose rows span more than twice the limit (a window of an hour) would
+        have its latest rows refused: the recordings, the simulator and the agents give a sampling
+        interval's rows per frame."""
+        ts = frame.ts
+        finite = np.isfinite(ts)
+        stamps = ts if finite.all() else ts[finite]
+        clock = self.s_stream_clock[frame.kind]
+        if not len(stamps):
+            return clock
+        mid = (len(stamps) - 1) // 2  # the lower median: a row's own stamp (of two rows, the older)
+        median = float(np.partition(stamps, mid)[mid])
+        if median > clock:
+            self.s_stream_clock[frame.kind] = clock = median
+        return clock
 
     def board_change(self, frame: Frame) -> BoardChange | None:
         """When a GPU frame the guard let through (:meth:`check`'s result) first reads another
@@ -550,14 +602,22 @@ class InputGuard:
         first = since[np.r_[True, slot[since][1:] != slot[since][:-1]]]
         return first[changed[first]]
 
-    def _detail(self, frame: Frame, reason: str) -> str:
+    def _detail(self, frame: Frame, reason: str, present: float) -> str:
+        """What is logged, once, for the rows of ``frame`` set aside for ``reason``; ``present``:
+        the stream's present the frame was held to (:meth:`stream_present`; NaN: the wall clock)."""
         if reason == "out_of_order":
             return self._behind(frame)
         if reason != "future_timestamp":
             return f"{frame.kind} frame"
-        ahead = float(np.nanmax(frame.ts[np.isfinite(frame.ts)])) - self.clock()
-        return (f"{frame.kind} frame up to {ahead:.0f} s ahead of this host's clock (limit {self.max_ahead_s:g} s): "
-                "the sending host's clock is wrong (NTP), or its source runs faster than real time")
+        newest = float(np.max(frame.ts[np.isfinite(frame.ts)]))
+        if np.isnan(present):
+            return (f"{frame.kind} frame up to {newest - self.clock():.0f} s ahead of this host's clock (limit "
+                    f"{self.max_ahead_s:g} s): the sending host's clock is wrong (NTP), or its source runs faster "
+                    "than real time")
+        return (f"{frame.kind} frame, rows up to {newest - present:.0f} s ahead of the stream's present (the "
+                f"newest median stamp of its frames; limit {STREAM_AHEAD_S:g} s, no wall clock in this run): "
+                "stamped by a wrong clock (a year off, or in another unit); refused, or every later row of their "
+                "entity would have been refused as out of order")
 
     def _behind(self, frame: Frame) -> str:
         """How far behind their entities' newest rows the out-of-order rows are (after the
@@ -583,6 +643,11 @@ class InputGuard:
         parked = [(n, b, ts) for n, boards in self._parked.items() for b, ts in boards.items()]
         if parked:
             state[_PARKED] = np.array(parked, dtype=np.float64).reshape(-1, 3)
+        # likewise only where the stream's present is kept (no wall clock): a live worker's
+        # checkpoint stays one that code from before it reads
+        clocks = {kind: t for kind, t in self.s_stream_clock.items() if np.isfinite(t)}
+        if clocks:
+            state[_STREAM_CLOCK] = clocks
         return state
 
     def load_state_dict(self, state: dict[str, Any], remap: Remap | None = None) -> None:
@@ -597,7 +662,9 @@ class InputGuard:
         leaves them empty: gaps count again once each entity has given a value; one without the
         boards (before 2026-12-02) knows none: each GPU's next board is its first. The parked
         boards are kept only where the hardware is the same (no ``remap``): the bank drops their
-        rows on a move, so a parked board read again there starts afresh."""
+        rows on a move, so a parked board read again there starts afresh. The stream's present
+        (:meth:`stream_present`) is kept with any hardware; a state without it (saved live, or
+        before it was kept) starts it afresh, from the next frame of each kind."""
         saved_jobs = state.get(_JOBS)
         boards = np.full(self.topology.size("gpu"), np.nan)
         if _BOARDS in state:
@@ -606,7 +673,7 @@ class InputGuard:
             if boards.shape != self.s_board.shape:
                 raise ValueError(f"guard: state {_BOARDS!r} has shape {boards.shape}, expected {self.s_board.shape}")
         for k, v in state.items():
-            if k in (_JOBS, _BOARDS, _PARKED):
+            if k in (_JOBS, _BOARDS, _PARKED, _STREAM_CLOCK):
                 continue
             reported = k.endswith(_REPORTED)
             kind = k.removesuffix(_REPORTED)
@@ -635,3 +702,5 @@ class InputGuard:
         parked = np.asarray(state.get(_PARKED, np.empty((0, 3))), dtype=np.float64).reshape(-1, 3)
         for n, b, ts in parked.tolist() if remap is None else ():
             self._parked.setdefault(int(n), {})[b] = ts
+        clocks = state.get(_STREAM_CLOCK, {})
+        self.s_stream_clock = {kind: float(clocks.get(kind, -np.inf)) for kind in self.s_stream_clock}
