@@ -13,6 +13,7 @@ Entities are referenced by (kind, slot); sinks resolve names through the topolog
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import asdict, dataclass
 from dataclasses import field as dc_field
 from typing import Any, Union
@@ -42,6 +43,13 @@ class Prediction:
     reason: str = ""
     active: bool = True
     type: str = dc_field(default="prediction", init=False)
+
+
+BOARD_FOLLOWED = re.compile(r" \(its board (?:moved from|back at) [^()]*\)$")
+"""The suffix of the reason of a prediction a GPU board carried to its new slot
+(``DetectorBank.follow_predictions``: a board moved, or a parked board read again). Such a
+prediction is the one raised before, under a new key: only its reason says so, through Kafka too.
+The bank strips it before adding the new one; the store does not count the prediction as raised."""
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,6 @@ flow on to *processors* (the incident engine) that turn findings into further fi
 
 from __future__ import annotations
 
-import re
 import time
 from dataclasses import replace
 from typing import Any, Callable, Iterable, Iterator, NamedTuple, Protocol, Sequence
@@ -14,7 +13,7 @@ from typing import Any, Callable, Iterable, Iterator, NamedTuple, Protocol, Sequ
 import numpy as np
 
 from foreshock.health import PipelineHealth
-from foreshock.findings import Finding, Prediction
+from foreshock.findings import BOARD_FOLLOWED, Finding, Prediction
 from foreshock.frames import Frame
 from foreshock.guard import BoardSwap
 from foreshock.remap import Remap
@@ -87,7 +86,7 @@ def follow_predictions(swap: BoardSwap, active: Iterable[Prediction], gpu_name: 
     touched = set(swap.slots.tolist()) | set(swap.left.tolist())
     about = [p for p in active if p.entity_kind == "gpu" and p.active and p.slot in touched]
     carried = [replace(p, ts=swap.ts, slot=went[p.slot], eta_s=_eta_at(p, swap.ts),
-                       reason=f"{_WHERE_FROM.sub('', p.reason)} (its board moved from {gpu_name(p.slot)})")
+                       reason=f"{BOARD_FOLLOWED.sub('', p.reason)} (its board moved from {gpu_name(p.slot)})")
                for p in about if p.slot in went]
     replaced = {(p.detector, p.event, p.slot) for p in carried}
     withdrawn = [replace(p, ts=swap.ts, active=False,
@@ -95,11 +94,6 @@ def follow_predictions(swap: BoardSwap, active: Iterable[Prediction], gpu_name: 
                          else "withdrawn: another board in the GPU's slot")
                  for p in about if (p.detector, p.event, p.slot) not in replaced]
     return withdrawn + carried
-
-
-_WHERE_FROM = re.compile(r" \(its board (?:moved from|back at) [^()]*\)$")
-"""The suffix :func:`follow_predictions` gives a moved board's prediction's reason, or
-``DetectorBank.follow_predictions`` a parked board's read again."""
 
 
 def _eta_at(prediction: Prediction, ts: float) -> float:
@@ -330,7 +324,7 @@ class DetectorBank:
             else:
                 self._parked_predictions.pop(key, None)
         back = [replace(p, ts=swap.ts, slot=slot, eta_s=_eta_at(p, swap.ts),
-                        reason=f"{_WHERE_FROM.sub('', p.reason)} (its board back at {gpu_name(slot)})")
+                        reason=f"{BOARD_FOLLOWED.sub('', p.reason)} (its board back at {gpu_name(slot)})")
                 for slot, key in swap.unpark_keys(self.topology) for p in self._parked_predictions.pop(key, ())
                 if p.eta_s < 0 or p.ts + p.eta_s >= swap.ts]
         made = {(p.detector, p.event, p.slot) for p in back}

@@ -30,7 +30,7 @@ from typing import Callable, Iterable, Iterator, Sequence, TypeVar
 import numpy as np
 
 from foreshock.facts import OWN_LIMIT_MAX_C, OWN_LIMIT_MIN_C, XID_SEVERITY
-from foreshock.findings import Anomaly, Finding, Incident, Prediction
+from foreshock.findings import BOARD_FOLLOWED, Anomaly, Finding, Incident, Prediction
 from foreshock.frames import Frame
 from foreshock.guard import kernel_column
 from foreshock.health import PipelineHealth
@@ -256,7 +256,9 @@ class FindingStore:
                 if isinstance(f, Prediction):
                     key = prediction_key(f)
                     if f.active:
-                        if key not in self._predictions:
+                        # raised: the first of its key; one a board swap carried (BOARD_FOLLOWED) was
+                        # raised where the board was before: counted again, every move read as a raise
+                        if key not in self._predictions and not BOARD_FOLLOWED.search(f.reason):
                             self._raised[f.event] += 1
                         self._predictions[key] = f
                         self._prediction_heard[key] = heard = self._made(f)

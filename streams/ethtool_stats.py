@@ -20,6 +20,22 @@ could *not* correct. Between two readings::
 
 A counter that went backwards (reset, driver reload) or no new bits gives NaN and the reset is
 counted; it never becomes a negative or a huge rate.
+
+A counter reading all ones (``18446744073709551615`` or ``4294967295``) is no reading: it is
+missing (NaN) and counted (:data:`NOT_AVAILABLE`). Taken as a value, one such reading between two
+real ones was an increase of ~1.8e19 (or ~4.3e9) counts and then a reset: ``link_downed``
++1.8e19, a fatal link down and a flapping link from one bad poll.
+
+This source and the sysfs one (:mod:`.infiniband`) fill the same link fields of a RoCE port
+(``tx_data``, ``rx_data``, ``link_downed``, ``xmit_discards``, the ECN/CNP chain) from different
+counters: ``tx_bytes_phy`` counts bytes at the PHY, ``port_xmit_data`` 4-byte words at the RDMA
+port, and they differ in value and in when they were cleared. Both naming one link, their rows
+would interleave in one counter series, every switch between them a reset or a jump. The CLI
+cannot make them one link: ``watch`` and ``record`` poll one ``--source``, and ``agent`` names
+this source's links ``<host>/<iface>`` and the sysfs source's ``<host>/<dev>/<port>`` (an
+interface name holds no ``/``), with or without ``--topology``. Only the library can: an
+``interfaces`` mapping here and a ``link_names`` mapping there naming one link. Give each link one
+counter source.
 """
 
 from __future__ import annotations
@@ -42,10 +58,32 @@ STAGE = "ethtool"
 _PRIO_PAUSE = re.compile(r"^rx_prio[0-7]_pause_duration$")
 # ``name: value``; drivers that print per-queue counters (bnxt_en) prefix them ``[N]: ``
 _STAT = re.compile(r"^\s*(?:\[(\d+)\]:\s*)?([^\s:\[][^:]*?):\s*(\S+)\s*$")
+U64_MAX = 2**64 - 1
+"""``ethtool -S`` prints each counter as a u64 (``%llu``): a value outside 0..U64_MAX is malformed."""
+NOT_AVAILABLE = frozenset({U64_MAX, 2**32 - 1})
+"""All-ones counter values, read as "not available", not as counts.
+
+2**64-1 is the kernel's "not set" (``ETHTOOL_STAT_NOT_SET``, ``~0ULL``, in ``include/linux/ethtool.h``):
+no counter gets there (a byte counter at 400 Gb/s would take 11 years).
+
+2**32-1 is taken as missing too, knowing a 32-bit counter passes through it once per wrap.
+FACTS.md records no driver's "not available" value for ``ethtool -S``; all ones is what a 32-bit
+read of a device gone from the PCIe bus returns, and a driver widening such a read (or a 32-bit
+field it never filled) prints 4294967295. The two mistakes are not alike: a real 4294967295 read as
+missing costs that one reading (the detectors keep a counter's last value across a NaN, so the
+next reading's increase covers both intervals: :class:`foreshock.detectors.counters.CounterRates`)
+and one problem counted; a sentinel read as a value between two real readings is a phantom
+increase of ~4.3e9 (``link_downed`` +4294967294, fatal) and then a reset. The counters read here
+are 64-bit but for ``link_down_events_phy`` (32 bits in mlx5's PPCNT, never near its top) and the
+ECN/CNP chain (mlx5 prints those in sysfs, not here); none of them saturates at 2**32-1 (those
+are the IB PortCounters, read by :mod:`.infiniband`). A counter that did stop there would read as
+missing, and be counted, at every poll."""
 
 
 def parse_ethtool_stats(text: str, health: PipelineHealth | None = None) -> dict[str, float]:
-    """All counters of one ``ethtool -S`` output, by name (non-numeric values counted, left out).
+    """All counters of one ``ethtool -S`` output, by name (non-numeric values, and values no u64
+    holds, counted, left out; an all-ones value, :data:`NOT_AVAILABLE`, NaN: :func:`stats_batches`
+    counts those of the counters it reads).
     A per-queue counter (Broadcom's ``[3]: rx_ucast_packets: 1418``) is named ``[3]rx_ucast_packets``:
     foreshock reads port counters only, and until 2026-12-01 every such line was counted as
     malformed at every poll — hundreds a poll on a healthy NIC."""
@@ -60,10 +98,16 @@ def parse_ethtool_stats(text: str, health: PipelineHealth | None = None) -> dict
             bad += 1
             continue
         try:
-            queue, name = m.group(1), m.group(2)
-            stats[f"[{queue}]{name}" if queue else name] = float(int(m.group(3)))
+            value = int(m.group(3))
         except ValueError:
             bad += 1
+            continue
+        if not 0 <= value <= U64_MAX:
+            bad += 1
+            continue
+        queue, name = m.group(1), m.group(2)
+        # judged on the integer: as a float, 2**64-1 is 2**64, and so are its real neighbours
+        stats[f"[{queue}]{name}" if queue else name] = np.nan if value in NOT_AVAILABLE else float(value)
     if bad:
         health.problem(STAGE, "malformed counter line", bad)
     return stats
@@ -125,6 +169,8 @@ def pfc_pause_duration(stats: Mapping[str, float], lookup: Mapping[str, Any], li
     names = [name for name in stats if _PRIO_PAUSE.match(name)]
     scale = [sc for key, (fld, sc) in lookup.items() if fld.name == "pfc_pause_duration" and _PRIO_PAUSE.match(key)]
     if names and scale:
+        # a priority not available (NaN) makes the sum NaN: without it the sum would fall (a
+        # reset) and jump back at the next poll; mlx5 reads all eight from one register anyway
         link["pfc_pause_duration"] = sum(stats[name] for name in names) * scale[0]
 
 
@@ -143,6 +189,13 @@ def stats_batches(readings: Mapping[str, str], ts: float, health: PipelineHealth
     links, optics = BatchBuilder("link"), BatchBuilder("optic")
     for link, text in readings.items():
         stats = parse_ethtool_stats(text, health)
+        # counted where foreshock reads them: one a driver reports no value for and nobody reads
+        # counted at every poll would be noise (as per-queue lines were)
+        missing = [name for name, value in stats.items()
+                   if np.isnan(value) and (name in lookup or _PRIO_PAUSE.match(name))]
+        if missing:
+            health.problem(STAGE, "counter not available (all ones)", len(missing),
+                           detail=f"{link}: {', '.join(missing[:3])}")
         values: dict[str, dict[str, float]] = {"link": {}, "optic": {}}
         for name, value in stats.items():
             mapped = lookup.get(name)

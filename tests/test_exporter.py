@@ -107,6 +107,42 @@ def test_withdrawn_prediction_and_resolved_incident_disappear(small_topology: To
     assert reg.get_sample_value("foreshock_predictions_raised_total", {"cluster": "test", "event": "power_cap"}) == 1
 
 
+def test_a_prediction_following_its_board_is_not_raised_again() -> None:
+    """node0 reboots without gpu3 (boards 4-7 read one index lower), then with it (each board back
+    in place); later gpu4's board is displaced by another and read again. At each step the
+    prediction about board 4 is made again where the board is (``follow_predictions``): the same
+    prediction, raised once (each carry was counted as a new raise: 4 for one prediction). Nor does
+    the store's move to another numbering of the same GPUs raise it again."""
+    from foreshock.detectors.bank import DetectorBank
+    from foreshock.streams.embedded import EmbeddedPipeline
+
+    node0 = {"name": "node0", "rack": "k", "gpus": 8}
+    one_node = {"rows": [{"name": "r"}], "racks": [{"name": "k", "row": "r"}], "nodes": [node0]}
+    topology = Topology.from_dict(one_node)
+    pipeline = EmbeddedPipeline(topology, DetectorBank.from_names(topology, ["thermal"]))
+    own = [1000.0 + i for i in range(8)]
+
+    def read(ts: float, boards: list[float]) -> list[Prediction]:
+        n = len(boards)
+        frame = Frame("gpu", np.full(n, ts), np.arange(n), {"board_id": np.array(boards), "gpu_temp": np.full(n, 50.0)})
+        return [f for f in pipeline.process(frame) if isinstance(f, Prediction) and f.active]
+
+    read(10.0, own)
+    pipeline.store.observe_findings([Prediction(10.0, "gpu", 4, "thermal_throttle", 3600.0, 0.9, "thermal", "hot")])
+    carried = []
+    for ts, boards in [(20.0, own[:3] + own[4:]), (30.0, own), (40.0, own[:4] + [2000.0] + own[5:]), (50.0, own)]:
+        carried += [(f.slot, f.reason) for f in read(ts, boards)]
+    assert carried == [(3, "hot (its board moved from node0/gpu4)"), (4, "hot (its board moved from node0/gpu3)"),
+                       (4, "hot (its board back at node0/gpu4)")]
+    assert pipeline.store.snapshot().predictions_raised == {"thermal_throttle": 1}
+    # re-keyed: the same GPUs numbered after another node's; refreshed by its detector there
+    store = pipeline.store
+    store.move_to(Topology.from_dict({**one_node, "nodes": [{"name": "node1", "rack": "k", "gpus": 8}, node0]}))
+    store.observe_findings([Prediction(60.0, "gpu", 12, "thermal_throttle", 3540.0, 0.9, "thermal", "hot")])
+    assert [p.slot for p in store.snapshot().predictions] == [12]
+    assert store.snapshot().predictions_raised == {"thermal_throttle": 1}
+
+
 def test_xid_counts_new_events_not_the_latched_value(small_topology: Topology) -> None:
     store = FindingStore(small_topology)
     n = small_topology.size("gpu")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 
 import numpy as np
@@ -89,6 +90,61 @@ def test_per_queue_counters_are_read_not_counted_as_malformed() -> None:
     assert parse_ethtool_stats(text, health) == {"[0]rx_ucast_packets": 1418.0, "[12]rx_discards": 0.0,
                                                  "rx_total_discard_pkts": 0.0, "link_down_events": 2.0}
     assert not health.problems
+
+
+def _with(text: str, **values: int) -> str:
+    """``text`` with the counters named set to ``values``."""
+    for name, value in values.items():
+        text, n = re.subn(rf"(?m)^(\s*{name}): \d+$", rf"\g<1>: {value}", text)
+        assert n == 1, name
+    return text
+
+
+def test_all_ones_counters_are_missing_and_counted_not_a_huge_increase_then_a_reset() -> None:
+    """A poll reading ``link_down_events_phy`` as 2**64-1 (the kernel's "not set") and
+    ``tx_bytes_phy`` as 2**32-1 between two real ones. Taken as values, the link errors detector
+    read ``link_downed`` +1.8e19 (fatal), a flapping link, and +1 more at the next poll (the
+    counter back at 1 read as a reset); the FEC tracker counted a counter reset."""
+    from foreshock.detectors.link_errors import LinkErrorsDetector
+    from foreshock.streams.samples import host_link_topology
+
+    health = PipelineHealth()
+    tracker = FecTracker(health)
+    bad = _with(T1, link_down_events_phy=2**64 - 1, tx_bytes_phy=2**32 - 1, rx_bits_phy=2**64 - 1)
+    topology = host_link_topology("n", [("eth0", "n/eth0")])
+    detector = LinkErrorsDetector(topology, health=health)
+    frames = []
+    for ts, text in [(0.0, T0), (60.0, bad), (120.0, T1), (180.0, T1)]:
+        links, optics = stats_batches({"n/eth0": text}, ts, health, tracker)
+        frames.append((links, optics))
+        assert not detector.update(links.to_frame(topology, health, "ethtool"))
+    links, optics = frames[1]
+    assert math.isnan(links.column("link_downed")[0]) and math.isnan(links.column("tx_data")[0])
+    assert links.column("rx_data")[0] == 34054436000000.0  # the others read as ever
+    assert math.isnan(optics.column("rx_bits")[0]) and math.isnan(optics.column("prefec_ber")[0])
+    assert dict(health.problems) == {("ethtool", "counter not available (all ones)"): 3}
+
+
+def test_all_ones_in_a_counter_not_read_is_not_counted_and_a_pause_priority_missing_is_no_sum() -> None:
+    """An unavailable counter foreshock does not read is nobody's problem (counted at every poll it
+    would be noise, as per-queue lines were); one priority's pause time unavailable leaves the
+    sum unknown (without it the sum fell: a reset, and a jump back at the next poll)."""
+    health = PipelineHealth()
+    text = _with(T0, rx_packets=2**64 - 1) + "     rx_prio4_pause_duration: 4294967295\n"
+    assert math.isnan(parse_ethtool_stats(text, health)["rx_packets"])
+    assert not health.problems
+    links, _ = stats_batches({"n/eth0": text}, 0.0, health)
+    assert math.isnan(links.column("pfc_pause_duration")[0])
+    assert links.column("link_downed")[0] == 1.0
+    assert dict(health.problems) == {("ethtool", "counter not available (all ones)"): 1}
+
+
+def test_values_no_u64_holds_are_malformed_and_one_below_a_sentinel_is_a_value() -> None:
+    health = PipelineHealth()
+    text = ("NIC statistics:\n     a: 18446744073709551616\n     b: -3\n     c: 18446744073709551614\n"
+            "     d: 4294967294\n     e: 4294967296\n")
+    assert parse_ethtool_stats(text, health) == {"c": float(2**64 - 2), "d": 4294967294.0, "e": 4294967296.0}
+    assert health.problems[("ethtool", "malformed counter line")] == 2
 
 
 def test_malformed_lines_and_unknown_output_are_counted() -> None:
