@@ -34,11 +34,10 @@ from pathlib import Path
 
 import numpy as np
 
-from foreshock.detectors.optics import (DAY_S, F_CONF, F_LEVEL, F_SLOPE, SIG_Q, OpticsDetector,
-                                        q_db_of_ber)
+from foreshock.detectors.optics import DAY_S, F_CONF, F_LEVEL, F_SLOPE, SIG_Q, OpticsDetector
 from foreshock.findings import Anomaly, Finding, Prediction
 from foreshock.health import PipelineHealth
-from foreshock.streams.alibaba import FEC_LIMIT_BY_PLANE, read_alibaba
+from foreshock.streams.alibaba import read_alibaba
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_DATA = ROOT.parent / "shared" / "data" / "optics" / "alibaba_prefec_ber.csv"

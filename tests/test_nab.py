@@ -14,8 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from foreshock.detectors.nab import (OUTSIDE, PROBATION, PROFILES, NabScorer, NabSeries, load_corpus,
-                                     load_labels, load_series, probation_length, scaled_sigmoid, sweep_rows,
-                                     threshold_curve)
+                                     load_labels, load_series, probation_length, scaled_sigmoid, sweep_rows)
 from foreshock.health import PipelineHealth
 
 
