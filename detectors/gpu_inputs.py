@@ -70,7 +70,10 @@ RACK_HELD, RACK_HELD_TS, RACK_SHIFTS = 23, 24, 25
 # ... and a flow reading held back as a jump above the baseline (see FLOW_JUMP), and 1 while the
 # baseline is a single reading the next one has yet to confirm (0 or NaN: confirmed, or none yet)
 RACK_FLOW_HELD, RACK_FLOW0_NEW = 26, 27
-RACK_SIZE = 28
+# ... and, while a baseline a jump raised is on trial (FLOW_TRIAL_S), the baseline before it and
+# when the trial ends (NaN: none on trial)
+RACK_FLOW0_BEFORE, RACK_FLOW0_TRIAL_END = 28, 29
+RACK_SIZE = 30
 INLET_JUMP_C = 5.0
 INLET_JUMP_RATE_C_PER_S = 1.0
 """A rack's inlet that moves more than ``max(INLET_JUMP_C, INLET_JUMP_RATE_C_PER_S * dt)`` from its
@@ -105,6 +108,22 @@ must be seen on its first reading. The guard passes any flow up to 1e5 L/s, and 
 364 L/s: the loop read as a loss at 0.3 % of baseline for good and every loaded GPU of the rack was
 predicted to throttle (until 2026-12-02). Below twice the baseline one reading moves it by at most
 ``1 - exp(-dt / BASELINE_TAU_S)`` times its value: 0.6 % at a 10 s poll."""
+FLOW_TRIAL_S = 1800.0
+"""A baseline a confirmed jump raised (``FLOW_JUMP``) is on trial this long, the baseline before it kept: a
+reading back at that baseline or under it (no more than nominal above it), with the inlet under
+``RECOVERED_C`` over the baseline's (the loop no warmer), undoes the jump (a jump upon a jump in the
+trial goes back to the first one's baseline) and is read against the baseline before; one between the
+two is a loss against the raised one (a pump upgraded, then losing some of its flow). Two readings that
+agree are not always the loop's: a flow meter reading 3x a 1.2 L/s loop twice in a row lifted the
+baseline to 3.6 L/s for good (it follows nominal readings only, and the loop's own flow, a third of it,
+lies above ``FLOW_UNFELT``'s depth, where 65535 put it at a three-hundredth): every later reading was a
+loss at 33 % of baseline, all 16 of the rack's loaded GPUs were predicted to throttle, and a noisy inlet
+settling there taught the loop a coolant rise of 0.05 °C that would have hidden a real loss (until
+2026-12-02). Undone, the flow is read against a level the loop ran on until minutes ago: a real loss is
+a loss against it, at its true depth. The price: a loop whose flow was raised for more heat (a CDU
+following its load) and falls back to its old level within the trial reads nominal, its inlet warming
+seen as it warms. Half an hour, the baseline's own time constant: an episode of agreeing glitches that
+outlasts it stays the baseline (``FLOW_UNFELT`` takes it back from 5x, on a rack that reports its heat)."""
 FLOW_UNFELT = 0.2
 """A loss below this share of the baseline that settles with the inlet within ``RECOVERED_C`` of the
 baseline's, on a rack that reports its heat, is a baseline the loop does not have (a glitch it
@@ -147,7 +166,8 @@ def upgrade_rack_state(state: dict[str, Any]) -> dict[str, Any]:
     """A detector state whose ``s_rack`` was saved before racks kept when their flow was last read
     (``RACK_FLOW_TS``): read at the rack's last sample, which carried it where the rack reports a
     flow at all (``Detector.upgrade_state``); or before they held flow jumps back (``RACK_FLOW_HELD``,
-    ``RACK_FLOW0_NEW``: NaN, nothing held and the baseline in use as confirmed)."""
+    ``RACK_FLOW0_NEW``: NaN, nothing held and the baseline in use as confirmed) or put a raised
+    baseline on trial (``RACK_FLOW0_BEFORE``, ``RACK_FLOW0_TRIAL_END``: NaN, none on trial)."""
     return add_columns(state, "s_rack", RACK_SIZE, {RACK_FLOW_TS: RACK_TS})
 
 
@@ -305,7 +325,7 @@ def update_rack_inlet(obs: np.ndarray, rack_state: np.ndarray) -> None:
                 dt = obs[i, 0] - rack_state[r, RACK_TS]
                 rack_state[r, RACK_TS] = obs[i, 0]
                 rack_state[r, RACK_INLET] = v
-                if track_flow(rack_state, r, dt, v, obs[i, 3], obs[i, 4] if obs.shape[1] > 4 else np.nan):
+                if track_flow(rack_state, r, obs[i, 0], dt, v, obs[i, 3], obs[i, 4] if obs.shape[1] > 4 else np.nan):
                     rack_state[r, RACK_FLOW_TS] = obs[i, 0]
                 learn_loop_tau(rack_state, r, obs[i, 0], v)
 
@@ -390,15 +410,18 @@ def flows_agree(a: float, b: float) -> bool:
 
 
 @inline
-def track_flow(rack_state: np.ndarray, r: int, dt: float, inlet: float, flow: float, heat: float) -> bool:
-    """Coolant flow now and its baseline (with the inlet it gives), and the rack's heat; learn
-    the loop's coolant rise once a flow loss has settled, with the heat it was learnt at. True
-    where ``flow`` was read: a finite flow >= 0 not held back as a jump (``FLOW_JUMP``).
+def track_flow(rack_state: np.ndarray, r: int, ts: float, dt: float, inlet: float, flow: float,
+               heat: float) -> bool:
+    """Coolant flow now (read at ``ts``, ``dt`` after the rack's last inlet) and its baseline (with
+    the inlet it gives), and the rack's heat; learn the loop's coolant rise once a flow loss has
+    settled, with the heat it was learnt at. True where ``flow`` was read: a finite flow >= 0 not
+    held back as a jump (``FLOW_JUMP``).
 
     The baseline starts from a reading the next one agrees with (:func:`flows_agree`; one that
     does not starts it over); a jump above it is read once the next reading confirms it, and the
-    baseline moves there, the rise learnt at the old one dropped; and a baseline starts over where
-    a deep loss against it settles without the inlet feeling it (``FLOW_UNFELT``).
+    baseline moves there, the rise learnt at the old one dropped, on trial: a reading back at the
+    old one in the trial undoes the jump (``FLOW_TRIAL_S``); and a baseline starts over where a
+    deep loss against it settles without the inlet feeling it (``FLOW_UNFELT``).
 
     Heat balance: the coolant warms over the facility water by ``Q / (m_dot c_p)`` — the rise
     scales as ``1 / flow`` at a given heat. So ``inlet = u0 + rise0 * (flow0 / flow - 1)`` at a
@@ -414,7 +437,19 @@ def track_flow(rack_state: np.ndarray, r: int, dt: float, inlet: float, flow: fl
         return False
     f0 = rack_state[r, RACK_FLOW0]
     new = rack_state[r, RACK_FLOW0_NEW] > 0.0  # (False for NaN: a baseline saved before the flag)
-    moved = False
+    moved = undone = False
+    before = rack_state[r, RACK_FLOW0_BEFORE]
+    if before == before:  # a raised baseline on trial
+        if not ts < rack_state[r, RACK_FLOW0_TRIAL_END]:
+            rack_state[r, RACK_FLOW0_BEFORE] = np.nan  # it held: the loop's
+        elif FLOW_NOMINAL * flow <= before and inlet - rack_state[r, RACK_U0] < RECOVERED_C:
+            # back at the baseline before it (or under), the loop no warmer: the jump was a glitch,
+            # or a level the loop left for the one it ran on before (read against it below: a loss
+            # under it is one)
+            f0 = before
+            rack_state[r, RACK_FLOW0] = before
+            rack_state[r, RACK_FLOW0_BEFORE] = np.nan
+            undone = True
     if f0 == f0 and not new:
         if flow > FLOW_JUMP * f0:
             if not flows_agree(flow, rack_state[r, RACK_FLOW_HELD]):
@@ -428,6 +463,8 @@ def track_flow(rack_state: np.ndarray, r: int, dt: float, inlet: float, flow: fl
         old = rack_state[r, RACK_FLOW_SLOPE]
         d = (flow - prev) / dt
         rack_state[r, RACK_FLOW_SLOPE] = d if old != old else old + w * (d - old)
+    if undone:  # no trend through readings of a level the loop no longer runs at
+        rack_state[r, RACK_FLOW_SLOPE] = np.nan
     rack_state[r, RACK_FLOW] = flow
     if f0 != f0 or (new and not flows_agree(flow, f0)):
         if flow > 0.0:
@@ -439,6 +476,9 @@ def track_flow(rack_state: np.ndarray, r: int, dt: float, inlet: float, flow: fl
         return True
     rack_state[r, RACK_FLOW0_NEW] = 0.0
     if moved:
+        if rack_state[r, RACK_FLOW0_BEFORE] != rack_state[r, RACK_FLOW0_BEFORE]:  # (else: a jump upon a jump)
+            rack_state[r, RACK_FLOW0_BEFORE] = f0
+            rack_state[r, RACK_FLOW0_TRIAL_END] = ts + FLOW_TRIAL_S
         f0 = flow
         rack_state[r, RACK_FLOW0] = flow
         forget_rise(rack_state, r)

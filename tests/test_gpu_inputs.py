@@ -45,10 +45,12 @@ class NaiveRack:
     def __init__(self):
         self.v = dict.fromkeys(("ts", "inlet", "u1", "u2", "u1_ts", "damp", "flow", "flow0", "u0", "rise",
                                 "flow_slope", "f1", "heat", "heat_slow", "rise_heat", "held", "held_ts",
-                                "shifts", "flow_ts", "flow_held", "flow0_new"), math.nan)
+                                "shifts", "flow_ts", "flow_held", "flow0_new", "flow0_before", "flow0_trial_end"),
+                                math.nan)
         self.v.update(damp_n=0.0, rise_n=0.0, loss=0.0)
         self.seen = {"rise learnt": 0, "loop tau learnt": 0, "recovered": 0, "late": 0, "not an inlet": 0,
-                     "jump held": 0, "level shift": 0, "flow jump held": 0}
+                     "jump held": 0, "level shift": 0, "flow jump held": 0, "flow jump undone": 0,
+                     "flow jump kept": 0}
 
     def settled(self, inlet):
         u1, u2 = self.v["u1"], self.v["u2"]
@@ -73,7 +75,7 @@ class NaiveRack:
         v["held"] = math.nan
         dt = ts - v["ts"]
         v["ts"], v["inlet"] = ts, inlet
-        if self.flow(dt, inlet, flow, heat):
+        if self.flow(ts, dt, inlet, flow, heat):
             v["flow_ts"] = ts
         self.loop_tau(ts, inlet)
 
@@ -89,7 +91,7 @@ class NaiveRack:
     def forget_rise(self):
         self.v.update(rise=math.nan, rise_n=0.0, rise_heat=math.nan)
 
-    def flow(self, dt, inlet, flow, heat):
+    def flow(self, ts, dt, inlet, flow, heat):
         """Whether ``flow`` was read."""
         v = self.v
         if heat > 0:
@@ -98,6 +100,15 @@ class NaiveRack:
         if not 0 <= flow < math.inf:
             return False
         f0 = v["flow0"]
+        undone = False
+        if not math.isnan(v["flow0_before"]):  # a baseline a jump raised, on trial
+            if not ts < v["flow0_trial_end"]:
+                v["flow0_before"] = math.nan  # it held
+                self.seen["flow jump kept"] += 1
+            elif gi.FLOW_NOMINAL * flow <= v["flow0_before"] and inlet - v["u0"] < gi.RECOVERED_C:
+                f0 = v["flow0"] = v["flow0_before"]  # back at the one before (or under), the loop no warmer: undone
+                v["flow0_before"], undone = math.nan, True
+                self.seen["flow jump undone"] += 1
         seeded = not math.isnan(f0) and not v["flow0_new"] == 1.0  # a baseline a second reading confirmed
         moved = False
         if seeded and flow > gi.FLOW_JUMP * f0:
@@ -110,6 +121,8 @@ class NaiveRack:
             v["flow_held"] = math.nan
         if not math.isnan(v["flow"]) and dt > 0:
             v["flow_slope"] = self.smooth(v["flow_slope"], (flow - v["flow"]) / dt, dt, gi.FLOW_SLOPE_TAU_S)
+        if undone:
+            v["flow_slope"] = math.nan
         v["flow"] = flow
         if not seeded and not self.one_level(flow, f0):  # no baseline yet, or the first reading disagreed
             if flow > 0:
@@ -119,6 +132,8 @@ class NaiveRack:
             return True
         v["flow0_new"] = 0.0
         if moved:  # a confirmed jump: the baseline moves there, the rise learnt at the old one forgotten
+            if math.isnan(v["flow0_before"]):  # on trial (a jump upon a jump keeps the first one's)
+                v["flow0_before"], v["flow0_trial_end"] = f0, ts + gi.FLOW_TRIAL_S
             f0 = v["flow0"] = flow
             self.forget_rise()
         if flow >= gi.FLOW_NOMINAL * f0:
@@ -174,30 +189,39 @@ RACK_COLUMNS = {"ts": gi.RACK_TS, "inlet": gi.RACK_INLET, "u1": gi.RACK_U1, "u2"
                 "flow_slope": gi.RACK_FLOW_SLOPE, "f1": gi.RACK_F1, "loss": gi.RACK_LOSS, "heat": gi.RACK_HEAT,
                 "heat_slow": gi.RACK_HEAT_SLOW, "rise_heat": gi.RACK_RISE_HEAT, "held": gi.RACK_HELD,
                 "held_ts": gi.RACK_HELD_TS, "shifts": gi.RACK_SHIFTS, "flow_ts": gi.RACK_FLOW_TS,
-                "flow_held": gi.RACK_FLOW_HELD, "flow0_new": gi.RACK_FLOW0_NEW}
+                "flow_held": gi.RACK_FLOW_HELD, "flow0_new": gi.RACK_FLOW0_NEW,
+                "flow0_before": gi.RACK_FLOW0_BEFORE, "flow0_trial_end": gi.RACK_FLOW0_TRIAL_END}
 
 
 def random_rack_rows(seed, racks=3, steps=900):
     """Cooling loops losing flow and getting it back: the flow ramps to 5-30 % of baseline and
     holds, the inlet follows the heat balance with the loop's lag, work starts and stops (the
-    heat jumps), with missing heat and flow, garbage inlets, late rows and gaps."""
+    heat jumps), a pump upgraded on some loops (the flow 2.5x for good), with missing heat and
+    flow, flow meters reading 2-5x twice in a row, garbage inlets, late rows and gaps."""
     rng = np.random.default_rng(seed)
     f0, rise0, tau = rng.uniform(0.8, 1.5, racks), rng.uniform(3, 6, racks), rng.uniform(100, 300, racks)
     inlet, heat = np.full(racks, 24.0), rng.uniform(20e3, 40e3, racks)
     loss_at, floor = rng.uniform(600, 3000, racks), rng.uniform(0.05, 0.3, racks)
     back_at = loss_at + rng.uniform(1500, 4000, racks)
+    upgrade_at = np.where(rng.random(racks) < 0.5, rng.uniform(0, 12000, racks), np.inf)
+    glitch, glitch_left = np.ones(racks), np.zeros(racks, int)
     rows, t = [], 0.0
     for _ in range(steps):
         dt = rng.choice([10.0, 10.0, 10.0, 5.0, 400.0], p=[.5, .3, .1, .08, .02])
         t += dt
         ramp = np.clip((t - loss_at) / 600.0, 0, 1) * (t < back_at)
-        flow = f0 * (1 - (1 - floor) * ramp)
+        flow = f0 * (1 - (1 - floor) * ramp) * np.where(t >= upgrade_at, 2.5, 1.0)
+        start = (glitch_left == 0) & (rng.random(racks) < 0.005)
+        glitch, glitch_left = np.where(start, rng.uniform(2.2, 5.0, racks), glitch), glitch_left + 2 * start
         heat = np.where(rng.random(racks) < 0.005, heat * rng.choice([0.3, 3.0], racks), heat)
         target = 24.0 + rise0 * (heat / 30e3) * (f0 / flow - 1)
         inlet = target + (inlet - target) * np.exp(-dt / tau)
         for r in range(racks):
             row = [t - (rng.uniform(0, 30) if rng.random() < 0.02 else 0.0), r, round(inlet[r], 1),
                    flow[r] + rng.normal(0, 0.002), heat[r] * (1 + rng.normal(0, 0.03))]
+            if glitch_left[r]:  # the meter misreading (the pair agrees with itself)
+                row[3] *= glitch[r]
+                glitch_left[r] -= 1
             if rng.random() < 0.03:
                 row[rng.choice([2, 3, 4])] = rng.choice([np.nan, 1e9, -5.0, 0.0])
             if rng.random() < 0.02:  # a sensor glitch, or (where it holds) a level shift
@@ -232,3 +256,97 @@ def test_the_rack_reference_comparison_reaches_every_branch():
         racks += naive
     seen = branches_seen(racks)
     assert all(count >= 3 for count in seen.values()), seen
+
+
+# ---- a rack's flow baseline raised by a confirmed jump, on trial -----------------------------------
+# a loaded rack's loop at nominal flow, a reading every dt, and where its inlet settles (shared with
+# the edge-input tests)
+from test_detector_edge_inputs import FLOW, HEAT, INLET, RISE, feed, forecast  # noqa: E402
+
+
+@pytest.mark.parametrize("heat", [HEAT, math.nan])
+@pytest.mark.parametrize("k", [2.5, 3.0, 4.5])
+def test_a_confirmed_pair_of_flow_glitches_is_undone_once_the_flow_is_back(k, heat):
+    """A flow meter reading 3x twice in a row: the pair agrees, so the baseline moved to 3.6 L/s, and
+    it follows nominal readings only: the loop's own 1.2 L/s read as a loss at 33 % for good (above
+    FLOW_UNFELT's depth, and the rule needs the rack's heat), forecast 8 °C over its inlet. Back at
+    the baseline before it within the trial, the loop no warmer, the jump is undone at once, with or
+    without the rack's heat; a loss from there is a loss against the loop's own baseline."""
+    state = gi.new_rack_state(1)
+    t = feed(state, [FLOW] * 60, heat=heat)
+    t = feed(state, [k * FLOW] * 2, heat=heat, t0=t)
+    assert state[0, gi.RACK_FLOW0] == pytest.approx(k * FLOW)  # (a pump upgraded would read so too)
+    t = feed(state, [FLOW], heat=heat, t0=t)
+    assert state[0, gi.RACK_FLOW0] == pytest.approx(FLOW) and state[0, gi.RACK_LOSS] == 0.0
+    assert math.isnan(state[0, gi.RACK_FLOW_SLOPE])  # no trend through the glitch
+    t = feed(state, [FLOW] * 360, heat=heat, t0=t)
+    assert state[0, gi.RACK_FLOW0] == pytest.approx(FLOW) and math.isnan(forecast(state))
+    feed(state, [FLOW / 2], heat=heat, t0=t)
+    assert state[0, gi.RACK_LOSS] == 1.0 and forecast(state) == pytest.approx(INLET + RISE)
+
+
+def test_a_real_loss_right_after_a_flow_glitch_pair_is_read_at_its_depth():
+    """The pump failing just after the glitch pair (0.4 of the loop's flow): a loss at 40 % of the
+    loop's baseline, not at 11 % of the raised one (forecast 4x as deep)."""
+    state = gi.new_rack_state(1)
+    t = feed(state, [FLOW] * 60)
+    t = feed(state, [3.0 * FLOW] * 2, t0=t)
+    feed(state, [0.4 * FLOW], t0=t)
+    assert state[0, gi.RACK_FLOW0] == pytest.approx(FLOW) and state[0, gi.RACK_LOSS] == 1.0
+    assert forecast(state) == pytest.approx(INLET + RISE * 1.5)
+
+
+def test_a_raised_baseline_is_kept_while_the_loop_is_warmer_than_its_baseline():
+    """The flow back under a raised baseline while the inlet stands over the baseline's by more
+    than RECOVERED_C: the loop may be losing cooling it now needs (a CDU that raised its flow for
+    more heat, and lost it): read as a loss until the inlet is back, then undone (within the trial)."""
+    state = gi.new_rack_state(1)
+    t = feed(state, [FLOW] * 60)
+    t = feed(state, [3.0 * FLOW] * 2, t0=t)
+    t = feed(state, [FLOW] * 6, inlets=INLET + 3.0, t0=t)
+    assert state[0, gi.RACK_FLOW0] == pytest.approx(3.0 * FLOW) and state[0, gi.RACK_LOSS] == 1.0
+    feed(state, [FLOW] * 6, t0=t)
+    assert state[0, gi.RACK_FLOW0] == pytest.approx(FLOW) and state[0, gi.RACK_LOSS] == 0.0
+    assert math.isnan(forecast(state))
+
+
+def test_a_raised_baseline_that_holds_through_its_trial_is_the_loops():
+    """A pump upgraded (2.5x, for good): past FLOW_TRIAL_S, a fall back to the old flow is a loss
+    against the new baseline; within it, a fall that stays above the old flow (70 % of the new) is
+    one at once. Within the trial, a jump upon a jump goes back to the first one's baseline (two
+    glitch pairs in a row), and a fall there is read against the baseline before."""
+    state = gi.new_rack_state(1)
+    t = feed(state, [FLOW] * 60)
+    t = feed(state, [2.5 * FLOW] * 6, t0=t)
+    feed(state, [0.7 * 2.5 * FLOW], t0=t)
+    assert state[0, gi.RACK_FLOW0] == pytest.approx(2.5 * FLOW, rel=1e-3) and state[0, gi.RACK_LOSS] == 1.0
+
+    state = gi.new_rack_state(1)
+    t = feed(state, [FLOW] * 60)
+    t = feed(state, [2.5 * FLOW] * int(gi.FLOW_TRIAL_S / 10 + 1), t0=t)
+    t = feed(state, [FLOW], t0=t)
+    assert state[0, gi.RACK_FLOW0] == pytest.approx(2.5 * FLOW, rel=1e-3) and state[0, gi.RACK_LOSS] == 1.0
+    assert math.isnan(state[0, gi.RACK_FLOW0_BEFORE]) and forecast(state) > INLET + RISE
+
+    state = gi.new_rack_state(1)
+    t = feed(state, [FLOW] * 60)
+    t = feed(state, [2.5 * FLOW] * 2 + [2.5 * FLOW * 2.5] * 2, t0=t)
+    assert state[0, gi.RACK_FLOW0] == pytest.approx(2.5 * 2.5 * FLOW)
+    feed(state, [FLOW], t0=t)
+    assert state[0, gi.RACK_FLOW0] == pytest.approx(FLOW) and state[0, gi.RACK_LOSS] == 0.0
+
+
+def test_a_baseline_far_above_the_flow_on_a_rack_without_heat_is_kept():
+    """Documents a limit: a baseline the loop does not have (a checkpoint's 364 L/s on a 1.2 L/s loop,
+    or a glitch episode outlasting FLOW_TRIAL_S) starts over only where the rack reports its heat
+    (FLOW_UNFELT). Without it, an inlet unmoved at a tenth of the flow is also an idle loop that lost
+    its pump: starting over there would read the failed flow as nominal for good, blind to the loss
+    when work lands on the loop. The GPUs' power, which would tell, is not in the rack rows; so the
+    loss is kept, and the rack's loaded GPUs forecast from it, for as long as it reads so."""
+    for heat, kept in ((math.nan, True), (HEAT, False)):
+        state = gi.new_rack_state(1)
+        t = feed(state, [FLOW] * 60, heat=heat)
+        state[0, gi.RACK_FLOW0] = 364.0
+        feed(state, [FLOW] * 6 * 360, heat=heat, t0=t)  # 6 h, the inlet unmoved
+        assert (state[0, gi.RACK_FLOW0] == 364.0) == kept, heat
+        assert (state[0, gi.RACK_LOSS] == 1.0) == kept, heat
