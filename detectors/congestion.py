@@ -64,7 +64,7 @@ from foreshock.topology import Topology, take_or
 
 from .alarm import A_ACTIVE, CODE_START, CODE_WITHDRAW, alarm_step, alarm_withdraw, new_alarm_columns
 from .base import Detector, resolve_params
-from .counters import CounterRates, modulus_for_bits, report_problems
+from .counters import CounterRates, modulus_for_bits, report_problems, with_counter_pace_and_drop
 
 COUNTERS = ("xmit_wait", "pfc_pause_duration", "ecn_marked", "cnp_sent", "link_downed")
 C_WAIT, C_PAUSE, C_ECN, C_CNP, C_DOWNED = range(len(COUNTERS))
@@ -195,7 +195,7 @@ class CongestionDetector(Detector):
     """Congested ports (xmit_wait, PFC, ECN/CNP), spreading vs hot port, rerouting cause."""
 
     slot_kinds: ClassVar[Mapping[str, str]] = {name: "link" for name in (
-        "s_counter_state", "s_counter_resets", "s_counter_rate", "s_link", "s_alarm", "s_cause")}
+        "s_counter_state", "s_counter_resets", "s_counter_rate", "s_counter_drop", "s_link", "s_alarm", "s_cause")}
     name: ClassVar[str] = "congestion"
     kinds: ClassVar[tuple[str, ...]] = ("link",)
 
@@ -209,10 +209,12 @@ class CongestionDetector(Detector):
         # mlx5 ECN/CNP counters are 64-bit; link_downed saturates (no wrap).
         modulus = [modulus_for_bits(bits) if bits < 64 else 0.0, 0.0, 0.0, 0.0, 0.0]
         self.counters = CounterRates(n, COUNTERS, modulus=modulus)
-        # the counters' state, with the pace a 32-bit xmit_wait's wrap must fit (s_counter_rate): kept
-        # in the checkpoint, or each restored counter's first decrease would be read as a reset
+        # the counters' state, with the pace a 32-bit xmit_wait's wrap must fit (s_counter_rate) and
+        # the value before a low reading (s_counter_drop): kept in the checkpoint, or each restored
+        # counter's first decrease would be read as a reset, and a low reading just before the
+        # checkpoint as a reset followed by the counter's whole total
         self.s_counter_state, self.s_counter_resets = self.counters.s_state, self.counters.s_resets
-        self.s_counter_rate = self.counters.s_rate
+        self.s_counter_rate, self.s_counter_drop = self.counters.s_rate, self.counters.s_drop
         self.s_link = np.full((n, L_SIZE), np.nan)
         self.s_alarm = new_alarm_columns(n, 1)
         # topology relations, resolved once
@@ -248,11 +250,9 @@ class CongestionDetector(Detector):
 
     def upgrade_state(self, state: dict[str, Any]) -> dict[str, Any]:
         """A state saved before the counters' pace was kept (no ``s_counter_rate``) knows none: each
-        counter's next decrease is read as a reset, as it was then."""
-        counters = state.get("s_counter_state")
-        if "s_counter_rate" in state or counters is None:
-            return state
-        return {**state, "s_counter_rate": np.full(np.shape(counters)[:2], np.nan)}
+        counter's next decrease is read as a reset, as it was then. One saved before the value
+        before a low reading was kept (no ``s_counter_drop``) has none pending."""
+        return with_counter_pace_and_drop(state, "s_counter_state", "s_counter_rate", "s_counter_drop")
 
     def remap_state(self, state: dict[str, Any], remap: Remap) -> dict[str, Any]:
         """Rows follow their links; the blamed link is a slot value, renumbered; the per-leaf and
@@ -379,7 +379,7 @@ class CongestionDetector(Detector):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         super().load_state_dict(state)
-        self.counters.bind(self.s_counter_state, self.s_counter_resets, self.s_counter_rate)
+        self.counters.bind(self.s_counter_state, self.s_counter_resets, self.s_counter_rate, self.s_counter_drop)
 
     def gauges(self) -> dict[str, tuple[str, Any, str]]:
         return {"link_congested": ("link", self.s_alarm[:, A_ACTIVE].copy(),

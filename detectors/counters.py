@@ -41,24 +41,34 @@ A reading can be low once and right again at the next poll: a driver or firmware
 reporting 0, a truncated sysfs read (``249`` of ``2490000000``), a bad relay. Read as a reset,
 the next, correct reading was an increase from the low value: the counter's whole total in one
 interval (a ``port_xmit_wait`` of 2.49e9 as a port stalled ~32 % of the time, 50000 old symbol
-errors as new ones, ``link_downed`` 3 -> 0 -> 3 as three downs). So a decrease read as a reset
-keeps the value before it, its time and its pace (``s_drop``) for the next reading, which
-decides::
+errors as new ones, ``link_downed`` 3 -> 0 -> 3 as three downs). Near the top of a counter
+that wraps, the low reading can fit the wrap rule instead (the value before it within
+``PACE_SLACK`` intervals of the top, the low one small): read as a wrap, the next, correct
+reading was an increase from the low value too, nearly the whole range (a 32-bit
+``port_xmit_wait`` at ``2**32 - 6e4`` read as 0 once: +4.29e9 ticks, a port stalled half the
+time). So a decrease, read as a reset or as a wrap, keeps the value before it, its time, its
+pace and which of the two it was read as (``s_drop``) for the next reading, which decides::
 
     glitch  if  value >= before  and  value - before <= PACE_SLACK * pace * (t - t_before)
     reset   otherwise (the counter stayed low, or grew from there: as it would have anyway)
+    wrap    otherwise (it goes on from the low value: a wrap is never followed by a value back
+            near the top unless the counter moved over half its range in an interval, which the
+            half-range rule does not guess at either)
 
 A glitch is counted (``glitches``, a health problem) and not a reset (its ``s_resets`` count is
-taken back); its increase is taken from the value before the drop, less what the low reading
-was already counted as, so the two intervals together count the larger of the true increase and
-the low value (a truncated ``50`` of a static ``50000`` counts 50, never 50000); the pace is
-the one before the drop, updated with the rate over both intervals. Only the reading right after
-the drop decides (missing, invalid and stale rows do not), and only with a pace known before it
-(the same rule as a wrap's). A real clear is read as a glitch only when the counter gets back
-above its whole pre-clear total within one interval at a pace it has kept: what is lost is at
-most that total, at most one interval's counts. ``s_drop`` is tied to ``s_state`` like the pace:
-a detector that rebinds ``s_state`` (loading its own checkpoint, which does not hold it) starts
-with no drop pending, so a glitch across a restore reads as before (a reset, then an increase).
+taken back; a wrap's ``wraps`` stays counted, as a reset's ``resets`` does); its increase is
+taken from the value before the drop, less what the low reading was already counted as (the
+low value for a reset, the way round from before for a wrap), so the two intervals together
+count the larger of the true increase and what the low reading counted (a truncated ``50`` of a
+static ``50000`` counts 50, never 50000; a glitch read as a wrap at most ``PACE_SLACK``
+intervals' worth); the pace is the one before the drop, updated with the rate over both
+intervals. Only the reading right after the drop decides (missing, invalid and stale rows do
+not), and only with a pace known before it (the same rule as a wrap's). A real clear is read as a
+glitch only when the counter gets back above its whole pre-clear total within one interval at a
+pace it has kept: what is lost is at most that total, at most one interval's counts. ``s_drop``
+is tied to ``s_state`` like the pace: a detector keeps both in its checkpoint and hands them back
+with :meth:`CounterRates.bind`, so a glitch across a restore reads as it does without one; one
+that rebinds ``s_state`` alone starts with no drop pending (a reset, then an increase).
 
 Float64 and 64-bit counters
 ---------------------------
@@ -110,6 +120,10 @@ read as a wrap (traffic and congestion come in bursts; a clear's phantom increas
 PACE_DECAY = 0.5
 """Per interval, the recent peak rate falls to this share of itself unless a faster one replaces it."""
 
+DROP_SIZE = 4
+"""Columns of ``s_drop``: the value before a decrease, its time, the pace then, and 1.0 if the
+decrease was read as a wrap (0.0: a reset)."""
+
 MIN_DT_S = 1e-6
 """Samples closer than this are the same sample (a rate over a shorter gap would be noise, or
 overflow to inf); such a row is counted as ``stale_or_out_of_order``."""
@@ -134,11 +148,11 @@ def _counter_deltas(ts: np.ndarray, slot: np.ndarray, values: np.ndarray, spec: 
 
     ts (rows,), slot (rows,) int32, values (rows, k); spec (k, 2) = [modulus, max_rate];
     state (slots, k, 2) = [last value, last ts] with NaN = nothing seen yet; pace (slots, k) the
-    recent peak rate, NaN = none known (see the module docstring); drop (slots, k, 3) = [value,
-    ts, pace] from before a decrease read as a reset, NaN = none pending (the next reading tells a
-    one-reading glitch from a reset); counts (slots, k) int64 resets; out (2, rows, k) = [delta,
-    rate], NaN where unknown (two C-contiguous planes, so the kernels downstream get contiguous
-    matrices).
+    recent peak rate, NaN = none known (see the module docstring); drop (slots, k, DROP_SIZE) =
+    [value, ts, pace, 1.0 if read as a wrap else 0.0] from before a decrease, NaN = none pending
+    (the next reading tells a one-reading glitch from a reset or a wrap); counts (slots, k) int64
+    resets; out (2, rows, k) = [delta, rate], NaN where unknown (two C-contiguous planes, so the
+    kernels downstream get contiguous matrices).
     Returns the problem totals in ``PROBLEMS`` order.
     """
     problems = np.zeros(len(PROBLEMS), dtype=np.int64)
@@ -181,13 +195,16 @@ def _counter_deltas(ts: np.ndarray, slot: np.ndarray, values: np.ndarray, spec: 
             if before == before:  # the last reading was a drop: back where it was, it was a bad reading
                 elapsed = t - drop[s, j, 1]
                 before_pace = drop[s, j, 2]
+                read_as_wrap = drop[s, j, 3] == 1.0
                 glitch = v >= before and v - before <= PACE_SLACK * before_pace * elapsed
-                drop[s, j, 0] = drop[s, j, 1] = drop[s, j, 2] = np.nan  # only the next reading decides
+                drop[s, j, :] = np.nan  # only the next reading decides
             if glitch:
-                # the low reading was counted as an increase of itself (a reset) already
-                delta = max(v - before - last, 0.0)
+                # the low reading was counted already: as an increase of itself (a reset) or as the
+                # way round from before (a wrap)
+                counted = (modulus - before) + last if read_as_wrap else last
+                delta = max(v - before - counted, 0.0)
                 problems[_GLITCH] += 1
-                if counts[s, j] > 0:
+                if not read_as_wrap and counts[s, j] > 0:
                     counts[s, j] -= 1  # not a reset after all
                 pace[s, j] = max((v - before) / elapsed, PACE_DECAY * before_pace)
             elif v >= last:
@@ -202,6 +219,11 @@ def _counter_deltas(ts: np.ndarray, slot: np.ndarray, values: np.ndarray, spec: 
                 if modulus > 0.0 and last <= modulus and wrapped <= limit and paced:
                     delta = wrapped
                     problems[_WRAP] += 1
+                    # kept for the next reading: back near the top, the low reading was a glitch
+                    drop[s, j, 0] = last
+                    drop[s, j, 1] = last_t
+                    drop[s, j, 2] = recent
+                    drop[s, j, 3] = 1.0
                     pace[s, j] = max(delta / dt, PACE_DECAY * recent)
                 else:
                     delta = v
@@ -211,6 +233,7 @@ def _counter_deltas(ts: np.ndarray, slot: np.ndarray, values: np.ndarray, spec: 
                         drop[s, j, 0] = last
                         drop[s, j, 1] = last_t
                         drop[s, j, 2] = recent
+                        drop[s, j, 3] = 0.0
                     pace[s, j] = np.nan  # when in the interval the clear came is unknown
             state[s, j, 0] = v
             state[s, j, 1] = t
@@ -265,8 +288,9 @@ class CounterRates:
         self.s_resets = np.zeros((n_slots, k), dtype=np.int64)
         self.s_rate = np.full((n_slots, k), np.nan)  # recent peak rate (the wrap test's pace)
         self._rate_of = self.s_state
-        # [value, ts, pace] from before a decrease read as a reset: the next reading may show it a glitch
-        self.s_drop = np.full((n_slots, k, 3), np.nan)
+        # [value, ts, pace, read as a wrap (1) or a reset (0)] from before a decrease: the next
+        # reading may show it a glitch
+        self.s_drop = np.full((n_slots, k, DROP_SIZE), np.nan)
         self._drop_of = self.s_state
 
     def _pace(self) -> np.ndarray:
@@ -281,8 +305,8 @@ class CounterRates:
     def _drop(self) -> np.ndarray:
         """``s_drop``, for the ``s_state`` in use; like the pace, none pending once ``s_state`` is
         rebound without it (a low reading before a restore then reads as the reset it looked like)."""
-        if self._drop_of is not self.s_state or self.s_drop.shape != (*self.s_state.shape[:2], 3):
-            self.s_drop = np.full((*self.s_state.shape[:2], 3), np.nan)
+        if self._drop_of is not self.s_state or self.s_drop.shape != (*self.s_state.shape[:2], DROP_SIZE):
+            self.s_drop = np.full((*self.s_state.shape[:2], DROP_SIZE), np.nan)
             self._drop_of = self.s_state
         return self.s_drop
 
@@ -313,10 +337,11 @@ class CounterRates:
         pending drops if it keeps them (else none is pending)."""
         if s_state.shape[:2] != s_resets.shape or s_rate.shape != s_resets.shape:
             raise ValueError(f"counter state shapes disagree: {s_state.shape}, {s_resets.shape}, {s_rate.shape}")
-        if s_drop is not None and s_drop.shape != (*s_resets.shape, 3):
-            raise ValueError(f"counter state 's_drop' has shape {s_drop.shape}, expected {(*s_resets.shape, 3)}")
+        drop_shape = (*s_resets.shape, DROP_SIZE)
+        if s_drop is not None and s_drop.shape != drop_shape:
+            raise ValueError(f"counter state 's_drop' has shape {s_drop.shape}, expected {drop_shape}")
         self.s_state, self.s_resets, self.s_rate, self._rate_of = s_state, s_resets, s_rate, s_state
-        self.s_drop = np.full((*s_resets.shape, 3), np.nan) if s_drop is None else s_drop
+        self.s_drop = np.full(drop_shape, np.nan) if s_drop is None else s_drop
         self._drop_of = s_state
 
     def state_dict(self, prefix: str = "") -> dict[str, Any]:
@@ -325,7 +350,8 @@ class CounterRates:
 
     def load_state_dict(self, state: dict[str, Any], prefix: str = "") -> None:
         """A state saved before ``s_rate`` existed loads with no pace known (NaN), one saved before
-        ``s_drop`` existed with no drop pending (NaN)."""
+        ``s_drop`` existed with no drop pending (NaN), one whose ``s_drop`` has 3 columns (before a
+        wrap's drop was kept) with each pending drop a reset's, as every one then was."""
         for name in ("s_state", "s_resets"):
             own = getattr(self, name)
             arr = np.asarray(state[f"{prefix}{name}"], dtype=own.dtype)
@@ -336,11 +362,27 @@ class CounterRates:
         if rate.shape != self.s_state.shape[:2]:
             raise ValueError(f"counter state 's_rate' has shape {rate.shape}, expected {self.s_state.shape[:2]}")
         self.s_rate, self._rate_of = rate.copy(), self.s_state
-        shape = (*self.s_state.shape[:2], 3)
+        shape = (*self.s_state.shape[:2], DROP_SIZE)
         drop = np.asarray(state.get(f"{prefix}s_drop", np.full(shape, np.nan)), dtype=np.float64)
+        if drop.shape == (*shape[:2], DROP_SIZE - 1):
+            drop = np.concatenate([drop, np.zeros((*shape[:2], 1))], axis=2)
         if drop.shape != shape:
             raise ValueError(f"counter state 's_drop' has shape {drop.shape}, expected {shape}")
         self.s_drop, self._drop_of = drop.copy(), self.s_state
+
+
+def with_counter_pace_and_drop(state: dict[str, Any], state_key: str, rate_key: str,
+                               drop_key: str) -> dict[str, Any]:
+    """A detector's saved ``state`` with its counters' pace (``rate_key``) and pending drops
+    (``drop_key``) where it was saved without them (before they were kept): none known, none
+    pending (NaN), shaped after the saved counter state ``state_key``; a state without that
+    (``load_state_dict`` will refuse it) is returned as it came. For ``Detector.upgrade_state``."""
+    counters = state.get(state_key)
+    if counters is None:
+        return state
+    shape = np.shape(counters)[:2]
+    missing = {rate_key: np.full(shape, np.nan), drop_key: np.full((*shape, DROP_SIZE), np.nan)}
+    return {**state, **{key: fresh for key, fresh in missing.items() if key not in state}}
 
 
 def report_problems(health: Any, stage: str, problems: dict[str, int]) -> None:
@@ -352,7 +394,8 @@ def report_problems(health: Any, stage: str, problems: dict[str, int]) -> None:
         "unknown_slot": "row with a slot outside the topology or a NaN timestamp",
         "saturated": "counter reached 2**32-1, where 32-bit PortCounters stop: its increases are no longer "
                      "seen until it is cleared",
-        "glitches": "counter read lower than before once, then back: one bad reading, not a reset (its drop ignored)",
+        "glitches": "counter read lower than before once, then back: one bad reading, not a reset or a wrap (its drop "
+                    "ignored)",
     }
     for key, reason in reasons.items():
         if problems.get(key, 0):

@@ -68,7 +68,7 @@ from foreshock.numba_config import jit
 from foreshock.topology import Topology
 
 from .base import Detector, add_columns
-from .counters import CounterRates, report_problems
+from .counters import CounterRates, report_problems, with_counter_pace_and_drop
 
 COUNTERS: tuple[str, ...] = (
     "link_downed", "buffer_overrun_errors", "link_integrity_errors", "symbol_error",
@@ -319,8 +319,8 @@ class LinkErrorsDetector(Detector):
     """FACTS thresholds on link error counters, and flap counting, per link."""
 
     slot_kinds: ClassVar[Mapping[str, str]] = {name: "link" for name in (
-        "s_counter_state", "s_counter_resets", "s_hour_bins", "s_hour_bin_index", "s_downs", "s_last_state",
-        "s_last_emit", "s_rate_span", "s_active_rate", "s_state_down")}
+        "s_counter_state", "s_counter_resets", "s_counter_rate", "s_counter_drop", "s_hour_bins", "s_hour_bin_index",
+        "s_downs", "s_last_state", "s_last_emit", "s_rate_span", "s_active_rate", "s_state_down")}
     name: ClassVar[str] = "link_errors"
     kinds: ClassVar[tuple[str, ...]] = ("link",)
 
@@ -339,7 +339,11 @@ class LinkErrorsDetector(Detector):
         self._table = np.ascontiguousarray(table)
         # IB error counters saturate, never wrap (one stuck at its maximum is the sysfs source's to count)
         self.counters = CounterRates(n, COUNTERS)
+        # with the pace and the value before a low reading, which tell one bad reading from a clear:
+        # kept in the checkpoint, or a low reading across a restore reads as the counter's whole
+        # total of new errors (or link downs)
         self.s_counter_state, self.s_counter_resets = self.counters.s_state, self.counters.s_resets
+        self.s_counter_rate, self.s_counter_drop = self.counters.s_rate, self.counters.s_drop
         self.s_hour_bins = np.zeros((n, HOUR_BINS + 1))
         self.s_hour_bin_index = np.full(n, np.iinfo(np.int64).min // 2, dtype=np.int64)
         self.s_downs = np.full((n, max(flap_cycles, 1)), np.nan)
@@ -394,7 +398,9 @@ class LinkErrorsDetector(Detector):
         detector, while everything else goes on from where it was. One saved before the
         ``link_rate`` rule: no rate known yet (``s_active_rate`` NaN, the port's next ACTIVE rate
         is its first), that rule never emitted (its ``s_last_emit`` column NaN). One saved before
-        ``s_state_down``: no down held or awaiting the counter (as on a fresh detector)."""
+        ``s_state_down``: no down held or awaiting the counter (as on a fresh detector). One saved
+        before the counters' pace and drops were kept: none known, none pending."""
+        state = with_counter_pace_and_drop(state, "s_counter_state", "s_counter_rate", "s_counter_drop")
         if "s_last_emit" not in state:
             return state
         n = np.shape(state["s_last_emit"])[0]
@@ -408,4 +414,4 @@ class LinkErrorsDetector(Detector):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         super().load_state_dict(state)
-        self.counters.s_state, self.counters.s_resets = self.s_counter_state, self.s_counter_resets
+        self.counters.bind(self.s_counter_state, self.s_counter_resets, self.s_counter_rate, self.s_counter_drop)

@@ -107,7 +107,7 @@ from foreshock.topology import Topology
 from .alarm import (A_SIZE, CODE_START, CODE_WITHDRAW, O_CODE, O_CONF, O_ETA, O_ROW, O_V0,
                     O_WHICH, OUT_SIZE, alarm_step, emit, new_alarm_columns)
 from .base import Detector, add_columns, resolve_params
-from .counters import CounterRates, report_problems
+from .counters import CounterRates, report_problems, with_counter_pace_and_drop
 from .order_stats import MEDIAN_BRACKET, median_of
 
 # ---- inputs: one matrix per frame ------------------------------------------------------------
@@ -587,8 +587,8 @@ class OpticsDetector(Detector):
     """Per-optic robust trends -> ``link_down`` predictions per link; RX power steps."""
 
     slot_kinds: ClassVar[Mapping[str, str]] = {
-        **{name: "optic" for name in ("s_counter_state", "s_counter_resets", "s_acc", "s_optic", "s_ring_t", "s_ring",
-                                      "s_fit", "s_module_alarm")},
+        **{name: "optic" for name in ("s_counter_state", "s_counter_resets", "s_counter_rate", "s_counter_drop",
+                                      "s_acc", "s_optic", "s_ring_t", "s_ring", "s_fit", "s_module_alarm")},
         "s_alarm": "link", "s_link_bucket": "link"}
     name: ClassVar[str] = "optics"
     kinds: ClassVar[tuple[str, ...]] = ("optic",)
@@ -602,7 +602,10 @@ class OpticsDetector(Detector):
         n_links = topology.size("link")
         window = int(self.params[P_WINDOW])
         self.counters = CounterRates(n_opt, ("rx_bits", "rx_corrected_bits"))
+        # with the pace and the value before a low reading, which tell one bad reading from a clear:
+        # kept in the checkpoint, or a low reading across a restore reads as the counter's whole total
         self.s_counter_state, self.s_counter_resets = self.counters.s_state, self.counters.s_resets
+        self.s_counter_rate, self.s_counter_drop = self.counters.s_rate, self.counters.s_drop
         self.s_acc = np.zeros((n_opt, ACC_SIZE))
         self.s_optic = np.full((n_opt, O_SIZE), np.nan)
         self.s_optic[:, O_COUNT] = 0.0
@@ -691,12 +694,14 @@ class OpticsDetector(Detector):
         return [self._finding(frame, rec) for rec in out[:n]]
 
     def upgrade_state(self, state: dict[str, Any]) -> dict[str, Any]:
-        """A state saved before ``O_DARK`` existed: never seen dark (NaN), as a fresh optic."""
+        """A state saved before ``O_DARK`` existed: never seen dark (NaN), as a fresh optic. One saved
+        before the counters' pace and drops were kept: none known, none pending."""
+        state = with_counter_pace_and_drop(state, "s_counter_state", "s_counter_rate", "s_counter_drop")
         return add_columns(state, "s_optic", O_SIZE)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         super().load_state_dict(state)
-        self.counters.s_state, self.counters.s_resets = self.s_counter_state, self.s_counter_resets
+        self.counters.bind(self.s_counter_state, self.s_counter_resets, self.s_counter_rate, self.s_counter_drop)
 
     def _finding(self, frame: Frame, rec: np.ndarray) -> Finding:
         row, which, code = int(rec[O_ROW]), int(rec[O_WHICH]), int(rec[O_CODE])

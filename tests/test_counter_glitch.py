@@ -4,6 +4,10 @@ Read as a reset, the low reading made the next, correct one an increase from the
 counter's whole total in one interval. A driver reporting 0 for one poll, a truncated sysfs read
 or a bad relay became congestion, "fatal: 50000 symbol errors in the last hour" or three link
 downs. A real clear (the counter stays low and grows from there) and a wrap read as before.
+
+Then (h52): near the top of a counter that wraps, the low reading fitted the wrap rule and slipped
+through as a wrap (the next reading an increase of nearly 2**32); and the value before a low
+reading was not in the detectors' checkpoints, so a glitch across a restore read as a reset.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from hypothesis import strategies as st
 from foreshock.detectors.congestion import CongestionDetector
 from foreshock.detectors.counters import PACE_SLACK, PROBLEMS, CounterRates, modulus_for_bits, report_problems
 from foreshock.detectors.link_errors import LinkErrorsDetector
+from foreshock.detectors.optics import OpticsDetector
 from foreshock.frames import Frame
 from foreshock.health import PipelineHealth
 from foreshock.topology import Topology
@@ -262,3 +267,200 @@ def test_a_real_counter_with_one_bad_reading_counts_what_happened(increments, st
     around = true[bad + 1] - true[bad - 1]
     assert problems["glitches"] == 1 and rates.s_resets[0, 0] == 0
     assert np.nansum(delta) == true[-1] - true[0] - around + max(around, low)
+
+
+# ---- a glitch that fits the wrap rule (h52) -------------------------------------------------------
+M32 = modulus_for_bits(32)
+
+
+def test_one_low_reading_near_the_top_of_a_32_bit_counter_is_a_glitch_not_a_wrap():
+    """xmit_wait at 1000 ticks/s, 60000 under 2**32, read as 0 once: that fits a wrap (60000 <= 16 x
+    the pace over 10 s), and the next, correct reading came out +4.29e9. Back near the old value,
+    the low reading was a glitch: what the wrap counted (60000) stands for the 20000 that
+    happened, nothing more; a wrap is no reset, so there is none to take back."""
+    raw = [M32 - 1e5, M32 - 9e4, M32 - 8e4, M32 - 7e4, M32 - 6e4, 0.0, M32 - 4e4, M32 - 3e4]
+    rates, delta, problems = one_counter(raw, modulus=M32)
+    assert delta[1:].tolist() == [1e4, 1e4, 1e4, 1e4, 6e4, 0.0, 1e4]
+    assert problems["glitches"] == 1 and problems["wraps"] == 1 and problems["resets"] == 0
+    assert rates.s_resets[0, 0] == 0
+    assert rates.s_rate[0, 0] == 1000.0  # the pace from before, over both intervals
+
+
+def test_a_32_bit_counter_stuck_at_its_top_read_low_once_is_a_glitch_not_a_wrap():
+    """Just stuck at 2**32-1 (its pace not yet decayed), read as 7 once: a wrap of 8 by the rule,
+    then the way back up +2**32-8 and 'saturated' a second time."""
+    top = M32 - 1
+    raw = [top - 3e4, top - 2e4, top - 1e4, top, top, 7.0, top, top]
+    _, delta, problems = one_counter(raw, modulus=M32)
+    assert delta[1:].tolist() == [1e4, 1e4, 1e4, 0.0, 8.0, 0.0, 0.0]
+    assert problems["glitches"] == 1 and problems["saturated"] == 1
+
+
+def test_a_wrap_then_on_from_the_low_value_stays_a_wrap_whatever_comes_next():
+    """After a true wrap the counter goes on from the low value: an increase, or a clear (a reset
+    from there), never a glitch."""
+    raw = [M32 - 3e4, M32 - 2e4, M32 - 1e4, 5e3, 1.5e4, 2.5e4]
+    _, delta, problems = one_counter(raw, modulus=M32)
+    assert delta[1:].tolist() == [1e4, 1e4, 1.5e4, 1e4, 1e4]
+    assert problems["wraps"] == 1 and problems["glitches"] == 0
+    _, delta, problems = one_counter(raw[:4] + [100.0, 1100.0], modulus=M32)
+    assert delta[4:].tolist() == [100.0, 1000.0]
+    assert problems["wraps"] == 1 and problems["resets"] == 1 and problems["glitches"] == 0
+
+
+def test_one_low_xmit_wait_reading_near_the_top_of_32_bits_is_no_congestion():
+    """CongestionDetector(counter_bits=32), a healthy port 60000 ticks under 2**32 read as 0 once.
+    Before: congestion at 55 % of the time on the reading after it."""
+    health = PipelineHealth()
+    det = CongestionDetector(one_link_topology(), health=health, counter_bits=32)
+    ts = np.arange(10) * 10.0
+    wait = M32 - 1e5 + 1000.0 * ts
+    wait[5] = 0.0
+    found = feed(det, ts, xmit_wait=wait, link_state=[4.0] * 10, link_rate=[400e9] * 10)
+    assert found == []
+    assert glitch_problems(health, "congestion") == 1
+
+
+@pytest.mark.kernel
+@settings(max_examples=80, deadline=None)
+@given(increments=st.lists(st.integers(1000, 4000), min_size=4, max_size=30), under_top=st.integers(1, 30000),
+       data=st.data())
+def test_a_32_bit_counter_near_its_top_with_one_bad_reading_counts_what_happened(increments, under_top, data):
+    """A 32-bit counter ending ``under_top`` below 2**32 (never wrapping), one of its last readings
+    replaced by a lower value, often a small one (then it fits the wrap rule): one glitch, no reset
+    left, never more counted than what the low reading was counted as beyond the true increase;
+    the kernel and the reference agree."""
+    true = np.cumsum([M32 - under_top - sum(increments), *increments]).astype(np.float64)
+    bad = data.draw(st.integers(max(2, len(true) - 6), len(true) - 2))  # within ~16 intervals of the top
+    low = float(data.draw(st.one_of(st.integers(0, 20000), st.integers(0, int(true[bad - 1]) - 1))))
+    low = min(low, true[bad - 1] - 1)
+    raw = true.copy()
+    raw[bad] = low
+    ts = np.arange(len(raw), dtype=np.float64)
+    rates, delta, problems = one_counter(raw, ts=ts, modulus=M32)
+    around = true[bad + 1] - true[bad - 1]
+    assert problems["glitches"] == 1 and rates.s_resets[0, 0] == 0
+    # the low reading: a reset of itself, or a wrap from before
+    assert delta[bad] == (low if problems["wraps"] == 0 else (M32 - true[bad - 1]) + low)
+    assert np.nansum(delta) == true[-1] - true[0] - around + max(around, delta[bad])
+    ref_d, _, ref_p, ref_resets = naive_rates(ts, np.zeros(len(raw), np.int32), raw[:, None], [M32], [np.inf], 1)
+    np.testing.assert_array_equal(delta, ref_d[:, 0])
+    assert ref_p == problems and ref_resets[0, 0] == 0
+
+
+def test_a_drop_saved_before_wraps_kept_theirs_loads_as_a_resets_drop():
+    """A CounterRates state whose s_drop has 3 columns (value, time, pace: every pending drop was
+    a reset's then) loads, and the reading after it is judged as before."""
+    raw = np.array([[100.0], [200.0], [0.0], [300.0]])
+    ts, slot = np.arange(4.0), np.zeros(4, np.int32)
+    a = CounterRates(1, ["x"])
+    a.update(ts[:3], slot[:3], raw[:3])
+    saved = a.state_dict()
+    saved["s_drop"] = saved["s_drop"][:, :, :3]
+    b = CounterRates(1, ["x"])
+    b.load_state_dict(saved)
+    delta, _, problems = b.update(ts[3:], slot[3:], raw[3:])
+    assert problems["glitches"] == 1 and delta[0, 0] == 100.0 and b.s_resets[0, 0] == 0
+
+
+# ---- a glitch across a detector's checkpoint (h52) ------------------------------------------------
+def _ramp(start: float, pace: float, low: float | None = 0.0) -> np.ndarray:
+    """A counter polled 12 times, every 10 s, at ``pace``; read as ``low`` at poll 5."""
+    raw = start + pace * 10.0 * np.arange(12)
+    if low is not None:
+        raw[5] = low
+    return raw
+
+
+def _optic_topology() -> Topology:
+    return Topology.from_dict({
+        "rows": [{"name": "r"}], "racks": [{"name": "k", "row": "r"}],
+        "nodes": [{"name": "n0", "rack": "k", "gpus": 1}], "switches": [{"name": "leaf0"}],
+        "links": [{"name": "n0/gpu0~leaf0", "a": "n0/gpu0", "b": "leaf0"}],
+    })
+
+
+STATIC = np.full(12, 5e4)
+STATIC[5] = 50.0
+DOWNED = np.full(12, 3.0)
+DOWNED[5] = 0.0
+UP = [4.0] * 12
+# (a fresh detector, the kind of its frames, one entity's columns per poll): each has one low reading at poll 5
+CHECKPOINT_CASES = {
+    "link_errors, symbol_error truncated": (lambda: LinkErrorsDetector(one_link_topology()), "link",
+                                            {"symbol_error": STATIC, "link_state": UP}),
+    "link_errors, link_downed read 0": (lambda: LinkErrorsDetector(one_link_topology()), "link",
+                                        {"link_downed": DOWNED, "link_state": UP}),
+    "congestion, xmit_wait truncated": (lambda: CongestionDetector(one_link_topology()), "link",
+                                        {"xmit_wait": _ramp(2.49e9, 1000.0, low=249.0), "link_state": UP,
+                                         "link_rate": [400e9] * 12}),
+    "congestion, 32-bit xmit_wait near the top read 0": (
+        lambda: CongestionDetector(one_link_topology(), counter_bits=32), "link",
+        {"xmit_wait": _ramp(M32 - 1e5, 1000.0), "link_state": UP, "link_rate": [400e9] * 12}),
+    "optics, corrected bits read 0": (lambda: OpticsDetector(_optic_topology()), "optic",
+                                      {"rx_bits": _ramp(1e12, 5e10, low=None),
+                                       "rx_corrected_bits": _ramp(5e8, 1e4)}),
+}
+
+
+def _run_recording(det, kind: str, columns: dict, polls: range, monkeypatch) -> tuple[list, list[np.ndarray]]:
+    """Feed one entity's ``polls``, one frame each: the findings, and the counter deltas the detector got."""
+    deltas: list[np.ndarray] = []
+    update = det.counters.update
+
+    def recorded(ts, slot, values):
+        out = update(ts, slot, values)
+        deltas.append(out[0].copy())
+        return out
+
+    monkeypatch.setattr(det.counters, "update", recorded)
+    found = []
+    for i in polls:
+        found += det.update(Frame(kind, np.array([10.0 * i]), np.zeros(1, np.int32),
+                                  {k: np.asarray(v[i:i + 1], dtype=np.float64) for k, v in columns.items()}))
+    return found, deltas
+
+
+@pytest.mark.parametrize("case", list(CHECKPOINT_CASES))
+def test_a_glitch_across_a_checkpoint_reads_as_without_one(case, monkeypatch):
+    """Saved and restored at any poll, around the low reading too (low, save, load, back at
+    pace): the same counter deltas and the same findings as a detector that never stopped.
+    Before, restored after the low reading, the return read as the counter's whole total
+    ("fatal: +3 link downs", congestion); restored right before it, with no pace known, too."""
+    make, kind, columns = CHECKPOINT_CASES[case]
+    n = len(next(iter(columns.values())))
+    never_stopped = make()
+    found, deltas = _run_recording(never_stopped, kind, columns, range(n), monkeypatch)
+    assert found == [] or kind == "optic"  # (one low reading is no finding)
+    for cut in range(1, n):
+        before = make()
+        found_before, deltas_before = _run_recording(before, kind, columns, range(cut), monkeypatch)
+        restored = make()
+        restored.load_state_dict(before.state_dict())
+        found_after, deltas_after = _run_recording(restored, kind, columns, range(cut, n), monkeypatch)
+        np.testing.assert_array_equal(np.vstack(deltas_before + deltas_after), np.vstack(deltas), err_msg=f"cut {cut}")
+        assert found_before + found_after == found, f"cut {cut}"
+        np.testing.assert_array_equal(restored.counters.s_resets, never_stopped.counters.s_resets)
+
+
+@pytest.mark.parametrize("case", list(CHECKPOINT_CASES))
+def test_a_checkpoint_saved_before_the_drop_was_kept_loads_with_none_pending(case, monkeypatch):
+    """A checkpoint without s_counter_drop (and, for the detectors that did not keep it, without
+    the pace s_counter_rate) loads: no drop pending, no pace known; the return after the low
+    reading is then an increase from it, as it was read before."""
+    make, kind, columns = CHECKPOINT_CASES[case]
+    n = len(next(iter(columns.values())))
+    before = make()
+    _run_recording(before, kind, columns, range(6), monkeypatch)  # the low reading is the last one
+    old = before.state_dict()
+    assert np.isfinite(old["s_counter_drop"][0]).any()  # a drop is pending
+    del old["s_counter_drop"], old["s_counter_rate"]
+    restored = make()
+    restored.load_state_dict(old)
+    state = restored.state_dict()
+    assert np.isnan(state["s_counter_drop"]).all() and np.isnan(state["s_counter_rate"]).all()
+    _, deltas = _run_recording(restored, kind, columns, range(6, n), monkeypatch)
+    low = {name: values[5] for name, values in columns.items()}
+    col = [name for name in low if name in restored.counters.names and low[name] < columns[name][4]][0]
+    j = restored.counters.names.index(col)
+    assert deltas[0][0, j] == columns[col][6] - columns[col][5]  # an increase from the low value

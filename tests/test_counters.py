@@ -21,7 +21,7 @@ def naive_rates(ts, slot, values, modulus, max_rate, n_slots):
     rate = np.full((rows, k), np.nan)
     last: dict[tuple[int, int], tuple[float, float]] = {}
     pace: dict[tuple[int, int], float] = {}  # recent peak rate; absent = none known
-    drop: dict[tuple[int, int], tuple[float, float, float]] = {}  # (value, ts, pace) before a reset
+    drop: dict[tuple[int, int], tuple[float, float, float, bool]] = {}  # (value, ts, pace, wrap?) before a decrease
     resets = np.zeros((n_slots, k), dtype=np.int64)
     problems = dict.fromkeys(PROBLEMS, 0)
     for i in range(rows):
@@ -49,13 +49,16 @@ def naive_rates(ts, slot, values, modulus, max_rate, n_slots):
                 problems["stale_or_out_of_order"] += 1
                 continue
             recent = pace.get((s, j))
-            pending = drop.pop((s, j), None)  # only the reading right after a reset decides
+            pending = drop.pop((s, j), None)  # only the reading right after a reset or a wrap decides
             if pending is not None and v >= pending[0] and v - pending[0] <= 16.0 * pending[2] * (t - pending[1]):
                 # back where it was before the drop, at its pace: the low reading was a glitch
-                before, before_t, before_pace = pending
-                d = max(v - before - lv, 0.0)  # the low reading was counted as a reset of itself
+                before, before_t, before_pace, was_wrap = pending
+                # the low reading was counted as a wrap from before, or as a reset of itself
+                counted = (modulus[j] - before) + lv if was_wrap else lv
+                d = max(v - before - counted, 0.0)
                 problems["glitches"] += 1
-                resets[s, j] = max(resets[s, j] - 1, 0)
+                if not was_wrap:
+                    resets[s, j] = max(resets[s, j] - 1, 0)
                 pace[(s, j)] = max((v - before) / (t - before_t), before_pace / 2)
                 last[(s, j)] = (v, t)
                 delta[i, j] = d
@@ -72,12 +75,13 @@ def naive_rates(ts, slot, values, modulus, max_rate, n_slots):
                         and recent is not None and wrapped <= 16.0 * recent * dt:
                     d = wrapped
                     problems["wraps"] += 1
+                    drop[(s, j)] = (lv, lt, recent, True)  # a glitch near the top fits a wrap too
                 else:
                     d = v
                     resets[s, j] += 1
                     problems["resets"] += 1
                     if recent is not None:
-                        drop[(s, j)] = (lv, lt, recent)
+                        drop[(s, j)] = (lv, lt, recent, False)
                     pace.pop((s, j), None)  # when the clear came in the interval is unknown
                     recent = math.nan
             if recent is None:  # an increase or a wrap: the pace is the faster of now and half the last
