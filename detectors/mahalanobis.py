@@ -32,8 +32,9 @@ and, when other rows of the frame do report the fields, as a pipeline problem.
 Not in the default bank: run it with ``--detectors mahalanobis`` (or next to others).
 
 State per GPU with the 8 default fields: mean 8 + covariance 64 + count 1 + alarm 4 float64,
-plus 3 counters x (last value, last time) float64 and 3 int64 reset counts = 86 x 8 =
-**688 bytes** (``fields^2 + fields + 5`` floats + 9 words for 3 counters); 704 kB for 1,024 GPUs.
+plus 3 counters x (last value, last time, pace, and a pending drop's value, time, pace and kind)
+float64 and 3 int64 reset counts = 101 x 8 = **808 bytes** (``fields^2 + fields + 5`` floats + 8
+words per counter); 827 kB for 1,024 GPUs.
 
 >>> import numpy as np
 >>> from foreshock.frames import Frame
@@ -68,7 +69,7 @@ from foreshock.topology import Topology
 
 from .alarm import A_ACTIVE, A_EMIT_TS, CODE_START, alarm_step, new_alarm_columns
 from .base import Detector, resolve_params
-from .counters import CounterRates, report_problems
+from .counters import CounterRates, report_problems, with_counter_pace_and_drop
 from .multivariate import OnlineMahalanobis
 
 FIELDS: dict[str, tuple[str, ...]] = {
@@ -173,7 +174,8 @@ class MahalanobisDetector(Detector):
 
     slot_kinds: ClassVar[Mapping[str, str]] = {
         f"s_{kind}_{part}": kind for kind in ("gpu", "node")
-        for part in ("mean", "cov", "count", "counter_state", "counter_resets", "alarm")}
+        for part in ("mean", "cov", "count", "counter_state", "counter_resets", "counter_rate", "counter_drop",
+                     "alarm")}
     name: ClassVar[str] = "mahalanobis"
     kinds: ClassVar[tuple[str, ...]] = ("gpu", "node")
     state_scalars: ClassVar[tuple[str, ...]] = ("imputed_rows", "skipped_rows")
@@ -214,7 +216,18 @@ class MahalanobisDetector(Detector):
             setattr(self, f"s_{kind}_count", model.s_count)
             setattr(self, f"s_{kind}_counter_state", m.rates.s_state)
             setattr(self, f"s_{kind}_counter_resets", m.rates.s_resets)
+            # the counters' pace and a low reading pending (a glitch or a reset): without them a
+            # glitch across a restore read as a reset, the next reading as the counter's whole total
+            setattr(self, f"s_{kind}_counter_rate", m.rates.s_rate)
+            setattr(self, f"s_{kind}_counter_drop", m.rates.s_drop)
             setattr(self, f"s_{kind}_alarm", m.alarm)
+
+    def upgrade_state(self, state: dict[str, Any]) -> dict[str, Any]:
+        """A state saved before the counters' pace and pending drops were kept knows none (NaN)."""
+        for kind in self.models:
+            state = with_counter_pace_and_drop(state, f"s_{kind}_counter_state", f"s_{kind}_counter_rate",
+                                               f"s_{kind}_counter_drop")
+        return state
 
     def update(self, frame: Frame) -> list[Finding]:
         m = self.models.get(frame.kind)

@@ -131,7 +131,36 @@ def test_state_round_trip_gives_identical_future_output(topo: Topology, split: i
     for key, value in a.state_dict().items():
         np.testing.assert_array_equal(value, b.state_dict()[key])
     fresh = MahalanobisDetector(topo)
-    assert fresh.state_nbytes() == GPUS * 688 + 1 * (2 + 4 + 1 + 4) * 8  # 688 B per GPU; node: 2 fields
+    assert fresh.state_nbytes() == GPUS * 808 + 1 * (2 + 4 + 1 + 4) * 8  # 808 B per GPU; node: 2 fields
+
+
+@pytest.mark.parametrize("cut", [599, 600, 601])  # before the low reading, after it, after the return
+def test_a_counter_glitch_across_a_checkpoint_reads_as_without_one(topo: Topology, cut: int) -> None:
+    """A PCIe replay counter climbing steadily, read 0 once at t=600: a glitch. Restored between the
+    low reading and the return, the detector still knows the value before it and the pace: before
+    the pace and the pending drop were saved, the return read as 30k replays in one second."""
+    stream = coupled_stream()
+    stream["pcie_replays"] = 30_000.0 + np.cumsum(np.full((STEPS, GPUS), 2.0), axis=0)
+    stream["pcie_replays"][600, BROKEN_GPU] = 0.0
+    never_stopped = MahalanobisDetector(topo)
+    found = run(never_stopped, stream, range(900))
+    restored_from = MahalanobisDetector(topo)
+    found_before = run(restored_from, stream, range(cut))
+    restored = MahalanobisDetector(topo)
+    restored.load_state_dict(restored_from.state_dict())
+    assert found_before + run(restored, stream, range(cut, 900)) == found
+    for key, value in never_stopped.state_dict().items():
+        np.testing.assert_array_equal(value, restored.state_dict()[key], err_msg=key)
+
+
+def test_a_checkpoint_without_the_counters_pace_loads(topo: Topology) -> None:
+    det = MahalanobisDetector(topo)
+    run(det, coupled_stream(), range(100))
+    old = {k: v for k, v in det.state_dict().items() if not k.endswith(("_counter_rate", "_counter_drop"))}
+    restored = MahalanobisDetector(topo)
+    restored.load_state_dict(old)
+    assert np.isnan(restored.s_gpu_counter_rate).all() and np.isnan(restored.s_gpu_counter_drop).all()  # type: ignore[attr-defined]
+    np.testing.assert_array_equal(restored.s_gpu_counter_state, det.s_gpu_counter_state)  # type: ignore[attr-defined]
 
 
 def test_missing_values_are_imputed_or_skipped_and_counted(topo: Topology) -> None:
