@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import stat
 import sys
@@ -24,29 +25,34 @@ def command() -> None:
               help="Repository root: writes dashboards/generated/*.json and deploy/prometheus/rules/ under it "
                    "(default: the current directory if it is a foreshock checkout, else the checkout foreshock "
                    "is installed from in editable mode).")
-@click.option("--check", is_flag=True, help="Write nothing; exit 1 if regenerating would change or add a file.")
+@click.option("--check", is_flag=True, help="Write nothing; exit 1 if regenerating would change, add or delete a file.")
 def generate(root: Path | None, check: bool) -> None:
-    """Regenerate the dashboard JSON and the Prometheus rule file from one config."""
-    from foreshock.dashboards.generate import render, stale, write
+    """Regenerate the dashboard JSON and the Prometheus rule file from one config (and delete any
+    dashboard JSON in dashboards/generated/ it no longer makes)."""
+    from foreshock.dashboards.generate import leftovers, render, stale, write
 
     console = Console(stderr=True)
     root = _generated_root(root, console)
     if check:
         outdated = stale(root)
+        left = set(leftovers(root))
         missing = [rel for rel in outdated if not (root / rel).exists()]
         for rel in outdated:
-            console.print(f"[red]{'missing' if rel in missing else 'out of date'}:[/] {rel}")
+            what = "missing" if rel in missing else "no longer generated" if rel in left else "out of date"
+            console.print(f"[red]{what}:[/] {rel}")
         if outdated:
             console.print(f"under {root.resolve()}: {len(missing)} missing, "
-                          f"{len(outdated) - len(missing)} out of date; "
+                          f"{len(outdated) - len(missing) - len(left)} out of date, {len(left)} no longer generated; "
                           "run `foreshock dashboards generate` and commit the result")
             sys.exit(1)
         console.print(f"{len(render())} generated files under {root.resolve()} are up to date")
         return
     changed = write(root)
+    deleted = [rel for rel in changed if not (root / rel).exists()]
     for rel in changed:
-        console.print(f"wrote {rel}")
-    console.print(f"{len(changed)} of {len(render())} generated files under {root.resolve()} changed")
+        console.print(f"{'deleted' if rel in deleted else 'wrote'} {rel}")
+    console.print(f"{len(changed) - len(deleted)} of {len(render())} generated files under {root.resolve()} changed"
+                  + (f"; deleted {len(deleted)} no longer generated" if deleted else ""))
 
 
 def _is_checkout(root: Path) -> bool:
@@ -98,6 +104,14 @@ def _read_token(token_file: Path | None) -> str:
     return token
 
 
+def _finite_seconds(_ctx: click.Context, _param: click.Parameter, value: float) -> float:
+    """``--timeout`` as given, unless NaN or infinite: ``FloatRange`` lets NaN through (no
+    comparison with it holds), and the HTTP client refused it with a traceback."""
+    if not math.isfinite(value):
+        raise click.BadParameter(f"{value} is not a finite number of seconds")
+    return value
+
+
 @command.command("push")
 @click.option("--url", required=True, help="Grafana base URL, e.g. http://grafana:3000")
 @click.option("--token-file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
@@ -106,7 +120,8 @@ def _read_token(token_file: Path | None) -> str:
 @click.option("--overwrite/--no-overwrite", default=True, show_default=True,
               help="Replace dashboards edited in Grafana since foreshock's last push; --no-overwrite "
                    "fails on such a dashboard (and replaces only what foreshock pushed).")
-@click.option("--timeout", type=float, default=10.0, show_default=True, help="HTTP timeout in seconds.")
+@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=10.0, show_default=True,
+              callback=_finite_seconds, help="HTTP timeout in seconds.")
 @click.option("--ca-file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="CA certificate(s) (PEM) to trust for an https Grafana (default: the system's).")
 def push(url: str, token_file: Path | None, folder_uid: str | None, overwrite: bool, timeout: float,

@@ -63,7 +63,6 @@ class MixinConfig:
     headroom_warning_c: float = 10.0  # dashboards: orange within this of a GPU's own limit
     cooling_resistance_ratio: float = 1.25  # rack resistance vs its own median over a day
     fan_stopped_ratio: float = 0.1  # a node's slowest chassis fan under this share of full speed
-    congestion_links: int = 2  # links anomalous on a congestion counter at once
     cascade_members: int = 3
     # foreshock_job_predicted_slowdown_ratio is the predicted *extra* step time as a fraction of
     # the normal step (0 = no slowdown, 0.05 = 5 % slower), not step time over normal step

@@ -3,7 +3,8 @@
 The outputs are checked in: dashboards under ``dashboards/generated/`` (shipped as package data,
 read by :func:`load_dashboards` and by Grafana's file provisioning) and the rule file under
 ``deploy/prometheus/rules/``. ``foreshock dashboards generate --check`` (and a test) fail when
-regenerating would change any of them.
+regenerating would change any of them, or when ``dashboards/generated/`` holds a dashboard the
+generator no longer makes (:func:`leftovers`: ``generate`` deletes it).
 """
 
 from __future__ import annotations
@@ -40,8 +41,21 @@ def render(cfg: MixinConfig = DEFAULT_CONFIG) -> dict[Path, str]:
     return out
 
 
+def leftovers(root: Path, cfg: MixinConfig = DEFAULT_CONFIG) -> list[Path]:
+    """Dashboard JSON under ``root``'s ``dashboards/generated/`` that the generator no longer makes
+    (a board renamed or removed): left there, Grafana's provisioning, which mounts the folder, and
+    ``dashboards push`` (:func:`load_dashboards`) would still load it."""
+    folder = root / DASHBOARD_DIR
+    if not folder.is_dir():
+        return []
+    made = set(render(cfg))
+    return sorted(DASHBOARD_DIR / path.name for path in folder.glob("*.json")
+                  if DASHBOARD_DIR / path.name not in made)
+
+
 def write(root: Path, cfg: MixinConfig = DEFAULT_CONFIG) -> list[Path]:
-    """Write the generated files under ``root``; returns the paths that changed."""
+    """Write the generated files under ``root`` and delete the :func:`leftovers`; returns the
+    paths that changed (written or deleted)."""
     changed = []
     for rel, text in render(cfg).items():
         path = root / rel
@@ -49,13 +63,17 @@ def write(root: Path, cfg: MixinConfig = DEFAULT_CONFIG) -> list[Path]:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(text, encoding="utf-8")
             changed.append(rel)
+    for rel in leftovers(root, cfg):
+        (root / rel).unlink()
+        changed.append(rel)
     return changed
 
 
 def stale(root: Path, cfg: MixinConfig = DEFAULT_CONFIG) -> list[Path]:
-    """Generated files under ``root`` that are missing or differ from a fresh render."""
+    """Generated files under ``root`` that are missing or differ from a fresh render, then the
+    :func:`leftovers` (which :func:`write` deletes)."""
     return [rel for rel, text in render(cfg).items()
-            if not (root / rel).exists() or (root / rel).read_text(encoding="utf-8") != text]
+            if not (root / rel).exists() or (root / rel).read_text(encoding="utf-8") != text] + leftovers(root, cfg)
 
 
 def load_dashboards() -> dict[str, dict[str, Any]]:

@@ -14,6 +14,7 @@ second push, and an edit made in Grafana would be told from a previous push by n
 from __future__ import annotations
 
 import logging
+import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +23,7 @@ from urllib.parse import urlparse, urlunparse
 
 from grafana_client.api import GrafanaApi
 from grafana_client.client import GrafanaClientError, GrafanaException, GrafanaTimeoutError, GrafanaUnauthorizedError
-from niquests.exceptions import RequestException, SSLError
+from niquests.exceptions import InvalidJSONError, RequestException, SSLError
 
 log = logging.getLogger("foreshock.dashboards")
 
@@ -47,15 +48,53 @@ class Pushed:
     url: str
 
 
+def _shown(url: str) -> str:
+    """``url`` as a message may show it: whatever precedes its last ``@`` after the scheme cut, for
+    that is where credentials go, and a URL that does not parse (no scheme: ``admin:pw@grafana``)
+    still carries them there."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        scheme, rest = "", url
+    if "@" in rest:
+        rest = "…@" + rest.rsplit("@", 1)[1]
+    return f"{scheme}{sep}{rest}"
+
+
 def _normalise_url(url: str) -> str:
     # grafana-client appends "api" to the URL path as is: "/grafana" must become "/grafana/"
     parts = urlparse(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise PushError(f"not an http(s) URL: {url!r}")
-    if parts.username or parts.password:
+        raise PushError(f"not an http(s) URL: {_shown(url)!r}")
+    if "@" in parts.netloc:
         raise PushError("put the credentials in FORESHOCK_GRAFANA_TOKEN or --token-file, not in the URL")
+    try:
+        parts.port  # parsed on access: a port out of range or not a number raises
+    except ValueError as exc:
+        raise PushError(f"bad port in {_shown(url)!r}: {exc}") from None
     path = parts.path if parts.path.endswith("/") or not parts.path else parts.path + "/"
     return urlunparse(parts._replace(path=path))
+
+
+def _api_url(url: str) -> str:
+    """The base of Grafana's HTTP API under ``url`` (normalised), as grafana-client builds it, but
+    from the URL's own host: grafana-client builds it from the host *name*, which loses an IPv6
+    literal's brackets (``http://::1:3000/api``: no request could be made)."""
+    parts = urlparse(url)
+    return urlunparse(parts._replace(path=(parts.path or "/") + "api", params="", query="", fragment=""))
+
+
+def _not_the_api(url: str, answered: str, page: object) -> str:
+    """What a message says of an answer that is not Grafana's API (an SSO login page after a
+    redirect, a proxy's page, another app's at that path): an HTML page by its title, other text
+    by its start on one line (the whole page, thousands of characters, buried the message)."""
+    if page is not None and not isinstance(page, str):  # JSON, but not the object Grafana answers
+        return f"{url} answered {answered}with JSON that is not Grafana's API (another app at that path?): check --url"
+    text = page or ""
+    title = re.search(r"<title[^>]*>([^<]*)</title", text, re.IGNORECASE)
+    flat = " ".join((title.group(1) if title else text).split())
+    shown = repr(flat if len(flat) <= 120 else flat[:120] + "…")
+    which = f" titled {shown}" if title else f": {shown}" if flat else ""
+    return f"{url} answered {answered}with a non-JSON page{which} (a login page or a proxy?): check --url"
 
 
 _PRECONDITION = {  # Grafana's 412 answers to POST /api/dashboards/db, by their "status"
@@ -67,13 +106,15 @@ _PRECONDITION = {  # Grafana's 412 answers to POST /api/dashboards/db, by their 
 }
 
 
-def _explain(exc: GrafanaException, what: str) -> PushError:
+def _explain(exc: GrafanaException, what: str, url: str) -> PushError:
     status = int(getattr(exc, "status_code", 0) or 0)
     if isinstance(exc, GrafanaUnauthorizedError):
         return PushError(f"{what}: Grafana rejected the token (401 Unauthorized)", status)
     if isinstance(exc, GrafanaTimeoutError):
         return PushError(f"{what}: Grafana did not answer in time (--timeout)")
     response = getattr(exc, "response", None)
+    if status and not isinstance(response, dict):  # a page from something else than Grafana's API
+        return PushError(f"{what}: {_not_the_api(url, f'{status} ', response)}", status)
     message = response.get("message", "") if isinstance(response, dict) else ""
     if status == 403:
         return PushError(f"{what}: the token lacks permission (403): {message}", status)
@@ -102,29 +143,42 @@ class _Grafana:
     def __init__(self, url: str, token: str, timeout: float, ca_file: Path | None) -> None:
         if not token or not token.strip():
             raise PushError("empty Grafana token")
+        if not (isinstance(timeout, (int, float)) and timeout > 0 and math.isfinite(timeout)):
+            raise PushError(f"the timeout must be a number of seconds above 0, not {timeout!r}")
         self.url = _normalise_url(url)
         self.api: GrafanaApi = GrafanaApi.from_url(self.url, credential=token.strip(), timeout=timeout)
+        self.api.client.url = _api_url(self.url)
         if ca_file is not None:
             self.api.client.verify = str(ca_file)
 
-    def call(self, what: str, fn: Callable[..., Any], *args: Any, **kw: Any) -> Any:
+    def call(self, what: str, fn: Callable[..., Any], *args: Any,
+             answer: type | tuple[type, ...] = dict, **kw: Any) -> Any:
+        """``fn(*args, **kw)``'s answer, which must be an ``answer`` (Grafana's API answers a JSON
+        object): grafana-client hands back an HTML page (an SSO login page after a redirect, a
+        proxy's or another app's page at that path) as a string, which the push then failed on."""
         try:
-            return fn(*args, **kw)
+            result = fn(*args, **kw)
         except GrafanaException as exc:
-            raise _explain(exc, what) from None
+            raise _explain(exc, what, self.url) from None
+        except InvalidJSONError:  # a body that is no JSON, not labelled as text
+            raise PushError(f"{what}: {_not_the_api(self.url, '', None)}") from None
         except RequestException as exc:
             raise _transport(exc, what, self.url) from None
+        if not isinstance(result, answer):
+            raise PushError(f"{what}: {_not_the_api(self.url, '', result)}")
+        return result
 
     def find(self, what: str, fn: Callable[..., Any], *args: Any) -> Any:
         """``fn(*args)``'s answer, or None when Grafana answers 404."""
-        return self.call(what, _none_if_missing, fn, *args)
+        return self.call(what, _none_if_missing, fn, *args, answer=(dict, type(None)))
 
 
 def _none_if_missing(fn: Callable[..., Any], *args: Any) -> Any:
     try:
         return fn(*args)
     except GrafanaClientError as exc:
-        if exc.status_code == 404:
+        # Grafana's API says "not found" in JSON; a 404 page (a wrong path before /api) is no answer
+        if exc.status_code == 404 and isinstance(exc.response, dict):
             return None
         raise
 
@@ -141,7 +195,7 @@ def ensure_folder(grafana: _Grafana, uid: str, title: str) -> str:
                             "--folder-uid (its uid is in the folder's URL, /dashboards/f/<uid>/)", 409) from None
         raise
     log.info("created Grafana folder %s (%s)", title, uid)
-    return str(created.get("uid", uid)) if isinstance(created, dict) else uid
+    return str(created.get("uid", uid))
 
 
 def _unedited_version(grafana: _Grafana, uid: str, what: str) -> int | None:
@@ -151,7 +205,8 @@ def _unedited_version(grafana: _Grafana, uid: str, what: str) -> int | None:
     if current is None:
         return None
     version = int(current.get("dashboard", {}).get("version") or current.get("meta", {}).get("version") or 0)
-    answer = grafana.call(what, grafana.api.client.GET, f"/dashboards/uid/{uid}/versions", params={"limit": 1})
+    answer = grafana.call(what, grafana.api.client.GET, f"/dashboards/uid/{uid}/versions", params={"limit": 1},
+                          answer=(dict, list))
     entries = answer.get("versions", []) if isinstance(answer, dict) else answer  # Grafana 12 wraps the list
     latest = entries[0] if entries else {}
     if latest.get("message") != PUSH_MESSAGE:

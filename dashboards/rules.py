@@ -4,7 +4,9 @@ Rules for a pitfall-free pack (see FACTS.md, "Alerts and dashboards that exist t
 
 - no cumulative counter is compared with a constant: counters go through ``increase``/``rate``,
   and a counter series that is *born* inside the window (``increase`` cannot see its first
-  sample) is caught with ``unless ... offset``;
+  sample) is told by its created timestamp (:func:`created_within`), never by its absence
+  ``offset`` the window ago (which is also the absence of an old series Prometheus did not scrape
+  then: after a restart or an outage);
 - XIDs are foreshock's count of *new* XIDs, never the latching last-XID gauge;
 - throttle-reason bits are decoded with ``floor(x / 2^k) % 2``, never ``x >= 128``;
 - every alert has ``for``, ``labels.severity`` and ``summary``/``description``/``runbook_url``
@@ -14,6 +16,7 @@ Rules for a pitfall-free pack (see FACTS.md, "Alerts and dashboards that exist t
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,6 +26,7 @@ from .config import DEFAULT_CONFIG, MixinConfig
 
 ALERT_GROUP = "foreshock.alerts"
 RECORDING_GROUP = "foreshock.rules"
+XID_COUNTER = "foreshock_xid_events_total"
 THERMAL_HEADROOM = "gpu:foreshock_gpu_thermal_headroom_celsius:own_limit"
 """Each exported GPU's own max operating temperature less its temperature (°C), one series per
 ``sensor`` ("core", "hbm"): 0 or below is at or over its limit."""
@@ -65,6 +69,34 @@ def _regex(values: tuple[str, ...]) -> str:
     return "|".join(values)
 
 
+def created_within(counter: str, selector: str, window: str) -> str:
+    """PromQL selecting the series of the counter ``counter`` (its ``..._total`` name) that were
+    created within ``window`` before now, with their values: by the ``..._created`` series the
+    exporter serves beside them (its created timestamp, seconds since the epoch).
+
+    Whether a counter is new cannot be read from its samples: ``x unless x offset 10m`` is also
+    true of a counter years old that Prometheus did not scrape 10 minutes ago (Prometheus just
+    started, or the target was down longer than the alert's ``for``: every GPU that ever had an
+    XID paged). The created timestamp says when the series came into being, whatever Prometheus
+    saw (the exporter's: when it first served the series). Requiring instead the target up over
+    the whole window would blind the alert for a window after every Prometheus restart: a first
+    XID then never paged. (Prometheus ingests ``..._created`` as a series of its own from the text
+    and the OpenMetrics formats; with the ``created-timestamp-zero-ingestion`` feature it does not,
+    but puts a 0 at that time into the counter itself, so ``increase`` sees the first increment.)"""
+    base = counter.removesuffix("_total")
+    return (f"({counter}{selector} and {base}_created{selector} "
+            f"> time() - {_duration_s(window):g})")
+
+
+def _duration_s(window: str) -> float:
+    """Seconds in a Prometheus duration such as ``10m`` or ``1h30m``."""
+    units = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800, "y": 31536000}
+    parts = re.findall(r"(\d+)(ms|s|m|h|d|w|y)", window)
+    if not parts or "".join(n + u for n, u in parts) != window:
+        raise ValueError(f"not a Prometheus duration: {window!r}")
+    return sum(int(n) * units[u] for n, u in parts)
+
+
 def recording_rules(cfg: MixinConfig = DEFAULT_CONFIG) -> list[dict[str, Any]]:
     rules: list[dict[str, Any]] = [
         {"record": "cluster:foreshock_predictions_active:sum",
@@ -75,8 +107,12 @@ def recording_rules(cfg: MixinConfig = DEFAULT_CONFIG) -> list[dict[str, Any]]:
          "expr": "max by (cluster) (foreshock_rack_gpu_temperature_max_celsius)"},
         {"record": "cluster:foreshock_gpu_power_watts:sum",
          "expr": "sum by (cluster) (foreshock_rack_gpu_power_watts)"},
+        # increase() never sees a series' first sample: the first XID of each code on each GPU
+        # (its counter's birth, at 1) is counted by the counter's value where it was created
+        # within the hour (everything it holds came in that hour)
         {"record": "cluster:foreshock_xid_events:increase1h",
-         "expr": "sum by (cluster, severity) (increase(foreshock_xid_events_total[1h]))"},
+         "expr": f"sum by (cluster, severity) ({created_within(XID_COUNTER, '', '1h')} "
+                 f"or increase({XID_COUNTER}[1h]))"},
         {"record": "cluster:foreshock_samples_processed:rate5m",
          "expr": "sum by (cluster, kind) (rate(foreshock_samples_processed_total[5m]))"},
         {"record": "cluster:foreshock_input_problems:rate5m",
@@ -176,15 +212,14 @@ def alerts(cfg: MixinConfig = DEFAULT_CONFIG) -> list[Alert]:
             "(RX power, pre-FEC BER, symbol errors). Plan a swap before it flaps under a job.",
         ),
         Alert(
+            # the congestion detector's predictions only: no detector emits an anomaly on a
+            # congestion counter (it judges xmit_wait, PFC pause and ECN/CNP itself, as a prediction)
             "ForeshockFabricCongestion",
-            'count by (cluster) (foreshock_prediction_eta_seconds{event="congestion"}) > 0 or '
-            'count by (cluster) (foreshock_anomaly_score{entity_kind="link", '
-            'field=~"xmit_wait|pfc_pause_duration|ecn_marked|cnp_sent|cnp_handled"}) '
-            f">= {cfg.congestion_links}",
+            'count by (cluster) (foreshock_prediction_eta_seconds{event="congestion"}) > 0',
             "warning",
             "Fabric congestion in cluster {{ $labels.cluster }}",
-            "{{ $value }} fabric entities are predicted to congest or are anomalous on a congestion counter "
-            "(xmit_wait, PFC pause, ECN/CNP) in cluster {{ $labels.cluster }}.",
+            "foreshock predicts congestion on {{ $value }} fabric entities in cluster {{ $labels.cluster }}, "
+            "from their congestion counters (xmit_wait, PFC pause, ECN/CNP).",
         ),
         Alert(
             "ForeshockCascadeIncident",
@@ -206,14 +241,15 @@ def alerts(cfg: MixinConfig = DEFAULT_CONFIG) -> list[Alert]:
         ),
     ]
     for sev, window in (("critical", cfg.xid_critical_window), ("warning", cfg.xid_warning_window)):
-        sel = f'foreshock_xid_events_total{{severity="{sev}"}}'
+        tier = f'{{severity="{sev}"}}'
         # one alert per GPU and XID, so the page names the node to drain (Alertmanager groups a
         # burst by alert name and cluster into one notification)
         out.append(Alert(
             f"ForeshockXid{sev.capitalize()}",
-            # increase() misses a series' first sample: a counter born inside the window is new
-            f"sum by ({gpu}, xid) (increase({sel}[{window}])) > 0 or "
-            f"sum by ({gpu}, xid) ({sel} unless {sel} offset {window})",
+            # a counter that rose within the window, or was created within it: increase() misses
+            # a series' first sample, the first XID of that code on that GPU
+            f"sum by ({gpu}, xid) (increase({XID_COUNTER}{tier}[{window}])) > 0 or "
+            f"sum by ({gpu}, xid) {created_within(XID_COUNTER, tier, window)}",
             sev,
             "New XID {{ $labels.xid }} (" + sev + ") on {{ $labels.node }} GPU {{ $labels.gpu }}",
             f"foreshock counted new XID {{{{ $labels.xid }}}} events ({sev} tier) in the last {window} "

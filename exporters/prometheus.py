@@ -18,6 +18,8 @@ from __future__ import annotations
 import errno
 import math
 import socket
+import threading
+import time
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Mapping
 
@@ -45,6 +47,8 @@ class MetricSpec:
     type: str  # gauge | counter | histogram
     help: str
     labels: tuple[str, ...]
+    # a counter served with each series' created timestamp: ``..._created`` (less ``_total``) beside it
+    created: bool = False
 
 
 CATALOGUE: tuple[MetricSpec, ...] = (
@@ -100,7 +104,8 @@ CATALOGUE: tuple[MetricSpec, ...] = (
     MetricSpec(f"{NS}_incident_predicted_members", "gauge", "Members an open incident is predicted to reach", ("cluster", "incident", "root_kind", "root_entity")),
     MetricSpec(f"{NS}_job_predicted_slowdown_ratio", "gauge", "Predicted extra time of a job's synchronous step as a fraction of its normal step (0.25 = 25% slower)", ("cluster", "training_job")),
     MetricSpec(f"{NS}_job_gpu_hours_at_risk_per_hour", "gauge", "GPU-hours at risk per hour for a job touched by an incident", ("cluster", "training_job")),
-    MetricSpec(f"{NS}_xid_events_total", "counter", "New XID events seen (changes of the last-XID field)", ("cluster", "rack", "node", "gpu", "xid", "severity")),
+    MetricSpec(f"{NS}_xid_events_total", "counter", "New XID events seen (changes of the last-XID field)", ("cluster", "rack", "node", "gpu", "xid", "severity"),
+               created=True),
     # the pipeline itself
     MetricSpec(f"{NS}_samples_processed_total", "counter", "Telemetry samples processed", ("cluster", "kind")),
     # an ingest agent's own (not summed with the workers': every sample would count twice)
@@ -171,11 +176,17 @@ polls are not yet a node gone."""
 
 
 class ForeshockCollector(Collector):
-    def __init__(self, store: FindingStore, top_k: int = 16, stale_after_s: float = 120.0) -> None:
-        """``stale_after_s``: the staleness window, or in a live store its floor (:meth:`stale_after`)."""
+    def __init__(self, store: FindingStore, top_k: int = 16, stale_after_s: float = 120.0,
+                 wall_clock: Callable[[], float] = time.time) -> None:
+        """``stale_after_s``: the staleness window, or in a live store its floor (:meth:`stale_after`).
+        ``wall_clock``: the clock of the XID counters' created timestamps (:meth:`_xids`)."""
         self.store = store
         self.top_k = top_k
         self.stale_after_s = stale_after_s
+        self.wall_clock = wall_clock
+        # by the labels of each XID counter served, when this collector first served it
+        self._xid_first_served: dict[tuple[str, ...], float] = {}
+        self._xid_lock = threading.Lock()  # scrapes are served from concurrent threads
 
     def describe(self) -> list[Metric]:
         return []  # unchecked collector: families vary with the snapshot
@@ -483,11 +494,33 @@ class ForeshockCollector(Collector):
         yield f_anom
         yield from self._estimates(snap)
         yield from self._incidents(snap)
-        f_xid = _family(f"{NS}_xid_events_total")
-        for (slot, code), n in sorted(snap.xids.items()):
+        yield self._xids(snap)
+
+    def _xids(self, snap: StoreSnapshot) -> Metric:
+        """The XID counters, each with its created timestamp, served as
+        ``foreshock_xid_events_created``: when this collector first served that counter, on the
+        wall clock (Prometheus compares it with ``time()``), whatever the store's clock.
+
+        The XID alerts tell a counter born in their window, whose first XID ``increase`` cannot
+        see, by this timestamp: from Prometheus's samples alone, an old counter it did not scrape
+        a window ago (Prometheus restarted, the target was down) looked as new. A counter this
+        process no longer serves is forgotten: if it comes back (from 0), it is a new one. Stamped
+        at the first scrape that finds it, not when its XID came: a counter born while nobody
+        scraped is new to its first scrape (no alert has seen it)."""
+        topo = snap.topology
+        counts: dict[tuple[str, ...], float] = {}
+        for (slot, code), events in sorted(snap.xids.items()):
             gpu = topo.labels("gpu", slot)
-            f_xid.add_metric([cluster, gpu["rack"], gpu["node"], gpu["gpu"], str(code), xid_severity(code)], float(n))
-        yield f_xid
+            counts[(topo.cluster, gpu["rack"], gpu["node"], gpu["gpu"], str(code), xid_severity(code))] = float(events)
+        now = self.wall_clock()
+        with self._xid_lock:
+            known = self._xid_first_served
+            self._xid_first_served = {labels: known.get(labels, now) for labels in counts}
+            created = dict(self._xid_first_served)
+        family = _family(f"{NS}_xid_events_total")
+        for labels, value in counts.items():
+            family.add_metric(list(labels), value, created=created[labels])
+        return family  # type: ignore[no-any-return]
 
     def _estimates(self, snap: StoreSnapshot) -> Iterator[Metric]:
         topo = snap.topology

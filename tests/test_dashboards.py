@@ -46,6 +46,40 @@ def test_generate_check_cli_detects_a_stale_file(tmp_path: Path) -> None:
     assert result.exit_code == 1 and "foreshock-gpu.json" in result.output
 
 
+def test_a_dashboard_no_longer_generated_is_reported_and_deleted(tmp_path: Path) -> None:
+    """A board renamed or removed left its JSON in dashboards/generated/: `--check` called the
+    files up to date, and Grafana's provisioning and `dashboards push` still loaded it."""
+    runner = CliRunner(env={"COLUMNS": "300"})
+    assert runner.invoke(cli, ["dashboards", "generate", "--root", str(tmp_path)]).exit_code == 0
+    old = tmp_path / "dashboards/generated/foreshock-fleet-old.json"
+    old.write_text((tmp_path / "dashboards/generated/foreshock-fleet.json").read_text()
+                   .replace('"uid": "foreshock-fleet"', '"uid": "foreshock-fleet-old"'))
+    (tmp_path / "dashboards/generated/notes.txt").write_text("not a dashboard: left alone")
+    assert stale(tmp_path) == [Path("dashboards/generated/foreshock-fleet-old.json")]
+    result = runner.invoke(cli, ["dashboards", "generate", "--root", str(tmp_path), "--check"])
+    assert result.exit_code == 1 and "no longer generated: dashboards/generated/foreshock-fleet-old.json" in result.output
+    assert old.exists()  # --check writes and deletes nothing
+    result = runner.invoke(cli, ["dashboards", "generate", "--root", str(tmp_path)])
+    assert result.exit_code == 0 and "deleted dashboards/generated/foreshock-fleet-old.json" in result.output
+    assert not old.exists() and (tmp_path / "dashboards/generated/notes.txt").exists()
+    assert runner.invoke(cli, ["dashboards", "generate", "--root", str(tmp_path), "--check"]).exit_code == 0
+
+
+def test_fabric_congestion_counts_only_what_a_detector_emits() -> None:
+    """Its second branch counted link anomalies on congestion counters (xmit_wait, PFC, ECN/CNP)
+    that no registered detector emits: the congestion detector judges those counters itself and
+    says so with a congestion prediction, which the first branch counts. The branch, and the
+    `congestion_links` setting it read, could never match."""
+    from dataclasses import fields
+
+    from foreshock.dashboards.config import MixinConfig
+    from foreshock.dashboards.rules import alerts
+
+    (congestion,) = [a for a in alerts() if a.name == "ForeshockFabricCongestion"]
+    assert congestion.expr == 'count by (cluster) (foreshock_prediction_eta_seconds{event="congestion"}) > 0'
+    assert "congestion_links" not in {f.name for f in fields(MixinConfig)}
+
+
 def test_uids_are_stable_and_shipped_as_package_data() -> None:
     shipped = load_dashboards()
     assert set(shipped) == EXPECTED_UIDS
@@ -178,6 +212,8 @@ def test_queries_use_only_exported_series_and_labels() -> None:
         if spec.type == "histogram":
             for suffix in ("_bucket", "_sum", "_count"):
                 exported[spec.name + suffix] = spec.labels
+        if spec.created:
+            exported[spec.name.removesuffix("_total") + "_created"] = spec.labels
     names, labels = _used_labels()
     missing = names - set(exported) - REQUESTED_FAMILIES
     assert not missing, f"families used by rules/dashboards but not exported: {sorted(missing)}"

@@ -15,7 +15,10 @@ relies on (Grafana HTTP API docs, /api/folders and /api/dashboards/db):
 - ``GET /api/dashboards/uid/<uid>`` answers ``{dashboard, meta}`` (404 for an unknown uid) and
   ``GET /api/dashboards/uid/<uid>/versions?limit=N`` the newest N history entries: a bare list as
   Grafana 9-11 answer it, or ``{continueToken, versions}`` as Grafana 12 does (``wrapped_versions``);
-- over https when the fixture is ``tls_grafana`` (the test certificate of tests/data/redfish).
+- over https when the fixture is ``tls_grafana`` (the test certificate of tests/data/redfish);
+- on the IPv6 loopback when made with ``host="::1"``;
+- with ``page`` set, something else answers at that URL (an SSO proxy's login page, Grafana's
+  own HTML 404 page for a path outside /api): every request gets that HTML page and status.
 """
 
 from __future__ import annotations
@@ -52,6 +55,7 @@ class FakeGrafana:
     violations: list[str] = field(default_factory=list)
     history: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # uid -> saves, oldest first
     wrapped_versions: bool = False
+    page: tuple[int, str] | None = None  # (status, HTML) answered to every request instead
 
     def edit(self, uid: str, by: str = "admin") -> None:
         """Someone saves the dashboard in Grafana's UI (no version message)."""
@@ -64,15 +68,20 @@ class FakeGrafana:
 CERTS = Path(__file__).parent / "data" / "redfish"  # a throwaway self-signed CA certificate for 127.0.0.1
 
 
+class _Ipv6Server(ThreadingHTTPServer):
+    address_family = socket.AF_INET6
+
+
 @contextmanager
-def fake_grafana(tls: bool = False) -> Iterator[FakeGrafana]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), BaseHTTPRequestHandler)
+def fake_grafana(tls: bool = False, host: str = "127.0.0.1") -> Iterator[FakeGrafana]:
+    server = (_Ipv6Server if ":" in host else ThreadingHTTPServer)((host, 0), BaseHTTPRequestHandler)
     if tls:
         context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         context.load_cert_chain(CERTS / "bmc-cert.pem", CERTS / "bmc-key.pem")
         server.socket = context.wrap_socket(server.socket, server_side=True)
     scheme = "https" if tls else "http"
-    state = FakeGrafana(url=f"{scheme}://127.0.0.1:{server.server_address[1]}")
+    authority = f"[{host}]" if ":" in host else host
+    state = FakeGrafana(url=f"{scheme}://{authority}:{server.server_address[1]}")
     lock = threading.Lock()
 
     class Handler(BaseHTTPRequestHandler):
@@ -80,6 +89,14 @@ def fake_grafana(tls: bool = False) -> Iterator[FakeGrafana]:
             data = json.dumps(body).encode()
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def _reply_page(self, status: int, html: str) -> None:
+            data = html.encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "text/html; charset=utf-8")
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
             self.wfile.write(data)
@@ -97,6 +114,8 @@ def fake_grafana(tls: bool = False) -> Iterator[FakeGrafana]:
                 body = json.loads(raw)
             with lock:
                 state.requests.append((method, self.path, dict(self.headers), body))
+                if state.page is not None:
+                    return self._reply_page(*state.page)
                 if self.headers.get("Authorization") != f"Bearer {state.token}":
                     return self._reply(401, {"message": "Invalid API key"})
                 return self._route(method, body)
@@ -355,3 +374,72 @@ def test_credentials_in_the_url_are_refused(grafana: FakeGrafana, boards: dict[s
     with pytest.raises(PushError, match="FORESHOCK_GRAFANA_TOKEN") as info:
         push_dashboards(url, TOKEN, boards, "foreshock", "foreshock")
     assert "secret" not in str(info.value)
+
+
+# a page of the size of Grafana's own or an SSO proxy's: its body is what buried the message
+LOGIN_PAGE = ("<!DOCTYPE html><html><head><title>Sign in - Example SSO</title></head><body>"
+              + "<div>" * 500 + "Sign in with your company account" + "</div>" * 500 + "</body></html>")
+
+
+@pytest.mark.parametrize("status", [200, 404], ids=["login-page-200", "html-404"])
+def test_a_page_that_is_not_grafanas_api_is_a_short_message(grafana: FakeGrafana, boards: dict[str, dict[str, Any]],
+                                                             status: int) -> None:
+    # 200: an SSO proxy's login page after a redirect, or another app at that path (the push failed
+    # with an AttributeError on the page's text); 404: Grafana's HTML page for a path outside /api
+    # (a wrong sub-path in --url), read as "no such folder", then the whole page in the error
+    grafana.page = (status, LOGIN_PAGE)
+    with pytest.raises(PushError, match="non-JSON page titled 'Sign in - Example SSO'.*check --url") as info:
+        push_dashboards(grafana.url + "/wrong", TOKEN, boards, "foreshock", "foreshock")
+    assert len(str(info.value)) < 300 and "<div>" not in str(info.value)
+    assert [r[0] for r in grafana.requests] == ["GET"]  # nothing posted on the strength of a page
+    result = CliRunner().invoke(cli, ["dashboards", "push", "--url", grafana.url], env={"FORESHOCK_GRAFANA_TOKEN": TOKEN})
+    assert result.exit_code == 1 and isinstance(result.exception, SystemExit), result.exception
+    assert "non-JSON page titled 'Sign in - Example SSO'" in result.output and len(result.output) < 400
+
+
+def test_credentials_in_a_url_without_scheme_are_never_echoed() -> None:
+    url = "admin:S3cretPassw0rd@grafana:3000"
+    with pytest.raises(PushError, match="not an http\\(s\\) URL") as info:
+        push_dashboards(url, TOKEN, {}, "foreshock", "foreshock")
+    assert "S3cret" not in str(info.value) and "grafana:3000" in str(info.value)
+    result = CliRunner().invoke(cli, ["dashboards", "push", "--url", url], env={"FORESHOCK_GRAFANA_TOKEN": TOKEN})
+    assert result.exit_code == 1 and "S3cret" not in result.output
+
+
+def _ipv6_loopback() -> bool:
+    try:
+        with socket.socket(socket.AF_INET6) as sock:
+            sock.bind(("::1", 0))
+        return True
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not _ipv6_loopback(), reason="no IPv6 loopback here")
+def test_push_to_an_ipv6_literal(boards: dict[str, dict[str, Any]]) -> None:
+    # grafana-client built its URL from the host name, without the brackets: http://::1:PORT/api,
+    # which no request could be made to
+    with fake_grafana(host="::1") as grafana:
+        assert grafana.url.startswith("http://[::1]:")
+        pushed = push_dashboards(grafana.url, TOKEN, boards, "foreshock", "foreshock", timeout=5)
+        assert {p.uid for p in pushed} == EXPECTED_UIDS
+        assert grafana.violations == []
+
+
+@pytest.mark.parametrize("url", ["http://grafana:99999", "http://grafana:30OO"])
+def test_a_bad_port_is_a_message_not_a_traceback(url: str) -> None:
+    with pytest.raises(PushError, match="bad port in"):
+        push_dashboards(url, TOKEN, {}, "foreshock", "foreshock")
+    result = CliRunner().invoke(cli, ["dashboards", "push", "--url", url], env={"FORESHOCK_GRAFANA_TOKEN": TOKEN})
+    assert result.exit_code == 1 and isinstance(result.exception, SystemExit), result.exception
+    assert "bad port in" in result.output
+
+
+@pytest.mark.parametrize("timeout", ["0", "-1", "nan", "inf"])
+def test_timeout_must_be_a_finite_number_of_seconds_above_zero(grafana: FakeGrafana, timeout: str) -> None:
+    result = CliRunner().invoke(cli, ["dashboards", "push", "--url", grafana.url, "--timeout", timeout],
+                                env={"FORESHOCK_GRAFANA_TOKEN": TOKEN})
+    assert result.exit_code == 2 and "--timeout" in result.output, (result.output, result.exception)
+    assert grafana.requests == []
+    with pytest.raises(PushError, match="timeout"):
+        push_dashboards(grafana.url, TOKEN, {}, "foreshock", "foreshock", timeout=float(timeout))
