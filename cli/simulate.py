@@ -73,6 +73,10 @@ def command(gpus: int | None, duration: float | None, scenario: str, seed: int, 
                                params={"counter_bits": int(counter_bits)})
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
+    if sim.duration < sim.interval:  # (a run of whole intervals: it recorded one, past the end asked)
+        given = "--duration" if duration is not None else "the scenario's duration"
+        raise click.UsageError(f"{given} ({sim.duration:g} s) is shorter than one sampling interval "
+                               f"(--interval {sim.interval:g} s)")
     create_folder(out_dir, "the recording folder")
     console = Console(stderr=True)
     health = PipelineHealth()
@@ -93,6 +97,9 @@ def command(gpus: int | None, duration: float | None, scenario: str, seed: int, 
     speed = summary.simulated_seconds / max(summary.wall_seconds, 1e-9)
     console.print(f"[green]wrote[/] {out_dir}: {summary.rows:,} rows, {summary.faults} faults, "
                   f"{summary.events} ground-truth events, {speed:,.0f}x real time")
+    if abs(summary.simulated_seconds - total) > 1e-6:
+        console.print(f"  {summary.simulated_seconds:,g} s simulated for the {total:,g} s asked: "
+                      f"whole sampling intervals of {sim.interval:g} s")
     for fault in sim.faults:
         if fault.started:
             console.print(f"  {fault.id} {fault.type} on {fault.target_name} at +{fault.onset:,.0f} s")

@@ -10,7 +10,9 @@ observable consequence (``thermal_throttle_start``/``_end``, ``power_cap_start``
 ``power_brake_start``/``_end``, ``link_down``/``link_up``, ``xid``, ``job_slowdown_start``/``_end``,
 ``congestion_start``/``_end``), or the schedule (``job_end``/``job_start``: a job finished, the
 next one started; no fault). ``fault_id`` ties consequences to the fault that caused them
-(empty for consequences with no fault, such as the power cap under full load).
+(empty for consequences with no fault, such as the power cap under full load). A
+``job_slowdown_start`` can come twice in one episode: the second (``detail.continues``) says a
+fault stopped the already slowed job (``detail.reason == "interrupted"``).
 """
 
 from __future__ import annotations

@@ -259,18 +259,28 @@ class Recording:
                 raise RecordingError(f"{path / part_name(kind, 0)}: {have} rows, {META_FILE} lists {int(rows[kind])} "
                                      "(a part from another recording, or a copy cut short)")
         if rec.interrupted:
-            lost = sorted(p.name for p in path.glob(f"*{PARTIAL}"))
             end = meta.get("end")
-            log.warning("%s: its recorder was stopped without closing it (killed, or the machine went down); "
-                        "reading it up to its last closed part%s%s", path,
-                        f", which ends at {time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime(end))} UTC"
-                        if isinstance(end, (int, float)) else " (none was closed: it is empty)",
-                        f"; what it was writing is lost ({', '.join(lost)})" if lost else "")
+            ends = (f", which ends at {time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime(end))} UTC"
+                    if isinstance(end, (int, float)) else "")
+            if "parts" in meta:  # a live recorder's, closed part by part
+                lost = sorted(p.name for p in path.glob(f"*{PARTIAL}"))
+                log.warning("%s: its recorder was stopped without closing it (killed, or the machine went down); "
+                            "reading it up to its last closed part%s%s", path,
+                            ends or " (none was closed: it is empty)",
+                            f"; what it was writing is lost ({', '.join(lost)})" if lost else "")
+            else:  # written whole (the simulator), closed when its run was stopped (Ctrl-C, an error)
+                asked, start = meta.get("duration"), meta.get("start")
+                held = (f": {end - start + rec.interval:,.0f} s of the {asked:,.0f} s asked"
+                        if isinstance(asked, (int, float)) and isinstance(start, (int, float))
+                        and isinstance(end, (int, float)) else "")
+                log.warning("%s: its run was stopped before its end (interrupted); reading what it holds%s%s",
+                            path, ends or " (nothing: it is empty)", held)
         return rec
 
     @property
     def interrupted(self) -> bool:
-        """The recorder was killed: only the parts it had closed are read."""
+        """The recording was cut short: a live recorder killed (only the parts it had closed are
+        read), or a simulator run stopped before its end (``"duration"`` holds what was asked)."""
         return self.meta.get("complete") is False
 
     def kinds(self) -> list[str]:

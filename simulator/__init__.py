@@ -44,7 +44,9 @@ events arrive one debounce window late with the time the condition actually clea
   reached 92 °C and powered off),
   ``link_down``/``link_up`` (link; every flap), ``congestion_start/_end`` (link, the links that
   took rerouted traffic), ``job_slowdown_start/_end`` (job; step time > 1.10x nominal, or
-  ``detail.reason == "interrupted"`` while a crashed job waits for repair).
+  ``detail.reason == "interrupted"`` while a crashed job waits for repair; a job stopped while
+  its episode is already open gets a second start with ``detail.continues`` true, naming the
+  fault that stopped it).
 - ``gpu_replaced`` (gpu) — a board swapped in the slot (a ``gpu_replacement``, or an XID 79
   repair with ``params.xid79_new_board``), at the GPU's return: ``detail`` has ``old_uuid``,
   ``new_uuid``, ``old_board_id``/``new_board_id`` (the numbers gpu frames carry),
@@ -55,7 +57,11 @@ events arrive one debounce window late with the time the condition actually clea
   go idle) and ``job_start`` (the next job starts on its nodes), as ``params.job_churn`` ends and
   starts jobs.
 - debouncing: an episode ends only after its condition stayed clear for ``HOLD_S`` seconds
-  (30-60 s), so the power cap that releases during each communication phase is one episode.
+  (30-60 s), so the power cap that releases during each communication phase is one episode;
+  one still inside that hold when the run ends is ended where its condition cleared (one still
+  on stays open).
+- ``recording.json`` has the ``duration`` asked for; a run stopped early (Ctrl-C, an error)
+  writes ``"complete": false`` there, and readers warn (``Recording.interrupted``).
 
 Conventions detectors can rely on: gpu ``board_id`` is the board's UUID as a number
 (``foreshock.boards.board_id``; NaN only in a failed read; a GPU off the bus keeps it),

@@ -60,7 +60,7 @@ HBM_AT_LIMIT_MARGIN_C = 0.5
 limiter holds it right there, so "above" alone would flicker."""
 AFTERMATH_S = 900.0
 """After a fault is repaired its consequences (a loop still cooling down) are attributed to it
-for this long."""
+for this long, on the entities no active fault acts on."""
 REBOOT_S = 600.0
 """A GPU that shut down thermally is back this long after it went down (once cool and repaired)."""
 WARMUP_S = 600.0
@@ -126,10 +126,16 @@ class ClusterSimulator:
             gpus, seed=seed, **(topology_options or {}))
         topo = self.topology
         self.interval = float(interval)
+        if physics_dt is not None and not (physics_dt > 0 and math.isfinite(physics_dt)):
+            raise ValueError(f"physics_dt must be a positive number of seconds, got {physics_dt}")
         dt = min(self.interval, physics_dt if physics_dt is not None else 1.0)
-        self.substeps = max(1, int(round(self.interval / dt)))
+        # physics_dt is the longest sub-step: an interval it does not divide gets one more, shorter
+        # (rounding gave 2.5 s / 1 s two 1.25-s steps); the tolerance keeps 0.3 / 0.1 at three
+        self.substeps = max(1, math.ceil(self.interval / dt - 1e-9))
         self.dt = self.interval / self.substeps
         self.duration = float(duration if duration is not None else scen.defaults.get("duration", DEFAULT_DURATION_S))
+        if not (self.duration > 0 and math.isfinite(self.duration)):
+            raise ValueError(f"duration must be a positive number of seconds, got {self.duration}")
         self.start_time = float(start_time)
         self.elapsed = 0.0
         self.random_faults = scen.random_faults if random_faults is None else bool(random_faults)
@@ -165,6 +171,7 @@ class ClusterSimulator:
         self.job_cause = np.full(len(topo.jobs), -1, dtype=np.int64)
         self.fault_dead = np.zeros(n_gpus, dtype=bool)  # fell off the bus (XID 79 fault)
         self.fault_held = np.zeros(len(topo.jobs), dtype=bool)  # stopped by a fault
+        self._job_stopped = np.zeros(len(topo.jobs), dtype=bool)  # running but held at the last truth step
         self.shutdown = np.zeros(n_gpus, dtype=bool)  # thermal shutdown
         self.shutdown_since = np.zeros(n_gpus)
         self.shutdown_cause = np.full(n_gpus, -1, dtype=np.int64)
@@ -237,12 +244,14 @@ class ClusterSimulator:
         t0 = time.perf_counter()
         frames = rows = 0
         meta_all = {
-            "source": "simulator", "interval": self.interval, "seed": self.seed, "scenario": self.scenario.name,
+            "source": "simulator", "interval": self.interval, "duration": total, "seed": self.seed,
+            "scenario": self.scenario.name,
             "gpus": len(self.topology.gpus), "physics_dt": self.dt, "random_faults": self.random_faults,
             "fault_acceleration": self.fault_acceleration, "start_time": self.start_time,
             **({"start_hour": self.start_hour} if self.start_hour is not None else {}), **(meta or {}),
         }
         writer = RecordingWriter(out_dir, self.topology, meta_all)
+        finished = False
         try:
             for tick in self.iter_ticks(total):
                 for frame in (through(tick) if through is not None else tick):
@@ -251,12 +260,28 @@ class ClusterSimulator:
                     rows += len(frame)
                 if progress is not None:
                     progress(self.elapsed, total)
+            finished = True
         finally:
+            if not finished:
+                # Ctrl-C or an error: what was simulated is kept, marked as a recording cut short
+                # (``Recording.interrupted``; readers warn), "duration" says what was asked
+                writer.meta["complete"] = False
+            self.events += self._close_cleared_episodes()
             writer.meta["faults"] = [f.describe() for f in self.faults if f.started]
             writer.add_events(self.events)
             writer.close()
         return RunSummary(len(self.topology.gpus), self.elapsed, time.perf_counter() - t0,
                           sum(f.started for f in self.faults), len(self.events), frames, rows)
+
+    def _close_cleared_episodes(self) -> list[Event]:
+        """The end of the run ends the episodes whose condition had cleared, less than their hold
+        before, at the time it cleared: left open, they read as lasting for good. (An episode
+        still on at the end stays open, as it is.) Its tracker forgets them: if stepped on, the
+        simulator starts a new episode where the condition comes back."""
+        events: list[Event] = []
+        for tracker in self.trackers.values():
+            events += tracker.close_gaps()
+        return events
 
     def sample(self) -> list[Frame]:
         """Telemetry at the current time, one frame per kind (does not advance time)."""
@@ -360,6 +385,7 @@ class ClusterSimulator:
         gpu.alive &= ~hot
         gpu.power[hot] = 0.0
         gpu.clock[hot] = 0.0
+        gpu.reasons[hot] = 0  # powered off: no limiter holds it (ground truth saw its last throttle bits)
 
     def _recover_shutdowns(self) -> None:
         """A shut-down GPU comes back once it has cooled, its cause is repaired and the node
@@ -385,8 +411,18 @@ class ClusterSimulator:
         cong_cause = np.where(src >= 0, self.link_cause[np.maximum(src, 0)], self.link_cause)
         ev += tr["congestion"].update(t, self.fabric.congested, cong_cause)
         wl = self.workload
-        slow = (wl.running & wl.held) | (wl.active & (wl.step_time > self.params.slowdown_ratio * wl.nominal_step))
-        ev += tr["job_slowdown"].update(t, slow, self._job_causes(slow, job_fabric_cause), detail=self._job_detail)
+        stopped = wl.running & wl.held
+        slow = stopped | (wl.active & (wl.step_time > self.params.slowdown_ratio * wl.nominal_step))
+        job_causes = self._job_causes(slow, job_fabric_cause)
+        # a job stopped inside its slowdown episode (a member throttling, then its board pulled)
+        # starts no episode: its own interruption marker tells that its GPUs went idle
+        stopped_inside = stopped & ~self._job_stopped & tr["job_slowdown"].active
+        self._job_stopped = stopped
+        ev += tr["job_slowdown"].update(t, slow, job_causes, detail=self._job_detail)
+        for j in np.flatnonzero(stopped_inside):
+            fid, ftype = self._fault_of(int(job_causes[j]))
+            ev.append(Event(t, "job_slowdown_start", "job", self.topology.jobs[int(j)], fid, ftype,
+                            {"reason": "interrupted", "continues": True}))
         names = self.topology.links
         for link in went_down:
             fid, ftype = self._fault_of(int(self.link_cause[link]))
@@ -445,28 +481,44 @@ class ClusterSimulator:
         return fault
 
     def _resolve_target(self, kind: str, target: str | int | None) -> tuple[int, str]:
+        """Slot and name of a scenario fault's target; ``ValueError`` (a usage error) naming the
+        target and the cluster's size where the cluster has no such entity."""
         topo = self.topology
         if target is None:
             return self._auto_target(kind)
+        if isinstance(target, bool) or not isinstance(target, (str, int)):  # (YAML's true is no slot 1)
+            raise ValueError(f"fault target {target!r}: expected 'auto', an entity name or a slot number")
         if kind == "loop":
             loops = topo.loops
             if isinstance(target, int):
                 if not 0 <= target < len(loops):
-                    raise ValueError(f"no cooling loop {target}")
+                    raise ValueError(f"no cooling loop {target} {self._cluster_has('loop')}")
                 return target, loops[target]
             if target in loops:
                 return loops.index(target), target
             if target in topo.rows:
                 loop = topo.row_loop[topo.rows.index(target)]
                 return loops.index(loop), loop
-            raise ValueError(f"unknown cooling loop or row {target!r}")
+            raise ValueError(f"unknown cooling loop or row {target!r} {self._cluster_has('loop')}")
         if isinstance(target, int):
             if not 0 <= target < topo.size(kind):
-                raise ValueError(f"no {kind} slot {target}")
+                raise ValueError(f"no {kind} slot {target} {self._cluster_has(kind)}")
             return target, topo.name(kind, target)
         if kind == "optic" and "#" not in target:
             target = f"{target}#a"
-        return topo.slot(kind, target), target
+        try:
+            return topo.slot(kind, target), target
+        except KeyError:
+            raise ValueError(f"no {kind} {target!r} {self._cluster_has(kind)}") from None
+
+    def _cluster_has(self, kind: str) -> str:
+        """What the cluster has of ``kind``, for an error about a target it lacks."""
+        topo = self.topology
+        if kind == "loop":
+            count, listed = f"{len(topo.loops)} cooling loops", ", ".join(topo.loops)
+        else:
+            count, listed = f"{topo.size(kind)} {kind}s", f"{topo.name(kind, 0)} .. {topo.name(kind, topo.size(kind) - 1)}"
+        return f"in this cluster of {len(topo.gpus)} GPUs ({count}: {listed})"
 
     def _auto_target(self, kind: str) -> tuple[int, str]:
         """A seeded pick among entities carrying a running job, in a loop no earlier fault used."""
@@ -530,12 +582,12 @@ class ClusterSimulator:
             return
         self._reset_fault_inputs()
         self._fault_inputs_dirty = False
-        topo = self.topology
         # boards swapped in at this step, first: the faults of the old boards end before any of
         # them sets its effect on the new one
         for f in self.faults:
             if self._swaps_board(f) and self.elapsed >= f.onset and not f.ended and not f.active_at(self.elapsed):
                 self._replace_board(f)
+        active: list[int] = []
         for i, f in enumerate(self.faults):
             if not f.started and self.elapsed >= f.onset:
                 f.started = True
@@ -545,46 +597,56 @@ class ClusterSimulator:
             if not f.ended and not f.active_at(self.elapsed):
                 f.ended = True
                 self._on_fault_end(f)
-            if f.ended:
-                if f.duration is not None and self.elapsed < f.onset + f.duration + AFTERMATH_S:
-                    self._fault_inputs_dirty = True
-                    self._attribute(i, f)
-                continue
+            if not f.ended:
+                active.append(i)
+            elif f.duration is not None and self.elapsed < f.onset + f.duration + AFTERMATH_S:
+                self._fault_inputs_dirty = True
+                self._attribute(i, f)
+        # the active faults after every aftermath: a fault acting on an entity now names what
+        # happens to it, not one repaired before (a TIM-driven shutdown blamed on a repaired
+        # cooling loss was "repaired" and rebooted into the next shutdown)
+        for i in active:
             self._fault_inputs_dirty = True
-            el = self.elapsed - f.onset
-            if f.type == "cooling_loss":
-                ramp = min(1.0, el / max(f.p("ramp_s"), 1e-9))
-                loop = f.target
-                self.cooling.flow[loop] = min(self.cooling.flow[loop], 1.0 - (1.0 - f.p("flow_fraction")) * ramp)
-                self.gpu_cause[self.gpu_loop == loop] = i
-            elif f.type == "tim_degradation":
-                self.r_factor[f.target] *= min(1.0 + f.p("r_per_hour") * el / 3600.0, f.p("max_factor"))
-                self.gpu_cause[f.target] = i
-            elif f.type == "fan_failure":
-                gpus = np.flatnonzero(self.gpu_node == f.target)
-                self.cooling.fan_health[f.target] = min(self.cooling.fan_health[f.target], 1.0 - f.p("fans_failed"))
-                self.r_factor[gpus] *= 1.0 + f.p("r_increase") * min(1.0, el / max(f.p("ramp_s"), 1e-9))
-                self.gpu_cause[gpus] = i
-            elif f.type == "psu_failure":
-                gpus = np.flatnonzero(self.gpu_node == f.target)
-                if el < f.p("brake_s"):
-                    self.brake[f.target] = True
-                else:
-                    self.gpu.power_limit[gpus] = np.minimum(self.gpu.power_limit[gpus], f.p("derated_limit_w"))
-                self.gpu_cause[gpus] = i
-            elif f.type == "optic_degradation":
-                self.optics.degradation_db[f.target] += f.p("initial_db") + f.p("db_per_hour") * el / 3600.0
-                self.link_cause[f.target // 2] = i
-            elif f.type == "hbm_overheat":
-                self.hbm_r_factor[f.target] *= min(1.0 + f.p("r_per_hour") * el / 3600.0, f.p("max_factor"))
-                self.gpu_cause[f.target] = i
-            elif f.type in ("xid79", "gpu_replacement"):  # out of service: reports nothing, its job stops
-                self.fault_dead[f.target] = True
-                self.gpu_cause[f.target] = i
-                job = int(topo.gpu_job[f.target])
-                if job >= 0:
-                    self.fault_held[job] = True
-                    self.job_cause[job] = i
+            self._apply_active(i, self.faults[i])
+
+    def _apply_active(self, i: int, f: Fault) -> None:
+        """What active fault ``f`` (index ``i``) does to the hidden inputs now, and the entities it
+        names as their cause."""
+        topo = self.topology
+        el = self.elapsed - f.onset
+        if f.type == "cooling_loss":
+            ramp = min(1.0, el / max(f.p("ramp_s"), 1e-9))
+            loop = f.target
+            self.cooling.flow[loop] = min(self.cooling.flow[loop], 1.0 - (1.0 - f.p("flow_fraction")) * ramp)
+            self.gpu_cause[self.gpu_loop == loop] = i
+        elif f.type == "tim_degradation":
+            self.r_factor[f.target] *= min(1.0 + f.p("r_per_hour") * el / 3600.0, f.p("max_factor"))
+            self.gpu_cause[f.target] = i
+        elif f.type == "fan_failure":
+            gpus = np.flatnonzero(self.gpu_node == f.target)
+            self.cooling.fan_health[f.target] = min(self.cooling.fan_health[f.target], 1.0 - f.p("fans_failed"))
+            self.r_factor[gpus] *= 1.0 + f.p("r_increase") * min(1.0, el / max(f.p("ramp_s"), 1e-9))
+            self.gpu_cause[gpus] = i
+        elif f.type == "psu_failure":
+            gpus = np.flatnonzero(self.gpu_node == f.target)
+            if el < f.p("brake_s"):
+                self.brake[f.target] = True
+            else:
+                self.gpu.power_limit[gpus] = np.minimum(self.gpu.power_limit[gpus], f.p("derated_limit_w"))
+            self.gpu_cause[gpus] = i
+        elif f.type == "optic_degradation":
+            self.optics.degradation_db[f.target] += f.p("initial_db") + f.p("db_per_hour") * el / 3600.0
+            self.link_cause[f.target // 2] = i
+        elif f.type == "hbm_overheat":
+            self.hbm_r_factor[f.target] *= min(1.0 + f.p("r_per_hour") * el / 3600.0, f.p("max_factor"))
+            self.gpu_cause[f.target] = i
+        elif f.type in ("xid79", "gpu_replacement"):  # out of service: reports nothing, its job stops
+            self.fault_dead[f.target] = True
+            self.gpu_cause[f.target] = i
+            job = int(topo.gpu_job[f.target])
+            if job >= 0:
+                self.fault_held[job] = True
+                self.job_cause[job] = i
 
     def _swaps_board(self, f: Fault) -> bool:
         """Whether ``f``'s repair puts another board in the GPU's slot."""
@@ -626,7 +688,8 @@ class ClusterSimulator:
             self.optics.flaps[link] = 0
 
     def _attribute(self, i: int, f: Fault) -> None:
-        """After repair, what the fault left behind (hot coolant, a cold job) is still its doing."""
+        """After repair, what the fault left behind (hot coolant, a cold job) is still its doing
+        (set before the active faults, which override it where they act)."""
         if f.type == "cooling_loss":
             self.gpu_cause[self.gpu_loop == f.target] = i
         elif f.kind == "node":
@@ -654,13 +717,18 @@ class ClusterSimulator:
             self.events.append(Event(t, "xid", "gpu", f.target_name, f.id, f.type, {"code": 79}))
 
     def _hbm_errors(self, dt: float) -> None:
+        """An HBM held at its limit long enough (``dbe_after_s`` in all) fails a row: an
+        uncorrectable (DBE) error, XID 48, again every ``dbe_every_s`` while it is still there.
+        Each one needs the HBM at its limit as it happens: a GPU off the bus, or one whose HBM
+        cooled, reports none."""
         for i, f in enumerate(self.faults):
             if f.type != "hbm_overheat" or not f.started or f.ended:
                 continue
             g = f.target
-            if self.gpu.hbm_temp[g] >= self.params.hbm_max_operating_c - HBM_AT_LIMIT_MARGIN_C:
+            hot = self.gpu.alive[g] and self.gpu.hbm_temp[g] >= self.params.hbm_max_operating_c - HBM_AT_LIMIT_MARGIN_C
+            if hot:
                 f.hbm_hot_s += dt
-            if f.hbm_hot_s >= f.p("dbe_after_s") and self.elapsed >= f.next_dbe_s:
+            if hot and f.hbm_hot_s >= f.p("dbe_after_s") and self.elapsed >= f.next_dbe_s:
                 f.dbe_count += 1
                 f.next_dbe_s = self.elapsed + f.p("dbe_every_s")
                 self.gpu.ecc_dbe[g] += 1

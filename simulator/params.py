@@ -19,8 +19,11 @@ Calibration (H200 SXM capture, 24 °C inlet):
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass, fields, replace
-from typing import Any
+from typing import Any, get_type_hints
+
+import numpy as np
 
 from foreshock import facts
 
@@ -111,14 +114,16 @@ class SimParams:
     line_bits_per_s_factor: float = 1.0625  # PHY bits per data bit (FEC overhead)
 
     def with_overrides(self, overrides: dict[str, Any] | None) -> "SimParams":
-        """A copy with some fields replaced; unknown names raise ``ValueError``."""
+        """A copy with some fields replaced; unknown names, and values of the wrong type or out of
+        range (:func:`check_override`), raise ``ValueError`` naming the parameter."""
         if not overrides:
             return self
         known = {f.name for f in fields(self)}
         unknown = sorted(set(overrides) - known)
         if unknown:
             raise ValueError(f"unknown simulator parameters {unknown}")
-        cast: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in overrides.items()}
+        cast: dict[str, Any] = {k: check_override(k, tuple(v) if isinstance(v, list) else v)
+                                for k, v in overrides.items()}
         return replace(self, **cast)
 
     @property
@@ -129,6 +134,67 @@ class SimParams:
     def q_at_sensitivity(self) -> float:
         """Q factor that gives the FEC-limit BER (BER = Q-function(Q))."""
         return _inverse_q(self.fec_limit_ber)
+
+
+_POSITIVE = frozenset({
+    "leak_doubling_c", "power_limit_w", "r_core_c_per_w", "r_hbm_c_per_w", "tau_core_s", "tau_hbm_s",
+    "clock_max_hz", "clock_idle_hz", "clock_min_hz", "clock_step_hz", "gpu_max_dt_s", "design_gpu_w",
+    "design_node_w", "tau_loop_s", "rack_flow_lps", "job_run_mean_s", "job_gap_mean_s", "slowdown_ratio",
+    "ecn_start_ratio", "mtu_bytes", "ber_floor", "line_bits_per_s_factor", "compute_s_range", "flap_down_s",
+})
+"""Parameters the model divides by or takes the log of: more than zero."""
+_FRACTION = frozenset({
+    "comm_activity", "wait_activity", "hw_slowdown_factor", "power_brake_factor", "missing_prob",
+    "comm_fraction_range", "comm_load_range", "cross_su_fraction",
+})
+"""Shares and probabilities: from 0 to 1."""
+_SIGNED = frozenset({
+    "leak_ref_temp_c", "max_operating_c", "hw_slowdown_c", "hw_slowdown_release_c", "hbm_max_operating_c",
+    "shutdown_c", "facility_temp_c", "tx_power_dbm", "rx_sensitivity_dbm", "los_dbm",
+})
+"""Temperatures and optical powers (dBm): any finite number. Every other number is at least 0."""
+
+
+def check_override(name: str, value: Any) -> Any:
+    """``value`` for parameter ``name`` as the simulator can use it, else ``ValueError`` naming
+    both: the field's type (a number for a float, a whole number for an int, true/false for a
+    bool, a pair of numbers for a range), finite, and within the parameter's range (positive
+    where the model divides by it, 0..1 for shares and probabilities, 32 or 64 counter bits,
+    a range's low end at most its high end, ``fec_limit_ber`` under 0.5)."""
+    kind = _FIELD_TYPES[name]
+    if kind is bool:
+        if not isinstance(value, bool):
+            raise ValueError(f"simulator parameter {name} must be true or false, not {value!r}")
+        return value
+    items = value if kind is tuple else (value,)
+    if kind is tuple and not (isinstance(value, tuple) and len(value) == 2):
+        raise ValueError(f"simulator parameter {name} must be a pair of numbers [low, high], not {value!r}")
+    for x in items:
+        number = isinstance(x, numbers.Integral if kind is int else numbers.Real)  # (numpy's too)
+        if isinstance(x, (bool, np.bool_)) or not number:
+            what = "a whole number" if kind is int else "a number"
+            raise ValueError(f"simulator parameter {name} must be {what}, not {x!r}")
+        if not math.isfinite(x):
+            raise ValueError(f"simulator parameter {name} must be finite, not {x!r}")
+        if name in _POSITIVE and not x > 0:
+            raise ValueError(f"simulator parameter {name} must be more than 0, not {x!r}")
+        if name in _FRACTION and not 0 <= x <= 1:
+            raise ValueError(f"simulator parameter {name} must be within [0, 1], not {x!r}")
+        if name not in _SIGNED and x < 0:
+            raise ValueError(f"simulator parameter {name} must not be negative, not {x!r}")
+    if kind is tuple and value[0] > value[1]:
+        raise ValueError(f"simulator parameter {name}: its low end {value[0]!r} is above its high end {value[1]!r}")
+    if name == "counter_bits" and value not in (32, 64):
+        raise ValueError(f"simulator parameter counter_bits must be 32 or 64, not {value!r}")
+    if name == "fec_limit_ber" and not 0 < value < 0.5:
+        raise ValueError(f"simulator parameter fec_limit_ber must be within (0, 0.5), not {value!r}")
+    return value
+
+
+_FIELD_TYPES: dict[str, type] = {
+    name: getattr(hint, "__origin__", hint) for name, hint in get_type_hints(SimParams).items()
+}
+"""Parameter -> float, int, bool or tuple (a (low, high) range)."""
 
 
 def _inverse_q(ber: float) -> float:

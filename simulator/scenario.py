@@ -5,8 +5,9 @@ any file path::
 
     name: cooling-loss
     description: The CDU of one row loses flow; the whole row heats up and throttles.
-    defaults: {gpus: 256, duration: 3600}   # used when the command line gives none
-    params: {job_churn: false}              # SimParams overrides (see params.py)
+    defaults: {gpus: 256, duration: 3600}   # used when the command line gives none (same rules:
+                                            # a multiple of 8 GPUs, at least 8; seconds > 0)
+    params: {job_churn: false}              # SimParams overrides (see params.py; type- and range-checked)
     random_faults: false
     faults:
       - type: cooling_loss                  # see faults.py for types and parameters
@@ -21,6 +22,7 @@ the cooling loops earlier faults already hit (independent faults land in differe
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -29,6 +31,7 @@ from typing import Any
 import yaml
 
 from .faults import DEFAULT_DURATION_S, check_fault_type, check_params
+from .params import SimParams
 
 
 class ScenarioError(ValueError):
@@ -110,12 +113,17 @@ def scenario_from_dict(data: Any, source: str = "scenario") -> Scenario:
             raise ScenarioError(f"{where}: {exc}") from None
         target = f.get("target")
         target = None if target in (None, "auto") else target
-        if target is not None and not isinstance(target, (str, int)):
-            raise ScenarioError(f"{where}: target must be 'auto', an entity name or a slot number")
+        if target is not None and (isinstance(target, bool) or not isinstance(target, (str, int))):
+            raise ScenarioError(f"{where}: target must be 'auto', an entity name or a slot number, not {target!r}")
         faults.append(FaultSpec(ftype, target, onset, duration, params))
     for key in ("params", "defaults"):
         if not isinstance(data.get(key) or {}, dict):
             raise ScenarioError(f"{source}: '{key}' must be a mapping")
+    try:
+        SimParams().with_overrides(data.get("params") or {})
+        _check_defaults(data.get("defaults") or {})
+    except ValueError as exc:  # here, before a run writes anything
+        raise ScenarioError(f"{source}: {exc}") from None
     return Scenario(
         name=str(data.get("name", Path(source).stem)),
         description=str(data.get("description", "")),
@@ -124,6 +132,22 @@ def scenario_from_dict(data: Any, source: str = "scenario") -> Scenario:
         defaults=dict(data.get("defaults") or {}),
         random_faults=bool(data.get("random_faults", False)),
     )
+
+
+def _check_defaults(defaults: dict[str, Any]) -> None:
+    """A scenario's ``defaults`` stand in for ``foreshock simulate --gpus`` and ``--duration``:
+    the same rules (a whole number of GPUs, at least 8, a multiple of 8; a finite number of
+    seconds above 0)."""
+    unknown = sorted(set(defaults) - {"gpus", "duration"})
+    if unknown:
+        raise ValueError(f"unknown keys {unknown} in 'defaults' (known: duration, gpus)")
+    gpus = defaults.get("gpus", 8)
+    if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 8 or gpus % 8:
+        raise ValueError(f"defaults: gpus must be a whole number of GPUs, at least 8 and a multiple of 8, not {gpus!r}")
+    duration = defaults.get("duration", 1.0)
+    if isinstance(duration, bool) or not isinstance(duration, (int, float)) or not (
+            duration > 0 and math.isfinite(duration)):
+        raise ValueError(f"defaults: duration must be a number of seconds above 0, not {duration!r}")
 
 
 def _time_value(value: Any, what: str) -> float | str:

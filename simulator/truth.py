@@ -67,6 +67,12 @@ class EpisodeTracker:
             events.extend(self._end(np.flatnonzero(ends)))
         return events
 
+    def close_gaps(self) -> list[Event]:
+        """End, as the run ends, the episodes whose condition had cleared less than ``hold_s``
+        before, at the first step of their gap: the run shows it clear from there to its end
+        (left open, an episode reads as lasting for good). Episodes still on stay open."""
+        return self._end(np.flatnonzero(self.active & ~np.isnan(self.off_since)))
+
     def _end(self, idx: np.ndarray) -> list[Event]:
         out = []
         for i in idx:

@@ -229,7 +229,7 @@ def test_scenario_files_are_validated(tmp_path: Path) -> None:
     sim = ClusterSimulator(gpus=16, scenario=str(good), duration=1000, warmup_s=0)
     (fault,) = sim.faults
     assert (fault.type, fault.target_name, fault.onset) == ("tim_degradation", "node1/gpu3", 500.0)
-    with pytest.raises(KeyError):
+    with pytest.raises(ValueError, match="no gpu 'node9/gpu0' in this cluster of 16 GPUs"):  # a usage error
         ClusterSimulator(gpus=16, scenario=scenario_from_dict({"faults": [{"type": "xid79", "target": "node9/gpu0"}]}))
 
 
