@@ -53,12 +53,18 @@ module are in. A worsening step after a dark stretch (a flapping, failing link) 
 while the optic kept reporting (a patch change or bend, a firmware power-reporting change, a
 laser whose bias jumps at constant power) keep the trend as above. A connector reseated with
 the link dark that comes back better counts as a replacement: if the decline was not the
-connector's, it is learnt again within ``min_points`` buckets.
+connector's, it is learnt again within ``min_points`` buckets. An optic dark so long that its
+trend lapsed (fewer than ``min_points`` buckets left in the window) is judged on its first
+buckets back against the last level it had, flat, by the same rule.
 
-The smallest ETA of the two ends of a link, when under ``horizon_s`` with enough confidence,
-is a :class:`~foreshock.findings.Prediction` ``link_down`` on the link (slot = optic slot // 2)
-through the shared start/refresh/withdraw state machine (:mod:`.alarm`). A BER already past
-the FEC limit gives ETA 0: the link is about to flap.
+The smallest ETA among the predictors of the two ends of a link that have ``confidence_min``
+(a doubtful one does not hide a confident one), when under ``horizon_s``, is a
+:class:`~foreshock.findings.Prediction` ``link_down`` on the link (slot = optic slot // 2)
+through the shared start/refresh/withdraw state machine (:mod:`.alarm`); the same ETAs decide
+the clear. A BER already past the FEC limit gives ETA 0: the link is about to flap. Each ETA
+counts down from its fit's last point, for one window at most: an end silent or dark longer
+is unknown, so its last trend is withdrawn, not held as "now". A prediction withdrawn while an
+end is dark or silent says so (its trend is lost; not a recovery).
 
 No trend is extrapolated more than ``max_extrapolation`` windows ahead (12 × 32 minutes by
 default: a half-hour trend says nothing about next month). A significant worsening trend that
@@ -337,12 +343,22 @@ def _close_bucket(o: int, acc: np.ndarray, optic: np.ndarray, ring_t: np.ndarray
     # step detection against the current fit, before the new point joins the ring
     for g in range(N_SIG):
         y = means[g]
-        if y != y or fit[o, g, F_SLOPE] != fit[o, g, F_SLOPE]:
+        slope = fit[o, g, F_SLOPE]
+        t_last = fit[o, g, F_T]
+        if slope != slope and t_last == t_last and optic[o, O_DARK] >= math.floor(t_last / params[P_BUCKET]):
+            # dark so long that the trend has lapsed (fewer than min_points left in the window):
+            # the first buckets back are judged against the last level seen, flat. Skipped, a
+            # module replaced after a real repair was never recognised, and the old laser's first
+            # bias stayed the new one's end-of-life reference ("now", at confidence 1.0).
+            slope = 0.0
+        if y != y or slope != slope or fit[o, g, F_LEVEL] != fit[o, g, F_LEVEL]:
             continue
-        predicted = fit[o, g, F_LEVEL] + fit[o, g, F_SLOPE] * (t_b - fit[o, g, F_T])
+        predicted = fit[o, g, F_LEVEL] + slope * (t_b - fit[o, g, F_T])
         resid = y - predicted
         floor = params[P_STEP_MIN] if g != SIG_BIAS else 0.1 * abs(fit[o, g, F_LEVEL])
-        big = abs(resid) > max(params[P_STEP_K] * 1.4826 * fit[o, g, F_SCALE], floor)
+        scale = fit[o, g, F_SCALE]
+        noise = params[P_STEP_K] * 1.4826 * scale if scale == scale else 0.0
+        big = abs(resid) > max(noise, floor)
         pending = fit[o, g, F_PENDING]
         if big and pending == pending and (pending > 0.0) == (resid > 0.0):
             # the pending bucket may straddle the step; the new one is wholly after it, so its
@@ -548,37 +564,57 @@ def _trend_warning(row: int, o: int, t: float, optic: np.ndarray, fit: np.ndarra
 @jit
 def _link_alarm(row: int, o: int, bucket: float, t: float, state: tuple,  # type: ignore[type-arg]
                 params: np.ndarray, out: np.ndarray, n_out: int) -> int:
-    """Evaluate the link of optic ``o`` once per bucket: smallest ETA of its two ends."""
+    """Evaluate the link of optic ``o`` once per bucket: the smallest ETA among the predictors of
+    its two ends that have ``confidence_min`` (an ETA of 0 needs no extrapolation: confidence 1).
+
+    The confidence is tested per predictor, before the smallest ETA is taken: taken after, a
+    doubtful earlier ETA (a zig-zag at the other end) hid a confident one and the link was never
+    predicted. The same confident set decides the clear. Each ETA counts down from its fit's last
+    point; a fit whose last point is more than a window old (its end silent, or dark, since) is
+    unknown: counted down for ever, the last trend of an end that stopped reporting became a
+    ``link_down`` "now" held for days. The level reported is the fit's, extrapolated to ``t``.
+    """
     _, optic, _, _, fit, alarm, link_bucket = state
     link = o // 2
     if not bucket > link_bucket[link]:
         return n_out
     link_bucket[link] = bucket
+    stale_s = params[P_WINDOW] * params[P_BUCKET]
     best_eta = np.inf
     best_conf = 0.0
     best_end = o
     best_pred = PRED_Q
+    best_elapsed = 0.0
     for end in (2 * link, 2 * link + 1):
         for pred, col, sig in ((PRED_Q, O_ETA_Q, SIG_Q), (PRED_RX, O_ETA_RX, SIG_RX),
                                (PRED_BIAS, O_ETA_BIAS, SIG_BIAS)):
             eta = optic[end, col]
+            if not eta < np.inf:
+                continue
+            # the sample that closed the bucket lies up to one bucket after the fit's last point
+            elapsed = max(t - fit[end, sig, F_T], 0.0)
+            if not elapsed <= stale_s:  # NaN (never fitted) too
+                continue
             conf = fit[end, sig, F_CONF]
             if eta == 0.0:
                 conf = 1.0  # already past the threshold: no extrapolation involved
+            else:
+                eta = max(eta - elapsed, 0.0)
+            if not conf >= params[P_CONF_MIN]:
+                continue
             if eta < best_eta or (eta == best_eta and conf > best_conf):
-                best_eta, best_conf, best_end, best_pred = eta, conf, end, pred
+                best_eta, best_conf, best_end, best_pred, best_elapsed = eta, conf, end, pred, elapsed
     sig = PRED_SIGNAL[best_pred]
-    # the sample that closed the bucket lies up to one bucket after the fit's last point
-    elapsed = t - fit[best_end, sig, F_T]
-    if best_eta > 0.0 and best_eta < np.inf and elapsed == elapsed:
-        best_eta = max(best_eta - max(elapsed, 0.0), 0.0)
-    firing = best_eta <= params[P_HORIZON] and best_conf >= params[P_CONF_MIN]
+    firing = best_eta <= params[P_HORIZON]
     clear = not best_eta <= params[P_HORIZON] * params[P_CLEAR]
     code = alarm_step(alarm, link, 0, t, firing, clear, params[P_ON], params[P_OFF_HOLD], params[P_REFRESH])
     if code != 0:
+        # the levels now, on the fits' lines: a stale level beside "now" contradicted itself
+        rx_elapsed = max(t - fit[best_end, SIG_RX, F_T], 0.0)
         n_out = emit(out, n_out, row, EMIT_LINK_DOWN, code, best_eta, best_conf,
                      (float(best_pred), float(best_end), fit[best_end, sig, F_SLOPE],
-                      fit[best_end, sig, F_LEVEL], fit[best_end, SIG_RX, F_LEVEL],
+                      fit[best_end, sig, F_LEVEL] + fit[best_end, sig, F_SLOPE] * best_elapsed,
+                      fit[best_end, SIG_RX, F_LEVEL] + fit[best_end, SIG_RX, F_SLOPE] * rx_elapsed,
                       fit[best_end, SIG_RX, F_SLOPE]))
     return n_out
 
@@ -715,12 +751,25 @@ class OpticsDetector(Detector):
         link = end // 2
         eta = float(rec[O_ETA])
         if code == CODE_WITHDRAW:
-            reason = f"optics of {self.topology.links[link]} no longer trending to failure"
+            reason = self._withdraw_reason(ts, link)
         else:
             reason = self._reason(pred, end, eta, float(v[2]), float(v[3]), float(v[4]), float(v[5]))
         return Prediction(ts=ts, entity_kind="link", slot=link, event="link_down",
                           eta_s=eta if np.isfinite(eta) else -1.0, confidence=round(float(rec[O_CONF]), 3),
                           detector=self.name, reason=reason, active=code != CODE_WITHDRAW)
+
+    def _withdraw_reason(self, ts: float, link: int) -> str:
+        """Why a link's prediction is withdrawn. An end that is dark (loss of signal) or silent has
+        lost its trend, which is not a recovery: "no longer trending to failure" said of a link left
+        down read as one."""
+        bucket = math.floor(ts / self.params[P_BUCKET])
+        for end in (2 * link, 2 * link + 1):
+            name = self.topology.name("optic", end)
+            if self.s_optic[end, O_DARK] >= bucket - 1:  # dark in this bucket or the last one
+                return f"{name}: link dark (loss of signal), its trend lost; not a recovery"
+            if bucket - self.s_optic[end, O_BUCKET] > self.params[P_DARK_GAP]:
+                return f"{name}: no longer reporting, its trend unknown; not a recovery"
+        return f"optics of {self.topology.links[link]} no longer trending to failure"
 
     def _step(self, ts: float, optic: int, step: float, level: float, sig: int, new_module: bool = False) -> Anomaly:
         name = self.topology.name("optic", optic)
