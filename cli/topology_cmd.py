@@ -96,7 +96,7 @@ def diff(old_path: str, new_path: str, partitions: int) -> None:
 
 @command.command(name="jobs")
 @click.argument("topology_path", metavar="TOPOLOGY", type=click.Path(exists=True, dir_okay=False))
-@click.option("--squeue-json", type=click.File("r", encoding="utf-8"), default=None,
+@click.option("--squeue-json", type=click.File("r", encoding="utf-8", errors="replace"), default=None,
               help="Read this `squeue --json` output ('-': standard input) instead of running squeue.")
 @click.option("--squeue", "squeue_exe", default="squeue", show_default=True, help="The squeue program to run.")
 @click.option("--min-nodes", type=click.IntRange(min=1), default=1, show_default=True,
@@ -108,7 +108,8 @@ def jobs(topology_path: str, squeue_json: IO[str] | None, squeue_exe: str, min_n
          dry_run: bool) -> None:
     """Replace TOPOLOGY's jobs with Slurm's running jobs (`squeue --json`).
 
-    A job is named JOBID:NAME and lists the topology's nodes it runs on. Left out, and counted:
+    A job is named JOBID:NAME and lists the topology's nodes it runs on (a byte of a name that is
+    not UTF-8, a Latin-1 job name, is read as U+FFFD). Left out, and counted:
     jobs not running, on no node of the topology, on fewer than --min-nodes, or sharing a node
     with an older job. When the list changed, restart the workers with the new file (their
     checkpoints find each job still listed again)."""

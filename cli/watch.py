@@ -47,7 +47,7 @@ from rich.console import Console
 
 from foreshock.frames import Frame
 from foreshock.health import PipelineHealth
-from foreshock.remap import Remap
+from foreshock.remap import HARDWARE_KINDS, Remap
 from foreshock.streams.dcgm import FORGET_AFTER_S, MAX_AHEAD_S, UNLISTED_POLLS, DcgmScrapeSource
 from foreshock.streams.infiniband import InfinibandSource
 from foreshock.streams.polling import PollingSource, alongside
@@ -215,7 +215,10 @@ def _bmc_sources(bmc: str | None, bmcs: dict[str, str], interval: float, node: s
         raise click.UsageError(f"--bmc: {nodes} not in the --topology file (its nodes: {_shown(topology.nodes)}): a "
                                "BMC's rows would never be read; name the node as the file does, or add it to the file")
     try:
-        return [RedfishSource(bmcs, interval=interval, topology=topology, health=health)]
+        # a derived topology may grow: the BMCs' rows are numbered by their own nodes then, and
+        # _TopologyFollower puts them on the pipeline's topology of the moment, by name (numbered
+        # by the first, a node taken in later had its rows refused as unknown for good)
+        return [RedfishSource(bmcs, interval=interval, topology=topology if fixed else None, health=health)]
     except ValueError as exc:  # its settings from the environment (FORESHOCK_BMC_*)
         raise click.UsageError(f"--bmc: {exc}") from None
 
@@ -253,18 +256,28 @@ class _TopologyFollower:
     the last topology, it kept its state by name, and the move's line said nothing was added or
     dropped; h20).
 
-    The sources polled beside (a BMC's node frames) keep numbering their entities by the first
-    topology: after a move their frames are renumbered here, by name, onto the pipeline's (a grown
-    topology keeps the old nodes' slots, but one that forgot a host moves those after it down), and
-    the rows of an entity it no longer lists are left out, counted under their source's stage."""
+    The sources polled beside (a BMC's node frames) number their entities by a topology of their
+    own (a BMC source with a derived topology: its nodes), or else by the first: their frames are
+    renumbered here, by name, onto the pipeline's topology of the moment (a grown topology keeps
+    the old nodes' slots, but one that forgot a host moves those after it down, and a node taken in
+    after the start has no slot in the first). The rows of an entity the pipeline's topology does
+    not list are left out, counted under their source's stage: one it listed before as no longer
+    in the topology (a host forgotten), one it never listed as an unknown entity (a node not served
+    yet), as the source would have counted it."""
 
     def __init__(self, polled: PollingSource, topology: Topology, beside: Sequence[PollingSource] = ()) -> None:
         self.polled = polled
-        self.first = topology  # what the sources beside number their frames by
+        self.first = topology  # what the frames of a kind no source beside names are numbered by
         self.current = topology  # the source side's
+        self.pipeline = topology  # the pipeline's
         self.moves: deque[tuple[Frame, Topology]] = deque()  # (marker, topology), in order
-        self._beside: Remap | None = None  # from the first topology to the pipeline's, once it moved
         self._stage_of = {kind: source.stage for source in beside for kind in source.reads}
+        # per kind the sources beside read, what their frames are numbered by
+        self._numbered_by = {kind: source.topology if source.topology is not None else topology
+                             for source in beside for kind in source.reads}
+        self._remaps: dict[str, tuple[Topology, Remap]] = {}  # per kind: (numbered by, onto the pipeline's)
+        self._listed: dict[str, set[str]] = {}  # per kind, the entities beside the pipeline has listed
+        self._note_listed()
 
     def mark(self, frames: Iterable[Frame]) -> Iterator[Frame]:
         for frame in frames:
@@ -293,19 +306,44 @@ class _TopologyFollower:
             if self.moves and frame is self.moves[0][0]:
                 _, topology = self.moves.popleft()
                 move_run(run, topology, self.polled.stage)
-                self._beside = Remap(self.first, topology)
+                self.pipeline = topology
+                self._remaps.clear()
+                self._note_listed()
                 continue
-            if self._beside is not None and frame.kind not in self.polled.reads:
-                frame = _renumbered(frame, self.first, self._beside, self.polled.health,
-                                    self._stage_of.get(frame.kind, self.polled.stage))
+            if frame.kind not in self.polled.reads:
+                frame = self._onto_pipeline(frame)
             yield frame
 
+    def _onto_pipeline(self, frame: Frame) -> Frame:
+        """A frame of a source beside, numbered on the pipeline's topology."""
+        numbered_by = self._numbered_by.get(frame.kind, self.first)
+        if numbered_by is self.pipeline:
+            return frame
+        cached = self._remaps.get(frame.kind)
+        if cached is None or cached[0] is not numbered_by:
+            cached = self._remaps[frame.kind] = (numbered_by, Remap(numbered_by, self.pipeline))
+        return _renumbered(frame, numbered_by, cached[1], self.polled.health,
+                           self._stage_of.get(frame.kind, self.polled.stage), self._listed.get(frame.kind))
 
-def _renumbered(frame: Frame, old: Topology, remap: Remap, health: PipelineHealth, stage: str) -> Frame:
+    def _note_listed(self) -> None:
+        """Note the entities beside that the pipeline's topology lists: a row of one it lists no
+        longer is of a host forgotten, not of one still to come. Only the entities the frames
+        beside are numbered by are kept (a BMC source's own: its list of BMCs)."""
+        for kind, numbered_by in self._numbered_by.items():
+            if kind in HARDWARE_KINDS:
+                names = numbered_by.names(kind)
+                listed = self.pipeline.slots(kind, names) >= 0
+                self._listed.setdefault(kind, set()).update(name for name, ok in zip(names, listed) if ok)
+
+
+def _renumbered(frame: Frame, old: Topology, remap: Remap, health: PipelineHealth, stage: str,
+                listed: set[str] | None = None) -> Frame:
     """``frame`` (numbered by ``old``, the remap's old topology) with each row's slot in the new
-    one; the rows of an entity the new one no longer lists (a host the source forgot whose BMC
-    still answers) are left out, counted under ``stage`` and logged once with their names, never
-    silently. A kind that is not hardware (a job's) is left as it is."""
+    one; the rows of an entity the new one does not list are left out, counted under ``stage``
+    and logged once with their names, never silently: one in ``listed`` (default: all) as no
+    longer in the topology (a host the source forgot whose BMC still answers), any other as an
+    unknown entity (a node the source does not serve yet). A kind that is not hardware (a job's)
+    is left as it is."""
     if frame.kind not in remap.new_of_old:
         return frame
     slot = remap.slots(frame.kind, frame.slot)
@@ -313,11 +351,21 @@ def _renumbered(frame: Frame, old: Topology, remap: Remap, health: PipelineHealt
         return frame  # the common case: a grown topology keeps the old slots
     keep = slot >= 0
     if not keep.all():
-        gone = [old.name(frame.kind, int(s)) if 0 <= s < old.size(frame.kind) else f"slot {s}"
-                for s in np.unique(frame.slot[~keep])]
-        health.problem(stage, f"{frame.kind} no longer in the topology", int((~keep).sum()),
-                       detail=f"{', '.join(gone[:3])}: rows left out (a host the watch forgot: none of its GPUs "
-                              "served for --forget-after)")
+        gone: dict[bool, list[str]] = {True: [], False: []}  # listed before -> names
+        rows: dict[bool, int] = {True: 0, False: 0}
+        for s in np.unique(frame.slot[~keep]):
+            name = old.name(frame.kind, int(s)) if 0 <= s < old.size(frame.kind) else f"slot {s}"
+            was_listed = listed is None or name in listed
+            gone[was_listed].append(name)
+            rows[was_listed] += int((frame.slot[~keep] == s).sum())
+        if rows[True]:
+            health.problem(stage, f"{frame.kind} no longer in the topology", rows[True],
+                           detail=f"{', '.join(gone[True][:3])}: rows left out (a host the watch forgot: none of its "
+                                  "GPUs served for --forget-after)")
+        if rows[False]:
+            health.problem(stage, f"unknown {frame.kind} entity", rows[False],
+                           detail=f"{', '.join(gone[False][:3])}: not in the topology yet: rows left out until the "
+                                  "source serves it")
     return dataclasses.replace(frame.take(keep), slot=slot[keep])
 
 

@@ -7,7 +7,8 @@ Two live paths carry them to the incident engine's ``add_external``:
 - the embedded pipeline (``foreshock replay/demo --external FILE``) *follows* a file like
   ``tail -F``: :class:`ExternalFeed` reads the lines already in it and those appended while the
   pipeline runs, and :func:`feed_before_frames` hands them to the incident processors before
-  each frame;
+  each frame after the first (the engine judges an event's date against the telemetry it has
+  seen: before any, an event stamped in milliseconds was queued for good, never counted);
 - the Kafka workers read the ``external.events`` topic (``faust_app``); a record holds one or
   more lines and is decoded by :func:`parse_lines`.
 
@@ -92,7 +93,9 @@ class ExternalFeed:
     Cheap enough to call before every frame: one ``stat``, and a read only when the file grew.
     A file that shrank (truncated) or was replaced (rotated: another inode) is read again from
     its start, and that is counted; lines appended to a rotated-away file after the last poll
-    are not seen (as with ``tail -F``). A file that disappears is waited for.
+    are not seen (as with ``tail -F``). A file that disappears is waited for. One that is there
+    but cannot be read (its mode after a rotation, a directory) is counted once, until it can be
+    read or is another file, or fails another way: not at every frame.
     """
 
     def __init__(self, path: str | Path, health: PipelineHealth | None = None) -> None:
@@ -105,6 +108,7 @@ class ExternalFeed:
         self.events = 0  # events read, in all
         self.bad = 0  # lines that could not be read, in all
         self._missing = False
+        self._unreadable: tuple[tuple[int, int] | None, int | None] | None = None  # (inode, errno) last counted
         self._skipping = False  # inside an overlong line: drop up to its newline
 
     def poll(self) -> list[ExternalEvent]:
@@ -116,7 +120,7 @@ class ExternalFeed:
                 self.health.problem(STAGE, MISSING, detail=str(self.path))
             return []
         except OSError as exc:
-            self.health.problem(STAGE, UNREADABLE, detail=f"{self.path}: {exc}")
+            self._cannot_read(None, exc)
             return []
         self._missing = False
         inode = (st.st_dev, st.st_ino)
@@ -137,8 +141,18 @@ class ExternalFeed:
                     self.offset += len(data)
                     events.extend(self._take(data))
         except OSError as exc:
-            self.health.problem(STAGE, UNREADABLE, detail=f"{self.path}: {exc}")
+            self._cannot_read(inode, exc)
+            return events
+        self._unreadable = None
         return events
+
+    def _cannot_read(self, inode: tuple[int, int] | None, exc: OSError) -> None:
+        """Count a failure to read the file once per file and cause: poll() runs before every
+        frame, and a file this process may not open counted 1,000 problems in 1,000 frames."""
+        key = (inode, exc.errno)
+        if key != self._unreadable:
+            self._unreadable = key
+            self.health.problem(STAGE, UNREADABLE, detail=f"{self.path}: {exc}")
 
     def _take(self, data: bytes) -> list[ExternalEvent]:
         """The events of the lines that ``data`` completes; the rest waits in :attr:`partial`."""
@@ -166,10 +180,17 @@ class ExternalFeed:
 
 
 def feed_before_frames(frames: Iterable[T], feed: ExternalFeed, targets: Sequence[ExternalTarget]) -> Iterator[T]:
-    """``frames``, handing the feed's new events to ``targets`` before each frame is processed."""
+    """``frames``, handing the feed's new events to ``targets`` before each frame after the first
+    is processed. The first frame goes first: an incident engine refuses an event dated too far
+    past the telemetry it has seen, and before any it has nothing to judge by, so the events
+    already in the file at the start (one stamped in milliseconds among them) were taken
+    unjudged and such an event held for good, never counted."""
+    first = True
     for frame in frames:
-        events = feed.poll()
-        if events:
-            for target in targets:
-                target.add_external(events)
+        if not first:
+            events = feed.poll()
+            if events:
+                for target in targets:
+                    target.add_external(events)
+        first = False
         yield frame

@@ -266,9 +266,13 @@ class PollingSource:
 
 def run_command(argv: Sequence[str], health: PipelineHealth, stage: str,
                 timeout: float = 10.0) -> tuple[str | None, str]:
-    """Run a command; returns ``(stdout, "")`` or ``(None, what went wrong)``, the failure counted."""
+    """Run a command; returns ``(stdout, "")`` or ``(None, what went wrong)``, the failure counted.
+
+    Its output is read as UTF-8, a byte that is not UTF-8 read as U+FFFD: a job name in Latin-1 in
+    ``squeue``'s output was a UnicodeDecodeError traceback."""
     try:
-        done = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout, check=False)
+        done = subprocess.run(list(argv), capture_output=True, text=True, encoding="utf-8", errors="replace",
+                              timeout=timeout, check=False)
     except FileNotFoundError:
         health.problem(stage, "command not found", detail=str(argv[0]))
         return None, f"{argv[0]}: not found"

@@ -21,11 +21,22 @@ HTTPS with HTTP basic authentication. Per node, every chassis listed under
 
 Which resources a node's chassis have is discovered at its first poll and remembered; a node
 whose BMC later fails is discovered again. Nodes are polled in parallel (a BMC takes 0.1–2 s
-per request). Every failure is counted in :class:`~foreshock.health.PipelineHealth` under
-stage ``redfish`` with the node named (an unreachable BMC, refused credentials, an HTTP error,
-a body that is not JSON or not a JSON object, a fan reading that is not a number, an answer
-the code did not expect) and the poll goes on with the other nodes; a node that gave nothing
-has no row in that poll's frame.
+per request), and a poll waits for them at most its interval (or a little more than one
+request's ``timeout``, if longer): a BMC still answering then is counted (``BMC answer too
+slow``), its row is taken at the first poll after it answered, and it is not asked again
+meanwhile. One request may take ``timeout`` seconds in all and bring at most
+:data:`MAX_ANSWER_BYTES` (urllib's timeout bounds each socket operation only: a BMC sending a
+byte at a time held the poll for minutes). Every failure is counted in
+:class:`~foreshock.health.PipelineHealth` under stage ``redfish`` with the node named (an
+unreachable BMC, refused credentials, an HTTP error, a body that is not JSON or not a JSON
+object, a fan reading that is not a number or out of range, an answer the code did not expect)
+and the poll goes on with the other nodes; a node that gave nothing has no row in that poll's
+frame. Fans in RPM that no full speed can be put on (no ``MaxReadingRange``, no
+``fan_max_rpm``) are the BMC's configuration, not bad input: counted once per node.
+
+The credentials go to the BMC's own origin only: a link (``@odata.id``) that is not a path on
+the BMC, or a redirect to another scheme, host or port, is refused and counted, never followed
+(urllib's redirect handler carries the ``Authorization`` header to whatever host a 302 names).
 
 Usage (one BMC per node; credentials from the environment, never the command line)::
 
@@ -40,12 +51,14 @@ import json
 import math
 import os
 import ssl
+import threading
+import time
 import urllib.error
 import urllib.request
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
-from urllib.parse import urljoin, urlparse
+from typing import Any, Callable, Generic, Mapping, Sequence, TypeVar
+from urllib.parse import urlparse
 
 import numpy as np
 
@@ -53,7 +66,7 @@ from foreshock.frames import Frame
 from foreshock.health import PipelineHealth
 from foreshock.topology import UNKNOWN, Topology
 
-from .polling import PollingSource
+from .polling import PollingSource, count_once
 from .samples import SampleBatch
 
 STAGE = "redfish"
@@ -62,6 +75,18 @@ ABSENT_STATES = frozenset({"Absent", "Disabled"})
 """Fan ``Status.State`` values that mean no fan is there to read (an empty bay, a fan switched off)."""
 
 Fetch = Callable[[str], Any]
+
+MAX_ANSWER_BYTES = 16 << 20
+"""The most one Redfish answer may bring (a node's Thermal resource is a few kB; a BMC's
+collection of hundreds of sensors, a few hundred kB): a longer one is refused, not held in memory."""
+READ_CHUNK_BYTES = 64 << 10
+
+TOO_SLOW = "BMC answer too slow"
+TOO_LARGE = "BMC answer too large"
+OFF_ORIGIN = "BMC link off its own host refused"
+REDIRECTED_AWAY = "BMC redirect to another host refused"
+NO_FULL_SPEED = "fan RPM without a full-speed reference (set FORESHOCK_BMC_FAN_MAX_RPM)"
+OUT_OF_RANGE = "fan reading out of range"
 
 
 class RedfishError(Exception):
@@ -109,7 +134,8 @@ def _status(entry: Mapping[str, Any]) -> tuple[str, str]:
 def fan_share(entry: Mapping[str, Any], fan_max_rpm: float | None = None) -> tuple[float | None, str]:
     """One fan entry (a ``Thermal.Fans[]`` item or a ``ThermalSubsystem`` Fan) as a share of full speed.
 
-    Returns ``(share, "")``, ``(None, "")`` for a bay with no fan, or ``(None, problem)``.
+    Returns ``(share, "")``, ``(None, "")`` for a bay with no fan, or ``(None, problem)``; a
+    reading no fan gives (below 0, or a percentage over 100) is a problem (:data:`OUT_OF_RANGE`).
     """
     state, health = _status(entry)
     if state in ABSENT_STATES:
@@ -128,14 +154,18 @@ def fan_share(entry: Mapping[str, Any], fan_max_rpm: float | None = None) -> tup
             return 0.0, ""  # the BMC says it failed and has no speed to show: a stopped fan
         return None, "fan without a reading"
     if units.lower() in ("percent", "percentage"):
+        if not 0 <= reading <= 100:  # a -1 % made the node's fan_speed -0.01
+            return None, OUT_OF_RANGE
         return reading / 100.0, ""
+    if reading < 0:
+        return None, OUT_OF_RANGE
     if reading == 0:
         return 0.0, ""  # a stopped fan reads 0 on any scale: no full-speed reference needed
     full = _number(entry.get("MaxReadingRange"))
     if full is None or full <= 0:
         full = fan_max_rpm
     if not full:
-        return None, "fan RPM without a full-speed reference (set FORESHOCK_BMC_FAN_MAX_RPM)"
+        return None, NO_FULL_SPEED
     return reading / full, ""
 
 
@@ -255,8 +285,37 @@ def read_node(fetch: Fetch, plans: list[ChassisPlan], fan_max_rpm: float | None 
     return fans, max(found) if found else math.nan
 
 
+def _origin(url: str) -> tuple[str, str, int] | None:
+    """A URL's scheme, host and port (the default one where none is written); None if unreadable."""
+    parsed = urlparse(url)
+    try:
+        port = parsed.port
+    except ValueError:
+        return None
+    scheme = parsed.scheme.lower()
+    return scheme, (parsed.hostname or "").lower(), port or {"http": 80, "https": 443}.get(scheme, 0)
+
+
+class _SameOriginRedirects(urllib.request.HTTPRedirectHandler):
+    """Follows a BMC's redirects within its own origin only: urllib's own handler copies the
+    ``Authorization`` header onto a redirect to any host, over plain HTTP too, so one bad BMC
+    would collect the fleet's shared credentials."""
+
+    def redirect_request(self, req: urllib.request.Request, fp: Any, code: int, msg: str, headers: Any,
+                         newurl: str) -> urllib.request.Request | None:
+        if _origin(newurl) != _origin(req.full_url):
+            fp.close()
+            raise RedfishError(REDIRECTED_AWAY, f"{req.full_url} -> HTTP {code} to {newurl}")
+        return super().redirect_request(req, fp, code, msg, headers, newurl)
+
+
 class BmcClient:
-    """GETs Redfish paths from one BMC as JSON, with basic auth; every failure is a :class:`RedfishError`."""
+    """GETs Redfish paths from one BMC as JSON, with basic auth; every failure is a :class:`RedfishError`.
+
+    Only paths on the BMC itself are fetched, and redirects followed within its origin only (the
+    credentials go with every request). A request takes at most ``timeout`` seconds in all and
+    brings at most :data:`MAX_ANSWER_BYTES`: urllib's timeout bounds each socket operation, so a
+    BMC answering a byte at a time was never timed out."""
 
     def __init__(self, base_url: str, user: str | None = None, password: str | None = None, timeout: float = 10.0,
                  context: ssl.SSLContext | None = None) -> None:
@@ -267,17 +326,27 @@ class BmcClient:
         self.path = parsed.path  # where the URL points inside the service (a CDU's resource), if anywhere
         self.timeout = timeout
         self.context = context
+        self.opener = urllib.request.build_opener(urllib.request.HTTPSHandler(context=context), _SameOriginRedirects)
         self.headers = {"Accept": "application/json", "OData-Version": "4.0"}
         if user is not None:
             token = base64.b64encode(f"{user}:{password or ''}".encode()).decode()
             self.headers["Authorization"] = f"Basic {token}"
 
+    def url(self, path: str) -> str:
+        """The URL of ``path`` on this BMC. A link the BMC gave that is not a path of its own (an
+        absolute URL, ``//host/...``: urljoin followed those to any host) is refused."""
+        path = path.split("#", 1)[0]
+        if not path.startswith("/") or path.startswith("//"):
+            raise RedfishError(OFF_ORIGIN, f"{path[:200]!r} is not a path on {self.base_url}: not followed")
+        return self.base_url + path
+
     def get(self, path: str) -> Any:
-        url = urljoin(self.base_url, path.split("#", 1)[0])
+        url = self.url(path)
         request = urllib.request.Request(url, headers=self.headers)
+        deadline = time.monotonic() + self.timeout
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout, context=self.context) as response:
-                body = response.read()
+            with self.opener.open(request, timeout=self.timeout) as response:
+                body = self._body(response, url, deadline)
         except urllib.error.HTTPError as exc:
             if exc.code in (401, 403):
                 raise RedfishError("BMC refused the credentials", f"{url}: HTTP {exc.code}") from None
@@ -289,6 +358,81 @@ class BmcClient:
             return json.loads(body)
         except ValueError:
             raise RedfishError("BMC answer is not JSON", url) from None
+
+    def _body(self, response: Any, url: str, deadline: float) -> bytes:
+        """The answer's body, read in pieces while the request's time lasts (each piece waits at
+        most ``timeout``) and while it stays under :data:`MAX_ANSWER_BYTES`."""
+        length = response.headers.get("Content-Length", "")
+        if length.strip().isdigit() and int(length) > MAX_ANSWER_BYTES:
+            raise RedfishError(TOO_LARGE, f"{url}: {int(length)} bytes (at most {MAX_ANSWER_BYTES})")
+        pieces: list[bytes] = []
+        size = 0
+        while True:
+            if time.monotonic() > deadline:
+                raise RedfishError(TOO_SLOW, f"{url}: {size} bytes after {self.timeout:g} s, the answer not whole")
+            piece = response.read1(READ_CHUNK_BYTES)
+            if not piece:
+                return b"".join(pieces)
+            size += len(piece)
+            if size > MAX_ANSWER_BYTES:
+                raise RedfishError(TOO_LARGE, f"{url}: more than {MAX_ANSWER_BYTES} bytes")
+            pieces.append(piece)
+
+
+R = TypeVar("R")
+
+
+def answer_within(interval: float, timeout: float) -> float:
+    """How long a poll waits for its devices: its interval, or a little more than one request's
+    timeout where that is longer (a request timed out is then counted as what it is, unreachable,
+    not also as too slow)."""
+    return max(interval, 1.25 * timeout)
+
+
+class ParallelReads(Generic[R]):
+    """Reads each device (a node's BMC, a loop's CDU) in a thread of a pool kept across polls, and
+    takes what answered by a deadline: one device answering slowly no longer holds every other's
+    row for as long as it takes (``pool.map`` waited for the slowest). A device still answering is
+    not asked again until it has answered: its thread is not piled up, and its answer, when it
+    comes, is taken at the next poll."""
+
+    def __init__(self, workers: int, thread_name_prefix: str) -> None:
+        self.workers = workers
+        self.thread_name_prefix = thread_name_prefix
+        self.pending: dict[str, Future[R]] = {}
+        self._pool: ThreadPoolExecutor | None = None
+        self._lock = threading.Lock()  # stop() may come from another thread than the polls
+
+    def collect(self, read_one: Callable[[str], R], names: Sequence[str],
+                within: float) -> tuple[dict[str, R], list[str]]:
+        """``read_one(name)`` for each of ``names`` not still answering an earlier poll; waits at
+        most ``within`` seconds. Returns the answers in hand, by name (in ``names``' order), and
+        the names still answering."""
+        with self._lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix=self.thread_name_prefix)
+            for name in names:
+                if name not in self.pending:
+                    self.pending[name] = self._pool.submit(read_one, name)
+            waiting = [self.pending[name] for name in names]
+        wait(waiting, timeout=within)
+        answers: dict[str, R] = {}
+        with self._lock:
+            for name in names:
+                future = self.pending.get(name)
+                if future is not None and future.done():
+                    del self.pending[name]
+                    if not future.cancelled():
+                        answers[name] = future.result()
+        return answers, [name for name in names if name in self.pending]
+
+    def close(self) -> None:
+        """Let the threads go (those still answering end with their request's timeout)."""
+        with self._lock:
+            if self._pool is not None:
+                self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool = None
+            self.pending.clear()
 
 
 def tls_context(ca_file: str | None = None, insecure: bool = False) -> ssl.SSLContext:
@@ -392,12 +536,15 @@ class RedfishSource(PollingSource):
         self.fan_max_rpm = fan_max_rpm if fan_max_rpm is not None else _env_rpm("FORESHOCK_BMC_FAN_MAX_RPM")
         self.plans: dict[str, list[ChassisPlan]] = {}
         self.workers = max(1, min(workers, len(self.nodes)))
+        self.answer_within = answer_within(self.interval, timeout)
+        self._reads: ParallelReads[tuple[float, float, float, FanReadings] | None] = \
+            ParallelReads(self.workers, "redfish")
         self._topology = topology if topology is not None else node_topology(self.nodes)
 
     def read_one(self, node: str) -> tuple[float, float, float, FanReadings] | None:
         """``(ts, fan_speed, psu_power, what was read)`` of one node, or None when its BMC failed
         (counted, the node named). Whatever goes wrong with one node stays with it: an exception
-        out of here ends ``pool.map``, and with it every node's row of the poll."""
+        out of here would end the poll, and with it every node's row."""
         client = self.clients[node]
         try:
             plans = self.plans.get(node)
@@ -415,14 +562,21 @@ class RedfishSource(PollingSource):
         return self.clock(), fans.slowest(), power, fans
 
     def read(self) -> SampleBatch:
-        """One poll of every node (a row per node whose BMC answered)."""
-        with ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="redfish") as pool:
-            results = list(pool.map(self.read_one, self.nodes))
-        rows = [(i, r) for i, r in enumerate(results) if r is not None]
+        """One poll of every node (a row per node whose BMC answered, in time or since the last poll)."""
+        answers, slow = self._reads.collect(self.read_one, self.nodes, self.answer_within)
+        for node in slow:
+            self.health.problem(STAGE, TOO_SLOW, detail=f"{node}: no answer within {self.answer_within:g} s (its row "
+                                                        "comes with the poll after it answers)")
+        rows = [(i, r) for i, node in enumerate(self.nodes) if (r := answers.get(node)) is not None]
         for i, (_, _, _, fans) in rows:
+            node = self.nodes[i]
             for problem in fans.problems:
+                # fans in RPM with no full speed to put them on are this BMC's configuration, at
+                # every poll: counted once per node, not per fan per poll (17,000 a day a node)
+                if problem == NO_FULL_SPEED and not count_once(self.counted_once, f"{node}:fan-scale"):
+                    continue
                 detail = fans.details.get(problem)
-                self.health.problem(STAGE, problem, detail=f"{self.nodes[i]}: {detail}" if detail else self.nodes[i])
+                self.health.problem(STAGE, problem, detail=f"{node}: {detail}" if detail else node)
         ts = np.array([r[0] for _, r in rows], dtype=np.float64)
         columns = {"fan_speed": np.array([r[1] for _, r in rows], dtype=np.float64),
                    "psu_power": np.array([r[2] for _, r in rows], dtype=np.float64)}
@@ -434,9 +588,15 @@ class RedfishSource(PollingSource):
         batch = self.read()
         return [batch.to_frame(self._topology, self.health, STAGE)] if len(batch) else []
 
+    def stop(self) -> None:
+        super().stop()
+        self._reads.close()
+
 
 # ---- CDUs: the cooling loops' coolant (rack frames) ------------------------------------------
 CDU_COLLECTION = SERVICE_ROOT + "ThermalEquipment/CDUs"
+CDU_RETRY_AT_MOST_S = 120.0
+"""The longest wait between two tries to find a CDU that could not be found (unreachable, down)."""
 
 
 @dataclass
@@ -475,7 +635,8 @@ def find_cdu(fetch: Fetch, path: str) -> list[str]:
 
 
 def read_cdu(fetch: Fetch, connectors: list[str]) -> CduReading:
-    """Supply temperature (the flow-weighted mean over connectors, else the plain mean) and total flow."""
+    """Supply temperature (the flow-weighted mean over connectors, else the plain mean) and total
+    flow; a negative flow is counted (out of range) and left out."""
     reading = CduReading()
     supplies, flows = [], []
     for path in connectors:
@@ -485,9 +646,12 @@ def read_cdu(fetch: Fetch, connectors: list[str]) -> CduReading:
             continue
         supply = _excerpt(connector, "SupplyTemperatureCelsius", reading.problems)
         flow = _excerpt(connector, "FlowLitersPerMinute", reading.problems)
+        if flow is not None and flow < 0:  # no pump runs backwards: a broken meter (it was dropped uncounted)
+            reading.problems.append("CDU FlowLitersPerMinute out of range")
+            flow = None
         if supply is not None:
             supplies.append((supply, flow))
-        if flow is not None and flow >= 0:
+        if flow is not None:
             flows.append(flow / 60.0)
     if flows:
         reading.flow_lps = sum(flows)
@@ -510,6 +674,11 @@ class CduSource(PollingSource):
     share's scale cancels; what matters is the CDU's flow falling). This is what gives a cooling
     loss its minutes of warning: the flow falls before any die warms. Credentials and TLS as for
     :class:`RedfishSource`.
+
+    The CDUs are read in parallel, a poll waiting for them as for BMCs (:class:`ParallelReads`):
+    one CDU that never answers no longer costs every loop its timeout at every poll. A CDU that
+    cannot be found (unreachable, or no secondary loop) is tried again after 1, 2, 4, ... polls,
+    at most :data:`CDU_RETRY_AT_MOST_S` apart.
     """
 
     stage = STAGE
@@ -535,27 +704,56 @@ class CduSource(PollingSource):
         self.loops = list(cdus)
         self.clients = clients(cdus, user, password, timeout, ca_file, insecure)
         self.connectors: dict[str, list[str]] = {}
+        self.answer_within = answer_within(self.interval, timeout)
+        self._reads: ParallelReads[CduReading | None] = ParallelReads(min(32, len(self.loops)), "cdu")
+        self._not_found: dict[str, int] = {}  # per loop, the failed discoveries in a row
+        self._retry_in: dict[str, int] = {}  # per loop, the polls to let pass before discovering again
+        self._most_polls_between = max(1, math.ceil(CDU_RETRY_AT_MOST_S / self.interval))
 
     def read_one(self, loop: str) -> CduReading | None:
         client = self.clients[loop]
+        connectors = self.connectors.get(loop)
         try:
-            connectors = self.connectors.get(loop)
             if connectors is None:
                 connectors = self.connectors[loop] = find_cdu(client.get, client.path)
+                self._not_found.pop(loop, None)
             return read_cdu(client.get, connectors)
         except RedfishError as exc:
-            self.connectors.pop(loop, None)
+            self._lost(loop, found=loop in self.connectors)
             self.health.problem(STAGE, exc.reason, detail=f"{loop}: {exc.detail}")
             return None
         except Exception as exc:  # one CDU's unexpected answer must not cost the other loops their rows
-            self.connectors.pop(loop, None)
+            self._lost(loop, found=loop in self.connectors)
             self.health.problem(STAGE, "CDU answer not understood", detail=f"{loop}: {type(exc).__name__}: {exc}")
             return None
 
+    def _lost(self, loop: str, found: bool) -> None:
+        """Forget the loop's CDU (found again at the next poll); one that could not be found at
+        all waits twice as many polls as the last time before the next try."""
+        self.connectors.pop(loop, None)
+        if not found:
+            failed = self._not_found[loop] = self._not_found.get(loop, 0) + 1
+            self._retry_in[loop] = min(2 ** (failed - 1), self._most_polls_between)
+
+    def _asked(self) -> list[str]:
+        """The loops to read this poll: those not waiting to try their discovery again."""
+        asked = []
+        for loop in self.loops:
+            wait_polls = self._retry_in.get(loop, 0)
+            if wait_polls > 0 and loop not in self._reads.pending:
+                self._retry_in[loop] = wait_polls - 1
+                continue
+            asked.append(loop)
+        return asked
+
     def poll(self) -> list[Frame]:
+        answers, slow = self._reads.collect(self.read_one, self._asked(), self.answer_within)
+        for loop in slow:
+            self.health.problem(STAGE, "CDU answer too slow", detail=f"{loop}: no answer within "
+                                                                     f"{self.answer_within:g} s")
         slots, ts, supply, flow = [], [], [], []
         for loop in self.loops:
-            reading = self.read_one(loop)
+            reading = answers.get(loop)
             if reading is None:
                 continue
             for problem in reading.problems:
@@ -572,3 +770,7 @@ class CduSource(PollingSource):
         temps = np.concatenate(supply)
         return [Frame("rack", np.concatenate(ts), np.concatenate(slots),
                       {"inlet_temp": temps, "coolant_temp": temps, "coolant_flow": np.concatenate(flow)})]
+
+    def stop(self) -> None:
+        super().stop()
+        self._reads.close()

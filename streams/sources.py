@@ -7,6 +7,7 @@ in their own modules and follow the same shape.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from typing import Iterable, Iterator, Protocol
@@ -17,6 +18,8 @@ from foreshock.frames import Frame
 from foreshock.recording import Recording
 from foreshock.topology import Topology
 
+log = logging.getLogger("foreshock.sources")
+
 
 class Source(Protocol):
     topology: Topology
@@ -24,32 +27,66 @@ class Source(Protocol):
     def __iter__(self) -> Iterator[Frame]: ...
 
 
-def paced(frames: Iterable[Frame], speed: float | None, stop: threading.Event | None = None) -> Iterator[Frame]:
+PACE_GAP_WINDOWS = 10
+"""A jump in telemetry time of more than this many windows between two frames is not waited out
+by a paced replay: it is logged and the pacing goes on from there."""
+PACE_GAP_S = 60.0
+"""The same where the window is not known (a live iterator's frames)."""
+TOLD_GAPS = 5  # jumps logged one by one; past that, they are only counted
+
+
+def pace_stamp(ts: np.ndarray) -> float | None:
+    """The telemetry time a frame is paced by: the lower median of its finite stamps (None where
+    it has none). A stray row or a few (a clock not set: epoch zero; milliseconds among seconds)
+    cannot move it, as they moved the earliest stamp: one row stamped 0 in the first frame made
+    every later frame due 1.7e9 / speed seconds on (as ``InputGuard.stream_present`` reads a
+    frame's present)."""
+    finite = ts[np.isfinite(ts)]
+    if not len(finite):
+        return None
+    mid = (len(finite) - 1) // 2
+    return float(np.partition(finite, mid)[mid])
+
+
+def paced(frames: Iterable[Frame], speed: float | None, stop: threading.Event | None = None,
+          window: float | None = None) -> Iterator[Frame]:
     """Yield frames no faster than ``speed`` x real time (``None`` = as fast as possible).
 
     Pacing follows the telemetry timestamps: a frame is released when wall time since the
-    start reaches (its earliest timestamp - the first frame's) / speed. Only finite stamps count:
-    one row stamped -inf made the start -inf and the next wait infinite (an OverflowError in the
-    sleep); a frame with no finite stamp is released at once. The guard counts such rows.
+    pacing's start reaches (its time - the start frame's) / speed, a frame's time being
+    :func:`pace_stamp` (finite stamps only: one row stamped -inf made the start -inf and the next
+    wait infinite; a frame with no finite stamp is released at once; the guard counts such rows).
+    A frame whose time lies more than :data:`PACE_GAP_WINDOWS` ``window`` s (:data:`PACE_GAP_S`
+    without one) ahead of or behind the latest so far (a gap in a recording, or a frame of strays
+    only) is released at once and the pacing starts again from it, logged: never a silent wait of
+    hours, or of years for a clock read as epoch zero.
     """
+    gap = PACE_GAP_WINDOWS * window if window else PACE_GAP_S
     start_wall = time.monotonic()
     start_ts: float | None = None
+    latest = -np.inf
+    jumps = 0
     for frame in frames:
         if stop is not None and stop.is_set():
             return
-        if speed and len(frame):
-            finite = frame.ts[np.isfinite(frame.ts)]
-            if len(finite):
-                ts0 = float(finite.min())
-                if start_ts is None:
-                    start_ts = ts0
-                due = (ts0 - start_ts) / speed - (time.monotonic() - start_wall)
-                if due > 0:
-                    if stop is not None:
-                        if stop.wait(due):
-                            return
-                    else:
-                        time.sleep(due)
+        ts0 = pace_stamp(frame.ts) if speed and len(frame) else None
+        if speed and ts0 is not None:
+            if start_ts is None or abs(ts0 - latest) > gap:
+                if start_ts is not None:
+                    jumps += 1
+                    if jumps <= TOLD_GAPS:
+                        log.warning("paced replay: telemetry time jumps %+.0f s (from %.0f to %.0f), more than %g s: "
+                                    "not waited out; pacing goes on from this frame%s", ts0 - latest, latest, ts0,
+                                    gap, " (further jumps are not logged)" if jumps == TOLD_GAPS else "")
+                start_ts, start_wall, latest = ts0, time.monotonic(), ts0
+            latest = max(latest, ts0)
+            due = (ts0 - start_ts) / speed - (time.monotonic() - start_wall)
+            if due > 0:
+                if stop is not None:
+                    if stop.wait(due):
+                        return
+                else:
+                    time.sleep(due)
         yield frame
 
 
@@ -74,7 +111,7 @@ class ReplaySource:
         frames = self.recording.iter_frames(batch_rows=self.batch_rows)
         if self.offset:
             frames = (_shift(f, self.offset) for f in frames)
-        return paced(frames, self.speed, self.stop)
+        return paced(frames, self.speed, self.stop, self.recording.interval)
 
 
 class IterableSource:

@@ -144,10 +144,13 @@ def test_fan_readings_without_a_scale_are_counted_not_guessed():
 def test_rpm_fans_without_a_range_use_the_configured_full_speed(bmcs, monkeypatch):
     bmc = bmcs(legacy_tree((7200.0, 900.0), max_rpm=None))
     unscaled = source({"node1": bmc.url})
-    batch = unscaled.read()
-    assert "fan_speed" not in batch.columns and batch.columns["psu_power"][0] == 5210.0
-    assert unscaled.health.problems[("redfish", "fan RPM without a full-speed reference "
-                                                "(set FORESHOCK_BMC_FAN_MAX_RPM)")] == 2
+    for _ in range(3):
+        batch = unscaled.read()
+        assert "fan_speed" not in batch.columns and batch.columns["psu_power"][0] == 5210.0
+    # the BMC's configuration, the same at every poll: counted once for the node, not per fan per
+    # poll (a Dell iDRAC's fans, MaxReadingRange null: ~17,000 a day a node; review r58)
+    assert unscaled.health.problems == {("redfish", "fan RPM without a full-speed reference "
+                                                    "(set FORESHOCK_BMC_FAN_MAX_RPM)"): 1}
     assert source({"node1": bmc.url}, fan_max_rpm=9000.0).read().columns["fan_speed"][0] == pytest.approx(0.1)
     monkeypatch.setenv("FORESHOCK_BMC_FAN_MAX_RPM", "9000")
     assert source({"node1": bmc.url}).read().columns["fan_speed"][0] == pytest.approx(0.1)
