@@ -55,8 +55,9 @@ INLINE_OPTIONS: dict[str, Any] = {**KERNEL_OPTIONS, "inline": "always"}
 # ... and the coolant flow now, its baseline, the inlet at baseline flow, and the loop's
 # coolant rise at baseline flow learnt from a flow loss that settled (with its count); 1 from a
 # flow loss until, the flow back, the inlet is back at its baseline too (else 0); and the rack's
-# heat (PDU power) smoothed over tens of seconds and over the loop's lag, and the heat the rise
-# was learnt at (NaN where the rack reports none); then, for racks that report no inlet, the proxy
+# heat (its PDU's power, else its GPUs': see RACK_HEAT_SRC) smoothed over tens of seconds and over
+# the loop's lag, and the heat the rise was learnt at (NaN where none is known); then, for racks that
+# report no inlet, the proxy
 # (the median of its steady nodes' proxies) and the tick it was last taken at, the tick it was
 # last looked for at, and the first of the rack's nodes (a list threaded through the node state's
 # NODE_NEXT; NaN: none linked)
@@ -73,7 +74,24 @@ RACK_FLOW_HELD, RACK_FLOW0_NEW = 26, 27
 # ... and, while a baseline a jump raised is on trial (FLOW_TRIAL_S), the baseline before it and
 # when the trial ends (NaN: none on trial)
 RACK_FLOW0_BEFORE, RACK_FLOW0_TRIAL_END = 28, 29
-RACK_SIZE = 30
+# ... and where the rack's heat comes from (HEAT_PDU, HEAT_GPUS; NaN: none yet), when it was last read
+# from there, and the heat under which it shows no work (0 for a PDU's, which tells no idle level; NaN:
+# not known)
+RACK_HEAT_SRC, RACK_HEAT_TS, RACK_HEAT_FLOOR = 30, 31, 32
+RACK_SIZE = 33
+HEAT_PDU, HEAT_GPUS = 1.0, 2.0
+"""The rack's heat comes from its PDU's power (``pdu_power``) where the rack reports it, else from
+the power its GPUs draw (the thermal fit's sum, :func:`update_rack_inlet`). The GPUs miss the CPUs,
+fans and power-supply losses (a tenth to a third of a rack's draw), but the rules read the heat
+against itself: whether it is steady (``HEAT_STEADY``), and now against when the rise was learnt
+(:func:`new_work_heat`). One source throughout a rack's history keeps those ratios true; a switch
+starts the averages over and drops the learnt rise with the heat it was learnt at (the site's rise
+stands in until a loss settles again). Without the overhead the GPUs' heat moves more with their work
+(idle to loaded: about 9x against a PDU's 6x), so a loop scaled by it is forecast warmer, not cooler
+(at most ``HEAT_RATIO_MAX``)."""
+HEAT_SOURCE_STALE_S = 300.0
+"""A PDU silent this long hands its rack's heat to the GPUs' (the fit's ``inlet_stale_s``); a reading
+or a few missed keep it (the averages hold), as a switch starts them over (see ``HEAT_PDU``)."""
 INLET_JUMP_C = 5.0
 INLET_JUMP_RATE_C_PER_S = 1.0
 """A rack's inlet that moves more than ``max(INLET_JUMP_C, INLET_JUMP_RATE_C_PER_S * dt)`` from its
@@ -123,13 +141,20 @@ settling there taught the loop a coolant rise of 0.05 °C that would have hidden
 a loss against it, at its true depth. The price: a loop whose flow was raised for more heat (a CDU
 following its load) and falls back to its old level within the trial reads nominal, its inlet warming
 seen as it warms. Half an hour, the baseline's own time constant: an episode of agreeing glitches that
-outlasts it stays the baseline (``FLOW_UNFELT`` takes it back from 5x, on a rack that reports its heat)."""
+outlasts it stays the baseline (``FLOW_UNFELT`` takes it back from 5x, on a rack whose heat shows work)."""
 FLOW_UNFELT = 0.2
 """A loss below this share of the baseline that settles with the inlet within ``RECOVERED_C`` of the
-baseline's, on a rack that reports its heat, is a baseline the loop does not have (a glitch it
-learnt, a checkpoint's): the baseline starts over from the reading. At a fifth of its flow a loop's
-coolant rise is five times its baseline's: 4 °C more on an idle rack carrying a sixth of the heat
-of a loaded one whose loop runs 6 °C over its supply water (a 30 kW rack at 1.2 L/s)."""
+baseline's, on a rack whose heat shows work (over ``RACK_HEAT_FLOOR``), is a baseline the loop does
+not have (a glitch it learnt, a checkpoint's): the baseline starts over from the reading. At a fifth
+of its flow a loop's coolant rise is five times its baseline's: 4 °C more on an idle rack carrying a
+sixth of the heat of a loaded one whose loop runs 6 °C over its supply water (a 30 kW rack at
+1.2 L/s). A PDU's heat counts whatever it reads (it carries the rack's idle overhead); the GPUs'
+(a rack without PDU power) only once they draw ``load_min_w`` each on average, over a quarter of
+their 700 W: at 4 °C of rise at load (the design's), 4.6 °C or more of warming at a fifth of the
+flow. Idle GPUs (78 W, a ninth) put in too little to tell: a pump that failed under them leaves the
+inlet where it was, and starting over there would read the failed flow as nominal, blind to the loss
+when work lands. Until 2026-12-02 a rack without PDU power kept such a baseline for good: its loop's
+own flow a loss at a sixth or less, every loaded GPU of the rack predicted to throttle."""
 DAMP_MIN_OBS = 4.0
 """Windows a rack's learnt loop time constant needs before it is used."""
 DAMP_WINDOW_S = 60.0
@@ -138,6 +163,16 @@ SETTLED_C = 0.3
 """An inlet that moved less than this over the last window (and since) has settled."""
 RECOVERED_C = 1.0
 """A loop is back from a flow loss once its inlet is this close to its baseline's (or settled)."""
+RISE_MIN_C = 0.5
+"""A coolant rise at baseline flow under this, measured where a loss settled, is noise, not learnt.
+A loop's rise is its heat over its coolant's heat-capacity flow: the design's 4 °C at load
+(``design_rise_c``), an idle rack's a sixth of it (0.7 °C: CPUs, fans and idle GPUs), learnable still.
+A settled inlet moves by up to ``SETTLED_C`` a window, reads in tenths and follows the facility water:
+at half the flow, the shallowest loss learnt (``flow0 / flow - 1 = 1``), that alone reads as a rise of
+0.3 °C or more. A false loss (a flow meter's 3x pair lifting the baseline, a noisy inlet settling)
+taught a loop 0.05 °C, which would have forecast every later real loss of it 80 times too cool
+(until 2026-12-02). Refused, the site's rise or the design's stands in: the loop forecast warmer than
+it may run, never cooler."""
 # node state columns: the proxy of the previous tick and the minimum being gathered now; the
 # next node of the same rack (-1: the last; NaN: not linked); how far from steady the node's
 # GPUs were over the previous tick and over this one (see node_feed)
@@ -167,8 +202,17 @@ def upgrade_rack_state(state: dict[str, Any]) -> dict[str, Any]:
     (``RACK_FLOW_TS``): read at the rack's last sample, which carried it where the rack reports a
     flow at all (``Detector.upgrade_state``); or before they held flow jumps back (``RACK_FLOW_HELD``,
     ``RACK_FLOW0_NEW``: NaN, nothing held and the baseline in use as confirmed) or put a raised
-    baseline on trial (``RACK_FLOW0_BEFORE``, ``RACK_FLOW0_TRIAL_END``: NaN, none on trial)."""
-    return add_columns(state, "s_rack", RACK_SIZE, {RACK_FLOW_TS: RACK_TS})
+    baseline on trial (``RACK_FLOW0_BEFORE``, ``RACK_FLOW0_TRIAL_END``: NaN, none on trial) or kept
+    where their heat came from (``RACK_HEAT_SRC``: the PDU's, the only source then, where a heat was
+    known, read at the rack's last sample, its floor 0; else none)."""
+    saved = np.asarray(state.get("s_rack"))
+    state = add_columns(state, "s_rack", RACK_SIZE, {RACK_FLOW_TS: RACK_TS, RACK_HEAT_TS: RACK_TS})
+    if saved.ndim == 2 and saved.shape[1] <= RACK_HEAT_SRC and state["s_rack"] is not saved:
+        rack = state["s_rack"]
+        known = np.isfinite(rack[:, RACK_HEAT_SLOW])
+        rack[:, RACK_HEAT_SRC] = np.where(known, HEAT_PDU, np.nan)
+        rack[:, RACK_HEAT_FLOOR] = np.where(known, 0.0, np.nan)
+    return state
 
 
 def new_rack_state(n_racks: int) -> np.ndarray:
@@ -299,7 +343,8 @@ def frame_now(ts: np.ndarray, slack_s: float) -> float:
 
 def rack_inlet_obs(frame: Frame, n_racks: int, health: PipelineHealth, stage: str) -> np.ndarray:
     """``[ts, slot, inlet, flow, heat]`` for rack frames: ``inlet_temp`` (else ``coolant_temp``),
-    ``coolant_flow`` and ``pdu_power`` (the heat the rack puts into its loop)."""
+    ``coolant_flow`` and ``pdu_power`` (the heat the rack puts into its loop). The thermal fit adds
+    the rack's GPUs' heat (see :func:`update_rack_inlet`)."""
     obs = gpu_obs(frame, ("inlet_temp", "coolant_temp", "coolant_flow", "pdu_power"), n_racks, health, stage)
     inlet = obs[:, 2]
     with np.errstate(invalid="ignore"):
@@ -315,8 +360,11 @@ def update_rack_inlet(obs: np.ndarray, rack_state: np.ndarray) -> None:
     """Keep the latest inlet per rack (rows in time order; a value outside ``INLET_MIN_C`` to
     ``INLET_MAX_C`` is none); learn the loop's time constant.
 
-    ``obs`` rows are ``[ts, slot, inlet, flow, heat]`` (:func:`rack_inlet_obs`); without the heat
-    column the rack's heat is unknown, as where a rack reports no PDU power."""
+    ``obs`` rows are ``[ts, slot, inlet, flow, heat]`` (:func:`rack_inlet_obs`), optionally followed
+    by ``gpu_heat, gpu_floor``: the power the rack's GPUs draw and the heat under which that shows
+    no work (:func:`track_heat`; NaN: not known). Without a column its value is unknown, as where a
+    rack reports no PDU power."""
+    width = obs.shape[1]
     for i in range(obs.shape[0]):
         v = obs[i, 2]
         if INLET_MIN_C < v < INLET_MAX_C:  # (False for NaN)
@@ -325,7 +373,9 @@ def update_rack_inlet(obs: np.ndarray, rack_state: np.ndarray) -> None:
                 dt = obs[i, 0] - rack_state[r, RACK_TS]
                 rack_state[r, RACK_TS] = obs[i, 0]
                 rack_state[r, RACK_INLET] = v
-                if track_flow(rack_state, r, obs[i, 0], dt, v, obs[i, 3], obs[i, 4] if obs.shape[1] > 4 else np.nan):
+                track_heat(rack_state, r, obs[i, 0], dt, obs[i, 4] if width > 4 else np.nan,
+                           obs[i, 5] if width > 6 else np.nan, obs[i, 6] if width > 6 else np.nan)
+                if track_flow(rack_state, r, obs[i, 0], dt, v, obs[i, 3]):
                     rack_state[r, RACK_FLOW_TS] = obs[i, 0]
                 learn_loop_tau(rack_state, r, obs[i, 0], v)
 
@@ -410,12 +460,41 @@ def flows_agree(a: float, b: float) -> bool:
 
 
 @inline
-def track_flow(rack_state: np.ndarray, r: int, ts: float, dt: float, inlet: float, flow: float,
-               heat: float) -> bool:
+def track_heat(rack_state: np.ndarray, r: int, ts: float, dt: float, pdu: float, gpus: float,
+               gpus_floor: float) -> None:
+    """The rack's heat at ``ts`` (``dt`` after its last inlet), smoothed over ``HEAT_TAU_S`` and
+    ``HEAT_SLOW_TAU_S``: its PDU's power ``pdu`` where it reads one (> 0), else its GPUs' ``gpus``
+    once the PDU has been silent ``HEAT_SOURCE_STALE_S`` (or never spoke), with ``gpus_floor``, the
+    heat under which they show no work (``FLOW_UNFELT``); neither: the averages hold. A switch of
+    source starts the averages over and drops the learnt rise (see ``HEAT_PDU``)."""
+    src = rack_state[r, RACK_HEAT_SRC]
+    if pdu == pdu and pdu > 0.0:
+        heat, new_src, floor = pdu, HEAT_PDU, 0.0
+    elif gpus == gpus and gpus > 0.0 and not (src == HEAT_PDU
+                                              and ts - rack_state[r, RACK_HEAT_TS] <= HEAT_SOURCE_STALE_S):
+        heat, new_src, floor = gpus, HEAT_GPUS, gpus_floor
+    else:
+        return
+    if src == src and src != new_src:  # never one average over two sources
+        rack_state[r, RACK_HEAT] = np.nan
+        rack_state[r, RACK_HEAT_SLOW] = np.nan
+        forget_rise(rack_state, r)
+    rack_state[r, RACK_HEAT_SRC] = new_src
+    rack_state[r, RACK_HEAT_TS] = ts
+    rack_state[r, RACK_HEAT_FLOOR] = floor
+    # smoothed: a synchronous job swings a rack's power with its steps
+    for col, tau in ((RACK_HEAT, HEAT_TAU_S), (RACK_HEAT_SLOW, HEAT_SLOW_TAU_S)):
+        old = rack_state[r, col]
+        w = 1.0 - np.exp(-dt / tau) if dt == dt and dt > 0.0 else 1.0
+        rack_state[r, col] = heat if old != old else old + w * (heat - old)
+
+
+@inline
+def track_flow(rack_state: np.ndarray, r: int, ts: float, dt: float, inlet: float, flow: float) -> bool:
     """Coolant flow now (read at ``ts``, ``dt`` after the rack's last inlet) and its baseline (with
-    the inlet it gives), and the rack's heat; learn the loop's coolant rise once a flow loss has
-    settled, with the heat it was learnt at. True where ``flow`` was read: a finite flow >= 0 not
-    held back as a jump (``FLOW_JUMP``).
+    the inlet it gives); learn the loop's coolant rise once a flow loss has settled, with the heat it
+    was learnt at (:func:`track_heat`). True where ``flow`` was read: a finite flow >= 0 not held
+    back as a jump (``FLOW_JUMP``).
 
     The baseline starts from a reading the next one agrees with (:func:`flows_agree`; one that
     does not starts it over); a jump above it is read once the next reading confirms it, and the
@@ -426,13 +505,8 @@ def track_flow(rack_state: np.ndarray, r: int, ts: float, dt: float, inlet: floa
     Heat balance: the coolant warms over the facility water by ``Q / (m_dot c_p)`` — the rise
     scales as ``1 / flow`` at a given heat. So ``inlet = u0 + rise0 * (flow0 / flow - 1)`` at a
     lower flow, where ``rise0`` is the loop's rise at its baseline flow (its approach
-    temperature). The rack's own PDU power stands in for its loop's heat (NaN where the rack
-    reports none)."""
-    if heat == heat and heat > 0.0:  # smoothed: a synchronous job swings a rack's power with its steps
-        for col, tau in ((RACK_HEAT, HEAT_TAU_S), (RACK_HEAT_SLOW, HEAT_SLOW_TAU_S)):
-            old = rack_state[r, col]
-            w = 1.0 - np.exp(-dt / tau) if dt == dt and dt > 0.0 else 1.0
-            rack_state[r, col] = heat if old != old else old + w * (heat - old)
+    temperature). The rack's own PDU power, else its GPUs', stands in for its loop's heat
+    (:func:`track_heat`; NaN where neither is known). A rise under ``RISE_MIN_C`` is not learnt."""
     if not (flow == flow and 0.0 <= flow < np.inf):
         return False
     f0 = rack_state[r, RACK_FLOW0]
@@ -508,9 +582,10 @@ def track_flow(rack_state: np.ndarray, r: int, ts: float, dt: float, inlet: floa
     h_fast, h_slow = rack_state[r, RACK_HEAT], rack_state[r, RACK_HEAT_SLOW]
     if h_slow == h_slow and abs(h_fast - h_slow) > HEAT_STEADY * h_slow:
         settled = False
-    if settled and 0.0 < flow < FLOW_UNFELT * f0 and h_slow > 0.0 and inlet - rack_state[r, RACK_U0] < RECOVERED_C:
+    if settled and 0.0 < flow < FLOW_UNFELT * f0 and h_slow > rack_state[r, RACK_HEAT_FLOOR] \
+            and inlet - rack_state[r, RACK_U0] < RECOVERED_C:
         # a loss this deep warms a loop carrying heat by several of its rises: this one's inlet
-        # did not move, so its baseline is not the loop's (only a rack that reports its heat: an
+        # did not move, so its baseline is not the loop's (only a rack whose heat shows work: an
         # idle loop losing its flow does not warm either)
         rack_state[r, RACK_FLOW0] = flow
         rack_state[r, RACK_U0] = inlet
@@ -519,7 +594,7 @@ def track_flow(rack_state: np.ndarray, r: int, ts: float, dt: float, inlet: floa
         return True
     if settled and flow < 0.5 * f0 and flow > 0.0:
         k_obs = (inlet - rack_state[r, RACK_U0]) / (f0 / flow - 1.0)
-        if k_obs > 0.0:
+        if k_obs >= RISE_MIN_C:
             old = rack_state[r, RACK_RISE]
             rack_state[r, RACK_RISE] = k_obs if old != old else old + 0.2 * (k_obs - old)
             rack_state[r, RACK_RISE_N] += 1.0

@@ -34,8 +34,8 @@ from foreshock.health import PipelineHealth
 from foreshock.topology import Topology
 
 from .base import Detector, add_columns, resolve_params
-from .gpu_inputs import (Scratch, gpu_columns, inline, kernel, new_inlet_states, node_feed, node_tick, rack_inlet_obs,
-                         read_inlet, update_rack_inlet, upgrade_rack_state)
+from .gpu_inputs import (Scratch, frame_now, gpu_columns, inline, kernel, new_inlet_states, node_feed, node_tick,
+                         rack_inlet_obs, read_inlet, update_rack_inlet, upgrade_rack_state)
 
 # (the fit reads no clock: sm_clock and sm_clock_max are the power detector's, in the fit's
 # columns so that its kernel reads them from the same ``obs``)
@@ -566,6 +566,10 @@ class ThermalFit:
                                             dtype=np.int64) if n else np.zeros((0, 2), np.int64)
         self.s_model = new_model_state(n, self.params)
         self.s_rack, self.s_node = new_inlet_states(topology)
+        gpu_rack = np.asarray(topology.gpu_rack, dtype=np.int64) if n else np.zeros(0, np.int64)
+        self._in_rack = gpu_rack >= 0
+        self._gpu_rack = gpu_rack[self._in_rack]
+        self._loop_racks = topology.physical_racks
         self.consumers: list[FitConsumer] = []
         self.obs: tuple[np.ndarray, ...] = tuple(np.empty(0) for _ in range(2 + len(OBS_FIELDS)))
         self.rows = np.empty((0, ROW_SIZE))
@@ -599,10 +603,32 @@ class ThermalFit:
         tally = self._tally
         tally.found = []
         if frame.kind == "rack":
-            update_rack_inlet(rack_inlet_obs(frame, len(self.s_rack), tally, ""), self.s_rack)
+            update_rack_inlet(self._with_gpu_heat(rack_inlet_obs(frame, len(self.s_rack), tally, "")), self.s_rack)
         elif frame.kind == "gpu":
             self._fit_gpu(frame, tally)
         self.problems = tally.found
+
+    def _with_gpu_heat(self, obs: np.ndarray) -> np.ndarray:
+        """Rack rows ``[ts, slot, inlet, flow, heat]`` with the rack's GPUs' heat and the heat under
+        which it shows no work appended (``gpu_inputs.track_heat``), where a row has no PDU power:
+        the core model's filtered power (``M_PF``: the energy counter's interval mean where sane) of
+        the rack's GPUs fitted within ``inlet_stale_s`` of the frame, summed, and ``load_min_w`` for
+        each of them (NaN where none is, or the rack is no loop's: an import's ``unknown`` one).
+        Once per rack frame, over every GPU: their latest power, whichever frames brought it."""
+        if not len(obs) or (obs[:, 4] > 0.0).all():
+            return obs
+        m = self.s_model
+        stale = self.params[P_STALE]
+        power = m[self._in_rack, G_SIZE + CORE * M_SIZE + M_PF]
+        with np.errstate(invalid="ignore"):
+            fresh = (frame_now(obs[:, 0], stale) - m[self._in_rack, G_TS] <= stale) & (power > 0.0)
+        n_racks = len(self.s_rack)
+        heat = np.bincount(self._gpu_rack[fresh], weights=power[fresh], minlength=n_racks).astype(np.float64)
+        count = np.bincount(self._gpu_rack[fresh], minlength=n_racks)
+        heat[(count == 0) | ~self._loop_racks] = np.nan
+        floor = count * self.params[P_LOAD_MIN]
+        slot = obs[:, 1].astype(np.int64)
+        return np.ascontiguousarray(np.column_stack([obs, heat[slot], floor[slot]]))
 
     @property
     def n_rows(self) -> int:

@@ -28,12 +28,14 @@ RISE = 4.0  # °C: the coolant rise at baseline flow the forecasts below assume 
 
 
 # ---- a rack's coolant flow and its baseline --------------------------------------------------
-def feed(state, flows, inlets=INLET, heat=HEAT, t0=1000.0, dt=10.0):
-    """One rack's rows ``[ts, slot, inlet, flow, heat]``, a reading every ``dt``; the time after the last."""
+def feed(state, flows, inlets=INLET, heat=HEAT, t0=1000.0, dt=10.0, gpu_heat=math.nan, gpu_floor=math.nan):
+    """One rack's rows ``[ts, slot, inlet, flow, heat, gpu_heat, gpu_floor]``, a reading every ``dt``;
+    the time after the last."""
     flows = np.asarray(flows, dtype=float)
     ts = t0 + dt * np.arange(len(flows))
     rows = np.column_stack([ts, np.zeros(len(flows)), np.broadcast_to(inlets, flows.shape),
-                            flows, np.broadcast_to(heat, flows.shape)])
+                            flows, np.broadcast_to(heat, flows.shape), np.broadcast_to(gpu_heat, flows.shape),
+                            np.broadcast_to(gpu_floor, flows.shape)])
     gi.update_rack_inlet(np.ascontiguousarray(rows), state)
     return float(ts[-1]) + dt if len(ts) else t0
 
@@ -136,6 +138,64 @@ def test_a_flow_glitch_on_a_healthy_loop_predicts_nothing(glitch):
         found += [p for p in det.update(f) if isinstance(p, Prediction) and p.active]
     assert found == []
     assert det.s_rack[1, gi.RACK_FLOW0] == pytest.approx(FLOW)
+
+
+def run_rack_flow(world, flow_at, until, on_state=None):
+    """``world``'s frames to ``until`` s through a thermal detector, rack 1's coolant flow
+    ``flow_at(t)`` (t: seconds into the run), no rack reporting PDU power; ``on_state(t, s_rack)``
+    before each rack frame. The detector, and its active predictions on rack 1's GPUs with their time."""
+    topo = world.topology
+    frames, _ = world.run(until)
+    det = ThermalDetector(topo)
+    rack1 = set(topo.gpus_of_rack(1).tolist())
+    found = []
+    for f in frames:
+        t = float(f.ts[0] - frames[0].ts[0])
+        if f.kind == "rack":
+            if on_state is not None:
+                on_state(t, det.s_rack)
+            flow = np.full(len(f), FLOW)
+            flow[1] = flow_at(t)
+            f = Frame("rack", f.ts, f.slot, {**f.columns, "coolant_flow": flow})
+        found += [(t, p) for p in det.update(f) if isinstance(p, Prediction) and p.active and p.slot in rack1]
+    return det, found
+
+
+@pytest.mark.parametrize("how", ["a 6x episode past the trial", "a checkpoint's"])
+def test_a_baseline_far_too_high_on_a_rack_without_pdu_power_starts_over_by_its_gpus_power(how):
+    """A rack reporting no PDU power whose flow baseline is one the loop does not have: a meter reading
+    6x for longer than FLOW_TRIAL_S (the baseline holds it), or a checkpoint's 364 L/s. Its loop's own
+    1.2 L/s then reads as a loss at a sixth or less, the inlet unmoved. Until 2026-12-02 FLOW_UNFELT
+    needed the PDU's heat, so the loss stood for good (a checkpoint's 364 L/s: every loaded GPU of the
+    rack predicted to throttle); its 16 GPUs at 640 W (over load_min_w each) are the heat now."""
+    world = World(small_topology(), seed=0)
+    if how == "a checkpoint's":
+        def set_baseline(t, s_rack):
+            if t == 600.0:
+                s_rack[1, gi.RACK_FLOW0] = 364.0
+        det, found = run_rack_flow(world, lambda t: FLOW, 1800.0, set_baseline)
+        quiet_from = 1200.0
+    else:
+        det, found = run_rack_flow(world, lambda t: 6.0 * FLOW if 600.0 <= t < 2600.0 else FLOW, 3600.0)
+        quiet_from = 3000.0
+    assert det.s_rack[1, gi.RACK_FLOW0] == pytest.approx(FLOW, rel=0.01)
+    assert det.s_rack[1, gi.RACK_LOSS] == 0.0 and math.isnan(gi.flow_asymptote(det.s_rack, 1, RISE, 0.0))
+    assert [t for t, _ in found if t >= quiet_from] == []
+    assert det.s_rack[1, gi.RACK_HEAT_SRC] == gi.HEAT_GPUS
+    assert det.s_rack[1, gi.RACK_HEAT_SLOW] == pytest.approx(16 * 640.0, rel=0.05)
+
+
+def test_a_pump_failed_under_idle_gpus_on_a_rack_without_pdu_power_keeps_its_baseline():
+    """The same unmoved inlet at a tenth of the flow where the rack's GPUs idle (78 W each, under
+    load_min_w): their heat is too little to warm the loop measurably, so the inlet says nothing of the
+    baseline: the loss is kept (starting over would read the failed pump as nominal for good)."""
+    topo = small_topology()
+    world = World(topo, seed=0, idle_gpus=tuple(topo.gpus_of_rack(1).tolist()))
+    det, _ = run_rack_flow(world, lambda t: FLOW / 10 if t >= 600.0 else FLOW, 3000.0)
+    assert det.s_rack[1, gi.RACK_HEAT_SRC] == gi.HEAT_GPUS
+    assert det.s_rack[1, gi.RACK_HEAT_SLOW] < det.s_rack[1, gi.RACK_HEAT_FLOOR] == 16 * 200.0
+    assert det.s_rack[1, gi.RACK_FLOW0] == pytest.approx(FLOW)
+    assert det.s_rack[1, gi.RACK_LOSS] == 1.0
 
 
 # ---- node rows: slots and times --------------------------------------------------------------
