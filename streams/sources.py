@@ -28,11 +28,16 @@ class Source(Protocol):
 
 
 PACE_GAP_WINDOWS = 10
-"""A jump in telemetry time of more than this many windows between two frames is not waited out
-by a paced replay: it is logged and the pacing goes on from there."""
+"""A paced replay waits out a gap in telemetry time as it was recorded (a detector aging a silent
+source, a worker's staleness by arrival, must see it as the live source gave it), but one longer
+than this many windows is logged, so an idle replay says why it waits."""
 PACE_GAP_S = 60.0
 """The same where the window is not known (a live iterator's frames)."""
-TOLD_GAPS = 5  # jumps logged one by one; past that, they are only counted
+PACE_JUMP_S = 86400.0
+"""A jump in telemetry time of more than a day, ahead of the latest frame or behind it, is not
+waited out: no recording pauses that long, but a clock read as epoch zero, or stamps in
+milliseconds, jump by years. It is logged and the pacing starts again from that frame."""
+TOLD_GAPS = 5  # gaps and jumps logged one by one; past that, they are only waited or skipped
 
 
 def pace_stamp(ts: np.ndarray) -> float | None:
@@ -56,28 +61,33 @@ def paced(frames: Iterable[Frame], speed: float | None, stop: threading.Event | 
     pacing's start reaches (its time - the start frame's) / speed, a frame's time being
     :func:`pace_stamp` (finite stamps only: one row stamped -inf made the start -inf and the next
     wait infinite; a frame with no finite stamp is released at once; the guard counts such rows).
-    A frame whose time lies more than :data:`PACE_GAP_WINDOWS` ``window`` s (:data:`PACE_GAP_S`
-    without one) ahead of or behind the latest so far (a gap in a recording, or a frame of strays
-    only) is released at once and the pacing starts again from it, logged: never a silent wait of
-    hours, or of years for a clock read as epoch zero.
+    A gap longer than :data:`PACE_GAP_WINDOWS` ``window`` s (:data:`PACE_GAP_S` without one) is
+    waited out as recorded, and logged; a frame more than :data:`PACE_JUMP_S` ahead of or behind
+    the latest so far (a frame of strays only, a clock read as epoch zero) is released at once and
+    the pacing starts again from it, logged: never a silent wait of years.
     """
     gap = PACE_GAP_WINDOWS * window if window else PACE_GAP_S
     start_wall = time.monotonic()
     start_ts: float | None = None
     latest = -np.inf
-    jumps = 0
+    told = 0
     for frame in frames:
         if stop is not None and stop.is_set():
             return
         ts0 = pace_stamp(frame.ts) if speed and len(frame) else None
         if speed and ts0 is not None:
-            if start_ts is None or abs(ts0 - latest) > gap:
-                if start_ts is not None:
-                    jumps += 1
-                    if jumps <= TOLD_GAPS:
-                        log.warning("paced replay: telemetry time jumps %+.0f s (from %.0f to %.0f), more than %g s: "
-                                    "not waited out; pacing goes on from this frame%s", ts0 - latest, latest, ts0,
-                                    gap, " (further jumps are not logged)" if jumps == TOLD_GAPS else "")
+            ahead = ts0 - latest
+            if start_ts is not None and (ahead > gap or -ahead > PACE_JUMP_S):  # (a frame a little late: the guard's)
+                told += 1
+                jump = abs(ahead) > PACE_JUMP_S
+                if told <= TOLD_GAPS:
+                    log.warning("paced replay: telemetry time jumps %+.0f s (from %.0f to %.0f)%s%s", ahead,
+                                latest, ts0, ": not waited out, pacing goes on from this frame" if jump
+                                else f": waiting it out at {speed:g}x", " (further jumps are not logged)"
+                                if told == TOLD_GAPS else "")
+                if jump:
+                    start_ts = None
+            if start_ts is None:
                 start_ts, start_wall, latest = ts0, time.monotonic(), ts0
             latest = max(latest, ts0)
             due = (ts0 - start_ts) / speed - (time.monotonic() - start_wall)

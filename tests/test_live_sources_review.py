@@ -413,6 +413,20 @@ def test_a_jump_in_telemetry_time_is_told_and_the_pacing_goes_on_from_there(capl
     assert len(told) == 3  # onto T0, onto the milliseconds, back
 
 
+def test_a_gap_in_a_recording_is_waited_out_as_recorded_and_told(caplog):
+    """A recording's silence (an hour without data, here 30 s at 100x) is waited out: a replay
+    feeds the detectors, and a Kafka worker's arrival clock, the gap as the live source gave it.
+    It is logged, so an idle replay says why it waits."""
+    stamps = [T0, T0 + 1, T0 + 31, T0 + 32]
+    frames = [Frame("gpu", np.array([t]), np.array([0]), {}) for t in stamps]
+    began = time.monotonic()
+    with caplog.at_level(logging.WARNING, logger="foreshock"):
+        released = [time.monotonic() - began for _ in paced(iter(frames), 100.0, threading.Event(), window=1.0)]
+    assert released[2] - released[1] >= 0.3 - 0.005
+    told = [r.getMessage() for r in caplog.records if "telemetry time jumps" in r.getMessage()]
+    assert len(told) == 1 and "waiting it out" in told[0]
+
+
 # ---- R6, R7: the external event file ----------------------------------------------------------
 def test_an_event_in_milliseconds_already_in_the_file_is_refused_not_held(tmp_path: Path):
     from foreshock.detectors.incidents import IncidentEngine
