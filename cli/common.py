@@ -13,6 +13,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 import click
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from foreshock.detectors.bank import DetectorBank
@@ -63,7 +64,7 @@ def parse_params(items: Sequence[str]) -> dict[str, dict[str, Any]]:
 def serve_options(func):  # type: ignore[no-untyped-def]
     func = click.option("--host", default="127.0.0.1", show_default=True,
                         help="Address of this machine that /metrics binds to (0.0.0.0: all of them).")(func)
-    func = click.option("--port", default=9108, show_default=True, type=int,
+    func = click.option("--port", default=9108, show_default=True, type=click.IntRange(0, 65535),
                         help="Port for /metrics (0 = do not serve).")(func)
     func = click.option("--findings", "findings_path", type=click.Path(dir_okay=False), default=None,
                         help="Also write every finding to this JSON-lines file (one a line, as it is found, "
@@ -147,7 +148,7 @@ def follow_external(run: PipelineRun, frames: Iterable[Frame]) -> Iterable[Frame
     engine before each frame (unchanged without one)."""
     if run.external is None:
         return frames
-    Console(stderr=True).print(f"[dim]following external events in {run.external.path}[/dim]")
+    Console(stderr=True).print(f"[dim]following external events in {escape(str(run.external.path))}[/dim]")
     return feed_before_frames(frames, run.external, external_targets(run.pipeline.bank.processors))
 
 
@@ -190,8 +191,7 @@ def build_pipeline(topology: Topology, detectors: str | None, host: str, port: i
             stop(server)
         raise click.ClickException(f"--findings {findings_path}: {exc.strerror or exc}") from None
     if server is not None:
-        shown = f"[{host}]" if ":" in host else host  # an IPv6 address in a URL
-        Console(stderr=True).print(f"[dim]serving Prometheus metrics on http://{shown}:{port}/metrics[/dim]")
+        Console(stderr=True).print(f"[dim]serving Prometheus metrics on {escape(metrics_url(host, port))}[/dim]")
     sinks = [tally] + ([jsonl] if jsonl else [])
     pipeline = EmbeddedPipeline(topology, bank, store, sinks, health)
     external = ExternalFeed(external_path, health) if external_path else None
@@ -220,12 +220,64 @@ def run_with_progress(run: PipelineRun, frames: Iterable[Frame], total_samples: 
     return stats
 
 
-def finish(run: PipelineRun, stats: RunStats, events: Sequence[Event] = (), json_name: str = "run") -> None:
+def run_until_signalled(run: PipelineRun, frames: Iterable[Frame], stop: threading.Event,
+                        total_samples: int | None, description: str) -> tuple[RunStats, str | None]:
+    """:func:`run_with_progress`, which Ctrl-C, SIGTERM or SIGHUP end early as ``watch`` does: the
+    first sets ``stop`` (the source's, which then yields no further frame), the run ends as if its
+    input had, and the caller prints its summary. Returns the stats and what stopped the run
+    ("Ctrl-C", "SIGTERM", ...), None when it ran to its end. A second signal acts as before."""
+    stopped_by: list[str] = []
+
+    def on_signal(sig: signal.Signals) -> None:
+        stop.set()
+        stopped_by.append(signal_label(sig))
+
+    restore = stop_on_signals(on_signal)
+    try:
+        stats = run_with_progress(run, frames, total_samples, description)
+    finally:
+        restore()
+    if stopped_by:
+        Console(stderr=True).print(f"[yellow]stopped by {stopped_by[0]}[/yellow]")
+    return stats, stopped_by[0] if stopped_by else None
+
+
+def signal_label(sig: signal.Signals) -> str:
+    """How a signal that stopped a run is named to its user: Ctrl-C for SIGINT."""
+    return "Ctrl-C" if sig == signal.SIGINT else sig.name
+
+
+def hold_metrics(run: PipelineRun, host: str, port: int, hold: float) -> None:
+    """Keep serving /metrics ``hold`` seconds after the run (to be scraped once more), saying so;
+    Ctrl-C, SIGTERM or SIGHUP end the wait (and the command) as a normal exit."""
+    if hold <= 0 or run.server is None:
+        return
+    Console(stderr=True).print(f"serving /metrics on {escape(metrics_url(host, port))} for {hold:g} s "
+                               "(Ctrl-C to stop)")
+    done = threading.Event()
+    restore = stop_on_signals(lambda _sig: done.set())
+    try:
+        done.wait(hold)
+    finally:
+        restore()
+
+
+def metrics_url(host: str, port: int) -> str:
+    """The /metrics URL of a server bound to ``host``: an IPv6 address goes in brackets."""
+    shown = f"[{host}]" if ":" in host else host
+    return f"http://{shown}:{port}/metrics"
+
+
+def finish(run: PipelineRun, stats: RunStats, events: Sequence[Event] = (), json_name: str = "run",
+           interrupted: bool | None = None) -> None:
+    """Close the findings file, print the summary and the JSON line; ``interrupted`` (given by the
+    commands a signal can end early) goes in the JSON line."""
     if run.jsonl is not None:
         run.jsonl.close()
     if run.external is not None:
         read, bad = run.external.events, run.external.bad
-        Console(stderr=True).print(f"[dim]{read} external event{'' if read == 1 else 's'} read from {run.external.path}"
+        Console(stderr=True).print(f"[dim]{read} external event{'' if read == 1 else 's'} read from "
+                                   f"{escape(str(run.external.path))}"
                                    + (f", {bad} bad line{'' if bad == 1 else 's'}" if bad else "") + "[/dim]")
     render_summary(run.tally, run.health, events)
     click.echo(json.dumps({
@@ -234,6 +286,7 @@ def finish(run: PipelineRun, stats: RunStats, events: Sequence[Event] = (), json
         "samples_per_s": round(stats.samples_per_s), "telemetry_start": _json_number(stats.start_ts),
         "telemetry_seconds": _json_number(stats.telemetry_s), "speedup": _json_number(round(stats.speedup, 1)),
         "findings": stats.by_type, "input_problems": run.health.total_problems(),
+        **({} if interrupted is None else {"interrupted": interrupted}),
     }, allow_nan=False))
 
 

@@ -7,16 +7,19 @@ compares what foreshock said with the simulator's ground truth.
 
 from __future__ import annotations
 
+import math
 import time
 
 import click
 from rich.console import Console
+from rich.markup import escape
 
 from foreshock.simulator import ClusterSimulator, ScenarioError, formats, list_scenarios
 from foreshock.streams.sources import IterableSource
 from foreshock.streams.via_format import VIA_KIND, ViaFormat
 
-from .common import build_pipeline, detector_option, external_option, follow_external, param_option, finish, run_with_progress, serve_options, stop_server
+from .common import (build_pipeline, detector_option, external_option, finish, finite_number, follow_external,
+                     hold_metrics, param_option, run_until_signalled, serve_options, stop_server)
 
 
 @click.command("demo")
@@ -27,9 +30,10 @@ from .common import build_pipeline, detector_option, external_option, follow_ext
 @click.option("--scenario", default="cooling-loss", show_default=True,
               help=f"Fault scenario: one of {', '.join(list_scenarios())} or a YAML file.")
 @click.option("--seed", default=7, show_default=True, type=int, help="Same seed, same cluster and fault.")
-@click.option("--speed", type=float, default=None,
+@click.option("--speed", type=float, default=None, callback=finite_number(positive=True),
               help="Run at X times real time (default: as fast as the CPU allows).")
-@click.option("--hold", type=float, default=0.0, help="Keep serving /metrics this many seconds after the run.")
+@click.option("--hold", type=float, default=0.0, callback=finite_number(),
+              help="Keep serving /metrics this many seconds after the run.")
 @click.option("--via", type=click.Choice(list(VIA_KIND)), default=None,
               help="Feed the detectors gpu frames (dcgm, nvidia-smi) or host link frames (sysfs) through that real "
                    "format and its importer, as the real source path would deliver them. Default: frames as simulated.")
@@ -51,8 +55,8 @@ def command(gpus: int, duration: float, interval: float, scenario: str, seed: in
         raise click.UsageError(str(exc)) from None
     console = Console(stderr=True)
     for fault in sim.faults:
-        console.print(f"[dim]scenario {scenario}: {fault.type} on {fault.target_name} at +{fault.onset / 60:.0f} min "
-                      "(hidden from the detectors)[/dim]")
+        console.print(f"[dim]{escape(f'scenario {scenario}: {fault.type} on {fault.target_name}')} at "
+                      f"+{fault.onset / 60:.0f} min (hidden from the detectors)[/dim]")
     if sim.params.missing_prob > 0:  # or the summary's "input problems" read as a fault
         console.print(f"[dim]the simulator drops {sim.params.missing_prob:.2%} of samples as failed scrapes: "
                       "the guard counts them as input problems (missing_values)[/dim]")
@@ -61,14 +65,14 @@ def command(gpus: int, duration: float, interval: float, scenario: str, seed: in
     if via:
         frames = ViaFormat(sim.topology, via, formats, run.health).frames(frames)
     source = IterableSource(sim.topology, frames, speed=speed)
-    ticks = int(duration / interval)
+    # the simulator steps while its clock is short of the duration (less 1e-9 s): a last tick
+    # partly past it counts (ClusterSimulator.iter_ticks)
+    ticks = math.ceil(duration / interval - 1e-9)
     total = ticks * sum(sim.topology.size(k) for k in ("gpu", "link", "optic", "node", "rack", "job"))
-    stats = run_with_progress(run, follow_external(run, source), total, f"demo: {gpus} GPUs, {duration / 3600:.1f} h simulated")
-    finish(run, stats, sim.events, json_name="demo")
-    if hold > 0 and run.server is not None:
-        console.print(f"serving /metrics on http://{host}:{port}/metrics for {hold:.0f} s (Ctrl-C to stop)")
-        try:
-            time.sleep(hold)
-        except KeyboardInterrupt:
-            pass
+    # Ctrl-C or SIGTERM ends the demo early with its summary, as `watch` (exit status 0); the
+    # ground truth is what the simulator did until then
+    stats, stopped_by = run_until_signalled(run, follow_external(run, source), source.stop, total,
+                                            f"demo: {gpus} GPUs, {duration / 3600:.1f} h simulated")
+    finish(run, stats, sim.events, json_name="demo", interrupted=stopped_by is not None)
+    hold_metrics(run, host, port, hold)
     stop_server(run)

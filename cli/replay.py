@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import replace
 
@@ -11,7 +12,7 @@ from foreshock.recording import RecordingError
 from foreshock.streams.sources import ReplaySource
 
 from .common import (build_pipeline, detector_option, external_option, finish, finite_number, follow_external,
-                     param_option, recording_rows, run_with_progress, serve_options, stop_server)
+                     hold_metrics, param_option, recording_rows, run_until_signalled, serve_options, stop_server)
 
 
 @click.command("replay")
@@ -40,10 +41,15 @@ def command(path: str, speed: float | None, max_speed: bool, shift_now: bool, ho
         raise click.ClickException(str(exc)) from None
     run = build_pipeline(source.topology, detectors, host, port, findings_path, top_k, params, external_path)
     try:
-        stats = run_with_progress(run, follow_external(run, source), recording_rows(source.recording.meta), "replay")
+        # Ctrl-C or SIGTERM ends the replay early with its summary, as `watch` (exit status 0)
+        stats, stopped_by = run_until_signalled(run, follow_external(run, source), source.stop,
+                                                recording_rows(source.recording.meta), "replay")
     except RecordingError as exc:
         raise click.ClickException(str(exc)) from None
-    finish(run, stats, events, json_name="replay")
-    if hold > 0 and run.server is not None:
-        time.sleep(hold)
+    if stopped_by is not None and math.isfinite(stats.start_ts):
+        # ground truth past the last replayed sample was never shown to the detectors
+        end = stats.start_ts + stats.telemetry_s
+        events = [e for e in events if e.time <= end]
+    finish(run, stats, events, json_name="replay", interrupted=stopped_by is not None)
+    hold_metrics(run, host, port, hold)
     stop_server(run)

@@ -155,7 +155,7 @@ def command(source: str, duration: float | None, polls: int | None, interval: fl
         restore()
     if stopped_by:
         console.print(f"[yellow]stopped by {stopped_by[0]}[/yellow]")
-    finish(run, stats, json_name="watch")
+    finish(run, stats, json_name="watch", interrupted=bool(stopped_by))
     stop_server(run)
 
 

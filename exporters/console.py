@@ -250,12 +250,9 @@ def _truth_table(tally: FindingTally, events: Sequence[Event], console: Console,
         wanted = f"predict {_PREDICTED_BY.get(impact.type, '')}" if impact else ""
         first = min([e for e in predictions if e.what == wanted] or predictions or related,
                     key=lambda e: e.first_ts, default=None)
-        lead = "-"
-        if impact is not None and first is not None:
-            lead_s = impact.time - first.first_ts
-            lead = f"{lead_s / 60:.1f} min ahead" if lead_s >= 0 else f"{-lead_s / 60:.1f} min late"
-        incident = next((f"{i.root_kind} {i.root_entity}" for i in tally.incidents.values()
-                         if i.root_entity == fault.entity or fault.entity in i.members), None)
+        lead = _lead(impact, first)
+        found = _fault_incident(tally, fault)
+        incident = f"{found.root_kind} {found.root_entity}" if found else None
         table.add_row(str(n), escape(fault.fault_type), _clock(fault.time, t0),
                       _clock(impact.time, t0) if impact else "-", _clock(first.first_ts, t0) if first else "-",
                       lead)
@@ -265,9 +262,43 @@ def _truth_table(tally: FindingTally, events: Sequence[Event], console: Console,
                                else "no impact yet")
                               + f"; foreshock first said {said}"
                               + (f"; incident {incident}" if incident else "; no incident")))
+    if len(faults) > max_rows:
+        table.add_row("...", f"{len(faults) - max_rows} more faults", "", "", "", "")
     console.print(table)
     for line in lines:
         console.print(line)
+
+
+def _lead(impact: Event | None, first: TallyEntry | None) -> str:
+    """How far ahead of the impact foreshock said so. Only a prediction has a lead: an anomaly
+    seen in the impact's own sample had read "0.0 min ahead"; it is a detection, said as one."""
+    if impact is None or first is None:
+        return "-"
+    lead_s = impact.time - first.first_ts
+    if first.what.startswith("predict "):
+        return f"{lead_s / 60:.1f} min ahead" if lead_s >= 0 else f"{-lead_s / 60:.1f} min late"
+    if round(lead_s / 60, 1) == 0:  # as it would print: "0.0 min"
+        return "detected at impact"
+    return f"detected {abs(lead_s) / 60:.1f} min {'before' if lead_s > 0 else 'after'}"
+
+
+def _fault_incident(tally: FindingTally, fault: Event) -> Incident | None:
+    """The incident that tells of ``fault``: among those still alive at its onset, one rooted at
+    or holding its target (or an entity under it: a node's GPUs), else one rooted at or holding
+    a place the fault names (the racks a cooling loop feeds, a GPU's node): a loop's fault had
+    read "no incident" beside the incident rooted at the rack that loop feeds. The first opened."""
+    detail = fault.detail if isinstance(fault.detail, dict) else {}
+    places = (set(detail.get("racks") or ()) | {detail[k] for k in ("rack", "node") if isinstance(detail.get(k), str)})
+
+    def touches(inc: Incident, names: set[str]) -> bool:
+        return any(e in names or e.partition("/")[0] in names for e in (inc.root_entity, *inc.members))
+
+    alive = [i for i in tally.incidents.values() if i.ts >= fault.time]
+    for names in ({fault.entity}, places - {fault.entity}):
+        found = [i for i in alive if names and touches(i, names)]
+        if found:
+            return min(found, key=lambda i: tally.incident_opened[i.incident_id])
+    return None
 
 
 def _related_entries(tally: FindingTally, fault: Event, consequences: Sequence[Event]) -> list[TallyEntry]:
