@@ -71,6 +71,7 @@ def command(ctx: click.Context, recording: str, sets: str, report_dir: str, mode
     if unused:
         raise click.UsageError(f"--param for detectors in none of the sets: {', '.join(unused)}")
     bank_params: dict[str, dict[str, Any]] = {name: dict(values) for name, values in detector_params.items()}
+    model_events: list[str] = []  # the event kinds the sklearn set's model predicts
     if "sklearn" in chosen:
         if model_path is None:
             if ctx.get_parameter_source("sets") == click.core.ParameterSource.DEFAULT:
@@ -82,7 +83,7 @@ def command(ctx: click.Context, recording: str, sets: str, report_dir: str, mode
             # the loader's checks (a tampered or foreign file is refused) before anything is read or written;
             # the loader keeps what it read, so the detectors built later do not read the file again
             try:
-                load_model(model_path)
+                model_events = list(load_model(model_path)["events"])
             except ModelFileError as exc:
                 raise click.ClickException(f"--model {exc}") from None
             bank_params.setdefault("sklearn", {})["model_path"] = model_path
@@ -105,6 +106,11 @@ def command(ctx: click.Context, recording: str, sets: str, report_dir: str, mode
             raise click.ClickException(str(exc)) from None
     report = evaluation.score(result, kinds)
     report["meta"]["params"] = detector_params
+    if "sklearn" in chosen:
+        unpredicted = leave_out_unpredicted(report, kinds, model_events)
+        if unpredicted:
+            console.print(f"[yellow]sklearn set: its model predicts no {', '.join(unpredicted)}: not scored "
+                          "there (not a miss)[/]")
     path = evaluation.write_report(report, report_dir)
     written = evaluation.write_plots(result, report, report_dir) if plots else []
     Console().print(evaluation.render_table(report, by_fault=by_fault))
@@ -121,6 +127,16 @@ def command(ctx: click.Context, recording: str, sets: str, report_dir: str, mode
                       if "by_onset" in v else {})
                    for k, v in per.items()} for s, per in report["detectors"].items()}
     click.echo(json.dumps({"report": str(Path(path)), "detectors": summary} | sections, separators=(",", ":")))
+
+
+def leave_out_unpredicted(report: dict[str, Any], kinds: list[str], model_events: list[str]) -> list[str]:
+    """Drop from the sklearn set's scores the kinds its model has no classifier for (scored, they
+    would read as predicted and missed: recall 0), and name them in ``meta["not_predicted"]``."""
+    unpredicted = [k for k in kinds if k not in model_events]
+    for kind in unpredicted:
+        report["detectors"].get("sklearn", {}).pop(kind, None)
+    report["meta"]["not_predicted"] = {"sklearn": unpredicted}
+    return unpredicted
 
 
 def check_params(topology: Topology, given: dict[str, dict[str, Any]],

@@ -29,6 +29,8 @@ from .common import create_folder
 def command(recordings: tuple[str, ...], out_path: str, events: str, negatives: float, seed: int) -> None:
     """Train "EVENT within its horizon" classifiers on RECORDINGS (use seeds you do not evaluate on)."""
     chosen = [e.strip() for e in events.split(",") if e.strip()]
+    if not chosen:  # a model of no classifiers, which evaluate would refuse
+        raise click.UsageError(f"--events names no event to learn ({events!r}); known: {', '.join(EVENT_KINDS)}")
     create_folder(Path(out_path).parent, "the folder")  # for the model
     console = Console(stderr=True)
     with Progress(TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(), console=console,

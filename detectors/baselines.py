@@ -41,7 +41,7 @@ from foreshock.topology import Topology
 
 from .alarm import (CODE_NONE, CODE_REFRESH, CODE_WITHDRAW, O_CODE, O_CONF, O_ROW, O_V0, O_WHICH,
                     OUT_SIZE, alarm_step, emit, new_alarm_columns)
-from .base import Detector
+from .base import Detector, add_columns
 from .gpu_inputs import (gpu_inlet, gpu_obs, kernel, new_inlet_states, rack_inlet_obs, reason_bits, reported_core_limit,
                          update_rack_inlet, upgrade_rack_state)
 
@@ -68,19 +68,47 @@ FEATURE_LIMITS: dict[str, tuple[float, float]] = {
 """Ranges for river's HalfSpaceTrees (it needs features scaled to known limits)."""
 
 F_SLOPE_TAU_S = 60.0
-# state columns
-F_TS, F_TEMP, F_HBM, F_POWER, F_ENERGY, F_TSLOPE, F_HSLOPE, F_PSLOPE, F_INLET, F_USLOPE = range(10)
-F_SIZE = 10
+F_SLOPE_GAP_S = 600.0
+"""A reading this long after its value's last valid one restarts the value's slope: a change over
+minutes of a dark sensor or a GPU off the bus is no rate of change."""
+F_SLOPE_MIN_S = 30.0
+"""A slope is given (not NaN) once it averages this much time: its first rates, over a second or
+two of whole-degree readings, are noise (1 °C in 1 s reads as 60 °C/min)."""
+# state columns. Each sloped value keeps when it was last read valid (F_*_AT): rows keep coming while
+# a sensor is dark (NaN), so the time since the GPU's last row is not the time its change took; and
+# how much of its slope's average is filled (F_*_W: 1 - exp(-time averaged / tau))
+F_TS, F_TEMP, F_HBM, F_POWER, F_ENERGY, F_TSLOPE, F_HSLOPE, F_PSLOPE, F_INLET, F_USLOPE, \
+    F_TEMP_AT, F_HBM_AT, F_POWER_AT, F_INLET_AT, F_TEMP_W, F_HBM_W, F_POWER_W, F_INLET_W = range(18)
+F_SIZE = 18
 
 
 @kernel
-def _ew_slope(prev_slope: float, prev: float, x: float, dt: float, tau: float) -> float:
-    if prev != prev or x != x:
-        return prev_slope
-    d = (x - prev) / dt * 60.0  # per minute
-    if prev_slope != prev_slope:
-        return d  # type: ignore[no-any-return]
-    return prev_slope + (1.0 - np.exp(-dt / tau)) * (d - prev_slope)  # type: ignore[no-any-return]
+def _track(s: np.ndarray, i: int, value: int, at: int, slope: int, weight: int, x: float, ts: float) -> float:
+    """Read ``x`` at ``ts`` into GPU ``i``'s value (state columns ``value``, ``at``, ``slope``,
+    ``weight``); returns its slope per minute, NaN until it averages :data:`F_SLOPE_MIN_S`.
+
+    The slope is an exponentially weighted mean (time constant :data:`F_SLOPE_TAU_S`) of the rates
+    between valid readings, each over the time since the previous valid one, divided by the weight
+    filled so far (a bias-corrected mean: the first rates are not taken for the whole average). It
+    is kept while ``x`` is missing, and restarts from ``x`` where the last valid reading is more
+    than :data:`F_SLOPE_GAP_S` old (or there is none)."""
+    if x == x:
+        dt = ts - s[i, at]
+        if not dt <= F_SLOPE_GAP_S or s[i, value] != s[i, value]:  # (NaN: never read)
+            s[i, slope] = np.nan
+            s[i, weight] = 0.0
+        elif dt > 0.0:
+            d = (x - s[i, value]) / dt * 60.0
+            a = 1.0 - np.exp(-dt / F_SLOPE_TAU_S)
+            filled = s[i, weight] if s[i, weight] == s[i, weight] else 0.0  # (NaN: none averaged yet)
+            w = filled + a * (1.0 - filled)
+            s[i, slope] = d if s[i, slope] != s[i, slope] else s[i, slope] + a / w * (d - s[i, slope])
+            s[i, weight] = w
+        s[i, value] = x
+        s[i, at] = ts
+    if s[i, weight] >= 1.0 - np.exp(-F_SLOPE_MIN_S / F_SLOPE_TAU_S) - 1e-12:  # (up to rounding)
+        return s[i, slope]  # type: ignore[no-any-return]
+    return np.nan
 
 
 @kernel
@@ -119,21 +147,12 @@ def feature_kernel(obs: np.ndarray, parents: np.ndarray, s: np.ndarray, racks: n
             else facts.HBM_MAX_OPERATING_TEMP_C
         inlet = gpu_inlet(ts, parents[i, 1], parents[i, 0], temp, power, racks, nodes,
                           facts.THERMAL_RESISTANCE_C_PER_W, 300.0)
-        if last == last and dt <= 600.0:
-            s[i, F_TSLOPE] = _ew_slope(s[i, F_TSLOPE], s[i, F_TEMP], temp, dt, F_SLOPE_TAU_S)
-            s[i, F_HSLOPE] = _ew_slope(s[i, F_HSLOPE], s[i, F_HBM], hbm, dt, F_SLOPE_TAU_S)
-            s[i, F_PSLOPE] = _ew_slope(s[i, F_PSLOPE], s[i, F_POWER], power, dt, F_SLOPE_TAU_S)
-            s[i, F_USLOPE] = _ew_slope(s[i, F_USLOPE], s[i, F_INLET], inlet, dt, F_SLOPE_TAU_S)
+        temp_slope = _track(s, i, F_TEMP, F_TEMP_AT, F_TSLOPE, F_TEMP_W, temp, ts)
+        hbm_slope = _track(s, i, F_HBM, F_HBM_AT, F_HSLOPE, F_HBM_W, hbm, ts)
+        power_slope = _track(s, i, F_POWER, F_POWER_AT, F_PSLOPE, F_POWER_W, power, ts)
+        inlet_slope = _track(s, i, F_INLET, F_INLET_AT, F_USLOPE, F_INLET_W, inlet, ts)
         s[i, F_TS] = ts
-        if temp == temp:
-            s[i, F_TEMP] = temp
-        if hbm == hbm:
-            s[i, F_HBM] = hbm
-        if power == power:
-            s[i, F_POWER] = power
         s[i, F_ENERGY] = energy
-        if inlet == inlet:
-            s[i, F_INLET] = inlet
         clock, clock_max = obs[row, X_CLOCK], obs[row, X_CLOCK_MAX]
         reasons = obs[row, X_REASONS]
         bits = max(reason_bits(reasons), 0)
@@ -143,14 +162,14 @@ def feature_kernel(obs: np.ndarray, parents: np.ndarray, s: np.ndarray, racks: n
         out[row, 3] = power / limit
         out[row, 4] = clock / clock_max if clock_max > 0.0 else np.nan
         out[row, 5] = obs[row, X_UTIL]
-        out[row, 6] = s[i, F_TSLOPE]
-        out[row, 7] = s[i, F_HSLOPE]
-        out[row, 8] = s[i, F_PSLOPE]
+        out[row, 6] = temp_slope
+        out[row, 7] = hbm_slope
+        out[row, 8] = power_slope
         out[row, 9] = core_limit - temp
         out[row, 10] = hbm_limit - hbm
         out[row, 11] = temp - inlet
         out[row, 12] = inlet
-        out[row, 13] = s[i, F_USLOPE]
+        out[row, 13] = inlet_slope
         out[row, 14] = 1.0 if (bits & facts.THERMAL_THROTTLE_MASK) != 0 else 0.0
         out[row, 15] = 1.0 if (bits & facts.THROTTLE_SW_POWER_CAP) != 0 else 0.0
     return skipped
@@ -202,6 +221,15 @@ class _FeatureDetector(Detector):
         self.s_node = self.stream.s_node
 
     def upgrade_state(self, state: dict[str, Any]) -> dict[str, Any]:
+        # a feature state saved before each value kept when it was last read valid (read at the
+        # GPU's last row: off by the gap only where that row's value was missing) and how filled its
+        # slope's average is (a slope there was a plain moving average: full)
+        saved = np.asarray(state.get("s_feat"))
+        state = add_columns(state, "s_feat", F_SIZE, {F_TEMP_AT: F_TS, F_HBM_AT: F_TS, F_POWER_AT: F_TS,
+                                                      F_INLET_AT: F_TS})
+        if saved.ndim == 2 and saved.shape[1] <= F_TEMP_W and state["s_feat"] is not saved:
+            slopes = state["s_feat"][:, [F_TSLOPE, F_HSLOPE, F_PSLOPE, F_USLOPE]]
+            state["s_feat"][:, F_TEMP_W:F_INLET_W + 1] = np.where(np.isfinite(slopes), 1.0, np.nan)
         return upgrade_rack_state(state)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -467,9 +495,11 @@ class HalfSpaceTreesDetector(_FeatureDetector):
 
     def _decide(self, obs: np.ndarray, feats: np.ndarray) -> list[Finding]:
         x = np.where(np.isfinite(feats), feats, self.lo)  # HST has no notion of missing
-        scores = np.empty(len(x))
+        scores = np.full(len(x), np.nan)
         model = self.model
-        for r in range(len(x)):
+        # a row without the GPU's temperature (off the bus, out of order) is neither scored nor
+        # learnt, as the classifier skips it: filled in with the lower limits it read as an anomaly
+        for r in np.flatnonzero(np.isfinite(feats[:, 0])).tolist():
             sample = dict(zip(FEATURES, x[r].tolist()))
             scores[r] = model.score_one(sample)
             model.learn_one(sample)
@@ -507,7 +537,23 @@ MODEL_VERSION = 1
 TRUSTED_TYPES: tuple[str, ...] = ("sklearn.ensemble._hist_gradient_boosting.predictor.TreePredictor",)
 """Types a model file may hold beyond those skops trusts by default (numpy, builtins,
 scikit-learn estimators). Anything else — a function, ``os.system``, ``builtins.eval`` — is
-refused before loading."""
+refused before loading. A trusted type is not a safe value: skops leaves ``TreePredictor`` out
+of its defaults because scikit-learn walks its node array without bounds checks, so
+:func:`_check_classifier` checks every node before a model is used."""
+MODEL_KEYS = frozenset({"format", "version", "features", "events", "meta"})
+"""The keys of a model file's document (:func:`save_model`); a file with any other is refused."""
+ENTRY_KEYS = frozenset({"model", "horizon_s", "threshold", "samples", "positives"})
+"""The keys of an event's entry (``model``, ``horizon_s`` and ``threshold`` required; the training
+counts are not read)."""
+MODEL_UNPACKED_MOST = 200 * 2**20
+"""Bytes a model file's archive may unpack to, checked before anything is unpacked: a
+200-iteration model of two events unpacks to 3.3 MB, while deflated zeros pack ~1000:1 (a
+0.8 MB file was seen to unpack a 768 MiB array)."""
+MODEL_SCHEMA_MOST = 32 * 2**20
+"""Bytes the archive's ``schema.json`` may unpack to (that model's: 1.6 MB): skops builds a
+Python object per item of it, several times the text's size."""
+MODEL_ENTRIES_MOST = 100_000
+"""Archive entries a model file may hold (that model: 1,249, three arrays per tree)."""
 
 
 class ModelFileError(ValueError):
@@ -572,6 +618,7 @@ def _parsed_model(path: Path, data: bytes) -> Any:
     if not zipfile.is_zipfile(io.BytesIO(data)):
         raise ModelFileError(f"{path}: not a foreshock model file (expected a skops archive; "
                              "pickles are never loaded)")
+    _check_archive_size(path, data)
     try:
         untrusted = sio.get_untrusted_types(data=data)
     except Exception as exc:  # a damaged archive or schema: report, do not guess
@@ -589,26 +636,195 @@ def _parsed_model(path: Path, data: bytes) -> Any:
     return doc
 
 
+def _check_archive_size(path: Path, data: bytes) -> None:
+    """:class:`ModelFileError` unless the archive ``data`` unpacks to a model file's size, judged
+    from its directory before anything is unpacked. (Python's zip reader stops an entry at the
+    size its directory states, so an entry cannot unpack to more than it declares.)"""
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as archive:
+            entries = archive.infolist()
+    except Exception as exc:  # a damaged directory
+        raise ModelFileError(f"{path}: unreadable model file ({type(exc).__name__}: {exc})") from None
+    unpacked = sum(e.file_size for e in entries)
+    schema = max((e.file_size for e in entries if e.filename == "schema.json"), default=0)
+    if len(entries) > MODEL_ENTRIES_MOST or unpacked > MODEL_UNPACKED_MOST or schema > MODEL_SCHEMA_MOST:
+        raise ModelFileError(
+            f"{path}: refused — the archive unpacks to {unpacked / 2**20:.1f} MiB in {len(entries):,} entries "
+            f"(schema {schema / 2**20:.1f} MiB); a model file holds at most {MODEL_UNPACKED_MOST / 2**20:.0f} MiB "
+            f"in {MODEL_ENTRIES_MOST:,} entries (schema {MODEL_SCHEMA_MOST / 2**20:.0f} MiB)")
+
+
+def _shown(value: Any) -> str:
+    """``value`` for a message: its repr, cut short (a tampered file may hold anything)."""
+    text = " ".join(repr(value).split())
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
 def _check_model(path: Path, doc: Any) -> None:
     """:class:`ModelFileError` unless ``doc`` is a model file of this foreshock's format, version
-    and features, holding a classifier per event."""
-    if not isinstance(doc, dict) or doc.get("format") != MODEL_FORMAT:
-        raise ModelFileError(f"{path}: not a foreshock model file (format {doc.get('format') if isinstance(doc, dict) else None!r})")
-    if doc.get("version") != MODEL_VERSION:
-        raise ModelFileError(f"{path}: model format version {doc.get('version')!r}, this foreshock reads "
+    and features, holding for each event a classifier that is safe to run and its alarm settings.
+    Nothing else leaves: a value of a type no check foresaw is refused too, never a traceback."""
+    try:
+        _check_document(path, doc)
+    except ModelFileError:
+        raise
+    except Exception as exc:
+        raise ModelFileError(f"{path}: not a valid foreshock model file ({type(exc).__name__}: {exc})") from None
+
+
+def _check_document(path: Path, doc: Any) -> None:
+    """:func:`_check_model`'s checks; each value's type is checked before it is compared."""
+    from .evaluation import EVENT_KINDS  # (the evaluation harness imports this module)
+
+    fmt = doc.get("format") if type(doc) is dict else None
+    if type(fmt) is not str or fmt != MODEL_FORMAT:
+        raise ModelFileError(f"{path}: not a foreshock model file (format {_shown(fmt)})")
+    version = doc.get("version")
+    if type(version) is not int or version != MODEL_VERSION:
+        raise ModelFileError(f"{path}: model format version {_shown(version)}, this foreshock reads "
                              f"version {MODEL_VERSION}; retrain with `foreshock train`")
-    if list(doc.get("features", [])) != list(FEATURES):
-        raise ModelFileError(f"{path}: trained on features {doc.get('features')}, this foreshock computes "
+    features = doc.get("features")
+    if (type(features) not in (list, tuple) or not all(type(f) is str for f in features)
+            or list(features) != list(FEATURES)):
+        raise ModelFileError(f"{path}: trained on features {_shown(features)}, this foreshock computes "
                              f"{list(FEATURES)}; retrain with `foreshock train`")
+    extra = set(doc) - MODEL_KEYS
+    if extra:
+        raise ModelFileError(f"{path}: holds {sorted(_shown(k) for k in extra)} beside a model's "
+                             f"{sorted(MODEL_KEYS)}; it was not written by `foreshock train`")
+    if "meta" in doc and type(doc["meta"]) is not str:
+        raise ModelFileError(f"{path}: its meta is a {type(doc['meta']).__name__}, not the JSON text `foreshock "
+                             "train` writes")
     events = doc.get("events")
-    if not isinstance(events, dict) or not events:
+    if type(events) is not dict or not events:
         raise ModelFileError(f"{path}: holds no models")
     for event, entry in events.items():
-        if not isinstance(entry, dict) or not hasattr(entry.get("model"), "predict_proba"):
+        if type(event) is not str or event not in EVENT_KINDS:
+            raise ModelFileError(f"{path}: holds a classifier for {_shown(event)}, not an event kind this "
+                                 f"foreshock scores ({', '.join(sorted(EVENT_KINDS))})")
+        if type(entry) is not dict or "model" not in entry:
             raise ModelFileError(f"{path}: entry {event!r} holds no classifier")
-        n_in = getattr(entry["model"], "n_features_in_", len(FEATURES))
-        if n_in != len(FEATURES):
-            raise ModelFileError(f"{path}: {event!r} model takes {n_in} features, expected {len(FEATURES)}")
+        extra = set(entry) - ENTRY_KEYS
+        if extra:
+            raise ModelFileError(f"{path}: entry {event!r} holds {sorted(_shown(k) for k in extra)} beside "
+                                 f"{sorted(ENTRY_KEYS)}; it was not written by `foreshock train`")
+        threshold: Any = entry.get("threshold")
+        horizon: Any = entry.get("horizon_s")
+        if not _is_number(threshold) or not 0.0 < threshold < 1.0:
+            raise ModelFileError(f"{path}: entry {event!r} alarms at P >= {_shown(threshold)}, "
+                                 "not a probability strictly between 0 and 1")
+        if not _is_number(horizon) or not 0.0 < horizon < math.inf:
+            raise ModelFileError(f"{path}: entry {event!r} has horizon {_shown(horizon)} s, "
+                                 "not a finite number of seconds above 0")
+        _check_classifier(path, event, entry["model"])
+
+
+def _is_number(value: Any) -> bool:
+    """An int or a float (not a bool, not NaN): what a threshold or a horizon may be."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and not math.isnan(value)
+
+
+def _check_classifier(path: Path, event: str, model: Any) -> None:
+    """:class:`ModelFileError` unless ``model`` is a fitted HistGradientBoostingClassifier of the
+    two classes [0, 1] on our features, whose ``predict_proba`` is safe to run.
+
+    scikit-learn's compiled tree walk does no bounds checks: a node whose child or feature
+    number was edited reads out of bounds (a segfault), a node pointing back at itself loops for
+    ever. So every node is checked — a split's children come after it and inside the array (so a
+    walk ends at a leaf), it splits on one of our features and not on categories (ours are all
+    numbers), a leaf's value is finite — and so is every other value ``predict_proba`` reads
+    (scikit-learn 1.9: ``_raw_predict``, ``_predict_iterations``, ``TreePredictor.predict``,
+    ``HalfBinomialLoss.predict_proba``). No object on that path may keep an attribute that
+    hides a method: a trusted numpy ufunc stored as ``predict_proba`` would be called."""
+    from sklearn._loss.link import LogitLink
+    from sklearn._loss.loss import HalfBinomialLoss
+    from sklearn.ensemble import HistGradientBoostingClassifier
+    from sklearn.ensemble._hist_gradient_boosting.binning import _BinMapper
+    from sklearn.ensemble._hist_gradient_boosting.common import PREDICTOR_RECORD_DTYPE
+    from sklearn.ensemble._hist_gradient_boosting.predictor import TreePredictor
+
+    def refused(why: str) -> ModelFileError:
+        return ModelFileError(f"{path}: {event!r} classifier {why}; it was not written by `foreshock train` "
+                              "or has been tampered with")
+
+    methods: dict[type, set[str]] = {}
+
+    def attributes(obj: Any, cls: type, what: str) -> dict[str, Any]:
+        """``obj``'s own attributes, once it is exactly a ``cls`` hiding none of its methods."""
+        if type(obj) is not cls:
+            raise refused(f"has a {type(obj).__module__}.{type(obj).__qualname__} as {what}, not a {cls.__name__}")
+        own = vars(obj)
+        hiding = set(own) & methods.setdefault(cls, set(dir(cls)))
+        if hiding:
+            raise refused(f"stores {sorted(hiding)} on its {what}, hiding the class's own")
+        return own
+
+    def array(value: Any, what: str, dtype: Any, ndim: int) -> np.ndarray:
+        if type(value) is not np.ndarray or value.dtype != dtype or value.ndim != ndim:
+            raise refused(f"has {what} {_shown(value)}, not a {ndim}-d {np.dtype(dtype)} array")
+        return value
+
+    if type(model) is not HistGradientBoostingClassifier:
+        raise refused(f"is a {type(model).__module__}.{type(model).__qualname__}, not a HistGradientBoostingClassifier")
+    state = attributes(model, HistGradientBoostingClassifier, "classifier")
+    if "_predictors" not in state:
+        raise refused("is not fitted")
+    n_features = len(FEATURES)
+    if type(state.get("n_features_in_")) is not int or state["n_features_in_"] != n_features:
+        raise refused(f"takes {_shown(state.get('n_features_in_'))} features, expected {n_features}")
+    if type(state.get("n_trees_per_iteration_")) is not int or state["n_trees_per_iteration_"] != 1:
+        raise refused(f"has {_shown(state.get('n_trees_per_iteration_'))} trees per iteration, not 1 (two classes)")
+    classes = state.get("classes_")
+    if type(classes) is not np.ndarray or classes.dtype.kind not in "iu" or classes.tolist() != [0, 1]:
+        raise refused(f"predicts the classes {_shown(classes)}, not [0, 1]")
+    if "_in_fit" in state or "_preprocessor" not in state or state["_preprocessor"] is not None:
+        raise refused("is mid-fit or takes categorical features")  # predict would take another path
+    baseline = array(state.get("_baseline_prediction"), "baseline", np.float64, 2)
+    if baseline.shape != (1, 1) or not np.isfinite(baseline).all():
+        raise refused(f"has baseline {_shown(baseline)}, not one finite number")
+    loss = attributes(state.get("_loss"), HalfBinomialLoss, "loss")
+    attributes(loss.get("link"), LogitLink, "link")
+    categorical = array(attributes(state.get("_bin_mapper"), _BinMapper, "binner").get("is_categorical_"),
+                        "categorical marks", np.uint8, 1)
+    if categorical.shape != (n_features,) or categorical.any():
+        raise refused(f"has categorical marks {_shown(categorical)}, not {n_features} zeros")
+    iterations = state["_predictors"]
+    if type(iterations) is not list or not iterations:
+        raise refused("has no trees")
+    for i, trees in enumerate(iterations):
+        if type(trees) is not list or len(trees) != 1:
+            raise refused(f"has {_shown(trees)} at iteration {i}, not a list of one tree")
+        tree = attributes(trees[0], TreePredictor, f"tree {i}")
+        for name in ("binned_left_cat_bitsets", "raw_left_cat_bitsets"):
+            bits = array(tree.get(name), f"tree {i}'s {name}", np.uint32, 2)
+            if bits.shape[1] != 8 or not bits.flags.c_contiguous:
+                raise refused(f"has tree {i}'s {name} of shape {bits.shape}, not (n, 8) contiguous")
+        nodes = array(tree.get("nodes"), f"tree {i}'s nodes", PREDICTOR_RECORD_DTYPE, 1)
+        bad = _bad_node(nodes, n_features)
+        if bad is not None:
+            raise refused(f"has at tree {i}, node {bad[0]}, {bad[1]}")
+
+
+def _bad_node(nodes: np.ndarray, n_features: int) -> tuple[int, str] | None:
+    """The first node of a tree's node array (scikit-learn's ``PREDICTOR_RECORD_DTYPE``) that a
+    walk from the root could not safely take, and why; ``None`` when every one is sound. A
+    split's children must come after it (so no walk loops) and lie in the array (so none reads
+    past it)."""
+    if not len(nodes):
+        return 0, "missing (an empty tree)"
+    at = np.arange(len(nodes))
+    split = nodes["is_leaf"] == 0
+    left, right = nodes["left"].astype(np.int64), nodes["right"].astype(np.int64)
+    feature = nodes["feature_idx"]
+    for why, wrong in (
+            ("a split with a child outside the tree or not after it",
+             split & ((left <= at) | (right <= at) | (left >= len(nodes)) | (right >= len(nodes)))),
+            (f"a split on a feature outside our {n_features}", split & ((feature < 0) | (feature >= n_features))),
+            ("a split on categories", split & (nodes["is_categorical"] != 0)),
+            ("a leaf value that is not finite", ~split & ~np.isfinite(nodes["value"]))):
+        if wrong.any():
+            return int(np.argmax(wrong)), why
+    return None
 
 
 class SklearnDetector(_FeatureDetector):

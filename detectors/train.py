@@ -2,29 +2,42 @@
 
 For every GPU sample of the training recordings the shared feature stream
 (:class:`foreshock.detectors.baselines.FeatureStream`, the one the detector runs) gives the
-features; the label is 1 when an episode of the event (scored exactly as the evaluation
-harness scores it: :data:`foreshock.detectors.evaluation.EVENT_KINDS`) starts on that GPU
-within the horizon, 0 otherwise. Samples taken while the event is already under way are left
-out: they teach nothing about predicting it. Negatives are subsampled.
+features, fed exactly as the evaluation harness feeds the detector (:func:`guarded_features`:
+behind the same input guard, the same board-swap handling); the label is 1 when an episode of
+the event (scored exactly as the evaluation harness scores it:
+:data:`foreshock.detectors.evaluation.EVENT_KINDS`) starts on that GPU within the horizon, 0
+otherwise. Samples taken while the event is already under way are left out: they teach nothing
+about predicting it. So are the samples whose horizon outlives the recording with no episode
+before its end, for the kinds whose such claims the evaluation leaves unjudged (``censor_at_end``:
+the thermal kinds) — whether the event came is not known; for the others (the power cap) the
+evaluation judges such a claim false, and so they are labelled 0. Negatives are subsampled.
 
 One ``HistGradientBoostingClassifier`` per event; its alarm threshold is the probability that
-maximises F1 on a held-out fifth of the samples. The result is written with
-:func:`~foreshock.detectors.baselines.save_model` (skops, feature list, format version).
+maximises F1 on the samples of a held-out fifth of the GPUs (neighbouring samples of one GPU are
+near-copies: held out by sample, they grade the model on its own training data), each negative
+weighted by the inverse of its share kept, so that F1 is the one on every sample the detector
+will see. The result is written with :func:`~foreshock.detectors.baselines.save_model` (skops,
+feature list, format version).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, ClassVar, Iterator, Sequence
 
 import numpy as np
 
+from foreshock.findings import Finding
+from foreshock.guard import InputGuard
 from foreshock.health import PipelineHealth
 from foreshock.recording import Recording
+from foreshock.topology import Topology
 
-from .baselines import FEATURES, FeatureStream, save_model
-from .evaluation import EVENT_KINDS, aligned_frames, episodes
+from .bank import DetectorBank
+from .baselines import FEATURES, ScoredBaseline, save_model
+from .evaluation import EVENT_KINDS, _BoardSwaps, aligned_frames, episodes
 
 
 @dataclass
@@ -32,6 +45,10 @@ class Dataset:
     features: np.ndarray
     labels: dict[str, np.ndarray]  # event -> 0/1 (NaN: sample not usable for that event)
     recordings: list[str] = field(default_factory=list)
+    # per sample: which GPU of which recording (recording index * GROUP_SCALE + slot), and the
+    # inverse of the chance it was kept (1 / negative_fraction for a subsampled negative)
+    groups: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
+    weights: np.ndarray = field(default_factory=lambda: np.empty(0))
 
     def __len__(self) -> int:
         return len(self.features)
@@ -39,6 +56,10 @@ class Dataset:
 
 SLOT_SCALE = 1e9
 """Episodes of all GPUs live in one sorted key space: ``slot * SLOT_SCALE + (t - t0)``."""
+GROUP_SCALE = 1 << 32
+"""A sample's GPU across recordings: ``recording index * GROUP_SCALE + slot``."""
+VALIDATION_SHARE = 0.2
+"""The share of the GPUs whose samples choose the alarm threshold."""
 
 
 @dataclass
@@ -58,30 +79,74 @@ class EpisodeIndex:
         return cls(starts[order], ends[order], t0)
 
 
-def label_rows(ts: np.ndarray, slot: np.ndarray, index: EpisodeIndex, horizon: float) -> np.ndarray:
-    """1 if an episode starts on the slot within (t, t + horizon], NaN while one is under way, else 0."""
+def label_rows(ts: np.ndarray, slot: np.ndarray, index: EpisodeIndex, horizon: float,
+               known_until: float = math.inf) -> np.ndarray:
+    """1 if an episode starts on the slot within (t, t + horizon], NaN while one is under way, else
+    0 — or NaN where ``t + horizon`` is past ``known_until`` (the end of a recording that censors
+    such claims): none came before the end, and whether one came after is not known."""
     key = slot.astype(float) * SLOT_SCALE + (ts - index.t0)
     y = np.zeros(len(ts))
-    if not len(index.starts):
-        return y
-    k = np.searchsorted(index.starts, key, side="right")
-    nxt = index.starts[np.minimum(k, len(index.starts) - 1)]
-    same = (k < len(index.starts)) & (np.floor(nxt / SLOT_SCALE) == slot)
-    y[same & (nxt - key <= horizon)] = 1.0
-    prev = k - 1
-    ok = prev >= 0
-    p = np.maximum(prev, 0)
-    during = ok & (np.floor(index.starts[p] / SLOT_SCALE) == slot) & (key <= index.ends[p])
-    y[during] = np.nan
+    if len(index.starts):
+        k = np.searchsorted(index.starts, key, side="right")
+        nxt = index.starts[np.minimum(k, len(index.starts) - 1)]
+        same = (k < len(index.starts)) & (np.floor(nxt / SLOT_SCALE) == slot)
+        y[same & (nxt - key <= horizon)] = 1.0
+        prev = k - 1
+        ok = prev >= 0
+        p = np.maximum(prev, 0)
+        during = ok & (np.floor(index.starts[p] / SLOT_SCALE) == slot) & (key <= index.ends[p])
+        y[during] = np.nan
+    y[(y == 0.0) & (ts + horizon > known_until)] = np.nan
     return y
+
+
+class _FeatureTap(ScoredBaseline):
+    """A detector that keeps what its feature stream gives (``(obs, features)`` per GPU frame) and
+    decides nothing: put in a bank, it sees the features exactly as a baseline there does."""
+
+    name: ClassVar[str] = "train_features"
+
+    def __init__(self, topology: Topology, health: PipelineHealth | None = None) -> None:
+        super().__init__(topology, health)
+        self.taken: list[tuple[np.ndarray, np.ndarray]] = []
+
+    def _decide(self, obs: np.ndarray, feats: np.ndarray) -> list[Finding]:
+        self.taken.append((obs, feats))
+        return []
+
+
+def guarded_features(rec: Recording) -> Iterator[tuple[np.ndarray, np.ndarray, float]]:
+    """``(obs, features, t)`` per GPU frame of ``rec`` as ``evaluate`` gives them to a baseline
+    (:func:`foreshock.detectors.evaluation.run_recording`): the frames through the input guard
+    (out-of-range and infinite readings NaN, rows out of order dropped) and the bank's board-swap
+    handling (a replaced board's features start afresh, a moved one's follow it); ``t`` is the
+    latest timestamp the guard has passed so far (of any kind fed)."""
+    tap = _FeatureTap(rec.topology)
+    bank = DetectorBank(rec.topology, [tap])
+    guard = InputGuard(rec.topology, PipelineHealth())
+    swaps = _BoardSwaps(bank, guard)
+    last = -math.inf
+    for frame in aligned_frames(rec, tuple(bank.kinds)):
+        clean = guard.check(frame)
+        if not len(clean):
+            continue
+        last = max(last, float(clean.ts[-1]))
+        swaps.update(clean)
+        for obs, x in tap.taken:
+            yield obs, x, last
+        tap.taken.clear()
 
 
 def build_dataset(paths: Sequence[str | Path], events: Sequence[str], negative_fraction: float = 0.05,
                   seed: int = 0, progress: Callable[[str, float], None] | None = None) -> Dataset:
+    if not 0.0 < negative_fraction <= 1.0:
+        raise ValueError(f"negative_fraction must be in (0, 1], not {negative_fraction!r}")
     rng = np.random.default_rng(seed)
     feats: list[np.ndarray] = []
     labels: dict[str, list[np.ndarray]] = {e: [] for e in events}
-    for path in paths:
+    groups: list[np.ndarray] = []
+    weights: list[np.ndarray] = []
+    for n, path in enumerate(paths):
         rec = Recording.open(path)
         topo = rec.topology
         evs = rec.events()
@@ -90,41 +155,68 @@ def build_dataset(paths: Sequence[str | Path], events: Sequence[str], negative_f
         t0 = float(start) if start is not None else 0.0
         marks = {e: EpisodeIndex.build([(topo.slot("gpu", ep.entity), ep.start, ep.end)
                                         for ep in episodes(evs, EVENT_KINDS[e])], t0) for e in events}
-        stream = FeatureStream(topo, PipelineHealth(), "train")
-        for frame in aligned_frames(rec, ("gpu", "rack")):
-            if frame.kind == "rack":
-                stream.observe_rack(frame)
-                continue
-            obs, x = stream.features(frame)
-            if not len(obs):
-                continue
-            ys = {e: label_rows(obs[:, 0], obs[:, 1].astype(np.int64), marks[e], EVENT_KINDS[e].horizon_s)
-                  for e in events}
+        ts: list[np.ndarray] = []
+        slots: list[np.ndarray] = []
+        last = math.nan
+        for obs, x, last in guarded_features(rec):
+            slot = obs[:, 1].astype(np.int64)
             any_pos = np.zeros(len(obs), bool)
-            for y in ys.values():
-                any_pos |= y == 1
+            for e in events:
+                any_pos |= label_rows(obs[:, 0], slot, marks[e], EVENT_KINDS[e].horizon_s) == 1
             keep = np.isfinite(x[:, 0]) & (any_pos | (rng.random(len(obs)) < negative_fraction))
             feats.append(x[keep])
-            for e in events:
-                labels[e].append(ys[e][keep])
-            if progress is not None and start is not None and end is not None and end > start:
+            ts.append(obs[keep, 0])
+            slots.append(slot[keep])
+            weights.append(np.where(any_pos[keep], 1.0, 1.0 / negative_fraction))
+            if progress is not None and start is not None and end is not None and end > start and len(obs):
                 progress(str(path), (float(obs[-1, 0]) - start) / (end - start))
+        # labelled once the recording's end is known: the evaluation's (its meta's, else its last sample)
+        t_end = float(end) if end is not None else last
+        t_all = np.concatenate(ts) if ts else np.empty(0)
+        s_all = np.concatenate(slots) if slots else np.empty(0, np.int64)
+        for e in events:
+            kind = EVENT_KINDS[e]
+            labels[e].append(label_rows(t_all, s_all, marks[e], kind.horizon_s,
+                                        t_end if kind.censor_at_end else math.inf))
+        groups.append(n * GROUP_SCALE + s_all)
     return Dataset(np.concatenate(feats) if feats else np.empty((0, len(FEATURES))),
                    {e: np.concatenate(v) if v else np.empty(0) for e, v in labels.items()},
-                   [str(p) for p in paths])
+                   [str(p) for p in paths],
+                   np.concatenate(groups) if groups else np.empty(0, np.int64),
+                   np.concatenate(weights) if weights else np.empty(0))
 
 
-def best_f1_threshold(p: np.ndarray, y: np.ndarray) -> float:
-    """The probability cut that maximises F1 on (p, y); 0.5 when there are no positives."""
-    if not len(y) or y.sum() == 0:
+def best_f1_threshold(p: np.ndarray, y: np.ndarray, weights: np.ndarray | None = None) -> float:
+    """The probability cut that maximises F1 on (p, y), each sample counted ``weights`` times (the
+    inverse of its chance to be kept); 0.5 when there are no positives. A cut takes every sample
+    scored at or above it, ties included."""
+    w = np.ones(len(y)) if weights is None else np.asarray(weights, dtype=float)
+    positives = float((w * y).sum()) if len(y) else 0.0
+    if positives <= 0.0:
         return 0.5
-    order = np.argsort(-p)
-    ys = y[order]
-    tp = np.cumsum(ys)
-    fp = np.cumsum(1 - ys)
-    f1 = 2 * tp / (tp + fp + ys.sum())
+    order = np.argsort(-p, kind="stable")
+    ps, ys, ws = p[order], y[order], w[order]
+    tp = np.cumsum(ws * ys)
+    fp = np.cumsum(ws * (1 - ys))
+    f1 = 2 * tp / (tp + fp + positives)
+    f1[:-1][ps[1:] == ps[:-1]] = -1.0  # within a tie, only the cut below its last sample exists
     k = int(np.argmax(f1))
-    return float(min(max(p[order][k], 0.05), 0.95))
+    return float(min(max(ps[k], 0.05), 0.95))
+
+
+def held_out_gpus(groups: np.ndarray, y: np.ndarray, share: float, rng: np.random.Generator) -> np.ndarray:
+    """Mask of the samples of ``share`` of the GPUs (``groups``), drawn apart among the GPUs with a
+    positive sample and the rest, so that both sides keep positives where two GPUs or more have
+    them (none is held out of a side of fewer than two)."""
+    ids, inverse = np.unique(groups, return_inverse=True)
+    has_pos = np.bincount(inverse, weights=y.astype(float), minlength=len(ids)) > 0
+    chosen = np.zeros(len(ids), bool)
+    for side in (np.flatnonzero(has_pos), np.flatnonzero(~has_pos)):
+        if len(side) < 2:
+            continue
+        k = min(max(int(round(share * len(side))), 1), len(side) - 1)
+        chosen[rng.choice(side, k, replace=False)] = True
+    return chosen[inverse]
 
 
 def train(dataset: Dataset, events: Sequence[str], seed: int = 0, max_iter: int = 200) -> dict[str, dict[str, Any]]:
@@ -132,18 +224,22 @@ def train(dataset: Dataset, events: Sequence[str], seed: int = 0, max_iter: int 
 
     rng = np.random.default_rng(seed)
     models: dict[str, dict[str, Any]] = {}
+    groups = dataset.groups if len(dataset.groups) == len(dataset) else np.zeros(len(dataset), np.int64)
+    weights = dataset.weights if len(dataset.weights) == len(dataset) else np.ones(len(dataset))
     for e in events:
         y = dataset.labels[e]
         ok = np.isfinite(y)
-        x, y = dataset.features[ok], y[ok].astype(int)
+        x, y, g, w = dataset.features[ok], y[ok].astype(int), groups[ok], weights[ok]
         if len(np.unique(y)) < 2:
             raise ValueError(f"no positive and negative samples for {e!r} in the training recordings "
                              f"({int(y.sum())} positives of {len(y)}); record faults that cause it")
-        valid = rng.random(len(y)) < 0.2
+        valid = held_out_gpus(g, y, VALIDATION_SHARE, rng)
         clf = HistGradientBoostingClassifier(max_iter=max_iter, learning_rate=0.1, random_state=seed,
                                              class_weight="balanced")
-        clf.fit(x[~valid], y[~valid])
-        threshold = best_f1_threshold(clf.predict_proba(x[valid])[:, 1], y[valid]) if valid.any() else 0.5
+        threshold = 0.5
+        if valid.any() and len(np.unique(y[~valid])) == 2:
+            clf.fit(x[~valid], y[~valid])
+            threshold = best_f1_threshold(clf.predict_proba(x[valid])[:, 1], y[valid], w[valid])
         clf.fit(x, y)  # final model on everything
         models[e] = {"model": clf, "horizon_s": float(EVENT_KINDS[e].horizon_s), "threshold": threshold,
                      "samples": int(len(y)), "positives": int(y.sum())}
