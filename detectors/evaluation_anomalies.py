@@ -9,6 +9,10 @@ the GPU that sets a slowed job's pace).
   starts within ``window_s`` of the fault's onset;
 - ``fan_failure`` (a node's fans): flagged by one on that node, or on one of its GPUs.
 
+A flag *starts* where the detector said nothing on that entity and field for :data:`FLAG_GAP_S`: a
+held flag is said again every ``refresh_s``, and such a refresh of a flag raised before the onset is
+not a detection of the fault.
+
 A fault is judged only where the recording runs ``window_s`` past its onset (a fault injected in
 the last minutes has had no time to show). For the flagged ones the section gives the delay after
 the onset and, where the fault went on to throttle a GPU (its first ``thermal_throttle_start``
@@ -18,9 +22,9 @@ asks for ("hours before any throttle").
 **straggler**: a job's first ``job_slowdown_start`` (step time over 1.1x nominal) under each fault
 on the job's own GPUs, a node or a cooling loop (not the fabric's: that slows communication, and no
 GPU sets the pace; not an interrupted job) is judged: found when a ``straggler`` anomaly on one of
-the job's GPUs that the fault touches started between the fault's onset and ``window_s`` after
-the slowdown. It is *ahead* when that came before the slowdown (a GPU running hotter or
-throttling more than its peers, before the job's step time shows it), with its lead.
+the job's GPUs that the fault touches started (as above) between the fault's onset and
+``window_s`` after the slowdown. It is *ahead* when that came before the slowdown (a GPU running
+hotter or throttling more than its peers, before the job's step time shows it), with its lead.
 
 Both sections also check every entity their detector flagged: a flag is *explained* when a fault
 began before it on the same GPU, its node, or the cooling loop of its rack; else it is counted,
@@ -37,6 +41,9 @@ import numpy as np
 from foreshock.events import Event
 from foreshock.findings import Anomaly, Finding
 
+from .cooling import PARAMS as COOLING_PARAMS
+from .straggler import PARAMS as STRAGGLER_PARAMS
+
 if TYPE_CHECKING:
     from .evaluation import RunResult
 
@@ -49,6 +56,10 @@ STRAGGLER_DETECTOR = "straggler"
 NO_FAULTS = "no fault in the recording's ground truth (a real recording has none): nothing to score against"
 SLOWDOWN_WINDOW_S = 600.0
 """A slowdown counts as found when its pacer is flagged up to this long after the slowdown began."""
+FLAG_GAP_S = {COOLING_DETECTOR: 1.5 * COOLING_PARAMS["refresh_s"],
+              STRAGGLER_DETECTOR: 1.5 * STRAGGLER_PARAMS["refresh_s"]}
+"""A flag on an entity (and field) starts where the detector said nothing there for this long: it
+repeats a held flag every ``refresh_s`` at its next tick, which can come late by a frame or two."""
 
 
 def score_cooling(result: "RunResult", window_s: float = WINDOW_S) -> dict[str, Any]:
@@ -68,13 +79,14 @@ def score_cooling(result: "RunResult", window_s: float = WINDOW_S) -> dict[str, 
         flags = _flag_times(findings, topo, COOLING_DETECTOR)
         if not flags and not _ran(set_name, COOLING_DETECTOR):
             continue  # a set without the detector (the baselines): nothing to score
+        starts = _flag_starts(findings, topo, COOLING_DETECTOR)
         by_fault: dict[str, Any] = {}
         for fault_type, kind in SCORED_FAULTS.items():
             judged = [e for e in onsets if e.fault_type == fault_type and e.time + window_s <= result.end]
             delays, leads = [], []
             missed = []
             for e in judged:
-                flag = _first_flag_on(flags, _fault_entities(kind, e.entity, topo), e.time, e.time + window_s)
+                flag = _first_flag_on(starts, _fault_entities(kind, e.entity, topo), e.time, e.time + window_s)
                 if flag is None:
                     missed.append(e.entity)
                     continue
@@ -130,6 +142,7 @@ def score_straggler(result: "RunResult", window_s: float = SLOWDOWN_WINDOW_S) ->
         flags = _flag_times(findings, topo, STRAGGLER_DETECTOR)
         if not flags and not _ran(set_name, STRAGGLER_DETECTOR):
             continue
+        starts = _flag_starts(findings, topo, STRAGGLER_DETECTOR)
         per_type: dict[str, dict[str, list[Any]]] = {}
         for e in slowdowns:
             fault = by_id[e.fault_id]
@@ -138,7 +151,7 @@ def score_straggler(result: "RunResult", window_s: float = SLOWDOWN_WINDOW_S) ->
                 continue  # the fabric's, or a fault off the job's GPUs
             m = per_type.setdefault(fault.fault_type, {"judged": [], "leads": [], "delays": [], "missed": []})
             m["judged"].append(e.entity)
-            first = _first_flag_on(flags, [("gpu", g) for g in pacers], fault.time, e.time + window_s)
+            first = _first_flag_on(starts, [("gpu", g) for g in pacers], fault.time, e.time + window_s)
             if first is None:
                 m["missed"].append(f"{e.entity} at {e.time - result.start:.0f} s")
                 continue
@@ -199,6 +212,21 @@ def _flag_times(findings: list[Finding], topo: Any, detector: str) -> dict[tuple
     return {key: sorted(ts) for key, ts in times.items()}
 
 
+def _flag_starts(findings: list[Finding], topo: Any, detector: str) -> dict[tuple[str, str], list[float]]:
+    """(entity kind, name) -> the times a flag of ``detector`` started on it, in order: per field
+    (the straggler's checks are flagged and refreshed apart), its first, and any after more than
+    :data:`FLAG_GAP_S` of silence. The others are refreshes of a flag already held."""
+    streams: dict[tuple[str, str, str], list[float]] = {}
+    for f in findings:
+        if isinstance(f, Anomaly) and f.detector == detector:
+            streams.setdefault((f.entity_kind, topo.name(f.entity_kind, f.slot), f.field), []).append(f.ts)
+    out: dict[tuple[str, str], list[float]] = {}
+    for (kind, name, _), times in streams.items():
+        ts = np.sort(np.asarray(times))
+        out.setdefault((kind, name), []).extend(ts[np.r_[True, np.diff(ts) > FLAG_GAP_S[detector]]].tolist())
+    return {key: sorted(ts) for key, ts in out.items()}
+
+
 def _fault_entities(kind: str, entity: str, topo: Any) -> list[tuple[str, str]]:
     """The entity a fault targets, and, for a node, its GPUs: where its flag may land."""
     names = [(kind, entity)]
@@ -207,11 +235,11 @@ def _fault_entities(kind: str, entity: str, topo: Any) -> list[tuple[str, str]]:
     return names
 
 
-def _first_flag_on(flags: dict[tuple[str, str], list[float]], entities: list[tuple[str, str]], lo: float,
+def _first_flag_on(starts: dict[tuple[str, str], list[float]], entities: list[tuple[str, str]], lo: float,
                    hi: float) -> float | None:
-    """The first flag in ``[lo, hi]`` on any of ``entities`` (an entity flagged before, and cleared,
-    counts from its flag in the window)."""
-    times = [ts for key in entities for ts in flags.get(key, ()) if lo <= ts <= hi]
+    """The first flag start (:func:`_flag_starts`) in ``[lo, hi]`` on any of ``entities``: an
+    entity flagged before ``lo`` counts only if its flag lapsed and started again in the window."""
+    times = [ts for key in entities for ts in starts.get(key, ()) if lo <= ts <= hi]
     return min(times) if times else None
 
 

@@ -208,7 +208,8 @@ def sweep_rows(series: NabSeries, profile: Profile,
     (0.. for the file's windows, :data:`OUTSIDE`, :data:`PROBATION`).
 
     A straight transcription of ``Sweeper.calcSweepScore`` (its loop over rows, its exact
-    timestamp matching), so that quirky files score as NAB scores them."""
+    timestamp matching), so that quirky files score as NAB scores them. A window whose start or
+    end matches no row, or that spans fewer than two rows, is a ValueError."""
     ts = series.timestamps.astype("datetime64[ns]").astype(np.int64)
     ends = np.array(series.windows, dtype="datetime64[ns]").reshape(-1, 2).astype(np.int64)
     limits = [(int(a), int(b)) for a, b in ends]
@@ -233,6 +234,11 @@ def sweep_rows(series: NabSeries, profile: Profile,
                 raise ValueError(f"{series.name}: window end {np.datetime64(cur[1], 'ns')} is not a row")
             cur_right = first_index[cur[1]]
             cur_width = float(cur_right - first_index[cur[0]] + 1)
+            if cur_width < 2:
+                # NAB divides the weight of a false positive after a window by its width - 1.
+                raise ValueError(f"{series.name}: window {np.datetime64(cur[0], 'ns')} .. "
+                                 f"{np.datetime64(cur[1], 'ns')} spans {cur_width:g} row(s); "
+                                 "NAB needs a window of at least two rows")
         if cur is not None:
             position = -(cur_right - i + 1) / cur_width
             sweep[i] = scaled_sigmoid(position) * profile.tp_weight / max_tp

@@ -5,7 +5,6 @@ bench/results.json (regenerate it with ``python bench/run_all.py --readme-only``
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import sys
 from pathlib import Path
@@ -13,16 +12,14 @@ from types import ModuleType
 
 import pytest
 
+from bench_modules import load_bench
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
 def run_all() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("bench_run_all", ROOT / "bench" / "run_all.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_bench("run_all")
 
 
 def stored_results() -> list[dict]:  # type: ignore[type-arg]

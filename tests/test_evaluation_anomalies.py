@@ -21,8 +21,8 @@ def recording(empty_recording):
     return empty_recording("gpu", 10.0, T0)
 
 
-def flag(topo, kind, name, ts, detector="cooling"):
-    return Anomaly(ts=ts, entity_kind=kind, slot=topo.slot(kind, name), field="thermal_resistance", score=1.0,
+def flag(topo, kind, name, ts, detector="cooling", field="thermal_resistance"):
+    return Anomaly(ts=ts, entity_kind=kind, slot=topo.slot(kind, name), field=field, score=1.0,
                    detector=detector)
 
 
@@ -104,6 +104,56 @@ def test_the_straggler_section_asks_for_the_slowed_jobs_pacer(recording):
     assert (psu["found"], psu["missed"]) == (0, ["job0 at 14430 s"])
     assert set(m["by_fault"]) == {"tim_degradation", "cooling_loss", "psu_failure"}
     assert m["flagged_gpus"] == 4 and m["unexplained"] == ["node1/gpu0"]  # first flagged before any fault near it
+
+
+def held(topo, kind, name, start, end, detector="cooling", field="thermal_resistance"):
+    """A flag raised at ``start`` and refreshed every ``refresh_s`` (600 s) while it holds."""
+    return [flag(topo, kind, name, ts, detector, field) for ts in range(int(start), int(end), 600)]
+
+
+def test_a_refreshed_flag_raised_before_the_fault_is_not_its_detection(recording):
+    """A held flag is said again every 600 s: a GPU flagged (falsely) long before a TIM fault and
+    held through its onset did not detect the fault — only a flag that starts after the onset does,
+    on the GPU or, for a fan failure, on the node or one of its GPUs."""
+    topo = recording.topology
+    events = [
+        Event(T0 + 3 * H, "fault_onset", "gpu", "node0/gpu1", "f1", "tim_degradation"),
+        Event(T0 + 3 * H, "fault_onset", "gpu", "node2/gpu3", "f2", "tim_degradation"),
+        Event(T0 + 5 * H, "fault_onset", "node", "node1", "f3", "fan_failure"),
+    ]
+    findings = [
+        *held(topo, "gpu", "node0/gpu1", T0 + 0.5 * H, T0 + 6 * H),  # held through its fault's onset
+        *held(topo, "gpu", "node2/gpu3", T0 + 1 * H, T0 + 2 * H),  # lapsed an hour before its fault ...
+        *held(topo, "gpu", "node2/gpu3", T0 + 3 * H + 1200, T0 + 5 * H),  # ... and started anew 20 min in
+        *held(topo, "node", "node1", T0 + 0.5 * H, T0 + 8 * H),  # the node held through its fans' failure
+        *held(topo, "gpu", "node1/gpu2", T0 + 5 * H + 900, T0 + 8 * H),  # one of its GPUs starts 15 min in
+    ]
+    result = evaluation.RunResult(recording, {"foreshock": findings}, events, T0, T0 + 12 * H, 0.0, 0)
+    m = score_cooling(result)["detectors"]["foreshock"]
+    tim, fan = m["by_fault"]["tim_degradation"], m["by_fault"]["fan_failure"]
+    assert (tim["flagged"], tim["missed"], tim["delay_median_s"]) == (1, ["node0/gpu1"], 1200.0)
+    assert (fan["flagged"], fan["delay_median_s"]) == (1, 900.0)
+    assert m["unexplained"] == ["node0/gpu1", "node1", "node2/gpu3"]
+
+    # the straggler detector's flags, held on the pacer from before the fault: not found ahead. Its
+    # checks are flagged and refreshed apart: "hotter" starting under a held "slower" is a new flag.
+    events = [Event(T0 + 3 * H, "fault_onset", "gpu", "node0/gpu1", "f1", "tim_degradation"),
+              Event(T0 + 3 * H + 900, "job_slowdown_start", "job", "job0", "f1", "tim_degradation"),
+              Event(T0 + 5 * H, "fault_onset", "gpu", "node2/gpu3", "f2", "tim_degradation"),
+              Event(T0 + 6 * H, "job_slowdown_start", "job", "job1", "f2", "tim_degradation"),
+              Event(T0 + 7 * H, "fault_onset", "node", "node3", "f3", "psu_failure"),
+              Event(T0 + 8 * H, "job_slowdown_start", "job", "job1", "f3", "psu_failure")]
+    findings = [*held(topo, "gpu", "node0/gpu1", T0 + 0.5 * H, T0 + 6 * H, "straggler"),
+                *held(topo, "gpu", "node2/gpu3", T0 + 4 * H, T0 + 4.5 * H, "straggler"),
+                *held(topo, "gpu", "node2/gpu3", T0 + 5.5 * H, T0 + 7 * H, "straggler"),  # anew, 30 min ahead
+                *held(topo, "gpu", "node3/gpu0", T0 + 6 * H, T0 + 9 * H, "straggler", "sm_clock"),
+                *held(topo, "gpu", "node3/gpu0", T0 + 7.5 * H, T0 + 9 * H, "straggler", "gpu_temp")]
+    result = evaluation.RunResult(recording, {"foreshock": findings}, events, T0, T0 + 12 * H, 0.0, 0)
+    m = score_straggler(result)["detectors"]["foreshock"]
+    assert (m["slowdowns"], m["pacer_flagged"], m["flagged_ahead"]) == (3, 2, 2)
+    tim, psu = m["by_fault"]["tim_degradation"], m["by_fault"]["psu_failure"]
+    assert (tim["lead_median_s"], tim["missed"]) == (0.5 * H, [f"job0 at {3 * H + 900:.0f} s"])
+    assert (psu["found_ahead"], psu["lead_median_s"]) == (1, 0.5 * H)
 
 
 def test_a_recording_without_faults_is_not_scored(recording):

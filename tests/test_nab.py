@@ -273,6 +273,27 @@ def test_nab_command_rejects_a_folder_without_labelled_files(tmp_path) -> None:
     assert result.exit_code != 0 and "no CSV" in result.output
 
 
+def test_a_one_row_window_is_rejected_by_name() -> None:
+    """NAB weighs a false positive after a window by its width - 1: a window of one row
+    (start == end) would divide by zero on the next row outside it."""
+    one_row = toy(windows=((30, 30),))
+    with pytest.raises(ValueError, match=r"toy.csv: window 2020-01-01T00:30.* spans 1 row\(s\)"):
+        sweep_rows(one_row, PROFILES["standard"])
+
+
+def test_nab_command_reports_a_one_row_window_without_a_traceback(tmp_path) -> None:
+    from foreshock.cli.main import cli
+
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "toy.csv").write_text("timestamp,value\n" + "".join(f"2020-01-01 {h:02d}:00:00,{h}\n" for h in range(24)))
+    labels = tmp_path / "labels.json"
+    labels.write_text(json.dumps({"toy.csv": [["2020-01-01 10:00:00", "2020-01-01 10:00:00"]]}))
+    result = CliRunner().invoke(cli, ["nab", str(data), str(labels)])
+    assert result.exit_code == 1 and result.exception is not None and isinstance(result.exception, SystemExit)
+    assert "window 2020-01-01T10:00" in result.output and "at least two rows" in result.output
+
+
 def test_nab_command_table_shows_every_profile_and_score_in_full_when_piped(tmp_path) -> None:
     """Piped output (a log, CI, ``| tee``) is 80 columns wide for rich: the table must still show
     the profile names and the three scores whole, not cut to ``reward_low_…`` / ``75.…``."""

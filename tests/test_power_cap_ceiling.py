@@ -5,8 +5,6 @@ the harness judges a claim."""
 from __future__ import annotations
 
 import argparse
-import importlib.util
-import sys
 from pathlib import Path
 from types import ModuleType
 
@@ -18,17 +16,12 @@ from foreshock.detectors import evaluation as ev
 from foreshock.events import Event
 from foreshock.recording import Recording
 
-ROOT = Path(__file__).resolve().parents[1]
+from bench_modules import load_bench
 
 
 @pytest.fixture(scope="module")
 def ceiling() -> ModuleType:
-    sys.path.insert(0, str(ROOT / "bench"))
-    spec = importlib.util.spec_from_file_location("power_cap_ceiling", ROOT / "bench" / "power_cap_ceiling.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_bench("power_cap_ceiling")
 
 
 @pytest.fixture(scope="module")
