@@ -193,19 +193,20 @@ def memory(topo: Topology, rate: float, hours: float, fault_every: float, trace:
     rss: list[float] = []
     n = 0
     wall = time.perf_counter()
-    for s in range(int(hours * 3600)):
+    seconds = max(int(hours * 3600), 1)
+    for s in range(seconds):
         batch = scene.second(t0 + s)
         n += len(batch)
         engine.observe(batch, t0 + s)
         del batch
-        if (s + 1) % 3600 == 0:
+        if (s + 1) % 3600 == 0 or s + 1 == seconds:  # hourly, and at the end: a run under an hour has one
             scene_items = sum(len(f.items) for f in scene.faults)  # the generator's own state, not the engine's
             gc.collect()
             blocks.append(sys.getallocatedblocks())
             heap.append(tracemalloc.get_traced_memory()[0] / 2**20 if trace else math.nan)
             rss.append(rss_mib())
             size = f"heap {heap[-1]:7.2f} MiB" if trace else f"blocks {blocks[-1]:,}"
-            print(f"  hour {len(rss):2d}: {size}, RSS {rss[-1]:7.1f} MiB, "
+            print(f"  {(s + 1) / 3600:5.2f} h: {size}, RSS {rss[-1]:7.1f} MiB, "
                   f"incidents held {len(engine._incidents):4d} (live {sum(1 for i in engine._incidents.values() if i.live)}), "
                   f"opened {engine.stats['incidents']}, generator items {scene_items}", flush=True)
     if trace:

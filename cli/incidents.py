@@ -87,7 +87,7 @@ def command(recording: str, external_path: str | None, detectors: str | None, fi
                 if math.isfinite(start):
                     progress.update(task, completed=last - start, found=opened)
             if math.isfinite(last):
-                tail = engine.flush(last)
+                tail = engine.flush(last)  # counts the external events dated after `last` as problems
                 findings.extend(tail)
                 if sink is not None:
                     sink.writelines(finding_to_json(f) + "\n" for f in tail)
@@ -96,12 +96,21 @@ def command(recording: str, external_path: str | None, detectors: str | None, fi
     finally:
         if sink is not None:
             sink.close()
+    if external_path:
+        late = sum(1 for e in events if not e.time <= last)
+        if late:
+            console.print(f"[yellow]{late} external events dated after the recording's last telemetry: "
+                          "not grouped[/yellow]")
     t0 = start if math.isfinite(start) else min((f.ts for f in findings), default=0.0)
     render_timeline(console, findings, t0, all_updates)
     summary = render_summary(console, findings, t0)
     truth = rec.events()
     if any(e.type == "fault_onset" for e in truth):
-        report = score_incidents(findings, truth, topo)
+        # the recording's fault list holds how long each fault lasted in the end (a board swap
+        # cures the old board's faults early), as `foreshock evaluate` scores (incident_eval.score_run)
+        durations = {str(f.get("id")): float(f["duration_s"]) for f in rec.meta.get("faults", []) or []
+                     if isinstance(f, dict) and isinstance(f.get("duration_s"), (int, float))}
+        report = score_incidents(findings, truth, topo, duration_of=durations)
         render_truth(console, report, t0)
         summary.update({k: v for k, v in report.items() if k != "by_fault"})
     if health.total_problems():

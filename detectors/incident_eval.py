@@ -10,8 +10,11 @@ For every fault (its ``fault_onset`` event names the target and the hidden cause
   HBM overheating, XIDs, link downs, congestion). Optics compare as their link.
 
 Incidents (the engine's :class:`~foreshock.findings.Incident` emissions, grouped by id) are
-attributed member by member: each member goes to the active fault with the smallest scope that
-holds it; an incident *claims* a fault holding at least ``claim_share`` (10 %) of its members
+attributed member by member, by the time the member first appeared in the incident's emissions:
+it goes to the fault with the smallest scope that holds it among those whose window (from 60 s
+before onset to the end of the aftermath) holds that time — a member the incident already held
+for another cause does not credit a fault that began later, nor an ended fault a later one; an
+incident *claims* a fault holding at least ``claim_share`` (10 %) of its members
 (and at least one); its **primary** fault is the one holding the most. Then, over the faults
 with at least one consequence:
 
@@ -21,8 +24,9 @@ with at least one consequence:
 - ``member_recall`` (mean over faults) / ``member_precision`` (mean over incidents with a
   primary fault): consequences found among the members of the fault's incidents, and members
   inside the scope of their incident's primary fault;
-- ``onset_to_incident_median_s``: from the fault's onset to the first incident emission holding
-  one of its entities;
+- ``onset_to_incident_median_s``: from the fault's onset to the first emission in which one of its
+  entities joins an incident claiming it (an incident that already held the entity for another
+  cause does not count from its next routine emission);
 - ``compression``: raw findings (anomalies and predictions) per incident (``compression_attached``
   counts only the findings the incidents hold);
 - ``merged_independent_faults``: incidents that claim two or more faults on different targets.
@@ -55,6 +59,9 @@ INCIDENT_SET = "foreshock"
 """The detector set whose findings the incidents section runs through the incident engine."""
 AFTERMATH_S = 900.0
 """A fault's consequences (a loop still cooling down) outlive its repair by this much (simulator)."""
+ONSET_SLACK_S = 60.0
+"""A member that joins this long before a fault's recorded onset may still be its doing (the
+simulator's onset falls inside a detector window that already saw the first effects)."""
 
 
 @dataclass
@@ -82,6 +89,8 @@ class IncidentTrack:
     jobs: set[str] = field(default_factory=set)
     findings: int = 0
     emissions: list[tuple[float, frozenset[str]]] = field(default_factory=list)
+    joined: dict[str, float] = field(default_factory=dict)
+    """member -> time of the first emission that held it"""
 
 
 def _norm(topology: Topology, name: str) -> str:
@@ -161,13 +170,19 @@ def incident_tracks(findings: Iterable[Finding], topology: Topology) -> list[Inc
             tr.root_kind, tr.root_entity, tr.fault_hint = f.root_kind, f.root_entity, f.fault_hint
         names = [_norm(topology, m) for m in f.members]
         for n in names:
-            if n not in tr.members:
+            if n not in tr.joined:
                 tr.members.append(n)
+                tr.joined[n] = f.ts
         tr.jobs.update(j for j, _ in f.jobs)
         tr.findings = max(tr.findings, f.findings)
         if names:
             tr.emissions.append((f.ts, frozenset(names)))
     return sorted(tracks.values(), key=lambda tr: tr.first_ts)
+
+
+def _in_window(fault: FaultTruth, ts: float) -> bool:
+    """Whether a member that joined an incident at ``ts`` can be ``fault``'s doing."""
+    return fault.onset - ONSET_SLACK_S <= ts <= fault.end + AFTERMATH_S
 
 
 def score_incidents(findings: Sequence[Finding], events: Sequence[Event], topology: Topology,
@@ -180,10 +195,9 @@ def score_incidents(findings: Sequence[Finding], events: Sequence[Event], topolo
     claims: dict[str, dict[str, int]] = {}
     primary: dict[str, str] = {}
     for tr in tracks:
-        active = [f for f in faults if f.onset <= tr.last_ts and tr.first_ts <= f.end + AFTERMATH_S]
         counts: dict[str, int] = {}
         for m in tr.members:
-            holders = [f for f in active if m in f.scope]
+            holders = [f for f in faults if m in f.scope and _in_window(f, tr.joined[m])]
             if holders:
                 best = min(holders, key=lambda f: (len(f.scope), f.onset))
                 counts[best.fault_id] = counts.get(best.fault_id, 0) + 1
@@ -204,8 +218,10 @@ def score_incidents(findings: Sequence[Finding], events: Sequence[Event], topolo
         members = set().union(*(set(tr.members) for tr in mine)) if mine else set()
         jobs = set().union(*(tr.jobs for tr in mine)) if mine else set()
         recall = len(f.consequences & members) / len(f.consequences) if f.consequences else None
-        first = min((ts for tr in mine for ts, names in tr.emissions if names & f.scope and ts >= f.onset - 60.0),
-                    default=math.nan)
+        # when one of its entities joined a claiming incident: an entity held since before the
+        # fault (for another cause) tells nothing of how fast the engine saw this one
+        first = min((ts for tr in mine for m, ts in tr.joined.items()
+                     if m in f.scope and ts >= f.onset - ONSET_SLACK_S), default=math.nan)
         exp_kind = EXPECTED_ROOT_KIND.get(f.kind, f.kind)
         ok_kind = main is not None and main.root_kind == exp_kind
         ok_entity = main is not None and main.root_entity == f.target

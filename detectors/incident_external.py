@@ -94,7 +94,7 @@ def parse_line(line: str | bytes) -> tuple[ExternalEvent | None, str, str]:
         return None, MALFORMED, str(exc)
 
 
-def iter_events(lines: Iterable[str], health: PipelineHealth, source: str = "external") -> Iterator[ExternalEvent]:
+def iter_events(lines: Iterable[str | bytes], health: PipelineHealth, source: str = "external") -> Iterator[ExternalEvent]:
     """Events from JSON lines; bad lines are counted (stage ``external``) and skipped."""
     for lineno, line in enumerate(lines, start=1):
         if not line.strip():
@@ -109,6 +109,8 @@ def iter_events(lines: Iterable[str], health: PipelineHealth, source: str = "ext
 def read_events(path: str | Path, health: PipelineHealth) -> list[ExternalEvent]:
     """All readable events of a JSON-lines file, in time order."""
     p = Path(path)
-    with open(p, encoding="utf-8") as fh:
+    # as bytes: a line that is not UTF-8 (a Latin-1 BMC message) is one malformed line that
+    # parse_line counts, not a decode error that ends the run and loses the good lines with it
+    with open(p, "rb") as fh:
         events = list(iter_events(fh, health, str(p)))
     return sorted(events, key=lambda e: e.time)

@@ -9,9 +9,10 @@ frame) and the topology:
   and the links that take a failing link's traffic (the capacity left once they carry it, ETA
   = the failing link's).
 - **Job impact**: in synchronous training the slowest member sets the pace, so a job's
-  predicted step slowdown is the worst of its members' (or its measured step time against its
-  own baseline); GPU-hours at risk per hour = ``GPUs × (1 − 1/slowdown)``, the whole job when
-  it cannot step at all.
+  predicted step slowdown is the worst of its members' current evidence; a fresh measured step
+  time against the job's own baseline stands in for the effects already seen (predictions of
+  what is still to come can only raise it); GPU-hours at risk per hour = ``GPUs × (1 −
+  1/slowdown)``, the whole job when it cannot step at all.
 
 Without telemetry the exposed entities are still named, with ETA -1 (unknown).
 """
@@ -33,7 +34,10 @@ from .incident_domains import JOB, Domains, key
 TEL_TS, TEL_TEMP, TEL_SLOPE, TEL_LIMIT, TEL_POWER_HEADROOM, TEL_REF_TS, TEL_REF_TEMP = range(7)
 """Columns of the per-GPU telemetry."""
 LINK_TS, LINK_TX, LINK_UTIL = range(3)
-JOB_BASE, JOB_LAST = range(2)
+JOB_BASE, JOB_LAST, JOB_TS = range(3)
+STEP_FRESH_S = 300.0
+"""A job's last measured step time tells its current pace for this long (a few reporting
+intervals); after that the job has stopped, or its telemetry has, and it tells nothing."""
 SLOPE_BASELINE_S = 300.0
 """The heating rate is measured over at least this long: integer °C readings are too coarse for
 sample-to-sample differences."""
@@ -44,14 +48,15 @@ STALLED_RATIO = facts.STALLED_STEP_RATIO
 
 class Telemetry:
     """The little telemetry the engine keeps, by slot: per GPU its temperature, heating rate,
-    limit and power headroom; per link its utilisation; per job its step time and baseline."""
+    limit and power headroom; per link its utilisation; per job its last step time (and
+    when it was measured) and baseline."""
 
     ARRAYS = ("s_gpu_tel", "s_link_tel", "s_job_tel")
 
     def __init__(self, n_gpus: int, n_links: int, n_jobs: int) -> None:
         self.s_gpu_tel = np.full((n_gpus, 7), np.nan)
         self.s_link_tel = np.full((n_links, 3), np.nan)
-        self.s_job_tel = np.full((n_jobs, 2), np.nan)
+        self.s_job_tel = np.full((n_jobs, 3), np.nan)
         self.gpu_frames_ts = -math.inf  # newest GPU telemetry seen
         self._seen = np.zeros(n_gpus, np.bool_)  # scratch of the GPU kernel (all False between frames)
 
@@ -66,7 +71,7 @@ class Telemetry:
         elif frame.kind == "link" and "tx_data" in cols and "link_rate" in cols:
             _track_link(self.s_link_tel, slot, ts, cols["tx_data"], cols["link_rate"])
         elif frame.kind == "job" and "step_time" in cols:
-            _track_job(self.s_job_tel, slot, cols["step_time"])
+            _track_job(self.s_job_tel, slot, ts, cols["step_time"])
 
     def silent_since(self, gpu: int, t: float) -> bool:
         """Telemetry keeps flowing after ``t`` but not from this GPU (it is still off the bus)."""
@@ -79,12 +84,24 @@ class Telemetry:
         """``job_slots``: where each saved job is in this job list (-1 gone), when it changed."""
         for name in self.ARRAYS:
             arr = np.asarray(state[name], dtype=np.float64)
+            if name == "s_job_tel" and arr.ndim == 2 and arr.shape[1] == JOB_TS:
+                # saved before step times carried their time: unknown, so too old to tell anything
+                arr = np.hstack([arr, np.full((len(arr), 1), np.nan)])
             if name == "s_job_tel" and job_slots is not None:
                 arr = take_rows(arr, np.full_like(self.s_job_tel, np.nan), saved_slots(job_slots, len(self.s_job_tel)))
             if arr.shape != getattr(self, name).shape:
                 raise ValueError(f"telemetry state {name!r} has shape {arr.shape}, expected {getattr(self, name).shape}")
             setattr(self, name, arr.copy())
         self.gpu_frames_ts = float(state["gpu_frames_ts"])
+
+    def measured_slowdown(self, job: int, now: float, since: float = -math.inf) -> float:
+        """The job's last step time against its baseline, NaN when it has none measured within
+        ``STEP_FRESH_S`` of ``now``, or none since ``since`` (a step time from before a GPU fell
+        off the bus does not tell what that cost)."""
+        base, last, ts = self.s_job_tel[job]
+        if base > 0 and np.isfinite(last) and now - ts <= STEP_FRESH_S and ts >= since:
+            return float(last / base)
+        return math.nan
 
     @property
     def nbytes(self) -> int:
@@ -127,16 +144,19 @@ def reroute_targets_ranked(dom: Domains, tel: Telemetry, failing: dict[int, floa
     return [(dom.topology.links[t], round(eta, 1)) for t, (_, eta) in ranked]
 
 
-def job_impact(dom: Domains, tel: Telemetry, slowest: dict[int, float]) -> tuple[tuple[tuple[str, float], ...], float]:
-    """Per job (job slot -> the slowdown of its slowest member): the predicted step slowdown,
-    raised to the measured one when telemetry has it, and the GPU-hours at risk per hour."""
+def job_impact(dom: Domains, tel: Telemetry, evidence: dict[int, tuple[float, float, float]],
+               measured_for: set[int], now: float) -> tuple[tuple[tuple[str, float], ...], float]:
+    """Per job (job slot -> (slowdown of the effects its members show now, slowdown its members'
+    active predictions foretell, when they last showed an effect)): the step slowdown, and the
+    GPU-hours at risk per hour. For a job in ``measured_for`` (the incident that explains its
+    measured slowdown) a step time measured since those effects, and fresh, replaces them: it is
+    what they cost; what is predicted still raises it."""
     out = []
     risk = 0.0
-    for j in sorted(slowest):
-        ratio = slowest[j]
-        base, last = tel.s_job_tel[j]
-        if np.isfinite(base) and np.isfinite(last) and base > 0:
-            ratio = max(ratio, float(last / base))
+    for j in sorted(evidence):
+        shown, foretold, seen = evidence[j]
+        measured = tel.measured_slowdown(j, now, since=seen) if j in measured_for else math.nan
+        ratio = max(shown if math.isnan(measured) else measured, foretold)
         n = len(dom.gpus_in(key(JOB, j)))
         risk += n * facts.lost_share(ratio)
         ratio = min(ratio, STALLED_RATIO)  # inf included: gauges and JSON want a finite number
@@ -227,9 +247,11 @@ def _track_link(tel: np.ndarray, slot: np.ndarray, ts: np.ndarray, tx: np.ndarra
     tel[s, LINK_UTIL] = np.where(valid, np.clip(util, 0.0, 1.0), tel[s, LINK_UTIL])
 
 
-def _track_job(tel: np.ndarray, slot: np.ndarray, step: np.ndarray) -> None:
-    """A slow baseline of each job's step time (frozen while it runs >10 % slow) and the last one."""
+def _track_job(tel: np.ndarray, slot: np.ndarray, ts: np.ndarray, step: np.ndarray) -> None:
+    """A slow baseline of each job's step time (frozen while it runs >10 % slow), the last one and
+    its time; a job that reports no step time (NaN: not running) has no last one."""
     ok = np.isfinite(step) & (step > 0)
+    tel[slot[~ok], JOB_LAST] = np.nan
     s, x = slot[ok], step[ok]
     if not len(s):
         return
@@ -237,3 +259,4 @@ def _track_job(tel: np.ndarray, slot: np.ndarray, step: np.ndarray) -> None:
     learn = ~np.isfinite(base) | (x <= 1.1 * base)
     tel[s, JOB_BASE] = np.where(np.isfinite(base), np.where(learn, base + 0.01 * (x - base), base), x)
     tel[s, JOB_LAST] = x
+    tel[s, JOB_TS] = ts[ok]

@@ -168,15 +168,29 @@ FIELD_HINTS: tuple[tuple[str, str, str], ...] = (
     ("job", "", "job_slowdown"),
 )
 
+EXTERNAL_LOST_PHRASES: tuple[tuple[str, ...], ...] = (
+    ("xid", "79"),
+    ("off", "the", "bus"),
+    ("off", "bus"),
+    ("uncorrectable", "ecc"),
+    ("ecc", "uncorrectable"),
+    ("gpu", "missing"),
+)
+"""Words in a row in an external event's ``type`` that mean a GPU is gone (the job it runs cannot
+step): XID 79, fallen off the bus, an uncorrectable ECC error. Other XIDs (43: the application's
+own fault) and correctable ECC counts are not, nor is a node that is merely *busy*."""
+
 EXTERNAL_KEYWORDS: tuple[tuple[str, str], ...] = (
-    ("xid", "external_lost"),
-    ("bus", "external_lost"),
-    ("ecc", "external_lost"),
-    ("gpu_missing", "external_lost"),
     ("fan", "external_thermal"),
+    ("fans", "external_thermal"),
     ("temp", "external_thermal"),
+    ("temperature", "external_thermal"),
+    ("overtemp", "external_thermal"),
+    ("overheat", "external_thermal"),
     ("thermal", "external_thermal"),
     ("cool", "external_thermal"),
+    ("cooling", "external_thermal"),
+    ("coolant", "external_thermal"),
     ("psu", "external_power"),
     ("power", "external_power"),
     ("pdu", "external_power"),
@@ -184,11 +198,17 @@ EXTERNAL_KEYWORDS: tuple[tuple[str, str], ...] = (
     ("nic", "external_fabric"),
     ("port", "external_fabric"),
     ("ib", "external_fabric"),
+    ("infiniband", "external_fabric"),
     ("cable", "external_fabric"),
     ("optic", "external_fabric"),
+    ("optics", "external_fabric"),
     ("transceiver", "external_fabric"),
 )
-"""Substring of an external event's ``type`` (lower case) -> signal, first match wins."""
+"""Word of an external event's ``type`` (lower case) -> signal, first in this order wins. Whole
+words, not substrings: ``health_report`` is no port, ``reboot_attempt_failed`` no PDU."""
+
+_TYPE_WORD_RE = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|\d+")
+"""The words of an event type: ``fan_failure``, ``FanFailure`` and ``XID79`` split alike."""
 
 INFO_SEVERITIES = frozenset({"info", "informational", "notice", "debug", "ok", "resolved"})
 
@@ -196,9 +216,14 @@ INFO_SEVERITIES = frozenset({"info", "informational", "notice", "debug", "ok", "
 def external_signal(event_type: str, severity: str) -> str:
     if severity.strip().lower() in INFO_SEVERITIES:
         return "external_info"
-    t = event_type.strip().lower()
+    words = [w.lower() for w in _TYPE_WORD_RE.findall(event_type)]
+    for phrase in EXTERNAL_LOST_PHRASES:
+        n = len(phrase)
+        if any(tuple(words[i:i + n]) == phrase for i in range(len(words) - n + 1)):
+            return "external_lost"
+    present = set(words)
     for word, sig in EXTERNAL_KEYWORDS:
-        if word in t:
+        if word in present:
             return sig
     return "external_other"
 

@@ -1067,7 +1067,7 @@ class IncidentEngine:
     # ---- output --------------------------------------------------------------------------------
     def _snapshot(self, inc: _Incident, now: float) -> Incident:
         members = sorted(inc.members.values(), key=lambda m: (m.first_ts, m.key))
-        jobs, risk = self._job_impact(inc, members) if inc.live else ((), 0.0)
+        jobs, risk = self._job_impact(inc, members, now) if inc.live else ((), 0.0)
         return Incident(
             ts=now, incident_id=inc.id, state=inc.state if inc.state != PENDING else OPEN,
             root_kind=inc.root_kind, root_entity=self.dom.name(inc.root) if inc.root >= 0 else "",
@@ -1107,25 +1107,57 @@ class IncidentEngine:
             for m in members:
                 if not FAILING_LINK.intersection(m.signals):
                     continue
-                link = m.slot if m.kind == "link" else m.slot // 2
+                if m.kind == "link":
+                    links = [m.slot]
+                elif m.kind == "optic":
+                    links = [m.slot // 2]
+                elif m.kind == "node":  # an external NIC alarm on a node: its own NIC links
+                    links = [int(x) for x in self.dom.children(self.dom.node_links, m.slot)]
+                else:
+                    continue
                 eta = 0.0 if "link_down" in m.signals else -1.0
                 if eta < 0:  # the detectors' ETA, counted down to now: the soonest
                     eta = min((max(0.0, e - (now - ts)) for event, ts, e in self._pending(inc, m, now)
                                if event == "link_down" and e >= 0), default=-1.0)
-                # an optic and its link are both members: the soonest known ETA wins, unknown (-1) only
-                # when neither knows (min() alone would let the optic's unknown hide the link's ETA)
-                known = [e for e in (failing.get(link, -1.0), eta) if e >= 0]
-                failing[link] = min(known) if known else -1.0
+                for link in links:
+                    # an optic and its link are both members: the soonest known ETA wins, unknown (-1)
+                    # only when neither knows (min() alone would let the optic's unknown hide the link's)
+                    known = [e for e in (failing.get(link, -1.0), eta) if e >= 0]
+                    failing[link] = min(known) if known else -1.0
             hit = {m.slot for m in members if m.kind == "link"}
             return reroute_targets_ranked(self.dom, self.tel, failing, hit, room)
         return []
 
-    def _job_impact(self, inc: _Incident, members: list[_Member]) -> tuple[tuple[tuple[str, float], ...], float]:
-        """Per job touched: the predicted step slowdown (its slowest member sets the pace)."""
-        slow: dict[int, float] = {j: 1.0 for j in inc.jobs_hit}
+    def _job_impact(self, inc: _Incident, members: list[_Member],
+                    now: float) -> tuple[tuple[tuple[str, float], ...], float]:
+        """Per job touched: the step slowdown its current evidence gives (its slowest member sets
+        the pace). A job's measured slowdown is this incident's only when no other incident's
+        evidence explains more of it: a PSU brake's 3x is not also a TIM's predicted 1.15x."""
+        evidence = self._job_evidence(inc, members, now)
+        measured = {j for j, (_, _, seen) in evidence.items()
+                    if not math.isnan(self.tel.measured_slowdown(j, now, since=seen))}
+        if measured:
+            mine = {j: (max(evidence[j][:2]), -inc.serial) for j in measured}
+            for other in self._incidents.values():
+                if other is inc or not other.live or other.state == PENDING or other.merged_into >= 0:
+                    continue
+                theirs = self._job_evidence(other, list(other.members.values()), now)
+                measured -= {j for j in measured & theirs.keys() if (max(theirs[j][:2]), -other.serial) > mine[j]}
+        return job_impact(self.dom, self.tel, evidence, measured, now)
+
+    def _job_evidence(self, inc: _Incident, members: list[_Member],
+                      now: float) -> dict[int, tuple[float, float, float]]:
+        """Per job its members are in: (the slowdown of what they showed within ``quiet_s``, that
+        of their active predictions, when they last showed an effect). What a member showed once
+        and no longer does, or predicted and withdrew, says nothing of the job's pace now."""
+        slow: dict[int, tuple[float, float, float]] = {j: (1.0, 1.0, -math.inf) for j in inc.jobs_hit}
         dom = self.dom
         for m in members:
-            factor = max((SIGNALS[s].slowdown for s in m.signals), default=1.0)
+            recent = now - m.last_ts <= self.quiet_s or (
+                m.kind == "gpu" and "gpu_lost" in m.signals and self.tel.silent_since(m.slot, m.last_ts))
+            shown = max((SIGNALS[s].slowdown for s in m.signals), default=1.0) if recent else 1.0
+            foretold = max((SIGNALS[EVENT_SIGNALS.get(e, "generic")].slowdown
+                            for e, _, _ in self._pending(inc, m, now)), default=1.0)
             if m.kind == "gpu":
                 j = int(dom.gpu_job[m.slot])
             elif m.kind == "node":
@@ -1137,8 +1169,10 @@ class IncidentEngine:
             else:  # a rack: the jobs of its GPUs feel it through their own findings
                 continue
             if j >= 0:
-                slow[j] = max(slow.get(j, 1.0), factor)
-        return job_impact(dom, self.tel, slow)
+                was_shown, was_foretold, seen = slow.get(j, (1.0, 1.0, -math.inf))
+                slow[j] = (max(was_shown, shown), max(was_foretold, foretold),
+                           max(seen, m.last_ts) if recent and m.observed else seen)
+        return slow
 
     # ---- queries -------------------------------------------------------------------------------
     def incidents(self, now: float | None = None, include_resolved: bool = False) -> list[Incident]:
@@ -1148,10 +1182,19 @@ class IncidentEngine:
                 if i.state != PENDING and (include_resolved or i.live)]
 
     def flush(self, now: float) -> list[Finding]:
-        """Report what is due at the end of a stream (pending incidents past their hold, growth)."""
+        """Report what is due at the end of a stream (pending incidents past their hold, growth).
+        External events still queued are dated after the stream's last time: they will never be
+        grouped, and are counted as a problem rather than dropped silently (a file in epoch
+        milliseconds, read before any telemetry, was lost whole)."""
         out: list[Finding] = []
         self.last_tick = now
         self._tick(now, out)
+        if self._external:
+            first = self._external[0][2]
+            self.health.problem(self.name, "external event dated after the end of the telemetry: never grouped",
+                                count=len(self._external), detail=f"{first.type} on {first.node} at {first.time:.0f}, "
+                                f"telemetry ended at {now:.0f}")
+            self._external.clear()
         return out
 
     def incident_ids(self) -> set[str]:
