@@ -85,7 +85,7 @@ def sensitivity(corpus: list[NabSeries], scorer: NabScorer) -> dict[str, object]
     (smooth, hold) grid: an out-of-sample check of that selection and of the thresholds. The other
     :class:`NabParams` stay as shipped, tuned on all seven files."""
     base = NabParams()
-    table = {key: {str(v): round(score_with(corpus, scorer, replace(base, **{key: v})), 2)  # type: ignore[arg-type] for v in values}
+    table = {key: {str(v): round(score_with(corpus, scorer, replace(base, **{key: v})), 2) for v in values}  # type: ignore[arg-type]
              for key, values in NEIGHBOURS.items()}
     grid = [replace(base, seasonal_smooth=sm, hold_s=h * 86400.0) for sm in (6.0, 12.0, 18.0) for h in (1, 2, 3, 4)]
     runs = [{s.name: run_nab_detector("foreshock", s.seconds, s.values, p) for s in corpus} for p in grid]
