@@ -251,6 +251,17 @@ def new_inlet_states(topology: Topology) -> tuple[np.ndarray, np.ndarray]:
     return rack_state, node_state
 
 
+def relinked_inlet_states(rack_state: np.ndarray, node_state: np.ndarray,
+                          topology: Topology) -> tuple[np.ndarray, np.ndarray]:
+    """Copies of a rack and node state moved row by row onto ``topology`` (``Detector.remap_state``)
+    with each rack's list of nodes threaded anew for it. The links are node *indices*: copied with
+    their rows they name the old numbering's nodes, a node can come to point at itself, and the
+    rack proxy's walk of the list (:func:`rack_proxy`) then never ends (until 2026-12-02)."""
+    rack_state, node_state = np.array(rack_state, dtype=np.float64), np.array(node_state, dtype=np.float64)
+    _link_rack_nodes(rack_state, node_state, topology.node_rack, topology.physical_racks)
+    return rack_state, node_state
+
+
 def _link_rack_nodes(rack_state: np.ndarray, node_state: np.ndarray, node_rack: np.ndarray,
                      physical: np.ndarray) -> None:
     """Thread each rack's nodes into a list (RACK_NODE0, then NODE_NEXT) for the rack proxy; only
@@ -428,14 +439,23 @@ def reading_jump(state: np.ndarray, r: int, ts: float, v: float, last: float, la
     loop moves (``INLET_JUMP_C``, ``INLET_JUMP_RATE_C_PER_S``) and has not been seen there before.
     The held reading is kept in row ``r`` of ``state`` (columns ``held_col``, ``held_ts_col``): one
     that the next reading confirms is read (``SHIFTED``), and one near the last reading drops what
-    was held (a glitch). No ``last`` yet (NaN): read."""
+    was held (a glitch). No ``last`` yet (NaN): read.
+
+    The held reading is tried first: a reading near it, and nearer it than the last, confirms it.
+    The last reading is older, and the loop's allowance over ``ts - last_ts`` spans the held poll
+    too: tried against the last first (until 2026-12-02), a 10-20 °C step's confirming reading was
+    read as the loop warming, its trend carried ahead (every GPU of the rack predicted to throttle).
+    "Nearer": at a long poll the allowance can take in both, and a reading back at the last one is
+    a glitch undone."""
     held = state[r, held_col]
+    to_held = abs(v - held)
+    if to_held <= max(INLET_JUMP_C, INLET_JUMP_RATE_C_PER_S * (ts - state[r, held_ts_col])) \
+            and to_held < abs(v - last):  # (False with nothing held)
+        state[r, held_col] = np.nan  # confirmed: the reading is at another level now
+        return SHIFTED
     if not abs(v - last) > max(INLET_JUMP_C, INLET_JUMP_RATE_C_PER_S * (ts - last_ts)):
         state[r, held_col] = np.nan
         return READ
-    if held == held and abs(v - held) <= max(INLET_JUMP_C, INLET_JUMP_RATE_C_PER_S * (ts - state[r, held_ts_col])):
-        state[r, held_col] = np.nan  # confirmed: the reading is at another level now
-        return SHIFTED
     state[r, held_col] = v
     state[r, held_ts_col] = ts
     return HELD

@@ -644,13 +644,16 @@ class ThermalDetector(ThermalFitDetector):
     def update(self, frame: Frame) -> list[Finding]:
         if frame.kind == "rack":
             self.update_fit(frame)
-            self.params[P_SITE_DAMP] = site_loop_tau(self.s_rack)
-            self.params[P_SITE_RISE] = site_loop_rise(self.s_rack)
+            self.read_site_loops()
             return []
         if frame.kind != "gpu" or len(frame) == 0:
             return []
         self.update_fit(frame)
         return self._findings(self.fit.obs, self._out[:self._n_out])
+
+    def read_site_loops(self) -> None:
+        self.params[P_SITE_DAMP] = site_loop_tau(self.s_rack)
+        self.params[P_SITE_RISE] = site_loop_rise(self.s_rack)
 
     def upgrade_state(self, state: dict[str, Any]) -> dict[str, Any]:
         """The fit's upgrades, and ``s_forecast`` saved before F_BITS_TS (NaN: reasons never read —

@@ -31,11 +31,13 @@ import numpy as np
 from foreshock import facts
 from foreshock.frames import Frame
 from foreshock.health import PipelineHealth
+from foreshock.remap import Remap
 from foreshock.topology import Topology
 
 from .base import Detector, add_columns, resolve_params
 from .gpu_inputs import (Scratch, frame_now, gpu_columns, inline, kernel, new_inlet_states, node_feed, node_tick,
-                         rack_inlet_obs, read_inlet, update_rack_inlet, upgrade_rack_state)
+                         rack_inlet_obs, read_inlet, relinked_inlet_states, update_rack_inlet,
+                         upgrade_rack_state)
 
 # (the fit reads no clock: sm_clock and sm_clock_max are the power detector's, in the fit's
 # columns so that its kernel reads them from the same ``obs``)
@@ -489,19 +491,25 @@ def _fit_kernel(obs: tuple[np.ndarray, ...], lo: int, hi: int, parents: np.ndarr
         rows[row, R_TPREV] = s[i, G_SIZE + CORE * M_SIZE + M_TPREV]
         for m in range(N_MODELS):
             temp = obs[X_TEMP][row] if m == CORE else obs[X_HBM][row]
-            if temp == temp and -50.0 < temp < 200.0:
-                off = G_SIZE + m * M_SIZE
-                excited, ratio = model_step(s, i, off, dt, temp, power, inlet, params, decays)
-                if m == CORE:
-                    pf = s[i, off + M_PF]
-                    unsteady = params[P_R_NOM] * abs(power - pf)  # NaN (unknown) counts as steady
-                    node_feed(parents[i, 1], temp, pf, nodes, params[P_R_NOM],
-                              unsteady if unsteady == unsteady else 0.0)
-                taus[n_taus, 0] = i
-                taus[n_taus, 1] = off
-                taus[n_taus, 2] = dt
-                taus[n_taus, 3] = ratio
-                n_taus += 1 if excited else 0
+            off = G_SIZE + m * M_SIZE
+            if not (temp == temp and -50.0 < temp < 200.0):
+                # no temperature, the clock moved on (G_TS): the next reading's step is one poll, its
+                # previous temperature polls older. Judged as one step, it skewed tau, the residual
+                # (confidence 1.0 -> 0.53) and the power detector's temperature slope (until
+                # 2026-12-02). No previous temperature, as after a gap: the next reading starts over
+                s[i, off + M_TPREV] = np.nan
+                continue
+            excited, ratio = model_step(s, i, off, dt, temp, power, inlet, params, decays)
+            if m == CORE:
+                pf = s[i, off + M_PF]
+                unsteady = params[P_R_NOM] * abs(power - pf)  # NaN (unknown) counts as steady
+                node_feed(parents[i, 1], temp, pf, nodes, params[P_R_NOM],
+                          unsteady if unsteady == unsteady else 0.0)
+            taus[n_taus, 0] = i
+            taus[n_taus, 1] = off
+            taus[n_taus, 2] = dt
+            taus[n_taus, 3] = ratio
+            n_taus += 1 if excited else 0
     for k in range(n_taus):
         learn_tau(s, int(taus[k, 0]), int(taus[k, 1]), taus[k, 2], taus[k, 3], params)
     return skipped
@@ -671,6 +679,23 @@ class ThermalFitDetector(Detector):
         temperatures (``G_MAX_OP``, ``G_HBM_MAX_OP``) (NaN: taken from the next report) added to a
         state saved before them."""
         return add_columns(upgrade_rack_state(state), "s_model", MODEL_WIDTH, {G_ENERGY_TS: G_TS})
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        self.read_site_loops()
+
+    def read_site_loops(self) -> None:
+        """Take what the detector reads from every loop's learnt state (the site's coolant rise and
+        time constant) from the rack state as it now stands: after each rack frame, and after a
+        load — a bank restored between two rack polls forecast with the design prior until the next
+        (until 2026-12-02). Default: nothing."""
+
+    def remap_state(self, state: dict[str, Any], remap: Remap) -> dict[str, Any]:
+        """... and each rack's list of nodes for its inlet proxy threaded for this topology: the
+        rows moved hold the old numbering's node indices (``relinked_inlet_states``)."""
+        moved = super().remap_state(state, remap)
+        s_rack, s_node = relinked_inlet_states(moved["s_rack"], moved["s_node"], self.topology)
+        return {**moved, "s_rack": s_rack, "s_node": s_node}
 
     def init_fit(self, params: np.ndarray, consumer: bool) -> None:
         self.fit_consumer = consumer

@@ -66,14 +66,15 @@ class NaiveRack:
         if v["ts"] > ts:
             self.seen["late"] += 1
             return
-        jump = max(gi.INLET_JUMP_C, gi.INLET_JUMP_RATE_C_PER_S * (ts - v["ts"]))
-        if abs(inlet - v["inlet"]) > jump:
-            if not abs(inlet - v["held"]) <= max(gi.INLET_JUMP_C, gi.INLET_JUMP_RATE_C_PER_S * (ts - v["held_ts"])):
-                v["held"], v["held_ts"] = inlet, ts  # a jump no loop makes: held back for a reading
-                self.seen["jump held"] += 1
-                return
+        to_held = abs(inlet - v["held"])
+        if to_held <= max(gi.INLET_JUMP_C, gi.INLET_JUMP_RATE_C_PER_S * (ts - v["held_ts"])) \
+                and to_held < abs(inlet - v["inlet"]):  # near the held jump, nearer than the last
             v["shifts"] = 1.0 if math.isnan(v["shifts"]) else v["shifts"] + 1  # confirmed: another level
             self.seen["level shift"] += 1
+        elif abs(inlet - v["inlet"]) > max(gi.INLET_JUMP_C, gi.INLET_JUMP_RATE_C_PER_S * (ts - v["ts"])):
+            v["held"], v["held_ts"] = inlet, ts  # a jump no loop makes: held back for a reading
+            self.seen["jump held"] += 1
+            return
         v["held"] = math.nan
         dt = ts - v["ts"]
         v["ts"], v["inlet"] = ts, inlet

@@ -428,7 +428,7 @@ def test_inlet_kernel_matches_reference(readings):
     """Per rack: the inlet averaged over tau_s; its usual inlet follows that average down at once
     and up over inlet_usual_tau_s. A reading without an inlet (NaN, 0 °C or below) or not after the
     rack's last is skipped; so is one more than max(5 °C, 1 °C/s since the last read) from the last
-    reading read, until the next reading confirms it (near it: read) or drops it (near the last)."""
+    reading read, until the next reading confirms it (near it, nearer than the last: read) or drops it."""
     tau, usual_tau = 120.0, 3600.0
     obs, t = [], 1000.0
     for dt, rack, v in readings:
@@ -442,8 +442,8 @@ def test_inlet_kernel_matches_reference(readings):
         last, mean, usual, last_v, held, held_ts = want[int(rack)]
         if not v > 0 or (not math.isnan(last) and ts <= last):
             continue
-        if abs(v - last_v) > max(5.0, ts - last) and not (
-                not math.isnan(held) and abs(v - held) <= max(5.0, ts - held_ts)):
+        confirms = abs(v - held) <= max(5.0, ts - held_ts) and abs(v - held) < abs(v - last_v)  # (NaN: False)
+        if not confirms and abs(v - last_v) > max(5.0, ts - last):
             want[int(rack)][4:] = [v, ts]  # held back
             continue
         held = nan

@@ -197,7 +197,7 @@ class NaiveFit:
         self.held, self.shifts = {}, {}  # rack -> a jump held back (ts, value); its level shifts
         self.seen = {"tau learnt": 0, "R settling": 0, "catch-up": 0, "restart": 0, "proxy inlet": 0,
                      "rack proxy": 0, "rack proxy held": 0, "skipped": 0, "source switch": 0,
-                     "energy repeated": 0, "inlet jump held": 0, "inlet level shift": 0}
+                     "energy repeated": 0, "inlet jump held": 0, "inlet level shift": 0, "no temperature": 0}
 
     def rack_frame(self, frame):
         for ts, r, v in zip(frame.ts, frame.slot, frame.columns["inlet_temp"]):
@@ -205,14 +205,15 @@ class NaiveFit:
             last_ts, last = self.rack.get(r, (-math.inf, math.nan))
             if not 0.0 < v < 1e6 or last_ts > ts:  # (an inlet reads above freezing)
                 continue
-            if abs(v - last) > max(tf_node.INLET_JUMP_C, tf_node.INLET_JUMP_RATE_C_PER_S * (ts - last_ts)):
-                held_ts, held = self.held.pop(r, (math.nan, math.nan))
-                if not abs(v - held) <= max(tf_node.INLET_JUMP_C, tf_node.INLET_JUMP_RATE_C_PER_S * (ts - held_ts)):
-                    self.held[r] = (ts, v)  # a jump no loop makes: held for a reading
-                    self.seen["inlet jump held"] += 1
-                    continue
+            held_ts, held = self.held.get(r, (math.nan, math.nan))
+            if abs(v - held) <= max(tf_node.INLET_JUMP_C, tf_node.INLET_JUMP_RATE_C_PER_S * (ts - held_ts)) \
+                    and abs(v - held) < abs(v - last):  # near the held jump, nearer than the last reading
                 self.shifts[r] = self.shifts.get(r, 0) + 1  # confirmed: the reading is at another level
                 self.seen["inlet level shift"] += 1
+            elif abs(v - last) > max(tf_node.INLET_JUMP_C, tf_node.INLET_JUMP_RATE_C_PER_S * (ts - last_ts)):
+                self.held[r] = (ts, v)  # a jump no loop makes: held for a reading
+                self.seen["inlet jump held"] += 1
+                continue
             self.held.pop(r, None)
             self.rack[r] = (ts, v)
 
@@ -330,6 +331,9 @@ class NaiveFit:
         for m, t in ((tf.CORE, temp), (tf.HBM, hbm)):
             if -50.0 < t < 200.0:
                 self.model(s, tf.G_SIZE + m * tf.M_SIZE, dt, t, power, inlet)
+            else:  # no reading: the next one has no previous temperature (as after a gap)
+                self.seen["no temperature"] += 1
+                s[tf.G_SIZE + m * tf.M_SIZE + tf.M_TPREV] = math.nan
         if -50.0 < temp < 200.0:
             # the node proxy: T less R_nominal times the power filtered through this sample; and
             # how far from steady the node's GPUs were (R_nominal times |P - P_f|)
