@@ -37,13 +37,14 @@ from foreshock import facts
 from foreshock.findings import Finding, Prediction
 from foreshock.frames import Frame
 from foreshock.health import PipelineHealth
+from foreshock.remap import Remap
 from foreshock.topology import Topology
 
 from .alarm import (CODE_NONE, CODE_REFRESH, CODE_WITHDRAW, O_CODE, O_CONF, O_ROW, O_V0, O_WHICH,
                     OUT_SIZE, alarm_step, emit, new_alarm_columns)
 from .base import Detector, add_columns
-from .gpu_inputs import (gpu_inlet, gpu_obs, kernel, new_inlet_states, rack_inlet_obs, reason_bits, reported_core_limit,
-                         update_rack_inlet, upgrade_rack_state)
+from .gpu_inputs import (gpu_inlet, gpu_obs, kernel, new_inlet_states, rack_inlet_obs, reason_bits, relinked_inlet_states,
+                         reported_core_limit, update_rack_inlet, upgrade_rack_state)
 
 # ---- the shared per-GPU feature stream -------------------------------------------------------
 OBS_FIELDS = ("gpu_temp", "hbm_temp", "power", "power_limit", "energy", "sm_clock", "sm_clock_max",
@@ -235,6 +236,13 @@ class _FeatureDetector(Detector):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         super().load_state_dict(state)
         self.stream.s_feat, self.stream.s_rack, self.stream.s_node = self.s_feat, self.s_rack, self.s_node
+
+    def remap_state(self, state: dict[str, Any], remap: Remap) -> dict[str, Any]:
+        """Rows follow their entities; each rack's list of nodes (node indices, for the inlet
+        proxy) is threaded anew for this topology, as the thermal fit's is."""
+        out = super().remap_state(state, remap)
+        out["s_rack"], out["s_node"] = relinked_inlet_states(out["s_rack"], out["s_node"], self.topology)
+        return out
 
     def update(self, frame: Frame) -> list[Finding]:
         if frame.kind == "rack":

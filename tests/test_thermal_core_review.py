@@ -48,6 +48,22 @@ def test_a_state_moved_onto_renumbered_nodes_links_each_rack_for_its_proxy_anew(
     assert np.isfinite(moved.detectors[0].s_rack[0, gi.RACK_PROXY])
 
 
+def test_the_baselines_moved_onto_renumbered_nodes_link_each_rack_anew():
+    """The baselines' feature stream keeps the same rack proxy lists (``_FeatureDetector``): moved
+    onto a topology that lists a host first, its walk never ended either."""
+    old, new = one_rack(["b", "c", "d"]), one_rack(["a", "b", "c", "d"])
+    bank = DetectorBank.from_names(old, ["threshold", "river_hst"], processors=())
+    for t in np.arange(0.0, 300.0, 10.0):
+        bank.update(loaded_gpus(t, old.size("gpu")))
+    moved = DetectorBank.from_names(new, ["threshold", "river_hst"], processors=())
+    fresh = DetectorBank.from_names(new, ["threshold", "river_hst"], processors=())
+    moved.load_state_dict(moved.remap_state(bank.state_dict(), Remap(old, new)))
+    for det, ref in zip(moved.detectors, fresh.detectors):
+        np.testing.assert_array_equal(det.s_rack[:, gi.RACK_NODE0], ref.s_rack[:, gi.RACK_NODE0])
+        np.testing.assert_array_equal(det.s_node[:, gi.NODE_NEXT], ref.s_node[:, gi.NODE_NEXT])
+    moved.update(loaded_gpus(300.0, new.size("gpu")))  # returns (the walk ends)
+
+
 def test_a_bank_restored_between_rack_polls_forecasts_with_the_loops_it_learnt():
     """The site's learnt coolant rise and loop time constant (params, not state) were taken from
     the racks only when a rack frame came: restored between two polls, the thermal and power
