@@ -516,6 +516,23 @@ def _fit_kernel(obs: tuple[np.ndarray, ...], lo: int, hi: int, parents: np.ndarr
 
 
 @kernel
+def sum_rack_gpu_heat(model: np.ndarray, gpus: np.ndarray, gpu_rack: np.ndarray, now: float, stale: float,
+                      heat: np.ndarray, count: np.ndarray) -> None:
+    """Into ``heat`` and ``count`` (per rack, zeroed), the core model's filtered power (``M_PF``) of
+    each GPU of ``gpus`` (whose racks ``gpu_rack`` lists) fitted within ``stale`` of ``now`` with a
+    power above 0, and how many. One pass over the GPUs' rows: gathering the two columns with numpy
+    and counting them cost 0.33 ms a rack frame on 16,384 GPUs, 20 ns per GPU of the bank's tick."""
+    pf = G_SIZE + CORE * M_SIZE + M_PF
+    for i in range(len(gpus)):
+        g = gpus[i]
+        power = model[g, pf]
+        if now - model[g, G_TS] <= stale and power > 0.0:
+            r = gpu_rack[i]
+            heat[r] += power
+            count[r] += 1
+
+
+@kernel
 def repeat_free_runs(slots: np.ndarray, seen: np.ndarray, first_id: int, ends: np.ndarray) -> int:
     """Cut the rows (their ``slots``) into runs in which no GPU appears twice; ``ends[k]`` is the
     end (exclusive) of run ``k``; returns the number of runs. ``seen[slot]`` holds the id of the run
@@ -575,7 +592,7 @@ class ThermalFit:
         self.s_model = new_model_state(n, self.params)
         self.s_rack, self.s_node = new_inlet_states(topology)
         gpu_rack = np.asarray(topology.gpu_rack, dtype=np.int64) if n else np.zeros(0, np.int64)
-        self._in_rack = gpu_rack >= 0
+        self._in_rack = np.flatnonzero(gpu_rack >= 0)  # the GPUs that have a rack, and their racks
         self._gpu_rack = gpu_rack[self._in_rack]
         self._loop_racks = topology.physical_racks
         self.consumers: list[FitConsumer] = []
@@ -625,14 +642,11 @@ class ThermalFit:
         Once per rack frame, over every GPU: their latest power, whichever frames brought it."""
         if not len(obs) or (obs[:, 4] > 0.0).all():
             return obs
-        m = self.s_model
         stale = self.params[P_STALE]
-        power = m[self._in_rack, G_SIZE + CORE * M_SIZE + M_PF]
-        with np.errstate(invalid="ignore"):
-            fresh = (frame_now(obs[:, 0], stale) - m[self._in_rack, G_TS] <= stale) & (power > 0.0)
         n_racks = len(self.s_rack)
-        heat = np.bincount(self._gpu_rack[fresh], weights=power[fresh], minlength=n_racks).astype(np.float64)
-        count = np.bincount(self._gpu_rack[fresh], minlength=n_racks)
+        heat, count = np.zeros(n_racks), np.zeros(n_racks, dtype=np.int64)
+        sum_rack_gpu_heat(self.s_model, self._in_rack, self._gpu_rack, frame_now(obs[:, 0], stale), stale,
+                          heat, count)
         heat[(count == 0) | ~self._loop_racks] = np.nan
         floor = count * self.params[P_LOAD_MIN]
         slot = obs[:, 1].astype(np.int64)

@@ -504,3 +504,30 @@ def test_an_exporter_serving_its_last_collection_again_is_not_a_power_step():
     assert not found, found[0].reason
     fit = bank.detectors[0].fit
     np.testing.assert_allclose(fit.s_model[:, tf.G_PREF], 640.0, rtol=0.1)
+
+
+def naive_rack_gpu_heat(model, gpus, gpu_rack, now, stale, n_racks):
+    """numpy's gather and bincount, the way ``ThermalFit`` summed its racks' GPU heat before the kernel."""
+    power = model[gpus, tf.G_SIZE + tf.CORE * tf.M_SIZE + tf.M_PF]
+    with np.errstate(invalid="ignore"):
+        fresh = (now - model[gpus, tf.G_TS] <= stale) & (power > 0.0)
+    heat = np.bincount(gpu_rack[fresh], weights=power[fresh], minlength=n_racks).astype(np.float64)
+    return heat, np.bincount(gpu_rack[fresh], minlength=n_racks)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.integers(0, 40), st.integers(1, 6))
+def test_rack_gpu_heat_kernel_matches_the_numpy_sum(seed: int, n: int, n_racks: int) -> None:
+    """The racks' GPU heat (a rack without PDU power): fresh and stale GPUs, NaN and negative
+    power, GPUs without a rack, racks without a GPU."""
+    rng = np.random.default_rng(seed)
+    model = tf.new_model_state(n, tf.params_vector({}))
+    model[:, tf.G_TS] = rng.choice([np.nan, 0.0, 700.0, 990.0, 1000.0], n)
+    model[:, tf.G_SIZE + tf.CORE * tf.M_SIZE + tf.M_PF] = rng.choice([np.nan, -5.0, 0.0, 90.0, 640.5], n)
+    racks = rng.integers(-1, n_racks, n)
+    gpus = np.flatnonzero(racks >= 0)
+    heat, count = np.zeros(n_racks), np.zeros(n_racks, dtype=np.int64)
+    tf.sum_rack_gpu_heat(model, gpus, racks[gpus], 1000.0, 300.0, heat, count)
+    want_heat, want_count = naive_rack_gpu_heat(model, gpus, racks[gpus], 1000.0, 300.0, n_racks)
+    np.testing.assert_allclose(heat, want_heat)
+    np.testing.assert_array_equal(count, want_count)
