@@ -20,6 +20,34 @@ URL_HELP = ("dcgm: the dcgm-exporter metrics URL; redfish: NODE=https://BMC[,...
             "(Redfish credentials from FORESHOCK_BMC_USER / FORESHOCK_BMC_PASSWORD).")
 
 
+# the sources that read each of the options several sources share; another source would ignore it
+# (r61: ``--source infiniband --interfaces mlx5_0`` polled every port without a word)
+READ_BY: dict[str, tuple[str, ...]] = {
+    "path": ("replay",),
+    "url": ("dcgm", "redfish", "cdu"),
+    "executable": ("nvidia-smi", "dom", "ethtool"),
+    "root": ("infiniband",),
+    "interfaces": ("dom", "ethtool"),
+}
+# what a source does instead, for the message of an option it does not read
+INSTEAD = {("interfaces", "infiniband"): "polls every port under --root",
+           ("interfaces", "nvidia-smi"): "reads every GPU nvidia-smi lists",
+           ("interfaces", "nvml"): "reads every GPU NVML lists",
+           ("executable", "nvml"): "reads the NVIDIA driver through its library"}
+
+
+def refuse_unread_options(source: str, **given: str | None) -> None:
+    """A click.UsageError naming the first of ``given`` (options by parameter name, None when not
+    given: they all default to None) that ``source`` does not read, rather than ignoring it."""
+    for name, value in given.items():
+        readers = READ_BY[name]
+        if value is None or source in readers:
+            continue
+        sources = " / ".join(f"--source {reader}" for reader in readers)
+        instead = INSTEAD.get((name, source), "does not read it")
+        raise click.UsageError(f"--{name} is read by {sources} only; --source {source} {instead}")
+
+
 def open_source(source: str, path: str | None, url: str | None, executable: str | None, root: str | None,
             interfaces: str | None, interval: float | None, polls: int | None, host: str | None,
             speed: float | None, now: bool, gpus: int, scenario: str, seed: int, duration: float | None,
@@ -28,6 +56,7 @@ def open_source(source: str, path: str | None, url: str | None, executable: str 
     frames, `record` writes them to a recording folder. A live source numbers its entities by
     the topology file at ``topology_path`` when given (its entity names must be the file's), else
     by one it derives from what it reads."""
+    refuse_unread_options(source, path=path, url=url, executable=executable, root=root, interfaces=interfaces)
     topology = None
     if topology_path is not None:
         if source in ("replay", "simulator"):
@@ -161,6 +190,8 @@ def command(source: str, kafka: str | None, user: str | None, password: str | No
     from foreshock.streams.kafka_config import KafkaConnectError, check_broker
     from foreshock.streams.kafka_topics import Topics
 
+    # a misplaced option is told before the broker is reached (open_source checks again, for record and watch)
+    refuse_unread_options(source, path=path, url=url, executable=executable, root=root, interfaces=interfaces)
     settings = settings_from(kafka, user, password)
     try:
         check_broker(settings)
