@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import click
 
+from foreshock.guard import MAX_AHEAD_S
+
 from .kafka_options import kafka_options, settings_from
 
 
@@ -31,7 +33,7 @@ from .kafka_options import kafka_options, settings_from
               help="all: detection and the incident stage; detect / incidents: one of them, in the consumer "
                    "group GROUP.detect / GROUP.incidents (run detect workers plus an incidents worker, so the "
                    "incident stage does not slow one worker's detection; never mix with all-role workers).")
-@click.option("--max-clock-ahead", "max_clock_ahead", type=click.FloatRange(min=0), default=900.0, show_default=True,
+@click.option("--max-clock-ahead", "max_clock_ahead", type=click.FloatRange(min=0), default=MAX_AHEAD_S, show_default=True,
               help="Refuse rows stamped more seconds ahead of this host's clock (counted as future_timestamp): a "
                    "sending host with a wrong clock would otherwise blind its entities for as long once it is put "
                    "right. 'inf' for no limit, for a simulation published faster than real time.")

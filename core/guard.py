@@ -11,7 +11,7 @@ sets aside (``PipelineHealth.problem``) — nothing disappears silently:
 - ``future_timestamp``: further ahead of the receiver's clock than ``max_ahead_s`` (where one is
   given: ``foreshock watch`` and the Kafka workers, whose agents stamp rows with their own hosts'
   clocks); without one (a replay, an evaluation, a simulation: no wall clock to go by), further
-  than :data:`STREAM_AHEAD_S` ahead of the stream's own present (:meth:`InputGuard.stream_present`).
+  than :data:`MAX_AHEAD_S` ahead of the stream's own present (:meth:`InputGuard.stream_present`).
   Accepted, such a row would have set the entity's last timestamp hours (or years) ahead, and
   every later row of it would have been refused as out of order for as long — kept so by the
   checkpoints across restarts;
@@ -62,12 +62,12 @@ PARK_FOR_S = 24 * 3600.0
 """How long (telemetry time) a displaced board's state stays parked (:meth:`InputGuard.follow_boards`):
 a GPU reseated within a day finds its own state again; a board back from repair, or after longer,
 starts afresh."""
-STREAM_AHEAD_S = 900.0
-"""How far (s) a row may lie ahead of its stream's present where no wall clock bounds it (an
-:class:`InputGuard` without ``max_ahead_s``) before it is refused (``future_timestamp``): the 15
-minutes the live modes allow ahead of the wall clock (the Kafka workers' ``--max-clock-ahead``,
-``streams.dcgm.MAX_AHEAD_S``, ``detectors.bank.PROCESSORS_SLACK_S``): a clock that far ahead is
-wrong, not slightly off."""
+MAX_AHEAD_S = 900.0
+"""How far (s) a row may lie ahead of the present before its clock is taken as wrong, not
+slightly off, and the row refused (``future_timestamp``): ahead of the wall clock where one is
+given (``foreshock watch``'s guard; the Kafka workers' default ``--max-clock-ahead``), ahead of the
+stream's own present where none is (an :class:`InputGuard` without ``max_ahead_s``: replay,
+evaluate), and for a dcgm line, ahead of its scrape (``streams.dcgm``). The one bound for all."""
 
 
 class BoardSwap(NamedTuple):
@@ -229,7 +229,7 @@ class InputGuard:
 
     ``max_ahead_s``: refuse rows stamped further ahead of ``clock()`` (``future_timestamp``);
     None (or infinite): no wall-clock limit (a replay or a simulation runs ahead of the wall clock
-    by design), but rows further than :data:`STREAM_AHEAD_S` ahead of the stream's own present
+    by design), but rows further than :data:`MAX_AHEAD_S` ahead of the stream's own present
     are refused (:meth:`stream_present`)."""
 
     def __init__(self, topology: Topology, health: PipelineHealth, stage: str = "guard",
@@ -308,13 +308,13 @@ class InputGuard:
         if self.max_ahead_s is not None and np.isfinite(self.max_ahead_s):
             return self.clock() + self.max_ahead_s, np.nan
         present = self.stream_present(frame)
-        return (present + STREAM_AHEAD_S if np.isfinite(present) else np.inf), present
+        return (present + MAX_AHEAD_S if np.isfinite(present) else np.inf), present
 
     def stream_present(self, frame: Frame) -> float:
         """The present of ``frame``'s stream, where no wall clock bounds its rows: the newest lower
         median stamp of its kind's frames, this one's included (kept as the kind's clock). A few
         stray rows (a GPU's row stamped in 2100, or in milliseconds) cannot move the lower median
-        of a frame of many, so they lie ahead of it and are refused (:data:`STREAM_AHEAD_S`),
+        of a frame of many, so they lie ahead of it and are refused (:data:`MAX_AHEAD_S`),
         while a whole frame stamped hours ahead (a recording's gap) moves it and is taken. The
         kind's clock only widens the limit: rows of a frame whose median lags (most of its rows
         late) are no further ahead of the stream than its newest frames.
@@ -615,7 +615,7 @@ class InputGuard:
                     f"{self.max_ahead_s:g} s): the sending host's clock is wrong (NTP), or its source runs faster "
                     "than real time")
         return (f"{frame.kind} frame, rows up to {newest - present:.0f} s ahead of the stream's present (the "
-                f"newest median stamp of its frames; limit {STREAM_AHEAD_S:g} s, no wall clock in this run): "
+                f"newest median stamp of its frames; limit {MAX_AHEAD_S:g} s, no wall clock in this run): "
                 "stamped by a wrong clock (a year off, or in another unit); refused, or every later row of their "
                 "entity would have been refused as out of order")
 

@@ -15,7 +15,7 @@ import numpy as np
 from foreshock.health import PipelineHealth
 from foreshock.findings import BOARD_FOLLOWED, Finding, Prediction
 from foreshock.frames import Frame
-from foreshock.guard import BoardSwap
+from foreshock.guard import MAX_AHEAD_S, BoardSwap
 from foreshock.remap import Remap
 from foreshock.topology import Topology
 
@@ -61,11 +61,10 @@ def run_processors(processors: Sequence[FindingProcessor], findings: Sequence[Fi
     return seen[len(findings):]
 
 
-PROCESSORS_SLACK_S = 900.0
+PROCESSORS_SLACK_S = MAX_AHEAD_S
 """How far past a frame's median stamp its latest may lie and still be the processors' "now"
 (:func:`~foreshock.detectors.gpu_inputs.frame_now`): a frame of one tick spans seconds, one of a
-Kafka bundle a linger; a row further ahead has a wrong clock (the live input guard's
-``max_ahead_s`` is the same 15 minutes)."""
+Kafka bundle a linger; a row further ahead has a wrong clock (the input guard's bound)."""
 
 
 def follow_predictions(swap: BoardSwap, active: Iterable[Prediction], gpu_name: Callable[[int], str]) -> list[Prediction]:

@@ -52,6 +52,7 @@ import numpy as np
 
 from foreshock.fields import field_names, source_index, source_preference
 from foreshock.frames import Frame
+from foreshock.guard import MAX_AHEAD_S
 from foreshock.health import PipelineHealth
 from foreshock.topology import UNKNOWN, Topology
 
@@ -77,12 +78,10 @@ cluster whose nodes come and go under new hostnames (autoscaling, recycled node 
 grow its topology, state and /metrics without end. Measured on a monotonic clock
 (``DcgmScrapeSource.silence_clock``), not the wall clock the rows are stamped with."""
 
-MAX_AHEAD_S = 900.0
-"""Seconds a line's own timestamp may run ahead of the scrape time before the line is refused
-(``future timestamp``): a GPU's row takes the newest stamp of its lines, and the source leaves out
-every later row no newer than the last it read, so one line stamped in microseconds (a year ahead
-in milliseconds) hid its GPU for good. The Kafka workers' default ``--max-clock-ahead``, which
-``foreshock watch``'s input guard takes too: a clock that far ahead is wrong, not slightly off."""
+# A line stamped more than the guard's MAX_AHEAD_S past its scrape is refused (``future
+# timestamp``): a GPU's row takes the newest stamp of its lines, and the source leaves out every
+# later row no newer than the last it read, so one line stamped in microseconds (a year ahead in
+# milliseconds) hid its GPU for good.
 
 STAMP_DIGITS = 19
 """Most digits of a line's timestamp: Prometheus stamps are int64 milliseconds (19 digits at most).

@@ -60,6 +60,7 @@ from aiokafka.structs import TopicPartition
 from foreshock.detectors.bank import DetectorBank
 from foreshock.exporters.store import FindingStore
 from foreshock.findings import finding_to_json
+from foreshock.guard import MAX_AHEAD_S
 from foreshock.health import PipelineHealth
 from foreshock.topology import Topology
 
@@ -95,7 +96,7 @@ class WorkerConfig:
     role: str = "all"  # "all", "detect" (and route_json) or "incidents": see the module docstring
     # rows stamped further ahead of this host's clock are refused (the sending host's clock is
     # wrong); inf: no limit, for a simulation published faster than real time
-    max_clock_ahead_s: float = 900.0
+    max_clock_ahead_s: float = MAX_AHEAD_S
 
     def __post_init__(self) -> None:
         if self.role not in ROLES:

@@ -10,7 +10,7 @@ import pytest
 
 from foreshock.detectors.bank import DetectorBank
 from foreshock.frames import Frame
-from foreshock.guard import STREAM_AHEAD_S, InputGuard
+from foreshock.guard import MAX_AHEAD_S, InputGuard
 from foreshock.health import PipelineHealth
 from foreshock.remap import Remap
 from foreshock.streams.embedded import EmbeddedPipeline
@@ -31,7 +31,7 @@ def rows_of(frame: Frame, slot: int) -> int:
     return int((frame.slot == slot).sum())
 
 
-@pytest.mark.parametrize("stray", [YEAR_2100, T0 + 1e9, T0 + 2 * STREAM_AHEAD_S])
+@pytest.mark.parametrize("stray", [YEAR_2100, T0 + 1e9, T0 + 2 * MAX_AHEAD_S])
 def test_a_stray_row_far_ahead_is_refused_and_its_gpu_reads_on(small_topology, stray, caplog):
     """On HEAD: the stray was kept, and GPU 3's 39 later rows were refused as out of order."""
     pipeline = EmbeddedPipeline(small_topology, DetectorBank.from_names(small_topology, ["thermal"], processors=()))
@@ -140,10 +140,10 @@ def test_a_wall_clock_limit_alone_holds_live_rows(small_topology):
     """Where ``max_ahead_s`` is given (live), rows are held to the wall clock only, as before, and
     the state keeps no stream present (a worker rolled back still reads its checkpoint)."""
     health = PipelineHealth()
-    guard = InputGuard(small_topology, health, max_ahead_s=STREAM_AHEAD_S, clock=lambda: T0 + 3600.0)
+    guard = InputGuard(small_topology, health, max_ahead_s=MAX_AHEAD_S, clock=lambda: T0 + 3600.0)
     frame = gpu_frame(small_topology, T0)
-    frame.ts[3] = T0 + 2 * STREAM_AHEAD_S  # far ahead of its frame, but not of the wall clock
-    frame.ts[4] = T0 + 3600.0 + 2 * STREAM_AHEAD_S  # ahead of the wall clock
+    frame.ts[3] = T0 + 2 * MAX_AHEAD_S  # far ahead of its frame, but not of the wall clock
+    frame.ts[4] = T0 + 3600.0 + 2 * MAX_AHEAD_S  # ahead of the wall clock
     clean = guard.check(frame)
     assert 3 in clean.slot and 4 not in clean.slot
     assert health.problems[("guard", "future_timestamp")] == 1
