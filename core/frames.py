@@ -27,6 +27,18 @@ def in_time_order(ts: np.ndarray, ids: np.ndarray) -> bool:
     return len(ts) < 2 or bool(np.all((ts[1:] > ts[:-1]) | ((ts[1:] == ts[:-1]) & (ids[1:] >= ids[:-1]))))
 
 
+def median_stamp(ts: np.ndarray) -> float | None:
+    """The lower median of the finite stamps in ``ts`` (None where there is none): always a row's
+    own stamp (of two rows, the older), and one a few stray rows cannot move (a clock read as epoch
+    zero, milliseconds among seconds), as they move the earliest or the latest. A frame's time for
+    the input guard's stream present and for a paced replay."""
+    stamps = ts if np.isfinite(ts).all() else ts[np.isfinite(ts)]
+    if not len(stamps):
+        return None
+    mid = (len(stamps) - 1) // 2
+    return float(np.partition(stamps, mid)[mid])
+
+
 class FrameError(ValueError):
     """A frame or its encoding is malformed; the message says what is wrong."""
 

@@ -44,7 +44,7 @@ from typing import Any, Callable, Iterator, NamedTuple, Tuple
 import numpy as np
 
 from .fields import field_names, get_field, valid_bounds
-from .frames import Frame
+from .frames import Frame, median_stamp
 from .health import PipelineHealth
 from .numba_config import jit
 from .remap import HARDWARE_KINDS, Remap, saved_slots, take_rows
@@ -326,14 +326,10 @@ class InputGuard:
         GPUs' limit. A frame whose rows span more than twice the limit (a window of an hour) would
         have its latest rows refused: the recordings, the simulator and the agents give a sampling
         interval's rows per frame."""
-        ts = frame.ts
-        finite = np.isfinite(ts)
-        stamps = ts if finite.all() else ts[finite]
         clock = self.s_stream_clock[frame.kind]
-        if not len(stamps):
+        median = median_stamp(frame.ts)
+        if median is None:
             return clock
-        mid = (len(stamps) - 1) // 2  # the lower median: a row's own stamp (of two rows, the older)
-        median = float(np.partition(stamps, mid)[mid])
         if median > clock:
             self.s_stream_clock[frame.kind] = clock = median
         return clock

@@ -14,7 +14,7 @@ from typing import Iterable, Iterator, Protocol
 
 import numpy as np
 
-from foreshock.frames import Frame
+from foreshock.frames import Frame, median_stamp
 from foreshock.recording import Recording
 from foreshock.topology import Topology
 
@@ -40,27 +40,15 @@ milliseconds, jump by years. It is logged and the pacing starts again from that 
 TOLD_GAPS = 5  # gaps and jumps logged one by one; past that, they are only waited or skipped
 
 
-def pace_stamp(ts: np.ndarray) -> float | None:
-    """The telemetry time a frame is paced by: the lower median of its finite stamps (None where
-    it has none). A stray row or a few (a clock not set: epoch zero; milliseconds among seconds)
-    cannot move it, as they moved the earliest stamp: one row stamped 0 in the first frame made
-    every later frame due 1.7e9 / speed seconds on (as ``InputGuard.stream_present`` reads a
-    frame's present)."""
-    finite = ts[np.isfinite(ts)]
-    if not len(finite):
-        return None
-    mid = (len(finite) - 1) // 2
-    return float(np.partition(finite, mid)[mid])
-
-
 def paced(frames: Iterable[Frame], speed: float | None, stop: threading.Event | None = None,
           window: float | None = None) -> Iterator[Frame]:
     """Yield frames no faster than ``speed`` x real time (``None`` = as fast as possible).
 
     Pacing follows the telemetry timestamps: a frame is released when wall time since the
-    pacing's start reaches (its time - the start frame's) / speed, a frame's time being
-    :func:`pace_stamp` (finite stamps only: one row stamped -inf made the start -inf and the next
-    wait infinite; a frame with no finite stamp is released at once; the guard counts such rows).
+    pacing's start reaches (its time - the start frame's) / speed, a frame's time being its
+    lower-median stamp (:func:`~foreshock.frames.median_stamp`: finite stamps only, one row
+    stamped -inf made the start -inf and the next wait infinite, and one stamped 0 every wait
+    1.7e9 / speed s; a frame with no finite stamp is released at once; the guard counts such rows).
     A gap longer than :data:`PACE_GAP_WINDOWS` ``window`` s (:data:`PACE_GAP_S` without one) is
     waited out as recorded, and logged; a frame more than :data:`PACE_JUMP_S` ahead of or behind
     the latest so far (a frame of strays only, a clock read as epoch zero) is released at once and
@@ -74,7 +62,7 @@ def paced(frames: Iterable[Frame], speed: float | None, stop: threading.Event | 
     for frame in frames:
         if stop is not None and stop.is_set():
             return
-        ts0 = pace_stamp(frame.ts) if speed and len(frame) else None
+        ts0 = median_stamp(frame.ts) if speed and len(frame) else None
         if speed and ts0 is not None:
             ahead = ts0 - latest
             if start_ts is not None and (ahead > gap or -ahead > PACE_JUMP_S):  # (a frame a little late: the guard's)
