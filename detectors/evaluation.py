@@ -406,7 +406,6 @@ def run_recording(recording: Recording, sets: Sequence[str],
     # a finding names its detector; route it to every set that holds that detector
     sets_of = {det.name: [s for s in sets if n in set_members(s)] for n, det in zip(names, detectors)}
     bank = DetectorBank(topo, detectors)
-    guard = InputGuard(topo, health)
     score_logs: dict[str, list[ScoreLog]] = {s: [] for s in sets}
     if log_scores:
         for det in detectors:
@@ -425,15 +424,11 @@ def run_recording(recording: Recording, sets: Sequence[str],
     wall0 = time.perf_counter()
     first = last = math.nan
     fed = tuple(k for k in bank.kinds if telemetry is None or k in telemetry)
-    swaps = _BoardSwaps(bank, guard)
-    for frame in aligned_frames(recording, fed, window_s):
-        clean = guard.check(frame)
-        if not len(clean):
-            continue
+    for clean, findings in guarded_updates(recording, bank, fed, health, window_s):
         samples += len(clean)
         if clean.kind == "gpu":
             onsets.add(clean)
-        for f in swaps.update(clean):
+        for f in findings:
             for s in sets_of.get(getattr(f, "detector", ""), ()):
                 found[s].append(f)
         t_hi = float(clean.ts[-1])
@@ -458,6 +453,20 @@ def run_recording(recording: Recording, sets: Sequence[str],
     return RunResult(recording, found, recording.events(), start, end, time.perf_counter() - wall0,
                      samples, traces, health, onsets.finish(), {s: v for s, v in score_logs.items() if v},
                      fed_kinds, incident_fed, window_s)
+
+
+def guarded_updates(recording: Recording, bank: DetectorBank, kinds: Iterable[str], health: PipelineHealth,
+                    window_s: float | None = None) -> Iterator[tuple[Frame, list[Finding]]]:
+    """``bank`` fed ``recording``'s frames of ``kinds`` as the pipeline feeds its detectors: each
+    frame through a fresh input guard (what it sets aside counted in ``health``) and the board-swap
+    handling (:class:`_BoardSwaps`). Per frame the guard let a row of: that clean frame and what
+    the bank found in it. What ``evaluate`` runs, and ``foreshock train`` to take its features."""
+    guard = InputGuard(recording.topology, health)
+    swaps = _BoardSwaps(bank, guard)
+    for frame in aligned_frames(recording, kinds, window_s):
+        clean = guard.check(frame)
+        if len(clean):
+            yield clean, swaps.update(clean)
 
 
 class _BoardSwaps:

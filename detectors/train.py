@@ -30,14 +30,13 @@ from typing import Any, Callable, ClassVar, Iterator, Sequence
 import numpy as np
 
 from foreshock.findings import Finding
-from foreshock.guard import InputGuard
 from foreshock.health import PipelineHealth
 from foreshock.recording import Recording
 from foreshock.topology import Topology
 
 from .bank import DetectorBank
 from .baselines import FEATURES, ScoredBaseline, save_model
-from .evaluation import EVENT_KINDS, _BoardSwaps, aligned_frames, episodes
+from .evaluation import EVENT_KINDS, episodes, guarded_updates
 
 
 @dataclass
@@ -123,15 +122,9 @@ def guarded_features(rec: Recording) -> Iterator[tuple[np.ndarray, np.ndarray, f
     latest timestamp the guard has passed so far (of any kind fed)."""
     tap = _FeatureTap(rec.topology)
     bank = DetectorBank(rec.topology, [tap])
-    guard = InputGuard(rec.topology, PipelineHealth())
-    swaps = _BoardSwaps(bank, guard)
     last = -math.inf
-    for frame in aligned_frames(rec, tuple(bank.kinds)):
-        clean = guard.check(frame)
-        if not len(clean):
-            continue
+    for clean, _ in guarded_updates(rec, bank, tuple(bank.kinds), PipelineHealth()):
         last = max(last, float(clean.ts[-1]))
-        swaps.update(clean)
         for obs, x in tap.taken:
             yield obs, x, last
         tap.taken.clear()
