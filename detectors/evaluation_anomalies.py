@@ -76,10 +76,9 @@ def score_cooling(result: "RunResult", window_s: float = WINDOW_S) -> dict[str, 
             first_throttle[e.fault_id] = min(first_throttle.get(e.fault_id, np.inf), e.time)
     out: dict[str, Any] = {"window_s": window_s, "detectors": {}}
     for set_name, findings in result.findings.items():
-        flags = _flag_times(findings, topo, COOLING_DETECTOR)
-        if not flags and not _ran(set_name, COOLING_DETECTOR):
+        starts = _flag_starts(findings, topo, COOLING_DETECTOR)  # its first flag, and any after a lapse
+        if not starts and not _ran(set_name, COOLING_DETECTOR):
             continue  # a set without the detector (the baselines): nothing to score
-        starts = _flag_starts(findings, topo, COOLING_DETECTOR)
         by_fault: dict[str, Any] = {}
         for fault_type, kind in SCORED_FAULTS.items():
             judged = [e for e in onsets if e.fault_type == fault_type and e.time + window_s <= result.end]
@@ -104,7 +103,7 @@ def score_cooling(result: "RunResult", window_s: float = WINDOW_S) -> dict[str, 
                 "lead_before_throttle_min_s": round(min(leads), 1) if leads else None,
                 "missed": missed[:10],
             }
-        unexplained = sorted(name for (kind, name), times in flags.items()
+        unexplained = sorted(name for (kind, name), times in starts.items()
                              if not _explained(kind, name, times[0], onsets, topo))
         tim, fan = by_fault["tim_degradation"], by_fault["fan_failure"]
         out["detectors"][set_name] = {
@@ -112,7 +111,7 @@ def score_cooling(result: "RunResult", window_s: float = WINDOW_S) -> dict[str, 
             "tim_lead_before_throttle_median_s": tim["lead_before_throttle_median_s"],
             "fan_flagged": f"{fan['flagged']} of {fan['faults']}",
             "fan_lead_before_throttle_median_s": fan["lead_before_throttle_median_s"],
-            "flagged_entities": len(flags),
+            "flagged_entities": len(starts),
             "unexplained_flags": len(unexplained),
             "unexplained": unexplained[:10],
             "by_fault": by_fault,
@@ -139,10 +138,9 @@ def score_straggler(result: "RunResult", window_s: float = SLOWDOWN_WINDOW_S) ->
             slowdowns.append(e)
     out: dict[str, Any] = {"window_s": window_s, "detectors": {}}
     for set_name, findings in result.findings.items():
-        flags = _flag_times(findings, topo, STRAGGLER_DETECTOR)
-        if not flags and not _ran(set_name, STRAGGLER_DETECTOR):
+        starts = _flag_starts(findings, topo, STRAGGLER_DETECTOR)  # its first flag, and any after a lapse
+        if not starts and not _ran(set_name, STRAGGLER_DETECTOR):
             continue
-        starts = _flag_starts(findings, topo, STRAGGLER_DETECTOR)
         per_type: dict[str, dict[str, list[Any]]] = {}
         for e in slowdowns:
             fault = by_id[e.fault_id]
@@ -164,14 +162,14 @@ def score_straggler(result: "RunResult", window_s: float = SLOWDOWN_WINDOW_S) ->
                            "lead_median_s": _median(m["leads"]), "delay_median_s": _median(m["delays"]),
                            "missed": m["missed"][:10]}
             judged, found, ahead = judged + len(m["judged"]), found + n_found, ahead + len(m["leads"])
-        unexplained = sorted(name for (kind, name), times in flags.items()
+        unexplained = sorted(name for (kind, name), times in starts.items()
                              if not _explained(kind, name, times[0], onsets, topo))
         out["detectors"][set_name] = {
             "slowdowns": judged,
             "pacer_flagged": found,
             "recall": round(found / judged, 4) if judged else None,
             "flagged_ahead": ahead,
-            "flagged_gpus": len(flags),
+            "flagged_gpus": len(starts),
             "unexplained_flags": len(unexplained),
             "unexplained": unexplained[:10],
             "by_fault": by_fault,
@@ -201,15 +199,6 @@ def _ran(set_name: str, detector: str) -> bool:
         return detector in set_members(set_name)
     except ValueError:
         return False
-
-
-def _flag_times(findings: list[Finding], topo: Any, detector: str) -> dict[tuple[str, str], list[float]]:
-    """(entity kind, name) -> every time ``detector`` raised or refreshed a flag on it, in order."""
-    times: dict[tuple[str, str], list[float]] = {}
-    for f in findings:
-        if isinstance(f, Anomaly) and f.detector == detector:
-            times.setdefault((f.entity_kind, topo.name(f.entity_kind, f.slot)), []).append(f.ts)
-    return {key: sorted(ts) for key, ts in times.items()}
 
 
 def _flag_starts(findings: list[Finding], topo: Any, detector: str) -> dict[tuple[str, str], list[float]]:
