@@ -22,11 +22,12 @@ HTTPS with HTTP basic authentication. Per node, every chassis listed under
 Which resources a node's chassis have is discovered at its first poll and remembered; a node
 whose BMC later fails is discovered again. Nodes are polled in parallel (a BMC takes 0.1–2 s
 per request), and a poll waits for them at most its interval (or a little more than one
-request's ``timeout``, if longer): a BMC still answering then is counted (``BMC answer too
-slow``), its row is taken at the first poll after it answered, and it is not asked again
-meanwhile. One request may take ``timeout`` seconds in all and bring at most
-:data:`MAX_ANSWER_BYTES` (urllib's timeout bounds each socket operation only: a BMC sending a
-byte at a time held the poll for minutes). Every failure is counted in
+request's ``timeout``, if longer): a BMC still answering then is cut short and counted
+(``BMC answer too slow``), its connection closed, so that no thread is left reading it once
+the poll has returned. One request may take ``timeout`` seconds in all, from connecting to
+the body's last byte, and bring at most :data:`MAX_ANSWER_BYTES` (urllib's timeout bounds each
+socket operation only: a BMC sending its headers or body a byte at a time held its thread for
+hours). Every failure is counted in
 :class:`~foreshock.health.PipelineHealth` under stage ``redfish`` with the node named (an
 unreachable BMC, refused credentials, an HTTP error, a body that is not JSON or not a JSON
 object, a fan reading that is not a number or out of range, an answer the code did not expect)
@@ -47,9 +48,12 @@ Usage (one BMC per node; credentials from the environment, never the command lin
 from __future__ import annotations
 
 import base64
+import http.client
+import io
 import json
 import math
 import os
+import socket
 import ssl
 import threading
 import time
@@ -57,7 +61,8 @@ import urllib.error
 import urllib.request
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
-from typing import Any, Callable, Generic, Mapping, Sequence, TypeVar
+from functools import partial
+from typing import Any, Callable, Generic, Mapping, Sequence, TypeVar, cast
 from urllib.parse import urlparse
 
 import numpy as np
@@ -296,26 +301,164 @@ def _origin(url: str) -> tuple[str, str, int] | None:
     return scheme, (parsed.hostname or "").lower(), port or {"http": 80, "https": 443}.get(scheme, 0)
 
 
+class _AnswerLate(Exception):
+    """A BMC's answer (status line, headers or body) not whole by its request's deadline;
+    ``received`` is how many bytes had come. Not an OSError: http.client and urllib pass it on
+    as it is, where they would have made a socket error "unreachable"."""
+
+    def __init__(self, received: int) -> None:
+        super().__init__(f"{received} bytes received by the deadline")
+        self.received = received
+
+
+def _time_left(deadline: float) -> float:
+    """Seconds to ``deadline`` (time.monotonic()); :class:`_AnswerLate` (nothing read) when none is left."""
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise _AnswerLate(0)
+    return left
+
+
+class _DeadlineReader(io.RawIOBase):
+    """The reading end of a connected socket whose every read ends by ``deadline``: it waits at
+    most the time left, and none starts after it. http.client reads the status line and headers
+    with readline, one read per byte of a BMC dripping them, so a timeout per read never ended
+    it: only a deadline over all of them does."""
+
+    def __init__(self, sock: socket.socket, deadline: float) -> None:
+        super().__init__()
+        self._sock = sock
+        self._raw = sock.makefile("rb", buffering=0)  # holds the socket open until the answer is read
+        self._deadline = deadline
+        self.received = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int | None:
+        left = self._deadline - time.monotonic()
+        if left <= 0:
+            raise _AnswerLate(self.received)
+        self._sock.settimeout(left)
+        try:
+            got = self._raw.readinto(buffer)
+        except TimeoutError:  # the only timeout set is the time left
+            raise _AnswerLate(self.received) from None
+        self.received += got or 0
+        return got
+
+    def close(self) -> None:
+        if not self.closed:
+            self._raw.close()
+        super().close()
+
+
+class _DeadlineSocket:
+    """A connected socket as http.client uses it (send the request, make the file the answer is
+    read from, close), its reads ending by ``deadline`` (:class:`_DeadlineReader`) and its
+    sending by it too."""
+
+    def __init__(self, sock: socket.socket, deadline: float) -> None:
+        self._sock = sock
+        self._deadline = deadline
+
+    def sendall(self, data: bytes) -> None:
+        self._sock.settimeout(_time_left(self._deadline))
+        self._sock.sendall(data)
+
+    def makefile(self, mode: str = "rb", *args: Any, **kwargs: Any) -> io.BufferedReader:
+        if mode != "rb":
+            raise ValueError(f"a BMC's answer is read as bytes, not opened {mode!r}")
+        return io.BufferedReader(_DeadlineReader(self._sock, self._deadline))
+
+    def __getattr__(self, name: str) -> Any:  # close, fileno, setsockopt...: the socket's own
+        return getattr(self._sock, name)
+
+
+class _DeadlineConnection(http.client.HTTPConnection):
+    """An HTTP connection made, and read, by ``deadline``: connecting (and a TLS handshake) may
+    take the time left, and every read of the answer ends by it (:class:`_DeadlineSocket`)."""
+
+    def __init__(self, *args: Any, deadline: float, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.deadline = deadline
+        self._create_connection = self._connect_by_deadline
+
+    def _connect_by_deadline(self, address: tuple[str, int], timeout: Any = None,
+                             source_address: tuple[str, int] | None = None) -> socket.socket:
+        sock = socket.create_connection(address, _time_left(self.deadline), source_address)
+        sock.settimeout(_time_left(self.deadline))  # what is left, for a TLS handshake
+        return sock
+
+    def connect(self) -> None:
+        super().connect()
+        # duck-typed: http.client only sends through it, makes its file from it and closes it
+        self.sock = cast(socket.socket, _DeadlineSocket(self.sock, self.deadline))
+
+
+class _DeadlineHTTPSConnection(_DeadlineConnection, http.client.HTTPSConnection):
+    """:class:`_DeadlineConnection` over TLS (the socket is wrapped before it is made a deadline's)."""
+
+
+class _DeadlineRequest(urllib.request.Request):
+    """A request whose whole answer must be in by ``deadline`` (time.monotonic())."""
+
+    def __init__(self, url: str, headers: Mapping[str, str], deadline: float, **kwargs: Any) -> None:
+        super().__init__(url, headers=dict(headers), **kwargs)
+        self.deadline = deadline
+
+
+def _deadline_of(req: urllib.request.Request) -> float:
+    if isinstance(req, _DeadlineRequest):
+        return req.deadline
+    return time.monotonic() + (req.timeout or 10.0)  # not one of ours: its timeout, over the whole answer
+
+
+class _DeadlineHTTPHandler(urllib.request.HTTPHandler):
+    """Opens ``http://`` requests on deadline-bound connections (:class:`_DeadlineConnection`)."""
+
+    def http_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
+        return self.do_open(partial(_DeadlineConnection, deadline=_deadline_of(req)), req)
+
+
+class _DeadlineHTTPSHandler(urllib.request.HTTPSHandler):
+    """Opens ``https://`` requests on deadline-bound connections (:class:`_DeadlineHTTPSConnection`), verified by ``context``."""
+
+    def __init__(self, context: ssl.SSLContext | None) -> None:
+        super().__init__(context=context)
+        self.tls = context
+
+    def https_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
+        return self.do_open(partial(_DeadlineHTTPSConnection, deadline=_deadline_of(req)), req, context=self.tls)
+
+
 class _SameOriginRedirects(urllib.request.HTTPRedirectHandler):
     """Follows a BMC's redirects within its own origin only: urllib's own handler copies the
     ``Authorization`` header onto a redirect to any host, over plain HTTP too, so one bad BMC
-    would collect the fleet's shared credentials."""
+    would collect the fleet's shared credentials. The redirected request keeps the deadline of
+    the one it follows: a chain of redirects is one request's time."""
 
     def redirect_request(self, req: urllib.request.Request, fp: Any, code: int, msg: str, headers: Any,
                          newurl: str) -> urllib.request.Request | None:
         if _origin(newurl) != _origin(req.full_url):
             fp.close()
             raise RedfishError(REDIRECTED_AWAY, f"{req.full_url} -> HTTP {code} to {newurl}")
-        return super().redirect_request(req, fp, code, msg, headers, newurl)
+        new = super().redirect_request(req, fp, code, msg, headers, newurl)
+        if new is None:
+            return None
+        return _DeadlineRequest(new.full_url, new.headers, _deadline_of(req), origin_req_host=new.origin_req_host,
+                                unverifiable=new.unverifiable, method=new.get_method())
 
 
 class BmcClient:
     """GETs Redfish paths from one BMC as JSON, with basic auth; every failure is a :class:`RedfishError`.
 
     Only paths on the BMC itself are fetched, and redirects followed within its origin only (the
-    credentials go with every request). A request takes at most ``timeout`` seconds in all and
-    brings at most :data:`MAX_ANSWER_BYTES`: urllib's timeout bounds each socket operation, so a
-    BMC answering a byte at a time was never timed out."""
+    credentials go with every request). A request takes at most ``timeout`` seconds in all, its
+    connecting, status line, headers and body together, and no longer than the poll it is made
+    for waits (:func:`poll_deadline`); it brings at most :data:`MAX_ANSWER_BYTES`. urllib's
+    timeout bounds each socket operation only: a BMC sending its answer, or its headers, a byte
+    at a time was never timed out."""
 
     def __init__(self, base_url: str, user: str | None = None, password: str | None = None, timeout: float = 10.0,
                  context: ssl.SSLContext | None = None) -> None:
@@ -326,7 +469,8 @@ class BmcClient:
         self.path = parsed.path  # where the URL points inside the service (a CDU's resource), if anywhere
         self.timeout = timeout
         self.context = context
-        self.opener = urllib.request.build_opener(urllib.request.HTTPSHandler(context=context), _SameOriginRedirects)
+        self.opener = urllib.request.build_opener(_DeadlineHTTPHandler(), _DeadlineHTTPSHandler(context),
+                                                  _SameOriginRedirects)
         self.headers = {"Accept": "application/json", "OData-Version": "4.0"}
         if user is not None:
             token = base64.b64encode(f"{user}:{password or ''}".encode()).decode()
@@ -342,11 +486,14 @@ class BmcClient:
 
     def get(self, path: str) -> Any:
         url = self.url(path)
-        request = urllib.request.Request(url, headers=self.headers)
-        deadline = time.monotonic() + self.timeout
+        began = time.monotonic()
+        request = _DeadlineRequest(url, self.headers, min(began + self.timeout, poll_deadline()))
         try:
             with self.opener.open(request, timeout=self.timeout) as response:
-                body = self._body(response, url, deadline)
+                body = self._body(response, url)
+        except _AnswerLate as late:
+            raise RedfishError(TOO_SLOW, f"{url}: {late.received} bytes in {time.monotonic() - began:.3g} s, "
+                                         "the answer not whole") from None
         except urllib.error.HTTPError as exc:
             if exc.code in (401, 403):
                 raise RedfishError("BMC refused the credentials", f"{url}: HTTP {exc.code}") from None
@@ -359,17 +506,15 @@ class BmcClient:
         except ValueError:
             raise RedfishError("BMC answer is not JSON", url) from None
 
-    def _body(self, response: Any, url: str, deadline: float) -> bytes:
-        """The answer's body, read in pieces while the request's time lasts (each piece waits at
-        most ``timeout``) and while it stays under :data:`MAX_ANSWER_BYTES`."""
+    def _body(self, response: Any, url: str) -> bytes:
+        """The answer's body, read in pieces (each ending by the request's deadline) while it
+        stays under :data:`MAX_ANSWER_BYTES`."""
         length = response.headers.get("Content-Length", "")
         if length.strip().isdigit() and int(length) > MAX_ANSWER_BYTES:
             raise RedfishError(TOO_LARGE, f"{url}: {int(length)} bytes (at most {MAX_ANSWER_BYTES})")
         pieces: list[bytes] = []
         size = 0
         while True:
-            if time.monotonic() > deadline:
-                raise RedfishError(TOO_SLOW, f"{url}: {size} bytes after {self.timeout:g} s, the answer not whole")
             piece = response.read1(READ_CHUNK_BYTES)
             if not piece:
                 return b"".join(pieces)
@@ -384,17 +529,35 @@ R = TypeVar("R")
 
 def answer_within(interval: float, timeout: float) -> float:
     """How long a poll waits for its devices: its interval, or a little more than one request's
-    timeout where that is longer (a request timed out is then counted as what it is, unreachable,
-    not also as too slow)."""
+    timeout where that is longer (a request given up at its timeout is then counted once, by
+    the request, not also by the poll)."""
     return max(interval, 1.25 * timeout)
+
+
+WIND_DOWN_S = 0.25
+"""How long past its deadline a poll waits for the reads it cut short: each ends its request
+when the deadline comes (every socket read waits at most the time left), then counts why."""
+
+_reading_for = threading.local()
+
+
+def poll_deadline() -> float:
+    """When the poll the calling thread reads for stops waiting (time.monotonic()); infinity in a
+    thread that reads for no poll. :class:`BmcClient` ends its requests by it."""
+    return float(getattr(_reading_for, "deadline", math.inf))
 
 
 class ParallelReads(Generic[R]):
     """Reads each device (a node's BMC, a loop's CDU) in a thread of a pool kept across polls, and
     takes what answered by a deadline: one device answering slowly no longer holds every other's
-    row for as long as it takes (``pool.map`` waited for the slowest). A device still answering is
-    not asked again until it has answered: its thread is not piled up, and its answer, when it
-    comes, is taken at the next poll."""
+    row for as long as it takes (``pool.map`` waited for the slowest).
+
+    A read ends with the poll that asked for it: its requests end by the poll's deadline
+    (:func:`poll_deadline`), so no thread is left reading a BMC, and none holds a connection
+    to one, after the poll has returned. A read that cannot be cut short (a host name resolved
+    slowly, a ``read_one`` that does not make its requests through :class:`BmcClient`) is not
+    asked again until it has answered, even across :meth:`close`: at most one read per device
+    is in flight, and its answer, when it comes, is taken at the next poll."""
 
     def __init__(self, workers: int, thread_name_prefix: str) -> None:
         self.workers = workers
@@ -405,17 +568,19 @@ class ParallelReads(Generic[R]):
 
     def collect(self, read_one: Callable[[str], R], names: Sequence[str],
                 within: float) -> tuple[dict[str, R], list[str]]:
-        """``read_one(name)`` for each of ``names`` not still answering an earlier poll; waits at
-        most ``within`` seconds. Returns the answers in hand, by name (in ``names``' order), and
-        the names still answering."""
+        """``read_one(name)`` for each of ``names`` not still answering an earlier poll, each
+        made to end by ``within`` seconds from now; waits that long (and :data:`WIND_DOWN_S`
+        for the reads cut short to end). Returns the answers in hand, by name (in ``names``'
+        order), and the names still answering."""
+        deadline = time.monotonic() + within
         with self._lock:
             if self._pool is None:
                 self._pool = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix=self.thread_name_prefix)
             for name in names:
                 if name not in self.pending:
-                    self.pending[name] = self._pool.submit(read_one, name)
+                    self.pending[name] = self._pool.submit(self._read_by, deadline, read_one, name)
             waiting = [self.pending[name] for name in names]
-        wait(waiting, timeout=within)
+        wait(waiting, timeout=max(0.0, deadline - time.monotonic()) + WIND_DOWN_S)
         answers: dict[str, R] = {}
         with self._lock:
             for name in names:
@@ -426,13 +591,22 @@ class ParallelReads(Generic[R]):
                         answers[name] = future.result()
         return answers, [name for name in names if name in self.pending]
 
+    @staticmethod
+    def _read_by(deadline: float, read_one: Callable[[str], R], name: str) -> R:
+        """``read_one(name)``, its requests ending by ``deadline`` (:func:`poll_deadline`)."""
+        _reading_for.deadline = deadline
+        try:
+            return read_one(name)
+        finally:
+            del _reading_for.deadline
+
     def close(self) -> None:
-        """Let the threads go (those still answering end with their request's timeout)."""
+        """Let the threads go (a read in flight ends by its poll's deadline). The reads still
+        answering stay pending: a poll after this one does not ask their devices a second time."""
         with self._lock:
             if self._pool is not None:
                 self._pool.shutdown(wait=False, cancel_futures=True)
             self._pool = None
-            self.pending.clear()
 
 
 def tls_context(ca_file: str | None = None, insecure: bool = False) -> ssl.SSLContext:
@@ -565,6 +739,8 @@ class RedfishSource(PollingSource):
         """One poll of every node (a row per node whose BMC answered, in time or since the last poll)."""
         answers, slow = self._reads.collect(self.read_one, self.nodes, self.answer_within)
         for node in slow:
+            # a read that could not be cut short (a host name slow to resolve): not asked again
+            # until it has answered, its row then taken at the next poll
             self.health.problem(STAGE, TOO_SLOW, detail=f"{node}: no answer within {self.answer_within:g} s (its row "
                                                         "comes with the poll after it answers)")
         rows = [(i, r) for i, node in enumerate(self.nodes) if (r := answers.get(node)) is not None]
