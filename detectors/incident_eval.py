@@ -30,6 +30,15 @@ with at least one consequence:
 - ``compression``: raw findings (anomalies and predictions) per incident (``compression_attached``
   counts only the findings the incidents hold);
 - ``merged_independent_faults``: incidents that claim two or more faults on different targets.
+
+A fault whose entities an incident already holds for an earlier cause (a cooling loop failing a
+second time, a node's fans inside a loop incident) adds no member to it: the engine notes such a
+re-fire in the incident's reason instead, with its time and the root the members that fired
+again point at (``incidents.refire_note``). Each note credits, like a member, the fault with the
+smallest scope holding that root among those whose window holds the emission that first told it;
+the fault is then claimed by that incident, its root is the note's, and its onset counts to that
+emission. Notes are the engine saying "a second cause", so they never count as a merge;
+``refire_credited`` counts the faults only a note credited.
 """
 
 from __future__ import annotations
@@ -91,6 +100,9 @@ class IncidentTrack:
     emissions: list[tuple[float, frozenset[str]]] = field(default_factory=list)
     joined: dict[str, float] = field(default_factory=dict)
     """member -> time of the first emission that held it"""
+    refires: dict[tuple[str, str, str], tuple[float, str]] = field(default_factory=dict)
+    """re-fire noted in its reason (when, root kind, root entity) -> (time of the first emission
+    that told it, the cause's hint: "" when the incident's own root fired again)"""
 
 
 def _norm(topology: Topology, name: str) -> str:
@@ -158,6 +170,8 @@ def _scope(t: Topology, kind: str, entity: str) -> set[str]:
 
 
 def incident_tracks(findings: Iterable[Finding], topology: Topology) -> list[IncidentTrack]:
+    from .incidents import refire_notes  # (lazily, as replay_findings imports the engine)
+
     tracks: dict[str, IncidentTrack] = {}
     for f in findings:
         if not isinstance(f, Incident):
@@ -174,6 +188,8 @@ def incident_tracks(findings: Iterable[Finding], topology: Topology) -> list[Inc
                 tr.members.append(n)
                 tr.joined[n] = f.ts
         tr.jobs.update(j for j, _ in f.jobs)
+        for when, kind, entity, hint in refire_notes(f.reason):
+            tr.refires.setdefault((when, kind, entity), (f.ts, hint))
         tr.findings = max(tr.findings, f.findings)
         if names:
             tr.emissions.append((f.ts, frozenset(names)))
@@ -205,31 +221,40 @@ def score_incidents(findings: Sequence[Finding], events: Sequence[Event], topolo
         claims[tr.incident_id] = {fid: n for fid, n in counts.items() if n >= need}
         if counts:
             primary[tr.incident_id] = max(counts, key=lambda fid: (counts[fid], fid))
+    noted = _noted_faults(tracks, faults, topology)
     by_id = {f.fault_id: f for f in faults}
     merged = sum(1 for c in claims.values() if len({by_id[fid].target for fid in c}) >= 2)
     scored = [f for f in faults if f.consequences]
     rows: list[dict[str, Any]] = []
     recalls: list[float] = []
     delays: list[float] = []
-    right = kind_right = entity_right = hint_right = 0
+    right = kind_right = entity_right = hint_right = refire_credited = 0
     for f in faults:
-        mine = [tr for tr in tracks if f.fault_id in claims[tr.incident_id]]
-        main = max(mine, key=lambda tr: (claims[tr.incident_id][f.fault_id], -tr.first_ts), default=None)
+        claimed = [tr for tr in tracks if f.fault_id in claims[tr.incident_id]]
+        told = sorted((noted[tr.incident_id][f.fault_id] + (tr,) for tr in tracks
+                       if f.fault_id in noted.get(tr.incident_id, {}) and tr not in claimed), key=lambda x: x[0])
+        mine = claimed + [tr for *_, tr in told]
+        main = max(claimed, key=lambda tr: (claims[tr.incident_id][f.fault_id], -tr.first_ts), default=None)
+        root_kind, root_entity, hint = (main.root_kind, main.root_entity, main.fault_hint) if main else ("", "", "")
+        if main is None and told:  # only a re-fire noted it: the note's root is what the engine blamed
+            _, root_kind, root_entity, hint, main = told[0]
+            hint = hint or main.fault_hint
+            refire_credited += 1
         members = set().union(*(set(tr.members) for tr in mine)) if mine else set()
         jobs = set().union(*(tr.jobs for tr in mine)) if mine else set()
         recall = len(f.consequences & members) / len(f.consequences) if f.consequences else None
         # when one of its entities joined a claiming incident: an entity held since before the
         # fault (for another cause) tells nothing of how fast the engine saw this one
-        first = min((ts for tr in mine for m, ts in tr.joined.items()
-                     if m in f.scope and ts >= f.onset - ONSET_SLACK_S), default=math.nan)
+        first = min([ts for tr in claimed for m, ts in tr.joined.items() if m in f.scope and ts >= f.onset - ONSET_SLACK_S]
+                    + [t[0] for t in told], default=math.nan)
         exp_kind = EXPECTED_ROOT_KIND.get(f.kind, f.kind)
-        ok_kind = main is not None and main.root_kind == exp_kind
-        ok_entity = main is not None and main.root_entity == f.target
+        ok_kind = main is not None and root_kind == exp_kind
+        ok_entity = main is not None and root_entity == f.target
         row = {
             "fault": f.fault_id, "type": f.fault_type, "target": f.target, "onset": f.onset,
             "consequences": len(f.consequences), "incidents": [tr.incident_id for tr in mine],
-            "root": f"{main.root_kind}:{main.root_entity}" if main else None,
-            "hint": main.fault_hint if main else None,
+            "root": f"{root_kind}:{root_entity}" if main else None,
+            "hint": hint if main else None, "refire": bool(told) and not claimed,
             "root_correct": bool(ok_kind and ok_entity), "member_recall": None if recall is None else round(recall, 4),
             "job_recall": round(len(f.jobs & jobs) / len(f.jobs), 4) if f.jobs else None,
             "onset_to_incident_s": None if math.isnan(first) else round(first - f.onset, 1),
@@ -240,7 +265,7 @@ def score_incidents(findings: Sequence[Finding], events: Sequence[Event], topolo
         right += ok_kind and ok_entity
         kind_right += ok_kind
         entity_right += ok_entity
-        hint_right += main is not None and main.fault_hint == f.fault_type
+        hint_right += main is not None and hint == f.fault_type
         recalls.append(recall or 0.0)
         if not math.isnan(first):
             delays.append(first - f.onset)
@@ -263,6 +288,7 @@ def score_incidents(findings: Sequence[Finding], events: Sequence[Event], topolo
         "onset_to_incident_median_s": round(float(np.median(delays)), 1) if delays else None,
         "compression": round(raw / len(tracks), 2) if tracks else None,
         "merged_independent_faults": merged,
+        "refire_credited": refire_credited,
         # findings the incidents actually hold, per incident (the rest were symptoms no incident
         # explained, such as routine power caps under full load)
         "compression_attached": round(sum(tr.findings for tr in tracks) / len(tracks), 2) if tracks else None,
@@ -275,6 +301,25 @@ def score_incidents(findings: Sequence[Finding], events: Sequence[Event], topolo
         "raw_findings": raw,
         "by_fault": rows,
     }
+
+
+def _noted_faults(tracks: Sequence[IncidentTrack], faults: Sequence[FaultTruth],
+                  topology: Topology) -> dict[str, dict[str, tuple[float, str, str, str]]]:
+    """Per incident, the faults its re-fire notes credit: fault id -> (when the note was first
+    told, its root kind, root entity, hint) — the earliest note for that fault. A note goes, as a
+    member does, to the smallest-scope fault holding its root whose window holds that time."""
+    noted: dict[str, dict[str, tuple[float, str, str, str]]] = {}
+    for tr in tracks:
+        for (_, kind, entity), (ts, hint) in tr.refires.items():
+            name = _norm(topology, entity)
+            holders = [f for f in faults if name in f.scope and _in_window(f, ts)]
+            if not holders:
+                continue
+            best = min(holders, key=lambda f: (len(f.scope), f.onset))
+            mine = noted.setdefault(tr.incident_id, {})
+            if best.fault_id not in mine or ts < mine[best.fault_id][0]:
+                mine[best.fault_id] = (ts, kind, entity, hint)
+    return noted
 
 
 def replay_findings(findings: Sequence[Finding], topology: Topology, step_s: float = 1.0,

@@ -61,6 +61,8 @@ from __future__ import annotations
 
 import heapq
 import math
+import re
+import time
 from collections import deque
 from typing import Any, Hashable, Iterable, Sequence
 
@@ -122,11 +124,33 @@ HINTS = {
     (FABRIC, LEAF): "leaf_congestion", (JOBF, JOB): "job_slowdown",
 }
 
+MAX_BURSTS = 4
+"""Re-fires an incident keeps (and names in its reason): the latest ones."""
+REFIRE_NOTE = re.compile(r"; (fired again|new cause) at (\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC): (\S+) (\S+?)"
+                         r"(?: \((\S+)\))?, (\d+) members?")
+"""How a re-fire reads at the end of an incident's reason (:func:`refire_notes` reads it back)."""
+
+
+def refire_note(ts: float, same_root: bool, root_kind: str, name: str, hint: str, n: int) -> str:
+    """The note an incident's reason carries for members that went quiet and then fired again
+    at ``ts``: the incident's own root failing again, or a new cause under entities it holds."""
+    when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(ts))
+    what = f"fired again at {when}: {root_kind} {name}" if same_root else \
+        f"new cause at {when}: {root_kind} {name} ({hint})"
+    return f"; {what}, {n} member{'' if n == 1 else 's'}"
+
+
+def refire_notes(reason: str) -> list[tuple[str, str, str, str]]:
+    """The re-fires an incident's reason notes, as (note, root kind, root entity, hint; "" when it
+    is the incident's own root): the evaluation credits each to the fault it names."""
+    return [(m.group(0), m.group(3), m.group(4), m.group(5) or "") for m in REFIRE_NOTE.finditer(reason)]
+
 
 class _Member:
     """One entity of an incident: when it was seen, what it showed, its active predictions."""
 
-    __slots__ = ("key", "kind", "slot", "anc", "first_ts", "last_ts", "strong_ts", "count", "signals", "preds", "xid")
+    __slots__ = ("key", "kind", "slot", "anc", "first_ts", "last_ts", "strong_ts", "count", "signals", "preds", "xid",
+                 "refired_ts")
 
     def __init__(self, mkey: int, kind: str, slot: int, anc: tuple[int, ...], ts: float) -> None:
         self.key, self.kind, self.slot, self.anc = mkey, kind, slot, anc
@@ -138,6 +162,7 @@ class _Member:
         # entity (thermal and a baseline), and each withdraws only its own
         self.preds: dict[tuple[str, str], tuple[float, float]] = {}
         self.xid = 0
+        self.refired_ts = math.nan  # the re-fire (its start) it fired again in, after going quiet
 
     @property
     def observed(self) -> bool:
@@ -148,7 +173,17 @@ class _Member:
 
     def to_state(self) -> list[Any]:
         return [self.key, self.kind, self.slot, self.first_ts, self.last_ts, self.strong_ts, self.count,
-                dict(self.signals), [[e, d, ts, eta] for (e, d), (ts, eta) in self.preds.items()], self.xid]
+                dict(self.signals), [[e, d, ts, eta] for (e, d), (ts, eta) in self.preds.items()], self.xid,
+                self.refired_ts]
+
+    def restore(self, last: Any, strong: Any, count: Any, signals: dict[str, Any], preds: Any, xid: Any,
+                more: Sequence[Any]) -> None:
+        """Take back what :meth:`to_state` saved after ``first_ts`` (``more``: the fields a
+        checkpoint from before they existed lacks)."""
+        self.last_ts, self.strong_ts, self.count, self.xid = float(last), float(strong), int(count), int(xid)
+        self.signals = {str(s): int(c) for s, c in signals.items()}
+        self.preds = _load_preds(preds)
+        self.refired_ts = float(more[0]) if more else math.nan
 
 
 def _load_preds(saved: Any) -> dict[tuple[str, str], tuple[float, float]]:
@@ -163,7 +198,8 @@ def _load_preds(saved: Any) -> dict[tuple[str, str], tuple[float, float]]:
 class _Incident:
     __slots__ = ("serial", "family", "first_ts", "last_ts", "last_growth_ts", "state", "root", "root_kind",
                  "reason", "hint", "members", "jobs_hit", "findings", "emits", "last_emit_ts", "emitted_members",
-                 "emitted_root", "dirty", "resolved_ts", "merged_into", "external_types", "quiet_s")
+                 "emitted_root", "dirty", "resolved_ts", "merged_into", "external_types", "quiet_s", "bursts",
+                 "refired", "emitted_refired")
 
     def __init__(self, serial: int, family: str, ts: float) -> None:
         self.serial, self.family = serial, family
@@ -185,6 +221,11 @@ class _Incident:
         self.merged_into = -1
         self.external_types: dict[str, int] = {}
         self.quiet_s = math.nan  # its own quiet time once it has reopened (NaN: the engine's)
+        # when members that had gone quiet fired again (the latest MAX_BURSTS), and how many
+        # members fired again in all (told at the next update, as new members are)
+        self.bursts: list[float] = []
+        self.refired = 0
+        self.emitted_refired = 0
 
     @property
     def id(self) -> str:
@@ -594,6 +635,7 @@ class IncidentEngine:
         m.count += 1
         m.last_ts = max(m.last_ts, ev.ts)
         if ev.sig.opens:
+            self._note_refire(inc, m, ev.ts, new)
             m.strong_ts = ev.ts if not m.strong_ts >= ev.ts else m.strong_ts
         m.signals[ev.sig.name] = m.signals.get(ev.sig.name, 0) + 1
         if ev.event:
@@ -620,6 +662,28 @@ class IncidentEngine:
                 inc.state = GROWING
             self._rank(inc)  # may merge it into a twin: consolidate what it became
             self._consolidate(self._surviving(inc), ev)
+
+    def _note_refire(self, inc: _Incident, m: _Member, ts: float, new: bool) -> None:
+        """Strong evidence on member ``m`` of ``inc`` at ``ts``: when the member had gone quiet
+        (nothing strong for ``coherence_s``) it fires again — the same cause failing again (a
+        cooling loop losing flow a second time) or a new one under entities the incident holds
+        (a node's fans inside a loop incident). Either way its members are already held, so the
+        incident would show nothing new: the re-fire is noted (its time; its root ranked from the
+        members that fired again, :meth:`_refire_text`) and told at the next update, as growth.
+        A member new to the incident while a re-fire is under way belongs to it too."""
+        latest = inc.bursts[-1] if inc.bursts else math.nan
+        if m.refired_ts == latest:
+            return  # already counted in this re-fire
+        under_way = ts - latest <= self.coherence_s
+        if not ts - m.strong_ts > self.coherence_s and not (new and under_way):
+            return  # (NaN strong_ts: never strong here before, which is growth, not a re-fire)
+        if not under_way:
+            inc.bursts = [*inc.bursts[-(MAX_BURSTS - 1):], ts] if MAX_BURSTS > 1 else [ts]
+        m.refired_ts = inc.bursts[-1]
+        inc.refired += 1
+        inc.last_growth_ts = max(inc.last_growth_ts, ts)
+        if inc.state == STABLE:
+            inc.state = GROWING
 
     def _surviving(self, inc: _Incident) -> _Incident:
         """The incident ``inc`` was merged into (following a chain of merges), or ``inc``."""
@@ -762,10 +826,19 @@ class IncidentEngine:
             if mine is None:  # (adding it takes it out of the victim's index, and its predictions)
                 preds = m.preds
                 nm = self._add_member(survivor, m.kind, s, m.first_ts)
+                if m.strong_ts == m.strong_ts:  # (before its strong_ts is set: new to the survivor)
+                    self._note_refire(survivor, nm, m.first_ts, True)
                 nm.last_ts, nm.strong_ts, nm.count = m.last_ts, m.strong_ts, m.count
                 nm.signals, nm.preds, nm.xid = m.signals, preds, m.xid
+                if m.refired_ts == m.refired_ts:
+                    nm.refired_ts = m.refired_ts
                 added = True
             else:
+                if m.strong_ts == m.strong_ts:
+                    # a member the survivor had gone quiet on, strong again in the victim: the
+                    # cause failing again opened a twin that lands on the same root (a loop
+                    # incident that stopped spreading claims no GPU that starts heating again)
+                    self._note_refire(survivor, mine, m.first_ts, False)
                 mine.first_ts = min(mine.first_ts, m.first_ts)
                 mine.last_ts = max(mine.last_ts, m.last_ts)
                 mine.strong_ts = max(mine.strong_ts, m.strong_ts) if mine.strong_ts == mine.strong_ts else m.strong_ts
@@ -773,6 +846,8 @@ class IncidentEngine:
                 for sname, c in m.signals.items():
                     mine.signals[sname] = mine.signals.get(sname, 0) + c
                 mine.preds.update(m.preds)
+                if not mine.refired_ts >= m.refired_ts:  # (NaN: never fired again)
+                    mine.refired_ts = m.refired_ts if m.refired_ts == m.refired_ts else mine.refired_ts
                 self._forget_member(victim, mkey)
                 self.s_member_of[level][s] = survivor.serial
                 self._index_add(survivor, mine.anc)  # it had left the survivor's index when it moved
@@ -781,6 +856,8 @@ class IncidentEngine:
         for t, c in victim.external_types.items():
             survivor.count_external(t, c)
         survivor.findings += victim.findings
+        survivor.bursts = sorted(set(survivor.bursts) | set(victim.bursts))[-MAX_BURSTS:]
+        survivor.refired += victim.refired
         survivor.first_ts = min(survivor.first_ts, victim.first_ts)
         survivor.last_ts = max(survivor.last_ts, victim.last_ts)
         survivor.last_growth_ts = max(survivor.last_growth_ts, victim.last_growth_ts)
@@ -837,8 +914,20 @@ class IncidentEngine:
         if not members:
             return False
         fam = inc.family
+        root = self._rank_members(fam, members)
+        self._set_root(inc, root)
+        inc.root_kind = self._root_kind(fam, root)
+        inc.hint, inc.reason = self._explain(inc, root, members)
+        return True
+
+    @staticmethod
+    def _root_kind(fam: str, root: int) -> str:
+        return "pdu" if fam == POWER and level_of(root) == RACK else LEVEL_NAMES[level_of(root)]
+
+    def _rank_members(self, fam: str, members: Sequence[_Member]) -> int:
+        """The root domain of ``members`` (evidence of family ``fam``; at least one member)."""
         if fam == FABRIC:
-            root = self._rank_fabric(members)
+            root = self._rank_fabric(list(members))
         else:
             levels = LEVELS[fam]
             weights = [m.weight(fam) for m in members]
@@ -864,11 +953,7 @@ class IncidentEngine:
                     break
             if root < 0:  # nothing explains enough: the coarsest domain holding the most evidence
                 root = max(acc, key=lambda k: (acc[k], -levels.index(level_of(k)))) if acc else members[0].key
-        self._set_root(inc, root)
-        level = level_of(root)
-        inc.root_kind = "pdu" if fam == POWER and level == RACK else LEVEL_NAMES[level]
-        inc.hint, inc.reason = self._explain(inc, root, members)
-        return True
+        return root
 
     def _rank_fabric(self, members: list[_Member]) -> int:
         def first(ms: list[_Member]) -> _Member:
@@ -988,7 +1073,7 @@ class IncidentEngine:
             if not self._active(inc, now) and now - inc.last_ts >= self._quiet_s(inc):
                 self._resolve(inc, now, out)
                 continue
-            grew = len(inc.members) != inc.emitted_members
+            grew = len(inc.members) != inc.emitted_members or inc.refired != inc.emitted_refired
             if (grew or inc.root != inc.emitted_root) and now - inc.last_emit_ts >= self.update_interval_s:
                 if grew:
                     inc.state = GROWING
@@ -1037,6 +1122,7 @@ class IncidentEngine:
         inc.emits += 1
         inc.last_emit_ts = now
         inc.emitted_members = len(inc.members)
+        inc.emitted_refired = inc.refired
         inc.emitted_root = inc.root
         out.append(self._snapshot(inc, now))
 
@@ -1071,10 +1157,29 @@ class IncidentEngine:
         return Incident(
             ts=now, incident_id=inc.id, state=inc.state if inc.state != PENDING else OPEN,
             root_kind=inc.root_kind, root_entity=self.dom.name(inc.root) if inc.root >= 0 else "",
-            reason=inc.reason, members=tuple(self.dom.name(m.key) for m in members),
+            reason=inc.reason + self._refire_text(inc, members), members=tuple(self.dom.name(m.key) for m in members),
             predicted_members=self._spread(inc, members, now) if inc.live else (),
             jobs=jobs, gpu_hours_at_risk_per_hour=round(risk, 3), findings=inc.findings, fault_hint=inc.hint,
         )
+
+    def _refire_text(self, inc: _Incident, members: list[_Member]) -> str:
+        """The notes of ``inc``'s re-fires (:func:`refire_note`), oldest first: each ranked from the
+        members that fired again then, so that one naming another root than the incident's is a
+        new cause an on-call person sees, with its time."""
+        if not inc.bursts:
+            return ""
+        by_burst: dict[float, list[_Member]] = {t: [] for t in inc.bursts}
+        for m in members:
+            if m.refired_ts in by_burst:
+                by_burst[m.refired_ts].append(m)
+        notes = []
+        for t, ms in by_burst.items():
+            if ms:
+                root = self._rank_members(inc.family, ms)
+                hint = HINTS.get((inc.family, level_of(root)), inc.family)
+                notes.append(refire_note(t, root == inc.root, self._root_kind(inc.family, root),
+                                         self.dom.name(root), hint, len(ms)))
+        return "".join(notes)
 
     def _spread(self, inc: _Incident, members: list[_Member], now: float) -> tuple[tuple[str, float], ...]:
         """Entities expected to be hit next, soonest / least headroom first, with ETAs (-1: unknown)."""
@@ -1335,15 +1440,14 @@ class IncidentEngine:
         was merged into). Returns the incidents it is back in."""
         back = []
         mkey = key(GPU, slot)
-        for serial, (_, kind, _, first, last, strong, count, signals, preds, xid), owned in memberships:
+        for serial, (_, kind, _, first, last, strong, count, signals, preds, xid, *more), owned in memberships:
             inc = self._incidents.get(serial)
             inc = self._surviving(inc) if inc is not None else None
             if inc is None or inc.merged_into >= 0 or mkey in inc.members:
                 continue
             serial = inc.serial
             m = _Member(mkey, kind, slot, self.dom.ancestors(kind, slot), float(first))
-            m.last_ts, m.strong_ts, m.count, m.xid = float(last), float(strong), int(count), int(xid)
-            m.signals, m.preds = dict(signals), _load_preds(preds)
+            m.restore(last, strong, count, signals, preds, xid, more)
             inc.members[mkey] = m
             if owned and self.s_member_of[GPU][slot] < 0:
                 self.s_member_of[GPU][slot] = serial
@@ -1368,6 +1472,7 @@ class IncidentEngine:
                 "owned": [m.key for m in inc.members.values()
                           if self.s_member_of[level_of(m.key)][slot_of(m.key)] == inc.serial],
                 "root_kind": inc.root_kind, "hint": inc.hint, "quiet_s": inc.quiet_s,
+                "bursts": list(inc.bursts), "refired": inc.refired, "emitted_refired": inc.emitted_refired,
             })
         return {
             "incidents": incs, "resolved": list(self._resolved), "next_serial": self.next_serial,
@@ -1437,20 +1542,20 @@ class IncidentEngine:
                 setattr(inc, k, int(d[k]))
             inc.state, inc.dirty, inc.reason = d["state"], bool(d["dirty"]), d["reason"]
             inc.quiet_s = float(d.get("quiet_s", math.nan))
+            inc.bursts = [float(t) for t in d.get("bursts", ())]
+            inc.refired, inc.emitted_refired = int(d.get("refired", 0)), int(d.get("emitted_refired", 0))
             inc.jobs_hit = {job_slot(int(j)): int(c) for j, c in d["jobs_hit"].items() if job_slot(int(j)) >= 0}
             inc.external_types = dict(d["external_types"])
             self._incidents[inc.serial] = inc
             saved_owned = d.get("owned")  # (a checkpoint from before it was saved: the last one listing it)
             owned = None if saved_owned is None else {int(k) for k in saved_owned}
-            for mkey, kind, slot, first, last, strong, count, signals, preds, xid in d["members"]:
+            for mkey, kind, slot, first, last, strong, count, signals, preds, xid, *more in d["members"]:
                 slot = job_slot(int(slot)) if kind == "job" else int(slot)
                 if slot < 0:
                     continue
                 level = MEMBER_LEVEL[kind]
                 m = _Member(key(level, slot), kind, slot, self.dom.ancestors(kind, slot), float(first))
-                m.last_ts, m.strong_ts, m.count, m.xid = float(last), float(strong), int(count), int(xid)
-                m.signals = {str(s): int(c) for s, c in signals.items()}
-                m.preds = _load_preds(preds)
+                m.restore(last, strong, count, signals, preds, xid, more)
                 inc.members[m.key] = m
                 if owned is None or int(mkey) in owned:
                     owners[m.key] = inc.serial
