@@ -9,10 +9,11 @@ import time
 from typing import Any, Iterable
 
 import click
+from click.core import ParameterSource
 from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-from .common import stop_on_signals
+from .common import cluster_gpus, stop_on_signals
 from .kafka_options import kafka_options, settings_from
 
 SOURCES = ("simulator", "replay", "dcgm", "nvidia-smi", "nvml", "infiniband", "dom", "ethtool", "redfish", "cdu")
@@ -20,25 +21,50 @@ URL_HELP = ("dcgm: the dcgm-exporter metrics URL; redfish: NODE=https://BMC[,...
             "(Redfish credentials from FORESHOCK_BMC_USER / FORESHOCK_BMC_PASSWORD).")
 
 
-# the sources that read each of the options several sources share; another source would ignore it
-# (r61: ``--source infiniband --interfaces mlx5_0`` polled every port without a word)
+LIVE = tuple(source for source in SOURCES if source not in ("replay", "simulator"))
+# the sources that name their node after --host (``watch``: --node) when what they read does not
+NODE_NAMED = ("nvidia-smi", "nvml", "infiniband", "dom", "ethtool", "redfish")
+
+# the sources that read each of the options several sources share, by flag (without its dashes);
+# another source would ignore it (r61: ``--source infiniband --interfaces mlx5_0`` polled every
+# port without a word). ``duration`` is agent's (simulated seconds): record's and watch's, read by
+# every source, is not checked.
 READ_BY: dict[str, tuple[str, ...]] = {
     "path": ("replay",),
     "url": ("dcgm", "redfish", "cdu"),
     "executable": ("nvidia-smi", "dom", "ethtool"),
     "root": ("infiniband",),
     "interfaces": ("dom", "ethtool"),
+    "host": NODE_NAMED,
+    "node": NODE_NAMED,
+    "speed": ("replay", "simulator"),
+    "now": ("replay",),
+    "interval": ("simulator", *LIVE),
+    "polls": LIVE,
+    "gpus": ("simulator",),
+    "scenario": ("simulator",),
+    "seed": ("simulator",),
+    "duration": ("simulator",),
+    "forget-after": ("dcgm",),
 }
 # what a source does instead, for the message of an option it does not read
 INSTEAD = {("interfaces", "infiniband"): "polls every port under --root",
            ("interfaces", "nvidia-smi"): "reads every GPU nvidia-smi lists",
            ("interfaces", "nvml"): "reads every GPU NVML lists",
-           ("executable", "nvml"): "reads the NVIDIA driver through its library"}
+           ("executable", "nvml"): "reads the NVIDIA driver through its library",
+           **{(flag, "dcgm"): "names each GPU's node by the exporter's Hostname label" for flag in ("host", "node")},
+           **{(flag, "cdu"): "names its cooling loops in --url" for flag in ("host", "node")},
+           **{("speed", source): "polls every --interval" for source in LIVE},
+           **{("duration", source): "runs until --polls, or a signal" for source in LIVE},
+           ("now", "simulator"): "starts its clock now anyway",
+           ("interval", "replay"): "keeps the recording's own timing (--speed paces it)",
+           ("polls", "replay"): "ends with the recording",
+           ("polls", "simulator"): "ends after --duration"}
 
 
-def refuse_unread_options(source: str, **given: str | None) -> None:
-    """A click.UsageError naming the first of ``given`` (options by parameter name, None when not
-    given: they all default to None) that ``source`` does not read, rather than ignoring it."""
+def refuse_unread_options(source: str, **given: object) -> None:
+    """A click.UsageError naming the first of ``given`` (options by flag without its dashes, None
+    when not given: see :func:`options_given`) that ``source`` does not read, rather than ignoring it."""
     for name, value in given.items():
         readers = READ_BY[name]
         if value is None or source in readers:
@@ -46,6 +72,15 @@ def refuse_unread_options(source: str, **given: str | None) -> None:
         sources = " / ".join(f"--source {reader}" for reader in readers)
         instead = INSTEAD.get((name, source), "does not read it")
         raise click.UsageError(f"--{name} is read by {sources} only; --source {source} {instead}")
+
+
+def options_given(ctx: click.Context, *names: str) -> dict[str, object]:
+    """The options ``names`` (parameter names) of ``ctx``'s command as :func:`refuse_unread_options`
+    takes them: by flag, the value where the user gave one (command line or environment), else None.
+    An option left at its default never trips the check, whatever the default (``--gpus`` 64)."""
+    flags = {param.name: param.opts[0].lstrip("-") for param in ctx.command.params}
+    left = (None, ParameterSource.DEFAULT, ParameterSource.DEFAULT_MAP)
+    return {flags[name]: None if ctx.get_parameter_source(name) in left else ctx.params[name] for name in names}
 
 
 def open_source(source: str, path: str | None, url: str | None, executable: str | None, root: str | None,
@@ -161,7 +196,8 @@ def open_source(source: str, path: str | None, url: str | None, executable: str 
                    "what the source reads, which only fits when this agent is the cluster's only one).")
 @click.option("--polls", type=click.IntRange(min=1), default=None, help="Stop after this many polls.")
 @click.option("--host", default=None, help="Node name for local sources (default: this host's name).")
-@click.option("--gpus", type=click.IntRange(min=8), default=64, show_default=True, help="simulator: cluster size.")
+@click.option("--gpus", type=int, default=64, show_default=True, callback=cluster_gpus,
+              help="simulator: cluster size in GPUs, a multiple of 8.")
 @click.option("--scenario", default="healthy", show_default=True, help="simulator: scenario name or YAML file.")
 @click.option("--seed", type=int, default=0, show_default=True, help="simulator: seed.")
 @click.option("--duration", type=click.FloatRange(min=0, min_open=True), default=None,
@@ -191,7 +227,9 @@ def command(source: str, kafka: str | None, user: str | None, password: str | No
     from foreshock.streams.kafka_topics import Topics
 
     # a misplaced option is told before the broker is reached (open_source checks again, for record and watch)
-    refuse_unread_options(source, path=path, url=url, executable=executable, root=root, interfaces=interfaces)
+    refuse_unread_options(source, **options_given(click.get_current_context(), "path", "url", "executable", "root",
+                                                  "interfaces", "host", "speed", "shift_now", "interval", "polls",
+                                                  "gpus", "scenario", "seed", "duration"))
     settings = settings_from(kafka, user, password)
     try:
         check_broker(settings)

@@ -24,6 +24,7 @@ from foreshock.exporters.prometheus import MetricsPortError, serve, stop
 from foreshock.exporters.store import FindingStore
 from foreshock.frames import Frame
 from foreshock.health import PipelineHealth
+from foreshock.simulator.topology_gen import cluster_size_problem
 from foreshock.streams.embedded import EmbeddedPipeline, RunStats
 from foreshock.streams.external_feed import ExternalFeed, external_targets, feed_before_frames
 from foreshock.topology import Topology
@@ -299,6 +300,15 @@ def finite_number(positive: bool = False) -> Callable[[click.Context, click.Para
         return value
 
     return check
+
+
+def cluster_gpus(_ctx: click.Context, _param: click.Parameter, value: int | None) -> int | None:
+    """A click callback for a simulated cluster's ``--gpus`` (simulate, demo, agent): the
+    simulator's size rule, told the same way by each; an option not given passes."""
+    problem = None if value is None else cluster_size_problem(value)
+    if problem:
+        raise click.BadParameter(problem)
+    return value
 
 
 def create_folder(path: Path, what: str) -> None:

@@ -28,7 +28,7 @@ from foreshock.recording import RecordingWriter
 from foreshock.streams.polling import PollingSource
 from foreshock.topology import Topology
 
-from .agent import URL_HELP, open_source
+from .agent import URL_HELP, open_source, options_given, refuse_unread_options
 from .common import finite_number, stop_on_signals
 
 LIVE_SOURCES = ("dcgm", "nvidia-smi", "nvml", "infiniband", "dom", "ethtool", "redfish", "cdu")
@@ -95,6 +95,7 @@ def command(source: str, out_dir: Path, commit_every: float, duration: float | N
     """Record live telemetry from SOURCE into a recording folder."""
     if (out_dir / "recording.json").exists():
         raise click.UsageError(f"{out_dir} already holds a recording; choose a new folder")
+    refuse_unread_options(source, **options_given(click.get_current_context(), "node"))  # (open_source: the others)
     polled, topology_of = open_live_source(source, url, executable, root, interfaces, interval, polls, node,
                                            topology_path)
     health: PipelineHealth = polled.health

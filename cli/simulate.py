@@ -15,7 +15,7 @@ from foreshock.simulator import (
 from foreshock.simulator.faults import FAILURES_PER_1000_NODE_DAYS
 from foreshock.streams.via_format import VIA_KIND, ViaFormat
 
-from .common import create_folder, finite_number
+from .common import cluster_gpus, create_folder, finite_number
 
 VIA_HELP = ("Pass every gpu frame (dcgm, nvidia-smi) or host link frame (sysfs) through that real "
             "format and its importer, so the recording holds what the real source path delivers "
@@ -23,7 +23,7 @@ VIA_HELP = ("Pass every gpu frame (dcgm, nvidia-smi) or host link frame (sysfs) 
 
 
 @click.command("simulate")
-@click.option("--gpus", type=click.IntRange(min=8), default=None,
+@click.option("--gpus", type=int, default=None, callback=cluster_gpus,
               help="Cluster size in GPUs, a multiple of 8 (default: the scenario's, else 256).")
 @click.option("--duration", type=click.FloatRange(min=0, min_open=True), default=None, callback=finite_number(),
               help="Simulated seconds (default: the scenario's, else 3600).")
@@ -63,9 +63,7 @@ def command(gpus: int | None, duration: float | None, scenario: str, seed: int, 
         scen = load_scenario(scenario)
     except ScenarioError as exc:
         raise click.BadParameter(str(exc), param_hint="--scenario") from None
-    n_gpus = gpus if gpus is not None else int(scen.defaults.get("gpus", 256))
-    if n_gpus % 8:
-        raise click.BadParameter("must be a multiple of 8", param_hint="--gpus")
+    n_gpus = gpus if gpus is not None else int(scen.defaults.get("gpus", 256))  # (checked by load_scenario)
     try:
         sim = ClusterSimulator(gpus=n_gpus, scenario=scen, seed=seed, interval=interval, duration=duration,
                                random_faults=True if random_faults else None, physics_dt=physics_dt,

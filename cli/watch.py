@@ -54,6 +54,7 @@ from foreshock.streams.polling import PollingSource, alongside
 from foreshock.streams.redfish import CduSource, RedfishSource, parse_bmc_list
 from foreshock.topology import Topology
 
+from .agent import options_given, refuse_unread_options
 from .common import (PipelineRun, build_pipeline, detector_option, finish, move_run, param_option,
                      run_with_progress, serve_options, stop_on_signals, stop_server)
 from .record import live_source_options, open_live_source
@@ -86,6 +87,12 @@ def command(source: str, duration: float | None, polls: int | None, interval: fl
             forget_after: float, detectors: str | None,
             params: tuple[str, ...], host: str, port: int, findings_path: str | None, top_k: int) -> None:
     """Watch a live SOURCE: poll it, run the detectors on every poll, serve /metrics."""
+    # open_source checks the options of one source; --node also names a --bmc URL alone's node
+    set_by_user = options_given(click.get_current_context(), "forget_after", *(("node",) if bmc is None else ()))
+    refuse_unread_options(source, **set_by_user)
+    if set_by_user["forget-after"] is not None and topology_path is not None:
+        raise click.UsageError("--forget-after is for a topology derived from the source; a --topology file never "
+                               "drops a host")
     polled, topology_of = open_live_source(source, url, executable, root, interfaces, interval, polls, node,
                                            topology_path)
     bmcs = _bmc_list(bmc, node)

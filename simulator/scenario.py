@@ -32,6 +32,7 @@ import yaml
 
 from .faults import DEFAULT_DURATION_S, check_fault_type, check_params
 from .params import SimParams
+from .topology_gen import cluster_size_problem
 
 
 class ScenarioError(ValueError):
@@ -136,14 +137,13 @@ def scenario_from_dict(data: Any, source: str = "scenario") -> Scenario:
 
 def _check_defaults(defaults: dict[str, Any]) -> None:
     """A scenario's ``defaults`` stand in for ``foreshock simulate --gpus`` and ``--duration``:
-    the same rules (a whole number of GPUs, at least 8, a multiple of 8; a finite number of
-    seconds above 0)."""
+    the same rules (``cluster_size_problem``'s for the GPUs; a finite number of seconds above 0)."""
     unknown = sorted(set(defaults) - {"gpus", "duration"})
     if unknown:
         raise ValueError(f"unknown keys {unknown} in 'defaults' (known: duration, gpus)")
-    gpus = defaults.get("gpus", 8)
-    if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 8 or gpus % 8:
-        raise ValueError(f"defaults: gpus must be a whole number of GPUs, at least 8 and a multiple of 8, not {gpus!r}")
+    problem = cluster_size_problem(defaults["gpus"]) if "gpus" in defaults else None
+    if problem:
+        raise ValueError(f"defaults: gpus {problem}")
     duration = defaults.get("duration", 1.0)
     if isinstance(duration, bool) or not isinstance(duration, (int, float)) or not (
             duration > 0 and math.isfinite(duration)):

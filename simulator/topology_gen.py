@@ -22,6 +22,15 @@ GPUS_PER_NODE = 8
 JOB_SIZES_NODES = (2, 4, 8, 16, 32, 64)
 
 
+def cluster_size_problem(gpus: object) -> str | None:
+    """What is wrong with ``gpus`` as a simulated cluster's size, None if nothing: the rule of
+    ``simulate --gpus``, ``demo --gpus``, ``agent --gpus`` and a scenario's ``defaults`` (whole
+    nodes of 8 GPUs, at least one). The callers name the value (``--gpus``, ``defaults: gpus``)."""
+    if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < GPUS_PER_NODE or gpus % GPUS_PER_NODE:
+        return f"must be a whole number of GPUs, at least {GPUS_PER_NODE} and a multiple of {GPUS_PER_NODE}, not {gpus!r}"
+    return None
+
+
 def build_topology(
     gpus: int,
     *,
@@ -40,8 +49,9 @@ def build_topology(
     at most 16. ``job_nodes`` fixes every job's size in nodes (else sizes are drawn from powers of
     two, seeded); ``idle_fraction`` of the nodes are left out of every job.
     """
-    if gpus <= 0 or gpus % GPUS_PER_NODE:
-        raise ValueError(f"gpus must be a positive multiple of {GPUS_PER_NODE}, got {gpus}")
+    size_problem = cluster_size_problem(gpus)
+    if size_problem:
+        raise ValueError(f"gpus {size_problem}")
     if nodes_per_rack <= 0 or racks_per_row <= 0 or nodes_per_su <= 0:
         raise ValueError("nodes_per_rack, racks_per_row and nodes_per_su must be positive")
     if not 0.0 <= idle_fraction < 1.0:
