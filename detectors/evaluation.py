@@ -50,8 +50,9 @@ within its horizon, and its lead time is how early it came. Concretely, per *eve
 false alarms on an entity the fault affected while it was active, or within the simulator's
 aftermath after its repair (``AFTERMATH_S``: the window it attributes consequences in, a loop
 still cooling down), are charged to that fault, the rest to ``none``. Under several such faults
-at once, a false alarm is charged to the latest to begin, as the simulator attributes the GPU's
-state (until 2026-12-02 to the earliest).
+at once, a false alarm is charged as the simulator attributes the GPU's state: to a fault still
+active over one in its aftermath, then to the latest to begin (until 2026-12-02 to the earliest,
+then to the latest to begin whether active or in its aftermath).
 
 Additive keys (the documented shape above stays as it is):
 
@@ -571,13 +572,15 @@ class FaultScope:
     fault_type: str
     entities: frozenset[str]
     onset: float
-    end: float
+    end: float  # the end of its aftermath (inf: never repaired)
+    repaired: float  # active from ``onset`` until here, in its aftermath from here to ``end``
 
 
 def fault_scopes(recording: Recording, events: Iterable[Event], entity_kind: str) -> list[FaultScope]:
     """Entities of ``entity_kind`` under each fault, from its onset event and the recording's
     fault list (durations). GPU faults reach the GPU, node faults its GPUs, loop faults the
-    GPUs of every rack on the loop; link/optic faults their link."""
+    GPUs of every rack on the loop; link/optic faults their link. A fault is active until its
+    repair (onset + duration), then in its aftermath for ``AFTERMATH_S``."""
     topo = recording.topology
     durations = {f.get("id"): f.get("duration_s") for f in recording.meta.get("faults", []) or []
                  if isinstance(f, dict)}
@@ -606,8 +609,9 @@ def fault_scopes(recording: Recording, events: Iterable[Event], entity_kind: str
         except (KeyError, ValueError):
             names = set()
         dur = durations.get(ev.fault_id)
-        end = ev.time + float(dur) + AFTERMATH_S if isinstance(dur, (int, float)) else math.inf
-        scopes.append(FaultScope(ev.fault_type or NO_FAULT, frozenset(names), ev.time, end))
+        repaired = ev.time + float(dur) if isinstance(dur, (int, float)) else math.inf
+        scopes.append(FaultScope(ev.fault_type or NO_FAULT, frozenset(names), ev.time, repaired + AFTERMATH_S,
+                                 repaired))
     return scopes
 
 
@@ -754,20 +758,26 @@ def score_spans(spans: SpanTable, eps: EpisodeTable, kind: EventKind, scopes: Se
     fp_fault = np.full(len(fp_span), -1, dtype=np.int64)
     fault_code = {f: i for i, f in enumerate(eps.faults)}
     extra: list[str] = []
-    # of the scopes holding the entity then, the latest to begin: the simulator puts a GPU's state
-    # down to each fault active (or in its aftermath) in onset order, the later overwriting the
-    # earlier (until 2026-12-02 the first scope in the events' order was charged)
-    for scope in sorted(scopes, key=lambda sc: sc.onset):  # stable: equal onsets keep the events' order
-        if not len(fp_span):
-            break
-        codes = [eps.names[n] for n in scope.entities if n in eps.names]
-        if not codes:
-            continue
-        if scope.fault_type not in fault_code:
-            fault_code[scope.fault_type] = n_f + len(extra)
-            extra.append(scope.fault_type)
-        m = (scope.onset <= fp_t) & (fp_t <= scope.end) & np.isin(fp_ent, codes)
-        fp_fault[m] = fault_code[scope.fault_type]
+    # of the scopes holding the entity then, as the simulator puts a GPU's state down to a fault:
+    # every aftermath in onset order, then every active fault in onset order, the later
+    # overwriting the earlier (an active fault names its entity over a repaired one's aftermath)
+    by_onset = sorted(scopes, key=lambda sc: sc.onset)  # stable: equal onsets keep the events' order
+    for in_aftermath in (True, False):
+        for scope in by_onset:
+            if not len(fp_span):
+                break
+            codes = [eps.names[n] for n in scope.entities if n in eps.names]
+            if not codes:
+                continue
+            if scope.fault_type not in fault_code:
+                fault_code[scope.fault_type] = n_f + len(extra)
+                extra.append(scope.fault_type)
+            if in_aftermath:
+                when = (scope.repaired <= fp_t) & (fp_t <= scope.end)
+            else:  # active from its onset up to its repair (the instant of the repair is aftermath)
+                when = (scope.onset <= fp_t) & (fp_t < scope.repaired)
+            m = when & np.isin(fp_ent, codes)
+            fp_fault[m] = fault_code[scope.fault_type]
     fp_fault[fp_fault < 0] = none_code
     faults = list(eps.faults) + extra
     n_all = len(faults)

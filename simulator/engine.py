@@ -175,6 +175,7 @@ class ClusterSimulator:
         self.shutdown = np.zeros(n_gpus, dtype=bool)  # thermal shutdown
         self.shutdown_since = np.zeros(n_gpus)
         self.shutdown_cause = np.full(n_gpus, -1, dtype=np.int64)
+        self.shutdown_power = np.zeros(n_gpus)  # drawn as it went over: its limiters at their floor there
         self._fault_inputs_dirty = False
         # the fault behind each job's congested path in the fabric state its next step will use
         self._job_fabric_cause = np.full(len(topo.jobs), -1, dtype=np.int64)
@@ -377,6 +378,7 @@ class ClusterSimulator:
             self.shutdown[g] = True
             self.shutdown_since[g] = self.elapsed
             self.shutdown_cause[g] = cause
+            self.shutdown_power[g] = gpu.power[g]
             gpu.xid_last[g] = 79
             if truth:
                 fid, ftype = self._fault_of(cause)
@@ -388,15 +390,33 @@ class ClusterSimulator:
         gpu.reasons[hot] = 0  # powered off: no limiter holds it (ground truth saw its last throttle bits)
 
     def _recover_shutdowns(self) -> None:
-        """A shut-down GPU comes back once it has cooled, its cause is repaired and the node
-        rebooted (``REBOOT_S``)."""
+        """A shut-down GPU comes back once it has cooled, its cause is repaired, no other active
+        fault keeps it over its limits (:meth:`_kept_over_limits`) and the node rebooted
+        (``REBOOT_S``)."""
         if not self.shutdown.any():
             return
-        for g in np.flatnonzero(self.shutdown):
+        down = np.flatnonzero(self.shutdown)
+        kept_over = self._kept_over_limits(down)
+        for g, over in zip(down, kept_over):
             cause = int(self.shutdown_cause[g])
             repaired = cause < 0 or self.faults[cause].ended
-            if repaired and self.gpu.temp[g] < 45.0 and self.elapsed - self.shutdown_since[g] >= REBOOT_S:
+            if repaired and over:
+                # the active fault that keeps it down names what follows (its job held), not the
+                # repaired one: the attribution's own order (an active fault over an aftermath)
+                self.shutdown_cause[g] = self.gpu_cause[g]
+            elif repaired and self.gpu.temp[g] < 45.0 and self.elapsed - self.shutdown_since[g] >= REBOOT_S:
                 self.shutdown[g] = False
+
+    def _kept_over_limits(self, gpus: np.ndarray) -> np.ndarray:
+        """Whether each of the shut-down ``gpus``, powered on now, would run away past the
+        shutdown temperature again: the die heads for ``inlet + R·P`` (R raised by the active
+        faults, e.g. a TIM degradation still there when the cooling loss that shut it down was
+        repaired) and the least it draws running hot is what it drew as it went over. Rebooted
+        anyway, it shut down again within seconds, and the ground truth showed a recovery
+        between two shutdowns."""
+        inlet = self.cooling.rack_inlet[self.gpu_rack[gpus]]
+        heads_for = inlet + self.gpu.r_core[gpus] * self.r_factor[gpus] * self.shutdown_power[gpus]
+        return np.asarray(heads_for >= self.params.shutdown_c)
 
     def _truth(self, t: float, went_down: np.ndarray, came_up: np.ndarray, job_fabric_cause: np.ndarray) -> None:
         gpu, ev = self.gpu, self.events

@@ -320,10 +320,11 @@ def naive_score(findings, events, kind, recording, start, end):
                     bucket(hit.fault_type)["tp"] += 1
                     break
                 total["fp"] += 1
-                charged = "none"
-                for sc in sorted(scopes, key=lambda sc: sc.onset):  # the latest fault to begin holding it
-                    if entity in sc.entities and sc.onset <= t <= sc.end:
-                        charged = sc.fault_type
+                # the fault holding it then: an active one over one in its aftermath, the latest to begin
+                holding = [sc for sc in sorted(scopes, key=lambda sc: sc.onset) if entity in sc.entities]
+                active = [sc for sc in holding if sc.onset <= t < sc.repaired]
+                after = [sc for sc in holding if sc.repaired <= t <= sc.end]
+                charged = (active or after)[-1].fault_type if active or after else "none"
                 bucket(charged)["fp"] += 1
                 t += h
                 if t >= w:
