@@ -249,7 +249,9 @@ def incidents(cfg: MixinConfig) -> Dashboard:
             timeseries("Step time by job", Target(f"foreshock_job_step_time_seconds{{{CJ}}}", "{{training_job}}"),
                        unit="s"),
             timeseries("GPU-hours at risk per hour", Target(
-                f"foreshock_job_gpu_hours_at_risk_per_hour{{{CJ}}}", "{{training_job}}")),
+                f"foreshock_job_gpus_at_risk{{{CJ}}}", "{{training_job}}"),
+                description="GPUs' worth of the job's time lost to its worst incident: its GPUs × the "
+                            "share of their GPU-hours spent waiting for the slowest."),
         ],
         [CLUSTER, TRAINING_JOB],
     )

@@ -75,7 +75,7 @@ CATALOGUE: tuple[MetricSpec, ...] = (
     MetricSpec(f"{NS}_rack_gpu_temperature_mean_celsius", "gauge", "Mean GPU core temperature in the rack", ("cluster", "rack")),
     MetricSpec(f"{NS}_rack_gpu_memory_temperature_max_celsius", "gauge", "Hottest GPU HBM temperature in the rack", ("cluster", "rack")),
     MetricSpec(f"{NS}_rack_thermal_resistance_celsius_per_watt", "gauge", "Mean fitted GPU thermal resistance in the rack", ("cluster", "rack")),
-    MetricSpec(f"{NS}_rack_gpu_power_watts", "gauge", "Sum of GPU power draw in the rack", ("cluster", "rack")),
+    MetricSpec(f"{NS}_rack_gpu_power_watts", "gauge", "Sum of GPU power draw in the rack, over its GPUs that reported one (none: no series)", ("cluster", "rack")),
     MetricSpec(f"{NS}_rack_inlet_temperature_celsius", "gauge", "Rack inlet (coolant supply) temperature", ("cluster", "rack")),
     MetricSpec(f"{NS}_rack_coolant_flow_liters_per_second", "gauge", "Coolant flow through the rack", ("cluster", "rack")),
     MetricSpec(f"{NS}_node_fan_speed_ratio", "gauge", "The node's slowest chassis fan as a share of full speed (0 = stopped)", ("cluster", "rack", "node")),
@@ -103,7 +103,8 @@ CATALOGUE: tuple[MetricSpec, ...] = (
     MetricSpec(f"{NS}_incident_members", "gauge", "Members of an open incident", ("cluster", "incident", "root_kind", "root_entity", "state")),
     MetricSpec(f"{NS}_incident_predicted_members", "gauge", "Members an open incident is predicted to reach", ("cluster", "incident", "root_kind", "root_entity")),
     MetricSpec(f"{NS}_job_predicted_slowdown_ratio", "gauge", "Predicted extra time of a job's synchronous step as a fraction of its normal step (0.25 = 25% slower)", ("cluster", "training_job")),
-    MetricSpec(f"{NS}_job_gpu_hours_at_risk_per_hour", "gauge", "GPU-hours at risk per hour for a job touched by an incident", ("cluster", "training_job")),
+    # GPU-hours per hour is a count of GPUs (a unit of hours promtool rejects: not the base unit)
+    MetricSpec(f"{NS}_job_gpus_at_risk", "gauge", "GPUs' worth of a job's GPU-hours lost per hour to its worst incident (GPU-hours at risk per hour: its GPUs × the share lost waiting for the slowest)", ("cluster", "training_job")),
     MetricSpec(f"{NS}_xid_events_total", "counter", "New XID events seen (changes of the last-XID field)", ("cluster", "rack", "node", "gpu", "xid", "severity"),
                created=True),
     # the pipeline itself
@@ -187,16 +188,25 @@ class ForeshockCollector(Collector):
         # by the labels of each XID counter served, when this collector first served it
         self._xid_first_served: dict[tuple[str, ...], float] = {}
         self._xid_lock = threading.Lock()  # scrapes are served from concurrent threads
+        # scrapes number their snapshots in the order taken; the XID counters known are those of
+        # the newest snapshot served yet (``_xids``): a slower scrape finishing later, with an
+        # older snapshot, must not forget a counter born after it
+        self._snapshots_taken = 0
+        self._xid_newest_snapshot = 0
 
     def describe(self) -> list[Metric]:
         return []  # unchecked collector: families vary with the snapshot
 
     def collect(self) -> Iterator[Metric]:
-        snap = self.store.snapshot()
+        with self._xid_lock:  # the snapshot and its number together: numbers follow the order taken
+            snap = self.store.snapshot()
+            self._snapshots_taken += 1
+            number = self._snapshots_taken
         self._drop_stale(snap)
         yield from self._gpu_series(snap)
         yield from self._aggregates(snap)
         yield from self._findings(snap)
+        yield self._xids(snap, number)
         yield from self._pipeline(snap)
 
     def _drop_stale(self, snap: StoreSnapshot) -> None:
@@ -310,7 +320,11 @@ class ForeshockCollector(Collector):
         tmax = _group_reduce(temp, rack_of, n_racks, np.fmax, -np.inf)
         tsum = np.bincount(rack_of, weights=np.nan_to_num(temp), minlength=n_racks)
         tcnt = np.bincount(rack_of, weights=~np.isnan(temp), minlength=n_racks)
-        psum = np.bincount(rack_of, weights=np.nan_to_num(power), minlength=n_racks)
+        # summed over the GPUs that report power: a rack none of whose GPUs do (nvidia-smi's
+        # [N/A], a DCGM field not watched) has no sum, not 0 W in the fleet's power
+        has_power = np.isfinite(power)
+        psum = np.bincount(rack_of, weights=np.where(has_power, power, 0.0), minlength=n_racks)
+        pcnt = np.bincount(rack_of, weights=has_power, minlength=n_racks)
         m = np.nan_to_num(mask).astype(np.int64)
         thermal = np.bincount(rack_of, weights=(m & _THERMAL_BITS) != 0, minlength=n_racks)
         power_thr = np.bincount(rack_of, weights=(m & _POWER_BITS) != 0, minlength=n_racks)
@@ -319,11 +333,12 @@ class ForeshockCollector(Collector):
         f_pow = _family(f"{NS}_rack_gpu_power_watts")
         f_thr = _family(f"{NS}_rack_gpus_throttled")
         for r, rack in enumerate(topo.racks):
+            if pcnt[r]:
+                f_pow.add_metric([cluster, rack], float(psum[r]))
             if tcnt[r] == 0:
                 continue
             f_max.add_metric([cluster, rack], float(tmax[r]))
             f_mean.add_metric([cluster, rack], float(tsum[r] / tcnt[r]))
-            f_pow.add_metric([cluster, rack], float(psum[r]))
             f_thr.add_metric([cluster, rack, "thermal"], float(thermal[r]))
             f_thr.add_metric([cluster, rack, "power"], float(power_thr[r]))
         yield from (f_max, f_mean, f_pow, f_thr)
@@ -494,9 +509,8 @@ class ForeshockCollector(Collector):
         yield f_anom
         yield from self._estimates(snap)
         yield from self._incidents(snap)
-        yield self._xids(snap)
 
-    def _xids(self, snap: StoreSnapshot) -> Metric:
+    def _xids(self, snap: StoreSnapshot, number: int) -> Metric:
         """The XID counters, each with its created timestamp, served as
         ``foreshock_xid_events_created``: when this collector first served that counter, on the
         wall clock (Prometheus compares it with ``time()``), whatever the store's clock.
@@ -506,7 +520,15 @@ class ForeshockCollector(Collector):
         a window ago (Prometheus restarted, the target was down) looked as new. A counter this
         process no longer serves is forgotten: if it comes back (from 0), it is a new one. Stamped
         at the first scrape that finds it, not when its XID came: a counter born while nobody
-        scraped is new to its first scrape (no alert has seen it)."""
+        scraped is new to its first scrape (no alert has seen it).
+
+        ``number``: the snapshot's, in the order scrapes took them (:meth:`collect`). Only the
+        newest snapshot served yet says which counters are gone (the store drops a counter only
+        with its GPU, ``FindingStore.move_to``): concurrent scrapes finish in any order, and one
+        whose older snapshot predates a new counter had forgotten the counter a faster scrape
+        just served, so the next scrape stamped it new again (the XID alert fired again). An
+        older snapshot's scrape reads the stamps and changes none; a counter the newer one
+        dropped is not served again."""
         topo = snap.topology
         counts: dict[tuple[str, ...], float] = {}
         for (slot, code), events in sorted(snap.xids.items()):
@@ -515,11 +537,14 @@ class ForeshockCollector(Collector):
         now = self.wall_clock()
         with self._xid_lock:
             known = self._xid_first_served
-            self._xid_first_served = {labels: known.get(labels, now) for labels in counts}
-            created = dict(self._xid_first_served)
+            if number > self._xid_newest_snapshot:
+                self._xid_newest_snapshot = number
+                self._xid_first_served = known = {labels: known.get(labels, now) for labels in counts}
+            created = {labels: known[labels] for labels in counts if labels in known}
         family = _family(f"{NS}_xid_events_total")
         for labels, value in counts.items():
-            family.add_metric(list(labels), value, created=created[labels])
+            if labels in created:
+                family.add_metric(list(labels), value, created=created[labels])
         return family  # type: ignore[no-any-return]
 
     def _estimates(self, snap: StoreSnapshot) -> Iterator[Metric]:
@@ -547,7 +572,7 @@ class ForeshockCollector(Collector):
         f_mem = _family(f"{NS}_incident_members")
         f_pred = _family(f"{NS}_incident_predicted_members")
         f_slow = _family(f"{NS}_job_predicted_slowdown_ratio")
-        f_risk = _family(f"{NS}_job_gpu_hours_at_risk_per_hour")
+        f_risk = _family(f"{NS}_job_gpus_at_risk")
         by_kind: dict[str, int] = {}
         slowdown: dict[str, float] = {}
         for inc in snap.incidents:
@@ -580,10 +605,7 @@ class ForeshockCollector(Collector):
         f = _family(f"{NS}_dead_letters_total")
         f.add_metric([cluster], float(snap.dead_letters))
         yield f
-        yield _counts(f"{NS}_polls_skipped_total", cluster, self.store.health.skipped())
-        yield _counts(f"{NS}_topology_changes_total", cluster, self.store.health.changes())
-        yield _counts(f"{NS}_gpus_replaced_total", cluster, self.store.health.replacements())
-        yield _counts(f"{NS}_gpus_moved_total", cluster, self.store.health.moves())
+        yield from _source_counts(self.store.health, cluster)
         g = _family(f"{NS}_ingest_lag_seconds")
         g.add_metric([cluster], snap.ingest_lag_s)
         yield g
@@ -606,6 +628,17 @@ def _counts(name: str, cluster: str, counts: Mapping[Any, int]) -> Metric:
     for key, n in sorted(counts.items()):
         family.add_metric([cluster, *(key if isinstance(key, tuple) else (key,))], float(n))
     return family  # type: ignore[no-any-return]
+
+
+def _source_counts(health: PipelineHealth, cluster: str) -> Iterator[Metric]:
+    """What a process's live sources count beside their samples, by stage: the polls they
+    skipped, the changes of the topology they derive, and the GPU boards they found replaced or
+    moved. A pipeline's collector and an ingest agent's alike: in a Kafka deployment the polled
+    source runs in the agent, and only the agent's /metrics has its counts."""
+    yield _counts(f"{NS}_polls_skipped_total", cluster, health.skipped())
+    yield _counts(f"{NS}_topology_changes_total", cluster, health.changes())
+    yield _counts(f"{NS}_gpus_replaced_total", cluster, health.replacements())
+    yield _counts(f"{NS}_gpus_moved_total", cluster, health.moves())
 
 
 def _hottest(values: np.ndarray, k: int) -> np.ndarray:
@@ -645,7 +678,8 @@ class HealthCollector(Collector):
     samples it read, by kind (``foreshock_agent_samples_read_total``: the workers count the same
     samples again as processed, so the two are kept apart), and its input problems, named as the
     workers name theirs (distinct problems: they add up), so ``ForeshockInputProblems`` covers a
-    BMC that stopped answering an agent."""
+    BMC that stopped answering an agent; and its sources' own counts (:func:`_source_counts`:
+    the GPU boards its polled source found replaced or moved, by stage)."""
 
     def __init__(self, health: PipelineHealth, cluster: Callable[[], str]) -> None:
         self.health = health
@@ -659,7 +693,7 @@ class HealthCollector(Collector):
         cluster = self.cluster()
         yield _counts(f"{NS}_agent_samples_read_total", cluster, samples)
         yield _counts(f"{NS}_input_problems_total", cluster, problems)
-        yield _counts(f"{NS}_polls_skipped_total", cluster, self.health.skipped())
+        yield from _source_counts(self.health, cluster)
 
 
 class MetricsPortError(OSError):

@@ -85,8 +85,8 @@ def test_job_gpu_hours_at_risk_are_the_jobs_own_gpus_at_its_worst_pace(small_top
                  jobs=(("job0", 1.5), ("job1", 1.25)), gpu_hours_at_risk_per_hour=8.0),
     ])
     reg = build_registry(store)
-    risk = {job: reg.get_sample_value("foreshock_job_gpu_hours_at_risk_per_hour",
-                                      {"cluster": "test", "training_job": job}) for job in ("job0", "job1")}
+    risk = {job: reg.get_sample_value("foreshock_job_gpus_at_risk", {"cluster": "test", "training_job": job})
+            for job in ("job0", "job1")}
     assert risk == {"job0": pytest.approx(16.0), "job1": pytest.approx(3.2)}
     assert reg.get_sample_value("foreshock_incident_members", {"cluster": "test", "incident": "b", "root_kind": "cooling_loop",
                                 "root_entity": "cdu1", "state": "growing"}) == 3
