@@ -8,7 +8,10 @@ run ``nvidia-smi`` on an interval as a live source.
 
 Units sit in the header (``[W]``) and again after each value (``627.40 W``) unless
 ``nounits``; ``[N/A]``, ``[Not Supported]`` and ``[Requested functionality has been
-deprecated]`` mean "no value" (NaN, not a problem); bitmasks are hex. Query names map to
+deprecated]`` mean "no value" (NaN, not a problem); ``[GPU is lost]``, ``[GPU requires reset]`` and
+``[Unknown Error]`` say the GPU has failed (NaN, the GPU counted once as it enters that state);
+bitmasks are hex. An nvidia-smi that cannot read a GPU still prints the others' rows, then exits
+non-zero: the live source reads them. Query names map to
 fields through the field table's ``nvidia_smi`` column (scale to base units included).
 Timestamps are nvidia-smi's local time; imports read them as UTC (the real captures were taken
 on UTC hosts: their ``collected_at: ...Z`` header matches the CSV), live polling stamps rows
@@ -33,8 +36,10 @@ The capture files in ``../shared/data/nvidia-smi/`` hold many commands' outputs,
 from __future__ import annotations
 
 import csv
+import logging
 import re
 import socket
+import subprocess
 from collections import Counter
 from datetime import datetime, timezone
 from typing import Iterator, Sequence
@@ -46,11 +51,14 @@ from foreshock.frames import Frame
 from foreshock.health import PipelineHealth
 from foreshock.topology import Topology
 
-from .polling import GpuBoards, PollingSource, run_command
-from .samples import MAX_GPU_INDEX, SampleBatch, gpu_entity, gpu_topology, line_chunks, parse_tokens
+from .polling import GpuBoards, PollingSource, run_process
+from .samples import (FAULT_TOKENS, MAX_GPU_INDEX, SampleBatch, gpu_entity, gpu_topology, line_chunks, parse_tokens,
+                      token_fault)
 
 STAGE = "nvidia-smi"
 DMON_STAGE = "dmon"
+
+log = logging.getLogger("foreshock.sources")
 
 _RULE = re.compile(r"^#{20,}\s*$")
 _UNIT = re.compile(r"\s*\[[^\]]*\]\s*$")
@@ -68,6 +76,12 @@ UUID_QUERY = "uuid"
 """The board's UUID (``GPU-...``; ``gpu_uuid`` is the same query under another name): a string,
 so it is no field of the table's (a float column) and is read on its own (``uuids``)."""
 _UUID_COLUMNS = (UUID_QUERY, "gpu_uuid")
+
+EXIT_MEANING = {9: "the NVIDIA driver is not loaded",
+                15: "a GPU has fallen off the bus or is otherwise inaccessible",
+                16: "a GPU requires a reset"}
+"""What some of nvidia-smi's exit statuses say (they are NVML's return codes: ``NVML_ERROR_GPU_IS_LOST``
+is 15), for the log."""
 
 
 # ---- capture files ------------------------------------------------------------------------
@@ -121,7 +135,7 @@ def _utc_timestamp(text: str) -> float:
 
 def parse_query_gpu(text: str, host: str | None = None, health: PipelineHealth | None = None,
                     ts: float | None = None, columns: Sequence[str] | None = None,
-                    uuids: dict[str, str] | None = None) -> SampleBatch:
+                    uuids: dict[str, str] | None = None, faults: dict[str, str] | None = None) -> SampleBatch:
     """Parse ``nvidia-smi --query-gpu=... --format=csv`` output into a gpu batch.
 
     ``host`` names the node when the CSV has no usable ``hostname`` column (default
@@ -130,6 +144,12 @@ def parse_query_gpu(text: str, host: str | None = None, health: PipelineHealth |
 
     ``uuids``, when given, is filled with each GPU's ``uuid`` column (GPU name -> UUID; "" where
     its rows name different ones; none for ``[N/A]``), for the rows kept.
+
+    A GPU whose cells say it has failed (``[GPU is lost]``, ``[Unknown Error]``:
+    :data:`~foreshock.streams.samples.FAULT_TOKENS`) keeps its row, those cells NaN, and is counted
+    once under the fault's reason as it enters that state, rows read in order: ``faults`` (GPU name
+    -> the fault its last row said; GPUs without one absent) carries the states from one call to the
+    next (a live source's polls, a long file's chunks); without it, each call starts from none.
 
     Each bad line is counted once, under the first reason found (its width, timestamp or GPU
     index), and costs its own row only: the cells of a row left out are not read.
@@ -185,6 +205,7 @@ def parse_query_gpu(text: str, host: str | None = None, health: PipelineHealth |
     fallback = host or "localhost"
 
     values: dict[str, np.ndarray] = {}
+    row_fault: dict[int, str] = {}  # row -> the most serious fault its cells say
     lookup = source_index("nvidia_smi")
     for name, i in col_of.items():
         mapped = lookup.get(name)
@@ -192,25 +213,27 @@ def parse_query_gpu(text: str, host: str | None = None, health: PipelineHealth |
             continue
         field, scale = mapped
         parsed, bad, nans = parse_tokens(cols[i])
-        problems["non-numeric value"] += bad
+        problems["non-numeric value"] += bad - (_note_fault_cells(cols[i], row_fault) if bad else 0)
         problems["NaN value"] += nans
         parsed *= scale
         # Two aliases of one field queried together: the first with a value wins.
         values[field.name] = np.where(np.isnan(values[field.name]), parsed, values[field.name]) \
             if field.name in values else parsed
     if TLIMIT_QUERY in col_of and "gpu_temp" in values:
-        headroom, bad, nans = parse_tokens(cols[col_of[TLIMIT_QUERY]])
-        problems["non-numeric value"] += bad
+        tokens = cols[col_of[TLIMIT_QUERY]]
+        headroom, bad, nans = parse_tokens(tokens)
+        problems["non-numeric value"] += bad - (_note_fault_cells(tokens, row_fault) if bad else 0)
         problems["NaN value"] += nans
         values["max_op_temp"] = values["gpu_temp"] + headroom  # (the detectors judge its range)
 
-    for reason, count in problems.items():
-        health.problem(STAGE, reason, count)
     entities: dict[str, int] = {}
     entity = np.fromiter(
         (entities.setdefault(gpu_entity(h if h.strip().lower() not in _MISSING else fallback, int(g)), len(entities))
          for h, g in zip(hosts, index)),
         dtype=np.int32, count=n)
+    for reason, count in problems.items():
+        health.problem(STAGE, reason, count)
+    _count_faults(entity, list(entities), row_fault, faults if faults is not None else {}, health)
     if uuids is not None:
         uuid_column = next((cols[col_of[name]] for name in _UUID_COLUMNS if name in col_of), ())
         _read_uuids(entity, list(entities), uuid_column, uuids)
@@ -251,6 +274,63 @@ def _bad_index(index: np.ndarray) -> np.ndarray:
     return ~np.isfinite(index) | (index < 0) | (index != np.floor(index)) | (index > MAX_GPU_INDEX)
 
 
+_FAULT_ORDER = list(dict.fromkeys(FAULT_TOKENS.values()))  # the most serious first
+
+
+def _note_fault_cells(tokens: Sequence[str], row_fault: dict[int, str]) -> int:
+    """Note in ``row_fault`` (row -> reason) the cells of a column that say their GPU has failed,
+    keeping a row's most serious fault; returns how many there were. Called only for a column with
+    cells that are not numbers: a healthy poll pays nothing for it."""
+    found = 0
+    for row, token in enumerate(tokens):
+        reason = token_fault(token)
+        if reason is not None:
+            found += 1
+            known = row_fault.get(row)
+            if known is None or _FAULT_ORDER.index(reason) < _FAULT_ORDER.index(known):
+                row_fault[row] = reason
+    return found
+
+
+def _count_faults(entity: np.ndarray, names: list[str], row_fault: dict[int, str], faults: dict[str, str],
+                  health: PipelineHealth) -> None:
+    """Count, under its reason, each GPU whose row says a fault its previous row did not (per GPU,
+    once per change of state, not per cell or per poll: a GPU lost for a day is one problem), and
+    note each GPU's state in ``faults`` (a healthy GPU leaves it). The first of each reason is
+    logged by ``health``."""
+    if not row_fault and not faults:  # the common case: no GPU failed, now or before
+        return
+    entered: dict[str, list[str]] = {}  # reason -> the GPUs entering it
+    for row, slot in enumerate(entity):
+        name = names[slot]
+        state = row_fault.get(row)
+        if faults.get(name) == state:
+            continue
+        if state is None:
+            del faults[name]
+            continue
+        faults[name] = state
+        entered.setdefault(state, []).append(name)
+    for reason, gpus in entered.items():
+        health.problem(STAGE, reason, len(gpus), detail=", ".join(gpus[:3]) + (" ..." if len(gpus) > 3 else ""))
+
+
+def csv_and_messages(text: str) -> tuple[str, list[str]]:
+    """Split what an nvidia-smi that failed printed into the CSV (its header, the first line
+    whose first cell is ``timestamp``, as the live source asks first, and the lines after it
+    that hold a comma: rows, whole or not, for :func:`parse_query_gpu` to read and count) and the
+    other lines (its messages, sentences with no comma: ``Unable to determine the device handle
+    for GPU 0000:3B:00.0: Unknown Error``). No header: ``("", every line)``."""
+    lines = [line for line in text.splitlines() if line.strip()]
+    header = next((i for i, line in enumerate(lines)
+                   if _UNIT.sub("", line.split(",", 1)[0]).strip() == "timestamp"), None)
+    if header is None:
+        return "", lines
+    rows = [line for line in lines[header + 1:] if "," in line]
+    messages = lines[:header] + [line for line in lines[header + 1:] if "," not in line]
+    return "".join(line + "\n" for line in [lines[header], *rows]), messages
+
+
 def _read_uuids(entity: np.ndarray, names: list[str], tokens: Sequence[str], uuids: dict[str, str]) -> None:
     """Note each row's UUID under its GPU's name (``entity``: the row's index in ``names``);
     nvidia-smi's bracketed "no value" forms name none."""
@@ -278,8 +358,9 @@ def parse_query_gpu_chunks(text: str, host: str | None = None, health: PipelineH
             break
     else:
         return
+    faults: dict[str, str] = {}  # a GPU failing across chunks is counted once, as in one piece
     for piece in line_chunks(text, chunk_rows, pos):
-        yield parse_query_gpu(piece, host, health, columns=header)
+        yield parse_query_gpu(piece, host, health, columns=header, faults=faults)
 
 
 # ---- dmon ----------------------------------------------------------------------------------
@@ -394,6 +475,8 @@ class NvidiaSmiSource(PollingSource):
         # asked for with reads_boards; a choice like the others, emptied if the driver rejects it
         self._uuid_choice = [UUID_QUERY]
         self._boards = GpuBoards(self.health, STAGE)
+        self._faults: dict[str, str] = {}  # GPU -> the fault its cells said last (parse_query_gpu's ``faults``)
+        self._exits: set[int] = set()  # the exit statuses logged
 
     def argv(self) -> list[str]:
         choices = self._choices + ([self._uuid_choice] if self.reads_boards else [])
@@ -402,14 +485,14 @@ class NvidiaSmiSource(PollingSource):
 
     def poll(self) -> list[Frame]:
         now = self.clock()
-        out, error = run_command(self.argv(), self.health, STAGE, self.timeout)
-        if out is None:
-            m = _INVALID_FIELD.search(error)
-            if m:
-                self._drop_name(m.group(1))
+        done, _ = run_process(self.argv(), self.health, STAGE, self.timeout)
+        if done is None:
+            return []
+        out = done.stdout if done.returncode == 0 else self._read_failed(done)
+        if not out:
             return []
         uuids: dict[str, str] | None = {} if self.reads_boards else None
-        batch = parse_query_gpu(out, host=self.host, health=self.health, ts=now, uuids=uuids)
+        batch = parse_query_gpu(out, host=self.host, health=self.health, ts=now, uuids=uuids, faults=self._faults)
         if self._topology is None:
             if not len(batch):
                 return []
@@ -417,6 +500,32 @@ class NvidiaSmiSource(PollingSource):
         if uuids:
             batch = self._boards.tag(batch, uuids, self._topology)
         return [batch.to_frame(self._topology, self.health, STAGE)]
+
+    def _read_failed(self, done: subprocess.CompletedProcess[str]) -> str:
+        """The CSV to read of a run that exited non-zero ("" for none), its failure counted.
+
+        nvidia-smi prints every GPU it could read and a line for each it could not (``Unable to
+        determine the device handle for GPU ...: Unknown Error``), all on stdout, then exits
+        non-zero: one lost GPU must not blind the source to the healthy ones. The exit is counted
+        (``command failed``; each new status logged), the lines among the rows that are not rows
+        too (``error message in output``), and the rows are read. A query name the driver rejects
+        is dropped instead (:meth:`_drop_name`); output with no CSV header is not read."""
+        text, messages = csv_and_messages(done.stdout)
+        said = done.stderr.strip().splitlines() + messages
+        meaning = EXIT_MEANING.get(done.returncode)
+        what = (f"{self.executable} exit {done.returncode}{f' ({meaning})' if meaning else ''}"
+                f"{': ' + said[0] if said else ''}")
+        if self._exits and done.returncode not in self._exits:  # (the first is logged by health)
+            log.warning("%s: %s", STAGE, what)
+        self._exits.add(done.returncode)
+        self.health.problem(STAGE, "command failed", detail=what)
+        rejected = _INVALID_FIELD.search(done.stderr or done.stdout)
+        if rejected:
+            self._drop_name(rejected.group(1))
+            return ""
+        if text:
+            self.health.problem(STAGE, "error message in output", len(messages), detail=messages[0] if messages else "")
+        return text
 
     def _drop_name(self, name: str) -> None:
         for choice in [*self._choices, self._uuid_choice]:

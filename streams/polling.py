@@ -264,9 +264,13 @@ class PollingSource:
             self._stop.wait(max(0.0, next_slot * self.interval - elapsed))
 
 
-def run_command(argv: Sequence[str], health: PipelineHealth, stage: str,
-                timeout: float = 10.0) -> tuple[str | None, str]:
-    """Run a command; returns ``(stdout, "")`` or ``(None, what went wrong)``, the failure counted.
+def run_process(argv: Sequence[str], health: PipelineHealth, stage: str,
+                timeout: float = 10.0) -> tuple[subprocess.CompletedProcess[str] | None, str]:
+    """Run a command to its end, whatever its exit status: ``(the finished process, "")``, or
+    ``(None, what went wrong)`` when it could not be started or did not end within ``timeout``
+    (counted). For a caller that reads what a failing command still printed and judges its exit
+    status itself (nvidia-smi prints every healthy GPU's row, then exits non-zero for a lost one);
+    the others use :func:`run_command`.
 
     Its output is read as UTF-8, a byte that is not UTF-8 read as U+FFFD: a job name in Latin-1 in
     ``squeue``'s output was a UnicodeDecodeError traceback."""
@@ -282,6 +286,18 @@ def run_command(argv: Sequence[str], health: PipelineHealth, stage: str,
     except subprocess.TimeoutExpired:
         health.problem(stage, "command timed out", detail=f"{argv[0]} after {timeout} s")
         return None, f"{argv[0]}: timed out after {timeout} s"
+    return done, ""
+
+
+def run_command(argv: Sequence[str], health: PipelineHealth, stage: str,
+                timeout: float = 10.0) -> tuple[str | None, str]:
+    """Run a command; returns ``(stdout, "")`` or ``(None, what went wrong)``, the failure counted.
+
+    A non-zero exit is a failure whatever it printed (see :func:`run_process` for a command whose
+    output outlives its failures)."""
+    done, why = run_process(argv, health, stage, timeout)
+    if done is None:
+        return None, why
     if done.returncode != 0:
         lines = (done.stderr or done.stdout).strip().splitlines()
         message = f"{argv[0]} exit {done.returncode}: {lines[0] if lines else ''}"

@@ -30,10 +30,25 @@ from foreshock.topology import UNKNOWN, Topology
 # Tokens real tools print for "no value": the source is telling us the value is absent, which
 # is not bad input (nvidia-smi prints several of these for every query on every GPU).
 _MISSING_TOKENS = frozenset({
-    "", "-", "n/a", "[n/a]", "[not supported]", "not supported", "[unknown error]",
-    "[requested functionality has been deprecated]", "[insufficient permissions]",
-    "[gpu requires reset]", "[gpu is lost]", "none",
+    "", "-", "n/a", "[n/a]", "[not supported]", "not supported",
+    "[requested functionality has been deprecated]", "[insufficient permissions]", "none",
 })
+
+FAULT_TOKENS: Mapping[str, str] = {
+    "[gpu is lost]": "GPU lost or requires reset",
+    "[gpu requires reset]": "GPU lost or requires reset",
+    "[unknown error]": "unknown error",
+}
+"""What nvidia-smi prints in a GPU's cells when the GPU, not the value, has failed (NVML's
+``GPU_IS_LOST``, ``RESET_REQUIRED``, ``UNKNOWN``), lower-cased, to the problem reason it is counted
+under; the most serious first. Not "no value": :func:`parse_token` reads them as bad input, and a
+parser that knows its GPUs counts them once per GPU as it enters the state
+(:func:`~foreshock.streams.nvidia_smi.parse_query_gpu`), not once per cell per poll."""
+
+
+def token_fault(token: str) -> str | None:
+    """The :data:`FAULT_TOKENS` reason ``token`` says, or None."""
+    return FAULT_TOKENS.get(token.strip().lower())
 
 _NUMBER_WITH_UNIT = re.compile(r"^\s*([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|[-+]?inf|nan)\s*([A-Za-z%/]*)\s*$",
                                re.IGNORECASE)
@@ -42,8 +57,9 @@ _NUMBER_WITH_UNIT = re.compile(r"^\s*([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|
 def parse_token(token: str) -> tuple[float, bool]:
     """Parse one printed value into ``(value, ok)``.
 
-    ``ok`` is False only for text that should have been a number and is not; tokens that
-    mean "no value" (``[N/A]``, ``[Not Supported]``, ``-``) give ``(nan, True)``. Units after
+    ``ok`` is False only for text that should have been a number and is not (a device fault,
+    ``[GPU is lost]``, among them: :data:`FAULT_TOKENS`); tokens that mean "no value" (``[N/A]``,
+    ``[Not Supported]``, ``-``) give ``(nan, True)``. Units after
     the number (``630.00 W``, ``0 us``, ``1980 MHz``) are dropped: the field table's scale
     says what the source's unit is. Hex (``0x...``) is read as an unsigned integer.
     """
