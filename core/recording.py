@@ -17,7 +17,10 @@ file and starts the next (``gpu.parquet``, ``gpu.00001.parquet``, ...; the one b
 is ``*.partial``), and rewrites ``recording.json`` to list the closed ones with
 ``"complete": false``. A Parquet file is readable only once closed (its footer is written
 last), so a recorder killed outright (SIGKILL, the OOM killer, a power cut) loses only the
-part it was writing; the recording opens up to the last closed part, with a warning.
+part it was writing; the recording opens up to the last closed part, with a warning. A part
+is renamed into place before the list is rewritten: one closed but not yet listed (killed in
+between), or every part of a folder without ``recording.json``, is read from what is on disk,
+with a warning naming it.
 """
 
 from __future__ import annotations
@@ -242,6 +245,7 @@ class Recording:
         except ValueError as exc:
             raise RecordingError(str(exc)) from None
         rec = cls(path, topology, meta)
+        rec._take_in_unlisted_parts(listed=meta_path.exists())
         rows = meta.get("rows", {})
         for kind in ENTITY_KINDS:
             want = int(rows.get(kind, 0))
@@ -276,6 +280,70 @@ class Recording:
                 log.warning("%s: its run was stopped before its end (interrupted); reading what it holds%s%s",
                             path, ends or " (nothing: it is empty)", held)
         return rec
+
+    def _part_indices(self, kind: str) -> list[int]:
+        """Indices of the kind's closed parts in the folder (:func:`part_name`), sorted."""
+        found = []
+        for file in self.path.glob(f"{kind}*.parquet"):
+            middle = file.name[len(kind):-len(".parquet")]
+            index = 0 if middle == "" else int(middle[1:]) if middle[1:].isdigit() else -1
+            if index >= 0 and part_name(kind, index) == file.name:
+                found.append(index)
+        return sorted(found)
+
+    def _take_in_unlisted_parts(self, listed: bool) -> None:
+        """Closed parts on disk past those ``recording.json`` lists (``listed``: whether there is
+        one): read where the list may lag the disk, else left unread; a warning names them.
+
+        A live recorder renames a part into place once closed, then rewrites the list: killed in
+        between, the part is whole but unlisted. With no ``recording.json`` at all, the closed
+        parts on disk are all there is to go by. In a recording closed properly (or written
+        whole) a part it does not list belongs to something else: not read, but not silent."""
+        parts = self.meta.get("parts")
+        lags = not listed or (isinstance(parts, dict) and self.interrupted)
+        counts: dict[str, int] = {}
+        taken: dict[str, list[Path]] = {}
+        unread: list[Path] = []
+        for kind in ENTITY_KINDS:
+            on_disk = self._part_indices(kind)
+            count = int(parts.get(kind, 0)) if isinstance(parts, dict) else 1 if listed else 0
+            while lags and count in on_disk:
+                taken.setdefault(kind, []).append(self.path / part_name(kind, count))
+                count += 1
+            counts[kind] = count
+            unread += [self.path / part_name(kind, i) for i in on_disk if i >= count]
+        if unread:
+            log.warning("%s: %s on disk but not listed in %s: not read (a part of another recording, "
+                        "or a copy merged into this folder)", self.path, ", ".join(p.name for p in unread), META_FILE)
+        if not taken:
+            return
+        names = ", ".join(p.name for files in taken.values() for p in files)
+        self.meta["parts"] = {kind: n for kind, n in counts.items() if n}
+        if not listed:
+            lost = sorted(p.name for p in self.path.glob(f"*{PARTIAL}"))
+            log.warning("%s: no %s (a copy without it, or removed): reading the closed parts on disk (%s), "
+                        "%s s between samples assumed%s", self.path, META_FILE, names, f"{self.interval:g}",
+                        f"; what was being written is lost ({', '.join(lost)})" if lost else "")
+            return
+        # the list lags: its rows and time span grow by what the parts it missed hold
+        listed_rows = self.meta.get("rows")
+        rows: dict[str, int] = listed_rows if isinstance(listed_rows, dict) else {}
+        stamps = [self.meta[key] for key in ("start", "end") if _is_number(self.meta.get(key))]
+        for kind, files in taken.items():
+            # (a list without row counts is checked against none: none is made up for it)
+            counted = rows is listed_rows and (kind in rows or files[0].name == part_name(kind, 0))
+            for file in files:
+                pf = self._parquet(file, kind)
+                if counted:
+                    rows[kind] = int(rows.get(kind, 0)) + pf.metadata.num_rows
+                ts = pf.read(columns=["ts"]).column("ts").to_numpy()
+                ts = ts[np.isfinite(ts)]
+                if len(ts):
+                    stamps += [float(ts.min()), float(ts.max())]
+        if stamps:
+            self.meta["start"], self.meta["end"] = min(stamps), max(stamps)
+        log.warning("%s: %s closed after %s was last written (its recorder killed in between): read too",
+                    self.path, names, META_FILE)
 
     @property
     def interrupted(self) -> bool:

@@ -63,6 +63,10 @@ from .samples import BatchBuilder, SampleBatch
 STAGE = "dom"
 DBM_FLOOR = -40.0
 """Optical power floor in dBm (0.0001 mW); a 0 mW reading is reported as this."""
+MAX_LANES = 32
+"""The most lanes ethtool numbers (from 1) in a module: CMIS's 4 banks of 8 (ethtool ``cmis.c``
+``CMIS_MAX_CHANNEL_NUM``); SFF-8636 has 4, SFF-8472 1. A ``(Channel N)`` past it is counted as
+``bad lane number`` and its line dropped."""
 
 _LINE = re.compile(r"^\s*(\S.*?)\s*:\s?(.*?)\s*$")
 _LANE = re.compile(r"^(.*?)\s*\((?:Channel|Chan)\s+(\d+)\)$")
@@ -197,7 +201,10 @@ def parse_ethtool_m(text: str, health: PipelineHealth | None = None) -> ModuleDo
                 problems["bad identifier"] += 1
             continue
         lane_match = _LANE.match(key)
-        base, lane = (lane_match.group(1), int(lane_match.group(2))) if lane_match else (key, -1)
+        base, lane = (lane_match.group(1), _lane_number(lane_match.group(2))) if lane_match else (key, -1)
+        if lane is None:
+            problems["bad lane number"] += 1
+            continue
 
         threshold = _THRESHOLD.match(key)
         if threshold and threshold.group(1) in _THRESHOLD_FIELD:
@@ -249,6 +256,15 @@ def parse_ethtool_m(text: str, health: PipelineHealth | None = None) -> ModuleDo
     for reason, count in problems.items():
         health.problem(STAGE, reason, count)
     return dom
+
+
+def _lane_number(digits: str) -> int | None:
+    """A ``(Channel N)`` suffix's lane, or None outside 1..:data:`MAX_LANES` (a garbled line: its
+    number would not fit the module's int32 lane array, nor name a lane the module has)."""
+    if len(digits) > len(str(MAX_LANES)):  # also keeps int() off a number thousands of digits long
+        return None
+    lane = int(digits)
+    return lane if 1 <= lane <= MAX_LANES else None
 
 
 def _value(text: str) -> float | None:

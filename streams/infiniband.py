@@ -13,7 +13,9 @@ Which files feed which link field is the field table's ``sysfs`` column; a name 
 in ``counters/``, then ``hw_counters/``, then the port folder itself. Counters stay raw (the
 detectors compute rates and handle wraps). Every problem is counted under stage
 ``infiniband``: a missing counter file, an unreadable one (an I/O error, or a folder where a
-file should be), a non-numeric content. The RoCE congestion counters (mlx5 ``np_*``
+file should be), a non-numeric content. A counter file reading ``N/A (no PMA)`` (the kernel's
+text for a device without a PMA) is a counter the port does not serve, like a missing file:
+no value, counted as ``counter not available``. The RoCE congestion counters (mlx5 ``np_*``
 notification-point and ``rp_*`` reaction-point names) do not exist on InfiniBand-layer ports;
 their absence there is expected and not counted.
 
@@ -66,6 +68,9 @@ _SUBDIRS = ("counters", "hw_counters", "")
 _RATE = re.compile(r"^\s*([0-9.]+)\s*([KMGT]?)b/sec", re.IGNORECASE)
 _RATE_UNIT = {"": 1.0, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12}
 _ROCE_ONLY = ("np_", "rp_")
+_NOT_AVAILABLE = "N/A"
+"""How a counter file starts on a device without a PMA (``drivers/infiniband/core/sysfs.c``
+``show_pma_counter`` writes ``N/A (no PMA)``: iWARP and some RoCE devices)."""
 log = logging.getLogger("foreshock.infiniband")
 
 NATIVE_BITS: dict[str, int] = {
@@ -80,6 +85,7 @@ listed: the kernel serves them from PortCountersExtended (64 bits) where the HCA
 does not say which it is, and a 64-bit one passes 2**32-1 on its way up."""
 SATURATED = "saturated counter: stuck at its native maximum, its increases are no longer seen (clear it: perfquery -R)"
 DISAPPEARED = "port disappeared"
+NOT_AVAILABLE = "counter not available (N/A: the device has no PMA)"
 
 
 def saturated_at(name: str) -> float:
@@ -142,10 +148,10 @@ def read_infiniband(root: str | Path = DEFAULT_ROOT, host: str | None = None, ts
                     saturated: set[str] | None = None, expected: Mapping[str, str] | None = None,
                     missing: set[str] | None = None, ports: list[tuple[str, str]] | None = None) -> SampleBatch:
     """Read every port under ``root`` once: a link batch with one row per port. With ``once`` (a
-    polling source's, :func:`count_once`), a counter file the port does not have counts the first
-    time only: the driver will not grow it. With ``saturated`` (a polling source's: the
-    ``dev/port/name`` of the counters at their maximum at the last reading), a counter found at
-    its maximum counts once until a reading finds it cleared; without it, at every reading.
+    polling source's, :func:`count_once`), a counter file the port does not have, or one reading
+    ``N/A``, counts the first time only: the driver will not grow it. With ``saturated`` (a polling
+    source's: the ``dev/port/name`` of the counters at their maximum at the last reading), a counter
+    found at its maximum counts once until a reading finds it cleared; without it, at every reading.
 
     ``expected`` (``"<dev>/<port>"`` -> link name: :func:`expected_ports`) are the ports the caller's
     topology lists: each one not under ``root`` gets a row of its link with ``link_state`` DOWN
@@ -188,6 +194,13 @@ def read_infiniband(root: str | Path = DEFAULT_ROOT, host: str | None = None, ts
                         count_once(once, f"{dev}/{port}/{name}"):
                     problems["counter file missing"] += 1
                     details.setdefault("counter file missing", f"{dev}/ports/{port}: {name}")
+                continue
+            if text.strip().startswith(_NOT_AVAILABLE):
+                # the device has no PMA to ask: it will never serve this counter, as if the file were
+                # not there; counted at every poll it would keep a healthy host's problems climbing
+                if count_once(once, f"{dev}/{port}/{name}"):
+                    problems[NOT_AVAILABLE] += 1
+                    details.setdefault(NOT_AVAILABLE, f"{dev}/{port}/{name}: {text.strip()[:40]!r}")
                 continue
             try:
                 if name == "state":
