@@ -218,7 +218,7 @@ def command(source: str, kafka: str | None, user: str | None, password: str | No
             polls: int | None, host: str | None, gpus: int, scenario: str, seed: int, duration: float | None,
             agent_id: str | None, linger_ms: float, compression: str, topology_path: str | None, metrics_port: int,
             metrics_host: str) -> None:
-    """Publish telemetry from SOURCE to Kafka (telemetry.frames, Arrow IPC, routed by node)."""
+    """Publish telemetry from SOURCE to Kafka (telemetry.frames, Arrow IPC, partitioned by rack: a rack's nodes share a partition)."""
     from kafka.errors import KafkaError
 
     from foreshock.health import PipelineHealth

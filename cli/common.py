@@ -71,7 +71,8 @@ def serve_options(func):  # type: ignore[no-untyped-def]
                         help="Also write every finding to this JSON-lines file (one a line, as it is found, "
                              "its entity named beside its slot).")(func)
     func = click.option("--top-k", default=16, show_default=True, type=int,
-                        help="Per-GPU series exported for the K hottest GPUs besides flagged ones.")(func)
+                        help="Per-GPU series exported for the K GPUs nearest their core limit and the K nearest their HBM "
+                             "limit (up to 2×K), besides flagged ones.")(func)
     return func
 
 

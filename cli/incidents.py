@@ -17,6 +17,7 @@ from rich.table import Table
 from foreshock.detectors.bank import DetectorBank
 from foreshock.detectors.evaluation import aligned_frames
 from foreshock.detectors.incident_eval import score_incidents
+from foreshock.detectors.incident_external import STAGE as EXTERNAL_STAGE
 from foreshock.detectors.incident_external import read_events
 from foreshock.detectors.incidents import IncidentEngine
 from foreshock.findings import Anomaly, Finding, Incident, Prediction, finding_to_json
@@ -58,9 +59,13 @@ def command(recording: str, external_path: str | None, detectors: str | None, fi
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
     if external_path:
+        bad_before = sum(n for (stage, _), n in health.problems.items() if stage == EXTERNAL_STAGE)
         events = read_events(external_path, health)
         engine.add_external(events)
-        console.print(f"[dim]{len(events)} external events from {external_path}[/dim]")
+        bad = sum(n for (stage, _), n in health.problems.items() if stage == EXTERNAL_STAGE) - bad_before
+        console.print(f"[dim]{len(events)} external event{'' if len(events) == 1 else 's'} read from "
+                      f"{escape(str(external_path))}" + (f", {bad} bad line{'' if bad == 1 else 's'}" if bad else "")
+                      + "[/dim]")
     guard = InputGuard(topo, health)
     findings: list[Finding] = []
     sink = open(findings_path, "w", encoding="utf-8") if findings_path else None

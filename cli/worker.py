@@ -23,7 +23,8 @@ from .kafka_options import kafka_options, settings_from
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address for /metrics.")
 @click.option("--port", default=9109, show_default=True, type=int, help="Port for this worker's /metrics (0 = none).")
 @click.option("--top-k", default=16, show_default=True, type=click.IntRange(min=0),
-              help="Per-GPU series exported for the K hottest GPUs (by core and by HBM) besides flagged ones.")
+              help="Per-GPU series exported for the K GPUs nearest their core limit and the K nearest their HBM limit "
+                   "(up to 2×K), besides flagged ones.")
 @click.option("--log-level", default="warning", show_default=True,
               type=click.Choice(["debug", "info", "warning", "error"]),
               help="Least severe log level the worker prints (passed to faust's worker).")

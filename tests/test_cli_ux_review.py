@@ -152,6 +152,16 @@ def test_a_bracketed_external_path_prints_as_it_is(tmp_path, recording: Path) ->
     assert f"0 external events read from {external}" in result.output
 
 
+def test_incidents_tells_the_bad_lines_of_its_external_file_as_replay_does(tmp_path, recording: Path) -> None:
+    """r91: `incidents --external` printed "1 external events from FILE", its bad line only in the log."""
+    external = tmp_path / "ext.jsonl"
+    external.write_text(json.dumps({"node": "node0", "time": 1.0, "type": "fan_failure"}) + "\nnot json\n")
+    result = CliRunner().invoke(cli, ["incidents", str(recording), "--external", str(external), "--no-progress"],
+                                env={"COLUMNS": "400"})
+    assert result.exit_code == 0, result.output
+    assert f"1 external event read from {external}, 1 bad line" in result.output
+
+
 @pytest.mark.parametrize("port", ["70000", "-1"])
 def test_a_port_out_of_range_is_a_usage_error(recording: Path, port: str) -> None:
     result = CliRunner().invoke(cli, ["replay", str(recording), "--port", port])
