@@ -128,9 +128,10 @@ SIGNAL_NAMES = ("rx_power", "tx_bias", "tx_power", "prefec_ber")
 # PHY counters), then the BER gauge's sum and count, used when the counters did not move
 ACC_SIZE = 2 * N_SIG + 2
 ACC_BER_GAUGE = 2 * N_SIG
-# fit columns per signal
-F_SLOPE, F_LEVEL, F_CONF, F_SCALE, F_PENDING, F_T = range(6)
-F_SIZE = 6
+# fit columns per signal (F_PERSIST: 1 when the trend goes on in the newest points, 0 when it
+# does not and so is not extrapolated, NaN = not judged, taken as persisting)
+F_SLOPE, F_LEVEL, F_CONF, F_SCALE, F_PENDING, F_T, F_PERSIST = range(7)
+F_SIZE = 7
 # per-optic module alarm thresholds (s_module_alarm columns)
 M_RX_LOW, M_BIAS_HIGH = range(2)
 MODULE_THRESHOLD_KEYS = ("rx_power_low_alarm", "tx_bias_high_alarm")
@@ -191,11 +192,13 @@ PARAMS: dict[str, float] = {
     "refresh_s": 60.0,
     "on_count": 2.0,  # consecutive firing evaluations (bucket closes) to start
     "dark_gap_buckets": 2.0,  # whole buckets without a sample that count as the optic gone dark
+    "persist_ratio": 0.5,  # the window's newer half and newest quarter must show this share of the
+    "persist_share": 0.25,  # trend's slope in this share of their pair slopes (else a step or warm-up)
 }
 PARAM_NAMES = tuple(PARAMS)
 (P_BUCKET, P_WINDOW, P_MIN_POINTS, P_FEC, P_BER_FLOOR, P_RX_ALARM, P_BIAS_ALARM, P_BIAS_EOL,
  P_LOS, P_HORIZON, P_TREND_HORIZON, P_TREND_REFRESH, P_MAX_EXTRAP, P_MIN_SLOPE, P_MIN_BIAS_SLOPE, P_TX_FLAT, P_CONF_MIN, P_STEP_MIN, P_STEP_K,
- P_CLEAR, P_OFF_HOLD, P_REFRESH, P_ON, P_DARK_GAP) = range(len(PARAMS))
+ P_CLEAR, P_OFF_HOLD, P_REFRESH, P_ON, P_DARK_GAP, P_PERSIST_RATIO, P_PERSIST_SHARE) = range(len(PARAMS))
 
 DAY_S = 86400.0
 
@@ -304,6 +307,51 @@ def theil_sen(t: np.ndarray, y: np.ndarray, m: int, scratch: np.ndarray) -> tupl
         scratch[i] = abs(scratch[i] - level)
     scale = median_of(scratch, m, scratch[m:])
     return slope, level, agreement, scale
+
+
+@jit
+def _half_share(t: np.ndarray, y: np.ndarray, lo: int, hi: int, bar: float, rising: bool) -> float:
+    """The share of the pair slopes within points ``lo`` to ``hi - 1`` (each point of their older
+    half against each of their newer half, as :func:`theil_sen` pairs them) that reach ``bar`` in
+    the trend's direction (at or above it when ``rising``, else at or below); NaN without a pair."""
+    h = lo + (hi - lo) // 2
+    pairs = 0
+    reaching = 0
+    for i in range(lo, h):
+        for j in range(h, hi):
+            dt = t[j] - t[i]
+            if dt > 1e-9:
+                pair = (y[j] - y[i]) / dt
+                pairs += 1
+                reaching += pair >= bar if rising else pair <= bar
+    return reaching / pairs if pairs > 0 else np.nan
+
+
+@jit
+def trend_persists(t: np.ndarray, y: np.ndarray, m: int, slope: float, params: np.ndarray) -> bool:
+    """Whether the line of slope ``slope`` fitted to the first ``m`` points is a trend that goes
+    on now: at least ``persist_share`` of the pair slopes of its newer half and of its newest
+    quarter reach ``persist_ratio`` × ``slope``, and as many of its newest eighth's reach ``slope``.
+
+    A real decline keeps falling to the last point, however flat the window was before its onset
+    (judged on the older half too, a failure's first half hour, flat then falling, cost ~15 min
+    of lead). A level shift too small to be corrected as a step, or a module's bias rising as it
+    warms up, is flat once done; fitted over the whole window either reads as a steep trend until
+    the window slides past it, but the Theil-Sen slope only turns steep once most of its pairs
+    straddle the change, by when the newest points lie after it, flat. The newest eighth (4
+    buckets) sees a warm-up end soonest; it is held to the whole slope (a real trend's newest
+    points fall at least as fast as a line diluted by the flat time before its onset) because
+    half the slope is within a flat stretch's noise. A lenient share (a quarter, where the median
+    would be a half) leaves a noisy real trend its parts: only a part clearly flatter than the
+    trend contradicts it. No slope (zero or NaN) and a part without a pair contradict nothing.
+    """
+    if not (slope > 0.0 or slope < 0.0):
+        return True
+    bar = params[P_PERSIST_RATIO] * slope
+    rising = slope > 0.0
+    return not (_half_share(t, y, m // 2, m, bar, rising) < params[P_PERSIST_SHARE]
+                or _half_share(t, y, m - m // 4, m, bar, rising) < params[P_PERSIST_SHARE]
+                or _half_share(t, y, m - m // 8, m, slope, rising) < params[P_PERSIST_SHARE])
 
 
 @jit
@@ -434,6 +482,7 @@ def _close_bucket(o: int, acc: np.ndarray, optic: np.ndarray, ring_t: np.ndarray
         fit[o, g, F_CONF] = max(0.0, 2.0 * agreement - 1.0) * fill
         fit[o, g, F_SCALE] = scale
         fit[o, g, F_T] = ts_buf[m - 1]
+        fit[o, g, F_PERSIST] = 1.0 if trend_persists(ts_buf, ys_buf, m, slope, params) else 0.0
     _update_etas(o, optic, fit, params, q_limit, module_alarm)
     return steps, new_module
 
@@ -453,10 +502,12 @@ def _eta_down(level: float, slope: float, threshold: float, min_slope: float) ->
 @jit
 def _update_etas(o: int, optic: np.ndarray, fit: np.ndarray, params: np.ndarray, q_limit: float,
                  module_alarm: np.ndarray) -> None:
-    """ETA of each predictor of optic ``o`` from its fit; inf when not heading for its threshold
-    or when that is more than ``max_extrapolation`` windows ahead (a 30-minute trend says
-    nothing about next month). ``module_alarm`` (optics, 2): each module's own RX-low and
-    bias-high alarms (``M_*`` columns, NaN = unknown)."""
+    """ETA of each predictor of optic ``o`` from its fit; inf when not heading for its threshold,
+    when that is more than ``max_extrapolation`` windows ahead (a 30-minute trend says nothing
+    about next month), or when its trend does not go on in its newest points (``F_PERSIST`` 0,
+    :func:`trend_persists`: a small step or a warm-up, not a trend). A threshold already crossed
+    (ETA 0) needs no extrapolation and stands. ``module_alarm`` (optics, 2): each module's own
+    RX-low and bias-high alarms (``M_*`` columns, NaN = unknown)."""
     min_slope = params[P_MIN_SLOPE] / DAY_S
     reach = params[P_MAX_EXTRAP] * params[P_WINDOW] * params[P_BUCKET]
     optic[o, O_ETA_Q] = np.inf
@@ -479,8 +530,8 @@ def _update_etas(o: int, optic: np.ndarray, fit: np.ndarray, params: np.ndarray,
             limit = params[P_BIAS_EOL] * optic[o, O_BIAS_REF]
         if tx_flat and bias_slope * DAY_S > params[P_MIN_BIAS_SLOPE] * bias:
             optic[o, O_ETA_BIAS] = 0.0 if bias >= limit else (limit - bias) / bias_slope
-    for col in (O_ETA_Q, O_ETA_RX, O_ETA_BIAS):
-        if optic[o, col] > reach:
+    for col, sig in ((O_ETA_Q, SIG_Q), (O_ETA_RX, SIG_RX), (O_ETA_BIAS, SIG_BIAS)):
+        if optic[o, col] > reach or (optic[o, col] > 0.0 and fit[o, sig, F_PERSIST] == 0.0):
             optic[o, col] = np.inf
 
 
@@ -731,8 +782,14 @@ class OpticsDetector(Detector):
 
     def upgrade_state(self, state: dict[str, Any]) -> dict[str, Any]:
         """A state saved before ``O_DARK`` existed: never seen dark (NaN), as a fresh optic. One saved
-        before the counters' pace and drops were kept: none known, none pending."""
+        before the counters' pace and drops were kept: none known, none pending. One saved before
+        ``F_PERSIST`` existed: not judged (NaN, taken as persisting) until each signal's next fit."""
         state = with_counter_pace_and_drop(state, "s_counter_state", "s_counter_rate", "s_counter_drop")
+        fit = np.asarray(state.get("s_fit"))
+        if fit.ndim == 3 and fit.shape[2] < F_SIZE:
+            wide = np.full(fit.shape[:2] + (F_SIZE,), np.nan)
+            wide[:, :, :fit.shape[2]] = fit
+            state = {**state, "s_fit": wide}
         return add_columns(state, "s_optic", O_SIZE)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:

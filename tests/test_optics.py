@@ -620,7 +620,11 @@ def test_trend_warning_beyond_the_horizon():
     found = run(det, optic_frames(rx, ts))
     assert not [f for f in found if f.type == "prediction"]
     warn = [f for f in found if f.type == "anomaly" and f.field == "prefec_ber"]
-    assert warn and "worsening -0.3" in warn[0].reason and "days at this rate" in warn[0].reason
+    assert warn and "days at this rate" in warn[0].reason
+    # either end may warn first: its fitted rate, not the text of one end's, is what must be right
+    assert "worsening " in warn[0].reason and " dB/day" in warn[0].reason, warn[0].reason
+    rate = float(warn[0].reason.split("worsening ")[1].split(" dB/day")[0])
+    assert rate == pytest.approx(-0.3, abs=0.03), warn[0].reason
 
 
 def test_state_round_trip_gives_identical_future_output():
