@@ -23,9 +23,11 @@ role is assigned, rebalanced and scaled on its own. Run either all-role workers,
 workers plus one or more incidents workers (one at a time owns the stage) — not both kinds on
 one cluster's topics: an all-role group and a detect group would each process every frame.
 
-Bad records go to ``foreshock.deadletter`` with the reason in a header, and are counted. Each
-worker serves its own ``/metrics`` (``exporters.prometheus``). Checkpoints and the
-at-least-once contract: see ``kafka_worker``. Two things keep that contract here:
+Bad records go to ``foreshock.deadletter`` with the reason in a header, and are counted (a
+value past the topic's message size cut short; a dead letter the broker refuses all the same is
+counted, not fatal). Each worker serves its own ``/metrics`` (``exporters.prometheus``).
+Checkpoints and the at-least-once contract: see ``kafka_worker``. Two things keep that contract
+here:
 
 - every message the worker sends is confirmed delivered before a checkpoint is written (a send
   fails for good when the broker is away past the producer's timeout, or refuses the message):
@@ -55,6 +57,7 @@ from typing import Any, Awaitable, Callable
 
 import faust
 from aiokafka import AIOKafkaConsumer
+from aiokafka.errors import CorruptRecordException, MessageSizeTooLargeError, RecordListTooLargeError
 from aiokafka.structs import TopicPartition
 
 from foreshock.detectors.bank import DetectorBank
@@ -65,8 +68,8 @@ from foreshock.health import PipelineHealth
 from foreshock.topology import Topology
 
 from .kafka_codec import (BundleBuilder, Headers, PartitionMap, RecordError, as_record_error, bundle_key,
-                          decode_bundle, decode_findings, deadletter_headers, encode_bundle, headers_dict,
-                          is_telemetry, json_to_frames, sender_id)
+                          capped_deadletter, decode_bundle, decode_findings, deadletter_headers, encode_bundle,
+                          headers_dict, is_telemetry, json_to_frames, sender_id, split_findings)
 from .kafka_config import KafkaSettings
 from .kafka_topics import CHECKPOINT_MAX_BYTES, Topics
 from .external_feed import STAGE as EXTERNAL_STAGE
@@ -121,6 +124,14 @@ EXIT_RECORD_FAILED = 70  # EX_SOFTWARE
 EXTERNAL_FIRST_FETCH_MS = 500
 """How long the incident stage's first read of ``external.events`` (after it is loaded or
 reassigned) waits for the topic's first fetch; later reads take only what has arrived."""
+# What the broker (or the producer, before sending) answers for a message it will never take,
+# however often it is sent: unlike a broker that is away, no restart delivers it either.
+_REFUSALS = (MessageSizeTooLargeError, RecordListTooLargeError, CorruptRecordException)
+
+
+def _refused(exc: BaseException) -> bool:
+    """``exc`` is a refusal of the message (faust's ProducerSendError wraps the producer's)."""
+    return isinstance(exc, _REFUSALS) or isinstance(exc.__cause__, _REFUSALS)
 
 
 def _raw_topic(app: faust.App, name: str, partitions: int | None = None) -> Any:
@@ -277,6 +288,20 @@ class ForeshockWorker:
         value: bytes = batch[-1].value
         return value
 
+    async def end_offset(self, topic: str, partition: int) -> int | None:
+        """The partition's end (high-water) offset, checked against the checkpoint loaded for it
+        (a topic deleted and re-created since: ``ahead_of_topic``); None when the broker does not
+        say within 10 s (the stages then guess: ``CheckpointCover``)."""
+        tp = TopicPartition(topic, partition)
+        try:
+            reader = await self._reader()
+            end: int = (await asyncio.wait_for(reader.end_offsets([tp]), 10.0))[tp]
+        except Exception as exc:  # only a check: the partition is taken up without it
+            log.warning("end offset of %s/%d not read (%s: %s): a checkpoint of a re-created topic is only guessed "
+                        "at", topic, partition, type(exc).__name__, exc)
+            return None
+        return end
+
     async def handle(self, handler: Callable[[Any, Any], Awaitable[None]], stream: Any, event: Any) -> None:
         """``handler(stream, event)``, ending the worker (``fatal``) if it raises."""
         try:
@@ -344,15 +369,16 @@ class ForeshockWorker:
             self.store.observe_findings(found)
             self.counts["incidents"] += len(found)
 
-    async def checkpoint_incidents(self, stream: Any) -> None:
+    async def checkpoint_incidents(self, stream: Any, ack: bool = True) -> None:
         # frames behind a piece lost for good, of a sender that fell silent: run them now
         await self._publish_incidents(self.incident_stage.release_overdue())
         offset, blob = self.incident_stage.checkpoint()
         await self._write_checkpoint(self.config.topics.incident_checkpoint_partition, "incidents", blob)
         self.last_incident_checkpoint = time.monotonic()
         events, self.held_incidents = self.held_incidents, []
-        for ev in events:
-            await stream.ack(ev)
+        if ack and stream is not None:
+            for ev in events:
+                await stream.ack(ev)
 
     async def checkpoint_due(self, force: bool = False) -> None:
         async with self.lock:
@@ -382,6 +408,13 @@ class ForeshockWorker:
                     self.detection.drop(tp.partition)
                     self.held.pop(tp.partition, None)
                 elif tp.topic == self.config.topics.findings and self.incidents_loaded:
+                    try:  # as a frames partition: its next owner runs fewer findings messages again
+                        await self.checkpoint_incidents(self._findings_stream, ack=False)
+                    except Exception as exc:  # the next owner resumes from the previous checkpoint
+                        self.health.problem("worker", "checkpoint_failed", detail=f"incident stage: {exc}")
+                        if self._undelivered is not None:
+                            self.fatal("the checkpoint of the revoked incident stage", exc)
+                            return
                     self.incident_stage = self._new_incident_stage()
                     self.incidents_loaded = False
                     self.external_positioned = False
@@ -393,14 +426,39 @@ class ForeshockWorker:
     # ---- agents' work ------------------------------------------------------------------
     async def dead_letter(self, message: Any, reason: str, detail: str, stage: str,
                           value: bytes | None = None, original_headers: Headers | None = None) -> None:
-        """Send a record (or, with ``value``/``original_headers``, a part of it) to the dead letters."""
+        """Send a record (or, with ``value``/``original_headers``, a part of it) to the dead letters,
+        its value cut to the topic's message size (``capped_deadletter``). One the broker refuses
+        all the same is counted, not fatal: the restarted worker would meet the same record, and
+        be refused again, for good."""
         kept = list(headers_dict(message.headers).items()) if original_headers is None else original_headers
         headers = deadletter_headers(kept, detail or reason, stage, message.topic, message.partition, message.offset)
         headers.append(("foreshock-reason-code", reason.encode()))
-        await self._send(self.deadletter_topic, key=message.key, value=message.value if value is None else value,
-                         headers=headers, partition=0)
+        capped, headers = capped_deadletter(message.key, message.value if value is None else value, headers)
+        where = f"{message.topic}/{message.partition}/{message.offset}"
+        try:
+            future = await self.deadletter_topic.send(key=message.key, value=capped, headers=headers, partition=0,
+                                                      force=True)
+        except Exception as exc:
+            if not _refused(exc):
+                raise
+            self._dead_letter_refused(where, exc)
+        else:  # confirmed before the next checkpoint, as every send (_confirm_sent)
+            self._unconfirmed.append(asyncio.ensure_future(self._dead_letter_delivered(future, where)))
         self.health.dead_letters += 1
         self.counts["deadletters"] += 1
+
+    async def _dead_letter_delivered(self, future: Awaitable[Any], where: str) -> None:
+        """Wait for a dead letter's delivery; raise as any send when it failed, unless refused."""
+        try:
+            await future
+        except Exception as exc:
+            if not _refused(exc):
+                raise
+            self._dead_letter_refused(where, exc)
+
+    def _dead_letter_refused(self, where: str, exc: BaseException) -> None:
+        self.health.problem("worker", "deadletter_refused", detail=f"the dead letter of {where}: "
+                                                                   f"{type(exc).__name__}: {exc}")
 
     async def on_piece(self, stream: Any, event: Any) -> None:
         self._frames_stream = stream
@@ -408,7 +466,8 @@ class ForeshockWorker:
         partition = message.partition
         async with self.lock:
             if not self.detection.owns(partition):
-                self.detection.load(partition, await self.read_checkpoint(partition))
+                self.detection.load(partition, await self.read_checkpoint(partition),
+                                    await self.end_offset(self.config.topics.frames, partition))
                 self.last_checkpoint[partition] = time.monotonic()
             result = self.detection.process(partition, message.offset, message.value, message.headers)
             if result.skipped:
@@ -421,9 +480,9 @@ class ForeshockWorker:
                 value, headers = result.telemetry_message
                 await self._send(self.findings_topic, key=str(partition).encode(), value=value, headers=headers,
                                  partition=0)
-            if result.findings_message is not None:
-                await self._send(self.findings_topic, key=str(partition).encode(), value=result.findings_message,
-                                 partition=0)
+            if result.findings_message is not None:  # in parts where it would pass the topic's message size
+                for findings in split_findings(result.findings_message):
+                    await self._send(self.findings_topic, key=str(partition).encode(), value=findings, partition=0)
                 self.counts["pieces"] += result.pieces
                 self.counts["records"] += 1
             self.held.setdefault(partition, []).append(event)
@@ -506,12 +565,13 @@ class ForeshockWorker:
         message = event.message
         async with self.lock:
             if not self.incidents_loaded:
-                self.incident_stage.load(await self.read_checkpoint(self.config.topics.incident_checkpoint_partition))
+                self.incident_stage.load(await self.read_checkpoint(self.config.topics.incident_checkpoint_partition),
+                                         await self.end_offset(self.config.topics.findings, 0))
                 self.incidents_loaded = True
                 self.external_positioned = False
                 self.last_incident_checkpoint = time.monotonic()
             await self.poll_external()  # before this message's findings, as the embedded feed before a frame
-            if message.offset <= self.incident_stage.offset:
+            if self.incident_stage.covered(message.offset):
                 await stream.ack(event)
                 return
             self.incident_stage.offset = message.offset

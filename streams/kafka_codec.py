@@ -33,20 +33,24 @@ A message with the single-piece headers of the first version (``foreshock-kind``
 one piece. Key: ``"frames/<partition>"``. Both forms carry ``foreshock-schema``,
 ``foreshock-agent`` and ``foreshock-sent``.
 
-**JSON lines** (``telemetry.json``): one object, an array of objects, or objects separated by
-newlines, each ``{"kind": "gpu", "entity": "node0/gpu3", "ts": 1.7e9, "<field>": value, ...}``
-(field names from the field table, base units).
+**JSON lines** (``telemetry.json``): one or more objects one after the other (JSON lines, or
+objects pretty-printed over several lines), or an array of objects, each
+``{"kind": "gpu", "entity": "node0/gpu3", "ts": 1.7e9, "<field>": value, ...}`` (field names
+from the field table, base units).
 
 **Findings** (``foreshock.findings``): one JSON message per bundle with one report per piece
-(see :func:`encode_findings`), even for pieces without findings. When an incident processor
-reads telemetry (``observe_frame``), the worker sends the bundle's guarded rows of the fields
-it reads just before, as a bundle with the header ``foreshock-content: telemetry``; readers
-of findings skip those (:func:`is_telemetry`).
+(see :func:`encode_findings`), even for pieces without findings; several, each with some of the
+reports, when one would pass the topic's message size (:func:`split_findings`). When an
+incident processor reads telemetry (``observe_frame``), the worker sends the bundle's guarded
+rows of the fields it reads just before, as a bundle with the header ``foreshock-content:
+telemetry``; readers of findings skip those (:func:`is_telemetry`).
 
 **Dead letters** keep the original key, value and headers, plus ``foreshock-reason``,
-``foreshock-stage`` and ``foreshock-source`` (``topic/partition/offset``). A bad piece inside
-a good bundle is dead-lettered alone, as a single-piece message of its own rows; a bad JSON
-record alone too, its bytes as they came (its line, or its element of an array).
+``foreshock-stage`` and ``foreshock-source`` (``topic/partition/offset``); a value that would
+pass the topic's message size keeps only its head, with ``foreshock-original-bytes``
+(:func:`capped_deadletter`). A bad piece inside a good bundle is dead-lettered alone, as a
+single-piece message of its own rows; a bad JSON record alone too, its bytes as they came (its
+line or lines, or its element of an array).
 """
 
 from __future__ import annotations
@@ -54,6 +58,7 @@ from __future__ import annotations
 import json
 import operator
 import re
+import struct
 import time
 from dataclasses import dataclass, fields
 from typing import Any, Callable, Iterable, Mapping, Sequence
@@ -65,6 +70,8 @@ from foreshock.fields import field_names
 from foreshock.findings import Finding, finding_from_dict
 from foreshock.frames import ARROW_KIND_KEY, Frame, FrameError, records_to_frames
 from foreshock.topology import Topology
+
+from .kafka_topics import BUNDLE_MAX_MESSAGE_BYTES
 
 SCHEMA = b"arrow-ipc/1"
 H_SCHEMA = "foreshock-schema"
@@ -93,6 +100,14 @@ Headers = list[tuple[str, bytes]]
 # frames and findings topics allow kafka_topics.BUNDLE_MAX_MESSAGE_BYTES (16 MB) per message.
 MAX_PIECE_BYTES = 768 * 1024
 MAX_BUNDLE_BYTES = 12 * 1024 * 1024
+# What one record may decode to (row_bytes of every row of its streams, and the bytes its
+# compressed Arrow buffers declare before they are decompressed): a bundle holds at most
+# MAX_BUNDLE_BYTES of rows and one piece more; twice that is left for slack. A few KB of zstd
+# could otherwise declare millions of rows, and decoding allocated every field of each.
+MAX_DECODED_BYTES = 2 * MAX_BUNDLE_BYTES
+# Room left under a topic's message size limit (kafka_topics.BUNDLE_MAX_MESSAGE_BYTES), which
+# bounds the record batch: its framing, the key and the headers besides the value.
+MESSAGE_FRAMING_BYTES = 64 * 1024
 
 COMPRESSIONS = (None, "lz4", "zstd")
 
@@ -409,12 +424,17 @@ def bundle_table(value: bytes | None, headers: Mapping[str, bytes]) -> tuple[str
     return agent, sent, streams, pieces
 
 
-def _read_stream(data: pa.Buffer) -> tuple[Frame, tuple[str, ...]]:
+def _read_stream(data: pa.Buffer, max_bytes: int = MAX_DECODED_BYTES) -> tuple[Frame, tuple[str, ...]]:
     """One Arrow IPC stream as a frame (its batches joined), and the fields it carried that this
     version does not know, left out: an agent upgraded before its workers sends fields added
     since (``max_op_temp``, 2026-12-01), and refusing them dead-lettered all its frames until the
-    workers were upgraded too. Raises FrameError/ValueError."""
+    workers were upgraded too. Raises FrameError/ValueError; RecordError ``undecodable`` when its
+    buffers would take more than ``max_bytes`` decompressed, or its frame (``row_bytes`` a row)."""
     try:
+        declared = _declared_bytes(data)
+        if declared > max_bytes:
+            raise RecordError("undecodable", f"Arrow stream declares {declared} bytes of buffers, "
+                                             f"more than a record may decode to ({max_bytes})")
         batches = list(pa.ipc.open_stream(data, options=_READ_OPTIONS))
     except (pa.ArrowInvalid, pa.ArrowIOError, OSError) as exc:
         raise FrameError(f"not an Arrow IPC stream: {exc}") from None
@@ -426,11 +446,99 @@ def _read_stream(data: pa.Buffer) -> tuple[Frame, tuple[str, ...]]:
     if not kind:
         raise FrameError("Arrow batch has no foreshock.kind metadata")
     known = field_names(kind)  # raises ValueError for an unknown kind
+    if data_.num_rows * row_bytes(kind) > max_bytes:  # the frame holds every field of each row
+        raise RecordError("undecodable", f"{data_.num_rows} {kind} rows of {row_bytes(kind)} bytes, more than a "
+                                         f"record may decode to ({max_bytes})")
     names = data_.schema.names
     ignored = tuple(n for n in names if n not in known and n not in ("ts", "slot"))
     if ignored:
         data_ = data_.select([n for n in names if n not in ignored])
     return Frame.from_arrow(data_, kind=kind), ignored
+
+
+# Arrow IPC message headers are FlatBuffers (format/Message.fbs); pyarrow reads a record
+# batch's buffers only by decompressing them, so the sizes they declare are read here first.
+_HEADER_DICTIONARY_BATCH, _HEADER_RECORD_BATCH = 2, 3
+
+
+def _declared_bytes(data: pa.Buffer) -> int:
+    """The bytes the record batches (and dictionaries) of an Arrow IPC stream take once read,
+    from their headers, before Arrow decompresses anything: a compressed buffer starts with its
+    uncompressed length (-1: stored as it is), which Arrow allocates as it stands. Raises
+    OSError for a header it cannot read."""
+    total = 0
+    reader = pa.ipc.MessageReader.open_stream(data)
+    while True:
+        try:
+            message = reader.read_next_message()
+        except StopIteration:
+            return total
+        body = memoryview(message.body if message.body is not None else b"")
+        try:
+            total += _message_declared_bytes(message.metadata.to_pybytes(), body)
+        except (struct.error, IndexError) as exc:
+            raise OSError(f"Arrow IPC message header: {exc}") from None
+
+
+def _message_declared_bytes(meta: bytes, body: memoryview) -> int:
+    """:func:`_declared_bytes` of one message: ``meta`` its header, ``body`` its buffers."""
+    root = _fb_ref(meta, 0)
+    header_type = _fb_scalar(meta, root, 1, "<B")
+    header = _fb_table(meta, root, 2)
+    if header is not None and header_type == _HEADER_DICTIONARY_BATCH:
+        header = _fb_table(meta, header, 1)  # DictionaryBatch.data: a RecordBatch
+    elif header_type != _HEADER_RECORD_BATCH:
+        return 0  # a schema (no buffers); anything else Arrow refuses
+    if header is None:
+        return 0
+    compressed = _fb_field(meta, header, 3) is not None  # RecordBatch.compression
+    buffers = _fb_table(meta, header, 2)  # RecordBatch.buffers: [Buffer {offset: long, length: long}]
+    if buffers is None:
+        return 0
+    total = 0
+    for i in range(_fb_uint(meta, buffers)):
+        offset, length = struct.unpack_from("<qq", meta, buffers + 4 + 16 * i)
+        if compressed and length >= 8:
+            if not 0 <= offset <= len(body) - 8:
+                raise IndexError(f"buffer at {offset} outside a body of {len(body)} bytes")
+            (size,) = struct.unpack_from("<q", body, offset)
+            total += length - 8 if size < 0 else size
+        else:
+            total += max(length, 0)
+    return total
+
+
+def _fb_uint(buf: bytes, at: int) -> int:
+    if at < 0:  # (struct reads a negative position from the end)
+        raise IndexError(f"position {at}")
+    return int(struct.unpack_from("<I", buf, at)[0])
+
+
+def _fb_ref(buf: bytes, at: int) -> int:
+    """The position an unsigned offset at ``at`` points to (a table or a vector)."""
+    return at + _fb_uint(buf, at)
+
+
+def _fb_field(buf: bytes, table: int, index: int) -> int | None:
+    """The position of field ``index`` of the table at ``table``; None when absent."""
+    vtable = table - struct.unpack_from("<i", buf, table)[0]
+    if vtable < 0:
+        raise IndexError(f"vtable at {vtable}")
+    vtable_size = struct.unpack_from("<H", buf, vtable)[0]
+    if 4 + 2 * index + 2 > vtable_size:
+        return None
+    offset = struct.unpack_from("<H", buf, vtable + 4 + 2 * index)[0]
+    return table + offset if offset else None
+
+
+def _fb_scalar(buf: bytes, table: int, index: int, fmt: str) -> int:
+    at = _fb_field(buf, table, index)
+    return 0 if at is None else int(struct.unpack_from(fmt, buf, at)[0])
+
+
+def _fb_table(buf: bytes, table: int, index: int) -> int | None:
+    at = _fb_field(buf, table, index)
+    return None if at is None else _fb_ref(buf, at)
 
 
 def decode_bundle(value: bytes | None, headers: Mapping[str, bytes], topology: Topology,
@@ -507,9 +615,12 @@ def _decode_streams(value: bytes | None, headers: Mapping[str, bytes], streams: 
     frames: dict[str, Frame] = {}
     ignored: dict[str, tuple[str, ...]] = {}
     offset = 0
+    budget = MAX_DECODED_BYTES  # for the whole record, whatever its streams
     for kind, size in streams:
         try:
-            frame, unknown = _read_stream(buffer.slice(offset, size))
+            frame, unknown = _read_stream(buffer.slice(offset, size), budget)
+        except RecordError:
+            raise
         except (FrameError, ValueError) as exc:
             raise RecordError("undecodable" if "Arrow IPC" in str(exc) else "wrong_schema", str(exc)) from None
         except (pa.ArrowException, MemoryError, IndexError) as exc:
@@ -518,6 +629,7 @@ def _decode_streams(value: bytes | None, headers: Mapping[str, bytes], streams: 
             # (ArrowMemoryError), an offset past the buffer (ArrowIndexError)
             raise RecordError("undecodable", f"{kind} stream: {type(exc).__name__}: {exc}") from None
         offset += size
+        budget -= len(frame) * row_bytes(frame.kind)
         if frame.kind != kind or kind in frames:
             raise RecordError("wrong_schema", f"header says kind {kind!r}, the stream holds {frame.kind!r}")
         frames[kind] = frame
@@ -593,6 +705,21 @@ def _json_array(text: str) -> list[tuple[str, Any]]:
     return out
 
 
+def _json_values(text: str) -> tuple[list[Any], list[tuple[int, int]]]:
+    """The JSON values of ``text`` (no space at either end) one after the other, separated by
+    whitespace or not, and where each lies; raises what ``raw_decode`` raises for the first that
+    is not one."""
+    values: list[Any] = []
+    spans: list[tuple[int, int]] = []
+    at = 0
+    while at < len(text):
+        value, end = _JSON_DECODER.raw_decode(text, at)
+        values.append(value)
+        spans.append((at, end))
+        at = _skip_space(text, end)
+    return values, spans
+
+
 def parse_json_records(value: bytes | None) -> tuple[list[Any], list[tuple[bytes, str]]]:
     """Records from one JSON-lines message, and the undecodable lines with their reasons."""
     records, _, bad = _parse_json(value)
@@ -616,6 +743,14 @@ def _parse_json(value: bytes | None) -> tuple[list[Any], Callable[[], list[str]]
         except _JSON_ERRORS as exc:
             return [], list, [(value, _json_error(exc))]
         return list(data), lambda: [element for element, _ in _json_array(stripped)], []
+    # objects one after the other, whatever the whitespace between and inside them: one
+    # pretty-printed over several lines was cut into lines, each rejected as a fragment
+    try:
+        values, spans = _json_values(stripped)
+    except _JSON_ERRORS:
+        pass  # then line by line: a bad line in JSON lines costs only that line
+    else:
+        return values, lambda: [stripped[start:end] for start, end in spans], []
     records: list[Any] = []
     texts: list[str] = []
     bad: list[tuple[bytes, str]] = []
@@ -696,12 +831,43 @@ def encode_findings(reports: Sequence[PieceReport], partition: int, offset: int,
     if not reports:
         raise ValueError("a findings message needs at least one report")
     first = reports[0].info
-    return json.dumps({
+    return _findings_json({
         "agent": first.agent, "sent": first.sent, "partition": partition, "offset": offset, "worker": worker,
         "pieces": [{"agent": r.info.agent, "seq": r.info.seq, "part": r.info.part, "parts": r.info.parts,
                     "now": r.now, "rows": r.rows, "findings": [finding_fields(f) for f in r.findings]}
                    for r in reports],
-    }, separators=(",", ":"), default=float).encode()
+    })
+
+
+def _findings_json(data: Any) -> bytes:
+    return json.dumps(data, separators=(",", ":"), default=float).encode()
+
+
+FINDINGS_MAX_BYTES = BUNDLE_MAX_MESSAGE_BYTES - MESSAGE_FRAMING_BYTES
+
+
+def split_findings(value: bytes, max_bytes: int = FINDINGS_MAX_BYTES) -> list[bytes]:
+    """An :func:`encode_findings` message as messages of at most ``max_bytes`` each (the findings
+    topic refuses larger ones; a bundle where every row yields a finding makes ~27 MB): each
+    holds some of its piece reports, in order, under the same envelope; a consumer reads them
+    as it reads any findings message. One report is never split (its piece's identity is what
+    consumers drop repeats by): a report alone larger than ``max_bytes`` goes as it is."""
+    if len(value) <= max_bytes:
+        return [value]
+    data = json.loads(value)
+    pieces = [_findings_json(piece) for piece in data.pop("pieces")]
+    head = _findings_json({**data, "pieces": []})[:-2]  # up to the reports' "[" (the last key)
+    out: list[bytes] = []
+    group: list[bytes] = []
+    size = len(head) + 2
+    for piece in pieces:
+        if group and size + len(piece) + 1 > max_bytes:  # (and its comma)
+            out.append(head + b",".join(group) + b"]}")
+            group, size = [], len(head) + 2
+        group.append(piece)
+        size += len(piece) + 1
+    out.append(head + b",".join(group) + b"]}")
+    return out
 
 
 @dataclass
@@ -741,6 +907,26 @@ def decode_findings(value: bytes, with_findings: bool = True) -> list[FindingsMe
                 for p in data["pieces"]]
     except (ValueError, KeyError, TypeError, AttributeError, OverflowError, RecursionError) as exc:
         raise RecordError("undecodable", f"findings message: {type(exc).__name__}: {exc}") from None
+
+
+H_ORIGINAL_BYTES = "foreshock-original-bytes"  # on a dead letter cut short: its record's value size
+DEADLETTER_MAX_BYTES = BUNDLE_MAX_MESSAGE_BYTES - MESSAGE_FRAMING_BYTES
+
+
+def capped_deadletter(key: bytes | None, value: bytes | None, headers: Headers,
+                      max_bytes: int = DEADLETTER_MAX_BYTES) -> tuple[bytes | None, Headers]:
+    """A dead letter's value and headers within ``max_bytes`` (key and headers counted): a value
+    that would pass it keeps only its head, and the header ``foreshock-original-bytes`` gives its
+    size (``foreshock-source`` says where the whole record is). A record the broker took
+    compressed reads back as its raw bytes, which the dead-letter topic refused: the worker ended,
+    and its restart met the same record."""
+    if value is None:
+        return value, headers
+    room = max_bytes - len(key or b"") - sum(len(k.encode()) + len(v) for k, v in headers) \
+        - len(H_ORIGINAL_BYTES) - 20
+    if len(value) <= room:
+        return value, headers
+    return value[:max(room, 0)], headers + [(H_ORIGINAL_BYTES, str(len(value)).encode())]
 
 
 def deadletter_headers(headers: Iterable[tuple[str, bytes]], reason: str, stage: str, topic: str,

@@ -164,6 +164,7 @@ class SavedCheckpoint:
     state: Any
     hardware: str | None  # the fingerprint of the hardware it was written for (None: before they were written)
     layout: bytes | None  # that hardware itself (``hardware_layout``; None: not written with it)
+    previous: int = -1  # the offset of the checkpoint before it (-1: none, or written before they said)
 
     def written_for(self, topology: Topology) -> Topology | None:
         """None when written for ``topology``'s hardware (or before checkpoints named theirs);
@@ -179,11 +180,13 @@ class SavedCheckpoint:
 
 
 def encode_checkpoint(offset: int, state: Any, kind: str, signature: str,
-                      topology: Topology | None = None, layout: bool = False) -> bytes:
+                      topology: Topology | None = None, layout: bool = False, previous: int = -1) -> bytes:
     """``topology``: the hardware to name with the state, which is kept by slot; ``layout``: write
     that hardware itself too (``hardware_layout``), so the state can follow its entities onto
-    changed hardware."""
+    changed hardware. ``previous``: the offset of the checkpoint before this one (the records
+    redelivered after it lie above that: :class:`CheckpointCover`)."""
     blob = {"version": CHECKPOINT_VERSION, "kind": kind, "signature": signature, "offset": offset, "state": state,
+            "previous": previous,
             "hardware": topology.fingerprint() if topology is not None else None,
             "layout": hardware_layout(topology) if topology is not None and layout else None}
     return _ZSTD_MAGIC + _zstd(pickle.dumps(blob, protocol=5))
@@ -200,7 +203,55 @@ def decode_checkpoint(data: bytes, kind: str, signature: str) -> SavedCheckpoint
         raise ValueError(f"checkpoint version/kind {blob.get('version')}/{blob.get('kind')} not {CHECKPOINT_VERSION}/{kind}")
     if blob.get("signature") != signature:
         raise ValueError(f"checkpoint written by a different bank ({blob.get('signature')!r}, this is {signature!r})")
-    return SavedCheckpoint(int(blob["offset"]), blob["state"], blob.get("hardware"), blob.get("layout"))
+    return SavedCheckpoint(int(blob["offset"]), blob["state"], blob.get("hardware"), blob.get("layout"),
+                           int(blob.get("previous", -1)))
+
+
+def ahead_of_topic(offset: int, end_offset: int | None) -> bool:
+    """Whether a checkpoint covering source records up to ``offset`` is ahead of its partition,
+    whose next record will be at ``end_offset`` (its high-water mark; None: not known): the topic
+    was deleted and re-created since (a purge; the compacted checkpoints topic keeps the old
+    offset). Its records start again from 0, and until 2026-12-02 every one up to the old offset
+    was skipped as already processed, silently."""
+    return end_offset is not None and offset >= 0 and offset >= end_offset
+
+
+@dataclass
+class CheckpointCover:
+    """What a partition's checkpoints cover, to tell the records redelivered after the loaded one
+    (skipped: already processed) from those of a re-created topic. Without the partition's end
+    offset (:func:`ahead_of_topic`) only a guess: a record is redelivered from the last offset
+    committed, which the checkpoint before the loaded one passed (the commit follows each
+    checkpoint); a record skipped at or below that one's offset (``floor``) is counted, once per
+    record, as ``skipped_below_checkpoint``."""
+
+    checkpointed: int = -1  # the offset of the last checkpoint written (or loaded)
+    before: int = -1  # the offset of the last checkpoint written below ``checkpointed``
+    floor: int = -1  # skips at or below it are counted (-1: none are, as when the end offset was checked)
+
+    @classmethod
+    def loaded(cls, saved: SavedCheckpoint, end_offset: int | None) -> CheckpointCover:
+        return cls(saved.offset, saved.previous, saved.previous if end_offset is None else -1)
+
+    def skipped(self, offset: int, health: PipelineHealth, stage: str, where: str) -> None:
+        """Note the record at ``offset`` skipped as covered by the loaded checkpoint."""
+        if offset <= self.floor:
+            health.problem(stage, "skipped_below_checkpoint", detail=(
+                f"{where}: record {offset} skipped as covered by the checkpoint at {self.checkpointed}, though at or "
+                f"below the one before it ({self.floor}): the topic was probably deleted and re-created"))
+
+    def previous_for(self, offset: int) -> int:
+        """The offset of the checkpoint before one written now at ``offset`` (one written again at
+        the same offset keeps the earlier one's)."""
+        return self.checkpointed if offset > self.checkpointed else self.before
+
+    def written(self, offset: int) -> None:
+        if offset > self.checkpointed:
+            self.before, self.checkpointed = self.checkpointed, offset
+
+
+class _AheadOfTopic(ValueError):
+    """A checkpoint whose offset its partition has not reached (``ahead_of_topic``)."""
 
 
 def bank_signature(bank: DetectorBank) -> str:
@@ -256,10 +307,10 @@ def processor_frame_fields(processors: Sequence[FindingProcessor]) -> dict[str, 
 
 
 class _Partition:
-    def __init__(self, pipeline: EmbeddedPipeline, offset: int) -> None:
+    def __init__(self, pipeline: EmbeddedPipeline, offset: int, cover: CheckpointCover) -> None:
         self.pipeline = pipeline
         self.offset = offset  # last processed (or checkpointed) offset
-        self.checkpointed = offset
+        self.cover = cover
 
 
 class DetectionStage:
@@ -335,13 +386,20 @@ class DetectionStage:
     def owns(self, partition: int) -> bool:
         return partition in self.parts
 
-    def load(self, partition: int, checkpoint: bytes | None) -> int:
-        """Take a partition, from its checkpoint (or fresh); returns the offset covered (-1 none)."""
+    def load(self, partition: int, checkpoint: bytes | None, end_offset: int | None = None) -> int:
+        """Take a partition, from its checkpoint (or fresh); returns the offset covered (-1 none).
+        ``end_offset``: the partition's end (high-water) offset, to notice a checkpoint of a
+        topic since deleted and re-created (``ahead_of_topic``: counted, started fresh); None: not
+        known (``CheckpointCover`` guesses)."""
         pipeline = self._new_pipeline()
         offset = -1
+        cover = CheckpointCover()
         if checkpoint is not None:
             try:
                 saved = decode_checkpoint(checkpoint, "detect", self.signature)
+                if ahead_of_topic(saved.offset, end_offset):
+                    raise _AheadOfTopic(f"partition {partition}: checkpoint at offset {saved.offset}, the topic's end "
+                                        f"at {end_offset}: the topic was deleted and re-created; starting fresh")
                 old = saved.written_for(self.topology)
                 if old is None:
                     state = apply_delta(self._initial, saved.state)
@@ -349,11 +407,14 @@ class DetectionStage:
                     pipeline.bank.load_state_dict(state["bank"])
                 else:
                     self._load_moved(partition, pipeline, old, saved.state)
-                offset = saved.offset
+                offset, cover = saved.offset, CheckpointCover.loaded(saved, end_offset)
+            except _AheadOfTopic as exc:
+                self.health.problem("worker", "checkpoint_ahead_of_topic", detail=str(exc))
+                pipeline = self._new_pipeline()
             except Exception as exc:  # a checkpoint we cannot use must not stop the worker
                 self.health.problem("worker", "checkpoint_unusable", detail=f"partition {partition}: {exc}")
                 pipeline, offset = self._new_pipeline(), -1
-        self.parts[partition] = _Partition(pipeline, offset)
+        self.parts[partition] = _Partition(pipeline, offset, cover)
         log.info("partition %d: resumed after offset %d", partition, offset)
         return offset
 
@@ -384,6 +445,7 @@ class DetectionStage:
         """Run one frames-topic record's pieces through the partition's pipeline, in order."""
         part = self.parts[partition]
         if offset <= part.offset:
+            part.cover.skipped(offset, self.health, "worker", f"partition {partition}")
             return BundleResult(skipped=True)  # covered by the checkpoint: already processed
         if offset > part.offset + 1 and part.offset >= 0:
             self.health.problem("worker", "offset_gap",
@@ -406,12 +468,14 @@ class DetectionStage:
                 # an empty report keeps the frame's sequence complete for the incident stage
                 reports.append(PieceReport(piece.info, None, 0, ()))
                 error = piece.error or RecordError("undecodable", "no frame")
-                self.health.problem("worker", error.reason, detail=str(error))
-                if piece.frame is None:  # the record's data is unreadable: dead-letter it once
+                if piece.frame is None:  # the record's data is unreadable: count and dead-letter it once
                     if not whole_record_failed:
+                        self.health.problem("worker", error.reason, detail=str(error))
                         result.dead_letters.append(DeadLetter(error.reason, str(error)))
                         whole_record_failed = True
-                elif len(pieces) == 1:
+                    continue
+                self.health.problem("worker", error.reason, detail=str(error))
+                if len(pieces) == 1:
                     result.dead_letters.append(DeadLetter(error.reason, str(error)))
                 else:  # one bad piece of a good bundle: dead-letter its own rows
                     info = piece.info
@@ -447,12 +511,13 @@ class DetectionStage:
     def checkpoint(self, partition: int) -> tuple[int, bytes]:
         part = self.parts[partition]
         blob = encode_checkpoint(part.offset, state_delta(self._initial, self._state(part.pipeline), self._fills),
-                                 "detect", self.signature, self.topology, layout=True)
+                                 "detect", self.signature, self.topology, layout=True,
+                                 previous=part.cover.previous_for(part.offset))
         return part.offset, blob
 
     def mark_checkpointed(self, partition: int, offset: int) -> None:
         if partition in self.parts:
-            self.parts[partition].checkpointed = offset
+            self.parts[partition].cover.written(offset)
 
 
 # ---- incidents ----------------------------------------------------------------------------
@@ -501,8 +566,12 @@ class IncidentStage:
         # a stage without a checkpoint (the first, or after checkpoint_unusable): a sender that
         # started before it is taken up where its messages are, not waited on from frame 1
         self.fresh_since: float | None = self.clock()
+        # per sender taken up so (``_resume``): the seq it was taken up at and when; earlier
+        # frames are not this stage's, and a piece of one is counted, not taken for a repeat
+        self.taken_up: dict[str, tuple[int, float]] = {}
         self.telemetry: dict[tuple[str, int], dict[int, Frame]] = {}  # forwarded rows awaiting their frame
-        self.offset = -1
+        self.offset = -1  # the last foreshock.findings offset taken (the worker sets it)
+        self.cover = CheckpointCover()
         self.duplicates = 0
         # external.events: the processors that take them, and the last record offset taken. Taken
         # events wait in the processors' state (grouped once telemetry time reaches them), so the
@@ -537,6 +606,11 @@ class IncidentStage:
             if self._given_up(agent, message.seq):
                 self.health.problem("incidents", "late_piece", detail=f"{agent} frame {message.seq} part "
                                     f"{message.part}: came after its frame was run without it; its findings are left out")
+            elif message.seq < self.taken_up.get(agent, (0, 0.0))[0]:
+                self.health.problem("incidents", "late_piece", detail=(
+                    f"{agent} frame {message.seq} part {message.part}: came after this stage (without a checkpoint) "
+                    f"had taken its sender up at frame {self.taken_up[agent][0]} and run frames from there; its "
+                    "findings are left out"))
             else:
                 self.duplicates += 1
             return []
@@ -631,12 +705,26 @@ class IncidentStage:
         were released before it was retired). So is one that started before a stage that has no
         checkpoint (the first, or one whose checkpoint was unusable): waited on from frame 1, it
         would be held FRAME_WAIT_S and then given up on frame by frame. A sender that started
-        since is new and counts from 1."""
+        since is new and counts from 1.
+
+        A frame's pieces come from several detect partitions, interleaved: the first piece seen
+        can be of a later frame than another partition's next one. So within ``frame_wait_s`` of
+        the take-up, and while none of its frames has run, a piece of an earlier frame moves the
+        take-up point down to it; until 2026-12-02 that frame (complete, with findings) was
+        dropped as a repeat. Once a frame has run, an earlier piece is counted (``observe``)."""
+        now = self.clock()
         if sender not in self.released and sender not in self.last_heard:
             started = sender_started(sender)
-            if started is not None and (started < self.clock() - RETIRE_SENDER_S
+            if started is not None and (started < now - RETIRE_SENDER_S
                                         or (self.fresh_since is not None and started < self.fresh_since)):
                 self.released[sender] = seq - 1
+                self.taken_up[sender] = (seq, now)
+            return
+        taken = self.taken_up.get(sender)
+        if (taken is not None and seq < taken[0] and self.released.get(sender) == taken[0] - 1
+                and now - taken[1] < self.frame_wait_s):
+            self.released[sender] = seq - 1
+            self.taken_up[sender] = (seq, taken[1])
 
     def retire_senders(self) -> int:
         """Forget the senders not heard from for RETIRE_SENDER_S: each agent start is a sender of
@@ -660,6 +748,7 @@ class IncidentStage:
             self.missing_since.pop(agent, None)
             self.waiting.pop(agent, None)
             self.given_up.pop(agent, None)
+            self.taken_up.pop(agent, None)
         for agent, runs in list(self.given_up.items()):
             self.given_up[agent] = [run for run in runs if run[2] >= horizon]
         return len(old)
@@ -688,18 +777,39 @@ class IncidentStage:
                 "released": dict(self.released), "pending": self.pending, "telemetry": self.telemetry,
                 "external_offset": self.external_offset, "last_heard": dict(self.last_heard),
                 "arrived": dict(self.arrived), "newest": dict(self.newest), "missing_since": dict(self.missing_since),
-                "given_up": {agent: list(runs) for agent, runs in self.given_up.items() if runs}}
+                "given_up": {agent: list(runs) for agent, runs in self.given_up.items() if runs},
+                "taken_up": dict(self.taken_up)}
 
     def checkpoint(self) -> tuple[int, bytes]:
+        """The offset covered and the checkpoint; taken as written (a write that fails ends the worker)."""
         self.retire_senders()
-        return self.offset, encode_checkpoint(self.offset, self.state(), "incidents", self.signature, self.topology,
-                                              layout=True)
+        blob = encode_checkpoint(self.offset, self.state(), "incidents", self.signature, self.topology, layout=True,
+                                 previous=self.cover.previous_for(self.offset))
+        self.cover.written(self.offset)
+        return self.offset, blob
 
-    def load(self, checkpoint: bytes | None) -> int:
+    def covered(self, offset: int) -> bool:
+        """Whether the foreshock.findings record at ``offset`` was taken before the checkpoint this
+        stage was loaded from (skip it: redelivered)."""
+        if offset > self.offset:
+            return False
+        self.cover.skipped(offset, self.health, "worker", "incident stage")
+        return True
+
+    def load(self, checkpoint: bytes | None, end_offset: int | None = None) -> int:
+        """Take up from ``checkpoint`` (None: start fresh); returns the findings offset covered (-1
+        none). ``end_offset``: foreshock.findings' end (high-water) offset, to notice a checkpoint
+        of a topic since deleted and re-created (``ahead_of_topic``: counted, started fresh);
+        None: not known (``CheckpointCover`` guesses)."""
         if checkpoint is None:
             return -1
         try:
             saved = decode_checkpoint(checkpoint, "incidents", self.signature)
+            if ahead_of_topic(saved.offset, end_offset):
+                self.health.problem("worker", "checkpoint_ahead_of_topic", detail=(
+                    f"incident stage: checkpoint at offset {saved.offset}, foreshock.findings' end at {end_offset}: "
+                    "the topic was deleted and re-created; starting fresh"))
+                return -1
             offset, state = saved.offset, saved.state
             old = saved.written_for(self.topology) if self.topology is not None else None
             if old is not None and self.topology is not None:
@@ -720,9 +830,11 @@ class IncidentStage:
                 self.waiting.setdefault(agent, set()).add(seq)
             self.missing_since = dict(state.get("missing_since", {}))
             self.given_up = {agent: [tuple(run) for run in runs] for agent, runs in state.get("given_up", {}).items()}
+            self.taken_up = {agent: (int(seq), float(at)) for agent, (seq, at) in state.get("taken_up", {}).items()}
             self.fresh_since = None
             self.external_offset = int(state.get("external_offset", -1))  # absent before external.events
             self.offset = offset
+            self.cover = CheckpointCover.loaded(saved, end_offset)
         except Exception as exc:
             self.health.problem("worker", "checkpoint_unusable", detail=f"incident stage: {exc}")
             return -1
