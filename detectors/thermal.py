@@ -36,7 +36,11 @@ its limit is not called on a chance uptick of noisy integer readings — and the
 the temperature shows now plus what a rising R gains over the observation's lag. A failing
 thermal interface keeps rising and is extrapolated as before; a one-off step (fans failing)
 goes flat within minutes and is not — the Holt slope of the fit would otherwise keep ramping
-it on for half an hour. The inlet part of the forecast (cooling loss) is not held back this way.
+it on for half an hour. The inlet part of the forecast (cooling loss) is not held back this way,
+but the inlet's own trend is by the dies (:func:`follow_inlet`): a coolant warming raises them with
+their time constant, a sensor stepping (8 °C, under the jump ``gpu_inputs`` holds back) does not,
+and the trend is taken only at the share of its rise they followed (the reason says so). A reading
+missing between two does not restart the R trend's track: it steps over the true time between them.
 
 Prediction: the steady-state target ``T_ss(h) = inlet(h) + R(h)·P`` is linear in the horizon
 ``h``; the temperature follows it with lag ``tau``. The detector solves for the first ``h`` at
@@ -106,11 +110,11 @@ from .gpu_inputs import (DAMP_MIN_OBS, FLOW_NOMINAL, flow_asymptote, INLET_NODE_
 from .thermal_fit import PARAMS  # noqa: F401
 from .thermal_fit import (CORE, FIT_SLOT_KINDS, G_PLIM, G_PREF, G_SIZE, G_TS, G_UB, G_UL, G_USRC, HBM,
                           M_LOADED, M_PF, M_RB, M_RES, M_RL, M_SIZE, M_TAU, N_MODELS, P_CLEAR, P_CONF_MIN, P_DAMP,
-                          P_DRIFT_DAMP, P_EVERY, P_FLOW_CARRY, P_FLOW_PLAN_FLOOR, P_HORIZON, P_LEAK,
-                          P_LEARN_DAMP, P_LOAD_MIN, P_MARGIN, P_MARGIN_RISE,
+                          P_DRIFT_DAMP, P_EVERY, P_FLOW_CARRY, P_FLOW_PLAN_FLOOR, P_FOLLOW_SLACK, P_FOLLOW_TAUS,
+                          P_GAP, P_HORIZON, P_LEAK, P_LEARN_DAMP, P_LOAD_MIN, P_MARGIN, P_MARGIN_RISE,
                           P_OFF_HOLD, P_ON, P_REASONS_STALE, P_REFRESH,
                           P_RISE, P_R_NOM, P_SITE_DAMP, P_SITE_RISE, P_STALE, P_TREND_CONFIRM,
-                          P_TREND_NOISE, P_TREND_SMOOTH, P_TREND_WINDOW, P_URGENT, P_WARMUP, R_DT, R_TPREV,
+                          P_TREND_NOISE, P_TREND_SMOOTH, P_TREND_WINDOW, P_URGENT, P_WARMUP, R_DT,
                           ThermalFit, ThermalFitDetector, X_HBM, X_REASONS, X_SLOT, X_TEMP, X_TS, X_UTIL,
                           core_limit, hbm_limit, hw_slowdown_limit, params_vector)
 
@@ -138,7 +142,22 @@ F_ETA, F_SURE, F_RS, F_C0, F_C0_TS, F_C1, F_C1_TS = range(7)  # relative to the 
 F_MODEL_SIZE = 7
 F_HELD_SINCE = F_MODEL0 + N_MODELS * F_MODEL_SIZE
 F_BITS_TS = F_HELD_SINCE + 1
-F_SIZE = F_BITS_TS + 1
+# ... then (added after the columns above: a saved state reads NaN there, and starts them over)
+# per model when the trend track took its last sample (a reading missing between two is bridged:
+# the track's smoothing steps over the true time between them), and the inlet source the tracks
+# read (thermal_fit.G_USRC: another source moves the inlet, and the tracks start over);
+F_TREND_TS = F_BITS_TS + 1
+F_TREND_SRC = F_TREND_TS + N_MODELS
+# ... and whether the dies follow the inlet (follow_inlet): the inlet lagged by the core's time
+# constant, the rise that lag gives the die and the rise the die showed (both summed over the
+# last inlet_follow_taus time constants), and the core reading, its filtered power and time that
+# the next reading steps from
+F_U_LAG = F_TREND_SRC + 1
+F_EXPECTED, F_FOLLOWED, F_T_LAST, F_PF_LAST, F_FOLLOW_TS = range(F_U_LAG + 1, F_U_LAG + 6)
+F_SIZE = F_FOLLOW_TS + 1
+FOLLOW_STEADY_C = 0.05
+"""An inlet this close to its lagged value, with nothing above the slack left to confirm, is
+steady: the follow check starts over (:func:`follow_inlet`) rather than summing nothing."""
 T_R, T_RATE = 0, 1  # observe_trend's result: R observed now, its rate (°C/W per s)
 # a row's forecast of one model, kept until both alarms have stepped: reading usable, ETA,
 # confidence, steady-state target and its slope (NaN: aged or out of reach), fires, the reading,
@@ -146,6 +165,10 @@ T_R, T_RATE = 0, 1  # observe_trend's result: R observed now, its rate (°C/W pe
 (V_USABLE, V_ETA, V_CONF, V_TARGET, V_SLOPE, V_FIRING, V_TEMP, V_LIMIT, V_SEEN_R,
  V_SEEN_RATE) = range(10)
 V_SIZE = 10
+# an emission's columns after the alarm's (alarm.OUT_SIZE, all taken): the share of the inlet's own
+# rise the dies confirm (follow_inlet), that rise, and how much of it the dies showed
+O_INLET_SHARE, O_INLET_EXPECTED, O_INLET_FOLLOWED = range(OUT_SIZE, OUT_SIZE + 3)
+THERMAL_OUT_SIZE = OUT_SIZE + 3
 
 
 def new_forecast_state(n: int) -> np.ndarray:
@@ -250,6 +273,21 @@ def inlet_damping(rack: int, racks: np.ndarray, params: np.ndarray) -> float:
 
 
 @inline
+def flow_inlet_rate(s: np.ndarray, i: int, rack: int, racks: np.ndarray, damp: float,
+                    params: np.ndarray, carry: float) -> float:
+    """:func:`inlet_rate` where the loop's coolant flow has dropped (or is back); NaN where the
+    flow says nothing and the inlet's own trend (``G_UB``) is the rate."""
+    prior = params[P_RISE]
+    if params[P_SITE_RISE] == params[P_SITE_RISE]:
+        prior = max(prior, params[P_SITE_RISE])
+    u_inf = flow_asymptote(racks, rack, prior, carry, params[P_FLOW_PLAN_FLOOR], s[i, G_TS], params[P_STALE])
+    ul = s[i, G_UL]
+    if u_inf == u_inf and ul == ul:
+        return (u_inf - ul) / damp  # type: ignore[no-any-return]
+    return np.nan
+
+
+@inline
 def inlet_rate(s: np.ndarray, i: int, rack: int, racks: np.ndarray, damp: float,
                params: np.ndarray, carry: float) -> float:
     """The inlet's rate of rise to forecast with (°C/s, damped by ``damp``): when the loop's
@@ -260,14 +298,64 @@ def inlet_rate(s: np.ndarray, i: int, rack: int, racks: np.ndarray, damp: float,
     # a loop's rise scales with its heat over its flow; the site's learnt rise was measured where
     # a loss settled — with that loop's GPUs throttled, their heat cut — so it is a floor of the
     # rise at full heat, not an estimate of it: it may raise the design prior, never lower it
-    prior = params[P_RISE]
-    if params[P_SITE_RISE] == params[P_SITE_RISE]:
-        prior = max(prior, params[P_SITE_RISE])
-    u_inf = flow_asymptote(racks, rack, prior, carry, params[P_FLOW_PLAN_FLOOR], s[i, G_TS], params[P_STALE])
-    ul = s[i, G_UL]
-    if u_inf == u_inf and ul == ul:
-        return (u_inf - ul) / damp  # type: ignore[no-any-return]
-    return s[i, G_UB]  # type: ignore[no-any-return]
+    # (flow_inlet_rate)
+    du = flow_inlet_rate(s, i, rack, racks, damp, params, carry)
+    return du if du == du else s[i, G_UB]  # type: ignore[no-any-return]
+
+
+@inline
+def trusted_inlet_rate(s: np.ndarray, i: int, rack: int, racks: np.ndarray, damp: float,
+                       params: np.ndarray, carry: float, share: float) -> float:
+    """:func:`inlet_rate` with the inlet's own rise taken at the ``share`` the dies confirm
+    (:func:`follow_inlet`). Not the flow's: it moves minutes before the inlet, and the dies
+    cannot confirm a rise that has not come yet."""
+    du = flow_inlet_rate(s, i, rack, racks, damp, params, carry)
+    if du == du:
+        return du
+    du = s[i, G_UB]
+    return du * share if du > 0.0 else du  # type: ignore[no-any-return]
+
+
+@inline
+def follow_inlet(fc: np.ndarray, s: np.ndarray, i: int, ts: float, temp: float, params: np.ndarray) -> float:
+    """The share of the inlet's own rise that the dies confirm (1: all, or nothing to confirm), after
+    GPU ``i``'s core reading ``temp`` at ``ts`` (NaN: none; the check bridges it).
+
+    A coolant warming raises the die with its time constant ``tau``: the die follows the inlet
+    lagged by ``tau`` (``u_lag``), less what its own power does (``R`` times the change of its
+    filtered power). A sensor stepping moves the reading and not the die. Over the last
+    ``inlet_follow_taus`` time constants the check sums the rise the lagged inlet gives the die
+    (``expected``) and the rise the die showed less its power's part (``followed``); the share is
+    ``(followed + slack) / expected``, ``slack`` the dies' scatter (the fit's residual) plus
+    ``inlet_follow_slack_c``. The lag makes it fair to a real rise from its first reading: the die
+    is asked to follow only what it could have by then (an 8 °C sensor step read 2 °C expected and
+    0 followed one poll on, 3.5 °C a poll later; a coolant rising with it showed 4 °C)."""
+    off = G_SIZE + CORE * M_SIZE
+    ul, rl, pf, tau = s[i, G_UL], s[i, off + M_RL], s[i, off + M_PF], s[i, off + M_TAU]
+    slack = params[P_FOLLOW_SLACK] + np.sqrt(s[i, off + M_RES])
+    if temp == temp and -50.0 < temp < 200.0 and ul == ul and rl == rl and pf == pf:
+        span = ts - fc[i, F_FOLLOW_TS]
+        u_lag = fc[i, F_U_LAG]
+        # (a steady inlet with nothing left to confirm starts over too: the die's own moves before
+        # the inlet does are not what it is asked to follow, and most rows skip the two exps)
+        if (u_lag != u_lag or not span <= params[P_GAP]
+                or (abs(ul - u_lag) < FOLLOW_STEADY_C and not fc[i, F_EXPECTED] > slack)):
+            fc[i, F_U_LAG] = ul  # (re)start: the die is taken to have felt the inlet as it reads now
+            fc[i, F_EXPECTED] = 0.0
+            fc[i, F_FOLLOWED] = 0.0
+        else:
+            lag = 1.0 - np.exp(-span / tau)
+            keep = np.exp(-span / (params[P_FOLLOW_TAUS] * tau))
+            fc[i, F_U_LAG] = u_lag + lag * (ul - u_lag)
+            fc[i, F_EXPECTED] = keep * fc[i, F_EXPECTED] + (fc[i, F_U_LAG] - u_lag)
+            fc[i, F_FOLLOWED] = keep * fc[i, F_FOLLOWED] + (temp - fc[i, F_T_LAST]) - rl * (pf - fc[i, F_PF_LAST])
+        fc[i, F_T_LAST] = temp
+        fc[i, F_PF_LAST] = pf
+        fc[i, F_FOLLOW_TS] = ts
+    expected = fc[i, F_EXPECTED]
+    if not expected > slack:
+        return 1.0
+    return min(max((fc[i, F_FOLLOWED] + slack) / expected, 0.0), 1.0)  # type: ignore[no-any-return]
 
 
 @inline
@@ -450,14 +538,23 @@ def emit_model(out: np.ndarray, n_out: int, row: int, which: int, code: int, s: 
                 (target, slope, s[i, G_UL], s[i, off + M_RL], s[i, off + M_TAU], mv[m, V_LIMIT]))
 
 
+@inline
+def emit_follow(out: np.ndarray, n_out: int, fc: np.ndarray, i: int, share: float) -> None:
+    """The last emission's inlet follow check (``O_INLET_*``; see :func:`follow_inlet`)."""
+    out[n_out - 1, O_INLET_SHARE] = share
+    out[n_out - 1, O_INLET_EXPECTED] = fc[i, F_EXPECTED]
+    out[n_out - 1, O_INLET_FOLLOWED] = fc[i, F_FOLLOWED]
+
+
 @kernel
 def _thermal_kernel(obs: tuple[np.ndarray, ...], rows: np.ndarray, span: tuple[int, int], parents: np.ndarray,
                     state: tuple[np.ndarray, np.ndarray, np.ndarray], racks: np.ndarray,
                     params: np.ndarray, mv: np.ndarray, out: np.ndarray, n_out: int) -> int:
     """Predict on the fitted rows ``span`` of a GPU frame; returns the emission count.
 
-    ``rows`` is the fit's per-row output, ``state`` = (fit state, forecast state, alarms), ``mv``
-    scratch for a row's forecast of each model (``N_MODELS x V_SIZE``)."""
+    ``rows`` is the fit's per-row output (``R_DT``: rows it skipped), ``state`` = (fit state, forecast
+    state, alarms), ``mv`` scratch for a row's forecast of each model (``N_MODELS x V_SIZE``), ``out``
+    of ``THERMAL_OUT_SIZE`` columns."""
     s, fc, alarms = state
     horizon = params[P_HORIZON]
     clear_eta = horizon * params[P_CLEAR]
@@ -468,7 +565,18 @@ def _thermal_kernel(obs: tuple[np.ndarray, ...], rows: np.ndarray, span: tuple[i
         ts = obs[X_TS][row]
         i = int(obs[X_SLOT][row])
         damp = inlet_damping(parents[i, 0], racks, params)
-        du = inlet_rate(s, i, parents[i, 0], racks, damp, params, params[P_FLOW_CARRY])
+        if not s[i, G_USRC] == fc[i, F_TREND_SRC]:
+            # another inlet source (the inlet moved by design: thermal_fit.switch_inlet_source):
+            # the trend tracks and the dies' follow check start over (nothing expected of the dies
+            # until they read again: a row without a core reading keeps no share of the old source's)
+            fc[i, F_TREND_SRC] = s[i, G_USRC]
+            fc[i, F_U_LAG] = np.nan
+            fc[i, F_EXPECTED] = 0.0
+            fc[i, F_FOLLOWED] = 0.0
+            for m in range(N_MODELS):
+                fc[i, F_TREND_TS + m] = np.nan
+        share = follow_inlet(fc, s, i, ts, obs[X_TEMP][row], params)
+        du = trusted_inlet_rate(s, i, parents[i, 0], racks, damp, params, params[P_FLOW_CARRY], share)
         # no work scheduled (the idle bit; without reasons, as dcgm-exporter's default counters,
         # no kernel running): a slowdown would slow nothing, and the driver's SW thermal limiter
         # does not act on idle clocks — such a GPU's core is not predicted, and a prediction made
@@ -497,13 +605,6 @@ def _thermal_kernel(obs: tuple[np.ndarray, ...], rows: np.ndarray, span: tuple[i
         due = not since < params[P_EVERY]  # NaN (never) counts as due
         if due:
             fc[i, F_EVAL_TS] = ts
-        # after a gap the fit restarts (no previous temperature): so does the trend track
-        w = np.nan
-        if rows[row, R_TPREV] == rows[row, R_TPREV]:
-            if rows[row, R_DT] != smooth_dt:  # rows mostly share their step: one exp per step
-                smooth_dt = rows[row, R_DT]
-                smooth_w = 1.0 - np.exp(-smooth_dt / params[P_TREND_SMOOTH])
-            w = smooth_w
         for m in range(N_MODELS):
             off = G_SIZE + m * M_SIZE
             f = F_MODEL0 + m * F_MODEL_SIZE
@@ -512,6 +613,17 @@ def _thermal_kernel(obs: tuple[np.ndarray, ...], rows: np.ndarray, span: tuple[i
             mv[m, V_USABLE] = 0.0
             if t_m != t_m or not -50.0 < t_m < 200.0:
                 continue
+            # the trend track steps from its last reading: a reading missing between two (the fit
+            # starts its own step over there, thermal_fit._fit_kernel) is bridged over the true time
+            # between them; after a gap, or another inlet source (F_TREND_TS NaN), it starts over
+            step = ts - fc[i, F_TREND_TS + m]
+            fc[i, F_TREND_TS + m] = ts
+            w = np.nan
+            if step <= params[P_GAP]:
+                if step != smooth_dt:  # rows mostly share their step: one exp per step
+                    smooth_dt = step
+                    smooth_w = 1.0 - np.exp(-smooth_dt / params[P_TREND_SMOOTH])
+                w = smooth_w
             pf = s[i, off + M_PF]
             r = (t_m - s[i, G_UL]) / pf if pf > params[P_LOAD_MIN] else np.nan  # as the fit's R
             observed = observe_trend(fc, i, f, ts, w, r, s[i, off + M_TAU], params)
@@ -559,6 +671,7 @@ def _thermal_kernel(obs: tuple[np.ndarray, ...], rows: np.ndarray, span: tuple[i
             if code != CODE_NONE:
                 n_out = emit_model(out, n_out, row, CORE, code, s, i, via, mv, (damp, du), params)
                 out[n_out - 1, O_V0 + 9] = via
+                emit_follow(out, n_out, fc, i, share)
                 if via == CORE and code != CODE_WITHDRAW:
                     # the same forecast to the HW slowdown temperature (clocks cut >= 2x): where
                     # the die goes at today's power if the SW limiter does not hold it at its limit
@@ -571,7 +684,7 @@ def _thermal_kernel(obs: tuple[np.ndarray, ...], rows: np.ndarray, span: tuple[i
                     # the same forecast with the flow held where it is: on a loop losing flow the
                     # ETA carries the fall ahead, and this says whether the claim hinges on it
                     # (flow_loss_text words it where the rack is losing flow)
-                    du_now = inlet_rate(s, i, parents[i, 0], racks, damp, params, 0.0)
+                    du_now = trusted_inlet_rate(s, i, parents[i, 0], racks, damp, params, 0.0, share)
                     out[n_out - 1, O_V0 + 8] = model_eta(s, i, off, t_m, limit_core, (damp, du_now), observed,
                                                          params)[0]
         # hbm_overheat: the HBM model's own alarm (not gated on idle: the memory heats all the same)
@@ -582,7 +695,18 @@ def _thermal_kernel(obs: tuple[np.ndarray, ...], rows: np.ndarray, span: tuple[i
                               on_count, params[P_OFF_HOLD], params[P_REFRESH])
             if code != CODE_NONE:
                 n_out = emit_model(out, n_out, row, HBM, code, s, i, HBM, mv, (damp, du), params)
+                emit_follow(out, n_out, fc, i, share)
     return n_out
+
+
+def unfollowed_inlet_text(share: float, expected: float, followed: float) -> str:
+    """The reason's part on an inlet rise the dies did not follow (:func:`follow_inlet`): its own
+    trend is forecast only at the share they confirm."""
+    if not share < 1.0:
+        return ""
+    return (f"; its inlet rose {expected:.1f} °C over the last few time constants and the dies followed "
+            f"{max(followed, 0.0):.1f} °C of it: the inlet's own trend is taken at {share:.0%} (a sensor "
+            f"stepping moves the reading, not the dies)")
 
 
 def hw_slowdown_text(eta_hw: float, hw_limit: float) -> str:
@@ -636,7 +760,7 @@ class ThermalDetector(ThermalFitDetector):
         self.s_forecast = new_forecast_state(n)
         self.s_alarm = new_alarm_columns(n, 2)
         self._scratch = Scratch()
-        self._out = np.empty((0, OUT_SIZE))
+        self._out = np.empty((0, THERMAL_OUT_SIZE))
         self._n_out = 0
         self._row_models = np.empty((N_MODELS, V_SIZE))  # the kernel's scratch
         self._job_members: dict[int, np.ndarray] = {}  # a job's GPU slots, on its first reason
@@ -661,7 +785,7 @@ class ThermalDetector(ThermalFitDetector):
         return add_columns(super().upgrade_state(state), "s_forecast", F_SIZE)
 
     def begin_frame(self, fit: ThermalFit) -> None:
-        self._out = self._scratch.take("out", (2 * fit.n_rows, OUT_SIZE))
+        self._out = self._scratch.take("out", (2 * fit.n_rows, THERMAL_OUT_SIZE))
         self._n_out = 0
 
     def after_fit(self, fit: ThermalFit, lo: int, hi: int) -> None:
@@ -717,8 +841,10 @@ class ThermalDetector(ThermalFitDetector):
             part = "core" if via == CORE else "HBM"
             # the HBM's own nominal: its resistance to the coolant is about 0.6 of the die's
             r_nominal = self.params[P_R_NOM] if via == CORE else HBM_THERMAL_RESISTANCE_C_PER_W
+            inlet_followed = unfollowed_inlet_text(*(float(v) for v in rec[O_INLET_SHARE:O_INLET_FOLLOWED + 1]))
             if code == CODE_WITHDRAW:
-                reason = f"{part} no longer heading for {limit:.0f} °C (steady state {target:.1f} °C)"
+                reason = (f"{part} no longer heading for {limit:.0f} °C (steady state {target:.1f} °C)"
+                          + inlet_followed)
             else:
                 # the steady state under current power and inlet, and how fast that moves (R
                 # drifting, inlet rising): the ETA comes from both, so a target still under the
@@ -727,6 +853,7 @@ class ThermalDetector(ThermalFitDetector):
                           f"{target:.1f} °C, moving {slope * 60:+.2f} °C/min; R {r:.4f} °C/W "
                           f"({r / r_nominal - 1:+.0%} vs nominal), tau {tau:.0f} s, "
                           f"inlet {inlet:.1f} °C{INLET_WORDS.get(float(self.s_model[slot, G_USRC]), '')}")
+                reason += inlet_followed
                 if which == CORE and via == HBM:
                     reason += ("; the SW thermal limiter cuts clocks to hold the memory there (NVML's SW "
                                "thermal slowdown acts on either limit)")

@@ -180,6 +180,12 @@ PARAMS: dict[str, float] = {
     # allows). Where a falling flow stops no reading tells mid-fall: a planning floor spares
     # losses that stop above it and warns later on those that go below (docs/throttling.md: the figures)
     "flow_plan_floor": 0.0,
+    # the inlet's own trend is forecast only as far as the dies follow it (thermal.follow_inlet): a
+    # coolant warming raises them with their time constant, a sensor stepping does not. The check
+    # weighs the last inlet_follow_taus core time constants, and allows the dies' scatter plus this
+    # much (°C) of the inlet's rise unfollowed
+    "inlet_follow_taus": 4.0,
+    "inlet_follow_slack_c": 1.0,
 }
 PARAM_NAMES = tuple(PARAMS)
 P = {name: i for i, name in enumerate(PARAM_NAMES)}
@@ -188,7 +194,8 @@ P = {name: i for i, name in enumerate(PARAM_NAMES)}
  P_CLEAR, P_OFF_HOLD, P_REFRESH, P_EVERY, P_ON, P_URGENT, P_CONF_MIN, P_WARMUP, P_LOAD_MIN, P_GAP, P_R_NOM,
  P_STALE, P_REASONS_STALE, P_LIM_CORE, P_LIM_HBM, P_SLOWDOWN_OFF, P_TAU_MIN, P_TAU_MAX, P_TAU_EXC, P_SITE_DAMP,
  P_SITE_RISE,
- P_TREND_WINDOW, P_TREND_SMOOTH, P_TREND_CONFIRM, P_TREND_NOISE, P_FLOW_CARRY, P_FLOW_PLAN_FLOOR) = range(len(PARAMS))
+ P_TREND_WINDOW, P_TREND_SMOOTH, P_TREND_CONFIRM, P_TREND_NOISE, P_FLOW_CARRY, P_FLOW_PLAN_FLOOR,
+ P_FOLLOW_TAUS, P_FOLLOW_SLACK) = range(len(PARAMS))
 
 
 def params_vector(overrides: dict[str, float]) -> np.ndarray:
@@ -197,6 +204,8 @@ def params_vector(overrides: dict[str, float]) -> np.ndarray:
         raise ValueError("thermal: horizon_s and the time constants must be positive")
     if not 0.0 <= vec[P_FLOW_PLAN_FLOOR] < 1.0:
         raise ValueError("thermal: flow_plan_floor is a share of the baseline flow, 0 to under 1")
+    if not vec[P_FOLLOW_TAUS] > 0.0:
+        raise ValueError("thermal: inlet_follow_taus must be positive")
     return vec
 FIT_PARAMS = ("tau_core_s", "tau_hbm_s", "tau_level_s", "tau_slope_s", "tau_inlet_level_s",
               "tau_inlet_slope_s", "tau_ref_power_s", "load_min_w", "gap_s", "r_nominal",

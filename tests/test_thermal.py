@@ -20,7 +20,8 @@ from foreshock.frames import Frame
 from foreshock.health import PipelineHealth
 from foreshock.topology import Topology
 
-from naive_refs import PerSample, branches_seen, naive_alarm_step, new_alarm, run_both
+from naive_refs import branches_seen, run_both
+from naive_thermal import NaiveThermal
 from thermal_synth import Fault, World, run, small_topology
 
 
@@ -943,115 +944,7 @@ def test_a_gpu_back_from_idle_with_its_resistance_unchanged_predicts_nothing():
     assert not preds(run(th.ThermalDetector(topo), frames))
 
 
-# ---- the thermal kernel vs a naive per-sample reference --------------------------------------
-# The kernel predicts on each run of a frame's rows after the shared fit, solves the forecast every
-# forecast_every_s and ages it between (computing a model's confidence there only where the
-# forecast is sure), and emits into a buffer. The reference takes one sample at a time, reads the
-# fit as it stood after that sample (a fit fed one-row frames), and restates the detector's rules;
-# the forecast itself (model_eta, observe_trend, the inlet helpers: references of their own above)
-# is called, not restated.
-class NaiveThermal(PerSample):
-    def __init__(self, topo):
-        self.p = tf.params_vector({})
-        self.fit = tf.ThermalFit(topo, self.p)
-        self.rack_of = topo.gpu_rack
-        n = topo.size("gpu")
-        self.fc = th.new_forecast_state(n)
-        self.own = {}  # (gpu, field) -> its own threshold as last reported (slowdown, max operating)
-        self.alarm = [[new_alarm() for _ in range(tf.N_MODELS)] for _ in range(n)]
-        self.found = []  # (ts, slot, event, active, eta, confidence)
-        self.seen = {"due": 0, "start": 0, "refresh": 0, "withdraw": 0, "idle": 0, "hbm": 0, "via_hbm": 0,
-                     "held": 0, "brake, not held": 0, "hold let go unread": 0}
-
-    def sample(self, ts, i, dt, tprev, c):
-        p, s, fc, racks = self.p, self.fit.s_model, self.fc, self.fit.s_rack
-        horizon = p[tf.P_HORIZON]
-        rack = int(self.rack_of[i])
-        damp = th.inlet_damping(rack, racks, p)
-        du = th.inlet_rate(s, i, rack, racks, damp, p, p[tf.P_FLOW_CARRY])
-        reasons = c["throttle_reasons"]
-        if 0.0 <= reasons < 2.0 ** 40:
-            bits = int(reasons)
-            fc[i, th.F_BITS_TS] = ts
-            idle = bool(bits & facts.THROTTLE_IDLE)
-            # a thermal limiter: SW/HW thermal, or the HW slowdown bit unless a power brake raised it
-            brake = bool(bits & facts.THROTTLE_HW_POWER_BRAKE)
-            held = bool(bits & (facts.THROTTLE_SW_THERMAL | facts.THROTTLE_HW_THERMAL)) or \
-                (bool(bits & facts.THROTTLE_HW_SLOWDOWN) and not brake)
-            self.seen["brake, not held"] += brake and not held
-            if not held:
-                fc[i, th.F_HELD_SINCE] = math.nan
-            elif math.isnan(fc[i, th.F_HELD_SINCE]):
-                fc[i, th.F_HELD_SINCE] = ts  # held from this sample on
-                self.seen["held"] += 1
-        else:  # no reasons reported: no kernels running is idle
-            if not ts - fc[i, th.F_BITS_TS] <= p[tf.P_REASONS_STALE]:  # unread for long: a hold is unknown
-                self.seen["hold let go unread"] += not math.isnan(fc[i, th.F_HELD_SINCE])
-                fc[i, th.F_HELD_SINCE] = math.nan
-            idle = 0.0 <= c["util"] < th.IDLE_UTIL
-        for name in ("slowdown_temp", "max_op_temp", "hbm_max_op_temp"):  # its own thresholds, kept once reported
-            if 40.0 < c[name] < 130.0:
-                self.own[i, name] = c[name]
-        # the core's limit: its max operating temperature, else its slowdown less 2 °C, else 87 °C;
-        # the HBM's: its memory max operating temperature, else 95 °C
-        if (i, "max_op_temp") in self.own:
-            limit_core = self.own[i, "max_op_temp"]
-        elif (i, "slowdown_temp") in self.own:
-            limit_core = self.own[i, "slowdown_temp"] - p[tf.P_SLOWDOWN_OFF]
-        else:
-            limit_core = p[tf.P_LIM_CORE]
-        limit_hbm = self.own.get((i, "hbm_max_op_temp"), p[tf.P_LIM_HBM])
-        since = ts - fc[i, th.F_EVAL_TS]
-        due = not since < p[tf.P_EVERY]
-        if due:
-            fc[i, th.F_EVAL_TS] = ts
-            self.seen["due"] += 1
-        w = math.nan if math.isnan(tprev) else 1 - math.exp(-dt / p[tf.P_TREND_SMOOTH])
-        model = {}  # model -> (eta, confidence, firing, clear)
-        for m, temp, limit in ((tf.CORE, c["gpu_temp"], limit_core), (tf.HBM, c["hbm_temp"], limit_hbm)):
-            if not -50.0 < temp < 200.0:
-                continue
-            off, f = tf.G_SIZE + m * tf.M_SIZE, th.F_MODEL0 + m * th.F_MODEL_SIZE
-            pf = s[i, off + tf.M_PF]
-            r = (temp - s[i, tf.G_UL]) / pf if pf > p[tf.P_LOAD_MIN] else math.nan
-            observed = th.observe_trend(fc, i, f, ts, w, r, s[i, off + tf.M_TAU], p)
-            conf = th.confidence_of(s, i, off, p)
-            if due:
-                eta, _, _, _, sure = th.model_eta(s, i, off, temp, limit, (damp, du), observed, p)
-                if m == tf.HBM and eta <= horizon and th.hbm_held_by_core(s, i, du, damp, limit_core, limit, p):
-                    eta, sure = math.inf, False
-                fc[i, f + th.F_ETA], fc[i, f + th.F_SURE] = eta, float(sure)
-            else:  # the last forecast, aged
-                eta, sure = max(fc[i, f + th.F_ETA] - since, 0.0), fc[i, f + th.F_SURE] > 0
-            model[m] = (eta, conf, sure and conf >= p[tf.P_CONF_MIN], not eta <= horizon * p[tf.P_CLEAR])
-        # thermal_throttle: the SW thermal limiter holds the core and the memory, each under its own
-        # limit; the alarm follows whichever forecast fires (the earlier ETA if both or neither do),
-        # steps only with a core reading, and idles with the GPU
-        if tf.CORE in model:
-            hbm = model.get(tf.HBM, (math.inf, math.nan, False, True))
-            core = model[tf.CORE]
-            via = tf.HBM if (hbm[2] and not core[2]) or (hbm[2] == core[2] and hbm[0] < core[0]) else tf.CORE
-            eta, conf = (hbm if via == tf.HBM else core)[:2]
-            firing, clear = core[2] or hbm[2], core[3] and hbm[3]
-            if idle:
-                firing, clear = False, True
-                self.seen["idle"] += 1
-            self.step(i, 0, ts, firing, clear, eta, conf, "thermal_throttle")
-            self.seen["via_hbm"] += via == tf.HBM and firing
-        if tf.HBM in model:
-            eta, conf, firing, clear = model[tf.HBM]
-            self.step(i, 1, ts, firing, clear, eta, conf, "hbm_overheat")
-
-    def step(self, i, k, ts, firing, clear, eta, conf, event):
-        p = self.p
-        code = naive_alarm_step(self.alarm[i][k], ts, firing, clear,
-                                1.0 if eta <= p[tf.P_URGENT] else p[tf.P_ON], p[tf.P_OFF_HOLD], p[tf.P_REFRESH])
-        if code is not None:
-            self.found.append((ts, i, event, code != "withdraw", eta if math.isfinite(eta) else -1.0, round(conf, 3)))
-            self.seen[code] += 1
-            self.seen["hbm"] += event == "hbm_overheat"
-
-
+# ---- the thermal kernel vs a naive per-sample reference (NaiveThermal: tests/naive_thermal.py) --------
 def random_heating_frames(topo, seed, ticks=400):
     """GPUs whose interfaces degrade at different paces (some repaired later), racks whose inlet
     warms, HBM running hot on some, idle stretches (by the idle bit, or by utilisation where no
