@@ -118,8 +118,9 @@ PARAMS: dict[str, float] = {
     "urgent_s": 0.0,  # ... or one, when the cap is this close (0: never)
     "node_brake_min": 2.0,  # GPUs of one node braking together make a node event
     # a brake is held while the throttle reasons say so: reasons unread this long (an exporter
-    # restarted without its custom counters) let it go — a held brake stops the GPU's own cap
-    # forecast, and on a braking node predicts the cap, every minute, for as long as it is held
+    # restarted without its custom counters, or the GPU gone from the feed) let it go — a held
+    # brake stops the GPU's own cap forecast, and on a braking node predicts the cap, every
+    # minute, for as long as it is held
     "reasons_stale_s": 300.0,
     # without reasons, a sample under the cap this soon after one the cap bound (see cap_binds) is
     # still the cap's: a job's communication phase between capped compute phases
@@ -225,12 +226,50 @@ def thermal_cap_eta(m: np.ndarray, i: int, temp: float, level: float, slope: flo
 
 @inline
 def release_brake(s: np.ndarray, i: int, node: int, node_brake: np.ndarray) -> None:
-    """GPU ``i`` no longer brakes (its reasons say so, or went unread too long): off its node's count,
+    """GPU ``i`` no longer brakes (its reasons say so, or went unread too long, see also
+    :func:`_age_out_brakes`): off its node's count,
     and the node event ends with the node's last braking GPU."""
     s[i, S_BRAKE] = 0.0
     node_brake[node, N_COUNT] = max(node_brake[node, N_COUNT] - 1.0, 0.0)
     if node_brake[node, N_COUNT] == 0.0:
         node_brake[node, N_ACTIVE] = 0.0
+
+
+@kernel
+def _age_out_brakes(obs: tuple[np.ndarray, ...], rows: np.ndarray, n_rows: int, parents: np.ndarray,
+                    node_gpus: tuple[np.ndarray, np.ndarray], s: np.ndarray, node_brake: np.ndarray,
+                    stale_s: float) -> int:
+    """Lets go, after a GPU frame, the brakes of the frame's nodes whose GPUs' throttle reasons went
+    unread for over ``stale_s`` (``reasons_stale_s``) by the time of a fitted row of their node; returns
+    how many. ``node_gpus`` is each node's GPUs as (offsets, GPUs). A GPU lets its own brake go at its
+    own row (:func:`_power_kernel`): one that sends no rows at all (fell off the bus, XID 79) held its
+    brake, and its node's count, for good — the next single GPU of the node to brake, hours later, was
+    "2 of 8 GPUs braking together", and a second node-wide brake raised no node event (until
+    2026-12-03). Run after the frame, not at each row, so that a braking GPU whose row comes later in
+    the same frame (the first frame after the whole feed paused) is read before it is judged."""
+    at, gpus = node_gpus
+    released = 0
+    for row in range(n_rows):
+        if rows[row, R_DT] < 0.0:
+            continue  # out of order: the fit skipped it
+        node = parents[int(obs[tf.X_SLOT][row]), 1]
+        if node_brake[node, N_COUNT] == 0.0:
+            continue
+        ts = obs[tf.X_TS][row]
+        for k in range(at[node], at[node + 1]):
+            j = gpus[k]
+            if s[j, S_BRAKE] == 1.0 and not ts - s[j, S_BITS_TS] <= stale_s:
+                release_brake(s, j, node, node_brake)
+                released += 1
+    return released
+
+
+def node_gpu_lists(gpu_node: np.ndarray, n_nodes: int) -> tuple[np.ndarray, np.ndarray]:
+    """Each node's GPUs as (offsets, GPUs): node ``k``'s are ``gpus[offsets[k]:offsets[k + 1]]``."""
+    gpu_node = np.asarray(gpu_node, dtype=np.int64)
+    offsets = np.zeros(n_nodes + 1, dtype=np.int64)
+    np.cumsum(np.bincount(gpu_node, minlength=n_nodes), out=offsets[1:])
+    return offsets, np.argsort(gpu_node, kind="stable").astype(np.int64)
 
 
 @inline
@@ -421,6 +460,7 @@ class PowerDetector(ThermalFitDetector):
         self.s_gpu[:, S_ETA] = np.inf
         self.s_alarm = new_alarm_columns(n, 1)
         self.s_node_brake = np.zeros((topology.size("node"), 2))
+        self._node_gpus = node_gpu_lists(topology.gpu_node, topology.size("node"))
         self._scratch = Scratch()
         self._out = np.empty((0, OUT_SIZE))
         self._n_out = 0
@@ -433,7 +473,11 @@ class PowerDetector(ThermalFitDetector):
         if frame.kind != "gpu" or len(frame) == 0:
             return []
         self.update_fit(frame)
-        return self._findings(self.fit.obs, self._out[:self._n_out])
+        found = self._findings(self.fit.obs, self._out[:self._n_out])
+        fit = self.fit
+        _age_out_brakes(fit.obs, fit.rows, fit.n_rows, fit.parents, self._node_gpus, self.s_gpu,
+                        self.s_node_brake, float(self.params[P_REASONS_STALE]))
+        return found
 
     def read_site_loops(self) -> None:
         self.thermal_params[tf.P_SITE_DAMP] = site_loop_tau(self.s_rack)

@@ -28,7 +28,9 @@ outlier itself):
 
 Findings are :class:`~foreshock.findings.Anomaly` on the GPU (field ``sm_clock``,
 ``gpu_temp`` or ``throttle_reasons``), score = the relative deficit or excess, emitted when
-the outlier appears and refreshed while it lasts.
+the outlier appears and refreshed every ``refresh_s`` while it lasts: until its excess falls under
+``clear_fraction`` of the bar that raised it (a GPU right at the bar, noisy, is not named anew each
+time it dips under the bar and comes back).
 
 Example (job of 16 GPUs; GPU 5 runs 15 % slower)::
 
@@ -112,6 +114,10 @@ PARAMS: dict[str, float] = {
     "throttle_gap": 0.25,
     "k_mad": 4.0,
     "refresh_s": 600.0,
+    # a GPU reported as an outlier stays one until its excess (and its distance in MADs) falls under
+    # this share of the bar that raised it: an outlier right at the bar, noisy, is one finding per
+    # refresh_s rather than one each time it dips under the bar and comes back
+    "clear_fraction": 0.8,
     # °C per W a GPU above its job's median power is read down by, to compare its temperature at
     # the same load (the nominal die-to-coolant resistance)
     "temp_per_w": facts.THERMAL_RESISTANCE_C_PER_W,
@@ -123,9 +129,9 @@ PARAMS: dict[str, float] = {
 }
 
 PV_NAMES = ("interval_s", "busy_util", "min_samples", "clock_gap", "temp_gap_c", "throttle_gap", "k_mad",
-            "refresh_s", "temp_per_w", "power_band", "clock_power_band")
+            "refresh_s", "temp_per_w", "power_band", "clock_power_band", "clear_fraction")
 (PV_INTERVAL, PV_BUSY_UTIL, PV_MIN_SAMPLES, PV_CLOCK_GAP, PV_TEMP_GAP, PV_THROTTLE_GAP, PV_K_MAD, PV_REFRESH,
- PV_TEMP_PER_W, PV_POWER_BAND, PV_CLOCK_POWER_BAND) = range(11)
+ PV_TEMP_PER_W, PV_POWER_BAND, PV_CLOCK_POWER_BAND, PV_CLEAR_FRACTION) = range(12)
 # the checks, in the order of s_flag's columns (their gaps are PV_CLOCK_GAP + check): slower
 # (relative clock deficit), hotter, throttling more
 C_CLOCK, C_TEMP, C_THROTTLE = 0, 1, 2
@@ -317,7 +323,8 @@ class StragglerDetector(Detector):
 def _compare_kernel(s: np.ndarray, gpu_job: np.ndarray, n_jobs: int, flag: np.ndarray, now: float,
                     p: np.ndarray, job: np.ndarray, out: np.ndarray, gpu_rack: np.ndarray, rack: np.ndarray) -> int:
     """Compare each busy GPU with its job's busy GPUs (median and MAD per job) on each check;
-    update ``flag`` (when each GPU was last reported per check, NaN while it is no outlier); write
+    update ``flag`` (when each GPU was last reported per check, NaN while it is no outlier: one
+    reported stays an outlier down to ``clear_fraction`` of the gap and of ``k_mad``); write
     the outliers due a report into ``out`` (``O_*`` columns), check by check, GPUs in slot order;
     return their count. ``job`` receives each GPU's job where it is busy, else -1. The temperature
     check compares each GPU's temperature read down to its job's median busy power (see the module
@@ -408,12 +415,16 @@ def _compare_kernel(s: np.ndarray, gpu_job: np.ndarray, n_jobs: int, flag: np.nd
             x = vals[g] if job[g] >= 0 else np.nan
             d = med[max(job[g], 0)]
             spread = mad[max(job[g], 0)]
+            # an outlier already reported stays one down to clear_fraction of the bars (hysteresis):
+            # without, a GPU 5 % slower with 1 % noise was named 11 times in an hour, not 6
+            bar = p[PV_CLEAR_FRACTION] if flag[g, col] == flag[g, col] else 1.0
             if col == C_CLOCK:  # the relative deficit
                 excess = (d - x) / (d if d > 0.0 else np.nan)
-                outlier = job[g] >= 0 and excess >= gap and d - x >= p[PV_K_MAD] * spread and not heavier[g]
+                outlier = job[g] >= 0 and excess >= bar * gap and d - x >= bar * p[PV_K_MAD] * spread \
+                    and not heavier[g]
             else:
                 excess = sign * (x - d)
-                outlier = job[g] >= 0 and excess >= gap and excess >= p[PV_K_MAD] * spread
+                outlier = job[g] >= 0 and excess >= bar * gap and excess >= bar * p[PV_K_MAD] * spread
             if not outlier:
                 flag[g, col] = np.nan
                 continue

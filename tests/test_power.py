@@ -231,9 +231,27 @@ class NaivePower(PerSample):
         self.seen = {"forecast": 0, "start": 0, "withdraw": 0, "brake": 0, "node brake": 0, "thermal": 0,
                      "brake let go": 0, "over the default limit": 0, "released": 0, "cap binds unreported": 0,
                      "cap held unreported": 0, "cap held reported": 0,
-                     "inlet trend held to the dies": 0, "led by the flow": 0, "steady state held to the dies": 0}
+                     "inlet trend held to the dies": 0, "led by the flow": 0, "steady state held to the dies": 0,
+                     "stale brake aged out": 0}
+        self.frame_rows = []  # (ts, gpu) of the frame's samples taken
+
+    def gpu_frame(self, frame):
+        """... and after the frame, a brake of a node in the frame whose GPU's reasons went unread
+        for over reasons_stale_s at one of the frame's samples (a GPU that sends no rows) is let go."""
+        self.frame_rows = []
+        super().gpu_frame(frame)
+        for ts, i in self.frame_rows:
+            node = int(self.node_of[i])
+            for j in np.flatnonzero(self.node_of == node):
+                g = self.g[j]
+                if g["brake"] and not ts - g["bits_ts"] <= self.pp[pw.P_REASONS_STALE]:
+                    self.seen["stale brake aged out"] += 1
+                    g["brake"] = 0.0
+                    self.nodes[node]["count"] = max(self.nodes[node]["count"] - 1, 0)
+                    self.nodes[node]["active"] = self.nodes[node]["active"] and self.nodes[node]["count"] > 0
 
     def sample(self, ts, i, dt, tprev, c):
+        self.frame_rows.append((ts, i))
         temp, reasons, power = c["gpu_temp"], c["throttle_reasons"], c["power"]
         g, p, tp, m = self.g[i], self.pp, self.p, self.fit.s_model
         if 40.0 < c["slowdown_temp"] < 130.0:  # its own slowdown temperature, kept once reported

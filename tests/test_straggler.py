@@ -239,15 +239,17 @@ def naive_compare(s, gpu_job, n_jobs, flag, now, p, gpu_rack=None, racks=None):
             if members.any():
                 d[gpu_job == j] = np.median(x[members])
                 spread[gpu_job == j] = np.median(np.abs(x[members] - d[members]))
+        # a GPU already reported (flag set) stays an outlier down to clear_fraction of both bars
+        bar = np.where(np.isnan(flag[:, col]), 1.0, p["clear_fraction"])
         with np.errstate(invalid="ignore", divide="ignore"):
             if col == sg.C_CLOCK:  # not a GPU whose heavier work (power) holds its clock down
                 excess = (d - x) / np.where(d > 0, d, np.nan)
                 heavier = (s[:, sg.S_POWER] > power_med * (1 + p["clock_power_band"])) \
                     & (s[:, sg.S_THROTTLE] < p["throttle_gap"])
-                out = busy & (excess >= gaps[col]) & ((d - x) >= p["k_mad"] * spread) & ~heavier
+                out = busy & (excess >= bar * gaps[col]) & ((d - x) >= bar * p["k_mad"] * spread) & ~heavier
             else:
                 excess = sg.CHECK_SIGNS[col] * (x - d)
-                out = busy & (excess >= gaps[col]) & (excess >= p["k_mad"] * spread)
+                out = busy & (excess >= bar * gaps[col]) & (excess >= bar * p["k_mad"] * spread)
         for g in range(len(x)):
             if not out[g]:
                 flag[g, col] = np.nan
