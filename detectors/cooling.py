@@ -6,13 +6,17 @@ as :mod:`foreshock.detectors.thermal` (one fit serves both, see
 detector compares, per GPU:
 
 - ``R`` with the GPU's own history (a slow baseline, frozen while the GPU is flagged), and
-- ``R`` with its peers — the median of its rack, over GPUs at about the same power;
+- ``R`` with its peers — the median of its rack's GPUs at about its own power (within
+  ``power_band`` of it: a rack running two jobs at two loads has two sets of peers);
 
 and flags a failing thermal interface (``gpu``), a node whose GPUs all run hot against the
 other nodes of their rack — or of their cooling loop, where fewer than three of the rack's nodes
-can be compared (failing fans: ``node``) — and a rack whose inlet rises against its own baseline,
+can be compared (failing fans: ``node``; against a loop, the node must also run hot against its
+own history, or else its rack-mates, as a loop's median moves when some of its nodes change) — and a rack whose inlet rises against its own baseline,
 beyond what the other cooling loops' racks rose by meanwhile (a cooling loop or CDU losing flow:
-``rack``; a rise every loop shares is the facility water's, such as its daily swing). Where node telemetry reports the chassis fans
+``rack``; a rise every loop shares is the facility water's, such as its daily swing; an inlet held
+steady for ``inlet_hold_s`` with the rack's GPUs' R unchanged is said once to be a new level, a
+changed supply setpoint, and becomes the baseline). Where node telemetry reports the chassis fans
 (``fan_speed``, the slowest fan), a stopped fan flags its node at once, whatever the load.
 Idle GPUs, whose R the fit cannot read, are compared by their temperature over the inlet instead,
 on nodes at rest (see :meth:`CoolingDetector._idle`): a failing interface or failed fans show
@@ -21,7 +25,7 @@ Findings are :class:`~foreshock.findings.Anomaly` (higher score = larger drift),
 flag rises and refreshed while it holds.
 
 Only GPUs under load now, whose ``R`` the fit has been updating through most of the last
-interval, at a power within ``power_band`` of their rack's median, are compared: the fit
+interval, are compared, each with its rack-mates within ``power_band`` of its power: the fit
 learns ``R`` only under load, so an idle GPU's ``R`` is a stale reading, and ``(T - inlet) / P``
 read at light load carries the temperature's fixed offsets (idle floor, integer °C readings)
 divided by a small power — it reads high against peers at full load for no fault of its own.
@@ -69,13 +73,17 @@ PARAMS: dict[str, float] = {
     "peer_interval_s": 300.0,
     "warmup_s": 1800.0,  # loaded time before a GPU's R is trusted
     "recent_load_share": 0.5,  # ... and under load this share of the last interval at least
-    "power_band": 0.3,  # compared only within this relative distance of the rack's median power
+    "power_band": 0.3,  # a GPU's (a node's) peers: its rack's within this relative distance of its own power
     "tau_baseline_s": 6 * 3600.0,
     "own_drift_min": 0.15,  # R vs own baseline ...
     "peer_drift_min": 0.10,  # ... and vs rack median, both, or
     "peer_only_min": 0.30,  # ... vs rack median alone (no history yet)
     "node_drift_min": 0.10,  # node median R vs rack median
     "inlet_rise_min_c": 3.0,  # rack inlet vs its baseline
+    # a flagged inlet held within inlet_hold_span_c this long, the rack's GPUs' R unchanged, is a new
+    # level (a raised supply setpoint): said once, then learnt (it was re-announced for good)
+    "inlet_hold_s": 2 * 3600.0,
+    "inlet_hold_span_c": 1.0,
     # a held flag is said again this often: under the incident engine's quiet_s (900 s), or a
     # degraded loop or GPU left in service is announced resolved and opened again every half hour
     "refresh_s": 600.0,
@@ -90,6 +98,8 @@ R_BASE, R_BASE_SEEN = 0, 1
 # per GPU, idle: own baseline of the excess over the inlet, idle seconds it has seen, consecutive
 # idle comparisons, consecutive comparisons found hot, the inlet its baseline was learnt at
 I_BASE, I_SEEN, I_RUN, I_HOT, I_INLET = range(5)
+# per rack, while its inlet is flagged: since when its excess has held, and the lowest and highest since
+H_SINCE, H_LO, H_HI = range(3)
 NODE_QUORUM = 3  # nodes compared in a rack before one of them can be told to run hot
 FAN_SPEED_MIN, FAN_SPEED_MAX = get_field("fan_speed").valid  # outside: not a share of full speed
 
@@ -100,14 +110,17 @@ def follow(base: np.ndarray, x: np.ndarray, w: float) -> np.ndarray:
 
 
 def above_usual(base: np.ndarray, x: np.ndarray, gap: float, peer_only: float, warmup_s: float, w: float,
-                seen_s: float) -> tuple[np.ndarray, np.ndarray]:
+                seen_s: float, confirmed: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Nodes whose excess ``x`` over their peers is at least ``gap`` and also ``gap`` over their own
     usual excess (``base``: ``R_BASE``, and ``R_BASE_SEEN`` seconds learnt), or ``peer_only`` where
-    fewer than ``warmup_s`` are learnt; the usual excess of the others moves ``w`` towards ``x``
-    (not learnt while flagged). Returns the flags and which nodes had a history."""
+    fewer than ``warmup_s`` are learnt, and ``confirmed`` (where given); the usual excess of the
+    others moves ``w`` towards ``x`` (not learnt while flagged). Returns the flags and which nodes
+    had a history."""
     has_history = base[:, R_BASE_SEEN] >= warmup_s
     flag = np.where(has_history, (np.nan_to_num(x) >= gap) & (np.nan_to_num(x - base[:, R_BASE]) >= gap),
                     np.nan_to_num(x) >= peer_only)
+    if confirmed is not None:
+        flag &= confirmed
     learn = np.isfinite(x) & ~flag
     base[learn, R_BASE] = follow(base[:, R_BASE], x, w)[learn]
     base[learn, R_BASE_SEEN] = np.nan_to_num(base[learn, R_BASE_SEEN]) + seen_s
@@ -151,6 +164,63 @@ def _group_median(values: np.ndarray, groups: np.ndarray, out: np.ndarray) -> No
             out[g] = median_of(bucket[lo:hi], hi - lo, work)
 
 
+def median_at_same_power(values: np.ndarray, power: np.ndarray, groups: np.ndarray, n_groups: int,
+                         band: float) -> tuple[np.ndarray, np.ndarray]:
+    """Per element, the median of the finite ``values`` of its group at about its power — ``power``
+    from ``p * (1 - band)`` to ``p * (1 + band)``, its own ``p``, itself included — and how many
+    those were (NaN and 0 where its own value or power is not finite, or its group is outside
+    ``0..n_groups-1``). A rack's one median power was the band's centre: a rack split evenly
+    between a job at 660 W and one at 340 W had it at 500 W, and none of its GPUs compared."""
+    n = len(values)
+    out, count = np.full(n, np.nan), np.zeros(n, np.int64)
+    _median_at_same_power(np.ascontiguousarray(values, dtype=np.float64), np.ascontiguousarray(power, dtype=np.float64),
+                          np.ascontiguousarray(groups, dtype=np.int64), n_groups, float(band), out, count)
+    return out, count
+
+
+@jit
+def _median_at_same_power(values: np.ndarray, power: np.ndarray, groups: np.ndarray, n_groups: int, band: float,
+                          out: np.ndarray, count: np.ndarray) -> None:
+    """Bucket the usable elements by group (a counting sort), order each bucket by power, and take
+    each element's median over the run of its bucket inside its band (two binary searches):
+    a rack's GPUs times its GPUs at one power, at most."""
+    start = np.zeros(n_groups + 1, np.int64)
+    usable = np.zeros(len(values), np.bool_)
+    for k in range(len(values)):
+        g = groups[k]
+        usable[k] = 0 <= g < n_groups and abs(values[k]) < np.inf and abs(power[k]) < np.inf
+        if usable[k]:
+            start[g + 1] += 1
+    for g in range(n_groups):
+        start[g + 1] += start[g]
+    fill = start[:n_groups].copy()
+    member = np.empty(start[n_groups], np.int64)
+    for k in range(len(values)):
+        if usable[k]:
+            member[fill[groups[k]]] = k
+            fill[groups[k]] += 1
+    largest = 0
+    for g in range(n_groups):
+        largest = max(largest, start[g + 1] - start[g])
+    window = np.empty(largest)
+    work = np.empty(largest + 1)  # median_of's workspace: n + 1 values never fall back to np.median
+    for g in range(n_groups):
+        lo, hi = start[g], start[g + 1]
+        if hi == lo:
+            continue
+        idx = member[lo:hi][np.argsort(power[member[lo:hi]], kind="mergesort")]
+        p_sorted = power[idx]
+        for i in range(hi - lo):
+            a, b = p_sorted[i] * (1.0 - band), p_sorted[i] * (1.0 + band)
+            first = np.searchsorted(p_sorted, min(a, b), side="left")
+            last = np.searchsorted(p_sorted, max(a, b), side="right")
+            m = last - first
+            for j in range(m):
+                window[j] = values[idx[first + j]]
+            out[idx[i]] = median_of(window, m, work)
+            count[idx[i]] = m
+
+
 def median_of_others(values: np.ndarray) -> tuple[np.ndarray, float]:
     """For each element, the median of the *other* finite values (NaN where there are none);
     and the median of all finite values. Equal to ``np.median`` of ``np.delete(values, k)`` (a
@@ -188,7 +258,7 @@ class CoolingDetector(ThermalFitDetector):
 
     slot_kinds: ClassVar[Mapping[str, str]] = {
         **FIT_SLOT_KINDS, "s_gpu_base": "gpu", "s_gpu_loaded": "gpu", "s_gpu_flag": "gpu", "s_idle": "gpu",
-        "s_rack_base": "rack", "s_rack_flag": "rack",
+        "s_rack_base": "rack", "s_rack_flag": "rack", "s_rack_hold": "rack",
         "s_node_flag": "node", "s_fan_flag": "node", "s_idle_node_hot": "node", "s_fan_speed": "node",
         "s_node_base": "node", "s_idle_node_base": "node"}
     name: ClassVar[str] = "cooling"
@@ -214,6 +284,7 @@ class CoolingDetector(ThermalFitDetector):
         self.s_gpu_flag = np.full(n, np.nan)
         self.s_node_flag = np.full(topology.size("node"), np.nan)
         self.s_rack_flag = np.full(topology.size("rack"), np.nan)
+        self.s_rack_hold = np.full((topology.size("rack"), 3), np.nan)  # H_SINCE, H_LO, H_HI
         self.s_fan_flag = np.full(topology.size("node"), np.nan)
         self.s_idle = np.zeros((n, 5))
         self.s_idle[:, [I_BASE, I_INLET]] = np.nan
@@ -226,12 +297,14 @@ class CoolingDetector(ThermalFitDetector):
         self.next_peer_ts = -np.inf
 
     def upgrade_state(self, state: dict[str, Any]) -> dict[str, Any]:
-        """... and the node baselines added to a state saved before them (no history: learnt from
-        the next comparison on)."""
+        """... and the node baselines and rack holds added to a state saved before them (no history:
+        learnt from the next comparison on)."""
         state = super().upgrade_state(state)
         for key in ("s_node_base", "s_idle_node_base"):  # no history: learnt from now on
             if key not in state and "s_node_flag" in state:
                 state = {**state, key: np.full((len(np.asarray(state["s_node_flag"])), 2), np.nan)}
+        if "s_rack_hold" not in state and "s_rack_flag" in state:  # a flagged inlet's hold starts now
+            state = {**state, "s_rack_hold": np.full((len(np.asarray(state["s_rack_flag"])), 3), np.nan)}
         return state
 
     def update(self, frame: Frame) -> list[Finding]:
@@ -297,17 +370,22 @@ class CoolingDetector(ThermalFitDetector):
         trusted = self._under_load(now)
         idle_x, idle_own, idle_peer, idle_hot, idle_node_rise, idle_node_hot, idle_by_rack = self._idle(now, quiet)
         r[~trusted] = np.nan
-        rack_med = group_median(r, self.gpu_rack, topo.size("rack"))
-        peer = r / rack_med[self.gpu_rack] - 1.0
+        power = np.where(trusted, self.s_model[:, G_SIZE + M_PF], np.nan)
+        peer_ref, _ = median_at_same_power(r, power, self.gpu_rack, topo.size("rack"), p["power_band"])
+        peer = r / peer_ref - 1.0
         base = self.s_gpu_base[:, R_BASE]
         own = r / base - 1.0
         has_history = self.s_gpu_base[:, R_BASE_SEEN] >= p["warmup_s"]
         flagged = ((own >= p["own_drift_min"]) & has_history & (peer >= p["peer_drift_min"])) \
             | (peer >= p["peer_only_min"])
         flagged &= trusted
-        # own baseline: slow, and frozen while flagged so a drift cannot teach itself normal
+        own_known = np.where(has_history, own, np.nan)  # (the nodes' and racks' checks read it)
+        # own baseline: slow, and frozen while flagged so a drift cannot teach itself normal — nor
+        # while its node or rack is: its history tells a node hot against its loop, and a rack's
+        # new inlet level, from a moved reference (below)
         w = 1.0 - np.exp(-dt / p["tau_baseline_s"])
-        learn = trusted & ~flagged
+        learn = trusted & ~flagged & ~np.isfinite(self.s_node_flag[self.gpu_node]) \
+            & ~np.isfinite(self.s_rack_flag[self.gpu_rack])
         base_new = follow(base, r, w)
         self.s_gpu_base[learn, R_BASE] = base_new[learn]
         seen = np.nan_to_num(self.s_gpu_base[:, R_BASE_SEEN])
@@ -338,9 +416,10 @@ class CoolingDetector(ThermalFitDetector):
         node_med = group_median(r, self.gpu_node, n_nodes)
         compared = np.bincount(self.gpu_node[np.isfinite(r)], minlength=n_nodes)
         node_med[2 * compared < self.node_gpus] = np.nan
-        node_drift = node_med / rack_med[self.node_rack] - 1.0
-        node_ref, by_rack = self._node_reference(node_med)
+        node_power = group_median(power, self.gpu_node, n_nodes)
+        node_ref, by_rack, rack_ref, rack_nodes = self._node_reference(node_med, node_power)
         node_peer = node_med / node_ref - 1.0
+        node_drift = node_med / rack_ref - 1.0  # (its rack's median node at its power: itself included)
         # ... and against how hot the node usually runs, as a GPU is (peer_only_min without a history
         # yet): a node of another chassis or cold-plate make, or in a warmer spot, runs some tens
         # of percent hotter per watt than its rack for good (an H100 node among H200s, read from the
@@ -348,8 +427,9 @@ class CoolingDetector(ThermalFitDetector):
         # airflow" and refreshed every refresh_s, never cleared — until 2026-12-01). Failed fans
         # (R x1.8-2.5 in the simulator) clear either bar. Not learnt while flagged.
         node_base = self.s_node_base
+        confirmed = by_rack | self._hot_against_itself(own_known, node_drift, rack_nodes)
         node_flag, has_history = above_usual(node_base, node_peer, p["node_drift_min"], p["peer_only_min"],
-                                             p["warmup_s"], w, dt)
+                                             p["warmup_s"], w, dt, confirmed)
         for nd in self._raise(self.s_node_flag, node_flag | idle_node_hot, now, p["refresh_s"]):
             if node_flag[nd]:
                 findings.append(Anomaly(
@@ -372,9 +452,18 @@ class CoolingDetector(ThermalFitDetector):
         facility = self._other_loops_rise(np.where(inlet_fresh, rise, np.nan))
         excess = rise - np.maximum(np.nan_to_num(facility), 0.0)
         rack_flag = inlet_fresh & (np.nan_to_num(excess) >= p["inlet_rise_min_c"])
+        new_level = self._held(rack_flag, excess, group_median(own_known, self.gpu_rack, topo.size("rack")), now)
         learn_rack = inlet_fresh & ~rack_flag
         self.s_rack_base = np.where(
             learn_rack, follow(self.s_rack_base, inlet, w), self.s_rack_base)
+        self.s_rack_base[new_level] += excess[new_level]  # learnt at once: its excess is 0 from now on
+        rack_flag &= ~new_level
+        for rk in np.flatnonzero(new_level):
+            findings.append(Anomaly(
+                now, "rack", int(rk), "inlet_temp", float(excess[rk]), self.name,
+                f"inlet {inlet[rk]:.1f} °C, {rise[rk]:+.1f} °C over its baseline, held within "
+                f"{p['inlet_hold_span_c']:g} °C for {p['inlet_hold_s'] / 3600:g} h, the rack's GPUs' thermal resistance "
+                "unchanged: a new level (the supply setpoint changed?), its baseline from now on"))
         loops = self.rack_loop
         for rk in self._raise(self.s_rack_flag, rack_flag, now, p["refresh_s"]):
             same_loop = loops == loops[rk]
@@ -387,6 +476,25 @@ class CoolingDetector(ThermalFitDetector):
                 now, "rack", int(rk), "inlet_temp", float(excess[rk]), self.name,
                 f"inlet {inlet[rk]:.1f} °C, {rise[rk]:+.1f} °C over its baseline{common}; {scope}"))
         return findings
+
+    def _held(self, flag: np.ndarray, excess: np.ndarray, r_drift: np.ndarray, now: float) -> np.ndarray:
+        """Flagged racks whose inlet excess has held within ``inlet_hold_span_c`` for ``inlet_hold_s``
+        while their GPUs' median R stayed within ``own_drift_min`` of its history (``r_drift``):
+        a new level, such as a raised supply setpoint (the dies follow; nothing degrades), which
+        was flagged "losing capacity" and re-announced for good. A loop that loses flow and then
+        holds steady is taken for one too, after the hold. Updates ``s_rack_hold``."""
+        p = self.p
+        hold = self.s_rack_hold
+        lo, hi = np.fmin(hold[:, H_LO], excess), np.fmax(hold[:, H_HI], excess)
+        restart = flag & (np.isnan(hold[:, H_SINCE]) | ~(hi - lo <= p["inlet_hold_span_c"]))
+        hold[:, H_LO], hold[:, H_HI] = lo, hi
+        hold[restart, H_SINCE] = now
+        hold[restart, H_LO] = hold[restart, H_HI] = excess[restart]
+        hold[~flag] = np.nan
+        steady = flag & (now - hold[:, H_SINCE] >= p["inlet_hold_s"])
+        new_level = steady & (np.abs(r_drift) < p["own_drift_min"])
+        hold[new_level] = np.nan
+        return new_level  # type: ignore[no-any-return]
 
     def _other_loops_rise(self, rise: np.ndarray) -> np.ndarray:
         """Per rack, the median over the other cooling loops of each loop's median rack rise
@@ -446,7 +554,7 @@ class CoolingDetector(ThermalFitDetector):
         st[learn, I_BASE] = follow(base, x, w)[learn]
         st[learn, I_INLET] = follow(base_inlet, inlet, w)[learn]
         st[learn, I_SEEN] += p["peer_interval_s"]
-        node_ref, by_rack = self._node_reference(node_med)
+        node_ref, by_rack, _, _ = self._node_reference(node_med)
         rise = node_med - node_ref
         # against how much warmer the node usually idles, too (idle_peer_only_c without a history):
         # a node that idles warmer than its rack for good — higher in an air-cooled rack, another
@@ -457,17 +565,32 @@ class CoolingDetector(ThermalFitDetector):
         self.s_idle_node_hot = np.where(node_hot, self.s_idle_node_hot + 1, 0)
         return x, own, peer, st[:, I_HOT] >= 2, rise, self.s_idle_node_hot >= 2, by_rack
 
-    def _node_reference(self, node_med: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def _node_reference(self, node_med: np.ndarray, node_power: np.ndarray | None = None
+                        ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Per node, the median of the compared nodes' medians in its rack, or in its cooling loop
         where fewer than :data:`NODE_QUORUM` of the rack's were compared (NaN where the loop has
-        fewer too); and whether the rack was the reference."""
-        def per_group(group: np.ndarray, n_groups: int) -> np.ndarray:
-            ref = group_median(node_med, group, n_groups)
-            ref[np.bincount(group[np.isfinite(node_med)], minlength=n_groups) < NODE_QUORUM] = np.nan
-            return ref[group]  # type: ignore[no-any-return]
-        rack_ref = per_group(self.node_rack, self.topology.size("rack"))
-        by_rack = np.isfinite(rack_ref)
-        return np.where(by_rack, rack_ref, per_group(self.node_loop, len(self.topology.loops))), by_rack
+        fewer too), over the nodes within ``power_band`` of its ``node_power`` (all, without);
+        whether the rack was the reference; and its rack's median, however few, and how many
+        nodes that was (itself included)."""
+        power = np.ones(len(node_med)) if node_power is None else node_power
+        band = self.p["power_band"]
+        rack_ref, rack_nodes = median_at_same_power(node_med, power, self.node_rack, self.topology.size("rack"), band)
+        loop_ref, loop_nodes = median_at_same_power(node_med, power, self.node_loop, len(self.topology.loops), band)
+        by_rack = rack_nodes >= NODE_QUORUM
+        ref = np.where(by_rack, rack_ref, np.where(loop_nodes >= NODE_QUORUM, loop_ref, np.nan))
+        return ref, by_rack, rack_ref, rack_nodes
+
+    def _hot_against_itself(self, own: np.ndarray, node_drift: np.ndarray, rack_nodes: np.ndarray) -> np.ndarray:
+        """Nodes that run hot against themselves, for a node compared against its loop: its GPUs'
+        median against their own history (``own``, NaN without one), else against its rack-mates
+        where it has any (``node_drift``: its rack's median node holds itself, so half the bar is
+        the bar against one mate), else true. A loop's median moves when some of its nodes change:
+        two nodes re-pasted (R -25 %), or a rack's inlet sensor reading 8 °C high, had flagged the
+        untouched nodes of the loop "+11-15 % hotter per watt" for hours, their own history flat."""
+        gap = self.p["node_drift_min"]
+        node_own = group_median(own, self.gpu_node, self.topology.size("node"))
+        mates = np.where(rack_nodes >= 2, np.nan_to_num(node_drift, nan=-np.inf) >= gap / 2, True)
+        return np.where(np.isfinite(node_own), node_own >= gap, mates)  # type: ignore[no-any-return]
 
     def _peer_nodes(self, node: int, by_rack: np.ndarray) -> str:
         """What a node was compared against, for the reason: its rack, or its cooling loop."""
@@ -476,18 +599,16 @@ class CoolingDetector(ThermalFitDetector):
 
     def _under_load(self, now: float) -> np.ndarray:
         """GPUs whose fitted R can be compared now (see the module doc): fresh, warmed up, under
-        load now and through most of the last interval, at about their rack's median power.
-        Called once per comparison: it moves the mark the next interval's load is counted from."""
+        load now and through most of the last interval (each is compared with the rack-mates at
+        its power). Called once per comparison: it moves the mark the next interval's load is
+        counted from."""
         p = self.p
         loaded = self.s_model[:, G_SIZE + M_LOADED]
         recent = loaded - self.s_gpu_loaded >= p["recent_load_share"] * p["peer_interval_s"]
         self.s_gpu_loaded = loaded.copy()
         power = self.s_model[:, G_SIZE + M_PF]
         fresh = (now - self.s_model[:, G_TS]) <= 3 * p["peer_interval_s"]
-        ok = fresh & (loaded >= p["warmup_s"]) & recent & (power > self.fit.params[P_LOAD_MIN])
-        rack_power = group_median(np.where(ok, power, np.nan), self.gpu_rack, self.topology.size("rack"))
-        with np.errstate(invalid="ignore"):
-            return ok & (np.abs(power / rack_power[self.gpu_rack] - 1.0) <= p["power_band"])  # type: ignore[no-any-return]
+        return fresh & (loaded >= p["warmup_s"]) & recent & (power > self.fit.params[P_LOAD_MIN])  # type: ignore[no-any-return]
 
     @staticmethod
     def _raise(flag_ts: np.ndarray, flagged: np.ndarray, now: float, refresh_s: float) -> np.ndarray:
