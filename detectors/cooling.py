@@ -64,7 +64,7 @@ from foreshock.topology import Topology
 
 from .base import resolve_params
 from .gpu_inputs import frame_now
-from .order_stats import median_of
+from .order_stats import bucket_by_group, median_of
 from .thermal_fit import (FIT_SLOT_KINDS, G_SIZE, G_TS, G_UL, M_LOADED, M_PF, M_RL, M_TPREV, P_LOAD_MIN, X_TS,
                           ThermalFitDetector)
 from .thermal_fit import params_vector as thermal_params
@@ -184,24 +184,11 @@ def _median_at_same_power(values: np.ndarray, power: np.ndarray, groups: np.ndar
     """Bucket the usable elements by group (a counting sort), order each bucket by power, and take
     each element's median over the run of its bucket inside its band (two binary searches):
     a rack's GPUs times its GPUs at one power, at most."""
-    start = np.zeros(n_groups + 1, np.int64)
-    usable = np.zeros(len(values), np.bool_)
+    taken = np.full(len(values), -1, np.int64)  # its group where its value and power are usable
     for k in range(len(values)):
-        g = groups[k]
-        usable[k] = 0 <= g < n_groups and abs(values[k]) < np.inf and abs(power[k]) < np.inf
-        if usable[k]:
-            start[g + 1] += 1
-    for g in range(n_groups):
-        start[g + 1] += start[g]
-    fill = start[:n_groups].copy()
-    member = np.empty(start[n_groups], np.int64)
-    for k in range(len(values)):
-        if usable[k]:
-            member[fill[groups[k]]] = k
-            fill[groups[k]] += 1
-    largest = 0
-    for g in range(n_groups):
-        largest = max(largest, start[g + 1] - start[g])
+        if abs(values[k]) < np.inf and abs(power[k]) < np.inf:
+            taken[k] = groups[k]
+    start, member, largest = bucket_by_group(taken, n_groups)
     window = np.empty(largest)
     work = np.empty(largest + 1)  # median_of's workspace: n + 1 values never fall back to np.median
     for g in range(n_groups):

@@ -24,6 +24,29 @@ MEDIAN_FIRST_SPREAD = 0.15  # the first two pivots: mean -/+ this many standard 
 
 
 @jit
+def bucket_by_group(groups: np.ndarray, n_groups: int) -> tuple[np.ndarray, np.ndarray, int]:
+    """The elements by group, in one counting sort: those of group ``g`` are
+    ``members[start[g]:start[g + 1]]``, in index order; an element whose group is outside
+    ``0..n_groups - 1`` (-1: not taken) is in none. Returns ``start``, ``members`` and the largest
+    group's size (the workspace a median over one group needs)."""
+    start = np.zeros(n_groups + 1, np.int64)
+    for k in range(len(groups)):
+        if 0 <= groups[k] < n_groups:
+            start[groups[k] + 1] += 1
+    largest = 0
+    for g in range(n_groups):
+        largest = max(largest, start[g + 1])
+        start[g + 1] += start[g]
+    fill = start[:n_groups].copy()
+    members = np.empty(start[n_groups], np.int64)
+    for k in range(len(groups)):
+        if 0 <= groups[k] < n_groups:
+            members[fill[groups[k]]] = k
+            fill[groups[k]] += 1
+    return start, members, largest
+
+
+@jit
 def select_kth(a: np.ndarray, lo: int, hi: int, k: int) -> float:
     """The ``k``-th smallest value of ``a[lo:hi + 1]`` (Hoare's quickselect, median-of-three
     pivot), reordering that slice in place. ``a`` must hold no NaN."""

@@ -65,7 +65,7 @@ from foreshock.remap import Remap
 from foreshock.topology import Topology
 
 from .base import Detector, add_columns, resolve_params
-from .order_stats import median_of
+from .order_stats import bucket_by_group, median_of
 from .gpu_inputs import (frame_now, HELD, INLET_MAX_C, INLET_MIN_C, reason_bits, rack_inlet_obs, reading_jump,
                          Scratch, gpu_columns, kernel)
 
@@ -338,24 +338,11 @@ def _compare_kernel(s: np.ndarray, gpu_job: np.ndarray, n_jobs: int, flag: np.nd
     Each job's median and MAD come from :func:`median_of` (counting, not quickselect: a job's
     few dozen noisy values made two quickselects cost ~325 ns per 16 values, against ~210)."""
     n = s.shape[0]
-    start = np.zeros(n_jobs + 1, np.int64)
     for g in range(n):
         busy = now - s[g, S_TS] <= 3.0 * p[PV_INTERVAL] and s[g, S_UTIL] >= p[PV_BUSY_UTIL] \
             and s[g, S_N] >= p[PV_MIN_SAMPLES] and 0 <= gpu_job[g] < n_jobs
         job[g] = gpu_job[g] if busy else -1
-        if busy:
-            start[gpu_job[g] + 1] += 1
-    for j in range(n_jobs):
-        start[j + 1] += start[j]
-    members = np.empty(start[n_jobs], np.int64)
-    fill = start[:n_jobs].copy()
-    for g in range(n):
-        if job[g] >= 0:
-            members[fill[job[g]]] = g
-            fill[job[g]] += 1
-    largest = 0
-    for j in range(n_jobs):
-        largest = max(largest, start[j + 1] - start[j])
+    start, members, largest = bucket_by_group(job, n_jobs)
     buf = np.empty(largest)
     work = np.empty(largest + 1)  # median_of's workspace: n + 1 values never fall back to np.median
     med = np.empty(n_jobs)
