@@ -50,6 +50,7 @@ from foreshock.health import PipelineHealth
 from foreshock.remap import HARDWARE_KINDS, Remap
 from foreshock.streams.dcgm import FORGET_AFTER_S, MAX_AHEAD_S, UNLISTED_POLLS, DcgmScrapeSource
 from foreshock.streams.infiniband import InfinibandSource
+from foreshock.streams.nvidia_smi import NvidiaSmiSource
 from foreshock.streams.polling import PollingSource, alongside
 from foreshock.streams.redfish import CduSource, RedfishSource, parse_bmc_list
 from foreshock.topology import Topology
@@ -118,6 +119,8 @@ def command(source: str, duration: float | None, polls: int | None, interval: fl
         polled.forget_after_s = forget_after
     if isinstance(polled, InfinibandSource):
         polled.takes_in_new_ports = True  # a derived topology follows ports found after the start
+    if isinstance(polled, NvidiaSmiSource):
+        polled.takes_in_new_gpus = True  # a GPU unreadable at the first poll is taken in once seen steadily
     stopped_by: list[str] = []
 
     def stop(sig: signal.Signals) -> None:

@@ -40,7 +40,7 @@ import logging
 import re
 import socket
 import subprocess
-from collections import Counter
+from collections import Counter, deque
 from datetime import datetime, timezone
 from typing import Iterator, Sequence
 
@@ -51,7 +51,8 @@ from foreshock.frames import Frame
 from foreshock.health import PipelineHealth
 from foreshock.topology import Topology
 
-from .polling import GpuBoards, PollingSource, run_process
+from .dcgm import TAKEN_MAX, TOLD_MAX, UNLISTED_POLLS, grown_topology
+from .polling import GpuBoards, PollingSource, not_yet_told, run_process, steady_unlisted
 from .samples import (FAULT_TOKENS, MAX_GPU_INDEX, SampleBatch, gpu_entity, gpu_topology, line_chunks, parse_tokens,
                       token_fault)
 
@@ -457,6 +458,20 @@ class NvidiaSmiSource(PollingSource):
 
     With :attr:`reads_boards` (on unless turned off) the query asks for :data:`UUID_QUERY` too,
     carried as ``board_id`` (the module docstring); off, it does not.
+
+    The topology is the one given, or derived from the first poll that reads any GPU. That poll
+    may have exited non-zero with a GPU unreadable (its rows are read: :meth:`_read_failed`), so a
+    derived topology can lack a GPU that is back later. A GPU the topology lacks is counted as an
+    unknown entity (``unknown gpu entity``) and its name logged once, saying to add it to the
+    topology file (a given topology) or to restart (a derived one). With :attr:`takes_in_new_gpus`
+    (a consumer that moves its state onto the new topology, as ``foreshock watch`` does for the
+    dcgm source) and a derived topology, a GPU read in
+    :data:`~foreshock.streams.dcgm.UNLISTED_POLLS` consecutive polls is taken in instead, as the
+    dcgm source takes in GPUs: :attr:`topology` becomes a new one (the GPUs listed keep their
+    slots) from that poll's frame on, and :meth:`taken_topologies` tells each one taken. Off (the
+    default: ``record`` and ``agent`` keep the first topology for good), a derived topology never
+    changes. A garbled index (negative, past :data:`~foreshock.streams.samples.MAX_GPU_INDEX`) never
+    reaches this: its row is left out and counted as ``bad GPU index`` by :func:`parse_query_gpu`.
     """
 
     stage = STAGE
@@ -470,6 +485,11 @@ class NvidiaSmiSource(PollingSource):
         self.host = host or socket.gethostname()
         self.timeout = timeout
         self._topology = topology
+        self._derived = topology is None
+        self.takes_in_new_gpus = False
+        self._unlisted_polls: dict[str, int] = {}  # GPUs the topology lacks: polls in a row reading them
+        self._told: set[str] = set()  # names logged as missing from the topology
+        self._taken: deque[Topology] = deque(maxlen=TAKEN_MAX)  # the topologies taken since taken_topologies()
         self._choices = query_fields() + [[TLIMIT_QUERY]]  # (max_op_temp: see TLIMIT_QUERY)
         self.reads_boards = True
         # asked for with reads_boards; a choice like the others, emptied if the driver rejects it
@@ -497,9 +517,43 @@ class NvidiaSmiSource(PollingSource):
             if not len(batch):
                 return []
             self._topology = gpu_topology([batch])
+        else:
+            self._follow(batch)
         if uuids:
             batch = self._boards.tag(batch, uuids, self._topology)
         return [batch.to_frame(self._topology, self.health, STAGE)]
+
+    def taken_topologies(self) -> list[Topology]:
+        """The topologies this source has taken in (:attr:`takes_in_new_gpus`) since the last call,
+        oldest first (as ``DcgmScrapeSource.taken_topologies``)."""
+        taken = list(self._taken)
+        self._taken.clear()
+        return taken
+
+    def _follow(self, batch: SampleBatch) -> None:
+        """Take in each GPU the topology lacks once read in :data:`UNLISTED_POLLS` consecutive polls
+        (a derived topology, :attr:`takes_in_new_gpus`): a GPU nvidia-smi could not read at the poll
+        the topology was derived from. Otherwise log each one's name once, saying what to do."""
+        assert self._topology is not None
+        slots = self._topology.slots("gpu", batch.entities)
+        unlisted = [name for name, slot in zip(batch.entities, slots) if slot < 0]
+        if self._derived and self.takes_in_new_gpus:
+            # only this poll's names are kept: a GPU read once (an odd poll) is forgotten at the next
+            self._unlisted_polls, steady = steady_unlisted(self._unlisted_polls, unlisted, UNLISTED_POLLS)
+            if steady:
+                self._topology = grown_topology(self._topology, steady)
+                self._taken.append(self._topology)
+                log.warning("%s: took in %d GPU%s read after the topology was derived: %s; it now lists %d GPUs",
+                            STAGE, len(steady), "" if len(steady) == 1 else "s", ", ".join(sorted(steady)),
+                            self._topology.size("gpu"))
+            return
+        new = not_yet_told(self._told, unlisted, TOLD_MAX)
+        if not new:
+            return
+        what = "add them to the --topology file and restart" if not self._derived else \
+            "restart to watch them (the topology was derived from the first poll)"
+        log.warning("%s: %d GPU%s not in the topology, their samples counted as unknown gpu entities: %s; %s",
+                    STAGE, len(new), "" if len(new) == 1 else "s", ", ".join(new), what)
 
     def _read_failed(self, done: subprocess.CompletedProcess[str]) -> str:
         """The CSV to read of a run that exited non-zero ("" for none), its failure counted.
