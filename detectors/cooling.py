@@ -414,7 +414,7 @@ class CoolingDetector(ThermalFitDetector):
         # airflow" and refreshed every refresh_s, never cleared — until 2026-12-01). Failed fans
         # (R x1.8-2.5 in the simulator) clear either bar. Not learnt while flagged.
         node_base = self.s_node_base
-        confirmed = by_rack | self._hot_against_itself(own_known, node_drift, rack_nodes)
+        confirmed = by_rack | self._hot_against_itself(own_known, node_drift, rack_nodes, p["node_drift_min"])
         node_flag, has_history = above_usual(node_base, node_peer, p["node_drift_min"], p["peer_only_min"],
                                              p["warmup_s"], w, dt, confirmed)
         for nd in self._raise(self.s_node_flag, node_flag | idle_node_hot, now, p["refresh_s"]):
@@ -532,7 +532,9 @@ class CoolingDetector(ThermalFitDetector):
         hot = usable & (((own >= p["idle_rise_min_c"]) & (peer >= p["idle_rise_min_c"]))
                         | (peer >= p["idle_peer_only_c"]))
         st[:, I_HOT] = np.where(hot, st[:, I_HOT] + 1, 0)
-        learn = usable & ~hot
+        # not learnt while its node is flagged either: its history tells a node hot against its loop
+        # from a moved reference (below), and failed fans warm every GPU alike, none of them hot
+        learn = usable & ~hot & ~np.isfinite(self.s_node_flag[self.gpu_node])
         w = 1.0 - np.exp(-p["peer_interval_s"] / p["tau_baseline_s"])
         # a history is for one coolant: where the inlet has moved on, a new one starts
         moved = usable & (np.abs(inlet - st[:, I_INLET]) > p["idle_inlet_span_c"])
@@ -541,14 +543,19 @@ class CoolingDetector(ThermalFitDetector):
         st[learn, I_BASE] = follow(base, x, w)[learn]
         st[learn, I_INLET] = follow(base_inlet, inlet, w)[learn]
         st[learn, I_SEEN] += p["peer_interval_s"]
-        node_ref, by_rack, _, _ = self._node_reference(node_med)
+        node_ref, by_rack, rack_ref, rack_nodes = self._node_reference(node_med)
         rise = node_med - node_ref
         # against how much warmer the node usually idles, too (idle_peer_only_c without a history):
         # a node that idles warmer than its rack for good — higher in an air-cooled rack, another
         # chassis — was flagged "node fans or airflow" and refreshed every refresh_s while it idled
-        # (+2.5 °C from the start: 23 times in 4 hours, until 2026-12-01)
+        # (+2.5 °C from the start: 23 times in 4 hours, until 2026-12-01). Against a loop, it must
+        # also idle warmer than its own history or its rack-mates, as a loaded node must (one rack's
+        # inlet sensor re-based 8 °C high dropped the loop's median, and the other rack's untouched
+        # nodes were flagged "+4 °C warmer" for hours, their own idle history flat)
+        confirmed = by_rack | self._hot_against_itself(own, node_med - rack_ref, rack_nodes,
+                                                       p["idle_node_rise_min_c"])
         node_hot, _ = above_usual(self.s_idle_node_base, rise, p["idle_node_rise_min_c"], p["idle_peer_only_c"],
-                                  p["warmup_s"], w, p["peer_interval_s"])
+                                  p["warmup_s"], w, p["peer_interval_s"], confirmed)
         self.s_idle_node_hot = np.where(node_hot, self.s_idle_node_hot + 1, 0)
         return x, own, peer, st[:, I_HOT] >= 2, rise, self.s_idle_node_hot >= 2, by_rack
 
@@ -567,14 +574,16 @@ class CoolingDetector(ThermalFitDetector):
         ref = np.where(by_rack, rack_ref, np.where(loop_nodes >= NODE_QUORUM, loop_ref, np.nan))
         return ref, by_rack, rack_ref, rack_nodes
 
-    def _hot_against_itself(self, own: np.ndarray, node_drift: np.ndarray, rack_nodes: np.ndarray) -> np.ndarray:
+    def _hot_against_itself(self, own: np.ndarray, node_drift: np.ndarray, rack_nodes: np.ndarray,
+                            gap: float) -> np.ndarray:
         """Nodes that run hot against themselves, for a node compared against its loop: its GPUs'
-        median against their own history (``own``, NaN without one), else against its rack-mates
-        where it has any (``node_drift``: its rack's median node holds itself, so half the bar is
-        the bar against one mate), else true. A loop's median moves when some of its nodes change:
-        two nodes re-pasted (R -25 %), or a rack's inlet sensor reading 8 °C high, had flagged the
-        untouched nodes of the loop "+11-15 % hotter per watt" for hours, their own history flat."""
-        gap = self.p["node_drift_min"]
+        median against their own history (``own``, NaN without one) by ``gap``, else against its
+        rack-mates where it has any (``node_drift``: its rack's median node holds itself, so half
+        the bar is the bar against one mate), else true — under load in R (relative), idle in °C
+        over the inlet (differences). A loop's median moves when some of its nodes change: two
+        nodes re-pasted (R -25 %), or a rack's inlet sensor reading 8 °C high, had flagged the
+        untouched nodes of the loop "+11-15 % hotter per watt" (idle: "+4 °C warmer") for hours,
+        their own history flat."""
         node_own = group_median(own, self.gpu_node, self.topology.size("node"))
         mates = np.where(rack_nodes >= 2, np.nan_to_num(node_drift, nan=-np.inf) >= gap / 2, True)
         return np.where(np.isfinite(node_own), node_own >= gap, mates)  # type: ignore[no-any-return]

@@ -170,3 +170,42 @@ def test_a_held_inlet_survives_a_state_round_trip_and_old_states_load():
     c = CoolingDetector(topo)
     c.load_state_dict(old)
     assert c.s_rack_hold.shape == (4, 3) and np.isnan(c.s_rack_hold).all()
+
+
+def idle_loop_frames(r_of, sensor_offset_of, hours, step=30.0):
+    """Frames of :func:`loop_of_two_racks` idling at ~78 W (no job), whole °C: R per GPU and each
+    rack's inlet sensor error as functions of time (the coolant itself wanders a little)."""
+    topo = loop_of_two_racks()
+    rng = np.random.default_rng(4)
+    power = 78.0 + rng.uniform(-4, 4, 32)
+    for t in np.arange(0.0, hours * 3600, step):
+        water = np.full(2, 24.2) + 0.3 * np.sin(t / 2000.0)
+        yield Frame("rack", np.full(2, t), np.arange(2), {"inlet_temp": np.round(water + sensor_offset_of(t), 1)})
+        yield Frame("gpu", np.full(32, t), np.arange(32), {
+            "gpu_temp": np.round(water[topo.gpu_rack] + r_of(t) * power), "power": power + rng.normal(0, 2, 32)})
+
+
+def test_an_idle_node_is_not_flagged_because_its_loop_reference_moved():
+    """The idle side of the same: at 3 h rack k0's inlet sensor is re-based 8 °C high (the coolant
+    unchanged), so n0 and n1 idle 8 °C cooler over their inlet; the loop's median idle node drops
+    4 °C, and n2 and n3, untouched, were flagged "idle ... +4 °C warmer over the inlet than the other
+    idle nodes of loop cdu0 — node fans or airflow" every refresh_s for the rest of the run, their
+    own idle history flat. Judged against themselves too, they are not; and n3's fans failing at
+    5 h (R x2.2: +4 °C over the inlet) flag n3 alone, and hold it — its GPUs' idle history is not
+    learnt while the node is flagged (learnt, it had cleared the flag with the fans still out)."""
+    def r_of(t):
+        r = R0[:32].copy()
+        if t >= 5 * 3600:
+            r[24:32] *= 2.2
+        return r
+
+    def sensor_offset_of(t):
+        return np.array([8.0 if t >= 3 * 3600 else 0.0, 0.0])
+    det, found = CoolingDetector(loop_of_two_racks()), []
+    for f in idle_loop_frames(r_of, sensor_offset_of, 11.0, step=60.0):
+        found += det.update(f)
+    nodes = [f for f in found if f.entity_kind == "node"]
+    assert nodes and {f.slot for f in nodes} == {3}
+    assert 5 * 3600 < nodes[0].ts <= 5 * 3600 + 1200
+    assert nodes[-1].ts >= 11 * 3600 - 900  # held while the fans are out
+    assert nodes[0].reason.startswith("idle, all GPUs of n3") and "other idle nodes of loop cdu0" in nodes[0].reason
