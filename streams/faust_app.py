@@ -476,8 +476,8 @@ class ForeshockWorker:
                 return
             for dead in result.dead_letters:
                 await self.dead_letter(message, dead.reason, dead.detail, "detect", dead.value, dead.headers)
-            if result.telemetry_message is not None:  # same partition, before the findings: read first
-                value, headers = result.telemetry_message
+            # same partition, before the findings: read first (several past the topic's message size)
+            for value, headers in result.telemetry_messages:
                 await self._send(self.findings_topic, key=str(partition).encode(), value=value, headers=headers,
                                  partition=0)
             if result.findings_message is not None:  # in parts where it would pass the topic's message size
@@ -527,7 +527,8 @@ class ForeshockWorker:
     async def poll_external(self) -> None:
         """Hand the incident stage the external events published since the last call (without
         waiting: what the reader has fetched). Its first call after the stage was loaded seeks
-        to the offset after the checkpoint's (the topic's start without one)."""
+        to the offset after the checkpoint's (the topic's start without one: the stage skips
+        the events older than its first telemetry time allows, ``IncidentStage.add_external``)."""
         stage = self.incident_stage
         if not stage.external_targets:
             return

@@ -43,7 +43,8 @@ from the field table, base units).
 reports, when one would pass the topic's message size (:func:`split_findings`). When an
 incident processor reads telemetry (``observe_frame``), the worker sends the bundle's guarded
 rows of the fields it reads just before, as a bundle with the header ``foreshock-content:
-telemetry``; readers of findings skip those (:func:`is_telemetry`).
+telemetry`` (several, split between pieces, past the topic's message size:
+:func:`encode_telemetry`); readers of findings skip those (:func:`is_telemetry`).
 
 **Dead letters** keep the original key, value and headers, plus ``foreshock-reason``,
 ``foreshock-stage`` and ``foreshock-source`` (``topic/partition/offset``); a value that would
@@ -868,6 +869,30 @@ def split_findings(value: bytes, max_bytes: int = FINDINGS_MAX_BYTES) -> list[by
         size += len(piece) + 1
     out.append(head + b",".join(group) + b"]}")
     return out
+
+
+def encode_telemetry(agent: str, sent: float, pieces: Sequence[BundleEntry],
+                     fields: Mapping[str, Sequence[str]] | None,
+                     max_bytes: int = FINDINGS_MAX_BYTES) -> tuple[list[tuple[bytes, Headers]], list[BundleEntry]]:
+    """Forwarded telemetry (``pieces``' rows of ``fields``, for the incident stage) as findings-
+    topic messages of at most ``max_bytes`` each, value and headers, in processing order; and
+    the pieces left out, each alone past the bound.
+
+    What an agent bundles (``MAX_BUNDLE_BYTES`` of rows) fits one message; a record crafted up to
+    the decode bound (``MAX_DECODED_BYTES``) with every field forwarded did not, the findings
+    topic refused it, the worker ended, and its restart met the same record. Split between
+    pieces, each message reads as any forwarded telemetry; a piece is never split (the incident
+    stage keeps one frame per piece, and a redelivered one replaces it)."""
+    value, headers = encode_bundle(agent, sent, pieces, "lz4", fields)
+    headers.append((H_CONTENT, TELEMETRY))
+    if len(value) + sum(len(k.encode()) + len(v) for k, v in headers) <= max_bytes:
+        return [(value, headers)], []
+    if len(pieces) == 1:
+        return [], list(pieces)
+    half = len(pieces) // 2
+    head, head_left = encode_telemetry(agent, sent, pieces[:half], fields, max_bytes)
+    tail, tail_left = encode_telemetry(agent, sent, pieces[half:], fields, max_bytes)
+    return head + tail, head_left + tail_left
 
 
 @dataclass

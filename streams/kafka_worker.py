@@ -15,7 +15,8 @@ processors on them in sequence order, as the embedded bank does after each frame
 fault/alert events (``external.events``) are queued in the processors before the findings
 message read after them, and grouped once telemetry time reaches their ``time``; the incident
 checkpoint holds the queue and the last external offset taken, so a crash neither loses a queued
-event nor takes one twice.
+event nor takes one twice. A stage without a checkpoint reads the topic from its start and skips,
+counted, the events dated well before its first telemetry (``IncidentStage.add_external``).
 
 **Checkpoints and delivery (at-least-once).** A checkpoint holds the stage's state and the
 last source offset it covers. A worker writes one per partition every ``interval`` seconds,
@@ -55,9 +56,9 @@ from foreshock.topology import Topology
 
 from .embedded import EmbeddedPipeline
 from .external_feed import ExternalTarget, external_targets
-from .kafka_codec import (H_CONTENT, TELEMETRY, BundleEntry, FindingsMessage, Headers, PartitionMap, PieceInfo,
-                          PieceReport, RecordError, as_record_error, decode_bundle, encode_bundle, encode_findings,
-                          headers_dict, piece_headers, sender_started)
+from .kafka_codec import (BundleEntry, FindingsMessage, Headers, PartitionMap, PieceInfo, PieceReport, RecordError,
+                          as_record_error, decode_bundle, encode_findings, encode_telemetry, headers_dict,
+                          piece_headers, sender_started)
 
 log = logging.getLogger("foreshock.worker")
 
@@ -281,7 +282,18 @@ class BundleResult:
     rows: int = 0
     pieces: int = 0
     dead_letters: list[DeadLetter] = field(default_factory=list)
-    telemetry_message: tuple[bytes, Headers] | None = None  # for the incident stage, before the findings
+    # for the incident stage, before the findings: one message, or several past the findings
+    # topic's message size (``encode_telemetry``)
+    telemetry_messages: list[tuple[bytes, Headers]] = field(default_factory=list)
+
+    @property
+    def telemetry_message(self) -> tuple[bytes, Headers] | None:
+        """The forwarded telemetry of a record that fits one message (every bundle an agent
+        makes); None when nothing is forwarded."""
+        if len(self.telemetry_messages) > 1:
+            raise ValueError(f"the forwarded telemetry is {len(self.telemetry_messages)} messages: "
+                             "read telemetry_messages")
+        return self.telemetry_messages[0] if self.telemetry_messages else None
 
 
 def processor_frame_fields(processors: Sequence[FindingProcessor]) -> dict[str, tuple[str, ...]] | None:
@@ -503,9 +515,15 @@ class DetectionStage:
                 telemetry.append((piece.info.seq, piece.info.part, piece.info.parts, clean))
         result.findings_message = encode_findings(reports, partition, offset, self.worker_id)
         if telemetry:
-            value, tele_headers = encode_bundle(pieces[0].info.agent, pieces[0].info.sent, telemetry, "lz4",
-                                                self.frame_fields)
-            result.telemetry_message = (value, tele_headers + [(H_CONTENT, TELEMETRY)])
+            agent = pieces[0].info.agent
+            result.telemetry_messages, left_out = encode_telemetry(agent, pieces[0].info.sent, telemetry,
+                                                                   self.frame_fields)
+            for seq, index, _, rows in left_out:
+                # only a crafted record (an agent's pieces are MAX_PIECE_BYTES): its frame runs
+                # without these rows, as one whose piece was dead-lettered
+                self.health.problem("worker", "telemetry_too_large", detail=(
+                    f"partition {partition}: {agent} frame {seq} part {index}: its {len(rows)} {rows.kind} rows "
+                    "would pass the findings topic's message size: not forwarded to the incident stage"))
         return result
 
     def checkpoint(self, partition: int) -> tuple[int, bytes]:
@@ -531,6 +549,17 @@ its sender have arrived: then it runs the frame with the pieces it has and goes 
 agent's delivery timeout (120 s: the longest its retries hold a piece) and a detect worker's
 failover. A piece can be lost for good — the agent's send failed after the broker was away for
 longer — and until 2026-12-01 every later frame of that sender then waited behind it forever."""
+
+EXTERNAL_NEWS_S = 900.0
+"""How long before a stage's first telemetry time an external event is still news to a stage
+without a checkpoint, when no processor says (the incident engine's ``quiet_s``: evidence older
+than that opens no incident, ``IncidentEngine._too_old``)."""
+
+EXTERNAL_HELD_MAX = 100_000
+"""External events a stage without a checkpoint holds until its first telemetry time dates them
+(the incident engine's queue holds as many); past it, the oldest-dated go, counted."""
+
+
 class IncidentStage:
     """Reassembles each source frame's findings from its pieces and runs the processors on them
     in (agent, seq) order, as the embedded bank does after each frame; drops redelivered pieces.
@@ -579,18 +608,62 @@ class IncidentStage:
         # none: the worker says so once (faust_app)
         self.external_targets: list[ExternalTarget] = external_targets(self.processors, required=False)
         self.external_offset = -1
+        # A stage without a checkpoint reads external.events from its start (faust_app): every
+        # event the topic still holds, days of them. Those dated before its first telemetry time,
+        # less ``external_news_s``, are history, not news: skipped and counted (they had been
+        # queued, each refused as too old or joined to a new incident on its node, and a backlog
+        # past the engine's queue pushed the new events out). None: no telemetry time yet, the
+        # events taken wait in ``external_held``; -inf: a stage loaded from a checkpoint
+        # written before this was (it took every event).
+        self.external_since: float | None = None
+        self.external_held: list[ExternalEvent] = []
+        self.external_news_s = max((float(getattr(t, "quiet_s", EXTERNAL_NEWS_S)) for t in self.external_targets),
+                                   default=EXTERNAL_NEWS_S)
 
     def add_external(self, events: Iterable[ExternalEvent], offset: int) -> bool:
         """Queue the events of the external.events record at ``offset``; False (and nothing
-        queued) for a record at or below the last one taken: redelivered after a checkpoint."""
+        queued) for a record at or below the last one taken: redelivered after a checkpoint. A
+        stage without a checkpoint holds them until its first telemetry time, then skips (counted,
+        ``external_history``) those dated more than ``external_news_s`` before it."""
         if offset <= self.external_offset:
             return False
         self.external_offset = offset
         batch = list(events)
-        if batch:
-            for target in self.external_targets:
-                target.add_external(batch)
+        if not batch or not self.external_targets:
+            return True
+        if self.external_since is None:  # not dated yet: held until the first telemetry time
+            self.external_held.extend(batch)
+            if len(self.external_held) > EXTERNAL_HELD_MAX:
+                self.external_held.sort(key=lambda e: e.time)
+                dropped = len(self.external_held) - EXTERNAL_HELD_MAX
+                del self.external_held[:dropped]
+                self._skipped_external(dropped, f"the oldest-dated past {EXTERNAL_HELD_MAX} held before any "
+                                                "telemetry came")
+            return True
+        self._queue_external(batch)
         return True
+
+    def _date_external(self, now: float) -> None:
+        """The first telemetry time of a stage without a checkpoint: the events held (and those
+        taken from now on) dated more than ``external_news_s`` before it are history."""
+        self.external_since = now - self.external_news_s
+        held, self.external_held = self.external_held, []
+        self._queue_external(held)
+
+    def _queue_external(self, events: list[ExternalEvent]) -> None:
+        since = self.external_since if self.external_since is not None else -math.inf
+        news = [e for e in events if e.time >= since]
+        if len(news) < len(events):
+            self._skipped_external(len(events) - len(news), f"dated before {since:.0f} ({self.external_news_s:g} s "
+                                                             "before the first telemetry time of this stage, started "
+                                                             "without a checkpoint)")
+        if news:
+            for target in self.external_targets:
+                target.add_external(news)
+
+    def _skipped_external(self, count: int, why: str) -> None:
+        self.health.problem("incidents", "external_history", count, detail=(
+            f"{count} external events {why}: history, not news; skipped"))
 
     def observe_telemetry(self, info: PieceInfo, frame: Frame) -> None:
         self._resume(info.agent, info.seq)
@@ -599,6 +672,8 @@ class IncidentStage:
         self.telemetry.setdefault((info.agent, info.seq), {})[info.part] = frame
 
     def observe(self, message: FindingsMessage) -> list[Finding]:
+        if self.external_since is None and message.now is not None:
+            self._date_external(message.now)  # before any frame runs: news is queued before its time
         agent = message.agent
         self._resume(agent, message.seq)
         now = self.last_heard[agent] = self.clock()
@@ -775,7 +850,8 @@ class IncidentStage:
     def state(self) -> dict[str, Any]:
         return {"processors": {p.name: p.state_dict() for p in self.processors},
                 "released": dict(self.released), "pending": self.pending, "telemetry": self.telemetry,
-                "external_offset": self.external_offset, "last_heard": dict(self.last_heard),
+                "external_offset": self.external_offset, "external_since": self.external_since,
+                "external_held": list(self.external_held), "last_heard": dict(self.last_heard),
                 "arrived": dict(self.arrived), "newest": dict(self.newest), "missing_since": dict(self.missing_since),
                 "given_up": {agent: list(runs) for agent, runs in self.given_up.items() if runs},
                 "taken_up": dict(self.taken_up)}
@@ -833,6 +909,9 @@ class IncidentStage:
             self.taken_up = {agent: (int(seq), float(at)) for agent, (seq, at) in state.get("taken_up", {}).items()}
             self.fresh_since = None
             self.external_offset = int(state.get("external_offset", -1))  # absent before external.events
+            since = state.get("external_since", -math.inf)  # absent: written when every event was taken
+            self.external_since = None if since is None else float(since)
+            self.external_held = list(state.get("external_held", []))
             self.offset = offset
             self.cover = CheckpointCover.loaded(saved, end_offset)
         except Exception as exc:
