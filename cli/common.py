@@ -18,7 +18,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from foreshock.detectors.bank import DetectorBank
 from foreshock.events import Event
-from foreshock.exporters.console import FindingTally, render_summary
+from foreshock.exporters.console import FindingTally, TimeOrigin, render_summary
 from foreshock.exporters.jsonl import JsonlSink
 from foreshock.exporters.prometheus import MetricsPortError, serve, stop
 from foreshock.exporters.store import FindingStore
@@ -271,9 +271,10 @@ def metrics_url(host: str, port: int) -> str:
 
 
 def finish(run: PipelineRun, stats: RunStats, events: Sequence[Event] = (), json_name: str = "run",
-           interrupted: bool | None = None) -> None:
+           interrupted: bool | None = None, origin: TimeOrigin | None = None) -> None:
     """Close the findings file, print the summary and the JSON line; ``interrupted`` (given by the
-    commands a signal can end early) goes in the JSON line."""
+    commands a signal can end early) goes in the JSON line; ``origin``: where the summary's
+    clocks count from, where the run knows its start (default: its first sample)."""
     if run.jsonl is not None:
         run.jsonl.close()
     if run.external is not None:
@@ -281,7 +282,7 @@ def finish(run: PipelineRun, stats: RunStats, events: Sequence[Event] = (), json
         Console(stderr=True).print(f"[dim]{read} external event{'' if read == 1 else 's'} read from "
                                    f"{escape(str(run.external.path))}"
                                    + (f", {bad} bad line{'' if bad == 1 else 's'}" if bad else "") + "[/dim]")
-    render_summary(run.tally, run.health, events)
+    render_summary(run.tally, run.health, events, origin=origin)
     click.echo(json.dumps({
         "name": json_name, "samples": stats.samples, "accepted_samples": stats.accepted,
         "wall_seconds": round(stats.wall_s, 3),
@@ -329,6 +330,27 @@ def _json_number(value: float) -> float | None:
 def stop_server(run: PipelineRun) -> None:
     if run.server is not None and isinstance(run.server, tuple):
         stop(run.server)
+
+
+def recording_origin(meta: dict, offset: float = 0.0) -> TimeOrigin | None:  # type: ignore[type-arg]
+    """Where a recording's summary clocks count from: the simulation's start (``start_time``, one
+    sampling interval before its first sample, where ``simulate`` counts each fault's onset from)
+    in a simulated recording, else its first sample (``start``); None in an empty one. ``offset``:
+    how far the replay moves its timestamps (``replay --now``)."""
+    first, sim_start = _time_in(meta, "start"), _time_in(meta, "start_time")
+    if first is None:
+        return None
+    if sim_start is not None and sim_start <= first:  # (a start after the first sample is no start)
+        return TimeOrigin(sim_start + offset, "the simulation's start")
+    return TimeOrigin(first + offset, "the recording's first sample")
+
+
+def _time_in(meta: dict, key: str) -> float | None:  # type: ignore[type-arg]
+    """``meta[key]`` as a time in seconds; None where it is missing or no finite number."""
+    value = meta.get(key)
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+        return float(value)
+    return None
 
 
 def recording_rows(meta: dict) -> int | None:  # type: ignore[type-arg]

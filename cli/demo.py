@@ -14,6 +14,7 @@ import click
 from rich.console import Console
 from rich.markup import escape
 
+from foreshock.exporters.console import TimeOrigin
 from foreshock.simulator import ClusterSimulator, ScenarioError, formats, list_scenarios
 from foreshock.streams.sources import IterableSource
 from foreshock.streams.via_format import VIA_KIND, ViaFormat
@@ -56,8 +57,11 @@ def command(gpus: int, duration: float, interval: float, scenario: str, seed: in
         raise click.UsageError(str(exc)) from None
     console = Console(stderr=True)
     for fault in sim.faults:
+        # in whole minutes where it is one ("+18 min"), else in seconds as `simulate` says it: a
+        # rounded "+2 min" beside the summary's "+0:01:40" read as two onsets
+        at = f"+{fault.onset / 60:.0f} min" if fault.onset % 60 == 0 else f"+{fault.onset:,.0f} s"
         console.print(f"[dim]{escape(f'scenario {scenario}: {fault.type} on {fault.target_name}')} at "
-                      f"+{fault.onset / 60:.0f} min (hidden from the detectors)[/dim]")
+                      f"{at} (hidden from the detectors)[/dim]")
     if sim.params.missing_prob > 0:  # or the summary's "input problems" read as a fault
         console.print(f"[dim]the simulator drops {sim.params.missing_prob:.2%} of samples as failed scrapes: "
                       "the guard counts them as input problems (missing_values)[/dim]")
@@ -74,6 +78,8 @@ def command(gpus: int, duration: float, interval: float, scenario: str, seed: in
     # ground truth is what the simulator did until then
     stats, stopped_by = run_until_signalled(run, follow_external(run, source), source.stop, total,
                                             f"demo: {gpus} GPUs, {duration / 3600:.1f} h simulated")
-    finish(run, stats, sim.events, json_name="demo", interrupted=stopped_by is not None)
+    # the summary counts from the simulation's start, as the header's "+N min" above does
+    finish(run, stats, sim.events, json_name="demo", interrupted=stopped_by is not None,
+           origin=TimeOrigin(sim.start_time, "the simulation's start"))
     hold_metrics(run, host, port, hold)
     stop_server(run)

@@ -25,7 +25,7 @@ from foreshock.guard import InputGuard
 from foreshock.health import PipelineHealth
 from foreshock.recording import Recording, RecordingError
 
-from .common import detector_option
+from .common import detector_option, recording_origin
 
 
 @click.command("incidents")
@@ -106,8 +106,10 @@ def command(recording: str, external_path: str | None, detectors: str | None, fi
         if late:
             console.print(f"[yellow]{late} external events dated after the recording's last telemetry: "
                           "not grouped[/yellow]")
-    t0 = start if math.isfinite(start) else min((f.ts for f in findings), default=0.0)
-    render_timeline(console, findings, t0, all_updates)
+    # the clocks count from the simulation's start, where `simulate` counts each fault's onset from
+    origin = recording_origin(rec.meta)
+    t0 = origin.ts if origin is not None else min((f.ts for f in findings), default=0.0)
+    render_timeline(console, findings, t0, all_updates, origin.what if origin is not None else "the first finding")
     summary = render_summary(console, findings, t0)
     truth = rec.events()
     if any(e.type == "fault_onset" for e in truth):
@@ -148,9 +150,13 @@ def _next(inc: Incident, n: int = 3) -> str:
     return shown + (f" … +{more}" if more > 0 else "")
 
 
-def render_timeline(console: Console, findings: list[Finding], t0: float, all_updates: bool = False) -> None:
-    """One line per incident event: opened, grew, re-rooted, settled, resolved."""
+def render_timeline(console: Console, findings: list[Finding], t0: float, all_updates: bool = False,
+                    t0_is: str | None = None) -> None:
+    """One line per incident event: opened, grew, re-rooted, settled, resolved; ``t0_is`` says what
+    ``t0``, which the clocks here and in the tables below count from, is ("the simulation's start")."""
     console.rule("[bold]incident timeline")
+    if t0_is:
+        console.print(f"[dim]times (+h:mm:ss) count from {escape(t0_is)}[/dim]")
     seen: dict[str, Incident] = {}
     opened: dict[str, float] = {}
     for f in findings:

@@ -12,7 +12,8 @@ from foreshock.recording import RecordingError
 from foreshock.streams.sources import ReplaySource
 
 from .common import (build_pipeline, detector_option, external_option, finish, finite_number, follow_external,
-                     hold_metrics, param_option, recording_rows, run_until_signalled, serve_options, stop_server)
+                     hold_metrics, param_option, recording_origin, recording_rows, run_until_signalled, serve_options,
+                     stop_server)
 
 
 @click.command("replay")
@@ -50,6 +51,7 @@ def command(path: str, speed: float | None, max_speed: bool, shift_now: bool, ho
         # ground truth past the last replayed sample was never shown to the detectors
         end = stats.start_ts + stats.telemetry_s
         events = [e for e in events if e.time <= end]
-    finish(run, stats, events, json_name="replay", interrupted=stopped_by is not None)
+    finish(run, stats, events, json_name="replay", interrupted=stopped_by is not None,
+           origin=recording_origin(source.recording.meta, source.offset))
     hold_metrics(run, host, port, hold)
     stop_server(run)

@@ -34,6 +34,18 @@ class TallyEntry:
     eta_s: float = float("nan")
 
 
+@dataclass(frozen=True)
+class TimeOrigin:
+    """Where a summary's clocks (+h:mm:ss) count from, and what that moment is, said beside them.
+
+    A run that knows its start passes it (a simulation's start, where ``simulate`` and ``demo``
+    count a fault's onset from); a source that does not (a live ``watch``) counts from its
+    first sample, one sampling interval later: counted from there, a fault ``simulate`` put at
+    "+60 s" had read "+0:00:55" in the summary."""
+    ts: float
+    what: str  # "the simulation's start", "the first sample"
+
+
 MAX_INCIDENTS = 1000
 """Incidents a tally keeps (open ones always): ``foreshock watch`` runs for weeks, and each
 incident had been kept for good (a few KB each, with its members' names)."""
@@ -130,19 +142,25 @@ def _clock(ts: float, t0: float) -> str:
     if ts != ts or t0 != t0:
         return "-"
     s = int(round(ts - t0))
-    return f"+{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}"
+    sign = "-" if s < 0 else "+"  # (floor division had printed -5 s as "+-1:59:55")
+    s = abs(s)
+    return f"{sign}{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}"
 
 
 def render_summary(tally: FindingTally, health: PipelineHealth, events: Sequence[Event] = (),
-                   console: Console | None = None, max_rows: int = 15) -> None:
+                   console: Console | None = None, max_rows: int = 15, origin: TimeOrigin | None = None) -> None:
     """Incidents first (what an operator acts on), then predictions, then the ground truth
-    comparison when the source knows it, and a one-line count of raw anomalies."""
+    comparison when the source knows it, and a one-line count of raw anomalies. Clocks count
+    from ``origin`` (default: the first sample), which the summary names."""
     console = console or Console()
-    t0 = tally.first_ts
+    origin = origin or TimeOrigin(tally.first_ts, "the first sample")
+    t0 = origin.ts
     console.rule("[bold]foreshock summary")
     samples = sum(health.samples.values())
-    console.print(f"telemetry: {samples:,} samples over {_clock(tally.last_ts, t0)} of telemetry time; "
+    # (the span from the first sample to the last, as the JSON line's telemetry_seconds)
+    console.print(f"telemetry: {samples:,} samples over {_clock(tally.last_ts, tally.first_ts)} of telemetry time; "
                   f"findings: {dict(health.findings)}")
+    console.print(f"[dim]times (+h:mm:ss) count from {escape(origin.what)}[/dim]")
     if health.problems:
         top = sorted(health.problems.items(), key=lambda kv: -kv[1])[:4]
         console.print(f"input problems counted: {health.total_problems():,} ("
