@@ -286,15 +286,6 @@ class BundleResult:
     # topic's message size (``encode_telemetry``)
     telemetry_messages: list[tuple[bytes, Headers]] = field(default_factory=list)
 
-    @property
-    def telemetry_message(self) -> tuple[bytes, Headers] | None:
-        """The forwarded telemetry of a record that fits one message (every bundle an agent
-        makes); None when nothing is forwarded."""
-        if len(self.telemetry_messages) > 1:
-            raise ValueError(f"the forwarded telemetry is {len(self.telemetry_messages)} messages: "
-                             "read telemetry_messages")
-        return self.telemetry_messages[0] if self.telemetry_messages else None
-
 
 def processor_frame_fields(processors: Sequence[FindingProcessor]) -> dict[str, tuple[str, ...]] | None:
     """Which fields of which kinds the processors read in ``observe_frame`` (their optional

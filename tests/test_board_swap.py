@@ -328,8 +328,7 @@ def test_a_kafka_worker_forwards_every_guarded_row_of_a_piece_split_at_a_swap(wo
     value, headers = encode_bundle("agent", 0.0, [(1, 0, 1, piece)])
     result = stage.process(0, 0, value, headers)
     assert stage.health.gpus_replaced == {"guard": 1}
-    assert result.telemetry_message is not None
-    forwarded_value, forwarded_headers = result.telemetry_message
+    ((forwarded_value, forwarded_headers),) = result.telemetry_messages  # one bundle: one message
     (forwarded,) = decode_bundle(forwarded_value, headers_dict(forwarded_headers), topology, PartitionMap(topology, 1),
                                  None)
     assert forwarded.frame is not None

@@ -941,8 +941,7 @@ def test_processors_that_read_frames_get_the_guarded_rows_they_declared(small_to
             value, headers = encode_bundle("a", 0.0, [(seq, index, len(pieces), piece)])
             result = detection.process(part, offsets[part], value, headers)
             offsets[part] += 1
-            if result.telemetry_message is not None:
-                tvalue, theaders = result.telemetry_message
+            for tvalue, theaders in result.telemetry_messages:
                 assert is_telemetry(theaders)
                 for decoded in decode_bundle(tvalue, headers_dict(theaders), topo, pmap, None):
                     assert decoded.frame is not None
