@@ -24,10 +24,13 @@ whose BMC later fails is discovered again. Nodes are polled in parallel (a BMC t
 per request), and a poll waits for them at most its interval (or a little more than one
 request's ``timeout``, if longer): a BMC still answering then is cut short and counted
 (``BMC answer too slow``), its connection closed, so that no thread is left reading it once
-the poll has returned. One request may take ``timeout`` seconds in all, from connecting to
-the body's last byte, and bring at most :data:`MAX_ANSWER_BYTES` (urllib's timeout bounds each
-socket operation only: a BMC sending its headers or body a byte at a time held its thread for
-hours). Every failure is counted in
+the poll has returned. One request may take ``timeout`` seconds in all, from resolving the
+BMC's host name to the body's last byte, and bring at most :data:`MAX_ANSWER_BYTES` (urllib's
+timeout bounds each socket operation only: a BMC sending its headers or body a byte at a time
+held its thread for hours; and ``getaddrinfo`` has no timeout at all: a hung resolver held it
+for as long as it hung, see :class:`HostLookups`). A proxy named by the environment
+(``https_proxy``, ``http_proxy``, ``no_proxy``, as urllib reads them) is used, its answer to
+CONNECT bound by the same deadline. Every failure is counted in
 :class:`~foreshock.health.PipelineHealth` under stage ``redfish`` with the node named (an
 unreachable BMC, refused credentials, an HTTP error, a body that is not JSON or not a JSON
 object, a fan reading that is not a number or out of range, an answer the code did not expect)
@@ -50,6 +53,7 @@ from __future__ import annotations
 import base64
 import http.client
 import io
+import ipaddress
 import json
 import math
 import os
@@ -303,12 +307,22 @@ def _origin(url: str) -> tuple[str, str, int] | None:
 
 class _AnswerLate(Exception):
     """A BMC's answer (status line, headers or body) not whole by its request's deadline;
-    ``received`` is how many bytes had come. Not an OSError: http.client and urllib pass it on
-    as it is, where they would have made a socket error "unreachable"."""
+    ``received`` is how many bytes had come, ``what`` names the answer (the BMC's, or a proxy's
+    to CONNECT). Not an OSError: http.client and urllib pass it on as it is, where they would
+    have made a socket error "unreachable"."""
 
-    def __init__(self, received: int) -> None:
+    def __init__(self, received: int, what: str = "the answer") -> None:
         super().__init__(f"{received} bytes received by the deadline")
         self.received = received
+        self.what = what
+
+
+class _LookupLate(_AnswerLate):
+    """A host name (the BMC's, or its proxy's) not resolved by the request's deadline."""
+
+    def __init__(self, host: str) -> None:
+        super().__init__(0, f"the address of {host!r}")
+        self.host = host
 
 
 def _time_left(deadline: float) -> float:
@@ -317,6 +331,143 @@ def _time_left(deadline: float) -> float:
     if left <= 0:
         raise _AnswerLate(0)
     return left
+
+
+ADDRESSES_KEPT_S = 30.0
+"""How long a host name's addresses, once resolved, are used without asking the resolver again.
+A node's poll makes 2 to 10 requests, and each resolved the BMC's name again: a resolver taking
+0.2 s an answer cost a node its row at every poll (4 requests, 0.8 s of lookups past a 0.625 s
+deadline); kept, a poll's requests share one lookup. 30 s is one BMC poll at the default
+interval: a name moved to another address (a BMC's new lease, the old address given to another
+board) is followed within one poll, where nscd, if a site runs it, keeps a name an hour by
+default; and an address that no longer connects is looked up again at once
+(:meth:`_DeadlineConnection._connect_by_deadline`)."""
+
+AddrInfo = tuple[int, int, int, str, tuple[Any, ...]]
+
+
+class _Lookup:
+    """One ``getaddrinfo`` of a host name in flight in a thread of its own, and the requests waiting for it."""
+
+    def __init__(self) -> None:
+        self.finished = threading.Event()
+        self.addresses: list[AddrInfo] = []
+        self.error: Exception | None = None
+        self.waiting = 0  # requests waiting for it now (changed under HostLookups' lock)
+
+
+class HostLookups:
+    """Host names resolved by a deadline: ``socket.getaddrinfo`` has no timeout, and a resolver
+    that never answers held the request (and its thread) long past its poll.
+
+    A name is looked up in a thread of its own, which the request waits for at most until its
+    deadline (then :class:`_LookupLate`, counted as the BMC too slow). A lookup still running
+    then is not started again: at most one is in flight per (host, port) however many polls
+    come while the resolver hangs, and the next request for that host waits for that same one.
+    Its answer, whenever it comes, is kept: addresses for :data:`ADDRESSES_KEPT_S`; a failure
+    no request was waiting for is told to the next request (once), which then counts the real
+    reason (the name unknown) rather than another late answer. A numeric address is not looked
+    up at all."""
+
+    def __init__(self, kept_s: float = ADDRESSES_KEPT_S) -> None:
+        self.kept_s = kept_s
+        self._lock = threading.Lock()
+        self._in_flight: dict[tuple[str, int], _Lookup] = {}
+        self._known: dict[tuple[str, int], tuple[list[AddrInfo], float]] = {}  # addresses, until when
+        self._failed: dict[tuple[str, int], Exception] = {}  # failures that came with no request waiting
+
+    def addresses(self, host: str, port: int, deadline: float) -> tuple[list[AddrInfo], bool]:
+        """The addresses to connect to for ``host`` and ``port``, by ``deadline``; and whether they
+        were kept from an earlier lookup (then possibly out of date)."""
+        if _is_numeric(host):
+            return _addr_info(socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM, 0, socket.AI_NUMERICHOST)), False
+        key = (host.lower(), port)
+        with self._lock:
+            known = self._known.get(key)
+            if known is not None and known[1] > time.monotonic():
+                return known[0], True
+            failure = self._failed.pop(key, None)
+            if failure is not None:
+                raise failure
+            lookup = self._in_flight.get(key)
+            if lookup is None:
+                lookup = _Lookup()
+                # (a thread that cannot start raises here, leaving no lookup "in flight" forever)
+                threading.Thread(target=self._look_up, args=(key, lookup), daemon=True,
+                                 name=f"redfish-lookup-{host}:{port}").start()
+                self._in_flight[key] = lookup
+            lookup.waiting += 1
+        lookup.finished.wait(max(0.0, deadline - time.monotonic()))
+        with self._lock:
+            lookup.waiting -= 1
+            if not lookup.finished.is_set():
+                raise _LookupLate(host)
+        if lookup.error is not None:
+            raise lookup.error
+        return lookup.addresses, False
+
+    def forget(self, host: str, port: int) -> None:
+        """Drop the addresses kept for ``host`` (they no longer connect: look it up again)."""
+        with self._lock:
+            self._known.pop((host.lower(), port), None)
+
+    def in_flight(self) -> int:
+        """How many lookups are running now."""
+        with self._lock:
+            return len(self._in_flight)
+
+    def _look_up(self, key: tuple[str, int], lookup: _Lookup) -> None:
+        try:
+            addresses = _addr_info(socket.getaddrinfo(key[0], key[1], 0, socket.SOCK_STREAM))
+        except Exception as exc:  # (socket.gaierror; a UnicodeError for a name IDNA cannot encode)
+            lookup.error = exc
+        else:
+            lookup.addresses = addresses
+        with self._lock:
+            del self._in_flight[key]
+            if lookup.error is None:
+                self._known[key] = (lookup.addresses, time.monotonic() + self.kept_s)
+            elif lookup.waiting == 0:
+                self._failed[key] = lookup.error
+            lookup.finished.set()
+
+
+HOST_LOOKUPS = HostLookups()
+"""The lookups of every BMC and CDU client of the process (one in flight per host at most)."""
+
+
+def _addr_info(found: Sequence[tuple[Any, Any, int, str, Any]]) -> list[AddrInfo]:
+    return [(int(family), int(kind), proto, name, tuple(address)) for family, kind, proto, name, address in found]
+
+
+def _is_numeric(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
+
+
+def _connect_to_any(addresses: list[AddrInfo], deadline: float,
+                    source_address: tuple[str, int] | None) -> socket.socket:
+    """A socket connected to the first of ``addresses`` that answers, each tried with the time
+    left to ``deadline`` (as socket.create_connection tries them, with its timeout)."""
+    last: OSError = OSError("the host name has no address")
+    for family, kind, proto, _, address in addresses:
+        sock = socket.socket(family, kind, proto)
+        try:
+            sock.settimeout(_time_left(deadline))
+            if source_address:
+                sock.bind(source_address)
+            sock.connect(address)
+            return sock
+        except OSError as exc:
+            sock.close()
+            last = exc
+        except BaseException:
+            sock.close()
+            raise
+    raise last
 
 
 class _DeadlineReader(io.RawIOBase):
@@ -376,8 +527,9 @@ class _DeadlineSocket:
 
 
 class _DeadlineConnection(http.client.HTTPConnection):
-    """An HTTP connection made, and read, by ``deadline``: connecting (and a TLS handshake) may
-    take the time left, and every read of the answer ends by it (:class:`_DeadlineSocket`)."""
+    """An HTTP connection made, and read, by ``deadline``: resolving the host name
+    (:class:`HostLookups`), connecting, a proxy's CONNECT and a TLS handshake may take the time
+    left, and every read of the answer ends by it (:class:`_DeadlineSocket`)."""
 
     def __init__(self, *args: Any, deadline: float, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -386,9 +538,37 @@ class _DeadlineConnection(http.client.HTTPConnection):
 
     def _connect_by_deadline(self, address: tuple[str, int], timeout: Any = None,
                              source_address: tuple[str, int] | None = None) -> socket.socket:
-        sock = socket.create_connection(address, _time_left(self.deadline), source_address)
+        """Resolve (:data:`HOST_LOOKUPS`) and connect by the deadline: socket.create_connection
+        resolved the name with no timeout at all. Addresses kept from an earlier lookup that no
+        longer connect are looked up again, while time is left: the host may have moved."""
+        host, port = address
+        addresses, kept = HOST_LOOKUPS.addresses(host, port, self.deadline)
+        try:
+            sock = _connect_to_any(addresses, self.deadline, source_address)
+        except OSError:
+            if not kept:
+                raise
+            HOST_LOOKUPS.forget(host, port)
+            if self.deadline <= time.monotonic():
+                raise
+            sock = _connect_to_any(HOST_LOOKUPS.addresses(host, port, self.deadline)[0], self.deadline,
+                                   source_address)
         sock.settimeout(_time_left(self.deadline))  # what is left, for a TLS handshake
         return sock
+
+    def _tunnel(self) -> None:
+        """A proxy's CONNECT (an ``https://`` BMC reached through the environment's
+        ``https_proxy``), its answer read by the deadline: http.client reads it line by line on
+        the bare socket, so a proxy dripping it held the request as long as it dripped."""
+        bare = self.sock
+        self.sock = cast(socket.socket, _DeadlineSocket(bare, self.deadline))
+        try:
+            super()._tunnel()  # type: ignore[misc]
+        except _AnswerLate as late:
+            raise _AnswerLate(late.received, "the proxy's answer to CONNECT") from None
+        finally:
+            if self.sock is not None:  # (None: http.client closed it, the proxy refusing)
+                self.sock = bare
 
     def connect(self) -> None:
         super().connect()
@@ -455,10 +635,10 @@ class BmcClient:
 
     Only paths on the BMC itself are fetched, and redirects followed within its origin only (the
     credentials go with every request). A request takes at most ``timeout`` seconds in all, its
-    connecting, status line, headers and body together, and no longer than the poll it is made
-    for waits (:func:`poll_deadline`); it brings at most :data:`MAX_ANSWER_BYTES`. urllib's
-    timeout bounds each socket operation only: a BMC sending its answer, or its headers, a byte
-    at a time was never timed out."""
+    host name's lookup, connecting, status line, headers and body together, and no longer than
+    the poll it is made for waits (:func:`poll_deadline`); it brings at most
+    :data:`MAX_ANSWER_BYTES`. urllib's timeout bounds each socket operation only: a BMC sending
+    its answer, or its headers, a byte at a time was never timed out."""
 
     def __init__(self, base_url: str, user: str | None = None, password: str | None = None, timeout: float = 10.0,
                  context: ssl.SSLContext | None = None) -> None:
@@ -491,9 +671,12 @@ class BmcClient:
         try:
             with self.opener.open(request, timeout=self.timeout) as response:
                 body = self._body(response, url)
+        except _LookupLate as late:
+            raise RedfishError(TOO_SLOW, f"{url}: {late.what} not resolved in {time.monotonic() - began:.3g} s "
+                                         "(the lookup goes on; its answer is used when it comes)") from None
         except _AnswerLate as late:
             raise RedfishError(TOO_SLOW, f"{url}: {late.received} bytes in {time.monotonic() - began:.3g} s, "
-                                         "the answer not whole") from None
+                                         f"{late.what} not whole") from None
         except urllib.error.HTTPError as exc:
             if exc.code in (401, 403):
                 raise RedfishError("BMC refused the credentials", f"{url}: HTTP {exc.code}") from None
@@ -554,10 +737,10 @@ class ParallelReads(Generic[R]):
 
     A read ends with the poll that asked for it: its requests end by the poll's deadline
     (:func:`poll_deadline`), so no thread is left reading a BMC, and none holds a connection
-    to one, after the poll has returned. A read that cannot be cut short (a host name resolved
-    slowly, a ``read_one`` that does not make its requests through :class:`BmcClient`) is not
-    asked again until it has answered, even across :meth:`close`: at most one read per device
-    is in flight, and its answer, when it comes, is taken at the next poll."""
+    to one, after the poll has returned. A read that cannot be cut short (a ``read_one`` that
+    does not make its requests through :class:`BmcClient`) is not asked again until it has
+    answered, even across :meth:`close`: at most one read per device is in flight, and its
+    answer, when it comes, is taken at the next poll."""
 
     def __init__(self, workers: int, thread_name_prefix: str) -> None:
         self.workers = workers
@@ -739,8 +922,9 @@ class RedfishSource(PollingSource):
         """One poll of every node (a row per node whose BMC answered, in time or since the last poll)."""
         answers, slow = self._reads.collect(self.read_one, self.nodes, self.answer_within)
         for node in slow:
-            # a read that could not be cut short (a host name slow to resolve): not asked again
-            # until it has answered, its row then taken at the next poll
+            # a read that could not be cut short (one not made through BmcClient, whose requests
+            # end by the deadline, host name lookups included): not asked again until it has
+            # answered, its row then taken at the next poll
             self.health.problem(STAGE, TOO_SLOW, detail=f"{node}: no answer within {self.answer_within:g} s (its row "
                                                         "comes with the poll after it answers)")
         rows = [(i, r) for i, node in enumerate(self.nodes) if (r := answers.get(node)) is not None]
