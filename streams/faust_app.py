@@ -74,7 +74,7 @@ from .kafka_config import KafkaSettings
 from .kafka_topics import CHECKPOINT_MAX_BYTES, Topics
 from .external_feed import STAGE as EXTERNAL_STAGE
 from .external_feed import parse_lines
-from .kafka_worker import DetectionStage, IncidentStage
+from .kafka_worker import DetectionStage, IncidentStage, TopicIds
 
 log = logging.getLogger("foreshock.worker")
 
@@ -164,6 +164,7 @@ class ForeshockWorker:
         self.counts = {"records": 0, "pieces": 0, "deadletters": 0, "checkpoints": 0, "skipped": 0, "incidents": 0,
                        "external": 0}
         self._ckpt_reader: AIOKafkaConsumer | None = None
+        self.topic_ids = TopicIds(config.settings)  # to tell a checkpoint of a re-created topic
         self._external_reader: AIOKafkaConsumer | None = None
         self.external_positioned = False  # the external reader is at the incident stage's offset
         if config.builds_incidents and not self.incident_stage.external_targets:
@@ -301,6 +302,16 @@ class ForeshockWorker:
                         "at", topic, partition, type(exc).__name__, exc)
             return None
         return end
+
+    async def topic_id(self, topic: str) -> str | None:
+        """The topic's ID, written with the checkpoints of the partitions read from it: a topic
+        deleted and re-created has a new one (``kafka_worker.recreated_topic``). None when not read
+        (logged by ``TopicIds``; the stages then check the end offset alone)."""
+        try:
+            return await asyncio.wait_for(asyncio.to_thread(self.topic_ids.read, topic), 30.0)
+        except Exception as exc:  # only a check, as the end offset
+            log.warning("the ID of topic %s not read (%s: %s)", topic, type(exc).__name__, exc)
+            return None
 
     async def handle(self, handler: Callable[[Any, Any], Awaitable[None]], stream: Any, event: Any) -> None:
         """``handler(stream, event)``, ending the worker (``fatal``) if it raises."""
@@ -467,7 +478,8 @@ class ForeshockWorker:
         async with self.lock:
             if not self.detection.owns(partition):
                 self.detection.load(partition, await self.read_checkpoint(partition),
-                                    await self.end_offset(self.config.topics.frames, partition))
+                                    await self.end_offset(self.config.topics.frames, partition),
+                                    await self.topic_id(self.config.topics.frames))
                 self.last_checkpoint[partition] = time.monotonic()
             result = self.detection.process(partition, message.offset, message.value, message.headers)
             if result.skipped:
@@ -567,7 +579,8 @@ class ForeshockWorker:
         async with self.lock:
             if not self.incidents_loaded:
                 self.incident_stage.load(await self.read_checkpoint(self.config.topics.incident_checkpoint_partition),
-                                         await self.end_offset(self.config.topics.findings, 0))
+                                         await self.end_offset(self.config.topics.findings, 0),
+                                         await self.topic_id(self.config.topics.findings))
                 self.incidents_loaded = True
                 self.external_positioned = False
                 self.last_incident_checkpoint = time.monotonic()

@@ -36,6 +36,7 @@ import logging
 import math
 import pickle
 import struct
+import threading
 import time
 import zlib
 from dataclasses import dataclass, field
@@ -56,6 +57,7 @@ from foreshock.topology import Topology
 
 from .embedded import EmbeddedPipeline
 from .external_feed import ExternalTarget, external_targets
+from .kafka_config import KafkaSettings
 from .kafka_codec import (BundleEntry, FindingsMessage, Headers, PartitionMap, PieceInfo, PieceReport, RecordError,
                           as_record_error, decode_bundle, encode_findings, encode_telemetry, headers_dict,
                           piece_headers, sender_started)
@@ -166,6 +168,7 @@ class SavedCheckpoint:
     hardware: str | None  # the fingerprint of the hardware it was written for (None: before they were written)
     layout: bytes | None  # that hardware itself (``hardware_layout``; None: not written with it)
     previous: int = -1  # the offset of the checkpoint before it (-1: none, or written before they said)
+    topic_id: str | None = None  # the ID of the source topic it covers (None: not known, or written before)
 
     def written_for(self, topology: Topology) -> Topology | None:
         """None when written for ``topology``'s hardware (or before checkpoints named theirs);
@@ -181,13 +184,17 @@ class SavedCheckpoint:
 
 
 def encode_checkpoint(offset: int, state: Any, kind: str, signature: str,
-                      topology: Topology | None = None, layout: bool = False, previous: int = -1) -> bytes:
+                      topology: Topology | None = None, layout: bool = False, previous: int = -1,
+                      topic_id: str | None = None) -> bytes:
     """``topology``: the hardware to name with the state, which is kept by slot; ``layout``: write
     that hardware itself too (``hardware_layout``), so the state can follow its entities onto
     changed hardware. ``previous``: the offset of the checkpoint before this one (the records
-    redelivered after it lie above that: :class:`CheckpointCover`)."""
+    redelivered after it lie above that: :class:`CheckpointCover`). ``topic_id``: the ID of the
+    source topic whose offsets it counts (:func:`recreated_topic`; None: not known)."""
+    # an optional key, so the version stays: a worker of before reads these checkpoints, and
+    # this one reads theirs (no ID: ``recreated_topic`` cannot tell, the offset checks remain)
     blob = {"version": CHECKPOINT_VERSION, "kind": kind, "signature": signature, "offset": offset, "state": state,
-            "previous": previous,
+            "previous": previous, "topic_id": topic_id,
             "hardware": topology.fingerprint() if topology is not None else None,
             "layout": hardware_layout(topology) if topology is not None and layout else None}
     return _ZSTD_MAGIC + _zstd(pickle.dumps(blob, protocol=5))
@@ -204,8 +211,9 @@ def decode_checkpoint(data: bytes, kind: str, signature: str) -> SavedCheckpoint
         raise ValueError(f"checkpoint version/kind {blob.get('version')}/{blob.get('kind')} not {CHECKPOINT_VERSION}/{kind}")
     if blob.get("signature") != signature:
         raise ValueError(f"checkpoint written by a different bank ({blob.get('signature')!r}, this is {signature!r})")
+    saved_id = blob.get("topic_id")
     return SavedCheckpoint(int(blob["offset"]), blob["state"], blob.get("hardware"), blob.get("layout"),
-                           int(blob.get("previous", -1)))
+                           int(blob.get("previous", -1)), str(saved_id) if saved_id else None)
 
 
 def ahead_of_topic(offset: int, end_offset: int | None) -> bool:
@@ -215,6 +223,18 @@ def ahead_of_topic(offset: int, end_offset: int | None) -> bool:
     offset). Its records start again from 0, and until 2026-12-02 every one up to the old offset
     was skipped as already processed, silently."""
     return end_offset is not None and offset >= 0 and offset >= end_offset
+
+
+def recreated_topic(saved_id: str | None, topic_id: str | None) -> bool:
+    """Whether a checkpoint written for the topic of ID ``saved_id`` is of a topic since deleted
+    and re-created, the one of ID ``topic_id`` now (Kafka gives a re-created topic a new ID). Its
+    offsets count another topic's records: the new topic's first ones, up to the old offset, would
+    be skipped as already processed. ``ahead_of_topic`` notices only a re-created topic that has
+    not yet grown past the old offset; until 2026-12-02 one that had (the checkpoints topic is
+    compacted: its last checkpoints stay) lost those records silently. False when either ID is
+    not known (a checkpoint written before they were, a broker before Kafka 2.8, a failed
+    lookup): the offset checks are all there is then."""
+    return saved_id is not None and topic_id is not None and saved_id != topic_id
 
 
 @dataclass
@@ -231,8 +251,10 @@ class CheckpointCover:
     floor: int = -1  # skips at or below it are counted (-1: none are, as when the end offset was checked)
 
     @classmethod
-    def loaded(cls, saved: SavedCheckpoint, end_offset: int | None) -> CheckpointCover:
-        return cls(saved.offset, saved.previous, saved.previous if end_offset is None else -1)
+    def loaded(cls, saved: SavedCheckpoint, end_offset: int | None, same_topic: bool = False) -> CheckpointCover:
+        """``same_topic``: the checkpoint's topic ID is the topic's now (not re-created: no guess)."""
+        guess = end_offset is None and not same_topic
+        return cls(saved.offset, saved.previous, saved.previous if guess else -1)
 
     def skipped(self, offset: int, health: PipelineHealth, stage: str, where: str) -> None:
         """Note the record at ``offset`` skipped as covered by the loaded checkpoint."""
@@ -251,8 +273,82 @@ class CheckpointCover:
             self.before, self.checkpointed = self.checkpointed, offset
 
 
-class _AheadOfTopic(ValueError):
-    """A checkpoint whose offset its partition has not reached (``ahead_of_topic``)."""
+class _OtherTopic(ValueError):
+    """A checkpoint of a topic since deleted and re-created: ``reason`` is the problem to count
+    (``checkpoint_topic_recreated``: its topic ID changed, :func:`recreated_topic`;
+    ``checkpoint_ahead_of_topic``: its offset not reached, :func:`ahead_of_topic`)."""
+
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(detail)
+        self.reason = reason
+
+
+def check_source_topic(saved: SavedCheckpoint, end_offset: int | None, topic_id: str | None, where: str,
+                       topic: str) -> None:
+    """Raise :class:`_OtherTopic` when ``saved`` (loaded for ``where``, reading ``topic``) is of a
+    topic since deleted and re-created: by its topic ID where both are known, else by its offset."""
+    if recreated_topic(saved.topic_id, topic_id):
+        raise _OtherTopic("checkpoint_topic_recreated", (
+            f"{where}: checkpoint at offset {saved.offset} written for {topic} of topic ID {saved.topic_id}, the "
+            f"topic's ID now {topic_id}: the topic was deleted and re-created; starting fresh"))
+    if ahead_of_topic(saved.offset, end_offset):
+        why = ("the topic's ID is unchanged: its log was cut short (an unclean leader election?)"
+               if saved.topic_id is not None and saved.topic_id == topic_id
+               else "the topic was deleted and re-created")
+        raise _OtherTopic("checkpoint_ahead_of_topic", (
+            f"{where}: checkpoint at offset {saved.offset}, {topic}'s end at {end_offset}: {why}; starting fresh"))
+
+
+ZERO_TOPIC_ID = "00000000-0000-0000-0000-000000000000"  # what a broker before topic IDs answers
+
+
+class TopicIds:
+    """Reads topics' IDs (KIP-516, Kafka 2.8 on) for the stages' checkpoints (:func:`recreated_topic`):
+    kafka-python's admin client, as aiokafka's metadata requests (v5 at most) carry no topic IDs.
+    One client, made at the first read and kept (a read that fails drops it: the next makes a new
+    one). Blocking: a faust worker calls :meth:`read` in a thread (``asyncio.to_thread``)."""
+
+    def __init__(self, settings: KafkaSettings, timeout_s: float = 10.0) -> None:
+        self.settings = settings
+        self.timeout_s = timeout_s
+        self._admin: Any = None
+        self._lock = threading.Lock()
+
+    def read(self, topic: str) -> str | None:
+        """``topic``'s ID; None when not known (no such topic, a broker before topic IDs, or no answer
+        within about ``timeout_s``: logged, the stages then check the offsets alone)."""
+        try:
+            with self._lock:
+                if self._admin is None:
+                    self._admin = self._connect()
+                (described,) = self._admin.describe_topics([topic])
+        except Exception as exc:  # only a check: the partition is taken up without it
+            log.warning("the ID of topic %s not read (%s: %s): a checkpoint of a re-created topic is only told by "
+                        "its offsets", topic, type(exc).__name__, exc)
+            self.close()
+            return None
+        topic_id = described.get("topic_id")
+        if described.get("error_code") or topic_id is None or str(topic_id) == ZERO_TOPIC_ID:
+            return None
+        return str(topic_id)
+
+    def _connect(self) -> Any:
+        from kafka import KafkaAdminClient  # only the faust workers read topic IDs
+
+        timeout_ms = int(self.timeout_s * 1000)
+        limits = {"request_timeout_ms": timeout_ms}
+        if "bootstrap_timeout_ms" in KafkaAdminClient.DEFAULT_CONFIG:  # kafka-python 3 (else 30 s, unbounded)
+            limits["bootstrap_timeout_ms"] = timeout_ms
+        client_id = f"{self.settings.client_id}-topic-ids"
+        return KafkaAdminClient(**self.settings.with_client_id(client_id).kafka_python(), **limits)
+
+    def close(self) -> None:
+        admin, self._admin = self._admin, None
+        if admin is not None:
+            try:
+                admin.close()
+            except Exception as exc:  # a client that failed: nothing of ours to hand over
+                log.debug("closing the topic-ID client: %s: %s", type(exc).__name__, exc)
 
 
 def bank_signature(bank: DetectorBank) -> str:
@@ -310,10 +406,12 @@ def processor_frame_fields(processors: Sequence[FindingProcessor]) -> dict[str, 
 
 
 class _Partition:
-    def __init__(self, pipeline: EmbeddedPipeline, offset: int, cover: CheckpointCover) -> None:
+    def __init__(self, pipeline: EmbeddedPipeline, offset: int, cover: CheckpointCover,
+                 topic_id: str | None = None) -> None:
         self.pipeline = pipeline
         self.offset = offset  # last processed (or checkpointed) offset
         self.cover = cover
+        self.topic_id = topic_id  # the frames topic's ID, written with its checkpoints (None: not known)
 
 
 class DetectionStage:
@@ -389,20 +487,22 @@ class DetectionStage:
     def owns(self, partition: int) -> bool:
         return partition in self.parts
 
-    def load(self, partition: int, checkpoint: bytes | None, end_offset: int | None = None) -> int:
+    def load(self, partition: int, checkpoint: bytes | None, end_offset: int | None = None,
+             topic_id: str | None = None) -> int:
         """Take a partition, from its checkpoint (or fresh); returns the offset covered (-1 none).
-        ``end_offset``: the partition's end (high-water) offset, to notice a checkpoint of a
-        topic since deleted and re-created (``ahead_of_topic``: counted, started fresh); None: not
-        known (``CheckpointCover`` guesses)."""
+        A checkpoint of a topic since deleted and re-created is counted and the partition starts
+        fresh (:func:`check_source_topic`), told by ``topic_id``, the frames topic's ID now (written
+        with the partition's checkpoints from here on: :class:`TopicIds`), or else by ``end_offset``,
+        the partition's end (high-water) offset (``ahead_of_topic``). None: not known; with
+        neither, ``CheckpointCover`` guesses."""
         pipeline = self._new_pipeline()
         offset = -1
         cover = CheckpointCover()
+        written_for = topic_id
         if checkpoint is not None:
             try:
                 saved = decode_checkpoint(checkpoint, "detect", self.signature)
-                if ahead_of_topic(saved.offset, end_offset):
-                    raise _AheadOfTopic(f"partition {partition}: checkpoint at offset {saved.offset}, the topic's end "
-                                        f"at {end_offset}: the topic was deleted and re-created; starting fresh")
+                check_source_topic(saved, end_offset, topic_id, f"partition {partition}", "the frames topic")
                 old = saved.written_for(self.topology)
                 if old is None:
                     state = apply_delta(self._initial, saved.state)
@@ -410,14 +510,19 @@ class DetectionStage:
                     pipeline.bank.load_state_dict(state["bank"])
                 else:
                     self._load_moved(partition, pipeline, old, saved.state)
-                offset, cover = saved.offset, CheckpointCover.loaded(saved, end_offset)
-            except _AheadOfTopic as exc:
-                self.health.problem("worker", "checkpoint_ahead_of_topic", detail=str(exc))
+                offset = saved.offset
+                cover = CheckpointCover.loaded(saved, end_offset, same_topic=topic_id is not None
+                                               and saved.topic_id == topic_id)
+                # the ID not read now: the checkpoint's goes on (the topic is taken to be the same,
+                # as it is loaded), so a later start that reads the ID can still compare
+                written_for = topic_id if topic_id is not None else saved.topic_id
+            except _OtherTopic as exc:
+                self.health.problem("worker", exc.reason, detail=str(exc))
                 pipeline = self._new_pipeline()
             except Exception as exc:  # a checkpoint we cannot use must not stop the worker
                 self.health.problem("worker", "checkpoint_unusable", detail=f"partition {partition}: {exc}")
                 pipeline, offset = self._new_pipeline(), -1
-        self.parts[partition] = _Partition(pipeline, offset, cover)
+        self.parts[partition] = _Partition(pipeline, offset, cover, written_for)
         log.info("partition %d: resumed after offset %d", partition, offset)
         return offset
 
@@ -521,7 +626,7 @@ class DetectionStage:
         part = self.parts[partition]
         blob = encode_checkpoint(part.offset, state_delta(self._initial, self._state(part.pipeline), self._fills),
                                  "detect", self.signature, self.topology, layout=True,
-                                 previous=part.cover.previous_for(part.offset))
+                                 previous=part.cover.previous_for(part.offset), topic_id=part.topic_id)
         return part.offset, blob
 
     def mark_checkpointed(self, partition: int, offset: int) -> None:
@@ -592,6 +697,7 @@ class IncidentStage:
         self.telemetry: dict[tuple[str, int], dict[int, Frame]] = {}  # forwarded rows awaiting their frame
         self.offset = -1  # the last foreshock.findings offset taken (the worker sets it)
         self.cover = CheckpointCover()
+        self.topic_id: str | None = None  # foreshock.findings' ID, written with the checkpoints (``load``)
         self.duplicates = 0
         # external.events: the processors that take them, and the last record offset taken. Taken
         # events wait in the processors' state (grouped once telemetry time reaches them), so the
@@ -821,18 +927,13 @@ class IncidentStage:
 
     def _moved(self, state: dict[str, Any], remap: Remap) -> dict[str, Any]:
         """A state saved under other hardware: the processors' renumbered by entity name (open
-        incidents keep their members and roots), the frames that waited for pieces dropped and
-        counted — their findings are numbered by the old file, and their agents restart with the
-        new one."""
+        incidents keep their members and roots), the frames that waited for pieces dropped —
+        their findings are numbered by the old file, and their agents restart with the new one
+        (counted by ``load`` once the state is taken)."""
         unmovable = [p.name for p in self.processors if not callable(getattr(p, "remap_state", None))]
         if unmovable:
             raise ValueError(f"checkpoint written for another topology, and {', '.join(unmovable)} cannot move "
                              "its state onto this one: the incident stage starts fresh")
-        waiting = len(state["pending"])
-        if waiting:
-            self.health.problem("incidents", "frame_incomplete", waiting,
-                                detail="frames waiting for pieces when the hardware changed: numbered by the old "
-                                       "topology file, dropped")
         processors = {p.name: p.remap_state(state["processors"][p.name], remap)  # type: ignore[attr-defined]
                       for p in self.processors}
         return {**state, "processors": processors, "pending": {}, "telemetry": {}, "arrived": {},
@@ -851,7 +952,7 @@ class IncidentStage:
         """The offset covered and the checkpoint; taken as written (a write that fails ends the worker)."""
         self.retire_senders()
         blob = encode_checkpoint(self.offset, self.state(), "incidents", self.signature, self.topology, layout=True,
-                                 previous=self.cover.previous_for(self.offset))
+                                 previous=self.cover.previous_for(self.offset), topic_id=self.topic_id)
         self.cover.written(self.offset)
         return self.offset, blob
 
@@ -863,52 +964,100 @@ class IncidentStage:
         self.cover.skipped(offset, self.health, "worker", "incident stage")
         return True
 
-    def load(self, checkpoint: bytes | None, end_offset: int | None = None) -> int:
+    def load(self, checkpoint: bytes | None, end_offset: int | None = None, topic_id: str | None = None) -> int:
         """Take up from ``checkpoint`` (None: start fresh); returns the findings offset covered (-1
-        none). ``end_offset``: foreshock.findings' end (high-water) offset, to notice a checkpoint
-        of a topic since deleted and re-created (``ahead_of_topic``: counted, started fresh);
-        None: not known (``CheckpointCover`` guesses)."""
+        none). A checkpoint of a foreshock.findings since deleted and re-created is counted and the
+        stage starts fresh (:func:`check_source_topic`), told by ``topic_id``, the topic's ID now
+        (written with the stage's checkpoints from here on: :class:`TopicIds`), or else by
+        ``end_offset``, its end (high-water) offset (``ahead_of_topic``). None: not known; with
+        neither, ``CheckpointCover`` guesses.
+
+        All or nothing: a checkpoint refused, at any point, leaves the stage as it was made
+        (fresh). Until 2026-12-02 the stage took the checkpoint's parts one by one, and one that
+        failed half-way (a malformed ``pending``, a processor's state it could not read) left the
+        processors and senders loaded before it, in a stage that reported ``checkpoint_unusable``
+        and went on as fresh: frames of senders it had "released" were dropped as repeats."""
+        self.topic_id = topic_id
         if checkpoint is None:
             return -1
         try:
             saved = decode_checkpoint(checkpoint, "incidents", self.signature)
-            if ahead_of_topic(saved.offset, end_offset):
-                self.health.problem("worker", "checkpoint_ahead_of_topic", detail=(
-                    f"incident stage: checkpoint at offset {saved.offset}, foreshock.findings' end at {end_offset}: "
-                    "the topic was deleted and re-created; starting fresh"))
-                return -1
-            offset, state = saved.offset, saved.state
-            old = saved.written_for(self.topology) if self.topology is not None else None
-            if old is not None and self.topology is not None:
-                state = self._moved(state, Remap(old, self.topology))
-            for p in self.processors:
-                p.load_state_dict(state["processors"][p.name])
-            self.released = dict(state["released"])
-            # before senders were retired: each heard from now, so none is forgotten at once
-            self.last_heard = dict(state.get("last_heard", {a: self.clock() for a in self.released}))
-            self.pending = state["pending"]
-            self.telemetry = state.get("telemetry", {})
-            # before frames were given up on: what waits is taken as arrived now
-            self.arrived = dict(state.get("arrived", {frame: self.clock() for frame in self.pending}))
-            self.newest = dict(state.get("newest", {}))
-            self.waiting = {}
-            for agent, seq in self.pending:
-                self.newest[agent] = max(self.newest.get(agent, 0), seq)
-                self.waiting.setdefault(agent, set()).add(seq)
-            self.missing_since = dict(state.get("missing_since", {}))
-            self.given_up = {agent: [tuple(run) for run in runs] for agent, runs in state.get("given_up", {}).items()}
-            self.taken_up = {agent: (int(seq), float(at)) for agent, (seq, at) in state.get("taken_up", {}).items()}
-            self.fresh_since = None
-            self.external_offset = int(state.get("external_offset", -1))  # absent before external.events
-            since = state.get("external_since", -math.inf)  # absent: written when every event was taken
-            self.external_since = None if since is None else float(since)
-            self.external_held = list(state.get("external_held", []))
-            self.offset = offset
-            self.cover = CheckpointCover.loaded(saved, end_offset)
+            check_source_topic(saved, end_offset, topic_id, "incident stage", "foreshock.findings")
+            taken, processors, dropped = self._read_checkpoint(saved, end_offset, topic_id)
+            self._load_processors(processors)  # the last step that may fail: it undoes itself
+        except _OtherTopic as exc:
+            self.health.problem("worker", exc.reason, detail=str(exc))
+            return -1
         except Exception as exc:
             self.health.problem("worker", "checkpoint_unusable", detail=f"incident stage: {exc}")
             return -1
+        for name, value in taken.items():  # nothing can fail here: the stage takes all or none of it
+            setattr(self, name, value)
+        if dropped:
+            self.health.problem("incidents", "frame_incomplete", dropped,
+                                detail="frames waiting for pieces when the hardware changed: numbered by the old "
+                                       "topology file, dropped")
         return self.offset
+
+    def _read_checkpoint(self, saved: SavedCheckpoint, end_offset: int | None,
+                         topic_id: str | None) -> tuple[dict[str, Any], dict[str, Any], int]:
+        """The stage's attributes from ``saved`` (by name), its processors' states, and how many
+        waiting frames a change of hardware dropped. Changes nothing: raises on anything malformed."""
+        state = saved.state
+        dropped = 0
+        old = saved.written_for(self.topology) if self.topology is not None else None
+        if old is not None and self.topology is not None:
+            dropped = len(state["pending"])
+            state = self._moved(state, Remap(old, self.topology))
+        now = self.clock()
+        released = {str(agent): int(seq) for agent, seq in state["released"].items()}
+        pending: dict[tuple[str, int], dict[int, FindingsMessage]] = {
+            (str(agent), int(seq)): dict(pieces) for (agent, seq), pieces in state["pending"].items()}
+        newest = {str(agent): int(seq) for agent, seq in state.get("newest", {}).items()}
+        waiting: dict[str, set[int]] = {}
+        for agent, seq in pending:
+            newest[agent] = max(newest.get(agent, 0), seq)
+            waiting.setdefault(agent, set()).add(seq)
+        since = state.get("external_since", -math.inf)  # absent: written when every event was taken
+        taken: dict[str, Any] = {
+            "released": released,
+            # before senders were retired: each heard from now, so none is forgotten at once
+            "last_heard": {str(a): float(t) for a, t in state.get("last_heard", dict.fromkeys(released, now)).items()},
+            "pending": pending,
+            "telemetry": dict(state.get("telemetry", {})),
+            # before frames were given up on: what waits is taken as arrived now
+            "arrived": dict(state.get("arrived", dict.fromkeys(pending, now))),
+            "newest": newest,
+            "waiting": waiting,
+            "missing_since": dict(state.get("missing_since", {})),
+            "given_up": {agent: [tuple(run) for run in runs] for agent, runs in state.get("given_up", {}).items()},
+            "taken_up": {agent: (int(seq), float(at)) for agent, (seq, at) in state.get("taken_up", {}).items()},
+            "fresh_since": None,
+            "external_offset": int(state.get("external_offset", -1)),  # absent before external.events
+            "external_since": None if since is None else float(since),
+            "external_held": list(state.get("external_held", [])),
+            "offset": saved.offset,
+            "cover": CheckpointCover.loaded(saved, end_offset, same_topic=topic_id is not None
+                                            and saved.topic_id == topic_id),
+            # the ID not read now: the checkpoint's goes on (the topic is taken to be the same, as
+            # it is loaded), so a later start that reads the ID can still compare
+            "topic_id": topic_id if topic_id is not None else saved.topic_id,
+        }
+        processors = {p.name: state["processors"][p.name] for p in self.processors}
+        return taken, processors, dropped
+
+    def _load_processors(self, states: dict[str, Any]) -> None:
+        """Load each processor's state; if one raises, those loaded before it (and it) get their own
+        states back, so a refused checkpoint leaves them all as they were."""
+        # as a checkpoint holds them: a processor may hand out its live arrays, that loading overwrites
+        before = [pickle.loads(pickle.dumps(p.state_dict(), protocol=5)) for p in self.processors]
+        try:
+            for p in self.processors:
+                p.load_state_dict(states[p.name])
+        except BaseException:
+            for p, state in zip(self.processors, before):
+                p.load_state_dict(state)
+            raise
 
 
 def dedupe_findings_messages(messages: Sequence[FindingsMessage]) -> list[FindingsMessage]:

@@ -266,7 +266,11 @@ def _worker(topology: Topology, partitions: int = 1, **topics: _Topic) -> tuple[
     async def no_checkpoint(partition: int) -> None:
         return None
 
+    async def no_topic_id(topic: str) -> None:  # no broker to ask (each try would wait its timeout)
+        return None
+
     worker.read_checkpoint = no_checkpoint  # type: ignore[method-assign]
+    worker.topic_id = no_topic_id  # type: ignore[method-assign]
     worker._exit = exits.append
     return worker, sent, exits
 

@@ -68,12 +68,13 @@ class _SizedTopic(_Topic):
 
 
 def _quiet(worker: Any) -> Any:
-    """No broker: no external.events reader, no end offsets to check checkpoints against."""
+    """No broker: no external.events reader, no end offsets or topic IDs to check checkpoints against."""
     async def nothing(*args: Any) -> None:
         return None
 
     worker.poll_external = nothing
     worker.end_offset = nothing
+    worker.topic_id = nothing
     return worker
 
 
