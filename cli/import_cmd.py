@@ -18,6 +18,7 @@ from rich.table import Table
 from foreshock.frames import REASONS_AFTER_ENTITY, Frame, frames_from_records
 from foreshock.health import PipelineHealth
 from foreshock.recording import RecordingWriter
+from foreshock.streams import dcgm, nvidia_smi
 from foreshock.streams.alibaba import STATS, read_alibaba
 from foreshock.streams.dcgm import parse_dcgm_text
 from foreshock.streams.infiniband import list_ports, port_topology, read_infiniband
@@ -41,6 +42,25 @@ def _parse_time(text: str) -> float:
     except ValueError:
         raise click.BadParameter(f"not an ISO time: {text!r}") from None
     return (dt if dt.tzinfo else dt.replace(tzinfo=timezone.utc)).timestamp()
+
+
+LINE_FED_STAGES = {"dcgm": dcgm.STAGE, "nvidia-smi": nvidia_smi.STAGE, "dmon": nvidia_smi.DMON_STAGE}
+"""The formats whose every line ends with a line feed, and the stage that counts their problems:
+the Prometheus text format requires one after the last line, nvidia-smi prints one after each row.
+(Not the Alibaba CSV: the published file ends without one.)"""
+
+
+def _whole_lines(text: str, stage: str, health: PipelineHealth) -> str:
+    """``text`` up to its last line feed. A file of a line-fed format whose last line has none was
+    cut while it was written or copied (a ``nvidia-smi -l 1`` log still running, a scrape saved
+    half-way), and its last number may be cut with it: ``100 %`` read as ``10``, ``25`` °C as ``2``,
+    readings that look real. That line is left out and counted as ``truncated row`` (a blank one,
+    which holds nothing, only left out)."""
+    end = text.rfind("\n") + 1
+    if text[end:].strip():
+        health.problem(stage, "truncated row",
+                       detail="the file's last line has no line feed (cut while written or copied): left out")
+    return text[:end]
 
 
 def _sections(text: str, kind: str) -> list[str]:
@@ -105,6 +125,33 @@ class _EntityNumbers:
         return np.array([resolve(kind, name) for name in self.names.get(kind, [])], dtype=np.int32)
 
 
+UNKNOWN_NAMED = 5
+"""Entity names the ``unknown <kind> entity`` log line names; it counts the rest."""
+
+
+class _UnknownEntities:
+    """Records whose entity the topology does not hold, counted per kind under one reason,
+    ``unknown <kind> entity``, the first names in its detail: a reason quoting the name
+    made one warning ("logged once") and one row of the problems table per name, hundreds
+    for a file of hosts the topology lacks."""
+
+    def __init__(self) -> None:
+        self._records: dict[str, int] = {}  # kind -> records
+        self._names: dict[str, dict[str, None]] = {}  # kind -> the names as quoted, in the order they came
+
+    def add(self, kind: str, shown: str, count: int = 1) -> None:
+        self._records[kind] = self._records.get(kind, 0) + count
+        self._names.setdefault(kind, {})[shown] = None
+
+    def count(self, health: PipelineHealth) -> None:
+        for kind, records in self._records.items():
+            names = list(self._names[kind])
+            rest = len(names) - UNKNOWN_NAMED
+            health.problem("jsonl", f"unknown {kind} entity", count=records,
+                           detail=f"{len(names)} not in the topology: {', '.join(names[:UNKNOWN_NAMED])}"
+                                  + (f" and {rest} more" if rest > 0 else ""))
+
+
 def _jsonl(text: str, path: Path, topology_path: Path | None, health: PipelineHealth) -> tuple[Topology, list[Frame]]:
     """Parse the JSON lines once. Without ``--topology`` the topology is the one the GPUs' names
     imply (HOST/gpuN), known only at the end of the file, so rows keep a number per entity name
@@ -121,6 +168,7 @@ def _jsonl(text: str, path: Path, topology_path: Path | None, health: PipelineHe
         waiting: dict[tuple[str, str, str], int] = {}
         raw_entity: dict[str, dict[str, str]] = {}
     parts: dict[str, list[tuple[int, Frame]]] = {}
+    unknown = _UnknownEntities()
     for piece, records in enumerate(_json_records(text, path, health)):
         if topology_path is None:
             for r in records:
@@ -140,6 +188,8 @@ def _jsonl(text: str, path: Path, topology_path: Path | None, health: PipelineHe
             if topology_path is None and reason.startswith(REASONS_AFTER_ENTITY):
                 key = (str(record.get("kind")), str(record.get("entity")), reason)
                 waiting[key] = waiting.get(key, 0) + 1
+            elif reason == f"unknown {record.get('kind')} entity {record.get('entity')!r}":  # (frames_from_records's)
+                unknown.add(str(record.get("kind")), repr(record.get("entity")))
             else:
                 health.problem("jsonl", reason)
         for kind, frame in frames.items():
@@ -150,14 +200,16 @@ def _jsonl(text: str, path: Path, topology_path: Path | None, health: PipelineHe
         except ValueError as exc:
             raise click.ClickException(f"{exc}; pass --topology for entities other than HOST/gpuN") from None
         slots = {kind: numbers.slots(kind, topology) for kind in numbers.names}
-        unknown: dict[tuple[str, str], int] = {}
+
+        def shown(kind: str, name: str) -> str:
+            return raw_entity.get(kind, {}).get(name, repr(name))
+
         for kind, pieces in parts.items():
             placed = []
             for piece, frame in pieces:
                 slot = slots[kind][frame.slot]
                 for number, count in zip(*np.unique(frame.slot[slot < 0], return_counts=True)):
-                    name = numbers.names[kind][int(number)]
-                    unknown[(kind, name)] = unknown.get((kind, name), 0) + int(count)
+                    unknown.add(kind, shown(kind, numbers.names[kind][int(number)]), int(count))
                 kept = frame.take(slot >= 0)
                 placed.append((piece, Frame(kind, kept.ts, slot[slot >= 0], kept.columns)))
             parts[kind] = [(piece, frame) for piece, frame in placed if len(frame)]
@@ -166,10 +218,8 @@ def _jsonl(text: str, path: Path, topology_path: Path | None, health: PipelineHe
             if known(kind, name) >= 0:
                 health.problem("jsonl", reason, count=count)
             else:
-                unknown[(kind, name)] = unknown.get((kind, name), 0) + count
-        for (kind, name), count in unknown.items():
-            shown = raw_entity.get(kind, {}).get(name, repr(name))
-            health.problem("jsonl", f"unknown {kind} entity {shown}", count=count)
+                unknown.add(kind, shown(kind, name), count)
+    unknown.count(health)
     # kinds in the order their first rows came, as when every row was placed as it was read
     ordered = sorted((kind for kind in parts if parts[kind]), key=lambda kind: parts[kind][0][0])
     return topology, [Frame.concat(frame for _, frame in parts[kind]).sorted_by_time() for kind in ordered]
@@ -204,6 +254,8 @@ def command(fmt: str, path: Path, out: Path, host: str | None, at: str | None, i
         raise click.BadParameter(f"{path} is a folder; --format {fmt} reads a file", param_hint="PATH")
     text = path.read_text(encoding=ENCODING, errors="replace") if path.is_file() else ""
     when = _parse_time(at) if at else (capture_collected_at(text) if text else None) or path.stat().st_mtime
+    if fmt in LINE_FED_STAGES:
+        text = _whole_lines(text, LINE_FED_STAGES[fmt], health)
     notes: dict[str, int] = {}
 
     if fmt == "dcgm":

@@ -7,7 +7,7 @@ findings: for each it keeps the first and last telemetry time, a count and the l
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable, Sequence
+from typing import Iterable, Mapping, Sequence
 
 from rich.console import Console
 from rich.markup import escape
@@ -162,9 +162,8 @@ def render_summary(tally: FindingTally, health: PipelineHealth, events: Sequence
                   f"findings: {dict(health.findings)}")
     console.print(f"[dim]times (+h:mm:ss) count from {escape(origin.what)}[/dim]")
     if health.problems:
-        top = sorted(health.problems.items(), key=lambda kv: -kv[1])[:4]
         console.print(f"input problems counted: {health.total_problems():,} ("
-                      + escape(", ".join(f"{stage}/{reason} {n:,}" for (stage, reason), n in top)) + ")")
+                      + escape(_largest_problems(health.problems)) + ")")
     _incidents_table(tally, console, t0, max_rows)
     _predictions_table(tally, console, t0, max_rows)
     if events:
@@ -176,6 +175,23 @@ def render_summary(tally: FindingTally, health: PipelineHealth, events: Sequence
     if anomalies:
         console.print("raw anomalies (entities per field): "
                       + ", ".join(f"{k} {v}" for k, v in sorted(anomalies.items(), key=lambda kv: -kv[1])))
+
+
+PROBLEM_REASONS_SHOWN = 4
+"""Problem reasons the summary's one line names, the largest first."""
+
+
+def _largest_problems(problems: Mapping[tuple[str, str], int]) -> str:
+    """``stage/reason count, ...`` for the largest reasons, and how many more there are with their
+    count, so that the numbers listed add up to the total printed before them. A single one left
+    over is named: it takes the room of the words that would count it."""
+    ordered = sorted(problems.items(), key=lambda kv: -kv[1])
+    shown = ordered if len(ordered) <= PROBLEM_REASONS_SHOWN + 1 else ordered[:PROBLEM_REASONS_SHOWN]
+    listed = [f"{stage}/{reason} {n:,}" for (stage, reason), n in shown]
+    rest = ordered[len(shown):]
+    if rest:
+        listed.append(f"and {len(rest)} other reasons {sum(n for _, n in rest):,}")
+    return ", ".join(listed)
 
 
 def _incidents_table(tally: FindingTally, console: Console, t0: float, max_rows: int) -> None:
