@@ -104,6 +104,9 @@ def command(ctx: click.Context, recording: str, sets: str, report_dir: str, mode
                 progress=lambda done, total: bar.update(task, completed=done), telemetry=fed)
         except RecordingError as exc:  # a damaged file found while reading
             raise click.ClickException(str(exc)) from None
+    if not result.samples:
+        # a report of nothing (every figure empty, exit 0) read as "evaluated, predicted nothing"
+        raise click.ClickException(no_samples_message(recording, fed, result))
     report = evaluation.score(result, kinds)
     report["meta"]["params"] = detector_params
     if "sklearn" in chosen:
@@ -127,6 +130,18 @@ def command(ctx: click.Context, recording: str, sets: str, report_dir: str, mode
                       if "by_onset" in v else {})
                    for k, v in per.items()} for s, per in report["detectors"].items()}
     click.echo(json.dumps({"report": str(Path(path)), "detectors": summary} | sections, separators=(",", ":")))
+
+
+def no_samples_message(recording: str, fed: list[str] | None, result: evaluation.RunResult) -> str:
+    """Why a run saw no sample: the recording holds none (of the kinds fed), or the input guard set
+    every row aside."""
+    if result.health.problems:
+        reasons = ", ".join(f"{reason} ({n:,})" for (_, reason), n in sorted(result.health.problems.items()))
+        why = f"the input guard let no row through ({reasons})"
+    else:
+        why = ("the recording holds no samples" + (f" of the kinds fed ({', '.join(fed)})" if fed is not None else "")
+               + " (a recorder stopped before it closed its first part leaves such a recording)")
+    return f"{recording}: nothing to evaluate — {why}; no report written"
 
 
 def leave_out_unpredicted(report: dict[str, Any], kinds: list[str], model_events: list[str]) -> list[str]:

@@ -9,6 +9,7 @@ import click
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+from foreshock.detectors.baselines import learnable_events
 from foreshock.detectors.evaluation import EVENT_KINDS
 from foreshock.detectors.train import train_and_save
 from foreshock.recording import RecordingError
@@ -21,7 +22,8 @@ from .common import create_folder
 @click.option("--out", "out_path", required=True, type=click.Path(dir_okay=False),
               help="Model file to write (a skops archive with the feature list and version).")
 @click.option("--events", default="thermal_throttle,power_cap", show_default=True,
-              help=f"Events to learn, one classifier each ({', '.join(EVENT_KINDS)}).")
+              help=f"Events to learn, one classifier each ({', '.join(learnable_events())}: a GPU's events; "
+                   "the classifiers read GPU telemetry).")
 @click.option("--negatives", default=0.05, show_default=True, type=click.FloatRange(0.0, 1.0, min_open=True),
               help="Share of negative samples kept.")
 @click.option("--seed", default=0, show_default=True, type=int,
@@ -29,8 +31,17 @@ from .common import create_folder
 def command(recordings: tuple[str, ...], out_path: str, events: str, negatives: float, seed: int) -> None:
     """Train "EVENT within its horizon" classifiers on RECORDINGS (use seeds you do not evaluate on)."""
     chosen = [e.strip() for e in events.split(",") if e.strip()]
+    learnable = learnable_events()
     if not chosen:  # a model of no classifiers, which evaluate would refuse
-        raise click.UsageError(f"--events names no event to learn ({events!r}); known: {', '.join(EVENT_KINDS)}")
+        raise click.UsageError(f"--events names no event to learn ({events!r}); known: {', '.join(learnable)}")
+    unknown = [e for e in chosen if e not in EVENT_KINDS]
+    if unknown:
+        raise click.UsageError(f"--events: unknown events {unknown}; known: {', '.join(learnable)}")
+    # a link's event (link_down) has no GPU feature row to be labelled on: refused here, not mid-run
+    not_gpu = [e for e in chosen if e not in learnable]
+    if not_gpu:
+        raise click.UsageError(f"--events: cannot learn {', '.join(not_gpu)} (not a GPU's event); the classifiers "
+                               f"read GPU telemetry and learn a GPU's events: {', '.join(learnable)}")
     create_folder(Path(out_path).parent, "the folder")  # for the model
     console = Console(stderr=True)
     with Progress(TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(), console=console,

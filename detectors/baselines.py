@@ -15,8 +15,9 @@ The feature stream (:data:`FEATURES`, :func:`feature_kernel`) is shared by all t
 training, so a model sees at run time exactly the features it was trained on.
 
 Model files are skops archives loaded with an explicit list of trusted types: loading never
-runs code from the file. A file holding anything else, a different feature list or another
-format version is refused with :class:`ModelFileError`.
+runs code from the file. A file holding anything else, a different feature list, another
+format version, a classifier for an event that is not a GPU's (:func:`learnable_events`) or
+classifiers of another scikit-learn version is refused with :class:`ModelFileError`.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import copy
 import io
 import math
 import json
+import warnings
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -568,6 +570,25 @@ class ModelFileError(ValueError):
     """A model file is unreadable, holds untrusted types, or does not match this foreshock."""
 
 
+def learnable_events() -> tuple[str, ...]:
+    """The event kinds a classifier of the per-GPU feature stream can learn and predict: the scored
+    kinds (:data:`foreshock.detectors.evaluation.EVENT_KINDS`) of GPU entities. A link's or an
+    optic's event has no GPU feature row to be labelled on."""
+    from .evaluation import EVENT_KINDS  # (the evaluation harness imports this module)
+
+    return tuple(name for name, kind in EVENT_KINDS.items() if kind.entity_kind == "gpu")
+
+
+def _version_refusal(path: Path, trained_with: Any) -> ModelFileError:
+    """scikit-learn does not support loading an estimator saved by another version (its
+    ``InconsistentVersionWarning``): the trees may be read differently, or not at all."""
+    import sklearn
+
+    shown = trained_with if type(trained_with) is str and len(trained_with) <= 40 else _shown(trained_with)
+    return ModelFileError(f"{path}: trained with scikit-learn {shown}, this is {sklearn.__version__}; "
+                          "retrain with `foreshock train`")
+
+
 def save_model(path: str | Path, models: dict[str, dict[str, Any]], meta: dict[str, Any] | None = None) -> Path:
     """Write ``{event: {"model", "horizon_s", "threshold"}}`` with the feature list and version."""
     import skops.io as sio
@@ -635,8 +656,16 @@ def _parsed_model(path: Path, data: bytes) -> Any:
     if refused:
         raise ModelFileError(f"{path}: refused — the file asks to load untrusted types {refused}; "
                              "it was not written by `foreshock train` or has been tampered with")
+    from sklearn.exceptions import InconsistentVersionWarning
+
     try:
-        doc = sio.loads(data, trusted=list(TRUSTED_TYPES))
+        # an estimator saved by another scikit-learn only warns as it is unpacked: refused here, so
+        # that a file with no (or a false) version in its meta is caught too
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", InconsistentVersionWarning)
+            doc = sio.loads(data, trusted=list(TRUSTED_TYPES))
+    except InconsistentVersionWarning as exc:
+        raise _version_refusal(path, exc.original_sklearn_version) from None
     except UntrustedTypesFoundException as exc:
         raise ModelFileError(f"{path}: refused — untrusted types ({exc})") from None
     except Exception as exc:
@@ -703,13 +732,17 @@ def _check_document(path: Path, doc: Any) -> None:
     if "meta" in doc and type(doc["meta"]) is not str:
         raise ModelFileError(f"{path}: its meta is a {type(doc['meta']).__name__}, not the JSON text `foreshock "
                              "train` writes")
+    _check_sklearn_version(path, doc.get("meta"))
     events = doc.get("events")
     if type(events) is not dict or not events:
         raise ModelFileError(f"{path}: holds no models")
+    learnable = learnable_events()
     for event, entry in events.items():
-        if type(event) is not str or event not in EVENT_KINDS:
-            raise ModelFileError(f"{path}: holds a classifier for {_shown(event)}, not an event kind this "
-                                 f"foreshock scores ({', '.join(sorted(EVENT_KINDS))})")
+        if type(event) is not str or event not in learnable:
+            what = ("an event of a " + EVENT_KINDS[event].entity_kind + ", not a GPU's"
+                    if type(event) is str and event in EVENT_KINDS else "not an event kind this foreshock scores")
+            raise ModelFileError(f"{path}: holds a classifier for {_shown(event)}, {what}; a model predicts "
+                                 f"{', '.join(learnable)}")
         if type(entry) is not dict or "model" not in entry:
             raise ModelFileError(f"{path}: entry {event!r} holds no classifier")
         extra = set(entry) - ENTRY_KEYS
@@ -725,6 +758,22 @@ def _check_document(path: Path, doc: Any) -> None:
             raise ModelFileError(f"{path}: entry {event!r} has horizon {_shown(horizon)} s, "
                                  "not a finite number of seconds above 0")
         _check_classifier(path, event, entry["model"])
+
+
+def _check_sklearn_version(path: Path, meta: Any) -> None:
+    """:class:`ModelFileError` when the meta ``foreshock train`` wrote names another scikit-learn than
+    this one. (A meta that is not that JSON object says nothing here: the classifiers' own versions
+    are checked as they are unpacked, :func:`_parsed_model`.)"""
+    import sklearn
+
+    try:
+        info = json.loads(meta) if type(meta) is str else None
+    except ValueError:
+        return
+    if type(info) is not dict or "sklearn" not in info:
+        return
+    if type(info["sklearn"]) is not str or info["sklearn"] != sklearn.__version__:
+        raise _version_refusal(path, info["sklearn"])
 
 
 def _is_number(value: Any) -> bool:

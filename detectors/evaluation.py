@@ -5,13 +5,22 @@ within its horizon, and its lead time is how early it came. Concretely, per *eve
 (:data:`EVENT_KINDS`, the extension point — later issues add ``link_down``, ``congestion``):
 
 - **Episodes**: the kind's start events per entity; a start within ``merge_gap_s`` of the
-  previous episode's end continues it (a throttle that releases for a moment is one episode).
-  Each episode keeps its fault type (``none`` for consequences without a fault, such as the
-  power cap under full load). A kind with no end event (``end_type`` None) has instants: each
+  previous episode's end continues it (a throttle that releases for a moment is one episode),
+  unless it names a fault (``fault_id``) other than that episode's: then it starts an episode of
+  its own (until 2026-12-02 a PSU failure's power cap 90 s after a fault-free one let go merged
+  into it, and was scored as that one: fault-free, and inside the warm-up). Each episode keeps
+  its fault type (``none`` for consequences without a fault, such as the power cap under full
+  load). A kind with no end event (``end_type`` None) has instants: each
   ends where it starts, so only instants within ``merge_gap_s`` of each other are one episode
   (until 2026-12-02 an instant never ended, and all of an entity's merged into one episode).
 - **Alarms**: a detector's prediction for an entity is active from its first ``active=True``
   until its withdrawal (``active=False``) or the end of the recording; refreshes are part of it.
+- **Ground truth** (:func:`read_ground_truth`): an event naming an entity the topology lacks
+  (``node99/gpu0`` in a smaller cluster) is set aside, counted in the report's meta
+  (``events_unknown_entity``) and logged: no detector can predict it (until 2026-12-02 it ended
+  the run with a ``KeyError``, or counted as a missed episode). A recording without
+  ``events.jsonl`` (a real capture) is scored as one where nothing happened — every alarm a false
+  one — with meta ``ground_truth: false`` and a warning.
 - **Warm-up**: episodes that start within ``warmup_s`` of the recording's first sample are not
   scored (under way before the detectors saw the entity, or too early to predict).
 - **Recall**: an alarm's claim is about the first episode of its entity that starts after the
@@ -101,6 +110,7 @@ compared side by side: ``foreshock`` (the default bank) and the baselines.
 from __future__ import annotations
 
 import json
+import logging
 import math
 import time
 from dataclasses import dataclass, field
@@ -116,7 +126,7 @@ from foreshock.findings import Finding, Prediction
 from foreshock.frames import Frame
 from foreshock.guard import InputGuard
 from foreshock.health import PipelineHealth
-from foreshock.recording import Recording
+from foreshock.recording import EVENTS_FILE, Recording
 from foreshock.topology import Topology
 
 from .alarm import prediction_spans
@@ -170,6 +180,8 @@ DETECTOR_SETS: dict[str, tuple[str, ...] | None] = {
     "threshold": ("threshold",),
 }
 """Detector sets compared side by side: name -> registry names of the detectors in the set."""
+
+log = logging.getLogger("foreshock.evaluation")
 
 SectionScorer = Callable[["RunResult"], dict[str, Any]]
 SECTION_SCORERS: dict[str, SectionScorer] = {}
@@ -346,6 +358,56 @@ def capped_seconds(tel: OnsetTelemetry, slot: np.ndarray, onset: np.ndarray, end
     return out
 
 
+# ---- ground truth -------------------------------------------------------------------------
+@dataclass
+class GroundTruth:
+    """A recording's ground-truth events as scoring and training read them."""
+
+    events: list[Event]  # every event whose entity the topology knows (or whose kind it does not index)
+    unknown_entity: list[Event]  # set aside: naming an entity the topology lacks
+    present: bool  # the recording has an events file (a real capture may have none)
+
+
+UNKNOWN_SHOWN = 3
+"""Events named in the warning about events of unknown entities (the rest counted)."""
+
+
+def read_ground_truth(recording: Recording, warn: bool = True) -> GroundTruth:
+    """``recording``'s events (``events.jsonl``) less those naming an entity its topology lacks: no
+    detector can predict one (it has no slot to be predicted on), and every reader of the events
+    looked its name up. The one place such events are dropped, for scoring (:func:`run_recording`,
+    :func:`pick_trace_gpus`) and training (:func:`foreshock.detectors.train.build_dataset`).
+    Entities of a kind the topology does not index (none in the simulator's events) are kept: no
+    reader looks them up. With ``warn``, a warning names a few events set aside, and says so when
+    the recording has no events file (every alarm then counts as a false one)."""
+    events = recording.events()
+    present = (recording.path / EVENTS_FILE).is_file()
+    topo = recording.topology
+    resolve = topo.slots_resolver()
+    named = {"loop": set(topo.loops), "cooling_loop": set(topo.loops), "switch": set(topo.switches)}
+
+    def unknown(ev: Event) -> bool:
+        if ev.entity_kind in ENTITY_KINDS:
+            return resolve(ev.entity_kind, ev.entity) < 0
+        return ev.entity_kind in named and ev.entity not in named[ev.entity_kind]
+
+    known: list[Event] = []
+    lacking: list[Event] = []
+    for ev in events:
+        (lacking if unknown(ev) else known).append(ev)
+    truth = GroundTruth(known, lacking, present)
+    if warn:
+        if lacking:
+            shown = ", ".join(f"{ev.type} of {ev.entity_kind} {ev.entity!r}" for ev in lacking[:UNKNOWN_SHOWN])
+            more = f" and {len(lacking) - UNKNOWN_SHOWN} more" if len(lacking) > UNKNOWN_SHOWN else ""
+            log.warning("%s: %d ground-truth events name entities its topology lacks, set aside (no detector "
+                        "can predict them): %s%s", recording.path / EVENTS_FILE, len(lacking), shown, more)
+        if not present:
+            log.warning("%s: no ground truth (no %s): scored as if nothing happened, every alarm a false one",
+                        recording.path, EVENTS_FILE)
+    return truth
+
+
 # ---- running ------------------------------------------------------------------------------
 KIND_ORDER = ("rack", "node", "job", "link", "optic", "gpu")
 """Within one window: the environment first, GPUs last (they read their inlet)."""
@@ -376,10 +438,13 @@ class RunResult:
     # run was given), read again from the recording in the windows the detectors saw
     incident_telemetry: tuple[str, ...] = ()
     window_s: float | None = None
+    ground_truth: bool = True  # the recording has an events file (false: nothing happened, as far as it says)
+    events_unknown_entity: int = 0  # ground-truth events set aside: their entity is not in the topology
 
     @property
     def duration_s(self) -> float:
-        return max(self.end - self.start, 0.0)
+        span = self.end - self.start
+        return span if span > 0.0 else 0.0  # (0 for a recording with no samples: NaN start and end)
 
 
 def run_recording(recording: Recording, sets: Sequence[str],
@@ -414,6 +479,7 @@ def run_recording(recording: Recording, sets: Sequence[str],
             for s in sets_of[det.name] if log is not None else ():
                 score_logs[s].append(log)  # type: ignore[arg-type]
     onsets = OnsetTelemetry()
+    truth = read_ground_truth(recording)
     found: dict[str, list[Finding]] = {s: [] for s in sets}
     meta_start, meta_end = recording.meta.get("start"), recording.meta.get("end")
     start = float(meta_start) if meta_start is not None else math.nan
@@ -451,9 +517,9 @@ def run_recording(recording: Recording, sets: Sequence[str],
     incident_fed = tuple(k for k in IncidentEngine.frame_fields if (telemetry is None or k in telemetry)
                          and k in recording.kinds()) if INCIDENT_SET in sets else ()
     fed_kinds = tuple(k for k in ENTITY_KINDS if k in recording.kinds() and (k in fed or k in incident_fed))
-    return RunResult(recording, found, recording.events(), start, end, time.perf_counter() - wall0,
+    return RunResult(recording, found, truth.events, start, end, time.perf_counter() - wall0,
                      samples, traces, health, onsets.finish(), {s: v for s, v in score_logs.items() if v},
-                     fed_kinds, incident_fed, window_s)
+                     fed_kinds, incident_fed, window_s, truth.present, len(truth.unknown_entity))
 
 
 def guarded_updates(recording: Recording, bank: DetectorBank, kinds: Iterable[str], health: PipelineHealth,
@@ -524,7 +590,8 @@ class Episode:
 def episodes(events: Iterable[Event], kind: EventKind) -> list[Episode]:
     """Merge a kind's start/end events into episodes per entity. A kind without an end event
     (``end_type`` None) has instants: each ends where it starts, and instants within
-    ``merge_gap_s`` of each other are one episode ending at the last."""
+    ``merge_gap_s`` of each other are one episode ending at the last. A start naming a fault other
+    than the open episode's (``fault_id``) begins an episode of its own, gap or none."""
     per_entity: dict[str, list[Event]] = {}
     for ev in events:
         if ev.entity_kind == kind.entity_kind and ev.type in (kind.start_type, kind.end_type):
@@ -538,10 +605,16 @@ def episodes(events: Iterable[Event], kind: EventKind) -> list[Episode]:
                 # an instant ends as it starts; a start otherwise leaves its episode open until its end
                 # event (until 2026-12-02 an instant stayed open too, so every later one merged into it)
                 end = ev.time if kind.end_type is None else math.inf
-                if current is not None and (math.isinf(current.end) or ev.time - current.end <= kind.merge_gap_s):
+                # a start naming another fault is that fault's consequence: an episode of its own, even
+                # within the merge gap (merged, it took the earlier one's fault, onset and warm-up)
+                other_fault = current is not None and bool(ev.fault_id) and ev.fault_id != current.fault_id
+                if current is not None and not other_fault and (math.isinf(current.end)
+                                                                or ev.time - current.end <= kind.merge_gap_s):
                     current.end = end  # continues
                     continue
                 if current is not None:
+                    if math.isinf(current.end):  # still open: ends where the next fault's begins
+                        current.end = ev.time
                     out.append(current)
                 current = Episode(entity, ev.time, end, ev.fault_id, ev.fault_type or NO_FAULT)
             elif current is not None and math.isinf(current.end):
@@ -979,6 +1052,8 @@ def score(result: RunResult, kinds: Sequence[str] | None = None, reference: str 
         "recording": str(result.recording.path),
         "gpus": result.recording.topology.size("gpu"),
         "simulated_hours": round(result.duration_s / 3600.0, 3),
+        "ground_truth": result.ground_truth,  # false: no events file, every alarm counted false
+        "events_unknown_entity": result.events_unknown_entity,
         "interval_s": result.recording.interval,
         "seed": result.recording.meta.get("seed"),
         "scenario": result.recording.meta.get("scenario"),
@@ -1075,7 +1150,9 @@ def pick_trace_gpus(recording: Recording, count: int = 4) -> list[int]:
     topo = recording.topology
     picked: list[int] = []
     seen_types: set[str] = set()
-    evs = [e for e in recording.events() if e.entity_kind == "gpu" and e.type.endswith("_start")
+    # (the run reads the ground truth again, and warns about it there)
+    evs = [e for e in read_ground_truth(recording, warn=False).events if e.entity_kind == "gpu"
+           and e.type.endswith("_start")
            and e.type.split("_start")[0] in ("thermal_throttle", "hbm_overheat")]
     for ev in sorted(evs, key=lambda e: e.time):
         key = ev.fault_type or NO_FAULT
@@ -1096,11 +1173,25 @@ def pick_trace_gpus(recording: Recording, count: int = 4) -> list[int]:
 
 # ---- output -------------------------------------------------------------------------------
 def write_report(report: dict[str, Any], out_dir: str | Path) -> Path:
+    """``report.json`` in ``out_dir``: strict JSON, a non-finite number written as null (a bare NaN
+    is not JSON: strict readers, ``jq`` among them, refuse the file)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     path = out / "report.json"
-    path.write_text(json.dumps(report, indent=2, sort_keys=False), encoding="utf-8")
+    path.write_text(json.dumps(finite_or_none(report), indent=2, sort_keys=False, allow_nan=False),
+                    encoding="utf-8")
     return path
+
+
+def finite_or_none(value: Any) -> Any:
+    """``value`` with every NaN or infinite float in it (in dicts, lists and tuples) replaced by None."""
+    if isinstance(value, dict):
+        return {k: finite_or_none(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite_or_none(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
 
 
 def write_plots(result: RunResult, report: dict[str, Any], out_dir: str | Path,

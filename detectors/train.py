@@ -35,8 +35,8 @@ from foreshock.recording import Recording
 from foreshock.topology import Topology
 
 from .bank import DetectorBank
-from .baselines import FEATURES, ScoredBaseline, save_model
-from .evaluation import EVENT_KINDS, episodes, guarded_updates
+from .baselines import FEATURES, ScoredBaseline, learnable_events, save_model
+from .evaluation import EVENT_KINDS, episodes, guarded_updates, read_ground_truth
 
 
 @dataclass
@@ -48,6 +48,8 @@ class Dataset:
     # inverse of the chance it was kept (1 / negative_fraction for a subsampled negative)
     groups: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
     weights: np.ndarray = field(default_factory=lambda: np.empty(0))
+    # ground-truth events set aside, in all the recordings: their entity is not in the topology
+    events_unknown_entity: int = 0
 
     def __len__(self) -> int:
         return len(self.features)
@@ -139,10 +141,13 @@ def build_dataset(paths: Sequence[str | Path], events: Sequence[str], negative_f
     labels: dict[str, list[np.ndarray]] = {e: [] for e in events}
     groups: list[np.ndarray] = []
     weights: list[np.ndarray] = []
+    unknown_entity = 0
     for n, path in enumerate(paths):
         rec = Recording.open(path)
         topo = rec.topology
-        evs = rec.events()
+        truth = read_ground_truth(rec)  # (events of entities the topology lacks set aside, and logged)
+        evs = truth.events
+        unknown_entity += len(truth.unknown_entity)
         start = rec.meta.get("start")
         end = rec.meta.get("end")
         t0 = float(start) if start is not None else 0.0
@@ -176,7 +181,7 @@ def build_dataset(paths: Sequence[str | Path], events: Sequence[str], negative_f
                    {e: np.concatenate(v) if v else np.empty(0) for e, v in labels.items()},
                    [str(p) for p in paths],
                    np.concatenate(groups) if groups else np.empty(0, np.int64),
-                   np.concatenate(weights) if weights else np.empty(0))
+                   np.concatenate(weights) if weights else np.empty(0), unknown_entity)
 
 
 def best_f1_threshold(p: np.ndarray, y: np.ndarray, weights: np.ndarray | None = None) -> float:
@@ -242,13 +247,14 @@ def train(dataset: Dataset, events: Sequence[str], seed: int = 0, max_iter: int 
 def train_and_save(paths: Sequence[str | Path], out: str | Path, events: Sequence[str] = ("thermal_throttle", "power_cap"),
                    negative_fraction: float = 0.05, seed: int = 0,
                    progress: Callable[[str, float], None] | None = None) -> tuple[Path, dict[str, Any]]:
-    unknown = [e for e in events if e not in EVENT_KINDS]
-    if unknown:
-        raise ValueError(f"unknown events {unknown}; known: {sorted(EVENT_KINDS)}")
+    unknown = [e for e in events if e not in learnable_events()]
+    if unknown:  # (a link's event, link_down, has no GPU feature row to be labelled on)
+        raise ValueError(f"cannot learn events {unknown}; a model learns a GPU's events: {list(learnable_events())}")
     data = build_dataset(paths, events, negative_fraction, seed, progress)
     models = train(data, events, seed)
     import sklearn
 
     summary = {e: {k: v for k, v in m.items() if k != "model"} for e, m in models.items()}
-    meta = {"recordings": data.recordings, "sklearn": sklearn.__version__, "seed": seed, "summary": summary}
+    meta = {"recordings": data.recordings, "sklearn": sklearn.__version__, "seed": seed, "summary": summary,
+            "events_unknown_entity": data.events_unknown_entity}
     return save_model(out, models, meta), summary
