@@ -10,10 +10,14 @@ For every fault (its ``fault_onset`` event names the target and the hidden cause
   HBM overheating, XIDs, link downs, congestion). Optics compare as their link.
 
 Incidents (the engine's :class:`~foreshock.findings.Incident` emissions, grouped by id) are
-attributed member by member, by the time the member first appeared in the incident's emissions:
-it goes to the fault with the smallest scope that holds it among those whose window (from 60 s
-before onset to the end of the aftermath) holds that time — a member the incident already held
-for another cause does not credit a fault that began later, nor an ended fault a later one; an
+attributed member by member, by the time the member first appeared in the incident's emissions,
+among the faults whose scope holds it and whose window (from 60 s before onset to the end of the
+aftermath) holds that time — a member the incident already held for another cause does not
+credit a fault that began later. Of those it credits (:func:`_credited`) a fault active then
+over one in its aftermath, then one whose consequences name the member, then the narrowest
+physical scope (a GPU fault over its node's, a node's over its loop's), then the latest onset:
+a loop failing again in the aftermath of its first failure is the second one's doing, and a
+fault's own consequences do not widen its scope against another's. An
 incident *claims* a fault holding at least ``claim_share`` (10 %) of its members
 (and at least one); its **primary** fault is the one holding the most. Then, over the faults
 with at least one consequence:
@@ -34,8 +38,8 @@ with at least one consequence:
 A fault whose entities an incident already holds for an earlier cause (a cooling loop failing a
 second time, a node's fans inside a loop incident) adds no member to it: the engine notes such a
 re-fire in the incident's reason instead, with its time and the root the members that fired
-again point at (``incidents.refire_note``). Each note credits, like a member, the fault with the
-smallest scope holding that root among those whose window holds the emission that first told it;
+again point at (``incidents.refire_note``). Each note credits, as a member does, a fault holding
+that root, by the time of the emission that first told it;
 the fault is then claimed by that incident, its root is the note's, and its onset counts to that
 emission. Notes are the engine saying "a second cause", so they never count as a merge;
 ``refire_credited`` counts the faults only a note credited.
@@ -82,8 +86,12 @@ class FaultTruth:
     onset: float
     end: float
     scope: set[str] = field(default_factory=set)
+    """what it physically reaches, plus every entity its consequence events name"""
     consequences: set[str] = field(default_factory=set)
     jobs: set[str] = field(default_factory=set)
+    physical: set[str] = field(default_factory=set)
+    """what it physically reaches (its target and what the target holds): the scope it is ranked
+    by, the same however many consequences it had"""
 
 
 @dataclass
@@ -128,7 +136,8 @@ def fault_truths(events: Sequence[Event], topology: Topology, duration_of: dict[
         dur = duration_of.get(ev.fault_id, ev.detail.get("duration_s"))
         end = ev.time + float(dur) if isinstance(dur, (int, float)) else math.inf
         ft = FaultTruth(ev.fault_id, ev.fault_type, ev.entity_kind, ev.entity, ev.time, end)
-        ft.scope = _scope(t, ev.entity_kind, ev.entity)
+        ft.physical = _scope(t, ev.entity_kind, ev.entity)
+        ft.scope = set(ft.physical)
         faults[ev.fault_id] = ft
     for ev in events:
         f = faults.get(ev.fault_id)
@@ -201,6 +210,25 @@ def _in_window(fault: FaultTruth, ts: float) -> bool:
     return fault.onset - ONSET_SLACK_S <= ts <= fault.end + AFTERMATH_S
 
 
+def _active(fault: FaultTruth, ts: float) -> bool:
+    """Whether ``fault`` was acting at ``ts`` (not yet repaired; its onset slack included)."""
+    return fault.onset - ONSET_SLACK_S <= ts <= fault.end
+
+
+def _credited(faults: Sequence[FaultTruth], name: str, ts: float) -> FaultTruth | None:
+    """The fault an entity ``name`` that joined an incident (or a re-fire note that named it) at
+    ``ts`` is credited to, among those whose scope holds it and whose window holds ``ts``: one
+    active then over one in its aftermath (the loop failing again, not its first failure still
+    cooling down); then one whose consequences name it (what the simulator blamed); then the
+    narrowest physical scope (a GPU's fault over its node's, over its loop's; consequences
+    widen a scope, so the whole scope would favour the fault that did less); then the latest
+    onset (the newer of two faults on the same target)."""
+    holders = [f for f in faults if name in f.scope and _in_window(f, ts)]
+    if not holders:
+        return None
+    return min(holders, key=lambda f: (not _active(f, ts), name not in f.consequences, len(f.physical), -f.onset))
+
+
 def score_incidents(findings: Sequence[Finding], events: Sequence[Event], topology: Topology,
                     claim_share: float = 0.1, duration_of: dict[str, float] | None = None) -> dict[str, Any]:
     """The ``incidents`` section of ``report.json`` (plus a per-fault table under ``by_fault``)."""
@@ -213,9 +241,8 @@ def score_incidents(findings: Sequence[Finding], events: Sequence[Event], topolo
     for tr in tracks:
         counts: dict[str, int] = {}
         for m in tr.members:
-            holders = [f for f in faults if m in f.scope and _in_window(f, tr.joined[m])]
-            if holders:
-                best = min(holders, key=lambda f: (len(f.scope), f.onset))
+            best = _credited(faults, m, tr.joined[m])
+            if best is not None:
                 counts[best.fault_id] = counts.get(best.fault_id, 0) + 1
         need = max(1, claim_share * len(tr.members))
         claims[tr.incident_id] = {fid: n for fid, n in counts.items() if n >= need}
@@ -307,15 +334,13 @@ def _noted_faults(tracks: Sequence[IncidentTrack], faults: Sequence[FaultTruth],
                   topology: Topology) -> dict[str, dict[str, tuple[float, str, str, str]]]:
     """Per incident, the faults its re-fire notes credit: fault id -> (when the note was first
     told, its root kind, root entity, hint) — the earliest note for that fault. A note goes, as a
-    member does, to the smallest-scope fault holding its root whose window holds that time."""
+    member does, to the fault :func:`_credited` names for its root at that time."""
     noted: dict[str, dict[str, tuple[float, str, str, str]]] = {}
     for tr in tracks:
         for (_, kind, entity), (ts, hint) in tr.refires.items():
-            name = _norm(topology, entity)
-            holders = [f for f in faults if name in f.scope and _in_window(f, ts)]
-            if not holders:
+            best = _credited(faults, _norm(topology, entity), ts)
+            if best is None:
                 continue
-            best = min(holders, key=lambda f: (len(f.scope), f.onset))
             mine = noted.setdefault(tr.incident_id, {})
             if best.fault_id not in mine or ts < mine[best.fault_id][0]:
                 mine[best.fault_id] = (ts, kind, entity, hint)

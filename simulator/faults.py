@@ -5,7 +5,8 @@ they arrive), a type, a target entity, an onset and an optional duration (time t
 parameters. While active it modifies the model's hidden inputs; ground truth attributes every
 consequence to the fault that caused it, for ``AFTERMATH_S`` (15 min) after a repair too.
 Whatever the fault, a die that reaches 92 °C shuts down (XID 79, "thermal shutdown") and
-stops its job until it has cooled and its cause is repaired.
+stops its job until it has cooled and the latest fault to act on it is repaired (blame, where
+faults overlap, goes to the narrowest: ``engine.BLAME_WIDTH``).
 
 | type | target | what it does (parameters, defaults) |
 | --- | --- | --- |
@@ -31,6 +32,7 @@ random faults.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -118,14 +120,49 @@ def check_fault_type(name: str) -> str:
     return key
 
 
+FRACTION = (0.0, 1.0, True)
+AT_LEAST_0 = (0.0, math.inf, True)
+ABOVE_0 = (0.0, math.inf, False)
+AT_LEAST_1 = (1.0, math.inf, True)
+PARAM_RANGES: dict[str, dict[str, tuple[float, float, bool]]] = {
+    "cooling_loss": {"flow_fraction": FRACTION, "ramp_s": AT_LEAST_0},
+    "tim_degradation": {"r_per_hour": AT_LEAST_0, "max_factor": AT_LEAST_1},
+    "fan_failure": {"fans_failed": FRACTION, "r_increase": AT_LEAST_0, "ramp_s": AT_LEAST_0},
+    "psu_failure": {"brake_s": AT_LEAST_0, "derated_limit_w": ABOVE_0},
+    "optic_degradation": {"initial_db": AT_LEAST_0, "db_per_hour": AT_LEAST_0},
+    "hbm_overheat": {"r_per_hour": AT_LEAST_0, "max_factor": AT_LEAST_1, "dbe_after_s": AT_LEAST_0,
+                     "dbe_every_s": ABOVE_0},
+    "xid79": {},
+    "gpu_replacement": {},
+}
+"""Per fault type, each parameter's (low, high, low end allowed): a finite value inside. A flow or
+fan fraction outside [0, 1] (or NaN, which compares false with everything the model does with
+it) left the physics untouched while the ground truth recorded the fault; a resistance factor
+under 1 would cool the GPU it is meant to heat; a DBE every 0 s repeats at every physics step."""
+
+
 def check_params(fault_type: str, params: dict[str, Any]) -> dict[str, float]:
+    """The scenario's parameters of a ``fault_type`` fault as floats; ``ValueError`` naming the
+    parameter for an unknown one, a non-number, a NaN or infinity, or a value out of its range."""
     unknown = sorted(set(params) - set(DEFAULT_PARAMS[fault_type]))
     if unknown:
-        raise ValueError(f"{fault_type}: unknown parameters {unknown}; known: {sorted(DEFAULT_PARAMS[fault_type])}")
-    try:
-        return {k: float(v) for k, v in params.items()}
-    except (TypeError, ValueError):
-        raise ValueError(f"{fault_type}: parameters must be numbers, got {params}") from None
+        raise ValueError(f"unknown parameters {unknown}; known: {sorted(DEFAULT_PARAMS[fault_type])}")
+    checked: dict[str, float] = {}
+    for name, raw in params.items():
+        if isinstance(raw, bool):  # (YAML's true is no 1.0)
+            raise ValueError(f"parameter {name} must be a number, got {raw!r}")
+        try:
+            value = float(raw)
+        except (TypeError, ValueError):
+            raise ValueError(f"parameter {name} must be a number, got {raw!r}") from None
+        low, high, low_allowed = PARAM_RANGES[fault_type][name]
+        inside = (low <= value if low_allowed else low < value) and value <= high
+        if not (math.isfinite(value) and inside):
+            bound = (f"within [{low:g}, {high:g}]" if math.isfinite(high)
+                     else f"{'at least' if low_allowed else 'more than'} {low:g}")
+            raise ValueError(f"parameter {name} must be a finite number {bound}, got {raw!r}")
+        checked[name] = value
+    return checked
 
 
 def random_fault_rate_per_s(n_nodes: int, acceleration: float = RANDOM_FAULT_ACCELERATION) -> float:

@@ -106,6 +106,9 @@ def scenario_from_dict(data: Any, source: str = "scenario") -> Scenario:
             raise ScenarioError(f"{where}: unknown keys {extra}")
         try:
             ftype = check_fault_type(str(f["type"]))
+            where = f"{where} ({ftype})"
+            if not isinstance(f.get("params") or {}, dict):
+                raise ValueError(f"'params' must be a mapping, not {f.get('params')!r}")
             params = check_params(ftype, dict(f.get("params") or {}))
             onset = _time_value(f.get("onset", 0.0), "onset")
             duration = f.get("duration", DEFAULT_DURATION_S.get(ftype))
@@ -151,20 +154,32 @@ def _check_defaults(defaults: dict[str, Any]) -> None:
 
 
 def _time_value(value: Any, what: str) -> float | str:
+    """A fault's ``onset`` (finite, 0 or more) or ``duration`` (finite, more than 0: a repair that
+    takes no time is no fault, and "never" is null), in seconds or "N%" of the run. A NaN or
+    infinite onset never came (the fault silently did not happen); a NaN duration wrote the
+    fault's onset and its XID but ended it before it acted."""
+    positive = what == "duration"
     if isinstance(value, str) and value.strip().endswith("%"):
         try:
             pct = float(value.strip()[:-1])
         except ValueError:
             raise ValueError(f"{what} {value!r} is not a percentage") from None
-        if not 0.0 <= pct <= 1000.0:
-            raise ValueError(f"{what} {value!r} out of range")
+        if not ((0.0 < pct if positive else 0.0 <= pct) and pct <= 1000.0):
+            raise ValueError(f"{what} {value!r} out of range ({'above 0' if positive else '0'}% to 1000%)")
         return f"{pct}%"
+    if isinstance(value, bool):  # (YAML's true is no 1 s)
+        raise ValueError(f"{what} must be seconds or 'N%', got {value!r}")
     try:
         seconds = float(value)
     except (TypeError, ValueError):
         raise ValueError(f"{what} must be seconds or 'N%', got {value!r}") from None
+    if not math.isfinite(seconds):
+        never = " (a fault that is never repaired has duration: null)" if positive else ""
+        raise ValueError(f"{what} must be a finite number of seconds, got {value!r}{never}")
+    if positive and seconds <= 0:
+        raise ValueError(f"{what} must be more than 0 seconds, got {value!r}")
     if seconds < 0:
-        raise ValueError(f"{what} must not be negative")
+        raise ValueError(f"{what} must not be negative, got {value!r}")
     return seconds
 
 
