@@ -5,8 +5,7 @@ they arrive), a type, a target entity, an onset and an optional duration (time t
 parameters. While active it modifies the model's hidden inputs; ground truth attributes every
 consequence to the fault that caused it, for ``AFTERMATH_S`` (15 min) after a repair too.
 Whatever the fault, a die that reaches 92 °C shuts down (XID 79, "thermal shutdown") and
-stops its job until it has cooled and the latest fault to act on it is repaired (blame, where
-faults overlap, goes to the narrowest: ``engine.BLAME_WIDTH``).
+stops its job until it has cooled and its cause is repaired.
 
 | type | target | what it does (parameters, defaults) |
 | --- | --- | --- |
