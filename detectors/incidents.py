@@ -10,8 +10,14 @@ incident per cause**, updated as it grows:
   link whose traffic it carries, a link-down prediction the optic that fails); an incident
   whose root domain contains the entity; or, for a finding that can open one, an incident that
   shares a failure domain with it (node, rack, cooling loop, PDU, leaf) and is still growing —
-  when together they are enough evidence for that domain (:data:`SUPPORT`). Otherwise it opens
-  a new incident. Incidents that turn out to share a domain are merged (the oldest id stays).
+  when together they are enough evidence for that domain (:data:`SUPPORT`) and, ranked
+  together, root there or above (a node's fans and a hot GPU on the next node are enough GPUs
+  for the rack, but the node explains nearly all of it). Otherwise it opens a new incident.
+  Incidents that turn out to share a domain the same way are merged (the oldest id stays), and
+  so are fabric incidents of links failing together on most of a node's or a leaf's links (a
+  leaf switch dying: one incident, rooted at the leaf). Members left outside a root that
+  narrowed as the evidence grew (three GPUs of two nodes ranked at their rack, then the rest
+  of one node heating) go to an incident of their own.
   Independent causes stay apart: a finding of another kind on an entity already in an incident
   (a GPU of an overheating loop that falls off the bus) starts its own unless it is a known
   consequence (XID 48 after HBM heat); a loop or rack incident that stopped spreading more than
@@ -123,6 +129,10 @@ HINTS = {
     (FABRIC, OPTIC): "optic_degradation", (FABRIC, LINK): "link_failure", (FABRIC, NODE): "nic_congestion",
     (FABRIC, LEAF): "leaf_congestion", (JOBF, JOB): "job_slowdown",
 }
+
+MAX_SPLIT_DEPTH = 8
+"""Splits (:meth:`IncidentEngine._split_off_outsiders`) under way at once, at most: what one splits
+off is ranked, and may be split again; past this depth it keeps its outsiders, as before splits."""
 
 MAX_BURSTS = 4
 """Re-fires an incident keeps (and names in its reason): the latest ones."""
@@ -295,8 +305,12 @@ class IncidentEngine:
         self.keep_resolved, self.max_live, self.max_predicted = keep_resolved, max_live, max_predicted
         self.tick_s, self.max_external_queue = tick_s, max_external_queue
         self.max_external_ahead_s = max_external_ahead_s
-        self.latest_now = -math.inf  # the latest telemetry time observed (not saved: relearnt at once)
+        self.latest_now = -math.inf  # the latest telemetry time observed (how far ahead an external event may be)
         self.dom = Domains(topology)
+        # links per node (its NICs) and per leaf (its ports): a node or leaf is the root of links
+        # down only when most of its own are (_rank_fabric)
+        self._node_links = np.bincount(self.dom.link_node[self.dom.link_node >= 0], minlength=len(topology.nodes))
+        self._leaf_links = np.bincount(self.dom.link_leaf[self.dom.link_leaf >= 0], minlength=len(topology.switches))
         # entity -> incident serial (-1 none), by member level; the only per-entity state
         self.s_member_of = {MEMBER_LEVEL[k]: np.full(n, -1, dtype=np.int64) for k, n in self.dom.sizes.items()}
         # optional telemetry (observe_frame): headroom for the predicted spread, measured step times
@@ -314,6 +328,11 @@ class IncidentEngine:
         self._parked: dict[Hashable, list[tuple[int, list[Any], bool]]] = {}
         self.next_serial = 1
         self.last_tick = -math.inf
+        # job evidence of every live incident, per job (_job_claims), while nothing it reads changes
+        self._generation = 0
+        self._splitting = 0  # splits under way (one ranks what it split off, which may split it)
+        self._claims: dict[int, list[tuple[tuple[float, int], int]]] | None = None
+        self._claims_at = (math.nan, -1)
         self.stats = {"findings": 0, "attached": 0, "consequences": 0, "unattached": 0, "incidents": 0,
                       "unconfirmed": 0, "merged": 0, "external": 0, "evicted": 0}
 
@@ -323,6 +342,7 @@ class IncidentEngine:
         out: list[Finding] = []
         took = False
         self.latest_now = max(self.latest_now, now)
+        self._changed()
         if self._external and self._external[0][0] <= now:
             took = self._drain_external(now) or took
         for f in findings:
@@ -367,6 +387,7 @@ class IncidentEngine:
         times. Used only for ranking the predicted spread, measuring job slowdown and knowing
         that a GPU off the bus is still silent."""
         self.tel.observe(frame)
+        self._changed()
 
     def _drain_external(self, now: float) -> bool:
         took = False
@@ -584,12 +605,22 @@ class IncidentEngine:
         if ev.ts - inc.last_growth_ts > self.coherence_s:
             return False
         under = [m for m in inc.members.values() if a in m.anc]
-        return _supported(self.dom, level, under, [(ev.kind, ev.slot)])
+        if not _supported(self.dom, level, under, [(ev.kind, ev.slot)]):
+            return False
+        # enough evidence for the domain is not enough: the incident with the finding must then
+        # be the domain's (or a coarser one's). A node's fans and a hot GPU on the next node are
+        # enough GPUs for the rack, yet the node explains nearly all of it and stays the root:
+        # joined, the GPU was a member of the node's incident ("9 of 8 GPUs of node6")
+        probe = _Member(key(MEMBER_LEVEL[ev.kind], ev.slot), ev.kind, ev.slot,
+                        self.dom.ancestors(ev.kind, ev.slot), ev.ts)
+        probe.signals = {ev.sig.name: 1}
+        return self._roots_at_or_above(inc.family, a, [*inc.members.values(), probe])
 
     def _consequence(self, ev: _Evidence) -> bool:
         """A job's step time, or a GPU lagging its job peers, where nothing else explains it: count
         it in the live incident touching the same job (its slowest member sets everyone's pace).
         Other symptoms (a routine power cap elsewhere in the job) are not that incident's doing."""
+        self._changed()
         job = -1
         if ev.kind == "job":
             job = ev.slot
@@ -627,6 +658,7 @@ class IncidentEngine:
             self._evicted += done
 
     def _attach(self, inc: _Incident, ev: _Evidence) -> None:
+        self._changed()
         mkey = key(MEMBER_LEVEL[ev.kind], ev.slot)
         m = inc.members.get(mkey)
         new = m is None
@@ -692,6 +724,7 @@ class IncidentEngine:
         return inc
 
     def _add_member(self, inc: _Incident, kind: str, slot: int, ts: float) -> _Member:
+        self._changed()
         level = MEMBER_LEVEL[kind]
         anc = self.dom.ancestors(kind, slot)
         m = _Member(key(level, slot), kind, slot, anc, ts)
@@ -732,6 +765,7 @@ class IncidentEngine:
         """A prediction withdrawn: the member stays, its prediction is no longer active. Counted in
         the incident that held the prediction, and like the finding it withdraws: a symptom's (a
         routine power cap predicted and withdrawn all day) does not keep the incident open."""
+        self._changed()
         serial = int(self.s_member_of[MEMBER_LEVEL[ev.kind]][ev.slot])
         inc = self._incidents.get(serial) if serial >= 0 else None
         m = inc.members.get(key(MEMBER_LEVEL[ev.kind], ev.slot)) if inc is not None and inc.live else None
@@ -747,6 +781,7 @@ class IncidentEngine:
         self.stats["attached"] += 1
 
     def _reopen(self, inc: _Incident, ts: float) -> None:
+        self._changed()
         # a cause that is still there but speaks less often than quiet_s (a double-bit ECC error
         # every half hour on a GPU left in service) had its incident announced resolved and open
         # again all day: once it reopens, it stays open through one and a half of the longest
@@ -775,6 +810,8 @@ class IncidentEngine:
             level = level_of(a)
             if level not in LADDER[fam] or a == mkey:
                 continue
+            if fam == FABRIC and level in (NODE, LEAF) and self._merge_failing_domain(inc, a):
+                return
             others = []
             for serial in self._index.get(a, {}):
                 other = self._incidents[serial]
@@ -790,13 +827,55 @@ class IncidentEngine:
                     others.append(other)
             if not others:
                 continue
+            group = sorted([inc, *others], key=lambda i: (not i.emits, i.serial))
             if fam != FABRIC:
-                under = [m for i in [inc, *others] for m in i.members.values() if a in m.anc]
+                under = [m for i in group for m in i.members.values() if a in m.anc]
                 if not _supported(self.dom, level, under, []):
                     continue
-            group = sorted([inc, *others], key=lambda i: (not i.emits, i.serial))
+                # and merged they must rank at the shared domain or above it: otherwise one of
+                # them explains nearly all of it, and the others are causes of their own
+                if not self._roots_at_or_above(fam, a, _merged_members(self, group)):
+                    continue
             self._absorb(group[0], group[1:])
             return
+
+    def _merge_failing_domain(self, inc: _Incident, a: int) -> bool:
+        """A leaf switch that dies takes all its ports down at once, a node that loses its NICs all
+        of its links: each link opened an incident of its own, and the leaf or node was never
+        named. Fabric incidents with links down or erroring under node or leaf ``a``, their links
+        failing within ``coherence_s`` of ``inc``'s, are merged when together they rank at ``a``:
+        most of its links (:meth:`_rank_fabric`). Two unrelated links failing on one leaf are two
+        causes."""
+        if not any(a in m.anc and _down(m) for m in inc.members.values()):
+            return False
+        group = [inc]
+        for serial in self._index.get(a, {}):
+            other = self._incidents[serial]
+            if (other is inc or not other.live or other.family != FABRIC
+                    or abs(other.last_growth_ts - inc.last_growth_ts) > self.coherence_s):
+                continue
+            if any(a in m.anc and _down(m) for m in other.members.values()):
+                group.append(other)
+        if len(group) < 2:
+            return False
+        down = len({m.key for i in group for m in i.members.values() if a in m.anc and _down(m)})
+        if 2 * down <= self._links_of(a):
+            return False  # (the ranking's test, before ranking: most of the links are not down)
+        group.sort(key=lambda i: (not i.emits, i.serial))
+        if self._rank_fabric(_merged_members(self, group)) != a:
+            return False
+        self._absorb(group[0], group[1:])
+        return True
+
+    def _links_of(self, a: int) -> int:
+        """How many links node or leaf ``a`` has (a node its NIC links; a leaf its ports: the NIC
+        links plugged into it and its uplinks)."""
+        counts = self._node_links if level_of(a) == NODE else self._leaf_links
+        return int(counts[slot_of(a)])
+
+    def _roots_at_or_above(self, fam: str, a: int, members: Sequence[_Member]) -> bool:
+        """Whether ``members`` (evidence of family ``fam``) rank at domain ``a`` or one holding it."""
+        return self._rank_members(fam, members) in self._holding(a)
 
     def _fabric_related(self, a_inc: _Incident, b_inc: _Incident, a: int) -> bool:
         """Two fabric incidents belong together when one holds a failing link in the shared domain
@@ -817,6 +896,7 @@ class IncidentEngine:
             survivor.state = GROWING
 
     def _merge(self, survivor: _Incident, victim: _Incident) -> None:
+        self._changed()
         added = False
         for mkey, m in list(victim.members.items()):
             level, s = level_of(mkey), slot_of(mkey)
@@ -900,6 +980,7 @@ class IncidentEngine:
         and a rack-wide one inside a live loop incident is that loop's doing."""
         if not self._find_root(inc):
             return
+        self._split_off_outsiders(inc)
         root, fam = inc.root, inc.family
         roots = [root] + ([key(LOOP, self.dom.rack_loop[slot_of(root)])] if level_of(root) == RACK else [])
         twins = [self._incidents[s] for r in roots for s in self._rooted.get(r, ()) if s != inc.serial
@@ -907,6 +988,75 @@ class IncidentEngine:
         if twins:
             group = sorted([inc, *twins], key=lambda i: (not i.emits, i.serial))
             self._absorb(group[0], group[1:])
+
+    def _split_off_outsiders(self, inc: _Incident) -> None:
+        """Members ``inc`` holds outside a root that explains ``cover`` of its evidence go to an
+        incident of their own. Two GPUs of one node and one of the next, heating together, rank at
+        their rack and are merged; when the node's other six follow, the node explains nearly all of
+        it and is the root: the GPU of the other node is a cause of its own (its thermal interface),
+        not a member of the node's fan incident. Ranked again, the incident may narrow further.
+
+        The members split off stay together where they explain a domain of their own that does not
+        hold ``inc``'s root; otherwise each goes alone: a domain that holds the root would be a twin
+        of ``inc`` (a loop around its rack, :meth:`_rank`) and take them straight back, and members
+        that explain nothing together (two GPUs on two racks) are no one cause."""
+        fam = inc.family
+        if fam in (FABRIC, JOBF) or not inc.live or inc.merged_into >= 0 or self._splitting > MAX_SPLIT_DEPTH:
+            return
+        self._changed()
+        self._splitting += 1
+        try:
+            self._split_passes(inc)
+        finally:
+            self._splitting -= 1
+
+    def _split_passes(self, inc: _Incident) -> None:
+        fam = inc.family
+        for _ in LEVELS[fam]:  # each pass leaves a finer root, or stops
+            root = inc.root
+            outside = [m for m in inc.members.values()
+                       if root not in m.anc and self.s_member_of[level_of(m.key)][m.slot] == inc.serial]
+            if not outside or len(outside) == len(inc.members):
+                return
+            if not self._explains(fam, root, list(inc.members.values())):
+                return  # no domain explains enough (the fallback root): nothing to tell apart
+            theirs = self._rank_members(fam, outside)
+            together = self._explains(fam, theirs, outside) and theirs not in self._holding(root)
+            for group in ([outside] if together else [[m] for m in outside]):
+                self._move_to_new_incident(inc, group)
+            inc.dirty = True
+            self._find_root(inc)
+
+    def _holding(self, d: int) -> tuple[int, ...]:
+        """Domain ``d`` and the domains holding it (its node, rack, loop; not its job)."""
+        level = level_of(d)
+        if level in (GPU, NODE, RACK):
+            return tuple(a for a in self.dom.ancestors(LEVEL_NAMES[level], slot_of(d)) if level_of(a) != JOB)
+        return (d,)
+
+    def _move_to_new_incident(self, inc: _Incident, members: list[_Member]) -> None:
+        """Members of ``inc`` (held by it) to a new incident of their own, ranked."""
+        split = self._new_incident(inc.family, min(m.first_ts for m in members))
+        for m in members:
+            self._forget_member(inc, m.key)
+            del inc.members[m.key]
+            self.s_member_of[level_of(m.key)][m.slot] = -1
+            nm = self._add_member(split, m.kind, m.slot, m.first_ts)
+            nm.last_ts, nm.strong_ts, nm.count = m.last_ts, m.strong_ts, m.count
+            nm.signals, nm.preds, nm.xid = m.signals, m.preds, m.xid
+            inc.findings -= m.count
+            split.findings += m.count
+        split.last_ts = max(m.strong_ts if m.strong_ts == m.strong_ts else m.first_ts for m in members)
+        split.last_growth_ts = max(m.first_ts for m in members)
+        self._rank(split)
+
+    def _explains(self, fam: str, root: int, members: Sequence[_Member]) -> bool:
+        """Whether domain ``root`` holds ``cover`` of the weight of ``members`` (as ranked)."""
+        weights = [m.weight(fam) for m in members]
+        if sum(weights) <= 0:
+            weights = [1.0] * len(members)
+        held = sum(w for m, w in zip(members, weights) if root in m.anc)
+        return held >= self.cover * sum(weights) - 1e-9
 
     def _find_root(self, inc: _Incident) -> bool:
         """Set ``inc``'s root, root kind, hint and reason from its members; False without members."""
@@ -959,6 +1109,19 @@ class IncidentEngine:
         def first(ms: list[_Member]) -> _Member:
             return min(ms, key=lambda m: (-m.weight(FABRIC), m.first_ts, m.key))
 
+        down = [m for m in members if _down(m)]
+        if len(down) >= 2:
+            # most of a node's or a leaf's links down together: the node (its NICs) or the leaf
+            for level in (NODE, LEAF):
+                per: dict[int, int] = {}
+                for m in down:
+                    for a in m.anc:
+                        if level_of(a) == level:
+                            per[a] = per.get(a, 0) + 1
+                if per:
+                    k, n = max(per.items(), key=lambda kv: (kv[1], -kv[0]))
+                    if n >= 2 and n >= self.cover * len(down) and 2 * n > self._links_of(k):
+                        return k
         optics = [m for m in members if m.kind == "optic" and "optic_degrading" in m.signals]
         if optics:
             return first(optics).key
@@ -982,7 +1145,9 @@ class IncidentEngine:
     def _explain(self, inc: _Incident, root: int, members: list[_Member]) -> tuple[str, str]:
         fam, level = inc.family, level_of(root)
         name = self.dom.name(root)
-        gpus = [m for m in members if m.kind == "gpu"]
+        # counted under the root only: a member outside it (history a merge brought, a checkpoint
+        # from before joins were ranked) is no GPU of the root's ("9 of 8 GPUs of node6")
+        gpus = [m for m in members if m.kind == "gpu" and root in m.anc]
         hint = HINTS.get((fam, level), fam)
         if inc.external_types and sum(inc.external_types.values()) >= sum(m.count for m in members):
             # made of external events only: they say what it is, in their own words
@@ -1024,7 +1189,15 @@ class IncidentEngine:
             return hint, f"GPU errors{code} on {len(gpus) or len(members)} GPU(s) under {name}"
         if fam == FABRIC:
             link_name = self.dom.name(key(LINK, slot_of(root) // 2)) if level == OPTIC else name
-            down = [m for m in members if m.kind == "link" and ("link_down" in m.signals or "link_errors" in m.signals)]
+            down = [m for m in members if _down(m)]
+            domain_hint = _fabric_domain_hint(root, members)
+            if domain_hint:
+                ports = self._links_of(root)
+                mine = sum(1 for m in down if root in m.anc)
+                if level == LEAF:
+                    return domain_hint, f"{mine} of {ports} links of leaf {name} down or erroring together: the switch"
+                return domain_hint, (f"{mine} of {ports} NIC links of {name} down or erroring together: "
+                                     "its NICs, their PCIe or the host")
             predicted = [m for m in members if "link_down_predicted" in m.signals]
             congested = [m for m in members if "congestion" in m.signals]
             parts = [f"optic {name} degrading"] if level == OPTIC else []
@@ -1176,7 +1349,8 @@ class IncidentEngine:
         for t, ms in by_burst.items():
             if ms:
                 root = self._rank_members(inc.family, ms)
-                hint = HINTS.get((inc.family, level_of(root)), inc.family)
+                hint = _fabric_domain_hint(root, ms) if inc.family == FABRIC else ""
+                hint = hint or HINTS.get((inc.family, level_of(root)), inc.family)
                 notes.append(refire_note(t, root == inc.root, self._root_kind(inc.family, root),
                                          self.dom.name(root), hint, len(ms)))
         return "".join(notes)
@@ -1242,13 +1416,44 @@ class IncidentEngine:
         measured = {j for j, (_, _, seen) in evidence.items()
                     if not math.isnan(self.tel.measured_slowdown(j, now, since=seen))}
         if measured:
-            mine = {j: (max(evidence[j][:2]), -inc.serial) for j in measured}
-            for other in self._incidents.values():
-                if other is inc or not other.live or other.state == PENDING or other.merged_into >= 0:
-                    continue
-                theirs = self._job_evidence(other, list(other.members.values()), now)
-                measured -= {j for j in measured & theirs.keys() if (max(theirs[j][:2]), -other.serial) > mine[j]}
+            # the incidents with evidence on each job, strongest first (one map per tick, not every
+            # other incident's evidence per snapshot: 1,000 links down with step times measured
+            # took 10 s a tick); whether one may claim the job is asked now, as states change
+            # within a tick (an incident confirmed, resolved or merged by an earlier snapshot)
+            ranked = self._job_claims(now)
+            for j in list(measured):
+                mine = (max(evidence[j][:2]), -inc.serial)
+                for score, serial in ranked.get(j, ()):
+                    if score <= mine:
+                        break
+                    other = self._incidents.get(serial)
+                    if (other is not None and other is not inc and other.live and other.state != PENDING
+                            and other.merged_into < 0):
+                        measured.discard(j)
+                        break
         return job_impact(self.dom, self.tel, evidence, measured, now)
+
+    def _job_claims(self, now: float) -> dict[int, list[tuple[tuple[float, int], int]]]:
+        """Per job, each live incident with evidence on it as ((its slowdown, -serial), serial),
+        strongest first: kept while nothing that evidence reads has changed (:meth:`_changed`)."""
+        if self._claims is not None and self._claims_at == (now, self._generation):
+            return self._claims
+        claims: dict[int, list[tuple[tuple[float, int], int]]] = {}
+        for other in self._incidents.values():
+            if not other.live:  # (a resolved one reopens only on input, which is a change)
+                continue
+            for j, ev in self._job_evidence(other, list(other.members.values()), now).items():
+                claims.setdefault(j, []).append(((max(ev[:2]), -other.serial), other.serial))
+        for ranked in claims.values():
+            ranked.sort(reverse=True)
+        self._claims, self._claims_at = claims, (now, self._generation)
+        return claims
+
+    def _changed(self) -> None:
+        """Something job evidence reads has changed: members, their signals and predictions, who
+        holds an entity, job consequences, telemetry (:meth:`_job_claims` computes it again). An
+        incident dropped needs none: what it held was its own evidence, and it is looked up again."""
+        self._generation += 1
 
     def _job_evidence(self, inc: _Incident, members: list[_Member],
                       now: float) -> dict[int, tuple[float, float, float]]:
@@ -1438,6 +1643,7 @@ class IncidentEngine:
         """A board read again at GPU ``slot`` whose memberships were set aside (:meth:`follow_moves`):
         a member again, there, of each of those incidents still held (merged since: of the one it
         was merged into). Returns the incidents it is back in."""
+        self._changed()
         back = []
         mkey = key(GPU, slot)
         for serial, (_, kind, _, first, last, strong, count, signals, preds, xid, *more), owned in memberships:
@@ -1476,7 +1682,8 @@ class IncidentEngine:
             })
         return {
             "incidents": incs, "resolved": list(self._resolved), "next_serial": self.next_serial,
-            "last_tick": self.last_tick, "stats": dict(self.stats), "telemetry": self.tel.state_dict(),
+            "last_tick": self.last_tick, "latest_now": self.latest_now, "stats": dict(self.stats),
+            "telemetry": self.tel.state_dict(),
             "external": [[t, n, e.node, e.time, e.type, e.severity] for t, n, e in self._external],
             "jobs": self.topology.job_keys(),
         }
@@ -1520,6 +1727,7 @@ class IncidentEngine:
         """Restore a saved state. Jobs are found again by name and nodes: a worker restarted with
         a new job list keeps the step times and job consequences of the jobs still listed; an
         incident member or root that was a job no longer listed is left out."""
+        self._changed()
         job_slots = self.topology.job_slot_map(state["jobs"]) if "jobs" in state else None
         if job_slots is not None and np.array_equal(job_slots, np.arange(len(self.topology.jobs))):
             job_slots = None  # the same jobs in the same slots
@@ -1583,6 +1791,10 @@ class IncidentEngine:
         self._resolved = deque(int(s) for s in state["resolved"])
         self.next_serial = int(state["next_serial"])
         self.last_tick = float(state["last_tick"])
+        # an engine restored without it accepted, until its next frame, an external event dated a
+        # day ahead that the one saved refused; a checkpoint from before it was saved: the latest
+        # time it shows (its last tick, its newest GPU telemetry)
+        self.latest_now = float(state.get("latest_now", max(self.last_tick, self.tel.gpu_frames_ts)))
         self.stats = {k: int(v) for k, v in state["stats"].items()}
         self._external = [(float(t), int(n), ExternalEvent(str(node), float(time), str(typ), str(sev)))
                           for t, n, node, time, typ, sev in state["external"]]
@@ -1627,9 +1839,38 @@ def _follows(family: str, sig: Signal) -> bool:
     return sig.family == family or not sig.opens or (family == THERMAL and sig.name == "gpu_error")
 
 
+def _down(m: _Member) -> bool:
+    """Whether a member is a link seen down or erroring (not only predicted to fail)."""
+    return m.kind == "link" and ("link_down" in m.signals or "link_errors" in m.signals)
+
+
+def _fabric_domain_hint(root: int, members: Sequence[_Member]) -> str:
+    """The hint of a fabric root at a node or leaf that links down or erroring rank at (its NICs,
+    the switch), "" for any other root: congestion alone ranks there too (its own hints)."""
+    level = level_of(root)
+    if level not in (NODE, LEAF) or sum(1 for m in members if _down(m)) < 2:
+        return ""
+    return "leaf_failure" if level == LEAF else "nic_failure"
+
+
 def _failing(inc: _Incident) -> bool:
     """Whether a fabric incident holds a link that fails (down, erroring, predicted down)."""
     return any(FAILING_LINK.intersection(m.signals) for m in inc.members.values())
+
+
+def _merged_members(engine: IncidentEngine, group: Sequence[_Incident]) -> list[_Member]:
+    """The members ``group[0]`` would hold after absorbing the rest (:meth:`IncidentEngine._merge`):
+    all of its own, and those each other one still holds; an entity in two counts once, with the
+    stronger evidence (its weight is the strongest of its signals either way)."""
+    out = dict(group[0].members)
+    for victim in group[1:]:
+        for mkey, m in victim.members.items():
+            if engine.s_member_of[level_of(mkey)][slot_of(mkey)] != victim.serial:
+                continue
+            mine = out.get(mkey)
+            if mine is None or m.weight(victim.family) > mine.weight(victim.family):
+                out[mkey] = m
+    return list(out.values())
 
 
 def _supported(dom: Domains, level: int, members: Sequence[_Member], extra: Sequence[tuple[str, int]]) -> bool:
