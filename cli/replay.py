@@ -41,6 +41,9 @@ def command(path: str, speed: float | None, max_speed: bool, shift_now: bool, ho
     except RecordingError as exc:
         raise click.ClickException(str(exc)) from None
     run = build_pipeline(source.topology, detectors, host, port, findings_path, top_k, params, external_path)
+    # rows stamped decades before the recording's (a clock not set) are counted, not taken as their
+    # entities' first samples: a whole first tick stamped 1970 comes first in a replay
+    run.pipeline.guard.stream_anchor = source.recording.stream_anchor + source.offset
     try:
         # Ctrl-C or SIGTERM ends the replay early with its summary, as `watch` (exit status 0)
         stats, stopped_by = run_until_signalled(run, follow_external(run, source), source.stop,

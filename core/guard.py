@@ -5,7 +5,10 @@ enforces that, per entity kind, in one Numba pass over a frame, and *counts* eve
 sets aside (``PipelineHealth.problem``) — nothing disappears silently:
 
 - ``unknown_entity``: slot outside the topology;
-- ``bad_timestamp``: NaN or infinite ``ts``;
+- ``bad_timestamp``: NaN or infinite ``ts``, or, where the source knows a stamp its stream holds
+  before the first frame (:attr:`InputGuard.stream_anchor`: a replay, from its recording), one more
+  than :data:`MAX_BEHIND_S` before it: stamped by a clock not set (epoch zero, an agent started
+  before NTP). Accepted as an entity's first sample, such a row had started the run in 1970;
 - ``duplicate_timestamp``: same ``ts`` as the entity's previous sample;
 - ``out_of_order``: older than the entity's previous sample;
 - ``future_timestamp``: further ahead of the receiver's clock than ``max_ahead_s`` (where one is
@@ -21,7 +24,10 @@ sets aside (``PipelineHealth.problem``) — nothing disappears silently:
   leaves it blank for those GPUs): not counted, or every poll would count it again;
 - ``inf_values``: infinities become NaN, counted;
 - ``out_of_range``: a gauge value no sensor of its field can read (``Field.valid``: a sentinel
-  such as 65535 or -1, a raw RPM where a share is due) becomes NaN, counted with the field named.
+  such as 65535 or -1, a raw RPM where a share is due) becomes NaN, counted with the field named;
+  so does a ``board_id`` that no UUID is carried as (:func:`valid_board_ids`): a corrupt cell, read
+  as a board, had been taken for an RMA (the GPU's state parked, its incidents told again), and
+  again at the next row, when the real board came back.
 
 It also keeps the board last read in each GPU's slot (the ``board_id`` field, a number per UUID
 that the GPU sources write): :meth:`InputGuard.board_change` tells the pipeline where a slot's
@@ -68,6 +74,14 @@ slightly off, and the row refused (``future_timestamp``): ahead of the wall cloc
 given (``foreshock watch``'s guard; the Kafka workers' default ``--max-clock-ahead``), ahead of the
 stream's own present where none is (an :class:`InputGuard` without ``max_ahead_s``: replay,
 evaluate), and for a dcgm line, ahead of its scrape (``streams.dcgm``). The one bound for all."""
+MAX_BEHIND_S = 10 * 365.25 * 86400.0
+"""How far (s) a row may lie before a stamp its stream is known to hold (:attr:`InputGuard.stream_anchor`)
+before its clock is taken as not set (epoch zero, a BMC's 2000-01-01) and the row refused
+(``bad_timestamp``); and how far apart a recording's kinds may lie (``Recording.open``): ten years,
+which no run spans, while a clock not set reads decades before, and milliseconds read as seconds
+lie millennia ahead."""
+BOARD_ID_LIMIT = 2.0 ** 52
+"""``board_id`` values are whole numbers below this (``foreshock.boards.BOARD_ID_BITS``)."""
 
 
 class BoardSwap(NamedTuple):
@@ -139,7 +153,7 @@ REASONS = ("unknown_entity", "bad_timestamp", "duplicate_timestamp", "out_of_ord
 
 @jit
 def _guard_kernel(ts: np.ndarray, slot: np.ndarray, last_ts: np.ndarray, counts: np.ndarray,
-                  latest: float) -> np.ndarray:
+                  latest: float, earliest: float) -> np.ndarray:
     keep = np.zeros(len(ts), dtype=np.bool_)
     n_slots = len(last_ts)
     for i in range(len(ts)):
@@ -147,7 +161,7 @@ def _guard_kernel(ts: np.ndarray, slot: np.ndarray, last_ts: np.ndarray, counts:
         t = ts[i]
         if s < 0 or s >= n_slots:
             counts[0] += 1
-        elif not np.isfinite(t):
+        elif not np.isfinite(t) or t < earliest:
             counts[1] += 1
         elif t > latest:
             counts[4] += 1
@@ -202,6 +216,32 @@ def _scan_columns(columns: tuple[np.ndarray, ...], rows: int, lo: np.ndarray, hi
     return gaps, infs
 
 
+@jit
+def _scrub_board_ids(ids: np.ndarray) -> int:
+    """Sets to NaN, in place, each ``board_id`` that no UUID is carried as (not a whole number
+    in 1 .. 2**52 - 1: negative, fractional, infinite, zero), and returns how many. NaN (not
+    read) stays. Zero is refused too: a UUID's number is zero with odds of 2**-52, a source or a
+    file filling a cell it did not read with zero is far likelier, and a refused board is only
+    one not followed."""
+    bad = 0
+    for i in range(len(ids)):
+        v = ids[i]
+        if v != v:
+            continue
+        if not (1.0 <= v < BOARD_ID_LIMIT) or v != np.floor(v):
+            ids[i] = np.nan
+            bad += 1
+    return bad
+
+
+def valid_board_ids(ids: np.ndarray) -> np.ndarray:
+    """Per value of ``ids``, whether it is a board's number (:func:`foreshock.boards.board_id`: a
+    whole number in 1 .. 2**52 - 1) or NaN (not read); the guard sets every other to NaN."""
+    ids = np.asarray(ids, dtype=np.float64)
+    with np.errstate(invalid="ignore"):
+        return np.isnan(ids) | ((ids >= 1.0) & (ids < BOARD_ID_LIMIT) & (ids == np.floor(ids)))  # type: ignore[no-any-return]
+
+
 @lru_cache(maxsize=256)
 def _field_positions(kind: str, names: tuple[str, ...]) -> np.ndarray:
     """Where each of ``names`` sits in ``field_names(kind)``: the row of ``InputGuard.s_reported``."""
@@ -230,7 +270,12 @@ class InputGuard:
     ``max_ahead_s``: refuse rows stamped further ahead of ``clock()`` (``future_timestamp``);
     None (or infinite): no wall-clock limit (a replay or a simulation runs ahead of the wall clock
     by design), but rows further than :data:`MAX_AHEAD_S` ahead of the stream's own present
-    are refused (:meth:`stream_present`)."""
+    are refused (:meth:`stream_present`).
+
+    :attr:`stream_anchor`: a stamp the stream is known to hold, where its source knows one before
+    the first frame (a replay: its recording's :attr:`~foreshock.recording.Recording.stream_anchor`);
+    rows stamped more than :data:`MAX_BEHIND_S` before it are refused (``bad_timestamp``). Set by
+    the caller before the first frame; not kept with the state (a replay is not resumed)."""
 
     def __init__(self, topology: Topology, health: PipelineHealth, stage: str = "guard",
                  max_ahead_s: float | None = None, clock: Callable[[], float] = time.time) -> None:
@@ -256,18 +301,25 @@ class InputGuard:
         # per kind, the newest lower median stamp of its frames (:meth:`stream_present`); kept only
         # where no wall clock bounds the rows (-inf: none yet, or a live guard)
         self.s_stream_clock = dict.fromkeys(kinds, -np.inf)
+        # a stamp the stream holds, as its source knows before the first frame (-inf: none known):
+        # rows far before it were stamped by a clock not set. Known beforehand, not learnt from
+        # the frames: a kind's first frame may be those rows (a whole GPU tick stamped 1970 comes
+        # first in a replay), and a frame can move the stream's present by years (one in ms)
+        self.stream_anchor = -np.inf
 
     def check(self, frame: Frame) -> Frame:
         if len(frame) == 0:
             return frame
         counts = np.zeros(len(REASONS), dtype=np.int64)
         latest, present = self._latest(frame)
-        keep = _guard_kernel(frame.ts, frame.slot, self.s_last_ts[frame.kind], counts, latest)
+        earliest = self.stream_anchor - MAX_BEHIND_S
+        keep = _guard_kernel(frame.ts, frame.slot, self.s_last_ts[frame.kind], counts, latest, earliest)
         dropped = bool(counts.any())  # every row is either counted here or kept
         if dropped:
             for reason, n in zip(REASONS, counts):
                 if n:
-                    self.health.problem(self.stage, reason, int(n), detail=self._detail(frame, reason, present))
+                    self.health.problem(self.stage, reason, int(n),
+                                        detail=self._detail(frame, reason, present, earliest))
         out = frame.take(keep) if dropped else frame
         if len(out) == 0 or not out.columns:
             return out
@@ -278,6 +330,12 @@ class InputGuard:
         columns = out.columns
         for name, column in columns.items():
             columns[name] = kernel_column(column)
+        if "board_id" in columns:
+            bad_boards = _scrub_board_ids(columns["board_id"])
+            if bad_boards:
+                self.health.problem(self.stage, "out_of_range: board_id", bad_boards,
+                                    detail=f"{frame.kind} frame; not a board's number (a UUID is carried as a "
+                                           f"whole number 1..2^52-1), set to NaN (not read)")
         # every field but board_id, which names the board rather than measures it: a UUID not read
         # one poll is counted by its source already, not again as a sensor going dark
         scanned = {name: column for name, column in columns.items() if name != "board_id"}
@@ -598,11 +656,18 @@ class InputGuard:
         first = since[np.r_[True, slot[since][1:] != slot[since][:-1]]]
         return first[changed[first]]
 
-    def _detail(self, frame: Frame, reason: str, present: float) -> str:
+    def _detail(self, frame: Frame, reason: str, present: float, earliest: float = -np.inf) -> str:
         """What is logged, once, for the rows of ``frame`` set aside for ``reason``; ``present``:
-        the stream's present the frame was held to (:meth:`stream_present`; NaN: the wall clock)."""
+        the stream's present the frame was held to (:meth:`stream_present`; NaN: the wall clock);
+        ``earliest``: the earliest stamp it was held to (:attr:`stream_anchor`)."""
         if reason == "out_of_order":
             return self._behind(frame)
+        if reason == "bad_timestamp" and (early := frame.ts < earliest).any():
+            years = (self.stream_anchor - float(frame.ts[early].min())) / (365.25 * 86400)
+            return (f"{frame.kind} frame, rows stamped up to {years:,.0f} years before the stream's other rows (limit "
+                    f"{MAX_BEHIND_S / (365.25 * 86400):g} years): stamped by a clock not set (epoch zero, an agent "
+                    "started before NTP); refused, or such a row had been its entity's first sample and the run's "
+                    "start (NaN or infinite stamps, if any, are counted here too)")
         if reason != "future_timestamp":
             return f"{frame.kind} frame"
         newest = float(np.max(frame.ts[np.isfinite(frame.ts)]))

@@ -39,7 +39,8 @@ import pyarrow.parquet as pq
 
 from .events import Event, read_events, write_events
 from .fields import ENTITY_KINDS, field_names
-from .frames import Frame, FrameError
+from .frames import Frame, FrameError, median_stamp
+from .guard import MAX_BEHIND_S
 from .numba_config import jit
 from .topology import Topology
 
@@ -215,6 +216,92 @@ def _check_meta(meta_path: Path, meta: object) -> dict[str, Any]:
     return meta
 
 
+_YEAR_S = 365.25 * 86400
+_UNITS = {3: "milliseconds", 6: "microseconds", 9: "nanoseconds"}
+
+
+def _stamp_span(metadata: pq.FileMetaData) -> tuple[float, float] | None:
+    """The earliest and latest ``ts`` of a Parquet file, from its row groups' statistics (NaN
+    left out by the writer; None where it wrote none): read from the footer, no data page."""
+    names = [metadata.schema.column(i).name for i in range(metadata.num_columns)]
+    if "ts" not in names:
+        return None
+    column = names.index("ts")
+    lo, hi = np.inf, -np.inf
+    for group in range(metadata.num_row_groups):
+        if metadata.row_group(group).num_rows == 0:
+            continue
+        stats = metadata.row_group(group).column(column).statistics
+        if stats is None or not stats.has_min_max:
+            return None  # (every stamp NaN, or a writer without statistics): not known
+        lo, hi = min(lo, float(stats.min)), max(hi, float(stats.max))
+    return (lo, hi) if lo <= hi else None
+
+
+def _check_stamps_agree(path: Path, spans: dict[str, tuple[float, float]], meta: dict[str, Any],
+                        files: dict[str, int]) -> None:
+    """Refuse a recording whose kinds' stamps lie more than :data:`MAX_BEHIND_S` apart (every
+    row of one kind after, or before, every row of another): one kind stamped in milliseconds (or
+    µs, ns) among kinds in seconds, or by a clock not set. Read as seconds, such a kind had moved
+    the incident engine's clock 53,000 years on (every incident resolved there) and the summary
+    had counted as many years of telemetry, with nothing counted or logged: the guard holds each
+    kind to its own stream's present, and the whole kind is that stream. ``recording.json``'s
+    start and end vote too (a file from another recording copied in). The kinds apart from most
+    others are named, with the unit their stamps look like; ``files``: parts per kind."""
+    # (short name, file name, earliest, latest)
+    voters = [(kind, part_name(kind, 0) + (f" (and its {files[kind] - 1} other parts)" if files.get(kind, 1) > 1
+                                          else ""), lo, hi) for kind, (lo, hi) in spans.items()]
+    kinds = len(voters)
+    start, end = meta.get("start"), meta.get("end")
+    if isinstance(start, (int, float)) and isinstance(end, (int, float)) and start <= end:  # (_check_meta's numbers)
+        voters.append((f"{META_FILE}'s start and end", META_FILE, float(start), float(end)))
+
+    def apart(a: int, b: int) -> bool:
+        return bool(voters[a][2] - voters[b][3] > MAX_BEHIND_S or voters[b][2] - voters[a][3] > MAX_BEHIND_S)
+
+    against = [[b for b in range(len(voters)) if b != a and apart(a, b)] for a in range(len(voters))]
+    if not any(against):
+        return
+    # the kinds apart from most of the others; where none is (two kinds, or two camps), every
+    # kind apart from another
+    named = ([a for a in range(kinds) if 2 * len(against[a]) > len(voters) - 1]
+             or [a for a in range(kinds) if against[a]])
+    says = []
+    for a in named:
+        _, file, lo, hi = voters[a]
+        refs = [b for b in against[a] if b not in named] or against[a]
+        ref_lo, ref_hi = min(voters[b][2] for b in refs), max(voters[b][3] for b in refs)
+        others = ", ".join(voters[b][0] for b in refs[:-1]) + (" and " if len(refs) > 1 else "") + voters[refs[-1]][0]
+        their = f"{_stamp(ref_lo)} .. {_stamp(ref_hi)}{_utc_span(ref_lo, ref_hi)}"
+        if lo > ref_hi:
+            factor = lo / ref_hi if ref_hi > 0 else np.inf
+            power = round(float(np.log10(factor))) if np.isfinite(factor) else 0
+            unit = _UNITS.get(power) if abs(np.log10(factor) - power) < 0.5 else None
+            times = f"{10 ** power:,}" if unit else f"{factor:,.0f}" if factor >= 100 else f"{factor:.3g}"
+            says.append(f"{file} is stamped {_stamp(lo)} .. {_stamp(hi)}, about {times} times the stamps of {others} "
+                        f"({their}): {f'in {unit}, not seconds' if unit else 'in another unit, or by a clock far off'}")
+        else:
+            says.append(f"{file} is stamped {_stamp(lo)} .. {_stamp(hi)}, {(ref_lo - hi) / _YEAR_S:,.0f} years "
+                        f"before {others} ({their}): by a clock not set (epoch zero), or those are in another unit")
+    raise RecordingError(
+        f"{path}: a broken recording: {'; '.join(says)}. foreshock reads stamps as seconds since the epoch; "
+        "read so, such a file moves the detectors' and the incidents' clocks by decades or more. Fix its ts "
+        f"column, or remove it (and its entries in {META_FILE}) to replay the rest")
+
+
+def _stamp(t: float) -> str:
+    """A stamp in full (1,700,000,000.5), or in the exponent form where it is huge."""
+    return f"{t + 0.0:,.{0 if t == int(t) else 3}f}" if abs(t) < 1e21 else f"{t:.6g}"  # (+ 0.0: no "-0")
+
+
+def _utc_span(lo: float, hi: float) -> str:
+    """``lo`` .. ``hi`` as UTC dates (", 2023-11-14 22:13:21 .. 22:33:20 UTC"), where they are ones."""
+    if not (0 <= lo <= hi < 253402300800):  # (year 10000)
+        return ""
+    first, last = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(lo)), time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(hi))
+    return f", {first} .. {last[11:] if last[:10] == first[:10] else last} UTC"
+
+
 @dataclass
 class Recording:
     """An opened recording folder. Reading is lazy; problems raise :class:`RecordingError`."""
@@ -222,6 +309,9 @@ class Recording:
     path: Path
     topology: Topology
     meta: dict[str, Any] = field(default_factory=dict)
+    # per kind, its earliest and latest stamp (Parquet statistics; kinds without them left out)
+    stamps: dict[str, tuple[float, float]] = field(default_factory=dict)
+    _anchor: float | None = field(default=None, repr=False, compare=False)  # (:attr:`stream_anchor`)
 
     @classmethod
     def open(cls, path: str | Path) -> "Recording":
@@ -254,14 +344,22 @@ class Recording:
                 raise RecordingError(f"{path / part_name(kind, 0)}: missing ({META_FILE} lists {want} rows)")
         for kind in rec.kinds():
             have = 0
+            spans: list[tuple[float, float] | None] = []
             for file in rec.part_files(kind):
                 if not file.exists():
                     raise RecordingError(f"{file}: missing ({META_FILE} lists {len(rec.part_files(kind))} parts "
                                          f"of {kind})")
-                have += rec._parquet(file, kind).metadata.num_rows  # a truncated file fails here, by name
+                metadata = rec._parquet(file, kind).metadata  # a truncated file fails here, by name
+                have += metadata.num_rows
+                if metadata.num_rows:
+                    spans.append(_stamp_span(metadata))
             if kind in rows and have != int(rows[kind]):
                 raise RecordingError(f"{path / part_name(kind, 0)}: {have} rows, {META_FILE} lists {int(rows[kind])} "
                                      "(a part from another recording, or a copy cut short)")
+            if spans and all(span is not None for span in spans):
+                rec.stamps[kind] = (min(span[0] for span in spans if span is not None),
+                                    max(span[1] for span in spans if span is not None))
+        _check_stamps_agree(path, rec.stamps, rec.meta, {kind: len(rec.part_files(kind)) for kind in rec.kinds()})
         if rec.interrupted:
             end = meta.get("end")
             ends = (f", which ends at {time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime(end))} UTC"
@@ -344,6 +442,35 @@ class Recording:
             self.meta["start"], self.meta["end"] = min(stamps), max(stamps)
         log.warning("%s: %s closed after %s was last written (its recorder killed in between): read too",
                     self.path, names, META_FILE)
+
+    @property
+    def stream_anchor(self) -> float:
+        """A stamp inside the recording, known before a replay's first frame (-inf where none
+        is): the lower median, over the kinds, of the lower median of each kind's first row
+        group. A row stamped :data:`~foreshock.guard.MAX_BEHIND_S` before it was stamped by a
+        clock not set: a whole first tick of an agent started before NTP comes first in a replay,
+        and had started the run in 1970; a replay's guard refuses such rows
+        (``InputGuard.stream_anchor``). Not the earliest stamp, which is such a row: a few of them
+        do not move a median. A kind in another unit (most of its rows in milliseconds) does not
+        move the kinds' median, and where two kinds disagree, the earlier one refuses fewer rows.
+        Read once: one column of one row group per kind."""
+        if self._anchor is None:
+            anchors = []
+            for kind in self.kinds():
+                file = self.part_files(kind)[0]
+                pf = self._parquet(file, kind)
+                if not pf.metadata.num_row_groups:
+                    continue
+                try:
+                    first = pf.read_row_group(0, columns=["ts"]).column("ts").to_numpy(zero_copy_only=False)
+                except (pa.ArrowException, OSError) as exc:
+                    raise RecordingError(f"{file}: unreadable Parquet ({exc})") from None
+                median = median_stamp(np.asarray(first, dtype=np.float64))
+                if median is not None:
+                    anchors.append(median)
+            anchor = median_stamp(np.array(anchors, dtype=np.float64))
+            self._anchor = -np.inf if anchor is None else anchor
+        return self._anchor
 
     @property
     def interrupted(self) -> bool:
