@@ -35,6 +35,23 @@ reported one, the parameters
 ``rx_power_low_alarm_dbm`` and ``tx_bias_high_alarm_a`` stand in (NaN = unknown). A module
 without a thresholds page prints them as 0 mW / 0 mA: not levels, ignored.
 
+**Module temperature.** A laser held at constant output power by its bias loop draws more bias as
+it warms (its threshold current rises) and less when it cools, and a module's power readings
+drift with its temperature too; a dying laser's bias rises at a steady temperature. So each
+signal is trended net of what the module temperature (``module_temp``, averaged into the same
+buckets) explains: over the window, the signal is fitted by least squares as a line in time plus
+a coefficient times the temperature (again without the points off that plane by more than
+:data:`TEMP_TRIM_K` RMS residuals), and each point is taken to the newest point's temperature by
+that coefficient before the Theil-Sen line is fitted, so the level is still what the module reads
+now. A warm-up of ten minutes or more then reads as flat, not as a steep trend whose newest
+points still rise; an ageing laser's bias keeps its slope whether the temperature moves during it
+or not. Nothing is corrected when the temperature spans less than ``temp_move_c`` over the window
+(a steady module is judged exactly as before), when a bucket's temperature is unknown (a module or
+source that does not report it), or when temperature and time are so collinear (``r2`` over
+``temp_time_r2_max``) that a trend and a drift are one line: a temperature rising at a steady rate
+for the whole window is not allowed to explain a trend away, and a ramp that starts together with
+a same-shaped temperature rise is told from it only once the temperature settles.
+
 **Steps.** Every signal is corrected for steps: a jump off the fitted line of more than
 ``step_min_db`` (10 % for the bias) and ``step_k`` × the fit's residual scale that persists
 for two buckets is a step (a reseated connector, a patch change, a sudden loss): the older
@@ -117,21 +134,25 @@ from .counters import CounterRates, report_problems, with_counter_pace_and_drop
 from .order_stats import MEDIAN_BRACKET, median_of
 
 # ---- inputs: one matrix per frame ------------------------------------------------------------
-X_RX, X_TXP, X_BIAS, X_BER, X_BITS, X_CORR, X_LOS = range(7)
-X_SIZE = 7
+X_RX, X_TXP, X_BIAS, X_BER, X_BITS, X_CORR, X_LOS, X_TEMP = range(8)
+X_SIZE = 8
 
 # ---- trended signals --------------------------------------------------------------------------
 SIG_RX, SIG_BIAS, SIG_TXP, SIG_Q = range(4)
 N_SIG = 4
 SIGNAL_NAMES = ("rx_power", "tx_bias", "tx_power", "prefec_ber")
 # bucket accumulators: sum and count per signal (for the BER: corrected bits and bits from the
-# PHY counters), then the BER gauge's sum and count, used when the counters did not move
-ACC_SIZE = 2 * N_SIG + 2
+# PHY counters), then the BER gauge's sum and count, used when the counters did not move, then
+# the module temperature's sum and count (not trended: what the trended signals are corrected by)
+ACC_SIZE = 2 * N_SIG + 4
 ACC_BER_GAUGE = 2 * N_SIG
+ACC_TEMP = 2 * N_SIG + 2
 # fit columns per signal (F_PERSIST: 1 when the trend goes on in the newest points, 0 when it
-# does not and so is not extrapolated, NaN = not judged, taken as persisting)
-F_SLOPE, F_LEVEL, F_CONF, F_SCALE, F_PENDING, F_T, F_PERSIST = range(7)
-F_SIZE = 7
+# does not and so is not extrapolated, NaN = not judged, taken as persisting; F_TEMP_COEF: the
+# signal's change per degree C of module temperature taken out before the fit, NaN = none taken
+# out, see temperature_coefficient)
+F_SLOPE, F_LEVEL, F_CONF, F_SCALE, F_PENDING, F_T, F_PERSIST, F_TEMP_COEF = range(8)
+F_SIZE = 8
 # per-optic module alarm thresholds (s_module_alarm columns)
 M_RX_LOW, M_BIAS_HIGH = range(2)
 MODULE_THRESHOLD_KEYS = ("rx_power_low_alarm", "tx_bias_high_alarm")
@@ -194,11 +215,14 @@ PARAMS: dict[str, float] = {
     "dark_gap_buckets": 2.0,  # whole buckets without a sample that count as the optic gone dark
     "persist_ratio": 0.5,  # the window's newer half and newest quarter must show this share of the
     "persist_share": 0.25,  # trend's slope in this share of their pair slopes (else a step or warm-up)
+    "temp_move_c": 1.0,  # module temperature spanning this much over the window is corrected for ...
+    "temp_time_r2_max": 0.95,  # ... unless it is this collinear with time (r^2): then the two are one
 }
 PARAM_NAMES = tuple(PARAMS)
 (P_BUCKET, P_WINDOW, P_MIN_POINTS, P_FEC, P_BER_FLOOR, P_RX_ALARM, P_BIAS_ALARM, P_BIAS_EOL,
  P_LOS, P_HORIZON, P_TREND_HORIZON, P_TREND_REFRESH, P_MAX_EXTRAP, P_MIN_SLOPE, P_MIN_BIAS_SLOPE, P_TX_FLAT, P_CONF_MIN, P_STEP_MIN, P_STEP_K,
- P_CLEAR, P_OFF_HOLD, P_REFRESH, P_ON, P_DARK_GAP, P_PERSIST_RATIO, P_PERSIST_SHARE) = range(len(PARAMS))
+ P_CLEAR, P_OFF_HOLD, P_REFRESH, P_ON, P_DARK_GAP, P_PERSIST_RATIO, P_PERSIST_SHARE, P_TEMP_MOVE,
+ P_TEMP_R2_MAX) = range(len(PARAMS))
 
 DAY_S = 86400.0
 
@@ -213,6 +237,9 @@ def params_vector(overrides: dict[str, float]) -> np.ndarray:
         raise ValueError("optics: fec_limit_ber must be in (0, 0.5)")
     if not vec[P_DARK_GAP] >= 1:  # at 0, every bucket after the last would be a dark stretch
         raise ValueError("optics: dark_gap_buckets must be >= 1")
+    # temp_move_c inf: never corrected; 0 would fit a coefficient to a span of rounding errors
+    if not vec[P_TEMP_MOVE] > 0 or not 0 <= vec[P_TEMP_R2_MAX] <= 1:
+        raise ValueError("optics: need temp_move_c > 0 and 0 <= temp_time_r2_max <= 1")
     return vec
 
 
@@ -354,16 +381,109 @@ def trend_persists(t: np.ndarray, y: np.ndarray, m: int, slope: float, params: n
                 or _half_share(t, y, m - m // 8, m, slope, rising) < params[P_PERSIST_SHARE])
 
 
+TEMP_TRIM_K = 3.0
+"""Points further than this many root-mean-square residuals off the first least-squares plane are
+left out of the second, so a bad bucket does not set the temperature coefficient (up to three of
+a window of 32, each several times the noise: a bad bucket inflates the RMS it is judged by, but
+by a factor of its share of the window). The RMS comes with the sums, where a median absolute
+residual took another pass that made a close of a warming module half again as slow."""
+
+
+@jit
+def _plane_on_time_and_temperature(t: np.ndarray, temp: np.ndarray, y: np.ndarray, m: int, level: float,
+                                   slope: float, coef: float,
+                                   limit: float) -> tuple[float, float, float, float, float]:
+    """Least squares ``y ≈ level + slope·(t - t[m-1]) + coef·(temp - temp[m-1])`` over the first
+    ``m`` points, leaving out each point further than ``limit`` from the plane given as
+    ``level, slope, coef`` (``limit`` inf: none). Returns the new ``(level, slope, coef, r2, rms)``:
+    ``r2`` the squared correlation of time and temperature over the points used (1: the two cannot
+    be told apart), ``rms`` the root-mean-square residual; all NaN when fewer than 4 points are
+    used or either does not vary."""
+    t_end, temp_end = t[m - 1], temp[m - 1]
+    n = 0
+    sum_t = sum_temp = sum_y = 0.0
+    for i in range(m):
+        dt, dtemp = t[i] - t_end, temp[i] - temp_end
+        if abs(y[i] - level - slope * dt - coef * dtemp) <= limit:
+            n += 1
+            sum_t += dt
+            sum_temp += dtemp
+            sum_y += y[i]
+    if n < 4:
+        return np.nan, np.nan, np.nan, np.nan, np.nan
+    mean_t, mean_temp, mean_y = sum_t / n, sum_temp / n, sum_y / n
+    s_tt = s_temptemp = s_ttemp = s_ty = s_tempy = s_yy = 0.0
+    for i in range(m):
+        dt, dtemp = t[i] - t_end, temp[i] - temp_end
+        if abs(y[i] - level - slope * dt - coef * dtemp) <= limit:
+            ct, ctemp, cy = dt - mean_t, dtemp - mean_temp, y[i] - mean_y
+            s_tt += ct * ct
+            s_temptemp += ctemp * ctemp
+            s_ttemp += ct * ctemp
+            s_ty += ct * cy
+            s_tempy += ctemp * cy
+            s_yy += cy * cy
+    det = s_tt * s_temptemp - s_ttemp * s_ttemp
+    if not (s_tt > 0.0 and s_temptemp > 0.0 and det > 0.0):
+        return np.nan, np.nan, np.nan, np.nan, np.nan
+    new_slope = (s_temptemp * s_ty - s_ttemp * s_tempy) / det
+    new_coef = (s_tt * s_tempy - s_ttemp * s_ty) / det
+    residual_sq = max(s_yy - new_slope * s_ty - new_coef * s_tempy, 0.0)  # rounding may leave it under 0
+    return (mean_y - new_slope * mean_t - new_coef * mean_temp, new_slope, new_coef,
+            s_ttemp * s_ttemp / (s_tt * s_temptemp), math.sqrt(residual_sq / n))
+
+
+@jit
+def temperature_coefficient(t: np.ndarray, temp: np.ndarray, y: np.ndarray, m: int, params: np.ndarray) -> float:
+    """How much the signal ``y`` moves per degree C of module temperature ``temp``, fitted with
+    a line in time over the first ``m`` points: ``y ≈ level + slope·t + coef·temp`` by least
+    squares, then again without the points more than :data:`TEMP_TRIM_K` RMS residuals off that
+    plane. NaN (nothing to correct for) when a point's temperature is unknown, when the
+    temperature spans less than ``temp_move_c`` over the points, or when it is so collinear with
+    time (``r2`` over ``temp_time_r2_max``) that a trend and a temperature drift are one line.
+
+    A laser's bias rises with its temperature (threshold current) and comes back when it settles;
+    a module's RX and TX power readings drift with it too. A warm-up of ten minutes or more read
+    as a steep trend, and its newest points were still rising when it was claimed. Fitted jointly
+    with time, the coefficient takes the part that follows the temperature and leaves a real
+    trend to the time slope, also when the temperature moves during it, as long as the
+    temperature does not move in step with time over the whole window (then nothing is
+    corrected: a trend is not explained away).
+    """
+    if m < 4:
+        return np.nan
+    low, high = np.inf, -np.inf
+    for i in range(m):
+        if not abs(temp[i]) < np.inf:  # NaN and inf fail this
+            return np.nan
+        low = min(low, temp[i])
+        high = max(high, temp[i])
+    if not high - low >= params[P_TEMP_MOVE]:
+        return np.nan
+    level, slope, coef, r2, rms = _plane_on_time_and_temperature(t, temp, y, m, 0.0, 0.0, 0.0, np.inf)
+    if not r2 <= params[P_TEMP_R2_MAX]:  # NaN too
+        return np.nan
+    if rms > 0.0:
+        level, slope, coef, r2, rms = _plane_on_time_and_temperature(t, temp, y, m, level, slope, coef,
+                                                                     TEMP_TRIM_K * rms)
+        if not r2 <= params[P_TEMP_R2_MAX]:
+            return np.nan
+    return coef
+
+
 @jit
 def _close_bucket(o: int, acc: np.ndarray, optic: np.ndarray, ring_t: np.ndarray, ring: np.ndarray,
-                  fit: np.ndarray, params: np.ndarray, q_limit: float, module_alarm: np.ndarray,
-                  work: np.ndarray) -> tuple[np.ndarray, bool]:
+                  ring_temp: np.ndarray, fit: np.ndarray, params: np.ndarray, q_limit: float,
+                  module_alarm: np.ndarray, work: np.ndarray) -> tuple[np.ndarray, bool]:
     """Turn optic ``o``'s open bucket into ring points, refit each signal, update the ETAs.
 
-    ``work`` (4, L): fit times, fit values, pair slopes and the medians' workspace, then this
-    bucket's means and steps (no allocation per close). Returns the size of a confirmed step per
-    signal (NaN where none): a view on ``work[3]``, valid until the next close; and whether the
-    steps were a replaced module, whose history was dropped (see the module docstring).
+    ``ring_temp`` (optics, W): each ring point's module temperature (NaN = unknown). Each signal
+    is fitted net of what the temperature explains (:func:`temperature_coefficient`). ``work``
+    (5, L): fit times, fit values, pair slopes and the medians' workspace, then this bucket's
+    means and steps, then the fit points' temperatures (no allocation per close). Returns the size
+    of a confirmed step per signal (NaN where none): a view on ``work[3]``, valid until the next
+    close; and whether the steps were a replaced module, whose history was dropped (see the
+    module docstring).
     """
     window = ring_t.shape[1]
     t_b = (optic[o, O_BUCKET] + 0.5) * params[P_BUCKET]
@@ -377,6 +497,8 @@ def _close_bucket(o: int, acc: np.ndarray, optic: np.ndarray, ring_t: np.ndarray
         means[SIG_Q] = max(acc[o, 2 * SIG_Q], 0.5) / bits
     elif acc[o, ACC_BER_GAUGE + 1] > 0.0:
         means[SIG_Q] = acc[o, ACC_BER_GAUGE] / acc[o, ACC_BER_GAUGE + 1]
+    temp_count = acc[o, ACC_TEMP + 1]
+    temp_mean = acc[o, ACC_TEMP] / temp_count if temp_count > 0.0 else np.nan
     for k in range(ACC_SIZE):
         acc[o, k] = 0.0
     if means[SIG_Q] == means[SIG_Q]:
@@ -427,6 +549,7 @@ def _close_bucket(o: int, acc: np.ndarray, optic: np.ndarray, ring_t: np.ndarray
         # goes too; the level starts from this bucket, the slope once min_points are in.
         for k in range(window):
             ring_t[o, k] = np.nan
+            ring_temp[o, k] = np.nan
             for g in range(N_SIG):
                 ring[o, g, k] = np.nan
         count = 0
@@ -448,6 +571,7 @@ def _close_bucket(o: int, acc: np.ndarray, optic: np.ndarray, ring_t: np.ndarray
                     ring[o, g, idx] += shift
                 fit[o, g, F_LEVEL] += shift
     ring_t[o, pos] = t_b
+    ring_temp[o, pos] = temp_mean
     for g in range(N_SIG):
         ring[o, g, pos] = means[g]
     pos = (pos + 1) % window
@@ -458,7 +582,22 @@ def _close_bucket(o: int, acc: np.ndarray, optic: np.ndarray, ring_t: np.ndarray
     ts_buf = work[0]
     ys_buf = work[1]
     scratch = work[2]
+    temp_buf = work[4]
     oldest = (pos - count) % window  # one modulo, not one per point: an integer division is slow
+    # whether the temperature moved enough over the window to be corrected for at all: the
+    # signals' points are among the window's, so one test here spares the steady modules (most)
+    # gathering and testing their temperatures per signal
+    temp_low, temp_high = np.inf, -np.inf
+    for k in range(count):
+        idx = oldest + k
+        if idx >= window:
+            idx -= window
+        temp = ring_temp[o, idx]  # a NaN (unknown) fails both tests
+        if temp < temp_low:
+            temp_low = temp
+        if temp > temp_high:
+            temp_high = temp
+    temp_moved = temp_high - temp_low >= params[P_TEMP_MOVE]
     for g in range(N_SIG):
         m = 0
         for k in range(count):
@@ -469,12 +608,20 @@ def _close_bucket(o: int, acc: np.ndarray, optic: np.ndarray, ring_t: np.ndarray
             if abs(v) < np.inf:  # NaN and inf fail this
                 ts_buf[m] = ring_t[o, idx]
                 ys_buf[m] = v
+                temp_buf[m] = ring_temp[o, idx]
                 m += 1
         if m < params[P_MIN_POINTS] or ys_buf[m - 1] != means[g]:
             # too few points, or this bucket had none: the trend is not current
             if m < params[P_MIN_POINTS]:
                 fit[o, g, F_SLOPE] = np.nan
             continue
+        # the trend is of what the module temperature does not explain: each point is taken to the
+        # newest point's temperature, so the newest point, and the level, stay as they were read
+        coef = temperature_coefficient(ts_buf, temp_buf, ys_buf, m, params) if temp_moved else np.nan
+        if coef == coef:
+            for k in range(m):
+                ys_buf[k] -= coef * (temp_buf[k] - temp_buf[m - 1])
+        fit[o, g, F_TEMP_COEF] = coef
         slope, level, agreement, scale = theil_sen(ts_buf, ys_buf, m, scratch)
         fill = min(1.0, m / (0.5 * window))
         fit[o, g, F_SLOPE] = slope
@@ -542,12 +689,12 @@ def _optics_kernel(ts: np.ndarray, slot: np.ndarray, x: np.ndarray, state: tuple
     """Accumulate samples into buckets; at each bucket close refit and run the link alarm.
 
     ``state`` = (acc (optics, ACC_SIZE), optic (optics, O_SIZE), ring_t (optics, W),
-    ring (optics, N_SIG, W), fit (optics, N_SIG, F_SIZE), alarm (links, A_SIZE),
-    link_bucket (links,)). ``q_limit`` is each optic's FEC limit as a Q factor (dB),
+    ring (optics, N_SIG, W), ring_temp (optics, W), fit (optics, N_SIG, F_SIZE),
+    alarm (links, A_SIZE), link_bucket (links,)). ``q_limit`` is each optic's FEC limit as a Q factor (dB),
     ``module_alarm`` (optics, 2) its module's alarm thresholds. Emissions go to ``out`` (see
     :mod:`.alarm`).
     """
-    acc, optic, ring_t, ring, fit, alarm, link_bucket = state
+    acc, optic, ring_t, ring, ring_temp, fit, alarm, link_bucket = state
     n_opt = optic.shape[0]
     n_out = 0
     for i in range(len(ts)):
@@ -558,8 +705,8 @@ def _optics_kernel(ts: np.ndarray, slot: np.ndarray, x: np.ndarray, state: tuple
         b = math.floor(t / params[P_BUCKET])
         cur = optic[o, O_BUCKET]
         if cur == cur and b > cur:
-            steps, new_module = _close_bucket(o, acc, optic, ring_t, ring, fit, params, q_limit[o], module_alarm,
-                                              work)
+            steps, new_module = _close_bucket(o, acc, optic, ring_t, ring, ring_temp, fit, params, q_limit[o],
+                                              module_alarm, work)
             for g in range(N_SIG):
                 if steps[g] == steps[g]:
                     n_out = emit(out, n_out, i, EMIT_STEP, CODE_START, np.nan, 1.0,
@@ -581,6 +728,10 @@ def _optics_kernel(ts: np.ndarray, slot: np.ndarray, x: np.ndarray, state: tuple
             if abs(v) < np.inf:  # NaN and inf fail this
                 acc[o, 2 * g] += v
                 acc[o, 2 * g + 1] += 1.0
+        temp = x[i, X_TEMP]
+        if abs(temp) < np.inf:
+            acc[o, ACC_TEMP] += temp
+            acc[o, ACC_TEMP + 1] += 1.0
         # pre-FEC BER: the PHY counters when they moved (exact over the bucket), else the gauge
         bits, corr = x[i, X_BITS], x[i, X_CORR]
         if bits > 0.0 and corr == corr:
@@ -625,7 +776,7 @@ def _link_alarm(row: int, o: int, bucket: float, t: float, state: tuple,  # type
     unknown: counted down for ever, the last trend of an end that stopped reporting became a
     ``link_down`` "now" held for days. The level reported is the fit's, extrapolated to ``t``.
     """
-    _, optic, _, _, fit, alarm, link_bucket = state
+    _, optic, _, _, _, fit, alarm, link_bucket = state
     link = o // 2
     if not bucket > link_bucket[link]:
         return n_out
@@ -675,7 +826,8 @@ class OpticsDetector(Detector):
 
     slot_kinds: ClassVar[Mapping[str, str]] = {
         **{name: "optic" for name in ("s_counter_state", "s_counter_resets", "s_counter_rate", "s_counter_drop",
-                                      "s_acc", "s_optic", "s_ring_t", "s_ring", "s_fit", "s_module_alarm")},
+                                      "s_acc", "s_optic", "s_ring_t", "s_ring", "s_ring_temp", "s_fit",
+                                      "s_module_alarm")},
         "s_alarm": "link", "s_link_bucket": "link"}
     name: ClassVar[str] = "optics"
     kinds: ClassVar[tuple[str, ...]] = ("optic",)
@@ -700,11 +852,15 @@ class OpticsDetector(Detector):
         self.s_optic[:, [O_ETA_RX, O_ETA_Q, O_ETA_BIAS]] = np.inf
         self.s_ring_t = np.full((n_opt, window), np.nan)
         self.s_ring = np.full((n_opt, N_SIG, window), np.nan)
+        # each ring point's module temperature: float32 resolves 1e-5 degree at 100 degrees, finer
+        # than the 1/256 degree a module reports, in half the state
+        self.s_ring_temp = np.full((n_opt, window), np.nan, dtype=np.float32)
         self.s_fit = np.full((n_opt, N_SIG, F_SIZE), np.nan)
         self.s_alarm = new_alarm_columns(n_links, 1)
         self.s_link_bucket = np.full(n_links, -np.inf)
-        # fit times, fit values, pair slopes and the medians' workspace, a bucket's means and steps
-        self._work = np.empty((4, window * window // 2 + window + MEDIAN_BRACKET + 1))
+        # fit times, fit values, pair slopes and the medians' workspace, a bucket's means and steps,
+        # the fit points' temperatures
+        self._work = np.empty((5, window * window // 2 + window + MEDIAN_BRACKET + 1))
         # each optic's FEC limit: its link's own (topology ``fec_limit_ber``), else the parameter
         own = topology.link_fec_limit[topology.optic_link] if n_opt else np.zeros(0)
         self.fec_limit = np.where(np.isfinite(own), own, self.params[P_FEC])
@@ -773,9 +929,10 @@ class OpticsDetector(Detector):
         x[:, X_BITS] = delta[:, 0]
         x[:, X_CORR] = delta[:, 1]
         x[:, X_LOS] = cols["los"]
+        x[:, X_TEMP] = cols["module_temp"]
         out = np.empty((len(frame) * (N_SIG + 2), OUT_SIZE))
-        state = (self.s_acc, self.s_optic, self.s_ring_t, self.s_ring, self.s_fit, self.s_alarm,
-                 self.s_link_bucket)
+        state = (self.s_acc, self.s_optic, self.s_ring_t, self.s_ring, self.s_ring_temp, self.s_fit,
+                 self.s_alarm, self.s_link_bucket)
         n = _optics_kernel(frame.ts, frame.slot, x, state, self.params, self.q_limit, self.s_module_alarm,
                            self._work, out)
         return [self._finding(frame, rec) for rec in out[:n]]
@@ -783,8 +940,20 @@ class OpticsDetector(Detector):
     def upgrade_state(self, state: dict[str, Any]) -> dict[str, Any]:
         """A state saved before ``O_DARK`` existed: never seen dark (NaN), as a fresh optic. One saved
         before the counters' pace and drops were kept: none known, none pending. One saved before
-        ``F_PERSIST`` existed: not judged (NaN, taken as persisting) until each signal's next fit."""
+        ``F_PERSIST`` existed: not judged (NaN, taken as persisting) until each signal's next fit.
+        One saved before module temperatures were kept (no ``s_ring_temp``, ``s_acc`` without the
+        temperature's sum and count, ``s_fit`` without ``F_TEMP_COEF``): its ring points' and open
+        bucket's temperatures unknown, so nothing is corrected for temperature until the window
+        holds only buckets with one, as for a module that does not report it."""
         state = with_counter_pace_and_drop(state, "s_counter_state", "s_counter_rate", "s_counter_drop")
+        ring_t = np.asarray(state.get("s_ring_t"))
+        if "s_ring_temp" not in state and ring_t.ndim == 2:
+            state = {**state, "s_ring_temp": np.full(ring_t.shape, np.nan)}
+        acc = np.asarray(state.get("s_acc"))
+        if acc.ndim == 2 and acc.shape[1] < ACC_SIZE:  # sums and counts: none yet is 0, not NaN
+            wide_acc = np.zeros((acc.shape[0], ACC_SIZE))
+            wide_acc[:, :acc.shape[1]] = acc
+            state = {**state, "s_acc": wide_acc}
         fit = np.asarray(state.get("s_fit"))
         if fit.ndim == 3 and fit.shape[2] < F_SIZE:
             wide = np.full(fit.shape[:2] + (F_SIZE,), np.nan)
