@@ -49,7 +49,7 @@ reading was an increase from the low value too, nearly the whole range (a 32-bit
 time). So a decrease, read as a reset or as a wrap, keeps the value before it, its time, its
 pace and which of the two it was read as (``s_drop``) for the next reading, which decides::
 
-    glitch  if  value >= before  and  value - before <= PACE_SLACK * pace * (t - t_before)
+    glitch  if  value >= before  and  value - before <= bound * (t - t_before)
     reset   otherwise (the counter stayed low, or grew from there: as it would have anyway)
     wrap    otherwise (it goes on from the low value: a wrap is never followed by a value back
             near the top unless the counter moved over half its range in an interval, which the
@@ -62,13 +62,43 @@ low value for a reset, the way round from before for a wrap), so the two interva
 count the larger of the true increase and what the low reading counted (a truncated ``50`` of a
 static ``50000`` counts 50, never 50000; a glitch read as a wrap at most ``PACE_SLACK``
 intervals' worth); the pace is the one before the drop, updated with the rate over both
-intervals. Only the reading right after the drop decides (missing, invalid and stale rows do
-not), and only with a pace known before it (the same rule as a wrap's). A real clear is read as a
-glitch only when the counter gets back above its whole pre-clear total within one interval at a
-pace it has kept: what is lost is at most that total, at most one interval's counts. ``s_drop``
+intervals. ``bound`` is the counter's physical bound (``max_rate``: ``xmit_wait`` at line rate,
+:data:`EVENTS_MAX_PER_S`, ...) where it has one, else ``PACE_SLACK`` times its pace before the drop.
+The pace alone was too tight for a bursty counter: it halves at every flat poll, so an
+``xmit_wait`` read as 0 just as it resumed after three idle polls was "back" faster than 16x a
+pace decayed to an eighth, read as a reset, and the next, correct reading counted its whole total
+in one interval (congestion at "356 % of the time"). Only the reading right after the drop decides
+(missing, invalid, refused and stale rows do not), and only with a pace known before it (the same
+rule as a wrap's). A real clear is read as a glitch only when the counter gets back above its
+whole pre-clear total within one interval, which a counter whose total is many intervals' worth
+cannot do: what is lost is at most that total. A reset is reported (``resets_confirmed``, README
+"Bad input": a counter going backwards) once it stands: at the reading after it, or at once when
+no pace is known to judge a way back by. ``s_drop``
 is tied to ``s_state`` like the pace: a detector keeps both in its checkpoint and hands them back
 with :meth:`CounterRates.bind`, so a glitch across a restore reads as it does without one; one
 that rebinds ``s_state`` alone starts with no drop pending (a reset, then an increase).
+
+One high reading
+----------------
+The mirror of a low reading: garbage in one poll (``1e12`` for a ``link_downed`` of 1), read as an
+increase, was a fatal ``link_downed +1e12``, a flapping link, "1e12 symbol errors in the last hour"
+for an hour and congestion, and the fall back a reset. A counter has a physical bound
+(``max_rate``): a reading further above the last one than the bound times the time since it is
+not taken. It is counted (``implausible_rise``, a health problem), gives no delta, and leaves
+everything as it was (the last value and its time, the pace, a pending drop): the next reading is
+judged from the last good one, over the longer interval, so the bound grows with the time since and
+a counter that really moved on is taken at the first reading that fits.
+
+A reading of exactly ``SATURATED_AT`` (2**32-1) reached faster than ``PACE_SLACK`` times the
+counter's pace (or with no pace known) is where a legacy counter stops, or all ones read once (a
+failed read), and within any line-rate bound (a 32-bit ``xmit_wait`` from 1e9 to the top in 10 s is
+a port stalled 42 % of the time). Taken, it raised congestion, and its fall back was read as a wrap
+(1e9 phantom ticks). So it is held (no delta, nothing else changed) for the next reading (``HELD``
+in ``s_drop``, kept in the checkpoint with it): still there, the counter stopped there and its rise
+is taken then (``saturated`` counted, a poll late); anything else and the held reading was a bad
+one (``implausible_rise``), the reading judged from the last good one. A counter at
+``SATURATED_AT`` is never read as wrapping from there: a legacy counter that stopped there is
+cleared, not wrapped.
 
 Float64 and 64-bit counters
 ---------------------------
@@ -93,13 +123,18 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from foreshock import facts
 from foreshock.numba_config import jit
 
 # Problem counters returned by the kernel, in this order.
 PROBLEMS: tuple[str, ...] = (
     "resets", "wraps", "stale_or_out_of_order", "invalid_value", "unknown_slot", "saturated", "glitches",
+    "implausible_rise", "resets_confirmed",
 )
-_RESET, _WRAP, _STALE, _INVALID, _BAD_SLOT, _SATURATED, _GLITCH = range(len(PROBLEMS))
+"""``resets`` counts each decrease read as a reset when it comes (the next reading may show it a
+glitch); ``resets_confirmed`` counts each once it stands (the reading after it did not come back,
+or there was no pace to judge a way back by), which is what :func:`report_problems` reports."""
+_RESET, _WRAP, _STALE, _INVALID, _BAD_SLOT, _SATURATED, _GLITCH, _IMPLAUSIBLE, _CLEARED = range(len(PROBLEMS))
 
 SATURATED_AT = 2.0**32 - 1.0
 """Where 32-bit legacy InfiniBand PortCounters stop: ``port_xmit_wait`` (sysfs reads it from
@@ -122,7 +157,24 @@ PACE_DECAY = 0.5
 
 DROP_SIZE = 4
 """Columns of ``s_drop``: the value before a decrease, its time, the pace then, and 1.0 if the
-decrease was read as a wrap (0.0: a reset)."""
+decrease was read as a wrap (0.0: a reset). With no drop pending (NaN value), ``HELD`` in the last
+column marks a reading at ``SATURATED_AT`` held for the next reading to confirm: the reading that
+comes right after a drop decides it before it can be held, so the two are never pending together."""
+HELD = 2.0
+
+MAX_PORT_RATE_BPS = 2.0 * facts.LINK_RATE_UPLINK_BPS
+"""The fastest port the counters' physical bounds allow for: 1.6 Tb/s, twice the fastest port
+FACTS lists (800 Gb/s twin-port uplinks), so a port of the next generation is not refused."""
+
+EVENTS_MAX_PER_S = MAX_PORT_RATE_BPS / 64.0
+"""Most a fabric error or packet counter can count per second (``symbol_error``, ``port_rcv_errors``,
+``port_xmit_discards``, ECN marks, CNPs, ...): one per 64 bits on the wire at ``MAX_PORT_RATE_BPS``
+(2.5e10/s). No PHY checks a smaller unit (a 64b/66b block; FEC codewords and packets are larger), so
+no real counter gets near it; a garbage reading (1e12 in a 10-s poll: 1e11/s) does."""
+
+LINK_DOWNS_MAX_PER_S = 5.0
+"""Most ``link_downed`` can count per second: each down is followed by link training before the
+port can go down again, far longer than 0.2 s."""
 
 MIN_DT_S = 1e-6
 """Samples closer than this are the same sample (a rate over a shorter gap would be noise, or
@@ -150,9 +202,10 @@ def _counter_deltas(ts: np.ndarray, slot: np.ndarray, values: np.ndarray, spec: 
     state (slots, k, 2) = [last value, last ts] with NaN = nothing seen yet; pace (slots, k) the
     recent peak rate, NaN = none known (see the module docstring); drop (slots, k, DROP_SIZE) =
     [value, ts, pace, 1.0 if read as a wrap else 0.0] from before a decrease, NaN = none pending
-    (the next reading tells a one-reading glitch from a reset or a wrap); counts (slots, k) int64
-    resets; out (2, rows, k) = [delta, rate], NaN where unknown (two C-contiguous planes, so the
-    kernels downstream get contiguous matrices).
+    (the next reading tells a one-reading glitch from a reset or a wrap), or [NaN, NaN, NaN, HELD]
+    while a reading at ``SATURATED_AT`` is held for the next one to confirm; counts (slots, k)
+    int64 resets; out (2, rows, k) = [delta, rate], NaN where unknown (two C-contiguous planes, so
+    the kernels downstream get contiguous matrices).
     Returns the problem totals in ``PROBLEMS`` order.
     """
     problems = np.zeros(len(PROBLEMS), dtype=np.int64)
@@ -175,13 +228,11 @@ def _counter_deltas(ts: np.ndarray, slot: np.ndarray, values: np.ndarray, spec: 
                 problems[_INVALID] += 1
                 continue
             modulus = spec[j, 0]
+            max_rate = spec[j, 1]
             last = state[s, j, 0]
-            # got to where a legacy counter stops (or first seen there); a stale row, or one back
-            # there after a single bad reading, is not counted
-            saturated = v == SATURATED_AT and last != v
             last_t = state[s, j, 1]
             if last != last:
-                problems[_SATURATED] += saturated
+                problems[_SATURATED] += v == SATURATED_AT  # first seen where a legacy counter stops
                 state[s, j, 0] = v
                 state[s, j, 1] = t
                 continue
@@ -191,13 +242,56 @@ def _counter_deltas(ts: np.ndarray, slot: np.ndarray, values: np.ndarray, spec: 
                 continue
             recent = pace[s, j]
             before = drop[s, j, 0]
+            pending = before == before  # the last reading taken was a drop: this one tells what it was
+            held = drop[s, j, 3] == HELD  # (a pending drop has 0 or 1 there)
+            if not pending and not held and v >= last and v != SATURATED_AT:
+                # the common case (nothing pending, an increase): as the general path below takes it
+                delta = v - last
+                if delta > max_rate * dt:
+                    problems[_IMPLAUSIBLE] += 1
+                    continue
+                pace[s, j] = max(delta / dt, PACE_DECAY * recent) if recent == recent else delta / dt
+                state[s, j, 0] = v
+                state[s, j, 1] = t
+                out[0, i, j] = delta
+                out[1, i, j] = delta / dt
+                continue
             glitch = False
-            if before == before:  # the last reading was a drop: back where it was, it was a bad reading
+            read_as_wrap = False
+            if pending:
                 elapsed = t - drop[s, j, 1]
                 before_pace = drop[s, j, 2]
                 read_as_wrap = drop[s, j, 3] == 1.0
-                glitch = v >= before and v - before <= PACE_SLACK * before_pace * elapsed
-                drop[s, j, :] = np.nan  # only the next reading decides
+                # back where it was, no faster than the counter can count (its physical bound; without
+                # one, 16x its pace before the drop): the low reading was a bad one
+                back_rate = max_rate if max_rate < np.inf else PACE_SLACK * before_pace
+                glitch = v >= before and v - before <= back_rate * elapsed
+            if not glitch and v >= last:
+                rise = v - last
+                if rise > max_rate * dt:
+                    # faster than the counter can count: a bad reading (the mirror of a low one), not
+                    # taken; what is pending stays pending, the next reading is judged from the last good one
+                    problems[_IMPLAUSIBLE] += 1
+                    continue
+                if v == SATURATED_AT and last != v and not held and not (
+                        recent == recent and rise <= PACE_SLACK * recent * dt):  # faster than its pace
+                    # at the top of 32 bits all at once: where a counter stops, or all ones read once;
+                    # held (not taken) until the next reading says which. It decides a pending drop
+                    # first (not back: a reset or wrap that stands), so the two never wait together.
+                    if pending and not read_as_wrap:
+                        problems[_CLEARED] += 1
+                    drop[s, j, 0] = drop[s, j, 1] = drop[s, j, 2] = np.nan
+                    drop[s, j, 3] = HELD
+                    continue
+            if held:
+                drop[s, j, 3] = np.nan
+                if v != SATURATED_AT:
+                    problems[_IMPLAUSIBLE] += 1  # not still there: the held reading was a bad one
+            if pending:
+                drop[s, j, :] = np.nan  # only the reading right after the drop decides
+                if not glitch and not read_as_wrap:
+                    problems[_CLEARED] += 1  # not back: the reset stands
+            saturated = v == SATURATED_AT and last != v  # got there (one back there after a bad reading is not)
             if glitch:
                 # the low reading was counted already: as an increase of itself (a reset) or as the
                 # way round from before (a wrap)
@@ -214,9 +308,10 @@ def _counter_deltas(ts: np.ndarray, slot: np.ndarray, values: np.ndarray, spec: 
             else:
                 problems[_SATURATED] += saturated
                 wrapped = (modulus - last) + v
-                limit = min(0.5 * modulus, spec[j, 1] * dt)
+                limit = min(0.5 * modulus, max_rate * dt)
                 paced = recent == recent and wrapped <= PACE_SLACK * recent * dt  # no pace known: a reset
-                if modulus > 0.0 and last <= modulus and wrapped <= limit and paced:
+                # a counter at 2**32-1 stopped there (legacy PortCounters saturate): it is cleared, not wrapped
+                if modulus > 0.0 and last <= modulus and last != SATURATED_AT and wrapped <= limit and paced:
                     delta = wrapped
                     problems[_WRAP] += 1
                     # kept for the next reading: back near the top, the low reading was a glitch
@@ -234,6 +329,8 @@ def _counter_deltas(ts: np.ndarray, slot: np.ndarray, values: np.ndarray, spec: 
                         drop[s, j, 1] = last_t
                         drop[s, j, 2] = recent
                         drop[s, j, 3] = 0.0
+                    else:
+                        problems[_CLEARED] += 1  # nothing to judge a way back by: a reset now
                     pace[s, j] = np.nan  # when in the interval the clear came is unknown
             state[s, j, 0] = v
             state[s, j, 1] = t
@@ -255,8 +352,12 @@ class CounterRates:
         Wrap modulus per counter in base units (see :func:`modulus_for_bits`); one value for
         all or one per counter. ``0`` = never wraps (every decrease is a reset).
     max_rate:
-        Largest plausible rate per counter (base units per second); a decrease whose wrapped
-        increase would exceed it is read as a reset. ``inf`` = only the half-range rule.
+        The fastest the counter can physically count (base units per second: a port's line rate
+        in bytes/s, ``xmit_wait`` ticks/s at line rate, :data:`EVENTS_MAX_PER_S`, ...). A reading
+        further above the last one than that is a bad one: counted as ``implausible_rise``, not
+        taken; a decrease whose wrapped increase would exceed it is read as a reset; a reading back
+        above the value before a low one within it is a glitch. ``inf`` = no bound (the half-range
+        rule for wraps, 16x the pace for glitches).
 
     Example
     -------
@@ -386,9 +487,15 @@ def with_counter_pace_and_drop(state: dict[str, Any], state_key: str, rate_key: 
 
 
 def report_problems(health: Any, stage: str, problems: dict[str, int]) -> None:
-    """Send counter problems to a :class:`foreshock.health.PipelineHealth` (resets and wraps
-    are normal events, not input problems, so they are not reported; a glitch is a bad reading)."""
+    """Send counter problems to a :class:`foreshock.health.PipelineHealth`: a glitch or a reading
+    above what the counter can count is a bad reading; a reset is reported once it stands (a
+    counter going backwards: README "Bad input"; one seen to come back was a glitch, reported as
+    that); wraps are what a 32-bit counter does at speed, the input being right, so they are not."""
     reasons = {
+        "resets_confirmed": "counter went backwards and stayed there: cleared (perfquery -R, a driver reload, a "
+                            "module swap); counted from zero",
+        "implausible_rise": "counter read higher than it can have counted (faster than its physical bound, or 2**32-1 "
+                            "once then back): one bad reading, ignored",
         "stale_or_out_of_order": "counter sample not newer than the last one for its entity",
         "invalid_value": "negative or infinite counter value",
         "unknown_slot": "row with a slot outside the topology or a NaN timestamp",

@@ -68,7 +68,8 @@ from foreshock.numba_config import jit
 from foreshock.topology import Topology
 
 from .base import Detector, add_columns
-from .counters import CounterRates, report_problems, with_counter_pace_and_drop
+from .counters import (EVENTS_MAX_PER_S, LINK_DOWNS_MAX_PER_S, CounterRates, report_problems,
+                       with_counter_pace_and_drop)
 
 COUNTERS: tuple[str, ...] = (
     "link_downed", "buffer_overrun_errors", "link_integrity_errors", "symbol_error",
@@ -337,8 +338,11 @@ class LinkErrorsDetector(Detector):
                          dtype=np.float64)
         table[[i for i, r in enumerate(RULES) if r.test == FLAP], 2] = float(flap_cycles)
         self._table = np.ascontiguousarray(table)
-        # IB error counters saturate, never wrap (one stuck at its maximum is the sysfs source's to count)
-        self.counters = CounterRates(n, COUNTERS)
+        # IB error counters saturate, never wrap (one stuck at its maximum is the sysfs source's to count);
+        # each counts no faster than its physical bound: a reading above it is a bad one, not taken
+        # (one garbage 1e12 was "fatal: link_downed +1e12", a flapping link and an hour of fatal symbol errors)
+        bounds = [LINK_DOWNS_MAX_PER_S if name == "link_downed" else EVENTS_MAX_PER_S for name in COUNTERS]
+        self.counters = CounterRates(n, COUNTERS, max_rate=bounds)
         # with the pace and the value before a low reading, which tell one bad reading from a clear:
         # kept in the checkpoint, or a low reading across a restore reads as the counter's whole
         # total of new errors (or link downs)

@@ -4,7 +4,13 @@ dcgm-exporter's XID field is the *last* XID the driver logged, never reset (FACT
 ``DCGM_FI_DEV_XID_ERRORS > 0`` latches forever). A new event is therefore a **change** of the
 value; the first value seen for a GPU may be latched from long ago and is not reported. XID 79
 ("fallen off the bus") is what a GPU says last: its other fields stop reporting. Double-bit
-ECC errors (``ecc_dbe``, a counter) are reported on every increase.
+ECC errors (``ecc_dbe``, a counter) are reported on every increase, read by the counter rules
+(:class:`~foreshock.detectors.counters.CounterRates`, no wrap, at most :data:`DBE_MAX_PER_S`): a
+negative reading is refused, one low reading then back (2 -> 0 -> 2) is a glitch and no new error,
+one far above what a GPU can report is refused, a decrease that stands is a reset (a driver reload
+clears the volatile count) and errors are counted from zero after it; each is counted in the
+pipeline's health. Read raw, one 0 reading of a GPU's 2 old DBEs became "2 new uncorrectable ECC
+errors" (a false GPU-error incident that absorbed a real XID 79 in a replay).
 
 Findings are :class:`~foreshock.findings.Anomaly` on the GPU: field ``xid_last`` with the code
 as score, or ``ecc_dbe`` with the increase as score. They are what the incident engine roots a
@@ -26,17 +32,19 @@ healthy GPU. They still count in the exporter's ``foreshock_xid_events_total{sev
 from __future__ import annotations
 
 import math
-from typing import ClassVar, Mapping
+from typing import Any, ClassVar, Mapping
 
 import numpy as np
 
 from foreshock.facts import XID_SEVERITY
 from foreshock.findings import Anomaly, Finding
 from foreshock.frames import Frame
+from foreshock.health import PipelineHealth
 from foreshock.numba_config import jit
 from foreshock.topology import Topology
 
 from .base import Detector
+from .counters import DROP_SIZE, CounterRates, report_problems, with_counter_pace_and_drop
 
 XID_MEANING = {48: "double-bit ECC error", 63: "row remap pending", 64: "row remap failure", 74: "NVLink error",
                79: "GPU fell off the bus", 92: "high single-bit ECC rate", 94: "contained ECC error",
@@ -49,60 +57,70 @@ GPU stopped processing (the application's channel reset), 45 preemptive cleanup 
 killing a process after such an error, or on a Ctrl-C). None is in FACTS' list of XIDs worth
 knowing (severity info); until 2026-12-01 each rooted a "gpu_error" incident (family lost)."""
 
+DBE_MAX_PER_S = 1000.0
+"""Most uncorrectable ECC errors a GPU's counter can add per second: far above what one reports (each
+uncorrectable error stops the work that hit it and is logged by the driver as an XID), so it refuses
+garbage (a 1e12 reading), never a burst."""
+
 
 @jit
-def _xid_events(slot: np.ndarray, xid: np.ndarray, dbe: np.ndarray, last: np.ndarray,
-                out: np.ndarray) -> int:
-    """Rows where a GPU's last-XID changes to a new code, or its DBE counter grows.
+def _xid_events(slot: np.ndarray, xid: np.ndarray, last: np.ndarray, out: np.ndarray) -> int:
+    """Rows where a GPU's last-XID changes to a new code.
 
-    ``last[:, 0]`` is the last XID seen, ``last[:, 1]`` the last DBE count (NaN: none yet);
-    ``out`` rows are (row, kind, value). Returns the number of rows written."""
+    ``last`` is the last XID seen per GPU (NaN: none yet); ``out`` rows are (row, kind, value).
+    Returns the number of rows written."""
     n = 0
     for i in range(len(slot)):
         s = slot[i]
         v = xid[i]
         if math.isfinite(v):
-            prev = last[s, 0]
+            prev = last[s]
             if prev == prev and v != prev and v > 0:
                 out[n, 0] = i
-                out[n, 1] = 0
+                out[n, 1] = KIND_XID
                 out[n, 2] = v
                 n += 1
-            last[s, 0] = v
-        d = dbe[i]
-        if math.isfinite(d):
-            prev = last[s, 1]
-            if prev == prev and d > prev:
-                out[n, 0] = i
-                out[n, 1] = 1
-                out[n, 2] = d - prev
-                n += 1
-            last[s, 1] = d  # a lower value is a driver reload: start again from it
+            last[s] = v
     return n
 
 
 class XidDetector(Detector):
     """New XIDs (changes of the last-XID field) and DBE ECC increments per GPU."""
 
-    slot_kinds: ClassVar[Mapping[str, str]] = {"s_last": "gpu"}
+    slot_kinds: ClassVar[Mapping[str, str]] = {name: "gpu" for name in (
+        "s_last_xid", "s_dbe_state", "s_dbe_resets", "s_dbe_rate", "s_dbe_drop")}
     name: ClassVar[str] = "xid"
     kinds: ClassVar[tuple[str, ...]] = ("gpu",)
 
-    def __init__(self, topology: Topology) -> None:
+    def __init__(self, topology: Topology, health: PipelineHealth | None = None) -> None:
         super().__init__(topology)
-        self.s_last = np.full((topology.size("gpu"), 2), np.nan)
+        self.health = health or PipelineHealth()
+        n = topology.size("gpu")
+        self.s_last_xid = np.full(n, np.nan)
+        self.counters = CounterRates(n, ("ecc_dbe",), modulus=0.0, max_rate=DBE_MAX_PER_S)
+        # the DBE counter's state, with its pace and the value before a low reading: in the
+        # checkpoint, or a low reading across a restore reads as a reset and its return as new errors
+        self.s_dbe_state, self.s_dbe_resets = self.counters.s_state, self.counters.s_resets
+        self.s_dbe_rate, self.s_dbe_drop = self.counters.s_rate, self.counters.s_drop
 
     def update(self, frame: Frame) -> list[Finding]:
         if frame.kind != "gpu" or len(frame) == 0:
             return []
-        nan = np.full(len(frame), np.nan)
-        xid = frame.columns.get("xid_last", nan)
-        dbe = frame.columns.get("ecc_dbe", nan)
-        out = np.empty((2 * len(frame), 3))
-        n = _xid_events(frame.slot, np.ascontiguousarray(xid, dtype=np.float64),
-                        np.ascontiguousarray(dbe, dtype=np.float64), self.s_last, out)
+        events = np.empty((2 * len(frame), 3))
+        n = 0
+        xid = frame.columns.get("xid_last")
+        if xid is not None:
+            n = _xid_events(frame.slot, np.ascontiguousarray(xid, dtype=np.float64), self.s_last_xid, events)
+        dbe = frame.columns.get("ecc_dbe")
+        if dbe is not None:
+            delta, _, problems = self.counters.update(frame.ts, frame.slot, np.asarray(dbe, dtype=np.float64)[:, None])
+            report_problems(self.health, self.name, problems)
+            rows = np.flatnonzero(delta[:, 0] > 0.0)  # a real increase (NaN: refused, first, missing)
+            events[n:n + len(rows)] = np.stack([rows, np.full(len(rows), KIND_DBE), delta[rows, 0]], axis=1)
+            n += len(rows)
+        events = events[:n][np.lexsort((events[:n, 1], events[:n, 0]))]  # by row, an XID before its DBEs
         findings: list[Finding] = []
-        for row, kind, value in out[:n]:
+        for row, kind, value in events:
             r, g = int(row), int(frame.slot[int(row)])
             name = self.topology.gpus[g]
             if int(kind) == KIND_XID:
@@ -116,3 +134,25 @@ class XidDetector(Detector):
                 findings.append(Anomaly(float(frame.ts[r]), "gpu", g, "ecc_dbe", float(value), self.name,
                                         f"{int(value)} new uncorrectable (double-bit) ECC error(s) on {name}"))
         return findings
+
+    def upgrade_state(self, state: dict[str, Any]) -> dict[str, Any]:
+        """A state saved when ``s_last`` held [last XID, last DBE count] per GPU (the DBE count read
+        raw): the XID goes on; the DBE count is the counter's last value, seen at a time not known
+        (``-inf``: the next reading's increase is taken, over an interval too long to refuse it),
+        no pace known, no drop pending, no reset counted. One saved with a narrower ``s_dbe_drop``
+        has it widened."""
+        saved = state.get("s_last")
+        if saved is not None and "s_last_xid" not in state and np.ndim(saved) == 2 and np.shape(saved)[1] == 2:
+            saved = np.asarray(saved, dtype=np.float64)
+            n = len(saved)
+            dbe = saved[:, 1]
+            seen_at = np.where(np.isnan(dbe), np.nan, -np.inf)
+            state = {k: v for k, v in state.items() if k != "s_last"}
+            state.update(s_last_xid=saved[:, 0].copy(), s_dbe_state=np.stack([dbe, seen_at], axis=1)[:, None, :],
+                         s_dbe_resets=np.zeros((n, 1), dtype=np.int64), s_dbe_rate=np.full((n, 1), np.nan),
+                         s_dbe_drop=np.full((n, 1, DROP_SIZE), np.nan))
+        return with_counter_pace_and_drop(state, "s_dbe_state", "s_dbe_rate", "s_dbe_drop")
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        self.counters.bind(self.s_dbe_state, self.s_dbe_resets, self.s_dbe_rate, self.s_dbe_drop)

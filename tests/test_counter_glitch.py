@@ -288,12 +288,14 @@ def test_one_low_reading_near_the_top_of_a_32_bit_counter_is_a_glitch_not_a_wrap
 
 def test_a_32_bit_counter_stuck_at_its_top_read_low_once_is_a_glitch_not_a_wrap():
     """Just stuck at 2**32-1 (its pace not yet decayed), read as 7 once: a wrap of 8 by the rule,
-    then the way back up +2**32-8 and 'saturated' a second time."""
+    then the way back up +2**32-8 and 'saturated' a second time. A counter stopped at 2**32-1 is
+    cleared, never wrapped: the 7 is read as a reset of 7 (r110), then a glitch."""
     top = M32 - 1
     raw = [top - 3e4, top - 2e4, top - 1e4, top, top, 7.0, top, top]
-    _, delta, problems = one_counter(raw, modulus=M32)
-    assert delta[1:].tolist() == [1e4, 1e4, 1e4, 0.0, 8.0, 0.0, 0.0]
-    assert problems["glitches"] == 1 and problems["saturated"] == 1
+    rates, delta, problems = one_counter(raw, modulus=M32)
+    assert delta[1:].tolist() == [1e4, 1e4, 1e4, 0.0, 7.0, 0.0, 0.0]
+    assert problems["glitches"] == 1 and problems["saturated"] == 1 and problems["wraps"] == 0
+    assert rates.s_resets[0, 0] == 0 and problems["resets_confirmed"] == 0
 
 
 def test_a_wrap_then_on_from_the_low_value_stays_a_wrap_whatever_comes_next():

@@ -16,12 +16,14 @@ from foreshock.detectors.counters import MIN_DT_S, PROBLEMS, CounterRates, modul
 
 def naive_rates(ts, slot, values, modulus, max_rate, n_slots):
     """Reference: one (slot, counter) at a time, in plain Python, straight from the docstring."""
+    top = 2.0**32 - 1
     rows, k = values.shape
     delta = np.full((rows, k), np.nan)
     rate = np.full((rows, k), np.nan)
     last: dict[tuple[int, int], tuple[float, float]] = {}
     pace: dict[tuple[int, int], float] = {}  # recent peak rate; absent = none known
     drop: dict[tuple[int, int], tuple[float, float, float, bool]] = {}  # (value, ts, pace, wrap?) before a decrease
+    held: set[tuple[int, int]] = set()  # a reading at 2**32-1 waiting for the next to confirm it
     resets = np.zeros((n_slots, k), dtype=np.int64)
     problems = dict.fromkeys(PROBLEMS, 0)
     for i in range(rows):
@@ -36,11 +38,8 @@ def naive_rates(ts, slot, values, modulus, max_rate, n_slots):
             if v < 0 or math.isinf(v):
                 problems["invalid_value"] += 1
                 continue
-            # reaching where a legacy PortCounters counter stops is counted once (a stale row, or a
-            # return there after one bad reading, is not)
-            at_top = v == 2.0**32 - 1 and last.get((s, j), (None,))[0] != v
             if (s, j) not in last:
-                problems["saturated"] += at_top
+                problems["saturated"] += v == top
                 last[(s, j)] = (v, t)
                 continue
             lv, lt = last[(s, j)]
@@ -49,9 +48,35 @@ def naive_rates(ts, slot, values, modulus, max_rate, n_slots):
                 problems["stale_or_out_of_order"] += 1
                 continue
             recent = pace.get((s, j))
-            pending = drop.pop((s, j), None)  # only the reading right after a reset or a wrap decides
-            if pending is not None and v >= pending[0] and v - pending[0] <= 16.0 * pending[2] * (t - pending[1]):
-                # back where it was before the drop, at its pace: the low reading was a glitch
+            bound = max_rate[j]
+            pending = drop.get((s, j))
+            glitch = False
+            if pending is not None:
+                # back where it was before the drop, no faster than the bound (or 16x the pace before it)
+                back = bound if bound < math.inf else 16.0 * pending[2]
+                glitch = v >= pending[0] and v - pending[0] <= back * (t - pending[1])
+            if not glitch and v >= lv:
+                if v - lv > bound * dt:  # faster than it can count: refused, nothing changes
+                    problems["implausible_rise"] += 1
+                    continue
+                fits_pace = recent is not None and v - lv <= 16.0 * recent * dt
+                if v == top and lv != v and (s, j) not in held and not fits_pace:
+                    held.add((s, j))  # all at once at the top: the next reading tells
+                    if pending is not None:  # it decides a pending drop first: not back
+                        del drop[(s, j)]
+                        problems["resets_confirmed"] += not pending[3]
+                    continue
+            if (s, j) in held:
+                held.discard((s, j))
+                problems["implausible_rise"] += v != top
+            if pending is not None:
+                del drop[(s, j)]  # only the reading right after a reset or a wrap decides
+                problems["resets_confirmed"] += not glitch and not pending[3]
+            # reaching where a legacy PortCounters counter stops is counted once (a return there after
+            # one bad reading is not)
+            at_top = v == top and lv != v
+            if glitch:
+                # back where it was before the drop: the low reading was a glitch
                 before, before_t, before_pace, was_wrap = pending
                 # the low reading was counted as a wrap from before, or as a reset of itself
                 counted = (modulus[j] - before) + lv if was_wrap else lv
@@ -70,8 +95,9 @@ def naive_rates(ts, slot, values, modulus, max_rate, n_slots):
             else:
                 m = modulus[j]
                 wrapped = (m - lv) + v
-                # a wrap must fit the half range, the rate limit and 16x the counter's recent pace
-                if m > 0 and lv <= m and wrapped <= min(m / 2, max_rate[j] * dt) \
+                # a wrap must fit the half range, the rate limit and 16x the counter's recent pace,
+                # and not come from 2**32-1 (a counter stopped there is cleared)
+                if m > 0 and lv <= m and lv != top and wrapped <= min(m / 2, bound * dt) \
                         and recent is not None and wrapped <= 16.0 * recent * dt:
                     d = wrapped
                     problems["wraps"] += 1
@@ -82,6 +108,8 @@ def naive_rates(ts, slot, values, modulus, max_rate, n_slots):
                     problems["resets"] += 1
                     if recent is not None:
                         drop[(s, j)] = (lv, lt, recent, False)
+                    else:
+                        problems["resets_confirmed"] += 1
                     pace.pop((s, j), None)  # when the clear came in the interval is unknown
                     recent = math.nan
             if recent is None:  # an increase or a wrap: the pace is the faster of now and half the last
@@ -258,7 +286,10 @@ def test_a_counter_stuck_at_its_portcounters_maximum_is_counted_once():
                     [top32, 9.0]])
     _, rate, problems = rates.update(np.arange(7.0), np.zeros(7, np.int32), raw)
     assert problems["saturated"] == 2  # xmit_wait reaching it twice; symbol_error at 65535 is not judged
-    assert rate[2:4].tolist() == [[0.0, 0.0], [0.0, 0.0]]
+    # the first climb, with no pace known, is held a poll (it could be all ones read once) and taken
+    # when the next reading is still there; then every rate reads 0
+    assert np.isnan(rate[1, 0]) and rate[2, 0] == (top32 - 4.2e9) / 2
+    assert rate[3].tolist() == [0.0, 0.0]
     health = PipelineHealth()
     report_problems(health, "congestion", problems)
     assert [(stage, n) for (stage, reason), n in health.problems.items() if "2**32-1" in reason] == [("congestion", 2)]
