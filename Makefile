@@ -41,11 +41,17 @@ services-down: $(SERVICES_DOWN)
 # `make test` installs everything, starts the real services, runs the whole suite (twice for the
 # kernels: once compiled, once with NUMBA_DISABLE_JIT=1 so their bodies run as Python), type-checks,
 # and stops the services whatever the outcome.
+# The suite runs in TEST_WORKERS processes (pytest-xdist), a test file to a process: many tests
+# wait on brokers, servers and worker subprocesses, so two processes on two cores take ~40 % off
+# the wall time; a whole file stays on one process so its module fixtures are built once.
+# TEST_WORKERS=0 runs everything in one process.
+TEST_WORKERS ?= 2
+XDIST = $(if $(filter 0,$(TEST_WORKERS)),-p no:xdist,-n $(TEST_WORKERS) --dist loadfile)
 test: venv
 	@$(MAKE) --no-print-directory services-up
 	@set -o pipefail; status=0; \
-	  $(VENV)/bin/pytest $(PYTEST_ARGS) || status=$$?; \
-	  if [ $$status -eq 0 ]; then NUMBA_DISABLE_JIT=1 $(VENV)/bin/pytest -q -m kernel -p no:cacheprovider || status=$$?; fi; \
+	  $(VENV)/bin/pytest $(XDIST) $(PYTEST_ARGS) || status=$$?; \
+	  if [ $$status -eq 0 ]; then NUMBA_DISABLE_JIT=1 $(VENV)/bin/pytest $(XDIST) -q -m kernel -p no:cacheprovider || status=$$?; fi; \
 	  if [ $$status -eq 0 ]; then $(MAKE) --no-print-directory typecheck || status=$$?; fi; \
 	  $(MAKE) --no-print-directory services-down; exit $$status
 

@@ -57,7 +57,8 @@ from typing import Any, Awaitable, Callable
 
 import faust
 from aiokafka import AIOKafkaConsumer
-from aiokafka.errors import CorruptRecordException, MessageSizeTooLargeError, RecordListTooLargeError
+from aiokafka.errors import (CorruptRecordException, KafkaConnectionError, MessageSizeTooLargeError,
+                             RecordListTooLargeError)
 from aiokafka.structs import TopicPartition
 
 from foreshock.detectors.bank import DetectorBank
@@ -124,6 +125,11 @@ EXIT_RECORD_FAILED = 70  # EX_SOFTWARE
 EXTERNAL_FIRST_FETCH_MS = 500
 """How long the incident stage's first read of ``external.events`` (after it is loaded or
 reassigned) waits for the topic's first fetch; later reads take only what has arrived."""
+BROKER_PATIENCE_S = 60.0
+"""How long a reader outside the group (checkpoints, ``external.events``) keeps trying to reach
+a broker that is away before the worker ends (``fatal``): a broker restart takes seconds, and
+a reader's first connection had ended the worker at once (a restart caught the incident stage
+opening its ``external.events`` reader: its findings were read again only by the next worker)."""
 # What the broker (or the producer, before sending) answers for a message it will never take,
 # however often it is sent: unlike a broker that is away, no restart delivers it either.
 _REFUSALS = (MessageSizeTooLargeError, RecordListTooLargeError, CorruptRecordException)
@@ -254,23 +260,42 @@ class ForeshockWorker:
         return app
 
     # ---- checkpoints -------------------------------------------------------------------
-    async def _consumer(self, name: str) -> AIOKafkaConsumer:
-        """A started consumer outside the group (partitions assigned by hand, no commits)."""
+    async def _consumer(self, name: str, patience_s: float | None = None) -> AIOKafkaConsumer:
+        """A started consumer outside the group (partitions assigned by hand, no commits); its
+        bootstrap tried again for ``patience_s`` (:data:`BROKER_PATIENCE_S` by default) while no
+        broker answers."""
+        patience_s = BROKER_PATIENCE_S if patience_s is None else patience_s
         s = self.config.settings
         extra: dict[str, Any] = {}
         if s.sasl:
             extra = {"sasl_mechanism": s.sasl_mechanism, "sasl_plain_username": s.username,
                      "sasl_plain_password": s.password}
-        reader = AIOKafkaConsumer(bootstrap_servers=s.bootstrap, security_protocol=s.security_protocol,
-                                  enable_auto_commit=False, client_id=f"foreshock-{name}-{self.config.worker_id}",
-                                  max_partition_fetch_bytes=CHECKPOINT_MAX_BYTES, fetch_max_bytes=CHECKPOINT_MAX_BYTES,
-                                  **extra)
-        await reader.start()
-        return reader
+        give_up = time.monotonic() + patience_s
+        pause = 0.5
+        while True:
+            reader = AIOKafkaConsumer(bootstrap_servers=s.bootstrap, security_protocol=s.security_protocol,
+                                      enable_auto_commit=False, client_id=f"foreshock-{name}-{self.config.worker_id}",
+                                      max_partition_fetch_bytes=CHECKPOINT_MAX_BYTES,
+                                      fetch_max_bytes=CHECKPOINT_MAX_BYTES, **extra)
+            try:
+                await reader.start()
+                return reader
+            except KafkaConnectionError as exc:  # no broker answered the bootstrap: away, or restarting
+                try:
+                    await reader.stop()
+                except Exception:  # (what start opened is closed as far as it goes; nothing to hand over)
+                    pass
+                left = give_up - time.monotonic()
+                if left <= 0:
+                    raise
+                self.health.problem("worker", "broker_unreachable", detail=(
+                    f"the {name} reader: {exc}; trying again for up to {patience_s:.0f} s"))
+                await asyncio.sleep(min(pause, left))
+                pause = min(2 * pause, 5.0)
 
-    async def _reader(self) -> AIOKafkaConsumer:
+    async def _reader(self, patience_s: float | None = None) -> AIOKafkaConsumer:
         if self._ckpt_reader is None:
-            self._ckpt_reader = await self._consumer("ckpt")
+            self._ckpt_reader = await self._consumer("ckpt", patience_s)
         return self._ckpt_reader
 
     async def read_checkpoint(self, partition: int) -> bytes | None:
@@ -295,7 +320,7 @@ class ForeshockWorker:
         say within 10 s (the stages then guess: ``CheckpointCover``)."""
         tp = TopicPartition(topic, partition)
         try:
-            reader = await self._reader()
+            reader = await self._reader(patience_s=0.0)  # (no wait for a broker that is away: only a check)
             end: int = (await asyncio.wait_for(reader.end_offsets([tp]), 10.0))[tp]
         except Exception as exc:  # only a check: the partition is taken up without it
             log.warning("end offset of %s/%d not read (%s: %s): a checkpoint of a re-created topic is only guessed "
