@@ -47,8 +47,14 @@ services-down: $(SERVICES_DOWN)
 # TEST_WORKERS=0 runs everything in one process.
 TEST_WORKERS ?= 2
 XDIST = $(if $(filter 0,$(TEST_WORKERS)),-p no:xdist,-n $(TEST_WORKERS) --dist loadfile)
+# While the services start (downloads, a JVM), tests/warm_numba_cache.py fills the Numba cache on
+# both cores, so that the kernels are not compiled inside the tests (and by several processes at once).
 test: venv
-	@$(MAKE) --no-print-directory services-up
+	@$(PY) tests/warm_numba_cache.py > $(VENV)/warm-numba.log 2>&1 & warm=$$!; \
+	  status=0; $(MAKE) --no-print-directory services-up || status=$$?; \
+	  if wait $$warm; then tail -n 1 $(VENV)/warm-numba.log; \
+	  else echo "Numba warm-up failed (the tests compile what they need): see $(VENV)/warm-numba.log"; fi; \
+	  exit $$status
 	@set -o pipefail; status=0; \
 	  $(VENV)/bin/pytest $(XDIST) $(PYTEST_ARGS) || status=$$?; \
 	  if [ $$status -eq 0 ]; then NUMBA_DISABLE_JIT=1 $(VENV)/bin/pytest $(XDIST) -q -m kernel -p no:cacheprovider || status=$$?; fi; \

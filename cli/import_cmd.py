@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from foreshock.frames import REASONS_AFTER_ENTITY, Frame, frames_from_records
+from foreshock.frames import REASONS_AFTER_ENTITY, Frame, frames_from_records, unknown_entity_reason
 from foreshock.health import PipelineHealth
 from foreshock.recording import RecordingWriter
 from foreshock.streams import dcgm, nvidia_smi
@@ -188,7 +188,7 @@ def _jsonl(text: str, path: Path, topology_path: Path | None, health: PipelineHe
             if topology_path is None and reason.startswith(REASONS_AFTER_ENTITY):
                 key = (str(record.get("kind")), str(record.get("entity")), reason)
                 waiting[key] = waiting.get(key, 0) + 1
-            elif reason == f"unknown {record.get('kind')} entity {record.get('entity')!r}":  # (frames_from_records's)
+            elif reason == unknown_entity_reason(record.get("kind"), record.get("entity")):
                 unknown.add(str(record.get("kind")), repr(record.get("entity")))
             else:
                 health.problem("jsonl", reason)

@@ -15,15 +15,14 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from foreshock.detectors.bank import DetectorBank
-from foreshock.detectors.evaluation import aligned_frames
+from foreshock.detectors.evaluation import guarded_updates, read_ground_truth
 from foreshock.detectors.incident_eval import score_incidents
 from foreshock.detectors.incident_external import STAGE as EXTERNAL_STAGE
 from foreshock.detectors.incident_external import read_events
 from foreshock.detectors.incidents import IncidentEngine
 from foreshock.findings import Anomaly, Finding, Incident, Prediction, finding_to_json
-from foreshock.guard import InputGuard
 from foreshock.health import PipelineHealth
-from foreshock.recording import Recording, RecordingError
+from foreshock.recording import EVENTS_FILE, Recording, RecordingError
 
 from .common import detector_option, recording_origin
 
@@ -48,6 +47,10 @@ def command(recording: str, external_path: str | None, detectors: str | None, fi
     console = Console(width=None if sys.stdout.isatty() else 160)
     try:
         rec = Recording.open(recording)
+        # the ground truth is read before the run, as `replay` reads it: a broken events file fails
+        # now, not after a long run; events naming entities the topology lacks are set aside (and
+        # named in a warning) as `evaluate` sets them aside
+        truth = read_ground_truth(rec, warn=(rec.path / EVENTS_FILE).is_file()).events
     except RecordingError as exc:
         raise click.ClickException(str(exc)) from None
     topo = rec.topology
@@ -66,7 +69,6 @@ def command(recording: str, external_path: str | None, detectors: str | None, fi
         console.print(f"[dim]{len(events)} external event{'' if len(events) == 1 else 's'} read from "
                       f"{escape(str(external_path))}" + (f", {bad} bad line{'' if bad == 1 else 's'}" if bad else "")
                       + "[/dim]")
-    guard = InputGuard(topo, health)
     findings: list[Finding] = []
     sink = open(findings_path, "w", encoding="utf-8") if findings_path else None
     start, end = (math.nan if rec.meta.get(k) is None else float(rec.meta[k])  # an empty recording stores null
@@ -78,11 +80,8 @@ def command(recording: str, external_path: str | None, detectors: str | None, fi
                       console=Console(stderr=True), disable=no_progress, transient=True) as progress:
             task = progress.add_task("run", total=max(end - start, 1.0) if math.isfinite(end - start) else None, found=0)
             opened = 0
-            for frame in aligned_frames(rec, set(bank.kinds) | {"gpu", "link", "job"}):
-                clean = guard.check(frame)
-                if not len(clean):
-                    continue
-                out = bank.update(clean)  # the engine runs as the bank's processor (and sees the frame)
+            # (the engine runs as the bank's processor, and sees the frame)
+            for clean, out in guarded_updates(rec, bank, set(bank.kinds) | {"gpu", "link", "job"}, health):
                 last = float(clean.ts.max()) if math.isnan(last) else max(last, float(clean.ts.max()))
                 if out:
                     findings.extend(out)
@@ -111,7 +110,6 @@ def command(recording: str, external_path: str | None, detectors: str | None, fi
     t0 = origin.ts if origin is not None else min((f.ts for f in findings), default=0.0)
     render_timeline(console, findings, t0, all_updates, origin.what if origin is not None else "the first finding")
     summary = render_summary(console, findings, t0)
-    truth = rec.events()
     if any(e.type == "fault_onset" for e in truth):
         # the recording's fault list holds how long each fault lasted in the end (a board swap
         # cures the old board's faults early), as `foreshock evaluate` scores (incident_eval.score_run)

@@ -229,6 +229,12 @@ resolved (an unknown entity is the reason given first): a caller still learning 
 (``foreshock import`` without ``--topology``) holds these back until it knows the entity."""
 
 
+def unknown_entity_reason(kind: object, entity: object) -> str:
+    """The reason :func:`frames_from_records` gives a record whose entity ``resolve_slot`` does
+    not know (a caller that counts those apart tells them by it)."""
+    return f"unknown {kind} entity {entity!r}"
+
+
 def frames_from_records(
     records: Iterable[Mapping[str, object]], resolve_slot: Callable[[str, str], int]
 ) -> tuple[dict[str, Frame], list[tuple[Mapping[str, object], str]]]:
@@ -285,7 +291,7 @@ def records_to_frames(
             continue
         slot = resolve_slot(str(kind), str(rec.get("entity")))
         if slot < 0:
-            rejected.append((index, f"unknown {kind} entity {rec.get('entity')!r}"))
+            rejected.append((index, unknown_entity_reason(kind, rec.get("entity"))))
             continue
         bad = [k for k in rec if k not in names and k not in ("kind", "entity", "ts")]
         if bad:
