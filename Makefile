@@ -45,24 +45,26 @@ services-down: $(SERVICES_DOWN)
 # wait on brokers, servers and worker subprocesses, so two processes on two cores take ~40 % off
 # the wall time; a whole file stays on one process so its module fixtures are built once.
 # TEST_WORKERS=0 runs everything in one process.
+# While the services start (downloads, a JVM: little CPU), tests/warm_numba_cache.py fills the
+# Numba cache on both cores, so that kernels are not compiled inside the tests (by several
+# processes at once), and mypy runs: its verdict is printed then and counts at the end.
 TEST_WORKERS ?= 2
 XDIST = $(if $(filter 0,$(TEST_WORKERS)),-p no:xdist,-n $(TEST_WORKERS) --dist loadfile)
-# While the services start (downloads, a JVM), tests/warm_numba_cache.py fills the Numba cache on
-# both cores, so that the kernels are not compiled inside the tests (and by several processes at once).
 test: venv
-	@$(PY) tests/warm_numba_cache.py > $(VENV)/warm-numba.log 2>&1 & warm=$$!; \
-	  status=0; $(MAKE) --no-print-directory services-up || status=$$?; \
+	@set -o pipefail; status=0; \
+	  $(PY) tests/warm_numba_cache.py > $(VENV)/warm-numba.log 2>&1 & warm=$$!; \
+	  $(VENV)/bin/mypy > $(VENV)/mypy.log 2>&1 & typecheck=$$!; \
+	  $(MAKE) --no-print-directory services-up || status=$$?; \
 	  if wait $$warm; then tail -n 1 $(VENV)/warm-numba.log; \
 	  else echo "Numba warm-up failed (the tests compile what they need): see $(VENV)/warm-numba.log"; fi; \
-	  exit $$status
-	@set -o pipefail; status=0; \
-	  $(VENV)/bin/pytest $(XDIST) $(PYTEST_ARGS) || status=$$?; \
+	  wait $$typecheck; typed=$$?; echo "mypy: $$(tail -n 1 $(VENV)/mypy.log)"; \
+	  if [ $$status -eq 0 ]; then $(VENV)/bin/pytest $(XDIST) $(PYTEST_ARGS) || status=$$?; fi; \
 	  if [ $$status -eq 0 ]; then NUMBA_DISABLE_JIT=1 $(VENV)/bin/pytest $(XDIST) -q -m kernel -p no:cacheprovider || status=$$?; fi; \
-	  if [ $$status -eq 0 ]; then $(MAKE) --no-print-directory typecheck || status=$$?; fi; \
+	  if [ $$typed -ne 0 ]; then cat $(VENV)/mypy.log; echo "mypy failed (above)"; [ $$status -ne 0 ] || status=$$typed; fi; \
 	  $(MAKE) --no-print-directory services-down; exit $$status
 
 test-fast: venv
-	$(VENV)/bin/pytest -q -m "not kafka and not prometheus and not slow" $(PYTEST_ARGS)
+	$(VENV)/bin/pytest $(XDIST) -q -m "not kafka and not prometheus and not slow" $(PYTEST_ARGS)
 
 typecheck: venv
 	$(VENV)/bin/mypy
