@@ -47,7 +47,8 @@ def _parse_time(text: str) -> float:
 LINE_FED_STAGES = {"dcgm": dcgm.STAGE, "nvidia-smi": nvidia_smi.STAGE, "dmon": nvidia_smi.DMON_STAGE}
 """The formats whose every line ends with a line feed, and the stage that counts their problems:
 the Prometheus text format requires one after the last line, nvidia-smi prints one after each row.
-(Not the Alibaba CSV: the published file ends without one.)"""
+(Not the Alibaba CSV: the published file ends without one, on a row of empty cells;
+``streams.alibaba`` leaves out only a last line that holds data.)"""
 
 
 def _whole_lines(text: str, stage: str, health: PipelineHealth) -> str:

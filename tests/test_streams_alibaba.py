@@ -78,3 +78,33 @@ def test_other_statistic_and_bad_rows(tmp_path: Path) -> None:
     (tmp_path / "other.csv").write_text("a,b\n1,2\n")
     with pytest.raises(ValueError, match="missing columns"):
         read_alibaba(tmp_path / "other.csv")
+
+
+HEADER = "device_name,logical_name,item,stats_type,value,och,center_frequency,och_group,time,side,pn\n"
+FIRST = "T1,/1/1/L1,preFecBer,avg,0.002,1,191400000,1,2000/1/1 00:00,A,ot1\r\n"
+LAST = "T2,/1/1/L1,preFecBer,avg,0.00185,1,191400000,1,2000/1/1 00:00,Z,ot1"
+
+
+@pytest.mark.parametrize("cut", [len(LAST), len(LAST) - 1, LAST.index("0.00185") + 6])
+def test_a_last_line_without_its_line_feed_is_left_out_and_counted(tmp_path: Path, cut: int) -> None:
+    """A copy cut inside its last line: ``ot1`` read as ``ot`` (a plane with no FEC limit) or a BER
+    of ``0.0018`` for ``0.00185`` would import as readings that look real. Whole or cut, a last line
+    without its line feed cannot be told apart, so it is left out, counted, and the rest read."""
+    path = tmp_path / "ber.csv"
+    path.write_text(HEADER + FIRST + LAST[:cut], newline="")
+    health = PipelineHealth()
+    result = read_alibaba(path, health=health)
+    assert result.batch.entity_names() == ["ot1/och1#a"] and result.batch.columns["prefec_ber"].tolist() == [0.002]
+    assert health.problems == {("alibaba", "truncated row"): 1}
+    path.write_text(HEADER + FIRST + LAST + "\n", newline="")  # the same line, ended: read
+    whole = read_alibaba(path, health=PipelineHealth())
+    assert sorted(whole.batch.columns["prefec_ber"].tolist()) == [0.00185, 0.002]
+
+
+def test_an_unended_row_of_empty_cells_is_a_blank_row(tmp_path: Path) -> None:
+    """The published file ends on ``,,,,,,,,,,`` without a line feed: nothing cut there."""
+    path = tmp_path / "ber.csv"
+    path.write_text(HEADER + FIRST + ",,,,,,,,,,", newline="")
+    health = PipelineHealth()
+    assert read_alibaba(path, health=health).batch.columns["prefec_ber"].tolist() == [0.002]
+    assert health.problems == {("alibaba", "blank row"): 1}
