@@ -21,7 +21,8 @@ Stable API (the embedded pipeline, ``foreshock demo`` and the detectors' tests r
 Parameters of ``ClusterSimulator``: ``topology`` (else generated for ``gpus`` GPUs with
 ``topology_options`` passed to :func:`build_topology`), ``scenario`` (packaged name, YAML
 path or :class:`Scenario`; default healthy), ``seed`` (same seed, same run: frames and events),
-``interval`` (sampling, 1 s default; 30 s like dcgm-exporter), ``duration`` (the run length
+``interval`` (sampling, 1 s default; 30 s like dcgm-exporter; the random faults are drawn on a
+10-s clock of their own, so a seed faults the same cluster at any interval), ``duration`` (the run length
 ``%`` onsets refer to; default from the scenario), ``random_faults`` (FACTS rates ×``fault_acceleration``,
 25 by default, see faults.py), ``params`` (:class:`SimParams` or a dict of overrides, e.g. ``{"missing_prob": 0}``),
 ``physics_dt`` (internal step, default 1 s, at most the interval), ``start_time`` (epoch s),

@@ -65,6 +65,16 @@ REBOOT_S = 600.0
 """A GPU that shut down thermally is back this long after it went down (once cool and repaired)."""
 WARMUP_S = 600.0
 """Physics run before the first sample so the cluster starts in its steady state."""
+FAULT_DRAW_BLOCK_S = 10.0
+"""Random faults are drawn on a clock of their own, in blocks of this many seconds, each block
+as the 10-s sampling always drew one interval (a Poisson count, then per fault its type, target,
+parameters and an onset inside the block): the same seed draws the same faults at any sampling
+interval (a draw per interval had 10-s recordings fault other clusters than 1-s ones). 10 s, the
+interval of every recording the README and docs score, keeps their faults as they were (a 1-s
+recording made before 2026-12-03 drew other faults)."""
+FAULT_CLOCK_SLACK_S = 1e-9
+"""A block is drawn at the physics step that reaches its start, within this: sub-steps that do
+not add up exactly (ten of 0.1 s make 0.9999999999999999 s) still reach it."""
 BOARD_STREAM = 0xB0A4D
 """Mixed into the seed of each new board's own random stream (seed, this, GPU, board number): a
 swap draws nothing from the run's streams, so the rest of the run stays as it was."""
@@ -183,6 +193,12 @@ class ClusterSimulator:
         # faults
         self.faults: list[Fault] = []
         self._used_loops: set[int] = set()
+        # start of the next block of the random-fault clock (FAULT_DRAW_BLOCK_S): the 10-s sampling
+        # drew its first faults after its first interval, for the block that follows, so the run's
+        # first block draws none
+        self._fault_clock = FAULT_DRAW_BLOCK_S
+        # faults ended by a board swap: the time the swap was due (the swapping fault's scheduled end)
+        self._cured_at: dict[str, float] = {}
         for spec in sorted(scen.faults, key=lambda s: resolve_time(s.onset, self.duration)):
             target, name = self._resolve_target(FAULT_TYPES[spec.type], spec.target)
             duration_s = None if spec.duration is None else resolve_time(spec.duration, self.duration)
@@ -216,8 +232,7 @@ class ClusterSimulator:
         node, rack, job) sampled at the new time."""
         for _ in range(self.substeps):
             self._physics_step(self.dt)
-        if self.random_faults:
-            self._draw_random_faults()
+            self._draw_due_fault_blocks()
         self.ticks += 1
         return self.sample()
 
@@ -565,9 +580,24 @@ class ClusterSimulator:
             return optic, topo.name("optic", optic)
         raise ValueError(f"cannot pick a target of kind {kind!r}")
 
-    def _draw_random_faults(self) -> None:
+    def _draw_due_fault_blocks(self) -> None:
+        """Draw each block of the fault clock whose start the physics has now reached, after the
+        step, as the 10-s sampling drew the coming 10 s after each of its intervals. Where the steps
+        land on every whole second (the default 1-s step at a whole-second interval, sub-second
+        intervals that divide 1 s) each onset lies ahead of the physics; elsewhere (2.5 s: 5/6-s
+        steps; a physics step over 1 s) a block comes at the first step past its start, and an
+        onset already passed starts at the next step, one step later than it could. Without random
+        faults the clock runs on and draws nothing: turned on mid-run, they start from then."""
+        while self._fault_clock <= self.elapsed + FAULT_CLOCK_SLACK_S:
+            if self.random_faults:
+                self._draw_random_faults(self._fault_clock)
+            self._fault_clock += FAULT_DRAW_BLOCK_S
+
+    def _draw_random_faults(self, block_start: float) -> None:
+        """The random faults of the fault-clock block starting at ``block_start``; one of a type
+        already on its target at the block's start is dropped (before its parameters are drawn)."""
         rng, topo = self._rng_faults, self.topology
-        n_new = int(rng.poisson(self.fault_rate * self.interval))
+        n_new = int(rng.poisson(self.fault_rate * FAULT_DRAW_BLOCK_S))
         types = list(RANDOM_FAULT_MIX)
         weights = np.array([RANDOM_FAULT_MIX[k] for k in types])
         for _ in range(n_new):
@@ -576,11 +606,21 @@ class ClusterSimulator:
             size = len(topo.loops) if kind == "loop" else topo.size(kind)
             target = int(rng.integers(size))
             name = topo.loops[target] if kind == "loop" else topo.name(kind, target)
-            if any(f.type == ftype and f.target == target and not f.ended for f in self.faults):
+            if any(f.type == ftype and f.target == target and self._on_at(f, block_start) for f in self.faults):
                 continue
             params, duration = draw_random_params(ftype, rng)
-            onset = self.elapsed + float(rng.uniform(0.0, self.interval))
+            onset = block_start + float(rng.uniform(0.0, FAULT_DRAW_BLOCK_S))
             self._add_fault(ftype, target, name, onset, duration, params)
+
+    def _on_at(self, f: Fault, t: float) -> bool:
+        """Whether fault ``f`` is on, or still to come, at time ``t``, read from its schedule: what
+        its ``ended`` flag says after a physics step ending at ``t`` (the check the 10-s sampling
+        made), whichever later step the block is drawn at (a step of 5/6 s reaches 2 s at 2.5 s,
+        where a fault due to end at 2.2 s has ended)."""
+        cured_at = self._cured_at.get(f.id)
+        if cured_at is not None:
+            return cured_at > t
+        return f.duration is None or f.onset + f.duration > t
 
     def _reset_fault_inputs(self) -> None:
         p = self.params
@@ -691,6 +731,7 @@ class ClusterSimulator:
                     and other.started and not other.ended):
                 other.duration = self.elapsed - other.onset  # repaired by the swap: its aftermath follows
                 other.ended = True
+                self._cured_at[other.id] = self.elapsed if f.duration is None else f.onset + f.duration
                 cured.append(other.id)
         self.events.append(Event(self.now, "gpu_replaced", "gpu", f.target_name, f.id, f.type, {
             "old_uuid": old_uuid, "new_uuid": new_uuid,
