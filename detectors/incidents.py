@@ -36,6 +36,8 @@ incident per cause**, updated as it grows:
   for ``stable_s``) -> ``resolved`` (no finding and no active prediction for ``quiet_s``). An
   :class:`~foreshock.findings.Incident` is emitted only when the members, the root or the
   state change, at most every ``update_interval_s`` for growth — never once per new member.
+  ``growing`` says a member joined or fired again; an update whose members only left (split off
+  to an incident of their own, left out by a move onto other hardware) keeps the state it had.
 - **Predicted spread.** Members with an active prediction that has not come true yet (ETA from
   the detector), then entities exposed to the same cause that show nothing yet — the rest of
   the loop, PDU or node, the links that take rerouted traffic — ranked by their headroom
@@ -209,7 +211,7 @@ class _Incident:
     __slots__ = ("serial", "family", "first_ts", "last_ts", "last_growth_ts", "state", "root", "root_kind",
                  "reason", "hint", "members", "jobs_hit", "findings", "emits", "last_emit_ts", "emitted_members",
                  "emitted_root", "dirty", "resolved_ts", "merged_into", "external_types", "quiet_s", "bursts",
-                 "refired", "emitted_refired")
+                 "refired", "emitted_refired", "emitted_keys")
 
     def __init__(self, serial: int, family: str, ts: float) -> None:
         self.serial, self.family = serial, family
@@ -236,6 +238,10 @@ class _Incident:
         self.bursts: list[float] = []
         self.refired = 0
         self.emitted_refired = 0
+        # the member keys last told (emitted_members: how many): a member that joined is one not
+        # among them, whatever the count. None: not known (a checkpoint from before they were
+        # saved, or reopened), and the count alone tells until the next emit, as it did before
+        self.emitted_keys: frozenset[int] | None = frozenset()
 
     @property
     def id(self) -> str:
@@ -795,7 +801,7 @@ class IncidentEngine:
         inc.state = GROWING if inc.emits else PENDING
         inc.resolved_ts = math.nan
         inc.last_growth_ts = max(inc.last_growth_ts, ts)
-        inc.emitted_members = -1  # reported as growing again at the next tick
+        inc.emitted_members, inc.emitted_keys = -1, None  # reported as growing again at the next tick
         inc.dirty = True
         self._set_root(inc, inc.root)
 
@@ -1246,14 +1252,29 @@ class IncidentEngine:
             if not self._active(inc, now) and now - inc.last_ts >= self._quiet_s(inc):
                 self._resolve(inc, now, out)
                 continue
-            grew = len(inc.members) != inc.emitted_members or inc.refired != inc.emitted_refired
-            if (grew or inc.root != inc.emitted_root) and now - inc.last_emit_ts >= self.update_interval_s:
+            joined, left = self._members_since_emit(inc)
+            grew = joined or inc.refired != inc.emitted_refired
+            # members that only left (split off, left out by a move) are told like a new root: an
+            # update in the state it had, which neither says nor restarts growth (last_growth_ts)
+            if (grew or left or inc.root != inc.emitted_root) and now - inc.last_emit_ts >= self.update_interval_s:
                 if grew:
                     inc.state = GROWING
                 self._emit(inc, now, out)
             elif inc.state in (OPEN, GROWING) and now - inc.last_growth_ts >= self.stable_s and not grew:
                 inc.state = STABLE
                 self._emit(inc, now, out)
+
+    @staticmethod
+    def _members_since_emit(inc: _Incident) -> tuple[bool, bool]:
+        """Since ``inc`` was last told: whether a member joined it, and whether members only left
+        it (none joined). One that left for another cause stays in its history (:meth:`_add_member`):
+        a split (:meth:`_move_to_new_incident`) or a move onto other hardware takes one out (a key
+        :meth:`remap_state` left out leaves ``emitted_keys``, not the count ``emitted_members``)."""
+        if inc.emitted_keys is None:  # not known: the count alone, which reads a shrink as growth
+            return len(inc.members) != inc.emitted_members, False
+        joined = not inc.members.keys() <= inc.emitted_keys
+        # (none joined: the members are among those told, fewer when the count says more were)
+        return joined, not joined and len(inc.members) != inc.emitted_members
 
     def _quiet_s(self, inc: _Incident) -> float:
         return self.quiet_s if math.isnan(inc.quiet_s) else inc.quiet_s
@@ -1295,6 +1316,7 @@ class IncidentEngine:
         inc.emits += 1
         inc.last_emit_ts = now
         inc.emitted_members = len(inc.members)
+        inc.emitted_keys = frozenset(inc.members)
         inc.emitted_refired = inc.refired
         inc.emitted_root = inc.root
         out.append(self._snapshot(inc, now))
@@ -1670,6 +1692,7 @@ class IncidentEngine:
                 "last_growth_ts": inc.last_growth_ts, "state": inc.state, "root": inc.root,
                 "findings": inc.findings, "emits": inc.emits, "last_emit_ts": inc.last_emit_ts,
                 "emitted_members": inc.emitted_members, "emitted_root": inc.emitted_root, "dirty": inc.dirty,
+                "emitted_keys": None if inc.emitted_keys is None else sorted(inc.emitted_keys),
                 "resolved_ts": inc.resolved_ts, "merged_into": inc.merged_into, "reason": inc.reason,
                 "jobs_hit": dict(inc.jobs_hit), "external_types": dict(inc.external_types),
                 "members": [m.to_state() for m in inc.members.values()],
@@ -1712,6 +1735,11 @@ class IncidentEngine:
                     renamed[int(mkey)] = key(MEMBER_LEVEL[kind], new) if kind != "job" else mkey
                     members.append([renamed[int(mkey)], kind, new, *rest])
             moved_d = {**d, "root": root, "emitted_root": moved(int(d["emitted_root"])), "members": members}
+            if d.get("emitted_keys") is not None:
+                # renamed as the members are; one left out leaves the keys but not the count, so that
+                # the next update tells the members left (report_left_out tells it at once)
+                told = (moved(int(k)) for k in d["emitted_keys"])
+                moved_d["emitted_keys"] = sorted(k for k in told if k >= 0)
             if len(members) < len(d["members"]):
                 moved_d["members_left_out"] = len(d["members"]) - len(members)  # for report_left_out
             if "owned" in d:
@@ -1735,6 +1763,12 @@ class IncidentEngine:
         def job_slot(slot: int) -> int:
             return slot if job_slots is None else int(job_slots[slot])
 
+        def member_key(k: int) -> int:  # a job member's with its job found again (-1: no longer listed)
+            if level_of(k) != JOB:
+                return k
+            slot = job_slot(slot_of(k))
+            return key(JOB, slot) if slot >= 0 else -1
+
         self.tel.load_state_dict(state["telemetry"], job_slots)
         for owner_of in self.s_member_of.values():
             owner_of[:] = -1
@@ -1752,6 +1786,9 @@ class IncidentEngine:
             inc.quiet_s = float(d.get("quiet_s", math.nan))
             inc.bursts = [float(t) for t in d.get("bursts", ())]
             inc.refired, inc.emitted_refired = int(d.get("refired", 0)), int(d.get("emitted_refired", 0))
+            told = d.get("emitted_keys")  # (absent from a checkpoint from before they were saved)
+            inc.emitted_keys = None if told is None else frozenset(
+                k for k in (member_key(int(k)) for k in told) if k >= 0)
             inc.jobs_hit = {job_slot(int(j)): int(c) for j, c in d["jobs_hit"].items() if job_slot(int(j)) >= 0}
             inc.external_types = dict(d["external_types"])
             self._incidents[inc.serial] = inc
@@ -1812,6 +1849,8 @@ class IncidentEngine:
                         d[inc.serial] = d.get(inc.serial, 0) + 1
             if inc.live and inc.root >= 0:
                 rooted.setdefault(inc.root, set()).add(inc.serial)
+            # (more told than the keys known: members a move left out, to be told at the next update)
+            assert inc.emitted_keys is None or len(inc.emitted_keys) <= inc.emitted_members, "emitted keys"
         assert index == self._index, "domain index out of step with the incidents"
         assert rooted == self._rooted, "root registry out of step with the incidents"
         for level, arr in self.s_member_of.items():
