@@ -22,7 +22,7 @@ from foreshock.detectors.incident_external import read_events
 from foreshock.detectors.incidents import IncidentEngine
 from foreshock.findings import Anomaly, Finding, Incident, Prediction, finding_to_json
 from foreshock.health import PipelineHealth
-from foreshock.recording import EVENTS_FILE, Recording, RecordingError
+from foreshock.recording import Recording, RecordingError
 
 from .common import detector_option, recording_origin
 
@@ -49,8 +49,9 @@ def command(recording: str, external_path: str | None, detectors: str | None, fi
         rec = Recording.open(recording)
         # the ground truth is read before the run, as `replay` reads it: a broken events file fails
         # now, not after a long run; events naming entities the topology lacks are set aside (and
-        # named in a warning) as `evaluate` sets them aside
-        truth = read_ground_truth(rec, warn=(rec.path / EVENTS_FILE).is_file()).events
+        # named in a warning) as `evaluate` sets them aside; without an events file it has nothing
+        # to say (no alarm is scored here, so none is a false one)
+        truth = read_ground_truth(rec, warn_missing=False).events
     except RecordingError as exc:
         raise click.ClickException(str(exc)) from None
     topo = rec.topology

@@ -506,6 +506,22 @@ class Recording:
             raise RecordingError(f"{file}: unknown fields {sorted(unknown)}")
         return pf
 
+    def reported_slots(self, kind: str) -> np.ndarray:
+        """Per slot of ``kind``: whether the recording holds a row of it (slots outside the
+        topology left out, as the input guard sets them aside), read from the slot column alone."""
+        seen = np.zeros(self.topology.size(kind), dtype=bool)
+        if kind not in self.kinds():
+            return seen
+        for file in self.part_files(kind):
+            pf = self._parquet(file, kind)
+            try:
+                for batch in pf.iter_batches(columns=["slot"]):
+                    slot = batch.column(0).to_numpy(zero_copy_only=False)
+                    seen[slot[(slot >= 0) & (slot < len(seen))].astype(np.int64)] = True
+            except (pa.ArrowException, OSError) as exc:
+                raise RecordingError(f"{file}: unreadable Parquet ({exc})") from None
+        return seen
+
     def events(self) -> list[Event]:
         path = self.path / EVENTS_FILE
         if not path.exists():

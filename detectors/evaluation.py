@@ -53,15 +53,22 @@ within its horizon, and its lead time is how early it came. Concretely, per *eve
   checked, whether or not its event came (until 2026-12-01 one that came counted as a hit, and
   one that did not was left out: precision leaned up).
 - **False alarms per 1000 GPU-hours** (entity-hours for other kinds): false statements over
-  the entities' observed time.
+  the entities' observed time: the recording's span times the entities of the kind it observed —
+  those with a row the input guard let through (:attr:`RunResult.observed`), not every entity
+  its topology lists (until 2026-12-03 a capture of part of a fleet, a topology listing spare
+  nodes, or a scrape with half the nodes down diluted the rate by the GPUs that never reported).
+  Each observed entity counts the whole span, not its own first to last row: on the simulator's
+  recordings every GPU reports from the first tick, and a GPU lost mid-run (an XID 79) still
+  counts the hours after it, as it always has, so their figures are unchanged.
 
 ``by_fault`` repeats the figures per fault type: episodes by the fault they started under;
 false alarms on an entity the fault affected while it was active, or within the simulator's
 aftermath after its repair (``AFTERMATH_S``: the window it attributes consequences in, a loop
-still cooling down), are charged to that fault, the rest to ``none``. Under several such faults
-at once, a false alarm is charged as the simulator attributes the GPU's state: to a fault still
-active over one in its aftermath, then to the latest to begin (until 2026-12-02 to the earliest,
-then to the latest to begin whether active or in its aftermath).
+still cooling down), are charged to that fault, the rest to ``none``. Each fault's false-alarm
+rate divides by the same entity-hours as the total, so the faults' rates add up to it. Under
+several such faults at once, a false alarm is charged as the simulator attributes the GPU's
+state: to a fault still active over one in its aftermath, then to the latest to begin (until
+2026-12-02 to the earliest, then to the latest to begin whether active or in its aftermath).
 
 Additive keys (the documented shape above stays as it is):
 
@@ -372,14 +379,17 @@ UNKNOWN_SHOWN = 3
 """Events named in the warning about events of unknown entities (the rest counted)."""
 
 
-def read_ground_truth(recording: Recording, warn: bool = True) -> GroundTruth:
+def read_ground_truth(recording: Recording, *, warn_missing: bool = True, warn_unknown: bool = True) -> GroundTruth:
     """``recording``'s events (``events.jsonl``) less those naming an entity its topology lacks: no
     detector can predict one (it has no slot to be predicted on), and every reader of the events
     looked its name up. The one place such events are dropped, for scoring (:func:`run_recording`,
-    :func:`pick_trace_gpus`) and training (:func:`foreshock.detectors.train.build_dataset`).
-    Entities of a kind the topology does not index (none in the simulator's events) are kept: no
-    reader looks them up. With ``warn``, a warning names a few events set aside, and says so when
-    the recording has no events file (every alarm then counts as a false one)."""
+    :func:`pick_trace_gpus`), training (:func:`foreshock.detectors.train.build_dataset`) and
+    ``foreshock incidents``. Entities of a kind the topology does not index (none in the
+    simulator's events) are kept: no reader looks them up.
+
+    With ``warn_unknown``, a warning names a few events set aside; with ``warn_missing``, one says
+    the recording has no events file and every alarm then counts as a false one — true where
+    alarms are scored (``evaluate``, ``train``), not where none are (``incidents``)."""
     events = recording.events()
     present = (recording.path / EVENTS_FILE).is_file()
     topo = recording.topology
@@ -396,15 +406,14 @@ def read_ground_truth(recording: Recording, warn: bool = True) -> GroundTruth:
     for ev in events:
         (lacking if unknown(ev) else known).append(ev)
     truth = GroundTruth(known, lacking, present)
-    if warn:
-        if lacking:
-            shown = ", ".join(f"{ev.type} of {ev.entity_kind} {ev.entity!r}" for ev in lacking[:UNKNOWN_SHOWN])
-            more = f" and {len(lacking) - UNKNOWN_SHOWN} more" if len(lacking) > UNKNOWN_SHOWN else ""
-            log.warning("%s: %d ground-truth events name entities its topology lacks, set aside (no detector "
-                        "can predict them): %s%s", recording.path / EVENTS_FILE, len(lacking), shown, more)
-        if not present:
-            log.warning("%s: no ground truth (no %s): scored as if nothing happened, every alarm a false one",
-                        recording.path, EVENTS_FILE)
+    if warn_unknown and lacking:
+        shown = ", ".join(f"{ev.type} of {ev.entity_kind} {ev.entity!r}" for ev in lacking[:UNKNOWN_SHOWN])
+        more = f" and {len(lacking) - UNKNOWN_SHOWN} more" if len(lacking) > UNKNOWN_SHOWN else ""
+        log.warning("%s: %d ground-truth events name entities its topology lacks, set aside (no detector "
+                    "can predict them): %s%s", recording.path / EVENTS_FILE, len(lacking), shown, more)
+    if warn_missing and not present:
+        log.warning("%s: no ground truth (no %s): scored as if nothing happened, every alarm a false one",
+                    recording.path, EVENTS_FILE)
     return truth
 
 
@@ -440,11 +449,21 @@ class RunResult:
     window_s: float | None = None
     ground_truth: bool = True  # the recording has an events file (false: nothing happened, as far as it says)
     events_unknown_entity: int = 0  # ground-truth events set aside: their entity is not in the topology
+    # entity kind -> how many of its entities the recording observed, for every kind an event kind
+    # scores (run_recording); the denominator of the false-alarm rates
+    observed: dict[str, int] = field(default_factory=dict)
 
     @property
     def duration_s(self) -> float:
         span = self.end - self.start
         return span if span > 0.0 else 0.0  # (0 for a recording with no samples: NaN start and end)
+
+    def entities_observed(self, entity_kind: str) -> int:
+        """The entities of ``entity_kind`` the false-alarm rates count: those the run observed
+        (:attr:`observed`), or, for a result built without a run, every one the topology lists."""
+        if entity_kind in self.observed:
+            return self.observed[entity_kind]
+        return self.recording.topology.size(entity_kind)
 
 
 def run_recording(recording: Recording, sets: Sequence[str],
@@ -491,8 +510,11 @@ def run_recording(recording: Recording, sets: Sequence[str],
     wall0 = time.perf_counter()
     first = last = math.nan
     fed = tuple(k for k in bank.kinds if telemetry is None or k in telemetry)
+    # the entities a row of which the guard let through: what the false-alarm rates count
+    accepted = {k: np.zeros(topo.size(k), dtype=bool) for k in fed}
     for clean, findings in guarded_updates(recording, bank, fed, health, window_s):
         samples += len(clean)
+        accepted[clean.kind][clean.slot] = True
         if clean.kind == "gpu":
             onsets.add(clean)
         for f in findings:
@@ -517,9 +539,14 @@ def run_recording(recording: Recording, sets: Sequence[str],
     incident_fed = tuple(k for k in IncidentEngine.frame_fields if (telemetry is None or k in telemetry)
                          and k in recording.kinds()) if INCIDENT_SET in sets else ()
     fed_kinds = tuple(k for k in ENTITY_KINDS if k in recording.kinds() and (k in fed or k in incident_fed))
+    scored_kinds = sorted({kind.entity_kind for kind in EVENT_KINDS.values()} & set(ENTITY_KINDS))
+    # (a kind scored but fed to no detector - links where no set reads the fabric, or `--telemetry
+    # gpu,job` - has no alarm, and its observed entities are those with a row in the recording)
+    observed = {k: int(accepted[k].sum()) if k in accepted else int(recording.reported_slots(k).sum())
+                for k in scored_kinds}
     return RunResult(recording, found, truth.events, start, end, time.perf_counter() - wall0,
                      samples, traces, health, onsets.finish(), {s: v for s, v in score_logs.items() if v},
-                     fed_kinds, incident_fed, window_s, truth.present, len(truth.unknown_entity))
+                     fed_kinds, incident_fed, window_s, truth.present, len(truth.unknown_entity), observed)
 
 
 def guarded_updates(recording: Recording, bank: DetectorBank, kinds: Iterable[str], health: PipelineHealth,
@@ -778,7 +805,8 @@ def score_spans(spans: SpanTable, eps: EpisodeTable, kind: EventKind, scopes: Se
                 start: float, end: float, entities: int,
                 interrupts: tuple[np.ndarray, np.ndarray] | None = None) -> dict[str, Any]:
     """Metrics (with ``by_fault`` and, where episodes are classified, ``by_onset``) of alarm spans
-    against episodes — the rules of the module docstring, as column operations."""
+    against episodes — the rules of the module docstring, as column operations. ``entities``: the
+    kind's observed entities; the false-alarm rates are per their hours over ``start`` to ``end``."""
     horizon, gap, t0 = kind.horizon_s, kind.merge_gap_s, start
     n_f = len(eps.faults)
     none_code = eps.faults.index(NO_FAULT)
@@ -865,6 +893,7 @@ def score_spans(spans: SpanTable, eps: EpisodeTable, kind: EventKind, scopes: Se
         "tp": np.bincount(eps.fault[q][tp], minlength=n_all) if n_e else np.zeros(n_all, np.int64),
         "fp": np.bincount(fp_fault, minlength=n_all),
     }
+    # every observed entity counts the whole span (by_fault's rates too: they add up to the total)
     hours = max(end - start, 0.0) / 3600.0 * entities
 
     def acc(idx: int | None) -> dict[str, Any]:
@@ -994,23 +1023,25 @@ def job_interruptions(events: Iterable[Event], recording: Recording, kind: Event
 
 def score_kind(findings: Iterable[Finding], events: Sequence[Event], kind: EventKind,
                recording: Recording, start: float, end: float,
-               onsets: "OnsetTelemetry | None" = None) -> dict[str, Any]:
+               onsets: "OnsetTelemetry | None" = None, entities: int | None = None) -> dict[str, Any]:
     """Metrics of one detector set for one event kind, with ``by_fault`` (and ``by_onset`` for
-    kinds whose episodes are classified by what precedes them, given the run's telemetry)."""
+    kinds whose episodes are classified by what precedes them, given the run's telemetry).
+    ``entities``: how many of the kind's entities were observed (:meth:`RunResult.entities_observed`),
+    the false-alarm rates' denominator; None: every one the topology lists."""
     return score_intervals(alarm_intervals(findings, kind, recording.topology, end), events, kind, recording,
-                           start, end, onsets)
+                           start, end, onsets, entities)
 
 
 def score_intervals(alarms: dict[str, list[tuple[float, float]]], events: Sequence[Event], kind: EventKind,
                     recording: Recording, start: float, end: float,
-                    onsets: "OnsetTelemetry | None" = None) -> dict[str, Any]:
+                    onsets: "OnsetTelemetry | None" = None, entities: int | None = None) -> dict[str, Any]:
     """:func:`score_kind` for claims given as time spans per entity name (sorted, disjoint; as
     :func:`alarm_intervals` gives them): scores a rule that is not a detector — an analysis of
     what a signal could predict — by exactly the rules a detector is scored by."""
     table = episode_table(events, kind, recording, start, onsets)
     spans = SpanTable.from_intervals(alarms, table.names)
     return score_spans(spans, table, kind, fault_scopes(recording, events, kind.entity_kind), start, end,
-                       recording.topology.size(kind.entity_kind),
+                       recording.topology.size(kind.entity_kind) if entities is None else entities,
                        job_interruptions(events, recording, kind, table.names))
 
 
@@ -1037,7 +1068,7 @@ def score(result: RunResult, kinds: Sequence[str] | None = None, reference: str 
     for set_name, findings in result.findings.items():
         report["detectors"][set_name] = {
             k: score_kind(findings, result.events, EVENT_KINDS[k], result.recording, result.start, result.end,
-                          result.onsets)
+                          result.onsets, result.entities_observed(EVENT_KINDS[k].entity_kind))
             for k in kinds
         }
     ref = report["detectors"].get(reference, {})
@@ -1055,6 +1086,9 @@ def score(result: RunResult, kinds: Sequence[str] | None = None, reference: str 
     report["meta"] = {
         "recording": str(result.recording.path),
         "gpus": result.recording.topology.size("gpu"),
+        # of each scored entity kind, those the recording observed: what the false-alarm rates count
+        "entities_observed": {k: result.entities_observed(k)
+                              for k in sorted({EVENT_KINDS[kind].entity_kind for kind in kinds})},
         "simulated_hours": round(result.duration_s / 3600.0, 3),
         "ground_truth": result.ground_truth,  # false: no events file, every alarm counted false
         "events_unknown_entity": result.events_unknown_entity,
@@ -1102,7 +1136,7 @@ def matched_threshold(result: RunResult, logs: Sequence[ScoreLog], kind: EventKi
                       for s in range(topo.size(kind.entity_kind))], dtype=np.int64)
     scopes = fault_scopes(rec, result.events, kind.entity_kind)
     interrupts = job_interruptions(result.events, rec, kind, table.names)
-    n_ent = topo.size(kind.entity_kind)
+    n_ent = result.entities_observed(kind.entity_kind)
     tried: list[tuple[float, dict[str, Any]]] = []
     live: dict[str, Any] | None = None
     for log in logs:
@@ -1155,7 +1189,8 @@ def pick_trace_gpus(recording: Recording, count: int = 4) -> list[int]:
     picked: list[int] = []
     seen_types: set[str] = set()
     # (the run reads the ground truth again, and warns about it there)
-    evs = [e for e in read_ground_truth(recording, warn=False).events if e.entity_kind == "gpu"
+    evs = [e for e in read_ground_truth(recording, warn_missing=False, warn_unknown=False).events
+           if e.entity_kind == "gpu"
            and e.type.endswith("_start")
            and e.type.split("_start")[0] in ("thermal_throttle", "hbm_overheat")]
     for ev in sorted(evs, key=lambda e: e.time):
