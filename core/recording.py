@@ -94,6 +94,9 @@ class RecordingWriter:
         self._pending: dict[str, list[Frame]] = {}
         self._pending_rows: dict[str, int] = {}
         self.events: list[Event] = []
+        # whether the recording has a ground truth (add_events was called, if with nothing: a
+        # simulator's healthy run says nothing happened); without one no events file is written
+        self.ground_truth = False
         self.rows: dict[str, int] = {}
         self.parts: dict[str, int] = {}  # closed parts per kind (segmented writing)
         self.t_min = np.inf
@@ -118,6 +121,10 @@ class RecordingWriter:
             self.commit()
 
     def add_events(self, events: Iterable[Event]) -> None:
+        """Ground-truth events (the simulator's): a recording given them, even none, has a ground
+        truth, and its events file is written; one never given any (a capture: `record`, `import`)
+        has none, and ``evaluate`` says so instead of scoring it as a run where nothing happened."""
+        self.ground_truth = True
         self.events.extend(events)
 
     def _flush(self, kind: str) -> None:
@@ -158,7 +165,8 @@ class RecordingWriter:
 
     def close(self) -> None:
         self.commit()
-        write_events(self.path / EVENTS_FILE, self.events)
+        if self.ground_truth:
+            write_events(self.path / EVENTS_FILE, self.events)
         self._write_meta(complete=True)
 
     def _write_meta(self, complete: bool) -> None:
