@@ -89,12 +89,13 @@ def main() -> None:
         rec = Recording.open(path)
         result = evaluation.run_recording(rec, [args.detectors])
         findings = result.findings[args.detectors]
-        m = evaluation.score_kind(findings, result.events, kind, rec, result.start, result.end)
+        links = result.entities_observed("link")  # (the rate's denominator, as the report's)
+        m = evaluation.score_kind(findings, result.events, kind, rec, result.start, result.end, entities=links)
         # the harness's own leads, by its rule (an alarm predicts only the first episode after it
         # was raised; one raised during an episode, or a warm-up episode, is not scored), so the
         # pooled lead is the per-seed figures' and not a looser count of its own
         leads.extend(m.get("leads_s") or ())
-        tp, fp = claims(m, result.duration_s / 3600.0 * rec.topology.size("link"))
+        tp, fp = claims(m, result.duration_s / 3600.0 * links)
         cong = score_congestion(result)["detectors"][args.detectors]
         totals["episodes"] += m["episodes"]
         totals["hits"] += round((m["recall"] or 0.0) * m["episodes"])

@@ -147,7 +147,8 @@ def evaluate_seed(seed: int, args: argparse.Namespace, console: Console) -> dict
     foreshock = ev.alarm_intervals(result.findings["foreshock"], KIND, rec.topology, result.end)
 
     def score(alarms: dict[str, list[tuple[float, float]]]) -> dict[str, Any]:
-        return figures(ev.score_intervals(alarms, result.events, KIND, rec, result.start, result.end, result.onsets))
+        return figures(ev.score_intervals(alarms, result.events, KIND, rec, result.start, result.end, result.onsets,
+                                          result.entities_observed("gpu")))
 
     # the recall no claim set can beat under the harness's rules: a claim at every instant one is judged
     rows = {"foreshock": score(foreshock), "any time judged": score(spans_of(judged, ts, names, rec.interval))}
