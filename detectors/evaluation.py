@@ -54,7 +54,8 @@ within its horizon, and its lead time is how early it came. Concretely, per *eve
   one that did not was left out: precision leaned up).
 - **False alarms per 1000 GPU-hours** (entity-hours for other kinds): false statements over
   the entities' observed time: the recording's span times the entities of the kind it observed —
-  those with a row the input guard let through (:attr:`RunResult.observed`), not every entity
+  those with a row the input guard let through (a link: its own or one of its optics', from which
+  its going down is predicted; :attr:`RunResult.observed`), not every entity
   its topology lists (until 2026-12-03 a capture of part of a fleet, a topology listing spare
   nodes, or a scrape with half the nodes down diluted the rate by the GPUs that never reported).
   Each observed entity counts the whole span, not its own first to last row: on the simulator's
@@ -542,8 +543,14 @@ def run_recording(recording: Recording, sets: Sequence[str],
     scored_kinds = sorted({kind.entity_kind for kind in EVENT_KINDS.values()} & set(ENTITY_KINDS))
     # (a kind scored but fed to no detector - links where no set reads the fabric, or `--telemetry
     # gpu,job` - has no alarm, and its observed entities are those with a row in the recording)
-    observed = {k: int(accepted[k].sum()) if k in accepted else int(recording.reported_slots(k).sum())
-                for k in scored_kinds}
+    seen = {k: accepted[k] if k in accepted else recording.reported_slots(k) for k in scored_kinds}
+    if "link" in seen:
+        # a link is observed through its optics too: the optics detector predicts a link's going
+        # down from their rows alone (a DOM capture, the Alibaba series: no link row at all)
+        optics = accepted["optic"] if "optic" in accepted else recording.reported_slots("optic")
+        seen["link"] = seen["link"].copy()
+        seen["link"][topo.optic_link[optics]] = True
+    observed = {k: int(v.sum()) for k, v in seen.items()}
     return RunResult(recording, found, truth.events, start, end, time.perf_counter() - wall0,
                      samples, traces, health, onsets.finish(), {s: v for s, v in score_logs.items() if v},
                      fed_kinds, incident_fed, window_s, truth.present, len(truth.unknown_entity), observed)

@@ -126,3 +126,19 @@ def test_a_kind_no_detector_reads_counts_the_entities_with_a_row(tmp_path: Path)
     assert not rec.reported_slots("optic").any()  # a kind the recording lacks: none observed
     result = ev.run_recording(rec, ["threshold"], telemetry=("gpu", "job"))
     assert result.observed["link"] == 3 and result.observed["gpu"] == 2
+
+
+def test_a_link_is_observed_through_its_optics(tmp_path: Path) -> None:
+    """A DOM capture (or the Alibaba series) has optic rows and no link row; the optics detector
+    predicts its links going down from them, so those links are observed: their false claims keep a
+    rate (with no link counted, it had become None, the claims unrated)."""
+    topo = topology()
+    optics = np.array([2 * 5, 2 * 5 + 1, 2 * 9 + 1], dtype=np.int64)  # both ends of link 5, one of link 9
+    with RecordingWriter(tmp_path / "rec", topo, {"interval": INTERVAL}) as w:
+        for k in range(TICKS):
+            w.write(Frame("optic", np.full(len(optics), T0 + INTERVAL * k), optics,
+                          {"module_temp": np.full(len(optics), 45.0)}))
+    rec = Recording.open(tmp_path / "rec")
+    for telemetry in (None, ("gpu", "job")):  # the optics fed to the bank, or read from the recording
+        result = ev.run_recording(rec, ["threshold"], telemetry=telemetry)
+        assert result.observed["link"] == 2 and result.observed["gpu"] == 0
