@@ -1222,6 +1222,11 @@ class IncidentEngine:
 
     # ---- lifecycle -----------------------------------------------------------------------------
     def _tick(self, now: float, out: list[Finding]) -> None:
+        if self._left_out:
+            # a move onto other hardware left members out and no one told it yet (the Kafka incident
+            # stage loads the moved state and ticks on): told now, re-ranked, or resolved when none
+            # is left — not at the next update with the old reason, nor as an empty open incident
+            out += self.report_left_out(now)
         # resolved incidents are kept only while they can still reopen
         while self._resolved:
             inc = self._incidents.get(self._resolved[0])
@@ -1536,7 +1541,8 @@ class IncidentEngine:
     def report_left_out(self, now: float) -> list[Finding]:
         """Each open incident a move onto other hardware (:meth:`remap_state`) left members out of,
         told again at once without them: re-ranked from the members left (a rack-wide incident may
-        be one node's now), in the state it was (it did not grow), or resolved when none is left.
+        be one node's now), in the state it was (growing only where a member joined since it was
+        last told), or resolved when none is left. An engine that is not asked ticks it so.
         Without this the findings file and ``/metrics`` kept listing the GPUs of a host ``foreshock
         watch`` forgot until the incident's next update, which then said it was growing (h20). One
         not told yet (pending) is ranked when it is; a resolved one keeps its history."""
@@ -1546,6 +1552,8 @@ class IncidentEngine:
             if inc is None or not inc.live or not inc.emits:
                 continue
             if inc.members:
+                if self._members_since_emit(inc)[0] or inc.refired != inc.emitted_refired:
+                    inc.state = GROWING  # (one joined since it was last told, as the other left)
                 inc.dirty = True
                 self._emit(inc, now, out)
             else:

@@ -129,6 +129,26 @@ def test_an_incident_whose_members_only_left_is_told_without_them_in_the_state_i
     assert next(u.ts for u in before + after if u.state == "stable") == turned_stable
 
 
+def test_a_move_nobody_reports_is_told_at_the_next_tick_re_ranked_or_resolved() -> None:
+    """The Kafka incident stage loads a moved state and ticks on, without ``report_left_out``: the
+    first tick tells the incident without the members left out, its reason counting the GPUs left
+    (it had kept "8 GPUs" under a list of 6), and resolves one whose members all left (it had been
+    told open, then stable, with no member at all)."""
+    before, _, moved = loop_incident_moved(forgotten=1, move_at=300.0)
+    assert before[-1].reason.startswith("cooling loop cdu0: 8 GPUs")
+    first = play(moved, [], 300.0, 300.0 + moved.tick_s)
+    assert len(first) == 1 and len(first[0].members) == 6, [(u.ts, u.members) for u in first]
+    assert first[0].reason.startswith("cooling loop cdu0: 6 GPUs"), first[0].reason
+    assert first[0].ts <= 300.0 + moved.tick_s
+    rack = IncidentEngine(TOPO)
+    told = play(rack, heats(sorted(hot_on(0) | hot_on(1))), -10.0, 400.0)
+    assert told and told[-1].state != "resolved" and told[-1].root_entity == "rack0"
+    emptied = restored(rack, onto=loop_topology([2, 3]))  # rack0 still listed, none of its GPUs
+    after = play(emptied, [], 400.0, 1200.0)
+    assert after and after[0].state == "resolved" and after[0].ts <= 400.0 + emptied.tick_s, \
+        [(u.ts, u.state, u.members) for u in after]
+
+
 # ---- a member that joined is growth, whatever the count -------------------------------------------
 @settings(max_examples=25, deadline=None)
 @given(n0=st.permutations(range(8)), outsider=st.integers(0, 7), join_at=st.integers(10, 50).map(lambda n: 10.0 * n))
