@@ -71,7 +71,11 @@ as the 10-s sampling always drew one interval (a Poisson count, then per fault i
 parameters and an onset inside the block): the same seed draws the same faults at any sampling
 interval (a draw per interval had 10-s recordings fault other clusters than 1-s ones). 10 s, the
 interval of every recording the README and docs score, keeps their faults as they were (a 1-s
-recording made before 2026-12-03 drew other faults)."""
+recording made before 2026-12-03 drew other faults). Not quite where boards are swapped (the
+``gpu-replacement`` scenario, ``xid79_new_board``): whether a swap cures a board fault that began
+within the same physics step, or one due on a block's start where sub-steps do not add up
+exactly, still depends on the steps, and a fault kept or dropped as a duplicate then moves every
+later draw."""
 FAULT_CLOCK_SLACK_S = 1e-9
 """A block is drawn at the physics step that reaches its start, within this: sub-steps that do
 not add up exactly (ten of 0.1 s make 0.9999999999999999 s) still reach it."""

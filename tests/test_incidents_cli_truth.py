@@ -104,7 +104,7 @@ def test_each_ground_truth_warning_has_its_own_flag(psu_recording, tmp_path, cap
     ghostly = ghostly_copy(psu_recording, tmp_path / "ghostly")
     bare = tmp_path / "bare"
     write_first_tick_unset(bare, Recording.open(psu_recording).topology)
-    (bare / EVENTS_FILE).unlink()  # a real capture: no ground truth
+    assert not (bare / EVENTS_FILE).exists()  # a capture (no events given): no ground truth
     with caplog.at_level("WARNING", logger="foreshock.evaluation"):
         read_ground_truth(Recording.open(ghostly), warn_missing=warn_missing, warn_unknown=warn_unknown)
         on_ghostly = truth_warnings(caplog)
@@ -117,7 +117,7 @@ def test_each_ground_truth_warning_has_its_own_flag(psu_recording, tmp_path, cap
 
 def test_incidents_without_events_file_does_not_say_every_alarm_is_false(tmp_path, small_topology, caplog):
     write_first_tick_unset(tmp_path / "rec", small_topology)
-    (tmp_path / "rec" / EVENTS_FILE).unlink()  # a real capture: no ground truth
+    assert not (tmp_path / "rec" / EVENTS_FILE).exists()  # a capture: no ground truth
     with caplog.at_level("WARNING", logger="foreshock.evaluation"):
         read_ground_truth(Recording.open(tmp_path / "rec"))  # as evaluate and train read it: they score alarms
         assert any(NO_TRUTH in m for m in truth_warnings(caplog))
