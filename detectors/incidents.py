@@ -1257,8 +1257,7 @@ class IncidentEngine:
             if not self._active(inc, now) and now - inc.last_ts >= self._quiet_s(inc):
                 self._resolve(inc, now, out)
                 continue
-            joined, left = self._members_since_emit(inc)
-            grew = joined or inc.refired != inc.emitted_refired
+            grew, left = self._changes_since_emit(inc)
             # members that only left (split off, left out by a move) are told like a new root: an
             # update in the state it had, which neither says nor restarts growth (last_growth_ts)
             if (grew or left or inc.root != inc.emitted_root) and now - inc.last_emit_ts >= self.update_interval_s:
@@ -1270,16 +1269,18 @@ class IncidentEngine:
                 self._emit(inc, now, out)
 
     @staticmethod
-    def _members_since_emit(inc: _Incident) -> tuple[bool, bool]:
-        """Since ``inc`` was last told: whether a member joined it, and whether members only left
-        it (none joined). One that left for another cause stays in its history (:meth:`_add_member`):
-        a split (:meth:`_move_to_new_incident`) or a move onto other hardware takes one out (a key
-        :meth:`remap_state` left out leaves ``emitted_keys``, not the count ``emitted_members``)."""
+    def _changes_since_emit(inc: _Incident) -> tuple[bool, bool]:
+        """Since ``inc`` was last told: whether it grew (a member joined, or one fired again), and
+        whether members only left it (none joined). One that left for another cause stays in its
+        history (:meth:`_add_member`): a split (:meth:`_move_to_new_incident`) or a move onto other
+        hardware takes one out (a key :meth:`remap_state` left out leaves ``emitted_keys``, not the
+        count ``emitted_members``)."""
+        refired = inc.refired != inc.emitted_refired
         if inc.emitted_keys is None:  # not known: the count alone, which reads a shrink as growth
-            return len(inc.members) != inc.emitted_members, False
+            return len(inc.members) != inc.emitted_members or refired, False
         joined = not inc.members.keys() <= inc.emitted_keys
         # (none joined: the members are among those told, fewer when the count says more were)
-        return joined, not joined and len(inc.members) != inc.emitted_members
+        return joined or refired, not joined and len(inc.members) != inc.emitted_members
 
     def _quiet_s(self, inc: _Incident) -> float:
         return self.quiet_s if math.isnan(inc.quiet_s) else inc.quiet_s
@@ -1552,7 +1553,7 @@ class IncidentEngine:
             if inc is None or not inc.live or not inc.emits:
                 continue
             if inc.members:
-                if self._members_since_emit(inc)[0] or inc.refired != inc.emitted_refired:
+                if self._changes_since_emit(inc)[0]:
                     inc.state = GROWING  # (one joined since it was last told, as the other left)
                 inc.dirty = True
                 self._emit(inc, now, out)
@@ -1745,7 +1746,7 @@ class IncidentEngine:
             moved_d = {**d, "root": root, "emitted_root": moved(int(d["emitted_root"])), "members": members}
             if d.get("emitted_keys") is not None:
                 # renamed as the members are; one left out leaves the keys but not the count, so that
-                # the next update tells the members left (report_left_out tells it at once)
+                # the update report_left_out makes (asked, or at the next tick) tells the members left
                 told = (moved(int(k)) for k in d["emitted_keys"])
                 moved_d["emitted_keys"] = sorted(k for k in told if k >= 0)
             if len(members) < len(d["members"]):
@@ -1817,13 +1818,11 @@ class IncidentEngine:
             else:
                 self._find_root(inc)  # describes it; never merges, which only live input may cause
             inc.reason = d["reason"]
-            root = int(d["root"])
-            if root >= 0 and level_of(root) == JOB:
-                if job_slot(slot_of(root)) >= 0:
-                    root = key(JOB, job_slot(slot_of(root)))
-                else:  # its job is no longer listed: ranked again from the members left
-                    self._find_root(inc)
-                    root = inc.root
+            saved_root = int(d["root"])
+            root = member_key(saved_root) if saved_root >= 0 else saved_root
+            if root < 0 <= saved_root:  # its job is no longer listed: ranked again from the members left
+                self._find_root(inc)
+                root = inc.root
             self._set_root(inc, root)
             if not inc.live and inc.root >= 0:
                 self._rooted.get(inc.root, set()).discard(inc.serial)
@@ -1857,7 +1856,7 @@ class IncidentEngine:
                         d[inc.serial] = d.get(inc.serial, 0) + 1
             if inc.live and inc.root >= 0:
                 rooted.setdefault(inc.root, set()).add(inc.serial)
-            # (more told than the keys known: members a move left out, to be told at the next update)
+            # (more told than the keys known: members a move left out, to be told at the next tick)
             assert inc.emitted_keys is None or len(inc.emitted_keys) <= inc.emitted_members, "emitted keys"
         assert index == self._index, "domain index out of step with the incidents"
         assert rooted == self._rooted, "root registry out of step with the incidents"
