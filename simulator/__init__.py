@@ -49,11 +49,13 @@ events arrive one debounce window late with the time the condition actually clea
   its episode is already open gets a second start with ``detail.continues`` true, naming the
   fault that stopped it).
 - ``gpu_replaced`` (gpu) — a board swapped in the slot (a ``gpu_replacement``, or an XID 79
-  repair with ``params.xid79_new_board``), at the GPU's return: ``detail`` has ``old_uuid``,
+  repair with ``params.xid79_new_board``), at the GPU's scheduled return (the fault's onset plus
+  duration, whatever the physics step): ``detail`` has ``old_uuid``,
   ``new_uuid``, ``old_board_id``/``new_board_id`` (the numbers gpu frames carry),
   ``board_number`` (1 for the slot's second board), ``r_core_ratio``/``r_hbm_ratio`` (new
   board's thermal resistance over the old one's) and ``faults_cured`` (the old board's faults
-  the swap ended: their ``duration_s`` in the recording's fault list ends at the swap).
+  the swap ended, those the schedule has on at its time: begun at or before it, not ended; their
+  ``duration_s`` in the recording's fault list ends at the swap).
 - the schedule, without a fault: ``job_end`` (job; ``detail.reason == "completed"``: its GPUs
   go idle) and ``job_start`` (the next job starts on its nodes), as ``params.job_churn`` ends and
   starts jobs.

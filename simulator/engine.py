@@ -71,11 +71,10 @@ as the 10-s sampling always drew one interval (a Poisson count, then per fault i
 parameters and an onset inside the block): the same seed draws the same faults at any sampling
 interval (a draw per interval had 10-s recordings fault other clusters than 1-s ones). 10 s, the
 interval of every recording the README and docs score, keeps their faults as they were (a 1-s
-recording made before 2026-12-03 drew other faults). Not quite where boards are swapped (the
-``gpu-replacement`` scenario, ``xid79_new_board``): whether a swap cures a board fault that began
-within the same physics step, or one due on a block's start where sub-steps do not add up
-exactly, still depends on the steps, and a fault kept or dropped as a duplicate then moves every
-later draw."""
+recording made before 2026-12-03 drew other faults). Board swaps (the ``gpu-replacement``
+scenario, ``xid79_new_board``) read the schedule too (:meth:`ClusterSimulator._cure_time`): which
+faults a swap cures, and so which random faults are dropped as duplicates, does not depend on the
+physics step either."""
 FAULT_CLOCK_SLACK_S = 1e-9
 """A block is drawn at the physics step that reaches its start, within this: sub-steps that do
 not add up exactly (ten of 0.1 s make 0.9999999999999999 s) still reach it."""
@@ -201,7 +200,8 @@ class ClusterSimulator:
         # drew its first faults after its first interval, for the block that follows, so the run's
         # first block draws none
         self._fault_clock = FAULT_DRAW_BLOCK_S
-        # faults ended by a board swap: the time the swap was due (the swapping fault's scheduled end)
+        # faults ended by a board swap: the time of the swap (the swapping fault's scheduled end);
+        # their duration is cut to end there
         self._cured_at: dict[str, float] = {}
         for spec in sorted(scen.faults, key=lambda s: resolve_time(s.onset, self.duration)):
             target, name = self._resolve_target(FAULT_TYPES[spec.type], spec.target)
@@ -617,14 +617,38 @@ class ClusterSimulator:
             self._add_fault(ftype, target, name, onset, duration, params)
 
     def _on_at(self, f: Fault, t: float) -> bool:
-        """Whether fault ``f`` is on, or still to come, at time ``t``, read from its schedule: what
-        its ``ended`` flag says after a physics step ending at ``t`` (the check the 10-s sampling
-        made), whichever later step the block is drawn at (a step of 5/6 s reaches 2 s at 2.5 s,
-        where a fault due to end at 2.2 s has ended)."""
-        cured_at = self._cured_at.get(f.id)
-        if cured_at is not None:
-            return cured_at > t
+        """Whether fault ``f`` is on, or still to come, at time ``t``, read from its schedule: it
+        ends at its onset plus duration, or at the board swap that cures it (:meth:`_cure_time`),
+        whichever physics step the block is drawn at (a step of 5/6 s reaches 2 s at 2.5 s, where
+        a fault due to end at 2.2 s has ended; 0.2-s steps reach 20 s at 19.99999999999996, a step
+        before a swap due at 20 s, which cures there what it cures at 20 s all the same)."""
+        cured = self._cure_time(f)
+        if cured is not None:
+            return cured > t
         return f.duration is None or f.onset + f.duration > t
+
+    def _cure_time(self, f: Fault) -> float | None:
+        """When a board swap ends fault ``f``, read from the schedule whatever the physics step:
+        a fault of the board itself (``CURED_BY_NEW_BOARD``) is cured by the first swap of its GPU's
+        board (:meth:`_swap_time`) at a time it is on, its onset at or before the swap and its own
+        end after; a fault starting after the swap, even within the same step, is the new
+        board's. None where no swap cures it."""
+        cured = self._cured_at.get(f.id)
+        if cured is not None or f.kind != "gpu" or f.type not in CURED_BY_NEW_BOARD:
+            return cured
+        end = math.inf if f.duration is None else f.onset + f.duration
+        # (each swap looked at ends before f's own end, so the recursion through _swap_time ends)
+        swaps = [self._swap_time(w) for w in self.faults if w is not f and w.kind == "gpu" and w.target == f.target
+                 and self._swaps_board(w) and w.duration is not None and f.onset <= w.onset + w.duration < end]
+        return min((s for s in swaps if s is not None), default=None)
+
+    def _swap_time(self, f: Fault) -> float | None:
+        """When fault ``f``'s repair swaps its GPU's board, read from the schedule: at its scheduled
+        end, for a fault whose repair swaps boards (:meth:`_swaps_board`), unless a swap before
+        cured it (an XID 79 of the old board: the new board is already in). None where it swaps none."""
+        if not self._swaps_board(f) or f.duration is None or self._cure_time(f) is not None:
+            return None
+        return f.onset + f.duration
 
     def _reset_fault_inputs(self) -> None:
         p = self.params
@@ -647,10 +671,14 @@ class ClusterSimulator:
         self._reset_fault_inputs()
         self._fault_inputs_dirty = False
         # boards swapped in at this step, first: the faults of the old boards end before any of
-        # them sets its effect on the new one
-        for f in self.faults:
-            if self._swaps_board(f) and self.elapsed >= f.onset and not f.ended and not f.active_at(self.elapsed):
-                self._replace_board(f)
+        # them sets its effect on the new one; in the order of their times, as the schedule has
+        # them (an XID 79 a swap cured in this step swaps no board of its own)
+        due = sorted((f.onset + f.duration, i) for i, f in enumerate(self.faults)
+                     if self._swaps_board(f) and not f.ended and f.duration is not None
+                     and self.elapsed >= f.onset + f.duration)
+        for swap_time, i in due:
+            if not self.faults[i].ended:
+                self._replace_board(self.faults[i], swap_time)
         active: list[int] = []
         for i, f in enumerate(self.faults):
             if not f.started and self.elapsed >= f.onset:
@@ -716,11 +744,14 @@ class ClusterSimulator:
         """Whether ``f``'s repair puts another board in the GPU's slot."""
         return f.type == "gpu_replacement" or (f.type == "xid79" and self.params.xid79_new_board)
 
-    def _replace_board(self, f: Fault) -> None:
-        """The repair of ``f`` swaps GPU ``f.target``'s board: a new UUID (``board_id``), the new
-        board's constants from its own random stream, and the old board's faults (its thermal
-        interface, its HBM, its bus) repaired now. Ground truth: ``gpu_replaced``, with both
-        UUIDs and board numbers and how the new board's resistances compare with the old one's."""
+    def _replace_board(self, f: Fault, swap_time: float) -> None:
+        """The repair of ``f`` swaps GPU ``f.target``'s board at ``swap_time`` (its scheduled end;
+        the physics at the first step reaching it): a new UUID (``board_id``), the new board's
+        constants from its own random stream, and the old board's faults (its thermal interface,
+        its HBM, its bus) on at ``swap_time`` repaired there (:meth:`_cure_time`), one that began
+        within this step before the swap too. Ground truth: ``gpu_replaced`` at ``swap_time``,
+        with both UUIDs and board numbers and how the new board's resistances compare with the
+        old one's."""
         g, gpu = f.target, self.gpu
         self.board_number[g] += 1
         number = int(self.board_number[g])
@@ -730,14 +761,18 @@ class ClusterSimulator:
         self.gpu_uuids[g] = new_uuid
         gpu.board_id[g] = board_id(new_uuid)
         cured = []
-        for other in self.faults:
-            if (other is not f and other.kind == "gpu" and other.target == g and other.type in CURED_BY_NEW_BOARD
-                    and other.started and not other.ended):
-                other.duration = self.elapsed - other.onset  # repaired by the swap: its aftermath follows
-                other.ended = True
-                self._cured_at[other.id] = self.elapsed if f.duration is None else f.onset + f.duration
-                cured.append(other.id)
-        self.events.append(Event(self.now, "gpu_replaced", "gpu", f.target_name, f.id, f.type, {
+        for i, other in enumerate(self.faults):
+            if (other is f or other.kind != "gpu" or other.target != g or other.ended
+                    or self._cure_time(other) != swap_time):
+                continue
+            if not other.started:  # due within this step, before the swap: the old board's
+                other.started = True
+                self._on_fault_start(i, other)
+            other.duration = swap_time - other.onset  # repaired by the swap: its aftermath follows
+            other.ended = True
+            self._cured_at[other.id] = swap_time
+            cured.append(other.id)
+        self.events.append(Event(self.start_time + swap_time, "gpu_replaced", "gpu", f.target_name, f.id, f.type, {
             "old_uuid": old_uuid, "new_uuid": new_uuid,
             "old_board_id": int(old_board), "new_board_id": int(gpu.board_id[g]), "board_number": number,
             "r_core_ratio": round(float(gpu.r_core[g] / old_r_core), 6),

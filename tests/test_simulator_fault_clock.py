@@ -55,11 +55,10 @@ def _run(seed: int, interval: float, scenario: Scenario | None = None, gpus: int
 
 def _schedule(sim: ClusterSimulator) -> list[tuple[Any, ...]]:
     """Every fault the run scheduled to start in it, scripted then drawn, as drawn (a last interval
-    past the duration draws a few more). A fault a board swap cured shows as cured: its repair time
-    is the physics step the swap came at, which the step decides."""
-    cured = {fid for e in sim.events if e.type == "gpu_replaced" for fid in e.detail["faults_cured"]}
-    return [(f.id, f.type, f.target_name, f.onset, sorted(f.params.items()),
-             "cured" if f.id in cured else f.duration) for f in sim.faults if f.onset < sim.duration]
+    past the duration draws a few more), with its duration: a fault a board swap cured ends at the
+    swap's scheduled time, whichever physics step the swap came at."""
+    return [(f.id, f.type, f.target_name, f.onset, sorted(f.params.items()), f.duration)
+            for f in sim.faults if f.onset < sim.duration]
 
 
 @lru_cache(maxsize=None)
@@ -136,8 +135,9 @@ def _reference_schedule(seed: int, sim: ClusterSimulator, scripted: list[dict[st
     on whole seconds; after the interval ending at ``b`` s (b = 10, 20 .. the duration) the block
     [b, b + 10) draws a Poisson count at the rate of 10 s, then per fault its type (by the mix), its
     target (uniform), and, unless a fault of that type is on that target at ``b`` (started or still
-    to come, not ended: a fault ends at its onset plus duration, or at the step that swaps its
-    board), its parameters and an onset ``b`` + uniform(0, 10 s); all from the run's fault stream."""
+    to come, not ended: a fault ends at its onset plus duration, or at the swap of its board that
+    cures it, read from the schedule), its parameters and an onset ``b`` + uniform(0, 10 s); all
+    from the run's fault stream."""
     topo = sim.topology
     rng = np.random.default_rng(np.random.SeedSequence(seed).spawn(8)[FAULTS_STREAM])
     rate = random_fault_rate_per_s(len(topo.nodes), sim.fault_acceleration)
@@ -147,22 +147,17 @@ def _reference_schedule(seed: int, sim: ClusterSimulator, scripted: list[dict[st
                for s in sorted(scripted, key=lambda s: float(s["onset"]))]
     swaps = [p for p in planned if p.type == "gpu_replacement"]  # (no random fault swaps a board here)
 
-    def step_reaching(t: float) -> float:
-        """The first whole-second step at or after ``t`` (never, for a fault that never ends)."""
-        return t if math.isinf(t) else float(math.ceil(t))
-
-    def swap_step(fault: _Planned) -> float | None:
-        """The whole second whose step swaps ``fault``'s board, if one does: the first step at or
-        after a swap's due time where ``fault`` had started at an earlier step and not yet ended."""
+    def cure_time(fault: _Planned) -> float | None:
+        """When a swap of its board ends ``fault``, if one does: the first swap's scheduled end at
+        which ``fault`` is on (its onset at or before, its own end after)."""
         if fault.type not in CURED_BY_NEW_BOARD:
             return None
-        steps = [step_reaching(w.end()) for w in swaps if w.target == fault.target
-                 and step_reaching(fault.onset) < step_reaching(w.end()) <= step_reaching(fault.end())]
-        return min(steps, default=None)
+        return min((w.end() for w in swaps if w.target == fault.target and fault.onset <= w.end() < fault.end()),
+                   default=None)
 
     def on_at(fault: _Planned, t: float) -> bool:
-        swapped = swap_step(fault)
-        return (swapped is None or swapped > t) and fault.end() > t
+        cured = cure_time(fault)
+        return (fault.end() if cured is None else cured) > t
 
     for b in range(10, int(sim.duration) + 1, 10):
         for _ in range(int(rng.poisson(rate * 10.0))):
@@ -174,10 +169,10 @@ def _reference_schedule(seed: int, sim: ClusterSimulator, scripted: list[dict[st
                 continue
             params, duration = draw_random_params(ftype, rng)
             planned.append(_Planned(ftype, name, b + float(rng.uniform(0.0, 10.0)), duration, params))
-    for p in planned:  # a swap repairs the faults of the old board at its step
-        swapped = swap_step(p)
-        if swapped is not None and swapped <= sim.duration:
-            p.duration = swapped - p.onset
+    for p in planned:  # a swap repairs the faults of the old board at its time, once the run reaches it
+        cured = cure_time(p)
+        if cured is not None and cured <= sim.duration:
+            p.duration = cured - p.onset
     return planned
 
 
