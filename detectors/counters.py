@@ -89,6 +89,13 @@ everything as it was (the last value and its time, the pace, a pending drop): th
 judged from the last good one, over the longer interval, so the bound grows with the time since and
 a counter that really moved on is taken at the first reading that fits.
 
+Counters used together (``together``: the optics' received and corrected bits, whose ratio is the
+pre-FEC BER) are taken in a row for all of them or none: one missing, invalid or refused reading
+leaves all at their last good values, so their increases always span one interval. Taken alone, a
+refused corrected-bits reading left the next increase of received bits over one interval and its
+own over two (a BER up to 2x). One counter can bound another's rise (``bounded_by``: corrected bits
+are bits received): a row where it rose more over the same interval is refused the same way.
+
 A reading of exactly ``SATURATED_AT`` (2**32-1) reached faster than ``PACE_SLACK`` times the
 counter's pace (or with no pace known) is where a legacy counter stops, or all ones read once (a
 failed read), and within any line-rate bound (a 32-bit ``xmit_wait`` from 1e9 to the top in 10 s is
@@ -119,7 +126,7 @@ maximum: :mod:`foreshock.streams.infiniband`).
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -172,6 +179,17 @@ EVENTS_MAX_PER_S = MAX_PORT_RATE_BPS / 64.0
 (2.5e10/s). No PHY checks a smaller unit (a 64b/66b block; FEC codewords and packets are larger), so
 no real counter gets near it; a garbage reading (1e12 in a 10-s poll: 1e11/s) does."""
 
+LINE_BITS_MAX_PER_S = 1.25 * MAX_PORT_RATE_BPS
+"""Most bits a port's PHY can count per second (an optic's ``rx_bits``, and so ``rx_corrected_bits``):
+``MAX_PORT_RATE_BPS`` of data with up to 25 % FEC and coding overhead on the line (KP4 RS(544,514)
+with 256b/257b coding: 6.25 %, the simulator's ``line_bits_per_s_factor``; coherent 400ZR: ~20 %),
+2e12 bits/s. A 400G port's line runs at 4.25e11."""
+
+TIME_MAX_PER_S = 2.0
+"""Most a counter of time (PFC pause, clocks held by the power cap or a thermal slowdown) can add
+per second: the time elapsed, twice that because rows are stamped when read, not when the counter
+was."""
+
 LINK_DOWNS_MAX_PER_S = 5.0
 """Most ``link_downed`` can count per second: each down is followed by link training before the
 port can go down again, far longer than 0.2 s."""
@@ -193,12 +211,65 @@ def modulus_for_bits(bits: int, scale: float = 1.0) -> float:
 
 
 @jit
-def _counter_deltas(ts: np.ndarray, slot: np.ndarray, values: np.ndarray, spec: np.ndarray,
+def _rise_refused(v: float, last: float, dt: float, max_rate: float, before: float, since_before: float) -> bool:
+    """Whether a valid reading ``v``, ``dt`` after the last one taken (``last``), rose faster than the
+    counter can count (``max_rate``): refused, unless a low reading is pending (``before``, the value
+    before it, ``since_before`` s ago; NaN: none) and ``v`` is back from it within the bound (a glitch,
+    taken). The one test for it: the kernel's, and the row test of counters read together."""
+    if not (v >= last and v - last > max_rate * dt):
+        return False
+    # a rise over an infinite bound is never refused, so the bound here is finite: the glitch's own
+    return not (before == before and v >= before and v - before <= max_rate * since_before)
+
+
+@jit
+def _row_refused(i: int, s: int, t: float, values: np.ndarray, spec: np.ndarray, state: np.ndarray,
+                 drop: np.ndarray, problems: np.ndarray) -> bool:
+    """Whether row ``i`` of counters read together is taken for none of them: one is missing, invalid
+    or rose faster than it can count, or rose more than the counter that bounds it (``spec[:, 2]``)
+    over the same interval. Counts each invalid or refused reading in ``problems``."""
+    k = values.shape[1]
+    refused = False
+    for j in range(k):
+        v = values[i, j]
+        last = state[s, j, 0]
+        dt = t - state[s, j, 1]
+        if v != v:
+            refused = True  # missing: the others alone would span another interval than it
+        elif v < 0.0 or v == np.inf:
+            problems[_INVALID] += 1
+            refused = True
+        elif last == last and dt >= MIN_DT_S and _rise_refused(v, last, dt, spec[j, 1], drop[s, j, 0],
+                                                               t - drop[s, j, 1]):
+            problems[_IMPLAUSIBLE] += 1
+            refused = True
+    if refused:
+        return True
+    for j in range(k):
+        b = int(spec[j, 2])
+        if b < 0:
+            continue
+        # judged only on two plain rises over one interval: nothing pending or held for either (a
+        # glitch's return reads as a rise from the low value; a held one's next rise spans two
+        # intervals), and the same last time (so it is then, unless a state saved apart was loaded)
+        plain = drop[s, j, 3] != drop[s, j, 3] and drop[s, b, 3] != drop[s, b, 3]
+        same_interval = state[s, j, 1] == state[s, b, 1] and t - state[s, j, 1] >= MIN_DT_S
+        rise, bound = values[i, j] - state[s, j, 0], values[i, b] - state[s, b, 0]
+        if plain and same_interval and rise >= 0.0 and bound >= 0.0 and rise > bound:
+            problems[_IMPLAUSIBLE] += 1
+            refused = True
+    return refused
+
+
+@jit
+def _counter_deltas(ts: np.ndarray, slot: np.ndarray, values: np.ndarray, spec: np.ndarray, together: bool,
                     state: np.ndarray, pace: np.ndarray, drop: np.ndarray, counts: np.ndarray,
                     out: np.ndarray) -> np.ndarray:
     """Increase and rate of every (row, counter); updates the per-slot state in place.
 
-    ts (rows,), slot (rows,) int32, values (rows, k); spec (k, 2) = [modulus, max_rate];
+    ts (rows,), slot (rows,) int32, values (rows, k); spec (k, 3) = [modulus, max_rate, the column
+    whose rise bounds this one's, -1: none]; together: a row is taken for all counters or none
+    (:func:`_row_refused`);
     state (slots, k, 2) = [last value, last ts] with NaN = nothing seen yet; pace (slots, k) the
     recent peak rate, NaN = none known (see the module docstring); drop (slots, k, DROP_SIZE) =
     [value, ts, pace, 1.0 if read as a wrap else 0.0] from before a decrease, NaN = none pending
@@ -219,6 +290,8 @@ def _counter_deltas(ts: np.ndarray, slot: np.ndarray, values: np.ndarray, spec: 
             out[1, i, j] = np.nan
         if s < 0 or s >= n_slots or t != t:
             problems[_BAD_SLOT] += 1
+            continue
+        if together and _row_refused(i, s, t, values, spec, state, drop, problems):
             continue
         for j in range(k):
             v = values[i, j]
@@ -242,14 +315,16 @@ def _counter_deltas(ts: np.ndarray, slot: np.ndarray, values: np.ndarray, spec: 
                 continue
             recent = pace[s, j]
             before = drop[s, j, 0]
+            if _rise_refused(v, last, dt, max_rate, before, t - drop[s, j, 1]):
+                # faster than the counter can count: a bad reading (the mirror of a low one), not
+                # taken; what is pending stays pending, the next reading is judged from the last good one
+                problems[_IMPLAUSIBLE] += 1
+                continue
             pending = before == before  # the last reading taken was a drop: this one tells what it was
             held = drop[s, j, 3] == HELD  # (a pending drop has 0 or 1 there)
             if not pending and not held and v >= last and v != SATURATED_AT:
                 # the common case (nothing pending, an increase): as the general path below takes it
                 delta = v - last
-                if delta > max_rate * dt:
-                    problems[_IMPLAUSIBLE] += 1
-                    continue
                 pace[s, j] = max(delta / dt, PACE_DECAY * recent) if recent == recent else delta / dt
                 state[s, j, 0] = v
                 state[s, j, 1] = t
@@ -268,11 +343,6 @@ def _counter_deltas(ts: np.ndarray, slot: np.ndarray, values: np.ndarray, spec: 
                 glitch = v >= before and v - before <= back_rate * elapsed
             if not glitch and v >= last:
                 rise = v - last
-                if rise > max_rate * dt:
-                    # faster than the counter can count: a bad reading (the mirror of a low one), not
-                    # taken; what is pending stays pending, the next reading is judged from the last good one
-                    problems[_IMPLAUSIBLE] += 1
-                    continue
                 if v == SATURATED_AT and last != v and not held and not (
                         recent == recent and rise <= PACE_SLACK * recent * dt):  # faster than its pace
                     # at the top of 32 bits all at once: where a counter stops, or all ones read once;
@@ -358,6 +428,17 @@ class CounterRates:
         taken; a decrease whose wrapped increase would exceed it is read as a reset; a reading back
         above the value before a low one within it is a glitch. ``inf`` = no bound (the half-range
         rule for wraps, 16x the pace for glitches).
+    together:
+        The counters are read together and used together (a ratio of their increases: the pre-FEC
+        BER is corrected bits / received bits): a row is taken for all of them or for none. One
+        missing, invalid or refused reading leaves all of them at their last good values, so their
+        increases always span the same interval; taken alone, the other's increase spanned one
+        interval and its own the next two (a ratio off by up to 2x).
+    bounded_by:
+        ``{counter: other}``: the counter's rise in a row can be no larger than the other's over the
+        same interval (corrected bits are bits received); a row where it is larger is refused like
+        a rise past ``max_rate``. Judged on plain rises only (nothing pending or held for either).
+        Needs ``together``.
 
     Example
     -------
@@ -373,7 +454,8 @@ class CounterRates:
     """
 
     def __init__(self, n_slots: int, names: Sequence[str], modulus: float | Sequence[float] = 0.0,
-                 max_rate: float | Sequence[float] = np.inf) -> None:
+                 max_rate: float | Sequence[float] = np.inf, together: bool = False,
+                 bounded_by: Mapping[str, str] | None = None) -> None:
         if n_slots < 0:
             raise ValueError(f"n_slots must be >= 0, got {n_slots}")
         self.names = tuple(names)
@@ -384,7 +466,15 @@ class CounterRates:
             raise ValueError("modulus must be finite and >= 0 (0 = never wraps)")
         if np.any(~(top > 0)):
             raise ValueError("max_rate must be > 0 (inf = no limit)")
-        self.spec = np.ascontiguousarray(np.stack([mod, top], axis=1))
+        bounds = dict(bounded_by or {})
+        if bounds and not together:
+            raise ValueError("bounded_by compares rises over one interval: it needs together=True")
+        unknown = sorted({*bounds, *bounds.values()} - set(self.names))
+        if unknown or any(counter == other for counter, other in bounds.items()):
+            raise ValueError(f"bounded_by must pair two different counters of {self.names}, got {bounds}")
+        bounding = np.array([self.names.index(bounds[n]) if n in bounds else -1 for n in self.names], np.float64)
+        self.together = together
+        self.spec = np.ascontiguousarray(np.stack([mod, top, bounding], axis=1))
         self.s_state = np.full((n_slots, k, 2), np.nan)
         self.s_resets = np.zeros((n_slots, k), dtype=np.int64)
         self.s_rate = np.full((n_slots, k), np.nan)  # recent peak rate (the wrap test's pace)
@@ -428,8 +518,8 @@ class CounterRates:
         if len(ts) != len(values) or len(slot) != len(values):
             raise ValueError("ts, slot and values must have the same number of rows")
         out = np.empty((2, len(values), len(self.names)))
-        problems = _counter_deltas(ts, slot, values, self.spec, self.s_state, self._pace(), self._drop(),
-                                   self.s_resets, out)
+        problems = _counter_deltas(ts, slot, values, self.spec, self.together, self.s_state, self._pace(),
+                                   self._drop(), self.s_resets, out)
         return out[0], out[1], dict(zip(PROBLEMS, (int(p) for p in problems)))
 
     def bind(self, s_state: np.ndarray, s_resets: np.ndarray, s_rate: np.ndarray,

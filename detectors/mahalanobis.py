@@ -27,7 +27,11 @@ rows per entity, the rows after an episode's start still learn (the freeze is re
 Missing fields (NaN) are imputed at the entity's mean — they add nothing to ``D^2`` — and the
 rows that had any are counted in ``imputed_rows`` (the input guard already reports the gaps
 to pipeline health). A row with none of the fields is not scored: counted in ``skipped_rows``
-and, when other rows of the frame do report the fields, as a pipeline problem.
+and, when other rows of the frame do report the fields, as a pipeline problem. A counter reading
+further above the last one than the counter can physically count (:data:`MAX_RATE`: energy at the
+most a board draws, throttle time at the time elapsed, ...) is refused and counted
+(``implausible_rise``, :mod:`~foreshock.detectors.counters`); its rate is imputed like a gap, and
+the next reading's rate is taken from the last good one.
 
 Not in the default bank: run it with ``--detectors mahalanobis`` (or next to others).
 
@@ -69,8 +73,9 @@ from foreshock.topology import Topology
 
 from .alarm import A_ACTIVE, A_EMIT_TS, CODE_START, alarm_step, new_alarm_columns
 from .base import Detector, resolve_params
-from .counters import CounterRates, report_problems, with_counter_pace_and_drop
+from .counters import EVENTS_MAX_PER_S, TIME_MAX_PER_S, CounterRates, report_problems, with_counter_pace_and_drop
 from .multivariate import OnlineMahalanobis
+from .xid import DBE_MAX_PER_S
 
 FIELDS: dict[str, tuple[str, ...]] = {
     # Every numeric GPU field that varies with the GPU's state. Left out: slowdown_temp,
@@ -97,6 +102,22 @@ MIN_SCALE: dict[str, float] = {
     "pcie_replays": 0.1,                        # replays per second
 }
 """Variance floor per field (as a standard deviation); a field not listed has none."""
+
+MAX_RATE: dict[str, float] = {
+    # The fastest each GPU counter can physically count, in its base unit per second: a reading
+    # further above the last one is a bad one, not taken (counters.py, "One high reading"). Taken, one
+    # garbage reading was a rate that alone passed the alarm line, and its fall back a reset that
+    # re-added the counter's whole total. Every counter of a scored kind is listed (a test holds it).
+    "energy": get_field("power").valid[1],  # joules/s: the most any board draws (5 kW, the guard's power range)
+    "power_throttle_time": TIME_MAX_PER_S,  # seconds held per second
+    "thermal_throttle_time": TIME_MAX_PER_S,
+    # a replay resends at least one TLP, longer than 64 bits, on a link slower than the fastest
+    # port (PCIe 6.0 x16: 1 Tb/s)
+    "pcie_replays": EVENTS_MAX_PER_S,
+    "ecc_dbe": DBE_MAX_PER_S,  # as the xid detector reads it
+    "remapped_rows": DBE_MAX_PER_S,  # a row is remapped for an uncorrectable error: at most one each
+}
+"""Physical bound per counter field (``CounterRates``' ``max_rate``); a counter not listed has none."""
 
 PARAMS: dict[str, float] = {
     "alpha": 0.005,           # EWMA rate of mean and covariance (~200 samples of memory)
@@ -208,7 +229,8 @@ class MahalanobisDetector(Detector):
             counters = tuple(f for f in fields if get_field(f).is_counter)
             limits = np.array([chi2.ppf(p["quantile"], d), chi2.ppf(p["clear_quantile"], d),
                                p["on_count"], p["off_hold_s"]])
-            m = _KindModel(kind, fields, counters, model, CounterRates(n, counters), new_alarm_columns(n, 1), limits)
+            rates = CounterRates(n, counters, max_rate=[MAX_RATE.get(c, np.inf) for c in counters])
+            m = _KindModel(kind, fields, counters, model, rates, new_alarm_columns(n, 1), limits)
             self.models[kind] = m
             # the state the base class saves and restores, by reference (loading writes in place)
             setattr(self, f"s_{kind}_mean", model.s_mean)

@@ -12,7 +12,11 @@ confidence.
 Signals and what they predict, each against a threshold that is a parameter:
 
 - **pre-FEC BER**, from the PHY counters (corrected bits / received bits over the bucket) or
-  from the ``prefec_ber`` gauge, trended on a log scale as the **Q factor in dB**
+  from the ``prefec_ber`` gauge. The two counters are read together, a row for both or neither,
+  each at most the line rate (:data:`~foreshock.detectors.counters.LINE_BITS_MAX_PER_S`) and the
+  corrected bits at most the bits received over the same interval: a reading past either bound
+  is refused and counted (``implausible_rise``), never a BER spike and a reset on its fall back.
+  The BER is trended on a log scale as the **Q factor in dB**
   (``20·log10(√2·erfcinv(2·BER))``): for a receiver whose noise does not grow with signal,
   Q is proportional to received power, so a link losing dB per hour loses Q dB at the same
   rate — a straight line, where ``log10(BER)`` bends ever steeper. ETA = time until the
@@ -130,7 +134,7 @@ from foreshock.topology import Topology
 from .alarm import (A_SIZE, CODE_START, CODE_WITHDRAW, O_CODE, O_CONF, O_ETA, O_ROW, O_V0,
                     O_WHICH, OUT_SIZE, alarm_step, emit, new_alarm_columns)
 from .base import Detector, add_columns, resolve_params
-from .counters import CounterRates, report_problems, with_counter_pace_and_drop
+from .counters import LINE_BITS_MAX_PER_S, CounterRates, report_problems, with_counter_pace_and_drop
 from .order_stats import MEDIAN_BRACKET, median_of
 
 # ---- inputs: one matrix per frame ------------------------------------------------------------
@@ -840,7 +844,12 @@ class OpticsDetector(Detector):
         n_opt = topology.size("optic")
         n_links = topology.size("link")
         window = int(self.params[P_WINDOW])
-        self.counters = CounterRates(n_opt, ("rx_bits", "rx_corrected_bits"))
+        # both count bits on the port's line (a reading above the line rate is a bad one, not taken),
+        # corrected bits are bits received, and the pair is read together or not at all: taken alone,
+        # a row with one missing or refused had the other's increase span one interval and its own the
+        # next two (a BER off by up to 2x)
+        self.counters = CounterRates(n_opt, ("rx_bits", "rx_corrected_bits"), max_rate=LINE_BITS_MAX_PER_S,
+                                     together=True, bounded_by={"rx_corrected_bits": "rx_bits"})
         # with the pace and the value before a low reading, which tell one bad reading from a clear:
         # kept in the checkpoint, or a low reading across a restore reads as the counter's whole total
         self.s_counter_state, self.s_counter_resets = self.counters.s_state, self.counters.s_resets
@@ -914,10 +923,7 @@ class OpticsDetector(Detector):
         if frame.kind != "optic" or len(frame) == 0:
             return []
         cols = frame.columns
-        # the pair is read together or not at all: a row with one of them missing would have the
-        # other's increase span one interval and its own the next two (a BER off by up to 2x)
         counters = np.stack([cols["rx_bits"], cols["rx_corrected_bits"]], axis=1)
-        counters[np.isnan(counters).any(axis=1)] = np.nan
         delta, _, problems = self.counters.update(frame.ts, frame.slot, counters)
         report_problems(self.health, self.name, problems)
         self._take_module_alarms(frame)

@@ -14,8 +14,11 @@ from foreshock.detectors import counters
 from foreshock.detectors.counters import MIN_DT_S, PROBLEMS, CounterRates, modulus_for_bits
 
 
-def naive_rates(ts, slot, values, modulus, max_rate, n_slots):
-    """Reference: one (slot, counter) at a time, in plain Python, straight from the docstring."""
+def naive_rates(ts, slot, values, modulus, max_rate, n_slots, together=False, bounded_by=None):
+    """Reference: one (slot, counter) at a time, in plain Python, straight from the docstring.
+
+    ``together``: a row is taken for every counter or none; ``bounded_by``: {column: the column
+    whose plain rise over the same interval bounds its rise} (see ``CounterRates``)."""
     top = 2.0**32 - 1
     rows, k = values.shape
     delta = np.full((rows, k), np.nan)
@@ -31,6 +34,34 @@ def naive_rates(ts, slot, values, modulus, max_rate, n_slots):
         if not 0 <= s < n_slots or math.isnan(t):
             problems["unknown_slot"] += 1
             continue
+        if together:
+            # the row is skipped for all when one reading is missing, invalid or refused as too fast
+            skip = False
+            for j in range(k):
+                v = float(values[i, j])
+                if math.isnan(v):
+                    skip = True
+                elif v < 0 or math.isinf(v):
+                    problems["invalid_value"] += 1
+                    skip = True
+                elif (s, j) in last and t - last[(s, j)][1] >= MIN_DT_S:
+                    lv, lt = last[(s, j)]
+                    pending = drop.get((s, j))
+                    back = pending is not None and pending[0] <= v <= pending[0] + max_rate[j] * (t - pending[1])
+                    if v >= lv and v - lv > max_rate[j] * (t - lt) and not back:
+                        problems["implausible_rise"] += 1
+                        skip = True
+            if not skip:
+                for j, b in (bounded_by or {}).items():
+                    quiet = all((s, c) not in drop and (s, c) not in held for c in (j, b))
+                    if quiet and (s, j) in last and (s, b) in last and last[(s, j)][1] == last[(s, b)][1] \
+                            and t - last[(s, j)][1] >= MIN_DT_S:
+                        rise, bound = values[i, j] - last[(s, j)][0], values[i, b] - last[(s, b)][0]
+                        if 0 <= bound < rise:
+                            problems["implausible_rise"] += 1
+                            skip = True
+            if skip:
+                continue
         for j in range(k):
             v = float(values[i, j])
             if math.isnan(v):
