@@ -11,6 +11,11 @@ sets aside (``PipelineHealth.problem``) — nothing disappears silently:
   before NTP). Accepted as an entity's first sample, such a row had started the run in 1970;
 - ``duplicate_timestamp``: same ``ts`` as the entity's previous sample;
 - ``out_of_order``: older than the entity's previous sample;
+- ``near_duplicate_timestamp``: newer than the entity's previous sample by less than
+  ``min_spacing_s`` (:data:`MIN_SPACING_S`, 10 ms by default): the same sample again under a fresh
+  stamp (a source emitting it twice, an agent retrying a send and stamping it anew, two
+  overlapping captures replayed), which no source samples that fast. Accepted, its anomaly was
+  counted twice;
 - ``future_timestamp``: further ahead of the receiver's clock than ``max_ahead_s`` (where one is
   given: ``foreshock watch`` and the Kafka workers, whose agents stamp rows with their own hosts'
   clocks); without one (a replay, an evaluation, a simulation: no wall clock to go by), further
@@ -80,6 +85,16 @@ before its clock is taken as not set (epoch zero, a BMC's 2000-01-01) and the ro
 (``bad_timestamp``); and how far apart a recording's kinds may lie (``Recording.open``): ten years,
 which no run spans, while a clock not set reads decades before, and milliseconds read as seconds
 lie millennia ahead."""
+MIN_SPACING_S = 0.01
+"""The least time (s) between two samples of one entity: a row newer than its entity's previous
+accepted one by less is refused (``near_duplicate_timestamp``), the same sample sent again with a
+fresh stamp. 10 ms, ten times under the fastest that any source here samples an entity: ``dcgmi
+dmon -d`` takes 100 ms at the least, the real nvidia-smi captures here poll at 100 ms and 500 ms
+(``tests/data/h200_step``: 98.9 ms the closest two rows of a GPU), dcgm-exporter collects every
+30 s by default, and the BMCs, CDUs, fabric counters and schedulers every few seconds or more; a
+host's clock jitter of a few ms between polls stays well inside it. A live source polled faster
+than this (``--interval`` under 0.01) has every other row refused, and says why. An
+:class:`InputGuard` parameter (``min_spacing_s``): 0 refuses only equal stamps, as before."""
 BOARD_ID_LIMIT = 2.0 ** 52
 """``board_id`` values are whole numbers below this (``foreshock.boards.BOARD_ID_BITS``)."""
 
@@ -148,12 +163,16 @@ class BoardSwap(NamedTuple):
         return out
 
 
-REASONS = ("unknown_entity", "bad_timestamp", "duplicate_timestamp", "out_of_order", "future_timestamp")
+REASONS = ("unknown_entity", "bad_timestamp", "duplicate_timestamp", "out_of_order", "future_timestamp",
+           "near_duplicate_timestamp")
 
 
 @jit
 def _guard_kernel(ts: np.ndarray, slot: np.ndarray, last_ts: np.ndarray, counts: np.ndarray,
-                  latest: float, earliest: float) -> np.ndarray:
+                  latest: float, earliest: float, min_spacing: float, closest: np.ndarray) -> np.ndarray:
+    """Which rows to keep; counts each row refused under its reason (``counts``, in the order of
+    :data:`REASONS`) and notes in ``closest[0]`` the least spacing of a near duplicate (for the log
+    line). ``last_ts``: per slot, its last kept stamp, advanced in place."""
     keep = np.zeros(len(ts), dtype=np.bool_)
     n_slots = len(last_ts)
     for i in range(len(ts)):
@@ -169,6 +188,9 @@ def _guard_kernel(ts: np.ndarray, slot: np.ndarray, last_ts: np.ndarray, counts:
             counts[2] += 1
         elif t < last_ts[s]:
             counts[3] += 1
+        elif t - last_ts[s] < min_spacing:  # (-inf: an entity's first row is never one)
+            counts[5] += 1
+            closest[0] = min(closest[0], t - last_ts[s])
         else:
             last_ts[s] = t
             keep[i] = True
@@ -275,14 +297,22 @@ class InputGuard:
     :attr:`stream_anchor`: a stamp the stream is known to hold, where its source knows one before
     the first frame (a replay: its recording's :attr:`~foreshock.recording.Recording.stream_anchor`);
     rows stamped more than :data:`MAX_BEHIND_S` before it are refused (``bad_timestamp``). Set by
-    the caller before the first frame; not kept with the state (a replay is not resumed)."""
+    the caller before the first frame; not kept with the state (a replay is not resumed).
+
+    ``min_spacing_s``: a row newer than its entity's previous kept row by less is refused
+    (``near_duplicate_timestamp``; :data:`MIN_SPACING_S`). A setting, not state: a checkpoint holds
+    the last kept stamps it is measured from, as before."""
 
     def __init__(self, topology: Topology, health: PipelineHealth, stage: str = "guard",
-                 max_ahead_s: float | None = None, clock: Callable[[], float] = time.time) -> None:
+                 max_ahead_s: float | None = None, clock: Callable[[], float] = time.time,
+                 min_spacing_s: float = MIN_SPACING_S) -> None:
+        if not 0.0 <= min_spacing_s < np.inf:
+            raise ValueError(f"min_spacing_s must be a finite number of seconds >= 0, got {min_spacing_s!r}")
         self.health = health
         self.stage = stage
         self.max_ahead_s = max_ahead_s
         self.clock = clock
+        self.min_spacing_s = float(min_spacing_s)
         kinds = ("gpu", "link", "optic", "node", "rack", "job")
         self.s_last_ts = {kind: np.full(topology.size(kind), -np.inf) for kind in kinds}
         # (field, slot): has this entity ever given a valid value of this field? Field-major, so
@@ -313,13 +343,15 @@ class InputGuard:
         counts = np.zeros(len(REASONS), dtype=np.int64)
         latest, present = self._latest(frame)
         earliest = self.stream_anchor - MAX_BEHIND_S
-        keep = _guard_kernel(frame.ts, frame.slot, self.s_last_ts[frame.kind], counts, latest, earliest)
+        closest = np.full(1, np.inf)
+        keep = _guard_kernel(frame.ts, frame.slot, self.s_last_ts[frame.kind], counts, latest, earliest,
+                             self.min_spacing_s, closest)
         dropped = bool(counts.any())  # every row is either counted here or kept
         if dropped:
             for reason, n in zip(REASONS, counts):
                 if n:
                     self.health.problem(self.stage, reason, int(n),
-                                        detail=self._detail(frame, reason, present, earliest))
+                                        detail=self._detail(frame, reason, present, earliest, float(closest[0])))
         out = frame.take(keep) if dropped else frame
         if len(out) == 0 or not out.columns:
             return out
@@ -383,9 +415,15 @@ class InputGuard:
         Per kind, so that such a frame of a kind sending few rows (jobs, racks) does not widen the
         GPUs' limit. A frame whose rows span more than twice the limit (a window of an hour) would
         have its latest rows refused: the recordings, the simulator and the agents give a sampling
-        interval's rows per frame."""
+        interval's rows per frame.
+
+        Rows stamped more than :data:`MAX_BEHIND_S` before :attr:`stream_anchor` (refused,
+        ``bad_timestamp``) are not the stream's present: a capture's first row, stamped 1.0 by a
+        clock not set, and its next row made a replay's first frame, whose lower median (the older
+        of two) was 1.0, and that next row was refused as 57 years ahead."""
         clock = self.s_stream_clock[frame.kind]
-        median = median_stamp(frame.ts)
+        ts = frame.ts if self.stream_anchor == -np.inf else frame.ts[frame.ts >= self.stream_anchor - MAX_BEHIND_S]
+        median = median_stamp(ts)
         if median is None:
             return clock
         if median > clock:
@@ -656,12 +694,19 @@ class InputGuard:
         first = since[np.r_[True, slot[since][1:] != slot[since][:-1]]]
         return first[changed[first]]
 
-    def _detail(self, frame: Frame, reason: str, present: float, earliest: float = -np.inf) -> str:
+    def _detail(self, frame: Frame, reason: str, present: float, earliest: float = -np.inf,
+                closest: float = np.inf) -> str:
         """What is logged, once, for the rows of ``frame`` set aside for ``reason``; ``present``:
         the stream's present the frame was held to (:meth:`stream_present`; NaN: the wall clock);
-        ``earliest``: the earliest stamp it was held to (:attr:`stream_anchor`)."""
+        ``earliest``: the earliest stamp it was held to (:attr:`stream_anchor`); ``closest``: the
+        least spacing of a near duplicate after its entity's previous row."""
         if reason == "out_of_order":
             return self._behind(frame)
+        if reason == "near_duplicate_timestamp":
+            return (f"{frame.kind} frame, rows as little as {closest * 1e3:.3g} ms after their entity's previous one "
+                    f"(minimum spacing {self.min_spacing_s * 1e3:g} ms; no source samples an entity faster than "
+                    "100 ms): the same sample sent again with a fresh stamp (a source emitting it twice, an agent "
+                    "retrying a send, overlapping captures replayed); refused, or its anomalies had counted twice")
         if reason == "bad_timestamp" and (early := frame.ts < earliest).any():
             years = (self.stream_anchor - float(frame.ts[early].min())) / (365.25 * 86400)
             return (f"{frame.kind} frame, rows stamped up to {years:,.0f} years before the stream's other rows (limit "

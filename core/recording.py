@@ -61,6 +61,66 @@ class RecordingError(ValueError):
     """A recording is missing a part or a part is malformed; the message names the file."""
 
 
+class StreamSpan:
+    """The span of a recording's stream from the stamps it holds: ``recording.json``'s start and end.
+
+    The stamps fall into runs, no two neighbours of a run more than :data:`~foreshock.guard.MAX_BEHIND_S`
+    apart (ten years); the stream is the run that holds the most kinds, and of those the most rows.
+    A row stamped by a clock not set (epoch zero, an agent started before NTP) lies decades before
+    it, one in milliseconds millennia after: a replay's guard refuses such rows (``bad_timestamp``
+    against :attr:`Recording.stream_anchor`, by the same ten years; ``future_timestamp``), and the
+    span leaves them out. Taken from every finite stamp, a capture whose first GPU tick was stamped
+    1.0 started in 1970: its summaries counted times from there, and ``evaluate`` scored the
+    episodes of its warm-up. The rows themselves stay in the files (:attr:`strays` counts them).
+    Kinds first: a whole kind in another unit, if its rows are the most, is not the stream
+    (``Recording.open`` refuses such a recording, naming the kind apart from the others and from
+    this span). At most :data:`MOST_RUNS` runs are kept, those of the fewest rows dropped: bounded
+    whatever the stamps."""
+
+    MOST_RUNS = 16
+
+    def __init__(self) -> None:
+        self._runs: list[tuple[float, float, int, frozenset[str]]] = []  # (earliest, latest, rows, kinds), by earliest
+
+    def add(self, kind: str, ts: np.ndarray) -> None:
+        """Take in a kind's stamps ``ts`` (NaN and infinite ones left out: no time at all)."""
+        stamps = np.sort(ts[np.isfinite(ts)])
+        cuts = np.flatnonzero(np.diff(stamps) > MAX_BEHIND_S) + 1
+        for first, end in zip(np.r_[0, cuts].tolist(), np.r_[cuts, len(stamps)].tolist()):
+            if end > first:
+                self.add_run(float(stamps[first]), float(stamps[end - 1]), end - first, frozenset([kind]))
+
+    def add_run(self, earliest: float, latest: float, rows: int, kinds: frozenset[str]) -> None:
+        """Take in ``rows`` stamps of ``kinds`` from ``earliest`` to ``latest``, joining the runs they reach."""
+        kept = []
+        for run in self._runs:
+            if run[0] - latest > MAX_BEHIND_S or earliest - run[1] > MAX_BEHIND_S:
+                kept.append(run)
+            else:
+                earliest, latest, rows, kinds = min(earliest, run[0]), max(latest, run[1]), rows + run[2], kinds | run[3]
+        kept.append((earliest, latest, rows, kinds))
+        kept.sort(key=lambda run: run[0])
+        while len(kept) > self.MOST_RUNS:
+            kept.remove(min(kept, key=lambda run: run[2]))
+        self._runs = kept
+
+    def _stream(self) -> tuple[float, float, int, frozenset[str]] | None:
+        # (a tie: the earlier)
+        return max(self._runs, key=lambda run: (len(run[3]), run[2])) if self._runs else None
+
+    @property
+    def span(self) -> tuple[float, float] | None:
+        """The stream's earliest and latest stamps; None where no finite stamp was taken in."""
+        stream = self._stream()
+        return None if stream is None else (stream[0], stream[1])
+
+    @property
+    def strays(self) -> int:
+        """How many stamps lie outside the stream (those of runs dropped, if any, not counted)."""
+        stream = self._stream()
+        return 0 if stream is None else sum(run[2] for run in self._runs) - stream[2]
+
+
 def part_name(kind: str, index: int) -> str:
     """File name of a kind's ``index``-th part: the first keeps the one-part name."""
     return f"{kind}.parquet" if index == 0 else f"{kind}.{index:05d}.parquet"
@@ -99,8 +159,8 @@ class RecordingWriter:
         self.ground_truth = False
         self.rows: dict[str, int] = {}
         self.parts: dict[str, int] = {}  # closed parts per kind (segmented writing)
-        self.t_min = np.inf
-        self.t_max = -np.inf
+        # the stream's start and end, rows stamped by a clock not set left out (kept in the files)
+        self.stream_span = StreamSpan()
         topology.dump(self.path / TOPOLOGY_FILE)
         if segment_s is not None:
             self._write_meta(complete=False)  # a recorder killed before its first part: an empty recording
@@ -111,10 +171,6 @@ class RecordingWriter:
         self._pending.setdefault(frame.kind, []).append(frame)
         self._pending_rows[frame.kind] = self._pending_rows.get(frame.kind, 0) + len(frame)
         self.rows[frame.kind] = self.rows.get(frame.kind, 0) + len(frame)
-        stamps = frame.ts[np.isfinite(frame.ts)]  # one NaN stamp made the recording's start and end null
-        if len(stamps):
-            self.t_min = min(self.t_min, float(stamps.min()))
-            self.t_max = max(self.t_max, float(stamps.max()))
         if self._pending_rows[frame.kind] >= self.rows_per_group:
             self._flush(frame.kind)
         if self.segment_s is not None and self._clock() - self._segment_start >= self.segment_s:
@@ -132,7 +188,9 @@ class RecordingWriter:
         self._pending_rows[kind] = 0
         if not frames:
             return
-        batch = Frame.concat(frames).to_arrow()
+        frame = Frame.concat(frames)
+        self.stream_span.add(kind, frame.ts)  # (written rows only: the metadata lists no more)
+        batch = frame.to_arrow()
         writer = self._writers.get(kind)
         if writer is None:
             # page checksums: a data page corrupted on disk or in a copy (footer intact) read back
@@ -168,13 +226,21 @@ class RecordingWriter:
         if self.ground_truth:
             write_events(self.path / EVENTS_FILE, self.events)
         self._write_meta(complete=True)
+        if self.stream_span.strays and (span := self.stream_span.span) is not None:
+            log.warning("%s: %d row%s stamped over %g years away from the stream's other rows, which span %s .. %s%s: "
+                        "by a clock not set (epoch zero, an agent started before NTP) or in another unit; kept in the "
+                        "files, left out of %s's start and end, and refused when replayed (bad_timestamp, "
+                        "future_timestamp)", self.path,
+                        self.stream_span.strays, "" if self.stream_span.strays == 1 else "s",
+                        MAX_BEHIND_S / _YEAR_S, _stamp(span[0]), _stamp(span[1]), _utc_span(*span), META_FILE)
 
     def _write_meta(self, complete: bool) -> None:
+        span = self.stream_span.span  # (None: no finite stamp; a NaN one had made start and end null)
         meta: dict[str, Any] = {
             "format": 1,
             "rows": {kind: n for kind, n in self.rows.items() if self.parts.get(kind)},
-            "start": self.t_min if np.isfinite(self.t_min) else None,
-            "end": self.t_max if np.isfinite(self.t_max) else None,
+            "start": span[0] if span is not None else None,
+            "end": span[1] if span is not None else None,
             **self.meta,
         }
         if self.segment_s is not None:
@@ -434,7 +500,10 @@ class Recording:
         # the list lags: its rows and time span grow by what the parts it missed hold
         listed_rows = self.meta.get("rows")
         rows: dict[str, int] = listed_rows if isinstance(listed_rows, dict) else {}
-        stamps = [self.meta[key] for key in ("start", "end") if _is_number(self.meta.get(key))]
+        span = StreamSpan()  # (the listed span weighs as the kinds and rows listed)
+        start, end = self.meta.get("start"), self.meta.get("end")
+        if isinstance(start, (int, float)) and isinstance(end, (int, float)):  # (_check_meta's numbers)
+            span.add_run(float(start), float(end), max(1, sum(rows.values())), frozenset(rows))
         for kind, files in taken.items():
             # (a list without row counts is checked against none: none is made up for it)
             counted = rows is listed_rows and (kind in rows or files[0].name == part_name(kind, 0))
@@ -442,12 +511,9 @@ class Recording:
                 pf = self._parquet(file, kind)
                 if counted:
                     rows[kind] = int(rows.get(kind, 0)) + pf.metadata.num_rows
-                ts = pf.read(columns=["ts"]).column("ts").to_numpy()
-                ts = ts[np.isfinite(ts)]
-                if len(ts):
-                    stamps += [float(ts.min()), float(ts.max())]
-        if stamps:
-            self.meta["start"], self.meta["end"] = min(stamps), max(stamps)
+                span.add(kind, pf.read(columns=["ts"]).column("ts").to_numpy())
+        if span.span is not None:
+            self.meta["start"], self.meta["end"] = span.span
         log.warning("%s: %s closed after %s was last written (its recorder killed in between): read too",
                     self.path, names, META_FILE)
 

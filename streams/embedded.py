@@ -97,7 +97,8 @@ class EmbeddedPipeline:
                                             for d in bank.detectors},
                               "processors": processors})
         bank.report_problems_to(self.health)
-        guard = InputGuard(topology, self.health, self.guard.stage, self.guard.max_ahead_s, self.guard.clock)
+        guard = InputGuard(topology, self.health, self.guard.stage, self.guard.max_ahead_s, self.guard.clock,
+                           self.guard.min_spacing_s)
         guard.load_state_dict(self.guard.state_dict(), remap)
         self.store.move_to(topology, remap)
         self.topology, self.bank, self.guard = topology, bank, guard

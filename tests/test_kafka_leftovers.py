@@ -146,7 +146,8 @@ def _bank(hardware: Topology) -> DetectorBank:
 
 def _noise_pieces(topology: Topology, rows: int, pieces: int, after: float = 0.0) -> list[tuple[int, int, int, Frame]]:
     """``pieces`` frames of ``rows`` GPU rows between them, every field random (lz4 keeps them
-    as large), each GPU's stamps rising; stamped a day ago (no clock is ahead of them), plus
+    as large), each GPU's stamps rising by 100 ms (the fastest a source samples: rows closer than
+    ``MIN_SPACING_S`` the guard refuses); stamped a day ago (no clock is ahead of them), plus
     ``after`` seconds."""
     rng = np.random.default_rng(1)
     n = topology.size("gpu")
@@ -156,7 +157,7 @@ def _noise_pieces(topology: Topology, rows: int, pieces: int, after: float = 0.0
         ticks = np.arange(seq * per, (seq + 1) * per)
         columns = {name: rng.uniform(0.0, 1.0, per) for name in field_names("gpu")}
         columns["board_id"] = np.full(per, np.nan)
-        frame = Frame("gpu", START - 86_400 + after + ticks // n * 0.001, (ticks % n).astype(np.int32), columns)
+        frame = Frame("gpu", START - 86_400 + after + ticks // n * 0.1, (ticks % n).astype(np.int32), columns)
         out.append((seq + 1, 0, 1, frame))
     return out
 

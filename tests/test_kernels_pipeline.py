@@ -13,7 +13,7 @@ from foreshock.detectors.bank import DetectorBank
 from foreshock.detectors.ewma_cusum import RobustZScoreDetector
 from foreshock.detectors.throttle_bits import ThrottleBitsDetector
 from foreshock.frames import Frame
-from foreshock.guard import InputGuard
+from foreshock.guard import MIN_SPACING_S, REASONS, InputGuard, _guard_kernel
 from foreshock.health import PipelineHealth
 from foreshock.topology import Topology
 
@@ -61,12 +61,14 @@ def reference_ewma_cusum(slots, values, n_slots, alpha, clip, drift, threshold, 
     return alarms
 
 
-def reference_guard(ts, slots, n_slots, last, latest=np.inf):
+def reference_guard(ts, slots, n_slots, last, latest=np.inf, earliest=-np.inf, min_spacing=0.0, near_gaps=None):
+    """The guard's row rules, one row at a time; ``near_gaps`` (a list) gets each near duplicate's
+    spacing after its entity's last kept row."""
     keep, reasons = [], []
     for t, s in zip(ts, slots):
         if s < 0 or s >= n_slots:
             reasons.append("unknown_entity"); keep.append(False)
-        elif not np.isfinite(t):
+        elif not np.isfinite(t) or t < earliest:
             reasons.append("bad_timestamp"); keep.append(False)
         elif t > latest:
             reasons.append("future_timestamp"); keep.append(False)
@@ -74,6 +76,10 @@ def reference_guard(ts, slots, n_slots, last, latest=np.inf):
             reasons.append("duplicate_timestamp"); keep.append(False)
         elif t < last[s]:
             reasons.append("out_of_order"); keep.append(False)
+        elif t - last[s] < min_spacing:
+            reasons.append("near_duplicate_timestamp"); keep.append(False)
+            if near_gaps is not None:
+                near_gaps.append(t - last[s])
         else:
             last[s] = t; keep.append(True)
     return np.array(keep, dtype=bool), reasons
@@ -158,7 +164,8 @@ def test_ewma_cusum_validates_parameters() -> None:
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.lists(st.tuples(st.sampled_from([0.0, 1.0, 2.0, 2.0, 3.0, 9.0, float("nan"), float("inf")]),
+@given(st.lists(st.tuples(st.sampled_from([0.0, 1.0, 1.004, 2.0, 2.0, 2.0099, 2.01, 3.0, 9.0, float("nan"),
+                                           float("inf")]),
                           st.integers(-1, 9)), max_size=60),
        st.one_of(st.none(), st.sampled_from([0.0, 1.5, 5.0])))
 def test_guard_matches_reference_and_counts_every_dropped_row(rows, max_ahead_s) -> None:
@@ -168,11 +175,44 @@ def test_guard_matches_reference_and_counts_every_dropped_row(rows, max_ahead_s)
     guard = InputGuard(TOPO, health, max_ahead_s=max_ahead_s, clock=lambda: 2.0)
     out = guard.check(Frame("gpu", ts, slots, {"gpu_temp": np.arange(len(rows), dtype=float)}))
     latest = np.inf if max_ahead_s is None else 2.0 + max_ahead_s
-    keep, reasons = reference_guard(ts, slots, 8, np.full(8, -np.inf), latest)
+    keep, reasons = reference_guard(ts, slots, 8, np.full(8, -np.inf), latest, min_spacing=MIN_SPACING_S)
     np.testing.assert_array_equal(out.columns["gpu_temp"], np.arange(len(rows), dtype=float)[keep])
     for reason in set(reasons):
         assert health.problems[("guard", reason)] == reasons.count(reason)
     assert len(out) + sum(health.problems[("guard", r)] for r in set(reasons)) == len(rows)
+
+
+NAN, INF = float("nan"), float("inf")
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from([0.0, 0.0, 0.001, 0.004, 0.0099, 0.01, 0.0101, 0.1, 1.0, -0.003, -0.5,
+                                           NAN, INF, -INF]),
+                          st.integers(-1, 9)), max_size=80),
+       st.sampled_from([0.0, 0.005, MIN_SPACING_S, 0.25]), st.integers(0, 80),
+       st.sampled_from([-INF, 1.2]), st.sampled_from([INF, 3.0]))
+def test_guard_kernel_matches_reference_with_random_spacings(steps, min_spacing, split, earliest, latest) -> None:
+    """Rows whose stamps walk by random steps (repeats, steps under and over the spacing, steps
+    back, NaN and infinities), each in a random slot (some outside the topology), in two frames
+    (the last kept stamps carried from one to the next): the kernel's keep mask, counts, last
+    stamps and least near-duplicate spacing are the reference's."""
+    ts, t = [], 1.0
+    for step, _ in steps:
+        if np.isfinite(step):
+            t += step
+        ts.append(t if np.isfinite(step) else step)
+    stamps = np.array(ts, dtype=np.float64)
+    slots = np.array([slot for _, slot in steps], dtype=np.int32)
+    last, counts, closest = np.full(8, -np.inf), np.zeros(len(REASONS), dtype=np.int64), np.full(1, np.inf)
+    keep = np.concatenate([_guard_kernel(stamps[part], slots[part], last, counts, latest, earliest, min_spacing,
+                                         closest) for part in (slice(0, split), slice(split, None))])
+    ref_last, gaps = np.full(8, -np.inf), []
+    ref_keep, reasons = reference_guard(stamps, slots, 8, ref_last, latest, earliest, min_spacing, gaps)
+    np.testing.assert_array_equal(keep, ref_keep)
+    assert counts.tolist() == [reasons.count(reason) for reason in REASONS]
+    np.testing.assert_array_equal(last, ref_last)
+    assert closest[0] == min(gaps, default=np.inf)
+    assert counts.sum() + keep.sum() == len(steps)
 
 
 def test_a_row_stamped_hours_ahead_is_refused_so_its_gpu_reads_again_once_the_clock_is_right(caplog) -> None:

@@ -66,7 +66,9 @@ def test_a_kind_in_another_unit_is_refused_naming_the_file_and_the_unit(tmp_path
 
 def test_a_kind_stamped_by_a_clock_not_set_is_refused(tmp_path) -> None:
     write(tmp_path / "rec", shift={"rack": -T0})  # every rack row from epoch zero on
-    with pytest.raises(RecordingError, match=r"rack\.parquet is stamped 0 \.\. 59, 54 years before gpu and node "
+    # (recording.json's start and end are the stream's, gpu's and node's: StreamSpan)
+    with pytest.raises(RecordingError, match=r"rack\.parquet is stamped 0 \.\. 59, 54 years before gpu, node and "
+                                             r"recording\.json's start and end "
                                              r"\(1,700,000,000 \.\. 1,700,000,059, 2023-11-14 22:13:20 \.\. 22:14:19 UTC\): by "
                                              r"a clock not set"):
         Recording.open(tmp_path / "rec")
