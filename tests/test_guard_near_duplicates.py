@@ -123,3 +123,19 @@ def test_the_real_captures_pass_the_guard_whole(run: str) -> None:
     guard.stream_anchor = recording.stream_anchor
     kept = sum(len(guard.check(frame)) for frame in recording.iter_frames())
     assert kept == sum(recording.meta["rows"].values()) and not health.problems
+
+
+@pytest.mark.parametrize("interval, kept_every", [(0.01, 1), (0.005, 2), (0.004, 3), (0.1, 1)])
+def test_rows_a_poll_interval_apart_are_judged_by_the_interval_not_by_the_stamps_rounding(interval, kept_every) -> None:
+    """Stamps of 1.7e9 s are kept to 2.4e-7 s: a poll every 10 ms reads 9.99999 ms apart at times,
+    and 48 % of such rows had been refused. At the spacing they are all taken; under it, the rows
+    at least 10 ms after the last kept one (every other at 5 ms, every third at 4 ms)."""
+    health = PipelineHealth()
+    guard = InputGuard(TOPO, health)
+    start = 1_764_700_000.123  # a stamp of today, whose rounding is the one live sources have
+    stamps = np.array([start + k * interval for k in range(600)])  # as a poll grid's times come
+    assert (np.diff(stamps) < interval).any()  # (the rounding the test is about is there)
+    kept = np.concatenate([guard.check(Frame("gpu", stamps[k:k + 1], np.array([0]),
+                                             {"gpu_temp": np.array([50.0])})).ts for k in range(len(stamps))])
+    assert kept.tolist() == stamps[::kept_every].tolist()
+    assert health.problems.get(("guard", "near_duplicate_timestamp"), 0) == len(stamps) - len(kept)
