@@ -54,8 +54,9 @@ events arrive one debounce window late with the time the condition actually clea
   ``new_uuid``, ``old_board_id``/``new_board_id`` (the numbers gpu frames carry),
   ``board_number`` (1 for the slot's second board), ``r_core_ratio``/``r_hbm_ratio`` (new
   board's thermal resistance over the old one's) and ``faults_cured`` (the old board's faults
-  the swap ended, those the schedule has on at its time: begun at or before it, not ended; their
-  ``duration_s`` in the recording's fault list ends at the swap).
+  the swap ended, those the schedule has on at its time: begun before it, not ended; one begun
+  at the swap's time is the new board's; their ``duration_s`` in the recording's fault list ends
+  at the swap).
 - the schedule, without a fault: ``job_end`` (job; ``detail.reason == "completed"``: its GPUs
   go idle) and ``job_start`` (the next job starts on its nodes), as ``params.job_churn`` ends and
   starts jobs.

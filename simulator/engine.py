@@ -72,12 +72,13 @@ parameters and an onset inside the block): the same seed draws the same faults a
 interval (a draw per interval had 10-s recordings fault other clusters than 1-s ones). 10 s, the
 interval of every recording the README and docs score, keeps their faults as they were (a 1-s
 recording made before 2026-12-03 drew other faults). Board swaps (the ``gpu-replacement``
-scenario, ``xid79_new_board``) read the schedule too (:meth:`ClusterSimulator._cure_time`): which
+scenario, ``xid79_new_board``) read the schedule too (:meth:`ClusterSimulator._board_cures`): which
 faults a swap cures, and so which random faults are dropped as duplicates, does not depend on the
-physics step either."""
+physics step either; a block is drawn before the step that reaches its start, so a swap in that
+step finds the faults drawn with their onsets before it."""
 FAULT_CLOCK_SLACK_S = 1e-9
-"""A block is drawn at the physics step that reaches its start, within this: sub-steps that do
-not add up exactly (ten of 0.1 s make 0.9999999999999999 s) still reach it."""
+"""A block is drawn before the physics step that reaches its start, within this: sub-steps that
+do not add up exactly (ten of 0.1 s make 0.9999999999999999 s) still reach it."""
 BOARD_STREAM = 0xB0A4D
 """Mixed into the seed of each new board's own random stream (seed, this, GPU, board number): a
 swap draws nothing from the run's streams, so the rest of the run stays as it was."""
@@ -235,8 +236,11 @@ class ClusterSimulator:
         """Advance one sampling interval; return one frame per entity kind (gpu, link, optic,
         node, rack, job) sampled at the new time."""
         for _ in range(self.substeps):
+            # the blocks of the fault clock this step reaches are drawn before it (a draw reads
+            # only the schedule): a fault drawn with its onset within the step starts in it, and a
+            # board swap the step makes after that onset finds it on the old board and cures it
+            self._draw_due_fault_blocks(self.elapsed + self.dt)
             self._physics_step(self.dt)
-            self._draw_due_fault_blocks()
         self.ticks += 1
         return self.sample()
 
@@ -584,15 +588,18 @@ class ClusterSimulator:
             return optic, topo.name("optic", optic)
         raise ValueError(f"cannot pick a target of kind {kind!r}")
 
-    def _draw_due_fault_blocks(self) -> None:
-        """Draw each block of the fault clock whose start the physics has now reached, after the
-        step, as the 10-s sampling drew the coming 10 s after each of its intervals. Where the steps
+    def _draw_due_fault_blocks(self, reach: float) -> None:
+        """Draw each block of the fault clock whose start the coming physics step, ending at
+        ``reach`` (elapsed seconds), reaches, before that step: the 10-s sampling drew the coming
+        10 s after each of its intervals, before the steps that run into them. Where the steps
         land on every whole second (the default 1-s step at a whole-second interval, sub-second
-        intervals that divide 1 s) each onset lies ahead of the physics; elsewhere (2.5 s: 5/6-s
-        steps; a physics step over 1 s) a block comes at the first step past its start, and an
-        onset already passed starts at the next step, one step later than it could. Without random
-        faults the clock runs on and draws nothing: turned on mid-run, they start from then."""
-        while self._fault_clock <= self.elapsed + FAULT_CLOCK_SLACK_S:
+        intervals that divide 1 s) a block's onsets all lie at or past the step's end; elsewhere
+        (2.5 s: 5/6-s steps; a physics step over 1 s) an onset within the step starts in it, as a
+        scripted one does, and a board swap due in the step after that onset cures it (drawn
+        after the step, it had started after the swap, on the new board, for good). Without
+        random faults the clock runs on and draws nothing: turned on mid-run, they start from
+        then."""
+        while self._fault_clock <= reach + FAULT_CLOCK_SLACK_S:
             if self.random_faults:
                 self._draw_random_faults(self._fault_clock)
             self._fault_clock += FAULT_DRAW_BLOCK_S
@@ -628,27 +635,39 @@ class ClusterSimulator:
         return f.duration is None or f.onset + f.duration > t
 
     def _cure_time(self, f: Fault) -> float | None:
-        """When a board swap ends fault ``f``, read from the schedule whatever the physics step:
-        a fault of the board itself (``CURED_BY_NEW_BOARD``) is cured by the first swap of its GPU's
-        board (:meth:`_swap_time`) at a time it is on, its onset at or before the swap and its own
-        end after; a fault starting after the swap, even within the same step, is the new
-        board's. None where no swap cures it."""
+        """When a board swap ends fault ``f``, read from the schedule whatever the physics step
+        (:meth:`_board_cures`). None where no swap cures it."""
         cured = self._cured_at.get(f.id)
         if cured is not None or f.kind != "gpu" or f.type not in CURED_BY_NEW_BOARD:
             return cured
-        end = math.inf if f.duration is None else f.onset + f.duration
-        # (each swap looked at ends before f's own end, so the recursion through _swap_time ends)
-        swaps = [self._swap_time(w) for w in self.faults if w is not f and w.kind == "gpu" and w.target == f.target
-                 and self._swaps_board(w) and w.duration is not None and f.onset <= w.onset + w.duration < end]
-        return min((s for s in swaps if s is not None), default=None)
+        return self._board_cures(f.target).get(f.id)
 
-    def _swap_time(self, f: Fault) -> float | None:
-        """When fault ``f``'s repair swaps its GPU's board, read from the schedule: at its scheduled
-        end, for a fault whose repair swaps boards (:meth:`_swaps_board`), unless a swap before
-        cured it (an XID 79 of the old board: the new board is already in). None where it swaps none."""
-        if not self._swaps_board(f) or f.duration is None or self._cure_time(f) is not None:
-            return None
-        return f.onset + f.duration
+    def _board_cures(self, g: int) -> dict[str, float]:
+        """The faults of GPU ``g``'s boards that a board swap ends, and when, read from the
+        schedule: the swaps (faults whose repair swaps boards, :meth:`_swaps_board`) in the order
+        of their scheduled ends (a tie in the order of the faults), each swapping at its end
+        unless a swap before cured it (an XID 79 of the old board: the new board is already in);
+        each cures the faults of the board itself (``CURED_BY_NEW_BOARD``) not cured yet that are
+        on at its time, begun strictly before it and ending after it. One begun at the swap's time,
+        or after, even within the same step, is the new board's (a scripted fault at a return is
+        the replacement arriving bad), as ``Fault.active_at`` has the swapping fault over then.
+        One pass over the slot's faults (following each swap back through the swaps that might
+        cure it had taken 2^n calls for n nested XID 79s); the swaps already made are read back
+        from ``_cured_at``, as their cured faults' durations now end at them."""
+        faults = [f for f in self.faults if f.kind == "gpu" and f.target == g]
+        cures = {f.id: self._cured_at[f.id] for f in faults if f.id in self._cured_at}
+        swaps = sorted((f.onset + f.duration, i) for i, f in enumerate(faults)
+                       if self._swaps_board(f) and f.duration is not None)
+        for swap_time, i in swaps:
+            swapping = faults[i]
+            if swapping.id in cures:
+                continue
+            for other in faults:
+                end = math.inf if other.duration is None else other.onset + other.duration
+                if (other is not swapping and other.type in CURED_BY_NEW_BOARD and other.id not in cures
+                        and other.onset < swap_time < end):
+                    cures[other.id] = swap_time
+        return cures
 
     def _reset_fault_inputs(self) -> None:
         p = self.params
@@ -748,11 +767,19 @@ class ClusterSimulator:
         """The repair of ``f`` swaps GPU ``f.target``'s board at ``swap_time`` (its scheduled end;
         the physics at the first step reaching it): a new UUID (``board_id``), the new board's
         constants from its own random stream, and the old board's faults (its thermal interface,
-        its HBM, its bus) on at ``swap_time`` repaired there (:meth:`_cure_time`), one that began
+        its HBM, its bus) on at ``swap_time`` repaired there (:meth:`_board_cures`), one that began
         within this step before the swap too. Ground truth: ``gpu_replaced`` at ``swap_time``,
         with both UUIDs and board numbers and how the new board's resistances compare with the
         old one's."""
         g, gpu = f.target, self.gpu
+        # the slot's faults due within this step before the swap are the old board's: they start
+        # on it, before it goes (started after the swap, an XID 79 there left the new board
+        # reporting xid_last 79 to the end)
+        for i, other in enumerate(self.faults):
+            if (not other.started and other.kind == "gpu" and other.target == g
+                    and (other.onset < swap_time or other is f)):
+                other.started = True
+                self._on_fault_start(i, other)
         self.board_number[g] += 1
         number = int(self.board_number[g])
         old_uuid, new_uuid = self.gpu_uuids[g], gpu_uuid(self.topology.gpus[g], number)
@@ -761,13 +788,10 @@ class ClusterSimulator:
         self.gpu_uuids[g] = new_uuid
         gpu.board_id[g] = board_id(new_uuid)
         cured = []
-        for i, other in enumerate(self.faults):
-            if (other is f or other.kind != "gpu" or other.target != g or other.ended
-                    or self._cure_time(other) != swap_time):
+        cures = self._board_cures(g)
+        for other in self.faults:
+            if other.kind != "gpu" or other.target != g or other.ended or cures.get(other.id) != swap_time:
                 continue
-            if not other.started:  # due within this step, before the swap: the old board's
-                other.started = True
-                self._on_fault_start(i, other)
             other.duration = swap_time - other.onset  # repaired by the swap: its aftermath follows
             other.ended = True
             self._cured_at[other.id] = swap_time

@@ -149,10 +149,11 @@ def _reference_schedule(seed: int, sim: ClusterSimulator, scripted: list[dict[st
 
     def cure_time(fault: _Planned) -> float | None:
         """When a swap of its board ends ``fault``, if one does: the first swap's scheduled end at
-        which ``fault`` is on (its onset at or before, its own end after)."""
+        which ``fault`` is on (its onset before, its own end after: one begun at the swap is the
+        new board's)."""
         if fault.type not in CURED_BY_NEW_BOARD:
             return None
-        return min((w.end() for w in swaps if w.target == fault.target and fault.onset <= w.end() < fault.end()),
+        return min((w.end() for w in swaps if w.target == fault.target and fault.onset < w.end() < fault.end()),
                    default=None)
 
     def on_at(fault: _Planned, t: float) -> bool:
