@@ -68,7 +68,8 @@ The pace alone was too tight for a bursty counter: it halves at every flat poll,
 ``xmit_wait`` read as 0 just as it resumed after three idle polls was "back" faster than 16x a
 pace decayed to an eighth, read as a reset, and the next, correct reading counted its whole total
 in one interval (congestion at "356 % of the time"). Only the reading right after the drop decides
-(missing, invalid, refused and stale rows do not), and only with a pace known before it (the same
+(missing, invalid, refused and stale rows do not; a re-base on a refused one does, and the reset
+stands, below), and only with a pace known before it (the same
 rule as a wrap's). A real clear is read as a glitch only when the counter gets back above its
 whole pre-clear total within one interval, which a counter whose total is many intervals' worth
 cannot do: what is lost is at most that total. A reset is reported (``resets_confirmed``, README
@@ -87,15 +88,56 @@ for an hour and congestion, and the fall back a reset. A counter has a physical 
 not taken. It is counted (``implausible_rise``, a health problem), gives no delta, and leaves
 everything as it was (the last value and its time, the pace, a pending drop): the next reading is
 judged from the last good one, over the longer interval, so the bound grows with the time since and
-a counter that really moved on is taken at the first reading that fits.
+a counter that really moved on is taken at the first reading that fits, or re-based (below).
 
+A high reading that stands is the counter's new baseline
+--------------------------------------------------------
+The last good value can be the wrong one. A counter takes a reading as its baseline with no pace to
+judge it by: its first reading, its second (a decrease there is a reset), the first after a reset,
+the first after a restore without its pace. A low one there (a 0 read as a collector starts, a
+truncated read) made every true reading after it "too fast" until the bound times the time since
+passed the counter's whole total: an optic's ``rx_bits`` of weeks of uptime (3e17) read 0 once at
+the second poll was refused for 6.5 h at a 400G line (and, read together, the BER with it), a GPU's
+``energy`` of a day for 3.9 h. So the mirror of the low-reading rule: a refused reading is kept
+(``s_drop``'s last two columns: the value and its time) for the next reading, which decides::
+
+    stood    if  refused too, and  value >= high  and  value - high <= max_rate * (t - t_high)
+    bad      if  taken (judged from the last good one, as before): the high reading is forgotten
+    pending  otherwise (refused, and not going on from it): this reading is now the one kept
+
+A reading that stood is the counter's new baseline: the counter is re-based on it (``rebased``, a
+health problem; not a reset, nothing went backwards, and ``s_resets`` does not count it) and the
+increase from it to the reading that confirmed it is taken, its rate over the time since it. The jump
+to it is not taken: what the counter did between the last good reading and it is not known (the low
+baseline was a glitch, or it was cleared and counted since). A re-base decides what else was pending
+as a taken reading does: a reset's drop stands (``resets_confirmed``), a held ``SATURATED_AT`` not
+still there was a bad reading. One garbage reading followed by readings that go on from the last
+good one stays refused, as before; the same garbage twice (a reading repeated, or two that go on from
+each other within the bound) is taken as the baseline, as a low reading that stays low is a reset,
+and the counter's fall back from it is then read as a reset. All ones (``SATURATED_AT``) go on only
+from all ones (read twice: where a counter stops); once, it is as often a failed read. Missing,
+invalid and stale readings decide nothing.
+
+Counters read together
+----------------------
 Counters used together (``together``: the optics' received and corrected bits, whose ratio is the
 pre-FEC BER) are taken in a row for all of them or none: one missing, invalid or refused reading
-leaves all at their last good values, so their increases always span one interval. Taken alone, a
+leaves all at their last good values, so their increases span the same interval. Taken alone, a
 refused corrected-bits reading left the next increase of received bits over one interval and its
 own over two (a BER up to 2x). One counter can bound another's rise (``bounded_by``: corrected bits
-are bits received): a row where it rose more over the same interval is refused the same way.
+are bits received): a row where it rose more over the same interval is refused the same way. A
+row refused as too fast with every reading valid is the one kept, and the next row stood when every
+counter with a baseline goes on from its own reading in it (a bounded counter's rise from there no
+more than its bound's): all are re-based on it together, so their increases still span the same
+interval (re-based alone, the bits' increase would span the time since the refused row and the
+corrected bits' the time since their last good one). The one exception to the same interval: a
+reading of exactly ``SATURATED_AT`` held for a poll (below) holds that counter alone, so its next
+increase spans two intervals and the others' one. It cannot happen to the optics' pair, which comes
+from ``ethtool -S``: that source reads all ones as no reading (NaN), and a row with one missing is
+taken for none.
 
+Held at 2**32-1
+---------------
 A reading of exactly ``SATURATED_AT`` (2**32-1) reached faster than ``PACE_SLACK`` times the
 counter's pace (or with no pace known) is where a legacy counter stops, or all ones read once (a
 failed read), and within any line-rate bound (a 32-bit ``xmit_wait`` from 1e9 to the top in 10 s is
@@ -136,12 +178,17 @@ from foreshock.numba_config import jit
 # Problem counters returned by the kernel, in this order.
 PROBLEMS: tuple[str, ...] = (
     "resets", "wraps", "stale_or_out_of_order", "invalid_value", "unknown_slot", "saturated", "glitches",
-    "implausible_rise", "resets_confirmed",
+    "implausible_rise", "resets_confirmed", "rebased",
 )
 """``resets`` counts each decrease read as a reset when it comes (the next reading may show it a
 glitch); ``resets_confirmed`` counts each once it stands (the reading after it did not come back,
-or there was no pace to judge a way back by), which is what :func:`report_problems` reports."""
-_RESET, _WRAP, _STALE, _INVALID, _BAD_SLOT, _SATURATED, _GLITCH, _IMPLAUSIBLE, _CLEARED = range(len(PROBLEMS))
+or there was no pace to judge a way back by), which is what :func:`report_problems` reports.
+``implausible_rise`` counts each reading refused as faster than the counter can count, when it is
+refused; ``rebased`` each counter re-based on one that stood (the reading after it went on from it:
+module docstring, "A high reading that stands"), the jump to it not taken. A re-base is not a reset (the
+counter did not go backwards: ``s_resets`` does not count it)."""
+_RESET, _WRAP, _STALE, _INVALID, _BAD_SLOT, _SATURATED, _GLITCH, _IMPLAUSIBLE, _CLEARED, _REBASED = range(
+    len(PROBLEMS))
 
 SATURATED_AT = 2.0**32 - 1.0
 """Where 32-bit legacy InfiniBand PortCounters stop: ``port_xmit_wait`` (sysfs reads it from
@@ -162,11 +209,14 @@ read as a wrap (traffic and congestion come in bursts; a clear's phantom increas
 PACE_DECAY = 0.5
 """Per interval, the recent peak rate falls to this share of itself unless a faster one replaces it."""
 
-DROP_SIZE = 4
+DROP_SIZE = 6
 """Columns of ``s_drop``: the value before a decrease, its time, the pace then, and 1.0 if the
-decrease was read as a wrap (0.0: a reset). With no drop pending (NaN value), ``HELD`` in the last
+decrease was read as a wrap (0.0: a reset). With no drop pending (NaN value), ``HELD`` in the fourth
 column marks a reading at ``SATURATED_AT`` held for the next reading to confirm: the reading that
-comes right after a drop decides it before it can be held, so the two are never pending together."""
+comes right after a drop decides it before it can be held, so the two are never pending together.
+The last two: the last reading refused as too fast and its time (NaN: none), pending with either of
+those, for the next reading to tell a bad one from one that stood. A state saved with 3 or 4
+columns (before wraps' drops, before refused readings were kept) loads widened (:func:`widened_drop`)."""
 HELD = 2.0
 
 MAX_PORT_RATE_BPS = 2.0 * facts.LINK_RATE_UPLINK_BPS
@@ -179,16 +229,28 @@ EVENTS_MAX_PER_S = MAX_PORT_RATE_BPS / 64.0
 (2.5e10/s). No PHY checks a smaller unit (a 64b/66b block; FEC codewords and packets are larger), so
 no real counter gets near it; a garbage reading (1e12 in a 10-s poll: 1e11/s) does."""
 
-LINE_BITS_MAX_PER_S = 1.25 * MAX_PORT_RATE_BPS
-"""Most bits a port's PHY can count per second (an optic's ``rx_bits``, and so ``rx_corrected_bits``):
-``MAX_PORT_RATE_BPS`` of data with up to 25 % FEC and coding overhead on the line (KP4 RS(544,514)
-with 256b/257b coding: 6.25 %, the simulator's ``line_bits_per_s_factor``; coherent 400ZR: ~20 %),
-2e12 bits/s. A 400G port's line runs at 4.25e11."""
+STAMP_SLACK = 4.0
+"""How many times its true rate a counter can seem to run between two rows: a poll stamps its rows
+when it starts and reads the ports (or GPUs) one after another, so a counter read late in one poll
+and early in the next (``ethtool -S`` over many ports, a slow sysfs read, a poll that stalled) rose
+over more time than the stamps say; a 10-s poll whose read of one port came 1.8 s late was 1.18x.
+Bounds that sit on a true rate (bits at the line rate, time at the time elapsed) carry it; they
+only have to catch garbage, which is orders of magnitude off."""
 
-TIME_MAX_PER_S = 2.0
-"""Most a counter of time (PFC pause, clocks held by the power cap or a thermal slowdown) can add
-per second: the time elapsed, twice that because rows are stamped when read, not when the counter
-was."""
+LINE_BITS_MAX_PER_S = STAMP_SLACK * 1.25 * MAX_PORT_RATE_BPS
+"""Most bits a port's PHY can seem to count per second (an optic's ``rx_bits``, and so
+``rx_corrected_bits``): ``MAX_PORT_RATE_BPS`` of data with up to 25 % FEC and coding overhead on the
+line (KP4 RS(544,514) with 256b/257b coding: 6.25 %, the simulator's ``line_bits_per_s_factor``;
+coherent 400ZR: ~20 %), 2e12 bits/s, times ``STAMP_SLACK``: 8e12. A 400G port's line runs at
+4.25e11, an 800G one's at 8.5e11. At the line rate alone (2e12, until 2026-12-03) a 1.6T port read
+1.8 s late in a 10-s poll was refused. Garbage is still caught: ``1e15`` corrected bits in a 10-s
+poll is 1e14/s, ``1e20`` bits 1e19/s."""
+
+TIME_MAX_PER_S = STAMP_SLACK
+"""Most a counter of time (PFC pause, clocks held by the power cap or a thermal slowdown) can seem to
+add per second: the time elapsed, times ``STAMP_SLACK`` (a GPU read 1 s late in a 1-s poll held
+throughout had added 2 s in a stamped second, the 2 s/s the bound was until 2026-12-03). Garbage
+(``1e6`` s: 11 days) is still caught at any poll interval under three days."""
 
 LINK_DOWNS_MAX_PER_S = 5.0
 """Most ``link_downed`` can count per second: each down is followed by link training before the
@@ -223,28 +285,65 @@ def _rise_refused(v: float, last: float, dt: float, max_rate: float, before: flo
 
 
 @jit
-def _row_refused(i: int, s: int, t: float, values: np.ndarray, spec: np.ndarray, state: np.ndarray,
-                 drop: np.ndarray, problems: np.ndarray) -> bool:
-    """Whether row ``i`` of counters read together is taken for none of them: one is missing, invalid
-    or rose faster than it can count, or rose more than the counter that bounds it (``spec[:, 2]``)
-    over the same interval. Counts each invalid or refused reading in ``problems``."""
+def _stood(v: float, high: float, since_high: float, max_rate: float) -> bool:
+    """Whether a reading ``v`` refused as too fast goes on from the refused reading before it (``high``,
+    ``since_high`` s ago; NaN: none): no lower, and no faster than the counter can count. A reading of
+    all ones (``SATURATED_AT``) goes on only from one there too (where a counter stops, read twice):
+    once, it is as often a failed read."""
+    return (high == high and since_high >= MIN_DT_S and v >= high and v - high <= max_rate * since_high
+            and (v != SATURATED_AT or high == SATURATED_AT))
+
+
+@jit
+def _row_stood(i: int, s: int, t: float, values: np.ndarray, spec: np.ndarray, state: np.ndarray,
+               drop: np.ndarray) -> bool:
+    """Whether row ``i`` of counters read together, refused as too fast, goes on from the row refused
+    before it: every counter with a baseline from its own reading in that row (:func:`_stood`), that
+    row the same for all, and a bounded counter's rise from there no more than its bound's."""
     k = values.shape[1]
-    refused = False
+    high_t = np.nan
+    for j in range(k):
+        if state[s, j, 0] != state[s, j, 0]:
+            continue  # never taken: no baseline to re-base (its reading here is its first)
+        if high_t != high_t:
+            high_t = drop[s, j, 5]
+        if drop[s, j, 5] != high_t or not _stood(values[i, j], drop[s, j, 4], t - high_t, spec[j, 1]):
+            return False
+    for j in range(k):
+        b = int(spec[j, 2])
+        if b >= 0 and state[s, j, 0] == state[s, j, 0] and state[s, b, 0] == state[s, b, 0] \
+                and values[i, j] - drop[s, j, 4] > values[i, b] - drop[s, b, 4]:
+            return False
+    return high_t == high_t  # (NaN: no counter has a baseline, and nothing was refused)
+
+
+@jit
+def _row_refusals(i: int, s: int, t: float, values: np.ndarray, spec: np.ndarray, state: np.ndarray,
+                  drop: np.ndarray, problems: np.ndarray) -> int:
+    """How row ``i`` of counters read together is refused: 0, not at all (taken for all of them); -1,
+    one reading is missing or invalid; else how many rose faster than the counter can count, or more
+    than the counter that bounds it (``spec[:, 2]``) over the same interval (the row refused for all,
+    unless it goes on from the row refused before it: :func:`_row_stood`). Counts each invalid or
+    refused reading in ``problems``. Kept this small on purpose: Numba inlines it into the kernel's
+    loop; a call per row instead (with the re-base rule in here) made the pair's rates 3.5x slower."""
+    k = values.shape[1]
+    refused = 0
     for j in range(k):
         v = values[i, j]
         last = state[s, j, 0]
         dt = t - state[s, j, 1]
         if v != v:
-            refused = True  # missing: the others alone would span another interval than it
+            refused = -1  # missing: the others alone would span another interval than it
         elif v < 0.0 or v == np.inf:
             problems[_INVALID] += 1
-            refused = True
+            refused = -1
         elif last == last and dt >= MIN_DT_S and _rise_refused(v, last, dt, spec[j, 1], drop[s, j, 0],
                                                                t - drop[s, j, 1]):
             problems[_IMPLAUSIBLE] += 1
-            refused = True
+            if refused >= 0:  # (one missing or invalid reading makes the row unusable, whatever else)
+                refused += 1
     if refused:
-        return True
+        return refused
     for j in range(k):
         b = int(spec[j, 2])
         if b < 0:
@@ -257,8 +356,33 @@ def _row_refused(i: int, s: int, t: float, values: np.ndarray, spec: np.ndarray,
         rise, bound = values[i, j] - state[s, j, 0], values[i, b] - state[s, b, 0]
         if plain and same_interval and rise >= 0.0 and bound >= 0.0 and rise > bound:
             problems[_IMPLAUSIBLE] += 1
-            refused = True
+            refused += 1
     return refused
+
+
+@jit
+def _rebase(i: int, s: int, j: int, v: float, t: float, state: np.ndarray, pace: np.ndarray,
+            drop: np.ndarray, problems: np.ndarray, out: np.ndarray) -> None:
+    """Re-base counter ``j`` of slot ``s`` on the refused reading ``v`` went on from (``drop[s, j, 4:]``)
+    and take the increase from it, over the time since it; the jump to it is not taken. What was
+    pending is decided as a taken reading decides it: a reset's drop stands (no way back came), a
+    reading held at ``SATURATED_AT`` not still there was a bad one."""
+    high = drop[s, j, 4]
+    span = t - drop[s, j, 5]
+    if drop[s, j, 0] == drop[s, j, 0] and drop[s, j, 3] == 0.0:
+        problems[_CLEARED] += 1
+    if drop[s, j, 3] == HELD and v != SATURATED_AT:
+        problems[_IMPLAUSIBLE] += 1
+    problems[_REBASED] += 1
+    problems[_SATURATED] += v == SATURATED_AT and state[s, j, 0] != v
+    for c in range(DROP_SIZE):
+        drop[s, j, c] = np.nan
+    delta = v - high
+    pace[s, j] = delta / span  # nothing before the jump tells the counter's pace
+    state[s, j, 0] = v
+    state[s, j, 1] = t
+    out[0, i, j] = delta
+    out[1, i, j] = delta / span
 
 
 @jit
@@ -269,12 +393,14 @@ def _counter_deltas(ts: np.ndarray, slot: np.ndarray, values: np.ndarray, spec: 
 
     ts (rows,), slot (rows,) int32, values (rows, k); spec (k, 3) = [modulus, max_rate, the column
     whose rise bounds this one's, -1: none]; together: a row is taken for all counters or none
-    (:func:`_row_refused`);
+    (:func:`_row_refusals`), or re-based for all (:func:`_row_stood`);
     state (slots, k, 2) = [last value, last ts] with NaN = nothing seen yet; pace (slots, k) the
     recent peak rate, NaN = none known (see the module docstring); drop (slots, k, DROP_SIZE) =
     [value, ts, pace, 1.0 if read as a wrap else 0.0] from before a decrease, NaN = none pending
     (the next reading tells a one-reading glitch from a reset or a wrap), or [NaN, NaN, NaN, HELD]
-    while a reading at ``SATURATED_AT`` is held for the next one to confirm; counts (slots, k)
+    while a reading at ``SATURATED_AT`` is held for the next one to confirm; then [value, ts] of the
+    last reading refused as too fast, NaN = none (the next reading tells a bad one from one that
+    stood: the counter re-based on it); counts (slots, k)
     int64 resets; out (2, rows, k) = [delta, rate], NaN where unknown (two C-contiguous planes, so
     the kernels downstream get contiguous matrices).
     Returns the problem totals in ``PROBLEMS`` order.
@@ -291,8 +417,21 @@ def _counter_deltas(ts: np.ndarray, slot: np.ndarray, values: np.ndarray, spec: 
         if s < 0 or s >= n_slots or t != t:
             problems[_BAD_SLOT] += 1
             continue
-        if together and _row_refused(i, s, t, values, spec, state, drop, problems):
-            continue
+        rebase_row = False
+        if together:
+            refusals = _row_refusals(i, s, t, values, spec, state, drop, problems)
+            if refusals != 0:
+                if refusals < 0 or not _row_stood(i, s, t, values, spec, state, drop):
+                    if refusals > 0:  # every reading valid: kept, the next row may go on from it
+                        for j in range(k):
+                            if state[s, j, 0] == state[s, j, 0]:
+                                drop[s, j, 4] = values[i, j]
+                                drop[s, j, 5] = t
+                    continue
+                # it goes on from the row refused before it: that one stood, and all are re-based on
+                # it; this row's readings were not refused after all
+                problems[_IMPLAUSIBLE] -= refusals
+                rebase_row = True
         for j in range(k):
             v = values[i, j]
             if v != v:  # missing sample: keep the last good value
@@ -315,11 +454,21 @@ def _counter_deltas(ts: np.ndarray, slot: np.ndarray, values: np.ndarray, spec: 
                 continue
             recent = pace[s, j]
             before = drop[s, j, 0]
-            if _rise_refused(v, last, dt, max_rate, before, t - drop[s, j, 1]):
+            if rebase_row or _rise_refused(v, last, dt, max_rate, before, t - drop[s, j, 1]):
+                if rebase_row or _stood(v, drop[s, j, 4], t - drop[s, j, 5], max_rate):
+                    # it goes on from the reading refused before it: that one stood, the baseline was
+                    # the wrong one (a low reading taken with no pace to judge it by)
+                    _rebase(i, s, j, v, t, state, pace, drop, problems, out)
+                    continue
                 # faster than the counter can count: a bad reading (the mirror of a low one), not
-                # taken; what is pending stays pending, the next reading is judged from the last good one
+                # taken; what is pending stays pending, the next reading is judged from the last good
+                # one, and from this one (kept in its place: the next reading may go on from it)
                 problems[_IMPLAUSIBLE] += 1
+                drop[s, j, 4] = v
+                drop[s, j, 5] = t
                 continue
+            if drop[s, j, 4] == drop[s, j, 4]:  # taken from the last good one: the refused one was bad
+                drop[s, j, 4] = drop[s, j, 5] = np.nan
             pending = before == before  # the last reading taken was a drop: this one tells what it was
             held = drop[s, j, 3] == HELD  # (a pending drop has 0 or 1 there)
             if not pending and not held and v >= last and v != SATURATED_AT:
@@ -424,16 +573,22 @@ class CounterRates:
     max_rate:
         The fastest the counter can physically count (base units per second: a port's line rate
         in bytes/s, ``xmit_wait`` ticks/s at line rate, :data:`EVENTS_MAX_PER_S`, ...). A reading
-        further above the last one than that is a bad one: counted as ``implausible_rise``, not
-        taken; a decrease whose wrapped increase would exceed it is read as a reset; a reading back
-        above the value before a low one within it is a glitch. ``inf`` = no bound (the half-range
-        rule for wraps, 16x the pace for glitches).
+        further above the last one than that is refused: counted as ``implausible_rise``, not
+        taken, unless it goes on from the reading refused before it (within the bound from there):
+        that one stood, and the counter is re-based on it (``rebased``); a decrease whose wrapped
+        increase would exceed it is read as a reset; a reading back above the value before a low one
+        within it is a glitch. ``inf`` = no bound (the half-range rule for wraps, 16x the pace for
+        glitches; no reading refused).
     together:
         The counters are read together and used together (a ratio of their increases: the pre-FEC
         BER is corrected bits / received bits): a row is taken for all of them or for none. One
-        missing, invalid or refused reading leaves all of them at their last good values, so their
-        increases always span the same interval; taken alone, the other's increase spanned one
-        interval and its own the next two (a ratio off by up to 2x).
+        missing, invalid or refused reading leaves all of them at their last good values, and a row
+        that goes on from a refused one re-bases all of them on it, so their increases span the same
+        interval; taken alone, the other's increase spanned one interval and its own the next two (a
+        ratio off by up to 2x). One exception: a reading of exactly ``SATURATED_AT`` held for a poll
+        (module docstring) holds that counter alone, so its next increase spans two intervals and
+        the others' one. The optics' pair cannot meet it: the ethtool source reads all ones as no
+        reading (NaN), and a row with one missing is taken for none.
     bounded_by:
         ``{counter: other}``: the counter's rise in a row can be no larger than the other's over the
         same interval (corrected bits are bits received); a row where it is larger is refused like
@@ -541,8 +696,8 @@ class CounterRates:
 
     def load_state_dict(self, state: dict[str, Any], prefix: str = "") -> None:
         """A state saved before ``s_rate`` existed loads with no pace known (NaN), one saved before
-        ``s_drop`` existed with no drop pending (NaN), one whose ``s_drop`` has 3 columns (before a
-        wrap's drop was kept) with each pending drop a reset's, as every one then was."""
+        ``s_drop`` existed with no drop pending (NaN), one whose ``s_drop`` is narrower widened
+        (:func:`widened_drop`)."""
         for name in ("s_state", "s_resets"):
             own = getattr(self, name)
             arr = np.asarray(state[f"{prefix}{name}"], dtype=own.dtype)
@@ -554,31 +709,49 @@ class CounterRates:
             raise ValueError(f"counter state 's_rate' has shape {rate.shape}, expected {self.s_state.shape[:2]}")
         self.s_rate, self._rate_of = rate.copy(), self.s_state
         shape = (*self.s_state.shape[:2], DROP_SIZE)
-        drop = np.asarray(state.get(f"{prefix}s_drop", np.full(shape, np.nan)), dtype=np.float64)
-        if drop.shape == (*shape[:2], DROP_SIZE - 1):
-            drop = np.concatenate([drop, np.zeros((*shape[:2], 1))], axis=2)
+        drop = widened_drop(np.asarray(state.get(f"{prefix}s_drop", np.full(shape, np.nan)), dtype=np.float64))
         if drop.shape != shape:
             raise ValueError(f"counter state 's_drop' has shape {drop.shape}, expected {shape}")
         self.s_drop, self._drop_of = drop.copy(), self.s_state
+
+
+def widened_drop(drop: np.ndarray) -> np.ndarray:
+    """A saved ``s_drop`` (slots, counters, columns) as this version keeps it (:data:`DROP_SIZE`):
+    one with 3 columns (before a wrap's drop was kept) with each pending drop a reset's, as every one
+    then was; one with 3 or 4 (before a refused reading was kept) with none pending (NaN). Any other
+    shape is returned as it came (the loader judges it)."""
+    if drop.ndim != 3 or drop.shape[2] not in (3, 4):  # the widths saved before
+        return drop
+    wide = np.full((*drop.shape[:2], DROP_SIZE), np.nan)
+    wide[:, :, :drop.shape[2]] = drop
+    if drop.shape[2] == 3:
+        wide[:, :, 3] = np.where(np.isnan(drop[:, :, 0]), np.nan, 0.0)  # each drop pending a reset's
+    return wide
 
 
 def with_counter_pace_and_drop(state: dict[str, Any], state_key: str, rate_key: str,
                                drop_key: str) -> dict[str, Any]:
     """A detector's saved ``state`` with its counters' pace (``rate_key``) and pending drops
     (``drop_key``) where it was saved without them (before they were kept): none known, none
-    pending (NaN), shaped after the saved counter state ``state_key``; a state without that
-    (``load_state_dict`` will refuse it) is returned as it came. For ``Detector.upgrade_state``."""
+    pending (NaN), shaped after the saved counter state ``state_key``; pending drops saved with
+    fewer columns widened (:func:`widened_drop`). A state without ``state_key`` (``load_state_dict``
+    will refuse it) is returned as it came. For ``Detector.upgrade_state``."""
     counters = state.get(state_key)
     if counters is None:
         return state
     shape = np.shape(counters)[:2]
     missing = {rate_key: np.full(shape, np.nan), drop_key: np.full((*shape, DROP_SIZE), np.nan)}
-    return {**state, **{key: fresh for key, fresh in missing.items() if key not in state}}
+    state = {**state, **{key: fresh for key, fresh in missing.items() if key not in state}}
+    drop = np.asarray(state[drop_key])
+    if drop.ndim == 3 and drop.shape[2] < DROP_SIZE:
+        state[drop_key] = widened_drop(drop.astype(np.float64))
+    return state
 
 
 def report_problems(health: Any, stage: str, problems: dict[str, int]) -> None:
     """Send counter problems to a :class:`foreshock.health.PipelineHealth`: a glitch or a reading
-    above what the counter can count is a bad reading; a reset is reported once it stands (a
+    above what the counter can count is a bad reading, a counter re-based on a high one that stood
+    is one too (the reading it was judged from); a reset is reported once it stands (a
     counter going backwards: README "Bad input"; one seen to come back was a glitch, reported as
     that); wraps are what a 32-bit counter does at speed, the input being right, so they are not."""
     reasons = {
@@ -586,6 +759,8 @@ def report_problems(health: Any, stage: str, problems: dict[str, int]) -> None:
                             "module swap); counted from zero",
         "implausible_rise": "counter read higher than it can have counted (faster than its physical bound, or 2**32-1 "
                             "once then back): one bad reading, ignored",
+        "rebased": "counter read higher than it can have counted, then went on from there: the value it was judged "
+                   "from was wrong (a low first reading, or a clear), counted from the new one (the jump not counted)",
         "stale_or_out_of_order": "counter sample not newer than the last one for its entity",
         "invalid_value": "negative or infinite counter value",
         "unknown_slot": "row with a slot outside the topology or a NaN timestamp",

@@ -29,9 +29,10 @@ rows that had any are counted in ``imputed_rows`` (the input guard already repor
 to pipeline health). A row with none of the fields is not scored: counted in ``skipped_rows``
 and, when other rows of the frame do report the fields, as a pipeline problem. A counter reading
 further above the last one than the counter can physically count (:data:`MAX_RATE`: energy at the
-most a board draws, throttle time at the time elapsed, ...) is refused and counted
+most a board draws, throttle time at 4x the time elapsed, ...) is refused and counted
 (``implausible_rise``, :mod:`~foreshock.detectors.counters`); its rate is imputed like a gap, and
-the next reading's rate is taken from the last good one.
+the next reading's rate is taken from the last good one, or from the refused one where the next
+goes on from it (``rebased``: an ``energy`` read 0 at the second poll costs two polls).
 
 Not in the default bank: run it with ``--detectors mahalanobis`` (or next to others).
 

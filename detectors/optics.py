@@ -13,9 +13,12 @@ Signals and what they predict, each against a threshold that is a parameter:
 
 - **pre-FEC BER**, from the PHY counters (corrected bits / received bits over the bucket) or
   from the ``prefec_ber`` gauge. The two counters are read together, a row for both or neither,
-  each at most the line rate (:data:`~foreshock.detectors.counters.LINE_BITS_MAX_PER_S`) and the
-  corrected bits at most the bits received over the same interval: a reading past either bound
-  is refused and counted (``implausible_rise``), never a BER spike and a reset on its fall back.
+  each at most the line rate with room for a read late in its poll
+  (:data:`~foreshock.detectors.counters.LINE_BITS_MAX_PER_S`) and the corrected bits at most the
+  bits received over the same interval: a reading past either bound is refused and counted
+  (``implausible_rise``), never a BER spike and a reset on its fall back; a row that the next goes
+  on from stood, and both are re-based on it (``rebased``: a pair read 0 at the first poll costs
+  one row, not every row until the bits' total fits the bound).
   The BER is trended on a log scale as the **Q factor in dB**
   (``20·log10(√2·erfcinv(2·BER))``): for a receiver whose noise does not grow with signal,
   Q is proportional to received power, so a link losing dB per hour loses Q dB at the same

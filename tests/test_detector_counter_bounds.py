@@ -92,7 +92,7 @@ def run_optics(frames, restore_after: float | None = None):
 OPTIC_GARBAGE = {  # (column, value read, or how much more than it has)
     "corrected 1e15": ("rx_corrected_bits", 1e15, 0.0),  # ~1e14 bits/s: 50x the line-rate bound
     "bits 1e20": ("rx_bits", 1e20, 0.0),
-    # +1e13 corrected bits in 10 s: under the line-rate bound (2e12 bits/s), over the 4.25e12 received
+    # +1e13 corrected bits in 10 s: under the line-rate bound (8e12 bits/s), over the 4.25e12 received
     "corrected over received": ("rx_corrected_bits", np.nan, 1e13),
 }
 

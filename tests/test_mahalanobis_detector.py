@@ -131,7 +131,7 @@ def test_state_round_trip_gives_identical_future_output(topo: Topology, split: i
     for key, value in a.state_dict().items():
         np.testing.assert_array_equal(value, b.state_dict()[key])
     fresh = MahalanobisDetector(topo)
-    assert fresh.state_nbytes() == GPUS * 808 + 1 * (2 + 4 + 1 + 4) * 8  # 808 B per GPU; node: 2 fields
+    assert fresh.state_nbytes() == GPUS * 856 + 1 * (2 + 4 + 1 + 4) * 8  # 856 B per GPU; node: 2 fields
 
 
 @pytest.mark.parametrize("cut", [599, 600, 601])  # before the low reading, after it, after the return
