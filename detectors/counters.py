@@ -101,7 +101,7 @@ the second poll was refused for 6.5 h at a 400G line (and, read together, the BE
 ``energy`` of a day for 3.9 h. So the mirror of the low-reading rule: a refused reading is kept
 (``s_drop``'s last two columns: the value and its time) for the next reading, which decides::
 
-    stood    if  refused too, and  value >= high  and  value - high <= max_rate * (t - t_high)
+    stood    if  refused too, and  value > high  and  value - high <= max_rate * (t - t_high)
     bad      if  taken (judged from the last good one, as before): the high reading is forgotten
     pending  otherwise (refused, and not going on from it): this reading is now the one kept
 
@@ -112,11 +112,13 @@ to it is not taken: what the counter did between the last good reading and it is
 baseline was a glitch, or it was cleared and counted since). A re-base decides what else was pending
 as a taken reading does: a reset's drop stands (``resets_confirmed``), a held ``SATURATED_AT`` not
 still there was a bad reading. One garbage reading followed by readings that go on from the last
-good one stays refused, as before; the same garbage twice (a reading repeated, or two that go on from
-each other within the bound) is taken as the baseline, as a low reading that stays low is a reset,
-and the counter's fall back from it is then read as a reset. All ones (``SATURATED_AT``) go on only
-from all ones (read twice: where a counter stops); once, it is as often a failed read. Missing,
-invalid and stale readings decide nothing.
+good one stays refused, as before. The same reading again does not go on from it (a garbage value
+repeated by a stuck read, all ones of 64 bits while a port re-initialises, had stood, and the fall
+back from it was a reset re-adding the counter's whole total); so a counter that does not move after
+a low baseline stays refused, counted, until its first rise, which stands. Two garbage readings that
+rise from each other within the bound still stand, and the fall back is then read as a reset. All
+ones (``SATURATED_AT``) go on only from all ones (read twice: where a counter stops); once, it is as
+often a failed read. Missing, invalid and stale readings decide nothing.
 
 Counters read together
 ----------------------
@@ -287,11 +289,16 @@ def _rise_refused(v: float, last: float, dt: float, max_rate: float, before: flo
 @jit
 def _stood(v: float, high: float, since_high: float, max_rate: float) -> bool:
     """Whether a reading ``v`` refused as too fast goes on from the refused reading before it (``high``,
-    ``since_high`` s ago; NaN: none): no lower, and no faster than the counter can count. A reading of
-    all ones (``SATURATED_AT``) goes on only from one there too (where a counter stops, read twice):
-    once, it is as often a failed read."""
-    return (high == high and since_high >= MIN_DT_S and v >= high and v - high <= max_rate * since_high
-            and (v != SATURATED_AT or high == SATURATED_AT))
+    ``since_high`` s ago; NaN: none): higher, and no faster than the counter can count. Not the same
+    value again: a garbage reading repeated (a stuck read, all ones of 64 bits while a port
+    re-initialises) had stood, and the counter's fall back from it was a reset re-adding its whole
+    total (a ``link_downed`` of 3: "fatal: link_downed +3" and a flapping link). A counter that does
+    not move after a low baseline stays refused (counted) until it does, and its first rise stands.
+    A reading of all ones (``SATURATED_AT``) goes on only from one there too (where a counter stops,
+    read twice): once, it is as often a failed read."""
+    if v == SATURATED_AT:
+        return high == SATURATED_AT and since_high >= MIN_DT_S
+    return high == high and since_high >= MIN_DT_S and v > high and v - high <= max_rate * since_high
 
 
 @jit

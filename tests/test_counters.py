@@ -32,12 +32,14 @@ def naive_rates(ts, slot, values, modulus, max_rate, n_slots, together=False, bo
     problems = dict.fromkeys(PROBLEMS, 0)
 
     def goes_on(v, key, t, bound):
-        """Whether ``v`` goes on from the reading refused before it: no lower, no faster than the
-        bound, and all ones only from all ones."""
+        """Whether ``v`` goes on from the reading refused before it: higher, no faster than the
+        bound; all ones only from all ones."""
         if key not in high:
             return False
         hv, ht = high[key]
-        return t - ht >= MIN_DT_S and v >= hv and v - hv <= bound * (t - ht) and (v != top or hv == top)
+        if v == top:
+            return hv == top and t - ht >= MIN_DT_S
+        return t - ht >= MIN_DT_S and v > hv and v - hv <= bound * (t - ht)
 
     for i in range(rows):
         s, t = int(slot[i]), float(ts[i])

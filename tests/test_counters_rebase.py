@@ -91,14 +91,26 @@ def test_one_garbage_reading_then_the_old_baseline_stays_refused_and_is_forgotte
     assert problems["implausible_rise"] == 2 and problems["rebased"] == 0
 
 
-def test_the_same_garbage_twice_is_taken_as_the_baseline_and_its_fall_back_as_a_reset():
-    """The mirror of a low reading that stays low (a reset): two readings that go on from each other
-    are where the counter is. A ``link_downed`` of 1 read as 1e12 twice is re-based there (no down
-    counted for the jump); its fall back to 1 is then a reset, whose increase is the 1."""
-    raw = [1.0, 1.0, 1e12, 1e12, 1.0, 1.0]
+@pytest.mark.parametrize("garbage", [1e12, 2.0**64 - 1])
+def test_the_same_garbage_twice_does_not_stand(garbage):
+    """Review of c155409: a reading repeated is not one going on. A ``link_downed`` of 3 read as 1e12
+    (or all ones of 64 bits, a port re-initialising) on two polls had stood, and the fall back to 3
+    was a reset counting the 3 again: "fatal: link_downed +3" and a flapping link. Both readings are
+    refused, and the counter goes on from its last good value with nothing counted."""
+    raw = [3.0, 3.0, garbage, garbage, 3.0, 3.0]
     delta, _, problems = feed(CounterRates(1, ["link_downed"], max_rate=LINK_DOWNS_MAX_PER_S), raw, interval=10.0)
-    assert np.isnan(delta[2, 0]) and delta[3, 0] == 0.0 and delta[4, 0] == 1.0 and delta[5, 0] == 0.0
-    assert problems["rebased"] == 1 and problems["resets_confirmed"] == 1
+    assert np.isnan(delta[2:4, 0]).all() and delta[4:, 0].tolist() == [0.0, 0.0]
+    assert problems["rebased"] == 0 and problems["resets"] == 0 and problems["implausible_rise"] == 2
+
+
+def test_a_flat_counter_after_a_low_first_reading_stands_at_its_first_rise():
+    """A counter that does not move (downs of a healthy link) read 0 first: each later reading of its
+    true total is refused (it repeats, it does not go on), and its first rise stands: re-based on the
+    reading before, the rise taken. A down is not missed."""
+    raw = [0.0, 7.0, 7.0, 7.0, 8.0, 8.0]
+    delta, _, problems = feed(CounterRates(1, ["link_downed"], max_rate=0.1), raw, interval=10.0)
+    assert np.isnan(delta[1:4, 0]).all() and delta[4:, 0].tolist() == [1.0, 0.0]
+    assert problems["rebased"] == 1 and problems["implausible_rise"] == 3
 
 
 def test_all_ones_once_does_not_stand_but_twice_does():
