@@ -13,7 +13,7 @@ from foreshock.detectors.bank import DetectorBank
 from foreshock.detectors.ewma_cusum import RobustZScoreDetector
 from foreshock.detectors.throttle_bits import ThrottleBitsDetector
 from foreshock.frames import Frame
-from foreshock.guard import MIN_SPACING_S, REASONS, InputGuard, _guard_kernel
+from foreshock.guard import MIN_SPACING_S, REASONS, SPACING_ROUNDING_S, InputGuard, _guard_kernel
 from foreshock.health import PipelineHealth
 from foreshock.topology import Topology
 
@@ -175,7 +175,9 @@ def test_guard_matches_reference_and_counts_every_dropped_row(rows, max_ahead_s)
     guard = InputGuard(TOPO, health, max_ahead_s=max_ahead_s, clock=lambda: 2.0)
     out = guard.check(Frame("gpu", ts, slots, {"gpu_temp": np.arange(len(rows), dtype=float)}))
     latest = np.inf if max_ahead_s is None else 2.0 + max_ahead_s
-    keep, reasons = reference_guard(ts, slots, 8, np.full(8, -np.inf), latest, min_spacing=MIN_SPACING_S)
+    # (the guard allows its stamps' rounding: 2.01 - 2.0 is 0.00999999999999979, not a near duplicate)
+    keep, reasons = reference_guard(ts, slots, 8, np.full(8, -np.inf), latest,
+                                    min_spacing=MIN_SPACING_S - SPACING_ROUNDING_S)
     np.testing.assert_array_equal(out.columns["gpu_temp"], np.arange(len(rows), dtype=float)[keep])
     for reason in set(reasons):
         assert health.problems[("guard", reason)] == reasons.count(reason)
