@@ -13,6 +13,8 @@ from click.core import ParameterSource
 from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
+from foreshock.guard import MIN_INTERVAL_S
+
 from .common import cluster_gpus, stop_on_signals
 from .kafka_options import kafka_options, settings_from
 
@@ -189,7 +191,7 @@ def open_source(source: str, path: str | None, url: str | None, executable: str 
 @click.option("--executable", default=None, help="nvidia-smi / dom / ethtool: the program to run (default nvidia-smi / ethtool).")
 @click.option("--root", default=None, help="infiniband: the sysfs root (default /sys/class/infiniband).")
 @click.option("--interfaces", default=None, help="dom / ethtool: comma-separated network interfaces.")
-@click.option("--interval", type=click.FloatRange(min=0, min_open=True), default=None,
+@click.option("--interval", type=click.FloatRange(min=MIN_INTERVAL_S), default=None,
               help="Seconds between polls / simulator ticks (default: per source).")
 @click.option("--topology", "topology_path", type=click.Path(exists=True, dir_okay=False), default=None,
               help="Live sources: the cluster's topology file, the same the workers use (default: one derived from "

@@ -23,6 +23,7 @@ from rich.markup import escape
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from foreshock.guard import MIN_INTERVAL_S
 from foreshock.health import PipelineHealth
 from foreshock.recording import RecordingWriter
 from foreshock.streams.polling import PollingSource
@@ -43,7 +44,7 @@ def live_source_options(node_flag: str = "--host"):  # type: ignore[no-untyped-d
                      callback=finite_number(),
                      help="Stop after this many seconds (default: until --polls, or Ctrl-C)."),
         click.option("--polls", type=click.IntRange(min=1), default=None, help="Stop after this many polls."),
-        click.option("--interval", type=click.FloatRange(min=0, min_open=True), default=None,
+        click.option("--interval", type=click.FloatRange(min=MIN_INTERVAL_S), default=None,
                      callback=finite_number(),
                      help="Seconds between polls (default: per source — dcgm 30, nvidia-smi 10, nvml 1, "
                           "infiniband 1, dom 60, ethtool 10, redfish 30, cdu 10)."),

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import click
 
+from foreshock.guard import MIN_INTERVAL_S
 from foreshock.health import PipelineHealth
 from foreshock.simulator import (
     RANDOM_FAULT_ACCELERATION, ClusterSimulator, ScenarioError, formats, list_scenarios, load_scenario,
@@ -39,7 +40,7 @@ VIA_HELP = ("Pass every gpu frame (dcgm, nvidia-smi) or host link frame (sysfs) 
               help=f"Multiplier on FACTS' {FAILURES_PER_1000_NODE_DAYS:g} failures per 1000 node-days for random faults "
                    "(1 = the real rate; "
                    "applies with --random-faults or a scenario that draws them).")
-@click.option("--interval", type=click.FloatRange(min=0, min_open=True), default=1.0, show_default=True,
+@click.option("--interval", type=click.FloatRange(min=MIN_INTERVAL_S), default=1.0, show_default=True,
               callback=finite_number(),
               help="Sampling interval in seconds (30 = dcgm-exporter's default).")
 @click.option("--physics-dt", type=click.FloatRange(min=0, min_open=True), default=1.0, show_default=True,

@@ -92,13 +92,24 @@ fresh stamp. 10 ms, ten times under the fastest that any source here samples an 
 dmon -d`` takes 100 ms at the least, the real nvidia-smi captures here poll at 100 ms and 500 ms
 (``tests/data/h200_step``: 98.9 ms the closest two rows of a GPU), dcgm-exporter collects every
 30 s by default, and the BMCs, CDUs, fabric counters and schedulers every few seconds or more; a
-host's clock jitter of a few ms between polls stays well inside it. A live source polled faster
-than this (``--interval`` under 0.01) has every other row refused, and says why. An
-:class:`InputGuard` parameter (``min_spacing_s``): 0 refuses only equal stamps, as before."""
+host's clock jitter of a few ms between polls stays well inside it. No source here samples
+faster than :data:`MIN_INTERVAL_S`, and a live source leaves :data:`POLL_GAP_S` between one poll's
+end and the next one's start, so its own rows never fall within it. An :class:`InputGuard`
+parameter (``min_spacing_s``): 0 refuses only equal stamps, as before."""
+MIN_INTERVAL_S = 2 * MIN_SPACING_S
+"""The shortest sampling interval (s) a source here takes (every live source's ``--interval``,
+the simulator's): twice :data:`MIN_SPACING_S`. A source sampling at the guard's own spacing saw
+its rows refused as repeats whenever one poll started a fraction of a millisecond later than the
+next (a 10-ms `watch` on a busy machine: rows 9.63 ms apart)."""
+POLL_GAP_S = MIN_SPACING_S + 0.005
+"""The least time (s) a live source waits between one poll's end and the next one's start,
+whatever its grid says: a poll's stamps are read between its start and its end, so the next
+poll's lie at least this far after them, past :data:`MIN_SPACING_S` by 5 ms for stamps kept to
+the millisecond (nvidia-smi's) and a wall clock slewed against the monotonic one."""
 SPACING_ROUNDING_S = 1e-6
 """How far two stamps at exactly ``min_spacing_s`` may read closer through rounding: a float64 stamp
 near 1.7e9 s is kept to 2.4e-7 s, so rows a 10-ms interval apart read 9.99999 ms apart at times
-(at exactly ``--interval 0.01``, 48 % of the rows had been refused). Not a near duplicate."""
+(rows stamped exactly 10 ms apart: 48 % had been refused). Not a near duplicate."""
 BOARD_ID_LIMIT = 2.0 ** 52
 """``board_id`` values are whole numbers below this (``foreshock.boards.BOARD_ID_BITS``)."""
 

@@ -4,7 +4,10 @@ A :class:`PollingSource` is an iterator of :class:`~foreshock.frames.Frame`: eac
 the system once (an HTTP scrape, a command, NVML, sysfs) and yields what it got. Polls are
 scheduled on a fixed grid (``start + k * interval``), so a slow poll does not drift the
 sampling; a poll that fails is counted and the source keeps going, and so are the slots of the
-grid a poll longer than the interval skipped (``foreshock_polls_skipped_total``). ``stop()``
+grid a poll longer than the interval skipped (``foreshock_polls_skipped_total``). The interval
+is :data:`~foreshock.guard.MIN_INTERVAL_S` (20 ms) at the least, and a poll starts
+:data:`~foreshock.guard.POLL_GAP_S` at least after the previous one ended, so no two polls'
+rows lie within the guard's minimum spacing of each other (refused as one sample sent twice). ``stop()``
 ends the iteration from another thread; ``max_polls`` bounds it (tests, ``--duration``).
 
 A GPU source reads each GPU's UUID (dcgm-exporter's ``UUID`` label, NVML's
@@ -28,7 +31,7 @@ import numpy as np
 
 from foreshock.boards import board_id
 from foreshock.frames import Frame
-from foreshock.guard import PARK_FOR_S
+from foreshock.guard import MIN_INTERVAL_S, PARK_FOR_S, POLL_GAP_S
 from foreshock.health import PipelineHealth
 from foreshock.topology import Topology
 
@@ -194,8 +197,8 @@ class PollingSource:
 
     def __init__(self, interval: float, health: PipelineHealth | None = None, max_polls: int | None = None,
                  clock: Callable[[], float] = time.time) -> None:
-        if interval <= 0:
-            raise ValueError(f"interval must be positive, got {interval}")
+        if not interval >= MIN_INTERVAL_S:
+            raise ValueError(f"interval must be at least {MIN_INTERVAL_S:g} s (MIN_INTERVAL_S), got {interval}")
         self.interval = float(interval)
         self.health = health if health is not None else PipelineHealth()
         self.max_polls = max_polls
@@ -232,7 +235,8 @@ class PollingSource:
             except Exception as exc:  # a source must never take the pipeline down
                 self.health.problem(self.stage, "poll failed", detail=f"{type(exc).__name__}: {exc}")
                 frames = []
-            took = self.monotonic() - began
+            ended = self.monotonic()
+            took = ended - began
             self.polls += 1
             for frame in frames:
                 if len(frame):
@@ -261,7 +265,11 @@ class PollingSource:
                            f"longer than the {self.interval:g} s interval")
                 self.health.skipped_polls(self.stage, skipped, detail=why)
             slot = next_slot
-            self._stop.wait(max(0.0, next_slot * self.interval - elapsed))
+            # A poll started late by the scheduler and the next one on time had stamps closer
+            # than the interval: at 10 ms, rows refused as repeats. The gap after this poll's end
+            # holds the next one's stamps clear of this one's, late or not.
+            gap_left = ended + POLL_GAP_S - (start + elapsed)
+            self._stop.wait(max(0.0, next_slot * self.interval - elapsed, gap_left))
 
 
 def run_process(argv: Sequence[str], health: PipelineHealth, stage: str,

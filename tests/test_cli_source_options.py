@@ -26,18 +26,18 @@ def refused(result: Result) -> str:
 
 def record(tmp_path: Path, *args: str) -> Result:
     return CliRunner(env={"COLUMNS": "300"}).invoke(
-        cli, ["record", "--polls", "1", "--interval", "0.01", "--out", str(tmp_path / "rec"), *args])
+        cli, ["record", "--polls", "1", "--interval", "0.02", "--out", str(tmp_path / "rec"), *args])
 
 
 def watch(*args: str) -> Result:
     return CliRunner(env={"COLUMNS": "300"}).invoke(
-        cli, ["watch", "--polls", "1", "--interval", "0.01", "--port", "0", *args])
+        cli, ["watch", "--polls", "1", "--interval", "0.02", "--port", "0", *args])
 
 
 def agent(*args: str) -> Result:
     # a broker no one listens on: without the check, the agent fails there (exit 1) instead
     return CliRunner(env={"COLUMNS": "300"}).invoke(
-        cli, ["agent", "--kafka", "127.0.0.1:1", "--polls", "1", "--interval", "0.01", *args])
+        cli, ["agent", "--kafka", "127.0.0.1:1", "--polls", "1", "--interval", "0.02", *args])
 
 
 def test_record_refuses_the_options_nvidia_smi_does_not_read(tmp_path: Path) -> None:

@@ -81,13 +81,13 @@ def test_options_given_are_keyed_by_their_flag() -> None:
 def test_record_refuses_host_for_a_source_that_names_its_nodes_itself(tmp_path: Path, source: str) -> None:
     url = {"dcgm": CLOSED, "cdu": "cdu0=http://127.0.0.1:1/"}[source]
     text = refused(invoke("record", "--source", source, "--url", url, "--host", "node7", "--polls", "1",
-                          "--interval", "0.01", "--out", str(tmp_path / "rec")))
+                          "--interval", "0.02", "--out", str(tmp_path / "rec")))
     assert text.startswith("--host is read by --source nvidia-smi / ") and f"only; --source {source} " in text, text
     assert not (tmp_path / "rec").exists()
 
 
 def watch(*args: str) -> Result:
-    return invoke("watch", "--polls", "1", "--interval", "0.01", "--port", "0", *args)
+    return invoke("watch", "--polls", "1", "--interval", "0.02", "--port", "0", *args)
 
 
 def test_watch_refuses_node_for_dcgm_without_a_bmc() -> None:

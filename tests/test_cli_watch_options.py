@@ -21,7 +21,7 @@ def watch(*args: str) -> Result:
     server = ScrapeServer([PAGE % (1000 + i, 1000 + i) for i in range(3)])
     try:
         return CliRunner(env={"COLUMNS": "300"}).invoke(
-            cli, ["watch", "--source", "dcgm", "--url", server.url, "--interval", "0.01", "--polls", "3", *args])
+            cli, ["watch", "--source", "dcgm", "--url", server.url, "--interval", "0.02", "--polls", "3", *args])
     finally:
         server.close()
 
@@ -86,7 +86,7 @@ def test_watch_help_says_what_a_url_alone_means() -> None:
 def watch_down(*args: str) -> Result:
     """A watch of a dcgm-exporter that never answers (a closed port), for one poll."""
     return CliRunner(env={"COLUMNS": "300"}).invoke(
-        cli, ["watch", "--source", "dcgm", "--url", "http://127.0.0.1:1/metrics", "--interval", "0.01", "--polls", "1",
+        cli, ["watch", "--source", "dcgm", "--url", "http://127.0.0.1:1/metrics", "--interval", "0.02", "--polls", "1",
               "--port", "0", *args])
 
 

@@ -182,7 +182,7 @@ def test_watch_takes_in_a_port_found_after_its_start(tmp_path: Path, monkeypatch
     findings = tmp_path / "findings.jsonl"
     with caplog.at_level(logging.WARNING, logger="foreshock"):
         result = CliRunner().invoke(cli, ["watch", "--source", "infiniband", "--root", str(root), "--node", HOST,
-                                          "--interval", "0.001", "--polls", str(polls), "--port", "0",
+                                          "--interval", "0.02", "--polls", str(polls), "--port", "0",
                                           "--findings", str(findings)])
     assert result.exit_code == 0, result.output
     changes = [r.getMessage() for r in caplog.records if r.getMessage().startswith("topology changed")]

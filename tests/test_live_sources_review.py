@@ -325,7 +325,7 @@ def test_fans_in_rpm_without_a_full_speed_are_counted_once_per_node(servers, mon
              "Status": {"Health": "OK", "State": "Enabled"}} for i in range(6)]
     bmcs = {f"node{i}": servers(RawBmc(thermal_tree(fans))).url for i in range(2)}
     health = PipelineHealth()
-    rows = sum(len(f) for f in RedfishSource(bmcs, interval=0.01, health=health, max_polls=4))
+    rows = sum(len(f) for f in RedfishSource(bmcs, interval=0.02, health=health, max_polls=4))
     assert rows == 8
     assert health.problems == {("redfish", "fan RPM without a full-speed reference (set FORESHOCK_BMC_FAN_MAX_RPM)"): 2}
 

@@ -38,7 +38,7 @@ def temps(batch) -> dict[str, float]:  # type: ignore[no-untyped-def]
 
 def federation(pages: list[str]) -> DcgmScrapeSource:
     """A source serving ``pages`` one per poll (a Prometheus federation's, with their own stamps)."""
-    src = DcgmScrapeSource("http://prometheus:9090/federate", interval=0.01, health=PipelineHealth())
+    src = DcgmScrapeSource("http://prometheus:9090/federate", interval=0.02, health=PipelineHealth())
     served = iter(pages)
     src.scrape = lambda: next(served)  # type: ignore[method-assign]
     return src
@@ -110,7 +110,7 @@ def test_watch_refuses_rows_stamped_far_ahead_of_this_hosts_clock(shared_data: P
     monkeypatch.setattr(watch, "build_pipeline", build_and_keep)
     server = ScrapeServer([(shared_data / "dcgm" / "dcgm-exporter-tesla-t4.prom").read_text()])
     try:
-        result = CliRunner().invoke(cli, ["watch", "--source", "dcgm", "--url", server.url, "--interval", "0.01",
+        result = CliRunner().invoke(cli, ["watch", "--source", "dcgm", "--url", server.url, "--interval", "0.02",
                                           "--polls", "2", "--port", "0", "--detectors", "robust_zscore"])
     finally:
         server.close()

@@ -61,7 +61,7 @@ def test_record_refuses_to_overwrite_and_reports_a_source_that_gives_nothing(tmp
     again = CliRunner().invoke(cli, args)
     assert again.exit_code == 2 and "already holds a recording" in again.output
     missing = CliRunner().invoke(cli, ["record", "--source", "nvidia-smi", "--executable", str(tmp_path / "nope"),
-                                       "--interval", "0.01", "--polls", "2", "--out", str(tmp_path / "empty")])
+                                       "--interval", "0.02", "--polls", "2", "--out", str(tmp_path / "empty")])
     assert missing.exit_code == 1 and "nothing recorded" in missing.output
     assert not (tmp_path / "empty" / "recording.json").exists()
 

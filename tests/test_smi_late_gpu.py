@@ -36,7 +36,7 @@ def _gpu7_missing_at_first(later: int) -> list[tuple[str, int]]:
 
 
 def _source(stub: Path, polls: int, topology: Topology | None = None) -> NvidiaSmiSource:
-    source = NvidiaSmiSource(executable=str(stub), interval=0.01, host="n1", health=PipelineHealth(),
+    source = NvidiaSmiSource(executable=str(stub), interval=0.02, host="n1", health=PipelineHealth(),
                              max_polls=polls, topology=topology)
     source.takes_in_new_gpus = True
     return source

@@ -41,7 +41,7 @@ def pages_stub(tmp_path: Path, pages: list[tuple[str, int]]) -> Path:
 
 
 def _polls(stub: Path, health: PipelineHealth, polls: int) -> list:
-    source = NvidiaSmiSource(executable=str(stub), interval=0.01, host="n1", health=health, max_polls=polls)
+    source = NvidiaSmiSource(executable=str(stub), interval=0.02, host="n1", health=health, max_polls=polls)
     return [source.poll() for _ in range(polls)]
 
 
@@ -52,7 +52,7 @@ def test_a_gpu_nvidia_smi_cannot_read_does_not_blind_the_source_to_the_others(tm
     page = HEADER + "\n" + "".join(_row(i) for i in healthy[:3]) + LOST_MESSAGE + "\n" \
         + "".join(_row(i) for i in healthy[3:])
     health = PipelineHealth()
-    source = NvidiaSmiSource(executable=str(pages_stub(tmp_path, [(page, 15)])), interval=0.01, host="n1",
+    source = NvidiaSmiSource(executable=str(pages_stub(tmp_path, [(page, 15)])), interval=0.02, host="n1",
                              health=health, max_polls=3)
     for _ in range(3):
         [frame] = source.poll()

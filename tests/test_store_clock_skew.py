@@ -312,7 +312,7 @@ def test_watch_is_live_and_replay_is_not(shared_data: Path, monkeypatch: pytest.
     monkeypatch.setattr(watch, "build_pipeline", build_and_keep)
     server = ScrapeServer([(shared_data / "dcgm" / "dcgm-exporter-tesla-t4.prom").read_text()])
     try:
-        result = CliRunner().invoke(cli, ["watch", "--source", "dcgm", "--url", server.url, "--interval", "0.01",
+        result = CliRunner().invoke(cli, ["watch", "--source", "dcgm", "--url", server.url, "--interval", "0.02",
                                           "--polls", "2", "--port", "0"])
     finally:
         server.close()

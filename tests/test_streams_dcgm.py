@@ -266,7 +266,7 @@ def test_what_a_healthy_exporter_serves_every_time_is_counted_once_and_a_broken_
     server = ScrapeServer([page, page, later, later])
     health = PipelineHealth()
     try:
-        frames = list(DcgmScrapeSource(server.url, interval=0.01, health=health, max_polls=4))
+        frames = list(DcgmScrapeSource(server.url, interval=0.02, health=health, max_polls=4))
     finally:
         server.close()
     assert len(frames) == 4
@@ -283,7 +283,7 @@ def test_what_a_healthy_exporter_serves_every_time_is_counted_once_and_a_broken_
 
 def test_scrape_failures_are_counted_and_the_source_keeps_going(dcgm_exporter: str) -> None:
     health = PipelineHealth()
-    source = DcgmScrapeSource(f"{dcgm_exporter}/missing", interval=0.01, health=health, max_polls=2)
+    source = DcgmScrapeSource(f"{dcgm_exporter}/missing", interval=0.02, health=health, max_polls=2)
     assert list(source) == []
     assert source.polls == 2
     assert health.problems[("dcgm", "scrape failed")] == 2
@@ -359,7 +359,7 @@ class _Pages(DcgmScrapeSource):
     """A source serving the pages given, in order (no HTTP)."""
 
     def __init__(self, pages: list[str]) -> None:
-        super().__init__("http://node1:9400/metrics", interval=0.001, max_polls=len(pages))
+        super().__init__("http://node1:9400/metrics", interval=0.02, max_polls=len(pages))
         self.pages = iter(pages)
 
     def scrape(self) -> str | None:

@@ -154,7 +154,7 @@ esac
 """)
     stub.chmod(0o755)
     health = PipelineHealth()
-    source = DomSource(["eth2", "eth3"], interval=0.01, executable=str(stub), host="h", health=health, max_polls=3)
+    source = DomSource(["eth2", "eth3"], interval=0.02, executable=str(stub), host="h", health=health, max_polls=3)
     frames = list(source)
     assert [len(f) for f in frames] == [1, 1, 1]
     assert health.problems[("dom", "module without diagnostics")] == 1
@@ -165,7 +165,7 @@ def test_dom_source_runs_ethtool(tmp_path: Path) -> None:
     stub.write_text(f"#!/bin/sh\n[ \"$1\" = -m ] || exit 3\ncat {DATA}/ethtool_m_qsfp28_sr4.txt\n")
     stub.chmod(0o755)
     health = PipelineHealth()
-    source = DomSource(["eth2"], interval=0.01, executable=str(stub), host="h", health=health, max_polls=1)
+    source = DomSource(["eth2"], interval=0.02, executable=str(stub), host="h", health=health, max_polls=1)
     frames = list(source)
     assert source.topology is not None and source.topology.links == ["h/eth2"]
     assert frames[0].slot.tolist() == [source.topology.slot("optic", "h/eth2#a")]

@@ -167,7 +167,7 @@ if [ -e {counter} ]; then cat {DATA}/ethtool_S_mlx5_t1.txt; else touch {counter}
 """)
     stub.chmod(0o755)
     health = PipelineHealth()
-    source = EthtoolStatsSource(["ens1f0"], interval=0.01, executable=str(stub), host="h", health=health,
+    source = EthtoolStatsSource(["ens1f0"], interval=0.02, executable=str(stub), host="h", health=health,
                                 max_polls=2)
     frames = list(source)
     optic = [f for f in frames if f.kind == "optic"]
@@ -184,5 +184,5 @@ def test_an_interface_without_known_counters_counts_once_not_at_every_poll(tmp_p
     stub.write_text('#!/bin/sh\n[ "$1" = -S ] || exit 3\nprintf "NIC statistics:\\n     rx_packets: 1\\n"\n')
     stub.chmod(0o755)
     health = PipelineHealth()
-    list(EthtoolStatsSource(["eno1"], interval=0.01, executable=str(stub), host="h", health=health, max_polls=3))
+    list(EthtoolStatsSource(["eno1"], interval=0.02, executable=str(stub), host="h", health=health, max_polls=3))
     assert health.problems[("ethtool", "no known counters")] == 1

@@ -202,7 +202,7 @@ def test_runner_polls_the_stub(tmp_path: Path, shared_data: Path) -> None:
 def test_runner_falls_back_to_an_alias_the_driver_accepts(tmp_path: Path, shared_data: Path) -> None:
     stub, calls = make_stub(tmp_path, shared_data / H200, reject="clocks_event_reasons.active")
     health = PipelineHealth()
-    source = NvidiaSmiSource(executable=str(stub), interval=0.01, host="old-driver", health=health, max_polls=2)
+    source = NvidiaSmiSource(executable=str(stub), interval=0.02, host="old-driver", health=health, max_polls=2)
     frames = list(source)
     assert len(frames) == 1  # the first poll was rejected, the second used the alias
     second = calls.read_text().splitlines()[1].split(" ")[0]
@@ -213,7 +213,7 @@ def test_runner_falls_back_to_an_alias_the_driver_accepts(tmp_path: Path, shared
 
 def test_runner_without_the_executable_counts_and_continues(tmp_path: Path) -> None:
     health = PipelineHealth()
-    source = NvidiaSmiSource(executable=str(tmp_path / "no-such-nvidia-smi"), interval=0.01, health=health,
+    source = NvidiaSmiSource(executable=str(tmp_path / "no-such-nvidia-smi"), interval=0.02, health=health,
                              max_polls=2)
     assert list(source) == []
     assert health.problems[("nvidia-smi", "command not found")] == 2
@@ -342,7 +342,7 @@ def test_the_source_asks_for_the_uuid_and_reports_a_gpu_whose_uuid_changes_once(
              _page(["GPU-b", "GPU-q"])]
     stub, calls = pages_stub(tmp_path, pages)
     health = PipelineHealth()
-    source = NvidiaSmiSource(executable=str(stub), interval=0.01, host="h", health=health, max_polls=len(pages))
+    source = NvidiaSmiSource(executable=str(stub), interval=0.02, host="h", health=health, max_polls=len(pages))
     boards, replaced = [], []
     for _ in pages:
         frame = source.poll()[0]
@@ -360,7 +360,7 @@ def test_the_source_asks_for_the_uuid_and_reports_a_gpu_whose_uuid_changes_once(
 def test_a_source_told_not_to_read_boards_does_not_query_uuids(tmp_path: Path) -> None:
     stub, calls = pages_stub(tmp_path, [_page(["GPU-a"]), _page(["GPU-b"])])
     health = PipelineHealth()
-    source = NvidiaSmiSource(executable=str(stub), interval=0.01, host="h", health=health, max_polls=2)
+    source = NvidiaSmiSource(executable=str(stub), interval=0.02, host="h", health=health, max_polls=2)
     source.reads_boards = False
     frames = list(source)
     assert len(frames) == 2 and all(np.isnan(f.columns["board_id"]).all() for f in frames)
@@ -371,7 +371,7 @@ def test_a_source_told_not_to_read_boards_does_not_query_uuids(tmp_path: Path) -
 def test_a_driver_that_rejects_the_uuid_query_is_asked_without_it(tmp_path: Path) -> None:
     stub, calls = pages_stub(tmp_path, ["index, temperature.gpu\n0, 50\n"], reject="uuid")
     health = PipelineHealth()
-    source = NvidiaSmiSource(executable=str(stub), interval=0.01, host="h", health=health, max_polls=3)
+    source = NvidiaSmiSource(executable=str(stub), interval=0.02, host="h", health=health, max_polls=3)
     frames = list(source)
     assert len(frames) == 2  # the first poll was rejected, the next ones asked without it
     asked = [line.split(" ")[0].split(",") for line in calls.read_text().splitlines()]

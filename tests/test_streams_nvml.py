@@ -116,7 +116,7 @@ def test_readers_convert_to_base_units() -> None:
 def test_unsupported_calls_are_not_repeated_and_errors_are_counted() -> None:
     nv = fake_nvml(gpus=1, unsupported=frozenset({"pcie"}), failing=frozenset({"ecc"}))
     health = PipelineHealth()
-    source = NvmlSource(nvml=nv, host="h", health=health, interval=0.01, max_polls=3)
+    source = NvmlSource(nvml=nv, host="h", health=health, interval=0.02, max_polls=3)
     frames = list(source)
     assert len(frames) == 3
     assert nv.calls["pcie"] == 1  # remembered as not supported after the first try
@@ -152,7 +152,7 @@ def test_a_gpu_without_a_handle_leaves_the_others_read_and_is_asked_for_again() 
 
 
 def test_record_nvml_writes_a_recording(tmp_path: Path) -> None:
-    summary = record_nvml(tmp_path / "rec", duration=0.05, interval=0.01,
+    summary = record_nvml(tmp_path / "rec", duration=0.1, interval=0.02,
                           nvml=fake_nvml(unsupported=frozenset({"field_values"})))
     assert summary["rows"] == 10 and summary["gpus"] == 2 and summary["unsupported_fields"] == ["hbm_temp"]
     rec = Recording.open(tmp_path / "rec")
@@ -177,7 +177,7 @@ def test_max_operating_temperatures_not_supported_are_no_value_not_an_error() ->
 
     nv.nvmlDeviceGetTemperatureThreshold = threshold
     health = PipelineHealth()
-    frames = list(NvmlSource(nvml=nv, host="h", health=health, interval=0.01, max_polls=2))
+    frames = list(NvmlSource(nvml=nv, host="h", health=health, interval=0.02, max_polls=2))
     assert frames[-1].columns["max_op_temp"].tolist() == [83.0]
     assert frames[-1].columns["slowdown_temp"].tolist() == [89.0]
     assert np.isnan(frames[-1].columns["hbm_max_op_temp"]).all()
@@ -224,7 +224,7 @@ def test_a_gpu_whose_uuid_changes_is_reported_once_and_a_failed_read_is_no_chang
         {0: "GPU-b", 1: "GPU-q"},
     ])
     health = PipelineHealth()
-    source = NvmlSource(nvml=nv, host="h", health=health, interval=0.01, max_polls=5)
+    source = NvmlSource(nvml=nv, host="h", health=health, interval=0.02, max_polls=5)
     boards, replaced = [], []
     with caplog.at_level(logging.WARNING, logger="foreshock.sources"):
         for _ in range(5):
@@ -245,7 +245,7 @@ def test_a_uuid_nvml_does_not_give_is_not_asked_for_again_and_none_is_read_when_
     nv = fake_nvml(gpus=1)
     calls = _uuids_in_turn(nv, [{0: FakeNvmlError(nv.NVML_ERROR_NOT_SUPPORTED)}] * 3)
     health = PipelineHealth()
-    source = NvmlSource(nvml=nv, host="h", health=health, interval=0.01, max_polls=3)
+    source = NvmlSource(nvml=nv, host="h", health=health, interval=0.02, max_polls=3)
     frames = list(source)
     assert len(frames) == 3 and all(np.isnan(f.columns["board_id"]).all() for f in frames)
     assert calls[0] == 1 and health.total_problems() == 0
@@ -253,7 +253,7 @@ def test_a_uuid_nvml_does_not_give_is_not_asked_for_again_and_none_is_read_when_
     nv = fake_nvml(gpus=1)
     calls = _uuids_in_turn(nv, [{0: "GPU-a"}, {0: "GPU-b"}])
     health = PipelineHealth()
-    source = NvmlSource(nvml=nv, host="h", health=health, interval=0.01, max_polls=2)
+    source = NvmlSource(nvml=nv, host="h", health=health, interval=0.02, max_polls=2)
     source.reads_boards = False
     frames = list(source)
     assert len(frames) == 2 and all(np.isnan(f.columns["board_id"]).all() for f in frames)

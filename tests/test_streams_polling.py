@@ -137,11 +137,11 @@ def test_a_pipeline_slower_than_its_sources_holds_a_bounded_backlog() -> None:
     the run lasted (here some 600 frames for 30 taken; over weeks, memory and a lag without end).
     It holds ``backlog`` frames; past that the sources wait, and count the polls they skip."""
     health = PipelineHealth()
-    primary, other = Steady(interval=0.001, health=health), Steady(interval=0.001, health=health)
+    primary, other = Steady(interval=0.02, health=health), Steady(interval=0.02, health=health)
     frames = alongside(primary, [other], backlog=4)
     for _ in range(30):
         next(frames)
-        time.sleep(0.01)  # a pipeline ten times slower than the polls
+        time.sleep(0.05)  # a pipeline slower than the polls (some 3 polls a source meanwhile)
     polled = primary.polls + other.polls
     frames.close()
     primary.stop()

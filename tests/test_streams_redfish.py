@@ -106,7 +106,7 @@ def bmcs():
 def source(nodes: dict[str, str], **kwargs: Any) -> RedfishSource:
     kwargs.setdefault("user", USER)
     kwargs.setdefault("password", PASSWORD)
-    return RedfishSource(nodes, interval=0.01, **kwargs)
+    return RedfishSource(nodes, interval=0.02, **kwargs)
 
 
 def test_a_nodes_slowest_fan_and_largest_chassis_draw_make_its_row(bmcs):
@@ -221,7 +221,7 @@ def test_a_fan_stopping_on_a_bmc_flags_its_node_in_the_cooling_detector(bmcs):
 
     topo = small_topology(nodes=4, gpus=8, racks=2)
     servers = {f"node{i}": bmcs(legacy_tree()) for i in range(4)}
-    src = RedfishSource({node: b.url for node, b in servers.items()}, interval=0.01, topology=topo,
+    src = RedfishSource({node: b.url for node, b in servers.items()}, interval=0.02, topology=topo,
                         user=USER, password=PASSWORD, max_polls=4)
     det = CoolingDetector(topo)
     flagged: list[tuple[int, int]] = []

@@ -38,7 +38,7 @@ def test_watch_predicts_a_failing_interface_from_a_live_dcgm_exporter(tmp_path: 
     pages = [stamped(dcgm_exposition(f, topo), float(f.ts[0])) for f in frames if f.kind == "gpu"]
     server = ScrapeServer(pages)
     try:
-        result = CliRunner().invoke(cli, ["watch", "--source", "dcgm", "--url", server.url, "--interval", "0.001",
+        result = CliRunner().invoke(cli, ["watch", "--source", "dcgm", "--url", server.url, "--interval", "0.02",
                                           "--polls", str(len(pages)), "--port", "0",
                                           "--findings", str(tmp_path / "findings.jsonl")])
     finally:
@@ -61,7 +61,7 @@ def test_watch_counts_what_the_source_counts_and_predicts_nothing_on_a_steady_gp
     scrape = (shared_data / "dcgm" / "dcgm-exporter-tesla-t4.prom").read_text()
     server = ScrapeServer([scrape + 'DCGM_FI_DEV_GPU_TEMP{gpu="0" 41\n'])
     try:
-        result = CliRunner().invoke(cli, ["watch", "--source", "dcgm", "--url", server.url, "--interval", "0.01",
+        result = CliRunner().invoke(cli, ["watch", "--source", "dcgm", "--url", server.url, "--interval", "0.02",
                                           "--polls", "3", "--port", "0"], env={"COLUMNS": "300"})
     finally:
         server.close()
@@ -81,7 +81,7 @@ def test_watch_says_why_when_the_source_gives_nothing():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         closed = f"http://127.0.0.1:{s.getsockname()[1]}/metrics"
-    result = CliRunner().invoke(cli, ["watch", "--source", "dcgm", "--url", closed, "--interval", "0.01",
+    result = CliRunner().invoke(cli, ["watch", "--source", "dcgm", "--url", closed, "--interval", "0.02",
                                       "--polls", "2", "--port", "0"])
     assert result.exit_code == 1
     assert "nothing to watch" in result.output and "scrape failed ×2" in result.output
@@ -157,7 +157,7 @@ def test_a_sample_served_again_is_not_read_twice():
     page = 'DCGM_FI_DEV_GPU_TEMP{gpu="0",Hostname="node7"} 41 %d\nDCGM_FI_DEV_GPU_TEMP{gpu="1",Hostname="node7"} 43 %d\n'
     server = ScrapeServer([page % (1000, 1000), page % (1000, 1000), page % (1000, 2000)])
     try:
-        src = DcgmScrapeSource(server.url, interval=0.01, health=PipelineHealth())
+        src = DcgmScrapeSource(server.url, interval=0.02, health=PipelineHealth())
         polls = [src.poll() for _ in range(3)]
     finally:
         server.close()

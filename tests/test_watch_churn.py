@@ -78,7 +78,7 @@ def watch_pages(pages: list[str], findings: Path) -> tuple[Any, str]:
     port = _free_port()
     exporter = _Exporter(pages, f"http://127.0.0.1:{port}/metrics", scrape_at=len(pages))
     try:
-        result = CliRunner().invoke(cli, ["watch", "--source", "dcgm", "--url", exporter.url, "--interval", "0.001",
+        result = CliRunner().invoke(cli, ["watch", "--source", "dcgm", "--url", exporter.url, "--interval", "0.02",
                                           "--polls", str(len(pages) + 1), "--port", str(port), "--top-k", "32",
                                           "--findings", str(findings)])
     finally:
@@ -153,7 +153,7 @@ def _gpu_page(hosts: list[str], ts: float) -> str:
 
 class _Pages(DcgmScrapeSource):
     def __init__(self, pages: list[str], **kw: Any) -> None:
-        super().__init__("http://exporter:9400/metrics", interval=0.01, **kw)
+        super().__init__("http://exporter:9400/metrics", interval=0.02, **kw)
         self.pages = pages
 
     def scrape(self) -> str | None:
@@ -283,7 +283,7 @@ def test_the_pipeline_moves_between_the_last_frame_of_the_old_topology_and_the_f
 
     class Switching(PollingSource):
         def __init__(self) -> None:
-            super().__init__(0.001, max_polls=3)
+            super().__init__(0.02, max_polls=3)
             self._topology = old
 
         def poll(self) -> list[Frame]:
@@ -320,7 +320,7 @@ def follow_a_source_running_ahead(primary: Any, follower: Any, monkeypatch: Any,
 
     seen: list[Any] = []
     monkeypatch.setattr(watch, "move_run", lambda run, topology, stage: seen.append(topology))
-    merged = follower.follow(alongside(follower.mark(frames()), [Quiet(0.001, max_polls=1)]), run=None)
+    merged = follower.follow(alongside(follower.mark(frames()), [Quiet(0.02, max_polls=1)]), run=None)
     first = next(merged)
     assert done.wait(5) and ahead()  # the source has gone on before the pipeline's first frame
     seen.append(float(first.ts[0]))

@@ -39,7 +39,7 @@ class _Clocked(DcgmScrapeSource):
     monotonic one silence is measured on, and the wall clock, ``wall_step`` ahead of it."""
 
     def __init__(self, **kw: Any) -> None:
-        super().__init__("http://exporter:9400/metrics", interval=0.01, **kw)
+        super().__init__("http://exporter:9400/metrics", interval=0.02, **kw)
         self.takes_in_new_gpus = True
         self.page = ""
         self.now = 0.0
@@ -194,7 +194,7 @@ def _watch(pages: list[str], page_ts: list[float], findings: Path, forget_after:
 
     monkeypatch.setattr(dcgm, "DcgmScrapeSource", Clocked)
     try:
-        result = CliRunner().invoke(cli, ["watch", "--source", "dcgm", "--url", exporter.url, "--interval", "0.001",
+        result = CliRunner().invoke(cli, ["watch", "--source", "dcgm", "--url", exporter.url, "--interval", "0.02",
                                           "--polls", str(len(pages) + 1), "--port", str(port), "--top-k", "32",
                                           "--forget-after", f"{forget_after:g}", "--findings", str(findings)])
     finally:

@@ -162,7 +162,7 @@ def _watch(source: str, frames: list[Frame], swapped: bool, monkeypatch: Any,
     else:
         extra = ["--executable", str(nvidia_smi_of(feed, folder))]
     findings = folder / "findings.jsonl"
-    result = CliRunner().invoke(cli, ["watch", "--source", source, *extra, "--node", HOST, "--interval", "0.001",
+    result = CliRunner().invoke(cli, ["watch", "--source", source, *extra, "--node", HOST, "--interval", "0.02",
                                       "--polls", str(len(frames)), "--port", str(port), "--top-k", "32",
                                       "--findings", str(findings)])
     assert result.exit_code == 0, result.output

@@ -1,0 +1,144 @@
+"""A live source's polls never come closer than the input guard's spacing (CI of ed1da4a).
+
+`watch --interval 0.01` polled on a 10-ms grid while the guard refuses a row less than 10 ms
+after its entity's previous one (``MIN_SPACING_S``). A poll the scheduler woke 0.37 ms late and
+the next one on time stamped their rows 9.63 ms apart: the second was refused as the same sample
+sent again. A source is now polled every ``MIN_INTERVAL_S`` (20 ms) at the fastest, and a poll
+starts ``POLL_GAP_S`` at least after the previous one ended, so no lateness brings two polls'
+stamps within the guard's spacing."""
+
+from __future__ import annotations
+
+import math
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from foreshock.cli.main import cli
+from foreshock.frames import Frame
+from foreshock.guard import MIN_INTERVAL_S, MIN_SPACING_S, POLL_GAP_S, InputGuard
+from foreshock.health import PipelineHealth
+from foreshock.simulator import ClusterSimulator
+from foreshock.streams.polling import PollingSource
+from foreshock.topology import Topology
+
+TOPO = Topology.from_gpu_hosts([("n0", 0)])
+T0 = 1_764_700_000.0  # a stamp of today: its rounding is the one live sources have
+
+
+class Jittery(PollingSource):
+    """Polls on a fake clock: poll ``i`` takes ``took[i]`` intervals, the scheduler wakes it
+    ``late[i]`` seconds after the wait it was given, and it stamps its row ``at[i]`` of the way
+    through (dcgm-exporter's scrape at its start, nvidia-smi's own timestamp nearer its end)."""
+
+    stage = "jittery"
+
+    def __init__(self, took: list[float], late: list[float], at: list[float], **kwargs: object) -> None:
+        super().__init__(**kwargs)  # type: ignore[arg-type]
+        self.took, self.late, self.at = took, late, at
+        self.now = 0.0
+        self.monotonic = lambda: self.now
+        self.began: list[float] = []
+        self.ended: list[float] = []
+        source = self
+
+        class FakeWait(threading.Event):
+            def wait(self, timeout: float | None = None) -> bool:
+                source.now += (timeout or 0.0) + source.late[len(source.began)]
+                return self.is_set()
+
+        self._stop = FakeWait()
+
+    def poll(self) -> list[Frame]:
+        i = len(self.began)
+        self.began.append(self.now)
+        stamp = T0 + self.now + self.at[i] * self.took[i] * self.interval
+        self.now += self.took[i] * self.interval
+        self.ended.append(self.now)
+        return [Frame("gpu", np.array([stamp]), np.array([0]), {"gpu_temp": np.array([50.0])})]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(2, 12).flatmap(lambda n: st.tuples(
+    st.lists(st.floats(0.0, 0.99), min_size=n, max_size=n),
+    st.lists(st.floats(0.0, 0.9 * MIN_INTERVAL_S), min_size=n, max_size=n),
+    st.lists(st.floats(0.0, 1.0), min_size=n, max_size=n))),
+    st.sampled_from([MIN_INTERVAL_S, 0.05, 1.0]))
+def test_no_lateness_brings_two_polls_within_the_guard_spacing(polls, interval: float) -> None:
+    """Whatever each poll takes (under an interval), however late the scheduler wakes it and
+    wherever in the poll its stamp is read: the next poll starts ``POLL_GAP_S`` after this one
+    ended, and the guard takes every row."""
+    took, late, at = polls
+    health = PipelineHealth()
+    source = Jittery(took, late, at, interval=interval, health=health, max_polls=len(took))
+    frames = list(source)
+    assert len(frames) == len(took)
+    gaps = np.array(source.began[1:]) - np.array(source.ended[:-1])
+    assert (gaps >= POLL_GAP_S - 1e-12).all()
+    guard = InputGuard(TOPO, PipelineHealth())
+    kept = sum(len(guard.check(frame)) for frame in frames)
+    assert kept == len(frames) and not guard.health.problems
+    assert np.diff([f.ts[0] for f in frames]).min() > MIN_SPACING_S
+
+
+def test_a_quick_poll_stays_on_its_grid() -> None:
+    """The gap is a floor, not a new cadence: polls quicker than the interval less the gap start
+    on the grid, as before, and skip nothing."""
+    health = PipelineHealth()
+    source = Jittery([0.1] * 5, [0.0] * 5, [0.0] * 5, interval=MIN_INTERVAL_S, health=health, max_polls=5)
+    list(source)
+    assert [b / MIN_INTERVAL_S for b in source.began] == pytest.approx([0, 1, 2, 3, 4])
+    assert not health.polls_skipped
+
+
+def test_a_poll_ending_late_in_its_slot_moves_the_next_one_past_its_slot() -> None:
+    """A poll ending 5 ms before the next slot: the next one starts the gap after it, not on the
+    slot (the old schedule), without counting a skipped poll, and the one after is back on the grid."""
+    health = PipelineHealth()
+    source = Jittery([0.1, 0.9, 0.1, 0.1], [0.0] * 4, [1.0] * 4, interval=0.05, health=health, max_polls=4)
+    list(source)
+    assert source.began[2] == pytest.approx(source.ended[1] + POLL_GAP_S) and source.began[2] > 2 * 0.05
+    assert source.began[3] == pytest.approx(3 * 0.05)
+    assert not health.polls_skipped
+
+
+@pytest.mark.parametrize("interval", [0.0, 0.01, MIN_INTERVAL_S * 0.999, math.nan])
+def test_a_source_or_a_simulator_faster_than_the_floor_is_refused(interval: float) -> None:
+    class Quiet(PollingSource):
+        def poll(self) -> list[Frame]:
+            return []
+
+    with pytest.raises(ValueError, match="at least 0.02"):
+        Quiet(interval=interval)
+    with pytest.raises(ValueError, match="at least 0.02"):
+        ClusterSimulator(gpus=8, interval=interval, duration=60.0)
+    Quiet(interval=MIN_INTERVAL_S)  # the floor itself is taken
+
+
+@pytest.mark.parametrize("command", [
+    ["watch", "--source", "dcgm", "--url", "http://127.0.0.1:1/metrics", "--polls", "1", "--port", "0"],
+    ["record", "--source", "dcgm", "--url", "http://127.0.0.1:1/metrics", "--polls", "1"],
+    ["agent", "--kafka", "127.0.0.1:1", "--source", "dcgm", "--url", "http://127.0.0.1:1/metrics", "--polls", "1"],
+    ["simulate", "--gpus", "8", "--duration", "60"],
+    ["demo", "--gpus", "8", "--duration", "60", "--port", "0"],
+])
+def test_the_commands_refuse_an_interval_under_the_floor_before_doing_anything(command: list[str],
+                                                                               tmp_path: Path) -> None:
+    out = ["--out", str(tmp_path / "out")] if command[0] in ("record", "simulate") else []
+    result = CliRunner(env={"COLUMNS": "300"}).invoke(cli, [*command, *out, "--interval", "0.01"])
+    assert result.exit_code == 2, result.output
+    assert "0.01" in result.output and "0.02" in result.output
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("option", ["--bmc-interval", "--cdu-interval"])
+def test_watch_refuses_a_bmc_or_cdu_interval_under_the_floor(option: str) -> None:
+    result = CliRunner(env={"COLUMNS": "300"}).invoke(
+        cli, ["watch", "--source", "dcgm", "--url", "http://127.0.0.1:1/metrics", "--polls", "1", "--port", "0",
+              option, "0.001"])
+    assert result.exit_code == 2 and "0.02" in result.output, result.output
