@@ -64,8 +64,8 @@ from foreshock.topology import Topology, take_or
 
 from .alarm import A_ACTIVE, CODE_START, CODE_WITHDRAW, alarm_step, alarm_withdraw, new_alarm_columns
 from .base import Detector, resolve_params
-from .counters import (EVENTS_MAX_PER_S, LINK_DOWNS_MAX_PER_S, MAX_PORT_RATE_BPS, TIME_MAX_PER_S, CounterRates,
-                       modulus_for_bits, report_problems, with_counter_pace_and_drop)
+from .counters import (EVENTS_MAX_PER_S, LINK_DOWNS_MAX_PER_S, MAX_PORT_RATE_BPS, STAMP_SLACK, TIME_MAX_PER_S,
+                       CounterRates, modulus_for_bits, report_problems, with_counter_pace_and_drop)
 
 COUNTERS = ("xmit_wait", "pfc_pause_duration", "ecn_marked", "cnp_sent", "link_downed")
 C_WAIT, C_PAUSE, C_ECN, C_CNP, C_DOWNED = range(len(COUNTERS))
@@ -210,8 +210,9 @@ class CongestionDetector(Detector):
         # mlx5 ECN/CNP counters are 64-bit; link_downed saturates (no wrap).
         modulus = [modulus_for_bits(bits) if bits < 64 else 0.0, 0.0, 0.0, 0.0, 0.0]
         # what each can count at most (a reading above it is a bad one, not taken): xmit_wait a tick
-        # per tick_bytes at the fastest port rate; PFC pause, packets and downs as counters.py says
-        wait_ticks_max = max(MAX_PORT_RATE_BPS, self.params[P_RATE]) / (8.0 * self.params[P_TICK])
+        # per tick_bytes at the fastest port rate, times STAMP_SLACK for a port read late in its
+        # poll (a 1.6T port stalled throughout had been refused); the others as counters.py says
+        wait_ticks_max = STAMP_SLACK * max(MAX_PORT_RATE_BPS, self.params[P_RATE]) / (8.0 * self.params[P_TICK])
         max_rate = [wait_ticks_max, TIME_MAX_PER_S, EVENTS_MAX_PER_S, EVENTS_MAX_PER_S, LINK_DOWNS_MAX_PER_S]
         self.counters = CounterRates(n, COUNTERS, modulus=modulus, max_rate=max_rate)
         # the counters' state, with the pace a 32-bit xmit_wait's wrap must fit (s_counter_rate) and
