@@ -15,7 +15,7 @@ from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from foreshock.guard import MIN_INTERVAL_S
 
-from .common import cluster_gpus, stop_on_signals
+from .common import cluster_gpus, finite_number, stop_on_signals
 from .kafka_options import kafka_options, settings_from
 
 SOURCES = ("simulator", "replay", "dcgm", "nvidia-smi", "nvml", "infiniband", "dom", "ethtool", "redfish", "cdu")
@@ -191,7 +191,7 @@ def open_source(source: str, path: str | None, url: str | None, executable: str 
 @click.option("--executable", default=None, help="nvidia-smi / dom / ethtool: the program to run (default nvidia-smi / ethtool).")
 @click.option("--root", default=None, help="infiniband: the sysfs root (default /sys/class/infiniband).")
 @click.option("--interfaces", default=None, help="dom / ethtool: comma-separated network interfaces.")
-@click.option("--interval", type=click.FloatRange(min=MIN_INTERVAL_S), default=None,
+@click.option("--interval", type=click.FloatRange(min=MIN_INTERVAL_S), default=None, callback=finite_number(),
               help="Seconds between polls / simulator ticks (default: per source).")
 @click.option("--topology", "topology_path", type=click.Path(exists=True, dir_okay=False), default=None,
               help="Live sources: the cluster's topology file, the same the workers use (default: one derived from "

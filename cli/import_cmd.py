@@ -16,6 +16,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from foreshock.frames import REASONS_AFTER_ENTITY, Frame, frames_from_records, unknown_entity_reason
+from foreshock.guard import MIN_INTERVAL_S
 from foreshock.health import PipelineHealth
 from foreshock.recording import RecordingWriter
 from foreshock.streams import dcgm, nvidia_smi
@@ -235,8 +236,9 @@ def _jsonl(text: str, path: Path, topology_path: Path | None, health: PipelineHe
 @click.option("--time", "at", default=None,
               help="ISO time of a single-snapshot capture (dcgm, sysfs) or of the first dmon sample. "
                    "Default: the capture's collected_at, else the file's modification time.")
-@click.option("--interval", default=1.0, show_default=True, type=float, callback=finite_number(positive=True),
-              help="dmon sampling interval (seconds).")
+@click.option("--interval", default=1.0, show_default=True, type=click.FloatRange(min=MIN_INTERVAL_S),
+              callback=finite_number(positive=True),
+              help="dmon sampling interval (seconds; dmon's rows carry no date, so they are stamped this far apart).")
 @click.option("--stat", default="avg", show_default=True, type=click.Choice(STATS),
               help="alibaba: which hourly statistic to import.")
 @click.option("--topology", "topology_path", default=None, type=click.Path(exists=True, path_type=Path),

@@ -102,10 +102,11 @@ the simulator's): twice :data:`MIN_SPACING_S`. A source sampling at the guard's 
 its rows refused as repeats whenever one poll started a fraction of a millisecond later than the
 next (a 10-ms `watch` on a busy machine: rows 9.63 ms apart)."""
 POLL_GAP_S = MIN_SPACING_S + 0.005
-"""The least time (s) a live source waits between one poll's end and the next one's start,
-whatever its grid says: a poll's stamps are read between its start and its end, so the next
-poll's lie at least this far after them, past :data:`MIN_SPACING_S` by 5 ms for stamps kept to
-the millisecond (nvidia-smi's) and a wall clock slewed against the monotonic one."""
+"""The least time (s) from the stamps of a live source's poll (its start, or its end where rows are
+stamped as answers come: ``PollingSource.stamps_at_start``) to the next poll's start, whatever its
+grid says: the next poll's stamps then lie at least this far after them, past
+:data:`MIN_SPACING_S` by 5 ms for a scheduler waking a poll late and a wall clock slewed against
+the monotonic one the grid keeps."""
 SPACING_ROUNDING_S = 1e-6
 """How far two stamps at exactly ``min_spacing_s`` may read closer through rounding: a float64 stamp
 near 1.7e9 s is kept to 2.4e-7 s, so rows a 10-ms interval apart read 9.99999 ms apart at times
@@ -721,8 +722,8 @@ class InputGuard:
             return self._behind(frame)
         if reason == "near_duplicate_timestamp":
             return (f"{frame.kind} frame, rows as little as {closest * 1e3:.3g} ms after their entity's previous one "
-                    f"(minimum spacing {self.min_spacing_s * 1e3:g} ms; no source samples an entity faster than "
-                    "100 ms): the same sample sent again with a fresh stamp (a source emitting it twice, an agent "
+                    f"(minimum spacing {self.min_spacing_s * 1e3:g} ms; no device samples an entity faster than "
+                    "100 ms, nor foreshock's sources faster than 20 ms): the same sample sent again with a fresh stamp (a source emitting it twice, an agent "
                     "retrying a send, overlapping captures replayed); refused, or its anomalies had counted twice")
         if reason == "bad_timestamp" and (early := frame.ts < earliest).any():
             years = (self.stream_anchor - float(frame.ts[early].min())) / (365.25 * 86400)

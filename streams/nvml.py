@@ -31,6 +31,7 @@ from typing import Any, Callable
 import numpy as np
 
 from foreshock.frames import Frame
+from foreshock.guard import MIN_INTERVAL_S
 from foreshock.health import PipelineHealth
 from foreshock.recording import RecordingWriter
 from foreshock.topology import Topology
@@ -223,12 +224,18 @@ if __name__ == "__main__":  # python -m foreshock.streams.nvml OUT_DIR [DURATION
     import json
     import sys
 
+    usage = "usage: python -m foreshock.streams.nvml OUT_DIR [DURATION_S [INTERVAL_S]]"
     if not 2 <= len(sys.argv) <= 4:
-        sys.exit("usage: python -m foreshock.streams.nvml OUT_DIR [DURATION_S [INTERVAL_S]]")
+        sys.exit(usage)
     args = sys.argv[1:]
+    try:
+        duration, interval = float(args[1]) if len(args) > 1 else 60.0, float(args[2]) if len(args) > 2 else 1.0
+    except ValueError as exc:
+        sys.exit(f"{usage}: {exc}")
+    if not (0 < duration < math.inf and MIN_INTERVAL_S <= interval < math.inf):
+        sys.exit(f"{usage}: DURATION_S must be > 0 and INTERVAL_S at least {MIN_INTERVAL_S:g}")
     try:
         nvml = load_nvml()
     except Exception as exc:  # no driver, no library: say so plainly
         sys.exit(f"NVML is not available here: {exc}")
-    print(json.dumps(record_nvml(args[0], float(args[1]) if len(args) > 1 else 60.0,
-                                 float(args[2]) if len(args) > 2 else 1.0, nvml=nvml), indent=2))
+    print(json.dumps(record_nvml(args[0], duration, interval, nvml=nvml), indent=2))

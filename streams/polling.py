@@ -6,8 +6,9 @@ scheduled on a fixed grid (``start + k * interval``), so a slow poll does not dr
 sampling; a poll that fails is counted and the source keeps going, and so are the slots of the
 grid a poll longer than the interval skipped (``foreshock_polls_skipped_total``). The interval
 is :data:`~foreshock.guard.MIN_INTERVAL_S` (20 ms) at the least, and a poll starts
-:data:`~foreshock.guard.POLL_GAP_S` at least after the previous one ended, so no two polls'
-rows lie within the guard's minimum spacing of each other (refused as one sample sent twice). ``stop()``
+:data:`~foreshock.guard.POLL_GAP_S` at least after the previous one stamped its rows (its start,
+or its end: :attr:`PollingSource.stamps_at_start`), so no two polls' rows lie within the guard's
+minimum spacing of each other (refused as one sample sent twice). ``stop()``
 ends the iteration from another thread; ``max_polls`` bounds it (tests, ``--duration``).
 
 A GPU source reads each GPU's UUID (dcgm-exporter's ``UUID`` label, NVML's
@@ -193,6 +194,11 @@ class PollingSource:
 
     stage = "source"
     reads: tuple[str, ...] = ()  # the entity kinds it yields: their sample counts exist from the start, at 0
+    stamps_at_start = True
+    """Whether a poll stamps its rows when it starts (the clock read on its first line: dcgm, nvidia-smi,
+    NVML, sysfs, ethtool); False where they are stamped as answers come or when it ends (Redfish,
+    CDU). The next poll starts :data:`~foreshock.guard.POLL_GAP_S` at least after this one's start,
+    or after its end where its stamps may lie there: the grid is kept whatever a poll takes."""
     counts_samples = True  # False where a pipeline consuming the frames counts them in the same health
 
     def __init__(self, interval: float, health: PipelineHealth | None = None, max_polls: int | None = None,
@@ -228,6 +234,7 @@ class PollingSource:
     def __iter__(self) -> Iterator[Frame]:
         start = self.monotonic()
         slot = 0  # the grid slot of the poll in hand
+        held_by_gap = False  # this poll started later than its slot, held POLL_GAP_S after the last one
         while not self._stop.is_set() and (self.max_polls is None or self.polls < self.max_polls):
             began = self.monotonic()
             try:
@@ -260,16 +267,22 @@ class PollingSource:
                 # logged once, not at every poll of a device that is always this slow
                 if took > self.interval:
                     why = f"a poll took {took:.3g} s, longer than the {self.interval:g} s interval"
+                elif held_by_gap:
+                    why = (f"a poll ended less than {POLL_GAP_S * 1e3:g} ms before the next one's slot, and the "
+                           f"next one starts that long after it (POLL_GAP_S: its rows are stamped as it goes), "
+                           f"so polls that take {took:.3g} s do not fit the {self.interval:g} s interval")
                 else:
                     why = (f"the frames of a poll were taken {elapsed - slot * self.interval:.3g} s after it began, "
                            f"longer than the {self.interval:g} s interval")
                 self.health.skipped_polls(self.stage, skipped, detail=why)
             slot = next_slot
             # A poll started late by the scheduler and the next one on time had stamps closer
-            # than the interval: at 10 ms, rows refused as repeats. The gap after this poll's end
-            # holds the next one's stamps clear of this one's, late or not.
-            gap_left = ended + POLL_GAP_S - (start + elapsed)
-            self._stop.wait(max(0.0, next_slot * self.interval - elapsed, gap_left))
+            # than the interval: at 10 ms, rows refused as repeats. The gap after the time this
+            # poll stamped its rows holds the next one's clear of them, late or not.
+            slot_left = next_slot * self.interval - elapsed
+            gap_left = (began if self.stamps_at_start else ended) + POLL_GAP_S - (start + elapsed)
+            held_by_gap = gap_left > max(0.0, slot_left)
+            self._stop.wait(max(0.0, slot_left, gap_left))
 
 
 def run_process(argv: Sequence[str], health: PipelineHealth, stage: str,

@@ -880,6 +880,7 @@ class RedfishSource(PollingSource):
 
     stage = STAGE
     reads = ("node",)
+    stamps_at_start = False  # each node's row when its BMC answers, maybe late in the poll
 
     def __init__(self, bmcs: Mapping[str, str], interval: float = 30.0, topology: Topology | None = None,
                  health: PipelineHealth | None = None, max_polls: int | None = None, timeout: float = 10.0,
@@ -1043,6 +1044,7 @@ class CduSource(PollingSource):
 
     stage = STAGE
     reads = ("rack",)
+    stamps_at_start = False  # its rows when the poll ends
 
     def __init__(self, cdus: Mapping[str, str], topology: Topology, interval: float = 10.0,
                  health: PipelineHealth | None = None, max_polls: int | None = None, timeout: float = 10.0,
