@@ -268,9 +268,10 @@ class PollingSource:
                 if took > self.interval:
                     why = f"a poll took {took:.3g} s, longer than the {self.interval:g} s interval"
                 elif held_by_gap:
-                    why = (f"a poll ended less than {POLL_GAP_S * 1e3:g} ms before the next one's slot, and the "
-                           f"next one starts that long after it (POLL_GAP_S: its rows are stamped as it goes), "
-                           f"so polls that take {took:.3g} s do not fit the {self.interval:g} s interval")
+                    when = "started late" if self.stamps_at_start else "ended (this source stamps as a poll goes)"
+                    why = (f"a poll {when} less than {POLL_GAP_S * 1e3:g} ms before the next one's slot of the "
+                           f"{self.interval:g} s grid, and a poll starts that long after the previous one's stamps "
+                           f"at the least (POLL_GAP_S), so the next one missed its slot")
                 else:
                     why = (f"the frames of a poll were taken {elapsed - slot * self.interval:.3g} s after it began, "
                            f"longer than the {self.interval:g} s interval")
