@@ -44,6 +44,7 @@ OLD, NEW = float(uuid_number("GPU-old")), float(uuid_number("GPU-new"))
 BATCHABLE = [name for name in DEFAULT_BANK if name not in ("cooling", "straggler")]
 
 
+@settings(deadline=None)
 @given(st.text(min_size=1, max_size=60))
 def test_a_board_id_is_the_uuids_number_exactly(uuid: str) -> None:
     value = board_id(uuid)

@@ -159,12 +159,26 @@ def test_an_agent_replaying_across_a_gap_stops_at_sigterm_not_at_the_next_frame(
         for t in (0.0, 1.0, 3600.0):  # an hour without data after the second sample
             w.write(Frame("gpu", np.full(n, t), np.arange(n, dtype=np.int32), {"gpu_temp": np.full(n, 40.0)}))
 
+    # SIGTERM is sent 0.5 s after the second frame is published, while the replay waits out the
+    # hour to the third: timed from the frames, not from the start (a cold start's first frame can
+    # take a second, the 1.0 s gap another), and never before the agent's handler is in place (it
+    # is installed before the first frame is read)
+    timers: list[threading.Timer] = []
+    signalled: list[float] = []
+
+    def sigterm() -> None:
+        signalled.append(time.monotonic())
+        os.kill(os.getpid(), signal.SIGTERM)
+
     class Publisher:
         def __init__(self, *args: object, **kwargs: object) -> None:
             self.stats = kafka_agent.AgentStats()
 
         def publish(self, frame: Frame) -> None:
             self.stats.frames += 1
+            if self.stats.frames == 2:
+                timers.append(threading.Timer(0.5, sigterm))
+                timers[-1].start()
 
         def close(self) -> None:
             pass
@@ -172,16 +186,16 @@ def test_an_agent_replaying_across_a_gap_stops_at_sigterm_not_at_the_next_frame(
     monkeypatch.setattr(kafka_agent, "FramePublisher", Publisher)
     monkeypatch.setattr(kafka_agent, "check_broker", lambda settings: None)
     monkeypatch.setattr(kafka_config, "check_broker", lambda settings: None)
-    timer = threading.Timer(2.0, os.kill, (os.getpid(), signal.SIGTERM))
-    started = time.monotonic()
-    timer.start()
     try:
         result = invoke(agent.command, "--source", "replay", "--path", str(tmp_path / "rec"), "--speed", "1",
                         "--kafka", "127.0.0.1:9")
+        ended = time.monotonic()
     finally:
-        timer.cancel()
+        for timer in timers:
+            timer.cancel()
     assert result.exit_code == 0, result.output
-    assert time.monotonic() - started < 20
+    # stopped at the signal: waiting for the next frame would take the hour's gap (~3600 s)
+    assert len(signalled) == 1 and ended - signalled[0] < 20
     summary = json.loads(result.output.strip().splitlines()[-1])
     assert summary["stopped_early"] is True and summary["frames"] == 2
 

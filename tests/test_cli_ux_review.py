@@ -108,6 +108,15 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def _catches(pid: int, sig: signal.Signals) -> bool:
+    """Whether process ``pid`` has a handler of its own for ``sig`` (Linux: its SigCgt mask)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("SigCgt:"):
+            return bool(int(line.split()[1], 16) >> (sig - 1) & 1)
+    return False
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads the handlers from /proc/PID/status")
 def test_ctrl_c_during_replay_hold_is_a_normal_exit(recording: Path) -> None:
     """`replay --hold` says it is holding /metrics, and Ctrl-C then ends it (status 0, no
     "Aborted!")."""
@@ -120,7 +129,13 @@ def test_ctrl_c_during_replay_hold_is_a_normal_exit(recording: Path) -> None:
         while b'"name"' not in line:  # the JSON line: the run is over, the hold begins
             line = proc.stdout.readline()  # type: ignore[union-attr]
             assert line or proc.poll() is None, proc.stderr.read()  # type: ignore[union-attr]
-        time.sleep(1.0)
+        # Ctrl-C once the hold's handlers are in place, not a fixed while after the JSON line: the
+        # run's own were put back before it (SIGTERM to its default), and the hold installs SIGINT's,
+        # then SIGTERM's (stop_on_signals), so a caught SIGTERM says SIGINT's is the hold's
+        deadline = time.monotonic() + 30
+        while not _catches(proc.pid, signal.SIGTERM):
+            assert proc.poll() is None and time.monotonic() < deadline, "the hold never took SIGTERM"
+            time.sleep(0.01)
         proc.send_signal(signal.SIGINT)
         _out, err = proc.communicate(timeout=20)
     finally:

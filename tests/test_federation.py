@@ -28,5 +28,9 @@ def test_watch_reads_the_gpus_a_prometheus_server_scrapes_through_its_federation
     summary = json.loads(result.output.strip().splitlines()[-1])
     # both GPUs of the page, named by their Hostname labels, one row per Prometheus scrape
     assert "2 GPUs, 2 nodes" in result.output
-    assert 2 * 3 <= summary["samples"] <= 2 * 7 and summary["telemetry_seconds"] >= 2.0
+    # At most one row per GPU per poll (the source keeps only rows newer than the GPU's last):
+    # 2 * 10. How many of the 10 polls see a fresh scrape depends on timing (a slow first frame,
+    # slots skipped on a loaded machine: ~12 measured where 2 * 5 was expected); the polls that see
+    # no new scrape must add nothing, which the guard's duplicate_timestamp would tell (next line)
+    assert 2 * 3 <= summary["samples"] <= 2 * 10 and summary["telemetry_seconds"] >= 2.0
     assert "duplicate_timestamp" not in result.output and summary["findings"].get("prediction", 0) == 0

@@ -62,8 +62,10 @@ def test_sasl_wrong_credentials_fail_fast_with_the_brokers_reason(kafka_sasl_add
     settings = KafkaSettings(kafka_sasl_address, "SASL_PLAINTEXT", "PLAIN", user, password)
     t0 = time.monotonic()
     with pytest.raises(KafkaAuthError) as info:
-        check_broker(settings, timeout_s=5)
-    assert time.monotonic() - t0 < 3.0
+        check_broker(settings, timeout_s=30)
+    # the broker's answer, not a wait for one: a check that missed the refusal waited its 30 s
+    # time-out (kafka-python's bootstrap, 30 s too); wide apart for a JVM broker on a loaded machine
+    assert time.monotonic() - t0 < 10.0
     message = str(info.value)
     assert "Invalid username or password" in message  # the broker's own words
     assert repr(user) in message and kafka_sasl_address in message

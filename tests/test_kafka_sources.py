@@ -205,24 +205,34 @@ def test_a_worker_whose_metrics_port_is_taken_says_so(kafka_settings, tmp_path, 
     assert f"cannot serve /metrics on 127.0.0.1:{port}" in res.stderr and "--port" in res.stderr
 
 
-def test_an_agent_stopped_by_sigterm_delivers_what_it_read_and_says_so(kafka_settings, dcgm_exporter):
+def test_an_agent_stopped_by_sigterm_delivers_what_it_read_and_says_so(kafka_settings, shared_data: Path):
     """SIGTERM is how systemd and docker stop an agent. It used to kill it with the frames its
     publisher still held unsent; now the agent flushes, closes and prints its summary."""
     import signal
 
+    from local_http import ScrapeServer
+
+    # the exporter counts its scrapes: the agent publishes a poll's frame before it starts the next
+    # poll, so a third scrape says two frames were handed to the publisher (which the 5-s linger
+    # keeps from the broker, where they cannot be counted before the flush)
+    exporter = ScrapeServer([(shared_data / "dcgm" / "dcgm-exporter-tesla-t4.prom").read_text()])
     topics = new_topics()
     proc = subprocess.Popen(
         [sys.executable, "-m", "foreshock.cli.main", "agent", "--kafka", kafka_settings.bootstrap,
          "--namespace", topics.namespace, "--partitions", "2", "--polls", "10000", "--interval", "0.2",
-         "--source", "dcgm", "--url", f"{dcgm_exporter}/metrics", "--linger-ms", "5000"],
+         "--source", "dcgm", "--url", exporter.url, "--linger-ms", "5000"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         fetch_topology(kafka_settings, topics, timeout_s=60)  # published with its first frame
-        time.sleep(1.0)
+        deadline = time.monotonic() + 60
+        while exporter.served < 3:
+            assert proc.poll() is None and time.monotonic() < deadline, f"{exporter.served} scrapes"
+            time.sleep(0.05)
         proc.send_signal(signal.SIGTERM)
         out, err = proc.communicate(timeout=60)
     finally:
         proc.kill()
+        exporter.close()
     assert proc.returncode == 0, err[-2000:]
     summary = json.loads(out.strip().splitlines()[-1])
     assert summary["stopped_early"] is True and summary["send_failed"] == 0 and summary["frames"] >= 2

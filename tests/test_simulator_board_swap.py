@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from foreshock.detectors.bank import DetectorBank
@@ -95,6 +95,7 @@ def test_each_gpu_row_carries_its_boards_uuid_as_that_uuids_number() -> None:
     assert ClusterSimulator(gpus=16, seed=7, warmup_s=0).gpu_uuids == uuids
 
 
+@settings(deadline=None)
 @given(name=st.text(min_size=1, max_size=30), number=st.integers(0, 40))
 def test_a_boards_number_names_its_uuid_back(name: str, number: int) -> None:
     """What the formats serve: the UUID of the board whose number a row carries, each board of a

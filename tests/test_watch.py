@@ -7,6 +7,7 @@ import json
 import socket
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -88,7 +89,8 @@ def test_watch_says_why_when_the_source_gives_nothing():
 
 
 @pytest.mark.parametrize("sig, said", [("SIGINT", "Ctrl-C"), ("SIGTERM", "SIGTERM")])
-def test_ctrl_c_ends_the_watch_with_its_summary(shared_data: Path, sig: str, said: str):
+def test_ctrl_c_ends_the_watch_with_its_summary(shared_data: Path, sig: str, said: str,
+                                                monkeypatch: pytest.MonkeyPatch):
     """The first Ctrl-C (or SIGTERM, what systemd and docker send, which used to kill it without
     its summary) stops the polling after the poll in progress; the summary still prints and the
     command succeeds (--duration is only the test's safety net)."""
@@ -96,28 +98,59 @@ def test_ctrl_c_ends_the_watch_with_its_summary(shared_data: Path, sig: str, sai
     import signal
     import time
 
+    from foreshock.cli import watch
+
     signum = getattr(signal, sig)
-    inherited = signal.getsignal(signum)
-    if inherited is signal.SIG_IGN:  # the suite run in the background (`&`) or under nohup: watch
-        # rightly leaves an ignored signal ignored, so this test sets the usual disposition
-        signal.signal(signum, signal.default_int_handler if signum == signal.SIGINT else signal.SIG_DFL)
-    server = ScrapeServer([(shared_data / "dcgm" / "dcgm-exporter-tesla-t4.prom").read_text()])
-    timer = threading.Timer(1.0, os.kill, (os.getpid(), signum))
+    # The signal is sent once the run has processed two samples, 0.2 s later (while it waits for
+    # a poll): timed from the frames, not from the start, since a cold first frame (the bank's
+    # kernels loaded or compiled) can take longer than any fixed delay, and never before watch's
+    # handlers are in place (run_with_progress is called with them installed)
+    threads: list[threading.Thread] = []
+    signalled: list[float] = []
+    running = watch.run_with_progress
+
+    def kill() -> None:
+        time.sleep(0.2)
+        signalled.append(time.monotonic())
+        os.kill(os.getpid(), signum)
+
+    def counted(frames: Any) -> Any:
+        samples = 0
+        for frame in frames:
+            yield frame
+            samples += len(frame)  # back here, the run has processed the frame
+            if samples >= 2 and not threads:
+                threads.append(threading.Thread(target=kill, daemon=True))
+                threads[-1].start()
+
+    def signalling(run: Any, frames: Any, *args: Any, **kwargs: Any) -> Any:
+        return running(run, counted(frames), *args, **kwargs)
+
+    monkeypatch.setattr(watch, "run_with_progress", signalling)
+    # Outside watch's handlers the signal is only recorded: one that came after the run had ended
+    # on its own would otherwise end pytest. (A disposition inherited as ignored, the suite run in
+    # the background or under nohup, watch would rightly have left ignored.)
+    strays: list[int] = []
+    inherited = signal.signal(signum, lambda got, _frame: strays.append(got))
     before = signal.getsignal(signum)
-    started = time.monotonic()
+    server = ScrapeServer([(shared_data / "dcgm" / "dcgm-exporter-tesla-t4.prom").read_text()])
     try:
         try:
-            timer.start()
             result = CliRunner().invoke(cli, ["watch", "--source", "dcgm", "--url", server.url, "--interval", "0.05",
-                                              "--duration", "30", "--port", "0"])
+                                              "--duration", "120", "--port", "0"])
+            ended = time.monotonic()
+            for thread in threads:
+                thread.join()
         finally:
-            timer.cancel()
             server.close()
         assert result.exit_code == 0, result.output
-        assert time.monotonic() - started < 10
+        assert len(signalled) == 1 and not strays, result.output
+        # stopped at the signal: ignored, the watch would run on to --duration, 120 s from its
+        # start (the signal comes after the first frames, seconds in, a minute at the most cold)
+        assert ended - signalled[0] < 10, result.output
         assert f"stopped by {said}" in result.output
         assert json.loads(result.output.strip().splitlines()[-1])["samples"] >= 2
-        assert signal.getsignal(signum) is before  # the next Ctrl-C interrupts as usual
+        assert signal.getsignal(signum) is before  # watch put back what it found: the next Ctrl-C acts as before
     finally:
         signal.signal(signum, inherited)
 
