@@ -124,3 +124,15 @@ def test_without_a_topology_file_a_named_bmc_node_not_yet_served_is_taken(tmp_pa
     result = watch("--bmc", "node8=http://127.0.0.1:1/", "--port", "0", "--findings", str(tmp_path / "f.jsonl"))
     assert result.exit_code == 0, result.output
     assert "and 1 BMCs" in result.output
+
+
+@pytest.mark.parametrize("source, beside", [("redfish", "--bmc"), ("cdu", "--cdu")])
+def test_a_bmc_or_cdu_source_with_more_of_the_same_beside_it_is_refused(source: str, beside: str) -> None:
+    """Review r1 of e9ff698: `--source redfish --bmc` (or `cdu --cdu`) polled the same BMCs on two
+    grids, each refusing the other's rows as out of order or as repeats wherever the grids came
+    within a poll of each other. Refused, before any poll, saying to name them all in --url."""
+    result = CliRunner(env={"COLUMNS": "300"}).invoke(
+        cli, ["watch", "--source", source, "--url", "n1=http://127.0.0.1:1", "--polls", "1", "--port", "0",
+              beside, "n1=http://127.0.0.1:1"])
+    assert result.exit_code == 2, result.output
+    assert f"--source {source} polls them itself" in " ".join(result.output.split())
