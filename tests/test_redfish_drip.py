@@ -195,33 +195,39 @@ def late_tree(late_s: float) -> dict[str, tuple[bytes, float, float | None]]:
 
 @pytest.mark.parametrize("drip", [False, True], ids=["each-answer-late", "headers-dripped"])
 def test_no_read_is_left_holding_a_bmc_once_the_poll_returns(bmcs, caplog, drip: bool):
-    """The poll waits 0.625 s (1.25 x the 0.5 s timeout). A node answering each of its four
-    requests 0.35 s late (each inside the timeout) needs 1.4 s; one dripping its headers, its
-    timeout. Either way, when the poll returns its read has ended and its BMC connection is
-    closed, and it asks nothing more afterwards: the read went on in a thread of its own, asking
-    the BMC its next resources, after the poll had given up on it."""
-    tree = late_tree(0.35)
+    """The poll waits 1.875 s (1.25 x the 1.5 s timeout: the good BMC's four requests room on a
+    loaded machine). A node answering each of its four requests 0.8 s late (each well inside the
+    timeout) needs 3.2 s, its last request asked 2.4 s in at the earliest; one dripping its
+    headers, its timeout. Either way, when the poll returns its read has ended and its BMC
+    connection is closed, and it asks nothing more afterwards: the read went on in a thread of
+    its own, asking the BMC its next resources (all four by 2.4 s), after the poll had given up
+    on it."""
+    tree = late_tree(0.8)
     if drip:
         tree["/redfish/v1/Chassis"] = (HEAD, 0.0, 0.05)
     slow = bmcs(tree)
     good = bmcs(late_tree(0.0))
     health = PipelineHealth()
-    src = RedfishSource({"slow": slow.url, "good": good.url}, interval=0.05, timeout=0.5, user=USER,
+    src = RedfishSource({"slow": slow.url, "good": good.url}, interval=0.05, timeout=1.5, user=USER,
                         password=PASSWORD, health=health)
     with caplog.at_level(logging.DEBUG):
         batch = src.read()
-        # (the BMC's thread sees the closed connection within a few ms, later on a loaded machine;
-        # a read left running held it open, the drip for 200 s)
+        # (the BMC's thread sees the closed connection within a few ms, later on a loaded machine,
+        # each request it was asked in ``seen`` by then; a read left running held it open, the
+        # drip for 200 s)
         deadline = time.monotonic() + 5
         while slow.open and time.monotonic() < deadline:
             time.sleep(0.005)
         open_after_the_poll, asked = slow.open, list(slow.seen)
-        time.sleep(0.8)  # long enough for a read left running to ask the BMC its next resource
+        time.sleep(1.0)  # long enough for a read left running to ask its next resource (0.8 s apart)
         asked_later = list(slow.seen)
     src.stop()
     assert batch.entity_names() == ["good"]
     assert open_after_the_poll == 0
     assert asked_later == asked
+    # its last resource never asked: the three answers before it take 2.4 s, past the poll's
+    # 1.875 s (a read left running asked it 2.4 s in, while this test watched)
+    assert "/redfish/v1/Chassis/1/Power" not in asked_later, asked_later
     assert health.problems == {("redfish", TOO_SLOW): 1}
     assert PASSWORD not in caplog.text and TOKEN not in caplog.text
 
