@@ -94,7 +94,7 @@ dmon -d`` takes 100 ms at the least, the real nvidia-smi captures here poll at 1
 30 s by default, and the BMCs, CDUs, fabric counters and schedulers every few seconds or more; a
 host's clock jitter of a few ms between polls stays well inside it. No source here samples
 faster than :data:`MIN_INTERVAL_S`, and a live source leaves :data:`POLL_GAP_S` between one poll's
-end and the next one's start, so its own rows never fall within it. An :class:`InputGuard`
+stamps and the next one's start, so its own rows never fall within it. An :class:`InputGuard`
 parameter (``min_spacing_s``): 0 refuses only equal stamps, as before."""
 MIN_INTERVAL_S = 2 * MIN_SPACING_S
 """The shortest sampling interval (s) a source here takes (every live source's ``--interval``,
@@ -723,8 +723,9 @@ class InputGuard:
         if reason == "near_duplicate_timestamp":
             return (f"{frame.kind} frame, rows as little as {closest * 1e3:.3g} ms after their entity's previous one "
                     f"(minimum spacing {self.min_spacing_s * 1e3:g} ms; no device samples an entity faster than "
-                    "100 ms, nor foreshock's sources faster than 20 ms): the same sample sent again with a fresh stamp (a source emitting it twice, an agent "
-                    "retrying a send, overlapping captures replayed); refused, or its anomalies had counted twice")
+                    "100 ms, nor foreshock's sources faster than 20 ms): the same sample sent again with a fresh "
+                    "stamp (a source emitting it twice, an agent retrying a send, overlapping captures replayed); "
+                    "refused, or its anomalies had counted twice")
         if reason == "bad_timestamp" and (early := frame.ts < earliest).any():
             years = (self.stream_anchor - float(frame.ts[early].min())) / (365.25 * 86400)
             return (f"{frame.kind} frame, rows stamped up to {years:,.0f} years before the stream's other rows (limit "

@@ -196,7 +196,7 @@ class PollingSource:
     reads: tuple[str, ...] = ()  # the entity kinds it yields: their sample counts exist from the start, at 0
     stamps_at_start = True
     """Whether a poll stamps its rows when it starts (the clock read on its first line: dcgm, nvidia-smi,
-    NVML, sysfs, ethtool); False where they are stamped as answers come or when it ends (Redfish,
+    NVML, sysfs, dom, ethtool); False where they are stamped as answers come or when it ends (Redfish,
     CDU). The next poll starts :data:`~foreshock.guard.POLL_GAP_S` at least after this one's start,
     or after its end where its stamps may lie there: the grid is kept whatever a poll takes."""
     counts_samples = True  # False where a pipeline consuming the frames counts them in the same health
