@@ -92,12 +92,12 @@ def command(source: str, duration: float | None, polls: int | None, interval: fl
     # open_source checks the options of one source; --node also names a --bmc URL alone's node
     set_by_user = options_given(click.get_current_context(), "forget_after", *(("node",) if bmc is None else ()))
     refuse_unread_options(source, **set_by_user)
-    for beside, itself in (("--bmc", "redfish"), ("--cdu", "cdu")):
-        if source == itself and (bmc if itself == "redfish" else cdu) is not None:
+    for beside, asked, itself, what in (("--bmc", bmc, "redfish", "BMCs"), ("--cdu", cdu, "cdu", "CDUs")):
+        if source == itself and asked is not None:
             # two grids polling the same BMCs or CDUs: each other's rows would be refused as out of
             # order or as repeats wherever the grids lie within a poll of each other
-            raise click.UsageError(f"{beside} polls {'BMCs' if itself == 'redfish' else 'CDUs'} beside another "
-                                   f"source; --source {itself} polls them itself (name them all in --url)")
+            raise click.UsageError(f"{beside} polls {what} beside another source; --source {itself} polls them "
+                                   "itself (name them all in --url)")
     if set_by_user["forget-after"] is not None and topology_path is not None:
         raise click.UsageError("--forget-after is for a topology derived from the source; a --topology file never "
                                "drops a host")
