@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 import math
-import threading
 from pathlib import Path
 
 import numpy as np
@@ -28,43 +27,9 @@ from foreshock.simulator import ClusterSimulator
 from foreshock.streams.polling import PollingSource
 from foreshock.topology import Topology
 
+from test_streams_polling import Slow  # the fake-clock source of the grid's tests
+
 TOPO = Topology.from_gpu_hosts([("n0", 0)])
-T0 = 1_764_700_000.0  # a stamp of today: its rounding is the one live sources have
-
-
-class Jittery(PollingSource):
-    """Polls on a fake clock: poll ``i`` takes ``took[i]`` intervals, the scheduler wakes it
-    ``late[i]`` seconds after the wait it was given, and it stamps its row when it starts (dcgm,
-    nvidia-smi, NVML, sysfs) or, with ``at``, ``at[i]`` of the way through (Redfish stamps each
-    BMC's answer as it comes, a CDU poll its rows at its end)."""
-
-    stage = "jittery"
-
-    def __init__(self, took: list[float], late: list[float], at: list[float] | None = None,
-                 **kwargs: object) -> None:
-        super().__init__(**kwargs)  # type: ignore[arg-type]
-        self.stamps_at_start = at is None
-        self.took, self.late, self.at = took, late, at or [0.0] * len(took)
-        self.now = 0.0
-        self.monotonic = lambda: self.now
-        self.began: list[float] = []
-        self.ended: list[float] = []
-        source = self
-
-        class FakeWait(threading.Event):
-            def wait(self, timeout: float | None = None) -> bool:
-                source.now += (timeout or 0.0) + source.late[len(source.began)]
-                return self.is_set()
-
-        self._stop = FakeWait()
-
-    def poll(self) -> list[Frame]:
-        i = len(self.began)
-        self.began.append(self.now)
-        stamp = T0 + self.now + self.at[i] * self.took[i] * self.interval
-        self.now += self.took[i] * self.interval
-        self.ended.append(self.now)
-        return [Frame("gpu", np.array([stamp]), np.array([0]), {"gpu_temp": np.array([50.0])})]
 
 
 @settings(max_examples=300, deadline=None)
@@ -79,7 +44,7 @@ def test_no_lateness_brings_two_polls_within_the_guard_spacing(polls, interval: 
     stamps (its start, or its end for a source stamping as it goes), and the guard takes every row."""
     took, late, at = polls
     health = PipelineHealth()
-    source = Jittery(took, late, at, interval=interval, health=health, max_polls=len(took))
+    source = Slow(took, late, at, interval=interval, health=health, max_polls=len(took))
     frames = list(source)
     assert len(frames) == len(took)
     stamped_by = np.array(source.began[:-1] if at is None else source.ended[:-1])
@@ -94,7 +59,7 @@ def test_a_quick_poll_stays_on_its_grid() -> None:
     """The gap is a floor, not a new cadence: polls quicker than the interval less the gap start
     on the grid, as before, and skip nothing."""
     health = PipelineHealth()
-    source = Jittery([0.1] * 5, [0.0] * 5, [1.0] * 5, interval=MIN_INTERVAL_S, health=health, max_polls=5)
+    source = Slow([0.1] * 5, [0.0] * 5, [1.0] * 5, interval=MIN_INTERVAL_S, health=health, max_polls=5)
     list(source)
     assert [b / MIN_INTERVAL_S for b in source.began] == pytest.approx([0, 1, 2, 3, 4])
     assert not health.polls_skipped
@@ -107,7 +72,7 @@ def test_a_source_stamping_at_its_start_keeps_its_grid_whatever_a_poll_takes(int
     logged as frames taken late). Stamped at its start, a poll's rows are clear of the next one's
     on the grid: every slot polled, none skipped."""
     health = PipelineHealth()
-    source = Jittery([0.99] * 100, [0.0] * 100, interval=interval, health=health, max_polls=100)
+    source = Slow([0.99] * 100, [0.0] * 100, interval=interval, health=health, max_polls=100)
     list(source)
     assert [b / interval for b in source.began] == pytest.approx(list(range(100)))
     assert not health.polls_skipped
@@ -119,8 +84,8 @@ def test_a_source_stamping_at_its_end_skips_the_slots_its_gap_overruns_and_says_
     (not "frames taken late", which sends the operator to the pipeline)."""
     health = PipelineHealth()
     with caplog.at_level(logging.WARNING, logger="foreshock"):
-        list(Jittery([0.9] * 50, [0.0] * 50, [1.0] * 50, interval=0.1, health=health, max_polls=50))
-    assert health.polls_skipped["jittery"] > 0
+        list(Slow([0.9] * 50, [0.0] * 50, [1.0] * 50, interval=0.1, health=health, max_polls=50))
+    assert health.polls_skipped["slow"] > 0
     assert "POLL_GAP_S" in caplog.text and "frames of a poll were taken" not in caplog.text
 
 
@@ -129,7 +94,7 @@ def test_a_poll_ending_late_in_its_slot_moves_the_next_one_past_its_slot() -> No
     after it, not on the slot (the old schedule), without counting a skipped poll, and the one
     after is back on the grid."""
     health = PipelineHealth()
-    source = Jittery([0.1, 0.9, 0.1, 0.1], [0.0] * 4, [1.0] * 4, interval=0.05, health=health, max_polls=4)
+    source = Slow([0.1, 0.9, 0.1, 0.1], [0.0] * 4, [1.0] * 4, interval=0.05, health=health, max_polls=4)
     list(source)
     assert source.began[2] == pytest.approx(source.ended[1] + POLL_GAP_S) and source.began[2] > 2 * 0.05
     assert source.began[3] == pytest.approx(3 * 0.05)

@@ -73,31 +73,43 @@ def test_run_command_reports_failures() -> None:
     assert health.problems == {("t", "command failed"): 1, ("t", "command timed out"): 1}
 
 
+T0 = 1_764_700_000.0  # a stamp of today: its rounding is the one live sources have
+
+
 class Slow(PollingSource):
-    """Each poll takes ``took[i]`` intervals of a fake poll-grid clock, which the wait between
-    polls advances too (no real waiting)."""
+    """Polls on a fake poll-grid clock, which the wait between polls advances too (no real
+    waiting): poll ``i`` takes ``took[i]`` intervals, the scheduler wakes it ``late[i]`` seconds
+    after the wait it was given (none by default), and it stamps its row when it starts (dcgm,
+    nvidia-smi, NVML, sysfs) or, with ``at``, ``at[i]`` of the way through (Redfish stamps each
+    BMC's answer as it comes, a CDU poll its rows at its end)."""
 
     stage = "slow"
 
-    def __init__(self, took: list[float], **kwargs: object) -> None:
+    def __init__(self, took: list[float], late: list[float] | None = None, at: list[float] | None = None,
+                 **kwargs: object) -> None:
         super().__init__(**kwargs)  # type: ignore[arg-type]
-        self.took = took
+        self.stamps_at_start = at is None
+        self.took, self.late, self.at = took, late or [0.0] * len(took), at or [0.0] * len(took)
         self.now = 0.0
         self.monotonic = lambda: self.now
         self.began: list[float] = []
+        self.ended: list[float] = []
         source = self
 
         class FakeWait(threading.Event):
             def wait(self, timeout: float | None = None) -> bool:
-                source.now += timeout or 0.0
+                source.now += (timeout or 0.0) + source.late[len(source.began)]
                 return self.is_set()
 
         self._stop = FakeWait()
 
     def poll(self) -> list[Frame]:
+        i = len(self.began)
         self.began.append(self.now)
-        self.now += self.took[len(self.began) - 1] * self.interval
-        return [Frame("gpu", np.array([float(len(self.began))]), np.array([0]), {"power": np.array([1.0])})]
+        stamp = T0 + self.now + self.at[i] * self.took[i] * self.interval
+        self.now += self.took[i] * self.interval
+        self.ended.append(self.now)
+        return [Frame("gpu", np.array([stamp]), np.array([0]), {"gpu_temp": np.array([50.0])})]
 
 
 def test_a_poll_longer_than_the_interval_counts_the_polls_it_skipped() -> None:
