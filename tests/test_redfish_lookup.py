@@ -17,6 +17,7 @@ import pytest
 from foreshock.health import PipelineHealth
 from foreshock.streams import redfish
 from foreshock.streams.redfish import TOO_SLOW, BmcClient, RedfishError, RedfishSource, tls_context
+from conftest_prom import wait_until
 from test_redfish_drip import CERTS, PASSWORD, USER, RawBmc, get_in_a_thread, late_tree
 
 # How long these tests let a lookup's addresses be used (the module's default is 30 s): long enough
@@ -241,10 +242,8 @@ def test_a_lookup_failing_after_its_request_gave_up_is_told_to_the_next_request(
     error, took = get_in_a_thread(client, "/redfish/v1/Chassis", give_it_s=5.0)
     # its timeout, not the lookup's 2 s
     assert isinstance(error, RedfishError) and error.reason == TOO_SLOW and took < 1.5, (error, took)
-    deadline = time.monotonic() + 5  # the lookup fails meanwhile, with no request waiting for it
-    while redfish.HOST_LOOKUPS.in_flight() and time.monotonic() < deadline:
-        time.sleep(0.005)
-    assert not redfish.HOST_LOOKUPS.in_flight()
+    # the lookup fails meanwhile, with no request waiting for it
+    wait_until(lambda: not redfish.HOST_LOOKUPS.in_flight(), 5, 0.005, "the lookup to fail")
     error, took = get_in_a_thread(client, "/redfish/v1/Chassis", give_it_s=5.0)
     assert isinstance(error, RedfishError) and error.reason == "BMC unreachable", error
     # at once: asking the resolver anew waited the 1 s timeout
