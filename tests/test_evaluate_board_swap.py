@@ -20,6 +20,8 @@ from foreshock.findings import Prediction
 from foreshock.recording import Recording
 from foreshock.simulator import ClusterSimulator
 
+pytestmark = pytest.mark.slow  # long end-to-end runs: tests/conftest.py hands such files out first
+
 
 @pytest.fixture(scope="module")
 def swapped(tmp_path_factory: pytest.TempPathFactory) -> Recording:

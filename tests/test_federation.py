@@ -14,7 +14,7 @@ from click.testing import CliRunner
 from conftest_prom import wait_until
 from foreshock.cli.main import cli
 
-pytestmark = pytest.mark.prometheus
+pytestmark = [pytest.mark.prometheus, pytest.mark.slow]
 
 
 def test_watch_reads_the_gpus_a_prometheus_server_scrapes_through_its_federation(start_prometheus, dcgm_exporter):

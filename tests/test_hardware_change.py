@@ -205,6 +205,7 @@ def findings_of_a_stage_that_never_stopped(topo: Topology, frames: list[Frame]) 
     return expected
 
 
+@pytest.mark.slow
 def test_a_worker_restarted_on_changed_hardware_finds_the_same_as_one_that_never_stopped(recording: Path):
     """Half the recording on its own topology, checkpoints; the other half on a topology with a new
     row of racks whose nodes, GPUs and links come first (every slot moved). The findings of the
@@ -234,6 +235,7 @@ def test_a_worker_restarted_on_changed_hardware_finds_the_same_as_one_that_never
     assert Counter(fresh.feed([on(new, f, old) for f in frames[half:]], half + 1)) != Counter(expected)
 
 
+@pytest.mark.slow
 def test_a_checkpoint_written_before_columns_were_appended_is_read_on(recording: Path):
     """A new version that appends state columns (``Detector.upgrade_state``, ``add_columns``) meets
     the checkpoints of the old one. A worker keeps each partition as a delta from a fresh bank's

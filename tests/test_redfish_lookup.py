@@ -106,6 +106,7 @@ def test_a_hung_resolver_is_given_up_at_the_requests_deadline(resolver, bmcs):
     assert bmc.seen == []
 
 
+@pytest.mark.slow
 def test_polls_of_a_hung_resolver_end_by_their_deadline_with_one_lookup_in_flight(resolver, bmcs, caplog):
     """Twelve polls while one node's name hangs in the resolver: each poll returns by its
     requests' deadline (the 1 s timeout) with no read of the node left in flight, the other

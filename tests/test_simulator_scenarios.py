@@ -151,6 +151,7 @@ EXPECTED = {
 }
 
 
+@pytest.mark.slow
 def test_mixed_every_fault_shows_its_consequence_in_its_own_domain() -> None:
     sim = run("mixed", 256, 21600, 60, 10)
     by_fault: dict[str, Counter[str]] = {}

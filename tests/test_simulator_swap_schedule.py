@@ -214,6 +214,7 @@ def _board_faults(draw: st.DrawFn) -> list[dict[str, Any]]:
 @settings(max_examples=30, deadline=None)
 @given(faults=_board_faults(), xid79_new_board=st.booleans(),
        steps=st.sampled_from(STEPS + INEXACT_STEPS + CROSSING_STEPS))
+@pytest.mark.slow
 def test_any_schedule_of_swaps_cures_what_the_rule_says_at_any_step(
         faults: list[dict[str, Any]], xid79_new_board: bool, steps: tuple[float, float | None]) -> None:
     run_s = 55.0  # past every swap

@@ -357,6 +357,7 @@ def test_cdu_readings_that_are_not_numbers_and_unknown_cdus_are_counted(bmcs):
         CduSource({"cdu9": cdu0.url}, topo)
 
 
+@pytest.mark.slow
 def test_a_cooling_loss_read_from_the_cdus_is_predicted_minutes_ahead_not_one(bmcs):
     """The simulator's cooling-loss scenario (256 GPUs, 2 loops; one CDU loses flow over 15 min):
     its GPUs as recorded, its loops as their CDUs would report them over Redfish (supply

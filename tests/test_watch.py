@@ -27,6 +27,7 @@ def stamped(text: str, ts: float) -> str:
                    for line in text.splitlines())
 
 
+@pytest.mark.slow
 def test_watch_predicts_a_failing_interface_from_a_live_dcgm_exporter(tmp_path: Path):
     """Two nodes' GPUs (no inlet: dcgm-exporter alone) as the exporter would serve them, one
     scrape per 10 s of telemetry (the lines carry their timestamps, so the test need not wait

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
+import pytest
 from click.testing import CliRunner
 
 from foreshock.cli.main import cli
@@ -100,6 +101,7 @@ def _named(found: list[Any], topology: Topology) -> list[tuple[str, str, float, 
             for f in found if isinstance(f, (Prediction, Anomaly))]
 
 
+@pytest.mark.slow
 def test_watch_takes_in_a_replaced_node_and_keeps_what_it_learnt_of_the_others(tmp_path: Path, caplog):
     """node0 and node1 are served, then node0 is replaced by node2 (a new hostname). The thermal
     interface of node1/gpu2 degrades from 10 min in, that of node2/gpu5 too: after the change

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pytest
 from click.testing import CliRunner
 
 from foreshock.cli.main import cli
@@ -217,6 +218,7 @@ def _gpu_series(metrics: str) -> list[str]:
             if line.startswith("foreshock_gpu_temperature_celsius{")]
 
 
+@pytest.mark.slow
 def test_watch_forgets_a_host_gone_for_long_and_the_others_keep_their_state_by_name(tmp_path: Path, caplog,
                                                                                   monkeypatch):
     """node0 goes away for good 1500 s in; with --forget-after 1200 the watch drops it 1200 s later:
@@ -273,6 +275,7 @@ def test_watch_forgets_a_host_gone_for_long_and_the_others_keep_their_state_by_n
     assert max(f["ts"] for f in throttles) > page_ts[GONE_POLL] + FORGET_AFTER  # some after the shrink
 
 
+@pytest.mark.slow
 def test_watch_with_forget_after_0_keeps_a_host_gone_for_long(tmp_path: Path, monkeypatch):
     _, _, pages, page_ts = _world()
     _, metrics = _watch(pages, page_ts, tmp_path / "kept.jsonl", 0, monkeypatch)
@@ -281,6 +284,7 @@ def test_watch_with_forget_after_0_keeps_a_host_gone_for_long(tmp_path: Path, mo
     assert sorted(set(_gpu_series(metrics))) == ["node0", "node1", "node2"]
 
 
+@pytest.mark.slow
 def test_an_incident_open_on_a_forgotten_host_is_resolved_when_the_host_is_dropped(tmp_path: Path, monkeypatch):
     """node0's two degrading GPUs open an incident rooted at node0; the node then goes silent and is
     forgotten 600 s later. The move drops the incident with the hardware it was about, and nothing
@@ -498,6 +502,7 @@ def test_an_incident_that_loses_members_in_a_move_is_told_again_without_them_at_
     assert not [f for f in told if f.state == "growing"]
 
 
+@pytest.mark.slow
 def test_watch_tells_an_incident_across_a_forgotten_host_and_a_kept_one_without_the_forgotten_gpus(
         tmp_path: Path, monkeypatch):
     """The whole watch: node0's and node1's degrading GPUs share an incident rooted at the derived
