@@ -78,6 +78,19 @@ def jit(func: F) -> F:
     return numba.njit(**JIT_OPTIONS)(func)  # type: ignore[no-any-return]
 
 
+EXACT_OPTIONS: dict[str, Any] = {**JIT_OPTIONS, "fastmath": {"nsz"}}
+"""Options for kernels whose arithmetic is about exact float64 results in the order written: the
+counter rates (``M - last`` first because it is exact, a glitch's ``v - before - counted``; a
+plain-Python reference equal delta for delta). ``reassoc`` let LLVM regroup ``v - before - counted``
+as ``v - (before + counted)``, 1 ulp off the reference where unrelated code in the kernel changed,
+and ``contract``/``arcp`` may fuse or approximate; only ``nsz`` is kept."""
+
+
+def jit_exact(func: F) -> F:
+    """Compile ``func`` with :data:`EXACT_OPTIONS`."""
+    return numba.njit(**EXACT_OPTIONS)(func)  # type: ignore[no-any-return]
+
+
 def jit_parallel(func: F) -> F:
     """Compile ``func`` with foreshock's parallel options."""
     return numba.njit(**PARALLEL_OPTIONS)(func)  # type: ignore[no-any-return]

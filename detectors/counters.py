@@ -11,12 +11,12 @@ module swap). For a counter declared with a wrap modulus ``M``::
 
     wrapped = (M - last) + value
     wrap   if last <= M and wrapped <= min(M / 2, max_rate * dt, PACE_SLACK * pace * dt)
-    reset  otherwise
+    reset  otherwise (a re-base where value > max_rate * dt: "A fall that is not a clear")
 
 The half-range rule is the usual one (SNMP, Prometheus exporters): a wrap that moved more than
 half the range between two samples cannot be told from a reset, so it is not guessed at.
 Give ``max_rate`` (e.g. the link's line rate in bytes/s) to tighten it. A counter declared
-without a modulus (``0``) never wraps: every decrease is a reset.
+without a modulus (``0``) never wraps: every decrease is a reset (or the re-base above).
 
 The half-range rule alone read a 32-bit counter cleared from above 2**31 (``perfquery -R``, a
 driver reload) as a wrap: 3.0e9 -> 12 became an increase of 2**32 - 3.0e9 + 12 = 1.29e9 counts
@@ -25,7 +25,8 @@ stalled for minutes). So a wrap must also fit the counter's own pace: ``pace`` (
 its recent peak rate, the fastest of its last intervals, halved at each interval after it
 (``pace = max(rate, pace / 2)``), and a wrap may be up to ``PACE_SLACK`` times that pace over
 the interval. With no pace known (the counter's second reading, or the first after a reset:
-when the clear came is not known) a decrease is a reset. A reset under-counts by the part of
+when the clear came is not known) a decrease is a reset (unless no clear explains it: "A fall
+that is not a clear"). A reset under-counts by the part of
 the interval before the clear, a wrong wrap adds up to 2**31 phantom counts; a true wrap read
 as a reset (a counter idle, then suddenly ``PACE_SLACK`` times faster) loses what it counted
 before passing the top in that one interval.
@@ -93,7 +94,7 @@ a counter that really moved on is taken at the first reading that fits, or re-ba
 A high reading that stands is the counter's new baseline
 --------------------------------------------------------
 The last good value can be the wrong one. A counter takes a reading as its baseline with no pace to
-judge it by: its first reading, its second (a decrease there is a reset), the first after a reset,
+judge it by: its first reading, its second (a decrease there is a reset, or a re-base below), the first after a reset,
 the first after a restore without its pace. A low one there (a 0 read as a collector starts, a
 truncated read) made every true reading after it "too fast" until the bound times the time since
 passed the counter's whole total: an optic's ``rx_bits`` of weeks of uptime (3e17) read 0 once at
@@ -116,9 +117,32 @@ good one stays refused, as before. The same reading again does not go on from it
 repeated by a stuck read, all ones of 64 bits while a port re-initialises, had stood, and the fall
 back from it was a reset re-adding the counter's whole total); so a counter that does not move after
 a low baseline stays refused, counted, until its first rise, which stands. Two garbage readings that
-rise from each other within the bound still stand, and the fall back is then read as a reset. All
+rise from each other within the bound still stand; the fall back is then a re-base where the true
+value is above what the counter counts in an interval (below), else a reset. All
 ones (``SATURATED_AT``) go on only from all ones (read twice: where a counter stops); once, it is as
 often a failed read. Missing, invalid and stale readings decide nothing.
+
+A fall that is not a clear
+--------------------------
+A reset's increase is the new value: all the counter counted since the clear, in the interval.
+A counter with a physical bound cannot have counted more than the bound times the interval, so
+a fall to a value above that is no clear: the value before it was the wrong one. A garbage
+reading taken as a baseline (a first reading, which nothing judges: ``1e15`` for a GPU's
+``energy`` as a collector starts) or two garbage readings that rose from each other and stood
+(above) fell back to the counter's true total, which a reset took whole: a day of energy in
+one second (megawatts), weeks of an optic's ``rx_bits`` in one poll. Such a fall re-bases the
+counter on the lower value (``rebased_down``, a health problem; not a reset: ``s_resets`` does
+not count it), no increase taken for it, no pace known after it. With a pace known, though, the
+value before had been judged, and the lower reading may be the bad one (a truncated read: one
+digit of a day of ``energy`` lost): as with a reset, the fall is pending (``FELL`` in ``s_drop``)
+for the next reading. Back above the value before within the bound, it was a glitch: nothing
+taken for the low reading, and the next reading's increase is the whole rise since the value
+before, its rate over that time (every event counted once); read together with others, its
+share by time of that rise instead, so that it spans its own interval as theirs do. Read as a
+reset, it had been 6e6 J in a second, then 0. Otherwise the fall stands, and
+``rebased_down`` is counted then. It cannot tell a small counter's garbage from a clear: a
+``link_downed`` whose true total is 3 falls back from a garbage first reading to 3, within its
+bound over a poll, and is read as a reset that counted 3.
 
 Counters read together
 ----------------------
@@ -132,7 +156,9 @@ row refused as too fast with every reading valid is the one kept, and the next r
 counter with a baseline goes on from its own reading in it (a bounded counter's rise from there no
 more than its bound's): all are re-based on it together, so their increases still span the same
 interval (re-based alone, the bits' increase would span the time since the refused row and the
-corrected bits' the time since their last good one). The one exception to the same interval: a
+corrected bits' the time since their last good one). A row where one of them falls to more than a
+clear can explain (re-based, its increase unknown: "A fall that is not a clear") gives no increase
+for any of them, and all go on from it. The one exception to the same interval: a
 reading of exactly ``SATURATED_AT`` held for a poll (below) holds that counter alone, so its next
 increase spans two intervals and the others' one. It cannot happen to the optics' pair, which comes
 from ``ethtool -S``: that source reads all ones as no reading (NaN), and a row with one missing is
@@ -175,12 +201,12 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from foreshock import facts
-from foreshock.numba_config import jit
+from foreshock.numba_config import jit_exact
 
 # Problem counters returned by the kernel, in this order.
 PROBLEMS: tuple[str, ...] = (
     "resets", "wraps", "stale_or_out_of_order", "invalid_value", "unknown_slot", "saturated", "glitches",
-    "implausible_rise", "resets_confirmed", "rebased",
+    "implausible_rise", "resets_confirmed", "rebased", "rebased_down",
 )
 """``resets`` counts each decrease read as a reset when it comes (the next reading may show it a
 glitch); ``resets_confirmed`` counts each once it stands (the reading after it did not come back,
@@ -188,9 +214,12 @@ or there was no pace to judge a way back by), which is what :func:`report_proble
 ``implausible_rise`` counts each reading refused as faster than the counter can count, when it is
 refused; ``rebased`` each counter re-based on one that stood (the reading after it went on from it:
 module docstring, "A high reading that stands"), the jump to it not taken. A re-base is not a reset (the
-counter did not go backwards: ``s_resets`` does not count it)."""
-_RESET, _WRAP, _STALE, _INVALID, _BAD_SLOT, _SATURATED, _GLITCH, _IMPLAUSIBLE, _CLEARED, _REBASED = range(
-    len(PROBLEMS))
+counter did not go backwards: ``s_resets`` does not count it). ``rebased_down`` counts each decrease to
+more than the counter can have counted since a clear in the interval (module docstring, "A fall that is
+not a clear") once it stands, as ``resets_confirmed`` does: the value before it was the wrong one, and
+the counter is re-based on the lower one, no increase taken."""
+(_RESET, _WRAP, _STALE, _INVALID, _BAD_SLOT, _SATURATED, _GLITCH, _IMPLAUSIBLE, _CLEARED, _REBASED,
+ _REBASED_DOWN) = range(len(PROBLEMS))
 
 SATURATED_AT = 2.0**32 - 1.0
 """Where 32-bit legacy InfiniBand PortCounters stop: ``port_xmit_wait`` (sysfs reads it from
@@ -212,14 +241,19 @@ PACE_DECAY = 0.5
 """Per interval, the recent peak rate falls to this share of itself unless a faster one replaces it."""
 
 DROP_SIZE = 6
-"""Columns of ``s_drop``: the value before a decrease, its time, the pace then, and 1.0 if the
-decrease was read as a wrap (0.0: a reset). With no drop pending (NaN value), ``HELD`` in the fourth
-column marks a reading at ``SATURATED_AT`` held for the next reading to confirm: the reading that
-comes right after a drop decides it before it can be held, so the two are never pending together.
+"""Columns of ``s_drop``: the value before a decrease, its time, the pace then, and how the decrease
+was read: 0.0 a reset, 1.0 a wrap, ``FELL`` a fall no clear explains. With no drop pending (NaN
+value), ``HELD`` in the fourth column marks a reading at ``SATURATED_AT`` held for the next reading
+to confirm: the reading that comes right after a drop decides it before it can be held, so the two
+are never pending together.
 The last two: the last reading refused as too fast and its time (NaN: none), pending with either of
 those, for the next reading to tell a bad one from one that stood. A state saved with 3 or 4
 columns (before wraps' drops, before refused readings were kept) loads widened (:func:`widened_drop`)."""
 HELD = 2.0
+FELL = 3.0
+"""``s_drop``'s fourth column for a decrease to more than a clear in the interval can explain, with a
+pace known: re-based there, nothing taken, pending for the next reading (back where it was: the low
+reading was the bad one, a glitch)."""
 
 MAX_PORT_RATE_BPS = 2.0 * facts.LINK_RATE_UPLINK_BPS
 """The fastest port the counters' physical bounds allow for: 1.6 Tb/s, twice the fastest port
@@ -274,7 +308,7 @@ def modulus_for_bits(bits: int, scale: float = 1.0) -> float:
     return 0.0 if bits == 0 else float(2**bits) * scale
 
 
-@jit
+@jit_exact
 def _rise_refused(v: float, last: float, dt: float, max_rate: float, before: float, since_before: float) -> bool:
     """Whether a valid reading ``v``, ``dt`` after the last one taken (``last``), rose faster than the
     counter can count (``max_rate``): refused, unless a low reading is pending (``before``, the value
@@ -286,7 +320,7 @@ def _rise_refused(v: float, last: float, dt: float, max_rate: float, before: flo
     return not (before == before and v >= before and v - before <= max_rate * since_before)
 
 
-@jit
+@jit_exact
 def _stood(v: float, high: float, since_high: float, max_rate: float) -> bool:
     """Whether a reading ``v`` refused as too fast goes on from the refused reading before it (``high``,
     ``since_high`` s ago; NaN: none): higher, and no faster than the counter can count. Not the same
@@ -301,7 +335,7 @@ def _stood(v: float, high: float, since_high: float, max_rate: float) -> bool:
     return high == high and since_high >= MIN_DT_S and v > high and v - high <= max_rate * since_high
 
 
-@jit
+@jit_exact
 def _row_stood(i: int, s: int, t: float, values: np.ndarray, spec: np.ndarray, state: np.ndarray,
                drop: np.ndarray) -> bool:
     """Whether row ``i`` of counters read together, refused as too fast, goes on from the row refused
@@ -324,7 +358,7 @@ def _row_stood(i: int, s: int, t: float, values: np.ndarray, spec: np.ndarray, s
     return high_t == high_t  # (NaN: no counter has a baseline, and nothing was refused)
 
 
-@jit
+@jit_exact
 def _row_refusals(i: int, s: int, t: float, values: np.ndarray, spec: np.ndarray, state: np.ndarray,
                   drop: np.ndarray, problems: np.ndarray) -> int:
     """How row ``i`` of counters read together is refused: 0, not at all (taken for all of them); -1,
@@ -367,7 +401,7 @@ def _row_refusals(i: int, s: int, t: float, values: np.ndarray, spec: np.ndarray
     return refused
 
 
-@jit
+@jit_exact
 def _rebase(i: int, s: int, j: int, v: float, t: float, state: np.ndarray, pace: np.ndarray,
             drop: np.ndarray, problems: np.ndarray, out: np.ndarray) -> None:
     """Re-base counter ``j`` of slot ``s`` on the refused reading ``v`` went on from (``drop[s, j, 4:]``)
@@ -378,6 +412,8 @@ def _rebase(i: int, s: int, j: int, v: float, t: float, state: np.ndarray, pace:
     span = t - drop[s, j, 5]
     if drop[s, j, 0] == drop[s, j, 0] and drop[s, j, 3] == 0.0:
         problems[_CLEARED] += 1
+    if drop[s, j, 0] == drop[s, j, 0] and drop[s, j, 3] == FELL:
+        problems[_REBASED_DOWN] += 1
     if drop[s, j, 3] == HELD and v != SATURATED_AT:
         problems[_IMPLAUSIBLE] += 1
     problems[_REBASED] += 1
@@ -392,7 +428,7 @@ def _rebase(i: int, s: int, j: int, v: float, t: float, state: np.ndarray, pace:
     out[1, i, j] = delta / span
 
 
-@jit
+@jit_exact
 def _counter_deltas(ts: np.ndarray, slot: np.ndarray, values: np.ndarray, spec: np.ndarray, together: bool,
                     state: np.ndarray, pace: np.ndarray, drop: np.ndarray, counts: np.ndarray,
                     out: np.ndarray) -> np.ndarray:
@@ -403,8 +439,9 @@ def _counter_deltas(ts: np.ndarray, slot: np.ndarray, values: np.ndarray, spec: 
     (:func:`_row_refusals`), or re-based for all (:func:`_row_stood`);
     state (slots, k, 2) = [last value, last ts] with NaN = nothing seen yet; pace (slots, k) the
     recent peak rate, NaN = none known (see the module docstring); drop (slots, k, DROP_SIZE) =
-    [value, ts, pace, 1.0 if read as a wrap else 0.0] from before a decrease, NaN = none pending
-    (the next reading tells a one-reading glitch from a reset or a wrap), or [NaN, NaN, NaN, HELD]
+    [value, ts, pace, how it was read: 0.0 a reset, 1.0 a wrap, ``FELL`` a fall no clear explains]
+    from before a decrease, NaN = none pending (the next reading tells a one-reading glitch from
+    what it was read as), or [NaN, NaN, NaN, HELD]
     while a reading at ``SATURATED_AT`` is held for the next one to confirm; then [value, ts] of the
     last reading refused as too fast, NaN = none (the next reading tells a bad one from one that
     stood: the counter re-based on it); counts (slots, k)
@@ -425,6 +462,7 @@ def _counter_deltas(ts: np.ndarray, slot: np.ndarray, values: np.ndarray, spec: 
             problems[_BAD_SLOT] += 1
             continue
         rebase_row = False
+        fell_unknown = False  # a counter of the row re-based on a fall (its increase unknown)
         if together:
             refusals = _row_refusals(i, s, t, values, spec, state, drop, problems)
             if refusals != 0:
@@ -477,7 +515,7 @@ def _counter_deltas(ts: np.ndarray, slot: np.ndarray, values: np.ndarray, spec: 
             if drop[s, j, 4] == drop[s, j, 4]:  # taken from the last good one: the refused one was bad
                 drop[s, j, 4] = drop[s, j, 5] = np.nan
             pending = before == before  # the last reading taken was a drop: this one tells what it was
-            held = drop[s, j, 3] == HELD  # (a pending drop has 0 or 1 there)
+            held = drop[s, j, 3] == HELD  # (a pending drop has 0, 1 or FELL there)
             if not pending and not held and v >= last and v != SATURATED_AT:
                 # the common case (nothing pending, an increase): as the general path below takes it
                 delta = v - last
@@ -489,10 +527,13 @@ def _counter_deltas(ts: np.ndarray, slot: np.ndarray, values: np.ndarray, spec: 
                 continue
             glitch = False
             read_as_wrap = False
+            read_as_reset = False
+            span = dt  # the time the row's increase is over (its rate's denominator)
             if pending:
                 elapsed = t - drop[s, j, 1]
                 before_pace = drop[s, j, 2]
                 read_as_wrap = drop[s, j, 3] == 1.0
+                read_as_reset = drop[s, j, 3] == 0.0  # (else FELL)
                 # back where it was, no faster than the counter can count (its physical bound; without
                 # one, 16x its pace before the drop): the low reading was a bad one
                 back_rate = max_rate if max_rate < np.inf else PACE_SLACK * before_pace
@@ -504,8 +545,10 @@ def _counter_deltas(ts: np.ndarray, slot: np.ndarray, values: np.ndarray, spec: 
                     # at the top of 32 bits all at once: where a counter stops, or all ones read once;
                     # held (not taken) until the next reading says which. It decides a pending drop
                     # first (not back: a reset or wrap that stands), so the two never wait together.
-                    if pending and not read_as_wrap:
+                    if pending and read_as_reset:
                         problems[_CLEARED] += 1
+                    elif pending and not read_as_wrap:
+                        problems[_REBASED_DOWN] += 1
                     drop[s, j, 0] = drop[s, j, 1] = drop[s, j, 2] = np.nan
                     drop[s, j, 3] = HELD
                     continue
@@ -515,16 +558,29 @@ def _counter_deltas(ts: np.ndarray, slot: np.ndarray, values: np.ndarray, spec: 
                     problems[_IMPLAUSIBLE] += 1  # not still there: the held reading was a bad one
             if pending:
                 drop[s, j, :] = np.nan  # only the reading right after the drop decides
-                if not glitch and not read_as_wrap:
+                if not glitch and read_as_reset:
                     problems[_CLEARED] += 1  # not back: the reset stands
+                elif not glitch and not read_as_wrap:
+                    problems[_REBASED_DOWN] += 1  # not back: the value before the fall was the wrong one
             saturated = v == SATURATED_AT and last != v  # got there (one back there after a bad reading is not)
             if glitch:
-                # the low reading was counted already: as an increase of itself (a reset) or as the
-                # way round from before (a wrap)
-                counted = (modulus - before) + last if read_as_wrap else last
-                delta = max(v - before - counted, 0.0)
+                if read_as_wrap or read_as_reset:
+                    # the low reading was counted already: as an increase of itself (a reset) or as
+                    # the way round from before (a wrap)
+                    counted = (modulus - before) + last if read_as_wrap else last
+                    delta = max(v - before - counted, 0.0)
+                elif together:
+                    # the low reading counted nothing (a fall no clear explains): this interval's
+                    # share of the increase since before it, so that its delta spans its own interval
+                    # as those of the counters read with it do (their last row gave none either)
+                    delta = (v - before) * (dt / elapsed)
+                else:
+                    # the low reading counted nothing: the whole increase since before it (every
+                    # event once: a share of a link down had been +0.5), its rate over that time
+                    delta = v - before
+                    span = elapsed
                 problems[_GLITCH] += 1
-                if not read_as_wrap and counts[s, j] > 0:
+                if read_as_reset and counts[s, j] > 0:
                     counts[s, j] -= 1  # not a reset after all
                 pace[s, j] = max((v - before) / elapsed, PACE_DECAY * before_pace)
             elif v >= last:
@@ -546,6 +602,21 @@ def _counter_deltas(ts: np.ndarray, slot: np.ndarray, values: np.ndarray, spec: 
                     drop[s, j, 2] = recent
                     drop[s, j, 3] = 1.0
                     pace[s, j] = max(delta / dt, PACE_DECAY * recent)
+                elif v > max_rate * dt:
+                    # more than the counter can have counted since a clear in the interval: not a
+                    # reset; the value before was the wrong one (garbage taken as a baseline with no
+                    # pace to judge it by, or two that rose from each other and stood). Re-based on
+                    # this one, its increase unknown (read as a reset, it was the counter's whole total)
+                    delta = np.nan
+                    if recent == recent:  # kept for the next reading: back near before, a glitch
+                        drop[s, j, 0] = last
+                        drop[s, j, 1] = last_t
+                        drop[s, j, 2] = recent
+                        drop[s, j, 3] = FELL
+                    else:
+                        problems[_REBASED_DOWN] += 1  # nothing to judge a way back by: it stands now
+                    pace[s, j] = np.nan
+                    fell_unknown = True
                 else:
                     delta = v
                     counts[s, j] += 1
@@ -561,7 +632,13 @@ def _counter_deltas(ts: np.ndarray, slot: np.ndarray, values: np.ndarray, spec: 
             state[s, j, 0] = v
             state[s, j, 1] = t
             out[0, i, j] = delta
-            out[1, i, j] = delta / dt
+            out[1, i, j] = delta / span
+        if together and fell_unknown:
+            # one counter's increase over the interval is unknown: the others' are not given
+            # either (their ratio over it is unknown), though each goes on from this row
+            for j in range(k):
+                out[0, i, j] = np.nan
+                out[1, i, j] = np.nan
     return problems
 
 
@@ -583,9 +660,11 @@ class CounterRates:
         further above the last one than that is refused: counted as ``implausible_rise``, not
         taken, unless it goes on from the reading refused before it (within the bound from there):
         that one stood, and the counter is re-based on it (``rebased``); a decrease whose wrapped
-        increase would exceed it is read as a reset; a reading back above the value before a low one
-        within it is a glitch. ``inf`` = no bound (the half-range rule for wraps, 16x the pace for
-        glitches; no reading refused).
+        increase would exceed it is read as a reset, unless the new value itself exceeds it (more
+        than a clear in the interval can have counted): then the value before was the wrong one,
+        and the counter is re-based on the new one (``rebased_down``); a reading back above the
+        value before a low one within it is a glitch. ``inf`` = no bound (the half-range rule for
+        wraps, 16x the pace for glitches; no reading refused).
     together:
         The counters are read together and used together (a ratio of their increases: the pre-FEC
         BER is corrected bits / received bits): a row is taken for all of them or for none. One
@@ -641,8 +720,8 @@ class CounterRates:
         self.s_resets = np.zeros((n_slots, k), dtype=np.int64)
         self.s_rate = np.full((n_slots, k), np.nan)  # recent peak rate (the wrap test's pace)
         self._rate_of = self.s_state
-        # [value, ts, pace, read as a wrap (1) or a reset (0)] from before a decrease: the next
-        # reading may show it a glitch
+        # [value, ts, pace, read as a reset (0), a wrap (1) or a fall no clear explains (FELL)]
+        # from before a decrease: the next reading may show it a glitch
         self.s_drop = np.full((n_slots, k, DROP_SIZE), np.nan)
         self._drop_of = self.s_state
 
@@ -758,7 +837,8 @@ def with_counter_pace_and_drop(state: dict[str, Any], state_key: str, rate_key: 
 def report_problems(health: Any, stage: str, problems: dict[str, int]) -> None:
     """Send counter problems to a :class:`foreshock.health.PipelineHealth`: a glitch or a reading
     above what the counter can count is a bad reading, a counter re-based on a high one that stood
-    is one too (the reading it was judged from); a reset is reported once it stands (a
+    is one too (the reading it was judged from), as is one re-based on a fall a clear cannot explain;
+    a reset is reported once it stands (a
     counter going backwards: README "Bad input"; one seen to come back was a glitch, reported as
     that); wraps are what a 32-bit counter does at speed, the input being right, so they are not."""
     reasons = {
@@ -768,6 +848,8 @@ def report_problems(health: Any, stage: str, problems: dict[str, int]) -> None:
                             "once then back): one bad reading, ignored",
         "rebased": "counter read higher than it can have counted, then went on from there: the value it was judged "
                    "from was wrong (a low first reading, or a clear), counted from the new one (the jump not counted)",
+        "rebased_down": "counter fell to more than it can have counted since a clear: the value it was judged from "
+                        "was wrong (a garbage first reading), counted from the new one (the fall not read as a reset)",
         "stale_or_out_of_order": "counter sample not newer than the last one for its entity",
         "invalid_value": "negative or infinite counter value",
         "unknown_slot": "row with a slot outside the topology or a NaN timestamp",

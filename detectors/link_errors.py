@@ -207,7 +207,10 @@ def _link_error_kernel(ts: np.ndarray, slot: np.ndarray, delta: np.ndarray, rate
         late_state = np.nan
         held = state_down[s, 0]
         if d_down == d_down:  # the counter's answer
-            cleared = raw < downed_last[s]  # link_downed does not wrap: a decrease is a clear
+            # link_downed does not wrap: a decrease the counter read as a clear (its increase is the
+            # reading itself). Not a decrease alone: after a fall re-based with no increase (a garbage
+            # reading before it), ``downed_last`` still holds the garbage until the next increase
+            cleared = raw < downed_last[s] and d_down == raw
             if reading:
                 downed_last[s] = raw
             if state_down[s, 2] == 1.0:

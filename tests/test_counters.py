@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import doctest
 import math
+from typing import Callable
 
 import numpy as np
 import pytest
@@ -25,11 +26,19 @@ def naive_rates(ts, slot, values, modulus, max_rate, n_slots, together=False, bo
     rate = np.full((rows, k), np.nan)
     last: dict[tuple[int, int], tuple[float, float]] = {}
     pace: dict[tuple[int, int], float] = {}  # recent peak rate; absent = none known
-    drop: dict[tuple[int, int], tuple[float, float, float, bool]] = {}  # (value, ts, pace, wrap?) before a decrease
+    # (value, ts, pace, read as "reset", "wrap" or "fell") before a decrease
+    drop: dict[tuple[int, int], tuple[float, float, float, str]] = {}
     held: set[tuple[int, int]] = set()  # a reading at 2**32-1 waiting for the next to confirm it
     high: dict[tuple[int, int], tuple[float, float]] = {}  # (value, ts) of the last reading refused as too fast
     resets = np.zeros((n_slots, k), dtype=np.int64)
     problems = dict.fromkeys(PROBLEMS, 0)
+
+    def stands(pending):
+        """A pending drop the next reading did not come back from: a reset or a fall counted now."""
+        if pending[3] == "reset":
+            problems["resets_confirmed"] += 1
+        elif pending[3] == "fell":
+            problems["rebased_down"] += 1
 
     def goes_on(v, key, t, bound):
         """Whether ``v`` goes on from the reading refused before it: higher, no faster than the
@@ -47,6 +56,7 @@ def naive_rates(ts, slot, values, modulus, max_rate, n_slots, together=False, bo
             problems["unknown_slot"] += 1
             continue
         rebase_row = False
+        fell_unknown: list[int] = []  # counters re-based on a fall a clear cannot explain
         if together:
             # the row is skipped for all when one reading is missing, invalid or refused as too fast,
             # unless it goes on from the row refused before it: then all are re-based on that row
@@ -121,7 +131,7 @@ def naive_rates(ts, slot, values, modulus, max_rate, n_slots, together=False, bo
                     hv, ht = high.pop((s, j))
                     if pending is not None:
                         del drop[(s, j)]
-                        problems["resets_confirmed"] += not pending[3]
+                        stands(pending)
                     if (s, j) in held:
                         held.discard((s, j))
                         problems["implausible_rise"] += v != top
@@ -143,30 +153,37 @@ def naive_rates(ts, slot, values, modulus, max_rate, n_slots, together=False, bo
                     held.add((s, j))  # all at once at the top: the next reading tells
                     if pending is not None:  # it decides a pending drop first: not back
                         del drop[(s, j)]
-                        problems["resets_confirmed"] += not pending[3]
+                        stands(pending)
                     continue
             if (s, j) in held:
                 held.discard((s, j))
                 problems["implausible_rise"] += v != top
             if pending is not None:
                 del drop[(s, j)]  # only the reading right after a reset or a wrap decides
-                problems["resets_confirmed"] += not glitch and not pending[3]
+                if not glitch:
+                    stands(pending)
             # reaching where a legacy PortCounters counter stops is counted once (a return there after
             # one bad reading is not)
             at_top = v == top and lv != v
             if glitch:
                 # back where it was before the drop: the low reading was a glitch
-                before, before_t, before_pace, was_wrap = pending
-                # the low reading was counted as a wrap from before, or as a reset of itself
-                counted = (modulus[j] - before) + lv if was_wrap else lv
-                d = max(v - before - counted, 0.0)
+                before, before_t, before_pace, read_as = pending
+                span = dt
+                if read_as == "fell" and together:  # nothing counted for the low reading: this interval's share
+                    d = (v - before) * (dt / (t - before_t))
+                elif read_as == "fell":  # nothing counted for it: the whole rise, its rate over the time since
+                    d = v - before
+                    span = t - before_t
+                else:  # the low reading was counted as a wrap from before, or as a reset of itself
+                    counted = (modulus[j] - before) + lv if read_as == "wrap" else lv
+                    d = max(v - before - counted, 0.0)
                 problems["glitches"] += 1
-                if not was_wrap:
+                if read_as == "reset":
                     resets[s, j] = max(resets[s, j] - 1, 0)
                 pace[(s, j)] = max((v - before) / (t - before_t), before_pace / 2)
                 last[(s, j)] = (v, t)
                 delta[i, j] = d
-                rate[i, j] = d / dt
+                rate[i, j] = d / span
                 continue
             problems["saturated"] += at_top
             if v >= lv:
@@ -180,13 +197,24 @@ def naive_rates(ts, slot, values, modulus, max_rate, n_slots, together=False, bo
                         and recent is not None and wrapped <= 16.0 * recent * dt:
                     d = wrapped
                     problems["wraps"] += 1
-                    drop[(s, j)] = (lv, lt, recent, True)  # a glitch near the top fits a wrap too
+                    drop[(s, j)] = (lv, lt, recent, "wrap")  # a glitch near the top fits a wrap too
+                elif v > bound * dt:
+                    # more than a clear in the interval can have counted: the value before was wrong;
+                    # re-based on this one, no increase, no pace; pending where a pace was known
+                    if recent is not None:
+                        drop[(s, j)] = (lv, lt, recent, "fell")
+                    else:
+                        problems["rebased_down"] += 1
+                    pace.pop((s, j), None)
+                    last[(s, j)] = (v, t)
+                    fell_unknown.append(j)
+                    continue
                 else:
                     d = v
                     resets[s, j] += 1
                     problems["resets"] += 1
                     if recent is not None:
-                        drop[(s, j)] = (lv, lt, recent, False)
+                        drop[(s, j)] = (lv, lt, recent, "reset")
                     else:
                         problems["resets_confirmed"] += 1
                     pace.pop((s, j), None)  # when the clear came in the interval is unknown
@@ -198,7 +226,34 @@ def naive_rates(ts, slot, values, modulus, max_rate, n_slots, together=False, bo
             last[(s, j)] = (v, t)
             delta[i, j] = d
             rate[i, j] = d / dt
+        if together and fell_unknown:  # one increase unknown: none of the row's is given
+            delta[i, :] = np.nan
+            rate[i, :] = np.nan
     return delta, rate, problems, resets
+
+
+def assert_matches_reference(make: Callable[[], CounterRates], ts: np.ndarray, slot: np.ndarray, values: np.ndarray,
+                             cut: int) -> tuple[np.ndarray, np.ndarray, dict[str, int]]:
+    """Feed ``values`` to ``make()`` up to row ``cut``, the rest to another loaded from its state (what
+    is pending crosses a checkpoint), and check the kernel equals :func:`naive_rates` given the same
+    counters: delta for delta, rate for rate, count for count, resets per counter. Returns the
+    deltas, rates and problem counts."""
+    rates = make()
+    d1, r1, p1 = rates.update(ts[:cut], slot[:cut], values[:cut])
+    restored = make()
+    restored.load_state_dict(rates.state_dict())
+    d2, r2, p2 = restored.update(ts[cut:], slot[cut:], values[cut:])
+    modulus, max_rate, bounding = restored.spec.T
+    bounded_by = {j: int(b) for j, b in enumerate(bounding) if b >= 0} or None
+    ref_d, ref_r, ref_p, ref_resets = naive_rates(ts, slot, values, list(modulus), list(max_rate),
+                                                  restored.s_state.shape[0], together=restored.together,
+                                                  bounded_by=bounded_by)
+    delta, rate = np.vstack([d1, d2]), np.vstack([r1, r2])
+    np.testing.assert_array_equal(delta, ref_d)
+    np.testing.assert_array_equal(rate, ref_r)
+    assert {key: p1[key] + p2[key] for key in PROBLEMS} == ref_p
+    np.testing.assert_array_equal(restored.s_resets, ref_resets)
+    return delta, rate, ref_p
 
 
 values_st = st.one_of(
@@ -223,24 +278,17 @@ def test_kernel_matches_reference_on_random_input(n_rows, n_slots, data):
                                          min_size=n_rows, max_size=n_rows)), dtype=np.float64).reshape(n_rows, k)
     modulus = [modulus_for_bits(32), 0.0, modulus_for_bits(64)]
     max_rate = [np.inf, np.inf, 1e6]
-    rates = CounterRates(n_slots, ["a", "b", "c"], modulus=modulus, max_rate=max_rate)
-    # feed in two parts: streaming must equal the batch reference
-    cut = data.draw(st.integers(0, n_rows))
-    d1, r1, p1 = rates.update(ts[:cut], slot[:cut], values[:cut])
-    d2, r2, p2 = rates.update(ts[cut:], slot[cut:], values[cut:])
-    ref_d, ref_r, ref_p, ref_resets = naive_rates(ts, slot, values, modulus, max_rate, n_slots)
-    np.testing.assert_array_equal(np.vstack([d1, d2]), ref_d)
-    np.testing.assert_array_equal(np.vstack([r1, r2]), ref_r)
-    assert {key: p1[key] + p2[key] for key in PROBLEMS} == ref_p
-    np.testing.assert_array_equal(rates.s_resets, ref_resets)
+    # fed in two parts: streaming (and a checkpoint) must equal the batch reference
+    _, both, _ = assert_matches_reference(
+        lambda: CounterRates(n_slots, ["a", "b", "c"], modulus=modulus, max_rate=max_rate), ts, slot, values,
+        data.draw(st.integers(0, n_rows)))
     # never a negative or infinite rate, whatever the input
-    both = np.vstack([r1, r2])
     assert not np.any(both[np.isfinite(both)] < 0)
     assert not np.any(np.isinf(both))
 
 
 # what can happen to one reading of a counter moving at its pace: the cases the re-base rule is for
-EDITS = ("low", "garbage", "garbage twice", "jump", "all ones", "missing")
+EDITS = ("low", "truncated", "garbage", "garbage twice", "jump", "all ones", "missing")
 
 
 @pytest.mark.kernel
@@ -248,8 +296,9 @@ EDITS = ("low", "garbage", "garbage twice", "jump", "all ones", "missing")
 @given(n_slots=st.integers(1, 2), together=st.booleans(), data=st.data())
 def test_kernel_matches_reference_where_high_readings_stand(n_slots, together, data):
     """Two counters moving at a pace under their bounds, with readings the re-base rule judges: a
-    low first reading (or a low one later: a reset, or a glitch when a pace is known), garbage far
-    above (once, or the same twice), a jump the counter goes on from (it stands), all ones, a
+    low first reading (or a low one later: a reset, or a glitch when a pace is known), a truncated one
+    (low, but more than a clear explains: a fall re-based, or a glitch), garbage far above (once, or
+    the same twice), a jump the counter goes on from (it stands), all ones, a
     missing one; read alone or together (the second bounded by the first). Fed in two parts with a
     checkpoint between: the kernel equals the reference, delta for delta and count for count."""
     n_rows = data.draw(st.integers(2, 40))
@@ -269,6 +318,8 @@ def test_kernel_matches_reference_where_high_readings_stand(n_slots, together, d
         edit = data.draw(st.sampled_from(EDITS))
         if edit == "low":
             values[i, j] = data.draw(st.sampled_from([0.0, 50.0]))
+        elif edit == "truncated":  # digits lost once: low, yet above what a clear explains
+            values[i, j] = values[i, j] / data.draw(st.sampled_from([10.0, 100.0]))
         elif edit == "garbage":
             values[i, j] = data.draw(st.sampled_from([1e12, 1e15, 1e20]))
         elif edit == "garbage twice":
@@ -285,20 +336,10 @@ def test_kernel_matches_reference_where_high_readings_stand(n_slots, together, d
     bounded_by = {"b": "a"} if together and data.draw(st.booleans()) else None
     make = lambda: CounterRates(n_slots, ["a", "b"], modulus=modulus, max_rate=max_rate,  # noqa: E731
                                 together=together, bounded_by=bounded_by)
-    rates = make()
-    cut = data.draw(st.integers(0, n_rows))
-    d1, r1, p1 = rates.update(ts[:cut], slot[:cut], values[:cut])
-    restored = make()  # what is pending (a refused reading, a drop, a held one) crosses the checkpoint
-    restored.load_state_dict(rates.state_dict())
-    d2, r2, p2 = restored.update(ts[cut:], slot[cut:], values[cut:])
-    ref_d, ref_r, ref_p, ref_resets = naive_rates(ts, slot, values, modulus, max_rate, n_slots, together=together,
-                                                  bounded_by={1: 0} if bounded_by else None)
-    event(f"rebased: {ref_p['rebased'] > 0}, together: {together}")
-    np.testing.assert_array_equal(np.vstack([d1, d2]), ref_d)
-    np.testing.assert_array_equal(np.vstack([r1, r2]), ref_r)
-    assert {key: p1[key] + p2[key] for key in PROBLEMS} == ref_p
-    np.testing.assert_array_equal(restored.s_resets, ref_resets)
-    both = np.vstack([r1, r2])
+    # what is pending (a refused reading, a drop, a held one) crosses the checkpoint
+    _, both, problems = assert_matches_reference(make, ts, slot, values, data.draw(st.integers(0, n_rows)))
+    event(f"rebased: {problems['rebased'] > 0}, together: {together}")
+    event(f"fell: {problems['rebased_down'] > 0}, glitch: {problems['glitches'] > 0}")
     assert not np.any(both[np.isfinite(both)] < 0) and not np.any(np.isinf(both))
 
 
@@ -394,10 +435,21 @@ def test_32_bit_data_counter_in_bytes_wraps_at_4_times_2_to_32():
     raw = np.array([[before - 4e9], [before], [before + 4e9 - modulus + 1e9]])
     _, rate, problems = rates.update(np.array([-1.0, 0.0, 1.0]), np.zeros(3, np.int32), raw)
     assert rate[2, 0] == 5e9 and problems["wraps"] == 1
-    # the same decrease over 0.01 s would need 500 GB/s: more than the line rate, so a reset
+    # the same decrease over 0.01 s would need 500 GB/s as a wrap, and 100 GB/s as a clear (1e9
+    # bytes since it): both more than the line rate, so one of the two readings is wrong. Nothing is
+    # taken for it, and the next tells which: back above the value before (the low one was bad: a
+    # glitch, the whole rise since before it), or going on from the low one
+    ts = np.array([-1.0, 0.0, 0.01, 0.5])
+    for after, read_as, last_delta in [(before + 2e9, "glitches", 2e9), (3e9, "rebased_down", 2e9)]:
+        rates = CounterRates(1, ["tx_data"], modulus=modulus, max_rate=400e9 / 8)
+        delta, rate, problems = rates.update(ts, np.zeros(4, np.int32), np.vstack([raw, [[after]]]))
+        assert {name: n for name, n in problems.items() if n} == {read_as: 1}
+        assert np.isnan(delta[2, 0]) and delta[3, 0] == last_delta
+    # down to 1e8 bytes instead (10 GB/s since a clear): a reset
+    raw[2, 0] = 1e8
     rates = CounterRates(1, ["tx_data"], modulus=modulus, max_rate=400e9 / 8)
     _, rate, problems = rates.update(np.array([-1.0, 0.0, 0.01]), np.zeros(3, np.int32), raw)
-    assert problems["resets"] == 1 and rate[2, 0] == raw[2, 0] / 0.01
+    assert problems["resets"] == 1 and problems["rebased_down"] == 0 and rate[2, 0] == 1e8 / 0.01
 
 
 def test_float64_precision_near_2_to_64():

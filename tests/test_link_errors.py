@@ -271,7 +271,7 @@ def naive_rules(ts, slot, delta, rate, state, refresh, flap_window, flap_cycles,
         d_down = float(delta[i, down])
         late = None  # (time, state) of a held down the counter did not see
         if not math.isnan(d_down):
-            cleared = has_counter and raw < last_read[s]
+            cleared = has_counter and raw < last_read[s] and d_down == raw  # read as a clear: its increase is itself
             if reading:
                 last_read[s] = raw
             if s in counted:  # its increase holds the down counted from the state
