@@ -43,17 +43,13 @@ services-down: $(SERVICES_DOWN)
 # and stops the services whatever the outcome.
 # The suite runs in TEST_WORKERS processes (pytest-xdist), a test file to a process: many tests
 # wait on brokers, servers, worker subprocesses and paced replays, so the suite leaves a core idle
-# much of the time. Measured on 2 cores (same clone, warm cache, xdist's file order): 2 processes
-# 502 s, 3 processes 397 s, 4 processes 591 s (CPU-bound tests ran ~3x slower). A whole file
-# stays on one process so its module fixtures are built once, and files are handed out in
-# tests/conftest.py's order (long end-to-end files first) rather than xdist's (most tests
-# first), which left the 81-s test_prometheus_e2e to start last. TEST_WORKERS=0 runs
-# everything in one process.
+# much of the time: a third process fills it. A whole file stays on one process so its module
+# fixtures are built once. TEST_WORKERS=0 runs everything in one process.
 # While the services start (downloads, a JVM: little CPU), tests/warm_numba_cache.py fills the
 # Numba cache on both cores, so that kernels are not compiled inside the tests (by several
 # processes at once), and mypy runs: its verdict is printed then and counts at the end.
 TEST_WORKERS ?= 3
-XDIST = $(if $(filter 0,$(TEST_WORKERS)),-p no:xdist,-n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder)
+XDIST = $(if $(filter 0,$(TEST_WORKERS)),-p no:xdist,-n $(TEST_WORKERS) --dist loadfile)
 test: venv
 	@set -o pipefail; status=0; \
 	  $(PY) tests/warm_numba_cache.py > $(VENV)/warm-numba.log 2>&1 & warm=$$!; \

@@ -16,25 +16,6 @@ ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(os.environ.get("FORESHOCK_SHARED_DATA", ROOT.parent / "shared" / "data"))
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Files with a ``slow`` test first, then those that use a real server (``kafka``,
-    ``prometheus``), then the rest, each group in its collected order and each file's tests in
-    theirs. `make test` hands whole files to its processes in this order (pytest-xdist's
-    ``--dist loadfile --no-loadscope-reorder``): started last, a file of long end-to-end runs
-    went on alone after every other process had finished (``test_prometheus_e2e``, 81 s, was
-    the last file handed out when files were ordered by their number of tests). The order
-    changes when tests run, never what they find."""
-    def group(item: pytest.Item) -> int:
-        if item.get_closest_marker("slow"):
-            return 0
-        return 1 if item.get_closest_marker("kafka") or item.get_closest_marker("prometheus") else 2
-
-    file_group: dict[Path, int] = {}
-    for item in items:
-        file_group[item.path] = min(file_group.get(item.path, 2), group(item))
-    items.sort(key=lambda item: file_group[item.path])  # stable: collected order within a group
-
-
 @pytest.fixture(scope="session")
 def shared_data() -> Path:
     if not SHARED_DATA.is_dir():

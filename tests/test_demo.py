@@ -11,7 +11,7 @@ from click.testing import CliRunner
 from foreshock.cli.main import cli
 from foreshock.simulator import ClusterSimulator
 
-pytestmark = pytest.mark.slow  # long end-to-end runs: tests/conftest.py hands such files out first
+pytestmark = pytest.mark.slow  # long end-to-end runs
 
 ARGS = ["--gpus", "128", "--duration", "5400", "--interval", "10", "--seed", "3", "--scenario", "cooling-loss"]
 

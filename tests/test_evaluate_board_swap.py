@@ -20,7 +20,7 @@ from foreshock.findings import Prediction
 from foreshock.recording import Recording
 from foreshock.simulator import ClusterSimulator
 
-pytestmark = pytest.mark.slow  # long end-to-end runs: tests/conftest.py hands such files out first
+pytestmark = pytest.mark.slow  # long end-to-end runs
 
 
 @pytest.fixture(scope="module")

@@ -31,7 +31,7 @@ from foreshock.streams.nvidia_smi import parse_query_gpu
 
 from board_ids import uuid_number
 
-pytestmark = pytest.mark.slow  # long end-to-end runs: tests/conftest.py hands such files out first
+pytestmark = pytest.mark.slow  # long end-to-end runs
 
 GPUS, SEED, INTERVAL = 32, 1, 10.0
 SWAPPED = "node0/gpu4"  # seed 1's second board in this slot runs 13.5 % hotter per watt than its first

@@ -23,7 +23,7 @@ from test_watch import stamped
 from test_watch_churn import watch_pages
 from thermal_synth import World, small_topology
 
-pytestmark = pytest.mark.slow  # long end-to-end runs: tests/conftest.py hands such files out first
+pytestmark = pytest.mark.slow  # long end-to-end runs
 
 SWAP = 150  # node0/gpu3's board is replaced from this scrape on (1500 s of telemetry in)
 POLLS = 300

@@ -33,7 +33,7 @@ from test_watch_churn import _free_port
 from test_watch_swap import another_board, assert_restarted
 from thermal_synth import small_topology
 
-pytestmark = pytest.mark.slow  # long end-to-end runs: tests/conftest.py hands such files out first
+pytestmark = pytest.mark.slow  # long end-to-end runs
 
 SWAP = 150  # node0/gpu1's board is replaced from this poll on (1500 s of telemetry in)
 HOST = "node0"
