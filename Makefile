@@ -44,9 +44,10 @@ services-down: $(SERVICES_DOWN)
 # The suite runs in TEST_WORKERS processes (pytest-xdist), a test file to a process: many tests
 # wait on brokers, servers and worker subprocesses, so two processes on two cores take ~40 % off
 # the wall time; a whole file stays on one process so its module fixtures are built once.
-# A third process gained nothing on a fresh clone (suite 497 s against 502 s, 2026-12-03: the
-# kernels the warm-up does not reach compile in each process), and handing out the long files
-# first ran the CPU-heavy ones together (592 s). TEST_WORKERS=0 runs everything in one process.
+# A third process gained nothing on a fresh clone (suite 497 s against 502 s, 2026-12-03; 397 s on
+# a second run of the same clone, its Numba cache full: likely kernels the warm-up does not reach,
+# compiled in each process), and handing out the long files first ran the CPU-heavy ones together
+# (592 s). TEST_WORKERS=0 runs everything in one process.
 # While the services start (downloads, a JVM: little CPU), tests/warm_numba_cache.py fills the
 # Numba cache on both cores, so that kernels are not compiled inside the tests (by several
 # processes at once), and mypy runs: its verdict is printed then and counts at the end.
