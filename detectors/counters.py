@@ -402,6 +402,17 @@ def _row_refusals(i: int, s: int, t: float, values: np.ndarray, spec: np.ndarray
 
 
 @jit_exact
+def _count_stood(read_as: float, problems: np.ndarray) -> None:
+    """Count a decrease that stood (no way back came, or none could be judged), by how it was read:
+    a reset (``resets_confirmed``), a fall no clear explains (``rebased_down``); a wrap is counted
+    when it comes. The one count for it, wherever it is decided."""
+    if read_as == 0.0:
+        problems[_CLEARED] += 1
+    elif read_as == FELL:
+        problems[_REBASED_DOWN] += 1
+
+
+@jit_exact
 def _rebase(i: int, s: int, j: int, v: float, t: float, state: np.ndarray, pace: np.ndarray,
             drop: np.ndarray, problems: np.ndarray, out: np.ndarray) -> None:
     """Re-base counter ``j`` of slot ``s`` on the refused reading ``v`` went on from (``drop[s, j, 4:]``)
@@ -410,10 +421,8 @@ def _rebase(i: int, s: int, j: int, v: float, t: float, state: np.ndarray, pace:
     reading held at ``SATURATED_AT`` not still there was a bad one."""
     high = drop[s, j, 4]
     span = t - drop[s, j, 5]
-    if drop[s, j, 0] == drop[s, j, 0] and drop[s, j, 3] == 0.0:
-        problems[_CLEARED] += 1
-    if drop[s, j, 0] == drop[s, j, 0] and drop[s, j, 3] == FELL:
-        problems[_REBASED_DOWN] += 1
+    if drop[s, j, 0] == drop[s, j, 0]:
+        _count_stood(drop[s, j, 3], problems)
     if drop[s, j, 3] == HELD and v != SATURATED_AT:
         problems[_IMPLAUSIBLE] += 1
     problems[_REBASED] += 1
@@ -545,10 +554,8 @@ def _counter_deltas(ts: np.ndarray, slot: np.ndarray, values: np.ndarray, spec: 
                     # at the top of 32 bits all at once: where a counter stops, or all ones read once;
                     # held (not taken) until the next reading says which. It decides a pending drop
                     # first (not back: a reset or wrap that stands), so the two never wait together.
-                    if pending and read_as_reset:
-                        problems[_CLEARED] += 1
-                    elif pending and not read_as_wrap:
-                        problems[_REBASED_DOWN] += 1
+                    if pending:
+                        _count_stood(drop[s, j, 3], problems)
                     drop[s, j, 0] = drop[s, j, 1] = drop[s, j, 2] = np.nan
                     drop[s, j, 3] = HELD
                     continue
@@ -557,11 +564,9 @@ def _counter_deltas(ts: np.ndarray, slot: np.ndarray, values: np.ndarray, spec: 
                 if v != SATURATED_AT:
                     problems[_IMPLAUSIBLE] += 1  # not still there: the held reading was a bad one
             if pending:
+                if not glitch:
+                    _count_stood(drop[s, j, 3], problems)  # not back: the reset or the fall stands
                 drop[s, j, :] = np.nan  # only the reading right after the drop decides
-                if not glitch and read_as_reset:
-                    problems[_CLEARED] += 1  # not back: the reset stands
-                elif not glitch and not read_as_wrap:
-                    problems[_REBASED_DOWN] += 1  # not back: the value before the fall was the wrong one
             saturated = v == SATURATED_AT and last != v  # got there (one back there after a bad reading is not)
             if glitch:
                 if read_as_wrap or read_as_reset:
@@ -602,32 +607,28 @@ def _counter_deltas(ts: np.ndarray, slot: np.ndarray, values: np.ndarray, spec: 
                     drop[s, j, 2] = recent
                     drop[s, j, 3] = 1.0
                     pace[s, j] = max(delta / dt, PACE_DECAY * recent)
-                elif v > max_rate * dt:
-                    # more than the counter can have counted since a clear in the interval: not a
-                    # reset; the value before was the wrong one (garbage taken as a baseline with no
-                    # pace to judge it by, or two that rose from each other and stood). Re-based on
-                    # this one, its increase unknown (read as a reset, it was the counter's whole total)
-                    delta = np.nan
-                    if recent == recent:  # kept for the next reading: back near before, a glitch
-                        drop[s, j, 0] = last
-                        drop[s, j, 1] = last_t
-                        drop[s, j, 2] = recent
-                        drop[s, j, 3] = FELL
-                    else:
-                        problems[_REBASED_DOWN] += 1  # nothing to judge a way back by: it stands now
-                    pace[s, j] = np.nan
-                    fell_unknown = True
                 else:
-                    delta = v
-                    counts[s, j] += 1
-                    problems[_RESET] += 1
-                    if recent == recent:  # kept for the next reading, which tells a glitch from a reset
+                    if v > max_rate * dt:
+                        # more than the counter can have counted since a clear in the interval: not a
+                        # reset; the value before was the wrong one (garbage taken as a baseline with
+                        # no pace to judge it by, or two that rose from each other and stood).
+                        # Re-based on this one, its increase unknown (read as a reset, it was the
+                        # counter's whole total)
+                        read_as = FELL
+                        delta = np.nan
+                        fell_unknown = True
+                    else:
+                        read_as = 0.0
+                        delta = v
+                        counts[s, j] += 1
+                        problems[_RESET] += 1
+                    if recent == recent:  # kept for the next reading, which tells a glitch from either
                         drop[s, j, 0] = last
                         drop[s, j, 1] = last_t
                         drop[s, j, 2] = recent
-                        drop[s, j, 3] = 0.0
+                        drop[s, j, 3] = read_as
                     else:
-                        problems[_CLEARED] += 1  # nothing to judge a way back by: a reset now
+                        _count_stood(read_as, problems)  # nothing to judge a way back by: it stands now
                     pace[s, j] = np.nan  # when in the interval the clear came is unknown
             state[s, j, 0] = v
             state[s, j, 1] = t
