@@ -45,26 +45,32 @@ services-down: $(SERVICES_DOWN)
 # wait on brokers, servers and worker subprocesses, so two processes on two cores take ~40 % off
 # the wall time; a whole file stays on one process so its module fixtures are built once.
 # A third process gained nothing on a fresh clone (suite 497 s against 502 s, 2026-12-03; 397 s on
-# a second run of the same clone, its Numba cache full: likely kernels the warm-up does not reach,
-# compiled in each process), and handing out the long files first ran the CPU-heavy ones together
-# (592 s). TEST_WORKERS=0 runs everything in one process.
+# a second run of the same clone), and handing out the long files first ran the CPU-heavy ones
+# together (592 s). TEST_WORKERS=0 runs everything in one process.
+# What the warm-up leaves to the tests costs little: on a fresh clone after it, the suite (no
+# broker) took 486 s, and 493 s run again with every kernel cached (2026-12-03). 47 signatures were
+# compiled inside the tests, mostly helpers that unit tests call with scalars: the files that call
+# them ran ~25 s longer in all (test_univariate 11 s), while other files moved by ±10 s run to run.
 # While the services start (downloads, a JVM: little CPU), tests/warm_numba_cache.py fills the
 # Numba cache on both cores, so that kernels are not compiled inside the tests (by several
 # processes at once), and mypy runs: its verdict is printed then and counts at the end.
 TEST_WORKERS ?= 2
+# Through a variable, not $(MAKE) written in the recipe: make runs a recipe line naming $(MAKE)
+# even under `make -n`, and this line is the whole suite.
+SERVICES = $(MAKE) --no-print-directory
 XDIST = $(if $(filter 0,$(TEST_WORKERS)),-p no:xdist,-n $(TEST_WORKERS) --dist loadfile)
 test: venv
 	@set -o pipefail; status=0; \
 	  $(PY) tests/warm_numba_cache.py > $(VENV)/warm-numba.log 2>&1 & warm=$$!; \
 	  $(VENV)/bin/mypy > $(VENV)/mypy.log 2>&1 & typecheck=$$!; \
-	  $(MAKE) --no-print-directory services-up || status=$$?; \
+	  $(SERVICES) services-up || status=$$?; \
 	  if wait $$warm; then tail -n 1 $(VENV)/warm-numba.log; \
 	  else echo "Numba warm-up failed (the tests compile what they need): see $(VENV)/warm-numba.log"; fi; \
 	  wait $$typecheck; typed=$$?; echo "mypy: $$(tail -n 1 $(VENV)/mypy.log)"; \
 	  if [ $$status -eq 0 ]; then $(VENV)/bin/pytest $(XDIST) $(PYTEST_ARGS) || status=$$?; fi; \
 	  if [ $$status -eq 0 ]; then NUMBA_DISABLE_JIT=1 $(VENV)/bin/pytest $(XDIST) -q -m kernel -p no:cacheprovider || status=$$?; fi; \
 	  if [ $$typed -ne 0 ]; then cat $(VENV)/mypy.log; echo "mypy failed (above)"; [ $$status -ne 0 ] || status=$$typed; fi; \
-	  $(MAKE) --no-print-directory services-down; exit $$status
+	  $(SERVICES) services-down; exit $$status
 
 test-fast: venv
 	$(VENV)/bin/pytest $(XDIST) -q -m "not kafka and not prometheus and not slow" $(PYTEST_ARGS)
