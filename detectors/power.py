@@ -31,7 +31,9 @@
   last 30 min, 17–39 %. So ``margin_w`` stays 0 and such GPUs are left to the leakage forecast.
 - **Power brake** (bit 0x80): an immediate :class:`~foreshock.findings.Anomaly` on the GPU
   when the bit rises, and one on the node when several of its GPUs brake together — the
-  signature of a failing power supply or a PDU emergency rather than of one GPU.
+  signature of a failing power supply or a PDU emergency rather than of one GPU. "Together" is
+  judged on whole polls: the node's count once a poll's rows are all read, not as each row comes.
+- A die temperature outside -50…200 °C is no reading, for the slope and the forecast alike.
 
 Example (a GPU whose power creeps up 0.5 W/s from 640 W toward its 700 W limit)::
 
@@ -227,18 +229,17 @@ def thermal_cap_eta(m: np.ndarray, i: int, temp: float, level: float, slope: flo
 @inline
 def release_brake(s: np.ndarray, i: int, node: int, node_brake: np.ndarray) -> None:
     """GPU ``i`` no longer brakes (its reasons say so, or went unread too long, see also
-    :func:`_age_out_brakes`): off its node's count,
-    and the node event ends with the node's last braking GPU."""
+    :func:`_age_out_brakes`): off its node's count. The node event ends where the count is under
+    ``node_brake_min`` once a whole poll is read (:func:`_node_brake_events`), not at the row that
+    took it there."""
     s[i, S_BRAKE] = 0.0
     node_brake[node, N_COUNT] = max(node_brake[node, N_COUNT] - 1.0, 0.0)
-    if node_brake[node, N_COUNT] == 0.0:
-        node_brake[node, N_ACTIVE] = 0.0
 
 
 @kernel
 def _age_out_brakes(obs: tuple[np.ndarray, ...], rows: np.ndarray, n_rows: int, parents: np.ndarray,
                     node_gpus: tuple[np.ndarray, np.ndarray], s: np.ndarray, node_brake: np.ndarray,
-                    stale_s: float) -> int:
+                    stale_s: float, node_min: float) -> int:
     """Lets go, after a GPU frame, the brakes of the frame's nodes whose GPUs' throttle reasons went
     unread for over ``stale_s`` (``reasons_stale_s``) by the time of a fitted row of their node; returns
     how many. ``node_gpus`` is each node's GPUs as (offsets, GPUs). A GPU lets its own brake go at its
@@ -246,7 +247,8 @@ def _age_out_brakes(obs: tuple[np.ndarray, ...], rows: np.ndarray, n_rows: int, 
     brake, and its node's count, for good — the next single GPU of the node to brake, hours later, was
     "2 of 8 GPUs braking together", and a second node-wide brake raised no node event (until
     2026-12-03). Run after the frame, not at each row, so that a braking GPU whose row comes later in
-    the same frame (the first frame after the whole feed paused) is read before it is judged."""
+    the same frame (the first frame after the whole feed paused) is read before it is judged. A node
+    whose count this takes under ``node_min`` has its event ended."""
     at, gpus = node_gpus
     released = 0
     for row in range(n_rows):
@@ -261,7 +263,45 @@ def _age_out_brakes(obs: tuple[np.ndarray, ...], rows: np.ndarray, n_rows: int, 
             if s[j, S_BRAKE] == 1.0 and not ts - s[j, S_BITS_TS] <= stale_s:
                 release_brake(s, j, node, node_brake)
                 released += 1
+        if node_brake[node, N_COUNT] < node_min:
+            node_brake[node, N_ACTIVE] = 0.0
     return released
+
+
+@kernel
+def _node_brake_events(obs: tuple[np.ndarray, ...], rows: np.ndarray, span: tuple[int, int], first: int,
+                       parents: np.ndarray, s: np.ndarray, node_brake: np.ndarray, node_min: float,
+                       out: np.ndarray, n_out: int) -> int:
+    """Judges each node of the run of rows ``span`` (one poll: the fit cuts a frame into runs where
+    a GPU repeats, see :class:`~foreshock.detectors.thermal_fit.ThermalFit`) once the whole run is
+    read: its node event ends where fewer than ``node_min`` of its GPUs brake, and starts where
+    ``node_min`` do (until 2026-12-03 it ended with the node's last braking GPU: a node event held
+    by one GPU left braking hid the node's next one);
+    the run's GPU brakes (``out[first:n_out]``) report that count. Returns the emission count.
+    Judged as each row set or let go a brake, the count depended on the order of one poll's rows:
+    a GPU that stopped braking as another started, its row read later, made "2 of 4 GPUs braking
+    together" though no poll showed two (two GPUs braking by turns: 29 node events in ten minutes),
+    or kept a node event up so that the node's next one was never raised (reviews r2 and r3,
+    2026-12-03). A start is stamped at the node's last braking row of the run."""
+    lo, hi = span
+    for row in range(lo, hi):
+        if rows[row, R_DT] >= 0.0:  # (a late row the fit skipped is no reading)
+            node = parents[int(obs[tf.X_SLOT][row]), 1]
+            if node_brake[node, N_COUNT] < node_min:
+                node_brake[node, N_ACTIVE] = 0.0
+    for k in range(first, n_out):
+        if out[k, O_WHICH] == WHICH_GPU_BRAKE:
+            out[k, O_V0] = node_brake[parents[int(obs[tf.X_SLOT][int(out[k, O_ROW])]), 1], N_COUNT]
+    for row in range(hi - 1, lo - 1, -1):
+        if rows[row, R_DT] < 0.0:
+            continue
+        i = int(obs[tf.X_SLOT][row])
+        node = parents[i, 1]
+        if s[i, S_BRAKE] == 1.0 and node_brake[node, N_COUNT] >= node_min and node_brake[node, N_ACTIVE] == 0.0:
+            node_brake[node, N_ACTIVE] = 1.0
+            n_out = emit(out, n_out, row, WHICH_NODE_BRAKE, CODE_START, 0.0, 1.0,
+                         (node_brake[node, N_COUNT], float(node), 0.0, 0.0, 0.0, 0.0))
+    return n_out
 
 
 def node_gpu_lists(gpu_node: np.ndarray, n_nodes: int) -> tuple[np.ndarray, np.ndarray]:
@@ -305,7 +345,12 @@ def _power_kernel(obs: tuple[np.ndarray, ...], rows: np.ndarray, span: tuple[int
         ts = obs[tf.X_TS][row]
         i = int(obs[tf.X_SLOT][row])
         temp = obs[tf.X_TEMP][row]
-        if temp == temp and -50.0 < temp < 200.0:
+        if not -50.0 < temp < 200.0:
+            # no reading (NaN, an exporter's sentinel): for the slope and the forecast alike. Only
+            # the slope had been guarded; a die reading -100 °C was forecast warming ~150 °C, and
+            # leakage carried a steady 640-W GPU to its cap (review r2, 2026-12-03)
+            temp = np.nan
+        if temp == temp:
             old = rows[row, R_TPREV]  # the temperature the fit held before this sample
             if old == old:
                 w = 1.0 - tf.cached_decay(cache, C_SLOPE, dt, p[P_TAU_SLOPE])
@@ -331,10 +376,7 @@ def _power_kernel(obs: tuple[np.ndarray, ...], rows: np.ndarray, span: tuple[int
                 node_brake[node, N_COUNT] += 1.0
                 n_out = emit(out, n_out, row, WHICH_GPU_BRAKE, CODE_START, 0.0, 1.0,
                              (node_brake[node, N_COUNT], 0.0, 0.0, 0.0, 0.0, 0.0))
-                if node_brake[node, N_COUNT] >= p[P_NODE_MIN] and node_brake[node, N_ACTIVE] == 0.0:
-                    node_brake[node, N_ACTIVE] = 1.0
-                    n_out = emit(out, n_out, row, WHICH_NODE_BRAKE, CODE_START, 0.0, 1.0,
-                                 (node_brake[node, N_COUNT], float(node), 0.0, 0.0, 0.0, 0.0))
+                # whether the node brakes as a whole is decided once the poll is read (_node_brake_events)
             elif not braking and s[i, S_BRAKE] == 1.0:
                 release_brake(s, i, node, node_brake)
             capped = (bits & facts.THROTTLE_SW_POWER_CAP) != 0
@@ -473,10 +515,10 @@ class PowerDetector(ThermalFitDetector):
         if frame.kind != "gpu" or len(frame) == 0:
             return []
         self.update_fit(frame)
-        found = self._findings(self.fit.obs, self._out[:self._n_out])
         fit = self.fit
+        found = self._findings(fit.obs, self._out[:self._n_out])
         _age_out_brakes(fit.obs, fit.rows, fit.n_rows, fit.parents, self._node_gpus, self.s_gpu,
-                        self.s_node_brake, float(self.params[P_REASONS_STALE]))
+                        self.s_node_brake, float(self.params[P_REASONS_STALE]), float(self.params[P_NODE_MIN]))
         return found
 
     def read_site_loops(self) -> None:
@@ -495,13 +537,13 @@ class PowerDetector(ThermalFitDetector):
         afresh (a board swapped in its slot) or moves (boards renumbered at a reboot) never lets its
         brake go there. The stale count made the next single GPU of the node to brake "2 of 8 GPUs
         braking together — power supply or PDU fault" (until 2026-12-02). A node event still raised
-        ends where none of the node's GPUs brakes any more, as when its last braking GPU lets go
-        (:func:`release_brake`)."""
+        ends where fewer than ``node_brake_min`` of the node's GPUs brake, as after a poll
+        (:func:`_node_brake_events`)."""
         moved = super().remap_state(state, remap)
         braking = np.asarray(moved["s_gpu"])[:, S_BRAKE] == 1.0
         node_brake = np.array(moved["s_node_brake"], dtype=float)
         node_brake[:, N_COUNT] = np.bincount(self.topology.gpu_node[braking], minlength=len(node_brake))
-        node_brake[node_brake[:, N_COUNT] == 0.0, N_ACTIVE] = 0.0
+        node_brake[node_brake[:, N_COUNT] < self.params[P_NODE_MIN], N_ACTIVE] = 0.0
         return {**moved, "s_node_brake": node_brake}
 
     def begin_frame(self, fit: ThermalFit) -> None:
@@ -509,10 +551,14 @@ class PowerDetector(ThermalFitDetector):
         self._n_out = 0
 
     def after_fit(self, fit: ThermalFit, lo: int, hi: int) -> None:
+        first = self._n_out
         self._n_out = _power_kernel(fit.obs, fit.rows, (lo, hi), fit.parents,
                                     (fit.s_model, self.s_gpu, self.s_alarm, self.s_node_brake), fit.s_rack,
                                     (self.thermal_params, self.params), self._out, self._n_out,
                                     tf.new_decay_cache(C_SITES))
+        self._n_out = _node_brake_events(fit.obs, fit.rows, (lo, hi), first, fit.parents, self.s_gpu,
+                                         self.s_node_brake, float(self.params[P_NODE_MIN]), self._out,
+                                         self._n_out)
 
     def _findings(self, obs: tuple[np.ndarray, ...], out: np.ndarray) -> list[Finding]:
         findings: list[Finding] = []

@@ -158,6 +158,93 @@ def test_power_brake_per_gpu_and_node_wide_event():
     assert first.ts == 200.0  # immediate: the sample that shows the bit
 
 
+
+def brakes_in_one_poll_each(plan: dict[float, list[int]], order: list[int], n: int = 4, ticks: int = 40,
+                            polls_per_frame: int = 1):
+    """A node's GPUs polled every 10 s in the row ``order`` given; at each time in ``plan`` the GPUs
+    listed brake (and no others). ``polls_per_frame`` > 1: frames that each hold that many polls
+    (a replay window, a catch-up after a pause)."""
+    rows = np.array(order)
+    polls = []
+    for t in np.arange(0.0, 10.0 * ticks, 10.0):
+        bits = np.zeros(n)
+        bits[plan.get(float(t), [])] = facts.THROTTLE_HW_POWER_BRAKE
+        polls.append(Frame("gpu", np.full(n, t), rows, {
+            "gpu_temp": np.full(n, 55.0), "power": np.full(n, 600.0), "power_limit": np.full(n, 700.0),
+            "throttle_reasons": bits[rows]}))
+    return [Frame("gpu", np.concatenate([p.ts for p in group]), np.concatenate([p.slot for p in group]),
+                  {k: np.concatenate([p.columns[k] for p in group]) for k in group[0].columns})
+            for group in (polls[k:k + polls_per_frame] for k in range(0, len(polls), polls_per_frame))]
+
+
+@pytest.mark.parametrize("order", [[0, 1, 2, 3], [3, 2, 1, 0]])
+@pytest.mark.parametrize("first, second", [(0, 1), (1, 0)])
+def test_a_brake_handed_from_one_gpu_to_another_is_no_node_event(first, second, order):
+    """One GPU brakes alone, and at the next poll it has stopped and another brakes alone. Judged
+    row by row, two of the four orders read the second GPU's brake before the first's release:
+    "node-wide power brake: 2 of 4 GPUs braking together", though no poll showed two."""
+    topo = small_topology(nodes=1, gpus=4, racks=1)
+    found = run(pw.PowerDetector(topo), brakes_in_one_poll_each({300.0: [first], 310.0: [second]}, order))
+    anomalies = [f for f in found if isinstance(f, Anomaly)]
+    assert [(f.entity_kind, f.slot, f.ts) for f in anomalies] == [("gpu", first, 300.0), ("gpu", second, 310.0)]
+    assert all("1 GPU(s) of its node braking" in f.reason for f in anomalies)
+
+
+def test_gpus_braking_by_turns_raise_no_node_event_and_two_together_raise_one():
+    topo = small_topology(nodes=1, gpus=4, racks=1)
+    by_turns = {float(t): [(t // 10) % 2] for t in range(100, 300, 10)}  # gpu0, gpu1, gpu0, ...
+    found = run(pw.PowerDetector(topo), brakes_in_one_poll_each(by_turns, [3, 2, 1, 0]))
+    assert not [f for f in found if isinstance(f, Anomaly) and f.entity_kind == "node"]
+    together = {float(t): [0, 1] for t in range(100, 300, 10)}
+    found = run(pw.PowerDetector(topo), brakes_in_one_poll_each(together, [3, 2, 1, 0]))
+    node_events = [f for f in found if isinstance(f, Anomaly) and f.entity_kind == "node"]
+    assert [(f.slot, f.ts) for f in node_events] == [(0, 100.0)]
+    assert "2 of 4 GPUs braking together" in node_events[0].reason
+
+
+
+@pytest.mark.parametrize("order", [[0, 1, 2, 3], [3, 2, 1, 0]])
+def test_a_node_event_ends_with_its_poll_so_the_nodes_next_one_is_raised(order):
+    """gpu0 and gpu1 brake together from 100 s; at 200 s both stop as gpu2 starts alone; at 300 s
+    gpu3 joins gpu2. Ended row by row, the event was still up after 200 s in one of the two orders
+    (gpu2's brake read before the others' release): the second node-wide brake went unsaid, and
+    gpu2 braking alone was predicted "its node is power-braking" (review r3)."""
+    topo = small_topology(nodes=1, gpus=4, racks=1)
+    plan = {float(t): [0, 1] if t < 200 else [2] if t < 300 else [2, 3] for t in range(100, 400, 10)}
+    found = run(pw.PowerDetector(topo), brakes_in_one_poll_each(plan, order))
+    assert [f.ts for f in found if isinstance(f, Anomaly) and f.entity_kind == "node"] == [100.0, 300.0]
+    assert not [f for f in found if isinstance(f, Prediction) and f.active and "power-braking" in f.reason
+                and 200.0 <= f.ts < 300.0]
+
+
+@pytest.mark.parametrize("polls_per_frame", [1, 3])
+def test_frames_of_several_polls_are_judged_a_poll_at_a_time(polls_per_frame):
+    """Two GPUs brake together in one poll only (100 s), frames holding three polls each (90, 100
+    and 110 s). Judged once per frame, the count after it was 0: no node event, and each GPU's
+    brake said "0 GPU(s) of its node braking" (review r3)."""
+    topo = small_topology(nodes=1, gpus=4, racks=1)
+    found = run(pw.PowerDetector(topo), brakes_in_one_poll_each({100.0: [0, 1]}, [0, 1, 2, 3],
+                                                                polls_per_frame=polls_per_frame))
+    assert [(f.entity_kind, f.ts) for f in found if isinstance(f, Anomaly)] == [("gpu", 100.0)] * 2 + [("node", 100.0)]
+    assert all("2 GPU(s) of its node braking" in f.reason for f in found if isinstance(f, Anomaly) and f.entity_kind == "gpu")
+
+@pytest.mark.parametrize("bad", [-100.0, -51.0])
+def test_a_die_reading_out_of_range_is_no_reading_for_the_cap_forecast(bad):
+    """A steady 640-W GPU under its 700-W limit, two of its die readings garbage. The slope had
+    ignored them, the forecast had not: -100 °C read as a die about to warm 150 °C, leakage carrying
+    it to its cap ("power_cap" predicted ~10 s ahead)."""
+    topo = small_topology(nodes=1, gpus=1, racks=1)
+    rng = np.random.default_rng(0)
+    frames, temp = [], 50.0
+    for t in np.arange(0.0, 2400.0, 5.0):
+        target = 24.0 + 0.046 * 640.0
+        temp = target + (temp - target) * math.exp(-5.0 / 10.0)
+        reading = bad if 1800.0 <= t < 1810.0 else round(temp)
+        frames.append(Frame("rack", [t], [0], {"inlet_temp": [24.0]}))
+        frames.append(Frame("gpu", [t], [0], {"gpu_temp": [reading], "power": [640.0 + rng.uniform(-5, 5)],
+                                              "power_limit": [700.0], "throttle_reasons": [0.0]}))
+    assert [f for f in run(pw.PowerDetector(topo), frames) if isinstance(f, Prediction)] == []
+
 def test_node_power_event_predicts_the_cap_after_the_brake():
     topo = small_topology(nodes=2, gpus=8, racks=1)
     found = run(pw.PowerDetector(topo), brake_frames({g: (300, 400) for g in range(8)}))
@@ -236,10 +323,22 @@ class NaivePower(PerSample):
         self.frame_rows = []  # (ts, gpu) of the frame's samples taken
 
     def gpu_frame(self, frame):
-        """... and after the frame, a brake of a node in the frame whose GPU's reasons went unread
-        for over reasons_stale_s at one of the frame's samples (a GPU that sends no rows) is let go."""
+        """The rows one poll at a time (a run of rows in which no GPU repeats), each run's nodes
+        judged once it is read: a node event ends where fewer than enough of its GPUs brake, and starts, stamped
+        at its last braking row, where enough do. After the frame, a brake of a node in the frame
+        whose GPU's reasons went unread for over reasons_stale_s at one of the frame's samples (a
+        GPU that sends no rows) is let go."""
         self.frame_rows = []
-        super().gpu_frame(frame)
+        run_rows, run_slots = [], set()
+        for k in range(len(frame)):
+            if int(frame.slot[k]) in run_slots:
+                self.judge_nodes(run_rows)
+                run_rows, run_slots = [], set()
+            run_slots.add(int(frame.slot[k]))
+            before = len(self.frame_rows)
+            super().gpu_frame(frame.take(np.array([k])))
+            run_rows += self.frame_rows[before:]
+        self.judge_nodes(run_rows)
         for ts, i in self.frame_rows:
             node = int(self.node_of[i])
             for j in np.flatnonzero(self.node_of == node):
@@ -248,11 +347,25 @@ class NaivePower(PerSample):
                     self.seen["stale brake aged out"] += 1
                     g["brake"] = 0.0
                     self.nodes[node]["count"] = max(self.nodes[node]["count"] - 1, 0)
-                    self.nodes[node]["active"] = self.nodes[node]["active"] and self.nodes[node]["count"] > 0
+            if self.nodes[node]["count"] < self.pp[pw.P_NODE_MIN]:
+                self.nodes[node]["active"] = False
+
+    def judge_nodes(self, run_rows):
+        for ts, i in run_rows:
+            node = self.nodes[int(self.node_of[i])]
+            node["active"] = node["active"] and node["count"] >= self.pp[pw.P_NODE_MIN]
+        for ts, i in reversed(run_rows):
+            node = self.nodes[int(self.node_of[i])]
+            if self.g[i]["brake"] and node["count"] >= self.pp[pw.P_NODE_MIN] and not node["active"]:
+                node["active"] = True
+                self.found.append((ts, i, "node brake", True))
+                self.seen["node brake"] += 1
 
     def sample(self, ts, i, dt, tprev, c):
         self.frame_rows.append((ts, i))
         temp, reasons, power = c["gpu_temp"], c["throttle_reasons"], c["power"]
+        if not -50.0 < temp < 200.0:
+            temp = math.nan  # no reading, for the forecast too
         g, p, tp, m = self.g[i], self.pp, self.p, self.fit.s_model
         if 40.0 < c["slowdown_temp"] < 130.0:  # its own slowdown temperature, kept once reported
             g["slowdown"] = c["slowdown_temp"]
@@ -276,21 +389,15 @@ class NaivePower(PerSample):
                 node["count"] += 1
                 self.found.append((ts, i, "brake", True))
                 self.seen["brake"] += 1
-                if node["count"] >= p[pw.P_NODE_MIN] and not node["active"]:
-                    node["active"] = True
-                    self.found.append((ts, i, "node brake", True))
-                    self.seen["node brake"] += 1
             elif not braking and g["brake"]:
                 g["brake"] = 0.0
                 node["count"] = max(node["count"] - 1, 0)
-                node["active"] = node["active"] and node["count"] > 0
             capped = bool(bits & facts.THROTTLE_SW_POWER_CAP)
             thermal = bool(bits & (facts.THROTTLE_SW_THERMAL | facts.THROTTLE_HW_THERMAL))
         elif g["brake"] and not ts - g["bits_ts"] <= p[pw.P_REASONS_STALE]:  # reasons unread for long
             self.seen["brake let go"] += 1
             g["brake"] = 0.0
             node["count"] = max(node["count"] - 1, 0)
-            node["active"] = node["active"] and node["count"] > 0
         if not 0.0 < power < 1e5:  # (0 W: no reading)
             return
         reported = not math.isnan(m[i, tf.G_PLIM])
