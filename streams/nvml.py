@@ -4,8 +4,17 @@ NVML is what nvidia-smi and DCGM read underneath, without their formatting. Each
 has one reader below, converting NVML's units to foreshock's base units (mW -> W, mJ -> J,
 MHz -> Hz, percent -> ratio, ns -> s). A reader the GPU does not support (``Not Supported``,
 ``Function Not Found`` on older drivers) is remembered and not called again: its column stays
-NaN without noise; any other NVML error is counted and gives NaN for that poll. The last XID
-needs an NVML event set and is not read here (dcgm-exporter reports it).
+NaN, and the fields so found are logged once, with their GPUs (:meth:`NvmlSource.unsupported_fields`,
+what :func:`record_nvml` lists too). The throttle reasons are read under the name the driver has:
+``nvmlDeviceGetCurrentClocksEventReasons`` (R535 on), else the older
+``nvmlDeviceGetCurrentClocksThrottleReasons`` (a newer pynvml wraps both, an older driver exports
+only the old one). A GPU that NVML says is lost (``GPU_IS_LOST``,
+an XID 79) is asked nothing more that poll (the rest of its row NaN); one that needs a reset
+(``RESET_REQUIRED``, perhaps of some calls only) is still read. Either is
+counted once as it enters that state, under nvidia-smi's reason for ``[GPU is lost]``. Any other
+NVML error, or any other exception from a reader (a pynvml whose API drifted), costs that field
+on that GPU for that poll only and is counted. The last XID needs an NVML event set and is
+not read here (dcgm-exporter reports it).
 
 Each GPU's UUID is read too (:attr:`NvmlSource.reads_boards`), one ``nvmlDeviceGetUUID`` per GPU
 and poll (bytes from older pynvml, str from newer ones), and carried as the ``board_id`` field: a
@@ -22,6 +31,7 @@ example on a real H200::
 
 from __future__ import annotations
 
+import logging
 import math
 import socket
 from pathlib import Path
@@ -37,9 +47,16 @@ from foreshock.recording import RecordingWriter
 from foreshock.topology import Topology
 
 from .polling import GpuBoards, PollingSource
-from .samples import SampleBatch, gpu_entity
+from .samples import FAULT_TOKENS, SampleBatch, gpu_entity
+
+log = logging.getLogger("foreshock.sources")
 
 STAGE = "nvml"
+GPU_FAILED = FAULT_TOKENS["[gpu is lost]"]
+"""The problem reason a lost GPU is counted under: nvidia-smi's for ``[GPU is lost]`` and
+``[GPU requires reset]``, so the dashboards and health metrics read both sources alike."""
+UNEXPECTED = "unexpected error from an NVML reader"
+"""The problem reason for an exception from a reader that is not an ``NVMLError``."""
 
 Reader = Callable[[ModuleType, Any], float]
 
@@ -58,9 +75,40 @@ def _memory_temp(nv: ModuleType, h: Any) -> float:
     return float(value.value.uiVal)
 
 
+class ClockEventReasons:
+    """The ``throttle_reasons`` reader, under the name the driver library has.
+
+    R535 renamed ``nvmlDeviceGetCurrentClocksThrottleReasons`` to
+    ``nvmlDeviceGetCurrentClocksEventReasons``. A newer pynvml wraps both, but over an older driver
+    the new one fails with ``FUNCTION_NOT_FOUND`` (the library lacks the symbol) while the old one
+    works; an older pynvml lacks the new wrapper. The names are tried in that order, and one the
+    library lacks is remembered (the library is the process's: for every GPU) and not asked for
+    again. Neither there raises ``FUNCTION_NOT_FOUND``: not supported, as the caller remembers."""
+
+    NAMES = ("nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClocksThrottleReasons")
+
+    def __init__(self) -> None:
+        self.missing: set[str] = set()  # names the driver library lacks
+
+    def __call__(self, nv: ModuleType, h: Any) -> float:
+        not_found = getattr(nv, "NVML_ERROR_FUNCTION_NOT_FOUND", 13)
+        for name in self.NAMES:
+            getter = getattr(nv, name, None)
+            if getter is None or name in self.missing:
+                continue
+            try:
+                return float(getter(h))
+            except nv.NVMLError as exc:
+                if getattr(exc, "value", None) != not_found:
+                    raise
+                self.missing.add(name)
+        raise nv.NVMLError(not_found)
+
+
 def _clock_event_reasons(nv: ModuleType, h: Any) -> float:
-    getter = getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons", None) or nv.nvmlDeviceGetCurrentClocksThrottleReasons
-    return float(getter(h))
+    """:class:`ClockEventReasons` remembering nothing (the names tried at each call): a source
+    keeps its own, which remembers."""
+    return ClockEventReasons()(nv, h)
 
 
 READERS: dict[str, Reader] = {
@@ -90,7 +138,12 @@ READERS: dict[str, Reader] = {
     "pcie_replays": lambda nv, h: float(nv.nvmlDeviceGetPcieReplayCounter(h)),
     "remapped_rows": lambda nv, h: float(nv.nvmlDeviceGetRemappedRows(h)[1]),
 }
-"""gpu field -> reader returning the value in base units."""
+"""gpu field -> reader returning the value in base units (a source reads through its own copy,
+:attr:`NvmlSource.readers`, whose throttle reasons' reader remembers the name the driver has)."""
+
+
+class _GpuFailed(Exception):
+    """Raised out of a GPU's reading when NVML says the GPU is lost or needs a reset."""
 
 
 def load_nvml() -> ModuleType:
@@ -124,8 +177,13 @@ class NvmlSource(PollingSource):
         # a GPU that fell off the bus is still counted but has no handle: the others are read,
         # and its handle is asked for again at every poll (a reset can bring it back)
         self.handles: list[Any | None] = [self._handle(i) for i in range(count)]
+        self.readers: dict[str, Reader] = {**READERS, "throttle_reasons": ClockEventReasons()}
         self.fields = list(READERS)
         self.supported = np.ones((count, len(self.fields)), dtype=bool)
+        self._told_unsupported = np.zeros_like(self.supported)  # (GPU, field) already logged as such
+        self._failed: set[int] = set()  # GPUs NVML said were lost (or need a reset) at their last poll
+        self._needs_reset: set[int] = set()  # GPUs that said so this poll
+        self._reset_code = 16
         self._entities = [gpu_entity(self.host, i) for i in range(count)]
         self._topology = topology if topology is not None else Topology.from_gpu_hosts(
             [(self.host, i) for i in range(count)])
@@ -146,21 +204,44 @@ class NvmlSource(PollingSource):
         now = self.clock()
         nv = self.nv
         values = np.full((len(self.handles), len(self.fields)), np.nan)
-        unsupported = {getattr(nv, "NVML_ERROR_NOT_SUPPORTED", 3), getattr(nv, "NVML_ERROR_FUNCTION_NOT_FOUND", 13)}
+        # DEPRECATED: a call the driver no longer serves (NVIDIA retires some in CUDA 14), as unsupported
+        unsupported = {getattr(nv, "NVML_ERROR_NOT_SUPPORTED", 3), getattr(nv, "NVML_ERROR_FUNCTION_NOT_FOUND", 13),
+                       getattr(nv, "NVML_ERROR_DEPRECATED", 26)}
+        failed = {getattr(nv, "NVML_ERROR_GPU_IS_LOST", 15)}
+        self._reset_code = getattr(nv, "NVML_ERROR_RESET_REQUIRED", 16)
+        self._needs_reset.clear()
         uuids: dict[str, str] = {}
+        entered: list[int] = []  # GPUs found lost this poll that were not at the last
         for g, handle in enumerate(self.handles):
             if handle is None:
                 handle = self.handles[g] = self._handle(g)
                 if handle is None:
                     continue
-            for f, name in enumerate(self.fields):
-                if not self.supported[g, f]:
-                    continue
-                value, self.supported[g, f] = self._call(g, name, lambda: READERS[name](nv, handle), unsupported)
-                if value is not None:
-                    values[g, f] = value if math.isfinite(value) else np.nan
-            if self.reads_boards:
-                uuids[self._entities[g]] = self._uuid(g, handle, unsupported)
+            try:
+                for f, name in enumerate(self.fields):
+                    if not self.supported[g, f]:
+                        continue
+                    read = self.readers[name]
+                    value, self.supported[g, f] = self._call(g, name, lambda: read(nv, handle), unsupported, failed)
+                    if value is not None:
+                        values[g, f] = value if math.isfinite(value) else np.nan
+                if self.reads_boards:
+                    uuids[self._entities[g]] = self._uuid(g, handle, unsupported, failed)
+            except _GpuFailed:
+                # every other call would fail the same way (a lost GPU's may each take long): ask
+                # nothing more of it this poll; it is counted as it enters the state, not per poll
+                self._needs_reset.add(g)
+            if g in self._needs_reset:
+                if g not in self._failed:
+                    self._failed.add(g)
+                    entered.append(g)
+            else:
+                self._failed.discard(g)  # read without either: back, counted again if lost again
+        if entered:
+            names = [self._entities[g] for g in entered]
+            self.health.problem(STAGE, GPU_FAILED, len(entered),
+                                detail=", ".join(names[:3]) + (" ..." if len(names) > 3 else ""))
+        self._tell_unsupported()
         present = np.array([h is not None for h in self.handles], dtype=bool)
         values = values[present]
         columns = {name: values[:, f] for f, name in enumerate(self.fields) if not np.isnan(values[:, f]).all()}
@@ -171,24 +252,61 @@ class NvmlSource(PollingSource):
             batch = self._boards.tag(batch, uuids, self._topology)
         return batch
 
-    def _call(self, index: int, what: str, read: Callable[[], Any], unsupported: set[int]) -> tuple[Any, bool]:
-        """``(read(), True)`` for GPU ``index``, or ``(None, supported)`` where NVML fails: an error
-        saying the GPU does not support it gives ``False`` (the caller asks no more), any other is
-        counted (``what`` names the call) and asked again at the next poll."""
+    def _call(self, index: int, what: str, read: Callable[[], Any], unsupported: set[int],
+              failed: set[int]) -> tuple[Any, bool]:
+        """``(read(), True)`` for GPU ``index``, or ``(None, supported)`` where it fails: an NVML
+        error saying the GPU does not support it gives ``False`` (the caller asks no more); one in
+        ``failed`` (the GPU lost) raises :class:`_GpuFailed`; ``RESET_REQUIRED`` marks the GPU
+        (counted as a lost one is) but its other calls are still made, since a GPU may say so of
+        some calls only (its ECC counters after a double-bit error, the very fields worth
+        reading then); any other error, NVML's or not (a
+        reader that no longer fits its pynvml), is counted (``what`` names the call) and asked
+        again at the next poll: it costs this value only, not the poll's other GPUs and fields."""
         try:
             return read(), True
         except self.nv.NVMLError as exc:
-            if getattr(exc, "value", None) in unsupported:
+            code = getattr(exc, "value", None)
+            if code in unsupported:
                 return None, False
+            if code in failed:
+                raise _GpuFailed() from None
+            if code == self._reset_code:
+                self._needs_reset.add(index)
+                return None, True
             self.health.problem(STAGE, "NVML call failed", detail=f"{what} on GPU {index}: {exc}")
             return None, True
+        except Exception as exc:
+            self.health.problem(STAGE, UNEXPECTED, detail=f"{what} on GPU {index}: {type(exc).__name__}: {exc}")
+            return None, True
 
-    def _uuid(self, index: int, handle: Any, unsupported: set[int]) -> str:
+    def unsupported_fields(self) -> dict[str, list[str]]:
+        """The fields some GPU does not support (found so, not asked again), each with those GPUs,
+        in field order: what the log says once and :func:`record_nvml` lists."""
+        return self._by_field(~self.supported)
+
+    def _by_field(self, mask: np.ndarray) -> dict[str, list[str]]:
+        return {name: [self._entities[g] for g in np.flatnonzero(mask[:, f])]
+                for f, name in enumerate(self.fields) if mask[:, f].any()}
+
+    def _tell_unsupported(self) -> None:
+        """Log the (field, GPU)s found unsupported since the last log, once: their column is NaN
+        for good, which a reader of ``watch`` or ``agent`` would otherwise have to guess at."""
+        new = ~self.supported & ~self._told_unsupported
+        if not new.any():
+            return
+        self._told_unsupported |= new
+        count = len(self._entities)
+        said = [f"{name} on " + (f"every GPU ({count})" if len(gpus) == count and count > 1 else ", ".join(gpus))
+                for name, gpus in self._by_field(new).items()]
+        log.warning("%s: not supported by the GPU or driver, read as no value and not asked again: %s",
+                    STAGE, "; ".join(said))
+
+    def _uuid(self, index: int, handle: Any, unsupported: set[int], failed: set[int]) -> str:
         """GPU ``index``'s UUID; "" (no change) when it cannot be read: a failed call is counted,
         one the GPU does not support is remembered and not made again, as a reader's."""
         if index in self._uuid_unsupported:
             return ""
-        uuid, supported = self._call(index, "uuid", lambda: self.nv.nvmlDeviceGetUUID(handle), unsupported)
+        uuid, supported = self._call(index, "uuid", lambda: self.nv.nvmlDeviceGetUUID(handle), unsupported, failed)
         if not supported:
             self._uuid_unsupported.add(index)
         if uuid is None:
@@ -215,9 +333,8 @@ def record_nvml(out_dir: str | Path, duration: float, interval: float = 1.0, hea
         for frame in source:
             writer.write(frame)
             rows += len(frame)
-    unsupported = {source.fields[f] for g, f in zip(*np.nonzero(~source.supported))}
     return {"path": str(out_dir), "gpus": len(source.handles), "polls": source.polls, "rows": rows,
-            "unsupported_fields": sorted(unsupported), "problems": health.total_problems()}
+            "unsupported_fields": sorted(source.unsupported_fields()), "problems": health.total_problems()}
 
 
 if __name__ == "__main__":  # python -m foreshock.streams.nvml OUT_DIR [DURATION_S [INTERVAL_S]]

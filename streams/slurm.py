@@ -8,7 +8,10 @@ their checkpoints find each job again by name and nodes).
 
 ``squeue --json`` has kept the fields read here across its data-parser versions: ``jobs[]`` with
 ``job_id``, ``name``, ``nodes`` (a Slurm hostlist such as ``gpu[001-004,010]``) and ``job_state``
-(a string before Slurm 23.02, a list of strings after). Nothing else is read.
+(a string before Slurm 23.02, a list of strings after), and the top-level ``errors`` list: squeue
+can exit 0 with an error there and no jobs (21.08, its controller unreachable), which is no
+"nothing running" (that would end every job): such output is refused, naming its first error.
+``warnings`` are not errors. Nothing else is read.
 
 An entry without an integer ``job_id``, or whose ``job_state`` is neither a string nor a list of
 strings, is left out as a malformed entry (counted). A job is left out, and counted by reason,
@@ -116,15 +119,34 @@ def _states(job: dict[str, Any]) -> set[str] | None:
     return None
 
 
+def _error_text(error: Any) -> str:
+    """One entry of squeue's ``errors`` as a line: its description and error (the one when the
+    other is empty or the same), and its number. Slurm's versions name these differently
+    (``error``, ``description``, ``error_number`` or ``error_code``); anything else is shown as is."""
+    if not isinstance(error, dict):
+        return str(error)
+    said = list(dict.fromkeys(str(error[k]).strip() for k in ("description", "error")
+                              if str(error.get(k) or "").strip()))
+    number = next((error[k] for k in ("error_number", "error_code") if error.get(k) not in (None, "", 0)), None)
+    text = "; ".join(said) or json.dumps(error)
+    return f"{text} (error {number})" if number is not None else text
+
+
 def jobs_from_squeue(text: str, topology: Topology, min_nodes: int = 1) -> SlurmJobs:
     """The running jobs of ``squeue --json`` output on ``topology``'s nodes (see the module
-    docstring for what is left out). Raises ``ValueError`` for output that is not squeue's JSON."""
+    docstring for what is left out). Raises ``ValueError`` for output that is not squeue's JSON,
+    and for output whose ``errors`` list is not empty (squeue failed, whatever its exit status)."""
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise ValueError(f"not JSON: {exc}") from None
     if not isinstance(data, dict) or not isinstance(data.get("jobs"), list):
         raise ValueError("no 'jobs' list: not the output of squeue --json")
+    errors = data.get("errors")
+    if errors:  # its jobs list is what squeue could read, most likely none: not "no job runs"
+        errors = errors if isinstance(errors, list) else [errors]
+        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+        raise ValueError(f"squeue failed: {_error_text(errors[0])}{more}")
     known = set(topology.nodes)
     out = SlurmJobs()
     taken: set[str] = set()

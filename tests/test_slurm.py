@@ -120,6 +120,27 @@ def test_squeue_output_that_is_not_squeues_is_refused_and_bad_entries_counted() 
     assert found.left_out == {"malformed entry": 2, "unreadable node list": 1}
 
 
+def test_squeue_output_that_reports_an_error_is_refused_not_read_as_no_jobs(tmp_path: Path) -> None:
+    """squeue 21.08 can exit 0 with its controller unreachable, printing an ``errors`` entry and an
+    empty ``jobs`` list. Until 2026-12-03 that read as "no job runs" and ended every job of the
+    file; now it is refused as a failed squeue is, naming squeue's error. Warnings are not errors."""
+    unreachable = json.dumps({"errors": [{"error": "Unable to contact slurm controller (connect failure)",
+                                          "error_number": 1007}], "warnings": [], "jobs": []})
+    with pytest.raises(ValueError, match=r"squeue failed: Unable to contact slurm controller .*\(error 1007\)"):
+        jobs_from_squeue(unreachable, cluster())
+    warned = json.dumps({"errors": [], "warnings": [{"description": "deprecated field", "source": "x"}],
+                         "jobs": [job(9, "gpu003")]})
+    assert jobs_from_squeue(warned, cluster()).jobs == [{"name": "9:train", "nodes": ["gpu003"]}]
+
+    path = tmp_path / "cluster.yaml"
+    cluster().dump(path)
+    listing = tmp_path / "squeue.json"
+    listing.write_text(unreachable)
+    result = CliRunner().invoke(cli, ["topology", "jobs", str(path), "--squeue-json", str(listing)])
+    assert result.exit_code == 1 and "Unable to contact slurm controller" in result.output, result.output
+    assert Topology.load(path).jobs == ["1:old"]  # its job not ended
+
+
 # ---- foreshock topology jobs --------------------------------------------------------------------------
 def test_topology_jobs_rewrites_only_the_jobs_and_leaves_an_unchanged_file_alone(tmp_path: Path) -> None:
     path = tmp_path / "cluster.yaml"

@@ -13,7 +13,7 @@ import pytest
 
 from foreshock.health import PipelineHealth
 from foreshock.recording import Recording
-from foreshock.streams.nvml import READERS, NvmlSource, load_nvml, record_nvml
+from foreshock.streams.nvml import GPU_FAILED, READERS, UNEXPECTED, NvmlSource, load_nvml, record_nvml
 
 from board_ids import uuid_number
 
@@ -50,12 +50,14 @@ class FakeNvmlError(Exception):
 
 
 def fake_nvml(gpus: int = 2, unsupported: frozenset[str] = frozenset(), failing: frozenset[str] = frozenset()):
-    """A module with pynvml's names; ``unsupported``/``failing`` name functions that raise."""
+    """A module with pynvml's names; ``unsupported``/``failing`` name functions that raise
+    (``NOT_SUPPORTED``; ``UNKNOWN``, an error that says nothing of the GPU's state)."""
     nv: Any = types.ModuleType("fake_pynvml")
     nv.calls = {}
     nv.NVMLError = FakeNvmlError
     consts = dict(NVML_SUCCESS=0, NVML_ERROR_NOT_SUPPORTED=3, NVML_ERROR_FUNCTION_NOT_FOUND=13,
-                  NVML_ERROR_GPU_IS_LOST=15, NVML_TEMPERATURE_GPU=0, NVML_TEMPERATURE_THRESHOLD_SLOWDOWN=1,
+                  NVML_ERROR_GPU_IS_LOST=15, NVML_ERROR_RESET_REQUIRED=16, NVML_ERROR_UNKNOWN=999,
+                  NVML_ERROR_TIMEOUT=10, NVML_TEMPERATURE_GPU=0, NVML_TEMPERATURE_THRESHOLD_SLOWDOWN=1,
                   NVML_TEMPERATURE_THRESHOLD_MEM_MAX=2, NVML_TEMPERATURE_THRESHOLD_GPU_MAX=3,
                   NVML_CLOCK_SM=1, NVML_PERF_POLICY_POWER=0, NVML_PERF_POLICY_THERMAL=1,
                   NVML_MEMORY_ERROR_TYPE_UNCORRECTED=1, NVML_VOLATILE_ECC=0, NVML_FI_DEV_MEMORY_TEMP=82,
@@ -70,7 +72,7 @@ def fake_nvml(gpus: int = 2, unsupported: frozenset[str] = frozenset(), failing:
             if name in unsupported:
                 raise FakeNvmlError(3)
             if name in failing:
-                raise FakeNvmlError(15)
+                raise FakeNvmlError(999)
             return result(handle, *args) if callable(result) else result
         return call
 
@@ -218,7 +220,7 @@ def test_a_gpu_whose_uuid_changes_is_reported_once_and_a_failed_read_is_no_chang
     nv = fake_nvml(gpus=2)
     calls = _uuids_in_turn(nv, [
         {0: "GPU-a", 1: b"GPU-p"},
-        {0: FakeNvmlError(15), 1: "GPU-p"},  # GPU 0's read fails (GPU_IS_LOST): no UUID this poll
+        {0: FakeNvmlError(10), 1: "GPU-p"},  # GPU 0's read fails (a timeout): no UUID this poll
         {0: "GPU-a", 1: b"GPU-q"},  # GPU 1 replaced; GPU 0's UUID as before the gap
         {0: b"GPU-b", 1: b"GPU-q"},  # GPU 0 replaced
         {0: "GPU-b", 1: "GPU-q"},
@@ -258,3 +260,177 @@ def test_a_uuid_nvml_does_not_give_is_not_asked_for_again_and_none_is_read_when_
     frames = list(source)
     assert len(frames) == 2 and all(np.isnan(f.columns["board_id"]).all() for f in frames)
     assert calls[0] == 0 and not health.gpus_replaced
+
+
+# ---- an older driver, a GPU lost mid-run, a reader that raises ---------------------------------
+def test_throttle_reasons_are_read_under_the_older_name_on_a_driver_before_r535() -> None:
+    """A newer pynvml wraps ``nvmlDeviceGetCurrentClocksEventReasons``, which a driver before R535
+    lacks (the wrapper raises FUNCTION_NOT_FOUND) while its ``...ThrottleReasons`` works. Until
+    2026-12-03 the field was taken as not supported there and never read; now the older name is
+    read, and the missing one is asked for once per source, not per GPU and poll."""
+    nv = fake_nvml(gpus=2)
+    asked = {"event": 0, "throttle": 0}
+
+    def event_reasons(handle: int) -> int:
+        asked["event"] += 1
+        raise FakeNvmlError(nv.NVML_ERROR_FUNCTION_NOT_FOUND)
+
+    def throttle_reasons(handle: int) -> int:
+        asked["throttle"] += 1
+        return 0x20  # SW thermal slowdown
+
+    nv.nvmlDeviceGetCurrentClocksEventReasons = event_reasons
+    nv.nvmlDeviceGetCurrentClocksThrottleReasons = throttle_reasons
+    health = PipelineHealth()
+    source = NvmlSource(nvml=nv, host="h", health=health, interval=0.02, max_polls=3)
+    frames = list(source)
+    assert [f.columns["throttle_reasons"].tolist() for f in frames] == [[32.0, 32.0]] * 3
+    assert asked == {"event": 1, "throttle": 6}
+    assert source.supported.all() and health.total_problems() == 0
+
+
+def test_fields_found_not_supported_are_logged_once_with_their_gpus(caplog) -> None:
+    """watch and agent said nothing of a field NVML does not give (a column NaN for good); now the
+    fields so found are logged once, with the GPUs, as record_nvml lists them. A driver with
+    neither name of the throttle reasons is such a field."""
+    nv = fake_nvml(gpus=2, unsupported=frozenset({"pcie"}))
+    del nv.nvmlDeviceGetCurrentClocksEventReasons  # an older pynvml: only the old name...
+    nv.nvmlDeviceGetCurrentClocksThrottleReasons = lambda handle: (_ for _ in ()).throw(
+        FakeNvmlError(nv.NVML_ERROR_FUNCTION_NOT_FOUND))  # ...which the driver lacks too
+    remapped = nv.nvmlDeviceGetRemappedRows
+
+    def remap(handle: int) -> Any:
+        if handle == 1:
+            raise FakeNvmlError(nv.NVML_ERROR_NOT_SUPPORTED)
+        return remapped(handle)
+
+    nv.nvmlDeviceGetRemappedRows = remap
+    health = PipelineHealth()
+    source = NvmlSource(nvml=nv, host="h", health=health, interval=0.02, max_polls=3)
+    with caplog.at_level(logging.WARNING, logger="foreshock.sources"):
+        frames = list(source)
+    assert len(frames) == 3 and health.total_problems() == 0
+    told = [r.getMessage() for r in caplog.records if "not supported" in r.getMessage()]
+    assert told == ["nvml: not supported by the GPU or driver, read as no value and not asked again: "
+                    "throttle_reasons on every GPU (2); pcie_replays on every GPU (2); remapped_rows on h/gpu1"]
+    assert source.unsupported_fields() == {"throttle_reasons": ["h/gpu0", "h/gpu1"],
+                                           "pcie_replays": ["h/gpu0", "h/gpu1"], "remapped_rows": ["h/gpu1"]}
+
+
+def _gpus_failing(nv: Any, failing: dict[int, int]) -> dict[int, int]:
+    """Every per-GPU call of ``nv`` raises the NVML error ``failing[gpu]`` for the GPUs it lists
+    (the test changes it between polls); returns the calls made, per GPU."""
+    calls: dict[int, int] = {}
+    for name in dir(nv):
+        if name.startswith("nvmlDevice") and name not in ("nvmlDeviceGetCount", "nvmlDeviceGetHandleByIndex"):
+            def call(handle: int, *args: Any, real: Any = getattr(nv, name)) -> Any:
+                calls[handle] = calls.get(handle, 0) + 1
+                if handle in failing:
+                    raise FakeNvmlError(failing[handle])
+                return real(handle, *args)
+            setattr(nv, name, call)
+    return calls
+
+
+def test_a_gpu_lost_mid_run_is_asked_nothing_more_that_poll_and_counted_once_as_it_enters(caplog) -> None:
+    """An XID 79 mid-run: NVML answers GPU_IS_LOST (or RESET_REQUIRED) to every call on the GPU,
+    each of which may take long. Until 2026-12-03 all 17 readers and the UUID were still called at
+    every poll, each failure counted as "NVML call failed" (so never logged after any earlier NVML
+    failure). Now GPU_IS_LOST ends the GPU's poll at its first call (its row stays, NaN), and the
+    GPU is counted and logged once as it enters the state, under nvidia-smi's reason for ``[GPU is
+    lost]``; back (a reset), then needing a reset, it is counted again (that GPU still read: see
+    the next test)."""
+    nv = fake_nvml(gpus=4)
+    failing: dict[int, int] = {}
+    calls = _gpus_failing(nv, failing)
+    health = PipelineHealth()
+    source = NvmlSource(nvml=nv, host="h", health=health)
+    with caplog.at_level(logging.WARNING, logger="foreshock"):
+        failing[0] = nv.NVML_ERROR_TIMEOUT
+        source.read()  # a transient failure first: "NVML call failed" logged, as before
+        del failing[0]
+        per_poll, rows, problems = [], [], []
+        for state in (nv.NVML_ERROR_GPU_IS_LOST, nv.NVML_ERROR_GPU_IS_LOST, nv.NVML_ERROR_GPU_IS_LOST, None,
+                      nv.NVML_ERROR_RESET_REQUIRED, nv.NVML_ERROR_RESET_REQUIRED):
+            if state is None:
+                failing.pop(2, None)
+            else:
+                failing[2] = state
+            before = calls.get(2, 0)
+            batch = source.read()
+            per_poll.append(calls[2] - before)
+            rows.append(batch.column("gpu_temp").tolist())
+            problems.append(health.problems[("nvml", GPU_FAILED)])
+    assert per_poll == [1, 1, 1] + [len(READERS) + 1] * 3  # the lost GPU: one call a poll
+    assert rows[0][:2] == [53.0, 54.0] and np.isnan(rows[0][2]) and rows[0][3] == 56.0  # the row stays
+    assert rows[3] == [53.0, 54.0, 55.0, 56.0]
+    assert problems == [1, 1, 1, 1, 2, 2]
+    assert health.problems[("nvml", "NVML call failed")] == len(READERS) + 1  # the timeouts: each call
+    told = [r.getMessage() for r in caplog.records if GPU_FAILED in r.getMessage()]
+    assert len(told) == 1 and "h/gpu2" in told[0]
+
+
+
+def test_a_gpu_that_needs_a_reset_for_one_call_is_counted_once_and_its_other_fields_read() -> None:
+    """RESET_REQUIRED may come from some calls only (a GPU's ECC counters after a double-bit error).
+    Ending the GPU's poll there lost every field read after it, the UUID and the remapped rows among
+    them, the very fields worth reading then (review r4, 2026-12-03)."""
+    nv = fake_nvml(gpus=2)
+    ecc = nv.nvmlDeviceGetTotalEccErrors
+
+    def needs_reset(handle: int, *args: Any) -> Any:
+        if handle == 0:
+            raise FakeNvmlError(nv.NVML_ERROR_RESET_REQUIRED)
+        return ecc(handle, *args)
+
+    nv.nvmlDeviceGetTotalEccErrors = needs_reset
+    health = PipelineHealth()
+    source = NvmlSource(nvml=nv, host="h", health=health)
+    for _ in range(3):
+        batch = source.read()
+    assert np.isnan(batch.column("ecc_dbe")[0]) and batch.column("ecc_dbe")[1] == 0.0
+    assert not np.isnan(batch.column("remapped_rows")).any() and not np.isnan(batch.column("pcie_replays")).any()
+    assert health.problems[("nvml", GPU_FAILED)] == 1
+    assert ("nvml", "NVML call failed") not in health.problems
+
+
+def test_a_call_the_driver_has_deprecated_is_read_as_not_supported() -> None:
+    """NVIDIA retires calls (CUDA 14: NVML_ERROR_DEPRECATED); such a field is not asked again and
+    is named once as not supported, not counted as a failed call at every poll."""
+    nv = fake_nvml(gpus=2)
+    nv.NVML_ERROR_DEPRECATED = 26
+
+    def retired(handle: int, *args: Any) -> Any:
+        raise FakeNvmlError(26)
+
+    nv.nvmlDeviceGetPcieReplayCounter = retired
+    health = PipelineHealth()
+    source = NvmlSource(nvml=nv, host="h", health=health)
+    for _ in range(3):
+        source.read()
+    assert source.unsupported_fields() == {"pcie_replays": ["h/gpu0", "h/gpu1"]}
+    assert health.total_problems() == 0
+
+def test_a_reader_raising_something_other_than_an_nvml_error_costs_its_own_value_only(caplog) -> None:
+    """A reader that no longer fits its pynvml (a TypeError, an AttributeError) on one GPU took the
+    whole poll down with it ("poll failed": no GPU read at all, every poll). Now it costs that field
+    on that GPU for the poll, counted under its own reason and logged once."""
+    nv = fake_nvml(gpus=3)
+    util = nv.nvmlDeviceGetUtilizationRates
+
+    def drifted(handle: int) -> Any:
+        if handle == 1:
+            raise TypeError("unexpected")
+        return util(handle)
+
+    nv.nvmlDeviceGetUtilizationRates = drifted
+    health = PipelineHealth()
+    with caplog.at_level(logging.WARNING, logger="foreshock"):
+        frames = list(NvmlSource(nvml=nv, host="h", health=health, interval=0.02, max_polls=2))
+    assert [len(f) for f in frames] == [3, 3]
+    for frame in frames:
+        assert frame.columns["util"][[0, 2]].tolist() == [1.0, 1.0] and np.isnan(frame.columns["util"][1])
+        assert frame.columns["gpu_temp"].tolist() == [53.0, 54.0, 55.0]  # the GPU's other fields
+    assert health.problems == {("nvml", UNEXPECTED): 2}
+    told = [r.getMessage() for r in caplog.records if UNEXPECTED in r.getMessage()]
+    assert len(told) == 1 and "util on GPU 1: TypeError: unexpected" in told[0]
