@@ -229,9 +229,8 @@ def thermal_cap_eta(m: np.ndarray, i: int, temp: float, level: float, slope: flo
 @inline
 def release_brake(s: np.ndarray, i: int, node: int, node_brake: np.ndarray) -> None:
     """GPU ``i`` no longer brakes (its reasons say so, or went unread too long, see also
-    :func:`_age_out_brakes`): off its node's count. The node event ends where the count is under
-    ``node_brake_min`` once a whole poll is read (:func:`_node_brake_events`), not at the row that
-    took it there."""
+    :func:`_age_out_brakes`): off its node's count. The node event ends where the count is 0 once
+    a whole poll is read (:func:`_node_brake_events`), not at the row that took it there."""
     s[i, S_BRAKE] = 0.0
     node_brake[node, N_COUNT] = max(node_brake[node, N_COUNT] - 1.0, 0.0)
 
@@ -239,7 +238,7 @@ def release_brake(s: np.ndarray, i: int, node: int, node_brake: np.ndarray) -> N
 @kernel
 def _age_out_brakes(obs: tuple[np.ndarray, ...], rows: np.ndarray, n_rows: int, parents: np.ndarray,
                     node_gpus: tuple[np.ndarray, np.ndarray], s: np.ndarray, node_brake: np.ndarray,
-                    stale_s: float, node_min: float) -> int:
+                    stale_s: float) -> int:
     """Lets go, after a GPU frame, the brakes of the frame's nodes whose GPUs' throttle reasons went
     unread for over ``stale_s`` (``reasons_stale_s``) by the time of a fitted row of their node; returns
     how many. ``node_gpus`` is each node's GPUs as (offsets, GPUs). A GPU lets its own brake go at its
@@ -248,7 +247,7 @@ def _age_out_brakes(obs: tuple[np.ndarray, ...], rows: np.ndarray, n_rows: int, 
     "2 of 8 GPUs braking together", and a second node-wide brake raised no node event (until
     2026-12-03). Run after the frame, not at each row, so that a braking GPU whose row comes later in
     the same frame (the first frame after the whole feed paused) is read before it is judged. A node
-    whose count this takes under ``node_min`` has its event ended."""
+    whose count this takes to 0 has its event ended."""
     at, gpus = node_gpus
     released = 0
     for row in range(n_rows):
@@ -263,7 +262,7 @@ def _age_out_brakes(obs: tuple[np.ndarray, ...], rows: np.ndarray, n_rows: int, 
             if s[j, S_BRAKE] == 1.0 and not ts - s[j, S_BITS_TS] <= stale_s:
                 release_brake(s, j, node, node_brake)
                 released += 1
-        if node_brake[node, N_COUNT] < node_min:
+        if node_brake[node, N_COUNT] == 0.0:
             node_brake[node, N_ACTIVE] = 0.0
     return released
 
@@ -274,9 +273,9 @@ def _node_brake_events(obs: tuple[np.ndarray, ...], rows: np.ndarray, span: tupl
                        out: np.ndarray, n_out: int) -> int:
     """Judges each node of the run of rows ``span`` (one poll: the fit cuts a frame into runs where
     a GPU repeats, see :class:`~foreshock.detectors.thermal_fit.ThermalFit`) once the whole run is
-    read: its node event ends where fewer than ``node_min`` of its GPUs brake, and starts where
-    ``node_min`` do (until 2026-12-03 it ended with the node's last braking GPU: a node event held
-    by one GPU left braking hid the node's next one);
+    read: its node event ends where none of its GPUs brakes any more (ended under ``node_min``,
+    a supply whose GPUs' brakes flicker, one of three steady, raised ten events in ten minutes:
+    review r3), and starts where ``node_min`` do;
     the run's GPU brakes (``out[first:n_out]``) report that count. Returns the emission count.
     Judged as each row set or let go a brake, the count depended on the order of one poll's rows:
     a GPU that stopped braking as another started, its row read later, made "2 of 4 GPUs braking
@@ -287,7 +286,7 @@ def _node_brake_events(obs: tuple[np.ndarray, ...], rows: np.ndarray, span: tupl
     for row in range(lo, hi):
         if rows[row, R_DT] >= 0.0:  # (a late row the fit skipped is no reading)
             node = parents[int(obs[tf.X_SLOT][row]), 1]
-            if node_brake[node, N_COUNT] < node_min:
+            if node_brake[node, N_COUNT] == 0.0:
                 node_brake[node, N_ACTIVE] = 0.0
     for k in range(first, n_out):
         if out[k, O_WHICH] == WHICH_GPU_BRAKE:
@@ -518,7 +517,7 @@ class PowerDetector(ThermalFitDetector):
         fit = self.fit
         found = self._findings(fit.obs, self._out[:self._n_out])
         _age_out_brakes(fit.obs, fit.rows, fit.n_rows, fit.parents, self._node_gpus, self.s_gpu,
-                        self.s_node_brake, float(self.params[P_REASONS_STALE]), float(self.params[P_NODE_MIN]))
+                        self.s_node_brake, float(self.params[P_REASONS_STALE]))
         return found
 
     def read_site_loops(self) -> None:
@@ -537,13 +536,13 @@ class PowerDetector(ThermalFitDetector):
         afresh (a board swapped in its slot) or moves (boards renumbered at a reboot) never lets its
         brake go there. The stale count made the next single GPU of the node to brake "2 of 8 GPUs
         braking together — power supply or PDU fault" (until 2026-12-02). A node event still raised
-        ends where fewer than ``node_brake_min`` of the node's GPUs brake, as after a poll
+        ends where none of the node's GPUs brakes any more, as after a poll
         (:func:`_node_brake_events`)."""
         moved = super().remap_state(state, remap)
         braking = np.asarray(moved["s_gpu"])[:, S_BRAKE] == 1.0
         node_brake = np.array(moved["s_node_brake"], dtype=float)
         node_brake[:, N_COUNT] = np.bincount(self.topology.gpu_node[braking], minlength=len(node_brake))
-        node_brake[node_brake[:, N_COUNT] < self.params[P_NODE_MIN], N_ACTIVE] = 0.0
+        node_brake[node_brake[:, N_COUNT] == 0.0, N_ACTIVE] = 0.0
         return {**moved, "s_node_brake": node_brake}
 
     def begin_frame(self, fit: ThermalFit) -> None:
