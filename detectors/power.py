@@ -271,12 +271,13 @@ def _age_out_brakes(obs: tuple[np.ndarray, ...], rows: np.ndarray, n_rows: int, 
 def _node_brake_events(obs: tuple[np.ndarray, ...], rows: np.ndarray, span: tuple[int, int], first: int,
                        parents: np.ndarray, s: np.ndarray, node_brake: np.ndarray, node_min: float,
                        out: np.ndarray, n_out: int) -> int:
-    """Judges each node of the run of rows ``span`` (one poll: the fit cuts a frame into runs where
-    a GPU repeats, see :class:`~foreshock.detectors.thermal_fit.ThermalFit`) once the whole run is
-    read: its node event ends where none of its GPUs brakes any more (ended under ``node_min``,
-    a supply whose GPUs' brakes flicker, one of three steady, raised ten events in ten minutes:
-    review r3), and starts where ``node_min`` do;
-    the run's GPU brakes (``out[first:n_out]``) report that count. Returns the emission count.
+    """Judges each node of the run of rows ``span`` once the whole run is read. A run is a poll
+    (the fit cuts a frame into runs where a GPU repeats, see
+    :class:`~foreshock.detectors.thermal_fit.ThermalFit`), except where a GPU is missing from one
+    poll of a frame holding several. A node's event ends where none of its GPUs brakes any more
+    (ended under ``node_min``, a supply whose GPUs' brakes flicker, one of three steady, raised ten
+    events in ten minutes: review r3), and starts where ``node_min`` do; the run's GPU brakes
+    (``out[first:n_out]``) report the count. Returns the emission count.
     Judged as each row set or let go a brake, the count depended on the order of one poll's rows:
     a GPU that stopped braking as another started, its row read later, made "2 of 4 GPUs braking
     together" though no poll showed two (two GPUs braking by turns: 29 node events in ten minutes),
