@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import signal
+import socket
 import threading
 import time
 from typing import Any, Iterable
@@ -64,6 +65,20 @@ INSTEAD = {("interfaces", "infiniband"): "polls every port under --root",
            ("polls", "simulator"): "ends after --duration"}
 
 
+def refuse_unlisted_node(source: str, node: str, nodes: list[str], node_flag: str) -> None:
+    """A usage error where ``node``, the name a source gives this machine's rows, is not among the
+    topology's ``nodes``: a host name read as ``node7.cluster.local`` against a file (or Slurm)
+    that says ``node7`` had every row refused as an unknown entity, one log line, and ``watch``
+    waiting for a first frame for ever (review r1, 2026-12-03)."""
+    if node in nodes:
+        return
+    near = [name for name in nodes if name.split(".")[0] == node.split(".")[0]]
+    listed = ", ".join(nodes[:5]) + (f", ... ({len(nodes)} in all)" if len(nodes) > 5 else "")
+    hint = f"perhaps {node_flag} {near[0]}" if near else f"pass {node_flag} NAME as the file names this machine"
+    raise click.UsageError(f"--source {source} names this machine's rows {node!r}, which the --topology file "
+                           f"does not list (its nodes: {listed}): {hint}")
+
+
 def refuse_unread_options(source: str, **given: object) -> None:
     """A click.UsageError naming the first of ``given`` (options by flag without its dashes, None
     when not given: see :func:`options_given`) that ``source`` does not read, rather than ignoring it."""
@@ -88,11 +103,13 @@ def options_given(ctx: click.Context, *names: str) -> dict[str, object]:
 def open_source(source: str, path: str | None, url: str | None, executable: str | None, root: str | None,
             interfaces: str | None, interval: float | None, polls: int | None, host: str | None,
             speed: float | None, now: bool, gpus: int, scenario: str, seed: int, duration: float | None,
-            topology_path: str | None = None) -> tuple[Iterable[Any], Any]:
+            topology_path: str | None = None, node_flag: str = "--host") -> tuple[Iterable[Any], Any]:
     """(frames, topology or a callable giving it once known) for a source; `agent` publishes the
     frames, `record` writes them to a recording folder. A live source numbers its entities by
     the topology file at ``topology_path`` when given (its entity names must be the file's), else
-    by one it derives from what it reads."""
+    by one it derives from what it reads. A source that names its rows after this machine
+    (``host``, else its host name; the option is ``node_flag``) is refused with a topology that
+    does not list that name: every row would be an unknown entity, the run silent for good."""
     refuse_unread_options(source, path=path, url=url, executable=executable, root=root, interfaces=interfaces)
     topology = None
     if topology_path is not None:
@@ -104,6 +121,8 @@ def open_source(source: str, path: str | None, url: str | None, executable: str 
             topology = Topology.load(topology_path)
         except (TopologyError, OSError) as exc:
             raise click.UsageError(f"--topology: {exc}") from None
+        if source in NODE_NAMED and source != "redfish":  # (redfish's nodes are its --url list's)
+            refuse_unlisted_node(source, host or socket.gethostname(), topology.nodes, node_flag)
     if source == "replay":
         from foreshock.streams.sources import ReplaySource
 

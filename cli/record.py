@@ -68,12 +68,13 @@ def live_source_options(node_flag: str = "--host"):  # type: ignore[no-untyped-d
 
 def open_live_source(source: str, url: str | None, executable: str | None, root: str | None, interfaces: str | None,
                      interval: float | None, polls: int | None, node: str | None,
-                     topology_path: str | None) -> tuple[PollingSource, Callable[[], Topology | None]]:
+                     topology_path: str | None, node_flag: str = "--host",
+                     ) -> tuple[PollingSource, Callable[[], Topology | None]]:
     """The polled source and a callable giving its topology once known; a source that cannot
     open (no NVIDIA driver for nvml, say) is a clear error, not a traceback."""
     try:
         frames, topology_of = open_source(source, None, url, executable, root, interfaces, interval, polls, node,
-                                          None, False, 0, "", 0, None, topology_path)
+                                          None, False, 0, "", 0, None, topology_path, node_flag)
     except click.UsageError:
         raise
     except Exception as exc:  # e.g. no NVIDIA driver for --source nvml

@@ -102,7 +102,7 @@ def command(source: str, duration: float | None, polls: int | None, interval: fl
         raise click.UsageError("--forget-after is for a topology derived from the source; a --topology file never "
                                "drops a host")
     polled, topology_of = open_live_source(source, url, executable, root, interfaces, interval, polls, node,
-                                           topology_path)
+                                           topology_path, node_flag="--node")
     bmcs = _bmc_list(bmc, node)
     cdus = _cdu_list(cdu, topology_path)
     if not (forget_after == 0 or forget_after >= UNLISTED_POLLS * polled.interval):  # (NaN: refused)

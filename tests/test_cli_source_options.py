@@ -106,3 +106,32 @@ def test_an_unset_option_a_source_needs_is_still_told_by_the_source(tmp_path: Pa
 def test_the_check_raises_a_usage_error() -> None:
     with pytest.raises(click.UsageError, match="--root is read by --source infiniband only; --source dom"):
         refuse_unread_options("dom", interfaces="eth0", root="/sys")
+
+
+def _cluster(tmp_path: Path) -> str:
+    from foreshock.topology import Topology
+
+    path = tmp_path / "cluster.yaml"
+    Topology.from_gpu_hosts([("node7", 0), ("node8", 0)]).dump(path)
+    return str(path)
+
+
+def test_a_source_naming_this_machine_as_the_topology_does_not_is_refused(tmp_path: Path) -> None:
+    """A host name read as ``node7.cluster.local`` against a file that says ``node7``: every row had
+    been refused as an unknown entity (one log line), and ``watch`` waited for a first frame for
+    ever (review r1, 2026-12-03). Refused before the source is opened, naming the likely name and
+    the command's own option for it (``agent`` opens its sources the same way, once its broker
+    answers)."""
+    cluster = _cluster(tmp_path)
+    text = refused(watch("--source", "nvml", "--topology", cluster, "--node", "node7.cluster.local"))
+    assert text == ("--source nvml names this machine's rows 'node7.cluster.local', which the --topology file "
+                    "does not list (its nodes: node7, node8): perhaps --node node7")
+    text = refused(record(tmp_path, "--source", "nvidia-smi", "--topology", cluster, "--host", "gpu-box"))
+    assert text.endswith("pass --host NAME as the file names this machine")
+    assert not (tmp_path / "rec").exists()
+
+
+def test_a_source_naming_this_machine_as_the_topology_does_passes_the_check(tmp_path: Path) -> None:
+    # it goes on to open the source: no NVIDIA driver here, a clear error of another kind
+    result = watch("--source", "nvml", "--topology", _cluster(tmp_path), "--node", "node7")
+    assert "does not list" not in result.output
