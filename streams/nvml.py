@@ -182,8 +182,15 @@ class NvmlSource(PollingSource):
         self.supported = np.ones((count, len(self.fields)), dtype=bool)
         self._told_unsupported = np.zeros_like(self.supported)  # (GPU, field) already logged as such
         self._failed: set[int] = set()  # GPUs NVML said were lost (or need a reset) at their last poll
-        self._needs_reset: set[int] = set()  # GPUs that said so this poll
-        self._reset_code = 16
+        self._failing: set[int] = set()  # GPUs that said so this poll
+        nv = self.nv
+        # the NVML error codes that say something of the field or the GPU, not of one call;
+        # DEPRECATED: a call the driver no longer serves (NVIDIA retires some in CUDA 14), as unsupported
+        self._unsupported_codes = {getattr(nv, "NVML_ERROR_NOT_SUPPORTED", 3),
+                                   getattr(nv, "NVML_ERROR_FUNCTION_NOT_FOUND", 13),
+                                   getattr(nv, "NVML_ERROR_DEPRECATED", 26)}
+        self._lost_code = getattr(nv, "NVML_ERROR_GPU_IS_LOST", 15)
+        self._reset_code = getattr(nv, "NVML_ERROR_RESET_REQUIRED", 16)
         self._entities = [gpu_entity(self.host, i) for i in range(count)]
         self._topology = topology if topology is not None else Topology.from_gpu_hosts(
             [(self.host, i) for i in range(count)])
@@ -204,12 +211,7 @@ class NvmlSource(PollingSource):
         now = self.clock()
         nv = self.nv
         values = np.full((len(self.handles), len(self.fields)), np.nan)
-        # DEPRECATED: a call the driver no longer serves (NVIDIA retires some in CUDA 14), as unsupported
-        unsupported = {getattr(nv, "NVML_ERROR_NOT_SUPPORTED", 3), getattr(nv, "NVML_ERROR_FUNCTION_NOT_FOUND", 13),
-                       getattr(nv, "NVML_ERROR_DEPRECATED", 26)}
-        failed = {getattr(nv, "NVML_ERROR_GPU_IS_LOST", 15)}
-        self._reset_code = getattr(nv, "NVML_ERROR_RESET_REQUIRED", 16)
-        self._needs_reset.clear()
+        self._failing.clear()
         uuids: dict[str, str] = {}
         entered: list[int] = []  # GPUs found lost this poll that were not at the last
         for g, handle in enumerate(self.handles):
@@ -222,16 +224,16 @@ class NvmlSource(PollingSource):
                     if not self.supported[g, f]:
                         continue
                     read = self.readers[name]
-                    value, self.supported[g, f] = self._call(g, name, lambda: read(nv, handle), unsupported, failed)
+                    value, self.supported[g, f] = self._call(g, name, lambda: read(nv, handle))
                     if value is not None:
                         values[g, f] = value if math.isfinite(value) else np.nan
                 if self.reads_boards:
-                    uuids[self._entities[g]] = self._uuid(g, handle, unsupported, failed)
+                    uuids[self._entities[g]] = self._uuid(g, handle)
             except _GpuFailed:
                 # every other call would fail the same way (a lost GPU's may each take long): ask
                 # nothing more of it this poll; it is counted as it enters the state, not per poll
-                self._needs_reset.add(g)
-            if g in self._needs_reset:
+                self._failing.add(g)
+            if g in self._failing:
                 if g not in self._failed:
                     self._failed.add(g)
                     entered.append(g)
@@ -252,11 +254,10 @@ class NvmlSource(PollingSource):
             batch = self._boards.tag(batch, uuids, self._topology)
         return batch
 
-    def _call(self, index: int, what: str, read: Callable[[], Any], unsupported: set[int],
-              failed: set[int]) -> tuple[Any, bool]:
+    def _call(self, index: int, what: str, read: Callable[[], Any]) -> tuple[Any, bool]:
         """``(read(), True)`` for GPU ``index``, or ``(None, supported)`` where it fails: an NVML
-        error saying the GPU does not support it gives ``False`` (the caller asks no more); one in
-        ``failed`` (the GPU lost) raises :class:`_GpuFailed`; ``RESET_REQUIRED`` marks the GPU
+        error saying the GPU does not support it gives ``False`` (the caller asks no more);
+        ``GPU_IS_LOST`` raises :class:`_GpuFailed`; ``RESET_REQUIRED`` marks the GPU
         (counted as a lost one is) but its other calls are still made, since a GPU may say so of
         some calls only (its ECC counters after a double-bit error, the very fields worth
         reading then); any other error, NVML's or not (a
@@ -266,12 +267,12 @@ class NvmlSource(PollingSource):
             return read(), True
         except self.nv.NVMLError as exc:
             code = getattr(exc, "value", None)
-            if code in unsupported:
+            if code in self._unsupported_codes:
                 return None, False
-            if code in failed:
+            if code == self._lost_code:
                 raise _GpuFailed() from None
             if code == self._reset_code:
-                self._needs_reset.add(index)
+                self._failing.add(index)
                 return None, True
             self.health.problem(STAGE, "NVML call failed", detail=f"{what} on GPU {index}: {exc}")
             return None, True
@@ -301,12 +302,12 @@ class NvmlSource(PollingSource):
         log.warning("%s: not supported by the GPU or driver, read as no value and not asked again: %s",
                     STAGE, "; ".join(said))
 
-    def _uuid(self, index: int, handle: Any, unsupported: set[int], failed: set[int]) -> str:
+    def _uuid(self, index: int, handle: Any) -> str:
         """GPU ``index``'s UUID; "" (no change) when it cannot be read: a failed call is counted,
         one the GPU does not support is remembered and not made again, as a reader's."""
         if index in self._uuid_unsupported:
             return ""
-        uuid, supported = self._call(index, "uuid", lambda: self.nv.nvmlDeviceGetUUID(handle), unsupported, failed)
+        uuid, supported = self._call(index, "uuid", lambda: self.nv.nvmlDeviceGetUUID(handle))
         if not supported:
             self._uuid_unsupported.add(index)
         if uuid is None:
