@@ -284,20 +284,17 @@ def _node_brake_events(obs: tuple[np.ndarray, ...], rows: np.ndarray, span: tupl
     or kept a node event up so that the node's next one was never raised (reviews r2 and r3,
     2026-12-03). A start is stamped at the node's last braking row of the run."""
     lo, hi = span
-    for row in range(lo, hi):
-        if rows[row, R_DT] >= 0.0:  # (a late row the fit skipped is no reading)
-            node = parents[int(obs[tf.X_SLOT][row]), 1]
-            if node_brake[node, N_COUNT] == 0.0:
-                node_brake[node, N_ACTIVE] = 0.0
     for k in range(first, n_out):
         if out[k, O_WHICH] == WHICH_GPU_BRAKE:
             out[k, O_V0] = node_brake[parents[int(obs[tf.X_SLOT][int(out[k, O_ROW])]), 1], N_COUNT]
     for row in range(hi - 1, lo - 1, -1):
         if rows[row, R_DT] < 0.0:
-            continue
+            continue  # (a late row the fit skipped is no reading)
         i = int(obs[tf.X_SLOT][row])
         node = parents[i, 1]
-        if s[i, S_BRAKE] == 1.0 and node_brake[node, N_COUNT] >= node_min and node_brake[node, N_ACTIVE] == 0.0:
+        if node_brake[node, N_COUNT] == 0.0:
+            node_brake[node, N_ACTIVE] = 0.0
+        elif s[i, S_BRAKE] == 1.0 and node_brake[node, N_COUNT] >= node_min and node_brake[node, N_ACTIVE] == 0.0:
             node_brake[node, N_ACTIVE] = 1.0
             n_out = emit(out, n_out, row, WHICH_NODE_BRAKE, CODE_START, 0.0, 1.0,
                          (node_brake[node, N_COUNT], float(node), 0.0, 0.0, 0.0, 0.0))
