@@ -71,7 +71,8 @@ def naive_rates(ts, slot, values, modulus, max_rate, n_slots, together=False, bo
                 elif (s, j) in last and t - last[(s, j)][1] >= MIN_DT_S:
                     lv, lt = last[(s, j)]
                     pending = drop.get((s, j))
-                    back = pending is not None and pending[0] <= v <= pending[0] + max_rate[j] * (t - pending[1])
+                    # (the kernel's form: ``v <= before + bound * dt`` rounds apart from it at the bound)
+                    back = pending is not None and v >= pending[0] and v - pending[0] <= max_rate[j] * (t - pending[1])
                     if v >= lv and v - lv > max_rate[j] * (t - lt) and not back:
                         too_fast += 1
             if unusable:
