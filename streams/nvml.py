@@ -5,10 +5,11 @@ has one reader below, converting NVML's units to foreshock's base units (mW -> W
 MHz -> Hz, percent -> ratio, ns -> s). A reader the GPU does not support (``Not Supported``,
 ``Function Not Found`` on older drivers) is remembered and not called again: its column stays
 NaN, and the fields so found are logged once, with their GPUs (:meth:`NvmlSource.unsupported_fields`,
-what :func:`record_nvml` lists too). The throttle reasons are read under the name the driver has:
-``nvmlDeviceGetCurrentClocksEventReasons`` (R535 on), else the older
-``nvmlDeviceGetCurrentClocksThrottleReasons`` (a newer pynvml wraps both, an older driver exports
-only the old one). A GPU that NVML says is lost (``GPU_IS_LOST``,
+what :func:`record_nvml` lists too). A call NVIDIA has renamed is made under the name the
+driver has (:class:`RenamedCall`): the throttle reasons under ``nvmlDeviceGetCurrentClocksEventReasons``
+(R535 on), else the older ``nvmlDeviceGetCurrentClocksThrottleReasons``; the GPU temperature under
+``nvmlDeviceGetTemperatureV``, else ``nvmlDeviceGetTemperature`` (deprecated, gone in CUDA 14). A
+newer pynvml wraps both, an older driver exports only the old one. A GPU that NVML says is lost (``GPU_IS_LOST``,
 an XID 79) is asked nothing more that poll (the rest of its row NaN); one that needs a reset
 (``RESET_REQUIRED``, perhaps of some calls only) is still read. Either is
 counted once as it enters that state, under nvidia-smi's reason for ``[GPU is lost]``. Any other
@@ -61,58 +62,76 @@ UNEXPECTED = "unexpected error from an NVML reader"
 Reader = Callable[[ModuleType, Any], float]
 
 
+_FIELD_VALUE_MEMBERS = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal", 6: "usVal"}
+"""``nvmlValueType_t`` -> the member of ``nvmlValue_t`` that holds such a value (DOUBLE, UNSIGNED_INT,
+UNSIGNED_LONG, UNSIGNED_LONG_LONG, SIGNED_LONG_LONG, SIGNED_INT, UNSIGNED_SHORT): read through another
+member, a signed value comes out as a huge unsigned one (-1 as 4294967295)."""
+
+
 def _memory_temp(nv: ModuleType, h: Any) -> float:
     value = nv.nvmlDeviceGetFieldValues(h, [nv.NVML_FI_DEV_MEMORY_TEMP])[0]
     if value.nvmlReturn != nv.NVML_SUCCESS:
         raise nv.NVMLError(value.nvmlReturn)
-    kind = value.valueType
-    if kind == nv.NVML_VALUE_TYPE_DOUBLE:
-        return float(value.value.dVal)
-    if kind in (nv.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG, nv.NVML_VALUE_TYPE_UNSIGNED_LONG):
-        return float(value.value.ullVal)
-    if kind == nv.NVML_VALUE_TYPE_SIGNED_LONG_LONG:
-        return float(value.value.sllVal)
-    return float(value.value.uiVal)
+    member = _FIELD_VALUE_MEMBERS.get(int(value.valueType))
+    if member is None:  # a type this reader does not know: no value rather than a misread one
+        raise ValueError(f"field value of unknown type {value.valueType}")
+    return float(getattr(value.value, member))
 
 
-class ClockEventReasons:
-    """The ``throttle_reasons`` reader, under the name the driver library has.
+class RenamedCall:
+    """A reader whose NVML call has a newer name (or version) and an older one, tried in that order.
 
-    R535 renamed ``nvmlDeviceGetCurrentClocksThrottleReasons`` to
-    ``nvmlDeviceGetCurrentClocksEventReasons``. A newer pynvml wraps both, but over an older driver
-    the new one fails with ``FUNCTION_NOT_FOUND`` (the library lacks the symbol) while the old one
-    works; an older pynvml lacks the new wrapper. The names are tried in that order, and one the
-    library lacks is remembered (the library is the process's: for every GPU) and not asked for
-    again. Neither there raises ``FUNCTION_NOT_FOUND``: not supported, as the caller remembers."""
+    NVIDIA renames and versions calls: R535 renamed ``nvmlDeviceGetCurrentClocksThrottleReasons`` to
+    ``nvmlDeviceGetCurrentClocksEventReasons``; ``nvmlDeviceGetTemperature`` is deprecated for
+    ``nvmlDeviceGetTemperatureV`` and goes in CUDA 14. A newer pynvml wraps both names, but over an
+    older driver the newer fails with ``FUNCTION_NOT_FOUND`` (the library lacks the symbol) or
+    ``ARGUMENT_VERSION_MISMATCH`` while the older works; over a newer driver the older may fail with
+    ``FUNCTION_NOT_FOUND`` or ``DEPRECATED``; an older pynvml lacks the newer wrapper. A name so
+    failing is remembered (the library is the process's: for every GPU) and not asked for again.
+    When none is left it raises ``FUNCTION_NOT_FOUND``: not supported, as the caller remembers.
 
-    NAMES = ("nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClocksThrottleReasons")
+    ``args(nv)`` gives the call's arguments after the handle."""
 
-    def __init__(self) -> None:
-        self.missing: set[str] = set()  # names the driver library lacks
+    def __init__(self, names: tuple[str, ...], args: Callable[[ModuleType], tuple[Any, ...]] = lambda nv: ()) -> None:
+        self.names = names
+        self.args = args
+        self.missing: set[str] = set()  # names the driver library does not serve
 
     def __call__(self, nv: ModuleType, h: Any) -> float:
         not_found = getattr(nv, "NVML_ERROR_FUNCTION_NOT_FOUND", 13)
-        for name in self.NAMES:
+        not_served = {not_found, getattr(nv, "NVML_ERROR_ARGUMENT_VERSION_MISMATCH", 25),
+                      getattr(nv, "NVML_ERROR_DEPRECATED", 26)}
+        for name in self.names:
             getter = getattr(nv, name, None)
             if getter is None or name in self.missing:
                 continue
             try:
-                return float(getter(h))
+                return float(getter(h, *self.args(nv)))
             except nv.NVMLError as exc:
-                if getattr(exc, "value", None) != not_found:
+                if getattr(exc, "value", None) not in not_served:
                     raise
                 self.missing.add(name)
         raise nv.NVMLError(not_found)
 
 
-def _clock_event_reasons(nv: ModuleType, h: Any) -> float:
-    """:class:`ClockEventReasons` remembering nothing (the names tried at each call): a source
-    keeps its own, which remembers."""
-    return ClockEventReasons()(nv, h)
+def _renamed_calls() -> dict[str, RenamedCall]:
+    """The readers that are :class:`RenamedCall`s, new ones (remembering nothing yet)."""
+    return {
+        "gpu_temp": RenamedCall(("nvmlDeviceGetTemperatureV", "nvmlDeviceGetTemperature"),
+                                lambda nv: (nv.NVML_TEMPERATURE_GPU,)),
+        "throttle_reasons": RenamedCall(("nvmlDeviceGetCurrentClocksEventReasons",
+                                         "nvmlDeviceGetCurrentClocksThrottleReasons")),
+    }
+
+
+def _renamed(field: str) -> Reader:
+    """The :class:`RenamedCall` reader of ``field``, remembering nothing (the names tried at each
+    call): a source keeps its own, which remember."""
+    return lambda nv, h: _renamed_calls()[field](nv, h)
 
 
 READERS: dict[str, Reader] = {
-    "gpu_temp": lambda nv, h: float(nv.nvmlDeviceGetTemperature(h, nv.NVML_TEMPERATURE_GPU)),
+    "gpu_temp": _renamed("gpu_temp"),
     "hbm_temp": _memory_temp,
     "slowdown_temp": lambda nv, h: float(nv.nvmlDeviceGetTemperatureThreshold(
         h, nv.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN)),
@@ -128,7 +147,7 @@ READERS: dict[str, Reader] = {
     "sm_clock": lambda nv, h: nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM) * 1e6,
     "sm_clock_max": lambda nv, h: nv.nvmlDeviceGetMaxClockInfo(h, nv.NVML_CLOCK_SM) * 1e6,
     "util": lambda nv, h: nv.nvmlDeviceGetUtilizationRates(h).gpu * 1e-2,
-    "throttle_reasons": _clock_event_reasons,
+    "throttle_reasons": _renamed("throttle_reasons"),
     "power_throttle_time": lambda nv, h: nv.nvmlDeviceGetViolationStatus(
         h, nv.NVML_PERF_POLICY_POWER).violationTime * 1e-9,
     "thermal_throttle_time": lambda nv, h: nv.nvmlDeviceGetViolationStatus(
@@ -139,7 +158,7 @@ READERS: dict[str, Reader] = {
     "remapped_rows": lambda nv, h: float(nv.nvmlDeviceGetRemappedRows(h)[1]),
 }
 """gpu field -> reader returning the value in base units (a source reads through its own copy,
-:attr:`NvmlSource.readers`, whose throttle reasons' reader remembers the name the driver has)."""
+:attr:`NvmlSource.readers`, whose :class:`RenamedCall` readers remember the names the driver has)."""
 
 
 class _GpuFailed(Exception):
@@ -177,7 +196,7 @@ class NvmlSource(PollingSource):
         # a GPU that fell off the bus is still counted but has no handle: the others are read,
         # and its handle is asked for again at every poll (a reset can bring it back)
         self.handles: list[Any | None] = [self._handle(i) for i in range(count)]
-        self.readers: dict[str, Reader] = {**READERS, "throttle_reasons": ClockEventReasons()}
+        self.readers: dict[str, Reader] = {**READERS, **_renamed_calls()}
         self.fields = list(READERS)
         self.supported = np.ones((count, len(self.fields)), dtype=bool)
         self._told_unsupported = np.zeros_like(self.supported)  # (GPU, field) already logged as such

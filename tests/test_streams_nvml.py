@@ -434,3 +434,68 @@ def test_a_reader_raising_something_other_than_an_nvml_error_costs_its_own_value
     assert health.problems == {("nvml", UNEXPECTED): 2}
     told = [r.getMessage() for r in caplog.records if UNEXPECTED in r.getMessage()]
     assert len(told) == 1 and "util on GPU 1: TypeError: unexpected" in told[0]
+
+
+def test_the_gpu_temperature_is_read_under_the_versioned_call_and_under_the_older_one_where_only_it_is_served() -> None:
+    """``nvmlDeviceGetTemperature`` is deprecated and goes in CUDA 14 (NVML then answers
+    FUNCTION_NOT_FOUND or DEPRECATED); until 2026-12-03 that made the GPU temperature, the field
+    every thermal prediction starts from, "not supported" for good. Now ``nvmlDeviceGetTemperatureV``
+    is read where the driver has it, and the older call where it does not (a driver before it
+    answers FUNCTION_NOT_FOUND, asked once per source)."""
+    newer = fake_nvml(gpus=2)
+    newer.NVML_ERROR_DEPRECATED = 26
+    sensors: list[int] = []
+
+    def versioned(handle: int, sensor: int) -> int:
+        sensors.append(sensor)
+        return 60 + handle
+
+    def retired(handle: int, sensor: int) -> int:
+        raise FakeNvmlError(26)
+
+    newer.nvmlDeviceGetTemperatureV = versioned
+    newer.nvmlDeviceGetTemperature = retired
+    health = PipelineHealth()
+    batch = NvmlSource(nvml=newer, host="h", health=health).read()
+    assert batch.column("gpu_temp").tolist() == [60.0, 61.0]
+    assert sensors == [newer.NVML_TEMPERATURE_GPU] * 2 and health.total_problems() == 0
+
+    older = fake_nvml(gpus=2)  # its nvmlDeviceGetTemperature answers 53 + GPU index
+    asked = [0]
+
+    def not_in_this_driver(handle: int, sensor: int) -> int:
+        asked[0] += 1
+        raise FakeNvmlError(older.NVML_ERROR_FUNCTION_NOT_FOUND)
+
+    older.nvmlDeviceGetTemperatureV = not_in_this_driver
+    health = PipelineHealth()
+    source = NvmlSource(nvml=older, host="h", health=health, interval=0.02, max_polls=3)
+    frames = list(source)
+    assert [f.columns["gpu_temp"].tolist() for f in frames] == [[53.0, 54.0]] * 3
+    assert asked == [1] and source.supported.all() and health.total_problems() == 0
+
+
+@pytest.mark.parametrize(("value_type", "member", "raw", "expected"), [
+    (0, "dVal", 41.5, 41.5), (1, "uiVal", 41, 41.0), (2, "ulVal", 41, 41.0), (3, "ullVal", 41, 41.0),
+    (4, "sllVal", -3, -3.0), (5, "siVal", -3, -3.0), (6, "usVal", 41, 41.0)])
+def test_the_hbm_temperature_is_read_through_the_member_its_value_type_names(
+        value_type: int, member: str, raw: float, expected: float) -> None:
+    """NVML's field values are a union read by ``valueType``. A SIGNED_INT (5) or UNSIGNED_SHORT (6)
+    was read through ``uiVal``: a ctypes union gives the signed int's bytes as unsigned, -3 °C as
+    4294967293 °C. The stand-in holds only the named member, so a read through another one fails."""
+    nv = fake_nvml(gpus=1)
+    field = types.SimpleNamespace(nvmlReturn=0, valueType=value_type, value=types.SimpleNamespace(**{member: raw}))
+    nv.nvmlDeviceGetFieldValues = lambda h, ids: [field]
+    health = PipelineHealth()
+    assert NvmlSource(nvml=nv, host="h", health=health).read().column("hbm_temp").tolist() == [expected]
+    assert health.total_problems() == 0
+
+
+def test_an_hbm_temperature_of_a_value_type_nvml_does_not_define_is_no_value_and_counted() -> None:
+    nv = fake_nvml(gpus=1)
+    field = types.SimpleNamespace(nvmlReturn=0, valueType=7, value=types.SimpleNamespace(uiVal=41))
+    nv.nvmlDeviceGetFieldValues = lambda h, ids: [field]
+    health = PipelineHealth()
+    batch = NvmlSource(nvml=nv, host="h", health=health).read()
+    assert "hbm_temp" not in batch.columns and batch.column("gpu_temp").tolist() == [53.0]
+    assert health.problems == {("nvml", UNEXPECTED): 1}
