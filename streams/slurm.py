@@ -15,9 +15,13 @@ can exit 0 with an error there and no jobs (21.08, its controller unreachable), 
 
 An entry without an integer ``job_id``, or whose ``job_state`` is neither a string nor a list of
 strings, is left out as a malformed entry (counted). A job is left out, and counted by reason,
-when it is not running, runs on no node of the topology, or shares a node with a job listed
-before it (jobs are taken in job-id order, so the older one keeps the node: several small jobs
-on one node are not the synchronous kind).
+when it is not running, runs on no node of the topology, or shares a node with an older job
+(several small jobs on one node are not the synchronous kind). Older means started earlier
+(``start_time``: an integer before Slurm 23.11, ``{set, infinite, number}`` since), then the lower
+job id: job ids alone would put a job started after the ids wrapped (past ``MaxJobId``, 67,043,328
+by default) before the jobs of the day before. The components of a heterogeneous job
+(``het_job_id``, the leader's job id, non-zero; ``het_job_offset`` 0, 1, ...) are one job, named
+after the leader, on the nodes of its running components.
 Nodes the topology does not know (CPU nodes, another cluster's) are dropped from a job and
 counted.
 """
@@ -132,6 +136,47 @@ def _error_text(error: Any) -> str:
     return f"{text} (error {number})" if number is not None else text
 
 
+def _number(value: Any) -> int | None:
+    """An integer field of squeue's JSON: a plain integer (before Slurm 23.11), or
+    ``{"set": true, "infinite": false, "number": N}`` (since); None when unset, infinite or neither."""
+    if isinstance(value, dict):
+        if value.get("set") is False or value.get("infinite") is True:
+            return None
+        value = value.get("number")
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _age(job: dict[str, Any]) -> tuple[float, int]:
+    """The order of age: started earlier, then the lower job id (a job without a start time last
+    among equals, by its id)."""
+    start = _number(job.get("start_time"))
+    return (start if start is not None and start > 0 else float("inf"), int(job["job_id"]))
+
+
+def _whole_jobs(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``entries`` with each heterogeneous job's components made one entry: the leader's id, name
+    and start, running when a component runs, on its running components' nodes (the others',
+    when none runs). Other entries are returned as they are."""
+    components: dict[int, list[dict[str, Any]]] = {}
+    whole: list[dict[str, Any]] = []
+    for job in entries:
+        het = _number(job.get("het_job_id"))
+        if het:
+            components.setdefault(het, []).append(job)
+        else:
+            whole.append(job)
+    for het, parts in components.items():
+        parts.sort(key=lambda j: (_number(j.get("het_job_offset")) or 0, int(j["job_id"])))
+        running = [j for j in parts if "RUNNING" in (_states(j) or ())]
+        leader = next((j for j in parts if int(j["job_id"]) == het), parts[0])
+        starts = [t for t in (_number(j.get("start_time")) for j in parts) if t]
+        whole.append({"job_id": het, "name": leader.get("name"),
+                      "job_state": ["RUNNING"] if running else sorted(_states(leader) or ()),
+                      "nodes": ",".join(str(j.get("nodes") or "") for j in (running or parts) if j.get("nodes")),
+                      "start_time": min(starts) if starts else None})
+    return whole
+
+
 def jobs_from_squeue(text: str, topology: Topology, min_nodes: int = 1) -> SlurmJobs:
     """The running jobs of ``squeue --json`` output on ``topology``'s nodes (see the module
     docstring for what is left out). Raises ``ValueError`` for output that is not squeue's JSON,
@@ -154,7 +199,7 @@ def jobs_from_squeue(text: str, topology: Topology, min_nodes: int = 1) -> Slurm
                if isinstance(j, dict) and isinstance(j.get("job_id"), int) and _states(j) is not None]
     if len(entries) < len(data["jobs"]):
         out.left_out["malformed entry"] = len(data["jobs"]) - len(entries)
-    for job in sorted(entries, key=lambda j: int(j["job_id"])):
+    for job in sorted(_whole_jobs(entries), key=_age):
         if "RUNNING" not in (_states(job) or ()):
             out.left_out["not running"] += 1
             continue

@@ -109,6 +109,50 @@ def test_running_jobs_on_the_topologys_nodes_become_its_jobs() -> None:
     assert jobs_from_squeue(text, cluster(), min_nodes=2).left_out["fewer than 2 nodes"] == 1
 
 
+def test_the_older_job_keeps_a_shared_node_by_start_time_after_the_job_ids_wrap() -> None:
+    """Job ids wrap past MaxJobId (67,043,328 by default) back to 1. Until 2026-12-03 jobs were
+    taken in id order, so a job started after the wrap took a shared node from one started the day
+    before; now the earlier start keeps it (the id decides between equal starts), in both forms
+    squeue writes a start time (an integer before 23.11)."""
+    before_wrap = job(67_043_300, "gpu[002-003]", name="long-run")
+    before_wrap["start_time"] = {"set": True, "infinite": False, "number": 1764500000}
+    after_wrap = job(12, "gpu[003-004]", name="new")
+    after_wrap["start_time"] = 1764590000
+    no_start = job(5, "gpu[004-005]", name="unstarted")
+    no_start["start_time"] = {"set": False, "infinite": False, "number": 0}
+    found = jobs_from_squeue(squeue(after_wrap, no_start, before_wrap), cluster())
+    assert found.jobs == [{"name": "67043300:long-run", "nodes": ["gpu002", "gpu003"]},
+                          {"name": "5:unstarted", "nodes": ["gpu004", "gpu005"]}]
+    assert found.left_out == {"shares a node with an older job": 1}
+
+
+def test_the_components_of_a_heterogeneous_job_are_one_job_named_after_its_leader() -> None:
+    """A heterogeneous job is listed as one entry per component (job ids 300, 301, ...; each with
+    het_job_id 300 and its het_job_offset). It was split into separate jobs, so the straggler
+    detector compared each component's GPUs apart; now they are one job on all its nodes."""
+    def component(job_id: int, offset: int, nodes: str, name: str, state: tuple[str, ...] = ("RUNNING",)):
+        entry = job(job_id, nodes, state=state, name=name)
+        entry["het_job_id"] = {"set": True, "infinite": False, "number": 300}
+        entry["het_job_offset"] = {"set": True, "infinite": False, "number": offset}
+        return entry
+
+    lone = job(299, "gpu008")
+    lone["het_job_id"] = {"set": True, "infinite": False, "number": 0}  # not heterogeneous
+    found = jobs_from_squeue(squeue(component(301, 1, "gpu[004-005]", "moe-experts"), lone,
+                                    component(300, 0, "gpu[002-003]", "moe-train"),
+                                    component(302, 2, "cpu01", "moe-loader")), cluster())
+    assert found.jobs == [{"name": "299:train", "nodes": ["gpu008"]},
+                          {"name": "300:moe-train", "nodes": ["gpu002", "gpu003", "gpu004", "gpu005"]}]
+    assert found.left_out == {} and found.unknown_nodes == {"cpu01": 1}
+
+    older = component(300, 0, "gpu[002-003]", "moe-train")  # before 23.11: plain integers
+    older["het_job_id"], older["het_job_offset"] = 300, 0
+    waiting = component(301, 1, "", "moe-experts", state=("PENDING",))
+    waiting["het_job_id"], waiting["het_job_offset"] = 300, 1
+    assert jobs_from_squeue(squeue(waiting, older), cluster()).jobs == [
+        {"name": "300:moe-train", "nodes": ["gpu002", "gpu003"]}]
+
+
 def test_squeue_output_that_is_not_squeues_is_refused_and_bad_entries_counted() -> None:
     with pytest.raises(ValueError, match="not JSON"):
         jobs_from_squeue("squeue: error: Invalid user", cluster())
