@@ -108,6 +108,8 @@ class Domains:
         and optics, far more numerous and rarer in findings, are computed when asked."""
         table = self._ancestors.get(kind)
         if table is not None:
+            if not 0 <= slot < len(table):  # a negative slot would index from the end: another entity
+                raise ValueError(f"no {kind} with slot {slot}")
             return table[slot]
         return self._compute_ancestors(kind, int(slot))
 

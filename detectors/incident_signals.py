@@ -143,6 +143,15 @@ DETECTOR_SIGNALS: dict[tuple[str, str, str], str] = {
     ("power", "gpu", "throttle_reasons"): "power_brake",  # score 1.0, not the bitmask
     ("straggler", "gpu", "gpu_temp"): "hot_outlier",  # hotter than its job peers at the same load: its own cooling
     ("straggler", "gpu", "*"): "straggler",  # slower or throttling more than peers: a symptom, not a cause
+    # the field that moved most in a joint-distance episode, up or down (throttling that stopped
+    # is as far out as throttling that started): an oddity, not an observed throttle or error
+    # (the throttle-bit and xid detectors observe those)
+    ("mahalanobis", "gpu", "thermal_throttle_time"): "generic",
+    ("mahalanobis", "gpu", "power_throttle_time"): "generic",
+    ("mahalanobis", "gpu", "pcie_replays"): "generic",
+    # fans spinning up, or a node drawing more, are as far out as a stalled fan or a failed supply
+    ("mahalanobis", "node", "fan_speed"): "generic",
+    ("mahalanobis", "node", "psu_power"): "generic",
 }
 """(detector, entity kind, field or ``*``) -> signal, for detectors whose fields mean more (or
 less) than the raw telemetry field they are named after. Tried before ``FIELD_SIGNALS``."""
@@ -239,11 +248,15 @@ def xid_code(finding: Anomaly) -> int:
     return int(m.group(1)) if m else 0
 
 
+def _is_bitmask(score: float) -> bool:
+    """Whether a ``throttle_reasons`` score is the throttle bits (else the reason text decides)."""
+    return score >= 1 and float(score).is_integer()
+
+
 def _throttle_signal(finding: Anomaly) -> str:
     """Throttle-bit anomalies carry the new bits as their score; fall back to the reason text."""
-    s = finding.score
-    if s >= 1 and float(s).is_integer():
-        bits = int(s)
+    if _is_bitmask(finding.score):
+        bits = int(finding.score)
         if bits & THROTTLE_HW_POWER_BRAKE:
             return "power_brake"
         if bits & THROTTLE_HW_SLOWDOWN:
@@ -277,8 +290,8 @@ def classify(finding: Anomaly | Prediction) -> str:
     if by_detector is not None:
         return by_detector
     if field == "throttle_reasons":
-        if not float(finding.score).is_integer():
-            return _throttle_signal(finding)  # not a bitmask: the reason text decides
+        if not _is_bitmask(finding.score):
+            return _throttle_signal(finding)  # the reason text decides: a cache by score would not see it
         tk = (finding.detector, kind, finding.score)  # a bitmask: few distinct values
         sig = _throttle_cache.get(tk)
         if sig is None:
