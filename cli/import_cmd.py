@@ -24,7 +24,8 @@ from foreshock.streams.alibaba import STATS, read_alibaba
 from foreshock.streams.dcgm import parse_dcgm_text
 from foreshock.streams.infiniband import list_ports, port_topology, read_infiniband
 from foreshock.streams.nvidia_smi import capture_collected_at, capture_sections, parse_dmon, parse_query_gpu_chunks
-from foreshock.streams.samples import SampleBatch, gpu_topology, line_chunks, split_gpu_entity
+from foreshock.streams.samples import (MAX_GPU_INDEX, GpuIndexError, SampleBatch, gpu_topology, line_chunks,
+                                       split_gpu_entity)
 from foreshock.topology import Topology
 
 from .common import finite_number
@@ -145,20 +146,27 @@ class _UnknownEntities:
         self._records[kind] = self._records.get(kind, 0) + count
         self._names.setdefault(kind, {})[shown] = None
 
-    def count(self, health: PipelineHealth) -> None:
+    def count(self, health: PipelineHealth, note: str = "") -> None:
         for kind, records in self._records.items():
             names = list(self._names[kind])
-            rest = len(names) - UNKNOWN_NAMED
             health.problem("jsonl", f"unknown {kind} entity", count=records,
-                           detail=f"{len(names)} not in the topology: {', '.join(names[:UNKNOWN_NAMED])}"
-                                  + (f" and {rest} more" if rest > 0 else ""))
+                           detail=f"{len(names)} not in the topology: {_first_names(names)}{note}")
+
+
+def _first_names(names: list[str]) -> str:
+    """The first :data:`UNKNOWN_NAMED` of ``names``, and how many more."""
+    rest = len(names) - UNKNOWN_NAMED
+    return ", ".join(names[:UNKNOWN_NAMED]) + (f" and {rest} more" if rest > 0 else "")
 
 
 def _jsonl(text: str, path: Path, topology_path: Path | None, health: PipelineHealth) -> tuple[Topology, list[Frame]]:
     """Parse the JSON lines once. Without ``--topology`` the topology is the one the GPUs' names
     imply (HOST/gpuN), known only at the end of the file, so rows keep a number per entity name
     until then (:class:`_EntityNumbers`) and are given their slots at the end; a record whose entity
-    the topology does not hold is counted then, under the reason it had before any other."""
+    the topology does not hold is counted then, under the reason it had before any other: ``bad GPU
+    index`` for a GPU past :data:`~foreshock.streams.samples.MAX_GPU_INDEX` (the topology would
+    list every GPU up to it: 4294967295, a common "no index" sentinel, took all memory), else
+    ``unknown <kind> entity`` (a GPU not named HOST/gpuN among them: ``gpu01``, ``gpu²``)."""
     if topology_path is not None:
         topology = Topology.load(topology_path)
         resolve: Callable[[str, str], int] = topology.slots_resolver()
@@ -169,6 +177,7 @@ def _jsonl(text: str, path: Path, topology_path: Path | None, health: PipelineHe
         # `reason` only if the topology holds the entity; {kind: {name: repr}} for non-string entities
         waiting: dict[tuple[str, str, str], int] = {}
         raw_entity: dict[str, dict[str, str]] = {}
+        records_past_max_index: dict[str, int] = {}  # GPU name -> its records
     parts: dict[str, list[tuple[int, Frame]]] = {}
     unknown = _UnknownEntities()
     for piece, records in enumerate(_json_records(text, path, health)):
@@ -177,14 +186,17 @@ def _jsonl(text: str, path: Path, topology_path: Path | None, health: PipelineHe
                 if not isinstance(r, dict):
                     continue
                 entity = r.get("entity")
-                if r.get("kind") == "gpu":
-                    try:
-                        host, gpu = split_gpu_entity(str(entity))
-                    except ValueError as exc:
-                        raise click.ClickException(f"{exc}; pass --topology for entities other than HOST/gpuN") from None
-                    gpus_per_host[host] = max(gpus_per_host.get(host, 0), gpu + 1)
-                elif not isinstance(entity, str):  # its reason quotes it as JSON gave it (5, None), not as '5'
+                if not isinstance(entity, str):  # its reason quotes it as JSON gave it (5, None), not as '5'
                     raw_entity.setdefault(str(r.get("kind")), {})[str(entity)] = repr(entity)
+                elif r.get("kind") == "gpu":
+                    try:
+                        host, gpu = split_gpu_entity(entity)
+                    except GpuIndexError:
+                        records_past_max_index.setdefault(entity, 0)
+                    except ValueError:
+                        pass  # a GPU the derived topology lacks: its records are counted at the end
+                    else:
+                        gpus_per_host[host] = max(gpus_per_host.get(host, 0), gpu + 1)
         frames, rejected = frames_from_records(records, resolve)  # type: ignore[arg-type]
         for record, reason in rejected:
             if topology_path is None and reason.startswith(REASONS_AFTER_ENTITY):
@@ -203,15 +215,19 @@ def _jsonl(text: str, path: Path, topology_path: Path | None, health: PipelineHe
             raise click.ClickException(f"{exc}; pass --topology for entities other than HOST/gpuN") from None
         slots = {kind: numbers.slots(kind, topology) for kind in numbers.names}
 
-        def shown(kind: str, name: str) -> str:
-            return raw_entity.get(kind, {}).get(name, repr(name))
+        def not_placed(kind: str, name: str, count: int) -> None:
+            """Count ``count`` records of an entity the derived topology does not hold."""
+            if kind == "gpu" and name in records_past_max_index:
+                records_past_max_index[name] += count
+            else:
+                unknown.add(kind, raw_entity.get(kind, {}).get(name, repr(name)), count)
 
         for kind, pieces in parts.items():
             placed = []
             for piece, frame in pieces:
                 slot = slots[kind][frame.slot]
                 for number, count in zip(*np.unique(frame.slot[slot < 0], return_counts=True)):
-                    unknown.add(kind, shown(kind, numbers.names[kind][int(number)]), int(count))
+                    not_placed(kind, numbers.names[kind][int(number)], int(count))
                 kept = frame.take(slot >= 0)
                 placed.append((piece, Frame(kind, kept.ts, slot[slot >= 0], kept.columns)))
             parts[kind] = [(piece, frame) for piece, frame in placed if len(frame)]
@@ -220,8 +236,13 @@ def _jsonl(text: str, path: Path, topology_path: Path | None, health: PipelineHe
             if known(kind, name) >= 0:
                 health.problem("jsonl", reason, count=count)
             else:
-                unknown.add(kind, shown(kind, name), count)
-    unknown.count(health)
+                not_placed(kind, name, count)
+        past_max = [repr(name) for name, count in records_past_max_index.items() if count]
+        health.problem("jsonl", "bad GPU index", count=sum(records_past_max_index.values()),
+                       detail=f"{len(past_max)} GPU names with an index over {MAX_GPU_INDEX}: "
+                              f"{_first_names(past_max)}")
+    unknown.count(health, "" if topology_path is not None else
+                  "; the topology is derived from names HOST/gpuN (pass --topology for others)")
     # kinds in the order their first rows came, as when every row was placed as it was read
     ordered = sorted((kind for kind in parts if parts[kind]), key=lambda kind: parts[kind][0][0])
     return topology, [Frame.concat(frame for _, frame in parts[kind]).sorted_by_time() for kind in ordered]
@@ -277,7 +298,7 @@ def command(fmt: str, path: Path, out: Path, host: str | None, at: str | None, i
     elif fmt == "alibaba":
         try:
             imported = read_alibaba(path, stat, health)
-        except (ValueError, UnicodeDecodeError) as exc:  # not the Alibaba CSV at all (empty, other columns)
+        except ValueError as exc:  # not the Alibaba CSV at all (empty, other columns)
             raise click.ClickException(str(exc)) from None
         topology, frames = imported.topology, [imported.batch.to_frame(imported.topology, health)]
         notes = dict(imported.skipped)

@@ -240,10 +240,23 @@ def gpu_entity(host: str, index: int) -> str:
     return f"{host}/gpu{index}"
 
 
+class GpuIndexError(ValueError):
+    """A ``HOST/gpuN`` name whose index is past :data:`MAX_GPU_INDEX` (counted as ``bad GPU index``)."""
+
+
+# ASCII digits without leading zeros: the names gpu_entity gives. ``gpu01`` had been read as GPU 1,
+# which a derived topology names ``gpu1``; ``gpu²`` passed str.isdigit() and int() refused it.
+_GPU_INDEX = re.compile(r"0|[1-9][0-9]*")
+
+
 def split_gpu_entity(name: str) -> tuple[str, int]:
+    """``HOST/gpuN`` -> ``(HOST, N)``, the inverse of :func:`gpu_entity`. Raises
+    :class:`GpuIndexError` where N is past :data:`MAX_GPU_INDEX`, ValueError for any other name."""
     host, sep, index = name.rpartition("/gpu")
-    if not sep or not index.isdigit():
+    if not sep or not _GPU_INDEX.fullmatch(index):
         raise ValueError(f"not a GPU entity name: {name!r} (expected HOST/gpuN)")
+    if len(index) > len(str(MAX_GPU_INDEX)) or int(index) > MAX_GPU_INDEX:  # (int() refuses 4300+ digits)
+        raise GpuIndexError(f"GPU index over {MAX_GPU_INDEX}: {name!r}")
     return host, int(index)
 
 

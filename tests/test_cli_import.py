@@ -306,7 +306,7 @@ def test_entities_are_judged_against_the_topology_of_the_whole_file(tmp_path: Pa
         {"kind": "node", "entity": 7, "ts": 6.0, "fan_speed": 1},  # quoted as JSON gave it
         {"kind": "node", "entity": "late", "ts": 7.0, "psu_power": "high"},
         {"kind": "gpu", "entity": "n0/gpu1", "ts": 5.0, "gpu_temp": 50},
-        {"kind": "gpu", "entity": "n0/gpu007", "ts": 5.0, "gpu_temp": 50},  # gives n0 8 GPUs, yet is no name
+        {"kind": "gpu", "entity": "n0/gpu007", "ts": 5.0, "gpu_temp": 50},  # no name: gives n0 no GPUs
         {"kind": "link", "entity": "sw0/p1", "ts": 5.0, "tx_data": 1, "speed": 3},
         {"kind": "gpu", "entity": "n0/gpu0", "ts": 6.0, "gpu_temp": 51},  # gpu0 named by gpu1's count
         {"kind": "gpu", "entity": "late/gpu3", "ts": 7.0, "gpu_temp": 52},
@@ -317,7 +317,7 @@ def test_entities_are_judged_against_the_topology_of_the_whole_file(tmp_path: Pa
     monkeypatch.setattr(import_cmd, "JSONL_CHUNK_LINES", 2)  # the node rows come pieces before 'late/gpu3'
     derived = run("--format", "jsonl", str(path), "--out", str(tmp_path / "derived"))
     rec = Recording.open(tmp_path / "derived")
-    assert rec.topology.nodes == ["late", "n0"] and len(rec.topology.gpus) == 4 + 8
+    assert rec.topology.nodes == ["late", "n0"] and len(rec.topology.gpus) == 4 + 2
     nodes, gpus = rec.read_kind("node"), rec.read_kind("gpu")
     assert nodes.ts.tolist() == [5.0, 8.0] and nodes.columns["fan_speed"].tolist() == [9000.0, 9100.0]
     assert nodes.slot.tolist() == [rec.topology.slot("node", "late")] * 2
@@ -333,3 +333,61 @@ def test_entities_are_judged_against_the_topology_of_the_whole_file(tmp_path: Pa
     for kind, frame in (("node", nodes), ("gpu", gpus)):
         again = other.read_kind(kind)
         assert np.array_equal(again.ts, frame.ts) and np.array_equal(again.slot, frame.slot)
+
+
+def test_a_jsonl_gpu_index_past_the_largest_is_counted_not_made_a_topology_of(tmp_path: Path) -> None:
+    """Without --topology a GPU's index sized its host: one record of GPU 4294967295 (a common "no
+    index" sentinel) took minutes and all memory, 2000000 made a topology of 2000001 GPUs reported
+    as "no input problems". Such records are counted as the dcgm and nvidia-smi parsers count
+    theirs, ``bad GPU index``, their other problems too (the entity's is the first reason)."""
+    from foreshock.streams.samples import MAX_GPU_INDEX
+
+    records = [{"kind": "gpu", "entity": "n0/gpu0", "ts": 10.0, "gpu_temp": 50},
+               {"kind": "gpu", "entity": "n0/gpu2000000", "ts": 10.0, "gpu_temp": 51},
+               {"kind": "gpu", "entity": f"n0/gpu{MAX_GPU_INDEX + 1}", "ts": 11.0, "gpu_temp": 52},
+               {"kind": "gpu", "entity": "n0/gpu2000000", "ts": 11.0, "wattage": 1},
+               {"kind": "gpu", "entity": "n1/gpu" + "9" * 5000, "ts": 11.0, "gpu_temp": 53},
+               {"kind": "gpu", "entity": "n0/gpu2000000", "ts": "soon", "gpu_temp": 54},
+               {"kind": "gpu", "entity": f"n1/gpu{MAX_GPU_INDEX}", "ts": 12.0, "gpu_temp": 55}]
+    path = tmp_path / "in.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in records) + "\n")
+    text = run("--format", "jsonl", str(path), "--out", str(tmp_path / "rec"))
+    assert _problem_rows(text) == ["bad GPU index | 4", "missing or non-numeric 'ts' | 1"]
+    rec = Recording.open(tmp_path / "rec")
+    assert rec.topology.nodes == ["n0", "n1"] and len(rec.topology.gpus) == 1 + MAX_GPU_INDEX + 1
+    frame = rec.read_kind("gpu")
+    assert [rec.topology.gpus[s] for s in frame.slot] == ["n0/gpu0", f"n1/gpu{MAX_GPU_INDEX}"]
+    assert frame.columns["gpu_temp"].tolist() == [50.0, 55.0]
+
+
+def test_jsonl_gpu_names_other_than_host_gpu_n_are_counted_and_the_rest_imported(tmp_path: Path, caplog) -> None:
+    """A derived topology names its GPUs HOST/gpuN: ``n0/gpu01`` had given n0 a GPU 1 that the
+    topology names ``n0/gpu1`` (the records then all unknown), ``gpu²`` (a digit to str.isdigit(),
+    not to int()) and a name of another form had stopped the import. They are unknown entities."""
+    records = [{"kind": "gpu", "entity": "n0/gpu0", "ts": 10.0, "gpu_temp": 50},
+               {"kind": "gpu", "entity": "n0/gpu03", "ts": 10.0, "gpu_temp": 51},
+               {"kind": "gpu", "entity": "n0/gpu\u00b2", "ts": 10.0, "gpu_temp": 52},
+               {"kind": "gpu", "entity": "GPU-5fd3c6b1", "ts": 10.0, "gpu_temp": 53},
+               {"kind": "gpu", "entity": 7, "ts": 10.0, "gpu_temp": 54},
+               {"kind": "gpu", "entity": "n0/gpu1", "ts": 11.0, "gpu_temp": 55}]
+    path = tmp_path / "in.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in records) + "\n")
+    with caplog.at_level("WARNING"):
+        text = run("--format", "jsonl", str(path), "--out", str(tmp_path / "rec"))
+    assert _problem_rows(text) == ["unknown gpu entity | 4"]
+    assert "'n0/gpu03', 'n0/gpu²', 'GPU-5fd3c6b1', 7" in caplog.text and "pass --topology" in caplog.text
+    rec = Recording.open(tmp_path / "rec")
+    assert rec.topology.gpus == ["n0/gpu0", "n0/gpu1"]  # not sized by gpu03
+    assert rec.read_kind("gpu").columns["gpu_temp"].tolist() == [50.0, 55.0]
+
+
+def test_an_alibaba_csv_with_a_byte_that_is_not_utf8_imports_the_other_rows(tmp_path: Path) -> None:
+    """The import had stopped at the byte, calling the file not the Alibaba CSV at all."""
+    header = "device_name,logical_name,item,stats_type,value,och,center_frequency,och_group,time,side,pn\n"
+    rows = [f"T{n},/1/1/L1,preFecBer,avg,0.001,1,191400000,1,2000/1/1 00:00,{side},ot1\n"
+            for n, side in ((1, "A"), (2, "Z"))]
+    path = tmp_path / "ber.csv"
+    path.write_bytes(header.encode() + rows[0].encode().replace(b"T1", b"T\xe91") + rows[1].encode())
+    text = run("--format", "alibaba", str(path), "--out", str(tmp_path / "rec"))
+    assert "undecodable bytes" in text
+    assert len(Recording.open(tmp_path / "rec").read_kind("optic")) == 1

@@ -9,6 +9,8 @@ import pytest
 
 from foreshock.health import PipelineHealth
 from foreshock.streams.samples import (
+    MAX_GPU_INDEX,
+    GpuIndexError,
     SampleBatch,
     gpu_topology,
     host_link_topology,
@@ -70,6 +72,25 @@ def test_gpu_entity_names_round_trip() -> None:
     assert split_gpu_entity("node-7.example/gpu12") == ("node-7.example", 12)
     with pytest.raises(ValueError):
         split_gpu_entity("node7/nic0")
+
+
+@pytest.mark.parametrize("name", ["n0/gpu01", "n0/gpu00", "n0/gpu\u00b2", "n0/gpu\u0663", "n0/gpu", "n0/gpu-1",
+                                  "n0/gpu+1", "n0/gpu 1", "n0/gpu1\n"])
+def test_a_gpu_name_is_the_one_gpu_entity_gives(name: str) -> None:
+    """Only the names :func:`gpu_entity` gives (ASCII digits, no leading zeros): ``gpu01`` had been
+    read as GPU 1, which a derived topology names ``gpu1``, and ``gpu²`` passed str.isdigit() for
+    int() to refuse it with another error."""
+    with pytest.raises(ValueError, match="not a GPU entity name"):
+        split_gpu_entity(name)
+
+
+def test_a_gpu_index_past_the_largest_is_its_own_error() -> None:
+    """A derived topology lists every GPU up to the largest index: 4294967295 made billions."""
+    assert split_gpu_entity("n0/gpu0") == ("n0", 0)
+    assert split_gpu_entity(f"n0/gpu{MAX_GPU_INDEX}") == ("n0", MAX_GPU_INDEX)
+    for index in (str(MAX_GPU_INDEX + 1), "4294967295", "9" * 5000):  # (int() refuses 4300+ digits)
+        with pytest.raises(GpuIndexError):
+            split_gpu_entity(f"n0/gpu{index}")
 
 
 def test_host_link_topology_puts_local_optic_at_end_a() -> None:
