@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
 import signal
+import stat
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -79,9 +81,24 @@ def serve_options(func):  # type: ignore[no-untyped-def]
 def external_option(func):  # type: ignore[no-untyped-def]
     return click.option(
         "--external", "external_path", type=click.Path(exists=True, dir_okay=False), default=None,
+        callback=regular_file,
         help="Follow this JSON-lines file of outside fault/alert events ({\"node\", \"time\", \"type\", "
              "\"severity\"}, e.g. from a scheduler or a BMC), like tail -f: lines in it and lines appended "
-             "while the pipeline runs are grouped into incidents.")(func)
+             "while the pipeline runs are grouped into incidents. A regular file (a pipe is refused).")(func)
+
+
+def regular_file(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
+    """A click callback refusing a path that is no regular file: the external feed follows a file
+    as it grows, and a pipe (bash's ``<(cmd)``) never grows — its events were never read, and
+    nothing said so. A path gone since click saw it passes: the feed waits for it, and says so."""
+    try:
+        mode = os.stat(value).st_mode if value is not None else None
+    except OSError:
+        return value
+    if mode is not None and not stat.S_ISREG(mode):
+        raise click.BadParameter(f"{value} is not a regular file (a pipe, such as bash's <(...), cannot be "
+                                 "followed): write the events to a file and give its path")
+    return value
 
 
 @dataclass
@@ -147,7 +164,8 @@ def _names_of(names: Sequence[str], shown: int = 5) -> str:
 
 def follow_external(run: PipelineRun, frames: Iterable[Frame]) -> Iterable[Frame]:
     """``frames``, with the events of the followed ``--external`` file handed to the incident
-    engine before each frame (unchanged without one)."""
+    engine before each frame, and the file read a last time when they end (unchanged without
+    one): :func:`~foreshock.streams.external_feed.feed_before_frames`."""
     if run.external is None:
         return frames
     Console(stderr=True).print(f"[dim]following external events in {escape(str(run.external.path))}[/dim]")
@@ -278,10 +296,12 @@ def finish(run: PipelineRun, stats: RunStats, events: Sequence[Event] = (), json
     if run.jsonl is not None:
         run.jsonl.close()
     if run.external is not None:
-        read, bad = run.external.events, run.external.bad
+        read, bad, late = run.external.events, run.external.bad, run.external.not_handed
         Console(stderr=True).print(f"[dim]{read} external event{'' if read == 1 else 's'} read from "
                                    f"{escape(str(run.external.path))}"
-                                   + (f", {bad} bad line{'' if bad == 1 else 's'}" if bad else "") + "[/dim]")
+                                   + (f", {bad} bad line{'' if bad == 1 else 's'}" if bad else "")
+                                   + (f", {late} with no frame after {'it' if late == 1 else 'them'}: not grouped"
+                                      if late else "") + "[/dim]")
     render_summary(run.tally, run.health, events, origin=origin)
     click.echo(json.dumps({
         "name": json_name, "samples": stats.samples, "accepted_samples": stats.accepted,

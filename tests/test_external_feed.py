@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import time
 from pathlib import Path
@@ -15,8 +16,9 @@ from foreshock.cli.main import cli
 from foreshock.detectors.incident_external import MALFORMED, NOT_JSON, ExternalEvent
 from foreshock.health import PipelineHealth
 from foreshock.streams import external_feed
-from foreshock.streams.external_feed import (MAX_LINE_BYTES, MISSING, REREAD, STAGE, TOO_LONG, ExternalFeed,
-                                             external_targets, feed_before_frames, parse_lines)
+from foreshock.streams.external_feed import (MAX_LINE_BYTES, MISSING, NO_FRAME_AFTER, REREAD, STAGE, TOO_LONG,
+                                             UNREADABLE, UNTERMINATED, ExternalFeed, external_targets,
+                                             feed_before_frames, parse_lines)
 
 
 def line(node: str, t: float, typ: str = "fan_failure", severity: str = "critical") -> str:
@@ -125,7 +127,7 @@ def test_an_endless_line_is_dropped_not_kept_in_memory(tmp_path: Path):
     append(path, b"x" * (MAX_LINE_BYTES + 1))
     assert feed.poll() == [] and feed.partial == b""
     append(path, b"still the same line")
-    assert feed.poll() == [] and feed.partial == b"still the same line"
+    assert feed.poll() == [] and feed.partial == b""  # the rest of a line already counted is not kept
     append(path, b"\n" + line("node1", 2.0).encode())  # the long line ends; the next one is read
     assert [e.node for e in feed.poll()] == ["node1"]
     assert health.problems[(STAGE, TOO_LONG)] == 1 and health.total_problems() == 1
@@ -142,6 +144,86 @@ def test_a_whole_overlong_line_in_one_read_is_skipped_unparsed(tmp_path: Path, m
     assert all(len(raw) < 1000 for raw in parsed)  # the long line was never handed to the JSON parser
     assert health.problems[(STAGE, TOO_LONG)] == 1 and health.total_problems() == 1
     assert feed.bad == 1 and feed.lineno == 3
+
+
+def test_an_overlong_line_is_counted_once_however_it_arrives(tmp_path: Path, monkeypatch):
+    """Skipping a long line kept buffering its rest, which was counted again each time it passed
+    the limit: one 5 MiB line counted twice, one line growing by 300 KiB a poll ten times."""
+    monkeypatch.setattr(external_feed, "MAX_LINE_BYTES", 100)
+    monkeypatch.setattr(external_feed, "READ_CHUNK_BYTES", 64)
+    path, health, feed = follow(tmp_path, '{"msg": "' + "x" * 500 + '"}\n' + line("node0", 1.0))
+    assert [e.node for e in feed.poll()] == ["node0"]  # read in pieces: the line passes the limit in several
+    assert health.problems[(STAGE, TOO_LONG)] == 1 and feed.bad == 1 and feed.lineno == 2
+    for _ in range(20):  # a writer stuck without newlines, seen poll after poll
+        append(path, b"y" * 30)
+        assert feed.poll() == [] and len(feed.partial) <= 100
+    append(path, "\n" + line("node1", 2.0))
+    assert [e.node for e in feed.poll()] == ["node1"]
+    assert health.problems[(STAGE, TOO_LONG)] == 2 and feed.bad == 2 and feed.lineno == 4
+
+
+def test_a_file_truncated_in_place_and_regrown_past_the_offset_is_read_again(tmp_path: Path):
+    """logrotate copytruncate: the file is emptied in place and its writer appends on; by the next
+    poll it may be as long as what was read, or longer, and read on from the old offset the new
+    lines were cut in the middle and the first ones lost, unsaid."""
+    path, health, feed = follow(tmp_path, line("node0", 1.0) + line("node1", 2.0))
+    assert len(feed.poll()) == 2
+    with open(path, "r+b") as fh:
+        fh.truncate(0)
+    append(path, "".join(line(f"new{i}", 10.0 + i) for i in range(5)))
+    assert [e.node for e in feed.poll()] == [f"new{i}" for i in range(5)]
+    assert health.problems[(STAGE, REREAD)] == 1 and health.total_problems() == 1
+
+
+def test_a_file_rewritten_to_the_same_size_is_read_again(tmp_path: Path):
+    path, health, feed = follow(tmp_path, line("node0", 1.0))
+    assert len(feed.poll()) == 1
+    path.write_text(line("node9", 1.0))  # as long as before: only its contents and time tell
+    later = path.stat().st_mtime_ns + 1_000_000_000  # (a clock coarser than the test must not hide it)
+    os.utime(path, ns=(later, later))
+    assert [e.node for e in feed.poll()] == ["node9"]
+    assert health.problems[(STAGE, REREAD)] == 1
+    assert feed.poll() == []
+
+
+def test_a_pipe_is_counted_once_as_unreadable_and_never_waited_on(tmp_path: Path):
+    """A pipe has no size: it was never read and nothing said so. Opening it would wait for a writer."""
+    path = tmp_path / "events.fifo"
+    os.mkfifo(path)
+    health = PipelineHealth()
+    feed = ExternalFeed(path, health)
+    for _ in range(5):
+        assert feed.poll() == []  # (returns at once: open() on a pipe without a writer would block)
+    assert feed.final_poll() == []
+    assert health.problems == {(STAGE, UNREADABLE): 1}
+
+
+def test_the_final_poll_reads_an_unterminated_last_line(tmp_path: Path):
+    """``echo -n``, or JSON written without a final newline: the last event waited for a newline
+    that never came, through the whole run, and was neither read nor counted. A poll still waits
+    for it (a writer may be mid-line); the end of the run reads it."""
+    path, health, feed = follow(tmp_path, "")
+    path.write_bytes(b"\xef\xbb\xbf" + (line("node0", 1.0)[:-1] + "\r\n" + line("node1", 2.0)[:-1]).encode())
+    assert [e.node for e in feed.poll()] == ["node0"]
+    assert feed.poll() == [] and feed.partial  # still waiting: the writer may finish it
+    assert [e.node for e in feed.final_poll()] == ["node1"]
+    assert feed.events == 2 and feed.lineno == 2 and feed.partial == b"" and health.total_problems() == 0
+    assert feed.final_poll() == []  # read once
+
+
+def test_the_final_poll_counts_an_unterminated_last_line_that_is_cut_short(tmp_path: Path, caplog):
+    path, health, feed = follow(tmp_path, line("node0", 1.0) + line("node1", 2.0)[:20])
+    with caplog.at_level(logging.WARNING, logger="foreshock"):
+        assert len(feed.final_poll()) == 1
+    assert health.problems == {(STAGE, UNTERMINATED): 1} and feed.bad == 1 and feed.partial == b""
+    assert [r.getMessage() for r in caplog.records if UNTERMINATED in r.getMessage()][0].count(f"{path}:2:") == 1
+
+
+def test_the_final_poll_counts_an_unterminated_overlong_line_once(tmp_path: Path, monkeypatch):
+    monkeypatch.setattr(external_feed, "MAX_LINE_BYTES", 100)
+    path, health, feed = follow(tmp_path, line("node0", 1.0) + "z" * 300)
+    assert len(feed.final_poll()) == 1
+    assert health.problems == {(STAGE, TOO_LONG): 1} and feed.bad == 1 and feed.lineno == 2
 
 
 def test_a_large_append_is_read_in_bounded_pieces(tmp_path: Path, monkeypatch):
@@ -181,6 +263,41 @@ def test_events_reach_the_targets_before_the_next_frame(tmp_path: Path):
     assert log == [("frame", "f1"),
                    ("event", "node0"), ("event", "node1"), ("event", "node0"), ("event", "node1"), ("frame", "f2"),
                    ("event", "node2"), ("event", "node2"), ("frame", "f3"), ("frame", "f4")]
+
+
+def test_events_no_frame_came_after_are_counted_not_dropped(tmp_path: Path):
+    """The end of the frames reads the file a last time: what was appended during the last frame,
+    and the unterminated last line, were never read, and nothing said so. Events read then have
+    no telemetry after them to be grouped by: they are counted, not handed over."""
+    path = tmp_path / "ext.jsonl"
+    path.write_text(line("node0", 1.0))
+    log: list[tuple[str, object]] = []
+    health = PipelineHealth()
+    feed = ExternalFeed(path, health)
+    for frame in feed_before_frames(["f1", "f2"], feed, [Collector(log)]):
+        log.append(("frame", frame))
+        if frame == "f2":
+            append(path, line("node1", 2.0) + line("node2", 3.0)[:-1])  # the last one without its newline
+    assert log == [("frame", "f1"), ("event", "node0"), ("frame", "f2")]
+    assert feed.events == 3 and feed.not_handed == 2
+    assert health.problems == {(STAGE, NO_FRAME_AFTER): 2}
+
+
+def test_a_run_of_one_frame_reads_the_file_and_counts_its_events(tmp_path: Path):
+    """A run of one frame (a dcgm or sysfs snapshot) never polled: "0 external events read", no
+    problem counted. The file is read before the first frame; its events wait for it (the engine
+    judges their dates by its telemetry), and no frame comes after: they are counted."""
+    path = tmp_path / "ext.jsonl"
+    path.write_text(line("node0", 1.0))
+    log: list[tuple[str, object]] = []
+    health = PipelineHealth()
+    feed = ExternalFeed(path, health)
+    read_before: list[int] = []
+    for frame in feed_before_frames(["only"], feed, [Collector(log)]):
+        read_before.append(feed.events)
+        log.append(("frame", frame))
+    assert read_before == [1] and log == [("frame", "only")]
+    assert feed.not_handed == 1 and health.problems == {(STAGE, NO_FRAME_AFTER): 1}
 
 
 def test_external_targets_needs_a_processor_that_takes_events():
@@ -247,3 +364,35 @@ def test_external_without_an_incident_processor_is_a_usage_error(healthy, tmp_pa
     result = CliRunner().invoke(cli, ["replay", str(healthy[0]), "--port", "0", "--external", str(ext)])
     assert result.exit_code == 2
     assert "--external" in result.output and "incident engine" in result.output
+
+
+def test_external_refuses_a_pipe(tmp_path: Path):
+    """bash's <(cmd) is a pipe: the feed follows a file as it grows, and a pipe was never read."""
+    fifo = tmp_path / "events.fifo"
+    os.mkfifo(fifo)
+    result = CliRunner().invoke(cli, ["replay", str(tmp_path), "--port", "0", "--external", str(fifo)])
+    assert result.exit_code == 2
+    said = " ".join(result.output.split())
+    assert "--external" in said and "not a regular file" in said
+
+
+def test_replay_of_one_frame_reads_its_external_file_and_says_so(tmp_path: Path):
+    """An imported snapshot replays as one frame: its external file was never read ("0 external
+    events read") and nothing counted."""
+    import numpy as np
+
+    from foreshock.frames import Frame
+    from foreshock.recording import RecordingWriter
+    from foreshock.topology import Topology
+
+    t0 = 1_704_067_200.0
+    topology = Topology.from_gpu_hosts([("node0", 1)])
+    with RecordingWriter(tmp_path / "rec", topology) as writer:
+        writer.write(Frame("gpu", np.full(2, t0), np.arange(2), {"gpu_temp": np.array([50.0, 51.0])}))
+    ext = tmp_path / "ext.jsonl"
+    ext.write_text(line("node0", t0))
+    result = CliRunner().invoke(cli, ["replay", str(tmp_path / "rec"), "--port", "0", "--external", str(ext)])
+    assert result.exit_code == 0, result.output
+    said = " ".join(result.output.split())
+    assert "1 external event read" in said and "1 with no frame after it: not grouped" in said
+    assert json.loads(result.output.strip().splitlines()[-1])["input_problems"] == 1
