@@ -15,7 +15,8 @@ consecutive samples, and re-arms once ``D^2`` has stayed below the ``clear_quant
 ``off_hold_s`` of telemetry time (:func:`foreshock.detectors.alarm.alarm_step`). One alarm
 episode is one :class:`~foreshock.findings.Anomaly`: ``field`` is the top contributing field,
 ``reason`` the top three with their share of ``D^2`` and whether each sat above or below its
-learnt mean. Nothing is predicted, and an entity is not scored before ``warmup`` samples.
+learnt mean. Nothing is predicted, and a field is not scored before ``warmup`` samples of its own
+(one that appears late, or a counter's rate, absent from an entity's first row, warms up alone).
 
 While an entity's alarm holds, its model does not learn (for at most ``freeze_s`` of telemetry
 time), so the anomaly is measured against the normal it broke from and the episode lasts as long
@@ -36,10 +37,10 @@ goes on from it (``rebased``: an ``energy`` read 0 at the second poll costs two 
 
 Not in the default bank: run it with ``--detectors mahalanobis`` (or next to others).
 
-State per GPU with the 8 default fields: mean 8 + covariance 64 + count 1 + alarm 4 float64,
-plus 3 counters x (last value, last time, pace, and a pending drop's value, time, pace and kind)
-float64 and 3 int64 reset counts = 101 x 8 = **808 bytes** (``fields^2 + fields + 5`` floats + 8
-words per counter); 827 kB for 1,024 GPUs.
+State per GPU with the 8 default fields: mean 8 + covariance 64 + count 1 + per-field counts 8 +
+alarm 4 float64, plus 3 counters x (last value, last time, pace, and a pending drop's 6 columns)
+float64 and 3 int64 reset counts = 115 x 8 = **920 bytes** (``fields^2 + 2 fields + 5`` floats +
+10 words per counter); 942 kB for 1,024 GPUs.
 
 >>> import numpy as np
 >>> from foreshock.frames import Frame
@@ -75,7 +76,7 @@ from foreshock.topology import Topology
 from .alarm import A_ACTIVE, A_EMIT_TS, CODE_START, alarm_step, new_alarm_columns
 from .base import Detector, resolve_params
 from .counters import EVENTS_MAX_PER_S, TIME_MAX_PER_S, CounterRates, report_problems, with_counter_pace_and_drop
-from .multivariate import OnlineMahalanobis
+from .multivariate import OnlineMahalanobis, with_field_counts
 from .xid import DBE_MAX_PER_S
 
 FIELDS: dict[str, tuple[str, ...]] = {
@@ -196,7 +197,7 @@ class MahalanobisDetector(Detector):
 
     slot_kinds: ClassVar[Mapping[str, str]] = {
         f"s_{kind}_{part}": kind for kind in ("gpu", "node")
-        for part in ("mean", "cov", "count", "counter_state", "counter_resets", "counter_rate", "counter_drop",
+        for part in ("mean", "cov", "count", "seen", "counter_state", "counter_resets", "counter_rate", "counter_drop",
                      "alarm")}
     name: ClassVar[str] = "mahalanobis"
     kinds: ClassVar[tuple[str, ...]] = ("gpu", "node")
@@ -237,6 +238,7 @@ class MahalanobisDetector(Detector):
             setattr(self, f"s_{kind}_mean", model.s_mean)
             setattr(self, f"s_{kind}_cov", model.s_cov)
             setattr(self, f"s_{kind}_count", model.s_count)
+            setattr(self, f"s_{kind}_seen", model.s_seen)
             setattr(self, f"s_{kind}_counter_state", m.rates.s_state)
             setattr(self, f"s_{kind}_counter_resets", m.rates.s_resets)
             # the counters' pace and a low reading pending (a glitch or a reset): without them a
@@ -246,10 +248,13 @@ class MahalanobisDetector(Detector):
             setattr(self, f"s_{kind}_alarm", m.alarm)
 
     def upgrade_state(self, state: dict[str, Any]) -> dict[str, Any]:
-        """A state saved before the counters' pace and pending drops were kept knows none (NaN)."""
+        """A state saved before the counters' pace and pending drops were kept knows none (NaN); one
+        saved before the model counted each field's values has them derived (:func:`with_field_counts`)."""
         for kind in self.models:
             state = with_counter_pace_and_drop(state, f"s_{kind}_counter_state", f"s_{kind}_counter_rate",
                                                f"s_{kind}_counter_drop")
+            state = with_field_counts(state, f"s_{kind}_mean", f"s_{kind}_cov", f"s_{kind}_count",
+                                      f"s_{kind}_seen")
         return state
 
     def update(self, frame: Frame) -> list[Finding]:

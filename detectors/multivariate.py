@@ -14,11 +14,23 @@ largest contribution, which is what an operator needs to see.
 
 Robust learning: a sample with ``D^2`` beyond ``d + clip * sqrt(2 d)`` (``clip`` standard
 deviations of a chi-square with d degrees of freedom) is down-weighted by ``bound / D^2``, so
-an anomaly does not teach the model that it is normal. The first samples use running means
-(rate ``max(alpha, 1/n)``). Missing fields (NaN or inf) are imputed at the mean: they
-contribute 0 to the score, and learning treats them as a sample at the mean (their variance
-decays by ``1 - alpha``), which keeps ``C`` positive semi-definite. A sample with no finite
-field scores NaN and teaches nothing.
+an anomaly does not teach the model that it is normal.
+
+Warm-up is per field: each field counts the values it has learnt. Its first value is its mean
+(its variance starts from its floor, uncorrelated with the others); its first ``warmup`` values
+are learnt with running means (rate ``max(alpha, 1/n)``, n its count), each residual clipped at
+:data:`WARMUP_CLIP` of the field's running spread, since the robust bound needs a covariance the
+warm-up does not have yet. Only then is the field scored: until then it is left out of the
+distance (residual 0, correlations unused), so a field that appears late is not judged against
+a mean it never had. Missing fields (NaN or inf) are imputed at the mean and left out of the
+distance the same way: they contribute 0 to the score and do not pin their correlated peers to
+their means. Learning treats a missing field seen before as a sample at its mean (its variance
+decays by ``1 - alpha``), which keeps ``C`` positive semi-definite; a field not seen yet learns
+nothing. A sample with no finite field scores NaN and teaches nothing.
+
+The distance is shift-invariant (the solve's diagonal load is relative to each field's own
+variance), and a residual is learnt at most :data:`MAX_LEARNT_RESIDUAL`, so the covariance stays
+finite whatever the input.
 
 >>> import numpy as np
 >>> rng = np.random.default_rng(5)
@@ -43,6 +55,17 @@ from foreshock.numba_config import jit
 
 ALPHA, RIDGE, CLIP, WARMUP, FLOOR = 0, 1, 2, 3, 4
 """Indices into the kernel's parameter vector; ``FLOOR + i`` is field i's variance floor."""
+
+LOAD_RELATIVE = 1e-9
+"""The solve's diagonal load, as a share of each field's own variance: collinear fields stay solvable."""
+LOAD_ABSOLUTE = 1e-30
+"""...plus this, in the field's unit squared: a field that never moved (variance 0, no floor) is a
+huge but finite distance when it moves. Far below any meaningful variance of a telemetry field."""
+WARMUP_CLIP = 10.0
+"""In a field's warm-up, a residual is learnt at most this many of its running standard deviations
+(or of its ``min_scale``, whichever is larger)."""
+MAX_LEARNT_RESIDUAL = 1e150
+"""The largest residual learnt: its square, and so the covariance, stays finite."""
 
 
 class MultivariateScores(NamedTuple):
@@ -90,80 +113,115 @@ def _cholesky_solve(a: np.ndarray, r: np.ndarray, low: np.ndarray, inv: np.ndarr
 
 @jit
 def _mahalanobis_rows(slot: np.ndarray, x: np.ndarray, mean: np.ndarray, cov: np.ndarray, count: np.ndarray,
-                      params: np.ndarray, out: np.ndarray, learn: np.ndarray) -> None:
+                      seen: np.ndarray, params: np.ndarray, out: np.ndarray, learn: np.ndarray) -> int:
     """Row t is a sample of entity ``slot[t]``, rows in time order per entity.
 
-    x (rows, d); mean (E, d); cov (E, d, d); count (E,); out (rows, 1 + 2d) =
+    x (rows, d); mean (E, d); cov (E, d, d); count (E,); seen (E, d); out (rows, 1 + 2d) =
     [score, d contributions, d residuals]; learn (rows,) bool: whether row t is learnt after
-    it is scored. The batch API feeds (T, E, d) as T*E rows.
+    it is scored. The batch API feeds (T, E, d) as T*E rows. Returns how many residuals were
+    learnt clamped at ``MAX_LEARNT_RESIDUAL``.
     """
     alpha, ridge, clip, warmup = params[ALPHA], params[RIDGE], params[CLIP], params[WARMUP]
+    scored_from = max(warmup, 2.0)  # a field's own values learnt before its residual is scored
     d = x.shape[1]
     reg = np.empty((d, d))
     low = np.empty((d, d))
     inv = np.empty(d)
     r = np.empty(d)
     y = np.empty(d)
+    keep = np.empty(d)
+    push = np.empty(d)
     present = np.empty(d, dtype=np.bool_)
+    scored = np.empty(d, dtype=np.bool_)
     bound = d + clip * math.sqrt(2.0 * d)
+    clamped = 0
     for t in range(x.shape[0]):
         e = slot[t]
-        n = count[e]
-        seen = 0
+        any_present = False
+        any_scored = False
         for i in range(d):
             v = x[t, i]
             present[i] = math.isfinite(v)
-            if present[i]:
-                seen += 1
-                r[i] = v - mean[e, i] if n >= 1.0 else 0.0
-            else:
-                r[i] = 0.0
+            scored[i] = present[i] and seen[e, i] >= scored_from
+            # a field not seen yet is imputed at its mean: no residual
+            resid = v - mean[e, i] if present[i] and seen[e, i] >= 1.0 else 0.0
+            r[i] = resid if scored[i] else 0.0
             out[t, 1 + i] = 0.0
-            out[t, 1 + d + i] = r[i]
-        if seen == 0:
+            out[t, 1 + d + i] = resid
+            any_present = any_present or present[i]
+            any_scored = any_scored or scored[i]
+        if not any_present:
             out[t, 0] = np.nan
             continue
         d2 = 0.0
-        if n >= 2.0:
-            # Shrink the correlations towards 0 (diagonal kept) and load the diagonal a hair,
-            # so a constant field is a huge distance when it moves, not a failure. The floor
-            # (a field's smallest meaningful variance, e.g. one step of an integer reading)
-            # keeps a field that sat still from turning its first tiny move into an alarm.
+        if any_scored:
+            # Shrink the correlations towards 0 (diagonal kept) and load the diagonal a hair of
+            # the field's own variance, so collinear fields stay solvable and the distance does
+            # not depend on where a field sits (a load from its mean blinded large offsets). The
+            # floor (a field's smallest meaningful variance, e.g. one step of an integer reading)
+            # keeps a field that sat still from turning its first tiny move into an alarm. A
+            # field missing or still in its own warm-up is left out of the solve (residual 0, no
+            # correlations): the distance is that of the fields scored alone. Taken as sitting at
+            # its mean, a missing field pinned its correlated peers to their means.
             for i in range(d):
                 for j in range(i):
-                    reg[i, j] = (1.0 - ridge) * cov[e, i, j]
-                m = mean[e, i]
-                reg[i, i] = max(cov[e, i, i], params[FLOOR + i]) + 1e-9 * (1.0 + m * m)
+                    reg[i, j] = (1.0 - ridge) * cov[e, i, j] if scored[i] and scored[j] else 0.0
+                c = cov[e, i, i]
+                reg[i, i] = max(c, params[FLOOR + i]) + LOAD_RELATIVE * c + LOAD_ABSOLUTE
             _cholesky_solve(reg, r, low, inv, y)
             for i in range(d):
                 d2 += r[i] * y[i]
-            d2 = max(d2, 0.0)
-        if n < warmup:
-            out[t, 0] = 0.0
-        else:
-            out[t, 0] = math.sqrt(d2 / d)
-            if n >= 2.0:
-                for i in range(d):
-                    out[t, 1 + i] = r[i] * y[i]
+                out[t, 1 + i] = r[i] * y[i]
+            # a distance that overflowed is infinite: NaN would read as a row with no finite field
+            d2 = max(d2, 0.0) if d2 == d2 else math.inf
+        out[t, 0] = math.sqrt(d2 / d)
         if not learn[t]:
             continue
-        if n < 1.0:
-            for i in range(d):
-                mean[e, i] = x[t, i] if present[i] else 0.0
-            count[e] = 1.0
-            continue
-        a = max(alpha, 1.0 / (n + 1.0))
-        w = 1.0
-        if n >= warmup and d2 > bound:
-            w = bound / d2
-        # A missing field learns as a sample at its mean (r_i = 0): C stays a sum of positive
-        # semi-definite terms, which skipping its rows and columns would not keep.
+        n = count[e]
+        w = bound / d2 if d2 > bound else 1.0
+        for i in range(d):
+            k = seen[e, i]
+            keep[i] = 1.0
+            push[i] = 0.0
+            if not present[i]:
+                if k >= 1.0:
+                    # A missing field learns as a sample at its mean (residual 0): C stays a sum
+                    # of positive semi-definite terms, which skipping its rows and columns would
+                    # not keep.
+                    keep[i] = math.sqrt(1.0 - max(alpha, 1.0 / (n + 1.0)))
+                continue
+            if k < 1.0:
+                # its first value: the mean; its variance starts from the floor, uncorrelated
+                mean[e, i] = x[t, i]
+                keep[i] = 0.0
+                continue
+            a = max(alpha, 1.0 / (k + 1.0))
+            g = out[t, 1 + d + i]
+            weight = w
+            if not scored[i]:
+                # In its warm-up a field is not scored, so the robust bound cannot judge it: a
+                # residual is learnt at most WARMUP_CLIP of its running spread (one wild reading
+                # would otherwise be learnt at full weight and blind the field for long).
+                weight = 1.0
+                spread = WARMUP_CLIP * math.sqrt(max(cov[e, i, i], params[FLOOR + i]))
+                if spread > 0.0:
+                    g = min(max(g, -spread), spread)
+            if not abs(g) <= MAX_LEARNT_RESIDUAL:  # its square would overflow the covariance
+                g = MAX_LEARNT_RESIDUAL if g > 0.0 else -MAX_LEARNT_RESIDUAL
+                clamped += 1
+            mean[e, i] += a * weight * g
+            keep[i] = math.sqrt(1.0 - a)
+            push[i] = math.sqrt(a * (1.0 - a) * weight) * g
+        # C <- K C K + p p' (K = diag(keep)): each field at its own rate, positive semi-definite
+        # whatever the rates; with one rate a for all, (1 - a) C + a (1 - a) w r r'.
         for i in range(d):
             for j in range(d):
-                cov[e, i, j] = (1.0 - a) * cov[e, i, j] + a * (1.0 - a) * w * r[i] * r[j]
+                cov[e, i, j] = keep[i] * keep[j] * cov[e, i, j] + push[i] * push[j]
         for i in range(d):
-            mean[e, i] += a * w * r[i]
+            if present[i]:
+                seen[e, i] += 1.0
         count[e] = n + 1.0
+    return clamped
 
 
 class OnlineMahalanobis:
@@ -174,11 +232,13 @@ class OnlineMahalanobis:
     :class:`RowScores`.
 
     Parameters: ``alpha`` EWMA rate of mean and covariance; ``ridge`` shrinkage of the
-    correlations towards 0 (0..1); ``clip`` robust bound in chi-square
-    standard deviations; ``warmup`` samples before scoring (default ``2 * n_fields + 10``);
+    correlations towards 0 (0..1); ``clip`` robust bound in chi-square standard deviations;
+    ``warmup`` values of a field before it is scored (default ``2 * n_fields + 10``);
     ``min_scale`` each field's smallest meaningful standard deviation in its own unit (one value
     or one per field; default 0): the variance the solve uses is at least its square.
-    The Cholesky solve reads only the lower triangle of the shrunk covariance.
+    The Cholesky solve reads only the lower triangle of the shrunk covariance. With ``health``, a
+    residual learnt clamped (:data:`MAX_LEARNT_RESIDUAL`) is counted as
+    ``residual_too_large_to_learn``, and every non-finite input value as ``non_finite_input``.
     """
 
     name: ClassVar[str] = "mahalanobis"
@@ -211,6 +271,7 @@ class OnlineMahalanobis:
         self.s_mean = np.zeros((self.n_entities, self.n_fields))
         self.s_cov = np.zeros((self.n_entities, self.n_fields, self.n_fields))
         self.s_count = np.zeros(self.n_entities)
+        self.s_seen = np.zeros((self.n_entities, self.n_fields))  # finite values learnt, per field
 
     def _apply(self, x: Any, learn: bool) -> MultivariateScores:
         arr = np.asarray(x, dtype=np.float64)
@@ -237,7 +298,11 @@ class OnlineMahalanobis:
             self.health.problem(self.name, "non_finite_input", int(np.count_nonzero(~np.isfinite(x))))
         out = np.empty((x.shape[0], 1 + 2 * self.n_fields))
         if x.shape[0]:
-            _mahalanobis_rows(slot, x, self.s_mean, self.s_cov, self.s_count, self.params, out, learn)
+            clamped = _mahalanobis_rows(slot, x, self.s_mean, self.s_cov, self.s_count, self.s_seen, self.params,
+                                        out, learn)
+            if self.health is not None:
+                self.health.problem(self.name, "residual_too_large_to_learn", int(clamped),
+                                    f"a reading more than {MAX_LEARNT_RESIDUAL:g} from its mean, learnt as that")
         return out
 
     def _apply_rows(self, slot: Any, x: Any, learn: bool | np.ndarray) -> RowScores:
@@ -280,9 +345,13 @@ class OnlineMahalanobis:
         return [[(self.field_names[i], float(c[e, i] / total[e, 0])) for i in order[e]] for e in range(c.shape[0])]
 
     def state_dict(self) -> dict[str, np.ndarray]:
-        return {"s_mean": self.s_mean.copy(), "s_cov": self.s_cov.copy(), "s_count": self.s_count.copy()}
+        return {"s_mean": self.s_mean.copy(), "s_cov": self.s_cov.copy(), "s_count": self.s_count.copy(),
+                "s_seen": self.s_seen.copy()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Load a :meth:`state_dict`; one saved before fields were counted is upgraded
+        (:func:`with_field_counts`)."""
+        state = with_field_counts(state, "s_mean", "s_cov", "s_count", "s_seen")
         own = self.state_dict()
         if set(state) != set(own):
             raise ValueError(f"{self.name}: state keys {sorted(state)} != expected {sorted(own)}")
@@ -293,4 +362,22 @@ class OnlineMahalanobis:
             getattr(self, key)[...] = arr  # in place: a detector holding these arrays keeps them
 
     def state_nbytes(self) -> int:
-        return self.s_mean.nbytes + self.s_cov.nbytes + self.s_count.nbytes
+        return self.s_mean.nbytes + self.s_cov.nbytes + self.s_count.nbytes + self.s_seen.nbytes
+
+
+def with_field_counts(state: dict[str, Any], mean_key: str, cov_key: str, count_key: str,
+                      seen_key: str) -> dict[str, Any]:
+    """``state`` with its per-field counts (``seen_key``) where it was saved without them (before
+    they were kept): a field with a mean or a variance counts the entity's samples, one with
+    neither (mean and variance exactly 0: never seen, or constant at 0) counts none, so it warms
+    up afresh rather than being scored against a mean of 0 it never had. A state without the
+    other three arrays, or with any misshapen (``load_state_dict`` judges it), is returned as it
+    came. For ``load_state_dict`` and ``Detector.upgrade_state``."""
+    if seen_key in state or not all(k in state for k in (mean_key, cov_key, count_key)):
+        return state
+    mean, cov, count = (np.asarray(state[k], dtype=np.float64) for k in (mean_key, cov_key, count_key))
+    if mean.ndim != 2 or cov.shape != mean.shape + mean.shape[1:] or count.shape != mean.shape[:1]:
+        return state
+    variance = np.diagonal(cov, axis1=1, axis2=2)
+    known = (mean != 0.0) | (variance != 0.0)
+    return {**state, seen_key: np.where(known, count[:, None], 0.0)}

@@ -131,7 +131,7 @@ def test_state_round_trip_gives_identical_future_output(topo: Topology, split: i
     for key, value in a.state_dict().items():
         np.testing.assert_array_equal(value, b.state_dict()[key])
     fresh = MahalanobisDetector(topo)
-    assert fresh.state_nbytes() == GPUS * 856 + 1 * (2 + 4 + 1 + 4) * 8  # 856 B per GPU; node: 2 fields
+    assert fresh.state_nbytes() == GPUS * 920 + 1 * (2 + 4 + 1 + 2 + 4) * 8  # 920 B per GPU; node: 2 fields
 
 
 @pytest.mark.parametrize("cut", [599, 600, 601])  # before the low reading, after it, after the return
@@ -161,6 +161,63 @@ def test_a_checkpoint_without_the_counters_pace_loads(topo: Topology) -> None:
     restored.load_state_dict(old)
     assert np.isnan(restored.s_gpu_counter_rate).all() and np.isnan(restored.s_gpu_counter_drop).all()  # type: ignore[attr-defined]
     np.testing.assert_array_equal(restored.s_gpu_counter_state, det.s_gpu_counter_state)  # type: ignore[attr-defined]
+
+
+def test_a_checkpoint_without_the_field_counts_loads(topo: Topology) -> None:
+    stream = coupled_stream()
+    stream["hbm_temp"][:, 0] = np.nan                        # GPU 0 has not reported it yet
+    never_stopped = MahalanobisDetector(topo)
+    found = run(never_stopped, stream, range(1000))
+    old = {k: v for k, v in never_stopped.state_dict().items() if not k.endswith("_seen")}
+    restored = MahalanobisDetector(topo)
+    restored.load_state_dict(old)
+    # a field with a mean or a variance counts the GPU's samples; one with neither (never seen, or
+    # a rate that never left 0: the three idle counters) warms up afresh
+    seen = restored.s_gpu_seen  # type: ignore[attr-defined]
+    hbm, counters = FIELDS["gpu"].index("hbm_temp"), [FIELDS["gpu"].index(c) for c in restored.models["gpu"].counters]
+    assert seen[0, hbm] == 0 and seen[1, hbm] == 1000 and (seen[:, counters] == 0).all()
+    # and it goes on to find the break as the detector that never stopped does
+    rest = range(1000, STEPS)
+    after, want = run(restored, stream, rest), run(never_stopped, stream, rest)
+    assert found == [] and [(f.ts, f.slot, f.field) for f in after] == [(f.ts, f.slot, f.field) for f in want]
+    assert len(want) == 1
+
+
+def test_a_field_that_appears_late_is_not_judged_against_a_mean_it_never_had() -> None:
+    """hbm_temp absent from a GPU's first 100 samples, then present and normal: no anomaly (its
+    first reading had been scored against a mean of 0)."""
+    topo = Topology.from_gpu_hosts([("n0", 0)])
+    rng = np.random.default_rng(0)
+    load = rng.uniform(300, 700, 1500)
+    power = load + rng.normal(0, 5, 1500)
+    temp = 30 + 0.05 * load + rng.normal(0, 0.3, 1500)
+    hbm = 28 + 0.04 * load + rng.normal(0, 0.3, 1500)
+    det = MahalanobisDetector(topo, gpu_fields="gpu_temp,hbm_temp,power", warmup=50)
+    found = []
+    for t in range(1500):
+        columns = {"gpu_temp": temp[t:t + 1], "hbm_temp": np.array([np.nan if t < 100 else hbm[t]]),
+                   "power": power[t:t + 1]}
+        found += det.update(Frame("gpu", np.array([float(t)]), np.zeros(1, np.int64), columns))
+    assert found == []
+    np.testing.assert_allclose(det.models["gpu"].model.s_mean[0, 1], 28 + 0.04 * 500, atol=2)
+
+
+def test_a_counter_rate_missing_on_the_first_row_is_not_learnt_as_zero() -> None:
+    """A counter's rate is NaN on each GPU's first row: the model learnt it as a rate of 0, and a
+    GPU power-capped from the start (throttle time +1 s/s) got a variance of its rate 0.05 instead
+    of its 0.02 (blunting a real change for hundreds of samples)."""
+    topo = Topology.from_gpu_hosts([("n0", 0)])
+    rng = np.random.default_rng(0)
+    det = MahalanobisDetector(topo, gpu_fields="gpu_temp,power,power_throttle_time", warmup=50)
+    counter = 0.0
+    for t in range(400):
+        counter += 1.0 + 0.02 * rng.normal()
+        columns = {"gpu_temp": 70 + 0.3 * rng.normal(size=1), "power": 690 + 5 * rng.normal(size=1),
+                   "power_throttle_time": np.array([counter])}
+        det.update(Frame("gpu", np.array([float(t)]), np.zeros(1, np.int64), columns))
+    model = det.models["gpu"].model
+    assert model.s_mean[0, 2] == pytest.approx(1.0, abs=0.01)
+    assert 0.015 < np.sqrt(model.s_cov[0, 2, 2]) < 0.03
 
 
 def test_missing_values_are_imputed_or_skipped_and_counted(topo: Topology) -> None:

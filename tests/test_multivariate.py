@@ -12,7 +12,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from foreshock.detectors.multivariate import OnlineMahalanobis
+from foreshock.detectors.multivariate import (LOAD_ABSOLUTE, LOAD_RELATIVE, MAX_LEARNT_RESIDUAL, WARMUP_CLIP,
+                                              OnlineMahalanobis)
 from foreshock.detectors.river_adapters import MahalanobisAdapter
 from foreshock.health import PipelineHealth
 
@@ -21,7 +22,10 @@ def reference_rows(slot: np.ndarray, x: np.ndarray, entities: int, alpha: float,
                    warmup: int, floor: np.ndarray | None = None,
                    learn: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Straight NumPy, row by row (row t a sample of entity slot[t]): mean/covariance per entity,
-    solve with np.linalg.solve; ``floor`` the per-field std floor, ``learn`` which rows learn."""
+    solve with np.linalg.solve; ``floor`` the per-field std floor, ``learn`` which rows learn.
+    Each field counts its own values: the first is its mean, the next are learnt at its own
+    running rate with residuals clipped at WARMUP_CLIP of its spread, and it is scored only once
+    it has max(warmup, 2) values; the distance is the marginal one of the fields scored."""
     rows, d = x.shape
     floor = np.zeros(d) if floor is None else floor
     learn = np.ones(rows, bool) if learn is None else learn
@@ -29,39 +33,52 @@ def reference_rows(slot: np.ndarray, x: np.ndarray, entities: int, alpha: float,
     contrib = np.zeros((rows, d))
     resid = np.zeros((rows, d))
     bound = d + clip * math.sqrt(2 * d)
+    scored_from = max(warmup, 2)
     mean = np.zeros((entities, d))
     cov = np.zeros((entities, d, d))
     count = np.zeros(entities, int)
+    seen = np.zeros((entities, d), int)
     for t in range(rows):
-        e, v, n = slot[t], x[t], count[slot[t]]
+        e, v = slot[t], x[t]
         present = np.isfinite(v)
-        r = np.where(present, v - mean[e], 0.0) if n >= 1 else np.zeros(d)
+        scored = present & (seen[e] >= scored_from)
+        r = np.where(present & (seen[e] >= 1), v - mean[e], 0.0)   # a field not seen yet: at its mean
         resid[t] = r
         if not present.any():
             score[t] = np.nan
             continue
+        var = np.diag(cov[e]).copy()
         d2 = 0.0
-        if n >= 2:
-            reg = (1 - ridge) * cov[e] + ridge * np.diag(np.diag(cov[e]))
-            reg[np.diag_indices(d)] = np.maximum(np.diag(cov[e]), floor ** 2) + 1e-9 * (1 + mean[e] ** 2)
-            y = np.linalg.solve(reg, r)
-            contrib[t] = r * y
-            d2 = max(float(r @ y), 0.0)
-        if n < warmup:
-            contrib[t] = 0.0
-            score[t] = 0.0
-        else:
-            score[t] = math.sqrt(d2 / d)
+        if scored.any():
+            # the marginal distance of the fields scored: the others' rows and columns dropped
+            use = np.flatnonzero(scored)
+            sub = (1 - ridge) * cov[e][np.ix_(use, use)]
+            sub[np.diag_indices(len(use))] = np.maximum(var, floor ** 2)[use] + LOAD_RELATIVE * var[use] + LOAD_ABSOLUTE
+            with np.errstate(over="ignore", invalid="ignore"):   # a distance may overflow: inf
+                y = np.linalg.solve(sub, r[use])
+                contrib[t, use] = r[use] * y
+                d2 = float(r[use] @ y)
+            d2 = max(d2, 0.0) if not np.isnan(d2) else np.inf
+        score[t] = math.sqrt(d2 / d)
         if not learn[t]:
             continue
-        if n == 0:
-            mean[e] = np.where(present, v, 0.0)
-            count[e] = 1
-            continue
-        a = max(alpha, 1 / (n + 1))
-        w = bound / d2 if (n >= warmup and d2 > bound) else 1.0
-        cov[e] = (1 - a) * cov[e] + a * (1 - a) * w * np.outer(r, r)     # r = 0 where missing
-        mean[e] = mean[e] + a * w * r
+        w = bound / d2 if d2 > bound else 1.0
+        first = present & (seen[e] == 0)
+        later = present & (seen[e] >= 1)
+        rate = np.zeros(d)
+        rate[~present & (seen[e] >= 1)] = max(alpha, 1 / (count[e] + 1))   # a sample at its mean
+        rate[first] = 1.0
+        rate[later] = np.maximum(alpha, 1 / (seen[e][later] + 1))
+        spread = WARMUP_CLIP * np.sqrt(np.maximum(var, floor ** 2))
+        warming = later & ~scored & (spread > 0)
+        g = np.where(warming, np.clip(r, -spread, spread), r)
+        g = np.clip(g, -MAX_LEARNT_RESIDUAL, MAX_LEARNT_RESIDUAL)
+        weight = np.where(scored, w, 1.0)
+        push = np.where(later, np.sqrt(rate * (1 - rate) * weight) * g, 0.0)
+        keep = np.sqrt(1 - rate)
+        cov[e] = np.outer(keep, keep) * cov[e] + np.outer(push, push)
+        mean[e] = np.where(later, mean[e] + rate * weight * g, np.where(first, v, mean[e]))
+        seen[e] += present
         count[e] += 1
     return score, contrib, resid
 
@@ -145,6 +162,132 @@ def test_kernel_matches_reference_on_correlated_data_with_gaps() -> None:
     assert np.isnan(got.score[300, 1])
 
 
+@pytest.mark.kernel
+def test_kernel_matches_reference_on_late_fields_wild_readings_and_offsets() -> None:
+    rng = np.random.default_rng(8)
+    base = rng.normal(size=(300, 2, 1))
+    x = np.concatenate([base + 0.3 * rng.normal(size=(300, 2, 1)) for _ in range(4)], axis=2)
+    x[:, :, 3] = 5.0 * x[:, :, 3] + 1e6       # a large offset
+    x[:40, 0, 2] = np.nan                     # a field that appears late on entity 0 ...
+    x[0, 1, 1] = np.nan                       # ... and one missing only on entity 1's first sample
+    x[6, 1, 0] = 9.2e18                       # a wild reading in warm-up
+    x[150, 0, 1] = 1e200                      # and one whose square overflows
+    x[rng.random(x.shape) < 0.03] = np.nan
+    floor = np.array([0.0, 0.0, 0.1, 0.0])
+    det = OnlineMahalanobis(2, 4, alpha=0.05, ridge=0.05, clip=3.0, warmup=15, min_scale=floor)
+    got = det.update_rows(np.tile([0, 1], 300), x.reshape(-1, 4))
+    want = reference_rows(np.tile([0, 1], 300), x.reshape(-1, 4), 2, 0.05, 0.05, 3.0, 15, floor=floor)
+    np.testing.assert_allclose(got.score, want[0], rtol=1e-7, equal_nan=True)
+    np.testing.assert_allclose(got.contributions, want[1], rtol=1e-6, atol=1e-8)
+    np.testing.assert_allclose(got.residuals, want[2], rtol=1e-9, atol=1e-9)
+
+
+def coupled_pair(steps: int = 3000, seed: int = 0) -> np.ndarray:
+    """(steps, 1, 2): a temperature around 50 and a power around 600 that follows it."""
+    rng = np.random.default_rng(seed)
+    base = rng.normal(size=steps)
+    return np.stack([50 + base + 0.1 * rng.normal(size=steps),
+                     600 + 10 * base + rng.normal(size=steps)], axis=1)[:, None, :]
+
+
+def test_a_field_that_appears_late_is_learnt_from_its_own_values() -> None:
+    x = coupled_pair()
+    late = x.copy()
+    late[:50, 0, 1] = np.nan                  # power absent from the first 50 samples
+    det = OnlineMahalanobis(1, 2, alpha=0.01)
+    res = det.update(late)
+    assert np.all(res.score[20:, 0] < 4), "normal samples of the late field scored as anomalies"
+    np.testing.assert_allclose(det.s_mean[0], [50, 600], rtol=0.01)
+    np.testing.assert_array_equal(det.s_seen[0], [3000, 2950])
+    # its first value is imputed at its mean (no residual): not judged against a mean of 0
+    rows = OnlineMahalanobis(1, 2, alpha=0.01).update_rows(np.zeros(3000, np.int64), late[:, 0])
+    assert rows.residuals[50, 1] == 0.0 and rows.residuals[51, 1] != 0.0
+    # a field missing only from the first sample ends up where it would have been: the same
+    # decorrelation (power 4 sigmas of its marginal off its temperature) scores the same
+    broken = x.copy()
+    broken[600, 0, 1] += 40.0
+    first_missing = broken.copy()
+    first_missing[0, 0, 1] = np.nan
+    clean = OnlineMahalanobis(1, 2, alpha=0.01).update(broken).score[600, 0]
+    gap = OnlineMahalanobis(1, 2, alpha=0.01).update(first_missing).score[600, 0]
+    assert clean > 15 and gap == pytest.approx(clean, rel=0.02)
+
+
+def test_a_missing_field_does_not_pin_its_correlated_peer_to_its_mean() -> None:
+    x = coupled_pair()
+    x[2500, 0, 0] = 50.0 + 2.0                # temperature 2 of its sigmas up ...
+    x[2500, 0, 1] = np.nan                    # ... and power, which follows it closely, missing
+    det = OnlineMahalanobis(1, 2, alpha=0.01)
+    det.update(x[:2500])
+    score = det.score(x[2500]).score[0]
+    # the distance of the field present alone (about 2 sigmas); taken with power at its mean, the
+    # pair read as broken apart (D^2 ~ 4 / (1 - 0.995^2) = 400)
+    alone = abs(x[2500, 0, 0] - det.s_mean[0, 0]) / math.sqrt(det.s_cov[0, 0, 0])
+    assert 1.5 < alone < 2.5 and score == pytest.approx(alone / math.sqrt(2), rel=1e-6)
+
+
+def test_a_wild_reading_in_warm_up_does_not_blind_the_field() -> None:
+    rng = np.random.default_rng(2)
+    x = rng.normal(size=(2000, 1, 3))
+    x[1000, 0, 1] += 20.0                     # a 20-sigma jump after warm-up
+    sentinel = x.copy()
+    sentinel[5, 0, 1] = 9223372036854775794.0  # DCGM's "not supported", read as a value in warm-up
+    want = OnlineMahalanobis(1, 3, alpha=0.005, warmup=300).update(x).score[1000, 0]
+    got = OnlineMahalanobis(1, 3, alpha=0.005, warmup=300).update(sentinel).score[1000, 0]
+    assert want > 8 and got == pytest.approx(want, rel=0.05)
+
+
+def test_a_huge_reading_never_makes_the_covariance_non_finite() -> None:
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(1000, 1, 3))
+    x[5, 0, 1] = 1e160                        # in warm-up: its square overflows
+    det = OnlineMahalanobis(1, 3)
+    assert not np.isnan(det.update(x).score).any()
+    assert np.isfinite(det.s_cov).all() and np.isfinite(det.s_mean).all()
+    assert det.score(np.array([[0.0, 10.0, 0.0]])).score[0] > 4   # the field is not blind
+    # at its second value no spread is known to clip it at: learnt clamped, and counted
+    health = PipelineHealth()
+    x[5, 0, 1] = 0.0
+    x[1, 0, 2] = 1e200
+    det = OnlineMahalanobis(1, 3, health=health)
+    assert not np.isnan(det.update(x).score).any()
+    assert np.isfinite(det.s_cov).all() and np.isfinite(det.s_mean).all()
+    assert health.problems[("mahalanobis", "residual_too_large_to_learn")] == 1
+    # after warm-up, two huge readings of correlated fields: an infinite distance, not NaN (NaN
+    # reads as a row with nothing to score)
+    pair = coupled_pair(500)
+    pair[400, 0] = [1e200, 2e200]
+    pair_scores = OnlineMahalanobis(1, 2).update(pair).score[:, 0]
+    assert pair_scores[400] == np.inf and np.isfinite(pair_scores[401:]).all()
+
+
+def test_the_distance_does_not_depend_on_a_fields_offset() -> None:
+    x = np.random.default_rng(3).normal(size=(3000, 1, 2))
+    x[2500, 0, 1] += 50.0                     # a 50-sigma jump
+    scores = []
+    for offset in (0.0, 1e6, 1e9):
+        shifted = x.copy()
+        shifted[:, 0, 1] += offset
+        scores.append(OnlineMahalanobis(1, 2).update(shifted).score[:, 0])
+    assert scores[0][2500] > 30
+    for s in scores[1:]:
+        np.testing.assert_allclose(s[30:], scores[0][30:], rtol=1e-4)
+
+
+def test_a_checkpoint_without_field_counts_loads() -> None:
+    x = np.random.default_rng(9).normal(size=(200, 2, 3))
+    x[:150, 1, 2] = np.nan                    # entity 1's field 2 not seen before the checkpoint
+    a = OnlineMahalanobis(2, 3)
+    a.update(x[:100])
+    old = {k: v for k, v in a.state_dict().items() if k != "s_seen"}
+    b = OnlineMahalanobis(2, 3)
+    b.load_state_dict(old)
+    np.testing.assert_array_equal(b.s_seen, [[100, 100, 100], [100, 100, 0]])
+    np.testing.assert_array_equal(b.update(x[100:]).score, a.update(x[100:]).score)
+    with pytest.raises(ValueError, match="keys"):
+        b.load_state_dict({k: v for k, v in old.items() if k != "s_count"})
+
+
 def test_contributions_sum_to_d2_and_name_the_field_that_broke_away() -> None:
     rng = np.random.default_rng(2)
     base = rng.normal(size=(2000, 1, 1))
@@ -189,9 +332,10 @@ def test_state_round_trip_purity_and_determinism() -> None:
     c = OnlineMahalanobis(3, 5)
     stream = np.array([c.update(row).score for row in x])
     np.testing.assert_array_equal(stream, OnlineMahalanobis(3, 5).update(x).score)
-    assert a.state_nbytes() == (3 * 5 + 3 * 25 + 3) * 8
+    assert a.state_nbytes() == (3 * 5 + 3 * 25 + 3 + 3 * 5) * 8
     with pytest.raises(ValueError, match="shape"):
-        b.load_state_dict({"s_mean": np.zeros((2, 5)), "s_cov": np.zeros((3, 5, 5)), "s_count": np.zeros(3)})
+        b.load_state_dict({"s_mean": np.zeros((2, 5)), "s_cov": np.zeros((3, 5, 5)), "s_count": np.zeros(3),
+                           "s_seen": np.zeros((3, 5))})
 
 
 def test_empty_batches_bad_shapes_bad_params_and_health() -> None:
