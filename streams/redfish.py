@@ -9,20 +9,32 @@ HTTPS with HTTP basic authentication. Per node, every chassis listed under
   ``RPM`` or ``Percent``), or, on BMCs with the newer thermal model, each member of
   ``ThermalSubsystem/Fans`` (``SpeedPercent.Reading``, in percent). The node's ``fan_speed`` is
   its **slowest** fan as a share of full speed: one stopped fan is the failure (the BMC's "fan
-  speed critical"), and a mean over eight fans would hide it. An RPM reading is divided by the
-  fan's ``MaxReadingRange``, or by ``fan_max_rpm`` where the BMC gives no range; without either
+  speed critical"), and a mean over eight fans would hide it. An RPM reading is divided by
+  ``fan_max_rpm`` where that is set, else by the fan's ``MaxReadingRange`` (the sensor's highest
+  possible reading, which is the fan's full speed on many BMCs but not where it is OpenBMC's
+  default 25000 RPM, :data:`OPENBMC_DEFAULT_MAX_RPM`: that one is no reference); without either
   the reading cannot be put on that scale and is counted, not guessed (except 0 RPM: a stopped
   fan is 0 on any scale). A fan whose ``Status``
   says it is ``Absent`` or ``Disabled`` (an empty bay) is left out; one that gives no reading
   but reports ``Health: Critical`` counts as stopped.
 * **power**: ``Power.PowerControl[].PowerConsumedWatts``, or the chassis's
   ``EnvironmentMetrics.PowerWatts.Reading``. The node's ``psu_power`` is the largest chassis
-  draw, not their sum: a server chassis reports what its GPU baseboard chassis draws too.
+  draw, not their sum: a server chassis reports what its GPU baseboard chassis draws too. A
+  reading that is null, not a number or negative is counted, as a fan's is.
 
-Which resources a node's chassis have is discovered at its first poll and remembered; a node
-whose BMC later fails is discovered again. Nodes are polled in parallel (a BMC takes 0.1–2 s
-per request), and a poll waits for them at most its interval (or a little more than one
-request's ``timeout``, if longer): a BMC still answering then is cut short and counted
+Where a node's chassis keep their fans and power is discovered at its first poll and
+remembered. It is discovered again only where it may no longer hold: the BMC unreachable
+(connection refused or reset: rebooted), the credentials refused, or a resource found at
+discovery answering 404; a read cut short for time, or one resource's HTTP error, keeps it (a
+node whose discovery and first read together did not fit in one poll was discovered again at
+every poll, and never had a row). One resource that fails (an HTTP error, a body that is not
+JSON or not an object) costs only its own readings, and one chassis that cannot be discovered
+only its own, tried again at the next poll; the node fails as a whole (no row) when its Chassis
+collection fails, its BMC is unreachable, refuses the credentials, or is cut short for time.
+
+Nodes are polled in parallel (a BMC takes 0.1–2 s per request), and a poll waits for them at
+most its interval (or a little more than one request's ``timeout``, if longer): a BMC still
+answering then is cut short and counted
 (``BMC answer too slow``), its connection closed, so that no thread is left reading it once
 the poll has returned. One request may take ``timeout`` seconds in all, from resolving the
 BMC's host name to the body's last byte, and bring at most :data:`MAX_ANSWER_BYTES` (urllib's
@@ -33,16 +45,18 @@ for as long as it hung, see :class:`HostLookups`). A proxy named by the environm
 CONNECT bound by the same deadline. Every failure is counted in
 :class:`~foreshock.health.PipelineHealth` under stage ``redfish`` with the node named (an
 unreachable BMC, refused credentials, an HTTP error, a body that is not JSON or not a JSON
-object, a fan reading that is not a number or out of range, an answer the code did not expect)
-and the poll goes on with the other nodes; a node that gave nothing has no row in that poll's
-frame. Fans in RPM that no full speed can be put on (no ``MaxReadingRange``, no
-``fan_max_rpm``) are the BMC's configuration, not bad input: counted once per node.
+object, a fan or power reading that is null, not a number or out of range, an answer the code
+did not expect) and the poll goes on with the other nodes; a node that gave nothing has no row
+in that poll's frame. Fans in RPM that no full speed can be put on (no usable
+``MaxReadingRange``, no ``fan_max_rpm``) are the BMC's configuration, not bad input: counted
+once per node.
 
 The credentials go to the BMC's own origin only: a link (``@odata.id``) that is not a path on
 the BMC, or a redirect to another scheme, host or port, is refused and counted, never followed
 (urllib's redirect handler carries the ``Authorization`` header to whatever host a 302 names).
 
-Usage (one BMC per node; credentials from the environment, never the command line)::
+Usage (one BMC per node; credentials from the environment, never the command line, both or
+neither: a password without a user is refused, it sent no credentials at all)::
 
     FORESHOCK_BMC_USER=admin FORESHOCK_BMC_PASSWORD=... \\
         foreshock record --source redfish --url node7=https://10.0.0.7,node8=https://10.0.0.8 --out rec
@@ -92,19 +106,52 @@ READ_CHUNK_BYTES = 64 << 10
 
 TOO_SLOW = "BMC answer too slow"
 TOO_LARGE = "BMC answer too large"
+UNREACHABLE = "BMC unreachable"
+CREDENTIALS_REFUSED = "BMC refused the credentials"
 OFF_ORIGIN = "BMC link off its own host refused"
 REDIRECTED_AWAY = "BMC redirect to another host refused"
 NO_FULL_SPEED = "fan RPM without a full-speed reference (set FORESHOCK_BMC_FAN_MAX_RPM)"
+SENSOR_RANGE_ONLY = ("fan RPM over OpenBMC's default 25000 RPM sensor range, not a full speed "
+                     "(set FORESHOCK_BMC_FAN_MAX_RPM)")
 OUT_OF_RANGE = "fan reading out of range"
+POWER_NOT_A_NUMBER = "power reading is not a number"
+POWER_OUT_OF_RANGE = "power reading out of range"
+NO_POWER_READING = "no power reading"
+
+OPENBMC_DEFAULT_MAX_RPM = 25000.0
+"""The ``MaxReadingRange`` OpenBMC gives a fan when its platform configuration names no range:
+bmcweb copies the D-Bus sensor's ``MaxValue``, which dbus-sensors (``src/FanMain.cpp``,
+``defaultMaxReading``) sets to 25000 RPM. It is the tach sensor's range, no fan's full speed:
+a healthy fan at 2400 RPM over it read 0.096 of full speed, "stopped" to the cooling detector."""
 
 
 class RedfishError(Exception):
-    """A request the BMC did not answer with JSON; ``reason`` is the counted problem."""
+    """A request the BMC did not answer with JSON; ``reason`` is the counted problem, ``status``
+    the HTTP status where the BMC answered with an error one."""
 
-    def __init__(self, reason: str, detail: str) -> None:
+    def __init__(self, reason: str, detail: str, status: int | None = None) -> None:
         super().__init__(f"{reason}: {detail}")
         self.reason = reason
         self.detail = detail
+        self.status = status
+
+    @property
+    def ends_the_read(self) -> bool:
+        """Whether the device's whole read stops here: its BMC unreachable, the credentials
+        refused, or the poll's time up, every request after this one would fail the same way.
+        Any other failure (an HTTP error, a body that is not JSON or not an object, a link
+        refused) is the problem of the resource asked only."""
+        return self.reason in (UNREACHABLE, CREDENTIALS_REFUSED, TOO_SLOW)
+
+    @property
+    def outdates_discovery(self) -> bool:
+        """Whether what was discovered of the device may no longer hold, so that it is discovered
+        again at the next poll: the BMC unreachable (rebooted, reset: connection refused or
+        reset), the credentials refused (reset to its defaults), or a resource found at
+        discovery now 404 (the caller asks only for those). A timeout or any other HTTP error
+        says nothing of the structure: discovering again then only made a node that needs
+        more than one poll's time for discovery and reading together never get a row."""
+        return self.reason in (UNREACHABLE, CREDENTIALS_REFUSED) or self.status == 404
 
 
 @dataclass
@@ -115,6 +162,7 @@ class FanReadings:
     shares: list[float] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     details: dict[str, str] = field(default_factory=dict)
+    rediscover: bool = False  # a resource found at discovery is gone (404): discover the node again
 
     def problem(self, reason: str, detail: str = "") -> None:
         self.problems.append(reason)
@@ -145,6 +193,11 @@ def fan_share(entry: Mapping[str, Any], fan_max_rpm: float | None = None) -> tup
 
     Returns ``(share, "")``, ``(None, "")`` for a bay with no fan, or ``(None, problem)``; a
     reading no fan gives (below 0, or a percentage over 100) is a problem (:data:`OUT_OF_RANGE`).
+    An RPM reading is put over ``fan_max_rpm`` where one is given (the site's figure for its fans
+    is taken over the BMC's), else over the fan's ``MaxReadingRange``: DMTF defines that as the
+    sensor's highest possible reading, which many BMCs set to the fan's full speed, but not
+    OpenBMC's default (:data:`OPENBMC_DEFAULT_MAX_RPM`), which is then no reference at all
+    (:data:`SENSOR_RANGE_ONLY`, as :data:`NO_FULL_SPEED` where the BMC gives no range).
     """
     state, health = _status(entry)
     if state in ABSENT_STATES:
@@ -170,30 +223,54 @@ def fan_share(entry: Mapping[str, Any], fan_max_rpm: float | None = None) -> tup
         return None, OUT_OF_RANGE
     if reading == 0:
         return 0.0, ""  # a stopped fan reads 0 on any scale: no full-speed reference needed
+    if fan_max_rpm:
+        return reading / fan_max_rpm, ""
     full = _number(entry.get("MaxReadingRange"))
+    if full == OPENBMC_DEFAULT_MAX_RPM:
+        return None, SENSOR_RANGE_ONLY
     if full is None or full <= 0:
-        full = fan_max_rpm
-    if not full:
         return None, NO_FULL_SPEED
     return reading / full, ""
 
 
-def chassis_power(power: Mapping[str, Any] | None, environment: Mapping[str, Any] | None) -> float:
-    """A chassis's draw in watts from its ``Power`` or ``EnvironmentMetrics`` resource (NaN if neither says)."""
+def _watts(value: Any, where: str, problems: list[tuple[str, str]]) -> float | None:
+    """A draw in watts, or None with its problem: null (:data:`NO_POWER_READING`), not a number,
+    or negative (no supply feeds power back)."""
+    if value is None:
+        problems.append((NO_POWER_READING, where))
+        return None
+    watts = _number(value)
+    if watts is None:
+        problems.append((POWER_NOT_A_NUMBER, f"{where} {value!r}"))
+    elif watts < 0:
+        problems.append((POWER_OUT_OF_RANGE, f"{where} {watts:g}"))
+        return None
+    return watts
+
+
+def chassis_power(power: Mapping[str, Any] | None,
+                  environment: Mapping[str, Any] | None) -> tuple[float, list[tuple[str, str]]]:
+    """A chassis's draw in watts from its ``Power`` resource (the largest
+    ``PowerControl[].PowerConsumedWatts``), else its ``EnvironmentMetrics.PowerWatts.Reading``
+    (NaN if neither says); and the problems, with where, of the readings that are there but
+    unusable (they were dropped uncounted, the node's ``psu_power`` gone with no reason given).
+    A resource with no ``PowerControl`` entry or no ``PowerWatts`` claims no reading: not a problem."""
+    problems: list[tuple[str, str]] = []
+    drawn: list[float | None] = []
     if isinstance(power, Mapping):
         controls = power.get("PowerControl")
-        values = [_number(c.get("PowerConsumedWatts")) for c in controls if isinstance(c, Mapping)] \
-            if isinstance(controls, list) else []
-        found = [v for v in values if v is not None and v >= 0]
-        if found:
-            return max(found)
+        for i, control in enumerate(controls if isinstance(controls, list) else []):
+            if isinstance(control, Mapping):
+                drawn.append(_watts(control.get("PowerConsumedWatts"), f"PowerControl[{i}].PowerConsumedWatts",
+                                    problems))
+    found = [w for w in drawn if w is not None]
     if isinstance(environment, Mapping):
         watts = environment.get("PowerWatts")
         if isinstance(watts, Mapping):
-            value = _number(watts.get("Reading"))
-            if value is not None and value >= 0:
-                return value
-    return math.nan
+            reading = _watts(watts.get("Reading"), "PowerWatts.Reading", problems)
+            if reading is not None and not found:
+                found = [reading]
+    return (max(found) if found else math.nan), problems
 
 
 NOT_AN_OBJECT = "not a Redfish object"
@@ -228,8 +305,11 @@ def _members(collection: Any) -> list[str]:
 
 @dataclass
 class ChassisPlan:
-    """Where one chassis keeps its fans and power (found at discovery)."""
+    """Where one chassis keeps its fans and power: looked for at the chassis's first read
+    (``found`` once all of it was), then remembered."""
 
+    path: str
+    found: bool = False
     thermal: str | None = None
     fans: list[str] = field(default_factory=list)  # ThermalSubsystem Fan members
     power: str | None = None
@@ -237,61 +317,94 @@ class ChassisPlan:
 
 
 def discover(fetch: Fetch) -> list[ChassisPlan]:
-    """The chassis of one BMC and where each keeps fans and power (``fetch`` GETs a path as JSON).
+    """The chassis of one BMC (``fetch`` GETs a path as JSON), each found at its first read
+    (:func:`read_node`). Raises when the Chassis collection fails: without it the node has nothing
+    to read."""
+    return [ChassisPlan(path) for path in _members(fetch(SERVICE_ROOT + "Chassis"))]
 
-    A chassis or thermal subsystem whose body is not an object raises (``not a Redfish object``):
-    the node is discovered again at its next poll, not remembered without that chassis (a BMC
-    answering ``null`` while it boots)."""
-    plans = []
-    for chassis_path in _members(fetch(SERVICE_ROOT + "Chassis")):
-        chassis = _object(fetch(chassis_path), chassis_path)
-        plan = ChassisPlan(thermal=_link(chassis, "Thermal"), power=_link(chassis, "Power"),
-                           environment=_link(chassis, "EnvironmentMetrics"))
-        subsystem = _link(chassis, "ThermalSubsystem")
-        if plan.thermal is None and subsystem is not None:
-            fans = _link(_object(fetch(subsystem), subsystem), "Fans")
-            plan.fans = _members(fetch(fans)) if fans else []
-        if plan.thermal or plan.fans or plan.power or plan.environment:
-            plans.append(plan)
-    return plans
+
+def discover_chassis(fetch: Fetch, plan: ChassisPlan) -> None:
+    """Find where the chassis at ``plan.path`` keeps its fans and power. A :class:`RedfishError`
+    (a chassis or thermal subsystem whose body is not an object included: a BMC answering
+    ``null`` while it boots) leaves the plan not found, to be looked for again at the next read:
+    a chassis is never remembered without its fans."""
+    chassis = _object(fetch(plan.path), plan.path)
+    thermal = _link(chassis, "Thermal")
+    subsystem = _link(chassis, "ThermalSubsystem")
+    fans: list[str] = []
+    if thermal is None and subsystem is not None:
+        listed = _link(_object(fetch(subsystem), subsystem), "Fans")
+        fans = _members(fetch(listed)) if listed else []
+    plan.thermal, plan.fans = thermal, fans
+    plan.power, plan.environment = _link(chassis, "Power"), _link(chassis, "EnvironmentMetrics")
+    plan.found = True
+
+
+FAN_NOT_AN_OBJECT = "fan entry is not an object"
 
 
 def read_node(fetch: Fetch, plans: list[ChassisPlan], fan_max_rpm: float | None = None) -> tuple[FanReadings, float]:
-    """One poll of a node: its fans' shares of full speed and its largest chassis draw. A resource
-    whose body is not an object is a problem (``not a Redfish object``) of that resource only: the
-    node's other resources are still read."""
-    fans = FanReadings()
+    """One poll of a node: its fans' shares of full speed and its largest chassis draw; a chassis
+    not found yet is looked for first (:func:`discover_chassis`).
+
+    A request that fails, or a body that is not an object, is a problem of that resource only
+    (of that chassis, while it is looked for): counted, and the node's other resources still
+    read. A 404 for a resource found at discovery sets ``rediscover``. A failure that ends the
+    node's read (:attr:`RedfishError.ends_the_read`) is raised, what was found of the chassis
+    kept."""
+    readings = FanReadings()
     draws = []
 
-    def resource(path: str | None) -> Mapping[str, Any] | None:
-        if not path:
+    def resource(path: str, not_an_object: str = NOT_AN_OBJECT) -> Mapping[str, Any] | None:
+        try:
+            body = fetch(path)
+        except RedfishError as exc:
+            if exc.ends_the_read:
+                raise
+            readings.problem(exc.reason, exc.detail)
+            readings.rediscover = readings.rediscover or exc.outdates_discovery
             return None
-        body = fetch(path)
         if isinstance(body, Mapping):
             return body
-        fans.problem(NOT_AN_OBJECT, f"{path}: JSON {_kind(body)}")
+        readings.problem(not_an_object, f"{path}: JSON {_kind(body)}")
         return None
 
     for plan in plans:
-        entries: list[Any] = []
-        thermal = resource(plan.thermal)
+        if not plan.found:
+            try:
+                discover_chassis(fetch, plan)
+            except RedfishError as exc:
+                if exc.ends_the_read:
+                    raise
+                readings.problem(exc.reason, exc.detail)
+                continue
+        entries: list[Mapping[str, Any]] = []
+        thermal = resource(plan.thermal) if plan.thermal else None
         if thermal is not None:
             listed = thermal.get("Fans")
-            entries = list(listed) if isinstance(listed, list) else []
-        entries += [fetch(path) for path in plan.fans]
+            for entry in listed if isinstance(listed, list) else []:
+                if isinstance(entry, Mapping):
+                    entries.append(entry)
+                else:
+                    readings.problem(FAN_NOT_AN_OBJECT, f"{plan.thermal}: JSON {_kind(entry)}")
+        for path in plan.fans:
+            member = resource(path, FAN_NOT_AN_OBJECT)
+            if member is not None:
+                entries.append(member)
         for entry in entries:
-            if not isinstance(entry, Mapping):
-                fans.problem("fan entry is not an object", f"JSON {_kind(entry)}")
-                continue
             share, problem = fan_share(entry, fan_max_rpm)
             if share is not None:
-                fans.shares.append(share)
+                readings.shares.append(share)
             elif problem:
-                fans.problem(problem)
+                readings.problem(problem)
         if plan.power or plan.environment:
-            draws.append(chassis_power(resource(plan.power), resource(plan.environment)))
+            draw, problems = chassis_power(resource(plan.power) if plan.power else None,
+                                           resource(plan.environment) if plan.environment else None)
+            for reason, where in problems:
+                readings.problem(reason, f"{plan.path}: {where}")
+            draws.append(draw)
     found = [d for d in draws if not math.isnan(d)]
-    return fans, max(found) if found else math.nan
+    return readings, max(found) if found else math.nan
 
 
 def _origin(url: str) -> tuple[str, str, int] | None:
@@ -679,11 +792,11 @@ class BmcClient:
                                          f"{late.what} not whole") from None
         except urllib.error.HTTPError as exc:
             if exc.code in (401, 403):
-                raise RedfishError("BMC refused the credentials", f"{url}: HTTP {exc.code}") from None
-            raise RedfishError(f"BMC answered HTTP {exc.code}", url) from None
+                raise RedfishError(CREDENTIALS_REFUSED, f"{url}: HTTP {exc.code}", exc.code) from None
+            raise RedfishError(f"BMC answered HTTP {exc.code}", url, exc.code) from None
         except (urllib.error.URLError, OSError, ValueError) as exc:
             reason = getattr(exc, "reason", exc)
-            raise RedfishError("BMC unreachable", f"{url}: {reason}") from None
+            raise RedfishError(UNREACHABLE, f"{url}: {reason}") from None
         try:
             return json.loads(body)
         except ValueError:
@@ -808,9 +921,15 @@ def tls_context(ca_file: str | None = None, insecure: bool = False) -> ssl.SSLCo
 def clients(urls: Mapping[str, str], user: str | None, password: str | None, timeout: float, ca_file: str | None,
             insecure: bool | None) -> dict[str, BmcClient]:
     """One client per named URL; unset credentials and TLS settings come from the environment
-    (``FORESHOCK_BMC_USER``, ``_PASSWORD``, ``_CA_FILE``, ``_INSECURE=1``)."""
+    (``FORESHOCK_BMC_USER``, ``_PASSWORD``, ``_CA_FILE``, ``_INSECURE=1``). A user without a
+    password, or a password without a user, is a ValueError: with no user no credentials were
+    sent at all, and the BMC's 401 then read as the password refused."""
     user = user if user is not None else os.environ.get("FORESHOCK_BMC_USER")
     password = password if password is not None else os.environ.get("FORESHOCK_BMC_PASSWORD")
+    if bool(user) != (password is not None):  # an empty password is one given: a BMC account may have none
+        given, missing = ("FORESHOCK_BMC_USER", "FORESHOCK_BMC_PASSWORD") if user else \
+            ("FORESHOCK_BMC_PASSWORD", "FORESHOCK_BMC_USER")
+        raise ValueError(f"{given} is set but {missing} is not: the BMCs' basic authentication needs both")
     insecure = insecure if insecure is not None else os.environ.get("FORESHOCK_BMC_INSECURE") == "1"
     ca = ca_file or os.environ.get("FORESHOCK_BMC_CA_FILE")
     try:
@@ -874,8 +993,9 @@ class RedfishSource(PollingSource):
     ``bmcs`` maps a node name to its BMC's base URL. The topology is the one given (its node
     names must match) or one holding just these nodes. ``user``/``password`` default to the
     ``FORESHOCK_BMC_USER``/``FORESHOCK_BMC_PASSWORD`` environment variables, the TLS settings to
-    ``FORESHOCK_BMC_CA_FILE`` and ``FORESHOCK_BMC_INSECURE=1``, ``fan_max_rpm`` (the full speed of
-    fans whose BMC gives no ``MaxReadingRange``) to ``FORESHOCK_BMC_FAN_MAX_RPM``.
+    ``FORESHOCK_BMC_CA_FILE`` and ``FORESHOCK_BMC_INSECURE=1``, ``fan_max_rpm`` (the fans' full
+    speed, taken over the BMC's ``MaxReadingRange``: :func:`fan_share`) to
+    ``FORESHOCK_BMC_FAN_MAX_RPM``.
     """
 
     stage = STAGE
@@ -902,7 +1022,11 @@ class RedfishSource(PollingSource):
     def read_one(self, node: str) -> tuple[float, float, float, FanReadings] | None:
         """``(ts, fan_speed, psu_power, what was read)`` of one node, or None when its BMC failed
         (counted, the node named). Whatever goes wrong with one node stays with it: an exception
-        out of here would end the poll, and with it every node's row."""
+        out of here would end the poll, and with it every node's row.
+
+        What was discovered of the node is kept through a read cut short for time and through
+        the failures of single resources, and discovered again only where it may no longer hold
+        (:attr:`RedfishError.outdates_discovery`, or an answer this code did not expect)."""
         client = self.clients[node]
         try:
             plans = self.plans.get(node)
@@ -910,17 +1034,20 @@ class RedfishSource(PollingSource):
                 plans = self.plans[node] = discover(client.get)
             fans, power = read_node(client.get, plans, self.fan_max_rpm)
         except RedfishError as exc:
-            self.plans.pop(node, None)  # discover again next poll: the BMC may have been reset
+            if exc.outdates_discovery:
+                self.plans.pop(node, None)
             self.health.problem(STAGE, exc.reason, detail=f"{node}: {exc.detail}")
             return None
         except Exception as exc:  # an answer this code did not expect: this node's problem, not the poll's
             self.plans.pop(node, None)
             self.health.problem(STAGE, "BMC answer not understood", detail=f"{node}: {type(exc).__name__}: {exc}")
             return None
+        if fans.rediscover:
+            self.plans.pop(node, None)
         return self.clock(), fans.slowest(), power, fans
 
     def read(self) -> SampleBatch:
-        """One poll of every node (a row per node whose BMC answered, in time or since the last poll)."""
+        """One poll of every node (a row per node that gave a reading, in time or since the last poll)."""
         answers, slow = self._reads.collect(self.read_one, self.nodes, self.answer_within)
         for node in slow:
             # a read that could not be cut short (one not made through BmcClient, whose requests
@@ -928,16 +1055,19 @@ class RedfishSource(PollingSource):
             # answered, its row then taken at the next poll
             self.health.problem(STAGE, TOO_SLOW, detail=f"{node}: no answer within {self.answer_within:g} s (its row "
                                                         "comes with the poll after it answers)")
-        rows = [(i, r) for i, node in enumerate(self.nodes) if (r := answers.get(node)) is not None]
-        for i, (_, _, _, fans) in rows:
+        answered = [(i, r) for i, node in enumerate(self.nodes) if (r := answers.get(node)) is not None]
+        for i, (_, _, _, fans) in answered:
             node = self.nodes[i]
             for problem in fans.problems:
                 # fans in RPM with no full speed to put them on are this BMC's configuration, at
                 # every poll: counted once per node, not per fan per poll (17,000 a day a node)
-                if problem == NO_FULL_SPEED and not count_once(self.counted_once, f"{node}:fan-scale"):
+                if problem in (NO_FULL_SPEED, SENSOR_RANGE_ONLY) and \
+                        not count_once(self.counted_once, f"{node}:fan-scale:{problem}"):
                     continue
                 detail = fans.details.get(problem)
                 self.health.problem(STAGE, problem, detail=f"{node}: {detail}" if detail else node)
+        # a node none of whose readings could be had (each failure counted above) gave nothing: no row
+        rows = [(i, r) for i, r in answered if not (math.isnan(r[1]) and math.isnan(r[2]))]
         ts = np.array([r[0] for _, r in rows], dtype=np.float64)
         columns = {"fan_speed": np.array([r[1] for _, r in rows], dtype=np.float64),
                    "psu_power": np.array([r[2] for _, r in rows], dtype=np.float64)}
@@ -960,6 +1090,10 @@ CDU_RETRY_AT_MOST_S = 120.0
 """The longest wait between two tries to find a CDU that could not be found (unreachable, down)."""
 
 
+CDU_NOTHING_READ = "CDU gave neither supply temperature nor flow"
+"""Counted for a CDU row left out of its poll's frame: no connector gave a reading of either."""
+
+
 @dataclass
 class CduReading:
     """One poll of a CDU's secondary (IT-side) loop: supply temperature (°C) and flow (L/s)."""
@@ -967,13 +1101,17 @@ class CduReading:
     supply_c: float = math.nan
     flow_lps: float = math.nan
     problems: list[str] = field(default_factory=list)
+    rediscover: bool = False  # a connector found at discovery is gone (404): find the CDU's again
 
 
-def _excerpt(connector: Mapping[str, Any], name: str, problems: list[str]) -> float | None:
+def _excerpt(connector: Mapping[str, Any], name: str, problems: list[str], required: bool = False) -> float | None:
     """A sensor excerpt's ``Reading`` (``{"Reading": 32.1}``); a reading that is not a number
-    (BMCs print ``"Out of range"``) is counted."""
+    (BMCs print ``"Out of range"``) is counted, and so is a ``required`` one that is null or
+    missing (``no reading``)."""
     excerpt = connector.get(name)
     if not isinstance(excerpt, Mapping) or excerpt.get("Reading") is None:
+        if required:
+            problems.append(f"CDU {name}: no reading")
         return None
     value = _number(excerpt.get("Reading"))
     if value is None:
@@ -984,7 +1122,7 @@ def _excerpt(connector: Mapping[str, Any], name: str, problems: list[str]) -> fl
 def find_cdu(fetch: Fetch, path: str) -> list[str]:
     """The secondary coolant connectors of the CDU at ``path`` (a CoolingUnit resource), or of the
     service's only CDU when ``path`` is not one."""
-    if "/ThermalEquipment/CDUs/" not in path:
+    if "/ThermalEquipment/CDUs/" not in path.rstrip("/"):  # the collection, maybe with a trailing '/'
         members = _members(fetch(CDU_COLLECTION))
         if len(members) != 1:
             raise RedfishError("CDU not identified", f"{len(members)} CDUs at {CDU_COLLECTION}: give the CDU's own URL")
@@ -996,17 +1134,31 @@ def find_cdu(fetch: Fetch, path: str) -> list[str]:
 
 
 def read_cdu(fetch: Fetch, connectors: list[str]) -> CduReading:
-    """Supply temperature (the flow-weighted mean over connectors, else the plain mean) and total
-    flow; a negative flow is counted (out of range) and left out."""
+    """Supply temperature (the flow-weighted mean over the connectors that gave one, else their
+    plain mean) and total flow.
+
+    The flow is the sum over every connector the CDU lists, so it is given only when each of them
+    gave one: a connector whose flow is missing (null, not a number, negative, its resource
+    failing) makes the loop's flow NaN for the poll, counted. The sum over the others read as a
+    loss of flow (one of two meters null: half the loop's flow, a 50 % cooling loss to the
+    thermal detector). A connector's request that fails is its own problem; one that ends the
+    CDU's read (:attr:`RedfishError.ends_the_read`) is raised."""
     reading = CduReading()
     supplies, flows = [], []
     for path in connectors:
-        connector = fetch(path)
+        try:
+            connector = fetch(path)
+        except RedfishError as exc:
+            if exc.ends_the_read:
+                raise
+            reading.problems.append(exc.reason)
+            reading.rediscover = reading.rediscover or exc.outdates_discovery
+            continue
         if not isinstance(connector, Mapping):
             reading.problems.append(NOT_AN_OBJECT)
             continue
         supply = _excerpt(connector, "SupplyTemperatureCelsius", reading.problems)
-        flow = _excerpt(connector, "FlowLitersPerMinute", reading.problems)
+        flow = _excerpt(connector, "FlowLitersPerMinute", reading.problems, required=True)
         if flow is not None and flow < 0:  # no pump runs backwards: a broken meter (it was dropped uncounted)
             reading.problems.append("CDU FlowLitersPerMinute out of range")
             flow = None
@@ -1014,7 +1166,7 @@ def read_cdu(fetch: Fetch, connectors: list[str]) -> CduReading:
             supplies.append((supply, flow))
         if flow is not None:
             flows.append(flow / 60.0)
-    if flows:
+    if flows and len(flows) == len(connectors):
         reading.flow_lps = sum(flows)
     weighted = [(s, f) for s, f in supplies if f is not None and f > 0]
     if weighted:
@@ -1033,8 +1185,11 @@ class CduSource(PollingSource):
     temperature as ``inlet_temp`` and ``coolant_temp``, and an equal share of its flow as
     ``coolant_flow`` (the thermal detector reads flow against its own learnt baseline, so the
     share's scale cancels; what matters is the CDU's flow falling). This is what gives a cooling
-    loss its minutes of warning: the flow falls before any die warms. Credentials and TLS as for
-    :class:`RedfishSource`.
+    loss its minutes of warning: the flow falls before any die warms. The flow is the sum over
+    every connector the CDU lists, so a poll in which one of them gives no valid flow has NaN
+    for it, counted (:func:`read_cdu`), never the others' sum; a CDU that gives neither supply
+    temperature nor flow has no rows, counted (:data:`CDU_NOTHING_READ`). Credentials and TLS as
+    for :class:`RedfishSource`.
 
     The CDUs are read in parallel, a poll waiting for them as for BMCs (:class:`ParallelReads`):
     one CDU that never answers no longer costs every loop its timeout at every poll. A CDU that
@@ -1073,29 +1228,36 @@ class CduSource(PollingSource):
         self._most_polls_between = max(1, math.ceil(CDU_RETRY_AT_MOST_S / self.interval))
 
     def read_one(self, loop: str) -> CduReading | None:
+        """One poll of the loop's CDU, or None when it failed (counted, the loop named). Its
+        connectors, once found, are kept as a node's discovery is (:meth:`RedfishSource.read_one`)."""
         client = self.clients[loop]
         connectors = self.connectors.get(loop)
         try:
             if connectors is None:
                 connectors = self.connectors[loop] = find_cdu(client.get, client.path)
                 self._not_found.pop(loop, None)
-            return read_cdu(client.get, connectors)
+            reading = read_cdu(client.get, connectors)
         except RedfishError as exc:
-            self._lost(loop, found=loop in self.connectors)
+            self._failed(loop, forget=exc.outdates_discovery)
             self.health.problem(STAGE, exc.reason, detail=f"{loop}: {exc.detail}")
             return None
         except Exception as exc:  # one CDU's unexpected answer must not cost the other loops their rows
-            self._lost(loop, found=loop in self.connectors)
+            self._failed(loop, forget=True)
             self.health.problem(STAGE, "CDU answer not understood", detail=f"{loop}: {type(exc).__name__}: {exc}")
             return None
+        if reading.rediscover:
+            self.connectors.pop(loop, None)
+        return reading
 
-    def _lost(self, loop: str, found: bool) -> None:
-        """Forget the loop's CDU (found again at the next poll); one that could not be found at
-        all waits twice as many polls as the last time before the next try."""
-        self.connectors.pop(loop, None)
-        if not found:
+    def _failed(self, loop: str, forget: bool) -> None:
+        """A read of the loop's CDU failed: one that could not be found at all waits twice as many
+        polls as the last time before the next try; one found is found again at the next poll
+        where ``forget`` (its connectors may have changed), else read with the same connectors."""
+        if loop not in self.connectors:
             failed = self._not_found[loop] = self._not_found.get(loop, 0) + 1
             self._retry_in[loop] = min(2 ** (failed - 1), self._most_polls_between)
+        elif forget:
+            del self.connectors[loop]
 
     def _asked(self) -> list[str]:
         """The loops to read this poll: those not waiting to try their discovery again."""
@@ -1121,6 +1283,7 @@ class CduSource(PollingSource):
             for problem in reading.problems:
                 self.health.problem(STAGE, problem, detail=loop)
             if math.isnan(reading.supply_c) and math.isnan(reading.flow_lps):
+                self.health.problem(STAGE, CDU_NOTHING_READ, detail=loop)
                 continue
             racks = self.racks[loop]
             slots.append(racks)

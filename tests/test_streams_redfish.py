@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import base64
 import json
+import math
 import socket
 import ssl
+import time
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +16,9 @@ import numpy as np
 import pytest
 
 from foreshock.frames import Frame
-from foreshock.streams.redfish import CduSource, RedfishSource, fan_share, parse_bmc_list
+from foreshock.health import PipelineHealth
+from foreshock.streams.redfish import (CDU_NOTHING_READ, SENSOR_RANGE_ONLY, TOO_SLOW, CduSource, RedfishSource,
+                                       clients, fan_share, parse_bmc_list)
 from foreshock.topology import Topology
 
 from local_http import LocalHttpServer
@@ -26,17 +30,20 @@ USER, PASSWORD = "admin", "s3cret"
 
 class TestBmc(LocalHttpServer):
     """A BMC on 127.0.0.1: ``tree`` maps a path to a JSON document, to raw bytes (sent as they
-    are) or to an int (that HTTP status). Every request needs USER/PASSWORD by basic auth."""
+    are) or to an int (that HTTP status). Every request needs USER/PASSWORD by basic auth.
+    ``delay_s`` maps a path to how long its answer waits."""
 
     __test__ = False  # not a test class for pytest
 
     def __init__(self, tree: dict[str, Any], tls: bool = False) -> None:
         self.tree = tree
         self.requests: list[str] = []
+        self.delay_s: dict[str, float] = {}
         expected = "Basic " + base64.b64encode(f"{USER}:{PASSWORD}".encode()).decode()
 
         def respond(request: Any) -> tuple[int, bytes, str]:
             self.requests.append(request.path)
+            time.sleep(self.delay_s.get(request.path, 0.0))
             if request.headers.get("Authorization") != expected:
                 return 401, b'{"error": "unauthorized"}', "application/json"
             found = self.tree.get(request.path.rstrip("/") or "/")
@@ -130,8 +137,10 @@ def test_fan_readings_without_a_scale_are_counted_not_guessed():
     ok = {"Status": {"State": "Enabled", "Health": "OK"}}
     assert fan_share({**ok, "Reading": 45, "ReadingUnits": "Percent"}) == (0.45, "")
     assert fan_share({**ok, "Reading": 3000, "ReadingUnits": "RPM"}, fan_max_rpm=12000.0) == (0.25, "")
+    assert fan_share({**ok, "Reading": 3000, "ReadingUnits": "RPM", "MaxReadingRange": 6000}) == (0.5, "")
+    # the configured full speed is the site's figure for its fans: taken over the BMC's sensor range
     assert fan_share({**ok, "Reading": 3000, "ReadingUnits": "RPM", "MaxReadingRange": 6000},
-                     fan_max_rpm=12000.0) == (0.5, "")
+                     fan_max_rpm=12000.0) == (0.25, "")
     share, problem = fan_share({**ok, "Reading": 3000, "ReadingUnits": "RPM"})
     assert share is None and "full-speed reference" in problem
     assert fan_share({**ok, "Reading": 0, "ReadingUnits": "RPM"}) == (0.0, "")  # stopped: 0 on any scale
@@ -174,8 +183,9 @@ def test_a_ca_file_that_cannot_be_used_is_a_value_error_naming_it(monkeypatch, t
 
 
 def test_a_failing_bmc_is_counted_and_the_others_are_still_read(bmcs):
-    """Wrong credentials, a server error, a body that is not JSON and a closed port each cost
-    that node its row in the poll, are counted by reason, and never stop the poll."""
+    """Wrong credentials and a closed port cost that node its row in the poll; a server error
+    and a body that is not JSON cost only the resource's own readings (the Thermal's fans, the
+    Power's draw). Each is counted by reason, and none stops the poll."""
     good = bmcs(legacy_tree())
     broken = legacy_tree()
     broken["/redfish/v1/Chassis/1U/Thermal"] = 500
@@ -189,7 +199,10 @@ def test_a_failing_bmc_is_counted_and_the_others_are_still_read(bmcs):
     nodes = {"good": good.url, "error": server_error.url, "html": not_json.url, "gone": closed}
     src = source(nodes, timeout=2.0)
     batch = src.read()
-    assert batch.entity_names() == ["good"]
+    assert batch.entity_names() == ["good", "error", "html"]
+    assert batch.columns["fan_speed"].tolist()[::2] == pytest.approx([6900 / 12000] * 2)
+    assert math.isnan(batch.columns["fan_speed"][1]) and batch.columns["psu_power"].tolist()[:2] == [5210.0] * 2
+    assert math.isnan(batch.columns["psu_power"][2])
     refused = source({"good": good.url}, password="wrong")
     assert len(refused.read()) == 0
     assert refused.health.problems[("redfish", "BMC refused the credentials")] == 1
@@ -198,10 +211,152 @@ def test_a_failing_bmc_is_counted_and_the_others_are_still_read(bmcs):
     assert problems[("redfish", "BMC answer is not JSON")] == 1
     assert problems[("redfish", "BMC unreachable")] == 1
 
-    # The BMC comes back: the node is discovered again and read.
+    # The resource comes back: read again where it was found, the node not discovered again.
     server_error.tree["/redfish/v1/Chassis/1U/Thermal"] = legacy_tree()["/redfish/v1/Chassis/1U/Thermal"]
-    assert sorted(src.read().entity_names()) == ["error", "good"]
-    assert server_error.requests.count("/redfish/v1/Chassis") == 2
+    assert src.read().columns["fan_speed"][1] == pytest.approx(6900 / 12000)
+    assert server_error.requests.count("/redfish/v1/Chassis") == 1
+
+
+HGX_BASEBOARD = "/redfish/v1/Chassis/HGX_Baseboard_0"
+
+
+def hgx_node_tree() -> dict:
+    """A server chassis with three fans (7200, 6900 and 7100 RPM) and an HGX baseboard chassis."""
+    return with_gpu_baseboard(legacy_tree((7200.0, 6900.0, 7100.0)), (64.0, 30.0), 4100.0)
+
+
+def read_server_chassis_only(src: RedfishSource, polls: int) -> None:
+    """Each poll's row holds the server chassis's slowest fan and its draw: nothing of the baseboard."""
+    for _ in range(polls):
+        batch = src.read()
+        assert batch.columns["fan_speed"].tolist() == [pytest.approx(6900.0 / 12000.0)]
+        assert batch.columns["psu_power"].tolist() == [5210.0]
+
+
+def test_one_resources_http_error_costs_only_its_readings_and_keeps_the_discovery(bmcs):
+    """An HGX baseboard chassis whose EnvironmentMetrics answers 503 (its HMC busy) and one of
+    whose fans answers 500: the node's row keeps its other fans and the server chassis's draw,
+    at every poll, and the node is not discovered again (it had no row at all, and was
+    discovered again, at every poll)."""
+    base, tree = HGX_BASEBOARD, hgx_node_tree()
+    tree[f"{base}/EnvironmentMetrics"] = 503
+    tree[f"{base}/ThermalSubsystem/Fans/1"] = 500
+    bmc = bmcs(tree)
+    src = source({"node7": bmc.url})
+    read_server_chassis_only(src, polls=2)
+    assert src.health.problems == {("redfish", "BMC answered HTTP 503"): 2, ("redfish", "BMC answered HTTP 500"): 2}
+    assert bmc.requests.count("/redfish/v1/Chassis") == 1
+
+
+def test_a_chassis_that_cannot_be_discovered_costs_only_its_own_readings_and_is_tried_again(bmcs):
+    """A chassis the collection lists but that answers 404 (a stale member, or one not up yet)
+    cost the node its row at every poll. Now the other chassis are read, it is counted at each
+    poll, and read once it answers, the rest of the discovery kept meanwhile."""
+    base, tree = HGX_BASEBOARD, hgx_node_tree()
+    baseboard = tree.pop(base)
+    bmc = bmcs(tree)
+    src = source({"node7": bmc.url})
+    read_server_chassis_only(src, polls=2)
+    assert src.health.problems == {("redfish", "BMC answered HTTP 404"): 2}
+    bmc.tree[base] = baseboard
+    assert src.read().columns["fan_speed"].tolist() == [pytest.approx(0.30)]
+    assert bmc.requests.count("/redfish/v1/Chassis") == 1
+    assert bmc.requests.count("/redfish/v1/Chassis/1U") == 1
+
+
+def test_a_planned_resource_gone_or_the_credentials_refused_mean_discovering_the_node_again(bmcs):
+    """A 404 for a resource found at discovery (the BMC's tree changed) costs that resource's
+    readings and the node is discovered again at the next poll; refused credentials, even on one
+    resource, cost the whole node its row."""
+    bmc = bmcs(legacy_tree())
+    src = source({"node7": bmc.url})
+    assert src.read().entity_names() == ["node7"]
+    thermal = bmc.tree.pop("/redfish/v1/Chassis/1U/Thermal")
+    batch = src.read()
+    assert "fan_speed" not in batch.columns and batch.columns["psu_power"].tolist() == [5210.0]
+    bmc.tree["/redfish/v1/Chassis/1U/Thermal"] = thermal
+    assert src.read().columns["fan_speed"].tolist() == [pytest.approx(6900.0 / 12000.0)]
+    assert bmc.requests.count("/redfish/v1/Chassis") == 2
+
+    bmc.tree["/redfish/v1/Chassis/1U/Power"] = 401
+    assert not len(src.read()) and not len(src.read())
+    assert bmc.requests.count("/redfish/v1/Chassis") == 3  # the first refusal dropped the discovery
+    assert src.health.problems == {("redfish", "BMC answered HTTP 404"): 1,
+                                   ("redfish", "BMC refused the credentials"): 2}
+
+
+def test_a_read_cut_short_for_time_keeps_what_was_discovered(bmcs):
+    """Discovering and reading each fit in one poll, not both together: the read cut short keeps
+    the node's discovery, so the next poll only reads. It was discovered again at every poll,
+    cut short again, and the node never had a row."""
+    bmc = bmcs(legacy_tree())
+    bmc.delay_s = {path: 0.35 for path in bmc.tree}  # 4 requests, 1.4 s, where a poll waits 1.25 s
+    src = source({"node7": bmc.url}, timeout=1.0)
+    rows = [len(src.read()) for _ in range(3)]
+    src.stop()
+    assert rows == [0, 1, 1]
+    assert src.health.problems == {("redfish", TOO_SLOW): 1}
+    assert bmc.requests.count("/redfish/v1/Chassis") == 1
+
+
+@pytest.mark.parametrize("watts, reason", [
+    ("N/A", "power reading is not a number"), (b"NaN", "power reading is not a number"),
+    (-1.0, "power reading out of range"), (None, "no power reading")], ids=["text", "nan", "negative", "null"])
+def test_a_chassis_draw_that_cannot_be_used_is_counted(bmcs, watts: Any, reason: str):
+    """The chassis's ``PowerConsumedWatts`` was dropped uncounted: psu_power just disappeared."""
+    tree = legacy_tree()
+    if isinstance(watts, bytes):
+        tree["/redfish/v1/Chassis/1U/Power"] = b'{"PowerControl": [{"PowerConsumedWatts": NaN}]}'
+    else:
+        tree["/redfish/v1/Chassis/1U/Power"]["PowerControl"][0]["PowerConsumedWatts"] = watts
+    src = source({"node7": bmcs(tree).url})
+    batch = src.read()
+    assert "psu_power" not in batch.columns and batch.columns["fan_speed"].tolist() == [pytest.approx(0.575)]
+    assert src.health.problems == {("redfish", reason): 1}
+
+
+def test_a_baseboards_power_without_a_reading_is_counted_the_servers_draw_kept(bmcs):
+    tree = with_gpu_baseboard(legacy_tree(), (64.0,), 4100.0)
+    tree["/redfish/v1/Chassis/HGX_Baseboard_0/EnvironmentMetrics"] = {"PowerWatts": {"Reading": None}}
+    src = source({"node7": bmcs(tree).url})
+    assert src.read().columns["psu_power"].tolist() == [5210.0]
+    assert src.health.problems == {("redfish", "no power reading"): 1}
+
+
+def test_openbmcs_default_sensor_range_is_not_taken_for_a_fans_full_speed(bmcs, monkeypatch):
+    """OpenBMC gives a fan its tach sensor's default 25000 RPM range as MaxReadingRange: a healthy
+    fan at 2400 RPM read 0.096 of full speed, "stopped" to the cooling detector (under 0.1).
+    Without a configured full speed that reading is counted, once per node, saying why; with
+    FORESHOCK_BMC_FAN_MAX_RPM it is put on that, which is also taken over any other range."""
+    monkeypatch.delenv("FORESHOCK_BMC_FAN_MAX_RPM", raising=False)
+    openbmc = bmcs(legacy_tree((2400.0, 2500.0), max_rpm=25000.0))
+    src = source({"node1": openbmc.url})
+    for _ in range(3):
+        batch = src.read()
+        assert "fan_speed" not in batch.columns and batch.columns["psu_power"].tolist() == [5210.0]
+    assert src.health.problems == {("redfish", SENSOR_RANGE_ONLY): 1}
+    monkeypatch.setenv("FORESHOCK_BMC_FAN_MAX_RPM", "12000")
+    assert source({"node1": openbmc.url}).read().columns["fan_speed"].tolist() == [pytest.approx(0.2)]
+    ranged = bmcs(legacy_tree((2400.0,), max_rpm=6000.0))
+    assert source({"node1": ranged.url}).read().columns["fan_speed"].tolist() == [pytest.approx(0.2)]
+
+
+@pytest.mark.parametrize("only", ["FORESHOCK_BMC_PASSWORD", "FORESHOCK_BMC_USER"])
+def test_one_credential_without_the_other_is_a_usage_error(monkeypatch, tmp_path, only: str):
+    """A password without a user sent no credentials at all (and the BMC's 401 was then counted
+    as the password refused)."""
+    from click.testing import CliRunner
+
+    from foreshock.cli.main import cli
+
+    monkeypatch.delenv("FORESHOCK_BMC_USER", raising=False)
+    monkeypatch.delenv("FORESHOCK_BMC_PASSWORD", raising=False)
+    monkeypatch.setenv(only, "s3cret")
+    with pytest.raises(ValueError, match=f"{only} is set but"):
+        clients({"node7": "https://10.0.0.7"}, None, None, 5.0, None, None)
+    result = CliRunner().invoke(cli, ["record", "--source", "redfish", "--url", "node7=https://127.0.0.1:1",
+                                      "--polls", "1", "--out", str(tmp_path / "rec")])
+    assert result.exit_code == 2 and f"{only} is set but" in result.output, result.output
 
 
 def test_https_bmcs_are_verified_against_the_given_ca(bmcs):
@@ -357,6 +512,79 @@ def test_cdu_readings_that_are_not_numbers_and_unknown_cdus_are_counted(bmcs):
         CduSource({"cdu9": cdu0.url}, topo)
 
 
+@pytest.mark.parametrize("flow, reason", [
+    (None, "CDU FlowLitersPerMinute: no reading"), ("missing", "CDU FlowLitersPerMinute: no reading"),
+    ("Out of range", "CDU FlowLitersPerMinute is not a number"), (-5.0, "CDU FlowLitersPerMinute out of range")])
+def test_a_cdus_flow_is_given_only_when_every_connector_gave_one(bmcs, flow: Any, reason: str):
+    """Two connectors of 300 L/min, one meter not giving a valid flow: the loop's flow was the
+    other's alone (null: uncounted), half, a 50 % cooling loss to the thermal detector. Now it is
+    NaN for the poll, counted; the supply temperature is still given."""
+    second = connector(32.0, flow)
+    if flow == "missing":
+        del second["FlowLitersPerMinute"]
+    cdu = bmcs(cdu_tree([connector(32.0, 300.0), second]))
+    src = CduSource({"cdu0": cdu.url + CDU}, two_loop_topology(), user=USER, password=PASSWORD)
+    (frame,) = src.poll()
+    assert frame.slot.tolist() == [0, 1] and frame.columns["inlet_temp"].tolist() == [32.0, 32.0]
+    assert np.isnan(frame.columns["coolant_flow"]).all()
+    assert src.health.problems == {("redfish", reason): 1}
+
+
+def test_a_cdu_that_gives_no_reading_at_all_is_counted(bmcs):
+    """Every excerpt null or missing: no row, and nothing was counted."""
+    cdu = bmcs(cdu_tree([connector(None, None), {"CoolantConnectorType": "Pair"}]))
+    src = CduSource({"cdu0": cdu.url + CDU}, two_loop_topology(), user=USER, password=PASSWORD)
+    assert src.poll() == []
+    assert src.health.problems == {("redfish", "CDU FlowLitersPerMinute: no reading"): 2,
+                                   ("redfish", CDU_NOTHING_READ): 1}
+
+
+def test_a_cdus_connectors_are_kept_through_one_connectors_error_and_found_again_once_gone(bmcs):
+    """A connector answering 503 costs the loop its flow for the poll (counted), not its supply
+    temperature, and the CDU is not looked for again; a connector answering 404 is gone: the
+    CDU's connectors are found again at the next poll."""
+    tree = cdu_tree([connector(32.0, 300.0), connector(32.6, 300.0)])
+    tree[f"{CDU}/SecondaryCoolantConnectors/1"] = 503
+    cdu = bmcs(tree)
+    src = CduSource({"cdu0": cdu.url + CDU}, two_loop_topology(), user=USER, password=PASSWORD)
+    for _ in range(2):
+        (frame,) = src.poll()
+        assert frame.columns["inlet_temp"].tolist() == [32.0, 32.0] and np.isnan(frame.columns["coolant_flow"]).all()
+    assert cdu.requests.count(CDU) == 1
+    cdu.tree[f"{CDU}/SecondaryCoolantConnectors/1"] = 404
+    src.poll()
+    del cdu.tree[f"{CDU}/SecondaryCoolantConnectors/1"]
+    cdu.tree[f"{CDU}/SecondaryCoolantConnectors"] = {
+        "Members": [{"@odata.id": f"{CDU}/SecondaryCoolantConnectors/0"}]}
+    (frame,) = src.poll()
+    assert frame.columns["coolant_flow"].tolist() == pytest.approx([300 / 60 / 2] * 2)
+    assert cdu.requests.count(CDU) == 2
+    assert src.health.problems == {("redfish", "BMC answered HTTP 503"): 2, ("redfish", "BMC answered HTTP 404"): 1}
+
+
+def test_a_slow_cdu_read_keeps_its_connectors(bmcs):
+    """Finding the CDU and reading it fit in one poll each, not together: the read cut short keeps
+    the connectors found, so the next poll only reads them."""
+    cdu = bmcs(cdu_tree([connector(32.0, 300.0), connector(32.0, 300.0)]))
+    cdu.delay_s = {path: 0.35 for path in cdu.tree}  # 4 requests, 1.4 s, where a poll waits 1.25 s
+    src = CduSource({"cdu0": cdu.url + CDU}, two_loop_topology(), interval=0.02, timeout=1.0, user=USER,
+                    password=PASSWORD)
+    frames = [len(src.poll()) for _ in range(3)]
+    src.stop()
+    assert frames == [0, 1, 1]
+    assert src.health.problems == {("redfish", "BMC answer too slow"): 1}
+    assert cdu.requests.count(CDU) == 1
+
+
+def test_a_cdu_collection_url_with_a_trailing_slash_is_read_as_the_collection(bmcs):
+    """It was taken for a CoolingUnit: "CDU without a secondary coolant loop"."""
+    cdu = bmcs(cdu_tree([connector(30.5, 240.0)]))
+    src = CduSource({"cdu1": cdu.url + "/redfish/v1/ThermalEquipment/CDUs/"}, two_loop_topology(), user=USER,
+                    password=PASSWORD)
+    (frame,) = src.poll()
+    assert frame.columns["coolant_flow"].tolist() == [4.0] and src.health.total_problems() == 0
+
+
 @pytest.mark.slow
 def test_a_cooling_loss_read_from_the_cdus_is_predicted_minutes_ahead_not_one(bmcs):
     """The simulator's cooling-loss scenario (256 GPUs, 2 loops; one CDU loses flow over 15 min):
@@ -379,10 +607,11 @@ def test_a_cooling_loss_read_from_the_cdus_is_predicted_minutes_ahead_not_one(bm
     servers = {loop: bmcs(cdu_tree([connector(0.0, 0.0)])) for loop in topo.loops}
     cdus = CduSource({loop: s.url for loop, s in servers.items()}, topo, user=USER, password=PASSWORD)
     loop_of_rack = topo.rack_loop
-    garbage = [0]
+    garbage, rows_lost = [0], [0]
 
     def leads(mode: str) -> list[float]:
-        det, first = ThermalDetector(topo), {}
+        det = ThermalDetector(topo)
+        first: dict[int, float] = {}
         for tick in ticks:
             for frame in tick:
                 if frame.kind == "rack" and mode != "gpu only":
@@ -396,6 +625,7 @@ def test_a_cooling_loss_read_from_the_cdus_is_predicted_minutes_ahead_not_one(bm
                             reading["SupplyTemperatureCelsius"]["Reading"] = supply
                             reading["FlowLitersPerMinute"]["Reading"] = flow
                             garbage[0] += int(np.isnan(supply)) + int(np.isnan(flow))  # a lost sample, served as NaN
+                            rows_lost[0] += int(np.isnan(supply) and np.isnan(flow))  # the loop's row, then
                         cdus.clock = lambda: now
                         (frame,) = cdus.poll()
                     found = det.update(frame)
@@ -413,7 +643,9 @@ def test_a_cooling_loss_read_from_the_cdus_is_predicted_minutes_ahead_not_one(bm
     assert len(from_cdus) == len(onsets)
     assert np.median(from_cdus) >= 300 and np.median(from_cdus) >= np.median(from_racks) - 30
     assert np.median(from_cdus) >= np.median(alone) + 120
-    assert cdus.health.total_problems() == garbage[0] > 0  # each NaN the CDU served was counted
+    # each NaN the CDU served was counted, and each row left out for having neither reading
+    assert cdus.health.total_problems() == garbage[0] + rows_lost[0] and garbage[0] > 0
+    assert cdus.health.problems[("redfish", CDU_NOTHING_READ)] == rows_lost[0]
 
 
 def test_record_reads_cdus_by_the_topologys_loops_and_needs_the_topology(bmcs, tmp_path, monkeypatch):
