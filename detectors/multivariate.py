@@ -16,17 +16,20 @@ Robust learning: a sample with ``D^2`` beyond ``d + clip * sqrt(2 d)`` (``clip``
 deviations of a chi-square with d degrees of freedom) is down-weighted by ``bound / D^2``, so
 an anomaly does not teach the model that it is normal.
 
-Warm-up is per field: each field counts the values it has learnt. Its first value is its mean
-(its variance starts from its floor, uncorrelated with the others); its first ``warmup`` values
-are learnt with running means (rate ``max(alpha, 1/n)``, n its count), each residual clipped at
-:data:`WARMUP_CLIP` of the field's running spread, since the robust bound needs a covariance the
-warm-up does not have yet. Only then is the field scored: until then it is left out of the
-distance (residual 0, correlations unused), so a field that appears late is not judged against
-a mean it never had. Missing fields (NaN or inf) are imputed at the mean and left out of the
-distance the same way: they contribute 0 to the score and do not pin their correlated peers to
-their means. Learning treats a missing field seen before as a sample at its mean (its variance
-decays by ``1 - alpha``), which keeps ``C`` positive semi-definite; a field not seen yet learns
-nothing. A sample with no finite field scores NaN and teaches nothing.
+Warm-up is per field: each field counts the values it has learnt. Its first
+:data:`SEED_VALUES` values seed its mean and variance robustly (the median of the three, and
+their median absolute deviation scaled to a standard deviation; uncorrelated with the others),
+so one wild reading among them (a sentinel) does not set a variance that blinds the field. Its
+next values, up to ``warmup``, are learnt with running means (rate ``max(alpha, 1/n)``, n its
+count), each residual clipped at :data:`WARMUP_CLIP` of the field's running spread, since the
+robust bound needs a covariance the warm-up does not have yet. Only then is the field scored:
+until then it is left out of the distance (residual 0, correlations unused), so a field that
+appears late is not judged against a mean it never had. Missing fields (NaN or inf) are imputed
+at the mean and left out of the distance the same way: they contribute 0 to the score and do not
+pin their correlated peers to their means. A missing field learns nothing: its mean and variance
+wait for it as they were (decayed as a sample at its mean, a field back at its usual level after
+a long gap scored as an anomaly), and its covariances with the fields that learn fade at their
+rates. A sample with no finite field scores NaN and teaches nothing.
 
 The distance is shift-invariant (the solve's diagonal load is relative to each field's own
 variance), and a residual is learnt at most :data:`MAX_LEARNT_RESIDUAL`, so the covariance stays
@@ -66,6 +69,10 @@ WARMUP_CLIP = 10.0
 (or of its ``min_scale``, whichever is larger)."""
 MAX_LEARNT_RESIDUAL = 1e150
 """The largest residual learnt: its square, and so the covariance, stays finite."""
+SEED_VALUES = 3
+"""A field's first values, held to seed its mean and variance: the fewest a median sees one wild one among."""
+MAD_TO_STD = 1.4826
+"""A normal distribution's standard deviation per median absolute deviation."""
 
 
 class MultivariateScores(NamedTuple):
@@ -99,16 +106,52 @@ def _cholesky_solve(a: np.ndarray, r: np.ndarray, low: np.ndarray, inv: np.ndarr
                 inv[i] = 1.0 / low[i, i]
             else:
                 low[i, j] = s * inv[j]
+    # Zero entries (a field left out of the solve) are skipped: times an overflowed, infinite
+    # value they would make every later entry NaN.
     for i in range(d):  # forward: low z = r
         s = r[i]
         for k in range(i):
-            s -= low[i, k] * y[k]
+            if low[i, k] != 0.0:
+                s -= low[i, k] * y[k]
         y[i] = s * inv[i]
     for i in range(d - 1, -1, -1):  # back: low' y = z
         s = y[i]
         for k in range(i + 1, d):
-            s -= low[k, i] * y[k]
+            if low[k, i] != 0.0:
+                s -= low[k, i] * y[k]
         y[i] = s * inv[i]
+
+
+@jit
+def _seed(k: float, v: float, e: int, i: int, mean: np.ndarray, cov: np.ndarray) -> tuple[float, int]:
+    """Field i's value ``v``, its ``k``-th (0-based) of the :data:`SEED_VALUES` that seed it; sets its
+    mean and returns its variance and whether a value was clamped.
+
+    Without a spread yet, any one of the first values may be the wild one, so they are held until
+    the third decides: the first as the mean (variance 0); with the second, the lower of the two as
+    the mean and the distance between them (at most :data:`MAX_LEARNT_RESIDUAL`) squared as the
+    variance; with the third, the median of the three as the mean and their median absolute
+    deviation as the standard deviation. The lower value is held exactly: a normal value beside a
+    wild high one (a sentinel such as 2^63) keeps its digits. (A wild value far below the others
+    loses the digits of the one above it: the seed is then off by up to that value's rounding.)"""
+    held = mean[e, i]
+    if k < 1.0:
+        mean[e, i] = v
+        return 0.0, 0
+    if k < 2.0:
+        apart = abs(v - held)
+        mean[e, i] = min(v, held)
+        if not apart <= MAX_LEARNT_RESIDUAL:
+            return MAX_LEARNT_RESIDUAL ** 2, 1
+        return apart * apart, 0
+    gap = math.sqrt(cov[e, i, i])
+    low, high = held, held + gap  # the first two
+    median = max(low, min(high, v))
+    lowest, highest = min(low, v), max(high, v)
+    # of three sorted values, the deviations from the middle one are 0 and the two gaps
+    spread = min(min(median - lowest, highest - median), MAX_LEARNT_RESIDUAL)
+    mean[e, i] = median
+    return (MAD_TO_STD * spread) ** 2, 0
 
 
 @jit
@@ -122,7 +165,7 @@ def _mahalanobis_rows(slot: np.ndarray, x: np.ndarray, mean: np.ndarray, cov: np
     learnt clamped at ``MAX_LEARNT_RESIDUAL``.
     """
     alpha, ridge, clip, warmup = params[ALPHA], params[RIDGE], params[CLIP], params[WARMUP]
-    scored_from = max(warmup, 2.0)  # a field's own values learnt before its residual is scored
+    scored_from = max(warmup, float(SEED_VALUES))  # a field's own values learnt before its residual is scored
     d = x.shape[1]
     reg = np.empty((d, d))
     low = np.empty((d, d))
@@ -131,6 +174,7 @@ def _mahalanobis_rows(slot: np.ndarray, x: np.ndarray, mean: np.ndarray, cov: np
     y = np.empty(d)
     keep = np.empty(d)
     push = np.empty(d)
+    seeded = np.empty(d)  # a seeding field's variance, set after the update (-1: none)
     present = np.empty(d, dtype=np.bool_)
     scored = np.empty(d, dtype=np.bool_)
     bound = d + clip * math.sqrt(2.0 * d)
@@ -177,23 +221,20 @@ def _mahalanobis_rows(slot: np.ndarray, x: np.ndarray, mean: np.ndarray, cov: np
         out[t, 0] = math.sqrt(d2 / d)
         if not learn[t]:
             continue
-        n = count[e]
         w = bound / d2 if d2 > bound else 1.0
         for i in range(d):
             k = seen[e, i]
+            # A missing field keeps everything (K C K + p p' stays positive semi-definite
+            # whatever K is): its covariances with the fields that learn fade at their rates.
             keep[i] = 1.0
             push[i] = 0.0
+            seeded[i] = -1.0
             if not present[i]:
-                if k >= 1.0:
-                    # A missing field learns as a sample at its mean (residual 0): C stays a sum
-                    # of positive semi-definite terms, which skipping its rows and columns would
-                    # not keep.
-                    keep[i] = math.sqrt(1.0 - max(alpha, 1.0 / (n + 1.0)))
                 continue
-            if k < 1.0:
-                # its first value: the mean; its variance starts from the floor, uncorrelated
-                mean[e, i] = x[t, i]
-                keep[i] = 0.0
+            if k < SEED_VALUES:
+                keep[i] = 0.0  # uncorrelated with the others until it has learnt past its seed
+                seeded[i], clamped_now = _seed(k, x[t, i], e, i, mean, cov)
+                clamped += clamped_now
                 continue
             a = max(alpha, 1.0 / (k + 1.0))
             g = out[t, 1 + d + i]
@@ -218,9 +259,11 @@ def _mahalanobis_rows(slot: np.ndarray, x: np.ndarray, mean: np.ndarray, cov: np
             for j in range(d):
                 cov[e, i, j] = keep[i] * keep[j] * cov[e, i, j] + push[i] * push[j]
         for i in range(d):
+            if seeded[i] >= 0.0:
+                cov[e, i, i] = seeded[i]  # its row and column are 0: any variance keeps C semi-definite
             if present[i]:
                 seen[e, i] += 1.0
-        count[e] = n + 1.0
+        count[e] += 1.0
     return clamped
 
 
@@ -233,7 +276,8 @@ class OnlineMahalanobis:
 
     Parameters: ``alpha`` EWMA rate of mean and covariance; ``ridge`` shrinkage of the
     correlations towards 0 (0..1); ``clip`` robust bound in chi-square standard deviations;
-    ``warmup`` values of a field before it is scored (default ``2 * n_fields + 10``);
+    ``warmup`` values of a field before it is scored (at least :data:`SEED_VALUES`; default
+    ``2 * n_fields + 10``);
     ``min_scale`` each field's smallest meaningful standard deviation in its own unit (one value
     or one per field; default 0): the variance the solve uses is at least its square.
     The Cholesky solve reads only the lower triangle of the shrunk covariance. With ``health``, a
@@ -368,16 +412,16 @@ class OnlineMahalanobis:
 def with_field_counts(state: dict[str, Any], mean_key: str, cov_key: str, count_key: str,
                       seen_key: str) -> dict[str, Any]:
     """``state`` with its per-field counts (``seen_key``) where it was saved without them (before
-    they were kept): a field with a mean or a variance counts the entity's samples, one with
-    neither (mean and variance exactly 0: never seen, or constant at 0) counts none, so it warms
-    up afresh rather than being scored against a mean of 0 it never had. A state without the
-    other three arrays, or with any misshapen (``load_state_dict`` judges it), is returned as it
-    came. For ``load_state_dict`` and ``Detector.upgrade_state``."""
+    they were kept): every field counts none, so each warms up afresh from its next value. Saved
+    then, a field that appeared after the entity's first sample had its mean started at 0 and
+    learnt towards its values from there: its mean may still be far from them, and which fields
+    did so cannot be told from the state. The cost: after the upgrade, each field goes
+    ``max(warmup, SEED_VALUES)`` values without a score, and what the old state learnt is not used.
+    A state without the other three arrays, or with any misshapen (``load_state_dict`` judges it),
+    is returned as it came. For ``load_state_dict`` and ``Detector.upgrade_state``."""
     if seen_key in state or not all(k in state for k in (mean_key, cov_key, count_key)):
         return state
     mean, cov, count = (np.asarray(state[k], dtype=np.float64) for k in (mean_key, cov_key, count_key))
     if mean.ndim != 2 or cov.shape != mean.shape + mean.shape[1:] or count.shape != mean.shape[:1]:
         return state
-    variance = np.diagonal(cov, axis1=1, axis2=2)
-    known = (mean != 0.0) | (variance != 0.0)
-    return {**state, seen_key: np.where(known, count[:, None], 0.0)}
+    return {**state, seen_key: np.zeros_like(mean)}

@@ -167,17 +167,15 @@ def test_a_checkpoint_without_the_field_counts_loads(topo: Topology) -> None:
     stream = coupled_stream()
     stream["hbm_temp"][:, 0] = np.nan                        # GPU 0 has not reported it yet
     never_stopped = MahalanobisDetector(topo)
-    found = run(never_stopped, stream, range(1000))
+    found = run(never_stopped, stream, range(800))
     old = {k: v for k, v in never_stopped.state_dict().items() if not k.endswith("_seen")}
     restored = MahalanobisDetector(topo)
     restored.load_state_dict(old)
-    # a field with a mean or a variance counts the GPU's samples; one with neither (never seen, or
-    # a rate that never left 0: the three idle counters) warms up afresh
-    seen = restored.s_gpu_seen  # type: ignore[attr-defined]
-    hbm, counters = FIELDS["gpu"].index("hbm_temp"), [FIELDS["gpu"].index(c) for c in restored.models["gpu"].counters]
-    assert seen[0, hbm] == 0 and seen[1, hbm] == 1000 and (seen[:, counters] == 0).all()
-    # and it goes on to find the break as the detector that never stopped does
-    rest = range(1000, STEPS)
+    # every field warms up afresh: a field that appeared late under the old kernel had its mean
+    # started at 0, and the state cannot tell which did
+    assert (restored.s_gpu_seen == 0).all()  # type: ignore[attr-defined]
+    # and, warm again (300 samples) before the break, it finds it as the detector that never stopped
+    rest = range(800, STEPS)
     after, want = run(restored, stream, rest), run(never_stopped, stream, rest)
     assert found == [] and [(f.ts, f.slot, f.field) for f in after] == [(f.ts, f.slot, f.field) for f in want]
     assert len(want) == 1

@@ -12,8 +12,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from foreshock.detectors.multivariate import (LOAD_ABSOLUTE, LOAD_RELATIVE, MAX_LEARNT_RESIDUAL, WARMUP_CLIP,
-                                              OnlineMahalanobis)
+from foreshock.detectors.multivariate import (LOAD_ABSOLUTE, LOAD_RELATIVE, MAD_TO_STD, MAX_LEARNT_RESIDUAL,
+                                              SEED_VALUES, WARMUP_CLIP, OnlineMahalanobis)
 from foreshock.detectors.river_adapters import MahalanobisAdapter
 from foreshock.health import PipelineHealth
 
@@ -23,9 +23,11 @@ def reference_rows(slot: np.ndarray, x: np.ndarray, entities: int, alpha: float,
                    learn: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Straight NumPy, row by row (row t a sample of entity slot[t]): mean/covariance per entity,
     solve with np.linalg.solve; ``floor`` the per-field std floor, ``learn`` which rows learn.
-    Each field counts its own values: the first is its mean, the next are learnt at its own
-    running rate with residuals clipped at WARMUP_CLIP of its spread, and it is scored only once
-    it has max(warmup, 2) values; the distance is the marginal one of the fields scored."""
+    Each field counts its own values: the first three seed its mean and variance (their median
+    and MAD), the next are learnt at its own running rate with residuals clipped at WARMUP_CLIP of
+    its spread, and it is scored only once it has max(warmup, 3) values; the distance is the
+    marginal one of the fields scored. A missing field learns nothing (its covariances with the
+    fields that learn fade at their rates)."""
     rows, d = x.shape
     floor = np.zeros(d) if floor is None else floor
     learn = np.ones(rows, bool) if learn is None else learn
@@ -33,10 +35,9 @@ def reference_rows(slot: np.ndarray, x: np.ndarray, entities: int, alpha: float,
     contrib = np.zeros((rows, d))
     resid = np.zeros((rows, d))
     bound = d + clip * math.sqrt(2 * d)
-    scored_from = max(warmup, 2)
+    scored_from = max(warmup, SEED_VALUES)
     mean = np.zeros((entities, d))
     cov = np.zeros((entities, d, d))
-    count = np.zeros(entities, int)
     seen = np.zeros((entities, d), int)
     for t in range(rows):
         e, v = slot[t], x[t]
@@ -63,24 +64,36 @@ def reference_rows(slot: np.ndarray, x: np.ndarray, entities: int, alpha: float,
         if not learn[t]:
             continue
         w = bound / d2 if d2 > bound else 1.0
-        first = present & (seen[e] == 0)
-        later = present & (seen[e] >= 1)
-        rate = np.zeros(d)
-        rate[~present & (seen[e] >= 1)] = max(alpha, 1 / (count[e] + 1))   # a sample at its mean
-        rate[first] = 1.0
-        rate[later] = np.maximum(alpha, 1 / (seen[e][later] + 1))
+        seeding = present & (seen[e] < SEED_VALUES)
+        later = present & ~seeding
+        rate = np.where(later, np.maximum(alpha, 1 / (seen[e] + 1)), 0.0)   # missing: 0, all kept
         spread = WARMUP_CLIP * np.sqrt(np.maximum(var, floor ** 2))
         warming = later & ~scored & (spread > 0)
         g = np.where(warming, np.clip(r, -spread, spread), r)
         g = np.clip(g, -MAX_LEARNT_RESIDUAL, MAX_LEARNT_RESIDUAL)
         weight = np.where(scored, w, 1.0)
         push = np.where(later, np.sqrt(rate * (1 - rate) * weight) * g, 0.0)
-        keep = np.sqrt(1 - rate)
-        cov[e] = np.outer(keep, keep) * cov[e] + np.outer(push, push)
-        mean[e] = np.where(later, mean[e] + rate * weight * g, np.where(first, v, mean[e]))
+        keep = np.where(seeding, 0.0, np.sqrt(1 - rate))
+        new_cov = np.outer(keep, keep) * cov[e] + np.outer(push, push)
+        mean[e] = np.where(later, mean[e] + rate * weight * g, mean[e])
+        for i in np.flatnonzero(seeding):
+            mean[e, i], new_cov[i, i] = seed_reference(seen[e, i], v[i], mean[e, i], cov[e, i, i])
+        cov[e] = new_cov
         seen[e] += present
-        count[e] += 1
     return score, contrib, resid
+
+
+def seed_reference(k: int, v: float, held: float, held_var: float) -> tuple[float, float]:
+    """A field's mean and variance after its value ``v``, the ``k``-th (0-based) of its first three:
+    held as they come (the first as the mean; with the second, the lower of the two as the mean and
+    their squared distance as the variance), then the median and the scaled MAD of the three."""
+    if k == 0:
+        return v, 0.0
+    if k == 1:
+        return min(v, held), min(abs(v - held), MAX_LEARNT_RESIDUAL) ** 2
+    three = np.sort([held, held + math.sqrt(held_var), v])
+    mad = min(float(np.median(np.abs(three - three[1]))), MAX_LEARNT_RESIDUAL)
+    return float(three[1]), (MAD_TO_STD * mad) ** 2
 
 
 def reference(x: np.ndarray, alpha: float, ridge: float, clip: float, warmup: int) -> tuple[np.ndarray, np.ndarray]:
@@ -226,15 +239,40 @@ def test_a_missing_field_does_not_pin_its_correlated_peer_to_its_mean() -> None:
     assert 1.5 < alone < 2.5 and score == pytest.approx(alone / math.sqrt(2), rel=1e-6)
 
 
-def test_a_wild_reading_in_warm_up_does_not_blind_the_field() -> None:
+@pytest.mark.parametrize("level", [0.0, 50.0])
+@pytest.mark.parametrize("at", [0, 1, 2, 5])   # its first values too, before any spread is known
+def test_a_wild_reading_in_warm_up_does_not_blind_the_field(at: int, level: float) -> None:
     rng = np.random.default_rng(2)
-    x = rng.normal(size=(2000, 1, 3))
+    x = rng.normal(size=(2000, 1, 3)) + level
     x[1000, 0, 1] += 20.0                     # a 20-sigma jump after warm-up
     sentinel = x.copy()
-    sentinel[5, 0, 1] = 9223372036854775794.0  # DCGM's "not supported", read as a value in warm-up
+    sentinel[at, 0, 1] = 9223372036854775794.0  # DCGM's "not supported", read as a value in warm-up
     want = OnlineMahalanobis(1, 3, alpha=0.005, warmup=300).update(x).score[1000, 0]
-    got = OnlineMahalanobis(1, 3, alpha=0.005, warmup=300).update(sentinel).score[1000, 0]
-    assert want > 8 and got == pytest.approx(want, rel=0.05)
+    for min_scale in (0.0, 0.5):
+        got = OnlineMahalanobis(1, 3, alpha=0.005, warmup=300, min_scale=min_scale).update(sentinel).score[1000, 0]
+        assert want > 8 and got == pytest.approx(want, rel=0.05)
+
+
+def test_a_field_back_after_a_long_gap_is_judged_by_its_old_spread() -> None:
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(6000, 1, 3)) + np.array([50.0, 300.0, 1.0])
+    x[2000:4000, 0, 2] = np.nan               # missing for 2000 samples, then back as it was
+    det = OnlineMahalanobis(1, 3, alpha=0.01)
+    scores = det.update(x).score[:, 0]
+    # learnt as samples at its mean, its variance had shrunk to 2e-9 of itself: ~5000 on return
+    assert scores[4000:].max() < 4.5 and np.count_nonzero(scores[4000:] > 3) <= 10
+    assert det.s_cov[0, 2, 2] == pytest.approx(1.0, rel=0.2)
+    # its covariances with the fields that learnt faded: the matrix stays positive semi-definite
+    gappy = rng.normal(size=(3000, 2, 1)) * [1.0, 5.0, 0.2, 3.0] + rng.normal(size=(3000, 2, 4))
+    for _ in range(30):
+        start = rng.integers(0, 3000)
+        gappy[start:start + rng.integers(1, 400), rng.integers(0, 2), rng.integers(0, 4)] = np.nan
+    det = OnlineMahalanobis(2, 4, alpha=0.05)
+    for chunk in np.array_split(gappy, 30):
+        det.update(chunk)
+        for cov in det.s_cov:
+            scale = np.sqrt(np.diag(cov))
+            assert np.linalg.eigvalsh(cov / np.outer(scale, scale)).min() > -1e-9
 
 
 def test_a_huge_reading_never_makes_the_covariance_non_finite() -> None:
@@ -259,6 +297,12 @@ def test_a_huge_reading_never_makes_the_covariance_non_finite() -> None:
     pair[400, 0] = [1e200, 2e200]
     pair_scores = OnlineMahalanobis(1, 2).update(pair).score[:, 0]
     assert pair_scores[400] == np.inf and np.isfinite(pair_scores[401:]).all()
+    # one overflowing beside one missing: the missing one contributes 0 (0 times the overflowed
+    # entry of the solve was NaN, and the distance blamed whichever field came first)
+    pair = coupled_pair(500) / 10.0
+    pair[400] = [1e308, np.nan]               # (1e308 over a variance below 1 overflows)
+    contrib = OnlineMahalanobis(1, 2).update(pair).contributions[400, 0]
+    np.testing.assert_array_equal(contrib, [np.inf, 0.0])
 
 
 def test_the_distance_does_not_depend_on_a_fields_offset() -> None:
@@ -274,16 +318,21 @@ def test_the_distance_does_not_depend_on_a_fields_offset() -> None:
         np.testing.assert_allclose(s[30:], scores[0][30:], rtol=1e-4)
 
 
-def test_a_checkpoint_without_field_counts_loads() -> None:
-    x = np.random.default_rng(9).normal(size=(200, 2, 3))
+def test_a_checkpoint_without_field_counts_loads_and_warms_every_field_afresh() -> None:
+    x = np.random.default_rng(9).normal(size=(400, 2, 3)) + 50.0
     x[:150, 1, 2] = np.nan                    # entity 1's field 2 not seen before the checkpoint
     a = OnlineMahalanobis(2, 3)
     a.update(x[:100])
     old = {k: v for k, v in a.state_dict().items() if k != "s_seen"}
+    # saved before fields were counted, a field that appeared late had its mean started at 0:
+    # still far from its values at the checkpoint (it cannot be told from one that is there)
+    old["s_mean"][0, 1] = 0.5
     b = OnlineMahalanobis(2, 3)
     b.load_state_dict(old)
-    np.testing.assert_array_equal(b.s_seen, [[100, 100, 100], [100, 100, 0]])
-    np.testing.assert_array_equal(b.update(x[100:]).score, a.update(x[100:]).score)
+    np.testing.assert_array_equal(b.s_seen, np.zeros((2, 3)))
+    scores = b.update(x[100:]).score
+    np.testing.assert_array_equal(scores, OnlineMahalanobis(2, 3).update(x[100:]).score)
+    assert np.nanmax(scores) < 4
     with pytest.raises(ValueError, match="keys"):
         b.load_state_dict({k: v for k, v in old.items() if k != "s_count"})
 
