@@ -296,12 +296,7 @@ def finish(run: PipelineRun, stats: RunStats, events: Sequence[Event] = (), json
     if run.jsonl is not None:
         run.jsonl.close()
     if run.external is not None:
-        read, bad, late = run.external.events, run.external.bad, run.external.not_handed
-        Console(stderr=True).print(f"[dim]{read} external event{'' if read == 1 else 's'} read from "
-                                   f"{escape(str(run.external.path))}"
-                                   + (f", {bad} bad line{'' if bad == 1 else 's'}" if bad else "")
-                                   + (f", {late} with no frame after {'it' if late == 1 else 'them'}: not grouped"
-                                      if late else "") + "[/dim]")
+        Console(stderr=True).print(f"[dim]{external_summary(run.external)}[/dim]")
     render_summary(run.tally, run.health, events, origin=origin)
     click.echo(json.dumps({
         "name": json_name, "samples": stats.samples, "accepted_samples": stats.accepted,
@@ -311,6 +306,28 @@ def finish(run: PipelineRun, stats: RunStats, events: Sequence[Event] = (), json
         "findings": stats.by_type, "input_problems": run.health.total_problems(),
         **({} if interrupted is None else {"interrupted": interrupted}),
     }, allow_nan=False))
+
+
+def external_summary(feed: ExternalFeed) -> str:
+    """What became of the followed file's events, said at the end of the run: read, and of those
+    the ones never grouped (read with no telemetry after them, so never handed over, or handed
+    over but dated after the last telemetry, still queued by the engine); bad lines, and a last
+    line still being written. (Events the engine refused or could not place are in the input
+    problems.)"""
+    def n(count: int, word: str) -> str:
+        return f"{count} {word}{'' if count == 1 else 's'}"
+
+    parts = [f"{n(feed.events, 'external event')} read from {escape(str(feed.path))}"]
+    never = [f"{count} {what}" for count, what in (
+        (feed.not_handed, f"with no telemetry after {'it' if feed.not_handed == 1 else 'them'}"),
+        (feed.still_queued, "dated after the last telemetry (still queued)")) if count]
+    if never:
+        parts.append(" and ".join(never) + ": not grouped")
+    if feed.bad:
+        parts.append(n(feed.bad, "bad line"))
+    if feed.unfinished:
+        parts.append("the last line still being written at the end: not read")
+    return ", ".join(parts)
 
 
 def finite_number(positive: bool = False) -> Callable[[click.Context, click.Parameter, Any], Any]:

@@ -383,6 +383,11 @@ class IncidentEngine:
             self.stats["external"] += 1
             heapq.heappush(self._external, (ev.time, self.stats["external"], ev))
 
+    def queued_external(self) -> int:
+        """How many external events are queued, waiting for telemetry time to reach theirs (read
+        at the end of an embedded run, which tells those never grouped without flushing)."""
+        return len(self._external)
+
     def observe_external(self, events: Iterable[ExternalEvent], now: float) -> list[Finding]:
         """Group external events now (a live alert stream); returns incident findings."""
         self.add_external(events)

@@ -7,10 +7,10 @@ Two live paths carry them to the incident engine's ``add_external``:
 - the embedded pipeline (``foreshock replay/demo --external FILE``) *follows* a file like
   ``tail -F``: :class:`ExternalFeed` reads the lines already in it and those appended while the
   pipeline runs, and :func:`feed_before_frames` hands them to the incident processors before
-  each frame after the first (the engine judges an event's date against the telemetry it has
-  seen: before any, an event stamped in milliseconds was queued for good, never counted); the
-  end of the run reads the file a last time, its unterminated last line included, and counts
-  the events no frame came after;
+  each frame once the engine has telemetry time (it judges an event's date against the
+  telemetry it has seen: before any, an event stamped in milliseconds was queued for good,
+  never counted); the end of the run reads the file a last time and counts the events no
+  telemetry came after, and those the engine still holds queued, dated after its last telemetry;
 - the Kafka workers read the ``external.events`` topic (``faust_app``); a record holds one or
   more lines and is decoded by :func:`parse_lines`.
 
@@ -20,6 +20,7 @@ that cannot be read are counted in the pipeline health (stage ``external``) — 
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import os
@@ -27,7 +28,7 @@ import stat
 from pathlib import Path
 from typing import BinaryIO, Iterable, Iterator, NamedTuple, Protocol, Sequence, TypeVar
 
-from foreshock.detectors.incident_external import NOT_JSON, STAGE, ExternalEvent, parse_line
+from foreshock.detectors.incident_external import STAGE, ExternalEvent, parse_line
 from foreshock.health import PipelineHealth
 
 log = logging.getLogger("foreshock.external")
@@ -36,17 +37,22 @@ REREAD = "external event file shrank or was replaced: read again from the start"
 MISSING = "external event file is missing: waiting for it to reappear"
 UNREADABLE = "external event file cannot be read"
 TOO_LONG = "external event line is too long: skipped"
-UNTERMINATED = "external event file ends in an unterminated line that is not complete JSON"
-NO_FRAME_AFTER = "external event read with no frame after it to group it by: not handed to the incident engine"
+# not a bad line: a writer mid-line when the run stopped (counted, not in the bad lines)
+UNFINISHED = "external event line still being written when the run ended: not read"
+NO_FRAME_AFTER = "external event read with no telemetry after it to group it by: not handed to the incident engine"
+STILL_QUEUED = "external event dated after the run's last telemetry: still queued by the incident engine, never grouped"
 MAX_LINE_BYTES = 1 << 20  # an event is ~100 bytes: a longer "line" is not one, and must not fill memory
 READ_CHUNK_BYTES = 1 << 20  # a large append is read in pieces of this size, so memory stays bounded
-TAIL_BYTES = 64  # the last bytes read, checked at each poll: a file truncated and grown past them since is told
+TAIL_BYTES = 64  # the first and last bytes read, checked at each read: a file truncated and grown past them is told
 
 T = TypeVar("T")
 
 
 class ExternalTarget(Protocol):
-    """What takes external events: the incident engine (``detectors.incidents``)."""
+    """What takes external events: the incident engine (``detectors.incidents``). Where it has
+    them, :func:`feed_before_frames` reads its ``latest_now`` (the latest telemetry time it has
+    seen, ``-inf`` before any) and ``queued_external()`` (the events it holds until telemetry
+    reaches their time)."""
 
     def add_external(self, events: Iterable[ExternalEvent]) -> None: ...
 
@@ -93,14 +99,19 @@ def parse_lines(lines: Iterable[bytes], latest: float = math.inf,
 
 
 class ExternalFeed:
-    """Follows a JSON-lines file: every :meth:`poll` returns the events of the complete lines
-    written since the last one (a partial last line waits for its newline: a writer may be
-    mid-line); :meth:`final_poll`, at the end of a run, reads that last line too.
+    """Follows a JSON-lines file: every :meth:`poll` returns the events of the lines written
+    since the last one. A last line without its newline is read when it is a complete JSON event
+    (no proper prefix of a one-line JSON object is one: a writer mid-line gives none), and not
+    again when its newline comes; else it waits for its newline. :meth:`final_poll`, at the end of
+    a run, judges what is left of it: complete JSON that is no event is a bad line, anything else
+    a line still being written (``UNFINISHED``, not a bad line).
 
-    Cheap enough to call before every frame: one ``stat``, and a read only when the file changed.
-    A file that shrank (truncated), was replaced (rotated: another inode) or no longer holds the
-    bytes last read where they were (truncated in place and written past that point again since,
-    as with ``logrotate copytruncate``) is read again from its start, and that is counted; lines
+    Cheap enough to call before every frame: one ``stat``, and a read only when the file changed
+    (size, modification or status-change time: a rewrite that put the modification time back, as
+    ``cp -p`` or ``touch -r`` do, still changes the latter). A file that shrank (truncated), was
+    replaced (rotated: another inode) or no longer holds the first or the last bytes read where
+    they were (truncated in place and written past that point again since, as with ``logrotate
+    copytruncate``) is read again from its start, and that is counted; lines
     appended to a rotated-away file after the last poll are not seen (as with ``tail -F``). A file
     that disappears is waited for. One that is there but cannot be read (its mode after a
     rotation, a directory, a pipe) is counted once, until it can be read or is another file, or
@@ -112,13 +123,19 @@ class ExternalFeed:
         self.health = health or PipelineHealth()
         self.offset = 0  # bytes of the file consumed (complete lines and the partial tail)
         self.partial = b""  # the last line, still without its newline
+        self.partial_taken = 0  # bytes of :attr:`partial` already read as an event (0: none)
         self.lineno = 0  # complete lines read from the current file
         self.inode: tuple[int, int] | None = None
-        self.tail = b""  # the last bytes consumed (up to TAIL_BYTES): still there if the file was only appended to
-        self.mtime_ns: int | None = None  # the file's modification time when it was last read
+        # the first and the last bytes consumed (up to TAIL_BYTES each): still there if the file was only appended to
+        self.head = b""
+        self.tail = b""
+        # the file's modification and status-change times when it was last read
+        self.times_ns: tuple[int, int] | None = None
         self.events = 0  # events read, in all
         self.bad = 0  # lines that could not be read, in all
-        self.not_handed = 0  # events read that no frame came after (count_not_handed)
+        self.unfinished = 0  # last lines still being written when the run ended (not bad lines)
+        self.not_handed = 0  # events read that no telemetry came after (count_not_handed)
+        self.still_queued = 0  # events the engine still held at the end of the run (count_still_queued)
         self._missing = False
         # (inode, errno or why) last counted as unreadable
         self._unreadable: tuple[tuple[int, int] | None, int | str | None] | None = None
@@ -144,12 +161,13 @@ class ExternalFeed:
             # a pipe has no size to follow, and opening one waits for a writer: the run would hang
             self._cannot_read(inode, "not a regular file", "not a regular file")
             return []
-        if st.st_size == self.offset and st.st_mtime_ns == self.mtime_ns:
+        times = (st.st_mtime_ns, st.st_ctime_ns)
+        if st.st_size == self.offset and times == self.times_ns:
             return []  # not written since it was last read
         events: list[ExternalEvent] = []
         try:
             with open(self.path, "rb") as fh:
-                if not self._tail_still_there(fh):
+                if not self._still_there(fh):
                     self._read_again()
                 fh.seek(self.offset)
                 while self.offset < st.st_size:  # not past the size seen: a writer may be mid-line
@@ -157,32 +175,44 @@ class ExternalFeed:
                     if not data:
                         break
                     self.offset += len(data)
+                    if len(self.head) < TAIL_BYTES:
+                        self.head = (self.head + data)[:TAIL_BYTES]
                     self.tail = (self.tail + data)[-TAIL_BYTES:]
                     events.extend(self._take(data))
         except OSError as exc:
             self._cannot_read(inode, exc.errno, str(exc))
             return events
-        self.mtime_ns = st.st_mtime_ns
+        events.extend(self._take_partial())
+        self.times_ns = times
         self._unreadable = None
         return events
 
     def final_poll(self) -> list[ExternalEvent]:
-        """:meth:`poll` at the end of a run, when no writer will finish the last line: a last line
-        without its newline (``echo -n``, JSON written without one) is a line now, read if it is
-        complete JSON, else counted (``UNTERMINATED``). Bytes appended to it later would be read
-        by another poll as a line of their own."""
+        """:meth:`poll` at the end of a run, when no writer will finish the last line. A last line
+        without its newline that is a complete event was read by the poll (``echo -n``, JSON
+        written without one); one that is complete JSON but no event is a bad line now; one that
+        is not complete JSON was still being written: counted (``UNFINISHED``), not as a bad line,
+        the file being fine. Bytes appended to it later would be read by another poll as a line of
+        their own."""
         events = self.poll()
         if self._skipping:  # an overlong last line: counted when it became one
             self._skipping = False
             self.lineno += 1
         elif self.partial:
-            last, self.partial = self.partial, b""
+            last, taken = self.partial, self.partial_taken
+            self.partial, self.partial_taken = b"", 0
             self.lineno += 1
-            events += self._parse([last], self.lineno, unterminated=True)
+            if taken and not last[taken:].strip():
+                pass  # its event read already, and nothing after it
+            elif not taken and not _complete_json(last):
+                self.unfinished += 1
+                self.health.problem(STAGE, UNFINISHED, detail=f"{self.path}:{self.lineno}: {len(last)} bytes")
+            else:  # complete JSON that is no event, or an event the line went on past: a bad line
+                events += self._parse([last], self.lineno)
         return events
 
     def count_not_handed(self, events: Sequence[ExternalEvent]) -> None:
-        """Count ``events``, read but never handed to the incident engine (no frame came after
+        """Count ``events``, read but never handed to the incident engine (no telemetry came after
         them for it to group them by), rather than drop them unsaid."""
         if events:
             self.not_handed += len(events)
@@ -190,16 +220,35 @@ class ExternalFeed:
             self.health.problem(STAGE, NO_FRAME_AFTER, count=len(events),
                                 detail=f"{self.path}: {first.type} on {first.node} at {first.time:.0f}")
 
+    def count_still_queued(self, targets: Sequence[object]) -> None:
+        """Count the events the targets still hold queued at the end of the run: handed over, but
+        dated after the last telemetry time, so never grouped. (Two targets hold the same events:
+        the larger count, not the sum.)"""
+        held = [(queued(), getattr(t, "latest_now", math.nan)) for t in targets
+                if callable(queued := getattr(t, "queued_external", None))]
+        count, latest = max(held, default=(0, math.nan))
+        if count > 0:
+            self.still_queued += count
+            self.health.problem(STAGE, STILL_QUEUED, count=count,
+                                detail=f"{self.path}: telemetry ended at {latest:.0f}")
+
     def _read_again(self) -> None:
         self.health.problem(STAGE, REREAD, detail=str(self.path))
-        self.offset, self.partial, self.lineno, self._skipping, self.tail = 0, b"", 0, False, b""
+        self.offset, self.partial, self.partial_taken, self.lineno = 0, b"", 0, 0
+        self._skipping, self.head, self.tail = False, b"", b""
 
-    def _tail_still_there(self, fh: BinaryIO) -> bool:
-        """Whether the bytes last read are still where they were read: a file truncated in place
-        and written past that point again before this poll is as long as the offset, or longer,
-        and read on from there it would be read from the middle of a line, its start lost."""
+    def _still_there(self, fh: BinaryIO) -> bool:
+        """Whether the first and the last bytes read are still where they were read: a file
+        truncated in place and written past that point again before this poll is as long as the
+        offset, or longer, and read on from there it would be read from the middle of a line, its
+        start lost. The last bytes alone miss a file of repeated fixed-width lines (the same
+        alert each minute, its time first): the new file's bytes at that place can be the old
+        ones. The first bytes tell it, unless the new file starts as the old one did."""
         if not self.tail:
             return True
+        fh.seek(0)
+        if fh.read(len(self.head)) != self.head:
+            return False
         fh.seek(self.offset - len(self.tail))
         return fh.read(len(self.tail)) == self.tail
 
@@ -220,7 +269,14 @@ class ExternalFeed:
             self._skipping = False
             self.lineno += 1
             data = data[end + 1:]
+        taken = self.partial_taken
         *lines, self.partial = (self.partial + data).split(b"\n")
+        if lines and taken:
+            # the line whose event was read before its newline came: not read twice. Only
+            # whitespace may follow the event; anything else makes the whole line bad (counted once).
+            self.partial_taken = 0
+            if not lines[0][taken:].strip():
+                lines[0] = b""
         first = self.lineno + 1
         self.lineno += len(lines)
         for i, raw in enumerate(lines):  # a whole line that arrived in one piece, but too long
@@ -230,44 +286,80 @@ class ExternalFeed:
                 self.bad += 1
         if len(self.partial) > MAX_LINE_BYTES:
             self.health.problem(STAGE, TOO_LONG, detail=f"{self.path}:{self.lineno + 1}")
-            self.partial, self._skipping = b"", True
+            self.partial, self.partial_taken, self._skipping = b"", 0, True
             self.bad += 1
         return self._parse(lines, first)
 
-    def _parse(self, lines: list[bytes], first: int, unterminated: bool = False) -> list[ExternalEvent]:
-        """The events of ``lines`` (the first is line ``first`` of the file); the bad ones counted.
-        ``unterminated``: the file's last line, without its newline, where invalid JSON most
-        likely means a writer stopped mid-line."""
+    def _take_partial(self) -> list[ExternalEvent]:
+        """The event of the last line before its newline came, when it is a complete one: a
+        replay's file that ends without a newline had its last event read only after the last
+        frame, never grouped. Read once (:attr:`partial_taken`); a line that is not (yet) an event
+        waits for its newline, or the end of the run."""
+        if not self.partial or self.partial_taken or not self.partial.rstrip().endswith(b"}"):
+            return []
+        event, _, _ = parse_line(self.partial)
+        if event is None:
+            return []
+        self.partial_taken = len(self.partial)
+        self.events += 1
+        return [event]
+
+    def _parse(self, lines: list[bytes], first: int) -> list[ExternalEvent]:
+        """The events of ``lines`` (the first is line ``first`` of the file); the bad ones counted."""
         events, bad = parse_lines(lines)
         for line in bad:
-            reason = UNTERMINATED if unterminated and line.reason == NOT_JSON else line.reason
-            self.health.problem(STAGE, reason, detail=f"{self.path}:{first + line.position}: {line.detail}")
+            self.health.problem(STAGE, line.reason, detail=f"{self.path}:{first + line.position}: {line.detail}")
         self.events += len(events)
         self.bad += len(bad)
         return events
 
 
+def _complete_json(raw: bytes) -> bool:
+    """Whether ``raw`` is one complete JSON value (bytes that are not UTF-8 replaced: a line cut in
+    the middle of a character is judged by the JSON before it)."""
+    try:
+        json.loads(raw.decode("utf-8-sig", "replace"))
+    except (ValueError, RecursionError):
+        return False
+    return True
+
+
+def _has_telemetry(target: object, frame_seen: bool) -> bool:
+    """Whether ``target`` can judge an event's date: the incident engine once it has seen a
+    telemetry time (``latest_now``; a frame whose stamps were all refused gave it none, and an
+    event in milliseconds handed then was queued for good), another target once a frame went by."""
+    latest = getattr(target, "latest_now", None)
+    if isinstance(latest, (int, float)):
+        return latest > -math.inf
+    return frame_seen
+
+
 def feed_before_frames(frames: Iterable[T], feed: ExternalFeed, targets: Sequence[ExternalTarget]) -> Iterator[T]:
-    """``frames``, handing the feed's new events to ``targets`` before each frame after the first
-    is processed. The first frame goes first: an incident engine refuses an event dated too far
-    past the telemetry it has seen, and before any it has nothing to judge by, so the events
-    already in the file at the start (one stamped in milliseconds among them) were taken
-    unjudged and such an event held for good, never counted. The file is read before the first
-    frame all the same, its events held until after it.
+    """``frames``, handing the feed's new events to ``targets`` before each frame, once every
+    target has telemetry time to judge their dates by (:func:`_has_telemetry`). An incident
+    engine refuses an event dated too far past the telemetry it has seen, and before any it has
+    nothing to judge by: the events already in the file at the start (one stamped in
+    milliseconds among them) were taken unjudged and such an event held for good, never counted.
+    Waiting one frame was not enough: a first frame with no usable timestamp (a clock not set)
+    gives the engine no time. The file is read all the same, its events held until then.
 
     When the frames end (a replay's last one, a live run stopped) the file is read a last time
-    (:meth:`ExternalFeed.final_poll`, its unterminated last line included). The events read
-    since the last frame, all of them in a run of one frame, have no telemetry after them to be
-    grouped by: they are counted (``NO_FRAME_AFTER``), not handed over to wait for good."""
+    (:meth:`ExternalFeed.final_poll`). The events read since the last frame, and those still held
+    (all of them in a run of one frame, or of frames with no usable time), have no telemetry after
+    them to be grouped by: they are counted (``NO_FRAME_AFTER``), not handed over to wait for good.
+    The events handed over that the engine still holds, dated after its last telemetry, are
+    counted too (``STILL_QUEUED``). The engine is not flushed here: its findings at the end of a
+    run are the pipeline's business, and a live run's queue is as it was when it stopped."""
     waiting = feed.poll()
-    first = True
+    frame_seen = False
     for frame in frames:
-        if not first:
+        if frame_seen:  # (the file was read before the first frame above)
             waiting += feed.poll()
-            if waiting:
-                for target in targets:
-                    target.add_external(waiting)
+        if waiting and all(_has_telemetry(target, frame_seen) for target in targets):
+            for target in targets:
+                target.add_external(waiting)
             waiting = []
-        first = False
+        frame_seen = True
         yield frame
     feed.count_not_handed(waiting + feed.final_poll())
+    feed.count_still_queued(targets)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import time
 from pathlib import Path
@@ -16,8 +17,8 @@ from foreshock.cli.main import cli
 from foreshock.detectors.incident_external import MALFORMED, NOT_JSON, ExternalEvent
 from foreshock.health import PipelineHealth
 from foreshock.streams import external_feed
-from foreshock.streams.external_feed import (MAX_LINE_BYTES, MISSING, NO_FRAME_AFTER, REREAD, STAGE, TOO_LONG,
-                                             UNREADABLE, UNTERMINATED, ExternalFeed, external_targets,
+from foreshock.streams.external_feed import (MAX_LINE_BYTES, MISSING, NO_FRAME_AFTER, REREAD, STAGE, STILL_QUEUED,
+                                             TOO_LONG, UNFINISHED, UNREADABLE, ExternalFeed, external_targets,
                                              feed_before_frames, parse_lines)
 
 
@@ -83,13 +84,38 @@ def test_a_partial_last_line_waits_for_its_newline(tmp_path: Path):
     whole = line("node3", 7.0)
     append(path, whole[:10])
     assert feed.poll() == []
-    append(path, whole[10:-1])  # all but the newline: still incomplete
+    append(path, whole[10:-2])  # all but the closing brace and the newline: still incomplete
     assert feed.poll() == []
-    append(path, "\n" + whole[:5])
+    append(path, whole[-2:] + whole[:5])
     assert feed.poll() == [ExternalEvent("node3", 7.0, "fan_failure", "critical")]
     append(path, whole[5:])
     assert [e.time for e in feed.poll()] == [7.0]
     assert feed.health.total_problems() == 0  # no half line was ever parsed
+
+
+def test_a_last_line_that_is_a_complete_event_is_read_before_its_newline_and_once(tmp_path: Path):
+    """A replay's file ending without a newline had its last event read only after the last frame:
+    never grouped, even dated inside the telemetry. No proper prefix of a one-line JSON object is
+    one, so a complete event is a whole line; its newline, when it comes, reads nothing again."""
+    path, health, feed = follow(tmp_path, line("node0", 1.0) + line("node1", 2.0)[:-1])
+    assert [e.node for e in feed.poll()] == ["node0", "node1"]
+    assert feed.poll() == []
+    append(path, "  \r\n")  # (whitespace may end a JSON line)
+    assert feed.poll() == []
+    append(path, line("node2", 3.0))
+    assert [e.node for e in feed.poll()] == ["node2"]
+    assert feed.final_poll() == []
+    assert feed.events == 3 and feed.lineno == 3 and health.total_problems() == 0
+
+
+def test_a_line_that_goes_on_past_an_event_read_early_is_one_bad_line(tmp_path: Path):
+    path, health, feed = follow(tmp_path, line("node0", 1.0)[:-1])
+    assert [e.node for e in feed.poll()] == ["node0"]
+    append(path, "garbage")
+    assert feed.poll() == []  # (not read again, nor judged before its newline)
+    append(path, "\n" + line("node1", 2.0))
+    assert [e.node for e in feed.poll()] == ["node1"]
+    assert health.problems == {(STAGE, NOT_JSON): 1} and feed.bad == 1 and feed.lineno == 2
 
 
 def test_bad_lines_are_counted_with_their_line_number(tmp_path: Path):
@@ -186,6 +212,41 @@ def test_a_file_rewritten_to_the_same_size_is_read_again(tmp_path: Path):
     assert feed.poll() == []
 
 
+def test_a_rewrite_that_puts_the_modification_time_back_is_read_again(tmp_path: Path):
+    """``cp -p`` or ``touch -r``: the same size and modification time, other lines. The
+    status-change time moves all the same."""
+    path, health, feed = follow(tmp_path, line("node1", 1.0) + line("node2", 2.0))
+    assert len(feed.poll()) == 2
+    before = path.stat()
+    time.sleep(0.01)  # (a status-change time a coarse clock would not move)
+    with open(path, "r+b") as fh:
+        fh.truncate(0)
+        fh.write((line("node7", 3.0) + line("node8", 4.0)).encode())
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert path.stat().st_mtime_ns == before.st_mtime_ns and path.stat().st_size == before.st_size
+    assert [e.node for e in feed.poll()] == ["node7", "node8"]
+    assert health.problems == {(STAGE, REREAD): 1}
+
+
+def test_a_copy_truncate_of_repeated_fixed_width_lines_is_told_by_the_first_bytes(tmp_path: Path):
+    """The same alert each minute, its time first: after a copy-truncate the file regrown past the
+    old offset held the old last 64 bytes at the same place, and the new lines before were lost."""
+    def iso(node: str, t: float) -> str:
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
+        return json.dumps({"time": stamp, "node": node, "type": "xid", "severity": "critical"}) + "\n"
+
+    old = "".join(iso("node3", 1_700_000_000 + 60 * i) for i in range(3))
+    path, health, feed = follow(tmp_path, old)
+    assert len(feed.poll()) == 3
+    new = "".join(iso(node, 1_700_003_600 + 60 * i) for i, node in enumerate(["node5", "node6", "node3", "node3"]))
+    assert new.encode()[len(old) - 64:len(old)] == old.encode()[-64:]  # the last bytes read are still there
+    with open(path, "r+b") as fh:
+        fh.truncate(0)
+        fh.write(new.encode())
+    assert [e.node for e in feed.poll()] == ["node5", "node6", "node3", "node3"]
+    assert health.problems == {(STAGE, REREAD): 1}
+
+
 def test_a_pipe_is_counted_once_as_unreadable_and_never_waited_on(tmp_path: Path):
     """A pipe has no size: it was never read and nothing said so. Opening it would wait for a writer."""
     path = tmp_path / "events.fifo"
@@ -200,23 +261,30 @@ def test_a_pipe_is_counted_once_as_unreadable_and_never_waited_on(tmp_path: Path
 
 def test_the_final_poll_reads_an_unterminated_last_line(tmp_path: Path):
     """``echo -n``, or JSON written without a final newline: the last event waited for a newline
-    that never came, through the whole run, and was neither read nor counted. A poll still waits
-    for it (a writer may be mid-line); the end of the run reads it."""
+    that never came, through the whole run, and was neither read nor counted."""
     path, health, feed = follow(tmp_path, "")
     path.write_bytes(b"\xef\xbb\xbf" + (line("node0", 1.0)[:-1] + "\r\n" + line("node1", 2.0)[:-1]).encode())
-    assert [e.node for e in feed.poll()] == ["node0"]
-    assert feed.poll() == [] and feed.partial  # still waiting: the writer may finish it
-    assert [e.node for e in feed.final_poll()] == ["node1"]
-    assert feed.events == 2 and feed.lineno == 2 and feed.partial == b"" and health.total_problems() == 0
+    assert [e.node for e in feed.poll()] == ["node0", "node1"]
+    assert feed.poll() == []
     assert feed.final_poll() == []  # read once
+    assert feed.events == 2 and feed.lineno == 2 and feed.partial == b"" and health.total_problems() == 0
 
 
-def test_the_final_poll_counts_an_unterminated_last_line_that_is_cut_short(tmp_path: Path, caplog):
-    path, health, feed = follow(tmp_path, line("node0", 1.0) + line("node1", 2.0)[:20])
+def test_a_line_still_being_written_at_the_end_is_counted_but_is_no_bad_line(tmp_path: Path, caplog):
+    """A run stopped (Ctrl-C) while a writer was mid-line counted a bad line: the file is fine."""
+    path, health, feed = follow(tmp_path, line("node0", 1.0) + line("nodé1", 2.0)[:32])  # cut inside the é
     with caplog.at_level(logging.WARNING, logger="foreshock"):
         assert len(feed.final_poll()) == 1
-    assert health.problems == {(STAGE, UNTERMINATED): 1} and feed.bad == 1 and feed.partial == b""
-    assert [r.getMessage() for r in caplog.records if UNTERMINATED in r.getMessage()][0].count(f"{path}:2:") == 1
+    assert health.problems == {(STAGE, UNFINISHED): 1} and feed.unfinished == 1
+    assert feed.bad == 0 and feed.partial == b""
+    assert [r.getMessage() for r in caplog.records if UNFINISHED in r.getMessage()][0].count(f"{path}:2:") == 1
+
+
+def test_a_last_line_of_complete_json_that_is_no_event_is_a_bad_line_at_the_end(tmp_path: Path):
+    path, health, feed = follow(tmp_path, line("node0", 1.0) + '{"node": "node1"}')
+    assert len(feed.poll()) == 1  # (complete JSON, but no event: waits, as any line, for its newline)
+    assert feed.final_poll() == []
+    assert health.problems == {(STAGE, MALFORMED): 1} and feed.bad == 1 and feed.unfinished == 0
 
 
 def test_the_final_poll_counts_an_unterminated_overlong_line_once(tmp_path: Path, monkeypatch):
@@ -300,6 +368,59 @@ def test_a_run_of_one_frame_reads_the_file_and_counts_its_events(tmp_path: Path)
     assert feed.not_handed == 1 and health.problems == {(STAGE, NO_FRAME_AFTER): 1}
 
 
+def test_events_wait_until_the_engine_has_telemetry_time_not_one_frame(tmp_path: Path):
+    """A first frame with no usable timestamp (a clock not set: the guard refuses it whole) gives
+    the engine no telemetry time; handed over after it, an event stamped in milliseconds was
+    queued for good, never counted."""
+    from foreshock.detectors.incidents import IncidentEngine
+    from foreshock.topology import Topology
+
+    t0 = 1_700_000_000.0
+    path = tmp_path / "ext.jsonl"
+    path.write_text(line("node0", (t0 + 30) * 1000) + line("node0", t0 + 30))
+    health = PipelineHealth()
+    engine = IncidentEngine(Topology.from_gpu_hosts([("node0", 1)]), health)
+    feed = ExternalFeed(path, health)
+    for now in feed_before_frames([math.nan, math.nan, t0, t0 + 10, t0 + 40], feed, [engine]):
+        if math.isfinite(now):  # (the bank runs its processors only for a frame with a usable time)
+            engine.observe([], now)
+    assert engine.queued_external() == 0 and engine.stats["external"] == 1  # the good event grouped
+    assert health.problems == {("incidents", "external event dated too far ahead of telemetry: refused"): 1}
+
+
+def test_events_still_queued_by_the_engine_at_the_end_are_counted(tmp_path: Path):
+    """An event handed over but dated after the last telemetry stays in the engine's queue: the
+    summary said "3 read, 1 with no frame after it", as if the 2 others were grouped."""
+    from foreshock.detectors.incidents import IncidentEngine
+    from foreshock.topology import Topology
+
+    t0 = 1_700_000_000.0
+    path = tmp_path / "ext.jsonl"
+    path.write_text(line("node0", t0 + 10) + line("node0", t0 + 600))
+    health = PipelineHealth()
+    engine = IncidentEngine(Topology.from_gpu_hosts([("node0", 1)]), health)
+    feed = ExternalFeed(path, health)
+    for now in feed_before_frames([t0 + 10 * i for i in range(10)], feed, [engine]):
+        engine.observe([], now)
+        if now == t0 + 90:
+            append(path, line("node0", t0 + 95))  # read after the last frame
+    assert feed.still_queued == 1 and engine.queued_external() == 1  # counted, the engine left as it is
+    assert feed.not_handed == 1
+    assert health.problems == {(STAGE, STILL_QUEUED): 1, (STAGE, NO_FRAME_AFTER): 1}
+
+
+def test_the_summary_says_which_events_were_never_grouped(tmp_path: Path):
+    from foreshock.cli.common import external_summary
+
+    feed = ExternalFeed(tmp_path / "e.jsonl")
+    feed.events, feed.not_handed, feed.still_queued, feed.bad, feed.unfinished = 3, 1, 1, 2, 1
+    assert external_summary(feed) == (f"3 external events read from {feed.path}, 1 with no telemetry after it and "
+                                      "1 dated after the last telemetry (still queued): not grouped, 2 bad lines, "
+                                      "the last line still being written at the end: not read")
+    feed.not_handed = feed.still_queued = feed.bad = feed.unfinished = 0
+    assert external_summary(feed) == f"3 external events read from {feed.path}"
+
+
 def test_external_targets_needs_a_processor_that_takes_events():
     take = Collector([])
     assert external_targets([object(), take]) == [take]
@@ -344,6 +465,20 @@ def test_replay_groups_an_external_event_into_an_incident(healthy, tmp_path: Pat
     assert found[0]["ts"] >= start + 120.0  # grouped once telemetry time reached the event
     said = " ".join(result.output.split())  # rich wraps long lines
     assert "1 external event read" in said and "1 bad line" in said  # the garbage line was counted
+
+
+def test_replay_groups_an_event_on_a_last_line_without_its_newline(healthy, tmp_path: Path):
+    """The unterminated last line was read only after the last frame: never grouped, though dated
+    inside the telemetry."""
+    rec, start = healthy
+    ext = tmp_path / "bmc.jsonl"
+    ext.write_text(line("node1", start + 120.0, "fan_failure", "critical")[:-1])
+    result = CliRunner().invoke(cli, ["replay", str(rec), "--port", "0", "--external", str(ext),
+                                      "--findings", str(tmp_path / "found.jsonl")])
+    assert result.exit_code == 0, result.output
+    assert {i["root_entity"] for i in incidents(tmp_path / "found.jsonl")} == {"node1"}
+    said = " ".join(result.output.split())
+    assert f"1 external event read from {ext}" in said and "not grouped" not in said
 
 
 def test_demo_follows_an_external_file(tmp_path: Path):
@@ -394,5 +529,5 @@ def test_replay_of_one_frame_reads_its_external_file_and_says_so(tmp_path: Path)
     result = CliRunner().invoke(cli, ["replay", str(tmp_path / "rec"), "--port", "0", "--external", str(ext)])
     assert result.exit_code == 0, result.output
     said = " ".join(result.output.split())
-    assert "1 external event read" in said and "1 with no frame after it: not grouped" in said
+    assert "1 external event read" in said and "1 with no telemetry after it: not grouped" in said
     assert json.loads(result.output.strip().splitlines()[-1])["input_problems"] == 1
