@@ -9,28 +9,34 @@ HTTPS with HTTP basic authentication. Per node, every chassis listed under
   ``RPM`` or ``Percent``), or, on BMCs with the newer thermal model, each member of
   ``ThermalSubsystem/Fans`` (``SpeedPercent.Reading``, in percent). The node's ``fan_speed`` is
   its **slowest** fan as a share of full speed: one stopped fan is the failure (the BMC's "fan
-  speed critical"), and a mean over eight fans would hide it. An RPM reading is divided by
-  ``fan_max_rpm`` where that is set, else by the fan's ``MaxReadingRange`` (the sensor's highest
-  possible reading, which is the fan's full speed on many BMCs but not where it is OpenBMC's
-  default 25000 RPM, :data:`OPENBMC_DEFAULT_MAX_RPM`: that one is no reference); without either
-  the reading cannot be put on that scale and is counted, not guessed (except 0 RPM: a stopped
-  fan is 0 on any scale). A fan whose ``Status``
+  speed critical"), and a mean over eight fans would hide it. An RPM reading is divided by the
+  fan's ``MaxReadingRange`` (the sensor's highest possible reading, which is the fan's full speed
+  on many BMCs), or by ``fan_max_rpm`` where the BMC gives no range or OpenBMC's default 25000
+  RPM (:data:`OPENBMC_DEFAULT_MAX_RPM`: no reference); without either the reading cannot be put
+  on that scale and is counted, not guessed (except 0 RPM: a stopped fan is 0 on any scale).
+  A fan whose ``Status``
   says it is ``Absent`` or ``Disabled`` (an empty bay) is left out; one that gives no reading
   but reports ``Health: Critical`` counts as stopped.
 * **power**: ``Power.PowerControl[].PowerConsumedWatts``, or the chassis's
   ``EnvironmentMetrics.PowerWatts.Reading``. The node's ``psu_power`` is the largest chassis
   draw, not their sum: a server chassis reports what its GPU baseboard chassis draws too. A
-  reading that is null, not a number or negative is counted, as a fan's is.
+  reading that is not a number or negative is counted, as a fan's is; a null one at each poll
+  where the node gave no draw at all, else once (a sensor with no reading beside the one read),
+  as an entry without the reading's property at all is.
 
 Where a node's chassis keep their fans and power is discovered at its first poll and
 remembered. It is discovered again only where it may no longer hold: the BMC unreachable
-(connection refused or reset: rebooted), the credentials refused, or a resource found at
-discovery answering 404; a read cut short for time, or one resource's HTTP error, keeps it (a
-node whose discovery and first read together did not fit in one poll was discovered again at
-every poll, and never had a row). One resource that fails (an HTTP error, a body that is not
-JSON or not an object) costs only its own readings, and one chassis that cannot be discovered
-only its own, tried again at the next poll; the node fails as a whole (no row) when its Chassis
-collection fails, its BMC is unreachable, refuses the credentials, or is cut short for time.
+(connection refused or reset: rebooted), the credentials refused (401), or a resource found at
+discovery, or a listed chassis, answering 404 (once: a link that answers 404 again after that
+is left out, counted once, :class:`Relisting`); a read cut short for time (the connect or TLS
+handshake included), or one resource's other HTTP error, keeps it (a node whose discovery and
+first read together did not fit in one poll was discovered again at every poll, and never had
+a row). One resource that fails (an HTTP error, 403 included, counted once: the account may not
+read it; a body that is not JSON or not an object) costs only its own readings, and one chassis
+that cannot be discovered only its own, tried again at the next poll; the node fails as a whole
+(no row) when its Chassis collection fails, its BMC is unreachable, refuses the credentials, or
+is cut short for time. A node whose BMC answered but gave neither fan speed nor power has no
+row either, counted at each such poll (:data:`NODE_NOTHING_READ`).
 
 Nodes are polled in parallel (a BMC takes 0.1–2 s per request), and a poll waits for them at
 most its interval (or a little more than one request's ``timeout``, if longer): a BMC still
@@ -48,8 +54,8 @@ unreachable BMC, refused credentials, an HTTP error, a body that is not JSON or 
 object, a fan or power reading that is null, not a number or out of range, an answer the code
 did not expect) and the poll goes on with the other nodes; a node that gave nothing has no row
 in that poll's frame. Fans in RPM that no full speed can be put on (no usable
-``MaxReadingRange``, no ``fan_max_rpm``) are the BMC's configuration, not bad input: counted
-once per node.
+``MaxReadingRange``, no ``fan_max_rpm``), a resource the account may not read, a power entry
+with no reading are the BMC's configuration, not bad input: counted once per node.
 
 The credentials go to the BMC's own origin only: a link (``@odata.id``) that is not a path on
 the BMC, or a redirect to another scheme, host or port, is refused and counted, never followed
@@ -117,6 +123,9 @@ OUT_OF_RANGE = "fan reading out of range"
 POWER_NOT_A_NUMBER = "power reading is not a number"
 POWER_OUT_OF_RANGE = "power reading out of range"
 NO_POWER_READING = "no power reading"
+NODE_NOTHING_READ = "BMC gave neither fan speed nor power"
+"""Counted for a node left out of its poll's frame though its BMC answered: none of its fans
+could be put on a full speed, and no draw was read (or it lists no chassis)."""
 
 OPENBMC_DEFAULT_MAX_RPM = 25000.0
 """The ``MaxReadingRange`` OpenBMC gives a fan when its platform configuration names no range:
@@ -138,20 +147,60 @@ class RedfishError(Exception):
     @property
     def ends_the_read(self) -> bool:
         """Whether the device's whole read stops here: its BMC unreachable, the credentials
-        refused, or the poll's time up, every request after this one would fail the same way.
-        Any other failure (an HTTP error, a body that is not JSON or not an object, a link
-        refused) is the problem of the resource asked only."""
+        refused (401), or the poll's time up, every request after this one would fail the same way.
+        Any other failure (an HTTP error, 403 included: the account may not read that resource, a
+        body that is not JSON or not an object, a link refused) is the problem of the resource
+        asked only."""
         return self.reason in (UNREACHABLE, CREDENTIALS_REFUSED, TOO_SLOW)
 
     @property
     def outdates_discovery(self) -> bool:
         """Whether what was discovered of the device may no longer hold, so that it is discovered
         again at the next poll: the BMC unreachable (rebooted, reset: connection refused or
-        reset), the credentials refused (reset to its defaults), or a resource found at
-        discovery now 404 (the caller asks only for those). A timeout or any other HTTP error
-        says nothing of the structure: discovering again then only made a node that needs
+        reset) or the credentials refused (reset to its defaults). A resource found at discovery
+        answering 404 may mean that too, once (:class:`Relisting`). A timeout or any other HTTP
+        error says nothing of the structure: discovering again then only made a node that needs
         more than one poll's time for discovery and reading together never get a row."""
-        return self.reason in (UNREACHABLE, CREDENTIALS_REFUSED) or self.status == 404
+        return self.reason in (UNREACHABLE, CREDENTIALS_REFUSED)
+
+
+LISTED_BUT_GONE = "BMC lists a resource that answers 404"
+"""Counted once per device and path: a link that answered 404 again after the device was
+discovered afresh for its first 404 (:class:`Relisting`)."""
+
+
+class Relisting:
+    """Which links' 404 had each device (a node's BMC, a loop's CDU) discovered afresh.
+
+    A resource found at discovery that answers 404 may be gone for good (a chassis that came back
+    under a new id): the device is discovered again at the next poll, once. If that fresh
+    discovery lists the same link and it answers 404 again, the BMC lists what it does not serve
+    (stale firmware, a link to a sensor that is not there): the link is left out of the plan,
+    counted once (:data:`LISTED_BUT_GONE`), and not discovered again for it (a chassis is still
+    looked for at each poll, one request: it may only not be up yet). Discovering again at
+    every poll cost a slow BMC's node its row at two polls of three, and every BMC its whole tree
+    again at every poll."""
+
+    def __init__(self) -> None:
+        self._gone_before: dict[str, frozenset[str]] = {}
+
+    def gone_before(self, device: str) -> frozenset[str]:
+        """The links whose 404 had ``device``'s current discovery made (and that still answer 404)."""
+        return self._gone_before.get(device, frozenset())
+
+    def after_read(self, device: str, gone: Sequence[str], gone_again: Sequence[str]) -> bool:
+        """Note a whole read of ``device``: the links that answered 404 for the first time
+        (``gone``) and again (``gone_again``). Returns whether to discover it again."""
+        still = frozenset(gone) | frozenset(gone_again)
+        if still:
+            self._gone_before[device] = still
+        else:
+            self._gone_before.pop(device, None)
+        return bool(gone)
+
+    def forget(self, device: str) -> None:
+        """The device is discovered again for another reason (rebooted): its links start afresh."""
+        self._gone_before.pop(device, None)
 
 
 @dataclass
@@ -162,12 +211,20 @@ class FanReadings:
     shares: list[float] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     details: dict[str, str] = field(default_factory=dict)
-    rediscover: bool = False  # a resource found at discovery is gone (404): discover the node again
+    facts: list[tuple[str, str, str]] = field(default_factory=list)  # (reason, what, detail): counted once per node
+    gone: list[str] = field(default_factory=list)  # links found at discovery answering 404 (:class:`Relisting`)
+    gone_again: list[str] = field(default_factory=list)  # ... again, after the discovery their first 404 made
 
     def problem(self, reason: str, detail: str = "") -> None:
         self.problems.append(reason)
         if detail:
             self.details.setdefault(reason, detail)
+
+    def fact(self, reason: str, what: str, detail: str = "") -> None:
+        """The BMC's configuration, the same at every poll (fans with no full speed, a sensor with
+        no reading beside one that has it, a resource the account may not read): counted once
+        for the node and ``what``, not at every poll."""
+        self.facts.append((reason, what, detail))
 
     def slowest(self) -> float:
         return min(self.shares) if self.shares else math.nan
@@ -193,11 +250,14 @@ def fan_share(entry: Mapping[str, Any], fan_max_rpm: float | None = None) -> tup
 
     Returns ``(share, "")``, ``(None, "")`` for a bay with no fan, or ``(None, problem)``; a
     reading no fan gives (below 0, or a percentage over 100) is a problem (:data:`OUT_OF_RANGE`).
-    An RPM reading is put over ``fan_max_rpm`` where one is given (the site's figure for its fans
-    is taken over the BMC's), else over the fan's ``MaxReadingRange``: DMTF defines that as the
-    sensor's highest possible reading, which many BMCs set to the fan's full speed, but not
-    OpenBMC's default (:data:`OPENBMC_DEFAULT_MAX_RPM`), which is then no reference at all
-    (:data:`SENSOR_RANGE_ONLY`, as :data:`NO_FULL_SPEED` where the BMC gives no range).
+    An RPM reading is put over the fan's ``MaxReadingRange``: DMTF defines that as the sensor's
+    highest possible reading, which many BMCs set to the fan's full speed, but not OpenBMC's
+    default (:data:`OPENBMC_DEFAULT_MAX_RPM`), which is no reference at all. Where the range is
+    that default or missing, the reading is put over ``fan_max_rpm`` (the site's figure), and
+    without one it is a problem (:data:`SENSOR_RANGE_ONLY`, :data:`NO_FULL_SPEED`). The site's
+    figure is one for the whole fleet: taken over every BMC's own range it put a vendor BMC's
+    6000-RPM fan idling at 25 % under the 10 % "stopped" line, once it was set for the OpenBMC
+    nodes' 16000-RPM fans.
     """
     state, health = _status(entry)
     if state in ABSENT_STATES:
@@ -223,54 +283,69 @@ def fan_share(entry: Mapping[str, Any], fan_max_rpm: float | None = None) -> tup
         return None, OUT_OF_RANGE
     if reading == 0:
         return 0.0, ""  # a stopped fan reads 0 on any scale: no full-speed reference needed
+    full = _number(entry.get("MaxReadingRange"))
+    if full is not None and full > 0 and full != OPENBMC_DEFAULT_MAX_RPM:
+        return reading / full, ""
     if fan_max_rpm:
         return reading / fan_max_rpm, ""
-    full = _number(entry.get("MaxReadingRange"))
-    if full == OPENBMC_DEFAULT_MAX_RPM:
-        return None, SENSOR_RANGE_ONLY
-    if full is None or full <= 0:
-        return None, NO_FULL_SPEED
-    return reading / full, ""
+    return None, SENSOR_RANGE_ONLY if full == OPENBMC_DEFAULT_MAX_RPM else NO_FULL_SPEED
 
 
-def _watts(value: Any, where: str, problems: list[tuple[str, str]]) -> float | None:
-    """A draw in watts, or None with its problem: null (:data:`NO_POWER_READING`), not a number,
-    or negative (no supply feeds power back)."""
-    if value is None:
-        problems.append((NO_POWER_READING, where))
-        return None
-    watts = _number(value)
-    if watts is None:
-        problems.append((POWER_NOT_A_NUMBER, f"{where} {value!r}"))
-    elif watts < 0:
-        problems.append((POWER_OUT_OF_RANGE, f"{where} {watts:g}"))
-        return None
-    return watts
+@dataclass
+class ChassisDraw:
+    """A chassis's draw (NaN if none was read) and what stood in the way of its readings, each
+    with where: ``problems``, readings there but unusable (not a number, negative); ``null``,
+    readings given as null; ``missing``, entries without the reading's property at all (a
+    limit-only ``PowerControl`` entry: the BMC's configuration)."""
+
+    watts: float = math.nan
+    problems: list[tuple[str, str]] = field(default_factory=list)
+    null: list[str] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)
+
+    def reading(self, entry: Mapping[str, Any], name: str, where: str) -> float | None:
+        """``entry[name]`` as a draw in watts, or None, noted: missing, null, not a number, or
+        negative (no supply feeds power back)."""
+        if name not in entry:
+            self.missing.append(where)
+            return None
+        value = entry[name]
+        if value is None:
+            self.null.append(where)
+            return None
+        watts = _number(value)
+        if watts is None:
+            self.problems.append((POWER_NOT_A_NUMBER, f"{where} {value!r}"))
+        elif watts < 0:
+            self.problems.append((POWER_OUT_OF_RANGE, f"{where} {watts:g}"))
+            return None
+        return watts
 
 
-def chassis_power(power: Mapping[str, Any] | None,
-                  environment: Mapping[str, Any] | None) -> tuple[float, list[tuple[str, str]]]:
+def chassis_power(power: Mapping[str, Any] | None, environment: Mapping[str, Any] | None) -> ChassisDraw:
     """A chassis's draw in watts from its ``Power`` resource (the largest
     ``PowerControl[].PowerConsumedWatts``), else its ``EnvironmentMetrics.PowerWatts.Reading``
-    (NaN if neither says); and the problems, with where, of the readings that are there but
-    unusable (they were dropped uncounted, the node's ``psu_power`` gone with no reason given).
-    A resource with no ``PowerControl`` entry or no ``PowerWatts`` claims no reading: not a problem."""
-    problems: list[tuple[str, str]] = []
-    drawn: list[float | None] = []
+    (NaN if neither says), with the readings that could not be used (:class:`ChassisDraw`:
+    they were dropped uncounted, the node's ``psu_power`` gone with no reason given). A resource
+    with no ``PowerControl`` entry or no ``PowerWatts`` claims no reading: nothing to note."""
+    draw = ChassisDraw()
+    found: list[float] = []
     if isinstance(power, Mapping):
         controls = power.get("PowerControl")
         for i, control in enumerate(controls if isinstance(controls, list) else []):
             if isinstance(control, Mapping):
-                drawn.append(_watts(control.get("PowerConsumedWatts"), f"PowerControl[{i}].PowerConsumedWatts",
-                                    problems))
-    found = [w for w in drawn if w is not None]
+                watts = draw.reading(control, "PowerConsumedWatts", f"PowerControl[{i}].PowerConsumedWatts")
+                if watts is not None:
+                    found.append(watts)
     if isinstance(environment, Mapping):
-        watts = environment.get("PowerWatts")
-        if isinstance(watts, Mapping):
-            reading = _watts(watts.get("Reading"), "PowerWatts.Reading", problems)
-            if reading is not None and not found:
-                found = [reading]
-    return (max(found) if found else math.nan), problems
+        metrics = environment.get("PowerWatts")
+        if isinstance(metrics, Mapping):
+            watts = draw.reading(metrics, "Reading", "PowerWatts.Reading")
+            if watts is not None and not found:
+                found = [watts]
+    if found:
+        draw.watts = max(found)
+    return draw
 
 
 NOT_AN_OBJECT = "not a Redfish object"
@@ -343,17 +418,37 @@ def discover_chassis(fetch: Fetch, plan: ChassisPlan) -> None:
 FAN_NOT_AN_OBJECT = "fan entry is not an object"
 
 
-def read_node(fetch: Fetch, plans: list[ChassisPlan], fan_max_rpm: float | None = None) -> tuple[FanReadings, float]:
+def read_node(fetch: Fetch, plans: list[ChassisPlan], fan_max_rpm: float | None = None,
+              gone_before: frozenset[str] = frozenset()) -> tuple[FanReadings, float]:
     """One poll of a node: its fans' shares of full speed and its largest chassis draw; a chassis
     not found yet is looked for first (:func:`discover_chassis`).
 
     A request that fails, or a body that is not an object, is a problem of that resource only
     (of that chassis, while it is looked for): counted, and the node's other resources still
-    read. A 404 for a resource found at discovery sets ``rediscover``. A failure that ends the
-    node's read (:attr:`RedfishError.ends_the_read`) is raised, what was found of the chassis
-    kept."""
+    read; a 403 (the account may not read that resource) is the BMC's configuration, counted
+    once. A 404 for a resource found at discovery, or for a listed chassis while it is looked
+    for, goes in ``gone``; one for a link in ``gone_before`` (the links whose 404 had this
+    discovery made) in ``gone_again``, that resource's link then dropped from its plan
+    (:class:`Relisting`). A failure that ends the node's read
+    (:attr:`RedfishError.ends_the_read`) is raised, what was found of the chassis kept.
+
+    A null power reading is counted at a poll where the node gave no draw at all; beside a
+    draw (a baseboard's unpopulated sensor, the server chassis's reading there) it is noted once,
+    as an entry without the property at all is."""
     readings = FanReadings()
     draws = []
+    null_power: list[str] = []
+
+    def failed(exc: RedfishError, path: str) -> None:
+        if exc.status == 404 and path in gone_before:
+            readings.gone_again.append(path)
+            readings.fact(LISTED_BUT_GONE, path, exc.detail)
+        elif exc.status == 403:
+            readings.fact(exc.reason, path, exc.detail)
+        else:
+            readings.problem(exc.reason, exc.detail)
+            if exc.status == 404:
+                readings.gone.append(path)
 
     def resource(path: str, not_an_object: str = NOT_AN_OBJECT) -> Mapping[str, Any] | None:
         try:
@@ -361,8 +456,7 @@ def read_node(fetch: Fetch, plans: list[ChassisPlan], fan_max_rpm: float | None 
         except RedfishError as exc:
             if exc.ends_the_read:
                 raise
-            readings.problem(exc.reason, exc.detail)
-            readings.rediscover = readings.rediscover or exc.outdates_discovery
+            failed(exc, path)
             return None
         if isinstance(body, Mapping):
             return body
@@ -376,7 +470,11 @@ def read_node(fetch: Fetch, plans: list[ChassisPlan], fan_max_rpm: float | None 
             except RedfishError as exc:
                 if exc.ends_the_read:
                     raise
-                readings.problem(exc.reason, exc.detail)
+                # a chassis that cannot be looked for (the chassis, its subsystem or its fans
+                # answering 404: listed by a collection that is out of date) is the chassis's
+                # link failing: the collection is read again once (its new id, HGX_Baseboard_1,
+                # was never read), and the chassis looked for again at each poll
+                failed(exc, plan.path)
                 continue
         entries: list[Mapping[str, Any]] = []
         thermal = resource(plan.thermal) if plan.thermal else None
@@ -395,16 +493,37 @@ def read_node(fetch: Fetch, plans: list[ChassisPlan], fan_max_rpm: float | None 
             share, problem = fan_share(entry, fan_max_rpm)
             if share is not None:
                 readings.shares.append(share)
+            elif problem in (NO_FULL_SPEED, SENSOR_RANGE_ONLY):
+                readings.fact(problem, "fan-scale")  # the BMC's configuration: once per node, not per fan per poll
             elif problem:
                 readings.problem(problem)
         if plan.power or plan.environment:
-            draw, problems = chassis_power(resource(plan.power) if plan.power else None,
-                                           resource(plan.environment) if plan.environment else None)
-            for reason, where in problems:
+            draw = chassis_power(resource(plan.power) if plan.power else None,
+                                 resource(plan.environment) if plan.environment else None)
+            for reason, where in draw.problems:
                 readings.problem(reason, f"{plan.path}: {where}")
-            draws.append(draw)
+            null_power += (f"{plan.path}: {where}" for where in draw.null)
+            for where in draw.missing:
+                readings.fact(NO_POWER_READING, f"power:{plan.path}:{where}", f"{plan.path}: {where} missing")
+            draws.append(draw.watts)
+        _drop_links(plan, readings.gone_again)
     found = [d for d in draws if not math.isnan(d)]
+    if found:
+        for where in null_power:
+            readings.fact(NO_POWER_READING, f"power:{where}", f"{where} null (the node's draw read elsewhere)")
+    elif null_power:
+        readings.problem(NO_POWER_READING, null_power[0])
     return readings, max(found) if found else math.nan
+
+
+def _drop_links(plan: ChassisPlan, gone: Sequence[str]) -> None:
+    """Leave the links in ``gone`` out of ``plan``: the BMC lists them, afresh, but serves nothing there."""
+    if not gone:
+        return
+    plan.thermal = None if plan.thermal in gone else plan.thermal
+    plan.fans = [path for path in plan.fans if path not in gone]
+    plan.power = None if plan.power in gone else plan.power
+    plan.environment = None if plan.environment in gone else plan.environment
 
 
 def _origin(url: str) -> tuple[str, str, int] | None:
@@ -791,11 +910,19 @@ class BmcClient:
             raise RedfishError(TOO_SLOW, f"{url}: {late.received} bytes in {time.monotonic() - began:.3g} s, "
                                          f"{late.what} not whole") from None
         except urllib.error.HTTPError as exc:
-            if exc.code in (401, 403):
+            # 401 is the credentials refused, for every request after this one too; 403 is this
+            # account not allowed this resource (a ReadOnly account, a baseboard's sensor): that
+            # resource's problem, or the node's where it is the Chassis collection
+            if exc.code == 401:
                 raise RedfishError(CREDENTIALS_REFUSED, f"{url}: HTTP {exc.code}", exc.code) from None
             raise RedfishError(f"BMC answered HTTP {exc.code}", url, exc.code) from None
         except (urllib.error.URLError, OSError, ValueError) as exc:
             reason = getattr(exc, "reason", exc)
+            if isinstance(reason, TimeoutError) or isinstance(exc, TimeoutError):
+                # the connect or the TLS handshake given up at the deadline (the socket's timeout
+                # is the time left): a BMC too busy to answer in time, not one gone, whose
+                # discovery holds (it was dropped as "unreachable")
+                raise RedfishError(TOO_SLOW, f"{url}: {reason} after {time.monotonic() - began:.3g} s") from None
             raise RedfishError(UNREACHABLE, f"{url}: {reason}") from None
         try:
             return json.loads(body)
@@ -994,8 +1121,8 @@ class RedfishSource(PollingSource):
     names must match) or one holding just these nodes. ``user``/``password`` default to the
     ``FORESHOCK_BMC_USER``/``FORESHOCK_BMC_PASSWORD`` environment variables, the TLS settings to
     ``FORESHOCK_BMC_CA_FILE`` and ``FORESHOCK_BMC_INSECURE=1``, ``fan_max_rpm`` (the fans' full
-    speed, taken over the BMC's ``MaxReadingRange``: :func:`fan_share`) to
-    ``FORESHOCK_BMC_FAN_MAX_RPM``.
+    speed, for fans whose BMC gives no ``MaxReadingRange`` or OpenBMC's default one:
+    :func:`fan_share`) to ``FORESHOCK_BMC_FAN_MAX_RPM``.
     """
 
     stage = STAGE
@@ -1013,6 +1140,7 @@ class RedfishSource(PollingSource):
         self.clients = clients(bmcs, user, password, timeout, ca_file, insecure)
         self.fan_max_rpm = fan_max_rpm if fan_max_rpm is not None else _env_rpm("FORESHOCK_BMC_FAN_MAX_RPM")
         self.plans: dict[str, list[ChassisPlan]] = {}
+        self.relisting = Relisting()
         self.workers = max(1, min(workers, len(self.nodes)))
         self.answer_within = answer_within(self.interval, timeout)
         self._reads: ParallelReads[tuple[float, float, float, FanReadings] | None] = \
@@ -1026,25 +1154,30 @@ class RedfishSource(PollingSource):
 
         What was discovered of the node is kept through a read cut short for time and through
         the failures of single resources, and discovered again only where it may no longer hold
-        (:attr:`RedfishError.outdates_discovery`, or an answer this code did not expect)."""
+        (:attr:`RedfishError.outdates_discovery`, an answer this code did not expect, or a
+        link found at discovery answering 404 for the first time: :class:`Relisting`)."""
         client = self.clients[node]
         try:
             plans = self.plans.get(node)
             if plans is None:
                 plans = self.plans[node] = discover(client.get)
-            fans, power = read_node(client.get, plans, self.fan_max_rpm)
+            fans, power = read_node(client.get, plans, self.fan_max_rpm, self.relisting.gone_before(node))
         except RedfishError as exc:
             if exc.outdates_discovery:
-                self.plans.pop(node, None)
+                self._forget(node)
             self.health.problem(STAGE, exc.reason, detail=f"{node}: {exc.detail}")
             return None
         except Exception as exc:  # an answer this code did not expect: this node's problem, not the poll's
-            self.plans.pop(node, None)
+            self._forget(node)
             self.health.problem(STAGE, "BMC answer not understood", detail=f"{node}: {type(exc).__name__}: {exc}")
             return None
-        if fans.rediscover:
+        if self.relisting.after_read(node, fans.gone, fans.gone_again):
             self.plans.pop(node, None)
         return self.clock(), fans.slowest(), power, fans
+
+    def _forget(self, node: str) -> None:
+        self.plans.pop(node, None)
+        self.relisting.forget(node)
 
     def read(self) -> SampleBatch:
         """One poll of every node (a row per node that gave a reading, in time or since the last poll)."""
@@ -1059,15 +1192,21 @@ class RedfishSource(PollingSource):
         for i, (_, _, _, fans) in answered:
             node = self.nodes[i]
             for problem in fans.problems:
-                # fans in RPM with no full speed to put them on are this BMC's configuration, at
-                # every poll: counted once per node, not per fan per poll (17,000 a day a node)
-                if problem in (NO_FULL_SPEED, SENSOR_RANGE_ONLY) and \
-                        not count_once(self.counted_once, f"{node}:fan-scale:{problem}"):
-                    continue
                 detail = fans.details.get(problem)
                 self.health.problem(STAGE, problem, detail=f"{node}: {detail}" if detail else node)
-        # a node none of whose readings could be had (each failure counted above) gave nothing: no row
-        rows = [(i, r) for i, r in answered if not (math.isnan(r[1]) and math.isnan(r[2]))]
+            for reason, what, detail in fans.facts:
+                # the BMC's configuration, the same at every poll (fans in RPM with no full speed:
+                # 17,000 a day a node, counted per fan per poll): once per node
+                if count_once(self.counted_once, f"{node}:{reason}:{what}"):
+                    self.health.problem(STAGE, reason, detail=f"{node}: {detail}" if detail else node)
+        rows = []
+        for i, row in answered:
+            if math.isnan(row[1]) and math.isnan(row[2]):
+                # a poll without a row for the node: counted at each one (what stood in the way,
+                # fans with no full speed, a chassis collection listing none, may be counted once)
+                self.health.problem(STAGE, NODE_NOTHING_READ, detail=self.nodes[i])
+            else:
+                rows.append((i, row))
         ts = np.array([r[0] for _, r in rows], dtype=np.float64)
         columns = {"fan_speed": np.array([r[1] for _, r in rows], dtype=np.float64),
                    "psu_power": np.array([r[2] for _, r in rows], dtype=np.float64)}
@@ -1094,6 +1233,15 @@ CDU_NOTHING_READ = "CDU gave neither supply temperature nor flow"
 """Counted for a CDU row left out of its poll's frame: no connector gave a reading of either."""
 
 
+CDU_METER_LOST = "CDU flow meter no longer read: the loop's flow is not published"
+"""Counted once per connector: one that gave a flow and is read no more (dropped after answering 404
+twice); the other meters' sum, published, read as a loss of flow."""
+CDU_UNMETERED = "CDU connector without a flow reading (left out of the loop's flow)"
+"""Counted once per connector: one that has never given a flow (an unmetered connector, the
+return side of a pair metered on its supply) is the CDU's configuration."""
+CDU_NO_FLOW = "CDU FlowLitersPerMinute: no reading"
+
+
 @dataclass
 class CduReading:
     """One poll of a CDU's secondary (IT-side) loop: supply temperature (°C) and flow (L/s)."""
@@ -1101,17 +1249,17 @@ class CduReading:
     supply_c: float = math.nan
     flow_lps: float = math.nan
     problems: list[str] = field(default_factory=list)
-    rediscover: bool = False  # a connector found at discovery is gone (404): find the CDU's again
+    unmetered: list[str] = field(default_factory=list)  # connectors with no flow ever: left out, counted once
+    gone: list[str] = field(default_factory=list)  # connectors found at discovery answering 404 (:class:`Relisting`)
+    gone_again: list[str] = field(default_factory=list)  # ... again, after the discovery their first 404 made
+    lost_meters: list[str] = field(default_factory=list)  # connectors that gave a flow, read no more: no flow
 
 
-def _excerpt(connector: Mapping[str, Any], name: str, problems: list[str], required: bool = False) -> float | None:
-    """A sensor excerpt's ``Reading`` (``{"Reading": 32.1}``); a reading that is not a number
-    (BMCs print ``"Out of range"``) is counted, and so is a ``required`` one that is null or
-    missing (``no reading``)."""
+def _excerpt(connector: Mapping[str, Any], name: str, problems: list[str]) -> float | None:
+    """A sensor excerpt's ``Reading`` (``{"Reading": 32.1}``), None where there is none; a reading
+    that is not a number (BMCs print ``"Out of range"``) is counted."""
     excerpt = connector.get(name)
     if not isinstance(excerpt, Mapping) or excerpt.get("Reading") is None:
-        if required:
-            problems.append(f"CDU {name}: no reading")
         return None
     value = _number(excerpt.get("Reading"))
     if value is None:
@@ -1133,44 +1281,81 @@ def find_cdu(fetch: Fetch, path: str) -> list[str]:
     return _members(fetch(connectors))
 
 
-def read_cdu(fetch: Fetch, connectors: list[str]) -> CduReading:
-    """Supply temperature (the flow-weighted mean over the connectors that gave one, else their
-    plain mean) and total flow.
+def read_cdu(fetch: Fetch, connectors: list[str], metered: dict[str, bool] | None = None,
+             gone_before: frozenset[str] = frozenset()) -> CduReading:
+    """Supply temperature and total flow of the CDU's secondary loop.
 
-    The flow is the sum over every connector the CDU lists, so it is given only when each of them
-    gave one: a connector whose flow is missing (null, not a number, negative, its resource
-    failing) makes the loop's flow NaN for the poll, counted. The sum over the others read as a
-    loss of flow (one of two meters null: half the loop's flow, a 50 % cooling loss to the
-    thermal detector). A connector's request that fails is its own problem; one that ends the
-    CDU's read (:attr:`RedfishError.ends_the_read`) is raised."""
+    The flow is the sum over the connectors that have a meter, so it is given only when each of
+    those gave one: a connector that has given a flow before (``metered``, per connector path,
+    kept across polls by the caller) and whose flow is missing now (null, not a number,
+    negative, its resource failing) makes the loop's flow NaN for the poll, counted. The sum
+    over the others read as a loss of flow (one of two meters null: half the loop's flow, a 50 %
+    cooling loss to the thermal detector). A connector that has never given a flow (no
+    ``FlowLitersPerMinute`` at all, or only null: an unmetered connector) is left out of the
+    sum, noted in ``unmetered``; the thermal detector reads flow against its own learnt
+    baseline, so a constant set of meters is all it needs. One not read yet whose resource fails
+    could be either: the flow is NaN then too.
+
+    The supply temperature is the flow-weighted mean over the connectors that gave one where
+    each of them gave a flow too, else their plain mean: weighting by the flows some gave moved
+    the loop's supply temperature by as much as their spread when one meter went null.
+
+    A connector's request that fails is its own problem; one that ends the CDU's read
+    (:attr:`RedfishError.ends_the_read`) is raised. A 404 goes in ``gone``, or in ``gone_again``
+    for a connector in ``gone_before`` (:class:`Relisting`): that one is left out of the loop."""
+    metered = {} if metered is None else metered
     reading = CduReading()
-    supplies, flows = [], []
+    supplies: list[tuple[float, float | None]] = []
+    flows: list[float] = []
+    flow_missing = False
     for path in connectors:
         try:
             connector = fetch(path)
         except RedfishError as exc:
             if exc.ends_the_read:
                 raise
+            if exc.status == 404 and path in gone_before:
+                reading.gone_again.append(path)
+                flow_missing = flow_missing or metered.get(path) is True  # a meter lost (lost_meters)
+                continue
             reading.problems.append(exc.reason)
-            reading.rediscover = reading.rediscover or exc.outdates_discovery
+            if exc.status == 404:
+                reading.gone.append(path)
+            flow_missing = flow_missing or metered.get(path) is not False
             continue
         if not isinstance(connector, Mapping):
             reading.problems.append(NOT_AN_OBJECT)
+            flow_missing = flow_missing or metered.get(path) is not False
             continue
         supply = _excerpt(connector, "SupplyTemperatureCelsius", reading.problems)
-        flow = _excerpt(connector, "FlowLitersPerMinute", reading.problems, required=True)
+        flow_excerpt = connector.get("FlowLitersPerMinute")
+        has_reading = isinstance(flow_excerpt, Mapping) and flow_excerpt.get("Reading") is not None
+        flow = _excerpt(connector, "FlowLitersPerMinute", reading.problems)
         if flow is not None and flow < 0:  # no pump runs backwards: a broken meter (it was dropped uncounted)
             reading.problems.append("CDU FlowLitersPerMinute out of range")
             flow = None
+        if flow is not None:
+            metered[path] = True
+            flows.append(flow / 60.0)
+        elif has_reading:  # a meter there, its reading unusable (counted above)
+            flow_missing = True
+        elif metered.get(path):
+            reading.problems.append(CDU_NO_FLOW)
+            flow_missing = True
+        else:
+            metered[path] = False
+            reading.unmetered.append(path)
         if supply is not None:
             supplies.append((supply, flow))
-        if flow is not None:
-            flows.append(flow / 60.0)
-    if flows and len(flows) == len(connectors):
+    # a meter that gave a flow and is no longer among the connectors read (dropped after answering
+    # 404 twice, or no longer listed): the others' sum would read as a loss of flow, the false
+    # cooling loss a missing meter made before; no flow is published for the loop from then on
+    reading.lost_meters = [path for path, had_flow in metered.items() if had_flow and path not in connectors]
+    if flows and not flow_missing and not reading.lost_meters:
         reading.flow_lps = sum(flows)
-    weighted = [(s, f) for s, f in supplies if f is not None and f > 0]
-    if weighted:
-        reading.supply_c = sum(s * f for s, f in weighted) / sum(f for _, f in weighted)
+    weights = [f for _, f in supplies if f is not None]
+    if supplies and len(weights) == len(supplies) and sum(weights) > 0:
+        reading.supply_c = sum(s * f for s, f in supplies if f is not None) / sum(weights)
     elif supplies:
         reading.supply_c = sum(s for s, _ in supplies) / len(supplies)
     return reading
@@ -1186,8 +1371,9 @@ class CduSource(PollingSource):
     ``coolant_flow`` (the thermal detector reads flow against its own learnt baseline, so the
     share's scale cancels; what matters is the CDU's flow falling). This is what gives a cooling
     loss its minutes of warning: the flow falls before any die warms. The flow is the sum over
-    every connector the CDU lists, so a poll in which one of them gives no valid flow has NaN
-    for it, counted (:func:`read_cdu`), never the others' sum; a CDU that gives neither supply
+    the connectors that have a meter, so a poll in which one of them gives no valid flow has NaN
+    for it, counted (:func:`read_cdu`), never the others' sum (a connector that never gave a
+    flow is left out, counted once: :data:`CDU_UNMETERED`); a CDU that gives neither supply
     temperature nor flow has no rows, counted (:data:`CDU_NOTHING_READ`). Credentials and TLS as
     for :class:`RedfishSource`.
 
@@ -1221,6 +1407,8 @@ class CduSource(PollingSource):
         self.loops = list(cdus)
         self.clients = clients(cdus, user, password, timeout, ca_file, insecure)
         self.connectors: dict[str, list[str]] = {}
+        self.metered: dict[str, dict[str, bool]] = {}  # per loop, per connector: whether it has given a flow
+        self.relisting = Relisting()
         self.answer_within = answer_within(self.interval, timeout)
         self._reads: ParallelReads[CduReading | None] = ParallelReads(min(32, len(self.loops)), "cdu")
         self._not_found: dict[str, int] = {}  # per loop, the failed discoveries in a row
@@ -1236,7 +1424,8 @@ class CduSource(PollingSource):
             if connectors is None:
                 connectors = self.connectors[loop] = find_cdu(client.get, client.path)
                 self._not_found.pop(loop, None)
-            reading = read_cdu(client.get, connectors)
+            reading = read_cdu(client.get, connectors, self.metered.setdefault(loop, {}),
+                               self.relisting.gone_before(loop))
         except RedfishError as exc:
             self._failed(loop, forget=exc.outdates_discovery)
             self.health.problem(STAGE, exc.reason, detail=f"{loop}: {exc.detail}")
@@ -1245,7 +1434,9 @@ class CduSource(PollingSource):
             self._failed(loop, forget=True)
             self.health.problem(STAGE, "CDU answer not understood", detail=f"{loop}: {type(exc).__name__}: {exc}")
             return None
-        if reading.rediscover:
+        if reading.gone_again:
+            self.connectors[loop] = [path for path in connectors if path not in reading.gone_again]
+        if self.relisting.after_read(loop, reading.gone, reading.gone_again):
             self.connectors.pop(loop, None)
         return reading
 
@@ -1258,6 +1449,7 @@ class CduSource(PollingSource):
             self._retry_in[loop] = min(2 ** (failed - 1), self._most_polls_between)
         elif forget:
             del self.connectors[loop]
+            self.relisting.forget(loop)
 
     def _asked(self) -> list[str]:
         """The loops to read this poll: those not waiting to try their discovery again."""
@@ -1282,6 +1474,11 @@ class CduSource(PollingSource):
                 continue
             for problem in reading.problems:
                 self.health.problem(STAGE, problem, detail=loop)
+            for reason, paths in ((CDU_UNMETERED, reading.unmetered), (LISTED_BUT_GONE, reading.gone_again),
+                                  (CDU_METER_LOST, reading.lost_meters)):
+                for path in paths:  # the CDU's configuration, the same at every poll: counted once
+                    if count_once(self.counted_once, f"{loop}:{reason}:{path}"):
+                        self.health.problem(STAGE, reason, detail=f"{loop}: {path}")
             if math.isnan(reading.supply_c) and math.isnan(reading.flow_lps):
                 self.health.problem(STAGE, CDU_NOTHING_READ, detail=loop)
                 continue
