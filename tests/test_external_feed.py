@@ -477,8 +477,9 @@ def test_replay_groups_an_event_on_a_last_line_without_its_newline(healthy, tmp_
                                       "--findings", str(tmp_path / "found.jsonl")])
     assert result.exit_code == 0, result.output
     assert {i["root_entity"] for i in incidents(tmp_path / "found.jsonl")} == {"node1"}
-    said = " ".join(result.output.split())
-    assert f"1 external event read from {ext}" in said and "not grouped" not in said
+    said = " ".join(result.output.split())  # rich wraps long lines, a long path anywhere in it
+    assert "1 external event read from" in said and "not grouped" not in said
+    assert str(ext) in "".join(result.output.split())
 
 
 def test_demo_follows_an_external_file(tmp_path: Path):
