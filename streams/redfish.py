@@ -1188,9 +1188,12 @@ class RedfishSource(PollingSource):
             # answered, its row then taken at the next poll
             self.health.problem(STAGE, TOO_SLOW, detail=f"{node}: no answer within {self.answer_within:g} s (its row "
                                                         "comes with the poll after it answers)")
-        answered = [(i, r) for i, node in enumerate(self.nodes) if (r := answers.get(node)) is not None]
-        for i, (_, _, _, fans) in answered:
-            node = self.nodes[i]
+        rows = []
+        for i, node in enumerate(self.nodes):
+            row = answers.get(node)
+            if row is None:
+                continue
+            _, fan_speed, psu_power, fans = row
             for problem in fans.problems:
                 detail = fans.details.get(problem)
                 self.health.problem(STAGE, problem, detail=f"{node}: {detail}" if detail else node)
@@ -1199,12 +1202,10 @@ class RedfishSource(PollingSource):
                 # 17,000 a day a node, counted per fan per poll): once per node
                 if count_once(self.counted_once, f"{node}:{reason}:{what}"):
                     self.health.problem(STAGE, reason, detail=f"{node}: {detail}" if detail else node)
-        rows = []
-        for i, row in answered:
-            if math.isnan(row[1]) and math.isnan(row[2]):
+            if math.isnan(fan_speed) and math.isnan(psu_power):
                 # a poll without a row for the node: counted at each one (what stood in the way,
                 # fans with no full speed, a chassis collection listing none, may be counted once)
-                self.health.problem(STAGE, NODE_NOTHING_READ, detail=self.nodes[i])
+                self.health.problem(STAGE, NODE_NOTHING_READ, detail=node)
             else:
                 rows.append((i, row))
         ts = np.array([r[0] for _, r in rows], dtype=np.float64)
