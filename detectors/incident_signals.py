@@ -149,6 +149,7 @@ DETECTOR_SIGNALS: dict[tuple[str, str, str], str] = {
     ("mahalanobis", "gpu", "thermal_throttle_time"): "generic",
     ("mahalanobis", "gpu", "power_throttle_time"): "generic",
     ("mahalanobis", "gpu", "pcie_replays"): "generic",
+    ("mahalanobis", "gpu", "sm_clock"): "generic",  # clocks back up after a throttle as far out as down
     # fans spinning up, or a node drawing more, are as far out as a stalled fan or a failed supply
     ("mahalanobis", "node", "fan_speed"): "generic",
     ("mahalanobis", "node", "psu_power"): "generic",

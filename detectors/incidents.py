@@ -124,6 +124,9 @@ node's finding its rack."""
 FAILING_LINK = frozenset({"link_down", "link_down_predicted", "link_errors", "optic_degrading", "external_fabric"})
 MAX_EXTERNAL_TYPES = 16
 OTHER_EXTERNAL = "other external events"
+DUPLICATE_EXTERNAL = "external event taken before (the same node, time, type and severity): skipped"
+EXTERNAL_SEEN_PRUNE = 4096
+"""External events remembered before the first pruning of those too old to matter."""
 HINTS = {
     (THERMAL, GPU): "tim_degradation", (THERMAL, NODE): "fan_failure", (THERMAL, RACK): "rack_cooling",
     (THERMAL, LOOP): "cooling_loss", (POWER, GPU): "power_brake", (POWER, NODE): "psu_failure",
@@ -326,6 +329,11 @@ class IncidentEngine:
         self._index: dict[int, dict[int, int]] = {}  # domain -> {serial: members under it}
         self._rooted: dict[int, set[int]] = {}  # root domain -> serials
         self._external: list[tuple[float, int, ExternalEvent]] = []
+        # the external events taken (queued), by what they say, with their times: the same event
+        # sent again (a file rewritten whole and renamed into place, a record redelivered) is one
+        # event, not a second finding counted again in its incident
+        self._external_seen: dict[tuple[str, float, str, str], float] = {}
+        self._external_prune_at = EXTERNAL_SEEN_PRUNE
         self._names: dict[str, tuple[str, int]] | None = None
         self._evicted: list[Finding] = []  # resolved early to make room; reported by the same observe()
         self._left_out: list[int] = []  # incidents a move left members out of (report_left_out)
@@ -377,11 +385,32 @@ class IncidentEngine:
                 self.health.problem(self.name, "external event dated too far ahead of telemetry: refused",
                                     detail=f"{ev.type} on {ev.node} at {ev.time:.0f}, telemetry at {self.latest_now:.0f}")
                 continue
+            said = (ev.node, ev.time, ev.type, ev.severity)
+            if said in self._external_seen:
+                self.health.problem(self.name, DUPLICATE_EXTERNAL, detail=f"{ev.type} on {ev.node} at {ev.time:.0f}")
+                continue
             if len(self._external) >= self.max_external_queue:
                 self.health.problem(self.name, "external event queue full: event dropped")
                 continue
+            self._remember_external(said)
             self.stats["external"] += 1
             heapq.heappush(self._external, (ev.time, self.stats["external"], ev))
+
+    def _remember_external(self, said: tuple[str, float, str, str]) -> None:
+        """Keep an event taken, to know it again; forget those a repeat could no longer reopen an
+        incident with (older than ``reopen_s`` and ``quiet_s`` before the latest telemetry), and
+        past ``max_external_queue`` kept, the earliest taken. Pruned when the count doubles:
+        amortised O(1) per event."""
+        seen = self._external_seen
+        seen[said] = said[1]
+        if len(seen) <= self._external_prune_at:
+            return
+        horizon = self.latest_now - max(self.reopen_s, self.quiet_s)
+        for k in [k for k, t in seen.items() if t < horizon]:
+            del seen[k]
+        while len(seen) > max(self.max_external_queue, 1):
+            del seen[next(iter(seen))]
+        self._external_prune_at = max(EXTERNAL_SEEN_PRUNE, 2 * len(seen))
 
     def queued_external(self) -> int:
         """How many external events are queued, waiting for telemetry time to reach theirs (read
@@ -1726,6 +1755,7 @@ class IncidentEngine:
             "last_tick": self.last_tick, "latest_now": self.latest_now, "stats": dict(self.stats),
             "telemetry": self.tel.state_dict(),
             "external": [[t, n, e.node, e.time, e.type, e.severity] for t, n, e in self._external],
+            "external_seen": [list(said) for said in self._external_seen],
             "jobs": self.topology.job_keys(),
         }
 
@@ -1854,6 +1884,10 @@ class IncidentEngine:
         self._external = [(float(t), int(n), ExternalEvent(str(node), float(time), str(typ), str(sev)))
                           for t, n, node, time, typ, sev in state["external"]]
         heapq.heapify(self._external)
+        # a checkpoint from before they were kept: none known (a repeat of an event taken before it counts again)
+        self._external_seen = {(str(node), float(time), str(typ), str(sev)): float(time)
+                               for node, time, typ, sev in state.get("external_seen", ())}
+        self._external_prune_at = max(EXTERNAL_SEEN_PRUNE, 2 * len(self._external_seen))
 
     def check_invariants(self) -> None:
         """Raise ``AssertionError`` when the indexes disagree with the incidents (tests use it)."""

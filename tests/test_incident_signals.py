@@ -40,12 +40,13 @@ def test_a_mahalanobis_episode_where_thermal_throttling_stopped_is_no_observed_t
     assert not sig.opens and not sig.observed and sig.slowdown == 1.0
 
 
-@pytest.mark.parametrize("field", COUNTER_FIELDS)
+@pytest.mark.parametrize("field", (*COUNTER_FIELDS, "sm_clock"))
 @pytest.mark.parametrize("where", ["above", "below"])
 def test_a_mahalanobis_episode_on_a_throttle_time_or_replay_rate_is_only_an_anomaly(field, where):
-    """Up or down, a joint-distance episode led by one of these rates says the rate is unusual,
-    not that the GPU throttled or errored (``gpu_error`` and ``thermal_observed`` opened
-    incidents; ``power_cap`` charged a slowdown)."""
+    """Up or down, a joint-distance episode led by one of these rates (or by the clock) says the
+    field is unusual, not that the GPU throttled, errored or straggled (``gpu_error`` and
+    ``thermal_observed`` opened incidents; ``power_cap`` charged a slowdown; a clock back up
+    after a throttle was an observed ``straggler``)."""
     reason = (f"fields jointly unusual: Mahalanobis D^2 95.5 over 8 fields (alarm above 44.3); "
               f"top: {field} 96% ({where} mean: 0 vs 0.4943 seconds/s)")
     sig = SIGNALS[classify(Anomaly(0.0, "gpu", 0, field, 5.6, "mahalanobis", reason))]

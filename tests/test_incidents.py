@@ -806,8 +806,10 @@ def test_evidence_from_long_ago_opens_no_incident(late):
     first = run(engine, [], until=6000.0, start=900.0)
     assert [i.state for i in first][0] == "open" and first[-1].state == "resolved"
     if late == "external event re-read":
-        engine.add_external([event])
+        # the one taken before is known again; another as old, never taken, is too old
+        engine.add_external([event, ExternalEvent("node0", 1001.0, "fan_failure", "critical")])
         again = run(engine, [], until=20100.0, start=20000.0)
+        assert health.problems[("incidents", incidents_module.DUPLICATE_EXTERNAL)] == 1
     elif late == "finding hours late":
         again = run(engine, [Anomaly(1000.0, "gpu", 5, "xid_last", 48.0, "xid", "XID 48")],
                     until=20100.0, start=20000.0)
@@ -898,3 +900,53 @@ def test_a_cause_that_speaks_every_half_hour_keeps_one_incident_open_once_it_reo
     assert len(by_id(out)) == 1
     assert states.count("resolved") == 2  # after the first silence, and once the errors stop
     assert out[-1].state == "resolved" and out[-1].ts >= errors[-1].ts + 2700
+
+
+def test_an_external_event_sent_again_is_one_event():
+    """A feed file rewritten whole and renamed into place is read again from its start, and a
+    Kafka record can be delivered twice: each repeat of an event had been taken as a new one and
+    counted again in its incident (a fan failure reported once read as three)."""
+    health = PipelineHealth()
+    engine = IncidentEngine(TOPO, health)
+    fan = ExternalEvent("node0", 1000.0, "fan_failure", "critical")
+    engine.add_external([fan])
+    first = run(engine, [], until=1300.0, start=900.0)
+    assert [i.state for i in by_id(first)[first[0].incident_id]][-1] == "open"
+    engine.add_external([fan])  # the file read again while the incident is open
+    later = ExternalEvent("node0", 1310.0, "fan_failure", "critical")  # a second failure report: taken
+    engine.add_external([later])
+    out = run(engine, [], until=2600.0, start=1310.0)
+    assert out[-1].state == "resolved"
+    engine.add_external([fan, later])  # and again after it resolved
+    again = run(engine, [], until=3000.0, start=2610.0)
+    assert again == []
+    (saved,) = engine.state_dict()["incidents"]
+    assert sum(saved["external_types"].values()) == 2
+    assert health.problems[("incidents", incidents_module.DUPLICATE_EXTERNAL)] == 3
+    # a restored engine knows them too
+    restored = IncidentEngine(TOPO, PipelineHealth())
+    restored.load_state_dict(copy.deepcopy(engine.state_dict()))
+    restored.add_external([later])
+    assert restored.queued_external() == 0
+    assert restored.health.problems[("incidents", incidents_module.DUPLICATE_EXTERNAL)] == 1
+
+
+def test_external_events_remembered_are_forgotten_once_too_old_to_matter(monkeypatch):
+    """The events taken are remembered to tell a repeat, but not for ever: those older than
+    reopen_s before the latest telemetry are forgotten at each pruning, and at most
+    max_external_queue are kept."""
+    monkeypatch.setattr(incidents_module, "EXTERNAL_SEEN_PRUNE", 8)
+    engine = IncidentEngine(TOPO, PipelineHealth(), reopen_s=3600.0, max_external_queue=100)
+    for k in range(40):
+        t = 1000.0 + 300.0 * k
+        engine.observe([], t)
+        engine.add_external([ExternalEvent(f"node{k % 4}", t, "fan_failure", "critical")])
+    kept = engine.state_dict()["external_seen"]
+    assert 12 <= len(kept) <= 2 * 13  # the last hour's 13 events, and those since the last pruning
+    assert min(time for _, time, _, _ in kept) >= engine.latest_now - 3600.0 - 2 * 8 * 300.0
+    small = IncidentEngine(TOPO, PipelineHealth(), max_external_queue=5)
+    for k in range(40):  # no telemetry yet: nothing is too old, the earliest taken go
+        small.add_external([ExternalEvent("node0", 1000.0 + k, "fan_failure", "critical")])
+        small.observe([], 1000.0 + k)
+    assert len(small.state_dict()["external_seen"]) <= 2 * 8
+    assert [t for _, t, _, _ in small.state_dict()["external_seen"]][-1] == 1039.0
