@@ -41,6 +41,9 @@ TOO_LONG = "external event line is too long: skipped"
 UNFINISHED = "external event line still being written when the run ended: not read"
 NO_FRAME_AFTER = "external event read with no telemetry after it to group it by: not handed to the incident engine"
 STILL_QUEUED = "external event dated after the run's last telemetry: still queued by the incident engine, never grouped"
+HELD_OVER = ("external event read while the incident engine had no telemetry time to judge it by, "
+             "past the most held: not handed over")
+MAX_HELD_EVENTS = 100_000  # the incident engine's own queue length (max_external_queue): memory stays bounded
 MAX_LINE_BYTES = 1 << 20  # an event is ~100 bytes: a longer "line" is not one, and must not fill memory
 READ_CHUNK_BYTES = 1 << 20  # a large append is read in pieces of this size, so memory stays bounded
 TAIL_BYTES = 64  # the first and last bytes read, checked at each read: a file truncated and grown past them is told
@@ -220,6 +223,15 @@ class ExternalFeed:
             self.health.problem(STAGE, NO_FRAME_AFTER, count=len(events),
                                 detail=f"{self.path}: {first.type} on {first.node} at {first.time:.0f}")
 
+    def count_held_over(self, events: Sequence[ExternalEvent]) -> None:
+        """Count ``events``, read past :data:`MAX_HELD_EVENTS` while no target could judge their
+        dates yet (frames with no usable time, as a file keeps growing), rather than hold them all."""
+        if events:
+            self.not_handed += len(events)
+            first = events[0]
+            self.health.problem(STAGE, HELD_OVER, count=len(events),
+                                detail=f"{self.path}: {first.type} on {first.node} at {first.time:.0f}")
+
     def count_still_queued(self, targets: Sequence[object]) -> None:
         """Count the events the targets still hold queued at the end of the run: handed over, but
         dated after the last telemetry time, so never grouped. (Two targets hold the same events:
@@ -341,7 +353,8 @@ def feed_before_frames(frames: Iterable[T], feed: ExternalFeed, targets: Sequenc
     nothing to judge by: the events already in the file at the start (one stamped in
     milliseconds among them) were taken unjudged and such an event held for good, never counted.
     Waiting one frame was not enough: a first frame with no usable timestamp (a clock not set)
-    gives the engine no time. The file is read all the same, its events held until then.
+    gives the engine no time. The file is read all the same, its events held until then (at most
+    :data:`MAX_HELD_EVENTS`; those read past it are counted, ``HELD_OVER``).
 
     When the frames end (a replay's last one, a live run stopped) the file is read a last time
     (:meth:`ExternalFeed.final_poll`). The events read since the last frame, and those still held
@@ -359,6 +372,9 @@ def feed_before_frames(frames: Iterable[T], feed: ExternalFeed, targets: Sequenc
             for target in targets:
                 target.add_external(waiting)
             waiting = []
+        elif len(waiting) > MAX_HELD_EVENTS:  # the earliest read are kept, as the engine's full queue keeps its
+            feed.count_held_over(waiting[MAX_HELD_EVENTS:])
+            del waiting[MAX_HELD_EVENTS:]
         frame_seen = True
         yield frame
     feed.count_not_handed(waiting + feed.final_poll())

@@ -17,7 +17,7 @@ from foreshock.cli.main import cli
 from foreshock.detectors.incident_external import MALFORMED, NOT_JSON, ExternalEvent
 from foreshock.health import PipelineHealth
 from foreshock.streams import external_feed
-from foreshock.streams.external_feed import (MAX_LINE_BYTES, MISSING, NO_FRAME_AFTER, REREAD, STAGE, STILL_QUEUED,
+from foreshock.streams.external_feed import (HELD_OVER, MAX_LINE_BYTES, MISSING, NO_FRAME_AFTER, REREAD, STAGE, STILL_QUEUED,
                                              TOO_LONG, UNFINISHED, UNREADABLE, ExternalFeed, external_targets,
                                              feed_before_frames, parse_lines)
 
@@ -386,6 +386,30 @@ def test_events_wait_until_the_engine_has_telemetry_time_not_one_frame(tmp_path:
             engine.observe([], now)
     assert engine.queued_external() == 0 and engine.stats["external"] == 1  # the good event grouped
     assert health.problems == {("incidents", "external event dated too far ahead of telemetry: refused"): 1}
+
+
+def test_events_held_for_an_engine_without_telemetry_time_are_bounded_and_counted(tmp_path: Path, monkeypatch):
+    """While every frame's time is unusable, the events read were held in a list that grew with
+    the file for as long as the run lasted. The earliest are held, the rest counted."""
+    from foreshock.detectors.incidents import IncidentEngine
+    from foreshock.topology import Topology
+
+    monkeypatch.setattr(external_feed, "MAX_HELD_EVENTS", 3)
+    path = tmp_path / "ext.jsonl"
+    path.write_text("")
+    health = PipelineHealth()
+    engine = IncidentEngine(Topology.from_gpu_hosts([("node0", 1)]), health)
+    feed = ExternalFeed(path, health)
+    t0 = 1_700_000_000.0
+    frames = [math.nan] * 4 + [t0 + 100.0, t0 + 200.0]
+    for k, now in enumerate(feed_before_frames(frames, feed, [engine])):
+        if math.isfinite(now):
+            engine.observe([], now)
+        elif k < 3:
+            append(path, line("node0", t0 + k) + line("node0", t0 + 10 + k))  # two events a frame
+    assert health.problems[(STAGE, HELD_OVER)] == 3  # 6 read, 3 held
+    assert engine.stats["external"] == 3 and feed.not_handed == 3
+    assert engine.queued_external() == 0  # (grouped: their times passed)
 
 
 def test_events_still_queued_by_the_engine_at_the_end_are_counted(tmp_path: Path):
