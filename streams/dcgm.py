@@ -36,6 +36,7 @@ counted as ``conflicting duplicate series``.
 
 from __future__ import annotations
 
+import http.client
 import logging
 import math
 import re
@@ -393,14 +394,19 @@ class DcgmScrapeSource(PollingSource):
         self._boards = GpuBoards(self.health, STAGE)  # per listed GPU, the UUID last served
 
     def scrape(self) -> str | None:
+        """The exporter's page, or None (counted) when it could not be had. A body cut short
+        (``IncompleteRead``), a garbled status line (``BadStatusLine``: both ``HTTPException``,
+        not ``OSError``) or a charset Python does not know (``LookupError``) is a failed scrape
+        like a refused connection: raised instead, the poll failed without the outage being
+        noted, and the hosts missing from the first page after a long one were forgotten at once."""
         try:
             with urllib.request.urlopen(self.url, timeout=self.timeout) as response:
                 body: bytes = response.read()
                 charset = response.headers.get_content_charset() or "utf-8"
-        except (urllib.error.URLError, OSError, ValueError) as exc:
-            self.health.problem(STAGE, "scrape failed", detail=f"{self.url}: {exc}")
+            return body.decode(charset, errors="replace")
+        except (urllib.error.URLError, OSError, ValueError, http.client.HTTPException, LookupError) as exc:
+            self.health.problem(STAGE, "scrape failed", detail=f"{self.url}: {exc!r}")
             return None
-        return body.decode(charset, errors="replace")
 
     def poll(self) -> list[Frame]:
         now = self.clock()
@@ -489,6 +495,9 @@ class DcgmScrapeSource(PollingSource):
         for name in gone:  # a host served again is a new one: no last row, no board to compare
             self._last_ts.pop(name, None)
             self._boards.uuids.pop(name, None)
+        # ... nor its sentinels counted: kept, one key per (metric, GPU) grew with every host that came and went
+        gone_suffixes = tuple(f"@{name}" for name in gone)
+        self.counted_once -= {k for k in self.counted_once if k.endswith(gone_suffixes)}
         silences = [f"{host} ({_span(now - self._heard[i])})" for host, i in zip(hosts, silent)]
         log.warning("%s: forgot %d host%s none of whose GPUs was served for over %s: %s; %d GPU%s and their state "
                     "dropped from the derived topology (a host served again is taken in as a new one)",

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import socket
+import threading
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -412,3 +415,42 @@ def test_the_unmapped_metric_log_line_says_how_many_names_it_leaves_out(t4_text:
     [line] = [r.getMessage() for r in caplog.records if "unmapped metric ignored" in r.getMessage()]
     assert "DCGM_FI_DEV_FB_FREE, DCGM_FI_DEV_FB_USED, DCGM_FI_DEV_MEM_CLOCK, DCGM_FI_DEV_MEM_COPY_UTIL, " \
            "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL +1 more (counted" in line
+
+
+def _raw_server(reply: bytes) -> tuple[str, Any]:
+    """A one-shot server on 127.0.0.1 that answers any request with ``reply`` as raw bytes (an
+    exporter cut off mid-body, a proxy speaking garbage), then closes."""
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(1)
+
+    def serve() -> None:
+        conn, _ = srv.accept()
+        with conn:
+            conn.recv(65536)
+            conn.sendall(reply)
+        srv.close()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    return f"http://127.0.0.1:{srv.getsockname()[1]}/metrics", thread
+
+
+@pytest.mark.parametrize("reply", [
+    # the body cut short of its Content-Length: http.client.IncompleteRead
+    b"HTTP/1.0 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 5000\r\n\r\n"
+    b'DCGM_FI_DEV_GPU_TEMP{gpu="0",Hostname="n1"} 25\n',
+    b"SPDY/9 banana\r\n\r\n",  # a status line that is no HTTP: http.client.BadStatusLine
+    # a charset Python does not know: LookupError
+    b"HTTP/1.0 200 OK\r\nContent-Type: text/plain; charset=x-no-such\r\nContent-Length: 3\r\n\r\nabc",
+], ids=["cut-short", "bad-status-line", "unknown-charset"])
+def test_a_page_that_cannot_be_had_is_a_failed_scrape_and_an_outage(reply: bytes) -> None:
+    """These raised out of ``scrape`` (none is an ``OSError``): the poll failed without the outage
+    being noted, and after a long one the hosts missing from the first page back were forgotten at once."""
+    url, thread = _raw_server(reply)
+    health = PipelineHealth()
+    source = DcgmScrapeSource(url, interval=1.0, health=health)
+    assert source.poll() == []
+    thread.join(5)
+    assert health.problems[("dcgm", "scrape failed")] == 1
+    assert source._out

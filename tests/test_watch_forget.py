@@ -526,3 +526,26 @@ def test_watch_tells_an_incident_across_a_forgotten_host_and_a_kept_one_without_
     assert not [f for f in after if f["state"] == "growing" or any(m.startswith("node0/") for m in f["members"])]
     assert 'root_entity="unknown"' not in "".join(line for line in metrics.splitlines()
                                                   if line.startswith("foreshock_incident_members{"))
+
+
+def test_the_sentinels_counted_for_a_forgotten_host_are_forgotten_with_it():
+    """A not-supported sentinel is counted once per (metric, GPU), remembered in ``counted_once``;
+    the keys of a forgotten host's GPUs stayed, so a node pool recycled under new hostnames grew
+    the set without end (2,400 keys per 100 hosts) while the topology stayed small."""
+    blank = 9223372036854775794  # DCGM's int64 blank: the metric is not supported
+    src = _Clocked(health=PipelineHealth())
+    src.forget_after_s = HOUR
+    sizes = []
+    for k in range(12):  # "stable" stays, and a new host every two hours replaces the last one
+        host = f"pool-{k}"
+        for t in range(0, 2 * int(HOUR), 600):
+            src.now = k * 2 * HOUR + t
+            src.page = _gpu_page(["stable", host], src.now) + "".join(
+                f'DCGM_FI_DEV_MEMORY_TEMP{{gpu="{g}",Hostname="{h}"}} {blank}\n' for h in ("stable", host)
+                for g in range(2))
+            src.poll()
+            src.taken_topologies()
+        sizes.append(len(src.counted_once))
+    assert src.topology.nodes == ["stable", "pool-11"]
+    assert max(sizes) <= 2 * 3 and sizes[-1] == sizes[1]  # (the stable host's, and at most two hosts' more)
+    assert src.health.problems[("dcgm", "not-supported sentinel dropped")] == 2 * 13
