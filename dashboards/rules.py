@@ -159,6 +159,11 @@ def alerts(cfg: MixinConfig = DEFAULT_CONFIG) -> list[Alert]:
     hbm = "foreshock_gpu_memory_temperature_celsius"
     hbm_limit = "foreshock_gpu_memory_max_operating_temperature_celsius"
     brake = decode_bit("foreshock_gpu_throttle_reasons", THROTTLE_BITS["hw_power_brake"])
+    problems = "sum by (cluster, instance) (rate(foreshock_input_problems_total[5m]))"
+    samples = ("sum by (cluster, instance) (rate(foreshock_samples_processed_total[5m]) "
+               "or rate(foreshock_agent_samples_read_total[5m]))")
+    # Go templates have no +Inf literal; fmt spells the value +Inf
+    no_samples = 'eq (printf "%g" $value) "+Inf"'
     out = [
         Alert(
             "ForeshockThrottlePredicted",
@@ -302,7 +307,12 @@ def alerts(cfg: MixinConfig = DEFAULT_CONFIG) -> list[Alert]:
     out += [
         Alert(
             "ForeshockIngestLag",
-            f"max by (cluster, instance) (foreshock_ingest_lag_seconds) > {cfg.ingest_lag_s:g}",
+            # only while the instance processes input: the gauge is written when a batch finishes,
+            # so after input stops it keeps the last batch's lag for ever (one slow batch, a Numba
+            # warm-up or a GC pause, would page for as long as the pipeline stays idle)
+            f"max by (cluster, instance) (foreshock_ingest_lag_seconds) > {cfg.ingest_lag_s:g} "
+            "and on (cluster, instance) "
+            "sum by (cluster, instance) (rate(foreshock_samples_processed_total[5m])) > 0",
             "warning",
             "foreshock on {{ $labels.instance }} lags {{ $value | humanizeDuration }} behind its input",
             "The pipeline on {{ $labels.instance }} needs {{ $value | humanizeDuration }} from receiving a "
@@ -329,14 +339,19 @@ def alerts(cfg: MixinConfig = DEFAULT_CONFIG) -> list[Alert]:
         ),
         Alert(
             "ForeshockInputProblems",
-            "sum by (cluster, instance) (rate(foreshock_input_problems_total[5m])) / "
-            "sum by (cluster, instance) (rate(foreshock_samples_processed_total[5m]) "
-            "or rate(foreshock_agent_samples_read_total[5m])) "
+            # An agent whose source never answered (a BMC, a CDU) serves problems and no samples-read
+            # series at all: without one the ratio would not exist. Its samples are then 0, so the
+            # ratio is +Inf and fires; no problems over no samples is 0/0 (NaN), which does not.
+            f"{problems} / ({samples} or on (cluster, instance) {problems} * 0) "
             f"> {cfg.input_problem_ratio:g}",
             "warning",
-            "foreshock rejects or repairs {{ $value | humanizePercentage }} of its input on {{ $labels.instance }}",
-            "More than " f"{cfg.input_problem_ratio:.0%}" " of the samples on {{ $labels.instance }} have a "
-            "problem (see foreshock_input_problems_total by stage and reason).",
+            f"{{{{ if {no_samples} }}}}foreshock on {{{{ $labels.instance }}}} counts input problems and reads "
+            "no samples{{ else }}foreshock rejects or repairs {{ $value | humanizePercentage }} of its input "
+            "on {{ $labels.instance }}{{ end }}",
+            f"{{{{ if {no_samples} }}}}{{{{ $labels.instance }}}} counted input problems and not one sample in "
+            "the last 5 minutes: its source does not answer, or none of its input could be used"
+            "{{ else }}More than " f"{cfg.input_problem_ratio:.0%}" " of the samples on {{ $labels.instance }} "
+            "have a problem{{ end }} (see foreshock_input_problems_total by stage and reason).",
         ),
     ]
     return out
