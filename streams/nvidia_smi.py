@@ -19,7 +19,8 @@ with the poll time instead.
 
 ``dmon`` prints a ``# gpu pwr gtemp ...`` header, a ``# Idx W C ...`` units row, then one
 line per GPU per interval; without ``-o T``/``-o DT`` it prints no time, so rows are placed on
-``start + cycle * interval`` (a cycle ends when a GPU index repeats). ``-`` means no value.
+``start + cycle * interval`` (a cycle starts at a GPU it has had, or one printed before the
+previous row's in the cycles so far). ``-`` means no value.
 
 A GPU's ``uuid`` (``GPU-...``) is a string, not a field: :func:`parse_query_gpu` reads it apart
 from the field table into its ``uuids`` map, and the live source asks for it (unless
@@ -77,6 +78,8 @@ UUID_QUERY = "uuid"
 """The board's UUID (``GPU-...``; ``gpu_uuid`` is the same query under another name): a string,
 so it is no field of the table's (a float column) and is read on its own (``uuids``)."""
 _UUID_COLUMNS = (UUID_QUERY, "gpu_uuid")
+_GPU_ID_COLUMNS = ("pci.bus_id",)
+"""What tells a host's GPUs apart in a CSV without an ``index`` column, before :data:`_UUID_COLUMNS`."""
 
 EXIT_MEANING = {9: "the NVIDIA driver is not loaded",
                 15: "a GPU has fallen off the bus or is otherwise inaccessible",
@@ -115,14 +118,16 @@ def capture_sections(text: str) -> dict[str, str]:
 
 
 def capture_collected_at(text: str) -> float | None:
-    """The ``collected_at:`` time of a capture file, in epoch seconds (None when absent)."""
+    """The ``collected_at:`` time of a capture file, in epoch seconds (None when absent); one
+    without a zone is UTC, as the capture's CSV timestamps are read (:func:`_utc_timestamp`)."""
     m = re.search(r"^collected_at:\s*(\S+)", text, re.MULTILINE)
     if not m:
         return None
     try:
-        return datetime.fromisoformat(m.group(1).replace("Z", "+00:00")).timestamp()
+        at = datetime.fromisoformat(m.group(1).replace("Z", "+00:00"))
     except ValueError:
         return None
+    return (at if at.tzinfo is not None else at.replace(tzinfo=timezone.utc)).timestamp()
 
 
 # ---- --query-gpu CSV ------------------------------------------------------------------------
@@ -136,12 +141,25 @@ def _utc_timestamp(text: str) -> float:
 
 def parse_query_gpu(text: str, host: str | None = None, health: PipelineHealth | None = None,
                     ts: float | None = None, columns: Sequence[str] | None = None,
-                    uuids: dict[str, str] | None = None, faults: dict[str, str] | None = None) -> SampleBatch:
+                    uuids: dict[str, str] | None = None, faults: dict[str, str] | None = None,
+                    numbered: dict[str, dict[str, int]] | None = None) -> SampleBatch:
     """Parse ``nvidia-smi --query-gpu=... --format=csv`` output into a gpu batch.
 
     ``host`` names the node when the CSV has no usable ``hostname`` column (default
     ``localhost``). ``ts`` overrides the CSV's timestamps (live polling); without it rows need a
     ``timestamp`` column. ``columns`` gives the header for ``--format=csv,noheader`` output.
+
+    A row whose first cell is ``timestamp`` (or the first cell of the header in force) is a header
+    again: two captures appended to one file. The rows after it are read by it; the same header
+    repeated changes nothing.
+
+    Without an ``index`` column, GPUs are told apart by ``pci.bus_id`` or ``uuid`` and numbered per
+    host in order of first appearance, not by the driver's index (nvidia-smi prints them in index
+    order, so the first poll's order is the driver's unless a GPU was missing from it); each GPU so
+    numbered is counted once (``no index column: GPU numbered by first appearance``). ``numbered``
+    (host -> id -> number) carries the numbering from one call to the next (a long file's chunks).
+    With neither column, one row per host and time is read as GPU 0 and the others are left out and
+    counted (``no index column: several GPUs at one time``), not merged into one series.
 
     ``uuids``, when given, is filled with each GPU's ``uuid`` column (GPU name -> UUID; "" where
     its rows name different ones; none for ``[N/A]``), for the rows kept.
@@ -166,6 +184,54 @@ def parse_query_gpu(text: str, host: str | None = None, health: PipelineHealth |
         header, rows = rows[0], rows[1:]
     else:
         header = list(columns)
+    faults = faults if faults is not None else {}
+    numbered = numbered if numbered is not None else {}
+    batches = [_read_query_rows(part_header, part, host or "localhost", ts, problems, health, uuids, faults, numbered)
+               for part_header, part in _header_parts(header, rows)]
+    for reason, count in problems.items():
+        health.problem(STAGE, reason, count)
+    return batches[0] if len(batches) == 1 else SampleBatch.concat(batches)
+
+
+def _is_header(row: Sequence[str], header: Sequence[str]) -> bool:
+    """Whether a CSV row is a header line: its first cell is ``timestamp`` (asked first by the live
+    source and the exporter) or the first cell of the header in force."""
+    if not row:
+        return False
+    return row[0].strip() == "timestamp" or (bool(header) and header[0] != "" and row[0] == header[0])
+
+
+def _header_parts(header: list[str], rows: list[list[str]]) -> list[tuple[list[str], list[list[str]]]]:
+    """The rows in runs under the header in force for each: a header line within them (two
+    captures appended to one file) starts a new run when it differs from the one in force."""
+    parts: list[tuple[list[str], list[list[str]]]] = [(header, [])]
+    for row in rows:
+        if _is_header(row, parts[-1][0]):
+            if row != parts[-1][0]:
+                parts.append((row, []))
+            continue
+        parts[-1][1].append(row)
+    return parts
+
+
+def _last_header(text: str, header: list[str]) -> list[str]:
+    """The header in force at the end of ``text`` (CSV lines), ``header`` at its start."""
+    first = header[0] if header and header[0] else "timestamp"
+    if "timestamp" not in text and first not in text:  # no header line in it: the common case, one scan
+        return header
+    for line in text.splitlines():
+        if "timestamp" in line or first in line:
+            rows, _ = _csv_rows([line])
+            if rows and _is_header(rows[0], header):
+                header = rows[0]
+                first = header[0] if header[0] else "timestamp"
+    return header
+
+
+def _read_query_rows(header: list[str], rows: list[list[str]], fallback: str, ts: float | None,
+                     problems: Counter[str], health: PipelineHealth, uuids: dict[str, str] | None,
+                     faults: dict[str, str], numbered: dict[str, dict[str, int]]) -> SampleBatch:
+    """:func:`parse_query_gpu` for rows under one header; their problems added to ``problems``."""
     names = [_UNIT.sub("", h).strip() for h in header]
     width = len(names)
     good = []
@@ -191,19 +257,21 @@ def parse_query_gpu(text: str, host: str | None = None, health: PipelineHealth |
         problems["no timestamp column"] += len(good)
         good, times = [], np.empty(0)
 
+    named = col_of.get("hostname")
+    hosts = [fallback] * len(good) if named is None else \
+        [row[named] if row[named].strip().lower() not in _MISSING else fallback for row in good]
     if "index" in col_of:
         index, _, _ = parse_tokens([row[col_of["index"]] for row in good])
-        bad_index = _bad_index(index)
-        problems["bad GPU index"] += int(bad_index.sum())
-        if bad_index.any():
-            good = [row for row, bad in zip(good, bad_index) if not bad]
-            index, times = index[~bad_index], times[~bad_index]
+        keep = ~_bad_index(index)
+        problems["bad GPU index"] += int((~keep).sum())
     else:
-        index = np.zeros(len(good))  # a single-GPU host; several rows per time would collide
+        index, keep = _index_without_column(good, col_of, hosts, times, problems, health, numbered)
+    if not keep.all():
+        good = [row for row, kept in zip(good, keep) if kept]
+        hosts = [h for h, kept in zip(hosts, keep) if kept]
+        index, times = index[keep], times[keep]
     n = len(good)
     cols = list(zip(*good)) if n else [() for _ in names]
-    hosts = (cols[col_of["hostname"]] if "hostname" in col_of else ("",) * n)
-    fallback = host or "localhost"
 
     values: dict[str, np.ndarray] = {}
     row_fault: dict[int, str] = {}  # row -> the most serious fault its cells say
@@ -228,17 +296,54 @@ def parse_query_gpu(text: str, host: str | None = None, health: PipelineHealth |
         values["max_op_temp"] = values["gpu_temp"] + headroom  # (the detectors judge its range)
 
     entities: dict[str, int] = {}
-    entity = np.fromiter(
-        (entities.setdefault(gpu_entity(h if h.strip().lower() not in _MISSING else fallback, int(g)), len(entities))
-         for h, g in zip(hosts, index)),
-        dtype=np.int32, count=n)
-    for reason, count in problems.items():
-        health.problem(STAGE, reason, count)
-    _count_faults(entity, list(entities), row_fault, faults if faults is not None else {}, health)
+    entity = np.fromiter((entities.setdefault(gpu_entity(h, int(g)), len(entities)) for h, g in zip(hosts, index)),
+                         dtype=np.int32, count=n)
+    _count_faults(entity, list(entities), row_fault, faults, health)
     if uuids is not None:
         uuid_column = next((cols[col_of[name]] for name in _UUID_COLUMNS if name in col_of), ())
         _read_uuids(entity, list(entities), uuid_column, uuids)
     return SampleBatch("gpu", list(entities), times, entity, values)
+
+
+def _index_without_column(rows: list[list[str]], col_of: dict[str, int], hosts: list[str], times: np.ndarray,
+                          problems: Counter[str], health: PipelineHealth,
+                          numbered: dict[str, dict[str, int]]) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's GPU number and whether it is kept, for a CSV without an ``index`` column
+    (:func:`parse_query_gpu`'s docstring): by ``pci.bus_id``, else ``uuid``, in order of first
+    appearance per host; with neither, GPU 0 and a host's first row per time only."""
+    # the bus id names the slot, as the driver's index does: a board swapped into it (another
+    # uuid) stays the same GPU, as the pipeline's rule for boards wants
+    id_column = next((col_of[name] for name in (*_GPU_ID_COLUMNS, *_UUID_COLUMNS) if name in col_of), None)
+    index = np.zeros(len(rows))
+    keep = np.ones(len(rows), dtype=bool)
+    if id_column is None:
+        seen: set[tuple[str, float]] = set()
+        for row, (host, t) in enumerate(zip(hosts, times.tolist())):
+            if (host, t) in seen:
+                keep[row] = False
+            seen.add((host, t))
+        problems["no index column: several GPUs at one time"] += int((~keep).sum())
+        return index, keep
+    new: list[str] = []
+    for row, (cells, host) in enumerate(zip(rows, hosts)):
+        gpu_id = cells[id_column].strip()
+        if not gpu_id or gpu_id.startswith("[") or gpu_id.lower() in _MISSING:
+            keep[row] = False
+            continue
+        ids = numbered.setdefault(host, {})
+        number = ids.get(gpu_id)
+        if number is None:
+            if len(ids) > MAX_GPU_INDEX:  # garbled ids, each a new GPU: as a garbled index would be
+                keep[row] = False
+                continue
+            number = ids[gpu_id] = len(ids)
+            new.append(f"{gpu_entity(host, number)} = {gpu_id}")
+        index[row] = number
+    problems["no index column: row without a usable GPU id"] += int((~keep).sum())
+    if new:
+        health.problem(STAGE, "no index column: GPU numbered by first appearance", len(new),
+                       detail=", ".join(new[:3]) + (" ..." if len(new) > 3 else ""))
+    return index, keep
 
 
 def _csv_rows(lines: list[str]) -> tuple[list[list[str]], int]:
@@ -359,23 +464,36 @@ def parse_query_gpu_chunks(text: str, host: str | None = None, health: PipelineH
             break
     else:
         return
-    faults: dict[str, str] = {}  # a GPU failing across chunks is counted once, as in one piece
+    # as in one piece: a GPU failing across chunks is counted once, GPUs without an index keep
+    # their numbers, and a header line (two captures appended) holds for the chunks after it
+    faults: dict[str, str] = {}
+    numbered: dict[str, dict[str, int]] = {}
     for piece in line_chunks(text, chunk_rows, pos):
-        yield parse_query_gpu(piece, host, health, columns=header, faults=faults)
+        yield parse_query_gpu(piece, host, health, columns=header, faults=faults, numbered=numbered)
+        header = _last_header(piece, header)
 
 
 # ---- dmon ----------------------------------------------------------------------------------
 def parse_dmon(text: str, host: str = "localhost", start: float = 0.0, interval: float = 1.0,
                health: PipelineHealth | None = None) -> SampleBatch:
-    """Parse ``nvidia-smi dmon`` output (any ``-s`` selection, with or without ``-o DT``)."""
+    """Parse ``nvidia-smi dmon`` output (any ``-s`` selection, with or without ``-o DT``).
+
+    Each row is read by the header in force for it: dmon repeats its header now and then, and two
+    runs appended to one log may differ (``-s p`` then ``-s pc``). Without times, a cycle starts at
+    a row whose GPU the cycle has had already, or that dmon printed before the previous row's GPU
+    in the cycles so far (in index order, or in the order ``-i`` gave), read from every row with
+    an index, too short or too long: a row left out does not move the others."""
     health = health if health is not None else PipelineHealth()
-    lookup = source_index("dmon")
     problems: Counter[str] = Counter()
+    parts: list[tuple[list[str], list[list[str]], list[float]]] = []  # (header, its rows, their times)
     header: list[str] = []
     rows: list[list[str]] = []
     times: list[float] = []
+    gpu_at, date_at, time_at = 0, -1, -1  # where the header in force has them (-1: it has none)
     cycle = -1
-    seen: set[str] = set()
+    place: dict[int, int] = {}  # GPU index -> its place in a cycle, in the order dmon first printed them
+    in_cycle: set[int] = set()  # the GPUs the current cycle has had
+    last_place = -1  # the place of the last row with an index
     expect_units = False
     for line in text.splitlines():
         if not line.strip():
@@ -383,7 +501,13 @@ def parse_dmon(text: str, host: str = "localhost", start: float = 0.0, interval:
         if line.lstrip().startswith("#"):
             tokens = line.lstrip().lstrip("#").split()
             if "gpu" in tokens and not expect_units:
-                header, expect_units = tokens, True
+                if tokens != header:
+                    header, rows, times = tokens, [], []
+                    parts.append((header, rows, times))
+                    gpu_at = header.index("gpu")
+                    date_at = header.index("Date") if "Date" in header else -1
+                    time_at = header.index("Time") if "Time" in header else -1
+                expect_units = True
             else:
                 expect_units = False  # the units row (# Idx W C ...) or a comment
             continue
@@ -392,29 +516,53 @@ def parse_dmon(text: str, host: str = "localhost", start: float = 0.0, interval:
             problems["data before header"] += 1
             continue
         tokens = line.split()
+        if time_at < 0:  # before the row's width is judged: a row left out still ends its cycle
+            gpu = _dmon_index(tokens[gpu_at]) if gpu_at < len(tokens) else None
+            if gpu is not None:
+                at = place.setdefault(gpu, len(place))
+                if cycle < 0 or gpu in in_cycle or at < last_place:
+                    cycle += 1
+                    in_cycle = set()
+                in_cycle.add(gpu)
+                last_place = at
         if len(tokens) != len(header):
             problems["truncated row" if len(tokens) < len(header) else "row with extra columns"] += 1
             continue
-        row = dict(zip(header, tokens))
-        if "Date" in row and "Time" in row:
+        if date_at >= 0 and time_at >= 0:
             try:
-                t = datetime.strptime(f"{row['Date']} {row['Time']}", "%Y%m%d %H:%M:%S").replace(
+                t = datetime.strptime(f"{tokens[date_at]} {tokens[time_at]}", "%Y%m%d %H:%M:%S").replace(
                     tzinfo=timezone.utc).timestamp()
             except ValueError:
                 problems["bad timestamp"] += 1
                 continue
-        elif "Time" in row:
+        elif time_at >= 0:
             problems["time without date (use -o DT)"] += 1
             continue
         else:
-            if row["gpu"] in seen or cycle < 0:
-                cycle += 1
-                seen = set()
-            seen.add(row["gpu"])
-            t = start + cycle * interval
+            t = start + max(cycle, 0) * interval
         rows.append(tokens)
         times.append(t)
 
+    batches = [_read_dmon_rows(header, rows, times, host, problems) for header, rows, times in parts]
+    for reason, count in problems.items():
+        health.problem(DMON_STAGE, reason, count)
+    if not batches:  # (no header: every line counted above)
+        return SampleBatch("gpu", [], np.empty(0), np.empty(0, dtype=np.int32), {})
+    return batches[0] if len(batches) == 1 else SampleBatch.concat(batches)
+
+
+def _dmon_index(token: str) -> int | None:
+    """A dmon row's GPU index, None when it is none (:func:`_bad_index`)."""
+    if not (token.isascii() and token.isdigit()):  # (int() takes "1_0" and "+1")
+        return None
+    index = int(token)
+    return index if index <= MAX_GPU_INDEX else None
+
+
+def _read_dmon_rows(header: list[str], rows: list[list[str]], times: list[float], host: str,
+                    problems: Counter[str]) -> SampleBatch:
+    """:func:`parse_dmon` for rows under one header; their problems added to ``problems``."""
+    lookup = source_index("dmon")
     col_of = {name: i for i, name in enumerate(header)}
     gpu, _, _ = parse_tokens([row[col_of["gpu"]] for row in rows]) if rows else (np.empty(0), 0, 0)
     bad_index = _bad_index(gpu)  # (int() read 1.5 as GPU 1)
@@ -434,8 +582,6 @@ def parse_dmon(text: str, host: str = "localhost", start: float = 0.0, interval:
         problems["non-numeric value"] += bad
         problems["NaN value"] += nans
         values[mapped[0].name] = parsed * mapped[1]
-    for reason, count in problems.items():
-        health.problem(DMON_STAGE, reason, count)
     entities: dict[str, int] = {}
     entity = np.fromiter((entities.setdefault(gpu_entity(host, int(g)), len(entities)) for g in gpu),
                          dtype=np.int32, count=n)
