@@ -116,6 +116,18 @@ def params_vector(overrides: dict[str, float]) -> np.ndarray:
     return vec
 
 
+def xmit_wait_limits(params: np.ndarray) -> tuple[float, float]:
+    """The wrap modulus (0: never wraps, every fall a reset) and the physical bound (ticks per
+    second) ``xmit_wait`` is read with under ``params`` (:func:`params_vector`): by this detector,
+    and by the store's per-leaf counters, which must call a reading a glitch, a wrap or a reset
+    exactly when this detector does. xmit_wait is a data-path counter (it wraps with 32-bit
+    PortCounters) that counts a tick per tick_bytes at the fastest port rate, times STAMP_SLACK
+    for a port read late in its poll (a 1.6T port stalled throughout had been refused)."""
+    bits = int(params[P_BITS])
+    modulus = modulus_for_bits(bits) if bits < 64 else 0.0
+    return modulus, STAMP_SLACK * max(MAX_PORT_RATE_BPS, params[P_RATE]) / (8.0 * params[P_TICK])
+
+
 @jit
 def _congestion_kernel(ts: np.ndarray, slot: np.ndarray, rate: np.ndarray, delta: np.ndarray,
                        gauges: np.ndarray, state: tuple, groups: np.ndarray,  # type: ignore[type-arg]
@@ -205,14 +217,11 @@ class CongestionDetector(Detector):
         self.health = health or PipelineHealth()
         self.params = params_vector(params)
         n = topology.size("link")
-        bits = int(self.params[P_BITS])
-        # xmit_wait is a data-path counter (wraps with 32-bit PortCounters); PFC duration and the
-        # mlx5 ECN/CNP counters are 64-bit; link_downed saturates (no wrap).
-        modulus = [modulus_for_bits(bits) if bits < 64 else 0.0, 0.0, 0.0, 0.0, 0.0]
-        # what each can count at most (a reading above it is a bad one, not taken): xmit_wait a tick
-        # per tick_bytes at the fastest port rate, times STAMP_SLACK for a port read late in its
-        # poll (a 1.6T port stalled throughout had been refused); the others as counters.py says
-        wait_ticks_max = STAMP_SLACK * max(MAX_PORT_RATE_BPS, self.params[P_RATE]) / (8.0 * self.params[P_TICK])
+        # PFC duration and the mlx5 ECN/CNP counters are 64-bit; link_downed saturates (no wrap).
+        # What each can count at most (a reading above it is a bad one, not taken): xmit_wait by
+        # xmit_wait_limits, the others as counters.py says.
+        wait_modulus, wait_ticks_max = xmit_wait_limits(self.params)
+        modulus = [wait_modulus, 0.0, 0.0, 0.0, 0.0]
         max_rate = [wait_ticks_max, TIME_MAX_PER_S, EVENTS_MAX_PER_S, EVENTS_MAX_PER_S, LINK_DOWNS_MAX_PER_S]
         self.counters = CounterRates(n, COUNTERS, modulus=modulus, max_rate=max_rate)
         # the counters' state, with the pace a 32-bit xmit_wait's wrap must fit (s_counter_rate) and

@@ -212,7 +212,9 @@ def _incidents_table(tally: FindingTally, console: Console, t0: float, max_rows:
         jobs = ", ".join(f"{escape(j)} x{r:.2f}" for j, r in inc.jobs[:3])
         table.add_row(_clock(tally.incident_opened[inc.incident_id], t0), inc.state,
                       escape(f"{inc.root_kind} {inc.root_entity}"), str(len(inc.members)), nxt or "-", jobs or "-")
-    more = len(ordered) - max_rows + tally.incidents_forgotten
+    # the rows left out and the incidents forgotten, each counted on its own: fewer kept than
+    # max_rows left out none, and must not take the forgotten ones off
+    more = max(len(ordered) - max_rows, 0) + tally.incidents_forgotten
     if more > 0:
         table.add_row("...", "", f"{more} more", "", "", "")
     console.print(table)

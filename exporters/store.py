@@ -25,10 +25,12 @@ import threading
 import time
 from collections import Counter, deque
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Iterator, Sequence, TypeVar
+from typing import Callable, Iterable, Iterator, Mapping, Sequence, TypeVar
 
 import numpy as np
 
+from foreshock.detectors.congestion import params_vector, xmit_wait_limits
+from foreshock.detectors.counters import CounterRates
 from foreshock.facts import OWN_LIMIT_MAX_C, OWN_LIMIT_MIN_C, XID_SEVERITY
 from foreshock.findings import BOARD_FOLLOWED, Anomaly, Finding, Incident, Prediction
 from foreshock.frames import Frame
@@ -114,10 +116,15 @@ class FindingStore:
     """Sink for frames and findings; the single source of truth for exporters."""
 
     def __init__(self, topology: Topology, health: PipelineHealth | None = None,
-                 anomaly_ttl_s: float = 300.0, wall_clock: Callable[[], float] | None = None) -> None:
+                 anomaly_ttl_s: float = 300.0, wall_clock: Callable[[], float] | None = None,
+                 congestion_params: Mapping[str, float] | None = None) -> None:
         """``wall_clock``: make this a live store, measuring staleness, ETAs and the lapse of
         findings on that clock (``time.time``) by arrival; None (the default): on telemetry time,
-        for replays, evaluations and demos (see the module docstring)."""
+        for replays, evaluations and demos (see the module docstring).
+
+        ``congestion_params``: the congestion detector's parameter overrides (``counter_bits``,
+        ``tick_bytes``, ``default_rate_bps``), so that the leaf counters read each link's
+        ``xmit_wait`` as that detector does (:func:`xmit_wait_counter`); None: its defaults."""
         self.topology = topology
         self.health = health or PipelineHealth()
         self.anomaly_ttl_s = anomaly_ttl_s
@@ -137,8 +144,12 @@ class FindingStore:
         # per link, what its xmit_wait counter has risen by since this store first saw it, across
         # the port's counter resets: what a per-leaf sum exported as a counter may add up (a sum
         # of the raw counters falls whenever one port's counter resets, and rate() reads that
-        # fall as a reset of the sum: a spike of the whole sum)
-        self._xmit_wait_prev = np.full(topology.size("link"), np.nan)
+        # fall as a reset of the sum: a spike of the whole sum). Each reading is judged as the
+        # congestion detector judges it (a glitch, a wrap, a reset, a rise past the line rate):
+        # read as Prometheus reads a counter, one reading of 0 between two of 2.49e9 added the
+        # port's whole total to its leaf's counter (a false congestion spike on the fabric board)
+        self._congestion_params = dict(congestion_params or {})
+        self._xmit_wait = xmit_wait_counter(topology.size("link"), self._congestion_params)
         self._xmit_wait_increase = np.zeros(topology.size("link"))
         # by leaf name, the increase of links dropped from under that leaf (``move_to``): the
         # leaf's counter keeps it, or it would fall (rate() reads a fall as a reset: a spike)
@@ -208,8 +219,7 @@ class FindingStore:
             if frame.kind == "gpu":
                 self._count_xids(frame)
             elif frame.kind == "link" and "xmit_wait" in frame.columns:
-                _accumulate_increase(frame.slot, kernel_column(frame.columns["xmit_wait"]), self._xmit_wait_prev,
-                                     self._xmit_wait_increase)
+                self._accumulate_xmit_wait(frame)
             if newest[1]:  # some timestamp is finite: the newest (NaN skipped) is the clock
                 self.last_ts = float(newest[0])
             if self._wall_clock is not None:
@@ -239,6 +249,20 @@ class FindingStore:
             # the frame's median: a host back after a day's outage is one entity of many
             self._report_gaps[frame.kind].append(float(np.median(gaps)))
         heard[slots] = now
+
+    def _accumulate_xmit_wait(self, frame: Frame) -> None:
+        """Add what each link's xmit_wait rose by in ``frame``'s rows, read by the congestion
+        detector's rules (:func:`xmit_wait_counter`), to ``_xmit_wait_increase``.
+
+        The problems the reading finds (a glitch, a reset, a refused rise) are not counted here: the
+        congestion detector (in the default bank) is handed the same guarded rows, judges them by the
+        same rules and counts each in ``foreshock_input_problems_total``; counted here too, each bad
+        reading would count twice (an alert divides the problems by the samples)."""
+        values = kernel_column(frame.columns["xmit_wait"])[:, np.newaxis]
+        delta, _, _ = self._xmit_wait.update(frame.ts, frame.slot, values)  # problems: see above
+        risen = delta[:, 0]
+        rows = risen > 0.0  # NaN: nothing known to have risen (a first reading, a refused or stale one)
+        np.add.at(self._xmit_wait_increase, frame.slot[rows], risen[rows])
 
     def _count_xids(self, frame: Frame) -> None:
         # dcgm's XID field is the *last* XID and never resets: a new event is a change of value.
@@ -303,8 +327,10 @@ class FindingStore:
                     self._last_xid[mask] = np.nan
                 if kind == "link":
                     # the next reading of a link back in this store's care is a first reading:
-                    # what it rose by meanwhile was counted by its owner then
-                    self._xmit_wait_prev[mask] = np.nan
+                    # what it rose by meanwhile was counted by its owner then (no pace, no
+                    # pending low reading either: they were of readings long past)
+                    for link_state in (self._xmit_wait.s_state, self._xmit_wait.s_rate, self._xmit_wait.s_drop):
+                        link_state[mask] = np.nan
             self._predictions = {k: p for k, p in self._predictions.items()
                                  if not _owned(owned, p.entity_kind, p.slot)}
             self._anomalies = {k: a for k, a in self._anomalies.items()
@@ -324,11 +350,15 @@ class FindingStore:
     def forget_limits(self, slots: Sequence[int] | np.ndarray) -> None:
         """Forget the limits GPU ``slots``' boards reported (``OWN_LIMIT_FIELDS``): their boards
         were swapped, and the new ones are exported and alerted on against their own, or the
-        defaults, not the old ones'; their other latest values stay."""
+        defaults, not the old ones'; their other latest values stay. Their last XID is forgotten
+        too: a new board's first reading is a first value (``_count_xids``), which may be latched
+        from long ago, not a change from the old board's."""
+        slots = np.asarray(slots, dtype=np.int64)
         with self._lock:
             gpu_fields = LATEST_FIELDS["gpu"]
             for row in (gpu_fields.index(name) for name in OWN_LIMIT_FIELDS):
-                self._latest_block["gpu"][row, np.asarray(slots, dtype=np.int64)] = np.nan
+                self._latest_block["gpu"][row, slots] = np.nan
+            self._last_xid[slots] = np.nan
 
     def move_to(self, topology: Topology, remap: Remap | None = None) -> None:
         """Index everything by ``topology`` from now on: what is known of each entity (latest
@@ -351,8 +381,8 @@ class FindingStore:
             self._heard = {kind: self._moved(remap, topology, kind, heard, -np.inf)
                            for kind, heard in self._heard.items()}
             self._last_xid = self._moved(remap, topology, "gpu", self._last_xid, np.nan)
-            self._xmit_wait_prev = self._moved(remap, topology, "link", self._xmit_wait_prev, np.nan)
             self._xmit_wait_increase = self._move_xmit_wait(topology, remap)
+            self._xmit_wait = self._moved_xmit_wait_counter(topology, remap)
             gpu_slot = remap.new_of_old["gpu"]
             xids: Counter[tuple[int, int]] = Counter()
             for (slot, code), n in self._xids.items():
@@ -393,6 +423,16 @@ class FindingStore:
             if n >= 0:
                 increase[n] = 0.0
         return increase
+
+    def _moved_xmit_wait_counter(self, topology: Topology, remap: Remap) -> CounterRates:
+        """The links' xmit_wait reader for ``topology``: each link's last reading, pace and pending
+        low reading follow it (its next reading is judged as it would have been), a new link has
+        none (its first reading adds nothing)."""
+        counter = xmit_wait_counter(topology.size("link"), self._congestion_params)
+        state = self._xmit_wait.state_dict()
+        counter.bind(*(self._moved(remap, topology, "link", state[name], 0 if name == "s_resets" else np.nan)
+                       for name in ("s_state", "s_resets", "s_rate", "s_drop")))
+        return counter
 
     @staticmethod
     def _moved(remap: Remap, topology: Topology, kind: str, saved: np.ndarray, fill: float | bool,
@@ -521,6 +561,15 @@ def _moved_findings(remap: Remap, findings: dict[_Key, _EntityFinding],
             yield dataclasses.replace(f, slot=int(table[f.slot])), when
 
 
+def xmit_wait_counter(links: int, congestion_params: Mapping[str, float] | None = None) -> CounterRates:
+    """A reader of ``links`` links' ``xmit_wait`` counters by the congestion detector's rules, with
+    its parameter overrides ``congestion_params`` (:func:`~foreshock.detectors.congestion.xmit_wait_limits`),
+    so that a reading is a glitch, a wrap, a reset or refused for the store's leaf counters exactly
+    when it is for that detector."""
+    modulus, max_rate = xmit_wait_limits(params_vector(dict(congestion_params or {})))
+    return CounterRates(links, ("xmit_wait",), modulus=modulus, max_rate=max_rate)
+
+
 def _leaf_name(topology: Topology, link: int) -> str | None:
     """The name of the leaf switch link ``link`` of ``topology`` serves (None: not a GPU's link)."""
     leaf = int(topology.link_leaf[link])
@@ -567,22 +616,6 @@ def _new_xids(slot: np.ndarray, xid: np.ndarray, last: np.ndarray) -> np.ndarray
             n += 1
         last[slot[i]] = v
     return out[:n]
-
-
-@jit
-def _accumulate_increase(slot: np.ndarray, values: np.ndarray, prev: np.ndarray, increase: np.ndarray) -> None:
-    """Per row (time-ordered), add what a counter rose by since its slot's previous value to
-    ``increase``; a fall is a reset, after which the counter has risen by its value (Prometheus's
-    rule). The first value of a slot adds nothing."""
-    for i in range(len(slot)):
-        v = values[i]
-        s = slot[i]
-        if v != v or s < 0 or s >= len(prev):
-            continue
-        p = prev[s]
-        if p == p:
-            increase[s] += v - p if v >= p else v
-        prev[s] = v
 
 
 @jit

@@ -7,7 +7,7 @@ import io
 from rich.console import Console
 
 from foreshock.exporters.console import FindingTally, render_summary
-from foreshock.findings import Prediction
+from foreshock.findings import Incident, Prediction
 from foreshock.health import PipelineHealth
 from foreshock.topology import Topology
 
@@ -139,3 +139,20 @@ def test_the_incidents_timeline_prints_bracketed_names_literally() -> None:
     assert "1 member(s): n[/x]/gpu0" in text and "next: n[/x]/gpu1 in 2 min" in text
     assert "rack rack[b] -> node n[/x] — node n[/x] hot" in text
     assert "node n[/x]" in next(line for line in text.splitlines() if "│" in line and "i1" in line)
+
+
+def test_forgotten_incidents_are_counted_when_fewer_than_the_rows_are_kept() -> None:
+    """Six resolved incidents, three kept (``max_incidents``) and three forgotten, in a table of 15
+    rows: the "... 3 more" row says so. The rows left out (none: -12) were added to the forgotten
+    ones, and the forgotten vanished from the summary."""
+    tally = FindingTally(TOPO, max_incidents=3)
+    for i in range(6):
+        tally.observe_findings([Incident(100.0 + i, f"inc-{i}", "resolved", "rack", "rack0", "hot aisle",
+                                         members=("n0",))])
+    assert (len(tally.incidents), tally.incidents_forgotten) == (3, 3)
+    out = io.StringIO()
+    render_summary(tally, PipelineHealth(), console=Console(file=out, width=200), max_rows=15)
+    assert "3 more" in out.getvalue()
+    out = io.StringIO()
+    render_summary(tally, PipelineHealth(), console=Console(file=out, width=200), max_rows=2)
+    assert "4 more" in out.getvalue()  # one kept row left out, and the three forgotten

@@ -105,6 +105,90 @@ def test_the_leaf_counter_does_not_fall_when_a_host_is_dropped_from_the_topology
     assert _leaf0(registry) == before + 2 * 3 * RISE
 
 
+# ---- 1b. the leaf counter reads xmit_wait as the congestion detector does ---------------------
+HEALTHY = 2.49e9  # a healthy NDR port's port_xmit_wait total (FACTS)
+
+
+def _one_port_read(topology: Topology, store: FindingStore, readings: list[float], poll_s: float = 10.0,
+                   move_before: int = -1) -> list[float]:
+    """Feed ``store`` polls where leaf0's first link reads ``readings`` and every other link rises
+    by RISE a poll (``move_before``: move the store onto ``topology`` again before that poll);
+    returns leaf0's counter less the other links' share after each poll."""
+    registry = build_registry(store)
+    link = int(np.flatnonzero(_leaf0_links(topology, ("node0",)))[0])
+    others = int(_leaf0_links(topology, ("node0", "node1", "node2", "node3")).sum()) - 1
+    seen = []
+    for k, value in enumerate(readings):
+        if k == move_before:
+            store.move_to(Topology.from_dict(topology.to_dict()))
+        waits = np.full(topology.size("link"), RISE * k)
+        waits[link] = value
+        store.observe_frame(_links(topology, 100.0 + poll_s * k, waits))
+        seen.append(_leaf0(registry) - others * RISE * k)
+    return seen
+
+
+def test_one_glitched_reading_adds_only_the_true_rise_to_the_leaf_counter(small_topology: Topology) -> None:
+    """A port's xmit_wait read 0 once between readings of ~2.49e9 (a driver's momentary 0): the
+    congestion detector reads a glitch, and so does the leaf counter — it added the port's whole
+    total at the reading after it (+2.49e9 ticks: a giant false congestion spike on the fabric
+    board). The rise the low reading hid counts once the counter is back. A pending low reading
+    follows the link through a move of the store (``watch`` taking in a host)."""
+    readings = [HEALTHY, HEALTHY + 10_000, 0.0, HEALTHY + 30_000, HEALTHY + 40_000]
+    assert _one_port_read(small_topology, FindingStore(small_topology), readings) == \
+        [0.0, 10_000.0, 10_000.0, 30_000.0, 40_000.0]
+    moved = _one_port_read(small_topology, FindingStore(small_topology), readings, move_before=3)
+    assert moved == [0.0, 10_000.0, 10_000.0, 30_000.0, 40_000.0]
+
+
+def test_a_32_bit_wrap_adds_the_wrapped_rise_to_the_leaf_counter(small_topology: Topology) -> None:
+    """A 32-bit port_xmit_wait passing 2**32 (``counter_bits=32``, as the congestion detector is
+    told): the wrapped rise counts (it counted only the value after the wrap, as a reset)."""
+    top = 2.0**32
+    readings = [top - 25_000, top - 15_000, top - 5_000, 5_000.0, 15_000.0]
+    store = FindingStore(small_topology, congestion_params={"counter_bits": 32})
+    assert _one_port_read(small_topology, store, readings) == [0.0, 10_000.0, 20_000.0, 30_000.0, 40_000.0]
+
+
+def test_a_cleared_counter_still_counts_from_zero(small_topology: Topology) -> None:
+    """A real clear (``perfquery -R``, a driver reload): the counter stays low, and its new value
+    counts as its rise (Prometheus's rule), as it did. The store counts no problem of its own: the
+    congestion detector, reading the same rows, counts the reset once."""
+    health = PipelineHealth()
+    store = FindingStore(small_topology, health)
+    readings = [HEALTHY, HEALTHY + 10_000, 4_000.0, 14_000.0, 24_000.0]
+    assert _one_port_read(small_topology, store, readings) == [0.0, 10_000.0, 14_000.0, 24_000.0, 34_000.0]
+    assert not health.problems
+
+
+def test_the_store_reads_xmit_wait_with_the_congestion_detectors_bounds(small_topology: Topology) -> None:
+    """The leaf counter's wrap modulus and physical bound are the congestion detector's for
+    xmit_wait, with its defaults and with its parameters overridden alike."""
+    from foreshock.detectors.congestion import C_WAIT, CongestionDetector
+    from foreshock.exporters.store import xmit_wait_counter
+
+    for params in ({}, {"counter_bits": 32.0}, {"counter_bits": 32.0, "tick_bytes": 16.0, "default_rate_bps": 4e12}):
+        detector = CongestionDetector(small_topology, None, **params)
+        store_counter = xmit_wait_counter(small_topology.size("link"), params)
+        np.testing.assert_array_equal(store_counter.spec[0], detector.counters.spec[C_WAIT])
+
+
+def test_a_run_given_the_congestion_detectors_counter_width_reads_the_leaf_counters_by_it(
+        small_topology: Topology) -> None:
+    """``--param congestion.counter_bits=32`` reaches the store as well as the detector: a wrap
+    the detector reads as a wrap is one for the leaf counters too."""
+    from foreshock.cli.common import build_pipeline
+    from foreshock.detectors.congestion import C_WAIT, CongestionDetector
+
+    run = build_pipeline(small_topology, "congestion", "127.0.0.1", 0, None, 16,
+                         params=["congestion.counter_bits=32"])
+    detector = next(d for d in run.pipeline.bank.detectors if isinstance(d, CongestionDetector))
+    assert detector.counters.spec[C_WAIT][0] == 2.0**32  # (the modulus: the setting was taken)
+    top = 2.0**32
+    readings = [top - 25_000, top - 15_000, top - 5_000, 5_000.0, 15_000.0]
+    assert _one_port_read(small_topology, run.store, readings) == [0.0, 10_000.0, 20_000.0, 30_000.0, 40_000.0]
+
+
 # ---- 2. predictions are keyed by their detector too ----------------------------------------
 def test_two_detectors_predicting_one_event_of_one_gpu_are_two_predictions(small_topology: Topology) -> None:
     """``--detectors thermal,threshold`` both predicting node0/gpu3's throttle: two series (the
