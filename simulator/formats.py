@@ -112,7 +112,10 @@ def dcgm_exposition(frame: Frame, topology: Topology, model_name: str = MODEL_NA
 
 
 def nvidia_smi_csv(frame: Frame, topology: Topology, node: str, model_name: str = MODEL_NAME) -> str:
-    """``nvidia-smi --query-gpu=index,name,<fields>,uuid --format=csv`` for the GPUs of one node."""
+    """``nvidia-smi --query-gpu=index,name,<fields>,uuid --format=csv,nounits`` for the GPUs of one
+    node: values without their units (``77.71``, not ``77.71 W``), a bitmask in hex as nvidia-smi
+    prints it in either form (``0x0000000000000020``; a parser that reads it as hex read a decimal
+    ``32`` as 0x32, app-clock and sync-boost bits that were never set)."""
     fields = [f for f in fields_of("gpu") if f.sources.get("nvidia_smi")]
     header = ["index", "name"] + [f.sources["nvidia_smi"][0].name for f in fields] + ["uuid"]
     out = [", ".join(header)]
@@ -128,7 +131,7 @@ def nvidia_smi_csv(frame: Frame, topology: Topology, node: str, model_name: str 
                 cells.append("[N/A]")
                 continue
             native = value / f.sources["nvidia_smi"][0].scale
-            cells.append(_format(native, f.name in _INTEGER_FIELDS))
+            cells.append(f"0x{int(native):016X}" if f.unit == "bitmask" else _format(native, f.name in _INTEGER_FIELDS))
         board = float(boards[row])
         cells.append("[N/A]" if math.isnan(board) else uuid_of_board(topology.gpus[slot], board))
         out.append(", ".join(cells))

@@ -293,12 +293,15 @@ def test_nvidia_smi_csv_round_trips_through_the_real_importer() -> None:
 
     sim = ClusterSimulator(gpus=16, seed=1, params={"missing_prob": 0.0}, warmup_s=60)
     gpu = sim.step()[0]
-    text = nvidia_smi_csv(gpu, sim.topology, "node1")
-    back = parse_query_gpu(text, host="node1", ts=gpu.ts[0]).to_frame(sim.topology)
     mine = sim.topology.gpus_of_node(1)
+    rows = np.flatnonzero(np.isin(gpu.slot, mine))
+    gpu.columns["throttle_reasons"][rows[0]] = 0x20  # SW thermal: printed in hex, as nvidia-smi does
+    text = nvidia_smi_csv(gpu, sim.topology, "node1")
+    assert "0x0000000000000020" in text.splitlines()[1]  # (the node's first row, the header before it)
+    back = parse_query_gpu(text, host="node1", ts=gpu.ts[0]).to_frame(sim.topology)
     order = np.argsort(back.slot)
     assert np.array_equal(back.slot[order], mine)
-    for name in ("gpu_temp", "power", "sm_clock", "power_limit"):
+    for name in ("gpu_temp", "power", "sm_clock", "power_limit", "throttle_reasons"):
         np.testing.assert_allclose(back.columns[name][order], gpu.columns[name][mine], rtol=1e-6, err_msg=name)
 
 
