@@ -132,10 +132,7 @@ class GpuModel:
         f_o, p_o, cap_o = self._phase(base, other_activity, f_req, f_thermal, brake)
         power = np.where(alive, cf * p_c + (1.0 - cf) * p_o, 0.0)
         capped_share = np.where(running, cf * cap_c + (1.0 - cf) * cap_o, 0.0)
-        # the SW thermal bit while the limiter holds the clock below the one asked for: engaged, its
-        # first steps (0.999 of the max) round to the max clock, which NVML reports as no slowdown
-        # (set then, the bit opened 1-s throttle episodes in the truth that no sample could show)
-        sw_thermal = running & (np.round(f_thermal / p.clock_step_hz) * p.clock_step_hz < f_req)
+        sw_thermal = running & (self.sw_scale < 1.0)
         # reason bits as NVML reports them
         reasons = np.where(running, 0, facts.THROTTLE_IDLE).astype(np.int64)
         reasons |= np.where(capped_share > 0, facts.THROTTLE_SW_POWER_CAP, 0)

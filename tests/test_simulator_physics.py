@@ -85,25 +85,14 @@ def test_power_cap_sets_bit_0x4_and_holds_the_limit() -> None:
     assert not trace[-1][1] & (facts.THROTTLE_SW_THERMAL | facts.THROTTLE_HW_SLOWDOWN)
 
 
-def test_the_sw_thermal_bit_is_never_set_at_the_max_clock() -> None:
-    """The limiter's first cuts (0.999 of the max) round to the max clock: the bit had been set on
-    them, and the truth opened throttle episodes of a second or two that no sample could show."""
-    gpu = GpuModel(1, EXACT, np.random.default_rng(0))
-    trace = run_gpu(gpu, 1500, inlet=lambda t: min(24.0 + t * 0.05, 75.0), activity=0.6)
-    flagged = [s for s in trace if s[1] & facts.THROTTLE_SW_THERMAL]
-    assert flagged and not any(s[1] & facts.THROTTLE_SW_POWER_CAP for s in trace)
-    assert all(s[2] < facts.SM_CLOCK_MAX_HZ for s in flagged)
-
-
 def test_sw_thermal_starts_above_max_operating_with_bit_0x20() -> None:
     gpu = GpuModel(1, EXACT, np.random.default_rng(0))
     # inlet ramps slowly from 24 to 70 °C: the die crosses 87 °C under load
     trace = run_gpu(gpu, 1500, inlet=lambda t: min(24.0 + t * 0.04, 70.0), activity=0.9)
     first = next(i for i, s in enumerate(trace) if s[1] & facts.THROTTLE_SW_THERMAL)
-    over = next(i for i, s in enumerate(trace) if s[0] > facts.MAX_OPERATING_TEMP_C)
-    # never before the die went over 87 °C; within seconds after, once the limiter's clock is a
-    # step below the one asked for (its first cuts round to the same clock: no slowdown yet)
-    assert over <= first <= over + 10
+    # never before the die went over 87 °C; at once after
+    assert all(s[0] <= facts.MAX_OPERATING_TEMP_C for s in trace[:first])
+    assert trace[first][0] > facts.MAX_OPERATING_TEMP_C
     assert trace[first][0] < facts.MAX_OPERATING_TEMP_C + 1.0
     # the limiter then holds the die near max operating, below HW slowdown
     temps = [s[3] for s in trace[first + 120:]]
@@ -416,8 +405,7 @@ def test_hbm_sw_thermal_slowdown_starts_above_95_with_a_cool_die() -> None:
                  one, hbm_factor)
         trace.append((before_core, before_hbm, int(gpu.reasons[0])))
     first = next(i for i, s in enumerate(trace) if s[2] & facts.THROTTLE_SW_THERMAL)
-    over = next(i for i, s in enumerate(trace) if s[1] > facts.HBM_MAX_OPERATING_TEMP_C)
-    assert over <= first <= over + 30  # once the limiter's clock is a step below the one asked for
+    assert all(s[1] <= facts.HBM_MAX_OPERATING_TEMP_C for s in trace[:first])
     assert facts.HBM_MAX_OPERATING_TEMP_C < trace[first][1] < facts.HBM_MAX_OPERATING_TEMP_C + 1.0
     assert trace[first][0] < facts.MAX_OPERATING_TEMP_C - 20  # the die is far from its own limit
     assert not any(s[2] & facts.THROTTLE_HW_SLOWDOWN for s in trace)
