@@ -121,6 +121,12 @@ class KafkaSettings:
 
 def _split_address(item: str) -> tuple[str, int]:
     """``HOST:PORT`` or ``[IPV6]:PORT`` -> ``(host, port)``; a ValueError says what is wrong with it."""
+    # the usual slips, named: each would otherwise read as an IPv6 address without its brackets
+    scheme, sep, rest = item.partition("://")
+    if sep:
+        raise ValueError(f"Kafka address {item!r}: give it without {scheme}://, as in {rest or 'HOST:PORT'}")
+    if ";" in item:
+        raise ValueError(f"Kafka address {item!r}: separate servers with commas, as in {item.replace(';', ',')}")
     if item.startswith("["):
         host, bracket, rest = item[1:].partition("]")
         if not bracket or not _is_ipv6(host) or not rest.startswith(":"):
@@ -134,6 +140,9 @@ def _split_address(item: str) -> tuple[str, int]:
             raise ValueError(f"Kafka address {item!r}: an IPv6 address goes in brackets, as in {hint}")
     if not sep or not host or not (port.isascii() and port.isdigit()):
         raise ValueError(f"Kafka address {item!r} is not HOST:PORT")
+    if any(c.isspace() or c in "[]" for c in host):
+        # the clients would look up a name no DNS serves, and faust's "kafka://a :1;..." splits it
+        raise ValueError(f"Kafka address {item!r}: the host {host!r} has a space or a bracket in it")
     if not 0 < int(port) < 65536:
         raise ValueError(f"Kafka address {item!r}: the port must be 1 to 65535")
     return host, int(port)

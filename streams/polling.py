@@ -20,8 +20,12 @@ processed; each source says "replaced" by the rule of :class:`GpuBoards`, which 
 
 from __future__ import annotations
 
+import atexit
 import logging
+import math
+import os
 import queue
+import signal
 import socket
 import subprocess
 import threading
@@ -205,6 +209,9 @@ class PollingSource:
                  clock: Callable[[], float] = time.time) -> None:
         if not interval >= MIN_INTERVAL_S:
             raise ValueError(f"interval must be at least {MIN_INTERVAL_S:g} s (MIN_INTERVAL_S), got {interval}")
+        if not math.isfinite(interval):
+            # the wait after the first poll would raise OverflowError and end the source's thread
+            raise ValueError(f"interval must be a finite number of seconds, got {interval}")
         self.interval = float(interval)
         self.health = health if health is not None else PipelineHealth()
         self.max_polls = max_polls
@@ -286,6 +293,13 @@ class PollingSource:
             self._stop.wait(max(0.0, slot_left, gap_left))
 
 
+_running_groups: set[int] = set()
+"""Process groups of the commands :func:`run_process` is waiting for: killed if foreshock exits
+first (a second Ctrl-C while a source polls in a thread of its own), as the terminal's Ctrl-C
+no longer reaches them in their own session."""
+_running_lock = threading.Lock()
+
+
 def run_process(argv: Sequence[str], health: PipelineHealth, stage: str,
                 timeout: float = 10.0) -> tuple[subprocess.CompletedProcess[str] | None, str]:
     """Run a command to its end, whatever its exit status: ``(the finished process, "")``, or
@@ -294,21 +308,59 @@ def run_process(argv: Sequence[str], health: PipelineHealth, stage: str,
     status itself (nvidia-smi prints every healthy GPU's row, then exits non-zero for a lost one);
     the others use :func:`run_command`.
 
+    The command runs in a session of its own, and a timeout kills its whole process group: the
+    command may be a wrapper (a container, ssh) whose own children kept running, one more per
+    timed-out poll, when only the wrapper was killed. Ctrl-C at the terminal reaches the command no
+    more: the first ends the run after the poll in progress (at most ``timeout``), a second one,
+    or foreshock ending meanwhile, kills the group.
+
     Its output is read as UTF-8, a byte that is not UTF-8 read as U+FFFD: a job name in Latin-1 in
     ``squeue``'s output was a UnicodeDecodeError traceback."""
     try:
-        done = subprocess.run(list(argv), capture_output=True, text=True, encoding="utf-8", errors="replace",
-                              timeout=timeout, check=False)
+        child = subprocess.Popen(list(argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                 encoding="utf-8", errors="replace", start_new_session=True)
     except FileNotFoundError:
         health.problem(stage, "command not found", detail=str(argv[0]))
         return None, f"{argv[0]}: not found"
     except PermissionError:
         health.problem(stage, "command not executable", detail=str(argv[0]))
         return None, f"{argv[0]}: not executable"
-    except subprocess.TimeoutExpired:
-        health.problem(stage, "command timed out", detail=f"{argv[0]} after {timeout} s")
-        return None, f"{argv[0]}: timed out after {timeout} s"
-    return done, ""
+    except (OSError, ValueError) as exc:
+        # a script without a #! line (ENOEXEC), a NUL byte in an argument: a traceback before
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        health.problem(stage, "command could not be started", detail=f"{argv[0]!r}: {why}")
+        return None, f"{argv[0]!r}: could not be started ({why})"
+    with _running_lock:
+        _running_groups.add(child.pid)  # the child leads its group: its pid is the group's id
+    try:
+        with child:  # closes the pipes and reaps the child, whatever ends the wait
+            try:
+                stdout, stderr = child.communicate(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                _kill_group(child.pid)
+                health.problem(stage, "command timed out", detail=f"{argv[0]} after {timeout} s")
+                return None, f"{argv[0]}: timed out after {timeout} s"
+            except BaseException:  # KeyboardInterrupt: the command must not outlive the run
+                _kill_group(child.pid)
+                raise
+    finally:
+        with _running_lock:
+            _running_groups.discard(child.pid)
+    return subprocess.CompletedProcess(child.args, child.returncode, stdout, stderr), ""
+
+
+def _kill_group(pgid: int) -> None:
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except ProcessLookupError:  # every process of the group has ended already
+        pass
+
+
+@atexit.register
+def _kill_running_groups() -> None:
+    with _running_lock:
+        for pgid in _running_groups:
+            _kill_group(pgid)
 
 
 def run_command(argv: Sequence[str], health: PipelineHealth, stage: str,
@@ -378,7 +430,10 @@ ALONGSIDE_BACKLOG = 64
 def alongside(primary: Iterable[Frame], others: Sequence[PollingSource],
               backlog: int = ALONGSIDE_BACKLOG) -> Iterator[Frame]:
     """The frames of ``primary`` and of ``others``, each polled in a thread of its own, in the
-    order they arrive; ends when the primary does, and stops the others then.
+    order they arrive; ends when the primary does, and stops the others then. An error that ends
+    the primary is raised to the consumer (it had looked like the primary's end: ``watch`` printed
+    its summary and exited 0); one that ends a side source is counted under its stage ("source
+    stopped") and logged, and the primary goes on without it.
 
     At most ``backlog`` frames wait for the consumer. Unbounded, a pipeline slower than its
     sources let them queue frames without end (memory growing for weeks, each frame processed
@@ -388,10 +443,10 @@ def alongside(primary: Iterable[Frame], others: Sequence[PollingSource],
     if not others:
         yield from primary
         return
-    arrived: queue.Queue[Frame | None] = queue.Queue(maxsize=backlog)
+    arrived: queue.Queue[Frame | _PrimaryEnded] = queue.Queue(maxsize=backlog)
     done = threading.Event()  # the consumer has gone: a pump waiting for room gives up
 
-    def put(item: Frame | None) -> bool:
+    def put(item: Frame | _PrimaryEnded) -> bool:
         while not done.is_set():
             try:
                 arrived.put(item, timeout=0.1)
@@ -400,23 +455,40 @@ def alongside(primary: Iterable[Frame], others: Sequence[PollingSource],
                 continue
         return False
 
-    def pump(frames: Iterable[Frame], last: bool) -> None:
+    def pump(frames: Iterable[Frame], source: PollingSource | None) -> None:
+        """Hand ``frames`` to the consumer; ``source`` None for the primary, whose end (or error)
+        is handed over last."""
+        failed: BaseException | None = None
         try:
             for frame in frames:
                 if not put(frame):
                     return
+        except BaseException as exc:  # an error in this thread is the consumer's to hear of
+            failed = exc
+            if source is not None:
+                # a side source stopped: counted and logged, the primary goes on without it
+                source.health.problem(source.stage, "source stopped", detail=f"{type(exc).__name__}: {exc}")
         finally:
-            if last:
-                put(None)  # the primary has ended
+            if source is None:
+                put(_PrimaryEnded(failed))
 
-    threads = [threading.Thread(target=pump, args=(s, False), name=f"poll-{s.stage}", daemon=True) for s in others]
-    threads.append(threading.Thread(target=pump, args=(primary, True), name="poll-primary", daemon=True))
+    threads = [threading.Thread(target=pump, args=(s, s), name=f"poll-{s.stage}", daemon=True) for s in others]
+    threads.append(threading.Thread(target=pump, args=(primary, None), name="poll-primary", daemon=True))
     for thread in threads:
         thread.start()
     try:
-        while (frame := arrived.get()) is not None:
-            yield frame
+        while not isinstance(item := arrived.get(), _PrimaryEnded):
+            yield item
+        if item.error is not None:
+            raise item.error
     finally:
         done.set()
         for source in others:
             source.stop()
+
+
+class _PrimaryEnded:
+    """What :func:`alongside`'s primary hands over last: its end, or the error that ended it."""
+
+    def __init__(self, error: BaseException | None) -> None:
+        self.error = error

@@ -163,6 +163,19 @@ def test_an_address_that_no_client_could_use_is_refused(address: str) -> None:
         KafkaSettings(address)
 
 
+@pytest.mark.parametrize("address,says", [
+    ("kafka://broker:9092", "without kafka://, as in broker:9092"),
+    ("a:1;b:2", "separate servers with commas, as in a:1,b:2"),
+    ("broker :9092", "space"), ("broker\n:9092", "space"), ("]:9092", "bracket"), ("a]b:9092", "bracket"),
+])
+def test_a_usual_slip_in_an_address_is_refused_naming_it(address: str, says: str) -> None:
+    """A scheme prefix and ';' between servers were refused as IPv6 addresses without brackets; a
+    host with a space or a bracket was taken, for the clients to look up a name no DNS serves."""
+    with pytest.raises(ValueError) as info:
+        KafkaSettings(address)
+    assert says in str(info.value) and "IPv6" not in str(info.value)
+
+
 def test_an_unusable_address_reaches_the_commands_as_a_usage_error(no_kafka_env) -> None:
     from foreshock.cli import agent, worker
 

@@ -138,6 +138,17 @@ def test_watch_refuses_a_bmc_or_cdu_interval_under_the_floor(option: str) -> Non
     assert result.exit_code == 2 and "0.02" in result.output, result.output
 
 
+@pytest.mark.parametrize("option", ["--bmc-interval", "--cdu-interval"])
+@pytest.mark.parametrize("value", ["nan", "inf"])
+def test_watch_refuses_a_bmc_or_cdu_interval_that_is_no_number(option: str, value: str) -> None:
+    """``inf`` passed ``FloatRange``: the BMC poller's thread died of OverflowError after its first
+    poll while the watch went on without its fans; ``nan`` was a traceback."""
+    result = CliRunner(env={"COLUMNS": "300"}).invoke(
+        cli, ["watch", "--source", "dcgm", "--url", "http://127.0.0.1:1/metrics", "--polls", "1", "--port", "0",
+              option, value])
+    assert result.exit_code == 2 and "finite" in result.output, result.output
+
+
 @pytest.mark.parametrize("value", ["nan", "inf"])
 def test_agent_refuses_an_interval_that_is_no_number_before_reaching_the_broker(value: str) -> None:
     """Review r1: ``FloatRange`` lets NaN and infinity through; the source's constructor then raised

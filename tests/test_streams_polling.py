@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
 import threading
 import time
+from pathlib import Path
+from typing import Iterator
 
 import numpy as np
 import pytest
@@ -11,7 +16,8 @@ import pytest
 from foreshock.frames import Frame
 from foreshock.guard import POLL_GAP_S
 from foreshock.health import PipelineHealth
-from foreshock.streams.polling import PollingSource, alongside, run_command
+from foreshock.streams import polling
+from foreshock.streams.polling import PollingSource, alongside, run_command, run_process
 
 
 class Flaky(PollingSource):
@@ -63,6 +69,14 @@ def test_interval_must_be_positive() -> None:
         Flaky(interval=0)
 
 
+@pytest.mark.parametrize("interval", [float("inf"), float("nan")])
+def test_an_interval_that_is_no_finite_number_is_refused(interval: float) -> None:
+    """Infinity passed the floor check; the wait after the first poll then raised OverflowError and
+    ended the source's thread (``watch --bmc-interval inf``)."""
+    with pytest.raises(ValueError, match="interval"):
+        Flaky(interval=interval)
+
+
 def test_run_command_reports_failures() -> None:
     health = PipelineHealth()
     assert run_command(["/bin/echo", "hi"], health, "t") == ("hi\n", "")
@@ -71,6 +85,98 @@ def test_run_command_reports_failures() -> None:
     out, _ = run_command(["/bin/sleep", "5"], health, "t", timeout=0.1)
     assert out is None
     assert health.problems == {("t", "command failed"): 1, ("t", "command timed out"): 1}
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie waiting for its new parent to reap it has ended)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+
+
+def _ended_within(pid: int, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while _alive(pid):
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)  # the test's own leftover
+            return False
+        time.sleep(0.02)
+    return True
+
+
+@pytest.fixture
+def wrapper(tmp_path: Path) -> tuple[list[str], Path]:
+    """A command as ``--executable`` may name (a container, ssh): a shell whose tool hangs."""
+    pid_file = tmp_path / "tool.pid"
+    script = tmp_path / "wrapper.sh"
+    script.write_text(f"#!/bin/sh\nsleep 300 &\necho $! > {pid_file}.part && mv {pid_file}.part {pid_file}\nwait\n")
+    script.chmod(0o755)
+    return [str(script)], pid_file
+
+
+def _tool_pid(pid_file: Path) -> int:
+    deadline = time.monotonic() + 5
+    while not pid_file.exists():
+        assert time.monotonic() < deadline, "the wrapper never started its tool"
+        time.sleep(0.01)
+    return int(pid_file.read_text())
+
+
+def test_a_timed_out_command_takes_its_children_with_it(wrapper: tuple[list[str], Path]) -> None:
+    """Only the wrapper was killed: the hung tool under it kept running, one more per timed-out poll."""
+    argv, pid_file = wrapper
+    health = PipelineHealth()
+    assert run_process(argv, health, "t", timeout=0.5) == (None, f"{argv[0]}: timed out after 0.5 s")
+    assert _ended_within(_tool_pid(pid_file), 2.0)
+    assert health.problems == {("t", "command timed out"): 1}
+
+
+def test_an_interrupted_command_takes_its_children_with_it(wrapper: tuple[list[str], Path],
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """In a session of its own the command no longer gets the terminal's Ctrl-C: a KeyboardInterrupt
+    (a second Ctrl-C at ``watch``) while it runs kills it and its children."""
+    argv, pid_file = wrapper
+    communicate = subprocess.Popen.communicate
+
+    def interrupted(self: subprocess.Popen[str], *args: object, **kwargs: object) -> object:
+        _tool_pid(pid_file)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(subprocess.Popen, "communicate", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        run_process(argv, PipelineHealth(), "t", timeout=60)
+    monkeypatch.setattr(subprocess.Popen, "communicate", communicate)
+    assert _ended_within(_tool_pid(pid_file), 2.0)
+
+
+def test_a_command_still_running_when_foreshock_exits_is_killed(wrapper: tuple[list[str], Path]) -> None:
+    """A source polling in a thread of its own (``watch --bmc``) is abandoned when a second Ctrl-C
+    ends the process: its command, which no Ctrl-C reaches now, is killed at exit."""
+    argv, pid_file = wrapper
+    answers: list[tuple[object, str]] = []
+    poll = threading.Thread(target=lambda: answers.append(run_process(argv, PipelineHealth(), "t", timeout=60)))
+    poll.start()
+    tool = _tool_pid(pid_file)
+    polling._kill_running_groups()  # what the interpreter's exit runs
+    poll.join(5)
+    assert _ended_within(tool, 2.0)
+    assert answers and answers[0][0] is not None  # the wrapper ended (killed), not timed out
+
+
+@pytest.mark.parametrize("argv,why", [(["NOSHEBANG"], "Exec format error"), (["/bin/echo", "a\0b"], "null byte")])
+def test_a_command_that_cannot_be_started_is_counted_not_raised(argv: list[str], why: str, tmp_path: Path) -> None:
+    """A script without a #! line (ENOEXEC) and an argument with a NUL byte raised out of
+    run_process: a traceback from ``foreshock topology jobs --squeue SCRIPT``."""
+    if argv[0] == "NOSHEBANG":
+        script = tmp_path / "squeue"
+        script.write_text("echo '{}'\n")
+        script.chmod(0o755)
+        argv = [str(script)]
+    health = PipelineHealth()
+    out, error = run_command(argv, health, "slurm")
+    assert out is None and why in error
+    assert health.problems == {("slurm", "command could not be started"): 1}
 
 
 T0 = 1_764_700_000.0  # a stamp of today: its rounding is the one live sources have
@@ -170,3 +276,36 @@ def test_a_pipeline_slower_than_its_sources_holds_a_bounded_backlog() -> None:
     primary.stop()
     assert polled <= 30 + 4 + 2  # taken, waiting, and one in each pump's hand
     assert health.polls_skipped["steady"] > 0
+
+
+def _crashing(after: int) -> Iterator[Frame]:
+    for i in range(after):
+        yield Frame("gpu", np.array([float(i)]), np.array([1]), {"power": np.array([1.0])})
+    raise RuntimeError("exporter client crashed")
+
+
+def test_an_error_that_ends_the_primary_reaches_the_consumer() -> None:
+    """It ended the merged stream as the primary's end would: ``watch --bmc`` printed its summary and
+    exited 0, the traceback only in the thread's hook."""
+    other = Steady(interval=1.0)
+    frames = []
+    with pytest.raises(RuntimeError, match="exporter client crashed"):
+        for frame in alongside(_crashing(after=2), [other]):
+            frames.append(frame)
+    assert sum(1 for f in frames if f.slot[0] == 1) == 2  # what came before the error was delivered
+
+
+class Crashing(Steady):
+    stage = "redfish"
+
+    def __iter__(self) -> Iterator[Frame]:
+        yield from _crashing(after=1)
+
+
+def test_an_error_that_ends_a_side_source_is_counted_and_the_primary_goes_on() -> None:
+    health = PipelineHealth()
+    side = Crashing(interval=1.0, health=health)
+    primary = Steady(interval=0.05, health=PipelineHealth(), max_polls=6)
+    frames = list(alongside(primary, [side]))
+    assert len(frames) == 6 + 1
+    assert health.problems == {("redfish", "source stopped"): 1}
