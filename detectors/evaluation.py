@@ -40,7 +40,12 @@ within its horizon, and its lead time is how early it came. Concretely, per *eve
   within a horizon after that one's onset, and one withdrawn early earned an episode its last
   statement's horizon had ended before — a hit for recall and a false alarm for precision.)
 - **Precision**: an alarm that starts inside an episode (or within ``merge_gap_s`` after it) is
-  not scored — for precision nor for recall (it cannot earn the entity's next episode). Nor is
+  not scored — for precision nor for recall (it cannot earn the entity's next episode) — unless
+  it starts after that episode ended and the entity's next episode starts within the gap: that
+  one is another fault's, split off (a PSU failure's cap 90 s after a fault-free cap let go), and
+  the alarm is judged by it (until 2026-12-04 such an episode could never be predicted, and was
+  scored as missed). A statement that comes true on an episode recall does not score (one in the
+  warm-up) is not judged either (until 2026-12-04 it was a true positive). Nor is
   the statement during which the GPU's job stopped (ground truth ``job_slowdown_start``,
   reason ``interrupted``, or an XID 79 on one of its GPUs: a member fell off the bus or shut
   down; or ``job_end``: the job finished), unless its episode came first: an
@@ -832,6 +837,13 @@ def score_spans(spans: SpanTable, eps: EpisodeTable, kind: EventKind, scopes: Se
     nxt = prev + 1
     q = np.minimum(nxt, max(n_e - 1, 0))
     has_next = (nxt < n_e) & (eps.entity[q] == spans.entity) if n_e else np.zeros(len(s_key), bool)
+    if n_e:
+        # ... and a span raised after its previous episode ended is judged by the next one where
+        # that one starts within the gap: another fault's, split off (:func:`episodes`: the same
+        # fault's would have merged). Taken as "during" the earlier one, such an episode (a PSU
+        # failure's cap 90 s after a fault-free cap let go) could never be predicted, yet was
+        # scored as missed
+        during &= ~(has_next & (spans.start > eps.end[p]) & (eps.start[q] - eps.end[p] <= gap))
     # a span states its claim at s, s + h, ... while active (the statement made at s + k*h covers
     # (s + k*h, s + (k + 1)*h]); the claim is about that first episode, which statement k_hit covers
     n_stmt = _statements(spans, horizon)
@@ -858,7 +870,8 @@ def score_spans(spans: SpanTable, eps: EpisodeTable, kind: EventKind, scopes: Se
     # span) is not judged either, unless its episode came before the interruption
     k_int, t_int = _interrupted_statement(spans, interrupts, horizon, t0)
     censored_hit = (k_hit == k_int) & ~(eps.start[q] < t_int) if n_e else np.zeros(len(s_key), bool)
-    tp = covered & (k_hit < judged) & ~censored_hit
+    # a hit on an episode recall does not score (the warm-up's) is left unjudged, as the episode is
+    tp = covered & (k_hit < judged) & ~censored_hit & (eps.scored[q] if n_e else True)
     n_claims = np.where(live, np.minimum(np.minimum(k_hit, n_stmt), judged), 0.0).astype(np.int64)
     # the false statements (each made at fp_t), charged to the fault its entity's state is put down to then
     fp_span = np.repeat(np.arange(len(n_claims)), n_claims)

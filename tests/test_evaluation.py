@@ -277,11 +277,22 @@ def naive_score(findings, events, kind, recording, start, end):
     def first_after(mine, s):  # the onset of the entity's first episode after s: an alarm's claim
         return min((e.start for e in mine if e.start > s), default=math.inf)
 
+    def during(mine, s):
+        """Raised inside an episode or within merge_gap_s after it: not judged. Unless it was raised
+        after the episode ended and the next one (another fault's, split off) starts within that
+        gap: then its claim is about that one."""
+        for e in mine:
+            if e.start <= s <= e.end + kind.merge_gap_s:
+                if s > e.end and any(s < n.start <= e.end + kind.merge_gap_s for n in mine):
+                    continue
+                return True
+        return False
+
     for ep in eps:
         mine = mine_of.get(ep.entity, [])
         leads = []
         for s, w in alarms.get(ep.entity, ()):
-            if any(e.start <= s <= e.end + kind.merge_gap_s for e in mine) or first_after(mine, s) != ep.start:
+            if during(mine, s) or first_after(mine, s) != ep.start:
                 continue  # not judged, or its claim is about another episode
             t = s
             while True:  # its statements, at s, s + h, ... while active: one covering the onset predicts it
@@ -299,7 +310,7 @@ def naive_score(findings, events, kind, recording, start, end):
     for entity, spans in alarms.items():
         mine = mine_of.get(entity, [])
         for s, w in spans:
-            if any(ep.start <= s <= ep.end + kind.merge_gap_s for ep in mine):
+            if during(mine, s):
                 continue
             reach = s + h * max(math.ceil((w - s) / h), 1)  # the last statement's horizon
             ti = next((x for x in stops if s <= x <= reach), None)  # the first interruption it reaches
@@ -316,8 +327,9 @@ def naive_score(findings, events, kind, recording, start, end):
                         break
                     continue
                 if hit is not None:
-                    total["tp"] += 1
-                    bucket(hit.fault_type)["tp"] += 1
+                    if hit.start >= start + kind.warmup_s:  # a warm-up episode's hit is not judged, as it is not scored
+                        total["tp"] += 1
+                        bucket(hit.fault_type)["tp"] += 1
                     break
                 total["fp"] += 1
                 # the fault holding it then: an active one over one in its aftermath, the latest to begin
@@ -780,3 +792,61 @@ def test_a_member_shutting_down_inside_a_slowdown_interrupts_the_job_too() -> No
     other = [e for e in events if e.type != "xid"]  # without the XID, gpu1's claim is false as well
     m = score_job0_claims(findings, other)
     assert m["false_alarms_per_1000_gpu_hours"] == pytest.approx(2 / (4 * 10000 / 3600) * 1000)
+
+
+def _as_naive(m: dict, want: dict) -> None:
+    """``m`` agrees with the naive scorer's ``want`` on every figure the naive one gives."""
+    assert {k: m[k] for k in want if k != "by_fault"} == {k: v for k, v in want.items() if k != "by_fault"}
+    for fault, figures in want["by_fault"].items():
+        assert {k: m["by_fault"][fault][k] for k in figures} == figures
+
+
+def _psu_cap_after_a_free_one() -> tuple[list[Event], Recording]:
+    """A fault-free power cap on GPU 0 lets go at 2030 s; a PSU failure's cap starts there 80 s
+    later, within the kind's merge gap (120 s): an episode of its own, split off."""
+    rec = Recording(Path("."), small_topology(nodes=1, gpus=4, racks=1), {"faults": [{"id": "psu1", "duration_s": None}]})
+    psu = ("psu1", "psu_failure")
+    events = [gpu_event(2000, "power_cap_start", 0), gpu_event(2030, "power_cap_end", 0),
+              Event(2040.0, "fault_onset", "node", "node0", *psu),
+              gpu_event(2110, "power_cap_start", 0, psu), gpu_event(2500, "power_cap_end", 0, psu)]
+    return events, rec
+
+
+@pytest.mark.parametrize("raised", [2031.0, 2080.0])
+def test_an_episode_split_off_within_the_gap_can_be_predicted(raised: float) -> None:
+    """An alarm raised after the fault-free cap let go was taken as raised "during" it (within the
+    merge gap), so not judged: the PSU cap could never be predicted, yet was scored as missed."""
+    kind = ev.EVENT_KINDS["power_cap"]
+    events, rec = _psu_cap_after_a_free_one()
+    findings = [pred(raised, 0, event="power_cap")]
+    m = ev.score_kind(findings, events, kind, rec, 0.0, 5000.0)
+    assert m["by_fault"]["psu_failure"]["recall"] == 1.0
+    assert m["leads_s"] == [2110.0 - raised]
+    assert m["precision"] == 1.0
+    _as_naive(m, naive_score(findings, events, kind, rec, 0.0, 5000.0))
+
+
+def test_an_alarm_raised_while_an_episode_holds_still_claims_nothing_about_the_split_off_one() -> None:
+    """Raised during the fault-free cap (not after it), an alarm is still "it may happen again":
+    not judged, whatever comes within the gap."""
+    kind = ev.EVENT_KINDS["power_cap"]
+    events, rec = _psu_cap_after_a_free_one()
+    findings = [pred(2020.0, 0, event="power_cap")]
+    m = ev.score_kind(findings, events, kind, rec, 0.0, 5000.0)
+    assert m["recall"] == 0.0 and m["precision"] is None
+    _as_naive(m, naive_score(findings, events, kind, rec, 0.0, 5000.0))
+
+
+def test_a_hit_on_a_warm_up_episode_is_not_judged_for_precision() -> None:
+    """An episode in the warm-up is not scored for recall; an alarm that predicted it had counted
+    as a true positive all the same (a fault with 0 episodes and precision 1.0)."""
+    kind = ev.EVENT_KINDS["thermal_throttle"]
+    rec = Recording(Path("."), small_topology(nodes=1, gpus=4, racks=1), {"faults": [{"id": "f1", "duration_s": None}]})
+    tim = ("f1", "tim_degradation")
+    events = [Event(10.0, "fault_onset", "gpu", "node0/gpu0", *tim),
+              gpu_event(300, "thermal_throttle_start", 0, tim), gpu_event(400, "thermal_throttle_end", 0, tim)]
+    findings = [pred(100, 0), pred(200, 0, active=False), pred(3000, 1)]  # a hit in the warm-up; a false alarm
+    m = ev.score_kind(findings, events, kind, rec, 0.0, 9000.0)
+    assert m["precision"] == 0.0
+    assert "tim_degradation" not in m["by_fault"] or m["by_fault"]["tim_degradation"]["precision"] is None
+    _as_naive(m, naive_score(findings, events, kind, rec, 0.0, 9000.0))
