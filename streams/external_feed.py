@@ -20,6 +20,7 @@ that cannot be read are counted in the pipeline health (stage ``external``) — 
 
 from __future__ import annotations
 
+import bisect
 import json
 import logging
 import math
@@ -41,9 +42,14 @@ TOO_LONG = "external event line is too long: skipped"
 UNFINISHED = "external event line still being written when the run ended: not read"
 NO_FRAME_AFTER = "external event read with no telemetry after it to group it by: not handed to the incident engine"
 STILL_QUEUED = "external event dated after the run's last telemetry: still queued by the incident engine, never grouped"
-HELD_OVER = ("external event read while the incident engine had no telemetry time to judge it by, "
+HELD_OVER = ("external event held until telemetry time reaches it (or the incident engine has any), "
              "past the most held: not handed over")
 MAX_HELD_EVENTS = 100_000  # the incident engine's own queue length (max_external_queue): memory stays bounded
+HOLD_AHEAD_S = 7 * 86400.0
+"""An event dated further past the telemetry than the engine takes (``max_external_ahead_s``) is held
+until telemetry comes near it, up to this far: a replay reads its whole file at its first frame.
+Further still (a clock in milliseconds is decades ahead), it is handed over for the engine to
+refuse and count."""
 MAX_LINE_BYTES = 1 << 20  # an event is ~100 bytes: a longer "line" is not one, and must not fill memory
 READ_CHUNK_BYTES = 1 << 20  # a large append is read in pieces of this size, so memory stays bounded
 TAIL_BYTES = 64  # the first and last bytes read, checked at each read: a file truncated and grown past them is told
@@ -224,8 +230,8 @@ class ExternalFeed:
                                 detail=f"{self.path}: {first.type} on {first.node} at {first.time:.0f}")
 
     def count_held_over(self, events: Sequence[ExternalEvent]) -> None:
-        """Count ``events``, read past :data:`MAX_HELD_EVENTS` while no target could judge their
-        dates yet (frames with no usable time, as a file keeps growing), rather than hold them all."""
+        """Count ``events``, held past :data:`MAX_HELD_EVENTS` (frames with no usable time as a file
+        keeps growing, or a file of events dated ahead of the telemetry), rather than hold them all."""
         if events:
             self.not_handed += len(events)
             first = events[0]
@@ -353,8 +359,12 @@ def feed_before_frames(frames: Iterable[T], feed: ExternalFeed, targets: Sequenc
     nothing to judge by: the events already in the file at the start (one stamped in
     milliseconds among them) were taken unjudged and such an event held for good, never counted.
     Waiting one frame was not enough: a first frame with no usable timestamp (a clock not set)
-    gives the engine no time. The file is read all the same, its events held until then (at most
-    :data:`MAX_HELD_EVENTS`; those read past it are counted, ``HELD_OVER``).
+    gives the engine no time. The file is read all the same, its events held until then. An event
+    dated past what the engine takes ahead of its telemetry (``max_external_ahead_s``) is held too,
+    until the telemetry comes that near (:data:`HOLD_AHEAD_S`): a replay reads the whole file at its
+    first frame, and the engine had refused every event dated more than 15 minutes into the
+    recording. At most :data:`MAX_HELD_EVENTS` are held, the earliest dated; the others are counted
+    (``HELD_OVER``).
 
     When the frames end (a replay's last one, a live run stopped) the file is read a last time
     (:meth:`ExternalFeed.final_poll`). The events read since the last frame, and those still held
@@ -363,19 +373,39 @@ def feed_before_frames(frames: Iterable[T], feed: ExternalFeed, targets: Sequenc
     The events handed over that the engine still holds, dated after its last telemetry, are
     counted too (``STILL_QUEUED``). The engine is not flushed here: its findings at the end of a
     run are the pipeline's business, and a live run's queue is as it was when it stopped."""
-    waiting = feed.poll()
+    held: list[ExternalEvent] = []  # by date
     frame_seen = False
     for frame in frames:
-        if frame_seen:  # (the file was read before the first frame above)
-            waiting += feed.poll()
-        if waiting and all(_has_telemetry(target, frame_seen) for target in targets):
-            for target in targets:
-                target.add_external(waiting)
-            waiting = []
-        elif len(waiting) > MAX_HELD_EVENTS:  # the earliest read are kept, as the engine's full queue keeps its
-            feed.count_held_over(waiting[MAX_HELD_EVENTS:])
-            del waiting[MAX_HELD_EVENTS:]
+        for event in feed.poll():  # (before the first frame too: the file's lines so far)
+            bisect.insort(held, event, key=_event_time)
+        if held and all(_has_telemetry(target, frame_seen) for target in targets):
+            reach = _reach(targets)
+            due = bisect.bisect_right(held, reach, key=_event_time)
+            far = bisect.bisect_right(held, reach + HOLD_AHEAD_S, key=_event_time)
+            handed = held[:due] + held[far:]  # (beyond HOLD_AHEAD_S: the engine refuses and counts them)
+            if handed:
+                for target in targets:
+                    target.add_external(handed)
+                held = held[due:far]
+        if len(held) > MAX_HELD_EVENTS:  # the earliest dated are kept, as the engine's full queue keeps its
+            feed.count_held_over(held[MAX_HELD_EVENTS:])
+            del held[MAX_HELD_EVENTS:]
         frame_seen = True
         yield frame
-    feed.count_not_handed(waiting + feed.final_poll())
+    feed.count_not_handed(held + feed.final_poll())
     feed.count_still_queued(targets)
+
+
+def _event_time(event: ExternalEvent) -> float:
+    return event.time
+
+
+def _reach(targets: Sequence[ExternalTarget]) -> float:
+    """The latest date every target takes an event of now: its telemetry time plus how far ahead of
+    it an event may be (``latest_now``, ``max_external_ahead_s``); unbounded for a target without."""
+    reach = math.inf
+    for target in targets:
+        latest, ahead = getattr(target, "latest_now", None), getattr(target, "max_external_ahead_s", None)
+        if isinstance(latest, (int, float)) and isinstance(ahead, (int, float)):
+            reach = min(reach, latest + ahead)
+    return reach

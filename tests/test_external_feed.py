@@ -412,6 +412,43 @@ def test_events_held_for_an_engine_without_telemetry_time_are_bounded_and_counte
     assert engine.queued_external() == 0  # (grouped: their times passed)
 
 
+def test_a_replay_hands_each_event_over_as_telemetry_comes_near_it(tmp_path: Path):
+    """A replay reads its whole file at the first frame, when the engine's telemetry is the
+    recording's start: every event dated more than max_external_ahead_s (15 min) into the
+    recording had been refused as too far ahead, though the replay reached it. Held until the
+    telemetry comes near, each is taken; one dated after the run's end is counted, not refused."""
+    from foreshock.detectors.incidents import IncidentEngine
+    from foreshock.topology import Topology
+
+    t0 = 1_700_000_000.0
+    path = tmp_path / "ext.jsonl"
+    path.write_text("".join(line("node0", t0 + dt) for dt in (300, 1200, 2000, 9000)))
+    health = PipelineHealth()
+    engine = IncidentEngine(Topology.from_gpu_hosts([("node0", 1)]), health)
+    feed = ExternalFeed(path, health)
+    for now in feed_before_frames([t0 + dt for dt in range(0, 2400, 10)], feed, [engine]):
+        engine.observe([], now)
+    assert engine.stats["external"] == 3 and not any("refused" in what for _, what in health.problems)
+    assert feed.not_handed == 1 and health.problems[(STAGE, NO_FRAME_AFTER)] == 1  # the one at +9000 s
+
+
+def test_an_event_decades_ahead_is_handed_over_for_the_engine_to_refuse(tmp_path: Path):
+    """Held for telemetry to reach it, an event stamped in milliseconds would wait out the run; it is
+    handed over at once and refused there, as the engine counts it."""
+    from foreshock.detectors.incidents import IncidentEngine
+    from foreshock.topology import Topology
+
+    t0 = 1_700_000_000.0
+    path = tmp_path / "ext.jsonl"
+    path.write_text(line("node0", (t0 + 30) * 1000))
+    health = PipelineHealth()
+    engine = IncidentEngine(Topology.from_gpu_hosts([("node0", 1)]), health)
+    frames = feed_before_frames([t0, t0 + 10], ExternalFeed(path, health), [engine])
+    engine.observe([], next(frames))
+    next(frames)  # the second frame: handed over before it
+    assert health.problems[("incidents", "external event dated too far ahead of telemetry: refused")] == 1
+
+
 def test_events_still_queued_by_the_engine_at_the_end_are_counted(tmp_path: Path):
     """An event handed over but dated after the last telemetry stays in the engine's queue: the
     summary said "3 read, 1 with no frame after it", as if the 2 others were grouped."""
