@@ -5,11 +5,14 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import replace
+from typing import Iterable, Iterator
 
 import click
+from rich.console import Console
 
+from foreshock.frames import Frame
 from foreshock.recording import RecordingError
-from foreshock.streams.sources import ReplaySource
+from foreshock.streams.sources import ReplaySource, UnknownStartError
 
 from .common import (build_pipeline, detector_option, external_option, finish, finite_number, follow_external,
                      hold_metrics, param_option, recording_origin, recording_rows, run_until_signalled, serve_options,
@@ -38,23 +41,40 @@ def command(path: str, speed: float | None, max_speed: bool, shift_now: bool, ho
         source = ReplaySource(path, speed=None if max_speed else speed, shift_to=time.time() if shift_now else None)
         # ground truth is read before the run: a broken events file fails now, not after a long replay
         events = [replace(e, time=e.time + source.offset) for e in source.recording.events()]
+        anchor = source.recording.stream_anchor  # (reads the first stamps: a corrupt page is an error here)
+    except UnknownStartError as exc:
+        raise click.UsageError(f"--now: {exc}") from None
     except RecordingError as exc:
         raise click.ClickException(str(exc)) from None
     run = build_pipeline(source.topology, detectors, host, port, findings_path, top_k, params, external_path)
     # rows stamped decades before the recording's (a clock not set) are counted, not taken as their
     # entities' first samples: a whole first tick stamped 1970 comes first in a replay
-    run.pipeline.guard.stream_anchor = source.recording.stream_anchor + source.offset
-    try:
-        # Ctrl-C or SIGTERM ends the replay early with its summary, as `watch` (exit status 0)
-        stats, stopped_by = run_until_signalled(run, follow_external(run, source), source.stop,
-                                                recording_rows(source.recording.meta), "replay")
-    except RecordingError as exc:
-        raise click.ClickException(str(exc)) from None
-    if stopped_by is not None and math.isfinite(stats.start_ts):
+    run.pipeline.guard.stream_anchor = anchor + source.offset
+    # Ctrl-C or SIGTERM ends the replay early with its summary, as `watch` (exit status 0); so does
+    # a part found unreadable mid-run, past the checks of its footer (exit status 1, once summed up)
+    unreadable: list[RecordingError] = []
+    stats, stopped_by = run_until_signalled(run, follow_external(run, _until_unreadable(source, unreadable)),
+                                            source.stop, recording_rows(source.recording.meta), "replay")
+    if unreadable:
+        Console(stderr=True).print("[yellow]stopped by an unreadable recording: the summary covers what was read "
+                                   "before it[/yellow]")
+    stopped_early = stopped_by is not None or bool(unreadable)
+    if stopped_early and math.isfinite(stats.start_ts):
         # ground truth past the last replayed sample was never shown to the detectors
         end = stats.start_ts + stats.telemetry_s
         events = [e for e in events if e.time <= end]
-    finish(run, stats, events, json_name="replay", interrupted=stopped_by is not None,
+    finish(run, stats, events, json_name="replay", interrupted=stopped_early,
            origin=recording_origin(source.recording.meta, source.offset))
     hold_metrics(run, host, port, hold)
     stop_server(run)
+    if unreadable:
+        raise click.ClickException(str(unreadable[0]))
+
+
+def _until_unreadable(frames: Iterable[Frame], unreadable: list[RecordingError]) -> Iterator[Frame]:
+    """``frames`` up to a part found unreadable (a corrupt page behind a sound footer): they end
+    there, as a signal ends them, the error kept in ``unreadable`` for the command to exit with."""
+    try:
+        yield from frames
+    except RecordingError as exc:
+        unreadable.append(exc)

@@ -15,7 +15,8 @@ from typing import Iterable, Iterator, Protocol
 import numpy as np
 
 from foreshock.frames import Frame, median_stamp
-from foreshock.recording import Recording
+from foreshock.guard import MAX_BEHIND_S
+from foreshock.recording import Recording, RecordingError
 from foreshock.topology import Topology
 
 log = logging.getLogger("foreshock.sources")
@@ -88,11 +89,48 @@ def paced(frames: Iterable[Frame], speed: float | None, stop: threading.Event | 
         yield frame
 
 
+class UnknownStartError(RecordingError):
+    """A replay was asked to shift its timestamps to a time, but the recording's start is not known."""
+
+
+def recorded_start(recording: Recording) -> float | None:
+    """The time of a recording's first sample: ``recording.json``'s ``start``, else what the
+    recording's files hold (no ``recording.json``: its recorder killed before writing it, or a
+    copy without it). None where no stamp is finite.
+
+    The stamps taken are those the replay's guard does not refuse as a clock not set (a first tick
+    stamped 1970): no more than :data:`~foreshock.guard.MAX_BEHIND_S` before
+    :attr:`~foreshock.recording.Recording.stream_anchor`. Shifted to now from such a stamp, the
+    stream itself had been stamped decades in the future. A kind's earliest stamp comes from the
+    Parquet statistics (no page read); where that is such a stray, from its first rows."""
+    start = recording.meta.get("start")
+    if isinstance(start, (int, float)) and not isinstance(start, bool) and np.isfinite(start):
+        return float(start)
+    anchor = recording.stream_anchor
+    if not np.isfinite(anchor):
+        return None
+    earliest = []
+    for kind in recording.kinds():
+        lo = recording.stamps[kind][0] if kind in recording.stamps else None
+        if lo is not None and anchor - lo <= MAX_BEHIND_S:
+            earliest.append(lo)
+            continue
+        for frame in recording.iter_kind(kind):  # (file order is time order: the first such rows hold it)
+            ts = frame.ts[np.isfinite(frame.ts) & (anchor - frame.ts <= MAX_BEHIND_S)]
+            if len(ts):
+                earliest.append(float(ts.min()))
+                break
+    return min(earliest, default=anchor)
+
+
 class ReplaySource:
     """Replays a recording folder, optionally shifting timestamps so the replay starts now.
 
-    ``shift_to`` (seconds since the epoch) moves every timestamp by the same offset: useful when
-    the consumer (Prometheus, Alertmanager) compares telemetry time with its own clock.
+    ``shift_to`` (seconds since the epoch) moves every timestamp by the same offset, the
+    recording's first sample (:func:`recorded_start`) to ``shift_to``: useful when the consumer
+    (Prometheus, Alertmanager) compares telemetry time with its own clock. A recording whose start
+    is not known is refused (:class:`UnknownStartError`) rather than replayed unshifted, its
+    stamps years old to that consumer.
     """
 
     def __init__(self, path: str, speed: float | None = None, shift_to: float | None = None,
@@ -101,8 +139,13 @@ class ReplaySource:
         self.topology = self.recording.topology
         self.speed = speed
         self.batch_rows = batch_rows
-        start = self.recording.meta.get("start")
-        self.offset = (shift_to - float(start)) if (shift_to is not None and start is not None) else 0.0
+        self.offset = 0.0
+        if shift_to is not None:
+            start = recorded_start(self.recording)
+            if start is None:
+                raise UnknownStartError(f"{self.recording.path}: no sample with a usable timestamp, so there is no "
+                                        "start to shift to the current time")
+            self.offset = shift_to - start
         self.stop = threading.Event()
 
     def __iter__(self) -> Iterator[Frame]:

@@ -217,3 +217,103 @@ def test_an_unwritable_findings_file_is_a_clear_error(tmp_path, small_topology: 
                                       "--findings", str(tmp_path / "missing" / "f.jsonl")])
     assert result.exit_code == 1 and "--findings" in result.output and "Traceback" not in result.output
     assert not isinstance(result.exception, FileNotFoundError)
+
+
+def now_replay(path) -> tuple[int, str]:
+    result = CliRunner().invoke(cli, ["replay", str(path), "--now", "--port", "0"])
+    return result.exit_code, result.output
+
+
+def summary_line(output: str) -> dict:
+    return json.loads(next(line for line in output.splitlines() if line.startswith('{"name": "replay"')))
+
+
+@pytest.mark.parametrize("first_tick_at", [None, 0.0], ids=["stamps-right", "first-tick-at-epoch-zero"])
+def test_replay_now_without_recording_json_starts_at_the_current_time(tmp_path, small_topology: Topology,
+                                                                      first_tick_at) -> None:
+    """Without recording.json (its recorder killed before writing it, a copy without it) there is no
+    listed start: `--now` replayed the stamps unshifted, years old to Prometheus, and said nothing.
+    The start is then the first stamp the files hold, a first tick stamped 1970 left out (shifted to
+    now from there, the stream had been stamped decades ahead)."""
+    n = small_topology.size("gpu")
+    with RecordingWriter(tmp_path / "rec", small_topology, {"interval": 1.0}) as w:
+        for t in range(30):
+            ts = np.full(n, first_tick_at if t == 0 and first_tick_at is not None else T0 + t)
+            w.write(Frame("gpu", ts, np.arange(n), {"gpu_temp": np.full(n, 50.0)}))
+    (tmp_path / "rec" / "recording.json").unlink()
+    before = time.time()
+    code, output = now_replay(tmp_path / "rec")
+    assert code == 0, output
+    summary = summary_line(output)
+    assert before - 1 <= summary["telemetry_start"] <= time.time() + 1, output
+    assert summary["telemetry_seconds"] == (29.0 if first_tick_at is None else 28.0)
+
+
+@pytest.mark.parametrize("listed", [True, False], ids=["start-null", "no-recording-json"])
+def test_replay_now_of_a_recording_without_a_usable_stamp_is_refused(tmp_path, small_topology: Topology,
+                                                                     listed) -> None:
+    with RecordingWriter(tmp_path / "rec", small_topology, {"interval": 1.0}) as w:
+        w.write(Frame("gpu", [np.nan, np.nan], [0, 1], {"gpu_temp": [50.0, 51.0]}))
+    if not listed:
+        (tmp_path / "rec" / "recording.json").unlink()
+    code, output = now_replay(tmp_path / "rec")
+    assert code == 2, output
+    assert "--now" in output and "no sample with a usable timestamp" in output
+
+
+def test_a_page_found_corrupt_mid_replay_ends_the_run_with_its_summary(tmp_path, small_topology: Topology) -> None:
+    """A corrupt data page behind a sound footer is found only when read: the replay stopped with an
+    error and no summary, its findings written. It now ends as a signal ends it (summary, JSON line
+    with interrupted), then exits 1 naming the file."""
+    import pyarrow.parquet as pq
+
+    n = small_topology.size("gpu")
+    rec = tmp_path / "rec"
+    # (the replay reads 65,536 rows at a time: the corrupt last group starts past the first read)
+    with RecordingWriter(rec, small_topology, {"interval": 1.0}, rows_per_group=500 * n) as w:
+        for t in range(3000):
+            temp = np.full(n, 50.0)
+            temp[3] += max(0, t - 100) * 0.2  # a GPU heating: findings before the corrupt page
+            w.write(Frame("gpu", np.full(n, T0 + t), np.arange(n), {"gpu_temp": temp}))
+    part = rec / "gpu.parquet"
+    meta = pq.ParquetFile(part).metadata
+    last = meta.row_group(meta.num_row_groups - 1)
+    column = next(i for i in range(meta.num_columns) if last.column(i).path_in_schema == "gpu_temp")
+    data = bytearray(part.read_bytes())
+    page = last.column(column).data_page_offset
+    data[page + 40:page + 70] = bytes(b ^ 0xFF for b in data[page + 40:page + 70])
+    part.write_bytes(bytes(data))
+    findings = tmp_path / "findings.jsonl"
+    result = CliRunner().invoke(cli, ["replay", str(rec), "--port", "0", "--findings", str(findings)])
+    assert result.exit_code == 1, result.output
+    summary = summary_line(result.output)
+    error = result.output.index(f"Error: {part}: unreadable Parquet")
+    assert result.output.index('{"name": "replay"') < error, "the error is said last"
+    assert summary["interrupted"] is True
+    assert 0 < summary["samples"] <= 2500 * n
+    assert summary["findings"].get("anomaly", 0) > 0
+    assert "stopped by an unreadable recording" in result.output
+    assert len(findings.read_text().splitlines()) == sum(summary["findings"].values())
+
+
+def test_a_first_page_found_corrupt_is_an_error_naming_the_file_not_a_traceback(tmp_path, small_topology: Topology) -> None:
+    """The recording's first stamps are read before the run (the guard's anchor): a corrupt page
+    among them raised out of the command as a traceback."""
+    import pyarrow.parquet as pq
+
+    n = small_topology.size("gpu")
+    rec = tmp_path / "rec"
+    with RecordingWriter(rec, small_topology, {"interval": 1.0}, rows_per_group=500 * n) as w:
+        for t in range(1000):
+            w.write(Frame("gpu", np.full(n, T0 + t), np.arange(n), {"gpu_temp": np.full(n, 50.0)}))
+    part = rec / "gpu.parquet"
+    first = pq.ParquetFile(part).metadata.row_group(0)
+    column = next(i for i in range(first.num_columns) if first.column(i).path_in_schema == "ts")
+    data = bytearray(part.read_bytes())
+    page = first.column(column).data_page_offset
+    data[page:page + 30] = bytes(b ^ 0xFF for b in data[page:page + 30])
+    part.write_bytes(bytes(data))
+    result = CliRunner().invoke(cli, ["replay", str(rec), "--port", "0"])
+    assert result.exit_code == 1, result.output
+    assert f"Error: {part}: unreadable Parquet" in result.output
+    assert isinstance(result.exception, SystemExit)  # click's exit 1, not an exception out of the command
