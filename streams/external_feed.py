@@ -376,8 +376,10 @@ def feed_before_frames(frames: Iterable[T], feed: ExternalFeed, targets: Sequenc
     held: list[ExternalEvent] = []  # by date
     frame_seen = False
     for frame in frames:
-        for event in feed.poll():  # (before the first frame too: the file's lines so far)
-            bisect.insort(held, event, key=_event_time)
+        read = feed.poll()  # (before the first frame too: the file's lines so far)
+        if read:
+            held += read
+            held.sort(key=_event_time)  # (a run of already sorted lines: linear)
         if held and all(_has_telemetry(target, frame_seen) for target in targets):
             reach = _reach(targets)
             due = bisect.bisect_right(held, reach, key=_event_time)
