@@ -124,11 +124,17 @@ def open_source(source: str, path: str | None, url: str | None, executable: str 
         if source in NODE_NAMED and source != "redfish":  # (redfish's nodes are its --url list's)
             refuse_unlisted_node(source, host or socket.gethostname(), topology.nodes, node_flag)
     if source == "replay":
-        from foreshock.streams.sources import ReplaySource
+        from foreshock.recording import RecordingError
+        from foreshock.streams.sources import ReplaySource, UnknownStartError
 
         if not path:
             raise click.UsageError("--source replay needs --path RECORDING")
-        replay = ReplaySource(path, speed=speed, shift_to=time.time() if now else None)
+        try:
+            replay = ReplaySource(path, speed=speed, shift_to=time.time() if now else None)
+        except UnknownStartError as exc:  # as `replay --now` says it (a traceback here)
+            raise click.UsageError(f"--now: {exc}") from None
+        except RecordingError as exc:
+            raise click.ClickException(str(exc)) from None
         return replay, replay.topology
     if source == "simulator":
         from foreshock.simulator import ClusterSimulator

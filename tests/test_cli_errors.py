@@ -217,3 +217,27 @@ def test_a_signal_set_to_be_ignored_stays_ignored() -> None:
         assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL and stopped == []
     finally:
         signal.signal(signal.SIGHUP, before)
+
+
+
+@pytest.mark.parametrize("now", [False, True], ids=["not-a-recording", "now-without-a-usable-stamp"])
+def test_an_agent_told_to_replay_a_recording_it_cannot_read_says_why(tmp_path: Path, small_topology, now: bool) -> None:
+    """`agent --source replay` let a recording error out as a traceback (once the broker answered),
+    and so the refusal of `--now` for a recording with no usable stamp; replay says both as messages."""
+    import click
+    import numpy as np
+
+    from foreshock.cli.agent import open_source
+    from foreshock.frames import Frame
+
+    path = tmp_path / "rec"
+    if now:  # a recording whose only rows have no timestamp, and no start in its metadata
+        with RecordingWriter(path, small_topology, {"interval": 1.0}) as w:
+            n = small_topology.size("gpu")
+            w.write(Frame("gpu", np.full(n, np.nan), np.arange(n), {"gpu_temp": np.full(n, 50.0)}))
+        meta = json.loads((path / "recording.json").read_text())
+        (path / "recording.json").write_text(json.dumps({**meta, "start": None}))
+    else:
+        path.mkdir()
+    with pytest.raises(click.UsageError if now else click.ClickException, match="--now" if now else str(path)):
+        open_source("replay", str(path), None, None, None, None, None, None, None, None, now, 8, "healthy", 0, None)
