@@ -669,15 +669,29 @@ def episodes(events: Iterable[Event], kind: EventKind) -> list[Episode]:
 
 def alarm_intervals(findings: Iterable[Finding], kind: EventKind, topology: Topology,
                     end: float) -> dict[str, list[tuple[float, float]]]:
-    """Active intervals of the predictions for ``kind``, per entity name."""
-    per_slot: dict[int, list[Prediction]] = {}
+    """Active intervals of the predictions for ``kind``, per entity name: the union of each
+    detector's own (one detector withdrawing its prediction does not end another's, which a
+    single on/off stream of all of them had)."""
+    per_source: dict[tuple[int, str], list[Prediction]] = {}
     for f in findings:
         if isinstance(f, Prediction) and f.event == kind.prediction and f.entity_kind == kind.entity_kind:
-            per_slot.setdefault(f.slot, []).append(f)
-    out: dict[str, list[tuple[float, float]]] = {}
-    for slot, preds in per_slot.items():
+            per_source.setdefault((f.slot, f.detector), []).append(f)
+    per_slot: dict[int, list[tuple[float, float]]] = {}
+    for (slot, _), preds in per_source.items():
         preds.sort(key=lambda p: p.ts)
-        out[topology.name(kind.entity_kind, slot)] = prediction_spans(preds, end)
+        per_slot.setdefault(slot, []).extend(prediction_spans(preds, end))
+    return {topology.name(kind.entity_kind, slot): _union(spans) for slot, spans in per_slot.items()}
+
+
+def _union(spans: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """Intervals merged where they overlap, in time order (one detector's, which never overlap,
+    come out as they went in)."""
+    out: list[tuple[float, float]] = []
+    for start, stop in sorted(spans):
+        if out and start < out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], stop))
+        else:
+            out.append((start, stop))
     return out
 
 

@@ -850,3 +850,20 @@ def test_a_hit_on_a_warm_up_episode_is_not_judged_for_precision() -> None:
     assert m["precision"] == 0.0
     assert "tim_degradation" not in m["by_fault"] or m["by_fault"]["tim_degradation"]["precision"] is None
     _as_naive(m, naive_score(findings, events, kind, rec, 0.0, 9000.0))
+
+
+def test_one_detector_withdrawing_does_not_end_anothers_alarm() -> None:
+    """All detectors' predictions of a GPU were one on/off stream: A's withdrawal closed the alarm
+    B had raised and still held, and the throttle B predicted was scored as missed."""
+    rec = Recording(Path("."), small_topology(nodes=1, gpus=4, racks=1), {})
+    events = [gpu_event(5000, "thermal_throttle_start", 0), gpu_event(5100, "thermal_throttle_end", 0)]
+
+    def by(detector: str, t: float, active: bool = True) -> Prediction:
+        return Prediction(t, "gpu", 0, "thermal_throttle", 60.0, 0.9, detector, "", active)
+
+    findings = [by("A", 1000.0), by("B", 1500.0), by("A", 1600.0, active=False)]
+    assert ev.alarm_intervals(findings, KIND, rec.topology, 9000.0) == {"node0/gpu0": [(1000.0, 9000.0)]}
+    assert ev.score_kind(findings, events, KIND, rec, 0.0, 9000.0)["recall"] == 1.0
+    # one detector's spans come out as they went in
+    alone = [by("A", 1000.0), by("A", 1600.0, active=False), by("A", 1600.0), by("A", 2000.0, active=False)]
+    assert ev.alarm_intervals(alone, KIND, rec.topology, 9000.0) == {"node0/gpu0": [(1000.0, 1600.0), (1600.0, 2000.0)]}
