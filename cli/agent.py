@@ -15,8 +15,9 @@ from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from foreshock.guard import MIN_INTERVAL_S
+from foreshock.recording import RecordingError
 
-from .common import cluster_gpus, finite_number, stop_on_signals
+from .common import cluster_gpus, finite_number, stop_on_signals, until_unreadable
 from .kafka_options import kafka_options, settings_from
 
 SOURCES = ("simulator", "replay", "dcgm", "nvidia-smi", "nvml", "infiniband", "dom", "ethtool", "redfish", "cdu")
@@ -124,7 +125,6 @@ def open_source(source: str, path: str | None, url: str | None, executable: str 
         if source in NODE_NAMED and source != "redfish":  # (redfish's nodes are its --url list's)
             refuse_unlisted_node(source, host or socket.gethostname(), topology.nodes, node_flag)
     if source == "replay":
-        from foreshock.recording import RecordingError
         from foreshock.streams.sources import ReplaySource, UnknownStartError
 
         if not path:
@@ -209,7 +209,7 @@ def open_source(source: str, path: str | None, url: str | None, executable: str 
 @click.option("--source", type=click.Choice(SOURCES), required=True, help="Where the telemetry comes from.")
 @kafka_options
 @click.option("--path", type=click.Path(exists=True, file_okay=False), default=None, help="replay: the recording folder.")
-@click.option("--speed", type=float, default=None,
+@click.option("--speed", type=float, default=None, callback=finite_number(positive=True),
               help="replay/simulator: X times real time (default: replay as fast as possible, simulator live = 1).")
 @click.option("--now", "shift_now", is_flag=True, help="replay: shift timestamps so the replay starts now.")
 @click.option("--url", default=None, help=URL_HELP)
@@ -227,7 +227,7 @@ def open_source(source: str, path: str | None, url: str | None, executable: str 
               help="simulator: cluster size in GPUs, a multiple of 8.")
 @click.option("--scenario", default="healthy", show_default=True, help="simulator: scenario name or YAML file.")
 @click.option("--seed", type=int, default=0, show_default=True, help="simulator: seed.")
-@click.option("--duration", type=click.FloatRange(min=0, min_open=True), default=None,
+@click.option("--duration", type=click.FloatRange(min=0, min_open=True), default=None, callback=finite_number(),
               help="simulator: simulated seconds (default: the scenario's).")
 @click.option("--agent-id", default=None, help="Name of this agent in message headers (default host-pid).")
 @click.option("--linger-ms", type=click.FloatRange(min=0), default=50.0, show_default=True,
@@ -313,10 +313,13 @@ def command(source: str, kafka: str | None, user: str | None, password: str | No
                     halt()
 
             restore = stop_on_signals(stop_publishing)
+            # a recording part found unreadable mid-run ends the frames as a signal does: what was
+            # published is flushed and summed up, then the command exits with the error (replay's way)
+            unreadable: list[RecordingError] = []
             try:
                 # a replay or the simulator can wait while the broker's backlog is full; a live
                 # source's readings would go stale: it drops them (counted)
-                stats = run_agent(settings, frames, topology, Topics(namespace, partitions), agent_id, health,
+                stats = run_agent(settings, until_unreadable(frames, unreadable), topology, Topics(namespace, partitions), agent_id, health,
                                   on_frame=on_frame, stop=stopping, linger_ms=linger_ms,
                                   compression=None if compression == "none" else compression,
                                   live=source not in ("replay", "simulator"))
@@ -339,6 +342,8 @@ def command(source: str, kafka: str | None, user: str | None, password: str | No
                            "send_failed": stats.failed, "backlog_dropped": stats.dropped,
                            "wall_seconds": round(stats.wall_s, 3), "samples_per_s": round(stats.samples_per_s),
                            "input_problems": health.total_problems(), "stopped_early": stopping.is_set()}))
+    if unreadable:
+        raise click.ClickException(str(unreadable[0]))
     if stats.failed:
         raise click.ClickException(f"{stats.failed} of {stats.pieces} pieces could not be delivered (see the log)")
 

@@ -11,7 +11,7 @@ import stat
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import click
 from rich.console import Console
@@ -26,6 +26,7 @@ from foreshock.exporters.prometheus import MetricsPortError, serve, stop
 from foreshock.exporters.store import FindingStore
 from foreshock.frames import Frame
 from foreshock.health import PipelineHealth
+from foreshock.recording import RecordingError
 from foreshock.simulator.topology_gen import cluster_size_problem
 from foreshock.streams.embedded import EmbeddedPipeline, RunStats
 from foreshock.streams.external_feed import ExternalFeed, external_targets, feed_before_frames
@@ -328,6 +329,16 @@ def external_summary(feed: ExternalFeed) -> str:
     if feed.unfinished:
         parts.append("the last line still being written at the end: not read")
     return ", ".join(parts)
+
+
+def until_unreadable(frames: Iterable[Frame], unreadable: list[RecordingError]) -> Iterator[Frame]:
+    """``frames`` up to a recording part found unreadable (a corrupt page behind a sound footer):
+    they end there, as a signal ends them, the error kept in ``unreadable`` for the command to say
+    once its run is summed up, and exit with (replay, and an agent replaying)."""
+    try:
+        yield from frames
+    except RecordingError as exc:
+        unreadable.append(exc)
 
 
 def finite_number(positive: bool = False) -> Callable[[click.Context, click.Parameter, Any], Any]:

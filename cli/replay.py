@@ -5,18 +5,16 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import replace
-from typing import Iterable, Iterator
 
 import click
 from rich.console import Console
 
-from foreshock.frames import Frame
 from foreshock.recording import RecordingError
 from foreshock.streams.sources import ReplaySource, UnknownStartError
 
 from .common import (build_pipeline, detector_option, external_option, finish, finite_number, follow_external,
                      hold_metrics, param_option, recording_origin, recording_rows, run_until_signalled, serve_options,
-                     stop_server)
+                     stop_server, until_unreadable)
 
 
 @click.command("replay")
@@ -53,7 +51,7 @@ def command(path: str, speed: float | None, max_speed: bool, shift_now: bool, ho
     # Ctrl-C or SIGTERM ends the replay early with its summary, as `watch` (exit status 0); so does
     # a part found unreadable mid-run, past the checks of its footer (exit status 1, once summed up)
     unreadable: list[RecordingError] = []
-    stats, stopped_by = run_until_signalled(run, follow_external(run, _until_unreadable(source, unreadable)),
+    stats, stopped_by = run_until_signalled(run, follow_external(run, until_unreadable(source, unreadable)),
                                             source.stop, recording_rows(source.recording.meta), "replay")
     if unreadable:
         Console(stderr=True).print("[yellow]stopped by an unreadable recording: the summary covers what was read "
@@ -70,11 +68,3 @@ def command(path: str, speed: float | None, max_speed: bool, shift_now: bool, ho
     if unreadable:
         raise click.ClickException(str(unreadable[0]))
 
-
-def _until_unreadable(frames: Iterable[Frame], unreadable: list[RecordingError]) -> Iterator[Frame]:
-    """``frames`` up to a part found unreadable (a corrupt page behind a sound footer): they end
-    there, as a signal ends them, the error kept in ``unreadable`` for the command to exit with."""
-    try:
-        yield from frames
-    except RecordingError as exc:
-        unreadable.append(exc)

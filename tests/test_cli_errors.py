@@ -12,6 +12,8 @@ from click.testing import CliRunner, Result
 from foreshock.cli import evaluate, incidents, replay, simulate, train
 from foreshock.recording import RecordingWriter
 
+from corrupt_parquet import corrupt_page
+
 
 def invoke(command: object, *args: str) -> Result:
     return CliRunner().invoke(command, list(args))  # type: ignore[arg-type]
@@ -241,3 +243,55 @@ def test_an_agent_told_to_replay_a_recording_it_cannot_read_says_why(tmp_path: P
         path.mkdir()
     with pytest.raises(click.UsageError if now else click.ClickException, match="--now" if now else str(path)):
         open_source("replay", str(path), None, None, None, None, None, None, None, None, now, 8, "healthy", 0, None)
+
+
+def test_an_agent_replaying_a_part_found_corrupt_mid_run_sums_up_what_it_sent(tmp_path: Path, monkeypatch,
+                                                                               small_topology) -> None:
+    """A corrupt page behind a sound footer: the agent let the RecordingError out as a traceback,
+    the frames it had published never summed up. It ends as replay does: summary, then exit 1
+    naming the file. (The publisher is a stand-in, as above.)"""
+    import numpy as np
+
+    from foreshock.cli import agent
+    from foreshock.frames import Frame
+    from foreshock.streams import kafka_agent, kafka_config
+
+    n = small_topology.size("gpu")
+    rec = tmp_path / "rec"
+    with RecordingWriter(rec, small_topology, {"interval": 1.0}, rows_per_group=500 * n) as w:
+        for t in range(3000):
+            w.write(Frame("gpu", np.full(n, 1.7e9 + t), np.arange(n, dtype=np.int32), {"gpu_temp": np.full(n, 40.0)}))
+    part = rec / "gpu.parquet"
+    corrupt_page(part, "gpu_temp")
+
+    class Publisher:
+        def __init__(self, *args: object, **kwargs: object) -> None:
+            self.stats = kafka_agent.AgentStats()
+
+        def publish(self, frame: Frame) -> None:
+            self.stats.frames += 1
+            self.stats.samples += len(frame)
+
+        def close(self) -> None:
+            pass
+
+    monkeypatch.setattr(kafka_agent, "FramePublisher", Publisher)
+    monkeypatch.setattr(kafka_agent, "check_broker", lambda settings: None)
+    monkeypatch.setattr(kafka_config, "check_broker", lambda settings: None)
+    result = invoke(agent.command, "--source", "replay", "--path", str(rec), "--kafka", "127.0.0.1:9")
+    assert result.exit_code == 1 and isinstance(result.exception, SystemExit), result.output
+    lines = result.output.strip().splitlines()
+    summary = json.loads(next(line for line in lines if line.startswith('{"name": "agent"')))
+    assert 0 < summary["samples"] < 3000 * n
+    assert result.output.index('{"name": "agent"') < result.output.index(f"Error: {part}: unreadable Parquet")
+
+
+@pytest.mark.parametrize("args", [["--speed", "0"], ["--speed", "-5"], ["--speed", "nan"], ["--duration", "nan"],
+                                  ["--duration", "inf"]])
+def test_an_agent_refuses_a_speed_or_duration_that_is_no_positive_finite_number(args: list[str]) -> None:
+    """`agent --source simulator --speed 0` (or -5, or nan) ran unpaced: an hour of "live"
+    telemetry published in two seconds, stamped up to an hour ahead."""
+    from foreshock.cli import agent
+
+    text = refused(invoke(agent.command, "--source", "simulator", "--kafka", "127.0.0.1:9", *args), code=2)
+    assert "finite number" in text

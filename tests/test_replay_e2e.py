@@ -21,6 +21,8 @@ from foreshock.recording import RecordingWriter
 from foreshock.streams.sources import ReplaySource, paced
 from foreshock.topology import Topology
 
+from corrupt_parquet import corrupt_page
+
 T0 = 1_700_000_000.0
 
 
@@ -265,8 +267,6 @@ def test_a_page_found_corrupt_mid_replay_ends_the_run_with_its_summary(tmp_path,
     """A corrupt data page behind a sound footer is found only when read: the replay stopped with an
     error and no summary, its findings written. It now ends as a signal ends it (summary, JSON line
     with interrupted), then exits 1 naming the file."""
-    import pyarrow.parquet as pq
-
     n = small_topology.size("gpu")
     rec = tmp_path / "rec"
     # (the replay reads 65,536 rows at a time: the corrupt last group starts past the first read)
@@ -276,13 +276,7 @@ def test_a_page_found_corrupt_mid_replay_ends_the_run_with_its_summary(tmp_path,
             temp[3] += max(0, t - 100) * 0.2  # a GPU heating: findings before the corrupt page
             w.write(Frame("gpu", np.full(n, T0 + t), np.arange(n), {"gpu_temp": temp}))
     part = rec / "gpu.parquet"
-    meta = pq.ParquetFile(part).metadata
-    last = meta.row_group(meta.num_row_groups - 1)
-    column = next(i for i in range(meta.num_columns) if last.column(i).path_in_schema == "gpu_temp")
-    data = bytearray(part.read_bytes())
-    page = last.column(column).data_page_offset
-    data[page + 40:page + 70] = bytes(b ^ 0xFF for b in data[page + 40:page + 70])
-    part.write_bytes(bytes(data))
+    corrupt_page(part, "gpu_temp")
     findings = tmp_path / "findings.jsonl"
     result = CliRunner().invoke(cli, ["replay", str(rec), "--port", "0", "--findings", str(findings)])
     assert result.exit_code == 1, result.output
@@ -299,20 +293,13 @@ def test_a_page_found_corrupt_mid_replay_ends_the_run_with_its_summary(tmp_path,
 def test_a_first_page_found_corrupt_is_an_error_naming_the_file_not_a_traceback(tmp_path, small_topology: Topology) -> None:
     """The recording's first stamps are read before the run (the guard's anchor): a corrupt page
     among them raised out of the command as a traceback."""
-    import pyarrow.parquet as pq
-
     n = small_topology.size("gpu")
     rec = tmp_path / "rec"
     with RecordingWriter(rec, small_topology, {"interval": 1.0}, rows_per_group=500 * n) as w:
         for t in range(1000):
             w.write(Frame("gpu", np.full(n, T0 + t), np.arange(n), {"gpu_temp": np.full(n, 50.0)}))
     part = rec / "gpu.parquet"
-    first = pq.ParquetFile(part).metadata.row_group(0)
-    column = next(i for i in range(first.num_columns) if first.column(i).path_in_schema == "ts")
-    data = bytearray(part.read_bytes())
-    page = first.column(column).data_page_offset
-    data[page:page + 30] = bytes(b ^ 0xFF for b in data[page:page + 30])
-    part.write_bytes(bytes(data))
+    corrupt_page(part, "ts", row_group=0, at=0)
     result = CliRunner().invoke(cli, ["replay", str(rec), "--port", "0"])
     assert result.exit_code == 1, result.output
     assert f"Error: {part}: unreadable Parquet" in result.output
