@@ -5,7 +5,9 @@ The recording is opened at the first poll that yields telemetry (a polled source
 topology from what it reads) and is always closed properly — at ``--duration``, after
 ``--polls``, or on Ctrl-C, SIGTERM or SIGHUP — so an interrupted recording is still a valid one.
 It is written in parts closed every ``--commit-every`` seconds, so a recorder killed outright
-(SIGKILL, the OOM killer, a power cut) loses only its last part.
+(SIGKILL, the OOM killer, a power cut) loses only its last part. A part that cannot be written
+(a full disk) ends the recording: what was closed before it stays readable, the rows lost are
+counted, and the command exits with the error.
 """
 
 from __future__ import annotations
@@ -108,14 +110,17 @@ def command(source: str, out_dir: Path, commit_every: float, duration: float | N
     started = time.monotonic()
     interrupted = False
     stopped_by: list[str] = []
+    write_failed: list[OSError] = []
 
     def stop(sig: signal.Signals) -> None:
         stopped_by.append(sig.name)
         polled.stop()
 
-    # Ctrl-C arrives as KeyboardInterrupt below; killed by the others mid-recording, every part
-    # lost its Parquet footer and recording.json was never written
-    restore = stop_on_signals(stop, (signal.SIGTERM, signal.SIGHUP))
+    # the first Ctrl-C, SIGTERM or SIGHUP stops after the poll in hand. Killed by the others
+    # mid-recording, every part lost its Parquet footer and recording.json was never written; a
+    # Ctrl-C raised mid-commit left a list that disagreed with the parts. A second Ctrl-C still
+    # interrupts (KeyboardInterrupt below).
+    restore = stop_on_signals(stop)
     try:
         if timer is not None:
             timer.daemon = True
@@ -125,13 +130,19 @@ def command(source: str, out_dir: Path, commit_every: float, duration: float | N
                       console=console) as progress:
             task = progress.add_task("record", samples=0, polls=0)
             for frame in polled:
-                if writer is None:
-                    topology = topology_of()
-                    if topology is None:  # pragma: no cover - a source yields frames only once it knows them
-                        continue
-                    writer = RecordingWriter(out_dir, topology, meta={"source": source, "interval": polled.interval,
-                                                                      "host": node}, segment_s=commit_every)
-                writer.write(frame)
+                try:
+                    if writer is None:
+                        topology = topology_of()
+                        if topology is None:  # pragma: no cover - a source yields frames only once it knows them
+                            continue
+                        writer = RecordingWriter(out_dir, topology, meta={"source": source, "interval": polled.interval,
+                                                                          "host": node}, segment_s=commit_every,
+                                                 health=health)
+                    writer.write(frame)
+                except OSError as exc:  # a full disk: the part being written is lost (counted), not the others
+                    write_failed.append(exc)
+                    polled.stop()
+                    break
                 counted["samples"] += len(frame)
                 counted["frames"] += 1
                 progress.update(task, samples=counted["samples"], polls=polled.polls)
@@ -142,7 +153,10 @@ def command(source: str, out_dir: Path, commit_every: float, duration: float | N
         if timer is not None:
             timer.cancel()
         if writer is not None:
-            writer.close()
+            try:
+                writer.close()
+            except OSError as exc:
+                write_failed.append(exc)
         restore()  # after the close: a second SIGTERM during it must not cut the footers short
     interrupted = interrupted or bool(stopped_by)
     wall = time.monotonic() - started
@@ -153,6 +167,11 @@ def command(source: str, out_dir: Path, commit_every: float, duration: float | N
                                "wall_seconds": round(wall, 3), "input_problems": health.total_problems(),
                                "interrupted": interrupted}
     click.echo(json.dumps(summary))
+    if write_failed:
+        lost = sum(writer.lost_rows.values()) if writer else 0
+        raise click.ClickException(
+            f"cannot write the recording {out_dir}: {write_failed[0]}"
+            + (f"; {lost:,} rows lost with the part being written, the parts closed before it kept" if lost else ""))
     if writer is None:
         raise click.ClickException(f"no telemetry came from {source} in {polled.polls} polls: nothing recorded "
                                    "(the counted problems above say why)")

@@ -20,15 +20,22 @@ last), so a recorder killed outright (SIGKILL, the OOM killer, a power cut) lose
 part it was writing; the recording opens up to the last closed part, with a warning. A part
 is renamed into place before the list is rewritten: one closed but not yet listed (killed in
 between), or every part of a folder without ``recording.json``, is read from what is on disk,
-with a warning naming it.
+with a warning naming it. Each closed part and each list is fsynced before its rename, and the
+folder after: without it a power cut could leave a renamed part, or the list, empty.
+
+A part whose write or close fails (a full disk) is lost alone: its file is removed, its rows
+are taken out of the counts (and counted as a problem, ``rows_lost``), and the error is raised
+for the caller to stop on; closing the writer then keeps the parts closed before it.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
 import time
+from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Sequence
@@ -41,6 +48,7 @@ from .events import Event, read_events, write_events
 from .fields import ENTITY_KINDS, field_names
 from .frames import Frame, FrameError, median_stamp
 from .guard import MAX_BEHIND_S
+from .health import PipelineHealth
 from .numba_config import jit
 from .topology import Topology
 
@@ -104,6 +112,11 @@ class StreamSpan:
             kept.remove(min(kept, key=lambda run: run[2]))
         self._runs = kept
 
+    def take_in(self, other: "StreamSpan") -> None:
+        """Take in every run of ``other`` (a part's stamps, once the part is closed)."""
+        for run in other._runs:
+            self.add_run(*run)
+
     def _stream(self) -> tuple[float, float, int, frozenset[str]] | None:
         # (a tie: the earlier)
         return max(self._runs, key=lambda run: (len(run[3]), run[2])) if self._runs else None
@@ -126,16 +139,39 @@ def part_name(kind: str, index: int) -> str:
     return f"{kind}.parquet" if index == 0 else f"{kind}.{index:05d}.parquet"
 
 
+def _fsync_file(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _fsync_dir(path: Path) -> None:
+    """Make the renames in the folder ``path`` durable; a filesystem that refuses to fsync a
+    folder (some network and FUSE ones) keeps them as well as it can."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    except OSError as exc:
+        if exc.errno not in (errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EBADF):
+            raise
+    finally:
+        os.close(fd)
+
+
 class RecordingWriter:
     """Streams frames into a recording folder. Use as a context manager.
 
     The folder becomes the new recording: parts a previous recording left there are removed
     first, so a kind this one does not write cannot replay stale rows under the new topology.
+    Rows lost with a part that could not be written are counted in ``health`` (``rows_lost``)
+    and in :attr:`lost_rows`.
     """
 
     def __init__(self, path: str | Path, topology: Topology, meta: dict[str, Any] | None = None,
                  rows_per_group: int = 262_144, segment_s: float | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, health: PipelineHealth | None = None) -> None:
         self.path = Path(path)
         self.path.mkdir(parents=True, exist_ok=True)
         for part in [META_FILE, EVENTS_FILE]:
@@ -153,15 +189,21 @@ class RecordingWriter:
         self._writers: dict[str, pq.ParquetWriter] = {}
         self._pending: dict[str, list[Frame]] = {}
         self._pending_rows: dict[str, int] = {}
+        self._part_rows: dict[str, int] = {}  # rows of the part being written, pending ones too
+        self._part_spans: dict[str, StreamSpan] = {}  # its stamps, taken into stream_span once it is closed
+        self.health = health if health is not None else PipelineHealth()
+        self.lost_rows: dict[str, int] = {}  # rows of parts that could not be written
         self.events: list[Event] = []
         # whether the recording has a ground truth (add_events was called, if with nothing: a
         # simulator's healthy run says nothing happened); without one no events file is written
         self.ground_truth = False
         self.rows: dict[str, int] = {}
         self.parts: dict[str, int] = {}  # closed parts per kind (segmented writing)
-        # the stream's start and end, rows stamped by a clock not set left out (kept in the files)
+        # the stream's start and end (closed parts only), rows stamped by a clock not set left
+        # out (kept in the files)
         self.stream_span = StreamSpan()
         topology.dump(self.path / TOPOLOGY_FILE)
+        _fsync_file(self.path / TOPOLOGY_FILE)  # (the folder with the first list: no recording opens without it)
         if segment_s is not None:
             self._write_meta(complete=False)  # a recorder killed before its first part: an empty recording
 
@@ -170,6 +212,7 @@ class RecordingWriter:
             return
         self._pending.setdefault(frame.kind, []).append(frame)
         self._pending_rows[frame.kind] = self._pending_rows.get(frame.kind, 0) + len(frame)
+        self._part_rows[frame.kind] = self._part_rows.get(frame.kind, 0) + len(frame)
         self.rows[frame.kind] = self.rows.get(frame.kind, 0) + len(frame)
         if self._pending_rows[frame.kind] >= self.rows_per_group:
             self._flush(frame.kind)
@@ -184,21 +227,27 @@ class RecordingWriter:
         self.events.extend(events)
 
     def _flush(self, kind: str) -> None:
-        frames = self._pending.pop(kind, [])
-        self._pending_rows[kind] = 0
+        frames = self._pending.get(kind)
         if not frames:
             return
         frame = Frame.concat(frames)
-        self.stream_span.add(kind, frame.ts)  # (written rows only: the metadata lists no more)
         batch = frame.to_arrow()
-        writer = self._writers.get(kind)
-        if writer is None:
-            # page checksums: a data page corrupted on disk or in a copy (footer intact) read back
-            # without error, wrong values passing the guard; now reading it fails, naming the file
-            writer = pq.ParquetWriter(self._open_file(kind), batch.schema, compression="zstd",
-                                      write_page_checksum=True)
-            self._writers[kind] = writer
-        writer.write_table(pa.Table.from_batches([batch]), row_group_size=len(batch))
+        try:
+            writer = self._writers.get(kind)
+            if writer is None:
+                # page checksums: a data page corrupted on disk or in a copy (footer intact) read back
+                # without error, wrong values passing the guard; now reading it fails, naming the file
+                writer = pq.ParquetWriter(self._open_file(kind), batch.schema, compression="zstd",
+                                          write_page_checksum=True)
+                self._writers[kind] = writer
+            writer.write_table(pa.Table.from_batches([batch]), row_group_size=len(batch))
+        except OSError as exc:
+            self._lose_part(kind, exc)
+            raise
+        # dropped only once written: interrupted before (Ctrl-C), the rows are written at the close
+        del self._pending[kind]
+        self._pending_rows[kind] = 0
+        self._part_spans.setdefault(kind, StreamSpan()).add(kind, frame.ts)
 
     def _open_file(self, kind: str) -> Path:
         final = self.path / part_name(kind, self.parts.get(kind, 0))
@@ -206,23 +255,86 @@ class RecordingWriter:
 
     def commit(self) -> None:
         """Close every open part and list it in ``recording.json``: what was written so far
-        survives the recorder being killed. A no-op when nothing new was written."""
+        survives the recorder being killed. A no-op when nothing new was written.
+
+        A part that cannot be written or closed (a full disk) is lost, its rows counted, and
+        the others are closed and listed all the same; then the first such error is raised."""
+        failed: list[OSError] = []
         for kind in list(self._pending):
-            self._flush(kind)
-        for kind, writer in self._writers.items():
-            writer.close()
-            if self.segment_s is not None:
-                partial = self._open_file(kind)
-                os.replace(partial, partial.with_name(partial.name[:-len(PARTIAL)]))
-            self.parts[kind] = self.parts.get(kind, 0) + 1
+            try:
+                self._flush(kind)
+            except OSError as exc:
+                failed.append(exc)
         committed = bool(self._writers)
-        self._writers.clear()
+        for kind in list(self._writers):
+            try:
+                self._close_part(kind)
+            except OSError as exc:
+                failed.append(exc)
         self._segment_start = self._clock()
-        if committed and self.segment_s is not None:
-            self._write_meta(complete=False)
+        if committed:
+            _fsync_dir(self.path)  # the renames, before a list that names them
+            if self.segment_s is not None:
+                self._write_meta(complete=False)
+        if failed:
+            raise failed[0]
+
+    def _close_part(self, kind: str) -> None:
+        partial = self._open_file(kind)
+        try:
+            self._writers[kind].close()  # (the footer: a full disk fails here)
+            _fsync_file(partial)
+            if self.segment_s is None:
+                self._part_closed(kind)
+                return
+            try:
+                os.replace(partial, partial.with_name(partial.name[:-len(PARTIAL)]))
+            finally:
+                # counted with the rename, whatever ends it (a second Ctrl-C): a part renamed but
+                # still open was renamed again at the close (FileNotFoundError), the list short of it
+                if not partial.exists():
+                    self._part_closed(kind)
+        except OSError as exc:
+            if kind in self._writers:  # (not a failure after the part was in place)
+                self._lose_part(kind, exc)
+            raise
+
+    def _part_closed(self, kind: str) -> None:
+        del self._writers[kind]
+        self.parts[kind] = self.parts.get(kind, 0) + 1
+        self._part_rows[kind] = 0
+        if (span := self._part_spans.pop(kind, None)) is not None:
+            self.stream_span.take_in(span)
+
+    def _lose_part(self, kind: str, exc: OSError) -> None:
+        """Give up the part being written of ``kind`` (its write or close failed): its file goes,
+        so that neither this writer nor a reader takes a part cut short for a whole one, and its
+        rows, pending ones too, come out of the counts."""
+        file = self._open_file(kind)
+        writer = self._writers.pop(kind, None)
+        if writer is not None:
+            with suppress(OSError):  # (its file handle; what it writes goes with the file)
+                writer.close()
+        with suppress(FileNotFoundError):
+            file.unlink()
+        self._pending.pop(kind, None)
+        self._pending_rows[kind] = 0
+        self._part_spans.pop(kind, None)
+        lost = self._part_rows.pop(kind, 0)
+        self.rows[kind] = self.rows.get(kind, 0) - lost
+        self.lost_rows[kind] = self.lost_rows.get(kind, 0) + lost
+        self.health.problem("recording", "rows_lost", lost,
+                            detail=f"{file}: {exc}; the part is removed, the recording keeps the "
+                                   "parts closed before it")
 
     def close(self) -> None:
-        self.commit()
+        """Close the last parts and write the list marked complete; the error of a part lost on the
+        way is raised after that (the list names only whole parts)."""
+        lost: OSError | None = None
+        try:
+            self.commit()
+        except OSError as exc:
+            lost = exc
         if self.ground_truth:
             write_events(self.path / EVENTS_FILE, self.events)
         self._write_meta(complete=True)
@@ -233,6 +345,8 @@ class RecordingWriter:
                         "future_timestamp)", self.path,
                         self.stream_span.strays, "" if self.stream_span.strays == 1 else "s",
                         MAX_BEHIND_S / _YEAR_S, _stamp(span[0]), _stamp(span[1]), _utc_span(*span), META_FILE)
+        if lost is not None:
+            raise lost
 
     def _write_meta(self, complete: bool) -> None:
         span = self.stream_span.span  # (None: no finite stamp; a NaN one had made start and end null)
@@ -247,8 +361,12 @@ class RecordingWriter:
             meta.update(format=FORMAT_VERSION, parts=dict(self.parts), complete=complete)
         # written whole, then renamed over the old one: a kill mid-write leaves the previous list
         tmp = self.path / (META_FILE + ".tmp")
-        tmp.write_text(json.dumps(meta, indent=2, sort_keys=True), encoding="utf-8")
+        with open(tmp, "w", encoding="utf-8") as out:
+            out.write(json.dumps(meta, indent=2, sort_keys=True))
+            out.flush()
+            os.fsync(out.fileno())
         os.replace(tmp, self.path / META_FILE)
+        _fsync_dir(self.path)
 
     def __enter__(self) -> "RecordingWriter":
         return self

@@ -143,3 +143,64 @@ def test_record_killed_outright_keeps_what_it_had_committed(tmp_path: Path, shar
     res = CliRunner().invoke(cli, ["replay", str(out), "--port", "0"])
     assert res.exit_code == 0, res.output
     assert json.loads(res.output.strip().splitlines()[-1])["samples"] == rows
+
+
+def test_record_on_a_full_disk_exits_with_the_error_keeping_the_parts_closed_before(
+        tmp_path: Path, shared_data: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A full disk (ENOSPC) at the close of the second part: `record` ended in a traceback, then
+    its cleanup renamed that part, cut short, into place and listed it: the recording did not open."""
+    import errno
+
+    import foreshock.recording as recording
+
+    real_close = recording.pq.ParquetWriter.close
+    closes = [0]
+
+    def close(self) -> None:  # type: ignore[no-untyped-def]
+        closes[0] += 1
+        if closes[0] == 2:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real_close(self)
+
+    monkeypatch.setattr(recording.pq.ParquetWriter, "close", close)
+    stub, _ = make_stub(tmp_path, shared_data / H200)
+    out = tmp_path / "rec"
+    res = CliRunner().invoke(cli, ["record", "--source", "nvidia-smi", "--executable", str(stub), "--interval", "0.05",
+                                   "--commit-every", "0.12", "--polls", "40", "--out", str(out)])
+    assert res.exit_code == 1 and isinstance(res.exception, SystemExit), res.output
+    assert "cannot write the recording" in res.output and "No space left on device" in res.output
+    assert "rows lost with the part being written" in res.output
+    summary = json.loads([line for line in res.output.splitlines() if line.startswith("{")][-1])
+    assert summary["polls"] < 40 and summary["input_problems"] > 0 and summary["parts"] == {"gpu": 1}
+    rec = Recording.open(out)
+    assert not rec.interrupted and rec.meta["parts"] == {"gpu": 1}
+    assert rec.meta["rows"]["gpu"] == summary["rows"]["gpu"] == len(rec.read_kind("gpu")) > 0
+    assert not list(out.glob("*.partial"))
+
+
+def test_record_ctrl_c_during_a_commit_stops_after_it(tmp_path: Path, shared_data: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ctrl-C raised KeyboardInterrupt wherever it landed: just after a part's rename, the part was
+    not counted, and the close renamed it again (FileNotFoundError), leaving a list without it.
+    Now the first Ctrl-C stops the recorder after the poll in hand, as SIGTERM does."""
+    import os
+
+    real_replace = os.replace
+    sent = [False]
+
+    def replace(src, dst) -> None:  # type: ignore[no-untyped-def]
+        real_replace(src, dst)
+        if str(src).endswith(".parquet.partial") and not sent[0]:
+            sent[0] = True
+            os.kill(os.getpid(), signal.SIGINT)
+
+    monkeypatch.setattr(os, "replace", replace)
+    stub, _ = make_stub(tmp_path, shared_data / H200)
+    out = tmp_path / "rec"
+    res = CliRunner().invoke(cli, ["record", "--source", "nvidia-smi", "--executable", str(stub), "--interval", "0.05",
+                                   "--commit-every", "0.12", "--polls", "40", "--out", str(out)])
+    assert res.exit_code == 0, (res.output, res.exception)
+    summary = json.loads(res.output.strip().splitlines()[-1])
+    assert sent[0] and summary["interrupted"] is True and summary["polls"] < 40
+    rec = Recording.open(out)
+    assert not rec.interrupted and rec.meta["rows"]["gpu"] == summary["samples"] == len(rec.read_kind("gpu"))
