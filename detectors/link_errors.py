@@ -31,9 +31,10 @@ Rules (from ``foreshock.facts``, i.e. NVSentinel and gpud; see FACTS.md "Fabric"
   there, as ``link_downed``, not again. A reading with none, or a cleared counter (a port back
   from an HCA reset: nothing else tells it went down), or a second row with the state and still
   no reading (the port is gone) did not: the down is counted then, at the time it came, and
-  reported as ``link_state`` (fatal, with the state the port went to). Until the counter's next
-  reading: an increase there is that same down (reported and counted one less); none, or a
-  clear, ends the wait.
+  reported as ``link_state`` (fatal, with the state the port went to). Counted on that last
+  path, the counter has still not answered for it: at its next reading an increase is that same
+  down (reported and counted one less); none, or a clear, ends the wait. Counted on a reading
+  with none, it has answered: its next increase is a new down, counted in full.
 
 Every finding is an :class:`~foreshock.findings.Anomaly` on the link (score = value over
 threshold, or the increase for "any increase" rules). A rule that keeps holding is repeated at
@@ -231,8 +232,9 @@ def _link_error_kernel(ts: np.ndarray, slot: np.ndarray, delta: np.ndarray, rate
                 late = held
                 late_state = state_down[s, 1]
                 state_down[s, 0] = state_down[s, 1] = np.nan
-        if late == late:
-            state_down[s, 2] = 1.0  # the counter's next reading may see it too
+                # the counter has not answered for it: its next reading may see it too. (One that
+                # answered with no increase did not, and its next increase is a new down.)
+                state_down[s, 2] = 1.0
         if left_active and has_counter and not reading:
             state_down[s, 0] = t  # held for the counter's answer (a row that reads it leaves it to the counter)
             state_down[s, 1] = st

@@ -87,8 +87,10 @@ The smallest ETA among the predictors of the two ends of a link that have ``conf
 through the shared start/refresh/withdraw state machine (:mod:`.alarm`); the same ETAs decide
 the clear. A BER already past the FEC limit gives ETA 0: the link is about to flap. Each ETA
 counts down from its fit's last point, for one window at most: an end silent or dark longer
-is unknown, so its last trend is withdrawn, not held as "now". A prediction withdrawn while an
-end is dark or silent says so (its trend is lost; not a recovery).
+is unknown, so its last trend is withdrawn, not held as "now". A link whose two ends have both
+been silent for more than a window of buckets has no row left to judge it by: its prediction is
+withdrawn, and its ends' ETAs forgotten, at the next row of any optic. A prediction withdrawn
+while an end is dark or silent says so (its trend is lost; not a recovery).
 
 No trend is extrapolated more than ``max_extrapolation`` windows ahead (12 × 32 minutes by
 default: a half-hour trend says nothing about next month). A significant worsening trend that
@@ -134,8 +136,8 @@ from foreshock.health import PipelineHealth
 from foreshock.numba_config import jit
 from foreshock.topology import Topology
 
-from .alarm import (A_SIZE, CODE_START, CODE_WITHDRAW, O_CODE, O_CONF, O_ETA, O_ROW, O_V0,
-                    O_WHICH, OUT_SIZE, alarm_step, emit, new_alarm_columns)
+from .alarm import (A_ACTIVE, A_SIZE, CODE_START, CODE_WITHDRAW, O_CODE, O_CONF, O_ETA, O_ROW, O_V0,
+                    O_WHICH, OUT_SIZE, alarm_step, alarm_withdraw, emit, new_alarm_columns)
 from .base import Detector, add_columns, resolve_params
 from .counters import LINE_BITS_MAX_PER_S, CounterRates, report_problems, with_counter_pace_and_drop
 from .order_stats import MEDIAN_BRACKET, median_of
@@ -192,8 +194,8 @@ O_SIZE = 9
 PRED_RX, PRED_Q, PRED_BIAS = range(3)
 PRED_SIGNAL = (SIG_RX, SIG_Q, SIG_BIAS)
 BER_MAX = 0.45  # a BER of 0.5 is a coin toss: Q = 0, -inf dB
-# emission kinds
-EMIT_LINK_DOWN, EMIT_STEP, EMIT_TREND = 0, 1, 2
+# emission kinds (EMIT_LINK_SILENT: a link_down withdrawn because both its ends stopped reporting)
+EMIT_LINK_DOWN, EMIT_STEP, EMIT_TREND, EMIT_LINK_SILENT = 0, 1, 2, 3
 
 PARAMS: dict[str, float] = {
     "bucket_s": 60.0,  # samples are averaged into buckets this long
@@ -704,12 +706,17 @@ def _optics_kernel(ts: np.ndarray, slot: np.ndarray, x: np.ndarray, state: tuple
     acc, optic, ring_t, ring, ring_temp, fit, alarm, link_bucket = state
     n_opt = optic.shape[0]
     n_out = 0
+    swept = -np.inf  # the latest bucket the silent links were looked for in
     for i in range(len(ts)):
         o = slot[i]
         t = ts[i]
         if o < 0 or o >= n_opt or t != t:
             continue
         b = math.floor(t / params[P_BUCKET])
+        if b > swept:
+            # a silence only lengthens as the buckets go on: once per bucket finds it as early as per row
+            n_out = _withdraw_silent_links(i, float(b), t, state, params, out, n_out)
+            swept = b
         cur = optic[o, O_BUCKET]
         if cur == cur and b > cur:
             steps, new_module = _close_bucket(o, acc, optic, ring_t, ring, ring_temp, fit, params, q_limit[o],
@@ -767,6 +774,46 @@ def _trend_warning(row: int, o: int, t: float, optic: np.ndarray, fit: np.ndarra
             optic[o, O_TREND_EMIT] = t
             return emit(out, n_out, row, EMIT_TREND, CODE_START, eta, fit[o, sig, F_CONF],
                         (float(pred), float(o), fit[o, sig, F_SLOPE], fit[o, sig, F_LEVEL], 0.0, 0.0))
+    return n_out
+
+
+@jit
+def _withdraw_silent_links(row: int, bucket: float, t: float, state: tuple,  # type: ignore[type-arg]
+                           params: np.ndarray, out: np.ndarray, n_out: int) -> int:
+    """Withdraw the ``link_down`` prediction of each link whose two ends have both had no row for
+    more than ``window`` buckets (older than any fit :func:`_link_alarm` still counts), and forget
+    their ETAs. :func:`_link_alarm` lets a silent end's trend go only when a row of the link closes a
+    bucket: with both ends silent none comes, and the prediction stood at ETA 0 for ever (and the
+    ETA gauge with it). Only links with an active prediction are looked at. Each withdrawal names
+    the end its soonest ETA was at (``EMIT_LINK_SILENT``)."""
+    _, optic, _, _, _, _, alarm, _ = state
+    n_opt = optic.shape[0]
+    for link in range(alarm.shape[0]):
+        if alarm[link, A_ACTIVE] == 0.0:
+            continue
+        silent = True
+        named_end = 2 * link
+        soonest = np.inf
+        for end in (2 * link, 2 * link + 1):
+            if end >= n_opt:
+                continue
+            last = optic[end, O_BUCKET]
+            if last == last and bucket - last <= params[P_WINDOW]:
+                silent = False
+            for col in (O_ETA_Q, O_ETA_RX, O_ETA_BIAS):
+                if optic[end, col] < soonest:
+                    soonest = optic[end, col]
+                    named_end = end
+        if not silent:
+            continue
+        for end in (2 * link, 2 * link + 1):
+            if end < n_opt:
+                optic[end, O_ETA_Q] = np.inf
+                optic[end, O_ETA_RX] = np.inf
+                optic[end, O_ETA_BIAS] = np.inf
+        code = alarm_withdraw(alarm, link, 0, t)
+        n_out = emit(out, n_out, row, EMIT_LINK_SILENT, code, np.inf, 0.0,
+                     (float(PRED_Q), float(named_end), np.nan, np.nan, np.nan, np.nan))
     return n_out
 
 
@@ -939,7 +986,10 @@ class OpticsDetector(Detector):
         x[:, X_CORR] = delta[:, 1]
         x[:, X_LOS] = cols["los"]
         x[:, X_TEMP] = cols["module_temp"]
-        out = np.empty((len(frame) * (N_SIG + 2), OUT_SIZE))
+        # per row: a step per signal, a trend warning, the link's alarm, and a link withdrawn as silent
+        # (each active alarm once, and each started in the frame once more)
+        n_active = int(np.count_nonzero(self.s_alarm[:, A_ACTIVE]))
+        out = np.empty((len(frame) * (N_SIG + 3) + n_active, OUT_SIZE))
         state = (self.s_acc, self.s_optic, self.s_ring_t, self.s_ring, self.s_ring_temp, self.s_fit,
                  self.s_alarm, self.s_link_bucket)
         n = _optics_kernel(frame.ts, frame.slot, x, state, self.params, self.q_limit, self.s_module_alarm,
@@ -985,7 +1035,9 @@ class OpticsDetector(Detector):
         pred, end = int(v[0]), int(v[1])
         link = end // 2
         eta = float(rec[O_ETA])
-        if code == CODE_WITHDRAW:
+        if which == EMIT_LINK_SILENT:
+            reason = self._silent_reason(end)
+        elif code == CODE_WITHDRAW:
             reason = self._withdraw_reason(ts, link)
         else:
             reason = self._reason(pred, end, eta, float(v[2]), float(v[3]), float(v[4]), float(v[5]))
@@ -1003,8 +1055,11 @@ class OpticsDetector(Detector):
             if self.s_optic[end, O_DARK] >= bucket - 1:  # dark in this bucket or the last one
                 return f"{name}: link dark (loss of signal), its trend lost; not a recovery"
             if bucket - self.s_optic[end, O_BUCKET] > self.params[P_DARK_GAP]:
-                return f"{name}: no longer reporting, its trend unknown; not a recovery"
+                return self._silent_reason(end)
         return f"optics of {self.topology.links[link]} no longer trending to failure"
+
+    def _silent_reason(self, end: int) -> str:
+        return f"{self.topology.name('optic', end)}: no longer reporting, its trend unknown; not a recovery"
 
     def _step(self, ts: float, optic: int, step: float, level: float, sig: int, new_module: bool = False) -> Anomaly:
         name = self.topology.name("optic", optic)

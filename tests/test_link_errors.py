@@ -239,6 +239,29 @@ def test_a_down_the_counter_sees_is_not_counted_again_from_the_port_state(gap):
     assert fields(found) == ["link_state", "link_state"]
 
 
+def test_a_down_after_one_the_counter_answered_for_is_counted_in_full():
+    """A port DOWN on a poll whose ``link_downed`` was unreadable; the counter's next reading shows
+    no increase, so the down is counted late from the state. That reading answered for it: the
+    increase after it is a new down. Before, it was taken for the late one and swallowed (no fatal,
+    not in the flap ring), and a flapping link needed a fourth down to be called one."""
+    det = LinkErrorsDetector(one_link_topology())
+    found = feed(det, [0, 60, 120, 180, 240, 300], link_state=[4, 4, 1, 4, 4, 4],
+                 link_downed=[0, 0, np.nan, 0, 1, 2])
+    assert [(f.ts, f.field) for f in found] == [(180.0, "link_state"), (240.0, "link_downed"),
+                                                (300.0, "link_downed"), (300.0, "link_flaps")]
+    assert det.s_downs[0].tolist() == [120.0, 240.0, 300.0]
+
+
+def test_a_down_counted_while_the_counter_is_silent_is_not_counted_again_by_it():
+    """The port gone (two DOWN rows, no reading): its down is counted late, before the counter has
+    answered. The counter's next increase is that same down, counted once."""
+    det = LinkErrorsDetector(one_link_topology())
+    found = feed(det, [0, 60, 120, 180, 240, 300], link_state=[4, 4, 1, 1, 4, 4],
+                 link_downed=[0, 0, np.nan, np.nan, 1, 1])
+    assert [(f.ts, f.field) for f in found] == [(180.0, "link_state")]
+    assert det.s_downs[0].tolist()[-1] == 120.0 and np.isnan(det.s_downs[0][:-1]).all()
+
+
 # ---- the kernel against a plain-Python reference ------------------------------------------------
 def naive_rules(ts, slot, delta, rate, state, refresh, flap_window, flap_cycles, n_links, link_rate=None,
                 downed_raw=None, downed_last=None):
@@ -286,8 +309,7 @@ def naive_rules(ts, slot, delta, rate, state, refresh, flap_window, flap_cycles,
                 last_read[s] = raw
             if s in held and not math.isnan(st_) and not reading:  # still no reading: the port is gone
                 late = held.pop(s)
-        if late is not None:
-            counted.add(s)
+                counted.add(s)  # unanswered: the counter's next reading may hold it too
         if left_active and has_counter and not reading:
             held[s] = (t, st_)
         spacing = 0.0

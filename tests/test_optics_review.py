@@ -91,6 +91,46 @@ def test_a_silent_ends_last_trend_is_not_counted_down_for_ever():
     assert "#b" in found[-1].reason and "no longer reporting" in found[-1].reason
 
 
+def two_links() -> Topology:
+    return Topology.from_dict({
+        "rows": [{"name": "r"}], "racks": [{"name": "k", "row": "r"}],
+        "nodes": [{"name": "n0", "rack": "k", "gpus": 2}], "switches": [{"name": "leaf0"}],
+        "links": [{"name": f"n0/gpu{i}~leaf0", "a": f"n0/gpu{i}", "b": "leaf0"} for i in range(2)]})
+
+
+@pytest.mark.parametrize("batched", [False, True])
+def test_a_prediction_is_withdrawn_when_both_ends_of_its_link_stop_reporting(batched):
+    """Link 0's end b declines toward the FEC limit and is predicted; then neither end of link 0
+    reports again, while link 1 goes on. Before, the silent trend was let go only on a row of link 0:
+    none came, and the prediction stood at ETA 0 for ever, the ETA gauge with it. Now it is withdrawn
+    a window after the ends' last bucket, whether the later rows come a frame at a time or at once."""
+    rng = np.random.default_rng(3)
+    silent = 3 * 3600.0
+    healthy = {"rx_power": [-1.0, -1.0], "prefec_ber": [1e-12, 1e-12]}
+    before, after = [], []
+    for t in np.arange(0.0, 6 * 3600, 60.0):
+        if t < silent:
+            margin_b = 6.0 - max(0.0, (t - 3600) / 1800) + 0.03 * rng.standard_normal()
+            before.append(frame(t, [0, 1, 2, 3], rx_power=[-1.0, -6.5 + margin_b] + healthy["rx_power"],
+                                prefec_ber=[1e-12, ber_of_margin(margin_b)] + healthy["prefec_ber"]))
+        else:
+            after.append(frame(t, [2, 3], **healthy))
+    if batched:
+        after = [Frame("optic", np.concatenate([f.ts for f in after]), np.concatenate([f.slot for f in after]),
+                       {k: np.concatenate([f.columns[k] for f in after]) for k in after[0].columns})]
+    det = OpticsDetector(two_links())
+    found = link_downs(run(det, before))
+    assert found and found[-1].active  # predicted while b reported ...
+    eta_gauge = det.gauges()["optic_link_down_eta_seconds"][1]
+    assert np.isfinite(eta_gauge[1]) and np.isnan(eta_gauge[0])  # ... with b's ETA exported
+    found = [p for p in link_downs(run(det, after)) if p.slot == 0]
+    window_s = optics.PARAMS["window"] * optics.PARAMS["bucket_s"]
+    assert len(found) == 1 and not found[0].active
+    assert found[0].ts <= silent + window_s + 2 * optics.PARAMS["bucket_s"]
+    assert "#b" in found[0].reason and "no longer reporting" in found[0].reason and found[0].eta_s == -1.0
+    assert np.isnan(det.gauges()["optic_link_down_eta_seconds"][1]).all()  # "none", not a stale ETA
+
+
 def test_a_module_replaced_after_a_long_repair_is_judged_as_new():
     """A 6 mA laser dark (loss of signal) for 40 minutes - longer than its trend lasts - comes back as
     a module running at 10 mA. Before, the step was not looked for once the trend had lapsed, the old
