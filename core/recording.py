@@ -337,6 +337,7 @@ class RecordingWriter:
             lost = exc
         if self.ground_truth:
             write_events(self.path / EVENTS_FILE, self.events)
+            _fsync_file(self.path / EVENTS_FILE)  # (on disk before the list says the recording is complete)
         self._write_meta(complete=True)
         if self.stream_span.strays and (span := self.stream_span.span) is not None:
             log.warning("%s: %d row%s stamped over %g years away from the stream's other rows, which span %s .. %s%s: "

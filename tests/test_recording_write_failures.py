@@ -138,6 +138,31 @@ def test_each_part_and_list_is_fsynced_before_its_rename_and_the_folder_after(tm
             assert ("fsync", str(folder)) in events[at:next_list]
 
 
+def test_the_ground_truth_is_fsynced_before_the_list_says_the_recording_is_complete(
+        tmp_path, small_topology: Topology, monkeypatch) -> None:
+    """events.jsonl was written in place and never fsynced: a power cut after the list marked the
+    recording complete could leave its ground truth empty."""
+    events: list[tuple[str, str]] = []
+    real_fsync, real_replace = os.fsync, os.replace
+
+    def fsync(fd: int) -> None:
+        events.append(("fsync", os.readlink(f"/proc/self/fd/{fd}")))
+        real_fsync(fd)
+
+    def replace(src, dst) -> None:
+        events.append(("replace", str(src)))
+        real_replace(src, dst)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(os, "replace", replace)
+    folder = tmp_path / "rec"
+    with _writer(folder, small_topology, [0.0]) as w:
+        w.write(_gpu_tick(0))
+        w.add_events([])  # a ground truth: nothing happened
+    last_list = max(i for i, e in enumerate(events) if e == ("replace", str(folder / "recording.json.tmp")))
+    assert ("fsync", str(folder / "events.jsonl")) in events[:last_list]
+
+
 def test_a_folder_that_cannot_be_fsynced_is_no_error(tmp_path, small_topology: Topology, monkeypatch) -> None:
     real_fsync = os.fsync
 
