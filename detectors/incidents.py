@@ -329,10 +329,10 @@ class IncidentEngine:
         self._index: dict[int, dict[int, int]] = {}  # domain -> {serial: members under it}
         self._rooted: dict[int, set[int]] = {}  # root domain -> serials
         self._external: list[tuple[float, int, ExternalEvent]] = []
-        # the external events taken (queued), by what they say, with their times: the same event
-        # sent again (a file rewritten whole and renamed into place, a record redelivered) is one
-        # event, not a second finding counted again in its incident
-        self._external_seen: dict[tuple[str, float, str, str], float] = {}
+        # the external events taken (queued), by what they say (node, time, type, severity), in the
+        # order taken: the same event sent again (a file rewritten whole and renamed into place, a
+        # record redelivered) is one event, not a second finding counted again in its incident
+        self._external_seen: dict[tuple[str, float, str, str], None] = {}
         self._external_prune_at = EXTERNAL_SEEN_PRUNE
         self._names: dict[str, tuple[str, int]] | None = None
         self._evicted: list[Finding] = []  # resolved early to make room; reported by the same observe()
@@ -402,11 +402,11 @@ class IncidentEngine:
         past ``max_external_queue`` kept, the earliest taken. Pruned when the count doubles:
         amortised O(1) per event."""
         seen = self._external_seen
-        seen[said] = said[1]
+        seen[said] = None
         if len(seen) <= self._external_prune_at:
             return
         horizon = self.latest_now - max(self.reopen_s, self.quiet_s)
-        for k in [k for k, t in seen.items() if t < horizon]:
+        for k in [k for k in seen if k[1] < horizon]:
             del seen[k]
         while len(seen) > max(self.max_external_queue, 1):
             del seen[next(iter(seen))]
@@ -1885,7 +1885,7 @@ class IncidentEngine:
                           for t, n, node, time, typ, sev in state["external"]]
         heapq.heapify(self._external)
         # a checkpoint from before they were kept: none known (a repeat of an event taken before it counts again)
-        self._external_seen = {(str(node), float(time), str(typ), str(sev)): float(time)
+        self._external_seen = {(str(node), float(time), str(typ), str(sev)): None
                                for node, time, typ, sev in state.get("external_seen", ())}
         self._external_prune_at = max(EXTERNAL_SEEN_PRUNE, 2 * len(self._external_seen))
 

@@ -220,22 +220,15 @@ class ExternalFeed:
                 events += self._parse([last], self.lineno)
         return events
 
-    def count_not_handed(self, events: Sequence[ExternalEvent]) -> None:
-        """Count ``events``, read but never handed to the incident engine (no telemetry came after
-        them for it to group them by), rather than drop them unsaid."""
+    def count_not_handed(self, events: Sequence[ExternalEvent], why: str = NO_FRAME_AFTER) -> None:
+        """Count ``events``, read but never handed to the incident engine, under ``why``, rather
+        than drop them unsaid: no telemetry came after them for it to group them by
+        (``NO_FRAME_AFTER``), or they were held past :data:`MAX_HELD_EVENTS` (``HELD_OVER``: frames
+        with no usable time as a file keeps growing, or a file of events dated ahead of the telemetry)."""
         if events:
             self.not_handed += len(events)
             first = events[0]
-            self.health.problem(STAGE, NO_FRAME_AFTER, count=len(events),
-                                detail=f"{self.path}: {first.type} on {first.node} at {first.time:.0f}")
-
-    def count_held_over(self, events: Sequence[ExternalEvent]) -> None:
-        """Count ``events``, held past :data:`MAX_HELD_EVENTS` (frames with no usable time as a file
-        keeps growing, or a file of events dated ahead of the telemetry), rather than hold them all."""
-        if events:
-            self.not_handed += len(events)
-            first = events[0]
-            self.health.problem(STAGE, HELD_OVER, count=len(events),
+            self.health.problem(STAGE, why, count=len(events),
                                 detail=f"{self.path}: {first.type} on {first.node} at {first.time:.0f}")
 
     def count_still_queued(self, targets: Sequence[object]) -> None:
@@ -390,7 +383,7 @@ def feed_before_frames(frames: Iterable[T], feed: ExternalFeed, targets: Sequenc
                     target.add_external(handed)
                 held = held[due:far]
         if len(held) > MAX_HELD_EVENTS:  # the earliest dated are kept, as the engine's full queue keeps its
-            feed.count_held_over(held[MAX_HELD_EVENTS:])
+            feed.count_not_handed(held[MAX_HELD_EVENTS:], HELD_OVER)
             del held[MAX_HELD_EVENTS:]
         frame_seen = True
         yield frame

@@ -102,9 +102,9 @@ def test_a_part_whose_close_fails_is_lost_and_the_others_still_close(tmp_path, s
     assert w.lost_rows == {"gpu": GPUS} and not list((tmp_path / "rec").glob("gpu*"))
 
 
-def test_each_part_and_list_is_fsynced_before_its_rename_and_the_folder_after(tmp_path, small_topology: Topology,
-                                                                               monkeypatch) -> None:
-    """Nothing was fsynced: a power cut could leave a renamed part, or recording.json, empty."""
+@pytest.fixture
+def synced(monkeypatch) -> list[tuple[str, str]]:
+    """The writer's fsyncs and renames, in order: ("fsync", path) and ("replace", source path)."""
     events: list[tuple[str, str]] = []
     real_fsync, real_replace = os.fsync, os.replace
 
@@ -118,6 +118,13 @@ def test_each_part_and_list_is_fsynced_before_its_rename_and_the_folder_after(tm
 
     monkeypatch.setattr(os, "fsync", fsync)
     monkeypatch.setattr(os, "replace", replace)
+    return events
+
+
+def test_each_part_and_list_is_fsynced_before_its_rename_and_the_folder_after(tmp_path, small_topology: Topology,
+                                                                               synced) -> None:
+    """Nothing was fsynced: a power cut could leave a renamed part, or recording.json, empty."""
+    events = synced
     folder = tmp_path / "rec"
     clock = [0.0]
     with _writer(folder, small_topology, clock) as w:
@@ -139,22 +146,10 @@ def test_each_part_and_list_is_fsynced_before_its_rename_and_the_folder_after(tm
 
 
 def test_the_ground_truth_is_fsynced_before_the_list_says_the_recording_is_complete(
-        tmp_path, small_topology: Topology, monkeypatch) -> None:
+        tmp_path, small_topology: Topology, synced) -> None:
     """events.jsonl was written in place and never fsynced: a power cut after the list marked the
     recording complete could leave its ground truth empty."""
-    events: list[tuple[str, str]] = []
-    real_fsync, real_replace = os.fsync, os.replace
-
-    def fsync(fd: int) -> None:
-        events.append(("fsync", os.readlink(f"/proc/self/fd/{fd}")))
-        real_fsync(fd)
-
-    def replace(src, dst) -> None:
-        events.append(("replace", str(src)))
-        real_replace(src, dst)
-
-    monkeypatch.setattr(os, "fsync", fsync)
-    monkeypatch.setattr(os, "replace", replace)
+    events = synced
     folder = tmp_path / "rec"
     with _writer(folder, small_topology, [0.0]) as w:
         w.write(_gpu_tick(0))
