@@ -170,7 +170,21 @@ def follow_external(run: PipelineRun, frames: Iterable[Frame]) -> Iterable[Frame
     if run.external is None:
         return frames
     Console(stderr=True).print(f"[dim]following external events in {escape(str(run.external.path))}[/dim]")
-    return feed_before_frames(frames, run.external, external_targets(run.pipeline.bank.processors))
+    targets = external_targets(run.pipeline.bank.processors)
+    return feed_before_frames(_ended_when_done(frames, run.pipeline, run.external, targets), run.external, targets)
+
+
+def _ended_when_done(frames: Iterable[Frame], pipeline: EmbeddedPipeline, feed: ExternalFeed,
+                     targets: Sequence[object]) -> Iterator[Frame]:
+    """``frames``, the pipeline's stream ended (:meth:`EmbeddedPipeline.end_stream`) as soon as they
+    end, before the feed's own end (its last read, its count of the events still queued): the
+    incident engine's flush counts the events it still queues as a problem, and the feed would
+    count them again. Here they are counted once, by the flush; the feed's summary still names
+    them (its ``still_queued``, which the feed no longer finds queued)."""
+    yield from frames
+    queued = max((q() for t in targets if callable(q := getattr(t, "queued_external", None))), default=0)
+    pipeline.end_stream()
+    feed.still_queued += queued
 
 
 def build_pipeline(topology: Topology, detectors: str | None, host: str, port: int,

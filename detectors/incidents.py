@@ -414,7 +414,7 @@ class IncidentEngine:
 
     def queued_external(self) -> int:
         """How many external events are queued, waiting for telemetry time to reach theirs (read
-        at the end of an embedded run, which tells those never grouped without flushing)."""
+        at the end of a run, before :meth:`flush` counts those left as never grouped)."""
         return len(self._external)
 
     def observe_external(self, events: Iterable[ExternalEvent], now: float) -> list[Finding]:

@@ -7,6 +7,7 @@ the same guard and bank on their share of partitions.
 from __future__ import annotations
 
 import logging
+import math
 import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterable, Protocol
@@ -42,6 +43,11 @@ class RunStats:
     start_ts: float = float("nan")
     by_type: dict[str, int] = field(default_factory=dict)
 
+    def count(self, findings: list[Finding]) -> None:
+        self.findings += len(findings)
+        for f in findings:
+            self.by_type[f.type] = self.by_type.get(f.type, 0) + 1
+
     @property
     def samples_per_s(self) -> float:
         return self.samples / self.wall_s if self.wall_s > 0 else 0.0
@@ -73,6 +79,7 @@ class EmbeddedPipeline:
         self.sinks: list[Sink] = [self.store, *sinks]
         self.gauge_interval_s = gauge_interval_s
         self._last_gauges = 0.0
+        self._end_told: list[Finding] | None = None  # what the end of the stream told (None: not ended)
 
     def move_to(self, topology: Topology, bank: DetectorBank) -> list[str]:
         """Go on under ``topology`` with ``bank`` (a fresh bank made for it): the detectors', the
@@ -151,6 +158,7 @@ class EmbeddedPipeline:
         may have been handed them in parts). Where a GPU's board changes within them, the rows
         stamped before are processed, that GPU's state restarted, and the rest processed on."""
         received_wall = time.time() if received_wall is None else received_wall
+        self._end_told = None  # a frame after an end: the stream goes on, and has an end again
         clean = self.guard.check(frame)
         findings: list[Finding] = []
         for rows, swap in self.guard.split_by_board(clean):
@@ -215,6 +223,25 @@ class EmbeddedPipeline:
             sink.observe_findings(changed)
         return changed
 
+    def end_stream(self) -> list[Finding]:
+        """Tell what the processors hold due at the end of the stream, through the sinks as any other
+        finding, and return it: the incident engine's pending incidents past their hold time and
+        growth not told yet (``IncidentEngine.flush``). The engine ticks every ``tick_s`` of telemetry
+        only, so an incident confirmed in the last seconds of a replay never reached the findings
+        file, ``/metrics`` or the summary. Each processor is flushed at its own latest telemetry
+        time (the time its frames spoke for, not one odd row's stamp). Once per end: called again
+        before another frame, it returns what it told the first time and tells nothing."""
+        if self._end_told is None:
+            told: list[Finding] = []
+            for proc in self.bank.processors:
+                flush, latest = getattr(proc, "flush", None), getattr(proc, "latest_now", None)
+                if callable(flush) and isinstance(latest, (int, float)) and math.isfinite(latest):
+                    told += flush(latest)
+            for sink in self.sinks if told else ():
+                sink.observe_findings(told)
+            self._end_told = told
+        return self._end_told
+
     def _publish_gauges(self) -> None:
         gauges = self.bank.gauges()
         if gauges:
@@ -224,7 +251,9 @@ class EmbeddedPipeline:
 
     def run(self, frames: Iterable[Frame], on_frame: Callable[[Frame, list[Finding]], Any] | None = None,
             limit_s: float | None = None) -> RunStats:
-        """Process frames until the source ends (or ``limit_s`` of telemetry time has passed)."""
+        """Process frames until the source ends (or ``limit_s`` of telemetry time has passed, or the
+        source was stopped), then end the stream (:meth:`end_stream`): what it tells is counted in
+        the stats and handed to the sinks, not to ``on_frame`` (no frame brought it)."""
         stats = RunStats()
         start = time.perf_counter()
         first_ts = last_ts = None
@@ -233,9 +262,7 @@ class EmbeddedPipeline:
             stats.frames += 1
             stats.samples += len(frame)
             stats.accepted += len(clean)
-            stats.findings += len(findings)
-            for f in findings:
-                stats.by_type[f.type] = stats.by_type.get(f.type, 0) + 1
+            stats.count(findings)
             # the span of what was accepted: a row the guard refused (a NaN stamp, one an hour in
             # the past) made the summary's span and speed-up null or wrong
             stamps = clean.ts[np.isfinite(clean.ts)]
@@ -247,6 +274,7 @@ class EmbeddedPipeline:
                 on_frame(frame, findings)
             if limit_s is not None and first_ts is not None and last_ts is not None and last_ts - first_ts >= limit_s:
                 break
+        stats.count(self.end_stream())
         stats.wall_s = time.perf_counter() - start
         if first_ts is not None and last_ts is not None:
             stats.telemetry_s = last_ts - first_ts
