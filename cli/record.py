@@ -13,11 +13,12 @@ counted, and the command exits with the error.
 from __future__ import annotations
 
 import json
+import queue
 import signal
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterable, Iterator
 
 import click
 from rich.console import Console
@@ -25,6 +26,7 @@ from rich.markup import escape
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from foreshock.frames import Frame
 from foreshock.guard import MIN_INTERVAL_S
 from foreshock.health import PipelineHealth
 from foreshock.recording import RecordingWriter
@@ -129,7 +131,18 @@ def command(source: str, out_dir: Path, commit_every: float, duration: float | N
                                                   "{task.fields[polls]} polls"), TimeElapsedColumn(),
                       console=console) as progress:
             task = progress.add_task("record", samples=0, polls=0)
-            for frame in polled:
+            committed_at, parts_seen = time.monotonic(), 0
+            for frame in _frames_or_quiet(polled, lambda: committed_at + commit_every - time.monotonic()):
+                if frame is None:  # the source is quiet (a hung poll): the rows held are committed on time
+                    if writer is not None:
+                        try:
+                            writer.commit()
+                        except OSError as exc:
+                            write_failed.append(exc)
+                            polled.stop()
+                            break
+                    committed_at = time.monotonic()
+                    continue
                 try:
                     if writer is None:
                         topology = topology_of()
@@ -143,6 +156,8 @@ def command(source: str, out_dir: Path, commit_every: float, duration: float | N
                     write_failed.append(exc)
                     polled.stop()
                     break
+                if sum(writer.parts.values()) != parts_seen:  # the writer committed on its own schedule
+                    committed_at, parts_seen = time.monotonic(), sum(writer.parts.values())
                 counted["samples"] += len(frame)
                 counted["frames"] += 1
                 progress.update(task, samples=counted["samples"], polls=polled.polls)
@@ -175,6 +190,46 @@ def command(source: str, out_dir: Path, commit_every: float, duration: float | N
     if writer is None:
         raise click.ClickException(f"no telemetry came from {source} in {polled.polls} polls: nothing recorded "
                                    "(the counted problems above say why)")
+
+
+def _frames_or_quiet(source: Iterable[Frame], wait_s: Callable[[], float]) -> Iterator[Frame | None]:
+    """The frames of ``source``, polled in a thread of its own, and None each time none came for
+    ``wait_s()`` seconds (asked again after each item): the recording writer commits only when it
+    is handed a frame, so a source gone quiet (a poll that hangs, an exporter that stops answering)
+    held the rows read before unwritten past ``--commit-every``, lost to a recorder killed then.
+    The consumer, not the thread, writes: the writer is never used from two threads. An error that
+    ends the source is raised to the consumer; the source's own end ends the frames."""
+    arrived: queue.Queue[Frame | _SourceEnded] = queue.Queue()  # (the consumer takes each frame at once)
+
+    def pump() -> None:
+        failed: BaseException | None = None
+        try:
+            for frame in source:
+                arrived.put(frame)
+        except BaseException as exc:  # an error in this thread is the consumer's to hear of
+            failed = exc
+        finally:
+            arrived.put(_SourceEnded(failed))
+
+    threading.Thread(target=pump, name="record-poll", daemon=True).start()
+    while True:
+        try:
+            item = arrived.get(timeout=max(wait_s(), 0.0))
+        except queue.Empty:
+            yield None
+            continue
+        if isinstance(item, _SourceEnded):
+            if item.error is not None:
+                raise item.error
+            return
+        yield item
+
+
+class _SourceEnded:
+    """What :func:`_frames_or_quiet`'s thread hands over last: the source's end, or the error that ended it."""
+
+    def __init__(self, error: BaseException | None) -> None:
+        self.error = error
 
 
 def _summary(console: Console, out_dir: Path, writer: RecordingWriter | None, health: PipelineHealth, polls: int,
