@@ -363,7 +363,9 @@ def _problems(console: Console, health: PipelineHealth, notes: dict[str, int]) -
     for reason, count in sorted(notes.items()):
         console.print(f"skipped {count} rows: {escape(reason)}")  # reasons quote the input
     if health.problems:
-        problems = Table(title="Input problems (counted, not imported)")
+        # Not "not imported": some reasons drop a row, others keep it (a value set to NaN, a GPU
+        # numbered by its first appearance); the reason says which.
+        problems = Table(title="Input problems (counted)")
         for column in ("stage", "reason", "count"):
             problems.add_column(column)
         for (stage, reason), count in sorted(health.problems.items()):
