@@ -92,11 +92,22 @@ been silent for more than a window of buckets has no row left to judge it by: it
 withdrawn, and its ends' ETAs forgotten, at the next row of any optic. A prediction withdrawn
 while an end is dark or silent says so (its trend is lost; not a recovery).
 
-No trend is extrapolated more than ``max_extrapolation`` windows ahead (12 × 32 minutes by
-default: a half-hour trend says nothing about next month). A significant worsening trend that
-reaches its threshold beyond the horizon but within ``trend_horizon_s`` (90 days) is an
-early-warning :class:`~foreshock.findings.Anomaly` on the
-optic, repeated at most every ``trend_refresh_s``; so is every step.
+No window's trend is extrapolated more than ``max_extrapolation`` windows ahead (12 × 32 minutes
+by default: a half-hour trend says nothing about next month), so the early warning has its own,
+longer trend: each closed bucket's means (after the step correction) are averaged into
+``trend_bucket_s`` points (an hour), ``trend_window`` of them kept (72: three days), and at each
+point's close every signal is fitted over them as the window is (net of the module temperature,
+Theil-Sen, the same confidence and :func:`trend_persists`) once ``trend_min_points`` (24) are in,
+and extrapolated at most ``max_extrapolation`` of its own windows (36 days). A step shifts its
+older points as it does the window's; a replaced module starts it over. A significant worsening
+trend that reaches its threshold beyond the horizon but within ``trend_horizon_s`` (90 days),
+counted from its last point, is an early-warning :class:`~foreshock.findings.Anomaly` on the
+optic, repeated at most every ``trend_refresh_s``; so is every step. Where the window already
+spans as long (hourly buckets over days) the early warning is the window's own fit: a shorter
+trend would read a day's wander of the signal as weeks to the limit.
+
+A replaced module's alarm thresholds go back to the parameters unless the new module reported its
+own after the dark stretch: the old module's levels are not the new one's.
 
 Samples with loss of signal (``los`` = 1, or RX power under ``los_dbm``) are not trended.
 
@@ -162,6 +173,13 @@ ACC_TEMP = 2 * N_SIG + 2
 # out, see temperature_coefficient)
 F_SLOPE, F_LEVEL, F_CONF, F_SCALE, F_PENDING, F_T, F_PERSIST, F_TEMP_COEF = range(8)
 F_SIZE = 8
+# the early-warning trend, per optic (s_trend columns): the hour (trend bucket) being averaged and
+# the newest one in the ring (NaN = none), the ETA of each predictor (inf = none)
+T_OPEN, T_NEWEST, T_ETA_RX, T_ETA_Q, T_ETA_BIAS = range(5)
+T_SIZE = 5
+# its open point's accumulators (s_trend_acc): sum and count of bucket means per signal, then of the
+# module temperature
+T_ACC_SIZE = 2 * N_SIG + 2
 # per-optic module alarm thresholds (s_module_alarm columns)
 M_RX_LOW, M_BIAS_HIGH = range(2)
 MODULE_THRESHOLD_KEYS = ("rx_power_low_alarm", "tx_bias_high_alarm")
@@ -187,9 +205,10 @@ def module_alarm_usable(col: int, value: Any) -> np.ndarray:
         level = np.asarray(value, dtype=np.float64)
         return np.isfinite(level) & (level > unset)
 # per-optic scalar columns
-# (O_DARK: the latest bucket in which the optic was dark, NaN = never)
-O_BUCKET, O_COUNT, O_POS, O_BIAS_REF, O_ETA_RX, O_ETA_Q, O_ETA_BIAS, O_TREND_EMIT, O_DARK = range(9)
-O_SIZE = 9
+# (O_DARK: the latest bucket in which the optic was dark, NaN = never; O_ALARM_BUCKET: the bucket
+# its module alarm thresholds were last reported in, NaN = never or unknown)
+O_BUCKET, O_COUNT, O_POS, O_BIAS_REF, O_ETA_RX, O_ETA_Q, O_ETA_BIAS, O_TREND_EMIT, O_DARK, O_ALARM_BUCKET = range(10)
+O_SIZE = 10
 # predictors (which signal gave the ETA)
 PRED_RX, PRED_Q, PRED_BIAS = range(3)
 PRED_SIGNAL = (SIG_RX, SIG_Q, SIG_BIAS)
@@ -226,12 +245,15 @@ PARAMS: dict[str, float] = {
     "persist_share": 0.25,  # trend's slope in this share of their pair slopes (else a step or warm-up)
     "temp_move_c": 1.0,  # module temperature spanning this much over the window is corrected for ...
     "temp_time_r2_max": 0.95,  # ... unless it is this collinear with time (r^2): then the two are one
+    "trend_bucket_s": 3600.0,  # the early-warning trend: bucket means averaged into points this long ...
+    "trend_window": 72.0,  # ... this many of them in its window (3 days) ...
+    "trend_min_points": 24.0,  # ... trusted from this many (a day: a day-night cycle seen once)
 }
 PARAM_NAMES = tuple(PARAMS)
 (P_BUCKET, P_WINDOW, P_MIN_POINTS, P_FEC, P_BER_FLOOR, P_RX_ALARM, P_BIAS_ALARM, P_BIAS_EOL,
  P_LOS, P_HORIZON, P_TREND_HORIZON, P_TREND_REFRESH, P_MAX_EXTRAP, P_MIN_SLOPE, P_MIN_BIAS_SLOPE, P_TX_FLAT, P_CONF_MIN, P_STEP_MIN, P_STEP_K,
  P_CLEAR, P_OFF_HOLD, P_REFRESH, P_ON, P_DARK_GAP, P_PERSIST_RATIO, P_PERSIST_SHARE, P_TEMP_MOVE,
- P_TEMP_R2_MAX) = range(len(PARAMS))
+ P_TEMP_R2_MAX, P_TREND_BUCKET, P_TREND_WINDOW, P_TREND_MIN_POINTS) = range(len(PARAMS))
 
 DAY_S = 86400.0
 
@@ -249,6 +271,10 @@ def params_vector(overrides: dict[str, float]) -> np.ndarray:
     # temp_move_c inf: never corrected; 0 would fit a coefficient to a span of rounding errors
     if not vec[P_TEMP_MOVE] > 0 or not 0 <= vec[P_TEMP_R2_MAX] <= 1:
         raise ValueError("optics: need temp_move_c > 0 and 0 <= temp_time_r2_max <= 1")
+    if not vec[P_TREND_BUCKET] >= vec[P_BUCKET] or not 4 <= vec[P_TREND_WINDOW] <= 1024 \
+            or not 2 <= vec[P_TREND_MIN_POINTS] <= vec[P_TREND_WINDOW]:
+        raise ValueError("optics: need trend_bucket_s >= bucket_s, 4 <= trend_window <= 1024 and "
+                         "2 <= trend_min_points <= trend_window")
     return vec
 
 
@@ -508,6 +534,7 @@ def _close_bucket(o: int, acc: np.ndarray, optic: np.ndarray, ring_t: np.ndarray
         means[SIG_Q] = acc[o, ACC_BER_GAUGE] / acc[o, ACC_BER_GAUGE + 1]
     temp_count = acc[o, ACC_TEMP + 1]
     temp_mean = acc[o, ACC_TEMP] / temp_count if temp_count > 0.0 else np.nan
+    work[3, 2 * N_SIG] = temp_mean  # for the early-warning trend (_trend_update)
     for k in range(ACC_SIZE):
         acc[o, k] = 0.0
     if means[SIG_Q] == means[SIG_Q]:
@@ -570,6 +597,10 @@ def _close_bucket(o: int, acc: np.ndarray, optic: np.ndarray, ring_t: np.ndarray
             fit[o, g, F_T] = t_b
         optic[o, O_BIAS_REF] = np.nan
         optic[o, O_TREND_EMIT] = np.nan
+        # nor its alarm thresholds, unless the new module reported its own after the dark stretch
+        if not optic[o, O_ALARM_BUCKET] > optic[o, O_DARK]:
+            module_alarm[o, M_RX_LOW] = params[P_RX_ALARM]
+            module_alarm[o, M_BIAS_HIGH] = params[P_BIAS_ALARM]
     else:
         for g in range(N_SIG):
             shift = steps[g]
@@ -644,6 +675,110 @@ def _close_bucket(o: int, acc: np.ndarray, optic: np.ndarray, ring_t: np.ndarray
 
 
 @jit
+def _trend_update(o: int, t_b: float, means: np.ndarray, temp_mean: float, steps: np.ndarray, new_module: bool,
+                  trend_state: tuple, optic: np.ndarray, params: np.ndarray,  # type: ignore[type-arg]
+                  q_limit: float, module_alarm: np.ndarray, work: np.ndarray) -> bool:
+    """Feed optic ``o``'s bucket just closed (centred at ``t_b``: its ``means`` per signal, after the
+    step correction, and ``temp_mean``) to its early-warning trend: the means are averaged into
+    ``trend_bucket_s`` points, a ring of ``trend_window`` of them, refitted at each point's close
+    (:func:`_trend_close_point`). A step shifts the older points as the short ring's are; a replaced
+    module starts the trend over. Returns whether a point closed (and so the trend's ETAs are new)."""
+    trend_acc, trend, trend_ring, trend_fit = trend_state
+    if new_module:
+        trend_acc[o, :] = 0.0
+        trend_ring[o, :, :] = np.nan
+        trend_fit[o, :, :] = np.nan
+        trend[o, T_OPEN] = np.nan
+        trend[o, T_NEWEST] = np.nan
+        trend[o, T_ETA_RX] = np.inf
+        trend[o, T_ETA_Q] = np.inf
+        trend[o, T_ETA_BIAS] = np.inf
+    else:
+        for g in range(N_SIG):
+            shift = steps[g]
+            if shift == shift:
+                # as in the short ring: all but the pending bucket (the latest one fed) were before it
+                trend_ring[o, g, :] += shift
+                fed = trend_acc[o, 2 * g + 1]
+                if fed > 1.0:
+                    trend_acc[o, 2 * g] += shift * (fed - 1.0)
+                if trend_fit[o, g, F_LEVEL] == trend_fit[o, g, F_LEVEL]:
+                    trend_fit[o, g, F_LEVEL] += shift
+    point = math.floor(t_b / params[P_TREND_BUCKET])
+    closed = False
+    open_point = trend[o, T_OPEN]
+    if open_point == open_point and point > open_point:
+        _trend_close_point(o, trend_state, optic, params, q_limit, module_alarm, work)
+        closed = True
+    if not open_point == open_point or point > open_point:
+        trend[o, T_OPEN] = point
+    for g in range(N_SIG):
+        if abs(means[g]) < np.inf:
+            trend_acc[o, 2 * g] += means[g]
+            trend_acc[o, 2 * g + 1] += 1.0
+    if abs(temp_mean) < np.inf:
+        trend_acc[o, 2 * N_SIG] += temp_mean
+        trend_acc[o, 2 * N_SIG + 1] += 1.0
+    return closed
+
+
+@jit
+def _trend_close_point(o: int, trend_state: tuple, optic: np.ndarray, params: np.ndarray,  # type: ignore[type-arg]
+                       q_limit: float, module_alarm: np.ndarray, work: np.ndarray) -> None:
+    """Close optic ``o``'s open early-warning point into its ring (points skipped since the newest,
+    an optic silent for them, are unknown), refit each signal over the ring as the short window is
+    fitted (net of the module temperature, :func:`temperature_coefficient`, then :func:`theil_sen`;
+    confidence from the pair slopes' agreement and the ring's fill), and set its ETAs, extrapolated
+    at most ``max_extrapolation`` trend windows ahead."""
+    trend_acc, trend, trend_ring, trend_fit = trend_state
+    size = trend_ring.shape[2]
+    point = trend[o, T_OPEN]
+    newest = trend[o, T_NEWEST]
+    if newest == newest:
+        for k in range(int(min(point - newest - 1.0, size))):
+            trend_ring[o, :, int((newest + 1.0 + k) % size)] = np.nan
+    at = int(point % size)
+    for g in range(N_SIG + 1):  # the signals, then the temperature
+        count = trend_acc[o, 2 * g + 1]
+        trend_ring[o, g, at] = trend_acc[o, 2 * g] / count if count > 0.0 else np.nan
+    trend_acc[o, :] = 0.0
+    trend[o, T_NEWEST] = point
+    ts_buf, ys_buf, scratch, temp_buf = work[0], work[1], work[2], work[4]
+    for g in range(N_SIG):
+        if not abs(trend_ring[o, g, at]) < np.inf:
+            continue  # no mean of this signal in this point: the trend is not current
+        m = 0
+        for k in range(size):
+            p = point - size + 1.0 + k
+            idx = int(p % size)
+            v = trend_ring[o, g, idx]
+            if abs(v) < np.inf:
+                ts_buf[m] = (p + 0.5) * params[P_TREND_BUCKET]
+                ys_buf[m] = v
+                temp_buf[m] = trend_ring[o, N_SIG, idx]
+                m += 1
+        if m < params[P_TREND_MIN_POINTS]:
+            trend_fit[o, g, F_SLOPE] = np.nan
+            continue
+        coef = temperature_coefficient(ts_buf, temp_buf, ys_buf, m, params)
+        if coef == coef:
+            for k in range(m):
+                ys_buf[k] -= coef * (temp_buf[k] - temp_buf[m - 1])
+        slope, level, agreement, scale = theil_sen(ts_buf, ys_buf, m, scratch)
+        trend_fit[o, g, F_SLOPE] = slope
+        trend_fit[o, g, F_LEVEL] = level
+        trend_fit[o, g, F_CONF] = max(0.0, 2.0 * agreement - 1.0) * min(1.0, m / (0.5 * size))
+        trend_fit[o, g, F_SCALE] = scale
+        trend_fit[o, g, F_T] = ts_buf[m - 1]
+        trend_fit[o, g, F_TEMP_COEF] = coef
+        # as the window's: a day's dip, or a shift too small to be a step, that the newest points
+        # no longer follow is not extrapolated for weeks
+        trend_fit[o, g, F_PERSIST] = 1.0 if trend_persists(ts_buf, ys_buf, m, slope, params) else 0.0
+    reach = params[P_MAX_EXTRAP] * size * params[P_TREND_BUCKET]
+    _etas_of_fit(o, optic, trend_fit, params, q_limit, module_alarm, reach, trend, T_ETA_Q, T_ETA_RX, T_ETA_BIAS)
+
+
+@jit
 def _eta_down(level: float, slope: float, threshold: float, min_slope: float) -> float:
     """Time for a falling signal to reach ``threshold`` (0 if already there, inf if not falling)."""
     if level != level or threshold != threshold:
@@ -664,16 +799,25 @@ def _update_etas(o: int, optic: np.ndarray, fit: np.ndarray, params: np.ndarray,
     :func:`trend_persists`: a small step or a warm-up, not a trend). A threshold already crossed
     (ETA 0) needs no extrapolation and stands. ``module_alarm`` (optics, 2): each module's own
     RX-low and bias-high alarms (``M_*`` columns, NaN = unknown)."""
-    min_slope = params[P_MIN_SLOPE] / DAY_S
     reach = params[P_MAX_EXTRAP] * params[P_WINDOW] * params[P_BUCKET]
-    optic[o, O_ETA_Q] = np.inf
-    optic[o, O_ETA_RX] = np.inf
-    optic[o, O_ETA_BIAS] = np.inf
+    _etas_of_fit(o, optic, fit, params, q_limit, module_alarm, reach, optic, O_ETA_Q, O_ETA_RX, O_ETA_BIAS)
+
+
+@jit
+def _etas_of_fit(o: int, optic: np.ndarray, fit: np.ndarray, params: np.ndarray, q_limit: float,
+                 module_alarm: np.ndarray, reach: float, dest: np.ndarray, col_q: int, col_rx: int,
+                 col_bias: int) -> None:
+    """:func:`_update_etas` for any fit (the short window's or the early-warning trend's), extrapolated
+    at most ``reach`` seconds: the ETAs go to ``dest[o, col_*]``."""
+    min_slope = params[P_MIN_SLOPE] / DAY_S
+    dest[o, col_q] = np.inf
+    dest[o, col_rx] = np.inf
+    dest[o, col_bias] = np.inf
     if fit[o, SIG_Q, F_SLOPE] == fit[o, SIG_Q, F_SLOPE]:
-        optic[o, O_ETA_Q] = _eta_down(fit[o, SIG_Q, F_LEVEL], fit[o, SIG_Q, F_SLOPE], q_limit, min_slope)
+        dest[o, col_q] = _eta_down(fit[o, SIG_Q, F_LEVEL], fit[o, SIG_Q, F_SLOPE], q_limit, min_slope)
     if fit[o, SIG_RX, F_SLOPE] == fit[o, SIG_RX, F_SLOPE]:
-        optic[o, O_ETA_RX] = _eta_down(fit[o, SIG_RX, F_LEVEL], fit[o, SIG_RX, F_SLOPE],
-                                       module_alarm[o, M_RX_LOW], min_slope)
+        dest[o, col_rx] = _eta_down(fit[o, SIG_RX, F_LEVEL], fit[o, SIG_RX, F_SLOPE],
+                                    module_alarm[o, M_RX_LOW], min_slope)
     bias_slope = fit[o, SIG_BIAS, F_SLOPE]
     bias = fit[o, SIG_BIAS, F_LEVEL]
     if bias_slope == bias_slope and bias > 0.0:
@@ -685,21 +829,23 @@ def _update_etas(o: int, optic: np.ndarray, fit: np.ndarray, params: np.ndarray,
         if limit != limit:
             limit = params[P_BIAS_EOL] * optic[o, O_BIAS_REF]
         if tx_flat and bias_slope * DAY_S > params[P_MIN_BIAS_SLOPE] * bias:
-            optic[o, O_ETA_BIAS] = 0.0 if bias >= limit else (limit - bias) / bias_slope
-    for col, sig in ((O_ETA_Q, SIG_Q), (O_ETA_RX, SIG_RX), (O_ETA_BIAS, SIG_BIAS)):
-        if optic[o, col] > reach or (optic[o, col] > 0.0 and fit[o, sig, F_PERSIST] == 0.0):
-            optic[o, col] = np.inf
+            dest[o, col_bias] = 0.0 if bias >= limit else (limit - bias) / bias_slope
+    for col, sig in ((col_q, SIG_Q), (col_rx, SIG_RX), (col_bias, SIG_BIAS)):
+        if dest[o, col] > reach or (dest[o, col] > 0.0 and fit[o, sig, F_PERSIST] == 0.0):
+            dest[o, col] = np.inf
 
 
 @jit
 def _optics_kernel(ts: np.ndarray, slot: np.ndarray, x: np.ndarray, state: tuple,  # type: ignore[type-arg]
-                   params: np.ndarray, q_limit: np.ndarray, module_alarm: np.ndarray, work: np.ndarray,
-                   out: np.ndarray) -> int:
+                   trend_state: tuple, params: np.ndarray,  # type: ignore[type-arg]
+                   q_limit: np.ndarray, module_alarm: np.ndarray, work: np.ndarray, out: np.ndarray) -> int:
     """Accumulate samples into buckets; at each bucket close refit and run the link alarm.
 
     ``state`` = (acc (optics, ACC_SIZE), optic (optics, O_SIZE), ring_t (optics, W),
     ring (optics, N_SIG, W), ring_temp (optics, W), fit (optics, N_SIG, F_SIZE),
-    alarm (links, A_SIZE), link_bucket (links,)). ``q_limit`` is each optic's FEC limit as a Q factor (dB),
+    alarm (links, A_SIZE), link_bucket (links,)); ``trend_state`` = (trend_acc (optics, T_ACC_SIZE),
+    trend (optics, T_SIZE), trend_ring (optics, N_SIG + 1, trend_window), trend_fit (optics, N_SIG,
+    F_SIZE)), the early-warning trend's (:func:`_trend_update`). ``q_limit`` is each optic's FEC limit as a Q factor (dB),
     ``module_alarm`` (optics, 2) its module's alarm thresholds. Emissions go to ``out`` (see
     :mod:`.alarm`).
     """
@@ -725,7 +871,17 @@ def _optics_kernel(ts: np.ndarray, slot: np.ndarray, x: np.ndarray, state: tuple
                 if steps[g] == steps[g]:
                     n_out = emit(out, n_out, i, EMIT_STEP, CODE_START, np.nan, 1.0,
                                  (steps[g], fit[o, g, F_LEVEL], float(g), 1.0 if new_module else 0.0, 0.0, 0.0))
-            n_out = _trend_warning(i, o, t, optic, fit, params, out, n_out)
+            if params[P_TREND_WINDOW] * params[P_TREND_BUCKET] > params[P_WINDOW] * params[P_BUCKET]:
+                t_b = (cur + 0.5) * params[P_BUCKET]
+                if _trend_update(o, t_b, work[3, :N_SIG], work[3, 2 * N_SIG], steps, new_module, trend_state,
+                                 optic, params, q_limit[o], module_alarm, work):
+                    n_out = _trend_warning(i, o, t, optic, trend_state[1], T_ETA_Q, T_ETA_RX, T_ETA_BIAS,
+                                           trend_state[3], params, out, n_out)
+            else:
+                # a window at least as long (hourly buckets, days of them): the early warning is its own
+                # fit's, not a shorter trend's that would read the window's noise as worsening
+                n_out = _trend_warning(i, o, t, optic, optic, O_ETA_Q, O_ETA_RX, O_ETA_BIAS, fit, params,
+                                       out, n_out)
             n_out = _link_alarm(i, o, cur, t, state, params, out, n_out)
         if cur == cur and b - cur > params[P_DARK_GAP]:
             optic[o, O_DARK] = b - 1  # silent for whole buckets: unplugged, or its module was
@@ -760,16 +916,20 @@ def _optics_kernel(ts: np.ndarray, slot: np.ndarray, x: np.ndarray, state: tuple
 
 
 @jit
-def _trend_warning(row: int, o: int, t: float, optic: np.ndarray, fit: np.ndarray, params: np.ndarray,
-                   out: np.ndarray, n_out: int) -> int:
-    """A significant worsening trend that reaches its threshold beyond the prediction horizon
-    but within ``trend_horizon_s``: an early warning, at most every ``trend_refresh_s``."""
+def _trend_warning(row: int, o: int, t: float, optic: np.ndarray, etas: np.ndarray, col_q: int, col_rx: int,
+                   col_bias: int, fit: np.ndarray, params: np.ndarray, out: np.ndarray, n_out: int) -> int:
+    """A significant worsening trend (ETAs in ``etas[o, col_*]``, ``fit`` its fits: the early-warning
+    trend's, or the window's own when that is as long) that reaches its threshold beyond the
+    prediction horizon but within ``trend_horizon_s``, counted from ``t``: an early warning, at most
+    every ``trend_refresh_s``."""
     last = optic[o, O_TREND_EMIT]
     if last == last and t - last < params[P_TREND_REFRESH]:
         return n_out
-    for pred, col in ((PRED_Q, O_ETA_Q), (PRED_RX, O_ETA_RX), (PRED_BIAS, O_ETA_BIAS)):
+    for pred, col in ((PRED_Q, col_q), (PRED_RX, col_rx), (PRED_BIAS, col_bias)):
         sig = PRED_SIGNAL[pred]
-        eta = optic[o, col]
+        eta = etas[o, col]
+        if eta > 0.0:  # counted from the fit's last point, as the link's ETAs are
+            eta = max(eta - max(t - fit[o, sig, F_T], 0.0), 0.0)
         if params[P_HORIZON] < eta <= params[P_TREND_HORIZON] and fit[o, sig, F_CONF] >= params[P_CONF_MIN]:
             optic[o, O_TREND_EMIT] = t
             return emit(out, n_out, row, EMIT_TREND, CODE_START, eta, fit[o, sig, F_CONF],
@@ -850,6 +1010,9 @@ def _link_alarm(row: int, o: int, bucket: float, t: float, state: tuple,  # type
             # the sample that closed the bucket lies up to one bucket after the fit's last point
             elapsed = max(t - fit[end, sig, F_T], 0.0)
             if not elapsed <= stale_s:  # NaN (never fitted) too
+                # its end silent or dark for a window: unknown, withdrawn from the ETA gauge too
+                # (left in place, the last ETA of an end that stopped reporting was exported for ever)
+                optic[end, col] = np.inf
                 continue
             conf = fit[end, sig, F_CONF]
             if eta == 0.0:
@@ -881,7 +1044,7 @@ class OpticsDetector(Detector):
     slot_kinds: ClassVar[Mapping[str, str]] = {
         **{name: "optic" for name in ("s_counter_state", "s_counter_resets", "s_counter_rate", "s_counter_drop",
                                       "s_acc", "s_optic", "s_ring_t", "s_ring", "s_ring_temp", "s_fit",
-                                      "s_module_alarm")},
+                                      "s_module_alarm", "s_trend_acc", "s_trend", "s_trend_ring", "s_trend_fit")},
         "s_alarm": "link", "s_link_bucket": "link"}
     name: ClassVar[str] = "optics"
     kinds: ClassVar[tuple[str, ...]] = ("optic",)
@@ -919,7 +1082,16 @@ class OpticsDetector(Detector):
         self.s_link_bucket = np.full(n_links, -np.inf)
         # fit times, fit values, pair slopes and the medians' workspace, a bucket's means and steps,
         # the fit points' temperatures
-        self._work = np.empty((5, window * window // 2 + window + MEDIAN_BRACKET + 1))
+        # the early-warning trend: its open point, ring (the signals' means, then the temperature's) and
+        # fits. float32 ring: a mean resolves 1e-6 dB, or 1e-9 A of bias, in half the state
+        trend_window = int(self.params[P_TREND_WINDOW])
+        self.s_trend_acc = np.zeros((n_opt, T_ACC_SIZE))
+        self.s_trend = np.full((n_opt, T_SIZE), np.nan)
+        self.s_trend[:, [T_ETA_RX, T_ETA_Q, T_ETA_BIAS]] = np.inf
+        self.s_trend_ring = np.full((n_opt, N_SIG + 1, trend_window), np.nan, dtype=np.float32)
+        self.s_trend_fit = np.full((n_opt, N_SIG, F_SIZE), np.nan)
+        longest = max(window, trend_window)
+        self._work = np.empty((5, longest * longest // 2 + longest + MEDIAN_BRACKET + 1))
         # each optic's FEC limit: its link's own (topology ``fec_limit_ber``), else the parameter
         own = topology.link_fec_limit[topology.optic_link] if n_opt else np.zeros(0)
         self.fec_limit = np.where(np.isfinite(own), own, self.params[P_FEC])
@@ -950,6 +1122,8 @@ class OpticsDetector(Detector):
                 value = values.get(key)
                 if value is not None and bool(module_alarm_usable(col, float(value))):
                     self.s_module_alarm[o, col] = float(value)
+                    # reported by the module seen last: kept if it is found replaced by a later one
+                    self.s_optic[o, O_ALARM_BUCKET] = self.s_optic[o, O_BUCKET]
                     applied += 1
         return applied
 
@@ -968,6 +1142,9 @@ class OpticsDetector(Detector):
             given &= (frame.slot >= 0) & (frame.slot < len(self.s_module_alarm))
             if given.any():  # later rows of an optic win, as later readings should
                 self.s_module_alarm[frame.slot[given], col] = values[given]
+                # when: a module found replaced after this keeps them only if it reported them
+                bucket = np.floor(frame.ts[given] / self.params[P_BUCKET])
+                np.fmax.at(self.s_optic[:, O_ALARM_BUCKET], frame.slot[given], bucket)
 
     def update(self, frame: Frame) -> list[Finding]:
         if frame.kind != "optic" or len(frame) == 0:
@@ -992,7 +1169,8 @@ class OpticsDetector(Detector):
         out = np.empty((len(frame) * (N_SIG + 3) + n_active, OUT_SIZE))
         state = (self.s_acc, self.s_optic, self.s_ring_t, self.s_ring, self.s_ring_temp, self.s_fit,
                  self.s_alarm, self.s_link_bucket)
-        n = _optics_kernel(frame.ts, frame.slot, x, state, self.params, self.q_limit, self.s_module_alarm,
+        trend_state = (self.s_trend_acc, self.s_trend, self.s_trend_ring, self.s_trend_fit)
+        n = _optics_kernel(frame.ts, frame.slot, x, state, trend_state, self.params, self.q_limit, self.s_module_alarm,
                            self._work, out)
         return [self._finding(frame, rec) for rec in out[:n]]
 
@@ -1003,7 +1181,8 @@ class OpticsDetector(Detector):
         One saved before module temperatures were kept (no ``s_ring_temp``, ``s_acc`` without the
         temperature's sum and count, ``s_fit`` without ``F_TEMP_COEF``): its ring points' and open
         bucket's temperatures unknown, so nothing is corrected for temperature until the window
-        holds only buckets with one, as for a module that does not report it."""
+        holds only buckets with one, as for a module that does not report it. One saved before the
+        early-warning trend existed (no ``s_trend*``): that trend starts empty, as for a new optic."""
         state = with_counter_pace_and_drop(state, "s_counter_state", "s_counter_rate", "s_counter_drop")
         ring_t = np.asarray(state.get("s_ring_t"))
         if "s_ring_temp" not in state and ring_t.ndim == 2:
@@ -1018,6 +1197,9 @@ class OpticsDetector(Detector):
             wide = np.full(fit.shape[:2] + (F_SIZE,), np.nan)
             wide[:, :, :fit.shape[2]] = fit
             state = {**state, "s_fit": wide}
+        if "s_trend" not in state:
+            fresh = type(self)(self.topology, **dict(zip(PARAM_NAMES, self.params.tolist())))
+            state = {**state, **{k: v for k, v in fresh.state_arrays().items() if k.startswith("s_trend")}}
         return add_columns(state, "s_optic", O_SIZE)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
