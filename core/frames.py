@@ -254,7 +254,10 @@ def frames_from_records(
 def _number(value: Any) -> float:
     """``float(value)``, where an integer beyond float64's range is the infinity of its sign, as
     ``1e999`` is (``float`` raises OverflowError for it): rejected as a ``ts``, set to NaN and
-    counted by the input guard as a field value, as any infinity."""
+    counted by the input guard as a field value, as any infinity. A boolean is refused (a
+    TypeError): Python's bool is an int, and JSON ``true`` was read as 1.0."""
+    if isinstance(value, bool):
+        raise TypeError("a boolean is not a number")
     try:
         return float(value)
     except OverflowError:

@@ -26,7 +26,7 @@ one cluster's topics: an all-role group and a detect group would each process ev
 Bad records go to ``foreshock.deadletter`` with the reason in a header, and are counted (a
 value past the topic's message size cut short; a dead letter the broker refuses all the same is
 counted, not fatal). Each worker serves its own ``/metrics`` (``exporters.prometheus``).
-Checkpoints and the at-least-once contract: see ``kafka_worker``. Two things keep that contract
+Checkpoints and the at-least-once contract: see ``kafka_worker``. Three things keep that contract
 here:
 
 - every message the worker sends is confirmed delivered before a checkpoint is written (a send
@@ -38,7 +38,12 @@ here:
   default of restarting the agent: the restarted agent read on, later records were committed,
   and faust's commit passes a single unacknowledged offset, so that record's findings were lost
   with nothing counted. Restarted (by systemd, Kubernetes or compose), the worker, or the
-  partition's next owner, reads on from the last checkpoint.
+  partition's next owner, reads on from the last checkpoint;
+- an event of a frames partition revoked from this worker that still reaches it (one taken
+  before the rebalance, or prefetched) is left to the partition's new owner: not processed, not
+  acknowledged, counted (``not_assigned`` in the worker's status). Processed, it had loaded the
+  partition again from its checkpoint, and this worker wrote findings and checkpoints for it
+  beside the new owner.
 """
 
 from __future__ import annotations
@@ -162,13 +167,21 @@ class ForeshockWorker:
         self.pmap = PartitionMap(config.topology, config.topics.partitions)
         self.lock = asyncio.Lock()
         self.held: dict[int, list[Any]] = {}  # partition -> unacked events since its checkpoint
+        # The frames partitions the group assigned to this worker (on_assigned; on_revoked
+        # removes them). An event of another partition still reaches on_piece after its
+        # revocation (one an agent had taken waits for the lock on_revoked holds; faust's
+        # buffers prefetch, and stream_wait_empty=False does not wait for them): processing it
+        # would take the partition back from its checkpoint, beside its new owner.
+        self.assigned_frames: set[int] = set()
+        self._unassigned_logged = False
         self.held_incidents: list[Any] = []
         self.last_checkpoint: dict[int, float] = {}
         self.last_incident_checkpoint = 0.0
         self.json_seq = 0
         self.json_sender = sender_id(f"json@{config.worker_id}")  # JSON lines it routes, as one sender
+        # "not_assigned": events of a frames partition no longer (or not yet) assigned to this worker
         self.counts = {"records": 0, "pieces": 0, "deadletters": 0, "checkpoints": 0, "skipped": 0, "incidents": 0,
-                       "external": 0}
+                       "external": 0, "not_assigned": 0}
         self._ckpt_reader: AIOKafkaConsumer | None = None
         self.topic_ids = TopicIds(config.settings)  # to tell a checkpoint of a re-created topic
         self._external_reader: AIOKafkaConsumer | None = None
@@ -252,6 +265,16 @@ class ForeshockWorker:
             await self.on_revoked(revoked)
 
         app.on_partitions_revoked.connect(on_revoked)  # type: ignore[arg-type]
+
+        async def on_assigned(sender: Any, assigned: Any, **kwargs: Any) -> None:
+            self.on_assigned(assigned)
+
+        # faust sends this signal at the end of its _on_partitions_assigned, with the partitions
+        # still paused: they are resumed by its recovery task, which that method only signals
+        # (TableManager.on_rebalance) and which runs once it yields. Nothing awaits between that
+        # signal and this receiver, and on_assigned does not await: the set is filled before the
+        # first event of the assignment reaches on_piece.
+        app.on_partitions_assigned.connect(on_assigned)  # type: ignore[arg-type]
 
         @app.task
         async def open_checkpoint_reader() -> None:
@@ -352,6 +375,9 @@ class ForeshockWorker:
         self.health.problem("worker", "record_failed", detail=f"{what}: {type(exc).__name__}: {exc}")
         log.critical("%s could not be handled (%s: %s): the worker exits so that it is read again from "
                      "the last checkpoint", what, type(exc).__name__, exc, exc_info=exc)
+        # os._exit runs no finally: run_worker's removal of the temporary data folder is done here
+        # (the /metrics server's socket and thread end with the process)
+        self.remove_data_dir()
         logging.shutdown()
         self._exit(EXIT_RECORD_FAILED)
 
@@ -427,8 +453,15 @@ class ForeshockWorker:
             elif self.incidents_loaded:  # no findings coming: what waits behind a lost piece still runs
                 await self._publish_incidents(self.incident_stage.release_overdue())
 
+    def on_assigned(self, assigned: Any) -> None:
+        """The group's assignment of this worker (all of it, each rebalance): the frames
+        partitions among it are the ones on_piece processes. Does not await (see the receiver)."""
+        self.assigned_frames = {tp.partition for tp in assigned if tp.topic == self.config.topics.frames}
+
     async def on_revoked(self, revoked: Any) -> None:
         """A partition leaves this worker: checkpoint it (fewer repeats for its next owner), drop it."""
+        # before the lock: an event of the partition waiting for it (on_piece) is not processed
+        self.assigned_frames -= {tp.partition for tp in revoked if tp.topic == self.config.topics.frames}
         async with self.lock:
             for tp in revoked:
                 if tp.topic == self.config.topics.frames and self.detection.owns(tp.partition):
@@ -501,6 +534,9 @@ class ForeshockWorker:
         message = event.message
         partition = message.partition
         async with self.lock:
+            if partition not in self.assigned_frames:
+                self._skip_unassigned(message)
+                return
             if not self.detection.owns(partition):
                 self.detection.load(partition, await self.read_checkpoint(partition),
                                     await self.end_offset(self.config.topics.frames, partition),
@@ -525,6 +561,17 @@ class ForeshockWorker:
             self.held.setdefault(partition, []).append(event)
             if time.monotonic() - self.last_checkpoint.get(partition, 0) >= self.config.checkpoint_interval_s:
                 await self.checkpoint_partition(stream, partition)
+
+    def _skip_unassigned(self, message: Any) -> None:
+        """Leave an event of a frames partition not assigned to this worker to its owner, which
+        reads it from its checkpoint: not processed, not acknowledged (no commit may pass it),
+        not a dead letter (nothing is wrong with it). Counted; logged once."""
+        self.counts["not_assigned"] += 1
+        if not self._unassigned_logged:
+            self._unassigned_logged = True
+            log.info("%s/%d@%d: the partition is not assigned to this worker (revoked in a rebalance): left to "
+                     "its owner (such events counted in the worker's status, 'not_assigned'; logged once)",
+                     message.topic, message.partition, message.offset)
 
     async def on_json(self, event: Any) -> None:
         message = event.message

@@ -738,11 +738,15 @@ def _parse_json(value: bytes | None) -> tuple[list[Any], Callable[[], list[str]]
     except UnicodeDecodeError as exc:
         return [], list, [(value, f"not UTF-8: {exc}")]
     stripped = text.strip()
+    if not stripped:  # as the empty message: no record in it, and none to count a problem with
+        return [], list, [(value, "empty message (whitespace only)")]
     if stripped.startswith("["):
         try:
             data = json.loads(stripped)
         except _JSON_ERRORS as exc:
             return [], list, [(value, _json_error(exc))]
+        if not data:  # (an array: what starts with "[" and is valid JSON)
+            return [], list, [(value, "empty message (an empty array)")]
         return list(data), lambda: [element for element, _ in _json_array(stripped)], []
     # objects one after the other, whatever the whitespace between and inside them: one
     # pretty-printed over several lines was cut into lines, each rejected as a fragment

@@ -90,7 +90,8 @@ def state_delta(initial: Any, current: Any, fills: Any = None) -> Any:
         return {"__dict__": {k: state_delta(initial.get(k), v, sub.get(k)) for k, v in current.items()}}
     if (isinstance(current, np.ndarray) and isinstance(initial, np.ndarray)
             and current.shape == initial.shape and current.dtype == initial.dtype and current.size):
-        a, b = current.reshape(-1), initial.reshape(-1)
+        # flat indices in C order, whatever either array's layout (apply_delta writes them so)
+        a, b = np.ascontiguousarray(current).reshape(-1), np.ascontiguousarray(initial).reshape(-1)
         same = a == b
         if a.dtype.kind in "fc":
             same |= np.isnan(a) & np.isnan(b)
@@ -110,7 +111,9 @@ def apply_delta(initial: Any, delta: Any) -> Any:
     if "__delta__" in delta:
         idx, values = delta["__delta__"]
         shape = tuple(delta.get("__shape__", np.shape(initial)))
-        out = np.array(initial, copy=True)
+        # C order: reshape(-1) below must be a view to write through (of a Fortran-ordered or
+        # sliced array it is a copy, and the delta was lost)
+        out = np.array(initial, copy=True, order="C")
         if out.shape != shape:
             # Saved under another job list, so another number of jobs: the delta is from the
             # initial state at the saved shape, which a uniform initial array (the guard's per-job

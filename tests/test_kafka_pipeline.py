@@ -457,6 +457,7 @@ def test_a_checkpoint_is_never_written_past_findings_that_were_not_delivered(tmp
 
         worker.read_checkpoint, worker._write_checkpoint = no_checkpoint, write  # type: ignore[method-assign]
         worker._exit = exits.append
+        worker.on_assigned([types.SimpleNamespace(topic=worker.config.topics.frames, partition=0)])
         frame = Frame("gpu", [1.0] * 8, np.arange(8), {"gpu_temp": np.full(8, 50.0)})
         value, headers = encode_bundle("a#1", 0.0, [(1, 0, 1, frame)], topology=small_topology)
         asyncio.run(worker.handle(worker.on_piece, stream, Event(0, value, headers)))

@@ -18,6 +18,7 @@ from typing import Any, Callable
 import numpy as np
 import pyarrow as pa
 import pytest
+from aiokafka.structs import TopicPartition
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -272,6 +273,9 @@ def _worker(topology: Topology, partitions: int = 1, **topics: _Topic) -> tuple[
     worker.read_checkpoint = no_checkpoint  # type: ignore[method-assign]
     worker.topic_id = no_topic_id  # type: ignore[method-assign]
     worker._exit = exits.append
+    # as faust's rebalance does before the first event: the worker processes the frames
+    # partitions assigned to it (ForeshockWorker.on_assigned)
+    worker.on_assigned({TopicPartition(worker.config.topics.frames, p) for p in range(partitions)})
     return worker, sent, exits
 
 
