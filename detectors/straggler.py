@@ -59,6 +59,7 @@ import numpy as np
 from foreshock import facts
 from foreshock.findings import Anomaly, Finding
 from foreshock.frames import Frame
+from foreshock.guard import MAX_AHEAD_S
 from foreshock.health import PipelineHealth
 from foreshock.numba_config import jit
 from foreshock.remap import Remap
@@ -70,8 +71,18 @@ from .gpu_inputs import (frame_now, HELD, INLET_MAX_C, INLET_MIN_C, reason_bits,
                          Scratch, gpu_columns, kernel)
 
 OBS_FIELDS = ("sm_clock", "sm_clock_max", "util", "gpu_temp", "throttle_reasons", "power")
-S_TS, S_CLOCK, S_TEMP, S_UTIL, S_THROTTLE, S_N, S_BUSY_TS, S_POWER = range(8)
-S_SIZE = 8  # S_N counts busy samples; S_BUSY_TS is the last of them; S_POWER their mean power
+S_TS, S_CLOCK, S_TEMP, S_UTIL, S_THROTTLE, S_N, S_BUSY_TS, S_POWER, S_UTIL_TS, S_BUSY_W, S_TAKEN = range(11)
+S_SIZE = 11
+"""Per GPU: its last tick (``S_TS``), its busy-only means (``S_CLOCK``, ``S_TEMP``, ``S_THROTTLE``,
+``S_POWER``: over busy samples, see :func:`_ew_kernel`) and utilisation mean; ``S_N`` counts busy
+samples, ``S_BUSY_TS`` is the last of them and ``S_BUSY_W`` the weight its means took at it;
+``S_UTIL_TS`` is when a utilisation was last read (the comparisons need it fresh: a GPU whose util
+stopped coming kept its last one, "busy" on means frozen since, and was named "slower" every
+``refresh_s`` for good); ``S_TAKEN`` holds the ``T_*`` bits of the means that already took a value at
+tick ``S_TS``, so that a second row of the same tick (two sources scraping it, a frame split by field)
+adds the fields it alone brings and weighs none twice."""
+T_UTIL, T_CLOCK, T_TEMP, T_POWER, T_THROTTLE = 1, 2, 4, 8, 16
+T_ALL = 31
 THROTTLING = facts.THERMAL_THROTTLE_MASK | facts.THROTTLE_HW_POWER_BRAKE
 """The throttle bits that count for "throttling more". Not the SW power cap (0x4): under full load
 GPUs sit on it by turns (the nvidia-smi capture: 0x4 held at 691 W), and a GPU that holds it more
@@ -147,55 +158,86 @@ O_SIZE = 6
 def _ew_kernel(obs: tuple[np.ndarray, ...], s: np.ndarray, tau: float, busy_util: float) -> int:
     """Exponentially weighted per-GPU means from ``obs`` = ``(ts, slot, OBS_FIELDS...)`` columns
     (:func:`~.gpu_inputs.gpu_columns`: the frame's own arrays, not a gathered copy, which cost
-    ~8 ns per GPU, a sixth of the detector's time); returns rows skipped as out of order.
+    ~8 ns per GPU, a sixth of the detector's time); returns rows skipped as out of order (older
+    than their GPU's last tick).
 
-    Utilisation is averaged over every sample. Clock, temperature and throttled share are averaged
-    over *busy* samples only (utilisation reported and at least ``busy_util``), each weighted by
-    the time since the GPU's last busy sample: the comparisons are "at the same load", and a GPU
-    that joined its job late, or came back after a pause, must not carry its idle clock (0.17 of
-    max against its peers' 0.75) into them. Averaged over all samples, such a GPU was a "slower"
-    straggler two minutes after it started. Busy history older than a few ``tau`` fades by itself."""
+    Utilisation is averaged over the samples that report one, each weighted by the time since the
+    GPU's last utilisation. Clock, temperature and throttled share are averaged over *busy* samples
+    only (utilisation reported and at least ``busy_util``), each weighted by the time since the GPU's
+    last busy sample: the comparisons are "at the same load", and a GPU that joined its job late, or
+    came back after a pause, must not carry its idle clock (0.17 of max against its peers' 0.75)
+    into them. Averaged over all samples, such a GPU was a "slower" straggler two minutes after it
+    started. Busy history older than a few ``tau`` fades by itself.
+
+    A row at its GPU's last tick (``ts`` equal to it) continues that tick: two sources scraping one
+    tick, or a frame split by field. Each mean that has not yet taken a value at this tick
+    (``S_TAKEN``) takes this row's, with the weight the tick's first value got (a busy tick's is
+    ``S_BUSY_W``), and no mean moves twice: a field the tick already brought (a duplicate row) keeps
+    the first value. The tick is busy if its first utilisation was: fields that come before any
+    utilisation of their tick are not known to be busy, and are not averaged. Dropped as out of
+    order, such rows lost every field after the first frame's (until 2026-12-04)."""
     skipped = 0
-    step, w_step = np.nan, np.nan  # the rows of a frame share their step: one exp per frame
+    # the rows of a frame share their steps: one exp per frame for each kind of weight
+    util_step, w_util_step, busy_step, w_busy_step = np.nan, np.nan, np.nan, np.nan
     ts_col, slots, clocks, clock_maxes, utils, temps, all_reasons, powers = obs
     for row in range(len(ts_col)):
         ts = ts_col[row]
         i = int(slots[row])
         last = s[i, S_TS]
-        if last == last and ts <= last:
+        if ts < last:  # (False for a GPU with no tick yet)
             skipped += 1
             continue
-        if last != last:
-            w = 1.0
-        else:
-            if ts - last != step:
-                step = ts - last
-                w_step = 1.0 - np.exp(-step / tau)
-            w = w_step
-        s[i, S_TS] = ts
+        if ts != last:  # a new tick: no mean has taken a value at it yet
+            s[i, S_TS] = ts
+            s[i, S_TAKEN] = 0.0
+        taken = int(s[i, S_TAKEN])
         clock, clock_max, util, temp = clocks[row], clock_maxes[row], utils[row], temps[row]
         reasons, power = all_reasons[row], powers[row]
         if not 0.0 <= util <= UTIL_MAX:  # (NaN too)
             util = np.nan
-        if util == util:
-            s[i, S_UTIL] = util if s[i, S_UTIL] != s[i, S_UTIL] else s[i, S_UTIL] + w * (util - s[i, S_UTIL])
-        if not util >= busy_util:  # idle, or not known to be busy
+        if util == util and (taken & T_UTIL) == 0:
+            last_util = s[i, S_UTIL_TS]
+            if last_util != last_util or s[i, S_UTIL] != s[i, S_UTIL]:
+                s[i, S_UTIL] = util
+            else:
+                if ts - last_util != util_step:
+                    util_step = ts - last_util
+                    w_util_step = 1.0 - np.exp(-util_step / tau)
+                s[i, S_UTIL] += w_util_step * (util - s[i, S_UTIL])
+            s[i, S_UTIL_TS] = ts
+            taken |= T_UTIL
+            if util >= busy_util:  # the tick is busy: its busy means move at it, by this weight
+                last_busy = s[i, S_BUSY_TS]
+                if last_busy != last_busy:
+                    s[i, S_BUSY_W] = 1.0
+                else:
+                    if ts - last_busy != busy_step:
+                        busy_step = ts - last_busy
+                        w_busy_step = 1.0 - np.exp(-busy_step / tau)
+                    s[i, S_BUSY_W] = w_busy_step
+                s[i, S_BUSY_TS] = ts
+                s[i, S_N] += 1.0
+        if s[i, S_BUSY_TS] != ts:  # idle, or not known to be busy
+            s[i, S_TAKEN] = taken
             continue
-        last_busy = s[i, S_BUSY_TS]
-        w = 1.0 if last_busy != last_busy else 1.0 - np.exp(-(ts - last_busy) / tau)
-        s[i, S_BUSY_TS] = ts
+        w = s[i, S_BUSY_W]
         x = clock / clock_max if 0.0 < clock_max < np.inf else np.nan  # (NaN with a NaN clock)
-        if 0.0 <= x <= CLOCK_RATIO_MAX:
+        if (taken & T_CLOCK) == 0 and 0.0 <= x <= CLOCK_RATIO_MAX:
             s[i, S_CLOCK] = x if s[i, S_CLOCK] != s[i, S_CLOCK] else s[i, S_CLOCK] + w * (x - s[i, S_CLOCK])
-        if TEMP_MIN_C < temp < TEMP_MAX_C:
+            taken |= T_CLOCK
+        if (taken & T_TEMP) == 0 and TEMP_MIN_C < temp < TEMP_MAX_C:
             s[i, S_TEMP] = temp if s[i, S_TEMP] != s[i, S_TEMP] else s[i, S_TEMP] + w * (temp - s[i, S_TEMP])
-        if 0.0 < power < 1e5:  # (0 W: an exporter's N/A, no reading — as the thermal fit reads it)
+            taken |= T_TEMP
+        # (0 W: an exporter's N/A, no reading — as the thermal fit reads it)
+        if (taken & T_POWER) == 0 and 0.0 < power < 1e5:
             s[i, S_POWER] = power if s[i, S_POWER] != s[i, S_POWER] else s[i, S_POWER] + w * (power - s[i, S_POWER])
+            taken |= T_POWER
         bits = reason_bits(reasons)
-        if bits >= 0:
+        if (taken & T_THROTTLE) == 0 and bits >= 0:
             x = 1.0 if (bits & THROTTLING) != 0 else 0.0
             s[i, S_THROTTLE] = x if s[i, S_THROTTLE] != s[i, S_THROTTLE] else s[i, S_THROTTLE] + w * (x - s[i, S_THROTTLE])
-        s[i, S_N] += 1.0
+            taken |= T_THROTTLE
+        s[i, S_TAKEN] = taken
     return skipped
 
 
@@ -242,6 +284,7 @@ class StragglerDetector(Detector):
         self.gpu_rack = topology.gpu_rack.astype(np.int64)
         self.s_gpu = np.full((n, S_SIZE), np.nan)
         self.s_gpu[:, S_N] = 0.0
+        self.s_gpu[:, S_TAKEN] = 0.0
         self.s_flag = np.full((n, 3), np.nan)  # time each outlier kind was last reported
         self.s_rack = np.full((topology.size("rack"), R_SIZE), np.nan)
         self.next_ts = -np.inf
@@ -251,13 +294,19 @@ class StragglerDetector(Detector):
         """A state saved before ``S_BUSY_TS`` existed (six columns), read as if every GPU's last sample
         had been busy: its means go on from where they were rather than being thrown away. One saved
         before ``S_POWER`` (seven) starts its power mean at the next busy sample. One saved before
-        the racks' inlets were kept (no ``s_rack``) knows none: learnt from the next rack frame on."""
+        the racks' inlets were kept (no ``s_rack``) knows none: learnt from the next rack frame on.
+        One saved before ``S_UTIL_TS`` (eight) reads its utilisation as read at its last sample, and
+        every mean as taken at that tick: a row of the same tick adds nothing (as it did then)."""
         if "s_rack" not in state:
             state = {**state, "s_rack": np.full_like(self.s_rack, np.nan)}
         # one saved before the last reading and the held one were kept (three columns): the next
         # reading is read as it comes
         state = add_columns(state, "s_rack", R_SIZE)
-        return add_columns(state, "s_gpu", S_SIZE, {S_BUSY_TS: S_TS})
+        saved = np.asarray(state.get("s_gpu"))
+        state = add_columns(state, "s_gpu", S_SIZE, {S_BUSY_TS: S_TS, S_UTIL_TS: S_TS})
+        if saved.ndim == 2 and saved.shape[1] <= S_TAKEN:
+            state["s_gpu"][:, S_TAKEN] = T_ALL
+        return state
 
     def remap_state(self, state: dict[str, Any], remap: Remap) -> dict[str, Any]:
         """... and a state saved without ``s_rack`` on other hardware: none known on its racks either."""
@@ -272,7 +321,8 @@ class StragglerDetector(Detector):
             return []
         if frame.kind != "gpu" or len(frame) == 0:
             return []
-        obs = gpu_columns(frame, OBS_FIELDS, len(self.s_gpu), self.health, self.name, self._scratch)
+        obs = self._without_rows_ahead(gpu_columns(frame, OBS_FIELDS, len(self.s_gpu), self.health, self.name,
+                                                   self._scratch))
         skipped = _ew_kernel(obs, self.s_gpu, self.p["tau_s"], self.p["busy_util"])
         if skipped:
             self.health.problem(self.name, "gpu samples out of time order", skipped)
@@ -283,6 +333,24 @@ class StragglerDetector(Detector):
             return []
         self.next_ts = now + self.p["interval_s"]
         return self._compare(now)
+
+    def _without_rows_ahead(self, obs: tuple[np.ndarray, ...]) -> tuple[np.ndarray, ...]:
+        """``obs`` less the rows stamped further than :data:`~foreshock.guard.MAX_AHEAD_S` past the
+        frame's own time (:func:`~.gpu_inputs.frame_now`, with the input guard's bound as its slack),
+        counted. Taken, one row a day ahead (a host's clock wrong for a poll) set its GPU's last tick
+        a day on: every true row after it was "out of order" while the GPU, fresh, was still compared
+        on its frozen means (until 2026-12-04). A frame of one GPU has no time but its own: the
+        input guard, upstream, holds a stream's rows to its present."""
+        ts = obs[0]
+        if not len(ts) or float(ts.max()) - float(ts.min()) <= MAX_AHEAD_S:
+            return obs
+        keep = ts <= frame_now(ts, MAX_AHEAD_S)
+        ahead = int(len(ts) - np.count_nonzero(keep))
+        if not ahead:
+            return obs
+        self.health.problem(self.name, "gpu rows stamped too far ahead of their frame", ahead,
+                            f"more than {MAX_AHEAD_S:g} s past the frame's median stamp (a wrong host clock)")
+        return tuple(column[keep] for column in obs)
 
     def _compare(self, now: float) -> list[Finding]:
         n_jobs = len(self.topology.jobs)
@@ -322,7 +390,9 @@ class StragglerDetector(Detector):
 @jit
 def _compare_kernel(s: np.ndarray, gpu_job: np.ndarray, n_jobs: int, flag: np.ndarray, now: float,
                     p: np.ndarray, job: np.ndarray, out: np.ndarray, gpu_rack: np.ndarray, rack: np.ndarray) -> int:
-    """Compare each busy GPU with its job's busy GPUs (median and MAD per job) on each check;
+    """Compare each busy GPU (utilisation read within ``3 * interval_s``, its mean at least
+    ``busy_util``, ``min_samples`` busy samples) with its job's busy GPUs (median and MAD per job) on
+    each check; one not busy is no outlier (its standing report ends, as when it goes silent);
     update ``flag`` (when each GPU was last reported per check, NaN while it is no outlier: one
     reported stays an outlier down to ``clear_fraction`` of the gap and of ``k_mad``); write
     the outliers due a report into ``out`` (``O_*`` columns), check by check, GPUs in slot order;
@@ -339,7 +409,10 @@ def _compare_kernel(s: np.ndarray, gpu_job: np.ndarray, n_jobs: int, flag: np.nd
     few dozen noisy values made two quickselects cost ~325 ns per 16 values, against ~210)."""
     n = s.shape[0]
     for g in range(n):
-        busy = now - s[g, S_TS] <= 3.0 * p[PV_INTERVAL] and s[g, S_UTIL] >= p[PV_BUSY_UTIL] \
+        # busy on a utilisation read lately: one whose util stopped coming (NaN) is not known to be
+        # busy, and its busy means stand still; kept "busy" on its last util, a recovered GPU was
+        # named "slower" on its frozen clock mean every refresh_s (until 2026-12-04)
+        busy = now - s[g, S_UTIL_TS] <= 3.0 * p[PV_INTERVAL] and s[g, S_UTIL] >= p[PV_BUSY_UTIL] \
             and s[g, S_N] >= p[PV_MIN_SAMPLES] and 0 <= gpu_job[g] < n_jobs
         job[g] = gpu_job[g] if busy else -1
     start, members, largest = bucket_by_group(job, n_jobs)

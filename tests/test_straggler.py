@@ -41,7 +41,7 @@ def job_frames(n=32, minutes=20, slow=None, hot=None, throttled=None, idle=()):
 
 @pytest.mark.kernel
 @settings(max_examples=60, deadline=None)
-@given(st.lists(st.tuples(st.floats(0.5, 900),
+@given(st.lists(st.tuples(st.one_of(st.floats(0.5, 900), st.just(0.0)),  # 0: a second row of the tick
                           st.one_of(st.floats(0, 2e9), st.sampled_from([float("nan"), float("inf"), -1e9, 2.6e9])),
                           st.sampled_from([0.0, 0.3, 0.5, 1.0, 1.2, 1.3, -0.5, float("inf"), float("nan")]),
                           st.one_of(st.floats(20, 95), st.sampled_from([float("nan"), float("inf"), -float("inf"),
@@ -51,10 +51,12 @@ def job_frames(n=32, minutes=20, slow=None, hot=None, throttled=None, idle=()):
                           st.sampled_from([2e9, 2e9, 2e9, 0.0, float("inf"), float("nan")])),
                 min_size=1, max_size=30))
 def test_ew_kernel_matches_reference(samples):
-    """Utilisation averaged over every sample; clock, temperature and throttled share over busy
-    samples only (utilisation >= 0.5), weighted by the time since the last busy one. A value out of
-    its range (temperature outside -50..200 °C, clock ratio or utilisation outside 0..1.2, or not
-    finite) is no reading."""
+    """Utilisation averaged over the samples that have one, weighted by the time since the last
+    one; clock, temperature and throttled share over busy samples only (utilisation >= 0.5),
+    weighted by the time since the last busy one. A value out of its range (temperature outside
+    -50..200 °C, clock ratio or utilisation outside 0..1.2, or not finite) is no reading. A row at
+    the same time as the one before continues its tick: each mean that took no value at the tick
+    takes the row's (at the tick's weight), none takes two; the tick is busy by its first utilisation."""
     obs = []
     t = 0.0
     for dt, clock, util, temp, bits, power, clock_max in samples:
@@ -69,30 +71,39 @@ def test_ew_kernel_matches_reference(samples):
         return x if math.isnan(mean) else mean + w * (x - mean)
 
     util_mean = clock_mean = temp_mean = throttled = power_mean = math.nan
-    last = last_busy = math.nan
+    tick = last_util = last_busy = w_busy = math.nan
+    taken: set[str] = set()  # the means that took a value at this tick
     n_busy = 0
     for ts, _, clock, clock_max, util, temp, bits, power in obs:
-        w = 1.0 if math.isnan(last) else 1 - math.exp(-(ts - last) / 120.0)
-        last = ts
-        if 0.0 <= util <= 1.2:
+        if ts != tick:
+            tick, taken = ts, set()
+        if 0.0 <= util <= 1.2 and "util" not in taken:
+            w = 1.0 if math.isnan(last_util) else 1 - math.exp(-(ts - last_util) / 120.0)
             util_mean = ew(util_mean, util, w)
-        else:
-            util = math.nan  # no reading: not known to be busy
-        if not util >= 0.5:
+            last_util = ts
+            taken.add("util")
+            if util >= 0.5:
+                w_busy = 1.0 if math.isnan(last_busy) else 1 - math.exp(-(ts - last_busy) / 120.0)
+                last_busy = ts
+                n_busy += 1
+        if last_busy != ts:  # idle or not known to be busy (no util, or the tick's first was idle)
             continue
-        w = 1.0 if math.isnan(last_busy) else 1 - math.exp(-(ts - last_busy) / 120.0)
-        last_busy = ts
-        n_busy += 1
-        if math.isfinite(clock_max) and clock_max > 0 and 0.0 <= clock / clock_max <= 1.2:
-            clock_mean = ew(clock_mean, clock / clock_max, w)
-        if -50.0 < temp < 200.0:
-            temp_mean = ew(temp_mean, temp, w)
-        throttled = ew(throttled, 1.0 if int(bits) & sg.THROTTLING else 0.0, w)
-        if 0.0 < power < 1e5:  # 0 W: an exporter's N/A, no reading
-            power_mean = ew(power_mean, power, w)
+        if math.isfinite(clock_max) and clock_max > 0 and 0.0 <= clock / clock_max <= 1.2 \
+                and "clock" not in taken:
+            clock_mean = ew(clock_mean, clock / clock_max, w_busy)
+            taken.add("clock")
+        if -50.0 < temp < 200.0 and "temp" not in taken:
+            temp_mean = ew(temp_mean, temp, w_busy)
+            taken.add("temp")
+        if "throttle" not in taken:
+            throttled = ew(throttled, 1.0 if int(bits) & sg.THROTTLING else 0.0, w_busy)
+            taken.add("throttle")
+        if 0.0 < power < 1e5 and "power" not in taken:  # 0 W: an exporter's N/A, no reading
+            power_mean = ew(power_mean, power, w_busy)
+            taken.add("power")
     for col, want in ((sg.S_UTIL, util_mean), (sg.S_CLOCK, clock_mean), (sg.S_TEMP, temp_mean),
                       (sg.S_THROTTLE, throttled), (sg.S_BUSY_TS, last_busy), (sg.S_N, n_busy),
-                      (sg.S_POWER, power_mean)):
+                      (sg.S_POWER, power_mean), (sg.S_UTIL_TS, last_util)):
         assert (math.isnan(want) and math.isnan(s[0, col])) or s[0, col] == pytest.approx(want), col
 
 
@@ -211,7 +222,7 @@ def naive_compare(s, gpu_job, n_jobs, flag, now, p, gpu_rack=None, racks=None):
     """The job comparison restated with numpy, job by job (np.nanmedian): the outliers due a
     report, check by check and GPUs in order, as (gpu, check, excess, value, job median, inlet
     taken: the usual one of its rack, else its job's median, else none)."""
-    busy = ((now - s[:, sg.S_TS]) <= 3 * p["interval_s"]) & (s[:, sg.S_UTIL] >= p["busy_util"]) \
+    busy = ((now - s[:, sg.S_UTIL_TS]) <= 3 * p["interval_s"]) & (s[:, sg.S_UTIL] >= p["busy_util"]) \
         & (s[:, sg.S_N] >= p["min_samples"]) & (gpu_job >= 0)
     found = []
     gaps = (p["clock_gap"], p["temp_gap_c"], p["throttle_gap"])
@@ -274,7 +285,9 @@ def test_compare_kernel_matches_a_numpy_reference(seed):
         rng.choice([0.0, 0.1, 0.6], n, p=[0.8, 0.1, 0.1]),  # throttled share
         rng.choice([0.0, 3.0, 50.0], n, p=[0.1, 0.1, 0.8]),  # busy samples
         1000.0 - rng.choice([0.0, 10.0, 500.0], n, p=[0.6, 0.3, 0.1]),  # last busy sample
-        rng.choice([650.0, 700.0, 450.0, 800.0], n, p=[0.6, 0.2, 0.1, 0.1]) + rng.normal(0, 10, n)])  # busy power
+        rng.choice([650.0, 700.0, 450.0, 800.0], n, p=[0.6, 0.2, 0.1, 0.1]) + rng.normal(0, 10, n),  # busy power
+        1000.0 - rng.choice([0.0, 10.0, 500.0], n, p=[0.6, 0.3, 0.1]),  # last utilisation: some stale
+        rng.random(n), np.zeros(n)])  # the last busy tick's weight, the means taken at the last tick
     s[rng.random((n, sg.S_SIZE)) < 0.03] = np.nan
     gpu_job = rng.integers(-1, n_jobs, n)
     flag = np.where(rng.random((n, 3)) < 0.3, rng.choice([400.0, 900.0], (n, 3)), np.nan)
@@ -302,7 +315,7 @@ def test_the_compare_reference_finds_outliers_of_every_check():
         n = 40
         s = np.column_stack([np.full(n, 1000.0), 1.0 - 0.2 * (rng.random(n) < 0.1),
                              60 + 15 * (rng.random(n) < 0.1), np.ones(n), 0.6 * (rng.random(n) < 0.1), np.full(n, 50.0),
-                             np.full(n, 1000.0), np.full(n, 650.0)])
+                             np.full(n, 1000.0), np.full(n, 650.0), np.full(n, 1000.0), np.ones(n), np.zeros(n)])
         kinds |= {col for _, col, *_ in naive_compare(s, np.zeros(n, np.int64), 1, np.full((n, 3), np.nan), 1000.0,
                                                       dict(sg.PARAMS))}
     assert kinds == {sg.C_CLOCK, sg.C_TEMP, sg.C_THROTTLE}
@@ -318,7 +331,7 @@ def test_the_compare_reference_takes_temperatures_over_the_racks_inlets():
     temp = np.where(gpu_rack == 1, 68.0, 60.0)
     temp[35] += 10.0
     s = np.column_stack([np.full(n, 1000.0), np.ones(n), temp, np.ones(n), np.zeros(n), np.full(n, 50.0),
-                         np.full(n, 1000.0), np.full(n, 650.0)])
+                         np.full(n, 1000.0), np.full(n, 650.0), np.full(n, 1000.0), np.ones(n), np.zeros(n)])
     racks = np.full((2, sg.R_SIZE), np.nan)
     racks[:, sg.R_USUAL] = [25.0, 33.0]
     job = np.zeros(n, np.int64)
@@ -606,3 +619,150 @@ def test_a_state_saved_before_rack_inlets_loads_and_learns_them():
     moved = b.remap_state(old, Remap(topo, topo))
     assert moved["s_rack"].shape == b.s_rack.shape and np.isnan(moved["s_rack"]).all()
     assert fed(b, frames[120:]) == [] and np.isfinite(b.s_rack[:, sg.R_USUAL]).all()
+
+
+def fed_frames(n=16, minutes=60, slow_from=None, slow_until=None, util_gone_from=None, ahead_at=None):
+    """Frames every 10 s of a 16-GPU job; GPU 5 runs 15 % slower from ``slow_from`` until
+    ``slow_until`` (s), stops reporting util from ``util_gone_from``, and has one row stamped a day
+    ahead at ``ahead_at``."""
+    frames = []
+    for t in np.arange(0.0, minutes * 60.0, 10.0):
+        clock, util, ts = np.full(n, 1.98e9), np.ones(n), np.full(n, t)
+        if slow_from is not None and slow_from <= t < (slow_until if slow_until is not None else np.inf):
+            clock[5] *= 0.85
+        if util_gone_from is not None and t >= util_gone_from:
+            util[5] = np.nan
+        if ahead_at is not None and t == ahead_at:
+            ts[5] = t + 86400.0
+        frames.append(Frame("gpu", ts, np.arange(n), {
+            "sm_clock": clock, "sm_clock_max": np.full(n, 1.98e9), "util": util,
+            "gpu_temp": np.full(n, 60.0), "throttle_reasons": np.zeros(n)}))
+    return frames
+
+
+def test_a_gpu_whose_util_stops_coming_is_not_compared_on_its_frozen_means():
+    """GPU 5 slow for 10 minutes, then healthy, its exporter no longer sending util. Its busy means
+    stand still without util (not known to be busy): kept "fresh" and "busy" on its last util, it was
+    named "sets the job's step time" every refresh_s for the rest of the hour on its frozen clock."""
+    topo = small_topology()
+    found = run(sg.StragglerDetector(topo), fed_frames(slow_from=0.0, slow_until=600.0, util_gone_from=600.0))
+    assert {(f.slot, f.field) for f in found} == {(5, "sm_clock")}
+    assert all(f.ts < 600.0 + 3 * sg.PARAMS["interval_s"] for f in found), [f.ts for f in found]
+    # ... while with util it is compared on as long as it lasts (the check above is not vacuous)
+    slow = run(sg.StragglerDetector(topo), fed_frames(slow_from=0.0, util_gone_from=None))
+    assert max(f.ts for f in slow) >= 3000.0
+
+
+def test_a_gpu_whose_util_comes_back_is_compared_again():
+    """Util gone for ten minutes, back: the GPU, slow meanwhile, is named again once its util is read."""
+    topo = small_topology()
+    frames = fed_frames(slow_from=0.0, util_gone_from=600.0)
+    for f in frames[120:]:  # util back at 1200 s
+        f.columns["util"][5] = 1.0
+    found = [f.ts for f in run(sg.StragglerDetector(topo), frames)]
+    assert found[0] < 600.0 and any(1200.0 <= t < 1400.0 for t in found), found
+    assert not any(800.0 <= t < 1200.0 for t in found), found
+
+
+def split_by_field(frame, *groups):
+    return [Frame("gpu", frame.ts, frame.slot, {k: frame.columns[k] for k in group}) for group in groups]
+
+
+def test_frames_split_by_field_at_one_tick_are_read_as_one():
+    """Two sources scraping one tick (util and temperature from one, the clocks from the other):
+    the second frame's rows continue the tick, not "out of order". Dropped whole, they lost every
+    clock, and the slow GPU went unnamed."""
+    topo = small_topology()
+    frames = fed_frames(minutes=10, slow_from=0.0)
+    whole_health, split_health = PipelineHealth(), PipelineHealth()
+    whole, split = sg.StragglerDetector(topo, whole_health), sg.StragglerDetector(topo, split_health)
+    found_whole = run(whole, frames)
+    found_split = run(split, [part for f in frames for part in split_by_field(
+        f, ("util", "gpu_temp"), ("sm_clock", "sm_clock_max", "throttle_reasons"))])
+    assert {(f.slot, f.field) for f in found_whole} == {(5, "sm_clock")}
+    assert [(f.ts, f.slot, f.field, f.score) for f in found_split] == \
+        [(f.ts, f.slot, f.field, f.score) for f in found_whole]
+    np.testing.assert_array_equal(split.s_gpu, whole.s_gpu)
+    assert split.s_gpu[5, sg.S_CLOCK] == pytest.approx(0.85)
+    assert whole_health.counts()[1] == {} and split_health.counts()[1] == {}
+
+
+def test_a_duplicate_row_of_a_tick_weighs_nothing_twice():
+    """A tick's rows sent again (a source's retry, an overlapping scrape) with other values: each
+    mean keeps the tick's first value, taken once: the state is that of the first rows alone."""
+    topo = small_topology()
+    frames = fed_frames(minutes=5, slow_from=0.0)
+    health = PipelineHealth()
+    once, twice = sg.StragglerDetector(topo), sg.StragglerDetector(topo, health)
+    run(once, frames)
+    doubled = []
+    for f in frames:
+        other = {k: v.copy() for k, v in f.columns.items()}
+        other["sm_clock"] *= 0.5
+        other["gpu_temp"] += 20.0
+        other["util"][:] = 0.1  # a second util of the tick does not make it idle either
+        other["throttle_reasons"][:] = facts.THROTTLE_SW_THERMAL
+        doubled += [f, Frame("gpu", f.ts, f.slot, other)]
+    run(twice, doubled)
+    np.testing.assert_array_equal(twice.s_gpu, once.s_gpu)
+    assert health.counts()[1] == {}
+
+
+def test_fields_of_a_tick_before_its_util_are_not_known_busy():
+    """The clocks arriving before the tick's util are not known to be busy and not averaged (the
+    util that follows makes the tick busy for the fields that come after it only)."""
+    topo = small_topology()
+    det = sg.StragglerDetector(topo)
+    f = fed_frames(minutes=1)[0]
+    for part in split_by_field(f, ("sm_clock", "sm_clock_max"), ("util",), ("gpu_temp",)):
+        det.update(part)
+    assert np.isnan(det.s_gpu[:, sg.S_CLOCK]).all()
+    assert (det.s_gpu[:16, sg.S_TEMP] == 60.0).all() and (det.s_gpu[:16, sg.S_N] == 1.0).all()
+
+
+def test_a_row_stamped_a_day_ahead_of_its_frame_is_refused_and_counted():
+    """One poll of GPU 5 stamped a day ahead (its host's clock wrong): refused before it reaches the
+    state, and counted. Taken, it set the GPU's last tick a day on: every true row after it was "out
+    of order", its means froze, and its real slowdown 5 minutes later went unnamed for good."""
+    topo = small_topology()
+    clean_health, bad_health = PipelineHealth(), PipelineHealth()
+    clean = run(sg.StragglerDetector(topo, clean_health), fed_frames(slow_from=900.0))
+    det = sg.StragglerDetector(topo, bad_health)
+    bad = run(det, fed_frames(slow_from=900.0, ahead_at=600.0))
+    assert {(f.slot, f.field) for f in clean} == {(5, "sm_clock")}
+    assert [(f.ts, f.slot, f.score) for f in bad] == [(f.ts, f.slot, f.score) for f in clean]
+    assert det.s_gpu[5, sg.S_TS] < 3600.0
+    assert bad_health.counts()[1] == {("straggler", "gpu rows stamped too far ahead of their frame"): 1}
+    assert clean_health.counts()[1] == {}
+
+
+def test_rows_within_the_guards_bound_of_their_frame_are_taken():
+    """A frame spanning minutes (a bundle's linger, a slow scrape) is not cut: only a row further than
+    the input guard's bound (MAX_AHEAD_S) past the frame's median stamp is refused."""
+    from foreshock.guard import MAX_AHEAD_S
+    topo = small_topology()
+    health = PipelineHealth()
+    det = sg.StragglerDetector(topo, health)
+    f = fed_frames(minutes=1)[0]
+    f.ts[5] = MAX_AHEAD_S - 1.0
+    det.update(f)
+    assert det.s_gpu[5, sg.S_TS] == MAX_AHEAD_S - 1.0 and health.counts()[1] == {}
+
+
+def test_a_state_saved_before_util_times_loads():
+    """A checkpoint of eight columns (no util time, no per-tick marks) loads and finds what the
+    state it came from would have; a repeated row of its last tick adds nothing, as it did then."""
+    topo = small_topology()
+    frames = fed_frames(minutes=40, slow_from=0.0)
+    a = sg.StragglerDetector(topo, refresh_s=120)
+    run(a, frames[:60])
+    old = a.state_dict()
+    old["s_gpu"] = old["s_gpu"][:, :sg.S_UTIL_TS]
+    b = sg.StragglerDetector(topo, refresh_s=120)
+    b.load_state_dict(old)
+    before = b.s_gpu.copy()
+    again = Frame("gpu", frames[59].ts, frames[59].slot, {**frames[59].columns, "gpu_temp": np.full(16, 90.0)})
+    b.update(again)
+    np.testing.assert_array_equal(b.s_gpu, before)
+    rest = run(a, frames[60:])
+    assert rest and run(b, frames[60:]) == rest
