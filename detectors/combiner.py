@@ -6,11 +6,13 @@ wins: ``combined = S / (1 + S)``. The max keeps every member's meaning (0.5 is "
 its scale", 0.9 nine times it) and names the member that drove it (:attr:`Combiner.last_member`);
 the squash keeps float resolution for huge ratios, where ``1 - exp(-S)`` would read 1.0 for all.
 
-``hold`` de-duplicates: within ``hold`` seconds (or samples, without timestamps) of the last
-score that got through, a score passes only if its ratio ``S`` is more than ``escalate`` times
-that one's; the others read 0. One episode then raises one alert (that can still escalate
-when it gets much worse), instead of a burst of near-equal ones. State is two numbers per
-series (the peak that got through and when).
+``hold`` de-duplicates alerts: a score at alert level (ratio ``S`` at least :data:`ALERT_RATIO`,
+one member at its scale: combined 0.5) within ``hold`` seconds (or samples, without timestamps) of
+the last alert that got through passes only if its ratio is more than ``escalate`` times that
+one's; the others read 0. One episode then raises one alert (that can still escalate when it
+gets much worse), instead of a burst of near-equal ones. A score below alert level passes as it
+is and leaves the hold alone: it is no alert to de-duplicate. State is two numbers per series
+(the alert that got through and when).
 
 >>> import numpy as np
 >>> from foreshock.detectors.ewma_zscore import EwmaZScore
@@ -19,8 +21,8 @@ series (the peak that got through and when).
 >>> x = rng.normal(0, 1, size=(1000, 1)); x[700:705] += 12.0      # a 5-sample burst
 >>> comb = Combiner([(EwmaZScore(1, alpha=0.01), 8.0), (RangeNovelty(1), 0.05)], hold=100)
 >>> s = comb.update(x)[:, 0]
->>> bool(s[700] > 0.5), int(np.count_nonzero(s[701:705])), bool(s[:700].max() < s[700])
-(True, 0, True)
+>>> bool(s[700] > 0.5), bool(s[701:705].max() < 0.5), bool(s[:700].max() < s[700])  # one alert
+(True, True, True)
 """
 
 from __future__ import annotations
@@ -36,6 +38,12 @@ from foreshock.numba_config import jit
 from .univariate import UnivariateDetector, as_batch
 
 PEAK, PEAK_TIME = 0, 1
+ALERT_RATIO = 1.0
+"""The ratio ``S`` from which a score is an alert, and opens or renews a hold: one member at its
+scale, each member's own "clearly anomalous" level (combined 0.5). Below it a score is the noise
+the scales are set above: when every score opened a hold, quiet ones held the bar up, so the real
+episode read 0 unless it beat ``escalate`` times a noise peak (with ``escalate=inf``, every
+anomaly after the first sample read 0; until 2026-12-04)."""
 
 
 @jit
@@ -72,9 +80,10 @@ def _squash_kernel(s: np.ndarray) -> None:
 @jit
 def _hold_kernel(s: np.ndarray, ts: np.ndarray, state: np.ndarray, params: np.ndarray,
                  out: np.ndarray, learn: bool) -> None:
-    """state rows: last peak that got through, its time (-inf before any). params: hold,
-    escalate. A score passes if the peak is older than ``hold`` or the score exceeds
-    ``escalate`` times it; otherwise it reads 0."""
+    """state rows: last alert (ratio at least ``ALERT_RATIO``) that got through, its time (-inf
+    before any). params: hold, escalate. A score below alert level passes and touches no state;
+    an alert passes if the last one is older than ``hold`` or it exceeds ``escalate`` times it;
+    otherwise it reads 0."""
     hold, escalate = params[0], params[1]
     for t in range(s.shape[0]):
         now = ts[t]
@@ -83,7 +92,9 @@ def _hold_kernel(s: np.ndarray, ts: np.ndarray, state: np.ndarray, params: np.nd
             if not math.isfinite(v):
                 out[t, j] = np.nan
                 continue
-            if now - state[PEAK_TIME, j] > hold or v > escalate * state[PEAK, j]:
+            if v < ALERT_RATIO:  # no alert: nothing to de-duplicate, and no bar raised by noise
+                out[t, j] = v
+            elif now - state[PEAK_TIME, j] > hold or v > escalate * state[PEAK, j]:
                 out[t, j] = v
                 if learn:
                     state[PEAK, j] = v
@@ -98,6 +109,7 @@ class Combiner:
     ``members``: (detector, scale) pairs over the same ``n_series``. ``hold``: de-duplication
     span in seconds when ``update`` gets timestamps, in samples otherwise (0 = off);
     ``escalate``: how many times worse a held episode must get to alert again (inf = never).
+    Scores below alert level (:data:`ALERT_RATIO`) pass the hold as they are.
     """
 
     name = "combiner"
@@ -170,7 +182,8 @@ class Combiner:
 
     def state_dict(self) -> dict[str, Any]:
         return {"members": [m.state_dict() for m in self.members],
-                "s_hold": self.s_hold.copy(), "s_step": self.s_step.copy()}
+                "s_hold": self.s_hold.copy(), "s_step": self.s_step.copy(),
+                "last_member": self.last_member.copy()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if len(state.get("members", ())) != len(self.members):
@@ -182,3 +195,8 @@ class Combiner:
             if arr.shape != getattr(self, key).shape:
                 raise ValueError(f"combiner: state {key!r} has shape {arr.shape}")
             setattr(self, key, arr.copy())
+        # a state saved before last_member was kept names no member (-1) until the next score
+        member = np.asarray(state.get("last_member", np.full(self.n_series, -1)), dtype=np.int64)
+        if member.shape != self.last_member.shape:
+            raise ValueError(f"combiner: state 'last_member' has shape {member.shape}")
+        self.last_member = member.copy()

@@ -416,6 +416,9 @@ def test_seasonal_diff_is_silent_on_a_series_that_does_not_repeat() -> None:
 # --- the combiner ---------------------------------------------------------------------------
 
 def ref_combiner(member_scores, inv_scale, ts, hold, escalate):
+    """Max of the scaled member scores; with ``hold``, a ratio of at least 1 (one member at its
+    scale: an alert) passes if the last alert that passed is older than ``hold`` or it beats
+    ``escalate`` times that one, else reads 0; a ratio under 1 passes and holds nothing."""
     out = []
     peak, peak_t = 0.0, -INF
     for t in range(len(ts)):
@@ -424,7 +427,7 @@ def ref_combiner(member_scores, inv_scale, ts, hold, escalate):
             out.append(NAN)
             continue
         big = max(max(r, 0.0) for r in ratios)
-        if hold > 0:
+        if hold > 0 and big >= 1.0:
             if ts[t] - peak_t > hold or big > escalate * peak:
                 peak, peak_t = big, ts[t]
             else:
@@ -436,7 +439,7 @@ def ref_combiner(member_scores, inv_scale, ts, hold, escalate):
 @pytest.mark.kernel
 @settings(max_examples=40, deadline=None)
 @given(x=arrays(np.float64, st.tuples(st.integers(0, 60), st.just(1)), elements=values),
-       hold=st.sampled_from([0.0, 3.0, 10.0]), escalate=st.sampled_from([1.0, 2.0]))
+       hold=st.sampled_from([0.0, 3.0, 10.0]), escalate=st.sampled_from([1.0, 2.0, INF]))
 def test_combiner_matches_reference(x: np.ndarray, hold: float, escalate: float) -> None:
     a = EwmaZScore(1, alpha=0.2, warmup=2)
     b = RangeNovelty(1, warmup=2)
@@ -446,6 +449,74 @@ def test_combiner_matches_reference(x: np.ndarray, hold: float, escalate: float)
     sb = RangeNovelty(1, warmup=2).update(x)[:, 0]
     want = ref_combiner([list(sa), list(sb)], [0.25, 10.0], list(ts), hold, escalate)
     np.testing.assert_allclose(got[:, 0], want, rtol=1e-12, equal_nan=True)
+
+
+class Echo(UnivariateDetector):
+    """A member whose score is its input: the combiner's hold seen on scores chosen by hand."""
+
+    name = "echo"
+
+    def _run(self, x: np.ndarray, out: np.ndarray, learn: bool) -> None:
+        out[:] = x
+
+    def state_dict(self) -> dict:
+        return {}
+
+    def load_state_dict(self, state: dict) -> None:
+        pass
+
+
+def held(scores: list[float], escalate: float, hold: float = 100.0) -> np.ndarray:
+    """Combined scores of an Echo member at scale 1 (ratio = score), one per second."""
+    x = np.array(scores, dtype=float)[:, None]
+    return Combiner([(Echo(1), 1.0)], hold=hold, escalate=escalate).update(x, ts=np.arange(len(x), dtype=float))[:, 0]
+
+
+@pytest.mark.parametrize("escalate", [1.0, 2.0, INF])
+def test_quiet_scores_neither_open_a_hold_nor_raise_its_bar(escalate: float) -> None:
+    """Noise at 0.6 of a member's scale, then an episode at 1.1: the episode alerts. Every score
+    opened a hold, so the noise set the bar: with escalate 2 the episode (under 2 x 0.6) read 0,
+    with escalate inf every anomaly after the first noisy sample read 0. The noise itself passes as
+    it is (0.6 / 1.6), and the episode's later samples are still held (one alert per episode)."""
+    s = held([0.0, 0.6, 0.3, 0.6, 1.1, 1.1, 1.05, 0.4], escalate)
+    assert s[4] == pytest.approx(1.1 / 2.1)
+    assert s[1] == pytest.approx(0.6 / 1.6) and s[7] == pytest.approx(0.4 / 1.4)
+    assert s[5] == 0.0 and s[6] == 0.0
+    assert held([1.0, 1.5, 2.5], escalate)[1:].tolist() == ([0.0, 0.0] if escalate == INF else
+                                                              [0.6, 2.5 / 3.5] if escalate == 1.0 else [0.0, 2.5 / 3.5])
+
+
+def test_escalate_inf_still_alerts_on_a_burst_after_noise() -> None:
+    """The docstring's burst, escalate inf (never re-alert within a hold): the burst's first sample
+    gets through, its four others read under alert level (held, or quiet enough to pass as they are)."""
+    rng = np.random.default_rng(4)
+    x = rng.normal(0, 1, size=(1000, 1))
+    x[700:705] += 12.0
+    s = Combiner([(EwmaZScore(1, alpha=0.01), 8.0)], hold=100, escalate=INF).update(x, ts=np.arange(1000.0))[:, 0]
+    assert s[700] > 0.5 and np.nanmax(s[701:705]) < 0.5
+    assert np.nanmax(s[:700]) < 0.5  # nothing before it was an alert
+
+
+def test_combiner_state_keeps_the_member_that_drove_the_last_score() -> None:
+    """last_member is state: a restored combiner names the member its source named. A checkpoint
+    saved before it was kept loads, naming none (-1) until the next score."""
+    make = lambda: Combiner([(EwmaZScore(1, alpha=0.01), 8.0), (RangeNovelty(1), 0.05)], hold=100)  # noqa: E731
+    x = np.random.default_rng(4).normal(0, 1, size=(300, 1))
+    x[299] += 12
+    a = make()
+    a.update(x)
+    assert a.last_member.tolist() == [1]
+    b = make()
+    b.load_state_dict(a.state_dict())
+    assert b.last_member.tolist() == [1]
+    old = {k: v for k, v in a.state_dict().items() if k != "last_member"}
+    c = make()
+    c.last_member[:] = 0
+    c.load_state_dict(old)
+    assert c.last_member.tolist() == [-1]
+    np.testing.assert_array_equal(c.update(x[:50]), b.update(x[:50]))
+    with pytest.raises(ValueError, match="last_member"):
+        make().load_state_dict({**a.state_dict(), "last_member": np.zeros(3, np.int64)})
 
 
 def test_combiner_round_trip_purity_and_validation() -> None:
