@@ -21,6 +21,12 @@ Which key feeds which optic field is the field table's ``dom`` column (the key w
 * 0 mW is -inf dBm in ethtool's output; foreshock floors power at -40 dBm (0.0001 mW, the
   smallest non-zero reading of the 0.1 µW register) so detectors never see infinities.
 
+Each value is read in the unit printed after its number (mA/uA/A, V/mV, degrees C, dBm or
+mW/uW, converted to dBm): a number in any other unit, or in none, is counted as ``unexpected
+unit`` and not used. A lane field's line without ``(Channel N)`` may list every lane (mlxlink
+style, ``-1.40, -1.80, -9.90, -1.50 dBm``): lanes 1, 2, ... in order. A lane lacking a value the
+other lanes have (output cut short) is counted as ``lane values missing``.
+
 :class:`ModuleDom` keeps the per-lane arrays, the thresholds (base units: A, dBm, °C, V)
 and the alarm/warning flags for detectors and reports that want more than the row.
 
@@ -71,15 +77,28 @@ MAX_LANES = 32
 _LINE = re.compile(r"^\s*(\S.*?)\s*:\s?(.*?)\s*$")
 _LANE = re.compile(r"^(.*?)\s*\((?:Channel|Chan)\s+(\d+)\)$")
 _NUMBER = r"([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|[-+]?inf|nan)"
-_POWER = re.compile(rf"^{_NUMBER}\s*mW\s*/\s*{_NUMBER}\s*dBm$", re.IGNORECASE)
-_FIRST = re.compile(rf"^{_NUMBER}")
+_READING = re.compile(rf"^{_NUMBER}\s*(.*?)$")
+"""One reading of a value line: a number and the unit printed after it (``0.8913 mW``)."""
+_TO_BASE: dict[str, dict[str, float]] = {
+    "amperes": {"A": 1.0, "mA": 1e-3, "uA": 1e-6, "µA": 1e-6},
+    "volts": {"V": 1.0, "mV": 1e-3},
+    "celsius": {"degrees C": 1.0},
+    # optical power: dBm as printed; a power in W units is scaled to mW here, then converted to dBm
+    "dbm": {"dBm": 1.0, "mW": 1.0, "uW": 1e-3, "µW": 1e-3},
+}
+"""Per base unit of an optic field (the field table's ``unit``), the units a value line may print
+and each one's factor to the base unit (to mW for optical power). Units are case-sensitive: ``MW``
+is not ``mW``. A number followed by any other unit (or none) is counted as ``unexpected unit``."""
+UNEXPECTED_UNIT = "unexpected unit"
+LANE_LIST_ON_ONE_LANE = "lane list where one value belongs"
+LANE_VALUES_MISSING = "lane values missing"
 _THRESHOLD = re.compile(r"^(.*?)\s+(high|low)\s+(alarm|warning)\s+threshold$")
 _THRESHOLD_FIELD = {
-    "Laser bias current": ("tx_bias", 1e-3),
-    "Laser output power": ("tx_power", 1.0),
-    "Laser rx power": ("rx_power", 1.0),
-    "Module temperature": ("module_temp", 1.0),
-    "Module voltage": ("module_voltage", 1.0),
+    "Laser bias current": ("tx_bias", "amperes"),
+    "Laser output power": ("tx_power", "dbm"),
+    "Laser rx power": ("rx_power", "dbm"),
+    "Module temperature": ("module_temp", "celsius"),
+    "Module voltage": ("module_voltage", "volts"),
 }
 # A module whose RX monitor measures OMA (SFF-8472 / SFF-8636 / CMIS "RX power type" bit clear)
 # has ethtool print "Receiver signal OMA" where others print average power. Not the same number
@@ -208,12 +227,10 @@ def parse_ethtool_m(text: str, health: PipelineHealth | None = None) -> ModuleDo
 
         threshold = _THRESHOLD.match(key)
         if threshold and threshold.group(1) in _THRESHOLD_FIELD:
-            name, scale = _THRESHOLD_FIELD[threshold.group(1)]
-            number = _value(value)
-            if number is None:
-                problems["non-numeric value"] += 1
-            else:
-                dom.thresholds[f"{name}_{threshold.group(2)}_{threshold.group(3)}"] = number * scale
+            name, unit = _THRESHOLD_FIELD[threshold.group(1)]
+            numbers = _one_value(value, unit, problems)
+            if numbers is not None:
+                dom.thresholds[f"{name}_{threshold.group(2)}_{threshold.group(3)}"] = numbers
             continue
         if value in ("On", "Off") and ("alarm" in key or "warning" in key):
             dom.flags[key] = value == "On"
@@ -224,22 +241,39 @@ def parse_ethtool_m(text: str, health: PipelineHealth | None = None) -> ModuleDo
         mapped = lookup.get(base)
         if mapped is None:
             continue
-        fld, scale = mapped
+        # the unit printed with the value says its scale (the field table's factor assumes one unit)
+        fld = mapped[0]
         if fld.name == "los":
             los_text = value
             continue
-        number = _value(value)
+        if fld.name in lane_values and lane < 0:
+            # no (Channel N): one lane (SFF-8472), or every lane in one line (mlx5's mlxlink prints
+            # "-1.40, -1.80, -9.90, -1.50 dBm"), lanes 1.. in order: each is kept, so that the
+            # weakest lane is seen
+            readings = _values(value, fld.unit, problems)
+            if readings is None:
+                continue
+            if len(readings) > MAX_LANES:
+                problems["bad lane number"] += 1
+                continue
+            for index, reading in enumerate(readings):
+                lane_values[fld.name][index + 1] = reading
+            continue
+        number = _one_value(value, fld.unit, problems)
         if number is None:
-            problems["non-numeric value"] += 1
             continue
         if fld.name in lane_values:
-            lane_values[fld.name][lane if lane >= 0 else 1] = number * scale
+            lane_values[fld.name][lane] = number
         elif fld.name == "module_temp":
-            dom.temperature = number * scale
+            dom.temperature = number
         elif fld.name == "module_voltage":
-            dom.voltage = number * scale
+            dom.voltage = number
 
     lanes = sorted({lane for values in lane_values.values() for lane in values})
+    # a lane lacking a value other lanes have (ethtool -m output cut short: lane 3's bias and TX
+    # read, its RX not) is NaN there, which the fold skips: its weakest RX would vanish unsaid
+    printed = [values for values in lane_values.values() if values]
+    problems[LANE_VALUES_MISSING] += sum(any(lane not in values for values in printed) for lane in lanes)
     dom.lanes = np.asarray(lanes, dtype=np.int32)
     dom.tx_bias = np.array([lane_values["tx_bias"].get(lane, math.nan) for lane in lanes])
     dom.tx_power_dbm = np.array([lane_values["tx_power"].get(lane, math.nan) for lane in lanes])
@@ -254,7 +288,8 @@ def parse_ethtool_m(text: str, health: PipelineHealth | None = None) -> ModuleDo
         else:
             dom.rx_los = np.resize(los, len(lanes)) if len(lanes) else los[:0]
     for reason, count in problems.items():
-        health.problem(STAGE, reason, count)
+        if count:
+            health.problem(STAGE, reason, count)
     return dom
 
 
@@ -267,20 +302,65 @@ def _lane_number(digits: str) -> int | None:
     return lane if 1 <= lane <= MAX_LANES else None
 
 
-def _value(text: str) -> float | None:
-    """A DOM value line's number: dBm for ``x mW / y dBm`` power lines, else the first number.
+def _values(text: str, unit: str, problems: Counter[str]) -> list[float] | None:
+    """A DOM value line's readings in the base ``unit`` of its field (``amperes``, ``volts``,
+    ``celsius``, ``dbm``): one, or one per lane for a comma list (``-1.40, -1.80 dBm``: numbers
+    without a unit take the last one's). None, counted in ``problems``, when a reading has no
+    number (``non-numeric value``) or no unit the field can be read in (``unexpected unit``).
 
-    ethtool computes the dBm from the raw register, so it is more precise than the mW printed
-    with four decimals; ``-inf dBm`` (0 mW) becomes :data:`DBM_FLOOR`.
+    A reading is a number and its unit, possibly with others after ``/`` (``0.8913 mW / -0.50 dBm``,
+    ``41.25 degrees C / 106.25 degrees F``): the first in a unit of the field is taken, a power's
+    printed dBm before its mW (ethtool computes the dBm from the raw register, more precise than
+    the mW printed with four decimals). A power in mW is converted to dBm: 0 mW (no light, ethtool's
+    ``-inf dBm``) and ``-inf dBm`` become :data:`DBM_FLOOR`, which the lane fold reads as dark.
     """
-    power = _POWER.match(text)
-    if power:
-        dbm = float(power.group(2))
-        if math.isnan(dbm):
-            return float(mw_to_dbm(float(power.group(1))))
-        return max(dbm, DBM_FLOOR)
-    first = _FIRST.match(text)
-    return float(first.group(1)) if first else None
+    items = [item.strip() for item in text.split(",")]
+    last = _READING.match(items[-1])
+    shared_unit = last.group(2) if last else ""
+    readings = []
+    for item in items:
+        bare = _READING.fullmatch(item)
+        if bare and not bare.group(2):
+            item = f"{item} {shared_unit}"
+        reading = _reading(item, unit)
+        if isinstance(reading, str):
+            problems[reading] += 1
+            return None
+        readings.append(reading)
+    return readings
+
+
+def _one_value(text: str, unit: str, problems: Counter[str]) -> float | None:
+    """:func:`_values` of a line that holds one value (a lane's, a module's, a threshold): a lane
+    list there is counted (``lane list where one value belongs``) and not used."""
+    readings = _values(text, unit, problems)
+    if readings is not None and len(readings) != 1:
+        problems[LANE_LIST_ON_ONE_LANE] += 1
+        return None
+    return readings[0] if readings else None
+
+
+def _reading(text: str, unit: str) -> float | str:
+    """One reading (``0.8913 mW / -0.50 dBm``) in the base ``unit``, or the problem's reason."""
+    known = _TO_BASE[unit]
+    found: dict[str, float] = {}
+    numeric = False
+    for part in text.split("/"):
+        m = _READING.fullmatch(part.strip())
+        if m is None:
+            continue
+        numeric = True
+        if m.group(2) in known and m.group(2) not in found:
+            found[m.group(2)] = float(m.group(1))
+    if not found:
+        return UNEXPECTED_UNIT if numeric else "non-numeric value"
+    if unit != "dbm":
+        printed, number = next(iter(found.items()))
+        return number * known[printed]
+    if not math.isnan(found.get("dBm", math.nan)):
+        return max(found["dBm"], DBM_FLOOR)
+    printed = next((name for name in found if name != "dBm"), "dBm")
+    return float(mw_to_dbm(found[printed] * known[printed])) if printed != "dBm" else math.nan
 
 
 def dom_batch(readings: Mapping[str, str], ts: float, health: PipelineHealth | None = None,

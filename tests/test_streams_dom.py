@@ -8,6 +8,7 @@ SFF-8636's ``Rcvr signal avg optical power(Channel N)`` without a space, CMIS's 
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 
 import numpy as np
@@ -190,3 +191,61 @@ def test_the_row_carries_a_level_exactly_when_the_optics_detector_would_take_it(
     for key, field in (("rx_power_low_alarm", "rx_power_alarm_low"), ("tx_bias_high_alarm", "tx_bias_alarm_high")):
         taken = OpticsDetector(topo).set_module_thresholds({topo.names("optic")[0]: {key: dom.thresholds[key]}})
         assert (field in values) == (taken == 1), (key, dom.thresholds[key])
+
+
+def test_a_value_is_read_in_the_unit_printed_after_it() -> None:
+    """Only ``X mW / Y dBm`` was converted: any other line had its first number taken in the field's
+    base unit, so ``0.5000 mW`` read as +0.5 dBm, a dark lane's ``0.0000 mW`` as a healthy 0 dBm, and
+    ``3290.4 mV`` as 3290 V."""
+    text = read("ethtool_m_qsfp28_sr4.txt")
+    text = text.replace("0.7244 mW / -1.40 dBm", "0.5000 mW").replace("0.1023 mW / -9.90 dBm", "0.0000 mW")
+    text = text.replace("3.2904 V", "3290.4 mV").replace("7.512 mA", "7512 uA")
+    text = re.sub(r"(Laser rx power low alarm threshold\s*: ).*", r"\g<1>0.0240 mW", text)
+    health = PipelineHealth()
+    dom = parse_ethtool_m(text, health)
+    assert dom.rx_power_dbm[0] == pytest.approx(-3.0103, abs=1e-4)  # 10 log10(0.5)
+    assert dom.rx_power_dbm[2] == DBM_FLOOR  # no light
+    assert dom.voltage == pytest.approx(3.2904)
+    assert dom.tx_bias[0] == pytest.approx(7.512e-3)
+    assert dom.thresholds["rx_power_low_alarm"] == pytest.approx(-16.198, abs=1e-3)  # 10 log10(0.024)
+    assert dom.optic_values()["rx_power"] == DBM_FLOOR  # the dark lane is the weakest
+    assert health.total_problems() == 0
+
+
+def test_a_value_in_a_unit_its_field_is_not_in_is_counted_not_used() -> None:
+    text = read("ethtool_m_qsfp28_sr4.txt").replace("3.2904 V", "3.2904 kV").replace("7.760 mA", "7.760")
+    text = text.replace("0.6607 mW / -1.80 dBm", "0.6607 MW")
+    health = PipelineHealth()
+    dom = parse_ethtool_m(text, health)
+    assert math.isnan(dom.voltage) and math.isnan(dom.tx_bias[1]) and math.isnan(dom.rx_power_dbm[1])
+    assert health.problems[("dom", "unexpected unit")] == 3
+
+
+def test_a_comma_list_of_lanes_keeps_every_lane() -> None:
+    """mlxlink-style lines print every lane in one value; only lane 1 was kept, so the weakest
+    lane (3, at -9.90 dBm) vanished."""
+    health = PipelineHealth()
+    dom = parse_ethtool_m("\tIdentifier : 0x11 (QSFP28)\n"
+                          "\tModule temperature : 41.25 degrees C / 106.25 degrees F\n"
+                          "\tLaser tx bias current : 7.5, 7.6, 7.1, 8.2 mA\n"
+                          "\tRcvr signal avg optical power : -1.40, -1.80, -9.90, -1.50 dBm\n", health)
+    assert dom.lanes.tolist() == [1, 2, 3, 4]
+    assert dom.tx_bias == pytest.approx([7.5e-3, 7.6e-3, 7.1e-3, 8.2e-3])
+    assert dom.rx_power_dbm.tolist() == [-1.40, -1.80, -9.90, -1.50]
+    assert dom.optic_values()["rx_power"] == -9.90
+    assert health.total_problems() == 0
+    # a list where one value belongs (a module value, a (Channel N) line) is counted, not used
+    health = PipelineHealth()
+    dom = parse_ethtool_m("\tModule voltage : 3.29, 3.30 V\n\tLaser tx bias current (Channel 2) : 7.5, 7.6 mA\n", health)
+    assert math.isnan(dom.voltage) and len(dom.lanes) == 0
+    assert health.problems[("dom", "lane list where one value belongs")] == 2
+
+
+def test_a_lane_cut_short_is_counted() -> None:
+    """ethtool -m output cut after lane 2's RX: lanes 3 and 4 have bias and TX but no RX, which the
+    fold skipped, so the weakest lane (3, at -9.90 dBm) vanished with nothing counted."""
+    full = read("ethtool_m_qsfp28_sr4.txt")
+    health = PipelineHealth()
+    dom = parse_ethtool_m(full[: full.index("Rcvr signal avg optical power(Channel 3)")], health)
+    assert dom.lanes.tolist() == [1, 2, 3, 4]
+    assert health.problems[("dom", "lane values missing")] == 2
