@@ -26,14 +26,19 @@ in :data:`NATIVE_BITS`) and stays there until software clears it. A ``link_downe
 counter is counted once as ``saturated`` when a reading finds it there (again after a clear and a
 new climb), with a log line that names it and says how to clear it (``perfquery -R``). The value
 goes on unchanged (the increase up to the maximum was real; the detectors see no increase after
-it, and the problem counter says why).
+it, and the problem counter says why). The data counters ``port_xmit_data`` and ``port_rcv_data``
+stop at 2**32-1 where the HCA serves them from 32-bit PortCounters, but a 64-bit one passes there:
+one is counted as ``saturated`` when it reads exactly 2**32-1 at two consecutive readings
+(:data:`LEGACY_DATA_COUNTERS`).
 
 A port its topology lists that is not under sysfs (an HCA reset, a driver reload, a NIC fallen
 off the bus: FACTS.md "NIC lost") is counted as ``port disappeared``, once each time it goes (a
 polling source's), with a log line naming it, and gets a row with ``link_state`` DOWN at every
 reading while it is gone: its link is down, and that row is how the detectors read it leave
 ACTIVE; its counters cannot say it (the port comes back with them cleared: ``link_downed``
-reads as a reset, not an increase).
+reads as a reset, not an increase). A port found under sysfs whose folder is gone by the time
+its files are read (it went between the listing and the reading) is such a port too: its missing
+files are not counted, nor remembered as ones it does not serve.
 
 The root is configurable (tests build a fixture tree; a container may mount the host's sysfs
 elsewhere). Each port is the link ``<host>/<dev>/<port>`` unless ``link_names`` maps
@@ -59,7 +64,7 @@ from foreshock.health import PipelineHealth
 from foreshock.topology import Topology
 
 from .dcgm import TAKEN_MAX, TOLD_MAX, UNLISTED_POLLS
-from .polling import PollingSource, count_once, not_yet_told, steady_unlisted
+from .polling import PollingSource, not_yet_told, steady_unlisted
 from .samples import BatchBuilder, SampleBatch, host_link_topology
 
 STAGE = "infiniband"
@@ -88,8 +93,21 @@ DISAPPEARED = "port disappeared"
 NOT_AVAILABLE = "counter not available (N/A: the device has no PMA)"
 
 
+LEGACY_DATA_COUNTERS = ("port_xmit_data", "port_rcv_data")
+"""The data counters kept out of :data:`NATIVE_BITS`: from PortCounters (32 bits, where an HCA has
+no PortCountersExtended) they stop at 2**32-1, and an idle-looking link is then a saturated one. A
+64-bit one passes 2**32-1 once on its way up, so one is counted as ``saturated`` when it reads
+exactly 2**32-1 at two consecutive readings (as :data:`foreshock.detectors.counters.SATURATED_AT`
+is judged: held for the next reading)."""
+LEGACY_DATA_TOP = float(2**32 - 1)
+_ONCE_AT_TOP = " (at 2**32-1 once)"
+
+
 def saturated_at(name: str) -> float:
-    """Where the PortCounters file ``name`` stops (``inf`` for one not in :data:`NATIVE_BITS`)."""
+    """Where the PortCounters file ``name`` stops (``inf`` for one not in :data:`NATIVE_BITS`
+    nor :data:`LEGACY_DATA_COUNTERS`)."""
+    if name in LEGACY_DATA_COUNTERS:
+        return LEGACY_DATA_TOP
     bits = NATIVE_BITS.get(name)
     return math.inf if bits is None else float(2**bits - 1)
 
@@ -171,6 +189,7 @@ def read_infiniband(root: str | Path = DEFAULT_ROOT, host: str | None = None, ts
         problems["no InfiniBand ports found"] += 1
         details["no InfiniBand ports found"] = f"{root}: " + ("no <device>/ports/<n> folders" if Path(root).is_dir()
                                                               else "no such folder")
+    vanished: set[str] = set()
     for dev, port in ports:
         port_dir = Path(root) / dev / "ports" / port
         try:
@@ -178,6 +197,12 @@ def read_infiniband(root: str | Path = DEFAULT_ROOT, host: str | None = None, ts
         except OSError:
             layer = ""
         values: dict[str, float] = {}
+        # this port's problems, its count-once keys and its counters' readings are kept aside until
+        # its folder is known to be still there (below)
+        port_problems: Counter[str] = Counter()
+        port_details: dict[str, str] = {}
+        port_once: list[str] = []
+        at_counters: dict[str, float] = {}
         for name, (field, scale) in link_fields.items():
             text = None
             try:
@@ -186,21 +211,21 @@ def read_infiniband(root: str | Path = DEFAULT_ROOT, host: str | None = None, ts
                     if text is not None:
                         break
             except OSError as exc:
-                problems["unreadable counter file"] += 1
-                details.setdefault("unreadable counter file", f"{dev}/{port}/{name}: {exc.strerror or exc}")
+                port_problems["unreadable counter file"] += 1
+                port_details.setdefault("unreadable counter file", f"{dev}/{port}/{name}: {exc.strerror or exc}")
                 continue
             if text is None:
                 if not (layer == "InfiniBand" and name.startswith(_ROCE_ONLY)) and \
-                        count_once(once, f"{dev}/{port}/{name}"):
-                    problems["counter file missing"] += 1
-                    details.setdefault("counter file missing", f"{dev}/ports/{port}: {name}")
+                        _first_time(once, f"{dev}/{port}/{name}", port_once):
+                    port_problems["counter file missing"] += 1
+                    port_details.setdefault("counter file missing", f"{dev}/ports/{port}: {name}")
                 continue
             if text.strip().startswith(_NOT_AVAILABLE):
                 # the device has no PMA to ask: it will never serve this counter, as if the file were
                 # not there; counted at every poll it would keep a healthy host's problems climbing
-                if count_once(once, f"{dev}/{port}/{name}"):
-                    problems[NOT_AVAILABLE] += 1
-                    details.setdefault(NOT_AVAILABLE, f"{dev}/{port}/{name}: {text.strip()[:40]!r}")
+                if _first_time(once, f"{dev}/{port}/{name}", port_once):
+                    port_problems[NOT_AVAILABLE] += 1
+                    port_details.setdefault(NOT_AVAILABLE, f"{dev}/{port}/{name}: {text.strip()[:40]!r}")
                 continue
             try:
                 if name == "state":
@@ -210,16 +235,32 @@ def read_infiniband(root: str | Path = DEFAULT_ROOT, host: str | None = None, ts
                 else:
                     value = float(int(text.strip()))
             except ValueError:
-                problems["non-numeric counter value"] += 1
-                details.setdefault("non-numeric counter value", f"{dev}/{port}/{name}: {text.strip()[:40]!r}")
+                port_problems["non-numeric counter value"] += 1
+                port_details.setdefault("non-numeric counter value", f"{dev}/{port}/{name}: {text.strip()[:40]!r}")
                 continue
-            if sub == "counters" and name in NATIVE_BITS:
-                _judge_saturation(f"{dev}/{port}/{name}", name, value, saturated, problems, details)
+            if sub == "counters":
+                at_counters[name] = value
             values[field.name] = value * scale if math.isfinite(value) else math.nan
         key = f"{dev}/{port}"
+        if not port_dir.is_dir():
+            # listed, then gone before its files were read (an HCA reset, a driver reload): gone, as a
+            # port not listed is. Its missing files say nothing of what it serves, and kept in ``once``
+            # they would hide a counter truly missing once it is back
+            vanished.add(key)
+            continue
+        problems.update(port_problems)
+        for reason, detail in port_details.items():
+            details.setdefault(reason, detail)
+        if once is not None:
+            once.update(port_once)
+        for name, value in at_counters.items():
+            if name in NATIVE_BITS:
+                _judge_saturation(f"{key}/{name}", name, value, saturated, problems, details)
+            elif name in LEGACY_DATA_COUNTERS:
+                _judge_held_top(f"{key}/{name}", name, value, saturated, problems, details)
         builder.add(ts, (link_names or {}).get(key, f"{host}/{key}"), values)
     if expected:
-        _gone(expected, {f"{dev}/{port}" for dev, port in ports}, ts, builder, missing, problems, details)
+        _gone(expected, {f"{dev}/{port}" for dev, port in ports} - vanished, ts, builder, missing, problems, details)
     for reason, count in problems.items():
         health.problem(STAGE, reason, count, detail=details.get(reason, ""))
     return builder.build()
@@ -251,6 +292,34 @@ def _gone(expected: Mapping[str, str], found: set[str], ts: float, builder: Batc
                     "reloaded, or it fell off the bus; its link reads as DOWN until it is back", key, link)
 
 
+def _first_time(once: set[str] | None, key: str, taken: list[str]) -> bool:
+    """:func:`count_once` that leaves ``once`` as it is: ``key`` is put in ``taken`` for the
+    caller to add once the reading is known to stand."""
+    if once is not None and key in once:
+        return False
+    taken.append(key)
+    return True
+
+
+def _judge_held_top(key: str, name: str, value: float, saturated: set[str] | None,
+                    problems: Counter[str], details: dict[str, str]) -> None:
+    """Judge a legacy 32-bit data counter (:data:`LEGACY_DATA_COUNTERS`) as
+    :func:`_judge_saturation` does, from the second consecutive reading of exactly 2**32-1: a
+    64-bit one passes there once, a 32-bit one stops there. Without ``saturated`` (no last reading
+    known) it is never counted. ``saturated`` keeps ``key`` plus :data:`_ONCE_AT_TOP` for a
+    counter read there once."""
+    once_there = key + _ONCE_AT_TOP
+    if saturated is None or value != LEGACY_DATA_TOP:
+        if saturated is not None:
+            saturated.discard(once_there)
+            saturated.discard(key)
+        return
+    if once_there not in saturated:
+        saturated.add(once_there)
+        return
+    _judge_saturation(key, name, value, saturated, problems, details)
+
+
 def _judge_saturation(key: str, name: str, value: float, saturated: set[str] | None,
                       problems: Counter[str], details: dict[str, str]) -> None:
     """Count ``key`` (``dev/port/name``) when it reads at its native maximum and was not there at
@@ -269,7 +338,7 @@ def _judge_saturation(key: str, name: str, value: float, saturated: set[str] | N
     # named every time one gets there: the health log names only the first (stage, reason)
     log.warning("%s is at %d, the maximum of its %d-bit PortCounters register: it no longer counts, so its "
                 "link reads as free of what it counts from here on; clear the port's counters (perfquery -R)",
-                key, int(top), NATIVE_BITS[name])
+                key, int(top), NATIVE_BITS.get(name, 32))
 
 
 def port_topology(host: str, ports: list[tuple[str, str]], link_names: Mapping[str, str] | None = None) -> Topology:

@@ -193,3 +193,51 @@ def test_counters_stuck_at_their_native_maximum_are_counted_once_each(
     lone = PipelineHealth()
     read_infiniband(root, host="n", health=lone)
     assert lone.problems[reason] == 4
+
+
+def test_a_legacy_data_counter_stuck_at_2_32_minus_1_is_counted_at_its_second_reading(tmp_path: Path) -> None:
+    """port_xmit_data / port_rcv_data from 32-bit PortCounters stop at 2**32-1, and the link then reads
+    as idle, uncounted. A 64-bit one passes 2**32-1 once: only two consecutive readings there count."""
+    root = tmp_path / "infiniband"
+    base = make_port(root, "mlx5_0", "1", "InfiniBand", "400 Gb/sec (4X NDR)",
+                     {**PORT_COUNTERS, "port_xmit_data": 4294967295}, {})
+    health, saturated = PipelineHealth(), set[str]()
+
+    def saturated_count() -> int:
+        return sum(n for (_, reason), n in health.problems.items() if "saturated" in reason)
+
+    read_infiniband(root, host="n", health=health, saturated=saturated)
+    assert saturated_count() == 0  # once there: a 64-bit counter on its way up
+    rows = by_link(read_infiniband(root, host="n", health=health, saturated=saturated))
+    assert saturated_count() == 1
+    assert rows["n/mlx5_0/1"]["tx_data"] == 4294967295 * 4  # the value goes on as read (4-byte words)
+    read_infiniband(root, host="n", health=health, saturated=saturated)
+    assert saturated_count() == 1  # still there: counted once
+    # cleared, then passing 2**32-1 once on the way up: not counted; stopping there again: counted again
+    for value in (10, 4294967295, 4294967296, 4294967295, 4294967295):
+        write(base / "counters" / "port_xmit_data", f"{value}\n")
+        read_infiniband(root, host="n", health=health, saturated=saturated)
+    assert saturated_count() == 2
+
+
+def test_a_port_gone_before_its_files_are_read_is_read_as_gone(sysfs: Path) -> None:
+    """A port listed, then gone before its files were read (an HCA reset between the listing and the
+    reads), had an all-NaN row and 15 "counter file missing", and its names stayed in the source's
+    count-once set, so a counter really missing after it came back was never counted."""
+    import shutil
+
+    ports = list_ports(sysfs)
+    shutil.rmtree(sysfs / "mlx5_1")
+    health, once, missing = PipelineHealth(), set[str](), set[str]()
+    expected = {"mlx5_0/1": "n/mlx5_0/1", "mlx5_1/1": "n/mlx5_1/1"}
+    rows = by_link(read_infiniband(sysfs, host="n", health=health, once=once, expected=expected, missing=missing,
+                                   ports=ports))
+    assert rows["n/mlx5_1/1"] == {"link_state": 1.0}  # DOWN, as a port not listed
+    assert health.problems[("infiniband", "port disappeared")] == 1
+    assert health.problems[("infiniband", "counter file missing")] == 0
+    assert not [key for key in once if key.startswith("mlx5_1/")]
+    # back, without its symbol_error file: that is counted
+    make_port(sysfs, "mlx5_1", "1", "Ethernet", "200 Gb/sec (4X HDR)",
+              {k: v for k, v in PORT_COUNTERS.items() if k != "symbol_error"}, ROCE_HW_COUNTERS)
+    read_infiniband(sysfs, host="n", health=health, once=once, expected=expected, missing=missing)
+    assert health.problems[("infiniband", "counter file missing")] == 1
