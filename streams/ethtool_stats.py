@@ -140,8 +140,13 @@ def counters_went_back(prev: Mapping[str, float], cur: Mapping[str, float]) -> l
     return [name for name, value in cur.items() if name in prev and value < prev[name]]
 
 
+FEC_COUNTERS = ("rx_bits_phy", "rx_corrected_bits_phy", "rx_pcs_symbol_err_phy")
+"""The counters :func:`fec_ber` reads together (their deltas over one interval)."""
+
+
 class FecTracker:
-    """Keeps each port's previous reading to fill ``prefec_ber`` on the next one."""
+    """Keeps each port's previous reading to fill ``prefec_ber`` on the next one (a FEC counter
+    not available at a reading keeps, with the other two, the values of the one before)."""
 
     def __init__(self, health: PipelineHealth | None = None) -> None:
         self.health = health if health is not None else PipelineHealth()
@@ -150,6 +155,13 @@ class FecTracker:
     def update(self, port: str, stats: dict[str, float]) -> tuple[float, float]:
         prev = self.previous.get(port)
         self.previous[port] = stats
+        if prev is not None and any(np.isnan(stats.get(name, 0.0)) for name in FEC_COUNTERS):
+            # one FEC counter not available this time (NaN, :data:`NOT_AVAILABLE`): the three keep
+            # their last finite values together, so the next reading's deltas span both intervals
+            # alike (a ratio of deltas: no time in it) and one all-ones reading costs one poll's BER,
+            # not two. Carried alone, the bits' delta would span two polls and the corrected bits' one
+            kept = {name: prev[name] for name in FEC_COUNTERS if not np.isnan(prev.get(name, np.nan))}
+            self.previous[port] = {**stats, **kept}
         if prev is None:
             return np.nan, np.nan
         back = [n for n in counters_went_back(prev, stats) if n.endswith("_phy")]

@@ -186,3 +186,22 @@ def test_an_interface_without_known_counters_counts_once_not_at_every_poll(tmp_p
     health = PipelineHealth()
     list(EthtoolStatsSource(["eno1"], interval=0.02, executable=str(stub), host="h", health=health, max_polls=3))
     assert health.problems[("ethtool", "no known counters")] == 1
+
+
+def test_one_all_ones_fec_reading_costs_one_poll_of_pre_fec_ber_not_two() -> None:
+    """The all-ones reading was kept as the previous one, so the poll after it had no BER either.
+    Now the FEC counters keep their last finite values: the next delta spans both polls."""
+    def reading(bits: int, corrected: int) -> str:
+        return (f"NIC statistics:\n     rx_bits_phy: {bits}\n     rx_corrected_bits_phy: {corrected}\n"
+                f"     rx_pcs_symbol_err_phy: 0\n")
+
+    health = PipelineHealth()
+    tracker = FecTracker(health)
+    polls = [reading(10**12, 100), reading(2 * 10**12, 300), reading(2**64 - 1, 500), reading(4 * 10**12, 700)]
+    ber = [stats_batches({"h/eth0": text}, float(ts), health, tracker)[1].column("prefec_ber")[0]
+           for ts, text in enumerate(polls)]
+    assert math.isnan(ber[0]) and math.isnan(ber[2])
+    assert ber[1] == pytest.approx(200 / 10**12)
+    assert ber[3] == pytest.approx((700 - 300) / (2 * 10**12))  # from poll 1, both counters alike
+    assert health.problems[("ethtool", "counter not available (all ones)")] == 1
+    assert health.problems[("ethtool", "counter reset")] == 0
