@@ -341,7 +341,8 @@ def command(source: str, kafka: str | None, user: str | None, password: str | No
                            "pieces": stats.pieces, "messages": stats.messages, "bytes": stats.bytes,
                            "send_failed": stats.failed, "backlog_dropped": stats.dropped,
                            "wall_seconds": round(stats.wall_s, 3), "samples_per_s": round(stats.samples_per_s),
-                           "input_problems": health.total_problems(), "stopped_early": stopping.is_set()}))
+                           "input_problems": health.total_problems(), "stopped_early": stopping.is_set(),
+                           **({"error": str(unreadable[0])} if unreadable else {})}))
     if unreadable:
         raise click.ClickException(str(unreadable[0]))
     if stats.failed:

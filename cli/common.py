@@ -304,10 +304,12 @@ def metrics_url(host: str, port: int) -> str:
 
 
 def finish(run: PipelineRun, stats: RunStats, events: Sequence[Event] = (), json_name: str = "run",
-           interrupted: bool | None = None, origin: TimeOrigin | None = None) -> None:
+           interrupted: bool | None = None, origin: TimeOrigin | None = None, error: str | None = None) -> None:
     """Close the findings file, print the summary and the JSON line; ``interrupted`` (given by the
-    commands a signal can end early) goes in the JSON line; ``origin``: where the summary's
-    clocks count from, where the run knows its start (default: its first sample)."""
+    commands a signal can end early) goes in the JSON line, and so does ``error``, what ended a run
+    early that a script reading the line must not take for a signal (an unreadable recording);
+    ``origin``: where the summary's clocks count from, where the run knows its start (default: its
+    first sample)."""
     if run.jsonl is not None:
         run.jsonl.close()
     if run.external is not None:
@@ -320,6 +322,7 @@ def finish(run: PipelineRun, stats: RunStats, events: Sequence[Event] = (), json
         "telemetry_seconds": _json_number(stats.telemetry_s), "speedup": _json_number(round(stats.speedup, 1)),
         "findings": stats.by_type, "input_problems": run.health.total_problems(),
         **({} if interrupted is None else {"interrupted": interrupted}),
+        **({} if error is None else {"error": error}),
     }, allow_nan=False))
 
 

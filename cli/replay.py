@@ -62,7 +62,8 @@ def command(path: str, speed: float | None, max_speed: bool, shift_now: bool, ho
         end = stats.start_ts + stats.telemetry_s
         events = [e for e in events if e.time <= end]
     finish(run, stats, events, json_name="replay", interrupted=stopped_early,
-           origin=recording_origin(source.recording.meta, source.offset))
+           origin=recording_origin(source.recording.meta, source.offset),
+           error=str(unreadable[0]) if unreadable else None)
     hold_metrics(run, host, port, hold)
     stop_server(run)
     if unreadable:

@@ -284,6 +284,7 @@ def test_an_agent_replaying_a_part_found_corrupt_mid_run_sums_up_what_it_sent(tm
     summary = json.loads(next(line for line in lines if line.startswith('{"name": "agent"')))
     assert 0 < summary["samples"] < 3000 * n
     assert result.output.index('{"name": "agent"') < result.output.index(f"Error: {part}: unreadable Parquet")
+    assert summary["error"].startswith(f"{part}: unreadable Parquet")  # (a script reads the line, not stderr)
 
 
 @pytest.mark.parametrize("args", [["--speed", "0"], ["--speed", "-5"], ["--speed", "nan"], ["--duration", "nan"],

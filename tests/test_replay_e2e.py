@@ -284,6 +284,7 @@ def test_a_page_found_corrupt_mid_replay_ends_the_run_with_its_summary(tmp_path,
     error = result.output.index(f"Error: {part}: unreadable Parquet")
     assert result.output.index('{"name": "replay"') < error, "the error is said last"
     assert summary["interrupted"] is True
+    assert summary["error"].startswith(f"{part}: unreadable Parquet")  # (not to be taken for a signal's stop)
     assert 0 < summary["samples"] <= 2500 * n
     assert summary["findings"].get("anomaly", 0) > 0
     assert "stopped by an unreadable recording" in result.output
