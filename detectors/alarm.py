@@ -55,6 +55,33 @@ def alarm_withdraw(state: np.ndarray, i: int, off: int, ts: float) -> int:
     return CODE_WITHDRAW
 
 
+def withdraw_silent(state: np.ndarray, count: int, last_ts: np.ndarray, now: float,
+                    silent_s: float) -> tuple[np.ndarray, np.ndarray]:
+    """Withdraw now, without the clear hold, each active alarm of the ``count`` blocks in ``state``
+    whose slot was last heard from (``last_ts``, by slot) more than ``silent_s`` before ``now``, as
+    :func:`alarm_withdraw` does; return the (slots, blocks) withdrawn. A prediction steps only on
+    its own slot's rows: one whose slot stopped reporting (an exporter hung, a GPU off the bus) was
+    never withdrawn, and held for ever. Vectorised over the slots: one pass per frame."""
+    active = state[:, A_ACTIVE::A_SIZE][:, :count] != 0.0
+    candidates = np.flatnonzero(active.any(axis=1))
+    heard = last_ts[candidates]
+    silent = candidates[~(now - heard <= silent_s)]  # (NaN: never heard, silent too)
+    slots, blocks = np.nonzero(active[silent])
+    slots = silent[slots]
+    cols = blocks * A_SIZE
+    state[slots, cols + A_ACTIVE] = 0.0
+    state[slots, cols + A_ON] = 0.0
+    state[slots, cols + A_OFF_TS] = np.nan
+    state[slots, cols + A_EMIT_TS] = now
+    return slots, blocks
+
+
+def silent_reason(silent_for_s: float) -> str:
+    """The reason of a prediction withdrawn by :func:`withdraw_silent`."""
+    return (f"no report for {silent_for_s / 60:.0f} min: withdrawn as no longer reporting; not a recovery "
+            f"(its exporter hung, its host down, or the GPU fell off the bus)")
+
+
 @inline
 def alarm_step(state: np.ndarray, i: int, off: int, ts: float, firing: bool, clear: bool,
                on_count: float, off_hold_s: float, refresh_s: float) -> int:

@@ -14,7 +14,9 @@
   forecast as it is. The ETA is the first time the envelope so forecast reaches the enforced
   limit (minus a measurement margin). A GPU held down by the thermal limiter that drew close
   to its limit before is predicted to meet the cap as it cools below max operating
-  temperature again. A GPU already at the cap (bit 0x4) is not predicted — it is there; without
+  temperature again. A GPU that has sent nothing for the thermal fit's ``gap_s`` has its
+  prediction withdrawn as no longer reporting (``ThermalFitDetector.withdraw_silent_gpus``).
+  A GPU already at the cap (bit 0x4) is not predicted — it is there; without
   throttle reasons (dcgm-exporter's default counters), a sample pinned at the limit with the SM
   clock below its max is the cap binding (:func:`cap_binds`). A sample under the cap within
   ``cap_hold_s`` of one it bound at (a job's communication phase) is still at it, with reasons or
@@ -514,6 +516,7 @@ class PowerDetector(ThermalFitDetector):
         self.update_fit(frame)
         fit = self.fit
         found = self._findings(fit.obs, self._out[:self._n_out])
+        found += self.withdraw_silent_gpus(self.s_alarm, ("power_cap",))
         _age_out_brakes(fit.obs, fit.rows, fit.n_rows, fit.parents, self._node_gpus, self.s_gpu,
                         self.s_node_brake, float(self.params[P_REASONS_STALE]))
         return found

@@ -63,7 +63,8 @@ forecast, which holds today's power, assumes. A GPU with
 no work scheduled (idle bit 0x1; without reasons, utilisation under 5 %) is not predicted to
 throttle — its job stopped, there is nothing to slow, and the driver's SW thermal limiter does not
 act on idle clocks — and a prediction made while it worked is withdrawn once it has idled for
-``off_hold_s`` (the HBM model is not gated).
+``off_hold_s`` (the HBM model is not gated). A GPU that has sent nothing for the fit's ``gap_s``
+has its predictions withdrawn as no longer reporting (:meth:`~.thermal_fit.ThermalFitDetector.withdraw_silent_gpus`).
 
 Example (a GPU whose thermal interface is failing: R rises 50 % per hour)::
 
@@ -773,7 +774,8 @@ class ThermalDetector(ThermalFitDetector):
         if frame.kind != "gpu" or len(frame) == 0:
             return []
         self.update_fit(frame)
-        return self._findings(self.fit.obs, self._out[:self._n_out])
+        return (self._findings(self.fit.obs, self._out[:self._n_out])
+                + self.withdraw_silent_gpus(self.s_alarm, MODEL_EVENTS))
 
     def read_site_loops(self) -> None:
         self.params[P_SITE_DAMP] = site_loop_tau(self.s_rack)

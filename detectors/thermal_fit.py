@@ -24,16 +24,18 @@ complete on its own); loading writes them in place, so they stay shared.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Mapping, Protocol
+from typing import Any, ClassVar, Mapping, Protocol, Sequence
 
 import numpy as np
 
 from foreshock import facts
+from foreshock.findings import Finding, Prediction
 from foreshock.frames import Frame
 from foreshock.health import PipelineHealth
 from foreshock.remap import Remap
 from foreshock.topology import Topology
 
+from .alarm import silent_reason, withdraw_silent
 from .base import Detector, add_columns, resolve_params
 from .gpu_inputs import (Scratch, frame_now, gpu_columns, inline, kernel, new_inlet_states, node_feed, node_tick,
                          rack_inlet_obs, read_inlet, relinked_inlet_states, update_rack_inlet,
@@ -735,6 +737,29 @@ class ThermalFitDetector(Detector):
         self.fit.update(frame, self)
         for reason, count in self.fit.problems:
             self.health.problem(self.name, reason, count)
+
+    def withdraw_silent_gpus(self, alarms: np.ndarray, events: Sequence[str]) -> list[Finding]:
+        """After a GPU frame is fitted: withdraw the predictions (``alarms``, one alarm block per
+        event of ``events``) of each GPU that has sent nothing for the fit's ``gap_s`` before the
+        frame's time (its exporter hung, its host down, the GPU off the bus: XID 79), saying so.
+
+        A prediction steps only on its GPU's own rows, so one whose GPU went silent held for ever
+        (the store lets its gauge lapse; the detector and the findings kept it open). ``gap_s``
+        (600 s) is the span after which the fit restarts its filters: what the prediction rested on
+        is gone. It is 60 polls at 10 s — no jitter nor dropped scrape comes near it — and longer
+        than the thermal and power ``off_hold_s``, so a GPU that clears is withdrawn by its own
+        rows first. A GPU that reports again predicts afresh (``on_count`` samples)."""
+        stamps = self.fit.obs[X_TS]
+        stamps = stamps[np.isfinite(stamps)]
+        if not len(stamps):
+            return []
+        silent_s = float(self.fit.params[P_GAP])
+        now = frame_now(stamps, silent_s)
+        last_ts = self.s_model[:, G_TS]
+        slots, blocks = withdraw_silent(alarms, len(events), last_ts, now, silent_s)
+        return [Prediction(now, "gpu", int(slot), events[block], -1.0, 0.0, self.name,
+                           silent_reason(now - float(last_ts[slot])), active=False)
+                for slot, block in zip(slots.tolist(), blocks.tolist())]
 
 
 def share_thermal_fits(detectors: list[Detector]) -> None:
