@@ -12,6 +12,7 @@ from typing import Iterable, Mapping, Sequence
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from foreshock.events import Event
 from foreshock.findings import Anomaly, Finding, Incident, Prediction
@@ -205,13 +206,15 @@ def _incidents_table(tally: FindingTally, console: Console, t0: float, max_rows:
         table.add_column(col, overflow="fold", no_wrap=col in ("opened", "state", "members"))
     ordered = sorted(tally.incidents.values(), key=tally.summary_order)
     for inc in ordered[:max_rows]:
-        nxt = ", ".join(f"{escape(m)} ({eta / 60:.0f} min)" if eta >= 0 else escape(m)
-                        for m, eta in inc.predicted_members[:3])
+        # names go in as Text, not markup: escape() doubles a trailing backslash (for a tag that
+        # might follow), which a cell or plain text after it then shows
+        nxt = ", ".join(f"{m} ({eta / 60:.0f} min)" if eta >= 0 else m for m, eta in inc.predicted_members[:3])
         if len(inc.predicted_members) > 3:
             nxt += f" +{len(inc.predicted_members) - 3}"
-        jobs = ", ".join(f"{escape(j)} x{r:.2f}" for j, r in inc.jobs[:3])
+        jobs = ", ".join(f"{j} x{r:.2f}" for j, r in inc.jobs[:3])
         table.add_row(_clock(tally.incident_opened[inc.incident_id], t0), inc.state,
-                      escape(f"{inc.root_kind} {inc.root_entity}"), str(len(inc.members)), nxt or "-", jobs or "-")
+                      Text(f"{inc.root_kind} {inc.root_entity}"), str(len(inc.members)), Text(nxt or "-"),
+                      Text(jobs or "-"))
     # the rows left out and the incidents forgotten, each counted on its own: fewer kept than
     # max_rows left out none, and must not take the forgotten ones off
     more = max(len(ordered) - max_rows, 0) + tally.incidents_forgotten
@@ -220,7 +223,7 @@ def _incidents_table(tally: FindingTally, console: Console, t0: float, max_rows:
     console.print(table)
     for inc in ordered[:max_rows]:  # a reason names its root ("cooling loop cdu1: 128 GPUs ..."); else say it
         root = "" if inc.root_entity in inc.reason else f" ({inc.root_kind} {inc.root_entity})"
-        console.print(f"  [bold]why{escape(root)}[/]: {escape(inc.reason)}")
+        console.print(Text.assemble("  ", ("why", "bold"), root, ": ", inc.reason))
 
 
 def _predictions_table(tally: FindingTally, console: Console, t0: float, max_rows: int) -> None:
@@ -244,14 +247,14 @@ def _predictions_table(tally: FindingTally, console: Console, t0: float, max_row
         # a negative ETA is "no finite forecast" (``power_cap``'s -1), not a past one: "-0.0 min" read as due
         eta = ("" if first.eta_s != first.eta_s else " (ETA unknown)" if first.eta_s < 0
                else f" (ETA {first.eta_s / 60:.1f} min)")
-        table.add_row(event, escape(rack), str(len(entries)), _clock(first.first_ts, t0), escape(first.entity) + eta)
+        table.add_row(event, Text(rack), str(len(entries)), _clock(first.first_ts, t0), Text(first.entity + eta))
         why.setdefault(event, first)
     if len(ordered) > max_rows:
         table.add_row("...", f"{len(ordered) - max_rows} more groups", "", "", "")
     console.print(table)
     for event, first in why.items():
-        console.print(f"  [bold]{event}[/], first said of {escape(first.entity)} at {_clock(first.first_ts, t0)}: "
-                      f"{escape(first.reason)}")
+        console.print(Text.assemble("  ", (event, "bold"), f", first said of {first.entity} at "
+                                    f"{_clock(first.first_ts, t0)}: ", first.reason))
 
 
 # Consequences worth predicting, most telling first: the first of these names the fault's impact.
@@ -289,15 +292,15 @@ def _truth_table(tally: FindingTally, events: Sequence[Event], console: Console,
         lead = _lead(impact, first)
         found = _fault_incident(tally, fault)
         incident = f"{found.root_kind} {found.root_entity}" if found else None
-        table.add_row(str(n), escape(fault.fault_type), _clock(fault.time, t0),
+        table.add_row(str(n), Text(fault.fault_type), _clock(fault.time, t0),
                       _clock(impact.time, t0) if impact else "-", _clock(first.first_ts, t0) if first else "-",
                       lead)
         said = f"{first.what.removeprefix('predict ')} of {first.entity}" if first else "nothing"
-        lines.append(f"  {n} [bold]{escape(f'{fault.fault_type} on {fault.entity}')}[/]: "
-                     + escape((f"first impact {impact.type.removesuffix('_start')} of {impact.entity}" if impact
-                               else "no impact yet")
-                              + f"; foreshock first said {said}"
-                              + (f"; incident {incident}" if incident else "; no incident")))
+        lines.append(Text.assemble(f"  {n} ", (f"{fault.fault_type} on {fault.entity}", "bold"), ": "
+                                   + (f"first impact {impact.type.removesuffix('_start')} of {impact.entity}"
+                                      if impact else "no impact yet")
+                                   + f"; foreshock first said {said}"
+                                   + (f"; incident {incident}" if incident else "; no incident")))
     if len(faults) > max_rows:
         table.add_row("...", f"{len(faults) - max_rows} more faults", "", "", "", "")
     console.print(table)

@@ -156,3 +156,26 @@ def test_forgotten_incidents_are_counted_when_fewer_than_the_rows_are_kept() -> 
     out = io.StringIO()
     render_summary(tally, PipelineHealth(), console=Console(file=out, width=200), max_rows=2)
     assert "4 more" in out.getvalue()  # one kept row left out, and the three forgotten
+
+
+def test_names_ending_in_a_backslash_print_one_backslash() -> None:
+    """rich's ``escape`` doubles a trailing backslash, for a tag that might follow it: a table cell
+    or plain text after it then showed two (an audit's rack ``ra"ck0\\`` read ``ra"ck0\\\\``)."""
+    from foreshock.findings import Incident
+
+    topo = Topology.from_dict({"rows": [{"name": "r"}], "racks": [{"name": "rack0\\", "row": "r"}],
+                               "nodes": [{"name": "n0", "rack": "rack0\\", "gpus": 1}]})
+    tally = FindingTally(topo)
+    tally.observe_findings([Prediction(400.0, "gpu", 0, "thermal_throttle", 300.0, 0.8, "thermal", "hot\\")])
+    tally.observe_findings([Incident(450.0, "i1", "open", "rack", "rack0\\", "hot rack\\", members=("n0/gpu0",),
+                                     findings=1, jobs=(("job\\", 1.5),))])
+    tally.first_ts = 0.0
+    out = io.StringIO()
+    render_summary(tally, PipelineHealth(), console=Console(file=out, width=200))
+    text = out.getvalue()
+    assert "\\\\" not in text, text
+    row = next(line for line in text.splitlines() if "thermal_throttle" in line and "│" in line)
+    assert "│ rack0\\ " in row
+    incident = next(line for line in text.splitlines() if "│" in line and "i1" not in line and "open" in line)
+    assert "rack rack0\\ " in incident and "job\\ x1.50" in incident
+    assert text.count("hot rack\\\n") == 1 and "thermal_throttle, first said of n0/gpu0 at +0:06:40: hot\\\n" in text
