@@ -77,6 +77,9 @@ VALID_BY_FIELD: dict[str, tuple[float, float]] = {
     "power": (0.0, 5000.0),  # one GPU board: 700 W on an H200, ~1.2 kW on a B200
     "power_limit": (0.0, 5000.0),
     "psu_power": (0.0, 1e5),  # one node
+    # NVIDIA's XIDs are numbered in the low hundreds; a code past 1023 is a garbled reading, and each
+    # distinct one had made a new foreshock_xid_events_total series per GPU, kept for good
+    "xid_last": (0.0, 1023.0),
 }
 
 

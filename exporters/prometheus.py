@@ -733,7 +733,7 @@ def _start(registry: CollectorRegistry, host: str, port: int):  # type: ignore[n
 def serve_health(health: PipelineHealth, cluster: Callable[[], str], host: str = "127.0.0.1",
                  port: int = 9109):  # type: ignore[no-untyped-def]
     """Serve an agent's own counters on ``/metrics`` (loopback by default). Returns (server, thread)."""
-    registry = CollectorRegistry(auto_describe=False)
+    registry = CollectorRegistry(auto_describe=False, support_collectors_without_names=True)
     registry.register(HealthCollector(health, cluster))
     return _start(registry, host, port)
 
@@ -746,7 +746,7 @@ def stop(server: Any) -> None:
 
 
 def build_registry(store: FindingStore, top_k: int = 16) -> CollectorRegistry:
-    registry = CollectorRegistry(auto_describe=False)
+    registry = CollectorRegistry(auto_describe=False, support_collectors_without_names=True)
     registry.register(ForeshockCollector(store, top_k=top_k))
     return registry
 

@@ -268,10 +268,15 @@ class FindingStore:
         # dcgm's XID field is the *last* XID and never resets: a new event is a change of value.
         # The first value seen for a GPU is not counted: it may be latched from long ago.
         rows = _new_xids(frame.slot, frame.columns["xid_last"], self._last_xid)
+        fractional = 0
         for row in rows:
             code = frame.columns["xid_last"][row]
-            if code > 0:
+            if code != int(code):  # no XID is: truncated, 79.5 was served as a critical xid="79"
+                fractional += 1
+            elif code > 0:
                 self._xids[(int(frame.slot[row]), int(code))] += 1
+        if fractional:
+            self.health.problem("store", "XID code not a whole number: not counted", fractional)
 
     def observe_findings(self, findings: Iterable[Finding]) -> None:
         with self._lock:

@@ -317,3 +317,37 @@ def test_an_unknown_eta_is_exported_as_nan_and_printed_as_unknown(small_topology
     render_summary(tally, PipelineHealth(), console=Console(file=out, width=200))
     row = next(line for line in out.getvalue().splitlines() if "power_cap" in line and "node0/gpu4" in line)
     assert "ETA unknown" in row and "min" not in row
+
+
+def test_a_scrape_asking_for_some_metrics_by_name_gets_them(small_topology: Topology) -> None:
+    """Prometheus's ``params: {name[]: [...]}`` filters a scrape by metric name. The collectors name
+    no metric up front, so without ``support_collectors_without_names`` the registry answered 200
+    with an empty page: the target stayed up while every foreshock series vanished."""
+    from prometheus_client import generate_latest
+
+    store = FindingStore(small_topology)
+    n = small_topology.size("gpu")
+    store.observe_frame(Frame("gpu", np.full(n, 100.0), np.arange(n), {"gpu_temp": np.full(n, 80.0)}))
+    page = generate_latest(build_registry(store).restricted_registry(["foreshock_gpus_reporting"])).decode()
+    assert [line.split("{")[0] for line in page.splitlines() if not line.startswith("#")] == ["foreshock_gpus_reporting"]
+
+
+def test_xid_codes_that_are_no_xid_make_no_series(small_topology: Topology) -> None:
+    """An XID code past 1023 is refused by the guard's range (each distinct garbled code had made a new
+    series per GPU, for good), and a fractional one is counted, not truncated (79.5 had been served as
+    a critical xid="79")."""
+    from foreshock.guard import InputGuard
+    from prometheus_client import generate_latest
+
+    health = PipelineHealth()
+    store = FindingStore(small_topology, health=health)
+    guard = InputGuard(small_topology, health)
+    n = small_topology.size("gpu")
+    for t, code in enumerate((0.0, 79.5, 1e12, 2e12, 13.0)):
+        store.observe_frame(guard.check(Frame("gpu", np.full(n, 100.0 + t), np.arange(n),
+                                              {"xid_last": np.full(n, code)})))
+    xids = [line for line in generate_latest(build_registry(store)).decode().splitlines()
+            if line.startswith("foreshock_xid_events_total")]
+    assert {line.split('xid="')[1].split('"')[0] for line in xids} == {"13"}, xids
+    assert health.problems[("store", "XID code not a whole number: not counted")] == n
+    assert health.problems[("guard", "out_of_range: xid_last")] == 2 * n
