@@ -43,6 +43,26 @@ class FrameError(ValueError):
     """A frame or its encoding is malformed; the message says what is wrong."""
 
 
+_INT32 = np.iinfo(np.int32)
+
+
+def _int32_slots(slot: np.ndarray, what: str) -> np.ndarray:
+    """``slot`` as int32, or :class:`FrameError` where a value is not a whole number in int32 range:
+    a plain cast would wrap 2**32 + 1 to 1 and truncate 0.9 to 0, moving a bad row onto a real
+    entity. Vectorised; only for slots that are not int32 already."""
+    if slot.dtype.kind not in "iu":
+        try:
+            slot = np.asarray(slot, dtype=np.float64)
+        except (TypeError, ValueError):
+            raise FrameError(f"{what}: slot values that are not 32-bit integers") from None
+    if slot.size and (
+        (slot.dtype.kind == "f" and bool((slot != np.floor(slot)).any()))  # also true for NaN
+        or slot.min() < _INT32.min or slot.max() > _INT32.max
+    ):
+        raise FrameError(f"{what}: slot values that are not 32-bit integers")
+    return slot.astype(np.int32)
+
+
 @dataclass
 class Frame:
     kind: str
@@ -52,7 +72,10 @@ class Frame:
 
     def __post_init__(self) -> None:
         self.ts = np.ascontiguousarray(self.ts, dtype=np.float64).reshape(-1)
-        self.slot = np.ascontiguousarray(self.slot, dtype=np.int32).reshape(-1)
+        slot = np.asarray(self.slot)
+        if slot.dtype != np.int32:  # int32 (every hot path) passes as it is; anything else is checked
+            slot = _int32_slots(slot, f"{self.kind} frame")
+        self.slot = np.ascontiguousarray(slot).reshape(-1)
         n = len(self.ts)
         if len(self.slot) != n:
             raise FrameError(f"{self.kind} frame: ts has {n} rows, slot has {len(self.slot)}")
@@ -193,9 +216,7 @@ class Frame:
         if batch.schema.types[index["slot"]] != pa.int32():
             # foreshock writes int32; anything else (a float or int64 column from another writer)
             # must hold int32 values, or the cast below would silently move rows to other entities
-            bounds = np.iinfo(np.int32)
-            if ((slot != np.floor(slot)) | (slot < bounds.min) | (slot > bounds.max)).any():
-                raise FrameError(f"{kind} batch: slot values that are not 32-bit integers")
+            _int32_slots(slot, f"{kind} batch")
         block = np.empty((len(known), rows), dtype=np.float64)
         for j, name in enumerate(known):
             if name in index:

@@ -18,6 +18,12 @@ YAML shape (``topology.yaml`` in a recording)::
     jobs:     [{name: job0, nodes: [node0]}]
 
 Each link has two optics, named ``<link>#a`` and ``<link>#b``.
+
+Names and references (``name``, ``row``, ``rack``, ``a``, ``b``, ``cooling_loop``, ``tier``,
+``cluster`` and a job's ``nodes``) are read as written: ``name: 010`` is the node ``010``, not
+YAML 1.1's octal 8, and ``rack: no`` the rack ``no``, not false. A key repeated in one mapping is
+an error (YAML would keep the last value and drop the others silently). A node has at most
+``MAX_GPU_INDEX + 1`` GPUs; a switch's ``rail`` is an integer in 0..2**31-1.
 """
 
 from __future__ import annotations
@@ -36,6 +42,29 @@ from .fields import ENTITY_KINDS
 
 class TopologyError(ValueError):
     """A topology file or description is malformed; the message names the problem."""
+
+
+MAX_GPU_INDEX = 1023
+"""The largest GPU index a parser accepts (dcgm's ``gpu`` label, nvidia-smi's ``index``); a larger
+one is counted as ``bad GPU index`` and its row left out. A topology derived from what a source
+reads lists every GPU of a host up to the largest index it read, so one garbled index (4294967295,
+a common "no index" sentinel) made a topology of billions of GPUs. DCGM handles 32 GPUs a host at
+most (``DCGM_MAX_NUM_DEVICES``, DCGM 2.0 on); this leaves room for any node to come. A topology
+file's node has at most ``MAX_GPU_INDEX + 1`` GPUs. (Defined here, not in ``streams/samples.py``
+which uses it, because streams import core and not the other way.)"""
+
+_RAIL_MAX = 2**31 - 1  # rails are kept in an int32 array
+
+
+def _text(value: Any, what: str) -> str:
+    """A name or a reference to one as text. The YAML loader keeps names as written; a Python
+    caller may use an int (``{"name": 7}``), which is the name ``"7"`` wherever it is used.
+    Anything else (a float, bool, list, null) is refused: its text would not be what was meant."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    raise TopologyError(f"{what} is {value!r}: expected a name (text)")
 
 
 UNKNOWN = "unknown"
@@ -272,6 +301,17 @@ class Topology:
     @classmethod
     def from_dict(cls, data: Any, source: str = "topology") -> "Topology":
         """Build from the YAML shape above; every problem raises :class:`TopologyError`."""
+        try:
+            return cls._from_dict(data, source)
+        except TopologyError:
+            raise
+        except (TypeError, ValueError, OverflowError) as exc:
+            # a backstop for shapes the checks below do not foresee: the user gets the file and
+            # the problem, not a traceback
+            raise TopologyError(f"{source}: malformed topology: {exc}") from exc
+
+    @classmethod
+    def _from_dict(cls, data: Any, source: str) -> "Topology":
         if not isinstance(data, dict):
             raise TopologyError(f"{source}: expected a mapping at the top level")
 
@@ -283,38 +323,53 @@ class Topology:
                 raise TopologyError(f"{source}: '{key}' must be a list of mappings")
             seen: set[str] = set()
             for n, e in enumerate(value):
-                if "name" not in e:
+                if e.get("name") is None:
                     raise TopologyError(f"{source}: {key}[{n}] has no 'name'")
-                if str(e["name"]) in seen:
-                    raise TopologyError(f"{source}: duplicate name {e['name']!r} in '{key}'")
-                seen.add(str(e["name"]))
+                name = _text(e["name"], f"{source}: the name of {key}[{n}]")
+                if name in seen:
+                    raise TopologyError(f"{source}: duplicate name {name!r} in '{key}'")
+                seen.add(name)
             return value
 
+        def index_of(entities: list[dict[str, Any]]) -> dict[str, int]:
+            return {_text(e["name"], "name"): i for i, e in enumerate(entities)}  # (entries checked them)
+
         def lookup(index: dict[str, int], name: Any, what: str, where: str) -> int:
-            if name not in index:
+            # by the same text as the definitions: `rack: 12` finds the rack named 12
+            key = None if name is None else _text(name, f"{source}: {where}: the {what} it refers to")
+            if key is None or key not in index:
                 raise TopologyError(f"{source}: {where} refers to unknown {what} {name!r}")
-            return index[name]
+            return index[key]
 
         rows = entries("rows")
-        row_index = {str(r["name"]): i for i, r in enumerate(rows)}
+        row_index = index_of(rows)
         racks = entries("racks")
-        rack_index = {str(r["name"]): i for i, r in enumerate(racks)}
+        rack_index = index_of(racks)
         nodes = entries("nodes")
-        node_index = {str(n["name"]): i for i, n in enumerate(nodes)}
+        node_index = index_of(nodes)
         gpus: list[str] = []
         gpu_node: list[int] = []
         gpu_idx: list[int] = []
         for i, n in enumerate(nodes):
             count = n.get("gpus", 8)
-            if not isinstance(count, int) or count < 0:
-                raise TopologyError(f"{source}: node {n['name']!r} has an invalid 'gpus' count")
+            # bool is an int to Python: `gpus: true` must not be one GPU
+            if isinstance(count, bool) or not isinstance(count, int) or not 0 <= count <= MAX_GPU_INDEX + 1:
+                raise TopologyError(f"{source}: node {n['name']!r} has an invalid 'gpus' count {count!r}: "
+                                    f"expected a whole number in 0..{MAX_GPU_INDEX + 1}")
             for g in range(count):
                 gpus.append(f"{n['name']}/gpu{g}")
                 gpu_node.append(i)
                 gpu_idx.append(g)
         gpu_index = {name: i for i, name in enumerate(gpus)}
         switches = entries("switches", required=False)
-        switch_index = {str(s["name"]): i for i, s in enumerate(switches)}
+        switch_index = index_of(switches)
+        switch_rail = []
+        for s in switches:
+            rail = s.get("rail", -1)  # -1: no rail (a spine)
+            if "rail" in s and (isinstance(rail, bool) or not isinstance(rail, int) or not 0 <= rail <= _RAIL_MAX):
+                raise TopologyError(f"{source}: switch {s['name']!r} has 'rail' {rail!r}: "
+                                    f"expected an integer in 0..{_RAIL_MAX} (or no 'rail')")
+            switch_rail.append(rail)
         links = entries("links", required=False)
         link_gpu, link_a, link_b, link_fec = [], [], [], []
         for k, link in enumerate(links):
@@ -325,37 +380,40 @@ class Topology:
                 raise TopologyError(f"{source}: {where} has fec_limit_ber {fec!r}: expected a BER in (0, 0.5)")
             link_fec.append(float(fec) if fec is not None else np.nan)
             link_b.append(lookup(switch_index, b, "switch", where))
-            if a in gpu_index:
+            if isinstance(a, str) and a in gpu_index:
                 link_gpu.append(gpu_index[a])
                 link_a.append(-1)
             else:
                 link_gpu.append(-1)
                 link_a.append(lookup(switch_index, a, "GPU or switch", where))
         jobs = entries("jobs", required=False)
-        job_nodes = [
-            _i32([lookup(node_index, nn, "node", f"job {j['name']!r}") for nn in j.get("nodes", [])])
-            for j in jobs
-        ]
+        job_nodes = []
+        for j in jobs:
+            members = j.get("nodes", [])
+            if not isinstance(members, list):  # a string would be walked letter by letter
+                raise TopologyError(f"{source}: job {j['name']!r} has 'nodes' {members!r}: expected a list of node names")
+            job_nodes.append(_i32([lookup(node_index, nn, "node", f"job {j['name']!r}") for nn in members]))
         kwargs: dict[str, Any] = dict(
-            cluster=str(data.get("cluster", "cluster")),
-            rows=[str(r["name"]) for r in rows],
-            row_loop=[str(r.get("cooling_loop", r["name"])) for r in rows],
-            racks=[str(r["name"]) for r in racks],
+            cluster=_text(data.get("cluster", "cluster"), f"{source}: 'cluster'"),
+            rows=list(row_index),
+            row_loop=[_text(r.get("cooling_loop", r["name"]), f"{source}: row {r['name']!r} cooling_loop")
+                      for r in rows],
+            racks=list(rack_index),
             rack_row=_i32([lookup(row_index, r.get("row"), "row", f"rack {r['name']!r}") for r in racks]),
-            nodes=[str(n["name"]) for n in nodes],
+            nodes=list(node_index),
             node_rack=_i32([lookup(rack_index, n.get("rack"), "rack", f"node {n['name']!r}") for n in nodes]),
             gpus=gpus,
             gpu_node=_i32(gpu_node),
             gpu_index=_i32(gpu_idx),
-            switches=[str(s["name"]) for s in switches],
-            switch_tier=[str(s.get("tier", "leaf")) for s in switches],
-            switch_rail=_i32([int(s.get("rail", -1)) for s in switches]),
-            links=[str(link["name"]) for link in links],
+            switches=list(switch_index),
+            switch_tier=[_text(s.get("tier", "leaf"), f"{source}: switch {s['name']!r} tier") for s in switches],
+            switch_rail=_i32(switch_rail),
+            links=list(index_of(links)),
             link_gpu=_i32(link_gpu),
             link_a_switch=_i32(link_a),
             link_b_switch=_i32(link_b),
             link_fec_limit=np.asarray(link_fec, dtype=np.float64),
-            jobs=[str(j["name"]) for j in jobs],
+            jobs=list(index_of(jobs)),
             job_nodes=job_nodes,
         )
         try:
@@ -376,6 +434,8 @@ class Topology:
             data = yaml.load(path.read_text(encoding="utf-8"), Loader=_Loader)
         except FileNotFoundError:
             raise TopologyError(f"{path}: no such topology file") from None
+        except _DuplicateKeyError as exc:
+            raise TopologyError(f"{path}: {exc.problem}") from None
         except yaml.YAMLError as exc:
             raise TopologyError(f"{path}: not valid YAML: {exc}") from None
         except UnicodeDecodeError:
@@ -414,5 +474,54 @@ def take_or(values: np.ndarray, index: np.ndarray, fill: int = -1) -> np.ndarray
     return out
 
 
-_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_SafeLoader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+# Keys whose values are names or references to names, kept as the text written
+_NAME_KEYS = frozenset({"name", "row", "rack", "a", "b", "cooling_loop", "tier", "cluster"})
+_NULL_TAG = "tag:yaml.org,2002:null"
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+
+
+class _DuplicateKeyError(yaml.constructor.ConstructorError):
+    """A key given twice in one mapping (``problem`` names it and both lines)."""
+
+
+def _written(node: yaml.Node) -> bool:
+    """Whether a node is a scalar YAML 1.1 would read as other than text or null (010 -> 8,
+    1.10 -> 1.1, no -> False, 2024-01-01 -> a date), whose source text is the name meant."""
+    return isinstance(node, yaml.ScalarNode) and node.tag not in (_NULL_TAG, "tag:yaml.org,2002:str")
+
+
+class _Loader(_SafeLoader):  # type: ignore[misc]  # (CSafeLoader has no stubs)
+    """The safe loader, but names stay as written (YAML 1.1 turns unquoted ``010`` into 8 and
+    ``1.10`` into 1.1, and every record for ``010/gpu0`` would then be an unknown entity) and a
+    repeated key is an error (YAML keeps the last value: a second ``nodes:`` block would drop the
+    first). Only name-like keys are kept as text: ``gpus``, ``rail`` and thresholds stay numbers."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        first_line: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            if key_node.tag == _MERGE_TAG:  # `<<: *base`: overridden keys are the point of it
+                continue
+            key = self.construct_object(key_node, deep=True)
+            line = key_node.start_mark.line + 1
+            try:
+                if key in first_line:
+                    raise _DuplicateKeyError(
+                        None, None, f"line {line}: key {key!r} given twice in one mapping "
+                        f"(first on line {first_line[key]}); YAML would keep only the last",
+                        key_node.start_mark)
+            except TypeError:  # an unhashable key: the base class reports it
+                continue
+            first_line[key] = line
+        mapping: dict[Any, Any] = super().construct_mapping(node, deep=deep)
+        for key_node, value_node in node.value:
+            key = key_node.value if isinstance(key_node, yaml.ScalarNode) else None
+            if key in _NAME_KEYS and _written(value_node):
+                mapping[key] = value_node.value
+            elif key == "nodes" and isinstance(value_node, yaml.SequenceNode) and any(
+                    _written(item) for item in value_node.value):  # a job's node list
+                mapping[key] = [item.value if _written(item) else self.construct_object(item, deep=True)
+                                for item in value_node.value]
+        return mapping
 _Dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)

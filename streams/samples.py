@@ -25,7 +25,7 @@ import numpy as np
 from foreshock.fields import field_names
 from foreshock.frames import Frame, in_time_order
 from foreshock.health import PipelineHealth
-from foreshock.topology import UNKNOWN, Topology
+from foreshock.topology import MAX_GPU_INDEX, UNKNOWN, Topology  # MAX_GPU_INDEX: re-exported here
 
 # Tokens real tools print for "no value": the source is telling us the value is absent, which
 # is not bad input (nvidia-smi prints several of these for every query on every GPU).
@@ -225,14 +225,6 @@ class BatchBuilder:
             np.frombuffer(self._entity, dtype=np.int32).copy() if len(self._entity) else np.empty(0, np.int32),
             columns,
         )
-
-
-MAX_GPU_INDEX = 1023
-"""The largest GPU index a parser accepts (dcgm's ``gpu`` label, nvidia-smi's ``index``); a larger
-one is counted as ``bad GPU index`` and its row left out. A topology derived from what a source
-reads lists every GPU of a host up to the largest index it read, so one garbled index (4294967295,
-a common "no index" sentinel) made a topology of billions of GPUs. DCGM handles 32 GPUs a host at
-most (``DCGM_MAX_NUM_DEVICES``, DCGM 2.0 on); this leaves room for any node to come."""
 
 
 def gpu_entity(host: str, index: int) -> str:

@@ -395,6 +395,24 @@ def test_slots_that_are_not_int32_values_are_rejected_not_cast(slots) -> None:
     assert ok.slot.tolist() == [7] and ok.slot.dtype == np.int32
 
 
+@pytest.mark.parametrize("slots", [
+    np.array([2**32 + 1]), np.array([-0.7]), np.array([0.9]), np.array([np.nan]), np.array([np.inf]),
+    [2**31], np.array([None], dtype=object), np.array(["a"]),
+])
+def test_frame_refuses_slots_that_are_not_int32_values_as_from_arrow_does(slots) -> None:
+    """A plain cast wrapped 2**32+1 to 1 and truncated -0.7 and 0.9 to 0: a bad row on a real GPU."""
+    with pytest.raises(FrameError, match="gpu frame: slot values that are not 32-bit integers"):
+        Frame("gpu", [1.0] * len(slots), slots, {})
+
+
+def test_frame_takes_whole_number_slots_of_any_type_and_int32_slots_as_they_are() -> None:
+    for slots in ([3, -1], np.array([3, -1], np.int64), np.array([3.0, -1.0]), []):
+        frame = Frame("gpu", [1.0] * len(slots), slots, {})
+        assert frame.slot.dtype == np.int32 and frame.slot.tolist() == list(slots)
+    slots32 = np.array([5, 6], np.int32)
+    assert np.shares_memory(Frame("gpu", [1.0, 2.0], slots32, {}).slot, slots32)  # the hot path: no copy
+
+
 # ---- the input guard's column scan against the per-column reference it replaced -------------
 def _reference_guard_columns(columns: dict[str, np.ndarray], slots: np.ndarray,
                              valid: dict[str, tuple[float, float]]) -> tuple[dict[str, np.ndarray], int, int,
