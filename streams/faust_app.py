@@ -280,7 +280,27 @@ class ForeshockWorker:
         async def open_checkpoint_reader() -> None:
             await self._reader()
 
+        async def on_shutdown(sender: Any, **kwargs: Any) -> None:
+            await self.close_readers()
+
+        # sent by the app's on_stop once its consumer has stopped: faust knows nothing of the
+        # clients outside the group, which were left open (connections, fetch tasks, warnings)
+        app.on_before_shutdown.connect(on_shutdown)  # type: ignore[arg-type]
+
         return app
+
+    async def close_readers(self) -> None:
+        """Stop the consumers outside the group (checkpoints, ``external.events``) and close the
+        topic-ID admin client: at a worker's shutdown, after the handlers that use them."""
+        async with self.lock:
+            await self._stop_external_reader()
+            reader, self._ckpt_reader = self._ckpt_reader, None
+            if reader is not None:
+                try:
+                    await reader.stop()
+                except Exception as exc:  # only a consumer outside the group: nothing to hand over
+                    log.warning("stopping the checkpoint reader: %s: %s", type(exc).__name__, exc)
+            await asyncio.to_thread(self.topic_ids.close)
 
     # ---- checkpoints -------------------------------------------------------------------
     async def _consumer(self, name: str, patience_s: float | None = None) -> AIOKafkaConsumer:
@@ -554,8 +574,13 @@ class ForeshockWorker:
                 await self._send(self.findings_topic, key=str(partition).encode(), value=value, headers=headers,
                                  partition=0)
             if result.findings_message is not None:  # in parts where it would pass the topic's message size
-                for findings in split_findings(result.findings_message):
+                messages, cut_reports = split_findings(result.findings_message)
+                for findings in messages:
                     await self._send(self.findings_topic, key=str(partition).encode(), value=findings, partition=0)
+                if cut_reports:  # findings lost to the message size: counted per report, the record kept
+                    for detail in cut_reports:
+                        self.health.problem("worker", "findings_too_large", detail=f"partition {partition}: {detail}")
+                    await self.dead_letter(message, "findings_too_large", "; ".join(cut_reports), "detect")
                 self.counts["pieces"] += result.pieces
                 self.counts["records"] += 1
             self.held.setdefault(partition, []).append(event)

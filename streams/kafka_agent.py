@@ -144,15 +144,25 @@ class FramePublisher:
             delivery_timeout_ms=int(delivery_timeout_s * 1000), request_timeout_ms=30_000,
             max_block_ms=int(delivery_timeout_s * 1000), retry_backoff_ms=200)
         if publish_topology:
-            self.producer.send(self.topics.topology, key=b"topology", value=topology_to_bytes(topology)).get(timeout=30)
+            try:
+                self.producer.send(self.topics.topology, key=b"topology",
+                                   value=topology_to_bytes(topology)).get(timeout=30)
+            except BaseException:
+                # no publisher is returned for run_agent to close: the producer (its I/O thread
+                # and connections) is closed here, without waiting for a broker that failed it
+                self._force_close_producer()
+                raise
         self._lingerer: threading.Thread | None = None
         if self.linger_s > 0:
             self._lingerer = threading.Thread(target=self._linger_loop, name="foreshock-agent-linger", daemon=True)
             self._lingerer.start()
 
     def publish(self, frame: Frame) -> int:
-        """Queue one frame's pieces; returns the frame's sequence number."""
+        """Queue one frame's pieces; returns the frame's sequence number. A bundle whose send
+        fails (its pieces counted) does not keep the frame's other pieces from being queued and
+        sent: the first error is raised once the whole frame was."""
         now = time.monotonic()
+        error: Exception | None = None
         with self._lock:
             self._seq += 1
             seq = self._seq
@@ -160,10 +170,15 @@ class FramePublisher:
             for index, (partition, piece) in enumerate(pieces):
                 builder = self._pending.setdefault(partition, BundleBuilder())
                 for entries in builder.add((seq, index, len(pieces), piece), now):
-                    self._send(partition, entries)
+                    try:
+                        self._send(partition, entries)
+                    except Exception as exc:
+                        error = error or exc
             self.stats.frames += 1
             self.stats.samples += len(frame)
             self.stats.by_kind[frame.kind] = self.stats.by_kind.get(frame.kind, 0) + len(frame)
+            if error is not None:
+                raise error
             if self.linger_s == 0:
                 self._send_waiting()
         return seq
@@ -303,9 +318,17 @@ class FramePublisher:
             messages, pieces = self.in_flight()
             log.warning("agent: closing with %d message(s), %d piece(s) the broker has not taken (%s: %s): "
                         "counted as send_failed", messages, pieces, type(exc).__name__, exc)
-        # kafka-python's close() flushes before anything else, and a flush that times out raises:
-        # its I/O thread would go on running and its batches never fail. Its own force close
-        # (what close() does once a graceful close timed out) fails them, their errbacks count them
+        self._force_close_producer()
+        with self._delivery:  # what no errback settled: counted here, and a late errback counts nothing
+            left, self._in_flight, self._in_flight_bytes = list(self._in_flight.values()), {}, 0
+        self._count_failed(sum(pieces for _, pieces in left),
+                           f"{len(left)} message(s) not delivered within {timeout_s:.0f} s of closing")
+
+    def _force_close_producer(self) -> None:
+        """Close the producer without waiting for the broker. kafka-python's close() flushes before
+        anything else, and a flush that times out raises: its I/O thread would go on running and
+        its batches never fail. Its own force close (what close() does once a graceful close timed
+        out) fails them, their errbacks count them."""
         sender = getattr(self.producer, "_sender", None)
         if sender is not None and hasattr(sender, "force_close"):
             sender.force_close()
@@ -314,10 +337,6 @@ class FramePublisher:
             self.producer.close(timeout=0)
         except Exception as exc:
             log.warning("agent: the Kafka producer did not close: %s: %s", type(exc).__name__, exc)
-        with self._delivery:  # what no errback settled: counted here, and a late errback counts nothing
-            left, self._in_flight, self._in_flight_bytes = list(self._in_flight.values()), {}, 0
-        self._count_failed(sum(pieces for _, pieces in left),
-                           f"{len(left)} message(s) not delivered within {timeout_s:.0f} s of closing")
 
 
 def run_agent(settings: KafkaSettings, frames: Iterable[Frame], topology: Topology | Callable[[], Topology | None],

@@ -851,28 +851,53 @@ def _findings_json(data: Any) -> bytes:
 FINDINGS_MAX_BYTES = BUNDLE_MAX_MESSAGE_BYTES - MESSAGE_FRAMING_BYTES
 
 
-def split_findings(value: bytes, max_bytes: int = FINDINGS_MAX_BYTES) -> list[bytes]:
+def split_findings(value: bytes, max_bytes: int = FINDINGS_MAX_BYTES) -> tuple[list[bytes], list[str]]:
     """An :func:`encode_findings` message as messages of at most ``max_bytes`` each (the findings
     topic refuses larger ones; a bundle where every row yields a finding makes ~27 MB): each
     holds some of its piece reports, in order, under the same envelope; a consumer reads them
     as it reads any findings message. One report is never split (its piece's identity is what
-    consumers drop repeats by): a report alone larger than ``max_bytes`` goes as it is."""
+    consumers drop repeats by): a report alone larger than ``max_bytes`` keeps the findings that
+    fit and loses the others (thousands of GPUs of one piece all predicted at once, or a finding
+    with a reason of megabytes). Sent whole, the topic refused it, the worker ended, and its
+    restart met the same record, for good. Returns the messages and, for each report cut short,
+    what it lost (for the caller to count and dead-letter its record)."""
     if len(value) <= max_bytes:
-        return [value]
+        return [value], []
     data = json.loads(value)
-    pieces = [_findings_json(piece) for piece in data.pop("pieces")]
+    reports = data.pop("pieces")
     head = _findings_json({**data, "pieces": []})[:-2]  # up to the reports' "[" (the last key)
+    envelope = len(head) + 2
     out: list[bytes] = []
+    cut: list[str] = []
     group: list[bytes] = []
-    size = len(head) + 2
-    for piece in pieces:
+    size = envelope
+    for report in reports:
+        piece = _findings_json(report)
+        if envelope + len(piece) > max_bytes:
+            piece, lost = _trimmed_report(report, max_bytes - envelope)
+            cut.append(f"{report['agent']} frame {report['seq']} part {report['part']}: {lost} of "
+                       f"{len(report['findings'])} findings left out, past the findings topic's message size")
         if group and size + len(piece) + 1 > max_bytes:  # (and its comma)
             out.append(head + b",".join(group) + b"]}")
-            group, size = [], len(head) + 2
+            group, size = [], envelope
         group.append(piece)
         size += len(piece) + 1
     out.append(head + b",".join(group) + b"]}")
-    return out
+    return out, cut
+
+
+def _trimmed_report(report: dict[str, Any], max_bytes: int) -> tuple[bytes, int]:
+    """A piece report with only the findings that fit in ``max_bytes``, in order (one too large
+    alone is skipped, not those after it); and how many it lost."""
+    findings = report["findings"]
+    size = len(_findings_json({**report, "findings": []}))
+    kept = []
+    for finding in findings:
+        length = len(_findings_json(finding)) + 1  # (and its comma)
+        if size + length <= max_bytes:
+            kept.append(finding)
+            size += length
+    return _findings_json({**report, "findings": kept}), len(findings) - len(kept)
 
 
 def encode_telemetry(agent: str, sent: float, pieces: Sequence[BundleEntry],

@@ -279,3 +279,60 @@ def test_the_agent_command_with_the_broker_away_at_the_end_prints_its_summary_an
     summary = json.loads(next(line for line in result.output.splitlines() if line.startswith("{")))
     assert summary["send_failed"] == summary["pieces"] > 0 and summary["backlog_dropped"] == 0
     assert broker_gone and all(p._closed for p in broker_gone)
+
+
+def test_a_publisher_whose_topology_send_fails_closes_its_producer(broker_gone: list, monkeypatch: pytest.MonkeyPatch,
+                                                                   small_topology: Any) -> None:
+    """The broker went away between ensure_topics and the topology's send: the send raised out of
+    FramePublisher's constructor, run_agent had no publisher to close, and the producer's I/O
+    thread and connections stayed behind."""
+    import kafka
+
+    real_send = kafka.KafkaProducer.send
+
+    class TimedOut:
+        def get(self, timeout: float | None = None) -> None:
+            raise KafkaTimeoutError(f"Timeout after waiting for {timeout} secs.")
+
+    def send_that_times_out(self: Any, topic: str, **kwargs: Any) -> TimedOut:
+        # a message waits in the producer, undelivered (on the topic its metadata was given)
+        real_send(self, "t.telemetry.frames", partition=0, **kwargs)
+        return TimedOut()
+
+    monkeypatch.setattr(kafka.KafkaProducer, "send", send_that_times_out)
+    monkeypatch.setattr(kafka_agent, "check_broker", lambda settings: None)
+    with pytest.raises(KafkaTimeoutError):
+        kafka_agent.run_agent(KafkaSettings(CLOSED_PORT), [gpu_frame(small_topology)], small_topology,
+                              Topics("t.", 8), "agent-t", linger_ms=0)
+    (producer,) = broker_gone
+    assert producer._closed and not producer._sender.is_alive()
+
+
+class FirstSendRefusingProducer(FakeProducer):
+    def send(self, *args: Any, **kwargs: Any) -> Future:
+        if not self.futures and not getattr(self, "refused", False):
+            self.refused = True
+            raise KafkaTimeoutError("Failed to update metadata after 120.0 secs.")
+        return super().send(*args, **kwargs)
+
+
+def test_a_send_failing_mid_frame_still_queues_and_counts_the_frame_s_other_pieces(
+        no_broker: None, monkeypatch: pytest.MonkeyPatch, small_topology: Any) -> None:
+    """A frame with more than a bundle of rows for one partition sends bundles while it is queued:
+    when one of those sends raised, the frame's later pieces were neither queued nor counted as
+    failed, and the summary did not show them. Now each failed send counts its own pieces, the
+    rest of the frame is queued (sent at close), and the error is raised after."""
+    from functools import partial
+
+    from foreshock.streams.kafka_codec import BundleBuilder
+
+    monkeypatch.setattr(kafka_agent, "BundleBuilder", partial(BundleBuilder, max_bytes=1))  # a bundle a piece
+    pub = publisher(monkeypatch, small_topology, producer=FirstSendRefusingProducer, linger_ms=1000)
+    frame = gpu_frame(small_topology)
+    pieces = len(pub.pmap.messages(frame))
+    assert pieces >= 2
+    with pytest.raises(KafkaTimeoutError):
+        pub.publish(frame)
+    pub.close(timeout_s=0.1)
+    assert pub.stats.pieces == pieces and pub.stats.failed == 1 and pub.stats.frames == 1
+    assert len(pub.producer.futures) == pieces - 1

@@ -27,7 +27,7 @@ from faust.exceptions import ProducerSendError
 from kafka_support import kafka_settings  # noqa: F401
 from test_kafka_poison_records import TOPICS, _event, _Stream, _Topic, _worker
 
-from foreshock.findings import Anomaly
+from foreshock.findings import Anomaly, Prediction
 from foreshock.frames import Frame
 from foreshock.streams.kafka_codec import (MAX_BUNDLE_BYTES, PartitionMap, PieceInfo, PieceReport, decode_bundle,
                                            decode_findings, encode_bundle, encode_findings, headers_dict,
@@ -304,14 +304,61 @@ def test_split_findings_keeps_small_messages_and_each_report_whole() -> None:
     from foreshock.streams.kafka_codec import split_findings
 
     small = encode_findings(_reports(3, 10), 0, 1)
-    assert split_findings(small) == [small]
+    assert split_findings(small) == ([small], [])
     message = encode_findings(_reports(40, 1000), 2, 7, "w")
-    parts = split_findings(message, max_bytes=5000)
-    assert len(parts) > 5 and all(len(p) <= 5000 for p in parts)
+    parts, cut = split_findings(message, max_bytes=5000)
+    assert len(parts) > 5 and all(len(p) <= 5000 for p in parts) and cut == []
     assert [m for p in parts for m in decode_findings(p)] == decode_findings(message)
-    # a report alone past the bound goes as it is (its piece's identity is not split)
-    (alone,) = split_findings(encode_findings(_reports(1, 9000), 0, 1), max_bytes=5000)
-    assert len(decode_findings(alone)) == 1
+    # a report alone past the bound is not split (its piece's identity): it keeps what fits
+    ((alone,), cut) = split_findings(encode_findings(_reports(1, 9000), 0, 1), max_bytes=5000)
+    assert len(alone) <= 5000 and len(decode_findings(alone)) == 1 and len(cut) == 1
+
+
+def _storm_report(seq: int, findings: int, reason_bytes: int = 60) -> PieceReport:
+    """One piece's report where every GPU of the piece is predicted at once."""
+    return PieceReport(PieceInfo("a#1", seq, 0, 1, 5.0), 1.7e9, findings,
+                       [Prediction(1.7e9, "gpu", slot, "thermal_throttle", 40.0, 0.9, "thermal_forecast",
+                                   "r" * reason_bytes) for slot in range(findings)])
+
+
+def test_a_piece_report_alone_past_the_topic_s_limit_keeps_what_fits_and_the_worker_goes_on(
+        tmp_path: Path, monkeypatch, small_topology: Topology) -> None:
+    """A piece whose own report passed the findings topic's message size (4,681 GPU rows, a piece's
+    most, each with a few findings of long reasons; or one finding with a reason of megabytes)
+    was sent whole: refused, the next checkpoint raised, the worker ended, and its restart met
+    the same record, for good. Now the report keeps the findings that fit, the rest are counted
+    and the record goes to the dead letters; the worker checkpoints past it."""
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
+    from foreshock.streams.kafka_worker import BundleResult
+
+    storm, small = _storm_report(1, 60_000, 200), _storm_report(2, 3)
+    huge_reason = _storm_report(3, 1, BUNDLE_MAX_MESSAGE_BYTES)
+    message = encode_findings([storm, small, huge_reason], 0, 9, "w")
+    sent: list[Any] = []
+    worker, _, exits = _worker(small_topology, findings_topic=_SizedTopic("findings_topic", sent),
+                               deadletter_topic=_SizedTopic("deadletter_topic", sent),
+                               checkpoint_topic=_Topic("checkpoint_topic", sent))
+    _quiet(worker)
+    worker.detection.load(0, None)
+    worker.detection.process = lambda *args: BundleResult(findings_message=message, pieces=3, rows=60_004)
+    stream = _Stream()
+
+    async def run() -> None:
+        await worker.handle(worker.on_piece, stream, _event(TOPICS.frames, 9, b"frames record", []))
+        await worker.checkpoint_partition(stream, 0)  # raised: the findings message was refused
+
+    asyncio.run(run())
+    assert exits == [] and worker.counts["checkpoints"] >= 1
+    values = [v for name, v, _ in sent if name == "findings_topic"]
+    assert all(len(v) <= BUNDLE_MAX_MESSAGE_BYTES - 32 * 1024 for v in values)
+    read = [m for v in values for m in decode_findings(v)]
+    assert [m.seq for m in read] == [1, 2, 3]  # every piece still reported, once, in order
+    assert 0 < len(read[0].findings) < 60_000 and read[0].findings == storm.findings[:len(read[0].findings)]
+    assert read[1].findings == small.findings and read[2].findings == []
+    assert worker.health.problems[("worker", "findings_too_large")] == 2
+    ((value, headers),) = [(v, h) for name, v, h in sent if name == "deadletter_topic"]
+    assert value == b"frames record" and dict(headers)["foreshock-reason-code"] == b"findings_too_large"
+    worker.remove_data_dir()
 
 
 # ---- R7.2: a revoked incident stage is checkpointed -------------------------------------------------
@@ -337,3 +384,36 @@ def test_a_revoked_incident_stage_is_checkpointed_without_acks(tmp_path: Path, m
     assert not worker.incidents_loaded and worker.held_incidents == []
     worker.remove_data_dir()
 
+
+
+# ---- clients outside the group closed at a worker's shutdown -----------------------------------------
+class _Reader:
+    def __init__(self) -> None:
+        self.stopped = False
+
+    async def stop(self) -> None:
+        self.stopped = True
+
+
+class _Admin:
+    def __init__(self) -> None:
+        self.closed = False
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_a_worker_s_shutdown_closes_its_readers_and_topic_id_client(tmp_path: Path, monkeypatch,
+                                                                    small_topology: Topology) -> None:
+    """faust stops what it made (its consumer, producer, agents); the checkpoint reader, the
+    external.events reader and the topic-ID admin client were left open at every normal stop:
+    their connections and fetch tasks ("Unclosed AIOKafkaConsumer")."""
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
+    worker, _, exits = _worker(small_topology)
+    checkpoints, external, admin = _Reader(), _Reader(), _Admin()
+    worker._ckpt_reader, worker._external_reader, worker.topic_ids._admin = checkpoints, external, admin
+
+    asyncio.run(worker.app.on_stop())  # what the faust worker runs at SIGTERM, once its consumer stopped
+    assert checkpoints.stopped and external.stopped and admin.closed and exits == []
+    assert worker._ckpt_reader is None and worker._external_reader is None and worker.topic_ids._admin is None
+    worker.remove_data_dir()
