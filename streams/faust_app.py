@@ -150,6 +150,15 @@ def _raw_topic(app: faust.App, name: str, partitions: int | None = None) -> Any:
                      partitions=partitions)
 
 
+async def _stop_reader(reader: AIOKafkaConsumer | None, what: str) -> None:
+    """Stop a consumer outside the group (``what`` names it in a warning if it fails)."""
+    if reader is not None:
+        try:
+            await reader.stop()
+        except Exception as exc:  # only a consumer outside the group: nothing to hand over
+            log.warning("stopping the %s reader: %s: %s", what, type(exc).__name__, exc)
+
+
 class ForeshockWorker:
     """Holds the stages and the plumbing; the faust agents call into it."""
 
@@ -295,11 +304,7 @@ class ForeshockWorker:
         async with self.lock:
             await self._stop_external_reader()
             reader, self._ckpt_reader = self._ckpt_reader, None
-            if reader is not None:
-                try:
-                    await reader.stop()
-                except Exception as exc:  # only a consumer outside the group: nothing to hand over
-                    log.warning("stopping the checkpoint reader: %s: %s", type(exc).__name__, exc)
+            await _stop_reader(reader, "checkpoint")
             await asyncio.to_thread(self.topic_ids.close)
 
     # ---- checkpoints -------------------------------------------------------------------
@@ -627,11 +632,7 @@ class ForeshockWorker:
 
     async def _stop_external_reader(self) -> None:
         reader, self._external_reader = self._external_reader, None
-        if reader is not None:
-            try:
-                await reader.stop()
-            except Exception as exc:  # only a consumer outside the group: nothing to hand over
-                log.warning("stopping the external.events reader: %s: %s", type(exc).__name__, exc)
+        await _stop_reader(reader, "external.events")
 
     async def poll_external(self) -> None:
         """Hand the incident stage the external events published since the last call (without

@@ -206,7 +206,8 @@ def test_forwarded_telemetry_of_a_crafted_record_goes_in_messages_the_topic_take
     for piece, (_, _, _, frame) in zip(forwarded, entries):
         assert piece.frame is not None
         np.testing.assert_array_equal(piece.frame.columns["gpu_temp"], frame.columns["gpu_temp"])
-    assert not worker.health.problems
+    # nothing counted but what the random values are: XID codes between 0 and 1, never whole
+    assert set(worker.health.problems) <= {("store", "XID code not a whole number: not counted")}
     worker.remove_data_dir()
 
 
