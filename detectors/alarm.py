@@ -76,10 +76,11 @@ def withdraw_silent(state: np.ndarray, count: int, last_ts: np.ndarray, now: flo
     return slots, blocks
 
 
-def silent_reason(silent_for_s: float) -> str:
-    """The reason of a prediction withdrawn by :func:`withdraw_silent`."""
-    return (f"no report for {silent_for_s / 60:.0f} min: withdrawn as no longer reporting; not a recovery "
-            f"(its exporter hung, its host down, or the GPU fell off the bus)")
+def silent_reason(silent_for_s: float,
+                  why: str = "its exporter hung, its host down, or the GPU fell off the bus") -> str:
+    """The reason of a prediction withdrawn by :func:`withdraw_silent`; ``why``: what can have
+    silenced the entity (a GPU's causes by default)."""
+    return f"no report for {silent_for_s / 60:.0f} min: withdrawn as no longer reporting; not a recovery ({why})"
 
 
 @inline

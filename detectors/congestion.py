@@ -62,10 +62,12 @@ from foreshock.numba_config import jit
 from foreshock.remap import Remap
 from foreshock.topology import Topology, take_or
 
-from .alarm import A_ACTIVE, CODE_START, CODE_WITHDRAW, alarm_step, alarm_withdraw, new_alarm_columns
+from .alarm import (A_ACTIVE, A_ON, CODE_START, CODE_WITHDRAW, alarm_step, alarm_withdraw, new_alarm_columns,
+                    silent_reason, withdraw_silent)
 from .base import Detector, resolve_params
-from .counters import (EVENTS_MAX_PER_S, LINK_DOWNS_MAX_PER_S, MAX_PORT_RATE_BPS, STAMP_SLACK, TIME_MAX_PER_S,
-                       CounterRates, modulus_for_bits, report_problems, with_counter_pace_and_drop)
+from .counters import (EVENTS_MAX_PER_S, LINK_DOWNS_MAX_PER_S, MAX_PORT_RATE_BPS, SATURATED_AT, STAMP_SLACK,
+                       TIME_MAX_PER_S, CounterRates, modulus_for_bits, report_problems, with_counter_pace_and_drop)
+from .gpu_inputs import frame_now
 
 COUNTERS = ("xmit_wait", "pfc_pause_duration", "ecn_marked", "cnp_sent", "link_downed")
 C_WAIT, C_PAUSE, C_ECN, C_CNP, C_DOWNED = range(len(COUNTERS))
@@ -97,7 +99,8 @@ RELATIONS = (
     "same node: PXN moved its traffic to this NIC",
 )
 
-# per-row outputs of the kernel
+# per-row outputs of the kernel (R_ON_LEAF/R_ON_NODE: the counts as of the row itself; a finding's
+# text counts as of all the rows of its stamp: CongestionDetector._congested_nearby)
 R_SCORE, R_WAIT, R_PAUSE, R_ECN, R_CODE, R_DOWN, R_ON_LEAF, R_ON_NODE = range(8)
 R_SIZE = 8
 # per-link state columns (besides the alarm): last known rate and state, the last two times
@@ -135,11 +138,11 @@ def _congestion_kernel(ts: np.ndarray, slot: np.ndarray, rate: np.ndarray, delta
     """Score every row, advance each port's alarm, note links going down and coming back.
 
     rate/delta (rows, COUNTERS); gauges (rows, 2) = [link_state, link_rate];
-    state = (link (links, L_SIZE), alarm (links, A_SIZE), congested ports per group); groups
-    (links, 2) = the port's leaf group and node group (indices into the per-group counts,
-    -1 for none). Everything is updated in place; out (rows, R_SIZE).
+    state = (link (links, L_SIZE), alarm (links, A_SIZE), congested ports per group, the time each
+    link was last scored (links,)); groups (links, 2) = the port's leaf group and node group
+    (indices into the per-group counts, -1 for none). Everything is updated in place; out (rows, R_SIZE).
     """
-    link, alarm, per_group = state
+    link, alarm, per_group, heard = state
     n_links = link.shape[0]
     for i in range(len(ts)):
         for c in range(R_SIZE):
@@ -171,6 +174,9 @@ def _congestion_kernel(ts: np.ndarray, slot: np.ndarray, rate: np.ndarray, delta
             # it was flagged for is over (left held, it stayed "congested" for as long as the port
             # was down and counted as a congested neighbour of every port of its leaf and node)
             if alarm[s, A_ACTIVE] != 1.0:
+                # nor do firing samples from before it went down count towards a start after it
+                # comes back (with on_count > 1, two before an hour down and one after had started one)
+                alarm[s, A_ON] = 0.0
                 continue
             code = alarm_withdraw(alarm, s, 0, t)
         else:
@@ -190,6 +196,7 @@ def _congestion_kernel(ts: np.ndarray, slot: np.ndarray, rate: np.ndarray, delta
             out[i, R_SCORE] = score
             if score != score:
                 continue  # no rate yet (first sample, missing counters): no decision either way
+            heard[s] = t  # (a port not scored for long is withdrawn as silent: CongestionDetector.silent_s)
             firing = score >= 1.0
             clear = score < params[P_CLEAR]
             code = alarm_step(alarm, s, 0, t, firing, clear, params[P_ON], params[P_OFF_HOLD], params[P_REFRESH])
@@ -208,7 +215,8 @@ class CongestionDetector(Detector):
     """Congested ports (xmit_wait, PFC, ECN/CNP), spreading vs hot port, rerouting cause."""
 
     slot_kinds: ClassVar[Mapping[str, str]] = {name: "link" for name in (
-        "s_counter_state", "s_counter_resets", "s_counter_rate", "s_counter_drop", "s_link", "s_alarm", "s_cause")}
+        "s_counter_state", "s_counter_resets", "s_counter_rate", "s_counter_drop", "s_link", "s_alarm", "s_cause",
+        "s_heard")}
     name: ClassVar[str] = "congestion"
     kinds: ClassVar[tuple[str, ...]] = ("link",)
 
@@ -232,6 +240,7 @@ class CongestionDetector(Detector):
         self.s_counter_rate, self.s_counter_drop = self.counters.s_rate, self.counters.s_drop
         self.s_link = np.full((n, L_SIZE), np.nan)
         self.s_alarm = new_alarm_columns(n, 1)
+        self.s_heard = np.full(n, np.nan)  # when each link was last scored (NaN: never)
         # topology relations, resolved once
         t = topology
         gpu = t.link_gpu
@@ -254,20 +263,95 @@ class CongestionDetector(Detector):
         if frame.kind != "link" or len(frame) == 0:
             return []
         cols = frame.columns
-        delta, rate, problems = self.counters.update(frame.ts, frame.slot, np.stack([cols[c] for c in COUNTERS], axis=1))
+        raw = np.stack([cols[c] for c in COUNTERS], axis=1)
+        delta, rate, problems = self.counters.update(frame.ts, frame.slot, raw)
         report_problems(self.health, self.name, problems)
+        # a port whose xmit_wait stopped at 2**32-1 (its rate unknown: counters.SATURATED_AT) is not
+        # scored: its other signals (often none but ECN counts on InfiniBand) would clear a congestion
+        # they never showed. Unscored, it is withdrawn once silent_s has passed, saying why.
+        stuck = (raw[:, C_WAIT] == SATURATED_AT) & np.isnan(rate[:, C_WAIT])
+        if stuck.any():
+            rate[stuck] = np.nan  # (delta stays: link_downed still tells a port going down)
         gauges = np.ascontiguousarray(np.stack([cols["link_state"], cols["link_rate"]], axis=1))
         out = np.empty((len(frame), R_SIZE))
-        state = (self.s_link, self.s_alarm, self.s_congested_per_group)
+        state = (self.s_link, self.s_alarm, self.s_congested_per_group, self.s_heard)
         _congestion_kernel(frame.ts, frame.slot, rate, delta, gauges, state, self._groups, self.params, out)
+        silent = self._withdraw_silent(frame.ts)
         rows = np.flatnonzero(out[:, R_CODE] != 0)
-        return [self._finding(frame, int(r), out[r]) for r in rows]
+        nearby = self._congested_nearby(frame, out, rows)
+        return [self._finding(frame, int(r), out[r], nearby[k]) for k, r in enumerate(rows)] + silent
+
+    def silent_s(self) -> float:
+        """How long a congested port may go unscored (no rows, rows with no counters, or its xmit_wait
+        stuck at 2**32-1) before it is withdrawn: two refreshes and the clear hold (150 s by default).
+        A port that reports is refreshed while it fires and withdrawn after off_hold_s once it clears,
+        by its own rows, well within it; it is 5 polls at the 30-s collect interval (FACTS), so jitter
+        or a dropped scrape does not come near it, and the link_congested gauge and the per-leaf
+        counts no longer hold a port nothing speaks for (a silent one held for ever, and made later
+        unrelated ports of its leaf "spreading")."""
+        return float(2.0 * self.params[P_REFRESH] + self.params[P_OFF_HOLD])
+
+    def _withdraw_silent(self, ts: np.ndarray) -> list[Finding]:
+        """Withdraw each congested port not scored for :meth:`silent_s` before the frame's time
+        (:func:`~.alarm.withdraw_silent`, one pass per frame), uncount it from its leaf and node, and
+        say why: its xmit_wait stuck at 2**32-1, or no report."""
+        stamps = ts[np.isfinite(ts)]
+        if not len(stamps):
+            return []
+        silent_s = self.silent_s()
+        now = frame_now(stamps, silent_s)
+        slots, _ = withdraw_silent(self.s_alarm, 1, self.s_heard, now, silent_s)
+        for k in range(self._groups.shape[1]):
+            group = self._groups[slots, k]
+            np.subtract.at(self.s_congested_per_group, group[group >= 0], 1.0)
+        found: list[Finding] = []
+        for port in slots.tolist():
+            since = now - float(self.s_heard[port])
+            if self.counters.s_state[port, C_WAIT, 0] == SATURATED_AT:
+                why = (f"xmit_wait saturated at 2**32-1 for {since / 60:.0f} min, its rate unknown: "
+                       f"clear the counters (perfquery -x -R); withdrawn, not a recovery")
+            else:
+                why = silent_reason(since, "its exporter hung, its switch or host down, or its counters missing")
+            found.append(Prediction(ts=now, entity_kind="link", slot=port, event="congestion", eta_s=0.0,
+                                    confidence=1.0, detector=self.name, active=False,
+                                    reason=f"congestion on {self.topology.links[port]} withdrawn: {why}"))
+        return found
+
+    def _congested_nearby(self, frame: Frame, out: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        """(rows, 2): congested ports on each emitting row's leaf and node once every row of the frame
+        stamped no later than it is scored (1: the port has none). Ports starting in one scrape
+        are scored one after another: counted as of each row, the first of four said "one hot
+        port" and the last "spreading over 4". Ports withdrawn as silent in the frame do not count."""
+        ts, code = frame.ts[rows], out[rows, R_CODE]
+        ports = frame.slot[rows].astype(np.int64)
+        change = np.where(code == CODE_START, 1.0, np.where(code == CODE_WITHDRAW, -1.0, 0.0))
+        nearby = np.ones((len(rows), 2))
+        for when in np.unique(ts):
+            counts = self.s_congested_per_group.copy()  # after the whole frame: take back what came later
+            later = (ts > when) & (change != 0)
+            for k in range(self._groups.shape[1]):
+                group = self._groups[ports[later], k]
+                np.subtract.at(counts, group[group >= 0], change[later][group >= 0])
+            mine = ts == when
+            group = self._groups[ports[mine]]
+            nearby[mine] = np.where(group >= 0, counts[np.maximum(group, 0)], 1.0)
+        return nearby
 
     def upgrade_state(self, state: dict[str, Any]) -> dict[str, Any]:
         """A state saved before the counters' pace was kept (no ``s_counter_rate``) knows none: each
         counter's next decrease is read as a reset, as it was then. One saved before the value
-        before a low reading was kept (no ``s_counter_drop``) has none pending."""
-        return with_counter_pace_and_drop(state, "s_counter_state", "s_counter_rate", "s_counter_drop")
+        before a low reading was kept (no ``s_counter_drop``) has none pending. One saved before
+        the last time each link was scored was kept (no ``s_heard``) takes the last time any of its
+        counters was read (a reading after the first is scored): never, a congested port would be
+        withdrawn as silent at the first frame after the restore."""
+        state = with_counter_pace_and_drop(state, "s_counter_state", "s_counter_rate", "s_counter_drop")
+        counters = state.get("s_counter_state")
+        if "s_heard" not in state and counters is not None and np.ndim(counters) == 3:
+            read = np.asarray(counters, dtype=np.float64)[:, :, 1]
+            heard = np.full(len(read), np.nan)
+            np.fmax.reduce(read, axis=1, out=heard)  # (NaN only where none was ever read)
+            state = {**state, "s_heard": heard}
+        return state
 
     def remap_state(self, state: dict[str, Any], remap: Remap) -> dict[str, Any]:
         """Rows follow their links; the blamed link is a slot value, renumbered; the per-leaf and
@@ -288,7 +372,7 @@ class CongestionDetector(Detector):
         return counts
 
     # ---- explanation ---------------------------------------------------------------------------
-    def _finding(self, frame: Frame, row: int, rec: np.ndarray) -> Prediction:
+    def _finding(self, frame: Frame, row: int, rec: np.ndarray, nearby: np.ndarray) -> Prediction:
         ts, port = float(frame.ts[row]), int(frame.slot[row])
         code = int(rec[R_CODE])
         links = self.topology.links
@@ -298,7 +382,7 @@ class CongestionDetector(Detector):
                               + (": the port is down and carries nothing" if self._down(port) else ""), active=False)
         signals = (f"xmit_wait {rec[R_WAIT]:.2%} of time, PFC pause {rec[R_PAUSE]:.2%}, "
                    f"ECN/CNP {rec[R_ECN]:.3g}/s")
-        spread = self._spread(port, int(rec[R_ON_LEAF]), int(rec[R_ON_NODE]))
+        spread = self._spread(port, int(nearby[0]), int(nearby[1]))
         cause = self._cause(port, ts, running=code != CODE_START)
         reason = f"congestion on {links[port]} ({signals}); {spread}"
         if cause:

@@ -51,6 +51,7 @@ time). So a decrease, read as a reset or as a wrap, keeps the value before it, i
 pace and which of the two it was read as (``s_drop``) for the next reading, which decides::
 
     glitch  if  value >= before  and  value - before <= bound * (t - t_before)
+                and  t - t_low <= PACE_SLACK * (t_low - t_before)   (read as a reset or a wrap)
     reset   otherwise (the counter stayed low, or grew from there: as it would have anyway)
     wrap    otherwise (it goes on from the low value: a wrap is never followed by a value back
             near the top unless the counter moved over half its range in an interval, which the
@@ -73,7 +74,13 @@ in one interval (congestion at "356 % of the time"). Only the reading right afte
 stands, below), and only with a pace known before it (the same
 rule as a wrap's). A real clear is read as a glitch only when the counter gets back above its
 whole pre-clear total within one interval, which a counter whose total is many intervals' worth
-cannot do: what is lost is at most that total. A reset is reported (``resets_confirmed``, README
+cannot do: what is lost is at most that total. "One interval" is kept to its word: the reading must
+come within ``PACE_SLACK`` times the interval before the low one (a poll, or a few missed). A
+clear followed by a long gap (the poller away an hour) had grown back past the total over the gap,
+within the bound times the whole of it: the reset was taken back as a glitch, and the hour counted
+from the pre-clear total (70 % lost). Later than that the drop stands as what it was read as. (A
+fall no clear explains, below, is no clear: back above the value before, however late, it was a
+glitch.) A reset is reported (``resets_confirmed``, README
 "Bad input": a counter going backwards) once it stands: at the reading after it, or at once when
 no pace is known to judge a way back by. ``s_drop``
 is tied to ``s_state`` like the pace: a detector keeps both in its checkpoint and hands them back
@@ -173,7 +180,10 @@ a port stalled 42 % of the time). Taken, it raised congestion, and its fall back
 (1e9 phantom ticks). So it is held (no delta, nothing else changed) for the next reading (``HELD``
 in ``s_drop``, kept in the checkpoint with it): still there, the counter stopped there and its rise
 is taken then (``saturated`` counted, a poll late); anything else and the held reading was a bad
-one (``implausible_rise``), the reading judged from the last good one. A counter at
+one (``implausible_rise``), the reading judged from the last good one. From then on each reading
+still there (after one there: the last, or the refused one it re-bases on) has an unknown increase
+and rate (NaN; its pace is a flat counter's, what the readings show): the counter stopped, it did
+not stop counting. A counter at
 ``SATURATED_AT`` is never read as wrapping from there: a legacy counter that stopped there is
 cleared, not wrapped.
 
@@ -225,8 +235,9 @@ SATURATED_AT = 2.0**32 - 1.0
 """Where 32-bit legacy InfiniBand PortCounters stop: ``port_xmit_wait`` (sysfs reads it from
 PortCounters, 32 bits, also where the HCA has 64-bit data counters) and the 32-bit data counters.
 A counter reaching it is counted once as ``saturated`` (when it gets there, or at its first sample
-if it is there already): from then on it does not move, and every rate from it reads 0 — a
-congested port looks idle until someone clears the counters (``perfquery -x -R``). A healthy NDR
+if it is there already): from then on it does not move, and what it counts is not seen until someone
+clears the counters (``perfquery -x -R``). So a reading there after one there has an unknown increase
+and rate (NaN), not 0: read as 0, a congested port looked idle and its congestion "cleared". A healthy NDR
 port's ``port_xmit_wait`` reads ~2.5e9 (FACTS), over half way there. The 8- and 16-bit error counters
 (``link_downed`` at 255, ``symbol_error`` at 65535) are not judged here: a frame's field does not say
 which counter fed it, a slow 64-bit counter (mlx5 ``np_cnp_sent``, ``tx_discards_phy``) sits on 65535
@@ -309,15 +320,31 @@ def modulus_for_bits(bits: int, scale: float = 1.0) -> float:
 
 
 @jit_exact
-def _rise_refused(v: float, last: float, dt: float, max_rate: float, before: float, since_before: float) -> bool:
+def _soon_after_low(read_as: float, dt: float, since_before: float) -> bool:
+    """Whether a reading ``dt`` after a low one (the last taken; ``since_before`` after the value
+    before that) can show a low one read as a reset or a wrap (``read_as``) a glitch: it comes within
+    ``PACE_SLACK`` times the interval before the low one (the next poll, or one after a few missed). A
+    clear followed by a long gap (the poller away an hour) had the counter back above its pre-clear
+    total within the bound over the whole gap: the reset was taken back as a glitch and the hour's
+    increase counted from the value before the clear (70 % lost). Later than this, the drop stands as
+    read. A fall no clear explains (``FELL``) was no clear: however late, a reading back above the
+    value before shows the low one the bad one."""
+    return read_as == FELL or dt <= PACE_SLACK * (since_before - dt)
+
+
+@jit_exact
+def _rise_refused(v: float, last: float, dt: float, max_rate: float, before: float, since_before: float,
+                  read_as: float) -> bool:
     """Whether a valid reading ``v``, ``dt`` after the last one taken (``last``), rose faster than the
     counter can count (``max_rate``): refused, unless a low reading is pending (``before``, the value
-    before it, ``since_before`` s ago; NaN: none) and ``v`` is back from it within the bound (a glitch,
-    taken). The one test for it: the kernel's, and the row test of counters read together."""
+    before it, ``since_before`` s ago, read as ``read_as``; NaN: none) and ``v`` is back from it within
+    the bound, soon enough after the low one (:func:`_soon_after_low`): a glitch, taken. The one test
+    for it: the kernel's, and the row test of counters read together."""
     if not (v >= last and v - last > max_rate * dt):
         return False
     # a rise over an infinite bound is never refused, so the bound here is finite: the glitch's own
-    return not (before == before and v >= before and v - before <= max_rate * since_before)
+    return not (before == before and v >= before and v - before <= max_rate * since_before
+                and _soon_after_low(read_as, dt, since_before))
 
 
 @jit_exact
@@ -379,7 +406,7 @@ def _row_refusals(i: int, s: int, t: float, values: np.ndarray, spec: np.ndarray
             problems[_INVALID] += 1
             refused = -1
         elif last == last and dt >= MIN_DT_S and _rise_refused(v, last, dt, spec[j, 1], drop[s, j, 0],
-                                                               t - drop[s, j, 1]):
+                                                               t - drop[s, j, 1], drop[s, j, 3]):
             problems[_IMPLAUSIBLE] += 1
             if refused >= 0:  # (one missing or invalid reading makes the row unusable, whatever else)
                 refused += 1
@@ -431,6 +458,8 @@ def _rebase(i: int, s: int, j: int, v: float, t: float, state: np.ndarray, pace:
         drop[s, j, c] = np.nan
     delta = v - high
     pace[s, j] = delta / span  # nothing before the jump tells the counter's pace
+    if v == SATURATED_AT and high == v:
+        delta = np.nan  # stopped there: its increase is unknown ("Held at 2**32-1")
     state[s, j, 0] = v
     state[s, j, 1] = t
     out[0, i, j] = delta
@@ -508,7 +537,7 @@ def _counter_deltas(ts: np.ndarray, slot: np.ndarray, values: np.ndarray, spec: 
                 continue
             recent = pace[s, j]
             before = drop[s, j, 0]
-            if rebase_row or _rise_refused(v, last, dt, max_rate, before, t - drop[s, j, 1]):
+            if rebase_row or _rise_refused(v, last, dt, max_rate, before, t - drop[s, j, 1], drop[s, j, 3]):
                 if rebase_row or _stood(v, drop[s, j, 4], t - drop[s, j, 5], max_rate):
                     # it goes on from the reading refused before it: that one stood, the baseline was
                     # the wrong one (a low reading taken with no pace to judge it by)
@@ -546,7 +575,7 @@ def _counter_deltas(ts: np.ndarray, slot: np.ndarray, values: np.ndarray, spec: 
                 # back where it was, no faster than the counter can count (its physical bound; without
                 # one, 16x its pace before the drop): the low reading was a bad one
                 back_rate = max_rate if max_rate < np.inf else PACE_SLACK * before_pace
-                glitch = v >= before and v - before <= back_rate * elapsed
+                glitch = v >= before and v - before <= back_rate * elapsed and _soon_after_low(drop[s, j, 3], dt, elapsed)
             if not glitch and v >= last:
                 rise = v - last
                 if v == SATURATED_AT and last != v and not held and not (
@@ -592,6 +621,12 @@ def _counter_deltas(ts: np.ndarray, slot: np.ndarray, values: np.ndarray, spec: 
                 problems[_SATURATED] += saturated
                 delta = v - last
                 pace[s, j] = max(delta / dt, PACE_DECAY * recent) if recent == recent else delta / dt
+                if v == SATURATED_AT and last == v:
+                    # stopped at the top of 32 bits (legacy PortCounters): what it counted since is not
+                    # seen, so its increase is unknown, not 0 (read as 0, a port stalled past the top
+                    # looked idle and its congestion "cleared"). The pace is what the readings show (a
+                    # flat counter's), as before: it judges the way back of a low reading from here
+                    delta = np.nan
             else:
                 problems[_SATURATED] += saturated
                 wrapped = (modulus - last) + v

@@ -173,8 +173,9 @@ def test_spreading_over_a_leaf_versus_one_hot_port():
     wait[leaf0] = 0.1
     found = det.update(fab.tick(wait=wait))
     assert sorted(p.slot for p in found) == sorted(leaf0)
-    # ports are scored in slot order: the last one sees all four
-    assert "spreading over 4 ports of leaf0" in [p for p in found if p.slot == max(leaf0)][0].reason
+    # every port starting in the scrape sees all four (counted as of each row, in slot order, the
+    # first said "one hot port" and the last "spreading over 4")
+    assert all("spreading over 4 ports of leaf0" in p.reason for p in found)
     topo = fabric(6, 2)
     fab = Fabric(topo)
     det = CongestionDetector(topo)
@@ -280,6 +281,101 @@ def test_a_congested_port_that_goes_down_is_withdrawn_and_no_longer_counts_nearb
     assert det.gauges()["link_congested"][1][0] == 0.0
 
 
+def _silent_port_of_leaf0(drop_rows) -> tuple[list, CongestionDetector, Fabric, Topology]:
+    """Port 0 (n0/gpu0~leaf0) congested, then polled every 60 s (its rows dropped by ``drop_rows``)
+    for an hour; the findings of port 0 after its start."""
+    topo = fabric()
+    fab = Fabric(topo)
+    det = CongestionDetector(topo)
+    run(det, fab, 5)
+    wait = np.full(topo.size("link"), 1e-4)
+    wait[0] = 0.05
+    (start,) = det.update(fab.tick(wait=wait))
+    assert (start.slot, start.active) == (0, True)
+    later = []
+    for _ in range(60):
+        fab.t += 59.0
+        later += det.update(drop_rows(fab.tick(wait=wait * 60.0)))  # (a tick adds one second's worth)
+    return [p for p in later if p.slot == 0], det, fab, topo
+
+
+@pytest.mark.parametrize("how", ["no rows", "no counters", "xmit_wait stuck at 2**32-1"])
+def test_a_congested_port_that_goes_silent_is_withdrawn_saying_why(how):
+    """A port that stopped reporting while congested (or whose rows came with every counter NaN)
+    was never stepped again: congested for ever (a day in the review), the link_congested gauge at 1,
+    and still counted on its leaf, so two unrelated ports of the leaf a day later were "spreading
+    over 3". Withdrawn once unscored for silent_s (150 s), once, and no longer counted."""
+    def drop_rows(frame: Frame) -> Frame:
+        if how == "no rows":
+            return frame.take(np.flatnonzero(frame.slot != 0))
+        cols = dict(frame.columns)
+        for c in (COUNTERS if how == "no counters" else ("xmit_wait",)):
+            cols[c] = cols[c].copy()
+            cols[c][0] = np.nan if how == "no counters" else 2.0**32 - 1
+        return Frame("link", frame.ts, frame.slot, cols)
+
+    port0, det, fab, topo = _silent_port_of_leaf0(drop_rows)
+    # (stuck: the reading that confirms the climb to 2**32-1 is a real rise, a refresh, before)
+    assert [p.active for p in port0] == ([True, False] if "stuck" in how else [False])
+    gone = port0[-1]
+    last_scored = port0[0].ts if "stuck" in how else 6.0
+    assert det.silent_s() < gone.ts - last_scored <= det.silent_s() + 60.0  # the first frame past silent_s
+    assert ("clear the counters (perfquery -x -R)" if "stuck" in how else "no longer reporting") in gone.reason
+    assert det.gauges()["link_congested"][1][0] == 0.0
+    np.testing.assert_array_equal(det.s_congested_per_group, det.congested_per_group(det.s_alarm))
+    wait = np.full(topo.size("link"), 1e-4)
+    wait[[2, 4]] = 0.05
+    found = det.update(drop_rows(fab.tick(wait=wait)))
+    assert {p.slot for p in found} == {2, 4} and all("2 ports congested nearby" in p.reason for p in found)
+
+
+def test_a_port_polled_slower_than_silent_s_is_not_withdrawn_while_it_reports():
+    """Jitter and a dropped scrape do not come near silent_s: a congested port polled every 60 s,
+    one poll in three dropped, holds (refreshed) for the hour."""
+    polls = iter(range(10**6))
+    port0, det, _, _ = _silent_port_of_leaf0(lambda f: f if next(polls) % 3 else f.take(np.flatnonzero(f.slot != 0)))
+    assert port0 and all(p.active for p in port0)
+    assert det.gauges()["link_congested"][1][0] == 1.0
+
+
+def test_an_old_checkpoint_without_last_heard_loads_and_withdraws_a_silent_port_in_time():
+    topo = fabric()
+    fab = Fabric(topo)
+    det = CongestionDetector(topo)
+    run(det, fab, 5)
+    wait = np.full(topo.size("link"), 1e-4)
+    wait[0] = 0.05
+    det.update(fab.tick(wait=wait))
+    old = det.state_dict()
+    del old["s_heard"]
+    restored = CongestionDetector(topo)
+    restored.load_state_dict(old)
+    np.testing.assert_array_equal(restored.s_heard, det.s_heard)  # the last reading of its counters
+    fab.t += 100.0
+    assert restored.update(fab.tick(wait=wait)) == []  # heard 101 s ago: not silent, still congested
+    fab.t += 200.0
+    frame = fab.tick(wait=wait)
+    (gone,) = restored.update(frame.take(np.flatnonzero(frame.slot != 0)))
+    assert (gone.slot, gone.active) == (0, False)
+
+
+def test_firing_samples_before_a_port_went_down_do_not_count_after_it_came_back():
+    """on_count=3: two firing samples, an hour down, one firing sample after: it had started."""
+    topo = fabric()
+    fab = Fabric(topo)
+    det = CongestionDetector(topo, on_count=3)
+    run(det, fab, 3)
+    wait = np.full(topo.size("link"), 1e-4)
+    wait[0] = 0.05
+    out = run(det, fab, 2, wait=wait)
+    out += run(det, fab, 1, down=[0])
+    out += run(det, fab, 3600)
+    out += run(det, fab, 1, up=[0], wait=wait)
+    assert [p for p in out if p.slot == 0] == []
+    started = run(det, fab, 3, wait=wait)  # three after it: a start
+    assert [(p.slot, p.active) for p in started] == [(0, True)]
+
+
 # ---- kernel against a plain-Python reference ------------------------------------------------------
 def naive_congestion(ts, slot, rate, delta, gauges, params, n_links):
     """Reference: scores from the module docstring, and the alarm machine written out."""
@@ -309,6 +405,8 @@ def naive_congestion(ts, slot, rate, delta, gauges, params, n_links):
             if alarm[s]["active"]:  # a port that went down while congested: withdrawn at once
                 alarm[s].update(active=False, on=0, off=math.nan, emit=t)
                 row[R_CODE] = 3.0
+            else:  # firing samples from before it went down do not count after it
+                alarm[s]["on"] = 0
             out.append(row)
             continue
         wait = rate[i, 0] * params["tick_bytes"] * 8 / bps
@@ -365,7 +463,7 @@ def test_kernel_matches_reference(data, n_rows):
                                          min_size=n_rows, max_size=n_rows)), dtype=np.float64).reshape(n_rows, 2)
     det = CongestionDetector(topo)
     out = np.empty((n_rows, R_SIZE))
-    state = (det.s_link, det.s_alarm, det.s_congested_per_group)
+    state = (det.s_link, det.s_alarm, det.s_congested_per_group, det.s_heard)
     _congestion_kernel(ts, slot, rate, delta, gauges, state, det._groups, det.params, out)
     want = naive_congestion(ts, slot, rate, delta, gauges, PARAMS, n_links)
     cols = [R_SCORE, R_WAIT, R_PAUSE, R_ECN, R_CODE, R_DOWN]

@@ -109,11 +109,36 @@ def test_a_glitch_adds_nothing_to_the_true_increase_and_is_no_reset():
     assert rates.s_rate[0, 0] == 1000.0
 
 
+@pytest.mark.parametrize("bounded", [True, False])
+def test_a_clear_followed_by_a_long_polling_gap_stays_a_reset(bounded):
+    """xmit_wait at 2.49e9 (FACTS: a healthy NDR port), 1e6 ticks/s, cleared (perfquery -R) at t=30,
+    then the poller away an hour. Back above the pre-clear total "within the bound over the time
+    since", it was read as a glitch: the reset taken back and the hour's increase counted from
+    2.49e9 (3.0e5/s for 1e6/s). A glitch's way back must come soon after the low reading (within
+    PACE_SLACK times the interval before it); this one came 360 intervals later: the reset stands."""
+    from foreshock.detectors.congestion import params_vector, xmit_wait_limits
+
+    modulus, bound = xmit_wait_limits(params_vector({})) if bounded else (0.0, np.inf)
+    rates = CounterRates(1, ["x"], modulus=modulus, max_rate=bound)
+    ts = [0.0, 10.0, 20.0, 30.0, 3630.0]
+    raw = [2.49e9, 2.49e9 + 1e7, 2.49e9 + 2e7, 5e6, 5e6 + 3600 * 1e6]
+    delta, rate, problems = rates.update(np.array(ts), np.zeros(5, np.int32), np.array(raw)[:, None])
+    assert rate[4, 0] == 1e6 and delta[4, 0] == 3.6e9
+    assert problems["glitches"] == 0 and problems["resets_confirmed"] == 1 and rates.s_resets[0, 0] == 1
+    # the same reading back at the next poll is the glitch it was (the value before was right)
+    rates = CounterRates(1, ["x"], modulus=modulus, max_rate=bound)
+    ts[4] = 40.0
+    raw[4] = 2.49e9 + 4e7
+    delta, _, problems = rates.update(np.array(ts), np.zeros(5, np.int32), np.array(raw)[:, None])
+    assert problems["glitches"] == 1 and rates.s_resets[0, 0] == 0 and delta[3:].sum() == 2e7
+
+
 def test_a_glitch_of_a_counter_stuck_at_2_to_32_is_not_counted_saturated_again():
     top = 2.0**32 - 1
     _, delta, problems = one_counter([top, top, 7.0, top, top])
     assert problems["saturated"] == 1 and problems["glitches"] == 1
-    assert delta[1:].tolist() == [0.0, 7.0, 0.0, 0.0]
+    # (stuck there, its increase is unknown, not 0; the glitch's way back from 7 adds nothing)
+    np.testing.assert_array_equal(delta[1:], [np.nan, 7.0, 0.0, np.nan])
 
 
 def test_a_glitch_is_reported_to_health_once_per_batch_like_other_problems():
@@ -287,7 +312,8 @@ def test_a_32_bit_counter_stuck_at_its_top_read_low_once_is_a_glitch_not_a_wrap(
     top = M32 - 1
     raw = [top - 3e4, top - 2e4, top - 1e4, top, top, 7.0, top, top]
     rates, delta, problems = one_counter(raw, modulus=M32)
-    assert delta[1:].tolist() == [1e4, 1e4, 1e4, 0.0, 7.0, 0.0, 0.0]
+    # (stuck at the top, its increase is unknown: NaN, not 0)
+    np.testing.assert_array_equal(delta[1:], [1e4, 1e4, 1e4, np.nan, 7.0, 0.0, np.nan])
     assert problems["glitches"] == 1 and problems["saturated"] == 1 and problems["wraps"] == 0
     assert rates.s_resets[0, 0] == 0 and problems["resets_confirmed"] == 0
 

@@ -72,7 +72,8 @@ def naive_rates(ts, slot, values, modulus, max_rate, n_slots, together=False, bo
                     lv, lt = last[(s, j)]
                     pending = drop.get((s, j))
                     # (the kernel's form: ``v <= before + bound * dt`` rounds apart from it at the bound)
-                    back = pending is not None and v >= pending[0] and v - pending[0] <= max_rate[j] * (t - pending[1])
+                    back = pending is not None and v >= pending[0] and v - pending[0] <= max_rate[j] * (t - pending[1]) \
+                        and (pending[3] == "fell" or t - lt <= 16.0 * (lt - pending[1]))  # a clear: soon after it
                     if v >= lv and v - lv > max_rate[j] * (t - lt) and not back:
                         too_fast += 1
             if unusable:
@@ -124,7 +125,9 @@ def naive_rates(ts, slot, values, modulus, max_rate, n_slots, together=False, bo
             if pending is not None:
                 # back where it was before the drop, no faster than the bound (or 16x the pace before it)
                 back = bound if bound < math.inf else 16.0 * pending[2]
-                glitch = v >= pending[0] and v - pending[0] <= back * (t - pending[1])
+                # ... and, read as a clear (a reset or a wrap), soon after it: within 16x the interval before it
+                soon = pending[3] == "fell" or dt <= 16.0 * (lt - pending[1])
+                glitch = v >= pending[0] and v - pending[0] <= back * (t - pending[1]) and soon
             if rebase_row or (not glitch and v >= lv and v - lv > bound * dt):
                 if rebase_row or goes_on(v, (s, j), t, bound):
                     # the refused reading before it stood: the counter is re-based on it, the jump to
@@ -140,6 +143,8 @@ def naive_rates(ts, slot, values, modulus, max_rate, n_slots, together=False, bo
                     problems["saturated"] += v == top and lv != v
                     d = v - hv
                     pace[(s, j)] = d / (t - ht)
+                    if v == top and hv == top:  # stopped at the top: its increase unknown
+                        d = math.nan
                     last[(s, j)] = (v, t)
                     delta[i, j] = d
                     rate[i, j] = d / (t - ht)
@@ -225,6 +230,8 @@ def naive_rates(ts, slot, values, modulus, max_rate, n_slots, together=False, bo
             elif not math.isnan(recent):
                 pace[(s, j)] = max(d / dt, recent / 2)
             last[(s, j)] = (v, t)
+            if v == top and lv == top:  # stopped at the top: what it counted since is unknown (its pace a flat one's)
+                d = math.nan
             delta[i, j] = d
             rate[i, j] = d / dt
         if together and fell_unknown:  # one increase unknown: none of the row's is given
@@ -466,8 +473,8 @@ def test_float64_precision_near_2_to_64():
 
 def test_a_counter_stuck_at_its_portcounters_maximum_is_counted_once():
     """sysfs ``port_xmit_wait`` (32-bit PortCounters) stops at 2**32-1: a healthy NDR port's reads
-    ~2.5e9. Once there, every rate from it reads 0 — a congested port looks idle — and nothing said
-    so. Counted once when it gets there (or at a first sample already there), not at every poll
+    ~2.5e9. Once there, every rate from it read 0 — a congested port looked idle, its congestion
+    "cleared" — and nothing said so: it is unknown (NaN) now, and counted. Counted once when it gets there (or at a first sample already there), not at every poll
     after; a clear and a new climb count again. 65535 is not judged: a slow 64-bit counter sits
     there on its way up (the simulator's ``np_cnp_sent`` does)."""
     from foreshock.health import PipelineHealth
@@ -482,9 +489,11 @@ def test_a_counter_stuck_at_its_portcounters_maximum_is_counted_once():
     _, rate, problems = rates.update(np.arange(7.0), np.zeros(7, np.int32), raw)
     assert problems["saturated"] == 2  # xmit_wait reaching it twice; symbol_error at 65535 is not judged
     # the first climb, with no pace known, is held a poll (it could be all ones read once) and taken
-    # when the next reading is still there; then every rate reads 0
+    # when the next reading is still there; then its rate is unknown, not 0 (it stopped counting
+    # where it can be read, not counting); 65535 to 65535 is a plain 0
     assert np.isnan(rate[1, 0]) and rate[2, 0] == (top32 - 4.2e9) / 2
-    assert rate[3].tolist() == [0.0, 0.0]
+    assert np.isnan(rate[3, 0]) and rate[3, 1] == 0.0
+    assert rate[4, 0] == 5.0  # then cleared: a reset from it, as before
     health = PipelineHealth()
     report_problems(health, "congestion", problems)
     assert [(stage, n) for (stage, reason), n in health.problems.items() if "2**32-1" in reason] == [("congestion", 2)]
