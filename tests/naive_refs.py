@@ -53,6 +53,11 @@ class PerSample:
         self.p[tf.P_SITE_RISE] = gi.site_loop_rise(self.fit.s_rack)
 
     def gpu_frame(self, frame) -> None:  # type: ignore[no-untyped-def]
+        self.take_rows(frame)
+        self.withdraw_silent(frame)
+
+    def take_rows(self, frame) -> None:  # type: ignore[no-untyped-def]
+        """Each row of ``frame`` on its own: the fit, then :meth:`sample`."""
         for k in range(len(frame)):
             row = frame.take(np.array([k]))
             self.fit.update(row, caller=self)
@@ -61,7 +66,31 @@ class PerSample:
                 self.sample(float(row.ts[0]), int(row.slot[0]), dt, tprev,
                             {name: float(col[0]) for name, col in row.columns.items()})
 
+    def withdraw_silent(self, frame) -> None:  # type: ignore[no-untyped-def]
+        """After the frame: each active prediction of a GPU that has sent nothing for the fit's
+        ``gap_s`` before the frame's time (its stamps' :func:`~gi.frame_now`) is withdrawn, once, as
+        no longer reporting (``ThermalFitDetector.withdraw_silent_gpus``), GPU by GPU, block by block."""
+        stamps = frame.ts[np.isfinite(frame.ts)]
+        if not len(stamps):
+            return
+        gap = float(self.p[tf.P_GAP])
+        now = gi.frame_now(stamps, gap)
+        last = self.fit.s_model[:, tf.G_TS]
+        for i, blocks in enumerate(self.alarm_blocks()):
+            for k, a in enumerate(blocks):
+                if a["active"] and not now - last[i] <= gap:
+                    a.update(active=False, on=0, off_ts=math.nan, emit_ts=now)
+                    self.silent_withdrawn(now, i, k)
+
     def sample(self, ts: float, i: int, dt: float, tprev: float, c: dict) -> None:
+        raise NotImplementedError
+
+    def alarm_blocks(self) -> list:
+        """Each GPU's alarms, in the detector's block order."""
+        raise NotImplementedError
+
+    def silent_withdrawn(self, now: float, i: int, k: int) -> None:
+        """Note GPU ``i``'s block ``k`` withdrawn at ``now`` as no longer reporting."""
         raise NotImplementedError
 
 

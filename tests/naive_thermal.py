@@ -168,6 +168,13 @@ class NaiveThermal(PerSample):
             eta, conf, firing, clear = model[tf.HBM]
             self.step(i, 1, ts, firing, clear, eta, conf, "hbm_overheat")
 
+    def alarm_blocks(self):
+        return self.alarm
+
+    def silent_withdrawn(self, now, i, k):
+        self.found.append((now, i, ("thermal_throttle", "hbm_overheat")[k], False, -1.0, 0.0))
+        self.seen["silent"] = self.seen.get("silent", 0) + 1
+
     def step(self, i, k, ts, firing, clear, eta, conf, event):
         p = self.p
         code = naive_alarm_step(self.alarm[i][k], ts, firing, clear,

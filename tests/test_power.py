@@ -330,7 +330,7 @@ class NaivePower(PerSample):
         judged once it is read: a node event ends where none of its GPUs brakes, and starts, stamped
         at its last braking row, where enough do. After the frame, a brake of a node in the frame
         whose GPU's reasons went unread for over reasons_stale_s at one of the frame's samples (a
-        GPU that sends no rows) is let go."""
+        GPU that sends no rows) is let go, and the predictions of GPUs silent for gap_s withdrawn."""
         self.frame_rows = []
         run_rows, run_slots = [], set()
         for k in range(len(frame)):
@@ -339,7 +339,7 @@ class NaivePower(PerSample):
                 run_rows, run_slots = [], set()
             run_slots.add(int(frame.slot[k]))
             before = len(self.frame_rows)
-            super().gpu_frame(frame.take(np.array([k])))
+            self.take_rows(frame.take(np.array([k])))
             run_rows += self.frame_rows[before:]
         self.judge_nodes(run_rows)
         for ts, i in self.frame_rows:
@@ -351,6 +351,14 @@ class NaivePower(PerSample):
                     g["brake"] = 0.0
                     self.nodes[node]["count"] = max(self.nodes[node]["count"] - 1, 0)
             self.nodes[node]["active"] = self.nodes[node]["active"] and self.nodes[node]["count"] > 0
+        self.withdraw_silent(frame)
+
+    def alarm_blocks(self):
+        return [[a] for a in self.alarm]
+
+    def silent_withdrawn(self, now, i, k):
+        self.found.append((now, i, "power_cap", False))
+        self.seen["silent"] = self.seen.get("silent", 0) + 1
 
     def judge_nodes(self, run_rows):
         for ts, i in run_rows:

@@ -173,3 +173,15 @@ def test_a_straggler_that_recovers_is_let_go_and_named_anew_when_it_slows_again(
     times = slower_times([(0.0, 0.15), (600.0, 0.02), (1200.0, 0.15)], noise=0.0)
     assert times[0] < 600.0 and any(1200.0 < t < 1500.0 for t in times), times
     assert not any(800.0 <= t <= 1200.0 for t in times), times
+
+
+def test_the_dropping_out_comparison_reaches_the_silent_withdrawal() -> None:
+    """GPUs gone 20-80 polls with a prediction standing: the comparison above checks the detector
+    withdraws them as the reference does (``withdraw_silent_gpus``), which it can only if some are."""
+    topo = small_topology(nodes=2, gpus=4, racks=2)
+    withdrawn = 0
+    for seed in range(4):
+        det, naive = pw.PowerDetector(topo), NaivePower(topo)
+        run_both(det, naive, dropping_out(random_power_frames(topo, seed, ticks=300), seed))
+        withdrawn += naive.seen.get("silent", 0)
+    assert withdrawn >= 1
