@@ -20,6 +20,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from foreshock.detectors.bank import DetectorBank
 from foreshock.events import Event
+from foreshock.fields import ENTITY_KINDS
 from foreshock.exporters.console import FindingTally, TimeOrigin, render_summary
 from foreshock.exporters.jsonl import JsonlSink
 from foreshock.exporters.prometheus import MetricsPortError, serve, stop
@@ -45,6 +46,16 @@ def param_option(func):  # type: ignore[no-untyped-def]
         "--param", "params", multiple=True, metavar="DETECTOR.NAME=VALUE",
         help="Set a detector parameter, e.g. optics.bucket_s=3600 (repeatable; names in each "
              "detector's PARAMS).")(func)
+
+
+def parse_telemetry(telemetry: str | None) -> list[str] | None:
+    """``--telemetry gpu,job`` (evaluate, train) -> ``["gpu", "job"]``; None (every kind) unless given."""
+    if telemetry is None:
+        return None
+    fed = [k.strip() for k in telemetry.split(",") if k.strip()]
+    if not fed or set(fed) - set(ENTITY_KINDS):
+        raise click.UsageError(f"--telemetry takes entity kinds from {', '.join(ENTITY_KINDS)}; got {telemetry!r}")
+    return fed
 
 
 def parse_params(items: Sequence[str]) -> dict[str, dict[str, Any]]:

@@ -11,13 +11,13 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from foreshock.detectors import evaluation
-from foreshock.detectors.baselines import ModelFileError, load_model
+from foreshock.detectors.baselines import ModelFileError, load_model, model_telemetry, telemetry_mismatch
 from foreshock.detectors.registry import create
-from foreshock.fields import ENTITY_KINDS
+from foreshock.detectors.train import fed_kinds
 from foreshock.recording import Recording, RecordingError
 from foreshock.topology import Topology
 
-from .common import create_folder, param_option, parse_params
+from .common import create_folder, param_option, parse_params, parse_telemetry
 
 DEFAULT_SETS = "foreshock,river,sklearn,threshold"
 
@@ -62,9 +62,7 @@ def command(ctx: click.Context, recording: str, sets: str, report_dir: str, mode
         raise click.UsageError(f"unknown event kinds {bad}; known: {sorted(evaluation.EVENT_KINDS)}, "
                                f"and the report sections {sorted(evaluation.SECTION_SCORERS)}")
     kinds = [k for k in asked if k in evaluation.EVENT_KINDS]
-    fed = [k.strip() for k in telemetry.split(",") if k.strip()] if telemetry is not None else None
-    if fed is not None and (not fed or set(fed) - set(ENTITY_KINDS)):
-        raise click.UsageError(f"--telemetry takes entity kinds from {', '.join(ENTITY_KINDS)}; got {telemetry!r}")
+    fed = parse_telemetry(telemetry)
     detector_params = parse_params(params)  # e.g. thermal.flow_plan_floor=0.1, for every set's detector of that name
     in_sets = {name for s in chosen for name in evaluation.set_members(s)}
     unused = sorted(set(detector_params) - in_sets)
@@ -72,6 +70,7 @@ def command(ctx: click.Context, recording: str, sets: str, report_dir: str, mode
         raise click.UsageError(f"--param for detectors in none of the sets: {', '.join(unused)}")
     bank_params: dict[str, dict[str, Any]] = {name: dict(values) for name, values in detector_params.items()}
     model_events: list[str] = []  # the event kinds the sklearn set's model predicts
+    model_inputs: tuple[str, ...] | None = None  # the entity kinds it was trained on (None: its file does not say)
     if "sklearn" in chosen:
         if model_path is None:
             if ctx.get_parameter_source("sets") == click.core.ParameterSource.DEFAULT:
@@ -83,7 +82,9 @@ def command(ctx: click.Context, recording: str, sets: str, report_dir: str, mode
             # the loader's checks (a tampered or foreign file is refused) before anything is read or written;
             # the loader keeps what it read, so the detectors built later do not read the file again
             try:
-                model_events = list(load_model(model_path)["events"])
+                doc = load_model(model_path)
+                model_events = list(doc["events"])
+                model_inputs = model_telemetry(model_path, doc)
             except ModelFileError as exc:
                 raise click.ClickException(f"--model {exc}") from None
             bank_params.setdefault("sklearn", {})["model_path"] = model_path
@@ -92,6 +93,10 @@ def command(ctx: click.Context, recording: str, sets: str, report_dir: str, mode
     except RecordingError as exc:
         raise click.ClickException(str(exc)) from None
     run = {name for s in chosen for name in evaluation.set_members(s)}  # (sklearn dropped above: not run)
+    if "sklearn" in run and model_path is not None:
+        mismatch = telemetry_mismatch(model_path, model_inputs, fed_kinds(rec, fed))
+        if mismatch:
+            raise click.ClickException(f"--model {mismatch}")
     check_params(rec.topology, {name: detector_params[name] for name in detector_params if name in run}, bank_params)
     create_folder(Path(report_dir), "the report folder")
     span = (rec.meta.get("end") or 0) - (rec.meta.get("start") or 0)

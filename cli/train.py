@@ -9,12 +9,12 @@ import click
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from foreshock.detectors.baselines import learnable_events
+from foreshock.detectors.baselines import learnable_events, load_model, model_telemetry
 from foreshock.detectors.evaluation import EVENT_KINDS
 from foreshock.detectors.train import train_and_save
 from foreshock.recording import RecordingError
 
-from .common import create_folder
+from .common import create_folder, parse_telemetry
 
 
 @click.command("train")
@@ -26,9 +26,15 @@ from .common import create_folder
                    "the classifiers read GPU telemetry).")
 @click.option("--negatives", default=0.05, show_default=True, type=click.FloatRange(0.0, 1.0, min_open=True),
               help="Share of negative samples kept.")
+@click.option("--telemetry", default=None,
+              help="Entity kinds fed to the feature stream, comma-separated (default: all the recordings have), "
+                   "as `evaluate --telemetry`: a model to be served GPU telemetry alone (dcgm-exporter) is "
+                   "trained with `--telemetry gpu,job`. Recorded in the model; `evaluate` refuses it where "
+                   "it would be fed otherwise.")
 @click.option("--seed", default=0, show_default=True, type=int,
               help="Seed for the negative-sample draw and the classifiers: same seed, same model.")
-def command(recordings: tuple[str, ...], out_path: str, events: str, negatives: float, seed: int) -> None:
+def command(recordings: tuple[str, ...], out_path: str, events: str, negatives: float, telemetry: str | None,
+            seed: int) -> None:
     """Train "EVENT within its horizon" classifiers on RECORDINGS (use seeds you do not evaluate on)."""
     chosen = [e.strip() for e in events.split(",") if e.strip()]
     learnable = learnable_events()
@@ -42,6 +48,7 @@ def command(recordings: tuple[str, ...], out_path: str, events: str, negatives: 
     if not_gpu:
         raise click.UsageError(f"--events: cannot learn {', '.join(not_gpu)} (not a GPU's event); the classifiers "
                                f"read GPU telemetry and learn a GPU's events: {', '.join(learnable)}")
+    fed = parse_telemetry(telemetry)
     create_folder(Path(out_path).parent, "the folder")  # for the model
     console = Console(stderr=True)
     with Progress(TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(), console=console,
@@ -54,10 +61,14 @@ def command(recordings: tuple[str, ...], out_path: str, events: str, negatives: 
             bar.update(task, completed=sum(done.values()), description=f"features {path}")
 
         try:
-            path, summary = train_and_save(recordings, out_path, chosen, negatives, seed, progress)
+            path, summary = train_and_save(recordings, out_path, chosen, negatives, seed, progress, fed)
         except (RecordingError, ValueError) as exc:
             raise click.ClickException(str(exc)) from None
+    inputs = model_telemetry(path, load_model(path))  # as recorded: what evaluate will hold it to
     for event, s in summary.items():
         console.print(f"{event}: {s['samples']:,} samples, {s['positives']:,} positive, "
                       f"horizon {s['horizon_s']:.0f} s, alarm at P >= {s['threshold']:.2f}")
-    click.echo(json.dumps({"model": str(path), "events": summary}, separators=(",", ":")))
+    console.print(f"features from {', '.join(inputs or ())} telemetry"
+                  + ("" if inputs and "rack" in inputs else " (inlets from the GPUs' proxy: serve it `--telemetry gpu,job`)"))
+    click.echo(json.dumps({"model": str(path), "events": summary, "telemetry": list(inputs or ())},
+                          separators=(",", ":")))

@@ -4,7 +4,8 @@
   above a fixed temperature, power share or already shows the throttle bit (AWS HyperPod's
   80/85 °C, gpud's and NVSentinel's bit checks).
 - :class:`HalfSpaceTreesDetector` (``river_hst``) — river's unsupervised ``HalfSpaceTrees`` on
-  the per-GPU feature vector, one model for all GPUs (``score_one`` then ``learn_one``); its
+  the per-GPU feature vector, one model for all GPUs (``score_one`` then ``learn_one``), its
+  reference window 25 fleet ticks long (``window_ticks``; ``window_size`` sets it in samples); its
   alarm threshold is the 99.9th percentile of the scores it gave over 30 minutes after ten
   minutes of start-up (like NAB's probation period). An
   anomaly does not say which event is coming, so an alarm predicts every scored GPU event.
@@ -456,16 +457,23 @@ class HalfSpaceTreesDetector(_FeatureDetector):
     state_scalars: ClassVar[tuple[str, ...]] = ("threshold", "calibration_start", "calibration_end")
 
     def __init__(self, topology: Topology, health: PipelineHealth | None = None, n_trees: int = 10,
-                 height: int = 8, window_size: int = 250, seed: int = 42, calibration_s: float = 1800.0,
-                 calibration_skip_s: float = 600.0, quantile: float = 0.999, horizon_s: float = 1800.0) -> None:
+                 height: int = 8, window_ticks: int = 25, window_size: int | None = None, seed: int = 42,
+                 calibration_s: float = 1800.0, calibration_skip_s: float = 600.0, quantile: float = 0.999,
+                 horizon_s: float = 1800.0) -> None:
         super().__init__(topology, health)
         from river import anomaly
 
         # checked here, so that a refused value is refused when the bank is built (a usage error
         # of evaluate's --param), not once data comes (river checks none of them; review h28:
         # ``--param river_hst.n_trees=5``, a float as every --param is, ended in a traceback)
-        n_trees, height, window_size, seed = (_whole(self.name, k, v, least) for k, v, least in (
-            ("n_trees", n_trees, 1), ("height", height, 1), ("window_size", window_size, 1), ("seed", seed, 0)))
+        n_trees, height, window_ticks, seed = (_whole(self.name, k, v, least) for k, v, least in (
+            ("n_trees", n_trees, 1), ("height", height, 1), ("window_ticks", window_ticks, 1), ("seed", seed, 0)))
+        # One model learns every GPU, a fleet tick at a time: its reference window (the mass profile
+        # a sample is scored against) must span whole ticks of the fleet, or it is a few racks' GPUs
+        # (river's default 250 samples was a quarter of one 1,024-GPU tick)
+        window_size = (window_ticks * max(topology.size("gpu"), 1) if window_size is None
+                       else _whole(self.name, "window_size", window_size, 1))
+        self.window_size = window_size
         calibration_s, calibration_skip_s, quantile, horizon_s = (_number(self.name, k, v) for k, v in (
             ("calibration_s", calibration_s), ("calibration_skip_s", calibration_skip_s), ("quantile", quantile),
             ("horizon_s", horizon_s)))
@@ -555,6 +563,12 @@ MODEL_KEYS = frozenset({"format", "version", "features", "events", "meta"})
 ENTRY_KEYS = frozenset({"model", "horizon_s", "threshold", "samples", "positives"})
 """The keys of an event's entry (``model``, ``horizon_s`` and ``threshold`` required; the training
 counts are not read)."""
+MODEL_TELEMETRY_KEY = "telemetry"
+"""The meta entry naming the entity kinds the model's features were computed from in training
+(``["gpu", "rack"]``, or ``["gpu"]``: inlets read from the GPUs' proxy, ``train --telemetry gpu,job``).
+A model is served the same inputs or refused (:func:`telemetry_mismatch`): the proxy's inlet is
+not the rack's, and a classifier trained on one reads the other wrongly. Files written before
+it was recorded lack it: their inputs are unknown (every kind their recordings had)."""
 MODEL_UNPACKED_MOST = 200 * 2**20
 """Bytes a model file's archive may unpack to, checked before anything is unpacked: a
 200-iteration model of two events unpacks to 3.3 MB, while deflated zeros pack ~1000:1 (a
@@ -733,6 +747,7 @@ def _check_document(path: Path, doc: Any) -> None:
         raise ModelFileError(f"{path}: its meta is a {type(doc['meta']).__name__}, not the JSON text `foreshock "
                              "train` writes")
     _check_sklearn_version(path, doc.get("meta"))
+    model_telemetry(path, doc)
     events = doc.get("events")
     if type(events) is not dict or not events:
         raise ModelFileError(f"{path}: holds no models")
@@ -774,6 +789,38 @@ def _check_sklearn_version(path: Path, meta: Any) -> None:
         return
     if type(info["sklearn"]) is not str or info["sklearn"] != sklearn.__version__:
         raise _version_refusal(path, info["sklearn"])
+
+
+def model_telemetry(path: str | Path, doc: Mapping[str, Any]) -> tuple[str, ...] | None:
+    """The entity kinds the model was trained on (:data:`MODEL_TELEMETRY_KEY`), None where its
+    file does not say (written before they were recorded, or a meta that is not ``train``'s JSON);
+    :class:`ModelFileError` where it says something else than a list of the kinds features read."""
+    try:
+        info = json.loads(doc.get("meta") or "{}")
+    except (TypeError, ValueError):
+        return None
+    if type(info) is not dict or MODEL_TELEMETRY_KEY not in info:
+        return None
+    kinds = info[MODEL_TELEMETRY_KEY]
+    if (type(kinds) is not list or not kinds or not all(type(k) is str for k in kinds)
+            or set(kinds) - set(_FeatureDetector.kinds) or "gpu" not in kinds):
+        raise ModelFileError(f"{path}: trained on telemetry {_shown(kinds)}, not a list of the kinds the "
+                             f"features read ({', '.join(_FeatureDetector.kinds)}, gpu among them)")
+    return tuple(k for k in _FeatureDetector.kinds if k in kinds)
+
+
+def telemetry_mismatch(path: str | Path, trained: tuple[str, ...] | None, served: Sequence[str]) -> str | None:
+    """Why a model trained on the entity kinds ``trained`` may not be served ``served`` (the kinds
+    its feature stream will read in this run), or None where they agree or the file does not say."""
+    if trained is None or set(trained) == set(served):
+        return None
+    def said(kinds: Sequence[str]) -> str:
+        return ("GPU telemetry alone (inlets from the GPUs' proxy)" if "rack" not in kinds
+                else "GPU and rack telemetry (the racks' inlets and coolant)")
+    retrain = "--telemetry gpu,job" if "rack" not in served else "no --telemetry"
+    return (f"{path} was trained on {said(trained)}, this run feeds {said(served)}: its features would not "
+            f"mean what they meant in training; train one on what this run feeds (`foreshock train "
+            f"{retrain}`)")
 
 
 def _is_number(value: Any) -> bool:

@@ -35,7 +35,7 @@ from foreshock.recording import Recording
 from foreshock.topology import Topology
 
 from .bank import DetectorBank
-from .baselines import FEATURES, ScoredBaseline, learnable_events, save_model
+from .baselines import FEATURES, MODEL_TELEMETRY_KEY, ScoredBaseline, learnable_events, save_model
 from .evaluation import EVENT_KINDS, episodes, guarded_updates, read_ground_truth
 
 
@@ -50,6 +50,9 @@ class Dataset:
     weights: np.ndarray = field(default_factory=lambda: np.empty(0))
     # ground-truth events set aside, in all the recordings: their entity is not in the topology
     events_unknown_entity: int = 0
+    # the entity kinds that reached the feature stream (of its own: gpu, rack), in any recording:
+    # a model trained without rack frames read its inlets from the GPUs' proxy, and is served so
+    telemetry: list[str] = field(default_factory=list)
 
     def __len__(self) -> int:
         return len(self.features)
@@ -116,16 +119,26 @@ class _FeatureTap(ScoredBaseline):
         return []
 
 
-def guarded_features(rec: Recording) -> Iterator[tuple[np.ndarray, np.ndarray, float]]:
+def fed_kinds(rec: Recording, telemetry: Sequence[str] | None = None) -> tuple[str, ...]:
+    """The entity kinds a baseline's feature stream reads from ``rec`` when ``evaluate`` (or
+    ``train``) is given ``--telemetry`` (None: every kind): those it reads, the recording has, and
+    the run feeds. ``("gpu",)`` where no rack frame is fed: the inlet comes from the GPUs' proxy."""
+    return tuple(k for k in _FeatureTap.kinds if k in rec.kinds() and (telemetry is None or k in telemetry))
+
+
+def guarded_features(rec: Recording, telemetry: Sequence[str] | None = None
+                     ) -> Iterator[tuple[np.ndarray, np.ndarray, float]]:
     """``(obs, features, t)`` per GPU frame of ``rec`` as ``evaluate`` gives them to a baseline
     (:func:`foreshock.detectors.evaluation.run_recording`): the frames through the input guard
     (out-of-range and infinite readings NaN, rows out of order dropped) and the bank's board-swap
-    handling (a replaced board's features start afresh, a moved one's follow it); ``t`` is the
-    latest timestamp the guard has passed so far (of any kind fed)."""
+    handling (a replaced board's features start afresh, a moved one's follow it), only the entity
+    kinds of ``telemetry`` fed (as ``evaluate --telemetry``); ``t`` is the latest timestamp the
+    guard has passed so far (of any kind fed)."""
     tap = _FeatureTap(rec.topology)
     bank = DetectorBank(rec.topology, [tap])
     last = -math.inf
-    for clean, _ in guarded_updates(rec, bank, tuple(bank.kinds), PipelineHealth()):
+    kinds = tuple(k for k in bank.kinds if telemetry is None or k in telemetry)
+    for clean, _ in guarded_updates(rec, bank, kinds, PipelineHealth()):
         last = max(last, float(clean.ts[-1]))
         for obs, x in tap.taken:
             yield obs, x, last
@@ -133,7 +146,8 @@ def guarded_features(rec: Recording) -> Iterator[tuple[np.ndarray, np.ndarray, f
 
 
 def build_dataset(paths: Sequence[str | Path], events: Sequence[str], negative_fraction: float = 0.05,
-                  seed: int = 0, progress: Callable[[str, float], None] | None = None) -> Dataset:
+                  seed: int = 0, progress: Callable[[str, float], None] | None = None,
+                  telemetry: Sequence[str] | None = None) -> Dataset:
     if not 0.0 < negative_fraction <= 1.0:
         raise ValueError(f"negative_fraction must be in (0, 1], not {negative_fraction!r}")
     rng = np.random.default_rng(seed)
@@ -142,8 +156,10 @@ def build_dataset(paths: Sequence[str | Path], events: Sequence[str], negative_f
     groups: list[np.ndarray] = []
     weights: list[np.ndarray] = []
     unknown_entity = 0
+    inputs: set[str] = set()
     for n, path in enumerate(paths):
         rec = Recording.open(path)
+        inputs.update(fed_kinds(rec, telemetry))
         topo = rec.topology
         truth = read_ground_truth(rec)  # (events of entities the topology lacks set aside, and logged)
         evs = truth.events
@@ -156,7 +172,7 @@ def build_dataset(paths: Sequence[str | Path], events: Sequence[str], negative_f
         ts: list[np.ndarray] = []
         slots: list[np.ndarray] = []
         last = math.nan
-        for obs, x, last in guarded_features(rec):
+        for obs, x, last in guarded_features(rec, telemetry):
             slot = obs[:, 1].astype(np.int64)
             any_pos = np.zeros(len(obs), bool)
             for e in events:
@@ -181,7 +197,8 @@ def build_dataset(paths: Sequence[str | Path], events: Sequence[str], negative_f
                    {e: np.concatenate(v) if v else np.empty(0) for e, v in labels.items()},
                    [str(p) for p in paths],
                    np.concatenate(groups) if groups else np.empty(0, np.int64),
-                   np.concatenate(weights) if weights else np.empty(0), unknown_entity)
+                   np.concatenate(weights) if weights else np.empty(0), unknown_entity,
+                   [k for k in _FeatureTap.kinds if k in inputs])
 
 
 def best_f1_threshold(p: np.ndarray, y: np.ndarray, weights: np.ndarray | None = None) -> float:
@@ -246,15 +263,16 @@ def train(dataset: Dataset, events: Sequence[str], seed: int = 0, max_iter: int 
 
 def train_and_save(paths: Sequence[str | Path], out: str | Path, events: Sequence[str] = ("thermal_throttle", "power_cap"),
                    negative_fraction: float = 0.05, seed: int = 0,
-                   progress: Callable[[str, float], None] | None = None) -> tuple[Path, dict[str, Any]]:
+                   progress: Callable[[str, float], None] | None = None,
+                   telemetry: Sequence[str] | None = None) -> tuple[Path, dict[str, Any]]:
     unknown = [e for e in events if e not in learnable_events()]
     if unknown:  # (a link's event, link_down, has no GPU feature row to be labelled on)
         raise ValueError(f"cannot learn events {unknown}; a model learns a GPU's events: {list(learnable_events())}")
-    data = build_dataset(paths, events, negative_fraction, seed, progress)
+    data = build_dataset(paths, events, negative_fraction, seed, progress, telemetry)
     models = train(data, events, seed)
     import sklearn
 
     summary = {e: {k: v for k, v in m.items() if k != "model"} for e, m in models.items()}
     meta = {"recordings": data.recordings, "sklearn": sklearn.__version__, "seed": seed, "summary": summary,
-            "events_unknown_entity": data.events_unknown_entity}
+            "events_unknown_entity": data.events_unknown_entity, MODEL_TELEMETRY_KEY: data.telemetry}
     return save_model(out, models, meta), summary

@@ -127,13 +127,18 @@ def test_version_and_feature_mismatch_are_refused(model_file, tmp_path, monkeypa
 
 def _set_version(text: str) -> str:
     """Set the stored format version to 0 in a skops schema, wherever skops keeps the int."""
+    return edit_document_entry(text, "version", lambda entry: {**entry, "content": "0"})
+
+
+def edit_document_entry(text: str, key: str, edit) -> str:
+    """A skops schema with every ``content[key]`` entry (a dict) replaced by ``edit(entry)``."""
     schema = json.loads(text)
 
     def walk(node):
         if isinstance(node, dict):
             content = node.get("content")
-            if isinstance(content, dict) and "version" in content and isinstance(content["version"], dict):
-                content["version"]["content"] = "0"
+            if isinstance(content, dict) and isinstance(content.get(key), dict):
+                content[key] = edit(content[key])
             for v in node.values():
                 walk(v)
         elif isinstance(node, list):
@@ -225,11 +230,18 @@ def test_training_features_are_the_ones_evaluate_gives_the_baselines(tmp_path, m
     """Train/serve skew: ``train`` fed raw frames to the feature stream, ``evaluate`` feeds them
     through the input guard and the board-swap handling: a 1000 °C glitch was learnt as a sample
     (with slopes of thousands of °C/min), a replaced board's slopes ran on from the old one's."""
+    _glitch_and_swap_recording(tmp_path / "rec")
+    data = tr.build_dataset([tmp_path / "rec"], ["thermal_throttle"], negative_fraction=1.0)
+    assert np.nanmax(data.features[:, 0]) < 150
+    np.testing.assert_array_equal(data.features, served_features(monkeypatch, tmp_path / "rec"))
+
+
+def served_features(monkeypatch, path, telemetry=None):
+    """The features ``evaluate`` gives a baseline over the recording at ``path`` (fed ``telemetry``),
+    of the rows the classifier scores (and training keeps)."""
     from foreshock.detectors import evaluation
     from foreshock.recording import Recording
 
-    _glitch_and_swap_recording(tmp_path / "rec")
-    data = tr.build_dataset([tmp_path / "rec"], ["thermal_throttle"], negative_fraction=1.0)
     seen = []
     decide = bl.ThresholdDetector._decide
 
@@ -238,11 +250,9 @@ def test_training_features_are_the_ones_evaluate_gives_the_baselines(tmp_path, m
         return decide(self, obs, feats)
 
     monkeypatch.setattr(bl.ThresholdDetector, "_decide", spy)
-    evaluation.run_recording(Recording.open(tmp_path / "rec"), ["threshold"], log_scores=False)
+    evaluation.run_recording(Recording.open(path), ["threshold"], log_scores=False, telemetry=telemetry)
     served = np.concatenate(seen)
-    served = served[np.isfinite(served[:, 0])]  # the rows the classifier scores (and training keeps)
-    assert np.nanmax(data.features[:, 0]) < 150
-    np.testing.assert_array_equal(data.features, served)
+    return served[np.isfinite(served[:, 0])]
 
 
 def test_f1_threshold_weighs_the_subsampled_negatives_back():

@@ -1,0 +1,145 @@
+"""A model is served the telemetry it was trained on (``train --telemetry``), or refused; river's
+HalfSpaceTrees' reference window spans whole fleet ticks."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from foreshock.cli.main import cli
+from foreshock.detectors import baselines as bl
+from foreshock.detectors import train as tr
+from foreshock.recording import Recording
+
+from test_train import edit_document_entry, rewrite_zip, served_features
+from thermal_synth import Fault, World, small_topology, write_recording
+
+
+@pytest.fixture(scope="module")
+def recording(tmp_path_factory):
+    path = tmp_path_factory.mktemp("rec") / "rec"
+    topo = small_topology(nodes=2, gpus=8, racks=1)
+    world = World(topo, seed=11, interval=20.0, faults=[Fault("tim_degradation", 3, 1200, 1.5, "f1")])
+    write_recording(path, world, 2 * 3600)
+    return path
+
+
+def _train(recording, out, *extra):
+    result = CliRunner().invoke(cli, ["train", str(recording), "--out", str(out), "--events", "thermal_throttle",
+                                      "--negatives", "0.5", *extra])
+    assert result.exit_code == 0, result.output
+    return json.loads(result.output.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def models(recording, tmp_path_factory):
+    folder = tmp_path_factory.mktemp("models")
+    full = _train(recording, folder / "full.skops")
+    gpu = _train(recording, folder / "gpu.skops", "--telemetry", "gpu,job")
+    return {"full": (folder / "full.skops", full), "gpu": (folder / "gpu.skops", gpu)}
+
+
+def test_the_model_file_records_the_telemetry_it_was_trained_on(models):
+    (full, full_out), (gpu, gpu_out) = models["full"], models["gpu"]
+    assert full_out["telemetry"] == ["gpu", "rack"] and gpu_out["telemetry"] == ["gpu"]
+    assert bl.model_telemetry(full, bl.load_model(full)) == ("gpu", "rack")
+    assert bl.model_telemetry(gpu, bl.load_model(gpu)) == ("gpu",)
+
+
+def test_training_with_gpu_telemetry_alone_learns_the_features_evaluate_then_serves(recording, monkeypatch):
+    """Without rack frames the inlet comes from the GPUs' proxy: the features training takes with
+    ``telemetry=("gpu", "job")`` are those ``evaluate --telemetry gpu,job`` gives a baseline (and
+    not those of a run fed the racks: the skew ``train`` had, with no ``--telemetry`` to give)."""
+    fed = ("gpu", "job")
+    gpu_only = tr.build_dataset([recording], ["thermal_throttle"], negative_fraction=1.0, telemetry=fed)
+    with_racks = tr.build_dataset([recording], ["thermal_throttle"], negative_fraction=1.0)
+    inlet = bl.FEATURES.index("inlet_c")
+    assert gpu_only.telemetry == ["gpu"] and with_racks.telemetry == ["gpu", "rack"]
+    assert not np.allclose(gpu_only.features[:, inlet], with_racks.features[:, inlet], equal_nan=True)
+    np.testing.assert_array_equal(gpu_only.features, served_features(monkeypatch, recording, fed))
+
+
+@pytest.mark.parametrize("model, flags, refused", [
+    ("gpu", [], "trained on GPU telemetry alone.*this run feeds GPU and rack telemetry.*foreshock train no --telemetry"),
+    ("full", ["--telemetry", "gpu,job"], "trained on GPU and rack telemetry.*feeds GPU telemetry alone.*"
+                                         "--telemetry gpu,job"),
+    ("gpu", ["--telemetry", "gpu,job"], None),
+    ("full", [], None),
+])
+def test_evaluate_refuses_a_model_fed_other_telemetry_than_it_learnt(models, recording, tmp_path, model, flags,
+                                                                      refused):
+    path = models[model][0]
+    result = CliRunner().invoke(cli, ["evaluate", str(recording), "--detectors", "sklearn", "--model", str(path),
+                                      "--report", str(tmp_path / "ev"), "--no-plots", *flags])
+    if refused is None:
+        assert result.exit_code == 0, result.output
+        assert (tmp_path / "ev" / "report.json").exists()
+    else:
+        assert result.exit_code != 0
+        assert __import__("re").search(refused, " ".join(result.output.split())), result.output
+        assert not (tmp_path / "ev").exists()  # refused before anything was run or written
+
+
+def test_a_recording_without_racks_is_fed_as_gpu_telemetry_alone(models, recording, tmp_path):
+    """A recording with no rack frames (a dcgm-exporter import) feeds what ``--telemetry gpu,job``
+    does: the model trained with racks is refused on it, the GPU-only one served."""
+    import shutil
+
+    bare = tmp_path / "bare"
+    shutil.copytree(recording, bare)
+    meta = json.loads((bare / "recording.json").read_text())
+    for part in list(bare.glob("rack*.parquet")):
+        part.unlink()
+    for listing in ("parts", "rows"):
+        if isinstance(meta.get(listing), dict):
+            meta[listing].pop("rack", None)
+    (bare / "recording.json").write_text(json.dumps(meta))
+    assert tr.fed_kinds(Recording.open(bare)) == ("gpu",)
+    run = ["evaluate", str(bare), "--detectors", "sklearn", "--no-plots"]
+    refused = CliRunner().invoke(cli, run + ["--model", str(models["full"][0]), "--report", str(tmp_path / "a")])
+    assert refused.exit_code != 0 and "feeds GPU telemetry alone" in " ".join(refused.output.split())
+    served = CliRunner().invoke(cli, run + ["--model", str(models["gpu"][0]), "--report", str(tmp_path / "b")])
+    assert served.exit_code == 0, served.output
+
+
+def _edit_meta(src, dst, edit):
+    """Rewrite the JSON meta text ``train`` stored in a model file's skops schema (skops keeps a
+    str as its JSON: the meta text quoted once more)."""
+    def change(entry):
+        return {**entry, "content": json.dumps(json.dumps(edit(json.loads(json.loads(entry["content"])))))}
+    rewrite_zip(src, dst, lambda text: edit_document_entry(text, "meta", change))
+
+
+def test_a_model_from_before_the_telemetry_was_recorded_is_served_as_before(models, recording, tmp_path):
+    old = tmp_path / "old.skops"
+    _edit_meta(models["gpu"][0], old, lambda meta: {k: v for k, v in meta.items() if k != "telemetry"})
+    assert bl.model_telemetry(old, bl.load_model(old)) is None
+    for flags in ([], ["--telemetry", "gpu,job"]):
+        result = CliRunner().invoke(cli, ["evaluate", str(recording), "--detectors", "sklearn", "--model", str(old),
+                                          "--report", str(tmp_path / f"ev{len(flags)}"), "--no-plots", *flags])
+        assert result.exit_code == 0, result.output
+
+
+@pytest.mark.parametrize("value", [["rack"], [], "gpu", ["gpu", "fabric"], [1], None])
+def test_a_model_naming_other_telemetry_is_refused(models, tmp_path, value):
+    bad = tmp_path / "bad.skops"
+    _edit_meta(models["gpu"][0], bad, lambda meta: {**meta, "telemetry": value})
+    with pytest.raises(bl.ModelFileError, match="trained on telemetry"):
+        bl.load_model(bad)
+
+
+def test_halfspacetrees_window_spans_fleet_ticks():
+    """One model learns every GPU: river's default window of 250 samples was a quarter of one
+    1,024-GPU tick, so its reference mass was a few racks' GPUs. It spans ``window_ticks`` ticks."""
+    for gpus in (8, 1024):
+        topo = small_topology(nodes=gpus // 8, gpus=8, racks=1)
+        hst = bl.HalfSpaceTreesDetector(topo)
+        assert hst.model.window_size == 25 * topo.size("gpu") == 25 * gpus
+    topo = small_topology(nodes=2, gpus=8, racks=1)
+    assert bl.HalfSpaceTreesDetector(topo, window_ticks=3).model.window_size == 3 * 16
+    assert bl.HalfSpaceTreesDetector(topo, window_size=250).model.window_size == 250  # in samples, as river's
+    with pytest.raises(ValueError, match="window_ticks"):
+        bl.HalfSpaceTreesDetector(topo, window_ticks=0.5)
