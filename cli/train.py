@@ -11,10 +11,14 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from foreshock.detectors.baselines import learnable_events, load_model, model_telemetry
 from foreshock.detectors.evaluation import EVENT_KINDS
-from foreshock.detectors.train import train_and_save
+from foreshock.detectors.train import CALIBRATION_PRECISION, train_and_save
 from foreshock.recording import RecordingError
 
 from .common import create_folder, parse_telemetry
+
+
+def _shown(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.2f}"
 
 
 @click.command("train")
@@ -31,10 +35,16 @@ from .common import create_folder, parse_telemetry
                    "as `evaluate --telemetry`: a model to be served GPU telemetry alone (dcgm-exporter) is "
                    "trained with `--telemetry gpu,job`. Recorded in the model; `evaluate` refuses it where "
                    "it would be fed otherwise.")
+@click.option("--calibrate", "calibration", default=None, type=click.Path(exists=True, file_okay=False),
+              help="A recording the model is not trained on, to choose each alarm threshold on: the level of "
+                   "best recall at precision >= --precision, scored as `evaluate` scores (default: the "
+                   "threshold of best per-sample F1 on held-out GPUs of the training recordings).")
+@click.option("--precision", "target_precision", default=CALIBRATION_PRECISION, show_default=True,
+              type=click.FloatRange(0.0, 1.0, min_open=True), help="The precision --calibrate holds the alarms to.")
 @click.option("--seed", default=0, show_default=True, type=int,
               help="Seed for the negative-sample draw and the classifiers: same seed, same model.")
 def command(recordings: tuple[str, ...], out_path: str, events: str, negatives: float, telemetry: str | None,
-            seed: int) -> None:
+            calibration: str | None, target_precision: float, seed: int) -> None:
     """Train "EVENT within its horizon" classifiers on RECORDINGS (use seeds you do not evaluate on)."""
     chosen = [e.strip() for e in events.split(",") if e.strip()]
     learnable = learnable_events()
@@ -53,21 +63,27 @@ def command(recordings: tuple[str, ...], out_path: str, events: str, negatives: 
     console = Console(stderr=True)
     with Progress(TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(), console=console,
                   transient=True) as bar:
-        task = bar.add_task("features", total=float(len(recordings)))
+        task = bar.add_task("features", total=float(len(recordings) + (calibration is not None)))
         done: dict[str, float] = {}
 
         def progress(path: str, frac: float) -> None:
             done[path] = frac
-            bar.update(task, completed=sum(done.values()), description=f"features {path}")
+            stage = "calibrate" if path == calibration else "features"
+            bar.update(task, completed=sum(done.values()), description=f"{stage} {path}")
 
         try:
-            path, summary = train_and_save(recordings, out_path, chosen, negatives, seed, progress, fed)
+            path, summary = train_and_save(recordings, out_path, chosen, negatives, seed, progress, fed, calibration,
+                                           target_precision)
         except (RecordingError, ValueError) as exc:
             raise click.ClickException(str(exc)) from None
     inputs = model_telemetry(path, load_model(path))  # as recorded: what evaluate will hold it to
     for event, s in summary.items():
+        c = s.get("calibrated")
+        said = ("" if c is None else f" (on {calibration}: episode precision {_shown(c['precision'])}, recall "
+                f"{_shown(c['recall'])}" + ("" if c["reached"] else f"; never precision >= {target_precision:g}, "
+                                            "the most precise level") + ")")
         console.print(f"{event}: {s['samples']:,} samples, {s['positives']:,} positive, "
-                      f"horizon {s['horizon_s']:.0f} s, alarm at P >= {s['threshold']:.2f}")
+                      f"horizon {s['horizon_s']:.0f} s, alarm at P >= {s['threshold']:.4g}{said}")
     console.print(f"features from {', '.join(inputs or ())} telemetry"
                   + ("" if inputs and "rack" in inputs else " (inlets from the GPUs' proxy: serve it `--telemetry gpu,job`)"))
     click.echo(json.dumps({"model": str(path), "events": summary, "telemetry": list(inputs or ())},

@@ -1153,7 +1153,7 @@ SWEEP_TAILS = np.geomspace(0.5, 1e-6, 48)
 
 
 def matched_threshold(result: RunResult, logs: Sequence[ScoreLog], kind: EventKind,
-                      target_precision: float) -> dict[str, Any] | None:
+                      target_precision: float, exact: bool = False) -> dict[str, Any] | None:
     """Sweep a baseline's alarm threshold over its logged scores and report the best recall it
     reaches at precision >= ``target_precision`` (the reference set's), scored by exactly the
     rules of :func:`score_kind`. ``None`` when no logged score column predicts ``kind``.
@@ -1162,7 +1162,9 @@ def matched_threshold(result: RunResult, logs: Sequence[ScoreLog], kind: EventKi
     "false_alarms_per_1000_gpu_hours", "recall_at_min_lead", "by_onset_recall", "at_min_lead",
     "levels_tried", "best_precision", "live"}`` — ``at_min_lead`` is the level with the best
     ``recall_at_min_lead`` at that precision (and, from :func:`score`, the reference's recall beside it); ``threshold`` is ``None`` when no level reaches the target (``best_precision`` then
-    says how close it came), ``live`` is the replay at the detector's own level."""
+    says how close it came), ``live`` is the replay at the detector's own level. Thresholds are
+    rounded to 6 decimals for the report, or, with ``exact``, the levels as swept (to alarm at: a
+    classifier's best level may be 0.99999997, which rounds to a 1.0 no score reaches)."""
     rec = result.recording
     topo = rec.topology
     table = episode_table(result.events, kind, rec, result.start, result.onsets)
@@ -1188,7 +1190,7 @@ def matched_threshold(result: RunResult, logs: Sequence[ScoreLog], kind: EventKi
                 slot, s, w = log.spans(col, level, result.end)
                 m = score_spans(SpanTable.of(codes[slot], s, w), table, kind, scopes, result.start, result.end, n_ent,
                                 interrupts)
-                m["threshold"] = round(float(level), 6)
+                m["threshold"] = float(level) if exact else round(float(level), 6)
                 if level == live_level:
                     live = {"threshold": m["threshold"], "recall": m["recall"], "precision": m["precision"]}
                 tried.append((level, m))

@@ -11,6 +11,7 @@ from click.testing import CliRunner
 
 from foreshock.cli.main import cli
 from foreshock.detectors import baselines as bl
+from foreshock.detectors import evaluation
 from foreshock.detectors import train as tr
 from foreshock.recording import Recording
 
@@ -22,14 +23,15 @@ from thermal_synth import Fault, World, small_topology, write_recording
 def recording(tmp_path_factory):
     path = tmp_path_factory.mktemp("rec") / "rec"
     topo = small_topology(nodes=2, gpus=8, racks=1)
-    world = World(topo, seed=11, interval=20.0, faults=[Fault("tim_degradation", 3, 1200, 1.5, "f1")])
-    write_recording(path, world, 2 * 3600)
+    world = World(topo, seed=11, interval=20.0, faults=[Fault("tim_degradation", 3, 1200, 1.5, "f1"),
+                                                        Fault("tim_degradation", 12, 2400, 1.2, "f2")])
+    write_recording(path, world, 3 * 3600)
     return path
 
 
 def _train(recording, out, *extra):
     result = CliRunner().invoke(cli, ["train", str(recording), "--out", str(out), "--events", "thermal_throttle",
-                                      "--negatives", "0.5", *extra])
+                                      "--negatives", "0.2", *extra])
     assert result.exit_code == 0, result.output
     return json.loads(result.output.strip().splitlines()[-1])
 
@@ -90,19 +92,24 @@ def test_a_recording_without_racks_is_fed_as_gpu_telemetry_alone(models, recordi
 
     bare = tmp_path / "bare"
     shutil.copytree(recording, bare)
-    meta = json.loads((bare / "recording.json").read_text())
-    for part in list(bare.glob("rack*.parquet")):
-        part.unlink()
-    for listing in ("parts", "rows"):
-        if isinstance(meta.get(listing), dict):
-            meta[listing].pop("rack", None)
-    (bare / "recording.json").write_text(json.dumps(meta))
+    _drop_racks(bare)
     assert tr.fed_kinds(Recording.open(bare)) == ("gpu",)
     run = ["evaluate", str(bare), "--detectors", "sklearn", "--no-plots"]
     refused = CliRunner().invoke(cli, run + ["--model", str(models["full"][0]), "--report", str(tmp_path / "a")])
     assert refused.exit_code != 0 and "feeds GPU telemetry alone" in " ".join(refused.output.split())
     served = CliRunner().invoke(cli, run + ["--model", str(models["gpu"][0]), "--report", str(tmp_path / "b")])
     assert served.exit_code == 0, served.output
+
+
+def _drop_racks(folder):
+    """Remove a recording's rack frames (as if only GPUs had been recorded)."""
+    meta = json.loads((folder / "recording.json").read_text())
+    for part in list(folder.glob("rack*.parquet")):
+        part.unlink()
+    for listing in ("parts", "rows"):
+        if isinstance(meta.get(listing), dict):
+            meta[listing].pop("rack", None)
+    (folder / "recording.json").write_text(json.dumps(meta))
 
 
 def _edit_meta(src, dst, edit):
@@ -143,3 +150,58 @@ def test_halfspacetrees_window_spans_fleet_ticks():
     assert bl.HalfSpaceTreesDetector(topo, window_size=250).model.window_size == 250  # in samples, as river's
     with pytest.raises(ValueError, match="window_ticks"):
         bl.HalfSpaceTreesDetector(topo, window_ticks=0.5)
+
+
+# ---- train --calibrate: alarm thresholds chosen on a held-out recording, by episodes ------------
+@pytest.fixture(scope="module")
+def held_out(tmp_path_factory):
+    """Another cluster's recording (other seed, other failing GPUs) to calibrate on."""
+    path = tmp_path_factory.mktemp("held") / "held"
+    world = World(small_topology(nodes=2, gpus=8, racks=1), seed=12, interval=20.0,
+                  faults=[Fault("tim_degradation", 5, 1500, 1.3, "f1"), Fault("tim_degradation", 9, 2000, 1.4, "f2")])
+    write_recording(path, world, 3 * 3600)
+    return path
+
+
+def _scored(model, path):
+    result = evaluation.run_recording(Recording.open(path), ["sklearn"], params={"sklearn": {"model_path": str(model)}})
+    return evaluation.score(result, ["thermal_throttle"])["detectors"]["sklearn"]["thermal_throttle"]
+
+
+def test_calibration_holds_the_alarms_to_the_precision_asked_on_the_held_out_recording(recording, held_out, tmp_path):
+    """The training's per-sample F1 cut alarms on GPUs that never throttle (episode precision 0.67
+    on the held-out recording); calibrated there at precision 0.95, the model's own alarms meet it
+    with the recall the calibration reported."""
+    plain = _train(recording, tmp_path / "plain.skops")
+    assert _scored(tmp_path / "plain.skops", held_out)["precision"] < 0.95
+    out = _train(recording, tmp_path / "cal.skops", "--calibrate", str(held_out), "--precision", "0.95")
+    said = out["events"]["thermal_throttle"]["calibrated"]
+    assert said["reached"] and said["precision"] >= 0.95
+    live = _scored(tmp_path / "cal.skops", held_out)
+    assert live["precision"] >= 0.95 and live["recall"] == said["recall"] > 0
+    assert out["events"]["thermal_throttle"]["threshold"] > plain["events"]["thermal_throttle"]["threshold"]
+    meta = json.loads(bl.load_model(tmp_path / "cal.skops")["meta"])
+    assert meta["calibration"] == {"recording": str(held_out), "target_precision": 0.95}
+
+
+def test_calibration_keeps_a_level_no_score_rounds_past(recording, held_out, tmp_path):
+    """The best level may sit a hair under 1 (0.99999997): rounded for the report to 1.0, as the
+    evaluation's matched sweep rounds it, no score reached it and the calibrated model never alarmed."""
+    out = _train(recording, tmp_path / "cal.skops", "--calibrate", str(held_out))
+    assert 0.0 < out["events"]["thermal_throttle"]["threshold"] < 1.0
+    assert _scored(tmp_path / "cal.skops", held_out)["recall"] > 0
+
+
+def test_calibration_is_refused_on_a_training_recording_or_other_telemetry(recording, tmp_path):
+    same = CliRunner().invoke(cli, ["train", str(recording), "--out", str(tmp_path / "m.skops"), "--events",
+                                    "thermal_throttle", "--calibrate", str(recording)])
+    assert same.exit_code != 0 and "is one of the training recordings" in " ".join(same.output.split())
+    import shutil
+
+    bare = tmp_path / "bare"  # the same cluster without its rack frames: a GPU-only recording
+    shutil.copytree(recording, bare)
+    _drop_racks(bare)
+    other = CliRunner().invoke(cli, ["train", str(recording), "--out", str(tmp_path / "m.skops"), "--events",
+                                     "thermal_throttle", "--calibrate", str(bare)])
+    assert other.exit_code != 0 and "calibrate on a recording fed alike" in " ".join(other.output.split())
+    assert not (tmp_path / "m.skops").exists()
