@@ -17,7 +17,7 @@ import numpy as np
 
 from foreshock.findings import Prediction
 
-from .gpu_inputs import inline
+from .gpu_inputs import frame_now, inline
 
 A_ACTIVE, A_ON, A_EMIT_TS, A_OFF_TS = 0, 1, 2, 3
 A_SIZE = 4
@@ -74,6 +74,19 @@ def withdraw_silent(state: np.ndarray, count: int, last_ts: np.ndarray, now: flo
     state[slots, cols + A_OFF_TS] = np.nan
     state[slots, cols + A_EMIT_TS] = now
     return slots, blocks
+
+
+def withdraw_silent_in_frame(state: np.ndarray, count: int, last_ts: np.ndarray, stamps: np.ndarray,
+                             silent_s: float) -> tuple[float, np.ndarray, np.ndarray]:
+    """:func:`withdraw_silent` as of a frame's time: ``now`` is what its ``stamps`` speak for
+    (:func:`~.gpu_inputs.frame_now`: one row stamped far ahead does not silence the rest; missing
+    stamps skipped). Returns ``(now, slots, blocks)``; a frame with no stamp withdraws nothing."""
+    stamps = stamps[np.isfinite(stamps)]
+    if not len(stamps):
+        return float("nan"), np.empty(0, np.int64), np.empty(0, np.int64)
+    now = frame_now(stamps, silent_s)
+    slots, blocks = withdraw_silent(state, count, last_ts, now, silent_s)
+    return now, slots, blocks
 
 
 def silent_reason(silent_for_s: float,

@@ -63,11 +63,10 @@ from foreshock.remap import Remap
 from foreshock.topology import Topology, take_or
 
 from .alarm import (A_ACTIVE, A_ON, CODE_START, CODE_WITHDRAW, alarm_step, alarm_withdraw, new_alarm_columns,
-                    silent_reason, withdraw_silent)
+                    silent_reason, withdraw_silent_in_frame)
 from .base import Detector, resolve_params
 from .counters import (EVENTS_MAX_PER_S, LINK_DOWNS_MAX_PER_S, MAX_PORT_RATE_BPS, SATURATED_AT, STAMP_SLACK,
                        TIME_MAX_PER_S, CounterRates, modulus_for_bits, report_problems, with_counter_pace_and_drop)
-from .gpu_inputs import frame_now
 
 COUNTERS = ("xmit_wait", "pfc_pause_duration", "ecn_marked", "cnp_sent", "link_downed")
 C_WAIT, C_PAUSE, C_ECN, C_CNP, C_DOWNED = range(len(COUNTERS))
@@ -99,10 +98,10 @@ RELATIONS = (
     "same node: PXN moved its traffic to this NIC",
 )
 
-# per-row outputs of the kernel (R_ON_LEAF/R_ON_NODE: the counts as of the row itself; a finding's
-# text counts as of all the rows of its stamp: CongestionDetector._congested_nearby)
-R_SCORE, R_WAIT, R_PAUSE, R_ECN, R_CODE, R_DOWN, R_ON_LEAF, R_ON_NODE = range(8)
-R_SIZE = 8
+# per-row outputs of the kernel (the congested ports per leaf and node a finding names are counted
+# as of all the rows of its stamp, not of the row itself: CongestionDetector._congested_nearby)
+R_SCORE, R_WAIT, R_PAUSE, R_ECN, R_CODE, R_DOWN = range(6)
+R_SIZE = 6
 # per-link state columns (besides the alarm): last known rate and state, the last two times
 # it went down and the last time it came back (a batch can hold many ticks: causes are
 # resolved as of each onset's own timestamp)
@@ -207,8 +206,6 @@ def _congestion_kernel(ts: np.ndarray, slot: np.ndarray, rate: np.ndarray, delta
             g = groups[s, k]
             if g >= 0:
                 per_group[g] += change
-        out[i, R_ON_LEAF] = per_group[groups[s, 0]] if groups[s, 0] >= 0 else 1.0
-        out[i, R_ON_NODE] = per_group[groups[s, 1]] if groups[s, 1] >= 0 else 1.0
 
 
 class CongestionDetector(Detector):
@@ -295,12 +292,7 @@ class CongestionDetector(Detector):
         """Withdraw each congested port not scored for :meth:`silent_s` before the frame's time
         (:func:`~.alarm.withdraw_silent`, one pass per frame), uncount it from its leaf and node, and
         say why: its xmit_wait stuck at 2**32-1, or no report."""
-        stamps = ts[np.isfinite(ts)]
-        if not len(stamps):
-            return []
-        silent_s = self.silent_s()
-        now = frame_now(stamps, silent_s)
-        slots, _ = withdraw_silent(self.s_alarm, 1, self.s_heard, now, silent_s)
+        now, slots, _ = withdraw_silent_in_frame(self.s_alarm, 1, self.s_heard, ts, self.silent_s())
         for k in range(self._groups.shape[1]):
             group = self._groups[slots, k]
             np.subtract.at(self.s_congested_per_group, group[group >= 0], 1.0)

@@ -35,7 +35,7 @@ from foreshock.health import PipelineHealth
 from foreshock.remap import Remap
 from foreshock.topology import Topology
 
-from .alarm import silent_reason, withdraw_silent
+from .alarm import silent_reason, withdraw_silent_in_frame
 from .base import Detector, add_columns, resolve_params
 from .gpu_inputs import (Scratch, frame_now, gpu_columns, inline, kernel, new_inlet_states, node_feed, node_tick,
                          rack_inlet_obs, read_inlet, relinked_inlet_states, update_rack_inlet,
@@ -749,14 +749,9 @@ class ThermalFitDetector(Detector):
         is gone. It is 60 polls at 10 s — no jitter nor dropped scrape comes near it — and longer
         than the thermal and power ``off_hold_s``, so a GPU that clears is withdrawn by its own
         rows first. A GPU that reports again predicts afresh (``on_count`` samples)."""
-        stamps = self.fit.obs[X_TS]
-        stamps = stamps[np.isfinite(stamps)]
-        if not len(stamps):
-            return []
-        silent_s = float(self.fit.params[P_GAP])
-        now = frame_now(stamps, silent_s)
         last_ts = self.s_model[:, G_TS]
-        slots, blocks = withdraw_silent(alarms, len(events), last_ts, now, silent_s)
+        now, slots, blocks = withdraw_silent_in_frame(alarms, len(events), last_ts, self.fit.obs[X_TS],
+                                                      float(self.fit.params[P_GAP]))
         return [Prediction(now, "gpu", int(slot), events[block], -1.0, 0.0, self.name,
                            silent_reason(now - float(last_ts[slot])), active=False)
                 for slot, block in zip(slots.tolist(), blocks.tolist())]

@@ -78,6 +78,16 @@ def run(det, fab: Fabric, seconds: int, **kw) -> list:
 
 
 # ---- per-port signals -------------------------------------------------------------------------
+def _warmed(ticks: int, **params) -> tuple[Topology, Fabric, CongestionDetector, np.ndarray]:
+    """A fabric and a congestion detector (``params``) after ``ticks`` quiet ticks, and a quiet
+    xmit_wait per port to make some congested."""
+    topo = fabric()
+    fab = Fabric(topo)
+    det = CongestionDetector(topo, **params)
+    run(det, fab, ticks)
+    return topo, fab, det, np.full(topo.size("link"), 1e-4)
+
+
 def test_xmit_wait_is_a_fraction_of_time_at_the_ports_rate():
     topo = fabric()
     fab = Fabric(topo)
@@ -251,11 +261,7 @@ def test_a_held_alarm_keeps_the_cause_it_started_with():
 
 
 def test_a_down_port_is_not_scored():
-    topo = fabric()
-    fab = Fabric(topo)
-    det = CongestionDetector(topo)
-    run(det, fab, 3)
-    wait = np.full(topo.size("link"), 1e-4)
+    topo, fab, det, wait = _warmed(3)
     wait[0] = 0.5
     assert det.update(fab.tick(wait=wait, down=[0])) == []
 
@@ -264,11 +270,7 @@ def test_a_congested_port_that_goes_down_is_withdrawn_and_no_longer_counts_nearb
     """A port flagged congested that then went down kept its prediction, and the link_congested
     gauge, for as long as it stayed down (two days in the review's case), and a lone hot port of
     its node a day later read as "spreading over 3 NIC ports"."""
-    topo = fabric()
-    fab = Fabric(topo)
-    det = CongestionDetector(topo)
-    run(det, fab, 3)
-    wait = np.full(topo.size("link"), 1e-4)
+    topo, fab, det, wait = _warmed(3)
     wait[[0, 1]] = 0.5
     started = det.update(fab.tick(wait=wait))
     assert {(p.slot, p.active) for p in started} == {(0, True), (1, True)}
@@ -284,11 +286,7 @@ def test_a_congested_port_that_goes_down_is_withdrawn_and_no_longer_counts_nearb
 def _silent_port_of_leaf0(drop_rows) -> tuple[list, CongestionDetector, Fabric, Topology]:
     """Port 0 (n0/gpu0~leaf0) congested, then polled every 60 s (its rows dropped by ``drop_rows``)
     for an hour; the findings of port 0 after its start."""
-    topo = fabric()
-    fab = Fabric(topo)
-    det = CongestionDetector(topo)
-    run(det, fab, 5)
-    wait = np.full(topo.size("link"), 1e-4)
+    topo, fab, det, wait = _warmed(5)
     wait[0] = 0.05
     (start,) = det.update(fab.tick(wait=wait))
     assert (start.slot, start.active) == (0, True)
@@ -339,11 +337,7 @@ def test_a_port_polled_slower_than_silent_s_is_not_withdrawn_while_it_reports():
 
 
 def test_an_old_checkpoint_without_last_heard_loads_and_withdraws_a_silent_port_in_time():
-    topo = fabric()
-    fab = Fabric(topo)
-    det = CongestionDetector(topo)
-    run(det, fab, 5)
-    wait = np.full(topo.size("link"), 1e-4)
+    topo, fab, det, wait = _warmed(5)
     wait[0] = 0.05
     det.update(fab.tick(wait=wait))
     old = det.state_dict()
@@ -361,11 +355,7 @@ def test_an_old_checkpoint_without_last_heard_loads_and_withdraws_a_silent_port_
 
 def test_firing_samples_before_a_port_went_down_do_not_count_after_it_came_back():
     """on_count=3: two firing samples, an hour down, one firing sample after: it had started."""
-    topo = fabric()
-    fab = Fabric(topo)
-    det = CongestionDetector(topo, on_count=3)
-    run(det, fab, 3)
-    wait = np.full(topo.size("link"), 1e-4)
+    topo, fab, det, wait = _warmed(3, on_count=3)
     wait[0] = 0.05
     out = run(det, fab, 2, wait=wait)
     out += run(det, fab, 1, down=[0])
