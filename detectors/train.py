@@ -261,8 +261,11 @@ def train(dataset: Dataset, events: Sequence[str], seed: int = 0, max_iter: int 
     return models
 
 
-CALIBRATION_PRECISION = 0.95
-"""The precision ``train --calibrate`` holds each alarm threshold to on the calibration recording."""
+CALIBRATION_PRECISION = 0.9
+"""The precision ``train --calibrate`` holds each alarm threshold to on the calibration recording by
+default: the issue's target for the thermal predictions (0.95 asks more than a recording may allow:
+on seed 4, with every detector's cooling-loss precision at 0.92 or under, it left the model 2 % of
+its recall)."""
 
 
 def calibrate(models: dict[str, dict[str, Any]], path: str | Path, telemetry: Sequence[str] | None,
