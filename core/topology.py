@@ -318,7 +318,10 @@ class Topology:
         def entries(key: str, required: bool = True) -> list[dict[str, Any]]:
             value = data.get(key, [] if not required else None)
             if value is None:
-                raise TopologyError(f"{source}: missing '{key}'")
+                # `jobs:` with nothing after it is YAML null: not missing, but empty, said so
+                raise TopologyError(f"{source}: '{key}' is empty (null): expected a list of mappings"
+                                    + ("" if required else f", or no '{key}' at all") if key in data
+                                    else f"{source}: missing '{key}'")
             if not isinstance(value, list) or not all(isinstance(e, dict) for e in value):
                 raise TopologyError(f"{source}: '{key}' must be a list of mappings")
             seen: set[str] = set()
@@ -326,6 +329,8 @@ class Topology:
                 if e.get("name") is None:
                     raise TopologyError(f"{source}: {key}[{n}] has no 'name'")
                 name = _text(e["name"], f"{source}: the name of {key}[{n}]")
+                if not name.strip():  # an empty label in every series, and GPUs named "/gpu0"
+                    raise TopologyError(f"{source}: {key}[{n}] has an empty name {name!r}")
                 if name in seen:
                     raise TopologyError(f"{source}: duplicate name {name!r} in '{key}'")
                 seen.add(name)

@@ -108,6 +108,12 @@ def test_topology_yaml_round_trip(small_topology: Topology, tmp_path) -> None:
     ("rows: [{name: a}]\nracks: [{name: r, row: a}]\nnodes: [{name: n, rack: r}, {name: n, rack: r}]", "duplicate"),
     ("rows: [{name: a}]\nracks: [{name: r, row: a}]\nnodes: []\nlinks: [{name: l, a: x, b: y}]", "unknown switch 'y'"),
     ("rows: [{name: a}\n", "not valid YAML"),
+    # an empty name was accepted: an empty label on every series, GPUs named "/gpu0"
+    ("rows: [{name: a}]\nracks: [{name: r, row: a}]\nnodes: [{name: '', rack: r}]", r"nodes\[0\] has an empty name ''"),
+    ("rows: [{name: a}]\nracks: [{name: ' ', row: a}]\nnodes: []", r"racks\[0\] has an empty name ' '"),
+    # `jobs:` with nothing after it (YAML null) read as "missing 'jobs'"
+    ("rows: [{name: a}]\nracks: [{name: r, row: a}]\nnodes: []\njobs:\n", "'jobs' is empty \\(null\\).*or no 'jobs' at all"),
+    ("rows:\nracks: []\nnodes: []", "'rows' is empty \\(null\\): expected a list of mappings"),
 ])
 def test_topology_errors_name_the_problem(tmp_path, doc: str, message: str) -> None:
     path = tmp_path / "topology.yaml"
