@@ -20,11 +20,11 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from foreshock.detectors.bank import DetectorBank
 from foreshock.events import Event
-from foreshock.fields import ENTITY_KINDS
 from foreshock.exporters.console import FindingTally, TimeOrigin, render_summary
 from foreshock.exporters.jsonl import JsonlSink
 from foreshock.exporters.prometheus import MetricsPortError, serve, stop
 from foreshock.exporters.store import FindingStore
+from foreshock.fields import ENTITY_KINDS
 from foreshock.frames import Frame
 from foreshock.health import PipelineHealth
 from foreshock.recording import RecordingError

@@ -473,7 +473,6 @@ class HalfSpaceTreesDetector(_FeatureDetector):
         # (river's default 250 samples was a quarter of one 1,024-GPU tick)
         window_size = (window_ticks * max(topology.size("gpu"), 1) if window_size is None
                        else _whole(self.name, "window_size", window_size, 1))
-        self.window_size = window_size
         calibration_s, calibration_skip_s, quantile, horizon_s = (_number(self.name, k, v) for k, v in (
             ("calibration_s", calibration_s), ("calibration_skip_s", calibration_skip_s), ("quantile", quantile),
             ("horizon_s", horizon_s)))
@@ -814,6 +813,7 @@ def telemetry_mismatch(path: str | Path, trained: tuple[str, ...] | None, served
     its feature stream will read in this run), or None where they agree or the file does not say."""
     if trained is None or set(trained) == set(served):
         return None
+
     def said(kinds: Sequence[str]) -> str:
         return ("GPU telemetry alone (inlets from the GPUs' proxy)" if "rack" not in kinds
                 else "GPU and rack telemetry (the racks' inlets and coolant)")
