@@ -35,16 +35,17 @@ def _shown(value: float | None) -> str:
                    "as `evaluate --telemetry`: a model to be served GPU telemetry alone (dcgm-exporter) is "
                    "trained with `--telemetry gpu,job`. Recorded in the model; `evaluate` refuses it where "
                    "it would be fed otherwise.")
-@click.option("--calibrate", "calibration", default=None, type=click.Path(exists=True, file_okay=False),
-              help="A recording the model is not trained on, to choose each alarm threshold on: the level of "
-                   "best recall at precision >= --precision, scored as `evaluate` scores (default: the "
-                   "threshold of best per-sample F1 on held-out GPUs of the training recordings).")
+@click.option("--calibrate", "calibration", multiple=True, type=click.Path(exists=True, file_okay=False),
+              help="A recording the model is not trained on, to choose each alarm threshold on (repeatable: "
+                   "the level must hold on each): the level of best recall at precision >= --precision, "
+                   "scored as `evaluate` scores (default: the threshold of best per-sample F1 on held-out GPUs "
+                   "of the training recordings).")
 @click.option("--precision", "target_precision", default=CALIBRATION_PRECISION, show_default=True,
               type=click.FloatRange(0.0, 1.0, min_open=True), help="The precision --calibrate holds the alarms to.")
 @click.option("--seed", default=0, show_default=True, type=int,
               help="Seed for the negative-sample draw and the classifiers: same seed, same model.")
 def command(recordings: tuple[str, ...], out_path: str, events: str, negatives: float, telemetry: str | None,
-            calibration: str | None, target_precision: float, seed: int) -> None:
+            calibration: tuple[str, ...], target_precision: float, seed: int) -> None:
     """Train "EVENT within its horizon" classifiers on RECORDINGS (use seeds you do not evaluate on)."""
     chosen = [e.strip() for e in events.split(",") if e.strip()]
     learnable = learnable_events()
@@ -63,12 +64,12 @@ def command(recordings: tuple[str, ...], out_path: str, events: str, negatives: 
     console = Console(stderr=True)
     with Progress(TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(), console=console,
                   transient=True) as bar:
-        task = bar.add_task("features", total=float(len(recordings) + (calibration is not None)))
+        task = bar.add_task("features", total=float(len(recordings) + len(calibration)))
         done: dict[str, float] = {}
 
         def progress(path: str, frac: float) -> None:
             done[path] = frac
-            stage = "calibrate" if path == calibration else "features"
+            stage = "calibrate" if path in calibration else "features"
             bar.update(task, completed=sum(done.values()), description=f"{stage} {path}")
 
         try:
@@ -79,7 +80,8 @@ def command(recordings: tuple[str, ...], out_path: str, events: str, negatives: 
     inputs = model_telemetry(path, load_model(path))  # as recorded: what evaluate will hold it to
     for event, s in summary.items():
         c = s.get("calibrated")
-        said = ("" if c is None else f" (on {calibration}: episode precision {_shown(c['precision'])}, recall "
+        said = ("" if c is None else f" (on {', '.join(calibration)}: episode precision {_shown(c['precision'])}"
+                f"{' at worst' if len(calibration) > 1 else ''}, recall "
                 f"{_shown(c['recall'])}" + ("" if c["reached"] else f"; never precision >= {target_precision:g}, "
                                             "the most precise level") + ")")
         console.print(f"{event}: {s['samples']:,} samples, {s['positives']:,} positive, "

@@ -1152,6 +1152,44 @@ SWEEP_TAILS = np.geomspace(0.5, 1e-6, 48)
 """Threshold candidates: the score quantiles that leave these shares of samples above them."""
 
 
+def threshold_sweep(result: RunResult, logs: Sequence[ScoreLog], kind: EventKind,
+                    levels: Sequence[float] | None = None) -> tuple[list[tuple[float, dict[str, Any]]], float | None]:
+    """Each alarm level's figures for ``kind`` (:func:`score_spans`, the rules of :func:`score_kind`),
+    replayed from a baseline's logged scores: at ``levels``, or by default at quantiles of each
+    score column that predicts ``kind`` and at the detector's own level. Returns ``[(level,
+    figures)]`` and the detector's own level (None where no column predicts ``kind``)."""
+    rec = result.recording
+    topo = rec.topology
+    table = episode_table(result.events, kind, rec, result.start, result.onsets)
+    codes = np.array([table.names.setdefault(topo.name(kind.entity_kind, s), len(table.names))
+                      for s in range(topo.size(kind.entity_kind))], dtype=np.int64)
+    scopes = fault_scopes(rec, result.events, kind.entity_kind)
+    interrupts = job_interruptions(result.events, rec, kind, table.names)
+    n_ent = result.entities_observed(kind.entity_kind)
+    tried: list[tuple[float, dict[str, Any]]] = []
+    live_level: float | None = None
+    for log in logs:
+        obs, scores = log.arrays()
+        for col, events in enumerate(log.columns):
+            if kind.prediction not in events or not len(obs):
+                continue
+            live_level = float(log.levels[col])
+            if levels is None:
+                x = scores[:, col]
+                usable = np.isfinite(x) & (obs[:, 0] >= log.valid_from)
+                swept = np.unique(np.quantile(x[usable], 1.0 - SWEEP_TAILS)) if usable.any() else np.empty(0)
+                chosen = [*swept.tolist(), live_level]
+            else:
+                chosen = list(levels)
+            for level in chosen:
+                if not np.isfinite(level):
+                    continue
+                slot, s, w = log.spans(col, level, result.end)
+                tried.append((float(level), score_spans(SpanTable.of(codes[slot], s, w), table, kind, scopes,
+                                                        result.start, result.end, n_ent, interrupts)))
+    return tried, live_level
+
+
 def matched_threshold(result: RunResult, logs: Sequence[ScoreLog], kind: EventKind,
                       target_precision: float, exact: bool = False) -> dict[str, Any] | None:
     """Sweep a baseline's alarm threshold over its logged scores and report the best recall it
@@ -1165,35 +1203,12 @@ def matched_threshold(result: RunResult, logs: Sequence[ScoreLog], kind: EventKi
     says how close it came), ``live`` is the replay at the detector's own level. Thresholds are
     rounded to 6 decimals for the report, or, with ``exact``, the levels as swept (to alarm at: a
     classifier's best level may be 0.99999997, which rounds to a 1.0 no score reaches)."""
-    rec = result.recording
-    topo = rec.topology
-    table = episode_table(result.events, kind, rec, result.start, result.onsets)
-    codes = np.array([table.names.setdefault(topo.name(kind.entity_kind, s), len(table.names))
-                      for s in range(topo.size(kind.entity_kind))], dtype=np.int64)
-    scopes = fault_scopes(rec, result.events, kind.entity_kind)
-    interrupts = job_interruptions(result.events, rec, kind, table.names)
-    n_ent = result.entities_observed(kind.entity_kind)
-    tried: list[tuple[float, dict[str, Any]]] = []
+    tried, live_level = threshold_sweep(result, logs, kind)
     live: dict[str, Any] | None = None
-    for log in logs:
-        obs, scores = log.arrays()
-        for col, events in enumerate(log.columns):
-            if kind.prediction not in events or not len(obs):
-                continue
-            x = scores[:, col]
-            usable = np.isfinite(x) & (obs[:, 0] >= log.valid_from)
-            levels = np.unique(np.quantile(x[usable], 1.0 - SWEEP_TAILS)) if usable.any() else np.empty(0)
-            live_level = float(log.levels[col])
-            for level in [*levels.tolist(), live_level]:
-                if not np.isfinite(level):
-                    continue
-                slot, s, w = log.spans(col, level, result.end)
-                m = score_spans(SpanTable.of(codes[slot], s, w), table, kind, scopes, result.start, result.end, n_ent,
-                                interrupts)
-                m["threshold"] = float(level) if exact else round(float(level), 6)
-                if level == live_level:
-                    live = {"threshold": m["threshold"], "recall": m["recall"], "precision": m["precision"]}
-                tried.append((level, m))
+    for level, m in tried:
+        m["threshold"] = float(level) if exact else round(float(level), 6)
+        if level == live_level:
+            live = {"threshold": m["threshold"], "recall": m["recall"], "precision": m["precision"]}
     if not tried:
         return None
     ok = [m for _, m in tried if m["precision"] is not None and m["precision"] >= target_precision]

@@ -36,7 +36,7 @@ from foreshock.topology import Topology
 
 from .bank import DetectorBank
 from .baselines import FEATURES, MODEL_TELEMETRY_KEY, ScoredBaseline, learnable_events, save_model
-from .evaluation import EVENT_KINDS, episodes, guarded_updates, matched_threshold, read_ground_truth, run_recording
+from .evaluation import EVENT_KINDS, episodes, guarded_updates, read_ground_truth, run_recording, threshold_sweep
 
 
 @dataclass
@@ -268,69 +268,95 @@ on seed 4, with every detector's cooling-loss precision at 0.92 or under, it lef
 its recall)."""
 
 
-def calibrate(models: dict[str, dict[str, Any]], path: str | Path, telemetry: Sequence[str] | None,
+def calibrate(models: dict[str, dict[str, Any]], paths: Sequence[str | Path], telemetry: Sequence[str] | None,
               trained_on: Sequence[str], target_precision: float = CALIBRATION_PRECISION,
               progress: Callable[[str, float], None] | None = None) -> dict[str, dict[str, Any]]:
     """Set each event's alarm threshold (in ``models``) to the level of best recall at precision
-    >= ``target_precision`` on the recording at ``path``, scored by the evaluation's own rules
+    >= ``target_precision`` on every recording of ``paths``, scored by the evaluation's own rules
     (episodes, horizons, what is not judged): what a user does with a model before trusting its
     alarms — the per-sample F1 cut chosen in training counts samples, not warned episodes (seed
     21, 1,024 GPUs: it alarmed at precision 0.37 over episodes, 73 false alarms per 1000 GPU-h).
-    Where no level reaches the target, the most precise one. The recording must be one the model
-    was not trained on (a user's held-out recording; the evaluation's test recording would be the
-    oracle threshold ``evaluate`` already reports as "matched"). Returns what was chosen, per event."""
+    Over several recordings a level must hold the precision on each (one with no judged alarm
+    at that level does not object), and the recall is that of all their episodes together; where
+    no level holds it, the level whose worst precision is the highest. The recordings must be
+    ones the model was not trained on (a user's held-out recordings; the evaluation's test
+    recording would be the oracle threshold ``evaluate`` already reports as "matched"). Returns
+    per event the level chosen, whether it reached the target, its recall and its worst precision."""
     import tempfile
 
-    rec = Recording.open(path)
-    fed = fed_kinds(rec, telemetry)
-    if set(fed) != set(trained_on):  # its features would not mean what they meant in training
-        raise ValueError(f"calibration recording {path} feeds {', '.join(fed) or 'no'} telemetry to the features, "
-                         f"the training recordings fed {', '.join(trained_on)}: calibrate on a recording fed alike")
-    meta_start, meta_end = rec.meta.get("start"), rec.meta.get("end")
-
-    def step(done: float, total: float) -> None:
-        if progress is not None and total > 0:
-            progress(str(path), done / total)
-
+    runs = []
     with tempfile.TemporaryDirectory() as tmp:
         probe = save_model(Path(tmp) / "probe.skops", models)
-        result = run_recording(rec, ["sklearn"], params={"sklearn": {"model_path": str(probe)}},
-                               progress=step if meta_start is not None and meta_end is not None else None,
-                               telemetry=telemetry)
-    logs = result.score_logs.get("sklearn", [])
+        for path in paths:
+            rec = Recording.open(path)
+            fed = fed_kinds(rec, telemetry)
+            if set(fed) != set(trained_on):  # its features would not mean what they meant in training
+                raise ValueError(f"calibration recording {path} feeds {', '.join(fed) or 'no'} telemetry to the "
+                                 f"features, the training recordings fed {', '.join(trained_on)}: calibrate on "
+                                 "recordings fed alike")
+            known = rec.meta.get("start") is not None and rec.meta.get("end") is not None
+
+            def step(done: float, total: float, key: str = str(path)) -> None:
+                if progress is not None and total > 0:
+                    progress(key, done / total)
+
+            result = run_recording(rec, ["sklearn"], params={"sklearn": {"model_path": str(probe)}},
+                                   progress=step if known else None, telemetry=telemetry)
+            runs.append((result, result.score_logs.get("sklearn", [])))
     chosen: dict[str, dict[str, Any]] = {}
     for event, entry in models.items():
-        m = matched_threshold(result, logs, EVENT_KINDS[event], target_precision, exact=True)
-        if m is None:
+        kind = EVENT_KINDS[event]
+        own = [threshold_sweep(result, logs, kind)[0] for result, logs in runs]
+        levels = sorted({level for tried in own for level, _ in tried})
+        if not levels:
             continue
-        reached = m["threshold"] is not None
-        pick = m if reached else (m["best_precision"] or {})
-        level = pick.get("threshold")
-        if level is None:  # no level predicted anything there: the training's cut stands
+        # every recording scored at every level any of them proposed
+        scored = [dict(tried) if len(runs) == 1 else dict(threshold_sweep(result, logs, kind, levels)[0])
+                  for tried, (result, logs) in zip(own, runs)]
+        figures = [_pooled([by_level[level] for by_level in scored]) for level in levels]
+        held = [(lv, f) for lv, f in zip(levels, figures) if f["precision"] is not None and f["precision"] >= target_precision]
+        reached = bool(held)
+        candidates = held or [(lv, f) for lv, f in zip(levels, figures) if f["precision"] is not None]
+        if not candidates:  # no level predicted anything there: the training's cut stands
             chosen[event] = {"threshold": entry["threshold"], "reached": False, "recall": None, "precision": None}
             continue
+        rank = (lambda c: (c[1]["recall"] or 0.0, c[1]["precision"])) if reached else \
+            (lambda c: (c[1]["precision"], c[1]["recall"] or 0.0))
+        level, best = max(candidates, key=rank)
         # a model file's threshold lies strictly between 0 and 1
         entry["threshold"] = float(min(max(level, 1e-6), np.nextafter(1.0, 0.0)))
-        chosen[event] = {"threshold": entry["threshold"], "reached": reached, "recall": pick.get("recall"),
-                         "precision": pick.get("precision")}
+        chosen[event] = {"threshold": entry["threshold"], "reached": reached, "recall": best["recall"],
+                         "precision": best["precision"]}
     return chosen
+
+
+def _pooled(per_recording: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """One level's figures over several recordings: the recall of all their episodes and the worst
+    precision among those with a judged alarm (None where none has one)."""
+    episodes = sum(m["episodes"] for m in per_recording if m["recall"] is not None)
+    hits = sum(m["recall"] * m["episodes"] for m in per_recording if m["recall"] is not None)
+    judged = [m["precision"] for m in per_recording if m["precision"] is not None]
+    worst = min(judged) if judged else None
+    return {"recall": round(hits / episodes, 4) if episodes else None, "precision": worst}
 
 
 def train_and_save(paths: Sequence[str | Path], out: str | Path, events: Sequence[str] = ("thermal_throttle", "power_cap"),
                    negative_fraction: float = 0.05, seed: int = 0,
                    progress: Callable[[str, float], None] | None = None,
-                   telemetry: Sequence[str] | None = None, calibration: str | Path | None = None,
+                   telemetry: Sequence[str] | None = None, calibration: Sequence[str | Path] = (),
                    target_precision: float = CALIBRATION_PRECISION) -> tuple[Path, dict[str, Any]]:
     unknown = [e for e in events if e not in learnable_events()]
     if unknown:  # (a link's event, link_down, has no GPU feature row to be labelled on)
         raise ValueError(f"cannot learn events {unknown}; a model learns a GPU's events: {list(learnable_events())}")
-    if calibration is not None and any(Path(calibration).resolve() == Path(p).resolve() for p in paths):
-        raise ValueError(f"calibration recording {calibration} is one of the training recordings: calibrate on "
-                         "one the model has not seen")
+    trained = {Path(p).resolve() for p in paths}
+    for held_out in calibration:
+        if Path(held_out).resolve() in trained:
+            raise ValueError(f"calibration recording {held_out} is one of the training recordings: calibrate on "
+                             "recordings the model has not seen")
     data = build_dataset(paths, events, negative_fraction, seed, progress, telemetry)
     models = train(data, events, seed)
     calibrated = (calibrate(models, calibration, telemetry, data.telemetry, target_precision, progress)
-                  if calibration is not None else {})
+                  if calibration else {})
     import sklearn
 
     summary = {e: {k: v for k, v in m.items() if k != "model"} for e, m in models.items()}
@@ -338,6 +364,6 @@ def train_and_save(paths: Sequence[str | Path], out: str | Path, events: Sequenc
         summary[e]["calibrated"] = {k: c[k] for k in ("reached", "recall", "precision")}
     meta = {"recordings": data.recordings, "sklearn": sklearn.__version__, "seed": seed, "summary": summary,
             "events_unknown_entity": data.events_unknown_entity, MODEL_TELEMETRY_KEY: data.telemetry}
-    if calibration is not None:
-        meta["calibration"] = {"recording": str(calibration), "target_precision": target_precision}
+    if calibration:
+        meta["calibration"] = {"recordings": [str(p) for p in calibration], "target_precision": target_precision}
     return save_model(out, models, meta), summary
