@@ -33,6 +33,8 @@ def _train(recording, out, *extra):
     result = CliRunner().invoke(cli, ["train", str(recording), "--out", str(out), "--events", "thermal_throttle",
                                       "--negatives", "0.2", *extra])
     assert result.exit_code == 0, result.output
+    # uncalibrated, the user is told what the thresholds are and how to hold them to a precision
+    assert ("per-sample F1" in result.output) == ("--calibrate" not in extra)
     return json.loads(result.output.strip().splitlines()[-1])
 
 
