@@ -19,6 +19,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from foreshock.detectors.bank import DetectorBank
+from foreshock.detectors.registry import DEFAULT_BANK
 from foreshock.events import Event
 from foreshock.exporters.console import FindingTally, TimeOrigin, render_summary
 from foreshock.exporters.jsonl import JsonlSink
@@ -38,7 +39,21 @@ log = logging.getLogger("foreshock.cli")
 
 def detector_option(func):  # type: ignore[no-untyped-def]
     return click.option("--detectors", default=None,
-                        help="Comma-separated detector names (default: the standard bank).")(func)
+                        help="Comma-separated detector names (default: the standard bank; `default` names it, "
+                             "e.g. `default,loop_warming` adds the cooling-loss warning for GPU telemetry alone).")(func)
+
+
+def detector_names(detectors: str | None) -> list[str] | None:
+    """``--detectors`` as registry names, ``default`` standing for the standard bank (so an opt-in
+    detector is added without listing the ten); None (the standard bank) where not given."""
+    if not detectors:
+        return None
+    names: list[str] = []
+    for name in (d.strip() for d in detectors.split(",") if d.strip()):
+        for one in (DEFAULT_BANK if name == "default" else [name]):
+            if one not in names:
+                names.append(one)
+    return names
 
 
 def param_option(func):  # type: ignore[no-untyped-def]
@@ -206,7 +221,7 @@ def build_pipeline(topology: Topology, detectors: str | None, host: str, port: i
     what it counts while polling is exported with the rest); ``node_option``: the command's option
     naming a node, which a ``--host`` that is no address of this machine may have meant."""
     health = health if health is not None else PipelineHealth()
-    names = [d.strip() for d in detectors.split(",") if d.strip()] if detectors else None
+    names = detector_names(detectors)
     by_detector = parse_params(params)
     try:
         bank = DetectorBank.from_names(topology, names, params=by_detector)

@@ -24,7 +24,7 @@ from foreshock.findings import Anomaly, Finding, Incident, Prediction, finding_t
 from foreshock.health import PipelineHealth
 from foreshock.recording import Recording, RecordingError
 
-from .common import detector_option, recording_origin
+from .common import detector_names, detector_option, recording_origin
 
 
 @click.command("incidents")
@@ -57,7 +57,7 @@ def command(recording: str, external_path: str | None, detectors: str | None, fi
     topo = rec.topology
     health = PipelineHealth()
     engine = IncidentEngine(topo, health)
-    names = [d.strip() for d in detectors.split(",") if d.strip()] if detectors else None
+    names = detector_names(detectors)
     try:
         bank = DetectorBank.from_names(topo, names, processors=[engine])
     except ValueError as exc:

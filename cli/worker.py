@@ -15,7 +15,8 @@ from .kafka_options import kafka_options, settings_from
               help="Consumer group (faust app id): workers of one group share the partitions.")
 @click.option("--topology", "topology_path", type=click.Path(exists=True, dir_okay=False), default=None,
               help="Topology YAML (default: the one the agents publish on foreshock.topology).")
-@click.option("--detectors", default=None, help="Comma-separated detector names (default: the standard bank).")
+@click.option("--detectors", default=None, help="Comma-separated detector names (default: the standard bank; "
+              "`default` names it, e.g. `default,loop_warming`).")
 @click.option("--checkpoint-interval", type=click.FloatRange(min=0.1), default=5.0, show_default=True,
               help="Seconds between detector-state checkpoints (bounds the findings repeated after a crash).")
 @click.option("--session-timeout", type=click.FloatRange(min=1.0), default=10.0, show_default=True,
@@ -52,13 +53,15 @@ def command(kafka: str | None, user: str | None, password: str | None, namespace
     from foreshock.streams.kafka_topics import Topics, ensure_topics
     from foreshock.topology import Topology
 
+    from .common import detector_names
+
     settings = settings_from(kafka, user, password)
     try:
         topics = ensure_topics(settings, Topics(namespace, partitions))
         topology = Topology.load(topology_path) if topology_path else fetch_topology(settings, topics)
     except (KafkaConnectError, TimeoutError) as exc:
         raise click.ClickException(str(exc)) from None
-    names = [d.strip() for d in detectors.split(",") if d.strip()] if detectors else None
+    names = detector_names(detectors)
     try:
         DetectorBank.from_names(topology, names)
     except ValueError as exc:

@@ -208,7 +208,7 @@ class FeatureStream:
         return {"feat": self.s_feat, "rack": self.s_rack, "node": self.s_node}
 
 
-class _FeatureDetector(Detector):
+class FeatureDetector(Detector):
     """Shared plumbing: a feature stream, per-GPU alarms per predicted event."""
 
     slot_kinds: ClassVar[Mapping[str, str]] = {"s_feat": "gpu", "s_rack": "rack", "s_node": "node", "s_alarm": "gpu"}
@@ -380,11 +380,12 @@ class ScoreLog:
 
 
 # ---- threshold rule ---------------------------------------------------------------------------
-ScoredBaseline = _FeatureDetector
-"""A baseline that scores each sample and alarms above a threshold (it can log its scores)."""
+class ScoredBaseline(FeatureDetector):
+    """A baseline that scores each sample and alarms above a threshold: the evaluation logs its
+    scores (:meth:`log_scores`) and sweeps its threshold (the "matched" figures)."""
 
 
-class ThresholdDetector(_FeatureDetector):
+class ThresholdDetector(ScoredBaseline):
     """Alert at a fixed level or on the throttle bit, like today's tools."""
 
     name: ClassVar[str] = "threshold"
@@ -449,7 +450,7 @@ def _number(detector: str, name: str, value: Any) -> float:
     return number
 
 
-class HalfSpaceTreesDetector(_FeatureDetector):
+class HalfSpaceTreesDetector(ScoredBaseline):
     """river's HalfSpaceTrees over the feature stream, one model for all GPUs."""
 
     name: ClassVar[str] = "river_hst"
@@ -802,10 +803,10 @@ def model_telemetry(path: str | Path, doc: Mapping[str, Any]) -> tuple[str, ...]
         return None
     kinds = info[MODEL_TELEMETRY_KEY]
     if (type(kinds) is not list or not kinds or not all(type(k) is str for k in kinds)
-            or set(kinds) - set(_FeatureDetector.kinds) or "gpu" not in kinds):
+            or set(kinds) - set(FeatureDetector.kinds) or "gpu" not in kinds):
         raise ModelFileError(f"{path}: trained on telemetry {_shown(kinds)}, not a list of the kinds the "
-                             f"features read ({', '.join(_FeatureDetector.kinds)}, gpu among them)")
-    return tuple(k for k in _FeatureDetector.kinds if k in kinds)
+                             f"features read ({', '.join(FeatureDetector.kinds)}, gpu among them)")
+    return tuple(k for k in FeatureDetector.kinds if k in kinds)
 
 
 def telemetry_mismatch(path: str | Path, trained: tuple[str, ...] | None, served: Sequence[str]) -> str | None:
@@ -931,7 +932,7 @@ def _bad_node(nodes: np.ndarray, n_features: int) -> tuple[int, str] | None:
     return None
 
 
-class SklearnDetector(_FeatureDetector):
+class SklearnDetector(ScoredBaseline):
     """A trained classifier per event: P(event within its horizon) from the feature stream."""
 
     name: ClassVar[str] = "sklearn"

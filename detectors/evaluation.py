@@ -188,6 +188,8 @@ def register_event_kind(kind: EventKind) -> None:
 
 DETECTOR_SETS: dict[str, tuple[str, ...] | None] = {
     "foreshock": None,  # None: the registry's DEFAULT_BANK, whatever it holds today
+    # the default bank with the opt-in cooling-loss warning from GPU telemetry alone (loop_warming)
+    "foreshock+loop_warming": (*DEFAULT_BANK, "loop_warming"),
     "river": ("river_hst",),
     "sklearn": ("sklearn",),
     "threshold": ("threshold",),

@@ -32,6 +32,7 @@ DETECTORS: dict[str, str] = {
     "optics": "optics:OpticsDetector",
     "xid": "xid:XidDetector",
     "mahalanobis": "mahalanobis:MahalanobisDetector",  # opt-in: not in DEFAULT_BANK
+    "loop_warming": "loop_warming:LoopWarmingDetector",  # opt-in: GPU telemetry alone's cooling-loss warning
 }
 
 DEFAULT_BANK: list[str] = ["robust_zscore", "throttle_bits", "congestion", "link_errors", "optics",

@@ -49,7 +49,7 @@ def test_a_state_moved_onto_renumbered_nodes_links_each_rack_for_its_proxy_anew(
 
 
 def test_the_baselines_moved_onto_renumbered_nodes_link_each_rack_anew():
-    """The baselines' feature stream keeps the same rack proxy lists (``_FeatureDetector``): moved
+    """The baselines' feature stream keeps the same rack proxy lists (``FeatureDetector``): moved
     onto a topology that lists a host first, its walk never ended either."""
     old, new = one_rack(["b", "c", "d"]), one_rack(["a", "b", "c", "d"])
     bank = DetectorBank.from_names(old, ["threshold", "river_hst"], processors=())

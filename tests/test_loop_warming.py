@@ -1,0 +1,171 @@
+"""The opt-in cooling-loss warning from GPU telemetry alone (``loop_warming``)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from foreshock.detectors import loop_warming as lw
+from foreshock.detectors.baselines import FEATURES, ScoredBaseline
+from foreshock.findings import Prediction
+
+from thermal_synth import small_topology
+
+F = {name: i for i, name in enumerate(FEATURES)}
+
+
+@pytest.fixture(scope="module")
+def cooling_loss():
+    """The simulator's cooling-loss scenario (256 GPUs, 2 loops; one CDU loses flow over 15 min),
+    its GPU frames alone, and when each GPU first throttled."""
+    from foreshock.simulator import ClusterSimulator
+
+    sim = ClusterSimulator(gpus=256, scenario="cooling-loss", seed=1, interval=10.0, duration=3600)
+    frames = [f for tick in sim.iter_ticks(3600) for f in tick if f.kind == "gpu"]
+    onsets: dict[int, float] = {}
+    for e in sim.events:
+        if e.type == "thermal_throttle_start":
+            onsets.setdefault(sim.topology.gpus.index(e.entity), e.time)
+    return sim.topology, frames, onsets
+
+
+def _first_calls(det, frames) -> dict[int, float]:
+    first: dict[int, float] = {}
+    for frame in frames:
+        for p in det.update(frame):
+            if isinstance(p, Prediction) and p.event == "thermal_throttle" and p.active:
+                first.setdefault(p.slot, p.ts)
+    return first
+
+
+def test_gpu_telemetry_alone_warns_of_a_cooling_loss_five_minutes_ahead(cooling_loss):
+    """From the GPUs' frames alone the thermal detector warns ~2-3 minutes ahead; the inlet they
+    imply, rising over its baseline while the dies climb, gives five or more, and no GPU that
+    never throttled is called."""
+    from foreshock.detectors.thermal import ThermalDetector
+
+    topo, frames, onsets = cooling_loss
+    assert len(onsets) >= 64
+    warm = _first_calls(lw.LoopWarmingDetector(topo), frames)
+    thermal = _first_calls(ThermalDetector(topo), frames)
+    assert set(warm) <= set(onsets), "a GPU that never throttled was predicted to"
+    leads = [onsets[g] - warm[g] for g in onsets if g in warm and warm[g] < onsets[g]]
+    alone = [onsets[g] - thermal[g] for g in onsets if g in thermal and thermal[g] < onsets[g]]
+    assert len(leads) >= 0.9 * len(onsets)
+    assert np.median(leads) >= 300 and np.median(leads) >= np.median(alone) + 120
+
+
+def _features(n: int, inlet, util, inlet_slope=0.0, die_slope=0.0, power_slope=0.0) -> np.ndarray:
+    x = np.zeros((n, len(FEATURES)))
+    x[:, F["inlet_c"]] = inlet
+    x[:, F["util"]] = util
+    x[:, F["inlet_slope_c_per_min"]] = inlet_slope
+    x[:, F["temp_slope_c_per_min"]] = die_slope
+    x[:, F["hbm_slope_c_per_min"]] = die_slope
+    x[:, F["power_slope_w_per_min"]] = power_slope
+    x[:, F["core_margin_c"]] = 30.0
+    return x
+
+
+def _obs(ts: float, n: int) -> np.ndarray:
+    return np.column_stack([np.full(n, ts), np.arange(n, dtype=float)])
+
+
+def test_the_baseline_is_learnt_at_steady_work_not_idle():
+    """Idle, the inlet the GPUs imply reads ~4 °C low (17.6 against 21.3 °C on seed 34): learnt
+    from idle readings, every job start read as a 4 °C rise with the dies climbing. And a die
+    climbing far faster than the inlet is work starting, not coolant warming (seed 34's node96)."""
+    det = lw.LoopWarmingDetector(small_topology(nodes=1, gpus=4, racks=1))
+    t = 0.0
+    for _ in range(60):  # an hour idle
+        t += 60.0
+        assert det._decide(_obs(t, 4), _features(4, 17.6, 0.0)) == []
+    t += 60.0  # the job starts: the inlet read 3.7 °C higher, power, dies and inlet climbing
+    start = _features(4, 21.3, 1.0, inlet_slope=1.0, die_slope=2.5, power_slope=55.0)
+    assert det._decide(_obs(t, 4), start) == [] and det._decide(_obs(t + 10, 4), start) == []
+    for _ in range(30):  # steady work: the baseline is learnt at 21.3 °C
+        t += 60.0
+        det._decide(_obs(t, 4), _features(4, 21.3, 1.0))
+    assert np.allclose(det.s_base[:, lw.B_LEVEL], 21.3)
+    for k in range(3):  # work starting on the node beside: the inlet 2.4 °C up, the die ten times faster
+        assert det._decide(_obs(t + 5 * (k + 1), 4), _features(4, 23.7, 1.0, inlet_slope=1.4, die_slope=12.5)) == []
+    found = []
+    for k in range(3):  # the loop losing flow: the inlet up 2.5 °C and rising, the dies too
+        found += det._decide(_obs(t + 10 * (k + 1), 4), _features(4, 23.8, 1.0, inlet_slope=1.0, die_slope=1.5))
+    assert {p.slot for p in found if p.active} == {0, 1, 2, 3}
+    assert all(p.eta_s == pytest.approx(30.0 / 1.5 * 60.0) for p in found)  # the margin at the die's rate
+    assert "2.5 °C over its usual 21.3 °C" in found[0].reason
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.tuples(st.floats(15.0, 40.0), st.sampled_from([0.0, 1.0]), st.floats(-1.0, 3.0),
+                          st.floats(-1.0, 3.0), st.floats(-60.0, 60.0)), min_size=3, max_size=30),
+       st.integers(1, 5))
+def test_a_frame_of_several_ticks_reads_as_its_ticks_one_by_one(rows, batch):
+    """A frame may hold several ticks of one GPU (a replay's batch): each GPU's baseline steps
+    through its own rows in order, so the findings are those of the ticks fed one at a time."""
+    topo = small_topology(nodes=1, gpus=3, racks=1)
+    ticks = [(60.0 * (k + 1), _features(3, inlet + np.arange(3), util, inlet_slope=u, die_slope=d, power_slope=p))
+             for k, (inlet, util, u, d, p) in enumerate(rows)]
+    one = lw.LoopWarmingDetector(topo)
+    expected = [f for ts, x in ticks for f in one._decide(_obs(ts, 3), x)]
+    many = lw.LoopWarmingDetector(topo)
+    got = []
+    for i in range(0, len(ticks), batch):
+        part = ticks[i:i + batch]
+        got += many._decide(np.concatenate([_obs(ts, 3) for ts, _ in part]), np.concatenate([x for _, x in part]))
+    assert got == expected
+    np.testing.assert_array_equal(many.s_base, one.s_base)
+
+
+def test_state_round_trip_gives_identical_future_output(cooling_loss):
+    topo, frames, _ = cooling_loss
+    a = lw.LoopWarmingDetector(topo)
+    half = len(frames) // 2
+    for frame in frames[:half]:
+        a.update(frame)
+    b = lw.LoopWarmingDetector(topo)
+    b.load_state_dict(a.state_dict())
+    assert [a.update(f) for f in frames[half:]] == [b.update(f) for f in frames[half:]]
+
+
+def test_it_is_not_a_scored_baseline_and_refuses_unknown_parameters():
+    """The evaluation sweeps a baseline's threshold ("matched"); this is foreshock's own detector."""
+    topo = small_topology(nodes=1, gpus=2, racks=1)
+    assert not isinstance(lw.LoopWarmingDetector(topo), ScoredBaseline)
+    with pytest.raises(ValueError, match="unknown parameters"):
+        lw.LoopWarmingDetector(topo, rise_c=3.0)
+
+
+def test_detectors_default_names_the_standard_bank_so_an_opt_in_one_is_added_to_it():
+    from foreshock.cli.common import detector_names
+    from foreshock.detectors.bank import DetectorBank
+    from foreshock.detectors.registry import DEFAULT_BANK
+
+    assert detector_names(None) is None and detector_names("") is None
+    assert detector_names("default,loop_warming") == [*DEFAULT_BANK, "loop_warming"]
+    assert detector_names("thermal,default") == ["thermal", *[d for d in DEFAULT_BANK if d != "thermal"]]
+    bank = DetectorBank.from_names(small_topology(nodes=1, gpus=2, racks=1), detector_names("default,loop_warming"))
+    assert [d.name for d in bank.detectors][-1] == "loop_warming" and len(bank.detectors) == len(DEFAULT_BANK) + 1
+
+
+def test_replay_runs_the_standard_bank_with_the_opt_in_detector(tmp_path):
+    """``--detectors default,loop_warming`` on a command: the bank's findings carry both."""
+    from click.testing import CliRunner
+
+    from foreshock.cli.main import cli
+
+    rec = tmp_path / "rec"
+    sim = CliRunner().invoke(cli, ["simulate", "--scenario", "cooling-loss", "--gpus", "16", "--duration", "3600",
+                                   "--interval", "10", "--seed", "1", "--out", str(rec)])
+    assert sim.exit_code == 0, sim.output
+    out = tmp_path / "f.jsonl"
+    run = CliRunner().invoke(cli, ["replay", str(rec), "--max", "--port", "0", "--findings", str(out),
+                                   "--detectors", "default,loop_warming"])
+    assert run.exit_code == 0, run.output
+    import json
+
+    detectors = {json.loads(line).get("detector") for line in out.read_text().splitlines()}
+    assert "loop_warming" in detectors and "thermal" in detectors
