@@ -137,7 +137,8 @@ class LoopWarmingDetector(FeatureDetector):
         slot = int(obs[row, 1])
         if int(rec[O_CODE]) == CODE_WITHDRAW:
             return Prediction(float(obs[row, 0]), "gpu", slot, self.events[0], float(self.params["horizon_s"]),
-                              round(float(rec[O_CONF]), 3), self.name, "the inlet back near its baseline",
+                              round(float(rec[O_CONF]), 3), self.name,
+                              "the inlet no longer rising over its baseline with the dies",
                               active=False)
         f = feats[row]
         margin, rate = f[F["core_margin_c"]], f[F["temp_slope_c_per_min"]]

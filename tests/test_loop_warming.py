@@ -97,6 +97,12 @@ def test_the_baseline_is_learnt_at_steady_work_not_idle():
     assert {p.slot for p in found if p.active} == {0, 1, 2, 3}
     assert all(p.eta_s == pytest.approx(30.0 / 1.5 * 60.0) for p in found)  # the margin at the die's rate
     assert "2.5 °C over its usual 21.3 °C" in found[0].reason
+    # the inlet stops rising: after the hold the predictions are withdrawn, saying why
+    gone = []
+    for k in range(20):
+        gone += det._decide(_obs(t + 60 + 10 * k, 4), _features(4, 23.8, 1.0))
+    assert {p.slot for p in gone if not p.active} == {0, 1, 2, 3}
+    assert all("no longer rising" in p.reason for p in gone)
 
 
 @settings(max_examples=30, deadline=None)
