@@ -15,18 +15,9 @@ from foreshock.detectors import evaluation
 from foreshock.detectors import train as tr
 from foreshock.recording import Recording
 
-from test_train import edit_document_entry, rewrite_zip, served_features
+# (recording: test_train's training recording, two failing TIMs over 3 h, as a fixture)
+from test_train import edit_document_entry, recording, rewrite_zip, served_features  # noqa: F401
 from thermal_synth import Fault, World, small_topology, write_recording
-
-
-@pytest.fixture(scope="module")
-def recording(tmp_path_factory):
-    path = tmp_path_factory.mktemp("rec") / "rec"
-    topo = small_topology(nodes=2, gpus=8, racks=1)
-    world = World(topo, seed=11, interval=20.0, faults=[Fault("tim_degradation", 3, 1200, 1.5, "f1"),
-                                                        Fault("tim_degradation", 12, 2400, 1.2, "f2")])
-    write_recording(path, world, 3 * 3600)
-    return path
 
 
 def _train(recording, out, *extra):
