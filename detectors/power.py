@@ -14,7 +14,8 @@
   forecast as it is. The ETA is the first time the envelope so forecast reaches the enforced
   limit (minus a measurement margin). A GPU held down by the thermal limiter that drew close
   to its limit before is predicted to meet the cap as it cools below max operating
-  temperature again. A GPU that has sent nothing for the thermal fit's ``gap_s`` has its
+  temperature again (``release_below_c`` under it: the limiter holds a die at the temperature,
+  not under it). A GPU that has sent nothing for the thermal fit's ``gap_s`` has its
   prediction withdrawn as no longer reporting (``ThermalFitDetector.withdraw_silent_gpus``).
   A GPU already at the cap (bit 0x4) is not predicted — it is there; without
   throttle reasons (dcgm-exporter's default counters), a sample pinned at the limit with the SM
@@ -113,6 +114,13 @@ PARAMS: dict[str, float] = {
     "release_margin_w": 150.0,  # a thermally throttled GPU that drew this close to the limit ...
     "release_eta_s": 60.0,  # ... meets the cap about this soon after it cools below max operating
     "release_inlet_c_per_s": -0.01,  # ... once its inlet falls this fast (cooling restored)
+    # ... and its die this far under max operating: the limiter holds a die *at* that target, and a
+    # held die reads one degree under it as often as one over. At 1 °C under, the GPUs of failing
+    # loops still held (their inlet dipping as a job elsewhere on the loop ended) were called: 112
+    # false claims on seeds 53 and 55, none of them followed by a cap, where every claim that came
+    # true was made 2 °C under or more (on 62, 120 of 123; until 2026-12-04 the rule read "at or
+    # under max operating")
+    "release_below_c": 2.0,
     "min_samples": 12.0,
     "load_min_w": 200.0,
     "clear_factor": 2.0,
@@ -131,9 +139,9 @@ PARAMS: dict[str, float] = {
     "cap_hold_s": 60.0,
 }
 PARAM_NAMES = tuple(PARAMS)
-(P_TAU_LEVEL, P_TAU_SLOPE, P_ENV_DECAY, P_LEAK, P_TREND, P_HORIZON, P_MARGIN, P_RELEASE_MARGIN,
- P_RELEASE_ETA, P_RELEASE_INLET, P_MIN_N, P_LOAD_MIN, P_CLEAR, P_OFF_HOLD, P_REFRESH, P_ON,
- P_URGENT, P_NODE_MIN, P_REASONS_STALE, P_CAP_HOLD) = range(len(PARAMS))
+(P_TAU_LEVEL, P_TAU_SLOPE, P_ENV_DECAY, P_LEAK, P_TREND, P_HORIZON, P_MARGIN,
+ P_RELEASE_MARGIN, P_RELEASE_ETA, P_RELEASE_INLET, P_RELEASE_BELOW, P_MIN_N, P_LOAD_MIN, P_CLEAR, P_OFF_HOLD,
+ P_REFRESH, P_ON, P_URGENT, P_NODE_MIN, P_REASONS_STALE, P_CAP_HOLD) = range(len(PARAMS))
 
 
 def params_vector(overrides: dict[str, float]) -> np.ndarray:
@@ -461,7 +469,7 @@ def _power_kernel(obs: tuple[np.ndarray, ...], rows: np.ndarray, span: tuple[int
             eta = max(s[i, S_ETA] - since, 0.0)
         max_op = tf.core_limit(m, i, tparams)  # its own, as last reported (the fit keeps it)
         if thermal and s[i, S_ENV_PRE] >= limit - p[P_RELEASE_MARGIN] and temp == temp \
-                and temp <= max_op and m[i, tf.G_UB] <= p[P_RELEASE_INLET]:
+                and temp <= max_op - p[P_RELEASE_BELOW] and m[i, tf.G_UB] <= p[P_RELEASE_INLET]:
             # cooling below max operating: the thermal limiter lets go and the cap takes over
             eta = p[P_RELEASE_ETA]
         if node_event and s[i, S_ENV_PRE] >= p[P_LOAD_MIN]:

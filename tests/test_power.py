@@ -478,8 +478,8 @@ class NaivePower(PerSample):
         # its own max operating temperature, else its slowdown less 2 °C, else 87 °C
         max_op = g["max_op"] if not math.isnan(g["max_op"]) else \
             g["slowdown"] - 2.0 if not math.isnan(g["slowdown"]) else facts.MAX_OPERATING_TEMP_C
-        if thermal and g["env_pre"] >= limit - p[pw.P_RELEASE_MARGIN] and temp <= max_op \
-                and m[i, tf.G_UB] <= p[pw.P_RELEASE_INLET]:
+        if thermal and g["env_pre"] >= limit - p[pw.P_RELEASE_MARGIN] \
+                and temp <= max_op - p[pw.P_RELEASE_BELOW] and m[i, tf.G_UB] <= p[pw.P_RELEASE_INLET]:
             eta = p[pw.P_RELEASE_ETA]  # cooling below max operating: the cap takes over
             self.seen["released"] += 1
         if node_event and g["env_pre"] >= p[pw.P_LOAD_MIN]:
@@ -713,16 +713,16 @@ def test_a_rack_inlet_read_as_0_for_a_minute_is_not_a_warming_loop():
     assert not [f for f in run(th.ThermalDetector(topo), frames) if isinstance(f, Prediction)]
 
 
-def held_gpu_cooling_frames(max_op_temp: float):
+def held_gpu_cooling_frames(max_op_temp: float, die: float = 84.0):
     """A GPU that drew ~690 W for 10 min, then is held by the SW thermal limiter (0x20) at 640 W
-    while its die sits at 84-85 °C and its inlet falls (cooling restored: 1.2 °C/min); it reports
-    ``max_op_temp`` (NaN: none)."""
+    while its die reads ``die`` and one degree more by turns (84-85 °C) and its inlet falls
+    (cooling restored: 1.2 °C/min); it reports ``max_op_temp`` (NaN: none)."""
     frames = []
     for t in np.arange(0.0, 1200.0, 10.0):
         held = t >= 600.0
         frames.append(Frame("rack", [t], [0], {"inlet_temp": [40.0 - 0.02 * max(t - 600.0, 0.0)]}))
         frames.append(Frame("gpu", [t], [0], {
-            "gpu_temp": [84.0 + (t // 10) % 2 if held else 80.0], "power": [640.0 if held else 690.0],
+            "gpu_temp": [die + (t // 10) % 2 if held else 80.0], "power": [640.0 if held else 690.0],
             "power_limit": [700.0], "throttle_reasons": [float(facts.THROTTLE_SW_THERMAL) if held else 0.0],
             "max_op_temp": [max_op_temp]}))
     return frames
@@ -741,6 +741,19 @@ def test_a_held_gpu_meets_its_cap_only_once_under_its_own_max_operating_temperat
     assert bool(found) == predicted, found
     if predicted:
         assert "cooling below max operating" in found[0].reason
+
+
+def test_a_die_the_limiter_holds_at_max_operating_is_not_released():
+    """The limiter holds a die *at* its max operating temperature, and whole-degree readings of it
+    sit one under as often as one over: a held die reading 86 and 87 °C by turns under an 87 °C
+    limit is not cooling below it, its inlet dipping or not (a job ending elsewhere on a failing
+    loop). Until 2026-12-04 every 86 read as the limiter letting go: 112 false cap claims on seeds
+    53 and 55, none followed by a cap. Two degrees under, it is released (the test above)."""
+    topo = small_topology(nodes=1, gpus=1, racks=1)
+    held = held_gpu_cooling_frames(87.0, die=86.0)
+    assert not [f for f in run(pw.PowerDetector(topo), held) if isinstance(f, Prediction) and f.active]
+    cooling = held_gpu_cooling_frames(87.0, die=84.0)
+    assert [f for f in run(pw.PowerDetector(topo), cooling) if isinstance(f, Prediction) and f.active]
 
 
 
