@@ -43,10 +43,11 @@ from foreshock.health import PipelineHealth
 from foreshock.remap import Remap
 from foreshock.topology import Topology
 
-from .alarm import (CODE_NONE, CODE_REFRESH, CODE_WITHDRAW, O_CODE, O_CONF, O_ROW, O_V0, O_WHICH,
-                    OUT_SIZE, alarm_step, emit, new_alarm_columns)
+from .alarm import (A_ACTIVE, A_EMIT_TS, A_ON, A_OFF_TS, CODE_NONE, CODE_REFRESH, CODE_WITHDRAW, O_CODE, O_CONF,
+                    O_ROW, O_V0, O_WHICH, OUT_SIZE, alarm_step, emit, new_alarm_columns, silent_reason,
+                    withdraw_silent_in_frame)
 from .base import Detector, add_columns
-from .gpu_inputs import (gpu_inlet, gpu_obs, kernel, new_inlet_states, rack_inlet_obs, reason_bits, relinked_inlet_states,
+from .gpu_inputs import (frame_now, gpu_inlet, gpu_obs, kernel, new_inlet_states, rack_inlet_obs, reason_bits, relinked_inlet_states,
                          reported_core_limit, update_rack_inlet, upgrade_rack_state)
 
 # ---- the shared per-GPU feature stream -------------------------------------------------------
@@ -209,12 +210,16 @@ class FeatureStream:
 
 
 class FeatureDetector(Detector):
-    """Shared plumbing: a feature stream, per-GPU alarms per predicted event."""
+    """Shared plumbing: a feature stream, per-GPU alarms per predicted event. A GPU that has sent
+    nothing for :data:`SILENT_S` has its predictions withdrawn as no longer reporting, as the thermal
+    and power detectors' are (until 2026-12-04 a baseline's prediction on a GPU that fell off the
+    bus held for ever: it steps only on its GPU's own rows)."""
 
     slot_kinds: ClassVar[Mapping[str, str]] = {"s_feat": "gpu", "s_rack": "rack", "s_node": "node", "s_alarm": "gpu"}
     kinds: ClassVar[tuple[str, ...]] = ("gpu", "rack")
     events: tuple[str, ...] = ()
     score_log: "ScoreLog | None" = None
+    s_alarm: np.ndarray
 
     def __init__(self, topology: Topology, health: PipelineHealth | None) -> None:
         super().__init__(topology)
@@ -254,10 +259,26 @@ class FeatureDetector(Detector):
         if frame.kind != "gpu" or len(frame) == 0:
             return []
         obs, feats = self.stream.features(frame)
-        return self._decide(obs, feats)
+        return self._decide(obs, feats) + self._withdraw_silent(obs)
 
     def _decide(self, obs: np.ndarray, feats: np.ndarray) -> list[Finding]:
         raise NotImplementedError
+
+    def alarm_events(self) -> tuple[tuple[str, ...], ...]:
+        """The events each alarm block of ``s_alarm`` predicts (one block per event by default)."""
+        return tuple((e,) for e in self.events)
+
+    def _withdraw_silent(self, obs: np.ndarray) -> list[Finding]:
+        """After a frame: withdraw the predictions of each GPU whose last row (the feature stream's)
+        is more than :data:`SILENT_S` before the frame's time, saying so."""
+        blocks_events = self.alarm_events()
+        if not blocks_events:
+            return []  # (a tap that keeps features and alarms on nothing)
+        last_ts = self.s_feat[:, F_TS]
+        now, slots, blocks = withdraw_silent_in_frame(self.s_alarm, len(blocks_events), last_ts, obs[:, 0], SILENT_S)
+        return [Prediction(now, "gpu", int(slot), event, -1.0, 0.0, self.name,
+                           silent_reason(now - float(last_ts[slot])), active=False)
+                for slot, block in zip(slots.tolist(), blocks.tolist()) for event in blocks_events[block]]
 
     def alarm_rule(self) -> tuple[tuple[tuple[str, ...], ...], np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """(events per score column, on levels, off ratio, off offset, timing) — see :class:`ScoreLog`."""
@@ -304,6 +325,10 @@ def _score_alarms(obs: np.ndarray, scores: np.ndarray, alarms: np.ndarray, on_le
     return n_out
 
 
+SILENT_S = 600.0
+"""A GPU silent this long has its baselines' predictions withdrawn (the thermal fit's ``gap_s``)."""
+
+
 # ---- score logs: replaying a baseline at other thresholds -----------------------------------
 @dataclass
 class ScoreLog:
@@ -326,9 +351,31 @@ class ScoreLog:
     _parts: list[tuple[np.ndarray, np.ndarray]] = field(default_factory=list)
     _obs: np.ndarray | None = None
     _scores: np.ndarray | None = None
+    _rows: int = 0
+    _last_ts: np.ndarray | None = None  # each slot's last row, as the feature stream's F_TS
+    _silenced: np.ndarray | None = None  # slots told silent since their last row
+    # where the live detector withdrew silent GPUs (FeatureDetector._withdraw_silent): after row
+    # count, at time, these slots — whatever the threshold, the same rows and times
+    silences: list[tuple[int, float, np.ndarray]] = field(default_factory=list)
 
     def add(self, obs: np.ndarray, scores: np.ndarray) -> None:
+        """Keep one frame's rows and scores; note the GPUs gone silent as of the frame."""
         self._parts.append((obs[:, :2].copy(), np.asarray(scores, dtype=float).reshape(len(obs), -1).copy()))
+        if self._last_ts is None or self._silenced is None:
+            self._last_ts = np.full(self.slots, np.nan)
+            self._silenced = np.zeros(self.slots, dtype=bool)
+        self._rows += len(obs)
+        slot, ts = obs[:, 1].astype(np.int64), obs[:, 0]
+        np.fmax.at(self._last_ts, slot, ts)  # the feature stream's F_TS: its rows out of order are skipped
+        self._silenced[slot] = False
+        stamps = ts[np.isfinite(ts)]
+        if not len(stamps):
+            return
+        now = frame_now(stamps, SILENT_S)
+        quiet = ~self._silenced & (now - self._last_ts > SILENT_S)  # (NaN: never heard, no alarm to withdraw)
+        if quiet.any():
+            self._silenced |= quiet
+            self.silences.append((self._rows, now, np.flatnonzero(quiet)))
 
     def arrays(self) -> tuple[np.ndarray, np.ndarray]:
         """``(obs, scores)``: (rows, 2) time and slot, (rows, columns) scores, in arrival order."""
@@ -356,20 +403,34 @@ class ScoreLog:
         if np.isfinite(self.valid_from):
             col = np.where(obs[:, :1] >= self.valid_from, col, np.nan)
         alarms = new_alarm_columns(self.slots, 1)
-        rows: list[np.ndarray] = []
+        slots_out: list[np.ndarray] = []
+        times: list[np.ndarray] = []
         codes: list[np.ndarray] = []
-        for a in range(0, len(obs), chunk_rows):
-            b = min(a + chunk_rows, len(obs))
-            out = np.empty((b - a, OUT_SIZE))
-            n = _score_alarms(np.ascontiguousarray(obs[a:b]), np.ascontiguousarray(col[a:b]), alarms, on, off,
-                              self.timing, out)
-            keep = out[:n][out[:n, O_CODE] != CODE_REFRESH]
-            rows.append(keep[:, O_ROW].astype(np.int64) + a)
-            codes.append(keep[:, O_CODE])
-        row = np.concatenate(rows) if rows else np.empty(0, np.int64)
+        cuts = [(rows, now, quiet) for rows, now, quiet in self.silences] + [(len(obs), np.nan, np.empty(0, np.int64))]
+        a = 0
+        for cut, now, quiet in cuts:
+            while a < cut:  # the rows up to the cut, in chunks
+                b = min(a + chunk_rows, cut)
+                out = np.empty((b - a, OUT_SIZE))
+                n = _score_alarms(np.ascontiguousarray(obs[a:b]), np.ascontiguousarray(col[a:b]), alarms, on, off,
+                                  self.timing, out)
+                keep = out[:n][out[:n, O_CODE] != CODE_REFRESH]
+                row = keep[:, O_ROW].astype(np.int64) + a
+                slots_out.append(obs[row, 1].astype(np.int64))
+                times.append(obs[row, 0])
+                codes.append(keep[:, O_CODE])
+                a = b
+            gone = quiet[alarms[quiet, A_ACTIVE] != 0.0]  # withdrawn as no longer reporting
+            if len(gone):
+                alarms[gone, A_ACTIVE] = alarms[gone, A_ON] = 0.0
+                alarms[gone, A_OFF_TS] = np.nan
+                alarms[gone, A_EMIT_TS] = now
+                slots_out.append(gone)
+                times.append(np.full(len(gone), now))
+                codes.append(np.full(len(gone), float(CODE_WITHDRAW)))
+        slot = np.concatenate(slots_out) if slots_out else np.empty(0, np.int64)
+        ts = np.concatenate(times) if times else np.empty(0)
         code = np.concatenate(codes) if codes else np.empty(0)
-        slot = obs[row, 1].astype(np.int64)
-        ts = obs[row, 0]
         order = np.argsort(slot, kind="stable")  # each slot's changes stay in time order
         slot, ts, starting = slot[order], ts[order], code[order] != CODE_WITHDRAW
         i = np.flatnonzero(starting)
@@ -498,6 +559,9 @@ class HalfSpaceTreesDetector(ScoredBaseline):
 
     def alarm_rule(self) -> tuple[tuple[tuple[str, ...], ...], np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         return (self.events,), np.array([self.threshold]), np.ones(1), np.array([HST_OFF_OFFSET]), HST_TIMING
+
+    def alarm_events(self) -> tuple[tuple[str, ...], ...]:
+        return (self.events,)  # one score, one alarm: an anomaly predicts each scored event
 
     def state_dict(self) -> dict[str, Any]:
         state = super().state_dict()

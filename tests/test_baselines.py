@@ -128,6 +128,43 @@ def test_threshold_rule_fires_at_the_level_not_before():
     assert "85 °C" in thermal[0].reason
 
 
+def silent_gpu_frames():
+    """Two GPUs at work; GPU 1's core climbs 3 °C a minute from 60 °C (the threshold rule's 85 °C at
+    500 s) and it sends nothing from 900 s on, while GPU 0 reports on to 2400 s."""
+    frames = []
+    for t in np.arange(0.0, 2400.0, 10.0):
+        slots = [0, 1] if t < 900 else [0]
+        n = len(slots)
+        frames.append(Frame("gpu", [float(t)] * n, slots, {
+            "gpu_temp": [60.0, min(60.0 + t / 20.0, 90.0)][:n], "hbm_temp": [55.0] * n, "power": [500.0] * n,
+            "power_limit": [700.0] * n, "util": [1.0] * n}))
+    return frames
+
+
+def test_a_baselines_prediction_on_a_gpu_gone_silent_is_withdrawn_and_the_replay_agrees():
+    """A baseline's prediction steps only on its GPU's rows: one on a GPU that fell off the bus held
+    for ever (until 2026-12-04). It is withdrawn once the GPU has sent nothing for ``SILENT_S``
+    (600 s, as the thermal detector's), saying so; and the score log's replay (the evaluation's
+    threshold sweep) closes the same span at the same time, so the two still score alike."""
+    from foreshock.detectors.evaluation import EVENT_KINDS, alarm_intervals
+
+    topo = small_topology(nodes=1, gpus=2, racks=1)
+    det = bl.ThresholdDetector(topo)
+    log = det.log_scores()
+    found = [p for p in run(det, silent_gpu_frames()) if isinstance(p, Prediction)]
+    hot = [p for p in found if p.slot == 1]
+    assert (hot[0].ts, hot[0].event, hot[0].active) == (500.0, "thermal_throttle", True)
+    assert all(p.active and p.ts < 900.0 for p in hot[1:-1])  # (refreshed while it reports)
+    # its last row at 890 s: the first frame more than 600 s later withdraws it, and says why
+    assert (hot[-1].ts, hot[-1].event, hot[-1].active) == (1500.0, "thermal_throttle", False)
+    assert "no report for 10 min" in hot[-1].reason and "not a recovery" in hot[-1].reason
+    assert not [p for p in found if p.slot == 0]
+    live = alarm_intervals(found, EVENT_KINDS["thermal_throttle"], topo, end=2400.0)
+    slot, start, stop = log.spans(0, 85.0, 2400.0)
+    assert live == {topo.name("gpu", 1): [(500.0, 1500.0)]}
+    assert (slot.tolist(), start.tolist(), stop.tolist()) == ([1], [500.0], [1500.0])
+
+
 def test_half_space_trees_flags_a_fault_and_round_trips():
     topo = small_topology(nodes=2, gpus=8, racks=1)
     world = World(topo, faults=[Fault("cooling_loss", 0, 3000, 0.03)], seed=3)
