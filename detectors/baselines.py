@@ -47,8 +47,8 @@ from .alarm import (A_ACTIVE, A_EMIT_TS, A_ON, A_OFF_TS, CODE_NONE, CODE_REFRESH
                     O_ROW, O_V0, O_WHICH, OUT_SIZE, alarm_step, emit, new_alarm_columns, silent_reason,
                     withdraw_silent_in_frame)
 from .base import Detector, add_columns
-from .gpu_inputs import (frame_now, gpu_inlet, gpu_obs, kernel, new_inlet_states, rack_inlet_obs, reason_bits, relinked_inlet_states,
-                         reported_core_limit, update_rack_inlet, upgrade_rack_state)
+from .gpu_inputs import (frame_now, gpu_inlet, gpu_obs, kernel, new_inlet_states, rack_inlet_obs, reason_bits,
+                         relinked_inlet_states, reported_core_limit, update_rack_inlet, upgrade_rack_state)
 
 # ---- the shared per-GPU feature stream -------------------------------------------------------
 OBS_FIELDS = ("gpu_temp", "hbm_temp", "power", "power_limit", "energy", "sm_clock", "sm_clock_max",
