@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from foreshock.findings import Prediction
+from foreshock.findings import Finding, Prediction
 
 from .gpu_inputs import frame_now, inline, kernel
 
@@ -102,6 +102,16 @@ def withdraw_silent_in_frame(state: np.ndarray, count: int, last_ts: np.ndarray,
     now = frame_now(stamps, silent_s)
     slots, blocks = withdraw_silent(state, count, last_ts, now, silent_s)
     return now, slots, blocks
+
+
+def silent_gpu_withdrawals(detector: str, alarms: np.ndarray, block_events: tuple[tuple[str, ...], ...],
+                           last_ts: np.ndarray, stamps: np.ndarray, silent_s: float) -> list[Finding]:
+    """:func:`withdraw_silent_in_frame` over a GPU detector's ``alarms`` (block ``k`` predicts the
+    events ``block_events[k]``), and the withdrawals as predictions that say why."""
+    now, slots, blocks = withdraw_silent_in_frame(alarms, len(block_events), last_ts, stamps, silent_s)
+    return [Prediction(now, "gpu", slot, event, -1.0, 0.0, detector, silent_reason(now - float(last_ts[slot])),
+                       active=False)
+            for slot, block in zip(slots.tolist(), blocks.tolist()) for event in block_events[block]]
 
 
 def silent_reason(silent_for_s: float,

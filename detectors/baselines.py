@@ -43,9 +43,8 @@ from foreshock.health import PipelineHealth
 from foreshock.remap import Remap
 from foreshock.topology import Topology
 
-from .alarm import (A_ACTIVE, A_EMIT_TS, A_ON, A_OFF_TS, CODE_NONE, CODE_REFRESH, CODE_WITHDRAW, O_CODE, O_CONF,
-                    O_ROW, O_V0, O_WHICH, OUT_SIZE, alarm_step, emit, new_alarm_columns, silent_reason,
-                    withdraw_silent_in_frame)
+from .alarm import (CODE_NONE, CODE_REFRESH, CODE_WITHDRAW, O_CODE, O_CONF, O_ROW, O_V0, O_WHICH, OUT_SIZE,
+                    alarm_step, alarm_withdraw, emit, new_alarm_columns, silent_gpu_withdrawals)
 from .base import Detector, add_columns
 from .gpu_inputs import (frame_now, gpu_inlet, gpu_obs, kernel, new_inlet_states, rack_inlet_obs, reason_bits,
                          relinked_inlet_states, reported_core_limit, update_rack_inlet, upgrade_rack_state)
@@ -271,14 +270,11 @@ class FeatureDetector(Detector):
     def _withdraw_silent(self, obs: np.ndarray) -> list[Finding]:
         """After a frame: withdraw the predictions of each GPU whose last row (the feature stream's)
         is more than :data:`SILENT_S` before the frame's time, saying so."""
-        blocks_events = self.alarm_events()
-        if not blocks_events:
+        block_events = self.alarm_events()
+        if not block_events:
             return []  # (a tap that keeps features and alarms on nothing)
-        last_ts = self.s_feat[:, F_TS]
-        now, slots, blocks = withdraw_silent_in_frame(self.s_alarm, len(blocks_events), last_ts, obs[:, 0], SILENT_S)
-        return [Prediction(now, "gpu", int(slot), event, -1.0, 0.0, self.name,
-                           silent_reason(now - float(last_ts[slot])), active=False)
-                for slot, block in zip(slots.tolist(), blocks.tolist()) for event in blocks_events[block]]
+        return silent_gpu_withdrawals(self.name, self.s_alarm, block_events, self.s_feat[:, F_TS], obs[:, 0],
+                                      SILENT_S)
 
     def alarm_rule(self) -> tuple[tuple[tuple[str, ...], ...], np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """(events per score column, on levels, off ratio, off offset, timing) — see :class:`ScoreLog`."""
@@ -352,18 +348,17 @@ class ScoreLog:
     _obs: np.ndarray | None = None
     _scores: np.ndarray | None = None
     _rows: int = 0
-    _last_ts: np.ndarray | None = None  # each slot's last row, as the feature stream's F_TS
-    _silenced: np.ndarray | None = None  # slots told silent since their last row
     # where the live detector withdrew silent GPUs (FeatureDetector._withdraw_silent): after row
     # count, at time, these slots — whatever the threshold, the same rows and times
     silences: list[tuple[int, float, np.ndarray]] = field(default_factory=list)
 
+    def __post_init__(self) -> None:
+        self._last_ts = np.full(self.slots, np.nan)  # each slot's last row, as the feature stream's F_TS
+        self._silenced = np.zeros(self.slots, dtype=bool)  # slots told silent since their last row
+
     def add(self, obs: np.ndarray, scores: np.ndarray) -> None:
         """Keep one frame's rows and scores; note the GPUs gone silent as of the frame."""
         self._parts.append((obs[:, :2].copy(), np.asarray(scores, dtype=float).reshape(len(obs), -1).copy()))
-        if self._last_ts is None or self._silenced is None:
-            self._last_ts = np.full(self.slots, np.nan)
-            self._silenced = np.zeros(self.slots, dtype=bool)
         self._rows += len(obs)
         slot, ts = obs[:, 1].astype(np.int64), obs[:, 0]
         np.fmax.at(self._last_ts, slot, ts)  # the feature stream's F_TS: its rows out of order are skipped
@@ -420,11 +415,10 @@ class ScoreLog:
                 times.append(obs[row, 0])
                 codes.append(keep[:, O_CODE])
                 a = b
-            gone = quiet[alarms[quiet, A_ACTIVE] != 0.0]  # withdrawn as no longer reporting
+            # withdrawn as no longer reporting, as the live detector withdrew them
+            gone = np.array([g for g in quiet.tolist() if alarm_withdraw(alarms, g, 0, now) == CODE_WITHDRAW],
+                            dtype=np.int64)
             if len(gone):
-                alarms[gone, A_ACTIVE] = alarms[gone, A_ON] = 0.0
-                alarms[gone, A_OFF_TS] = np.nan
-                alarms[gone, A_EMIT_TS] = now
                 slots_out.append(gone)
                 times.append(np.full(len(gone), now))
                 codes.append(np.full(len(gone), float(CODE_WITHDRAW)))

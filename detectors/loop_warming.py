@@ -43,6 +43,7 @@ from foreshock.topology import Topology
 from .alarm import CODE_WITHDRAW, O_CODE, O_CONF, O_ROW, OUT_SIZE, new_alarm_columns
 from .base import resolve_params
 from .baselines import FEATURES, FeatureDetector, _score_alarms
+from .thermal_fit import repeat_free_runs
 
 PARAMS: dict[str, float] = {
     "tau_base_s": 3600.0,  # the inlet's baseline: its average at steady work over this
@@ -86,17 +87,14 @@ class LoopWarmingDetector(FeatureDetector):
         if not len(obs):
             return []
         rise = np.full(len(obs), np.nan)
-        # a frame may hold several ticks of one GPU: its rows are taken in turn (the k-th row of
-        # every GPU together), so each baseline steps through its own rows in order
-        slots = obs[:, 1].astype(np.int64)
-        order = np.argsort(slots, kind="stable")
-        first = np.r_[True, slots[order][1:] != slots[order][:-1]]
-        starts = np.maximum.accumulate(np.where(first, np.arange(len(order)), 0))
-        turn = np.empty(len(order), np.int64)
-        turn[order] = np.arange(len(order)) - starts
-        for k in range(int(turn.max()) + 1):
-            rows = np.flatnonzero(turn == k)
-            rise[rows] = self._step(obs[rows], feats[rows])
+        # a frame may hold several ticks of one GPU: it is cut into runs in which no GPU repeats (as
+        # the thermal fit cuts it), so each baseline steps through its own rows in order
+        ends = np.empty(len(obs) + 1, np.int64)
+        n_runs = repeat_free_runs(obs[:, 1], np.full(len(self.s_base), -1, np.int64), 0, ends)
+        lo = 0
+        for hi in ends[:n_runs].tolist():
+            rise[lo:hi] = self._step(obs[lo:hi], feats[lo:hi])
+            lo = hi
         p = self.params
         inlet_rate = np.nan_to_num(feats[:, F["inlet_slope_c_per_min"]])
         die_rate = np.nan_to_num(feats[:, F["temp_slope_c_per_min"]])

@@ -29,13 +29,13 @@ from typing import Any, ClassVar, Mapping, Protocol, Sequence
 import numpy as np
 
 from foreshock import facts
-from foreshock.findings import Finding, Prediction
+from foreshock.findings import Finding
 from foreshock.frames import Frame
 from foreshock.health import PipelineHealth
 from foreshock.remap import Remap
 from foreshock.topology import Topology
 
-from .alarm import silent_reason, withdraw_silent_in_frame
+from .alarm import silent_gpu_withdrawals
 from .base import Detector, add_columns, resolve_params
 from .gpu_inputs import (Scratch, frame_now, gpu_columns, inline, kernel, new_inlet_states, node_feed, node_tick,
                          rack_inlet_obs, read_inlet, relinked_inlet_states, update_rack_inlet,
@@ -749,12 +749,8 @@ class ThermalFitDetector(Detector):
         is gone. It is 60 polls at 10 s — no jitter nor dropped scrape comes near it — and longer
         than the thermal and power ``off_hold_s``, so a GPU that clears is withdrawn by its own
         rows first. A GPU that reports again predicts afresh (``on_count`` samples)."""
-        last_ts = self.s_model[:, G_TS]
-        now, slots, blocks = withdraw_silent_in_frame(alarms, len(events), last_ts, self.fit.obs[X_TS],
-                                                      float(self.fit.params[P_GAP]))
-        return [Prediction(now, "gpu", int(slot), events[block], -1.0, 0.0, self.name,
-                           silent_reason(now - float(last_ts[slot])), active=False)
-                for slot, block in zip(slots.tolist(), blocks.tolist())]
+        return silent_gpu_withdrawals(self.name, alarms, tuple((e,) for e in events), self.s_model[:, G_TS],
+                                      self.fit.obs[X_TS], float(self.fit.params[P_GAP]))
 
 
 def share_thermal_fits(detectors: list[Detector]) -> None:
