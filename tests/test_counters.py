@@ -355,7 +355,9 @@ def test_kernel_matches_reference_where_high_readings_stand(n_slots, together, d
 @settings(max_examples=40, deadline=None)
 @given(
     increments=st.lists(st.integers(2**26, 2**30), min_size=2, max_size=60),
-    start=st.integers(0, 2**32 - 2**30 - 1),
+    # the first second ends under the top: at 2**32 - 1 exactly, with no pace known yet, a reading is
+    # held as where a legacy counter stops or all ones read once (SATURATED_AT), not taken as a count
+    start=st.integers(0, 2**32 - 2**30 - 2),
     bits=st.sampled_from([32, 64]),
 )
 def test_true_increments_survive_wraps(increments, start, bits):
