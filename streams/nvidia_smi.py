@@ -47,6 +47,7 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
+from foreshock import facts
 from foreshock.fields import load_fields, source_index
 from foreshock.frames import Frame
 from foreshock.health import PipelineHealth
@@ -67,12 +68,24 @@ _UNIT = re.compile(r"\s*\[[^\]]*\]\s*$")
 _INVALID_FIELD = re.compile(r'Field "([^"]+)" is not a valid field to query')
 _MISSING = frozenset({"", "[n/a]", "n/a"})
 TLIMIT_QUERY = "temperature.gpu.tlimit"
-"""The headroom to the GPU's max operating temperature (T.Limit), not a temperature: drivers 590
-print ``GPU T.Limit Temp : 59 C`` at 28 °C on an H200 (and ``GPU Max Operating T.Limit Temp : 0 C``
-in ``-q``, every threshold an offset from T.Limit), so ``max_op_temp`` is ``temperature.gpu`` plus
-it. The field table cannot say "plus another column", so :func:`parse_query_gpu` derives it and the
-live source asks for it besides the table's names. (The memory's max operating temperature has no
-query name: ``-q`` prints only its offset, 0, from a memory T.Limit it does not print.)"""
+"""T.Limit: a headroom in °C, not a temperature. Drivers 590 print ``GPU T.Limit Temp : 59 C`` at
+28 °C on an H200 (and ``GPU Max Operating T.Limit Temp : 0 C`` in ``-q``, every threshold an offset
+from T.Limit), so where it is the GPU's own headroom ``max_op_temp`` is ``temperature.gpu`` plus it.
+But it is the headroom to the *nearest* slowdown threshold (NVML's margin temperature, the same
+number), the memory's max operating temperature included: on a real H200 under a memory-bound copy
+(2026-12-04, ``tests/data/h200_tlimit/``) it read 95 less ``temperature.memory`` (39 at 44 °C core,
+56 °C memory), and ``temperature.gpu`` plus it put the die's limit at 82-86 °C in 157 of 268 rows
+where NVML reads 87. :func:`max_op_from_tlimit` derives the die's limit only from rows where the
+memory is clearly further from its own. The field table cannot say "plus another column", so
+:func:`parse_query_gpu` derives it and the live source asks for it besides the table's names. (The
+memory's max operating temperature has no query name: ``-q`` prints only its offset, 0, from
+T.Limit, so the memory's limit is taken as Hopper's 95 °C, ``facts.HBM_MAX_OPERATING_TEMP_C``.)"""
+
+TLIMIT_MEMORY_CLEAR_C = 2.0
+"""T.Limit is read as the GPU's own headroom only where the memory's headroom to its max operating
+temperature is at least this much larger: the two temperatures and T.Limit are whole degrees read
+at slightly different instants, and on the real H200 rows whose memory headroom was one degree off
+T.Limit were the memory's (the die's limit derived from 25 of 26 such rows read 82-85 °C, not 87)."""
 
 UUID_QUERY = "uuid"
 """The board's UUID (``GPU-...``; ``gpu_uuid`` is the same query under another name): a string,
@@ -293,7 +306,7 @@ def _read_query_rows(header: list[str], rows: list[list[str]], fallback: str, ts
         headroom, bad, nans = parse_tokens(tokens)
         problems["non-numeric value"] += bad - (_note_fault_cells(tokens, row_fault) if bad else 0)
         problems["NaN value"] += nans
-        values["max_op_temp"] = values["gpu_temp"] + headroom  # (the detectors judge its range)
+        values["max_op_temp"] = max_op_from_tlimit(values["gpu_temp"], values.get("hbm_temp"), headroom)
 
     entities: dict[str, int] = {}
     entity = np.fromiter((entities.setdefault(gpu_entity(h, int(g)), len(entities)) for h, g in zip(hosts, index)),
@@ -446,6 +459,21 @@ def _read_uuids(entity: np.ndarray, names: list[str], tokens: Sequence[str], uui
             continue
         name = names[row]
         uuids[name] = uuid if uuids.get(name, uuid) == uuid else ""  # two boards in one slot name none
+
+
+def max_op_from_tlimit(gpu_temp: np.ndarray, memory_temp: np.ndarray | None, headroom: np.ndarray) -> np.ndarray:
+    """Each row's GPU max operating temperature from T.Limit's ``headroom`` (:data:`TLIMIT_QUERY`):
+    ``gpu_temp + headroom`` where that headroom is the GPU's own, NaN (no reading: the detectors
+    and the exporter keep the GPU's limit from an earlier row, else their default) where the memory
+    is as near its own limit, within :data:`TLIMIT_MEMORY_CLEAR_C`. A row without a memory
+    temperature (a board or driver that reports none) is read as the GPU's own. The detectors
+    judge the range of what comes out (``facts.OWN_LIMIT_MIN_C``)."""
+    derived = gpu_temp + headroom
+    if memory_temp is None:
+        return derived
+    memory_headroom = facts.HBM_MAX_OPERATING_TEMP_C - memory_temp
+    the_gpus_own = np.isnan(memory_headroom) | (memory_headroom >= headroom + TLIMIT_MEMORY_CLEAR_C)
+    return np.where(the_gpus_own, derived, np.nan)
 
 
 def parse_query_gpu_chunks(text: str, host: str | None = None, health: PipelineHealth | None = None,

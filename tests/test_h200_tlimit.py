@@ -1,0 +1,128 @@
+"""What nvidia-smi's T.Limit is a headroom to, read on a real H200 (2026-12-04).
+
+``tests/data/h200_tlimit/`` holds what a lent H200 (driver 580.159.04) printed while
+``deploy/device/gpu_load.py`` stepped it idle -> memory-bound copy -> bf16 matmul -> copy -> idle:
+``nvidia-smi.csv`` is the live source's own query (``NvidiaSmiSource.argv``, without the UUID)
+with ``-lms 500``; ``nvml-margin.jsonl`` is ``deploy/device/tlimit_check.py`` reading NVML's
+margin temperature and the thresholds once a second beside it; ``phases.jsonl`` is the load's log.
+
+The finding: T.Limit (``temperature.gpu.tlimit``) is the headroom to the *nearest* limit, the
+memory's included. Under the copy the memory (59 °C, 36 under its 95) is nearer its limit than the
+die (48 °C, 39 under 87), and ``temperature.gpu`` plus T.Limit put the die's max operating
+temperature at 82-86 °C; a live ``foreshock watch --source nvidia-smi`` on another H200 exported 83
+during a copy where NVML's watch beside it exported 87. The source now derives the die's limit only
+where the memory is clearly further from its own (``max_op_from_tlimit``).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from foreshock import facts
+from foreshock.cli.main import cli
+from foreshock.detectors import thermal as th
+from foreshock.detectors import thermal_fit as tf
+from foreshock.exporters.prometheus import build_registry
+from foreshock.exporters.store import FindingStore
+from foreshock.frames import Frame
+from foreshock.recording import Recording
+from foreshock.streams.nvidia_smi import max_op_from_tlimit, parse_query_gpu
+
+DATA = Path(__file__).parent / "data" / "h200_tlimit"
+DIE_LIMIT_C = 87.0  # what NVML's GPU_MAX threshold read on this GPU (nvml-margin.jsonl's first line)
+
+
+def raw_rows() -> list[dict[str, int]]:
+    """The CSV's temperatures and T.Limit as printed, read without foreshock."""
+    with open(DATA / "nvidia-smi.csv", newline="") as fh:
+        rows = list(csv.reader(fh, skipinitialspace=True))
+    header = rows[0]
+    at = {name: header.index(name) for name in ("temperature.gpu", "temperature.memory", "temperature.gpu.tlimit")}
+    return [{"gpu": int(r[at["temperature.gpu"]]), "memory": int(r[at["temperature.memory"]]),
+             "tlimit": int(r[at["temperature.gpu.tlimit"]])} for r in rows[1:]]
+
+
+def test_the_recording_shows_tlimit_is_the_nearer_of_the_die_and_memory_headrooms() -> None:
+    """The data, read without foreshock: every row's T.Limit is the smaller of 87 less the die's and
+    95 less the memory's temperature (within the degree the three whole-degree readings round by; once
+two, as the copy ended and the memory fell 5 °C between rows),
+    the memory's is the smaller in over a hundred rows, and there the die's limit read as
+    ``temperature.gpu`` plus T.Limit is wrong by up to 5 °C. NVML agrees: its thresholds are 87
+    and 95, and its margin temperature is T.Limit (within a degree, read up to half a second apart)."""
+    static = json.loads((DATA / "nvml-margin.jsonl").read_text().splitlines()[0])["static"]
+    assert (static["gpu_max_op"], static["mem_max_op"]) == (DIE_LIMIT_C, facts.HBM_MAX_OPERATING_TEMP_C)
+    rows = raw_rows()
+    assert len(rows) > 250
+    nearer = [min(DIE_LIMIT_C - r["gpu"], facts.HBM_MAX_OPERATING_TEMP_C - r["memory"]) for r in rows]
+    off = np.array([abs(r["tlimit"] - n) for r, n in zip(rows, nearer)])
+    assert off.max() <= 2 and (off <= 1).sum() >= len(rows) - 1  # 2 once: the memory falling 5 °C a row
+    memory_nearer = [r for r in rows if facts.HBM_MAX_OPERATING_TEMP_C - r["memory"] < DIE_LIMIT_C - r["gpu"]
+                     and r["tlimit"] == facts.HBM_MAX_OPERATING_TEMP_C - r["memory"]]
+    assert len(memory_nearer) > 100
+    assert min(r["gpu"] + r["tlimit"] for r in memory_nearer) <= DIE_LIMIT_C - 4
+    polls = [json.loads(line) for line in (DATA / "nvml-margin.jsonl").read_text().splitlines()[1:]]
+    assert len(polls) > 100
+    assert all(abs(p["margin"] - int(p["smi"][2])) <= 1 for p in polls)
+
+
+def test_the_die_limit_parsed_from_the_real_csv_is_87_where_it_is_read_at_all() -> None:
+    """``parse_query_gpu`` over the real CSV: every max operating temperature it derives is the die's
+    87 within the rounding degree (the old ``gpu + T.Limit`` read 82-86 in the copy's rows), the
+    memory-limited rows read none, and the die-limited idle and matmul rows read one."""
+    batch = parse_query_gpu((DATA / "nvidia-smi.csv").read_text(), host="h200")
+    max_op = batch.columns["max_op_temp"]
+    assert len(max_op) == len(raw_rows())
+    read = max_op[~np.isnan(max_op)]
+    assert len(read) > 100 and np.all(np.abs(read - DIE_LIMIT_C) <= 1.0)
+    rows = raw_rows()
+    memory_nearer = np.array([facts.HBM_MAX_OPERATING_TEMP_C - r["memory"] <= r["tlimit"] for r in rows])
+    assert memory_nearer.sum() > 100 and np.isnan(max_op[memory_nearer]).all()
+
+
+@pytest.mark.parametrize("gpu, memory, tlimit, expected", [
+    (56.0, 48.0, 31.0, 87.0),  # the die nearer (matmul): its own headroom
+    (44.0, 56.0, 39.0, np.nan),  # the memory nearer (copy, 95 - 56 = 39): not the die's
+    (48.0, 58.0, 36.0, np.nan),  # the memory's headroom one degree over T.Limit: too close to tell
+    (49.0, 55.0, 38.0, 87.0),  # the memory two degrees further (95 - 55 = 40): the die's
+    (50.0, np.nan, 37.0, 87.0),  # no memory reading: read as the die's, as before
+])
+def test_max_op_from_tlimit_reads_the_die_only_where_the_memory_is_clearly_further(gpu, memory, tlimit,
+                                                                                   expected) -> None:
+    out = max_op_from_tlimit(np.array([gpu]), np.array([memory]), np.array([tlimit]))
+    np.testing.assert_array_equal(out, [expected])
+
+
+def test_through_a_copy_the_exporter_and_the_thermal_fit_keep_the_die_limit(tmp_path: Path) -> None:
+    """The real CSV imported and fed a row at a time: the exported max operating temperature and
+    the thermal fit's kept core limit stay 86-88 °C through the copies (they read 82-86 before),
+    and the default bank predicts nothing over it."""
+    res = CliRunner().invoke(cli, ["import", str(DATA / "nvidia-smi.csv"), "--format", "nvidia-smi",
+                                   "--host", "h200", "--out", str(tmp_path / "rec")])
+    assert res.exit_code == 0, res.output
+    recording = Recording.open(tmp_path / "rec")
+    topology = recording.topology
+    gpu = recording.read_kind("gpu")
+    store, detector = FindingStore(topology), th.ThermalDetector(topology)
+    exported, kept = [], []
+    labels = {"cluster": topology.cluster, "rack": "unknown", "node": "h200", "gpu": "0"}
+    for row in range(len(gpu.ts)):
+        frame = Frame("gpu", gpu.ts[row:row + 1], gpu.slot[row:row + 1],
+                      {name: col[row:row + 1] for name, col in gpu.columns.items()})
+        store.observe_frame(frame)
+        assert not detector.update(frame)
+        kept.append(detector.s_model[0, tf.G_MAX_OP])
+        exported.append(build_registry(store, top_k=1).get_sample_value(
+            "foreshock_gpu_max_operating_temperature_celsius", labels))
+    assert len(exported) > 250
+    assert all(e is not None and abs(e - DIE_LIMIT_C) <= 1.0 for e in exported)
+    assert np.all(np.abs(np.array(kept) - DIE_LIMIT_C) <= 1.0)
+    findings = tmp_path / "findings.jsonl"
+    res = CliRunner().invoke(cli, ["replay", str(tmp_path / "rec"), "--port", "0", "--findings", str(findings)])
+    assert res.exit_code == 0, res.output
+    assert not [f for f in map(json.loads, findings.read_text().splitlines()) if f["type"] == "prediction"]
