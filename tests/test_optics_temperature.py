@@ -50,10 +50,14 @@ def naive_coefficient(t: np.ndarray, temp: np.ndarray, y: np.ndarray, move: floa
         if keep.sum() < 4 or np.ptp(t[keep]) == 0 or np.ptp(temp[keep]) == 0:
             return math.nan
         r2 = np.corrcoef(t[keep], temp[keep])[0, 1] ** 2
-        coefs = np.linalg.lstsq(design[keep], y[keep], rcond=None)[0]
+        # y less its mean over the points used, as the kernel's centred sums: a constant series
+        # then gives exactly 0, not lstsq's 1e-16, whose correction would turn the equal points'
+        # zero slopes into +-1e-19 ones and change the Theil-Sen sign agreement read from them
+        mean = float(np.mean(y[keep]))
+        coefs = np.linalg.lstsq(design[keep], y[keep] - mean, rcond=None)[0]
         if not r2 <= r2_max:
             return math.nan
-        resid = np.abs(y - design @ coefs)
+        resid = np.abs(y - mean - design @ coefs)
         rms = math.sqrt(float(np.mean(resid[keep] ** 2)))
         if attempt == 1 or rms == 0:
             return float(coefs[2])
