@@ -73,19 +73,24 @@ TLIMIT_QUERY = "temperature.gpu.tlimit"
 from T.Limit), so where it is the GPU's own headroom ``max_op_temp`` is ``temperature.gpu`` plus it.
 But it is the headroom to the *nearest* slowdown threshold (NVML's margin temperature, the same
 number), the memory's max operating temperature included: on a real H200 under a memory-bound copy
-(2026-12-04, ``tests/data/h200_tlimit/``) it read 95 less ``temperature.memory`` (39 at 44 °C core,
-56 °C memory), and ``temperature.gpu`` plus it put the die's limit at 82-86 °C in 157 of 268 rows
-where NVML reads 87. :func:`max_op_from_tlimit` derives the die's limit only from rows where the
-memory is clearly further from its own. The field table cannot say "plus another column", so
-:func:`parse_query_gpu` derives it and the live source asks for it besides the table's names. (The
-memory's max operating temperature has no query name: ``-q`` prints only its offset, 0, from
-T.Limit, so the memory's limit is taken as Hopper's 95 °C, ``facts.HBM_MAX_OPERATING_TEMP_C``.)"""
+(2026-12-04) it read 95 less ``temperature.memory`` (39 at 44 °C core and 56 °C memory on one
+machine, 36 at 48 and 59 on another: ``tests/data/h200_tlimit/``), and ``temperature.gpu`` plus it
+put the die's limit at 82-86 °C in 157 of that recording's 268 rows where NVML reads 87.
+:func:`max_op_from_tlimit` derives the die's limit only from rows where the memory is clearly
+further from its own. The field table cannot say "plus another column", so :func:`parse_query_gpu`
+derives it and the live source asks for it besides the table's names. (The memory's max operating
+temperature has no query name: ``-q`` prints only its offset, 0, from T.Limit, so the memory's
+limit is taken as Hopper's 95 °C, ``facts.HBM_MAX_OPERATING_TEMP_C``.)"""
 
-TLIMIT_MEMORY_CLEAR_C = 2.0
+TLIMIT_MEMORY_CLEAR_C = 3.0
 """T.Limit is read as the GPU's own headroom only where the memory's headroom to its max operating
-temperature is at least this much larger: the two temperatures and T.Limit are whole degrees read
-at slightly different instants, and on the real H200 rows whose memory headroom was one degree off
-T.Limit were the memory's (the die's limit derived from 25 of 26 such rows read 82-85 °C, not 87)."""
+temperature is at least this much larger. The temperatures and T.Limit are whole degrees, read at
+slightly different instants (by another call, for NVML's margin): on the real H200 the rows whose
+memory headroom was one degree over T.Limit were the memory's (the die's limit derived from 25 of
+26 such rows read 82-85 °C, not 87), and once, beside a memory temperature read by another call, a
+margin two under the memory's headroom was too. Three: every limit read over the two machines'
+rows (872, nvidia-smi's and NVML's) is 86-88 °C, and on the machine whose die stayed the nearer
+all but one of its 236 rows are read."""
 
 UUID_QUERY = "uuid"
 """The board's UUID (``GPU-...``; ``gpu_uuid`` is the same query under another name): a string,

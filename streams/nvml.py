@@ -9,10 +9,12 @@ what :func:`record_nvml` lists too). A call NVIDIA has renamed is made under the
 driver has (:class:`RenamedCall`): the throttle reasons under ``nvmlDeviceGetCurrentClocksEventReasons``
 (R535 on), else the older ``nvmlDeviceGetCurrentClocksThrottleReasons``; the GPU temperature under
 ``nvmlDeviceGetTemperatureV``, else ``nvmlDeviceGetTemperature`` (deprecated, gone in CUDA 14). A
-newer pynvml wraps both, an older driver exports only the old one. A GPU that NVML says is lost (``GPU_IS_LOST``,
-an XID 79) is asked nothing more that poll (the rest of its row NaN); one that needs a reset
-(``RESET_REQUIRED``, perhaps of some calls only) is still read. Either is
-counted once as it enters that state, under nvidia-smi's reason for ``[GPU is lost]``. Any other
+newer pynvml wraps both, an older driver exports only the old one. The max operating temperature
+is NVML's GPU_MAX threshold, else (a driver that retired that call) the GPU temperature plus NVML's
+margin temperature where the margin is the GPU's own (:class:`MaxOperatingTemp`). A GPU that
+NVML says is lost (``GPU_IS_LOST``, an XID 79) is asked nothing more that poll (the rest of its row
+NaN); one that needs a reset (``RESET_REQUIRED``, perhaps of some calls only) is still read. Either
+is counted once as it enters that state, under nvidia-smi's reason for ``[GPU is lost]``. Any other
 NVML error, or any other exception from a reader (a pynvml whose API drifted), costs that field
 on that GPU for that poll only and is counted. The last XID needs an NVML event set and is
 not read here (dcgm-exporter reports it).
@@ -47,6 +49,7 @@ from foreshock.health import PipelineHealth
 from foreshock.recording import RecordingWriter
 from foreshock.topology import Topology
 
+from .nvidia_smi import max_op_from_tlimit
 from .polling import GpuBoards, PollingSource
 from .samples import FAULT_TOKENS, SampleBatch, gpu_entity
 
@@ -114,19 +117,67 @@ class RenamedCall:
         raise nv.NVMLError(not_found)
 
 
-def _renamed_calls() -> dict[str, RenamedCall]:
-    """The readers that are :class:`RenamedCall`s, new ones (remembering nothing yet)."""
+class MaxOperatingTemp:
+    """The GPU's max operating temperature: NVML's GPU_MAX threshold, else its temperature plus
+    NVML's margin temperature where that margin is the GPU's own.
+
+    NVIDIA says ``nvmlDeviceGetTemperatureThreshold`` is no longer the preferred call for the
+    GPU_MAX, MEM_MAX, SLOWDOWN and SHUTDOWN thresholds on Ada and later, and that its support for
+    them will be removed. Where the driver no longer serves it (``DEPRECATED``,
+    ``FUNCTION_NOT_FOUND``: remembered, the library is the process's) or the GPU does not
+    (``NOT_SUPPORTED``), the limit is read from ``nvmlDeviceGetMarginTemperature``: the headroom to
+    the *nearest* slowdown threshold, the memory's included (nvidia-smi's T.Limit, the same number
+    on a real H200: ``tests/data/h200_tlimit``), so the GPU's limit is its temperature plus the
+    margin only where the memory is clearly further from its own, else no value that poll
+    (:func:`~.nvidia_smi.max_op_from_tlimit`; the detectors keep the limit from an earlier poll). A
+    GPU serving neither call raises as not supported: the field is not asked for again."""
+
+    def __init__(self, gpu_temp: RenamedCall) -> None:
+        self.gpu_temp = gpu_temp  # the source's own GPU temperature reader (it remembers names)
+        self.threshold_retired = False
+
+    def __call__(self, nv: ModuleType, h: Any) -> float:
+        not_found = getattr(nv, "NVML_ERROR_FUNCTION_NOT_FOUND", 13)
+        retired = {not_found, getattr(nv, "NVML_ERROR_DEPRECATED", 26)}
+        if not self.threshold_retired:
+            try:
+                return float(nv.nvmlDeviceGetTemperatureThreshold(
+                    h, getattr(nv, "NVML_TEMPERATURE_THRESHOLD_GPU_MAX", 3)))
+            except nv.NVMLError as exc:
+                code = getattr(exc, "value", None)
+                if code in retired:
+                    self.threshold_retired = True
+                elif code != getattr(nv, "NVML_ERROR_NOT_SUPPORTED", 3):
+                    raise
+        margin_call = getattr(nv, "nvmlDeviceGetMarginTemperature", None)
+        if margin_call is None:  # a pynvml older than the call (R555)
+            raise nv.NVMLError(not_found)
+        margin = margin_call(h)
+        margin = float(getattr(margin, "marginTemperature", margin))  # an int, or the struct in some pynvml
+        gpu = self.gpu_temp(nv, h)
+        try:
+            memory = _memory_temp(nv, h)
+        except (nv.NVMLError, ValueError):  # no memory reading: the margin is read as the GPU's own
+            memory = math.nan
+        return float(max_op_from_tlimit(np.array([gpu]), np.array([memory]), np.array([margin]))[0])
+
+
+def _renamed_calls() -> dict[str, RenamedCall | MaxOperatingTemp]:
+    """The readers that remember what the driver serves (:class:`RenamedCall`,
+    :class:`MaxOperatingTemp`), new ones (remembering nothing yet)."""
+    gpu_temp = RenamedCall(("nvmlDeviceGetTemperatureV", "nvmlDeviceGetTemperature"),
+                           lambda nv: (nv.NVML_TEMPERATURE_GPU,))
     return {
-        "gpu_temp": RenamedCall(("nvmlDeviceGetTemperatureV", "nvmlDeviceGetTemperature"),
-                                lambda nv: (nv.NVML_TEMPERATURE_GPU,)),
+        "gpu_temp": gpu_temp,
         "throttle_reasons": RenamedCall(("nvmlDeviceGetCurrentClocksEventReasons",
                                          "nvmlDeviceGetCurrentClocksThrottleReasons")),
+        "max_op_temp": MaxOperatingTemp(gpu_temp),
     }
 
 
 def _renamed(field: str) -> Reader:
-    """The :class:`RenamedCall` reader of ``field``, remembering nothing (the names tried at each
-    call): a source keeps its own, which remember."""
+    """The reader of ``field`` from :func:`_renamed_calls`, remembering nothing (the calls tried
+    anew at each read): a source keeps its own, which remember."""
     return lambda nv, h: _renamed_calls()[field](nv, h)
 
 
@@ -136,9 +187,9 @@ READERS: dict[str, Reader] = {
     "slowdown_temp": lambda nv, h: float(nv.nvmlDeviceGetTemperatureThreshold(
         h, nv.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN)),
     # the max operating temperatures (GPU_MAX = 3, MEM_MAX = 2): a GPU that has none raises
-    # NOT_SUPPORTED, read as no value (and not asked again); an older pynvml lacks the names
-    "max_op_temp": lambda nv, h: float(nv.nvmlDeviceGetTemperatureThreshold(
-        h, getattr(nv, "NVML_TEMPERATURE_THRESHOLD_GPU_MAX", 3))),
+    # NOT_SUPPORTED, read as no value (and not asked again); an older pynvml lacks the names.
+    # The GPU's, where the threshold call is retired, from its margin (MaxOperatingTemp)
+    "max_op_temp": _renamed("max_op_temp"),
     "hbm_max_op_temp": lambda nv, h: float(nv.nvmlDeviceGetTemperatureThreshold(
         h, getattr(nv, "NVML_TEMPERATURE_THRESHOLD_MEM_MAX", 2))),
     "power": lambda nv, h: nv.nvmlDeviceGetPowerUsage(h) * 1e-3,

@@ -5,6 +5,8 @@
 ``nvidia-smi.csv`` is the live source's own query (``NvidiaSmiSource.argv``, without the UUID)
 with ``-lms 500``; ``nvml-margin.jsonl`` is ``deploy/device/tlimit_check.py`` reading NVML's
 margin temperature and the thresholds once a second beside it; ``phases.jsonl`` is the load's log.
+``warmer-die-*.jsonl``: the same probe at 0.5 s on another H200 (idle -> matmul -> copy -> idle),
+whose die ran 7 °C warmer in the copy and stayed the nearer to its limit throughout.
 
 The finding: T.Limit (``temperature.gpu.tlimit``) is the headroom to the *nearest* limit, the
 memory's included. Under the copy the memory (59 °C, 36 under its 95) is nearer its limit than the
@@ -89,7 +91,8 @@ def test_the_die_limit_parsed_from_the_real_csv_is_87_where_it_is_read_at_all() 
     (56.0, 48.0, 31.0, 87.0),  # the die nearer (matmul): its own headroom
     (44.0, 56.0, 39.0, np.nan),  # the memory nearer (copy, 95 - 56 = 39): not the die's
     (48.0, 58.0, 36.0, np.nan),  # the memory's headroom one degree over T.Limit: too close to tell
-    (49.0, 55.0, 38.0, 87.0),  # the memory two degrees further (95 - 55 = 40): the die's
+    (49.0, 55.0, 38.0, np.nan),  # two degrees over (95 - 55 = 40): still too close
+    (49.0, 54.0, 38.0, 87.0),  # three degrees further (95 - 54 = 41): the die's
     (50.0, np.nan, 37.0, 87.0),  # no memory reading: read as the die's, as before
 ])
 def test_max_op_from_tlimit_reads_the_die_only_where_the_memory_is_clearly_further(gpu, memory, tlimit,
@@ -126,3 +129,18 @@ def test_through_a_copy_the_exporter_and_the_thermal_fit_keep_the_die_limit(tmp_
     res = CliRunner().invoke(cli, ["replay", str(tmp_path / "rec"), "--port", "0", "--findings", str(findings)])
     assert res.exit_code == 0, res.output
     assert not [f for f in map(json.loads, findings.read_text().splitlines()) if f["type"] == "prediction"]
+
+
+def test_where_the_die_stays_the_nearer_nearly_every_row_gives_its_limit() -> None:
+    """The other machine (its die the nearer to its limit in every row, its copy at 55 °C core and
+    60 °C memory): the rule leaves all but a handful of its rows read, nvidia-smi's T.Limit and
+    NVML's margin alike, and every one reads 87 within the rounding degree."""
+    polls = [json.loads(line) for line in (DATA / "warmer-die-nvml-margin.jsonl").read_text().splitlines()[1:]]
+    assert len(polls) > 200
+    memory = np.array([float(p["smi"][1]) for p in polls])
+    smi = (np.array([float(p["smi"][0]) for p in polls]), np.array([float(p["smi"][2]) for p in polls]))
+    nvml = (np.array([float(p["gpu"]) for p in polls]), np.array([float(p["margin"]) for p in polls]))
+    for gpu, headroom in (smi, nvml):
+        read = max_op_from_tlimit(gpu, memory, headroom)
+        assert np.count_nonzero(~np.isnan(read)) >= len(polls) - 3
+        assert np.all(np.abs(read[~np.isnan(read)] - DIE_LIMIT_C) <= 1.0)

@@ -3,6 +3,7 @@ error handling against a stand-in for pynvml (NVML itself cannot run without a d
 
 from __future__ import annotations
 
+import json
 import logging
 import types
 from pathlib import Path
@@ -13,6 +14,7 @@ import pytest
 
 from foreshock.health import PipelineHealth
 from foreshock.recording import Recording
+from foreshock.streams.nvidia_smi import TLIMIT_MEMORY_CLEAR_C
 from foreshock.streams.nvml import GPU_FAILED, READERS, UNEXPECTED, NvmlSource, load_nvml, record_nvml
 
 from board_ids import uuid_number
@@ -184,6 +186,75 @@ def test_max_operating_temperatures_not_supported_are_no_value_not_an_error() ->
     assert frames[-1].columns["slowdown_temp"].tolist() == [89.0]
     assert np.isnan(frames[-1].columns["hbm_max_op_temp"]).all()
     assert asked.count(nv.NVML_TEMPERATURE_THRESHOLD_MEM_MAX) == 1  # remembered as not supported
+    assert health.total_problems() == 0
+
+
+H200_TLIMIT = Path(__file__).parent / "data" / "h200_tlimit"
+
+
+def test_where_the_threshold_call_is_retired_the_limit_is_the_gpus_temperature_plus_its_own_margin() -> None:
+    """NVIDIA will remove the GPU_MAX threshold from ``nvmlDeviceGetTemperatureThreshold`` on Ada and
+    later; a driver answering DEPRECATED left ``max_op_temp`` unsupported. Served NVML's readings
+    from a real H200 stepping idle -> copy -> matmul -> copy -> idle (``tests/data/h200_tlimit``:
+    its GPU temperature and margin temperature, the memory temperature nvidia-smi read beside them),
+    the source reads the die's limit, 87 °C within the degree the readings round by, where the margin
+    is the GPU's, and no value where the memory is about as near its own 95 °C; the retired call is made
+    once, not at every poll."""
+    polls = [json.loads(line) for line in (H200_TLIMIT / "nvml-margin.jsonl").read_text().splitlines()[1:]]
+    nv = fake_nvml(gpus=1)
+    nv.NVML_ERROR_DEPRECATED = 26
+    at = [0]
+    asked: list[int] = []
+
+    def retired(handle: int, kind: int) -> int:
+        asked.append(kind)
+        raise FakeNvmlError(26)
+
+    def memory(handle: int, ids: list[int]) -> list[Any]:
+        celsius = int(polls[at[0]]["smi"][1])
+        return [types.SimpleNamespace(nvmlReturn=0, valueType=1, value=types.SimpleNamespace(uiVal=celsius))]
+
+    nv.nvmlDeviceGetTemperatureThreshold = retired
+    nv.nvmlDeviceGetMarginTemperature = lambda handle: polls[at[0]]["margin"]
+    nv.nvmlDeviceGetTemperature = lambda handle, sensor: polls[at[0]]["gpu"]
+    nv.nvmlDeviceGetFieldValues = memory
+    health = PipelineHealth()
+    source = NvmlSource(nvml=nv, host="h200", health=health)
+    read = []
+    for k in range(len(polls)):
+        at[0] = k
+        read.append(source.read().columns.get("max_op_temp", np.array([np.nan]))[0])
+    limits = np.array(read)
+    memory_as_near = np.array([95 - int(p["smi"][1]) < p["margin"] + TLIMIT_MEMORY_CLEAR_C for p in polls])
+    assert memory_as_near.sum() > 40 and (~memory_as_near).sum() > 40
+    assert np.isnan(limits[memory_as_near]).all()
+    assert np.all(np.abs(limits[~memory_as_near] - 87.0) <= 1.0)
+    assert "max_op_temp" not in source.unsupported_fields()
+    assert asked.count(nv.NVML_TEMPERATURE_THRESHOLD_GPU_MAX) == 1
+    assert health.total_problems() == 0
+
+
+def test_the_margin_is_not_read_where_the_threshold_is_served_and_neither_served_is_not_supported() -> None:
+    """The threshold served: the margin is never asked for. Neither served (the threshold not
+    supported, a pynvml without ``nvmlDeviceGetMarginTemperature``): the field is not supported,
+    named once, not an error."""
+    nv = fake_nvml(gpus=1)
+    margins = [0]
+
+    def margin(handle: int) -> int:
+        margins[0] += 1
+        return 30
+
+    nv.nvmlDeviceGetMarginTemperature = margin
+    source = NvmlSource(nvml=nv, host="h")
+    assert [source.read().columns["max_op_temp"][0] for _ in range(2)] == [87.0, 87.0]
+    assert margins[0] == 0
+    nv = fake_nvml(gpus=2, unsupported=frozenset({"threshold"}))
+    health = PipelineHealth()
+    source = NvmlSource(nvml=nv, host="h", health=health)
+    for _ in range(2):
+        assert "max_op_temp" not in source.read().columns
+    assert source.unsupported_fields()["max_op_temp"] == ["h/gpu0", "h/gpu1"]
     assert health.total_problems() == 0
 
 
