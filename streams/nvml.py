@@ -150,7 +150,7 @@ class MaxOperatingTemp:
                 elif code != getattr(nv, "NVML_ERROR_NOT_SUPPORTED", 3):
                     raise
         margin_call = getattr(nv, "nvmlDeviceGetMarginTemperature", None)
-        if margin_call is None:  # a pynvml older than the call (R555)
+        if margin_call is None:  # a pynvml older than the call
             raise nv.NVMLError(not_found)
         margin = margin_call(h)
         margin = float(getattr(margin, "marginTemperature", margin))  # an int, or the struct in some pynvml
