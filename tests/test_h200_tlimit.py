@@ -52,9 +52,9 @@ def raw_rows() -> list[dict[str, int]]:
 
 def test_the_recording_shows_tlimit_is_the_nearer_of_the_die_and_memory_headrooms() -> None:
     """The data, read without foreshock: every row's T.Limit is the smaller of 87 less the die's and
-    95 less the memory's temperature (within the degree the three whole-degree readings round by; once
-two, as the copy ended and the memory fell 5 °C between rows),
-    the memory's is the smaller in over a hundred rows, and there the die's limit read as
+    95 less the memory's temperature (within the degree the three whole-degree readings round by;
+    once two, as the copy ended and the memory fell 5 °C between rows), the memory's is the smaller
+    in over a hundred rows, and there the die's limit read as
     ``temperature.gpu`` plus T.Limit is wrong by up to 5 °C. NVML agrees: its thresholds are 87
     and 95, and its margin temperature is T.Limit (within a degree, read up to half a second apart)."""
     static = json.loads((DATA / "nvml-margin.jsonl").read_text().splitlines()[0])["static"]
