@@ -67,12 +67,13 @@ from foreshock.topology import Topology
 
 from .base import Detector, add_columns, resolve_params
 from .order_stats import bucket_by_group, median_of
-from .gpu_inputs import (frame_now, HELD, INLET_MAX_C, INLET_MIN_C, reason_bits, rack_inlet_obs, reading_jump,
-                         Scratch, gpu_columns, kernel)
+from .gpu_inputs import (frame_now, HELD, INLET_MAX_C, INLET_MIN_C, inline, reason_bits, rack_inlet_obs,
+                         reading_jump, Scratch, gpu_columns, kernel)
 
 OBS_FIELDS = ("sm_clock", "sm_clock_max", "util", "gpu_temp", "throttle_reasons", "power")
-S_TS, S_CLOCK, S_TEMP, S_UTIL, S_THROTTLE, S_N, S_BUSY_TS, S_POWER, S_UTIL_TS, S_BUSY_W, S_TAKEN = range(11)
-S_SIZE = 11
+(S_TS, S_CLOCK, S_TEMP, S_UTIL, S_THROTTLE, S_N, S_BUSY_TS, S_POWER, S_UTIL_TS, S_BUSY_W, S_TAKEN,
+ S_CLOCK_TS, S_TEMP_TS, S_THROTTLE_TS, S_POWER_TS) = range(15)
+S_SIZE = 15
 """Per GPU: its last tick (``S_TS``), its busy-only means (``S_CLOCK``, ``S_TEMP``, ``S_THROTTLE``,
 ``S_POWER``: over busy samples, see :func:`_ew_kernel`) and utilisation mean; ``S_N`` counts busy
 samples, ``S_BUSY_TS`` is the last of them and ``S_BUSY_W`` the weight its means took at it;
@@ -80,7 +81,10 @@ samples, ``S_BUSY_TS`` is the last of them and ``S_BUSY_W`` the weight its means
 stopped coming kept its last one, "busy" on means frozen since, and was named "slower" every
 ``refresh_s`` for good); ``S_TAKEN`` holds the ``T_*`` bits of the means that already took a value at
 tick ``S_TS``, so that a second row of the same tick (two sources scraping it, a frame split by field)
-adds the fields it alone brings and weighs none twice."""
+adds the fields it alone brings and weighs none twice. ``S_CLOCK_TS``, ``S_TEMP_TS``,
+``S_THROTTLE_TS`` and ``S_POWER_TS`` are when each busy mean last took a value: a GPU still busy
+whose clock (or temperature, throttle reasons, power) stopped coming — an exporter that lost the
+field — is not compared on that mean, frozen since (:func:`_compare_kernel`)."""
 T_UTIL, T_CLOCK, T_TEMP, T_POWER, T_THROTTLE = 1, 2, 4, 8, 16
 T_ALL = 31
 THROTTLING = facts.THERMAL_THROTTLE_MASK | facts.THROTTLE_HW_POWER_BRAKE
@@ -224,18 +228,22 @@ def _ew_kernel(obs: tuple[np.ndarray, ...], s: np.ndarray, tau: float, busy_util
         x = clock / clock_max if 0.0 < clock_max < np.inf else np.nan  # (NaN with a NaN clock)
         if (taken & T_CLOCK) == 0 and 0.0 <= x <= CLOCK_RATIO_MAX:
             s[i, S_CLOCK] = x if s[i, S_CLOCK] != s[i, S_CLOCK] else s[i, S_CLOCK] + w * (x - s[i, S_CLOCK])
+            s[i, S_CLOCK_TS] = ts
             taken |= T_CLOCK
         if (taken & T_TEMP) == 0 and TEMP_MIN_C < temp < TEMP_MAX_C:
             s[i, S_TEMP] = temp if s[i, S_TEMP] != s[i, S_TEMP] else s[i, S_TEMP] + w * (temp - s[i, S_TEMP])
+            s[i, S_TEMP_TS] = ts
             taken |= T_TEMP
         # (0 W: an exporter's N/A, no reading — as the thermal fit reads it)
         if (taken & T_POWER) == 0 and 0.0 < power < 1e5:
             s[i, S_POWER] = power if s[i, S_POWER] != s[i, S_POWER] else s[i, S_POWER] + w * (power - s[i, S_POWER])
+            s[i, S_POWER_TS] = ts
             taken |= T_POWER
         bits = reason_bits(reasons)
         if (taken & T_THROTTLE) == 0 and bits >= 0:
             x = 1.0 if (bits & THROTTLING) != 0 else 0.0
             s[i, S_THROTTLE] = x if s[i, S_THROTTLE] != s[i, S_THROTTLE] else s[i, S_THROTTLE] + w * (x - s[i, S_THROTTLE])
+            s[i, S_THROTTLE_TS] = ts
             taken |= T_THROTTLE
         s[i, S_TAKEN] = taken
     return skipped
@@ -296,17 +304,20 @@ class StragglerDetector(Detector):
         before ``S_POWER`` (seven) starts its power mean at the next busy sample. One saved before
         the racks' inlets were kept (no ``s_rack``) knows none: learnt from the next rack frame on.
         One saved before ``S_UTIL_TS`` (eight) reads its utilisation as read at its last sample, and
-        every mean as taken at that tick: a row of the same tick adds nothing (as it did then)."""
+        every mean as taken at that tick: a row of the same tick adds nothing (as it did then). One
+        saved before the means' own times (eleven) reads each busy mean as taken at its last busy
+        sample."""
         if "s_rack" not in state:
             state = {**state, "s_rack": np.full_like(self.s_rack, np.nan)}
         # one saved before the last reading and the held one were kept (three columns): the next
         # reading is read as it comes
         state = add_columns(state, "s_rack", R_SIZE)
         saved = np.asarray(state.get("s_gpu"))
-        state = add_columns(state, "s_gpu", S_SIZE, {S_BUSY_TS: S_TS, S_UTIL_TS: S_TS})
+        state = add_columns(state, "s_gpu", S_CLOCK_TS, {S_BUSY_TS: S_TS, S_UTIL_TS: S_TS})
         if saved.ndim == 2 and saved.shape[1] <= S_TAKEN:
             state["s_gpu"][:, S_TAKEN] = T_ALL
-        return state
+        return add_columns(state, "s_gpu", S_SIZE, {S_CLOCK_TS: S_BUSY_TS, S_TEMP_TS: S_BUSY_TS,
+                                                    S_THROTTLE_TS: S_BUSY_TS, S_POWER_TS: S_BUSY_TS})
 
     def remap_state(self, state: dict[str, Any], remap: Remap) -> dict[str, Any]:
         """... and a state saved without ``s_rack`` on other hardware: none known on its racks either."""
@@ -387,32 +398,44 @@ class StragglerDetector(Detector):
         return findings
 
 
+@inline
+def _fresh(s: np.ndarray, g: int, field: int, now: float, window: float) -> float:
+    """GPU ``g``'s busy mean ``field`` where it took a value within ``window`` of ``now``, else NaN:
+    a mean whose field stopped coming (the GPU still busy on its utilisation) stands still, and was
+    compared for good — a clock frozen low named its GPU "slower" every ``refresh_s``."""
+    when = s[g, S_CLOCK_TS] if field == S_CLOCK else s[g, S_TEMP_TS] if field == S_TEMP \
+        else s[g, S_THROTTLE_TS] if field == S_THROTTLE else s[g, S_POWER_TS]
+    return s[g, field] if now - when <= window else np.nan  # type: ignore[no-any-return]
+
+
 @jit
 def _compare_kernel(s: np.ndarray, gpu_job: np.ndarray, n_jobs: int, flag: np.ndarray, now: float,
                     p: np.ndarray, job: np.ndarray, out: np.ndarray, gpu_rack: np.ndarray, rack: np.ndarray) -> int:
     """Compare each busy GPU (utilisation read within ``3 * interval_s``, its mean at least
-    ``busy_util``, ``min_samples`` busy samples) with its job's busy GPUs (median and MAD per job) on
-    each check; one not busy is no outlier (its standing report ends, as when it goes silent);
-    update ``flag`` (when each GPU was last reported per check, NaN while it is no outlier: one
-    reported stays an outlier down to ``clear_fraction`` of the gap and of ``k_mad``); write
-    the outliers due a report into ``out`` (``O_*`` columns), check by check, GPUs in slot order;
-    return their count. ``job`` receives each GPU's job where it is busy, else -1. The temperature
-    check compares each GPU's temperature read down to its job's median busy power (see the module
-    doc; ``O_X`` holds the temperature, ``O_MEDIAN`` the job's median of the read values), taken over
-    the usual inlet of the GPU's rack (``rack[:, R_USUAL]``, by ``gpu_rack``), else over its job's
-    median usual inlet, else (no rack of the job knows one) as it is; ``O_INLET`` holds the inlet
-    taken (NaN: none).
+    ``busy_util``, ``min_samples`` busy samples) with its job's busy GPUs (median and MAD per job)
+    on each check, on the means that took a value within ``3 * interval_s`` too (:func:`_fresh`: a
+    stale one is no value, neither the GPU's nor in its job's median); one not busy is no outlier
+    (its standing report ends, as when it goes silent); update ``flag`` (when each GPU was last
+    reported per check, NaN while it is no outlier: one reported stays an outlier down to
+    ``clear_fraction`` of the gap and of ``k_mad``); write the outliers due a report into ``out``
+    (``O_*`` columns), check by check, GPUs in slot order; return their count. ``job`` receives each
+    GPU's job where it is busy, else -1. The temperature check compares each GPU's temperature read
+    down to its job's median busy power (see the module doc; ``O_X`` holds the temperature,
+    ``O_MEDIAN`` the job's median of the read values), taken over the usual inlet of the GPU's rack
+    (``rack[:, R_USUAL]``, by ``gpu_rack``), else over its job's median usual inlet, else (no rack
+    of the job knows one) as it is; ``O_INLET`` holds the inlet taken (NaN: none).
 
     The busy GPUs are bucketed by job once (a counting sort) and every check reads its values
     through the buckets: six group medians, each bucketing the GPUs again, took 130 ns per GPU.
     Each job's median and MAD come from :func:`median_of` (counting, not quickselect: a job's
     few dozen noisy values made two quickselects cost ~325 ns per 16 values, against ~210)."""
     n = s.shape[0]
+    window = 3.0 * p[PV_INTERVAL]
     for g in range(n):
         # busy on a utilisation read lately: one whose util stopped coming (NaN) is not known to be
         # busy, and its busy means stand still; kept "busy" on its last util, a recovered GPU was
         # named "slower" on its frozen clock mean every refresh_s (until 2026-12-04)
-        busy = now - s[g, S_UTIL_TS] <= 3.0 * p[PV_INTERVAL] and s[g, S_UTIL] >= p[PV_BUSY_UTIL] \
+        busy = now - s[g, S_UTIL_TS] <= window and s[g, S_UTIL] >= p[PV_BUSY_UTIL] \
             and s[g, S_N] >= p[PV_MIN_SAMPLES] and 0 <= gpu_job[g] < n_jobs
         job[g] = gpu_job[g] if busy else -1
     start, members, largest = bucket_by_group(job, n_jobs)
@@ -434,12 +457,12 @@ def _compare_kernel(s: np.ndarray, gpu_job: np.ndarray, n_jobs: int, flag: np.nd
                 inlet[g] = rack[gpu_rack[g], R_USUAL] if 0 <= gpu_rack[g] < rack.shape[0] else np.nan
                 vals[g] = inlet[g]
             else:
-                vals[g] = s[g, field]
+                vals[g] = _fresh(s, g, field, now, window)
             if col == C_CLOCK and job[g] >= 0:  # (NaN: no power known, compared as it is)
-                heavier[g] = s[g, S_POWER] > power_med[job[g]] * (1.0 + p[PV_CLOCK_POWER_BAND]) \
-                    and s[g, S_THROTTLE] < p[PV_THROTTLE_GAP]
+                heavier[g] = _fresh(s, g, S_POWER, now, window) > power_med[job[g]] \
+                    * (1.0 + p[PV_CLOCK_POWER_BAND]) and _fresh(s, g, S_THROTTLE, now, window) < p[PV_THROTTLE_GAP]
             if col == C_TEMP and job[g] >= 0:
-                above = s[g, S_POWER] - power_med[job[g]] * (1.0 + p[PV_POWER_BAND])
+                above = _fresh(s, g, S_POWER, now, window) - power_med[job[g]] * (1.0 + p[PV_POWER_BAND])
                 if above > 0.0:  # (NaN: no power known, read as it is)
                     vals[g] -= p[PV_TEMP_PER_W] * above
                 if inlet[g] != inlet[g]:  # its rack reports none: the job's (NaN: none of them does)

@@ -72,6 +72,7 @@ def test_ew_kernel_matches_reference(samples):
 
     util_mean = clock_mean = temp_mean = throttled = power_mean = math.nan
     tick = last_util = last_busy = w_busy = math.nan
+    clock_ts = temp_ts = throttle_ts = power_ts = math.nan  # when each busy mean last took a value
     taken: set[str] = set()  # the means that took a value at this tick
     n_busy = 0
     for ts, _, clock, clock_max, util, temp, bits, power in obs:
@@ -91,19 +92,24 @@ def test_ew_kernel_matches_reference(samples):
         if math.isfinite(clock_max) and clock_max > 0 and 0.0 <= clock / clock_max <= 1.2 \
                 and "clock" not in taken:
             clock_mean = ew(clock_mean, clock / clock_max, w_busy)
+            clock_ts = ts
             taken.add("clock")
         if -50.0 < temp < 200.0 and "temp" not in taken:
             temp_mean = ew(temp_mean, temp, w_busy)
+            temp_ts = ts
             taken.add("temp")
         if "throttle" not in taken:
             throttled = ew(throttled, 1.0 if int(bits) & sg.THROTTLING else 0.0, w_busy)
+            throttle_ts = ts
             taken.add("throttle")
         if 0.0 < power < 1e5 and "power" not in taken:  # 0 W: an exporter's N/A, no reading
             power_mean = ew(power_mean, power, w_busy)
+            power_ts = ts
             taken.add("power")
     for col, want in ((sg.S_UTIL, util_mean), (sg.S_CLOCK, clock_mean), (sg.S_TEMP, temp_mean),
                       (sg.S_THROTTLE, throttled), (sg.S_BUSY_TS, last_busy), (sg.S_N, n_busy),
-                      (sg.S_POWER, power_mean), (sg.S_UTIL_TS, last_util)):
+                      (sg.S_POWER, power_mean), (sg.S_UTIL_TS, last_util), (sg.S_CLOCK_TS, clock_ts),
+                      (sg.S_TEMP_TS, temp_ts), (sg.S_THROTTLE_TS, throttle_ts), (sg.S_POWER_TS, power_ts)):
         assert (math.isnan(want) and math.isnan(s[0, col])) or s[0, col] == pytest.approx(want), col
 
 
@@ -222,15 +228,20 @@ def naive_compare(s, gpu_job, n_jobs, flag, now, p, gpu_rack=None, racks=None):
     """The job comparison restated with numpy, job by job (np.nanmedian): the outliers due a
     report, check by check and GPUs in order, as (gpu, check, excess, value, job median, inlet
     taken: the usual one of its rack, else its job's median, else none)."""
-    busy = ((now - s[:, sg.S_UTIL_TS]) <= 3 * p["interval_s"]) & (s[:, sg.S_UTIL] >= p["busy_util"]) \
+    window = 3 * p["interval_s"]
+    busy = ((now - s[:, sg.S_UTIL_TS]) <= window) & (s[:, sg.S_UTIL] >= p["busy_util"]) \
         & (s[:, sg.S_N] >= p["min_samples"]) & (gpu_job >= 0)
+    taken_at = {sg.S_CLOCK: sg.S_CLOCK_TS, sg.S_TEMP: sg.S_TEMP_TS, sg.S_THROTTLE: sg.S_THROTTLE_TS,
+                sg.S_POWER: sg.S_POWER_TS}
+    # each busy mean where it took a value within the window, else no value
+    mean = {f: np.where(now - s[:, t] <= window, s[:, f], np.nan) for f, t in taken_at.items()}
     found = []
     gaps = (p["clock_gap"], p["temp_gap_c"], p["throttle_gap"])
     power_med = np.full(len(s), np.nan)  # each GPU's job's median busy power
     for j in range(n_jobs):
-        members = busy & (gpu_job == j) & np.isfinite(s[:, sg.S_POWER])
+        members = busy & (gpu_job == j) & np.isfinite(mean[sg.S_POWER])
         if members.any():
-            power_med[gpu_job == j] = np.median(s[members, sg.S_POWER])
+            power_med[gpu_job == j] = np.median(mean[sg.S_POWER][members])
     inlet = np.full(len(s), np.nan)
     if racks is not None:
         inlet = np.array([racks[r, sg.R_USUAL] if 0 <= r < len(racks) else np.nan for r in gpu_rack])
@@ -239,10 +250,10 @@ def naive_compare(s, gpu_job, n_jobs, flag, now, p, gpu_rack=None, racks=None):
         if known.any():
             inlet[(gpu_job == j) & ~np.isfinite(inlet)] = np.median(inlet[known])
     for col, field in enumerate(sg.CHECK_FIELDS):
-        x = np.where(busy, s[:, field], np.nan)
+        x = np.where(busy, mean[field], np.nan)
         if col == sg.C_TEMP:  # read down: temp_per_w per watt above (1 + power_band) x the job's median
             with np.errstate(invalid="ignore"):
-                above = s[:, sg.S_POWER] - power_med * (1 + p["power_band"])
+                above = mean[sg.S_POWER] - power_med * (1 + p["power_band"])
             x = x - p["temp_per_w"] * np.where(above > 0, above, 0.0) - np.where(np.isfinite(inlet), inlet, 0.0)
         d, spread = np.full(len(x), np.nan), np.full(len(x), np.nan)
         for j in range(n_jobs):
@@ -255,8 +266,8 @@ def naive_compare(s, gpu_job, n_jobs, flag, now, p, gpu_rack=None, racks=None):
         with np.errstate(invalid="ignore", divide="ignore"):
             if col == sg.C_CLOCK:  # not a GPU whose heavier work (power) holds its clock down
                 excess = (d - x) / np.where(d > 0, d, np.nan)
-                heavier = (s[:, sg.S_POWER] > power_med * (1 + p["clock_power_band"])) \
-                    & (s[:, sg.S_THROTTLE] < p["throttle_gap"])
+                heavier = (mean[sg.S_POWER] > power_med * (1 + p["clock_power_band"])) \
+                    & (mean[sg.S_THROTTLE] < p["throttle_gap"])
                 out = busy & (excess >= bar * gaps[col]) & ((d - x) >= bar * p["k_mad"] * spread) & ~heavier
             else:
                 excess = sg.CHECK_SIGNS[col] * (x - d)
@@ -287,7 +298,9 @@ def test_compare_kernel_matches_a_numpy_reference(seed):
         1000.0 - rng.choice([0.0, 10.0, 500.0], n, p=[0.6, 0.3, 0.1]),  # last busy sample
         rng.choice([650.0, 700.0, 450.0, 800.0], n, p=[0.6, 0.2, 0.1, 0.1]) + rng.normal(0, 10, n),  # busy power
         1000.0 - rng.choice([0.0, 10.0, 500.0], n, p=[0.6, 0.3, 0.1]),  # last utilisation: some stale
-        rng.random(n), np.zeros(n)])  # the last busy tick's weight, the means taken at the last tick
+        rng.random(n), np.zeros(n),  # the last busy tick's weight, the means taken at the last tick
+        *[1000.0 - rng.choice([0.0, 10.0, 500.0], n, p=[0.7, 0.2, 0.1]) for _ in range(4)]])  # when each
+    # busy mean (clock, temperature, throttled share, power) last took a value: some stale
     s[rng.random((n, sg.S_SIZE)) < 0.03] = np.nan
     gpu_job = rng.integers(-1, n_jobs, n)
     flag = np.where(rng.random((n, 3)) < 0.3, rng.choice([400.0, 900.0], (n, 3)), np.nan)
@@ -315,7 +328,8 @@ def test_the_compare_reference_finds_outliers_of_every_check():
         n = 40
         s = np.column_stack([np.full(n, 1000.0), 1.0 - 0.2 * (rng.random(n) < 0.1),
                              60 + 15 * (rng.random(n) < 0.1), np.ones(n), 0.6 * (rng.random(n) < 0.1), np.full(n, 50.0),
-                             np.full(n, 1000.0), np.full(n, 650.0), np.full(n, 1000.0), np.ones(n), np.zeros(n)])
+                             np.full(n, 1000.0), np.full(n, 650.0), np.full(n, 1000.0), np.ones(n), np.zeros(n),
+                             *[np.full(n, 1000.0)] * 4])
         kinds |= {col for _, col, *_ in naive_compare(s, np.zeros(n, np.int64), 1, np.full((n, 3), np.nan), 1000.0,
                                                       dict(sg.PARAMS))}
     assert kinds == {sg.C_CLOCK, sg.C_TEMP, sg.C_THROTTLE}
@@ -331,7 +345,8 @@ def test_the_compare_reference_takes_temperatures_over_the_racks_inlets():
     temp = np.where(gpu_rack == 1, 68.0, 60.0)
     temp[35] += 10.0
     s = np.column_stack([np.full(n, 1000.0), np.ones(n), temp, np.ones(n), np.zeros(n), np.full(n, 50.0),
-                         np.full(n, 1000.0), np.full(n, 650.0), np.full(n, 1000.0), np.ones(n), np.zeros(n)])
+                         np.full(n, 1000.0), np.full(n, 650.0), np.full(n, 1000.0), np.ones(n), np.zeros(n),
+                         *[np.full(n, 1000.0)] * 4])
     racks = np.full((2, sg.R_SIZE), np.nan)
     racks[:, sg.R_USUAL] = [25.0, 33.0]
     job = np.zeros(n, np.int64)
@@ -653,6 +668,33 @@ def test_a_gpu_whose_util_stops_coming_is_not_compared_on_its_frozen_means():
     assert max(f.ts for f in slow) >= 3000.0
 
 
+@pytest.mark.parametrize("field, check", [("sm_clock", "sm_clock"), ("gpu_temp", "gpu_temp")])
+def test_a_busy_gpu_whose_clock_or_temperature_stops_coming_is_not_compared_on_that_frozen_mean(field, check):
+    """GPU 5 slow (or hot) for 10 minutes, then healthy, still busy on its utilisation, its
+    exporter no longer sending that one field. Its mean of the field stands still; compared on
+    it, it was named every refresh_s for the rest of the hour. Now its report ends within three
+    comparison intervals, and the same GPU with the field kept coming is named for the hour (the
+    check is not vacuous)."""
+    topo = small_topology()
+
+    def frames(gone_from):
+        out = fed_frames(slow_from=0.0 if field == "sm_clock" else None)
+        for f in out:
+            t = float(f.ts[0])
+            if field == "gpu_temp" and t < 600.0:
+                f.columns["gpu_temp"][5] = 75.0  # 15 °C hotter than its job
+            if gone_from is not None and t >= gone_from:
+                f.columns[field][5] = np.nan
+        return out
+
+    found = run(sg.StragglerDetector(topo), frames(gone_from=600.0))
+    assert {(f.slot, f.field) for f in found} == {(5, check)}
+    assert all(f.ts < 600.0 + 3 * sg.PARAMS["interval_s"] for f in found), [f.ts for f in found]
+    kept = run(sg.StragglerDetector(topo), frames(gone_from=None))
+    if field == "sm_clock":  # the slow clock goes on: named for the hour
+        assert max(f.ts for f in kept) >= 3000.0
+
+
 def test_a_gpu_whose_util_comes_back_is_compared_again():
     """Util gone for ten minutes, back: the GPU, slow meanwhile, is named again once its util is read."""
     topo = small_topology()
@@ -747,6 +789,23 @@ def test_rows_within_the_guards_bound_of_their_frame_are_taken():
     f.ts[5] = MAX_AHEAD_S - 1.0
     det.update(f)
     assert det.s_gpu[5, sg.S_TS] == MAX_AHEAD_S - 1.0 and health.counts()[1] == {}
+
+
+def test_a_state_saved_before_the_means_own_times_loads():
+    """A checkpoint of eleven columns (no time per busy mean) loads with each mean taken at its last
+    busy sample, and finds what the state it came from finds."""
+    topo = small_topology()
+    frames = fed_frames(minutes=40, slow_from=0.0)
+    a = sg.StragglerDetector(topo, refresh_s=120)
+    run(a, frames[:60])
+    old = a.state_dict()
+    old["s_gpu"] = old["s_gpu"][:, :sg.S_CLOCK_TS]
+    b = sg.StragglerDetector(topo, refresh_s=120)
+    b.load_state_dict(old)
+    for col in (sg.S_CLOCK_TS, sg.S_TEMP_TS, sg.S_THROTTLE_TS, sg.S_POWER_TS):
+        np.testing.assert_array_equal(b.s_gpu[:, col], a.s_gpu[:, sg.S_BUSY_TS])
+    rest = run(a, frames[60:])
+    assert rest and run(b, frames[60:]) == rest
 
 
 def test_a_state_saved_before_util_times_loads():
