@@ -791,17 +791,24 @@ def test_rows_within_the_guards_bound_of_their_frame_are_taken():
     assert det.s_gpu[5, sg.S_TS] == MAX_AHEAD_S - 1.0 and health.counts()[1] == {}
 
 
-def test_a_state_saved_before_the_means_own_times_loads():
-    """A checkpoint of eleven columns (no time per busy mean) loads with each mean taken at its last
-    busy sample, and finds what the state it came from finds."""
+def loaded_from_a_narrower_state(width):
+    """A detector fed 10 minutes of a job with a slow GPU, and another loaded from its state with
+    ``s_gpu`` cut to its first ``width`` columns (a checkpoint saved before the rest existed)."""
     topo = small_topology()
     frames = fed_frames(minutes=40, slow_from=0.0)
     a = sg.StragglerDetector(topo, refresh_s=120)
     run(a, frames[:60])
     old = a.state_dict()
-    old["s_gpu"] = old["s_gpu"][:, :sg.S_CLOCK_TS]
+    old["s_gpu"] = old["s_gpu"][:, :width]
     b = sg.StragglerDetector(topo, refresh_s=120)
     b.load_state_dict(old)
+    return a, b, frames
+
+
+def test_a_state_saved_before_the_means_own_times_loads():
+    """A checkpoint of eleven columns (no time per busy mean) loads with each mean taken at its last
+    busy sample, and finds what the state it came from finds."""
+    a, b, frames = loaded_from_a_narrower_state(sg.S_CLOCK_TS)
     for col in (sg.S_CLOCK_TS, sg.S_TEMP_TS, sg.S_THROTTLE_TS, sg.S_POWER_TS):
         np.testing.assert_array_equal(b.s_gpu[:, col], a.s_gpu[:, sg.S_BUSY_TS])
     rest = run(a, frames[60:])
@@ -811,14 +818,7 @@ def test_a_state_saved_before_the_means_own_times_loads():
 def test_a_state_saved_before_util_times_loads():
     """A checkpoint of eight columns (no util time, no per-tick marks) loads and finds what the
     state it came from would have; a repeated row of its last tick adds nothing, as it did then."""
-    topo = small_topology()
-    frames = fed_frames(minutes=40, slow_from=0.0)
-    a = sg.StragglerDetector(topo, refresh_s=120)
-    run(a, frames[:60])
-    old = a.state_dict()
-    old["s_gpu"] = old["s_gpu"][:, :sg.S_UTIL_TS]
-    b = sg.StragglerDetector(topo, refresh_s=120)
-    b.load_state_dict(old)
+    a, b, frames = loaded_from_a_narrower_state(sg.S_UTIL_TS)
     before = b.s_gpu.copy()
     again = Frame("gpu", frames[59].ts, frames[59].slot, {**frames[59].columns, "gpu_temp": np.full(16, 90.0)})
     b.update(again)
