@@ -33,6 +33,7 @@ from foreshock.detectors import thermal_fit as tf
 from foreshock.exporters.prometheus import build_registry
 from foreshock.exporters.store import FindingStore
 from foreshock.frames import Frame
+from foreshock.health import PipelineHealth
 from foreshock.recording import Recording
 from foreshock.streams.nvidia_smi import max_op_from_tlimit, parse_query_gpu
 
@@ -144,3 +145,23 @@ def test_where_the_die_stays_the_nearer_nearly_every_row_gives_its_limit() -> No
         read = max_op_from_tlimit(gpu, memory, headroom)
         assert np.count_nonzero(~np.isnan(read)) >= len(polls) - 3
         assert np.all(np.abs(read[~np.isnan(read)] - DIE_LIMIT_C) <= 1.0)
+
+
+def test_the_live_sources_real_csv_reads_without_a_problem_and_its_power_cap_counter_counts_the_matmul():
+    """The same CSV as the live nvidia-smi source reads it: no input problem, and the SW power cap
+    counter (``clocks_event_reasons_counters.sw_power_cap``, printed in µs) rises by the matmul's
+    30 s — its only capped phase, the cap bit (0x4) set throughout it — and by nothing in the
+    copies and idle phases around it."""
+    health = PipelineHealth()
+    batch = parse_query_gpu((DATA / "nvidia-smi.csv").read_text(), host="h200", health=health)
+    assert health.total_problems() == 0
+    marks = [json.loads(line) for line in (DATA / "phases.jsonl").read_text().splitlines()]
+    assert [m["phase"] for m in marks] == ["idle", "copy", "matmul", "copy", "idle", "end"]
+    start, end = marks[2]["time"], marks[3]["time"]
+    ts, counter = batch.ts, batch.columns["power_throttle_time"]
+    before, after = counter[ts < start], counter[ts >= end + 1.0]
+    assert np.all(before == before[0]) and np.all(after == after[0])  # flat outside the matmul
+    assert after[0] - before[-1] == pytest.approx(end - start, abs=1.0)
+    during = (ts > start + 1.0) & (ts < end)
+    capped = (batch.columns["throttle_reasons"][during].astype(np.int64) & 0x4) != 0
+    assert capped.mean() > 0.9
