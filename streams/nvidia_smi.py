@@ -54,9 +54,9 @@ from foreshock.health import PipelineHealth
 from foreshock.topology import Topology
 
 from .dcgm import TAKEN_MAX, TOLD_MAX, UNLISTED_POLLS, grown_topology
-from .polling import GpuBoards, PollingSource, not_yet_told, run_process, steady_unlisted
-from .samples import (FAULT_TOKENS, MAX_GPU_INDEX, SampleBatch, gpu_entity, gpu_topology, line_chunks, parse_tokens,
-                      token_fault)
+from .polling import GpuBoards, PollingSource, count_once, not_yet_told, run_process, steady_unlisted
+from .samples import (FAULT_TOKENS, MAX_GPU_INDEX, SampleBatch, gpu_entity, gpu_topology, line_chunks, parse_token,
+                      parse_tokens, token_fault)
 
 STAGE = "nvidia-smi"
 DMON_STAGE = "dmon"
@@ -81,6 +81,10 @@ further from its own. The field table cannot say "plus another column", so :func
 derives it and the live source asks for it besides the table's names. (The memory's max operating
 temperature has no query name: ``-q`` prints only its offset, 0, from T.Limit, so the memory's
 limit is taken as Hopper's 95 °C, ``facts.HBM_MAX_OPERATING_TEMP_C``.)"""
+
+TLIMIT_WITHOUT_MEMORY = "T.Limit without temperature.memory: read as no limit"
+"""The problem counted for rows that print T.Limit but no memory temperature column: whose headroom
+it is cannot be told, so it gives no limit (counted per row in a file; by a live source, once)."""
 
 TLIMIT_MEMORY_CLEAR_C = 3.0
 """T.Limit is read as the GPU's own headroom only where the memory's headroom to its max operating
@@ -160,7 +164,7 @@ def _utc_timestamp(text: str) -> float:
 def parse_query_gpu(text: str, host: str | None = None, health: PipelineHealth | None = None,
                     ts: float | None = None, columns: Sequence[str] | None = None,
                     uuids: dict[str, str] | None = None, faults: dict[str, str] | None = None,
-                    numbered: dict[str, dict[str, int]] | None = None) -> SampleBatch:
+                    numbered: dict[str, dict[str, int]] | None = None, once: set[str] | None = None) -> SampleBatch:
     """Parse ``nvidia-smi --query-gpu=... --format=csv`` output into a gpu batch.
 
     ``host`` names the node when the CSV has no usable ``hostname`` column (default
@@ -190,6 +194,10 @@ def parse_query_gpu(text: str, host: str | None = None, health: PipelineHealth |
 
     Each bad line is counted once, under the first reason found (its width, timestamp or GPU
     index), and costs its own row only: the cells of a row left out are not read.
+
+    ``once`` (a live source's own set, :func:`~.polling.count_once`) counts what its query lacks
+    at every poll, such as T.Limit without the memory temperature (:data:`TLIMIT_WITHOUT_MEMORY`),
+    the first time only.
     """
     health = health if health is not None else PipelineHealth()
     lines = [line for line in text.splitlines() if line.strip()]
@@ -204,7 +212,8 @@ def parse_query_gpu(text: str, host: str | None = None, health: PipelineHealth |
         header = list(columns)
     faults = faults if faults is not None else {}
     numbered = numbered if numbered is not None else {}
-    batches = [_read_query_rows(part_header, part, host or "localhost", ts, problems, health, uuids, faults, numbered)
+    batches = [_read_query_rows(part_header, part, host or "localhost", ts, problems, health, uuids, faults, numbered,
+                                once)
                for part_header, part in _header_parts(header, rows)]
     for reason, count in problems.items():
         health.problem(STAGE, reason, count)
@@ -248,7 +257,8 @@ def _last_header(text: str, header: list[str]) -> list[str]:
 
 def _read_query_rows(header: list[str], rows: list[list[str]], fallback: str, ts: float | None,
                      problems: Counter[str], health: PipelineHealth, uuids: dict[str, str] | None,
-                     faults: dict[str, str], numbered: dict[str, dict[str, int]]) -> SampleBatch:
+                     faults: dict[str, str], numbered: dict[str, dict[str, int]],
+                     once: set[str] | None = None) -> SampleBatch:
     """:func:`parse_query_gpu` for rows under one header; their problems added to ``problems``."""
     names = [_UNIT.sub("", h).strip() for h in header]
     width = len(names)
@@ -311,7 +321,11 @@ def _read_query_rows(header: list[str], rows: list[list[str]], fallback: str, ts
         headroom, bad, nans = parse_tokens(tokens)
         problems["non-numeric value"] += bad - (_note_fault_cells(tokens, row_fault) if bad else 0)
         problems["NaN value"] += nans
-        values["max_op_temp"] = max_op_from_tlimit(values["gpu_temp"], values.get("hbm_temp"), headroom)
+        memory_cols = [i for name, i in col_of.items() if name in lookup and lookup[name][0].name == "hbm_temp"]
+        if not memory_cols and count_once(once, TLIMIT_WITHOUT_MEMORY):
+            problems[TLIMIT_WITHOUT_MEMORY] += n
+        no_sensor = np.logical_and.reduce([_says_none(cols[i]) for i in memory_cols]) if memory_cols else False
+        values["max_op_temp"] = max_op_from_tlimit(values["gpu_temp"], values.get("hbm_temp"), headroom, no_sensor)
 
     entities: dict[str, int] = {}
     entity = np.fromiter((entities.setdefault(gpu_entity(h, int(g)), len(entities)) for h, g in zip(hosts, index)),
@@ -466,19 +480,32 @@ def _read_uuids(entity: np.ndarray, names: list[str], tokens: Sequence[str], uui
         uuids[name] = uuid if uuids.get(name, uuid) == uuid else ""  # two boards in one slot name none
 
 
-def max_op_from_tlimit(gpu_temp: np.ndarray, memory_temp: np.ndarray | None, headroom: np.ndarray) -> np.ndarray:
+def max_op_from_tlimit(gpu_temp: np.ndarray, memory_temp: np.ndarray | None, headroom: np.ndarray,
+                       no_memory_sensor: np.ndarray | bool = False) -> np.ndarray:
     """Each row's GPU max operating temperature from T.Limit's ``headroom`` (:data:`TLIMIT_QUERY`):
     ``gpu_temp + headroom`` where that headroom is the GPU's own, NaN (no reading: the detectors
     and the exporter keep the GPU's limit from an earlier row, else their default) where the memory
-    is as near its own limit, within :data:`TLIMIT_MEMORY_CLEAR_C`. A row without a memory
-    temperature (a board or driver that reports none) is read as the GPU's own. The detectors
-    judge the range of what comes out (``facts.OWN_LIMIT_MIN_C``)."""
+    is as near its own limit, within :data:`TLIMIT_MEMORY_CLEAR_C`, or where whose headroom it is
+    cannot be told: no memory temperature read (a fault, a failed call), or none asked for
+    (``memory_temp`` None: the column absent). A row whose board has no memory sensor
+    (``no_memory_sensor``: it reports the memory temperature as ``[N/A]`` or not supported) is read
+    as the GPU's own. The detectors judge the range of what comes out (``facts.OWN_LIMIT_MIN_C``)."""
     derived = gpu_temp + headroom
     if memory_temp is None:
-        return derived
+        return np.full_like(derived, np.nan)
     memory_headroom = facts.HBM_MAX_OPERATING_TEMP_C - memory_temp
-    the_gpus_own = np.isnan(memory_headroom) | (memory_headroom >= headroom + TLIMIT_MEMORY_CLEAR_C)
+    the_gpus_own = (memory_headroom >= headroom + TLIMIT_MEMORY_CLEAR_C) | (np.isnan(memory_temp) & no_memory_sensor)
     return np.where(the_gpus_own, derived, np.nan)
+
+
+def _says_none(tokens: Sequence[str]) -> np.ndarray:
+    """Per cell, whether it is a "no value" form (``[N/A]``, ``[Not Supported]``): the board has no
+    such reading — not a fault (``[Unknown Error]``), nor a literal NaN, nor garbage."""
+    out = np.zeros(len(tokens), dtype=bool)
+    for k, token in enumerate(tokens):
+        value, ok = parse_token(token)
+        out[k] = ok and value != value and token.strip().lower() != "nan"
+    return out
 
 
 def parse_query_gpu_chunks(text: str, host: str | None = None, health: PipelineHealth | None = None,
@@ -675,6 +702,7 @@ class NvidiaSmiSource(PollingSource):
         self._uuid_choice = [UUID_QUERY]
         self._boards = GpuBoards(self.health, STAGE)
         self._faults: dict[str, str] = {}  # GPU -> the fault its cells said last (parse_query_gpu's ``faults``)
+        self._once: set[str] = set()  # what its query lacks at every poll, counted once (parse_query_gpu's ``once``)
         self._exits: set[int] = set()  # the exit statuses logged
 
     def argv(self) -> list[str]:
@@ -691,7 +719,8 @@ class NvidiaSmiSource(PollingSource):
         if not out:
             return []
         uuids: dict[str, str] | None = {} if self.reads_boards else None
-        batch = parse_query_gpu(out, host=self.host, health=self.health, ts=now, uuids=uuids, faults=self._faults)
+        batch = parse_query_gpu(out, host=self.host, health=self.health, ts=now, uuids=uuids, faults=self._faults,
+                                once=self._once)
         if self._topology is None:
             if not len(batch):
                 return []

@@ -128,9 +128,10 @@ class MaxOperatingTemp:
     (``NOT_SUPPORTED``), the limit is read from ``nvmlDeviceGetMarginTemperature``: the headroom to
     the *nearest* slowdown threshold, the memory's included (nvidia-smi's T.Limit, the same number
     on a real H200: ``tests/data/h200_tlimit``), so the GPU's limit is its temperature plus the
-    margin only where the memory is clearly further from its own, else no value that poll
-    (:func:`~.nvidia_smi.max_op_from_tlimit`; the detectors keep the limit from an earlier poll). A
-    GPU serving neither call raises as not supported: the field is not asked for again."""
+    margin only where the memory is clearly further from its own, or the board has no memory
+    sensor (its memory temperature not supported), else no value that poll — a memory reading that
+    failed included (:func:`~.nvidia_smi.max_op_from_tlimit`; the detectors keep the limit from an
+    earlier poll). A GPU serving neither call raises as not supported: not asked for again."""
 
     def __init__(self, gpu_temp: RenamedCall) -> None:
         self.gpu_temp = gpu_temp  # the source's own GPU temperature reader (it remembers names)
@@ -138,16 +139,16 @@ class MaxOperatingTemp:
 
     def __call__(self, nv: ModuleType, h: Any) -> float:
         not_found = getattr(nv, "NVML_ERROR_FUNCTION_NOT_FOUND", 13)
+        not_supported = {not_found, getattr(nv, "NVML_ERROR_NOT_SUPPORTED", 3)}
         retired = {not_found, getattr(nv, "NVML_ERROR_DEPRECATED", 26)}
         if not self.threshold_retired:
             try:
-                return float(nv.nvmlDeviceGetTemperatureThreshold(
-                    h, getattr(nv, "NVML_TEMPERATURE_THRESHOLD_GPU_MAX", 3)))
+                return _threshold(nv, h, "NVML_TEMPERATURE_THRESHOLD_GPU_MAX", 3)
             except nv.NVMLError as exc:
                 code = getattr(exc, "value", None)
                 if code in retired:
                     self.threshold_retired = True
-                elif code != getattr(nv, "NVML_ERROR_NOT_SUPPORTED", 3):
+                elif code not in not_supported:
                     raise
         margin_call = getattr(nv, "nvmlDeviceGetMarginTemperature", None)
         if margin_call is None:  # a pynvml older than the call
@@ -155,11 +156,25 @@ class MaxOperatingTemp:
         margin = margin_call(h)
         margin = float(getattr(margin, "marginTemperature", margin))  # an int, or the struct in some pynvml
         gpu = self.gpu_temp(nv, h)
+        no_sensor = False
         try:
             memory = _memory_temp(nv, h)
-        except (nv.NVMLError, ValueError):  # no memory reading: the margin is read as the GPU's own
+        except nv.NVMLError as exc:  # a board without a memory sensor: the margin is the GPU's own;
+            memory = math.nan  # any other failure: whose margin it is cannot be told (no value)
+            no_sensor = getattr(exc, "value", None) in not_supported
+        except ValueError:  # a value of a type NVML does not define: not read
             memory = math.nan
-        return float(max_op_from_tlimit(np.array([gpu]), np.array([memory]), np.array([margin]))[0])
+        return float(max_op_from_tlimit(np.array([gpu]), np.array([memory]), np.array([margin]), no_sensor)[0])
+
+
+def _threshold(nv: ModuleType, h: Any, name: str, value: int) -> float:
+    """The temperature threshold ``name`` (pynvml's constant; ``value`` where it lacks the name) of
+    GPU ``h``. A pynvml without ``nvmlDeviceGetTemperatureThreshold`` (the call is retired for these
+    thresholds on Ada and later) raises FUNCTION_NOT_FOUND: not supported, not an error at every poll."""
+    call = getattr(nv, "nvmlDeviceGetTemperatureThreshold", None)
+    if call is None:
+        raise nv.NVMLError(getattr(nv, "NVML_ERROR_FUNCTION_NOT_FOUND", 13))
+    return float(call(h, getattr(nv, name, value)))
 
 
 def _renamed_calls() -> dict[str, RenamedCall | MaxOperatingTemp]:
@@ -184,14 +199,12 @@ def _renamed(field: str) -> Reader:
 READERS: dict[str, Reader] = {
     "gpu_temp": _renamed("gpu_temp"),
     "hbm_temp": _memory_temp,
-    "slowdown_temp": lambda nv, h: float(nv.nvmlDeviceGetTemperatureThreshold(
-        h, nv.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN)),
+    "slowdown_temp": lambda nv, h: _threshold(nv, h, "NVML_TEMPERATURE_THRESHOLD_SLOWDOWN", 1),
     # the max operating temperatures (GPU_MAX = 3, MEM_MAX = 2): a GPU that has none raises
     # NOT_SUPPORTED, read as no value (and not asked again); an older pynvml lacks the names.
     # The GPU's, where the threshold call is retired, from its margin (MaxOperatingTemp)
     "max_op_temp": _renamed("max_op_temp"),
-    "hbm_max_op_temp": lambda nv, h: float(nv.nvmlDeviceGetTemperatureThreshold(
-        h, getattr(nv, "NVML_TEMPERATURE_THRESHOLD_MEM_MAX", 2))),
+    "hbm_max_op_temp": lambda nv, h: _threshold(nv, h, "NVML_TEMPERATURE_THRESHOLD_MEM_MAX", 2),
     "power": lambda nv, h: nv.nvmlDeviceGetPowerUsage(h) * 1e-3,
     "power_limit": lambda nv, h: nv.nvmlDeviceGetEnforcedPowerLimit(h) * 1e-3,
     "energy": lambda nv, h: nv.nvmlDeviceGetTotalEnergyConsumption(h) * 1e-3,

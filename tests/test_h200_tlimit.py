@@ -35,7 +35,7 @@ from foreshock.exporters.store import FindingStore
 from foreshock.frames import Frame
 from foreshock.health import PipelineHealth
 from foreshock.recording import Recording
-from foreshock.streams.nvidia_smi import max_op_from_tlimit, parse_query_gpu
+from foreshock.streams.nvidia_smi import TLIMIT_WITHOUT_MEMORY, max_op_from_tlimit, parse_query_gpu
 
 DATA = Path(__file__).parent / "data" / "h200_tlimit"
 DIE_LIMIT_C = 87.0  # what NVML's GPU_MAX threshold read on this GPU (nvml-margin.jsonl's first line)
@@ -88,18 +88,57 @@ def test_the_die_limit_parsed_from_the_real_csv_is_87_where_it_is_read_at_all() 
     assert memory_nearer.sum() > 100 and np.isnan(max_op[memory_nearer]).all()
 
 
-@pytest.mark.parametrize("gpu, memory, tlimit, expected", [
-    (56.0, 48.0, 31.0, 87.0),  # the die nearer (matmul): its own headroom
-    (44.0, 56.0, 39.0, np.nan),  # the memory nearer (copy, 95 - 56 = 39): not the die's
-    (48.0, 58.0, 36.0, np.nan),  # the memory's headroom one degree over T.Limit: too close to tell
-    (49.0, 55.0, 38.0, np.nan),  # two degrees over (95 - 55 = 40): still too close
-    (49.0, 54.0, 38.0, 87.0),  # three degrees further (95 - 54 = 41): the die's
-    (50.0, np.nan, 37.0, 87.0),  # no memory reading: read as the die's, as before
+@pytest.mark.parametrize("gpu, memory, tlimit, no_sensor, expected", [
+    (56.0, 48.0, 31.0, False, 87.0),  # the die nearer (matmul): its own headroom
+    (44.0, 56.0, 39.0, False, np.nan),  # the memory nearer (copy, 95 - 56 = 39): not the die's
+    (48.0, 58.0, 36.0, False, np.nan),  # the memory's headroom one degree over T.Limit: too close to tell
+    (49.0, 55.0, 38.0, False, np.nan),  # two degrees over (95 - 55 = 40): still too close
+    (49.0, 54.0, 38.0, False, 87.0),  # three degrees further (95 - 54 = 41): the die's
+    (50.0, np.nan, 37.0, True, 87.0),  # a board without a memory sensor: the die's
+    (48.0, np.nan, 36.0, False, np.nan),  # a memory reading that failed: whose headroom, unknown
 ])
-def test_max_op_from_tlimit_reads_the_die_only_where_the_memory_is_clearly_further(gpu, memory, tlimit,
+def test_max_op_from_tlimit_reads_the_die_only_where_the_memory_is_clearly_further(gpu, memory, tlimit, no_sensor,
                                                                                    expected) -> None:
-    out = max_op_from_tlimit(np.array([gpu]), np.array([memory]), np.array([tlimit]))
+    out = max_op_from_tlimit(np.array([gpu]), np.array([memory]), np.array([tlimit]), np.array([no_sensor]))
     np.testing.assert_array_equal(out, [expected])
+
+
+HEADER = "timestamp, index, temperature.gpu, temperature.memory, temperature.gpu.tlimit\n"
+
+
+@pytest.mark.parametrize("memory_cell, expected, problem", [
+    ("59", np.nan, None),  # the memory nearer (95 - 59 = 36): not the die's
+    ("[N/A]", 84.0, None),  # no memory sensor on the board: T.Limit is the die's own
+    ("[Unknown Error]", np.nan, "unknown error"),  # a fault: whose headroom it is cannot be told
+    ("garbage", np.nan, "non-numeric value"),
+])
+def test_a_memory_cell_that_holds_no_reading_gives_the_die_a_limit_only_where_the_board_has_none(
+        memory_cell, expected, problem) -> None:
+    """A fault in the memory cell (``[Unknown Error]``) had been read as "no memory sensor", and
+    T.Limit (the memory's 36 °C headroom here) added to the die's 48 °C as its limit: 84."""
+    health = PipelineHealth()
+    batch = parse_query_gpu(HEADER + f"2026/12/04 15:52:13.890, 0, 48, {memory_cell}, 36\n", host="h", health=health)
+    np.testing.assert_array_equal(batch.columns["max_op_temp"], [expected])
+    assert set(reason for _, reason in health.problems) == ({problem} if problem else set())
+
+
+def test_tlimit_without_a_memory_column_gives_no_limit_and_is_counted_per_row_or_once_by_a_live_source() -> None:
+    """The real CSV with its memory column removed: ``gpu + T.Limit`` read 82-86 °C in the copies'
+    rows, and nothing told them apart. Now no row gives a limit; a file counts each row, a live
+    source (its own ``once`` set) the first poll only."""
+    with open(DATA / "nvidia-smi.csv", newline="") as fh:
+        rows = list(csv.reader(fh, skipinitialspace=True))
+    cut = rows[0].index("temperature.memory")
+    text = "".join(", ".join(r[:cut] + r[cut + 1:]) + "\n" for r in rows)
+    health = PipelineHealth()
+    batch = parse_query_gpu(text, host="h200", health=health)
+    assert np.isnan(batch.columns["max_op_temp"]).all()
+    assert health.problems == {("nvidia-smi", TLIMIT_WITHOUT_MEMORY): len(rows) - 1}
+    live = PipelineHealth()
+    once: set[str] = set()
+    for _ in range(3):
+        parse_query_gpu(text, host="h200", health=live, once=once)
+    assert live.problems == {("nvidia-smi", TLIMIT_WITHOUT_MEMORY): len(rows) - 1}
 
 
 def test_through_a_copy_the_exporter_and_the_thermal_fit_keep_the_die_limit(tmp_path: Path) -> None:

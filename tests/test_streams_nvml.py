@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import types
 from pathlib import Path
 from typing import Any
@@ -255,6 +256,47 @@ def test_the_margin_is_not_read_where_the_threshold_is_served_and_neither_served
     for _ in range(2):
         assert "max_op_temp" not in source.read().columns
     assert source.unsupported_fields()["max_op_temp"] == ["h/gpu0", "h/gpu1"]
+    assert health.total_problems() == 0
+
+
+@pytest.mark.parametrize("memory_return, expected", [
+    (0, math.nan),  # read, 59 °C: the memory nearer (95 - 59 = 36), not the die's
+    (3, 84.0),  # NOT_SUPPORTED: no memory sensor, the margin is the die's own
+    (10, math.nan),  # TIMEOUT: whose margin it is cannot be told
+    (999, math.nan),  # UNKNOWN: likewise
+])
+def test_a_failed_memory_reading_gives_the_margin_to_no_one(memory_return: int, expected: float) -> None:
+    """The threshold call retired, the margin 36 °C at a die of 48 °C: any failure to read the
+    memory temperature had been taken for "no memory sensor", and the memory's headroom added to
+    the die's temperature (84 °C). Only a board that does not support the reading gives the die's."""
+    nv = fake_nvml(gpus=1)
+    nv.NVML_ERROR_DEPRECATED = 26
+
+    def retired(handle: int, kind: int) -> int:
+        raise FakeNvmlError(26)
+
+    memory = types.SimpleNamespace(nvmlReturn=memory_return, valueType=1, value=types.SimpleNamespace(uiVal=59))
+    nv.nvmlDeviceGetTemperatureThreshold = retired
+    nv.nvmlDeviceGetMarginTemperature = lambda handle: 36
+    nv.nvmlDeviceGetTemperature = lambda handle, sensor: 48
+    nv.nvmlDeviceGetFieldValues = lambda handle, ids: [memory]
+    read = NvmlSource(nvml=nv, host="h").read().columns.get("max_op_temp", np.array([math.nan]))
+    np.testing.assert_array_equal(read, [expected])
+
+
+def test_a_pynvml_without_the_threshold_call_reads_the_limit_from_the_margin() -> None:
+    """A pynvml that no longer wraps ``nvmlDeviceGetTemperatureThreshold``: each threshold had been
+    an unexpected error at every poll (3 a GPU a poll). Now the slowdown and memory thresholds are
+    not supported, named once, and the max operating temperature comes from the margin."""
+    nv = fake_nvml(gpus=1)
+    del nv.nvmlDeviceGetTemperatureThreshold
+    nv.nvmlDeviceGetMarginTemperature = lambda handle: 34  # the die 53 °C (fake_nvml), its memory 41
+    health = PipelineHealth()
+    source = NvmlSource(nvml=nv, host="h", health=health)
+    for _ in range(3):
+        batch = source.read()
+    assert batch.columns["max_op_temp"].tolist() == [87.0]
+    assert source.unsupported_fields() == {"slowdown_temp": ["h/gpu0"], "hbm_max_op_temp": ["h/gpu0"]}
     assert health.total_problems() == 0
 
 
