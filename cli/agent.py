@@ -14,7 +14,7 @@ from click.core import ParameterSource
 from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-from foreshock.guard import MIN_INTERVAL_S
+from foreshock.guard import LONGEST_WAIT_S, MIN_INTERVAL_S
 from foreshock.recording import RecordingError
 
 from .common import cluster_gpus, finite_number, stop_on_signals, until_unreadable
@@ -216,7 +216,8 @@ def open_source(source: str, path: str | None, url: str | None, executable: str 
 @click.option("--executable", default=None, help="nvidia-smi / dom / ethtool: the program to run (default nvidia-smi / ethtool).")
 @click.option("--root", default=None, help="infiniband: the sysfs root (default /sys/class/infiniband).")
 @click.option("--interfaces", default=None, help="dom / ethtool: comma-separated network interfaces.")
-@click.option("--interval", type=click.FloatRange(min=MIN_INTERVAL_S), default=None, callback=finite_number(),
+@click.option("--interval", type=click.FloatRange(min=MIN_INTERVAL_S, max=LONGEST_WAIT_S), default=None,
+              callback=finite_number(),
               help="Seconds between polls / simulator ticks (default: per source).")
 @click.option("--topology", "topology_path", type=click.Path(exists=True, dir_okay=False), default=None,
               help="Live sources: the cluster's topology file, the same the workers use (default: one derived from "

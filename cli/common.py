@@ -347,6 +347,7 @@ def finish(run: PipelineRun, stats: RunStats, events: Sequence[Event] = (), json
         "samples_per_s": round(stats.samples_per_s), "telemetry_start": _json_number(stats.start_ts),
         "telemetry_seconds": _json_number(stats.telemetry_s), "speedup": _json_number(round(stats.speedup, 1)),
         "findings": stats.by_type, "input_problems": run.health.total_problems(),
+        **({"polls_skipped": sum(run.health.skipped().values())} if run.health.skipped() else {}),
         **({} if interrupted is None else {"interrupted": interrupted}),
         **({} if error is None else {"error": error}),
     }, allow_nan=False))

@@ -27,7 +27,7 @@ from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from foreshock.frames import Frame
-from foreshock.guard import MIN_INTERVAL_S
+from foreshock.guard import LONGEST_WAIT_S, MIN_INTERVAL_S
 from foreshock.health import PipelineHealth
 from foreshock.recording import RecordingWriter
 from foreshock.streams.polling import PollingSource
@@ -44,11 +44,11 @@ def live_source_options(node_flag: str = "--host"):  # type: ignore[no-untyped-d
     option is ``node_flag`` (``watch`` serves /metrics on ``--host``, so it names nodes ``--node``)."""
     options = [
         click.option("--source", type=click.Choice(LIVE_SOURCES), required=True, help="What to poll."),
-        click.option("--duration", type=click.FloatRange(min=0, min_open=True), default=None,
+        click.option("--duration", type=click.FloatRange(min=0, min_open=True, max=LONGEST_WAIT_S), default=None,
                      callback=finite_number(),
                      help="Stop after this many seconds (default: until --polls, or Ctrl-C)."),
         click.option("--polls", type=click.IntRange(min=1), default=None, help="Stop after this many polls."),
-        click.option("--interval", type=click.FloatRange(min=MIN_INTERVAL_S), default=None,
+        click.option("--interval", type=click.FloatRange(min=MIN_INTERVAL_S, max=LONGEST_WAIT_S), default=None,
                      callback=finite_number(),
                      help="Seconds between polls (default: per source — dcgm 30, nvidia-smi 10, nvml 1, "
                           "infiniband 1, dom 60, ethtool 10, redfish 30, cdu 10)."),

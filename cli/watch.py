@@ -46,7 +46,7 @@ import numpy as np
 from rich.console import Console
 
 from foreshock.frames import Frame
-from foreshock.guard import MIN_INTERVAL_S
+from foreshock.guard import LONGEST_WAIT_S, MIN_INTERVAL_S
 from foreshock.health import PipelineHealth
 from foreshock.remap import HARDWARE_KINDS, Remap
 from foreshock.streams.dcgm import FORGET_AFTER_S, MAX_AHEAD_S, UNLISTED_POLLS, DcgmScrapeSource
@@ -68,14 +68,14 @@ from .record import live_source_options, open_live_source
               help="Also poll these nodes' BMCs over Redfish beside SOURCE (chassis fans and power): "
                    "NODE=https://BMC[,...], or one URL alone: the BMC of the node --node names (default: this "
                    "machine's hostname). Credentials from FORESHOCK_BMC_USER / FORESHOCK_BMC_PASSWORD.")
-@click.option("--bmc-interval", type=click.FloatRange(min=MIN_INTERVAL_S), default=30.0, show_default=True,
-              callback=finite_number(), help="Seconds between BMC polls.")
+@click.option("--bmc-interval", type=click.FloatRange(min=MIN_INTERVAL_S, max=LONGEST_WAIT_S), default=30.0,
+              show_default=True, callback=finite_number(), help="Seconds between BMC polls.")
 @click.option("--cdu", default=None,
               help="Also poll these cooling loops' CDUs over Redfish beside SOURCE (coolant supply and flow, as the "
                    "loops' racks' inlet): LOOP=https://CDU[,...] (a URL alone names its loop after the URL's host "
                    "name); needs --topology for the racks each loop feeds.")
-@click.option("--cdu-interval", type=click.FloatRange(min=MIN_INTERVAL_S), default=10.0, show_default=True,
-              callback=finite_number(), help="Seconds between CDU polls.")
+@click.option("--cdu-interval", type=click.FloatRange(min=MIN_INTERVAL_S, max=LONGEST_WAIT_S), default=10.0,
+              show_default=True, callback=finite_number(), help="Seconds between CDU polls.")
 @click.option("--forget-after", type=click.FloatRange(min=0), default=FORGET_AFTER_S, show_default=True,
               help="--source dcgm without --topology: drop a host from the derived topology, and its state, once "
                    "none of its GPUs has been served for this many seconds (nodes recycled under new hostnames); "
@@ -105,7 +105,8 @@ def command(source: str, duration: float | None, polls: int | None, interval: fl
                                            topology_path, node_flag="--node")
     bmcs = _bmc_list(bmc, node)
     cdus = _cdu_list(cdu, topology_path)
-    if not (forget_after == 0 or forget_after >= UNLISTED_POLLS * polled.interval):  # (NaN: refused)
+    if source == "dcgm" and topology_path is None \
+            and not (forget_after == 0 or forget_after >= UNLISTED_POLLS * polled.interval):  # (NaN: refused)
         # shorter, a host missing one scrape is forgotten, and taken in again as a new one
         least = UNLISTED_POLLS * polled.interval
         raise click.BadParameter(f"0 (never) or at least {UNLISTED_POLLS} polls ({least:g} s), not {forget_after:g}",

@@ -101,6 +101,10 @@ MIN_INTERVAL_S = 2 * MIN_SPACING_S
 the simulator's): twice :data:`MIN_SPACING_S`. A source sampling at the guard's own spacing saw
 its rows refused as repeats whenever one poll started a fraction of a millisecond later than the
 next (a 10-ms `watch` on a busy machine: rows 9.63 ms apart)."""
+LONGEST_WAIT_S = 1e9
+"""The longest interval or duration (s, about 31 years) a live source or run waits for: past
+``threading.TIMEOUT_MAX`` (9.2e9 s on Linux) a timer's wait raises ``OverflowError`` in its thread
+(``--interval 1e10`` had ended ``watch`` in a traceback)."""
 POLL_GAP_S = MIN_SPACING_S + 0.005
 """The least time (s) from the stamps of a live source's poll (its start, or its end where rows are
 stamped as answers come: ``PollingSource.stamps_at_start``) to the next poll's start, whatever its

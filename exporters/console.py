@@ -165,6 +165,10 @@ def render_summary(tally: FindingTally, health: PipelineHealth, events: Sequence
     if health.problems:
         console.print(f"input problems counted: {health.total_problems():,} ("
                       + escape(_largest_problems(health.problems)) + ")")
+    skipped = health.skipped()
+    if skipped:  # a live source that could not keep its interval: its samples are fewer than it seems
+        console.print("polls skipped (a poll ran past its slot): "
+                      + escape(", ".join(f"{stage} {n:,}" for stage, n in sorted(skipped.items()))))
     _incidents_table(tally, console, t0, max_rows)
     _predictions_table(tally, console, t0, max_rows)
     if events:

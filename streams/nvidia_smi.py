@@ -96,6 +96,10 @@ margin two under the memory's headroom was too. Three: every limit read over the
 rows (872, nvidia-smi's and NVML's) is 86-88 °C, and on the machine whose die stayed the nearer
 all but one of its 236 rows are read."""
 
+NO_ROWS = "no GPU rows in output"
+"""The problem counted for a poll whose nvidia-smi exited 0 printing no GPU row (nothing, or its
+header alone): a poll that read nothing is not a quiet one."""
+
 UUID_QUERY = "uuid"
 """The board's UUID (``GPU-...``; ``gpu_uuid`` is the same query under another name): a string,
 so it is no field of the table's (a float column) and is read on its own (``uuids``)."""
@@ -716,6 +720,10 @@ class NvidiaSmiSource(PollingSource):
         if done is None:
             return []
         out = done.stdout if done.returncode == 0 else self._read_failed(done)
+        if done.returncode == 0 and sum(1 for line in out.splitlines() if line.strip()) <= 1:
+            # exit 0, and nothing but the header (or nothing at all): no GPU read this poll
+            self.health.problem(STAGE, NO_ROWS, detail="nvidia-smi exited 0 and printed no GPU row")
+            return []
         if not out:
             return []
         uuids: dict[str, str] | None = {} if self.reads_boards else None

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import atexit
 import logging
-import math
 import os
 import queue
 import signal
@@ -36,7 +35,7 @@ import numpy as np
 
 from foreshock.boards import board_id
 from foreshock.frames import Frame
-from foreshock.guard import MIN_INTERVAL_S, PARK_FOR_S, POLL_GAP_S
+from foreshock.guard import LONGEST_WAIT_S, MIN_INTERVAL_S, PARK_FOR_S, POLL_GAP_S
 from foreshock.health import PipelineHealth
 from foreshock.topology import Topology
 
@@ -209,9 +208,9 @@ class PollingSource:
                  clock: Callable[[], float] = time.time) -> None:
         if not interval >= MIN_INTERVAL_S:
             raise ValueError(f"interval must be at least {MIN_INTERVAL_S:g} s (MIN_INTERVAL_S), got {interval}")
-        if not math.isfinite(interval):
+        if not interval <= LONGEST_WAIT_S:
             # the wait after the first poll would raise OverflowError and end the source's thread
-            raise ValueError(f"interval must be a finite number of seconds, got {interval}")
+            raise ValueError(f"interval must be at most {LONGEST_WAIT_S:g} s (LONGEST_WAIT_S), got {interval}")
         self.interval = float(interval)
         self.health = health if health is not None else PipelineHealth()
         self.max_polls = max_polls
