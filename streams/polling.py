@@ -190,6 +190,17 @@ class GpuBoards:
         return found
 
 
+CLOCK_STEPPED_BACK = "host clock stepped back"
+"""The problem a live source counts when this host's wall clock went back between two of its polls
+by more than :data:`CLOCK_STEP_S` against the monotonic clock. Its rows are stamped with the wall
+clock, so every row after the step is older than the last one read: the input guard refuses them as
+out of order (each counted there) until the clock has passed the last stamps again — for as long as
+the step. Said once, with the size of the step, so that an hour of refused rows has its reason."""
+CLOCK_STEP_S = 1.0
+"""A step back of the wall clock worth telling (s): NTP slews a small offset at under 0.5 ms a
+second; a step of a second or more is a clock set (at boot, by hand, ``chronyd makestep``)."""
+
+
 class PollingSource:
     """Base class: subclasses implement :meth:`poll` and set :attr:`topology` (maybe lazily).
 
@@ -216,6 +227,7 @@ class PollingSource:
         self.max_polls = max_polls
         self.clock = clock
         self.monotonic: Callable[[], float] = time.monotonic  # the poll grid's clock
+        self.wall: Callable[[], float] = time.time  # this host's clock, watched for steps back
         self.polls = 0
         self._stop = threading.Event()
         self._topology: Topology | None = None
@@ -241,8 +253,18 @@ class PollingSource:
         start = self.monotonic()
         slot = 0  # the grid slot of the poll in hand
         held_by_gap = False  # this poll started later than its slot, held POLL_GAP_S after the last one
+        last_clocks: tuple[float, float] | None = None  # (monotonic, wall) at the last poll's start
         while not self._stop.is_set() and (self.max_polls is None or self.polls < self.max_polls):
             began = self.monotonic()
+            wall = self.wall()
+            if last_clocks is not None:
+                back = (began - last_clocks[0]) - (wall - last_clocks[1])
+                if back > CLOCK_STEP_S:
+                    self.health.problem(self.stage, CLOCK_STEPPED_BACK, detail=(
+                        f"this host's clock went back {back:.3g} s between two polls (NTP, or set by hand): the "
+                        f"rows stamped since are older than the last ones read, and are refused as out of order "
+                        f"until the clock has passed those again, about {back:.3g} s from now"))
+            last_clocks = (began, wall)
             try:
                 frames = self.poll()
             except Exception as exc:  # a source must never take the pipeline down

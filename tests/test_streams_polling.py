@@ -198,6 +198,7 @@ class Slow(PollingSource):
         self.took, self.late, self.at = took, late or [0.0] * len(took), at or [0.0] * len(took)
         self.now = 0.0
         self.monotonic = lambda: self.now
+        self.wall = lambda: T0 + self.now  # the host's clock keeps step with the fake grid's
         self.began: list[float] = []
         self.ended: list[float] = []
         source = self

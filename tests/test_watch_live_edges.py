@@ -16,7 +16,7 @@ from foreshock.cli.main import cli
 from foreshock.guard import LONGEST_WAIT_S
 from foreshock.health import PipelineHealth
 from foreshock.streams.nvidia_smi import NO_ROWS, STAGE, NvidiaSmiSource
-from foreshock.streams.polling import PollingSource
+from foreshock.streams.polling import CLOCK_STEPPED_BACK, PollingSource
 
 HEADER = "timestamp, index, temperature.gpu, temperature.memory, power.draw [W], enforced.power.limit [W], uuid"
 
@@ -85,3 +85,27 @@ def test_an_interval_or_duration_no_timer_can_wait_is_a_usage_error(option: str)
     assert "Traceback" not in result.output and option in result.output
     with pytest.raises(ValueError, match="LONGEST_WAIT_S"):
         PollingSource(interval=LONGEST_WAIT_S * 10)
+
+
+class Quiet(PollingSource):
+    """A source whose polls read nothing: the clocks are all there is to watch."""
+
+    stage = "quiet"
+
+    def poll(self) -> list:  # type: ignore[type-arg]
+        return []
+
+
+@pytest.mark.parametrize("step_s, told", [(3600.0, 1), (0.5, 0), (0.0, 0)])
+def test_a_host_clock_stepping_back_between_polls_is_told(step_s: float, told: int) -> None:
+    """A live source stamps its rows with this host's clock: after a step back (NTP at boot, a clock
+    set by hand) every row is older than the last one read, and the guard refuses them all as out of
+    order for as long as the step — an hour's watch refused with no word of why. The step is now
+    counted and said once, with its size; a step under a second is not."""
+    import time
+
+    health = PipelineHealth()
+    source = Quiet(interval=0.02, health=health, max_polls=6)
+    source.wall = lambda: time.time() - (step_s if source.polls >= 2 else 0.0)
+    assert list(source) == []
+    assert health.problems.get(("quiet", CLOCK_STEPPED_BACK), 0) == told
