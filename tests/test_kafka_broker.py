@@ -112,9 +112,16 @@ def test_topics_of_an_earlier_version_get_the_bundle_message_limit(kafka_setting
         admin.create_topics([NewTopic(name, 2 if name == topics.frames else 1, 1) for name in old])
 
         def limits() -> dict[str, int]:
-            found = admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, n, configs={"max.message.bytes": None})
-                                            for n in old], config_filter="all")["topic"]
-            return {n: int(found[n]["max.message.bytes"]["value"]) for n in old}
+            # a topic just made can be described before the broker serving the request knows it:
+            # no config entries yet (a KeyError in make test, 2026-12-04); asked again until it does
+            deadline = time.monotonic() + 10
+            while True:
+                found = admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, n,
+                                                               configs={"max.message.bytes": None})
+                                                for n in old], config_filter="all")["topic"]
+                if all("max.message.bytes" in found.get(n, {}) for n in old) or time.monotonic() > deadline:
+                    return {n: int(found[n]["max.message.bytes"]["value"]) for n in old}
+                time.sleep(0.2)
 
         assert all(v < 2 << 20 for v in limits().values())
         ensure_topics(settings, topics)
