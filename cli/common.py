@@ -341,13 +341,14 @@ def finish(run: PipelineRun, stats: RunStats, events: Sequence[Event] = (), json
     if run.external is not None:
         Console(stderr=True).print(f"[dim]{external_summary(run.external)}[/dim]")
     render_summary(run.tally, run.health, events, origin=origin)
+    skipped = run.health.skipped()
     click.echo(json.dumps({
         "name": json_name, "samples": stats.samples, "accepted_samples": stats.accepted,
         "wall_seconds": round(stats.wall_s, 3),
         "samples_per_s": round(stats.samples_per_s), "telemetry_start": _json_number(stats.start_ts),
         "telemetry_seconds": _json_number(stats.telemetry_s), "speedup": _json_number(round(stats.speedup, 1)),
         "findings": stats.by_type, "input_problems": run.health.total_problems(),
-        **({"polls_skipped": sum(run.health.skipped().values())} if run.health.skipped() else {}),
+        **({"polls_skipped": sum(skipped.values())} if skipped else {}),
         **({} if interrupted is None else {"interrupted": interrupted}),
         **({} if error is None else {"error": error}),
     }, allow_nan=False))

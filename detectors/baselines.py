@@ -48,6 +48,7 @@ from .alarm import (CODE_NONE, CODE_REFRESH, CODE_WITHDRAW, O_CODE, O_CONF, O_RO
 from .base import Detector, add_columns
 from .gpu_inputs import (frame_now, gpu_inlet, gpu_obs, kernel, new_inlet_states, rack_inlet_obs, reason_bits,
                          relinked_inlet_states, reported_core_limit, update_rack_inlet, upgrade_rack_state)
+from .thermal_fit import PARAMS as THERMAL_FIT_PARAMS
 
 # ---- the shared per-GPU feature stream -------------------------------------------------------
 OBS_FIELDS = ("gpu_temp", "hbm_temp", "power", "power_limit", "energy", "sm_clock", "sm_clock_max",
@@ -321,8 +322,9 @@ def _score_alarms(obs: np.ndarray, scores: np.ndarray, alarms: np.ndarray, on_le
     return n_out
 
 
-SILENT_S = 600.0
-"""A GPU silent this long has its baselines' predictions withdrawn (the thermal fit's ``gap_s``)."""
+SILENT_S = THERMAL_FIT_PARAMS["gap_s"]
+"""A GPU silent this long has its baselines' predictions withdrawn: the thermal fit's ``gap_s``, after
+which the thermal and power detectors withdraw theirs."""
 
 
 # ---- score logs: replaying a baseline at other thresholds -----------------------------------
