@@ -41,6 +41,8 @@ HEADLINES: dict[str, list[tuple[str, str]]] = {
                           ("river_hst_bytes_per_series", "river HST B/series")],
     "nab": [("standard", "standard"), ("reward_low_FP", "low FP"), ("reward_low_FN", "low FN")],
     "incident_engine": [("gpus", "GPUs"), ("findings_per_s", "findings/s"), ("memory_growth_mib", "24 h heap growth MiB")],
+    "poll_cost": [("on", "on"), ("nvml_gpus", "GPUs"), ("nvml_ms_per_poll", "NVML ms/poll"),
+                  ("nvml_ratio", "vs bare pynvml"), ("smi_ms_per_poll", "nvidia-smi ms/poll")],
     "kafka_end_to_end": [("gpus", "GPUs"), ("workers", "workers"), ("samples_per_s", "samples/s"),
                          ("latency_p50_s", "p50 s"), ("latency_p99_s", "p99 s"),
                          ("samples_per_worker_cpu_s", "per worker CPU s")],

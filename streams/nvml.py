@@ -11,7 +11,10 @@ driver has (:class:`RenamedCall`): the throttle reasons under ``nvmlDeviceGetCur
 ``nvmlDeviceGetTemperatureV``, else ``nvmlDeviceGetTemperature`` (deprecated, gone in CUDA 14). A
 newer pynvml wraps both, an older driver exports only the old one. The max operating temperature
 is NVML's GPU_MAX threshold, else (a driver that retired that call) the GPU temperature plus NVML's
-margin temperature where the margin is the GPU's own (:class:`MaxOperatingTemp`). A GPU that
+margin temperature where the margin is the GPU's own (:class:`MaxOperatingTemp`). What a poll
+costs the driver was measured on a real H200 (``bench/bench_poll.py``): the power violation counter
+is read as a field value where served (:class:`FieldValueFirst`, 2.5 µs against 650), and the fields
+a board keeps (its thresholds, its max SM clock) once a minute (:data:`SLOW_FIELDS`). A GPU that
 NVML says is lost (``GPU_IS_LOST``, an XID 79) is asked nothing more that poll (the rest of its row
 NaN); one that needs a reset (``RESET_REQUIRED``, perhaps of some calls only) is still read. Either
 is counted once as it enters that state, under nvidia-smi's reason for ``[GPU is lost]``. Any other
@@ -64,6 +67,16 @@ UNEXPECTED = "unexpected error from an NVML reader"
 
 Reader = Callable[[ModuleType, Any], float]
 
+SLOW_FIELDS = ("slowdown_temp", "max_op_temp", "hbm_max_op_temp", "sm_clock_max")
+"""Fields that stay as they are while a board is in its slot (its temperature thresholds, its
+maximum SM clock): read once every :data:`SLOW_EVERY_S` and served from that reading between. On
+a real H200 the max SM clock took 1.2-1.4 ms a call and each of the GPU_MAX and MEM_MAX thresholds
+0.2 ms: a fifth of a poll's 9 ms (``bench/bench_poll.py``). A reading that gives no value (a failed
+call; the max operating temperature from a margin that is the memory's) is asked for again at the
+next poll, the last reading served meanwhile; another board in the slot (its UUID), or a GPU lost
+or its handle regained, is read afresh."""
+SLOW_EVERY_S = 60.0
+
 
 _FIELD_VALUE_MEMBERS = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal", 6: "usVal"}
 """``nvmlValueType_t`` -> the member of ``nvmlValue_t`` that holds such a value (DOUBLE, UNSIGNED_INT,
@@ -71,14 +84,54 @@ UNSIGNED_LONG, UNSIGNED_LONG_LONG, SIGNED_LONG_LONG, SIGNED_INT, UNSIGNED_SHORT)
 member, a signed value comes out as a huge unsigned one (-1 as 4294967295)."""
 
 
-def _memory_temp(nv: ModuleType, h: Any) -> float:
-    value = nv.nvmlDeviceGetFieldValues(h, [nv.NVML_FI_DEV_MEMORY_TEMP])[0]
+def _field_value(nv: ModuleType, h: Any, field_id: int) -> float:
+    """Field ``field_id`` of GPU ``h`` through ``nvmlDeviceGetFieldValues``; its own return code
+    raised as an ``NVMLError``."""
+    value = nv.nvmlDeviceGetFieldValues(h, [field_id])[0]
     if value.nvmlReturn != nv.NVML_SUCCESS:
         raise nv.NVMLError(value.nvmlReturn)
     member = _FIELD_VALUE_MEMBERS.get(int(value.valueType))
     if member is None:  # a type this reader does not know: no value rather than a misread one
         raise ValueError(f"field value of unknown type {value.valueType}")
     return float(getattr(value.value, member))
+
+
+def _memory_temp(nv: ModuleType, h: Any) -> float:
+    return _field_value(nv, h, nv.NVML_FI_DEV_MEMORY_TEMP)
+
+
+class FieldValueFirst:
+    """A reader taking its value from NVML's field-value call, where the driver serves the field,
+    else from an older call (``fallback``, a reader).
+
+    Some calls cost a real driver far more than the same counter read as a field: on a real H200
+    (driver 580.159.04; ``bench/bench_poll.py``, ``deploy/device/fieldvalues_probe.py``)
+    ``nvmlDeviceGetViolationStatus(POWER)`` took 650 µs a call, field ``NVML_FI_DEV_PERF_POLICY_POWER``
+    2.5 µs, with the same nanoseconds. Where the field is not served (``NOT_SUPPORTED``,
+    ``FUNCTION_NOT_FOUND``, ``INVALID_ARGUMENT`` for an id an older driver does not know,
+    ``DEPRECATED``), that is remembered (the library is the process's: for every GPU) and the older
+    call made from then on; any other error is the caller's, as any reader's."""
+
+    def __init__(self, constant: str, field_id: int, scale: float, fallback: Reader) -> None:
+        self.constant = constant  # pynvml's name of the field id (``field_id`` where it lacks it)
+        self.field_id = field_id
+        self.scale = scale
+        self.fallback = fallback
+        self.field_served = True
+
+    def __call__(self, nv: ModuleType, h: Any) -> float:
+        if self.field_served:
+            try:
+                if getattr(nv, "nvmlDeviceGetFieldValues", None) is not None:
+                    return _field_value(nv, h, getattr(nv, self.constant, self.field_id)) * self.scale
+            except nv.NVMLError as exc:
+                not_served = {getattr(nv, "NVML_ERROR_NOT_SUPPORTED", 3),
+                              getattr(nv, "NVML_ERROR_FUNCTION_NOT_FOUND", 13),
+                              getattr(nv, "NVML_ERROR_INVALID_ARGUMENT", 2), getattr(nv, "NVML_ERROR_DEPRECATED", 26)}
+                if getattr(exc, "value", None) not in not_served:
+                    raise
+            self.field_served = False
+        return self.fallback(nv, h)
 
 
 class RenamedCall:
@@ -177,9 +230,13 @@ def _threshold(nv: ModuleType, h: Any, name: str, value: int) -> float:
     return float(call(h, getattr(nv, name, value)))
 
 
-def _renamed_calls() -> dict[str, RenamedCall | MaxOperatingTemp]:
+def _power_violation(nv: ModuleType, h: Any) -> float:
+    return float(nv.nvmlDeviceGetViolationStatus(h, nv.NVML_PERF_POLICY_POWER).violationTime * 1e-9)
+
+
+def _renamed_calls() -> dict[str, RenamedCall | MaxOperatingTemp | FieldValueFirst]:
     """The readers that remember what the driver serves (:class:`RenamedCall`,
-    :class:`MaxOperatingTemp`), new ones (remembering nothing yet)."""
+    :class:`MaxOperatingTemp`, :class:`FieldValueFirst`), new ones (remembering nothing yet)."""
     gpu_temp = RenamedCall(("nvmlDeviceGetTemperatureV", "nvmlDeviceGetTemperature"),
                            lambda nv: (nv.NVML_TEMPERATURE_GPU,))
     return {
@@ -187,6 +244,7 @@ def _renamed_calls() -> dict[str, RenamedCall | MaxOperatingTemp]:
         "throttle_reasons": RenamedCall(("nvmlDeviceGetCurrentClocksEventReasons",
                                          "nvmlDeviceGetCurrentClocksThrottleReasons")),
         "max_op_temp": MaxOperatingTemp(gpu_temp),
+        "power_throttle_time": FieldValueFirst("NVML_FI_DEV_PERF_POLICY_POWER", 74, 1e-9, _power_violation),
     }
 
 
@@ -212,8 +270,7 @@ READERS: dict[str, Reader] = {
     "sm_clock_max": lambda nv, h: nv.nvmlDeviceGetMaxClockInfo(h, nv.NVML_CLOCK_SM) * 1e6,
     "util": lambda nv, h: nv.nvmlDeviceGetUtilizationRates(h).gpu * 1e-2,
     "throttle_reasons": _renamed("throttle_reasons"),
-    "power_throttle_time": lambda nv, h: nv.nvmlDeviceGetViolationStatus(
-        h, nv.NVML_PERF_POLICY_POWER).violationTime * 1e-9,
+    "power_throttle_time": _renamed("power_throttle_time"),
     "thermal_throttle_time": lambda nv, h: nv.nvmlDeviceGetViolationStatus(
         h, nv.NVML_PERF_POLICY_THERMAL).violationTime * 1e-9,
     "ecc_dbe": lambda nv, h: float(nv.nvmlDeviceGetTotalEccErrors(
@@ -280,6 +337,11 @@ class NvmlSource(PollingSource):
         self.reads_boards = True  # each GPU's UUID, carried as board_id (the module docstring)
         self._boards = GpuBoards(self.health, STAGE)
         self._uuid_unsupported: set[int] = set()  # GPUs whose UUID NVML does not give
+        self._last_uuid: dict[int, str] = {}
+        self.slow_every_s = SLOW_EVERY_S  # (SLOW_FIELDS)
+        self._slow = [name in SLOW_FIELDS for name in self.fields]
+        self._slow_values = np.full((count, len(self.fields)), np.nan)
+        self._slow_at = np.full((count, len(self.fields)), -np.inf)  # when each was last read with a value
 
     def _handle(self, index: int) -> Any | None:
         try:
@@ -302,21 +364,37 @@ class NvmlSource(PollingSource):
                 handle = self.handles[g] = self._handle(g)
                 if handle is None:
                     continue
+                self._forget_slow(g)
             try:
+                if self.reads_boards:
+                    uuids[self._entities[g]] = uuid = self._uuid(g, handle)
+                    if uuid and self._last_uuid.setdefault(g, uuid) != uuid:
+                        self._last_uuid[g] = uuid
+                        self._forget_slow(g)  # another board: its own thresholds and clocks
                 for f, name in enumerate(self.fields):
                     if not self.supported[g, f]:
+                        continue
+                    slow = self._slow[f]
+                    if slow and 0.0 <= now - self._slow_at[g, f] < self.slow_every_s:
+                        values[g, f] = self._slow_values[g, f]
                         continue
                     read = self.readers[name]
                     value, self.supported[g, f] = self._call(g, name, lambda: read(nv, handle))
                     if value is not None:
                         values[g, f] = value if math.isfinite(value) else np.nan
-                if self.reads_boards:
-                    uuids[self._entities[g]] = self._uuid(g, handle)
+                    if not slow:
+                        continue
+                    if not np.isnan(values[g, f]):
+                        self._slow_values[g, f] = values[g, f]
+                        self._slow_at[g, f] = now
+                    elif self.supported[g, f]:
+                        values[g, f] = self._slow_values[g, f]  # the last reading (if any) while none comes
             except _GpuFailed:
                 # every other call would fail the same way (a lost GPU's may each take long): ask
                 # nothing more of it this poll; it is counted as it enters the state, not per poll
                 self._failing.add(g)
             if g in self._failing:
+                self._forget_slow(g)  # read afresh once back (after a reset, perhaps another board)
                 if g not in self._failed:
                     self._failed.add(g)
                     entered.append(g)
@@ -336,6 +414,11 @@ class NvmlSource(PollingSource):
             assert self._topology is not None
             batch = self._boards.tag(batch, uuids, self._topology)
         return batch
+
+    def _forget_slow(self, index: int) -> None:
+        """GPU ``index``'s :data:`SLOW_FIELDS` are read at its next poll."""
+        self._slow_at[index] = -np.inf
+        self._slow_values[index] = np.nan
 
     def _call(self, index: int, what: str, read: Callable[[], Any]) -> tuple[Any, bool]:
         """``(read(), True)`` for GPU ``index``, or ``(None, supported)`` where it fails: an NVML

@@ -16,7 +16,8 @@ import pytest
 from foreshock.health import PipelineHealth
 from foreshock.recording import Recording
 from foreshock.streams.nvidia_smi import TLIMIT_MEMORY_CLEAR_C
-from foreshock.streams.nvml import GPU_FAILED, READERS, UNEXPECTED, NvmlSource, load_nvml, record_nvml
+from foreshock.streams.nvml import (GPU_FAILED, READERS, SLOW_FIELDS, UNEXPECTED, NvmlSource, load_nvml,
+                                     record_nvml)
 
 from board_ids import uuid_number
 
@@ -64,6 +65,7 @@ def fake_nvml(gpus: int = 2, unsupported: frozenset[str] = frozenset(), failing:
                   NVML_TEMPERATURE_THRESHOLD_MEM_MAX=2, NVML_TEMPERATURE_THRESHOLD_GPU_MAX=3,
                   NVML_CLOCK_SM=1, NVML_PERF_POLICY_POWER=0, NVML_PERF_POLICY_THERMAL=1,
                   NVML_MEMORY_ERROR_TYPE_UNCORRECTED=1, NVML_VOLATILE_ECC=0, NVML_FI_DEV_MEMORY_TEMP=82,
+                  NVML_FI_DEV_PERF_POLICY_POWER=74,
                   NVML_VALUE_TYPE_DOUBLE=0, NVML_VALUE_TYPE_UNSIGNED_INT=1, NVML_VALUE_TYPE_UNSIGNED_LONG=2,
                   NVML_VALUE_TYPE_UNSIGNED_LONG_LONG=3, NVML_VALUE_TYPE_SIGNED_LONG_LONG=4)
     for k, v in consts.items():
@@ -79,11 +81,15 @@ def fake_nvml(gpus: int = 2, unsupported: frozenset[str] = frozenset(), failing:
             return result(handle, *args) if callable(result) else result
         return call
 
-    field = types.SimpleNamespace(nvmlReturn=0, valueType=1, value=types.SimpleNamespace(uiVal=41))
+    # field values by id: the HBM temperature (°C), the power violation counter (ns: as the
+    # violation status below, the same counter on a real H200); an id not here is not supported
+    fields = {82: types.SimpleNamespace(nvmlReturn=0, valueType=1, value=types.SimpleNamespace(uiVal=41)),
+              74: types.SimpleNamespace(nvmlReturn=0, valueType=3, value=types.SimpleNamespace(ullVal=2_500_000_000))}
+    not_served = types.SimpleNamespace(nvmlReturn=3, valueType=1, value=types.SimpleNamespace(uiVal=0))
     nv.nvmlDeviceGetCount = lambda: gpus
     nv.nvmlDeviceGetHandleByIndex = lambda i: i
     nv.nvmlDeviceGetTemperature = fn("temperature", lambda h, s: 53 + h)
-    nv.nvmlDeviceGetFieldValues = fn("field_values", lambda h, ids: [field])
+    nv.nvmlDeviceGetFieldValues = fn("field_values", lambda h, ids: [fields.get(i, not_served) for i in ids])
     # pynvml's threshold types: SLOWDOWN 1, MEM_MAX 2, GPU_MAX 3 (an H100's 89, 95 and 87 °C)
     nv.nvmlDeviceGetTemperatureThreshold = fn("threshold", lambda h, kind: {1: 89, 2: 95, 3: 87}[kind])
     nv.nvmlDeviceGetPowerUsage = fn("power", 630000)  # mW
@@ -222,9 +228,9 @@ def test_where_the_threshold_call_is_retired_the_limit_is_the_gpus_temperature_p
     health = PipelineHealth()
     source = NvmlSource(nvml=nv, host="h200", health=health)
     read = []
-    for k in range(len(polls)):
+    for k in range(len(polls)):  # the reader at each poll (the source serves a reading for a minute: SLOW_FIELDS)
         at[0] = k
-        read.append(source.read().columns.get("max_op_temp", np.array([np.nan]))[0])
+        read.append(source._call(0, "max_op_temp", lambda: source.readers["max_op_temp"](nv, 0))[0])
     limits = np.array(read)
     memory_as_near = np.array([95 - int(p["smi"][1]) < p["margin"] + TLIMIT_MEMORY_CLEAR_C for p in polls])
     assert memory_as_near.sum() > 40 and (~memory_as_near).sum() > 40
@@ -303,24 +309,19 @@ def test_a_pynvml_without_the_threshold_call_reads_the_limit_from_the_margin() -
 # ---- the GPUs' UUIDs: a board swapped in its slot ----------------------------------------------
 def _uuids_in_turn(nv: Any, per_poll: list[dict[int, Any]]) -> list[int]:
     """``nvmlDeviceGetUUID`` serving ``per_poll[k][gpu]`` at the k-th poll (an exception there: raised);
-    the poll it is at is moved on by the GPU temperature read first. Returns the calls counter."""
+    the poll it is at is moved on by GPU 0's UUID, read first. Returns the calls counter."""
     poll = [-1]
     calls = [0]
-    temperature = nv.nvmlDeviceGetTemperature
-
-    def temp(handle: int, sensor: int) -> Any:
-        if handle == 0:
-            poll[0] += 1
-        return temperature(handle, sensor)
 
     def uuid(handle: int) -> Any:
         calls[0] += 1
+        if handle == 0:
+            poll[0] += 1
         served = per_poll[poll[0]][handle]
         if isinstance(served, Exception):
             raise served
         return served
 
-    nv.nvmlDeviceGetTemperature = temp
     nv.nvmlDeviceGetUUID = uuid
     return calls
 
@@ -458,6 +459,7 @@ def test_a_gpu_lost_mid_run_is_asked_nothing_more_that_poll_and_counted_once_as_
     calls = _gpus_failing(nv, failing)
     health = PipelineHealth()
     source = NvmlSource(nvml=nv, host="h", health=health)
+    source.slow_every_s = 0.0  # every field asked at every poll (SLOW_FIELDS): the calls are counted
     with caplog.at_level(logging.WARNING, logger="foreshock"):
         failing[0] = nv.NVML_ERROR_TIMEOUT
         source.read()  # a transient failure first: "NVML call failed" logged, as before
@@ -607,8 +609,161 @@ def test_the_hbm_temperature_is_read_through_the_member_its_value_type_names(
 def test_an_hbm_temperature_of_a_value_type_nvml_does_not_define_is_no_value_and_counted() -> None:
     nv = fake_nvml(gpus=1)
     field = types.SimpleNamespace(nvmlReturn=0, valueType=7, value=types.SimpleNamespace(uiVal=41))
-    nv.nvmlDeviceGetFieldValues = lambda h, ids: [field]
+    served = nv.nvmlDeviceGetFieldValues
+    nv.nvmlDeviceGetFieldValues = lambda h, ids: [field] if ids == [nv.NVML_FI_DEV_MEMORY_TEMP] else served(h, ids)
     health = PipelineHealth()
     batch = NvmlSource(nvml=nv, host="h", health=health).read()
     assert "hbm_temp" not in batch.columns and batch.column("gpu_temp").tolist() == [53.0]
     assert health.problems == {("nvml", UNEXPECTED): 1}
+
+
+# ---- what a poll costs the driver: fields that do not change, the power violation counter ------
+def _clocked(source: NvmlSource) -> list[float]:
+    """The source's clock, set by the returned list's one item (seconds)."""
+    now = [0.0]
+    source.clock = lambda: now[0]  # type: ignore[method-assign]
+    return now
+
+
+def test_fields_that_do_not_change_are_read_once_a_minute_and_served_between() -> None:
+    """The max SM clock took 1.2-1.4 ms a call on a real H200, the GPU_MAX and MEM_MAX thresholds
+    0.2 ms each: a fifth of a 9 ms poll for values a board keeps while it is in its slot. They are
+    read once every SLOW_EVERY_S (60 s), every row still carries them."""
+    nv = fake_nvml(gpus=2)
+    source = NvmlSource(nvml=nv, host="h")
+    now = _clocked(source)
+    rows = []
+    for t in range(0, 61):  # a poll a second for a minute and one
+        now[0] = float(t)
+        batch = source.read()
+        rows.append([batch.column(name).tolist() for name in ("sm_clock_max", "max_op_temp", "hbm_max_op_temp",
+                                                               "slowdown_temp")])
+        if t == 59:
+            assert nv.calls["max_clock"] == 2 and nv.calls["threshold"] == 6  # 2 GPUs x (1, 3 thresholds)
+    assert nv.calls["max_clock"] == 4 and nv.calls["threshold"] == 12  # read again at 60 s
+    assert rows == [[[1.98e9] * 2, [87.0] * 2, [95.0] * 2, [89.0] * 2]] * 61
+    assert nv.calls["clock"] == 2 * 61 and nv.calls["temperature"] == 2 * 61  # the others at every poll
+
+
+def test_a_slow_field_read_without_a_value_is_asked_again_at_the_next_poll() -> None:
+    nv = fake_nvml(gpus=1)
+    failures = [1]
+    served = nv.nvmlDeviceGetMaxClockInfo
+
+    def max_clock(handle: int, clock: int) -> int:
+        if failures[0] > 0:
+            failures[0] -= 1
+            raise FakeNvmlError(999)  # an error that says nothing of the GPU: retried
+        return served(handle, clock)  # type: ignore[no-any-return]
+
+    nv.nvmlDeviceGetMaxClockInfo = max_clock
+    health = PipelineHealth()
+    source = NvmlSource(nvml=nv, host="h", health=health)
+    now = _clocked(source)
+    got = []
+    for t in range(4):
+        now[0] = float(t)
+        got.append(source.read().columns.get("sm_clock_max", np.array([np.nan]))[0])
+    assert np.isnan(got[0]) and got[1:] == [1.98e9] * 3
+    assert nv.calls["max_clock"] == 1 and health.problems == {("nvml", "NVML call failed"): 1}
+
+
+def test_another_board_in_the_slot_or_a_gpu_back_from_lost_has_its_slow_fields_read_afresh() -> None:
+    nv = fake_nvml(gpus=2)
+    _uuids_in_turn(nv, [{0: "GPU-a", 1: "GPU-p"}, {0: "GPU-a", 1: "GPU-p"},
+                                {0: "GPU-a", 1: "GPU-q"},  # GPU 1 replaced: read afresh
+                                {0: "GPU-a", 1: "GPU-q"}, {0: "GPU-a", 1: "GPU-q"}, {0: "GPU-a", 1: "GPU-q"}])
+    limits = {0: 87, 1: 87}
+    nv.nvmlDeviceGetTemperatureThreshold = lambda h, kind: {1: 89, 2: 95, 3: limits[h]}[kind]
+    lost: dict[int, int] = {}
+    per_gpu = _gpus_failing(nv, lost)
+    source = NvmlSource(nvml=nv, host="h")
+    now = _clocked(source)
+    read = []
+    for t, (limit_1, gpu_0_lost) in enumerate([(87, False), (87, False), (85, False), (85, False), (85, True),
+                                               (85, False)]):
+        now[0] = float(t)
+        limits[1] = limit_1
+        if gpu_0_lost:
+            lost[0] = nv.NVML_ERROR_GPU_IS_LOST
+        else:
+            lost.pop(0, None)
+        before = per_gpu.get(0, 0)
+        read.append((source.read().column("max_op_temp").tolist(), per_gpu.get(0, 0) - before))
+    # GPU 1's new board (another limit) is read at once; GPU 0, back from lost, reads all its fields
+    np.testing.assert_array_equal([r[0] for r in read], [[87.0, 87.0], [87.0, 87.0], [87.0, 85.0], [87.0, 85.0],
+                                                         [np.nan, 85.0], [87.0, 85.0]])
+    assert [r[1] for r in read] == [len(READERS) + 1, len(READERS) + 1 - len(SLOW_FIELDS), len(READERS) + 1
+                                    - len(SLOW_FIELDS), len(READERS) + 1 - len(SLOW_FIELDS), 1, len(READERS) + 1]
+
+
+def test_a_retired_threshold_call_costs_one_margin_reading_a_minute_on_the_real_h200_margins() -> None:
+    """With the GPU_MAX threshold retired the limit is the temperature plus the margin (0.77 ms a
+    call on the real H200) where the margin is the die's: read so once, it is served for the minute,
+    through the rows where the memory was as near (which alone give no value)."""
+    polls = [json.loads(line) for line in (H200_TLIMIT / "nvml-margin.jsonl").read_text().splitlines()[1:]]
+    nv = fake_nvml(gpus=1)
+    at = [0]
+    margins = [0]
+
+    def margin(handle: int) -> int:
+        margins[0] += 1
+        return polls[at[0]]["margin"]  # type: ignore[no-any-return]
+
+    nv.nvmlDeviceGetTemperatureThreshold = lambda h, kind: (_ for _ in ()).throw(FakeNvmlError(26))
+    nv.nvmlDeviceGetMarginTemperature = margin
+    nv.nvmlDeviceGetTemperature = lambda handle, sensor: polls[at[0]]["gpu"]
+    nv.nvmlDeviceGetFieldValues = lambda h, ids: [types.SimpleNamespace(
+        nvmlReturn=0, valueType=1, value=types.SimpleNamespace(uiVal=int(polls[at[0]]["smi"][1])))]
+    source = NvmlSource(nvml=nv, host="h200")
+    now = _clocked(source)
+    limits = []
+    for k, poll in enumerate(polls):
+        at[0] = k
+        now[0] = poll["time"]
+        limits.append(source.read().columns.get("max_op_temp", np.array([np.nan]))[0])
+    span_min = (polls[-1]["time"] - polls[0]["time"]) / 60.0
+    assert np.all(np.abs(np.array(limits) - 87.0) <= 1.0)  # (the first row's memory was clear)
+    memory_as_near = sum(95 - int(p["smi"][1]) < p["margin"] + TLIMIT_MEMORY_CLEAR_C for p in polls)
+    assert memory_as_near > 40
+    # once a minute, and again at each poll after where the memory was as near (the limit served)
+    assert margins[0] <= span_min + 1 + memory_as_near / 10
+
+
+def test_the_power_violation_counter_is_read_as_a_field_where_served_else_through_the_violation_call() -> None:
+    """On a real H200 ``nvmlDeviceGetViolationStatus(POWER)`` took 650 µs a call, the same counter as
+    field 74 (NVML_FI_DEV_PERF_POLICY_POWER) 2.5 µs. A driver not serving the field: the older call,
+    remembered (the field not asked for again)."""
+    nv = fake_nvml(gpus=2)
+    asked: list[list[int]] = []
+    served = nv.nvmlDeviceGetFieldValues
+
+    def field_values(h: int, ids: list[int]) -> Any:
+        asked.append(list(ids))
+        return served(h, ids)
+
+    nv.nvmlDeviceGetFieldValues = field_values
+    source = NvmlSource(nvml=nv, host="h")
+    for _ in range(3):
+        batch = source.read()
+    assert batch.column("power_throttle_time").tolist() == [2.5, 2.5]
+    assert asked.count([74]) == 6 and nv.calls["violation"] == 6  # the thermal counter's calls only
+
+    for not_served in (3, 13, 2):  # NOT_SUPPORTED, FUNCTION_NOT_FOUND, INVALID_ARGUMENT (an id unknown)
+        nv = fake_nvml(gpus=2)
+        asked = []
+        field = types.SimpleNamespace(nvmlReturn=not_served, valueType=3, value=types.SimpleNamespace(ullVal=0))
+        memory = nv.nvmlDeviceGetFieldValues
+
+        def not_serving_74(h: int, ids: list[int], field: Any = field, memory: Any = memory) -> Any:
+            asked.append(list(ids))
+            return [field] if ids == [74] else memory(h, ids)
+
+        nv.nvmlDeviceGetFieldValues = not_serving_74
+        health = PipelineHealth()
+        source = NvmlSource(nvml=nv, host="h", health=health)
+        for _ in range(3):
+            batch = source.read()
+        assert batch.column("power_throttle_time").tolist() == [2.5, 2.5]
+        assert asked.count([74]) == 1 and nv.calls["violation"] == 6 + 6
+        assert health.total_problems() == 0 and "power_throttle_time" not in source.unsupported_fields()
