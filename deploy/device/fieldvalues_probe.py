@@ -7,8 +7,8 @@ times, on GPU 0 (median of ``--repeats`` calls, after two):
 - each legacy call the NVML source makes, and the UUID;
 - each field id alone through ``nvmlDeviceGetFieldValues`` (its return code and value printed:
   whether the driver serves it), and the ids batched into one call, with and without the energy;
-- the per-limit headroom fields (``*_TLIMIT``) beside the thresholds and the temperatures they
-  would be taken from.
+- the ``*_TLIMIT`` fields beside the thresholds and the temperatures (on a real H200 they read
+  0, 0, -2, -8 at any temperature: the SKU's thresholds on T.Limit's scale, not a live headroom).
 
 Prints a JSON line per measurement; changes no GPU setting. ``python3 fieldvalues_probe.py``
 """
