@@ -35,6 +35,10 @@ class PipelineHealth:
         # missing lists every later GPU one index lower), by stage, as ``gpus_replaced``: no RMA,
         # the board's learnt state follows it: ``foreshock_gpus_moved_total``
         self.gpus_moved: Counter[str] = Counter()
+        # Kafka records of a partition no longer (or not yet) assigned to this worker, by stage:
+        # left to the partition's owner after a rebalance, not processed. Not an input problem:
+        # nothing is wrong with them. ``foreshock_records_not_assigned_total``
+        self.records_not_assigned: Counter[str] = Counter()
         self._logged: set[tuple[str, str]] = set()
 
     def problem(self, stage: str, reason: str, count: int = 1, detail: str = "") -> None:
@@ -61,6 +65,10 @@ class PipelineHealth:
         """Count GPU boards found at another index of their node (the caller logs which)."""
         self._count(self.gpus_moved, stage, count)
 
+    def not_assigned(self, stage: str, count: int = 1) -> None:
+        """Count records left to their partition's owner (the caller logs the first)."""
+        self._count(self.records_not_assigned, stage, count)
+
     def _count(self, counter: Counter, key: object, count: int, log_key: tuple[str, str] | None = None) -> bool:
         """Add ``count`` to ``counter[key]``; whether ``log_key`` is logged for the first time."""
         with self._lock:
@@ -86,6 +94,10 @@ class PipelineHealth:
     def moves(self) -> dict[str, int]:
         """The GPU boards moved to another index of their node, by stage."""
         return self._copy(self.gpus_moved)
+
+    def unassigned(self) -> dict[str, int]:
+        """The records left to their partition's owner, by stage."""
+        return self._copy(self.records_not_assigned)
 
     def _copy(self, counter: Counter) -> dict:
         with self._lock:

@@ -117,6 +117,7 @@ CATALOGUE: tuple[MetricSpec, ...] = (
     MetricSpec(f"{NS}_topology_changes_total", "counter", "Times a live source's derived topology changed: took in GPUs it did not list (a node replaced or added), or forgot a host gone for long (--forget-after)", ("cluster", "stage")),
     MetricSpec(f"{NS}_gpus_replaced_total", "counter", "GPUs found with another board in their slot (their UUID changed: an RMA), by stage: the live source that read the UUIDs, and the pipeline stage (guard) that started their detector state afresh", ("cluster", "stage")),
     MetricSpec(f"{NS}_gpus_moved_total", "counter", "GPU boards read at another index of their node than before (a node rebooted with a GPU missing lists the later GPUs one index lower): no RMA, their detector state follows them; by stage, as gpus_replaced", ("cluster", "stage")),
+    MetricSpec(f"{NS}_records_not_assigned_total", "counter", "Kafka records of a frames partition no longer (or not yet) assigned to this worker, left to the partition's owner (a rebalance): not processed, and not an input problem", ("cluster", "stage")),
     MetricSpec(f"{NS}_dead_letters_total", "counter", "Records sent to the dead-letter topic", ("cluster",)),
     MetricSpec(f"{NS}_ingest_lag_seconds", "gauge", "Seconds from receiving a batch to finishing its detection", ("cluster",)),
     MetricSpec(f"{NS}_last_telemetry_timestamp_seconds", "gauge", "Telemetry timestamp of the newest sample processed", ("cluster",)),
@@ -634,11 +635,13 @@ def _source_counts(health: PipelineHealth, cluster: str) -> Iterator[Metric]:
     """What a process's live sources count beside their samples, by stage: the polls they
     skipped, the changes of the topology they derive, and the GPU boards they found replaced or
     moved. A pipeline's collector and an ingest agent's alike: in a Kafka deployment the polled
-    source runs in the agent, and only the agent's /metrics has its counts."""
+    source runs in the agent, and only the agent's /metrics has its counts. And a Kafka worker's
+    records left to their partition's owner after a rebalance."""
     yield _counts(f"{NS}_polls_skipped_total", cluster, health.skipped())
     yield _counts(f"{NS}_topology_changes_total", cluster, health.changes())
     yield _counts(f"{NS}_gpus_replaced_total", cluster, health.replacements())
     yield _counts(f"{NS}_gpus_moved_total", cluster, health.moves())
+    yield _counts(f"{NS}_records_not_assigned_total", cluster, health.unassigned())
 
 
 def _hottest(values: np.ndarray, k: int) -> np.ndarray:

@@ -41,7 +41,8 @@ here:
   partition's next owner, reads on from the last checkpoint;
 - an event of a frames partition revoked from this worker that still reaches it (one taken
   before the rebalance, or prefetched) is left to the partition's new owner: not processed, not
-  acknowledged, counted (``not_assigned`` in the worker's status). Processed, it had loaded the
+  acknowledged, counted (``foreshock_records_not_assigned_total``, and ``not_assigned`` in the
+  worker's status). Processed, it had loaded the
   partition again from its checkpoint, and this worker wrote findings and checkpoints for it
   beside the new owner.
 """
@@ -597,11 +598,12 @@ class ForeshockWorker:
         reads it from its checkpoint: not processed, not acknowledged (no commit may pass it),
         not a dead letter (nothing is wrong with it). Counted; logged once."""
         self.counts["not_assigned"] += 1
+        self.health.not_assigned("worker")
         if not self._unassigned_logged:
             self._unassigned_logged = True
             log.info("%s/%d@%d: the partition is not assigned to this worker (revoked in a rebalance): left to "
-                     "its owner (such events counted in the worker's status, 'not_assigned'; logged once)",
-                     message.topic, message.partition, message.offset)
+                     "its owner (such events counted in foreshock_records_not_assigned_total and the worker's "
+                     "status, 'not_assigned'; logged once)", message.topic, message.partition, message.offset)
 
     async def on_json(self, event: Any) -> None:
         message = event.message

@@ -16,6 +16,7 @@ import pytest
 from aiokafka.structs import TopicPartition
 from test_kafka_poison_records import FRAMES_TOPIC, JSON_TOPIC, _event, _Stream, _worker
 
+from foreshock.exporters.prometheus import build_registry
 from foreshock.frames import Frame, frames_from_records
 from foreshock.streams.kafka_codec import PartitionMap, encode_bundle, json_to_frames
 from foreshock.streams.kafka_worker import apply_delta, state_delta
@@ -51,6 +52,9 @@ def test_an_event_of_a_revoked_partition_is_left_to_its_new_owner(tmp_path: Path
         assert not worker.detection.owns(0) and 0 not in worker.held
         assert sent == [] and 8 not in stream.acked  # no findings, no dead letter, no commit past it
         assert worker.counts["not_assigned"] == 1 and not worker.health.problems
+        # and in the worker's /metrics: a rebalance's leftovers are seen, not only logged at its stop
+        assert build_registry(worker.store).get_sample_value(
+            "foreshock_records_not_assigned_total", {"cluster": small_topology.cluster, "stage": "worker"}) == 1.0
         # the partition this worker keeps goes on as before
         await worker.handle(worker.on_piece, stream, _event(FRAMES_TOPIC, 4, *_piece(small_topology, 1, 2),
                                                             partition=1))
