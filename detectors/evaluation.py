@@ -30,8 +30,9 @@ within its horizon, and its lead time is how early it came. Concretely, per *eve
   when ``s < start <= s + horizon * max(ceil((w - s) / horizon), 1)`` — strictly after it was
   raised (firing once the throttle bit is set predicts nothing) and within its last statement's
   horizon. Its lead is ``start - max(s, start - horizon)``, from the earliest such alarm. So an
-  alarm earns at most one episode, and one that earns it is a true positive for precision
-  wherever its statement is judged; a statement precision leaves unjudged (its horizon outlives
+  alarm earns at most one episode — kept up past the merge gap after it, from its next statement
+  on it is scored as an alarm raised then (below), which may earn the next — and one that earns it
+  is a true positive for precision wherever its statement is judged; a statement precision leaves unjudged (its horizon outlives
   the recording, its job stopped) still predicts the episode it covers. (Until 2026-12-01 an
   alarm kept up through an episode earned the next one too, with the full horizon as its lead —
   the same "it may happen again" claim the precision rule below leaves unjudged; until
@@ -46,13 +47,19 @@ within its horizon, and its lead time is how early it came. Concretely, per *eve
   the alarm is judged by it (until 2026-12-04 such an episode could never be predicted, and was
   scored as missed). A statement that comes true on an episode recall does not score (one in the
   warm-up) is not judged either (until 2026-12-04 it was a true positive). Nor is
-  the statement during which the GPU's job stopped (ground truth ``job_slowdown_start``,
+  a statement during which the GPU's job stopped (ground truth ``job_slowdown_start``,
   reason ``interrupted``, or an XID 79 on one of its GPUs: a member fell off the bus or shut
   down; or ``job_end``: the job finished), unless its episode came first: an
   idle GPU cannot confirm or refute a claim about its load. That holds for a stop after the alarm
-  was withdrawn too, within its last statement's horizon. Any other alarm states "the event comes within the horizon" once per horizon it
+  was withdrawn too, within its last statement's horizon, and for every stop its statements
+  reach (until 2026-12-04 only the first). Any other alarm states "the event comes within the horizon" once per horizon it
   stays active; each such statement is a true positive when an episode of that entity starts
-  within the horizon after it, otherwise a false alarm.
+  within the horizon after it, otherwise a false alarm. An alarm whose claim an episode settled
+  (it came true on it, or the alarm was raised in it) and that is still up at its first statement
+  after that episode's merge gap claims anew from that statement, as one raised again then would:
+  judged statement by statement, and able to predict the entity's next episode (:func:`_continued`;
+  until 2026-12-04 nothing it stated after its first hit was judged however long it stayed up, so
+  an alarm never withdrawn had no false alarm after its first true one).
 - **Censoring** (``censor_at_end``: the thermal kinds and link-down): a statement whose horizon
   outlives the recording is not judged — a 30-minute claim made in its last 30 minutes cannot be
   checked, whether or not its event came (until 2026-12-01 one that came counted as a hit, and
@@ -838,33 +845,11 @@ def score_spans(spans: SpanTable, eps: EpisodeTable, kind: EventKind, scopes: Se
     horizon, gap, t0 = kind.horizon_s, kind.merge_gap_s, start
     n_f = len(eps.faults)
     none_code = eps.faults.index(NO_FAULT)
-    e_key = _key(eps.entity, eps.start, t0)
-    s_key = _key(spans.entity, spans.start, t0)
-    # spans raised during an episode (or within the merge gap after it) are not judged: neither
-    # for precision nor for recall — else "it may happen again" said as each episode lets go
-    # would earn the next episode at no cost in precision
     n_e = len(eps.start)
-    prev = np.searchsorted(e_key, s_key, side="right") - 1
-    p = np.maximum(prev, 0)
-    during = (prev >= 0) & (eps.entity[p] == spans.entity) if n_e else np.zeros(len(s_key), bool)
-    if n_e:
-        during &= spans.start <= eps.end[p] + gap
-    # the entity's first episode after each span starts: the span's claim is about that one
-    nxt = prev + 1
-    q = np.minimum(nxt, max(n_e - 1, 0))
-    has_next = (nxt < n_e) & (eps.entity[q] == spans.entity) if n_e else np.zeros(len(s_key), bool)
-    if n_e:
-        # ... and a span raised after its previous episode ended is judged by the next one where
-        # that one starts within the gap: another fault's, split off (:func:`episodes`: the same
-        # fault's would have merged). Taken as "during" the earlier one, such an episode (a PSU
-        # failure's cap 90 s after a fault-free cap let go) could never be predicted, yet was
-        # scored as missed
-        during &= ~(has_next & (spans.start > eps.end[p]) & (eps.start[q] - eps.end[p] <= gap))
-    # a span states its claim at s, s + h, ... while active (the statement made at s + k*h covers
-    # (s + k*h, s + (k + 1)*h]); the claim is about that first episode, which statement k_hit covers
-    n_stmt = _statements(spans, horizon)
-    k_hit = np.where(has_next, np.ceil((eps.start[q] - spans.start) / horizon) - 1.0, np.inf) if n_e \
-        else np.full(len(s_key), np.inf)
+    # an alarm kept up past the episode its claim was settled by (or that it was raised in) and
+    # past the merge gap after it claims anew from then on, as one withdrawn and raised again
+    spans = _continued(spans, eps, horizon, gap, t0)
+    during, q, has_next, n_stmt, k_hit = _claims(spans, eps, horizon, gap, t0)
     live = ~during
     # recall: an episode is predicted by the judged spans whose claim is about it and that made the
     # statement covering its onset — the rule precision judges a statement by, so no span is a hit
@@ -881,18 +866,22 @@ def score_spans(spans: SpanTable, eps: EpisodeTable, kind: EventKind, scopes: Se
     if kind.censor_at_end:  # statements whose horizon outlives the recording are not judged
         judged = np.maximum(np.floor((end - horizon - spans.start) / horizon) + 1.0, 0.0)
     else:
-        judged = np.full(len(s_key), np.inf)
-    # the statement during which the entity's job was interrupted (first interruption inside the
-    # span) is not judged either, unless its episode came before the interruption
-    k_int, t_int = _interrupted_statement(spans, interrupts, horizon, t0)
-    censored_hit = (k_hit == k_int) & ~(eps.start[q] < t_int) if n_e else np.zeros(len(s_key), bool)
+        judged = np.full(len(spans.start), np.inf)
+    # a statement during which the entity's job was interrupted (any interruption within the span's
+    # statements) is not judged either, unless its episode came before the interruption
+    i_span, i_k, i_t = _interrupted_statements(spans, interrupts, horizon, t0)
+    t_hit = np.full(len(spans.start), np.inf)  # the first interruption within the hit's statement
+    at_hit = i_k == k_hit[i_span]
+    np.minimum.at(t_hit, i_span[at_hit], i_t[at_hit])
+    censored_hit = np.isfinite(t_hit) & ~(eps.start[q] < t_hit) if n_e else np.zeros(len(spans.start), bool)
     # a hit on an episode recall does not score (the warm-up's) is left unjudged, as the episode is
     tp = covered & (k_hit < judged) & ~censored_hit & (eps.scored[q] if n_e else True)
     n_claims = np.where(live, np.minimum(np.minimum(k_hit, n_stmt), judged), 0.0).astype(np.int64)
     # the false statements (each made at fp_t), charged to the fault its entity's state is put down to then
     fp_span = np.repeat(np.arange(len(n_claims)), n_claims)
     fp_k = np.arange(len(fp_span)) - np.repeat(np.cumsum(n_claims) - n_claims, n_claims)
-    keep = fp_k != k_int[fp_span]
+    per_span = int(max(n_claims.max(initial=0), i_k.max(initial=0))) + 1
+    keep = ~np.isin(fp_span * per_span + fp_k, i_span * per_span + i_k)
     fp_span, fp_k = fp_span[keep], fp_k[keep]
     fp_t = spans.start[fp_span] + horizon * fp_k
     fp_ent = spans.entity[fp_span]
@@ -1001,28 +990,102 @@ def _statements(spans: SpanTable, horizon: float) -> np.ndarray:
     return np.maximum(np.ceil((spans.end - spans.start) / horizon), 1.0)  # type: ignore[no-any-return]
 
 
-def _interrupted_statement(spans: SpanTable, interrupts: tuple[np.ndarray, np.ndarray] | None, horizon: float,
-                           t0: float) -> tuple[np.ndarray, np.ndarray]:
-    """Per span: the index of the statement whose window holds the first interruption of the
-    entity's job inside the span (-1 if none), and that time (inf if none)."""
+def _claims(spans: SpanTable, eps: EpisodeTable, horizon: float, gap: float,
+            t0: float) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Per span: ``(during, q, has_next, n_stmt, k_hit)`` — whether it was raised in an episode (or
+    within the merge gap after it: not judged), the episode its claim is about (``q``, where
+    ``has_next``: the entity's first after it starts), how many statements it makes, and the one
+    covering that episode's onset (``k_hit``; inf: none)."""
+    # spans raised during an episode (or within the merge gap after it) are not judged: neither
+    # for precision nor for recall — else "it may happen again" said as each episode lets go
+    # would earn the next episode at no cost in precision
+    n_e = len(eps.start)
+    e_key = _key(eps.entity, eps.start, t0)
+    s_key = _key(spans.entity, spans.start, t0)
+    prev = np.searchsorted(e_key, s_key, side="right") - 1
+    p = np.maximum(prev, 0)
+    during = (prev >= 0) & (eps.entity[p] == spans.entity) if n_e else np.zeros(len(s_key), bool)
+    if n_e:
+        during &= spans.start <= eps.end[p] + gap
+    # the entity's first episode after each span starts: the span's claim is about that one
+    nxt = prev + 1
+    q = np.minimum(nxt, max(n_e - 1, 0))
+    has_next = (nxt < n_e) & (eps.entity[q] == spans.entity) if n_e else np.zeros(len(s_key), bool)
+    if n_e:
+        # ... and a span raised after its previous episode ended is judged by the next one where
+        # that one starts within the gap: another fault's, split off (:func:`episodes`: the same
+        # fault's would have merged). Taken as "during" the earlier one, such an episode (a PSU
+        # failure's cap 90 s after a fault-free cap let go) could never be predicted, yet was
+        # scored as missed
+        during &= ~(has_next & (spans.start > eps.end[p]) & (eps.start[q] - eps.end[p] <= gap))
+    # a span states its claim at s, s + h, ... while active (the statement made at s + k*h covers
+    # (s + k*h, s + (k + 1)*h]); the claim is about that first episode, which statement k_hit covers
+    n_stmt = _statements(spans, horizon)
+    k_hit = np.where(has_next, np.ceil((eps.start[q] - spans.start) / horizon) - 1.0, np.inf) if n_e \
+        else np.full(len(s_key), np.inf)
+    return during, q, has_next, n_stmt, k_hit
+
+
+def _continued(spans: SpanTable, eps: EpisodeTable, horizon: float, gap: float, t0: float) -> SpanTable:
+    """``spans`` with each one still up at its first statement after the merge gap that follows
+    the episode settling its claim split there: the episode it came true on (its statement covering
+    the onset), or the one it was raised in (not judged). From that statement on (its own grid, ``s +
+    k*h``) it claims anew, as an alarm raised again then would, and is judged so — each statement
+    true where an episode starts within its horizon, else a false alarm — and may predict the
+    entity's next episode. Its statements between the settling episode and that one stay unjudged
+    ("it may happen again"), as before; an alarm withdrawn with a detector's hysteresis after its
+    episode makes no new claim. (Until 2026-12-04 a span's statements after its first hit were never
+    judged, however long it stayed up: an alarm never withdrawn had no false alarm after its first
+    true one, one withdrawn and raised again was charged for the same claims; and one raised in an
+    episode was never judged at all.) The split repeats on the continuations (each starts after
+    the last)."""
+    if not len(eps.start) or not len(spans.start):
+        return spans
+    for _ in range(len(eps.start) + 1):  # each round moves every continuation past another episode
+        during, q, has_next, n_stmt, k_hit = _claims(spans, eps, horizon, gap, t0)
+        prev = np.searchsorted(_key(eps.entity, eps.start, t0), _key(spans.entity, spans.start, t0), side="right") - 1
+        release = np.full(len(spans.start), np.inf)
+        release[during] = eps.end[np.maximum(prev, 0)[during]] + gap
+        settled = ~during & has_next & (k_hit < n_stmt)
+        release[settled] = eps.end[q[settled]] + gap
+        # its next statement after that: the span's own grid goes on (s + k*h)
+        anew = spans.start + horizon * (np.floor((release - spans.start) / horizon) + 1.0)
+        cont = spans.end > anew
+        if not cont.any():
+            break
+        spans = SpanTable.of(np.concatenate([spans.entity, spans.entity[cont]]),
+                             np.concatenate([spans.start, anew[cont]]),
+                             np.concatenate([np.where(cont, anew, spans.end), spans.end[cont]]))
+    return spans
+
+
+def _interrupted_statements(spans: SpanTable, interrupts: tuple[np.ndarray, np.ndarray] | None, horizon: float,
+                            t0: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Every interruption of an entity's job within the reach of one of its spans' statements, as
+    ``(span, statement index, time)``: a statement made at ``s + k*h`` covers ``(s + k*h, s + (k + 1)*h]``
+    (an interruption at ``s`` itself, the first). Within the reach of the span's last statement,
+    also after a withdrawal: a claim made before it still stands until its horizon (a throttle then
+    would count as its hit). Every interruption, not only the span's first (until 2026-12-04 a
+    statement during a later one was judged: a job that finished, then the next one interrupted)."""
     n = len(spans.start)
-    k = np.full(n, -1, dtype=np.int64)
-    t = np.full(n, np.inf)
+    none = (np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0))
     if interrupts is None or not len(interrupts[0]) or not n:
-        return k, t
+        return none
     ent, when = interrupts
     order = np.lexsort((when, ent))
     ent, when = ent[order], when[order]
-    i = np.searchsorted(_key(ent, when, t0), _key(spans.entity, spans.start, t0), side="left")
-    ic = np.minimum(i, len(ent) - 1)
-    # within the reach of the span's last statement, also after a withdrawal: a claim made before
-    # it still stands until its horizon (a throttle then would count as its hit)
+    keys = _key(ent, when, t0)
     reach = spans.start + horizon * _statements(spans, horizon)
-    inside = (i < len(ent)) & (ent[ic] == spans.entity) & (when[ic] <= reach)
-    t = np.where(inside, when[ic], np.inf)
-    # a statement made at s + k*h covers (s + k*h, s + (k + 1)*h]
-    k = np.where(inside, np.maximum(np.ceil((t - spans.start) / horizon) - 1.0, 0.0), -1).astype(np.int64)
-    return k, t
+    lo = np.searchsorted(keys, _key(spans.entity, spans.start, t0), side="left")
+    hi = np.searchsorted(keys, _key(spans.entity, reach, t0), side="right")
+    count = np.maximum(hi - lo, 0)
+    span = np.repeat(np.arange(n), count)
+    at = np.repeat(lo, count) + np.arange(int(count.sum())) - np.repeat(np.cumsum(count) - count, count)
+    t = when[at]
+    inside = (ent[at] == spans.entity[span]) & (t >= spans.start[span]) & (t <= reach[span])
+    span, t = span[inside], t[inside]
+    k = np.maximum(np.ceil((t - spans.start[span]) / horizon) - 1.0, 0.0).astype(np.int64)
+    return span, k, t
 
 
 def job_interruptions(events: Iterable[Event], recording: Recording, kind: EventKind,

@@ -49,8 +49,12 @@ def scored():
     findings = [
         pred(4000, 0), pred(4060, 0), pred(5600, 0, active=False),  # hit, lead 1000 s
         pred(5350, 0), pred(5360, 0, active=False),  # raised during the episode: not scored
-        pred(7990, 1),  # hit, lead 10 s, open to the end
-        pred(350, 2),  # during a warm-up episode: not scored
+        # hit, lead 10 s, open to the end: still up at its first statement after its episode and
+        # the merge gap (9790 s), it claims anew from there: 9790 false, 11590 outlives the recording
+        pred(7990, 1),
+        # raised during a warm-up episode: not scored; still up at its first statement after the
+        # gap (2150 s), it claims anew: 2150, 3950, ... 11150 false (six), 12950 outlives
+        pred(350, 2),
         pred(2000, 3), pred(2100, 3, active=False),  # a false alarm
         pred(9000, 3),  # open from 9000 to 13000: three horizons, two judged false statements
         pred(9500, 3, event="power_cap"),
@@ -67,22 +71,25 @@ def test_episodes_merge_gaps_and_keep_their_fault():
 
 
 def test_scores_by_hand(scored):
-    # 2 scored episodes, both predicted; leads 1000 and 10 s; 2 true and 3 false statements — the
+    # 2 scored episodes, both predicted; leads 1000 and 10 s; 2 true and 10 false statements — the
     # open span from 9000 s states at 9000, 10800 and 12600 s, and the last one's 30 minutes
-    # outlive the recording (13000 s): not judged
+    # outlive the recording (13000 s): not judged; the two alarms kept up after their episodes
+    # (gpu1, gpu2) claim anew from their first statement past the merge gap: 1 + 6 more (the
+    # fixture). Until 2026-12-04 their later statements were never judged: 2 true, 3 false
     assert scored["episodes"] == 2
     assert scored["recall"] == 1.0
-    assert scored["precision"] == pytest.approx(2 / 5, abs=1e-4)
+    assert scored["precision"] == pytest.approx(2 / 12, abs=1e-4)
     assert scored["lead_median_s"] == pytest.approx(505.0)
     assert scored["lead_p10_s"] == pytest.approx(10 + 0.1 * 990)
     assert scored["leads_s"] == [10.0, 1000.0]
     assert scored["recall_at_min_lead"] == 0.5  # 1000 s >= 300 s; 10 s is not
     gpu_hours = 4 * 13000 / 3600
-    assert scored["false_alarms_per_1000_gpu_hours"] == pytest.approx(3 / gpu_hours * 1000, abs=1e-3)
+    assert scored["false_alarms_per_1000_gpu_hours"] == pytest.approx(10 / gpu_hours * 1000, abs=1e-3)
     by = scored["by_fault"]
     assert by["tim_degradation"]["episodes"] == 1 and by["tim_degradation"]["lead_median_s"] == 1000.0
     assert by["tim_degradation"]["precision"] == 1.0
     assert by["cooling_loss"]["recall"] == 1.0 and by["cooling_loss"]["lead_median_s"] == 10.0
+    assert by["cooling_loss"]["precision"] == pytest.approx(1 / 2, abs=1e-4)  # its claim anew after the episode
     assert by["none"]["episodes"] == 0 and by["none"]["recall"] is None and by["none"]["precision"] == 0.0
 
 
@@ -277,21 +284,48 @@ def naive_score(findings, events, kind, recording, start, end):
     def first_after(mine, s):  # the onset of the entity's first episode after s: an alarm's claim
         return min((e.start for e in mine if e.start > s), default=math.inf)
 
-    def during(mine, s):
-        """Raised inside an episode or within merge_gap_s after it: not judged. Unless it was raised
-        after the episode ended and the next one (another fault's, split off) starts within that
-        gap: then its claim is about that one."""
+    def raised_in(mine, s):
+        """The episode an alarm raised at s was raised in, or within merge_gap_s after: it is not
+        judged. Unless it was raised after the episode ended and the next one (another fault's,
+        split off) starts within that gap: then its claim is about that one."""
         for e in mine:
             if e.start <= s <= e.end + kind.merge_gap_s:
                 if s > e.end and any(s < n.start <= e.end + kind.merge_gap_s for n in mine):
                     continue
-                return True
-        return False
+                return e
+        return None
+
+    def during(mine, s):
+        return raised_in(mine, s) is not None
+
+    def claims(mine, s, w):
+        """An alarm active from s to w, as the spans it claims as: from its first statement (s, s + h,
+        ...) after the merge gap that follows the episode its claim came true on (a statement of it
+        covers the onset), or the one it was raised in, it claims anew, as if raised again then."""
+        out = []
+        while True:
+            settled = raised_in(mine, s)
+            if settled is None:
+                onset = first_after(mine, s)
+                if onset <= s + h * max(math.ceil((w - s) / h), 1):
+                    settled = next(e for e in mine if e.start == onset)
+            if settled is None or w <= settled.end + kind.merge_gap_s:  # (an open episode's end: inf)
+                return out + [(s, w)]
+            anew = s
+            while anew <= settled.end + kind.merge_gap_s:
+                anew += h
+            if w <= anew:
+                return out + [(s, w)]
+            out.append((s, anew))
+            s = anew
+
+    spans_of = {entity: [c for s, w in spans for c in claims(mine_of.get(entity, []), s, w)]
+                for entity, spans in alarms.items()}
 
     for ep in eps:
         mine = mine_of.get(ep.entity, [])
         leads = []
-        for s, w in alarms.get(ep.entity, ()):
+        for s, w in spans_of.get(ep.entity, ()):
             if during(mine, s) or first_after(mine, s) != ep.start:
                 continue  # not judged, or its claim is about another episode
             t = s
@@ -307,19 +341,20 @@ def naive_score(findings, events, kind, recording, start, end):
             if leads:
                 a["hits"] += 1
                 a["leads"].append(max(leads))
-    for entity, spans in alarms.items():
+    for entity, spans in spans_of.items():
         mine = mine_of.get(entity, [])
         for s, w in spans:
             if during(mine, s):
                 continue
             reach = s + h * max(math.ceil((w - s) / h), 1)  # the last statement's horizon
-            ti = next((x for x in stops if s <= x <= reach), None)  # the first interruption it reaches
             t = s
             while True:
                 if kind.censor_at_end and t + h > end:
                     break  # outlives the recording: not judged, come true or not
                 hit = next((ep for ep in mine if t < ep.start <= t + h), None)
-                if ti is not None and (t < ti <= t + h or ti == t == s) and (hit is None or not hit.start < ti):
+                # the job stopped during this statement (any stop the span's statements reach)
+                ti = min((x for x in stops if s <= x <= reach and (t < x <= t + h or x == t == s)), default=None)
+                if ti is not None and (hit is None or not hit.start < ti):
                     if hit is not None:  # its episode came after the job stopped: not judged
                         break
                     t += h  # the job stopped during this statement: not judged
@@ -575,24 +610,34 @@ def test_a_claim_raised_as_an_episode_lets_go_earns_neither_precision_nor_the_ne
     assert m["precision"] == 1.0 and m["lead_median_s"] == 250.0
 
 
-def test_an_alarm_kept_up_through_a_throttle_does_not_earn_the_next_one_too() -> None:
+def test_an_alarm_kept_up_through_a_throttle_is_scored_as_one_raised_again_at_its_next_statement() -> None:
     """gpu0's alarm, raised 300 s before its first throttle and kept up through it and after,
-    earned the throttle 600 s later as well, with the full horizon as its lead: on seed 33 one
-    such alarm made the TIM class's median lead 22 min where the GPU was warned 7 s ahead. Raised
-    again after the first throttle (gpu1) the same claim is not judged; kept up (gpu0) it is not
-    credited either."""
-    topo = small_topology(nodes=1, gpus=2, racks=1)
+    had earned the next throttle too, its lead counted from when it was first raised: on seed 33
+    one such alarm made the TIM class's median lead 22 min where the GPU was warned 7 s ahead.
+    Then (2026-12-02 to 2026-12-04) it earned nothing after its first hit and none of its later
+    statements was judged: one never withdrawn had no false alarm after its first true one. Now,
+    still up at its first statement after the merge gap that follows its episode (4500 s), it
+    claims anew from there, exactly as gpu1's alarm, withdrawn at the throttle and raised again at
+    4500 s: both are judged by the same statements and earn the second throttle 1500 s ahead.
+    Withdrawn before that statement (gpu2, at 4400 s), an alarm claims nothing more."""
+    topo = small_topology(nodes=1, gpus=3, racks=1)
     rec = Recording(Path("."), topo, {"faults": []})
     events = []
-    for g in (0, 1):  # two throttles more than a horizon apart
+    for g in (0, 1, 2):  # two throttles more than a horizon apart
         events += [gpu_event(3000, "thermal_throttle_start", g), gpu_event(3100, "thermal_throttle_end", g),
                    gpu_event(6000, "thermal_throttle_start", g), gpu_event(6100, "thermal_throttle_end", g)]
     findings = [pred(2700, 0), pred(5950, 0, active=False),  # up through the first throttle
-                pred(2700, 1), pred(3000, 1, active=False), pred(3150, 1), pred(5950, 1, active=False)]
+                pred(2700, 1), pred(3000, 1, active=False), pred(4500, 1), pred(5950, 1, active=False),
+                pred(2700, 2), pred(4400, 2, active=False)]
     kind = ev.EventKind("thermal_throttle", "thermal_throttle_start", "thermal_throttle_end", "thermal_throttle",
                         "gpu", horizon_s=1800.0, merge_gap_s=120.0, warmup_s=0.0)
     m = ev.score_kind(findings, events, kind, rec, 0.0, 10000.0)
-    assert (m["episodes"], m["recall"], m["lead_median_s"]) == (4, 0.5, 300.0)
+    assert (m["episodes"], m["recall"], m["leads_s"]) == (6, 0.8333, [300.0] * 3 + [1500.0] * 2)
+    assert m["precision"] == 1.0
+    kept, again = (ev.score_kind(findings[a:b], events[c:c + 4], kind, rec, 0.0, 10000.0)
+                   for a, b, c in ((0, 2, 0), (2, 6, 4)))
+    assert kept == again
+    _as_naive(m, naive_score(findings, events, kind, rec, 0.0, 10000.0))
 
 
 THROTTLE_0_WARMUP = ev.EventKind("thermal_throttle", "thermal_throttle_start", "thermal_throttle_end",
@@ -818,7 +863,9 @@ def test_an_episode_split_off_within_the_gap_can_be_predicted(raised: float) -> 
     merge gap), so not judged: the PSU cap could never be predicted, yet was scored as missed."""
     kind = ev.EVENT_KINDS["power_cap"]
     events, rec = _psu_cap_after_a_free_one()
-    findings = [pred(raised, 0, event="power_cap")]
+    # withdrawn within the gap after the PSU cap (kept up past it, it would claim anew: see
+    # test_an_alarm_kept_up_through_a_throttle_is_scored_as_one_raised_again_at_its_next_statement)
+    findings = [pred(raised, 0, event="power_cap"), pred(2550.0, 0, active=False, event="power_cap")]
     m = ev.score_kind(findings, events, kind, rec, 0.0, 5000.0)
     assert m["by_fault"]["psu_failure"]["recall"] == 1.0
     assert m["leads_s"] == [2110.0 - raised]
@@ -831,9 +878,15 @@ def test_an_alarm_raised_while_an_episode_holds_still_claims_nothing_about_the_s
     not judged, whatever comes within the gap."""
     kind = ev.EVENT_KINDS["power_cap"]
     events, rec = _psu_cap_after_a_free_one()
-    findings = [pred(2020.0, 0, event="power_cap")]
+    findings = [pred(2020.0, 0, event="power_cap"), pred(2550.0, 0, active=False, event="power_cap")]
     m = ev.score_kind(findings, events, kind, rec, 0.0, 5000.0)
     assert m["recall"] == 0.0 and m["precision"] is None
+    # kept up to the end instead, past the gap after the PSU cap (2620 s), it claims anew from its
+    # next statement (2920 s): seven statements to 5000 s, none of them true
+    kept = ev.score_kind(findings[:1], events, kind, rec, 0.0, 5000.0)
+    assert kept["recall"] == 0.0 and kept["precision"] == 0.0
+    assert kept["false_alarms_per_1000_gpu_hours"] == pytest.approx(7 / (4 * 5000 / 3600) * 1000, abs=1e-3)
+    _as_naive(kept, naive_score(findings[:1], events, kind, rec, 0.0, 5000.0))
     _as_naive(m, naive_score(findings, events, kind, rec, 0.0, 5000.0))
 
 
@@ -867,3 +920,25 @@ def test_one_detector_withdrawing_does_not_end_anothers_alarm() -> None:
     # one detector's spans come out as they went in
     alone = [by("A", 1000.0), by("A", 1600.0, active=False), by("A", 1600.0), by("A", 2000.0, active=False)]
     assert ev.alarm_intervals(alone, KIND, rec.topology, 9000.0) == {"node0/gpu0": [(1000.0, 1600.0), (1600.0, 2000.0)]}
+
+
+def test_every_statement_during_which_the_job_stopped_is_left_unjudged() -> None:
+    """One alarm, up from 1000 to 5200 s, while its GPU's job stops twice: the schedule ends it at
+    1300 s, the next one is interrupted by a member falling off the bus at 5000 s. The statements
+    at 1000 s (the first stop) and at 4600 s (the second) say nothing an idle GPU could confirm;
+    only the one at 2800 s is judged (false). Until 2026-12-04 only the statement holding the
+    span's first stop was left out: 2 false statements (the audit's repro)."""
+    kind = ev.EventKind("thermal_throttle", "thermal_throttle_start", "thermal_throttle_end", "thermal_throttle",
+                        "gpu", horizon_s=1800.0, merge_gap_s=600.0, warmup_s=0.0)
+    rec = Recording(Path("."), small_topology(nodes=1, gpus=4, racks=1), {"faults": []})
+    stops = [Event(1300.0, "job_end", "job", "job0", "", "", {"reason": "completed"}),
+             Event(2000.0, "job_start", "job", "job0", "", "", {}),
+             Event(5000.0, "job_slowdown_start", "job", "job0", "f9", "xid79", {"reason": "interrupted"})]
+    findings = [pred(1000, 1), pred(5200, 1, active=False)]
+    m = ev.score_kind(findings, stops, kind, rec, 0.0, 10000.0)
+    gpu_hours = 4 * 10000 / 3600
+    assert m["precision"] == 0.0 and m["false_alarms_per_1000_gpu_hours"] == pytest.approx(1 / gpu_hours * 1000)
+    for alone in (stops[:1], stops[2:]):  # either stop alone leaves its own statement out: two false
+        one = ev.score_kind(findings, alone, kind, rec, 0.0, 10000.0)
+        assert one["false_alarms_per_1000_gpu_hours"] == pytest.approx(2 / gpu_hours * 1000)
+    _as_naive(m, naive_score(findings, stops, kind, rec, 0.0, 10000.0))
