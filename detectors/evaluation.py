@@ -32,8 +32,9 @@ within its horizon, and its lead time is how early it came. Concretely, per *eve
   horizon. Its lead is ``start - max(s, start - horizon)``, from the earliest such alarm. So an
   alarm earns at most one episode — kept up past the merge gap after it, from its next statement
   on it is scored as an alarm raised then (below), which may earn the next — and one that earns it
-  is a true positive for precision wherever its statement is judged; a statement precision leaves unjudged (its horizon outlives
-  the recording, its job stopped) still predicts the episode it covers. (Until 2026-12-01 an
+  is a true positive for precision wherever its statement is judged; a statement precision leaves
+  unjudged (its horizon outlives the recording, its job stopped) still predicts the episode it
+  covers. (Until 2026-12-01 an
   alarm kept up through an episode earned the next one too, with the full horizon as its lead —
   the same "it may happen again" claim the precision rule below leaves unjudged; until
   2026-12-02 an episode was predicted by an alarm active at some time in
@@ -52,8 +53,8 @@ within its horizon, and its lead time is how early it came. Concretely, per *eve
   down; or ``job_end``: the job finished), unless its episode came first: an
   idle GPU cannot confirm or refute a claim about its load. That holds for a stop after the alarm
   was withdrawn too, within its last statement's horizon, and for every stop its statements
-  reach (until 2026-12-04 only the first). Any other alarm states "the event comes within the horizon" once per horizon it
-  stays active; each such statement is a true positive when an episode of that entity starts
+  reach (until 2026-12-04 only the first). Any other alarm states "the event comes within the
+  horizon" once per horizon it stays active; each such statement is a true positive when an episode of that entity starts
   within the horizon after it, otherwise a false alarm. An alarm whose claim an episode settled
   (it came true on it, or the alarm was raised in it) and that is still up at its first statement
   after that episode's merge gap claims anew from that statement, as one raised again then would:
