@@ -847,10 +847,10 @@ def score_spans(spans: SpanTable, eps: EpisodeTable, kind: EventKind, scopes: Se
     n_f = len(eps.faults)
     none_code = eps.faults.index(NO_FAULT)
     n_e = len(eps.start)
-    # an alarm kept up past the episode its claim was settled by (or that it was raised in) and
-    # past the merge gap after it claims anew from then on, as one withdrawn and raised again
+    # an alarm still up at its first statement past the merge gap after the episode settling its
+    # claim (or the one it was raised in) claims anew from that statement, as one raised again then
     spans = _continued(spans, eps, horizon, gap, t0)
-    during, q, has_next, n_stmt, k_hit = _claims(spans, eps, horizon, gap, t0)
+    during, _, q, has_next, n_stmt, k_hit = _claims(spans, eps, horizon, gap, t0)
     live = ~during
     # recall: an episode is predicted by the judged spans whose claim is about it and that made the
     # statement covering its onset — the rule precision judges a statement by, so no span is a hit
@@ -992,11 +992,11 @@ def _statements(spans: SpanTable, horizon: float) -> np.ndarray:
 
 
 def _claims(spans: SpanTable, eps: EpisodeTable, horizon: float, gap: float,
-            t0: float) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Per span: ``(during, q, has_next, n_stmt, k_hit)`` — whether it was raised in an episode (or
-    within the merge gap after it: not judged), the episode its claim is about (``q``, where
-    ``has_next``: the entity's first after it starts), how many statements it makes, and the one
-    covering that episode's onset (``k_hit``; inf: none)."""
+            t0: float) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Per span: ``(during, p, q, has_next, n_stmt, k_hit)`` — whether it was raised in an episode
+    (or within the merge gap after it: not judged), that episode (``p``, where ``during``), the
+    episode its claim is about (``q``, where ``has_next``: the entity's first after it starts), how
+    many statements it makes, and the one covering that episode's onset (``k_hit``; inf: none)."""
     # spans raised during an episode (or within the merge gap after it) are not judged: neither
     # for precision nor for recall — else "it may happen again" said as each episode lets go
     # would earn the next episode at no cost in precision
@@ -1024,7 +1024,7 @@ def _claims(spans: SpanTable, eps: EpisodeTable, horizon: float, gap: float,
     n_stmt = _statements(spans, horizon)
     k_hit = np.where(has_next, np.ceil((eps.start[q] - spans.start) / horizon) - 1.0, np.inf) if n_e \
         else np.full(len(s_key), np.inf)
-    return during, q, has_next, n_stmt, k_hit
+    return during, p, q, has_next, n_stmt, k_hit
 
 
 def _continued(spans: SpanTable, eps: EpisodeTable, horizon: float, gap: float, t0: float) -> SpanTable:
@@ -1043,10 +1043,9 @@ def _continued(spans: SpanTable, eps: EpisodeTable, horizon: float, gap: float, 
     if not len(eps.start) or not len(spans.start):
         return spans
     for _ in range(len(eps.start) + 1):  # each round moves every continuation past another episode
-        during, q, has_next, n_stmt, k_hit = _claims(spans, eps, horizon, gap, t0)
-        prev = np.searchsorted(_key(eps.entity, eps.start, t0), _key(spans.entity, spans.start, t0), side="right") - 1
+        during, p, q, has_next, n_stmt, k_hit = _claims(spans, eps, horizon, gap, t0)
         release = np.full(len(spans.start), np.inf)
-        release[during] = eps.end[np.maximum(prev, 0)[during]] + gap
+        release[during] = eps.end[p[during]] + gap
         settled = ~during & has_next & (k_hit < n_stmt)
         release[settled] = eps.end[q[settled]] + gap
         # its next statement after that: the span's own grid goes on (s + k*h)
