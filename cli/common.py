@@ -235,7 +235,8 @@ def build_pipeline(topology: Topology, detectors: str | None, host: str, port: i
             external_targets(bank.processors)
         except ValueError as exc:
             raise click.UsageError(f"--external: {exc}") from None
-    store = FindingStore(topology, health, congestion_params=by_detector.get("congestion"))
+    store = FindingStore(topology, health, congestion_params=by_detector.get("congestion"),
+                         flag_refresh_s={name: p["refresh_s"] for name, p in by_detector.items() if "refresh_s" in p})
     tally = FindingTally(topology)
     # /metrics bound before the findings file is opened: opening truncates it, and a refused
     # --port or --host emptied the previous run's findings (review h28)

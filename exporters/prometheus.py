@@ -68,7 +68,7 @@ CATALOGUE: tuple[MetricSpec, ...] = (
     MetricSpec(f"{NS}_gpu_power_limit_watts", "gauge", "GPU enforced power limit (flagged GPUs and the top K hottest)", GPU_LABELS),
     MetricSpec(f"{NS}_gpu_sm_clock_hertz", "gauge", "GPU SM clock (flagged GPUs and the top K hottest)", GPU_LABELS),
     MetricSpec(f"{NS}_gpu_throttle_reasons", "gauge", "Clock event reason bitmask as NVML reports it (flagged GPUs and the top K hottest)", GPU_LABELS),
-    MetricSpec(f"{NS}_gpu_throttle_reason_active", "gauge", "1 when the named clock event reason bit is set (flagged GPUs)", GPU_LABELS + ("reason",)),
+    MetricSpec(f"{NS}_gpu_throttle_reason_active", "gauge", "1 when the named clock event reason bit is set (GPUs with a prediction, or held by a thermal or power-brake bit)", GPU_LABELS + ("reason",)),
     MetricSpec(f"{NS}_gpu_thermal_resistance_celsius_per_watt", "gauge", "Fitted die-to-coolant thermal resistance (flagged GPUs and the top K hottest)", GPU_LABELS),
     # aggregates, always
     MetricSpec(f"{NS}_rack_gpu_temperature_max_celsius", "gauge", "Hottest GPU core temperature in the rack", ("cluster", "rack")),
@@ -301,10 +301,14 @@ class ForeshockCollector(Collector):
                     fam.add_metric(labels[int(s)], float(r_est[1][s]))
         yield fam
         fam = _family(f"{NS}_gpu_throttle_reason_active")
-        flagged = {f.slot for f in snap.predictions if f.entity_kind == "gpu"}
+        # decoded for the predicted GPUs and those a thermal or power-brake bit holds now (as
+        # _flagged_gpus says: until 2026-12-04 a braking GPU had its mask but no decoded bits)
+        decoded = {f.slot for f in snap.predictions if f.entity_kind == "gpu"}
+        holding = _THERMAL_BITS | THROTTLE_BITS["hw_power_brake"]
+        decoded |= set(np.flatnonzero(np.nan_to_num(latest["throttle_reasons"]).astype(np.int64) & holding).tolist())
         for s in gpus:
             mask = latest["throttle_reasons"][s]
-            if int(s) not in flagged or math.isnan(mask):
+            if int(s) not in decoded or math.isnan(mask):
                 continue
             for reason, bit in THROTTLE_BITS.items():
                 fam.add_metric(labels[int(s)] + [reason], float(int(mask) & bit != 0))
@@ -611,8 +615,8 @@ class ForeshockCollector(Collector):
         g.add_metric([cluster], snap.ingest_lag_s)
         yield g
         g = _family(f"{NS}_last_telemetry_timestamp_seconds")
-        if math.isfinite(snap.last_ts):
-            g.add_metric([cluster], snap.last_ts)
+        if math.isfinite(snap.newest_ts):
+            g.add_metric([cluster], snap.newest_ts)
         yield g
         h = _family(f"{NS}_detector_latency_seconds")
         cumulative = np.cumsum(snap.latency_counts)

@@ -30,6 +30,8 @@ from typing import Callable, Iterable, Iterator, Mapping, Sequence, TypeVar
 import numpy as np
 
 from foreshock.detectors.congestion import params_vector, xmit_wait_limits
+from foreshock.detectors.cooling import PARAMS as COOLING_PARAMS
+from foreshock.detectors.straggler import PARAMS as STRAGGLER_PARAMS
 from foreshock.detectors.counters import CounterRates
 from foreshock.facts import OWN_LIMIT_MAX_C, OWN_LIMIT_MIN_C, XID_SEVERITY
 from foreshock.findings import BOARD_FOLLOWED, Anomaly, Finding, Incident, Prediction
@@ -59,6 +61,15 @@ OWN_LIMIT_FIELDS = frozenset({"slowdown_temp", "max_op_temp", "hbm_max_op_temp"}
 """A GPU's own thresholds: a value outside ``OWN_LIMIT_MIN_C``..``OWN_LIMIT_MAX_C`` is no report
 (nvidia-smi's T.Limit offsets, a 0), so it neither becomes the latest value nor replaces a limit
 kept from an earlier poll — the detectors' rule (``thermal_fit``'s kept thresholds)."""
+
+
+HELD_FLAG_REFRESH_S = {"cooling": COOLING_PARAMS["refresh_s"], "straggler": STRAGGLER_PARAMS["refresh_s"]}
+"""Detectors that say a held flag (an anomaly: anomalies are never withdrawn) again every
+``refresh_s`` rather than at each sample, by name: their flags are kept 1.5 refreshes (a refresh
+comes at the detector's next tick, a frame or two late), not ``anomaly_ttl_s``. Kept 300 s, a
+cooling or straggler flag still held had gone from /metrics for 300 of every 600 s, and a flagged
+GPU outside the top K with it (until 2026-12-04). A ``--param DET.refresh_s`` reaches the store
+through its ``flag_refresh_s``."""
 
 
 PredictionKey = tuple[str, str, int, str]
@@ -94,6 +105,9 @@ class StoreSnapshot:
     latency_count: int
     last_ts: float
     ingest_lag_s: float
+    # the newest timestamp of every row processed (``last_ts`` is the last frame's: the store's
+    # telemetry clock): ``foreshock_last_telemetry_timestamp_seconds``
+    newest_ts: float = float("nan")
     predictions_raised: dict[str, int] = field(default_factory=dict)
     xmit_wait_increase: np.ndarray = field(default_factory=lambda: np.zeros(0))
     # by leaf name: what the links this store no longer lists under that leaf had risen by
@@ -117,17 +131,22 @@ class FindingStore:
 
     def __init__(self, topology: Topology, health: PipelineHealth | None = None,
                  anomaly_ttl_s: float = 300.0, wall_clock: Callable[[], float] | None = None,
-                 congestion_params: Mapping[str, float] | None = None) -> None:
+                 congestion_params: Mapping[str, float] | None = None,
+                 flag_refresh_s: Mapping[str, float] | None = None) -> None:
         """``wall_clock``: make this a live store, measuring staleness, ETAs and the lapse of
         findings on that clock (``time.time``) by arrival; None (the default): on telemetry time,
         for replays, evaluations and demos (see the module docstring).
 
         ``congestion_params``: the congestion detector's parameter overrides (``counter_bits``,
         ``tick_bytes``, ``default_rate_bps``), so that the leaf counters read each link's
-        ``xmit_wait`` as that detector does (:func:`xmit_wait_counter`); None: its defaults."""
+        ``xmit_wait`` as that detector does (:func:`xmit_wait_counter`); None: its defaults.
+        ``flag_refresh_s``: detectors' ``refresh_s`` overrides, over :data:`HELD_FLAG_REFRESH_S`."""
         self.topology = topology
         self.health = health or PipelineHealth()
         self.anomaly_ttl_s = anomaly_ttl_s
+        # how long each detector's anomalies are kept: anomaly_ttl_s, or 1.5 refreshes of a held flag
+        self._flag_ttl = {name: max(anomaly_ttl_s, 1.5 * refresh)
+                          for name, refresh in {**HELD_FLAG_REFRESH_S, **(flag_refresh_s or {})}.items()}
         self._lock = threading.Lock()
         # latest values as one (fields, slots) block per kind, so one kernel pass updates them;
         # ``_latest`` gives the same arrays by field name (rows of the block)
@@ -174,6 +193,8 @@ class FindingStore:
         self._latency_sum = 0.0
         self._latency_count = 0
         self.last_ts = float("nan")
+        self.newest_ts = float("nan")  # never goes back: a source stamping behind the others (a BMC a
+        # minute late) moved the exported "newest sample processed" back at each of its frames
         self._lag = 0.0
 
     # ---- the clock -------------------------------------------------------------------------
@@ -222,6 +243,8 @@ class FindingStore:
                 self._accumulate_xmit_wait(frame)
             if newest[1]:  # some timestamp is finite: the newest (NaN skipped) is the clock
                 self.last_ts = float(newest[0])
+                if not self.newest_ts >= self.last_ts:  # (True for NaN)
+                    self.newest_ts = self.last_ts
             if self._wall_clock is not None:
                 self._hear(frame)
             if received_wall is not None:
@@ -299,13 +322,24 @@ class FindingStore:
                     akey = (f.entity_kind, f.slot, f.field, f.detector)
                     self._anomalies[akey] = f
                     self._anomaly_heard[akey] = heard = self._made(f)
-                    self._lower_expiry(heard + self.anomaly_ttl_s)
+                    self._lower_expiry(heard + self._anomaly_ttl(f.detector))
                 elif isinstance(f, Incident):
                     if f.state == "resolved":
                         self._incidents.pop(f.incident_id, None)
                     else:
                         self._incidents[f.incident_id] = f
             self._expire()
+
+    def hold_incidents(self, incidents: Iterable[Incident]) -> None:
+        """Open incidents a stage loaded from a checkpoint holds (a Kafka worker restarted, or taking
+        the incident stage over in a rebalance): kept as :meth:`observe_findings` keeps them, not
+        counted as emitted again (they were, when first reported). An engine reports an incident
+        only as it changes: a steady one loaded so was missing from /metrics until it next changed
+        or resolved (until 2026-12-04)."""
+        with self._lock:
+            for inc in incidents:
+                if inc.state != "resolved":
+                    self._incidents[inc.incident_id] = inc
 
     def _made(self, f: Anomaly | Prediction) -> float:
         """When ``f`` was made, on the store's clock: now in a live store (it has just come),
@@ -456,6 +490,10 @@ class FindingStore:
         # from when it was made (``heard``, on the store's clock)
         return heard + max(p.eta_s, 0.0) + self.anomaly_ttl_s
 
+    def _anomaly_ttl(self, detector: str) -> float:
+        """How long an anomaly of ``detector`` is kept after it was said (:data:`HELD_FLAG_REFRESH_S`)."""
+        return self._flag_ttl.get(detector, self.anomaly_ttl_s)
+
     def _lower_expiry(self, expiry: float) -> None:
         if expiry < self._next_expiry:  # False for NaN: such a finding never lapses
             self._next_expiry = expiry
@@ -466,14 +504,14 @@ class FindingStore:
         if not np.isfinite(now) or now < self._next_expiry - 1e-3:
             return
         for akey, heard in list(self._anomaly_heard.items()):
-            if now - heard > self.anomaly_ttl_s:
+            if now - heard > self._anomaly_ttl(akey[3]):
                 del self._anomalies[akey], self._anomaly_heard[akey]
         for pkey, heard in list(self._prediction_heard.items()):
             if now - heard > max(self._predictions[pkey].eta_s, 0.0) + self.anomaly_ttl_s:
                 del self._predictions[pkey], self._prediction_heard[pkey]
         self._next_expiry = np.inf
-        for heard in self._anomaly_heard.values():
-            self._lower_expiry(heard + self.anomaly_ttl_s)
+        for akey, heard in self._anomaly_heard.items():
+            self._lower_expiry(heard + self._anomaly_ttl(akey[3]))
         for pkey, heard in self._prediction_heard.items():
             self._lower_expiry(self._prediction_expiry(self._predictions[pkey], heard))
 
@@ -526,6 +564,7 @@ class FindingStore:
                 latency_sum=self._latency_sum,
                 latency_count=self._latency_count,
                 last_ts=self.last_ts,
+                newest_ts=self.newest_ts,
                 ingest_lag_s=self._lag,
                 predictions_raised=dict(self._raised),
                 xmit_wait_increase=self._xmit_wait_increase.copy(),

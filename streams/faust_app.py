@@ -681,6 +681,9 @@ class ForeshockWorker:
                 self.incident_stage.load(await self.read_checkpoint(self.config.topics.incident_checkpoint_partition),
                                          await self.end_offset(self.config.topics.findings, 0),
                                          await self.topic_id(self.config.topics.findings))
+                # the open incidents it took up are on this worker's /metrics from now: an engine
+                # reports an incident only as it changes
+                self.store.hold_incidents(self.incident_stage.open_incidents())
                 self.incidents_loaded = True
                 self.external_positioned = False
                 self.last_incident_checkpoint = time.monotonic()

@@ -49,7 +49,7 @@ from foreshock.detectors.bank import DetectorBank, FindingProcessor, report_prob
 from foreshock.detectors.incident_external import ExternalEvent
 from foreshock.exporters.store import FindingStore
 from foreshock.fields import ENTITY_KINDS, field_names
-from foreshock.findings import Finding
+from foreshock.findings import Finding, Incident
 from foreshock.frames import Frame
 from foreshock.health import PipelineHealth
 from foreshock.remap import Remap
@@ -958,6 +958,16 @@ class IncidentStage:
                                  previous=self.cover.previous_for(self.offset), topic_id=self.topic_id)
         self.cover.written(self.offset)
         return self.offset, blob
+
+    def open_incidents(self) -> list[Incident]:
+        """The incidents open in this stage's processors (those that keep incidents), as each was
+        last reported: for a worker's /metrics after :meth:`load` (``FindingStore.hold_incidents``)."""
+        found: list[Incident] = []
+        for proc in self.processors:
+            current = getattr(proc, "incidents", None)
+            if callable(current):
+                found.extend(i for i in current() if isinstance(i, Incident))
+        return found
 
     def covered(self, offset: int) -> bool:
         """Whether the foreshock.findings record at ``offset`` was taken before the checkpoint this
