@@ -31,8 +31,8 @@ import numpy as np
 
 from foreshock.detectors.congestion import params_vector, xmit_wait_limits
 from foreshock.detectors.cooling import PARAMS as COOLING_PARAMS
-from foreshock.detectors.straggler import PARAMS as STRAGGLER_PARAMS
 from foreshock.detectors.counters import CounterRates
+from foreshock.detectors.straggler import PARAMS as STRAGGLER_PARAMS
 from foreshock.facts import OWN_LIMIT_MAX_C, OWN_LIMIT_MIN_C, XID_SEVERITY
 from foreshock.findings import BOARD_FOLLOWED, Anomaly, Finding, Incident, Prediction
 from foreshock.frames import Frame
