@@ -72,6 +72,24 @@ GPU outside the top K with it (until 2026-12-04). A ``--param DET.refresh_s`` re
 through its ``flag_refresh_s``."""
 
 
+class SteadyClock:
+    """The wall clock as it read when this was made, moved on by the monotonic clock since: a
+    live store's clock (:meth:`FindingStore.use_wall_clock`). Everything a live store measures on
+    its clock is a duration (how long since an entity was heard, since a prediction arrived, since
+    a finding was said), and a step of the host's clock — NTP correcting a drifted clock, ``date
+    -s``, a VM resynced — is no time passing: read on ``time.time`` (until 2026-12-04) a step back
+    of an hour kept a dead node "reporting" for that hour, a step forward read every ETA short and
+    lapsed every finding at once. NTP's slewing moves the monotonic clock as it moves the wall
+    clock, so the two agree but for steps."""
+
+    def __init__(self, wall: Callable[[], float] = time.time, monotonic: Callable[[], float] = time.monotonic) -> None:
+        self._monotonic = monotonic
+        self._wall_at, self._monotonic_at = wall(), monotonic()
+
+    def __call__(self) -> float:
+        return self._wall_at + (self._monotonic() - self._monotonic_at)
+
+
 PredictionKey = tuple[str, str, int, str]
 """An active prediction's key in the store: (event, entity kind, slot, detector)."""
 
@@ -203,10 +221,12 @@ class FindingStore:
         """Whether this store measures on the wall clock (see the module docstring)."""
         return self._wall_clock is not None
 
-    def use_wall_clock(self, clock: Callable[[], float] = time.time) -> None:
-        """Measure on ``clock`` from now on, as a store made with ``wall_clock``: for a live
-        caller handed a store made elsewhere (``foreshock watch``'s comes with its sinks, a Kafka
-        worker's with its server). What was heard before counts as heard now."""
+    def use_wall_clock(self, clock: Callable[[], float] | None = None) -> None:
+        """Measure on ``clock`` from now on (None: a :class:`SteadyClock`), as a store made with
+        ``wall_clock``: for a live caller handed a store made elsewhere (``foreshock watch``'s comes
+        with its sinks, a Kafka worker's with its server). What was heard before counts as heard now."""
+        if clock is None:
+            clock = SteadyClock()
         with self._lock:
             now = clock()
             self._wall_clock = clock
@@ -247,8 +267,9 @@ class FindingStore:
                     self.newest_ts = self.last_ts
             if self._wall_clock is not None:
                 self._hear(frame)
-            if received_wall is not None:
-                wall = self._wall_clock() if self._wall_clock is not None else time.time()
+            if received_wall is not None:  # (time.time when the batch came: the host's own clock)
+                own = self._wall_clock is not None and not isinstance(self._wall_clock, SteadyClock)
+                wall = self._wall_clock() if own and self._wall_clock is not None else time.time()
                 self._lag = max(0.0, wall - received_wall)
             # findings lapse with the store's clock, not only when more findings come: a quiet
             # cluster after a burst kept exporting the burst's anomalies (and alerts) for good

@@ -128,3 +128,37 @@ def test_a_gpu_held_by_a_power_brake_bit_has_its_reason_bits_decoded() -> None:
     assert registry.get_sample_value("foreshock_gpu_throttle_reasons", gpu5) == 128.0
     assert registry.get_sample_value("foreshock_gpu_throttle_reason_active", {**gpu5, "reason": "hw_power_brake"}) == 1.0
     assert registry.get_sample_value("foreshock_gpu_throttle_reason_active", {**gpu5, "reason": "sw_power_cap"}) == 0.0
+
+
+def test_a_live_store_reads_a_step_of_the_host_clock_as_no_time_passing() -> None:
+    """A live store (``watch``, a Kafka worker: ``use_wall_clock()``) measures durations only — how
+    long since an entity was heard, since a prediction arrived. Read on ``time.time``, a step back
+    of an hour kept a node that had died "reporting" for that hour; a step forward read every ETA
+    short. Its clock is now the wall clock at start moved on by the monotonic clock."""
+    from foreshock.exporters.store import SteadyClock
+    from foreshock.findings import Prediction
+
+    topo = small_topology()  # 32 GPUs, 4 nodes
+    n = topo.size("gpu")
+    for step in (-3600.0, 600.0):
+        wall, mono = [1_000_000.0], [50.0]
+        store = FindingStore(topo)
+        store.use_wall_clock(SteadyClock(lambda: wall[0], lambda: mono[0]))
+        registry = build_registry(store)
+
+        def frame(slots: np.ndarray) -> Frame:
+            return Frame("gpu", np.full(len(slots), wall[0]), slots, {"gpu_temp": np.full(len(slots), 70.0)})
+
+        store.observe_frame(frame(np.arange(n)))
+        store.observe_findings([Prediction(wall[0], "gpu", 3, "thermal_throttle", 1500.0, 0.9, "thermal")])
+        wall[0] += 30 + step  # 30 s pass, and the host's clock is stepped
+        mono[0] += 30
+        store.observe_frame(frame(np.arange(24)))  # node3 (8 GPUs) has died
+        wall[0] += 600
+        mono[0] += 600
+        store.observe_frame(frame(np.arange(24)))
+        assert registry.get_sample_value("foreshock_gpus_reporting", {"cluster": topo.cluster}) == 24, step
+        eta = registry.get_sample_value("foreshock_prediction_eta_seconds", {
+            "cluster": topo.cluster, "event": "thermal_throttle", "entity_kind": "gpu", "entity": "node0/gpu3",
+            "rack": "rack0", "detector": "thermal"})
+        assert eta == 1500.0 - 630.0, step
