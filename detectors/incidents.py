@@ -453,6 +453,13 @@ class IncidentEngine:
         if not math.isfinite(ts):
             self.health.problem(self.name, "finding with a non-finite timestamp")
             return
+        if ts > now + self.max_external_ahead_s:
+            # dated past telemetry (a clock hours ahead, a stamp in milliseconds): it opened a pending
+            # incident that could neither be confirmed nor dropped before telemetry time reached its
+            # stamp, and every later finding of its entity joined it, hidden (until 2026-12-04)
+            self.health.problem(self.name, "finding dated too far ahead of telemetry: refused",
+                                detail=f"{kind} {slot} at {ts:.0f}, telemetry at {now:.0f}")
+            return
         self.stats["findings"] += 1
         sig = SIGNALS[classify(f)]
         if isinstance(f, Prediction):
@@ -536,8 +543,11 @@ class IncidentEngine:
         if inc.state == RESOLVED:
             # a flapping link or a recurring GPU reopens its incident; one GPU of a resolved loop
             # incident does not reopen the loop
-            if (inc.merged_into < 0 and ev.sig.opens and not wide and 0.0 <= ev.ts - inc.resolved_ts <= self.reopen_s
-                    and not self._too_old(ev, now)):
+            # (evidence newer than the incident's last, not only than the tick that resolved it: a
+            # finding delivered a little late, stamped before that tick, opened a second incident
+            # for the same cause until 2026-12-04)
+            if (inc.merged_into < 0 and ev.sig.opens and not wide and ev.ts > inc.last_ts
+                    and ev.ts - inc.resolved_ts <= self.reopen_s and not self._too_old(ev, now)):
                 self._reopen(inc, ev.ts)
                 return inc
             return None
@@ -1284,13 +1294,15 @@ class IncidentEngine:
                     self._retire(inc)
                 continue
             if inc.state == PENDING:
-                if self._confirmed(inc, now):
+                # quiet first: held through a gap in the stream longer than quiet_s, its evidence is
+                # stale — confirmed now, it was announced open and resolved at the next tick
+                if now - inc.last_ts >= self.quiet_s:
+                    self.stats["unconfirmed"] += 1
+                    self._drop(inc)
+                elif self._confirmed(inc, now):
                     inc.state = OPEN
                     self.stats["incidents"] += 1
                     self._emit(inc, now, out)
-                elif now - inc.last_ts >= self.quiet_s:
-                    self.stats["unconfirmed"] += 1
-                    self._drop(inc)
                 continue
             if not self._active(inc, now) and now - inc.last_ts >= self._quiet_s(inc):
                 self._resolve(inc, now, out)
