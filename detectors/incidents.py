@@ -313,6 +313,8 @@ class IncidentEngine:
         self.quiet_s, self.coherence_s, self.reopen_s, self.cover = quiet_s, coherence_s, reopen_s, cover
         self.keep_resolved, self.max_live, self.max_predicted = keep_resolved, max_live, max_predicted
         self.tick_s, self.max_external_queue = tick_s, max_external_queue
+        # how far past telemetry an outside event (add_external) or a detector's finding (_take)
+        # may be dated; either dated further is refused and counted
         self.max_external_ahead_s = max_external_ahead_s
         self.latest_now = -math.inf  # the latest telemetry time observed (how far ahead an external event may be)
         self.dom = Domains(topology)
