@@ -12,9 +12,10 @@ pipeline (``foreshock watch``, the Kafka worker) reads sources whose clocks diff
 minute behind its nodes, an agent minutes fast): there ``last_ts`` see-sawed from frame to frame
 with whichever source spoke last, ETAs jumped by the skew, and a fast agent's frame made every
 other entity read stale and lapsed everyone's findings. A live store (``wall_clock``, or
-:meth:`FindingStore.use_wall_clock`) measures on the wall clock instead: an entity is fresh while
-it was heard from (a row of it reached the store) recently, a finding ages from when the store
-received it; whose clock stamped the rows no longer matters.
+:meth:`FindingStore.use_wall_clock`) measures on the wall clock instead — moved on by the
+monotonic clock (:class:`SteadyClock`), so that a step of the host's clock is no time passing: an
+entity is fresh while it was heard from (a row of it reached the store) recently, a finding ages
+from when the store received it; whose clock stamped the rows no longer matters.
 """
 
 from __future__ import annotations
@@ -152,7 +153,7 @@ class FindingStore:
                  congestion_params: Mapping[str, float] | None = None,
                  flag_refresh_s: Mapping[str, float] | None = None) -> None:
         """``wall_clock``: make this a live store, measuring staleness, ETAs and the lapse of
-        findings on that clock (``time.time``) by arrival; None (the default): on telemetry time,
+        findings on that clock (a :class:`SteadyClock`) by arrival; None (the default): on telemetry time,
         for replays, evaluations and demos (see the module docstring).
 
         ``congestion_params``: the congestion detector's parameter overrides (``counter_bits``,
