@@ -54,8 +54,8 @@ within its horizon, and its lead time is how early it came. Concretely, per *eve
   idle GPU cannot confirm or refute a claim about its load. That holds for a stop after the alarm
   was withdrawn too, within its last statement's horizon, and for every stop its statements
   reach (until 2026-12-04 only the first). Any other alarm states "the event comes within the
-  horizon" once per horizon it stays active; each such statement is a true positive when an episode of that entity starts
-  within the horizon after it, otherwise a false alarm. An alarm whose claim an episode settled
+  horizon" once per horizon it stays active; each such statement is a true positive when an
+  episode of that entity starts within the horizon after it, otherwise a false alarm. An alarm whose claim an episode settled
   (it came true on it, or the alarm was raised in it) and that is still up at its first statement
   after that episode's merge gap claims anew from that statement, as one raised again then would:
   judged statement by statement, and able to predict the entity's next episode (:func:`_continued`;

@@ -126,8 +126,9 @@ def test_a_gpu_held_by_a_power_brake_bit_has_its_reason_bits_decoded() -> None:
     registry = build_registry(store, top_k=0)
     gpu5 = topo.labels("gpu", 5)
     assert registry.get_sample_value("foreshock_gpu_throttle_reasons", gpu5) == 128.0
-    assert registry.get_sample_value("foreshock_gpu_throttle_reason_active", {**gpu5, "reason": "hw_power_brake"}) == 1.0
-    assert registry.get_sample_value("foreshock_gpu_throttle_reason_active", {**gpu5, "reason": "sw_power_cap"}) == 0.0
+    decoded = "foreshock_gpu_throttle_reason_active"
+    assert registry.get_sample_value(decoded, {**gpu5, "reason": "hw_power_brake"}) == 1.0
+    assert registry.get_sample_value(decoded, {**gpu5, "reason": "sw_power_cap"}) == 0.0
 
 
 def test_a_live_store_reads_a_step_of_the_host_clock_as_no_time_passing() -> None:

@@ -60,7 +60,8 @@ def test_the_power_cap_counter_counts_the_seconds_the_cap_held() -> None:
     assert capped[(ts > start + 2) & (ts < end)].all() and not capped[(ts < start) | (ts > end + 2)].any()
     idle = (ts > end + 2) | (ts < start)
     assert np.ptp(counter[idle & (ts > end)]) == 0.0 and np.ptp(counter[ts < start]) == 0.0
-    assert np.all(cols["thermal_throttle_time"] == cols["thermal_throttle_time"][0])  # 55 °C at most: no thermal slowdown
+    # 55 °C at most: no thermal slowdown
+    assert np.all(cols["thermal_throttle_time"] == cols["thermal_throttle_time"][0])
 
 
 def test_the_replay_predicts_nothing_on_a_healthy_gpu_stepping_to_full_load(tmp_path: Path) -> None:
