@@ -494,7 +494,11 @@ class IncidentEngine:
 
     # ---- grouping ------------------------------------------------------------------------------
     def _place(self, ev: _Evidence, now: float) -> None:
-        inc = self._own_incident(ev, now)
+        # congestion naming the link whose traffic it carries belongs to that link's incident, even
+        # where the congested link has since failed itself (its own incident, _own_incident)
+        inc = self._named_incident(ev, now) if ev.named and ev.sig.name == "congestion" else None
+        if inc is None:
+            inc = self._own_incident(ev, now)
         if inc is None and ev.named:
             inc = self._named_incident(ev, now)
         if inc is None:
@@ -531,6 +535,11 @@ class IncidentEngine:
         if inc is None:
             return None
         m = inc.members.get(key(MEMBER_LEVEL[ev.kind], ev.slot))
+        if (m is not None and set(m.signals) <= {"congestion"} and ev.sig.family == FABRIC
+                and ev.sig.name != "congestion" and inc.root != m.key):
+            # a link congested by another's failure, now failing itself (its optic, its errors): a
+            # cause of its own. Taken in, it moved the incident's root onto itself (until 2026-12-04)
+            return None
         lost = m is not None and "gpu_lost" in m.signals and inc.live
         if not lost and not _follows(inc.family, ev.sig):
             return None  # e.g. a GPU of an overheating loop that now falls off the bus: a new cause
@@ -545,15 +554,19 @@ class IncidentEngine:
         if inc.state == RESOLVED:
             # a flapping link or a recurring GPU reopens its incident; one GPU of a resolved loop
             # incident does not reopen the loop
-            # (evidence newer than the incident's last, not only than the tick that resolved it: a
-            # finding delivered a little late, stamped before that tick, opened a second incident
-            # for the same cause until 2026-12-04)
-            if (inc.merged_into < 0 and ev.sig.opens and not wide and ev.ts > inc.last_ts
-                    and ev.ts - inc.resolved_ts <= self.reopen_s and not self._too_old(ev, now)):
+            if not wide and self._may_reopen(inc, ev, now):
                 self._reopen(inc, ev.ts)
                 return inc
             return None
         return inc
+
+    def _may_reopen(self, inc: _Incident, ev: _Evidence, now: float) -> bool:
+        """Whether ``ev`` reopens the resolved incident ``inc``: evidence that opens, within
+        ``reopen_s`` of the resolution and newer than the incident's last (not only than the tick
+        that resolved it: a finding delivered a little late, stamped before that tick, opened a
+        second incident for the same cause until 2026-12-04)."""
+        return (inc.state == RESOLVED and inc.merged_into < 0 and ev.sig.opens and ev.ts > inc.last_ts
+                and ev.ts - inc.resolved_ts <= self.reopen_s and not self._too_old(ev, now))
 
     def _back_on_the_bus(self, ev: _Evidence) -> bool:
         """A GPU that fell off the bus, then repaired: it rejoins differing from its peers for a while
@@ -577,15 +590,27 @@ class IncidentEngine:
         return True
 
     def _named_incident(self, ev: _Evidence, now: float) -> _Incident | None:
+        # a reason names its own link or optic too: that one is _own_incident's to place
+        own = {(ev.kind, ev.slot)} | ({("optic", 2 * ev.slot), ("optic", 2 * ev.slot + 1)} if ev.kind == "link"
+                                      else {("link", ev.slot // 2)} if ev.kind == "optic" else set())
         for kind, slot in ev.named:
             keys = [(kind, slot)]
             if kind == "link":
                 keys += [("optic", 2 * slot), ("optic", 2 * slot + 1)]
             for k, s in keys:
+                if (k, s) in own:
+                    continue
                 serial = int(self.s_member_of[MEMBER_LEVEL[k]][s])
                 inc = self._incidents.get(serial) if serial >= 0 else None
-                if inc is not None and inc.live and inc.family == FABRIC:
-                    return inc
+                if inc is not None and inc.family == FABRIC:
+                    if inc.live:
+                        return inc
+                    # the named link's incident resolved (a link still down reports link_downed
+                    # once): its traffic rerouted reopens it — until 2026-12-04 a second incident
+                    # opened, rooted at the congested link and hinted a link failure
+                    if self._may_reopen(inc, ev, now):
+                        self._reopen(inc, ev.ts)
+                        return inc
         if ev.sig.family == FABRIC and not self._too_old(ev, now):
             return self._new_incident(FABRIC, ev.ts)  # the cause shows nothing yet: it opens the incident
         return None
@@ -760,9 +785,11 @@ class IncidentEngine:
         members that fired again, :meth:`_refire_text`) and told at the next update, as growth.
         A member new to the incident while a re-fire is under way belongs to it too."""
         latest = inc.bursts[-1] if inc.bursts else math.nan
-        if m.refired_ts == latest:
-            return  # already counted in this re-fire
         under_way = ts - latest <= self.coherence_s
+        if m.refired_ts == latest and under_way:
+            # already counted in this re-fire (one long over is no reason: until 2026-12-04 a
+            # flapping link's incident told its first re-fire and none after)
+            return
         if not ts - m.strong_ts > self.coherence_s and not (new and under_way):
             return  # (NaN strong_ts: never strong here before, which is growth, not a re-fire)
         if not under_way:
