@@ -14,10 +14,9 @@ from click.core import ParameterSource
 from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-from foreshock.guard import LONGEST_WAIT_S, MIN_INTERVAL_S
 from foreshock.recording import RecordingError
 
-from .common import cluster_gpus, finite_number, stop_on_signals, until_unreadable
+from .common import LIVE_INTERVAL, cluster_gpus, finite_number, stop_on_signals, until_unreadable
 from .kafka_options import kafka_options, settings_from
 
 SOURCES = ("simulator", "replay", "dcgm", "nvidia-smi", "nvml", "infiniband", "dom", "ethtool", "redfish", "cdu")
@@ -216,7 +215,7 @@ def open_source(source: str, path: str | None, url: str | None, executable: str 
 @click.option("--executable", default=None, help="nvidia-smi / dom / ethtool: the program to run (default nvidia-smi / ethtool).")
 @click.option("--root", default=None, help="infiniband: the sysfs root (default /sys/class/infiniband).")
 @click.option("--interfaces", default=None, help="dom / ethtool: comma-separated network interfaces.")
-@click.option("--interval", type=click.FloatRange(min=MIN_INTERVAL_S, max=LONGEST_WAIT_S), default=None,
+@click.option("--interval", type=LIVE_INTERVAL, default=None,
               callback=finite_number(),
               help="Seconds between polls / simulator ticks (default: per source).")
 @click.option("--topology", "topology_path", type=click.Path(exists=True, dir_okay=False), default=None,

@@ -27,6 +27,7 @@ from foreshock.exporters.prometheus import MetricsPortError, serve, stop
 from foreshock.exporters.store import FindingStore
 from foreshock.fields import ENTITY_KINDS
 from foreshock.frames import Frame
+from foreshock.guard import LONGEST_WAIT_S, MIN_INTERVAL_S
 from foreshock.health import PipelineHealth
 from foreshock.recording import RecordingError
 from foreshock.simulator.topology_gen import cluster_size_problem
@@ -385,6 +386,11 @@ def until_unreadable(frames: Iterable[Frame], unreadable: list[RecordingError]) 
         yield from frames
     except RecordingError as exc:
         unreadable.append(exc)
+
+
+LIVE_INTERVAL = click.FloatRange(min=MIN_INTERVAL_S, max=LONGEST_WAIT_S)
+"""The type of a live source's poll interval option (``watch``, ``record``, ``agent``): the guard's
+least spacing at the least, :data:`~foreshock.guard.LONGEST_WAIT_S` (a timer's longest wait) at most."""
 
 
 def finite_number(positive: bool = False) -> Callable[[click.Context, click.Parameter, Any], Any]:

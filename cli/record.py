@@ -27,14 +27,14 @@ from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from foreshock.frames import Frame
-from foreshock.guard import LONGEST_WAIT_S, MIN_INTERVAL_S
+from foreshock.guard import LONGEST_WAIT_S
 from foreshock.health import PipelineHealth
 from foreshock.recording import RecordingWriter
 from foreshock.streams.polling import PollingSource
 from foreshock.topology import Topology
 
 from .agent import URL_HELP, open_source, options_given, refuse_unread_options
-from .common import finite_number, stop_on_signals
+from .common import LIVE_INTERVAL, finite_number, stop_on_signals
 
 LIVE_SOURCES = ("dcgm", "nvidia-smi", "nvml", "infiniband", "dom", "ethtool", "redfish", "cdu")
 
@@ -48,7 +48,7 @@ def live_source_options(node_flag: str = "--host"):  # type: ignore[no-untyped-d
                      callback=finite_number(),
                      help="Stop after this many seconds (default: until --polls, or Ctrl-C)."),
         click.option("--polls", type=click.IntRange(min=1), default=None, help="Stop after this many polls."),
-        click.option("--interval", type=click.FloatRange(min=MIN_INTERVAL_S, max=LONGEST_WAIT_S), default=None,
+        click.option("--interval", type=LIVE_INTERVAL, default=None,
                      callback=finite_number(),
                      help="Seconds between polls (default: per source — dcgm 30, nvidia-smi 10, nvml 1, "
                           "infiniband 1, dom 60, ethtool 10, redfish 30, cdu 10)."),

@@ -46,7 +46,6 @@ import numpy as np
 from rich.console import Console
 
 from foreshock.frames import Frame
-from foreshock.guard import LONGEST_WAIT_S, MIN_INTERVAL_S
 from foreshock.health import PipelineHealth
 from foreshock.remap import HARDWARE_KINDS, Remap
 from foreshock.streams.dcgm import FORGET_AFTER_S, MAX_AHEAD_S, UNLISTED_POLLS, DcgmScrapeSource
@@ -57,8 +56,8 @@ from foreshock.streams.redfish import CduSource, RedfishSource, parse_bmc_list
 from foreshock.topology import Topology
 
 from .agent import options_given, refuse_unread_options
-from .common import (PipelineRun, build_pipeline, detector_option, finish, finite_number, move_run, param_option,
-                     run_with_progress, serve_options, stop_on_signals, stop_server)
+from .common import (LIVE_INTERVAL, PipelineRun, build_pipeline, detector_option, finish, finite_number, move_run,
+                     param_option, run_with_progress, serve_options, stop_on_signals, stop_server)
 from .record import live_source_options, open_live_source
 
 
@@ -68,13 +67,13 @@ from .record import live_source_options, open_live_source
               help="Also poll these nodes' BMCs over Redfish beside SOURCE (chassis fans and power): "
                    "NODE=https://BMC[,...], or one URL alone: the BMC of the node --node names (default: this "
                    "machine's hostname). Credentials from FORESHOCK_BMC_USER / FORESHOCK_BMC_PASSWORD.")
-@click.option("--bmc-interval", type=click.FloatRange(min=MIN_INTERVAL_S, max=LONGEST_WAIT_S), default=30.0,
+@click.option("--bmc-interval", type=LIVE_INTERVAL, default=30.0,
               show_default=True, callback=finite_number(), help="Seconds between BMC polls.")
 @click.option("--cdu", default=None,
               help="Also poll these cooling loops' CDUs over Redfish beside SOURCE (coolant supply and flow, as the "
                    "loops' racks' inlet): LOOP=https://CDU[,...] (a URL alone names its loop after the URL's host "
                    "name); needs --topology for the racks each loop feeds.")
-@click.option("--cdu-interval", type=click.FloatRange(min=MIN_INTERVAL_S, max=LONGEST_WAIT_S), default=10.0,
+@click.option("--cdu-interval", type=LIVE_INTERVAL, default=10.0,
               show_default=True, callback=finite_number(), help="Seconds between CDU polls.")
 @click.option("--forget-after", type=click.FloatRange(min=0), default=FORGET_AFTER_S, show_default=True,
               help="--source dcgm without --topology: drop a host from the derived topology, and its state, once "
