@@ -849,8 +849,7 @@ def score_spans(spans: SpanTable, eps: EpisodeTable, kind: EventKind, scopes: Se
     n_e = len(eps.start)
     # an alarm still up at its first statement past the merge gap after the episode settling its
     # claim (or the one it was raised in) claims anew from that statement, as one raised again then
-    spans = _continued(spans, eps, horizon, gap, t0)
-    during, _, q, has_next, n_stmt, k_hit = _claims(spans, eps, horizon, gap, t0)
+    spans, (during, _, q, has_next, n_stmt, k_hit) = _continued(spans, eps, horizon, gap, t0)
     live = ~during
     # recall: an episode is predicted by the judged spans whose claim is about it and that made the
     # statement covering its onset — the rule precision judges a statement by, so no span is a hit
@@ -991,8 +990,11 @@ def _statements(spans: SpanTable, horizon: float) -> np.ndarray:
     return np.maximum(np.ceil((spans.end - spans.start) / horizon), 1.0)  # type: ignore[no-any-return]
 
 
-def _claims(spans: SpanTable, eps: EpisodeTable, horizon: float, gap: float,
-            t0: float) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+Claims = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+""":func:`_claims`' columns: ``(during, p, q, has_next, n_stmt, k_hit)``."""
+
+
+def _claims(spans: SpanTable, eps: EpisodeTable, horizon: float, gap: float, t0: float) -> Claims:
     """Per span: ``(during, p, q, has_next, n_stmt, k_hit)`` — whether it was raised in an episode
     (or within the merge gap after it: not judged), that episode (``p``, where ``during``), the
     episode its claim is about (``q``, where ``has_next``: the entity's first after it starts), how
@@ -1027,7 +1029,8 @@ def _claims(spans: SpanTable, eps: EpisodeTable, horizon: float, gap: float,
     return during, p, q, has_next, n_stmt, k_hit
 
 
-def _continued(spans: SpanTable, eps: EpisodeTable, horizon: float, gap: float, t0: float) -> SpanTable:
+def _continued(spans: SpanTable, eps: EpisodeTable, horizon: float, gap: float,
+               t0: float) -> tuple[SpanTable, Claims]:
     """``spans`` with each one still up at its first statement after the merge gap that follows
     the episode settling its claim split there: the episode it came true on (its statement covering
     the onset), or the one it was raised in (not judged). From that statement on (its own grid, ``s +
@@ -1039,11 +1042,12 @@ def _continued(spans: SpanTable, eps: EpisodeTable, horizon: float, gap: float, 
     judged, however long it stayed up: an alarm never withdrawn had no false alarm after its first
     true one, one withdrawn and raised again was charged for the same claims; and one raised in an
     episode was never judged at all.) The split repeats on the continuations (each starts after
-    the last)."""
+    the last). Returns them with their :func:`_claims`."""
+    claims = _claims(spans, eps, horizon, gap, t0)
     if not len(eps.start) or not len(spans.start):
-        return spans
+        return spans, claims
     for _ in range(len(eps.start) + 1):  # each round moves every continuation past another episode
-        during, p, q, has_next, n_stmt, k_hit = _claims(spans, eps, horizon, gap, t0)
+        during, p, q, has_next, n_stmt, k_hit = claims
         release = np.full(len(spans.start), np.inf)
         release[during] = eps.end[p[during]] + gap
         settled = ~during & has_next & (k_hit < n_stmt)
@@ -1056,7 +1060,8 @@ def _continued(spans: SpanTable, eps: EpisodeTable, horizon: float, gap: float, 
         spans = SpanTable.of(np.concatenate([spans.entity, spans.entity[cont]]),
                              np.concatenate([spans.start, anew[cont]]),
                              np.concatenate([np.where(cont, anew, spans.end), spans.end[cont]]))
-    return spans
+        claims = _claims(spans, eps, horizon, gap, t0)
+    return spans, claims
 
 
 def _interrupted_statements(spans: SpanTable, interrupts: tuple[np.ndarray, np.ndarray] | None, horizon: float,
