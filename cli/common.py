@@ -214,6 +214,30 @@ def _ended_when_done(frames: Iterable[Frame], pipeline: EmbeddedPipeline, feed: 
     feed.still_queued += queued
 
 
+def checked_bank(topology: Topology, names: Sequence[str] | None,
+                 by_detector: dict[str, dict[str, Any]]) -> DetectorBank:
+    """The bank of ``names`` (None: the standard bank) with the ``--param`` values ``by_detector``;
+    a detector unknown, a parameter it does not have or refuses, or a ``--param`` for no detector
+    of the bank is a usage error (before anything starts: a worker, a /metrics server, a file)."""
+    try:
+        bank = DetectorBank.from_names(topology, names, params=by_detector)
+    except (ValueError, TypeError) as exc:  # unknown detector, parameter name or value
+        raise click.UsageError(str(exc)) from None
+    in_bank = {d.name for d in bank.detectors} | {getattr(p, 'name', '') for p in bank.processors}
+    unused = sorted(set(by_detector) - in_bank)
+    if unused:
+        raise click.UsageError(f"--param for detectors not in the bank: {', '.join(unused)}")
+    return bank
+
+
+def store_params(by_detector: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """What the store must know of the ``--param`` values ``by_detector`` (``FindingStore``'s
+    keywords): the congestion detector's parameters, for its gauges, and each detector's
+    ``refresh_s``, for how long a flag it holds and says again is kept."""
+    return {"congestion_params": by_detector.get("congestion"),
+            "flag_refresh_s": {name: p["refresh_s"] for name, p in by_detector.items() if "refresh_s" in p}}
+
+
 def build_pipeline(topology: Topology, detectors: str | None, host: str, port: int,
                    findings_path: str | None, top_k: int, params: Sequence[str] = (),
                    external_path: str | None = None, health: PipelineHealth | None = None,
@@ -224,20 +248,13 @@ def build_pipeline(topology: Topology, detectors: str | None, host: str, port: i
     health = health if health is not None else PipelineHealth()
     names = detector_names(detectors)
     by_detector = parse_params(params)
-    try:
-        bank = DetectorBank.from_names(topology, names, params=by_detector)
-    except (ValueError, TypeError) as exc:  # unknown detector, parameter name or value
-        raise click.UsageError(str(exc)) from None
-    unused = sorted(set(by_detector) - {d.name for d in bank.detectors} - {getattr(p, 'name', '') for p in bank.processors})
-    if unused:
-        raise click.UsageError(f"--param for detectors not in the bank: {', '.join(unused)}")
+    bank = checked_bank(topology, names, by_detector)
     if external_path:
         try:
             external_targets(bank.processors)
         except ValueError as exc:
             raise click.UsageError(f"--external: {exc}") from None
-    store = FindingStore(topology, health, congestion_params=by_detector.get("congestion"),
-                         flag_refresh_s={name: p["refresh_s"] for name, p in by_detector.items() if "refresh_s" in p})
+    store = FindingStore(topology, health, **store_params(by_detector))
     tally = FindingTally(topology)
     # /metrics bound before the findings file is opened: opening truncates it, and a refused
     # --port or --host emptied the previous run's findings (review h28)

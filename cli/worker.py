@@ -6,6 +6,7 @@ import click
 
 from foreshock.guard import MAX_AHEAD_S
 
+from .common import param_option
 from .kafka_options import kafka_options, settings_from
 
 
@@ -17,6 +18,7 @@ from .kafka_options import kafka_options, settings_from
               help="Topology YAML (default: the one the agents publish on foreshock.topology).")
 @click.option("--detectors", default=None, help="Comma-separated detector names (default: the standard bank; "
               "`default` names it, e.g. `default,loop_warming`).")
+@param_option
 @click.option("--checkpoint-interval", type=click.FloatRange(min=0.1), default=5.0, show_default=True,
               help="Seconds between detector-state checkpoints (bounds the findings repeated after a crash).")
 @click.option("--session-timeout", type=click.FloatRange(min=1.0), default=10.0, show_default=True,
@@ -40,9 +42,9 @@ from .kafka_options import kafka_options, settings_from
                    "sending host with a wrong clock would otherwise blind its entities for as long once it is put "
                    "right. 'inf' for no limit, for a simulation published faster than real time.")
 def command(kafka: str | None, user: str | None, password: str | None, namespace: str, partitions: int,
-            app_id: str, topology_path: str | None, detectors: str | None, checkpoint_interval: float,
-            session_timeout: float, host: str, port: int, top_k: int, log_level: str, data_dir: str | None,
-            role: str, max_clock_ahead: float) -> None:
+            app_id: str, topology_path: str | None, detectors: str | None, params: tuple[str, ...],
+            checkpoint_interval: float, session_timeout: float, host: str, port: int, top_k: int, log_level: str,
+            data_dir: str | None, role: str, max_clock_ahead: float) -> None:
     """Consume telemetry from Kafka, run the detector bank on this worker's partitions, publish
     findings and incidents. Start several with the same --group to share the load."""
     from foreshock.detectors.bank import DetectorBank
@@ -53,7 +55,7 @@ def command(kafka: str | None, user: str | None, password: str | None, namespace
     from foreshock.streams.kafka_topics import Topics, ensure_topics
     from foreshock.topology import Topology
 
-    from .common import detector_names
+    from .common import checked_bank, detector_names, parse_params, store_params
 
     settings = settings_from(kafka, user, password)
     try:
@@ -62,11 +64,11 @@ def command(kafka: str | None, user: str | None, password: str | None, namespace
     except (KafkaConnectError, TimeoutError) as exc:
         raise click.ClickException(str(exc)) from None
     names = detector_names(detectors)
-    try:
-        DetectorBank.from_names(topology, names)
-    except ValueError as exc:
-        raise click.UsageError(str(exc)) from None
-    config = WorkerConfig(settings, topics, topology, lambda hardware: DetectorBank.from_names(hardware, names),
+    by_detector = parse_params(params)  # every worker of a group should be given the same
+    checked_bank(topology, names, by_detector)
+    config = WorkerConfig(settings, topics, topology,
+                          lambda hardware: DetectorBank.from_names(hardware, names, params=by_detector),
+                          store_params=store_params(by_detector),
                           app_id=app_id, checkpoint_interval_s=checkpoint_interval,
                           session_timeout_s=session_timeout, metrics_host=host, metrics_port=port,
                           metrics_top_k=top_k, data_dir=data_dir, role=role, max_clock_ahead_s=max_clock_ahead)

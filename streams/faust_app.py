@@ -107,6 +107,9 @@ class WorkerConfig:
     # rows stamped further ahead of this host's clock are refused (the sending host's clock is
     # wrong); inf: no limit, for a simulation published faster than real time
     max_clock_ahead_s: float = MAX_AHEAD_S
+    # the FindingStore's keywords the detectors' parameters set (cli.common.store_params: the
+    # congestion gauges' parameters, how long a held flag is kept past its refresh)
+    store_params: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.role not in ROLES:
@@ -169,7 +172,7 @@ class ForeshockWorker:
         self.data_dir = Path(tempfile.mkdtemp(prefix="foreshock-worker-")) if config.data_dir is None \
             else Path(config.data_dir)
         self.health = PipelineHealth()
-        self.store = FindingStore(config.topology, self.health)
+        self.store = FindingStore(config.topology, self.health, **config.store_params)
         self.detection = DetectionStage(config.topology, config.make_bank, config.topics.partitions,
                                         self.store, self.health, config.worker_id, config.max_clock_ahead_s)
         self.incident_stage = self._new_incident_stage()

@@ -352,6 +352,44 @@ def test_worker_command_passes_data_dir_and_top_k_to_the_worker(tmp_path: Path, 
     worker.remove_data_dir()
 
 
+def test_worker_command_takes_detector_params_for_its_bank_and_its_store(tmp_path: Path, monkeypatch):
+    """``foreshock worker --param DET.NAME=VALUE``, as watch, replay and demo take it: a worker had
+    no such option, so parameters tuned with ``evaluate`` could not be run in Kafka mode. The value
+    reaches the banks the worker makes (for its partitions and for other hardware) and, for a held
+    flag's ``refresh_s``, its store (kept 1.5 refreshes); a parameter no detector of the bank has is
+    a usage error before the worker starts."""
+    from click.testing import CliRunner
+
+    import foreshock.streams.faust_app as faust_app
+    import foreshock.streams.kafka_topics as kafka_topics
+    from foreshock.cli.main import cli
+
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
+    seen: list[Any] = []
+    monkeypatch.setattr(kafka_topics, "ensure_topics", lambda settings, topics: topics)
+    monkeypatch.setattr(faust_app, "run_worker", lambda config, loglevel: seen.append(config))
+    topology = tmp_path / "topology.yaml"
+    Topology.from_gpu_hosts([("n0", 0), ("n0", 1)]).dump(topology)
+    args = ["worker", "--kafka", "127.0.0.1:9", "--topology", str(topology), "--port", "0"]
+    res = CliRunner().invoke(cli, args + ["--param", "cooling.refresh_s=1200", "--param", "thermal.horizon_s=900"])
+    assert res.exit_code == 0, res.output
+    bank = seen[-1].make_bank(Topology.from_gpu_hosts([("n1", 0)]))
+    by_name = {d.name: d for d in bank.detectors}
+    assert by_name["cooling"].p["refresh_s"] == 1200.0 and by_name["thermal"].horizon_s == 900.0
+    worker = faust_app.ForeshockWorker(seen[-1])
+    try:
+        assert worker.store._anomaly_ttl("cooling") == 1800.0
+        assert worker.store._anomaly_ttl("straggler") == 1.5 * by_name["straggler"].p["refresh_s"]
+    finally:
+        worker.remove_data_dir()
+    for bad, says in ((["--param", "cooling.no_such=1"], "no_such"), (["--param", "nosuch.x=1"], "nosuch"),
+                      (["--param", "loop_warming.util_on=0.4"], "not in the bank"),
+                      (["--param", "cooling"], "DETECTOR.NAME")):
+        res = CliRunner().invoke(cli, args + bad)
+        assert res.exit_code == 2 and says in res.output, (bad, res.output)
+    assert len(seen) == 1  # no worker started for any of them
+
+
 def test_worker_roles_run_their_own_agents_in_their_own_group(tmp_path: Path, monkeypatch):
     """A detect worker runs detection (and the JSON router) only, an incidents worker the
     incident stage only, each in a group of its own; ``all`` keeps the group it was given."""
