@@ -125,6 +125,7 @@ FAILING_LINK = frozenset({"link_down", "link_down_predicted", "link_errors", "op
 MAX_EXTERNAL_TYPES = 16
 OTHER_EXTERNAL = "other external events"
 DUPLICATE_EXTERNAL = "external event taken before (the same node, time, type and severity): skipped"
+FORGOTTEN_EXTERNAL = "external event dated before the events remembered (a repeat cannot be told): refused"
 EXTERNAL_SEEN_PRUNE = 4096
 """External events remembered before the first pruning of those too old to matter."""
 HINTS = {
@@ -336,6 +337,9 @@ class IncidentEngine:
         # record redelivered) is one event, not a second finding counted again in its incident
         self._external_seen: dict[tuple[str, float, str, str], None] = {}
         self._external_prune_at = EXTERNAL_SEEN_PRUNE
+        # events dated at or before this may have been taken and forgotten (_remember_external):
+        # one could be a repeat, which would be counted again in a live incident it joins
+        self._external_forgotten_to = -math.inf
         self._names: dict[str, tuple[str, int]] | None = None
         self._evicted: list[Finding] = []  # resolved early to make room; reported by the same observe()
         self._left_out: list[int] = []  # incidents a move left members out of (report_left_out)
@@ -391,6 +395,11 @@ class IncidentEngine:
             if said in self._external_seen:
                 self.health.problem(self.name, DUPLICATE_EXTERNAL, detail=f"{ev.type} on {ev.node} at {ev.time:.0f}")
                 continue
+            if ev.time <= self._external_forgotten_to:
+                self.health.problem(self.name, FORGOTTEN_EXTERNAL,
+                                    detail=f"{ev.type} on {ev.node} at {ev.time:.0f}, events remembered from "
+                                           f"{self._external_forgotten_to:.0f}")
+                continue
             if len(self._external) >= self.max_external_queue:
                 self.health.problem(self.name, "external event queue full: event dropped")
                 continue
@@ -399,19 +408,30 @@ class IncidentEngine:
             heapq.heappush(self._external, (ev.time, self.stats["external"], ev))
 
     def _remember_external(self, said: tuple[str, float, str, str]) -> None:
-        """Keep an event taken, to know it again; forget those a repeat could no longer reopen an
-        incident with (older than ``reopen_s`` and ``quiet_s`` before the latest telemetry), and
-        past ``max_external_queue`` kept, the earliest taken. Pruned when the count doubles:
-        amortised O(1) per event."""
+        """Keep an event taken, to know it again; forget those dated more than ``reopen_s`` and
+        ``quiet_s`` before the latest telemetry, and past ``max_external_queue`` kept, the earliest
+        dated. Pruned when the count doubles: amortised O(1) per event. An event dated at or before
+        the last one forgotten is refused from then on (:meth:`add_external`): a repeat of it could
+        no longer open an incident, but it could join a live one and be counted there again (a
+        feed re-read whole after an hour, its fan failure told twice: until 2026-12-04)."""
         seen = self._external_seen
         seen[said] = None
         if len(seen) <= self._external_prune_at:
             return
         horizon = self.latest_now - max(self.reopen_s, self.quiet_s)
-        for k in [k for k in seen if k[1] < horizon]:
-            del seen[k]
-        while len(seen) > max(self.max_external_queue, 1):
-            del seen[next(iter(seen))]
+        if any(k[1] <= horizon for k in seen):
+            for k in [k for k in seen if k[1] <= horizon]:
+                del seen[k]
+            self._external_forgotten_to = max(self._external_forgotten_to, horizon)
+        cap = max(self.max_external_queue, 1)
+        if len(seen) > cap:
+            by_time = sorted(seen, key=lambda k: k[1])
+            last = by_time[len(seen) - cap - 1][1]  # forgotten up to this time, ties included
+            for k in by_time:
+                if k[1] > last:
+                    break
+                del seen[k]
+            self._external_forgotten_to = max(self._external_forgotten_to, last)
         self._external_prune_at = max(EXTERNAL_SEEN_PRUNE, 2 * len(seen))
 
     def queued_external(self) -> int:
@@ -1605,6 +1625,7 @@ class IncidentEngine:
         milliseconds, read before any telemetry, was lost whole)."""
         out: list[Finding] = []
         self.last_tick = now
+        self._drain_external(now)  # those dated by the end (queued since the last observe) are grouped
         self._tick(now, out)
         if self._external:
             first = self._external[0][2]
@@ -1660,9 +1681,9 @@ class IncidentEngine:
         board was so displaced, that key, and what the board was a member of is kept under it;
         ``unparked`` names the slots whose board takes a parked state back, and there it becomes
         a member again of those of its incidents the engine still holds (told again where open; in
-        a resolved one's history, for a reopening). ``dropped``: keys given up. In memory only (the guard
-        and the bank checkpoint their parking; a restored engine has none: a parked board read again after a
-        worker's restart rejoins no incident).
+        a resolved one's history, for a reopening). ``dropped``: keys given up. Kept in the state, as
+        the guard and the bank keep their parking (until 2026-12-04 in memory only: a parked board
+        read again after a worker's restart rejoined no incident, its cause opened a second one).
 
         Returns each open incident that changed, told again at once under its new member names:
         re-ranked (its root and reason follow the board), in the state it was (it did not grow);
@@ -1797,6 +1818,11 @@ class IncidentEngine:
             "telemetry": self.tel.state_dict(),
             "external": [[t, n, e.node, e.time, e.type, e.severity] for t, n, e in self._external],
             "external_seen": [list(said) for said in self._external_seen],
+            "external_forgotten_to": self._external_forgotten_to, "external_prune_at": self._external_prune_at,
+            # boards displaced at a renumbering, read nowhere since, and their memberships
+            # (follow_moves): a restored engine gives a board read again its incidents back too
+            "parked": [[list(k) if isinstance(k, tuple) else k, [[serial, member, owned] for serial, member, owned in v]]
+                       for k, v in self._parked.items()],
             "jobs": self.topology.job_keys(),
         }
 
@@ -1838,7 +1864,8 @@ class IncidentEngine:
         fresh = self.tel.state_dict()
         tel["s_gpu_tel"] = remap.rows("gpu", tel["s_gpu_tel"], fresh["s_gpu_tel"])
         tel["s_link_tel"] = remap.rows("link", tel["s_link_tel"], fresh["s_link_tel"])
-        return {**state, "incidents": incidents, "telemetry": tel}
+        # the guard gives up its parking on other hardware (a board's key names its node's slot)
+        return {**state, "incidents": incidents, "telemetry": tel, "parked": []}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore a saved state. Jobs are found again by name and nodes: a worker restarted with
@@ -1863,7 +1890,10 @@ class IncidentEngine:
             owner_of[:] = -1
         self._incidents, self._index, self._rooted = {}, {}, {}
         self._left_out = [int(d["serial"]) for d in state["incidents"] if d.get("members_left_out")]
-        self._parked = {}  # in memory only (not in the state, unlike the guard's and the bank's parking)
+        # (a checkpoint from before the parking was saved has none: a board read again rejoins nothing)
+        self._parked = {tuple(k) if isinstance(k, list) else k: [(int(serial), list(member), bool(owned))
+                                                                 for serial, member, owned in v]
+                        for k, v in state.get("parked", ())}
         owners: dict[int, int] = {}  # member key -> the incident holding it
         for d in state["incidents"]:
             inc = _Incident(int(d["serial"]), d["family"], float(d["first_ts"]))
@@ -1928,7 +1958,9 @@ class IncidentEngine:
         # a checkpoint from before they were kept: none known (a repeat of an event taken before it counts again)
         self._external_seen = {(str(node), float(time), str(typ), str(sev)): None
                                for node, time, typ, sev in state.get("external_seen", ())}
-        self._external_prune_at = max(EXTERNAL_SEEN_PRUNE, 2 * len(self._external_seen))
+        self._external_prune_at = int(state.get("external_prune_at",
+                                                max(EXTERNAL_SEEN_PRUNE, 2 * len(self._external_seen))))
+        self._external_forgotten_to = float(state.get("external_forgotten_to", -math.inf))
 
     def check_invariants(self) -> None:
         """Raise ``AssertionError`` when the indexes disagree with the incidents (tests use it)."""
