@@ -82,16 +82,20 @@ S_ENV, S_LEVEL, S_SLOPE, S_N, S_BRAKE, S_THERMAL, S_ENV_PRE, S_TB, S_ETA, S_EVAL
 # ... the last forecast ETA and when it was solved; 1 once the GPU drew well over the default
 # limit while reporting none (else 0 or NaN, see DEFAULT_LIMIT_SLACK_W); when its throttle reasons
 # were last read (see reasons_stale_s); its die temperature smoothed (see confirmed_r_level);
-# when its power cap last bound (see cap_hold_s)
-S_OVER_DEFAULT, S_BITS_TS, S_T_SEEN, S_CAP_TS = 10, 11, 12, 13
-S_SIZE = 14
+# when its power cap last bound (see cap_hold_s); when its brake was last let go (a brake back
+# within off_hold_s is not announced again: see _power_kernel)
+S_OVER_DEFAULT, S_BITS_TS, S_T_SEEN, S_CAP_TS, S_BRAKE_OFF_TS = 10, 11, 12, 13, 14
+S_SIZE = 15
 DEFAULT_LIMIT_SLACK_W = 5.0 * facts.POWER_NOISE_W
 """A GPU that reports no power limit (dcgm-exporter's default counters do not) is taken to have
 Hopper's 700 W — until its compute-phase power (the envelope's level: not one sample) is this far
 over it: then it is not a 700 W part (a 1,000 W Blackwell, say), its limit is unknown, and no cap is
 forecast for it until it reports one. Until 2026-12-01 such a GPU at 850 W was predicted to meet
 "the 700 W limit" every minute."""
-N_COUNT, N_ACTIVE = 0, 1  # node state: GPUs braking now, node event raised
+# node state: GPUs braking now, node event raised, since when its count has read 0 while raised
+# (the event ends once none has braked for off_hold_s: see _node_brake_events)
+N_COUNT, N_ACTIVE, N_ZERO_TS = 0, 1, 2
+N_SIZE = 3
 WHICH_CAP, WHICH_GPU_BRAKE, WHICH_NODE_BRAKE = 0, 1, 2
 C_SLOPE, C_LEVEL, C_SEEN = 0, 1, 2  # call sites of cached_decay (rows of this kernel's decay cache)
 C_SITES = 3
@@ -237,6 +241,13 @@ def thermal_cap_eta(m: np.ndarray, i: int, temp: float, level: float, slope: flo
 
 
 @inline
+def end_node_event(node_brake: np.ndarray, node: int) -> None:
+    """Node ``node``'s brake event over: the next ``node_min`` GPUs braking together raise another."""
+    node_brake[node, N_ACTIVE] = 0.0
+    node_brake[node, N_ZERO_TS] = np.nan
+
+
+@inline
 def release_brake(s: np.ndarray, i: int, node: int, node_brake: np.ndarray) -> None:
     """GPU ``i`` no longer brakes (its reasons say so, or went unread too long, see also
     :func:`_age_out_brakes`): off its node's count. The node event ends where the count is 0 once
@@ -273,20 +284,22 @@ def _age_out_brakes(obs: tuple[np.ndarray, ...], rows: np.ndarray, n_rows: int, 
                 release_brake(s, j, node, node_brake)
                 released += 1
         if node_brake[node, N_COUNT] == 0.0:
-            node_brake[node, N_ACTIVE] = 0.0
+            end_node_event(node_brake, node)  # (reasons unread: no flicker to wait out)
     return released
 
 
 @kernel
 def _node_brake_events(obs: tuple[np.ndarray, ...], rows: np.ndarray, span: tuple[int, int], first: int,
                        parents: np.ndarray, s: np.ndarray, node_brake: np.ndarray, node_min: float,
-                       out: np.ndarray, n_out: int) -> int:
+                       off_hold: float, out: np.ndarray, n_out: int) -> int:
     """Judges each node of the run of rows ``span`` once the whole run is read. A run is a poll
     (the fit cuts a frame into runs where a GPU repeats, see
     :class:`~foreshock.detectors.thermal_fit.ThermalFit`), except where a GPU is missing from one
-    poll of a frame holding several. A node's event ends where none of its GPUs brakes any more
-    (ended under ``node_min``, a supply whose GPUs' brakes flicker, one of three steady, raised ten
-    events in ten minutes: review r3), and starts where ``node_min`` do; the run's GPU brakes
+    poll of a frame holding several. A node's event ends where none of its GPUs has braked for
+    ``off_hold`` s (ended under ``node_min``, a supply whose GPUs' brakes flicker, one of three
+    steady, raised ten events in ten minutes: review r3; ended at the first poll with none, two
+    GPUs braking on every other poll raised 30 in ten minutes, until 2026-12-04), and starts where
+    ``node_min`` do; the run's GPU brakes
     (``out[first:n_out]``) report the count. Returns the emission count.
     Judged as each row set or let go a brake, the count depended on the order of one poll's rows:
     a GPU that stopped braking as another started, its row read later, made "2 of 4 GPUs braking
@@ -303,8 +316,16 @@ def _node_brake_events(obs: tuple[np.ndarray, ...], rows: np.ndarray, span: tupl
         i = int(obs[tf.X_SLOT][row])
         node = parents[i, 1]
         if node_brake[node, N_COUNT] == 0.0:
-            node_brake[node, N_ACTIVE] = 0.0
-        elif s[i, S_BRAKE] == 1.0 and node_brake[node, N_COUNT] >= node_min and node_brake[node, N_ACTIVE] == 0.0:
+            if node_brake[node, N_ACTIVE] == 1.0:
+                ts = obs[tf.X_TS][row]
+                since = node_brake[node, N_ZERO_TS]
+                if since != since:
+                    node_brake[node, N_ZERO_TS] = ts
+                elif ts - since >= off_hold:
+                    end_node_event(node_brake, node)
+            continue
+        node_brake[node, N_ZERO_TS] = np.nan
+        if s[i, S_BRAKE] == 1.0 and node_brake[node, N_COUNT] >= node_min and node_brake[node, N_ACTIVE] == 0.0:
             node_brake[node, N_ACTIVE] = 1.0
             n_out = emit(out, n_out, row, WHICH_NODE_BRAKE, CODE_START, 0.0, 1.0,
                          (node_brake[node, N_COUNT], float(node), 0.0, 0.0, 0.0, 0.0))
@@ -335,9 +356,10 @@ def cap_binds(power: float, limit: float, clock: float, clock_max: float) -> boo
 def _power_kernel(obs: tuple[np.ndarray, ...], rows: np.ndarray, span: tuple[int, int],
                   parents: np.ndarray, state: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
                   racks: np.ndarray, params: tuple[np.ndarray, np.ndarray], out: np.ndarray, n_out: int,
-                  cache: np.ndarray) -> int:
+                  cache: np.ndarray, counts: np.ndarray) -> int:
     """Power brake, node brake and power-cap prediction over the fitted rows ``span`` of a
-    GPU frame; returns the emission count.
+    GPU frame; returns the emission count. ``counts[0]`` counts the power readings past their
+    limit by more than :data:`~foreshock.detectors.thermal_fit.OVER_LIMIT_READING_W`.
 
     ``obs`` is the thermal fit's observation columns (its ``X_CLOCK`` and ``X_CLOCK_MAX`` are read
     here only), ``rows`` the fit's per-row output, ``state`` = (thermal fit state, power state,
@@ -381,11 +403,15 @@ def _power_kernel(obs: tuple[np.ndarray, ...], rows: np.ndarray, span: tuple[int
                 s[i, S_BRAKE] = 1.0
                 s[i, S_ENV_PRE] = s[i, S_ENV]  # what it drew before the brake
                 node_brake[node, N_COUNT] += 1.0
-                n_out = emit(out, n_out, row, WHICH_GPU_BRAKE, CODE_START, 0.0, 1.0,
-                             (node_brake[node, N_COUNT], 0.0, 0.0, 0.0, 0.0, 0.0))
+                if not ts - s[i, S_BRAKE_OFF_TS] < p[P_OFF_HOLD]:
+                    # a brake back within off_hold_s of its release is the same one flickering (a
+                    # supply dropping in and out): 60 anomalies in ten minutes until 2026-12-04
+                    n_out = emit(out, n_out, row, WHICH_GPU_BRAKE, CODE_START, 0.0, 1.0,
+                                 (node_brake[node, N_COUNT], 0.0, 0.0, 0.0, 0.0, 0.0))
                 # whether the node brakes as a whole is decided once the poll is read (_node_brake_events)
             elif not braking and s[i, S_BRAKE] == 1.0:
                 release_brake(s, i, node, node_brake)
+                s[i, S_BRAKE_OFF_TS] = ts
             capped = (bits & facts.THROTTLE_SW_POWER_CAP) != 0
             thermal = (bits & (facts.THROTTLE_SW_THERMAL | facts.THROTTLE_HW_THERMAL)) != 0
         elif s[i, S_BRAKE] == 1.0 and not ts - s[i, S_BITS_TS] <= p[P_REASONS_STALE]:
@@ -395,8 +421,19 @@ def _power_kernel(obs: tuple[np.ndarray, ...], rows: np.ndarray, span: tuple[int
         # A sample is a 1-s average: most land in compute phases, so their upper envelope is the
         # power the cap acts on (the interval mean, diluted by communication phases, is not).
         power = obs[tf.X_POWER][row]
-        if power != power or not 0.0 < power < 1e5:
-            continue  # (0 W included: no powered board draws it, see thermal_fit.observe)
+        over_limit = power > m[i, tf.G_PLIM] + tf.OVER_LIMIT_READING_W  # (no reading for the fit either)
+        if power != power or not 0.0 < power < 1e5 or over_limit:
+            # no reading (0 W included: no powered board draws it, see thermal_fit.observe), or
+            # none the limiter allows: nothing is forecast from it, and a prediction held stands
+            # down once none has come for off_hold_s (skipped, it had held for good while a GPU's
+            # power read NaN or 0 W and its other fields came: until 2026-12-04)
+            counts[0] += 1.0 if over_limit else 0.0
+            at_cap = capped or ts - s[i, S_CAP_TS] <= p[P_CAP_HOLD]
+            code = alarm_step(alarms, i, 0, ts, False, not at_cap, p[P_ON], p[P_OFF_HOLD], p[P_REFRESH])
+            if code != CODE_NONE:
+                n_out = emit(out, n_out, row, WHICH_CAP, code, np.inf, 0.0,
+                             (np.nan, np.nan, m[i, tf.G_PLIM], np.nan, 0.0, 0.0))
+            continue
         limit = m[i, tf.G_PLIM]
         if limit != limit:  # none reported: Hopper's, unless it drew well over that (see below)
             limit = np.nan if s[i, S_OVER_DEFAULT] == 1.0 else facts.POWER_LIMIT_W
@@ -508,7 +545,9 @@ class PowerDetector(ThermalFitDetector):
         self.s_gpu[:, [S_N, S_BRAKE, S_THERMAL, S_TB, S_OVER_DEFAULT]] = 0.0
         self.s_gpu[:, S_ETA] = np.inf
         self.s_alarm = new_alarm_columns(n, 1)
-        self.s_node_brake = np.zeros((topology.size("node"), 2))
+        self.s_node_brake = np.zeros((topology.size("node"), N_SIZE))
+        self.s_node_brake[:, N_ZERO_TS] = np.nan
+        self._counts = np.zeros(1)  # power readings past their limit (see tf.OVER_LIMIT_READING_W)
         self._node_gpus = node_gpu_lists(topology.gpu_node, topology.size("node"))
         self._scratch = Scratch()
         self._out = np.empty((0, OUT_SIZE))
@@ -525,6 +564,10 @@ class PowerDetector(ThermalFitDetector):
         fit = self.fit
         found = self._findings(fit.obs, self._out[:self._n_out])
         found += self.withdraw_silent_gpus(self.s_alarm, ("power_cap",))
+        if self._counts[0]:
+            self.health.problem(self.name, f"power reading over its enforced limit by more than "
+                                f"{tf.OVER_LIMIT_READING_W:g} W: not taken for the cap forecast", int(self._counts[0]))
+            self._counts[0] = 0.0
         _age_out_brakes(fit.obs, fit.rows, fit.n_rows, fit.parents, self._node_gpus, self.s_gpu,
                         self.s_node_brake, float(self.params[P_REASONS_STALE]))
         return found
@@ -534,10 +577,12 @@ class PowerDetector(ThermalFitDetector):
         self.thermal_params[tf.P_SITE_RISE] = site_loop_rise(self.s_rack)
 
     def upgrade_state(self, state: dict[str, Any]) -> dict[str, Any]:
-        """The fit's upgrades, and ``s_gpu`` saved before S_OVER_DEFAULT, S_BITS_TS, S_T_SEEN and
-        S_CAP_TS (NaN: not over the default limit; reasons never read, so a brake held then is let
-        go; no die temperature seen yet, taken from the next sample; its cap not seen binding)."""
-        return add_columns(super().upgrade_state(state), "s_gpu", S_SIZE)
+        """The fit's upgrades, and ``s_gpu`` saved before S_OVER_DEFAULT, S_BITS_TS, S_T_SEEN,
+        S_CAP_TS and S_BRAKE_OFF_TS (NaN: not over the default limit; reasons never read, so a brake
+        held then is let go; no die temperature seen yet, taken from the next sample; its cap not
+        seen binding; no brake let go), and ``s_node_brake`` before N_ZERO_TS (NaN: its count not
+        read 0 while raised)."""
+        return add_columns(add_columns(super().upgrade_state(state), "s_gpu", S_SIZE), "s_node_brake", N_SIZE)
 
     def remap_state(self, state: dict[str, Any], remap: Remap) -> dict[str, Any]:
         """... and each node's count of braking GPUs counted again from the GPUs' brake flags as
@@ -552,6 +597,7 @@ class PowerDetector(ThermalFitDetector):
         node_brake = np.array(moved["s_node_brake"], dtype=float)
         node_brake[:, N_COUNT] = np.bincount(self.topology.gpu_node[braking], minlength=len(node_brake))
         node_brake[node_brake[:, N_COUNT] == 0.0, N_ACTIVE] = 0.0
+        node_brake[node_brake[:, N_COUNT] == 0.0, N_ZERO_TS] = np.nan
         return {**moved, "s_node_brake": node_brake}
 
     def begin_frame(self, fit: ThermalFit) -> None:
@@ -563,10 +609,10 @@ class PowerDetector(ThermalFitDetector):
         self._n_out = _power_kernel(fit.obs, fit.rows, (lo, hi), fit.parents,
                                     (fit.s_model, self.s_gpu, self.s_alarm, self.s_node_brake), fit.s_rack,
                                     (self.thermal_params, self.params), self._out, self._n_out,
-                                    tf.new_decay_cache(C_SITES))
+                                    tf.new_decay_cache(C_SITES), self._counts)
         self._n_out = _node_brake_events(fit.obs, fit.rows, (lo, hi), first, fit.parents, self.s_gpu,
-                                         self.s_node_brake, float(self.params[P_NODE_MIN]), self._out,
-                                         self._n_out)
+                                         self.s_node_brake, float(self.params[P_NODE_MIN]),
+                                         float(self.params[P_OFF_HOLD]), self._out, self._n_out)
 
     def _findings(self, obs: tuple[np.ndarray, ...], out: np.ndarray) -> list[Finding]:
         findings: list[Finding] = []
@@ -576,7 +622,10 @@ class PowerDetector(ThermalFitDetector):
             v = rec[O_V0:O_V0 + 6]
             if which == WHICH_CAP:
                 eta = float(rec[O_ETA])
-                if code == CODE_WITHDRAW:
+                if code == CODE_WITHDRAW and not np.isfinite(v[0]):
+                    reason = (f"its power no longer read (missing, 0 W, or more than {tf.OVER_LIMIT_READING_W:g} W "
+                              "over its limit): no longer known to be heading for the limit")
+                elif code == CODE_WITHDRAW:
                     reason = f"compute-phase power {v[0]:.0f} W no longer heading for the limit"
                 elif v[5] > 0:
                     reason = ("its node is power-braking (a failed power supply): when the brake lifts, "

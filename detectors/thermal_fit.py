@@ -68,6 +68,13 @@ node739/gpu0: R 0.105 °C/W against a stale 0.046 after a 14-minute idle; the fi
 14 minutes to catch up, and the stale residual held the confidence under its floor)."""
 CATCH_UP_S = 120.0
 CATCH_UP_TAU_S = 30.0
+OVER_LIMIT_READING_W = 10.0 * facts.POWER_NOISE_W
+"""A power reading this far over the GPU's enforced limit (reported in the row, else the last one
+reported) is no reading: the driver holds each 1-s average under the limit (the real H200 capped
+reads 688-696 W under 700 W), so it is an exporter's glitch, or a limit just lowered that the power
+has not followed yet. Taken, one 3,000-W reading set the fit's reference power and the power
+detector's envelope, a running maximum, for an hour: "2,175 W already at the 700 W limit",
+predicted every minute for 78 minutes (until 2026-12-04). The power detector counts them."""
 SLOPE_AFTER_S = 300.0
 SETTLE_TAU_S = 60.0
 """A GPU's first SLOPE_AFTER_S of loaded time settle its R: the level follows the readings at
@@ -354,6 +361,18 @@ def learn_tau(s: np.ndarray, i: int, off: int, dt: float, ratio: float, params: 
 
 
 @inline
+def valid_limit(plim: float) -> bool:
+    return 50.0 < plim < 1e5  # (False for NaN)
+
+
+@inline
+def power_limit(obs: tuple[np.ndarray, ...], row: int, s: np.ndarray, i: int) -> float:
+    """GPU ``i``'s enforced power limit at ``row``: the row's, else the last one reported (NaN: none)."""
+    plim = obs[X_PLIMIT][row]
+    return plim if valid_limit(plim) else s[i, G_PLIM]  # type: ignore[no-any-return]
+
+
+@inline
 def observe(obs: tuple[np.ndarray, ...], row: int, s: np.ndarray, n_models: int, parents: np.ndarray,
             racks: np.ndarray, nodes: np.ndarray, params: np.ndarray,
             d: np.ndarray) -> tuple[float, float, float]:
@@ -387,6 +406,8 @@ def observe(obs: tuple[np.ndarray, ...], row: int, s: np.ndarray, n_models: int,
                 power = mean_power
         s[i, G_ENERGY] = energy
         s[i, G_ENERGY_TS] = ts
+    if power > power_limit(obs, row, s, i) + OVER_LIMIT_READING_W:  # (False where no limit is known)
+        power = np.nan
     if last != last or dt > params[P_GAP]:
         s[i, G_PREF] = power
         for m in range(n_models):
@@ -419,7 +440,7 @@ def observe(obs: tuple[np.ndarray, ...], row: int, s: np.ndarray, n_models: int,
                                           1.0 - d[D_UL], 1.0 - d[D_UB])
         s[i, G_UN] += 1.0
     plim = obs[X_PLIMIT][row]
-    if plim == plim and 50.0 < plim < 1e5:
+    if valid_limit(plim):
         s[i, G_PLIM] = plim
     # the GPU's own thresholds, kept through a poll that misses them (an offset from T.Limit, or 0,
     # is not one: see facts.OWN_LIMIT_MIN_C)

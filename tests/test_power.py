@@ -313,24 +313,26 @@ class NaivePower(PerSample):
         n = topo.size("gpu")
         self.g = [dict(env=math.nan, level=math.nan, slope=math.nan, n=0.0, brake=0.0, thermal=0.0,
                        env_pre=math.nan, tb=0.0, eta=math.inf, eval_ts=math.nan, over=0.0, bits_ts=math.nan,
-                       t_seen=math.nan, cap_ts=math.nan, slowdown=math.nan, max_op=math.nan)
+                       t_seen=math.nan, cap_ts=math.nan, brake_off=math.nan, slowdown=math.nan, max_op=math.nan)
                   for _ in range(n)]
         self.alarm = [new_alarm() for _ in range(n)]
-        self.nodes = {k: dict(count=0, active=False) for k in range(topo.size("node"))}
+        self.nodes = {k: dict(count=0, active=False, zero_ts=math.nan) for k in range(topo.size("node"))}
         self.found = []  # (ts, slot, what, active)
         self.seen = {"forecast": 0, "start": 0, "withdraw": 0, "brake": 0, "node brake": 0, "thermal": 0,
                      "brake let go": 0, "over the default limit": 0, "released": 0, "cap binds unreported": 0,
                      "cap held unreported": 0, "cap held reported": 0,
                      "inlet trend held to the dies": 0, "led by the flow": 0, "steady state held to the dies": 0,
-                     "stale brake aged out": 0}
+                     "stale brake aged out": 0, "brake back within the hold": 0, "node event held through none": 0,
+                     "node event ended": 0, "no power reading": 0, "over the limit": 0}
         self.frame_rows = []  # (ts, gpu) of the frame's samples taken
 
     def gpu_frame(self, frame):
         """The rows one poll at a time (a run of rows in which no GPU repeats), each run's nodes
-        judged once it is read: a node event ends where none of its GPUs brakes, and starts, stamped
-        at its last braking row, where enough do. After the frame, a brake of a node in the frame
-        whose GPU's reasons went unread for over reasons_stale_s at one of the frame's samples (a
-        GPU that sends no rows) is let go, and the predictions of GPUs silent for gap_s withdrawn."""
+        judged once it is read: a node event ends once none of its GPUs has braked for off_hold_s,
+        and starts, stamped at its last braking row, where enough do. After the frame, a brake of a
+        node in the frame whose GPU's reasons went unread for over reasons_stale_s at one of the
+        frame's samples (a GPU that sends no rows) is let go — a node that leaves with none braking
+        ends its event at once — and the predictions of GPUs silent for gap_s withdrawn."""
         self.frame_rows = []
         run_rows, run_slots = [], set()
         for k in range(len(frame)):
@@ -344,13 +346,16 @@ class NaivePower(PerSample):
         self.judge_nodes(run_rows)
         for ts, i in self.frame_rows:
             node = int(self.node_of[i])
+            if self.nodes[node]["count"] == 0:
+                continue
             for j in np.flatnonzero(self.node_of == node):
                 g = self.g[j]
                 if g["brake"] and not ts - g["bits_ts"] <= self.pp[pw.P_REASONS_STALE]:
                     self.seen["stale brake aged out"] += 1
                     g["brake"] = 0.0
                     self.nodes[node]["count"] = max(self.nodes[node]["count"] - 1, 0)
-            self.nodes[node]["active"] = self.nodes[node]["active"] and self.nodes[node]["count"] > 0
+            if self.nodes[node]["count"] == 0:
+                self.nodes[node].update(active=False, zero_ts=math.nan)
         self.withdraw_silent(frame)
 
     def alarm_blocks(self):
@@ -361,11 +366,17 @@ class NaivePower(PerSample):
         self.seen["silent"] = self.seen.get("silent", 0) + 1
 
     def judge_nodes(self, run_rows):
-        for ts, i in run_rows:
-            node = self.nodes[int(self.node_of[i])]
-            node["active"] = node["active"] and node["count"] > 0
         for ts, i in reversed(run_rows):
             node = self.nodes[int(self.node_of[i])]
+            if node["count"] == 0:
+                if node["active"] and math.isnan(node["zero_ts"]):
+                    node["zero_ts"] = ts
+                    self.seen["node event held through none"] += 1
+                elif node["active"] and ts - node["zero_ts"] >= self.pp[pw.P_OFF_HOLD]:
+                    node.update(active=False, zero_ts=math.nan)
+                    self.seen["node event ended"] += 1
+                continue
+            node["zero_ts"] = math.nan
             if self.g[i]["brake"] and node["count"] >= self.pp[pw.P_NODE_MIN] and not node["active"]:
                 node["active"] = True
                 self.found.append((ts, i, "node brake", True))
@@ -397,10 +408,13 @@ class NaivePower(PerSample):
             if braking and not g["brake"]:
                 g["brake"], g["env_pre"] = 1.0, g["env"]
                 node["count"] += 1
-                self.found.append((ts, i, "brake", True))
-                self.seen["brake"] += 1
+                if ts - g["brake_off"] < p[pw.P_OFF_HOLD]:  # back within a minute: not told again
+                    self.seen["brake back within the hold"] += 1
+                else:
+                    self.found.append((ts, i, "brake", True))
+                    self.seen["brake"] += 1
             elif not braking and g["brake"]:
-                g["brake"] = 0.0
+                g["brake"], g["brake_off"] = 0.0, ts
                 node["count"] = max(node["count"] - 1, 0)
             capped = bool(bits & facts.THROTTLE_SW_POWER_CAP)
             thermal = bool(bits & (facts.THROTTLE_SW_THERMAL | facts.THROTTLE_HW_THERMAL))
@@ -408,9 +422,17 @@ class NaivePower(PerSample):
             self.seen["brake let go"] += 1
             g["brake"] = 0.0
             node["count"] = max(node["count"] - 1, 0)
-        if not 0.0 < power < 1e5:  # (0 W: no reading)
-            return
         reported = not math.isnan(m[i, tf.G_PLIM])
+        over = reported and power > m[i, tf.G_PLIM] + 50.0  # past its limit by 10x the noise: no reading
+        if not 0.0 < power < 1e5 or over:  # (0 W: no reading) ... nothing forecast; a prediction stands down
+            self.seen["over the limit" if over else "no power reading"] += 1
+            at_cap = capped or ts - g["cap_ts"] <= p[pw.P_CAP_HOLD]
+            code = naive_alarm_step(self.alarm[i], ts, False, not at_cap, p[pw.P_ON], p[pw.P_OFF_HOLD],
+                                    p[pw.P_REFRESH])
+            if code is not None:
+                self.found.append((ts, i, "power_cap", code != "withdraw"))
+                self.seen[code] = self.seen.get(code, 0) + 1
+            return
         # no limit reported: Hopper's 700 W, unless it drew well over that
         limit = m[i, tf.G_PLIM] if reported else (math.nan if g["over"] else facts.POWER_LIMIT_W)
         node_event = g["brake"] == 1.0 and self.nodes[int(self.node_of[i])]["active"]
@@ -536,6 +558,7 @@ def random_power_frames(topo, seed, ticks=150):
         sample[rng.random(n) < 0.03] = np.nan
         sample[rng.random(n) < 0.01] = -1.0
         sample[rng.random(n) < 0.01] = 0.0  # an exporter's N/A
+        sample[np.random.default_rng([seed, 2, tick]).random(n) < 0.01] = 3000.0  # a glitch past any limit
         # the SM clock, cut below its max at the cap (reported by some GPUs only, at times)
         clock_max = np.where(np.arange(n) % 3 == 2, np.nan, 1.98e9)
         clock = np.where(power >= 700.0, 1.7e9, 1.98e9)
@@ -572,11 +595,13 @@ def test_the_power_kernel_matches_a_naive_per_sample_reference(seed):
     cols = {"env": pw.S_ENV, "level": pw.S_LEVEL, "slope": pw.S_SLOPE, "n": pw.S_N, "brake": pw.S_BRAKE,
             "thermal": pw.S_THERMAL, "env_pre": pw.S_ENV_PRE, "tb": pw.S_TB, "eta": pw.S_ETA, "eval_ts": pw.S_EVAL_TS,
             "over": pw.S_OVER_DEFAULT, "bits_ts": pw.S_BITS_TS, "t_seen": pw.S_T_SEEN,
-            "cap_ts": pw.S_CAP_TS}
+            "cap_ts": pw.S_CAP_TS, "brake_off": pw.S_BRAKE_OFF_TS}
     for name, col in cols.items():
         np.testing.assert_allclose(det.s_gpu[:, col], [g[name] for g in naive.g], rtol=1e-9, atol=1e-9,
                                    equal_nan=True, err_msg=name)
     np.testing.assert_array_equal(det.s_node_brake[:, pw.N_COUNT], [v["count"] for v in naive.nodes.values()])
+    np.testing.assert_array_equal(det.s_node_brake[:, pw.N_ACTIVE], [v["active"] for v in naive.nodes.values()])
+    np.testing.assert_array_equal(det.s_node_brake[:, pw.N_ZERO_TS], [v["zero_ts"] for v in naive.nodes.values()])
     got = [(ts, slot if what != "node brake" else None, what, active) for ts, slot, what, active in naive.found]
     assert as_tuples(found) == got
 
@@ -588,7 +613,9 @@ def test_the_power_reference_comparison_reaches_every_branch():
                                              "cap binds unreported", "cap held unreported",
                                              "cap held reported",
                                              "inlet trend held to the dies",
-                                             "led by the flow", "steady state held to the dies")), seen
+                                             "led by the flow", "steady state held to the dies",
+                                             "brake back within the hold", "node event held through none",
+                                             "node event ended", "no power reading", "over the limit")), seen
 
 
 def naive_thermal_cap_eta(rl, ul, pref, rb, tau, loaded, temp, level, slope, limit, damp, du, steps=20000):

@@ -197,7 +197,8 @@ class NaiveFit:
         self.held, self.shifts = {}, {}  # rack -> a jump held back (ts, value); its level shifts
         self.seen = {"tau learnt": 0, "R settling": 0, "catch-up": 0, "restart": 0, "proxy inlet": 0,
                      "rack proxy": 0, "rack proxy held": 0, "skipped": 0, "source switch": 0,
-                     "energy repeated": 0, "inlet jump held": 0, "inlet level shift": 0, "no temperature": 0}
+                     "energy repeated": 0, "over the limit": 0, "inlet jump held": 0, "inlet level shift": 0,
+                     "no temperature": 0}
 
     def rack_frame(self, frame):
         for ts, r, v in zip(frame.ts, frame.slot, frame.columns["inlet_temp"]):
@@ -284,6 +285,10 @@ class NaiveFit:
                     and 0.0 <= (energy - e_last) / span < 1e5:
                 power = (energy - e_last) / span
             s[tf.G_ENERGY], s[tf.G_ENERGY_TS] = energy, ts
+        limit = plim if 50.0 < plim < 1e5 else s[tf.G_PLIM]  # the row's limit, else the last reported
+        if power > limit + 50.0:  # over it by 10x the noise: no reading (the driver holds it under)
+            power = math.nan
+            self.seen["over the limit"] += 1
         if not dt <= p[tf.P_GAP]:  # first sample or a long gap: the filters restart
             self.seen["restart"] += 1
             s[tf.G_PREF] = power
@@ -431,6 +436,7 @@ def random_fit_frames(topo, seed, ticks=60):
         power[rng.random(k) < 0.05] = np.nan
         power[rng.random(k) < 0.03] = 1e9  # garbage
         power[rng.random(k) < 0.03] = 0.0  # an exporter's N/A
+        power[np.random.default_rng([seed, 1, tick]).random(k) < 0.03] = 3000.0  # a glitch past the limit
         # a fifth of the counters do not move: an exporter serving its last collection again
         energy[rows] += np.where(np.isnan(power) | (power > 1e5), 600.0, power) * 10.0 * (rng.random(k) > 0.2)
         e = np.where(rng.random(k) < 0.3, np.nan, energy[rows])
