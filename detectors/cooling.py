@@ -12,7 +12,9 @@ detector compares, per GPU:
 and flags a failing thermal interface (``gpu``), a node whose GPUs all run hot against the
 other nodes of their rack — or of their cooling loop, where fewer than three of the rack's nodes
 can be compared (failing fans: ``node``; against a loop, the node must also run hot against its
-own history, or else its rack-mates, as a loop's median moves when some of its nodes change) — and a rack whose inlet rises against its own baseline,
+own history, or else its rack-mates, as a loop's median moves when some of its nodes change; with
+too few nodes in its loop to compare it with, half its GPUs flagged and the node running hot against
+its own history) — and a rack whose inlet rises against its own baseline,
 beyond what the other cooling loops' racks rose by meanwhile (a cooling loop or CDU losing flow:
 ``rack``; a rise every loop shares is the facility water's, such as its daily swing; an inlet held
 steady for ``inlet_hold_s`` with the rack's GPUs' R unchanged is said once to be a new level, a
@@ -377,16 +379,23 @@ class CoolingDetector(ThermalFitDetector):
         self.s_gpu_base[learn, R_BASE] = base_new[learn]
         seen = np.nan_to_num(self.s_gpu_base[:, R_BASE_SEEN])
         self.s_gpu_base[:, R_BASE_SEEN] = np.where(learn, seen + dt, seen)
+        n_nodes = topo.size("node")
+        compared = np.bincount(self.gpu_node[np.isfinite(r)], minlength=n_nodes)
+        gpus_flagged = np.bincount(self.gpu_node[flagged], minlength=n_nodes)
         findings: list[Finding] = []
         for g in self._raise(self.s_gpu_flag, flagged | idle_hot, now, p["refresh_s"]):
             if flagged[g]:
+                nd = self.gpu_node[g]
+                # half a node's GPUs or more at once: its fans or airflow rather than each interface
+                cause = (f"as {gpus_flagged[nd]} of the {compared[nd]} compared GPUs of {topo.nodes[nd]}: node fans "
+                         "or airflow more likely than its own interface") if 2 * gpus_flagged[nd] >= compared[nd] > 1 \
+                    else "thermal interface or cold plate degrading"
                 findings.append(Anomaly(
                     now, "gpu", int(g), "gpu_temp", float(max(peer[g], own[g] if has_history[g] else 0.0)),
                     self.name,
                     f"thermal resistance {r[g]:.4f} °C/W: {peer[g]:+.0%} vs rack "
                     f"{topo.racks[self.gpu_rack[g]]} median at the same power"
-                    + (f", {own[g]:+.0%} vs own baseline" if has_history[g] else "")
-                    + " — thermal interface or cold plate degrading"))
+                    + (f", {own[g]:+.0%} vs own baseline" if has_history[g] else "") + f" — {cause}"))
             else:
                 findings.append(Anomaly(
                     now, "gpu", int(g), "gpu_temp", float(idle_peer[g] / max(idle_x[g] - idle_peer[g], 1.0)),
@@ -399,9 +408,7 @@ class CoolingDetector(ThermalFitDetector):
         # nodes, else the rack's cooling loop is: against one other node, "this one runs hot"
         # cannot be told from "that one runs cool" (seed 815: node37 flagged +10 % against the mean
         # of itself and node39, whose R was still settling after its fans came back)
-        n_nodes = topo.size("node")
         node_med = group_median(r, self.gpu_node, n_nodes)
-        compared = np.bincount(self.gpu_node[np.isfinite(r)], minlength=n_nodes)
         node_med[2 * compared < self.node_gpus] = np.nan
         node_power = group_median(power, self.gpu_node, n_nodes)
         node_ref, by_rack, rack_ref, rack_nodes = self._node_reference(node_med, node_power)
@@ -414,11 +421,25 @@ class CoolingDetector(ThermalFitDetector):
         # airflow" and refreshed every refresh_s, never cleared — until 2026-12-01). Failed fans
         # (R x1.8-2.5 in the simulator) clear either bar. Not learnt while flagged.
         node_base = self.s_node_base
-        confirmed = by_rack | self._hot_against_itself(own_known, node_drift, rack_nodes, p["node_drift_min"])
+        node_own = group_median(own_known, self.gpu_node, n_nodes)
+        confirmed = by_rack | self._hot_against_itself(node_own, node_drift, rack_nodes, p["node_drift_min"])
         node_flag, has_history = above_usual(node_base, node_peer, p["node_drift_min"], p["peer_only_min"],
                                              p["warmup_s"], w, dt, confirmed)
-        for nd in self._raise(self.s_node_flag, node_flag | idle_node_hot, now, p["refresh_s"]):
-            if node_flag[nd]:
+        # ... and a node with no other nodes to be told against (fewer than NODE_QUORUM compared in
+        # its rack and in its loop: a cluster of a rack or two) whose GPUs are flagged one by one,
+        # half of them at least, and run hot against their own history: the GPUs' evidence is the
+        # node's (a node's failed fans in a rack of two had been eight "thermal interface" GPUs)
+        alone = ~np.isfinite(node_ref) & np.isfinite(node_med) & (2 * gpus_flagged >= compared) \
+            & (np.nan_to_num(node_own, nan=-np.inf) >= p["node_drift_min"])
+        for nd in self._raise(self.s_node_flag, node_flag | alone | idle_node_hot, now, p["refresh_s"]):
+            if alone[nd] and not node_flag[nd]:
+                findings.append(Anomaly(
+                    now, "node", int(nd), "fan_speed", float(node_own[nd]), self.name,
+                    f"all GPUs of {topo.nodes[nd]} run {node_own[nd]:+.0%} hotter per watt than their own history, "
+                    f"{gpus_flagged[nd]} of {compared[nd]} flagged against their rack (too few nodes on "
+                    f"{topo.racks[self.node_rack[nd]]} and loop {topo.loops[self.node_loop[nd]]} to compare the "
+                    "node with others) — node fans or airflow"))
+            elif node_flag[nd]:
                 findings.append(Anomaly(
                     now, "node", int(nd), "fan_speed", float(node_peer[nd]), self.name,
                     f"all GPUs of {topo.nodes[nd]} run {node_peer[nd]:+.0%} hotter per watt than the "
@@ -552,8 +573,8 @@ class CoolingDetector(ThermalFitDetector):
         # also idle warmer than its own history or its rack-mates, as a loaded node must (one rack's
         # inlet sensor re-based 8 °C high dropped the loop's median, and the other rack's untouched
         # nodes were flagged "+4 °C warmer" for hours, their own idle history flat)
-        confirmed = by_rack | self._hot_against_itself(own, node_med - rack_ref, rack_nodes,
-                                                       p["idle_node_rise_min_c"])
+        confirmed = by_rack | self._hot_against_itself(group_median(own, self.gpu_node, n_nodes), node_med - rack_ref,
+                                                       rack_nodes, p["idle_node_rise_min_c"])
         node_hot, _ = above_usual(self.s_idle_node_base, rise, p["idle_node_rise_min_c"], p["idle_peer_only_c"],
                                   p["warmup_s"], w, p["peer_interval_s"], confirmed)
         self.s_idle_node_hot = np.where(node_hot, self.s_idle_node_hot + 1, 0)
@@ -574,17 +595,16 @@ class CoolingDetector(ThermalFitDetector):
         ref = np.where(by_rack, rack_ref, np.where(loop_nodes >= NODE_QUORUM, loop_ref, np.nan))
         return ref, by_rack, rack_ref, rack_nodes
 
-    def _hot_against_itself(self, own: np.ndarray, node_drift: np.ndarray, rack_nodes: np.ndarray,
+    def _hot_against_itself(self, node_own: np.ndarray, node_drift: np.ndarray, rack_nodes: np.ndarray,
                             gap: float) -> np.ndarray:
         """Nodes that run hot against themselves, for a node compared against its loop: its GPUs'
-        median against their own history (``own``, NaN without one) by ``gap``, else against its
+        median against their own history (``node_own``, NaN without one) by ``gap``, else against its
         rack-mates where it has any (``node_drift``: its rack's median node holds itself, so half
         the bar is the bar against one mate), else true — under load in R (relative), idle in °C
         over the inlet (differences). A loop's median moves when some of its nodes change: two
         nodes re-pasted (R -25 %), or a rack's inlet sensor reading 8 °C high, had flagged the
         untouched nodes of the loop "+11-15 % hotter per watt" (idle: "+4 °C warmer") for hours,
         their own history flat."""
-        node_own = group_median(own, self.gpu_node, self.topology.size("node"))
         mates = np.where(rack_nodes >= 2, np.nan_to_num(node_drift, nan=-np.inf) >= gap / 2, True)
         return np.where(np.isfinite(node_own), node_own >= gap, mates)  # type: ignore[no-any-return]
 
