@@ -99,7 +99,7 @@ from foreshock.frames import Frame
 from foreshock.health import PipelineHealth
 from foreshock.topology import Topology
 
-from .alarm import (A_SIZE, CODE_NONE, CODE_WITHDRAW, O_CODE, O_CONF, O_ETA, O_ROW, O_V0,
+from .alarm import (A_ACTIVE, A_SIZE, CODE_NONE, CODE_WITHDRAW, O_CODE, O_CONF, O_ETA, O_ROW, O_V0,
                     O_WHICH, OUT_SIZE, alarm_step, emit, new_alarm_columns)
 from .base import add_columns
 from .gpu_inputs import (DAMP_MIN_OBS, FLOW_NOMINAL, flow_asymptote, INLET_NODE_PROXY, INLET_RACK_PROXY, inline,
@@ -688,6 +688,8 @@ def _thermal_kernel(obs: tuple[np.ndarray, ...], rows: np.ndarray, span: tuple[i
                     du_now = trusted_inlet_rate(s, i, parents[i, 0], racks, damp, params, 0.0, share)
                     out[n_out - 1, O_V0 + 8] = model_eta(s, i, off, t_m, limit_core, (damp, du_now), observed,
                                                          params)[0]
+        else:
+            n_out = unread_step(alarms, i, CORE, ts, row, params, out, n_out)
         # hbm_overheat: the HBM model's own alarm (not gated on idle: the memory heats all the same)
         if mv[HBM, V_USABLE] > 0.0:
             eta = mv[HBM, V_ETA]
@@ -697,6 +699,29 @@ def _thermal_kernel(obs: tuple[np.ndarray, ...], rows: np.ndarray, span: tuple[i
             if code != CODE_NONE:
                 n_out = emit_model(out, n_out, row, HBM, code, s, i, HBM, mv, (damp, du), params)
                 emit_follow(out, n_out, fc, i, share)
+        else:
+            n_out = unread_step(alarms, i, HBM, ts, row, params, out, n_out)
+    return n_out
+
+
+@inline
+def unread_step(alarms: np.ndarray, i: int, which: int, ts: float, row: int, params: np.ndarray, out: np.ndarray,
+                n_out: int) -> int:
+    """A row of GPU ``i`` without a usable reading for alarm ``which`` (its temperature NaN or a
+    sentinel, the rest of the row there): an active alarm stands down once none has come for
+    ``off_hold_s``, said so (limit NaN in the emission: :meth:`ThermalDetector._findings`). Until
+    2026-12-04 such rows were skipped, and a prediction made before a sensor went dark, or an
+    exporter dropped the field, was held for good: the GPU was not silent, its power still read.
+    An alarm not raised keeps its count of firing rows (a reading missing between two adds none)."""
+    if alarms[i, which * A_SIZE + A_ACTIVE] == 0.0:
+        return n_out
+    code = alarm_step(alarms, i, which * A_SIZE, ts, False, True, params[P_ON], params[P_OFF_HOLD], params[P_REFRESH])
+    if code == CODE_NONE:
+        return n_out
+    n_out = emit(out, n_out, row, which, code, np.inf, 0.0, (np.nan, np.nan, np.nan, np.nan, np.nan, np.nan))
+    out[n_out - 1, O_V0 + 9] = which
+    for k in range(O_INLET_SHARE, O_INLET_FOLLOWED + 1):
+        out[n_out - 1, k] = np.nan if k != O_INLET_SHARE else 1.0
     return n_out
 
 
@@ -844,7 +869,9 @@ class ThermalDetector(ThermalFitDetector):
             # the HBM's own nominal: its resistance to the coolant is about 0.6 of the die's
             r_nominal = self.params[P_R_NOM] if via == CORE else HBM_THERMAL_RESISTANCE_C_PER_W
             inlet_followed = unfollowed_inlet_text(*(float(v) for v in rec[O_INLET_SHARE:O_INLET_FOLLOWED + 1]))
-            if code == CODE_WITHDRAW:
+            if code == CODE_WITHDRAW and not np.isfinite(limit):
+                reason = f"{part} temperature no longer read: no longer known to be heading for its limit"
+            elif code == CODE_WITHDRAW:
                 reason = (f"{part} no longer heading for {limit:.0f} °C (steady state {target:.1f} °C)"
                           + inlet_followed)
             else:

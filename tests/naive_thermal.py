@@ -31,7 +31,7 @@ class NaiveThermal(PerSample):
         self.alarm = [[new_alarm() for _ in range(tf.N_MODELS)] for _ in range(n)]
         self.found = []  # (ts, slot, event, active, eta, confidence)
         self.seen = {"due": 0, "start": 0, "refresh": 0, "withdraw": 0, "idle": 0, "hbm": 0, "via_hbm": 0,
-                     "held": 0, "brake, not held": 0, "hold let go unread": 0}
+                     "held": 0, "brake, not held": 0, "hold let go unread": 0, "unread": 0, "unread withdrawn": 0}
         # the inlet follow check and the bridged trend track (test_thermal_inlet_follow's inputs reach them)
         self.seen_follow = {"bridged": 0, "discounted": 0, "source restart": 0, "follow restart": 0}
 
@@ -164,9 +164,21 @@ class NaiveThermal(PerSample):
                 self.seen["idle"] += 1
             self.step(i, 0, ts, firing, clear, eta, conf, "thermal_throttle")
             self.seen["via_hbm"] += via == tf.HBM and firing
+        else:
+            self.unread(i, 0, ts, "thermal_throttle")
         if tf.HBM in model:
             eta, conf, firing, clear = model[tf.HBM]
             self.step(i, 1, ts, firing, clear, eta, conf, "hbm_overheat")
+        else:
+            self.unread(i, 1, ts, "hbm_overheat")
+
+    def unread(self, i, k, ts, event):
+        """No usable reading for alarm ``k``: a raised one stands down once none has come for
+        off_hold_s; one not raised keeps its count of firing rows."""
+        if self.alarm[i][k]["active"]:
+            self.seen["unread"] += 1
+            self.step(i, k, ts, False, True, math.inf, 0.0, event)
+            self.seen["unread withdrawn"] += not self.alarm[i][k]["active"]
 
     def alarm_blocks(self):
         return self.alarm

@@ -958,6 +958,7 @@ def random_heating_frames(topo, seed, ticks=400):
     warming = rng.uniform(0.0, 0.01, n_racks)
     temp, hbm, t, frames = np.full(n, 40.0), np.full(n, 40.0), 0.0, []
     idle_until = np.zeros(n)
+    dark = np.random.default_rng([seed, 7])
     for _ in range(ticks):
         dt = rng.choice([10.0, 5.0, 700.0], p=[0.85, 0.14, 0.01])
         t += dt
@@ -978,8 +979,16 @@ def random_heating_frames(topo, seed, ticks=400):
         if int(t / 1000) % 3 == 2:
             reasons[topo.gpu_node == 0] = np.nan  # an exporter without its custom counters for a while
         rows = rng.permutation(n)
+        # readings gone dark, the rest of the row there: now and then, and for minutes at a time on
+        # some GPUs (a sensor failing, an exporter dropping the field)
+        read_core, read_hbm = np.round(temp), np.round(hbm)
+        read_core[dark.random(n) < 0.03] = np.nan
+        read_hbm[dark.random(n) < 0.03] = np.nan
+        if int(t / 900) % 3 == 1:
+            read_core[::3] = np.nan
+            read_hbm[1::3] = np.nan
         frames.append(Frame("gpu", t - np.where(rng.random(n) < 0.02, 7.0, 0.0)[rows], rows, {
-            "gpu_temp": np.round(temp)[rows], "hbm_temp": np.round(hbm)[rows], "power": power[rows],
+            "gpu_temp": read_core[rows], "hbm_temp": read_hbm[rows], "power": power[rows],
             "power_limit": np.full(n, 700.0), "util": np.where(idle, 0.0, 1.0)[rows],
             "throttle_reasons": reasons[rows], "slowdown_temp": rng.choice([89.0, np.nan, 400.0], n)[rows],
             # its own max operating temperatures: reported by some GPUs (not at every poll), a
