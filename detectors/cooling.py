@@ -64,11 +64,11 @@ from foreshock.health import PipelineHealth
 from foreshock.numba_config import jit
 from foreshock.topology import Topology
 
-from .base import resolve_params
+from .base import add_columns, resolve_params
 from .gpu_inputs import frame_now
 from .order_stats import bucket_by_group, median_of
-from .thermal_fit import (FIT_SLOT_KINDS, G_SIZE, G_TS, G_UL, M_LOADED, M_PF, M_RL, M_TPREV, P_LOAD_MIN, X_TS,
-                          ThermalFitDetector)
+from .thermal_fit import (FIT_SLOT_KINDS, G_SIZE, G_TS, G_UL, M_LOADED, M_PF, M_RL, M_TPREV, P_LOAD_MIN, P_R_NOM,
+                          X_TS, ThermalFitDetector)
 from .thermal_fit import params_vector as thermal_params
 
 PARAMS: dict[str, float] = {
@@ -98,8 +98,10 @@ PARAMS: dict[str, float] = {
 }
 R_BASE, R_BASE_SEEN = 0, 1
 # per GPU, idle: own baseline of the excess over the inlet, idle seconds it has seen, consecutive
-# idle comparisons, consecutive comparisons found hot, the inlet its baseline was learnt at
-I_BASE, I_SEEN, I_RUN, I_HOT, I_INLET = range(5)
+# idle comparisons, consecutive comparisons found hot, the inlet its baseline was learnt at, the
+# score its flag was last said with (said again with it at a comparison that cannot read it)
+I_BASE, I_SEEN, I_RUN, I_HOT, I_INLET, I_SCORE = range(6)
+I_SIZE = 6
 # per rack, while its inlet is flagged: since when its excess has held, and the lowest and highest since
 H_SINCE, H_LO, H_HI = range(3)
 NODE_QUORUM = 3  # nodes compared in a rack before one of them can be told to run hot
@@ -275,8 +277,8 @@ class CoolingDetector(ThermalFitDetector):
         self.s_rack_flag = np.full(topology.size("rack"), np.nan)
         self.s_rack_hold = np.full((topology.size("rack"), 3), np.nan)  # H_SINCE, H_LO, H_HI
         self.s_fan_flag = np.full(topology.size("node"), np.nan)
-        self.s_idle = np.zeros((n, 5))
-        self.s_idle[:, [I_BASE, I_INLET]] = np.nan
+        self.s_idle = np.zeros((n, I_SIZE))
+        self.s_idle[:, [I_BASE, I_INLET, I_SCORE]] = np.nan
         self.s_idle_node_hot = np.zeros(topology.size("node"))  # consecutive comparisons an idle node ran hot
         self.s_fan_speed = np.full(topology.size("node"), np.nan)  # each node's last reading
         # per node: how hot it usually runs against its peers (R_BASE) and the seconds learnt (R_BASE_SEEN)
@@ -294,7 +296,7 @@ class CoolingDetector(ThermalFitDetector):
                 state = {**state, key: np.full((len(np.asarray(state["s_node_flag"])), 2), np.nan)}
         if "s_rack_hold" not in state and "s_rack_flag" in state:  # a flagged inlet's hold starts now
             state = {**state, "s_rack_hold": np.full((len(np.asarray(state["s_rack_flag"])), 3), np.nan)}
-        return state
+        return add_columns(state, "s_idle", I_SIZE)  # (I_SCORE: none said yet)
 
     def update(self, frame: Frame) -> list[Finding]:
         if frame.kind == "rack":
@@ -384,7 +386,12 @@ class CoolingDetector(ThermalFitDetector):
         gpus_flagged = np.bincount(self.gpu_node[flagged], minlength=n_nodes)
         findings: list[Finding] = []
         for g in self._raise(self.s_gpu_flag, flagged | idle_hot, now, p["refresh_s"]):
-            if flagged[g]:
+            if not flagged[g] and not np.isfinite(idle_x[g]):  # held through a comparison that cannot read it
+                findings.append(Anomaly(
+                    now, "gpu", int(g), "gpu_temp", float(np.nan_to_num(self.s_idle[g, I_SCORE])), self.name,
+                    "idle, its temperature not read at this comparison; at the last it ran warm for its power "
+                    "against its idle node-mates — thermal interface or cold plate degrading"))
+            elif flagged[g]:
                 nd = self.gpu_node[g]
                 # half a node's GPUs or more at once: its fans or airflow rather than each interface
                 cause = (f"as {gpus_flagged[nd]} of the {compared[nd]} compared GPUs of {topo.nodes[nd]}: node fans "
@@ -397,10 +404,11 @@ class CoolingDetector(ThermalFitDetector):
                     f"{topo.racks[self.gpu_rack[g]]} median at the same power"
                     + (f", {own[g]:+.0%} vs own baseline" if has_history[g] else "") + f" — {cause}"))
             else:
+                self.s_idle[g, I_SCORE] = idle_peer[g] / max(idle_x[g] - idle_peer[g], 1.0)
                 findings.append(Anomaly(
-                    now, "gpu", int(g), "gpu_temp", float(idle_peer[g] / max(idle_x[g] - idle_peer[g], 1.0)),
-                    self.name,
-                    f"idle, {idle_x[g]:.1f} °C over its inlet: {idle_peer[g]:+.1f} °C vs its idle node-mates"
+                    now, "gpu", int(g), "gpu_temp", float(self.s_idle[g, I_SCORE]), self.name,
+                    f"idle, {idle_x[g]:.1f} °C over its inlet at {self.s_model[g, G_SIZE + M_PF]:.0f} W: "
+                    f"{idle_peer[g]:+.1f} °C vs its idle node-mates at the same power"
                     + (f", {idle_own[g]:+.1f} °C vs its own idle history" if np.isfinite(idle_own[g]) else "")
                     + " — thermal interface or cold plate degrading (it will run hot once loaded)"))
         # nodes: the median GPU of the node runs hot against its rack (fans, node airflow). A node
@@ -541,27 +549,39 @@ class CoolingDetector(ThermalFitDetector):
         node_idle = np.bincount(self.gpu_node[settled], minlength=n_nodes) == self.node_gpus
         usable = settled & node_idle[self.gpu_node]
         inlet = m[:, G_UL]
-        x = m[:, G_SIZE + M_TPREV] - inlet
+        x = m[:, G_SIZE + M_TPREV] - inlet  # over its inlet, as read (the reason quotes it)
         x[~usable] = np.nan
-        node_med = group_median(x, self.gpu_node, n_nodes)
-        peer = x - node_med[self.gpu_node]
-        own = x - st[:, I_BASE]
+        # ... compared with what the nominal resistance gives at its own power: "idle" is any load
+        # under the fit's load_min (200 W), and a GPU at 170 W (light inference) runs 4 °C warmer
+        # over its inlet than node-mates idling at 78 W, a node at 180 W 4.5 °C warmer than the
+        # rack's idle ones: both were flagged failing, refreshed for as long as the light load
+        # lasted, and no history learnt while flagged (until 2026-12-04)
+        xc = x - self.fit.params[P_R_NOM] * m[:, G_SIZE + M_PF]
+        node_med = group_median(xc, self.gpu_node, n_nodes)
+        peer = xc - node_med[self.gpu_node]
+        own = xc - st[:, I_BASE]
         # an idle history holds at the coolant it was learnt at: on a warming loop leakage raises
         # idle power with the temperature, and the excess over the inlet with it (the demo's
         # failing loop: node19/gpu0 read +5.2 °C over its own idle history, 40 °C of inlet later)
         own[(st[:, I_SEEN] < p["warmup_s"]) | ~(np.abs(inlet - st[:, I_INLET]) <= p["idle_inlet_span_c"])] = np.nan
         hot = usable & (((own >= p["idle_rise_min_c"]) & (peer >= p["idle_rise_min_c"]))
                         | (peer >= p["idle_peer_only_c"]))
-        st[:, I_HOT] = np.where(hot, st[:, I_HOT] + 1, 0)
+        # a comparison that could not read it (its temperature missing at the time, or its fit just
+        # switched inlet source) neither counts nor ends its run of hot ones: ended, its flag
+        # lapsed for two comparisons (20 min), past the incident engine's quiet_s, and its
+        # incident was told resolved and growing again (until 2026-12-04)
+        unread = usable & ~np.isfinite(xc)
+        st[:, I_HOT] = np.where(hot, st[:, I_HOT] + 1, np.where(unread, st[:, I_HOT], 0))
         # not learnt while its node is flagged either: its history tells a node hot against its loop
-        # from a moved reference (below), and failed fans warm every GPU alike, none of them hot
-        learn = usable & ~hot & ~np.isfinite(self.s_node_flag[self.gpu_node])
+        # from a moved reference (below), and failed fans warm every GPU alike, none of them hot;
+        # nor from no reading (it had made the history NaN: learnt afresh from the next)
+        learn = usable & ~hot & ~unread & ~np.isfinite(self.s_node_flag[self.gpu_node])
         w = 1.0 - np.exp(-p["peer_interval_s"] / p["tau_baseline_s"])
         # a history is for one coolant: where the inlet has moved on, a new one starts
         moved = usable & (np.abs(inlet - st[:, I_INLET]) > p["idle_inlet_span_c"])
         st[moved, I_BASE], st[moved, I_INLET], st[moved, I_SEEN] = np.nan, np.nan, 0.0
         base, base_inlet = st[:, I_BASE], st[:, I_INLET]
-        st[learn, I_BASE] = follow(base, x, w)[learn]
+        st[learn, I_BASE] = follow(base, xc, w)[learn]
         st[learn, I_INLET] = follow(base_inlet, inlet, w)[learn]
         st[learn, I_SEEN] += p["peer_interval_s"]
         node_ref, by_rack, rack_ref, rack_nodes = self._node_reference(node_med)

@@ -4,6 +4,12 @@ node whose fans failed was never flagged — its eight GPUs were, one by one, ea
 interface or cold plate degrading", each refreshed every ten minutes: the on-call engineer sent to
 re-paste eight GPUs. And in any cluster, the GPUs of a node flagged together read so too.
 
+A second audit, of the idle comparison: "idle" is any load under the fit's 200 W, and a GPU at
+170 W (light inference) was compared by its temperature over the inlet with node-mates idling at
+78 W — 4 °C warmer, "thermal interface or cold plate degrading", a whole node at 180 W "node fans or
+airflow", refreshed for as long as the light load lasted. The idle excess is now compared with
+what the nominal resistance gives at each GPU's own power.
+
 Left as found (no fault of the simulator shows it, so nothing measures a rule for it): every GPU of
 a rack or of a whole loop running hotter per watt together while the inlet reads steady (a
 manifold clogging behind an inlet sensor at the supply) is flagged by nothing: the peer comparison
@@ -15,6 +21,7 @@ from __future__ import annotations
 import numpy as np
 
 from foreshock.detectors.cooling import CoolingDetector
+from thermal_synth import run, small_topology
 from foreshock.findings import Anomaly
 from foreshock.frames import Frame
 from foreshock.topology import Topology
@@ -52,3 +59,66 @@ def test_one_failing_interface_in_a_rack_of_two_is_the_gpu_not_its_node() -> Non
     found = _run(2, slice(9, 10), 1.6)
     assert found and all(f.entity_kind == "gpu" and f.slot == 9 for f in found)
     assert all("thermal interface or cold plate degrading" in f.reason for f in found)
+
+
+def _idle_frames(topo: Topology, hours: float, power_of, extra_of=None,  # type: ignore[no-untyped-def]
+                 dark: tuple[int, float] | None = None) -> list[Frame]:
+    n = topo.size("gpu")
+    rng = np.random.default_rng(4)
+    r = 0.046 * (1 + 0.03 * np.random.default_rng(0).standard_normal(n))
+    idle = 78.0 + rng.uniform(-4, 4, n)
+    frames = []
+    for t in np.arange(0.0, hours * 3600, 30.0):
+        power = power_of(t, idle.copy())
+        extra = np.zeros(n) if extra_of is None else extra_of(t)
+        frames.append(Frame("rack", [t], [0], {"inlet_temp": [24.2]}))
+        temp = np.round(24.2 + r * power + extra)
+        if dark is not None and t == dark[1]:
+            temp[dark[0]] = np.nan  # one poll without its temperature
+        frames.append(Frame("gpu", np.full(n, t), np.arange(n), {"gpu_temp": temp,
+                                                                 "power": power + rng.normal(0, 2, n)}))
+    return frames
+
+
+def test_gpus_and_a_node_at_light_load_are_not_read_as_failing_idle_hardware() -> None:
+    topo = small_topology(nodes=4, gpus=8, racks=1)
+
+    def power_of(t: float, p: np.ndarray) -> np.ndarray:
+        if t >= 7200:  # GPU 9 alone at 170 W, every GPU of node2 at 180 W: under the fit's 200 W
+            p[9] = 170.0
+            p[16:24] = 180.0
+        return p
+
+    assert run(CoolingDetector(topo), _idle_frames(topo, 4.0, power_of)) == []
+
+
+def test_an_idle_gpu_running_warm_for_its_power_is_still_flagged() -> None:
+    topo = small_topology(nodes=4, gpus=8, racks=1)
+
+    def extra_of(t: float) -> np.ndarray:  # GPU 5's interface: 4 °C warmer from the second hour
+        extra = np.zeros(topo.size("gpu"))
+        extra[5] = 4.0 if t >= 5400 else 0.0
+        return extra
+
+    found = run(CoolingDetector(topo), _idle_frames(topo, 4.0, lambda t, p: p, extra_of))
+    assert found and {(f.entity_kind, f.slot) for f in found} == {("gpu", 5)}
+    assert "idle" in found[0].reason and "at the same power" in found[0].reason
+
+
+def test_a_flagged_idle_gpu_unread_at_one_comparison_keeps_its_flag_and_its_history() -> None:
+    topo = small_topology(nodes=4, gpus=8, racks=1)
+
+    def extra_of(t: float) -> np.ndarray:
+        extra = np.zeros(topo.size("gpu"))
+        extra[5] = 4.0 if t >= 5400 else 0.0
+        return extra
+
+    clean = run(CoolingDetector(topo), _idle_frames(topo, 5.0, lambda t, p: p, extra_of))
+    times = [f.ts for f in clean]
+    dark_at = times[4]  # the poll its fifth finding is said at: a refresh due, its temperature missing
+    det = CoolingDetector(topo)
+    found = run(det, _idle_frames(topo, 5.0, lambda t, p: p, extra_of, dark=(5, dark_at)))
+    assert [f.ts for f in found] == times  # said at the same comparisons, none left out
+    assert np.diff(times).max() <= 600.0
+    assert any("not read at this comparison" in f.reason for f in found)
+    assert np.isfinite(det.s_idle[5, 0])  # its idle history (I_BASE) kept
