@@ -62,6 +62,9 @@ class Detector:
     name: ClassVar[str] = "detector"
     kinds: ClassVar[tuple[str, ...]] = ()
     state_scalars: ClassVar[tuple[str, ...]] = ()
+    # keys of the state a subclass's own state_dict adds and its own load_state_dict reads:
+    # :meth:`load_state_dict` neither asks for them nor sets them
+    state_extras: ClassVar[tuple[str, ...]] = ()
     # The entity kind whose slots index the first axis of each state array that has one: what
     # lets the state follow its entities to another topology (:meth:`remap_state`). An array not
     # listed must keep its shape whatever the hardware (a test builds every detector on grown
@@ -93,10 +96,12 @@ class Detector:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         state = self.upgrade_state(state)
         own = self.state_dict()
-        missing = sorted(set(own) - set(state))
+        missing = sorted(set(own) - set(state) - set(self.state_extras))
         if missing:
             raise ValueError(f"{self.name}: state is missing {missing}")
         for k, v in state.items():
+            if k in self.state_extras:
+                continue
             if k not in own:
                 raise ValueError(f"{self.name}: unexpected state key {k!r}")
             if isinstance(own[k], np.ndarray):

@@ -277,10 +277,13 @@ def _inlet_kernel(obs: np.ndarray, s: np.ndarray, tau: float, usual_tau: float) 
 class StragglerDetector(Detector):
     """Flags GPUs slower, hotter or more throttled than their job peers."""
 
-    slot_kinds: ClassVar[Mapping[str, str]] = {"s_gpu": "gpu", "s_flag": "gpu", "s_rack": "rack"}
+    # (``gpu_job_saved``: each GPU's job slot when the state was saved, under the saved job list)
+    slot_kinds: ClassVar[Mapping[str, str]] = {"s_gpu": "gpu", "s_flag": "gpu", "s_rack": "rack",
+                                               "gpu_job_saved": "gpu"}
     name: ClassVar[str] = "straggler"
     kinds: ClassVar[tuple[str, ...]] = ("gpu", "rack")  # rack frames: the inlets (R_*)
     state_scalars: ClassVar[tuple[str, ...]] = ("next_ts",)
+    state_extras: ClassVar[tuple[str, ...]] = ("gpu_job_saved", "jobs")
 
     def __init__(self, topology: Topology, health: PipelineHealth | None = None, **params: Any) -> None:
         super().__init__(topology)
@@ -297,6 +300,34 @@ class StragglerDetector(Detector):
         self.s_rack = np.full((topology.size("rack"), R_SIZE), np.nan)
         self.next_ts = -np.inf
         self._scratch = Scratch()
+
+    def state_dict(self) -> dict[str, Any]:
+        """... and the jobs it was judged in: each GPU's job slot and the job list's keys
+        (``Topology.job_keys``), so that a GPU loaded into another job starts afresh there."""
+        return {**super().state_dict(), "gpu_job_saved": self.gpu_job.copy(), "jobs": self.topology.job_keys()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """... and a GPU whose job is not the one it was saved in (a job list changed while the
+        worker was down: ``foreshock topology jobs``, a restart) starts afresh: its flags and its
+        busy means were of the old job. Kept, a flag raised in the old job held the new job's report
+        back for up to ``refresh_s`` (the last one standing named the old job) and held its lowered
+        bar there — a GPU 4.6 % slower than its new peers, under the 5 % gap, named for good; and
+        the old job's busy clock, 0.75 under a compute-bound job, made the new job's GPUs on that
+        node stragglers at its start (until 2026-12-04). A state saved before the jobs were kept
+        (no ``jobs``) is taken as of the jobs listed now."""
+        super().load_state_dict(state)
+        saved_jobs, saved_gpu_job = state.get("jobs"), state.get("gpu_job_saved")
+        if saved_jobs is None or saved_gpu_job is None:
+            return
+        saved_gpu_job = np.asarray(saved_gpu_job, dtype=np.int64)
+        slots = self.topology.job_slot_map(list(saved_jobs))
+        then = np.where((saved_gpu_job >= 0) & (saved_gpu_job < len(slots)),
+                        slots[np.clip(saved_gpu_job, 0, max(len(slots) - 1, 0))] if len(slots) else -1, -1)
+        moved = then != self.gpu_job
+        self.s_flag[moved] = np.nan
+        self.s_gpu[moved] = np.nan
+        self.s_gpu[moved, S_N] = 0.0
+        self.s_gpu[moved, S_TAKEN] = 0.0
 
     def upgrade_state(self, state: dict[str, Any]) -> dict[str, Any]:
         """A state saved before ``S_BUSY_TS`` existed (six columns), read as if every GPU's last sample
