@@ -8,6 +8,7 @@ from typing import Any
 
 import click
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from foreshock.detectors import evaluation
@@ -87,6 +88,10 @@ def command(ctx: click.Context, recording: str, sets: str, report_dir: str, mode
                 model_inputs = model_telemetry(model_path, doc)
             except ModelFileError as exc:
                 raise click.ClickException(f"--model {exc}") from None
+            if model_inputs is None:
+                console.print(f"[yellow]--model {escape(model_path)} does not say which telemetry it was trained on "
+                              "(written before `foreshock train` recorded it, or its meta edited): its inputs are "
+                              "not checked against this run's[/yellow]")
             bank_params.setdefault("sklearn", {})["model_path"] = model_path
     try:
         rec = Recording.open(recording)

@@ -638,6 +638,14 @@ MODEL_SCHEMA_MOST = 32 * 2**20
 Python object per item of it, several times the text's size."""
 MODEL_ENTRIES_MOST = 100_000
 """Archive entries a model file may hold (that model: 1,249, three arrays per tree)."""
+MODEL_NODES_MOST = 1_000_000
+"""Objects a model file's schema may build, each reference to an object described before counted
+with all it holds (that model: 4,453, 1,467 of its references shared). skops builds a reference as
+the object it names and walks the graph so built, shared parts again at each reference, when it
+audits the types: a 1-MB schema of lists each holding the one before twice, 22 deep, took 28 s to
+refuse, 40 deep would take months (until 2026-12-04)."""
+MODEL_DEPTH_MOST = 200
+"""How deeply a model file's schema may nest (that model: 17)."""
 
 
 class ModelFileError(ValueError):
@@ -763,6 +771,50 @@ def _check_archive_size(path: Path, data: bytes) -> None:
             f"{path}: refused — the archive unpacks to {unpacked / 2**20:.1f} MiB in {len(entries):,} entries "
             f"(schema {schema / 2**20:.1f} MiB); a model file holds at most {MODEL_UNPACKED_MOST / 2**20:.0f} MiB "
             f"in {MODEL_ENTRIES_MOST:,} entries (schema {MODEL_SCHEMA_MOST / 2**20:.0f} MiB)")
+    _check_schema(path, data, {e.filename: e.file_size for e in entries})
+
+
+def _check_schema(path: Path, data: bytes, sizes: dict[str, int]) -> None:
+    """:class:`ModelFileError` unless the objects the archive's schema describes, each reference to
+    one described before expanded as skops builds and audits it, stay within
+    :data:`MODEL_NODES_MOST` and :data:`MODEL_DEPTH_MOST`, and the arrays they read within
+    :data:`MODEL_UNPACKED_MOST`: an entry's declared size is counted at every node that reads it
+    (skops unpacks an array once per node naming its file: one 20-MiB entry named by 60 nodes took
+    2.6 GiB while the archive declared 22 MiB, until 2026-12-04). One pass, each object's expanded
+    count and bytes kept by its ``__id__``."""
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as archive:
+            doc = json.loads(archive.read("schema.json"))
+    except Exception as exc:  # no schema, a damaged entry, not JSON (or nested past the parser)
+        raise ModelFileError(f"{path}: unreadable model file ({type(exc).__name__}: {exc})") from None
+    seen: dict[Any, tuple[int, int]] = {}  # __id__ -> (objects, array bytes) of what it holds
+
+    def walk(value: Any, depth: int) -> tuple[int, int]:
+        if depth > MODEL_DEPTH_MOST:
+            raise ModelFileError(f"{path}: refused — its schema nests deeper than {MODEL_DEPTH_MOST} "
+                                 "(a model file's is under 20)")
+        items: Any = value.values() if isinstance(value, dict) else value if isinstance(value, list) else ()
+        ident = value.get("__id__") if isinstance(value, dict) else None
+        if ident is not None and not isinstance(ident, (dict, list)):
+            if ident in seen:
+                return seen[ident]  # a reference: built as the object described before, all of it
+        nodes = 1 if ident is not None else 0
+        file = value.get("file") if isinstance(value, dict) else None
+        nbytes = sizes.get(file, 0) if isinstance(file, str) else 0
+        for item in items:
+            if isinstance(item, (dict, list)):
+                n, b = walk(item, depth + 1)
+                nodes, nbytes = nodes + n, nbytes + b
+            if nodes > MODEL_NODES_MOST or nbytes > MODEL_UNPACKED_MOST:
+                raise ModelFileError(
+                    f"{path}: refused — its schema builds over {MODEL_NODES_MOST:,} objects or reads over "
+                    f"{MODEL_UNPACKED_MOST / 2**20:.0f} MiB of arrays, its references expanded (a model file "
+                    "builds a few thousand); it was not written by `foreshock train` or has been tampered with")
+        if ident is not None and not isinstance(ident, (dict, list)):
+            seen[ident] = (nodes, nbytes)
+        return nodes, nbytes
+
+    walk(doc, 0)
 
 
 def _shown(value: Any) -> str:
@@ -806,6 +858,17 @@ def _check_document(path: Path, doc: Any) -> None:
     if "meta" in doc and type(doc["meta"]) is not str:
         raise ModelFileError(f"{path}: its meta is a {type(doc['meta']).__name__}, not the JSON text `foreshock "
                              "train` writes")
+    if "meta" in doc:
+        # not a JSON object: edited or damaged. Read as saying nothing, it had turned off the
+        # telemetry and version checks without a word (a meta cut by one byte: a rack-trained
+        # model scored on GPU telemetry alone, until 2026-12-04)
+        try:
+            info = json.loads(doc["meta"])
+        except ValueError:
+            info = None
+        if type(info) is not dict:
+            raise ModelFileError(f"{path}: its meta {_shown(doc['meta'])} is not the JSON object `foreshock train` "
+                                 "writes; the file has been edited or damaged")
     _check_sklearn_version(path, doc.get("meta"))
     model_telemetry(path, doc)
     events = doc.get("events")
