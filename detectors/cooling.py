@@ -99,9 +99,13 @@ PARAMS: dict[str, float] = {
 R_BASE, R_BASE_SEEN = 0, 1
 # per GPU, idle: own baseline of the excess over the inlet, idle seconds it has seen, consecutive
 # idle comparisons, consecutive comparisons found hot, the inlet its baseline was learnt at, the
-# score its flag was last said with (said again with it at a comparison that cannot read it)
-I_BASE, I_SEEN, I_RUN, I_HOT, I_INLET, I_SCORE = range(6)
-I_SIZE = 6
+# score its flag was last said with (said again with it at a comparison that cannot read it), and
+# the comparisons in a row that could not read it
+I_BASE, I_SEEN, I_RUN, I_HOT, I_INLET, I_SCORE, I_UNREAD = range(7)
+I_SIZE = 7
+UNREAD_HOLD = 2
+"""Comparisons in a row an idle GPU's flag is held through without a reading of it (10 minutes):
+one missing reading is no recovery, a temperature dark for longer is no longer known hot."""
 # per rack, while its inlet is flagged: since when its excess has held, and the lowest and highest since
 H_SINCE, H_LO, H_HI = range(3)
 NODE_QUORUM = 3  # nodes compared in a rack before one of them can be told to run hot
@@ -296,7 +300,7 @@ class CoolingDetector(ThermalFitDetector):
                 state = {**state, key: np.full((len(np.asarray(state["s_node_flag"])), 2), np.nan)}
         if "s_rack_hold" not in state and "s_rack_flag" in state:  # a flagged inlet's hold starts now
             state = {**state, "s_rack_hold": np.full((len(np.asarray(state["s_rack_flag"])), 3), np.nan)}
-        return add_columns(state, "s_idle", I_SIZE)  # (I_SCORE: none said yet)
+        return add_columns(state, "s_idle", I_SIZE)  # (I_SCORE: none said yet; I_UNREAD: read)
 
     def update(self, frame: Frame) -> list[Finding]:
         if frame.kind == "rack":
@@ -567,11 +571,14 @@ class CoolingDetector(ThermalFitDetector):
         hot = usable & (((own >= p["idle_rise_min_c"]) & (peer >= p["idle_rise_min_c"]))
                         | (peer >= p["idle_peer_only_c"]))
         # a comparison that could not read it (its temperature missing at the time, or its fit just
-        # switched inlet source) neither counts nor ends its run of hot ones: ended, its flag
+        # switched inlet source) neither counts nor ends its run of hot ones, UNREAD_HOLD in a row
+        # at most: ended, its flag
         # lapsed for two comparisons (20 min), past the incident engine's quiet_s, and its
         # incident was told resolved and growing again (until 2026-12-04)
         unread = usable & ~np.isfinite(xc)
-        st[:, I_HOT] = np.where(hot, st[:, I_HOT] + 1, np.where(unread, st[:, I_HOT], 0))
+        st[:, I_UNREAD] = np.where(unread, np.nan_to_num(st[:, I_UNREAD]) + 1, 0)
+        held = unread & (st[:, I_UNREAD] <= UNREAD_HOLD)
+        st[:, I_HOT] = np.where(hot, st[:, I_HOT] + 1, np.where(held, st[:, I_HOT], 0))
         # not learnt while its node is flagged either: its history tells a node hot against its loop
         # from a moved reference (below), and failed fans warm every GPU alike, none of them hot;
         # nor from no reading (it had made the history NaN: learnt afresh from the next)

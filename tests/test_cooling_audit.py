@@ -62,7 +62,7 @@ def test_one_failing_interface_in_a_rack_of_two_is_the_gpu_not_its_node() -> Non
 
 
 def _idle_frames(topo: Topology, hours: float, power_of, extra_of=None,  # type: ignore[no-untyped-def]
-                 dark: tuple[int, float] | None = None) -> list[Frame]:
+                 dark: tuple[int, float, float] | None = None) -> list[Frame]:
     n = topo.size("gpu")
     rng = np.random.default_rng(4)
     r = 0.046 * (1 + 0.03 * np.random.default_rng(0).standard_normal(n))
@@ -73,8 +73,8 @@ def _idle_frames(topo: Topology, hours: float, power_of, extra_of=None,  # type:
         extra = np.zeros(n) if extra_of is None else extra_of(t)
         frames.append(Frame("rack", [t], [0], {"inlet_temp": [24.2]}))
         temp = np.round(24.2 + r * power + extra)
-        if dark is not None and t == dark[1]:
-            temp[dark[0]] = np.nan  # one poll without its temperature
+        if dark is not None and dark[1] <= t <= dark[2]:
+            temp[dark[0]] = np.nan  # polls without its temperature
         frames.append(Frame("gpu", np.full(n, t), np.arange(n), {"gpu_temp": temp,
                                                                  "power": power + rng.normal(0, 2, n)}))
     return frames
@@ -117,8 +117,24 @@ def test_a_flagged_idle_gpu_unread_at_one_comparison_keeps_its_flag_and_its_hist
     times = [f.ts for f in clean]
     dark_at = times[4]  # the poll its fifth finding is said at: a refresh due, its temperature missing
     det = CoolingDetector(topo)
-    found = run(det, _idle_frames(topo, 5.0, lambda t, p: p, extra_of, dark=(5, dark_at)))
+    found = run(det, _idle_frames(topo, 5.0, lambda t, p: p, extra_of, dark=(5, dark_at, dark_at)))
     assert [f.ts for f in found] == times  # said at the same comparisons, none left out
     assert np.diff(times).max() <= 600.0
     assert any("not read at this comparison" in f.reason for f in found)
     assert np.isfinite(det.s_idle[5, 0])  # its idle history (I_BASE) kept
+
+
+def test_an_idle_gpu_whose_temperature_stays_dark_is_no_longer_said_hot() -> None:
+    topo = small_topology(nodes=4, gpus=8, racks=1)
+
+    def extra_of(t: float) -> np.ndarray:
+        extra = np.zeros(topo.size("gpu"))
+        extra[5] = 4.0 if t >= 5400 else 0.0
+        return extra
+
+    times = [f.ts for f in run(CoolingDetector(topo), _idle_frames(topo, 5.0, lambda t, p: p, extra_of))]
+    found = run(CoolingDetector(topo), _idle_frames(topo, 5.0, lambda t, p: p, extra_of,
+                                                    dark=(5, times[2] + 1.0, 5 * 3600.0)))
+    assert [f.ts for f in found if "not read" not in f.reason] == times[:3]
+    held = [f for f in found if "not read" in f.reason]  # said held once (a refresh due), then let go
+    assert len(held) == 1 and held[0].ts <= times[2] + 600.0
