@@ -419,9 +419,10 @@ class IncidentEngine:
         if len(seen) <= self._external_prune_at:
             return
         horizon = self.latest_now - max(self.reopen_s, self.quiet_s)
-        if any(k[1] <= horizon for k in seen):
-            for k in [k for k in seen if k[1] <= horizon]:
-                del seen[k]
+        old = [k for k in seen if k[1] <= horizon]
+        for k in old:
+            del seen[k]
+        if old:
             self._external_forgotten_to = max(self._external_forgotten_to, horizon)
         cap = max(self.max_external_queue, 1)
         if len(seen) > cap:

@@ -320,9 +320,9 @@ class StragglerDetector(Detector):
         if saved_jobs is None or saved_gpu_job is None:
             return
         saved_gpu_job = np.asarray(saved_gpu_job, dtype=np.int64)
-        slots = self.topology.job_slot_map(list(saved_jobs))
-        then = np.where((saved_gpu_job >= 0) & (saved_gpu_job < len(slots)),
-                        slots[np.clip(saved_gpu_job, 0, max(len(slots) - 1, 0))] if len(slots) else -1, -1)
+        # each saved job's slot here, and -1 (no job) last, for a GPU saved in none
+        here = np.append(self.topology.job_slot_map(list(saved_jobs)), -1)
+        then = here[np.where((saved_gpu_job >= 0) & (saved_gpu_job < len(here) - 1), saved_gpu_job, -1)]
         moved = then != self.gpu_job
         self.s_flag[moved] = np.nan
         self.s_gpu[moved] = np.nan
