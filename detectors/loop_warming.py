@@ -16,7 +16,11 @@ the simulator's identical racks teach and no real fleet would):
   |power slope| < ``steady_power_w_per_min``, |inlet slope| < ``steady_inlet_c_per_min``). The
   inlet the GPUs imply reads ~4 °C lower idle than at work: a baseline learnt from idle readings
   took every job start for a 4 °C rise with the dies climbing (35-77 false alarms per 1000
-  GPU-h on seeds 33, 34 and 791);
+  GPU-h on seeds 33, 34 and 791). The baseline keeps the power it was learnt at too, and a GPU is
+  scored only within ``power_band`` of it; at steady work at another power the baseline starts
+  over there. The inlet the proxy implies moves with the power wherever a board's resistance is
+  not the nominal one (``(R - R_nominal)·ΔP``): a rack's job stepping from 450 to 700 W on boards
+  20 % over nominal read as its loop losing flow, every GPU predicted (until 2026-12-04);
 - a GPU at work is predicted to throttle when its inlet stands ``rise_on_c`` over that baseline
   and the inlet, the die and the HBM all rise at ``rising_c_per_min`` or more, the die no faster
   than ``die_per_inlet_max`` times the inlet (work starting moves the die ten times faster than
@@ -32,7 +36,7 @@ precision as it costs the thermal detector's.
 
 from __future__ import annotations
 
-from typing import ClassVar, Mapping
+from typing import Any, ClassVar, Mapping
 
 import numpy as np
 
@@ -41,7 +45,7 @@ from foreshock.health import PipelineHealth
 from foreshock.topology import Topology
 
 from .alarm import CODE_WITHDRAW, O_CODE, O_CONF, O_ROW, OUT_SIZE, new_alarm_columns
-from .base import resolve_params
+from .base import add_columns, resolve_params
 from .baselines import FEATURES, FeatureDetector, _score_alarms
 from .thermal_fit import repeat_free_runs
 
@@ -57,14 +61,15 @@ PARAMS: dict[str, float] = {
     # die ten times faster (seed 34's node96: +12.5 °C/min on an inlet 1.4 °C/min up)
     "die_per_inlet_max": 3.0,
     "clear_ratio": 0.8,  # the alarm clears below this share of rise_on_c
+    "power_band": 0.15,  # scored within this share of the power its baseline was learnt at
     "on_count": 2.0,  # consecutive samples to start a prediction
     "off_hold_s": 120.0,  # below the clear level this long to withdraw it
     "refresh_s": 60.0,
     "horizon_s": 1800.0,  # the ETA is at most this far ahead
 }
 F = {name: i for i, name in enumerate(FEATURES)}
-B_LEVEL, B_TS = 0, 1  # per GPU: the inlet's baseline and when it was last taken in
-B_SIZE = 2
+B_LEVEL, B_TS, B_POWER = 0, 1, 2  # per GPU: the inlet's baseline, when it was last taken in, its power
+B_SIZE = 3
 
 
 class LoopWarmingDetector(FeatureDetector):
@@ -82,6 +87,11 @@ class LoopWarmingDetector(FeatureDetector):
         self.s_alarm = new_alarm_columns(topology.size("gpu"), 1)
         self.level = np.array([p["rise_on_c"]])
         self.timing = np.array([p["on_count"], p["off_hold_s"], p["refresh_s"]])
+
+    def upgrade_state(self, state: dict[str, Any]) -> dict[str, Any]:
+        """... and ``s_base`` saved before its power (``B_POWER`` NaN: the GPU scored again from its
+        next steady work, its baseline started over there)."""
+        return add_columns(super().upgrade_state(state), "s_base", B_SIZE)
 
     def _decide(self, obs: np.ndarray, feats: np.ndarray) -> list[Finding]:
         if not len(obs):
@@ -114,20 +124,26 @@ class LoopWarmingDetector(FeatureDetector):
         the baseline stepped where the GPU works at a steady power."""
         p = self.params
         slots = obs[:, 1].astype(np.int64)
-        ts, inlet = obs[:, 0], feats[:, F["inlet_c"]]
+        ts, inlet, power = obs[:, 0], feats[:, F["inlet_c"]], feats[:, F["power_w"]]
         base = self.s_base[slots]
-        rise = inlet - base[:, B_LEVEL]
+        # at the power its baseline was learnt at (a baseline saved without one: at none, until the
+        # GPU's next steady work)
+        near = np.abs(power - base[:, B_POWER]) <= p["power_band"] * base[:, B_POWER]
+        rise = np.where(near, inlet - base[:, B_LEVEL], np.nan)
         steady = (np.isfinite(inlet) & (np.nan_to_num(feats[:, F["util"]]) >= p["util_on"])
                   & (np.abs(np.nan_to_num(feats[:, F["power_slope_w_per_min"]], nan=np.inf))
                      < p["steady_power_w_per_min"])
                   & (np.abs(np.nan_to_num(feats[:, F["inlet_slope_c_per_min"]], nan=np.inf))
                      < p["steady_inlet_c_per_min"]))
-        known = np.isfinite(base[:, B_LEVEL])
+        steady &= np.isfinite(power)
+        known = np.isfinite(base[:, B_LEVEL]) & near  # (steady at another power: it starts over there)
         dt = np.where(known, ts - base[:, B_TS], 0.0)
         share = np.where(known, 1.0 - np.exp(-np.clip(dt, 0.0, None) / p["tau_base_s"]), 1.0)
         level = np.where(known, base[:, B_LEVEL] + share * (inlet - base[:, B_LEVEL]), inlet)
+        at_power = np.where(known, base[:, B_POWER] + share * (power - base[:, B_POWER]), power)
         self.s_base[slots[steady], B_LEVEL] = level[steady]
         self.s_base[slots[steady], B_TS] = ts[steady]
+        self.s_base[slots[steady], B_POWER] = at_power[steady]
         return rise
 
     def _prediction(self, obs: np.ndarray, feats: np.ndarray, rise: np.ndarray, rec: np.ndarray) -> Prediction:

@@ -175,3 +175,36 @@ def test_replay_runs_the_standard_bank_with_the_opt_in_detector(tmp_path):
 
     detectors = {json.loads(line).get("detector") for line in out.read_text().splitlines()}
     assert "loop_warming" in detectors and "thermal" in detectors
+
+
+def _rack_at_power(r_scale: float, step_at: float, inlet_rise_c_per_s: float = 0.0) -> list:
+    """One rack of 32 GPUs, GPU telemetry alone, one job at 450 W that steps to 700 W at
+    ``step_at`` (its next phase, or the next job); the boards' R ``r_scale`` times the nominal, the
+    coolant rising ``inlet_rise_c_per_s`` from the second hour."""
+    from foreshock.frames import Frame
+
+    topo = small_topology(nodes=4, gpus=8, racks=1)
+    n, rng = topo.size("gpu"), np.random.default_rng(0)
+    r = 0.046 * r_scale * (1 + 0.03 * rng.standard_normal(n))
+    r_hbm = 0.028 * r_scale * np.ones(n)
+    temp, hbm, det, found = 25.0 + r * 450.0, 25.0 + r_hbm * 450.0, lw.LoopWarmingDetector(topo), []
+    for t in np.arange(0.0, 3 * 3600.0, 10.0):
+        inlet = 25.0 + inlet_rise_c_per_s * max(t - 3600.0, 0.0)
+        power = np.full(n, 450.0 if t < step_at else 700.0) + rng.normal(0, 3, n)
+        temp += (inlet + r * power - temp) * (1 - np.exp(-10.0 / 25.0))
+        hbm += (inlet + r_hbm * power - hbm) * (1 - np.exp(-10.0 / 80.0))
+        found += det.update(Frame("gpu", np.full(n, t), np.arange(n), {
+            "gpu_temp": np.round(temp), "hbm_temp": np.round(hbm), "power": power, "util": np.ones(n)}))
+    return [f for f in found if isinstance(f, Prediction) and f.active]
+
+
+@pytest.mark.parametrize("r_scale", [1.2, 1.4])
+def test_a_rack_stepping_up_in_power_on_boards_over_nominal_r_is_no_warming_loop(r_scale: float) -> None:
+    """The inlet the GPUs' proxy implies (T - R_nominal·P) moves with the power where the boards'
+    R is not the nominal (air-cooled, older boards): a whole rack's job stepping 450 -> 700 W read
+    as its loop losing flow, every GPU predicted (an audit, 2026-12-04). A baseline is for one power."""
+    assert _rack_at_power(r_scale, step_at=5400.0) == []
+
+
+def test_a_loop_warming_at_steady_power_on_such_boards_is_still_predicted() -> None:
+    assert len({f.slot for f in _rack_at_power(1.2, step_at=1e9, inlet_rise_c_per_s=0.01)}) >= 16
