@@ -729,7 +729,7 @@ def _parsed_model(path: Path, data: bytes) -> Any:
     if not zipfile.is_zipfile(io.BytesIO(data)):
         raise ModelFileError(f"{path}: not a foreshock model file (expected a skops archive; "
                              "pickles are never loaded)")
-    _check_archive_size(path, data)
+    _check_archive(path, data)
     try:
         untrusted = sio.get_untrusted_types(data=data)
     except Exception as exc:  # a damaged archive or schema: report, do not guess
@@ -755,26 +755,32 @@ def _parsed_model(path: Path, data: bytes) -> Any:
     return doc
 
 
-def _check_archive_size(path: Path, data: bytes) -> None:
+def _check_archive(path: Path, data: bytes) -> None:
     """:class:`ModelFileError` unless the archive ``data`` unpacks to a model file's size, judged
-    from its directory before anything is unpacked. (Python's zip reader stops an entry at the
-    size its directory states, so an entry cannot unpack to more than it declares.)"""
+    from its directory before anything is unpacked (Python's zip reader stops an entry at the
+    size its directory states, so an entry cannot unpack to more than it declares), and its schema
+    builds a model file's objects (:func:`_check_schema`). One opening of the archive for both."""
     try:
         with zipfile.ZipFile(io.BytesIO(data)) as archive:
             entries = archive.infolist()
-    except Exception as exc:  # a damaged directory
+            unpacked = sum(e.file_size for e in entries)
+            schema_size = max((e.file_size for e in entries if e.filename == "schema.json"), default=0)
+            if len(entries) > MODEL_ENTRIES_MOST or unpacked > MODEL_UNPACKED_MOST \
+                    or schema_size > MODEL_SCHEMA_MOST:
+                raise ModelFileError(
+                    f"{path}: refused — the archive unpacks to {unpacked / 2**20:.1f} MiB in {len(entries):,} "
+                    f"entries (schema {schema_size / 2**20:.1f} MiB); a model file holds at most "
+                    f"{MODEL_UNPACKED_MOST / 2**20:.0f} MiB in {MODEL_ENTRIES_MOST:,} entries (schema "
+                    f"{MODEL_SCHEMA_MOST / 2**20:.0f} MiB)")
+            schema = json.loads(archive.read("schema.json"))
+    except ModelFileError:
+        raise
+    except Exception as exc:  # a damaged directory or entry, no schema, not JSON (or nested past the parser)
         raise ModelFileError(f"{path}: unreadable model file ({type(exc).__name__}: {exc})") from None
-    unpacked = sum(e.file_size for e in entries)
-    schema = max((e.file_size for e in entries if e.filename == "schema.json"), default=0)
-    if len(entries) > MODEL_ENTRIES_MOST or unpacked > MODEL_UNPACKED_MOST or schema > MODEL_SCHEMA_MOST:
-        raise ModelFileError(
-            f"{path}: refused — the archive unpacks to {unpacked / 2**20:.1f} MiB in {len(entries):,} entries "
-            f"(schema {schema / 2**20:.1f} MiB); a model file holds at most {MODEL_UNPACKED_MOST / 2**20:.0f} MiB "
-            f"in {MODEL_ENTRIES_MOST:,} entries (schema {MODEL_SCHEMA_MOST / 2**20:.0f} MiB)")
-    _check_schema(path, data, {e.filename: e.file_size for e in entries})
+    _check_schema(path, schema, {e.filename: e.file_size for e in entries})
 
 
-def _check_schema(path: Path, data: bytes, sizes: dict[str, int]) -> None:
+def _check_schema(path: Path, schema: Any, sizes: dict[str, int]) -> None:
     """:class:`ModelFileError` unless the objects the archive's schema describes, each reference to
     one described before expanded as skops builds and audits it, stay within
     :data:`MODEL_NODES_MOST` and :data:`MODEL_DEPTH_MOST`, and the arrays they read within
@@ -782,11 +788,6 @@ def _check_schema(path: Path, data: bytes, sizes: dict[str, int]) -> None:
     (skops unpacks an array once per node naming its file: one 20-MiB entry named by 60 nodes took
     2.6 GiB while the archive declared 22 MiB, until 2026-12-04). One pass, each object's expanded
     count and bytes kept by its ``__id__``."""
-    try:
-        with zipfile.ZipFile(io.BytesIO(data)) as archive:
-            doc = json.loads(archive.read("schema.json"))
-    except Exception as exc:  # no schema, a damaged entry, not JSON (or nested past the parser)
-        raise ModelFileError(f"{path}: unreadable model file ({type(exc).__name__}: {exc})") from None
     seen: dict[Any, tuple[int, int]] = {}  # __id__ -> (objects, array bytes) of what it holds
 
     def walk(value: Any, depth: int) -> tuple[int, int]:
@@ -795,10 +796,11 @@ def _check_schema(path: Path, data: bytes, sizes: dict[str, int]) -> None:
                                  "(a model file's is under 20)")
         items: Any = value.values() if isinstance(value, dict) else value if isinstance(value, list) else ()
         ident = value.get("__id__") if isinstance(value, dict) else None
-        if ident is not None and not isinstance(ident, (dict, list)):
-            if ident in seen:
-                return seen[ident]  # a reference: built as the object described before, all of it
         nodes = 1 if ident is not None else 0
+        if isinstance(ident, (dict, list)):
+            ident = None  # (counted, but no key a reference could name)
+        if ident is not None and ident in seen:
+            return seen[ident]  # a reference: built as the object described before, all of it
         file = value.get("file") if isinstance(value, dict) else None
         nbytes = sizes.get(file, 0) if isinstance(file, str) else 0
         for item in items:
@@ -810,11 +812,11 @@ def _check_schema(path: Path, data: bytes, sizes: dict[str, int]) -> None:
                     f"{path}: refused — its schema builds over {MODEL_NODES_MOST:,} objects or reads over "
                     f"{MODEL_UNPACKED_MOST / 2**20:.0f} MiB of arrays, its references expanded (a model file "
                     "builds a few thousand); it was not written by `foreshock train` or has been tampered with")
-        if ident is not None and not isinstance(ident, (dict, list)):
+        if ident is not None:
             seen[ident] = (nodes, nbytes)
         return nodes, nbytes
 
-    walk(doc, 0)
+    walk(schema, 0)
 
 
 def _shown(value: Any) -> str:
