@@ -720,8 +720,8 @@ def unread_step(alarms: np.ndarray, i: int, which: int, ts: float, row: int, par
         return n_out
     n_out = emit(out, n_out, row, which, code, np.inf, 0.0, (np.nan, np.nan, np.nan, np.nan, np.nan, np.nan))
     out[n_out - 1, O_V0 + 9] = which
-    for k in range(O_INLET_SHARE, O_INLET_FOLLOWED + 1):
-        out[n_out - 1, k] = np.nan if k != O_INLET_SHARE else 1.0
+    out[n_out - 1, O_INLET_SHARE] = 1.0  # (no inlet follow check to tell)
+    out[n_out - 1, O_INLET_EXPECTED] = out[n_out - 1, O_INLET_FOLLOWED] = np.nan
     return n_out
 
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from foreshock.detectors.cooling import CoolingDetector
+from foreshock.detectors.cooling import I_BASE, CoolingDetector
 from thermal_synth import run, small_topology
 from foreshock.findings import Anomaly
 from foreshock.frames import Frame
@@ -92,15 +92,17 @@ def test_gpus_and_a_node_at_light_load_are_not_read_as_failing_idle_hardware() -
     assert run(CoolingDetector(topo), _idle_frames(topo, 4.0, power_of)) == []
 
 
+def _gpu5_warm(t: float) -> np.ndarray:
+    """Per GPU of a 4-node, 8-GPU topology, the extra °C: GPU 5's interface 4 °C warmer from 1.5 h."""
+    extra = np.zeros(32)
+    extra[5] = 4.0 if t >= 5400 else 0.0
+    return extra
+
+
 def test_an_idle_gpu_running_warm_for_its_power_is_still_flagged() -> None:
     topo = small_topology(nodes=4, gpus=8, racks=1)
 
-    def extra_of(t: float) -> np.ndarray:  # GPU 5's interface: 4 °C warmer from the second hour
-        extra = np.zeros(topo.size("gpu"))
-        extra[5] = 4.0 if t >= 5400 else 0.0
-        return extra
-
-    found = run(CoolingDetector(topo), _idle_frames(topo, 4.0, lambda t, p: p, extra_of))
+    found = run(CoolingDetector(topo), _idle_frames(topo, 4.0, lambda t, p: p, _gpu5_warm))
     assert found and {(f.entity_kind, f.slot) for f in found} == {("gpu", 5)}
     assert "idle" in found[0].reason and "at the same power" in found[0].reason
 
@@ -108,32 +110,22 @@ def test_an_idle_gpu_running_warm_for_its_power_is_still_flagged() -> None:
 def test_a_flagged_idle_gpu_unread_at_one_comparison_keeps_its_flag_and_its_history() -> None:
     topo = small_topology(nodes=4, gpus=8, racks=1)
 
-    def extra_of(t: float) -> np.ndarray:
-        extra = np.zeros(topo.size("gpu"))
-        extra[5] = 4.0 if t >= 5400 else 0.0
-        return extra
-
-    clean = run(CoolingDetector(topo), _idle_frames(topo, 5.0, lambda t, p: p, extra_of))
+    clean = run(CoolingDetector(topo), _idle_frames(topo, 5.0, lambda t, p: p, _gpu5_warm))
     times = [f.ts for f in clean]
     dark_at = times[4]  # the poll its fifth finding is said at: a refresh due, its temperature missing
     det = CoolingDetector(topo)
-    found = run(det, _idle_frames(topo, 5.0, lambda t, p: p, extra_of, dark=(5, dark_at, dark_at)))
+    found = run(det, _idle_frames(topo, 5.0, lambda t, p: p, _gpu5_warm, dark=(5, dark_at, dark_at)))
     assert [f.ts for f in found] == times  # said at the same comparisons, none left out
     assert np.diff(times).max() <= 600.0
     assert any("not read at this comparison" in f.reason for f in found)
-    assert np.isfinite(det.s_idle[5, 0])  # its idle history (I_BASE) kept
+    assert np.isfinite(det.s_idle[5, I_BASE])  # its idle history kept
 
 
 def test_an_idle_gpu_whose_temperature_stays_dark_is_no_longer_said_hot() -> None:
     topo = small_topology(nodes=4, gpus=8, racks=1)
 
-    def extra_of(t: float) -> np.ndarray:
-        extra = np.zeros(topo.size("gpu"))
-        extra[5] = 4.0 if t >= 5400 else 0.0
-        return extra
-
-    times = [f.ts for f in run(CoolingDetector(topo), _idle_frames(topo, 5.0, lambda t, p: p, extra_of))]
-    found = run(CoolingDetector(topo), _idle_frames(topo, 5.0, lambda t, p: p, extra_of,
+    times = [f.ts for f in run(CoolingDetector(topo), _idle_frames(topo, 5.0, lambda t, p: p, _gpu5_warm))]
+    found = run(CoolingDetector(topo), _idle_frames(topo, 5.0, lambda t, p: p, _gpu5_warm,
                                                     dark=(5, times[2] + 1.0, 5 * 3600.0)))
     assert [f.ts for f in found if "not read" not in f.reason] == times[:3]
     held = [f for f in found if "not read" in f.reason]  # said held once (a refresh due), then let go
