@@ -53,6 +53,11 @@ class Field:
             return (-math.inf, math.inf)  # wraps, resets and going backwards are the detectors' to count
         return VALID_BY_FIELD.get(self.name) or VALID_BY_UNIT.get(self.unit, (-math.inf, math.inf))
 
+    @property
+    def whole(self) -> bool:
+        """Whether only whole numbers are values of this field (see :data:`WHOLE_UNITS`)."""
+        return self.unit in WHOLE_UNITS and not self.is_counter
+
 
 # What a gauge can read at all, so wide that no working sensor leaves it: a value outside is a
 # sentinel or a unit mix-up (65535, -1, a raw RPM given as a share, 6553.5 °C), and the guard
@@ -80,7 +85,13 @@ VALID_BY_FIELD: dict[str, tuple[float, float]] = {
     # NVIDIA's XIDs are numbered in the low hundreds; a code past 1023 is a garbled reading, and each
     # distinct one had made a new foreshock_xid_events_total series per GPU, kept for good
     "xid_last": (0.0, 1023.0),
+    # no driver defines 40 throttle reason bits (gpu_inputs.REASON_BITS_LIMIT): a larger value is a
+    # sentinel every detector reads as no bitmask, and went uncounted
+    "throttle_reasons": (0.0, 2.0 ** 40 - 1.0),
 }
+WHOLE_UNITS = frozenset({"code", "bitmask"})
+"""Units whose readings are whole numbers: 79.5 is no XID and 64.5 no bitmask (two series averaged,
+a garbled cell); the guard sets such a value to NaN and counts it (``not_whole``)."""
 
 
 def _parse_source_cell(cell: str) -> tuple[SourceName, ...]:
@@ -151,6 +162,15 @@ def valid_bounds(kind: str, names: tuple[str, ...]) -> tuple[np.ndarray, np.ndar
     hi = np.array([min(by_name[n][1], top) for n in names], dtype=np.float64)
     lo.flags.writeable = hi.flags.writeable = False  # cached: shared by every caller
     return lo, hi
+
+
+@lru_cache(maxsize=None)
+def whole_only(kind: str, names: tuple[str, ...]) -> np.ndarray:
+    """Whether each of ``names`` (fields of ``kind``) takes whole numbers only (:attr:`Field.whole`)."""
+    by_name = {f.name: f.whole for f in fields_of(kind)}
+    out = np.array([by_name[n] for n in names], dtype=np.bool_)
+    out.flags.writeable = False  # cached: shared by every caller
+    return out
 
 
 @lru_cache(maxsize=None)

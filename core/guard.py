@@ -28,6 +28,10 @@ sets aside (``PipelineHealth.problem``) — nothing disappears silently:
   never reported is one it does not have (a T4 has no HBM sensor; a mixed fleet's exporter page
   leaves it blank for those GPUs): not counted, or every poll would count it again;
 - ``inf_values``: infinities become NaN, counted;
+- ``not_whole``: a value of a field that takes whole numbers only (a code such as the last XID, a
+  bitmask such as the throttle reasons) that is not one becomes NaN, counted with the field named:
+  79.5 had been read as XID 79 ("fell off the bus"), a bitmask averaged from two series as bits
+  neither set;
 - ``out_of_range``: a gauge value no sensor of its field can read (``Field.valid``: a sentinel
   such as 65535 or -1, a raw RPM where a share is due) becomes NaN, counted with the field named;
   so does a ``board_id`` that no UUID is carried as (:func:`valid_board_ids`): a corrupt cell, read
@@ -54,7 +58,7 @@ from typing import Any, Callable, Iterator, NamedTuple, Tuple
 
 import numpy as np
 
-from .fields import field_names, get_field, valid_bounds
+from .fields import field_names, get_field, valid_bounds, whole_only
 from .frames import Frame, median_stamp
 from .health import PipelineHealth
 from .numba_config import jit
@@ -218,11 +222,12 @@ def _guard_kernel(ts: np.ndarray, slot: np.ndarray, last_ts: np.ndarray, counts:
 
 
 @jit
-def _scan_columns(columns: tuple[np.ndarray, ...], rows: int, lo: np.ndarray, hi: np.ndarray,
-                  out_of_range: np.ndarray, slot: np.ndarray, field: np.ndarray,
+def _scan_columns(columns: tuple[np.ndarray, ...], rows: int, lo: np.ndarray, hi: np.ndarray, whole: np.ndarray,
+                  out_of_range: np.ndarray, not_whole: np.ndarray, slot: np.ndarray, field: np.ndarray,
                   reported: np.ndarray, unreported: np.ndarray) -> tuple[int, int]:
-    """Over a tuple of equal-length float64 columns, in place: sets infinities, and finite values
-    outside ``[lo[c], hi[c]]``, to NaN (counting the latter per column in ``out_of_range``).
+    """Over a tuple of equal-length float64 columns, in place: sets infinities, finite values
+    outside ``[lo[c], hi[c]]``, and values that are not whole numbers in a column where ``whole[c]``,
+    to NaN (counting the latter two per column in ``out_of_range`` and ``not_whole``).
     Returns (gaps, infinities). Gaps are the NaN (infinities included) where the row's entity gave
     a value of that field before: ``reported[field[c], slot]``, set here by every value inside the
     range, with ``unreported[field]`` counting the entities not yet seen: once every entity of
@@ -238,9 +243,14 @@ def _scan_columns(columns: tuple[np.ndarray, ...], rows: int, lo: np.ndarray, hi
         f = field[c]
         seen = reported[f]
         learning = unreported[f] > 0
+        whole_column = whole[c]
         for i in range(rows):
             v = column[i]
             if low <= v <= high:  # the usual case, one test: bounds are finite, so NaN and ±inf fail it
+                if whole_column and v != np.floor(v):
+                    column[i] = np.nan
+                    not_whole[c] += 1
+                    continue
                 if learning and not seen[slot[i]]:
                     seen[slot[i]] = True
                     unreported[f] -= 1
@@ -396,13 +406,18 @@ class InputGuard:
         names = tuple(scanned)
         lo, hi = valid_bounds(frame.kind, names)
         outside = np.zeros(len(names), dtype=np.int64)
+        fractional = np.zeros(len(names), dtype=np.int64)
         fields = _field_positions(frame.kind, names)
-        gaps, infs = _scan_columns(tuple(scanned.values()), len(out), lo, hi, outside, out.slot, fields,
-                                   self.s_reported[frame.kind], self._unreported[frame.kind])
+        gaps, infs = _scan_columns(tuple(scanned.values()), len(out), lo, hi, whole_only(frame.kind, names), outside,
+                                   fractional, out.slot, fields, self.s_reported[frame.kind],
+                                   self._unreported[frame.kind])
         for c in np.flatnonzero(outside):
             self.health.problem(self.stage, f"out_of_range: {names[c]}", int(outside[c]),
                                 detail=f"{frame.kind} frame; outside {lo[c]:g}..{hi[c]:g} {get_field(names[c]).unit}, "
                                        "set to NaN")
+        for c in np.flatnonzero(fractional):
+            self.health.problem(self.stage, f"not_whole: {names[c]}", int(fractional[c]),
+                                detail=f"{frame.kind} frame; a {get_field(names[c]).unit} is a whole number, set to NaN")
         if infs:
             self.health.problem(self.stage, "inf_values", int(infs), detail=f"{frame.kind} frame; set to NaN")
         # NaN is the contract's "missing". A field absent from the frame, or one its entity has

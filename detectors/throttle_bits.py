@@ -33,7 +33,8 @@ def _bit_onsets(ts: np.ndarray, slot: np.ndarray, mask: np.ndarray, last: np.nda
                 watched: int, held: int, refresh_s: float, out_row: np.ndarray, out_bits: np.ndarray,
                 out_continuing: np.ndarray) -> int:
     """Rows where a watched bit turns on that was off in the entity's previous sample, and rows
-    where held bits stay set ``refresh_s`` after they were last reported."""
+    where held bits stay set ``refresh_s`` after they were last reported (an onset of a held bit
+    reports it; the onset of another, the power cap's, does not). One row can give both."""
     n = 0
     for i in range(len(slot)):
         m = reason_bits(mask[i])
@@ -47,8 +48,12 @@ def _bit_onsets(ts: np.ndarray, slot: np.ndarray, mask: np.ndarray, last: np.nda
             out_bits[n] = new
             out_continuing[n] = False
             n += 1
+        if new & held != 0:
             reported[s] = ts[i]
         elif bits & held != 0 and ts[i] - reported[s] >= refresh_s:
+            # due whatever else turned on in this row: a SW power cap bit coming back with every
+            # training step is no report of the held bits (it reset this timer, and a GPU held at
+            # sw_thermal was never reminded of while its cap bit flickered)
             out_row[n] = i
             out_bits[n] = bits & held
             out_continuing[n] = True
@@ -82,9 +87,10 @@ class ThrottleBitsDetector(Detector):
     def update(self, frame: Frame) -> list[Finding]:
         if len(frame) == 0:
             return []
-        rows = np.empty(len(frame), np.int64)
-        bits = np.empty(len(frame), np.int64)
-        continuing = np.empty(len(frame), np.bool_)
+        most = 2 * len(frame)  # an onset and a reminder can share a row
+        rows = np.empty(most, np.int64)
+        bits = np.empty(most, np.int64)
+        continuing = np.empty(most, np.bool_)
         n = _bit_onsets(frame.ts, frame.slot, frame.columns["throttle_reasons"], self.s_last, self.s_reported,
                         self.watched, HELD & self.watched, self.refresh_s, rows, bits, continuing)
         return [

@@ -9,7 +9,10 @@ ECC errors (``ecc_dbe``, a counter) are reported on every increase, read by the 
 negative reading is refused, one low reading then back (2 -> 0 -> 2) is a glitch and no new error,
 one far above what a GPU can report is refused, a decrease that stands is a reset (a driver reload
 clears the volatile count) and errors are counted from zero after it; each is counted in the
-pipeline's health. Read raw, one 0 reading of a GPU's 2 old DBEs became "2 new uncorrectable ECC
+pipeline's health. The counter rules judge a low reading only once a counter's pace is known (its
+second reading on, and again after a reset); a DBE count is flat almost always, so its pace is 0
+where they know none: 2 -> 0 -> 2 is a glitch at a GPU's second and third readings too (at the
+pipeline's start, on a fresh board), where it had been "2 new" errors again. Read raw, one 0 reading of a GPU's 2 old DBEs became "2 new uncorrectable ECC
 errors" (a false GPU-error incident that absorbed a real XID 79 in a replay).
 
 Findings are :class:`~foreshock.findings.Anomaly` on the GPU: field ``xid_last`` with the code
@@ -68,12 +71,15 @@ def _xid_events(slot: np.ndarray, xid: np.ndarray, last: np.ndarray, out: np.nda
     """Rows where a GPU's last-XID changes to a new code.
 
     ``last`` is the last XID seen per GPU (NaN: none yet); ``out`` rows are (row, kind, value).
+    A value that is not a whole number (a garbled reading, or two series averaged) is no code: not
+    taken, and not remembered (79.5 was read as XID 79, "fell off the bus"; 48 -> 48.5 -> 48 as a
+    second XID 48). The guard counts it (``not_whole``) before a pipeline's detectors see it.
     Returns the number of rows written."""
     n = 0
     for i in range(len(slot)):
         s = slot[i]
         v = xid[i]
-        if math.isfinite(v):
+        if math.isfinite(v) and v == math.floor(v):
             prev = last[s]
             if prev == prev and v != prev and v > 0:
                 out[n, 0] = i
@@ -113,6 +119,7 @@ class XidDetector(Detector):
             n = _xid_events(frame.slot, np.ascontiguousarray(xid, dtype=np.float64), self.s_last_xid, events)
         dbe = frame.columns.get("ecc_dbe")
         if dbe is not None:
+            np.nan_to_num(self.s_dbe_rate, copy=False, nan=0.0)  # a pace the rules do not know: flat (the docstring)
             delta, _, problems = self.counters.update(frame.ts, frame.slot, np.asarray(dbe, dtype=np.float64)[:, None])
             report_problems(self.health, self.name, problems)
             rows = np.flatnonzero(delta[:, 0] > 0.0)  # a real increase (NaN: refused, first, missing)

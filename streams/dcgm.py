@@ -31,7 +31,9 @@ power, clocks and throttling happen there — so instance series are folded into
 One rule does both: per (GPU, field), identical values are taken as they are, differing ones
 are averaged with slice weights (weight 1 for a series without MIG labels). Differing values
 from series *without* MIG labels (two exporters on one GPU, say) are averaged the same way and
-counted as ``conflicting duplicate series``.
+counted as ``conflicting duplicate series``. A code or a bitmask is never averaged (the mean of
+XIDs 79 and 47 is XID 63, of throttle masks 0x80 and 0 the hw_thermal bit 0x40): differing
+bitmasks give the bits any of them sets, differing codes the largest, a code one series did report.
 """
 
 from __future__ import annotations
@@ -51,7 +53,7 @@ from urllib.parse import urlparse
 
 import numpy as np
 
-from foreshock.fields import field_names, source_index, source_preference
+from foreshock.fields import field_names, get_field, source_index, source_preference
 from foreshock.frames import Frame
 from foreshock.guard import MAX_AHEAD_S
 from foreshock.health import PipelineHealth
@@ -309,6 +311,7 @@ def _fold(names: tuple[str, ...], entities: list[str], ent: array, fld: array, v
     wsum = np.bincount(key, weights=w, minlength=size)
     wmean = np.bincount(key, weights=w * v, minlength=size) / np.where(wsum > 0, wsum, 1.0)
     cells = np.where(wsum > 0, np.where(lo == hi, lo, wmean), np.nan).reshape(n_ent, n_fld)
+    _fold_codes_and_bitmasks(names, key, v, hi, cells)
 
     differing = np.zeros(size, dtype=bool)
     differing[key] = lo[key] != hi[key]
@@ -325,6 +328,30 @@ def _fold(names: tuple[str, ...], entities: list[str], ent: array, fld: array, v
     columns = {name: cells[:, i] for i, name in enumerate(names) if not np.isnan(cells[:, i]).all()}
     kept = [name for name, keep in zip(entities, has) if keep]
     return SampleBatch("gpu", kept, ts, np.arange(len(kept), dtype=np.int32), columns)
+
+
+def _fold_codes_and_bitmasks(names: tuple[str, ...], key: np.ndarray, v: np.ndarray, hi: np.ndarray,
+                             cells: np.ndarray) -> None:
+    """In ``cells`` (GPU x field), differing values of a code field become the largest (``hi``),
+    of a bitmask field the bits any of them sets; identical ones stay as they are."""
+    n_fld = len(names)
+    for f, name in enumerate(names):
+        unit = get_field(name).unit
+        if unit not in ("code", "bitmask"):
+            continue
+        column = cells[:, f]
+        differing = np.flatnonzero((column == column) & (column != hi[f::n_fld]))  # the mean of differing values
+        if not len(differing):
+            continue
+        if unit == "code":
+            column[differing] = hi[f::n_fld][differing]
+            continue
+        mine = key % n_fld == f
+        rows, values = key[mine] // n_fld, v[mine]
+        whole = (values >= 0) & (values < 2.0 ** 53) & (values == np.floor(values))  # the rest: the guard's to count
+        bits = np.zeros(len(column), dtype=np.int64)
+        np.bitwise_or.at(bits, rows[whole], values[whole].astype(np.int64))
+        column[differing] = bits[differing]
 
 
 class DcgmScrapeSource(PollingSource):

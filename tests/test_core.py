@@ -421,14 +421,16 @@ def test_frame_takes_whole_number_slots_of_any_type_and_int32_slots_as_they_are(
 
 # ---- the input guard's column scan against the per-column reference it replaced -------------
 def _reference_guard_columns(columns: dict[str, np.ndarray], slots: np.ndarray,
-                             valid: dict[str, tuple[float, float]]) -> tuple[dict[str, np.ndarray], int, int,
-                                                                             dict[str, int]]:
+                             valid: dict[str, tuple[float, float]], whole: set[str]
+                             ) -> tuple[dict[str, np.ndarray], int, int, dict[str, int], dict[str, int]]:
     """Infinities become NaN (counted), then NaN gaps are counted where an earlier row of the same
-    slot held a value inside the field's range; then finite values outside
-    each field's valid range become NaN, counted per field (not as gaps)."""
+    slot held a value inside the field's range (and a whole number, for the fields in ``whole``);
+    then finite values outside each field's valid range become NaN, counted per field (not as
+    gaps), and so do values in range that are not whole numbers in a field in ``whole``."""
     out = {name: col.copy() for name, col in columns.items()}
     infs = gaps = 0
     outside: dict[str, int] = {}
+    fractional: dict[str, int] = {}
     for col in out.values():
         inf = np.isinf(col)
         infs += int(inf.sum())
@@ -437,7 +439,8 @@ def _reference_guard_columns(columns: dict[str, np.ndarray], slots: np.ndarray,
         lo, hi = valid[name]
         for i, v in enumerate(col):
             earlier = col[:i][slots[:i] == slots[i]]
-            if np.isnan(v) and np.any((earlier >= lo) & (earlier <= hi)):
+            usable = (earlier >= lo) & (earlier <= hi) & ((earlier == np.floor(earlier)) | (name not in whole))
+            if np.isnan(v) and np.any(usable):
                 gaps += 1
     for name, col in out.items():
         lo, hi = valid[name]
@@ -445,16 +448,22 @@ def _reference_guard_columns(columns: dict[str, np.ndarray], slots: np.ndarray,
         if bad.any():
             outside[name] = int(bad.sum())
         col[bad] = np.nan
-    return out, infs, gaps, outside
+        if name in whole:
+            broken = np.isfinite(col) & (col != np.floor(col))
+            if broken.any():
+                fractional[name] = int(broken.sum())
+            col[broken] = np.nan
+    return out, infs, gaps, outside, fractional
 
 
-_VALUES = st.sampled_from([0.0, 1.5, -3.0, 42.0, 9000.0, -90.0, float("nan"), float("inf"), float("-inf")])
+_VALUES = st.sampled_from([0.0, 1.5, -3.0, 42.0, 79.5, 9000.0, 2.0 ** 41, -90.0, float("nan"), float("inf"),
+                           float("-inf")])
 
 
 @pytest.mark.kernel
 @settings(max_examples=80, deadline=None)
 @given(st.integers(0, 12).flatmap(lambda n: st.tuples(
-    st.just(n), st.lists(st.lists(_VALUES, min_size=n, max_size=n), min_size=1, max_size=6),
+    st.just(n), st.lists(st.lists(_VALUES, min_size=n, max_size=n), min_size=1, max_size=13),
     st.booleans())))
 def test_guard_column_scan_matches_the_per_column_reference(case) -> None:
     from foreshock.guard import InputGuard
@@ -472,9 +481,10 @@ def test_guard_column_scan_matches_the_per_column_reference(case) -> None:
     valid = {name: (-math.inf, math.inf) for name in field_names("gpu")}
     valid.update({"gpu_temp": (-60.0, 200.0), "hbm_temp": (-60.0, 200.0), "slowdown_temp": (-60.0, 200.0),
                   "power": (0.0, 5000.0), "power_limit": (0.0, 5000.0), "sm_clock": (0.0, 1e11),
-                  "sm_clock_max": (0.0, 1e11), "util": (0.0, 1.2), "throttle_reasons": (0.0, math.inf),
-                  "xid_last": (0.0, math.inf)})
-    expect, infs, gaps, outside = _reference_guard_columns({**columns, **absent}, frame.slot.copy(), valid)
+                  "sm_clock_max": (0.0, 1e11), "util": (0.0, 1.2), "throttle_reasons": (0.0, 2.0 ** 40 - 1),
+                  "xid_last": (0.0, 1023.0)})
+    expect, infs, gaps, outside, fractional = _reference_guard_columns({**columns, **absent}, frame.slot.copy(),
+                                                                       valid, {"throttle_reasons", "xid_last"})
     health = PipelineHealth()
     out = InputGuard(topology, health).check(frame)
     assert len(out) == n  # every slot's timestamps rise: the guard keeps every row
@@ -485,3 +495,5 @@ def test_guard_column_scan_matches_the_per_column_reference(case) -> None:
     assert health.problems[("guard", "missing_values")] == gaps
     assert {reason.removeprefix("out_of_range: "): n for (_, reason), n in health.problems.items()
             if reason.startswith("out_of_range")} == outside
+    assert {reason.removeprefix("not_whole: "): n for (_, reason), n in health.problems.items()
+            if reason.startswith("not_whole")} == fractional

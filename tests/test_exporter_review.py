@@ -335,7 +335,7 @@ def test_a_scrape_asking_for_some_metrics_by_name_gets_them(small_topology: Topo
 def test_xid_codes_that_are_no_xid_make_no_series(small_topology: Topology) -> None:
     """An XID code past 1023 is refused by the guard's range (each distinct garbled code had made a new
     series per GPU, for good), and a fractional one is counted, not truncated (79.5 had been served as
-    a critical xid="79")."""
+    a critical xid="79"): by the guard, and by the store where a frame reaches it unguarded."""
     from foreshock.guard import InputGuard
     from prometheus_client import generate_latest
 
@@ -349,5 +349,7 @@ def test_xid_codes_that_are_no_xid_make_no_series(small_topology: Topology) -> N
     xids = [line for line in generate_latest(build_registry(store)).decode().splitlines()
             if line.startswith("foreshock_xid_events_total")]
     assert {line.split('xid="')[1].split('"')[0] for line in xids} == {"13"}, xids
-    assert health.problems[("store", "XID code not a whole number: not counted")] == n
+    assert health.problems[("guard", "not_whole: xid_last")] == n
     assert health.problems[("guard", "out_of_range: xid_last")] == 2 * n
+    store.observe_frame(Frame("gpu", np.full(n, 200.0), np.arange(n), {"xid_last": np.full(n, 79.5)}))
+    assert health.problems[("store", "XID code not a whole number: not counted")] == n

@@ -198,6 +198,24 @@ def test_conflicting_duplicate_series_are_counted() -> None:
     assert health.problems[("dcgm", "conflicting duplicate series")] == 1
 
 
+@pytest.mark.parametrize("extra", [',pod="{}"', ',GPU_I_ID="{}",GPU_I_PROFILE="3g.40gb"'])
+def test_differing_codes_and_bitmasks_are_never_averaged(extra: str) -> None:
+    """Two series of one GPU (two exporters, or two MIG instances) with XIDs 79 and 47 and throttle
+    masks 0x80 (power brake) and 0x4 (power cap): averaged, they were XID 63 (row remap pending, never
+    logged) and 0x42 (hw_thermal, never set). A bitmask gives the bits either sets, a code the
+    largest reported; the temperature beside them is still averaged."""
+    series = [("79", "128", "60"), ("47", "4", "62"), ("79", "0", "61")]
+    text = "\n".join(line(metric, value, extra=extra.format(i))
+                     for i, row in enumerate(series)
+                     for metric, value in zip(("DCGM_FI_DEV_XID_ERRORS", "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS",
+                                               "DCGM_FI_DEV_GPU_TEMP"), row))
+    health = PipelineHealth()
+    got = values(parse_dcgm_text(text, T0, health), "node1/gpu0")
+    assert got["xid_last"] == 79.0
+    assert got["throttle_reasons"] == float(0x80 | 0x4)
+    assert got["gpu_temp"] == pytest.approx(61.0)
+
+
 def test_bad_input_is_counted_never_raised() -> None:
     text = "\n".join([
         line("DCGM_FI_DEV_GPU_TEMP", "61"),
