@@ -40,6 +40,7 @@ counter source.
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Any, Mapping
 
@@ -58,6 +59,7 @@ STAGE = "ethtool"
 _PRIO_PAUSE = re.compile(r"^rx_prio[0-7]_pause_duration$")
 # ``name: value``; drivers that print per-queue counters (bnxt_en) prefix them ``[N]: ``
 _STAT = re.compile(r"^\s*(?:\[(\d+)\]:\s*)?([^\s:\[][^:]*?):\s*(\S+)\s*$")
+_DIGITS = re.compile(r"[0-9]+")
 U64_MAX = 2**64 - 1
 """``ethtool -S`` prints each counter as a u64 (``%llu``): a value outside 0..U64_MAX is malformed."""
 NOT_AVAILABLE = frozenset({U64_MAX, 2**32 - 1})
@@ -97,12 +99,12 @@ def parse_ethtool_stats(text: str, health: PipelineHealth | None = None) -> dict
         if m is None:
             bad += 1
             continue
-        try:
-            value = int(m.group(3))
-        except ValueError:
+        # ``%llu`` prints ASCII digits: int() also took ``+7``, ``1_000`` and other scripts' digits
+        if not _DIGITS.fullmatch(m.group(3)):
             bad += 1
             continue
-        if not 0 <= value <= U64_MAX:
+        value = int(m.group(3))
+        if value > U64_MAX:
             bad += 1
             continue
         queue, name = m.group(1), m.group(2)
@@ -142,32 +144,58 @@ def counters_went_back(prev: Mapping[str, float], cur: Mapping[str, float]) -> l
 
 FEC_COUNTERS = ("rx_bits_phy", "rx_corrected_bits_phy", "rx_pcs_symbol_err_phy")
 """The counters :func:`fec_ber` reads together (their deltas over one interval)."""
+PRE_FEC = ("rx_bits_phy", "rx_corrected_bits_phy")
+"""The pre-FEC BER's pair: Δ corrected bits over Δ bits."""
+POST_FEC = ("rx_bits_phy", "rx_pcs_symbol_err_phy")
+"""The post-FEC BER's pair: Δ uncorrected symbols over Δ bits."""
+
+
+def _delta_ratio(base: tuple[float, float], cur: tuple[float, float]) -> float:
+    """Δ numerator / Δ bits between a pair's baseline ``(bits, count)`` and its reading now: NaN
+    when no bits came or a counter went back (a reset), as :func:`fec_ber_arrays` gives it."""
+    d_bits, d_count = cur[0] - base[0], cur[1] - base[1]
+    return d_count / d_bits if d_bits > 0 and d_count >= 0 else math.nan
 
 
 class FecTracker:
-    """Keeps each port's previous reading to fill ``prefec_ber`` on the next one (a FEC counter
-    not available at a reading keeps, with the other two, the values of the one before)."""
+    """Keeps each port's previous reading to fill ``prefec_ber`` on the next one.
+
+    Each BER has its own baseline, its pair's last reading with both counters available: a counter
+    not available (NaN, :data:`NOT_AVAILABLE`) holds back the baseline of the pairs it is in, and
+    no other. Until 2026-12-04 one unavailable FEC counter held back all three: a driver reading
+    ``rx_pcs_symbol_err_phy`` as all ones at every poll froze the pre-FEC pair at its last reading
+    before that, and the pre-FEC BER became an average since then (a link at 1e-3 read 1.1e-4,
+    under the KP4 limit), and after a driver reload a reset at every poll."""
 
     def __init__(self, health: PipelineHealth | None = None) -> None:
         self.health = health if health is not None else PipelineHealth()
+        # each port's last reading, an unavailable FEC counter at its last value (what a reset is judged on)
         self.previous: dict[str, dict[str, float]] = {}
+        # each port's baseline of each pair (:data:`PRE_FEC`, :data:`POST_FEC`)
+        self.baselines: dict[str, dict[tuple[str, str], tuple[float, float]]] = {}
 
     def update(self, port: str, stats: dict[str, float]) -> tuple[float, float]:
+        """``(pre-FEC BER, post-FEC BER)`` since the port's baselines (NaN at its first reading)."""
         prev = self.previous.get(port)
-        self.previous[port] = stats
-        if prev is not None and any(np.isnan(stats.get(name, 0.0)) for name in FEC_COUNTERS):
-            # one FEC counter not available this time (NaN, :data:`NOT_AVAILABLE`): the three keep
-            # their last finite values together, so the next reading's deltas span both intervals
-            # alike (a ratio of deltas: no time in it) and one all-ones reading costs one poll's BER,
-            # not two. Carried alone, the bits' delta would span two polls and the corrected bits' one
-            kept = {name: prev[name] for name in FEC_COUNTERS if not np.isnan(prev.get(name, np.nan))}
-            self.previous[port] = {**stats, **kept}
-        if prev is None:
-            return np.nan, np.nan
-        back = [n for n in counters_went_back(prev, stats) if n.endswith("_phy")]
-        if back:
-            self.health.problem(STAGE, "counter reset", detail=f"{port}: {', '.join(back[:3])}")
-        return fec_ber(prev, stats)
+        bases = self.baselines.setdefault(port, {})
+        # a counter not printed (absent) is no all-ones reading: only NaN holds a value back
+        unavailable = {name for name in FEC_COUNTERS if np.isnan(stats.get(name, 0.0))}
+        kept = {name: prev[name] for name in unavailable if prev is not None and not np.isnan(prev.get(name, np.nan))}
+        self.previous[port] = {**stats, **kept}
+        ber = []
+        for pair in (PRE_FEC, POST_FEC):
+            cur = (stats.get(pair[0], np.nan), stats.get(pair[1], np.nan))
+            base = bases.get(pair)
+            ber.append(np.nan if base is None else _delta_ratio(base, cur))
+            # held back whole: the next reading's deltas then span the same polls (a ratio of
+            # deltas, no time in it), so an all-ones reading costs that poll's BER, not the next one's
+            if base is None or not unavailable & set(pair):
+                bases[pair] = cur
+        if prev is not None:
+            back = [n for n in counters_went_back(prev, stats) if n.endswith("_phy")]
+            if back:
+                self.health.problem(STAGE, "counter reset", detail=f"{port}: {', '.join(back[:3])}")
+        return ber[0], ber[1]
 
 
 def pfc_pause_duration(stats: Mapping[str, float], lookup: Mapping[str, Any], link: dict[str, float]) -> None:

@@ -112,9 +112,34 @@ def saturated_at(name: str) -> float:
     return math.inf if bits is None else float(2**bits - 1)
 
 
+U64_MAX = 2**64 - 1
+"""The kernel prints each counter file as an unsigned integer (``%u``, ``%llu``): at most 64 bits."""
+_DIGITS = re.compile(r"[0-9]+")
+PORT_STATES = range(6)
+"""``enum ib_port_state``: NOP, DOWN, INIT, ARMED, ACTIVE, ACTIVE_DEFER (the kernel prints any
+other number as ``N: UNKNOWN``)."""
+
+
+def parse_count(text: str) -> int:
+    """A counter file's ``"123\\n"`` -> 123: ASCII digits only, at most :data:`U64_MAX`; anything else
+    raises ValueError. ``int()`` took ``-7``, ``+7``, ``1_000``, other scripts' digits and values no u64
+    holds, each a value no kernel prints, read as a count and counted nowhere."""
+    stripped = text.strip(" \t\r\n")
+    if _DIGITS.fullmatch(stripped) is None:
+        raise ValueError(f"not a counter value: {stripped[:40]!r}")
+    value = int(stripped)
+    if value > U64_MAX:
+        raise ValueError(f"over 64 bits: {value}")
+    return value
+
+
 def parse_state(text: str) -> float:
-    """``4: ACTIVE`` -> 4."""
-    return float(text.split(":", 1)[0])
+    """``4: ACTIVE`` -> 4; ValueError for anything but a known port state (:data:`PORT_STATES`):
+    ``float()`` read ``nan: ACTIVE`` as NaN and ``-4: ACTIVE`` as -4, uncounted."""
+    value = parse_count(text.split(":", 1)[0])
+    if value not in PORT_STATES:
+        raise ValueError(f"not a known port state: {value}")
+    return float(value)
 
 
 def parse_rate(text: str) -> float:
@@ -136,11 +161,21 @@ def _read(path: Path) -> str | None:
 def list_ports(root: str | Path = DEFAULT_ROOT) -> list[tuple[str, str]]:
     """``[(dev, port), ...]`` present under ``root``, sorted."""
     base = Path(root)
-    found = []
-    for dev in sorted(p for p in base.iterdir() if (p / "ports").is_dir()) if base.is_dir() else []:
-        for port in sorted((dev / "ports").iterdir(), key=lambda p: (len(p.name), p.name)):
-            if port.is_dir():
-                found.append((dev.name, port.name))
+    found: list[tuple[str, str]] = []
+    try:
+        devices = sorted(p for p in base.iterdir() if (p / "ports").is_dir()) if base.is_dir() else []
+    except (FileNotFoundError, NotADirectoryError):  # the root went between is_dir() and iterdir()
+        return found
+    for dev in devices:
+        try:
+            ports = [(dev.name, port.name) for port in sorted((dev / "ports").iterdir(),
+                                                              key=lambda p: (len(p.name), p.name)) if port.is_dir()]
+        except (FileNotFoundError, NotADirectoryError):
+            # the device went between its is_dir() and its listing (an HCA reset): left out, as a
+            # device already gone is, so its ports read as gone (read_infiniband's ``expected``), and
+            # the other devices' ports are read; raised, the whole poll was lost
+            continue
+        found += ports
     return found
 
 
@@ -233,7 +268,9 @@ def read_infiniband(root: str | Path = DEFAULT_ROOT, host: str | None = None, ts
                 elif name == "rate":
                     value = parse_rate(text)
                 else:
-                    value = float(int(text.strip()))
+                    # (not held to the counter's native width: the simulator's sysfs writer, and so
+                    # a replay through it, gives its 32-bit xmit_wait 64 bits)
+                    value = float(parse_count(text))
             except ValueError:
                 port_problems["non-numeric counter value"] += 1
                 port_details.setdefault("non-numeric counter value", f"{dev}/{port}/{name}: {text.strip()[:40]!r}")

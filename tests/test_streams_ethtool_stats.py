@@ -205,3 +205,62 @@ def test_one_all_ones_fec_reading_costs_one_poll_of_pre_fec_ber_not_two() -> Non
     assert ber[3] == pytest.approx((700 - 300) / (2 * 10**12))  # from poll 1, both counters alike
     assert health.problems[("ethtool", "counter not available (all ones)")] == 1
     assert health.problems[("ethtool", "counter reset")] == 0
+
+
+def _fec(bits: int, corrected: int, symbols: int) -> str:
+    return (f"NIC statistics:\n     rx_bits_phy: {bits}\n     rx_corrected_bits_phy: {corrected}\n"
+            f"     rx_pcs_symbol_err_phy: {symbols}\n     tx_bytes_phy: 1\n")
+
+
+def test_an_unavailable_symbol_counter_does_not_hold_back_the_pre_fec_ber() -> None:
+    """``rx_pcs_symbol_err_phy`` all ones at every poll held back all three FEC counters: the
+    pre-FEC BER became the average since the last reading of all three (a link at 1e-3 read
+    1.1e-4, under the KP4 limit 2.4e-4), and after a driver reload it stayed NaN with a reset
+    counted at every poll."""
+    health = PipelineHealth()
+    tracker = FecTracker(health)
+    bits = corrected = 0
+    ber = []
+    for i in range(10):
+        bits += 10**12
+        corrected += 10**3 if i < 9 else 10**9  # 1e-9, then 1e-3 in the last interval
+        symbols = 0 if i == 0 else 2**64 - 1
+        ber.append(stats_batches({"h/eth0": _fec(bits, corrected, symbols)}, float(i), health, tracker)[1]
+                   .column("prefec_ber")[0])
+    assert math.isnan(ber[0]) and ber[1:9] == pytest.approx([1e-9] * 8)
+    assert ber[9] == pytest.approx(1e-3)
+    # a driver reload while the symbol counter is unavailable: one poll without a BER, one reset
+    health = PipelineHealth()
+    tracker = FecTracker(health)
+    bits = corrected = 0
+    ber = []
+    for i in range(10):
+        if i == 6:
+            bits = corrected = 0
+        bits += 10**12
+        corrected += 10**3
+        symbols = 0 if i < 4 else 2**64 - 1
+        ber.append(stats_batches({"h/eth0": _fec(bits, corrected, symbols)}, float(i), health, tracker)[1]
+                   .column("prefec_ber")[0])
+    assert [i for i, b in enumerate(ber) if math.isnan(b)] == [0, 6]
+    assert health.problems[("ethtool", "counter reset")] == 1
+
+
+def test_post_fec_ber_keeps_its_own_baseline_across_an_unavailable_symbol_counter() -> None:
+    """The symbol counter unavailable for a poll: the post-FEC BER after it spans both polls, the
+    pre-FEC BER of each poll its own interval."""
+    tracker = FecTracker(PipelineHealth())
+    readings = [(10**12, 100, 10), (2 * 10**12, 300, 2**64 - 1), (3 * 10**12, 600, 30)]
+    out = [tracker.update("p", parse_ethtool_stats(_fec(*r))) for r in readings]
+    assert all(math.isnan(x) for x in out[0])
+    assert out[1][0] == pytest.approx(200 / 10**12) and math.isnan(out[1][1])
+    assert out[2][0] == pytest.approx(300 / 10**12)
+    assert out[2][1] == pytest.approx(20 / (2 * 10**12))  # from poll 0, bits and symbols alike
+
+
+@pytest.mark.parametrize("text", ["+7", "1_000", "\u0667", "-0"])
+def test_values_no_kernel_prints_are_malformed(text: str) -> None:
+    """``%llu`` prints ASCII digits; ``int()`` also took a sign, underscores and other scripts' digits."""
+    health = PipelineHealth()
+    assert parse_ethtool_stats(f"NIC statistics:\n     link_down_events_phy: {text}\n", health) == {}
+    assert health.problems[("ethtool", "malformed counter line")] == 1

@@ -241,3 +241,62 @@ def test_a_port_gone_before_its_files_are_read_is_read_as_gone(sysfs: Path) -> N
               {k: v for k, v in PORT_COUNTERS.items() if k != "symbol_error"}, ROCE_HW_COUNTERS)
     read_infiniband(sysfs, host="n", health=health, once=once, expected=expected, missing=missing)
     assert health.problems[("infiniband", "counter file missing")] == 1
+
+
+def test_a_device_gone_during_the_listing_reads_as_gone_not_a_failed_poll(
+        sysfs: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An HCA reset between list_ports' is_dir() of ``<dev>/ports`` and its iterdir() raised
+    FileNotFoundError out of the poll: every port's reading lost, counted only as "poll failed"."""
+    import shutil
+
+    health = PipelineHealth()
+    source = InfinibandSource(sysfs, interval=0.02, host="n", health=health, max_polls=1)
+    real = Path.iterdir
+
+    def racing(self: Path):  # type: ignore[no-untyped-def]
+        if self == sysfs / "mlx5_1" / "ports" and self.exists():
+            shutil.rmtree(sysfs / "mlx5_1")
+        return real(self)
+
+    monkeypatch.setattr(Path, "iterdir", racing)
+    frames = list(source)
+    assert len(frames) == 1
+    rows = {source.topology.links[s]: float(v)  # type: ignore[union-attr]
+            for s, v in zip(frames[0].slot.tolist(), frames[0].columns["link_state"])}
+    assert rows == {"n/mlx5_0/1": 4.0, "n/mlx5_1/1": 1.0}  # the other port read, the gone one DOWN
+    assert health.problems[("infiniband", "port disappeared")] == 1
+    assert health.problems[("infiniband", "poll failed")] == 0
+
+
+@pytest.mark.parametrize("text", ["-7", "+7", "1_000", "\u0667", str(2**64 + 5), "0x1", ""])
+def test_counter_text_no_kernel_prints_is_counted_not_read(tmp_path: Path, text: str) -> None:
+    """``float(int(text))`` took a sign, underscores, other scripts' digits and values no u64 holds."""
+    base = make_port(tmp_path, "mlx5_0", "1", "InfiniBand", "400 Gb/sec (4X NDR)", PORT_COUNTERS, {})
+    write(base / "counters" / "link_downed", text + "\n")
+    health = PipelineHealth()
+    rows = by_link(read_infiniband(tmp_path, host="n", health=health))
+    assert "link_downed" not in rows["n/mlx5_0/1"] and rows["n/mlx5_0/1"]["symbol_error"] == 3.0
+    assert dict(health.problems) == {("infiniband", "non-numeric counter value"): 1}
+
+
+def test_counter_values_at_their_limits_are_read(tmp_path: Path) -> None:
+    base = make_port(tmp_path, "mlx5_0", "1", "InfiniBand", "400 Gb/sec (4X NDR)", PORT_COUNTERS, {})
+    write(base / "counters" / "port_xmit_data", f"{2**64 - 2}\n")
+    write(base / "counters" / "symbol_error", "7\r\n")
+    health = PipelineHealth()
+    row = by_link(read_infiniband(tmp_path, host="n", health=health))["n/mlx5_0/1"]
+    assert row["tx_data"] == float(2**64 - 2) * 4 and row["symbol_error"] == 7.0
+    assert not health.problems
+
+
+@pytest.mark.parametrize("text", ["nan: ACTIVE", "inf: ACTIVE", "-4: ACTIVE", "9: UNKNOWN", "ACTIVE", ""])
+def test_a_state_that_is_no_known_port_state_is_counted_and_nan(tmp_path: Path, text: str) -> None:
+    """``nan: ACTIVE`` read as NaN and ``-4: ACTIVE`` as -4, neither counted."""
+    base = make_port(tmp_path, "mlx5_0", "1", "InfiniBand", "400 Gb/sec (4X NDR)", PORT_COUNTERS, {})
+    write(base / "state", text + "\n")
+    health = PipelineHealth()
+    row = by_link(read_infiniband(tmp_path, host="n", health=health))["n/mlx5_0/1"]
+    assert "link_state" not in row and row["symbol_error"] == 3.0  # no state: NaN in its frame
+    assert dict(health.problems) == {("infiniband", "non-numeric counter value"): 1}
+    with pytest.raises(ValueError):
+        parse_state(text)
