@@ -39,7 +39,8 @@ def command(path: str, speed: float | None, max_speed: bool, shift_now: bool, ho
         source = ReplaySource(path, speed=None if max_speed else speed, shift_to=time.time() if shift_now else None)
         # ground truth is read before the run: a broken events file fails now, not after a long replay
         events = [replace(e, time=e.time + source.offset) for e in source.recording.events()]
-        anchor = source.recording.stream_anchor  # (reads the first stamps: a corrupt page is an error here)
+        # (where recording.json lists no span, reads the first stamps: a corrupt page is an error here)
+        anchor = source.recording.stream_anchor
     except UnknownStartError as exc:
         raise click.UsageError(f"--now: {exc}") from None
     except RecordingError as exc:
@@ -57,9 +58,10 @@ def command(path: str, speed: float | None, max_speed: bool, shift_now: bool, ho
         Console(stderr=True).print("[yellow]stopped by an unreadable recording: the summary covers what was read "
                                    "before it[/yellow]")
     stopped_early = stopped_by is not None or bool(unreadable)
-    if stopped_early and math.isfinite(stats.start_ts):
-        # ground truth past the last replayed sample was never shown to the detectors
-        end = stats.start_ts + stats.telemetry_s
+    if stopped_early:
+        # ground truth past the last replayed sample was never shown to the detectors; stopped before
+        # any sample was taken, none was (every fault had been listed as missed after 0 samples)
+        end = stats.start_ts + stats.telemetry_s if math.isfinite(stats.start_ts) else -math.inf
         events = [e for e in events if e.time <= end]
     finish(run, stats, events, json_name="replay", interrupted=stopped_early,
            origin=recording_origin(source.recording.meta, source.offset),

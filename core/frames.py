@@ -211,8 +211,10 @@ class Frame:
         fill(ts, "ts")
         slot = np.empty(rows, dtype=np.float64)  # float first: a null slot must show as NaN
         fill(slot, "slot")
-        if np.isnan(slot).any():
-            raise FrameError(f"{kind} batch: missing slot values")
+        # a row naming no entity is a row of an unknown one (-1): the guard counts it
+        # (unknown_entity) as it counts a slot past the topology, and the batch's other rows go on
+        # (one null cell had stopped a replay there, counted nowhere)
+        slot[np.isnan(slot)] = -1.0
         if batch.schema.types[index["slot"]] != pa.int32():
             # foreshock writes int32; anything else (a float or int64 column from another writer)
             # must hold int32 values, or the cast below would silently move rows to other entities

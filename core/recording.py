@@ -33,6 +33,7 @@ from __future__ import annotations
 import errno
 import json
 import logging
+import math
 import os
 import time
 from contextlib import suppress
@@ -646,8 +647,18 @@ class Recording:
         (``InputGuard.stream_anchor``). Not the earliest stamp, which is such a row: a few of them
         do not move a median. A kind in another unit (most of its rows in milliseconds) does not
         move the kinds' median, and where two kinds disagree, the earlier one refuses fewer rows.
-        Read once: one column of one row group per kind."""
+        Read once: one column of one row group per kind.
+
+        Where the recording's list gives its span (``start``, from the writer's
+        :class:`StreamSpan`, which leaves such rows out), the anchor is its start: a first row group
+        mostly stamped by a clock not set (an agent running minutes before NTP, in a recorder's first
+        part) had given an anchor in 1970, and those rows were all taken."""
         if self._anchor is None:
+            start, end = self.meta.get("start"), self.meta.get("end")
+            if isinstance(start, (int, float)) and isinstance(end, (int, float)) and math.isfinite(start) \
+                    and math.isfinite(end) and start <= end:
+                self._anchor = float(start)
+                return self._anchor
             anchors = []
             for kind in self.kinds():
                 file = self.part_files(kind)[0]

@@ -106,3 +106,22 @@ def test_without_an_anchor_the_guard_takes_old_stamps_as_before(small_topology) 
     guard = InputGuard(small_topology, PipelineHealth())
     clean = guard.check(Frame("gpu", np.zeros(4), np.arange(4), {}))
     assert len(clean) == 4 and not guard.health.problems
+
+
+def test_a_first_part_stamped_mostly_by_a_clock_not_set_is_counted(tmp_path, small_topology) -> None:
+    """A recorder's first part (parts every 60 s) mostly rows of an agent that ran 40 s before NTP set
+    its clock: the anchor was the median of that part's first row group, in 1970, and the replay took
+    all 40 ticks (telemetry_start 1.0, 54 years of telemetry, nothing counted). The anchor is now the
+    recording's listed start, which the writer's span took without them."""
+    n = small_topology.size("gpu")
+    tick = [0.0]
+    with RecordingWriter(tmp_path / "rec", small_topology, {"interval": 1.0}, segment_s=60,
+                         clock=lambda: tick[0]) as w:
+        for k in range(240):
+            tick[0] = float(k)
+            stamp = float(k + 1) if k < 40 else T0 + k
+            w.write(Frame("gpu", np.full(n, stamp), np.arange(n), {"gpu_temp": np.full(n, 50.0)}))
+    assert Recording.open(tmp_path / "rec").stream_anchor == T0 + 40
+    summary, output = replay(tmp_path / "rec")
+    assert summary["telemetry_start"] == T0 + 40 and summary["accepted_samples"] == summary["samples"] - 40 * n
+    assert f"guard/bad_timestamp {40 * n:,}" in output

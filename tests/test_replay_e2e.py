@@ -301,7 +301,37 @@ def test_a_first_page_found_corrupt_is_an_error_naming_the_file_not_a_traceback(
             w.write(Frame("gpu", np.full(n, T0 + t), np.arange(n), {"gpu_temp": np.full(n, 50.0)}))
     part = rec / "gpu.parquet"
     corrupt_page(part, "ts", row_group=0, at=0)
+    # a fault of the ground truth, never shown to the detectors: stopped before any sample, the run
+    # had listed it as missed ("foreshock first said nothing")
+    (rec / "events.jsonl").write_text(json.dumps({"time": T0 + 500, "type": "fault_onset", "entity_kind": "gpu",
+                                                  "entity": small_topology.gpus[3], "fault_id": "f1",
+                                                  "fault_type": "tim_degradation"}) + "\n")
     result = CliRunner().invoke(cli, ["replay", str(rec), "--port", "0"])
     assert result.exit_code == 1, result.output
     assert f"Error: {part}: unreadable Parquet" in result.output
     assert isinstance(result.exception, SystemExit)  # click's exit 1, not an exception out of the command
+    assert "tim_degradation" not in result.output
+
+
+def test_a_row_naming_no_entity_is_counted_and_the_replay_goes_on(tmp_path, small_topology: Topology) -> None:
+    """One null ``slot`` cell (another writer's file) stopped the replay at its batch, exit 1, nothing
+    counted; a slot past the topology was already a counted ``unknown_entity``. Now so is a null one."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    n = small_topology.size("gpu")
+    rec = tmp_path / "rec"
+    with RecordingWriter(rec, small_topology, {"interval": 1.0}) as w:
+        for t in range(20):
+            w.write(Frame("gpu", np.full(n, T0 + t), np.arange(n), {"gpu_temp": np.full(n, 50.0)}))
+    part = rec / "gpu.parquet"
+    table = pq.read_table(part)
+    slots = table.column("slot").to_pylist()
+    slots[5 * n + 2] = None
+    pq.write_table(table.set_column(table.schema.get_field_index("slot"), "slot", pa.array(slots, pa.int32())), part)
+    result = CliRunner().invoke(cli, ["replay", str(rec), "--max", "--port", "0"])
+    assert result.exit_code == 0, result.output
+    summary = summary_line(result.output)
+    assert summary["interrupted"] is False
+    assert summary["samples"] == 20 * n and summary["accepted_samples"] == 20 * n - 1
+    assert "guard/unknown_entity 1" in result.output
