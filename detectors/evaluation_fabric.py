@@ -21,6 +21,7 @@ import cycle whichever is imported first.
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
@@ -105,7 +106,7 @@ def score_congestion(result: "RunResult", max_delay_samples: int = MAX_DELAY_SAM
             delays.append(max(hit_at - ev.time, 0.0) / interval)
             since = min(s for s, w in raised if s <= ev.time + window and w >= ev.time)
             latest = [f for f in per_link.get(ev.entity, []) if f.active and since <= f.ts <= ev.time + window]
-            if latest and any(c in latest[-1].reason for c in causes):
+            if latest and any(names_link(latest[-1].reason, c) for c in causes):
                 named += 1
         episodes = _episodes(starts, ends, result.end)
         alarms = sum(len(sp) for sp in spans.values())
@@ -127,6 +128,13 @@ def score_congestion(result: "RunResult", max_delay_samples: int = MAX_DELAY_SAM
             "missed": misses[:10],
         }
     return out
+
+
+def names_link(reason: str, link: str) -> bool:
+    """Whether ``reason`` names ``link`` as a whole name, not as the start of another: a congested
+    uplink ``...~rail1-spine10`` names itself in every reason ("congestion on ..."), and had been
+    counted as naming a failed ``...~rail1-spine1`` whatever cause it gave, or none."""
+    return re.search(rf"(?<![\w~#/.-]){re.escape(link)}(?![\w~#/-])", reason) is not None
 
 
 def _congestion_findings(findings: list[Finding], links: list[str]) -> dict[str, list[Prediction]]:

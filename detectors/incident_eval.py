@@ -19,7 +19,8 @@ physical scope (a GPU fault over its node's, a node's over its loop's), then the
 a loop failing again in the aftermath of its first failure is the second one's doing, and a
 fault's own consequences do not widen its scope against another's. An
 incident *claims* a fault holding at least ``claim_share`` (10 %) of its members
-(and at least one); its **primary** fault is the one holding the most. Then, over the faults
+(and at least one); its **primary** fault is the one it claims holding the most (an incident that
+claims none has none: it is unattributed). Then, over the faults
 with at least one consequence:
 
 - ``root_cause_accuracy``: the fault's incident (the claiming incident holding most of its
@@ -246,8 +247,11 @@ def score_incidents(findings: Sequence[Finding], events: Sequence[Event], topolo
                 counts[best.fault_id] = counts.get(best.fault_id, 0) + 1
         need = max(1, claim_share * len(tr.members))
         claims[tr.incident_id] = {fid: n for fid, n in counts.items() if n >= need}
-        if counts:
-            primary[tr.incident_id] = max(counts, key=lambda fid: (counts[fid], fid))
+        if claims[tr.incident_id]:
+            # of the faults it claims: one member of twenty credited to a fault had made that fault
+            # the incident's primary, scored in member_precision at 1/20, while the same incident
+            # with no member credited was unattributed, left out of it
+            primary[tr.incident_id] = max(claims[tr.incident_id], key=lambda fid: (counts[fid], fid))
     noted = _noted_faults(tracks, faults, topology)
     by_id = {f.fault_id: f for f in faults}
     merged = sum(1 for c in claims.values() if len({by_id[fid].target for fid in c}) >= 2)

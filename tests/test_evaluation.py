@@ -286,14 +286,19 @@ def naive_score(findings, events, kind, recording, start, end):
 
     def raised_in(mine, s):
         """The episode an alarm raised at s was raised in, or within merge_gap_s after: it is not
-        judged. Unless it was raised after the episode ended and the next one (another fault's,
-        split off) starts within that gap: then its claim is about that one."""
-        for e in mine:
-            if e.start <= s <= e.end + kind.merge_gap_s:
-                if s > e.end and any(s < n.start <= e.end + kind.merge_gap_s for n in mine):
-                    continue
-                return e
-        return None
+        judged. The entity's latest episode begun by s is the one: an alarm raised after B let go
+        is judged by B's gap, not by that of an A before it whose gap still holds s. Unless it was
+        raised after the episode ended and the next one (another fault's, split off) starts within
+        that gap: then its claim is about that one."""
+        begun = [e for e in mine if e.start <= s]
+        if not begun:
+            return None
+        e = max(begun, key=lambda x: x.start)
+        if s > e.end + kind.merge_gap_s:
+            return None
+        if s > e.end and any(s < n.start <= e.end + kind.merge_gap_s for n in mine):
+            return None
+        return e
 
     def during(mine, s):
         return raised_in(mine, s) is not None
@@ -384,13 +389,18 @@ def naive_score(findings, events, kind, recording, start, end):
 
 
 @pytest.mark.parametrize("seed", range(12))
-def test_columnar_scoring_matches_the_naive_rules(seed):
+@pytest.mark.parametrize("link_down_like", [False, True])
+def test_columnar_scoring_matches_the_naive_rules(seed, link_down_like):
+    """``link_down_like``: link_down's 6-h horizon and 1-h merge gap, where an alarm raised after
+    one episode let go can lie in the gaps of two (the scorer and this reference had disagreed on
+    which one judges it: the latest)."""
     rng = np.random.default_rng(seed)
     topo = small_topology(nodes=1, gpus=6, racks=1)
     rec = Recording(Path("."), topo, {"faults": [{"id": "f1", "duration_s": 3000.0}]})
+    horizon, gap = (21600.0, 3600.0) if link_down_like else (float(rng.choice([300.0, 1800.0])),
+                                                             float(rng.choice([0.0, 120.0])))
     kind = ev.EventKind("toy", "thermal_throttle_start", "thermal_throttle_end", "thermal_throttle", "gpu",
-                        horizon_s=float(rng.choice([300.0, 1800.0])), merge_gap_s=float(rng.choice([0.0, 120.0])),
-                        warmup_s=600.0, censor_at_end=bool(seed % 2))
+                        horizon_s=horizon, merge_gap_s=gap, warmup_s=600.0, censor_at_end=bool(seed % 2))
     end = 20000.0
     events = [Event(float(rng.uniform(0, 8000)), "fault_onset", "gpu", "node0/gpu1", "f1", "fan_failure"),
               Event(2000.0, "fault_onset", "node", "node0", "f2", "psu_failure")]
@@ -422,7 +432,8 @@ def test_columnar_scoring_matches_the_naive_rules(seed):
             t += float(rng.exponential(2500))
     got = ev.score_kind(findings, events, kind, rec, 0.0, end)
     want = naive_score(findings, events, kind, rec, 0.0, end)
-    assert want["episodes"] > 3 and (want["precision"] or 0) < 1  # the case exercises the rules
+    # the case exercises the rules (in six hours nearly every claim comes true)
+    assert want["episodes"] > 3 and ((want["precision"] or 0) < 1 or link_down_like)
     assert got == want
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from foreshock.detectors import evaluation
-from foreshock.detectors.evaluation_fabric import LINK_DOWN_HORIZON_S, score_congestion
+from foreshock.detectors.evaluation_fabric import LINK_DOWN_HORIZON_S, names_link, score_congestion
 from foreshock.events import Event
 from foreshock.findings import Prediction
 
@@ -93,6 +93,19 @@ def test_congestion_cause_must_name_the_failed_link(recording):
                            reason="congestion; one hot port")]
     m, *_ = congestion_result(recording, findings)
     assert m["found"] == 1 and m["cause_named"] == 0 and m["cause_named_ratio"] == 0.0
+
+
+@pytest.mark.parametrize("reason,named", [
+    ("congestion on spine10 (xmit_wait 40.00% of time); one hot port", False),  # its own name only
+    ("congestion on X; likely cause: traffic rerouted from spine12, which went down", False),  # a sibling
+    ("congestion on X; likely cause: traffic rerouted from spine1, which went down", True),
+    ("congestion on spine10; likely cause: traffic rerouted from spine1", True),
+])
+def test_a_cause_is_named_by_its_whole_name_only(reason, named):
+    """Uplinks of a leaf are named ...spine1, ...spine10 .. spine15: the congestion on spine10
+    after spine1 failed names spine10 in its own reason, and a substring test counted that (or a
+    sibling blamed) as naming spine1."""
+    assert names_link(reason.replace("spine", "su0-leaf1~rail1-spine"), "su0-leaf1~rail1-spine1") is named
 
 
 def test_an_alarm_already_active_at_onset_counts_and_strays_are_false_alarms(recording):
