@@ -132,3 +132,17 @@ def test_a_re_fire_note_credits_the_fault_active_when_it_was_told() -> None:
     assert rows["f2"]["onset_to_incident_s"] == 50.0
     assert rows["f1"]["incidents"] == ["inc-1"] and not rows["f1"]["refire"]
     assert report["refire_credited"] == 1
+
+
+def test_an_incident_claiming_no_fault_has_no_primary_one() -> None:
+    """An incident of twenty members, one of them credited to a fault (under the 10 % it takes to
+    claim it): that fault had been its primary, and its precision 1/20 pulled member precision down,
+    while the same incident without that member was unattributed and left out. Both are unattributed."""
+    truth = [onset(100.0, "gpu", "n2/gpu3", "f1", "tim_degradation", 1000.0),
+             Event(T + 200, "thermal_throttle_start", "gpu", "n2/gpu3", "f1", "tim_degradation")]
+    good = Incident(T + 150, "inc-1", "open", "gpu", "n2/gpu3", "r", ("n2/gpu3",), fault_hint="tim_degradation")
+    noise = tuple(g for g in TOPO.gpus if g != "n2/gpu3")[:14]
+    for members in (noise + ("n2/gpu3",), noise):
+        crowd = Incident(T + 300, "inc-2", "open", "node", "n0", "r", members)
+        report = score_incidents([good, crowd], truth, TOPO)
+        assert report["member_precision"] == 1.0 and report["unattributed_incidents"] == 1, members
