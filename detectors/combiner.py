@@ -35,7 +35,7 @@ import numpy as np
 from foreshock.health import PipelineHealth
 from foreshock.numba_config import jit
 
-from .univariate import UnivariateDetector, as_batch
+from .univariate import UnivariateDetector, as_batch, unusable
 
 PEAK, PEAK_TIME = 0, 1
 ALERT_RATIO = 1.0
@@ -81,9 +81,9 @@ def _squash_kernel(s: np.ndarray) -> None:
 def _hold_kernel(s: np.ndarray, ts: np.ndarray, state: np.ndarray, params: np.ndarray,
                  out: np.ndarray, learn: bool) -> None:
     """state rows: last alert (ratio at least ``ALERT_RATIO``) that got through, its time (-inf
-    before any). params: hold, escalate. A score below alert level passes and touches no state;
-    an alert passes if the last one is older than ``hold`` or it exceeds ``escalate`` times it;
-    otherwise it reads 0."""
+    before any). params: hold, escalate. A score below alert level, or at a non-finite time,
+    passes and touches no state; an alert passes if the last one is older than ``hold`` or it
+    exceeds ``escalate`` times it; otherwise it reads 0."""
     hold, escalate = params[0], params[1]
     for t in range(s.shape[0]):
         now = ts[t]
@@ -92,7 +92,10 @@ def _hold_kernel(s: np.ndarray, ts: np.ndarray, state: np.ndarray, params: np.nd
             if not math.isfinite(v):
                 out[t, j] = np.nan
                 continue
-            if v < ALERT_RATIO:  # no alert: nothing to de-duplicate, and no bar raised by noise
+            if v < ALERT_RATIO or not math.isfinite(now):
+                # no alert: nothing to de-duplicate, and no bar raised by noise. An alert at a
+                # non-finite time passes as without a hold and opens none: stored, a NaN time
+                # failed every later ``now - time > hold`` and held the series for good
                 out[t, j] = v
             elif now - state[PEAK_TIME, j] > hold or v > escalate * state[PEAK, j]:
                 out[t, j] = v
@@ -109,7 +112,9 @@ class Combiner:
     ``members``: (detector, scale) pairs over the same ``n_series``. ``hold``: de-duplication
     span in seconds when ``update`` gets timestamps, in samples otherwise (0 = off);
     ``escalate``: how many times worse a held episode must get to alert again (inf = never).
-    Scores below alert level (:data:`ALERT_RATIO`) pass the hold as they are.
+    Scores below alert level (:data:`ALERT_RATIO`) pass the hold as they are, and so do scores
+    at a non-finite timestamp (no time to hold from; counted as ``combiner``/``bad_timestamp``
+    with a ``health`` object).
     """
 
     name = "combiner"
@@ -153,7 +158,9 @@ class Combiner:
             if times.shape != (steps,):
                 raise ValueError(f"combiner: expected {steps} timestamps, got shape {times.shape}")
         if self.health is not None and steps:
-            self.health.problem(self.name, "non_finite_input", int(np.count_nonzero(~np.isfinite(batch))))
+            self.health.problem(self.name, "non_finite_input", int(np.count_nonzero(unusable(batch))))
+            if ts is not None:
+                self.health.problem(self.name, "bad_timestamp", int(np.count_nonzero(~np.isfinite(times))))
         member_scores = np.empty((len(self.members), steps, self.n_series))
         for i, det in enumerate(self.members):
             member_scores[i] = det.update(batch) if learn else det.score(batch)

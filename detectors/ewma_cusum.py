@@ -5,9 +5,10 @@ For each series the detector tracks a robust level (an EWMA whose updates are cl
 deviations; for Gaussian noise sigma ~ 1.2533 x mean absolute deviation). The z-score feeds
 a two-sided CUSUM; when either side passes ``threshold`` the detector emits an
 :class:`~foreshock.findings.Anomaly` (score = the CUSUM value), restarts both sides and
-re-learns the level and scale from the new samples (the running mean and mean absolute
-deviation over ``warmup`` samples, during which the series cannot alarm): one level shift is one
-anomaly, not one per sample.
+re-learns the level and scale from the samples after the alarming one (the running mean and
+mean absolute deviation over ``warmup`` samples, during which the series cannot alarm): one
+level shift is one anomaly, not one per sample, and an alarm on a one-off glitch leaves no trace
+of the glitch in the new regime. Non-finite values (NaN, ±inf) are skipped.
 
 >>> import numpy as np
 >>> from foreshock.topology import Topology
@@ -25,6 +26,7 @@ anomaly, not one per sample.
 
 from __future__ import annotations
 
+import math
 from typing import ClassVar, Mapping, Sequence
 
 import numpy as np
@@ -53,8 +55,8 @@ def _ewma_cusum_kernel(slot: np.ndarray, values: np.ndarray, state: np.ndarray, 
         s = slot[i]
         for j in range(values.shape[1]):
             x = values[i, j]
-            if x != x:
-                continue  # missing sample: state unchanged
+            if not math.isfinite(x):
+                continue  # missing (NaN) or overflowed (inf): state unchanged (an inf made it NaN for good)
             st = state[s, j]
             if st[COUNT] == 0:
                 st[LEVEL] = x
@@ -75,11 +77,13 @@ def _ewma_cusum_kernel(slot: np.ndarray, values: np.ndarray, state: np.ndarray, 
                     n += 1
                     # a change is reported once: the level restarts from the new regime and is
                     # re-learnt over ``warmup`` samples (on a real load step the clipped level
-                    # would otherwise take minutes to follow and re-alarm on every sample)
+                    # would otherwise take minutes to follow and re-alarm on every sample). The
+                    # regime starts at the *next* sample, not this one: an alarm on a one-off
+                    # glitch (a 0 W read on a 690 W GPU) seeded the level there and the scale
+                    # learnt its distance unclipped, ~7x too wide to see a real shift after it
                     st[POS] = 0.0
                     st[NEG] = 0.0
-                    st[LEVEL] = x
-                    st[COUNT] = 1
+                    st[COUNT] = 0
                     continue
             if st[COUNT] <= warmup:
                 # learning a regime: the running mean and mean absolute deviation, unclipped. A

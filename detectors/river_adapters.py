@@ -143,8 +143,8 @@ class CombinerAdapter(base.AnomalyDetector):
 
 class MahalanobisAdapter(base.AnomalyDetector):
     """:class:`OnlineMahalanobis` on dicts of many fields. ``fields`` fixes the vector's order;
-    when omitted, the keys of the first dict learned (sorted) are used. A field missing from a
-    dict counts as missing (NaN). :meth:`explain_one` gives each field's share of the score."""
+    when omitted, the keys of the first non-empty dict learned (sorted) are used. A field missing
+    from a dict counts as missing (NaN). :meth:`explain_one` gives each field's share of the score."""
 
     def __init__(self, fields: list[str] | None = None, params: dict[str, Any] | None = None) -> None:
         self.fields = list(fields) if fields is not None else None
@@ -160,7 +160,9 @@ class MahalanobisAdapter(base.AnomalyDetector):
     def _vector(self, x: dict[Any, Any], learn: bool) -> tuple[OnlineMahalanobis, np.ndarray] | None:
         det = self._det
         if det is None:
-            if not learn:
+            if not learn or not x:
+                # an empty first dict has no fields to fix the vector's order with (and every
+                # field would be missing anyway): learn nothing, as UnivariateAdapter does
                 return None
             det = self._build(sorted(x))
         vec = np.array([[float(x.get(f, np.nan)) for f in det.field_names]])

@@ -10,8 +10,9 @@ a batch of time steps and updates them. The contract, the same for every algorit
   statistic...), never thresholded: deciding is the job of a filter or of the combiner.
 - ``score(x)`` — *pure*: scores every row against the current state and learns nothing, so
   calling it never changes a later ``update``.
-- Missing samples (NaN) and non-finite values (±inf) score NaN and do not touch the state;
-  with a ``health`` object they are counted (``<name>``/``non_finite_input``).
+- Missing samples (NaN), non-finite values (±inf) and finite values of magnitude beyond
+  :data:`MAX_MAGNITUDE` (a corrupted double, a ``DBL_MAX`` sentinel) score NaN and do not touch
+  the state; with a ``health`` object they are counted (``<name>``/``non_finite_input``).
 - ``state_dict()`` / ``load_state_dict()`` — every ``s_*`` array; a detector restored from a
   state dict produces exactly the scores the original would have.
 """
@@ -23,6 +24,16 @@ from typing import Any, ClassVar
 import numpy as np
 
 from foreshock.health import PipelineHealth
+
+MAX_MAGNITUDE = 1e150
+"""Largest input magnitude a detector learns. Beyond it a value is no reading but a corrupted
+one, and its differences and squares (up to ~1e300) would overflow float64 near 1.7e308 and
+leave the state inf or NaN for good: such a value is treated as non-finite."""
+
+
+def unusable(x: np.ndarray) -> np.ndarray:
+    """Mask of the values a detector skips: NaN, ±inf, or magnitude beyond :data:`MAX_MAGNITUDE`."""
+    return ~(np.abs(x) <= MAX_MAGNITUDE)
 
 
 def as_batch(x: Any, n_series: int, name: str) -> tuple[np.ndarray, bool]:
@@ -77,9 +88,13 @@ class UnivariateDetector:
 
     def _apply(self, x: Any, learn: bool) -> np.ndarray:
         batch, single = as_batch(x, self.n_series, self.name)
+        skip = unusable(batch)
+        if skip.any():
+            # the kernels skip non-finite values only: an oversized one goes in as NaN (on a
+            # copy: ``batch`` may be the caller's array)
+            batch = np.where(skip, np.nan, batch)
         if self.health is not None and batch.size:
-            bad = int(np.count_nonzero(~np.isfinite(batch)))
-            self.health.problem(self.name, "non_finite_input", bad)
+            self.health.problem(self.name, "non_finite_input", int(np.count_nonzero(skip)))
         out = np.empty_like(batch)
         if batch.shape[0]:
             self._run(batch, out, learn)

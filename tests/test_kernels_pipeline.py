@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from foreshock.detectors.bank import DetectorBank
 from foreshock.detectors.ewma_cusum import RobustZScoreDetector
 from foreshock.detectors.throttle_bits import ThrottleBitsDetector
+from foreshock.findings import Anomaly
 from foreshock.frames import Frame
 from foreshock.guard import MIN_SPACING_S, REASONS, SPACING_ROUNDING_S, InputGuard, _guard_kernel
 from foreshock.health import PipelineHealth
@@ -34,7 +35,7 @@ def reference_ewma_cusum(slots, values, n_slots, alpha, clip, drift, threshold, 
     for i, s in enumerate(slots):
         for j, x in enumerate(values[i]):
             key = (s, j)
-            if np.isnan(x):
+            if not math.isfinite(x):  # NaN and ±inf alike
                 continue
             if count.get(key, 0) == 0:
                 level[key], scale[key], pos[key], neg[key], count[key] = x, 0.0, 0.0, 0.0, 1
@@ -49,7 +50,7 @@ def reference_ewma_cusum(slots, values, n_slots, alpha, clip, drift, threshold, 
                 if pos[key] > threshold or neg[key] > threshold:
                     alarms.append((i, j, max(pos[key], neg[key])))
                     pos[key] = neg[key] = 0.0
-                    level[key], count[key] = x, 1  # re-learn the level from the new regime
+                    count[key] = 0  # the next sample starts the new regime (this one may be a glitch)
                     continue
             if count[key] <= warmup:  # a regime being learnt: running mean and mean |deviation|
                 level[key] += dev / count[key]
@@ -85,7 +86,7 @@ def reference_guard(ts, slots, n_slots, last, latest=np.inf, earliest=-np.inf, m
     return np.array(keep, dtype=bool), reasons
 
 
-values_strategy = st.one_of(st.floats(min_value=-1e6, max_value=1e6), st.just(float("nan")))
+values_strategy = st.one_of(st.floats(min_value=-1e6, max_value=1e6), st.sampled_from([math.nan, math.inf, -math.inf]))
 
 
 @settings(max_examples=60, deadline=None)
@@ -154,6 +155,42 @@ def test_ewma_cusum_learns_a_noisy_series_scale_in_its_warm_up() -> None:
     frame = Frame("gpu", np.arange(rhythm.size, dtype=float), np.zeros(rhythm.size, np.int32), {"power": throttled})
     found = RobustZScoreDetector(TOPO, fields=("power",), warmup=60).update(frame)
     assert len(found) == 1 and 1500 <= found[0].ts < 1530
+
+
+@pytest.mark.parametrize("glitch, field, base, noise, shift", [
+    (0.0, "power", 690.0, 1.5, -40.0),    # a 0 W read on a loaded GPU, then a sustained 40 W drop
+    (0.0, "gpu_temp", 50.0, 0.5, 3.0),    # a 0 degC read, then a +3 degC (6 sigma) step
+    (80.0, "gpu_temp", 50.0, 0.5, 3.0),
+])
+def test_ewma_cusum_an_alarm_on_a_glitch_does_not_blind_the_series(glitch, field, base, noise, shift) -> None:
+    """A one-off glitch alarms (it is an anomaly), but the regime re-learnt after the alarm
+    starts at the next sample: seeded at the glitch, the level sat on it and the scale learnt
+    its distance unclipped (a sigma ~7x too wide), and the real shift 100 samples later was
+    never reported."""
+    rng = np.random.default_rng(1)
+    x = base + rng.normal(0, noise, 1500)
+    x[700:] += shift
+    x[600] = glitch
+    frame = Frame("gpu", np.arange(x.size, dtype=float), np.zeros(x.size, np.int32), {field: x})
+    found = [int(f.ts) for f in RobustZScoreDetector(TOPO, fields=(field,)).update(frame)]
+    assert found[0] == 600 and len(found) == 2 and 700 <= found[1] < 715
+
+
+@pytest.mark.parametrize("bad", [math.inf, -math.inf])
+def test_ewma_cusum_skips_an_infinite_reading_like_a_missing_one(bad: float) -> None:
+    """One inf read (a sensor overflow, a frame fed without the guard) set the level inf: the
+    series' state went NaN for good and its real rise later was never reported."""
+    rng = np.random.default_rng(0)
+    temps = np.r_[50 + rng.normal(0, 0.5, 300), 50 + np.linspace(0, 15, 50)]
+    found = {}
+    for glitch in (math.nan, bad):
+        t = temps.copy()
+        t[100] = glitch
+        det = RobustZScoreDetector(TOPO, fields=("gpu_temp",), warmup=20)
+        frame = Frame("gpu", np.arange(t.size, dtype=float), np.zeros(t.size, np.int32), {"gpu_temp": t})
+        found[glitch] = [(f.ts, f.score) for f in det.update(frame) if isinstance(f, Anomaly)]
+        assert np.all(np.isfinite(det.s_state))
+    assert found[bad] == found[math.nan] and found[bad] and found[bad][0][0] >= 300
 
 
 def test_ewma_cusum_validates_parameters() -> None:

@@ -38,13 +38,18 @@ def finite(v: float) -> bool:
     return not (math.isnan(v) or math.isinf(v))
 
 
+def usable(v: float) -> bool:
+    """An input a detector learns: finite and within univariate.MAX_MAGNITUDE (1e150)."""
+    return abs(v) <= 1e150
+
+
 # --- naive references: one series at a time, plain floats ----------------------------------
 
 def ref_ewma(col, alpha, alpha_scale, clip, warmup, with_cusum=None):
     out, m, d, n = [], 0.0, 0.0, 0
     up = down = 0.0
     for v in col:
-        if not finite(v):
+        if not usable(v):
             out.append(NAN)
             continue
         ready = n >= 1 and n >= warmup
@@ -75,7 +80,7 @@ def ref_page_hinkley(col, delta, alpha, min_instances, threshold):
     fresh = lambda: [0.0, 0, 0.0, 0.0, INF, -1.0]  # noqa: E731
     mean, n, inc, dec, min_inc, max_dec = fresh()
     for v in col:
-        if not finite(v):
+        if not usable(v):
             out.append(NAN)
             continue
         n += 1
@@ -99,7 +104,7 @@ def ref_holt(col, alpha, beta, phi, gamma, period, alpha_scale, clip, warmup):
     n_init = max(period, 1)
     for k, v in enumerate(col):
         phase = k % period if period else 0
-        if not finite(v):
+        if not usable(v):
             out.append(NAN)
             continue
         if n < n_init:
@@ -110,9 +115,9 @@ def ref_holt(col, alpha, beta, phi, gamma, period, alpha_scale, clip, warmup):
                 level = v
             n += 1
             if n == n_init and period:
-                vals = [x for x in first if finite(x)]
+                vals = [x for x in first if usable(x)]
                 level = sum(vals) / max(len(vals), 1)
-                season = [x - level if finite(x) else 0.0 for x in first]
+                season = [x - level if usable(x) else 0.0 for x in first]
                 trend, d = 0.0, 0.0
             continue
         s = season[phase] if period else 0.0
@@ -132,7 +137,7 @@ def ref_holt(col, alpha, beta, phi, gamma, period, alpha_scale, clip, warmup):
 def ref_range(col, warmup, forget):
     out, lo, hi, n = [], 0.0, 0.0, 0
     for v in col:
-        if not finite(v):
+        if not usable(v):
             out.append(NAN)
             continue
         if n == 0:
@@ -156,7 +161,7 @@ def ref_seasonal(col, period, smooth, alpha_scale, warmup, min_gain, level_alpha
     for k, v in enumerate(col):
         past = ring[k % period]
         ring[k % period] = v
-        if not finite(v):
+        if not usable(v):
             out.append(NAN)
             continue
         # the level baseline: the EWMA z-score's update with warmup 30, clip 4
@@ -169,7 +174,7 @@ def ref_seasonal(col, period, smooth, alpha_scale, warmup, min_gain, level_alpha
             lm = lm + max(level_alpha, 1 / (ln + 1)) * r
             ld = ld + max(level_alpha, 1 / ln) * (abs(v - lm) - ld)
         ln += 1
-        if k < period or not finite(past):
+        if k < period or not usable(past):
             out.append(0.0)
             continue
         r = v - past
@@ -203,7 +208,8 @@ CASES: dict[str, tuple[Callable[[int], UnivariateDetector], Callable[[list[float
                       lambda c: ref_seasonal(c, 3, 2.0, 0.2, 2, 0.5, 0.1)),
 }
 
-values = st.one_of(st.floats(-50, 50, allow_nan=False, width=32), st.sampled_from([NAN, INF, -INF, 7.0, 7.0, 0.0]))
+values = st.one_of(st.floats(-50, 50, allow_nan=False, width=32),
+                   st.sampled_from([NAN, INF, -INF, 1.7e308, -1e151, 7.0, 7.0, 0.0]))
 batches = st.integers(1, 3).flatmap(lambda n: arrays(np.float64, st.tuples(st.integers(0, 40), st.just(n)),
                                                      elements=values))
 
@@ -325,6 +331,35 @@ def test_non_finite_input_is_counted_and_scores_nan() -> None:
     assert health.problems[("ewma_zscore", "non_finite_input")] == 2
 
 
+@pytest.mark.kernel
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_values_beyond_the_magnitude_bound_are_skipped_like_non_finite_ones(name: str) -> None:
+    """A finite value near the float64 limit (a corrupted double, a DBL_MAX sentinel) overflowed
+    the differences and left the state inf or NaN for good (every later score NaN, or stuck at
+    1.7e308). It is now skipped, scored NaN and counted exactly as a NaN would be."""
+    make, _ = CASES[name]
+    rng = np.random.default_rng(0)
+    x = rng.normal(10, 1, size=(400, 1))
+    x[100:103, 0] = [-1.7e308, 1.7e308, -1e151]
+    x[-1, 0] = 40.0                         # a 30 sigma spike at the end
+    with_nan = x.copy()
+    with_nan[100:103, 0] = np.nan
+    det = make(1)
+    det.health = PipelineHealth()
+    got = det.update(x)
+    np.testing.assert_array_equal(got, make(1).update(with_nan))
+    assert np.all(np.isnan(got[100:103])) and not np.isnan(got[103:]).any()
+    assert det.health.problems[(det.name, "non_finite_input")] == 3
+    for arr in det.state_dict().values():
+        assert np.all(np.abs(arr[np.isfinite(arr)]) < 1e100)
+
+
+def test_values_just_inside_the_magnitude_bound_are_learnt() -> None:
+    det = EwmaZScore(1, warmup=0)
+    det.update(np.array([1e150]))
+    assert det.mean[0] == 1e150
+
+
 @pytest.mark.parametrize("make, match", [
     (lambda: EwmaZScore(0), "n_series"),
     (lambda: EwmaZScore(2, alpha=0.0), "alpha"),
@@ -418,7 +453,8 @@ def test_seasonal_diff_is_silent_on_a_series_that_does_not_repeat() -> None:
 def ref_combiner(member_scores, inv_scale, ts, hold, escalate):
     """Max of the scaled member scores; with ``hold``, a ratio of at least 1 (one member at its
     scale: an alert) passes if the last alert that passed is older than ``hold`` or it beats
-    ``escalate`` times that one, else reads 0; a ratio under 1 passes and holds nothing."""
+    ``escalate`` times that one, else reads 0; a ratio under 1, or one at a non-finite time,
+    passes and holds nothing."""
     out = []
     peak, peak_t = 0.0, -INF
     for t in range(len(ts)):
@@ -427,7 +463,7 @@ def ref_combiner(member_scores, inv_scale, ts, hold, escalate):
             out.append(NAN)
             continue
         big = max(max(r, 0.0) for r in ratios)
-        if hold > 0 and big >= 1.0:
+        if hold > 0 and big >= 1.0 and finite(ts[t]):  # no time, no hold: passes as it is
             if ts[t] - peak_t > hold or big > escalate * peak:
                 peak, peak_t = big, ts[t]
             else:
@@ -444,11 +480,27 @@ def test_combiner_matches_reference(x: np.ndarray, hold: float, escalate: float)
     a = EwmaZScore(1, alpha=0.2, warmup=2)
     b = RangeNovelty(1, warmup=2)
     ts = np.arange(x.shape[0], dtype=float) * 2.0
+    ts[7::11] = NAN  # a row now and then without a usable stamp
     got = Combiner([(a, 4.0), (b, 0.1)], hold=hold, escalate=escalate).update(x, ts=ts)
     sa = EwmaZScore(1, alpha=0.2, warmup=2).update(x)[:, 0]
     sb = RangeNovelty(1, warmup=2).update(x)[:, 0]
     want = ref_combiner([list(sa), list(sb)], [0.25, 10.0], list(ts), hold, escalate)
     np.testing.assert_allclose(got[:, 0], want, rtol=1e-12, equal_nan=True)
+
+
+@pytest.mark.parametrize("escalate", [1.0, INF])
+def test_an_alert_at_a_nan_timestamp_opens_no_hold(escalate: float) -> None:
+    """An alert stamped NaN stored its time as NaN: ``now - NaN > hold`` never held again, and
+    every later alert of the series read 0 (escalate 1: all but those beating the stored peak),
+    for good. Now it passes as without a hold, opens none, and the stamp is counted."""
+    health = PipelineHealth()
+    comb = Combiner([(Echo(1), 1.0)], hold=60.0, escalate=escalate, health=health)
+    scores = np.array([[0.2], [3.0], [0.2], [1.5], [1.4], [1.3]])
+    ts = np.array([0.0, NAN, 10.0, 100.0, 200.0, 230.0])
+    out = comb.update(scores, ts=ts)[:, 0]
+    np.testing.assert_allclose(out, [0.2 / 1.2, 0.75, 0.2 / 1.2, 0.6, 1.4 / 2.4, 0.0])
+    assert not np.isnan(comb.s_hold).any()
+    assert health.problems[("combiner", "bad_timestamp")] == 1
 
 
 class Echo(UnivariateDetector):

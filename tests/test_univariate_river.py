@@ -67,6 +67,19 @@ def test_an_absent_feature_is_a_missing_sample_counted_not_an_error() -> None:
     assert UnivariateAdapter("ewma_zscore").score_one({}) == 0.0
 
 
+def test_mahalanobis_adapter_learns_nothing_from_an_empty_first_dict() -> None:
+    """River streams drop features event to event: an empty first dict crashed learn_one (no
+    fields to build the detector from). It is learnt as nothing, and the fields come from the
+    first dict that has some."""
+    model = MahalanobisAdapter()
+    model.learn_one({})
+    assert model.score_one({}) == 0.0 and model.explain_one({"a": 1.0}) == {}
+    for i in range(100):
+        model.learn_one({"a": 1.0 + 0.01 * (i % 7), "b": 5.0 + 0.01 * (i % 5)})
+    assert model._det is not None and model._det.field_names == ["a", "b"]
+    assert model.score_one({"a": 1.03, "b": 50.0}) > model.score_one({"a": 1.03, "b": 5.02})
+
+
 def labelled_stream(n: int) -> list[tuple[dict[str, float], bool]]:
     """Five correlated features; ~5 % of events push 'a' up and 'c' down by 8 (label True)."""
     rng = np.random.default_rng(3)
