@@ -42,7 +42,8 @@ def command(data_dir: str, labels: str, detector: str, results_dir: str | None) 
             progress.update(task, description=f"{detector}: {series.name}")
             scores[series.name] = run_nab_detector(detector, series.seconds, series.values)
             if results_dir is not None:
-                out = Path(results_dir) / detector / series.category / f"{detector}_{series.name}"
+                # The name is the file's path under DATA_DIR; NAB's results tree holds the file name.
+                out = Path(results_dir) / detector / series.category / f"{detector}_{Path(series.name).name}"
                 write_results(out, series, scores[series.name])
             progress.advance(task)
     results = scorer.score(scores)
@@ -55,7 +56,9 @@ def command(data_dir: str, labels: str, detector: str, results_dir: str | None) 
     for col in ("profile", "score", "threshold", "raw", "null", "perfect", "hit", "FPs"):
         table.add_column(col, justify="left" if col == "profile" else "right", no_wrap=True)
     for key, r in results.items():
-        table.add_row(key, f"[bold]{r.normalized:.2f}[/]", f"{r.threshold:.4f}", f"{r.raw:.3f}", f"{r.null:.1f}",
+        # No labelled window anywhere (NAB's artificialNoAnomaly): only the raw score means anything.
+        score = "n/a" if r.normalized is None else f"{r.normalized:.2f}"
+        table.add_row(key, f"[bold]{score}[/]", f"{r.threshold:.4f}", f"{r.raw:.3f}", f"{r.null:.1f}",
                       f"{r.perfect:.1f}", f"{r.windows_hit}/{r.windows}", str(r.false_positives))
     out_console = Console()
     out_console.print(table)
@@ -64,4 +67,7 @@ def command(data_dir: str, labels: str, detector: str, results_dir: str | None) 
         out_console.print(f"data quirks counted (scored as NAB scores them): {quirks}")
     if results_dir is not None:
         out_console.print(f"results CSVs written under {Path(results_dir) / detector}")
-    click.echo(json.dumps({k: round(r.normalized, 4) for k, r in results.items()}))
+    if any(r.normalized is None for r in results.values()):
+        out_console.print("no labelled window scored: the normalised score is n/a (perfect and null are both 0); "
+                          "compare raw scores")
+    click.echo(json.dumps({k: None if r.normalized is None else round(r.normalized, 4) for k, r in results.items()}))

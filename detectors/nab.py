@@ -71,7 +71,11 @@ PROFILES: dict[str, Profile] = {
 
 @dataclass
 class NabSeries:
-    """One NAB data file: timestamps (datetime64[ns]), values, and its labelled windows."""
+    """One NAB data file: timestamps (datetime64[ns]), values, and its labelled windows.
+
+    ``name`` identifies the file in a corpus (scores and sweep rows are keyed by it, so it must be
+    unique there). :func:`load_corpus` uses its path under the data folder, ``/``-separated, as
+    NAB keys files by ``<category>/<file>``: the bare file name for a file directly in it."""
 
     name: str
     timestamps: np.ndarray
@@ -93,8 +97,10 @@ class NabSeries:
 
 
 def scaled_sigmoid(position: float) -> float:
-    """NAB's scaled sigmoid: 0.98661 at -1 (window start), 0 at 0 (window end), -1 past 3."""
-    if position > 3.0:
+    """NAB's scaled sigmoid: 0.98661 at -1 (window start), 0 at 0 (window end), exactly -1 from 3 on."""
+    # NAB's scaledSigmoid tests ``>= 3.0``: a false positive exactly 3 * (width - 1) rows after a
+    # window costs the full -A_FP, not S(3) = -0.9999994.
+    if position >= 3.0:
         return -1.0
     return 2.0 / (1.0 + math.exp(5.0 * position)) - 1.0
 
@@ -114,8 +120,9 @@ def _parse_time(text: str) -> np.datetime64:
 
 def load_labels(path: str | Path) -> dict[str, list[tuple[np.datetime64, np.datetime64]]]:
     """Read a NAB labels file: either ``{"windows": {file: [[t1, t2], ...]}, ...}`` or NAB's own
-    ``combined_windows.json`` (``{file: [[t1, t2], ...]}``). Keys are file names (the basename
-    of NAB's relative paths)."""
+    ``combined_windows.json`` (``{file: [[t1, t2], ...]}``). Keys are kept as written (NAB's
+    ``<category>/<file>``, or a bare file name), ``/``-separated; :func:`load_corpus` matches
+    them to files."""
     with open(path) as f:
         raw = json.load(f)
     if not isinstance(raw, dict):
@@ -133,16 +140,18 @@ def load_labels(path: str | Path) -> dict[str, list[tuple[np.datetime64, np.date
             if t2 < t1:
                 raise ValueError(f"{path}: window {lim!r} of {key} ends before it starts")
             pairs.append((t1, t2))
-        windows[Path(key).name] = pairs
+        windows[key.replace("\\", "/").removeprefix("./")] = pairs
     return windows
 
 
 def load_series(path: str | Path, windows: Sequence[tuple[np.datetime64, np.datetime64]] = (),
-                health: PipelineHealth | None = None, category: str = "") -> NabSeries:
-    """Read a NAB CSV (``timestamp,value``). Rows are kept in file order, exactly as NAB scores
-    them; quirks are counted in ``health`` (stage ``nab``): timestamps that go back, duplicate
-    timestamps, values that are not numbers (kept as NaN)."""
+                health: PipelineHealth | None = None, category: str = "", name: str | None = None) -> NabSeries:
+    """Read a NAB CSV (``timestamp,value``) as a series called ``name`` (default: the file name).
+    Rows are kept in file order, exactly as NAB scores them; quirks are counted in ``health``
+    (stage ``nab``): timestamps that go back, duplicate timestamps, values that are not numbers
+    (kept as NaN)."""
     health = health or PipelineHealth()
+    name = name or Path(path).name
     stamps: list[np.datetime64] = []
     values: list[float] = []
     with open(path, newline="") as f:
@@ -156,37 +165,68 @@ def load_series(path: str | Path, windows: Sequence[tuple[np.datetime64, np.date
             try:
                 stamps.append(_parse_time(row[0]))
             except ValueError:
-                health.problem("nab", "bad_timestamp", detail=f"{Path(path).name}: {row[0]!r}")
+                health.problem("nab", "bad_timestamp", detail=f"{name}: {row[0]!r}")
                 continue
             try:
                 values.append(float(row[1]))
             except (ValueError, IndexError):
-                health.problem("nab", "bad_value", detail=f"{Path(path).name}: {row!r}")
+                health.problem("nab", "bad_value", detail=f"{name}: {row!r}")
                 values.append(float("nan"))
     ts = np.array(stamps, dtype="datetime64[ns]")
     step = np.diff(ts.astype(np.int64))
-    health.problem("nab", "timestamp_backwards", int(np.sum(step < 0)), detail=Path(path).name)
-    health.problem("nab", "timestamp_duplicate", int(np.sum(step == 0)), detail=Path(path).name)
+    health.problem("nab", "timestamp_backwards", int(np.sum(step < 0)), detail=name)
+    health.problem("nab", "timestamp_duplicate", int(np.sum(step == 0)), detail=name)
     vals = np.array(values, dtype=np.float64)
-    health.problem("nab", "value_not_finite", int(np.sum(~np.isfinite(vals))), detail=Path(path).name)
-    return NabSeries(Path(path).name, ts, vals, list(windows), category)
+    health.problem("nab", "value_not_finite", int(np.sum(~np.isfinite(vals))), detail=name)
+    return NabSeries(name, ts, vals, list(windows), category)
+
+
+def _label_key(rel: str, folder: str, keys: Sequence[str]) -> str | None:
+    """The labels' key for the CSV at ``rel`` (its ``/``-separated path under the data folder,
+    whose own name is ``folder``), or None when the labels do not name it. Tried in turn: the
+    path itself (the folder is NAB's ``data/``); ``<folder>/<path>`` (the folder is one NAB
+    category); a bare file name; the one key whose file name is this file's. Several such keys
+    (``hostA/f.csv``, ``hostB/f.csv`` for a file ``f.csv``) are a ValueError: guessing would score
+    the file against another file's windows."""
+    exact = set(keys)
+    for key in (rel, f"{folder}/{rel}", rel.rsplit("/", 1)[-1]):
+        if key in exact:
+            return key
+    base = rel.rsplit("/", 1)[-1]
+    same = sorted(k for k in keys if k.rsplit("/", 1)[-1] == base)
+    if len(same) > 1:
+        raise ValueError(f"{rel}: the labels name several files called {base} ({', '.join(same)}) "
+                         "and none at this path; key the labels by <category>/<file> as NAB does")
+    return same[0] if same else None
 
 
 def load_corpus(data_dir: str | Path, labels_path: str | Path,
                 health: PipelineHealth | None = None) -> list[NabSeries]:
-    """Every CSV under ``data_dir`` that the labels file names, sorted by file name. A CSV the
-    labels do not know is counted (``nab``/``unlabelled_file``) and skipped, as NAB would fail on it."""
+    """Every CSV under ``data_dir`` that the labels file names, sorted by file name (then path).
+    Each series is named by its path under ``data_dir`` (see :class:`NabSeries`), so two
+    categories may hold files of the same name, as NAB's do. A CSV the labels do not know is
+    counted (``nab``/``unlabelled_file``) and skipped, as NAB would fail on it; two CSVs that
+    one label key would both match are a ValueError naming both."""
     health = health or PipelineHealth()
     windows = load_labels(labels_path)
     data_dir = Path(data_dir)
+    folder = data_dir.resolve().name
+    keys = list(windows)
+    claimed: dict[str, str] = {}
     out = []
-    for path in sorted(data_dir.rglob("*.csv"), key=lambda p: p.name):
-        if path.name not in windows:
-            health.problem("nab", "unlabelled_file", detail=path.name)
+    for path in sorted(data_dir.rglob("*.csv"), key=lambda p: (p.name, p.relative_to(data_dir).as_posix())):
+        rel = path.relative_to(data_dir).as_posix()
+        key = _label_key(rel, folder, keys)
+        if key is None:
+            health.problem("nab", "unlabelled_file", detail=rel)
             continue
+        if key in claimed:
+            raise ValueError(f"{claimed[key]} and {rel} both match the label {key!r} in {labels_path}; "
+                             "key the labels by <category>/<file> as NAB does")
+        claimed[key] = rel
         # NAB's results tree mirrors data/<category>/; a category folder given directly is one.
-        category = str(path.parent.relative_to(data_dir)) if path.parent != data_dir else data_dir.resolve().name
-        out.append(load_series(path, windows[path.name], health, category))
+        category = path.parent.relative_to(data_dir).as_posix() if path.parent != data_dir else folder
+        out.append(load_series(path, windows[key], health, category, name=rel))
     if not out:
         raise ValueError(f"no CSV under {data_dir} is named in {labels_path}")
     return out
@@ -208,8 +248,11 @@ def sweep_rows(series: NabSeries, profile: Profile,
     (0.. for the file's windows, :data:`OUTSIDE`, :data:`PROBATION`).
 
     A straight transcription of ``Sweeper.calcSweepScore`` (its loop over rows, its exact
-    timestamp matching), so that quirky files score as NAB scores them. A window whose start or
-    end matches no row, or that spans fewer than two rows, is a ValueError."""
+    timestamp matching), so that quirky files score as NAB scores them. A ValueError where NAB
+    would fail or score nonsense: a window whose start or end matches no row, one whose end row
+    comes before its start row, and a one-row window followed by a row outside windows (NAB
+    divides by its width - 1 there; a one-row window on the last row, or followed directly by
+    another window, scores fine)."""
     ts = series.timestamps.astype("datetime64[ns]").astype(np.int64)
     ends = np.array(series.windows, dtype="datetime64[ns]").reshape(-1, 2).astype(np.int64)
     limits = [(int(a), int(b)) for a, b in ends]
@@ -227,6 +270,7 @@ def sweep_rows(series: NabSeries, profile: Profile,
     cur_width = cur_right = 0.0
     prev_width: float | None = None
     prev_right: int | None = None
+    prev_window = (0, 0)
     for i, t in enumerate(ts.tolist()):
         if pending and t == pending[0][1][0]:
             cur_id, cur = pending.pop(0)
@@ -234,17 +278,23 @@ def sweep_rows(series: NabSeries, profile: Profile,
                 raise ValueError(f"{series.name}: window end {np.datetime64(cur[1], 'ns')} is not a row")
             cur_right = first_index[cur[1]]
             cur_width = float(cur_right - first_index[cur[0]] + 1)
-            if cur_width < 2:
-                # NAB divides the weight of a false positive after a window by its width - 1.
+            if cur_width < 1:
                 raise ValueError(f"{series.name}: window {np.datetime64(cur[0], 'ns')} .. "
-                                 f"{np.datetime64(cur[1], 'ns')} spans {cur_width:g} row(s); "
-                                 "NAB needs a window of at least two rows")
+                                 f"{np.datetime64(cur[1], 'ns')} ends (row {cur_right}) before it starts "
+                                 f"(row {first_index[cur[0]]}) in file order")
         if cur is not None:
             position = -(cur_right - i + 1) / cur_width
             sweep[i] = scaled_sigmoid(position) * profile.tp_weight / max_tp
         else:
             if prev_right is None or prev_width is None:
                 unweighted = -1.0
+            elif prev_width == 1.0:
+                # NAB weighs a false positive after a window by its distance / (width - 1): a
+                # one-row window followed by a row outside windows is its ZeroDivisionError.
+                raise ValueError(f"{series.name}: window {np.datetime64(prev_window[0], 'ns')} .. "
+                                 f"{np.datetime64(prev_window[1], 'ns')} spans 1 row(s) and row {i}, "
+                                 "outside windows, follows it; NAB needs a window of at least two rows "
+                                 "there (it divides by the width - 1)")
             else:
                 unweighted = scaled_sigmoid(abs(prev_right - i) / (prev_width - 1.0))
             sweep[i] = unweighted * profile.fp_weight
@@ -253,7 +303,7 @@ def sweep_rows(series: NabSeries, profile: Profile,
         else:
             window_id[i] = PROBATION
         if cur is not None and t == cur[1]:
-            prev_right, prev_width = i, cur_width
+            prev_right, prev_width, prev_window = i, cur_width, cur
             cur, cur_id = None, OUTSIDE
     if pending:
         raise ValueError(f"{series.name}: window starts {[np.datetime64(p[1][0], 'ns') for p in pending]} "
@@ -350,7 +400,7 @@ def threshold_curve(anomaly_scores: Sequence[np.ndarray], sweeps: Sequence[np.nd
     # The score at threshold T counts every row >= T: the total after a run of equal scores.
     last_of_run = np.flatnonzero(np.r_[sorted_scores[1:] != sorted_scores[:-1], True]) if order.size else np.empty(0, np.int64)
     thresholds = np.r_[START_THRESHOLD, sorted_scores[last_of_run]]
-    curve = np.r_[-fn_weight * present.size, totals[last_of_run]]
+    curve = np.r_[0.0 - fn_weight * present.size, totals[last_of_run]]  # 0.0 - : no "-0.000" with no window
     detections = np.r_[0, last_of_run + 1]
     return ThresholdCurve(thresholds, curve, detections.astype(np.int64))
 
@@ -367,7 +417,12 @@ class ProfileResult:
     false_positives: int = 0  # scored rows outside windows at or above the threshold
 
     @property
-    def normalized(self) -> float:
+    def normalized(self) -> float | None:
+        """``100 * (raw - null) / (perfect - null)``; None where that is undefined: a corpus with
+        no labelled window scored (NAB's artificialNoAnomaly), where perfect and null are both 0
+        and only the raw score says anything."""
+        if self.perfect == self.null:
+            return None
         return 100.0 * (self.raw - self.null) / (self.perfect - self.null)
 
 
@@ -393,6 +448,12 @@ class NabScorer:
                  probation_percent: float = PROBATION_PERCENT) -> None:
         if not corpus:
             raise ValueError("NAB corpus is empty")
+        names = [s.name for s in corpus]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            # Sweep rows and scores are keyed by name: a second file would silently replace the first.
+            raise ValueError(f"NAB corpus names {twice} more than once; name each file by its path "
+                             "(<category>/<file>), as load_corpus does")
         self.corpus = list(corpus)
         self.profiles = dict(profiles)
         self.rows: dict[str, dict[str, tuple[np.ndarray, np.ndarray]]] = {

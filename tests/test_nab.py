@@ -19,8 +19,8 @@ from foreshock.health import PipelineHealth
 
 
 def S(position: float) -> float:
-    """NAB's scaled sigmoid written out by hand: 2 * sigmoid(-5 x) - 1, -1 beyond 3."""
-    return -1.0 if position > 3.0 else 2.0 / (1.0 + math.exp(5.0 * position)) - 1.0
+    """NAB's scaled sigmoid written out by hand: 2 * sigmoid(-5 x) - 1, -1 from 3 on."""
+    return -1.0 if position >= 3.0 else 2.0 / (1.0 + math.exp(5.0 * position)) - 1.0
 
 
 def toy(n: int = 60, windows: tuple[tuple[int, int], ...] = ((30, 33),)) -> NabSeries:
@@ -168,7 +168,7 @@ def test_labels_accept_both_layouts(tmp_path) -> None:
     a.write_text(json.dumps({"windows": {"x/f.csv": [["2020-01-01 00:00:00.000000", "2020-01-02 00:00:00"]]}}))
     b = tmp_path / "b.json"
     b.write_text(json.dumps({"x/f.csv": [["2020-01-01 00:00:00", "2020-01-02 00:00:00"]]}))
-    assert load_labels(a) == load_labels(b) == {"f.csv": [(np.datetime64("2020-01-01T00:00", "ns"),
+    assert load_labels(a) == load_labels(b) == {"x/f.csv": [(np.datetime64("2020-01-01T00:00", "ns"),
                                                           np.datetime64("2020-01-02T00:00", "ns"))]}
     bad = tmp_path / "c.json"
     bad.write_text(json.dumps({"f.csv": [["2020-01-02 00:00:00", "2020-01-01 00:00:00"]]}))
@@ -233,7 +233,7 @@ def test_real_corpus_windows_null_and_perfect(corpus) -> None:
         first = np.r_[True, wid[1:] != wid[:-1]] & (wid >= 0)
         perfect[s.name] = first.astype(float)
     res = scorer.score(perfect)
-    assert {k: round(r.normalized, 6) for k, r in res.items()} == {k: 100.0 for k in PROFILES}
+    assert {k: round(r.normalized or 0.0, 6) for k, r in res.items()} == {k: 100.0 for k in PROFILES}
     null = scorer.score({s.name: np.full(len(s.values), 0.5) for s in corpus})
     assert {k: r.normalized for k, r in null.items()} == {k: 0.0 for k in PROFILES}
     assert res["standard"].null == -19.0 and res["reward_low_FN"].null == -38.0
@@ -329,7 +329,11 @@ def nab_reference_sweep(stamps: list[int], windows: list[tuple[int, int]], name:
     max_tp = S(-1.0)
     probation = min(math.floor(probation_percent * len(stamps)), probation_percent * 5000)
     out = []
-    cur_limits = cur_name = cur_width = cur_right = prev_width = prev_right = None
+    cur_limits: tuple[int, int] | None = None
+    cur_name: str | None = None
+    cur_width, cur_right = 0.0, 0            # read only while a window is open
+    prev_width: float | None = None
+    prev_right: int | None = None
     for i, t in enumerate(stamps):
         if windows and t == windows[0][0]:
             cur_limits = windows.pop(0)
@@ -339,7 +343,10 @@ def nab_reference_sweep(stamps: list[int], windows: list[tuple[int, int]], name:
         if cur_limits is not None:
             weighted = S(-(cur_right - i + 1) / cur_width) * profile.tp_weight / max_tp
         else:
-            unweighted = -1.0 if prev_right is None else S(abs(prev_right - i) / float(prev_width - 1))
+            if prev_right is None or prev_width is None:
+                unweighted = -1.0
+            else:
+                unweighted = S(abs(prev_right - i) / float(prev_width - 1))
             weighted = unweighted * profile.fp_weight
         out.append((weighted, cur_name if i >= probation else "probationary"))
         if cur_limits is not None and t == cur_limits[1]:
@@ -350,13 +357,15 @@ def nab_reference_sweep(stamps: list[int], windows: list[tuple[int, int]], name:
 
 @st.composite
 def small_corpora(draw):
-    """1-3 files of 0-80 rows with 0-3 windows (at least 2 rows each), and coarse anomaly scores
+    """1-3 files of 0-80 rows with 0-3 windows (some of one row), and coarse anomaly scores
     (ties, constants, all-zero files): the cases where a sweep or a window edge goes wrong."""
     files = []
     for k in range(draw(st.integers(1, 3))):
         n = draw(st.integers(0, 80))
         cuts = sorted(draw(st.lists(st.integers(0, max(n - 1, 0)), max_size=6, unique=True))) if n else []
         windows = [(a, b) for a, b in zip(cuts[::2], cuts[1::2]) if b - a >= 1]
+        # A one-row window [b, b]: NAB scores it unless a row outside windows follows it.
+        windows = [(b, b) if draw(st.integers(0, 4)) == 0 else (a, b) for a, b in windows]
         scores = draw(st.lists(st.sampled_from([0.0, 0.25, 0.5, 0.5, 0.75, 1.0]), min_size=n, max_size=n))
         files.append((f"f{k}.csv", n, windows, np.array(scores, dtype=np.float64)))
     return files
@@ -367,18 +376,150 @@ def small_corpora(draw):
 @given(files=small_corpora())
 def test_scorer_matches_a_transcription_of_nabs_sweep_and_optimiser(files) -> None:
     start = np.datetime64("2020-01-01T00:00", "ns")
-    corpus, scores, lists = [], {}, {key: [] for key in PROFILES}
+    corpus, scores = [], {}
+    lists: dict[str, list[list[tuple[float, float, str | None]]]] = {key: [] for key in PROFILES}
+    nab_fails = False
     for name, n, windows, s in files:
         ts = start + np.arange(n) * np.timedelta64(60, "s")
         corpus.append(NabSeries(name, ts, np.zeros(n), [(ts[a], ts[b]) for a, b in windows]))
         scores[name] = s
         stamps = ts.astype(np.int64).tolist()
         for key, profile in PROFILES.items():
-            rows = nab_reference_sweep(stamps, [(stamps[a], stamps[b]) for a, b in windows], name, profile)
+            try:
+                rows = nab_reference_sweep(stamps, [(stamps[a], stamps[b]) for a, b in windows], name, profile)
+            except ZeroDivisionError:        # a one-row window followed by a row outside windows
+                nab_fails = True
+                break
             lists[key].append([(float(a), sw, w) for a, (sw, w) in zip(s, rows) if w != "probationary"])
+    if nab_fails:
+        with pytest.raises(ValueError, match="at least two rows"):
+            NabScorer(corpus)
+        return
     scorer = NabScorer(corpus)
     got = scorer.score(scores)
     for key, profile in PROFILES.items():
         ref_threshold, ref_score = nab_reference_best(lists[key], profile.fn_weight)
         assert got[key].threshold == ref_threshold
         assert got[key].raw == pytest.approx(ref_score, abs=1e-9)
+
+
+# --- audit fixes --------------------------------------------------------------------------------
+
+def test_scaled_sigmoid_is_exactly_minus_one_at_three() -> None:
+    """NAB's scaledSigmoid returns -1.0 for position >= 3.0: an FP 3 * (width - 1) rows after a
+    window costs the full A_FP, not S(3) * A_FP = -0.9999994 * A_FP."""
+    assert scaled_sigmoid(3.0) == -1.0
+    sweep, _ = sweep_rows(toy(), PROFILES["standard"])
+    assert sweep[33 + 9] == -0.11                       # 9 = 3 * (4 - 1) rows after the window
+    res = NabScorer([toy()]).score({"toy.csv": detect(60, {30: 1.0, 42: 1.0})})["standard"]
+    assert res.raw == 1.0 - 0.11
+
+
+def write_csv(path, n: int) -> list[str]:
+    """A NAB CSV of ``n`` five-minute rows; returns its timestamps as NAB labels write them."""
+    start = np.datetime64("2020-01-01T00:00")
+    stamps = [str(start + np.timedelta64(5 * i, "m")).replace("T", " ") + ":00" for i in range(n)]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("timestamp,value\n" + "".join(f"{t},{50 + math.sin(i / 20):.3f}\n" for i, t in enumerate(stamps)))
+    return stamps
+
+
+def test_files_of_the_same_name_in_two_categories_are_two_files(tmp_path) -> None:
+    """NAB keys files by <category>/<file>: hostA/gpu_temp.csv and hostB/gpu_temp.csv each keep
+    their own windows and scores (they used to collide on the bare name, one scored twice)."""
+    for cat in ("hostA", "hostB"):
+        stamps = write_csv(tmp_path / "data" / cat / "gpu_temp.csv", 1000)
+    labels = tmp_path / "labels.json"
+    labels.write_text(json.dumps({"hostA/gpu_temp.csv": [[stamps[300], stamps[349]]],
+                                  "hostB/gpu_temp.csv": [[stamps[700], stamps[749]]]}))
+    corpus = load_corpus(tmp_path / "data", labels, PipelineHealth())
+    assert [(s.name, s.category) for s in corpus] == [("hostA/gpu_temp.csv", "hostA"), ("hostB/gpu_temp.csv", "hostB")]
+    assert [s.windows[0][0] for s in corpus] == [np.datetime64(stamps[300].replace(" ", "T"), "ns"),
+                                                 np.datetime64(stamps[700].replace(" ", "T"), "ns")]
+    # One window hit at its first row, the other missed: raw 0, null -2, perfect 2 -> 50.
+    res = NabScorer(corpus).score({"hostA/gpu_temp.csv": detect(1000, {300: 1.0}),
+                                   "hostB/gpu_temp.csv": np.zeros(1000)})["standard"]
+    assert (res.raw, res.windows_hit, res.windows) == (pytest.approx(0.0), 1, 2)
+    assert res.normalized == pytest.approx(50.0)
+    # A category folder given directly still matches NAB's <category>/<file> keys.
+    alone = load_corpus(tmp_path / "data" / "hostB", labels, PipelineHealth())
+    assert [(s.name, s.category, len(s.windows)) for s in alone] == [("gpu_temp.csv", "hostB", 1)]
+
+
+def test_a_label_two_files_would_share_is_refused_by_name(tmp_path) -> None:
+    for cat in ("hostA", "hostB"):
+        stamps = write_csv(tmp_path / "data" / cat / "gpu_temp.csv", 100)
+    labels = tmp_path / "labels.json"
+    labels.write_text(json.dumps({"gpu_temp.csv": [[stamps[30], stamps[39]]]}))
+    with pytest.raises(ValueError, match=r"hostA/gpu_temp.csv and hostB/gpu_temp.csv both match"):
+        load_corpus(tmp_path / "data", labels, PipelineHealth())
+    # A file the labels do not name by path, whose name two label keys carry: no guess.
+    stamps = write_csv(tmp_path / "other" / "gpu_temp.csv", 100)
+    labels.write_text(json.dumps({"hostA/gpu_temp.csv": [], "hostB/gpu_temp.csv": [[stamps[30], stamps[39]]]}))
+    with pytest.raises(ValueError, match=r"several files called gpu_temp.csv \(hostA/gpu_temp.csv, hostB/"):
+        load_corpus(tmp_path / "other", labels, PipelineHealth())
+    twice = toy()
+    with pytest.raises(ValueError, match=r"names \['toy.csv'\] more than once"):
+        NabScorer([toy(), twice])
+
+
+def test_nab_command_scores_and_writes_same_named_files_of_two_categories(tmp_path) -> None:
+    from foreshock.cli.main import cli
+
+    for cat in ("hostA", "hostB"):
+        stamps = write_csv(tmp_path / "data" / cat / "gpu_temp.csv", 400)
+    labels = tmp_path / "labels.json"
+    labels.write_text(json.dumps({"hostA/gpu_temp.csv": [[stamps[300], stamps[320]]],
+                                  "hostB/gpu_temp.csv": [[stamps[200], stamps[220]]]}))
+    result = CliRunner().invoke(cli, ["nab", str(tmp_path / "data"), str(labels), "--results", str(tmp_path / "out"),
+                                      "--detector", "null"])
+    assert result.exit_code == 0, result.output
+    assert "on 2 files, 2 windows" in result.output
+    for cat, first in (("hostA", 300), ("hostB", 200)):
+        with open(tmp_path / "out" / "null" / cat / "null_gpu_temp.csv") as f:
+            rows = list(csv.reader(f))[1:]
+        assert [i for i, r in enumerate(rows) if r[3] == "1"] == list(range(first, first + 21))
+
+
+def test_no_labelled_window_gives_no_normalised_score() -> None:
+    """NAB's artificialNoAnomaly: perfect == null == 0, so the normalised score is undefined
+    (it used to divide by zero); the raw score is still there."""
+    calm = toy(windows=())
+    res = NabScorer([calm]).score({"toy.csv": detect(60, {20: 1.0})})
+    for r in res.values():
+        assert (r.perfect, r.null, r.normalized) == (0.0, 0.0, None)
+    assert res["standard"].raw == 0.0 and res["standard"].threshold == 1.1
+
+
+def test_nab_command_prints_na_for_a_corpus_without_windows(tmp_path) -> None:
+    from foreshock.cli.main import cli
+
+    write_csv(tmp_path / "artificialNoAnomaly" / "art_flat.csv", 400)
+    labels = tmp_path / "labels.json"
+    labels.write_text(json.dumps({"artificialNoAnomaly/art_flat.csv": []}))
+    result = CliRunner().invoke(cli, ["nab", str(tmp_path / "artificialNoAnomaly"), str(labels)],
+                                env={"COLUMNS": "200"})
+    assert result.exit_code == 0 and result.exception is None, result.output
+    lines = result.output.strip().splitlines()
+    assert json.loads(lines[-1]) == {"standard": None, "reward_low_FP": None, "reward_low_FN": None}
+    row = next(line for line in lines if " standard " in line)
+    assert "n/a" in row and "-0.000" not in row
+    assert "normalised score is n/a" in result.output
+
+
+@pytest.mark.parametrize("windows", [((30, 33), (59, 59)), ((30, 30), (31, 35)), ((20, 20), (21, 21), (22, 25))],
+                         ids=["on-the-last-row", "followed-by-a-window", "two-followed-by-a-window"])
+def test_a_one_row_window_scores_where_nab_does(windows) -> None:
+    """NAB divides by width - 1 only for a row outside windows after the window: a one-row window
+    on the last row, or followed directly by another window, scores (it used to be refused)."""
+    series = toy(windows=windows)
+    scores = detect(60, {31: 0.9, 59: 0.9, 20: 0.8, 45: 0.7})
+    stamps = series.timestamps.astype(np.int64).tolist()
+    got = NabScorer([series]).score({"toy.csv": scores})
+    for key, profile in PROFILES.items():
+        rows = nab_reference_sweep(stamps, [(stamps[a], stamps[b]) for a, b in windows], "toy.csv", profile)
+        sweep, _ = sweep_rows(series, profile)
+        assert sweep.tolist() == [sw for sw, _ in rows]
+        ref = nab_reference_best([[(float(a), sw, w) for a, (sw, w) in zip(scores, rows) if w != "probationary"]],
+                                 profile.fn_weight)
+        assert (got[key].threshold, got[key].raw) == (ref[0], pytest.approx(ref[1], abs=1e-12))
