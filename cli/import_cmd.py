@@ -26,7 +26,7 @@ from foreshock.streams.infiniband import list_ports, port_topology, read_infinib
 from foreshock.streams.nvidia_smi import capture_collected_at, capture_sections, parse_dmon, parse_query_gpu_chunks
 from foreshock.streams.samples import (MAX_GPU_INDEX, GpuIndexError, SampleBatch, gpu_topology, line_chunks,
                                        split_gpu_entity)
-from foreshock.topology import Topology
+from foreshock.topology import Topology, TopologyError
 
 from .common import finite_number
 
@@ -76,7 +76,12 @@ def _gpu_import(batches: list[SampleBatch], health: PipelineHealth) -> tuple[Top
     batch = SampleBatch.concat(batches).sorted_by_time() if batches else SampleBatch.empty("gpu")
     if not len(batch):
         return None, []  # the caller reports it, with the problems that explain it
-    topology = gpu_topology([batch])
+    try:
+        topology = gpu_topology([batch])
+    except ValueError:  # every GPU's host empty or blank (Hostname=" "): no node to name, each row unknown
+        health.problem("import", "unknown gpu entity", len(batch),
+                       detail=", ".join(repr(name) for name in batch.entities[:3]))
+        return None, []
     return topology, [batch.to_frame(topology, health)]
 
 
@@ -168,7 +173,12 @@ def _jsonl(text: str, path: Path, topology_path: Path | None, health: PipelineHe
     list every GPU up to it: 4294967295, a common "no index" sentinel, took all memory), else
     ``unknown <kind> entity`` (a GPU not named HOST/gpuN among them: ``gpu01``, ``gpu²``)."""
     if topology_path is not None:
-        topology = Topology.load(topology_path)
+        try:
+            topology = Topology.load(topology_path)
+        except TopologyError as exc:  # a user's file: a clean message, as `topology show` gives, not a traceback
+            why = str(exc)
+            named = why if str(topology_path) in why else f"{topology_path}: {why}"
+            raise click.ClickException(f"--topology {named}") from None
         resolve: Callable[[str, str], int] = topology.slots_resolver()
     else:
         resolve = numbers = _EntityNumbers()
@@ -193,7 +203,7 @@ def _jsonl(text: str, path: Path, topology_path: Path | None, health: PipelineHe
                         host, gpu = split_gpu_entity(entity)
                     except GpuIndexError:
                         records_past_max_index.setdefault(entity, 0)
-                    except ValueError:
+                    except ValueError:  # GpuHostError among them: "/gpu0" named no node and aborted the import
                         pass  # a GPU the derived topology lacks: its records are counted at the end
                     else:
                         gpus_per_host[host] = max(gpus_per_host.get(host, 0), gpu + 1)

@@ -7,7 +7,9 @@ run ``nvidia-smi`` on an interval as a live source.
     2026/07/03 22:11:09.763, 0, 627.40 W, 1980 MHz, 0x0000000000000000, ...
 
 Units sit in the header (``[W]``) and again after each value (``627.40 W``) unless
-``nounits``; ``[N/A]``, ``[Not Supported]`` and ``[Requested functionality has been
+``nounits``; nvidia-smi prints one fixed unit per query, and a CSV stating another (edited, converted:
+``power.draw [mW]``, ``122 F``) is converted where an SI prefix apart, else the cell is NaN and counted
+(:data:`UNIT_MISMATCH`); ``[N/A]``, ``[Not Supported]`` and ``[Requested functionality has been
 deprecated]`` mean "no value" (NaN, not a problem); ``[GPU is lost]``, ``[GPU requires reset]`` and
 ``[Unknown Error]`` say the GPU has failed (NaN, the GPU counted once as it enters that state);
 bitmasks are hex. An nvidia-smi that cannot read a GPU still prints the others' rows, then exits
@@ -56,7 +58,7 @@ from foreshock.topology import Topology
 from .dcgm import TAKEN_MAX, TOLD_MAX, UNLISTED_POLLS, grown_topology
 from .polling import GpuBoards, PollingSource, count_once, not_yet_told, run_process, steady_unlisted
 from .samples import (FAULT_TOKENS, MAX_GPU_INDEX, SampleBatch, gpu_entity, gpu_topology, line_chunks, parse_token,
-                      parse_tokens, token_fault)
+                      parse_tokens, parse_tokens_units, token_fault)
 
 STAGE = "nvidia-smi"
 DMON_STAGE = "dmon"
@@ -64,7 +66,7 @@ DMON_STAGE = "dmon"
 log = logging.getLogger("foreshock.sources")
 
 _RULE = re.compile(r"^#{20,}\s*$")
-_UNIT = re.compile(r"\s*\[[^\]]*\]\s*$")
+_UNIT = re.compile(r"\s*\[([^\]]*)\]\s*$")
 _INVALID_FIELD = re.compile(r'Field "([^"]+)" is not a valid field to query')
 _MISSING = frozenset({"", "[n/a]", "n/a"})
 TLIMIT_QUERY = "temperature.gpu.tlimit"
@@ -95,6 +97,29 @@ memory headroom was one degree over T.Limit were the memory's (the die's limit d
 margin two under the memory's headroom was too. Three: every limit read over the two machines'
 rows (872, nvidia-smi's and NVML's) is 86-88 °C, and on the machine whose die stayed the nearer
 all but one of its 236 rows are read."""
+
+UNIT_MISMATCH = "unit mismatch"
+"""The problem counted for each cell (with a number) whose unit, its own suffix (``122 F``) or else its
+header's (``temperature.gpu [F]``), is not the one nvidia-smi prints for its query nor a prefix of it
+:func:`_unit_factor` converts (``630000 mW``): read in the printed unit, ``122 F`` was a 122 °C
+thermal emergency. The cell is set to NaN."""
+
+_PRINTED_UNITS: dict[tuple[str, float], str] = {
+    ("watts", 1.0): "W", ("hertz", 1e6): "MHz", ("ratio", 0.01): "%", ("seconds", 1e-6): "us",
+    ("celsius", 1.0): "", ("bitmask", 1.0): "", ("errors", 1.0): "", ("rows", 1.0): "",
+}
+"""The unit nvidia-smi prints for a query (fixed per query, whatever the value), by the unit and scale
+of the field the table reads it into: W, MHz, %, us, and none for temperatures, bitmasks (hex) and
+counts. A field not here is not checked."""
+
+_SAME_UNITS = {"celsius": "C"}
+"""A unit that means the printed one for a field's unit: ``nvidia-smi -q`` and ``dmon`` print
+temperatures in ``C``, where the CSV prints none."""
+
+_UNIT_PREFIXES = {"": 1.0, "n": 1e-9, "u": 1e-6, "\u00b5": 1e-6, "m": 1e-3, "k": 1e3, "M": 1e6, "G": 1e9}
+_PREFIXED_UNITS = ("W", "Hz", "s")
+"""The printed units a stated one converts to when it is the same with another SI prefix (``mW``,
+``kW``, ``GHz``, ``kHz``, ``ms``)."""
 
 NO_ROWS = "no GPU rows in output"
 """The problem counted for a poll whose nvidia-smi exited 0 printing no GPU row (nothing, or its
@@ -265,6 +290,8 @@ def _read_query_rows(header: list[str], rows: list[list[str]], fallback: str, ts
                      once: set[str] | None = None) -> SampleBatch:
     """:func:`parse_query_gpu` for rows under one header; their problems added to ``problems``."""
     names = [_UNIT.sub("", h).strip() for h in header]
+    # the unit each header states (None: it states none, as ``--format=csv,noheader`` columns)
+    header_units = [m.group(1).strip() if (m := _UNIT.search(h)) else None for h in header]
     width = len(names)
     good = []
     for row in rows:
@@ -313,18 +340,21 @@ def _read_query_rows(header: list[str], rows: list[list[str]], fallback: str, ts
         if mapped is None:
             continue
         field, scale = mapped
-        parsed, bad, nans = parse_tokens(cols[i])
+        parsed, bad, nans, units = parse_tokens_units(cols[i])
         problems["non-numeric value"] += bad - (_note_fault_cells(cols[i], row_fault) if bad else 0)
         problems["NaN value"] += nans
+        _read_in_printed_unit(parsed, units, header_units[i], field.unit, scale, name, health)
         parsed *= scale
         # Two aliases of one field queried together: the first with a value wins.
         values[field.name] = np.where(np.isnan(values[field.name]), parsed, values[field.name]) \
             if field.name in values else parsed
     if TLIMIT_QUERY in col_of and "gpu_temp" in values:
         tokens = cols[col_of[TLIMIT_QUERY]]
-        headroom, bad, nans = parse_tokens(tokens)
+        headroom, bad, nans, units = parse_tokens_units(tokens)
         problems["non-numeric value"] += bad - (_note_fault_cells(tokens, row_fault) if bad else 0)
         problems["NaN value"] += nans
+        _read_in_printed_unit(headroom, units, header_units[col_of[TLIMIT_QUERY]], "celsius", 1.0, TLIMIT_QUERY,
+                              health)
         memory_cols = [i for name, i in col_of.items() if name in lookup and lookup[name][0].name == "hbm_temp"]
         if not memory_cols and count_once(once, TLIMIT_WITHOUT_MEMORY):
             problems[TLIMIT_WITHOUT_MEMORY] += n
@@ -339,6 +369,51 @@ def _read_query_rows(header: list[str], rows: list[list[str]], fallback: str, ts
         uuid_column = next((cols[col_of[name]] for name in _UUID_COLUMNS if name in col_of), ())
         _read_uuids(entity, list(entities), uuid_column, uuids)
     return SampleBatch("gpu", list(entities), times, entity, values)
+
+
+def _unit_factor(stated: str, printed: str, field_unit: str) -> float | None:
+    """What a value in the ``stated`` unit is multiplied by to be in the ``printed`` one (1 where they
+    are the same, :data:`_SAME_UNITS`; an SI prefix apart, :data:`_PREFIXED_UNITS`), None where it
+    cannot be converted."""
+    if stated == printed or stated == _SAME_UNITS.get(field_unit):
+        return 1.0
+    for base in _PREFIXED_UNITS:
+        if stated.endswith(base) and printed.endswith(base):
+            have, want = _UNIT_PREFIXES.get(stated[:-len(base)]), _UNIT_PREFIXES.get(printed[:-len(base)])
+            if have is not None and want is not None:
+                return have / want
+    return None
+
+
+def _read_in_printed_unit(values: np.ndarray, units: dict[str, list[int]], header_unit: str | None,
+                          field_unit: str, scale: float, column: str, health: PipelineHealth) -> None:
+    """Put a column's ``values`` in the unit nvidia-smi prints for its query (:data:`_PRINTED_UNITS`),
+    in place, from the unit each cell states: its own suffix (``units``: unit -> rows), else its
+    header's. A unit that cannot be converted sets the cell to NaN, counted (:data:`UNIT_MISMATCH`):
+    the field table's scale assumes the printed unit, and ``630000 mW`` was read as 630000 W."""
+    printed = _PRINTED_UNITS.get((field_unit, scale))
+    if printed is None:
+        return
+    bare_unit = printed if header_unit is None else header_unit  # cells without a suffix (``nounits``)
+    factors = {unit: _unit_factor(unit, printed, field_unit) for unit in [*units, bare_unit]}
+    if all(factor == 1.0 for factor in factors.values()):  # the common case: every unit the printed one
+        return
+    rows: dict[str, np.ndarray] = {unit: np.asarray(at, dtype=np.intp) for unit, at in units.items()}
+    if factors[bare_unit] != 1.0:
+        bare = np.ones(len(values), dtype=bool)
+        for at in rows.values():
+            bare[at] = False
+        rows[bare_unit] = np.concatenate([rows.get(bare_unit, np.empty(0, np.intp)), np.flatnonzero(bare)])
+    for unit, at in rows.items():
+        factor = factors[unit]
+        if factor is None:
+            numbers = int(np.count_nonzero(~np.isnan(values[at])))
+            values[at] = np.nan
+            health.problem(STAGE, UNIT_MISMATCH, numbers,
+                           detail=f"{column} in {unit or 'no unit'!r} where nvidia-smi prints "
+                                  f"{printed or 'no unit'}: set to NaN")
+        elif factor != 1.0:
+            values[at] *= factor
 
 
 def _index_without_column(rows: list[list[str]], col_of: dict[str, int], hosts: list[str], times: np.ndarray,

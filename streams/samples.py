@@ -59,26 +59,33 @@ def parse_token(token: str) -> tuple[float, bool]:
 
     ``ok`` is False only for text that should have been a number and is not (a device fault,
     ``[GPU is lost]``, among them: :data:`FAULT_TOKENS`); tokens that mean "no value" (``[N/A]``,
-    ``[Not Supported]``, ``-``) give ``(nan, True)``. Units after
-    the number (``630.00 W``, ``0 us``, ``1980 MHz``) are dropped: the field table's scale
-    says what the source's unit is. Hex (``0x...``) is read as an unsigned integer.
+    ``[Not Supported]``, ``-``) give ``(nan, True)``. A unit after the number (``630.00 W``,
+    ``0 us``, ``1980 MHz``) is dropped here: a parser whose source prints a fixed unit per column
+    checks it with :func:`parse_token_unit` (``630000 mW`` read as 630000 W was a bug).
+    Hex (``0x...``) is read as an unsigned integer.
     """
+    value, ok, _ = parse_token_unit(token)
+    return value, ok
+
+
+def parse_token_unit(token: str) -> tuple[float, bool, str]:
+    """:func:`parse_token`, and the unit printed after the number ("" for none)."""
     try:
-        return float(token), True
+        return float(token), True, ""
     except ValueError:
         pass
     text = token.strip()
     if text.lower() in _MISSING_TOKENS:
-        return math.nan, True
+        return math.nan, True, ""
     if text[:2] in ("0x", "0X"):
         try:
-            return float(int(text, 16)), True
+            return float(int(text, 16)), True, ""
         except (ValueError, OverflowError):  # (past 256 hex digits no float holds it)
-            return math.nan, False
+            return math.nan, False, ""
     match = _NUMBER_WITH_UNIT.match(text)
     if match:
-        return float(match.group(1)), True
-    return math.nan, False
+        return float(match.group(1)), True, match.group(2)
+    return math.nan, False, ""
 
 
 def parse_tokens(tokens: Sequence[str]) -> tuple[np.ndarray, int, int]:
@@ -98,6 +105,25 @@ def parse_tokens(tokens: Sequence[str]) -> tuple[np.ndarray, int, int]:
             nans += 1
         out[i] = value
     return out, bad, nans
+
+
+def parse_tokens_units(tokens: Sequence[str]) -> tuple[np.ndarray, int, int, dict[str, list[int]]]:
+    """:func:`parse_tokens`, and the rows of each unit printed after a number (``{"W": [0, 1]}``;
+    rows without one are in none). Apart from :func:`parse_tokens`, whose callers pay nothing for it."""
+    out = np.empty(len(tokens), dtype=np.float64)
+    bad = 0
+    nans = 0
+    units: dict[str, list[int]] = {}
+    for i, token in enumerate(tokens):
+        value, ok, unit = parse_token_unit(token)
+        if not ok:
+            bad += 1
+        elif value != value and token.strip().lower() == "nan":
+            nans += 1
+        if unit:
+            units.setdefault(unit, []).append(i)
+        out[i] = value
+    return out, bad, nans, units
 
 
 @dataclass
@@ -241,20 +267,37 @@ class GpuIndexError(ValueError):
 _GPU_INDEX = re.compile(r"0|[1-9][0-9]*")
 
 
+class GpuHostError(ValueError):
+    """A ``HOST/gpuN`` name whose HOST is empty or blank (``/gpu0``, a dcgm series with ``Hostname=" "``):
+    no topology can name its node, so its rows are counted as an unknown gpu entity."""
+
+
 def split_gpu_entity(name: str) -> tuple[str, int]:
     """``HOST/gpuN`` -> ``(HOST, N)``, the inverse of :func:`gpu_entity`. Raises
-    :class:`GpuIndexError` where N is past :data:`MAX_GPU_INDEX`, ValueError for any other name."""
+    :class:`GpuIndexError` where N is past :data:`MAX_GPU_INDEX`, :class:`GpuHostError` where HOST is
+    empty or blank, ValueError for any other name."""
     host, sep, index = name.rpartition("/gpu")
     if not sep or not _GPU_INDEX.fullmatch(index):
         raise ValueError(f"not a GPU entity name: {name!r} (expected HOST/gpuN)")
     if len(index) > len(str(MAX_GPU_INDEX)) or int(index) > MAX_GPU_INDEX:  # (int() refuses 4300+ digits)
         raise GpuIndexError(f"GPU index over {MAX_GPU_INDEX}: {name!r}")
+    if not host.strip():  # a node without a name: the topology refuses it, and aborted the whole import
+        raise GpuHostError(f"GPU without a host: {name!r}")
     return host, int(index)
 
 
 def gpu_topology(batches: Iterable[SampleBatch], cluster: str = "imported") -> Topology:
-    """The topology the GPUs of some gpu batches imply (hostname + GPU index, one 'unknown' rack)."""
-    pairs = [split_gpu_entity(e) for b in batches for e in b.entities]
+    """The topology the GPUs of some gpu batches imply (hostname + GPU index, one 'unknown' rack).
+    GPUs whose host is empty or blank are left out (:class:`GpuHostError`): one such series had
+    aborted the import of every other; :meth:`SampleBatch.to_frame` counts their rows as an unknown
+    gpu entity. ValueError when no GPU is left."""
+    pairs = []
+    for b in batches:
+        for e in b.entities:
+            try:
+                pairs.append(split_gpu_entity(e))
+            except GpuHostError:
+                continue
     if not pairs:
         raise ValueError("no GPUs found to build a topology from")
     return Topology.from_gpu_hosts(pairs, cluster=cluster)
