@@ -14,6 +14,7 @@ from foreshock.simulator import (
     RANDOM_FAULT_ACCELERATION, ClusterSimulator, ScenarioError, formats, list_scenarios, load_scenario,
 )
 from foreshock.simulator.faults import FAILURES_PER_1000_NODE_DAYS
+from foreshock.simulator.topology_gen import MAX_GPUS
 from foreshock.streams.via_format import VIA_KIND, ViaFormat
 
 from .common import cluster_gpus, create_folder, finite_number
@@ -25,7 +26,8 @@ VIA_HELP = ("Pass every gpu frame (dcgm, nvidia-smi) or host link frame (sysfs) 
 
 @click.command("simulate")
 @click.option("--gpus", type=int, default=None, callback=cluster_gpus,
-              help="Cluster size in GPUs, a multiple of 8 (default: the scenario's, else 256).")
+              help=f"Cluster size in GPUs, a multiple of 8, at most {MAX_GPUS:,} "
+                   "(default: the scenario's, else 256).")
 @click.option("--duration", type=click.FloatRange(min=0, min_open=True), default=None, callback=finite_number(),
               help="Simulated seconds (default: the scenario's, else 3600).")
 @click.option("--scenario", default="healthy", show_default=True,

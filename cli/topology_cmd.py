@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import IO
 
 import click
-import numpy as np
 from rich.console import Console
 from rich.markup import escape
 
@@ -25,7 +24,7 @@ from foreshock.remap import HARDWARE_KINDS, Remap
 from foreshock.streams.kafka_codec import PartitionMap
 from foreshock.streams.polling import run_command
 from foreshock.streams.slurm import jobs_from_squeue, with_jobs
-from foreshock.topology import Topology, TopologyError
+from foreshock.topology import Topology, TopologyError, take_or
 
 
 @click.group(name="topology")
@@ -70,9 +69,10 @@ def diff(old_path: str, new_path: str, partitions: int) -> None:
         raise click.ClickException(str(exc)) from None
     old_parts, new_parts = PartitionMap(old, partitions).by_kind, PartitionMap(new, partitions).by_kind
     listed = Remap(old, new)
-    # an entity keeps its state where its partition is the one it had
+    # an entity keeps its state where its partition is the one it had (take_or: OLD may have
+    # none of a kind NEW adds, its first links or GPUs, and an empty array cannot be indexed)
     same = {kind: (listed.old_of_new[kind] >= 0)
-            & (new_parts[kind] == old_parts[kind][np.maximum(listed.old_of_new[kind], 0)])
+            & (new_parts[kind] == take_or(old_parts[kind], listed.old_of_new[kind]))
             for kind in HARDWARE_KINDS}
     kept = Remap(old, new, keep=same)
     summary: dict[str, dict[str, int]] = {}

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import reprlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
@@ -55,6 +56,21 @@ which uses it, because streams import core and not the other way.)"""
 
 _RAIL_MAX = 2**31 - 1  # rails are kept in an int32 array
 
+_SHOWN_CHARS = 80
+_REPR = reprlib.Repr()
+_REPR.maxlevel = 2
+_REPR.maxlist = _REPR.maxtuple = _REPR.maxset = _REPR.maxfrozenset = _REPR.maxdict = 4
+_REPR.maxstring = _REPR.maxlong = _REPR.maxother = _SHOWN_CHARS
+
+
+def shown(value: Any) -> str:
+    """``repr(value)`` for an error message, at most about 80 characters. A value read from YAML
+    may be an alias "billion laughs" (a few hundred bytes that expand to millions of strings,
+    shared so loading is cheap): its full repr was a message of hundreds of millions of
+    characters, seconds and gigabytes to build. Containers show their first few items."""
+    text: str = _REPR.repr(value)
+    return text if len(text) <= _SHOWN_CHARS else text[:_SHOWN_CHARS - 4] + " ..."
+
 
 def _text(value: Any, what: str) -> str:
     """A name or a reference to one as text. The YAML loader keeps names as written; a Python
@@ -64,7 +80,7 @@ def _text(value: Any, what: str) -> str:
         return value
     if isinstance(value, int) and not isinstance(value, bool):
         return str(value)
-    raise TopologyError(f"{what} is {value!r}: expected a name (text)")
+    raise TopologyError(f"{what} is {shown(value)}: expected a name (text)")
 
 
 UNKNOWN = "unknown"
@@ -343,7 +359,7 @@ class Topology:
             # by the same text as the definitions: `rack: 12` finds the rack named 12
             key = None if name is None else _text(name, f"{source}: {where}: the {what} it refers to")
             if key is None or key not in index:
-                raise TopologyError(f"{source}: {where} refers to unknown {what} {name!r}")
+                raise TopologyError(f"{source}: {where} refers to unknown {what} {shown(name)}")
             return index[key]
 
         rows = entries("rows")
@@ -359,7 +375,7 @@ class Topology:
             count = n.get("gpus", 8)
             # bool is an int to Python: `gpus: true` must not be one GPU
             if isinstance(count, bool) or not isinstance(count, int) or not 0 <= count <= MAX_GPU_INDEX + 1:
-                raise TopologyError(f"{source}: node {n['name']!r} has an invalid 'gpus' count {count!r}: "
+                raise TopologyError(f"{source}: node {n['name']!r} has an invalid 'gpus' count {shown(count)}: "
                                     f"expected a whole number in 0..{MAX_GPU_INDEX + 1}")
             for g in range(count):
                 gpus.append(f"{n['name']}/gpu{g}")
@@ -372,7 +388,7 @@ class Topology:
         for s in switches:
             rail = s.get("rail", -1)  # -1: no rail (a spine)
             if "rail" in s and (isinstance(rail, bool) or not isinstance(rail, int) or not 0 <= rail <= _RAIL_MAX):
-                raise TopologyError(f"{source}: switch {s['name']!r} has 'rail' {rail!r}: "
+                raise TopologyError(f"{source}: switch {s['name']!r} has 'rail' {shown(rail)}: "
                                     f"expected an integer in 0..{_RAIL_MAX} (or no 'rail')")
             switch_rail.append(rail)
         links = entries("links", required=False)
@@ -382,7 +398,7 @@ class Topology:
             where = f"links[{k}] ({link['name']})"
             fec = link.get("fec_limit_ber")
             if fec is not None and (isinstance(fec, bool) or not isinstance(fec, (int, float)) or not 0.0 < fec < 0.5):
-                raise TopologyError(f"{source}: {where} has fec_limit_ber {fec!r}: expected a BER in (0, 0.5)")
+                raise TopologyError(f"{source}: {where} has fec_limit_ber {shown(fec)}: expected a BER in (0, 0.5)")
             link_fec.append(float(fec) if fec is not None else np.nan)
             link_b.append(lookup(switch_index, b, "switch", where))
             if isinstance(a, str) and a in gpu_index:
@@ -396,7 +412,8 @@ class Topology:
         for j in jobs:
             members = j.get("nodes", [])
             if not isinstance(members, list):  # a string would be walked letter by letter
-                raise TopologyError(f"{source}: job {j['name']!r} has 'nodes' {members!r}: expected a list of node names")
+                raise TopologyError(f"{source}: job {j['name']!r} has 'nodes' {shown(members)}: "
+                                    "expected a list of node names")
             job_nodes.append(_i32([lookup(node_index, nn, "node", f"job {j['name']!r}") for nn in members]))
         kwargs: dict[str, Any] = dict(
             cluster=_text(data.get("cluster", "cluster"), f"{source}: 'cluster'"),
@@ -520,8 +537,14 @@ class _Loader(_SafeLoader):  # type: ignore[misc]  # (CSafeLoader has no stubs)
                 continue
             first_line[key] = line
         mapping: dict[Any, Any] = super().construct_mapping(node, deep=deep)
+        # the base class flattened `<<: *base` into node.value, the merged pairs first: the last
+        # pair of a key is the one the mapping holds, and only its text may replace the value
+        # (the merged default's `rack: 01` written back over the node's own `rack: r2` put the
+        # node in the default's rack)
+        last: dict[Any, yaml.Node] = {}
         for key_node, value_node in node.value:
-            key = key_node.value if isinstance(key_node, yaml.ScalarNode) else None
+            last[key_node.value if isinstance(key_node, yaml.ScalarNode) else None] = value_node
+        for key, value_node in last.items():
             if key in _NAME_KEYS and _written(value_node):
                 mapping[key] = value_node.value
             elif key == "nodes" and isinstance(value_node, yaml.SequenceNode) and any(

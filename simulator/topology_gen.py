@@ -16,18 +16,27 @@ from __future__ import annotations
 
 import numpy as np
 
-from foreshock.topology import Topology
+from foreshock.topology import Topology, shown
 
 GPUS_PER_NODE = 8
+MAX_GPUS = 131_072
+"""The largest simulated cluster: 8x the 16,384-GPU clusters the simulator is benchmarked at
+(README). A size past it is most likely a typo (``--gpus 1000000000`` for 1000) and would build
+its topology until memory ran out, a MemoryError minutes later instead of a usage error now."""
 JOB_SIZES_NODES = (2, 4, 8, 16, 32, 64)
 
 
 def cluster_size_problem(gpus: object) -> str | None:
     """What is wrong with ``gpus`` as a simulated cluster's size, None if nothing: the rule of
     ``simulate --gpus``, ``demo --gpus``, ``agent --gpus`` and a scenario's ``defaults`` (whole
-    nodes of 8 GPUs, at least one). The callers name the value (``--gpus``, ``defaults: gpus``)."""
+    nodes of 8 GPUs, at least one, at most :data:`MAX_GPUS`). The callers name the value (``--gpus``,
+    ``defaults: gpus``)."""
     if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < GPUS_PER_NODE or gpus % GPUS_PER_NODE:
-        return f"must be a whole number of GPUs, at least {GPUS_PER_NODE} and a multiple of {GPUS_PER_NODE}, not {gpus!r}"
+        return (f"must be a whole number of GPUs, at least {GPUS_PER_NODE} and a multiple of {GPUS_PER_NODE}, "
+                f"not {shown(gpus)}")
+    if gpus > MAX_GPUS:
+        return (f"must be at most {MAX_GPUS:,} GPUs (8x the 16,384-GPU clusters the simulator is built for: "
+                f"a larger number is likely a typo, and would take all memory), not {gpus:,}")
     return None
 
 

@@ -85,6 +85,46 @@ def test_a_merge_key_may_still_override_what_it_merges(tmp_path) -> None:
     assert Topology.load(path).gpus == ["a/gpu0"]
 
 
+def test_a_merge_key_may_still_override_a_name_it_merges(tmp_path) -> None:
+    """The merged pairs come first in the flattened mapping: the text of the merged default's
+    `rack: 01` (kept as written) was written back over the node's own `rack: r2`."""
+    path = tmp_path / "topology.yaml"
+    path.write_text("rows: [{name: r}]\nracks: [{name: '01', row: r}, {name: r2, row: r}]\n"
+                    "base: &base {rack: 01, gpus: 2}\n"
+                    "nodes: [{<<: *base, name: a}, {<<: *base, name: b, rack: r2}]\n")
+    topo = Topology.load(path)
+    assert [topo.racks[r] for r in topo.node_rack] == ["01", "r2"]
+
+
+def _alias_bomb(levels: int) -> str:
+    """YAML of a few hundred bytes whose ``*l{levels-1}`` expands to 9**levels strings."""
+    lines = ['l0: &l0 ["x","x","x","x","x","x","x","x","x"]']
+    lines += [f"l{k}: &l{k} [" + ",".join([f"*l{k - 1}"] * 9) + "]" for k in range(1, levels)]
+    return "\n".join(lines) + "\n"
+
+
+@pytest.mark.parametrize("where", [
+    "rows: [{name: row0, cooling_loop: *l5}]\nracks: [{name: rack0, row: row0}]\nnodes: [{name: n, rack: rack0}]",
+    "rows: [{name: row0}]\nracks: [{name: rack0, row: *l5}]\nnodes: [{name: n, rack: rack0}]",
+    "rows: [{name: row0}]\nracks: [{name: rack0, row: row0}]\nnodes: [{name: n, rack: rack0, gpus: *l5}]",
+    "rows: [{name: row0}]\nracks: [{name: rack0, row: row0}]\nnodes: [{name: n, rack: rack0}]\n"
+    "switches: [{name: s, rail: *l5}]",
+    "rows: [{name: row0}]\nracks: [{name: rack0, row: row0}]\nnodes: [{name: n, rack: rack0}]\n"
+    "switches: [{name: s}]\nlinks: [{name: l, a: s, b: s, fec_limit_ber: *l5}]",
+    "rows: [{name: row0}]\nracks: [{name: rack0, row: row0}]\nnodes: [{name: n, rack: rack0}]\n"
+    "jobs: [{name: j, nodes: *l5}]",
+], ids=["cooling_loop", "row", "gpus", "rail", "fec_limit_ber", "job nodes"])
+def test_an_alias_bomb_is_refused_in_a_short_message(tmp_path, where: str) -> None:
+    """A value from YAML aliases (531,441 strings here, shared: cheap to load) was shown whole in
+    the message: megabytes here, and 226 million characters for a 500-byte file of 9 levels."""
+    path = tmp_path / "topology.yaml"
+    path.write_text(_alias_bomb(6) + where + "\n")
+    with pytest.raises(TopologyError) as err:
+        Topology.load(path)
+    message = str(err.value)
+    assert message.startswith(f"{path}: ") and len(message) < len(str(path)) + 300, message[:500]
+
+
 def _base() -> dict[str, Any]:
     return {"rows": [{"name": "row0"}], "racks": [{"name": "rack0", "row": "row0"}],
             "nodes": [{"name": "node0", "rack": "rack0", "gpus": 2}],
