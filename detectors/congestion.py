@@ -67,6 +67,7 @@ from .alarm import (A_ACTIVE, A_ON, CODE_START, CODE_WITHDRAW, alarm_step, alarm
 from .base import Detector, resolve_params
 from .counters import (EVENTS_MAX_PER_S, LINK_DOWNS_MAX_PER_S, MAX_PORT_RATE_BPS, SATURATED_AT, STAMP_SLACK,
                        TIME_MAX_PER_S, CounterRates, modulus_for_bits, report_problems, with_counter_pace_and_drop)
+from .link_errors import DOWNED_MAX
 
 COUNTERS = ("xmit_wait", "pfc_pause_duration", "ecn_marked", "cnp_sent", "link_downed")
 C_WAIT, C_PAUSE, C_ECN, C_CNP, C_DOWNED = range(len(COUNTERS))
@@ -133,17 +134,26 @@ def xmit_wait_limits(params: np.ndarray) -> tuple[float, float]:
 @jit
 def _congestion_kernel(ts: np.ndarray, slot: np.ndarray, rate: np.ndarray, delta: np.ndarray,
                        gauges: np.ndarray, state: tuple, groups: np.ndarray,  # type: ignore[type-arg]
-                       params: np.ndarray, out: np.ndarray) -> None:
-    """Score every row, advance each port's alarm, note links going down and coming back.
+                       params: np.ndarray, out: np.ndarray, start: int = 0) -> int:
+    """Score rows from ``start``, advance each port's alarm, note links going down and coming back.
 
     rate/delta (rows, COUNTERS); gauges (rows, 2) = [link_state, link_rate];
     state = (link (links, L_SIZE), alarm (links, A_SIZE), congested ports per group, the time each
     link was last scored (links,)); groups (links, 2) = the port's leaf group and node group
     (indices into the per-group counts, -1 for none). Everything is updated in place; out (rows, R_SIZE).
+
+    Rows come in time order. Returns where it stopped: after the rows of the first timestamp with
+    a finding (a start, refresh or withdrawal: a nonzero R_CODE), or at the end. A finding's cause
+    and text are read from every link's state as of its stamp, and a frame can hold many ticks
+    (a replay): read after the whole frame, a link that flapped later in it had lost the down that
+    explained an earlier onset. Findings are rare, so the caller resumes here a few times a frame.
     """
     link, alarm, per_group, heard = state
     n_links = link.shape[0]
-    for i in range(len(ts)):
+    found_at = np.nan  # the stamp of the first finding: stop once its rows are done
+    for i in range(start, len(ts)):
+        if found_at == found_at and ts[i] != found_at:
+            return i
         for c in range(R_SIZE):
             out[i, c] = np.nan
         out[i, R_CODE] = 0.0
@@ -206,6 +216,9 @@ def _congestion_kernel(ts: np.ndarray, slot: np.ndarray, rate: np.ndarray, delta
             g = groups[s, k]
             if g >= 0:
                 per_group[g] += change
+        if code != 0:
+            found_at = t
+    return len(ts)
 
 
 class CongestionDetector(Detector):
@@ -269,14 +282,34 @@ class CongestionDetector(Detector):
         stuck = (raw[:, C_WAIT] == SATURATED_AT) & np.isnan(rate[:, C_WAIT])
         if stuck.any():
             rate[stuck] = np.nan  # (delta stays: link_downed still tells a port going down)
+        # a link_downed stopped at its 8-bit maximum sees no down any more: the row is one without
+        # the counter, and link_state leaving ACTIVE tells the down (its climb to 255 still counts)
+        downed_stuck = (raw[:, C_DOWNED] == DOWNED_MAX) & ~(delta[:, C_DOWNED] > 0.0)
+        if downed_stuck.any():
+            delta[downed_stuck, C_DOWNED] = np.nan
         gauges = np.ascontiguousarray(np.stack([cols["link_state"], cols["link_rate"]], axis=1))
-        out = np.empty((len(frame), R_SIZE))
+        ts, slot = frame.ts, frame.slot
+        if np.any(ts[1:] < ts[:-1]):
+            # one frame may list its rows link by link (each link's in time order: the guard); the kernel
+            # takes them stamp by stamp, so each finding is judged on the state as of its stamp
+            order = np.argsort(ts, kind="stable")
+            ts, slot, rate, delta, gauges = ts[order], slot[order], rate[order], delta[order], gauges[order]
+        out = np.empty((len(ts), R_SIZE))
         state = (self.s_link, self.s_alarm, self.s_congested_per_group, self.s_heard)
-        _congestion_kernel(frame.ts, frame.slot, rate, delta, gauges, state, self._groups, self.params, out)
+        rows_found: list[np.ndarray] = []
+        why: list[str] = []  # each finding's cause, or a withdrawal's "port down" text, as of its stamp
+        start = 0
+        while start < len(ts):
+            stop = _congestion_kernel(ts, slot, rate, delta, gauges, state, self._groups, self.params, out, start)
+            rows = start + np.flatnonzero(out[start:stop, R_CODE] != 0)
+            rows_found.append(rows)
+            why += [self._why(float(ts[r]), int(slot[r]), int(out[r, R_CODE])) for r in rows.tolist()]
+            start = stop
         silent = self._withdraw_silent(frame.ts)
-        rows = np.flatnonzero(out[:, R_CODE] != 0)
-        nearby = self._congested_nearby(frame, out, rows)
-        return [self._finding(frame, int(r), out[r], nearby[k]) for k, r in enumerate(rows)] + silent
+        rows = np.concatenate(rows_found) if rows_found else np.empty(0, np.int64)
+        nearby = self._congested_nearby(ts, slot, out, rows)
+        return [self._finding(float(ts[r]), int(slot[r]), out[r], nearby[k], why[k])
+                for k, r in enumerate(rows.tolist())] + silent
 
     def silent_s(self) -> float:
         """How long a congested port may go unscored (no rows, rows with no counters, or its xmit_wait
@@ -309,13 +342,13 @@ class CongestionDetector(Detector):
                                     reason=f"congestion on {self.topology.links[port]} withdrawn: {why}"))
         return found
 
-    def _congested_nearby(self, frame: Frame, out: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    def _congested_nearby(self, ts: np.ndarray, slot: np.ndarray, out: np.ndarray, rows: np.ndarray) -> np.ndarray:
         """(rows, 2): congested ports on each emitting row's leaf and node once every row of the frame
         stamped no later than it is scored (1: the port has none). Ports starting in one scrape
         are scored one after another: counted as of each row, the first of four said "one hot
         port" and the last "spreading over 4". Ports withdrawn as silent in the frame do not count."""
-        ts, code = frame.ts[rows], out[rows, R_CODE]
-        ports = frame.slot[rows].astype(np.int64)
+        ts, code = ts[rows], out[rows, R_CODE]
+        ports = slot[rows].astype(np.int64)
         change = np.where(code == CODE_START, 1.0, np.where(code == CODE_WITHDRAW, -1.0, 0.0))
         nearby = np.ones((len(rows), 2))
         for when in np.unique(ts):
@@ -364,18 +397,22 @@ class CongestionDetector(Detector):
         return counts
 
     # ---- explanation ---------------------------------------------------------------------------
-    def _finding(self, frame: Frame, row: int, rec: np.ndarray, nearby: np.ndarray) -> Prediction:
-        ts, port = float(frame.ts[row]), int(frame.slot[row])
+    def _why(self, ts: float, port: int, code: int) -> str:
+        """What a finding at ``ts`` says from the links' state, called as of its stamp (the kernel stops
+        there): a start's or refresh's cause, a withdrawal's "the port is down" (or nothing)."""
+        if code == CODE_WITHDRAW:
+            return ": the port is down and carries nothing" if self._down(port) else ""
+        return self._cause(port, ts, running=code != CODE_START)
+
+    def _finding(self, ts: float, port: int, rec: np.ndarray, nearby: np.ndarray, cause: str) -> Prediction:
         code = int(rec[R_CODE])
         links = self.topology.links
         if code == CODE_WITHDRAW:
             return Prediction(ts=ts, entity_kind="link", slot=port, event="congestion", eta_s=0.0, confidence=1.0,
-                              detector=self.name, reason=f"congestion on {links[port]} cleared"
-                              + (": the port is down and carries nothing" if self._down(port) else ""), active=False)
+                              detector=self.name, reason=f"congestion on {links[port]} cleared{cause}", active=False)
         signals = (f"xmit_wait {rec[R_WAIT]:.2%} of time, PFC pause {rec[R_PAUSE]:.2%}, "
                    f"ECN/CNP {rec[R_ECN]:.3g}/s")
         spread = self._spread(port, int(nearby[0]), int(nearby[1]))
-        cause = self._cause(port, ts, running=code != CODE_START)
         reason = f"congestion on {links[port]} ({signals}); {spread}"
         if cause:
             reason += f"; likely cause: {cause}"
@@ -401,8 +438,8 @@ class CongestionDetector(Detector):
 
         Best first: a link that went down within ``coincide_s`` before (rerouting is
         immediate), closest in the topology, latest; else the cause of this port's previous
-        episode if that link is still down; else the closest related link down within
-        ``cause_window_s``.
+        episode if that link is still down; else the closest related link that went down within
+        ``cause_window_s`` (one down for longer explains no new congestion).
 
         ``running``: a refresh of an episode that started earlier. It keeps the cause found at
         its start while that link is down or came back less than ``cause_window_s`` ago, and takes
@@ -422,8 +459,12 @@ class CongestionDetector(Detector):
                 return self._describe_cause(kept, ts, float(down[0]), bool(still_down[0]),
                                             int(self._relation(port, one)[0]))
         down_ts, down_now = self._last_down(ts, slice(None))
+        # went down within cause_window_s; one down longer is a candidate only as the previous
+        # episode's cause while it stays down (any related link down for an hour had been blamed)
         recent = down_ts >= ts - self.params[P_CAUSE]
-        cand = np.flatnonzero((down_now | recent) & (np.arange(len(down_ts)) != port))
+        if kept >= 0:
+            recent[kept] |= down_now[kept]
+        cand = np.flatnonzero(recent & (np.arange(len(down_ts)) != port))
         if len(cand) == 0:
             self.s_cause[port] = -1
             return ""
@@ -447,8 +488,9 @@ class CongestionDetector(Detector):
         return self._describe_cause(best, ts, float(last[pick]), bool(still[pick]), int(relation[pick]))
 
     def _last_down(self, ts: float, links: Any) -> tuple[np.ndarray, np.ndarray]:
-        """When each of ``links`` last went down at or before ``ts`` (NaN: not by then; a batch may
-        already hold later downs), and whether it is still down at ``ts``."""
+        """When each of ``links`` last went down at or before ``ts`` (NaN: not by then), and whether it
+        is still down at ``ts``. (The kernel stops at each finding's stamp, so no later down is known
+        yet; the check costs nothing and keeps this true if it is called otherwise.)"""
         lk = self.s_link[links]
         down = np.where(lk[:, L_DOWN_TS] <= ts, lk[:, L_DOWN_TS], lk[:, L_PREV_DOWN_TS])
         down = np.where(down <= ts, down, np.nan)

@@ -35,6 +35,9 @@ Rules (from ``foreshock.facts``, i.e. NVSentinel and gpud; see FACTS.md "Fabric"
   path, the counter has still not answered for it: at its next reading an increase is that same
   down (reported and counted one less); none, or a clear, ends the wait. Counted on a reading
   with none, it has answered: its next increase is a new down, counted in full.
+- **a saturated counter**: a legacy 8-bit ``link_downed`` stops at 255 and never increases
+  again; a row reading 255 with no increase counts as one without the counter, so ``link_state``
+  leaving ACTIVE counts the down (fatal, and towards flapping), and a held down is counted then.
 
 Every finding is an :class:`~foreshock.findings.Anomaly` on the link (score = value over
 threshold, or the increase for "any increase" rules). A rule that keeps holding is repeated at
@@ -122,6 +125,9 @@ RULES: tuple[Rule, ...] = (
          "an ACTIVE port slower than it last ran: speed or width fallback (HDR -> EDR, 4x -> 1x)"),
 )
 
+DOWNED_MAX = 2.0**8 - 1
+"""Where a legacy (8-bit PortCounters) ``link_downed`` stops (``streams/infiniband.py`` NATIVE_BITS): a
+reading there sees no down any more, so the row counts as one without the counter."""
 HOUR_BINS = 12
 BIN_S = 3600.0 / HOUR_BINS
 N_RATE_RULES = sum(1 for r in RULES if r.test == PER_SECOND)
@@ -158,7 +164,8 @@ def _link_error_kernel(ts: np.ndarray, slot: np.ndarray, delta: np.ndarray, rate
 
     ``downed_raw`` (rows,) the raw ``link_downed`` readings, ``downed_last`` (links,) each link's
     reading the counter last took before this frame, NaN = never read (updated here as rows read
-    it). ``link_state`` leaving ACTIVE counts a down at once only on a link without the counter.
+    it). ``link_state`` leaving ACTIVE counts a down at once only on a link without the counter, or
+    on a row whose counter reads :data:`DOWNED_MAX` with no increase (stuck there, it sees no down).
     On one with it, a row that read the counter (a repeated timestamp gives no increase) leaves
     the down to the counter's next increase: counted from both, two downs read as three, a
     flapping link. A row without a reading holds it (the module docstring): a down the counter
@@ -200,7 +207,12 @@ def _link_error_kernel(ts: np.ndarray, slot: np.ndarray, delta: np.ndarray, rate
         d_down = delta[i, _DOWNED]
         raw = downed_raw[i]
         reading = 0.0 <= raw < np.inf  # a reading the counter takes (a -1 sentinel is none)
-        has_counter = downed_last[s] == downed_last[s]
+        # stopped at its 8-bit maximum (its climb there still counts) it answers for no down: the row
+        # is one without the counter, or a link_state DOWN/ACTIVE cycle after it was never counted
+        stuck = raw == DOWNED_MAX and not d_down > 0.0
+        if stuck:
+            d_down = np.nan
+        has_counter = downed_last[s] == downed_last[s] and not stuck
         st = link_state[i]
         left_active = st == st and last_state[s] == 4.0 and st != 4.0
         down_now = left_active and not has_counter  # the fallback: no counter to see it
@@ -227,14 +239,17 @@ def _link_error_kernel(ts: np.ndarray, slot: np.ndarray, delta: np.ndarray, rate
         else:
             if reading and not has_counter:
                 downed_last[s] = raw
-            if held == held and st == st and not reading:
+            if held == held and (stuck or (st == st and not reading)):
                 # a second row with the state and still no reading: the port is gone, not one bad read
+                # (or a stuck counter, which will never see it)
                 late = held
                 late_state = state_down[s, 1]
                 state_down[s, 0] = state_down[s, 1] = np.nan
                 # the counter has not answered for it: its next reading may see it too. (One that
                 # answered with no increase did not, and its next increase is a new down.)
-                state_down[s, 2] = 1.0
+                state_down[s, 2] = np.nan if stuck else 1.0
+            elif stuck:
+                state_down[s, 2] = np.nan  # a stuck counter's next increase (after a clear) is a new down
         if left_active and has_counter and not reading:
             state_down[s, 0] = t  # held for the counter's answer (a row that reads it leaves it to the counter)
             state_down[s, 1] = st

@@ -366,6 +366,126 @@ def test_firing_samples_before_a_port_went_down_do_not_count_after_it_came_back(
     assert [(p.slot, p.active) for p in started] == [(0, True)]
 
 
+def test_a_link_down_long_ago_is_blamed_only_as_the_previous_episodes_cause():
+    """A link down for an hour (cause_window_s is 600 s) was blamed for congestion starting now on
+    its node's sibling NIC: any related link still down was a candidate, however long ago it failed.
+    The previous episode's cause stays the cause while it is down, however long ago it failed."""
+    topo, fab, det, wait = _warmed(3)
+    old, victim = slot(topo, "n0/gpu1~leaf1"), slot(topo, "n0/gpu0~leaf0")
+    run(det, fab, 1, down=[old])  # and stays down
+    run(det, fab, 3600)
+    wait[victim] = 0.1
+    (p,) = det.update(fab.tick(wait=wait))
+    assert p.slot == victim and "likely cause" not in p.reason
+    topo, fab, det, wait = _warmed(3)
+    wait[victim] = 0.1
+    (first,) = det.update(fab.tick(wait=wait, down=[old]))
+    assert "from n0/gpu1~leaf1" in first.reason
+    run(det, fab, 40)  # cleared after off_hold_s
+    run(det, fab, 900)
+    (again,) = det.update(fab.tick(wait=wait))
+    assert again.active and "from n0/gpu1~leaf1" in again.reason and "is still down" in again.reason
+
+
+def test_a_saturated_link_downed_still_sees_the_port_go_down():
+    """A legacy link_downed stuck at 255 never increases again: read as "the counter answers", the
+    port going DOWN in link_state was no down, and the congestion it rerouted had no cause."""
+    topo = fabric()
+    fab = Fabric(topo)
+    det = CongestionDetector(topo)
+    dead, sibling = slot(topo, "n1/gpu0~leaf0"), slot(topo, "n1/gpu1~leaf1")
+    fab.c["link_downed"][:] = 255.0
+    run(det, fab, 5)
+    wait = np.full(topo.size("link"), 1e-4)
+    wait[sibling] = 0.1
+    frame = fab.tick(wait=wait, down=[dead])
+    frame.columns["link_downed"][:] = 255.0  # (Fabric counts the down: this counter no longer can)
+    (p,) = det.update(frame)
+    assert p.slot == sibling and "traffic rerouted from n1/gpu0~leaf0" in p.reason
+
+
+def _concat(frames: list[Frame], by_link: bool = False) -> Frame:
+    """One frame of ``frames``' rows: tick after tick, or (``by_link``) link after link, each link's
+    rows in time order (all the input guard keeps)."""
+    ts = np.concatenate([f.ts for f in frames])
+    slots = np.concatenate([f.slot for f in frames])
+    order = np.lexsort((ts, slots)) if by_link else np.arange(len(ts))
+    cols = {k: np.concatenate([f.columns[k] for f in frames])[order] for k in frames[0].columns}
+    return Frame("link", ts[order], slots[order], cols)
+
+
+def _flapping_sibling(flaps: bool) -> tuple[Topology, list[Frame]]:
+    """Port n0/gpu0 congested from t=5, after its sibling NIC n0/gpu1 went down at t=4; the sibling
+    back at 5, and (``flaps``) down again at 6 and 8, up at 7."""
+    topo = fabric()
+    fab = Fabric(topo)
+    sibling, victim = slot(topo, "n0/gpu1~leaf1"), slot(topo, "n0/gpu0~leaf0")
+    wait = np.full(topo.size("link"), 1e-4)
+    wait[victim] = 0.1
+    frames = [fab.tick() for _ in range(3)] + [fab.tick(down=[sibling]), fab.tick(wait=wait, up=[sibling])]
+    if flaps:
+        frames += [fab.tick(wait=wait, down=[sibling]), fab.tick(wait=wait, up=[sibling]),
+                   fab.tick(wait=wait, down=[sibling])]
+    return topo, frames
+
+
+@pytest.mark.parametrize("by_link", [False, True])
+def test_a_cause_is_judged_as_of_its_own_stamp_in_a_batch(by_link):
+    """A replay hands over thousands of ticks at once: the cause of an onset early in the batch was
+    judged on the links' state at its end, so a sibling that flapped later in it had lost the down
+    that explained the onset ("one hot port"), or another link took the blame."""
+    topo, frames = _flapping_sibling(flaps=True)
+    one = CongestionDetector(topo)
+    tick_by_tick = [p.reason for f in frames for p in one.update(f)]
+    det = CongestionDetector(topo)
+    run_frames = [p for f in frames[:3] for p in det.update(f)] + det.update(_concat(frames[3:], by_link))
+    assert [p.reason for p in run_frames] == tick_by_tick
+    assert "traffic rerouted from n0/gpu1~leaf1, which went down 1 s before (same node" in tick_by_tick[0]
+    assert "still down" not in tick_by_tick[0]
+
+
+def test_a_withdrawal_says_the_port_is_down_as_of_its_stamp_in_a_batch():
+    """A congested port goes down (withdrawn at once) and comes back later in the same batch: its
+    withdrawal said "the port is down" or not depending on how the rows were batched."""
+    topo, fab, det, wait = _warmed(3)
+    wait[0] = 0.1
+    frames = [fab.tick(wait=wait) for _ in range(3)] + [fab.tick(wait=wait, down=[0]), fab.tick(up=[0]), fab.tick()]
+    found = det.update(_concat(frames))
+    assert [(p.ts, p.active) for p in found] == [(4.0, True), (7.0, False)]
+    assert found[1].reason.endswith("cleared: the port is down and carries nothing")
+
+
+@settings(max_examples=15, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1))
+def test_findings_do_not_depend_on_how_rows_are_batched(seed):
+    """The same rows, tick by tick and cut into random multi-tick frames (some listed link by link),
+    give the same findings: congestion starting, refreshed and clearing while links flap around it."""
+    rng = np.random.default_rng(seed)
+    topo = fabric(3, 2)
+    fab = Fabric(topo)
+    n = topo.size("link")
+    frames = []
+    for _ in range(150):
+        wait = np.where(rng.random(n) < 0.1, rng.choice([0.001, 0.01, 0.1]), 1e-4)
+        down = np.flatnonzero(rng.random(n) < 0.05).tolist()
+        up = [u for u in np.flatnonzero(rng.random(n) < 0.3).tolist() if u not in down]
+        frames.append(fab.tick(wait=wait, down=down, up=up))
+
+    def key(p):
+        return (p.ts, p.slot, p.active, p.reason, p.confidence)
+
+    one = CongestionDetector(topo, refresh_s=5.0, off_hold_s=3.0)
+    want = [key(p) for f in frames for p in one.update(f)]
+    det = CongestionDetector(topo, refresh_s=5.0, off_hold_s=3.0)
+    got, i = [], 0
+    while i < len(frames):
+        k = int(rng.integers(1, 40))
+        got += [key(p) for p in det.update(_concat(frames[i:i + k], by_link=bool(rng.integers(2))))]
+        i += k
+    assert got == want and any("likely cause" in k[3] for k in want)
+    np.testing.assert_array_equal(det.s_link, one.s_link)
+
+
 # ---- kernel against a plain-Python reference ------------------------------------------------------
 def naive_congestion(ts, slot, rate, delta, gauges, params, n_links):
     """Reference: scores from the module docstring, and the alarm machine written out."""
@@ -439,7 +559,7 @@ def test_kernel_matches_reference(data, n_rows):
     n_links = topo.size("link")
     value = st.one_of(st.just(np.nan), st.just(np.inf), st.floats(0, 1e9, allow_nan=False))
     slot = np.array(data.draw(st.lists(st.integers(-1, n_links), min_size=n_rows, max_size=n_rows)), np.int32)
-    ts = np.cumsum(data.draw(st.lists(st.sampled_from([0.5, 1.0, 10.0, 40.0]), min_size=n_rows,
+    ts = np.cumsum(data.draw(st.lists(st.sampled_from([0.0, 0.5, 1.0, 10.0, 40.0]), min_size=n_rows,
                                       max_size=n_rows))) if n_rows else np.empty(0)
     ts = np.asarray(ts, dtype=np.float64)
     rate = np.array(data.draw(st.lists(st.lists(value, min_size=5, max_size=5), min_size=n_rows,
@@ -454,10 +574,19 @@ def test_kernel_matches_reference(data, n_rows):
     det = CongestionDetector(topo)
     out = np.empty((n_rows, R_SIZE))
     state = (det.s_link, det.s_alarm, det.s_congested_per_group, det.s_heard)
-    _congestion_kernel(ts, slot, rate, delta, gauges, state, det._groups, det.params, out)
+    stops, start = [], 0
+    while start < n_rows:  # as CongestionDetector.update: resumed where it stopped
+        start = _congestion_kernel(ts, slot, rate, delta, gauges, state, det._groups, det.params, out, start)
+        stops.append(start)
     want = naive_congestion(ts, slot, rate, delta, gauges, PARAMS, n_links)
     cols = [R_SCORE, R_WAIT, R_PAUSE, R_ECN, R_CODE, R_DOWN]
     np.testing.assert_allclose(out[:, cols], want[:, cols], rtol=1e-12, equal_nan=True)
+    # it stops after the rows of each stamp with a finding (their causes are read as of it), else at the end
+    ends = [i + 1 for i in range(n_rows) if i + 1 == n_rows or ts[i + 1] != ts[i]]  # of each stamp's rows
+    want_stops = [e for e in ends if (want[ts == ts[e - 1], R_CODE] != 0).any()]
+    if not want_stops or want_stops[-1] != n_rows:
+        want_stops.append(n_rows)
+    assert stops == (want_stops if n_rows else [])
 
 
 def test_state_round_trip_gives_identical_future_output():

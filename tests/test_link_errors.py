@@ -289,9 +289,12 @@ def naive_rules(ts, slot, delta, rate, state, refresh, flap_window, flap_cycles,
         left_active = not math.isnan(st_) and last_state.get(s) == 4.0 and st_ != 4.0
         raw = math.nan if downed_raw is None else float(downed_raw[i])
         reading = 0.0 <= raw < math.inf
-        has_counter = s in last_read
-        state_down = left_active and not has_counter
         d_down = float(delta[i, down])
+        stuck = raw == 255.0 and not d_down > 0  # an 8-bit link_downed at its maximum: no counter this row
+        if stuck:
+            d_down = math.nan
+        has_counter = s in last_read and not stuck
+        state_down = left_active and not has_counter
         late = None  # (time, state) of a held down the counter did not see
         if not math.isnan(d_down):
             cleared = has_counter and raw < last_read[s] and d_down == raw  # read as a clear: its increase is itself
@@ -307,9 +310,12 @@ def naive_rules(ts, slot, delta, rate, state, refresh, flap_window, flap_cycles,
         else:
             if reading and not has_counter:
                 last_read[s] = raw
-            if s in held and not math.isnan(st_) and not reading:  # still no reading: the port is gone
+            if s in held and (stuck or (not math.isnan(st_) and not reading)):  # still no reading: the port is gone
                 late = held.pop(s)
-                counted.add(s)  # unanswered: the counter's next reading may hold it too
+                if not stuck:
+                    counted.add(s)  # unanswered: the counter's next reading may hold it too
+            if stuck:
+                counted.discard(s)  # a stuck counter answers for nothing
         if left_active and has_counter and not reading:
             held[s] = (t, st_)
         spacing = 0.0
@@ -350,7 +356,7 @@ def naive_rules(ts, slot, delta, rate, state, refresh, flap_window, flap_cycles,
                         value = span_rate
             elif rule.test == FLAP and n_down > 0 and recent >= flap_cycles:
                 value = float(recent)
-            elif rule.test == STATE and state_down and math.isnan(delta[i, down]):
+            elif rule.test == STATE and state_down and math.isnan(d_down):
                 value = st_
             elif rule.test == STATE and late is not None:
                 value = late[1]
@@ -392,10 +398,10 @@ def test_rule_kernel_matches_reference(data, n_rows):
     # the raw link_downed: read where its delta is known, else sometimes (a first or stale reading)
     unread = np.array(data.draw(st.lists(st.booleans(), min_size=n_rows, max_size=n_rows)), dtype=bool)
     sentinel = np.array(data.draw(st.lists(st.booleans(), min_size=n_rows, max_size=n_rows)), dtype=bool)
-    level = np.array(data.draw(st.lists(st.sampled_from([0.0, 1.0, 2.0]), min_size=n_rows, max_size=n_rows)))
+    level = np.array(data.draw(st.lists(st.sampled_from([0.0, 1.0, 2.0, 255.0]), min_size=n_rows, max_size=n_rows)))
     downed_raw = np.where(np.isnan(delta[:, COUNTERS.index("link_downed")]) & unread, np.where(sentinel, -1.0, np.nan),
                           level)  # (-1: a sentinel the counter refuses, as it does NaN; a lower level: a clear)
-    downed_last = np.array(data.draw(st.lists(st.sampled_from([np.nan, 0.0, 1.0, 2.0]), min_size=n_links,
+    downed_last = np.array(data.draw(st.lists(st.sampled_from([np.nan, 0.0, 1.0, 2.0, 255.0]), min_size=n_links,
                                               max_size=n_links)))
     read_before = {k: float(v) for k, v in enumerate(downed_last) if not np.isnan(v)}
     n = _link_error_kernel(ts, slot, delta, rate, state, link_rate, downed_raw, downed_last.copy(), det._table,
@@ -457,3 +463,24 @@ def test_a_counter_sentinel_does_not_hide_the_downs_the_port_state_shows():
     batched = fields(LinkErrorsDetector(one_link_topology()).update(
         Frame("link", ts, [0] * 7, {"link_state": state, "link_downed": [-1.0] * 7})))
     assert per_row == batched and "link_flaps" in batched
+
+
+@pytest.mark.parametrize("climbs", [False, True])
+def test_a_link_downed_saturated_at_255_leaves_the_downs_to_the_port_state(climbs):
+    """A legacy 8-bit link_downed stops at 255 (streams/infiniband.py NATIVE_BITS) and never increases
+    again: read as the counter's answer, every later DOWN/ACTIVE cycle of link_state went uncounted
+    (no fatal, no flapping). The climb to 255 itself is still the counter's increase, counted once."""
+    det = LinkErrorsDetector(one_link_topology())
+    state = [4.0, 4.0, 1.0, 4.0, 1.0, 4.0, 1.0, 4.0]
+    downed = [254.0, 255.0, 255.0, 255.0, 255.0, 255.0, 255.0, 255.0] if climbs else [255.0] * 8
+    if climbs:
+        state[1] = 1.0  # the down that took it to 255
+        state[2] = 4.0
+    found = feed(det, [60.0 * k for k in range(8)], link_state=state, link_downed=downed)
+    downs = [(f.ts, f.field) for f in found if f.field != "link_flaps"]
+    if climbs:
+        assert downs == [(60.0, "link_downed"), (240.0, "link_state"), (360.0, "link_state")]
+    else:
+        assert downs == [(120.0, "link_state"), (240.0, "link_state"), (360.0, "link_state")]
+    assert fields(found)[-1] == "link_flaps" and all("fatal" in f.reason for f in found)
+
