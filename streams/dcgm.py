@@ -15,7 +15,13 @@ adds to a federated series, else the scrape target's host). Bad input is counted
 ``dcgm`` and never raises: malformed lines (a timestamp too long for an int64 among them),
 non-numeric values, NaN, the "not supported" sentinels, series without a ``gpu`` label or with an
 index past :data:`~foreshock.streams.samples.MAX_GPU_INDEX`, lines stamped far ahead of the scrape
-(:data:`MAX_AHEAD_S`), and metrics the table does not map (ignored).
+(:data:`MAX_AHEAD_S`), and metrics the table does not map (ignored). A scrape
+(:meth:`DcgmScrapeSource.scrape`) takes at most the source's ``timeout`` in all, from resolving the
+exporter's host name to the page's last byte, and brings at most :data:`MAX_PAGE_BYTES`: urllib's
+timeout bounds each socket operation only, so an exporter (or a proxy) sending its page a byte at a
+time held a poll for hours, and a body without end was held in memory as it grew. Either is counted
+(``scrape too slow``, ``page too large``) and what came of the page is dropped; so is a page that
+names no GPU at all (``no GPU rows in page``: empty, comments only, every line refused).
 
 MIG. With MIG enabled, the exporter emits one series per GPU instance, labelled
 ``GPU_I_ID``/``GPU_I_PROFILE`` (``3g.40gb``). foreshock's entity is the *physical* GPU — heat,
@@ -44,11 +50,11 @@ import math
 import re
 import time
 import urllib.error
-from functools import lru_cache
 import urllib.request
 from array import array
 from collections import Counter, deque
-from typing import Callable
+from functools import lru_cache
+from typing import Any, Callable
 from urllib.parse import urlparse
 
 import numpy as np
@@ -60,11 +66,25 @@ from foreshock.health import PipelineHealth
 from foreshock.topology import UNKNOWN, Topology
 
 from .polling import GpuBoards, PollingSource, count_once, not_yet_told, steady_unlisted
+from .redfish import READ_CHUNK_BYTES, _AnswerLate, _DeadlineHTTPHandler, _DeadlineHTTPSHandler, _DeadlineRequest
 from .samples import MAX_GPU_INDEX, SampleBatch, gpu_entity, gpu_topology, split_gpu_entity
 
 STAGE = "dcgm"
 
 log = logging.getLogger("foreshock.dcgm")
+
+MAX_PAGE_BYTES = 256 << 20
+"""The most one scrape may bring (:attr:`DcgmScrapeSource.max_page_bytes`): a Prometheus
+``/federate`` page of a 16,384-GPU cluster is 58 MB (262,000 series); a longer body
+(a wrong URL serving a stream, a broken proxy) is refused, not held in memory."""
+
+SCRAPE_TOO_SLOW = "scrape too slow"
+"""The problem counted for a scrape whose page was not whole within the source's ``timeout``."""
+PAGE_TOO_LARGE = "page too large"
+"""The problem counted for a page longer than :data:`MAX_PAGE_BYTES`."""
+NO_ROWS = "no GPU rows in page"
+"""The problem counted for a page served (HTTP 200) that gave no GPU row: empty, comments only, or
+every line refused. A poll that read nothing is not a quiet one (nvidia-smi's ``NO_ROWS`` alike)."""
 
 UNMAPPED_NAMED = 5
 """Unmapped metric names the "unmapped metric ignored" log line names; it counts the rest."""
@@ -399,6 +419,10 @@ class DcgmScrapeSource(PollingSource):
         super().__init__(interval, health, max_polls)
         self.url = url
         self.timeout = timeout
+        self.max_page_bytes = MAX_PAGE_BYTES
+        # connections whose lookup, connect and every read end by the scrape's deadline (redfish's)
+        self._opener = urllib.request.build_opener(_DeadlineHTTPHandler(), _DeadlineHTTPSHandler(None),
+                                                   _SameDeadlineRedirects)
         self.default_host = default_host or urlparse(url).hostname or "localhost"
         self._topology = topology
         self._derived = topology is None
@@ -425,15 +449,54 @@ class DcgmScrapeSource(PollingSource):
         (``IncompleteRead``), a garbled status line (``BadStatusLine``: both ``HTTPException``,
         not ``OSError``) or a charset Python does not know (``LookupError``) is a failed scrape
         like a refused connection: raised instead, the poll failed without the outage being
-        noted, and the hosts missing from the first page after a long one were forgotten at once."""
+        noted, and the hosts missing from the first page after a long one were forgotten at once.
+
+        The whole scrape ends by ``timeout`` (the name's lookup, connecting, every read: redfish's
+        deadline-bound connections) and brings at most :attr:`max_page_bytes`; past either, what
+        came is dropped and counted (:data:`SCRAPE_TOO_SLOW`, :data:`PAGE_TOO_LARGE`)."""
+        began = time.monotonic()
+        request = _DeadlineRequest(self.url, {}, began + self.timeout)
         try:
-            with urllib.request.urlopen(self.url, timeout=self.timeout) as response:
-                body: bytes = response.read()
+            with self._opener.open(request, timeout=self.timeout) as response:
+                body = self._body(response)
                 charset = response.headers.get_content_charset() or "utf-8"
+            if body is None:
+                return None
             return body.decode(charset, errors="replace")
+        except _AnswerLate as late:  # (a lookup not answered in time among them)
+            self.health.problem(STAGE, SCRAPE_TOO_SLOW, detail=(
+                f"{self.url}: {late.received} bytes in {time.monotonic() - began:.3g} s, {late.what} not whole "
+                f"within the {self.timeout:g} s timeout: the page dropped"))
+            return None
         except (urllib.error.URLError, OSError, ValueError, http.client.HTTPException, LookupError) as exc:
+            reason = getattr(exc, "reason", exc)
+            if isinstance(reason, TimeoutError) or isinstance(exc, TimeoutError):
+                # the connect or a TLS handshake given up at the deadline (the socket's timeout is the time left)
+                self.health.problem(STAGE, SCRAPE_TOO_SLOW, detail=(
+                    f"{self.url}: {reason} after {time.monotonic() - began:.3g} s (timeout {self.timeout:g} s)"))
+                return None
             self.health.problem(STAGE, "scrape failed", detail=f"{self.url}: {exc!r}")
             return None
+
+    def _body(self, response: http.client.HTTPResponse) -> bytearray | None:
+        """The page, read in pieces (each ending by the scrape's deadline) while it stays under
+        :attr:`max_page_bytes`; None (counted) past that."""
+        cap = self.max_page_bytes
+        length = response.headers.get("Content-Length", "")
+        if length.strip().isdigit() and int(length) > cap:
+            self.health.problem(STAGE, PAGE_TOO_LARGE, detail=f"{self.url}: {int(length)} bytes (at most {cap}): "
+                                                              "not read")
+            return None
+        body = bytearray()  # grown in place: a list of pieces joined at the end held the page twice
+        while piece := response.read1(READ_CHUNK_BYTES):
+            if len(body) + len(piece) > cap:
+                self.health.problem(STAGE, PAGE_TOO_LARGE, detail=f"{self.url}: more than {cap} bytes: the page "
+                                                                  "dropped")
+                return None
+            body += piece
+        if response.length:  # (read1 ends at the connection's end without a word where read() raised)
+            raise http.client.IncompleteRead(bytes(body), response.length)
+        return body
 
     def poll(self) -> list[Frame]:
         now = self.clock()
@@ -444,6 +507,10 @@ class DcgmScrapeSource(PollingSource):
         uuids: dict[str, str] | None = {} if self.reads_boards else None
         batch = parse_dcgm_text(text, now, self.health, self.default_host, self.counted_once, uuids)
         if not len(batch):
+            # the exporter answered, but no GPU was read: counted, or a page emptied (a crashed DCGM,
+            # a federation that lost its targets) was as quiet as a healthy one
+            self.health.problem(STAGE, NO_ROWS, detail=f"{self.url}: a page of {len(text)} characters gave no GPU "
+                                                       "row (empty, comments only, or every line refused)")
             self._out = True
             return []
         if self._topology is None:
@@ -552,6 +619,19 @@ class DcgmScrapeSource(PollingSource):
         keep = ~again
         return SampleBatch("gpu", batch.entities, batch.ts[keep], batch.entity[keep],
                            {name: col[keep] for name, col in batch.columns.items()})
+
+
+class _SameDeadlineRedirects(urllib.request.HTTPRedirectHandler):
+    """Follows redirects on the deadline of the request redirected: a chain of them is one scrape's
+    time (urllib's own handler makes a plain request, which would get a deadline of its own)."""
+
+    def redirect_request(self, req: urllib.request.Request, fp: Any, code: int, msg: str, headers: Any,
+                         newurl: str) -> urllib.request.Request | None:
+        new = super().redirect_request(req, fp, code, msg, headers, newurl)
+        if new is None or not isinstance(req, _DeadlineRequest):
+            return new
+        return _DeadlineRequest(new.full_url, new.headers, req.deadline, origin_req_host=new.origin_req_host,
+                                unverifiable=new.unverifiable, method=new.get_method())
 
 
 def grown_topology(topology: Topology, gpus: list[str]) -> Topology:

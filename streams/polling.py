@@ -24,6 +24,7 @@ import atexit
 import logging
 import os
 import queue
+import selectors
 import signal
 import socket
 import subprocess
@@ -252,6 +253,7 @@ class PollingSource:
     def __iter__(self) -> Iterator[Frame]:
         start = self.monotonic()
         slot = 0  # the grid slot of the poll in hand
+        gridded = False  # the grid has been started again after the first poll that yielded a frame
         held_by_gap = False  # this poll started later than its slot, held POLL_GAP_S after the last one
         last_clocks: tuple[float, float] | None = None  # (monotonic, wall) at the last poll's start
         while not self._stop.is_set() and (self.max_polls is None or self.polls < self.max_polls):
@@ -273,8 +275,10 @@ class PollingSource:
             ended = self.monotonic()
             took = ended - began
             self.polls += 1
+            yielded = False
             for frame in frames:
                 if len(frame):
+                    yielded = True
                     if self.counts_samples:
                         self.health.processed(frame.kind, len(frame))
                     yield frame
@@ -282,11 +286,15 @@ class PollingSource:
                 break
             # Next slot on the fixed grid; skip slots a slow poll overran instead of bunching up.
             # The grid is monotonic time: a wall clock stepped by NTP neither stalls nor bunches it.
-            if self.polls == 1:
-                # the grid starts when the first poll's frames have been taken: what takes them
+            if yielded and not gridded:
+                # the grid starts again when the first frames have been taken: what takes them
                 # starts up meanwhile (`watch` builds its bank and compiles its kernels on the
-                # first frame), which skips no sample worth counting at every start
+                # first frame), which skips no sample worth counting at every start. The first
+                # frames, not the first poll's: an exporter still down (or serving an empty page)
+                # at the first polls had that start-up counted as skipped polls
+                gridded = True
                 start = self.monotonic() - took
+                slot = 0  # this poll's slot of the new grid
             elapsed = self.monotonic() - start
             next_slot = max(int(elapsed / self.interval) + 1, slot + 1)  # never the same slot twice
             skipped = next_slot - slot - 1
@@ -335,11 +343,16 @@ def run_process(argv: Sequence[str], health: PipelineHealth, stage: str,
     more: the first ends the run after the poll in progress (at most ``timeout``), a second one,
     or foreshock ending meanwhile, kills the group.
 
+    The command has ended when it exits (within ``timeout``), not when its pipes close: what it
+    wrote is read until then and for :data:`EXIT_GRACE_S` after, and what it left running in its
+    group is killed (a background process holding its stdout, an ssh ControlPersist master, made
+    every poll time out and its whole output lost; logged once per command).
+
     Its output is read as UTF-8, a byte that is not UTF-8 read as U+FFFD: a job name in Latin-1 in
     ``squeue``'s output was a UnicodeDecodeError traceback."""
     try:
-        child = subprocess.Popen(list(argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                 encoding="utf-8", errors="replace", start_new_session=True)
+        # bytes, decoded once the command has ended: read from the pipes as they fill (_gather)
+        child = subprocess.Popen(list(argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
     except FileNotFoundError:
         health.problem(stage, "command not found", detail=str(argv[0]))
         return None, f"{argv[0]}: not found"
@@ -356,7 +369,7 @@ def run_process(argv: Sequence[str], health: PipelineHealth, stage: str,
     try:
         with child:  # closes the pipes and reaps the child, whatever ends the wait
             try:
-                stdout, stderr = child.communicate(timeout=timeout)
+                out, err, held = _gather(child, timeout)
             except subprocess.TimeoutExpired:
                 _kill_group(child.pid)
                 health.problem(stage, "command timed out", detail=f"{argv[0]} after {timeout} s")
@@ -364,10 +377,90 @@ def run_process(argv: Sequence[str], health: PipelineHealth, stage: str,
             except BaseException:  # KeyboardInterrupt: the command must not outlive the run
                 _kill_group(child.pid)
                 raise
+            # what the command left running in its group (a helper it started in the background)
+            # goes with it: one more was left at every poll
+            _kill_group(child.pid)
     finally:
         with _running_lock:
             _running_groups.discard(child.pid)
-    return subprocess.CompletedProcess(child.args, child.returncode, stdout, stderr), ""
+    if held and argv[0] not in _told_held:
+        _told_held.add(argv[0])
+        log.warning("%s: %s exited, but a process it left behind still held its output; that process was "
+                    "killed (at every poll: an ssh ControlPersist master, a helper daemon started by a wrapper?)",
+                    stage, argv[0])
+    return subprocess.CompletedProcess(child.args, child.returncode, _text(out), _text(err)), ""
+
+
+EXIT_GRACE_S = 0.2
+"""How long :func:`run_process` reads a command's pipes after it has exited, for what it wrote last:
+a process it left behind in the background (an ssh ControlPersist master, a helper a wrapper starts)
+may hold them open for good, and the command's output is whole once it has exited."""
+
+_told_held: set[str] = set()  # the commands logged as leaving a process that held their output
+
+
+def _gather(child: subprocess.Popen[bytes], timeout: float) -> tuple[bytes, bytes, bool]:
+    """What ``child`` wrote to its stdout and stderr until it exited (within ``timeout``, else
+    ``TimeoutExpired``) and its pipes reached their end, or :data:`EXIT_GRACE_S` after it exited;
+    and whether a pipe was still held open then. ``communicate`` waited for the pipes' end, not
+    the command's: a command that printed its rows and exited 0, leaving a background process
+    holding its stdout, timed out at every poll and its output was thrown away."""
+    assert child.stdout is not None and child.stderr is not None
+    deadline = time.monotonic() + timeout
+    out, err = bytearray(), bytearray()
+    got = {child.stdout.fileno(): out, child.stderr.fileno(): err}
+    exit_fd = _exit_fd(child.pid)  # readable once the command has exited, where the system has pidfds
+    with selectors.DefaultSelector() as selector:
+        for fd in got:
+            os.set_blocking(fd, False)
+            selector.register(fd, selectors.EVENT_READ)
+        if exit_fd is not None:
+            selector.register(exit_fd, selectors.EVENT_READ)
+        try:
+            until = deadline  # then EXIT_GRACE_S past the command's exit
+            exited = False
+            while True:
+                if not exited and child.poll() is not None:
+                    exited = True
+                    until = min(deadline, time.monotonic() + EXIT_GRACE_S)
+                    if exit_fd is not None:
+                        selector.unregister(exit_fd)  # readable for good now
+                if exited and not any(fd in selector.get_map() for fd in got):
+                    return bytes(out), bytes(err), False
+                left = until - time.monotonic()
+                if left <= 0:
+                    if not exited:
+                        raise subprocess.TimeoutExpired(child.args, timeout)
+                    return bytes(out), bytes(err), True
+                # without a pidfd, the command's exit is looked for every 50 ms
+                for key, _ in selector.select(left if exited or exit_fd is not None else min(left, 0.05)):
+                    if key.fd == exit_fd:
+                        continue  # seen by child.poll() above
+                    try:
+                        chunk = os.read(key.fd, 1 << 16)
+                    except BlockingIOError:
+                        continue
+                    if chunk:
+                        got[key.fd] += chunk
+                    else:
+                        selector.unregister(key.fd)
+        finally:
+            if exit_fd is not None:
+                os.close(exit_fd)
+
+
+def _exit_fd(pid: int) -> int | None:
+    """A pidfd of ``pid`` (Linux 5.3 and later), or None where there is none to be had."""
+    try:
+        return os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        return None
+
+
+def _text(output: bytes) -> str:
+    """A command's output as text mode read it: UTF-8, a byte that is not UTF-8 read as U+FFFD,
+    and universal newlines."""
+    return output.decode("utf-8", errors="replace").replace("\r\n", "\n").replace("\r", "\n")
 
 
 def _kill_group(pgid: int) -> None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import threading
 import time
 from pathlib import Path
@@ -137,16 +136,15 @@ def test_an_interrupted_command_takes_its_children_with_it(wrapper: tuple[list[s
     """In a session of its own the command no longer gets the terminal's Ctrl-C: a KeyboardInterrupt
     (a second Ctrl-C at ``watch``) while it runs kills it and its children."""
     argv, pid_file = wrapper
-    communicate = subprocess.Popen.communicate
 
-    def interrupted(self: subprocess.Popen[str], *args: object, **kwargs: object) -> object:
+    def interrupted(*args: object, **kwargs: object) -> object:
         _tool_pid(pid_file)
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(subprocess.Popen, "communicate", interrupted)
+    monkeypatch.setattr(polling, "_gather", interrupted)  # what waits for the command
     with pytest.raises(KeyboardInterrupt):
         run_process(argv, PipelineHealth(), "t", timeout=60)
-    monkeypatch.setattr(subprocess.Popen, "communicate", communicate)
+    monkeypatch.undo()
     assert _ended_within(_tool_pid(pid_file), 2.0)
 
 
