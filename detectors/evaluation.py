@@ -80,9 +80,11 @@ false alarms on an entity the fault affected while it was active, or within the 
 aftermath after its repair (``AFTERMATH_S``: the window it attributes consequences in, a loop
 still cooling down), are charged to that fault, the rest to ``none``. Each fault's false-alarm
 rate divides by the same entity-hours as the total, so the faults' rates add up to it. Under
-several such faults at once, a false alarm is charged as the simulator attributes the GPU's
-state: to a fault still active over one in its aftermath, then to the latest to begin (until
-2026-12-02 to the earliest, then to the latest to begin whether active or in its aftermath).
+several such faults at once, a false alarm is charged to a fault still active over one in its
+aftermath, then to the latest to begin (until 2026-12-02 to the earliest, then to the latest to
+begin whether active or in its aftermath). The simulator names the active fault that raises the
+GPU's temperature most (the later on a tie, since 2026-12-04): the two differ only where the later
+fault is the weaker, which the scorer cannot see (it reads events, not the physics).
 
 Additive keys (the documented shape above stays as it is):
 

@@ -182,6 +182,7 @@ class ClusterSimulator:
         self.hbm_r_factor = np.ones(n_gpus)
         self.brake = np.zeros(len(topo.nodes), dtype=bool)
         self.gpu_cause = np.full(n_gpus, -1, dtype=np.int64)
+        self._cause_weight = np.full(n_gpus, -np.inf)  # what the fault in gpu_cause does to it (°C)
         self.link_cause = np.full(n_links, -1, dtype=np.int64)
         self.job_cause = np.full(len(topo.jobs), -1, dtype=np.int64)
         self.fault_dead = np.zeros(n_gpus, dtype=bool)  # fell off the bus (XID 79 fault)
@@ -682,6 +683,7 @@ class ClusterSimulator:
         self.optics.degradation_db[:] = 0.0
         self.fault_held[:] = False
         self.gpu_cause[:] = -1
+        self._cause_weight[:] = -np.inf
         self.link_cause[:] = -1
         self.job_cause[:] = -1
 
@@ -716,49 +718,75 @@ class ClusterSimulator:
                 self._attribute(i, f)
         # the active faults after every aftermath: a fault acting on an entity now names what
         # happens to it, not one repaired before (a TIM-driven shutdown blamed on a repaired
-        # cooling loss was "repaired" and rebooted into the next shutdown)
+        # cooling loss was "repaired" and rebooted into the next shutdown). In the order of their
+        # onsets, so that of two acting as much on a GPU the later names it (:meth:`_name_gpus`)
+        active.sort(key=lambda i: self.faults[i].onset)
         for i in active:
             self._fault_inputs_dirty = True
             self._apply_active(i, self.faults[i])
 
     def _apply_active(self, i: int, f: Fault) -> None:
         """What active fault ``f`` (index ``i``) does to the hidden inputs now, and the entities it
-        names as their cause."""
-        topo = self.topology
+        names as their cause (for GPUs, where it acts on them most: :meth:`_name_gpus`)."""
+        topo, p = self.topology, self.params
         el = self.elapsed - f.onset
         if f.type == "cooling_loss":
             ramp = min(1.0, el / max(f.p("ramp_s"), 1e-9))
             loop = f.target
-            self.cooling.flow[loop] = min(self.cooling.flow[loop], 1.0 - (1.0 - f.p("flow_fraction")) * ramp)
-            self.gpu_cause[self.gpu_loop == loop] = i
+            flow = 1.0 - (1.0 - f.p("flow_fraction")) * ramp
+            self.cooling.flow[loop] = min(self.cooling.flow[loop], flow)
+            # the coolant's rise at design load (CoolingModel.target): every die's and HBM's too
+            rise = p.loop_rise_c * (1.0 / max(flow, 0.02) - 1.0)
+            self._name_gpus(np.flatnonzero(self.gpu_loop == loop), i, rise)
         elif f.type == "tim_degradation":
-            self.r_factor[f.target] *= min(1.0 + f.p("r_per_hour") * el / 3600.0, f.p("max_factor"))
-            self.gpu_cause[f.target] = i
+            factor = min(1.0 + f.p("r_per_hour") * el / 3600.0, f.p("max_factor"))
+            self.r_factor[f.target] *= factor
+            self._name_gpus(np.array([f.target]), i, (factor - 1.0) * p.r_core_c_per_w * p.power_limit_w)
         elif f.type == "fan_failure":
             gpus = np.flatnonzero(self.gpu_node == f.target)
             self.cooling.fan_health[f.target] = min(self.cooling.fan_health[f.target], 1.0 - f.p("fans_failed"))
-            self.r_factor[gpus] *= 1.0 + f.p("r_increase") * min(1.0, el / max(f.p("ramp_s"), 1e-9))
-            self.gpu_cause[gpus] = i
+            increase = f.p("r_increase") * min(1.0, el / max(f.p("ramp_s"), 1e-9))
+            self.r_factor[gpus] *= 1.0 + increase
+            self._name_gpus(gpus, i, increase * p.r_core_c_per_w * p.power_limit_w)
         elif f.type == "psu_failure":
             gpus = np.flatnonzero(self.gpu_node == f.target)
             if el < f.p("brake_s"):
                 self.brake[f.target] = True
+                # the brake cuts the clocks at least 2x: most of the power at the limit goes
+                deficit = p.power_limit_w * (1.0 - p.power_brake_factor)
             else:
                 self.gpu.power_limit[gpus] = np.minimum(self.gpu.power_limit[gpus], f.p("derated_limit_w"))
-            self.gpu_cause[gpus] = i
+                deficit = max(p.power_limit_w - f.p("derated_limit_w"), 0.0)
+            self._name_gpus(gpus, i, deficit * p.r_core_c_per_w)
         elif f.type == "optic_degradation":
             self.optics.degradation_db[f.target] += f.p("initial_db") + f.p("db_per_hour") * el / 3600.0
             self.link_cause[f.target // 2] = i
         elif f.type == "hbm_overheat":
-            self.hbm_r_factor[f.target] *= min(1.0 + f.p("r_per_hour") * el / 3600.0, f.p("max_factor"))
-            self.gpu_cause[f.target] = i
+            factor = min(1.0 + f.p("r_per_hour") * el / 3600.0, f.p("max_factor"))
+            self.hbm_r_factor[f.target] *= factor
+            self._name_gpus(np.array([f.target]), i, (factor - 1.0) * p.r_hbm_c_per_w * p.power_limit_w)
         elif f.type in ("xid79", "gpu_replacement"):  # out of service: reports nothing, its job stops
             self.fault_dead[f.target] = True
-            self.gpu_cause[f.target] = i
+            self._name_gpus(np.array([f.target]), i, math.inf)  # off the bus: nothing else shows
             job = int(topo.gpu_job[f.target])
             if job >= 0:
                 self.fault_held[job] = True
                 self.job_cause[job] = i
+
+    def _name_gpus(self, gpus: np.ndarray, i: int, weight: float) -> None:
+        """Active fault ``i`` names ``gpus`` as its doing where it weighs at least as much as the
+        active fault named before (faults come in the order of their onsets: on a tie the later
+        one names them). ``weight`` is how far the fault, as it is now, raises the steady
+        temperature (inlet + R·P) of a GPU at the power limit, with nominal resistances: the
+        coolant's rise for a cooling loss, ΔR·P for a fan or TIM (the die), for an HBM fault
+        (the HBM); a PSU's cut of the power limit counts as the die cooling that cut is worth
+        (R·ΔP), a brake as most of the power gone. So the fault that drives a GPU's throttling
+        names it, not the last one in the fault list (a 1 % flow loss on the loop took a failed
+        fan's throttles; a random fault, listed after the scenario's, took those of a later
+        scenario fault)."""
+        take = weight >= self._cause_weight[gpus]
+        self.gpu_cause[gpus[take]] = i
+        self._cause_weight[gpus[take]] = weight
 
     def _swaps_board(self, f: Fault) -> bool:
         """Whether ``f``'s repair puts another board in the GPU's slot."""
