@@ -417,7 +417,8 @@ class InputGuard:
                                        "set to NaN")
         for c in np.flatnonzero(fractional):
             self.health.problem(self.stage, f"not_whole: {names[c]}", int(fractional[c]),
-                                detail=f"{frame.kind} frame; a {get_field(names[c]).unit} is a whole number, set to NaN")
+                                detail=f"{frame.kind} frame; a {get_field(names[c]).unit} is a whole number, "
+                                       "set to NaN")
         if infs:
             self.health.problem(self.stage, "inf_values", int(infs), detail=f"{frame.kind} frame; set to NaN")
         # NaN is the contract's "missing". A field absent from the frame, or one its entity has

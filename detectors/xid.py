@@ -12,7 +12,8 @@ clears the volatile count) and errors are counted from zero after it; each is co
 pipeline's health. The counter rules judge a low reading only once a counter's pace is known (its
 second reading on, and again after a reset); a DBE count is flat almost always, so its pace is 0
 where they know none: 2 -> 0 -> 2 is a glitch at a GPU's second and third readings too (at the
-pipeline's start, on a fresh board), where it had been "2 new" errors again. Read raw, one 0 reading of a GPU's 2 old DBEs became "2 new uncorrectable ECC
+pipeline's start, on a fresh board), where it had been "2 new" errors again. Read raw, one 0
+reading of a GPU's 2 old DBEs became "2 new uncorrectable ECC
 errors" (a false GPU-error incident that absorbed a real XID 79 in a replay).
 
 Findings are :class:`~foreshock.findings.Anomaly` on the GPU: field ``xid_last`` with the code

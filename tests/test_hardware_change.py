@@ -288,7 +288,17 @@ def test_a_checkpoint_written_before_columns_were_appended_is_read_on(recording:
         assert restarted.load(p, blob) == first.offsets[p] - 1
     assert not restarted.health.problems
     got = Feeder(restarted, Counter(first.offsets)).feed(frames[half:], half + 1)
-    assert Counter(got) == Counter(expected)
+    # what the older version did not keep is not known after the restart: when each GPU's power cap
+    # last bound (S_CAP_TS, one of the columns cut), which holds a cap forecast back for cap_hold_s
+    # after it; the power detector's findings of that first minute may differ, nothing else
+    held_until = min(float(f.ts.min()) for f in frames[half:] if len(f)) + pw.PARAMS["cap_hold_s"]
+
+    def settled(findings: list[str]) -> Counter[str]:
+        return Counter(f for f in findings
+                       if not (json.loads(f)["detector"] == "power" and json.loads(f)["ts"] < held_until))
+
+    assert settled(got) == settled(expected)
+    assert len(got) - len(expected) in range(-5, 6)
 
 
 def test_entities_that_moved_to_another_partition_start_fresh_there(recording: Path):
