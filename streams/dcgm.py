@@ -356,14 +356,14 @@ def _fold_codes_and_bitmasks(names: tuple[str, ...], key: np.ndarray, v: np.ndar
     of a bitmask field the bits any of them sets; identical ones stay as they are."""
     n_fld = len(names)
     for f, name in enumerate(names):
-        unit = get_field(name).unit
-        if unit not in ("code", "bitmask"):
+        field = get_field(name)
+        if not field.whole:  # (the fields whose values are whole numbers: codes and bitmasks)
             continue
         column = cells[:, f]
         differing = np.flatnonzero((column == column) & (column != hi[f::n_fld]))  # the mean of differing values
         if not len(differing):
             continue
-        if unit == "code":
+        if field.unit != "bitmask":
             column[differing] = hi[f::n_fld][differing]
             continue
         mine = key % n_fld == f

@@ -51,7 +51,7 @@ from foreshock.frames import Frame
 from foreshock.health import PipelineHealth
 
 from .polling import EthtoolSource, count_once
-from .samples import BatchBuilder, SampleBatch
+from .samples import U64_MAX, BatchBuilder, SampleBatch, parse_count
 
 STAGE = "ethtool"
 # mlx5 prints PFC counters for every priority; the lossless (RoCE) class is on 3 by default, not
@@ -59,9 +59,6 @@ STAGE = "ethtool"
 _PRIO_PAUSE = re.compile(r"^rx_prio[0-7]_pause_duration$")
 # ``name: value``; drivers that print per-queue counters (bnxt_en) prefix them ``[N]: ``
 _STAT = re.compile(r"^\s*(?:\[(\d+)\]:\s*)?([^\s:\[][^:]*?):\s*(\S+)\s*$")
-_DIGITS = re.compile(r"[0-9]+")
-U64_MAX = 2**64 - 1
-"""``ethtool -S`` prints each counter as a u64 (``%llu``): a value outside 0..U64_MAX is malformed."""
 NOT_AVAILABLE = frozenset({U64_MAX, 2**32 - 1})
 """All-ones counter values, read as "not available", not as counts.
 
@@ -99,12 +96,9 @@ def parse_ethtool_stats(text: str, health: PipelineHealth | None = None) -> dict
         if m is None:
             bad += 1
             continue
-        # ``%llu`` prints ASCII digits: int() also took ``+7``, ``1_000`` and other scripts' digits
-        if not _DIGITS.fullmatch(m.group(3)):
-            bad += 1
-            continue
-        value = int(m.group(3))
-        if value > U64_MAX:
+        try:
+            value = parse_count(m.group(3))  # ``ethtool -S`` prints each counter as a u64 (``%llu``)
+        except ValueError:
             bad += 1
             continue
         queue, name = m.group(1), m.group(2)

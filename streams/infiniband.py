@@ -65,7 +65,7 @@ from foreshock.topology import Topology
 
 from .dcgm import TAKEN_MAX, TOLD_MAX, UNLISTED_POLLS
 from .polling import PollingSource, not_yet_told, steady_unlisted
-from .samples import BatchBuilder, SampleBatch, host_link_topology
+from .samples import BatchBuilder, SampleBatch, host_link_topology, parse_count
 
 STAGE = "infiniband"
 DEFAULT_ROOT = "/sys/class/infiniband"
@@ -112,25 +112,9 @@ def saturated_at(name: str) -> float:
     return math.inf if bits is None else float(2**bits - 1)
 
 
-U64_MAX = 2**64 - 1
-"""The kernel prints each counter file as an unsigned integer (``%u``, ``%llu``): at most 64 bits."""
-_DIGITS = re.compile(r"[0-9]+")
 PORT_STATES = range(6)
 """``enum ib_port_state``: NOP, DOWN, INIT, ARMED, ACTIVE, ACTIVE_DEFER (the kernel prints any
 other number as ``N: UNKNOWN``)."""
-
-
-def parse_count(text: str) -> int:
-    """A counter file's ``"123\\n"`` -> 123: ASCII digits only, at most :data:`U64_MAX`; anything else
-    raises ValueError. ``int()`` took ``-7``, ``+7``, ``1_000``, other scripts' digits and values no u64
-    holds, each a value no kernel prints, read as a count and counted nowhere."""
-    stripped = text.strip(" \t\r\n")
-    if _DIGITS.fullmatch(stripped) is None:
-        raise ValueError(f"not a counter value: {stripped[:40]!r}")
-    value = int(stripped)
-    if value > U64_MAX:
-        raise ValueError(f"over 64 bits: {value}")
-    return value
 
 
 def parse_state(text: str) -> float:

@@ -54,6 +54,24 @@ _NUMBER_WITH_UNIT = re.compile(r"^\s*([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|
                                re.IGNORECASE)
 
 
+U64_MAX = 2**64 - 1
+"""The most a counter printed as an unsigned 64-bit integer (``%llu``: sysfs, ``ethtool -S``) can read."""
+_DIGITS = re.compile(r"[0-9]+")
+
+
+def parse_count(text: str) -> int:
+    """A printed counter (``"123\\n"``) -> 123: ASCII digits only, at most :data:`U64_MAX`; anything
+    else raises ValueError. ``int()`` took ``-7``, ``+7``, ``1_000``, other scripts' digits and values
+    no u64 holds, each a value no kernel or driver prints, read as a count and counted nowhere."""
+    stripped = text.strip(" \t\r\n")
+    if _DIGITS.fullmatch(stripped) is None:
+        raise ValueError(f"not a counter value: {stripped[:40]!r}")
+    value = int(stripped)
+    if value > U64_MAX:
+        raise ValueError(f"over 64 bits: {value}")
+    return value
+
+
 def parse_token(token: str) -> tuple[float, bool]:
     """Parse one printed value into ``(value, ok)``.
 
@@ -94,22 +112,13 @@ def parse_tokens(tokens: Sequence[str]) -> tuple[np.ndarray, int, int]:
     ``bad`` counts non-numeric tokens (they become NaN); ``nans`` counts tokens that spelled
     NaN literally (a value the source produced but that carries no information).
     """
-    out = np.empty(len(tokens), dtype=np.float64)
-    bad = 0
-    nans = 0
-    for i, token in enumerate(tokens):
-        value, ok = parse_token(token)
-        if not ok:
-            bad += 1
-        elif value != value and token.strip().lower() == "nan":
-            nans += 1
-        out[i] = value
+    out, bad, nans, _ = parse_tokens_units(tokens)
     return out, bad, nans
 
 
 def parse_tokens_units(tokens: Sequence[str]) -> tuple[np.ndarray, int, int, dict[str, list[int]]]:
     """:func:`parse_tokens`, and the rows of each unit printed after a number (``{"W": [0, 1]}``;
-    rows without one are in none). Apart from :func:`parse_tokens`, whose callers pay nothing for it."""
+    rows without one are in none)."""
     out = np.empty(len(tokens), dtype=np.float64)
     bad = 0
     nans = 0

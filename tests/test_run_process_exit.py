@@ -4,31 +4,12 @@ master, a helper daemon started on demand), timed out at every poll and its outp
 
 from __future__ import annotations
 
-import os
-import signal
-import time
 from pathlib import Path
 
 from foreshock.health import PipelineHealth
 from foreshock.streams.polling import run_process
 
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
-
-
-def _ended_within(pid: int, seconds: float) -> bool:
-    deadline = time.monotonic() + seconds
-    while _alive(pid):
-        if time.monotonic() > deadline:
-            os.kill(pid, signal.SIGKILL)  # the test's own leftover
-            return False
-        time.sleep(0.02)
-    return True
+from test_streams_polling import _ended_within
 
 
 def test_a_command_that_exits_leaving_a_process_holding_its_output_is_read_whole(tmp_path: Path) -> None:
