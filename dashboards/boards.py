@@ -72,8 +72,12 @@ def fleet(cfg: MixinConfig) -> Dashboard:
         UIDS["fleet"], "foreshock / Fleet overview",
         "What will throttle or fail next, where the heat is, and what is already open.",
         [
+            # GPUs, not predictions: one GPU can be predicted both to throttle thermally and to
+            # meet its power cap as it cools (detectors/power.py), and each detector run beside
+            # another adds its own; the ETA series are one per prediction and GPU, never capped
             stat("Predicted throttles", Target(
-                f'sum(cluster:foreshock_predictions_active:sum{{{C}, event=~"{throttle}"}})'),
+                f'count(count by (cluster, entity) (foreshock_prediction_eta_seconds{{{C}, entity_kind="gpu", '
+                f'event=~"{throttle}"}}))'),
                 no_value="0", thresholds=RED_ABOVE(1),
                 description="GPUs foreshock predicts will throttle (thermal, power cap, power brake)."),
             stat("Open incidents", Target(f"sum(foreshock_incidents_open{{{C}}})"), no_value="0",

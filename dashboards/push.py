@@ -137,16 +137,26 @@ def _transport(exc: RequestException, what: str, url: str) -> PushError:
     return PushError(f"{what}: cannot reach Grafana at {url}: {found.group(1) if found else text}")
 
 
+# what a Grafana service-account token or API key is made of (glsa_..., base64): printable ASCII
+_TOKEN_CHARACTERS = re.compile(r"[!-~]+")
+
+
 class _Grafana:
     """grafana-client calls whose every failure becomes a :class:`PushError`."""
 
     def __init__(self, url: str, token: str, timeout: float, ca_file: Path | None) -> None:
         if not token or not token.strip():
             raise PushError("empty Grafana token")
+        if not _TOKEN_CHARACTERS.fullmatch(token.strip()):
+            # a second line (a comment, another secret) or a control character: the HTTP client
+            # refuses the header with its whole value in the message, which then reached stderr
+            raise PushError("the Grafana token holds a space, a line break or a character outside printable "
+                            "ASCII: give the token alone (its value is not shown here)")
+        self._token = token.strip()
         if not (isinstance(timeout, (int, float)) and timeout > 0 and math.isfinite(timeout)):
             raise PushError(f"the timeout must be a number of seconds above 0, not {timeout!r}")
         self.url = _normalise_url(url)
-        self.api: GrafanaApi = GrafanaApi.from_url(self.url, credential=token.strip(), timeout=timeout)
+        self.api: GrafanaApi = GrafanaApi.from_url(self.url, credential=self._token, timeout=timeout)
         self.api.client.url = _api_url(self.url)
         if ca_file is not None:
             self.api.client.verify = str(ca_file)
@@ -163,7 +173,9 @@ class _Grafana:
         except InvalidJSONError:  # a body that is no JSON, not labelled as text
             raise PushError(f"{what}: {_not_the_api(self.url, '', None)}") from None
         except RequestException as exc:
-            raise _transport(exc, what, self.url) from None
+            error = _transport(exc, what, self.url)
+            # the client's own text can quote the request (its headers); never the token
+            raise PushError(str(error).replace(self._token, "<token>"), error.status) from None
         if not isinstance(result, answer):
             raise PushError(f"{what}: {_not_the_api(self.url, '', result)}")
         return result

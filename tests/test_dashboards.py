@@ -137,7 +137,7 @@ def test_gpu_temperatures_are_drawn_against_each_gpus_own_limits() -> None:
 
 def test_dashboards_cover_what_users_asked_for() -> None:
     # fleet: predicted throttles, open incidents, temperature and thermal-resistance heatmaps by rack
-    assert "cluster:foreshock_predictions_active:sum" in _panel("foreshock-fleet", "Predicted throttles")["targets"][0]["expr"]
+    assert "foreshock_prediction_eta_seconds" in _panel("foreshock-fleet", "Predicted throttles")["targets"][0]["expr"]
     assert "foreshock_incidents_open" in _panel("foreshock-fleet", "Open incidents")["targets"][0]["expr"]
     for title, metric in (("Hottest GPU temperature by rack", "foreshock_rack_gpu_temperature_max_celsius"),
                           ("Thermal resistance by rack", "foreshock_rack_thermal_resistance_celsius_per_watt")):

@@ -360,6 +360,22 @@ def test_cli_token_file_and_wrong_token(grafana: FakeGrafana, tmp_path: Path, ca
     assert TOKEN not in result.output
 
 
+@pytest.mark.parametrize("extra", ["\n# service account foreshock-push", "\x00", " second-token", "\u00e9"])
+def test_a_token_with_a_second_line_or_a_control_character_is_refused_unshown(
+        grafana: FakeGrafana, tmp_path: Path, extra: str) -> None:
+    """A token file holding the token and a comment line: the HTTP client refused the header and
+    its message, the whole header value included, reached stderr as "cannot reach Grafana"."""
+    secret = "glsa_SECRETTOKEN123"
+    token_file = tmp_path / "token"
+    token_file.write_text(secret + extra + "\n", encoding="utf-8")
+    token_file.chmod(0o600)
+    result = CliRunner().invoke(cli, ["dashboards", "push", "--url", grafana.url, "--token-file", str(token_file)],
+                                env={"FORESHOCK_GRAFANA_TOKEN": ""})
+    assert result.exit_code == 1
+    assert "token holds" in result.output and "cannot reach" not in result.output
+    assert secret not in result.output and grafana.requests == []
+
+
 def test_cli_refuses_without_a_token_and_has_no_token_option(grafana: FakeGrafana) -> None:
     runner = CliRunner()
     result = runner.invoke(cli, ["dashboards", "push", "--url", grafana.url], env={"FORESHOCK_GRAFANA_TOKEN": ""})
