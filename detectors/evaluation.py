@@ -1221,7 +1221,28 @@ def score(result: RunResult, kinds: Sequence[str] | None = None, reference: str 
 
 # ---- precision-matched comparison -----------------------------------------------------------
 SWEEP_TAILS = np.geomspace(0.5, 1e-6, 48)
-"""Threshold candidates: the score quantiles that leave these shares of samples above them."""
+"""Threshold candidates: the score quantiles that leave these shares of samples above them. The
+grid is coarse (each step ~32 % fewer samples above); :func:`refine_crossings` then searches the
+scores between a level short of the target precision and the next one reaching it."""
+
+
+def _columns(logs: Sequence[ScoreLog], kind: EventKind) -> list[tuple[ScoreLog, int]]:
+    return [(log, col) for log in logs for col, events in enumerate(log.columns)
+            if kind.prediction in events and len(log.arrays()[0])]
+
+
+def _usable(log: ScoreLog, col: int) -> np.ndarray:
+    """The column's finite scores from the rows its detector alarms on (after ``valid_from``)."""
+    obs, scores = log.arrays()
+    x = scores[:, col]
+    return x[np.isfinite(x) & (obs[:, 0] >= log.valid_from)]
+
+
+def usable_scores(logs: Sequence[ScoreLog], kind: EventKind) -> np.ndarray:
+    """The distinct scores, ascending, of the columns that predict ``kind``: every level at which
+    their alarms can change."""
+    parts = [_usable(log, col) for log, col in _columns(logs, kind)]
+    return np.unique(np.concatenate(parts)) if parts else np.empty(0)
 
 
 def threshold_sweep(result: RunResult, logs: Sequence[ScoreLog], kind: EventKind,
@@ -1230,6 +1251,24 @@ def threshold_sweep(result: RunResult, logs: Sequence[ScoreLog], kind: EventKind
     replayed from a baseline's logged scores: at ``levels``, or by default at quantiles of each
     score column that predicts ``kind`` and at the detector's own level. Returns ``[(level,
     figures)]`` and the detector's own level (None where no column predicts ``kind``)."""
+    score_at = level_scorer(result, kind)
+    tried: list[tuple[float, dict[str, Any]]] = []
+    live_level: float | None = None
+    for log, col in _columns(logs, kind):
+        live_level = float(log.levels[col])
+        if levels is None:
+            x = _usable(log, col)
+            swept = np.unique(np.quantile(x, 1.0 - SWEEP_TAILS)) if len(x) else np.empty(0)
+            chosen = [*swept.tolist(), live_level]
+        else:
+            chosen = list(levels)
+        tried.extend((float(level), score_at(log, col, level)) for level in chosen if np.isfinite(level))
+    return tried, live_level
+
+
+def level_scorer(result: RunResult, kind: EventKind) -> Callable[[ScoreLog, int, float], dict[str, Any]]:
+    """``score_at(log, column, level)``: the figures of ``kind`` were the column's detector to alarm
+    at ``level`` (the episode table and fault scopes built once for every level)."""
     rec = result.recording
     topo = rec.topology
     table = episode_table(result.events, kind, rec, result.start, result.onsets)
@@ -1238,28 +1277,42 @@ def threshold_sweep(result: RunResult, logs: Sequence[ScoreLog], kind: EventKind
     scopes = fault_scopes(rec, result.events, kind.entity_kind)
     interrupts = job_interruptions(result.events, rec, kind, table.names)
     n_ent = result.entities_observed(kind.entity_kind)
-    tried: list[tuple[float, dict[str, Any]]] = []
-    live_level: float | None = None
-    for log in logs:
-        obs, scores = log.arrays()
-        for col, events in enumerate(log.columns):
-            if kind.prediction not in events or not len(obs):
-                continue
-            live_level = float(log.levels[col])
-            if levels is None:
-                x = scores[:, col]
-                usable = np.isfinite(x) & (obs[:, 0] >= log.valid_from)
-                swept = np.unique(np.quantile(x[usable], 1.0 - SWEEP_TAILS)) if usable.any() else np.empty(0)
-                chosen = [*swept.tolist(), live_level]
+
+    def score_at(log: ScoreLog, col: int, level: float) -> dict[str, Any]:
+        slot, s, w = log.spans(col, level, result.end)
+        return score_spans(SpanTable.of(codes[slot], s, w), table, kind, scopes, result.start, result.end,
+                           n_ent, interrupts)
+
+    return score_at
+
+
+def refine_crossings(figures: dict[float, dict[str, Any]], reaches: Callable[[dict[str, Any]], bool],
+                     candidates: np.ndarray, score: Callable[[float], dict[str, Any]]) -> dict[float, dict[str, Any]]:
+    """``figures`` (level -> figures) with, between each level that does not ``reach`` the target and
+    the next higher one that does, the lowest candidate level found to reach it: a bisection over
+    the ``candidates`` (ascending distinct scores) strictly between the two, each step ``score``d.
+
+    The quantile grid alone missed the best level wherever the target precision is crossed
+    between two grid levels — at precision 0.97-1.00, where the comparison is decided, the grid is
+    coarsest. Recall falls as the level rises, so the lowest level reaching the target is the one
+    to find; precision need not rise steadily, so each crossing is searched (a bisection finds a
+    level reaching it, the lowest if precision rises steadily in between). Adds at most
+    ~log2(len(candidates)) levels per crossing; never removes one."""
+    levels = sorted(figures)
+    for lo, hi in zip(levels, levels[1:]):
+        if reaches(figures[lo]) or not reaches(figures[hi]):
+            continue
+        i = int(np.searchsorted(candidates, lo, side="right"))
+        j = int(np.searchsorted(candidates, hi, side="left"))
+        while i < j:  # candidates[j] (or hi) reaches the target, those below i were found not to
+            mid = (i + j) // 2
+            level = float(candidates[mid])
+            figures[level] = score(level)
+            if reaches(figures[level]):
+                j = mid
             else:
-                chosen = list(levels)
-            for level in chosen:
-                if not np.isfinite(level):
-                    continue
-                slot, s, w = log.spans(col, level, result.end)
-                tried.append((float(level), score_spans(SpanTable.of(codes[slot], s, w), table, kind, scopes,
-                                                        result.start, result.end, n_ent, interrupts)))
-    return tried, live_level
+                i = mid + 1
+    return figures
 
 
 def matched_threshold(result: RunResult, logs: Sequence[ScoreLog], kind: EventKind,
@@ -1276,6 +1329,12 @@ def matched_threshold(result: RunResult, logs: Sequence[ScoreLog], kind: EventKi
     rounded to 6 decimals for the report, or, with ``exact``, the levels as swept (to alarm at: a
     classifier's best level may be 0.99999997, which rounds to a 1.0 no score reaches)."""
     tried, live_level = threshold_sweep(result, logs, kind)
+    columns = _columns(logs, kind)
+    if len(columns) == 1:  # (several columns: their levels are not one scale to search between)
+        (log, col), score_at = columns[0], level_scorer(result, kind)
+        refined = refine_crossings(dict(tried), lambda m: m["precision"] is not None and m["precision"] >= target_precision,
+                                   usable_scores(logs, kind), lambda level: score_at(log, col, level))
+        tried = sorted(refined.items())
     live: dict[str, Any] | None = None
     for level, m in tried:
         m["threshold"] = float(level) if exact else round(float(level), 6)

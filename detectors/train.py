@@ -35,8 +35,9 @@ from foreshock.recording import Recording
 from foreshock.topology import Topology
 
 from .bank import DetectorBank
-from .baselines import FEATURES, MODEL_TELEMETRY_KEY, ScoredBaseline, learnable_events, save_model
-from .evaluation import EVENT_KINDS, episodes, guarded_updates, read_ground_truth, run_recording, threshold_sweep
+from .baselines import FEATURES, MODEL_TELEMETRY_KEY, ScoredBaseline, ScoreLog, learnable_events, save_model
+from .evaluation import (EVENT_KINDS, EventKind, RunResult, episodes, guarded_updates, level_scorer, read_ground_truth,
+                         refine_crossings, run_recording, threshold_sweep, usable_scores)
 
 
 @dataclass
@@ -216,7 +217,9 @@ def best_f1_threshold(p: np.ndarray, y: np.ndarray, weights: np.ndarray | None =
     f1 = 2 * tp / (tp + fp + positives)
     f1[:-1][ps[1:] == ps[:-1]] = -1.0  # within a tie, only the cut below its last sample exists
     k = int(np.argmax(f1))
-    return float(min(max(ps[k], 0.05), 0.95))
+    # the cut itself (it was clipped to [0.05, 0.95]: a balanced-weight model's best cut often lies
+    # above 0.95); a model file's threshold lies strictly between 0 and 1
+    return float(min(max(ps[k], 1e-6), np.nextafter(1.0, 0.0)))
 
 
 def held_out_gpus(groups: np.ndarray, y: np.ndarray, share: float, rng: np.random.Generator) -> np.ndarray:
@@ -313,7 +316,9 @@ def calibrate(models: dict[str, dict[str, Any]], paths: Sequence[str | Path], te
         # every recording scored at every level any of them proposed
         scored = [dict(tried) if len(runs) == 1 else dict(threshold_sweep(result, logs, kind, levels)[0])
                   for tried, (result, logs) in zip(own, runs)]
-        figures = [_pooled([by_level[level] for by_level in scored]) for level in levels]
+        pooled = {level: _pooled([by_level[level] for by_level in scored]) for level in levels}
+        pooled = _refined(pooled, runs, kind, target_precision)
+        levels, figures = list(pooled), list(pooled.values())
         held = [(lv, f) for lv, f in zip(levels, figures) if f["precision"] is not None and f["precision"] >= target_precision]
         reached = bool(held)
         candidates = held or [(lv, f) for lv, f in zip(levels, figures) if f["precision"] is not None]
@@ -328,6 +333,25 @@ def calibrate(models: dict[str, dict[str, Any]], paths: Sequence[str | Path], te
         chosen[event] = {"threshold": entry["threshold"], "reached": reached, "recall": best["recall"],
                          "precision": best["precision"]}
     return chosen
+
+
+def _refined(pooled: dict[float, dict[str, Any]], runs: Sequence[tuple[RunResult, Sequence[ScoreLog]]],
+             kind: EventKind, target_precision: float) -> dict[float, dict[str, Any]]:
+    """``pooled`` with the levels between the quantile grid's that reach ``target_precision``
+    (:func:`refine_crossings`, over the scores of every recording), each scored on every one."""
+    scorers = []
+    for result, logs in runs:
+        columns = [(log, col) for log in logs for col, events in enumerate(log.columns) if kind.prediction in events]
+        if len(columns) != 1:  # no column, or several not on one scale: the grid stands
+            return pooled
+        scorers.append((level_scorer(result, kind), *columns[0]))
+
+    def score(level: float) -> dict[str, Any]:
+        return _pooled([score_at(log, col, level) for score_at, log, col in scorers])
+
+    candidates = np.unique(np.concatenate([usable_scores(logs, kind) for _, logs in runs]))
+    return refine_crossings(pooled, lambda f: f["precision"] is not None and f["precision"] >= target_precision,
+                            candidates, score)
 
 
 def _pooled(per_recording: Sequence[dict[str, Any]]) -> dict[str, Any]:

@@ -554,12 +554,12 @@ def test_steady_onsets_are_split_by_how_long_the_limiter_held_the_clock():
 
 
 # ---- precision-matched baseline comparison ---------------------------------------------------
-def toy_log(rows):
+def toy_log(rows, slots=2):
     """A baseline whose one score column predicts power_cap; alarm at >= level, clear below it
     on the second clear sample (off_hold 0), refresh every 60 s."""
     from foreshock.detectors.baselines import ScoreLog
 
-    log = ScoreLog("toy", 2, (("power_cap",),), np.array([0.9]), np.ones(1), np.zeros(1), np.array([1.0, 0.0, 60.0]))
+    log = ScoreLog("toy", slots, (("power_cap",),), np.array([0.9]), np.ones(1), np.zeros(1), np.array([1.0, 0.0, 60.0]))
     arr = np.array(rows, dtype=float)
     log.add(np.column_stack([arr[:, 0], arr[:, 1]]), arr[:, 2:3])
     return log
@@ -597,6 +597,49 @@ def test_matched_threshold_by_hand():
     assert none["threshold"] is None and none["recall"] is None
     assert none["best_precision"]["precision"] == 0.5 and none["best_precision"]["recall"] == 1.0
     assert ev.matched_threshold(result, [log], ev.EVENT_KINDS["thermal_throttle"], 0.5) is None  # not predicted
+
+
+def test_the_matched_threshold_is_searched_between_the_grid_levels():
+    """The sweep tried 48 score quantiles only (each ~32 % fewer samples above the next): where the
+    target precision is crossed between two of them, the best level was never tried and the
+    baseline's "matched" recall understated. 100 GPUs rise to 0.503, 0.508 ... 0.998 before their
+    episode; 100 others spike once to 0.500, 0.504 ... 0.896 with none: precision 1.0 holds from
+    the first score above 0.896, 0.898, which takes the 21 GPUs at 0.898 ... 0.998 (the live
+    level, 0.9, 20 of them)."""
+    rows = []
+    for t in range(0, 3010, 10):
+        for i in range(100):
+            rows.append((t, i, (503 + 5 * i) / 1000 if t == 1900 else 0.1))
+            rows.append((t, 100 + i, (500 + 4 * i) / 1000 if t == 1000 else 0.1))
+    log = toy_log(rows, slots=200)
+    topo = small_topology(nodes=25, gpus=8, racks=1)
+    events = [Event(float(t), kind, "gpu", topo.name("gpu", i))
+              for i in range(100) for t, kind in ((2000, "power_cap_start"), (2200, "power_cap_end"))]
+    result = ev.RunResult(Recording(Path("."), topo, {}), {}, events, 0.0, 3000.0, 0.0, 0)
+    kind = ev.EVENT_KINDS["power_cap"]
+    m = ev.matched_threshold(result, [log], kind, target_precision=1.0)
+    assert (m["threshold"], m["recall"], m["precision"]) == (0.898, 0.21, 1.0)
+    grid, _ = ev.threshold_sweep(result, [log], kind)
+    assert max(f["recall"] for _, f in grid if f["precision"] == 1.0) == 0.2  # what the grid (and live level) found
+
+
+def test_refine_crossings_finds_the_lowest_level_reaching_the_target_between_two_tried():
+    candidates = np.round(np.arange(0.0, 1.0001, 0.001), 3)
+    scored: list[float] = []
+
+    def score(level: float) -> dict:
+        scored.append(level)
+        return {"precision": 1.0 if level >= 0.437 else 0.5}
+
+    reaches = lambda f: f["precision"] >= 1.0  # noqa: E731
+    got = ev.refine_crossings({0.1: score(0.1), 0.9: score(0.9)}, reaches, candidates, score)
+    assert min(level for level, f in got.items() if reaches(f)) == 0.437
+    assert len(scored) - 2 <= 10  # a bisection: ~log2(800) levels, not 800
+    # nothing to search where the lower level reaches the target already, or the higher does not
+    assert ev.refine_crossings({0.1: {"precision": 1.0}, 0.9: {"precision": 1.0}}, reaches, candidates, score).keys() \
+        == {0.1, 0.9}
+    assert ev.refine_crossings({0.1: {"precision": 0.5}, 0.9: {"precision": 0.5}}, reaches, candidates, score).keys() \
+        == {0.1, 0.9}
 
 
 def test_a_claim_raised_as_an_episode_lets_go_earns_neither_precision_nor_the_next_episode() -> None:

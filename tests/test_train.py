@@ -271,6 +271,9 @@ def test_f1_threshold_weighs_the_subsampled_negatives_back():
     assert tr.best_f1_threshold(p_all[kept], y_all[kept]) < on_all - 0.1  # as it was chosen before
     # a cut takes every sample scored at or above it: ties are not split
     assert tr.best_f1_threshold(np.array([0.9, 0.9, 0.1]), np.array([1, 0, 0])) == 0.9
+    # the cut itself, not clipped to [0.05, 0.95] as it was (a balanced model's best cut lies high)
+    assert tr.best_f1_threshold(np.array([0.99, 0.97, 0.96, 0.5]), np.array([1, 0, 0, 0])) == 0.99
+    assert tr.best_f1_threshold(np.array([0.03, 0.02, 0.01]), np.array([1, 1, 0])) == 0.02
 
 
 def test_the_threshold_is_chosen_on_held_out_gpus_with_weights(monkeypatch):
