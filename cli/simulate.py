@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import signal
 import sys
+import threading
 from pathlib import Path
 
 import click
@@ -17,7 +19,7 @@ from foreshock.simulator.faults import FAILURES_PER_1000_NODE_DAYS
 from foreshock.simulator.topology_gen import MAX_GPUS
 from foreshock.streams.via_format import VIA_KIND, ViaFormat
 
-from .common import cluster_gpus, create_folder, finite_number
+from .common import cluster_gpus, create_folder, finite_number, signal_label, stop_on_signals
 
 VIA_HELP = ("Pass every gpu frame (dcgm, nvidia-smi) or host link frame (sysfs) through that real "
             "format and its importer, so the recording holds what the real source path delivers "
@@ -57,7 +59,8 @@ def command(gpus: int | None, duration: float | None, scenario: str, seed: int, 
             via: str | None, no_progress: bool) -> None:
     """Simulate a GPU training cluster and record its telemetry with ground truth.
 
-    Prints a JSON line last: {"gpus", "simulated_seconds", "wall_seconds", "faults", "events"}.
+    Prints a JSON line last: {"gpus", "simulated_seconds", "wall_seconds", "faults", "events"}, with
+    "interrupted": true where Ctrl-C, SIGTERM or SIGHUP stopped the run (the recording marked cut short).
     """
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
@@ -82,6 +85,17 @@ def command(gpus: int | None, duration: float | None, scenario: str, seed: int, 
     console = Console(stderr=True)
     health = PipelineHealth()
     total = sim.duration
+    stop = threading.Event()
+    stopped_by: list[str] = []
+
+    def on_signal(sig: signal.Signals) -> None:
+        stopped_by.append(signal_label(sig))
+        stop.set()
+
+    # the first Ctrl-C, SIGTERM or SIGHUP ends the run after the tick in hand, the recording closed
+    # and marked cut short. Killed by SIGTERM (timeout, systemd, Slurm), every Parquet file lacked its
+    # footer and recording.json was never written. A second Ctrl-C still interrupts.
+    restore = stop_on_signals(on_signal)
     with Progress(TextColumn("[bold]simulate[/] {task.description}"), BarColumn(),
                   TextColumn("{task.completed:,.0f}/{task.total:,.0f} s"), TimeElapsedColumn(),
                   TimeRemainingColumn(), console=console, disable=no_progress) as progress:
@@ -89,16 +103,21 @@ def command(gpus: int | None, duration: float | None, scenario: str, seed: int, 
         through = ViaFormat(sim.topology, via, formats, health) if via else None
         try:
             summary = sim.record(out_dir, total, progress=lambda done, _total: progress.update(task, completed=done),
-                                 meta={"via": via} if via else None, through=through.tick if through is not None else None)
+                                 meta={"via": via} if via else None, through=through.tick if through is not None else None,
+                                 stop=stop)
         except OSError as exc:  # the folder exists but cannot be written (permissions, disk full)
             raise click.ClickException(f"cannot write the recording to {out_dir}: {exc.strerror or exc}") from None
         finally:
+            restore()  # after the recording's close: a first signal during it must not cut the footers short
             if through is not None:
                 through.close()
+    if stopped_by:
+        console.print(f"[yellow]stopped by {stopped_by[0]}[/yellow]: the recording holds "
+                      f"{summary.simulated_seconds:,g} s of the {total:,g} s asked, marked as cut short")
     speed = summary.simulated_seconds / max(summary.wall_seconds, 1e-9)
     console.print(f"[green]wrote[/] {out_dir}: {summary.rows:,} rows, {summary.faults} faults, "
                   f"{summary.events} ground-truth events, {speed:,.0f}x real time")
-    if abs(summary.simulated_seconds - total) > 1e-6:
+    if abs(summary.simulated_seconds - total) > 1e-6 and not stopped_by:
         console.print(f"  {summary.simulated_seconds:,g} s simulated for the {total:,g} s asked: "
                       f"whole sampling intervals of {sim.interval:g} s")
     for fault in sim.faults:

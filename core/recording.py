@@ -35,10 +35,13 @@ import json
 import logging
 import math
 import os
+import signal
+import threading
 import time
-from contextlib import suppress
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import FrameType
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
@@ -133,6 +136,45 @@ class StreamSpan:
         """How many stamps lie outside the stream (those of runs dropped, if any, not counted)."""
         stream = self._stream()
         return 0 if stream is None else sum(run[2] for run in self._runs) - stream[2]
+
+
+_DEFERRED_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name))
+_deferring = threading.local()
+
+
+@contextmanager
+def deferred_signals() -> Iterator[None]:
+    """Hold back the Python handlers of Ctrl-C, SIGTERM and SIGHUP until the block is done, then
+    run them (a signal that came meanwhile is raised again). For steps that must happen together:
+    a Parquet write and the writer's count of it, one tick's frames. Python raises a Ctrl-C at the
+    first bytecode after a C call such as a row group's write, i.e. after the rows were on disk and
+    before the writer knew: the close wrote them again. Masking the signal in the main thread would
+    not do: the kernel hands it to another thread (pyarrow's pool), which still trips Python's flag.
+    Off the main thread (where Python runs no handler), or nested, it does nothing. A signal left to
+    its default action (SIGTERM without a handler) still ends the process at once: none can hold it."""
+    if threading.current_thread() is not threading.main_thread() or getattr(_deferring, "on", False):
+        yield
+        return
+    caught: list[int] = []
+
+    def hold(signum: int, _frame: FrameType | None) -> None:
+        caught.append(signum)
+
+    previous: dict[int, Any] = {}
+    _deferring.on = True
+    try:
+        for sig in _DEFERRED_SIGNALS:
+            handler = signal.getsignal(sig)
+            if callable(handler):  # (SIG_DFL, SIG_IGN and a handler set outside Python are left alone)
+                previous[sig] = handler
+                signal.signal(sig, hold)
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        _deferring.on = False
+        for signum in dict.fromkeys(caught):  # (each once, in the order they came)
+            signal.raise_signal(signum)
 
 
 def part_name(kind: str, index: int) -> str:
@@ -233,22 +275,26 @@ class RecordingWriter:
             return
         frame = Frame.concat(frames)
         batch = frame.to_arrow()
-        try:
-            writer = self._writers.get(kind)
-            if writer is None:
-                # page checksums: a data page corrupted on disk or in a copy (footer intact) read back
-                # without error, wrong values passing the guard; now reading it fails, naming the file
-                writer = pq.ParquetWriter(self._open_file(kind), batch.schema, compression="zstd",
-                                          write_page_checksum=True)
-                self._writers[kind] = writer
-            writer.write_table(pa.Table.from_batches([batch]), row_group_size=len(batch))
-        except OSError as exc:
-            self._lose_part(kind, exc)
-            raise
-        # dropped only once written: interrupted before (Ctrl-C), the rows are written at the close
-        del self._pending[kind]
-        self._pending_rows[kind] = 0
-        self._part_spans.setdefault(kind, StreamSpan()).add(kind, frame.ts)
+        # the write and the dropping of its rows from the buffer, as one: a Ctrl-C raised between
+        # them (it lands in the C++ write, and Python raises it right after) had the close write the
+        # rows again, twice in the file and out of order, and the recording no longer opened
+        with deferred_signals():
+            try:
+                writer = self._writers.get(kind)
+                if writer is None:
+                    # page checksums: a data page corrupted on disk or in a copy (footer intact) read back
+                    # without error, wrong values passing the guard; now reading it fails, naming the file
+                    writer = pq.ParquetWriter(self._open_file(kind), batch.schema, compression="zstd",
+                                              write_page_checksum=True)
+                    self._writers[kind] = writer
+                writer.write_table(pa.Table.from_batches([batch]), row_group_size=len(batch))
+            except OSError as exc:
+                self._lose_part(kind, exc)
+                raise
+            # dropped only once written: interrupted before (Ctrl-C), the rows are written at the close
+            del self._pending[kind]
+            self._pending_rows[kind] = 0
+            self._part_spans.setdefault(kind, StreamSpan()).add(kind, frame.ts)
 
     def _open_file(self, kind: str) -> Path:
         final = self.path / part_name(kind, self.parts.get(kind, 0))
@@ -339,7 +385,13 @@ class RecordingWriter:
         if self.ground_truth:
             write_events(self.path / EVENTS_FILE, self.events)
             _fsync_file(self.path / EVENTS_FILE)  # (on disk before the list says the recording is complete)
-        self._write_meta(complete=True)
+        # a recording written whole (simulator, import) that lost a kind's rows is not whole: read
+        # as complete, a replay or evaluate ran without that kind and said nothing. A live
+        # recorder's lost part leaves the parts before it, whole (its list says what was lost).
+        whole = self.meta.get("complete") is not False and not (self.segment_s is None and any(self.lost_rows.values()))
+        if not whole:
+            self.meta["complete"] = False
+        self._write_meta(complete=whole)
         if self.stream_span.strays and (span := self.stream_span.span) is not None:
             log.warning("%s: %d row%s stamped over %g years away from the stream's other rows, which span %s .. %s%s: "
                         "by a clock not set (epoch zero, an agent started before NTP) or in another unit; kept in the "
@@ -359,6 +411,8 @@ class RecordingWriter:
             "end": span[1] if span is not None else None,
             **self.meta,
         }
+        if any(self.lost_rows.values()):  # the kinds whose rows a write error lost (a full disk), and how many
+            meta["lost_rows"] = {kind: n for kind, n in self.lost_rows.items() if n}
         if self.segment_s is not None:
             meta.update(format=FORMAT_VERSION, parts=dict(self.parts), complete=complete)
         # written whole, then renamed over the old one: a kill mid-write leaves the previous list
@@ -373,7 +427,16 @@ class RecordingWriter:
     def __enter__(self) -> "RecordingWriter":
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def mark_interrupted(self) -> None:
+        """The recording is cut short (Ctrl-C, an error): its close lists it ``"complete": false``
+        (:attr:`Recording.interrupted`; readers warn) instead of as whole."""
+        self.meta["complete"] = False
+
+    def __exit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
+        if exc_type is not None:
+            # an import stopped by a full disk (the kind's file removed) or a Ctrl-C was closed as
+            # complete: replay and evaluate then ran without the rows never written, and said nothing
+            self.mark_interrupted()
         self.close()
 
 
@@ -554,6 +617,11 @@ class Recording:
                 rec.stamps[kind] = (min(span[0] for span in spans if span is not None),
                                     max(span[1] for span in spans if span is not None))
         _check_stamps_agree(path, rec.stamps, rec.meta, {kind: len(rec.part_files(kind)) for kind in rec.kinds()})
+        lost_rows = meta.get("lost_rows")
+        if isinstance(lost_rows, dict) and lost_rows:  # (a write error: a full disk)
+            log.warning("%s: rows lost to a write error, not in the recording: %s", path,
+                        ", ".join(f"{kind} {n:,}" if isinstance(n, int) else f"{kind} {n!r}"
+                                  for kind, n in sorted(lost_rows.items())))
         if rec.interrupted:
             end = meta.get("end")
             ends = (f", which ends at {time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime(end))} UTC"

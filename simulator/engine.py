@@ -18,6 +18,7 @@ Every ``interval`` seconds the engine samples telemetry into one frame per entit
 from __future__ import annotations
 
 import math
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,7 +32,7 @@ from foreshock.events import Event
 from foreshock.fields import ENTITY_KINDS
 from foreshock.frames import Frame
 from foreshock.guard import MIN_INTERVAL_S
-from foreshock.recording import RecordingWriter
+from foreshock.recording import RecordingWriter, deferred_signals
 from foreshock.topology import Topology
 
 from .cooling import DAY_S, CoolingModel
@@ -94,10 +95,12 @@ class RunSummary:
     events: int
     frames: int
     rows: int
+    interrupted: bool = False  # stopped before its end (``record``'s ``stop``)
 
     def as_dict(self) -> dict[str, Any]:
         return {"gpus": self.gpus, "simulated_seconds": self.simulated_seconds,
-                "wall_seconds": round(self.wall_seconds, 3), "faults": self.faults, "events": self.events}
+                "wall_seconds": round(self.wall_seconds, 3), "faults": self.faults, "events": self.events,
+                **({"interrupted": True} if self.interrupted else {})}  # (a whole run's line as it was)
 
 
 class ClusterSimulator:
@@ -262,10 +265,13 @@ class ClusterSimulator:
     def record(self, out_dir: str | Path, duration: float | None = None,
                progress: Callable[[float, float], None] | None = None,
                meta: dict[str, Any] | None = None,
-               through: Callable[[list[Frame]], list[Frame]] | None = None) -> RunSummary:
+               through: Callable[[list[Frame]], list[Frame]] | None = None,
+               stop: threading.Event | None = None) -> RunSummary:
         """Run for ``duration`` simulated seconds and write a recording folder (Parquet per kind,
         topology.yaml, events.jsonl with the ground truth, recording.json). ``through`` maps each
-        tick's frames before they are written (e.g. through a real source's format and importer)."""
+        tick's frames before they are written (e.g. through a real source's format and importer).
+        ``stop`` set (a signal, ``foreshock simulate``) ends the run after the tick in hand: the
+        recording is closed marked cut short, as by a Ctrl-C, and the summary says so."""
         total = self.duration if duration is None else float(duration)
         t0 = time.perf_counter()
         frames = rows = 0
@@ -277,27 +283,45 @@ class ClusterSimulator:
             **({"start_hour": self.start_hour} if self.start_hour is not None else {}), **(meta or {}),
         }
         writer = RecordingWriter(out_dir, self.topology, meta_all)
+        end = self.elapsed + total  # (as iter_ticks)
         finished = False
+        written = self.now  # the time of the last tick whose frames were all written (none yet: the start)
         try:
             for tick in self.iter_ticks(total):
-                for frame in (through(tick) if through is not None else tick):
-                    writer.write(frame)
-                    frames += 1
-                    rows += len(frame)
+                out = through(tick) if through is not None else tick
+                # a tick's frames written as one: a Ctrl-C between two of its kinds left the tick with
+                # gpu rows and no link or optic rows; it is raised once the tick is whole
+                with deferred_signals():
+                    for frame in out:
+                        writer.write(frame)
+                        frames += 1
+                        rows += len(frame)
+                    written = self.now
                 if progress is not None:
                     progress(self.elapsed, total)
-            finished = True
+                if stop is not None and stop.is_set():
+                    break
+            finished = self.elapsed + 1e-9 >= end
         finally:
             if not finished:
                 # Ctrl-C or an error: what was simulated is kept, marked as a recording cut short
                 # (``Recording.interrupted``; readers warn), "duration" says what was asked
-                writer.meta["complete"] = False
+                writer.mark_interrupted()
             self.events += self._close_cleared_episodes()
-            writer.meta["faults"] = [f.describe() for f in self.faults if f.started]
-            writer.add_events(self.events)
+            started = [f for f in self.faults if f.started]
+            truth = self.events
+            if not finished:
+                # the truth the recording's ticks cover: the physics steps of the interval in hand,
+                # stopped before its frames were written, had logged events after the last frame
+                # (events are stamped at physics steps: within half a step of the tick is at it)
+                cut = written + self.dt / 2
+                truth = [e for e in self.events if e.time <= cut]
+                started = [f for f in started if self.start_time + f.onset <= cut]  # (its fault_onset's time)
+            writer.meta["faults"] = [f.describe() for f in started]
+            writer.add_events(truth)
             writer.close()
         return RunSummary(len(self.topology.gpus), self.elapsed, time.perf_counter() - t0,
-                          sum(f.started for f in self.faults), len(self.events), frames, rows)
+                          len(started), len(truth), frames, rows, interrupted=not finished)
 
     def _close_cleared_episodes(self) -> list[Event]:
         """The end of the run ends the episodes whose condition had cleared, less than their hold
