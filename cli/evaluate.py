@@ -104,6 +104,7 @@ def command(ctx: click.Context, recording: str, sets: str, report_dir: str, mode
             raise click.ClickException(f"--model {mismatch}")
     check_params(rec.topology, {name: detector_params[name] for name in detector_params if name in run}, bank_params)
     create_folder(Path(report_dir), "the report folder")
+    evaluation.clear_report(report_dir)  # (an earlier run's report and plots, of this recording or another)
     span = (rec.meta.get("end") or 0) - (rec.meta.get("start") or 0)
     with Progress(TextColumn("evaluate"), BarColumn(), TextColumn("{task.percentage:>3.0f}% of telemetry time"),
                   TimeElapsedColumn(), console=console, transient=True) as bar:

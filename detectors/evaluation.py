@@ -1377,10 +1377,13 @@ def pick_trace_gpus(recording: Recording, count: int = 4) -> list[int]:
            and e.type.split("_start")[0] in ("thermal_throttle", "hbm_overheat")]
     for ev in sorted(evs, key=lambda e: e.time):
         key = ev.fault_type or NO_FAULT
-        if key in seen_types:
+        g = topo.slot("gpu", ev.entity)
+        # (a GPU picked already, for an earlier fault: another GPU shows this one; a GPU picked
+        # twice took two of the places and one plot fewer came out)
+        if key in seen_types or g in picked:
             continue
         seen_types.add(key)
-        picked.append(topo.slot("gpu", ev.entity))
+        picked.append(g)
         if len(picked) >= count:
             break
     for ev in evs:
@@ -1393,6 +1396,22 @@ def pick_trace_gpus(recording: Recording, count: int = 4) -> list[int]:
 
 
 # ---- output -------------------------------------------------------------------------------
+REPORT_FILES = ("report.json", "lead_times.png", "gpu_*.png")
+"""What an evaluation writes in its report folder (:func:`clear_report`)."""
+
+
+def clear_report(out_dir: str | Path) -> list[Path]:
+    """Remove an earlier evaluation's files from ``out_dir`` (:data:`REPORT_FILES`; nothing else),
+    before a new one writes there. They had stayed beside the new report: another recording's GPU
+    plots, a ``--no-plots`` run's old plots, and, where the new run wrote no report (nothing to
+    evaluate), the old ``report.json`` of another recording. Returns what was removed."""
+    out = Path(out_dir)
+    removed = [path for pattern in REPORT_FILES for path in sorted(out.glob(pattern)) if path.is_file()]
+    for path in removed:
+        path.unlink()
+    return removed
+
+
 def write_report(report: dict[str, Any], out_dir: str | Path) -> Path:
     """``report.json`` in ``out_dir``: strict JSON, a non-finite number written as null (a bare NaN
     is not JSON: strict readers, ``jq`` among them, refuse the file)."""
@@ -1437,27 +1456,33 @@ def write_plots(result: RunResult, report: dict[str, Any], out_dir: str | Path,
         ts = (np.asarray(tr["ts"]) - t0) / 60.0
         ax.plot(ts, tr["gpu_temp"], lw=1, label="core °C")
         ax.plot(ts, tr["hbm_temp"], lw=1, label="HBM °C")
+        # the H200's limits (FACTS.md): core max operating 87 °C, HBM 95 °C. A GPU is picked for
+        # its thermal throttles or its HBM overheating (pick_trace_gpus): both are drawn
         ax.axhline(87, color="tab:red", ls=":", lw=1)
-        for ep in episodes(result.events, EVENT_KINDS["thermal_throttle"]):
-            if ep.entity == name:
-                end = ep.end if np.isfinite(ep.end) else result.end
-                ax.axvspan((ep.start - t0) / 60, (end - t0) / 60, color="tab:red", alpha=0.15,
-                           label=f"thermal throttle ({ep.fault_type})")
+        ax.axhline(95, color="tab:purple", ls=":", lw=1)
+        for event, colour, what in (("thermal_throttle", "tab:red", "thermal throttle"),
+                                    ("hbm_overheat", "tab:purple", "HBM overheat")):
+            for ep in episodes(result.events, EVENT_KINDS[event]):
+                if ep.entity == name:
+                    end = ep.end if np.isfinite(ep.end) else result.end
+                    ax.axvspan((ep.start - t0) / 60, (end - t0) / 60, color=colour, alpha=0.15,
+                               label=f"{what} ({ep.fault_type})")
         ax.set_xlabel("minutes")
         ax.set_ylabel("°C")
         ax2 = ax.twinx()
         for set_name, findings in result.findings.items():
-            pts = [(p.ts, p.eta_s) for p in findings if isinstance(p, Prediction) and p.slot == slot
-                   and p.entity_kind == "gpu" and p.event == "thermal_throttle" and p.active and p.eta_s >= 0]
-            if pts:
-                arr = np.asarray(pts)
-                ax2.scatter((arr[:, 0] - t0) / 60, arr[:, 1] / 60, s=8, label=f"{set_name} ETA")
+            for event, marker, what in (("thermal_throttle", "o", "throttle ETA"), ("hbm_overheat", "^", "HBM ETA")):
+                pts = [(p.ts, p.eta_s) for p in findings if isinstance(p, Prediction) and p.slot == slot
+                       and p.entity_kind == "gpu" and p.event == event and p.active and p.eta_s >= 0]
+                if pts:
+                    arr = np.asarray(pts)
+                    ax2.scatter((arr[:, 0] - t0) / 60, arr[:, 1] / 60, s=8, marker=marker, label=f"{set_name} {what}")
         ax2.set_ylabel("predicted ETA (min)")
         handles = ax.get_legend_handles_labels()
         handles2 = ax2.get_legend_handles_labels()
         uniq = dict(zip(handles[1] + handles2[1], handles[0] + handles2[0]))
         ax.legend(uniq.values(), uniq.keys(), loc="upper left", fontsize=8)
-        ax.set_title(f"{name}: temperature, predicted throttle ETA, actual throttle")
+        ax.set_title(f"{name}: temperature, predicted ETA, actual throttle / HBM overheat")
         fig.tight_layout()
         path = out / f"gpu_{name.replace('/', '_')}.png"
         fig.savefig(path, dpi=100)
@@ -1498,6 +1523,13 @@ RENDER_CAPTION = ("eps: episodes; @lead: recall with at least the kind's useful 
                   "the SM clock rose")
 
 
+def lead_text(seconds: float) -> str:
+    """A lead as the table prints it, rounded down (to the second, or to a tenth of a minute from
+    one minute on): a 299-s median read "5.0 min" beside a useful lead of 5 minutes it missed."""
+    whole = math.floor(seconds)
+    return f"{math.floor(seconds / 6) / 10:.1f} min" if whole >= 60 else f"{whole:.0f} s"
+
+
 def render_table(report: dict[str, Any], kinds: Sequence[str] | None = None, by_fault: bool = True) -> Any:
     """A rich table of the report (returned, so the caller decides where to print it).
 
@@ -1518,7 +1550,7 @@ def render_table(report: dict[str, Any], kinds: Sequence[str] | None = None, by_
         if v is None:
             return "—"
         if kind == "s":
-            return f"{v / 60:.1f} min" if v >= 60 else f"{v:.0f} s"
+            return lead_text(v)
         if kind == "p":
             return f"{v:.3f}"
         if isinstance(v, float):

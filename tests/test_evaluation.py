@@ -192,7 +192,7 @@ def test_cli_evaluate_end_to_end(tmp_path):
     assert "thermal_throttle" in lines[at] + lines[at + 1]  # the label may fold onto the next line
     assert lines[at].split()[-9:-4] == [str(thermal["episodes"]), f"{thermal['recall']:.2f}",
                                   f"{thermal['recall_at_min_lead']:.2f}", f"{thermal['precision']:.2f}",
-                                  f"{thermal['lead_median_s'] / 60:.1f}"]
+                                  ev.lead_text(thermal["lead_median_s"]).split()[0]]
     # the power cap's onset classes: each on a row of its own with its figures, the target marked
     onsets = report["detectors"]["foreshock"]["power_cap"]["by_onset"]
     for c, m in onsets.items():
@@ -209,6 +209,12 @@ def test_cli_evaluate_end_to_end(tmp_path):
     cooling = report["cooling"]["detectors"]["foreshock"]
     assert summary["cooling"]["foreshock"]["tim_flagged"] == cooling["tim_flagged"] == "1 of 1"
     assert cooling["tim_lead_before_throttle_median_s"] > 600 and "threshold" not in report["cooling"]["detectors"]
+    # evaluated again into the same folder without plots: no earlier plot stays beside the new report
+    (tmp_path / "out" / "notes.txt").write_text("the user's, left alone")
+    again = CliRunner().invoke(cli, ["evaluate", str(tmp_path / "rec"), "--detectors", "threshold", "--no-plots",
+                                     "--report", str(tmp_path / "out")])
+    assert again.exit_code == 0, again.output
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["notes.txt", "report.json"]
     only = CliRunner().invoke(cli, ["evaluate", str(tmp_path / "rec"), "--detectors", "threshold", "--no-plots",
                                     "--events", "thermal_throttle,congestion", "--report", str(tmp_path / "out3")])
     assert only.exit_code == 0, only.output
@@ -792,6 +798,49 @@ def test_the_lead_time_plot_draws_the_report_s_leads(tmp_path, monkeypatch) -> N
     ev.write_plots(result, report, tmp_path)
     assert drawn == {"foreshock": [1.0, 10.0]}  # minutes; power_cap was not scored: not drawn
     assert (tmp_path / "lead_times.png").exists()
+
+
+def test_a_gpu_plotted_for_its_hbm_overheating_shows_that_episode_and_its_eta(tmp_path, monkeypatch) -> None:
+    """GPUs are picked for thermal throttles or HBM overheating, but the plot drew only thermal
+    throttle episodes and ETAs (and the 87 °C line): a GPU picked for its HBM showed neither."""
+    import matplotlib.axes
+
+    spans: list = []
+    points: list = []
+    lines: list = []
+    monkeypatch.setattr(matplotlib.axes.Axes, "axvspan", lambda self, a, b, **kw: spans.append((a, b, kw["label"])))
+    monkeypatch.setattr(matplotlib.axes.Axes, "scatter", lambda self, x, y, **kw: points.append((kw["label"], len(x))))
+    monkeypatch.setattr(matplotlib.axes.Axes, "axhline", lambda self, y, **kw: lines.append(y))
+    rec = Recording(Path("."), small_topology(nodes=1, gpus=2, racks=1), {"faults": []})
+    events = [gpu_event(1200, "hbm_overheat_start", 0, ("f1", "cooling_loss")), gpu_event(1800, "hbm_overheat_end", 0)]
+    hbm = Prediction(600.0, "gpu", 0, "hbm_overheat", 600.0, 0.9, "thermal", "", True)
+    result = ev.RunResult(rec, {"foreshock": [hbm, pred(700, 0)]}, events, 0.0, 3000.0, 0.0, 0,
+                          traces={0: {"ts": [0.0, 1500.0], "gpu_temp": [60.0, 70.0], "hbm_temp": [80.0, 96.0]}})
+    ev.write_plots(result, {"detectors": {}}, tmp_path)
+    assert spans == [(20.0, 30.0, "HBM overheat (cooling_loss)")]
+    assert sorted(points) == [("foreshock HBM ETA", 1), ("foreshock throttle ETA", 1)]
+    assert 95 in lines and 87 in lines  # HBM and core max operating (FACTS.md)
+
+
+def test_trace_gpus_are_distinct(monkeypatch) -> None:
+    """A GPU throttled by one fault and later overheating its HBM by another took two of the four
+    places: one plot fewer, though other GPUs had episodes."""
+    topo = small_topology(nodes=1, gpus=8, racks=1)
+    rec = Recording(Path("."), topo, {"faults": []})
+    events = [gpu_event(100, "thermal_throttle_start", 2, ("f1", "cooling_loss")),
+              gpu_event(200, "hbm_overheat_start", 2, ("f2", "tim_degradation")),
+              gpu_event(300, "thermal_throttle_start", 5, ("f2", "tim_degradation")),
+              gpu_event(400, "thermal_throttle_start", 6, ("f3", "fan_failure")),
+              gpu_event(500, "thermal_throttle_start", 7, ("f1", "cooling_loss"))]
+    monkeypatch.setattr(ev, "read_ground_truth", lambda *a, **kw: type("GT", (), {"events": events})())
+    assert ev.pick_trace_gpus(rec, count=4) == [2, 5, 6, 7]
+
+
+def test_the_table_never_rounds_a_lead_up_to_one_it_missed() -> None:
+    """A 299-s median read "5.0 min" beside the 5-minute useful lead it missed; 60 s read "1.0 min"
+    beside a 59.6-s p10 read "60 s"."""
+    assert [ev.lead_text(v) for v in (299.0, 300.0, 59.6, 60.0, 359.9, 42.0)] == \
+        ["4.9 min", "5.0 min", "59 s", "1.0 min", "5.9 min", "42 s"]
 
 
 def test_claims_that_outlive_the_recording_are_not_judged_whether_or_not_they_came_true() -> None:
