@@ -38,7 +38,9 @@ here:
   default of restarting the agent: the restarted agent read on, later records were committed,
   and faust's commit passes a single unacknowledged offset, so that record's findings were lost
   with nothing counted. Restarted (by systemd, Kubernetes or compose), the worker, or the
-  partition's next owner, reads on from the last checkpoint;
+  partition's next owner, reads on from the last checkpoint. A checkpoint the broker refuses as
+  too large is counted (``checkpoint_too_large``) and tried again at the next interval, its
+  records left unacknowledged; only ``CHECKPOINT_REFUSALS_MAX`` refusals in a row end the worker;
 - an event of a frames partition revoked from this worker that still reaches it (one taken
   before the rebalance, or prefetched) is left to the partition's new owner: not processed, not
   acknowledged, counted (``foreshock_records_not_assigned_total``, and ``not_assigned`` in the
@@ -75,8 +77,8 @@ from foreshock.health import PipelineHealth
 from foreshock.topology import Topology
 
 from .kafka_codec import (BundleBuilder, Headers, PartitionMap, RecordError, as_record_error, bundle_key,
-                          capped_deadletter, decode_bundle, decode_findings, deadletter_headers, encode_bundle,
-                          headers_dict, is_telemetry, json_to_frames, sender_id, split_findings)
+                          capped_deadletter, continues_after, decode_bundle, decode_findings, deadletter_headers,
+                          encode_bundle, headers_dict, is_telemetry, json_to_frames, sender_id, split_findings)
 from .kafka_config import KafkaSettings
 from .kafka_topics import CHECKPOINT_MAX_BYTES, Topics
 from .external_feed import STAGE as EXTERNAL_STAGE
@@ -144,6 +146,14 @@ opening its ``external.events`` reader: its findings were read again only by the
 _REFUSALS = (MessageSizeTooLargeError, RecordListTooLargeError, CorruptRecordException)
 
 
+CHECKPOINT_REFUSALS_MAX = 6
+"""Refusals in a row of one checkpoint (as too large) after which the worker ends (``fatal``):
+until then each is counted and the next checkpoint tries again, as a backlog behind a lost piece
+shrinks (``IncidentStage._trim_telemetry``). Past it (30 s at the default interval) the topic
+takes too little for this state: reading on, the worker would hold every record's event
+unacknowledged, without end, and commit nothing."""
+
+
 def _refused(exc: BaseException) -> bool:
     """``exc`` is a refusal of the message (faust's ProducerSendError wraps the producer's)."""
     return isinstance(exc, _REFUSALS) or isinstance(exc.__cause__, _REFUSALS)
@@ -206,6 +216,7 @@ class ForeshockWorker:
         self._unconfirmed: list[Any] = []  # futures of messages sent since the last checkpoint
         self._undelivered: str | None = None  # the first send that failed, once one has: no checkpoint after it
         self._exit: Callable[[int], Any] = os._exit  # fatal's way out (a test's stand-in)
+        self._refusals: dict[str, int] = {}  # per checkpoint key, its refusals in a row (_write_checkpoint)
         self.app = self._build_app()
 
     def _new_incident_stage(self) -> IncidentStage:
@@ -435,17 +446,39 @@ class ForeshockWorker:
             self.health.problem("worker", "send_failed", count=len(failed), detail=self._undelivered)
             raise first
 
-    async def _write_checkpoint(self, partition: int, key: str, blob: bytes) -> None:
+    async def _write_checkpoint(self, partition: int, key: str, blob: bytes) -> bool:
+        """Write one checkpoint; False when it is refused as too large (counted,
+        ``checkpoint_too_large``): nothing it covers may be acknowledged then, and the next
+        checkpoint tries again. Until 2026-12-05 the first refusal ended the worker (exit 70),
+        and its restart, reading the same records into the same state (a backlog of frames
+        waiting behind a lost piece), was refused again. Refused ``CHECKPOINT_REFUSALS_MAX``
+        times in a row, it raises all the same (``fatal``): see there."""
         await self._confirm_sent()  # the findings these offsets produced are delivered first
-        future = await self.checkpoint_topic.send(key=key.encode(), value=blob, partition=partition, force=True)
-        await future
+        try:
+            future = await self.checkpoint_topic.send(key=key.encode(), value=blob, partition=partition, force=True)
+            await future
+        except Exception as exc:
+            if not _refused(exc):
+                raise
+            refusals = self._refusals[key] = self._refusals.get(key, 0) + 1
+            self.health.problem("worker", "checkpoint_too_large", detail=(
+                f"checkpoint {key} of {len(blob):,} bytes refused ({type(exc).__name__}: {exc}; the checkpoints "
+                f"topic takes {CHECKPOINT_MAX_BYTES:,}): not written, its records not acknowledged; a restart "
+                f"reads them again from the last checkpoint written (refusal {refusals} in a row)"))
+            if refusals >= CHECKPOINT_REFUSALS_MAX:
+                raise
+            return False
+        self._refusals.pop(key, None)
         self.counts["checkpoints"] += 1
+        return True
 
     async def checkpoint_partition(self, stream: Any, partition: int, ack: bool = True) -> None:
         if not self.detection.owns(partition):
             return
         offset, blob = self.detection.checkpoint(partition)
-        await self._write_checkpoint(partition, f"detect/{partition}", blob)
+        if not await self._write_checkpoint(partition, f"detect/{partition}", blob):
+            self.last_checkpoint[partition] = time.monotonic()  # tried again at the next interval, not each record
+            return
         self.detection.mark_checkpointed(partition, offset)
         self.last_checkpoint[partition] = time.monotonic()
         events, self.held[partition] = self.held.get(partition, []), []
@@ -464,8 +497,11 @@ class ForeshockWorker:
         # frames behind a piece lost for good, of a sender that fell silent: run them now
         await self._publish_incidents(self.incident_stage.release_overdue())
         offset, blob = self.incident_stage.checkpoint()
-        await self._write_checkpoint(self.config.topics.incident_checkpoint_partition, "incidents", blob)
-        self.last_incident_checkpoint = time.monotonic()
+        written = await self._write_checkpoint(self.config.topics.incident_checkpoint_partition, "incidents", blob)
+        self.last_incident_checkpoint = time.monotonic()  # refused: tried again at the next interval
+        if not written:
+            self.incident_stage.checkpoint_refused()
+            return
         events, self.held_incidents = self.held_incidents, []
         if ack and stream is not None:
             for ev in events:
@@ -620,16 +656,17 @@ class ForeshockWorker:
         agent = self.json_sender
         sent = time.time()
         builders: dict[int, BundleBuilder] = {}
-        ready: list[tuple[int, list[Any]]] = []
+        ready: list[tuple[int, list[Any], bool]] = []
         for frame in frames:
             self.json_seq += 1
             pieces = self.pmap.messages(frame)
             for index, (partition, piece) in enumerate(pieces):
                 builder = builders.setdefault(partition, BundleBuilder())
-                ready += [(partition, b) for b in builder.add((self.json_seq, index, len(pieces), piece))]
-        ready += [(partition, b.take()) for partition, b in builders.items() if b.entries]
-        for partition, entries in ready:
-            value, headers = encode_bundle(agent, sent, entries, topology=self.config.topology)
+                ready += [(partition, b, continues_after(b, pieces, partition, self.json_seq))
+                          for b in builder.add((self.json_seq, index, len(pieces), piece))]
+        ready += [(partition, b.take(), False) for partition, b in builders.items() if b.entries]
+        for partition, entries, continues in ready:
+            value, headers = encode_bundle(agent, sent, entries, topology=self.config.topology, continues=continues)
             await self._send(self.frames_topic, key=bundle_key(partition), value=value, partition=partition,
                              headers=headers)
         async with self.lock:

@@ -31,7 +31,8 @@ from foreshock.frames import Frame
 from foreshock.health import PipelineHealth
 from foreshock.topology import Topology
 
-from .kafka_codec import BundleBuilder, BundleEntry, PartitionMap, bundle_key, encode_bundle, sender_id
+from .kafka_codec import (BundleBuilder, BundleEntry, PartitionMap, bundle_key, continues_after, encode_bundle,
+                          sender_id)
 from .kafka_config import KafkaSettings, check_broker
 from .kafka_topics import CHECKPOINT_MAX_BYTES, Topics, ensure_topics
 
@@ -171,7 +172,7 @@ class FramePublisher:
                 builder = self._pending.setdefault(partition, BundleBuilder())
                 for entries in builder.add((seq, index, len(pieces), piece), now):
                     try:
-                        self._send(partition, entries)
+                        self._send(partition, entries, continues_after(entries, pieces, partition, seq))
                     except Exception as exc:
                         error = error or exc
             self.stats.frames += 1
@@ -183,15 +184,16 @@ class FramePublisher:
                 self._send_waiting()
         return seq
 
-    def _send(self, partition: int, entries: list[BundleEntry]) -> None:
+    def _send(self, partition: int, entries: list[BundleEntry], continues: bool = False) -> None:
         """Send one bundle. Its pieces have left their builder: if it cannot be sent they are
-        counted as failed here (and the error raised), as a failed delivery counts them."""
+        counted as failed here (and the error raised), as a failed delivery counts them.
+        ``continues``: its last frame has more pieces for the partition in the next bundle."""
         pieces = len(entries)
         what = f"partition {partition} seq {entries[0][0]}..{entries[-1][0]}"
         self.stats.pieces += pieces
         try:
             value, headers = encode_bundle(self.sender, time.time(), entries, self.compression,
-                                           topology=self.topology)
+                                           topology=self.topology, continues=continues)
             if not self._room_for(len(value)):
                 self._count_failed(pieces, f"{what}: dropped unsent, the broker has not taken the "
                                    f"{self._in_flight_bytes:,} bytes sent before it", reason="broker_backlog_full")

@@ -26,7 +26,9 @@ rows belong to which piece, in the order the worker must process them:
 
 - ``foreshock-streams``: ``kind:bytes;...`` — the streams in value order;
 - ``foreshock-pieces``: ``kind:seq:part:parts:rows;...`` — the pieces in processing order;
-  each takes its rows from the front of its kind's stream.
+  each takes its rows from the front of its kind's stream (``seq`` counts from 1);
+- ``foreshock-continues`` (optional, ``1``): the last piece's frame has more pieces for this
+  partition in the sender's next bundle; the worker runs the share whole once it has them.
 
 A message with the single-piece headers of the first version (``foreshock-kind``,
 ``-seq``, ``-part``, ``-parts`` and one IPC stream as the value) is still read as a bundle of
@@ -90,6 +92,10 @@ H_REASON = "foreshock-reason"
 H_STAGE = "foreshock-stage"
 H_SOURCE = "foreshock-source"
 H_TOPOLOGY = "foreshock-topology"  # fingerprints of the topology whose slots the frames use: "HARDWARE/JOBS"
+# b"1": the bundle's last piece's frame has more pieces for this partition in the sender's next
+# bundle (a partition's share of a frame past MAX_BUNDLE_BYTES); the worker holds them until it
+# has them all, so the detectors see the share whole (a separate header: older workers skip it)
+H_CONTINUES = "foreshock-continues"
 
 Headers = list[tuple[str, bytes]]
 
@@ -173,7 +179,8 @@ class PartitionMap:
     def split(self, frame: Frame) -> list[Frame]:
         """One piece per partition (index = partition), empty where no rows go there.
 
-        Rows with unknown slots go to partition 0, whose worker dead-letters the piece.
+        Rows with unknown slots go to partition 0, whose worker counts and dead-letters those
+        rows alone (``DecodedPiece.unknown``) and processes the piece's other rows.
         """
         if self.partitions == 1:
             return [frame]
@@ -288,6 +295,10 @@ class DecodedPiece:
     error: RecordError | None = None
     # fields of its kind this version does not know (a newer agent's): left out of ``frame``
     ignored_fields: tuple[str, ...] = ()
+    # its rows of entities outside the topology (a null slot read as -1, or past the end): left
+    # out of ``frame``, for the caller to count and dead-letter, as the embedded guard drops
+    # only those rows and the batch's other rows go on (``split_unknown``; None: none)
+    unknown: Frame | None = None
 
 
 def sender_id(name: str) -> str:
@@ -330,11 +341,12 @@ def bundle_key(partition: int) -> bytes:
 
 def encode_bundle(agent: str, sent: float, pieces: Sequence[BundleEntry], compression: str | None = None,
                   fields: Mapping[str, Sequence[str]] | None = None,
-                  topology: Topology | None = None) -> tuple[bytes, Headers]:
+                  topology: Topology | None = None, continues: bool = False) -> tuple[bytes, Headers]:
     """(value, headers) of one message holding ``pieces`` = [(seq, part, parts, frame), ...]
     in processing order (all for one partition); ``fields``: per kind, the only fields to send;
     ``topology``: the one the slots refer to, named by its fingerprint so a worker holding
-    another can refuse them."""
+    another can refuse them; ``continues``: the last piece's frame has more pieces for this
+    partition in the next bundle (``H_CONTINUES``, :func:`continues_after`)."""
     if not pieces:
         raise ValueError("a bundle needs at least one piece")
     by_kind: dict[str, list[Frame]] = {}
@@ -353,10 +365,22 @@ def encode_bundle(agent: str, sent: float, pieces: Sequence[BundleEntry], compre
                (H_STREAMS, ";".join(sizes).encode()), (H_PIECES, ";".join(table).encode())]
     if topology is not None:
         headers.append((H_TOPOLOGY, f"{topology.fingerprint()}/{topology.fingerprint(jobs=True)}".encode()))
+    if continues:
+        headers.append((H_CONTINUES, b"1"))
     return b"".join(streams), headers
 
 
 BundleEntry = tuple[int, int, int, Frame]  # (seq, part, parts, piece)
+
+
+def continues_after(entries: Sequence[BundleEntry], pieces: Sequence[tuple[int, Frame]], partition: int,
+                    seq: int) -> bool:
+    """Whether a bundle of ``entries`` for ``partition``, completed while frame ``seq``'s
+    ``pieces`` (``PartitionMap.messages``) were being added, ends before that frame's last piece
+    for the partition: its next bundle then holds the rest (``encode_bundle(continues=True)``)."""
+    if not entries or entries[-1][0] != seq:
+        return False
+    return any(p == partition for p, _ in pieces[entries[-1][1] + 1:])
 
 
 class BundleBuilder:
@@ -418,8 +442,11 @@ def bundle_table(value: bytes | None, headers: Mapping[str, bytes]) -> tuple[str
     for p in pieces:
         if not 0 <= p.part < p.parts:
             raise RecordError("bad_headers", f"part {p.part} of {p.parts}")
-        if p.seq < 0:
-            raise RecordError("bad_headers", f"piece with sequence number {p.seq}")
+        if p.seq < 1:
+            # agents (and the JSON router) number frames from 1, and the incident stage takes a
+            # seq at or below the last released (0 for a new sender) for a repeat: a seq-0 piece
+            # was processed, then its findings dropped, counted by no metric
+            raise RecordError("bad_headers", f"piece with sequence number {p.seq} (frames count from 1)")
         if p.rows is not None and p.rows < 0:
             raise RecordError("bad_headers", f"piece with {p.rows} rows")
     return agent, sent, streams, pieces
@@ -543,7 +570,7 @@ def _fb_table(buf: bytes, table: int, index: int) -> int | None:
 
 
 def decode_bundle(value: bytes | None, headers: Mapping[str, bytes], topology: Topology,
-                  pmap: PartitionMap, partition: int | None) -> list[DecodedPiece]:
+                  pmap: PartitionMap, partition: int | None, split_unknown: bool = False) -> list[DecodedPiece]:
     """Decode and validate one frames-topic record into its pieces, in processing order.
 
     Raises :class:`RecordError` when the record cannot be attributed to pieces at all
@@ -552,7 +579,9 @@ def decode_bundle(value: bytes | None, headers: Mapping[str, bytes], topology: T
     the agent's; records without it are taken as they are), every piece carries that error;
     otherwise each piece is checked on its own (``unknown_entity``,
     ``misrouted``; ``partition`` None skips the routing check), so one bad piece does not take
-    its bundle with it.
+    its bundle with it. ``split_unknown``: a piece's rows of unknown entities are taken out into
+    ``DecodedPiece.unknown`` instead of making the whole piece ``unknown_entity`` (its other rows
+    are then checked on their own).
     """
     agent, sent, streams, refs = bundle_table(value, headers)
     pieces = [DecodedPiece(PieceInfo(agent, r.seq, r.part, r.parts, sent), r.kind) for r in refs]
@@ -579,6 +608,11 @@ def decode_bundle(value: bytes | None, headers: Mapping[str, bytes], topology: T
         piece.frame = whole if (start == 0 and stop == len(whole)) else row_range(whole, start, stop)
         piece.ignored_fields = ignored.get(ref.kind, ())
         if ref.kind not in clean:
+            if split_unknown:
+                known = (piece.frame.slot >= 0) & (piece.frame.slot < topology.size(ref.kind))
+                if not known.all():
+                    piece.unknown = take_rows(piece.frame, ~known)
+                    piece.frame = take_rows(piece.frame, known)
             try:
                 _check_rows(piece.frame, topology, pmap, partition)
             except RecordError as exc:

@@ -6,7 +6,11 @@ and their checkpoints. ``faust_app`` moves records in and out; this module decid
 the incident processors), fed the partition's records in offset order and each record's
 pieces in their order. Because routing keeps a rack's entities together (``kafka_codec``),
 each entity sees the same rows, in the same frames, as in the embedded pipeline, so it
-produces the same findings. A record (a bundle of pieces) gets one findings message.
+produces the same findings: a partition's share of a frame that the agent cut into several
+pieces (``MAX_PIECE_BYTES``) runs as one frame, its pieces joined, and one that goes on in the
+sender's next bundle (``H_CONTINUES``) is held, in the checkpoint too, until its last piece
+came. A record (a bundle of pieces) gets one findings message (none when all its pieces are
+held: their reports go with the frame's last piece).
 
 **Incidents.** The findings of all partitions meet in one place (``foreshock.findings`` has
 one partition). :class:`IncidentStage` puts the pieces of each source frame back together —
@@ -58,9 +62,10 @@ from foreshock.topology import Topology
 from .embedded import EmbeddedPipeline
 from .external_feed import ExternalTarget, external_targets
 from .kafka_config import KafkaSettings
-from .kafka_codec import (BundleEntry, FindingsMessage, Headers, PartitionMap, PieceInfo, PieceReport, RecordError,
-                          as_record_error, decode_bundle, encode_findings, encode_telemetry, headers_dict,
-                          piece_headers, sender_started)
+from .kafka_topics import CHECKPOINT_MAX_BYTES
+from .kafka_codec import (H_CONTINUES, BundleEntry, FindingsMessage, Headers, PartitionMap, PieceInfo, PieceReport,
+                          RecordError, as_record_error, concat_rows, decode_bundle, encode_findings, encode_telemetry,
+                          headers_dict, piece_headers, sender_started)
 
 log = logging.getLogger("foreshock.worker")
 
@@ -415,6 +420,9 @@ class _Partition:
         self.offset = offset  # last processed (or checkpointed) offset
         self.cover = cover
         self.topic_id = topic_id  # the frames topic's ID, written with its checkpoints (None: not known)
+        # per sender, the pieces of a frame whose share of this partition continues in its next
+        # bundle (``H_CONTINUES``): not run yet, so written with the checkpoints
+        self.held: dict[str, list[tuple[PieceInfo, Frame]]] = {}
 
 
 class DetectionStage:
@@ -502,6 +510,7 @@ class DetectionStage:
         offset = -1
         cover = CheckpointCover()
         written_for = topic_id
+        held: dict[str, list[tuple[PieceInfo, Frame]]] = {}
         if checkpoint is not None:
             try:
                 saved = decode_checkpoint(checkpoint, "detect", self.signature)
@@ -511,7 +520,10 @@ class DetectionStage:
                     state = apply_delta(self._initial, saved.state)
                     pipeline.guard.load_state_dict(state["guard"])
                     pipeline.bank.load_state_dict(state["bank"])
-                else:
+                    # (absent from checkpoints written before pieces were held)
+                    held = {str(agent): list(group) for agent, group in state.get("held", {}).items()}
+                else:  # pieces held are numbered by the old hardware: dropped (the incident stage
+                    # runs their frame without them, counted frame_incomplete)
                     self._load_moved(partition, pipeline, old, saved.state)
                 offset = saved.offset
                 cover = CheckpointCover.loaded(saved, end_offset, same_topic=topic_id is not None
@@ -521,11 +533,12 @@ class DetectionStage:
                 written_for = topic_id if topic_id is not None else saved.topic_id
             except _OtherTopic as exc:
                 self.health.problem("worker", exc.reason, detail=str(exc))
-                pipeline = self._new_pipeline()
+                pipeline, held = self._new_pipeline(), {}
             except Exception as exc:  # a checkpoint we cannot use must not stop the worker
                 self.health.problem("worker", "checkpoint_unusable", detail=f"partition {partition}: {exc}")
-                pipeline, offset = self._new_pipeline(), -1
+                pipeline, offset, held = self._new_pipeline(), -1, {}
         self.parts[partition] = _Partition(pipeline, offset, cover, written_for)
+        self.parts[partition].held = held
         log.info("partition %d: resumed after offset %d", partition, offset)
         return offset
 
@@ -562,8 +575,9 @@ class DetectionStage:
             self.health.problem("worker", "offset_gap",
                                 detail=f"partition {partition}: offset {offset} after {part.offset}")
         part.offset = offset
+        header_map = headers_dict(headers)
         try:
-            pieces = decode_bundle(value, headers_dict(headers), self.topology, self.pmap, partition)
+            pieces = decode_bundle(value, header_map, self.topology, self.pmap, partition, split_unknown=True)
         except Exception as exc:  # no piece identity: nothing to report, only the dead letter
             # anything decoding raises, not only RecordError (as_record_error); the detectors'
             # exceptions below still end the worker
@@ -571,9 +585,15 @@ class DetectionStage:
             self.health.problem("worker", error.reason, detail=str(error))
             return BundleResult(dead_letters=[DeadLetter(error.reason, str(error))])
         result = BundleResult(pieces=len(pieces))
-        reports = []
+        reports: list[PieceReport] = []
         telemetry: list[BundleEntry] = []
         whole_record_failed = False
+        agent = pieces[0].info.agent
+        # consecutive pieces of one frame (a partition's share chunked at MAX_PIECE_BYTES) run as
+        # one frame, as in the embedded pipeline: peer-comparing detectors (a job's median, the
+        # GPUs a rack holds) saw each chunk alone, and their findings differed. A share the agent
+        # split across bundles (H_CONTINUES) starts with the pieces held from its previous one.
+        group: list[tuple[PieceInfo, Frame]] = part.held.pop(agent, [])
         for piece in pieces:
             if piece.error is not None or piece.frame is None:
                 # an empty report keeps the frame's sequence complete for the incident stage
@@ -594,27 +614,38 @@ class DetectionStage:
                         error.reason, str(error), piece.frame.to_ipc(),
                         piece_headers(piece.kind, info.agent, info.seq, info.part, info.parts, info.sent)))
                 continue
+            if piece.unknown is not None:
+                # rows of entities outside the topology: only they are counted (one per row, as the
+                # embedded guard counts) and dead-lettered; the piece's other rows go on. Until
+                # 2026-12-05 the whole piece was dead-lettered, a rack's good rows with the one bad row
+                info, rows = piece.info, piece.unknown
+                detail = (f"partition {partition}: {agent} frame {info.seq} part {info.part}: {len(rows)} {rows.kind} "
+                          f"rows with slots outside the topology (0..{self.topology.size(rows.kind) - 1}); "
+                          "the piece's other rows processed")
+                self.health.problem("worker", "unknown_entity", len(rows), detail=detail)
+                result.dead_letters.append(DeadLetter(
+                    "unknown_entity", detail, rows.to_ipc(),
+                    piece_headers(rows.kind, info.agent, info.seq, info.part, info.parts, info.sent)))
             if piece.ignored_fields:
                 # a newer agent's fields: its rows are read without them (counted per piece; the
                 # log line, once, says to upgrade the workers)
                 self.health.problem("worker", "unknown_fields", detail=(
                     f"{piece.kind} fields {', '.join(piece.ignored_fields)} from agent {piece.info.agent} are not "
                     "known to this worker (an agent newer than its workers): ignored; upgrade the workers"))
-            frame = piece.frame
-            findings: list[Finding] = []
-            clean = frame
-            if len(frame):
-                clean, findings = part.pipeline.process_rows(frame)
-            # the embedded bank's clock: the newest timestamp the guard let through
-            now = float(clean.ts.max()) if len(clean) else None
-            reports.append(PieceReport(piece.info, now, len(frame), findings))
-            result.findings.extend(findings)
-            result.rows += len(frame)
-            if self.frame_fields is not None and len(clean) and clean.kind in self.frame_fields:
-                telemetry.append((piece.info.seq, piece.info.part, piece.info.parts, clean))
-        result.findings_message = encode_findings(reports, partition, offset, self.worker_id)
+            if group and (group[0][0].seq != piece.info.seq or group[0][1].kind != piece.kind):
+                self._run_group(part, group, reports, telemetry, result)
+                group = []
+            group.append((piece.info, piece.frame))
+        if group:
+            if header_map.get(H_CONTINUES) == b"1" and group[-1][0] is pieces[-1].info:
+                # the rest of this frame's share comes in the sender's next bundle: run it whole then
+                # (held in the partition's checkpoint, so a restart from it still has these pieces)
+                part.held[agent] = group
+            else:
+                self._run_group(part, group, reports, telemetry, result)
+        # pieces all held for the next record: their reports go with the frame's last piece
+        result.findings_message = encode_findings(reports, partition, offset, self.worker_id) if reports else None
         if telemetry:
-            agent = pieces[0].info.agent
             result.telemetry_messages, left_out = encode_telemetry(agent, pieces[0].info.sent, telemetry,
                                                                    self.frame_fields)
             for seq, index, _, rows in left_out:
@@ -625,10 +656,33 @@ class DetectionStage:
                     "would pass the findings topic's message size: not forwarded to the incident stage"))
         return result
 
+    def _run_group(self, part: _Partition, group: list[tuple[PieceInfo, Frame]], reports: list[PieceReport],
+                   telemetry: list[BundleEntry], result: BundleResult) -> None:
+        """Run the consecutive pieces of one frame (``group``) through the pipeline as one frame.
+        Each piece keeps its own report (the incident stage counts a frame's pieces); the findings
+        go with the first, the forwarded rows under the first piece's part."""
+        frames = [frame for _, frame in group]
+        frame = frames[0] if len(frames) == 1 else concat_rows(frames, list(frames[0].columns))
+        findings: list[Finding] = []
+        clean = frame
+        if len(frame):
+            clean, findings = part.pipeline.process_rows(frame)
+        # the embedded bank's clock: the newest timestamp the guard let through
+        now = float(clean.ts.max()) if len(clean) else None
+        for i, (info, rows) in enumerate(group):
+            reports.append(PieceReport(info, now, len(rows), findings if i == 0 else []))
+            result.rows += len(rows)
+        result.findings.extend(findings)
+        first = group[0][0]
+        if self.frame_fields is not None and len(clean) and clean.kind in self.frame_fields:
+            telemetry.append((first.seq, first.part, first.parts, clean))
+
     def checkpoint(self, partition: int) -> tuple[int, bytes]:
         part = self.parts[partition]
-        blob = encode_checkpoint(part.offset, state_delta(self._initial, self._state(part.pipeline), self._fills),
-                                 "detect", self.signature, self.topology, layout=True,
+        state = state_delta(self._initial, self._state(part.pipeline), self._fills)
+        if part.held:  # a key of its own: a worker of before reads only "guard" and "bank"
+            state["__dict__"]["held"] = {"__value__": part.held}
+        blob = encode_checkpoint(part.offset, state, "detect", self.signature, self.topology, layout=True,
                                  previous=part.cover.previous_for(part.offset), topic_id=part.topic_id)
         return part.offset, blob
 
@@ -648,6 +702,14 @@ its sender have arrived: then it runs the frame with the pieces it has and goes 
 agent's delivery timeout (120 s: the longest its retries hold a piece) and a detect worker's
 failover. A piece can be lost for good — the agent's send failed after the broker was away for
 longer — and until 2026-12-01 every later frame of that sender then waited behind it forever."""
+
+TELEMETRY_HELD_MAX_BYTES = CHECKPOINT_MAX_BYTES // 4
+"""Bytes of forwarded rows (raw columns) the incident stage holds for frames waiting their turn;
+past it, the oldest waiting frame is given up on before ``FRAME_WAIT_S`` (``_trim_telemetry``).
+Behind a piece lost for good, every later frame waits with its rows, and each checkpoint pickles
+them: 180 s of 16,384 GPUs' rows at 1 s made a 75 MiB checkpoint, refused by the checkpoints
+topic (``CHECKPOINT_MAX_BYTES``), and the worker ended. A quarter of it leaves room for the
+processors' state; zstd only makes it smaller."""
 
 EXTERNAL_NEWS_S = 900.0
 """How long before a stage's first telemetry time an external event is still news to a stage
@@ -669,7 +731,7 @@ class IncidentStage:
 
     def __init__(self, processors: Sequence[FindingProcessor], health: PipelineHealth | None = None,
                  topology: Topology | None = None, clock: Callable[[], float] = time.time,
-                 frame_wait_s: float = FRAME_WAIT_S) -> None:
+                 frame_wait_s: float = FRAME_WAIT_S, telemetry_max_bytes: int = TELEMETRY_HELD_MAX_BYTES) -> None:
         self.processors = list(processors)
         self.frame_wait_s = frame_wait_s
         self.topology = topology  # checked against a checkpoint's hardware when given
@@ -698,6 +760,12 @@ class IncidentStage:
         # frames are not this stage's, and a piece of one is counted, not taken for a repeat
         self.taken_up: dict[str, tuple[int, float]] = {}
         self.telemetry: dict[tuple[str, int], dict[int, Frame]] = {}  # forwarded rows awaiting their frame
+        # their bytes held at most (``_trim_telemetry``), so the checkpoint that pickles them stays
+        # under the topic's message size; the latest size of each frame's rows, kept as they come
+        self.telemetry_max_bytes = telemetry_max_bytes
+        self._telemetry_bytes: dict[tuple[str, int], int] = {}
+        self._trim_logged = False
+        self._cover_before: tuple[int, int] | None = None
         self.offset = -1  # the last foreshock.findings offset taken (the worker sets it)
         self.cover = CheckpointCover()
         self.topic_id: str | None = None  # foreshock.findings' ID, written with the checkpoints (``load``)
@@ -766,10 +834,52 @@ class IncidentStage:
             f"{count} external events {why}: history, not news; skipped"))
 
     def observe_telemetry(self, info: PieceInfo, frame: Frame) -> None:
+        """Hold a piece's forwarded rows for its frame's run. Past ``telemetry_max_bytes`` held,
+        the next :meth:`observe` or :meth:`release_overdue` gives up on the oldest waiting frame."""
         self._resume(info.agent, info.seq)
         if info.seq <= self.released.get(info.agent, 0):
             return  # redelivered after its frame ran
-        self.telemetry.setdefault((info.agent, info.seq), {})[info.part] = frame
+        key = (info.agent, info.seq)
+        held = self.telemetry.setdefault(key, {})
+        held[info.part] = frame
+        self._telemetry_bytes[key] = sum(_frame_bytes(f) for f in held.values())
+
+    def telemetry_bytes(self) -> int:
+        """Bytes of the forwarded rows held now: sizes kept as rows come, those of frames that ran
+        or were dropped forgotten, those of frames a checkpoint brought measured, as they are met."""
+        for key in [k for k in self._telemetry_bytes if k not in self.telemetry]:
+            del self._telemetry_bytes[key]
+        for key in [k for k in self.telemetry if k not in self._telemetry_bytes]:
+            self._telemetry_bytes[key] = sum(_frame_bytes(f) for f in self.telemetry[key].values())
+        return sum(self._telemetry_bytes.values())
+
+    def _trim_telemetry(self, now: float) -> list[Finding]:
+        """While the rows held pass ``telemetry_max_bytes``, give up on the frame that has waited
+        longest (counted as ``frame_incomplete`` or ``frame_missing``, as after ``frame_wait_s``;
+        logged once) and run what then can. Rows of frames nothing holds up (a frame still being
+        put together) stay: only a frame of that size alone passes the budget, and a checkpoint
+        refused as too large is counted, not fatal (``faust_app``)."""
+        out: list[Finding] = []
+        while self.telemetry and self.telemetry_bytes() > self.telemetry_max_bytes:
+            if not self._trim_logged:
+                self._trim_logged = True
+                log.warning("incident stage: the telemetry held for frames waiting for their pieces passed %s bytes: "
+                            "the frame waiting longest is run now, before %.0f s (counted as frame_incomplete or "
+                            "frame_missing; logged once)", f"{self.telemetry_max_bytes:,}", self.frame_wait_s)
+            blocked = []
+            for agent in {k[0] for k in self.telemetry}:
+                nxt = (agent, self.released.get(agent, 0) + 1)
+                if self.newest.get(agent, 0) > nxt[1]:  # a later frame came: this one holds it up
+                    since = self.arrived.get(nxt, self.missing_since.get(agent, now))
+                    blocked.append((since, agent))
+            if not blocked:
+                break
+            _, agent = min(blocked)
+            before = self.released.get(agent, 0)
+            out.extend(self._release(agent, now, force=True))
+            if self.released.get(agent, 0) <= before:
+                break
+        return out
 
     def observe(self, message: FindingsMessage) -> list[Finding]:
         if self.external_since is None and message.now is not None:
@@ -797,17 +907,19 @@ class IncidentStage:
         self.arrived.setdefault((agent, message.seq), now)
         self.waiting.setdefault(agent, set()).add(message.seq)
         self.newest[agent] = max(self.newest.get(agent, 0), message.seq)
-        return self._release(agent, now)
+        return self._release(agent, now) + self._trim_telemetry(now)
 
     def release_overdue(self) -> list[Finding]:
         """Run what every sender has waiting past ``frame_wait_s`` (``_release``): without it, the
         frames behind a lost piece would wait for their sender's next message — forever, if it
         stopped or restarted (a new sender). Call it with the checkpoints."""
         now = self.clock()
-        return [f for agent in [a for a, seqs in self.waiting.items() if seqs] for f in self._release(agent, now)]
+        out = [f for agent in [a for a, seqs in self.waiting.items() if seqs] for f in self._release(agent, now)]
+        return out + self._trim_telemetry(now)
 
-    def _release(self, agent: str, now: float) -> list[Finding]:
-        """Run ``agent``'s frames in order while the next is complete, or overdue (``_give_up``)."""
+    def _release(self, agent: str, now: float, force: bool = False) -> list[Finding]:
+        """Run ``agent``'s frames in order while the next is complete, or overdue (``_give_up``);
+        ``force``: its next frame is given up on now, however short its wait (``_trim_telemetry``)."""
         out: list[Finding] = []
         while True:
             nxt = (agent, self.released.get(agent, 0) + 1)
@@ -815,7 +927,8 @@ class IncidentStage:
             if ready and len(ready) >= next(iter(ready.values())).parts:
                 self.missing_since.pop(agent, None)
             else:
-                last = self._give_up(nxt, ready, now)
+                last = self._give_up(nxt, ready, now, force)
+                force = False  # the frames after it wait as usual
                 if last is None:
                     break
                 if not ready:  # a run of frames of which nothing came: skip it whole
@@ -832,7 +945,8 @@ class IncidentStage:
                 out.extend(self._run([ready[p] for p in sorted(ready)], [frames[p] for p in sorted(frames)]))
         return out
 
-    def _give_up(self, frame: tuple[str, int], pieces: dict[int, FindingsMessage] | None, now: float) -> int | None:
+    def _give_up(self, frame: tuple[str, int], pieces: dict[int, FindingsMessage] | None, now: float,
+                 force: bool = False) -> int | None:
         """Whether to stop waiting for ``frame`` (its sender's next, incomplete or not seen): only
         once a later frame of its sender has come, and its own first piece (or, not seen at all, the
         first later frame since it was missed) came ``frame_wait_s`` ago. Returns the last seq
@@ -845,14 +959,15 @@ class IncidentStage:
         # a run of frames of which nothing came (every send failed while the broker was away) is
         # given up on at once, after one wait; each incomplete frame after its own
         since = self.arrived[frame] if pieces else self.missing_since.setdefault(agent, now)
-        if now - since < self.frame_wait_s:
+        if now - since < self.frame_wait_s and not force:
             return None
+        early = "; given up early: the telemetry held for the frames behind it passed its budget" if force else ""
         if pieces:
             last = seq
             parts = next(iter(pieces.values())).parts
             self.missing_since.pop(agent, None)  # a frame missing after this one waits afresh
             self.health.problem("incidents", "frame_incomplete", detail=f"{agent} frame {seq}: {len(pieces)} of "
-                                f"{parts} pieces after {now - since:.0f} s; run with them")
+                                f"{parts} pieces after {now - since:.0f} s; run with them{early}")
         else:
             later = [s for s in self.waiting.get(agent, ()) if s > seq]
             if not later:
@@ -860,7 +975,7 @@ class IncidentStage:
             last = min(later) - 1
             self.health.problem("incidents", "frame_missing", last - seq + 1,
                                 detail=f"{agent} frames {seq}..{last}: no piece after {now - since:.0f} s while "
-                                       "later frames came; skipped")
+                                       f"later frames came; skipped{early}")
         self.given_up.setdefault(agent, []).append((seq, last, now))
         return last
 
@@ -952,12 +1067,21 @@ class IncidentStage:
                 "taken_up": dict(self.taken_up)}
 
     def checkpoint(self) -> tuple[int, bytes]:
-        """The offset covered and the checkpoint; taken as written (a write that fails ends the worker)."""
+        """The offset covered and the checkpoint; taken as written (a write that fails ends the
+        worker, one refused as too large is undone by :meth:`checkpoint_refused`)."""
         self.retire_senders()
         blob = encode_checkpoint(self.offset, self.state(), "incidents", self.signature, self.topology, layout=True,
                                  previous=self.cover.previous_for(self.offset), topic_id=self.topic_id)
+        self._cover_before = (self.cover.checkpointed, self.cover.before)
         self.cover.written(self.offset)
         return self.offset, blob
+
+    def checkpoint_refused(self) -> None:
+        """The checkpoint last made was not written (refused as too large): the next one's
+        ``previous`` is the last one written."""
+        if self._cover_before is not None:
+            self.cover.checkpointed, self.cover.before = self._cover_before
+            self._cover_before = None
 
     def open_incidents(self) -> list[Incident]:
         """The incidents open in this stage's processors (those that keep incidents), as each was
@@ -1071,6 +1195,11 @@ class IncidentStage:
             for p, state in zip(self.processors, before):
                 p.load_state_dict(state)
             raise
+
+
+def _frame_bytes(frame: Frame) -> int:
+    """Bytes of a frame's columns (what pickling it writes, about)."""
+    return int(frame.ts.nbytes + frame.slot.nbytes + sum(c.nbytes for c in frame.columns.values()))
 
 
 def dedupe_findings_messages(messages: Sequence[FindingsMessage]) -> list[FindingsMessage]:

@@ -491,9 +491,10 @@ def test_a_checkpoint_is_never_written_past_findings_that_were_not_delivered(tmp
         async def no_checkpoint(partition: int) -> None:
             return None
 
-        async def write(partition: int, key: str, blob: bytes, original: Any = worker._write_checkpoint) -> None:
-            await original(partition, key, blob)
+        async def write(partition: int, key: str, blob: bytes, original: Any = worker._write_checkpoint) -> bool:
+            done = bool(await original(partition, key, blob))  # False: refused as too large (counted)
             written.append(blob)
+            return done
 
         worker.read_checkpoint, worker._write_checkpoint = no_checkpoint, write  # type: ignore[method-assign]
         worker._exit = exits.append

@@ -124,7 +124,7 @@ def test_the_detection_stage_dead_letters_anything_decoding_raises(small_topolog
     stage.load(0, None)
     value, headers = encode_bundle("a#1", 0.0, [(1, 0, 1, _gpu_frame())], topology=small_topology)
 
-    def broken(*args: Any) -> Any:
+    def broken(*args: Any, **kwargs: Any) -> Any:
         raise ZeroDivisionError("a decoder's bug")
 
     monkeypatch.setattr("foreshock.streams.kafka_worker.decode_bundle", broken)
