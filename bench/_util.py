@@ -12,8 +12,12 @@ def repeat(fn: Callable[[], float], runs: int = 5, warmup: int = 1) -> dict[str,
     """Call ``fn`` (which returns a rate or a duration) ``runs`` times after ``warmup`` calls."""
     for _ in range(warmup):
         fn()
-    values = [fn() for _ in range(runs)]
-    return {"median": statistics.median(values), "min": min(values), "max": max(values), "runs": runs}
+    return summary([fn() for _ in range(runs)])
+
+
+def summary(values: list[float]) -> dict[str, float]:
+    """Median, min, max and count of ``values`` (rates or durations), as :func:`repeat` gives them."""
+    return {"median": statistics.median(values), "min": min(values), "max": max(values), "runs": len(values)}
 
 
 def timed(fn: Callable[[], Any]) -> float:

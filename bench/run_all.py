@@ -50,12 +50,17 @@ HEADLINES: dict[str, list[tuple[str, str]]] = {
 
 
 def run(cmd: list[str], timeout: float) -> list[dict]:  # type: ignore[type-arg]
+    return run_checked(cmd, timeout)[0]
+
+
+def run_checked(cmd: list[str], timeout: float) -> tuple[list[dict], bool]:  # type: ignore[type-arg]
+    """The JSON lines with a "name" that ``cmd`` prints, and whether it ran through (exit 0 in time)."""
     print(f"$ {' '.join(cmd)}", flush=True)
     try:
         proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
         print(f"  timed out after {timeout:.0f} s", flush=True)
-        return []
+        return [], False
     out = []
     for line in proc.stdout.splitlines():
         print("  " + line)
@@ -68,7 +73,35 @@ def run(cmd: list[str], timeout: float) -> list[dict]:  # type: ignore[type-arg]
                 out.append(obj)
     if proc.returncode != 0:
         print(f"  exit {proc.returncode}: {proc.stderr.strip().splitlines()[-1:] if proc.stderr else ''}", flush=True)
-    return out
+    return out, proc.returncode == 0
+
+
+def names_of(script: Path) -> set[str]:
+    """The benchmarks (``HEADLINES`` names) whose JSON line ``script`` prints."""
+    text = script.read_text()
+    return {name for name in HEADLINES if f'"{name}"' in text}
+
+
+def merge(old: list[dict], old_date: str, fresh: list[dict], ran: set[str],  # type: ignore[type-arg]
+          failed: set[str], date: str) -> list[dict]:  # type: ignore[type-arg]
+    """The results to save: each with the date it was measured (``measured``).
+
+    ``fresh``: this run's, measured ``date``. ``ran``: the benchmarks whose scripts ran, ``failed``
+    those of scripts that failed. An old entry (measured ``old_date`` unless it says) of a benchmark
+    not run is kept with its own date; of a failed one, kept with its own date and marked
+    ``stale`` (with ``failed``: this run's date), never passed off as this run's; of one that ran
+    and no longer prints that name, dropped. Old entries keep their order; new ones follow."""
+    now = {r["name"]: {**r, "measured": date} for r in fresh}
+    out: list[dict] = []  # type: ignore[type-arg]
+    for r in old:
+        name = r["name"]
+        if name in now:
+            out.append(now.pop(name))
+        elif name in failed:
+            out.append({**r, "measured": r.get("measured", old_date), "stale": True, "failed": date})
+        elif name not in ran:
+            out.append({**r, "measured": r.get("measured", old_date)})
+    return out + list(now.values())
 
 
 def fmt(v: object) -> str:
@@ -79,12 +112,23 @@ def fmt(v: object) -> str:
     return str(v)
 
 
-def table_markdown(results: list[dict]) -> str:  # type: ignore[type-arg]
+def dated(r: dict, date: str | None) -> str:  # type: ignore[type-arg]
+    """What to say beside an entry not measured on ``date`` (the run's): its own date, and that it
+    is stale where its benchmark failed since."""
+    measured = r.get("measured")
+    if r.get("stale"):
+        return f" (stale: measured {measured}; failed {r.get('failed', 'since')})"
+    if date is not None and measured is not None and measured != date:
+        return f" (measured {measured})"
+    return ""
+
+
+def table_markdown(results: list[dict], date: str | None = None) -> str:  # type: ignore[type-arg]
     lines = ["| benchmark | figures |", "| --- | --- |"]
     for r in results:
         keys = HEADLINES.get(r["name"], [(k, k) for k in r if k != "name"][:4])
         figures = ", ".join(f"{label} **{fmt(r[k])}**" for k, label in keys if k in r)
-        lines.append(f"| `{r['name']}` | {figures} |")
+        lines.append(f"| `{r['name']}` | {figures}{dated(r, date)} |")
     return "\n".join(lines)
 
 
@@ -93,8 +137,9 @@ def write_readme(meta: dict, results: list[dict]) -> None:  # type: ignore[type-
     text = readme.read_text()
     if START in text and END in text:
         block = (f"{START}\nMeasured {meta['date']} on {meta['machine']} (Python {meta['python']}) with "
-                 f"`make bench` (median of runs; min and max in `bench/results.json`):\n\n"
-                 f"{table_markdown(results)}\n{END}")
+                 f"`make bench` (median of runs; min and max in `bench/results.json`; an entry measured "
+                 f"on another date says so):\n\n"
+                 f"{table_markdown(results, meta['date'])}\n{END}")
         readme.write_text(text[: text.index(START)] + block + text[text.index(END) + len(END):])
 
 
@@ -128,33 +173,49 @@ def main() -> None:
         wanted = {s.strip() for s in args.only.split(",")}
         scripts = [p for p in scripts if p.stem in wanted or p.name in wanted]
     results: list[dict] = []  # type: ignore[type-arg]
+    ran: set[str] = set()
+    failed: set[str] = set()  # the benchmarks of scripts that failed: no figures of theirs this run
+    failed_runs: list[str] = []  # the scripts (and make targets) that failed, said at the end
     for script in scripts:
-        results += run([sys.executable, str(script.relative_to(ROOT))], args.timeout)
+        names = names_of(script)
+        out, ok = run_checked([sys.executable, str(script.relative_to(ROOT))], args.timeout)
+        ran |= names
+        if ok:
+            results += out
+        else:  # lines printed before it failed are no measurement to stand on
+            failed |= names | {r["name"] for r in out}
+            failed_runs.append(script.name)
     # with --only, Kafka runs only when asked for (--kafka yes)
     with_kafka = args.kafka == "yes" if args.only else kafka_wanted(args.kafka)
     if with_kafka:
-        results += run(["make", "--no-print-directory", "bench-kafka"], args.timeout)
+        out, ok = run_checked(["make", "--no-print-directory", "bench-kafka"], args.timeout)
+        ran.add("kafka_end_to_end")
+        if ok:
+            results += out
+        else:
+            failed |= {"kafka_end_to_end"} | {r["name"] for r in out}
+            failed_runs.append("make bench-kafka")
     elif args.kafka == "auto" and not args.only:
         print("kafka_end_to_end skipped: no `java` on PATH or 127.0.0.1:19092 in use "
-              "(its last figures stay in bench/results.json)", flush=True)
+              "(its last figures stay in bench/results.json, with their own date)", flush=True)
+    meta = {"date": time.strftime("%Y-%m-%d"), "machine": f"{platform.machine()}, {os.cpu_count()} cores",
+            "python": platform.python_version()}
+    old, old_date = [], meta["date"]
+    if RESULTS.exists():
+        saved = json.loads(RESULTS.read_text())
+        old, old_date = saved["results"], saved["meta"]["date"]
+    if not args.only:  # every script ran: an old entry none printed is a benchmark gone (Kafka aside)
+        ran |= {r["name"] for r in old} - (set() if with_kafka else {"kafka_end_to_end"})
+    # a benchmark not run keeps its last figures and their date; a failed one's are marked stale
+    saved_all = merge(old, old_date, results, ran, failed, meta["date"])
     table = Table(title="foreshock benchmarks (median of runs; see each JSON line for min/max)")
     table.add_column("benchmark")
     table.add_column("figures")
-    for r in results:
+    for r in saved_all:
         keys = HEADLINES.get(r["name"], [(k, k) for k in r if k != "name"][:4])
-        table.add_row(r["name"], ", ".join(f"{label} {fmt(r[k])}" for k, label in keys if k in r))
+        table.add_row(r["name"], ", ".join(f"{label} {fmt(r[k])}" for k, label in keys if k in r)
+                      + dated(r, meta["date"]))
     Console().print(table)
-    meta = {"date": time.strftime("%Y-%m-%d"), "machine": f"{platform.machine()}, {os.cpu_count()} cores",
-            "python": platform.python_version()}
-    saved_all = results
-    if (args.only or not with_kafka) and RESULTS.exists():
-        # a partial run replaces its own benchmarks' entries and keeps the others' last figures
-        fresh = {r["name"] for r in results}
-        kept = [r for r in json.loads(RESULTS.read_text())["results"] if r["name"] not in fresh]
-        if args.only:
-            saved_all = kept + results
-        else:  # everything but Kafka ran: keep Kafka's last figures
-            saved_all = [r for r in kept if r["name"] == "kafka_end_to_end"] + results
     RESULTS.write_text(json.dumps({"meta": meta, "results": saved_all}, indent=2) + "\n")
     if args.readme:
         write_readme(meta, saved_all)
@@ -162,7 +223,11 @@ def main() -> None:
     # running `make bench | tail -1` has always got) stays the last line
     for r in sorted(results, key=lambda r: r["name"] == "replay_end_to_end"):
         print(json.dumps(r))
-
+    if failed_runs:
+        print(f"FAILED: {', '.join(failed_runs)}: no figures this run"
+              + (f"; the last ones of {', '.join(sorted(failed))} are kept marked stale" if failed else ""),
+              file=sys.stderr, flush=True)
+        sys.exit(1)
 
 if __name__ == "__main__":
     main()
