@@ -1,7 +1,7 @@
 """``foreshock demo``: a simulated cluster with a fault, live through the embedded pipeline.
 
-The simulator runs as a live source (timestamps start now, so Prometheus sees current
-samples), the default detector bank predicts, ``/metrics`` is served on loopback, and a summary
+The simulator runs as a live source (timestamps start at the current hour, so Prometheus sees
+recent samples), the default detector bank predicts, ``/metrics`` is served on loopback, and a summary
 compares what foreshock said with the simulator's ground truth.
 """
 
@@ -49,10 +49,13 @@ def command(gpus: int, duration: float, interval: float, scenario: str, seed: in
     if duration <= 0:
         raise click.UsageError("--duration must be > 0")  # (--interval: the simulator's floor, below)
     try:
-        # frames carry the wall clock (Prometheus wants current samples), but the cluster's day
-        # starts at midnight whatever the hour: the same seed tells the same story at any time
+        # frames carry the wall clock (Prometheus wants recent samples), but the cluster's day
+        # starts at midnight whatever the hour, and the clock at the start of the hour: detectors
+        # bucket by the epoch's minutes (the optics' 60 s windows), and a start at any second had
+        # told the same seed's story differently from one run to the next
+        start = math.floor(time.time() / 3600.0) * 3600.0
         sim = ClusterSimulator(gpus=gpus, scenario=scenario, seed=seed, interval=interval, duration=duration,
-                               start_time=time.time(), start_hour=0.0)
+                               start_time=start, start_hour=0.0)
     except (ScenarioError, ValueError) as exc:
         raise click.UsageError(str(exc)) from None
     console = Console(stderr=True)

@@ -1,12 +1,16 @@
 """Console sink: tallies findings over a run and renders a readable summary with rich.
 
 The tally is bounded by the number of (finding key, entity) pairs, not by the number of
-findings: for each it keeps the first and last telemetry time, a count and the last reason.
+findings: for each it keeps the first and last telemetry time, a count, the first reason and
+the times it was raised (at most :data:`MAX_RAISES`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import calendar
+import re
+import time
+from dataclasses import dataclass, field, replace
 from typing import Iterable, Mapping, Sequence
 
 from rich.console import Console
@@ -14,6 +18,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from foreshock.detectors.incidents import REFIRE_NOTE
 from foreshock.events import Event
 from foreshock.findings import Anomaly, Finding, Incident, Prediction
 from foreshock.frames import Frame
@@ -33,6 +38,12 @@ class TallyEntry:
     count: int
     reason: str
     eta_s: float = float("nan")
+    # when it was raised: its first sighting, and each one after it was withdrawn (a prediction
+    # withdrawn, an incident resolved) or went quiet for RAISE_GAP_S. A fault that recurs on the
+    # same entities is told by a later raise: with the first sighting alone, the summary dropped
+    # what was said of the second fault as "said before the fault began"
+    raised: list[float] = field(default_factory=list)
+    withdrawn: bool = False
 
 
 @dataclass(frozen=True)
@@ -46,6 +57,14 @@ class TimeOrigin:
     ts: float
     what: str  # "the simulation's start", "the first sample"
 
+
+RAISE_GAP_S = 600.0
+"""Silence after which a finding seen again counts as raised again: a prediction is refreshed every
+minute or so while active, an anomaly comes and goes with its samples."""
+
+MAX_RAISES = 32
+"""Raise times a tally entry keeps: its first and the latest ones (``watch`` runs for weeks, and a
+flapping entity is raised again and again)."""
 
 MAX_INCIDENTS = 1000
 """Incidents a tally keeps (open ones always): ``foreshock watch`` runs for weeks, and each
@@ -64,6 +83,11 @@ class FindingTally:
         self.entries: dict[tuple[str, str, str], TallyEntry] = {}
         self.incidents: dict[str, Incident] = {}  # latest state of each incident
         self.incident_opened: dict[str, float] = {}
+        # per incident, the worst step slowdown each job was said to suffer, and the entities it
+        # ever predicted: its last update (a resolved one) names neither, and a cooling loss that
+        # slowed five jobs read "-" in the summary once it was over
+        self.incident_jobs: dict[str, dict[str, float]] = {}
+        self.incident_predicted: dict[str, set[str]] = {}
         self.max_incidents = max_incidents
         self.incidents_forgotten = 0
         # when each forgotten incident opened, the last max_incidents forgotten: the engine reopens
@@ -82,7 +106,11 @@ class FindingTally:
     def observe_findings(self, findings: Iterable[Finding]) -> None:
         for f in findings:
             if isinstance(f, Prediction):
-                if not f.active:
+                if not f.active:  # withdrawn: the next active one is raised again
+                    name = self.topology.name(f.entity_kind, f.slot)
+                    withdrawn = self.entries.get((f"predict {f.event}", f.entity_kind, name))
+                    if withdrawn is not None:
+                        withdrawn.withdrawn = True
                     continue
                 what, kind, entity, eta = f"predict {f.event}", f.entity_kind, self.topology.name(f.entity_kind, f.slot), f.eta_s
                 rack = self.topology.labels(kind, f.slot).get("rack", "")
@@ -96,6 +124,10 @@ class FindingTally:
                     self.incidents_forgotten -= 1
                 self.incidents[f.incident_id] = f
                 self.incident_opened.setdefault(f.incident_id, f.ts)
+                worst = self.incident_jobs.setdefault(f.incident_id, {})
+                for job, ratio in f.jobs:
+                    worst[job] = max(worst.get(job, ratio), ratio)
+                self.incident_predicted.setdefault(f.incident_id, set()).update(m for m, _ in f.predicted_members)
                 if len(self.incidents) > self.max_incidents:
                     self._forget_an_incident()
                 what, kind, entity, eta = f"incident {f.root_kind}", f.root_kind, f.root_entity, float("nan")
@@ -105,13 +137,20 @@ class FindingTally:
             key = (what, kind, entity)
             entry = self.entries.get(key)
             if entry is None:
-                self.entries[key] = TallyEntry(what, kind, entity, rack, f.detector if not isinstance(f, Incident) else "incidents",
-                                               f.ts, f.ts, 1, f.reason, eta)
+                entry = self.entries[key] = TallyEntry(
+                    what, kind, entity, rack, f.detector if not isinstance(f, Incident) else "incidents",
+                    f.ts, f.ts, 1, f.reason, eta, [f.ts])
             else:
                 # reason and ETA stay those of the first finding: the summary shows each group's
                 # first example, and a later reason next to the first time and ETA would mislead
+                if entry.withdrawn or f.ts - entry.last_ts > RAISE_GAP_S:
+                    entry.raised.append(f.ts)
+                    if len(entry.raised) > MAX_RAISES:  # the first stays: the summary's "first at"
+                        del entry.raised[1]
                 entry.last_ts = max(entry.last_ts, f.ts)
                 entry.count += 1
+            # an incident's resolution withdraws what its root was said to be
+            entry.withdrawn = isinstance(f, Incident) and f.state == "resolved"
 
     def close(self) -> None:
         pass
@@ -126,6 +165,8 @@ class FindingTally:
             return  # open incidents are few (the engine bounds them); they are kept
         last = max(resolved, key=self.summary_order)
         del self.incidents[last.incident_id]
+        self.incident_jobs.pop(last.incident_id, None)
+        self.incident_predicted.pop(last.incident_id, None)
         self._forgotten_opened[last.incident_id] = self.incident_opened.pop(last.incident_id)
         if len(self._forgotten_opened) > self.max_incidents:  # the longest forgotten: past reopening
             del self._forgotten_opened[next(iter(self._forgotten_opened))]
@@ -215,10 +256,12 @@ def _incidents_table(tally: FindingTally, console: Console, t0: float, max_rows:
         nxt = ", ".join(f"{m} ({eta / 60:.0f} min)" if eta >= 0 else m for m, eta in inc.predicted_members[:3])
         if len(inc.predicted_members) > 3:
             nxt += f" +{len(inc.predicted_members) - 3}"
-        jobs = ", ".join(f"{j} x{r:.2f}" for j, r in inc.jobs[:3])
+        predicted = len(tally.incident_predicted.get(inc.incident_id, ()))
+        if not nxt and predicted:  # none now (a resolved one's last update names none): it had some
+            nxt = f"{predicted} earlier"
         table.add_row(_clock(tally.incident_opened[inc.incident_id], t0), inc.state,
                       Text(f"{inc.root_kind} {inc.root_entity}"), str(len(inc.members)), Text(nxt or "-"),
-                      Text(jobs or "-"))
+                      Text(_jobs_cell(inc, tally.incident_jobs.get(inc.incident_id, {})) or "-"))
     # the rows left out and the incidents forgotten, each counted on its own: fewer kept than
     # max_rows left out none, and must not take the forgotten ones off
     more = max(len(ordered) - max_rows, 0) + tally.incidents_forgotten
@@ -227,7 +270,33 @@ def _incidents_table(tally: FindingTally, console: Console, t0: float, max_rows:
     console.print(table)
     for inc in ordered[:max_rows]:  # a reason names its root ("cooling loop cdu1: 128 GPUs ..."); else say it
         root = "" if inc.root_entity in inc.reason else f" ({inc.root_kind} {inc.root_entity})"
-        console.print(Text.assemble("  ", ("why", "bold"), root, ": ", inc.reason))
+        console.print(Text.assemble("  ", ("why", "bold"), root, ": ", _on_clock(inc.reason, t0)))
+
+
+def _jobs_cell(inc: Incident, worst: Mapping[str, float], shown: int = 3) -> str:
+    """The jobs an incident slows: those of its last update with their slowdown now, then after
+    "was" the others it slowed, with the worst slowdown said of each ("was job7 x1.21")."""
+    current = {j for j, _ in inc.jobs}
+    past = sorted(((j, r) for j, r in worst.items() if j not in current), key=lambda jr: (-jr[1], jr[0]))
+    now_shown, past_shown = inc.jobs[:shown], past[:max(shown - len(inc.jobs), 0)]
+    cell = ", ".join(f"{j} x{r:.2f}" for j, r in now_shown)
+    if past_shown:
+        cell += ("; " if cell else "") + "was " + ", ".join(f"{j} x{r:.2f}" for j, r in past_shown)
+    more = len(inc.jobs) + len(past) - len(now_shown) - len(past_shown)
+    return cell + (f" +{more}" if more else "")
+
+
+def _on_clock(reason: str, t0: float) -> str:
+    """``reason`` with the UTC times of its re-fire notes ("fired again at 2026-12-05 05:10:02 UTC")
+    on the summary's clock (+h:mm:ss), as every other time it prints."""
+    if t0 != t0:
+        return reason
+
+    def relative(m: re.Match[str]) -> str:
+        ts = calendar.timegm(time.strptime(m.group(2), "%Y-%m-%d %H:%M:%S UTC"))
+        start, end = m.start(2) - m.start(), m.end(2) - m.start()
+        return m.group(0)[:start] + _clock(ts, t0) + m.group(0)[end:]
+    return REFIRE_NOTE.sub(relative, reason)
 
 
 def _predictions_table(tally: FindingTally, console: Console, t0: float, max_rows: int) -> None:
@@ -292,7 +361,7 @@ def _truth_table(tally: FindingTally, events: Sequence[Event], console: Console,
         # the lead is measured by the prediction of the impact itself when there is one
         wanted = f"predict {_PREDICTED_BY.get(impact.type, '')}" if impact else ""
         first = min([e for e in predictions if e.what == wanted] or predictions or related,
-                    key=lambda e: e.first_ts, default=None)
+                    key=lambda e: e.first_ts, default=None)  # (first_ts: its first raise since the onset)
         lead = _lead(impact, first)
         found = _fault_incident(tally, fault)
         incident = f"{found.root_kind} {found.root_entity}" if found else None
@@ -325,35 +394,53 @@ def _lead(impact: Event | None, first: TallyEntry | None) -> str:
     return f"detected {abs(lead_s) / 60:.1f} min {'before' if lead_s > 0 else 'after'}"
 
 
+INCIDENT_LEAD_S = 1800.0
+"""How long before a fault's onset an incident rooted at its target may have opened and still be
+the fault's own: the lead of a prediction (the thermal ones' horizon)."""
+
+
 def _fault_incident(tally: FindingTally, fault: Event) -> Incident | None:
-    """The incident that tells of ``fault``: among those still alive at its onset, one rooted at
-    or holding its target (or an entity under it: a node's GPUs), else one rooted at or holding
-    a place the fault names (the racks a cooling loop feeds, a GPU's node): a loop's fault had
-    read "no incident" beside the incident rooted at the rack that loop feeds. The first opened."""
+    """The incident that tells of ``fault``: among those still alive at its onset, first one rooted
+    at its target (or an entity under it: a node's GPUs) and opened since its onset (less
+    :data:`INCIDENT_LEAD_S`), then one rooted at or holding its target, else one rooted at or
+    holding a place the fault names (the racks a cooling loop feeds, a GPU's node): a loop's fault
+    had read "no incident" beside the incident rooted at the rack that loop feeds. The first opened.
+
+    Holding the target is not enough to come first: a node's power failure an hour into a cooling
+    loss on its loop was named after the loop's incident, opened half an hour before it."""
     detail = fault.detail if isinstance(fault.detail, dict) else {}
     places = (set(detail.get("racks") or ()) | {detail[k] for k in ("rack", "node") if isinstance(detail.get(k), str)})
+
+    def opened(inc: Incident) -> float:
+        return tally.incident_opened[inc.incident_id]
 
     def touches(inc: Incident, names: set[str]) -> bool:
         return any(e in names or e.partition("/")[0] in names for e in (inc.root_entity, *inc.members))
 
     alive = [i for i in tally.incidents.values() if i.ts >= fault.time]
+    own = [i for i in alive if (i.root_entity == fault.entity or i.root_entity.startswith(fault.entity + "/"))
+           and opened(i) >= fault.time - INCIDENT_LEAD_S]
+    if own:
+        return min(own, key=opened)
     for names in ({fault.entity}, places - {fault.entity}):
         found = [i for i in alive if names and touches(i, names)]
         if found:
-            return min(found, key=lambda i: tally.incident_opened[i.incident_id])
+            return min(found, key=opened)
     return None
 
 
 def _related_entries(tally: FindingTally, fault: Event, consequences: Sequence[Event]) -> list[TallyEntry]:
-    """Tally entries first seen after the fault's onset, on its target, its racks, or any entity one
-    of its consequences touched."""
+    """Tally entries raised at or after the fault's onset, on its target, its racks, or any entity
+    one of its consequences touched; each as a copy whose ``first_ts`` is its first raise since the
+    onset (a fault that recurs on the same GPUs is told by their later raises)."""
     names = {fault.entity} | {e.entity for e in consequences}
     detail = fault.detail if isinstance(fault.detail, dict) else {}
     racks = set(detail.get("racks") or ()) | ({detail["rack"]} if "rack" in detail else set())
     out = []
     for e in tally.entries.values():
-        if e.first_ts < fault.time:
-            continue  # said before the fault began: about something else
+        since = min((t for t in e.raised or (e.first_ts,) if t >= fault.time), default=None)
+        if since is None:
+            continue  # said before the fault began (and not raised again since): about something else
         if e.entity in names or e.rack in racks or any(e.entity.startswith(n + "/") for n in names):
-            out.append(e)
+            out.append(e if since == e.first_ts else replace(e, first_ts=since))
     return out
