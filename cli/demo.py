@@ -53,7 +53,9 @@ def command(gpus: int, duration: float, interval: float, scenario: str, seed: in
         # starts at midnight whatever the hour, and the clock at the start of the hour: detectors
         # bucket by the epoch's minutes (the optics' 60 s windows), and a start at any second had
         # told the same seed's story differently from one run to the next
-        start = math.floor(time.time() / 3600.0) * 3600.0
+        # — unless an external feed is followed: its events are stamped by the wall clock, and an
+        # event a minute from now fell past the end of a short run started at the hour
+        start = time.time() if external_path else math.floor(time.time() / 3600.0) * 3600.0
         sim = ClusterSimulator(gpus=gpus, scenario=scenario, seed=seed, interval=interval, duration=duration,
                                start_time=start, start_hour=0.0)
     except (ScenarioError, ValueError) as exc:

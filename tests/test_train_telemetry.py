@@ -162,17 +162,22 @@ def _scored(model, path):
 
 
 def test_calibration_holds_the_alarms_to_the_precision_asked_on_the_held_out_recording(recording, held_out, tmp_path):
-    """The training's per-sample F1 cut alarms on GPUs that never throttle (episode precision 0.67
-    on the held-out recording); calibrated there at precision 0.95, the model's own alarms meet it
-    with the recall the calibration reported."""
+    """Calibrated on the held-out recording at precision 0.95, the model's own alarms there meet it
+    with the recall the calibration reported, and no less recall than the training's per-sample F1
+    cut where that cut holds the precision; where it does not (the cut had alarmed on GPUs that
+    never throttle, episode precision 0.67, while clipped to 0.95), the calibrated level is above
+    it. (Unclipped since 2026-12-05, the cut is precise on this recording.)"""
     plain = _train(recording, tmp_path / "plain.skops")
-    assert _scored(tmp_path / "plain.skops", held_out)["precision"] < 0.95
+    plain_live = _scored(tmp_path / "plain.skops", held_out)
     out = _train(recording, tmp_path / "cal.skops", "--calibrate", str(held_out), "--precision", "0.95")
     said = out["events"]["thermal_throttle"]["calibrated"]
     assert said["reached"] and said["precision"] >= 0.95
     live = _scored(tmp_path / "cal.skops", held_out)
     assert live["precision"] >= 0.95 and live["recall"] == said["recall"] > 0
-    assert out["events"]["thermal_throttle"]["threshold"] > plain["events"]["thermal_throttle"]["threshold"]
+    if plain_live["precision"] is not None and plain_live["precision"] >= 0.95:
+        assert live["recall"] >= plain_live["recall"]
+    else:
+        assert out["events"]["thermal_throttle"]["threshold"] > plain["events"]["thermal_throttle"]["threshold"]
     meta = json.loads(bl.load_model(tmp_path / "cal.skops")["meta"])
     assert meta["calibration"] == {"recordings": [str(held_out)], "target_precision": 0.95}
 
