@@ -156,9 +156,15 @@ class LoopWarmingDetector(FeatureDetector):
                               active=False)
         f = feats[row]
         margin, rate = f[F["core_margin_c"]], f[F["temp_slope_c_per_min"]]
-        eta = float(np.clip(margin / rate * 60.0, 0.0, self.params["horizon_s"])) if rate > 0 else self.params["horizon_s"]
+        # a poll without the die's reading (its slopes are held, so the row still scores): the
+        # horizon, as where the die is not rising; its NaN ETA had been exported as "no finite
+        # forecast" and kept by the store as a finding that never lapses
+        known = bool(np.isfinite(margin) and np.isfinite(rate))
+        eta = float(np.clip(margin / rate * 60.0, 0.0, self.params["horizon_s"])) if known and rate > 0 \
+            else float(self.params["horizon_s"])
+        to_limit = f"with {margin:.0f} °C to its limit" if known else "its temperature not read this poll"
         reason = (f"the inlet it reads is {rise[row]:.1f} °C over its usual {f[F['inlet_c']] - rise[row]:.1f} °C and "
                   f"rising {f[F['inlet_slope_c_per_min']]:.1f} °C/min, the die {f[F['temp_slope_c_per_min']]:+.1f} "
-                  f"°C/min with {margin:.0f} °C to its limit: its cooling loop is losing flow")
+                  f"°C/min {to_limit}: its cooling loop is losing flow")
         return Prediction(float(obs[row, 0]), "gpu", slot, self.events[0], eta, round(float(rec[O_CONF]), 3),
                           self.name, reason)

@@ -208,3 +208,23 @@ def test_a_rack_stepping_up_in_power_on_boards_over_nominal_r_is_no_warming_loop
 
 def test_a_loop_warming_at_steady_power_on_such_boards_is_still_predicted() -> None:
     assert len({f.slot for f in _rack_at_power(1.2, step_at=1e9, inlet_rise_c_per_s=0.01)}) >= 16
+
+
+def test_a_poll_without_the_die_temperature_gives_a_finite_eta(cooling_loss):
+    """The slopes are held over a poll that misses the die's reading, so the row still scores; its
+    ETA was NaN (margin unknown), exported as "no finite forecast" and kept by the store as a
+    finding that never lapses. It is the horizon now, and the reason says the die was not read."""
+    from foreshock.frames import Frame
+
+    topo, frames, _ = cooling_loss
+    det = lw.LoopWarmingDetector(topo)
+    unread = []
+    for k, frame in enumerate(frames):
+        if k % 3 == 2:  # every third poll, the exporter misses the die temperature
+            frame = Frame("gpu", frame.ts, frame.slot, {**frame.columns, "gpu_temp": np.full(len(frame), np.nan)})
+        for p in det.update(frame):
+            if isinstance(p, Prediction) and p.active and k % 3 == 2:
+                unread.append(p)
+    assert unread, "no prediction on a poll without the die's reading: the test shows nothing"
+    assert all(np.isfinite(p.eta_s) and p.eta_s == det.params["horizon_s"] for p in unread)
+    assert all("not read this poll" in p.reason for p in unread)
