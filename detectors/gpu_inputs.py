@@ -177,12 +177,7 @@ it may run, never cooler."""
 # next node of the same rack (-1: the last; NaN: not linked); how far from steady the node's
 # GPUs were over the previous tick and over this one (see node_feed)
 NODE_PROXY_TS, NODE_PROXY, NODE_ACC_TS, NODE_ACC, NODE_NEXT, NODE_PROXY_DEV, NODE_ACC_DEV = range(7)
-# ... and the least (filtered) power of its GPUs over the previous tick and over this one; for its
-# rack's proxy (see PROXY_WORK_W): 1 while the node was last counted at work, else 0 (NaN: not yet),
-# the offset added to its proxy (NaN: none), the value its proxy was re-based to and when, its
-# re-based proxy when it last counted with its least power steady, and that power when it last counted
-NODE_PROXY_P, NODE_ACC_P, NODE_WORK, NODE_OFF, NODE_ANCHOR, NODE_MOVED, NODE_LAST, NODE_SEEN_P = range(7, 15)
-NODE_SIZE = 15
+NODE_SIZE = 7
 RACK_PROXY_MIN_NODES = 3
 """A rack's proxy needs this many steady nodes with a fresh proxy of their own."""
 RACK_PROXY_STEADY_C = 2.0
@@ -190,27 +185,6 @@ RACK_PROXY_STEADY_C = 2.0
 this: its work starting or stopping. Through those minutes its proxy swings by up to R times the
 step (the fitted lag of ``P_f`` trails the die's), and 3 of a rack's 4 nodes starting work moved
 the median 9 °C in a sample."""
-PROXY_WORK_W = 200.0
-"""A node's proxy sits ``(R - R_nominal) * P`` over the inlet (``P``: its coolest GPU's power, an
-idle one's where any idles and R is over nominal): it steps by that when the node starts or stops
-work with the coolant unchanged, and a rack's median with it — for a node whose own work never
-changed, the rack's *other* nodes starting or stopping work read as its inlet warming or cooling.
-Boards at 1.45 x R_nominal read the rack's 3 other nodes starting work as their inlet rising 13 °C,
-and a steadily loaded node, 71 °C at 700 W, was predicted to throttle on all 8 GPUs (until
-2026-12-05). So a node counted for its rack whose work changed (each of its GPUs over this power,
-or not) re-bases: its proxy goes on from where it stood (an offset takes up the step), held there
-for ``PROXY_SETTLE_S``, and moves with its own readings from there (:func:`rebase_nodes`) — while
-some node of the rack kept its work. Re-basing the rack's proxy as a whole wherever its median
-passed between idle nodes and nodes at work froze it through losses of flow: where R is nominal
-those sit within noise of each other and the median's node flipped class on most ticks (seeds
-1221, 1233); and re-basing every node of a rack whose whole job ended carried the last loaded
-tick's transient on as an offset (4 °C warm for the next hour: loop_warming called it a loss)."""
-PROXY_SETTLE_S = 150.0
-"""... for this long after a node's re-base (five of a die's 30-s time constants) its proxy stays
-where it was re-based: its dies settle meanwhile. Where every node counts as steady (``gpu_inlet``:
-the sample's own power, unfiltered) a starting node's proxy first dips by ``R·ΔP`` (its power is
-read at once, its die lags), and a re-base on that dip carried the die's settling on as the inlet
-rising 6 °C: a loop losing flow called on a rack whose coolant held."""
 
 TICK_EPS_S = 0.5
 """Samples of one node closer than this in time belong to the same scrape (tick)."""
@@ -233,8 +207,6 @@ def upgrade_rack_state(state: dict[str, Any]) -> dict[str, Any]:
     known, read at the rack's last sample, its floor 0; else none)."""
     saved = np.asarray(state.get("s_rack"))
     state = add_columns(state, "s_rack", RACK_SIZE, {RACK_FLOW_TS: RACK_TS, RACK_HEAT_TS: RACK_TS})
-    # nodes saved before their proxies re-based (NODE_PROXY_P on): NaN, none re-based yet
-    state = add_columns(state, "s_node", NODE_SIZE)
     if saved.ndim == 2 and saved.shape[1] <= RACK_HEAT_SRC and state["s_rack"] is not saved:
         rack = state["s_rack"]
         known = np.isfinite(rack[:, RACK_HEAT_SLOW])
@@ -752,11 +724,9 @@ def node_tick(ts: float, node: int, node_state: np.ndarray) -> None:
             node_state[node, NODE_PROXY] = node_state[node, NODE_ACC]
             node_state[node, NODE_PROXY_TS] = node_state[node, NODE_ACC_TS]
             node_state[node, NODE_PROXY_DEV] = node_state[node, NODE_ACC_DEV]
-            node_state[node, NODE_PROXY_P] = node_state[node, NODE_ACC_P]
         node_state[node, NODE_ACC] = np.inf
         node_state[node, NODE_ACC_TS] = ts
         node_state[node, NODE_ACC_DEV] = 0.0
-        node_state[node, NODE_ACC_P] = np.nan
 
 
 @inline
@@ -771,25 +741,20 @@ def node_feed(node: int, temp: float, power_f: float, node_state: np.ndarray, r_
     if temp == temp and power_f == power_f:
         # min() without a branch: which of a node's GPUs is coolest is a coin toss per sample
         node_state[node, NODE_ACC] = min(temp - r_nominal * power_f, node_state[node, NODE_ACC])
-        # the node's least power, not its coolest GPU's: where R is nominal, which is coolest is a
-        # coin toss between an idle GPU and one at work (PROXY_WORK_W)
-        least = node_state[node, NODE_ACC_P]
-        node_state[node, NODE_ACC_P] = power_f if not power_f >= least else least  # (NaN: none yet)
     # the node's worst over the tick (see RACK_PROXY_STEADY_C)
     node_state[node, NODE_ACC_DEV] = max(unsteady_c, node_state[node, NODE_ACC_DEV])
 
 
 @inline
-def node_proxy_now(ts: float, node: int, node_state: np.ndarray) -> tuple[float, float, float, float]:
-    """A node's latest complete proxy at ``ts``, when it was gathered, how far from steady its
-    GPUs were then and their least power: the minimum of its last tick — still held as the running
-    minimum if this tick has not reached the node yet."""
+def node_proxy_now(ts: float, node: int, node_state: np.ndarray) -> tuple[float, float, float]:
+    """A node's latest complete proxy at ``ts``, when it was gathered and how far from steady its
+    GPUs were then: the minimum of its last tick — still held as the running minimum if this tick
+    has not reached the node yet."""
     acc = node_state[node, NODE_ACC]
     if node_state[node, NODE_ACC_TS] < ts - TICK_EPS_S and acc < np.inf:
-        return (acc, node_state[node, NODE_ACC_TS], node_state[node, NODE_ACC_DEV],  # type: ignore[return-value]
-                node_state[node, NODE_ACC_P])
+        return acc, node_state[node, NODE_ACC_TS], node_state[node, NODE_ACC_DEV]  # type: ignore[return-value]
     return (node_state[node, NODE_PROXY], node_state[node, NODE_PROXY_TS],  # type: ignore[return-value]
-            node_state[node, NODE_PROXY_DEV], node_state[node, NODE_PROXY_P])
+            node_state[node, NODE_PROXY_DEV])
 
 
 @inline
@@ -798,29 +763,22 @@ def _counts_for_rack(ts: float, v: float, vts: float, dev: float, stale_s: float
 
 
 @inline
-def _median_member(ts: float, k: int, node_state: np.ndarray, stale_s: float, settled: bool) -> tuple[bool, float]:
-    """Whether node ``k`` counts for its rack's median (fresh, steady; with ``settled``, not
-    re-based within PROXY_SETTLE_S either) and its re-based proxy."""
-    v, vts, dev, _ = node_proxy_now(ts, k, node_state)
-    if not _counts_for_rack(ts, v, vts, dev, stale_s):
-        return False, np.nan
-    if settled and ts - node_state[k, NODE_MOVED] < PROXY_SETTLE_S:  # (NaN: settled)
-        return False, np.nan
-    off = node_state[k, NODE_OFF]
-    return True, v + off if off == off else v
+def rack_proxy(ts: float, rack: int, rack_state: np.ndarray, node_state: np.ndarray, stale_s: float) -> float:
+    """The median of the fresh proxies of the rack's steady nodes (NaN under
+    RACK_PROXY_MIN_NODES of them).
 
-
-@inline
-def _median(ts: float, rack: int, rack_state: np.ndarray, node_state: np.ndarray, stale_s: float) -> float:
-    """The median of the re-based proxies of the rack's members (:func:`_median_member`; NaN under
-    RACK_PROXY_MIN_NODES of them). O(n^2) over a rack's nodes (no allocation in a kernel)."""
+    A node's own proxy moves with whatever heats that node alone: failed fans raise all its GPUs
+    at the same power, just as a warmer inlet would, and read as its inlet rising. The loop's
+    inlet moves every node of the rack. O(n^2) over a rack's nodes, once per rack and tick (no
+    allocation in a kernel)."""
     first = rack_state[rack, RACK_NODE0]
     if first != first:
         return np.nan
     n = 0
     k = int(first)
     while k >= 0:
-        n += 1 if _median_member(ts, k, node_state, stale_s, False)[0] else 0
+        v, vts, dev = node_proxy_now(ts, k, node_state)
+        n += 1 if _counts_for_rack(ts, v, vts, dev, stale_s) else 0
         k = int(node_state[k, NODE_NEXT])
     if n < RACK_PROXY_MIN_NODES:
         return np.nan
@@ -828,14 +786,14 @@ def _median(ts: float, rack: int, rack_state: np.ndarray, node_state: np.ndarray
     lo = hi = np.nan
     k = int(first)
     while k >= 0:
-        ok, v = _median_member(ts, k, node_state, stale_s, False)
-        if ok:
+        v, vts, dev = node_proxy_now(ts, k, node_state)
+        if _counts_for_rack(ts, v, vts, dev, stale_s):
             below = 0
             tied = 0
             j = int(first)
             while j >= 0:
-                ok_j, w = _median_member(ts, j, node_state, stale_s, False)
-                if ok_j:
+                w, wts, wdev = node_proxy_now(ts, j, node_state)
+                if _counts_for_rack(ts, w, wts, wdev, stale_s):
                     below += 1 if w < v else 0
                     tied += 1 if w == v else 0
                 j = int(node_state[j, NODE_NEXT])
@@ -845,67 +803,6 @@ def _median(ts: float, rack: int, rack_state: np.ndarray, node_state: np.ndarray
                 hi = v
         k = int(node_state[k, NODE_NEXT])
     return 0.5 * (lo + hi)  # type: ignore[no-any-return]
-
-
-@inline
-def rebase_nodes(ts: float, rack: int, rack_state: np.ndarray, node_state: np.ndarray, stale_s: float) -> None:
-    """Re-base the proxy of each node counted for the rack whose work changed (see PROXY_WORK_W):
-    it goes on from its re-based proxy when it last counted with its least power steady (the tick
-    a job ends reads its power dropped, its dies not yet: 3 °C over), held there while it settles
-    (PROXY_SETTLE_S). Only while some node of the rack counts whose work did not change (nor did
-    within PROXY_SETTLE_S): where none is left (the whole rack's job started or ended) each goes on
-    from its own proxy (offset 0): every GPU of the rack changed its own work, and reads the step as
-    its own dies do; and offsets gathered since start over."""
-    k = int(rack_state[rack, RACK_NODE0])
-    while k >= 0:
-        v, vts, dev, power = node_proxy_now(ts, k, node_state)
-        if _counts_for_rack(ts, v, vts, dev, stale_s):
-            work = 1.0 if power > PROXY_WORK_W else 0.0
-            was = node_state[k, NODE_WORK]
-            node_state[k, NODE_WORK] = work
-            if was == was and work != was:
-                node_state[k, NODE_MOVED] = ts  # re-based below
-        k = int(node_state[k, NODE_NEXT])
-    kept = 0  # the nodes that count whose work held (and settled)
-    k = int(rack_state[rack, RACK_NODE0])
-    while k >= 0:
-        kept += 1 if _median_member(ts, k, node_state, stale_s, True)[0] else 0
-        k = int(node_state[k, NODE_NEXT])
-    k = int(rack_state[rack, RACK_NODE0])
-    while k >= 0:
-        v, vts, dev, power = node_proxy_now(ts, k, node_state)
-        if _counts_for_rack(ts, v, vts, dev, stale_s):
-            if node_state[k, NODE_MOVED] == ts:
-                last = node_state[k, NODE_LAST]
-                if kept > 0 and last == last:
-                    node_state[k, NODE_ANCHOR] = last
-                else:  # no node left whose work held: its own proxy, not held
-                    node_state[k, NODE_OFF] = 0.0
-                    node_state[k, NODE_MOVED] = np.nan
-            if ts - node_state[k, NODE_MOVED] < PROXY_SETTLE_S:  # (NaN: False)
-                node_state[k, NODE_OFF] = node_state[k, NODE_ANCHOR] - v
-            off = node_state[k, NODE_OFF]
-            before = node_state[k, NODE_SEEN_P]
-            node_state[k, NODE_SEEN_P] = power
-            # (R_nominal: as RACK_PROXY_STEADY_C reads it; NaN: False)
-            if facts.THERMAL_RESISTANCE_C_PER_W * abs(power - before) <= RACK_PROXY_STEADY_C:
-                node_state[k, NODE_LAST] = v + off if off == off else v
-        k = int(node_state[k, NODE_NEXT])
-
-
-@inline
-def rack_proxy(ts: float, rack: int, rack_state: np.ndarray, node_state: np.ndarray, stale_s: float) -> float:
-    """The median of the fresh proxies of the rack's steady nodes, each re-based where its work
-    changed (:func:`rebase_nodes`; NaN under RACK_PROXY_MIN_NODES of them).
-
-    A node's own proxy moves with whatever heats that node alone: failed fans raise all its GPUs
-    at the same power, just as a warmer inlet would, and read as its inlet rising. The loop's
-    inlet moves every node of the rack. O(n^2) over a rack's nodes, once per rack and tick (no
-    allocation in a kernel)."""
-    if rack_state[rack, RACK_NODE0] != rack_state[rack, RACK_NODE0]:
-        return np.nan  # no nodes linked (an importer's unknown rack)
-    rebase_nodes(ts, rack, rack_state, node_state, stale_s)
-    return _median(ts, rack, rack_state, node_state, stale_s)
 
 
 INLET_RACK, INLET_RACK_PROXY, INLET_NODE_PROXY = 1.0, 2.0, 3.0
@@ -924,9 +821,8 @@ def read_inlet(ts: float, node: int, rack: int, rack_state: np.ndarray, node_sta
                stale_s: float) -> tuple[float, float]:
     """The inlet temperature a GPU sees at ``ts`` and where it came from (``INLET_*``; NaN, NaN
     when none is fresh): its rack's; else the rack's proxy (the median of its steady nodes'
-    proxies, each re-based where its work changed: :func:`rebase_nodes`; looked for at the rack's
-    first sample of a tick and held while too few nodes are steady); else its node's proxy of the
-    last tick."""
+    proxies, looked for at the rack's first sample of a tick and held while too few nodes are
+    steady); else its node's proxy of the last tick."""
     if rack >= 0:
         inlet = rack_state[rack, RACK_INLET]
         if inlet == inlet and ts - rack_state[rack, RACK_TS] <= stale_s:

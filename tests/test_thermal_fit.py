@@ -10,7 +10,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from foreshock import facts
 from foreshock.detectors import gpu_inputs as tf_node
 from foreshock.detectors import thermal_fit as tf
 from foreshock.detectors.bank import DetectorBank
@@ -190,9 +189,7 @@ class NaiveFit:
         self.s = tf.new_model_state(topo.size("gpu"), p)
         self.rack = {}  # rack -> (ts, latest finite inlet)
         self.node = {k: {"proxy": math.nan, "proxy_ts": math.nan, "acc": math.inf, "acc_ts": -math.inf,
-                         "dev": math.nan, "acc_dev": 0.0, "p": math.nan, "acc_p": math.nan, "work": math.nan,
-                         "off": math.nan, "anchor": math.nan, "moved": math.nan, "last": math.nan,
-                         "seen_p": math.nan} for k in range(topo.size("node"))}
+                         "dev": math.nan, "acc_dev": 0.0} for k in range(topo.size("node"))}
         self.rack_nodes = {r: [k for k in range(topo.size("node")) if topo.node_rack[k] == r]
                            for r in range(topo.size("rack"))}
         self.rack_proxy = {r: {"value": math.nan, "ts": math.nan, "at": math.nan} for r in self.rack_nodes}
@@ -201,7 +198,7 @@ class NaiveFit:
         self.seen = {"tau learnt": 0, "R settling": 0, "catch-up": 0, "restart": 0, "proxy inlet": 0,
                      "rack proxy": 0, "rack proxy held": 0, "skipped": 0, "source switch": 0,
                      "energy repeated": 0, "over the limit": 0, "inlet jump held": 0, "inlet level shift": 0,
-                     "no temperature": 0, "node re-based": 0}
+                     "no temperature": 0}
 
     def rack_frame(self, frame):
         for ts, r, v in zip(frame.ts, frame.slot, frame.columns["inlet_temp"]):
@@ -222,58 +219,27 @@ class NaiveFit:
             self.rack[r] = (ts, v)
 
     def latest_node_proxy(self, ts, k):
-        """(value, gathered at, unsteadiness, least power) of node k's last complete tick."""
+        """(value, gathered at, unsteadiness) of node k's last complete tick."""
         nd = self.node[k]
         if nd["acc_ts"] < ts - 0.5 and nd["acc"] < math.inf:
-            return nd["acc"], nd["acc_ts"], nd["acc_dev"], nd["acc_p"]
-        return nd["proxy"], nd["proxy_ts"], nd["dev"], nd["p"]
-
-    def counted(self, ts, r):
-        """[(node, proxy, least power)] of the rack's nodes with a fresh proxy, steady."""
-        out = []
-        for k in self.rack_nodes[r]:
-            v, vts, dev, power = self.latest_node_proxy(ts, k)
-            if math.isfinite(v) and ts - vts <= self.p[tf.P_STALE] and dev <= tf_node.RACK_PROXY_STEADY_C:
-                out.append((k, v, power))
-        return out
-
-    def rebase(self, ts, r):
-        """A node whose work changed (each GPU over PROXY_WORK_W, or not) goes on from its proxy as it
-        last stood with its power steady, held PROXY_SETTLE_S; unless no node of the rack kept its work."""
-        counted = self.counted(ts, r)
-        for k, v, power in counted:
-            nd = self.node[k]
-            work = 1.0 if power > tf_node.PROXY_WORK_W else 0.0
-            if not math.isnan(nd["work"]) and work != nd["work"]:
-                nd["moved"] = ts
-            nd["work"] = work
-        kept = [k for k, _, _ in counted if not ts - self.node[k]["moved"] < tf_node.PROXY_SETTLE_S]
-        for k, v, power in counted:
-            nd = self.node[k]
-            if nd["moved"] == ts:
-                if kept and math.isfinite(nd["last"]):
-                    self.seen["node re-based"] += 1
-                    nd["anchor"] = nd["last"]
-                else:
-                    nd["off"], nd["moved"] = 0.0, math.nan
-            if ts - nd["moved"] < tf_node.PROXY_SETTLE_S:
-                nd["off"] = nd["anchor"] - v
-            before, nd["seen_p"] = nd["seen_p"], power
-            if facts.THERMAL_RESISTANCE_C_PER_W * abs(power - before) <= tf_node.RACK_PROXY_STEADY_C:
-                nd["last"] = v if math.isnan(nd["off"]) else v + nd["off"]
+            return nd["acc"], nd["acc_ts"], nd["acc_dev"]
+        return nd["proxy"], nd["proxy_ts"], nd["dev"]
 
     def rack_median(self, ts, r):
-        """The median of the fresh proxies of the rack's steady nodes, re-based (>= 3 of them)."""
-        self.rebase(ts, r)
-        values = [v if math.isnan(self.node[k]["off"]) else v + self.node[k]["off"] for k, v, _ in self.counted(ts, r)]
+        """The median of the fresh proxies of the rack's steady nodes (>= 3 of them)."""
+        values = []
+        for k in self.rack_nodes[r]:
+            v, vts, dev = self.latest_node_proxy(ts, k)
+            if math.isfinite(v) and ts - vts <= self.p[tf.P_STALE] and dev <= tf_node.RACK_PROXY_STEADY_C:
+                values.append(v)
         return float(np.median(values)) if len(values) >= tf_node.RACK_PROXY_MIN_NODES else math.nan
 
     def inlet(self, ts, i):
         p, nd = self.p, self.node[int(self.node_of[i])]
         if ts > nd["acc_ts"] + 0.5:  # a new tick of this node: last tick's coolest GPU is the proxy
             if nd["acc"] < math.inf:
-                nd["proxy"], nd["proxy_ts"], nd["dev"], nd["p"] = nd["acc"], nd["acc_ts"], nd["acc_dev"], nd["acc_p"]
-            nd["acc"], nd["acc_ts"], nd["acc_dev"], nd["acc_p"] = math.inf, ts, 0.0, math.nan
+                nd["proxy"], nd["proxy_ts"], nd["dev"] = nd["acc"], nd["acc_ts"], nd["acc_dev"]
+            nd["acc"], nd["acc_ts"], nd["acc_dev"] = math.inf, ts, 0.0
         r = int(self.rack_of[i])
         rack_ts, rack_inlet = self.rack.get(r, (math.nan, math.nan))
         if ts - rack_ts <= p[tf.P_STALE]:
@@ -379,7 +345,6 @@ class NaiveFit:
             nd, pf = self.node[int(self.node_of[i])], s[tf.G_SIZE + tf.M_PF]
             if math.isfinite(pf):
                 nd["acc"] = min(nd["acc"], temp - p[tf.P_R_NOM] * pf)
-                nd["acc_p"] = pf if math.isnan(nd["acc_p"]) else min(nd["acc_p"], pf)  # the node's least power
             unsteady = p[tf.P_R_NOM] * abs(power - pf)
             nd["acc_dev"] = max(nd["acc_dev"], 0.0 if math.isnan(unsteady) else unsteady)
 
@@ -512,11 +477,8 @@ def test_the_fit_kernel_matches_a_naive_one_pass_reference(seed):
     # and LLVM: agreement to 1e-7 is the same arithmetic, a wrong formula is off by far more
     np.testing.assert_allclose(fit.s_model[:, keep], naive.s[:, keep], rtol=1e-7, atol=1e-9, equal_nan=True)
     for k, node in naive.node.items():
-        cols = [tf_node.NODE_PROXY, tf_node.NODE_ACC, tf_node.NODE_PROXY_DEV, tf_node.NODE_PROXY_P, tf_node.NODE_WORK,
-                tf_node.NODE_OFF, tf_node.NODE_MOVED, tf_node.NODE_LAST]
-        np.testing.assert_allclose(fit.s_node[k, cols], [node[c] for c in ("proxy", "acc", "dev", "p", "work", "off",
-                                                                          "moved", "last")],
-                                   rtol=1e-9, atol=1e-9, equal_nan=True)
+        np.testing.assert_allclose(fit.s_node[k, [tf_node.NODE_PROXY, tf_node.NODE_ACC, tf_node.NODE_PROXY_DEV]],
+                                   [node["proxy"], node["acc"], node["dev"]], rtol=1e-9, atol=1e-9, equal_nan=True)
     for r, rack in naive.rack_proxy.items():
         np.testing.assert_allclose(fit.s_rack[r, [tf_node.RACK_PROXY, tf_node.RACK_PROXY_TS, tf_node.RACK_PROXY_AT]],
                                    [rack["value"], rack["ts"], rack["at"]], rtol=1e-9, atol=1e-9, equal_nan=True)
