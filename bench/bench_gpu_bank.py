@@ -166,14 +166,16 @@ def main() -> None:
     from river import anomaly
 
     feats = FeatureStream(topo, PipelineHealth(), "bench")
-    warm_ticks = 0
-    while True:
+    def next_features() -> np.ndarray:
         rack, gpu = stream.tick()
         feats.observe_rack(rack)
-        _, x = feats.features(gpu)
-        if np.isfinite(x).all() or warm_ticks >= RIVER_WARM_TICKS_MAX:
-            break
+        return feats.features(gpu)[1]
+
+    warm_ticks = 0
+    x = next_features()
+    while not np.isfinite(x).all() and warm_ticks < RIVER_WARM_TICKS_MAX:
         warm_ticks += 1
+        x = next_features()
     nan_share = float((~np.isfinite(x)).mean())  # 0 once warm; said if the cap was reached first
     rows: list[dict[str, float]] = []
     lo = np.array([FEATURE_LIMITS[f][0] for f in FEATURES])
@@ -182,9 +184,7 @@ def main() -> None:
         rows.extend(dict(zip(FEATURES, r)) for r in x[: args.river_points - len(rows)].tolist())
         if len(rows) >= args.river_points:
             break
-        rack, gpu = stream.tick()
-        feats.observe_rack(rack)
-        _, x = feats.features(gpu)
+        x = next_features()
     limits = {k: (float(a), float(b)) for k, (a, b) in FEATURE_LIMITS.items()}
 
     def run_river() -> float:

@@ -1246,12 +1246,14 @@ def usable_scores(logs: Sequence[ScoreLog], kind: EventKind) -> np.ndarray:
 
 
 def threshold_sweep(result: RunResult, logs: Sequence[ScoreLog], kind: EventKind,
-                    levels: Sequence[float] | None = None) -> tuple[list[tuple[float, dict[str, Any]]], float | None]:
+                    levels: Sequence[float] | None = None,
+                    score_at: LevelScorer | None = None) -> tuple[list[tuple[float, dict[str, Any]]], float | None]:
     """Each alarm level's figures for ``kind`` (:func:`score_spans`, the rules of :func:`score_kind`),
     replayed from a baseline's logged scores: at ``levels``, or by default at quantiles of each
     score column that predicts ``kind`` and at the detector's own level. Returns ``[(level,
-    figures)]`` and the detector's own level (None where no column predicts ``kind``)."""
-    score_at = level_scorer(result, kind)
+    figures)]`` and the detector's own level (None where no column predicts ``kind``).
+    ``score_at``: the run's :func:`level_scorer` for ``kind``, where the caller scores more levels."""
+    score_at = score_at or level_scorer(result, kind)
     tried: list[tuple[float, dict[str, Any]]] = []
     live_level: float | None = None
     for log, col in _columns(logs, kind):
@@ -1266,7 +1268,10 @@ def threshold_sweep(result: RunResult, logs: Sequence[ScoreLog], kind: EventKind
     return tried, live_level
 
 
-def level_scorer(result: RunResult, kind: EventKind) -> Callable[[ScoreLog, int, float], dict[str, Any]]:
+LevelScorer = Callable[[ScoreLog, int, float], dict[str, Any]]
+
+
+def level_scorer(result: RunResult, kind: EventKind) -> LevelScorer:
     """``score_at(log, column, level)``: the figures of ``kind`` were the column's detector to alarm
     at ``level`` (the episode table and fault scopes built once for every level)."""
     rec = result.recording
@@ -1328,10 +1333,11 @@ def matched_threshold(result: RunResult, logs: Sequence[ScoreLog], kind: EventKi
     says how close it came), ``live`` is the replay at the detector's own level. Thresholds are
     rounded to 6 decimals for the report, or, with ``exact``, the levels as swept (to alarm at: a
     classifier's best level may be 0.99999997, which rounds to a 1.0 no score reaches)."""
-    tried, live_level = threshold_sweep(result, logs, kind)
+    score_at = level_scorer(result, kind)
+    tried, live_level = threshold_sweep(result, logs, kind, score_at=score_at)
     columns = _columns(logs, kind)
     if len(columns) == 1:  # (several columns: their levels are not one scale to search between)
-        (log, col), score_at = columns[0], level_scorer(result, kind)
+        (log, col), = columns
         refined = refine_crossings(dict(tried), lambda m: m["precision"] is not None and m["precision"] >= target_precision,
                                    usable_scores(logs, kind), lambda level: score_at(log, col, level))
         tried = sorted(refined.items())

@@ -142,6 +142,8 @@ off is ranked, and may be split again; past this depth it keeps its outsiders, a
 
 MAX_BURSTS = 4
 """Re-fires an incident keeps (and names in its reason): the latest ones."""
+REFIRE_TIME = "%Y-%m-%d %H:%M:%S UTC"
+"""How a re-fire note writes its time (:func:`refire_note`; the console reads it back)."""
 REFIRE_NOTE = re.compile(r"; (fired again|new cause) at (\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC): (\S+) (\S+?)"
                          r"(?: \((\S+)\))?, (\d+) members?")
 """How a re-fire reads at the end of an incident's reason (:func:`refire_notes` reads it back)."""
@@ -150,7 +152,7 @@ REFIRE_NOTE = re.compile(r"; (fired again|new cause) at (\d{4}-\d\d-\d\d \d\d:\d
 def refire_note(ts: float, same_root: bool, root_kind: str, name: str, hint: str, n: int) -> str:
     """The note an incident's reason carries for members that went quiet and then fired again
     at ``ts``: the incident's own root failing again, or a new cause under entities it holds."""
-    when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(ts))
+    when = time.strftime(REFIRE_TIME, time.gmtime(ts))
     what = f"fired again at {when}: {root_kind} {name}" if same_root else \
         f"new cause at {when}: {root_kind} {name} ({hint})"
     return f"; {what}, {n} member{'' if n == 1 else 's'}"

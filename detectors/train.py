@@ -36,8 +36,8 @@ from foreshock.topology import Topology
 
 from .bank import DetectorBank
 from .baselines import FEATURES, MODEL_TELEMETRY_KEY, ScoredBaseline, ScoreLog, learnable_events, save_model
-from .evaluation import (EVENT_KINDS, EventKind, RunResult, episodes, guarded_updates, level_scorer, read_ground_truth,
-                         refine_crossings, run_recording, threshold_sweep, usable_scores)
+from .evaluation import (EVENT_KINDS, EventKind, LevelScorer, RunResult, episodes, guarded_updates, level_scorer,
+                         read_ground_truth, refine_crossings, run_recording, threshold_sweep, usable_scores)
 
 
 @dataclass
@@ -309,15 +309,18 @@ def calibrate(models: dict[str, dict[str, Any]], paths: Sequence[str | Path], te
     chosen: dict[str, dict[str, Any]] = {}
     for event, entry in models.items():
         kind = EVENT_KINDS[event]
-        own = [threshold_sweep(result, logs, kind)[0] for result, logs in runs]
+        # each recording's episode table and scopes, built once for every level scored on it
+        scorers = [level_scorer(result, kind) for result, _ in runs]
+        own = [threshold_sweep(result, logs, kind, score_at=score_at)[0]
+               for (result, logs), score_at in zip(runs, scorers)]
         levels = sorted({level for tried in own for level, _ in tried})
         if not levels:
             continue
         # every recording scored at every level any of them proposed
-        scored = [dict(tried) if len(runs) == 1 else dict(threshold_sweep(result, logs, kind, levels)[0])
-                  for tried, (result, logs) in zip(own, runs)]
+        scored = [dict(tried) if len(runs) == 1 else dict(threshold_sweep(result, logs, kind, levels, score_at)[0])
+                  for tried, (result, logs), score_at in zip(own, runs, scorers)]
         pooled = {level: _pooled([by_level[level] for by_level in scored]) for level in levels}
-        pooled = _refined(pooled, runs, kind, target_precision)
+        pooled = _refined(pooled, runs, scorers, kind, target_precision)
         levels, figures = list(pooled), list(pooled.values())
         held = [(lv, f) for lv, f in zip(levels, figures) if f["precision"] is not None and f["precision"] >= target_precision]
         reached = bool(held)
@@ -336,18 +339,19 @@ def calibrate(models: dict[str, dict[str, Any]], paths: Sequence[str | Path], te
 
 
 def _refined(pooled: dict[float, dict[str, Any]], runs: Sequence[tuple[RunResult, Sequence[ScoreLog]]],
-             kind: EventKind, target_precision: float) -> dict[float, dict[str, Any]]:
+             scorers: Sequence[LevelScorer], kind: EventKind, target_precision: float) -> dict[float, dict[str, Any]]:
     """``pooled`` with the levels between the quantile grid's that reach ``target_precision``
-    (:func:`refine_crossings`, over the scores of every recording), each scored on every one."""
-    scorers = []
-    for result, logs in runs:
-        columns = [(log, col) for log in logs for col, events in enumerate(log.columns) if kind.prediction in events]
-        if len(columns) != 1:  # no column, or several not on one scale: the grid stands
+    (:func:`refine_crossings`, over the scores of every recording), each scored on every one
+    (``scorers``: each run's :func:`level_scorer`)."""
+    columns = []
+    for _, logs in runs:
+        found = [(log, col) for log in logs for col, events in enumerate(log.columns) if kind.prediction in events]
+        if len(found) != 1:  # no column, or several not on one scale: the grid stands
             return pooled
-        scorers.append((level_scorer(result, kind), *columns[0]))
+        columns.append(found[0])
 
     def score(level: float) -> dict[str, Any]:
-        return _pooled([score_at(log, col, level) for score_at, log, col in scorers])
+        return _pooled([score_at(log, col, level) for score_at, (log, col) in zip(scorers, columns)])
 
     candidates = np.unique(np.concatenate([usable_scores(logs, kind) for _, logs in runs]))
     return refine_crossings(pooled, lambda f: f["precision"] is not None and f["precision"] >= target_precision,

@@ -18,7 +18,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from foreshock.detectors.incidents import REFIRE_NOTE
+from foreshock.detectors.incidents import REFIRE_NOTE, REFIRE_TIME
 from foreshock.events import Event
 from foreshock.findings import Anomaly, Finding, Incident, Prediction
 from foreshock.frames import Frame
@@ -293,7 +293,7 @@ def _on_clock(reason: str, t0: float) -> str:
         return reason
 
     def relative(m: re.Match[str]) -> str:
-        ts = calendar.timegm(time.strptime(m.group(2), "%Y-%m-%d %H:%M:%S UTC"))
+        ts = calendar.timegm(time.strptime(m.group(2), REFIRE_TIME))
         start, end = m.start(2) - m.start(), m.end(2) - m.start()
         return m.group(0)[:start] + _clock(ts, t0) + m.group(0)[end:]
     return REFIRE_NOTE.sub(relative, reason)

@@ -609,7 +609,7 @@ def decode_bundle(value: bytes | None, headers: Mapping[str, bytes], topology: T
         piece.ignored_fields = ignored.get(ref.kind, ())
         if ref.kind not in clean:
             if split_unknown:
-                known = (piece.frame.slot >= 0) & (piece.frame.slot < topology.size(ref.kind))
+                known = ~_unknown_slots(piece.frame, topology)
                 if not known.all():
                     piece.unknown = take_rows(piece.frame, ~known)
                     piece.frame = take_rows(piece.frame, known)
@@ -681,9 +681,14 @@ def _decode_streams(value: bytes | None, headers: Mapping[str, bytes], streams: 
     return frames, ignored
 
 
+def _unknown_slots(frame: Frame, topology: Topology) -> np.ndarray:
+    """Mask of the rows whose slot names no entity of the topology (a null slot reads -1)."""
+    return (frame.slot < 0) | (frame.slot >= topology.size(frame.kind))
+
+
 def _check_rows(frame: Frame, topology: Topology, pmap: PartitionMap, partition: int | None) -> None:
     size = topology.size(frame.kind)
-    unknown = (frame.slot < 0) | (frame.slot >= size)
+    unknown = _unknown_slots(frame, topology)
     if unknown.any():
         raise RecordError("unknown_entity", f"{int(unknown.sum())} {frame.kind} rows with slots outside "
                                             f"the topology (0..{size - 1})")
