@@ -3,6 +3,7 @@ binds 127.0.0.1 on a free port, serves from a thread, and answers every GET with
 
 from __future__ import annotations
 
+import socket
 import ssl
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -58,3 +59,41 @@ class ScrapeServer(LocalHttpServer):
 
         super().__init__(respond)
         self.url += "/metrics"
+
+
+class RawListener:
+    """Accepts connections on 127.0.0.1 (a free port, ``port``) from a thread of its own and hands
+    each to ``serve(conn)`` on another, for stand-ins that must write their answer byte by byte
+    (drip it, cut it short, relay it), which http.server cannot. A subclass sets what ``serve``
+    reads before calling ``__init__`` (it starts accepting at once). ``stop`` is set by ``close()``,
+    which then waits for the threads (a ``serve`` checks ``stop`` between its sends)."""
+
+    def __init__(self) -> None:
+        self.stop = threading.Event()
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self._listener.settimeout(0.05)
+        self.port: int = self._listener.getsockname()[1]
+        self._threads = [threading.Thread(target=self._accept, daemon=True)]
+        self._threads[0].start()
+
+    def serve(self, conn: socket.socket) -> None:
+        raise NotImplementedError
+
+    def _accept(self) -> None:
+        while not self.stop.is_set():
+            try:
+                conn, _ = self._listener.accept()
+            except TimeoutError:
+                continue
+            except OSError:  # closed
+                return
+            thread = threading.Thread(target=self.serve, args=(conn,), daemon=True)
+            self._threads.append(thread)
+            thread.start()
+
+    def close(self) -> None:
+        self.stop.set()
+        self._threads[0].join(5)  # accepts no more: the list below is whole
+        for thread in self._threads[1:]:
+            thread.join(10)
+        self._listener.close()

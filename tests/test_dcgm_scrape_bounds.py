@@ -13,37 +13,23 @@ import pytest
 from foreshock.health import PipelineHealth
 from foreshock.streams.dcgm import DcgmScrapeSource
 
-from local_http import ScrapeServer
+from local_http import RawListener, ScrapeServer
 
 PAGE = b'DCGM_FI_DEV_GPU_TEMP{gpu="0",Hostname="n1"} 25\nDCGM_FI_DEV_POWER_USAGE{gpu="0",Hostname="n1"} 70\n'
 HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nConnection: close\r\n"
 
 
-class RawExporter:
+class RawExporter(RawListener):
     """Answers every connection on 127.0.0.1 with ``answer(conn, stop)``; ``close()`` stops it and
     the answers in progress (each checks ``stop`` between its sends)."""
 
     def __init__(self, answer: Callable[[socket.socket, threading.Event], None]) -> None:
         self.answer = answer
-        self.stop = threading.Event()
         self.sent = 0  # bytes sent by the answers, all told
-        self._listener = socket.create_server(("127.0.0.1", 0))
-        self._listener.settimeout(0.05)
-        self.url = f"http://127.0.0.1:{self._listener.getsockname()[1]}/metrics"
-        self._threads = [threading.Thread(target=self._accept, daemon=True)]
-        self._threads[0].start()
+        super().__init__()
+        self.url = f"http://127.0.0.1:{self.port}/metrics"
 
-    def _accept(self) -> None:
-        while not self.stop.is_set():
-            try:
-                conn, _ = self._listener.accept()
-            except TimeoutError:
-                continue
-            thread = threading.Thread(target=self._serve, args=(conn,), daemon=True)
-            self._threads.append(thread)
-            thread.start()
-
-    def _serve(self, conn: socket.socket) -> None:
+    def serve(self, conn: socket.socket) -> None:
         with conn:
             try:
                 conn.recv(65536)
@@ -54,12 +40,6 @@ class RawExporter:
     def send(self, conn: socket.socket, data: bytes) -> None:
         conn.sendall(data)
         self.sent += len(data)
-
-    def close(self) -> None:
-        self.stop.set()
-        for thread in self._threads:
-            thread.join(10)
-        self._listener.close()
 
 
 def _drip(what: str) -> Callable[[RawExporter], Callable[[socket.socket, threading.Event], None]]:

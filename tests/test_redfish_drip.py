@@ -21,6 +21,8 @@ import pytest
 from foreshock.health import PipelineHealth
 from foreshock.streams.redfish import TOO_SLOW, BmcClient, RedfishError, RedfishSource, tls_context
 
+from local_http import RawListener
+
 CERTS = Path(__file__).parent / "data" / "redfish"
 USER, PASSWORD = "admin", "dr1p-s3cret"
 TOKEN = base64.b64encode(f"{USER}:{PASSWORD}".encode()).decode()
@@ -33,7 +35,7 @@ def whole(document: Any) -> bytes:
             b"Content-Length: %d\r\n\r\n" % len(body)) + body
 
 
-class RawBmc:
+class RawBmc(RawListener):
     """A BMC written byte by byte on 127.0.0.1. ``routes`` maps a path to ``(answer, delay_s,
     every_s)``: the answer's bytes are sent after ``delay_s``, whole, or, with ``every_s``, a byte
     every ``every_s`` seconds. A connection the client closes is seen at once (``open``: those
@@ -44,31 +46,14 @@ class RawBmc:
         self.seen: list[str] = []
         self.open = 0
         self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._listener = socket.create_server(("127.0.0.1", 0))
-        self._listener.settimeout(0.05)
         self._tls = None
         if tls:
             self._tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
             self._tls.load_cert_chain(CERTS / "bmc-cert.pem", CERTS / "bmc-key.pem")
-        port = self._listener.getsockname()[1]
-        self.url = f"{'https' if tls else 'http'}://127.0.0.1:{port}"
-        self._threads = [threading.Thread(target=self._accept, daemon=True)]
-        self._threads[0].start()
+        super().__init__()
+        self.url = f"{'https' if tls else 'http'}://127.0.0.1:{self.port}"
 
-    def _accept(self) -> None:
-        while not self._stop.is_set():
-            try:
-                conn, _ = self._listener.accept()
-            except TimeoutError:
-                continue
-            except OSError:
-                return
-            thread = threading.Thread(target=self._serve, args=(conn,), daemon=True)
-            self._threads.append(thread)
-            thread.start()
-
-    def _serve(self, conn: socket.socket) -> None:
+    def serve(self, conn: socket.socket) -> None:
         with self._lock:
             self.open += 1
         try:
@@ -105,7 +90,7 @@ class RawBmc:
     def _client_gone(self, conn: socket.socket, wait_s: float) -> bool:
         """Waits ``wait_s`` (less if the test stops the BMC); True if the client closed meanwhile."""
         end = time.monotonic() + wait_s
-        while not self._stop.is_set():
+        while not self.stop.is_set():
             left = end - time.monotonic()
             if left <= 0:
                 return False
@@ -114,11 +99,6 @@ class RawBmc:
                 return True
         return True
 
-    def close(self) -> None:
-        self._stop.set()
-        self._listener.close()
-        for thread in self._threads:
-            thread.join(5)
 
 
 @pytest.fixture

@@ -18,6 +18,7 @@ from foreshock.health import PipelineHealth
 from foreshock.streams import redfish
 from foreshock.streams.redfish import TOO_SLOW, BmcClient, RedfishError, RedfishSource, tls_context
 from conftest_prom import wait_until
+from local_http import RawListener
 from test_redfish_drip import CERTS, PASSWORD, USER, RawBmc, get_in_a_thread, late_tree
 
 # How long these tests let a lookup's addresses be used (the module's default is 30 s): long enough
@@ -255,7 +256,7 @@ def test_a_lookup_failing_after_its_request_gave_up_is_told_to_the_next_request(
     assert resolver.asked == {"bmc-unknown.test": 2}
 
 
-class Proxy:
+class Proxy(RawListener):
     """An HTTP proxy on 127.0.0.1 taking one CONNECT at a time. ``answer``: ``tunnel`` (200, then
     the bytes relayed to the BMC on 127.0.0.1 at ``to_port``, whatever host CONNECT named),
     ``drip`` (its 200 and a long header, a byte every 0.05 s) or ``refuse`` (407)."""
@@ -263,24 +264,10 @@ class Proxy:
     def __init__(self, answer: str, to_port: int = 0) -> None:
         self.answer, self.to_port = answer, to_port
         self.connects: list[bytes] = []
-        self._stop = threading.Event()
-        self._listener = socket.create_server(("127.0.0.1", 0))
-        self._listener.settimeout(0.05)
-        self.url = f"http://127.0.0.1:{self._listener.getsockname()[1]}"
-        self._thread = threading.Thread(target=self._serve, daemon=True)
-        self._thread.start()
+        super().__init__()
+        self.url = f"http://127.0.0.1:{self.port}"
 
-    def _serve(self) -> None:
-        while not self._stop.is_set():
-            try:
-                conn, _ = self._listener.accept()
-            except TimeoutError:
-                continue
-            except OSError:
-                return
-            threading.Thread(target=self._one, args=(conn,), daemon=True).start()
-
-    def _one(self, conn: socket.socket) -> None:
+    def serve(self, conn: socket.socket) -> None:
         with conn:
             request = b""
             while b"\r\n\r\n" not in request:
@@ -294,7 +281,7 @@ class Proxy:
             elif self.answer == "drip":
                 answer = b"HTTP/1.1 200 Connection established\r\nX-Slow: " + b"a" * 4000 + b"\r\n\r\n"
                 for i in range(len(answer)):
-                    if self._stop.wait(0.05):
+                    if self.stop.wait(0.05):
                         return
                     conn.sendall(answer[i:i + 1])
             else:
@@ -303,7 +290,7 @@ class Proxy:
                     self._relay(conn, bmc)
 
     def _relay(self, a: socket.socket, b: socket.socket) -> None:
-        while not self._stop.is_set():
+        while not self.stop.is_set():
             ready, _, _ = select.select([a, b], [], [], 0.05)
             for side in ready:
                 data = side.recv(65536)
@@ -311,10 +298,6 @@ class Proxy:
                     return
                 (b if side is a else a).sendall(data)
 
-    def close(self) -> None:
-        self._stop.set()
-        self._listener.close()
-        self._thread.join(5)
 
 
 @pytest.fixture
