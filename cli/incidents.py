@@ -20,7 +20,8 @@ from foreshock.detectors.incident_eval import score_incidents
 from foreshock.detectors.incident_external import STAGE as EXTERNAL_STAGE
 from foreshock.detectors.incident_external import read_events
 from foreshock.detectors.incidents import IncidentEngine
-from foreshock.findings import Anomaly, Finding, Incident, Prediction, finding_to_json
+from foreshock.exporters.jsonl import JsonlSink
+from foreshock.findings import Anomaly, Finding, Incident, Prediction
 from foreshock.health import PipelineHealth
 from foreshock.recording import Recording, RecordingError
 
@@ -71,7 +72,10 @@ def command(recording: str, external_path: str | None, detectors: str | None, fi
                       f"{escape(str(external_path))}" + (f", {bad} bad line{'' if bad == 1 else 's'}" if bad else "")
                       + "[/dim]")
     findings: list[Finding] = []
-    sink = open(findings_path, "w", encoding="utf-8") if findings_path else None
+    try:  # (the findings file as replay and watch write it: each line names its entity)
+        sink = JsonlSink(findings_path, topo) if findings_path else None
+    except OSError as exc:
+        raise click.ClickException(f"--findings {findings_path}: {exc.strerror or exc}") from None
     start, end = (math.nan if rec.meta.get(k) is None else float(rec.meta[k])  # an empty recording stores null
                   for k in ("start", "end"))
     last = math.nan
@@ -88,14 +92,14 @@ def command(recording: str, external_path: str | None, detectors: str | None, fi
                     findings.extend(out)
                     opened += sum(1 for f in out if isinstance(f, Incident) and f.state == "open")
                     if sink is not None:
-                        sink.writelines(finding_to_json(f) + "\n" for f in out)
+                        sink.observe_findings(out)
                 if math.isfinite(start):
                     progress.update(task, completed=last - start, found=opened)
             if math.isfinite(last):
                 tail = engine.flush(last)  # counts the external events dated after `last` as problems
                 findings.extend(tail)
                 if sink is not None:
-                    sink.writelines(finding_to_json(f) + "\n" for f in tail)
+                    sink.observe_findings(tail)
     except RecordingError as exc:
         raise click.ClickException(str(exc)) from None
     finally:

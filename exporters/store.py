@@ -421,6 +421,34 @@ class FindingStore:
                 self._latest_block["gpu"][row, slots] = np.nan
             self._last_xid[slots] = np.nan
 
+    def follow_gpu_boards(self, take_from: np.ndarray) -> None:
+        """Move the active anomalies about GPUs with their boards. ``take_from``: per GPU slot, the
+        slot whose board it holds now — itself where nothing changed, -1 where a new board (an RMA)
+        or none is there (``BoardSwap.take_from``). A moved board's flags go to its new slot, its
+        reason saying where from; a slot with a new board, or none, keeps none of the flags about
+        the board that was there: the detectors' state for it starts afresh and never refreshes
+        nor clears them, so a cooling flag stood up to 900 s on the board that mended it, and a
+        renumbered node's flag on the board now in its old index. (Predictions follow the boards
+        in the pipeline, which tells the sinks: ``DetectorBank.follow_predictions``.)"""
+        take_from = np.asarray(take_from, dtype=np.int64)
+        changed = np.flatnonzero(take_from != np.arange(len(take_from)))
+        if not len(changed):
+            return
+        went = {int(take_from[s]): int(s) for s in changed.tolist() if take_from[s] >= 0}
+        touched = set(changed.tolist())
+        with self._lock:
+            anomalies: dict[tuple[str, int, str, str], Anomaly] = {}
+            heard: dict[tuple[str, int, str, str], float] = {}
+            for key, a in self._anomalies.items():
+                if a.entity_kind == "gpu" and a.slot in went:
+                    a = dataclasses.replace(a, slot=went[a.slot], reason=f"{BOARD_FOLLOWED.sub('', a.reason)} "
+                                            f"(its board moved from {self.topology.name('gpu', a.slot)})")
+                elif a.entity_kind == "gpu" and a.slot in touched:
+                    continue
+                new_key = (a.entity_kind, a.slot, a.field, a.detector)
+                anomalies[new_key], heard[new_key] = a, self._anomaly_heard[key]
+            self._anomalies, self._anomaly_heard = anomalies, heard
+
     def move_to(self, topology: Topology, remap: Remap | None = None) -> None:
         """Index everything by ``topology`` from now on: what is known of each entity (latest
         values, active findings, estimates, XID counts) follows it by name (``remap``: from this

@@ -140,10 +140,13 @@ class EmbeddedPipeline:
         board that was there before); the other GPUs' state stays as it is. For a board swapped
         in a slot (an RMA, :meth:`InputGuard.board_change`): the input guard keeps the slots'
         timestamps (a row older than the last one read is still out of order), the store its
-        latest values but the old board's limits, the incident engine its incidents (they are the
-        slot's history)."""
+        latest values but the old board's limits and flags, the incident engine its incidents (they
+        are the slot's history)."""
         self.bank.restart_gpus(slots, self._fresh_state())
         self.store.forget_limits(slots)
+        take_from = np.arange(self.topology.size("gpu"), dtype=np.int64)
+        take_from[np.asarray(slots, dtype=np.int64)] = -1
+        self.store.follow_gpu_boards(take_from)  # the old board's flags go with it
 
     @staticmethod
     def _kept(state: dict[str, Any]) -> Callable[[], dict[str, Any]]:
@@ -200,12 +203,14 @@ class EmbeddedPipeline:
 
         told = self.bank.take_swap(swap, self._fresh_state())  # incidents follow their boards too
         # the store forgets the limits of every slot whose board changed (its board's are read again
-        # with its next row)
+        # with its next row); the flags about a board go with it, or with it out of the slot
         self.store.forget_limits(np.union1d(swap.slots, swap.left))
+        self.store.follow_gpu_boards(swap.take_from(self.topology.size("gpu")))
         for slot, was, now in zip(swap.slots[swap.replaced].tolist(), swap.old[swap.replaced].tolist(),
                                   swap.new[swap.replaced].tolist()):
             log.warning("GPU %s: another board in its slot (board_id %d -> %d); its detector state starts afresh "
-                        "(input guard and /metrics state kept, but for the old board's limits)", name(slot), was, now)
+                        "(input guard and /metrics state kept, but for the old board's limits and flags)",
+                        name(slot), was, now)
         for slot, (_, board) in swap.unpark_keys(self.topology):
             log.warning("GPU %s: board_id %d read again on its node (at another index, or back from a reboot "
                         "without it); the detector state it had there follows it", name(slot), board)

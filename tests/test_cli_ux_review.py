@@ -244,3 +244,20 @@ def test_a_loop_fault_names_the_incident_at_the_rack_it_feeds() -> None:
               Event(900.0, "thermal_throttle_start", "gpu", "n0/gpu1", "f1", "cooling_loss")]
     flat = " ".join(line.strip() for line in _summary(tally, events).splitlines())
     assert "incident rack rack0" in flat and "no incident" not in flat
+
+
+def test_incidents_writes_its_findings_file_as_replay_does_and_refuses_a_folder_not_there(tmp_path,
+                                                                                          recording: Path) -> None:
+    """A helper's audit (2026-12-05): `incidents --findings` into a folder that does not exist gave a
+    FileNotFoundError traceback where replay, watch and demo say so in one line; and its lines
+    carried the slot alone where replay's name the entity too."""
+    missing = tmp_path / "nowhere" / "f.jsonl"
+    result = CliRunner().invoke(cli, ["incidents", str(recording), "--findings", str(missing), "--no-progress"])
+    assert result.exit_code == 1 and isinstance(result.exception, SystemExit), result.output
+    assert result.output.strip().splitlines()[-1] == f"Error: --findings {missing}: No such file or directory"
+    written = tmp_path / "f.jsonl"
+    result = CliRunner().invoke(cli, ["incidents", str(recording), "--findings", str(written), "--no-progress"])
+    assert result.exit_code == 0, result.output
+    lines = [json.loads(line) for line in written.read_text().splitlines()]
+    gpu_lines = [line for line in lines if line.get("entity_kind") == "gpu"]
+    assert gpu_lines and all(line["entity"] == f"node{line['slot'] // 8}/gpu{line['slot'] % 8}" for line in gpu_lines)

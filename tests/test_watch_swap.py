@@ -117,7 +117,7 @@ def test_a_gpu_whose_board_is_swapped_starts_its_detector_state_afresh(boards, m
     restarted = [r.getMessage() for r in caplog.records if "another board in its slot" in r.getMessage()]
     assert restarted == [f"GPU {SWAPPED}: another board in its slot (board_id {uuid_number(old)} -> "
                          f"{uuid_number('GPU-0f1e2d3c-new0-board-0000-000000000003')}); its detector state starts "
-                         "afresh (input guard and /metrics state kept, but for the old board's limits)"]
+                         "afresh (input guard and /metrics state kept, but for the old board's limits and flags)"]
     assert 'foreshock_gpus_replaced_total{cluster="imported",stage="guard"} 1.0' in metrics
     assert "foreshock_topology_changes_total{" not in metrics  # the topology is the same one
 
