@@ -875,7 +875,7 @@ def report_problems(health: Any, stage: str, problems: dict[str, int]) -> None:
     above what the counter can count is a bad reading, a counter re-based on a high one that stood
     is one too (the reading it was judged from), as is one re-based on a fall a clear cannot explain;
     a reset is reported once it stands (a
-    counter going backwards: README "Bad input"; one seen to come back was a glitch, reported as
+    counter going backwards: docs/bad-input.md; one seen to come back was a glitch, reported as
     that); wraps are what a 32-bit counter does at speed, the input being right, so they are not."""
     reasons = {
         "resets_confirmed": "counter went backwards and stayed there: cleared (perfquery -R, a driver reload, a "
