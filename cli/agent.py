@@ -264,8 +264,13 @@ def command(source: str, kafka: str | None, user: str | None, password: str | No
         raise click.ClickException(str(exc)) from None
     if source == "simulator" and speed is None:
         speed = 1.0
-    frames, topology = open_source(source, path, url, executable, root, interfaces, interval, polls, host,
-                                   speed, shift_now, gpus, scenario, seed, duration, topology_path)
+    try:
+        frames, topology = open_source(source, path, url, executable, root, interfaces, interval, polls, host,
+                                       speed, shift_now, gpus, scenario, seed, duration, topology_path)
+    except click.ClickException:
+        raise
+    except Exception as exc:  # no NVIDIA driver for --source nvml, say: a clear error, as record and watch give
+        raise click.ClickException(f"cannot open source {source}: {type(exc).__name__}: {exc}") from None
     # a polled source counts its own problems (a scrape that failed, a BMC that refused): the
     # summary and /metrics report those with the publishing's
     polled_health = getattr(frames, "health", None)

@@ -107,30 +107,39 @@ class FieldValueFirst:
     Some calls cost a real driver far more than the same counter read as a field: on a real H200
     (driver 580.159.04; ``bench/bench_poll.py``, ``deploy/device/fieldvalues_probe.py``)
     ``nvmlDeviceGetViolationStatus(POWER)`` took 650 µs a call, field ``NVML_FI_DEV_PERF_POLICY_POWER``
-    2.5 µs, with the same nanoseconds. Where the field is not served (``NOT_SUPPORTED``,
-    ``FUNCTION_NOT_FOUND``, ``INVALID_ARGUMENT`` for an id an older driver does not know,
-    ``DEPRECATED``), that is remembered (the library is the process's: for every GPU) and the older
-    call made from then on; any other error is the caller's, as any reader's."""
+    2.5 µs, with the same nanoseconds. Where the library serves no field values (pynvml without the
+    call, ``FUNCTION_NOT_FOUND``, ``DEPRECATED``) that is remembered for every GPU (the library is
+    the process's); where a GPU does not serve the field (``NOT_SUPPORTED``: "not available on
+    target device"; ``INVALID_ARGUMENT`` for an id its driver does not know), for that GPU only
+    (by its handle): one such GPU had sent every other GPU to the older call, 650 µs a poll each,
+    and, where the older call is gone (pynvml: removed in CUDA 14), cost them the field for good.
+    The older call is made from then on; any other error is the caller's, as any reader's."""
 
     def __init__(self, constant: str, field_id: int, scale: float, fallback: Reader) -> None:
         self.constant = constant  # pynvml's name of the field id (``field_id`` where it lacks it)
         self.field_id = field_id
         self.scale = scale
         self.fallback = fallback
-        self.field_served = True
+        self.field_served = True  # False: the library serves no field values, for any GPU
+        self.not_served: set[Any] = set()  # the handles of the GPUs that do not serve this field
 
     def __call__(self, nv: ModuleType, h: Any) -> float:
-        if self.field_served:
+        if self.field_served and h not in self.not_served:
+            if getattr(nv, "nvmlDeviceGetFieldValues", None) is None:
+                self.field_served = False
+                return self.fallback(nv, h)
             try:
-                if getattr(nv, "nvmlDeviceGetFieldValues", None) is not None:
-                    return _field_value(nv, h, getattr(nv, self.constant, self.field_id)) * self.scale
+                return _field_value(nv, h, getattr(nv, self.constant, self.field_id)) * self.scale
             except nv.NVMLError as exc:
-                not_served = {getattr(nv, "NVML_ERROR_NOT_SUPPORTED", 3),
-                              getattr(nv, "NVML_ERROR_FUNCTION_NOT_FOUND", 13),
-                              getattr(nv, "NVML_ERROR_INVALID_ARGUMENT", 2), getattr(nv, "NVML_ERROR_DEPRECATED", 26)}
-                if getattr(exc, "value", None) not in not_served:
+                code = getattr(exc, "value", None)
+                library = {getattr(nv, "NVML_ERROR_FUNCTION_NOT_FOUND", 13), getattr(nv, "NVML_ERROR_DEPRECATED", 26)}
+                device = {getattr(nv, "NVML_ERROR_NOT_SUPPORTED", 3), getattr(nv, "NVML_ERROR_INVALID_ARGUMENT", 2)}
+                if code in library:
+                    self.field_served = False
+                elif code in device:
+                    self.not_served.add(h)
+                else:
                     raise
-            self.field_served = False
         return self.fallback(nv, h)
 
 
@@ -393,12 +402,16 @@ class NvmlSource(PollingSource):
                 # every other call would fail the same way (a lost GPU's may each take long): ask
                 # nothing more of it this poll; it is counted as it enters the state, not per poll
                 self._failing.add(g)
+                self._forget_slow(g)  # nothing read: read afresh once back (perhaps another board)
             if g in self._failing:
-                self._forget_slow(g)  # read afresh once back (after a reset, perhaps another board)
                 if g not in self._failed:
                     self._failed.add(g)
                     entered.append(g)
-            else:
+            elif g in self._failed:
+                # back from a reset, its slow fields read afresh from the next poll; not at every poll
+                # while it waited (it is read then, perhaps for days, and a slow call costs a real
+                # H200 over 1 ms: they had been read at every poll)
+                self._forget_slow(g)
                 self._failed.discard(g)  # read without either: back, counted again if lost again
         if entered:
             names = [self._entities[g] for g in entered]
