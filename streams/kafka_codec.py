@@ -164,6 +164,19 @@ class PartitionMap:
             "job": np.arange(len(topology.jobs), dtype=np.int64) % partitions,
         }
 
+    def split_jobs(self) -> list[tuple[int, int]]:
+        """The jobs whose GPUs are routed to more than one partition, each with how many: a
+        partition's worker sees its share of such a job only (routing keeps racks together, and
+        jobs span racks), so its peer comparison (the straggler detector's job median) is of that
+        share."""
+        gpu_part = self.by_kind["gpu"]
+        out = []
+        for job in range(len(self.topology.jobs)):
+            spread = len(np.unique(gpu_part[self.topology.gpus_of_job(job)]))
+            if spread > 1:
+                out.append((job, spread))
+        return out
+
     def owned_by(self, partition: int) -> dict[str, np.ndarray]:
         """Per kind, a mask by slot of the entities routed to ``partition``."""
         return {kind: table == partition for kind, table in self.by_kind.items()}
