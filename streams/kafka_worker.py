@@ -6,8 +6,10 @@ and their checkpoints. ``faust_app`` moves records in and out; this module decid
 the incident processors), fed the partition's records in offset order and each record's
 pieces in their order. Because routing keeps a rack's entities together (``kafka_codec``),
 each entity sees the same rows, in the same frames, as in the embedded pipeline, so it
-produces the same findings: a partition's share of a frame that the agent cut into several
-pieces (``MAX_PIECE_BYTES``) runs as one frame, its pieces joined, and one that goes on in the
+produces the same findings (but for comparisons across a job that spans partitions: the
+straggler detector compares a job's GPUs within each partition's share of the job,
+``DetectionStage._warn_split_jobs``): a partition's share of a frame that the agent cut into
+several pieces (``MAX_PIECE_BYTES``) runs as one frame, its pieces joined, and one that goes on in the
 sender's next bundle (``H_CONTINUES``) is held, in the checkpoint too, until its last piece
 came. A record (a bundle of pieces) gets one findings message (none when all its pieces are
 held: their reports go with the frame's last piece).
