@@ -97,8 +97,10 @@ def diff(old_path: str, new_path: str, partitions: int) -> None:
 @command.command(name="jobs")
 @click.argument("topology_path", metavar="TOPOLOGY", type=click.Path(exists=True, dir_okay=False))
 @click.option("--squeue-json", type=click.File("r", encoding="utf-8", errors="replace"), default=None,
-              help="Read this `squeue --json` output ('-': standard input) instead of running squeue.")
-@click.option("--squeue", "squeue_exe", default="squeue", show_default=True, help="The squeue program to run.")
+              help="Read this `squeue --json --all` output ('-': standard input) instead of running squeue.")
+@click.option("--squeue", "squeue_exe", default="squeue", show_default=True,
+              help="The squeue program to run (as `squeue --json --all --states=RUNNING`, by a user who "
+                   "sees every job: PrivateData=jobs hides other users' jobs).")
 @click.option("--min-nodes", type=click.IntRange(min=1), default=1, show_default=True,
               help="Leave out jobs on fewer nodes of the topology.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
@@ -109,10 +111,15 @@ def jobs(topology_path: str, squeue_json: IO[str] | None, squeue_exe: str, min_n
     """Replace TOPOLOGY's jobs with Slurm's running jobs (`squeue --json`).
 
     A job is named JOBID:NAME and lists the topology's nodes it runs on (a byte of a name that is
-    not UTF-8, a Latin-1 job name, is read as U+FFFD). Left out, and counted:
-    jobs not running, on no node of the topology, on fewer than --min-nodes, or sharing a node
-    with an older job. When the list changed, restart the workers with the new file (their
-    checkpoints find each job still listed again)."""
+    not UTF-8, a Latin-1 job name, is read as U+FFFD). Left out, and counted: jobs not running, on
+    no node of the topology, using part of a node (fewer GPUs than its nodes have, where squeue
+    gives them), on a node another running job uses too (all of them), or on fewer than
+    --min-nodes. When the list changed, restart the workers with the new file (their checkpoints
+    find each job still listed again).
+
+    squeue is run with --all (jobs in hidden partitions too), and must be able to see every user's
+    jobs: with PrivateData=jobs, run it as SlurmUser, root or an operator, or a job it cannot see
+    reads as ended and its nodes as free."""
     console = Console()
     try:
         topology = Topology.load(topology_path)
@@ -121,7 +128,10 @@ def jobs(topology_path: str, squeue_json: IO[str] | None, squeue_exe: str, min_n
     if squeue_json is not None:
         text = squeue_json.read()
     else:
-        out, why = run_command([squeue_exe, "--json", "--states=RUNNING"], PipelineHealth(), "slurm", timeout=60.0)
+        # --all: by default squeue hides jobs in hidden partitions and in partitions the caller's
+        # group cannot use; their jobs would read as ended and their nodes as free
+        out, why = run_command([squeue_exe, "--json", "--all", "--states=RUNNING"], PipelineHealth(), "slurm",
+                               timeout=60.0)
         if out is None:
             raise click.ClickException(f"squeue failed: {why.strip()}")
         text = out

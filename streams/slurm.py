@@ -11,17 +11,29 @@ their checkpoints find each job again by name and nodes).
 (a string before Slurm 23.02, a list of strings after), and the top-level ``errors`` list: squeue
 can exit 0 with an error there and no jobs (21.08, its controller unreachable), which is no
 "nothing running" (that would end every job): such output is refused, naming its first error.
-``warnings`` are not errors. Nothing else is read.
+``warnings`` are not errors. The GPUs a job holds are read from ``gres_detail`` and
+``tres_alloc_str`` (below); nothing else is read.
 
 An entry without an integer ``job_id``, or whose ``job_state`` is neither a string nor a list of
 strings, is left out as a malformed entry (counted). A job is left out, and counted by reason,
-when it is not running, runs on no node of the topology, or shares a node with an older job
-(several small jobs on one node are not the synchronous kind). Older means started earlier
-(``start_time``: an integer before Slurm 23.11, ``{set, infinite, number}`` since), then the lower
-job id: job ids alone would put a job started after the ids wrapped (past ``MaxJobId``, 67,043,328
-by default) before the jobs of the day before. The components of a heterogeneous job
+when it is not running, runs on no node of the topology, uses part of a node, or shares a node
+with another running job. A job owns its nodes only when it holds all their GPUs: its GPUs are read
+per node from ``gres_detail`` (one string per node of ``nodes``, ``gpu:a100:2(IDX:0-1)``) or, without
+it, in all from ``tres_alloc_str`` (``...,gres/gpu=16``); fewer than the topology's GPUs of its nodes
+is "uses part of a node" (a 1-GPU job given its whole node made its co-tenants' GPUs its peers for
+the straggler detector, and counted 8 GPUs at risk for it in an incident). Where squeue gives
+neither (a site that does not schedule GPUs as GRES), the job is taken to hold its nodes whole, as
+before. Every job on a node two or more running jobs share is left out, the older as well as the
+younger (until 2026-12-05 the oldest kept the node): at most one of them can hold all its GPUs,
+nothing says which, and a synchronous training job runs on whole nodes (a job given as holding no
+GPU there, a CPU job, shares none). Every running job's nodes
+count, whatever else leaves it out (too small for ``min_nodes``, part of a node): until 2026-12-05 a
+job left out for its size freed its node for a younger job sharing it. Jobs are listed oldest first:
+started earlier (``start_time``: an integer before Slurm 23.11, ``{set, infinite, number}`` since),
+then the lower job id (job ids wrap past ``MaxJobId``, 67,043,328 by default, so a job started after
+the wrap still comes after the jobs of the day before). The components of a heterogeneous job
 (``het_job_id``, the leader's job id, non-zero; ``het_job_offset`` 0, 1, ...) are one job, named
-after the leader, on the nodes of its running components.
+after the leader, on the nodes of its running components, holding their GPUs together.
 Nodes the topology does not know (CPU nodes, another cluster's) are dropped from a job and
 counted.
 """
@@ -34,9 +46,16 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
+import numpy as np
+
 from foreshock.topology import Topology
 
 _RANGE = re.compile(r"^(\d+)(?:-(\d+))?$")
+_TRES_GPU = re.compile(r"(?:^|,)gres/gpu=(\d+)(?=,|$)")  # the untyped total, not gres/gpu:a100=N
+_GRES_ITEM = re.compile(r"([^,()]+)((?:\([^)]*\))*)")  # name and its (KEY:VALUE) groups; IDX has commas
+
+# The GPUs a job holds: per node (from gres_detail), in all (from tres_alloc_str), or not given.
+Gpus = dict[str, int] | int | None
 
 
 class HostlistError(ValueError):
@@ -153,28 +172,122 @@ def _age(job: dict[str, Any]) -> tuple[float, int]:
     return (start if start is not None and start > 0 else float("inf"), int(job["job_id"]))
 
 
-def _whole_jobs(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _gres_gpus(detail: str) -> tuple[int, bool] | None:
+    """The GPUs of one node's ``gres_detail`` string (``gpu:a100:2(IDX:0-1),tmpdisk:100``), and
+    whether it names any; None when a GPU entry's count cannot be read. The IDX list is the cards
+    held, so it decides; else ``CNT:N``, else the count after the last colon (a type may be digits)."""
+    total, named = 0, False
+    for name, groups in _GRES_ITEM.findall(detail):
+        parts = name.strip().split(":")
+        if parts[0] != "gpu":  # shard, mps, tmpdisk...: not whole GPUs
+            continue
+        named = True
+        keys = dict(g.split(":", 1) for g in re.findall(r"\(([^)]*)\)", groups) if ":" in g)
+        cards = _count_indexes(keys.get("IDX", ""))
+        if cards is not None:
+            total += cards
+        elif keys.get("CNT", "").isdigit():
+            total += int(keys["CNT"])
+        elif len(parts) > 1 and parts[-1].isdigit():
+            total += int(parts[-1])
+        else:
+            return None
+    return total, named
+
+
+def _count_indexes(indexes: str) -> int | None:
+    """The number of device indexes in ``0-1,4``; None for anything else (none, ``N/A``)."""
+    count = 0
+    for part in indexes.split(","):
+        match = _RANGE.match(part.strip())
+        if match is None or int(match.group(2) or match.group(1)) < int(match.group(1)):
+            return None
+        count += int(match.group(2) or match.group(1)) - int(match.group(1)) + 1
+    return count
+
+
+def _allocated_gpus(job: dict[str, Any]) -> Gpus:
+    """The GPUs one squeue entry holds: per node from ``gres_detail`` (one string per host of
+    ``nodes``, in its order) where it names a GPU, else in all from ``tres_alloc_str``'s
+    ``gres/gpu=N``, else None (not given: a site without GPUs as GRES, or not tracking them)."""
+    detail = job.get("gres_detail")
+    if isinstance(detail, list) and detail and all(isinstance(d, str) for d in detail):
+        try:
+            hosts = expand_hostlist(str(job.get("nodes") or ""))
+        except HostlistError:
+            hosts = []
+        read = [_gres_gpus(d) for d in detail]
+        if len(hosts) == len(detail) and all(r is not None for r in read) and any(r[1] for r in read if r):
+            per_host: dict[str, int] = {}
+            for host, r in zip(hosts, read):
+                per_host[host] = per_host.get(host, 0) + (r[0] if r else 0)
+            return per_host
+    tres = job.get("tres_alloc_str")
+    match = _TRES_GPU.search(tres) if isinstance(tres, str) else None
+    return int(match.group(1)) if match else None
+
+
+def _together(held: list[Gpus]) -> Gpus:
+    """The GPUs of a heterogeneous job's components together: per node when each gives them per
+    node, else in all (a component that gives none adding none), None when none gives any."""
+    if held and all(isinstance(h, dict) for h in held):
+        per_node: dict[str, int] = {}
+        for h in held:
+            assert isinstance(h, dict)
+            for host, n in h.items():
+                per_node[host] = per_node.get(host, 0) + n
+        return per_node
+    given = [sum(h.values()) if isinstance(h, dict) else h for h in held if h is not None]
+    return sum(given) if given else None
+
+
+def _whole_jobs(entries: list[dict[str, Any]]) -> list[tuple[dict[str, Any], Gpus]]:
     """``entries`` with each heterogeneous job's components made one entry: the leader's id, name
     and start, running when a component runs, on its running components' nodes (the others',
-    when none runs). Other entries are returned as they are."""
+    when none runs), holding their GPUs. Other entries are returned as they are; each with the
+    GPUs it holds (read before the components are joined: gres_detail follows each one's nodes)."""
     components: dict[int, list[dict[str, Any]]] = {}
-    whole: list[dict[str, Any]] = []
+    whole: list[tuple[dict[str, Any], Gpus]] = []
     for job in entries:
         het = _number(job.get("het_job_id"))
         if het:
             components.setdefault(het, []).append(job)
         else:
-            whole.append(job)
+            whole.append((job, _allocated_gpus(job)))
     for het, parts in components.items():
         parts.sort(key=lambda j: (_number(j.get("het_job_offset")) or 0, int(j["job_id"])))
         running = [j for j in parts if "RUNNING" in (_states(j) or ())]
         leader = next((j for j in parts if int(j["job_id"]) == het), parts[0])
         starts = [t for t in (_number(j.get("start_time")) for j in parts) if t]
-        whole.append({"job_id": het, "name": leader.get("name"),
-                      "job_state": ["RUNNING"] if running else sorted(_states(leader) or ()),
-                      "nodes": ",".join(str(j.get("nodes") or "") for j in (running or parts) if j.get("nodes")),
-                      "start_time": min(starts) if starts else None})
+        whole.append(({"job_id": het, "name": leader.get("name"),
+                       "job_state": ["RUNNING"] if running else sorted(_states(leader) or ()),
+                       "nodes": ",".join(str(j.get("nodes") or "") for j in (running or parts) if j.get("nodes")),
+                       "start_time": min(starts) if starts else None},
+                      _together([_allocated_gpus(j) for j in (running or parts)])))
     return whole
+
+
+def _uses_part(held: Gpus, nodes: list[str], node_gpus: dict[str, int]) -> bool:
+    """Whether a job holding ``held`` GPUs leaves some GPUs of its ``nodes`` (the topology's) to
+    others. A total (tres_alloc_str) counts the GPUs on nodes the topology does not know too, so a
+    job also on such nodes may hide part of a known node: it is never left out wrongly, only missed.
+    Not given at all: taken as whole nodes, as before GRES was read (no reason to drop every job)."""
+    if held is None:
+        return False
+    if isinstance(held, dict):
+        return any(held.get(node, 0) < node_gpus[node] for node in nodes)
+    return held < sum(node_gpus[node] for node in nodes)
+
+
+def _gpu_nodes(held: Gpus, nodes: list[str]) -> list[str]:
+    """The nodes of ``nodes`` whose GPUs a job holding ``held`` takes some of: a CPU-only job (its GPUs
+    given as 0) shares no GPU with a training job beside it on a GPU node; a total over several nodes
+    cannot say which, so each counts."""
+    if held is None:
+        return nodes
+    if isinstance(held, dict):
+        return [node for node in nodes if held.get(node, 0) > 0]
+    return nodes if held > 0 else []
 
 
 def jobs_from_squeue(text: str, topology: Topology, min_nodes: int = 1) -> SlurmJobs:
@@ -193,13 +306,18 @@ def jobs_from_squeue(text: str, topology: Topology, min_nodes: int = 1) -> Slurm
         more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
         raise ValueError(f"squeue failed: {_error_text(errors[0])}{more}")
     known = set(topology.nodes)
+    gpu_counts = np.bincount(np.asarray(topology.gpu_node, dtype=np.int64), minlength=len(topology.nodes))
+    node_gpus = {node: int(gpu_counts[i]) for i, node in enumerate(topology.nodes)}
     out = SlurmJobs()
-    taken: set[str] = set()
     entries = [j for j in data["jobs"]
                if isinstance(j, dict) and isinstance(j.get("job_id"), int) and _states(j) is not None]
     if len(entries) < len(data["jobs"]):
         out.left_out["malformed entry"] = len(data["jobs"]) - len(entries)
-    for job in sorted(_whole_jobs(entries), key=_age):
+    # first every running job's nodes, whatever later leaves it out: a job too small for min_nodes,
+    # or on part of a node, still holds its node, and the jobs beside it do not own that node
+    running: list[tuple[dict[str, Any], Gpus, list[str]]] = []
+    tenants: Counter[str] = Counter()  # node -> running jobs on it
+    for job, held in sorted(_whole_jobs(entries), key=lambda pair: _age(pair[0])):
         if "RUNNING" not in (_states(job) or ()):
             out.left_out["not running"] += 1
             continue
@@ -212,14 +330,18 @@ def jobs_from_squeue(text: str, topology: Topology, min_nodes: int = 1) -> Slurm
         for host in hosts:
             if host not in known:
                 out.unknown_nodes[host] += 1
+        tenants.update(_gpu_nodes(held, nodes))
+        running.append((job, held, nodes))
+    for job, held, nodes in running:  # oldest first, the order of the file's jobs
         if not nodes:
             out.left_out["no node of the topology"] += 1
+        elif _uses_part(held, nodes, node_gpus):
+            out.left_out["uses part of a node"] += 1
+        elif any(tenants[node] > 1 for node in nodes):
+            out.left_out["shares a node with another job"] += 1
         elif len(nodes) < min_nodes:
             out.left_out[f"fewer than {min_nodes} nodes"] += 1
-        elif taken.intersection(nodes):
-            out.left_out["shares a node with an older job"] += 1
         else:
-            taken.update(nodes)
             out.jobs.append({"name": job_name(job), "nodes": nodes})
     return out
 

@@ -35,9 +35,15 @@ def cluster() -> Topology:
 
 
 def job(job_id: int, nodes: str, state: object = ("RUNNING",), name: str = "train") -> dict[str, object]:
+    """A job holding its nodes whole: all 8 GPUs of each gpu node (the TRES squeue gives is read)."""
+    try:
+        hosts = expand_hostlist(nodes)
+    except HostlistError:
+        hosts = []
+    gpus = 8 * sum(h.startswith("gpu") for h in hosts)
     return {"account": "ml", "job_id": job_id, "name": name, "user_name": "alice", "partition": "gpu",
             "job_state": list(state) if isinstance(state, tuple) else state, "nodes": nodes,
-            "tres_alloc_str": "cpu=64,mem=512G,node=2,billing=64,gres/gpu=16",
+            "tres_alloc_str": f"cpu=64,mem=512G,node={len(hosts)},billing=64,gres/gpu={gpus}",
             "start_time": {"set": True, "infinite": False, "number": 1764590000}}
 
 
@@ -93,27 +99,27 @@ def test_running_jobs_on_the_topologys_nodes_become_its_jobs() -> None:
     text = squeue(
         job(4711, "gpu[002-005]", name="llama-pretrain"),
         job(4712, "gpu[006-007]", state=("PENDING",)),  # waiting: no nodes yet that count
-        job(4713, "gpu[005-006]"),  # gpu005 belongs to 4711 already
+        job(4713, "gpu[005-006]"),  # gpu005 is 4711's too: neither owns it, both are left out
         job(4714, "gpu[010-011],cpu[01-02]", name=""),  # CPU nodes are not in the topology
         job(4715, "cpu01"),
         job(4716, "gpu008", state="RUNNING"),  # the string form of Slurm before 23.02
     )
     found = jobs_from_squeue(text, cluster())
     assert found.jobs == [
-        {"name": "4711:llama-pretrain", "nodes": ["gpu002", "gpu003", "gpu004", "gpu005"]},
         {"name": "4714", "nodes": ["gpu010", "gpu011"]},
         {"name": "4716:train", "nodes": ["gpu008"]},
     ]
-    assert found.left_out == {"not running": 1, "shares a node with an older job": 1, "no node of the topology": 1}
+    assert found.left_out == {"not running": 1, "shares a node with another job": 2, "no node of the topology": 1}
     assert found.unknown_nodes == {"cpu01": 2, "cpu02": 1}
     assert jobs_from_squeue(text, cluster(), min_nodes=2).left_out["fewer than 2 nodes"] == 1
 
 
-def test_the_older_job_keeps_a_shared_node_by_start_time_after_the_job_ids_wrap() -> None:
+def test_jobs_are_listed_by_start_time_after_the_job_ids_wrap_and_a_shared_node_drops_all_its_jobs() -> None:
     """Job ids wrap past MaxJobId (67,043,328 by default) back to 1. Until 2026-12-03 jobs were
     taken in id order, so a job started after the wrap took a shared node from one started the day
-    before; now the earlier start keeps it (the id decides between equal starts), in both forms
-    squeue writes a start time (an integer before 23.11)."""
+    before; then the earlier start kept it. Since 2026-12-05 no job keeps a shared node (none of
+    them holds all its GPUs), and start time orders the jobs listed (the id between equal starts),
+    in both forms squeue writes a start time (an integer before 23.11)."""
     before_wrap = job(67_043_300, "gpu[002-003]", name="long-run")
     before_wrap["start_time"] = {"set": True, "infinite": False, "number": 1764500000}
     after_wrap = job(12, "gpu[003-004]", name="new")
@@ -121,9 +127,14 @@ def test_the_older_job_keeps_a_shared_node_by_start_time_after_the_job_ids_wrap(
     no_start = job(5, "gpu[004-005]", name="unstarted")
     no_start["start_time"] = {"set": False, "infinite": False, "number": 0}
     found = jobs_from_squeue(squeue(after_wrap, no_start, before_wrap), cluster())
+    assert found.jobs == [] and found.left_out == {"shares a node with another job": 3}
+
+    after_wrap["nodes"], no_start["nodes"] = "gpu004", "gpu005"
+    found = jobs_from_squeue(squeue(after_wrap, no_start, before_wrap), cluster())
     assert found.jobs == [{"name": "67043300:long-run", "nodes": ["gpu002", "gpu003"]},
-                          {"name": "5:unstarted", "nodes": ["gpu004", "gpu005"]}]
-    assert found.left_out == {"shares a node with an older job": 1}
+                          {"name": "12:new", "nodes": ["gpu004"]},
+                          {"name": "5:unstarted", "nodes": ["gpu005"]}]
+    assert found.left_out == {}
 
 
 def test_the_components_of_a_heterogeneous_job_are_one_job_named_after_its_leader() -> None:
