@@ -35,6 +35,16 @@ TEL_TS, TEL_TEMP, TEL_SLOPE, TEL_LIMIT, TEL_POWER_HEADROOM, TEL_REF_TS, TEL_REF_
 """Columns of the per-GPU telemetry."""
 LINK_TS, LINK_TX, LINK_UTIL = range(3)
 JOB_BASE, JOB_LAST, JOB_TS = range(3)
+JOB_BASE_TAU_S = 3600.0
+"""A job's baseline step time follows its pace with this time constant (while it runs no more
+than ``JOB_SLOW_RATIO`` slow): a learning step per sample had it follow any slowdown building
+over more than a couple of minutes (1 % a sample of a step time reported every second): a job
+30 % slow after ten minutes read x1.00 and no GPU-hours at risk (an audit, 2026-12-05)."""
+JOB_BASE_FALL_TAU_S = 300.0
+"""... and down to a faster pace with this one: a job's first steps (warm-up, compilation) run
+slow, and a baseline learnt from them for an hour would read a real slowdown then as none."""
+JOB_SLOW_RATIO = 1.1
+"""A step time this much over the baseline is a slowdown, not the job's pace: the baseline holds."""
 STEP_FRESH_S = 300.0
 """A job's last measured step time tells its current pace for this long (a few reporting
 intervals); after that the job has stopped, or its telemetry has, and it tells nothing."""
@@ -248,15 +258,20 @@ def _track_link(tel: np.ndarray, slot: np.ndarray, ts: np.ndarray, tx: np.ndarra
 
 
 def _track_job(tel: np.ndarray, slot: np.ndarray, ts: np.ndarray, step: np.ndarray) -> None:
-    """A slow baseline of each job's step time (frozen while it runs >10 % slow), the last one and
-    its time; a job that reports no step time (NaN: not running) has no last one."""
-    ok = np.isfinite(step) & (step > 0)
+    """A slow baseline of each job's step time (``JOB_BASE_TAU_S``, one step per job and frame,
+    held while it runs over ``JOB_SLOW_RATIO`` slow), the last one and its time; a job that reports
+    no step time (NaN: not running) has no last one."""
+    ok = np.isfinite(step) & (step > 0) & np.isfinite(ts)
     tel[slot[~ok], JOB_LAST] = np.nan
-    s, x = slot[ok], step[ok]
-    if not len(s):
+    if not ok.any():
         return
+    idx = np.flatnonzero(ok)[_last_per_slot(slot[ok])]
+    s, x, t = slot[idx], step[idx], ts[idx]
     base = tel[s, JOB_BASE]
-    learn = ~np.isfinite(base) | (x <= 1.1 * base)
-    tel[s, JOB_BASE] = np.where(np.isfinite(base), np.where(learn, base + 0.01 * (x - base), base), x)
+    # the time since the job's last step time (unknown: a checkpoint saved without it) weighs the step
+    tau = np.where(x < base, JOB_BASE_FALL_TAU_S, JOB_BASE_TAU_S)
+    alpha = np.clip(np.nan_to_num((t - tel[s, JOB_TS]) / tau, nan=0.0), 0.0, 1.0)
+    learn = x <= JOB_SLOW_RATIO * base
+    tel[s, JOB_BASE] = np.where(np.isfinite(base), np.where(learn, base + alpha * (x - base), base), x)
     tel[s, JOB_LAST] = x
-    tel[s, JOB_TS] = ts[ok]
+    tel[s, JOB_TS] = t

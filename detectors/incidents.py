@@ -37,7 +37,10 @@ incident per cause**, updated as it grows:
   :class:`~foreshock.findings.Incident` is emitted only when the members, the root or the
   state change, at most every ``update_interval_s`` for growth — never once per new member.
   ``growing`` says a member joined or fired again; an update whose members only left (split off
-  to an incident of their own, left out by a move onto other hardware) keeps the state it had.
+  to an incident of their own, left out by a move onto other hardware) keeps the state it had, as
+  does one whose cost moved: a job slowed joined or left, or a job's slowdown moved by
+  ``JOB_SLOWDOWN_STEP`` (an optic's incident, told x1.04 as it settled, had read x1.19 for three
+  hours untold).
 - **Predicted spread.** Members with an active prediction that has not come true yet (ETA from
   the detector), then entities exposed to the same cause that show nothing yet — the rest of
   the loop, PDU or node, the links that take rerouted traffic — ranked by their headroom
@@ -142,6 +145,10 @@ off is ranked, and may be split again; past this depth it keeps its outsiders, a
 
 MAX_BURSTS = 4
 """Re-fires an incident keeps (and names in its reason): the latest ones."""
+JOB_SLOWDOWN_STEP = 0.1
+"""A job's step slowdown moving this much (x1.04 to x1.14) since its incident was last told is a
+change worth telling (``IncidentEngine._jobs_moved``), at most every ``update_interval_s``. At
+0.05 a flapping link's job, measured at x1.16 and x1.21 by turns, was told again eight times."""
 REFIRE_TIME = "%Y-%m-%d %H:%M:%S UTC"
 """How a re-fire note writes its time (:func:`refire_note`; the console reads it back)."""
 REFIRE_NOTE = re.compile(r"; (fired again|new cause) at (\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC): (\S+) (\S+?)"
@@ -217,7 +224,7 @@ class _Incident:
     __slots__ = ("serial", "family", "first_ts", "last_ts", "last_growth_ts", "state", "root", "root_kind",
                  "reason", "hint", "members", "jobs_hit", "findings", "emits", "last_emit_ts", "emitted_members",
                  "emitted_root", "dirty", "resolved_ts", "merged_into", "external_types", "quiet_s", "bursts",
-                 "refired", "emitted_refired", "emitted_keys")
+                 "refired", "emitted_refired", "emitted_keys", "emitted_jobs", "jobs_checked_ts")
 
     def __init__(self, serial: int, family: str, ts: float) -> None:
         self.serial, self.family = serial, family
@@ -248,6 +255,10 @@ class _Incident:
         # among them, whatever the count. None: not known (a checkpoint from before they were
         # saved, or reopened), and the count alone tells until the next emit, as it did before
         self.emitted_keys: frozenset[int] | None = frozenset()
+        # the jobs it slowed as last told, by name (None: not known, a checkpoint from before they
+        # were saved: told again only with another change), and when the tick last compared them
+        self.emitted_jobs: dict[str, float] | None = {}
+        self.jobs_checked_ts = -math.inf
 
     @property
     def id(self) -> str:
@@ -1369,6 +1380,20 @@ class IncidentEngine:
             elif inc.state in (OPEN, GROWING) and now - inc.last_growth_ts >= self.stable_s and not grew:
                 inc.state = STABLE
                 self._emit(inc, now, out)
+            elif not grew and self._jobs_moved(inc, now):
+                self._emit(inc, now, out)  # its cost, in the state it had
+
+    def _jobs_moved(self, inc: _Incident, now: float) -> bool:
+        """Whether the jobs ``inc`` slows changed since it was last told — one joined or left, or a
+        slowdown moved by ``JOB_SLOWDOWN_STEP`` or more — asked at most every ``update_interval_s``
+        (after the last update, or the last time it was asked)."""
+        if inc.emitted_jobs is None or now - max(inc.last_emit_ts, inc.jobs_checked_ts) < self.update_interval_s:
+            return False
+        inc.jobs_checked_ts = now
+        members = sorted(inc.members.values(), key=lambda m: (m.first_ts, m.key))
+        jobs = dict(self._job_impact(inc, members, now)[0])
+        told = inc.emitted_jobs
+        return jobs.keys() != told.keys() or any(abs(x - told[j]) >= JOB_SLOWDOWN_STEP for j, x in jobs.items())
 
     @staticmethod
     def _changes_since_emit(inc: _Incident) -> tuple[bool, bool]:
@@ -1427,7 +1452,9 @@ class IncidentEngine:
         inc.emitted_keys = frozenset(inc.members)
         inc.emitted_refired = inc.refired
         inc.emitted_root = inc.root
-        out.append(self._snapshot(inc, now))
+        told = self._snapshot(inc, now)
+        inc.emitted_jobs = dict(told.jobs)
+        out.append(told)
 
     def _resolve(self, inc: _Incident, now: float, out: list[Finding]) -> None:
         inc.state = RESOLVED
@@ -1814,6 +1841,7 @@ class IncidentEngine:
                           if self.s_member_of[level_of(m.key)][slot_of(m.key)] == inc.serial],
                 "root_kind": inc.root_kind, "hint": inc.hint, "quiet_s": inc.quiet_s,
                 "bursts": list(inc.bursts), "refired": inc.refired, "emitted_refired": inc.emitted_refired,
+                "emitted_jobs": None if inc.emitted_jobs is None else sorted(inc.emitted_jobs.items()),
             })
         return {
             "incidents": incs, "resolved": list(self._resolved), "next_serial": self.next_serial,
@@ -1910,6 +1938,8 @@ class IncidentEngine:
             inc.quiet_s = float(d.get("quiet_s", math.nan))
             inc.bursts = [float(t) for t in d.get("bursts", ())]
             inc.refired, inc.emitted_refired = int(d.get("refired", 0)), int(d.get("emitted_refired", 0))
+            jobs_told = d.get("emitted_jobs")  # (absent from a checkpoint from before they were saved)
+            inc.emitted_jobs = None if jobs_told is None else {str(j): float(x) for j, x in jobs_told}
             told = d.get("emitted_keys")  # (absent from a checkpoint from before they were saved)
             inc.emitted_keys = None if told is None else frozenset(
                 k for k in (member_key(int(k)) for k in told) if k >= 0)
