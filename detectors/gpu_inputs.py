@@ -78,7 +78,11 @@ RACK_FLOW0_BEFORE, RACK_FLOW0_TRIAL_END = 28, 29
 # from there, and the heat under which it shows no work (0 for a PDU's, which tells no idle level; NaN:
 # not known)
 RACK_HEAT_SRC, RACK_HEAT_TS, RACK_HEAT_FLOOR = 30, 31, 32
-RACK_SIZE = 33
+# ... and, for the proxy's nodes re-based on their own work (see PROXY_STEP_C), how far the inlet
+# moved since the tick in RACK_MOVE_FROM (the median move of the nodes that kept their work from tick to
+# tick; NaN: none yet), and the rack's last tick that looked for its proxy
+RACK_MOVE, RACK_MOVE_FROM, RACK_SEEN_AT = 33, 34, 35
+RACK_SIZE = 36
 HEAT_PDU, HEAT_GPUS = 1.0, 2.0
 """The rack's heat comes from its PDU's power (``pdu_power``) where the rack reports it, else from
 the power its GPUs draw (the thermal fit's sum, :func:`update_rack_inlet`). The GPUs miss the CPUs,
@@ -177,7 +181,18 @@ it may run, never cooler."""
 # next node of the same rack (-1: the last; NaN: not linked); how far from steady the node's
 # GPUs were over the previous tick and over this one (see node_feed)
 NODE_PROXY_TS, NODE_PROXY, NODE_ACC_TS, NODE_ACC, NODE_NEXT, NODE_PROXY_DEV, NODE_ACC_DEV = range(7)
-NODE_SIZE = 7
+# ... and the least (filtered) power of its GPUs over the previous tick and over this one; the excess
+# resistance learnt for it (°C/W; 0 or NaN: none, the proxy read as it is) and the base that carries its
+# re-based proxy on (see PROXY_STEP_C); the rack's last tick it counted at, its re-based proxy and its
+# least power then; at its last such tick before its work moved (its anchor: the step is read from
+# there once the proxy settled), that tick, its proxy, its re-based proxy, its least power and the
+# rack's RACK_MOVE; the tick its work was first seen moved from there, and 1 while it sits out of the
+# median meanwhile (else 0)
+NODE_PROXY_P, NODE_ACC_P, NODE_EXCESS, NODE_BASE = 7, 8, 9, 10
+NODE_LAST_AT, NODE_LAST_C, NODE_LAST_P = 11, 12, 13
+NODE_ANCHOR_AT, NODE_ANCHOR_V, NODE_ANCHOR_C, NODE_ANCHOR_P, NODE_ANCHOR_MOVE = 14, 15, 16, 17, 18
+NODE_MOVED_AT, NODE_OUT = 19, 20
+NODE_SIZE = 21
 RACK_PROXY_MIN_NODES = 3
 """A rack's proxy needs this many steady nodes with a fresh proxy of their own."""
 RACK_PROXY_STEADY_C = 2.0
@@ -185,6 +200,37 @@ RACK_PROXY_STEADY_C = 2.0
 this: its work starting or stopping. Through those minutes its proxy swings by up to R times the
 step (the fitted lag of ``P_f`` trails the die's), and 3 of a rack's 4 nodes starting work moved
 the median 9 °C in a sample."""
+PROXY_STEP_W, PROXY_STEP_C, PROXY_EXCESS_MAX = 300.0, 4.0, 0.7
+"""A node's proxy sits ``(R - R_nominal) * P`` over the inlet (``P``: its coolest GPU's power, its least
+where R is over nominal): where R is nominal that is noise (a few percent of R between boards), but on
+boards over it the proxy steps when the node starts or stops work, the coolant unchanged, and the rack's
+median with it. Then a node whose own work never changed read its rack's *other* nodes starting work as
+its inlet warming: on boards at 1.45 x R_nominal 13 °C, and a steadily loaded node, 71 °C at 700 W, was
+predicted to throttle on all 8 GPUs (loop_warming at 1.2x: a false alarm, or 6 min of lead lost when the
+neighbours went idle; until 2026-12-05). So where a node's least power moves by ``PROXY_STEP_W`` or more
+from where it last stood, its step is read against the inlet's move meanwhile (RACK_MOVE: the median
+move of the rack's nodes that kept their work): a step of ``PROXY_STEP_C`` or more the way the power
+went, at most ``PROXY_EXCESS_MAX`` times R_nominal per watt, is the node's boards' excess resistance
+(:func:`rebase_nodes`): its proxy is then read less that excess times its least power, on a base that
+carries it on from where it stood. Otherwise the proxy is read as it is, as before: on the simulator's
+boards (R within a few percent of nominal) a node's step on its own work read -4.3 to +2.1 °C the
+power's way (its coolest GPU changes, temperatures read in whole degrees; 840 steps of seeds 789, 794,
+811, 831, 1233 and 34), and a node whose fans failed (R 1.8x to 2.5x there; seed 34's read 31.6 °C, 1.3x
+R_nominal per watt) is an outlier the median leaves out. The inlet's move is read from the other nodes,
+so a loop warming while a node's work changes is not taken for its step: a re-base that held each such
+node's proxy where it last stood for 150 s instead (2026-12-05, reverted) kept what the loop warmed
+meanwhile out of it for good: on seed 831 (1,024 GPUs, GPU telemetry alone) a job started on idle nodes
+13 min into a loop's loss of flow, their proxies were held while the coolant rose 20 °C, the racks'
+proxies read up to 19 °C low and 31 of the seed's 216 cooling-loss throttles went unpredicted (811
+lost recall too)."""
+PROXY_SETTLE_S = 120.0
+"""... the step is read this long after the node's work was first seen moved (four of the fit's initial
+30-s time constants): its dies and the fit's filtered power settle meanwhile. Read at once, the lag
+fitted with a time constant not yet learnt was read into the excess: the proxy came back 3 °C under
+where it stood; and where every node counts as steady (``gpu_inlet``: the sample's own power,
+unfiltered) a starting node's proxy first dips by ``R·ΔP`` (its power is read at once, its die lags).
+Meanwhile a node whose step already reads ``PROXY_STEP_C`` or more the power's way sits out of the
+rack's median (NODE_OUT): only a node over nominal R steps that far; the others count as before."""
 
 TICK_EPS_S = 0.5
 """Samples of one node closer than this in time belong to the same scrape (tick)."""
@@ -204,9 +250,11 @@ def upgrade_rack_state(state: dict[str, Any]) -> dict[str, Any]:
     ``RACK_FLOW0_NEW``: NaN, nothing held and the baseline in use as confirmed) or put a raised
     baseline on trial (``RACK_FLOW0_BEFORE``, ``RACK_FLOW0_TRIAL_END``: NaN, none on trial) or kept
     where their heat came from (``RACK_HEAT_SRC``: the PDU's, the only source then, where a heat was
-    known, read at the rack's last sample, its floor 0; else none)."""
+    known, read at the rack's last sample, its floor 0; else none); or racks and nodes saved before
+    the proxy's nodes re-based (``RACK_MOVE``, ``NODE_PROXY_P`` on: NaN, none re-based nor seen yet)."""
     saved = np.asarray(state.get("s_rack"))
     state = add_columns(state, "s_rack", RACK_SIZE, {RACK_FLOW_TS: RACK_TS, RACK_HEAT_TS: RACK_TS})
+    state = add_columns(state, "s_node", NODE_SIZE)
     if saved.ndim == 2 and saved.shape[1] <= RACK_HEAT_SRC and state["s_rack"] is not saved:
         rack = state["s_rack"]
         known = np.isfinite(rack[:, RACK_HEAT_SLOW])
@@ -724,9 +772,11 @@ def node_tick(ts: float, node: int, node_state: np.ndarray) -> None:
             node_state[node, NODE_PROXY] = node_state[node, NODE_ACC]
             node_state[node, NODE_PROXY_TS] = node_state[node, NODE_ACC_TS]
             node_state[node, NODE_PROXY_DEV] = node_state[node, NODE_ACC_DEV]
+            node_state[node, NODE_PROXY_P] = node_state[node, NODE_ACC_P]
         node_state[node, NODE_ACC] = np.inf
         node_state[node, NODE_ACC_TS] = ts
         node_state[node, NODE_ACC_DEV] = 0.0
+        node_state[node, NODE_ACC_P] = np.nan
 
 
 @inline
@@ -741,20 +791,24 @@ def node_feed(node: int, temp: float, power_f: float, node_state: np.ndarray, r_
     if temp == temp and power_f == power_f:
         # min() without a branch: which of a node's GPUs is coolest is a coin toss per sample
         node_state[node, NODE_ACC] = min(temp - r_nominal * power_f, node_state[node, NODE_ACC])
+        # ... and its least power: the coolest GPU's where R is over nominal (see PROXY_STEP_C)
+        least = node_state[node, NODE_ACC_P]
+        node_state[node, NODE_ACC_P] = power_f if not power_f >= least else least  # (NaN: none yet)
     # the node's worst over the tick (see RACK_PROXY_STEADY_C)
     node_state[node, NODE_ACC_DEV] = max(unsteady_c, node_state[node, NODE_ACC_DEV])
 
 
 @inline
-def node_proxy_now(ts: float, node: int, node_state: np.ndarray) -> tuple[float, float, float]:
-    """A node's latest complete proxy at ``ts``, when it was gathered and how far from steady its
-    GPUs were then: the minimum of its last tick — still held as the running minimum if this tick
-    has not reached the node yet."""
+def node_proxy_now(ts: float, node: int, node_state: np.ndarray) -> tuple[float, float, float, float]:
+    """A node's latest complete proxy at ``ts``, when it was gathered, how far from steady its
+    GPUs were then and their least power: the minimum of its last tick — still held as the running
+    minimum if this tick has not reached the node yet."""
     acc = node_state[node, NODE_ACC]
     if node_state[node, NODE_ACC_TS] < ts - TICK_EPS_S and acc < np.inf:
-        return acc, node_state[node, NODE_ACC_TS], node_state[node, NODE_ACC_DEV]  # type: ignore[return-value]
+        return (acc, node_state[node, NODE_ACC_TS], node_state[node, NODE_ACC_DEV],  # type: ignore[return-value]
+                node_state[node, NODE_ACC_P])
     return (node_state[node, NODE_PROXY], node_state[node, NODE_PROXY_TS],  # type: ignore[return-value]
-            node_state[node, NODE_PROXY_DEV])
+            node_state[node, NODE_PROXY_DEV], node_state[node, NODE_PROXY_P])
 
 
 @inline
@@ -763,37 +817,65 @@ def _counts_for_rack(ts: float, v: float, vts: float, dev: float, stale_s: float
 
 
 @inline
-def rack_proxy(ts: float, rack: int, rack_state: np.ndarray, node_state: np.ndarray, stale_s: float) -> float:
-    """The median of the fresh proxies of the rack's steady nodes (NaN under
-    RACK_PROXY_MIN_NODES of them).
+def rebased_proxy(v: float, power: float, node: int, node_state: np.ndarray) -> float:
+    """A node's proxy ``v`` at its least power ``power`` less its boards' learnt excess (see
+    PROXY_STEP_C), carried on from its base; ``v`` itself where none is learnt."""
+    excess = node_state[node, NODE_EXCESS]
+    if excess == excess and excess != 0.0:
+        return v - excess * power + node_state[node, NODE_BASE]  # type: ignore[no-any-return]
+    return v
 
-    A node's own proxy moves with whatever heats that node alone: failed fans raise all its GPUs
-    at the same power, just as a warmer inlet would, and read as its inlet rising. The loop's
-    inlet moves every node of the rack. O(n^2) over a rack's nodes, once per rack and tick (no
-    allocation in a kernel)."""
+
+MEMBER_PROXY, MEMBER_MOVE = 0, 1
+"""What :func:`_rack_member` gives for a node: its re-based proxy where it counts for its rack now;
+unless it sits out while its step settles (NODE_OUT); or its re-based proxy's move since the rack's
+last tick (``seen_at``) where it counted then too, its least power within ``PROXY_STEP_W`` of what it
+was then and at its anchor (its work kept)."""
+
+
+@inline
+def _rack_member(ts: float, k: int, node_state: np.ndarray, stale_s: float, what: int,
+                 seen_at: float) -> tuple[bool, float]:
+    v, vts, dev, power = node_proxy_now(ts, k, node_state)
+    if not _counts_for_rack(ts, v, vts, dev, stale_s):
+        return False, np.nan
+    c = rebased_proxy(v, power, k, node_state)
+    if what == MEMBER_PROXY:
+        return not node_state[k, NODE_OUT] > 0.0, c  # (NaN: in)
+    if node_state[k, NODE_LAST_AT] == seen_at and abs(power - node_state[k, NODE_LAST_P]) < PROXY_STEP_W \
+            and abs(power - node_state[k, NODE_ANCHOR_P]) < PROXY_STEP_W:
+        return True, c - node_state[k, NODE_LAST_C]
+    return False, np.nan
+
+
+@inline
+def _rack_median(ts: float, rack: int, rack_state: np.ndarray, node_state: np.ndarray, stale_s: float,
+                 what: int, min_nodes: int) -> float:
+    """The median of :func:`_rack_member`'s values over the rack's nodes (NaN under ``min_nodes`` of
+    them). O(n^2) over a rack's nodes, once per rack and tick (no allocation in a kernel)."""
     first = rack_state[rack, RACK_NODE0]
     if first != first:
         return np.nan
+    seen_at = rack_state[rack, RACK_SEEN_AT]
     n = 0
     k = int(first)
     while k >= 0:
-        v, vts, dev = node_proxy_now(ts, k, node_state)
-        n += 1 if _counts_for_rack(ts, v, vts, dev, stale_s) else 0
+        n += 1 if _rack_member(ts, k, node_state, stale_s, what, seen_at)[0] else 0
         k = int(node_state[k, NODE_NEXT])
-    if n < RACK_PROXY_MIN_NODES:
+    if n < min_nodes:
         return np.nan
     lo_rank, hi_rank = (n - 1) // 2, n // 2
     lo = hi = np.nan
     k = int(first)
     while k >= 0:
-        v, vts, dev = node_proxy_now(ts, k, node_state)
-        if _counts_for_rack(ts, v, vts, dev, stale_s):
+        ok, v = _rack_member(ts, k, node_state, stale_s, what, seen_at)
+        if ok:
             below = 0
             tied = 0
             j = int(first)
             while j >= 0:
-                w, wts, wdev = node_proxy_now(ts, j, node_state)
-                if _counts_for_rack(ts, w, wts, wdev, stale_s):
+                ok_j, w = _rack_member(ts, j, node_state, stale_s, what, seen_at)
+                if ok_j:
                     below += 1 if w < v else 0
                     tied += 1 if w == v else 0
                 j = int(node_state[j, NODE_NEXT])
@@ -803,6 +885,75 @@ def rack_proxy(ts: float, rack: int, rack_state: np.ndarray, node_state: np.ndar
                 hi = v
         k = int(node_state[k, NODE_NEXT])
     return 0.5 * (lo + hi)  # type: ignore[no-any-return]
+
+
+@inline
+def rebase_nodes(ts: float, rack: int, rack_state: np.ndarray, node_state: np.ndarray, stale_s: float) -> None:
+    """Follow the inlet's move (RACK_MOVE: the median move of the re-based proxies of the nodes that
+    counted at the rack's last tick and now, their work kept; none such: it starts over from this
+    tick) and re-base each node counted now whose least power moved by ``PROXY_STEP_W`` from its
+    anchor, ``PROXY_SETTLE_S`` after that was first seen: its step from the anchor less the inlet's
+    move meanwhile, over its power's, is its boards' excess resistance where it tells (see
+    PROXY_STEP_C): its proxy then goes on from where it stood (re-based, plus the inlet's move), else
+    it is read as it is. Without a move to read the step against (no node kept its work through it)
+    the node keeps what it had: every node of the rack changed its work."""
+    seen_at = rack_state[rack, RACK_SEEN_AT]
+    move = _rack_median(ts, rack, rack_state, node_state, stale_s, MEMBER_MOVE, 1)
+    moved = rack_state[rack, RACK_MOVE] + move
+    if moved != moved:  # (NaN: no node kept its work from the last tick, or none seen yet)
+        moved = 0.0
+        rack_state[rack, RACK_MOVE_FROM] = ts
+    rack_state[rack, RACK_MOVE] = moved
+    r_nominal = facts.THERMAL_RESISTANCE_C_PER_W  # (as RACK_PROXY_STEADY_C reads it)
+    k = int(rack_state[rack, RACK_NODE0])
+    while k >= 0:
+        v, vts, dev, power = node_proxy_now(ts, k, node_state)
+        if _counts_for_rack(ts, v, vts, dev, stale_s):
+            settled = True
+            node_state[k, NODE_OUT] = 0.0
+            step_w = power - node_state[k, NODE_ANCHOR_P]
+            if abs(step_w) >= PROXY_STEP_W:  # (False for NaN) its work moved
+                if not node_state[k, NODE_MOVED_AT] > node_state[k, NODE_ANCHOR_AT]:
+                    node_state[k, NODE_MOVED_AT] = ts  # first seen now
+                settled = ts - node_state[k, NODE_MOVED_AT] >= PROXY_SETTLE_S
+                inlet_moved = moved - node_state[k, NODE_ANCHOR_MOVE]
+                step_c = (v - node_state[k, NODE_ANCHOR_V] - inlet_moved) * (1.0 if step_w > 0.0 else -1.0)
+                if node_state[k, NODE_ANCHOR_AT] >= rack_state[rack, RACK_MOVE_FROM]:  # the step can be read
+                    excess = step_c / abs(step_w)
+                    if not settled:
+                        node_state[k, NODE_OUT] = 1.0 if step_c >= PROXY_STEP_C else 0.0
+                    elif step_c >= PROXY_STEP_C and excess <= PROXY_EXCESS_MAX * r_nominal:
+                        node_state[k, NODE_EXCESS] = excess
+                        node_state[k, NODE_BASE] = node_state[k, NODE_ANCHOR_C] + inlet_moved - v + excess * power
+                    else:
+                        node_state[k, NODE_EXCESS] = 0.0
+                        node_state[k, NODE_BASE] = 0.0
+            c = rebased_proxy(v, power, k, node_state)
+            if settled:
+                node_state[k, NODE_ANCHOR_AT] = ts
+                node_state[k, NODE_ANCHOR_V] = v
+                node_state[k, NODE_ANCHOR_C] = c
+                node_state[k, NODE_ANCHOR_P] = power
+                node_state[k, NODE_ANCHOR_MOVE] = moved
+            node_state[k, NODE_LAST_AT] = ts
+            node_state[k, NODE_LAST_C] = c
+            node_state[k, NODE_LAST_P] = power
+        k = int(node_state[k, NODE_NEXT])
+    rack_state[rack, RACK_SEEN_AT] = ts
+
+
+@inline
+def rack_proxy(ts: float, rack: int, rack_state: np.ndarray, node_state: np.ndarray, stale_s: float) -> float:
+    """The median of the fresh proxies of the rack's steady nodes, each re-based where its boards
+    read over nominal R (:func:`rebase_nodes`; NaN under RACK_PROXY_MIN_NODES of them).
+
+    A node's own proxy moves with whatever heats that node alone: failed fans raise all its GPUs
+    at the same power, just as a warmer inlet would, and read as its inlet rising. The loop's
+    inlet moves every node of the rack."""
+    if rack_state[rack, RACK_NODE0] != rack_state[rack, RACK_NODE0]:
+        return np.nan  # no nodes linked (an importer's unknown rack)
+    rebase_nodes(ts, rack, rack_state, node_state, stale_s)
+    return _rack_median(ts, rack, rack_state, node_state, stale_s, MEMBER_PROXY, RACK_PROXY_MIN_NODES)
 
 
 INLET_RACK, INLET_RACK_PROXY, INLET_NODE_PROXY = 1.0, 2.0, 3.0
@@ -821,8 +972,9 @@ def read_inlet(ts: float, node: int, rack: int, rack_state: np.ndarray, node_sta
                stale_s: float) -> tuple[float, float]:
     """The inlet temperature a GPU sees at ``ts`` and where it came from (``INLET_*``; NaN, NaN
     when none is fresh): its rack's; else the rack's proxy (the median of its steady nodes'
-    proxies, looked for at the rack's first sample of a tick and held while too few nodes are
-    steady); else its node's proxy of the last tick."""
+    proxies, each re-based where its boards read over nominal R: :func:`rebase_nodes`; looked for
+    at the rack's first sample of a tick and held while too few nodes are steady); else its node's
+    proxy of the last tick."""
     if rack >= 0:
         inlet = rack_state[rack, RACK_INLET]
         if inlet == inlet and ts - rack_state[rack, RACK_TS] <= stale_s:

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from foreshock import facts
 from foreshock.detectors import gpu_inputs as tf_node
 from foreshock.detectors import thermal_fit as tf
 from foreshock.detectors.bank import DetectorBank
@@ -189,16 +190,21 @@ class NaiveFit:
         self.s = tf.new_model_state(topo.size("gpu"), p)
         self.rack = {}  # rack -> (ts, latest finite inlet)
         self.node = {k: {"proxy": math.nan, "proxy_ts": math.nan, "acc": math.inf, "acc_ts": -math.inf,
-                         "dev": math.nan, "acc_dev": 0.0} for k in range(topo.size("node"))}
+                         "dev": math.nan, "acc_dev": 0.0, "p": math.nan, "acc_p": math.nan, "excess": math.nan,
+                         "base": math.nan, "moved_at": math.nan, "out": math.nan,
+                         **{f"{when}_{what}": math.nan for when in ("last", "anchor")
+                            for what in ("at", "v", "c", "p", "move")}}
+                     for k in range(topo.size("node"))}
         self.rack_nodes = {r: [k for k in range(topo.size("node")) if topo.node_rack[k] == r]
                            for r in range(topo.size("rack"))}
-        self.rack_proxy = {r: {"value": math.nan, "ts": math.nan, "at": math.nan} for r in self.rack_nodes}
+        self.rack_proxy = {r: {"value": math.nan, "ts": math.nan, "at": math.nan, "move": math.nan,
+                               "move_from": math.nan, "seen_at": math.nan} for r in self.rack_nodes}
         self.source = {}  # gpu -> where its inlet last came from
         self.held, self.shifts = {}, {}  # rack -> a jump held back (ts, value); its level shifts
         self.seen = {"tau learnt": 0, "R settling": 0, "catch-up": 0, "restart": 0, "proxy inlet": 0,
                      "rack proxy": 0, "rack proxy held": 0, "skipped": 0, "source switch": 0,
                      "energy repeated": 0, "over the limit": 0, "inlet jump held": 0, "inlet level shift": 0,
-                     "no temperature": 0}
+                     "no temperature": 0, "node re-based": 0, "node read as it is": 0, "node settling": 0}
 
     def rack_frame(self, frame):
         for ts, r, v in zip(frame.ts, frame.slot, frame.columns["inlet_temp"]):
@@ -219,27 +225,81 @@ class NaiveFit:
             self.rack[r] = (ts, v)
 
     def latest_node_proxy(self, ts, k):
-        """(value, gathered at, unsteadiness) of node k's last complete tick."""
+        """(value, gathered at, unsteadiness, least power) of node k's last complete tick."""
         nd = self.node[k]
         if nd["acc_ts"] < ts - 0.5 and nd["acc"] < math.inf:
-            return nd["acc"], nd["acc_ts"], nd["acc_dev"]
-        return nd["proxy"], nd["proxy_ts"], nd["dev"]
+            return nd["acc"], nd["acc_ts"], nd["acc_dev"], nd["acc_p"]
+        return nd["proxy"], nd["proxy_ts"], nd["dev"], nd["p"]
+
+    def counted(self, ts, r):
+        """[(node, proxy, least power)] of the rack's nodes with a fresh proxy, steady."""
+        out = []
+        for k in self.rack_nodes[r]:
+            v, vts, dev, power = self.latest_node_proxy(ts, k)
+            if math.isfinite(v) and ts - vts <= self.p[tf.P_STALE] and dev <= tf_node.RACK_PROXY_STEADY_C:
+                out.append((k, v, power))
+        return out
+
+    def rebased(self, k, v, power):
+        """Node k's proxy less its learnt excess times its least power, on its base (none: as it is)."""
+        nd = self.node[k]
+        return v - nd["excess"] * power + nd["base"] if nd["excess"] == nd["excess"] and nd["excess"] != 0 else v
+
+    def rebase(self, ts, r):
+        """The inlet's move: the median move of the re-based proxies of the nodes counted a rack tick ago and
+        now whose least power stayed within PROXY_STEP_W (then and at their anchor). A node whose power
+        moved that far from its anchor waits PROXY_SETTLE_S from when that was first seen, sitting out of
+        the median if its step (less the inlet's move) reads PROXY_STEP_C or more the power's way; then
+        that step over its power's step is its excess where it is PROXY_STEP_C or more and the excess at
+        most PROXY_EXCESS_MAX x R_nominal (else none)."""
+        rp, step = self.rack_proxy[r], tf_node.PROXY_STEP_W
+        counted = self.counted(ts, r)
+        moves = [self.rebased(k, v, power) - self.node[k]["last_c"] for k, v, power in counted
+                 if self.node[k]["last_at"] == rp["seen_at"] and abs(power - self.node[k]["last_p"]) < step
+                 and abs(power - self.node[k]["anchor_p"]) < step]
+        moved = rp["move"] + (float(np.median(moves)) if moves else math.nan)
+        if math.isnan(moved):
+            moved, rp["move_from"] = 0.0, ts
+        rp["move"] = moved
+        r_nom = facts.THERMAL_RESISTANCE_C_PER_W
+        for k, v, power in counted:
+            nd = self.node[k]
+            settled, nd["out"] = True, 0.0
+            step_w = power - nd["anchor_p"]
+            if abs(step_w) >= step:
+                if not nd["moved_at"] > nd["anchor_at"]:
+                    nd["moved_at"] = ts
+                settled = ts - nd["moved_at"] >= tf_node.PROXY_SETTLE_S
+                inlet_moved = moved - nd["anchor_move"]
+                step_c = (v - nd["anchor_v"] - inlet_moved) * math.copysign(1.0, step_w)
+                if nd["anchor_at"] >= rp["move_from"]:
+                    if not settled:
+                        self.seen["node settling"] += 1
+                        nd["out"] = 1.0 if step_c >= tf_node.PROXY_STEP_C else 0.0
+                    elif step_c >= tf_node.PROXY_STEP_C and step_c / abs(step_w) <= tf_node.PROXY_EXCESS_MAX * r_nom:
+                        self.seen["node re-based"] += 1
+                        nd["excess"] = step_c / abs(step_w)
+                        nd["base"] = nd["anchor_c"] + inlet_moved - v + nd["excess"] * power
+                    else:
+                        self.seen["node read as it is"] += 1
+                        nd["excess"], nd["base"] = 0.0, 0.0
+            values = {"at": ts, "v": v, "c": self.rebased(k, v, power), "p": power, "move": moved}
+            for when in ("last", "anchor") if settled else ("last",):
+                nd.update({f"{when}_{what}": x for what, x in values.items()})
+        rp["seen_at"] = ts
 
     def rack_median(self, ts, r):
-        """The median of the fresh proxies of the rack's steady nodes (>= 3 of them)."""
-        values = []
-        for k in self.rack_nodes[r]:
-            v, vts, dev = self.latest_node_proxy(ts, k)
-            if math.isfinite(v) and ts - vts <= self.p[tf.P_STALE] and dev <= tf_node.RACK_PROXY_STEADY_C:
-                values.append(v)
+        """The median of the fresh proxies of the rack's steady nodes, re-based (>= 3 of them)."""
+        self.rebase(ts, r)
+        values = [self.rebased(k, v, power) for k, v, power in self.counted(ts, r) if not self.node[k]["out"] > 0]
         return float(np.median(values)) if len(values) >= tf_node.RACK_PROXY_MIN_NODES else math.nan
 
     def inlet(self, ts, i):
         p, nd = self.p, self.node[int(self.node_of[i])]
         if ts > nd["acc_ts"] + 0.5:  # a new tick of this node: last tick's coolest GPU is the proxy
             if nd["acc"] < math.inf:
-                nd["proxy"], nd["proxy_ts"], nd["dev"] = nd["acc"], nd["acc_ts"], nd["acc_dev"]
-            nd["acc"], nd["acc_ts"], nd["acc_dev"] = math.inf, ts, 0.0
+                nd["proxy"], nd["proxy_ts"], nd["dev"], nd["p"] = nd["acc"], nd["acc_ts"], nd["acc_dev"], nd["acc_p"]
+            nd["acc"], nd["acc_ts"], nd["acc_dev"], nd["acc_p"] = math.inf, ts, 0.0, math.nan
         r = int(self.rack_of[i])
         rack_ts, rack_inlet = self.rack.get(r, (math.nan, math.nan))
         if ts - rack_ts <= p[tf.P_STALE]:
@@ -345,6 +405,7 @@ class NaiveFit:
             nd, pf = self.node[int(self.node_of[i])], s[tf.G_SIZE + tf.M_PF]
             if math.isfinite(pf):
                 nd["acc"] = min(nd["acc"], temp - p[tf.P_R_NOM] * pf)
+                nd["acc_p"] = pf if math.isnan(nd["acc_p"]) else min(nd["acc_p"], pf)  # the node's least power
             unsteady = p[tf.P_R_NOM] * abs(power - pf)
             nd["acc_dev"] = max(nd["acc_dev"], 0.0 if math.isnan(unsteady) else unsteady)
 
@@ -453,9 +514,33 @@ def random_fit_frames(topo, seed, ticks=60):
     return frames
 
 
+def proxy_frames(topo, seed, t0, ticks=150):
+    """GPU frames alone (every rack's inlet stale: the rack proxies), after ``t0``: nodes starting and
+    stopping work now and then, on boards at or over nominal R, the coolant drifting, rows missing —
+    what the proxy's re-base (gpu_inputs.PROXY_STEP_C) reads, settles and sits out."""
+    rng = np.random.default_rng([seed, 2])
+    n, node = topo.size("gpu"), np.asarray(topo.gpu_node)
+    r = 0.046 * rng.choice([1.0, 1.5], topo.size("node"))[node] * rng.normal(1.0, 0.03, n)
+    busy = rng.random(topo.size("node")) < 0.5
+    temp, frames = np.full(n, 25.0 + 0.046 * 78), []
+    for tick in range(ticks):
+        ts = t0 + 400.0 + 10.0 * tick
+        busy ^= rng.random(len(busy)) < 0.04
+        power = np.where(busy[node], 700.0, 78.0) + rng.normal(0, 5, n)
+        temp += (1.0 - np.exp(-1.0)) * (25.0 + 0.002 * tick * 10.0 + r * power - temp)
+        rows = np.flatnonzero(rng.random(n) < 0.95)
+        k = len(rows)
+        frames.append(Frame("gpu", np.full(k, ts), rows, {
+            "gpu_temp": np.round(temp[rows] + rng.normal(0, 0.3, k)), "hbm_temp": np.round(30.0 + 0.028 * power[rows]),
+            "power": power[rows], "energy": np.full(k, np.nan), "power_limit": np.full(k, 700.0),
+            "slowdown_temp": np.full(k, 89.0), "max_op_temp": np.full(k, 87.0), "hbm_max_op_temp": np.full(k, 95.0)}))
+    return frames
+
+
 def fit_both(seed):
     topo = small_topology(nodes=7, gpus=3, racks=2)  # racks of 3 and 4 nodes: the rack proxy's median
     frames = random_fit_frames(topo, seed)
+    frames += proxy_frames(topo, seed, float(max(f.ts.max() for f in frames)))
     fit, naive = tf.ThermalFit(topo, tf.params_vector({})), NaiveFit(topo, tf.params_vector({}))
     for frame in frames:
         fit.update(frame, caller=None)
@@ -477,11 +562,18 @@ def test_the_fit_kernel_matches_a_naive_one_pass_reference(seed):
     # and LLVM: agreement to 1e-7 is the same arithmetic, a wrong formula is off by far more
     np.testing.assert_allclose(fit.s_model[:, keep], naive.s[:, keep], rtol=1e-7, atol=1e-9, equal_nan=True)
     for k, node in naive.node.items():
-        np.testing.assert_allclose(fit.s_node[k, [tf_node.NODE_PROXY, tf_node.NODE_ACC, tf_node.NODE_PROXY_DEV]],
-                                   [node["proxy"], node["acc"], node["dev"]], rtol=1e-9, atol=1e-9, equal_nan=True)
+        cols = {tf_node.NODE_PROXY: "proxy", tf_node.NODE_ACC: "acc", tf_node.NODE_PROXY_DEV: "dev",
+                tf_node.NODE_PROXY_P: "p", tf_node.NODE_EXCESS: "excess", tf_node.NODE_BASE: "base",
+                tf_node.NODE_LAST_AT: "last_at", tf_node.NODE_LAST_C: "last_c", tf_node.NODE_ANCHOR_AT: "anchor_at",
+                tf_node.NODE_ANCHOR_V: "anchor_v", tf_node.NODE_ANCHOR_MOVE: "anchor_move",
+                tf_node.NODE_MOVED_AT: "moved_at", tf_node.NODE_OUT: "out"}
+        np.testing.assert_allclose(fit.s_node[k, list(cols)], [node[c] for c in cols.values()],
+                                   rtol=1e-9, atol=1e-9, equal_nan=True)
     for r, rack in naive.rack_proxy.items():
-        np.testing.assert_allclose(fit.s_rack[r, [tf_node.RACK_PROXY, tf_node.RACK_PROXY_TS, tf_node.RACK_PROXY_AT]],
-                                   [rack["value"], rack["ts"], rack["at"]], rtol=1e-9, atol=1e-9, equal_nan=True)
+        cols = {tf_node.RACK_PROXY: "value", tf_node.RACK_PROXY_TS: "ts", tf_node.RACK_PROXY_AT: "at",
+                tf_node.RACK_MOVE: "move", tf_node.RACK_MOVE_FROM: "move_from", tf_node.RACK_SEEN_AT: "seen_at"}
+        np.testing.assert_allclose(fit.s_rack[r, list(cols)], [rack[c] for c in cols.values()],
+                                   rtol=1e-9, atol=1e-9, equal_nan=True)
 
 
 def test_the_fit_reference_comparison_reaches_every_branch():
