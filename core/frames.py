@@ -174,8 +174,8 @@ class Frame:
     @classmethod
     def from_arrow(cls, batch: pa.RecordBatch | pa.Table, kind: str | None = None) -> "Frame":
         """The frame of an Arrow batch or table (several batches are joined): numeric columns
-        become float64 (nulls NaN), absent fields NaN; an unknown field, a non-numeric column or
-        a missing ``ts``/``slot`` raises :class:`FrameError`.
+        become float64 (nulls NaN), absent fields NaN; an unknown field, a non-numeric column, a
+        column named twice or a missing ``ts``/``slot`` raises :class:`FrameError`.
 
         All field columns are rows of one (fields, rows) block, each chunk converted once
         straight into it: per column, converting, joining chunks, copying again to float64 and
@@ -189,6 +189,9 @@ class Frame:
         for required in ("ts", "slot"):
             if required not in names:
                 raise FrameError(f"{kind} batch: missing column {required!r}")
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:  # (the second's values had replaced the first's without a word)
+            raise FrameError(f"{kind} batch: columns named twice {twice}")
         known = field_names(kind)  # raises ValueError for an unknown kind
         unknown = [n for n in names if n not in known and n not in ("ts", "slot")]
         if unknown:

@@ -28,6 +28,7 @@ from foreshock import facts
 from foreshock.frames import Frame
 from foreshock.remap import saved_slots, take_rows
 
+from .counters import STAMP_SLACK
 from .gpu_inputs import kernel, reported_core_limit
 from .incident_domains import JOB, Domains, key
 
@@ -45,6 +46,8 @@ JOB_BASE_FALL_TAU_S = 300.0
 slow, and a baseline learnt from them for an hour would read a real slowdown then as none."""
 JOB_SLOW_RATIO = 1.1
 """A step time this much over the baseline is a slowdown, not the job's pace: the baseline holds."""
+TX_NOT_SANE = "link tx_data counter went back or rose past the line rate: utilisation unknown"
+"""The input problem of a link row whose transmitted-bytes counter cannot give a utilisation."""
 STEP_FRESH_S = 300.0
 """A job's last measured step time tells its current pace for this long (a few reporting
 intervals); after that the job has stopped, or its telemetry has, and it tells nothing."""
@@ -70,18 +73,21 @@ class Telemetry:
         self.gpu_frames_ts = -math.inf  # newest GPU telemetry seen
         self._seen = np.zeros(n_gpus, np.bool_)  # scratch of the GPU kernel (all False between frames)
 
-    def observe(self, frame: Frame) -> None:
+    def observe(self, frame: Frame) -> int:
+        """Take ``frame``'s telemetry in; return how many of its link rows' ``tx_data`` counters went
+        back or rose past what the line can carry (:data:`TX_NOT_SANE`, for the engine to count)."""
         if len(frame) == 0:
-            return
+            return 0
         cols, slot, ts = frame.columns, frame.slot, frame.ts
         if frame.kind == "gpu":
             newest = _track_gpu(self.s_gpu_tel, slot, ts, cols, self._seen)
             if newest is not None:
                 self.gpu_frames_ts = max(self.gpu_frames_ts, newest)
         elif frame.kind == "link" and "tx_data" in cols and "link_rate" in cols:
-            _track_link(self.s_link_tel, slot, ts, cols["tx_data"], cols["link_rate"])
+            return _track_link(self.s_link_tel, slot, ts, cols["tx_data"], cols["link_rate"])
         elif frame.kind == "job" and "step_time" in cols:
             _track_job(self.s_job_tel, slot, ts, cols["step_time"])
+        return 0
 
     def silent_since(self, gpu: int, t: float) -> bool:
         """Telemetry keeps flowing after ``t`` but not from this GPU (it is still off the bus)."""
@@ -242,19 +248,24 @@ def _track_gpu_kernel(tel: np.ndarray, slot: np.ndarray, ts: np.ndarray,
     return newest if any_finite else np.nan
 
 
-def _track_link(tel: np.ndarray, slot: np.ndarray, ts: np.ndarray, tx: np.ndarray, rate: np.ndarray) -> None:
-    """Utilisation from the transmitted-bytes counter; a counter that went back reads as unknown."""
+def _track_link(tel: np.ndarray, slot: np.ndarray, ts: np.ndarray, tx: np.ndarray, rate: np.ndarray) -> int:
+    """Utilisation from the transmitted-bytes counter; a counter that went back (a reset, a wrap, a
+    garbage reading) or rose past ``STAMP_SLACK`` times the line rate reads as unknown, and such
+    rows are returned counted: until 2026-12-05 they went by without a word (a fuzz test found it),
+    a jump of 1e15 bytes taken as the link at 100 %."""
     ok = np.isfinite(tx) & np.isfinite(ts)
     if not ok.any():
-        return
+        return 0
     idx = np.flatnonzero(ok)[_last_per_slot(slot[ok])]
     s, t, b, r = slot[idx], ts[idx], tx[idx], rate[idx]
     dt = t - tel[s, LINK_TS]
     db = b - tel[s, LINK_TX]
-    valid = np.isfinite(dt) & (dt > 0) & (db >= 0) & (r > 0)
-    util = np.where(valid, db * 8.0 / np.where(valid, dt, 1.0) / np.where(r > 0, r, 1.0), np.nan)
+    read = np.isfinite(dt) & (dt > 0) & np.isfinite(db) & (r > 0)  # a reading to judge against the last
+    util = np.where(read, db * 8.0 / np.where(read, dt, 1.0) / np.where(r > 0, r, 1.0), np.nan)
+    sane = read & (util >= 0.0) & (util <= STAMP_SLACK)
     tel[s, LINK_TS], tel[s, LINK_TX] = t, b
-    tel[s, LINK_UTIL] = np.where(valid, np.clip(util, 0.0, 1.0), tel[s, LINK_UTIL])
+    tel[s, LINK_UTIL] = np.where(sane, np.clip(util, 0.0, 1.0), np.where(read, np.nan, tel[s, LINK_UTIL]))
+    return int(np.count_nonzero(read & ~sane))
 
 
 def _track_job(tel: np.ndarray, slot: np.ndarray, ts: np.ndarray, step: np.ndarray) -> None:

@@ -88,7 +88,7 @@ from foreshock.topology import Topology
 from .incident_domains import (GPU, JOB, LEAF, LEVEL_NAMES, LINK, LOOP, MEMBER_LEVEL, NODE, OPTIC, PDU, RACK,
                                Domains, key, level_of, slot_of)
 from .incident_external import ExternalEvent
-from .incident_impact import Telemetry, exposed_gpus, job_impact, reroute_targets_ranked
+from .incident_impact import TX_NOT_SANE, Telemetry, exposed_gpus, job_impact, reroute_targets_ranked
 from .incident_signals import (EVENT_SIGNALS, FABRIC, GENERIC, JOBF, LOST, POWER, SIGNALS, THERMAL, Signal, classify,
                                external_signal, xid_code)
 
@@ -462,7 +462,9 @@ class IncidentEngine:
         """Optional telemetry: GPU thermal margin and heating rate, link utilisation, job step
         times. Used only for ranking the predicted spread, measuring job slowdown and knowing
         that a GPU off the bus is still silent."""
-        self.tel.observe(frame)
+        not_sane = self.tel.observe(frame)
+        if not_sane:
+            self.health.problem(self.name, TX_NOT_SANE, not_sane)
         self._changed()
 
     def _drain_external(self, now: float) -> bool:

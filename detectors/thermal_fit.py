@@ -118,10 +118,16 @@ the slowdown temperature less 2 °C (else 87 °C) and the HBM's a fixed 95 °C, 
 limits sit elsewhere (a max operating temperature of 83 °C) was predicted against the wrong one."""
 G_HBM_MAX_OP = G_MAX_OP + 1
 MODEL_WIDTH = G_HBM_MAX_OP + 1
-# per row of a fitted frame: the step (s; < 0: row skipped as out of order) and the core
-# temperature before this sample (NaN after a gap) — what consumers need besides the state
-R_DT, R_TPREV = 0, 1
-ROW_SIZE = 2
+# per row of a fitted frame: the step (s; < 0: row skipped as out of order), the core temperature
+# before this sample (NaN after a gap) — what consumers need besides the state — and 1 where its
+# energy counter read no sane interval mean (ENERGY_NOT_SANE), else 0
+R_DT, R_TPREV, R_ENERGY_BAD = 0, 1, 2
+ROW_SIZE = 3
+ENERGY_NOT_SANE = "energy counter went back or rose past 100 kW: the sample's power reading taken"
+"""The input problem of a GPU whose energy counter, read against its last reading within the fit's
+gap, gives a negative or impossible interval mean (a reset at a driver reload, a wrap, a garbage
+reading): its sample's power is read from ``power`` instead, as before, but the reading is counted
+(until 2026-12-05 nothing said so; a fuzz test of the pipeline found it)."""
 # the decays of the fit's fixed time constants over one step (kept while the step repeats: the
 # rows of a frame mostly share theirs): the step, then one per time constant
 D_DT, D_LEVEL, D_SLOPE, D_UL, D_UB, D_REF, D_SETTLE = range(7)
@@ -375,8 +381,9 @@ def power_limit(obs: tuple[np.ndarray, ...], row: int, s: np.ndarray, i: int) ->
 @inline
 def observe(obs: tuple[np.ndarray, ...], row: int, s: np.ndarray, n_models: int, parents: np.ndarray,
             racks: np.ndarray, nodes: np.ndarray, params: np.ndarray,
-            d: np.ndarray) -> tuple[float, float, float]:
-    """Common per-sample bookkeeping: ``(dt, power, inlet)``; ``dt < 0`` means skip the row.
+            d: np.ndarray) -> tuple[float, float, float, float]:
+    """Common per-sample bookkeeping: ``(dt, power, inlet, energy_bad)``; ``dt < 0`` means skip the
+    row; ``energy_bad`` 1.0 where the energy counter gave no sane interval mean (ENERGY_NOT_SANE).
 
     Power is the interval mean from the energy counter where it is sane (a ``power.draw``
     sample alone aliases the training-step rhythm), else the sample. After a gap the filters
@@ -388,7 +395,7 @@ def observe(obs: tuple[np.ndarray, ...], row: int, s: np.ndarray, n_models: int,
     last = s[i, G_TS]
     dt = ts - last
     if last == last and dt <= 0.0:
-        return -1.0, np.nan, np.nan
+        return -1.0, np.nan, np.nan, 0.0
     if power == power and not 0.0 < power < 1e5:
         # a sentinel or garbage reading is missing, not a measurement; and so is 0 W, which no
         # powered board draws (exporters that print 0 for N/A): a node's loaded GPUs read 0 W for
@@ -397,6 +404,7 @@ def observe(obs: tuple[np.ndarray, ...], row: int, s: np.ndarray, n_models: int,
         power = np.nan
     energy = obs[X_ENERGY][row]
     e_last = s[i, G_ENERGY]
+    energy_bad = 0.0
     if energy != e_last:  # (a reading equal to the last is the exporter's cache: see G_ENERGY_TS)
         span = ts - s[i, G_ENERGY_TS]
         if energy == energy and e_last == e_last and last == last and dt <= params[P_GAP] \
@@ -404,6 +412,8 @@ def observe(obs: tuple[np.ndarray, ...], row: int, s: np.ndarray, n_models: int,
             mean_power = (energy - e_last) / span
             if 0.0 <= mean_power < 1e5:
                 power = mean_power
+            else:
+                energy_bad = 1.0
         s[i, G_ENERGY] = energy
         s[i, G_ENERGY_TS] = ts
     if power > power_limit(obs, row, s, i) + OVER_LIMIT_READING_W:  # (False where no limit is known)
@@ -448,7 +458,7 @@ def observe(obs: tuple[np.ndarray, ...], row: int, s: np.ndarray, n_models: int,
         own = obs[x][row]
         if facts.OWN_LIMIT_MIN_C < own < facts.OWN_LIMIT_MAX_C:  # (False for NaN)
             s[i, g] = own
-    return dt, power, inlet
+    return dt, power, inlet, energy_bad
 
 
 @inline
@@ -514,8 +524,9 @@ def _fit_kernel(obs: tuple[np.ndarray, ...], lo: int, hi: int, parents: np.ndarr
     skipped = 0
     n_taus = 0
     for row in range(lo, hi):
-        dt, power, inlet = observe(obs, row, s, N_MODELS, parents, racks, nodes, params, decays)
+        dt, power, inlet, energy_bad = observe(obs, row, s, N_MODELS, parents, racks, nodes, params, decays)
         rows[row, R_DT] = dt
+        rows[row, R_ENERGY_BAD] = energy_bad
         if dt < 0.0:
             skipped += 1
             continue
@@ -709,6 +720,7 @@ class ThermalFit:
                 consumer.after_fit(self, lo, hi)
             lo = hi
         tally.problem("", "gpu samples out of time order", skipped)
+        tally.problem("", ENERGY_NOT_SANE, int(np.count_nonzero(self.rows[:n_rows, R_ENERGY_BAD])))
 
 
 class ThermalFitDetector(Detector):
