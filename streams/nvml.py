@@ -100,6 +100,12 @@ def _memory_temp(nv: ModuleType, h: Any) -> float:
     return _field_value(nv, h, nv.NVML_FI_DEV_MEMORY_TEMP)
 
 
+NOT_SERVED_MAX = 1024
+"""At most this many GPU handles are remembered as not serving a field (:class:`FieldValueFirst`):
+a GPU that falls off the bus and comes back has a new handle, and the old ones would be kept for
+ever. More than a node's GPUs; past it the memory starts over."""
+
+
 class FieldValueFirst:
     """A reader taking its value from NVML's field-value call, where the driver serves the field,
     else from an older call (``fallback``, a reader).
@@ -137,6 +143,8 @@ class FieldValueFirst:
                 if code in library:
                     self.field_served = False
                 elif code in device:
+                    if len(self.not_served) >= NOT_SERVED_MAX:  # handles of GPUs lost and back, over weeks
+                        self.not_served.clear()  # (each left asks once more)
                     self.not_served.add(h)
                 else:
                     raise

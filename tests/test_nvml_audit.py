@@ -107,3 +107,16 @@ def test_agent_without_a_driver_says_so_in_one_line(monkeypatch: pytest.MonkeyPa
     assert result.exit_code == 1 and isinstance(result.exception, SystemExit), result.exception
     assert result.output.strip() == ("Error: cannot open source nvml: NVMLError_LibraryNotFound: "
                                      "NVML Shared Library Not Found")
+
+
+def test_the_handles_remembered_as_not_serving_a_field_are_bounded() -> None:
+    """A GPU lost and back has a new handle each time: over weeks the old ones would pile up."""
+    from foreshock.streams.nvml import NOT_SERVED_MAX, FieldValueFirst
+
+    nv = fake_nvml(gpus=1)
+    nv.nvmlDeviceGetFieldValues = lambda handle, ids: [types.SimpleNamespace(
+        nvmlReturn=nv.NVML_ERROR_NOT_SUPPORTED, valueType=3, value=types.SimpleNamespace(ullVal=0))]
+    reader = FieldValueFirst("NVML_FI_DEV_PERF_POLICY_POWER", POWER_FIELD, 1e-9, lambda nv, handle: 2.5)
+    for handle in range(3 * NOT_SERVED_MAX):  # a new handle at every return
+        assert reader(nv, handle) == 2.5
+    assert 0 < len(reader.not_served) <= NOT_SERVED_MAX and reader.field_served
