@@ -15,6 +15,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from foreshock.boards import board_id
 from foreshock.frames import REASONS_AFTER_ENTITY, Frame, frames_from_records, unknown_entity_reason
 from foreshock.guard import MIN_INTERVAL_S
 from foreshock.health import PipelineHealth
@@ -70,6 +71,18 @@ def _sections(text: str, kind: str) -> list[str]:
     """Bodies of ``<phase> :: <kind>`` sections of an nvidia-smi capture file, or the whole text."""
     found = [body for title, body in capture_sections(text).items() if title.endswith(f":: {kind}")]
     return found or [text]
+
+
+def _dcgm_boards(batch: SampleBatch, uuids: dict[str, str]) -> SampleBatch:
+    """``batch`` with each row's ``board_id`` from its GPU's ``UUID`` label, as the live source
+    carries it (README, "GPU board swaps": a replay restarts a GPU whose board changed). The
+    parser folds a file into one row per GPU, so the GPU's UUID is its row's; a GPU whose series
+    name two ("" in ``uuids``) has a row of two boards' values, and names no board (NaN). A page
+    without UUID labels gets no column, as before."""
+    if len(batch) and any(uuids.values()):
+        ids = np.array([board_id(uuids.get(name, "")) for name in batch.entities], dtype=np.float64)
+        batch.columns["board_id"] = ids[batch.entity]
+    return batch
 
 
 def _gpu_import(batches: list[SampleBatch], health: PipelineHealth) -> tuple[Topology | None, list[Frame]]:
@@ -293,10 +306,14 @@ def command(fmt: str, path: Path, out: Path, host: str | None, at: str | None, i
     notes: dict[str, int] = {}
 
     if fmt == "dcgm":
-        topology, frames = _gpu_import([parse_dcgm_text(text, when, health, host or "localhost")], health)
+        uuids: dict[str, str] = {}
+        batch = parse_dcgm_text(text, when, health, host or "localhost", uuids=uuids)
+        topology, frames = _gpu_import([_dcgm_boards(batch, uuids)], health)
     elif fmt == "nvidia-smi":
+        # board_ids: each row's own UUID, so a log spanning a board swap restarts that GPU in replay
         topology, frames = _gpu_import([batch for body in _sections(text, "query-gpu")
-                                        for batch in parse_query_gpu_chunks(body, host, health)], health)
+                                        for batch in parse_query_gpu_chunks(body, host, health, board_ids=True)],
+                                       health)
     elif fmt == "dmon":
         batches, start = [], when
         for body in _sections(text, "dmon"):

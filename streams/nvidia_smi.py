@@ -50,6 +50,7 @@ from typing import Iterator, Sequence
 import numpy as np
 
 from foreshock import facts
+from foreshock.boards import board_id
 from foreshock.fields import load_fields, source_index
 from foreshock.frames import Frame
 from foreshock.health import PipelineHealth
@@ -129,6 +130,15 @@ UUID_QUERY = "uuid"
 """The board's UUID (``GPU-...``; ``gpu_uuid`` is the same query under another name): a string,
 so it is no field of the table's (a float column) and is read on its own (``uuids``)."""
 _UUID_COLUMNS = (UUID_QUERY, "gpu_uuid")
+
+HW_THERMAL_QUERY = "clocks_event_reasons_counters.hw_thermal_slowdown"
+"""Time (µs) HW thermal slowdown held the clocks. ``thermal_throttle_time`` is the time held by SW *or*
+HW thermal slowdown (the field table's help; NVML's thermal violation time and the simulator count
+both), but nvidia-smi splits it into this counter and ``..sw_thermal_slowdown``, the one the table
+maps. The table cannot say "plus another column", so :func:`parse_query_gpu` adds it to the SW one
+(:func:`_thermal_time`) and the live source asks for it besides the table's names. Drivers before
+R535 have neither counter (no ``clocks_throttle_reasons_counters`` alias exists)."""
+_HW_THERMAL_SCALE = 1e-6  # µs, as the SW counter the table reads (its ``*1e-6``)
 _GPU_ID_COLUMNS = ("pci.bus_id",)
 """What tells a host's GPUs apart in a CSV without an ``index`` column, before :data:`_UUID_COLUMNS`."""
 
@@ -193,7 +203,8 @@ def _utc_timestamp(text: str) -> float:
 def parse_query_gpu(text: str, host: str | None = None, health: PipelineHealth | None = None,
                     ts: float | None = None, columns: Sequence[str] | None = None,
                     uuids: dict[str, str] | None = None, faults: dict[str, str] | None = None,
-                    numbered: dict[str, dict[str, int]] | None = None, once: set[str] | None = None) -> SampleBatch:
+                    numbered: dict[str, dict[str, int]] | None = None, once: set[str] | None = None,
+                    board_ids: bool = False) -> SampleBatch:
     """Parse ``nvidia-smi --query-gpu=... --format=csv`` output into a gpu batch.
 
     ``host`` names the node when the CSV has no usable ``hostname`` column (default
@@ -213,7 +224,13 @@ def parse_query_gpu(text: str, host: str | None = None, health: PipelineHealth |
     counted (``no index column: several GPUs at one time``), not merged into one series.
 
     ``uuids``, when given, is filled with each GPU's ``uuid`` column (GPU name -> UUID; "" where
-    its rows name different ones; none for ``[N/A]``), for the rows kept.
+    its rows name different ones; none for ``[N/A]``), for the rows kept. ``board_ids`` instead
+    gives each row its own UUID's number as the ``board_id`` column (NaN for ``[N/A]``): a file
+    (``foreshock import`` of an ``nvidia-smi -l`` log) can span a board swap in one GPU's slot,
+    which a map of one UUID per GPU would read as no board at all, hiding the swap.
+
+    ``thermal_throttle_time`` is the SW thermal slowdown counter plus :data:`HW_THERMAL_QUERY`
+    where both are read (:func:`_thermal_time`), either alone where only it is.
 
     A GPU whose cells say it has failed (``[GPU is lost]``, ``[Unknown Error]``:
     :data:`~foreshock.streams.samples.FAULT_TOKENS`) keeps its row, those cells NaN, and is counted
@@ -242,7 +259,7 @@ def parse_query_gpu(text: str, host: str | None = None, health: PipelineHealth |
     faults = faults if faults is not None else {}
     numbered = numbered if numbered is not None else {}
     batches = [_read_query_rows(part_header, part, host or "localhost", ts, problems, health, uuids, faults, numbered,
-                                once)
+                                once, board_ids)
                for part_header, part in _header_parts(header, rows)]
     for reason, count in problems.items():
         health.problem(STAGE, reason, count)
@@ -287,7 +304,7 @@ def _last_header(text: str, header: list[str]) -> list[str]:
 def _read_query_rows(header: list[str], rows: list[list[str]], fallback: str, ts: float | None,
                      problems: Counter[str], health: PipelineHealth, uuids: dict[str, str] | None,
                      faults: dict[str, str], numbered: dict[str, dict[str, int]],
-                     once: set[str] | None = None) -> SampleBatch:
+                     once: set[str] | None = None, board_ids: bool = False) -> SampleBatch:
     """:func:`parse_query_gpu` for rows under one header; their problems added to ``problems``."""
     names = [_UNIT.sub("", h).strip() for h in header]
     # the unit each header states (None: it states none, as ``--format=csv,noheader`` columns)
@@ -360,6 +377,18 @@ def _read_query_rows(header: list[str], rows: list[list[str]], fallback: str, ts
             problems[TLIMIT_WITHOUT_MEMORY] += n
         no_sensor = np.logical_and.reduce([_says_none(cols[i]) for i in memory_cols]) if memory_cols else False
         values["max_op_temp"] = max_op_from_tlimit(values["gpu_temp"], values.get("hbm_temp"), headroom, no_sensor)
+    if HW_THERMAL_QUERY in col_of:
+        tokens = cols[col_of[HW_THERMAL_QUERY]]
+        hw, bad, nans, units = parse_tokens_units(tokens)
+        problems["non-numeric value"] += bad - (_note_fault_cells(tokens, row_fault) if bad else 0)
+        problems["NaN value"] += nans
+        _read_in_printed_unit(hw, units, header_units[col_of[HW_THERMAL_QUERY]], "seconds", _HW_THERMAL_SCALE,
+                              HW_THERMAL_QUERY, health)
+        sw_cols = [i for name, i in col_of.items()
+                   if name in lookup and lookup[name][0].name == "thermal_throttle_time"]
+        sw_none = np.logical_and.reduce([_says_none(cols[i]) for i in sw_cols]) if sw_cols else np.ones(n, bool)
+        values["thermal_throttle_time"] = _thermal_time(values.get("thermal_throttle_time", np.zeros(n)), sw_none,
+                                                        hw * _HW_THERMAL_SCALE, _says_none(tokens))
 
     entities: dict[str, int] = {}
     entity = np.fromiter((entities.setdefault(gpu_entity(h, int(g)), len(entities)) for h, g in zip(hosts, index)),
@@ -368,7 +397,34 @@ def _read_query_rows(header: list[str], rows: list[list[str]], fallback: str, ts
     if uuids is not None:
         uuid_column = next((cols[col_of[name]] for name in _UUID_COLUMNS if name in col_of), ())
         _read_uuids(entity, list(entities), uuid_column, uuids)
+    if board_ids and (uuid_name := next((name for name in _UUID_COLUMNS if name in col_of), None)):
+        values["board_id"] = _row_board_ids(cols[col_of[uuid_name]])
     return SampleBatch("gpu", list(entities), times, entity, values)
+
+
+def _thermal_time(sw: np.ndarray, sw_none: np.ndarray, hw: np.ndarray, hw_none: np.ndarray) -> np.ndarray:
+    """Each row's time held by SW or HW thermal slowdown (s): the two counters summed. A counter
+    the board does not have (``[N/A]``, ``[Not Supported]``: ``*_none``) adds nothing, so a board
+    with one keeps reading it; NaN where neither is read, and where one is NaN for another reason
+    (a fault, garbage): half the time would read as a counter reset when it came back."""
+    total = np.where(sw_none, 0.0, sw) + np.where(hw_none, 0.0, hw)
+    return np.where(sw_none & hw_none, np.nan, total)
+
+
+def _row_board_ids(tokens: Sequence[str]) -> np.ndarray:
+    """Each row's ``board_id`` from its UUID cell (NaN for none: blank, ``[N/A]``), each UUID
+    hashed once (a days-long log repeats a few)."""
+    ids: dict[str, float] = {}
+    out = np.empty(len(tokens), dtype=np.float64)
+    for row, token in enumerate(tokens):
+        uuid = token.strip()
+        if not uuid or uuid.startswith("[") or uuid.lower() in _MISSING:
+            uuid = ""
+        number = ids.get(uuid)
+        if number is None:
+            number = ids[uuid] = board_id(uuid)
+        out[row] = number
+    return out
 
 
 def _unit_factor(stated: str, printed: str, field_unit: str) -> float | None:
@@ -588,10 +644,11 @@ def _says_none(tokens: Sequence[str]) -> np.ndarray:
 
 
 def parse_query_gpu_chunks(text: str, host: str | None = None, health: PipelineHealth | None = None,
-                           chunk_rows: int = 50_000) -> Iterator[SampleBatch]:
+                           chunk_rows: int = 50_000, board_ids: bool = False) -> Iterator[SampleBatch]:
     """:func:`parse_query_gpu` over a long CSV (``nvidia-smi --query-gpu=... -l 1`` left running
     for days), ``chunk_rows`` lines at a time: parsed whole, its cells as Python strings took
-    about ten times the file's size in memory; a chunk's strings are freed once it is columnar."""
+    about ten times the file's size in memory; a chunk's strings are freed once it is columnar.
+    ``board_ids``: each row's ``board_id`` from its UUID (:func:`parse_query_gpu`)."""
     pos = 0
     for line in line_chunks(text, 1):  # the header is the first line that is not blank
         pos += len(line)
@@ -608,7 +665,8 @@ def parse_query_gpu_chunks(text: str, host: str | None = None, health: PipelineH
     faults: dict[str, str] = {}
     numbered: dict[str, dict[str, int]] = {}
     for piece in line_chunks(text, chunk_rows, pos):
-        yield parse_query_gpu(piece, host, health, columns=header, faults=faults, numbered=numbered)
+        yield parse_query_gpu(piece, host, health, columns=header, faults=faults, numbered=numbered,
+                              board_ids=board_ids)
         header = _last_header(piece, header)
 
 
@@ -775,7 +833,8 @@ class NvidiaSmiSource(PollingSource):
         self._unlisted_polls: dict[str, int] = {}  # GPUs the topology lacks: polls in a row reading them
         self._told: set[str] = set()  # names logged as missing from the topology
         self._taken: deque[Topology] = deque(maxlen=TAKEN_MAX)  # the topologies taken since taken_topologies()
-        self._choices = query_fields() + [[TLIMIT_QUERY]]  # (max_op_temp: see TLIMIT_QUERY)
+        # (max_op_temp: see TLIMIT_QUERY; thermal_throttle_time's HW part: HW_THERMAL_QUERY)
+        self._choices = query_fields() + [[TLIMIT_QUERY], [HW_THERMAL_QUERY]]
         self.reads_boards = True
         # asked for with reads_boards; a choice like the others, emptied if the driver rejects it
         self._uuid_choice = [UUID_QUERY]
