@@ -155,7 +155,11 @@ F_TREND_SRC = F_TREND_TS + N_MODELS
 # the next reading steps from
 F_U_LAG = F_TREND_SRC + 1
 F_EXPECTED, F_FOLLOWED, F_T_LAST, F_PF_LAST, F_FOLLOW_TS = range(F_U_LAG + 1, F_U_LAG + 6)
-F_SIZE = F_FOLLOW_TS + 1
+# ... and per model the ETA the alarms' clear test reads (:func:`model_reach`): the ETA itself,
+# or, beyond the horizon while an alarm stands, solved out to horizon * clear_factor (an old
+# state reads the ETA there)
+F_FAR = F_FOLLOW_TS + 1
+F_SIZE = F_FAR + N_MODELS
 FOLLOW_STEADY_C = 0.05
 """An inlet this close to its lagged value, with nothing above the slack left to confirm, is
 steady: the follow check starts over (:func:`follow_inlet`) rather than summing nothing."""
@@ -164,8 +168,8 @@ T_R, T_RATE = 0, 1  # observe_trend's result: R observed now, its rate (°C/W pe
 # confidence, steady-state target and its slope (NaN: aged or out of reach), fires, the reading,
 # its limit, and the R the temperature shows with its rate (observe_trend)
 (V_USABLE, V_ETA, V_CONF, V_TARGET, V_SLOPE, V_FIRING, V_TEMP, V_LIMIT, V_SEEN_R,
- V_SEEN_RATE) = range(10)
-V_SIZE = 10
+ V_SEEN_RATE, V_FAR) = range(11)
+V_SIZE = 11  # ... and the ETA the clear test reads (F_FAR)
 # an emission's columns after the alarm's (alarm.OUT_SIZE, all taken): the share of the inlet's own
 # rise the dies confirm (follow_inlet), that rise, and how much of it the dies showed
 O_INLET_SHARE, O_INLET_EXPECTED, O_INLET_FOLLOWED = range(OUT_SIZE, OUT_SIZE + 3)
@@ -451,22 +455,17 @@ def confirmed_resistance(rl: float, rb: float, observed: tuple[float, float], no
     return rl, rb
 
 
-@kernel
-def model_eta(s: np.ndarray, i: int, off: int, temp: float, limit: float,
-              inlet: tuple[float, float], observed: tuple[float, float],
-              params: np.ndarray) -> tuple[float, float, float, float, bool]:
-    """(ETA to ``limit``, confidence, steady-state target now, its slope °C/s, sure) of one model.
-
-    ``inlet`` = (damping, rate) of the inlet forecast; ``observed`` = :func:`observe_trend`'s
-    R seen in the temperature, which the R part of the forecast must agree with
-    (:func:`confirmed_resistance`). ``sure``: the forecast clears the limit by a margin that
-    grows with how far it extrapolates (``margin_c + margin_per_rise * rise``), so a GPU heading
-    for just about its limit is not called early on a forecast that is mostly extrapolation."""
+@inline
+def forecast_terms(s: np.ndarray, i: int, off: int, temp: float, inlet: tuple[float, float],
+                   observed: tuple[float, float],
+                   params: np.ndarray) -> tuple[float, float, float, float, float, float, float]:
+    """The terms of one model's forecast for :func:`temp_at` (a0, b, tau, du, damp, amp, cap; see
+    :func:`model_eta`); a0 NaN where there is no model."""
     rl = s[i, off + M_RL]
     ul = s[i, G_UL]
     pref = s[i, G_PREF]
     if rl != rl or ul != ul or pref != pref or temp != temp:
-        return np.inf, 0.0, np.nan, np.nan, False
+        return np.nan, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0
     damp, du = inlet
     tau = s[i, off + M_TAU]
     # the temperature trails its target by tau (the R sample by as much again, smoothed), and
@@ -487,6 +486,37 @@ def model_eta(s: np.ndarray, i: int, off: int, temp: float, limit: float,
     amp = 1.0 / (1.0 - gain) if 0.0 <= gain < 0.5 else 2.0
     plim = s[i, G_PLIM]
     cap = rl * max(plim - pref, 0.0) if plim == plim else np.inf
+    return a0, b, tau, du, damp, amp, cap
+
+
+@kernel
+def model_reach(s: np.ndarray, i: int, off: int, temp: float, limit: float, inlet: tuple[float, float],
+                observed: tuple[float, float], params: np.ndarray, reach: float) -> float:
+    """:func:`model_eta`'s ETA solved out to ``reach`` s (``horizon * clear_factor``): an alarm
+    stands down only once the ETA is past that (hysteresis), not once it is past the horizon —
+    until 2026-12-05 an ETA past the horizon read inf, and a prediction was withdrawn while its
+    GPU was still heading for the limit ~2000 s out, then raised again."""
+    a0, b, tau, du, damp, amp, cap = forecast_terms(s, i, off, temp, inlet, observed, params)
+    if a0 != a0:
+        return np.inf
+    return time_to_limit(temp, a0, b, params[P_DRIFT_DAMP], tau, du, damp, amp,  # type: ignore[no-any-return]
+                         cap, limit, reach)
+
+
+@kernel
+def model_eta(s: np.ndarray, i: int, off: int, temp: float, limit: float,
+              inlet: tuple[float, float], observed: tuple[float, float],
+              params: np.ndarray) -> tuple[float, float, float, float, bool]:
+    """(ETA to ``limit``, confidence, steady-state target now, its slope °C/s, sure) of one model.
+
+    ``inlet`` = (damping, rate) of the inlet forecast; ``observed`` = :func:`observe_trend`'s
+    R seen in the temperature, which the R part of the forecast must agree with
+    (:func:`confirmed_resistance`). ``sure``: the forecast clears the limit by a margin that
+    grows with how far it extrapolates (``margin_c + margin_per_rise * rise``), so a GPU heading
+    for just about its limit is not called early on a forecast that is mostly extrapolation."""
+    a0, b, tau, du, damp, amp, cap = forecast_terms(s, i, off, temp, inlet, observed, params)
+    if a0 != a0:
+        return np.inf, 0.0, np.nan, np.nan, False
     horizon = params[P_HORIZON]
     bdamp = params[P_DRIFT_DAMP]
     eta = time_to_limit(temp, a0, b, bdamp, tau, du, damp, amp, cap, limit, horizon)
@@ -637,8 +667,20 @@ def _thermal_kernel(obs: tuple[np.ndarray, ...], rows: np.ndarray, span: tuple[i
                     eta, sure = np.inf, False
                 fc[i, f + F_ETA] = eta
                 fc[i, f + F_SURE] = 1.0 if sure else 0.0
+                # the clear test's ETA: past the horizon while an alarm it clears stands, solved
+                # out to horizon * clear_factor (the throttle alarm reads both models', hbm_overheat
+                # the HBM's)
+                far = eta
+                if eta > horizon and (alarms[i, CORE * A_SIZE + A_ACTIVE] > 0.0 or
+                                      (m == HBM and alarms[i, HBM * A_SIZE + A_ACTIVE] > 0.0)):
+                    far = model_reach(s, i, off, t_m, limit, (damp, du), observed, params, clear_eta)
+                    if m == HBM and far <= clear_eta and hbm_held_by_core(s, i, du, damp, limit_core, limit,
+                                                                          params):
+                        far = np.inf
+                fc[i, F_FAR + m] = far
             else:  # between forecasts: the last one, aged
                 eta = max(fc[i, f + F_ETA] - since, 0.0)
+                far = max(fc[i, F_FAR + m] - since, 0.0)
                 sure = fc[i, f + F_SURE] > 0.0
                 conf = confidence_of(s, i, off, params) if sure else np.nan  # else: only to emit
                 target = slope = np.nan
@@ -652,6 +694,7 @@ def _thermal_kernel(obs: tuple[np.ndarray, ...], rows: np.ndarray, span: tuple[i
             mv[m, V_LIMIT] = limit
             mv[m, V_SEEN_R] = observed[T_R]
             mv[m, V_SEEN_RATE] = observed[T_RATE]
+            mv[m, V_FAR] = far
         # thermal_throttle: NVML's SW thermal slowdown holds the core under its max operating
         # temperature *and* the memory under its own (hbm_max_op_temp; 95 °C on Hopper), so the
         # GPU throttles at whichever limit comes first — the alarm follows the core's forecast, or the HBM's where
@@ -660,10 +703,11 @@ def _thermal_kernel(obs: tuple[np.ndarray, ...], rows: np.ndarray, span: tuple[i
         if mv[CORE, V_USABLE] > 0.0:
             fire_c, fire_h = mv[CORE, V_FIRING] > 0.0, mv[HBM, V_USABLE] > 0.0 and mv[HBM, V_FIRING] > 0.0
             eta_h = mv[HBM, V_ETA] if mv[HBM, V_USABLE] > 0.0 else np.inf
+            far_h = mv[HBM, V_FAR] if mv[HBM, V_USABLE] > 0.0 else np.inf
             via = HBM if (fire_h and not fire_c) or (fire_h == fire_c and eta_h < mv[CORE, V_ETA]) else CORE
             eta = mv[via, V_ETA]
             firing = fire_c or fire_h
-            clear = not mv[CORE, V_ETA] <= clear_eta and not eta_h <= clear_eta
+            clear = not mv[CORE, V_FAR] <= clear_eta and not far_h <= clear_eta
             if idle:
                 firing, clear = False, True
             on_count = 1.0 if eta <= params[P_URGENT] else params[P_ON]
@@ -694,7 +738,7 @@ def _thermal_kernel(obs: tuple[np.ndarray, ...], rows: np.ndarray, span: tuple[i
         if mv[HBM, V_USABLE] > 0.0:
             eta = mv[HBM, V_ETA]
             on_count = 1.0 if eta <= params[P_URGENT] else params[P_ON]
-            code = alarm_step(alarms, i, HBM * A_SIZE, ts, mv[HBM, V_FIRING] > 0.0, not eta <= clear_eta,
+            code = alarm_step(alarms, i, HBM * A_SIZE, ts, mv[HBM, V_FIRING] > 0.0, not mv[HBM, V_FAR] <= clear_eta,
                               on_count, params[P_OFF_HOLD], params[P_REFRESH])
             if code != CODE_NONE:
                 n_out = emit_model(out, n_out, row, HBM, code, s, i, HBM, mv, (damp, du), params)
@@ -808,8 +852,9 @@ class ThermalDetector(ThermalFitDetector):
 
     def upgrade_state(self, state: dict[str, Any]) -> dict[str, Any]:
         """The fit's upgrades, and ``s_forecast`` saved before F_BITS_TS (NaN: reasons never read —
-        a hold kept then is let go at the next sample without reasons)."""
-        return add_columns(super().upgrade_state(state), "s_forecast", F_SIZE)
+        a hold kept then is let go at the next sample without reasons), or before F_FAR (the ETA)."""
+        return add_columns(super().upgrade_state(state), "s_forecast", F_SIZE,
+                           {F_FAR + m: F_MODEL0 + m * F_MODEL_SIZE + F_ETA for m in range(N_MODELS)})
 
     def begin_frame(self, fit: ThermalFit) -> None:
         self._out = self._scratch.take("out", (2 * fit.n_rows, THERMAL_OUT_SIZE))

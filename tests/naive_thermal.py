@@ -147,9 +147,20 @@ class NaiveThermal(PerSample):
                 if m == tf.HBM and eta <= horizon and th.hbm_held_by_core(s, i, du, damp, limit_core, limit, p):
                     eta, sure = math.inf, False
                 fc[i, f + th.F_ETA], fc[i, f + th.F_SURE] = eta, float(sure)
+                # the clear test's ETA: past the horizon while an alarm it clears stands (the
+                # throttle alarm reads both models', hbm_overheat the HBM's), solved out to
+                # horizon * clear_factor
+                far = eta
+                if eta > horizon and (self.alarm[i][0]["active"] or (m == tf.HBM and self.alarm[i][1]["active"])):
+                    far = th.model_reach(s, i, off, temp, limit, (damp, du), observed, p, horizon * p[tf.P_CLEAR])
+                    if m == tf.HBM and far <= horizon * p[tf.P_CLEAR] and \
+                            th.hbm_held_by_core(s, i, du, damp, limit_core, limit, p):
+                        far = math.inf
+                fc[i, th.F_FAR + m] = far
             else:  # the last forecast, aged
                 eta, sure = max(fc[i, f + th.F_ETA] - since, 0.0), fc[i, f + th.F_SURE] > 0
-            model[m] = (eta, conf, sure and conf >= p[tf.P_CONF_MIN], not eta <= horizon * p[tf.P_CLEAR])
+                far = max(fc[i, th.F_FAR + m] - since, 0.0)
+            model[m] = (eta, conf, sure and conf >= p[tf.P_CONF_MIN], not far <= horizon * p[tf.P_CLEAR])
         # thermal_throttle: the SW thermal limiter holds the core and the memory, each under its own
         # limit; the alarm follows whichever forecast fires (the earlier ETA if both or neither do),
         # steps only with a core reading, and idles with the GPU
