@@ -85,7 +85,12 @@ S_ENV, S_LEVEL, S_SLOPE, S_N, S_BRAKE, S_THERMAL, S_ENV_PRE, S_TB, S_ETA, S_EVAL
 # when its power cap last bound (see cap_hold_s); when its brake was last let go (a brake back
 # within off_hold_s is not announced again: see _power_kernel)
 S_OVER_DEFAULT, S_BITS_TS, S_T_SEEN, S_CAP_TS, S_BRAKE_OFF_TS = 10, 11, 12, 13, 14
-S_SIZE = 15
+# ... and the confidence its cap forecast had when the brake or the thermal limiter took hold (the
+# node-brake and thermal-release predictions rest on what it drew before, not on samples since)
+S_CONF_PRE = 15
+# ... and its die temperature between whole degrees (see the kernel: where the leakage forecast starts)
+S_T_EST = 16
+S_SIZE = 17
 DEFAULT_LIMIT_SLACK_W = 5.0 * facts.POWER_NOISE_W
 """A GPU that reports no power limit (dcgm-exporter's default counters do not) is taken to have
 Hopper's 700 W — until its compute-phase power (the envelope's level: not one sample) is this far
@@ -384,6 +389,13 @@ def _power_kernel(obs: tuple[np.ndarray, ...], rows: np.ndarray, span: tuple[int
             if old == old:
                 w = 1.0 - tf.cached_decay(cache, C_SLOPE, dt, p[P_TAU_SLOPE])
                 s[i, S_TB] += w * ((temp - old) / dt - s[i, S_TB])
+            # the die between whole degrees: carried by its trend, held within half a degree of the
+            # reading. The leakage forecast starts from it: started from the reading, its rise
+            # restarted at each tick up while the envelope already held the leakage of the fraction,
+            # and on a die warming 0.5 °C/min the ETA jumped up 60-170 s at each tick (until 2026-12-05)
+            est = s[i, S_T_EST]
+            est = temp if old != old or est != est else est + s[i, S_TB] * dt
+            s[i, S_T_EST] = min(max(est, temp - 0.5), temp + 0.5)
             # its die's temperature smoothed over trend_smooth_s, as the thermal detector smooths
             # the R it shows (integer readings, a training step's rhythm); it starts over after a gap
             if old != old or s[i, S_T_SEEN] != s[i, S_T_SEEN]:
@@ -402,6 +414,7 @@ def _power_kernel(obs: tuple[np.ndarray, ...], rows: np.ndarray, span: tuple[int
             if braking and s[i, S_BRAKE] == 0.0:
                 s[i, S_BRAKE] = 1.0
                 s[i, S_ENV_PRE] = s[i, S_ENV]  # what it drew before the brake
+                s[i, S_CONF_PRE] = min(1.0, s[i, S_N] / (2.0 * p[P_MIN_N]))  # ... and on how many samples
                 node_brake[node, N_COUNT] += 1.0
                 if not ts - s[i, S_BRAKE_OFF_TS] < p[P_OFF_HOLD]:
                     # a brake back within off_hold_s of its release is the same one flickering (a
@@ -442,6 +455,7 @@ def _power_kernel(obs: tuple[np.ndarray, ...], rows: np.ndarray, span: tuple[int
             if s[i, S_THERMAL] == 0.0:  # remember what it drew before the limiter held it down
                 s[i, S_THERMAL] = 1.0
                 s[i, S_ENV_PRE] = s[i, S_ENV]
+                s[i, S_CONF_PRE] = min(1.0, s[i, S_N] / (2.0 * p[P_MIN_N]))
         else:
             s[i, S_THERMAL] = 0.0
         if s[i, S_N] == 0.0 or power < p[P_LOAD_MIN] or dt >= tparams[tf.P_GAP]:
@@ -499,21 +513,28 @@ def _power_kernel(obs: tuple[np.ndarray, ...], rows: np.ndarray, span: tuple[int
                     # stepping +8 °C, recalibrated, is no warming loop while the dies stay put)
                     du = min(du, tparams[tf.P_TREND_CONFIRM] * max(s[i, S_TB], 0.0))
                 rl = confirmed_r_level(m, i, s[i, S_T_SEEN], du, tparams)
-                s[i, S_ETA] = thermal_cap_eta(m, i, temp, level, s[i, S_SLOPE], limit, damp, du, rl,
-                                              tparams, p)
+                t0 = s[i, S_T_EST] if temp == temp else temp  # (the die between degrees: see above)
+                s[i, S_ETA] = thermal_cap_eta(m, i, t0, level, s[i, S_SLOPE], limit, damp, du, rl, tparams, p)
                 s[i, S_EVAL_TS] = ts
                 since = 0.0
             eta = max(s[i, S_ETA] - since, 0.0)
         max_op = tf.core_limit(m, i, tparams)  # its own, as last reported (the fit keeps it)
+        released = False
         if thermal and s[i, S_ENV_PRE] >= limit - p[P_RELEASE_MARGIN] and temp == temp \
                 and temp <= max_op - p[P_RELEASE_BELOW] and m[i, tf.G_UB] <= p[P_RELEASE_INLET]:
             # cooling below max operating: the thermal limiter lets go and the cap takes over
             eta = p[P_RELEASE_ETA]
+            released = True
         if node_event and s[i, S_ENV_PRE] >= p[P_LOAD_MIN]:
             # a node-wide power event (a failed supply): when the brake lifts, the node runs on
             # a smaller power budget and a loaded GPU meets its (lowered) cap
             eta = p[P_RELEASE_ETA]
+            released = True
         confidence = min(1.0, s[i, S_N] / (2.0 * p[P_MIN_N]))
+        if released and s[i, S_CONF_PRE] == s[i, S_CONF_PRE]:
+            # what it drew before the brake or the limiter: a braked GPU under load_min_w counts as
+            # idle since (S_N 0), and its prediction went out with confidence 0 (until 2026-12-05)
+            confidence = max(confidence, s[i, S_CONF_PRE])
         firing = eta <= horizon and not capped
         clear = not eta <= horizon * p[P_CLEAR] and not capped
         on_count = 1.0 if eta <= p[P_URGENT] else p[P_ON]
@@ -578,10 +599,11 @@ class PowerDetector(ThermalFitDetector):
 
     def upgrade_state(self, state: dict[str, Any]) -> dict[str, Any]:
         """The fit's upgrades, and ``s_gpu`` saved before S_OVER_DEFAULT, S_BITS_TS, S_T_SEEN,
-        S_CAP_TS and S_BRAKE_OFF_TS (NaN: not over the default limit; reasons never read, so a brake
-        held then is let go; no die temperature seen yet, taken from the next sample; its cap not
-        seen binding; no brake let go), and ``s_node_brake`` before N_ZERO_TS (NaN: its count not
-        read 0 while raised)."""
+        S_CAP_TS, S_BRAKE_OFF_TS, S_CONF_PRE and S_T_EST (NaN: not over the default limit; reasons never
+        read, so a brake held then is let go; no die temperature seen yet, taken from the next sample;
+        its cap not seen binding; no brake let go; the confidence before a brake unknown, the current
+        one stands; the die between degrees taken from the next reading), and ``s_node_brake`` before
+        N_ZERO_TS (NaN: its count not read 0 while raised)."""
         return add_columns(add_columns(super().upgrade_state(state), "s_gpu", S_SIZE), "s_node_brake", N_SIZE)
 
     def remap_state(self, state: dict[str, Any], remap: Remap) -> dict[str, Any]:

@@ -313,7 +313,8 @@ class NaivePower(PerSample):
         n = topo.size("gpu")
         self.g = [dict(env=math.nan, level=math.nan, slope=math.nan, n=0.0, brake=0.0, thermal=0.0,
                        env_pre=math.nan, tb=0.0, eta=math.inf, eval_ts=math.nan, over=0.0, bits_ts=math.nan,
-                       t_seen=math.nan, cap_ts=math.nan, brake_off=math.nan, slowdown=math.nan, max_op=math.nan)
+                       t_seen=math.nan, cap_ts=math.nan, brake_off=math.nan, slowdown=math.nan, max_op=math.nan,
+                       t_est=math.nan)
                   for _ in range(n)]
         self.alarm = [new_alarm() for _ in range(n)]
         self.nodes = {k: dict(count=0, active=False, zero_ts=math.nan) for k in range(topo.size("node"))}
@@ -394,6 +395,9 @@ class NaivePower(PerSample):
             g["max_op"] = c["max_op_temp"]
         if -50.0 < temp < 200.0 and not math.isnan(tprev):
             g["tb"] += (1 - math.exp(-dt / p[pw.P_TAU_SLOPE])) * ((temp - tprev) / dt - g["tb"])
+        if -50.0 < temp < 200.0:  # the die between whole degrees: carried by its trend, within 0.5 °C of the reading
+            est = temp if math.isnan(tprev) or math.isnan(g["t_est"]) else g["t_est"] + g["tb"] * dt
+            g["t_est"] = min(max(est, temp - 0.5), temp + 0.5)
         if -50.0 < temp < 200.0:  # the die's temperature smoothed; it starts over after a gap
             if math.isnan(tprev) or math.isnan(g["t_seen"]):
                 g["t_seen"] = temp
@@ -493,7 +497,8 @@ class NaivePower(PerSample):
                     if seen_rl < rl:
                         rl = seen_rl
                         self.seen["steady state held to the dies"] += 1
-                g["eta"] = pw.thermal_cap_eta(m, i, temp, level, g["slope"], limit, damp, du, rl, tp, p)
+                t0 = g["t_est"] if not math.isnan(temp) else temp  # the forecast starts between degrees
+                g["eta"] = pw.thermal_cap_eta(m, i, t0, level, g["slope"], limit, damp, du, rl, tp, p)
                 g["eval_ts"], since = ts, 0.0
                 self.seen["forecast"] += 1
             eta = max(g["eta"] - since, 0.0)
