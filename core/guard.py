@@ -770,7 +770,8 @@ class InputGuard:
         line logged for a clock stepped back an hour said only "gpu frame"."""
         last = self.s_last_ts[frame.kind]
         known = (frame.slot >= 0) & (frame.slot < len(last))
-        behind = last[frame.slot[known]] - frame.ts[known]
+        with np.errstate(invalid="ignore"):  # (inf - inf: a stamp of inf against one never read; dropped below)
+            behind = last[frame.slot[known]] - frame.ts[known]
         behind = behind[np.isfinite(behind) & (behind > 0)]
         most = float(behind.max()) if len(behind) else 0.0
         return (f"{frame.kind} frame, rows up to {most:.0f} s older than their entity's newest: its source's "
