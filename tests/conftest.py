@@ -26,6 +26,12 @@ def shared_data() -> Path:
 @pytest.fixture
 def small_topology():
     """Two rows (loops), two racks, four nodes of 8 GPUs, a rail-optimised leaf per rail."""
+    return make_small_topology()
+
+
+def make_small_topology():
+    """:func:`small_topology`'s cluster, for tests that cannot take a fixture (a hypothesis test's
+    every example, a module-level constant)."""
     from foreshock.topology import Topology
 
     nodes = [f"node{i}" for i in range(4)]

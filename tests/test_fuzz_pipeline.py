@@ -57,7 +57,8 @@ from foreshock.guard import REASONS, valid_board_ids
 from foreshock.simulator import ClusterSimulator
 from foreshock.simulator.scenario import FaultSpec, Scenario
 from foreshock.streams.embedded import EmbeddedPipeline
-from foreshock.topology import Topology
+
+from conftest import make_small_topology
 
 KINDS = ("gpu", "link", "optic", "node", "rack", "job")
 TICKS = 40
@@ -67,23 +68,7 @@ INCIDENT_STATES = {"open", "growing", "stable", "resolved"}
 ROOT_KINDS = {"cooling_loop", "rack", "node", "gpu", "pdu", "leaf", "optic", "link", "job", "external"}
 
 
-def _topology() -> Topology:
-    """``conftest.small_topology``'s (a fixture cannot serve a hypothesis test's every example)."""
-    nodes = [f"node{i}" for i in range(4)]
-    return Topology.from_dict({
-        "cluster": "test",
-        "rows": [{"name": "row0", "cooling_loop": "cdu0"}, {"name": "row1", "cooling_loop": "cdu1"}],
-        "racks": [{"name": "rack0", "row": "row0"}, {"name": "rack1", "row": "row1"}],
-        "nodes": [{"name": n, "rack": f"rack{i // 2}", "gpus": 8} for i, n in enumerate(nodes)],
-        "switches": [{"name": f"leaf{r}", "tier": "leaf", "rail": r} for r in range(8)]
-        + [{"name": "spine0", "tier": "spine"}],
-        "links": [{"name": f"{n}/gpu{r}~leaf{r}", "a": f"{n}/gpu{r}", "b": f"leaf{r}"} for n in nodes for r in range(8)]
-        + [{"name": f"leaf{r}~spine0", "a": f"leaf{r}", "b": "spine0"} for r in range(8)],
-        "jobs": [{"name": "job0", "nodes": nodes[:2]}, {"name": "job1", "nodes": nodes[2:]}],
-    })
-
-
-TOPOLOGY = _topology()
+TOPOLOGY = make_small_topology()
 SIZES = {kind: TOPOLOGY.size(kind) for kind in KINDS}
 COUNTERS = {kind: [n for n in field_names(kind) if get_field(n).is_counter] for kind in KINDS}
 
