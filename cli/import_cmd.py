@@ -15,7 +15,6 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from foreshock.boards import board_id
 from foreshock.frames import REASONS_AFTER_ENTITY, Frame, frames_from_records, unknown_entity_reason
 from foreshock.guard import MIN_INTERVAL_S
 from foreshock.health import PipelineHealth
@@ -25,6 +24,7 @@ from foreshock.streams.alibaba import STATS, read_alibaba
 from foreshock.streams.dcgm import parse_dcgm_text
 from foreshock.streams.infiniband import list_ports, port_topology, read_infiniband
 from foreshock.streams.nvidia_smi import capture_collected_at, capture_sections, parse_dmon, parse_query_gpu_chunks
+from foreshock.streams.polling import with_board_ids
 from foreshock.streams.samples import (MAX_GPU_INDEX, GpuIndexError, SampleBatch, gpu_topology, line_chunks,
                                        split_gpu_entity)
 from foreshock.topology import Topology, TopologyError
@@ -79,10 +79,7 @@ def _dcgm_boards(batch: SampleBatch, uuids: dict[str, str]) -> SampleBatch:
     parser folds a file into one row per GPU, so the GPU's UUID is its row's; a GPU whose series
     name two ("" in ``uuids``) has a row of two boards' values, and names no board (NaN). A page
     without UUID labels gets no column, as before."""
-    if len(batch) and any(uuids.values()):
-        ids = np.array([board_id(uuids.get(name, "")) for name in batch.entities], dtype=np.float64)
-        batch.columns["board_id"] = ids[batch.entity]
-    return batch
+    return with_board_ids(batch, uuids) if len(batch) and any(uuids.values()) else batch
 
 
 def _gpu_import(batches: list[SampleBatch], health: PipelineHealth) -> tuple[Topology | None, list[Frame]]:

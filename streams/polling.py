@@ -131,8 +131,7 @@ class GpuBoards:
         if len(batch):
             if len(self._ids) > 2 * len(batch.entities) + 1024:  # boards long gone: keep it as big as the page
                 self._ids.clear()
-            ids = np.array([self._id(uuids.get(name, "")) for name in batch.entities], dtype=np.float64)
-            batch.columns["board_id"] = ids[batch.entity]
+            with_board_ids(batch, uuids, self._id)
         return batch
 
     def _tell(self, changed: list[tuple[str, int, str, str]], topology: Topology) -> None:
@@ -189,6 +188,16 @@ class GpuBoards:
         if found is None:
             found = self._ids[uuid] = board_id(uuid)
         return found
+
+
+def with_board_ids(batch: SampleBatch, uuids: Mapping[str, str],
+                   number: Callable[[str], float] = board_id) -> SampleBatch:
+    """``batch`` with a ``board_id`` column: each row its GPU's UUID (GPU name -> UUID, ``uuids``)
+    as a number (``number``: :func:`~foreshock.boards.board_id`, or a cache of it); NaN where the
+    GPU has none ("" or not listed)."""
+    ids = np.array([number(uuids.get(name, "")) for name in batch.entities], dtype=np.float64)
+    batch.columns["board_id"] = ids[batch.entity]
+    return batch
 
 
 CLOCK_STEPPED_BACK = "host clock stepped back"
