@@ -101,7 +101,15 @@ def _expand_item(item: str, expression: str) -> list[str]:
         return [item]
     close_at = item.index("]", open_at)
     prefix, body, rest = item[:open_at], item[open_at + 1:close_at], item[close_at + 1:]
-    numbers: list[str] = []
+    numbers = [str(n).zfill(width) for low, high, width in _ranges(body, expression) for n in range(low, high + 1)]
+    tails = _expand_item(rest, expression) if rest else [""]
+    return [f"{prefix}{n}{tail}" for n in numbers for tail in tails]
+
+
+def _ranges(body: str, expression: str) -> list[tuple[int, int, int]]:
+    """The ranges of a bracket's ``001-003,010``, each (low, high, the first bound's width: its zero
+    padding); ``expression``: what to name in the error."""
+    ranges = []
     for part in body.split(","):
         match = _RANGE.match(part.strip())
         if match is None:
@@ -109,10 +117,8 @@ def _expand_item(item: str, expression: str) -> list[str]:
         low, high = match.group(1), match.group(2) or match.group(1)
         if int(high) < int(low):
             raise HostlistError(f"descending range {part!r} in hostlist {expression!r}")
-        width = len(low)
-        numbers.extend(str(n).zfill(width) for n in range(int(low), int(high) + 1))
-    tails = _expand_item(rest, expression) if rest else [""]
-    return [f"{prefix}{n}{tail}" for n in numbers for tail in tails]
+        ranges.append((int(low), int(high), len(low)))
+    return ranges
 
 
 @dataclass
@@ -196,14 +202,12 @@ def _gres_gpus(detail: str) -> tuple[int, bool] | None:
 
 
 def _count_indexes(indexes: str) -> int | None:
-    """The number of device indexes in ``0-1,4``; None for anything else (none, ``N/A``)."""
-    count = 0
-    for part in indexes.split(","):
-        match = _RANGE.match(part.strip())
-        if match is None or int(match.group(2) or match.group(1)) < int(match.group(1)):
-            return None
-        count += int(match.group(2) or match.group(1)) - int(match.group(1)) + 1
-    return count
+    """The number of device indexes in ``0-1,4`` (a hostlist bracket's syntax); None for anything
+    else (none, ``N/A``)."""
+    try:
+        return sum(high - low + 1 for low, high, _ in _ranges(indexes, indexes))
+    except HostlistError:
+        return None
 
 
 def _allocated_gpus(job: dict[str, Any]) -> Gpus:
