@@ -294,6 +294,11 @@ _LEVEL_SLOTS = {GPU: "gpu", NODE: "node", RACK: "rack", PDU: "rack", LOOP: "loop
 """What a domain level's slot numbers (``Remap`` kinds): a PDU is its rack's, a leaf is a switch."""
 
 
+def _members_by_age(inc: _Incident) -> list[_Member]:
+    """``inc``'s members, the first to join first (as an update lists them and reads the jobs)."""
+    return sorted(inc.members.values(), key=lambda m: (m.first_ts, m.key))
+
+
 class IncidentEngine:
     """Groups findings into incidents (a :class:`~foreshock.detectors.bank.FindingProcessor`)."""
 
@@ -1392,7 +1397,7 @@ class IncidentEngine:
         if inc.emitted_jobs is None or now - max(inc.last_emit_ts, inc.jobs_checked_ts) < self.update_interval_s:
             return False
         inc.jobs_checked_ts = now
-        members = sorted(inc.members.values(), key=lambda m: (m.first_ts, m.key))
+        members = _members_by_age(inc)
         jobs = dict(self._job_impact(inc, members, now)[0])
         told = inc.emitted_jobs
         return jobs.keys() != told.keys() or any(abs(x - told[j]) >= JOB_SLOWDOWN_STEP for j, x in jobs.items())
@@ -1484,7 +1489,7 @@ class IncidentEngine:
 
     # ---- output --------------------------------------------------------------------------------
     def _snapshot(self, inc: _Incident, now: float) -> Incident:
-        members = sorted(inc.members.values(), key=lambda m: (m.first_ts, m.key))
+        members = _members_by_age(inc)
         jobs, risk = self._job_impact(inc, members, now) if inc.live else ((), 0.0)
         return Incident(
             ts=now, incident_id=inc.id, state=inc.state if inc.state != PENDING else OPEN,
