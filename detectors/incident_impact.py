@@ -261,7 +261,8 @@ def _track_link(tel: np.ndarray, slot: np.ndarray, ts: np.ndarray, tx: np.ndarra
     dt = t - tel[s, LINK_TS]
     db = b - tel[s, LINK_TX]
     read = np.isfinite(dt) & (dt > 0) & np.isfinite(db) & (r > 0)  # a reading to judge against the last
-    util = np.where(read, db * 8.0 / np.where(read, dt, 1.0) / np.where(r > 0, r, 1.0), np.nan)
+    with np.errstate(over="ignore"):  # a garbage counter or stamp overflows to inf: judged not sane below
+        util = np.where(read, db * 8.0 / np.where(read, dt, 1.0) / np.where(r > 0, r, 1.0), np.nan)
     sane = read & (util >= 0.0) & (util <= STAMP_SLACK)
     tel[s, LINK_TS], tel[s, LINK_TX] = t, b
     tel[s, LINK_UTIL] = np.where(sane, np.clip(util, 0.0, 1.0), np.where(read, np.nan, tel[s, LINK_UTIL]))
