@@ -21,7 +21,7 @@ from foreshock.health import PipelineHealth
 from foreshock.recording import RecordingWriter
 from foreshock.streams import dcgm, nvidia_smi
 from foreshock.streams.alibaba import STATS, read_alibaba
-from foreshock.streams.dcgm import parse_dcgm_text
+from foreshock.streams.dcgm import parse_dcgm_text, split_pages
 from foreshock.streams.infiniband import list_ports, port_topology, read_infiniband
 from foreshock.streams.nvidia_smi import capture_collected_at, capture_sections, parse_dmon, parse_query_gpu_chunks
 from foreshock.streams.polling import with_board_ids
@@ -275,11 +275,12 @@ def _jsonl(text: str, path: Path, topology_path: Path | None, health: PipelineHe
               help="Recording folder to write.")
 @click.option("--host", default=None, help="Node name when the capture does not say (nvidia-smi, dmon, sysfs).")
 @click.option("--time", "at", default=None,
-              help="ISO time of a single-snapshot capture (dcgm, sysfs) or of the first dmon sample. "
-                   "Default: the capture's collected_at, else the file's modification time.")
+              help="ISO time of a single-snapshot capture (dcgm, sysfs), of a dcgm file's first scrape or of the "
+                   "first dmon sample. Default: the capture's collected_at, else the file's modification time.")
 @click.option("--interval", default=1.0, show_default=True, type=click.FloatRange(min=MIN_INTERVAL_S),
               callback=finite_number(positive=True),
-              help="dmon sampling interval (seconds; dmon's rows carry no date, so they are stamped this far apart).")
+              help="dmon sampling interval, or the time between the scrapes of a dcgm file holding several (seconds; "
+                   "neither carries a date, so they are stamped this far apart).")
 @click.option("--stat", default="avg", show_default=True, type=click.Choice(STATS),
               help="alibaba: which hourly statistic to import.")
 @click.option("--topology", "topology_path", default=None, type=click.Path(exists=True, path_type=Path),
@@ -303,9 +304,15 @@ def command(fmt: str, path: Path, out: Path, host: str | None, at: str | None, i
     notes: dict[str, int] = {}
 
     if fmt == "dcgm":
-        uuids: dict[str, str] = {}
-        batch = parse_dcgm_text(text, when, health, host or "localhost", uuids=uuids)
-        topology, frames = _gpu_import([_dcgm_boards(batch, uuids)], health)
+        # a file of several scrapes: each its own samples, stamped --interval apart (their lines
+        # carry no time), each GPU's board its page's UUID (one parse folded them into one row)
+        batches: list[SampleBatch] = []
+        once: set[str] = set()  # an unmapped metric, a GPU's unsupported field: counted in one page, as live
+        for k, page in enumerate(split_pages(text)):
+            uuids: dict[str, str] = {}
+            batch = parse_dcgm_text(page, when + k * interval, health, host or "localhost", once, uuids)
+            batches.append(_dcgm_boards(batch, uuids))
+        topology, frames = _gpu_import(batches, health)
     elif fmt == "nvidia-smi":
         # board_ids: each row's own UUID, so a log spanning a board swap restarts that GPU in replay
         topology, frames = _gpu_import([batch for body in _sections(text, "query-gpu")

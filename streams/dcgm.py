@@ -304,6 +304,23 @@ def parse_dcgm_text(text: str, ts: float, health: PipelineHealth | None = None,
     return _fold(names, list(entities), ent, fld, val, weight, stamp, mig, rank, health)
 
 
+def split_pages(text: str) -> list[str]:
+    """The scrapes of a file holding several, one after another (``while sleep 30; do curl
+    host:9400/metrics >> gpus.prom; done``): a page starts at each repeat of the text's first
+    ``# HELP`` line, as every dcgm-exporter page opens with the same family. A text without one,
+    or with it once, is one page (a series repeated within a page stays a duplicate to count)."""
+    start = text.find("# HELP ")
+    if start < 0:
+        return [text]
+    first = text[start:text.find("\n", start) + 1 or len(text)]
+    cuts = [0]
+    at = text.find("\n" + first, start)
+    while at >= 0:
+        cuts.append(at + 1)
+        at = text.find("\n" + first, at + 1)
+    return [text[a:b] for a, b in zip(cuts, cuts[1:] + [len(text)])]
+
+
 def _fold(names: tuple[str, ...], entities: list[str], ent: array, fld: array, val: array,
           weight: array, stamp: array, mig: array, rank: array, health: PipelineHealth) -> SampleBatch:
     """Fold (GPU, field, value) cells into one row per GPU (the MIG rule in the module docstring),

@@ -104,19 +104,22 @@ def test_dcgm_import_swapped_board_reads_the_new_uuid(shared_data: Path, tmp_pat
                    "551bdf382151/gpu0": board_id(NEW_BOARD)}
 
 
-def test_dcgm_import_of_two_scrapes_naming_two_boards_names_none(shared_data: Path, tmp_path: Path) -> None:
-    """The dcgm parser folds a file into one row per GPU (a page); two scrapes appended, the second
-    after gpu1's swap, give that GPU one row of two boards' values: it names no board (NaN), the
-    other GPU keeps its own."""
+def test_dcgm_import_of_two_scrapes_across_a_swap_names_each_pages_board(shared_data: Path, tmp_path: Path) -> None:
+    """Two scrapes appended, the second after gpu1's swap: each page is its own samples (until
+    2026-12-05 the parser folded the file into one row per GPU, a row of two boards' values naming
+    none), so the replay sees gpu1's board change between them; the other GPU keeps its own."""
     text = (shared_data / DCGM_FILE).read_text()
     path = tmp_path / "two.prom"
     path.write_text(text + text.replace(DCGM_UUIDS["551bdf382151/gpu0"], NEW_BOARD))
     run("--format", "dcgm", str(path), "--out", str(tmp_path / "rec"), "--time", "2026-07-01T00:00:00Z")
     rec = Recording.open(tmp_path / "rec")
     frame = rec.read_kind("gpu")
-    got = {rec.topology.gpus[slot]: float(v) for slot, v in zip(frame.slot, frame.columns["board_id"])}
-    assert got["424773df46e0/gpu0"] == board_id(DCGM_UUIDS["424773df46e0/gpu0"])
-    assert math.isnan(got["551bdf382151/gpu0"])
+    boards: dict[str, list[float]] = {}
+    for slot, ts, v in sorted(zip(frame.slot.tolist(), frame.ts.tolist(), frame.columns["board_id"].tolist()),
+                              key=lambda row: row[1]):
+        boards.setdefault(rec.topology.gpus[slot], []).append(v)
+    assert boards == {"424773df46e0/gpu0": [board_id(DCGM_UUIDS["424773df46e0/gpu0"])] * 2,
+                      "551bdf382151/gpu0": [board_id(DCGM_UUIDS["551bdf382151/gpu0"]), board_id(NEW_BOARD)]}
 
 
 # ---- board_id: nvidia-smi query-gpu ----------------------------------------------------------
