@@ -22,8 +22,12 @@ per node from ``gres_detail`` (one string per node of ``nodes``, ``gpu:a100:2(ID
 it, in all from ``tres_alloc_str`` (``...,gres/gpu=16``); fewer than the topology's GPUs of its nodes
 is "uses part of a node" (a 1-GPU job given its whole node made its co-tenants' GPUs its peers for
 the straggler detector, and counted 8 GPUs at risk for it in an incident). Where squeue gives
-neither (a site that does not schedule GPUs as GRES), the job is taken to hold its nodes whole, as
-before. Every job on a node two or more running jobs share is left out, the older as well as the
+neither for any job (a site that does not schedule GPUs as GRES), each job is taken to hold its nodes
+whole, as before; where some job names its GPUs, a job naming none holds none — Slurm leaves a zero
+count out of ``tres_alloc_str`` (``cpu=8,mem=64G,node=1,billing=8``): a CPU job is left out ("holds no
+GPU"), shares no node, and a heterogeneous job's CPU component adds none of its nodes (until
+2026-12-05 such a job was taken to hold its nodes whole: it pushed a training job beside it out as
+"shares a node", or was listed as owning a GPU node's GPUs). Every job on a node two or more running jobs share is left out, the older as well as the
 younger (until 2026-12-05 the oldest kept the node): at most one of them can hold all its GPUs,
 nothing says which, and a synchronous training job runs on whole nodes (a job given as holding no
 GPU there, a CPU job, shares none). Every running job's nodes
@@ -233,7 +237,9 @@ def _allocated_gpus(job: dict[str, Any]) -> Gpus:
 
 def _together(held: list[Gpus]) -> Gpus:
     """The GPUs of a heterogeneous job's components together: per node when each gives them per
-    node, else in all (a component that gives none adding none), None when none gives any."""
+    node (a component holding none, 0, holds none on any node), else in all (a component that
+    gives none adding none), None when none gives any."""
+    held = [{} if h == 0 else h for h in held]
     if held and all(isinstance(h, dict) for h in held):
         per_node: dict[str, int] = {}
         for h in held:
@@ -249,7 +255,11 @@ def _whole_jobs(entries: list[dict[str, Any]]) -> list[tuple[dict[str, Any], Gpu
     """``entries`` with each heterogeneous job's components made one entry: the leader's id, name
     and start, running when a component runs, on its running components' nodes (the others',
     when none runs), holding their GPUs. Other entries are returned as they are; each with the
-    GPUs it holds (read before the components are joined: gres_detail follows each one's nodes)."""
+    GPUs it holds (read before the components are joined: gres_detail follows each one's nodes).
+    Where any entry names its GPUs, one naming none holds 0 (the module docstring)."""
+    allocated = [_allocated_gpus(job) for job in entries]
+    gres_site = any(held is not None for held in allocated)
+    held_by = {id(job): 0 if held is None and gres_site else held for job, held in zip(entries, allocated)}
     components: dict[int, list[dict[str, Any]]] = {}
     whole: list[tuple[dict[str, Any], Gpus]] = []
     for job in entries:
@@ -257,7 +267,7 @@ def _whole_jobs(entries: list[dict[str, Any]]) -> list[tuple[dict[str, Any], Gpu
         if het:
             components.setdefault(het, []).append(job)
         else:
-            whole.append((job, _allocated_gpus(job)))
+            whole.append((job, held_by[id(job)]))
     for het, parts in components.items():
         parts.sort(key=lambda j: (_number(j.get("het_job_offset")) or 0, int(j["job_id"])))
         running = [j for j in parts if "RUNNING" in (_states(j) or ())]
@@ -267,7 +277,7 @@ def _whole_jobs(entries: list[dict[str, Any]]) -> list[tuple[dict[str, Any], Gpu
                        "job_state": ["RUNNING"] if running else sorted(_states(leader) or ()),
                        "nodes": ",".join(str(j.get("nodes") or "") for j in (running or parts) if j.get("nodes")),
                        "start_time": min(starts) if starts else None},
-                      _together([_allocated_gpus(j) for j in (running or parts)])))
+                      _together([held_by[id(j)] for j in (running or parts)])))
     return whole
 
 
@@ -334,11 +344,14 @@ def jobs_from_squeue(text: str, topology: Topology, min_nodes: int = 1) -> Slurm
         for host in hosts:
             if host not in known:
                 out.unknown_nodes[host] += 1
-        tenants.update(_gpu_nodes(held, nodes))
-        running.append((job, held, nodes))
+        on_gpus = _gpu_nodes(held, nodes)  # a CPU component's nodes are not the job's GPUs
+        tenants.update(on_gpus)
+        running.append((job, held, on_gpus if nodes and on_gpus else nodes))
     for job, held, nodes in running:  # oldest first, the order of the file's jobs
         if not nodes:
             out.left_out["no node of the topology"] += 1
+        elif not _gpu_nodes(held, nodes):
+            out.left_out["holds no GPU"] += 1
         elif _uses_part(held, nodes, node_gpus):
             out.left_out["uses part of a node"] += 1
         elif any(tenants[node] > 1 for node in nodes):

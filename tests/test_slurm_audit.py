@@ -83,11 +83,12 @@ def test_gres_detail_finds_part_of_a_node_that_a_total_over_unknown_nodes_hides(
 
 
 def test_every_job_on_a_shared_node_is_left_out_not_only_the_younger() -> None:
-    """Two jobs on gpu002, no GPU count given: the older one kept the node (and was given the
-    other's GPUs as its own). Neither holds all of it, and nothing says which holds what."""
+    """Two jobs on gpu002, no GPU count given (a site not scheduling GPUs as GRES: no job names
+    any): the older one kept the node (and was given the other's GPUs as its own). Neither holds
+    all of it, and nothing says which holds what."""
     older = entry(10, "gpu[001-002]", 1000, name="a")
     younger = entry(11, "gpu[002-003]", 2000, name="b")
-    alone = entry(12, "gpu004", 3000, gpus=8, name="c")
+    alone = entry(12, "gpu004", 3000, name="c")
     found = jobs_from_squeue(squeue(younger, alone, older), cluster())
     assert found.jobs == [{"name": "12:c", "nodes": ["gpu004"]}]
     assert found.left_out == {"shares a node with another job": 2}
@@ -156,11 +157,40 @@ def test_topology_jobs_asks_squeue_for_the_jobs_of_hidden_partitions(tmp_path: P
     assert "--all" in help_text and "PrivateData" in help_text
 
 
-def test_a_cpu_job_beside_a_training_job_takes_none_of_its_gpus() -> None:
-    """A job holding no GPU (``gres/gpu=0``: a CPU job) on a GPU node shares none of its GPUs: the
-    training job there keeps the node."""
+@pytest.mark.parametrize("cpu_gpus", [0, None], ids=["gres/gpu=0", "no gres/gpu, as Slurm prints it"])
+def test_a_cpu_job_beside_a_training_job_takes_none_of_its_gpus(cpu_gpus: int | None) -> None:
+    """A job holding no GPU (a CPU job) on a GPU node shares none of its GPUs: the training job
+    there keeps the node. Slurm leaves a zero count out of ``tres_alloc_str`` (``cpu=8,mem=64G,
+    node=1,billing=8``): where other jobs name their GPUs, that is a job holding none (until
+    2026-12-05 it was taken as holding its node whole, and both jobs were left out)."""
     train = entry(10, "gpu[001-002]", 900, gpus=16, detail=["gpu:h100:8(IDX:0-7)"] * 2, name="pretrain")
-    cpu = entry(11, "gpu001", 1000, gpus=0, name="preprocess")
+    cpu = entry(11, "gpu001", 1000, gpus=cpu_gpus, name="preprocess")
     found = jobs_from_squeue(squeue(train, cpu), cluster())
     assert found.jobs == [{"name": "10:pretrain", "nodes": ["gpu001", "gpu002"]}]
-    assert found.left_out == {"uses part of a node": 1}
+    assert found.left_out == {"holds no GPU": 1}
+
+
+def test_a_cpu_job_alone_on_a_gpu_node_owns_none_of_its_gpus() -> None:
+    train = entry(10, "gpu[001-002]", 900, gpus=16, detail=["gpu:h100:8(IDX:0-7)"] * 2, name="pretrain")
+    found = jobs_from_squeue(squeue(train, entry(12, "gpu003", 1000, name="preprocess")), cluster())
+    assert found.jobs == [{"name": "10:pretrain", "nodes": ["gpu001", "gpu002"]}]
+    assert found.left_out == {"holds no GPU": 1}
+
+
+def test_a_heterogeneous_jobs_cpu_component_adds_no_node() -> None:
+    """A training component on gpu[001-002] (all 16 GPUs) and a CPU launcher component on gpu004:
+    the job is its GPU nodes (it was left out as using part of a node: gpu004's 8 GPUs not its)."""
+    gpus = dict(entry(50, "gpu[001-002]", 900, gpus=16, detail=["gpu:h100:8(IDX:0-7)"] * 2, name="het"),
+                het_job_id=50, het_job_offset=0)
+    launcher = dict(entry(51, "gpu004", 900, name="het"), het_job_id=50, het_job_offset=1)
+    found = jobs_from_squeue(squeue(gpus, launcher), cluster())
+    assert found.jobs == [{"name": "50:het", "nodes": ["gpu001", "gpu002"]}]
+    assert found.left_out == {}
+
+
+def test_where_no_job_names_its_gpus_each_holds_its_nodes_whole() -> None:
+    """A site not scheduling GPUs as GRES: nothing to read, every job taken whole, as before."""
+    found = jobs_from_squeue(squeue(entry(10, "gpu[001-002]", 900, name="a"), entry(11, "gpu003", 1000, name="b")),
+                             cluster())
+    assert found.jobs == [{"name": "10:a", "nodes": ["gpu001", "gpu002"]}, {"name": "11:b", "nodes": ["gpu003"]}]
+    assert found.left_out == {}
