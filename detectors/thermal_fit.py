@@ -13,7 +13,8 @@ trend. :class:`ThermalFit` fits it once per frame for all of them:
 - detectors that predict per sample (thermal, power) are *consumers*: after the fit of a run of
   rows the fit calls each consumer's :meth:`FitConsumer.after_fit` on those rows, so every
   prediction reads the model exactly as it stood after its own sample. A frame in which a GPU
-  appears twice (a replay window of several ticks) is cut into runs without repeats for that.
+  appears twice (a replay window of several ticks) is cut into runs without repeats for that, its
+  rows taken in time order first where it lists them otherwise (by GPU): each run is one poll.
 
 Each detector owns a fit of its own until a :class:`~foreshock.detectors.bank.DetectorBank`
 puts them together with :func:`share_thermal_fits`: detectors whose fits have the same
@@ -595,6 +596,26 @@ def repeat_free_runs(slots: np.ndarray, seen: np.ndarray, first_id: int, ends: n
     return n
 
 
+@kernel
+def poll_order_keys(ts: np.ndarray, slots: np.ndarray, fitted: np.ndarray, latest: np.ndarray,
+                    keys: np.ndarray) -> None:
+    """Into ``keys``, per row, its stamp, or +inf for a late row: one no newer than its GPU's last
+    fitted sample (``fitted``: the state's ``G_TS``) or than a row of its GPU listed before it. The
+    fit skips a late row wherever it stands after those; sorted stably by these keys, the rows stand
+    in time order across GPUs, each GPU's rows as listed, the late rows last: none cuts a poll into
+    two runs. ``latest`` (per slot, -inf) is left as it was found."""
+    for row in range(len(ts)):
+        i = int(slots[row])
+        t = ts[row]
+        newest = latest[i]
+        if fitted[i] > newest:  # (NaN: never fitted)
+            newest = fitted[i]
+        keys[row] = t if t > newest else np.inf
+        latest[i] = max(latest[i], t)
+    for row in range(len(ts)):
+        latest[int(slots[row])] = -np.inf
+
+
 # ---- the shared fit ---------------------------------------------------------------------------
 class FitConsumer(Protocol):
     """A detector that predicts per sample from the fit (thermal, power)."""
@@ -646,6 +667,7 @@ class ThermalFit:
         self._served: list[object] = []
         self._seen = np.full(n, -1, np.int64)
         self._next_run = 0
+        self._latest = np.full(n, -np.inf)  # poll_order_keys' scratch
         self._tally = _Tally()
         self._scratch = Scratch()
 
@@ -700,15 +722,47 @@ class ThermalFit:
         """The rows of the frame fitted last (``obs``)."""
         return len(self.obs[X_TS])
 
+    def _in_time_order(self, obs: tuple[np.ndarray, ...]) -> tuple[np.ndarray, ...]:
+        """``obs`` of a frame of several polls with its rows in time order across GPUs, each GPU's own
+        rows as listed, late rows last (:func:`poll_order_keys`); as it is where they already stand in
+        time order (one pass: several ticks listed tick by tick). A frame of one poll (no GPU repeats:
+        one run, judged whole) is left as listed, as before: its stamps spread over the scrape, so
+        most such frames are not in time order, and sorting each would cost every tick a sort.
+
+        The runs (:func:`repeat_free_runs`) are the polls the consumers judge together: a frame of
+        two polls listed by GPU (a source batching by GPU; GPU0 at 100 and 105 s, then GPU1 at 100
+        and 105 s) was cut GPU0@100 | GPU0@105 GPU1@100 | GPU1@105, and the power detector read GPU0
+        braking at 105 s and GPU1 at 100 s as "2 of 4 GPUs braking together", which no poll showed
+        (until 2026-12-05). The consumers read the rows from ``obs`` only, so reordering it reorders
+        them for all. A GPU's own rows are not sorted: one listed after a newer one of its GPU is
+        late, as the input guard (``out_of_order``) and the straggler detector count it (sorted in,
+        a host clock stepping back would swap two samples). The same rows are fitted, and skipped
+        and counted, as in the order listed.
+        """
+        ts = obs[X_TS]
+        if not (ts[1:] < ts[:-1]).any():
+            return obs
+        keys = self._scratch.take("order_keys", (len(ts), 1))[:, 0]
+        poll_order_keys(ts, obs[X_SLOT], self.s_model[:, G_TS], self._latest, keys)
+        order = np.argsort(keys, kind="stable")
+        return tuple(column[order] for column in obs)
+
     def _fit_gpu(self, frame: Frame, tally: _Tally) -> None:
-        self.obs = obs = gpu_columns(frame, OBS_FIELDS, len(self.s_model), tally, "", self._scratch)
-        n_rows = self.n_rows
-        self.rows = self._scratch.take("rows", (n_rows, ROW_SIZE))
-        for consumer in self.consumers:
-            consumer.begin_frame(self)
+        obs = gpu_columns(frame, OBS_FIELDS, len(self.s_model), tally, "", self._scratch)
+        n_rows = len(obs[X_TS])
         ends = self._scratch.take("ends", (n_rows + 1, 1), dtype=np.int64)[:, 0]
         n_runs = repeat_free_runs(obs[X_SLOT], self._seen, self._next_run, ends)
         self._next_run += n_runs
+        if n_runs > 1:  # several polls (a GPU repeats): in time order, else the runs mix them
+            ordered = self._in_time_order(obs)
+            if ordered is not obs:
+                obs = ordered
+                n_runs = repeat_free_runs(obs[X_SLOT], self._seen, self._next_run, ends)
+                self._next_run += n_runs
+        self.obs = obs
+        self.rows = self._scratch.take("rows", (n_rows, ROW_SIZE))
+        for consumer in self.consumers:
+            consumer.begin_frame(self)
         decays = new_step_decays()
         taus = self._scratch.take("taus", (N_MODELS * n_rows + 1, 4))
         skipped = 0

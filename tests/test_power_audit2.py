@@ -6,13 +6,12 @@
   five minutes before;
 - whether "N of M GPUs braking together" was raised depends on the order of a frame's rows: a frame
   holding two polls listed by GPU, not by time, is cut into runs that mix the polls, and a node
-  event no poll showed is raised (open, a strict xfail here: the runs are the shared fit's).
+  event no poll showed was raised (the runs are the shared fit's: it now takes a frame's rows in time order).
 """
 
 from __future__ import annotations
 
 import numpy as np
-import pytest
 
 from foreshock import facts
 from foreshock.detectors import power as pw
@@ -83,11 +82,8 @@ def node_events_of_two_polls(order: list[int]) -> list[tuple[float, int]]:
     return [(f.ts, f.slot) for f in found if isinstance(f, Anomaly) and f.entity_kind == "node"]
 
 
-@pytest.mark.xfail(strict=True, reason="open: the runs are cut by the shared thermal fit (thermal_fit.py), "
-                   "which the thermal detector drives first in the default bank; the power detector cannot "
-                   "reorder them. Fix there: fit a GPU frame's rows in time order (stable) when they are not")
 def test_gpus_braking_in_different_polls_of_one_frame_listed_by_gpu_are_no_node_event() -> None:
-    """Listed by GPU (GPU0 at 100 and 105 s, then GPU1 at 100 and 105 s), the fit's runs are GPU0@100 |
+    """Listed by GPU (GPU0 at 100 and 105 s, then GPU1 at 100 and 105 s), the fit cut runs GPU0@100 |
     GPU0@105 GPU1@100 | GPU1@105: the middle "poll" holds GPU0 braking at 105 s and GPU1 at 100 s."""
     assert node_events_of_two_polls([0, 2, 1, 3]) == []
 

@@ -322,10 +322,25 @@ class NaiveFit:
 
     def gpu_frame(self, frame):
         c = frame.columns
-        for k in range(len(frame)):
+        for k in self.fit_order(frame):
             self.sample(frame.ts[k], int(frame.slot[k]), c["gpu_temp"][k], c["hbm_temp"][k], c["power"][k],
                         c["energy"][k], c["power_limit"][k], c["slowdown_temp"][k],
                         (c["max_op_temp"][k], c["hbm_max_op_temp"][k]))
+
+    def fit_order(self, frame):
+        """The rows as the fit takes them: as listed, unless a GPU repeats (several polls) and the
+        stamps are out of order; then in time order, a row no newer than its GPU's last sample or an
+        earlier-listed row of its GPU (late) last, each in the order listed."""
+        ts, slot = frame.ts.tolist(), [int(v) for v in frame.slot]
+        if len(set(slot)) == len(slot) or all(a <= b for a, b in zip(ts, ts[1:])):
+            return list(range(len(ts)))
+        newest, key = {}, []
+        for t, i in zip(ts, slot):
+            last = max(newest.get(i, -math.inf), self.s[i][tf.G_TS] if self.s[i][tf.G_TS] == self.s[i][tf.G_TS]
+                       else -math.inf)
+            key.append(t if t > last else math.inf)
+            newest[i] = max(newest.get(i, -math.inf), t)
+        return sorted(range(len(ts)), key=lambda k: key[k])
 
     def sample(self, ts, i, temp, hbm, power, energy, plim, slowdown, max_ops=(math.nan, math.nan)):
         s, p = self.s[i], self.p
