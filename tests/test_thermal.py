@@ -30,12 +30,34 @@ def preds(findings, event="thermal_throttle", active=True):
 
 
 # ---- kernels vs naive references ------------------------------------------------------------
+def naive_rises(h, lag, b, bdamp, du, damp):
+    """The target's settling rises (R drift, inlet) as a first-order lag ``lag`` shows them: delayed by it."""
+    lagged = max(h - lag, 0.0)
+    return b * bdamp * (1 - math.exp(-lagged / bdamp)) + du * damp * (1 - math.exp(-lagged / damp))
+
+
 def naive_temp_at(h, temp0, a0, b, bdamp, tau, du, damp, amp, cap):
-    lagged = max(h - tau, 0.0)
-    drift = b * bdamp * (1 - math.exp(-lagged / bdamp))
-    rise = du * damp * (1 - math.exp(-lagged / damp))
-    plain = a0 + (temp0 - a0) * math.exp(-h / tau) + drift + rise
-    return min(temp0 + (plain - temp0) * amp, max(a0 + cap + drift + rise, plain))
+    """dT/dt = (a0 + rises + min(R·k·(T - temp0), cap) - T) / tau, R·k = 1 - 1/amp, solved piecewise: below the power
+    limit the rise is amp times the plain one with time constant amp·tau (rises amplified, delayed by amp·tau); power
+    reaches its limit where R·k·(T - temp0) = cap (found from the steady part); from there the plain path toward
+    a0 + cap (rises delayed by tau, relaxing from what they had reached); never above the path with power at its limit
+    from now (the rises may reach the limit sooner than the steady part)."""
+    rk = 1 - 1 / amp
+    settle = amp * (a0 - temp0)  # the amplified path's total rise
+    at_limit = cap / rk if rk > 0 else math.inf  # the rise that takes power to its limit
+    t_lim = amp * tau * math.log(settle / (settle - at_limit)) if settle > at_limit else math.inf
+    if h <= t_lim:
+        temp = temp0 + settle * (1 - math.exp(-h / (amp * tau))) + amp * naive_rises(h, amp * tau, b, bdamp, du, damp)
+    else:
+        fade = math.exp(-(h - t_lim) / tau)
+        reached = amp * naive_rises(t_lim, amp * tau, b, bdamp, du, damp)
+        start = temp0 + at_limit + reached  # where the path is when power reaches its limit
+        target = a0 + cap + naive_rises(h, tau, b, bdamp, du, damp)
+        temp = target + (start - (a0 + cap + naive_rises(t_lim, tau, b, bdamp, du, damp))) * fade
+    if math.isinf(cap):
+        return temp
+    limited = a0 + cap + (temp0 - a0 - cap) * math.exp(-h / tau) + naive_rises(h, tau, b, bdamp, du, damp)
+    return min(temp, limited)
 
 
 def naive_time_to_limit(temp0, a0, b, bdamp, tau, du, damp, amp, cap, limit, horizon, steps=20000):
