@@ -49,6 +49,7 @@ from .base import Detector, add_columns
 from .gpu_inputs import (frame_now, gpu_inlet, gpu_obs, kernel, new_inlet_states, rack_inlet_obs, reason_bits,
                          relinked_inlet_states, reported_core_limit, update_rack_inlet, upgrade_rack_state)
 from .thermal_fit import PARAMS as THERMAL_FIT_PARAMS
+from .thermal_fit import poll_order_keys, repeat_free_runs
 
 # ---- the shared per-GPU feature stream -------------------------------------------------------
 OBS_FIELDS = ("gpu_temp", "hbm_temp", "power", "power_limit", "energy", "sm_clock", "sm_clock_max",
@@ -198,12 +199,34 @@ class FeatureStream:
 
     def features(self, frame: Frame) -> tuple[np.ndarray, np.ndarray]:
         """``(obs, features)`` for a GPU frame; rows out of order come back as NaN features."""
-        obs = gpu_obs(frame, OBS_FIELDS, self.n, self.health, self.stage)
+        obs = self._in_time_order(gpu_obs(frame, OBS_FIELDS, self.n, self.health, self.stage))
         out = np.empty((len(obs), len(FEATURES)))
         skipped = feature_kernel(obs, self.parents, self.s_feat, self.s_rack, self.s_node, out)
         if skipped:
             self.health.problem(self.stage, "gpu samples out of time order", skipped)
         return obs, out
+
+    def _in_time_order(self, obs: np.ndarray) -> np.ndarray:
+        """``obs`` of a frame of several polls (a GPU repeats) with its rows in time order across
+        GPUs, each GPU's own rows as listed, late rows last (:func:`~.thermal_fit.poll_order_keys`,
+        as the thermal fit takes them); as listed where already in time order, or one poll.
+
+        The inlet feature is judged across GPUs as the rows come: a node's proxy is the coolest of
+        its GPUs' ``T - R_nominal * P`` over a tick (closed at the node's first row of a newer one),
+        the rack's the median of its nodes'. A frame of two polls listed by GPU (GPU0 at 100 and
+        105 s, then GPU1 at 100 and 105 s) closed each node's 100-s tick on its first GPU alone and
+        read the others' 100-s rows into the 105-s tick: the simulator's cooling loss (64 GPUs,
+        polls paired into frames) had ``loop_warming`` call 51 GPUs first at other times than fed
+        poll by poll (until 2026-12-05). Late rows go as they went: the kernel skips and counts them."""
+        ts, slots = obs[:, 0], obs[:, 1]
+        if len(ts) < 2 or not (ts[1:] < ts[:-1]).any():
+            return obs
+        ends = np.empty(len(ts) + 1, np.int64)
+        if repeat_free_runs(slots, np.full(self.n, -1, np.int64), 0, ends) < 2:
+            return obs  # one poll: judged as listed, as the thermal fit judges it
+        keys = np.empty(len(ts))
+        poll_order_keys(ts, slots, self.s_feat[:, F_TS], np.full(self.n, -np.inf), keys)
+        return np.ascontiguousarray(obs[np.argsort(keys, kind="stable")])
 
     def state(self) -> dict[str, np.ndarray]:
         return {"feat": self.s_feat, "rack": self.s_rack, "node": self.s_node}
