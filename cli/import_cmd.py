@@ -308,10 +308,13 @@ def command(fmt: str, path: Path, out: Path, host: str | None, at: str | None, i
         # carry no time), each GPU's board its page's UUID (one parse folded them into one row)
         batches: list[SampleBatch] = []
         once: set[str] = set()  # an unmapped metric, a GPU's unsupported field: counted in one page, as live
-        for k, page in enumerate(split_pages(text)):
+        pages = split_pages(text)
+        for k, page in enumerate(pages):
             uuids: dict[str, str] = {}
             batch = parse_dcgm_text(page, when + k * interval, health, host or "localhost", once, uuids)
             batches.append(_dcgm_boards(batch, uuids))
+        if len(pages) > 1:  # said, as their times are the option's, not the file's
+            console.print(f"{len(pages)} scrapes in the file, stamped {interval:g} s apart (--interval)")
         topology, frames = _gpu_import(batches, health)
     elif fmt == "nvidia-smi":
         # board_ids: each row's own UUID, so a log spanning a board swap restarts that GPU in replay

@@ -60,6 +60,7 @@ def test_three_scrapes_import_as_three_samples_per_gpu(shared_data: Path, tmp_pa
     path.write_text("".join(with_temp(page, t) for t in (25, 26, 27)))
     output = import_file(path, tmp_path / "rec", "--interval", "30")
     assert "conflicting duplicate series" not in output
+    assert "3 scrapes in the file, stamped 30 s apart" in output
     rec = Recording.open(tmp_path / "rec")
     frame = rec.read_kind("gpu")
     for gpu in ("424773df46e0/gpu0", "551bdf382151/gpu0"):
