@@ -27,11 +27,11 @@ whole, as before; where some job names its GPUs, a job naming none holds none â€
 count out of ``tres_alloc_str`` (``cpu=8,mem=64G,node=1,billing=8``): a CPU job is left out ("holds no
 GPU"), shares no node, and a heterogeneous job's CPU component adds none of its nodes (until
 2026-12-05 such a job was taken to hold its nodes whole: it pushed a training job beside it out as
-"shares a node", or was listed as owning a GPU node's GPUs). Every job on a node two or more running jobs share is left out, the older as well as the
-younger (until 2026-12-05 the oldest kept the node): at most one of them can hold all its GPUs,
-nothing says which, and a synchronous training job runs on whole nodes (a job given as holding no
-GPU there, a CPU job, shares none). Every running job's nodes
-count, whatever else leaves it out (too small for ``min_nodes``, part of a node): until 2026-12-05 a
+"shares a node", or was listed as owning a GPU node's GPUs). Every job on a node two or more
+running jobs share is left out, the older as well as the younger (until 2026-12-05 the oldest kept
+the node): at most one of them can hold all its GPUs, nothing says which, and a synchronous training
+job runs on whole nodes (a job holding no GPU there, a CPU job, shares none). Every running job's
+nodes count, whatever else leaves it out (too small for ``min_nodes``, part of a node): until 2026-12-05 a
 job left out for its size freed its node for a younger job sharing it. Jobs are listed oldest first:
 started earlier (``start_time``: an integer before Slurm 23.11, ``{set, infinite, number}`` since),
 then the lower job id (job ids wrap past ``MaxJobId``, 67,043,328 by default, so a job started after
