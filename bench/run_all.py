@@ -82,6 +82,12 @@ def names_of(script: Path) -> set[str]:
     return {name for name in HEADLINES if f'"{name}"' in text}
 
 
+REAL_HARDWARE = {"poll_cost": "nvml_real"}
+"""Benchmarks that measure real hardware where a machine has it, and stand-ins where not, with the
+key that says which: a run on stand-ins does not replace figures a lent GPU gave (until 2026-12-05
+`make bench` on a machine without one overwrote the H200's poll cost with a stand-in script's)."""
+
+
 def merge(old: list[dict], old_date: str, fresh: list[dict], ran: set[str],  # type: ignore[type-arg]
           failed: set[str], date: str) -> list[dict]:  # type: ignore[type-arg]
     """The results to save: each with the date it was measured (``measured``).
@@ -90,12 +96,18 @@ def merge(old: list[dict], old_date: str, fresh: list[dict], ran: set[str],  # t
     those of scripts that failed. An old entry (measured ``old_date`` unless it says) of a benchmark
     not run is kept with its own date; of a failed one, kept with its own date and marked
     ``stale`` (with ``failed``: this run's date), never passed off as this run's; of one that ran
-    and no longer prints that name, dropped. Old entries keep their order; new ones follow."""
+    and no longer prints that name, dropped; of one measured on real hardware where this run had
+    only stand-ins (``REAL_HARDWARE``), kept with its own date. Old entries keep their order; new
+    ones follow."""
     now = {r["name"]: {**r, "measured": date} for r in fresh}
     out: list[dict] = []  # type: ignore[type-arg]
     for r in old:
         name = r["name"]
-        if name in now:
+        real = REAL_HARDWARE.get(name)
+        if name in now and real and r.get(real) and not now[name].get(real):
+            now.pop(name)
+            out.append({**r, "measured": r.get("measured", old_date)})
+        elif name in now:
             out.append(now.pop(name))
         elif name in failed:
             out.append({**r, "measured": r.get("measured", old_date), "stale": True, "failed": date})

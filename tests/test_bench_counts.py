@@ -144,6 +144,26 @@ def test_run_all_keeps_each_entrys_own_measurement_date(bench_root, monkeypatch)
     assert f"(measured {OLD_DATE})" in next(line for line in readme.splitlines() if line.startswith("| `parsers`"))
 
 
+def test_run_all_keeps_a_real_gpus_poll_cost_over_a_stand_ins(bench_root, monkeypatch) -> None:
+    """The lent H200's poll cost stays when a machine without a GPU runs the benchmark on stand-ins;
+    a run on real hardware replaces it."""
+    run_all, root = bench_root
+    results = root / "bench" / "results.json"
+    real = {"name": "poll_cost", "on": "NVIDIA H200", "nvml_real": True, "nvml_ms_per_poll": 4.28,
+            "measured": "2026-12-04"}
+    results.write_text(json.dumps({"meta": {"date": OLD_DATE}, "results": [real]}))
+    script = root / "bench" / "bench_poll.py"
+    script.write_text('import json\nprint(json.dumps({"name": "poll_cost", "on": "stand-ins", "nvml_real": False, '
+                      '"nvml_ms_per_poll": 0.26}))\n')
+    _main(run_all, monkeypatch, "--only", "bench_poll", "--readme")
+    assert json.loads(results.read_text())["results"] == [real]
+    assert "(measured 2026-12-04)" in (root / "README.md").read_text()
+    script.write_text(script.read_text().replace('"nvml_real": False', '"nvml_real": True'))
+    _main(run_all, monkeypatch, "--only", "bench_poll", "--readme")
+    (poll,) = json.loads(results.read_text())["results"]
+    assert poll["nvml_ms_per_poll"] == 0.26 and poll["measured"] != "2026-12-04"
+
+
 # ---- bench_gpu_bank ------------------------------------------------------------------------------
 def test_gpu_bank_compares_with_every_default_detector_taking_gpu_frames() -> None:
     bank = load_bench("bench_gpu_bank")
