@@ -23,7 +23,8 @@ it, in all from ``tres_alloc_str`` (``...,gres/gpu=16``); fewer than the topolog
 is "uses part of a node" (a 1-GPU job given its whole node made its co-tenants' GPUs its peers for
 the straggler detector, and counted 8 GPUs at risk for it in an incident). Where squeue gives
 neither for any job (a site that does not schedule GPUs as GRES), each job is taken to hold its nodes
-whole, as before; where some job names its GPUs, a job naming none holds none — Slurm leaves a zero
+whole, as before; where a running job on the topology's nodes names its GPUs (a MIG slice counting
+as its share of a board: ``_gres_gpus``), a job naming none holds none — Slurm leaves a zero
 count out of ``tres_alloc_str`` (``cpu=8,mem=64G,node=1,billing=8``): a CPU job is left out ("holds no
 GPU"), shares no node, and a heterogeneous job's CPU component adds none of its nodes (until
 2026-12-05 such a job was taken to hold its nodes whole: it pushed a training job beside it out as
@@ -57,9 +58,13 @@ from foreshock.topology import Topology
 _RANGE = re.compile(r"^(\d+)(?:-(\d+))?$")
 _TRES_GPU = re.compile(r"(?:^|,)gres/gpu=(\d+)(?=,|$)")  # the untyped total, not gres/gpu:a100=N
 _GRES_ITEM = re.compile(r"([^,()]+)((?:\([^)]*\))*)")  # name and its (KEY:VALUE) groups; IDX has commas
+_MIG_PROFILE = re.compile(r"(\d+)g\.\d+gb")  # a MIG slice's type: a100_1g.5gb, 3g.40gb (compute sevenths)
+MIG_SEVENTHS = 7
+"""An A100's or H100's compute is cut in sevenths for MIG: a ``Ng.*`` slice holds N of them."""
 
-# The GPUs a job holds: per node (from gres_detail), in all (from tres_alloc_str), or not given.
-Gpus = dict[str, int] | int | None
+# The GPUs a job holds: per node (from gres_detail), in all (from tres_alloc_str), or not given. In
+# boards: a MIG slice counts as its share of one, so a job of slices never holds a node whole.
+Gpus = dict[str, float] | float | None
 
 
 class HostlistError(ValueError):
@@ -182,27 +187,32 @@ def _age(job: dict[str, Any]) -> tuple[float, int]:
     return (start if start is not None and start > 0 else float("inf"), int(job["job_id"]))
 
 
-def _gres_gpus(detail: str) -> tuple[int, bool] | None:
+def _gres_gpus(detail: str) -> tuple[float, bool] | None:
     """The GPUs of one node's ``gres_detail`` string (``gpu:a100:2(IDX:0-1),tmpdisk:100``), and
     whether it names any; None when a GPU entry's count cannot be read. The IDX list is the cards
-    held, so it decides; else ``CNT:N``, else the count after the last colon (a type may be digits)."""
-    total, named = 0, False
+    held, so it decides; else ``CNT:N``, else the count after the last colon (a type may be digits).
+    A MIG slice (``gpu:a100_1g.5gb:8(IDX:0-7)``: the IDX are the node's MIG devices, not its boards)
+    counts as its sevenths of a board (until 2026-12-05 eight 1g slices, on two boards, read as all
+    eight of the node's, and the job was given the node whole)."""
+    sevenths, named = 0, False
     for name, groups in _GRES_ITEM.findall(detail):
         parts = name.strip().split(":")
         if parts[0] != "gpu":  # shard, mps, tmpdisk...: not whole GPUs
             continue
         named = True
         keys = dict(g.split(":", 1) for g in re.findall(r"\(([^)]*)\)", groups) if ":" in g)
+        mig = _MIG_PROFILE.search(":".join(parts[1:]))
+        share = min(int(mig.group(1)), MIG_SEVENTHS) if mig else MIG_SEVENTHS  # sevenths of a board each
         cards = _count_indexes(keys.get("IDX", ""))
         if cards is not None:
-            total += cards
+            sevenths += cards * share
         elif keys.get("CNT", "").isdigit():
-            total += int(keys["CNT"])
+            sevenths += int(keys["CNT"]) * share
         elif len(parts) > 1 and parts[-1].isdigit():
-            total += int(parts[-1])
+            sevenths += int(parts[-1]) * share
         else:
             return None
-    return total, named
+    return sevenths / MIG_SEVENTHS, named  # (whole sevenths: exact for whole boards)
 
 
 def _count_indexes(indexes: str) -> int | None:
@@ -226,13 +236,13 @@ def _allocated_gpus(job: dict[str, Any]) -> Gpus:
             hosts = []
         read = [_gres_gpus(d) for d in detail]
         if len(hosts) == len(detail) and all(r is not None for r in read) and any(r[1] for r in read if r):
-            per_host: dict[str, int] = {}
+            per_host: dict[str, float] = {}
             for host, r in zip(hosts, read):
-                per_host[host] = per_host.get(host, 0) + (r[0] if r else 0)
+                per_host[host] = per_host.get(host, 0.0) + (r[0] if r else 0.0)
             return per_host
     tres = job.get("tres_alloc_str")
     match = _TRES_GPU.search(tres) if isinstance(tres, str) else None
-    return int(match.group(1)) if match else None
+    return float(match.group(1)) if match else None
 
 
 def _together(held: list[Gpus]) -> Gpus:
@@ -241,7 +251,7 @@ def _together(held: list[Gpus]) -> Gpus:
     gives none adding none), None when none gives any."""
     held = [{} if h == 0 else h for h in held]
     if held and all(isinstance(h, dict) for h in held):
-        per_node: dict[str, int] = {}
+        per_node: dict[str, float] = {}
         for h in held:
             assert isinstance(h, dict)
             for host, n in h.items():
@@ -251,14 +261,26 @@ def _together(held: list[Gpus]) -> Gpus:
     return sum(given) if given else None
 
 
-def _whole_jobs(entries: list[dict[str, Any]]) -> list[tuple[dict[str, Any], Gpus]]:
+def _on_nodes(job: dict[str, Any], known: set[str]) -> bool:
+    """Whether a running entry runs on any of the ``known`` nodes."""
+    if "RUNNING" not in (_states(job) or ()):
+        return False
+    try:
+        return any(host in known for host in expand_hostlist(str(job.get("nodes") or "")))
+    except HostlistError:
+        return False
+
+
+def _whole_jobs(entries: list[dict[str, Any]], known: set[str]) -> list[tuple[dict[str, Any], Gpus]]:
     """``entries`` with each heterogeneous job's components made one entry: the leader's id, name
     and start, running when a component runs, on its running components' nodes (the others',
-    when none runs), holding their GPUs. Other entries are returned as they are; each with the
-    GPUs it holds (read before the components are joined: gres_detail follows each one's nodes).
-    Where any entry names its GPUs, one naming none holds 0 (the module docstring)."""
+    when none runs; of these, those holding GPUs where some do), holding their GPUs. Other entries
+    are returned as they are; each with the GPUs it holds (read before the components are joined:
+    gres_detail follows each one's nodes). Where a running entry on the ``known`` nodes (the
+    topology's) names its GPUs, one naming none holds 0 (the module docstring); a job elsewhere
+    (another partition's, ``squeue --all``) or not running decides nothing for them."""
     allocated = [_allocated_gpus(job) for job in entries]
-    gres_site = any(held is not None for held in allocated)
+    gres_site = any(held is not None and _on_nodes(job, known) for job, held in zip(entries, allocated))
     held_by = {id(job): 0 if held is None and gres_site else held for job, held in zip(entries, allocated)}
     components: dict[int, list[dict[str, Any]]] = {}
     whole: list[tuple[dict[str, Any], Gpus]] = []
@@ -273,11 +295,13 @@ def _whole_jobs(entries: list[dict[str, Any]]) -> list[tuple[dict[str, Any], Gpu
         running = [j for j in parts if "RUNNING" in (_states(j) or ())]
         leader = next((j for j in parts if int(j["job_id"]) == het), parts[0])
         starts = [t for t in (_number(j.get("start_time")) for j in parts) if t]
+        chosen = running or parts
+        on_gpus = [j for j in chosen if held_by[id(j)] != 0] or chosen  # a CPU launcher's nodes are not the job's
         whole.append(({"job_id": het, "name": leader.get("name"),
                        "job_state": ["RUNNING"] if running else sorted(_states(leader) or ()),
-                       "nodes": ",".join(str(j.get("nodes") or "") for j in (running or parts) if j.get("nodes")),
+                       "nodes": ",".join(str(j.get("nodes") or "") for j in on_gpus if j.get("nodes")),
                        "start_time": min(starts) if starts else None},
-                      _together([held_by[id(j)] for j in (running or parts)])))
+                      _together([held_by[id(j)] for j in chosen])))
     return whole
 
 
@@ -331,7 +355,7 @@ def jobs_from_squeue(text: str, topology: Topology, min_nodes: int = 1) -> Slurm
     # or on part of a node, still holds its node, and the jobs beside it do not own that node
     running: list[tuple[dict[str, Any], Gpus, list[str]]] = []
     tenants: Counter[str] = Counter()  # node -> running jobs on it
-    for job, held in sorted(_whole_jobs(entries), key=lambda pair: _age(pair[0])):
+    for job, held in sorted(_whole_jobs(entries, known), key=lambda pair: _age(pair[0])):
         if "RUNNING" not in (_states(job) or ()):
             out.left_out["not running"] += 1
             continue

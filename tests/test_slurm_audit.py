@@ -194,3 +194,43 @@ def test_where_no_job_names_its_gpus_each_holds_its_nodes_whole() -> None:
                              cluster())
     assert found.jobs == [{"name": "10:a", "nodes": ["gpu001", "gpu002"]}, {"name": "11:b", "nodes": ["gpu003"]}]
     assert found.left_out == {}
+
+
+@pytest.mark.parametrize("elsewhere", [
+    entry(30, "cpu[001-002]", 500, gpus=8, detail=["gpu:8(IDX:0-7)"], name="other-partition"),
+    {**entry(31, "", 0, gpus=16, name="pending"), "job_state": ["PENDING"]},
+], ids=["a GPU job on nodes the topology does not know", "a pending GPU job"])
+def test_a_gpu_job_outside_the_topologys_running_jobs_decides_nothing(elsewhere: dict[str, object]) -> None:
+    """``squeue --all`` lists other partitions' and pending jobs: one naming its GPUs there made every
+    job on the topology, naming none (a site not scheduling GPUs as GRES), "hold no GPU", and the
+    rewrite ended every job."""
+    jobs = [entry(10, "gpu[001-002]", 900, name="a"), entry(11, "gpu003", 1000, name="b")]
+    found = jobs_from_squeue(squeue(*jobs, elsewhere), cluster())
+    assert found.jobs == [{"name": "10:a", "nodes": ["gpu001", "gpu002"]}, {"name": "11:b", "nodes": ["gpu003"]}]
+    assert "holds no GPU" not in found.left_out
+
+
+def test_a_heterogeneous_jobs_cpu_component_adds_no_node_with_tres_totals_alone() -> None:
+    """As with gres_detail (above), with only tres_alloc_str's totals: the launcher's node was joined to
+    the job's nodes, the job "used part of a node" and pushed out the training job owning that node."""
+    gpus = dict(entry(50, "gpu[001-002]", 900, gpus=16, name="het"), het_job_id=50, het_job_offset=0)
+    launcher = dict(entry(51, "gpu004", 900, name="het"), het_job_id=50, het_job_offset=1)
+    owner = entry(60, "gpu004", 950, gpus=8, name="train")
+    found = jobs_from_squeue(squeue(gpus, launcher, owner), cluster())
+    assert found.jobs == [{"name": "50:het", "nodes": ["gpu001", "gpu002"]}, {"name": "60:train", "nodes": ["gpu004"]}]
+    assert found.left_out == {}
+
+
+@pytest.mark.parametrize("detail, whole", [
+    ("gpu:a100_1g.5gb:8(IDX:0-7)", False),  # eight slices: on two of the eight boards at most
+    ("gpu:a100_3g.40gb:2(IDX:0-1)", False),
+    ("gpu:nvidia_a100_7g.80gb:8(IDX:0-7)", True),  # a 7g slice is a whole board
+    ("gpu:1g.10gb:56(IDX:0-55)", True),  # every slice of every board
+])
+def test_mig_slices_are_their_share_of_a_board(detail: str, whole: bool) -> None:
+    """Slurm's IDX for a MIG type indexes the node's MIG devices, not its boards: eight 1g slices read
+    as the node's eight GPUs, and the job was given the node whole (its straggler peers and the GPUs
+    at risk in an incident: all eight boards)."""
+    found = jobs_from_squeue(squeue(entry(70, "gpu001", 900, detail=[detail], name="mig")), cluster())
+    assert found.jobs == ([{"name": "70:mig", "nodes": ["gpu001"]}] if whole else [])
+    assert found.left_out == ({} if whole else {"uses part of a node": 1})
