@@ -559,6 +559,10 @@ class ForeshockCollector(Collector):
         flagged: dict[str, set[int]] = {}
         for f in list(snap.predictions) + list(snap.anomalies):
             flagged.setdefault(f.entity_kind, set()).add(f.slot)
+        # a link's optics with it (optic 2·link + end), as the optic series are: the optics detector's
+        # estimates are per optic, its link_down prediction per link (until 2026-12-05 a link flagged
+        # by that prediction alone showed its optics' power and BER but not their ETA and trend)
+        flagged.setdefault("optic", set()).update(2 * s + end for s in flagged.get("link", ()) for end in (0, 1))
         for name, (kind, values, _help) in sorted(snap.gauges.items()):
             for s in sorted(flagged.get(kind, ())):
                 if s < len(values) and not math.isnan(values[s]):
