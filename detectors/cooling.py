@@ -24,7 +24,10 @@ Idle GPUs, whose R the fit cannot read, are compared by their temperature over t
 on nodes at rest (see :meth:`CoolingDetector._idle`): a failing interface or failed fans show
 before a job lands on them.
 Findings are :class:`~foreshock.findings.Anomaly` (higher score = larger drift), emitted when a
-flag rises and refreshed while it holds.
+flag rises and refreshed while it holds — a GPU's through :data:`UNREAD_HOLD` comparisons that could
+not compare it (a stopped fan's, as long without a reading of its node), and no longer. A node's
+one compared GPU (one GPU a node) running hot is said of the GPU, naming its interface and the
+node's fans both: the node rule speaks from two compared GPUs up.
 
 Only GPUs under load now, whose ``R`` the fit has been updating through most of the last
 interval, are compared, each with its rack-mates within ``power_band`` of its power: the fit
@@ -100,12 +103,17 @@ R_BASE, R_BASE_SEEN = 0, 1
 # per GPU, idle: own baseline of the excess over the inlet, idle seconds it has seen, consecutive
 # idle comparisons, consecutive comparisons found hot, the inlet its baseline was learnt at, the
 # score its flag was last said with (said again with it at a comparison that cannot read it), and
-# the comparisons in a row that could not read it
-I_BASE, I_SEEN, I_RUN, I_HOT, I_INLET, I_SCORE, I_UNREAD = range(7)
-I_SIZE = 7
+# the comparisons in a row that could not read it; under load: the score of its flag at the last
+# comparison that read it (NaN where that found it normal, or read it idle and normal), and the
+# comparisons in a row that flag has been held through since
+I_BASE, I_SEEN, I_RUN, I_HOT, I_INLET, I_SCORE, I_UNREAD, I_LSCORE, I_HELD = range(9)
+I_SIZE = 9
 UNREAD_HOLD = 2
-"""Comparisons in a row an idle GPU's flag is held through without a reading of it (10 minutes):
-one missing reading is no recovery, a temperature dark for longer is no longer known hot."""
+"""Comparisons in a row a GPU's flag is held through without a reading of it (10 minutes): one
+missing reading is no recovery, a temperature dark for longer is no longer known hot. Idle, its
+temperature unread; under load, not compared (its temperature unread, or its node idle between
+two jobs: not yet settled for the idle comparison); a node's stopped fan, ``UNREAD_HOLD`` peer
+intervals without a reading of the node."""
 # per rack, while its inlet is flagged: since when its excess has held, and the lowest and highest since
 H_SINCE, H_LO, H_HI = range(3)
 NODE_QUORUM = 3  # nodes compared in a rack before one of them can be told to run hot
@@ -255,7 +263,7 @@ class CoolingDetector(ThermalFitDetector):
         **FIT_SLOT_KINDS, "s_gpu_base": "gpu", "s_gpu_loaded": "gpu", "s_gpu_flag": "gpu", "s_idle": "gpu",
         "s_rack_base": "rack", "s_rack_flag": "rack", "s_rack_hold": "rack",
         "s_node_flag": "node", "s_fan_flag": "node", "s_idle_node_hot": "node", "s_fan_speed": "node",
-        "s_node_base": "node", "s_idle_node_base": "node"}
+        "s_fan_ts": "node", "s_node_base": "node", "s_idle_node_base": "node"}
     name: ClassVar[str] = "cooling"
     kinds: ClassVar[tuple[str, ...]] = ("gpu", "rack", "node")
     state_scalars: ClassVar[tuple[str, ...]] = ("next_peer_ts",)
@@ -282,9 +290,10 @@ class CoolingDetector(ThermalFitDetector):
         self.s_rack_hold = np.full((topology.size("rack"), 3), np.nan)  # H_SINCE, H_LO, H_HI
         self.s_fan_flag = np.full(topology.size("node"), np.nan)
         self.s_idle = np.zeros((n, I_SIZE))
-        self.s_idle[:, [I_BASE, I_INLET, I_SCORE]] = np.nan
+        self.s_idle[:, [I_BASE, I_INLET, I_SCORE, I_LSCORE]] = np.nan
         self.s_idle_node_hot = np.zeros(topology.size("node"))  # consecutive comparisons an idle node ran hot
         self.s_fan_speed = np.full(topology.size("node"), np.nan)  # each node's last reading
+        self.s_fan_ts = np.full(topology.size("node"), np.nan)  # ... and its time
         # per node: how hot it usually runs against its peers (R_BASE) and the seconds learnt (R_BASE_SEEN)
         self.s_node_base = np.full((topology.size("node"), 2), np.nan)
         # ... and how much warmer over the inlet it usually idles than its idle peers (°C), seconds learnt
@@ -300,7 +309,10 @@ class CoolingDetector(ThermalFitDetector):
                 state = {**state, key: np.full((len(np.asarray(state["s_node_flag"])), 2), np.nan)}
         if "s_rack_hold" not in state and "s_rack_flag" in state:  # a flagged inlet's hold starts now
             state = {**state, "s_rack_hold": np.full((len(np.asarray(state["s_rack_flag"])), 3), np.nan)}
-        return add_columns(state, "s_idle", I_SIZE)  # (I_SCORE: none said yet; I_UNREAD: read)
+        if "s_fan_ts" not in state and "s_fan_flag" in state:  # a stopped fan: read when last said, at least
+            state = {**state, "s_fan_ts": np.array(state["s_fan_flag"], dtype=np.float64)}
+        # (I_SCORE: none said yet; I_UNREAD: read; I_LSCORE: no flag under load to hold; I_HELD: none held)
+        return add_columns(state, "s_idle", I_SIZE)
 
     def update(self, frame: Frame) -> list[Finding]:
         if frame.kind == "rack":
@@ -345,14 +357,21 @@ class CoolingDetector(ThermalFitDetector):
                             int(np.count_nonzero(garbage)))
         read = np.isfinite(speed) & ~garbage
         self.s_fan_speed[slot[read]] = speed[read]
+        self.s_fan_ts[slot[read]] = np.fmax(self.s_fan_ts[slot[read]], ts[read])
         seen = np.zeros(len(self.s_fan_speed), dtype=bool)
         seen[slot[read]] = True
-        # a node this frame does not read keeps its flag: only a reading raises or clears it
-        stalled = np.where(seen, self.s_fan_speed < self.p["fan_stalled_below"], np.isfinite(self.s_fan_flag))
         now = frame_now(ts, self.p["peer_interval_s"])
+        # a node this frame does not read keeps its flag, UNREAD_HOLD peer intervals after its last
+        # reading at most: one missing reading is no repair, but a BMC dark for longer (taken down for
+        # the repair) had its one reading of 0 % said again every refresh_s for good (36 times in 6 h)
+        recent = now - self.s_fan_ts <= UNREAD_HOLD * self.p["peer_interval_s"]
+        stalled = np.where(seen, self.s_fan_speed < self.p["fan_stalled_below"],
+                           np.isfinite(self.s_fan_flag) & recent)
         return [Anomaly(now, "node", int(nd), "fan_speed", float(1.0 - self.s_fan_speed[nd]), self.name,
-                        f"a chassis fan of {self.topology.nodes[nd]} reads {self.s_fan_speed[nd]:.0%} of full "
-                        "speed: stopped — its GPUs lose airflow and run hot under load")
+                        f"a chassis fan of {self.topology.nodes[nd]} "
+                        + (f"reads {self.s_fan_speed[nd]:.0%} of full speed" if seen[nd] else
+                           f"read {self.s_fan_speed[nd]:.0%} of full speed {now - self.s_fan_ts[nd]:.0f} s ago, "
+                           "not read since") + ": stopped — its GPUs lose airflow and run hot under load")
                 for nd in self._raise(self.s_fan_flag, stalled, now, self.p["refresh_s"])]
 
     # ---- periodic comparison with own history and peers -----------------------------------
@@ -363,7 +382,8 @@ class CoolingDetector(ThermalFitDetector):
         r = self.s_model[:, G_SIZE + M_RL].copy()
         quiet = self.s_model[:, G_SIZE + M_LOADED] == self.s_gpu_loaded  # no load since the last comparison
         trusted = self._under_load(now)
-        idle_x, idle_own, idle_peer, idle_hot, idle_node_rise, idle_node_hot, idle_by_rack = self._idle(now, quiet)
+        idle_x, idle_own, idle_peer, idle_hot, idle_node_rise, idle_node_hot, idle_by_rack, idle_normal = \
+            self._idle(now, quiet)
         r[~trusted] = np.nan
         power = np.where(trusted, self.s_model[:, G_SIZE + M_PF], np.nan)
         peer_ref, _ = median_at_same_power(r, power, self.gpu_rack, topo.size("rack"), p["power_band"])
@@ -375,46 +395,12 @@ class CoolingDetector(ThermalFitDetector):
             | (peer >= p["peer_only_min"])
         flagged &= trusted
         own_known = np.where(has_history, own, np.nan)  # (the nodes' and racks' checks read it)
-        # own baseline: slow, and frozen while flagged so a drift cannot teach itself normal — nor
-        # while its node or rack is: its history tells a node hot against its loop, and a rack's
-        # new inlet level, from a moved reference (below)
+        score = np.fmax(peer, np.where(has_history, own, 0.0))
         w = 1.0 - np.exp(-dt / p["tau_baseline_s"])
-        learn = trusted & ~flagged & ~np.isfinite(self.s_node_flag[self.gpu_node]) \
-            & ~np.isfinite(self.s_rack_flag[self.gpu_rack])
-        base_new = follow(base, r, w)
-        self.s_gpu_base[learn, R_BASE] = base_new[learn]
-        seen = np.nan_to_num(self.s_gpu_base[:, R_BASE_SEEN])
-        self.s_gpu_base[:, R_BASE_SEEN] = np.where(learn, seen + dt, seen)
         n_nodes = topo.size("node")
         compared = np.bincount(self.gpu_node[np.isfinite(r)], minlength=n_nodes)
         gpus_flagged = np.bincount(self.gpu_node[flagged], minlength=n_nodes)
         findings: list[Finding] = []
-        for g in self._raise(self.s_gpu_flag, flagged | idle_hot, now, p["refresh_s"]):
-            if not flagged[g] and not np.isfinite(idle_x[g]):  # held through a comparison that cannot read it
-                findings.append(Anomaly(
-                    now, "gpu", int(g), "gpu_temp", float(np.nan_to_num(self.s_idle[g, I_SCORE])), self.name,
-                    "idle, its temperature not read at this comparison; at the last it ran warm for its power "
-                    "against its idle node-mates — thermal interface or cold plate degrading"))
-            elif flagged[g]:
-                nd = self.gpu_node[g]
-                # half a node's GPUs or more at once: its fans or airflow rather than each interface
-                cause = (f"as {gpus_flagged[nd]} of the {compared[nd]} compared GPUs of {topo.nodes[nd]}: node fans "
-                         "or airflow more likely than its own interface") if 2 * gpus_flagged[nd] >= compared[nd] > 1 \
-                    else "thermal interface or cold plate degrading"
-                findings.append(Anomaly(
-                    now, "gpu", int(g), "gpu_temp", float(max(peer[g], own[g] if has_history[g] else 0.0)),
-                    self.name,
-                    f"thermal resistance {r[g]:.4f} °C/W: {peer[g]:+.0%} vs rack "
-                    f"{topo.racks[self.gpu_rack[g]]} median at the same power"
-                    + (f", {own[g]:+.0%} vs own baseline" if has_history[g] else "") + f" — {cause}"))
-            else:
-                self.s_idle[g, I_SCORE] = idle_peer[g] / max(idle_x[g] - idle_peer[g], 1.0)
-                findings.append(Anomaly(
-                    now, "gpu", int(g), "gpu_temp", float(self.s_idle[g, I_SCORE]), self.name,
-                    f"idle, {idle_x[g]:.1f} °C over its inlet at {self.s_model[g, G_SIZE + M_PF]:.0f} W: "
-                    f"{idle_peer[g]:+.1f} °C vs its idle node-mates at the same power"
-                    + (f", {idle_own[g]:+.1f} °C vs its own idle history" if np.isfinite(idle_own[g]) else "")
-                    + " — thermal interface or cold plate degrading (it will run hot once loaded)"))
         # nodes: the median GPU of the node runs hot against its rack (fans, node airflow). A node
         # speaks for itself with half its GPUs compared, and a rack is a reference with three such
         # nodes, else the rack's cooling loop is: against one other node, "this one runs hot"
@@ -435,14 +421,87 @@ class CoolingDetector(ThermalFitDetector):
         node_base = self.s_node_base
         node_own = group_median(own_known, self.gpu_node, n_nodes)
         confirmed = by_rack | self._hot_against_itself(node_own, node_drift, rack_nodes, p["node_drift_min"])
-        node_flag, has_history = above_usual(node_base, node_peer, p["node_drift_min"], p["peer_only_min"],
-                                             p["warmup_s"], w, dt, confirmed)
+        node_flag, node_history = above_usual(node_base, node_peer, p["node_drift_min"], p["peer_only_min"],
+                                              p["warmup_s"], w, dt, confirmed)
         # ... and a node with no other nodes to be told against (fewer than NODE_QUORUM compared in
         # its rack and in its loop: a cluster of a rack or two) whose GPUs are flagged one by one,
         # half of them at least, and run hot against their own history: the GPUs' evidence is the
         # node's (a node's failed fans in a rack of two had been eight "thermal interface" GPUs)
         alone = ~np.isfinite(node_ref) & np.isfinite(node_med) & (2 * gpus_flagged >= compared) \
             & (np.nan_to_num(node_own, nan=-np.inf) >= p["node_drift_min"])
+        # ... from two compared GPUs up: a node's one compared GPU (one GPU a node, GH200-style) running
+        # hot is that GPU's interface or its node's fans, one as likely as the other: a failing
+        # interface was said "node fans or airflow" (with four racks of one such node, that alone),
+        # against its GPU's "thermal interface" (until 2026-12-05). Said of the GPU, naming both
+        lone = (node_flag | alone) & (compared < 2)
+        lone_gpu = lone[self.gpu_node] & np.isfinite(r)
+        node_flag &= ~lone
+        alone &= ~lone
+        node_score = np.where(np.isfinite(node_peer), node_peer, node_own)
+        # own baseline: slow, and frozen while flagged so a drift cannot teach itself normal — nor
+        # while its node or rack is: its history tells a node hot against its loop, and a rack's
+        # new inlet level, from a moved reference
+        learn = trusted & ~flagged & ~lone_gpu & ~np.isfinite(self.s_node_flag[self.gpu_node]) \
+            & ~np.isfinite(self.s_rack_flag[self.gpu_rack])
+        base_new = follow(base, r, w)
+        self.s_gpu_base[learn, R_BASE] = base_new[learn]
+        seen = np.nan_to_num(self.s_gpu_base[:, R_BASE_SEEN])
+        self.s_gpu_base[:, R_BASE_SEEN] = np.where(learn, seen + dt, seen)
+        # a flag raised under load holds through UNREAD_HOLD comparisons in a row that could not
+        # compare the GPU (its temperature unread, its node idle between two jobs and not yet settled
+        # for the idle comparison), its last score said again: one comparison missed had dropped it,
+        # the GPU silent for 1,200 s, past the incident engine's quiet_s (900 s), and a still
+        # degrading GPU's incident was told resolved and reopened (until 2026-12-05). It ends at a
+        # comparison that finds the GPU normal, loaded or idle
+        st = self.s_idle
+        said_loaded = flagged | lone_gpu
+        st[said_loaded, I_LSCORE] = np.where(flagged, score, node_score[self.gpu_node])[said_loaded]
+        st[(trusted & ~said_loaded) | idle_normal, I_LSCORE] = np.nan
+        held = np.isfinite(self.s_gpu_flag) & np.isfinite(st[:, I_LSCORE]) & ~said_loaded & ~idle_hot \
+            & (np.nan_to_num(st[:, I_HELD]) < UNREAD_HOLD)
+        st[:, I_HELD] = np.where(held, np.nan_to_num(st[:, I_HELD]) + 1, 0)
+        for g in self._raise(self.s_gpu_flag, said_loaded | idle_hot | held, now, p["refresh_s"]):
+            nd = self.gpu_node[g]
+            if held[g]:
+                findings.append(Anomaly(
+                    now, "gpu", int(g), "gpu_temp", float(st[g, I_LSCORE]), self.name,
+                    "not compared at this comparison (its temperature unread, or idle between jobs); at the last, "
+                    f"under load, its thermal resistance ran {st[g, I_LSCORE]:+.0%} hot — thermal interface or "
+                    "cold plate degrading"))
+            elif not said_loaded[g] and not np.isfinite(idle_x[g]):  # held through a comparison that cannot read it
+                findings.append(Anomaly(
+                    now, "gpu", int(g), "gpu_temp", float(np.nan_to_num(self.s_idle[g, I_SCORE])), self.name,
+                    "idle, its temperature not read at this comparison; at the last it ran warm for its power "
+                    "against its idle node-mates — thermal interface or cold plate degrading"))
+            elif flagged[g]:
+                # half a node's GPUs or more at once: its fans or airflow rather than each interface
+                cause = (f"as {gpus_flagged[nd]} of the {compared[nd]} compared GPUs of {topo.nodes[nd]}: node fans "
+                         "or airflow more likely than its own interface") if 2 * gpus_flagged[nd] >= compared[nd] > 1 \
+                    else (f"thermal interface or cold plate degrading, or the fans of {topo.nodes[nd]} (its only GPU "
+                          "compared: the two cannot be told apart)") if compared[nd] == 1 \
+                    else "thermal interface or cold plate degrading"
+                findings.append(Anomaly(
+                    now, "gpu", int(g), "gpu_temp", float(score[g]), self.name,
+                    f"thermal resistance {r[g]:.4f} °C/W: {peer[g]:+.0%} vs rack "
+                    f"{topo.racks[self.gpu_rack[g]]} median at the same power"
+                    + (f", {own[g]:+.0%} vs own baseline" if has_history[g] else "") + f" — {cause}"))
+            elif lone_gpu[g]:
+                vs = (f"{node_peer[nd]:+.0%} vs the other nodes of {self._peer_nodes(nd, by_rack)} at its power"
+                      if np.isfinite(node_peer[nd]) else
+                      f"{node_own[nd]:+.0%} vs own baseline (too few nodes on {topo.racks[self.node_rack[nd]]} "
+                      f"and loop {topo.loops[self.node_loop[nd]]} to compare it with others)")
+                findings.append(Anomaly(
+                    now, "gpu", int(g), "gpu_temp", float(node_score[nd]), self.name,
+                    f"thermal resistance {r[g]:.4f} °C/W: {vs} — the only GPU of {topo.nodes[nd]} compared: "
+                    "its thermal interface or cold plate degrading, or the node's fans (the two cannot be told apart)"))
+            else:
+                self.s_idle[g, I_SCORE] = idle_peer[g] / max(idle_x[g] - idle_peer[g], 1.0)
+                findings.append(Anomaly(
+                    now, "gpu", int(g), "gpu_temp", float(self.s_idle[g, I_SCORE]), self.name,
+                    f"idle, {idle_x[g]:.1f} °C over its inlet at {self.s_model[g, G_SIZE + M_PF]:.0f} W: "
+                    f"{idle_peer[g]:+.1f} °C vs its idle node-mates at the same power"
+                    + (f", {idle_own[g]:+.1f} °C vs its own idle history" if np.isfinite(idle_own[g]) else "")
+                    + " — thermal interface or cold plate degrading (it will run hot once loaded)"))
         for nd in self._raise(self.s_node_flag, node_flag | alone | idle_node_hot, now, p["refresh_s"]):
             if alone[nd] and not node_flag[nd]:
                 findings.append(Anomaly(
@@ -456,7 +515,7 @@ class CoolingDetector(ThermalFitDetector):
                     now, "node", int(nd), "fan_speed", float(node_peer[nd]), self.name,
                     f"all GPUs of {topo.nodes[nd]} run {node_peer[nd]:+.0%} hotter per watt than the "
                     f"other nodes of {self._peer_nodes(nd, by_rack)} (node median {node_drift[nd]:+.0%} vs rack"
-                    + (f"; it usually runs {node_base[nd, R_BASE]:+.0%}" if has_history[nd] else "")
+                    + (f"; it usually runs {node_base[nd, R_BASE]:+.0%}" if node_history[nd] else "")
                     + ") — node fans or airflow"))
             else:
                 findings.append(Anomaly(
@@ -560,9 +619,16 @@ class CoolingDetector(ThermalFitDetector):
         # over its inlet than node-mates idling at 78 W, a node at 180 W 4.5 °C warmer than the
         # rack's idle ones: both were flagged failing, refreshed for as long as the light load
         # lasted, and no history learnt while flagged (until 2026-12-04)
-        xc = x - self.fit.params[P_R_NOM] * m[:, G_SIZE + M_PF]
+        power = np.where(usable, m[:, G_SIZE + M_PF], np.nan)
+        xc = x - self.fit.params[P_R_NOM] * power
+        # ... and compared only with the node-mates within power_band of its power (as the loaded side
+        # is): the nominal resistance is no GPU's own, and a healthy air-cooled H100 (R 0.065) at 190 W
+        # ran 3 °C over its idle mates at 78 W after that correction: flagged "thermal interface
+        # degrading" 12 times in 2 hours, a whole node at 190 W "node fans or airflow" 10 times (until
+        # 2026-12-05). Alone at its power it has no peer, and is not compared
+        mates, n_mates = median_at_same_power(xc, power, self.gpu_node, n_nodes, p["power_band"])
+        peer = np.where(n_mates >= 2, xc - mates, np.nan)
         node_med = group_median(xc, self.gpu_node, n_nodes)
-        peer = xc - node_med[self.gpu_node]
         own = xc - st[:, I_BASE]
         # an idle history holds at the coolant it was learnt at: on a warming loop leakage raises
         # idle power with the temperature, and the excess over the inlet with it (the demo's
@@ -591,7 +657,8 @@ class CoolingDetector(ThermalFitDetector):
         st[learn, I_BASE] = follow(base, xc, w)[learn]
         st[learn, I_INLET] = follow(base_inlet, inlet, w)[learn]
         st[learn, I_SEEN] += p["peer_interval_s"]
-        node_ref, by_rack, rack_ref, rack_nodes = self._node_reference(node_med)
+        node_ref, by_rack, rack_ref, rack_nodes = self._node_reference(
+            node_med, group_median(power, self.gpu_node, n_nodes))  # (the nodes at its power, as its GPUs)
         rise = node_med - node_ref
         # against how much warmer the node usually idles, too (idle_peer_only_c without a history):
         # a node that idles warmer than its rack for good — higher in an air-cooled rack, another
@@ -605,7 +672,8 @@ class CoolingDetector(ThermalFitDetector):
         node_hot, _ = above_usual(self.s_idle_node_base, rise, p["idle_node_rise_min_c"], p["idle_peer_only_c"],
                                   p["warmup_s"], w, p["peer_interval_s"], confirmed)
         self.s_idle_node_hot = np.where(node_hot, self.s_idle_node_hot + 1, 0)
-        return x, own, peer, st[:, I_HOT] >= 2, rise, self.s_idle_node_hot >= 2, by_rack
+        normal = usable & np.isfinite(xc) & (st[:, I_HOT] == 0)  # read, and not hot (a loaded flag ends)
+        return x, own, peer, st[:, I_HOT] >= 2, rise, self.s_idle_node_hot >= 2, by_rack, normal
 
     def _node_reference(self, node_med: np.ndarray, node_power: np.ndarray | None = None
                         ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
