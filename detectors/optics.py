@@ -67,7 +67,9 @@ while the level — and so the ETA — starts from where the signal is now. An R
 reported as an anomaly.
 
 **Replaced modules.** A step that follows a dark stretch of the optic (a loss-of-signal sample,
-or no sample at all for ``dark_gap_buckets`` whole buckets) and either improves the RX power or
+or no sample at all for ``dark_gap_buckets`` whole buckets, counted in the optic's own usual
+spacing between samples, so that an optic polled every 5 minutes is not dark between its polls:
+:func:`silent_dark`) and either improves the RX power or
 Q or moves the laser bias is a new module, not a step of the old one: a module cannot be swapped
 without the link going dark, and a step that keeps the trend would hand the failing module's
 decline, or its laser's bias as the end-of-life reference, to the healthy one. The optic's
@@ -92,6 +94,9 @@ been silent for more than a window of buckets has no row left to judge it by: it
 withdrawn, and its ends' ETAs forgotten, at the next row of any optic. A prediction withdrawn
 while an end is dark or silent says so (its trend is lost; not a recovery).
 
+A slope becomes an ETA only when it is ``slope_z_min`` (6) standard errors from flat, the error from
+the fit's own residual scale (:func:`slope_standard_error`): the fit runs at every bucket close,
+~1,440 times a day per signal, and a chance dip of a flat, noisy optic passed the sign agreement.
 No window's trend is extrapolated more than ``max_extrapolation`` windows ahead (12 × 32 minutes
 by default: a half-hour trend says nothing about next month), so the early warning has its own,
 longer trend: each closed bucket's means (after the step correction) are averaged into
@@ -170,9 +175,10 @@ ACC_TEMP = 2 * N_SIG + 2
 # fit columns per signal (F_PERSIST: 1 when the trend goes on in the newest points, 0 when it
 # does not and so is not extrapolated, NaN = not judged, taken as persisting; F_TEMP_COEF: the
 # signal's change per degree C of module temperature taken out before the fit, NaN = none taken
-# out, see temperature_coefficient)
-F_SLOPE, F_LEVEL, F_CONF, F_SCALE, F_PENDING, F_T, F_PERSIST, F_TEMP_COEF = range(8)
-F_SIZE = 8
+# out, see temperature_coefficient; F_SLOPE_SE: the slope's standard error from the fit's residual scale,
+# NaN = not known, taken as significant, see slope_standard_error)
+F_SLOPE, F_LEVEL, F_CONF, F_SCALE, F_PENDING, F_T, F_PERSIST, F_TEMP_COEF, F_SLOPE_SE = range(9)
+F_SIZE = 9
 # the early-warning trend, per optic (s_trend columns): the hour (trend bucket) being averaged and
 # the newest one in the ring (NaN = none), the ETA of each predictor (inf = none)
 T_OPEN, T_NEWEST, T_ETA_RX, T_ETA_Q, T_ETA_BIAS = range(5)
@@ -206,9 +212,17 @@ def module_alarm_usable(col: int, value: Any) -> np.ndarray:
         return np.isfinite(level) & (level > unset)
 # per-optic scalar columns
 # (O_DARK: the latest bucket in which the optic was dark, NaN = never; O_ALARM_BUCKET: the bucket
-# its module alarm thresholds were last reported in, NaN = never or unknown)
-O_BUCKET, O_COUNT, O_POS, O_BIAS_REF, O_ETA_RX, O_ETA_Q, O_ETA_BIAS, O_TREND_EMIT, O_DARK, O_ALARM_BUCKET = range(10)
-O_SIZE = 10
+# its module alarm thresholds were last reported in, NaN = never or unknown; O_SPACING: the optic's usual
+# step between the buckets it reports in, NaN = not seen yet, see silent_dark)
+(O_BUCKET, O_COUNT, O_POS, O_BIAS_REF, O_ETA_RX, O_ETA_Q, O_ETA_BIAS, O_TREND_EMIT, O_DARK, O_ALARM_BUCKET,
+ O_SPACING) = range(11)
+O_SIZE = 11
+SPACING_WEIGHT = 0.125
+"""The weight of each new step between an optic's reported buckets in its usual spacing (``O_SPACING``,
+an average over about the last eight): enough to follow a poll interval that changes, not a single
+late poll. A step longer than a dark stretch counts as just one (``dark_gap_buckets`` x the spacing),
+so an unplugged hour does not teach the optic an hour's spacing, and a poll interval lengthened at once
+is learnt in ~8 polls (each one up to twice as long as the last bar)."""
 # predictors (which signal gave the ETA)
 PRED_RX, PRED_Q, PRED_BIAS = range(3)
 PRED_SIGNAL = (SIG_RX, SIG_Q, SIG_BIAS)
@@ -240,7 +254,7 @@ PARAMS: dict[str, float] = {
     "off_hold_s": 600.0,  # ... for this long
     "refresh_s": 60.0,
     "on_count": 2.0,  # consecutive firing evaluations (bucket closes) to start
-    "dark_gap_buckets": 2.0,  # whole buckets without a sample that count as the optic gone dark
+    "dark_gap_buckets": 2.0,  # whole buckets (x the optic's usual spacing) without a sample: gone dark
     "persist_ratio": 0.5,  # the window's newer half and newest quarter must show this share of the
     "persist_share": 0.25,  # trend's slope in this share of their pair slopes (else a step or warm-up)
     "temp_move_c": 1.0,  # module temperature spanning this much over the window is corrected for ...
@@ -248,12 +262,19 @@ PARAMS: dict[str, float] = {
     "trend_bucket_s": 3600.0,  # the early-warning trend: bucket means averaged into points this long ...
     "trend_window": 72.0,  # ... this many of them in its window (3 days) ...
     "trend_min_points": 24.0,  # ... trusted from this many (a day: a day-night cycle seen once)
+    # a slope is extrapolated into an ETA only when it is this many standard errors (from the fit's own
+    # residual scale, slope_standard_error) from flat: each signal of each optic is tested at every bucket
+    # close (~1,440 times a day), so a 3-sigma dip of a flat noisy optic came by daily. Not 5: one window's
+    # median absolute residual is itself noisy (a chance quiet window halves it), which gives the ratio a
+    # t-like tail: on white noise, |ratio| > 5 at 4e-4 of 32-bucket fits, > 6 at 8e-5 (simulated), and
+    # 64 flat links x 24 h had 3 false link_downs at 5, none at 6 (26 without the test)
+    "slope_z_min": 6.0,
 }
 PARAM_NAMES = tuple(PARAMS)
 (P_BUCKET, P_WINDOW, P_MIN_POINTS, P_FEC, P_BER_FLOOR, P_RX_ALARM, P_BIAS_ALARM, P_BIAS_EOL,
  P_LOS, P_HORIZON, P_TREND_HORIZON, P_TREND_REFRESH, P_MAX_EXTRAP, P_MIN_SLOPE, P_MIN_BIAS_SLOPE, P_TX_FLAT, P_CONF_MIN, P_STEP_MIN, P_STEP_K,
  P_CLEAR, P_OFF_HOLD, P_REFRESH, P_ON, P_DARK_GAP, P_PERSIST_RATIO, P_PERSIST_SHARE, P_TEMP_MOVE,
- P_TEMP_R2_MAX, P_TREND_BUCKET, P_TREND_WINDOW, P_TREND_MIN_POINTS) = range(len(PARAMS))
+ P_TEMP_R2_MAX, P_TREND_BUCKET, P_TREND_WINDOW, P_TREND_MIN_POINTS, P_SLOPE_Z_MIN) = range(len(PARAMS))
 
 DAY_S = 86400.0
 
@@ -369,6 +390,38 @@ def theil_sen(t: np.ndarray, y: np.ndarray, m: int, scratch: np.ndarray) -> tupl
         scratch[i] = abs(scratch[i] - level)
     scale = median_of(scratch, m, scratch[m:])
     return slope, level, agreement, scale
+
+
+THEIL_SEN_SE_FACTOR = 1.19
+"""The standard deviation of :func:`theil_sen`'s slope (older half against newer half) on white normal
+noise, in units of the least-squares slope's ``sigma / sqrt(sum((t - mean t)^2))``: 1.18-1.22 by
+simulation for 8 to 168 evenly spaced points (its efficiency is ~0.7 of least squares')."""
+MAD_TO_SIGMA = 1.4826  # a normal distribution's standard deviation per median absolute deviation
+
+
+@jit
+def slope_standard_error(t: np.ndarray, m: int, scale: float) -> float:
+    """The standard error of the Theil-Sen slope fitted to the first ``m`` points at times ``t`` whose
+    median absolute residual is ``scale``: :data:`THEIL_SEN_SE_FACTOR` x the least-squares slope's
+    ``sigma / sqrt(sum((t - mean t)^2))``, sigma from the MAD. NaN without a spread in time or a scale.
+
+    A slope is only a trend when it stands out of this (``slope_z_min``): without the test, the
+    sign agreement and fill (the confidence) passed a chance dip of a flat noisy optic (3 sigma of
+    its noise over half a window: the pair slopes then agree ~90 %), and it was extrapolated up to
+    ``max_extrapolation`` windows to a ``link_down`` predicted 1-6 h ahead (16 healthy links at
+    0.2 dB of RX noise: 6 predicted in a day)."""
+    if m < 2 or scale != scale:
+        return np.nan
+    mean_t = 0.0
+    for k in range(m):
+        mean_t += t[k]
+    mean_t /= m
+    s_tt = 0.0
+    for k in range(m):
+        s_tt += (t[k] - mean_t) * (t[k] - mean_t)
+    if not s_tt > 0.0:
+        return np.nan
+    return THEIL_SEN_SE_FACTOR * MAD_TO_SIGMA * scale / math.sqrt(s_tt)
 
 
 @jit
@@ -504,6 +557,26 @@ def temperature_coefficient(t: np.ndarray, temp: np.ndarray, y: np.ndarray, m: i
         if not r2 <= params[P_TEMP_R2_MAX]:
             return np.nan
     return coef
+
+
+@jit
+def silent_dark(optic: np.ndarray, o: int, gap: float, params: np.ndarray) -> bool:
+    """Whether optic ``o``, whose newest sample is ``gap`` buckets after its last one, was silent for a
+    dark stretch, and learn its usual spacing (``O_SPACING``) from the step.
+
+    Dark is more than ``dark_gap_buckets`` x its usual spacing (at least a bucket): ``ethtool -m``
+    is often polled every 3-5 minutes, and at 60-s buckets every poll of such an optic left two
+    whole buckets without a sample, so each was a "dark stretch" although its ``los`` stayed 0,
+    and an improving step (a patch cord swapped while lit) became "a replaced module": its trends
+    and bias reference wiped, its prediction withdrawn. An optic reported every bucket is judged as
+    before (spacing 1). The first step an optic shows seeds its spacing, not judged."""
+    spacing = optic[o, O_SPACING]
+    if spacing != spacing:
+        optic[o, O_SPACING] = gap
+        return False
+    bar = params[P_DARK_GAP] * max(spacing, 1.0)
+    optic[o, O_SPACING] = spacing + SPACING_WEIGHT * (min(gap, bar) - spacing)
+    return gap > bar
 
 
 @jit
@@ -670,6 +743,7 @@ def _close_bucket(o: int, acc: np.ndarray, optic: np.ndarray, ring_t: np.ndarray
         fit[o, g, F_SCALE] = scale
         fit[o, g, F_T] = ts_buf[m - 1]
         fit[o, g, F_PERSIST] = 1.0 if trend_persists(ts_buf, ys_buf, m, slope, params) else 0.0
+        fit[o, g, F_SLOPE_SE] = slope_standard_error(ts_buf, m, scale)
     _update_etas(o, optic, fit, params, q_limit, module_alarm)
     return steps, new_module
 
@@ -774,6 +848,7 @@ def _trend_close_point(o: int, trend_state: tuple, optic: np.ndarray, params: np
         # as the window's: a day's dip, or a shift too small to be a step, that the newest points
         # no longer follow is not extrapolated for weeks
         trend_fit[o, g, F_PERSIST] = 1.0 if trend_persists(ts_buf, ys_buf, m, slope, params) else 0.0
+        trend_fit[o, g, F_SLOPE_SE] = slope_standard_error(ts_buf, m, scale)
     reach = params[P_MAX_EXTRAP] * size * params[P_TREND_BUCKET]
     _etas_of_fit(o, optic, trend_fit, params, q_limit, module_alarm, reach, trend, T_ETA_Q, T_ETA_RX, T_ETA_BIAS)
 
@@ -831,7 +906,11 @@ def _etas_of_fit(o: int, optic: np.ndarray, fit: np.ndarray, params: np.ndarray,
         if tx_flat and bias_slope * DAY_S > params[P_MIN_BIAS_SLOPE] * bias:
             dest[o, col_bias] = 0.0 if bias >= limit else (limit - bias) / bias_slope
     for col, sig in ((col_q, SIG_Q), (col_rx, SIG_RX), (col_bias, SIG_BIAS)):
-        if dest[o, col] > reach or (dest[o, col] > 0.0 and fit[o, sig, F_PERSIST] == 0.0):
+        # a slope within slope_z_min standard errors of flat is the window's noise, not a trend (a NaN
+        # error, a fit from before it was kept, is not judged)
+        noise = params[P_SLOPE_Z_MIN] * fit[o, sig, F_SLOPE_SE]
+        if dest[o, col] > reach or (dest[o, col] > 0.0 and (fit[o, sig, F_PERSIST] == 0.0
+                                                            or abs(fit[o, sig, F_SLOPE]) < noise)):
             dest[o, col] = np.inf
 
 
@@ -883,7 +962,7 @@ def _optics_kernel(ts: np.ndarray, slot: np.ndarray, x: np.ndarray, state: tuple
                 n_out = _trend_warning(i, o, t, optic, optic, O_ETA_Q, O_ETA_RX, O_ETA_BIAS, fit, params,
                                        out, n_out)
             n_out = _link_alarm(i, o, cur, t, state, params, out, n_out)
-        if cur == cur and b - cur > params[P_DARK_GAP]:
+        if cur == cur and b > cur and silent_dark(optic, o, b - cur, params):
             optic[o, O_DARK] = b - 1  # silent for whole buckets: unplugged, or its module was
         if cur != cur or b > cur:
             optic[o, O_BUCKET] = b
@@ -1177,7 +1256,8 @@ class OpticsDetector(Detector):
     def upgrade_state(self, state: dict[str, Any]) -> dict[str, Any]:
         """A state saved before ``O_DARK`` existed: never seen dark (NaN), as a fresh optic. One saved
         before the counters' pace and drops were kept: none known, none pending. One saved before
-        ``F_PERSIST`` existed: not judged (NaN, taken as persisting) until each signal's next fit.
+        ``F_PERSIST`` existed: not judged (NaN, taken as persisting) until each signal's next fit; so
+        with ``F_SLOPE_SE`` (NaN: taken as significant), in the window's and the early-warning trend's fits.
         One saved before module temperatures were kept (no ``s_ring_temp``, ``s_acc`` without the
         temperature's sum and count, ``s_fit`` without ``F_TEMP_COEF``): its ring points' and open
         bucket's temperatures unknown, so nothing is corrected for temperature until the window
@@ -1192,11 +1272,12 @@ class OpticsDetector(Detector):
             wide_acc = np.zeros((acc.shape[0], ACC_SIZE))
             wide_acc[:, :acc.shape[1]] = acc
             state = {**state, "s_acc": wide_acc}
-        fit = np.asarray(state.get("s_fit"))
-        if fit.ndim == 3 and fit.shape[2] < F_SIZE:
-            wide = np.full(fit.shape[:2] + (F_SIZE,), np.nan)
-            wide[:, :, :fit.shape[2]] = fit
-            state = {**state, "s_fit": wide}
+        for key in ("s_fit", "s_trend_fit"):
+            fit = np.asarray(state.get(key))
+            if fit.ndim == 3 and fit.shape[2] < F_SIZE:
+                wide = np.full(fit.shape[:2] + (F_SIZE,), np.nan)
+                wide[:, :, :fit.shape[2]] = fit
+                state = {**state, key: wide}
         if "s_trend" not in state:
             fresh = type(self)(self.topology, **dict(zip(PARAM_NAMES, self.params.tolist())))
             state = {**state, **{k: v for k, v in fresh.state_arrays().items() if k.startswith("s_trend")}}
@@ -1236,7 +1317,10 @@ class OpticsDetector(Detector):
             name = self.topology.name("optic", end)
             if self.s_optic[end, O_DARK] >= bucket - 1:  # dark in this bucket or the last one
                 return f"{name}: link dark (loss of signal), its trend lost; not a recovery"
-            if bucket - self.s_optic[end, O_BUCKET] > self.params[P_DARK_GAP]:
+            # silent for a dark stretch by its own spacing (silent_dark), a slow poll's gap not counted
+            spacing = self.s_optic[end, O_SPACING]
+            spacing = max(spacing, 1.0) if spacing == spacing else 1.0
+            if bucket - self.s_optic[end, O_BUCKET] > self.params[P_DARK_GAP] * spacing:
                 return self._silent_reason(end)
         return f"optics of {self.topology.links[link]} no longer trending to failure"
 

@@ -46,7 +46,7 @@ ROWS = st.one_of(st.lists(ROW, max_size=80), REGULAR, st.tuples(REGULAR, st.list
 
 def naive_buckets(rows, n_opt):
     """Per optic, its open bucket and its last dark bucket; the rows that closed a bucket."""
-    bucket, dark, closes = [NAN] * n_opt, [NAN] * n_opt, set()
+    bucket, dark, closes, spacing = [NAN] * n_opt, [NAN] * n_opt, set(), [NAN] * n_opt
     for i, (t, o, rx, los) in enumerate(rows):
         if not 0 <= o < n_opt or math.isnan(t):
             continue
@@ -54,8 +54,14 @@ def naive_buckets(rows, n_opt):
         cur = bucket[o]
         if not math.isnan(cur) and b > cur:
             closes.add(i)
-            if b - cur > DARK_GAP:  # whole buckets without a sample in between: gone dark
-                dark[o] = b - 1
+            gap = b - cur
+            if math.isnan(spacing[o]):  # the optic's first step seeds its usual spacing, not judged
+                spacing[o] = gap
+            else:  # whole buckets without a sample, beyond DARK_GAP x its usual spacing: gone dark
+                bar = DARK_GAP * max(spacing[o], 1.0)
+                spacing[o] += op.SPACING_WEIGHT * (min(gap, bar) - spacing[o])
+                if gap > bar:
+                    dark[o] = b - 1
         if math.isnan(cur) or b > cur:
             bucket[o] = b
         elif b < cur:
