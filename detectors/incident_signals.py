@@ -65,6 +65,7 @@ SIGNALS: dict[str, Signal] = {s.name: s for s in (
     Signal("link_down", FABRIC, True, True, 1.04),
     Signal("congestion", FABRIC, True, True, 1.1, weight=0.5),
     Signal("job_slowdown", JOBF, False, True, 1.0, weight=0.0),
+    # (a straggler's "slower" finding carries its own: clock_deficit_slowdown)
     Signal("straggler", GENERIC, False, True, 1.0, weight=0.3),
     Signal("generic", GENERIC, False, False, 1.0, weight=0.3),
     Signal("external_thermal", THERMAL, True, True, 1.0, weight=2.0),
@@ -74,6 +75,25 @@ SIGNALS: dict[str, Signal] = {s.name: s for s in (
     Signal("external_other", GENERIC, True, True, 1.0, weight=1.0),
     Signal("external_info", GENERIC, False, True, 1.0, weight=0.5),
 )}
+
+CLOCK_DEFICIT_MAX = 0.75
+"""The most clock deficit a straggler's "slower" finding is taken at (4x): a GPU whose busy clock
+mean sits further below its job's is near stopped, which the lost-GPU signals tell."""
+
+
+def clock_deficit_slowdown(finding: Anomaly | Prediction) -> float:
+    """The step slowdown a straggler's "slower" finding measured (its score: the relative clock
+    deficit against its job's median, ``1 / (1 - deficit)``), else 1. In synchronous training the
+    slowest rank sets the step: a GPU 30 % slower makes its job's steps 1.43x longer. Taken as the
+    table's 1.0, its incident's job cost read x1.0 and no GPU-hour at risk. Its other measures
+    (hotter, throttling more) carry no clock deficit and stay at the table's."""
+    if not isinstance(finding, Anomaly) or finding.detector != "straggler" or finding.field != "sm_clock":
+        return 1.0
+    deficit = float(finding.score)
+    if not deficit > 0.0:  # (NaN too)
+        return 1.0
+    return 1.0 / (1.0 - min(deficit, CLOCK_DEFICIT_MAX))
+
 
 EVENT_SIGNALS: dict[str, str] = {
     "thermal_throttle": "thermal_predicted",

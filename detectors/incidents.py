@@ -90,7 +90,7 @@ from .incident_domains import (GPU, JOB, LEAF, LEVEL_NAMES, LINK, LOOP, MEMBER_L
 from .incident_external import ExternalEvent
 from .incident_impact import TX_NOT_SANE, Telemetry, exposed_gpus, job_impact, reroute_targets_ranked
 from .incident_signals import (EVENT_SIGNALS, FABRIC, GENERIC, JOBF, LOST, POWER, SIGNALS, THERMAL, Signal, classify,
-                               external_signal, xid_code)
+                               clock_deficit_slowdown, external_signal, xid_code)
 
 PENDING, OPEN, GROWING, STABLE, RESOLVED = "pending", "open", "growing", "stable", "resolved"
 
@@ -175,7 +175,7 @@ class _Member:
     """One entity of an incident: when it was seen, what it showed, its active predictions."""
 
     __slots__ = ("key", "kind", "slot", "anc", "first_ts", "last_ts", "strong_ts", "count", "signals", "preds", "xid",
-                 "refired_ts")
+                 "refired_ts", "clock_slow", "clock_ts")
 
     def __init__(self, mkey: int, kind: str, slot: int, anc: tuple[int, ...], ts: float) -> None:
         self.key, self.kind, self.slot, self.anc = mkey, kind, slot, anc
@@ -188,6 +188,8 @@ class _Member:
         self.preds: dict[tuple[str, str], tuple[float, float]] = {}
         self.xid = 0
         self.refired_ts = math.nan  # the re-fire (its start) it fired again in, after going quiet
+        # the step slowdown its last straggler "slower" finding measured, and when (see _job_evidence)
+        self.clock_slow, self.clock_ts = 1.0, -math.inf
 
     @property
     def observed(self) -> bool:
@@ -199,7 +201,7 @@ class _Member:
     def to_state(self) -> list[Any]:
         return [self.key, self.kind, self.slot, self.first_ts, self.last_ts, self.strong_ts, self.count,
                 dict(self.signals), [[e, d, ts, eta] for (e, d), (ts, eta) in self.preds.items()], self.xid,
-                self.refired_ts]
+                self.refired_ts, self.clock_slow, self.clock_ts]
 
     def restore(self, last: Any, strong: Any, count: Any, signals: dict[str, Any], preds: Any, xid: Any,
                 more: Sequence[Any]) -> None:
@@ -209,6 +211,13 @@ class _Member:
         self.signals = {str(s): int(c) for s, c in signals.items()}
         self.preds = _load_preds(preds)
         self.refired_ts = float(more[0]) if more else math.nan
+        if len(more) >= 3:
+            self.clock_slow, self.clock_ts = float(more[1]), float(more[2])
+
+    def take_clock(self, other: _Member) -> None:
+        """The latest measured clock slowdown of this member and ``other`` (the same entity)."""
+        if other.clock_ts > self.clock_ts:
+            self.clock_slow, self.clock_ts = other.clock_slow, other.clock_ts
 
 
 def _load_preds(saved: Any) -> dict[tuple[str, str], tuple[float, float]]:
@@ -279,7 +288,7 @@ class _Incident:
 
 
 class _Evidence:
-    __slots__ = ("kind", "slot", "sig", "ts", "event", "eta", "active", "xid", "named", "label", "detector")
+    __slots__ = ("kind", "slot", "sig", "ts", "event", "eta", "active", "xid", "named", "label", "detector", "slowdown")
 
     def __init__(self, kind: str, slot: int, sig: Signal, ts: float, event: str = "", eta: float = math.nan,
                  active: bool = True, xid: int = 0, named: tuple[tuple[str, int], ...] = (), label: str = "",
@@ -287,6 +296,7 @@ class _Evidence:
         self.kind, self.slot, self.sig, self.ts = kind, slot, sig, ts
         self.event, self.eta, self.active, self.xid, self.named, self.label = event, eta, active, xid, named, label
         self.detector = detector
+        self.slowdown = 1.0  # the step slowdown the finding measured (a straggler's clock deficit), else 1
 
 
 _LEVEL_SLOTS = {GPU: "gpu", NODE: "node", RACK: "rack", PDU: "rack", LOOP: "loop", LINK: "link", OPTIC: "optic",
@@ -514,6 +524,7 @@ class IncidentEngine:
         else:
             xid = xid_code(f) if sig.family == LOST else 0
             ev = _Evidence(kind, slot, sig, ts, xid=xid, named=self._named(f.reason) if kind == "link" else ())
+            ev.slowdown = clock_deficit_slowdown(f)
         self._place(ev, now)
 
     def _named(self, reason: str) -> tuple[tuple[str, int], ...]:
@@ -792,6 +803,8 @@ class IncidentEngine:
             self._note_refire(inc, m, ev.ts, new)
             m.strong_ts = ev.ts if not m.strong_ts >= ev.ts else m.strong_ts
         m.signals[ev.sig.name] = m.signals.get(ev.sig.name, 0) + 1
+        if ev.slowdown != 1.0 and ev.ts >= m.clock_ts:
+            m.clock_slow, m.clock_ts = ev.slowdown, ev.ts
         if ev.event:
             m.preds[(ev.event, ev.detector)] = (ev.ts, ev.eta)
         if ev.xid:
@@ -1034,6 +1047,7 @@ class IncidentEngine:
                     self._note_refire(survivor, nm, m.first_ts, True)
                 nm.last_ts, nm.strong_ts, nm.count = m.last_ts, m.strong_ts, m.count
                 nm.signals, nm.preds, nm.xid = m.signals, preds, m.xid
+                nm.take_clock(m)
                 if m.refired_ts == m.refired_ts:
                     nm.refired_ts = m.refired_ts
                 added = True
@@ -1050,6 +1064,7 @@ class IncidentEngine:
                 for sname, c in m.signals.items():
                     mine.signals[sname] = mine.signals.get(sname, 0) + c
                 mine.preds.update(m.preds)
+                mine.take_clock(m)
                 if not mine.refired_ts >= m.refired_ts:  # (NaN: never fired again)
                     mine.refired_ts = m.refired_ts if m.refired_ts == m.refired_ts else mine.refired_ts
                 self._forget_member(victim, mkey)
@@ -1168,6 +1183,7 @@ class IncidentEngine:
             nm = self._add_member(split, m.kind, m.slot, m.first_ts)
             nm.last_ts, nm.strong_ts, nm.count = m.last_ts, m.strong_ts, m.count
             nm.signals, nm.preds, nm.xid = m.signals, m.preds, m.xid
+            nm.take_clock(m)
             inc.findings -= m.count
             split.findings += m.count
         split.last_ts = max(m.strong_ts if m.strong_ts == m.strong_ts else m.first_ts for m in members)
@@ -1623,13 +1639,18 @@ class IncidentEngine:
                       now: float) -> dict[int, tuple[float, float, float]]:
         """Per job its members are in: (the slowdown of what they showed within ``quiet_s``, that
         of their active predictions, when they last showed an effect). What a member showed once
-        and no longer does, or predicted and withdrew, says nothing of the job's pace now."""
+        and no longer does, or predicted and withdrew, says nothing of the job's pace now. A member's
+        straggler "slower" finding counts at the slowdown its clock deficit measured
+        (:func:`~.incident_signals.clock_deficit_slowdown`) while it is within ``quiet_s`` (the
+        detector repeats it every ``refresh_s`` while it lasts)."""
         slow: dict[int, tuple[float, float, float]] = {j: (1.0, 1.0, -math.inf) for j in inc.jobs_hit}
         dom = self.dom
         for m in members:
             recent = now - m.last_ts <= self.quiet_s or (
                 m.kind == "gpu" and "gpu_lost" in m.signals and self.tel.silent_since(m.slot, m.last_ts))
             shown = max((SIGNALS[s].slowdown for s in m.signals), default=1.0) if recent else 1.0
+            if now - m.clock_ts <= self.quiet_s:
+                shown = max(shown, m.clock_slow)
             foretold = max((SIGNALS[EVENT_SIGNALS.get(e, "generic")].slowdown
                             for e, _, _ in self._pending(inc, m, now)), default=1.0)
             if m.kind == "gpu":

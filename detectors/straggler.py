@@ -26,6 +26,12 @@ outlier itself):
   on temperatures as they are;
 - **throttling more**: throttled share above the job median by more than ``throttle_gap``.
 
+A GPU whose clock comes without its maximum (dcgm-exporter's default counters have no
+``DCGM_FI_DEV_MAX_SM_CLOCK``) is compared on its clock as read (:data:`RAW_CLOCK_HZ`): the check is a
+relative deficit against its job's median, which a common scale leaves as it is (a job's GPUs are one
+model). Per GPU its clock mean is of one kind (``s_clock_raw``), and a job whose GPUs hold both kinds
+compares those of the kind most of them hold (ties: the ratios), never the two in one median.
+
 Findings are :class:`~foreshock.findings.Anomaly` on the GPU (field ``sm_clock``,
 ``gpu_temp`` or ``throttle_reasons``), score = the relative deficit or excess, emitted when
 the outlier appears and refreshed every ``refresh_s`` while it lasts: until its excess falls under
@@ -102,6 +108,11 @@ CLOCK_RATIO_MAX = 1.2
 UTIL_MAX = 1.2
 """The most ``sm_clock / sm_clock_max`` and ``util`` read (boost and rounding stay far below); above, or
 below 0, a sample has no clock or utilisation."""
+RAW_CLOCK_HZ = 2.5e9
+"""The scale a clock read without its maximum is taken over (``sm_clock / RAW_CLOCK_HZ``, as if it were
+the maximum): above any data-centre GPU's boost (an L40S reaches 2.52 GHz; within the 1.2 bound up to
+3 GHz). Skipped, a clock without its maximum was no reading at all: with dcgm-exporter's default
+counters the "slower" check was silently off (a GPU 30 % slower among 31 peers went unnamed)."""
 
 R_TS, R_INLET, R_USUAL, R_LAST, R_HELD, R_HELD_TS = range(6)
 R_SIZE = 6
@@ -279,7 +290,7 @@ class StragglerDetector(Detector):
 
     # (``gpu_job_saved``: each GPU's job slot when the state was saved, under the saved job list)
     slot_kinds: ClassVar[Mapping[str, str]] = {"s_gpu": "gpu", "s_flag": "gpu", "s_rack": "rack",
-                                               "gpu_job_saved": "gpu"}
+                                               "gpu_job_saved": "gpu", "s_clock_raw": "gpu"}
     name: ClassVar[str] = "straggler"
     kinds: ClassVar[tuple[str, ...]] = ("gpu", "rack")  # rack frames: the inlets (R_*)
     state_scalars: ClassVar[tuple[str, ...]] = ("next_ts",)
@@ -298,6 +309,8 @@ class StragglerDetector(Detector):
         self.s_gpu[:, S_TAKEN] = 0.0
         self.s_flag = np.full((n, 3), np.nan)  # time each outlier kind was last reported
         self.s_rack = np.full((topology.size("rack"), R_SIZE), np.nan)
+        # 1 where a GPU's clock mean is of clocks read without their maximum (over RAW_CLOCK_HZ), else 0
+        self.s_clock_raw = np.zeros(n)
         self.next_ts = -np.inf
         self._scratch = Scratch()
 
@@ -328,6 +341,7 @@ class StragglerDetector(Detector):
         self.s_gpu[moved] = np.nan
         self.s_gpu[moved, S_N] = 0.0
         self.s_gpu[moved, S_TAKEN] = 0.0
+        self.s_clock_raw[moved] = 0.0
 
     def upgrade_state(self, state: dict[str, Any]) -> dict[str, Any]:
         """A state saved before ``S_BUSY_TS`` existed (six columns), read as if every GPU's last sample
@@ -337,9 +351,14 @@ class StragglerDetector(Detector):
         One saved before ``S_UTIL_TS`` (eight) reads its utilisation as read at its last sample, and
         every mean as taken at that tick: a row of the same tick adds nothing (as it did then). One
         saved before the means' own times (eleven) reads each busy mean as taken at its last busy
-        sample."""
+        sample. One saved before clocks without their maximum were read (no ``s_clock_raw``) holds
+        ratios only."""
         if "s_rack" not in state:
             state = {**state, "s_rack": np.full_like(self.s_rack, np.nan)}
+        if "s_clock_raw" not in state:
+            saved_gpu = np.asarray(state.get("s_gpu"))
+            rows = len(saved_gpu) if saved_gpu.ndim == 2 else len(self.s_clock_raw)
+            state = {**state, "s_clock_raw": np.zeros(rows)}
         # one saved before the last reading and the held one were kept (three columns): the next
         # reading is read as it comes
         state = add_columns(state, "s_rack", R_SIZE)
@@ -365,6 +384,7 @@ class StragglerDetector(Detector):
             return []
         obs = self._without_rows_ahead(gpu_columns(frame, OBS_FIELDS, len(self.s_gpu), self.health, self.name,
                                                    self._scratch))
+        obs = self._raw_clocks(obs)
         skipped = _ew_kernel(obs, self.s_gpu, self.p["tau_s"], self.p["busy_util"])
         if skipped:
             self.health.problem(self.name, "gpu samples out of time order", skipped)
@@ -394,14 +414,64 @@ class StragglerDetector(Detector):
                             f"more than {MAX_AHEAD_S:g} s past the frame's median stamp (a wrong host clock)")
         return tuple(column[keep] for column in obs)
 
+    def _raw_clocks(self, obs: tuple[np.ndarray, ...]) -> tuple[np.ndarray, ...]:
+        """``obs`` with the rows whose clock comes without a maximum read over :data:`RAW_CLOCK_HZ`
+        (a copy of the max column), and each GPU's kind of clock mean (``s_clock_raw``) kept: a GPU
+        whose clock changes kind (an exporter that gained or lost the max) starts its mean afresh,
+        never averaging a ratio with a raw clock. A GPU that brings both kinds in one frame (two
+        sources) is read by its maximum. Rows all with their maximum, on GPUs all read so, cost
+        two comparisons."""
+        slots, clock, clock_max = obs[1], obs[2], obs[3]
+        with np.errstate(invalid="ignore"):
+            has_max = (clock_max > 0.0) & (clock_max < np.inf)
+            raw = ~has_max & (clock > 0.0) & (clock <= RAW_CLOCK_HZ * CLOCK_RATIO_MAX)
+            any_raw = bool(raw.any())
+            if not any_raw and not self.s_clock_raw.any():
+                return obs
+            ratio = has_max & (clock >= 0.0) & (clock < np.inf)
+        at = slots.astype(np.int64)
+        with_max = np.zeros(len(self.s_clock_raw), np.bool_)
+        with_max[at[ratio]] = True
+        raw &= ~with_max[at]
+        kind = np.full(len(self.s_clock_raw), np.nan)
+        kind[at[ratio]] = 0.0
+        kind[at[raw]] = 1.0
+        flip = (kind == kind) & (kind != self.s_clock_raw)
+        self.s_gpu[flip, S_CLOCK] = np.nan  # its mean restarts at its next busy clock
+        self.s_clock_raw[flip] = kind[flip]
+        if not raw.any():
+            return obs
+        return (*obs[:3], np.where(raw, RAW_CLOCK_HZ, clock_max), *obs[4:])
+
+    def _clock_kinds_apart(self) -> np.ndarray:
+        """``s_gpu``, or where a job's GPUs hold clock means of both kinds, a copy in which those
+        of the kind fewer of them hold (ties: the raw clocks) have no clock: one median of ratios
+        and raw clocks would name every GPU of the smaller kind."""
+        j = self.gpu_job
+        has = (j >= 0) & np.isfinite(self.s_gpu[:, S_CLOCK])
+        if not (has & (self.s_clock_raw == 1.0)).any():
+            return self.s_gpu
+        n_jobs = len(self.topology.jobs)
+        raw = np.bincount(j[has], weights=self.s_clock_raw[has], minlength=n_jobs)
+        total = np.bincount(j[has], minlength=n_jobs)
+        mixed = (raw > 0) & (raw < total)
+        if not mixed.any():
+            return self.s_gpu
+        keep_raw = 2 * raw > total
+        at = np.maximum(j, 0)
+        drop = has & mixed[at] & ((self.s_clock_raw == 1.0) != keep_raw[at])
+        s = self.s_gpu.copy()
+        s[drop, S_CLOCK] = np.nan
+        return s
+
     def _compare(self, now: float) -> list[Finding]:
         n_jobs = len(self.topology.jobs)
         if n_jobs == 0:
             return []  # no jobs known (e.g. a topology derived from dcgm labels): no peers to compare
         out = self._scratch.take("outliers", (len(CHECK_FIELDS) * len(self.s_gpu), O_SIZE))
         job = self._scratch.take("busy_job", (len(self.s_gpu), 1), dtype=np.int64)[:, 0]
-        n_out = _compare_kernel(self.s_gpu, self.gpu_job, n_jobs, self.s_flag, now, self.params_vec, job, out,
-                                self.gpu_rack, self.s_rack)
+        n_out = _compare_kernel(self._clock_kinds_apart(), self.gpu_job, n_jobs, self.s_flag, now, self.params_vec,
+                                job, out, self.gpu_rack, self.s_rack)
         findings: list[Finding] = []
         peers = np.bincount(job[job >= 0], minlength=n_jobs)  # busy GPUs per job
         for g, col, excess, x, d, inlet in out[:n_out]:
@@ -420,6 +490,9 @@ class StragglerDetector(Detector):
             elif col == C_TEMP and abs(x - d - excess) >= 0.05:  # read down to the job's median power
                 what = (f"temperature {x:.3g} °C at {self.s_gpu[g, S_POWER]:.0f} W ({d + excess:.3g} °C read at "
                         f"the job's load) vs job {self.topology.jobs[j]} median {d:.3g} °C")
+            elif col == C_CLOCK and self.s_clock_raw[g] == 1.0:  # read without its maximum: in MHz
+                what = (f"clock {x * RAW_CLOCK_HZ / 1e6:.4g} MHz vs job {self.topology.jobs[j]} median "
+                        f"{d * RAW_CLOCK_HZ / 1e6:.4g} MHz (no max clock reported: clocks compared as read)")
             else:
                 what = f"{label} {x:.3g}{unit} vs job {self.topology.jobs[j]} median {d:.3g}{unit}"
             findings.append(Anomaly(
