@@ -1648,7 +1648,11 @@ class IncidentEngine:
         for m in members:
             recent = now - m.last_ts <= self.quiet_s or (
                 m.kind == "gpu" and "gpu_lost" in m.signals and self.tel.silent_since(m.slot, m.last_ts))
-            shown = max((SIGNALS[s].slowdown for s in m.signals), default=1.0) if recent else 1.0
+            # observed effects only: a prediction withdrawn (its member's last_ts moved to the
+            # withdrawal) charged its job for quiet_s after it (until 2026-12-05); an active one
+            # is foretold, below
+            shown = max((SIGNALS[s].slowdown for s in m.signals if SIGNALS[s].observed), default=1.0) \
+                if recent else 1.0
             if now - m.clock_ts <= self.quiet_s:
                 shown = max(shown, m.clock_slow)
             foretold = max((SIGNALS[EVENT_SIGNALS.get(e, "generic")].slowdown
@@ -1870,6 +1874,9 @@ class IncidentEngine:
                 "root_kind": inc.root_kind, "hint": inc.hint, "quiet_s": inc.quiet_s,
                 "bursts": list(inc.bursts), "refired": inc.refired, "emitted_refired": inc.emitted_refired,
                 "emitted_jobs": None if inc.emitted_jobs is None else sorted(inc.emitted_jobs.items()),
+                # when its job cost was last checked (_jobs_moved): restored as -inf, the next tick
+                # re-checked it at once and every later update moved (until 2026-12-05)
+                "jobs_checked_ts": inc.jobs_checked_ts,
             })
         return {
             "incidents": incs, "resolved": list(self._resolved), "next_serial": self.next_serial,
@@ -1968,6 +1975,7 @@ class IncidentEngine:
             inc.refired, inc.emitted_refired = int(d.get("refired", 0)), int(d.get("emitted_refired", 0))
             jobs_told = d.get("emitted_jobs")  # (absent from a checkpoint from before they were saved)
             inc.emitted_jobs = None if jobs_told is None else {str(j): float(x) for j, x in jobs_told}
+            inc.jobs_checked_ts = float(d.get("jobs_checked_ts", -math.inf))  # (absent: from before it was saved)
             told = d.get("emitted_keys")  # (absent from a checkpoint from before they were saved)
             inc.emitted_keys = None if told is None else frozenset(
                 k for k in (member_key(int(k)) for k in told) if k >= 0)

@@ -273,8 +273,13 @@ def test_lifecycle_open_growing_stable_resolved_and_reopen():
     assert stable and stable[-1] >= 400 + 300
     resolved = [t for t, s, _ in timeline if s == "resolved"]
     assert len(resolved) == 1 and resolved[0] >= 1200 + 600
-    # refreshes of the same prediction never re-raise: one emission per change
-    assert len(out) == len(timeline) <= 5
+    # refreshes of the same prediction never re-raise: one emission per change — one of them, since
+    # 2026-12-05, the withdrawals at 1,200 s ending the job's predicted cost (told the next tick, not
+    # quiet_s later)
+    assert len(out) == len(timeline) <= 6
+    (withdrawn,) = [u for u in out if 1200.0 <= u.ts < 1800.0]
+    before = [u for u in out if u.ts < 1200.0][-1]
+    assert any(x > 1.0 for _, x in before.jobs) and withdrawn.jobs and all(x == 1.0 for _, x in withdrawn.jobs)
     # the same GPU failing again soon after reopens the same incident (a flapping cause)
     again = run(engine, [thermal(2500.0, a), thermal(2560.0, a)], start=2410.0, until=2700.0)
     assert {u.incident_id for u in again} == {out[0].incident_id}
