@@ -59,7 +59,7 @@ from foreshock.findings import Finding, Incident
 from foreshock.frames import Frame
 from foreshock.health import PipelineHealth
 from foreshock.remap import Remap
-from foreshock.topology import Topology
+from foreshock.topology import Topology, TopologyError
 
 from .embedded import EmbeddedPipeline
 from .external_feed import ExternalTarget, external_targets
@@ -88,10 +88,48 @@ def uniform_fills(state: Any) -> Any:
     return None
 
 
+class _Whole:
+    """The mark (:data:`WHOLE`) of an array that :func:`state_delta` writes whole."""
+
+    def __repr__(self) -> str:
+        return "WHOLE"
+
+
+# In a ``fills`` tree, in place of a fill: an array whose initial state depends on the job list,
+# written whole rather than as a delta. The job list is not part of the hardware layout a
+# checkpoint keeps (``hardware_layout``), so a loader rebuilds its delta base with other jobs
+# (a worker restarted on changed hardware: none at all; on the same hardware: the jobs listed
+# now), and a delta read against that base got the loader's jobs back, not the saver's.
+WHOLE = _Whole()
+
+
+def whole_where_jobs_differ(fills: Any, initial: Any, without_jobs: Any) -> Any:
+    """``fills`` (:func:`uniform_fills` of ``initial``) with :data:`WHOLE` for each array of
+    ``initial`` that ``without_jobs`` (the initial state of the same hardware with no jobs
+    listed) does not equal, save the uniform arrays whose shape the jobs set: their fill
+    rebuilds them at any shape (the guard's per-job arrays). The straggler detector's
+    ``gpu_job_saved`` (each GPU's job slot at the save) was such an array: delta-written, it was
+    read back as the loader's jobs, on changed hardware as no job for every GPU, and every GPU's
+    busy means were thrown away as if it had moved to another job (until 2026-12-05)."""
+    if isinstance(initial, dict):
+        sub = fills if isinstance(fills, dict) else {}
+        other = without_jobs if isinstance(without_jobs, dict) else {}
+        return {k: whole_where_jobs_differ(sub.get(k), v, other.get(k)) for k, v in initial.items()}
+    if not isinstance(initial, np.ndarray) or not isinstance(without_jobs, np.ndarray):
+        return fills
+    if initial.shape != without_jobs.shape:
+        return fills if fills is not None else WHOLE
+    same = np.array_equal(initial, without_jobs, equal_nan=initial.dtype.kind in "fc")
+    return fills if same else WHOLE
+
+
 def state_delta(initial: Any, current: Any, fills: Any = None) -> Any:
     """``current`` as a difference from ``initial``: a partition's bank holds full-size arrays,
     but only its own entities' rows ever change, so the delta is small. ``fills``
-    (:func:`uniform_fills` of ``initial``) is written with the deltas of uniform arrays."""
+    (:func:`uniform_fills` of ``initial``) is written with the deltas of uniform arrays; an array
+    whose fill is :data:`WHOLE` is written whole."""
+    if fills is WHOLE and not isinstance(current, dict):
+        return {"__value__": current}
     if isinstance(current, dict) and isinstance(initial, dict):
         sub = fills if isinstance(fills, dict) else {}
         return {"__dict__": {k: state_delta(initial.get(k), v, sub.get(k)) for k, v in current.items()}}
@@ -456,7 +494,14 @@ class DetectionStage:
         fresh = self._new_pipeline()
         self.signature = bank_signature(fresh.bank)
         self._initial = self._state(fresh)
-        self._fills = uniform_fills(self._initial)
+        # the same hardware with no jobs: what a checkpoint's layout rebuilds (``_load_moved``)
+        try:
+            without_jobs = self._state(self._new_pipeline(Topology.from_dict(topology.hardware_dict())))
+        except TopologyError as exc:  # no checkpoint of this stage could move hardware either
+            log.warning("the topology's hardware does not rebuild without its jobs (%s): checkpoints "
+                        "write every array as a delta", exc)
+            without_jobs = self._initial
+        self._fills = whole_where_jobs_differ(uniform_fills(self._initial), self._initial, without_jobs)
 
     def _warn_split_jobs(self, bank: DetectorBank) -> None:
         """Say once where a job's GPUs are routed to several partitions while a detector compares a

@@ -95,8 +95,7 @@ def test_a_slower_gpu_is_named_where_clocks_come_without_their_maximum():
 
 @pytest.mark.xfail(strict=True, reason="open (2026-12-05): a cap on the MAD bar (2 gaps) named these, but also "
                    "~20-36 of the slowest GPUs of 128-GPU jobs during loop-wide cooling losses (rec34: 56 -> 95 "
-                   "flagged) and a restarted worker's straggler state is lost on changed hardware "
-                   "(test_hardware_change): not landed until both are judged")
+                   "flagged): not landed until that is judged")
 @pytest.mark.kernel  # the comparison kernel's MAD bar: rerun as Python too
 def test_one_node_of_a_two_node_job_slower_hotter_or_throttling_is_named():
     """A job's busy GPUs split in two equal halves put its median midway and its MAD at half the
