@@ -49,7 +49,7 @@ from .base import Detector, add_columns
 from .gpu_inputs import (frame_now, gpu_inlet, gpu_obs, kernel, new_inlet_states, rack_inlet_obs, reason_bits,
                          relinked_inlet_states, reported_core_limit, update_rack_inlet, upgrade_rack_state)
 from .thermal_fit import PARAMS as THERMAL_FIT_PARAMS
-from .thermal_fit import poll_order_keys, repeat_free_runs
+from .thermal_fit import poll_order, repeat_free_runs
 
 # ---- the shared per-GPU feature stream -------------------------------------------------------
 OBS_FIELDS = ("gpu_temp", "hbm_temp", "power", "power_limit", "energy", "sm_clock", "sm_clock_max",
@@ -208,7 +208,7 @@ class FeatureStream:
 
     def _in_time_order(self, obs: np.ndarray) -> np.ndarray:
         """``obs`` of a frame of several polls (a GPU repeats) with its rows in time order across
-        GPUs, each GPU's own rows as listed, late rows last (:func:`~.thermal_fit.poll_order_keys`,
+        GPUs, each GPU's own rows as listed, late rows last (:func:`~.thermal_fit.poll_order`,
         as the thermal fit takes them); as listed where already in time order, or one poll.
 
         The inlet feature is judged across GPUs as the rows come: a node's proxy is the coolest of
@@ -224,9 +224,7 @@ class FeatureStream:
         ends = np.empty(len(ts) + 1, np.int64)
         if repeat_free_runs(slots, np.full(self.n, -1, np.int64), 0, ends) < 2:
             return obs  # one poll: judged as listed, as the thermal fit judges it
-        keys = np.empty(len(ts))
-        poll_order_keys(ts, slots, self.s_feat[:, F_TS], np.full(self.n, -np.inf), keys)
-        return np.ascontiguousarray(obs[np.argsort(keys, kind="stable")])
+        return np.ascontiguousarray(obs[poll_order(ts, slots, self.s_feat[:, F_TS], np.full(self.n, -np.inf))])
 
     def state(self) -> dict[str, np.ndarray]:
         return {"feat": self.s_feat, "rack": self.s_rack, "node": self.s_node}

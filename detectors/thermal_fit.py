@@ -616,6 +616,16 @@ def poll_order_keys(ts: np.ndarray, slots: np.ndarray, fitted: np.ndarray, lates
         latest[int(slots[row])] = -np.inf
 
 
+def poll_order(ts: np.ndarray, slots: np.ndarray, fitted: np.ndarray, latest: np.ndarray) -> np.ndarray:
+    """The order to take the rows of a frame of several polls in: stably by :func:`poll_order_keys`
+    (time order across GPUs, each GPU's own rows as listed, late rows last). The thermal fit and
+    the baselines' feature stream both take such a frame so, after their own cheap checks that it
+    needs it (its stamps go back; a GPU repeats in it)."""
+    keys = np.empty(len(ts))
+    poll_order_keys(ts, slots, fitted, latest, keys)
+    return np.argsort(keys, kind="stable")
+
+
 # ---- the shared fit ---------------------------------------------------------------------------
 class FitConsumer(Protocol):
     """A detector that predicts per sample from the fit (thermal, power)."""
@@ -667,7 +677,7 @@ class ThermalFit:
         self._served: list[object] = []
         self._seen = np.full(n, -1, np.int64)
         self._next_run = 0
-        self._latest = np.full(n, -np.inf)  # poll_order_keys' scratch
+        self._latest = np.full(n, -np.inf)  # poll_order's scratch
         self._tally = _Tally()
         self._scratch = Scratch()
 
@@ -724,7 +734,7 @@ class ThermalFit:
 
     def _in_time_order(self, obs: tuple[np.ndarray, ...]) -> tuple[np.ndarray, ...]:
         """``obs`` of a frame of several polls with its rows in time order across GPUs, each GPU's own
-        rows as listed, late rows last (:func:`poll_order_keys`); as it is where they already stand in
+        rows as listed, late rows last (:func:`poll_order`); as it is where they already stand in
         time order (one pass: several ticks listed tick by tick). A frame of one poll (no GPU repeats:
         one run, judged whole) is left as listed, as before: its stamps spread over the scrape, so
         most such frames are not in time order, and sorting each would cost every tick a sort.
@@ -742,9 +752,7 @@ class ThermalFit:
         ts = obs[X_TS]
         if not (ts[1:] < ts[:-1]).any():
             return obs
-        keys = self._scratch.take("order_keys", (len(ts), 1))[:, 0]
-        poll_order_keys(ts, obs[X_SLOT], self.s_model[:, G_TS], self._latest, keys)
-        order = np.argsort(keys, kind="stable")
+        order = poll_order(ts, obs[X_SLOT], self.s_model[:, G_TS], self._latest)
         return tuple(column[order] for column in obs)
 
     def _fit_gpu(self, frame: Frame, tally: _Tally) -> None:

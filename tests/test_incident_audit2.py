@@ -7,17 +7,7 @@ import pickle
 
 from foreshock.detectors.incidents import IncidentEngine
 from foreshock.findings import Anomaly, Finding, Incident, Prediction
-from foreshock.topology import Topology
-
-
-def topology() -> Topology:
-    """Four 8-GPU nodes in two racks on one loop, one job on all of them."""
-    names = [f"node{i}" for i in range(4)]
-    return Topology.from_dict({
-        "cluster": "synth", "rows": [{"name": "row0", "cooling_loop": "cdu0"}],
-        "racks": [{"name": f"rack{r}", "row": "row0"} for r in range(2)],
-        "nodes": [{"name": n, "rack": f"rack{i // 2}", "gpus": 8} for i, n in enumerate(names)],
-        "jobs": [{"name": "job0", "nodes": names}]})
+from test_incidents_audit import _topology as topology  # four 8-GPU nodes, two racks, one loop, one job
 
 
 def told(engine: IncidentEngine, findings: list[Finding], t: float) -> list[tuple]:

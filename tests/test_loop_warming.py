@@ -16,19 +16,24 @@ from thermal_synth import small_topology
 F = {name: i for i, name in enumerate(FEATURES)}
 
 
-@pytest.fixture(scope="module")
-def cooling_loss():
-    """The simulator's cooling-loss scenario (256 GPUs, 2 loops; one CDU loses flow over 15 min),
-    its GPU frames alone, and when each GPU first throttled."""
+def simulated_cooling_loss(gpus: int):
+    """The simulator's cooling-loss scenario (one CDU loses flow over 15 min) on ``gpus`` GPUs, an
+    hour at 10 s: its GPU frames alone, one poll each, and when each GPU first throttled."""
     from foreshock.simulator import ClusterSimulator
 
-    sim = ClusterSimulator(gpus=256, scenario="cooling-loss", seed=1, interval=10.0, duration=3600)
+    sim = ClusterSimulator(gpus=gpus, scenario="cooling-loss", seed=1, interval=10.0, duration=3600)
     frames = [f for tick in sim.iter_ticks(3600) for f in tick if f.kind == "gpu"]
     onsets: dict[int, float] = {}
     for e in sim.events:
         if e.type == "thermal_throttle_start":
             onsets.setdefault(sim.topology.gpus.index(e.entity), e.time)
     return sim.topology, frames, onsets
+
+
+@pytest.fixture(scope="module")
+def cooling_loss():
+    """The cooling loss on 256 GPUs (2 loops)."""
+    return simulated_cooling_loss(256)
 
 
 def _first_calls(det, frames) -> dict[int, float]:

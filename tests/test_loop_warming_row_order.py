@@ -18,6 +18,7 @@ from foreshock.detectors import loop_warming as lw
 from foreshock.findings import Prediction
 from foreshock.frames import Frame
 from foreshock.topology import Topology
+from test_loop_warming import simulated_cooling_loss
 
 LATE = "gpu samples out of time order"
 LATE_GPU = 5  # in every fifth pair of polls its host's clock steps back 1 s: its second row is late
@@ -26,18 +27,9 @@ LATE_EVERY = 5
 
 @pytest.fixture(scope="module")
 def cooling_loss() -> tuple[Topology, list[Frame], dict[int, float]]:
-    """The simulator's cooling-loss scenario on 64 GPUs (8 nodes, 2 racks), its GPU frames alone (no
-    rack inlet: the detector reads the nodes' proxies), one poll each, and when each GPU first
-    throttled."""
-    from foreshock.simulator import ClusterSimulator
-
-    sim = ClusterSimulator(gpus=64, scenario="cooling-loss", seed=1, interval=10.0, duration=3600)
-    frames = [f for tick in sim.iter_ticks(3600) for f in tick if f.kind == "gpu"]
-    onsets: dict[int, float] = {}
-    for e in sim.events:
-        if e.type == "thermal_throttle_start":
-            onsets.setdefault(sim.topology.gpus.index(e.entity), e.time)
-    return sim.topology, frames, onsets
+    """The simulator's cooling loss on 64 GPUs (8 nodes, 2 racks), GPU frames alone (no rack inlet:
+    the detector reads the nodes' proxies)."""
+    return simulated_cooling_loss(64)
 
 
 def _with_late_rows(frames: list[Frame]) -> list[Frame]:
