@@ -13,7 +13,9 @@ incident per cause**, updated as it grows:
   when together they are enough evidence for that domain (:data:`SUPPORT`) and, ranked
   together, root there or above (a node's fans and a hot GPU on the next node are enough GPUs
   for the rack, but the node explains nearly all of it). Otherwise it opens a new incident.
-  Incidents that turn out to share a domain the same way are merged (the oldest id stays), and
+  Incidents that turn out to share a domain the same way are merged (the oldest id stays) — a
+  rack's inlet or a node's fans or PSU that comes after finer incidents under it opened takes
+  them in, as it would have coming first, so one frame's findings group alike in any order — and
   so are fabric incidents of links failing together on most of a node's or a leaf's links (a
   leaf switch dying: one incident, rooted at the leaf). Members left outside a root that
   narrowed as the evidence grew (three GPUs of two nodes ranked at their rack, then the rest
@@ -938,14 +940,24 @@ class IncidentEngine:
 
     # ---- merging -------------------------------------------------------------------------------
     def _consolidate(self, inc: _Incident, ev: _Evidence) -> None:
-        """Merge incidents that, together with this one, are enough evidence for a shared domain."""
+        """Merge incidents that, together with this one, are enough evidence for a shared domain.
+
+        The finding's own domain counts too: a node's fans, a node's PSU or a rack's inlet that
+        comes after finer incidents under it opened (a GPU braking, a GPU heating, a node's fans)
+        takes them in when, merged, they rank at it — as it would have taken in their findings
+        had it come first (:meth:`_inside_root`). Until 2026-12-05 it opened an incident of its
+        own beside them: one cause as two or three incidents, by the order of one frame's findings
+        (live, a rack's inlet rises after its dies). Incidents that last grew more than
+        ``coherence_s`` apart stay apart (a GPU's thermal interface failing for hours before the
+        rack's inlet rose is a cause of its own), as do other families (an XID, an ECC error).
+        The fabric keeps its own rules (:meth:`_fabric_related`, :meth:`_merge_failing_domain`)."""
         fam = inc.family
         if fam == JOBF or not inc.live or inc.merged_into >= 0:
             return
         mkey = key(MEMBER_LEVEL[ev.kind], ev.slot)
         for a in self.dom.ancestors(ev.kind, ev.slot):
             level = level_of(a)
-            if level not in LADDER[fam] or a == mkey:
+            if level not in LADDER[fam] or (a == mkey and fam == FABRIC):
                 continue
             if fam == FABRIC and level in (NODE, LEAF) and self._merge_failing_domain(inc, a):
                 return
