@@ -43,6 +43,13 @@ class FrameError(ValueError):
     """A frame or its encoding is malformed; the message says what is wrong."""
 
 
+def is_numeric(typ: pa.DataType) -> bool:
+    """Whether an Arrow column of type ``typ`` may be a frame's column (:meth:`Frame.from_arrow`):
+    integers and floats, read as float64. A timestamp, decimal, string or boolean is not: the
+    recording reader checks a Parquet file's schema by this rule before reading a row."""
+    return pa.types.is_floating(typ) or pa.types.is_integer(typ)
+
+
 _INT32 = np.iinfo(np.int32)
 
 
@@ -197,7 +204,7 @@ class Frame:
         if unknown:
             raise FrameError(f"{kind} batch: unknown fields {unknown}")
         for name, typ in zip(names, batch.schema.types):
-            if not (pa.types.is_floating(typ) or pa.types.is_integer(typ)):
+            if not is_numeric(typ):
                 raise FrameError(f"{kind} batch: column {name!r} is {typ}, not numeric")
         index = {name: i for i, name in enumerate(names)}
         rows = batch.num_rows

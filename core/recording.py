@@ -50,7 +50,7 @@ import pyarrow.parquet as pq
 
 from .events import Event, read_events, write_events
 from .fields import ENTITY_KINDS, field_names
-from .frames import Frame, FrameError, median_stamp
+from .frames import Frame, FrameError, is_numeric, median_stamp
 from .guard import MAX_BEHIND_S
 from .health import PipelineHealth
 from .numba_config import jit
@@ -699,7 +699,11 @@ class Recording:
                 pf = self._parquet(file, kind)
                 if counted:
                     rows[kind] = int(rows.get(kind, 0)) + pf.metadata.num_rows
-                span.add(kind, pf.read(columns=["ts"]).column("ts").to_numpy())
+                try:
+                    ts = pf.read(columns=["ts"]).column("ts").to_numpy()
+                except (pa.ArrowException, OSError) as exc:  # (a corrupt page: as a listed part's)
+                    raise RecordingError(f"{file}: unreadable Parquet ({exc})") from None
+                span.add(kind, np.asarray(ts, dtype=np.float64))
         if span.span is not None:
             self.meta["start"], self.meta["end"] = span.span
         log.warning("%s: %s closed after %s was last written (its recorder killed in between): read too",
@@ -776,6 +780,12 @@ class Recording:
         unknown = names - {"ts", "slot"} - set(field_names(kind))
         if unknown:
             raise RecordingError(f"{file}: unknown fields {sorted(unknown)}")
+        # the types too, from the footer, by the rule the frames are read by: a later part's string
+        # column had failed the replay only once every earlier part was replayed, and a ts of
+        # timestamp type (from pandas) had crashed the open on its statistics (datetimes)
+        for name, typ in zip(pf.schema_arrow.names, pf.schema_arrow.types):
+            if not is_numeric(typ):
+                raise RecordingError(f"{file}: column {name!r} is {typ}, not numeric")
         return pf
 
     def reported_slots(self, kind: str) -> np.ndarray:
