@@ -5,7 +5,8 @@ Per link, from counter rates (:mod:`.counters`, wraps and resets handled):
 - ``xmit_wait`` as the **fraction of time** the port had data queued and sent none: ticks per
   second × the tick length at the port's rate (one tick = ``tick_bytes`` at ``link_rate``;
   ``foreshock.facts.XMIT_WAIT_TICK_BYTES``; the IB spec leaves the tick to the vendor);
-- the **PFC pause duration ratio** (seconds paused per second, RoCE);
+- the **PFC pause duration ratio** (seconds paused per second, RoCE), summed over the priorities
+  (``ethtool -S``'s ``rx_prioN_pause_duration``): two lossless classes paused throughout read 2 s/s;
 - the **ECN/CNP rate** (ECN-marked packets or CNPs per second, whichever is higher).
 
 The port's score is the largest of the three over its threshold; a port is congested when the
@@ -71,6 +72,13 @@ from .link_errors import DOWNED_MAX
 
 COUNTERS = ("xmit_wait", "pfc_pause_duration", "ecn_marked", "cnp_sent", "link_downed")
 C_WAIT, C_PAUSE, C_ECN, C_CNP, C_DOWNED = range(len(COUNTERS))
+
+PFC_PRIORITIES = 8
+"""Priorities ``pfc_pause_duration`` can add up (802.1Qbb's eight; mlx5's ``NUM_PPORT_PRIO``): the
+ethtool source sums each printed priority's pause time, so it can rise by this many seconds a
+second, and its physical bound is this times ``TIME_MAX_PER_S``. Bound at ``TIME_MAX_PER_S`` alone,
+a PFC storm pausing 5 or more priorities (4 read a little late) was refused at every poll as
+``implausible_rise``: never raised, and a storm that spread to them withdrawn as "exporter hung"."""
 
 PARAMS: dict[str, float] = {
     "tick_bytes": facts.XMIT_WAIT_TICK_BYTES,  # one xmit_wait tick = this many bytes at the port rate
@@ -237,10 +245,12 @@ class CongestionDetector(Detector):
         n = topology.size("link")
         # PFC duration and the mlx5 ECN/CNP counters are 64-bit; link_downed saturates (no wrap).
         # What each can count at most (a reading above it is a bad one, not taken): xmit_wait by
-        # xmit_wait_limits, the others as counters.py says.
+        # xmit_wait_limits, PFC pause time summed over up to PFC_PRIORITIES priorities, the others as
+        # counters.py says.
         wait_modulus, wait_ticks_max = xmit_wait_limits(self.params)
         modulus = [wait_modulus, 0.0, 0.0, 0.0, 0.0]
-        max_rate = [wait_ticks_max, TIME_MAX_PER_S, EVENTS_MAX_PER_S, EVENTS_MAX_PER_S, LINK_DOWNS_MAX_PER_S]
+        max_rate = [wait_ticks_max, PFC_PRIORITIES * TIME_MAX_PER_S, EVENTS_MAX_PER_S, EVENTS_MAX_PER_S,
+                    LINK_DOWNS_MAX_PER_S]
         self.counters = CounterRates(n, COUNTERS, modulus=modulus, max_rate=max_rate)
         # the counters' state, with the pace a 32-bit xmit_wait's wrap must fit (s_counter_rate) and
         # the value before a low reading (s_counter_drop): kept in the checkpoint, or each restored
@@ -410,7 +420,8 @@ class CongestionDetector(Detector):
         if code == CODE_WITHDRAW:
             return Prediction(ts=ts, entity_kind="link", slot=port, event="congestion", eta_s=0.0, confidence=1.0,
                               detector=self.name, reason=f"congestion on {links[port]} cleared{cause}", active=False)
-        signals = (f"xmit_wait {rec[R_WAIT]:.2%} of time, PFC pause {rec[R_PAUSE]:.2%}, "
+        # the PFC figure is summed over priorities (PFC_PRIORITIES): over 100 % is several paused at once
+        signals = (f"xmit_wait {rec[R_WAIT]:.2%} of time, PFC pause {rec[R_PAUSE]:.2%} (summed over priorities), "
                    f"ECN/CNP {rec[R_ECN]:.3g}/s")
         spread = self._spread(port, int(nearby[0]), int(nearby[1]))
         reason = f"congestion on {links[port]} ({signals}); {spread}"

@@ -11,6 +11,7 @@ module swap). For a counter declared with a wrap modulus ``M``::
 
     wrapped = (M - last) + value
     wrap   if last <= M and wrapped <= min(M / 2, max_rate * dt, PACE_SLACK * pace * dt)
+              and no row came without the counter since last (:data:`GAP`)
     reset  otherwise (a re-base where value > max_rate * dt: "A fall that is not a clear")
 
 The half-range rule is the usual one (SNMP, Prometheus exporters): a wrap that moved more than
@@ -256,7 +257,8 @@ DROP_SIZE = 6
 was read: 0.0 a reset, 1.0 a wrap, ``FELL`` a fall no clear explains. With no drop pending (NaN
 value), ``HELD`` in the fourth column marks a reading at ``SATURATED_AT`` held for the next reading
 to confirm: the reading that comes right after a drop decides it before it can be held, so the two
-are never pending together.
+are never pending together; ``GAP`` there marks a wrapping counter that had a row without a reading
+since its last one (:data:`GAP`).
 The last two: the last reading refused as too fast and its time (NaN: none), pending with either of
 those, for the next reading to tell a bad one from one that stood. A state saved with 3 or 4
 columns (before wraps' drops, before refused readings were kept) loads widened (:func:`widened_drop`)."""
@@ -265,6 +267,17 @@ FELL = 3.0
 """``s_drop``'s fourth column for a decrease to more than a clear in the interval can explain, with a
 pace known: re-based there, nothing taken, pending for the next reading (back where it was: the low
 reading was the bad one, a glitch)."""
+GAP = 4.0
+"""``s_drop``'s fourth column, with nothing pending or held, for a counter with a wrap modulus whose
+slot sent a row without it since its last reading (a port gone from sysfs, re-initialising: the
+InfiniBand source's DOWN rows carry no counters): a decrease at its next reading is a reset, never a
+wrap. Those are the moments counters are cleared (an HCA reset brings the port back with them at 0),
+and the pace test alone did not tell: it allows ``PACE_SLACK`` times the pace over the whole gap, so
+a 32-bit ``xmit_wait`` at a mild 2e5 ticks/s, away 10 min and back cleared from 3.0e9 to 1000, read
+as a wrap of 1.29e9 ticks (congestion at 0.27 % of the time for a port that was idle). A true wrap
+read as a reset there loses what the counter counted before passing the top in that one interval; a
+clear read as a wrap adds up to 2**31 counts. The reading that comes (taken, or re-based on) clears it;
+a refused, stale or invalid one leaves it."""
 
 MAX_PORT_RATE_BPS = 2.0 * facts.LINK_RATE_UPLINK_BPS
 """The fastest port the counters' physical bounds allow for: 1.6 Tb/s, twice the fastest port
@@ -518,6 +531,8 @@ def _counter_deltas(ts: np.ndarray, slot: np.ndarray, values: np.ndarray, spec: 
         for j in range(k):
             v = values[i, j]
             if v != v:  # missing sample: keep the last good value
+                if spec[j, 0] > 0.0 and state[s, j, 0] == state[s, j, 0] and drop[s, j, 3] != drop[s, j, 3]:
+                    drop[s, j, 3] = GAP  # (nothing pending or held): a decrease after it is a reset
                 continue
             if v < 0.0 or v == np.inf:  # negative (incl. -inf) or +inf
                 problems[_INVALID] += 1
@@ -553,9 +568,12 @@ def _counter_deltas(ts: np.ndarray, slot: np.ndarray, values: np.ndarray, spec: 
             if drop[s, j, 4] == drop[s, j, 4]:  # taken from the last good one: the refused one was bad
                 drop[s, j, 4] = drop[s, j, 5] = np.nan
             pending = before == before  # the last reading taken was a drop: this one tells what it was
-            held = drop[s, j, 3] == HELD  # (a pending drop has 0, 1 or FELL there)
-            if not pending and not held and v >= last and v != SATURATED_AT:
-                # the common case (nothing pending, an increase): as the general path below takes it
+            marked = drop[s, j, 3]  # (a pending drop has 0, 1 or FELL there; else HELD, GAP or NaN)
+            held = marked == HELD
+            gap = marked == GAP
+            if marked != marked and v >= last and v != SATURATED_AT:
+                # the common case (nothing pending, held or after a gap, an increase): as the general
+                # path below takes it
                 delta = v - last
                 pace[s, j] = max(delta / dt, PACE_DECAY * recent) if recent == recent else delta / dt
                 state[s, j, 0] = v
@@ -588,9 +606,9 @@ def _counter_deltas(ts: np.ndarray, slot: np.ndarray, values: np.ndarray, spec: 
                     drop[s, j, 0] = drop[s, j, 1] = drop[s, j, 2] = np.nan
                     drop[s, j, 3] = HELD
                     continue
-            if held:
-                drop[s, j, 3] = np.nan
-                if v != SATURATED_AT:
+            if held or gap:
+                drop[s, j, 3] = np.nan  # (a held reading's, or the gap's, mark: this reading decides)
+                if held and v != SATURATED_AT:
                     problems[_IMPLAUSIBLE] += 1  # not still there: the held reading was a bad one
             if pending:
                 if not glitch:
@@ -631,7 +649,8 @@ def _counter_deltas(ts: np.ndarray, slot: np.ndarray, values: np.ndarray, spec: 
                 problems[_SATURATED] += saturated
                 wrapped = (modulus - last) + v
                 limit = min(0.5 * modulus, max_rate * dt)
-                paced = recent == recent and wrapped <= PACE_SLACK * recent * dt  # no pace known: a reset
+                # no pace known, or a row without the counter since its last reading (GAP): a reset
+                paced = recent == recent and not gap and wrapped <= PACE_SLACK * recent * dt
                 # a counter at 2**32-1 stopped there (legacy PortCounters saturate): it is cleared, not wrapped
                 if modulus > 0.0 and last <= modulus and last != SATURATED_AT and wrapped <= limit and paced:
                     delta = wrapped

@@ -54,8 +54,9 @@ from .polling import EthtoolSource, count_once
 from .samples import U64_MAX, BatchBuilder, SampleBatch, parse_count
 
 STAGE = "ethtool"
-# mlx5 prints PFC counters for every priority; the lossless (RoCE) class is on 3 by default, not
-# always: ``pfc_pause_duration`` is the sum over priorities (the field table names priority 3)
+# mlx5 prints PFC counters for each PFC-enabled priority (en_stats.c: ``for_each_set_bit(prio,
+# &pfc_combined, NUM_PPORT_PRIO)``); the lossless (RoCE) class is on 3 by default, not always:
+# ``pfc_pause_duration`` adds up every printed priority's pause time (the field table names priority 3)
 _PRIO_PAUSE = re.compile(r"^rx_prio[0-7]_pause_duration$")
 # ``name: value``; drivers that print per-queue counters (bnxt_en) prefix them ``[N]: ``
 _STAT = re.compile(r"^\s*(?:\[(\d+)\]:\s*)?([^\s:\[][^:]*?):\s*(\S+)\s*$")
@@ -192,25 +193,109 @@ class FecTracker:
         return ber[0], ber[1]
 
 
-def pfc_pause_duration(stats: Mapping[str, float], lookup: Mapping[str, Any], link: dict[str, float]) -> None:
-    """Set ``link["pfc_pause_duration"]`` to the pause time summed over every priority's
-    ``rx_prioN_pause_duration``, in the unit the field table gives the name it maps.
+class PfcPauseTotals:
+    """Each link's PFC pause time as one counter that only rises: the running total, over polls, of
+    each printed priority's own increase (``rx_prioN_pause_duration``, in the counters' unit).
+
+    mlx5 prints a priority's counters only while PFC is enabled on it, so a sum of the printed
+    values fell by a priority's lifetime total when PFC was turned off on it and jumped back when it
+    was turned on again: with nothing paused, the congestion detector read the jump as pause time
+    (a 3-s lifetime back in a 10-s poll: "PFC pause 30 %"). Here a priority not printed adds nothing
+    and is forgotten; printed again, its reading is its new baseline (what it counted while not
+    printed is not known to be this interval's). A priority's own decrease is held for one poll, as
+    the counters module holds one (:mod:`foreshock.detectors.counters`, "One low reading"): back at
+    or above the value before it, the low reading was a bad one and the rise from the value before
+    is taken; otherwise it was a reset and the priority goes on from the low reading (its increase
+    from the clear to the low reading is not known: nothing taken for it), counted in both cases.
+    Judged on the sum instead, one priority's reset read as the whole sum's, and a reset's increase is
+    the new value: every other priority's lifetime in one poll.
+
+    A priority not available (NaN, all ones) leaves the link's field NaN for that poll (the
+    detectors keep a counter's last value across a NaN) and its own last value kept, so its next
+    increase covers both polls; the other priorities' increases are added to the total all the same.
+
+    A fresh one (a source restarted; sources keep no checkpoint) starts each link's total at the sum
+    of its first poll's values: that is the total a running one holds as long as no priority was
+    turned off or on and none was reset, so a restart is seamless then (otherwise the detector sees
+    one jump or fall of the field, judged by its counter rules)."""
+
+    def __init__(self, health: PipelineHealth | None = None) -> None:
+        self.health = health if health is not None else PipelineHealth()
+        # per link: each printed priority's last reading taken, and its low reading held (NaN: none)
+        self.last: dict[str, dict[str, tuple[float, float]]] = {}
+        self.total: dict[str, float] = {}  # per link: the running total
+
+    def update(self, link: str, stats: Mapping[str, float]) -> float | None:
+        """The link's total after this reading (NaN if a printed priority is not available; None if
+        no priority is printed: no field, as before)."""
+        names = [name for name in stats if _PRIO_PAUSE.match(name)]
+        if not names:
+            self.last.pop(link, None)  # none printed: each, printed again, starts from its reading
+            return None
+        kept = self.last.get(link, {})
+        now: dict[str, tuple[float, float]] = {}
+        first = link not in self.total
+        added = 0.0
+        unavailable = False
+        resets, glitches = [], []
+        for name in names:
+            value = stats[name]
+            last, low = kept.get(name, (math.nan, math.nan))
+            if math.isnan(value):
+                unavailable = True
+                if not math.isnan(last):
+                    now[name] = (last, low)  # kept: its next increase covers this poll too
+                continue
+            if first:
+                added += value  # the total starts at the first poll's values (restart: seamless)
+            elif math.isnan(last):
+                pass  # printed again (PFC enabled on it) or new: this reading is its baseline
+            elif value >= last:
+                added += value - last  # (held low: back, a bad reading; the rise from before it)
+                if not math.isnan(low):
+                    glitches.append(name)
+            elif math.isnan(low):
+                now[name] = (last, value)  # a decrease: held for the next poll to tell
+                continue
+            else:
+                resets.append(name)  # still under the value before the low one: a reset
+                added += max(value - low, 0.0)  # it goes on from the low reading (lower still: re-based)
+            now[name] = (value, math.nan)
+        self.last[link] = now
+        total = self.total[link] = self.total.get(link, 0.0) + added
+        if resets:
+            self.health.problem(STAGE, "PFC pause counter reset", len(resets),
+                                detail=f"{link}: {', '.join(resets[:3])}")
+        if glitches:
+            self.health.problem(STAGE, "PFC pause counter read low once, then back", len(glitches),
+                                detail=f"{link}: {', '.join(glitches[:3])}")
+        return math.nan if unavailable else total
+
+
+def pfc_pause_duration(stats: Mapping[str, float], lookup: Mapping[str, Any], link: dict[str, float],
+                       totals: PfcPauseTotals, name: str) -> None:
+    """Set ``link["pfc_pause_duration"]`` to link ``name``'s pause time added up over its priorities
+    (``totals``: :class:`PfcPauseTotals`), in the unit the field table gives the name it maps.
 
     Only priority 3 was read: a fabric whose lossless class is on priority 4 or 5 had its PFC
     storms unseen. Only PFC-enabled priorities are ever paused, so the others add nothing; with
-    two lossless classes paused at once the sum counts the overlap twice (a ratio over 1 is then
-    possible; the congestion detector only compares it to a threshold)."""
-    names = [name for name in stats if _PRIO_PAUSE.match(name)]
+    two lossless classes paused at once the sum counts the overlap twice: up to 8 s per second, one
+    per priority (mlx5's ``NUM_PPORT_PRIO``), which the congestion detector's bound allows for
+    (:data:`foreshock.detectors.congestion.PFC_PRIORITIES`)."""
     scale = [sc for key, (fld, sc) in lookup.items() if fld.name == "pfc_pause_duration" and _PRIO_PAUSE.match(key)]
-    if names and scale:
-        # a priority not available (NaN) makes the sum NaN: without it the sum would fall (a
-        # reset) and jump back at the next poll; mlx5 reads all eight from one register anyway
-        link["pfc_pause_duration"] = sum(stats[name] for name in names) * scale[0]
+    total = totals.update(name, stats)
+    if total is not None and scale:
+        link["pfc_pause_duration"] = total * scale[0]
 
 
 def stats_batches(readings: Mapping[str, str], ts: float, health: PipelineHealth | None = None,
-                  tracker: FecTracker | None = None, once: set[str] | None = None) -> tuple[SampleBatch, SampleBatch]:
+                  tracker: FecTracker | None = None, once: set[str] | None = None,
+                  pfc: PfcPauseTotals | None = None) -> tuple[SampleBatch, SampleBatch]:
     """``ethtool -S`` outputs (link name -> text) -> (link batch, optic batch).
+
+    ``pfc`` keeps each link's PFC pause total across polls (:class:`PfcPauseTotals`): a poller passes
+    its own at every poll. Without one, each call's ``pfc_pause_duration`` is the sum of the printed
+    priorities, a fresh total: a priority turned off and on between two calls then reads as pause time.
 
     With ``once`` (a polling source's, :func:`count_once`), an interface with no counter foreshock
     knows counts the first time only: its driver names its counters otherwise at every poll.
@@ -219,6 +304,7 @@ def stats_batches(readings: Mapping[str, str], ts: float, health: PipelineHealth
     also carry ``prefec_ber`` computed against the port's previous reading.
     """
     health = health if health is not None else PipelineHealth()
+    pfc = pfc if pfc is not None else PfcPauseTotals(health)
     lookup = source_index("ethtool")
     links, optics = BatchBuilder("link"), BatchBuilder("optic")
     for link, text in readings.items():
@@ -235,7 +321,7 @@ def stats_batches(readings: Mapping[str, str], ts: float, health: PipelineHealth
             mapped = lookup.get(name)
             if mapped is not None:
                 values[mapped[0].kind][mapped[0].name] = value * mapped[1]
-        pfc_pause_duration(stats, lookup, values["link"])
+        pfc_pause_duration(stats, lookup, values["link"], pfc, link)
         if tracker is not None:
             values["optic"]["prefec_ber"] = tracker.update(link, stats)[0]
         if not values["link"] and not any(k != "prefec_ber" for k in values["optic"]):
@@ -263,10 +349,12 @@ class EthtoolStatsSource(EthtoolSource):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.tracker = FecTracker(self.health)
+        self.pfc = PfcPauseTotals(self.health)  # each link's PFC pause total, across polls
 
     def poll(self) -> list[Frame]:
         now = self.clock()
-        link_batch, optic_batch = stats_batches(self.read_all(), now, self.health, self.tracker, self.counted_once)
+        link_batch, optic_batch = stats_batches(self.read_all(), now, self.health, self.tracker, self.counted_once,
+                                                self.pfc)
         assert self._topology is not None
         return [link_batch.to_frame(self._topology, self.health, STAGE),
                 optic_batch.to_frame(self._topology, self.health, STAGE)]

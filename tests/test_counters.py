@@ -30,6 +30,9 @@ def naive_rates(ts, slot, values, modulus, max_rate, n_slots, together=False, bo
     drop: dict[tuple[int, int], tuple[float, float, float, str]] = {}
     held: set[tuple[int, int]] = set()  # a reading at 2**32-1 waiting for the next to confirm it
     high: dict[tuple[int, int], tuple[float, float]] = {}  # (value, ts) of the last reading refused as too fast
+    # a wrapping counter with a row without it since its last reading (nothing pending or held): its
+    # next decrease is a reset, never a wrap (a port gone and back with its counters cleared)
+    gap: set[tuple[int, int]] = set()
     resets = np.zeros((n_slots, k), dtype=np.int64)
     problems = dict.fromkeys(PROBLEMS, 0)
 
@@ -105,6 +108,8 @@ def naive_rates(ts, slot, values, modulus, max_rate, n_slots, together=False, bo
         for j in range(k):
             v = float(values[i, j])
             if math.isnan(v):
+                if modulus[j] > 0 and (s, j) in last and (s, j) not in drop and (s, j) not in held:
+                    gap.add((s, j))
                 continue
             if v < 0 or math.isinf(v):
                 problems["invalid_value"] += 1
@@ -133,6 +138,7 @@ def naive_rates(ts, slot, values, modulus, max_rate, n_slots, together=False, bo
                     # the refused reading before it stood: the counter is re-based on it, the jump to
                     # it not taken; what was pending is decided as a taken reading decides it
                     hv, ht = high.pop((s, j))
+                    gap.discard((s, j))
                     if pending is not None:
                         del drop[(s, j)]
                         stands(pending)
@@ -157,6 +163,7 @@ def naive_rates(ts, slot, values, modulus, max_rate, n_slots, together=False, bo
                 fits_pace = recent is not None and v - lv <= 16.0 * recent * dt
                 if v == top and lv != v and (s, j) not in held and not fits_pace:
                     held.add((s, j))  # all at once at the top: the next reading tells
+                    gap.discard((s, j))
                     if pending is not None:  # it decides a pending drop first: not back
                         del drop[(s, j)]
                         stands(pending)
@@ -164,6 +171,8 @@ def naive_rates(ts, slot, values, modulus, max_rate, n_slots, together=False, bo
             if (s, j) in held:
                 held.discard((s, j))
                 problems["implausible_rise"] += v != top
+            after_gap = (s, j) in gap  # this reading is taken: the gap is behind it
+            gap.discard((s, j))
             if pending is not None:
                 del drop[(s, j)]  # only the reading right after a reset or a wrap decides
                 if not glitch:
@@ -200,7 +209,7 @@ def naive_rates(ts, slot, values, modulus, max_rate, n_slots, together=False, bo
                 # a wrap must fit the half range, the rate limit and 16x the counter's recent pace,
                 # and not come from 2**32-1 (a counter stopped there is cleared)
                 if m > 0 and lv <= m and lv != top and wrapped <= min(m / 2, bound * dt) \
-                        and recent is not None and wrapped <= 16.0 * recent * dt:
+                        and recent is not None and wrapped <= 16.0 * recent * dt and not after_gap:
                     d = wrapped
                     problems["wraps"] += 1
                     drop[(s, j)] = (lv, lt, recent, "wrap")  # a glitch near the top fits a wrap too
