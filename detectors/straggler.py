@@ -26,6 +26,12 @@ outlier itself):
   on temperatures as they are;
 - **throttling more**: throttled share above the job median by more than ``throttle_gap``.
 
+A job whose busy GPUs split in two equal halves far apart (one node of a two-node job slower, hotter or
+throttling; 4 GPUs of a node's 8) is judged against its better half: its median and MAD, not the job's
+(see :func:`_compare_kernel`). Between two halves the job's median sits in the empty stretch midway and
+its MAD is half the distance between them, which no GPU's deficit reaches ``k_mad`` times: a node at half
+the clock of its job's other node went unnamed, while in synchronous training it sets the pace of both.
+
 A GPU whose clock comes without its maximum (dcgm-exporter's default counters have no
 ``DCGM_FI_DEV_MAX_SM_CLOCK``) is compared on its clock as read (:data:`RAW_CLOCK_HZ`): the check is a
 relative deficit against its job's median, which a common scale leaves as it is (a job's GPUs are one
@@ -72,7 +78,7 @@ from foreshock.remap import Remap
 from foreshock.topology import Topology
 
 from .base import Detector, add_columns, resolve_params
-from .order_stats import bucket_by_group, median_of
+from .order_stats import bucket_by_group, median_of, select_kth
 from .gpu_inputs import (frame_now, HELD, INLET_MAX_C, INLET_MIN_C, inline, reason_bits, rack_inlet_obs,
                          reading_jump, Scratch, gpu_columns, kernel)
 
@@ -152,21 +158,27 @@ PARAMS: dict[str, float] = {
     # how fast a rack's usual inlet rises to a higher level (it falls at once): hours, so that a loop
     # losing flow (tens of minutes) stays above its usual, and a rack moved for good is learnt over hours
     "inlet_usual_tau_s": 21600.0,
+    # a job whose two middle values (the median's, an even count) lie this many gaps apart is split in
+    # two halves, judged against its better half (_compare_kernel). Two: the cautious side of the gap
+    # (a two-GPU job whose GPUs differ by 5 % is within the 8 % identical GPUs vary, FACTS/SC22); and
+    # far above the distance between two neighbouring values of a job of any size spread by noise
+    "split_gaps": 2.0,
 }
 
 PV_NAMES = ("interval_s", "busy_util", "min_samples", "clock_gap", "temp_gap_c", "throttle_gap", "k_mad",
-            "refresh_s", "temp_per_w", "power_band", "clock_power_band", "clear_fraction")
+            "refresh_s", "temp_per_w", "power_band", "clock_power_band", "clear_fraction", "split_gaps")
 (PV_INTERVAL, PV_BUSY_UTIL, PV_MIN_SAMPLES, PV_CLOCK_GAP, PV_TEMP_GAP, PV_THROTTLE_GAP, PV_K_MAD, PV_REFRESH,
- PV_TEMP_PER_W, PV_POWER_BAND, PV_CLOCK_POWER_BAND, PV_CLEAR_FRACTION) = range(12)
+ PV_TEMP_PER_W, PV_POWER_BAND, PV_CLOCK_POWER_BAND, PV_CLEAR_FRACTION, PV_SPLIT_GAPS) = range(13)
 # the checks, in the order of s_flag's columns (their gaps are PV_CLOCK_GAP + check): slower
 # (relative clock deficit), hotter, throttling more
 C_CLOCK, C_TEMP, C_THROTTLE = 0, 1, 2
 CHECK_FIELDS = (S_CLOCK, S_TEMP, S_THROTTLE)
 CHECK_SIGNS = (-1.0, 1.0, 1.0)
 CHECK_NAMES = (("sm_clock", "clock"), ("gpu_temp", "temperature"), ("throttle_reasons", "throttled share"))
-# one outlier due a report; O_INLET: the usual inlet its temperature was taken over (NaN: none)
-O_GPU, O_CHECK, O_EXCESS, O_X, O_MEDIAN, O_INLET = range(6)
-O_SIZE = 6
+# one outlier due a report; O_INLET: the usual inlet its temperature was taken over (NaN: none);
+# O_HALF: 1 where its job was split in two halves and O_MEDIAN is its better half's median, else 0
+O_GPU, O_CHECK, O_EXCESS, O_X, O_MEDIAN, O_INLET, O_HALF = range(7)
+O_SIZE = 7
 
 
 @kernel
@@ -474,10 +486,12 @@ class StragglerDetector(Detector):
                                 job, out, self.gpu_rack, self.s_rack)
         findings: list[Finding] = []
         peers = np.bincount(job[job >= 0], minlength=n_jobs)  # busy GPUs per job
-        for g, col, excess, x, d, inlet in out[:n_out]:
+        for g, col, excess, x, d, inlet, split in out[:n_out]:
             g, col = int(g), int(col)
             name, label = CHECK_NAMES[col]
             j = int(self.gpu_job[g])
+            # a job split in two halves: d is its better half's median (see _compare_kernel)
+            median = f"{self.topology.jobs[j]}'s better half median" if split else f"{self.topology.jobs[j]} median"
             unit = "" if col != C_TEMP else " °C"
             if col == C_TEMP and inlet == inlet:  # taken over the usual inlet
                 rack = int(self.gpu_rack[g])
@@ -486,18 +500,18 @@ class StragglerDetector(Detector):
                 what = f"temperature {x:.3g} °C, {x - inlet:.3g} °C over {whose} usual inlet {inlet:.3g} °C"
                 if abs(x - inlet - d - excess) >= 0.05:  # read down to the job's median power
                     what += f" at {self.s_gpu[g, S_POWER]:.0f} W ({d + excess:.3g} °C read at the job's load)"
-                what += f", vs job {self.topology.jobs[j]} median {d:.3g} °C over their usual inlets"
+                what += f", vs job {median} {d:.3g} °C over their usual inlets"
             elif col == C_TEMP and abs(x - d - excess) >= 0.05:  # read down to the job's median power
                 what = (f"temperature {x:.3g} °C at {self.s_gpu[g, S_POWER]:.0f} W ({d + excess:.3g} °C read at "
-                        f"the job's load) vs job {self.topology.jobs[j]} median {d:.3g} °C")
+                        f"the job's load) vs job {median} {d:.3g} °C")
             elif col == C_CLOCK and self.s_clock_raw[g] == 1.0:  # read without its maximum: in MHz
-                what = (f"clock {x * RAW_CLOCK_HZ / 1e6:.4g} MHz vs job {self.topology.jobs[j]} median "
+                what = (f"clock {x * RAW_CLOCK_HZ / 1e6:.4g} MHz vs job {median} "
                         f"{d * RAW_CLOCK_HZ / 1e6:.4g} MHz (no max clock reported: clocks compared as read)")
             else:
-                what = f"{label} {x:.3g}{unit} vs job {self.topology.jobs[j]} median {d:.3g}{unit}"
+                what = f"{label} {x:.3g}{unit} vs job {median} {d:.3g}{unit}"
             findings.append(Anomaly(
                 now, "gpu", g, name, float(excess), self.name,
-                f"{what} ({int(peers[j])} busy peers)"
+                f"{what} ({int(peers[j])} busy peers{', split in two halves' if split else ''})"
                 + (": this GPU sets the job's step time" if col == C_CLOCK else " at the same load")))
         return findings
 
@@ -510,6 +524,40 @@ def _fresh(s: np.ndarray, g: int, field: int, now: float, window: float) -> floa
     when = s[g, S_CLOCK_TS] if field == S_CLOCK else s[g, S_TEMP_TS] if field == S_TEMP \
         else s[g, S_THROTTLE_TS] if field == S_THROTTLE else s[g, S_POWER_TS]
     return s[g, field] if now - when <= window else np.nan  # type: ignore[no-any-return]
+
+
+@jit
+def _split_half(vals: np.ndarray, members: np.ndarray, first: int, end: int, k: int, faster_high: bool,
+                least: float, buf: np.ndarray, work: np.ndarray, med: np.ndarray, mad: np.ndarray, j: int) -> bool:
+    """Where job ``j``'s ``k`` finite values (``vals`` of ``members[first:end]``, ``k`` even) split
+    in two halves, their two middle values at least ``least`` apart (relative to the better one where
+    ``faster_high``: a clock), set ``med[j]`` and ``mad[j]`` to its better half's (the higher values
+    where ``faster_high``, else the lower) and return True; else leave them and return False."""
+    m = 0
+    for i in range(first, end):
+        v = vals[members[i]]
+        if abs(v) < np.inf:
+            buf[m] = v
+            m += 1
+    lo = select_kth(buf, 0, k - 1, k // 2 - 1)
+    hi = buf[k // 2]  # the smallest of the upper half, which select_kth left above lo
+    for i in range(k // 2 + 1, k):
+        hi = min(hi, buf[i])
+    hole = hi - lo
+    if not (hole > 0.0 and hole >= least * (hi if faster_high else 1.0)):
+        return False
+    m = 0
+    for i in range(k):  # the better half, to the front (k / 2 values: nothing lies between lo and hi)
+        v = buf[i]
+        if (v >= hi) if faster_high else (v <= lo):
+            buf[m] = v
+            m += 1
+    d = median_of(buf, m, work)
+    for i in range(m):
+        buf[i] = abs(buf[i] - d)
+    med[j] = d
+    mad[j] = median_of(buf, m, work)
+    return True
 
 
 @jit
@@ -529,6 +577,17 @@ def _compare_kernel(s: np.ndarray, gpu_job: np.ndarray, n_jobs: int, flag: np.nd
     (``rack[:, R_USUAL]``, by ``gpu_rack``), else over its job's median usual inlet, else (no rack
     of the job knows one) as it is; ``O_INLET`` holds the inlet taken (NaN: none).
 
+    A job split in two halves is judged against its better half (``O_HALF`` 1, ``O_MEDIAN`` that
+    half's median): an even count of values whose two middle ones lie at least ``split_gaps`` gaps
+    apart (the clock's relative to the faster one). Its median sits midway between the halves and its
+    MAD is half their distance, which no deficit reaches ``k_mad`` times; the better half's own median
+    and MAD are its GPUs' noise, which the other half's deficit is then judged against. Only the
+    median's own neighbours split a job: a job spread wide (a loop-wide cooling loss, its GPUs throttled
+    by degrees) keeps its median and MAD. A bar capped at two gaps instead (2026-12-05) named the halves
+    but also the slowest 10-14 % of such jobs (GPUs flagged on simulated recordings: rec34 56 -> 95,
+    rec51 50 -> 84); split halves alone flag 63 and 65, each GPU added on the half of a job under a fault
+    (node114's fan; job13's two loops, cdu6 then cdu7, each losing cooling), none near no fault.
+
     The busy GPUs are bucketed by job once (a counting sort) and every check reads its values
     through the buckets: six group medians, each bucketing the GPUs again, took 130 ns per GPU.
     Each job's median and MAD come from :func:`median_of` (counting, not quickselect: a job's
@@ -547,6 +606,7 @@ def _compare_kernel(s: np.ndarray, gpu_job: np.ndarray, n_jobs: int, flag: np.nd
     work = np.empty(largest + 1)  # median_of's workspace: n + 1 values never fall back to np.median
     med = np.empty(n_jobs)
     mad = np.empty(n_jobs)
+    half = np.zeros(n_jobs, np.bool_)  # the job is split: med and mad are its better half's
     power_med = np.full(n_jobs, np.nan)  # each job's median busy power
     inlet_med = np.full(n_jobs, np.nan)  # ... and median usual inlet
     inlet = np.full(n, np.nan)  # each GPU's usual inlet: its rack's, else its job's median
@@ -591,6 +651,15 @@ def _compare_kernel(s: np.ndarray, gpu_job: np.ndarray, n_jobs: int, flag: np.nd
                         buf[k] = abs(v - d)
                         k += 1
                 mad[j] = median_of(buf, k, work)
+            half[j] = False
+            if col >= 0 and k >= 2 and k % 2 == 0:
+                # split: at least split_gaps gaps between the two middle values (the clock's relative)
+                least = p[PV_SPLIT_GAPS] * p[PV_CLOCK_GAP + col]
+                # a split puts every value half the hole or more from the midway median, its MAD too:
+                # a MAD under a quarter of the least hole (rounding has no say) rules one out cheaply
+                if mad[j] >= 0.25 * least * (med[j] if col == C_CLOCK else 1.0) and least > 0.0:
+                    half[j] = _split_half(vals, members, start[j], start[j + 1], k, col == C_CLOCK, least,
+                                          buf, work, med, mad, j)
         if col == -2:
             inlet_med[:] = med
             continue
@@ -624,5 +693,6 @@ def _compare_kernel(s: np.ndarray, gpu_job: np.ndarray, n_jobs: int, flag: np.nd
                 out[n_out, O_X] = s[g, field]
                 out[n_out, O_MEDIAN] = d
                 out[n_out, O_INLET] = inlet[g] if col == C_TEMP else np.nan
+                out[n_out, O_HALF] = 1.0 if half[job[g]] else 0.0
                 n_out += 1
     return n_out

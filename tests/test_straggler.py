@@ -227,7 +227,8 @@ def test_a_topology_without_jobs_has_no_stragglers_and_does_not_fail() -> None:
 def naive_compare(s, gpu_job, n_jobs, flag, now, p, gpu_rack=None, racks=None):
     """The job comparison restated with numpy, job by job (np.nanmedian): the outliers due a
     report, check by check and GPUs in order, as (gpu, check, excess, value, job median, inlet
-    taken: the usual one of its rack, else its job's median, else none)."""
+    taken: the usual one of its rack, else its job's median, else none, 1 where the job was split in
+    two halves and judged against its better half)."""
     window = 3 * p["interval_s"]
     busy = ((now - s[:, sg.S_UTIL_TS]) <= window) & (s[:, sg.S_UTIL] >= p["busy_util"]) \
         & (s[:, sg.S_N] >= p["min_samples"]) & (gpu_job >= 0)
@@ -256,11 +257,23 @@ def naive_compare(s, gpu_job, n_jobs, flag, now, p, gpu_rack=None, racks=None):
                 above = mean[sg.S_POWER] - power_med * (1 + p["power_band"])
             x = x - p["temp_per_w"] * np.where(above > 0, above, 0.0) - np.where(np.isfinite(inlet), inlet, 0.0)
         d, spread = np.full(len(x), np.nan), np.full(len(x), np.nan)
+        split = np.zeros(len(x))
         for j in range(n_jobs):
             members = busy & (gpu_job == j) & np.isfinite(x)
             if members.any():
-                d[gpu_job == j] = np.median(x[members])
-                spread[gpu_job == j] = np.median(np.abs(x[members] - d[members]))
+                v = np.sort(x[members])
+                d[gpu_job == j] = np.median(v)
+                spread[gpu_job == j] = np.median(np.abs(v - np.median(v)))
+                # an even count whose two middle values lie split_gaps gaps apart (a clock's relative to
+                # the faster): judged against the better half (the higher clocks, the lower others)
+                k = len(v)
+                lo, hi = (v[k // 2 - 1], v[k // 2]) if k % 2 == 0 else (0.0, 0.0)
+                least = p["split_gaps"] * gaps[col] * (hi if col == sg.C_CLOCK else 1.0)
+                if hi - lo > 0 and hi - lo >= least:
+                    better = v[k // 2:] if col == sg.C_CLOCK else v[:k // 2]
+                    d[gpu_job == j] = np.median(better)
+                    spread[gpu_job == j] = np.median(np.abs(better - np.median(better)))
+                    split[gpu_job == j] = 1.0
         # a GPU already reported (flag set) stays an outlier down to clear_fraction of both bars
         bar = np.where(np.isnan(flag[:, col]), 1.0, p["clear_fraction"])
         with np.errstate(invalid="ignore", divide="ignore"):
@@ -277,7 +290,8 @@ def naive_compare(s, gpu_job, n_jobs, flag, now, p, gpu_rack=None, racks=None):
                 flag[g, col] = np.nan
             elif np.isnan(flag[g, col]) or now - flag[g, col] >= p["refresh_s"]:
                 flag[g, col] = now
-                found.append((g, col, excess[g], s[g, field], d[g], inlet[g] if col == sg.C_TEMP else np.nan))
+                found.append((g, col, excess[g], s[g, field], d[g], inlet[g] if col == sg.C_TEMP else np.nan,
+                              split[g]))
     return found
 
 
@@ -353,7 +367,7 @@ def test_the_compare_reference_takes_temperatures_over_the_racks_inlets():
     was = naive_compare(s, job, 1, np.full((n, 3), np.nan), 1000.0, dict(sg.PARAMS))
     assert [g for g, *_ in was] == list(range(30, 40))  # the warm rack, as it was
     found = naive_compare(s, job, 1, np.full((n, 3), np.nan), 1000.0, dict(sg.PARAMS), gpu_rack, racks)
-    assert [(g, inlet) for g, _, _, _, _, inlet in found] == [(35, 33.0)]
+    assert [(g, inlet) for g, _, _, _, _, inlet, _ in found] == [(35, 33.0)]
 
 
 @pytest.mark.parametrize("racks_report", [False, True])
