@@ -97,6 +97,10 @@ while an end is dark or silent says so (its trend is lost; not a recovery).
 A slope becomes an ETA only when it is ``slope_z_min`` (6) standard errors from flat, the error from
 the fit's own residual scale (:func:`slope_standard_error`): the fit runs at every bucket close,
 ~1,440 times a day per signal, and a chance dip of a flat, noisy optic passed the sign agreement.
+Nor, toward its threshold, unless it is ``wander_ratio`` (5) times the spread of the optic's window
+slopes as its slopes away from the threshold show it (:func:`learn_wander`): a module's RX power
+wanders with temperature over hours, a straight line over one window whose residuals are too smooth
+for that error to see, and a wander falls about as steeply as it rises.
 No window's trend is extrapolated more than ``max_extrapolation`` windows ahead (12 × 32 minutes
 by default: a half-hour trend says nothing about next month), so the early warning has its own,
 longer trend: each closed bucket's means (after the step correction) are averaged into
@@ -176,9 +180,11 @@ ACC_TEMP = 2 * N_SIG + 2
 # does not and so is not extrapolated, NaN = not judged, taken as persisting; F_TEMP_COEF: the
 # signal's change per degree C of module temperature taken out before the fit, NaN = none taken
 # out, see temperature_coefficient; F_SLOPE_SE: the slope's standard error from the fit's residual scale,
-# NaN = not known, taken as significant, see slope_standard_error)
-F_SLOPE, F_LEVEL, F_CONF, F_SCALE, F_PENDING, F_T, F_PERSIST, F_TEMP_COEF, F_SLOPE_SE = range(9)
-F_SIZE = 9
+# NaN = not known, taken as significant, see slope_standard_error; F_WANDER: the square of the spread of the
+# optic's slopes from those away from its threshold, NaN = not learnt, not judged, and F_WANDER_N the fits it
+# is learnt from, see learn_wander)
+F_SLOPE, F_LEVEL, F_CONF, F_SCALE, F_PENDING, F_T, F_PERSIST, F_TEMP_COEF, F_SLOPE_SE, F_WANDER, F_WANDER_N = range(11)
+F_SIZE = 11
 # the early-warning trend, per optic (s_trend columns): the hour (trend bucket) being averaged and
 # the newest one in the ring (NaN = none), the ETA of each predictor (inf = none)
 T_OPEN, T_NEWEST, T_ETA_RX, T_ETA_Q, T_ETA_BIAS = range(5)
@@ -269,12 +275,20 @@ PARAMS: dict[str, float] = {
     # t-like tail: on white noise, |ratio| > 5 at 4e-4 of 32-bucket fits, > 6 at 8e-5 (simulated), and
     # 64 flat links x 24 h had 3 false link_downs at 5, none at 6 (26 without the test)
     "slope_z_min": 6.0,
+    # a slope toward the threshold is a trend only when this many times the spread of the optic's slopes as
+    # its slopes away from the threshold show it (learn_wander): a healthy optic whose power wanders over hours
+    # falls about as steeply as it rises. 64 flat links x 24 h at -3 dBm wandering 0.3-0.5 dB (AR(1), 30-120
+    # min time constant, + 0.1 dB white; alarm -5 dBm): 64 predicted without it, 16-18 with it at 5, every one
+    # within 3 h of the detector's start (optics not yet seen to rise) (at 4: 16-21; simulated)
+    "wander_ratio": 5.0,
+    "wander_windows": 24.0,  # ... learnt over this many windows of closes (~13 h), exponentially weighted
 }
 PARAM_NAMES = tuple(PARAMS)
 (P_BUCKET, P_WINDOW, P_MIN_POINTS, P_FEC, P_BER_FLOOR, P_RX_ALARM, P_BIAS_ALARM, P_BIAS_EOL,
  P_LOS, P_HORIZON, P_TREND_HORIZON, P_TREND_REFRESH, P_MAX_EXTRAP, P_MIN_SLOPE, P_MIN_BIAS_SLOPE, P_TX_FLAT, P_CONF_MIN, P_STEP_MIN, P_STEP_K,
  P_CLEAR, P_OFF_HOLD, P_REFRESH, P_ON, P_DARK_GAP, P_PERSIST_RATIO, P_PERSIST_SHARE, P_TEMP_MOVE,
- P_TEMP_R2_MAX, P_TREND_BUCKET, P_TREND_WINDOW, P_TREND_MIN_POINTS, P_SLOPE_Z_MIN) = range(len(PARAMS))
+ P_TEMP_R2_MAX, P_TREND_BUCKET, P_TREND_WINDOW, P_TREND_MIN_POINTS, P_SLOPE_Z_MIN, P_WANDER_RATIO,
+ P_WANDER_WINDOWS) = range(len(PARAMS))
 
 DAY_S = 86400.0
 
@@ -296,6 +310,10 @@ def params_vector(overrides: dict[str, float]) -> np.ndarray:
             or not 2 <= vec[P_TREND_MIN_POINTS] <= vec[P_TREND_WINDOW]:
         raise ValueError("optics: need trend_bucket_s >= bucket_s, 4 <= trend_window <= 1024 and "
                          "2 <= trend_min_points <= trend_window")
+    # wander_windows 0 would weight the newest slope by 1/0; wander_ratio 0 (or inf, never a trend) is the
+    # caller's to choose, a NaN not
+    if not vec[P_WANDER_WINDOWS] > 0 or not vec[P_WANDER_RATIO] >= 0:
+        raise ValueError("optics: need wander_windows > 0 and wander_ratio >= 0")
     return vec
 
 
@@ -422,6 +440,54 @@ def slope_standard_error(t: np.ndarray, m: int, scale: float) -> float:
     if not s_tt > 0.0:
         return np.nan
     return THEIL_SEN_SE_FACTOR * MAD_TO_SIGMA * scale / math.sqrt(s_tt)
+
+
+@jit
+def learn_wander(fit: np.ndarray, o: int, g: int, slope: float, params: np.ndarray) -> None:
+    """Learn signal ``g`` of optic ``o``'s wander from its newest window slope ``slope``: ``F_WANDER``
+    holds twice the mean square of the slope's part *away* from its threshold (a rise of RX power, TX
+    power or Q, a fall of the laser bias; 0 for a slope toward it), over the optic's fits since its
+    first (``F_WANDER_N`` of them) and then over the last ``wander_windows`` windows of closes
+    (exponentially weighted): the square of the spread of its window slopes, had they been as often
+    up as down. A slope toward the threshold is a trend only when it is ``wander_ratio`` times that
+    spread (:func:`_etas_of_fit`). NaN before the optic's first fit: not judged.
+
+    Why: real RX power (and so Q) wanders with module and ambient temperature, tenths of a dB over
+    an hour or two, and over a 32-minute window such a wander is a straight line: the residuals about
+    it are small and smooth, so :func:`slope_standard_error`, which takes them as independent, is far
+    too small: such a wander's slope passed 6 of them in 22-25 % of 32-bucket windows (white noise:
+    1e-4), and a healthy optic's falls became ``link_down`` predictions (an audit, 2026-12-05: 64 of 64
+    flat links wandering 0.3-0.5 dB with a 30-120 min time constant predicted in a day). Correcting
+    that error for the residuals' autocorrelation (the effective-sample-size factor
+    ``sqrt((1 + rho) / (1 - rho))``, rho their lag-1 autocorrelation) did not mend it: a line fitted
+    to the window takes most of a slow wander into its slope, so rho of what is left reads 0.2-0.7
+    and the slope still passed 6 corrected errors in 7-10 % of windows (simulated). Nothing inside one
+    window tells a wander's fall from the onset of a decline; the optic's own history does: a wander
+    falls about as steeply as it rises, so its rises measure its falls. Only the harmless direction is
+    learnt: a decline shows no slope away from the threshold, so it cannot teach the optic that its own
+    slope is usual (learnt both ways, a link already failing when first seen, or a laser ageing from
+    the first minute, was never predicted), and a steady trend on a noisy optic drives the spread down,
+    not up. On white noise the spread is about the slope's own standard deviation, and ``wander_ratio``
+    (5) of it asks little more than ``slope_z_min`` (6) standard errors do. What this cannot do: judge
+    the first falls of an optic not yet seen to rise (after a cold start, or a replaced module, whose
+    history is dropped), and tell a decline not much steeper than the wander's own slopes from the
+    wander in one window (it is learnt as the rises fade from the mean, over hours; the early-warning
+    trend sees a slow one too).
+    """
+    if slope != slope:
+        return
+    away = -slope if g == SIG_BIAS else slope
+    harmless = 2.0 * max(away, 0.0) ** 2  # a symmetric wander's slopes: half of them rise
+    held = fit[o, g, F_WANDER]
+    n = fit[o, g, F_WANDER_N]
+    if held != held or n != n:
+        fit[o, g, F_WANDER] = harmless
+        fit[o, g, F_WANDER_N] = 1.0
+        return
+    n += 1.0
+    fit[o, g, F_WANDER_N] = n
+    weight = max(1.0 / n, 1.0 / (params[P_WANDER_WINDOWS] * params[P_WINDOW]))
+    fit[o, g, F_WANDER] = held + weight * (harmless - held)
 
 
 @jit
@@ -744,6 +810,7 @@ def _close_bucket(o: int, acc: np.ndarray, optic: np.ndarray, ring_t: np.ndarray
         fit[o, g, F_T] = ts_buf[m - 1]
         fit[o, g, F_PERSIST] = 1.0 if trend_persists(ts_buf, ys_buf, m, slope, params) else 0.0
         fit[o, g, F_SLOPE_SE] = slope_standard_error(ts_buf, m, scale)
+        learn_wander(fit, o, g, slope, params)
     _update_etas(o, optic, fit, params, q_limit, module_alarm)
     return steps, new_module
 
@@ -909,6 +976,11 @@ def _etas_of_fit(o: int, optic: np.ndarray, fit: np.ndarray, params: np.ndarray,
         # a slope within slope_z_min standard errors of flat is the window's noise, not a trend (a NaN
         # error, a fit from before it was kept, is not judged)
         noise = params[P_SLOPE_Z_MIN] * fit[o, sig, F_SLOPE_SE]
+        # nor one within wander_ratio x the spread of the optic's slopes that its slopes away from the
+        # threshold show (learn_wander; NaN, not learnt yet or a fit from before it was kept: not judged)
+        wander = params[P_WANDER_RATIO] * math.sqrt(fit[o, sig, F_WANDER])
+        if wander == wander:
+            noise = max(noise, wander) if noise == noise else wander
         if dest[o, col] > reach or (dest[o, col] > 0.0 and (fit[o, sig, F_PERSIST] == 0.0
                                                             or abs(fit[o, sig, F_SLOPE]) < noise)):
             dest[o, col] = np.inf
@@ -1257,7 +1329,9 @@ class OpticsDetector(Detector):
         """A state saved before ``O_DARK`` existed: never seen dark (NaN), as a fresh optic. One saved
         before the counters' pace and drops were kept: none known, none pending. One saved before
         ``F_PERSIST`` existed: not judged (NaN, taken as persisting) until each signal's next fit; so
-        with ``F_SLOPE_SE`` (NaN: taken as significant), in the window's and the early-warning trend's fits.
+        with ``F_SLOPE_SE`` (NaN: taken as significant), in the window's and the early-warning trend's fits,
+        and with ``F_WANDER`` and ``F_WANDER_N`` (NaN: not judged until the window's next fit starts learning
+        it; the early-warning trend's are not learnt).
         One saved before module temperatures were kept (no ``s_ring_temp``, ``s_acc`` without the
         temperature's sum and count, ``s_fit`` without ``F_TEMP_COEF``): its ring points' and open
         bucket's temperatures unknown, so nothing is corrected for temperature until the window
