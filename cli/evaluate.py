@@ -99,7 +99,13 @@ def command(ctx: click.Context, recording: str, sets: str, report_dir: str, mode
         raise click.ClickException(str(exc)) from None
     run = {name for s in chosen for name in evaluation.set_members(s)}  # (sklearn dropped above: not run)
     if "sklearn" in run and model_path is not None:
-        mismatch = telemetry_mismatch(model_path, model_inputs, fed_kinds(rec, fed))
+        try:
+            served = fed_kinds(rec, fed)  # (reads the rack frames: whether they give an inlet)
+        except RecordingError as exc:  # a damaged file found while reading
+            raise click.ClickException(str(exc)) from None
+        # rack frames fed and yet no rack inlet: those racks give none (PDU power alone), said so
+        unread = "rack" in rec.kinds() and (fed is None or "rack" in fed) and "rack" not in served
+        mismatch = telemetry_mismatch(model_path, model_inputs, served, unread)
         if mismatch:
             raise click.ClickException(f"--model {mismatch}")
     check_params(rec.topology, {name: detector_params[name] for name in detector_params if name in run}, bank_params)

@@ -646,7 +646,8 @@ ENTRY_KEYS = frozenset({"model", "horizon_s", "threshold", "samples", "positives
 counts are not read)."""
 MODEL_TELEMETRY_KEY = "telemetry"
 """The meta entry naming the entity kinds the model's features were computed from in training
-(``["gpu", "rack"]``, or ``["gpu"]``: inlets read from the GPUs' proxy, ``train --telemetry gpu,job``).
+(``["gpu", "rack"]``: the racks gave inlets, ``inlet_temp`` or ``coolant_temp``; or ``["gpu"]``: inlets
+read from the GPUs' proxy, as with ``train --telemetry gpu,job`` or racks of PDU power alone).
 A model is served the same inputs or refused (:func:`telemetry_mismatch`): the proxy's inlet is
 not the rack's, and a classifier trained on one reads the other wrongly. Files written before
 it was recorded lack it: their inputs are unknown (every kind their recordings had)."""
@@ -955,19 +956,29 @@ def model_telemetry(path: str | Path, doc: Mapping[str, Any]) -> tuple[str, ...]
     return tuple(k for k in FeatureDetector.kinds if k in kinds)
 
 
-def telemetry_mismatch(path: str | Path, trained: tuple[str, ...] | None, served: Sequence[str]) -> str | None:
-    """Why a model trained on the entity kinds ``trained`` may not be served ``served`` (the kinds
-    its feature stream will read in this run), or None where they agree or the file does not say."""
+def telemetry_mismatch(path: str | Path, trained: tuple[str, ...] | None, served: Sequence[str],
+                       racks_without_inlet: bool = False) -> str | None:
+    """Why a model trained on the telemetry ``trained`` may not be served ``served`` (what its feature
+    stream will read in this run: ``foreshock.detectors.train.fed_kinds``, "rack" where the racks give
+    an inlet), or None where they agree or the file does not say. ``racks_without_inlet``: the run
+    feeds rack frames that give none (PDU power alone), said so where the served inlets are the proxy's."""
     if trained is None or set(trained) == set(served):
         return None
 
-    def said(kinds: Sequence[str]) -> str:
-        return ("GPU telemetry alone (inlets from the GPUs' proxy)" if "rack" not in kinds
-                else "GPU and rack telemetry (the racks' inlets and coolant)")
-    retrain = "--telemetry gpu,job" if "rack" not in served else "no --telemetry"
-    return (f"{path} was trained on {said(trained)}, this run feeds {said(served)}: its features would not "
-            f"mean what they meant in training; train one on what this run feeds (`foreshock train "
-            f"{retrain}`)")
+    def said(kinds: Sequence[str], note: bool = False) -> str:
+        if "gpu" not in kinds:
+            return "no GPU telemetry" + (" (rack telemetry alone)" if "rack" in kinds else "")
+        if "rack" not in kinds:
+            return ("GPU telemetry alone (inlets from the GPUs' proxy" +
+                    ("; its rack frames give no inlet or coolant temperature" if note else "") + ")")
+        return "GPU and rack telemetry (the racks' inlets and coolant)"
+    if "gpu" not in served:  # nothing to train on: the features read the GPUs
+        fix = "feed it GPU telemetry (name gpu in --telemetry)"
+    else:
+        fix = ("train one on what this run feeds (`foreshock train "
+               + ("--telemetry gpu,job" if "rack" not in served else "no --telemetry") + "`)")
+    return (f"{path} was trained on {said(trained)}, this run feeds {said(served, racks_without_inlet)}: its "
+            f"features would not mean what they meant in training; {fix}")
 
 
 def _is_number(value: Any) -> bool:
@@ -1089,6 +1100,11 @@ class SklearnDetector(ScoredBaseline):
         if model_path is None:
             raise ModelFileError("the sklearn detector needs a model file: pass model_path "
                                  "(train one with `foreshock train`)")
+        # the file's thresholds are held to this by the loader; one given here (`--param
+        # sklearn.threshold=nan`, or 1.5) had been taken as it was, and the set never alarmed, silently
+        if threshold is not None and not (_is_number(threshold) and 0.0 < threshold < 1.0):
+            raise ValueError(f"threshold {_shown(threshold)} is not a probability strictly between 0 and 1 (the "
+                             "set alarms at P >= it)")
         doc = load_model(model_path)
         self.model_path = str(model_path)
         self.events = tuple(doc["events"])

@@ -30,6 +30,7 @@ from typing import Any, Callable, ClassVar, Iterator, Sequence
 import numpy as np
 
 from foreshock.findings import Finding
+from foreshock.fields import valid_bounds
 from foreshock.health import PipelineHealth
 from foreshock.recording import Recording
 from foreshock.topology import Topology
@@ -38,6 +39,7 @@ from .bank import DetectorBank
 from .baselines import FEATURES, MODEL_TELEMETRY_KEY, ScoredBaseline, ScoreLog, learnable_events, save_model
 from .evaluation import (EVENT_KINDS, EventKind, LevelScorer, RunResult, episodes, guarded_updates, level_scorer,
                          read_ground_truth, refine_crossings, run_recording, threshold_sweep, usable_scores)
+from .gpu_inputs import INLET_MAX_C, INLET_MIN_C
 
 
 @dataclass
@@ -51,16 +53,15 @@ class Dataset:
     weights: np.ndarray = field(default_factory=lambda: np.empty(0))
     # ground-truth events set aside, in all the recordings: their entity is not in the topology
     events_unknown_entity: int = 0
-    # the entity kinds that reached the feature stream (of its own: gpu, rack), in any recording:
-    # a model trained without rack frames read its inlets from the GPUs' proxy, and is served so
+    # the telemetry that reached the feature stream (:func:`fed_kinds`: gpu, and rack where the racks
+    # gave an inlet), alike in every recording: a model trained without rack inlets read its inlets
+    # from the GPUs' proxy, and is served so
     telemetry: list[str] = field(default_factory=list)
 
     def __len__(self) -> int:
         return len(self.features)
 
 
-SLOT_SCALE = 1e9
-"""Episodes of all GPUs live in one sorted key space: ``slot * SLOT_SCALE + (t - t0)``."""
 GROUP_SCALE = 1 << 32
 """A sample's GPU across recordings: ``recording index * GROUP_SCALE + slot``."""
 VALIDATION_SHARE = 0.2
@@ -69,19 +70,41 @@ VALIDATION_SHARE = 0.2
 
 @dataclass
 class EpisodeIndex:
-    starts: np.ndarray  # sorted keys of episode starts
-    ends: np.ndarray  # keys of the matching ends
-    t0: float
+    """Episode spans by slot, then start: a sample's episodes are looked up among its own slot's,
+    by the times as they are. (They had shared one float key, ``slot * 1e9 + (t - t0)``: with no
+    ``start`` in the recording's meta, t0 was 0, epoch times of ~1.7e9 s ran into the next
+    slot's keys, and no sample of the recording was labelled positive, silently.)"""
+
+    slots: np.ndarray  # int64, ascending
+    starts: np.ndarray  # episode starts, ascending within a slot
+    ends: np.ndarray  # the matching ends
 
     @classmethod
-    def build(cls, spans: Sequence[tuple[int, float, float]], t0: float) -> "EpisodeIndex":
+    def build(cls, spans: Sequence[tuple[int, float, float]], t0: float | None = None) -> "EpisodeIndex":
+        """The index of ``(slot, start, end)`` spans. ``t0`` (the recording's start) is not needed:
+        the times are compared as they are; it is taken for the callers that pass it."""
         if not spans:
-            return cls(np.empty(0), np.empty(0), t0)
-        arr = np.asarray(spans, dtype=float)
-        base = arr[:, 0] * SLOT_SCALE
-        starts, ends = base + (arr[:, 1] - t0), base + (np.minimum(arr[:, 2], t0 + SLOT_SCALE / 2) - t0)
-        order = np.argsort(starts)
-        return cls(starts[order], ends[order], t0)
+            return cls(np.empty(0, np.int64), np.empty(0), np.empty(0))
+        slots = np.array([s[0] for s in spans], dtype=np.int64)
+        starts = np.array([s[1] for s in spans], dtype=float)
+        ends = np.array([s[2] for s in spans], dtype=float)
+        order = np.lexsort((starts, slots))
+        return cls(slots[order], starts[order], ends[order])
+
+
+def _first_after(starts: np.ndarray, lo: np.ndarray, hi: np.ndarray, ts: np.ndarray) -> np.ndarray:
+    """Per sample, the first index in ``[lo, hi)`` whose start is after ``ts`` (``hi`` where none is):
+    a binary search within each sample's slot, all samples at once (``starts`` ascends there)."""
+    lo, hi = lo.copy(), hi.copy()
+    last = len(starts) - 1
+    while True:
+        active = lo < hi
+        if not active.any():
+            return lo
+        mid = (lo + hi) // 2
+        before = active & (starts[np.minimum(mid, last)] <= ts)
+        lo = np.where(before, mid + 1, lo)
+        hi = np.where(active & ~before, mid, hi)
 
 
 def label_rows(ts: np.ndarray, slot: np.ndarray, index: EpisodeIndex, horizon: float,
@@ -89,18 +112,18 @@ def label_rows(ts: np.ndarray, slot: np.ndarray, index: EpisodeIndex, horizon: f
     """1 if an episode starts on the slot within (t, t + horizon], NaN while one is under way, else
     0 — or NaN where ``t + horizon`` is past ``known_until`` (the end of a recording that censors
     such claims): none came before the end, and whether one came after is not known."""
-    key = slot.astype(float) * SLOT_SCALE + (ts - index.t0)
+    ts = np.asarray(ts, dtype=float)
+    slot = np.asarray(slot).astype(np.int64)
     y = np.zeros(len(ts))
     if len(index.starts):
-        k = np.searchsorted(index.starts, key, side="right")
-        nxt = index.starts[np.minimum(k, len(index.starts) - 1)]
-        same = (k < len(index.starts)) & (np.floor(nxt / SLOT_SCALE) == slot)
-        y[same & (nxt - key <= horizon)] = 1.0
-        prev = k - 1
-        ok = prev >= 0
-        p = np.maximum(prev, 0)
-        during = ok & (np.floor(index.starts[p] / SLOT_SCALE) == slot) & (key <= index.ends[p])
-        y[during] = np.nan
+        lo = np.searchsorted(index.slots, slot, side="left")
+        hi = np.searchsorted(index.slots, slot, side="right")
+        k = _first_after(index.starts, lo, hi, ts)
+        last = len(index.starts) - 1
+        nxt = index.starts[np.minimum(k, last)]
+        y[(k < hi) & (nxt - ts <= horizon)] = 1.0
+        prev = np.maximum(k - 1, 0)
+        y[(k > lo) & (ts <= index.ends[prev])] = np.nan
     y[(y == 0.0) & (ts + horizon > known_until)] = np.nan
     return y
 
@@ -120,11 +143,53 @@ class _FeatureTap(ScoredBaseline):
         return []
 
 
+INLET_FIELDS = ("inlet_temp", "coolant_temp")
+"""The rack fields the feature stream takes a GPU's inlet from
+(:func:`~foreshock.detectors.gpu_inputs.rack_inlet_obs`); rack frames without either (PDU power
+alone) leave it to the GPUs' proxy."""
+
+
+def racks_give_inlet(rec: Recording) -> bool:
+    """Whether ``rec``'s rack frames give an inlet somewhere: an ``inlet_temp`` or ``coolant_temp`` of
+    a rack of the topology that the input guard passes (its field's valid range, finite) and the
+    stream takes (above ``INLET_MIN_C``). Rack frames with PDU power alone do not: their GPUs' inlets
+    come from the proxy, as with no rack frames at all. Read without the guard's clock checks (a
+    whole part is one frame here, its later rows "ahead" of its first, logged for nothing)."""
+    if "rack" not in rec.kinds():
+        return False
+    lo, hi = valid_bounds("rack", INLET_FIELDS)
+    racks = rec.topology.size("rack")
+    for frame in rec.iter_kind("rack"):
+        known = (frame.slot >= 0) & (frame.slot < racks)
+        for name, low, high in zip(INLET_FIELDS, lo, hi):
+            v = frame.columns[name]
+            with np.errstate(invalid="ignore"):
+                taken = (v >= low) & (v <= high) & (v > INLET_MIN_C) & (v < INLET_MAX_C)  # (NaN: False)
+            if (known & taken).any():
+                return True
+    return False
+
+
 def fed_kinds(rec: Recording, telemetry: Sequence[str] | None = None) -> tuple[str, ...]:
-    """The entity kinds a baseline's feature stream reads from ``rec`` when ``evaluate`` (or
-    ``train``) is given ``--telemetry`` (None: every kind): those it reads, the recording has, and
-    the run feeds. ``("gpu",)`` where no rack frame is fed: the inlet comes from the GPUs' proxy."""
-    return tuple(k for k in _FeatureTap.kinds if k in rec.kinds() and (telemetry is None or k in telemetry))
+    """The telemetry a baseline's feature stream reads from ``rec`` when ``evaluate`` (or ``train``) is
+    given ``--telemetry`` (None: every kind): the entity kinds it reads, the recording has, and the
+    run feeds — "rack" only where those racks give an inlet (:func:`racks_give_inlet`). ``("gpu",)``
+    where no rack inlet is fed: the inlet comes from the GPUs' proxy, with rack frames of PDU power
+    alone as without rack frames (counted as "rack", they had let a model trained on the racks'
+    inlets be served the proxy's)."""
+    kinds = tuple(k for k in _FeatureTap.kinds if k in rec.kinds() and (telemetry is None or k in telemetry))
+    if "rack" in kinds and not racks_give_inlet(rec):
+        kinds = tuple(k for k in kinds if k != "rack")
+    return kinds
+
+
+def fed_alike(first: str | Path, first_fed: Sequence[str], path: str | Path, fed: Sequence[str],
+              what: str, alike: str) -> None:
+    """ValueError where ``path`` feeds other telemetry (:func:`fed_kinds`) than ``first`` did: a model's
+    features would not mean one thing (half its inlets from the racks, half from the GPUs' proxy)."""
+    if set(fed) != set(first_fed):
+        raise ValueError(f"{what} {path} feeds {', '.join(fed) or 'no'} telemetry to the features, {first} fed "
+                         f"{', '.join(first_fed) or 'no'}: {alike} on recordings fed alike")
 
 
 def guarded_features(rec: Recording, telemetry: Sequence[str] | None = None
@@ -151,25 +216,34 @@ def build_dataset(paths: Sequence[str | Path], events: Sequence[str], negative_f
                   telemetry: Sequence[str] | None = None) -> Dataset:
     if not 0.0 < negative_fraction <= 1.0:
         raise ValueError(f"negative_fraction must be in (0, 1], not {negative_fraction!r}")
+    seen: dict[Path, str | Path] = {}
+    for path in paths:  # (the same folder twice: its GPUs on both sides of the held-out split)
+        twice = seen.get(Path(path).resolve())
+        seen.setdefault(Path(path).resolve(), path)
+        if twice is not None:
+            raise ValueError(f"training recording {path} is given twice (as {twice}): its GPUs would be held out "
+                             "and trained on at once, choosing the alarm threshold on training data; give each "
+                             "recording once")
+    recs = [Recording.open(path) for path in paths]
+    # every recording fed alike before any is read: one model's features mean one thing
+    inputs = [fed_kinds(rec, telemetry) for rec in recs]
+    for path, fed in zip(paths[1:], inputs[1:]):
+        fed_alike(f"training recording {paths[0]}", inputs[0], path, fed, "training recording", "train")
     rng = np.random.default_rng(seed)
     feats: list[np.ndarray] = []
     labels: dict[str, list[np.ndarray]] = {e: [] for e in events}
     groups: list[np.ndarray] = []
     weights: list[np.ndarray] = []
     unknown_entity = 0
-    inputs: set[str] = set()
-    for n, path in enumerate(paths):
-        rec = Recording.open(path)
-        inputs.update(fed_kinds(rec, telemetry))
+    for n, (path, rec) in enumerate(zip(paths, recs)):
         topo = rec.topology
         truth = read_ground_truth(rec)  # (events of entities the topology lacks set aside, and logged)
         evs = truth.events
         unknown_entity += len(truth.unknown_entity)
         start = rec.meta.get("start")
         end = rec.meta.get("end")
-        t0 = float(start) if start is not None else 0.0
         marks = {e: EpisodeIndex.build([(topo.slot("gpu", ep.entity), ep.start, ep.end)
-                                        for ep in episodes(evs, EVENT_KINDS[e])], t0) for e in events}
+                                        for ep in episodes(evs, EVENT_KINDS[e])]) for e in events}
         ts: list[np.ndarray] = []
         slots: list[np.ndarray] = []
         last = math.nan
@@ -199,7 +273,7 @@ def build_dataset(paths: Sequence[str | Path], events: Sequence[str], negative_f
                    [str(p) for p in paths],
                    np.concatenate(groups) if groups else np.empty(0, np.int64),
                    np.concatenate(weights) if weights else np.empty(0), unknown_entity,
-                   [k for k in _FeatureTap.kinds if k in inputs])
+                   list(inputs[0]) if inputs else [])
 
 
 def best_f1_threshold(p: np.ndarray, y: np.ndarray, weights: np.ndarray | None = None) -> float:
@@ -292,11 +366,9 @@ def calibrate(models: dict[str, dict[str, Any]], paths: Sequence[str | Path], te
         probe = save_model(Path(tmp) / "probe.skops", models)
         for path in paths:
             rec = Recording.open(path)
-            fed = fed_kinds(rec, telemetry)
-            if set(fed) != set(trained_on):  # its features would not mean what they meant in training
-                raise ValueError(f"calibration recording {path} feeds {', '.join(fed) or 'no'} telemetry to the "
-                                 f"features, the training recordings fed {', '.join(trained_on)}: calibrate on "
-                                 "recordings fed alike")
+            # its features would not mean what they meant in training
+            fed_alike("the training recordings", trained_on, path, fed_kinds(rec, telemetry),
+                      "calibration recording", "calibrate")
             known = rec.meta.get("start") is not None and rec.meta.get("end") is not None
 
             def step(done: float, total: float, key: str = str(path)) -> None:
