@@ -62,9 +62,13 @@ HBM_AT_LIMIT_MARGIN_C = 0.5
 limiter holds it right there, so "above" alone would flicker."""
 AFTERMATH_S = 900.0
 """After a fault is repaired its consequences (a loop still cooling down) are attributed to it
-for this long, on the entities no active fault acts on."""
+for this long, on the entities no active fault acts on (a node's PSU or fans leave nothing behind
+for its GPUs: :meth:`ClusterSimulator._attribute`)."""
 REBOOT_S = 600.0
 """A GPU that shut down thermally is back this long after it went down (once cool and repaired)."""
+SETTLED_C = 1.0
+"""A loop's coolant counts as settled within this of where it heads (``CoolingModel.target``): a
+GPU another fault kept over its limits after its shutdown's repair waits for that to reboot."""
 WARMUP_S = 600.0
 """Physics run before the first sample so the cluster starts in its steady state."""
 FAULT_DRAW_BLOCK_S = 10.0
@@ -184,8 +188,12 @@ class ClusterSimulator:
         self.r_factor = np.ones(n_gpus)
         self.hbm_r_factor = np.ones(n_gpus)
         self.brake = np.zeros(len(topo.nodes), dtype=bool)
+        # the PSU fault that brakes each node now: it alone sets the brake bit (0x80), so it names
+        # the brake episodes whatever fault weighs most on the node's GPUs (a failed fan took them)
+        self.brake_cause = np.full(len(topo.nodes), -1, dtype=np.int64)
         self.gpu_cause = np.full(n_gpus, -1, dtype=np.int64)
         self._cause_weight = np.full(n_gpus, -np.inf)  # what the fault in gpu_cause does to it (°C)
+        self._aftermath_weight = np.full(n_gpus, -np.inf)  # what the repaired one there left behind (°C)
         self.link_cause = np.full(n_links, -1, dtype=np.int64)
         self.job_cause = np.full(len(topo.jobs), -1, dtype=np.int64)
         self.fault_dead = np.zeros(n_gpus, dtype=bool)  # fell off the bus (XID 79 fault)
@@ -193,7 +201,9 @@ class ClusterSimulator:
         self._job_stopped = np.zeros(len(topo.jobs), dtype=bool)  # running but held at the last truth step
         self.shutdown = np.zeros(n_gpus, dtype=bool)  # thermal shutdown
         self.shutdown_since = np.zeros(n_gpus)
-        self.shutdown_cause = np.full(n_gpus, -1, dtype=np.int64)
+        self.shutdown_cause = np.full(n_gpus, -1, dtype=np.int64)  # names the GPU's stop (its job held)
+        self.shutdown_origin = np.full(n_gpus, -1, dtype=np.int64)  # the fault that shut it down
+        self.shutdown_kept = np.zeros(n_gpus, dtype=bool)  # kept over its limits after that fault's repair
         self.shutdown_power = np.zeros(n_gpus)  # drawn as it went over: its limiters at their floor there
         self._fault_inputs_dirty = False
         # the fault behind each job's congested path in the fabric state its next step will use
@@ -427,6 +437,8 @@ class ClusterSimulator:
             self.shutdown[g] = True
             self.shutdown_since[g] = self.elapsed
             self.shutdown_cause[g] = cause
+            self.shutdown_origin[g] = cause
+            self.shutdown_kept[g] = False
             self.shutdown_power[g] = gpu.power[g]
             gpu.xid_last[g] = 79
             if truth:
@@ -439,21 +451,31 @@ class ClusterSimulator:
         gpu.reasons[hot] = 0  # powered off: no limiter holds it (ground truth saw its last throttle bits)
 
     def _recover_shutdowns(self) -> None:
-        """A shut-down GPU comes back once it has cooled, its cause is repaired, no other active
-        fault keeps it over its limits (:meth:`_kept_over_limits`) and the node rebooted
-        (``REBOOT_S``)."""
+        """A shut-down GPU comes back once it has cooled, the fault that shut it down is repaired,
+        nothing keeps it over its limits now (:meth:`_kept_over_limits`, asked again at every
+        step) and the node rebooted (``REBOOT_S``). While it is kept over after that repair, the
+        fault then naming the GPU names its stop; that fault need not be repaired for it to come
+        back: at the repair of a cooling loss the coolant is still hot, and a TIM degradation that
+        never ends took the stop for good (the GPU never rebooted once the coolant had settled and
+        it headed for 55 °C). One kept over waits for its loop's coolant to settle too
+        (``SETTLED_C``): booted at full power with that fault on it into coolant still hot, it ran
+        past 92 °C again within seconds (at 38 °C inlet under a TIM at ×2.6)."""
         if not self.shutdown.any():
             return
         down = np.flatnonzero(self.shutdown)
         kept_over = self._kept_over_limits(down)
-        for g, over in zip(down, kept_over):
-            cause = int(self.shutdown_cause[g])
-            repaired = cause < 0 or self.faults[cause].ended
+        unsettled = (self.cooling.coolant - self.cooling.target(self.now) >= SETTLED_C)[self.gpu_loop[down]]
+        for g, over, hot_loop in zip(down, kept_over, unsettled):
+            origin = int(self.shutdown_origin[g])
+            repaired = origin < 0 or self.faults[origin].ended
             if repaired and over:
-                # the active fault that keeps it down names what follows (its job held), not the
-                # repaired one: the attribution's own order (an active fault over an aftermath)
-                self.shutdown_cause[g] = self.gpu_cause[g]
-            elif repaired and self.gpu.temp[g] < 45.0 and self.elapsed - self.shutdown_since[g] >= REBOOT_S:
+                self.shutdown_kept[g] = True
+                if self.gpu_cause[g] >= 0:
+                    # the active fault that keeps it down names what follows (its job held), not
+                    # the repaired one: the attribution's own order (an active fault over an aftermath)
+                    self.shutdown_cause[g] = self.gpu_cause[g]
+            elif (repaired and self.gpu.temp[g] < 45.0 and self.elapsed - self.shutdown_since[g] >= REBOOT_S
+                  and not (self.shutdown_kept[g] and hot_loop)):
                 self.shutdown[g] = False
 
     def _kept_over_limits(self, gpus: np.ndarray) -> np.ndarray:
@@ -473,7 +495,9 @@ class ClusterSimulator:
         bits = gpu.reasons
         ev += tr["thermal_throttle"].update(t, gpu.thermal_throttled, self.gpu_cause, bits)
         ev += tr["power_cap"].update(t, gpu.power_capped, self.gpu_cause, bits)
-        ev += tr["power_brake"].update(t, gpu.power_braked, self.gpu_cause, bits)
+        brake_cause = self.brake_cause[self.gpu_node]  # (only a braking PSU sets the bit)
+        ev += tr["power_brake"].update(t, gpu.power_braked, np.where(brake_cause >= 0, brake_cause, self.gpu_cause),
+                                       bits)
         hbm_hot = gpu.alive & (gpu.hbm_temp >= self.params.hbm_max_operating_c - HBM_AT_LIMIT_MARGIN_C)
         ev += tr["hbm_overheat"].update(t, hbm_hot, self.gpu_cause)
         src = self.fabric.reroute_source
@@ -702,12 +726,14 @@ class ClusterSimulator:
         self.r_factor[:] = 1.0
         self.hbm_r_factor[:] = 1.0
         self.brake[:] = False
+        self.brake_cause[:] = -1
         self.gpu.power_limit[:] = p.power_limit_w
         self.fault_dead[:] = False
         self.optics.degradation_db[:] = 0.0
         self.fault_held[:] = False
         self.gpu_cause[:] = -1
         self._cause_weight[:] = -np.inf
+        self._aftermath_weight[:] = -np.inf
         self.link_cause[:] = -1
         self.job_cause[:] = -1
 
@@ -776,6 +802,7 @@ class ClusterSimulator:
             gpus = np.flatnonzero(self.gpu_node == f.target)
             if el < f.p("brake_s"):
                 self.brake[f.target] = True
+                self.brake_cause[f.target] = i
                 # the brake cuts the clocks at least 2x: most of the power at the limit goes
                 deficit = p.power_limit_w * (1.0 - p.power_brake_factor)
             else:
@@ -865,16 +892,34 @@ class ClusterSimulator:
             self.optics.flaps[link] = 0
 
     def _attribute(self, i: int, f: Fault) -> None:
-        """After repair, what the fault left behind (hot coolant, a cold job) is still its doing
-        (set before the active faults, which override it where they act)."""
+        """After repair, what the fault left behind is still its doing (set before the active
+        faults, which override it where they act). Of two aftermaths on a GPU the one that left
+        more behind names it, weighed as :meth:`_name_gpus` weighs active faults: a loop's
+        coolant still above where it settles at full flow, by that much on every die (in the
+        fault list's order a PSU repaired 331 s earlier took the power caps the still-hot coolant
+        of its rack's loop drove); a GPU's own repaired fault (its board swapped, back on the bus,
+        its resistance restored) by nothing, so still-hot coolant comes first. A node's PSU or fans
+        leave nothing: the repair lifts the brake and the derated limit, or restores the
+        resistance, at once, and the die follows within ``tau_core_s`` (10 s), so a consequence
+        starting after it is not theirs."""
         if f.type == "cooling_loss":
-            self.gpu_cause[self.gpu_loop == f.target] = i
-        elif f.kind == "node":
-            self.gpu_cause[self.gpu_node == f.target] = i
+            # the flows are at their nominal here (:meth:`_reset_fault_inputs`, before the active
+            # faults set theirs): the target is where the coolant settles once repaired
+            cool = self.cooling
+            excess = float(cool.coolant[f.target] - cool.target(self.now)[f.target])
+            self._name_aftermath(np.flatnonzero(self.gpu_loop == f.target), i, max(excess, 0.0))
         elif f.kind == "gpu":
-            self.gpu_cause[f.target] = i
+            self._name_aftermath(np.array([f.target]), i, 0.0)
         elif f.kind == "optic":
             self.link_cause[f.target // 2] = i
+
+    def _name_aftermath(self, gpus: np.ndarray, i: int, weight: float) -> None:
+        """Repaired fault ``i`` names ``gpus`` where it left at least as much behind as the
+        aftermath named before (on a tie the later in the fault list, as before the weighing). A
+        weight of its own: any active fault still overrides it (:meth:`_name_gpus`)."""
+        take = weight >= self._aftermath_weight[gpus]
+        self.gpu_cause[gpus[take]] = i
+        self._aftermath_weight[gpus[take]] = weight
 
     def _on_fault_start(self, index: int, f: Fault) -> None:
         t = self.start_time + f.onset
