@@ -3,7 +3,8 @@
 A fault has an id (``f1``, ``f2``, ...: scenario faults in onset order, then random ones as
 they arrive), a type, a target entity, an onset and an optional duration (time to repair), and
 parameters. While active it modifies the model's hidden inputs; ground truth attributes every
-consequence to the fault that caused it, for ``AFTERMATH_S`` (15 min) after a repair too.
+consequence to the fault that caused it, for ``AFTERMATH_S`` (15 min) after a repair too (a loop's
+still-hot coolant, a GPU's own fault; a node's PSU or fans leave nothing behind once repaired).
 Whatever the fault, a die that reaches 92 °C shuts down (XID 79, "thermal shutdown") and
 stops its job until it has cooled and its cause is repaired.
 
