@@ -104,6 +104,17 @@ N_SIZE = 3
 WHICH_CAP, WHICH_GPU_BRAKE, WHICH_NODE_BRAKE = 0, 1, 2
 C_SLOPE, C_LEVEL, C_SEEN = 0, 1, 2  # call sites of cached_decay (rows of this kernel's decay cache)
 C_SITES = 3
+LIMIT_CUT_SLACK_W = facts.POWER_NOISE_W
+"""The compute-phase envelope (a running maximum forgetting ``envelope_decay_w_per_s``) and its Holt
+level and trend hold what the GPU drew under its old limit. Where the enforced limit (as reported)
+falls under the envelope by more than a reading's noise (``nvidia-smi -pl 500`` on a GPU drawing
+640 W), what it drew before is no longer drawable: they start again from the sample (at most the new
+limit), the trend at 0. Until 2026-12-05 a GPU so cut, without throttle reasons or clocks, was
+predicted "compute-phase power 628 W already at the 500 W limit", then 598, 568 ... W for four
+minutes, every sample since at or under 499.9 W. Samples held under a limit read at most the
+reading's ±5 W over it (this slack): an envelope higher was drawn before the limit fell. A GPU that
+reports no limit is left alone: its envelope over the 700 W default is how DEFAULT_LIMIT_SLACK_W
+finds a part that is not a 700 W one."""
 CAP_HELD_UNDER_W = 3.0 * facts.POWER_NOISE_W
 """How far under its limit a capped GPU's ``power.draw`` reads: the driver holds the board's power
 *under* the limit, and the reading is good to ±5 W. The real H200 capture (tests/data/h200_step)
@@ -210,6 +221,8 @@ def thermal_cap_eta(m: np.ndarray, i: int, temp: float, level: float, slope: flo
     model's R level as the die confirms it (:func:`confirmed_r_level`)."""
     horizon = params[P_HORIZON]
     target = limit - params[P_MARGIN]
+    if level >= target:
+        return 0.0  # there already: the search below would answer its first step's tolerance (7e-05 s)
     slope = max(slope, 0.0) * params[P_TREND]
     off = tf.G_SIZE
     ul, pref = m[i, tf.G_UL], m[i, tf.G_PREF]
@@ -467,6 +480,14 @@ def _power_kernel(obs: tuple[np.ndarray, ...], rows: np.ndarray, span: tuple[int
             if dt >= tparams[tf.P_GAP]:
                 s[i, S_OVER_DEFAULT] = 0.0  # after a gap it may be another GPU (a replaced board)
         else:
+            cut = m[i, tf.G_PLIM]  # (the reported limit only: none, the default's slack is read above it)
+            if s[i, S_ENV] > cut + LIMIT_CUT_SLACK_W:
+                # a limit cut under what it drew (LIMIT_CUT_SLACK_W): the envelope starts again from
+                # what the limiter now allows, and its trend too (a step, not a trend)
+                cut = min(cut, power)
+                s[i, S_ENV] = cut
+                s[i, S_LEVEL] = min(s[i, S_LEVEL], cut)
+                s[i, S_SLOPE] = 0.0
             s[i, S_ENV] = max(power, s[i, S_ENV] - p[P_ENV_DECAY] * dt)
             s[i, S_LEVEL], s[i, S_SLOPE] = tf.holt(
                 s[i, S_LEVEL], s[i, S_SLOPE], s[i, S_ENV], dt,

@@ -120,15 +120,53 @@ limits sit elsewhere (a max operating temperature of 83 °C) was predicted again
 G_HBM_MAX_OP = G_MAX_OP + 1
 MODEL_WIDTH = G_HBM_MAX_OP + 1
 # per row of a fitted frame: the step (s; < 0: row skipped as out of order), the core temperature
-# before this sample (NaN after a gap) — what consumers need besides the state — and 1 where its
-# energy counter read no sane interval mean (ENERGY_NOT_SANE), else 0
+# before this sample (NaN after a gap) — what consumers need besides the state — and what its energy
+# counter read (E_*: 0 a sane interval mean, or none)
 R_DT, R_TPREV, R_ENERGY_BAD = 0, 1, 2
 ROW_SIZE = 3
+E_NOT_SANE, E_DISAGREES, E_OVER_LIMIT = 1.0, 2.0, 3.0
+# a fitted frame's input problems as counted (see _fit_kernel): rows by E_* code (0 is not counted),
+# then die readings (core, HBM) colder than their inlet under load (DIE_BELOW_INLET)
+C_DIE_COLD = 4
+C_SIZE = 5
 ENERGY_NOT_SANE = "energy counter went back or rose past 100 kW: the sample's power reading taken"
 """The input problem of a GPU whose energy counter, read against its last reading within the fit's
 gap, gives a negative or impossible interval mean (a reset at a driver reload, a wrap, a garbage
 reading): its sample's power is read from ``power`` instead, as before, but the reading is counted
 (until 2026-12-05 nothing said so; a fuzz test of the pipeline found it)."""
+ENERGY_DISAGREES = ("energy counter disagrees with the power readings (clock step?): the sample's power "
+                    "reading taken")
+ENERGY_MEAN_OVER = 3.0
+ENERGY_MEAN_UNDER = 0.5
+"""An interval mean from the energy counter is its advance over the span between the rows' stamps:
+a host clock that steps (NTP) or one row stamped ahead spreads the advance over a span it was not
+drawn in. A clock stepping 30 s forward on 10-s polls read a GPU at 625 W as 156 W; the fit's filtered
+power fell 626 -> 280 W, its residual 0.09 -> 32, and a failing loop's throttle was predicted 330 s
+after it began instead of 200 s before (the row after one stamped 30 s ahead read 2,500 W, dropped
+as over the limit, uncounted; until 2026-12-05). So a mean over ENERGY_MEAN_OVER times the larger of
+the sample's own ``power`` and the filtered power (the interval means so far), or under
+ENERGY_MEAN_UNDER times the smaller, is no interval mean: the sample's power is taken, and counted.
+A 1-s sample can land in a step's communication or wait phase while the mean covers the whole step;
+on a simulated 1,024-GPU 6-h recording (seed 34, 2.2 M intervals, honest stamps) the mean read at
+most 2.24 times the larger (a job starting, its sample in a communication phase) and never under
+0.78 times the smaller: no honest interval is refused. The GPU bank bench's mean is its sample. A
+step of 30 s on 10-s polls reads 0.25 or 4 times; missed polls with honest stamps read the power
+over their whole span, as the energy counter should (a clock step under a poll's length is a
+smaller error than the rhythm's, and is not told from it)."""
+ENERGY_OVER_LIMIT = "energy counter's interval mean over the enforced power limit: not taken"
+"""... and one that agrees with no reading to compare against (the sample's power missing) and lies
+past the GPU's limit by OVER_LIMIT_READING_W: no power is taken for the sample (as for a reading
+that far over the limit), and counted (until 2026-12-05 dropped silently)."""
+DIE_BELOW_INLET_C = 1.0
+DIE_BELOW_INLET = "die colder than its inlet under load (stuck sensor?): not fitted"
+"""A loaded GPU's die (or HBM) cannot read below the coolant that cools it: heat flows from the die
+to the inlet. A reading more than DIE_BELOW_INLET_C (whole-degree readings of both) under the inlet
+while the GPU draws over ``load_min_w`` is a stuck or failed sensor, not a temperature: that model
+skips the sample, as it skips a missing reading, and it is counted. A ``gpu_temp`` frozen at 53 °C
+for 80 minutes while its rack inlet warmed to 65.9 °C at 463-640 W was fitted an R of -0.0243 °C/W,
+exported by the resistance gauge, nothing counted, its real throttle never predicted (its 15
+rack-mates' were; until 2026-12-05). An R is never learnt below 0 either (a die within the rounding
+of its inlet)."""
 # the decays of the fit's fixed time constants over one step (kept while the step repeats: the
 # rows of a frame mostly share theirs): the step, then one per time constant
 D_DT, D_LEVEL, D_SLOPE, D_UL, D_UB, D_REF, D_SETTLE = range(7)
@@ -333,7 +371,7 @@ def model_step(s: np.ndarray, i: int, off: int, dt: float, temp: float, power: f
     s[i, off + M_PF] = pf_next
     s[i, off + M_TPREV] = temp
     if loaded:
-        r = (temp - inlet) / pf_next
+        r = max((temp - inlet) / pf_next, 0.0)  # (a die within the rounding of its inlet: DIE_BELOW_INLET)
         if rl != rl:
             s[i, off + M_RL] = r
             s[i, off + M_RB] = 0.0
@@ -347,7 +385,8 @@ def model_step(s: np.ndarray, i: int, off: int, dt: float, temp: float, power: f
                 w_level, w_slope = 1.0 - d[D_LEVEL], 1.0 - d[D_SLOPE]
             else:  # its first minutes under load settle R: a quick level, no drift (SLOPE_AFTER_S)
                 w_level, w_slope = 1.0 - d[D_SETTLE], 0.0
-            s[i, off + M_RL], s[i, off + M_RB] = holt(rl, s[i, off + M_RB], r, dt, w_level, w_slope)
+            level, s[i, off + M_RB] = holt(rl, s[i, off + M_RB], r, dt, w_level, w_slope)
+            s[i, off + M_RL] = max(level, 0.0)  # (a falling slope extrapolated past 0: not learnt)
             s[i, off + M_STALE] = 0.0
         s[i, off + M_LOADED] += min(dt, 120.0)  # a long gap is not load seen
     elif rl == rl:
@@ -384,7 +423,8 @@ def observe(obs: tuple[np.ndarray, ...], row: int, s: np.ndarray, n_models: int,
             racks: np.ndarray, nodes: np.ndarray, params: np.ndarray,
             d: np.ndarray) -> tuple[float, float, float, float]:
     """Common per-sample bookkeeping: ``(dt, power, inlet, energy_bad)``; ``dt < 0`` means skip the
-    row; ``energy_bad`` 1.0 where the energy counter gave no sane interval mean (ENERGY_NOT_SANE).
+    row; ``energy_bad`` 0.0 where the energy counter gave a sane interval mean (or none), else why not
+    (``E_*``: ENERGY_NOT_SANE, ENERGY_DISAGREES, ENERGY_OVER_LIMIT).
 
     Power is the interval mean from the energy counter where it is sane (a ``power.draw``
     sample alone aliases the training-step rhythm), else the sample. After a gap the filters
@@ -411,10 +451,25 @@ def observe(obs: tuple[np.ndarray, ...], row: int, s: np.ndarray, n_models: int,
         if energy == energy and e_last == e_last and last == last and dt <= params[P_GAP] \
                 and span <= params[P_GAP]:
             mean_power = (energy - e_last) / span
-            if 0.0 <= mean_power < 1e5:
-                power = mean_power
+            if not 0.0 <= mean_power < 1e5:
+                energy_bad = E_NOT_SANE
             else:
-                energy_bad = 1.0
+                # against the sample's power and the interval means so far (ENERGY_MEAN_OVER; NaN: not
+                # compared — bitwise, no branch: a sample lands in a compute or a communication phase
+                # at random, and a branch on which is the larger mispredicted a fifth of the time)
+                pf = s[i, G_SIZE + CORE * M_SIZE + M_PF]
+                p_nan, f_nan = power != power, pf != pf
+                over = ((mean_power > ENERGY_MEAN_OVER * power) | p_nan) \
+                    & ((mean_power > ENERGY_MEAN_OVER * pf) | f_nan)
+                under = ((mean_power < ENERGY_MEAN_UNDER * power) | p_nan) \
+                    & ((mean_power < ENERGY_MEAN_UNDER * pf) | f_nan)
+                if (over | under) & ((power == power) | (pf == pf)):
+                    energy_bad = E_DISAGREES  # (the sample's power stands)
+                elif mean_power > power_limit(obs, row, s, i) + OVER_LIMIT_READING_W:
+                    energy_bad = E_OVER_LIMIT
+                    power = np.nan
+                else:
+                    power = mean_power
         s[i, G_ENERGY] = energy
         s[i, G_ENERGY_TS] = ts
     if power > power_limit(obs, row, s, i) + OVER_LIMIT_READING_W:  # (False where no limit is known)
@@ -513,10 +568,10 @@ def switch_inlet_source(s: np.ndarray, i: int, n_models: int, inlet: float, load
 @kernel
 def _fit_kernel(obs: tuple[np.ndarray, ...], lo: int, hi: int, parents: np.ndarray, s: np.ndarray,
                 env: tuple[np.ndarray, np.ndarray], params: np.ndarray, rows: np.ndarray,
-                decays: np.ndarray, taus: np.ndarray) -> int:
+                decays: np.ndarray, taus: np.ndarray, counts: np.ndarray) -> int:
     """Fit both models on rows ``lo..hi-1``; fill ``rows`` (see ``R_*``); return rows skipped
     as out of order. ``env`` = (rack state, node state); ``taus``: scratch of at least
-    ``N_MODELS * (hi - lo)`` rows of 4.
+    ``N_MODELS * (hi - lo)`` rows of 4; ``counts`` (C_*) gains the rows' input problems.
 
     The samples that observe a time constant are gathered without a branch and learnt after the
     rows (:func:`model_step`): no GPU appears twice in the rows (:func:`repeat_free_runs`), so
@@ -528,15 +583,23 @@ def _fit_kernel(obs: tuple[np.ndarray, ...], lo: int, hi: int, parents: np.ndarr
         dt, power, inlet, energy_bad = observe(obs, row, s, N_MODELS, parents, racks, nodes, params, decays)
         rows[row, R_DT] = dt
         rows[row, R_ENERGY_BAD] = energy_bad
+        if energy_bad != 0.0:  # (by its E_* code; mostly 0: a sane mean, or none)
+            counts[int(energy_bad)] += 1.0
         if dt < 0.0:
             skipped += 1
             continue
         i = int(obs[X_SLOT][row])
         rows[row, R_TPREV] = s[i, G_SIZE + CORE * M_SIZE + M_TPREV]
+        n_cold = 0
         for m in range(N_MODELS):
             temp = obs[X_TEMP][row] if m == CORE else obs[X_HBM][row]
             off = G_SIZE + m * M_SIZE
-            if not (temp == temp and -50.0 < temp < 200.0):
+            # a loaded die colder than its inlet is a stuck sensor, no reading (DIE_BELOW_INLET); loaded:
+            # this sample's power, else (none) the power filtered so far
+            cold = -50.0 < temp < inlet - DIE_BELOW_INLET_C and (
+                power > params[P_LOAD_MIN] or (power != power and s[i, off + M_PF] > params[P_LOAD_MIN]))
+            n_cold += cold
+            if not (temp == temp and -50.0 < temp < 200.0) or cold:
                 # no temperature, the clock moved on (G_TS): the next reading's step is one poll, its
                 # previous temperature polls older. Judged as one step, it skewed tau, the residual
                 # (confidence 1.0 -> 0.53) and the power detector's temperature slope (until
@@ -554,6 +617,8 @@ def _fit_kernel(obs: tuple[np.ndarray, ...], lo: int, hi: int, parents: np.ndarr
             taus[n_taus, 2] = dt
             taus[n_taus, 3] = ratio
             n_taus += 1 if excited else 0
+        if n_cold:
+            counts[C_DIE_COLD] += n_cold
     for k in range(n_taus):
         learn_tau(s, int(taus[k, 0]), int(taus[k, 1]), taus[k, 2], taus[k, 3], params)
     return skipped
@@ -773,16 +838,20 @@ class ThermalFit:
             consumer.begin_frame(self)
         decays = new_step_decays()
         taus = self._scratch.take("taus", (N_MODELS * n_rows + 1, 4))
+        counts = np.zeros(C_SIZE)
         skipped = 0
         lo = 0
         for hi in ends[:n_runs].tolist():
             skipped += _fit_kernel(obs, lo, hi, self.parents, self.s_model, (self.s_rack, self.s_node),
-                                   self.params, self.rows, decays, taus)
+                                   self.params, self.rows, decays, taus, counts)
             for consumer in self.consumers:
                 consumer.after_fit(self, lo, hi)
             lo = hi
         tally.problem("", "gpu samples out of time order", skipped)
-        tally.problem("", ENERGY_NOT_SANE, int(np.count_nonzero(self.rows[:n_rows, R_ENERGY_BAD])))
+        for code, reason in ((E_NOT_SANE, ENERGY_NOT_SANE), (E_DISAGREES, ENERGY_DISAGREES),
+                             (E_OVER_LIMIT, ENERGY_OVER_LIMIT)):
+            tally.problem("", reason, int(counts[int(code)]))
+        tally.problem("", DIE_BELOW_INLET, int(counts[C_DIE_COLD]))
 
 
 class ThermalFitDetector(Detector):

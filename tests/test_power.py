@@ -324,7 +324,7 @@ class NaivePower(PerSample):
                      "cap held unreported": 0, "cap held reported": 0,
                      "inlet trend held to the dies": 0, "led by the flow": 0, "steady state held to the dies": 0,
                      "stale brake aged out": 0, "brake back within the hold": 0, "node event held through none": 0,
-                     "node event ended": 0, "no power reading": 0, "over the limit": 0}
+                     "node event ended": 0, "no power reading": 0, "over the limit": 0, "limit cut": 0}
         self.frame_rows = []  # (ts, gpu) of the frame's samples taken
 
     def gpu_frame(self, frame):
@@ -449,6 +449,10 @@ class NaivePower(PerSample):
             if dt >= tp[tf.P_GAP]:
                 g["over"] = 0.0  # perhaps another board
         else:
+            if reported and g["env"] > m[i, tf.G_PLIM] + 5.0:  # its limit cut under what it drew: start again
+                self.seen["limit cut"] += 1
+                cut = min(m[i, tf.G_PLIM], power)
+                g.update(env=cut, level=min(g["level"], cut), slope=0.0)
             g["env"] = max(power, g["env"] - p[pw.P_ENV_DECAY] * dt)
             pred = g["level"] + g["slope"] * dt
             level = pred + (1 - math.exp(-dt / p[pw.P_TAU_LEVEL])) * (g["env"] - pred)
@@ -559,7 +563,9 @@ def random_power_frames(topo, seed, ticks=150):
         bits[rng.random(n) < 0.01] = 2.0 ** 50  # not a bitmask
         if tick % 75 >= 35:
             bits[topo.gpu_node == 0] = np.nan  # its exporter lost its custom counters for a while
-        sample = np.where(no_limit, power, np.minimum(power, 705.0))
+        # every fourth GPU's limit is cut to 500 W for a while (nvidia-smi -pl), and then raised again
+        limit = np.where((np.arange(n) % 4 == 1) & (60 <= tick < 80), 500.0, 700.0)
+        sample = np.where(no_limit, power, np.minimum(power, limit + 5.0))
         sample[rng.random(n) < 0.03] = np.nan
         sample[rng.random(n) < 0.01] = -1.0
         sample[rng.random(n) < 0.01] = 0.0  # an exporter's N/A
@@ -572,7 +578,7 @@ def random_power_frames(topo, seed, ticks=150):
         row_ts = ts + np.where(rng.random(n) < 0.03, -rng.uniform(0, 12, n), 0.0)
         frames.append(Frame("gpu", row_ts, rows, {
             "gpu_temp": np.round(temp[rows]), "power": sample[rows],
-            "power_limit": np.where(no_limit, np.nan, 700.0)[rows],
+            "power_limit": np.where(no_limit, np.nan, limit)[rows],
             "throttle_reasons": bits[rows], "slowdown_temp": rng.choice([89.0, 84.0, np.nan], n),
             "sm_clock": clock[rows], "sm_clock_max": clock_max[rows],
             # ... missing from some polls, or a T.Limit offset (0)
@@ -620,7 +626,8 @@ def test_the_power_reference_comparison_reaches_every_branch():
                                              "inlet trend held to the dies",
                                              "led by the flow", "steady state held to the dies",
                                              "brake back within the hold", "node event held through none",
-                                             "node event ended", "no power reading", "over the limit")), seen
+                                             "node event ended", "no power reading", "over the limit",
+                                             "limit cut")), seen
 
 
 def naive_thermal_cap_eta(rl, ul, pref, rb, tau, loaded, temp, level, slope, limit, damp, du, steps=20000):

@@ -204,7 +204,8 @@ class NaiveFit:
         self.seen = {"tau learnt": 0, "R settling": 0, "catch-up": 0, "restart": 0, "proxy inlet": 0,
                      "rack proxy": 0, "rack proxy held": 0, "skipped": 0, "source switch": 0,
                      "energy repeated": 0, "over the limit": 0, "inlet jump held": 0, "inlet level shift": 0,
-                     "no temperature": 0, "node re-based": 0, "node read as it is": 0, "node settling": 0}
+                     "no temperature": 0, "node re-based": 0, "node read as it is": 0, "node settling": 0,
+                     "energy disagrees": 0, "energy over the limit": 0, "die below inlet": 0}
 
     def rack_frame(self, frame):
         for ts, r, v in zip(frame.ts, frame.slot, frame.columns["inlet_temp"]):
@@ -352,15 +353,24 @@ class NaiveFit:
         if not 0.0 < power < 1e5:  # (0 W: no reading)
             power = math.nan
         e_last = s[tf.G_ENERGY]
+        limit = plim if 50.0 < plim < 1e5 else s[tf.G_PLIM]  # the row's limit, else the last reported
         if energy == e_last:  # the same reading again (an exporter's cache): no interval mean
             self.seen["energy repeated"] += 1
         else:  # the mean power since the counter last moved
             span = ts - s[tf.G_ENERGY_TS]
             if math.isfinite(energy) and math.isfinite(e_last) and dt <= p[tf.P_GAP] and span <= p[tf.P_GAP] \
                     and 0.0 <= (energy - e_last) / span < 1e5:
-                power = (energy - e_last) / span
+                mean = (energy - e_last) / span
+                # readings to compare it with: the sample's and the filtered power (either may be missing)
+                known = [x for x in (power, s[tf.G_SIZE + tf.M_PF]) if math.isfinite(x)]
+                if known and not 0.5 * min(known) <= mean <= 3.0 * max(known):  # a clock step: the sample's
+                    self.seen["energy disagrees"] += 1
+                elif mean > limit + 50.0:  # past the limit: no power for this sample
+                    self.seen["energy over the limit"] += 1
+                    power = math.nan
+                else:
+                    power = mean
             s[tf.G_ENERGY], s[tf.G_ENERGY_TS] = energy, ts
-        limit = plim if 50.0 < plim < 1e5 else s[tf.G_PLIM]  # the row's limit, else the last reported
         if power > limit + 50.0:  # over it by 10x the noise: no reading (the driver holds it under)
             power = math.nan
             self.seen["over the limit"] += 1
@@ -408,13 +418,20 @@ class NaiveFit:
         for col, own in zip((tf.G_MAX_OP, tf.G_HBM_MAX_OP), max_ops):  # its max operating temperatures: likewise
             if 40.0 < own < 130.0:
                 s[col] = own
+        core_cold = False
         for m, t in ((tf.CORE, temp), (tf.HBM, hbm)):
-            if -50.0 < t < 200.0:
+            # under load (the sample's power, else the filtered one) no die reads over a degree under
+            # its inlet: a stuck sensor, no reading
+            loaded = power > p[tf.P_LOAD_MIN] if math.isfinite(power) else \
+                s[tf.G_SIZE + m * tf.M_SIZE + tf.M_PF] > p[tf.P_LOAD_MIN]
+            cold = -50.0 < t < inlet - 1.0 and loaded
+            core_cold = core_cold or (cold and m == tf.CORE)
+            if -50.0 < t < 200.0 and not cold:
                 self.model(s, tf.G_SIZE + m * tf.M_SIZE, dt, t, power, inlet)
             else:  # no reading: the next one has no previous temperature (as after a gap)
-                self.seen["no temperature"] += 1
+                self.seen["die below inlet" if cold else "no temperature"] += 1
                 s[tf.G_SIZE + m * tf.M_SIZE + tf.M_TPREV] = math.nan
-        if -50.0 < temp < 200.0:
+        if -50.0 < temp < 200.0 and not core_cold:
             # the node proxy: T less R_nominal times the power filtered through this sample; and
             # how far from steady the node's GPUs were (R_nominal times |P - P_f|)
             nd, pf = self.node[int(self.node_of[i])], s[tf.G_SIZE + tf.M_PF]
@@ -444,7 +461,7 @@ class NaiveFit:
                 self.seen["tau learnt"] += 1
         s[off + tf.M_PF], s[off + tf.M_TPREV] = pf, temp
         if loaded:
-            r = (temp - inlet) / pf
+            r = max((temp - inlet) / pf, 0.0)  # no R under 0
             if math.isnan(rl):
                 s[off + tf.M_RL], s[off + tf.M_RB] = r, 0.0
             elif catching:
@@ -459,6 +476,7 @@ class NaiveFit:
                     self.seen["R settling"] += 1
                     w_level, w_slope = 1 - math.exp(-dt / tf.SETTLE_TAU_S), 0.0
                 s[off + tf.M_RL], s[off + tf.M_RB] = naive_holt(rl, s[off + tf.M_RB], r, dt, w_level, w_slope)
+                s[off + tf.M_RL] = max(s[off + tf.M_RL], 0.0)  # nor where its slope carries it
                 s[off + tf.M_STALE] = 0.0
             s[off + tf.M_LOADED] += min(dt, 120.0)
         elif math.isfinite(rl):
