@@ -94,18 +94,24 @@ def test_the_baseline_is_learnt_at_steady_work_not_idle():
         t += 60.0
         det._decide(_obs(t, 4), _features(4, 21.3, 1.0))
     assert np.allclose(det.s_base[:, lw.B_LEVEL], 21.3)
-    for k in range(3):  # work starting on the node beside: the inlet 2.4 °C up, the die ten times faster
-        assert det._decide(_obs(t + 5 * (k + 1), 4), _features(4, 23.7, 1.0, inlet_slope=1.4, die_slope=12.5)) == []
+    for k in range(12):  # work starting on the node beside: the inlet 2.4 °C up, the die ten times faster
+        t += 5.0
+        assert det._decide(_obs(t, 4), _features(4, 23.7, 1.0, inlet_slope=1.4, die_slope=12.5)) == []
+    for _ in range(10):  # ... and back at 21.3 °C
+        t += 60.0
+        assert det._decide(_obs(t, 4), _features(4, 21.3, 1.0)) == []
     found = []
-    for k in range(3):  # the loop losing flow: the inlet up 2.5 °C and rising, the dies too
-        found += det._decide(_obs(t + 10 * (k + 1), 4), _features(4, 23.8, 1.0, inlet_slope=1.0, die_slope=1.5))
+    for k in range(30):  # the loop losing flow: the inlet rising 1 °C/min for 5 min (to 26.3 °C), the dies too
+        t += 10.0
+        found += det._decide(_obs(t, 4), _features(4, 21.3 + (k + 1) / 6.0, 1.0, inlet_slope=1.0, die_slope=1.5))
     assert {p.slot for p in found if p.active} == {0, 1, 2, 3}
     assert all(p.eta_s == pytest.approx(30.0 / 1.5 * 60.0) for p in found)  # the margin at the die's rate
-    assert "2.5 °C over its usual 21.3 °C" in found[0].reason
+    # called once its mean inlet (lagging the ramp by smooth_s) stands rise_on_c (2 °C) over 21.3 °C
+    assert " °C over its usual 21.3 °C" in found[0].reason and found[0].reason.startswith("the inlet it reads is 2.")
     # the inlet stops rising: after the hold the predictions are withdrawn, saying why
     gone = []
-    for k in range(20):
-        gone += det._decide(_obs(t + 60 + 10 * k, 4), _features(4, 23.8, 1.0))
+    for k in range(40):
+        gone += det._decide(_obs(t + 10 * (k + 1), 4), _features(4, 26.3, 1.0))
     assert {p.slot for p in gone if not p.active} == {0, 1, 2, 3}
     assert all("no longer rising" in p.reason for p in gone)
 
