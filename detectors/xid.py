@@ -14,7 +14,17 @@ second reading on, and again after a reset); a DBE count is flat almost always, 
 where they know none: 2 -> 0 -> 2 is a glitch at a GPU's second and third readings too (at the
 pipeline's start, on a fresh board), where it had been "2 new" errors again. Read raw, one 0
 reading of a GPU's 2 old DBEs became "2 new uncorrectable ECC
-errors" (a false GPU-error incident that absorbed a real XID 79 in a replay).
+errors" (a false GPU-error incident that absorbed a real XID 79 in a replay). The counter rules count a
+decrease read as a reset as an increase of its low value at once (errors since the clear) and, if the
+next reading shows a glitch, take only the rise above the value before it then; a DBE finding cannot
+be taken back, so the low value's "increase" is held until that reading decides (5 -> 3 -> 5 had
+been "3 new" errors): reported there with the reading's own rise if the reset stands, and only the
+rise above the value before the drop if it was a glitch.
+
+An XID is a whole number in the guard's range for ``xid_last`` (:func:`is_xid_code`); any other
+reading (an exporter's -1 for N/A, DCGM's not-supported sentinel 9223372036854775794, 79.5) is no
+code: not reported, and not remembered either (remembered, the next real reading of the unchanged
+latched code read as a new XID).
 
 Findings are :class:`~foreshock.findings.Anomaly` on the GPU: field ``xid_last`` with the code
 as score, or ``ecc_dbe`` with the increase as score. They are what the incident engine roots a
@@ -41,6 +51,7 @@ from typing import Any, ClassVar, Mapping
 import numpy as np
 
 from foreshock.facts import XID_SEVERITY
+from foreshock.fields import get_field
 from foreshock.findings import Anomaly, Finding
 from foreshock.frames import Frame
 from foreshock.health import PipelineHealth
@@ -49,6 +60,9 @@ from foreshock.topology import Topology
 
 from .base import Detector
 from .counters import DROP_SIZE, CounterRates, report_problems, with_counter_pace_and_drop
+
+RESET = 0.0
+"""``s_drop``'s fourth column for a decrease read as a reset (``foreshock.detectors.counters``)."""
 
 XID_MEANING = {48: "double-bit ECC error", 63: "row remap pending", 64: "row remap failure", 74: "NVLink error",
                79: "GPU fell off the bus", 92: "high single-bit ECC rate", 94: "contained ECC error",
@@ -61,6 +75,10 @@ GPU stopped processing (the application's channel reset), 45 preemptive cleanup 
 killing a process after such an error, or on a Ctrl-C). None is in FACTS' list of XIDs worth
 knowing (severity info); until 2026-12-01 each rooted a "gpu_error" incident (family lost)."""
 
+XID_LOWEST, XID_HIGHEST = get_field("xid_last").valid
+"""The XID codes there are: the guard's range for ``xid_last`` (``foreshock.fields.VALID_BY_FIELD``),
+so a frame fed past the guard (the Frame API) reads codes as a guarded one does."""
+
 DBE_MAX_PER_S = 1000.0
 """Most uncorrectable ECC errors a GPU's counter can add per second: far above what one reports (each
 uncorrectable error stops the work that hit it and is logged by the driver as an XID), so it refuses
@@ -68,19 +86,34 @@ garbage (a 1e12 reading), never a burst."""
 
 
 @jit
+def is_xid_code(v: float) -> bool:
+    """Whether ``v`` is an XID code: a whole number in the guard's range (the range test first: it
+    is False for NaN and ±inf, which ``math.floor`` cannot take). The detector and the exporter's
+    XID counter (``foreshock.exporters.store``) read codes by this one rule."""
+    return v >= XID_LOWEST and v <= XID_HIGHEST and v == math.floor(v)
+
+
+def xid_codes(values: np.ndarray) -> np.ndarray:
+    """:func:`is_xid_code` over an array."""
+    with np.errstate(invalid="ignore"):
+        return (values >= XID_LOWEST) & (values <= XID_HIGHEST) & (values == np.floor(values))
+
+
+@jit
 def _xid_events(slot: np.ndarray, xid: np.ndarray, last: np.ndarray, out: np.ndarray) -> int:
     """Rows where a GPU's last-XID changes to a new code.
 
     ``last`` is the last XID seen per GPU (NaN: none yet); ``out`` rows are (row, kind, value).
-    A value that is not a whole number (a garbled reading, or two series averaged) is no code: not
-    taken, and not remembered (79.5 was read as XID 79, "fell off the bus"; 48 -> 48.5 -> 48 as a
-    second XID 48). The guard counts it (``not_whole``) before a pipeline's detectors see it.
+    A value that is not a code (:func:`is_xid_code`: a garbled reading, two series averaged, an
+    exporter's -1 for N/A, DCGM's not-supported sentinel) is not taken, and not remembered (79.5 was
+    read as XID 79, "fell off the bus"; 48 -> 48.5 -> 48 as a second XID 48; 79 -> -1 -> 79 as a new
+    XID 79). The guard counts it (``not_whole``, ``out_of_range``) before a pipeline's detectors see it.
     Returns the number of rows written."""
     n = 0
     for i in range(len(slot)):
         s = slot[i]
         v = xid[i]
-        if math.isfinite(v) and v == math.floor(v):
+        if is_xid_code(v):
             prev = last[s]
             if prev == prev and v != prev and v > 0:
                 out[n, 0] = i
@@ -89,6 +122,65 @@ def _xid_events(slot: np.ndarray, xid: np.ndarray, last: np.ndarray, out: np.nda
                 n += 1
             last[s] = v
     return n
+
+
+@jit
+def _dbe_pending(slot: np.ndarray, state: np.ndarray, drop: np.ndarray, resets: np.ndarray, seen: np.ndarray,
+                 nth: np.ndarray, before: np.ndarray) -> tuple[int, int]:
+    """Before the counter rules read the rows: each row's place among its slot's rows (``nth``, 0:
+    its first) and, for a slot with a reset pending (``RESET`` in ``drop``), ``before`` = [1, the
+    value before the drop, its time, the low value (counted as its own increase, held), the resets
+    counted]; [0, ...] for any other row (a slot outside the arrays too). ``seen`` is zeros, one per
+    slot: scratch, left zeros. Returns the most rows of one slot less one (0: one row per slot) and
+    the number of rows with a reset pending."""
+    most = 0
+    pending = 0
+    for i in range(len(slot)):
+        s = slot[i]
+        before[i, 0] = 0.0
+        nth[i] = 0
+        if s < 0 or s >= len(seen):
+            continue
+        nth[i] = seen[s]
+        seen[s] += 1
+        most = max(most, nth[i])
+        if drop[s, 0, 3] == RESET:
+            before[i, 0] = 1.0
+            pending += 1
+            before[i, 1] = drop[s, 0, 0]
+            before[i, 2] = drop[s, 0, 1]
+            before[i, 3] = state[s, 0, 0]
+            before[i, 4] = resets[s, 0]
+    for i in range(len(slot)):
+        s = slot[i]
+        if 0 <= s < len(seen):
+            seen[s] = 0
+    return most, pending
+
+
+@jit
+def _dbe_new(slot: np.ndarray, dbe: np.ndarray, delta: np.ndarray, drop: np.ndarray, resets: np.ndarray,
+             before: np.ndarray, out: np.ndarray) -> None:
+    """After the counter rules read rows of distinct slots (``before`` from :func:`_dbe_pending`,
+    ``delta`` the rules' increases): the new errors each row reports, into ``out`` (the docstring).
+    A reset read now is held (0); one pending and decided by this row adds what it held if it stands,
+    and if the rules took it back (a glitch: its reset uncounted) the row reports only its rise
+    above the value before the drop. Pending and not decided (no reading taken), nothing."""
+    for i in range(len(slot)):
+        d = delta[i, 0]
+        new = d if d > 0.0 else 0.0  # a real increase (NaN: refused, first, missing)
+        s = slot[i]
+        if 0 <= s < drop.shape[0]:
+            pending = before[i, 0] == 1.0
+            still = pending and drop[s, 0, 3] == RESET and drop[s, 0, 1] == before[i, 2]
+            if drop[s, 0, 3] == RESET and not still:
+                new = 0.0  # a reset read now: held for the next reading
+            if pending and not still:
+                if resets[s, 0] < before[i, 4]:
+                    new = dbe[i] - before[i, 1]  # a glitch: only the rise above the value before
+                else:
+                    new += before[i, 3]  # the reset stands: what it counted, with this reading's rise
+        out[i] = new
 
 
 class XidDetector(Detector):
@@ -109,6 +201,7 @@ class XidDetector(Detector):
         # checkpoint, or a low reading across a restore reads as a reset and its return as new errors
         self.s_dbe_state, self.s_dbe_resets = self.counters.s_state, self.counters.s_resets
         self.s_dbe_rate, self.s_dbe_drop = self.counters.s_rate, self.counters.s_drop
+        self._seen = np.zeros(n, dtype=np.int64)  # scratch of _dbe_pending, not state
 
     def update(self, frame: Frame) -> list[Finding]:
         if frame.kind != "gpu" or len(frame) == 0:
@@ -120,11 +213,9 @@ class XidDetector(Detector):
             n = _xid_events(frame.slot, np.ascontiguousarray(xid, dtype=np.float64), self.s_last_xid, events)
         dbe = frame.columns.get("ecc_dbe")
         if dbe is not None:
-            np.nan_to_num(self.s_dbe_rate, copy=False, nan=0.0)  # a pace the rules do not know: flat (the docstring)
-            delta, _, problems = self.counters.update(frame.ts, frame.slot, np.asarray(dbe, dtype=np.float64)[:, None])
-            report_problems(self.health, self.name, problems)
-            rows = np.flatnonzero(delta[:, 0] > 0.0)  # a real increase (NaN: refused, first, missing)
-            events[n:n + len(rows)] = np.stack([rows, np.full(len(rows), KIND_DBE), delta[rows, 0]], axis=1)
+            new = self._new_dbes(frame.ts, frame.slot, np.asarray(dbe, dtype=np.float64))
+            rows = np.flatnonzero(new > 0.0)
+            events[n:n + len(rows)] = np.stack([rows, np.full(len(rows), KIND_DBE), new[rows]], axis=1)
             n += len(rows)
         events = events[:n][np.lexsort((events[:n, 1], events[:n, 0]))]  # by row, an XID before its DBEs
         findings: list[Finding] = []
@@ -142,6 +233,43 @@ class XidDetector(Detector):
                 findings.append(Anomaly(float(frame.ts[r]), "gpu", g, "ecc_dbe", float(value), self.name,
                                         f"{int(value)} new uncorrectable (double-bit) ECC error(s) on {name}"))
         return findings
+
+    def _new_dbes(self, ts: np.ndarray, slot: np.ndarray, dbe: np.ndarray) -> np.ndarray:
+        """The new uncorrectable errors each row reports (0 or NaN: none), by the counter rules, less the
+        increase a reset reads while the reading after it has not decided it (the docstring).
+
+        What a reading decided shows in the counter's state only: a frame holding a GPU's rows of
+        several polls (a replay's batch) is fed one poll of each GPU at a time."""
+        slot = np.ascontiguousarray(slot, dtype=np.int32)
+        dbe = np.ascontiguousarray(dbe, dtype=np.float64)
+        nth = np.empty(len(slot), dtype=np.int64)
+        before = np.empty((len(slot), 5))
+        counters = self.counters
+        most, pending = _dbe_pending(slot, counters.s_state, counters.s_drop, counters.s_resets, self._seen, nth,
+                                     before)
+        if most == 0:  # one row per GPU, as a live poll's frame
+            return self._new_dbes_once(ts, slot, dbe, before, pending > 0)
+        new = np.zeros(len(slot))
+        for k in range(most + 1):
+            rows = np.flatnonzero(nth == k)
+            slot_k, before_k = slot[rows], np.empty((len(rows), 5))  # (the pending drops now, after poll k - 1)
+            _, pending = _dbe_pending(slot_k, counters.s_state, counters.s_drop, counters.s_resets, self._seen,
+                                      np.empty(len(rows), dtype=np.int64), before_k)
+            new[rows] = self._new_dbes_once(ts[rows], slot_k, dbe[rows], before_k, pending > 0)
+        return new
+
+    def _new_dbes_once(self, ts: np.ndarray, slot: np.ndarray, dbe: np.ndarray, before: np.ndarray,
+                       pending: bool) -> np.ndarray:
+        """:meth:`_new_dbes` of rows of distinct GPUs, ``before`` from :func:`_dbe_pending` (``pending``:
+        any reset pending there)."""
+        np.nan_to_num(self.s_dbe_rate, copy=False, nan=0.0)  # a pace the rules do not know: flat (the docstring)
+        delta, _, problems = self.counters.update(ts, slot, dbe[:, None])
+        report_problems(self.health, self.name, problems)
+        if not pending and not problems["resets"]:
+            return delta[:, 0]  # nothing held or to hold (almost always): the rules' increases
+        new = np.empty(len(slot))
+        _dbe_new(slot, dbe, np.ascontiguousarray(delta), self.counters.s_drop, self.counters.s_resets, before, new)
+        return new
 
     def upgrade_state(self, state: dict[str, Any]) -> dict[str, Any]:
         """A state saved when ``s_last`` held [last XID, last DBE count] per GPU (the DBE count read

@@ -34,6 +34,7 @@ from foreshock.detectors.congestion import params_vector, xmit_wait_limits
 from foreshock.detectors.cooling import PARAMS as COOLING_PARAMS
 from foreshock.detectors.counters import CounterRates
 from foreshock.detectors.straggler import PARAMS as STRAGGLER_PARAMS
+from foreshock.detectors.xid import is_xid_code, xid_codes
 from foreshock.facts import OWN_LIMIT_MAX_C, OWN_LIMIT_MIN_C, XID_SEVERITY
 from foreshock.findings import BOARD_FOLLOWED, Anomaly, Finding, Incident, Prediction
 from foreshock.frames import Frame
@@ -312,16 +313,25 @@ class FindingStore:
     def _count_xids(self, frame: Frame) -> None:
         # dcgm's XID field is the *last* XID and never resets: a new event is a change of value.
         # The first value seen for a GPU is not counted: it may be latched from long ago.
-        rows = _new_xids(frame.slot, frame.columns["xid_last"], self._last_xid)
-        fractional = 0
+        # A reading that is no code (the detector's rule, ``is_xid_code``) is neither counted nor
+        # remembered: 79.5 was served as a critical xid="79", and a -1 (an exporter's N/A) or DCGM's
+        # not-supported sentinel remembered made the next reading of the latched code a new XID.
+        column = frame.columns["xid_last"]
+        rows = _new_xids(frame.slot, column, self._last_xid)
         for row in rows:
-            code = frame.columns["xid_last"][row]
-            if code != int(code):  # no XID is: truncated, 79.5 was served as a critical xid="79"
-                fractional += 1
-            elif code > 0:
-                self._xids[(int(frame.slot[row]), int(code))] += 1
-        if fractional:
-            self.health.problem("store", "XID code not a whole number: not counted", fractional)
+            code = int(column[row])
+            if code > 0:
+                self._xids[(int(frame.slot[row]), code)] += 1
+        read = column[~np.isnan(column)]
+        no_code = read[~xid_codes(read)]
+        if len(no_code):
+            with np.errstate(invalid="ignore"):
+                fractional = int(np.count_nonzero(no_code != np.floor(no_code)))  # (±inf: whole, outside)
+            if fractional:
+                self.health.problem("store", "XID code not a whole number: not counted", fractional)
+            if len(no_code) > fractional:
+                self.health.problem("store", "XID code outside the guard's range: not counted",
+                                    len(no_code) - fractional)
 
     def observe_findings(self, findings: Iterable[Finding]) -> None:
         with self._lock:
@@ -697,12 +707,14 @@ def xid_severity(code: int) -> str:
 
 @jit
 def _new_xids(slot: np.ndarray, xid: np.ndarray, last: np.ndarray) -> np.ndarray:
-    """Rows holding an XID transition (time-ordered rows); updates ``last`` (per slot) in place."""
+    """Rows holding an XID transition (time-ordered rows); updates ``last`` (per slot) in place. A
+    reading that is no XID code (``is_xid_code``: NaN, fractional, outside the guard's range) is
+    skipped: no transition, not remembered."""
     out = np.empty(len(slot), dtype=np.int64)
     n = 0
     for i in range(len(slot)):
         v = xid[i]
-        if v != v:
+        if not is_xid_code(v):
             continue
         prev = last[slot[i]]
         if prev == prev and v != prev:

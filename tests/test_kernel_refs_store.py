@@ -25,15 +25,16 @@ xid = st.sampled_from([NAN, NAN, 0.0, 13.0, 13.0, 48.0, 79.0, 79.5, INF])
 @given(rows=st.lists(st.tuples(st.integers(0, 3), xid), max_size=40),
        known=st.lists(st.sampled_from([NAN, 0.0, 13.0, 79.0]), min_size=4, max_size=4))
 def test_new_xids_match_a_naive_transition_scan(rows, known):
-    """A row is an XID event where its value (NaN: not read, skipped) differs from the last value its
-    GPU read; a GPU's first value is only remembered. ``last`` ends at each GPU's last value read."""
+    """A row is an XID event where its value differs from the last code its GPU read; a GPU's first
+    code is only remembered. A value that is no code (NaN: not read; fractional; outside the guard's
+    0..1023 for xid_last, inf included) is skipped. ``last`` ends at each GPU's last code read."""
     slot = np.array([s for s, _ in rows], dtype=np.int32)
     values = np.array([v for _, v in rows], dtype=np.float64)
     last = np.array(known, dtype=np.float64)
     ref_last = list(known)
     want = []
     for i, (s, v) in enumerate(rows):
-        if math.isnan(v):
+        if not (0.0 <= v <= 1023.0 and v == math.floor(v)):  # (the range first: floor(inf) raises)
             continue
         if not math.isnan(ref_last[s]) and v != ref_last[s]:
             want.append(i)

@@ -53,6 +53,8 @@ def reference_ewma_cusum(slots, values, n_slots, alpha, clip, drift, threshold, 
                     count[key] = 0  # the next sample starts the new regime (this one may be a glitch)
                     continue
             if count[key] <= warmup:  # a regime being learnt: running mean and mean |deviation|
+                if count[key] > 3:  # past the seed and two more, winsorised at 24 sigmas
+                    dev = min(max(dev, -24.0 * sigma), 24.0 * sigma)
                 level[key] += dev / count[key]
                 scale[key] += (abs(dev) - scale[key]) / (count[key] - 1)
             else:

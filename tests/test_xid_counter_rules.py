@@ -127,7 +127,7 @@ def naive_xid(slot, xid, last):
     out = []
     for i, s in enumerate(slot):
         v = xid[i]
-        if np.isfinite(v) and v == int(v):
+        if 0.0 <= v <= 1023.0 and v == int(v):  # a code: whole, in the guard's range for xid_last
             if np.isfinite(last[s]) and v != last[s] and v > 0:
                 out.append((i, KIND_XID, v))
             last[s] = v
