@@ -140,6 +140,10 @@ def load_labels(path: str | Path) -> dict[str, list[tuple[np.datetime64, np.date
             if t2 < t1:
                 raise ValueError(f"{path}: window {lim!r} of {key} ends before it starts")
             pairs.append((t1, t2))
+        # in time order, as NAB's labeller writes them and its sweep reads them: a hand-written file
+        # listing them latest first had only its first window opened, and was refused for "window
+        # starts match no row" though every start was a row (an audit, 2026-12-05)
+        pairs.sort()
         windows[key.replace("\\", "/").removeprefix("./")] = pairs
     return windows
 

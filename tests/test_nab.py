@@ -523,3 +523,29 @@ def test_a_one_row_window_scores_where_nab_does(windows) -> None:
         ref = nab_reference_best([[(float(a), sw, w) for a, (sw, w) in zip(scores, rows) if w != "probationary"]],
                                  profile.fn_weight)
         assert (got[key].threshold, got[key].raw) == (ref[0], pytest.approx(ref[1], abs=1e-12))
+
+
+def test_windows_listed_latest_first_score_as_listed_in_time_order(tmp_path) -> None:
+    """NAB's labeller writes a file's windows in time order and its sweep opens them in that order;
+    a hand-written labels file listing them latest first had only its first window opened and was
+    refused for "window starts match no row", though every start is a row (an audit, 2026-12-05)."""
+    base = np.datetime64("2020-01-01T00:00")
+    stamps = [base + np.timedelta64(i, "m") for i in range(60)]
+    data = tmp_path / "data" / "x"
+    data.mkdir(parents=True)
+    with open(data / "f.csv", "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["timestamp", "value"])
+        for i, t in enumerate(stamps):
+            w.writerow([str(t).replace("T", " ") + ":00", float(i % 7)])
+    spans = [(20, 24), (40, 44)]
+    as_text = [[str(stamps[a]).replace("T", " ") + ":00", str(stamps[b]).replace("T", " ") + ":00"] for a, b in spans]
+    ordered, reversed_ = tmp_path / "ordered.json", tmp_path / "reversed.json"
+    ordered.write_text(json.dumps({"x/f.csv": as_text}))
+    reversed_.write_text(json.dumps({"x/f.csv": as_text[::-1]}))
+    assert load_labels(reversed_) == load_labels(ordered)
+    from foreshock.cli.main import cli
+
+    results = [CliRunner().invoke(cli, ["nab", str(tmp_path / "data"), str(p)]) for p in (ordered, reversed_)]
+    assert all(r.exit_code == 0 for r in results), [r.output for r in results]
+    assert results[0].output.strip().splitlines()[-1] == results[1].output.strip().splitlines()[-1]
