@@ -283,7 +283,7 @@ def _jsonl(text: str, path: Path, topology_path: Path | None, health: PipelineHe
                    "neither carries a date, so they are stamped this far apart).")
 @click.option("--stat", default="avg", show_default=True, type=click.Choice(STATS),
               help="alibaba: which hourly statistic to import.")
-@click.option("--topology", "topology_path", default=None, type=click.Path(exists=True, path_type=Path),
+@click.option("--topology", "topology_path", default=None, type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="jsonl: topology.yaml the entities refer to (default: derived from HOST/gpuN names).")
 def command(fmt: str, path: Path, out: Path, host: str | None, at: str | None, interval: float, stat: str,
             topology_path: Path | None) -> None:

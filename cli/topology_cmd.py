@@ -2,9 +2,11 @@
 and rewrite a file's jobs from Slurm's running jobs (``jobs``).
 
 The hardware part of the file is kept as it is (its fingerprint too, so agents that publish
-GPU, BMC or CDU rows need not restart); only ``jobs`` changes. The file is replaced atomically
-and left untouched when the job list is the same, so a periodic job can restart the workers
-only when the summary says ``"changed": true``.
+GPU, BMC or CDU rows need not restart); only ``jobs`` changes. The file is regenerated from the
+loaded topology: its entities and the site's own ``x-`` keys are kept, its comments and layout
+are not. The file is replaced atomically (where it is a symlink, its target is: the link stays,
+pointing at the new file) and left untouched when the job list is the same, so a periodic job
+can restart the workers only when the summary says ``"changed": true``.
 """
 
 from __future__ import annotations
@@ -104,7 +106,8 @@ def diff(old_path: str, new_path: str, partitions: int) -> None:
 @click.option("--min-nodes", type=click.IntRange(min=1), default=1, show_default=True,
               help="Leave out jobs on fewer nodes of the topology.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
-              help="Write here instead of replacing TOPOLOGY.")
+              help="Write here instead of replacing TOPOLOGY (either is written anew: comments are not kept, "
+                   "x- keys are).")
 @click.option("--dry-run", is_flag=True, help="Say what would change; write nothing.")
 def jobs(topology_path: str, squeue_json: IO[str] | None, squeue_exe: str, min_nodes: int, output: str | None,
          dry_run: bool) -> None:
@@ -116,6 +119,10 @@ def jobs(topology_path: str, squeue_json: IO[str] | None, squeue_exe: str, min_n
     gives them), on a node another running job uses too (all of them), or on fewer than
     --min-nodes. When the list changed, restart the workers with the new file (their checkpoints
     find each job still listed again).
+
+    The file is written anew from the topology it holds: its `x-` keys are kept, its comments
+    and layout are not (keep notes under `x-` keys). A symlinked TOPOLOGY has its target
+    replaced, the link left as it is.
 
     squeue is run with --all (jobs in hidden partitions too), and must be able to see every user's
     jobs: with PrivateData=jobs, run it as SlurmUser, root or an operator, or a job it cannot see
@@ -168,8 +175,11 @@ def jobs(topology_path: str, squeue_json: IO[str] | None, squeue_exe: str, min_n
 
 def _replace(path: Path, topology: Topology) -> None:
     """Write beside ``path`` and rename over it: a worker starting meanwhile reads the old file or
-    the new one, never half of one."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent or Path("."))
+    the new one, never half of one. A symlink is followed first: renaming over the link itself
+    left the link's target (the file in a config repository, say) without the new jobs and put a
+    plain file where the link was."""
+    path = path.resolve()
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     os.close(fd)
     try:
         topology.dump(tmp)

@@ -23,11 +23,27 @@ Names and references (``name``, ``row``, ``rack``, ``a``, ``b``, ``cooling_loop`
 ``cluster`` and a job's ``nodes``) are read as written: ``name: 010`` is the node ``010``, not
 YAML 1.1's octal 8, and ``rack: no`` the rack ``no``, not false. A key repeated in one mapping is
 an error (YAML would keep the last value and drop the others silently). A node has at most
-``MAX_GPU_INDEX + 1`` GPUs; a switch's ``rail`` is an integer in 0..2**31-1.
+``MAX_GPU_INDEX + 1`` GPUs (``gpus`` left out: 8); a switch's ``rail`` is an integer in 0..2**31-1.
+
+Only the keys shown above are read; any other key is an error naming it, where it is and the
+keys allowed there (a misspelt ``gpu: 4`` was ignored, and the node got the default 8 GPUs; a
+``cooling-loop:`` put the row on a loop of its own; a top-level ``job:`` listed no jobs). Keys
+starting with ``x-`` or ``x_`` (docker-compose's convention for extension fields) are a site's
+own notes, at the top level or in any entry (``x-pdu: pdu-a`` on a rack): not read, but kept,
+so a file rewritten from the loaded topology (``foreshock topology jobs``) still has them. They
+are no part of the fingerprints: changing a note does not change the hardware.
+
+A link between two switches is an uplink from a leaf to a spine: its leaf is the end of tier
+``leaf`` and its spine the end of tier ``spine``, whichever the file writes as ``a`` (the file's
+order is kept for the optics: ``<link>#a`` is the optic at the end written ``a``). A link
+between two switches of one tier (a leaf pair's MLAG peer link), or where
+either end has another tier (a host's ``hca``, a DWDM ``transport`` device) is read as written,
+``a`` its lower end.
 """
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import json
 import reprlib
@@ -111,11 +127,20 @@ class Topology:
     switch_rail: np.ndarray = field(default_factory=lambda: _i32([]))
     links: list[str] = field(default_factory=list)
     link_gpu: np.ndarray = field(default_factory=lambda: _i32([]))  # -1 for switch-switch
+    # a switch-to-switch link between a leaf and a spine has its leaf as a and its spine as b,
+    # whichever end the file wrote first (detectors group an uplink by its a end)
     link_a_switch: np.ndarray = field(default_factory=lambda: _i32([]))  # -1 when a is a GPU
     link_b_switch: np.ndarray = field(default_factory=lambda: _i32([]))
     link_fec_limit: np.ndarray = field(default_factory=lambda: np.zeros(0))  # NaN: not given
     jobs: list[str] = field(default_factory=list)
     job_nodes: list[np.ndarray] = field(default_factory=list)
+    # per link, whether the file wrote its ends the other way round (spine as a): to_dict writes
+    # them as written, so the optic names (``<link>#a``) keep meaning the same optics
+    link_ends_swapped: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))
+    # a site's own ``x-``/``x_`` keys: at the top level, and per section ("racks", ...) per entity
+    # name; kept for to_dict, no part of the fingerprints
+    x_keys: dict[str, Any] = field(default_factory=dict)
+    x_entry_keys: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self._index: dict[str, dict[str, int]] = {}
@@ -133,6 +158,10 @@ class Topology:
         if len(fec) != len(self.links):
             raise TopologyError(f"link_fec_limit has {len(fec)} entries for {len(self.links)} links")
         self.link_fec_limit = fec
+        swapped = np.asarray(self.link_ends_swapped, dtype=bool).reshape(-1)
+        self.link_ends_swapped = swapped if len(swapped) else np.zeros(len(self.links), dtype=bool)
+        if len(self.link_ends_swapped) != len(self.links):
+            raise TopologyError(f"link_ends_swapped has {len(swapped)} entries for {len(self.links)} links")
         self.gpu_job = np.full(len(self.gpus), -1, dtype=np.int32)
         for j, nodes in enumerate(self.job_nodes):
             mask = np.isin(self.gpu_node, nodes)
@@ -250,40 +279,54 @@ class Topology:
         return out
 
     # ---- YAML --------------------------------------------------------------------------
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self, x_keys: bool = True) -> dict[str, Any]:
+        """The YAML shape, each link's ends in the order its file wrote them, with the site's own
+        ``x-`` keys unless ``x_keys`` is false (the fingerprints leave them out: notes are not
+        hardware)."""
         gpus_per_node = np.bincount(self.gpu_node, minlength=len(self.nodes))
         link_end = lambda sw, gpu: self.switches[sw] if sw >= 0 else self.gpus[gpu]  # noqa: E731
-        return {
+        notes = self.x_entry_keys if x_keys else {}
+
+        def x(section: str, name: str) -> dict[str, Any]:
+            return notes.get(section, {}).get(name, {})
+
+        def ends(i: int) -> tuple[str, str]:
+            a, b = link_end(int(self.link_a_switch[i]), int(self.link_gpu[i])), self.switches[self.link_b_switch[i]]
+            return (b, a) if self.link_ends_swapped[i] else (a, b)
+
+        out = {
             "cluster": self.cluster,
-            "rows": [{"name": r, "cooling_loop": loop} for r, loop in zip(self.rows, self.row_loop)],
-            "racks": [{"name": r, "row": self.rows[i]} for r, i in zip(self.racks, self.rack_row)],
+            "rows": [{"name": r, "cooling_loop": loop, **x("rows", r)} for r, loop in zip(self.rows, self.row_loop)],
+            "racks": [{"name": r, "row": self.rows[i], **x("racks", r)} for r, i in zip(self.racks, self.rack_row)],
             "nodes": [
-                {"name": n, "rack": self.racks[self.node_rack[i]], "gpus": int(gpus_per_node[i])}
+                {"name": n, "rack": self.racks[self.node_rack[i]], "gpus": int(gpus_per_node[i]), **x("nodes", n)}
                 for i, n in enumerate(self.nodes)
             ],
             "switches": [
-                {"name": s, "tier": t, **({"rail": int(r)} if r >= 0 else {})}
+                {"name": s, "tier": t, **({"rail": int(r)} if r >= 0 else {}), **x("switches", s)}
                 for s, t, r in zip(self.switches, self.switch_tier, self.switch_rail)
             ],
             "links": [
                 {
                     "name": name,
-                    "a": link_end(int(self.link_a_switch[i]), int(self.link_gpu[i])),
-                    "b": self.switches[self.link_b_switch[i]],
+                    **dict(zip("ab", ends(i))),
                     **({"fec_limit_ber": float(self.link_fec_limit[i])} if np.isfinite(self.link_fec_limit[i]) else {}),
+                    **x("links", name),
                 }
                 for i, name in enumerate(self.links)
             ],
             "jobs": [
-                {"name": j, "nodes": [self.nodes[n] for n in nodes]}
+                {"name": j, "nodes": [self.nodes[n] for n in nodes], **x("jobs", j)}
                 for j, nodes in zip(self.jobs, self.job_nodes)
             ],
         }
+        return {**out, **self.x_keys} if x_keys else out
 
     def hardware_dict(self) -> dict[str, Any]:
-        """:meth:`to_dict` without the jobs: the part a hardware fingerprint covers, and what a
-        checkpoint keeps to move its state onto a changed topology (``core/remap.py``)."""
-        return {k: v for k, v in self.to_dict().items() if k != "jobs"}
+        """:meth:`to_dict` without the jobs (nor the site's ``x-`` notes): the part a hardware
+        fingerprint covers, and what a checkpoint keeps to move its state onto a changed topology
+        (``core/remap.py``)."""
+        return {k: v for k, v in self.to_dict(x_keys=False).items() if k != "jobs"}
 
     def fingerprint(self, jobs: bool = False) -> str:
         """A short digest of the entities and their slots: two topologies with equal fingerprints
@@ -292,7 +335,7 @@ class Topology:
         hardware does not, and only job frames depend on their numbering."""
         cache: dict[bool, str] = self.__dict__.setdefault("_fingerprints", {})
         if jobs not in cache:
-            part = {"jobs": self.to_dict()["jobs"]} if jobs else self.hardware_dict()
+            part = {"jobs": self.to_dict(x_keys=False)["jobs"]} if jobs else self.hardware_dict()
             canonical = json.dumps(part, sort_keys=True, separators=(",", ":"), default=str)
             cache[jobs] = hashlib.sha256(canonical.encode()).hexdigest()[:16]
         return cache[jobs]
@@ -330,6 +373,8 @@ class Topology:
     def _from_dict(cls, data: Any, source: str) -> "Topology":
         if not isinstance(data, dict):
             raise TopologyError(f"{source}: expected a mapping at the top level")
+        x_keys = _known_keys(data, _TOP_KEYS, "the top level", source)
+        x_entry_keys: dict[str, dict[str, dict[str, Any]]] = {}
 
         def entries(key: str, required: bool = True) -> list[dict[str, Any]]:
             value = data.get(key, [] if not required else None)
@@ -342,6 +387,9 @@ class Topology:
                 raise TopologyError(f"{source}: '{key}' must be a list of mappings")
             seen: set[str] = set()
             for n, e in enumerate(value):
+                named = e.get("name")
+                where = f"{key}[{n}]" + (f" ({shown(named)})" if isinstance(named, (str, int)) else "")
+                notes = _known_keys(e, _ENTRY_KEYS[key], where, source)
                 if e.get("name") is None:
                     raise TopologyError(f"{source}: {key}[{n}] has no 'name'")
                 name = _text(e["name"], f"{source}: the name of {key}[{n}]")
@@ -350,6 +398,8 @@ class Topology:
                 if name in seen:
                     raise TopologyError(f"{source}: duplicate name {name!r} in '{key}'")
                 seen.add(name)
+                if notes:
+                    x_entry_keys.setdefault(key, {})[name] = notes
             return value
 
         def index_of(entities: list[dict[str, Any]]) -> dict[str, int]:
@@ -391,8 +441,9 @@ class Topology:
                 raise TopologyError(f"{source}: switch {s['name']!r} has 'rail' {shown(rail)}: "
                                     f"expected an integer in 0..{_RAIL_MAX} (or no 'rail')")
             switch_rail.append(rail)
+        switch_tier = [_text(s.get("tier", "leaf"), f"{source}: switch {s['name']!r} tier") for s in switches]
         links = entries("links", required=False)
-        link_gpu, link_a, link_b, link_fec = [], [], [], []
+        link_gpu, link_a, link_b, link_fec, link_swapped = [], [], [], [], []
         for k, link in enumerate(links):
             a, b = link.get("a"), link.get("b")
             where = f"links[{k}] ({link['name']})"
@@ -400,13 +451,22 @@ class Topology:
             if fec is not None and (isinstance(fec, bool) or not isinstance(fec, (int, float)) or not 0.0 < fec < 0.5):
                 raise TopologyError(f"{source}: {where} has fec_limit_ber {shown(fec)}: expected a BER in (0, 0.5)")
             link_fec.append(float(fec) if fec is not None else np.nan)
-            link_b.append(lookup(switch_index, b, "switch", where))
+            b_switch = lookup(switch_index, b, "switch", where)
             if isinstance(a, str) and a in gpu_index:
                 link_gpu.append(gpu_index[a])
                 link_a.append(-1)
-            else:
-                link_gpu.append(-1)
-                link_a.append(lookup(switch_index, a, "GPU or switch", where))
+                link_b.append(b_switch)
+                link_swapped.append(False)
+                continue
+            a_switch = lookup(switch_index, a, "GPU or switch", where)
+            # an uplink's leaf is the a end for every reader (incident domains, congestion, the
+            # fabric model): by the tiers, not by the order the file happens to write the ends in
+            ranks = _TIER_RANK.get(switch_tier[a_switch]), _TIER_RANK.get(switch_tier[b_switch])
+            swap = ranks[0] is not None and ranks[1] is not None and ranks[0] > ranks[1]
+            link_gpu.append(-1)
+            link_a.append(b_switch if swap else a_switch)
+            link_b.append(a_switch if swap else b_switch)
+            link_swapped.append(swap)
         jobs = entries("jobs", required=False)
         job_nodes = []
         for j in jobs:
@@ -428,7 +488,7 @@ class Topology:
             gpu_node=_i32(gpu_node),
             gpu_index=_i32(gpu_idx),
             switches=list(switch_index),
-            switch_tier=[_text(s.get("tier", "leaf"), f"{source}: switch {s['name']!r} tier") for s in switches],
+            switch_tier=switch_tier,
             switch_rail=_i32(switch_rail),
             links=list(index_of(links)),
             link_gpu=_i32(link_gpu),
@@ -437,6 +497,9 @@ class Topology:
             link_fec_limit=np.asarray(link_fec, dtype=np.float64),
             jobs=list(index_of(jobs)),
             job_nodes=job_nodes,
+            link_ends_swapped=np.asarray(link_swapped, dtype=bool),
+            x_keys=x_keys,
+            x_entry_keys=x_entry_keys,
         )
         try:
             return cls(**kwargs)
@@ -456,6 +519,8 @@ class Topology:
             data = yaml.load(path.read_text(encoding="utf-8"), Loader=_Loader)
         except FileNotFoundError:
             raise TopologyError(f"{path}: no such topology file") from None
+        except OSError as exc:  # a folder, a file it may not read: the user gets why, not a traceback
+            raise TopologyError(f"{path}: cannot read the topology file: {exc.strerror or exc}") from None
         except _DuplicateKeyError as exc:
             raise TopologyError(f"{path}: {exc.problem}") from None
         except yaml.YAMLError as exc:
@@ -481,6 +546,36 @@ class Topology:
                 "nodes": [{"name": h, "rack": UNKNOWN, "gpus": n} for h, n in sorted(per_host.items())],
             }
         )
+
+
+_TOP_KEYS = frozenset({"cluster", "rows", "racks", "nodes", "switches", "links", "jobs"})
+_ENTRY_KEYS = {
+    "rows": frozenset({"name", "cooling_loop"}),
+    "racks": frozenset({"name", "row"}),
+    "nodes": frozenset({"name", "rack", "gpus"}),
+    "switches": frozenset({"name", "tier", "rail"}),
+    "links": frozenset({"name", "a", "b", "fec_limit_ber"}),
+    "jobs": frozenset({"name", "nodes"}),
+}
+_X_PREFIXES = ("x-", "x_")  # a site's own keys (docker-compose's extension fields)
+_TIER_RANK = {"leaf": 0, "spine": 1}  # the tiers whose order says which end of an uplink is its leaf
+
+
+def _known_keys(mapping: dict[Any, Any], allowed: frozenset[str], where: str, source: str) -> dict[str, Any]:
+    """The mapping's ``x-`` keys (a site's notes, kept), after checking every other key is one the
+    loader reads: an unknown one, most often a misspelt one (``gpu: 4``), would otherwise be
+    ignored and its default used in silence."""
+    notes: dict[str, Any] = {}
+    for key in mapping:
+        if isinstance(key, str) and key.startswith(_X_PREFIXES):
+            notes[key] = mapping[key]
+        elif key not in allowed:
+            close = difflib.get_close_matches(str(key), sorted(allowed), n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise TopologyError(f"{source}: {where} has an unknown key {shown(key)}{hint} (allowed there: "
+                                f"{', '.join(sorted(allowed))}; a site's own notes go under keys starting "
+                                "with 'x-' or 'x_')")
+    return notes
 
 
 def take_or(values: np.ndarray, index: np.ndarray, fill: int = -1) -> np.ndarray:

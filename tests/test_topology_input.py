@@ -81,7 +81,7 @@ def test_a_repeated_key_is_refused_naming_it_and_its_lines(tmp_path, doc: str, k
 def test_a_merge_key_may_still_override_what_it_merges(tmp_path) -> None:
     path = tmp_path / "topology.yaml"
     path.write_text("rows: [{name: r}]\nracks: [{name: k, row: r}]\n"
-                    "base: &base {rack: k, gpus: 2}\nnodes: [{<<: *base, name: a, gpus: 1}]\n")
+                    "x-base: &base {rack: k, gpus: 2}\nnodes: [{<<: *base, name: a, gpus: 1}]\n")
     assert Topology.load(path).gpus == ["a/gpu0"]
 
 
@@ -90,7 +90,7 @@ def test_a_merge_key_may_still_override_a_name_it_merges(tmp_path) -> None:
     `rack: 01` (kept as written) was written back over the node's own `rack: r2`."""
     path = tmp_path / "topology.yaml"
     path.write_text("rows: [{name: r}]\nracks: [{name: '01', row: r}, {name: r2, row: r}]\n"
-                    "base: &base {rack: 01, gpus: 2}\n"
+                    "x-base: &base {rack: 01, gpus: 2}\n"
                     "nodes: [{<<: *base, name: a}, {<<: *base, name: b, rack: r2}]\n")
     topo = Topology.load(path)
     assert [topo.racks[r] for r in topo.node_rack] == ["01", "r2"]
@@ -98,8 +98,8 @@ def test_a_merge_key_may_still_override_a_name_it_merges(tmp_path) -> None:
 
 def _alias_bomb(levels: int) -> str:
     """YAML of a few hundred bytes whose ``*l{levels-1}`` expands to 9**levels strings."""
-    lines = ['l0: &l0 ["x","x","x","x","x","x","x","x","x"]']
-    lines += [f"l{k}: &l{k} [" + ",".join([f"*l{k - 1}"] * 9) + "]" for k in range(1, levels)]
+    lines = ['x-l0: &l0 ["x","x","x","x","x","x","x","x","x"]']
+    lines += [f"x-l{k}: &l{k} [" + ",".join([f"*l{k - 1}"] * 9) + "]" for k in range(1, levels)]
     return "\n".join(lines) + "\n"
 
 
