@@ -16,12 +16,13 @@ from thermal_synth import small_topology
 F = {name: i for i, name in enumerate(FEATURES)}
 
 
-def simulated_cooling_loss(gpus: int):
+def simulated_cooling_loss(gpus: int, seed: int = 1, interval: float = 10.0):
     """The simulator's cooling-loss scenario (one CDU loses flow over 15 min) on ``gpus`` GPUs, an
-    hour at 10 s: its GPU frames alone, one poll each, and when each GPU first throttled."""
+    hour sampled every ``interval`` s: its GPU frames alone, one poll each, and when each GPU first
+    throttled."""
     from foreshock.simulator import ClusterSimulator
 
-    sim = ClusterSimulator(gpus=gpus, scenario="cooling-loss", seed=1, interval=10.0, duration=3600)
+    sim = ClusterSimulator(gpus=gpus, scenario="cooling-loss", seed=seed, interval=interval, duration=3600)
     frames = [f for tick in sim.iter_ticks(3600) for f in tick if f.kind == "gpu"]
     onsets: dict[int, float] = {}
     for e in sim.events:

@@ -19,6 +19,7 @@ from foreshock.findings import Prediction
 from foreshock.frames import Frame
 from foreshock.topology import Topology
 
+from test_loop_warming import simulated_cooling_loss
 from thermal_synth import small_topology
 
 F = {name: i for i, name in enumerate(FEATURES)}
@@ -26,17 +27,8 @@ LEAD_S = 60.0  # a warning counts when it comes at least this long before the GP
 
 
 def _cooling_loss(interval: float) -> tuple[Topology, list[Frame], dict[int, float]]:
-    """The simulator's cooling loss (one CDU loses flow from 350 s) on 64 GPUs, an hour sampled every
-    ``interval`` s: its GPU frames alone (no rack inlet), and when each GPU first throttled."""
-    from foreshock.simulator import ClusterSimulator
-
-    sim = ClusterSimulator(gpus=64, scenario="cooling-loss", seed=7, interval=interval, duration=3600)
-    frames = [f for tick in sim.iter_ticks(3600) for f in tick if f.kind == "gpu"]
-    onsets: dict[int, float] = {}
-    for e in sim.events:
-        if e.type == "thermal_throttle_start":
-            onsets.setdefault(sim.topology.gpus.index(e.entity), e.time)
-    return sim.topology, frames, onsets
+    """The simulator's cooling loss on 64 GPUs, an hour sampled every ``interval`` s (seed 7)."""
+    return simulated_cooling_loss(64, seed=7, interval=interval)
 
 
 @pytest.fixture(scope="module", params=[1.0, 10.0], ids=["1s", "10s"])
