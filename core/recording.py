@@ -774,6 +774,9 @@ class Recording:
         except (pa.ArrowException, UnicodeDecodeError, OSError) as exc:  # (a corrupt footer's text, too)
             raise RecordingError(f"{file}: unreadable Parquet ({exc})") from None
         names = set(pf.schema_arrow.names)
+        if len(names) < len(pf.schema_arrow.names):  # (the frames refuse it at replay, after the earlier parts)
+            twice = sorted({n for n in pf.schema_arrow.names if pf.schema_arrow.names.count(n) > 1})
+            raise RecordingError(f"{file}: columns named twice {twice}")
         missing = {"ts", "slot"} - names
         if missing:
             raise RecordingError(f"{file}: missing columns {sorted(missing)}")

@@ -80,6 +80,21 @@ def test_a_later_parts_string_column_is_refused_at_the_open(tmp_path: Path) -> N
     assert '"samples"' not in result.output
 
 
+def test_a_later_part_with_a_column_named_twice_is_refused_at_the_open(tmp_path: Path) -> None:
+    """The third part holds ``power`` twice (a tool appending a column of the same name): the frames
+    refuse it, but only when the replay reaches it, after the first two parts."""
+    rec = tmp_path / "rec"
+    _write(rec, segment_s=10)
+    part = rec / "gpu.00002.parquet"
+    table = pq.read_table(part)
+    pq.write_table(table.append_column("power", table["power"]), part)
+    assert pq.ParquetFile(part).schema_arrow.names.count("power") == 2  # (the setup)
+    with pytest.raises(RecordingError, match=r"gpu\.00002\.parquet: columns named twice \['power'\]"):
+        Recording.open(rec)
+    result = _replay(rec)
+    assert result.exit_code == 1 and '"samples"' not in result.output, result.output
+
+
 def test_a_corrupt_ts_page_in_an_unlisted_part_is_a_recording_error(tmp_path: Path) -> None:
     """A recorder killed between renaming its third part and listing it: the open reads that
     part's stamps for the span; a corrupt page there escaped as a raw OSError (in a listed part
