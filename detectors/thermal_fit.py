@@ -38,8 +38,8 @@ from foreshock.topology import Topology
 
 from .alarm import silent_gpu_withdrawals
 from .base import Detector, add_columns, resolve_params
-from .gpu_inputs import (Scratch, frame_now, gpu_columns, inline, kernel, new_inlet_states, node_feed, node_tick,
-                         rack_inlet_obs, read_inlet, relinked_inlet_states, update_rack_inlet,
+from .gpu_inputs import (INLET_NODE_PROXY, INLET_RACK_PROXY, Scratch, frame_now, gpu_columns, inline, kernel,
+                         new_inlet_states, node_feed, node_tick, rack_inlet_obs, read_inlet, relinked_inlet_states, update_rack_inlet,
                          upgrade_rack_state)
 
 # (the fit reads no clock: sm_clock and sm_clock_max are the power detector's, in the fit's
@@ -166,7 +166,10 @@ skips the sample, as it skips a missing reading, and it is counted. A ``gpu_temp
 for 80 minutes while its rack inlet warmed to 65.9 °C at 463-640 W was fitted an R of -0.0243 °C/W,
 exported by the resistance gauge, nothing counted, its real throttle never predicted (its 15
 rack-mates' were; until 2026-12-05). An R is never learnt below 0 either (a die within the rounding
-of its inlet)."""
+of its inlet). Judged only where the inlet is a rack's sensor: the GPUs' own proxy reads
+(R - R_nominal) * P high on boards above nominal (8 °C at 0.06 °C/W, 640 W), and a healthy HBM 7 °C
+over the true inlet at 260 W read under it: every reading of such GPUs was dropped, their HBM never
+fitted (an audit of this check, the same day)."""
 # the decays of the fit's fixed time constants over one step (kept while the step repeats: the
 # rows of a frame mostly share theirs): the step, then one per time constant
 D_DT, D_LEVEL, D_SLOPE, D_UL, D_UB, D_REF, D_SETTLE = range(7)
@@ -591,12 +594,16 @@ def _fit_kernel(obs: tuple[np.ndarray, ...], lo: int, hi: int, parents: np.ndarr
         i = int(obs[X_SLOT][row])
         rows[row, R_TPREV] = s[i, G_SIZE + CORE * M_SIZE + M_TPREV]
         n_cold = 0
+        # judged against a rack's sensor only: a proxy inlet (T - R_nominal * P) reads high by
+        # (R - R_nominal) * P on boards above nominal, and a healthy HBM under it is no stuck sensor
+        src = s[i, G_USRC]
+        from_rack = src == src and src != INLET_RACK_PROXY and src != INLET_NODE_PROXY
         for m in range(N_MODELS):
             temp = obs[X_TEMP][row] if m == CORE else obs[X_HBM][row]
             off = G_SIZE + m * M_SIZE
             # a loaded die colder than its inlet is a stuck sensor, no reading (DIE_BELOW_INLET); loaded:
             # this sample's power, else (none) the power filtered so far
-            cold = -50.0 < temp < inlet - DIE_BELOW_INLET_C and (
+            cold = from_rack and -50.0 < temp < inlet - DIE_BELOW_INLET_C and (
                 power > params[P_LOAD_MIN] or (power != power and s[i, off + M_PF] > params[P_LOAD_MIN]))
             n_cold += cold
             if not (temp == temp and -50.0 < temp < 200.0) or cold:

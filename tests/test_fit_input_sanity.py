@@ -188,3 +188,28 @@ def test_a_failing_loops_throttle_is_still_predicted_across_an_ntp_step():
     first = min(f.ts for f in found if isinstance(f, Prediction) and f.slot == 7 and f.active)
     assert first < throttle - 60.0, (first - world.t0, throttle - world.t0)
     assert counted(health, "disagrees with the power readings") == 1, health.problems
+
+
+def test_a_healthy_hbm_under_the_gpus_proxy_inlet_is_still_fitted() -> None:
+    """GPU telemetry alone: the inlet is the rack's proxy (T - R_nominal * P), which reads high by
+    (R - R_nominal) * P where boards run above nominal (0.06 °C/W at 640 W: ~8 °C). A healthy HBM at
+    260 W, 7 °C over the true 25 °C inlet, then reads under the proxy: the die-below-inlet rule,
+    meant for a rack's sensor, dropped every reading of those GPUs as a stuck sensor (718 in an hour)
+    and their HBM model was never fitted (an audit of the rule, 2026-12-05)."""
+    topo = small_topology(nodes=3, gpus=2, racks=1)
+    n = topo.size("gpu")
+    node = np.asarray(topo.gpu_node)
+    r, p0 = np.where(node < 2, 0.06, 0.046), np.where(node < 2, 640.0, 260.0)
+    fit = tf.ThermalFit(topo, tf.params_vector({}))
+    rng = np.random.default_rng(0)
+    problems: dict[str, int] = {}
+    for tick in range(360):  # an hour at 10 s, no rack frames
+        p = p0 + rng.normal(0, 3, n)
+        fit.update(Frame("gpu", np.full(n, 1000.0 + 10 * tick), np.arange(n), {
+            "gpu_temp": np.round(25.0 + r * p), "hbm_temp": np.round(25.0 + 0.027 * p), "power": p,
+            "power_limit": np.full(n, 700.0), "slowdown_temp": np.full(n, 89.0)}), caller=None)
+        for reason, count in fit.problems:
+            problems[reason] = problems.get(reason, 0) + count
+    assert not any("die colder" in reason for reason in problems), problems
+    hbm_r = fit.s_model[:, tf.G_SIZE + tf.HBM * tf.M_SIZE + tf.M_RL]
+    assert np.isfinite(hbm_r).all(), hbm_r  # every GPU's HBM fitted

@@ -424,7 +424,8 @@ class NaiveFit:
             # its inlet: a stuck sensor, no reading
             loaded = power > p[tf.P_LOAD_MIN] if math.isfinite(power) else \
                 s[tf.G_SIZE + m * tf.M_SIZE + tf.M_PF] > p[tf.P_LOAD_MIN]
-            cold = -50.0 < t < inlet - 1.0 and loaded
+            # judged against a rack's sensor only (a proxy reads high on boards above nominal)
+            cold = source is not None and source[0] == "rack" and -50.0 < t < inlet - 1.0 and loaded
             core_cold = core_cold or (cold and m == tf.CORE)
             if -50.0 < t < 200.0 and not cold:
                 self.model(s, tf.G_SIZE + m * tf.M_SIZE, dt, t, power, inlet)
