@@ -82,7 +82,8 @@ within its horizon, and its lead time is how early it came. Concretely, per *eve
 ``by_fault`` repeats the figures per fault type: episodes by the fault they started under;
 false alarms on an entity the fault affected while it was active, or within the simulator's
 aftermath after its repair (``AFTERMATH_S``: the window it attributes consequences in, a loop
-still cooling down), are charged to that fault, the rest to ``none``. Each fault's false-alarm
+still cooling down; a node's PSU or fans have none, as in the simulator since 2026-12-05), are
+charged to that fault, the rest to ``none``. Each fault's false-alarm
 rate divides by the same entity-hours as the total, so the faults' rates add up to it. Under
 several such faults at once, a false alarm is charged to a fault still active over one in its
 aftermath, then to the latest to begin (until 2026-12-02 to the earliest, then to the latest to
@@ -733,7 +734,9 @@ def fault_scopes(recording: Recording, events: Iterable[Event], entity_kind: str
     """Entities of ``entity_kind`` under each fault, from its onset event and the recording's
     fault list (durations). GPU faults reach the GPU, node faults its GPUs, loop faults the
     GPUs of every rack on the loop; link/optic faults their link. A fault is active until its
-    repair (onset + duration), then in its aftermath for ``AFTERMATH_S``."""
+    repair (onset + duration), then in its aftermath for ``AFTERMATH_S`` — but a node's (a PSU,
+    its fans): as the simulator has it, their repair lifts the brake, the derated limit or the lost
+    cooling at once and leaves nothing behind (``ClusterSimulator._attribute``), so their scope ends there."""
     topo = recording.topology
     durations = {f.get("id"): f.get("duration_s") for f in recording.meta.get("faults", []) or []
                  if isinstance(f, dict)}
@@ -763,7 +766,8 @@ def fault_scopes(recording: Recording, events: Iterable[Event], entity_kind: str
             names = set()
         dur = durations.get(ev.fault_id)
         repaired = ev.time + float(dur) if isinstance(dur, (int, float)) else math.inf
-        scopes.append(FaultScope(ev.fault_type or NO_FAULT, frozenset(names), ev.time, repaired + AFTERMATH_S,
+        aftermath = 0.0 if ev.entity_kind == "node" else AFTERMATH_S
+        scopes.append(FaultScope(ev.fault_type or NO_FAULT, frozenset(names), ev.time, repaired + aftermath,
                                  repaired))
     return scopes
 

@@ -99,3 +99,24 @@ def test_fault_scopes_know_when_a_fault_was_repaired():
     psu, tim = ev.fault_scopes(rec, events, "gpu")
     assert (psu.onset, psu.repaired, psu.end) == (1000.0, float("inf"), float("inf"))
     assert (tim.onset, tim.repaired, tim.end) == (2000.0, 3000.0, 3000.0 + ev.AFTERMATH_S)
+
+
+def test_a_node_fault_leaves_no_aftermath_to_charge():
+    """The simulator puts nothing after a PSU's or fans' repair down to them (the brake, the derated
+    limit or the lost cooling lift at once: ClusterSimulator._attribute), so a false alarm 300 s after a
+    PSU's repair is ``none``'s; 300 s after a TIM's repair it is still the TIM's (its aftermath).
+    Until 2026-12-05 the scorer charged the PSU for ``AFTERMATH_S`` after its repair."""
+    kind = ev.EVENT_KINDS["thermal_throttle"]
+    for entity_kind, entity, fault_type in (("node", "node0", "psu_failure"), ("node", "node0", "fan_failure"),
+                                            ("gpu", GPU, "tim_degradation")):
+        rec = Recording(Path("."), small_topology(nodes=1, gpus=2, racks=1),
+                        {"faults": [{"id": "f1", "duration_s": 1000.0}]})
+        events = [Event(1000.0, "fault_onset", entity_kind, entity, "f1", fault_type)]
+        (scope,) = ev.fault_scopes(rec, events, "gpu")
+        assert scope.repaired == 2000.0
+        m = ev.score_kind(_false_alarm_at(2300.0), events, kind, rec, 0.0, 10000.0)
+        charged = {f for f, r in m["by_fault"].items() if r["false_alarms_per_1000_gpu_hours"]}
+        assert charged == ({"none"} if entity_kind == "node" else {fault_type}), fault_type
+        # while active, the node fault is charged as before
+        m = ev.score_kind(_false_alarm_at(1500.0), events, kind, rec, 0.0, 10000.0)
+        assert {f for f, r in m["by_fault"].items() if r["false_alarms_per_1000_gpu_hours"]} == {fault_type}
