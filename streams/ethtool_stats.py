@@ -201,8 +201,11 @@ class PfcPauseTotals:
     values fell by a priority's lifetime total when PFC was turned off on it and jumped back when it
     was turned on again: with nothing paused, the congestion detector read the jump as pause time
     (a 3-s lifetime back in a 10-s poll: "PFC pause 30 %"). Here a priority not printed adds nothing
-    and is forgotten; printed again, its reading is its new baseline (what it counted while not
-    printed is not known to be this interval's). A priority's own decrease is held for one poll, as
+    and keeps its last reading: PFC off on it, nothing is paused on it, so printed again its increase
+    from that reading is the pause it counted before PFC went off and after it came on, unread, taken
+    then. Forgotten, that pause was in no increase of a running total but in a restarted source's sum
+    (below): read as one rise at the restart. A priority printed for the first time (PFC enabled on it)
+    starts from its reading: its lifetime is not pause. A priority's own decrease is held for one poll, as
     the counters module holds one (:mod:`foreshock.detectors.counters`, "One low reading"): back at
     or above the value before it, the low reading was a bad one and the rise from the value before
     is taken; otherwise it was a reset and the priority goes on from the low reading (its increase
@@ -214,14 +217,27 @@ class PfcPauseTotals:
     detectors keep a counter's last value across a NaN) and its own last value kept, so its next
     increase covers both polls; the other priorities' increases are added to the total all the same.
 
-    A fresh one (a source restarted; sources keep no checkpoint) starts each link's total at the sum
-    of its first poll's values: that is the total a running one holds as long as no priority was
-    turned off or on and none was reset, so a restart is seamless then (otherwise the detector sees
-    one jump or fall of the field, judged by its counter rules)."""
+    A link's total starts at the sum of the values of its first poll with every printed priority
+    available: its first published value. A fresh one (a source restarted; sources keep no
+    checkpoint) starts there too, so the two agree on the level after the same readings. Started at
+    a first poll with a priority not available, the total left that priority's lifetime out (its
+    first reading later was a baseline): a source restarted after that published the lifetime as
+    one jump, which the detectors (they difference the field as a counter, across the restart) read
+    as pause time ("PFC pause 200 %" from a 20-s lifetime in a 10-s poll). Until the start the field
+    is NaN, as it is for any poll with a priority not available, so nothing published is left out.
+
+    A restarted one publishes no more than the running one as long as every priority it prints was
+    printed from the running one's start: a priority first printed later (PFC enabled on it) starts
+    at its reading there, and at its lifetime in a restarted one's sum, which the detector then reads
+    as one rise (pause time if within the field's bound over the poll, else refused, not taken). A
+    priority reset, or not printed at the restart, makes the restarted level lower: a fall, judged by
+    the counter rules: a re-base above the field's bound over the poll, under it a reset whose
+    increase is the new level (the other priorities' lifetimes read as pause once). Only state kept
+    across the restart would tell those apart."""
 
     def __init__(self, health: PipelineHealth | None = None) -> None:
         self.health = health if health is not None else PipelineHealth()
-        # per link: each printed priority's last reading taken, and its low reading held (NaN: none)
+        # per link: each priority's last reading taken (printed or not since), its low reading held (NaN: none)
         self.last: dict[str, dict[str, tuple[float, float]]] = {}
         self.total: dict[str, float] = {}  # per link: the running total
 
@@ -230,11 +246,11 @@ class PfcPauseTotals:
         no priority is printed: no field, as before)."""
         names = [name for name in stats if _PRIO_PAUSE.match(name)]
         if not names:
-            self.last.pop(link, None)  # none printed: each, printed again, starts from its reading
-            return None
+            return None  # none printed: each keeps its last reading, as one not printed does
         kept = self.last.get(link, {})
-        now: dict[str, tuple[float, float]] = {}
         first = link not in self.total
+        # not printed (PFC off: not paused) keeps its last reading; before the start none is in the total
+        now = {} if first else {name: entry for name, entry in kept.items() if name not in stats}
         added = 0.0
         unavailable = False
         resets, glitches = [], []
@@ -247,9 +263,9 @@ class PfcPauseTotals:
                     now[name] = (last, low)  # kept: its next increase covers this poll too
                 continue
             if first:
-                added += value  # the total starts at the first poll's values (restart: seamless)
+                added += value  # the total starts at the sum of its first poll with all available
             elif math.isnan(last):
-                pass  # printed again (PFC enabled on it) or new: this reading is its baseline
+                pass  # new (PFC enabled on it, or never read yet): this reading is its baseline
             elif value >= last:
                 added += value - last  # (held low: back, a bad reading; the rise from before it)
                 if not math.isnan(low):
@@ -262,6 +278,10 @@ class PfcPauseTotals:
                 added += max(value - low, 0.0)  # it goes on from the low reading (lower still: re-based)
             now[name] = (value, math.nan)
         self.last[link] = now
+        if first and unavailable:
+            # not started: a priority left out here would be left out of the level for good, and a
+            # restarted source's first sum would hold it (its lifetime read as pause downstream)
+            return math.nan
         total = self.total[link] = self.total.get(link, 0.0) + added
         if resets:
             self.health.problem(STAGE, "PFC pause counter reset", len(resets),
