@@ -84,6 +84,12 @@ DBE_MAX_PER_S = 1000.0
 uncorrectable error stops the work that hit it and is logged by the driver as an XID), so it refuses
 garbage (a 1e12 reading), never a burst."""
 
+XID_OUTSIDE_TOPOLOGY = "XID reading of a slot outside the topology: skipped"
+"""The detector's problem for the codes :func:`xid_events` skips as their slot is outside the topology (a
+frame fed past the guard), as nothing is dropped silently. A :class:`~foreshock.frames.Frame` has a column
+for every field: the ``ecc_dbe`` counter rules count each row of such a slot (``unknown_slot``), whatever
+it holds, so this counts only a frame without that column (counted by both, one row read as two problems)."""
+
 
 @jit
 def is_xid_code(v: float) -> bool:
@@ -93,35 +99,48 @@ def is_xid_code(v: float) -> bool:
     return v >= XID_LOWEST and v <= XID_HIGHEST and v == math.floor(v)
 
 
-def xid_codes(values: np.ndarray) -> np.ndarray:
-    """:func:`is_xid_code` over an array."""
-    with np.errstate(invalid="ignore"):
-        return (values >= XID_LOWEST) & (values <= XID_HIGHEST) & (values == np.floor(values))
-
-
 @jit
-def _xid_events(slot: np.ndarray, xid: np.ndarray, last: np.ndarray, out: np.ndarray) -> int:
-    """Rows where a GPU's last-XID changes to a new code.
+def xid_events(slot: np.ndarray, xid: np.ndarray, last: np.ndarray, out: np.ndarray) -> tuple[int, int, int, int]:
+    """Rows where a GPU's last-XID changes to a new code: the one rule of the detector and the
+    exporter's XID counter (``foreshock.exporters.store``), which had each a twin of it.
 
-    ``last`` is the last XID seen per GPU (NaN: none yet); ``out`` rows are (row, kind, value).
-    A value that is not a code (:func:`is_xid_code`: a garbled reading, two series averaged, an
-    exporter's -1 for N/A, DCGM's not-supported sentinel) is not taken, and not remembered (79.5 was
-    read as XID 79, "fell off the bus"; 48 -> 48.5 -> 48 as a second XID 48; 79 -> -1 -> 79 as a new
-    XID 79). The guard counts it (``not_whole``, ``out_of_range``) before a pipeline's detectors see it.
-    Returns the number of rows written."""
+    ``last`` is the last XID seen per GPU (NaN: none yet); ``out`` rows are (row, kind, value), a change to
+    code 0 (no XID) is none. A value that is not a code (:func:`is_xid_code`: a garbled reading, two series
+    averaged, an exporter's -1 for N/A, DCGM's not-supported sentinel) is not taken, and not remembered (79.5
+    was read as XID 79, "fell off the bus"; 48 -> 48.5 -> 48 as a second XID 48; 79 -> -1 -> 79 as a new
+    XID 79). A code of a slot outside ``last`` (a frame fed past the guard, through the Frame API) is
+    skipped: read, it was an out-of-bounds read and write (a crash, or another array's memory corrupted; a
+    negative slot read the last GPU's). The guard counts and drops both before a pipeline's detectors see
+    them; fed past it, the caller counts them from what this returns.
+    Returns (rows written, codes skipped as their slot is outside ``last``, non-codes that are not whole
+    numbers, whole non-codes outside the guard's range (±inf included)); NaN (nothing read) is none."""
     n = 0
+    outside = 0
+    fractional = 0
+    out_of_range = 0
+    size = np.uint64(len(last))
     for i in range(len(slot)):
-        s = slot[i]
         v = xid[i]
-        if is_xid_code(v):
-            prev = last[s]
-            if prev == prev and v != prev and v > 0:
-                out[n, 0] = i
-                out[n, 1] = KIND_XID
-                out[n, 2] = v
-                n += 1
-            last[s] = v
-    return n
+        if not is_xid_code(v):
+            if v != v:
+                continue  # not read
+            if v != np.floor(v):  # (np.floor: math.floor casts to int64, which 1e300 overflows)
+                fractional += 1
+            else:
+                out_of_range += 1
+            continue
+        s = slot[i]
+        if np.uint64(s) >= size:  # s < 0 or s >= len(last) in one test (a negative slot wraps to above 2**63)
+            outside += 1
+            continue
+        prev = last[s]
+        if prev == prev and v != prev and v > 0:
+            out[n, 0] = i
+            out[n, 1] = KIND_XID
+            out[n, 2] = v
+            n += 1
+        last[s] = v
+    return n, outside, fractional, out_of_range
 
 
 @jit
@@ -209,9 +228,12 @@ class XidDetector(Detector):
         events = np.empty((2 * len(frame), 3))
         n = 0
         xid = frame.columns.get("xid_last")
-        if xid is not None:
-            n = _xid_events(frame.slot, np.ascontiguousarray(xid, dtype=np.float64), self.s_last_xid, events)
         dbe = frame.columns.get("ecc_dbe")
+        if xid is not None:
+            n, outside, _, _ = xid_events(frame.slot, np.ascontiguousarray(xid, dtype=np.float64), self.s_last_xid,
+                                          events)  # (its non-codes: the guard's to count)
+            if outside and dbe is None:  # (a Frame has an ``ecc_dbe`` column: its counter rules count the row)
+                self.health.problem(self.name, XID_OUTSIDE_TOPOLOGY, outside)
         if dbe is not None:
             new = self._new_dbes(frame.ts, frame.slot, np.asarray(dbe, dtype=np.float64))
             rows = np.flatnonzero(new > 0.0)

@@ -34,7 +34,7 @@ from foreshock.detectors.congestion import params_vector, xmit_wait_limits
 from foreshock.detectors.cooling import PARAMS as COOLING_PARAMS
 from foreshock.detectors.counters import CounterRates
 from foreshock.detectors.straggler import PARAMS as STRAGGLER_PARAMS
-from foreshock.detectors.xid import is_xid_code, xid_codes
+from foreshock.detectors.xid import xid_events
 from foreshock.facts import OWN_LIMIT_MAX_C, OWN_LIMIT_MIN_C, XID_SEVERITY
 from foreshock.findings import BOARD_FOLLOWED, Anomaly, Finding, Incident, Prediction
 from foreshock.frames import Frame
@@ -63,6 +63,9 @@ OWN_LIMIT_FIELDS = frozenset({"slowdown_temp", "max_op_temp", "hbm_max_op_temp"}
 """A GPU's own thresholds: a value outside ``OWN_LIMIT_MIN_C``..``OWN_LIMIT_MAX_C`` is no report
 (nvidia-smi's T.Limit offsets, a 0), so it neither becomes the latest value nor replaces a limit
 kept from an earlier poll — the detectors' rule (``thermal_fit``'s kept thresholds)."""
+XID_OUTSIDE_TOPOLOGY = "XID code of a GPU outside the topology: not counted"
+"""The store's problem for the codes of a slot outside its arrays (a frame fed past the guard, which counts
+and drops them as ``unknown_entity``): counted, as nothing is dropped silently."""
 
 
 HELD_FLAG_REFRESH_S = {"cooling": COOLING_PARAMS["refresh_s"], "straggler": STRAGGLER_PARAMS["refresh_s"]}
@@ -316,22 +319,20 @@ class FindingStore:
         # A reading that is no code (the detector's rule, ``is_xid_code``) is neither counted nor
         # remembered: 79.5 was served as a critical xid="79", and a -1 (an exporter's N/A) or DCGM's
         # not-supported sentinel remembered made the next reading of the latched code a new XID.
-        column = frame.columns["xid_last"]
-        rows = _new_xids(frame.slot, column, self._last_xid)
-        for row in rows:
-            code = int(column[row])
-            if code > 0:
-                self._xids[(int(frame.slot[row]), code)] += 1
-        read = column[~np.isnan(column)]
-        no_code = read[~xid_codes(read)]
-        if len(no_code):
-            with np.errstate(invalid="ignore"):
-                fractional = int(np.count_nonzero(no_code != np.floor(no_code)))  # (±inf: whole, outside)
-            if fractional:
-                self.health.problem("store", "XID code not a whole number: not counted", fractional)
-            if len(no_code) > fractional:
-                self.health.problem("store", "XID code outside the guard's range: not counted",
-                                    len(no_code) - fractional)
+        # A code of a GPU outside the topology (a frame fed past the guard) is skipped and counted: read, it
+        # was read and written out of the arrays' bounds. One pass (``xid_events``) finds the changes and
+        # counts what it did not take.
+        column = kernel_column(frame.columns["xid_last"])
+        events = np.empty((len(column), 3))
+        n, outside, fractional, out_of_range = xid_events(frame.slot, column, self._last_xid, events)
+        for row, _, code in events[:n]:  # (codes > 0: a change to 0, no XID, is no event)
+            self._xids[(int(frame.slot[int(row)]), int(code))] += 1
+        if fractional:
+            self.health.problem("store", "XID code not a whole number: not counted", fractional)
+        if out_of_range:
+            self.health.problem("store", "XID code outside the guard's range: not counted", out_of_range)
+        if outside:
+            self.health.problem("store", XID_OUTSIDE_TOPOLOGY, outside)
 
     def observe_findings(self, findings: Iterable[Finding]) -> None:
         with self._lock:
@@ -703,25 +704,6 @@ def _own_limit(column: np.ndarray) -> np.ndarray:
 
 def xid_severity(code: int) -> str:
     return XID_SEVERITY.get(code, "info")
-
-
-@jit
-def _new_xids(slot: np.ndarray, xid: np.ndarray, last: np.ndarray) -> np.ndarray:
-    """Rows holding an XID transition (time-ordered rows); updates ``last`` (per slot) in place. A
-    reading that is no XID code (``is_xid_code``: NaN, fractional, outside the guard's range) is
-    skipped: no transition, not remembered."""
-    out = np.empty(len(slot), dtype=np.int64)
-    n = 0
-    for i in range(len(slot)):
-        v = xid[i]
-        if not is_xid_code(v):
-            continue
-        prev = last[slot[i]]
-        if prev == prev and v != prev:
-            out[n] = i
-            n += 1
-        last[slot[i]] = v
-    return out[:n]
 
 
 @jit

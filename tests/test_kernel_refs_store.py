@@ -1,7 +1,8 @@
 """The finding store's kernels (exporters/store.py) against plain-Python references written from their
 docstrings, on hypothesis rows: repeated slots, NaN and infinite stamps and values, slots outside the
-arrays. ``_new_xids``: rows where a GPU's last XID changes (its first value is no event);
-``_observe_latest`` and ``_newest``: each slot's latest values and newest stamp, and the frame's clock."""
+arrays. ``_observe_latest`` and ``_newest``: each slot's latest values and newest stamp, and the frame's
+clock. (The XID transitions it counts are the detector's kernel, ``xid.xid_events``, checked against a
+reference in test_xid_shared_kernel.py.)"""
 
 from __future__ import annotations
 
@@ -16,33 +17,6 @@ from foreshock.exporters import store
 
 NAN, INF = math.nan, math.inf
 BIG = np.finfo(np.float64).max
-
-xid = st.sampled_from([NAN, NAN, 0.0, 13.0, 13.0, 48.0, 79.0, 79.5, INF])
-
-
-@pytest.mark.kernel
-@settings(max_examples=200, deadline=None)
-@given(rows=st.lists(st.tuples(st.integers(0, 3), xid), max_size=40),
-       known=st.lists(st.sampled_from([NAN, 0.0, 13.0, 79.0]), min_size=4, max_size=4))
-def test_new_xids_match_a_naive_transition_scan(rows, known):
-    """A row is an XID event where its value differs from the last code its GPU read; a GPU's first
-    code is only remembered. A value that is no code (NaN: not read; fractional; outside the guard's
-    0..1023 for xid_last, inf included) is skipped. ``last`` ends at each GPU's last code read."""
-    slot = np.array([s for s, _ in rows], dtype=np.int32)
-    values = np.array([v for _, v in rows], dtype=np.float64)
-    last = np.array(known, dtype=np.float64)
-    ref_last = list(known)
-    want = []
-    for i, (s, v) in enumerate(rows):
-        if not (0.0 <= v <= 1023.0 and v == math.floor(v)):  # (the range first: floor(inf) raises)
-            continue
-        if not math.isnan(ref_last[s]) and v != ref_last[s]:
-            want.append(i)
-        ref_last[s] = v
-    got = store._new_xids(slot, values, last)
-    assert got.tolist() == want
-    np.testing.assert_array_equal(last, ref_last)
-
 
 stamp = st.sampled_from([NAN, INF, -INF, 0.0, 5.0, 5.0, 10.0, -3.0, 1e300])
 value = st.sampled_from([NAN, 0.0, 1.5, -2.0, INF])
