@@ -258,10 +258,12 @@ class FindingStore:
             if fields:
                 columns = tuple(_own_limit(frame.columns[name]) if name in OWN_LIMIT_FIELDS
                                 else kernel_column(frame.columns[name]) for name in fields)  # no (fields, rows) copy
+                valued = np.empty(len(frame), dtype=np.bool_)
                 newest = _observe_latest(frame.ts, frame.slot, columns, self._latest_block[frame.kind],
-                                         self._seen[frame.kind], self._last_seen[frame.kind])
+                                         self._seen[frame.kind], self._last_seen[frame.kind], valued)
             else:
                 newest = _newest(frame.ts)
+                valued = None
             if frame.kind == "gpu":
                 self._count_xids(frame)
             elif frame.kind == "link" and "xmit_wait" in frame.columns:
@@ -271,7 +273,7 @@ class FindingStore:
                 if not self.newest_ts >= self.last_ts:  # (True for NaN)
                     self.newest_ts = self.last_ts
             if self._wall_clock is not None:
-                self._hear(frame)
+                self._hear(frame, valued)
             if received_wall is not None:  # (time.time when the batch came: the host's own clock)
                 own = self._wall_clock is not None and not isinstance(self._wall_clock, SteadyClock)
                 wall = self._wall_clock() if own and self._wall_clock is not None else time.time()
@@ -280,15 +282,18 @@ class FindingStore:
             # cluster after a burst kept exporting the burst's anomalies (and alerts) for good
             self._expire()
 
-    def _hear(self, frame: Frame) -> None:
+    def _hear(self, frame: Frame, valued: np.ndarray | None) -> None:
         """A live store's: the entities of ``frame`` were heard from now — those of its rows
-        with a timestamp (a row without one refreshes no ``last_seen`` either) and a slot in
-        the arrays (as ``_observe_latest``)."""
+        with a timestamp (a row without one refreshes no ``last_seen`` either), a slot in
+        the arrays and a value (``valued``, as ``_observe_latest`` found them: a lost GPU's row of
+        NaN is no report)."""
         heard = self._heard.get(frame.kind)
         if heard is None:
             return
         slot = frame.slot
         rows = ~np.isnan(frame.ts) & (slot >= 0) & (slot < len(heard))
+        if valued is not None:
+            rows &= valued
         now = self._now()
         slots = slot[rows]
         before = heard[slots]
@@ -708,11 +713,16 @@ def xid_severity(code: int) -> str:
 
 @jit
 def _observe_latest(ts: np.ndarray, slot: np.ndarray, columns: tuple[np.ndarray, ...], latest: np.ndarray,
-                    seen: np.ndarray, last_seen: np.ndarray) -> tuple[float, bool]:
+                    seen: np.ndarray, last_seen: np.ndarray, valued: np.ndarray) -> tuple[float, bool]:
     """Per row (time-ordered): each non-NaN value of ``columns`` (one array per field, in the
-    order of ``latest``'s rows) becomes the slot's latest value; the slot is seen, at its newest
-    timestamp. Returns the frame's newest timestamp (NaN skipped; infinities count, as in
-    ``np.nanmax``) and whether any is finite. Rows with a slot outside the arrays are skipped."""
+    order of ``latest``'s rows) becomes the slot's latest value; a row with one is ``valued`` and its
+    slot seen, at its newest timestamp. A row with none is no report of its entity: the sources keep
+    a lost GPU's row with every reading NaN (XID 79, fallen off the bus: ``streams/nvml.py``,
+    ``streams/nvidia_smi.py``) and a job that ended its row with no step time, and such rows kept
+    the last values exported for good (a GPU lost braking at 93 °C kept ForeshockPowerBrake and
+    ForeshockHbmTemperatureNearLimit firing and ForeshockGpuMissing from firing, until 2026-12-05).
+    Returns the frame's newest timestamp (NaN skipped; infinities count, as in ``np.nanmax``) and
+    whether any is finite. Rows with a slot outside the arrays are skipped."""
     fields = len(columns)
     newest = -np.inf
     any_finite = False
@@ -724,6 +734,7 @@ def _observe_latest(ts: np.ndarray, slot: np.ndarray, columns: tuple[np.ndarray,
                 newest = t
             if np.isfinite(t):
                 any_finite = True
+        valued[i] = False
         s = slot[i]
         if s < 0 or s >= len(seen):  # the guard lets none through; never write outside the arrays
             continue
@@ -731,6 +742,9 @@ def _observe_latest(ts: np.ndarray, slot: np.ndarray, columns: tuple[np.ndarray,
             v = columns[j][i]
             if v == v:
                 latest[j, s] = v
+                valued[i] = True
+        if not valued[i]:
+            continue
         seen[s] = True
         if t == t:
             clipped = min(max(t, -big), big)  # what np.nan_to_num made of infinities

@@ -45,9 +45,12 @@ def test_observe_latest_matches_a_naive_row_loop(rows, start):
     ref_latest = latest.copy()
     ref_seen = [False] * n_slots
     ref_last = list(start)
+    ref_valued = []
     for t, s, vals in rows:
-        if not 0 <= s < n_slots:
-            continue  # outside the arrays: only the clock reads it
+        # a row with no value is no report of its entity (a lost GPU's row of NaN): not seen
+        ref_valued.append(0 <= s < n_slots and any(not math.isnan(v) for v in vals))
+        if not ref_valued[-1]:
+            continue  # outside the arrays, or no value: only the clock reads it
         for j, v in enumerate(vals):
             if not math.isnan(v):
                 ref_latest[j, s] = v
@@ -55,7 +58,9 @@ def test_observe_latest_matches_a_naive_row_loop(rows, start):
         if not math.isnan(t):
             ref_last[s] = max(ref_last[s], min(max(t, -BIG), BIG))  # infinities as np.nan_to_num makes them
 
-    newest, any_finite = store._observe_latest(ts, slot, columns, latest, seen, last_seen)
+    valued = np.ones(len(rows), dtype=np.bool_)  # (set on every row, whatever it held)
+    newest, any_finite = store._observe_latest(ts, slot, columns, latest, seen, last_seen, valued)
+    np.testing.assert_array_equal(valued, ref_valued)
     want_newest, want_finite = naive_clock(ts.tolist())
     assert (newest, any_finite) == (want_newest, want_finite)
     assert store._newest(ts) == (want_newest, want_finite)
