@@ -409,16 +409,21 @@ def _fault_incident(tally: FindingTally, fault: Event) -> Incident | None:
     Holding the target is not enough to come first: a node's power failure an hour into a cooling
     loss on its loop was named after the loop's incident, opened half an hour before it."""
     detail = fault.detail if isinstance(fault.detail, dict) else {}
-    places = (set(detail.get("racks") or ()) | {detail[k] for k in ("rack", "node") if isinstance(detail.get(k), str)})
+    places = (set(detail.get("racks") or ()) | {detail[k] for k in ("rack", "node") if isinstance(detail.get(k), str)}
+              | _links_named(fault, ()))
 
     def opened(inc: Incident) -> float:
         return tally.incident_opened[inc.incident_id]
 
     def touches(inc: Incident, names: set[str]) -> bool:
-        return any(e in names or e.partition("/")[0] in names for e in (inc.root_entity, *inc.members))
+        # a link fault's optics are under it; a degrading optic's link is a place it names, and the
+        # optic at that link's other end is left out as :func:`_related_entries` leaves it
+        return any(e in names or e.partition("/")[0] in names or _link_of(e) == fault.entity
+                   for e in (inc.root_entity, *inc.members))
 
     alive = [i for i in tally.incidents.values() if i.ts >= fault.time]
-    own = [i for i in alive if (i.root_entity == fault.entity or i.root_entity.startswith(fault.entity + "/"))
+    own = [i for i in alive if (i.root_entity == fault.entity
+                                or i.root_entity.startswith((fault.entity + "/", fault.entity + "#")))
            and opened(i) >= fault.time - INCIDENT_LEAD_S]
     if own:
         return min(own, key=opened)
@@ -430,17 +435,42 @@ def _fault_incident(tally: FindingTally, fault: Event) -> Incident | None:
 
 
 def _related_entries(tally: FindingTally, fault: Event, consequences: Sequence[Event]) -> list[TallyEntry]:
-    """Tally entries raised at or after the fault's onset, on its target, its racks, or any entity
-    one of its consequences touched; each as a copy whose ``first_ts`` is its first raise since the
-    onset (a fault that recurs on the same GPUs is told by their later raises)."""
+    """Tally entries raised at or after the fault's onset, on its target, its racks, its link (an
+    optic's), or any entity one of its consequences touched (a link's optics with it); each as a copy
+    whose ``first_ts`` is its first raise since the onset (a fault that recurs on the same GPUs is
+    told by their later raises).
+
+    The optics detector names a degrading optic's link in its ``link_down`` prediction, a link with
+    no rack: before the link was among the places, a degrading optic read "foreshock first said
+    nothing" beside the very prediction about it, until the link went down."""
     names = {fault.entity} | {e.entity for e in consequences}
     detail = fault.detail if isinstance(fault.detail, dict) else {}
     racks = set(detail.get("racks") or ()) | ({detail["rack"]} if "rack" in detail else set())
+    links = _links_named(fault, consequences)
     out = []
     for e in tally.entries.values():
         since = min((t for t in e.raised or (e.first_ts,) if t >= fault.time), default=None)
         if since is None:
             continue  # said before the fault began (and not raised again since): about something else
-        if e.entity in names or e.rack in racks or any(e.entity.startswith(n + "/") for n in names):
+        # an optic's findings count where its link is named itself (a fault's or a consequence's
+        # target): its link named only as the place of a degrading optic leaves the optic at the other
+        # end out, a finding about a healthy optic that shares the link
+        if (e.entity in names or e.entity in links or e.rack in racks or _link_of(e.entity) in names
+                or any(e.entity.startswith(n + "/") for n in names)):
             out.append(e if since == e.first_ts else replace(e, first_ts=since))
     return out
+
+
+def _link_of(entity: str) -> str | None:
+    """The link an optic (``<link>#a``, ``<link>#b``) is an end of, as ``fault_scopes`` in
+    detectors/evaluation.py maps it; None for anything else."""
+    return entity.rsplit("#", 1)[0] if "#" in entity else None
+
+
+def _links_named(fault: Event, consequences: Sequence[Event]) -> set[str]:
+    """The links of the optics ``fault`` and its consequences name, and the link its onset's detail
+    names (the simulator's ``optic_degradation`` says ``detail["link"]``): where the optics detector
+    says its ``link_down``, and where the incident it opens may be rooted."""
+    detail = fault.detail if isinstance(fault.detail, dict) else {}
+    links = {link for e in (fault, *consequences) if (link := _link_of(e.entity)) is not None}
+    return links | ({detail["link"]} if isinstance(detail.get("link"), str) else set())
