@@ -363,9 +363,12 @@ def _reading(text: str, unit: str) -> float | str:
     return float(mw_to_dbm(found[printed] * known[printed])) if printed != "dBm" else math.nan
 
 
-def dom_batch(readings: Mapping[str, str], ts: float, health: PipelineHealth | None = None,
+def dom_batch(readings: Mapping[str, str], ts: float | Mapping[str, float], health: PipelineHealth | None = None,
               once: set[str] | None = None) -> tuple[SampleBatch, dict[str, ModuleDom]]:
     """Several modules' ``ethtool -m`` outputs (optic entity name -> text) -> an optic batch.
+
+    ``ts`` stamps every row, or is each optic's own time (entity name -> time): a poller's, the time
+    each module was read (:meth:`~.polling.EthtoolSource.read_times`), what its trend is judged on.
 
     With ``once`` (a polling source's, :func:`count_once`), a module without diagnostics counts
     the first time only: a passive copper cable has none, and will have none at the next poll.
@@ -382,7 +385,7 @@ def dom_batch(readings: Mapping[str, str], ts: float, health: PipelineHealth | N
             if count_once(once, entity):
                 health.problem(STAGE, "module without diagnostics", detail=entity)
             continue
-        builder.add(ts, entity, dom.optic_values())
+        builder.add(ts[entity] if isinstance(ts, Mapping) else ts, entity, dom.optic_values())
     return builder.build(), modules
 
 
@@ -408,8 +411,8 @@ class DomSource(EthtoolSource):
         return entity.rsplit("#", 1)[0]
 
     def poll(self) -> list[Frame]:
-        now = self.clock()
-        batch, modules = dom_batch(self.read_all(), now, self.health, self.counted_once)
+        readings = self.read_all()  # each module's row stamped when it was read, not when the poll began
+        batch, modules = dom_batch(readings, self.read_times(readings), self.health, self.counted_once)
         self.modules.update(modules)
         assert self._topology is not None
         return [batch.to_frame(self._topology, self.health, STAGE)]

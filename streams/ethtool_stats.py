@@ -308,10 +308,13 @@ def pfc_pause_duration(stats: Mapping[str, float], lookup: Mapping[str, Any], li
         link["pfc_pause_duration"] = total * scale[0]
 
 
-def stats_batches(readings: Mapping[str, str], ts: float, health: PipelineHealth | None = None,
+def stats_batches(readings: Mapping[str, str], ts: float | Mapping[str, float], health: PipelineHealth | None = None,
                   tracker: FecTracker | None = None, once: set[str] | None = None,
                   pfc: PfcPauseTotals | None = None) -> tuple[SampleBatch, SampleBatch]:
     """``ethtool -S`` outputs (link name -> text) -> (link batch, optic batch).
+
+    ``ts`` stamps every row, or is each link's own time (link name -> time): a poller's, the time
+    each interface was read (:meth:`~.polling.EthtoolSource.read_times`), as its counters' rates need.
 
     ``pfc`` keeps each link's PFC pause total across polls (:class:`PfcPauseTotals`): a poller passes
     its own at every poll. Without one, each call's ``pfc_pause_duration`` is the sum of the printed
@@ -348,8 +351,9 @@ def stats_batches(readings: Mapping[str, str], ts: float, health: PipelineHealth
             if count_once(once, link):
                 health.problem(STAGE, "no known counters", detail=link)
             continue
-        links.add(ts, link, values["link"])
-        optics.add(ts, f"{link}#a", values["optic"])
+        at = ts[link] if isinstance(ts, Mapping) else ts
+        links.add(at, link, values["link"])
+        optics.add(at, f"{link}#a", values["optic"])
     return links.build(), optics.build()
 
 
@@ -372,9 +376,9 @@ class EthtoolStatsSource(EthtoolSource):
         self.pfc = PfcPauseTotals(self.health)  # each link's PFC pause total, across polls
 
     def poll(self) -> list[Frame]:
-        now = self.clock()
-        link_batch, optic_batch = stats_batches(self.read_all(), now, self.health, self.tracker, self.counted_once,
-                                                self.pfc)
+        readings = self.read_all()  # each interface's rows stamped when it was read, not when the poll began
+        link_batch, optic_batch = stats_batches(readings, self.read_times(readings), self.health, self.tracker,
+                                                self.counted_once, self.pfc)
         assert self._topology is not None
         return [link_batch.to_frame(self._topology, self.health, STAGE),
                 optic_batch.to_frame(self._topology, self.health, STAGE)]

@@ -220,8 +220,8 @@ class PollingSource:
     reads: tuple[str, ...] = ()  # the entity kinds it yields: their sample counts exist from the start, at 0
     stamps_at_start = True
     """Whether a poll stamps its rows when it starts (the clock read on its first line: dcgm, nvidia-smi,
-    NVML, sysfs, dom, ethtool); False where they are stamped as answers come or when it ends (Redfish,
-    CDU). The next poll starts :data:`~foreshock.guard.POLL_GAP_S` at least after this one's start,
+    NVML, sysfs); False where they are stamped as answers come or when it ends (Redfish, CDU, dom,
+    ethtool). The next poll starts :data:`~foreshock.guard.POLL_GAP_S` at least after this one's start,
     or after its end where its stamps may lie there: the grid is kept whatever a poll takes."""
     counts_samples = True  # False where a pipeline consuming the frames counts them in the same health
 
@@ -503,6 +503,28 @@ def run_command(argv: Sequence[str], health: PipelineHealth, stage: str,
     return done.stdout, ""
 
 
+class Readings(dict[str, str]):
+    """What :meth:`EthtoolSource.read_all` returns: each entity's command output by name, and in
+    :attr:`at` the time it was read (the clock read when its command returned).
+
+    The commands run one after another, each up to its timeout: stamped all with the clock read
+    before the first, every row after a slow command carried a time from before it was read. A
+    counter's rate is its increase over the stamps' difference, so one interface taking 1.8 s of
+    a 2-s poll made every later one's rate ~1.9x too high, then ~0.5x too low at the next poll
+    (``xmit_discards`` read over 100/s, a warning, for a true 60/s), and nothing was counted.
+
+    The time after the command, not before it or its midpoint: ``ethtool`` takes a device's
+    counters in one ioctl (``ETHTOOL_GSTATS``; ``-m`` reads the module's pages) and then only prints
+    them, while what makes it slow mostly comes first (starting a process on a loaded host, the
+    RTNL lock another tool holds, a driver's queued firmware command). A midpoint puts the row of a
+    command that waited 1.8 s before reading 0.9 s early; the end is within its printing of the
+    read, and never before it. The Redfish source stamps a node's row when its answer arrives alike."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.at: dict[str, float] = {}
+
+
 class EthtoolSource(PollingSource):
     """What the ``ethtool FLAG IFACE`` sources share: one entity per interface, polled in turn.
 
@@ -516,6 +538,7 @@ class EthtoolSource(PollingSource):
     flag = ""
     entity_suffix = ""
     default_interval = 10.0
+    stamps_at_start = False  # each interface's rows when its command returns (:class:`Readings`)
 
     def __init__(self, interfaces: Mapping[str, str] | list[str], interval: float | None = None,
                  executable: str = "ethtool", host: str | None = None, topology: Topology | None = None,
@@ -535,14 +558,26 @@ class EthtoolSource(PollingSource):
         """The link an interface's entity belongs to (the entity itself for link sources)."""
         return entity
 
-    def read_all(self) -> dict[str, str]:
-        """``ethtool FLAG IFACE`` output by entity name; failed commands are counted and left out."""
-        readings = {}
+    def read_all(self) -> Readings:
+        """``ethtool FLAG IFACE`` output by entity name, each one's read time in ``.at``
+        (:class:`Readings`); failed commands are counted and left out."""
+        readings = Readings()
         for iface, entity in self.interfaces.items():
             out, _ = run_command([self.executable, self.flag, iface], self.health, self.stage, self.timeout)
             if out is not None:
                 readings[entity] = out
+                readings.at[entity] = self.clock()  # as of this read, not of the poll's start
         return readings
+
+    def read_times(self, readings: Mapping[str, str]) -> dict[str, float]:
+        """Each reading's time, to stamp its rows: its own (:class:`Readings`), or, where a
+        ``read_all`` gives a plain mapping (a subclass's, a test's), the clock now, when every
+        reading is in hand (no earlier than any of them was read)."""
+        at = readings.at if isinstance(readings, Readings) else {}
+        if all(entity in at for entity in readings):
+            return {entity: at[entity] for entity in readings}
+        now = self.clock()
+        return {entity: at.get(entity, now) for entity in readings}
 
 
 ALONGSIDE_BACKLOG = 64
