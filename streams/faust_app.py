@@ -83,7 +83,7 @@ from .kafka_config import KafkaSettings
 from .kafka_topics import CHECKPOINT_MAX_BYTES, Topics
 from .external_feed import STAGE as EXTERNAL_STAGE
 from .external_feed import parse_lines
-from .kafka_worker import DetectionStage, IncidentStage, TopicIds
+from .kafka_worker import BundleResult, DetectionStage, IncidentStage, TopicIds
 
 log = logging.getLogger("foreshock.worker")
 
@@ -509,6 +509,10 @@ class ForeshockWorker:
 
     async def checkpoint_due(self, force: bool = False) -> None:
         async with self.lock:
+            for partition in sorted(self.detection.parts):
+                # pieces held past the wait for the rest of their frame's share: a partition no
+                # sender writes to any more (its agents killed) has no next record to run them with
+                await self._send_findings(partition, self.detection.release_held(partition))
             now = time.monotonic()
             for partition, events in list(self.held.items()):
                 if events and self._frames_stream is not None and (force or now - self.last_checkpoint.get(partition, 0) >= self.config.checkpoint_interval_s):
@@ -614,23 +618,31 @@ class ForeshockWorker:
                 return
             for dead in result.dead_letters:
                 await self.dead_letter(message, dead.reason, dead.detail, "detect", dead.value, dead.headers)
-            # same partition, before the findings: read first (several past the topic's message size)
-            for value, headers in result.telemetry_messages:
-                await self._send(self.findings_topic, key=str(partition).encode(), value=value, headers=headers,
-                                 partition=0)
-            if result.findings_message is not None:  # in parts where it would pass the topic's message size
-                messages, cut_reports = split_findings(result.findings_message)
-                for findings in messages:
-                    await self._send(self.findings_topic, key=str(partition).encode(), value=findings, partition=0)
-                if cut_reports:  # findings lost to the message size: counted per report, the record kept
-                    for detail in cut_reports:
-                        self.health.problem("worker", "findings_too_large", detail=f"partition {partition}: {detail}")
-                    await self.dead_letter(message, "findings_too_large", "; ".join(cut_reports), "detect")
+            cut_reports = await self._send_findings(partition, result)
+            if cut_reports:  # findings lost to the message size: counted per report, the record kept
+                await self.dead_letter(message, "findings_too_large", "; ".join(cut_reports), "detect")
+            if result.findings_message is not None:
                 self.counts["pieces"] += result.pieces
                 self.counts["records"] += 1
             self.held.setdefault(partition, []).append(event)
             if time.monotonic() - self.last_checkpoint.get(partition, 0) >= self.config.checkpoint_interval_s:
                 await self.checkpoint_partition(stream, partition)
+
+    async def _send_findings(self, partition: int, result: BundleResult) -> list[str]:
+        """Send a detection result's forwarded rows, then its findings message, in parts where it
+        would pass the topic's message size; returns the reports cut short (each counted)."""
+        # same partition, before the findings: read first (several past the topic's message size)
+        for value, headers in result.telemetry_messages:
+            await self._send(self.findings_topic, key=str(partition).encode(), value=value, headers=headers,
+                             partition=0)
+        if result.findings_message is None:
+            return []
+        messages, cut_reports = split_findings(result.findings_message)
+        for findings in messages:
+            await self._send(self.findings_topic, key=str(partition).encode(), value=findings, partition=0)
+        for detail in cut_reports:
+            self.health.problem("worker", "findings_too_large", detail=f"partition {partition}: {detail}")
+        return cut_reports
 
     def _skip_unassigned(self, message: Any) -> None:
         """Leave an event of a frames partition not assigned to this worker to its owner, which

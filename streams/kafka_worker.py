@@ -11,8 +11,9 @@ straggler detector compares a job's GPUs within each partition's share of the jo
 ``DetectionStage._warn_split_jobs``): a partition's share of a frame that the agent cut into
 several pieces (``MAX_PIECE_BYTES``) runs as one frame, its pieces joined, and one that goes on in the
 sender's next bundle (``H_CONTINUES``) is held, in the checkpoint too, until its last piece
-came. A record (a bundle of pieces) gets one findings message (none when all its pieces are
-held: their reports go with the frame's last piece).
+came, or run as it is after ``FRAME_WAIT_S`` without it (counted ``held_abandoned``). A record
+(a bundle of pieces) gets one findings message (none when all its pieces are held: their reports
+go with the frame's last piece).
 
 **Incidents.** The findings of all partitions meet in one place (``foreshock.findings`` has
 one partition). :class:`IncidentStage` puts the pieces of each source frame back together —
@@ -65,9 +66,9 @@ from .embedded import EmbeddedPipeline
 from .external_feed import ExternalTarget, external_targets
 from .kafka_config import KafkaSettings
 from .kafka_topics import CHECKPOINT_MAX_BYTES
-from .kafka_codec import (H_CONTINUES, BundleEntry, FindingsMessage, Headers, PartitionMap, PieceInfo, PieceReport,
-                          RecordError, as_record_error, concat_rows, decode_bundle, encode_findings, encode_telemetry,
-                          headers_dict, piece_headers, sender_started)
+from .kafka_codec import (H_AGENT, H_CONTINUES, BundleEntry, FindingsMessage, Headers, PartitionMap, PieceInfo,
+                          PieceReport, RecordError, as_record_error, concat_rows, decode_bundle, encode_findings,
+                          encode_telemetry, headers_dict, piece_headers, sender_started)
 
 log = logging.getLogger("foreshock.worker")
 
@@ -463,6 +464,12 @@ class _Partition:
         # per sender, the pieces of a frame whose share of this partition continues in its next
         # bundle (``H_CONTINUES``): not run yet, so written with the checkpoints
         self.held: dict[str, list[tuple[PieceInfo, Frame]]] = {}
+        # per sender held, when (the stage's clock) its last piece came or its checkpoint was
+        # loaded: past ``held_wait_s`` the rest is given up on (``DetectionStage._expire_held``)
+        self.held_since: dict[str, float] = {}
+        # held pieces a checkpoint of other hardware brought (counted in ``load``): dead-lettered
+        # with the partition's next record, the first place a dead letter has a record to name
+        self.dead_letters: list[DeadLetter] = []
 
 
 class DetectionStage:
@@ -470,12 +477,17 @@ class DetectionStage:
 
     def __init__(self, topology: Topology, make_bank: Callable[[Topology], DetectorBank], partitions: int,
                  store: FindingStore | None = None, health: PipelineHealth | None = None,
-                 worker_id: str = "", max_ahead_s: float | None = None) -> None:
+                 worker_id: str = "", max_ahead_s: float | None = None, clock: Callable[[], float] = time.time,
+                 held_wait_s: float | None = None) -> None:
         """``make_bank``: the detector bank for a topology (this one's; a checkpoint written for
         other hardware needs a bank of that hardware to be read). ``max_ahead_s``: rows stamped
         further ahead of this host's clock are refused (``InputGuard``; None: no limit); with a
-        limit, the store measures staleness and ETAs on the wall clock (live)."""
+        limit, the store measures staleness and ETAs on the wall clock (live). ``held_wait_s``
+        (None: ``FRAME_WAIT_S``, wall time by ``clock``): how long pieces held for the rest of
+        their frame's share wait for it (``_expire_held``)."""
         self.max_ahead_s = max_ahead_s
+        self.clock = clock
+        self.held_wait_s = FRAME_WAIT_S if held_wait_s is None else held_wait_s
         self.topology = topology
         self.worker_id = worker_id
         self.health = health or PipelineHealth()
@@ -575,6 +587,7 @@ class DetectionStage:
         cover = CheckpointCover()
         written_for = topic_id
         held: dict[str, list[tuple[PieceInfo, Frame]]] = {}
+        dropped: dict[str, list[tuple[PieceInfo, Frame]]] = {}
         if checkpoint is not None:
             try:
                 saved = decode_checkpoint(checkpoint, "detect", self.signature)
@@ -586,9 +599,9 @@ class DetectionStage:
                     pipeline.bank.load_state_dict(state["bank"])
                     # (absent from checkpoints written before pieces were held)
                     held = {str(agent): list(group) for agent, group in state.get("held", {}).items()}
-                else:  # pieces held are numbered by the old hardware: dropped (the incident stage
-                    # runs their frame without them, counted frame_incomplete)
-                    self._load_moved(partition, pipeline, old, saved.state)
+                else:  # pieces held are numbered by the old hardware: counted and dead-lettered
+                    # (until 2026-12-05 dropped uncounted)
+                    dropped = self._load_moved(partition, pipeline, old, saved.state)
                 offset = saved.offset
                 cover = CheckpointCover.loaded(saved, end_offset, same_topic=topic_id is not None
                                                and saved.topic_id == topic_id)
@@ -597,28 +610,54 @@ class DetectionStage:
                 written_for = topic_id if topic_id is not None else saved.topic_id
             except _OtherTopic as exc:
                 self.health.problem("worker", exc.reason, detail=str(exc))
-                pipeline, held = self._new_pipeline(), {}
+                pipeline, held, dropped = self._new_pipeline(), {}, {}
             except Exception as exc:  # a checkpoint we cannot use must not stop the worker
                 self.health.problem("worker", "checkpoint_unusable", detail=f"partition {partition}: {exc}")
-                pipeline, offset, held = self._new_pipeline(), -1, {}
+                pipeline, offset, held, dropped = self._new_pipeline(), -1, {}, {}
         self.parts[partition] = _Partition(pipeline, offset, cover, written_for)
         self.parts[partition].held = held
+        # each held group waits afresh from the load, not from its stamp (not kept in checkpoints):
+        # the records after the checkpoint hold its continuation, read in order from now; dated by
+        # its arrival, a worker down longer than the wait gave up on it before reading them
+        self.parts[partition].held_since = dict.fromkeys(held, self.clock())
+        self.parts[partition].dead_letters = self._dropped_held(partition, dropped)
         log.info("partition %d: resumed after offset %d", partition, offset)
         return offset
 
-    def _load_moved(self, partition: int, pipeline: EmbeddedPipeline, old: Topology, delta: Any) -> None:
+    def _load_moved(self, partition: int, pipeline: EmbeddedPipeline, old: Topology,
+                    delta: Any) -> dict[str, list[tuple[PieceInfo, Frame]]]:
         """Load a checkpoint written for other hardware (a rack added, a node retired, the file
         reordered): its delta is read against a fresh pipeline of that hardware, and each entity
         this partition owns now keeps its state where its name is still listed (``core/remap.py``).
-        Entities new to the file, or new to this partition, start fresh."""
+        Entities new to the file, or new to this partition, start fresh. Returns the pieces it held
+        (numbered by the old hardware: not run, ``_dropped_held``)."""
         saved_pipeline = self._new_pipeline(old)
         state = apply_delta(self._state(saved_pipeline), delta)
+        held = {str(agent): list(group) for agent, group in state.get("held", {}).items()}
         remap = Remap(old, self.topology, keep=self.pmap.owned_by(partition))
         pipeline.guard.load_state_dict(state["guard"], remap)
         pipeline.bank.load_state_dict(pipeline.bank.remap_state(state["bank"], remap))
         kept = {kind: remap.kept(kind) for kind in ("gpu", "link", "node", "rack")}
         log.info("partition %d: checkpoint of hardware %s moved onto %s: state kept for %s", partition,
                  old.fingerprint(), self.topology.fingerprint(), ", ".join(f"{n} {k}s" for k, n in kept.items()))
+        return held
+
+    def _dropped_held(self, partition: int, dropped: dict[str, list[tuple[PieceInfo, Frame]]]) -> list[DeadLetter]:
+        """Pieces a checkpoint of other hardware held for their frame's rest: their slots are the
+        old file's, so they are not run; each piece is counted (``held_dropped``) and dead-lettered
+        as its own single-piece message. The incident stage runs their frame without them, or
+        drops it with the checkpoint's other waiting frames (``IncidentStage.load``)."""
+        out = []
+        for agent, group in dropped.items():
+            for info, frame in group:
+                detail = (f"partition {partition}: {agent} frame {info.seq} part {info.part}: {len(frame)} "
+                          f"{frame.kind} rows held for the rest of the frame's share, in a checkpoint of other "
+                          "hardware: not run")
+                self.health.problem("worker", "held_dropped", detail=detail)
+                out.append(DeadLetter("held_dropped", detail, frame.to_ipc(),
+                                      piece_headers(frame.kind, info.agent, info.seq, info.part, info.parts,
+                                                    info.sent)))
+        return out
 
     def drop(self, partition: int) -> None:
         """Give a partition up: its pipeline goes, and the shared store forgets its entities (their
@@ -640,6 +679,10 @@ class DetectionStage:
                                 detail=f"partition {partition}: offset {offset} after {part.offset}")
         part.offset = offset
         header_map = headers_dict(headers)
+        # other senders' pieces held past the wait run with this record (its own sender's may be
+        # continued by it); their reports and rows after this record's
+        sender = header_map.get(H_AGENT, b"").decode(errors="replace")
+        late_reports: list[PieceReport] = []
         try:
             pieces = decode_bundle(value, header_map, self.topology, self.pmap, partition, split_unknown=True)
         except Exception as exc:  # no piece identity: nothing to report, only the dead letter
@@ -647,8 +690,14 @@ class DetectionStage:
             # exceptions below still end the worker
             error = as_record_error(exc)
             self.health.problem("worker", error.reason, detail=str(error))
-            return BundleResult(dead_letters=[DeadLetter(error.reason, str(error))])
-        result = BundleResult(pieces=len(pieces))
+            result = BundleResult(dead_letters=part.dead_letters + [DeadLetter(error.reason, str(error))])
+            part.dead_letters = []
+            self._expire_held(partition, sender, late_reports, result)
+            result.findings_message = self._findings(late_reports, partition, offset)
+            return result
+        result = BundleResult(pieces=len(pieces), dead_letters=part.dead_letters)
+        part.dead_letters = []
+        self._expire_held(partition, sender, late_reports, result)
         reports: list[PieceReport] = []
         telemetry: list[BundleEntry] = []
         whole_record_failed = False
@@ -658,6 +707,7 @@ class DetectionStage:
         # GPUs a rack holds) saw each chunk alone, and their findings differed. A share the agent
         # split across bundles (H_CONTINUES) starts with the pieces held from its previous one.
         group: list[tuple[PieceInfo, Frame]] = part.held.pop(agent, [])
+        part.held_since.pop(agent, None)
         for piece in pieces:
             if piece.error is not None or piece.frame is None:
                 # an empty report keeps the frame's sequence complete for the incident stage
@@ -703,22 +753,70 @@ class DetectionStage:
         if group:
             if header_map.get(H_CONTINUES) == b"1" and group[-1][0] is pieces[-1].info:
                 # the rest of this frame's share comes in the sender's next bundle: run it whole then
-                # (held in the partition's checkpoint, so a restart from it still has these pieces)
+                # (held in the partition's checkpoint, so a restart from it still has these pieces),
+                # or after ``held_wait_s`` without it (``_expire_held``)
                 part.held[agent] = group
+                part.held_since[agent] = self.clock()
             else:
                 self._run_group(part, group, reports, telemetry, result)
         # pieces all held for the next record: their reports go with the frame's last piece
-        result.findings_message = encode_findings(reports, partition, offset, self.worker_id) if reports else None
         if telemetry:
-            result.telemetry_messages, left_out = encode_telemetry(agent, pieces[0].info.sent, telemetry,
-                                                                   self.frame_fields)
-            for seq, index, _, rows in left_out:
-                # only a crafted record (an agent's pieces are MAX_PIECE_BYTES): its frame runs
-                # without these rows, as one whose piece was dead-lettered
-                self.health.problem("worker", "telemetry_too_large", detail=(
-                    f"partition {partition}: {agent} frame {seq} part {index}: its {len(rows)} {rows.kind} rows "
-                    "would pass the findings topic's message size: not forwarded to the incident stage"))
+            self._forward(partition, agent, pieces[0].info.sent, telemetry, result)
+        result.findings_message = self._findings(reports + late_reports, partition, offset)
         return result
+
+    def _forward(self, partition: int, agent: str, sent: float, telemetry: list[BundleEntry],
+                 result: BundleResult) -> None:
+        """Add ``agent``'s forwarded rows to ``result``'s telemetry messages (one sender's each:
+        the incident stage reads the sender from a message's headers)."""
+        messages, left_out = encode_telemetry(agent, sent, telemetry, self.frame_fields)
+        result.telemetry_messages.extend(messages)
+        for seq, index, _, rows in left_out:
+            # only a crafted record (an agent's pieces are MAX_PIECE_BYTES): its frame runs
+            # without these rows, as one whose piece was dead-lettered
+            self.health.problem("worker", "telemetry_too_large", detail=(
+                f"partition {partition}: {agent} frame {seq} part {index}: its {len(rows)} {rows.kind} rows "
+                "would pass the findings topic's message size: not forwarded to the incident stage"))
+
+    def _findings(self, reports: list[PieceReport], partition: int, offset: int) -> bytes | None:
+        return encode_findings(reports, partition, offset, self.worker_id) if reports else None
+
+    def release_held(self, partition: int) -> BundleResult:
+        """Run the partition's pieces held past ``held_wait_s`` for the rest of their frame's share
+        (``_expire_held``), between records: a partition no sender writes to any more (its agents
+        killed) has no next record to run them with. Its findings message and forwarded rows go to
+        the findings topic as a record's; empty (no message) when nothing waited that long."""
+        part = self.parts.get(partition)
+        result = BundleResult()
+        if part is None or not part.held:
+            return result
+        reports: list[PieceReport] = []
+        self._expire_held(partition, None, reports, result)
+        result.findings_message = self._findings(reports, partition, part.offset)
+        return result
+
+    def _expire_held(self, partition: int, keep: str | None, reports: list[PieceReport],
+                     result: BundleResult) -> None:
+        """Run each group of pieces held (``H_CONTINUES``) longer than ``held_wait_s`` for the rest
+        of its frame's share, but ``keep``'s (the sender of the record at hand: it may bring the
+        rest), as it is: its sender was killed before it sent the rest, or its broker went away at
+        its stop, or it restarted (a new sender). Until 2026-12-05 such pieces were held for good:
+        their rows never reached the detectors, nothing counted them, and every checkpoint pickled
+        them again. Counted ``held_abandoned``; each piece keeps its report, so the incident stage
+        sees the frame's pieces that came (and counts the frame as incomplete)."""
+        part = self.parts[partition]
+        now = self.clock()
+        for agent in [a for a in part.held if a != keep and now - part.held_since.get(a, now) >= self.held_wait_s]:
+            group = part.held.pop(agent)
+            since = part.held_since.pop(agent)
+            first = group[0][0]
+            self.health.problem("worker", "held_abandoned", detail=(
+                f"partition {partition}: {agent} frame {first.seq}: {len(group)} pieces held {now - since:.0f} s for "
+                "the rest of the frame's share (foreshock-continues), which never came: run without it"))
+            telemetry: list[BundleEntry] = []
+            self._run_group(part, group, reports, telemetry, result)
+            if telemetry:  # (a message of its own: the incident stage reads its sender from the headers)
+                self._forward(partition, agent, first.sent, telemetry, result)
 
     def _run_group(self, part: _Partition, group: list[tuple[PieceInfo, Frame]], reports: list[PieceReport],
                    telemetry: list[BundleEntry], result: BundleResult) -> None:
@@ -955,10 +1053,12 @@ class IncidentStage:
             if self._given_up(agent, message.seq):
                 self.health.problem("incidents", "late_piece", detail=f"{agent} frame {message.seq} part "
                                     f"{message.part}: came after its frame was run without it; its findings are left out")
-            elif message.seq < self.taken_up.get(agent, (0, 0.0))[0]:
+            elif (taken := self.taken_up.get(agent)) is not None and message.seq < taken[0]:
+                # (a sender never taken up has no entry: read it so, never indexed, for a report
+                # below frame 1 that got here all the same ended the worker on every restart)
                 self.health.problem("incidents", "late_piece", detail=(
                     f"{agent} frame {message.seq} part {message.part}: came after this stage (without a checkpoint) "
-                    f"had taken its sender up at frame {self.taken_up[agent][0]} and run frames from there; its "
+                    f"had taken its sender up at frame {taken[0]} and run frames from there; its "
                     "findings are left out"))
             else:
                 self.duplicates += 1
