@@ -56,6 +56,9 @@ LATEST_FIELDS: dict[str, tuple[str, ...]] = {
     "node": ("fan_speed",),
     "job": ("step_time",),
 }
+NOT_A_REPORT = frozenset({"xid_last", "board_id"})
+"""Fields whose reading alone says nothing of an entity being read: NVML and nvidia-smi keep a GPU
+lost off the bus (XID 79) as a row of NaN with its last XID (and its board's identity)."""
 REPORT_GAP_FRAMES = 9
 """A live store's frames of a kind whose report gaps (``StoreSnapshot.report_interval_s``) are
 kept: the lower median of these is the kind's interval."""
@@ -261,6 +264,7 @@ class FindingStore:
                 valued = np.empty(len(frame), dtype=np.bool_)
                 newest = _observe_latest(frame.ts, frame.slot, columns, self._latest_block[frame.kind],
                                          self._seen[frame.kind], self._last_seen[frame.kind], valued)
+                self._seen_by_other_fields(frame, fields, valued)
             else:
                 newest = _newest(frame.ts)
                 valued = None
@@ -281,6 +285,33 @@ class FindingStore:
             # findings lapse with the store's clock, not only when more findings come: a quiet
             # cluster after a burst kept exporting the burst's anomalies (and alerts) for good
             self._expire()
+
+    def _seen_by_other_fields(self, frame: Frame, latest_fields: Sequence[str], valued: np.ndarray) -> None:
+        """The rows ``_observe_latest`` found no latest value in that hold a reading of another field
+        are reports all the same: their entity is seen then (and ``valued`` for :meth:`_hear`). The
+        latest values are what the store shows, not what proves an entity alive: an ``ethtool -S``
+        source's link rows carry byte, pause and discard counters and neither ``link_state`` nor
+        ``xmit_wait``, and a dcgm page of error fields alone a GPU's ECC and PCIe counters (read as
+        reports, since 2026-12-05, only as they hold one). Not ``NOT_A_REPORT``: a lost GPU's row keeps
+        its last XID. Only the few rows without a latest value are looked at again."""
+        slot = frame.slot
+        seen = self._seen[frame.kind]
+        rest = np.flatnonzero(~valued & (slot >= 0) & (slot < len(seen)))
+        if not len(rest):
+            return
+        held = np.zeros(len(rest), dtype=bool)
+        for name, column in frame.columns.items():
+            if name not in latest_fields and name not in NOT_A_REPORT:
+                held |= ~np.isnan(np.asarray(column, dtype=np.float64)[rest])
+        rows = rest[held]
+        if not len(rows):
+            return
+        valued[rows] = True
+        seen[slot[rows]] = True
+        ts = frame.ts[rows]
+        stamped = ~np.isnan(ts)
+        big = np.finfo(np.float64).max
+        np.maximum.at(self._last_seen[frame.kind], slot[rows][stamped], np.clip(ts[stamped], -big, big))
 
     def _hear(self, frame: Frame, valued: np.ndarray | None) -> None:
         """A live store's: the entities of ``frame`` were heard from now — those of its rows
@@ -716,7 +747,8 @@ def _observe_latest(ts: np.ndarray, slot: np.ndarray, columns: tuple[np.ndarray,
                     seen: np.ndarray, last_seen: np.ndarray, valued: np.ndarray) -> tuple[float, bool]:
     """Per row (time-ordered): each non-NaN value of ``columns`` (one array per field, in the
     order of ``latest``'s rows) becomes the slot's latest value; a row with one is ``valued`` and its
-    slot seen, at its newest timestamp. A row with none is no report of its entity: the sources keep
+    slot seen, at its newest timestamp. A row with none is no report of its entity unless it holds
+    another field's reading (the caller's to judge: ``FindingStore._seen_by_other_fields``): the sources keep
     a lost GPU's row with every reading NaN (XID 79, fallen off the bus: ``streams/nvml.py``,
     ``streams/nvidia_smi.py``) and a job that ended its row with no step time, and such rows kept
     the last values exported for good (a GPU lost braking at 93 °C kept ForeshockPowerBrake and

@@ -86,3 +86,33 @@ def test_a_job_that_ended_leaves_its_step_time() -> None:
                                   {"gpu_temp": np.full(topo.size("gpu"), 50.0)}))
     labels = {"cluster": topo.cluster, "training_job": topo.jobs[0]}
     assert registry.get_sample_value("foreshock_job_step_time_seconds", labels) is None
+
+
+@pytest.mark.parametrize("live", [False, True])
+def test_rows_with_other_fields_than_the_latest_values_are_reports(live: bool) -> None:
+    """What proves an entity read is any reading, not only the fields the store shows as latest
+    values: an ``ethtool -S`` source's link rows carry byte, pause and discard counters and neither
+    ``link_state`` nor ``xmit_wait`` (core/fields.csv), and a dcgm page of error fields alone a GPU's
+    ECC and PCIe counters. Both were read as no report by the first form of the lost-GPU rule (every
+    link of a RoCE fleet dropped, healthy GPUs counted missing): a review of it found them."""
+    topo = make_small_topology()
+    n, links = topo.size("gpu"), topo.size("link")
+    assert links > 0
+    wall = [T0]
+    store = FindingStore(topo, wall_clock=(lambda: wall[0]) if live else None)
+    registry = build_registry(store)
+    for t in np.arange(0.0, 600.0, 10.0):
+        wall[0] = T0 + t
+        store.observe_frame(Frame("gpu", np.full(n, T0 + t), np.arange(n),
+                                  {"ecc_dbe": np.zeros(n), "pcie_replays": np.zeros(n), "xid_last": np.zeros(n)}))
+        store.observe_frame(Frame("link", np.full(links, T0 + t), np.arange(links),
+                                  {"tx_data": np.full(links, 1e9 * t), "pfc_pause_duration": np.zeros(links)}))
+    assert registry.get_sample_value("foreshock_gpus_reporting", {"cluster": topo.cluster}) == n
+    snap = store.snapshot()
+    fresh = snap.heard["link"] >= snap.clock - 120.0
+    assert fresh.all()
+    # while a row of NaN with its XID alone is still none (the lost GPU above)
+    store.observe_frame(Frame("gpu", np.full(n, T0 + 900.0), np.arange(n),
+                              {"ecc_dbe": np.full(n, np.nan), "xid_last": np.full(n, 79.0)}))
+    wall[0] = T0 + 900.0
+    assert registry.get_sample_value("foreshock_gpus_reporting", {"cluster": topo.cluster}) == 0
