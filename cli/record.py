@@ -4,6 +4,8 @@ into a recording folder that ``replay``, ``evaluate`` and ``incidents`` read.
 The recording is opened at the first poll that yields telemetry (a polled source learns its
 topology from what it reads) and is always closed properly — at ``--duration``, after
 ``--polls``, or on Ctrl-C, SIGTERM or SIGHUP — so an interrupted recording is still a valid one.
+A poll that has not ended :data:`WIND_DOWN_S` after the stop (a call that never returns) is left:
+the rows read before it are written, the recording marked incomplete, and the summary printed.
 It is written in parts closed every ``--commit-every`` seconds, so a recorder killed outright
 (SIGKILL, the OOM killer, a power cut) loses only its last part. A part that cannot be written
 (a full disk) ends the recording: what was closed before it stays readable, the rows lost are
@@ -13,6 +15,8 @@ counted, and the command exits with the error.
 from __future__ import annotations
 
 import json
+import logging
+import math
 import queue
 import signal
 import threading
@@ -37,6 +41,18 @@ from .agent import URL_HELP, open_source, options_given, refuse_unread_options
 from .common import LIVE_INTERVAL, finite_number, stop_on_signals
 
 LIVE_SOURCES = ("dcgm", "nvidia-smi", "nvml", "infiniband", "dom", "ethtool", "redfish", "cdu")
+
+WIND_DOWN_S = 2.0
+"""How long ``record`` and ``watch`` wait, once a stop is asked for (``--duration``, the first Ctrl-C,
+SIGTERM or SIGHUP), for the poll in hand to end. A poll stuck in a call that never returns (a hung
+driver call) held them for good: the stop was ignored, and a second signal killed ``record`` with
+every row read before the hang unwritten. Past it the poll is left (its thread ends with the
+process), the rows read before it are written and the summary printed."""
+STOP_CHECK_S = 0.1
+"""How often ``record``, waiting for the source's next frame, looks whether a stop was asked for (a
+signal's handler cannot wake the wait)."""
+
+log = logging.getLogger("foreshock")
 
 
 def live_source_options(node_flag: str = "--host"):  # type: ignore[no-untyped-def]
@@ -105,7 +121,13 @@ def command(source: str, out_dir: Path, commit_every: float, duration: float | N
     polled, topology_of = open_live_source(source, url, executable, root, interfaces, interval, polls, node,
                                            topology_path)
     health: PipelineHealth = polled.health
-    timer = threading.Timer(duration, polled.stop) if duration else None
+    stopping = threading.Event()  # a stop is asked for: the source is waited for WIND_DOWN_S at most
+
+    def stop_polling() -> None:
+        stopping.set()
+        polled.stop()
+
+    timer = threading.Timer(duration, stop_polling) if duration else None
     console = Console(stderr=True)
     writer: RecordingWriter | None = None
     counted = {"samples": 0, "frames": 0}
@@ -113,10 +135,11 @@ def command(source: str, out_dir: Path, commit_every: float, duration: float | N
     interrupted = False
     stopped_by: list[str] = []
     write_failed: list[OSError] = []
+    left: list[str] = []  # the source, left in its poll after a stop (_frames_or_quiet)
 
     def stop(sig: signal.Signals) -> None:
         stopped_by.append(sig.name)
-        polled.stop()
+        stop_polling()
 
     # the first Ctrl-C, SIGTERM or SIGHUP stops after the poll in hand. Killed by the others
     # mid-recording, every part lost its Parquet footer and recording.json was never written; a
@@ -132,7 +155,8 @@ def command(source: str, out_dir: Path, commit_every: float, duration: float | N
                       console=console) as progress:
             task = progress.add_task("record", samples=0, polls=0)
             committed_at, parts_seen = time.monotonic(), 0
-            for frame in _frames_or_quiet(polled, lambda: committed_at + commit_every - time.monotonic()):
+            for frame in _frames_or_quiet(polled, lambda: committed_at + commit_every - time.monotonic(), stopping,
+                                          left):
                 if frame is None:  # the source is quiet (a hung poll): the rows held are committed on time
                     if writer is not None:
                         try:
@@ -168,12 +192,14 @@ def command(source: str, out_dir: Path, commit_every: float, duration: float | N
         if timer is not None:
             timer.cancel()
         if writer is not None:
+            if left:
+                writer.mark_interrupted()  # the poll in hand, left, is missing from its end
             try:
                 writer.close()
             except OSError as exc:
                 write_failed.append(exc)
         restore()  # after the close: a second SIGTERM during it must not cut the footers short
-    interrupted = interrupted or bool(stopped_by)
+    interrupted = interrupted or bool(stopped_by) or bool(left)
     wall = time.monotonic() - started
     _summary(console, out_dir, writer, health, polled.polls, wall, interrupted)
     summary: dict[str, Any] = {"name": "record", "source": source, "path": str(out_dir), "polls": polled.polls,
@@ -192,13 +218,18 @@ def command(source: str, out_dir: Path, commit_every: float, duration: float | N
                                    "(the counted problems above say why)")
 
 
-def _frames_or_quiet(source: Iterable[Frame], wait_s: Callable[[], float]) -> Iterator[Frame | None]:
+def _frames_or_quiet(source: Iterable[Frame], wait_s: Callable[[], float], stopping: threading.Event | None = None,
+                     left: list[str] | None = None) -> Iterator[Frame | None]:
     """The frames of ``source``, polled in a thread of its own, and None each time none came for
     ``wait_s()`` seconds (asked again after each item): the recording writer commits only when it
     is handed a frame, so a source gone quiet (a poll that hangs, an exporter that stops answering)
     held the rows read before unwritten past ``--commit-every``, lost to a recorder killed then.
     The consumer, not the thread, writes: the writer is never used from two threads. An error that
-    ends the source is raised to the consumer; the source's own end ends the frames."""
+    ends the source is raised to the consumer; the source's own end ends the frames.
+
+    Once ``stopping`` is set the source is waited for :data:`WIND_DOWN_S` more at most: a poll
+    that does not end by then (a call that never returns) is left in its thread (a daemon's, which
+    does not hold the process), the frames end, and why is added to ``left``."""
     arrived: queue.Queue[Frame | _SourceEnded] = queue.Queue()  # (the consumer takes each frame at once)
 
     def pump() -> None:
@@ -212,17 +243,33 @@ def _frames_or_quiet(source: Iterable[Frame], wait_s: Callable[[], float]) -> It
             arrived.put(_SourceEnded(failed))
 
     threading.Thread(target=pump, name="record-poll", daemon=True).start()
+    quiet_at = time.monotonic() + max(wait_s(), 0.0)
+    give_up_at = math.inf  # once a stop is asked for: when the source is left
     while True:
+        now = time.monotonic()
+        if stopping is not None and stopping.is_set() and give_up_at == math.inf:
+            give_up_at = now + WIND_DOWN_S
+        if now >= give_up_at:
+            why = f"the source's poll in hand did not end within {WIND_DOWN_S:g} s of the stop: left"
+            log.warning("record: %s (its rows are not in the recording, marked incomplete)", why)
+            if left is not None:
+                left.append(why)
+            return
+        # a stop is looked for every STOP_CHECK_S: a signal's handler runs in this thread, between waits
+        until = min(quiet_at, give_up_at, now + STOP_CHECK_S if stopping is not None else math.inf)
         try:
-            item = arrived.get(timeout=max(wait_s(), 0.0))
+            item = arrived.get(timeout=max(until - now, 0.0))
         except queue.Empty:
-            yield None
+            if time.monotonic() >= quiet_at:
+                yield None
+                quiet_at = time.monotonic() + max(wait_s(), 0.0)
             continue
         if isinstance(item, _SourceEnded):
             if item.error is not None:
                 raise item.error
             return
         yield item
+        quiet_at = time.monotonic() + max(wait_s(), 0.0)
 
 
 class _SourceEnded:

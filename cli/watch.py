@@ -37,6 +37,7 @@ import itertools
 import signal
 import socket
 import threading
+import time
 from collections import deque
 from typing import Iterable, Iterator, Sequence
 from urllib.parse import urlparse
@@ -58,7 +59,7 @@ from foreshock.topology import Topology
 from .agent import options_given, refuse_unread_options
 from .common import (LIVE_INTERVAL, PipelineRun, build_pipeline, detector_option, finish, finite_number, move_run,
                      param_option, run_with_progress, serve_options, stop_on_signals, stop_server)
-from .record import live_source_options, open_live_source
+from .record import WIND_DOWN_S, live_source_options, open_live_source
 
 
 @click.command("watch")
@@ -167,13 +168,28 @@ def command(source: str, duration: float | None, polls: int | None, interval: fl
         stats = run_with_progress(run, follower.follow(merged, run), None, f"watch {source}")
     finally:
         polled.stop()
+        for other in others:
+            other.stop()  # (alongside stops them too, where the run got that far)
         if timer is not None:
             timer.cancel()
         restore()
+    _wind_down(others)
     if stopped_by:
         console.print(f"[yellow]stopped by {stopped_by[0]}[/yellow]")
     finish(run, stats, json_name="watch", interrupted=bool(stopped_by))
     stop_server(run)
+
+
+def _wind_down(others: Sequence[PollingSource]) -> None:
+    """Give the sources beside (BMCs, CDUs) :data:`~.record.WIND_DOWN_S` at most to end the poll in
+    hand, stopped: its reads still in flight are counted then as too slow. The summary was printed
+    while such a poll still waited (for a BMC that never answers), without them; past it a poll is
+    left (its threads do not hold the exit)."""
+    until = time.monotonic() + WIND_DOWN_S
+    for other in others:
+        wind_down = getattr(other, "wind_down", None)
+        if callable(wind_down):
+            wind_down(max(0.0, until - time.monotonic()))
 
 
 def _bmc_list(bmc: str | None, node: str | None) -> dict[str, str]:

@@ -22,6 +22,12 @@ NVML error, or any other exception from a reader (a pynvml whose API drifted), c
 on that GPU for that poll only and is counted. The last XID needs an NVML event set and is
 not read here (dcgm-exporter reports it).
 
+A poll's calls are made in a thread of its own and waited for :data:`DEADLINE_S` at most, as
+nvidia-smi's command is: a call that never returns (a wedged GPU) costs its GPU that poll's row
+(and the GPUs' after it), counted as ``NVML call hung``, and the GPU is asked nothing more, its row
+left out (counted at each poll), until the call returns; a stop ends the wait at once
+(:meth:`NvmlSource.read`).
+
 Each GPU's UUID is read too (:attr:`NvmlSource.reads_boards`), one ``nvmlDeviceGetUUID`` per GPU
 and poll (bytes from older pynvml, str from newer ones), and carried as the ``board_id`` field: a
 GPU whose UUID changes from one known to another is another board in its slot (an RMA), logged
@@ -40,6 +46,8 @@ from __future__ import annotations
 import logging
 import math
 import socket
+import threading
+import time
 from pathlib import Path
 from types import ModuleType
 from typing import Any, Callable
@@ -64,6 +72,20 @@ GPU_FAILED = FAULT_TOKENS["[gpu is lost]"]
 ``[GPU requires reset]``, so the dashboards and health metrics read both sources alike."""
 UNEXPECTED = "unexpected error from an NVML reader"
 """The problem reason for an exception from a reader that is not an ``NVMLError``."""
+NVML_HUNG = "NVML call hung"
+"""Counted once for a GPU whose NVML call did not return within :data:`DEADLINE_S` (:meth:`NvmlSource.read`)."""
+NVML_STILL_HUNG = "GPU not read: its NVML call still hung"
+"""Counted at each poll that leaves out a GPU whose hung call has not returned yet: no other call is
+made to it meanwhile (the thread stuck in the driver is not reused, nor another started for it)."""
+
+DEADLINE_S = 10.0
+"""How long a poll waits for its NVML calls. They run in a thread of their own: a driver call that
+never returned (a wedged GPU, the driver stuck in an ioctl) held the poll, and with it ``record`` and
+``watch``, for good, their ``--duration``, Ctrl-C and SIGTERM included. As long as nvidia-smi's source
+gives its command (``NvidiaSmiSource.timeout``): a poll costs a real H200 9 ms (``bench/bench_poll.py``)."""
+STOP_CHECK_S = 0.1
+"""How often a poll waiting for its calls looks whether the source was stopped: a stop ends the wait
+at once rather than at the deadline (``watch`` polls in its main thread)."""
 
 Reader = Callable[[ModuleType, Any], float]
 
@@ -303,6 +325,24 @@ class _GpuFailed(Exception):
     """Raised out of a GPU's reading when NVML says the GPU is lost or needs a reset."""
 
 
+class _NvmlPoll:
+    """One poll's reading of ``gpus`` (:meth:`NvmlSource.read`), made in a thread of its own: what
+    it has read, and where it is (``gpu``, the call ``what``), shared under ``lock`` with the poll."""
+
+    def __init__(self, gpus: list[int], shape: tuple[int, int]) -> None:
+        self.gpus = gpus
+        self.values = np.full(shape, np.nan)
+        self.uuids: dict[int, str] = {}  # GPU -> its UUID read this poll
+        self.entered: list[int] = []  # GPUs found lost this poll that were not at the last
+        self.finished: set[int] = set()  # GPUs read to their row's end
+        self.gpu: int | None = None  # the GPU in hand
+        self.what = ""  # its call in hand
+        self.error: Exception | None = None  # what ended the reading early (a bug, not an NVML error)
+        self.abandoned = False  # the poll has left without it (its deadline, or the source stopped)
+        self.lock = threading.Lock()
+        self.done = threading.Event()
+
+
 def load_nvml() -> ModuleType:
     """Import nvidia-ml-py and initialise NVML; raises ``pynvml.NVMLError`` without a driver."""
     import pynvml
@@ -359,6 +399,8 @@ class NvmlSource(PollingSource):
         self._slow = [name in SLOW_FIELDS for name in self.fields]
         self._slow_values = np.full((count, len(self.fields)), np.nan)
         self._slow_at = np.full((count, len(self.fields)), -np.inf)  # when each was last read with a value
+        self.deadline_s = DEADLINE_S  # how long a poll waits for its NVML calls (DEADLINE_S)
+        self._stuck: dict[int, _NvmlPoll] = {}  # GPU -> the poll whose call to it has not returned
 
     def _handle(self, index: int) -> Any | None:
         try:
@@ -369,64 +411,56 @@ class NvmlSource(PollingSource):
             return None
 
     def read(self) -> SampleBatch:
-        """One reading of every GPU (a row per GPU that has a handle)."""
+        """One reading of every GPU (a row per GPU that has a handle).
+
+        The NVML calls are made in a thread of the poll's own, waited for :attr:`deadline_s` at
+        most (and no longer once the source is stopped). A GPU whose call has not returned by then
+        is counted (:data:`NVML_HUNG`); it and the GPUs after it have no row this poll. The thread
+        is left in its call, and the GPU is not read (counted, :data:`NVML_STILL_HUNG`) until the
+        call has returned: at most one thread is stuck per GPU."""
         now = self.clock()
-        nv = self.nv
-        values = np.full((len(self.handles), len(self.fields)), np.nan)
         self._failing.clear()
-        uuids: dict[str, str] = {}
-        entered: list[int] = []  # GPUs found lost this poll that were not at the last
-        for g, handle in enumerate(self.handles):
-            if handle is None:
-                handle = self.handles[g] = self._handle(g)
-                if handle is None:
-                    continue
-                self._forget_slow(g)
-            try:
-                if self.reads_boards:
-                    uuids[self._entities[g]] = uuid = self._uuid(g, handle)
-                    if uuid and self._last_uuid.setdefault(g, uuid) != uuid:
-                        self._last_uuid[g] = uuid
-                        self._forget_slow(g)  # another board: its own thresholds and clocks
-                for f, name in enumerate(self.fields):
-                    if not self.supported[g, f]:
-                        continue
-                    slow = self._slow[f]
-                    if slow and 0.0 <= now - self._slow_at[g, f] < self.slow_every_s:
-                        values[g, f] = self._slow_values[g, f]
-                        continue
-                    read = self.readers[name]
-                    value, self.supported[g, f] = self._call(g, name, lambda: read(nv, handle))
-                    if value is not None:
-                        values[g, f] = value if math.isfinite(value) else np.nan
-                    if not slow:
-                        continue
-                    if not np.isnan(values[g, f]):
-                        self._slow_values[g, f] = values[g, f]
-                        self._slow_at[g, f] = now
-                    elif self.supported[g, f]:
-                        values[g, f] = self._slow_values[g, f]  # the last reading (if any) while none comes
-            except _GpuFailed:
-                # every other call would fail the same way (a lost GPU's may each take long): ask
-                # nothing more of it this poll; it is counted as it enters the state, not per poll
-                self._failing.add(g)
-                self._forget_slow(g)  # nothing read: read afresh once back (perhaps another board)
-            if g in self._failing:
-                if g not in self._failed:
-                    self._failed.add(g)
-                    entered.append(g)
-            elif g in self._failed:
-                # back from a reset, its slow fields read afresh from the next poll; not at every poll
-                # while it waited (it is read then, perhaps for days, and a slow call costs a real
-                # H200 over 1 ms: they had been read at every poll)
-                self._forget_slow(g)
-                self._failed.discard(g)  # read without either: back, counted again if lost again
+        count = len(self.handles)
+        still = [g for g in range(count) if g in self._stuck]
+        if still:
+            names = [self._entities[g] for g in still]
+            self.health.problem(STAGE, NVML_STILL_HUNG, len(still),
+                                detail=", ".join(names[:3]) + (" ..." if len(names) > 3 else ""))
+        job = _NvmlPoll([g for g in range(count) if g not in self._stuck], (count, len(self.fields)))
+        if job.gpus:
+            threading.Thread(target=self._read_gpus, args=(job, now), name="nvml-poll", daemon=True).start()
+        else:
+            job.done.set()
+        deadline = time.monotonic() + self.deadline_s
+        while not job.done.wait(max(0.0, min(STOP_CHECK_S, deadline - time.monotonic()))):
+            if self._stop.is_set() or time.monotonic() >= deadline:
+                break
+        with job.lock:  # (the thread takes it to go on with each GPU and call, and to end)
+            ended = job.done.is_set()
+            job.abandoned = not ended
+            if job.error is not None:
+                raise job.error
+            finished = set(job.finished)
+            values = job.values.copy()
+            values[[g for g in range(count) if g not in finished]] = np.nan
+            uuids = {self._entities[g]: uuid for g, uuid in job.uuids.items() if g in finished}
+            entered = list(job.entered)
+            hung, what = job.gpu, job.what
+        if not ended and hung is not None:
+            self._stuck[hung] = job
+            if not self._stop.is_set():  # (a stop cut the wait short: nothing is known to hang)
+                self.health.problem(STAGE, NVML_HUNG, detail=(
+                    f"{self._entities[hung]}: {what} did not return within {self.deadline_s:g} s (no row for it, nor "
+                    "for the GPUs after it, this poll); the GPU is asked nothing more until the call returns"))
         if entered:
             names = [self._entities[g] for g in entered]
             self.health.problem(STAGE, GPU_FAILED, len(entered),
                                 detail=", ".join(names[:3]) + (" ..." if len(names) > 3 else ""))
         self._tell_unsupported()
-        present = np.array([h is not None for h in self.handles], dtype=bool)
+        # a GPU not read to the end (its call hung, still hung, or after it; the poll cut short by a
+        # stop) has no row: silent, as a GPU whose exporter hangs, not a row of NaN the input guard
+        # would count again as missing values at every poll
+        present = np.isin(np.arange(count), list(finished)) & np.array([h is not None for h in self.handles])
         values = values[present]
         columns = {name: values[:, f] for f, name in enumerate(self.fields) if not np.isnan(values[:, f]).all()}
         batch = SampleBatch("gpu", self._entities, np.full(len(values), now), np.flatnonzero(present).astype(np.int32),
@@ -435,6 +469,81 @@ class NvmlSource(PollingSource):
             assert self._topology is not None
             batch = self._boards.tag(batch, uuids, self._topology)
         return batch
+
+    def _read_gpus(self, job: _NvmlPoll, now: float) -> None:
+        """Read ``job``'s GPUs (in the poll's thread of its own: :meth:`read`), each GPU's row into
+        ``job.values``; gives up before the next GPU or call once the poll has left it (``abandoned``)."""
+        nv = self.nv
+
+        def going_on(g: int, what: str) -> bool:
+            with job.lock:
+                job.gpu, job.what = g, what
+                return not job.abandoned
+
+        try:
+            for g in job.gpus:
+                handle = self.handles[g]
+                if handle is None:
+                    if not going_on(g, "nvmlDeviceGetHandleByIndex"):
+                        return
+                    handle = self.handles[g] = self._handle(g)
+                    if handle is None:
+                        continue
+                    self._forget_slow(g)
+                try:
+                    if self.reads_boards:
+                        if not going_on(g, "uuid"):
+                            return
+                        job.uuids[g] = uuid = self._uuid(g, handle)
+                        if uuid and self._last_uuid.setdefault(g, uuid) != uuid:
+                            self._last_uuid[g] = uuid
+                            self._forget_slow(g)  # another board: its own thresholds and clocks
+                    for f, name in enumerate(self.fields):
+                        if not self.supported[g, f]:
+                            continue
+                        slow = self._slow[f]
+                        if slow and 0.0 <= now - self._slow_at[g, f] < self.slow_every_s:
+                            job.values[g, f] = self._slow_values[g, f]
+                            continue
+                        if not going_on(g, name):
+                            return
+                        read = self.readers[name]
+                        value, self.supported[g, f] = self._call(g, name, lambda: read(nv, handle))
+                        if value is not None:
+                            job.values[g, f] = value if math.isfinite(value) else np.nan
+                        if not slow:
+                            continue
+                        if not np.isnan(job.values[g, f]):
+                            self._slow_values[g, f] = job.values[g, f]
+                            self._slow_at[g, f] = now
+                        elif self.supported[g, f]:
+                            job.values[g, f] = self._slow_values[g, f]  # the last reading (if any) while none comes
+                except _GpuFailed:
+                    # every other call would fail the same way (a lost GPU's may each take long): ask
+                    # nothing more of it this poll; it is counted as it enters the state, not per poll
+                    self._failing.add(g)
+                    self._forget_slow(g)  # nothing read: read afresh once back (perhaps another board)
+                with job.lock:
+                    if job.abandoned:  # its call returned past the deadline: the poll has left without it
+                        return
+                    if g in self._failing:
+                        if g not in self._failed:
+                            self._failed.add(g)
+                            job.entered.append(g)
+                    elif g in self._failed:
+                        # back from a reset, its slow fields read afresh from the next poll; not at every poll
+                        # while it waited (it is read then, perhaps for days, and a slow call costs a real
+                        # H200 over 1 ms: they had been read at every poll)
+                        self._forget_slow(g)
+                        self._failed.discard(g)  # read without either: back, counted again if lost again
+                    job.finished.add(g)
+        except Exception as exc:  # the poll's error, raised by it (as when the calls were made in its thread)
+            job.error = exc
+        finally:
+            with job.lock:
+                job.done.set()
+                if job.abandoned and job.gpu is not None and self._stuck.get(job.gpu) is job:
+                    del self._stuck[job.gpu]  # its call has returned: the GPU is read again from the next poll
 
     def _forget_slow(self, index: int) -> None:
         """GPU ``index``'s :data:`SLOW_FIELDS` are read at its next poll."""

@@ -77,13 +77,14 @@ import ipaddress
 import json
 import math
 import os
+import queue
 import socket
 import ssl
 import threading
 import time
 import urllib.error
 import urllib.request
-from concurrent.futures import Future, ThreadPoolExecutor, wait
+from concurrent.futures import Future, wait
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Callable, Generic, Mapping, Sequence, TypeVar, cast
@@ -961,6 +962,11 @@ WIND_DOWN_S = 0.25
 """How long past its deadline a poll waits for the reads it cut short: each ends its request
 when the deadline comes (every socket read waits at most the time left), then counts why."""
 
+STOP_CHECK_S = 0.1
+"""How often a poll waiting for its reads looks whether its source was stopped (:meth:`ParallelReads.close`):
+the wait ends then, the reads in flight counted as too slow, rather than at the deadline. A ``watch``
+whose BMC never answered printed its summary while the poll still waited, without that BMC counted."""
+
 _reading_for = threading.local()
 
 
@@ -968,6 +974,51 @@ def poll_deadline() -> float:
     """When the poll the calling thread reads for stops waiting (time.monotonic()); infinity in a
     thread that reads for no poll. :class:`BmcClient` ends its requests by it."""
     return float(getattr(_reading_for, "deadline", math.inf))
+
+
+class _DaemonPool:
+    """A pool of at most ``workers`` threads running the calls handed to it (as a ``ThreadPoolExecutor``),
+    daemon threads: one stuck in a read that cannot be cut short does not hold the process's exit.
+    ``ThreadPoolExecutor`` joins its threads at exit: a ``watch`` whose BMC never answered exited
+    seconds after its summary, when the request gave up."""
+
+    def __init__(self, workers: int, thread_name_prefix: str) -> None:
+        self.workers = workers
+        self.thread_name_prefix = thread_name_prefix
+        self._work: queue.SimpleQueue[tuple[Future[Any], Callable[[], Any]] | None] = queue.SimpleQueue()
+        self._threads = 0
+        self._idle = threading.Semaphore(0)  # a release per thread waiting for work
+
+    def submit(self, call: Callable[..., R], *args: Any) -> Future[R]:
+        future: Future[R] = Future()
+        self._work.put((future, partial(call, *args)))
+        if not self._idle.acquire(blocking=False) and self._threads < self.workers:
+            threading.Thread(target=self._serve, name=f"{self.thread_name_prefix}_{self._threads}",
+                             daemon=True).start()
+            self._threads += 1
+        return future
+
+    def _serve(self) -> None:
+        while (item := self._work.get()) is not None:
+            future, call = item
+            if future.set_running_or_notify_cancel():
+                try:
+                    future.set_result(call())
+                except BaseException as exc:  # the caller's, through the future
+                    future.set_exception(exc)
+            self._idle.release()
+
+    def shutdown(self) -> None:
+        """Cancel the calls not started; each thread ends after its call in hand."""
+        while True:
+            try:
+                item = self._work.get_nowait()
+            except queue.Empty:
+                break
+            if item is not None:
+                item[0].cancel()
+        for _ in range(self._threads):
+            self._work.put(None)
 
 
 class ParallelReads(Generic[R]):
@@ -986,24 +1037,30 @@ class ParallelReads(Generic[R]):
         self.workers = workers
         self.thread_name_prefix = thread_name_prefix
         self.pending: dict[str, Future[R]] = {}
-        self._pool: ThreadPoolExecutor | None = None
+        self._pool: _DaemonPool | None = None
         self._lock = threading.Lock()  # stop() may come from another thread than the polls
+        self._closed = threading.Event()  # closed (the source stopped): a poll waits no longer, asks nothing
 
     def collect(self, read_one: Callable[[str], R], names: Sequence[str],
                 within: float) -> tuple[dict[str, R], list[str]]:
         """``read_one(name)`` for each of ``names`` not still answering an earlier poll, each
         made to end by ``within`` seconds from now; waits that long (and :data:`WIND_DOWN_S`
-        for the reads cut short to end). Returns the answers in hand, by name (in ``names``'
-        order), and the names still answering."""
+        for the reads cut short to end), or until :meth:`close` (once closed, nothing more is
+        asked). Returns the answers in hand, by name (in ``names``' order), and the names still
+        answering."""
         deadline = time.monotonic() + within
         with self._lock:
-            if self._pool is None:
-                self._pool = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix=self.thread_name_prefix)
-            for name in names:
-                if name not in self.pending:
-                    self.pending[name] = self._pool.submit(self._read_by, deadline, read_one, name)
-            waiting = [self.pending[name] for name in names]
-        wait(waiting, timeout=max(0.0, deadline - time.monotonic()) + WIND_DOWN_S)
+            if not self._closed.is_set():
+                if self._pool is None:
+                    self._pool = _DaemonPool(self.workers, self.thread_name_prefix)
+                for name in names:
+                    if name not in self.pending:
+                        self.pending[name] = self._pool.submit(self._read_by, deadline, read_one, name)
+            waiting = [self.pending[name] for name in names if name in self.pending]
+        until = deadline + WIND_DOWN_S
+        while not self._closed.is_set() and (left := until - time.monotonic()) > 0:
+            if not wait(waiting, timeout=min(left, STOP_CHECK_S)).not_done:
+                break
         answers: dict[str, R] = {}
         with self._lock:
             for name in names:
@@ -1024,11 +1081,13 @@ class ParallelReads(Generic[R]):
             del _reading_for.deadline
 
     def close(self) -> None:
-        """Let the threads go (a read in flight ends by its poll's deadline). The reads still
-        answering stay pending: a poll after this one does not ask their devices a second time."""
+        """Let the threads go (a read in flight ends by its poll's deadline) and end a poll's wait
+        (the reads in flight are its too slow ones). The reads still answering stay pending: a
+        poll after this one does not ask their devices a second time."""
         with self._lock:
+            self._closed.set()
             if self._pool is not None:
-                self._pool.shutdown(wait=False, cancel_futures=True)
+                self._pool.shutdown()
             self._pool = None
 
 
@@ -1114,6 +1173,26 @@ def parse_bmc_list(text: str, host: str | None = None, what: str = "node") -> di
     return urls
 
 
+def _no_answer(source: RedfishSource | CduSource) -> str:
+    """Why a device's read was counted too slow: its poll's time passed, or the source stopped first."""
+    if source._stop.is_set():
+        return "no answer before the source stopped"
+    return f"no answer within {source.answer_within:g} s"
+
+
+class _Polling:
+    """Clears ``idle`` while a poll is in hand (``with``): what ``wind_down`` waits for."""
+
+    def __init__(self, idle: threading.Event) -> None:
+        self.idle = idle
+
+    def __enter__(self) -> None:
+        self.idle.clear()
+
+    def __exit__(self, *exc: object) -> None:
+        self.idle.set()
+
+
 class RedfishSource(PollingSource):
     """Polls each node's BMC every ``interval`` seconds; yields node frames (``fan_speed``, ``psu_power``).
 
@@ -1145,6 +1224,8 @@ class RedfishSource(PollingSource):
         self.answer_within = answer_within(self.interval, timeout)
         self._reads: ParallelReads[tuple[float, float, float, FanReadings] | None] = \
             ParallelReads(self.workers, "redfish")
+        self._idle = threading.Event()  # no poll in hand (wind_down)
+        self._idle.set()
         self._topology = topology if topology is not None else node_topology(self.nodes)
 
     def read_one(self, node: str) -> tuple[float, float, float, FanReadings] | None:
@@ -1185,9 +1266,10 @@ class RedfishSource(PollingSource):
         for node in slow:
             # a read that could not be cut short (one not made through BmcClient, whose requests
             # end by the deadline, host name lookups included): not asked again until it has
-            # answered, its row then taken at the next poll
-            self.health.problem(STAGE, TOO_SLOW, detail=f"{node}: no answer within {self.answer_within:g} s (its row "
-                                                        "comes with the poll after it answers)")
+            # answered, its row then taken at the next poll. Or one in flight when the source
+            # stopped: the poll's wait ends then (STOP_CHECK_S), the read counted as too slow
+            self.health.problem(STAGE, TOO_SLOW, detail=f"{node}: {_no_answer(self)} (its row comes with the poll "
+                                                        "after it answers)")
         rows = []
         for i, node in enumerate(self.nodes):
             row = answers.get(node)
@@ -1216,12 +1298,18 @@ class RedfishSource(PollingSource):
 
     def poll(self) -> list[Frame]:
         assert self._topology is not None
-        batch = self.read()
-        return [batch.to_frame(self._topology, self.health, STAGE)] if len(batch) else []
+        with _Polling(self._idle):
+            batch = self.read()
+            return [batch.to_frame(self._topology, self.health, STAGE)] if len(batch) else []
 
     def stop(self) -> None:
         super().stop()
         self._reads.close()
+
+    def wind_down(self, timeout: float) -> bool:
+        """Wait ``timeout`` seconds at most for the poll in hand (after :meth:`stop`: its reads in
+        flight counted as too slow) to end; False if it has not."""
+        return self._idle.wait(timeout)
 
 
 # ---- CDUs: the cooling loops' coolant (rack frames) ------------------------------------------
@@ -1412,6 +1500,8 @@ class CduSource(PollingSource):
         self.relisting = Relisting()
         self.answer_within = answer_within(self.interval, timeout)
         self._reads: ParallelReads[CduReading | None] = ParallelReads(min(32, len(self.loops)), "cdu")
+        self._idle = threading.Event()  # no poll in hand (wind_down)
+        self._idle.set()
         self._not_found: dict[str, int] = {}  # per loop, the failed discoveries in a row
         self._retry_in: dict[str, int] = {}  # per loop, the polls to let pass before discovering again
         self._most_polls_between = max(1, math.ceil(CDU_RETRY_AT_MOST_S / self.interval))
@@ -1464,10 +1554,17 @@ class CduSource(PollingSource):
         return asked
 
     def poll(self) -> list[Frame]:
+        with _Polling(self._idle):
+            return self._poll()
+
+    def wind_down(self, timeout: float) -> bool:
+        """As :meth:`RedfishSource.wind_down`."""
+        return self._idle.wait(timeout)
+
+    def _poll(self) -> list[Frame]:
         answers, slow = self._reads.collect(self.read_one, self._asked(), self.answer_within)
         for loop in slow:
-            self.health.problem(STAGE, "CDU answer too slow", detail=f"{loop}: no answer within "
-                                                                     f"{self.answer_within:g} s")
+            self.health.problem(STAGE, "CDU answer too slow", detail=f"{loop}: {_no_answer(self)}")
         slots, ts, supply, flow = [], [], [], []
         for loop in self.loops:
             reading = answers.get(loop)
