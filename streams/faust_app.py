@@ -59,6 +59,7 @@ import shutil
 import socket
 import tempfile
 import time
+import types
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Awaitable, Callable
@@ -190,6 +191,9 @@ class ForeshockWorker:
         self.pmap = PartitionMap(config.topology, config.topics.partitions)
         self.lock = asyncio.Lock()
         self.held: dict[int, list[Any]] = {}  # partition -> unacked events since its checkpoint
+        # partitions whose state changed with no record to acknowledge since their checkpoint
+        # (pieces held for a frame's rest, run at the tick: ``checkpoint_due``)
+        self.unwritten: set[int] = set()
         # The frames partitions the group assigned to this worker (on_assigned; on_revoked
         # removes them). An event of another partition still reaches on_piece after its
         # revocation (one an agent had taken waits for the lock on_revoked holds; faust's
@@ -481,6 +485,7 @@ class ForeshockWorker:
             return
         self.detection.mark_checkpointed(partition, offset)
         self.last_checkpoint[partition] = time.monotonic()
+        self.unwritten.discard(partition)
         events, self.held[partition] = self.held.get(partition, []), []
         if ack and stream is not None:
             for ev in events:  # now faust may commit them
@@ -509,13 +514,23 @@ class ForeshockWorker:
 
     async def checkpoint_due(self, force: bool = False) -> None:
         async with self.lock:
+            released: set[int] = set()
             for partition in sorted(self.detection.parts):
                 # pieces held past the wait for the rest of their frame's share: a partition no
                 # sender writes to any more (its agents killed) has no next record to run them with
-                await self._send_findings(partition, self.detection.release_held(partition))
+                if await self._release_held(partition):
+                    released.add(partition)
             now = time.monotonic()
-            for partition, events in list(self.held.items()):
-                if events and self._frames_stream is not None and (force or now - self.last_checkpoint.get(partition, 0) >= self.config.checkpoint_interval_s):
+            for partition in sorted(set(self.held) | self.unwritten):
+                # a partition that ran held pieces is written at once, with no record to acknowledge:
+                # until 2026-12-05 it was not (no events), the last checkpoint still held the group
+                # while its records were acknowledged, and a restart from it ran the group again
+                # (its reports sent twice, counted held_abandoned twice, its rows refused by the guard
+                # as 'clock stepped back'); one refused is tried again at the interval, as any
+                due = force or partition in released or \
+                    now - self.last_checkpoint.get(partition, 0) >= self.config.checkpoint_interval_s
+                if (self.held.get(partition) or partition in self.unwritten) and self._frames_stream is not None \
+                        and due:
                     await self.checkpoint_partition(self._frames_stream, partition)
             if self.held_incidents and self._findings_stream is not None and (force or now - self.last_incident_checkpoint >= self.config.checkpoint_interval_s):
                 await self.checkpoint_incidents(self._findings_stream)
@@ -545,6 +560,7 @@ class ForeshockWorker:
                             return
                     self.detection.drop(tp.partition)
                     self.held.pop(tp.partition, None)
+                    self.unwritten.discard(tp.partition)
                 elif tp.topic == self.config.topics.findings and self.incidents_loaded:
                     try:  # as a frames partition: its next owner runs fewer findings messages again
                         await self.checkpoint_incidents(self._findings_stream, ack=False)
@@ -627,6 +643,22 @@ class ForeshockWorker:
             self.held.setdefault(partition, []).append(event)
             if time.monotonic() - self.last_checkpoint.get(partition, 0) >= self.config.checkpoint_interval_s:
                 await self.checkpoint_partition(stream, partition)
+
+    async def _release_held(self, partition: int) -> bool:
+        """Run the partition's pieces held past the wait (``DetectionStage.release_held``) and send
+        what they produced, as ``on_piece`` a record's; True when any ran (the partition is then
+        ``unwritten``: its checkpoint still holds them, though their records are acknowledged)."""
+        result = self.detection.release_held(partition)
+        if result.findings_message is None and not result.telemetry_messages:
+            return False
+        self.unwritten.add(partition)
+        cut_reports = await self._send_findings(partition, result)
+        if cut_reports:  # as on_piece's; no record of its own (its pieces' came before): the findings message
+            offset = self.detection.parts[partition].offset
+            message = types.SimpleNamespace(topic=self.config.topics.frames, partition=partition, offset=offset,
+                                            key=str(partition).encode(), value=result.findings_message, headers=[])
+            await self.dead_letter(message, "findings_too_large", "; ".join(cut_reports), "detect")
+        return True
 
     async def _send_findings(self, partition: int, result: BundleResult) -> list[str]:
         """Send a detection result's forwarded rows, then its findings message, in parts where it

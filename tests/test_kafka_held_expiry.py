@@ -200,3 +200,92 @@ def test_the_worker_runs_them_at_its_periodic_checkpoint_tick(tmp_path: Path, mo
         [("a#1", 1, part) for part in range(4)]
     assert worker.health.problems[("worker", "held_abandoned")] == 1 and not worker.detection.parts[0].held
     worker.remove_data_dir()
+
+
+def _feed_then_release(worker: Any, clock: Clock, stream: Any, topology: Topology) -> None:
+    """Agent a#1's first two bundles (then it is killed), the periodic checkpoint that holds their
+    pieces and acknowledges their records, then the tick past the wait that runs them."""
+    async def feed() -> None:
+        for offset, (_, value, headers) in enumerate(_records(topology)[:2]):
+            await worker.handle(worker.on_piece, stream, support._event(support.FRAMES_TOPIC, offset, value, headers))
+        await worker.checkpoint_due(force=True)
+
+    asyncio.run(feed())
+    assert stream.acked == [0, 1] and worker.detection.parts[0].held  # acknowledged: only the checkpoint has them
+    clock.now += worker.detection.held_wait_s
+    asyncio.run(worker.checkpoint_due())  # not forced: the interval (an hour here) has not passed
+
+
+def test_the_tick_that_runs_them_writes_the_checkpoint_without_them(tmp_path: Path, monkeypatch,
+                                                                    small_topology: Topology) -> None:
+    """Their records were acknowledged at the checkpoint that held them; the partition (its agents
+    killed) has no record after them, so nothing else writes a checkpoint. Until 2026-12-05 the
+    tick that ran them wrote none: a restart loaded the one still holding the group and, after the
+    wait, ran it again (the same reports sent twice, held_abandoned counted twice, and the rows
+    refused by the guard as a clock stepped back)."""
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
+    worker, sent, exits = support._worker(small_topology)
+    clock = Clock()
+    worker.detection.clock = clock
+    _feed_then_release(worker, clock, support._Stream(), small_topology)
+    assert exits == []
+    names = [name for name, _, _ in sent]
+    assert names.count("checkpoint_topic") == 2  # the one that held them, and one at the release
+    # written after the released findings: their delivery is confirmed before it (_confirm_sent)
+    assert names.index("findings_topic") < len(names) - 1 - names[::-1].index("checkpoint_topic")
+    blob = [value for name, value, _ in sent if name == "checkpoint_topic"][-1]
+    worker.remove_data_dir()
+
+    # a restart (its clock past the wait again) resumes from the latest checkpoint when the
+    # partition gets a record again: the agent back as a new sender, b#1
+    restarted, sent2, exits2 = support._worker(small_topology)
+    restarted.detection.clock = clock
+
+    async def latest_checkpoint(partition: int) -> bytes:
+        return blob
+
+    restarted.read_checkpoint = latest_checkpoint  # type: ignore[method-assign]
+    stream = support._Stream()
+
+    async def resume() -> None:
+        value, headers = _other_sender(small_topology, 500.0)
+        await restarted.handle(restarted.on_piece, stream, support._event(support.FRAMES_TOPIC, 2, value, headers))
+        assert not restarted.detection.parts[0].held  # the checkpoint holds nothing
+        clock.now += restarted.detection.held_wait_s
+        value, headers = _other_sender(small_topology, 510.0)
+        await restarted.handle(restarted.on_piece, stream, support._event(support.FRAMES_TOPIC, 3, value, headers))
+        await restarted.checkpoint_due(force=True)
+
+    asyncio.run(resume())
+    assert exits2 == []
+    reports = [(r.agent, r.seq, r.part) for name, v, h in sent2 if name == "findings_topic" and not h
+               for r in decode_findings(v)]
+    assert reports == [("b#1", 1, 0), ("b#1", 1, 0)]  # b#1's two records only: no a#1 report again
+    assert ("worker", "held_abandoned") not in restarted.health.problems
+    assert not [key for key in restarted.health.problems if key[0] == "guard"]  # no rows run twice
+    restarted.remove_data_dir()
+
+
+def test_reports_cut_at_the_tick_are_dead_lettered(tmp_path: Path, monkeypatch, small_topology: Topology) -> None:
+    """A report of pieces run at the tick cut to the findings topic's message size is dead-lettered,
+    as one of a record's (``on_piece``): there is no record of its own, the findings message goes,
+    named after the partition's last record; the checkpoint is written after it."""
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
+    from foreshock.streams import faust_app
+
+    split = faust_app.split_findings
+    lost = "a#1 frame 1 part 0: 2 of 3 findings left out, past the findings topic's message size"
+    monkeypatch.setattr(faust_app, "split_findings", lambda value: (split(value)[0], [lost]))
+    worker, sent, exits = support._worker(small_topology)
+    clock = Clock()
+    worker.detection.clock = clock
+    _feed_then_release(worker, clock, support._Stream(), small_topology)
+    assert exits == []
+    dead = [(i, v, dict(h)) for i, (name, v, h) in enumerate(sent) if name == "deadletter_topic"]
+    ((index, value, headers),) = dead
+    assert headers["foreshock-reason-code"] == b"findings_too_large" and lost.encode() in headers["foreshock-reason"]
+    assert headers["foreshock-source"] == f"{support.FRAMES_TOPIC}/0/1".encode()
+    assert [(r.agent, r.seq, r.part) for r in decode_findings(value)] == [("a#1", 1, part) for part in range(4)]
+    assert worker.health.problems[("worker", "findings_too_large")] == 1
+    assert [name for name, _, _ in sent[index:]].count("checkpoint_topic") == 1
+    worker.remove_data_dir()
