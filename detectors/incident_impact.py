@@ -48,6 +48,10 @@ JOB_SLOW_RATIO = 1.1
 """A step time this much over the baseline is a slowdown, not the job's pace: the baseline holds."""
 TX_NOT_SANE = "link tx_data counter went back or rose past the line rate: utilisation unknown"
 """The input problem of a link row whose transmitted-bytes counter cannot give a utilisation."""
+TEL_OUTSIDE = "telemetry row with a slot outside the topology: left out"
+"""The input problem of a GPU, link or job row whose slot is no entity of the topology: until
+2026-12-05 a link or job row past the end raised IndexError out of the detector bank, slot -1 wrote
+the last link's or job's row (a step time landed on another job), and GPU rows went uncounted."""
 STEP_FRESH_S = 300.0
 """A job's last measured step time tells its current pace for this long (a few reporting
 intervals); after that the job has stopped, or its telemetry has, and it tells nothing."""
@@ -75,19 +79,31 @@ class Telemetry:
 
     def observe(self, frame: Frame) -> int:
         """Take ``frame``'s telemetry in; return how many of its link rows' ``tx_data`` counters went
-        back or rose past what the line can carry (:data:`TX_NOT_SANE`, for the engine to count)."""
+        back or rose past what the line can carry (:data:`TX_NOT_SANE`, for the engine to count).
+        Rows whose slot is outside the topology are left out (:meth:`rows_outside` counts them)."""
         if len(frame) == 0:
             return 0
         cols, slot, ts = frame.columns, frame.slot, frame.ts
-        if frame.kind == "gpu":
+        if frame.kind == "gpu":  # (the kernel leaves such rows out itself)
             newest = _track_gpu(self.s_gpu_tel, slot, ts, cols, self._seen)
             if newest is not None:
                 self.gpu_frames_ts = max(self.gpu_frames_ts, newest)
         elif frame.kind == "link" and "tx_data" in cols and "link_rate" in cols:
-            return _track_link(self.s_link_tel, slot, ts, cols["tx_data"], cols["link_rate"])
+            inside = _inside(slot, len(self.s_link_tel))
+            return _track_link(self.s_link_tel, slot[inside], ts[inside], cols["tx_data"][inside],
+                               cols["link_rate"][inside])
         elif frame.kind == "job" and "step_time" in cols:
-            _track_job(self.s_job_tel, slot, ts, cols["step_time"])
+            inside = _inside(slot, len(self.s_job_tel))
+            _track_job(self.s_job_tel, slot[inside], ts[inside], cols["step_time"][inside])
         return 0
+
+    def rows_outside(self, frame: Frame) -> int:
+        """How many of ``frame``'s GPU, link or job rows have a slot outside the topology
+        (:data:`TEL_OUTSIDE`, for the engine to count): :meth:`observe` leaves them out."""
+        table = {"gpu": self.s_gpu_tel, "link": self.s_link_tel, "job": self.s_job_tel}.get(frame.kind)
+        if table is None or len(frame) == 0:
+            return 0
+        return int(len(frame) - np.count_nonzero(_inside(frame.slot, len(table))))
 
     def silent_since(self, gpu: int, t: float) -> bool:
         """Telemetry keeps flowing after ``t`` but not from this GPU (it is still off the bus)."""
@@ -144,7 +160,8 @@ def exposed_gpus(dom: Domains, tel: Telemetry, gpus: np.ndarray, power: bool, ro
 def reroute_targets_ranked(dom: Domains, tel: Telemetry, failing: dict[int, float], skip: set[int],
                            room: int) -> list[tuple[str, float]]:
     """Links that take the traffic of failing links (link -> ETA of its failure), least capacity
-    left first once they carry the failing link's share; ``skip`` holds links already hit."""
+    left first once they carry the failing link's share; ``skip`` holds links already hit or failing
+    themselves (the engine's: its members, its failing links, links another incident holds)."""
     cand: dict[int, tuple[float, float]] = {}
     for link, eta in failing.items():
         targets = dom.reroute_targets(link)
@@ -178,6 +195,12 @@ def job_impact(dom: Domains, tel: Telemetry, evidence: dict[int, tuple[float, fl
         ratio = min(ratio, STALLED_RATIO)  # inf included: gauges and JSON want a finite number
         out.append((dom.topology.jobs[j], round(ratio, 3)))
     return tuple(out), risk
+
+
+def _inside(slot: np.ndarray, n: int) -> np.ndarray:
+    """Which rows' slots are entities of a table of ``n`` (a negative slot would index from its end)."""
+    slot = np.asarray(slot)
+    return (slot >= 0) & (slot < n)
 
 
 def _last_per_slot(slot: np.ndarray) -> np.ndarray:

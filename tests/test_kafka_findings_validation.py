@@ -28,8 +28,10 @@ from foreshock.topology import Topology
 
 import test_kafka_poison_records as support
 
-# a sender that started after any stage of the test: counted from frame 1, never taken up
-SENDER = f"ext#{time.time_ns() // 1_000_000 + 60_000}"
+# a sender that started after any stage of the test: counted from frame 1, never taken up (a day
+# ahead of the import: a minute ahead, a full run reaching these tests later read it as started
+# before the stage, taken up, and the test failed by the clock)
+SENDER = f"ext#{time.time_ns() // 1_000_000 + 86_400_000}"
 ANOMALY = {"type": "anomaly", "ts": 100.0, "entity_kind": "gpu", "slot": 3, "field": "gpu_temp", "score": 9.0,
            "detector": "robust_zscore", "reason": ""}
 
