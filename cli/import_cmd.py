@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import time
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone, tzinfo
 from pathlib import Path
 from typing import Callable, Iterator
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import click
 import numpy as np
@@ -21,9 +23,10 @@ from foreshock.health import PipelineHealth
 from foreshock.recording import RecordingWriter
 from foreshock.streams import dcgm, nvidia_smi
 from foreshock.streams.alibaba import STATS, read_alibaba
-from foreshock.streams.dcgm import parse_dcgm_text, split_pages
+from foreshock.streams.dcgm import parse_dcgm_text, scrape_rounds, split_pages
 from foreshock.streams.infiniband import list_ports, port_topology, read_infiniband
-from foreshock.streams.nvidia_smi import capture_collected_at, capture_sections, parse_dmon, parse_query_gpu_chunks
+from foreshock.streams.nvidia_smi import (CaptureSection, capture_collected, capture_collected_at, capture_section_list,
+                                          newest_csv_stamp, parse_dmon, parse_query_gpu_chunks)
 from foreshock.streams.polling import with_board_ids
 from foreshock.streams.samples import (MAX_GPU_INDEX, GpuIndexError, SampleBatch, gpu_topology, line_chunks,
                                        split_gpu_entity)
@@ -39,12 +42,37 @@ SECONDS_LIMIT = 1e11
 ENCODING = "utf-8-sig"
 
 
-def _parse_time(text: str) -> float:
+# a fixed offset as --tz takes it: +02:00, -0530, +02
+_OFFSET = re.compile(r"^([+-])(\d{2}):?(\d{2})?$")
+
+
+def _parse_time(text: str, zone: tzinfo = timezone.utc) -> float:
     try:
         dt = datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
         raise click.BadParameter(f"not an ISO time: {text!r}") from None
-    return (dt if dt.tzinfo else dt.replace(tzinfo=timezone.utc)).timestamp()
+    return (dt if dt.tzinfo else dt.replace(tzinfo=zone)).timestamp()
+
+
+def _parse_zone(ctx: click.Context, param: click.Parameter, text: str | None) -> tzinfo | None:
+    """``--tz``: ``UTC``/``Z``, an offset (``+02:00``) or a zone name (``Europe/Berlin``, whose
+    offset follows daylight saving time over a long log)."""
+    if text is None:
+        return None
+    if text.strip().upper() in ("UTC", "Z"):
+        return timezone.utc
+    m = _OFFSET.match(text.strip())
+    if m:
+        offset = timedelta(hours=int(m.group(2)), minutes=int(m.group(3) or 0))
+        if offset < timedelta(hours=24):
+            return timezone(-offset if m.group(1) == "-" else offset)
+    else:
+        try:
+            return ZoneInfo(text.strip())
+        except (ZoneInfoNotFoundError, ValueError, OSError):  # a path-like or empty name, a folder (Europe)
+            pass
+    raise click.BadParameter(f"not a time zone: {text!r} (UTC, an offset such as +02:00, or a name "
+                             "such as Europe/Berlin)")
 
 
 LINE_FED_STAGES = {"dcgm": dcgm.STAGE, "nvidia-smi": nvidia_smi.STAGE, "dmon": nvidia_smi.DMON_STAGE}
@@ -67,10 +95,65 @@ def _whole_lines(text: str, stage: str, health: PipelineHealth) -> str:
     return text[:end]
 
 
-def _sections(text: str, kind: str) -> list[str]:
-    """Bodies of ``<phase> :: <kind>`` sections of an nvidia-smi capture file, or the whole text."""
-    found = [body for title, body in capture_sections(text).items() if title.endswith(f":: {kind}")]
-    return found or [text]
+def _sections(text: str, kind: str) -> list[CaptureSection]:
+    """The ``<phase> :: <kind>`` sections of an nvidia-smi capture file in file order, those of
+    each capture of a file holding several (a title repeats: keyed by it, the earlier captures'
+    rows were lost), or the whole text as one, with the file's first ``collected_at:`` if any."""
+    found = [section for section in capture_section_list(text) if section.title.endswith(f":: {kind}")]
+    return found or [CaptureSection("", text, capture_collected(text), 0)]
+
+
+def _zone(section: CaptureSection, told: tzinfo | None) -> tzinfo:
+    """The zone a section's zone-less times are read in: ``--tz`` where given, else the one its
+    capture's ``collected_at:`` states (the capture's host wrote both), else UTC."""
+    return told or section.stated_zone or timezone.utc
+
+
+def _dmon_batches(text: str, host: str, when: float, timed: bool, interval: float, told: tzinfo | None,
+                  health: PipelineHealth) -> list[SampleBatch]:
+    """The dmon sections' samples. dmon prints no dates: with ``--time`` (``timed``) the sections
+    follow each other from it (``when``); else each capture's sections start at its own
+    ``collected_at:`` (``when`` for text before any), each no earlier than the newest CSV timestamp
+    of the sections before it in its capture (the commands ran in file order: ``load :: dmon`` ran
+    after ``load :: query-gpu``, some seconds into the capture, not right after the idle dmon) nor
+    than the end of its capture's previous dmon section."""
+    sections = capture_section_list(text)
+    is_dmon = [section.title.endswith(":: dmon") for section in sections]
+    if not any(is_dmon):  # a bare dmon log: the whole text
+        sections, is_dmon = _sections(text, "dmon"), [True]
+    batches: list[SampleBatch] = []
+    ends: dict[int, float] = {}  # capture -> where its next dmon section may start
+    newest: dict[int, float] = {}  # capture -> its newest CSV timestamp so far
+    for section, dmon in zip(sections, is_dmon):
+        zone = _zone(section, told)
+        if not dmon:
+            stamp = None if timed else newest_csv_stamp(section.body, zone)
+            if stamp is not None:
+                newest[section.capture] = max(stamp, newest.get(section.capture, stamp))
+            continue
+        key = 0 if timed else section.capture  # --time: one run of sections from it
+        collected = None if timed else section.collected_at(zone)
+        start = max(ends.get(key, collected if collected is not None else when), newest.get(key, -math.inf))
+        batch = parse_dmon(section.body, host, start, interval, health, zone)
+        batches.append(batch)
+        if len(batch):
+            ends[key] = float(batch.ts.max()) + interval
+    return batches
+
+
+def _interval(frames: list[Frame]) -> float | None:
+    """The recording's sampling interval: the median of each entity's own gaps between its rows,
+    pooled over entities, None where no entity has two times. Not the gaps between every row's
+    stamps: a host's 8 GPUs polled every second, printed 3 ms apart, gave 0.003 s (replay cut each
+    poll into 8 windows and reported time jumps), two hosts polled half a second apart 0.5 s."""
+    gaps = []
+    for frame in frames:
+        order = np.lexsort((frame.ts, frame.slot))
+        slot, ts = frame.slot[order], frame.ts[order]
+        step = np.diff(ts)
+        gaps.append(step[(slot[1:] == slot[:-1]) & (step > 0) & np.isfinite(step)])  # a repeated stamp is no gap
+    pooled = np.concatenate(gaps) if gaps else np.empty(0)
+    return float(np.median(pooled)) if len(pooled) else None
 
 
 def _dcgm_boards(batch: SampleBatch, uuids: dict[str, str]) -> SampleBatch:
@@ -276,7 +359,8 @@ def _jsonl(text: str, path: Path, topology_path: Path | None, health: PipelineHe
 @click.option("--host", default=None, help="Node name when the capture does not say (nvidia-smi, dmon, sysfs).")
 @click.option("--time", "at", default=None,
               help="ISO time of a single-snapshot capture (dcgm, sysfs), of a dcgm file's first scrape or of the "
-                   "first dmon sample. Default: the capture's collected_at, else the file's modification time.")
+                   "first dmon sample (without a zone: in --tz). Default: the capture's collected_at (each "
+                   "capture's, for a file of several), else the file's modification time.")
 @click.option("--interval", default=1.0, show_default=True, type=click.FloatRange(min=MIN_INTERVAL_S),
               callback=finite_number(positive=True),
               help="dmon sampling interval, or the time between the scrapes of a dcgm file holding several (seconds; "
@@ -285,8 +369,13 @@ def _jsonl(text: str, path: Path, topology_path: Path | None, health: PipelineHe
               help="alibaba: which hourly statistic to import.")
 @click.option("--topology", "topology_path", default=None, type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="jsonl: topology.yaml the entities refer to (default: derived from HOST/gpuN names).")
+@click.option("--tz", "told_zone", default=None, callback=_parse_zone, metavar="ZONE",
+              help="Time zone of times the input prints without one: nvidia-smi CSV timestamps, dmon -o DT, a "
+                   "collected_at or --time without a zone (nvidia-smi prints its host's local time). UTC, an "
+                   "offset (+02:00) or a name (Europe/Berlin). Default: the zone a capture's collected_at states, "
+                   "else UTC; given, it is used instead of that zone.")
 def command(fmt: str, path: Path, out: Path, host: str | None, at: str | None, interval: float, stat: str,
-            topology_path: Path | None) -> None:
+            topology_path: Path | None, told_zone: tzinfo | None) -> None:
     """Import real captures (dcgm-exporter text, nvidia-smi CSV or dmon, the Alibaba optics CSV,
     an InfiniBand sysfs tree, JSON lines) into a recording folder.
 
@@ -298,7 +387,8 @@ def command(fmt: str, path: Path, out: Path, host: str | None, at: str | None, i
     if fmt != "sysfs" and path.is_dir():
         raise click.BadParameter(f"{path} is a folder; --format {fmt} reads a file", param_hint="PATH")
     text = path.read_text(encoding=ENCODING, errors="replace") if path.is_file() else ""
-    when = _parse_time(at) if at else (capture_collected_at(text) if text else None) or path.stat().st_mtime
+    zone = told_zone or timezone.utc
+    when = _parse_time(at, zone) if at else (capture_collected_at(text, zone) if text else None) or path.stat().st_mtime
     if fmt in LINE_FED_STAGES:
         text = _whole_lines(text, LINE_FED_STAGES[fmt], health)
     notes: dict[str, int] = {}
@@ -308,27 +398,30 @@ def command(fmt: str, path: Path, out: Path, host: str | None, at: str | None, i
         # carry no time), each GPU's board its page's UUID (one parse folded them into one row)
         batches: list[SampleBatch] = []
         once: set[str] = set()  # an unmapped metric, a GPU's unsupported field: counted in one page, as live
+        # several hosts' pages of one round share its time (streams.dcgm.scrape_rounds)
         pages = split_pages(text)
-        for k, page in enumerate(pages):
+        rounds = scrape_rounds(pages, host or "localhost")
+        for page, k in zip(pages, rounds):
             uuids: dict[str, str] = {}
             batch = parse_dcgm_text(page, when + k * interval, health, host or "localhost", once, uuids)
             batches.append(_dcgm_boards(batch, uuids))
         if len(pages) > 1:  # said, as their times are the option's, not the file's
-            console.print(f"{len(pages)} scrapes in the file, stamped {interval:g} s apart (--interval)")
+            n_rounds = rounds[-1] + 1
+            console.print(f"{len(pages)} scrapes in the file, stamped {interval:g} s apart (--interval)"
+                          if n_rounds == len(pages) else
+                          f"{len(pages)} scrapes in the file, {n_rounds} rounds of several hosts' pages, "
+                          f"stamped {interval:g} s apart (--interval)")
         topology, frames = _gpu_import(batches, health)
     elif fmt == "nvidia-smi":
         # board_ids: each row's own UUID, so a log spanning a board swap restarts that GPU in replay
-        topology, frames = _gpu_import([batch for body in _sections(text, "query-gpu")
-                                        for batch in parse_query_gpu_chunks(body, host, health, board_ids=True)],
+        # each capture's rows in its own zone (a file may hold several captures appended)
+        topology, frames = _gpu_import([batch for section in _sections(text, "query-gpu")
+                                        for batch in parse_query_gpu_chunks(section.body, host, health, board_ids=True,
+                                                                            zone=_zone(section, told_zone))],
                                        health)
     elif fmt == "dmon":
-        batches, start = [], when
-        for body in _sections(text, "dmon"):
-            batch = parse_dmon(body, host or "localhost", start, interval, health)
-            batches.append(batch)
-            if len(batch):  # sections follow each other: dmon prints no times of its own
-                start = float(batch.ts.max()) + interval
-        topology, frames = _gpu_import(batches, health)
+        topology, frames = _gpu_import(_dmon_batches(text, host or "localhost", when, at is not None, interval,
+                                                     told_zone, health), health)
     elif fmt == "alibaba":
         try:
             imported = read_alibaba(path, stat, health)
@@ -352,9 +445,9 @@ def command(fmt: str, path: Path, out: Path, host: str | None, at: str | None, i
         raise click.ClickException(f"no samples imported from {path}: {why}; {out} left unchanged")
 
     meta: dict[str, object] = {"source": f"import:{fmt}", "imported_from": str(path)}
-    stamps = np.unique(np.concatenate([f.ts for f in frames])) if frames else np.empty(0)
-    if len(stamps) > 1:
-        meta["interval"] = float(np.median(np.diff(stamps)))
+    interval_s = _interval(frames)
+    if interval_s is not None:
+        meta["interval"] = interval_s
     try:
         with RecordingWriter(out, topology, meta=meta) as writer:
             for frame in frames:

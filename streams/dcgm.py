@@ -321,6 +321,48 @@ def split_pages(text: str) -> list[str]:
     return [text[a:b] for a, b in zip(cuts, cuts[1:] + [len(text)])]
 
 
+def page_gpus(page: str, default_host: str = "localhost") -> set[str]:
+    """The GPUs (``host/gpuN``) a page's series name, by the rule :func:`parse_dcgm_text` names
+    them with, whatever their metric or value: what tells one host's page from another's."""
+    gpus: set[str] = set()
+    seen: set[str] = set()
+    for raw in page.splitlines():
+        line = raw.strip()
+        brace = line.find("{")
+        if not line or line[0] == "#" or brace < 0:
+            continue
+        block = line[brace + 1:line.rfind("}")]
+        if block not in seen:  # label blocks repeat for every metric of a GPU: each read once
+            seen.add(block)
+            series = _series(block, default_host, {}, None)
+            if not isinstance(series, str):
+                gpus.add(series[3])
+    return gpus
+
+
+def scrape_rounds(pages: list[str], default_host: str = "localhost") -> list[int]:
+    """Each page's scrape round: a file of several hosts' scrapes appended round after round
+    (``for h in n1 n2; do curl $h:9400/metrics; done >> gpus.prom`` every 30 s) holds a page per
+    host per round, all of a round taken together. A page starts a new round only where it names a
+    GPU the round has had already (the same exporter scraped again), so one host's pages are a round
+    each, as before, and several hosts' pages of one round share its time (counted apart, host after
+    host, they were stamped ``--interval`` apart and the hosts of one round put at different times).
+    A page naming no GPU stays in the round."""
+    if len(pages) < 2:  # (one page: one round, without reading it twice)
+        return [0] * len(pages)
+    rounds: list[int] = []
+    had: set[str] = set()
+    now = 0
+    for page in pages:
+        gpus = page_gpus(page, default_host)
+        if gpus & had:
+            now += 1
+            had = set()
+        had |= gpus
+        rounds.append(now)
+    return rounds
+
+
 def _fold(names: tuple[str, ...], entities: list[str], ent: array, fld: array, val: array,
           weight: array, stamp: array, mig: array, rank: array, health: PipelineHealth) -> SampleBatch:
     """Fold (GPU, field, value) cells into one row per GPU (the MIG rule in the module docstring),

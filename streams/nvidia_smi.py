@@ -15,9 +15,11 @@ deprecated]`` mean "no value" (NaN, not a problem); ``[GPU is lost]``, ``[GPU re
 bitmasks are hex. An nvidia-smi that cannot read a GPU still prints the others' rows, then exits
 non-zero: the live source reads them. Query names map to
 fields through the field table's ``nvidia_smi`` column (scale to base units included).
-Timestamps are nvidia-smi's local time; imports read them as UTC (the real captures were taken
-on UTC hosts: their ``collected_at: ...Z`` header matches the CSV), live polling stamps rows
-with the poll time instead.
+Timestamps are nvidia-smi's local time, with no zone; imports read them (and dmon's ``-o DT``) in
+the zone the capture's ``collected_at:`` states (the real captures were taken on UTC hosts: their
+``collected_at: ...Z`` header matches the CSV; one taken at ``+02:00`` prints its rows two hours
+ahead of UTC), else in ``foreshock import --tz`` (UTC by default); live polling stamps rows with
+the poll time instead.
 
 ``dmon`` prints a ``# gpu pwr gtemp ...`` header, a ``# Idx W C ...`` units row, then one
 line per GPU per interval; without ``-o T``/``-o DT`` it prints no time, so rows are placed on
@@ -33,7 +35,8 @@ follows (:class:`~foreshock.streams.polling.GpuBoards`); a missing one (``[N/A]`
 rejected by the driver) is no change.
 
 The capture files in ``../shared/data/nvidia-smi/`` hold many commands' outputs, each under a
-``# idle :: query-gpu (...)`` banner; :func:`capture_sections` splits them.
+``# idle :: query-gpu (...)`` banner; :func:`capture_section_list` splits them, each with its
+capture's ``collected_at:`` (a file may hold several captures appended).
 """
 
 from __future__ import annotations
@@ -44,7 +47,8 @@ import re
 import socket
 import subprocess
 from collections import Counter, deque
-from datetime import datetime, timezone
+from dataclasses import dataclass
+from datetime import datetime, timezone, tzinfo
 from typing import Iterator, Sequence
 
 import numpy as np
@@ -150,22 +154,52 @@ is 15), for the log."""
 
 
 # ---- capture files ------------------------------------------------------------------------
-def capture_sections(text: str) -> dict[str, str]:
-    """Split an nvidia_gpu_exporter capture into ``{"idle :: query-gpu": body, ...}``.
+_COLLECTED_AT = re.compile(r"^collected_at:\s*(\S+)", re.MULTILINE)
+_CSV_STAMP = re.compile(r"^(\d{4}/\d\d/\d\d \d\d:\d\d:\d\d(?:\.\d+)?)\s*,", re.MULTILINE)
+"""A CSV row's leading nvidia-smi timestamp (``--query-gpu``, ``--query-compute-apps``, ...)."""
+
+
+@dataclass(frozen=True)
+class CaptureSection:
+    """One banner's section of a capture file, with the ``collected_at:`` of the capture it is
+    part of: files holding several captures one after another (``cat h100.txt h200.txt``) repeat
+    every title, and each capture's rows are in its own time and zone."""
+
+    title: str
+    body: str
+    collected: datetime | None
+    """Its capture's ``collected_at:`` (naive where it states no zone; None where none came before)."""
+    capture: int
+    """Which capture of the file: one more at each ``collected_at:`` header after the first."""
+
+    @property
+    def stated_zone(self) -> tzinfo | None:
+        """The zone its capture's ``collected_at:`` states (``Z``, ``+02:00``), None where it states none."""
+        return self.collected.tzinfo if self.collected is not None else None
+
+    def collected_at(self, zone: tzinfo = timezone.utc) -> float | None:
+        """Its capture's ``collected_at:`` in epoch seconds, read in ``zone`` where it states none."""
+        if self.collected is None:
+            return None
+        return (self.collected if self.collected.tzinfo else self.collected.replace(tzinfo=zone)).timestamp()
+
+
+def capture_section_list(text: str) -> list[CaptureSection]:
+    """The sections of an nvidia_gpu_exporter capture, in file order, a repeated title kept.
 
     A section is a banner (a ``####`` rule, ``# title (note)`` and ``# $ command`` lines, a
-    rule) followed by its body up to the next banner. Titles drop the parenthesised note.
+    rule) followed by its body up to the next banner. Titles drop the parenthesised note. A
+    section holding a ``collected_at:`` line (the capture's header) starts a capture: it and the
+    sections after it carry that time, so two captures appended to one file keep their own.
     """
-    sections: dict[str, list[str]] = {}
-    title: str | None = None
+    found: list[tuple[str, list[str]]] = []
     in_banner = False
     banner: list[str] = []
     for line in text.splitlines():
         if _RULE.match(line):
             if in_banner:
                 first = next((b for b in banner if b.strip("# ").strip() and not b.startswith("# $")), "")
-                title = re.sub(r"\s*\(.*\)\s*$", "", first.lstrip("#").strip())
-                sections[title] = []
+                found.append((re.sub(r"\s*\(.*\)\s*$", "", first.lstrip("#").strip()), []))
                 in_banner = False
             else:
                 in_banner = True
@@ -173,30 +207,66 @@ def capture_sections(text: str) -> dict[str, str]:
             continue
         if in_banner:
             banner.append(line)
-        elif title is not None:
-            sections[title].append(line)
-    return {name: "\n".join(lines).strip("\n") + "\n" for name, lines in sections.items()}
+        elif found:
+            found[-1][1].append(line)
+    sections = []
+    collected: datetime | None = None
+    capture = -1
+    for title, lines in found:
+        body = "\n".join(lines).strip("\n") + "\n"
+        m = _COLLECTED_AT.search(body)
+        if m:
+            collected = _read_collected_at(m.group(1))
+            capture += 1
+        sections.append(CaptureSection(title, body, collected, max(capture, 0)))
+    return sections
 
 
-def capture_collected_at(text: str) -> float | None:
-    """The ``collected_at:`` time of a capture file, in epoch seconds (None when absent); one
-    without a zone is UTC, as the capture's CSV timestamps are read (:func:`_utc_timestamp`)."""
-    m = re.search(r"^collected_at:\s*(\S+)", text, re.MULTILINE)
-    if not m:
-        return None
+def capture_sections(text: str) -> dict[str, str]:
+    """Split an nvidia_gpu_exporter capture into ``{"idle :: query-gpu": body, ...}``: by title,
+    so of a file holding several captures only the last's (:func:`capture_section_list` keeps all)."""
+    return {section.title: section.body for section in capture_section_list(text)}
+
+
+def _read_collected_at(text: str) -> datetime | None:
     try:
-        at = datetime.fromisoformat(m.group(1).replace("Z", "+00:00"))
+        return datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
         return None
-    return (at if at.tzinfo is not None else at.replace(tzinfo=timezone.utc)).timestamp()
+
+
+def capture_collected(text: str) -> datetime | None:
+    """The first ``collected_at:`` time of a capture file as it is written (naive where it states
+    no zone), None when absent or unreadable."""
+    m = _COLLECTED_AT.search(text)
+    return _read_collected_at(m.group(1)) if m else None
+
+
+def capture_collected_at(text: str, zone: tzinfo = timezone.utc) -> float | None:
+    """The first ``collected_at:`` time of a capture file, in epoch seconds (None when absent); one
+    without a zone is read in ``zone``, UTC unless told, as the capture's CSV timestamps are
+    (:func:`_csv_timestamp`)."""
+    at = capture_collected(text)
+    if at is None:
+        return None
+    return (at if at.tzinfo is not None else at.replace(tzinfo=zone)).timestamp()
+
+
+def newest_csv_stamp(body: str, zone: tzinfo = timezone.utc) -> float | None:
+    """The newest leading timestamp of the CSV rows in a capture section's body (read in ``zone``,
+    as :func:`parse_query_gpu` reads them), None where it has none: when that command ran, which
+    places a dmon run that followed it (dmon prints no dates)."""
+    stamps = [t for m in _CSV_STAMP.finditer(body) if (t := _csv_timestamp_or_none(m.group(1), zone)) is not None]
+    return max(stamps, default=None)
 
 
 # ---- --query-gpu CSV ------------------------------------------------------------------------
-def _utc_timestamp(text: str) -> float:
-    """``2026/07/03 22:11:09.763`` (read as UTC) -> epoch seconds; ValueError when malformed."""
+def _csv_timestamp(text: str, zone: tzinfo = timezone.utc) -> float:
+    """``2026/07/03 22:11:09.763`` -> epoch seconds, read in ``zone``: nvidia-smi prints its host's
+    local time with no zone (a stamp stating one keeps it); ValueError when malformed."""
     dt = datetime.fromisoformat(text.strip().replace("/", "-"))
     if dt.tzinfo is None:
-        dt = dt.replace(tzinfo=timezone.utc)
+        dt = dt.replace(tzinfo=zone)
     return dt.timestamp()
 
 
@@ -204,12 +274,14 @@ def parse_query_gpu(text: str, host: str | None = None, health: PipelineHealth |
                     ts: float | None = None, columns: Sequence[str] | None = None,
                     uuids: dict[str, str] | None = None, faults: dict[str, str] | None = None,
                     numbered: dict[str, dict[str, int]] | None = None, once: set[str] | None = None,
-                    board_ids: bool = False) -> SampleBatch:
+                    board_ids: bool = False, zone: tzinfo = timezone.utc) -> SampleBatch:
     """Parse ``nvidia-smi --query-gpu=... --format=csv`` output into a gpu batch.
 
     ``host`` names the node when the CSV has no usable ``hostname`` column (default
     ``localhost``). ``ts`` overrides the CSV's timestamps (live polling); without it rows need a
-    ``timestamp`` column. ``columns`` gives the header for ``--format=csv,noheader`` output.
+    ``timestamp`` column, read in ``zone`` (nvidia-smi prints its host's local time without one:
+    an import reads them in the zone the capture's ``collected_at:`` or ``--tz`` gives, UTC by
+    default). ``columns`` gives the header for ``--format=csv,noheader`` output.
 
     A row whose first cell is ``timestamp`` (or the first cell of the header in force) is a header
     again: two captures appended to one file. The rows after it are read by it; the same header
@@ -259,7 +331,7 @@ def parse_query_gpu(text: str, host: str | None = None, health: PipelineHealth |
     faults = faults if faults is not None else {}
     numbered = numbered if numbered is not None else {}
     batches = [_read_query_rows(part_header, part, host or "localhost", ts, problems, health, uuids, faults, numbered,
-                                once, board_ids)
+                                once, board_ids, zone)
                for part_header, part in _header_parts(header, rows)]
     for reason, count in problems.items():
         health.problem(STAGE, reason, count)
@@ -304,7 +376,8 @@ def _last_header(text: str, header: list[str]) -> list[str]:
 def _read_query_rows(header: list[str], rows: list[list[str]], fallback: str, ts: float | None,
                      problems: Counter[str], health: PipelineHealth, uuids: dict[str, str] | None,
                      faults: dict[str, str], numbered: dict[str, dict[str, int]],
-                     once: set[str] | None = None, board_ids: bool = False) -> SampleBatch:
+                     once: set[str] | None = None, board_ids: bool = False,
+                     zone: tzinfo = timezone.utc) -> SampleBatch:
     """:func:`parse_query_gpu` for rows under one header; their problems added to ``problems``."""
     names = [_UNIT.sub("", h).strip() for h in header]
     # the unit each header states (None: it states none, as ``--format=csv,noheader`` columns)
@@ -322,7 +395,7 @@ def _read_query_rows(header: list[str], rows: list[list[str]], fallback: str, ts
         times = np.full(len(good), float(ts))
     elif "timestamp" in col_of:
         at = col_of["timestamp"]
-        stamps = [_utc_timestamp_or_none(row[at]) for row in good]
+        stamps = [_csv_timestamp_or_none(row[at], zone) for row in good]
         bad_stamps = stamps.count(None)
         if bad_stamps:  # left out before their cells are read: one bad line, one count
             problems["bad timestamp"] += bad_stamps
@@ -534,9 +607,9 @@ def _csv_rows(lines: list[str]) -> tuple[list[list[str]], int]:
     return rows, len(lines) - len(rows)
 
 
-def _utc_timestamp_or_none(text: str) -> float | None:
+def _csv_timestamp_or_none(text: str, zone: tzinfo = timezone.utc) -> float | None:
     try:
-        return _utc_timestamp(text)
+        return _csv_timestamp(text, zone)
     except ValueError:
         return None
 
@@ -644,11 +717,12 @@ def _says_none(tokens: Sequence[str]) -> np.ndarray:
 
 
 def parse_query_gpu_chunks(text: str, host: str | None = None, health: PipelineHealth | None = None,
-                           chunk_rows: int = 50_000, board_ids: bool = False) -> Iterator[SampleBatch]:
+                           chunk_rows: int = 50_000, board_ids: bool = False,
+                           zone: tzinfo = timezone.utc) -> Iterator[SampleBatch]:
     """:func:`parse_query_gpu` over a long CSV (``nvidia-smi --query-gpu=... -l 1`` left running
     for days), ``chunk_rows`` lines at a time: parsed whole, its cells as Python strings took
     about ten times the file's size in memory; a chunk's strings are freed once it is columnar.
-    ``board_ids``: each row's ``board_id`` from its UUID (:func:`parse_query_gpu`)."""
+    ``board_ids``: each row's ``board_id`` from its UUID, ``zone`` the timestamps' (:func:`parse_query_gpu`)."""
     pos = 0
     for line in line_chunks(text, 1):  # the header is the first line that is not blank
         pos += len(line)
@@ -666,14 +740,15 @@ def parse_query_gpu_chunks(text: str, host: str | None = None, health: PipelineH
     numbered: dict[str, dict[str, int]] = {}
     for piece in line_chunks(text, chunk_rows, pos):
         yield parse_query_gpu(piece, host, health, columns=header, faults=faults, numbered=numbered,
-                              board_ids=board_ids)
+                              board_ids=board_ids, zone=zone)
         header = _last_header(piece, header)
 
 
 # ---- dmon ----------------------------------------------------------------------------------
 def parse_dmon(text: str, host: str = "localhost", start: float = 0.0, interval: float = 1.0,
-               health: PipelineHealth | None = None) -> SampleBatch:
-    """Parse ``nvidia-smi dmon`` output (any ``-s`` selection, with or without ``-o DT``).
+               health: PipelineHealth | None = None, zone: tzinfo = timezone.utc) -> SampleBatch:
+    """Parse ``nvidia-smi dmon`` output (any ``-s`` selection, with or without ``-o DT``, whose
+    local date and time are read in ``zone``, as :func:`parse_query_gpu` reads the CSV's).
 
     Each row is read by the header in force for it: dmon repeats its header now and then, and two
     runs appended to one log may differ (``-s p`` then ``-s pc``). Without times, a cycle starts at
@@ -728,7 +803,7 @@ def parse_dmon(text: str, host: str = "localhost", start: float = 0.0, interval:
         if date_at >= 0 and time_at >= 0:
             try:
                 t = datetime.strptime(f"{tokens[date_at]} {tokens[time_at]}", "%Y%m%d %H:%M:%S").replace(
-                    tzinfo=timezone.utc).timestamp()
+                    tzinfo=zone).timestamp()
             except ValueError:
                 problems["bad timestamp"] += 1
                 continue

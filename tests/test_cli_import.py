@@ -54,8 +54,12 @@ def test_import_dmon_capture(shared_data: Path, tmp_path: Path) -> None:
     assert "no input problems" in text
     rec = Recording.open(out)
     frame = rec.read_kind("gpu")
-    start = datetime(2026, 7, 3, 22, 10, 45, tzinfo=timezone.utc).timestamp()  # collected_at
-    assert frame.ts.tolist() == [start + k for k in range(10)]
+    # each dmon section no earlier than the newest CSV stamp before it in the capture (the idle
+    # retired-pages query at 22:10:46.307, the load one at 22:11:09.950): dmon prints no times, and
+    # placed back to back from collected_at (22:10:45) the load samples read ~20 s before they ran
+    idle = datetime(2026, 7, 3, 22, 10, 46, 307000, tzinfo=timezone.utc).timestamp()
+    load = datetime(2026, 7, 3, 22, 11, 9, 950000, tzinfo=timezone.utc).timestamp()
+    assert frame.ts.tolist() == pytest.approx([idle + k for k in range(5)] + [load + k for k in range(5)])
     assert frame.columns["power"][5:].tolist() == [630.0, 628.0, 629.0, 632.0, 630.0]
     assert (frame.columns["gpu_temp"][5], frame.columns["hbm_temp"][5], frame.columns["sm_clock"][5]) == (
         53.0, 41.0, 1.98e9)
