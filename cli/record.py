@@ -4,8 +4,10 @@ into a recording folder that ``replay``, ``evaluate`` and ``incidents`` read.
 The recording is opened at the first poll that yields telemetry (a polled source learns its
 topology from what it reads) and is always closed properly — at ``--duration``, after
 ``--polls``, or on Ctrl-C, SIGTERM or SIGHUP — so an interrupted recording is still a valid one.
-A poll that has not ended :data:`WIND_DOWN_S` after the stop (a call that never returns) is left:
-the rows read before it are written, the recording marked incomplete, and the summary printed.
+Once stopped, the poll in hand is waited for as long as the source's own limit on a poll allows
+(:func:`stop_within`: its command's timeout, its NVML deadline, its answer window); a second signal
+cuts that to :data:`WIND_DOWN_S`. A poll that has not ended by then (a call that never returns) is
+left: the rows read before it are written, the recording marked incomplete, and the summary printed.
 It is written in parts closed every ``--commit-every`` seconds, so a recorder killed outright
 (SIGKILL, the OOM killer, a power cut) loses only its last part. A part that cannot be written
 (a full disk) ends the recording: what was closed before it stays readable, the rows lost are
@@ -44,15 +46,39 @@ LIVE_SOURCES = ("dcgm", "nvidia-smi", "nvml", "infiniband", "dom", "ethtool", "r
 
 WIND_DOWN_S = 2.0
 """How long ``record`` and ``watch`` wait, once a stop is asked for (``--duration``, the first Ctrl-C,
-SIGTERM or SIGHUP), for the poll in hand to end. A poll stuck in a call that never returns (a hung
-driver call) held them for good: the stop was ignored, and a second signal killed ``record`` with
-every row read before the hang unwritten. Past it the poll is left (its thread ends with the
-process), the rows read before it are written and the summary printed."""
+SIGTERM or SIGHUP), for the poll in hand to end past the source's own limit on a poll
+(:func:`stop_within`), and at most after a second signal. A poll stuck in a call that never returns
+(a hung driver call) held them for good: the stop was ignored, and a second signal killed ``record``
+with every row read before the hang unwritten. Past it the poll is left (its thread ends with the
+process), the rows read before it are written and the summary printed. It alone, for every source,
+cut a healthy slow poll (a 3-s nvidia-smi) short at ``--duration``: its rows were lost."""
 STOP_CHECK_S = 0.1
 """How often ``record``, waiting for the source's next frame, looks whether a stop was asked for (a
 signal's handler cannot wake the wait)."""
 
 log = logging.getLogger("foreshock")
+
+
+def stop_within(source: object) -> float:
+    """How long the poll in hand of ``source`` is waited for once a stop is asked for: the source's
+    own limit on a poll (``poll_limit_s``: NVML's deadline, Redfish's answer window; or the
+    ``timeout`` of its command or scrape: nvidia-smi, dcgm, ethtool), plus :data:`WIND_DOWN_S`; that
+    alone for a source with neither (its poll has no bound of its own)."""
+    limit = getattr(source, "poll_limit_s", None)
+    if limit is None:
+        limit = getattr(source, "timeout", None)
+    if not isinstance(limit, (int, float)) or not math.isfinite(limit) or limit < 0:
+        limit = 0.0
+    return float(limit) + WIND_DOWN_S
+
+
+def hurry(source: object) -> None:
+    """End the poll in hand of ``source`` at once where it can be (``hurry``: NVML, Redfish, CDU), else stop it."""
+    hurried = getattr(source, "hurry", None)
+    if callable(hurried):
+        hurried()
+    elif isinstance(source, PollingSource):
+        source.stop()
 
 
 def live_source_options(node_flag: str = "--host"):  # type: ignore[no-untyped-def]
@@ -121,7 +147,8 @@ def command(source: str, out_dir: Path, commit_every: float, duration: float | N
     polled, topology_of = open_live_source(source, url, executable, root, interfaces, interval, polls, node,
                                            topology_path)
     health: PipelineHealth = polled.health
-    stopping = threading.Event()  # a stop is asked for: the source is waited for WIND_DOWN_S at most
+    stopping = threading.Event()  # a stop is asked for: the poll in hand is waited for stop_within(polled) at most
+    hurried = threading.Event()  # a second signal: the poll in hand is waited for WIND_DOWN_S at most
 
     def stop_polling() -> None:
         stopping.set()
@@ -136,15 +163,23 @@ def command(source: str, out_dir: Path, commit_every: float, duration: float | N
     stopped_by: list[str] = []
     write_failed: list[OSError] = []
     left: list[str] = []  # the source, left in its poll after a stop (_frames_or_quiet)
+    restore_second: list[Callable[[], None]] = []
+
+    def hurry_up(sig: signal.Signals) -> None:
+        stopped_by.append(sig.name)
+        hurried.set()
+        hurry(polled)
 
     def stop(sig: signal.Signals) -> None:
         stopped_by.append(sig.name)
         stop_polling()
+        if not restore_second:
+            restore_second.append(stop_on_signals(hurry_up))
 
     # the first Ctrl-C, SIGTERM or SIGHUP stops after the poll in hand. Killed by the others
     # mid-recording, every part lost its Parquet footer and recording.json was never written; a
-    # Ctrl-C raised mid-commit left a list that disagreed with the parts. A second Ctrl-C still
-    # interrupts (KeyboardInterrupt below).
+    # Ctrl-C raised mid-commit left a list that disagreed with the parts. A second one cuts the wait
+    # for the poll in hand short (WIND_DOWN_S); a third Ctrl-C still interrupts (KeyboardInterrupt below).
     restore = stop_on_signals(stop)
     try:
         if timer is not None:
@@ -156,7 +191,7 @@ def command(source: str, out_dir: Path, commit_every: float, duration: float | N
             task = progress.add_task("record", samples=0, polls=0)
             committed_at, parts_seen = time.monotonic(), 0
             for frame in _frames_or_quiet(polled, lambda: committed_at + commit_every - time.monotonic(), stopping,
-                                          left):
+                                          left, stop_within(polled), hurried):
                 if frame is None:  # the source is quiet (a hung poll): the rows held are committed on time
                     if writer is not None:
                         try:
@@ -198,6 +233,8 @@ def command(source: str, out_dir: Path, commit_every: float, duration: float | N
                 writer.close()
             except OSError as exc:
                 write_failed.append(exc)
+        for undo in restore_second:
+            undo()
         restore()  # after the close: a second SIGTERM during it must not cut the footers short
     interrupted = interrupted or bool(stopped_by) or bool(left)
     wall = time.monotonic() - started
@@ -219,7 +256,8 @@ def command(source: str, out_dir: Path, commit_every: float, duration: float | N
 
 
 def _frames_or_quiet(source: Iterable[Frame], wait_s: Callable[[], float], stopping: threading.Event | None = None,
-                     left: list[str] | None = None) -> Iterator[Frame | None]:
+                     left: list[str] | None = None, within: float | None = None,
+                     hurried: threading.Event | None = None) -> Iterator[Frame | None]:
     """The frames of ``source``, polled in a thread of its own, and None each time none came for
     ``wait_s()`` seconds (asked again after each item): the recording writer commits only when it
     is handed a frame, so a source gone quiet (a poll that hangs, an exporter that stops answering)
@@ -227,9 +265,12 @@ def _frames_or_quiet(source: Iterable[Frame], wait_s: Callable[[], float], stopp
     The consumer, not the thread, writes: the writer is never used from two threads. An error that
     ends the source is raised to the consumer; the source's own end ends the frames.
 
-    Once ``stopping`` is set the source is waited for :data:`WIND_DOWN_S` more at most: a poll
-    that does not end by then (a call that never returns) is left in its thread (a daemon's, which
-    does not hold the process), the frames end, and why is added to ``left``."""
+    Once ``stopping`` is set the source is waited for ``within`` seconds more at most (its own limit
+    on a poll: :func:`stop_within`; :data:`WIND_DOWN_S` if not given), and once ``hurried`` is set
+    (a second signal) :data:`WIND_DOWN_S` more at most: a poll that does not end by then (a call
+    that never returns) is left in its thread (a daemon's, which does not hold the process), the
+    frames end, and why is added to ``left`` (as when hurried before the source has ended). A healthy poll slower than WIND_DOWN_S (a 3-s
+    nvidia-smi) was cut at ``--duration``, its rows lost and the recording marked incomplete."""
     arrived: queue.Queue[Frame | _SourceEnded] = queue.Queue()  # (the consumer takes each frame at once)
 
     def pump() -> None:
@@ -245,18 +286,27 @@ def _frames_or_quiet(source: Iterable[Frame], wait_s: Callable[[], float], stopp
     threading.Thread(target=pump, name="record-poll", daemon=True).start()
     quiet_at = time.monotonic() + max(wait_s(), 0.0)
     give_up_at = math.inf  # once a stop is asked for: when the source is left
+    waited = WIND_DOWN_S if within is None else within  # how long the poll in hand may take past the stop
+    cut = False  # hurried: give_up_at brought to WIND_DOWN_S from then
     while True:
         now = time.monotonic()
         if stopping is not None and stopping.is_set() and give_up_at == math.inf:
-            give_up_at = now + WIND_DOWN_S
+            give_up_at = now + waited
+        if hurried is not None and hurried.is_set() and not cut:
+            cut = True
+            waited = min(waited, WIND_DOWN_S)
+            give_up_at = min(give_up_at, now + WIND_DOWN_S)
+            if left is not None:  # the source has not ended: its poll in hand is cut short, its frame partial
+                left.append("the source's poll in hand cut short by a second signal")
         if now >= give_up_at:
-            why = f"the source's poll in hand did not end within {WIND_DOWN_S:g} s of the stop: left"
+            why = f"the source's poll in hand did not end within {waited:g} s of the stop: left"
             log.warning("record: %s (its rows are not in the recording, marked incomplete)", why)
             if left is not None:
                 left.append(why)
             return
         # a stop is looked for every STOP_CHECK_S: a signal's handler runs in this thread, between waits
-        until = min(quiet_at, give_up_at, now + STOP_CHECK_S if stopping is not None else math.inf)
+        looks = stopping is not None or hurried is not None
+        until = min(quiet_at, give_up_at, now + STOP_CHECK_S if looks else math.inf)
         try:
             item = arrived.get(timeout=max(until - now, 0.0))
         except queue.Empty:
@@ -267,6 +317,8 @@ def _frames_or_quiet(source: Iterable[Frame], wait_s: Callable[[], float], stopp
         if isinstance(item, _SourceEnded):
             if item.error is not None:
                 raise item.error
+            if hurried is not None and hurried.is_set() and not cut and left is not None:
+                left.append("the source's poll in hand cut short by a second signal")  # (as above; it ended first)
             return
         yield item
         quiet_at = time.monotonic() + max(wait_s(), 0.0)

@@ -39,7 +39,7 @@ import socket
 import threading
 import time
 from collections import deque
-from typing import Iterable, Iterator, Sequence
+from typing import Callable, Iterable, Iterator, Sequence
 from urllib.parse import urlparse
 
 import click
@@ -59,7 +59,7 @@ from foreshock.topology import Topology
 from .agent import options_given, refuse_unread_options
 from .common import (LIVE_INTERVAL, PipelineRun, build_pipeline, detector_option, finish, finite_number, move_run,
                      param_option, run_with_progress, serve_options, stop_on_signals, stop_server)
-from .record import WIND_DOWN_S, live_source_options, open_live_source
+from .record import STOP_CHECK_S, WIND_DOWN_S, hurry, live_source_options, open_live_source, stop_within
 
 
 @click.command("watch")
@@ -130,10 +130,21 @@ def command(source: str, duration: float | None, polls: int | None, interval: fl
     if isinstance(polled, NvidiaSmiSource):
         polled.takes_in_new_gpus = True  # a GPU unreadable at the first poll is taken in once seen steadily
     stopped_by: list[str] = []
+    hurried = threading.Event()  # a second signal: the sources' polls in hand are cut short
+    restore_second: list[Callable[[], None]] = []
+
+    def hurry_up(_sig: signal.Signals) -> None:
+        hurried.set()
+        for source in (polled, *others):
+            hurry(source)
 
     def stop(sig: signal.Signals) -> None:
         polled.stop()
         stopped_by.append("Ctrl-C" if sig == signal.SIGINT else sig.name)
+        # the poll in hand is waited for (up to its own limit: NVML's deadline); a second signal
+        # cuts it short where the source can be (its wait ended), as before elsewhere (a command killed)
+        if not restore_second and callable(getattr(polled, "hurry", None)):
+            restore_second.append(stop_on_signals(hurry_up))
 
     restore = stop_on_signals(stop)
     try:
@@ -172,24 +183,42 @@ def command(source: str, duration: float | None, polls: int | None, interval: fl
             other.stop()  # (alongside stops them too, where the run got that far)
         if timer is not None:
             timer.cancel()
+        for undo in restore_second:
+            undo()
         restore()
-    _wind_down(others)
+    # a signal while the sources beside wind down (the run already stopped) cuts it short
+    restore = stop_on_signals(hurry_up)
+    try:
+        _wind_down(others, hurried)
+    finally:
+        restore()
     if stopped_by:
         console.print(f"[yellow]stopped by {stopped_by[0]}[/yellow]")
     finish(run, stats, json_name="watch", interrupted=bool(stopped_by))
     stop_server(run)
 
 
-def _wind_down(others: Sequence[PollingSource]) -> None:
-    """Give the sources beside (BMCs, CDUs) :data:`~.record.WIND_DOWN_S` at most to end the poll in
-    hand, stopped: its reads still in flight are counted then as too slow. The summary was printed
-    while such a poll still waited (for a BMC that never answers), without them; past it a poll is
-    left (its threads do not hold the exit)."""
-    until = time.monotonic() + WIND_DOWN_S
+def _wind_down(others: Sequence[PollingSource], hurried: threading.Event | None = None) -> None:
+    """Give the sources beside (BMCs, CDUs), stopped, their own limit on a poll
+    (:func:`~.record.stop_within`) at most to end the poll in hand: its reads in flight answer or are
+    counted then as too slow. The summary was printed while such a poll still waited (for a BMC that
+    never answers), without them; past it a poll is left (its threads do not hold the exit). Once
+    ``hurried`` (a signal) the polls' waits are cut short, and :data:`~.record.WIND_DOWN_S` is waited
+    at most from then."""
+    until = time.monotonic() + max((stop_within(other) for other in others), default=0.0)
+    cut = False
     for other in others:
         wind_down = getattr(other, "wind_down", None)
-        if callable(wind_down):
-            wind_down(max(0.0, until - time.monotonic()))
+        if not callable(wind_down):
+            continue
+        # looked at every STOP_CHECK_S: a signal's handler runs in this thread, between waits
+        while not wind_down(max(0.0, min(until - time.monotonic(), STOP_CHECK_S))):
+            now = time.monotonic()
+            if hurried is not None and hurried.is_set() and not cut:
+                cut = True
+                until = min(until, now + WIND_DOWN_S)
+            if now >= until:
+                break
 
 
 def _bmc_list(bmc: str | None, node: str | None) -> dict[str, str]:

@@ -25,8 +25,9 @@ not read here (dcgm-exporter reports it).
 A poll's calls are made in a thread of its own and waited for :data:`DEADLINE_S` at most, as
 nvidia-smi's command is: a call that never returns (a wedged GPU) costs its GPU that poll's row
 (and the GPUs' after it), counted as ``NVML call hung``, and the GPU is asked nothing more, its row
-left out (counted at each poll), until the call returns; a stop ends the wait at once
-(:meth:`NvmlSource.read`).
+left out (counted at each poll), until the call returns. A stop does not cut the poll in hand
+short (its unread GPUs' rows were lost, uncounted): only :meth:`NvmlSource.hurry` (a second
+signal) ends its wait at once (:meth:`NvmlSource.read`).
 
 Each GPU's UUID is read too (:attr:`NvmlSource.reads_boards`), one ``nvmlDeviceGetUUID`` per GPU
 and poll (bytes from older pynvml, str from newer ones), and carried as the ``board_id`` field: a
@@ -84,8 +85,9 @@ never returned (a wedged GPU, the driver stuck in an ioctl) held the poll, and w
 ``watch``, for good, their ``--duration``, Ctrl-C and SIGTERM included. As long as nvidia-smi's source
 gives its command (``NvidiaSmiSource.timeout``): a poll costs a real H200 9 ms (``bench/bench_poll.py``)."""
 STOP_CHECK_S = 0.1
-"""How often a poll waiting for its calls looks whether the source was stopped: a stop ends the wait
-at once rather than at the deadline (``watch`` polls in its main thread)."""
+"""How often a poll waiting for its calls looks whether it is hurried (:meth:`NvmlSource.hurry`): its
+wait ends then rather than at the deadline (``watch`` polls in its main thread). A stop alone does not
+end it: a poll of a slow, healthy GPU cut at a ``--duration`` lost the rows of the GPUs not read yet."""
 
 Reader = Callable[[ModuleType, Any], float]
 
@@ -338,7 +340,7 @@ class _NvmlPoll:
         self.gpu: int | None = None  # the GPU in hand
         self.what = ""  # its call in hand
         self.error: Exception | None = None  # what ended the reading early (a bug, not an NVML error)
-        self.abandoned = False  # the poll has left without it (its deadline, or the source stopped)
+        self.abandoned = False  # the poll has left without it (its deadline, or the source hurried)
         self.lock = threading.Lock()
         self.done = threading.Event()
 
@@ -401,6 +403,19 @@ class NvmlSource(PollingSource):
         self._slow_at = np.full((count, len(self.fields)), -np.inf)  # when each was last read with a value
         self.deadline_s = DEADLINE_S  # how long a poll waits for its NVML calls (DEADLINE_S)
         self._stuck: dict[int, _NvmlPoll] = {}  # GPU -> the poll whose call to it has not returned
+        self._hurry = threading.Event()  # the poll in hand stops waiting for its calls (hurry)
+
+    @property
+    def poll_limit_s(self) -> float:
+        """The longest a poll takes (its calls' deadline): what ``record`` and ``watch`` wait for the
+        poll in hand once stopped, before leaving it."""
+        return self.deadline_s
+
+    def hurry(self) -> None:
+        """Stop, and end the wait of the poll in hand at once (a second Ctrl-C or SIGTERM): the
+        GPUs it has not read yet have no row, and nothing is counted as hung."""
+        self._hurry.set()
+        self.stop()
 
     def _handle(self, index: int) -> Any | None:
         try:
@@ -414,7 +429,7 @@ class NvmlSource(PollingSource):
         """One reading of every GPU (a row per GPU that has a handle).
 
         The NVML calls are made in a thread of the poll's own, waited for :attr:`deadline_s` at
-        most (and no longer once the source is stopped). A GPU whose call has not returned by then
+        most (a stop does not shorten it; :meth:`hurry` does). A GPU whose call has not returned by then
         is counted (:data:`NVML_HUNG`); it and the GPUs after it have no row this poll. The thread
         is left in its call, and the GPU is not read (counted, :data:`NVML_STILL_HUNG`) until the
         call has returned: at most one thread is stuck per GPU."""
@@ -433,7 +448,8 @@ class NvmlSource(PollingSource):
             job.done.set()
         deadline = time.monotonic() + self.deadline_s
         while not job.done.wait(max(0.0, min(STOP_CHECK_S, deadline - time.monotonic()))):
-            if self._stop.is_set() or time.monotonic() >= deadline:
+            # not at a stop: the GPUs not read yet (a slow poll, not a hung one) would have no row, uncounted
+            if self._hurry.is_set() or time.monotonic() >= deadline:
                 break
         with job.lock:  # (the thread takes it to go on with each GPU and call, and to end)
             ended = job.done.is_set()
@@ -448,7 +464,7 @@ class NvmlSource(PollingSource):
             hung, what = job.gpu, job.what
         if not ended and hung is not None:
             self._stuck[hung] = job
-            if not self._stop.is_set():  # (a stop cut the wait short: nothing is known to hang)
+            if not self._hurry.is_set():  # (hurried, the wait was cut short: nothing is known to hang)
                 self.health.problem(STAGE, NVML_HUNG, detail=(
                     f"{self._entities[hung]}: {what} did not return within {self.deadline_s:g} s (no row for it, nor "
                     "for the GPUs after it, this poll); the GPU is asked nothing more until the call returns"))
@@ -458,7 +474,7 @@ class NvmlSource(PollingSource):
                                 detail=", ".join(names[:3]) + (" ..." if len(names) > 3 else ""))
         self._tell_unsupported()
         # a GPU not read to the end (its call hung, still hung, or after it; the poll cut short by a
-        # stop) has no row: silent, as a GPU whose exporter hangs, not a row of NaN the input guard
+        # hurry) has no row: silent, as a GPU whose exporter hangs, not a row of NaN the input guard
         # would count again as missing values at every poll
         present = np.isin(np.arange(count), list(finished)) & np.array([h is not None for h in self.handles])
         values = values[present]

@@ -963,9 +963,10 @@ WIND_DOWN_S = 0.25
 when the deadline comes (every socket read waits at most the time left), then counts why."""
 
 STOP_CHECK_S = 0.1
-"""How often a poll waiting for its reads looks whether its source was stopped (:meth:`ParallelReads.close`):
-the wait ends then, the reads in flight counted as too slow, rather than at the deadline. A ``watch``
-whose BMC never answered printed its summary while the poll still waited, without that BMC counted."""
+"""How often a poll waiting for its reads looks whether it is hurried (:meth:`ParallelReads.hurry`, a
+second signal): the wait ends then, the reads in flight counted as too slow, rather than at the
+deadline. A stop alone (:meth:`ParallelReads.close`) does not end it: a ``--duration`` stop dropped the
+last poll's answers that came a moment later, every healthy BMC counted as too slow."""
 
 _reading_for = threading.local()
 
@@ -1039,15 +1040,16 @@ class ParallelReads(Generic[R]):
         self.pending: dict[str, Future[R]] = {}
         self._pool: _DaemonPool | None = None
         self._lock = threading.Lock()  # stop() may come from another thread than the polls
-        self._closed = threading.Event()  # closed (the source stopped): a poll waits no longer, asks nothing
+        self._closed = threading.Event()  # closed (the source stopped): a poll asks nothing more
+        self.hurried = threading.Event()  # a poll waits no longer (hurry)
 
     def collect(self, read_one: Callable[[str], R], names: Sequence[str],
                 within: float) -> tuple[dict[str, R], list[str]]:
         """``read_one(name)`` for each of ``names`` not still answering an earlier poll, each
         made to end by ``within`` seconds from now; waits that long (and :data:`WIND_DOWN_S`
-        for the reads cut short to end), or until :meth:`close` (once closed, nothing more is
-        asked). Returns the answers in hand, by name (in ``names``' order), and the names still
-        answering."""
+        for the reads cut short to end), or until :meth:`hurry`; once closed (:meth:`close`) nothing
+        more is asked, and the reads in flight are still waited for to their deadline. Returns the
+        answers in hand, by name (in ``names``' order), and the names still answering."""
         deadline = time.monotonic() + within
         with self._lock:
             if not self._closed.is_set():
@@ -1058,7 +1060,8 @@ class ParallelReads(Generic[R]):
                         self.pending[name] = self._pool.submit(self._read_by, deadline, read_one, name)
             waiting = [self.pending[name] for name in names if name in self.pending]
         until = deadline + WIND_DOWN_S
-        while not self._closed.is_set() and (left := until - time.monotonic()) > 0:
+        # not until a close alone: the reads in flight (a healthy BMC's answer due a moment later) are the poll's
+        while not self.hurried.is_set() and (left := until - time.monotonic()) > 0:
             if not wait(waiting, timeout=min(left, STOP_CHECK_S)).not_done:
                 break
         answers: dict[str, R] = {}
@@ -1081,14 +1084,19 @@ class ParallelReads(Generic[R]):
             del _reading_for.deadline
 
     def close(self) -> None:
-        """Let the threads go (a read in flight ends by its poll's deadline) and end a poll's wait
-        (the reads in flight are its too slow ones). The reads still answering stay pending: a
-        poll after this one does not ask their devices a second time."""
+        """Let the threads go (a read in flight ends by its poll's deadline, and the poll waiting for
+        it waits as before). The reads still answering stay pending: a poll after this one does not
+        ask their devices a second time."""
         with self._lock:
             self._closed.set()
             if self._pool is not None:
                 self._pool.shutdown()
             self._pool = None
+
+    def hurry(self) -> None:
+        """:meth:`close`, and end a poll's wait at once: the reads in flight are its too slow ones."""
+        self.hurried.set()
+        self.close()
 
 
 def tls_context(ca_file: str | None = None, insecure: bool = False) -> ssl.SSLContext:
@@ -1174,9 +1182,9 @@ def parse_bmc_list(text: str, host: str | None = None, what: str = "node") -> di
 
 
 def _no_answer(source: RedfishSource | CduSource) -> str:
-    """Why a device's read was counted too slow: its poll's time passed, or the source stopped first."""
-    if source._stop.is_set():
-        return "no answer before the source stopped"
+    """Why a device's read was counted too slow: its poll's time passed, or the source was hurried first."""
+    if source._reads.hurried.is_set():
+        return "no answer before the source was told to stop at once"
     return f"no answer within {source.answer_within:g} s"
 
 
@@ -1266,8 +1274,8 @@ class RedfishSource(PollingSource):
         for node in slow:
             # a read that could not be cut short (one not made through BmcClient, whose requests
             # end by the deadline, host name lookups included): not asked again until it has
-            # answered, its row then taken at the next poll. Or one in flight when the source
-            # stopped: the poll's wait ends then (STOP_CHECK_S), the read counted as too slow
+            # answered, its row then taken at the next poll. Or one in flight when the source was
+            # hurried (a second signal): the poll's wait ends then (STOP_CHECK_S), the read counted
             self.health.problem(STAGE, TOO_SLOW, detail=f"{node}: {_no_answer(self)} (its row comes with the poll "
                                                         "after it answers)")
         rows = []
@@ -1306,9 +1314,22 @@ class RedfishSource(PollingSource):
         super().stop()
         self._reads.close()
 
+    def hurry(self) -> None:
+        """Stop, and end the wait of the poll in hand at once (a second Ctrl-C or SIGTERM): its reads
+        in flight are counted as too slow."""
+        super().stop()
+        self._reads.hurry()
+
+    @property
+    def poll_limit_s(self) -> float:
+        """The longest a poll takes (its answer window and the wind-down of the reads it cut short):
+        what ``record`` and ``watch`` wait for the poll in hand once stopped."""
+        return self.answer_within + WIND_DOWN_S
+
     def wind_down(self, timeout: float) -> bool:
         """Wait ``timeout`` seconds at most for the poll in hand (after :meth:`stop`: its reads in
-        flight counted as too slow) to end; False if it has not."""
+        flight waited for to its deadline; after :meth:`hurry`: counted as too slow) to end; False if
+        it has not."""
         return self._idle.wait(timeout)
 
 
@@ -1560,6 +1581,16 @@ class CduSource(PollingSource):
     def wind_down(self, timeout: float) -> bool:
         """As :meth:`RedfishSource.wind_down`."""
         return self._idle.wait(timeout)
+
+    def hurry(self) -> None:
+        """As :meth:`RedfishSource.hurry`."""
+        super().stop()
+        self._reads.hurry()
+
+    @property
+    def poll_limit_s(self) -> float:
+        """As :attr:`RedfishSource.poll_limit_s`."""
+        return self.answer_within + WIND_DOWN_S
 
     def _poll(self) -> list[Frame]:
         answers, slow = self._reads.collect(self.read_one, self._asked(), self.answer_within)

@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from foreshock.cli import record
+from foreshock.cli import record, watch
 from foreshock.health import PipelineHealth
 from foreshock.streams.redfish import TOO_SLOW, RedfishSource
 
@@ -57,18 +57,19 @@ FAKE_PYNVML = textwrap.dedent('''
 ''')
 
 # the commands' deadlines lowered, so that the tests take seconds (10 s and 2 s in service)
-LOWERED = ("import foreshock.streams.nvml as nvml, foreshock.cli.record as record; "
-           "nvml.DEADLINE_S = 0.5; record.WIND_DOWN_S = 1.0; "
+LOWERED = ("import os, foreshock.streams.nvml as nvml, foreshock.cli.record as record; "
+           "nvml.DEADLINE_S = float(os.environ['FAKE_NVML_DEADLINE_S']); record.WIND_DOWN_S = 1.0; "
            "from foreshock.cli.main import cli; cli()")
 ENDS_WITHIN_S = 10.0  # start-up (imports) and the run, with room
 
 
-def foreshock(tmp_path: Path, args: list[str], hang_at: int = 0) -> subprocess.Popen[str]:
+def foreshock(tmp_path: Path, args: list[str], hang_at: int = 0, deadline_s: float = 0.5) -> subprocess.Popen[str]:
     (tmp_path / "fake").mkdir(exist_ok=True)
     (tmp_path / "fake" / "pynvml.py").write_text(FAKE_PYNVML)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(tmp_path / "fake"),
                                                                        os.environ.get("PYTHONPATH")])),
-           "FAKE_NVML_HANG_AT": str(hang_at), "FAKE_NVML_HANGING": str(tmp_path / "hanging")}
+           "FAKE_NVML_HANG_AT": str(hang_at), "FAKE_NVML_HANGING": str(tmp_path / "hanging"),
+           "FAKE_NVML_DEADLINE_S": str(deadline_s)}
     return subprocess.Popen([sys.executable, "-c", LOWERED, *args], env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
 
@@ -154,21 +155,49 @@ def silent_bmc() -> Any:
     bmc.close()
 
 
-def test_a_bmc_read_in_flight_is_counted_as_too_slow_as_soon_as_the_source_stops(silent_bmc: str) -> None:
-    """``watch`` stops its BMC source, then gives it the wind-down before its summary: the poll
-    waiting for a BMC that never answers must end then, its read counted, not at the poll's
-    deadline (12.5 s here) after the summary was printed without it."""
+@pytest.mark.parametrize("hurried", [False, True])
+def test_a_bmc_that_never_answers_is_counted_before_watch_gives_up_on_it(monkeypatch: pytest.MonkeyPatch,
+                                                                         hurried: bool) -> None:
+    """``watch`` stops its BMC source, then waits for its poll in hand, up to the poll's own limit,
+    before its summary: a read that never ends is counted as too slow then (at its poll's deadline,
+    or at once after a second signal), not after the summary was printed without it."""
+    never = threading.Event()
+    monkeypatch.setattr(RedfishSource, "read_one", lambda self, node: never.wait(30))  # (not cut at the deadline)
     health = PipelineHealth()
-    src = RedfishSource({"n1": silent_bmc}, interval=1.0, health=health)
-    polling = threading.Thread(target=lambda: list(src), daemon=True)
-    polling.start()
-    time.sleep(0.5)  # the first poll is waiting for the BMC
-    src.stop()
-    began = time.monotonic()
-    while health.problems.get(("redfish", TOO_SLOW)) != 1 and time.monotonic() - began < 3.0:
-        time.sleep(0.02)
-    assert health.problems.get(("redfish", TOO_SLOW)) == 1
-    assert time.monotonic() - began < record.WIND_DOWN_S  # what watch waits at most
+    src = RedfishSource({"n1": "http://127.0.0.1:19861"}, interval=0.5, timeout=0.3, health=health)
+    threading.Thread(target=lambda: list(src), daemon=True).start()
+    try:
+        time.sleep(0.2)  # the first poll is waiting for the BMC
+        src.hurry() if hurried else src.stop()
+        began = time.monotonic()
+        watch._wind_down([src])
+        assert health.problems.get(("redfish", TOO_SLOW)) == 1
+        assert time.monotonic() - began < (0.3 if hurried else record.stop_within(src))
+    finally:
+        never.set()
+
+
+def test_a_second_sigterm_cuts_the_wait_for_a_hung_poll_short(tmp_path: Path) -> None:
+    """The first SIGTERM waits for the poll in hand up to its own limit (NVML's deadline, 30 s here:
+    a slow poll's rows are kept); a second one leaves it after WIND_DOWN_S, the rows read before
+    the hang written and the summary printed (the second signal had killed record outright)."""
+    out_dir = tmp_path / "rec"
+    child = foreshock(tmp_path, ["record", "--source", "nvml", "--interval", "0.2", "--out", str(out_dir)],
+                      hang_at=4, deadline_s=30.0)
+    deadline = time.monotonic() + ENDS_WITHIN_S
+    while not (tmp_path / "hanging").exists() and time.monotonic() < deadline and child.poll() is None:
+        time.sleep(0.05)
+    assert (tmp_path / "hanging").exists()
+    child.send_signal(signal.SIGTERM)
+    time.sleep(2.0)  # past WIND_DOWN_S (1 s here), within the poll's 30 s
+    assert child.poll() is None  # still waiting for the poll in hand
+    child.send_signal(signal.SIGTERM)
+    out, err = ended(child, 5.0)
+    assert child.returncode == 0, err
+    recorded = summary(out, "record")
+    assert recorded["rows"]["gpu"] >= 3 and recorded["interrupted"] is True
+    listed = json.loads((out_dir / "recording.json").read_text())
+    assert listed["rows"]["gpu"] == recorded["rows"]["gpu"] and listed["complete"] is False
 
 
 def test_a_bmc_read_in_flight_does_not_hold_the_exit(silent_bmc: str) -> None:

@@ -99,19 +99,21 @@ def test_a_hung_call_costs_its_gpu_that_poll_and_its_thread_is_not_reused_until_
         release.set()
 
 
-def test_a_stop_ends_a_poll_waiting_for_a_hung_call_at_once_without_counting_it() -> None:
+def test_a_hurry_ends_a_poll_waiting_for_a_hung_call_at_once_without_counting_it() -> None:
+    """A second signal (``hurry``) ends the wait at once; a stop alone does not (it would cut a slow,
+    healthy poll short: tests/test_live_stop_graceful.py)."""
     release = threading.Event()
     nv, _ = fake_nvml(2, hang_gpu=1, release=release)
     health = PipelineHealth()
     src = NvmlSource(interval=0.1, host="h", health=health, nvml=nv)
-    src.deadline_s = 20.0  # longer than the test would wait: only the stop can end the poll
+    src.deadline_s = 20.0  # longer than the test would wait: only the hurry can end the poll
     nv.armed.set()
     try:
-        threading.Timer(0.3, src.stop).start()
+        threading.Timer(0.3, src.hurry).start()
         began = time.monotonic()
         cut = within(5, src.read)
         assert time.monotonic() - began < 2.0
-        assert ("nvml", HUNG) not in health.problems  # the stop, not a hang, ended it
-        assert list(cut.entity) == [0]  # GPU 0's row read before the stop; GPU 1, in hand, has none
+        assert ("nvml", HUNG) not in health.problems  # the hurry, not a hang, ended it
+        assert list(cut.entity) == [0]  # GPU 0's row read before it; GPU 1, in hand, has none
     finally:
         release.set()
