@@ -61,6 +61,9 @@ sample-to-sample differences."""
 MIN_HEATING_C_PER_S = 0.005
 """Below 0.3 °C/min a heating rate is noise on integer readings: no ETA is given from it."""
 STALLED_RATIO = facts.STALLED_STEP_RATIO
+AT_LIMIT_C = 1.0
+"""A GPU within this of its own limit is held there: the SW thermal limiter holds the die just
+under max operating (integer readings of 86-87 °C under an 87 °C limit), HW slowdown above it."""
 
 
 class Telemetry:
@@ -108,6 +111,15 @@ class Telemetry:
     def silent_since(self, gpu: int, t: float) -> bool:
         """Telemetry keeps flowing after ``t`` but not from this GPU (it is still off the bus)."""
         return self.gpu_frames_ts > t and not self.s_gpu_tel[gpu, TEL_TS] > t
+
+    def at_limit(self, gpu: int, since: float) -> bool:
+        """The GPU's last temperature, read after ``since``, within ``AT_LIMIT_C`` of its limit."""
+        t = self.s_gpu_tel[gpu]
+        return bool(t[TEL_TS] > since and t[TEL_LIMIT] - t[TEL_TEMP] <= AT_LIMIT_C)
+
+    def carried_since(self, link: int, t: float) -> bool:
+        """The link carried traffic in a reading after ``t`` (it is up: a down link sends nothing)."""
+        return bool(self.s_link_tel[link, LINK_TS] > t and self.s_link_tel[link, LINK_UTIL] > 0)
 
     def state_dict(self) -> dict[str, Any]:
         return {**{n: getattr(self, n).copy() for n in self.ARRAYS}, "gpu_frames_ts": self.gpu_frames_ts}

@@ -177,7 +177,7 @@ class _Member:
     """One entity of an incident: when it was seen, what it showed, its active predictions."""
 
     __slots__ = ("key", "kind", "slot", "anc", "first_ts", "last_ts", "strong_ts", "count", "signals", "preds", "xid",
-                 "refired_ts", "clock_slow", "clock_ts")
+                 "refired_ts", "clock_slow", "clock_ts", "shown_ts")
 
     def __init__(self, mkey: int, kind: str, slot: int, anc: tuple[int, ...], ts: float) -> None:
         self.key, self.kind, self.slot, self.anc = mkey, kind, slot, anc
@@ -192,6 +192,9 @@ class _Member:
         self.refired_ts = math.nan  # the re-fire (its start) it fired again in, after going quiet
         # the step slowdown its last straggler "slower" finding measured, and when (see _job_evidence)
         self.clock_slow, self.clock_ts = 1.0, -math.inf
+        # its last finding of an observed effect: what it showed once and no longer does (one
+        # throttle an hour ago) is not a current effect (:meth:`IncidentEngine._shows_elsewhere`)
+        self.shown_ts = -math.inf
 
     @property
     def observed(self) -> bool:
@@ -203,7 +206,7 @@ class _Member:
     def to_state(self) -> list[Any]:
         return [self.key, self.kind, self.slot, self.first_ts, self.last_ts, self.strong_ts, self.count,
                 dict(self.signals), [[e, d, ts, eta] for (e, d), (ts, eta) in self.preds.items()], self.xid,
-                self.refired_ts, self.clock_slow, self.clock_ts]
+                self.refired_ts, self.clock_slow, self.clock_ts, self.shown_ts]
 
     def restore(self, last: Any, strong: Any, count: Any, signals: dict[str, Any], preds: Any, xid: Any,
                 more: Sequence[Any]) -> None:
@@ -215,11 +218,15 @@ class _Member:
         self.refired_ts = float(more[0]) if more else math.nan
         if len(more) >= 3:
             self.clock_slow, self.clock_ts = float(more[1]), float(more[2])
+        # (a checkpoint from before it was saved: its last finding, if it ever showed an effect)
+        self.shown_ts = float(more[3]) if len(more) >= 4 else self.last_ts if self.observed else -math.inf
 
     def take_clock(self, other: _Member) -> None:
-        """The latest measured clock slowdown of this member and ``other`` (the same entity)."""
+        """The latest measured clock slowdown, and the latest observed effect, of this member and
+        ``other`` (the same entity)."""
         if other.clock_ts > self.clock_ts:
             self.clock_slow, self.clock_ts = other.clock_slow, other.clock_ts
+        self.shown_ts = max(self.shown_ts, other.shown_ts)
 
 
 def _load_preds(saved: Any) -> dict[tuple[str, str], tuple[float, float]]:
@@ -808,6 +815,8 @@ class IncidentEngine:
             self._note_refire(inc, m, ev.ts, new)
             m.strong_ts = ev.ts if not m.strong_ts >= ev.ts else m.strong_ts
         m.signals[ev.sig.name] = m.signals.get(ev.sig.name, 0) + 1
+        if ev.sig.observed:
+            m.shown_ts = max(m.shown_ts, ev.ts)
         if ev.slowdown != 1.0 and ev.ts >= m.clock_ts:
             m.clock_slow, m.clock_ts = ev.slowdown, ev.ts
         if ev.event:
@@ -826,6 +835,8 @@ class IncidentEngine:
             if nkey not in inc.members and int(self.s_member_of[MEMBER_LEVEL[kind]][slot]) < 0:
                 nm = self._add_member(inc, kind, slot, ev.ts)
                 nm.signals["optic_degrading" if kind == "optic" else "link_down"] = 1
+                if nm.observed:  # (a link the reason says went down: seen so now)
+                    nm.shown_ts = ev.ts
                 new = True
         if new:
             inc.last_growth_ts = max(inc.last_growth_ts, ev.ts)
@@ -1573,7 +1584,7 @@ class IncidentEngine:
 
     def _exposed(self, inc: _Incident, members: list[_Member], room: int, now: float) -> list[tuple[str, float]]:
         """The entities exposed to ``inc``'s cause that show nothing yet: neither its own members nor
-        any another live incident holds with an observed effect (:meth:`_shows_elsewhere`). Until
+        any another live incident holds with a current observed effect (:meth:`_shows_elsewhere`). Until
         2026-12-05 only its own were left out: a loss of loop capacity listed first the GPUs of a
         node already throttling on its failed fans, and a link down named its sibling, down on its
         own, as the link to take its traffic (10 of 37 updates of a simulated day)."""
@@ -1585,7 +1596,7 @@ class IncidentEngine:
             gpus = gpus[~np.isin(gpus, [m.slot for m in members if m.kind == "gpu"])]
             owner = self.s_member_of[GPU][gpus]
             held = [i for i in np.flatnonzero((owner >= 0) & (owner != inc.serial))
-                    if self._shows_elsewhere(inc, GPU, int(gpus[i]))]
+                    if self._shows_elsewhere(inc, GPU, int(gpus[i]), now)]
             if held:
                 gpus = np.delete(gpus, held)
             return exposed_gpus(self.dom, self.tel, gpus, inc.family == POWER, room)
@@ -1622,13 +1633,13 @@ class IncidentEngine:
                     # only when neither knows (min() alone would let the optic's unknown hide the link's)
                     known = [e for e in (failing.get(link, -1.0), eta) if e >= 0]
                     failing[link] = min(known) if known else -1.0
-            # not taking the traffic: links it holds, links failing themselves (a NIC alarm's node
-            # named its own links, all of them failing, as where its traffic goes), and links another
-            # live incident holds with an observed effect (a sibling down on its own)
+            # not taking the traffic: links it holds, links failing themselves, a NIC alarm's own links
+            # (named as failing next, below), and links another live incident holds with an observed
+            # effect (a sibling down on its own)
             skip = {m.slot for m in members if m.kind == "link"} | failing.keys()
 
             def held_elsewhere(t: int) -> bool:
-                return any(self._shows_elsewhere(inc, lvl, s)
+                return any(self._shows_elsewhere(inc, lvl, s, now)
                            for lvl, s in ((LINK, t), (OPTIC, 2 * t), (OPTIC, 2 * t + 1)))
 
             for link in failing:
@@ -1645,9 +1656,15 @@ class IncidentEngine:
             return named + rerouted
         return []
 
-    def _shows_elsewhere(self, inc: _Incident, level: int, slot: int) -> bool:
-        """Whether another live incident than ``inc`` holds the entity with an observed effect (a
-        GPU throttling, a link down): it is already hit, not exposed to ``inc``'s cause next."""
+    def _shows_elsewhere(self, inc: _Incident, level: int, slot: int, now: float) -> bool:
+        """Whether another live incident than ``inc`` holds the entity with a current observed
+        effect (a GPU throttling, a link down): it is already hit, not exposed to ``inc``'s cause
+        next. Current: its last observed finding within the holder's quiet time (a held throttle
+        or brake is said again every few minutes, :mod:`.throttle_bits`), or its telemetry still
+        showing it: a GPU at its limit or still off the bus, a link seen down that has carried no
+        traffic since. Until 2026-12-05 one effect ever shown counted for as long as its incident
+        lived: a GPU that throttled once, calm for 20 minutes on a node whose fans failed, was left
+        out of its loop's spread."""
         serial = int(self.s_member_of[level][slot])
         if serial < 0 or serial == inc.serial:
             return False
@@ -1655,7 +1672,16 @@ class IncidentEngine:
         if other is None or not other.live or other.merged_into >= 0:
             return False
         m = other.members.get(key(level, slot))
-        return m is not None and m.observed
+        if m is None or not m.observed:
+            return False
+        if now - m.shown_ts <= self._quiet_s(other):
+            return True
+        if level == GPU:
+            return (self.tel.at_limit(slot, now - self._quiet_s(other))
+                    or ("gpu_lost" in m.signals and self.tel.silent_since(slot, m.last_ts)))
+        if level == LINK:  # (a down is said once: the link stays down until it carries traffic again)
+            return "link_down" in m.signals and not self.tel.carried_since(slot, m.shown_ts)
+        return False
 
     def _job_impact(self, inc: _Incident, members: list[_Member],
                     now: float) -> tuple[tuple[tuple[str, float], ...], float]:

@@ -9,6 +9,8 @@ rail (link(n, r) is node n's rail r), job0 on node0-3 and job1 on node4-7."""
 
 from __future__ import annotations
 
+from typing import Callable
+
 import numpy as np
 import pytest
 
@@ -167,3 +169,57 @@ def test_the_bank_survives_a_telemetry_row_outside_the_topology(kind: str) -> No
     cols = {f: np.array([1.0, 1.0]) for f in field_names(kind)}
     bank.update(Frame(kind, np.array([100.0, 100.0]), np.array([0, 10_000], np.int32), cols))
     assert sum(n for (stage, _), n in health.problems.items() if stage == eng.name) == 1
+
+
+def _fan_then_loop(hot: Callable[[int], bool], throttle_said: Callable[[int], bool]) -> list[str]:
+    """node0's fans fail (its fan anomaly keeps that incident live throughout); its GPUs read
+    86 °C while ``hot(t)`` (60 °C else) and say a throttle while ``throttle_said(t)``; from t=900
+    cdu0 loses capacity. cdu0's spread at t=1490."""
+    eng = IncidentEngine(TOPO)
+    for t in range(0, 1500, 10):
+        frame = gpu_frame(float(t))
+        if not hot(t):
+            frame.columns["gpu_temp"][[gpu(0, i) for i in range(4)]] = 60.0
+        eng.observe_frame(frame)
+        fs: list[Anomaly | Prediction] = [Anomaly(float(t), "node", 0, "fan_speed", 0.9, "cooling", "fan stalled")]
+        if throttle_said(t):
+            fs += [Anomaly(float(t), "gpu", gpu(0, i), "thermal_throttle_time", 1.0, "throttle_bits", "thermal")
+                   for i in range(4)]
+        if t >= 900:
+            fs += [thermal(float(t), g) for g in (gpu(1, 0), gpu(2, 0), gpu(3, 1))]
+        eng.observe(fs, float(t))
+    return predicted_of(eng, 1490.0, "cdu0")
+
+
+def test_NEW_a_gpu_that_throttled_once_long_ago_is_exposed_again() -> None:
+    # node0's GPUs throttled for the first 200 s and have been calm at 60 °C for 1300 s since: no
+    # current effect, on the node whose fans failed. Its one throttle had them left out of cdu0's
+    # spread for as long as the fan incident lived (the effect ever shown counted, until 2026-12-05)
+    spread = _fan_then_loop(lambda t: t < 200, lambda t: t < 200)
+    assert {f"node0/gpu{i}" for i in range(4)} <= set(spread), spread
+
+
+def test_NEW_a_steady_throttle_said_only_at_its_onset_stays_held() -> None:
+    # a throttle said once, at its onset, and held since (86 °C under an 87 °C limit): still hit,
+    # not exposed next, though its one finding is older than quiet_s
+    spread = _fan_then_loop(lambda t: True, lambda t: t == 0)
+    assert not {f"node0/gpu{i}" for i in range(4)} & set(spread), spread
+    assert "node1/gpu1" in spread, spread
+
+
+def test_NEW_a_held_throttle_said_again_stays_held_though_cooler() -> None:
+    # a throttle the detectors say again (throttle_bits every 300 s while it holds) counts while
+    # its last saying is within quiet_s, whatever the temperature telemetry last read
+    spread = _fan_then_loop(lambda t: False, lambda t: t % 300 == 0)
+    assert not {f"node0/gpu{i}" for i in range(4)} & set(spread), spread
+
+
+def test_NEW_a_members_last_observed_effect_survives_a_checkpoint() -> None:
+    eng = IncidentEngine(TOPO)
+    eng.observe([Anomaly(100.0, "gpu", gpu(0, 0), "thermal_throttle_time", 1.0, "throttle_bits", "thermal")], 100.0)
+    eng.observe([Anomaly(400.0, "gpu", gpu(0, 0), "gpu_temp", 3.0, "ewma_zscore", "z")], 400.0)
+    again = IncidentEngine(TOPO)
+    again.load_state_dict(eng.state_dict())
+    (inc,) = [i for i in again._incidents.values()]
+    (m,) = [m for m in inc.members.values() if m.slot == gpu(0, 0)]
+    assert (m.shown_ts, m.last_ts) == (100.0, 400.0)
