@@ -26,7 +26,7 @@ from foreshock.streams.alibaba import STATS, read_alibaba
 from foreshock.streams.dcgm import parse_dcgm_text, scrape_rounds, split_pages
 from foreshock.streams.infiniband import list_ports, port_topology, read_infiniband
 from foreshock.streams.nvidia_smi import (CaptureSection, capture_collected, capture_collected_at, capture_section_list,
-                                          newest_csv_stamp, parse_dmon, parse_query_gpu_chunks)
+                                          capture_zone, newest_csv_stamp, parse_dmon, parse_query_gpu_chunks)
 from foreshock.streams.polling import with_board_ids
 from foreshock.streams.samples import (MAX_GPU_INDEX, GpuIndexError, SampleBatch, gpu_topology, line_chunks,
                                        split_gpu_entity)
@@ -100,13 +100,17 @@ def _sections(text: str, kind: str) -> list[CaptureSection]:
     each capture of a file holding several (a title repeats: keyed by it, the earlier captures'
     rows were lost), or the whole text as one, with the file's first ``collected_at:`` if any."""
     found = [section for section in capture_section_list(text) if section.title.endswith(f":: {kind}")]
-    return found or [CaptureSection("", text, capture_collected(text), 0)]
+    if found:
+        return found
+    collected = capture_collected(text)
+    return [CaptureSection("", text, collected, 0, capture_zone(collected, text))]
 
 
 def _zone(section: CaptureSection, told: tzinfo | None) -> tzinfo:
-    """The zone a section's zone-less times are read in: ``--tz`` where given, else the one its
-    capture's ``collected_at:`` states (the capture's host wrote both), else UTC."""
-    return told or section.stated_zone or timezone.utc
+    """The zone a section's zone-less times are read in: ``--tz`` where given, else its capture's
+    host's (the offset its ``collected_at:`` states, or the one its first CSV timestamp shows: the
+    capture tool writes ``collected_at:`` in UTC, ``Z``, while nvidia-smi prints local time), else UTC."""
+    return told or section.zone or timezone.utc
 
 
 def _dmon_batches(text: str, host: str, when: float, timed: bool, interval: float, told: tzinfo | None,
@@ -363,8 +367,9 @@ def _jsonl(text: str, path: Path, topology_path: Path | None, health: PipelineHe
                    "capture's, for a file of several), else the file's modification time.")
 @click.option("--interval", default=1.0, show_default=True, type=click.FloatRange(min=MIN_INTERVAL_S),
               callback=finite_number(positive=True),
-              help="dmon sampling interval, or the time between the scrapes of a dcgm file holding several (seconds; "
-                   "neither carries a date, so they are stamped this far apart).")
+              help="dmon sampling interval, or the time between the scrapes of a dcgm file holding several (its "
+                   "rounds with --round-of-hosts; seconds; neither carries a date, so they are stamped this far "
+                   "apart).")
 @click.option("--stat", default="avg", show_default=True, type=click.Choice(STATS),
               help="alibaba: which hourly statistic to import.")
 @click.option("--topology", "topology_path", default=None, type=click.Path(exists=True, dir_okay=False, path_type=Path),
@@ -372,10 +377,17 @@ def _jsonl(text: str, path: Path, topology_path: Path | None, health: PipelineHe
 @click.option("--tz", "told_zone", default=None, callback=_parse_zone, metavar="ZONE",
               help="Time zone of times the input prints without one: nvidia-smi CSV timestamps, dmon -o DT, a "
                    "collected_at or --time without a zone (nvidia-smi prints its host's local time). UTC, an "
-                   "offset (+02:00) or a name (Europe/Berlin). Default: the zone a capture's collected_at states, "
-                   "else UTC; given, it is used instead of that zone.")
+                   "offset (+02:00) or a name (Europe/Berlin). Default: a capture's host's zone, the offset its "
+                   "collected_at states, else (collected_at in UTC, Z, as the capture tool writes it) the gap from "
+                   "it to the capture's first CSV timestamp, to a quarter hour; else UTC. Given, it is used instead.")
+@click.option("--round-of-hosts", is_flag=True,
+              help="dcgm: a file appended by one loop over several hosts' exporters (for h in n1 n2; do curl "
+                   "$h:9400/metrics; done >> FILE, every --interval): consecutive pages of distinct hosts share a "
+                   "stamp; a page of a host already in the round, or naming no GPU, starts the next round. Default: "
+                   "each page --interval after the one before (a file cannot tell such a loop from one endpoint "
+                   "answering for different hosts, as a load-balanced Service does).")
 def command(fmt: str, path: Path, out: Path, host: str | None, at: str | None, interval: float, stat: str,
-            topology_path: Path | None, told_zone: tzinfo | None) -> None:
+            topology_path: Path | None, told_zone: tzinfo | None, round_of_hosts: bool) -> None:
     """Import real captures (dcgm-exporter text, nvidia-smi CSV or dmon, the Alibaba optics CSV,
     an InfiniBand sysfs tree, JSON lines) into a recording folder.
 
@@ -398,9 +410,11 @@ def command(fmt: str, path: Path, out: Path, host: str | None, at: str | None, i
         # carry no time), each GPU's board its page's UUID (one parse folded them into one row)
         batches: list[SampleBatch] = []
         once: set[str] = set()  # an unmapped metric, a GPU's unsupported field: counted in one page, as live
-        # several hosts' pages of one round share its time (streams.dcgm.scrape_rounds)
+        # --round-of-hosts: several hosts' pages of one round share its time (streams.dcgm.scrape_rounds);
+        # not by default: pages of distinct hosts are as well one endpoint answering for several (a
+        # load-balanced Service, an exporter restarted under a new Hostname), each page its own scrape
         pages = split_pages(text)
-        rounds = scrape_rounds(pages, host or "localhost")
+        rounds = scrape_rounds(pages, host or "localhost") if round_of_hosts else list(range(len(pages)))
         for page, k in zip(pages, rounds):
             uuids: dict[str, str] = {}
             batch = parse_dcgm_text(page, when + k * interval, health, host or "localhost", once, uuids)

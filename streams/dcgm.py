@@ -341,24 +341,26 @@ def page_gpus(page: str, default_host: str = "localhost") -> set[str]:
 
 
 def scrape_rounds(pages: list[str], default_host: str = "localhost") -> list[int]:
-    """Each page's scrape round: a file of several hosts' scrapes appended round after round
-    (``for h in n1 n2; do curl $h:9400/metrics; done >> gpus.prom`` every 30 s) holds a page per
-    host per round, all of a round taken together. A page starts a new round only where it names a
-    GPU the round has had already (the same exporter scraped again), so one host's pages are a round
-    each, as before, and several hosts' pages of one round share its time (counted apart, host after
-    host, they were stamped ``--interval`` apart and the hosts of one round put at different times).
-    A page naming no GPU stays in the round."""
+    """Each page's scrape round in a file appended by one loop over several hosts' exporters
+    (``for h in n1 n2; do curl $h:9400/metrics; done >> gpus.prom`` every 30 s): a page per host
+    per round, all of a round taken together, so consecutive pages of distinct hosts share a round.
+    A page whose host the round has had already starts the next round (the same exporter scraped
+    again), and a page naming no GPU (an exporter up without one) is a round of its own: kept in
+    the round, it had merged the pages before and after it, one host's scrapes 30 s apart put at
+    one time. Only for a file said to be such a loop (``import --round-of-hosts``): one endpoint
+    answering for different hosts in turn (a load-balanced Service, an exporter container restarted
+    under a new Hostname) writes the same pages, each its own scrape."""
     if len(pages) < 2:  # (one page: one round, without reading it twice)
         return [0] * len(pages)
     rounds: list[int] = []
-    had: set[str] = set()
+    had: set[str] = set()  # the hosts of the round so far
     now = 0
     for page in pages:
-        gpus = page_gpus(page, default_host)
-        if gpus & had:
+        hosts = {gpu.rsplit("/", 1)[0] for gpu in page_gpus(page, default_host)}
+        if rounds and (not hosts or not had or hosts & had):
             now += 1
             had = set()
-        had |= gpus
+        had |= hosts
         rounds.append(now)
     return rounds
 

@@ -16,10 +16,13 @@ bitmasks are hex. An nvidia-smi that cannot read a GPU still prints the others' 
 non-zero: the live source reads them. Query names map to
 fields through the field table's ``nvidia_smi`` column (scale to base units included).
 Timestamps are nvidia-smi's local time, with no zone; imports read them (and dmon's ``-o DT``) in
-the zone the capture's ``collected_at:`` states (the real captures were taken on UTC hosts: their
-``collected_at: ...Z`` header matches the CSV; one taken at ``+02:00`` prints its rows two hours
-ahead of UTC), else in ``foreshock import --tz`` (UTC by default); live polling stamps rows with
-the poll time instead.
+``foreshock import --tz`` where given, else in the capture's host's zone (:func:`capture_zone`):
+the capture tool writes ``collected_at:`` in UTC (``date -u``: always ``Z``, whatever the host's
+zone), so a ``Z`` says nothing of the zone nvidia-smi printed in; the host's offset is the gap
+from ``collected_at:`` to the capture's first CSV timestamp, which follows it within seconds
+(the real captures were taken on UTC hosts: no gap; a CEST host prints its rows two hours
+ahead). A ``collected_at:`` stating another offset (``+02:00``) gives the zone; else UTC. Live
+polling stamps rows with the poll time instead.
 
 ``dmon`` prints a ``# gpu pwr gtemp ...`` header, a ``# Idx W C ...`` units row, then one
 line per GPU per interval; without ``-o T``/``-o DT`` it prints no time, so rows are placed on
@@ -48,7 +51,7 @@ import socket
 import subprocess
 from collections import Counter, deque
 from dataclasses import dataclass
-from datetime import datetime, timezone, tzinfo
+from datetime import datetime, timedelta, timezone, tzinfo
 from typing import Iterator, Sequence
 
 import numpy as np
@@ -157,6 +160,15 @@ is 15), for the log."""
 _COLLECTED_AT = re.compile(r"^collected_at:\s*(\S+)", re.MULTILINE)
 _CSV_STAMP = re.compile(r"^(\d{4}/\d\d/\d\d \d\d:\d\d:\d\d(?:\.\d+)?)\s*,", re.MULTILINE)
 """A CSV row's leading nvidia-smi timestamp (``--query-gpu``, ``--query-compute-apps``, ...)."""
+ZONE_STEP_S = 900
+"""Zone offsets are whole quarter hours (+05:30 India, +05:45 Nepal)."""
+MAX_ZONE_OFFSET_S = 14 * 3600
+"""The farthest zones from UTC are -12:00 and +14:00."""
+CAPTURE_LEAD_S = (-60, 240)
+"""How long after ``collected_at:``, beyond a whole number of quarter hours, the capture's first CSV
+timestamp may be for that number to be read as its host's zone: the first CSV section runs seconds
+after the header (a few nvidia-smi calls between them: help, ``-L``, ``-q``); a gap minutes off a
+zone's offset is some other clock or an edited capture, not a zone."""
 
 
 @dataclass(frozen=True)
@@ -171,6 +183,8 @@ class CaptureSection:
     """Its capture's ``collected_at:`` (naive where it states no zone; None where none came before)."""
     capture: int
     """Which capture of the file: one more at each ``collected_at:`` header after the first."""
+    zone: tzinfo | None = None
+    """The zone its capture's host printed local times in (:func:`capture_zone`), None where unknown."""
 
     @property
     def stated_zone(self) -> tzinfo | None:
@@ -209,7 +223,7 @@ def capture_section_list(text: str) -> list[CaptureSection]:
             banner.append(line)
         elif found:
             found[-1][1].append(line)
-    sections = []
+    read: list[tuple[str, str, datetime | None, int]] = []
     collected: datetime | None = None
     capture = -1
     for title, lines in found:
@@ -218,8 +232,14 @@ def capture_section_list(text: str) -> list[CaptureSection]:
         if m:
             collected = _read_collected_at(m.group(1))
             capture += 1
-        sections.append(CaptureSection(title, body, collected, max(capture, 0)))
-    return sections
+        read.append((title, body, collected, max(capture, 0)))
+    # each capture's zone, from its header and the first CSV timestamp after it
+    first_csv: dict[int, str] = {}  # capture -> the body of its first section with CSV rows
+    for _, body, collected, capture in read:
+        if collected is not None and capture not in first_csv and _CSV_STAMP.search(body):
+            first_csv[capture] = body
+    zones = {capture: capture_zone(collected, first_csv.get(capture, "")) for _, _, collected, capture in read}
+    return [CaptureSection(title, body, collected, capture, zones[capture]) for title, body, collected, capture in read]
 
 
 def capture_sections(text: str) -> dict[str, str]:
@@ -240,6 +260,31 @@ def capture_collected(text: str) -> datetime | None:
     no zone), None when absent or unreadable."""
     m = _COLLECTED_AT.search(text)
     return _read_collected_at(m.group(1)) if m else None
+
+
+def capture_zone(collected: datetime | None, text: str) -> tzinfo | None:
+    """The zone of the host that wrote a capture, whose ``collected_at:`` is ``collected`` and
+    whose text from it on is ``text``: the offset ``collected_at:`` states where not UTC, else the
+    gap from it to the first CSV timestamp in ``text`` (read as UTC) rounded to a quarter hour, where
+    that is a zone's offset (within 14 h) and the stamp seconds after it (:data:`CAPTURE_LEAD_S`);
+    None otherwise (no header, one without a zone, no CSV row, a gap no zone explains).
+
+    The nvidia_gpu_exporter capture tool writes ``collected_at:`` with ``date -u`` (``Z``) while
+    nvidia-smi prints local time: read in the ``Z``, the rows of a CEST host landed two hours
+    late, and the dmon runs placed after them with them."""
+    if collected is None or collected.tzinfo is None:
+        return None
+    if collected.utcoffset():  # (+02:00: the host said its zone)
+        return collected.tzinfo
+    m = _CSV_STAMP.search(text)
+    first = _csv_timestamp_or_none(m.group(1)) if m else None
+    if first is None:
+        return None
+    gap = first - collected.timestamp()
+    offset = round(gap / ZONE_STEP_S) * ZONE_STEP_S
+    if abs(offset) > MAX_ZONE_OFFSET_S or not CAPTURE_LEAD_S[0] <= gap - offset <= CAPTURE_LEAD_S[1]:
+        return None
+    return timezone(timedelta(seconds=offset))
 
 
 def capture_collected_at(text: str, zone: tzinfo = timezone.utc) -> float | None:

@@ -5,6 +5,12 @@ stamps pooled (8 GPUs polled each second, 3 ms apart, recorded 0.003 s), several
 scrapes of one round stamped ``--interval`` apart, and dmon sections placed back to back from
 ``collected_at`` instead of after the commands that ran before them.
 
+And what the fixes of those got wrong (review, same day): a capture's ``collected_at:`` is UTC
+(``Z``) whatever its host's zone (the capture tool runs ``date -u``) while nvidia-smi prints local
+time, so the ``Z`` taken for the CSV's zone put a CEST host's rows and dmon runs two hours late;
+and several hosts' dcgm pages grouped into one round by default merged one endpoint's successive
+scrapes (a GPU-less page, an exporter restarted under a new Hostname, a load-balanced Service).
+
 Expected times are written out from the captures' own text (their ``collected_at:`` and CSV
 timestamp lines), never computed by the importer."""
 
@@ -12,13 +18,14 @@ from __future__ import annotations
 
 import json
 import re
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import numpy as np
 from click.testing import CliRunner
 
 from foreshock.cli.import_cmd import command
+from foreshock.frames import Frame
 from foreshock.recording import Recording
 
 H100 = Path("nvidia-smi") / "linux-x86_64__nvidia-h100-80gb-hbm3__590.48.01.txt"
@@ -100,6 +107,66 @@ def test_csv_times_are_read_in_the_zone_the_captures_collected_at_states(shared_
                                                 utc(2026, 7, 14, 8, 12, 53, 353000)]
 
 
+def utc_header_capture(shared_data: Path, tmp_path: Path, name: str, offset: timedelta) -> Path:
+    """The H100 capture as the capture tool writes it on a host ``offset`` from UTC: collected_at
+    by ``date -u`` (``Z``, unchanged), nvidia-smi's CSV timestamps in the host's local time."""
+    def local(m: re.Match[str]) -> str:
+        at = datetime.strptime(m.group(0), "%Y/%m/%d %H:%M:%S") + offset
+        return at.strftime("%Y/%m/%d %H:%M:%S")
+
+    text = (shared_data / H100).read_text()
+    assert "collected_at:   2026-07-14T08:12:38Z" in text
+    path = tmp_path / f"{name}.txt"
+    path.write_text(re.sub(r"^2026/07/14 \d\d:\d\d:\d\d", local, text, flags=re.MULTILINE))
+    return path
+
+
+def test_a_utc_collected_at_does_not_set_the_zone_of_the_csv_rows(shared_data: Path, tmp_path: Path) -> None:
+    """The capture tool writes collected_at in UTC on every host: taken for the CSV's zone, a CEST
+    host's rows landed two hours late. The host's offset is the gap from collected_at to the first
+    CSV timestamp (seconds after it), to a quarter hour; --tz still decides where given; a gap no
+    zone explains (minutes off a quarter hour, past 14 h) leaves the rows in collected_at's UTC."""
+    # the H100's rows, as its capture (a UTC host) prints them: 08:12:38.696 idle, 08:12:53.353 load
+    rows = [utc(2026, 7, 14, 8, 12, 38, 696000), utc(2026, 7, 14, 8, 12, 53, 353000)]
+    for name, hours, minutes in (("cest", 2, 0), ("edt", -4, 0), ("ist", 5, 30)):
+        offset = timedelta(hours=hours, minutes=minutes)
+        path = utc_header_capture(shared_data, tmp_path, name, offset)
+        rec, _ = imported(path, tmp_path / name, "nvidia-smi")
+        assert rec.read_kind("gpu").ts.tolist() == rows, name
+        told, _ = imported(path, tmp_path / f"{name}_told", "nvidia-smi", "--tz", "UTC")  # as printed, read as UTC
+        assert told.read_kind("gpu").ts.tolist() == [t + offset.total_seconds() for t in rows], name
+    for name, offset in (("edited", timedelta(hours=3, minutes=10)), ("far", timedelta(hours=15))):
+        rec, _ = imported(utc_header_capture(shared_data, tmp_path, name, offset), tmp_path / name, "nvidia-smi")
+        assert rec.read_kind("gpu").ts.tolist() == [t + offset.total_seconds() for t in rows], name
+
+
+def test_dmon_of_a_host_east_of_utc_is_placed_in_its_capture_not_hours_later(shared_data: Path,
+                                                                               tmp_path: Path) -> None:
+    """dmon prints no dates and is placed after the CSV rows printed before it: those read in the
+    ``Z`` of collected_at put a CEST host's dmon runs at 10:12 UTC, two hours after its capture."""
+    rec, _ = imported(utc_header_capture(shared_data, tmp_path, "cest", timedelta(hours=2)), tmp_path / "rec",
+                      "dmon")
+    frame = rec.read_kind("gpu")
+    assert len(frame) == 10
+    assert ((frame.ts >= H100_COLLECTED) & (frame.ts < H100_COLLECTED + 60)).all()
+    idle = frame.ts[frame.columns["power"] < 100]  # 69 W idle
+    # after the idle retired-pages query, printed 08:12:38.898 by the (UTC) capture
+    assert idle.min() >= utc(2026, 7, 14, 8, 12, 38, 898000)
+
+
+def test_each_appended_capture_has_its_own_hosts_zone(shared_data: Path, tmp_path: Path) -> None:
+    """A CEST host's capture then a UTC host's (both collected_at in ``Z``): each capture's offset
+    is its own, not the first's for the file."""
+    path = tmp_path / "both.txt"
+    path.write_text(utc_header_capture(shared_data, tmp_path, "cest", timedelta(hours=2)).read_text()
+                    + (shared_data / H200).read_text())
+    rec, _ = imported(path, tmp_path / "rec", "nvidia-smi")
+    frame = rec.read_kind("gpu")
+    assert sorted(zip(frame.ts.tolist(), frame.columns["power"].tolist())) == [
+        (utc(2026, 7, 3, 22, 10, 46, 109000), 77.71), (utc(2026, 7, 3, 22, 11, 9, 763000), 627.40),
+        (utc(2026, 7, 14, 8, 12, 38, 696000), 69.85), (utc(2026, 7, 14, 8, 12, 53, 353000), 631.95)]
+
+
 BARE_CSV = ("timestamp, index, temperature.gpu, power.draw [W]\n"
             "2026/07/14 10:00:00.000, 0, 40, 100.00 W\n"
             "2026/07/14 10:00:01.000, 0, 41, 101.00 W\n")
@@ -161,12 +228,74 @@ def test_several_hosts_pages_of_one_round_share_its_time(tmp_path: Path) -> None
     then both at +30 (n2's pages were put at +30 and +90, n1's second at +60)."""
     path = tmp_path / "multi.prom"
     path.write_text(dcgm_page("n1", 40) + dcgm_page("n2", 50) + dcgm_page("n1", 41) + dcgm_page("n2", 51))
-    rec, _ = imported(path, tmp_path / "rec", "dcgm", "--interval", "30", "--time", "2026-07-01T00:00:00Z")
+    # a file that cannot say it is such a loop: --round-of-hosts says so (see the default below)
+    rec, _ = imported(path, tmp_path / "rec", "dcgm", "--interval", "30", "--time", "2026-07-01T00:00:00Z",
+                      "--round-of-hosts")
     frame = rec.read_kind("gpu")
     start = utc(2026, 7, 1)
     placed = sorted(zip(frame.columns["gpu_temp"].tolist(), frame.ts.tolist()))
     assert placed == [(40.0, start), (41.0, start + 30), (50.0, start), (51.0, start + 30)]
     assert rec.meta["interval"] == 30.0
+
+
+def dcgm_frame(tmp_path: Path, name: str, pages: list[str], *extra: str) -> Frame:
+    """The rows of a file of ``pages`` appended, scraped every 30 s from 2026-07-01T00:00:00Z."""
+    path = tmp_path / f"{name}.prom"
+    path.write_text("".join(pages))
+    rec, _ = imported(path, tmp_path / name, "dcgm", "--interval", "30", "--time", "2026-07-01T00:00:00Z", *extra)
+    return rec.read_kind("gpu")
+
+
+def dcgm_stamps(tmp_path: Path, name: str, pages: list[str], *extra: str) -> list[tuple[float, float]]:
+    """(gpu_temp, seconds after the first scrape) of each row of a file of ``pages`` appended."""
+    frame = dcgm_frame(tmp_path, name, pages, *extra)
+    return sorted((temp, ts - utc(2026, 7, 1)) for temp, ts in zip(frame.columns["gpu_temp"].tolist(),
+                                                                   frame.ts.tolist()))
+
+
+def dcgm_times(tmp_path: Path, name: str, pages: list[str], *extra: str) -> list[float]:
+    """Seconds after the first scrape of each row of a file of ``pages`` appended, in order."""
+    return sorted(ts - utc(2026, 7, 1) for ts in dcgm_frame(tmp_path, name, pages, *extra).ts.tolist())
+
+
+def test_pages_of_distinct_hosts_are_each_their_own_scrape_by_default(tmp_path: Path) -> None:
+    """``while sleep 30; do curl gpus-svc:9400/metrics >> gpus.prom; done`` against a load-balanced
+    Service answers from n1, n2, n2, n1, n2: five scrapes 30 s apart. Grouped into rounds of
+    distinct hosts by default, they were put at 0, 0, 30, 30, 60 (two scrapes a round, the
+    recording half as long as the capture)."""
+    pages = [dcgm_page("n1", 40), dcgm_page("n2", 50), dcgm_page("n2", 51), dcgm_page("n1", 41), dcgm_page("n2", 52)]
+    assert dcgm_stamps(tmp_path, "lb", pages) == [(40.0, 0.0), (41.0, 90.0), (50.0, 30.0), (51.0, 60.0),
+                                                   (52.0, 120.0)]
+
+
+def test_a_restarted_exporter_and_a_page_without_gpus_keep_one_scrape_each(shared_data: Path,
+                                                                            tmp_path: Path) -> None:
+    """The real T4 page names its hosts by container id (``Hostname="424773df46e0"``): an exporter
+    container restarted between two scrapes of a loop comes back under another id, a "new host"
+    that joined the round of the scrape before it (put at 30 s, not 60 s); a page the exporter
+    served with no GPU (HELP and TYPE lines only) stayed in its round, and the scrape after it,
+    the same GPUs, was put 30 s early."""
+    page = (shared_data / "dcgm" / "dcgm-exporter-tesla-t4.prom").read_text()
+    restarted = page.replace('Hostname="424773df46e0"', 'Hostname="9f1c0e2b7a11"').replace(
+        'Hostname="551bdf382151"', 'Hostname="0c7e5d2a9b33"')
+    assert restarted != page
+    gpu_less = "".join(line + "\n" for line in page.splitlines() if line.startswith("#"))
+    # the page names two GPUs (gpu="0" of each container): a row each per scrape
+    assert dcgm_times(tmp_path, "restart", [page, page, restarted]) == [0.0, 0.0, 30.0, 30.0, 60.0, 60.0]
+    expected = [0.0, 0.0, 60.0, 60.0]  # the GPU-less scrape at 30 s, with no row
+    assert dcgm_times(tmp_path, "empty", [page, gpu_less, page]) == expected
+    # said to be a loop over several hosts, the GPU-less page is still a round of its own
+    assert dcgm_times(tmp_path, "empty_rounds", [page, gpu_less, page], "--round-of-hosts") == expected
+
+
+def test_round_of_hosts_starts_a_round_at_a_host_seen_in_it_or_a_page_without_gpus(tmp_path: Path) -> None:
+    """A loop over n1 and n2 whose second round lists n2 first, then a round where n2's exporter was
+    up without its GPU: rounds (n1, n2), (n2, n1), (no GPU), (n1, n2) at 0, 30, 60 and 90 s."""
+    gpu_less = "".join(line + "\n" for line in dcgm_page("n2", 0).splitlines() if line.startswith("#"))
+    pages = [dcgm_page("n1", 40), dcgm_page("n2", 50), dcgm_page("n2", 51), dcgm_page("n1", 41), gpu_less,
+             dcgm_page("n1", 42), dcgm_page("n2", 52)]
+    assert dcgm_stamps(tmp_path, "loop", pages, "--round-of-hosts") == [
+        (40.0, 0.0), (41.0, 30.0), (42.0, 90.0), (50.0, 0.0), (51.0, 30.0), (52.0, 90.0)]
 
 
 # ---- dmon placed after the commands before it ----------------------------------------------------
