@@ -186,11 +186,6 @@ class CaptureSection:
     zone: tzinfo | None = None
     """The zone its capture's host printed local times in (:func:`capture_zone`), None where unknown."""
 
-    @property
-    def stated_zone(self) -> tzinfo | None:
-        """The zone its capture's ``collected_at:`` states (``Z``, ``+02:00``), None where it states none."""
-        return self.collected.tzinfo if self.collected is not None else None
-
     def collected_at(self, zone: tzinfo = timezone.utc) -> float | None:
         """Its capture's ``collected_at:`` in epoch seconds, read in ``zone`` where it states none."""
         if self.collected is None:
