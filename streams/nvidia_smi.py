@@ -164,6 +164,12 @@ ZONE_STEP_S = 900
 """Zone offsets are whole quarter hours (+05:30 India, +05:45 Nepal)."""
 MAX_ZONE_OFFSET_S = 14 * 3600
 """The farthest zones from UTC are -12:00 and +14:00."""
+ZONE_OFFSETS_MIN = frozenset({60 * h for h in range(-12, 15)} | {
+    -570, -210, -150, 210, 270, 330, 345, 390, 525, 570, 630, 765, 825})
+"""The UTC offsets zones use (minutes): whole hours, and -9:30, -3:30, -2:30, +3:30, +4:30, +5:30,
++5:45, +6:30, +8:45, +9:30, +10:30, +12:45, +13:45. Any quarter hour had been taken: a UTC host's
+capture whose first CSV row came 15 minutes after its header was read as from a "+00:15" host and
+every row moved 15 minutes early."""
 CAPTURE_LEAD_S = (-60, 240)
 """How long after ``collected_at:``, beyond a whole number of quarter hours, the capture's first CSV
 timestamp may be for that number to be read as its host's zone: the first CSV section runs seconds
@@ -261,8 +267,10 @@ def capture_zone(collected: datetime | None, text: str) -> tzinfo | None:
     """The zone of the host that wrote a capture, whose ``collected_at:`` is ``collected`` and
     whose text from it on is ``text``: the offset ``collected_at:`` states where not UTC, else the
     gap from it to the first CSV timestamp in ``text`` (read as UTC) rounded to a quarter hour, where
-    that is a zone's offset (within 14 h) and the stamp seconds after it (:data:`CAPTURE_LEAD_S`);
-    None otherwise (no header, one without a zone, no CSV row, a gap no zone explains).
+    that is an offset a zone uses (:data:`ZONE_OFFSETS_MIN`) and the stamp seconds after it
+    (:data:`CAPTURE_LEAD_S`); None otherwise (no header, one without a zone, no CSV row, a gap no
+    zone explains). A UTC host's capture whose first row came a whole hour after its header reads as
+    from a zone an hour east: ``import --tz UTC`` says otherwise.
 
     The nvidia_gpu_exporter capture tool writes ``collected_at:`` with ``date -u`` (``Z``) while
     nvidia-smi prints local time: read in the ``Z``, the rows of a CEST host landed two hours
@@ -277,7 +285,8 @@ def capture_zone(collected: datetime | None, text: str) -> tzinfo | None:
         return None
     gap = first - collected.timestamp()
     offset = round(gap / ZONE_STEP_S) * ZONE_STEP_S
-    if abs(offset) > MAX_ZONE_OFFSET_S or not CAPTURE_LEAD_S[0] <= gap - offset <= CAPTURE_LEAD_S[1]:
+    if (abs(offset) > MAX_ZONE_OFFSET_S or offset // 60 not in ZONE_OFFSETS_MIN
+            or not CAPTURE_LEAD_S[0] <= gap - offset <= CAPTURE_LEAD_S[1]):
         return None
     return timezone(timedelta(seconds=offset))
 

@@ -125,17 +125,22 @@ def test_a_utc_collected_at_does_not_set_the_zone_of_the_csv_rows(shared_data: P
     """The capture tool writes collected_at in UTC on every host: taken for the CSV's zone, a CEST
     host's rows landed two hours late. The host's offset is the gap from collected_at to the first
     CSV timestamp (seconds after it), to a quarter hour; --tz still decides where given; a gap no
-    zone explains (minutes off a quarter hour, past 14 h) leaves the rows in collected_at's UTC."""
+    zone explains (minutes off a quarter hour, a quarter hour no zone uses, past 14 h) leaves the
+    rows in collected_at's UTC."""
     # the H100's rows, as its capture (a UTC host) prints them: 08:12:38.696 idle, 08:12:53.353 load
     rows = [utc(2026, 7, 14, 8, 12, 38, 696000), utc(2026, 7, 14, 8, 12, 53, 353000)]
-    for name, hours, minutes in (("cest", 2, 0), ("edt", -4, 0), ("ist", 5, 30)):
+    for name, hours, minutes in (("cest", 2, 0), ("edt", -4, 0), ("ist", 5, 30), ("npt", 5, 45)):
         offset = timedelta(hours=hours, minutes=minutes)
         path = utc_header_capture(shared_data, tmp_path, name, offset)
         rec, _ = imported(path, tmp_path / name, "nvidia-smi")
         assert rec.read_kind("gpu").ts.tolist() == rows, name
         told, _ = imported(path, tmp_path / f"{name}_told", "nvidia-smi", "--tz", "UTC")  # as printed, read as UTC
         assert told.read_kind("gpu").ts.tolist() == [t + offset.total_seconds() for t in rows], name
-    for name, offset in (("edited", timedelta(hours=3, minutes=10)), ("far", timedelta(hours=15))):
+    # and a quarter hour no zone uses: a UTC host whose first row came 15 or 30 minutes after its
+    # header had its rows moved that much early, read as from a "+00:15" host (review, same day)
+    for name, offset in (("edited", timedelta(hours=3, minutes=10)), ("far", timedelta(hours=15)),
+                         ("late15", timedelta(minutes=15)), ("late30", timedelta(minutes=30)),
+                         ("late2h15", timedelta(hours=2, minutes=15))):
         rec, _ = imported(utc_header_capture(shared_data, tmp_path, name, offset), tmp_path / name, "nvidia-smi")
         assert rec.read_kind("gpu").ts.tolist() == [t + offset.total_seconds() for t in rows], name
 
