@@ -17,13 +17,18 @@ from foreshock.facts import HBM_MAX_OPERATING_TEMP_C, HW_SLOWDOWN_TEMP_C, MAX_OP
 
 @dataclass(frozen=True)
 class ScrapeJob:
-    """A component Prometheus scrapes; each gets an ``absent(up{job=...} == 1)`` alert."""
+    """A component Prometheus scrapes; each gets an ``absent(up{job=...} == 1)`` alert (``unless on ()``
+    its :attr:`unless` holds)."""
 
     job: str
     alert: str
     component: str
     impact: str
     severity: str = "critical"
+    # PromQL that silences the alert while it holds (the component is not needed then), and what
+    # it means in words for the description ("" where there is none)
+    unless: str = ""
+    unless_says: str = ""
 
 
 @dataclass(frozen=True)
@@ -39,17 +44,11 @@ class MixinConfig:
     time_from: str = "now-6h"
 
     # --- what Prometheus scrapes (deploy/prometheus/prometheus.yml uses the same job names) --
-    scrape_jobs: tuple[ScrapeJob, ...] = (
-        ScrapeJob("foreshock", "ForeshockPipelineDown", "foreshock pipeline",
-                  "no telemetry is analysed, so no prediction and no foreshock alert can fire"),
-        ScrapeJob("alertmanager", "ForeshockAlertmanagerDown", "Alertmanager",
-                  "alerts that fire may not be delivered to anyone", "warning"),
-        ScrapeJob("foreshock-agents", "ForeshockAgentsDown", "foreshock agent",
-                  "no GPU, BMC or CDU telemetry reaches the workers, so nothing can be predicted (the "
-                  "workers' GPUs reporting fall to 0 within 2 minutes, and ForeshockGpuMissing follows about 12 "
-                  "minutes after the agents stopped)"),
-    )
+    # Each job name is written here once: the absent-target alerts (:attr:`scrape_jobs`), the
+    # per-agent alert and the dashboards all read these fields, so a site that scrapes under other
+    # names overrides them here (``dataclasses.replace(DEFAULT_CONFIG, pipeline_job=...)``).
     pipeline_job: str = "foreshock"
+    alertmanager_job: str = "alertmanager"
     agent_job: str = "foreshock-agents"  # agents' --metrics-port; ForeshockAgentDown is per agent
 
     # --- predictions ---------------------------------------------------------------------
@@ -94,6 +93,25 @@ class MixinConfig:
         "ForeshockAgentDown": "2m",
         "absent": "2m",
     })
+
+    @property
+    def scrape_jobs(self) -> tuple[ScrapeJob, ...]:
+        """The scraped components with an absent-target alert each, named by the job fields above."""
+        return (
+            ScrapeJob(self.pipeline_job, "ForeshockPipelineDown", "foreshock pipeline",
+                      "no telemetry is analysed, so no prediction and no foreshock alert can fire"),
+            ScrapeJob(self.alertmanager_job, "ForeshockAlertmanagerDown", "Alertmanager",
+                      "alerts that fire may not be delivered to anyone", "warning"),
+            # Only while no pipeline reports a GPU either: a one-machine deployment (`foreshock
+            # watch`, no broker) runs no agents at all, and its GPUs reporting say the telemetry
+            # arrives; in Kafka mode the workers' GPUs reporting fall to 0 within 2 minutes of the
+            # agents' last frame, so the alert still fires when the agents are gone.
+            ScrapeJob(self.agent_job, "ForeshockAgentsDown", "foreshock agent",
+                      "no GPU, BMC or CDU telemetry reaches the workers, so nothing can be predicted "
+                      "(ForeshockGpuMissing fires too, about 12 minutes after the agents stopped)",
+                      unless="sum(foreshock_gpus_reporting) > 0",
+                      unless_says="no foreshock pipeline reports a GPU"),
+        )
 
     @property
     def hbm_max_operating_c(self) -> float:

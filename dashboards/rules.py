@@ -27,6 +27,10 @@ from .config import DEFAULT_CONFIG, MixinConfig
 ALERT_GROUP = "foreshock.alerts"
 RECORDING_GROUP = "foreshock.rules"
 XID_COUNTER = "foreshock_xid_events_total"
+RACK_RESISTANCE = "rack:foreshock_rack_thermal_resistance_celsius_per_watt:max"
+"""Each rack's die-to-coolant thermal resistance (°C/W) without the exporting instance: in Kafka
+mode a rebalance moves a rack to another worker, whose series is a new one; the rack's own is
+this, continuous across the move."""
 THERMAL_HEADROOM = "gpu:foreshock_gpu_thermal_headroom_celsius:own_limit"
 """Each exported GPU's own max operating temperature less its temperature (°C), one series per
 ``sensor`` ("core", "hbm"): 0 or below is at or over its limit."""
@@ -107,6 +111,10 @@ def recording_rules(cfg: MixinConfig = DEFAULT_CONFIG) -> list[dict[str, Any]]:
          "expr": "max by (cluster) (foreshock_rack_gpu_temperature_max_celsius)"},
         {"record": "cluster:foreshock_gpu_power_watts:sum",
          "expr": "sum by (cluster) (foreshock_rack_gpu_power_watts)"},
+        # one series per rack, whichever worker serves it (a rebalance changes `instance`; for
+        # the moment both workers export it, the higher reading)
+        {"record": RACK_RESISTANCE,
+         "expr": "max by (cluster, rack) (foreshock_rack_thermal_resistance_celsius_per_watt)"},
         # increase() never sees a series' first sample: the first XID of each code on each GPU
         # (its counter's birth, at 1) is counted by the counter's value where it was created
         # within the hour (everything it holds came in that hour)
@@ -179,8 +187,10 @@ def alerts(cfg: MixinConfig = DEFAULT_CONFIG) -> list[Alert]:
         ),
         Alert(
             "ForeshockCoolingDegradation",
-            "avg_over_time(foreshock_rack_thermal_resistance_celsius_per_watt[10m]) > "
-            f"{cfg.cooling_resistance_ratio:g} * quantile_over_time(0.5, foreshock_rack_thermal_resistance_celsius_per_watt[1d])",
+            # on the rack's own series, not the exporting worker's: after a rebalance the new
+            # worker's series would be its own median and never fire (and a firing one resolved)
+            f"avg_over_time({RACK_RESISTANCE}[10m]) > "
+            f"{cfg.cooling_resistance_ratio:g} * quantile_over_time(0.5, {RACK_RESISTANCE}[1d])",
             "warning",
             "Cooling of rack {{ $labels.rack }} is degrading",
             "The mean die-to-coolant thermal resistance of the GPUs in rack {{ $labels.rack }} "
@@ -298,11 +308,11 @@ def alerts(cfg: MixinConfig = DEFAULT_CONFIG) -> list[Alert]:
     for job in cfg.scrape_jobs:
         out.append(Alert(
             job.alert,
-            f'absent(up{{job="{job.job}"}} == 1)',
+            f'absent(up{{job="{job.job}"}} == 1)' + (f" unless on () ({job.unless})" if job.unless else ""),
             job.severity,
             f"No {job.component} target is up",
-            f'Prometheus has had no healthy target in job "{job.job}" ({job.component}) for a while: '
-            f"{job.impact}.",
+            f'Prometheus has had no healthy target in job "{job.job}" ({job.component})'
+            + (f" and {job.unless_says}" if job.unless else "") + f" for a while: {job.impact}.",
         ))
     out += [
         Alert(
