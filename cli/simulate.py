@@ -21,9 +21,23 @@ from foreshock.streams.via_format import VIA_KIND, ViaFormat
 
 from .common import cluster_gpus, create_folder, finite_number, signal_label, stop_on_signals
 
+MAX_INTERVAL_S = 3600.0  # an hour between samples: no detector or dashboard reads anything coarser
+# random faults expected in one run (rate x duration): each draw reads the faults drawn before it, and
+# each fault is followed every physics step; 1e6x on 16 GPUs for 120 s expects ~18, the default on the
+# largest cluster for 6 hours ~700 (20,000 expected on 1,024 GPUs for an hour took 50 s)
+MAX_EXPECTED_RANDOM_FAULTS = 10_000
+
 VIA_HELP = ("Pass every gpu frame (dcgm, nvidia-smi) or host link frame (sysfs) through that real "
             "format and its importer, so the recording holds what the real source path delivers "
             "(integer units; fields the format lacks are NaN). Default: frames as simulated.")
+
+
+def _interval(ctx: click.Context, param: click.Parameter, value: float) -> float:
+    """``--interval``: finite (``finite_number``'s message for NaN and inf), at most an hour."""
+    value = finite_number()(ctx, param, value)
+    if value > MAX_INTERVAL_S:
+        raise click.BadParameter(f"at most {MAX_INTERVAL_S:g} seconds (an hour), got {value:g}")
+    return value
 
 
 @click.command("simulate")
@@ -34,7 +48,7 @@ VIA_HELP = ("Pass every gpu frame (dcgm, nvidia-smi) or host link frame (sysfs) 
               help="Simulated seconds (default: the scenario's, else 3600).")
 @click.option("--scenario", default="healthy", show_default=True,
               help=f"Packaged scenario ({', '.join(list_scenarios())}) or a YAML file.")
-@click.option("--seed", type=int, default=0, show_default=True, help="Same seed, same run.")
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Same seed, same run.")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), required=True,
               help="Recording folder to write (Parquet per kind, topology.yaml, events.jsonl).")
 @click.option("--random-faults", is_flag=True,
@@ -43,10 +57,11 @@ VIA_HELP = ("Pass every gpu frame (dcgm, nvidia-smi) or host link frame (sysfs) 
               show_default=True, callback=finite_number(),
               help=f"Multiplier on FACTS' {FAILURES_PER_1000_NODE_DAYS:g} failures per 1000 node-days for random faults "
                    "(1 = the real rate; "
-                   "applies with --random-faults or a scenario that draws them).")
-@click.option("--interval", type=click.FloatRange(min=MIN_INTERVAL_S), default=1.0, show_default=True,
-              callback=finite_number(),
-              help="Sampling interval in seconds (30 = dcgm-exporter's default).")
+                   "applies with --random-faults or a scenario that draws them; at most "
+                   f"{MAX_EXPECTED_RANDOM_FAULTS:,} faults expected in the run).")
+@click.option("--interval", type=click.FloatRange(min=MIN_INTERVAL_S), default=1.0,
+              show_default=True, callback=_interval,
+              help=f"Sampling interval in seconds (30 = dcgm-exporter's default; at most {MAX_INTERVAL_S:g}).")
 @click.option("--physics-dt", type=click.FloatRange(min=0, min_open=True), default=1.0, show_default=True,
               callback=finite_number(),
               help="Internal physics step in seconds (at most the interval); larger is faster, coarser.")
@@ -74,9 +89,15 @@ def command(gpus: int | None, duration: float | None, scenario: str, seed: int, 
         sim = ClusterSimulator(gpus=n_gpus, scenario=scen, seed=seed, interval=interval, duration=duration,
                                random_faults=True if random_faults else None, physics_dt=physics_dt,
                                fault_acceleration=fault_acceleration,
-                               params={"counter_bits": int(counter_bits)})
+                               params={"counter_bits": int(counter_bits)}, refuse_overlapping_faults=True)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
+    expected = sim.fault_rate * sim.duration
+    if sim.random_faults and expected > MAX_EXPECTED_RANDOM_FAULTS:
+        raise click.BadParameter(
+            f"{fault_acceleration:g} expects {expected:,.0f} random faults in this run ({n_gpus:,} GPUs, "
+            f"{sim.duration:g} s); at most {MAX_EXPECTED_RANDOM_FAULTS:,} are drawn in reasonable time",
+            param_hint="--fault-acceleration")
     if sim.duration < sim.interval:  # (a run of whole intervals: it recorded one, past the end asked)
         given = "--duration" if duration is not None else "the scenario's duration"
         raise click.UsageError(f"{given} ({sim.duration:g} s) is shorter than one sampling interval "

@@ -599,8 +599,11 @@ _NULL_TAG = "tag:yaml.org,2002:null"
 _MERGE_TAG = "tag:yaml.org,2002:merge"
 
 
-class _DuplicateKeyError(yaml.constructor.ConstructorError):
+class DuplicateKeyError(yaml.constructor.ConstructorError):
     """A key given twice in one mapping (``problem`` names it and both lines)."""
+
+
+_DuplicateKeyError = DuplicateKeyError  # (the old, private name)
 
 
 def _written(node: yaml.Node) -> bool:
@@ -609,7 +612,7 @@ def _written(node: yaml.Node) -> bool:
     return isinstance(node, yaml.ScalarNode) and node.tag not in (_NULL_TAG, "tag:yaml.org,2002:str")
 
 
-class _Loader(_SafeLoader):  # type: ignore[misc]  # (CSafeLoader has no stubs)
+class UniqueKeyLoader(_SafeLoader):  # type: ignore[misc]  # (CSafeLoader has no stubs)
     """The safe loader, but names stay as written (YAML 1.1 turns unquoted ``010`` into 8 and
     ``1.10`` into 1.1, and every record for ``010/gpu0`` would then be an unknown entity) and a
     repeated key is an error (YAML keeps the last value: a second ``nodes:`` block would drop the
@@ -624,7 +627,7 @@ class _Loader(_SafeLoader):  # type: ignore[misc]  # (CSafeLoader has no stubs)
             line = key_node.start_mark.line + 1
             try:
                 if key in first_line:
-                    raise _DuplicateKeyError(
+                    raise DuplicateKeyError(
                         None, None, f"line {line}: key {key!r} given twice in one mapping "
                         f"(first on line {first_line[key]}); YAML would keep only the last",
                         key_node.start_mark)
@@ -647,4 +650,7 @@ class _Loader(_SafeLoader):  # type: ignore[misc]  # (CSafeLoader has no stubs)
                 mapping[key] = [item.value if _written(item) else self.construct_object(item, deep=True)
                                 for item in value_node.value]
         return mapping
+
+
+_Loader = UniqueKeyLoader  # (the old, private name)
 _Dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)

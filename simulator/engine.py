@@ -45,7 +45,7 @@ from .formats import gpu_uuid
 from .gpu_model import GpuModel
 from .optics import OpticsModel
 from .params import SimParams
-from .scenario import Scenario, load_scenario, resolve_time
+from .scenario import FaultSpec, Scenario, load_scenario, resolve_time
 from .telemetry import Telemetry
 from .topology_gen import build_topology
 from .truth import EpisodeTracker
@@ -127,6 +127,7 @@ class ClusterSimulator:
         start_hour: float | None = None,
         topology_options: dict[str, Any] | None = None,
         warmup_s: float = WARMUP_S,
+        refuse_overlapping_faults: bool = False,
     ) -> None:
         if not (MIN_INTERVAL_S <= interval < math.inf):  # (faster, the guard refuses rows as repeats)
             raise ValueError(f"interval must be a number of seconds, at least {MIN_INTERVAL_S:g}, got {interval}")
@@ -219,10 +220,14 @@ class ClusterSimulator:
         # faults ended by a board swap: the time of the swap (the swapping fault's scheduled end);
         # their duration is cut to end there
         self._cured_at: dict[str, float] = {}
-        for spec in sorted(scen.faults, key=lambda s: resolve_time(s.onset, self.duration)):
+        scripted: list[tuple[int, Fault]] = []  # (the index in the scenario's list, the fault)
+        for index, spec in sorted(enumerate(scen.faults), key=lambda s: resolve_time(s[1].onset, self.duration)):
             target, name = self._resolve_target(FAULT_TYPES[spec.type], spec.target)
             duration_s = None if spec.duration is None else resolve_time(spec.duration, self.duration)
-            self._add_fault(spec.type, target, name, resolve_time(spec.onset, self.duration), duration_s, spec.params)
+            onset = resolve_time(spec.onset, self.duration)
+            if refuse_overlapping_faults:
+                self._refuse_overlap(scen, scripted, index, spec, target, name, onset)
+            scripted.append((index, self._add_fault(spec.type, target, name, onset, duration_s, spec.params)))
 
         # ground truth
         self.events: list[Event] = []
@@ -572,6 +577,23 @@ class ClusterSimulator:
         fault = Fault(f"f{len(self.faults) + 1}", ftype, target, name, onset, duration, dict(params))
         self.faults.append(fault)
         return fault
+
+    def _refuse_overlap(self, scen: Scenario, scripted: list[tuple[int, Fault]], index: int, spec: FaultSpec,
+                        target: int, name: str, onset: float) -> None:
+        """``ValueError`` (a usage error) naming both faults where scenario fault ``index`` starts on
+        a target while an earlier one of its type is still on there (:meth:`_on_at`; one with no
+        duration is on for good, unless a board swap cured it): two XID 79s on one GPU wrote a
+        second onset and XID event the telemetry cannot show. The random draw drops such faults.
+        Asked by ``refuse_overlapping_faults`` (``foreshock simulate``): the engine itself still runs
+        them by the board-swap rule (nested XID 79s, overlapping swaps), which tests stress."""
+        for i, f in scripted:
+            if f.type == spec.type and f.target == target and self._on_at(f, onset):
+                auto = " (picked by target: auto)" if scen.faults[i].target is None or spec.target is None else ""
+                end = "never repaired" if f.duration is None else f"until {f.onset + f.duration:g} s"
+                raise ValueError(
+                    f"scenario {scen.name!r}: faults[{index}] ({spec.type} on {name}, onset {onset:g} s) overlaps "
+                    f"faults[{i}] ({f.type} on {f.target_name}{auto}, onset {f.onset:g} s, {end}): "
+                    f"a fault of one type cannot start again on a target where it is still on")
 
     def _resolve_target(self, kind: str, target: str | int | None) -> tuple[int, str]:
         """Slot and name of a scenario fault's target; ``ValueError`` (a usage error) naming the

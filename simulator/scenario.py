@@ -30,6 +30,8 @@ from typing import Any
 
 import yaml
 
+from foreshock.topology import DuplicateKeyError, UniqueKeyLoader
+
 from .faults import DEFAULT_DURATION_S, check_fault_type, check_params
 from .params import SimParams
 from .topology_gen import cluster_size_problem
@@ -79,8 +81,10 @@ def load_scenario(name_or_path: str | Path) -> Scenario:
         if not packaged.is_file():
             raise ScenarioError(f"unknown scenario {source!r}; packaged: {', '.join(list_scenarios())} (or give a .yaml path)")
         text = packaged.read_text(encoding="utf-8")
-    try:
-        data = yaml.safe_load(text)
+    try:  # a key written twice is an error (YAML keeps the last: a second `faults:` dropped the first)
+        data = yaml.load(text, Loader=UniqueKeyLoader)
+    except DuplicateKeyError as exc:
+        raise ScenarioError(f"{source}: {exc.problem}") from None
     except yaml.YAMLError as exc:
         raise ScenarioError(f"{source}: not valid YAML: {exc}") from None
     return scenario_from_dict(data, source)
@@ -93,9 +97,10 @@ def scenario_from_dict(data: Any, source: str = "scenario") -> Scenario:
     unknown = sorted(set(data) - known)
     if unknown:
         raise ScenarioError(f"{source}: unknown keys {unknown}")
-    faults_raw = data.get("faults") or []
-    if not isinstance(faults_raw, list):
-        raise ScenarioError(f"{source}: 'faults' must be a list")
+    faults_raw = data.get("faults")
+    faults_raw = [] if faults_raw is None else faults_raw  # (`faults:` with nothing: none)
+    if not isinstance(faults_raw, list):  # ("", 0 and false were taken for no faults)
+        raise ScenarioError(f"{source}: 'faults' must be a list of faults, not {faults_raw!r}")
     faults = []
     for i, f in enumerate(faults_raw):
         where = f"{source}: faults[{i}]"
@@ -120,21 +125,29 @@ def scenario_from_dict(data: Any, source: str = "scenario") -> Scenario:
         if target is not None and (isinstance(target, bool) or not isinstance(target, (str, int))):
             raise ScenarioError(f"{where}: target must be 'auto', an entity name or a slot number, not {target!r}")
         faults.append(FaultSpec(ftype, target, onset, duration, params))
-    for key in ("params", "defaults"):
-        if not isinstance(data.get(key) or {}, dict):
-            raise ScenarioError(f"{source}: '{key}' must be a mapping")
+    for key in ("params", "defaults"):  # a mapping, or nothing ("", 0 and false were taken for none)
+        if not isinstance({} if data.get(key) is None else data[key], dict):
+            raise ScenarioError(f"{source}: '{key}' must be a mapping, not {data[key]!r}")
+    random_faults = data.get("random_faults")
+    random_faults = False if random_faults is None else random_faults  # (`random_faults:` with nothing)
+    if not isinstance(random_faults, bool):  # ("false", a string, turned them on)
+        raise ScenarioError(f"{source}: 'random_faults' must be true or false, not {random_faults!r}")
+    name = data.get("name")
+    name = Path(source).stem if name is None else name
+    if not isinstance(name, str):  # (the loader keeps a name such as 010 or yes as written)
+        raise ScenarioError(f"{source}: 'name' must be text, not {name!r}")
     try:
         SimParams().with_overrides(data.get("params") or {})
         _check_defaults(data.get("defaults") or {})
     except ValueError as exc:  # here, before a run writes anything
         raise ScenarioError(f"{source}: {exc}") from None
     return Scenario(
-        name=str(data.get("name", Path(source).stem)),
+        name=name,
         description=str(data.get("description", "")),
         faults=faults,
         params=dict(data.get("params") or {}),
         defaults=dict(data.get("defaults") or {}),
-        random_faults=bool(data.get("random_faults", False)),
+        random_faults=random_faults,
     )
 
 
