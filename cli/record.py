@@ -269,8 +269,9 @@ def _frames_or_quiet(source: Iterable[Frame], wait_s: Callable[[], float], stopp
     on a poll: :func:`stop_within`; :data:`WIND_DOWN_S` if not given), and once ``hurried`` is set
     (a second signal) :data:`WIND_DOWN_S` more at most: a poll that does not end by then (a call
     that never returns) is left in its thread (a daemon's, which does not hold the process), the
-    frames end, and why is added to ``left`` (as when hurried before the source has ended). A healthy poll slower than WIND_DOWN_S (a 3-s
-    nvidia-smi) was cut at ``--duration``, its rows lost and the recording marked incomplete."""
+    frames end, and why is added to ``left`` (as when hurried before the source has ended). Cut at
+    WIND_DOWN_S alone, a healthy poll slower than that (a 3-s nvidia-smi) had lost its rows at
+    ``--duration`` and the recording been marked incomplete."""
     arrived: queue.Queue[Frame | _SourceEnded] = queue.Queue()  # (the consumer takes each frame at once)
 
     def pump() -> None:
