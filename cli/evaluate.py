@@ -51,6 +51,8 @@ def command(ctx: click.Context, recording: str, sets: str, report_dir: str, mode
     rows add recall by what precedes the onset — the target is judged on ``steady_load``."""
     console = Console(stderr=True)
     chosen = [s.strip() for s in sets.split(",") if s.strip()]
+    if not chosen:  # (an empty bank read no sample, and the report folder had been emptied first)
+        raise click.UsageError(f"--detectors names no set; known: {sorted(evaluation.DETECTOR_SETS)}")
     unknown = [s for s in chosen if s not in evaluation.DETECTOR_SETS]
     if unknown:
         raise click.UsageError(f"unknown detector sets {unknown}; known: {sorted(evaluation.DETECTOR_SETS)}")

@@ -1551,6 +1551,18 @@ def lead_text(seconds: float) -> str:
     return f"{math.floor(seconds / 6) / 10:.1f} min" if whole >= 60 else f"{whole:.0f} s"
 
 
+def share_text(share: float) -> str:
+    """A recall or precision as the table prints it, rounded down to two decimals: rounded to the
+    nearest, 26 of 29 (0.8966) read "0.90" beside a target of 0.9 it missed (as ``lead_text``)."""
+    return f"{math.floor(round(share * 100, 6)) / 100:.2f}"
+
+
+def rate_text(rate: float) -> str:
+    """A false-alarm rate as the table prints it, rounded up to two decimals: 1.004 per 1000
+    GPU-hours read "1.00" beside a target of at most 1 it missed."""
+    return f"{math.ceil(round(rate * 100, 6)) / 100:.2f}"
+
+
 def render_table(report: dict[str, Any], kinds: Sequence[str] | None = None, by_fault: bool = True) -> Any:
     """A rich table of the report (returned, so the caller decides where to print it).
 
@@ -1574,6 +1586,10 @@ def render_table(report: dict[str, Any], kinds: Sequence[str] | None = None, by_
             return lead_text(v)
         if kind == "p":
             return f"{v:.3f}"
+        if kind == "share":
+            return share_text(v)
+        if kind == "rate":
+            return rate_text(v)
         if isinstance(v, float):
             return f"{v:.2f}"
         return str(v)
@@ -1600,9 +1616,10 @@ def render_table(report: dict[str, Any], kinds: Sequence[str] | None = None, by_
                 if mm is None:
                     table.add_row(label, *[""] * len(RENDER_COLUMNS))
                     continue
-                table.add_row(label, fmt(mm["episodes"]), fmt(mm["recall"]), fmt(mm.get("recall_at_min_lead")),
-                              fmt(mm["precision"]), fmt(mm["lead_median_s"], "s"), fmt(mm["lead_p10_s"], "s"),
-                              fmt(mm["false_alarms_per_1000_gpu_hours"]))
+                table.add_row(label, fmt(mm["episodes"]), fmt(mm["recall"], "share"),
+                              fmt(mm.get("recall_at_min_lead"), "share"), fmt(mm["precision"], "share"),
+                              fmt(mm["lead_median_s"], "s"), fmt(mm["lead_p10_s"], "s"),
+                              fmt(mm["false_alarms_per_1000_gpu_hours"], "rate"))
             mt = m.get("matched")
             if mt is not None:
                 best = (mt["best_precision"] or {}).get("precision")

@@ -164,7 +164,7 @@ def test_report_shape_and_extension_point(tmp_path):
 
 
 def fmt_or_dash(v):
-    return "—" if v is None else f"{v:.2f}"
+    return "—" if v is None else ev.share_text(v)
 
 
 def test_cli_evaluate_end_to_end(tmp_path):
@@ -190,8 +190,8 @@ def test_cli_evaluate_end_to_end(tmp_path):
     lines = text.splitlines()
     at = next(k for k, line in enumerate(lines) if re.match(r"\s*foreshock( thermal_throttle)?\s+\d", line))
     assert "thermal_throttle" in lines[at] + lines[at + 1]  # the label may fold onto the next line
-    assert lines[at].split()[-9:-4] == [str(thermal["episodes"]), f"{thermal['recall']:.2f}",
-                                  f"{thermal['recall_at_min_lead']:.2f}", f"{thermal['precision']:.2f}",
+    assert lines[at].split()[-9:-4] == [str(thermal["episodes"]), ev.share_text(thermal["recall"]),
+                                  ev.share_text(thermal["recall_at_min_lead"]), ev.share_text(thermal["precision"]),
                                   ev.lead_text(thermal["lead_median_s"]).split()[0]]
     # the power cap's onset classes: each on a row of its own with its figures, the target marked
     onsets = report["detectors"]["foreshock"]["power_cap"]["by_onset"]
@@ -1045,3 +1045,32 @@ def test_every_statement_during_which_the_job_stopped_is_left_unjudged() -> None
         one = ev.score_kind(findings, alone, kind, rec, 0.0, 10000.0)
         assert one["false_alarms_per_1000_gpu_hours"] == pytest.approx(2 / gpu_hours * 1000)
     _as_naive(m, naive_score(findings, stops, kind, rec, 0.0, 10000.0))
+
+
+def test_the_table_never_rounds_a_missed_target_into_a_met_one():
+    """Recall and precision print rounded down, false alarms up: 26 of 29 (0.8966) printed "0.90"
+    beside a recall target of 0.9 it missed, and 1.004 false alarms per 1000 GPU-h "1.00" beside a
+    target of at most 1 (an audit, 2026-12-05); figures on the line print as they are."""
+    assert (ev.share_text(26 / 29), ev.share_text(0.9), ev.share_text(1.0), ev.share_text(0.0)) == \
+        ("0.89", "0.90", "1.00", "0.00")
+    assert (ev.rate_text(1.004), ev.rate_text(1.0), ev.rate_text(0.0), ev.rate_text(0.48)) == \
+        ("1.01", "1.00", "0.00", "0.48")
+    m = {"episodes": 29, "recall": 26 / 29, "recall_at_min_lead": 26 / 29, "precision": 26 / 29,
+         "lead_median_s": 360.0, "lead_p10_s": 300.0, "false_alarms_per_1000_gpu_hours": 1.004, "by_fault": {}}
+    console = Console(width=120, record=True, file=io.StringIO())
+    console.print(ev.render_table({"detectors": {"foreshock": {"thermal_throttle": m}}}))
+    row = next(line for line in console.export_text().splitlines() if " 29 " in line)
+    assert "0.90" not in row and row.count("0.89") == 3 and "1.01" in row
+
+
+def test_evaluate_refuses_an_empty_detector_list_and_keeps_the_report(tmp_path):
+    """``--detectors ' '`` ran an empty bank: it read no sample, said the recording held none, and
+    had emptied the report folder first."""
+    from foreshock.cli.main import cli
+
+    report = tmp_path / "out"
+    report.mkdir()
+    (report / "report.json").write_text("{}")
+    result = CliRunner().invoke(cli, ["evaluate", str(tmp_path), "--detectors", " , ", "--report", str(report)])
+    assert result.exit_code == 2 and "--detectors names no set" in result.output
+    assert (report / "report.json").exists()
