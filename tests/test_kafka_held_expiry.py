@@ -53,6 +53,17 @@ def _records(topology: Topology) -> list[tuple[int, bytes, Any]]:
     return records
 
 
+def _held(topology: Topology) -> tuple[Clock, DetectionStage, list[tuple[int, bytes, Any]]]:
+    """A stage that has read agent a#1's first two bundles (continued: every piece held), its clock,
+    and a#1's records (the third brings the rest)."""
+    clock = Clock()
+    stage = _stage(topology, clock)
+    records = _records(topology)
+    for offset, (_, value, headers) in enumerate(records[:2]):
+        assert stage.process(0, offset, value, headers).rows == 0
+    return clock, stage, records
+
+
 def _other_sender(topology: Topology, ts: float = 500.0) -> tuple[bytes, Any]:
     """A record of another sender (b#1): every GPU, one piece."""
     frame = Frame("gpu", np.full(GPUS, ts), np.arange(GPUS, dtype=np.int32), {"gpu_temp": np.full(GPUS, 50.0)})
@@ -71,10 +82,7 @@ EARLIER_TS = 50.0
 
 
 def test_pieces_whose_rest_never_comes_run_after_the_wait(small_topology: Topology) -> None:
-    clock = Clock()
-    stage = _stage(small_topology, clock)
-    for offset, (_, value, headers) in enumerate(_records(small_topology)[:2]):  # then the agent is killed
-        assert stage.process(0, offset, value, headers).rows == 0
+    clock, stage, _ = _held(small_topology)  # then the agent is killed
     assert [len(g) for g in stage.parts[0].held.values()] == [4]
     clock.now += WAIT_S - 1  # not yet: its sender may still send the rest
     assert stage.release_held(0).findings_message is None and stage.parts[0].held
@@ -96,10 +104,7 @@ def test_pieces_whose_rest_never_comes_run_after_the_wait(small_topology: Topolo
 def test_another_senders_record_after_the_wait_runs_them_with_it(small_topology: Topology) -> None:
     """A partition other agents still write to runs them with its next record, not only at the
     worker's periodic call (``release_held``)."""
-    clock = Clock()
-    stage = _stage(small_topology, clock)
-    for offset, (_, value, headers) in enumerate(_records(small_topology)[:2]):
-        stage.process(0, offset, value, headers)
+    clock, stage, _ = _held(small_topology)
     clock.now += WAIT_S
     value, headers = _other_sender(small_topology)
     result = stage.process(0, 2, value, headers)
@@ -110,11 +115,7 @@ def test_another_senders_record_after_the_wait_runs_them_with_it(small_topology:
 
 
 def test_a_continuation_in_time_still_joins_them(small_topology: Topology) -> None:
-    clock = Clock()
-    stage = _stage(small_topology, clock)
-    records = _records(small_topology)
-    for offset, (_, value, headers) in enumerate(records[:2]):
-        stage.process(0, offset, value, headers)
+    clock, stage, records = _held(small_topology)
     clock.now += WAIT_S - 1
     value, headers = _other_sender(small_topology, EARLIER_TS)
     assert stage.process(0, 2, value, headers).rows == GPUS  # another sender's record: the held wait on
@@ -128,11 +129,7 @@ def test_a_worker_restarted_after_the_wait_still_joins_the_continuation(small_to
     """The continuation is in the records after the checkpoint: a worker down longer than the wait
     reads it after loading, and the held pieces wait afresh from the load (the checkpoint is as
     before: it holds no arrival time)."""
-    clock = Clock()
-    stage = _stage(small_topology, clock)
-    records = _records(small_topology)
-    for offset, (_, value, headers) in enumerate(records[:2]):
-        stage.process(0, offset, value, headers)
+    clock, stage, records = _held(small_topology)
     blob = stage.checkpoint(0)[1]
     clock.now += 10 * WAIT_S  # down for a while
     restarted = _stage(small_topology, clock)
@@ -145,11 +142,7 @@ def test_a_worker_restarted_after_the_wait_still_joins_the_continuation(small_to
 
 
 def test_held_pieces_of_other_hardware_are_counted_and_dead_lettered(small_topology: Topology) -> None:
-    clock = Clock()
-    stage = _stage(small_topology, clock)
-    records = _records(small_topology)
-    for offset, (_, value, headers) in enumerate(records[:2]):
-        stage.process(0, offset, value, headers)
+    clock, stage, _ = _held(small_topology)
     held = [frame for _, frame in stage.parts[0].held["a#1"]]
     blob = stage.checkpoint(0)[1]
     layout = small_topology.to_dict()
