@@ -1181,7 +1181,7 @@ def parse_bmc_list(text: str, host: str | None = None, what: str = "node") -> di
     return urls
 
 
-def _no_answer(source: RedfishSource | CduSource) -> str:
+def _no_answer(source: _ParallelPolled) -> str:
     """Why a device's read was counted too slow: its poll's time passed, or the source was hurried first."""
     if source._reads.hurried.is_set():
         return "no answer before the source was told to stop at once"
@@ -1201,7 +1201,40 @@ class _Polling:
         self.idle.set()
 
 
-class RedfishSource(PollingSource):
+class _ParallelPolled(PollingSource):
+    """What the sources asking devices in parallel (:class:`ParallelReads`: BMCs, CDUs) share: a stop
+    closes their reads, a hurry cuts the poll in hand short, and ``record``/``watch`` wait for that
+    poll by :attr:`poll_limit_s` and :meth:`wind_down`. Each sets ``_reads``, ``_idle`` (set while no
+    poll is in hand: :class:`_Polling`) and ``answer_within``."""
+
+    _reads: ParallelReads[Any]
+    _idle: threading.Event
+    answer_within: float
+
+    def stop(self) -> None:
+        super().stop()
+        self._reads.close()
+
+    def hurry(self) -> None:
+        """Stop, and end the wait of the poll in hand at once (a second Ctrl-C or SIGTERM): its reads
+        in flight are counted as too slow."""
+        super().stop()
+        self._reads.hurry()
+
+    @property
+    def poll_limit_s(self) -> float:
+        """The longest a poll takes (its answer window and the wind-down of the reads it cut short):
+        what ``record`` and ``watch`` wait for the poll in hand once stopped."""
+        return self.answer_within + WIND_DOWN_S
+
+    def wind_down(self, timeout: float) -> bool:
+        """Wait ``timeout`` seconds at most for the poll in hand (after :meth:`stop`: its reads in
+        flight waited for to its deadline; after :meth:`hurry`: counted as too slow) to end; False if
+        it has not."""
+        return self._idle.wait(timeout)
+
+
+class RedfishSource(_ParallelPolled):
     """Polls each node's BMC every ``interval`` seconds; yields node frames (``fan_speed``, ``psu_power``).
 
     ``bmcs`` maps a node name to its BMC's base URL. The topology is the one given (its node
@@ -1310,27 +1343,7 @@ class RedfishSource(PollingSource):
             batch = self.read()
             return [batch.to_frame(self._topology, self.health, STAGE)] if len(batch) else []
 
-    def stop(self) -> None:
-        super().stop()
-        self._reads.close()
 
-    def hurry(self) -> None:
-        """Stop, and end the wait of the poll in hand at once (a second Ctrl-C or SIGTERM): its reads
-        in flight are counted as too slow."""
-        super().stop()
-        self._reads.hurry()
-
-    @property
-    def poll_limit_s(self) -> float:
-        """The longest a poll takes (its answer window and the wind-down of the reads it cut short):
-        what ``record`` and ``watch`` wait for the poll in hand once stopped."""
-        return self.answer_within + WIND_DOWN_S
-
-    def wind_down(self, timeout: float) -> bool:
-        """Wait ``timeout`` seconds at most for the poll in hand (after :meth:`stop`: its reads in
-        flight waited for to its deadline; after :meth:`hurry`: counted as too slow) to end; False if
-        it has not."""
-        return self._idle.wait(timeout)
 
 
 # ---- CDUs: the cooling loops' coolant (rack frames) ------------------------------------------
@@ -1471,7 +1484,7 @@ def read_cdu(fetch: Fetch, connectors: list[str], metered: dict[str, bool] | Non
     return reading
 
 
-class CduSource(PollingSource):
+class CduSource(_ParallelPolled):
     """Polls each cooling loop's CDU over Redfish every ``interval`` seconds; yields rack frames.
 
     ``cdus`` maps a cooling loop of ``topology`` to its CDU: the URL of its CoolingUnit resource
@@ -1578,20 +1591,6 @@ class CduSource(PollingSource):
         with _Polling(self._idle):
             return self._poll()
 
-    def wind_down(self, timeout: float) -> bool:
-        """As :meth:`RedfishSource.wind_down`."""
-        return self._idle.wait(timeout)
-
-    def hurry(self) -> None:
-        """As :meth:`RedfishSource.hurry`."""
-        super().stop()
-        self._reads.hurry()
-
-    @property
-    def poll_limit_s(self) -> float:
-        """As :attr:`RedfishSource.poll_limit_s`."""
-        return self.answer_within + WIND_DOWN_S
-
     def _poll(self) -> list[Frame]:
         answers, slow = self._reads.collect(self.read_one, self._asked(), self.answer_within)
         for loop in slow:
@@ -1622,6 +1621,3 @@ class CduSource(PollingSource):
         return [Frame("rack", np.concatenate(ts), np.concatenate(slots),
                       {"inlet_temp": temps, "coolant_temp": temps, "coolant_flow": np.concatenate(flow)})]
 
-    def stop(self) -> None:
-        super().stop()
-        self._reads.close()
