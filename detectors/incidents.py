@@ -42,7 +42,8 @@ incident per cause**, updated as it grows:
   to an incident of their own, left out by a move onto other hardware) keeps the state it had, as
   does one whose cost moved: a job slowed joined or left, or a job's slowdown moved by
   ``JOB_SLOWDOWN_STEP`` (an optic's incident, told x1.04 as it settled, had read x1.19 for three
-  hours untold).
+  hours untold), and one whose spread turned: an entity it had not named heads its list of who is
+  exposed next (``SPREAD_HEAD``).
 - **Predicted spread.** Members with an active prediction that has not come true yet (ETA from
   the detector), then entities exposed to the same cause that show nothing yet — the rest of
   the loop, PDU or node, the links that take rerouted traffic — ranked by their headroom
@@ -149,8 +150,13 @@ MAX_BURSTS = 4
 """Re-fires an incident keeps (and names in its reason): the latest ones."""
 JOB_SLOWDOWN_STEP = 0.1
 """A job's step slowdown moving this much (x1.04 to x1.14) since its incident was last told is a
-change worth telling (``IncidentEngine._jobs_moved``), at most every ``update_interval_s``. At
+change worth telling (``IncidentEngine._told_moved``), at most every ``update_interval_s``. At
 0.05 a flapping link's job, measured at x1.16 and x1.21 by turns, was told again eight times."""
+SPREAD_HEAD = 3
+"""The entities an incident names first as next to be hit (soonest, least headroom), what the console
+shows: one of them that the incident had not named when last told is told at once (at most every
+``update_interval_s``, ``IncidentEngine._told_moved``). Further down the list names come and go with
+each wobble of an ETA (every 30 s on a loop's loss of 132 GPUs, when the whole list counted)."""
 REFIRE_TIME = "%Y-%m-%d %H:%M:%S UTC"
 """How a re-fire note writes its time (:func:`refire_note`; the console reads it back)."""
 REFIRE_NOTE = re.compile(r"; (fired again|new cause) at (\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC): (\S+) (\S+?)"
@@ -242,7 +248,7 @@ class _Incident:
     __slots__ = ("serial", "family", "first_ts", "last_ts", "last_growth_ts", "state", "root", "root_kind",
                  "reason", "hint", "members", "jobs_hit", "findings", "emits", "last_emit_ts", "emitted_members",
                  "emitted_root", "dirty", "resolved_ts", "merged_into", "external_types", "quiet_s", "bursts",
-                 "refired", "emitted_refired", "emitted_keys", "emitted_jobs", "jobs_checked_ts")
+                 "refired", "emitted_refired", "emitted_keys", "emitted_jobs", "jobs_checked_ts", "emitted_spread")
 
     def __init__(self, serial: int, family: str, ts: float) -> None:
         self.serial, self.family = serial, family
@@ -277,6 +283,9 @@ class _Incident:
         # were saved: told again only with another change), and when the tick last compared them
         self.emitted_jobs: dict[str, float] | None = {}
         self.jobs_checked_ts = -math.inf
+        # the entities it named as next to be hit, as last told (None: not known, a checkpoint from
+        # before they were saved: told again only with another change); compared with the job cost
+        self.emitted_spread: frozenset[str] | None = frozenset()
 
     @property
     def id(self) -> str:
@@ -1432,20 +1441,28 @@ class IncidentEngine:
             elif inc.state in (OPEN, GROWING) and now - inc.last_growth_ts >= self.stable_s and not grew:
                 inc.state = STABLE
                 self._emit(inc, now, out)
-            elif not grew and self._jobs_moved(inc, now):
-                self._emit(inc, now, out)  # its cost, in the state it had
+            elif not grew and self._told_moved(inc, now):
+                self._emit(inc, now, out)  # its cost or where it spreads next, in the state it had
 
-    def _jobs_moved(self, inc: _Incident, now: float) -> bool:
-        """Whether the jobs ``inc`` slows changed since it was last told — one joined or left, or a
-        slowdown moved by ``JOB_SLOWDOWN_STEP`` or more — asked at most every ``update_interval_s``
-        (after the last update, or the last time it was asked)."""
+    def _told_moved(self, inc: _Incident, now: float) -> bool:
+        """Whether what ``inc`` was last told with moved — a job it slows joined or left, a slowdown
+        moved by ``JOB_SLOWDOWN_STEP`` or more, or an entity it had not named is now expected to be
+        hit next — asked at most every ``update_interval_s`` (after the last update, or the last time
+        it was asked). Until 2026-12-05 the spread was not asked: a loop's loss named first the GPUs
+        it showed then, and a GPU its later prediction put next went untold until members changed.
+        Only a name joining counts: one leaving (hit, and a member; or no longer exposed) says
+        nothing new, and one that wobbles out and back is not told twice."""
         if inc.emitted_jobs is None or now - max(inc.last_emit_ts, inc.jobs_checked_ts) < self.update_interval_s:
             return False
         inc.jobs_checked_ts = now
         members = _members_by_age(inc)
         jobs = dict(self._job_impact(inc, members, now)[0])
         told = inc.emitted_jobs
-        return jobs.keys() != told.keys() or any(abs(x - told[j]) >= JOB_SLOWDOWN_STEP for j, x in jobs.items())
+        if jobs.keys() != told.keys() or any(abs(x - told[j]) >= JOB_SLOWDOWN_STEP for j, x in jobs.items()):
+            return True
+        if inc.emitted_spread is None or not inc.live:
+            return False
+        return any(name not in inc.emitted_spread for name, _ in self._spread(inc, members, now)[:SPREAD_HEAD])
 
     @staticmethod
     def _changes_since_emit(inc: _Incident) -> tuple[bool, bool]:
@@ -1506,6 +1523,7 @@ class IncidentEngine:
         inc.emitted_root = inc.root
         told = self._snapshot(inc, now)
         inc.emitted_jobs = dict(told.jobs)
+        inc.emitted_spread = frozenset(name for name, _ in told.predicted_members)
         out.append(told)
 
     def _resolve(self, inc: _Incident, now: float, out: list[Finding]) -> None:
@@ -1970,9 +1988,10 @@ class IncidentEngine:
                 "root_kind": inc.root_kind, "hint": inc.hint, "quiet_s": inc.quiet_s,
                 "bursts": list(inc.bursts), "refired": inc.refired, "emitted_refired": inc.emitted_refired,
                 "emitted_jobs": None if inc.emitted_jobs is None else sorted(inc.emitted_jobs.items()),
-                # when its job cost was last checked (_jobs_moved): restored as -inf, the next tick
+                # when its job cost was last checked (_told_moved): restored as -inf, the next tick
                 # re-checked it at once and every later update moved (until 2026-12-05)
                 "jobs_checked_ts": inc.jobs_checked_ts,
+                "emitted_spread": None if inc.emitted_spread is None else sorted(inc.emitted_spread),
             })
         return {
             "incidents": incs, "resolved": list(self._resolved), "next_serial": self.next_serial,
@@ -2072,6 +2091,8 @@ class IncidentEngine:
             jobs_told = d.get("emitted_jobs")  # (absent from a checkpoint from before they were saved)
             inc.emitted_jobs = None if jobs_told is None else {str(j): float(x) for j, x in jobs_told}
             inc.jobs_checked_ts = float(d.get("jobs_checked_ts", -math.inf))  # (absent: from before it was saved)
+            spread_told = d.get("emitted_spread")  # (absent from a checkpoint from before it was saved)
+            inc.emitted_spread = None if spread_told is None else frozenset(str(n) for n in spread_told)
             told = d.get("emitted_keys")  # (absent from a checkpoint from before they were saved)
             inc.emitted_keys = None if told is None else frozenset(
                 k for k in (member_key(int(k)) for k in told) if k >= 0)

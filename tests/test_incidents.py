@@ -603,7 +603,9 @@ def test_a_job_rooted_incident_restored_under_a_new_job_list_is_not_told_again()
     [saved] = state["incidents"]
     job0 = key(JOB, TOPO.slot("job", "job0"))
     saved["members"] = [[job0, "job", TOPO.slot("job", "job0"), *saved["members"][0][3:]]]
-    saved.update(family="job", root=job0, emitted_root=job0, emitted_keys=[job0], owned=[job0], root_kind="job")
+    # (what it was told with, as a job's: the GPU's prediction now the job member's, named as the job)
+    saved.update(family="job", root=job0, emitted_root=job0, emitted_keys=[job0], owned=[job0], root_kind="job",
+                 emitted_spread=["job0"])
     swapped = Topology.from_dict({**TOPO.to_dict(), "jobs": TOPO.to_dict()["jobs"][::-1]})
     told = []
     for topo in (TOPO, swapped):
