@@ -511,7 +511,8 @@ class StragglerDetector(Detector):
                 what = f"{label} {x:.3g}{unit} vs job {median} {d:.3g}{unit}"
             findings.append(Anomaly(
                 now, "gpu", g, name, float(excess), self.name,
-                f"{what} ({int(peers[j])} busy peers{', split in two halves' if split else ''})"
+                # (the job's busy GPUs, this one among them: "16 busy peers" had counted it as its own peer)
+                f"{what} ({int(peers[j])} busy GPUs in the job{', split in two halves' if split else ''})"
                 + (": this GPU sets the job's step time" if col == C_CLOCK else " at the same load")))
         return findings
 

@@ -366,7 +366,7 @@ def test_a_gpu_back_on_the_bus_does_not_open_a_second_incident_for_the_same_faul
     resolved_at = next(u.ts for u in first if u.state == "resolved")
     assert resolved_at >= back_at
     after = [Anomaly(resolved_at + 70.0, "gpu", lost, "gpu_temp", 9.0, "straggler",
-                     "temperature 46.7 °C vs job job1 median 36.9 °C (16 busy peers) at the same load"),
+                     "temperature 46.7 °C vs job job1 median 36.9 °C (16 busy GPUs in the job) at the same load"),
              Anomaly(resolved_at + 530.0, "gpu", lost, "hbm_temp", 6.0, "robust_zscore", "CUSUM")]
     again = run(engine, after, start=resolved_at + 10.0, until=resolved_at + 2000.0)
     assert again == []
