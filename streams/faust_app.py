@@ -202,6 +202,9 @@ class ForeshockWorker:
         self.assigned_frames: set[int] = set()
         self._unassigned_logged = False
         self.held_incidents: list[Any] = []
+        # the incident stage ran or skipped frames with no record to acknowledge since its
+        # checkpoint (frames overdue, run at the tick: ``checkpoint_due``)
+        self.incidents_unwritten = False
         self.last_checkpoint: dict[int, float] = {}
         self.last_incident_checkpoint = 0.0
         self.json_seq = 0
@@ -498,15 +501,35 @@ class ForeshockWorker:
             self.store.observe_findings(found)
             self.counts["incidents"] += len(found)
 
+    async def _release_overdue_incidents(self) -> bool:
+        """Run the incident stage's overdue frames (``IncidentStage.release_overdue``) and publish
+        the incidents they made; True when any frame ran or was skipped (the stage is then
+        ``incidents_unwritten``: its last checkpoint still holds those frames, though their records
+        may be acknowledged)."""
+        stage = self.incident_stage
+        before = dict(stage.released)
+        found = stage.release_overdue()
+        await self._publish_incidents(found)
+        if found or stage.released != before:
+            self.incidents_unwritten = True
+            return True
+        return False
+
     async def checkpoint_incidents(self, stream: Any, ack: bool = True) -> None:
         # frames behind a piece lost for good, of a sender that fell silent: run them now
-        await self._publish_incidents(self.incident_stage.release_overdue())
+        await self._release_overdue_incidents()
+        await self._write_incident_checkpoint(stream, ack)
+
+    async def _write_incident_checkpoint(self, stream: Any, ack: bool = True) -> None:
+        """Write the incident stage's checkpoint (after the incidents published so far are confirmed
+        sent: ``_write_checkpoint``), then acknowledge the findings records it covers."""
         offset, blob = self.incident_stage.checkpoint()
         written = await self._write_checkpoint(self.config.topics.incident_checkpoint_partition, "incidents", blob)
         self.last_incident_checkpoint = time.monotonic()  # refused: tried again at the next interval
         if not written:
             self.incident_stage.checkpoint_refused()
             return
+        self.incidents_unwritten = False
         events, self.held_incidents = self.held_incidents, []
         if ack and stream is not None:
             for ev in events:
@@ -532,10 +555,19 @@ class ForeshockWorker:
                 if (self.held.get(partition) or partition in self.unwritten) and self._frames_stream is not None \
                         and due:
                     await self.checkpoint_partition(self._frames_stream, partition)
-            if self.held_incidents and self._findings_stream is not None and (force or now - self.last_incident_checkpoint >= self.config.checkpoint_interval_s):
-                await self.checkpoint_incidents(self._findings_stream)
-            elif self.incidents_loaded:  # no findings coming: what waits behind a lost piece still runs
-                await self._publish_incidents(self.incident_stage.release_overdue())
+            if self.incidents_loaded:
+                # no findings coming: what waits behind a lost piece (or a sender killed mid-frame)
+                # still runs. A tick that ran or skipped frames writes the checkpoint at once, with
+                # no record to acknowledge, as a partition that ran held pieces: until 2026-12-05 it
+                # did not, the last checkpoint still held those frames while their records were
+                # acknowledged, and a restart from it ran them again (their incidents published
+                # twice, frame_incomplete / frame_missing counted twice); one refused is tried again
+                # at the interval, as any
+                ran = await self._release_overdue_incidents()
+                due = force or ran or \
+                    now - self.last_incident_checkpoint >= self.config.checkpoint_interval_s
+                if (self.held_incidents or self.incidents_unwritten) and due:
+                    await self._write_incident_checkpoint(self._findings_stream)
 
     def on_assigned(self, assigned: Any) -> None:
         """The group's assignment of this worker (all of it, each rebalance): the frames
@@ -571,6 +603,7 @@ class ForeshockWorker:
                             return
                     self.incident_stage = self._new_incident_stage()
                     self.incidents_loaded = False
+                    self.incidents_unwritten = False  # its next owner loads the checkpoint written (or the one before)
                     self.external_positioned = False
                     await self._stop_external_reader()  # the stage's next owner reads the topic now
                     self.held_incidents = []

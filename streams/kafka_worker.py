@@ -901,6 +901,9 @@ class IncidentStage:
         # wall time each sender was last heard from: every agent start is a sender of its own
         # (sender_id), so senders silent for RETIRE_SENDER_S are forgotten (retire_senders)
         self.last_heard: dict[str, float] = {}
+        # when this stage was made or loaded: a sender's silence (``_give_up``) counts from no
+        # earlier, as the records after its checkpoint, read again, may bring the rest of a frame
+        self.loaded_at = self.clock()
         self.health = health or PipelineHealth()
         report_problems_to(self.processors, self.health)  # findings for unknown entities, ... count here
         self.signature = ",".join(p.name for p in self.processors)
@@ -1113,13 +1116,24 @@ class IncidentStage:
                  force: bool = False) -> int | None:
         """Whether to stop waiting for ``frame`` (its sender's next, incomplete or not seen): only
         once a later frame of its sender has come, and its own first piece (or, not seen at all, the
-        first later frame since it was missed) came ``frame_wait_s`` ago. Returns the last seq
+        first later frame since it was missed) came ``frame_wait_s`` ago; or, incomplete with no
+        later frame, once its sender was silent twice ``frame_wait_s``. Returns the last seq
         given up on (a frame not seen is given up on with the run of unseen frames after it), or
         None to wait. Counted; the caller runs an incomplete frame with the pieces it has."""
         agent, seq = frame
+        silent = ""
         if self.newest.get(agent, 0) <= seq:
             self.missing_since.pop(agent, None)
-            return None  # nothing later: the sender is mid-frame, or stopped (retire_senders)
+            # nothing later: the sender is mid-frame, or it was killed mid-frame (its last frame's
+            # other pieces never come). Until 2026-12-05 such a frame waited for retire_senders
+            # (hours) and was then dropped, its findings never run. Given up once the sender is
+            # silent for twice the wait: the detection stage holds the rest of a partition's share
+            # up to FRAME_WAIT_S before it sends it anyway (held_abandoned), and a wait of one
+            # would give up just before those pieces come
+            heard = max(self.last_heard.get(agent, now), self.loaded_at)
+            if not pieces or now - heard < 2 * self.frame_wait_s:
+                return None
+            silent = f"; no later frame, its sender silent {now - heard:.0f} s"
         # a run of frames of which nothing came (every send failed while the broker was away) is
         # given up on at once, after one wait; each incomplete frame after its own
         since = self.arrived[frame] if pieces else self.missing_since.setdefault(agent, now)
@@ -1131,7 +1145,7 @@ class IncidentStage:
             parts = next(iter(pieces.values())).parts
             self.missing_since.pop(agent, None)  # a frame missing after this one waits afresh
             self.health.problem("incidents", "frame_incomplete", detail=f"{agent} frame {seq}: {len(pieces)} of "
-                                f"{parts} pieces after {now - since:.0f} s; run with them{early}")
+                                f"{parts} pieces after {now - since:.0f} s{silent}; run with them{early}")
         else:
             later = [s for s in self.waiting.get(agent, ()) if s > seq]
             if not later:
@@ -1183,9 +1197,10 @@ class IncidentStage:
     def retire_senders(self) -> int:
         """Forget the senders not heard from for RETIRE_SENDER_S: each agent start is a sender of
         its own, and their last sequence numbers would otherwise pile up in every checkpoint for the
-        life of the deployment. A frame such a sender left incomplete (it stopped mid-frame; what
-        waited behind a lost piece was run by ``release_overdue``) is dropped and counted: its
-        findings are hours old. Returns how many were retired."""
+        life of the deployment. A frame such a sender left incomplete (``release_overdue`` runs
+        those of a sender that stopped mid-frame, and what waited behind a lost piece: only a
+        stage that was not ticked keeps one) is dropped and counted: its findings are hours old.
+        Returns how many were retired."""
         horizon = self.clock() - RETIRE_SENDER_S
         old = {a for a, t in self.last_heard.items() if t < horizon}
         for frame in [f for f in self.pending if f[0] in old]:
@@ -1334,6 +1349,7 @@ class IncidentStage:
             "given_up": {agent: [tuple(run) for run in runs] for agent, runs in state.get("given_up", {}).items()},
             "taken_up": {agent: (int(seq), float(at)) for agent, (seq, at) in state.get("taken_up", {}).items()},
             "fresh_since": None,
+            "loaded_at": now,
             "external_offset": int(state.get("external_offset", -1)),  # absent before external.events
             "external_since": None if since is None else float(since),
             "external_held": list(state.get("external_held", [])),
