@@ -101,11 +101,13 @@ Additive keys (the documented shape above stays as it is):
 - ``by_onset`` (kinds with ``classify_onset``: the power cap): recall and lead per
   :data:`ONSET_CLASSES` — what the GPU's own telemetry shows before the onset. **Rule: the
   power-cap target (recall >= 0.9, median lead >= 30 s) is judged on ``steady_load`` episodes**
-  (loaded for at least a minute, no thermal throttle, no step in the workload); ``job_start``
-  episodes (the GPU was idle within a minute of the onset: work hit the limit from its first
-  steps) and ``load_step`` episodes (mean power jumped >= 20 % in the last minute) have nothing
-  in telemetry before them to predict from, and ``thermal_throttled`` ones (a thermal limiter
-  held the clock just before) are the power limiter taking over from it, not a slowdown.
+  (loaded for at least a minute, no power brake or thermal throttle, no step in the workload);
+  ``job_start`` episodes (the GPU was idle within a minute of the onset: work hit the limit from
+  its first steps) and ``load_step`` episodes (mean power jumped >= 20 % in the last minute) have
+  nothing in telemetry before them to predict from, and ``power_brake`` ones (the HW power
+  brake held the clock just before: a PSU event) and ``thermal_throttled`` ones (a thermal
+  limiter held it) are the power limiter taking over from the brake or that limiter, not a
+  slowdown.
   Precision and false alarms are not split by class (a false alarm predicts no episode); each
   class repeats recall and lead ``by_fault``.
 - ``by_onset[class]["clock_change"]`` (where the frames carry ``sm_clock``): how the SM clock
@@ -231,24 +233,31 @@ def set_members(name: str) -> tuple[str, ...]:
 
 
 # ---- what precedes an episode ---------------------------------------------------------------
-ONSET_CLASSES = ("job_start", "thermal_throttled", "load_step", "steady_load")
+ONSET_CLASSES = ("job_start", "power_brake", "thermal_throttled", "load_step", "steady_load")
 """How a GPU episode begins, judged from the GPU's own telemetry before its onset
 (:func:`classify_onsets`; where several apply, the first listed):
 
 - ``job_start``: the GPU reported idle (utilisation < 0.5 or the idle reason bit) within
   :data:`JOB_START_S` before the onset — work started and hit the limit at once; nothing in
   telemetry precedes it, so no detector can be expected to predict it.
+- ``power_brake``: the GPU's last sample before the onset carried the HW power brake bit (0x80):
+  the node braked it (a failed PSU), and the power cap took over as the brake let go — a power
+  event, not a thermal one, and not a throttle to forecast. The brake also sets HW slowdown
+  (0x88); a thermal bit beside it does not make the onset ``thermal_throttled``, as the brake
+  held the clock at its floor, beneath where a thermal limiter would hold it.
 - ``thermal_throttled``: the GPU's last sample before the onset carried a thermal throttle bit
-  (SW or HW thermal, HW slowdown): a thermal limiter already held its clock, and the power cap
-  took over as that limiter let go — on the simulator's recordings the SM clock *rose* across
-  85-95 % of these onsets and across none of the ``steady_load`` ones. Not a slowdown, so not a
-  throttle to forecast; a cooling fault makes many of them (report key ``clock_change``).
+  (SW or HW thermal, or HW slowdown without the power brake: :func:`thermally_held`): a thermal
+  limiter already held its clock, and the power cap took over as that limiter let go — on the
+  simulator's recordings the SM clock *rose* across 85-95 % of these onsets and across none of
+  the ``steady_load`` ones. Not a slowdown, so not a throttle to forecast; a cooling fault makes
+  many of them (report key ``clock_change``).
 - ``load_step``: loaded throughout that window, but its mean power (energy counter) over the
   last :data:`JOB_START_S` is at least :data:`LOAD_STEP_RATIO` above the mean over the
   :data:`LOAD_BEFORE_S` before — the workload itself stepped up (a job's pace recovering).
-- ``steady_load``: loaded, no thermal throttle, and no such step: the onset follows minutes of
-  unthrottled running under load, so the trend that leads to it is in the telemetry. The
-  power-cap target (recall >= 0.9, median lead >= 30 s) is judged on this class."""
+- ``steady_load``: loaded, no power brake or thermal throttle, and no such step: the onset
+  follows minutes of unthrottled running under load, so the trend that leads to it is in the
+  telemetry. The power-cap target (recall >= 0.9, median lead >= 30 s) is judged on this
+  class."""
 JOB_START_S = 60.0
 LOAD_BEFORE_S = 300.0
 LOAD_STEP_RATIO = 0.2
@@ -256,6 +265,16 @@ PREDICTABLE_ONSET = "steady_load"
 CAPPED_TIME_CLASSES: dict[str, tuple[float, float]] = {"under_1s": (0.0, 1.0), "1s_or_more": (1.0, math.inf)}
 """Episodes by the seconds the power limiter held the clock over them (``[low, high)``);
 ``unknown`` where the counter is missing or went backwards (a reset)."""
+
+
+def thermally_held(bits: np.ndarray) -> np.ndarray:
+    """Per throttle-reason bitmask (int64; -1 where not reported, read as False): whether a thermal
+    limiter held the clock — SW thermal (0x20) or HW thermal (0x40), or HW slowdown (0x8) the HW
+    power brake (0x80) does not explain. A braking PSU sets 0x88: HW slowdown, but no heat."""
+    bits = np.asarray(bits, dtype=np.int64)
+    thermal = (bits & (facts.THROTTLE_SW_THERMAL | facts.THROTTLE_HW_THERMAL)) != 0
+    slowdown = ((bits & facts.THROTTLE_HW_SLOWDOWN) != 0) & ((bits & facts.THROTTLE_HW_POWER_BRAKE) == 0)
+    return (bits >= 0) & (thermal | slowdown)
 
 
 @dataclass
@@ -269,6 +288,7 @@ class OnsetTelemetry:
     idle: np.ndarray = field(default_factory=lambda: np.empty(0, bool))
     held: np.ndarray = field(default_factory=lambda: np.empty(0))  # power-throttle counter (s)
     thermal: np.ndarray = field(default_factory=lambda: np.empty(0, bool))  # a thermal limiter held the clock
+    brake: np.ndarray = field(default_factory=lambda: np.empty(0, bool))  # the HW power brake held it (0x80)
     clock: np.ndarray = field(default_factory=lambda: np.empty(0))  # SM clock (Hz)
     keys: np.ndarray = field(default_factory=lambda: np.empty(0))  # (slot, ts) search keys, sorted
     t0: float = 0.0  # the first sample's time, the keys' origin
@@ -287,15 +307,17 @@ class OnsetTelemetry:
         self._parts.append((frame.slot.astype(np.int64), frame.ts.astype(float), column("energy"),
                             (util < 0.5) | (known & ((bits & facts.THROTTLE_IDLE) != 0)),
                             column("power_throttle_time"),
-                            known & ((bits & facts.THERMAL_THROTTLE_MASK) != 0),
-                            column("sm_clock")))
+                            known & thermally_held(bits),
+                            column("sm_clock"),
+                            known & ((bits & facts.THROTTLE_HW_POWER_BRAKE) != 0)))
 
     def finish(self) -> "OnsetTelemetry":
         if self._parts:
-            slot, ts, energy, idle, held, thermal, clock = (np.concatenate(c) for c in zip(*self._parts))
+            slot, ts, energy, idle, held, thermal, clock, brake = (np.concatenate(c) for c in zip(*self._parts))
             order = np.lexsort((ts, slot))
             self.slot, self.ts, self.energy, self.idle = slot[order], ts[order], energy[order], idle[order]
             self.held, self.thermal, self.clock = held[order], thermal[order], clock[order]
+            self.brake = brake[order]
             self.t0 = float(np.min(self.ts))
             self.keys = _key(self.slot, self.ts, self.t0)
             self._parts = []
@@ -355,6 +377,7 @@ def classify_onsets(tel: OnsetTelemetry, slot: np.ndarray, onset: np.ndarray) ->
     out[step] = ONSET_CLASSES.index("load_step")
     before, _, has_before, _ = tel.around(slot, onset)
     out[has_before & tel.thermal[before]] = ONSET_CLASSES.index("thermal_throttled")
+    out[has_before & tel.brake[before]] = ONSET_CLASSES.index("power_brake")
     out[onset - last_idle <= JOB_START_S] = ONSET_CLASSES.index("job_start")
     return out
 
