@@ -80,7 +80,8 @@ from .thermal_fit import FIT_SLOT_KINDS, R_DT, R_TPREV, X_REASONS, ThermalFit, T
 # before the thermal throttle, temperature slope (°C/s)
 S_ENV, S_LEVEL, S_SLOPE, S_N, S_BRAKE, S_THERMAL, S_ENV_PRE, S_TB, S_ETA, S_EVAL_TS = range(10)
 # ... the last forecast ETA and when it was solved; 1 once the GPU drew well over the default
-# limit while reporting none (else 0 or NaN, see DEFAULT_LIMIT_SLACK_W); when its throttle reasons
+# limit while reporting none (else 0 or NaN, or minus the count of readings past it while that is
+# judged: see DEFAULT_LIMIT_SLACK_W and OVER_DEFAULT_READINGS); when its throttle reasons
 # were last read (see reasons_stale_s); its die temperature smoothed (see confirmed_r_level);
 # when its power cap last bound (see cap_hold_s); when its brake was last let go (a brake back
 # within off_hold_s is not announced again: see _power_kernel)
@@ -93,10 +94,20 @@ S_T_EST = 16
 S_SIZE = 17
 DEFAULT_LIMIT_SLACK_W = 5.0 * facts.POWER_NOISE_W
 """A GPU that reports no power limit (dcgm-exporter's default counters do not) is taken to have
-Hopper's 700 W — until its compute-phase power (the envelope's level: not one sample) is this far
-over it: then it is not a 700 W part (a 1,000 W Blackwell, say), its limit is unknown, and no cap is
-forecast for it until it reports one. Until 2026-12-01 such a GPU at 850 W was predicted to meet
+Hopper's 700 W — until its compute-phase power is this far over it, in more than one sample
+(:data:`OVER_DEFAULT_READINGS`): then it is not a 700 W part (a 1,000 W Blackwell, say), its limit is
+unknown, and no cap is forecast for it until it reports one (or its readings pause for the fit's gap,
+``gap_s``: it may be another board then). Drawing less later (idle, a lighter job) does not make it
+a 700 W part: it drew over one's limit. Until 2026-12-01 such a GPU at 850 W was predicted to meet
 "the 700 W limit" every minute."""
+OVER_DEFAULT_READINGS = 3.0
+"""A reading more than ``DEFAULT_LIMIT_SLACK_W`` over the 700 W default, from a GPU that reports no
+limit, is no reading (as one past a reported limit by ``OVER_LIMIT_READING_W`` is) until such readings
+outnumber its loaded ones at or under the default (±5 W) by this many (``S_OVER_DEFAULT`` holds that
+count, negated, while it builds; a gap starts it over): then the GPU is not a 700 W part, and the
+reading is taken. Taken at once, one 1,000-W glitch of a Hopper lifted the envelope, a running maximum,
+and its level past the slack, and no cap was forecast for it again until a 10-minute gap (until
+2026-12-05); one of 745 W did so for minutes."""
 # node state: GPUs braking now, node event raised, since when its count has read 0 while raised
 # (the event ends once none has braked for off_hold_s: see _node_brake_events)
 N_COUNT, N_ACTIVE, N_ZERO_TS = 0, 1, 2
@@ -113,8 +124,8 @@ limit), the trend at 0. Until 2026-12-05 a GPU so cut, without throttle reasons 
 predicted "compute-phase power 628 W already at the 500 W limit", then 598, 568 ... W for four
 minutes, every sample since at or under 499.9 W. Samples held under a limit read at most the
 reading's ±5 W over it (this slack): an envelope higher was drawn before the limit fell. A GPU that
-reports no limit is left alone: its envelope over the 700 W default is how DEFAULT_LIMIT_SLACK_W
-finds a part that is not a 700 W one."""
+reports no limit is left alone: its envelope is not clipped to the 700 W default (a part that is not a
+700 W one draws over it: DEFAULT_LIMIT_SLACK_W)."""
 CAP_HELD_UNDER_W = 3.0 * facts.POWER_NOISE_W
 """How far under its limit a capped GPU's ``power.draw`` reads: the driver holds the board's power
 *under* the limit, and the reading is good to ±5 W. The real H200 capture (tests/data/h200_step)
@@ -359,6 +370,28 @@ def node_gpu_lists(gpu_node: np.ndarray, n_nodes: int) -> tuple[np.ndarray, np.n
 
 
 @inline
+def held_over_default(s: np.ndarray, i: int, power: float, dt: float, gap: float, load_min: float) -> bool:
+    """For GPU ``i`` that reports no limit: whether its reading ``power``, more than
+    ``DEFAULT_LIMIT_SLACK_W`` over the 700 W default, is held back as no reading while it may still be
+    a glitch (:data:`OVER_DEFAULT_READINGS`). Keeps the count in ``S_OVER_DEFAULT`` (negated) and sets
+    it to 1 at the reading that decides the GPU is not a 700 W part (that reading is taken)."""
+    flag = s[i, S_OVER_DEFAULT]
+    if dt >= gap:
+        flag = 0.0  # after a gap it may be another GPU (a replaced board): judged again
+    if flag == 1.0:
+        return False  # not a 700 W part: its readings are its own
+    pending = -flag if flag < 0.0 else 0.0  # (NaN: a state saved before the column, none counted)
+    held = False
+    if power > facts.POWER_LIMIT_W + DEFAULT_LIMIT_SLACK_W:
+        pending += 1.0
+        held = pending < OVER_DEFAULT_READINGS
+    elif load_min <= power <= facts.POWER_LIMIT_W + facts.POWER_NOISE_W:
+        pending = max(pending - 1.0, 0.0)  # a loaded reading a 700 W part gives
+    s[i, S_OVER_DEFAULT] = 1.0 if pending >= OVER_DEFAULT_READINGS else (-pending if pending > 0.0 else 0.0)
+    return held
+
+
+@inline
 def cap_binds(power: float, limit: float, clock: float, clock_max: float) -> bool:
     """Whether the power cap binds at a sample that carries no throttle reasons (dcgm-exporter's
     default counters have none): its power pinned at the limit (from ``CAP_HELD_UNDER_W`` under it
@@ -448,12 +481,18 @@ def _power_kernel(obs: tuple[np.ndarray, ...], rows: np.ndarray, span: tuple[int
         # power the cap acts on (the interval mean, diluted by communication phases, is not).
         power = obs[tf.X_POWER][row]
         over_limit = power > m[i, tf.G_PLIM] + tf.OVER_LIMIT_READING_W  # (no reading for the fit either)
-        if power != power or not 0.0 < power < 1e5 or over_limit:
+        reported = m[i, tf.G_PLIM] == m[i, tf.G_PLIM]
+        # ... and none reported: past the assumed default by its slack, no reading while it may be a
+        # glitch (see OVER_DEFAULT_READINGS; the fit takes it, it knows no limit)
+        over_default = not reported and 0.0 < power < 1e5 \
+            and held_over_default(s, i, power, dt, tparams[tf.P_GAP], p[P_LOAD_MIN])
+        if power != power or not 0.0 < power < 1e5 or over_limit or over_default:
             # no reading (0 W included: no powered board draws it, see thermal_fit.observe), or
             # none the limiter allows: nothing is forecast from it, and a prediction held stands
             # down once none has come for off_hold_s (skipped, it had held for good while a GPU's
             # power read NaN or 0 W and its other fields came: until 2026-12-04)
             counts[0] += 1.0 if over_limit else 0.0
+            counts[1] += 1.0 if over_default else 0.0
             at_cap = capped or ts - s[i, S_CAP_TS] <= p[P_CAP_HOLD]
             code = alarm_step(alarms, i, 0, ts, False, not at_cap, p[P_ON], p[P_OFF_HOLD], p[P_REFRESH])
             if code != CODE_NONE:
@@ -461,7 +500,7 @@ def _power_kernel(obs: tuple[np.ndarray, ...], rows: np.ndarray, span: tuple[int
                              (np.nan, np.nan, m[i, tf.G_PLIM], np.nan, 0.0, 0.0))
             continue
         limit = m[i, tf.G_PLIM]
-        if limit != limit:  # none reported: Hopper's, unless it drew well over that (see below)
+        if not reported:  # none reported: Hopper's, unless it drew well over that (see below)
             limit = np.nan if s[i, S_OVER_DEFAULT] == 1.0 else facts.POWER_LIMIT_W
         node_event = s[i, S_BRAKE] == 1.0 and node_brake[parents[i, 1], N_ACTIVE] == 1.0
         if thermal:
@@ -498,7 +537,7 @@ def _power_kernel(obs: tuple[np.ndarray, ...], rows: np.ndarray, span: tuple[int
         # then overshoots the envelope it smooths by tens of watts for a minute or two; the
         # envelope, a running maximum of noisy samples, is already the highest honest estimate.
         level = min(s[i, S_LEVEL], s[i, S_ENV])
-        if m[i, tf.G_PLIM] != m[i, tf.G_PLIM] and level > facts.POWER_LIMIT_W + DEFAULT_LIMIT_SLACK_W:
+        if not reported and level > facts.POWER_LIMIT_W + DEFAULT_LIMIT_SLACK_W:
             # reports no limit and draws well over the default's: not a 700 W part, limit unknown
             s[i, S_OVER_DEFAULT] = 1.0
             limit = np.nan
@@ -541,11 +580,13 @@ def _power_kernel(obs: tuple[np.ndarray, ...], rows: np.ndarray, span: tuple[int
             eta = max(s[i, S_ETA] - since, 0.0)
         max_op = tf.core_limit(m, i, tparams)  # its own, as last reported (the fit keeps it)
         released = False
+        drew_pre = 0.0  # what a thermally held GPU drew before, where that predicts the cap (its reason)
         if thermal and s[i, S_ENV_PRE] >= limit - p[P_RELEASE_MARGIN] and temp == temp \
                 and temp <= max_op - p[P_RELEASE_BELOW] and m[i, tf.G_UB] <= p[P_RELEASE_INLET]:
             # cooling below max operating: the thermal limiter lets go and the cap takes over
             eta = p[P_RELEASE_ETA]
             released = True
+            drew_pre = s[i, S_ENV_PRE]
         if node_event and s[i, S_ENV_PRE] >= p[P_LOAD_MIN]:
             # a node-wide power event (a failed supply): when the brake lifts, the node runs on
             # a smaller power budget and a loaded GPU meets its (lowered) cap
@@ -561,9 +602,11 @@ def _power_kernel(obs: tuple[np.ndarray, ...], rows: np.ndarray, span: tuple[int
         on_count = 1.0 if eta <= p[P_URGENT] else p[P_ON]
         code = alarm_step(alarms, i, 0, ts, firing, clear, on_count, p[P_OFF_HOLD], p[P_REFRESH])
         if code != CODE_NONE:
+            # (the reason's values: v[4] what it drew before a thermal release, else 0; v[5] 1 on a
+            # node-wide brake, else -1 where the limit is the default assumed, none reported, else 0)
             n_out = emit(out, n_out, row, WHICH_CAP, code, eta, confidence,
-                         (level, s[i, S_SLOPE], limit, s[i, S_TB], 1.0 if thermal else 0.0,
-                          1.0 if node_event else 0.0))
+                         (level, s[i, S_SLOPE], limit, s[i, S_TB], drew_pre,
+                          1.0 if node_event else (0.0 if reported else -1.0)))
     return n_out
 
 
@@ -589,7 +632,9 @@ class PowerDetector(ThermalFitDetector):
         self.s_alarm = new_alarm_columns(n, 1)
         self.s_node_brake = np.zeros((topology.size("node"), N_SIZE))
         self.s_node_brake[:, N_ZERO_TS] = np.nan
-        self._counts = np.zeros(1)  # power readings past their limit (see tf.OVER_LIMIT_READING_W)
+        # power readings past their limit (see tf.OVER_LIMIT_READING_W), and past the 700 W default
+        # held while they may be glitches (a GPU that reports no limit: OVER_DEFAULT_READINGS)
+        self._counts = np.zeros(2)
         self._node_gpus = node_gpu_lists(topology.gpu_node, topology.size("node"))
         self._scratch = Scratch()
         self._out = np.empty((0, OUT_SIZE))
@@ -610,6 +655,12 @@ class PowerDetector(ThermalFitDetector):
             self.health.problem(self.name, f"power reading over its enforced limit by more than "
                                 f"{tf.OVER_LIMIT_READING_W:g} W: not taken for the cap forecast", int(self._counts[0]))
             self._counts[0] = 0.0
+        if self._counts[1]:
+            self.health.problem(self.name, f"power reading over the {facts.POWER_LIMIT_W:.0f} W default limit by more "
+                                f"than {DEFAULT_LIMIT_SLACK_W:g} W, from a GPU that reports none: not taken for the cap "
+                                f"forecast until {OVER_DEFAULT_READINGS:.0f} more such than at the default say it is no "
+                                f"{facts.POWER_LIMIT_W:.0f} W part", int(self._counts[1]))
+            self._counts[1] = 0.0
         _age_out_brakes(fit.obs, fit.rows, fit.n_rows, fit.parents, self._node_gpus, self.s_gpu,
                         self.s_node_brake, float(self.params[P_REASONS_STALE]))
         return found
@@ -665,30 +716,45 @@ class PowerDetector(ThermalFitDetector):
             v = rec[O_V0:O_V0 + 6]
             if which == WHICH_CAP:
                 eta = float(rec[O_ETA])
+                # the limit as the kernel took it: reported, or Hopper's default assumed (v[5] -1)
+                named = f"the {v[2]:.0f} W limit" + (" (the default assumed: none reported)" if v[5] < 0 else "")
+                noise = facts.POWER_NOISE_W
                 if code == CODE_WITHDRAW and not np.isfinite(v[0]):
-                    reason = (f"its power no longer read (missing, 0 W, or more than {tf.OVER_LIMIT_READING_W:g} W "
-                              "over its limit): no longer known to be heading for the limit")
+                    over = f"{tf.OVER_LIMIT_READING_W:g} W over its limit" if np.isfinite(v[2]) else \
+                        f"{DEFAULT_LIMIT_SLACK_W:g} W over the {facts.POWER_LIMIT_W:.0f} W limit assumed, none reported"
+                    reason = (f"its power no longer read (missing, 0 W, or more than {over}): no longer known "
+                              "to be heading for the limit")
                 elif code == CODE_WITHDRAW:
                     reason = f"compute-phase power {v[0]:.0f} W no longer heading for the limit"
                 elif v[5] > 0:
                     reason = ("its node is power-braking (a failed power supply): when the brake lifts, "
                               "the node runs on a reduced power budget and the power cap holds this GPU")
                 elif v[4] > 0:
-                    reason = (f"cooling below max operating again after a thermal throttle; it drew up to "
-                              f"the {v[2]:.0f} W limit before: the power cap takes over as clocks recover")
+                    # what it drew before the limiter held it down, against the limit (it is predicted
+                    # where that was within release_margin_w of it, not only at it)
+                    if abs(v[4] - v[2]) <= noise:
+                        drew = f"it drew {v[4]:.0f} W before, at {named}"
+                    elif v[4] < v[2]:
+                        drew = f"it drew {v[4]:.0f} W before, within {self.params[P_RELEASE_MARGIN]:.0f} W of {named}"
+                    else:
+                        drew = f"it drew {v[4]:.0f} W before, {v[4] - v[2]:.0f} W over {named}"
+                    reason = (f"cooling below max operating again after a thermal throttle; {drew}: the power "
+                              f"cap takes over as clocks recover")
                 elif v[0] >= v[2] - self.params[P_MARGIN]:
                     # no forecast involved: the envelope is there already (its own trend is not
                     # extrapolated by default, so quoting it would mislead)
-                    reason = (f"compute-phase power {v[0]:.0f} W already at the {v[2]:.0f} W limit "
-                              f"within the ±{facts.POWER_NOISE_W:.0f} W measurement noise: the cap binds "
-                              f"at its next rise")
+                    if v[0] - v[2] <= noise:
+                        at = f"already at {named} within the ±{noise:.0f} W measurement noise"
+                    else:  # (no reported limit: the default assumed, which it may not have)
+                        at = f"already {v[0] - v[2]:.0f} W over {named}, past the ±{noise:.0f} W measurement noise"
+                    reason = f"compute-phase power {v[0]:.0f} W {at}: the cap binds at its next rise"
                 else:
                     # the forecast's leakage comes from the thermal model's steady state, not from
                     # the measured slope: a GPU cooling for a moment can still be heading warmer
                     heat = ("leakage rising with it" if v[3] >= 0 else
                             "but its thermal model settles it warmer: leakage will rise")
                     reason = (f"compute-phase power {v[0]:.0f} W ({v[1] * 60:+.1f} W/min, temperature "
-                              f"{v[3] * 60:+.2f} °C/min, {heat}) heading for the {v[2]:.0f} W limit")
+                              f"{v[3] * 60:+.2f} °C/min, {heat}) heading for {named}")
                 findings.append(Prediction(ts, "gpu", slot, "power_cap", eta if np.isfinite(eta) else -1.0,
                                            round(float(rec[O_CONF]), 3), self.name, reason,
                                            active=code != CODE_WITHDRAW))

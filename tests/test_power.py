@@ -324,7 +324,8 @@ class NaivePower(PerSample):
                      "cap held unreported": 0, "cap held reported": 0,
                      "inlet trend held to the dies": 0, "led by the flow": 0, "steady state held to the dies": 0,
                      "stale brake aged out": 0, "brake back within the hold": 0, "node event held through none": 0,
-                     "node event ended": 0, "no power reading": 0, "over the limit": 0, "limit cut": 0}
+                     "node event ended": 0, "no power reading": 0, "over the limit": 0, "limit cut": 0,
+                     "held over the default": 0}
         self.frame_rows = []  # (ts, gpu) of the frame's samples taken
 
     def gpu_frame(self, frame):
@@ -428,8 +429,24 @@ class NaivePower(PerSample):
             node["count"] = max(node["count"] - 1, 0)
         reported = not math.isnan(m[i, tf.G_PLIM])
         over = reported and power > m[i, tf.G_PLIM] + 50.0  # past its limit by 10x the noise: no reading
-        if not 0.0 < power < 1e5 or over:  # (0 W: no reading) ... nothing forecast; a prediction stands down
-            self.seen["over the limit" if over else "no power reading"] += 1
+        held = False
+        if not reported and 0.0 < power < 1e5:
+            # none reported: a reading over the 700 W default by 25 W is no reading until such readings
+            # outnumber its loaded ones at or under 705 W by 3 (counted, negated, in "over"; a gap: afresh)
+            if dt >= tp[tf.P_GAP]:
+                g["over"] = 0.0
+            if g["over"] != 1.0:
+                count = -g["over"] if g["over"] < 0 else 0.0
+                if power > facts.POWER_LIMIT_W + 25.0:
+                    count += 1
+                    held = count < 3
+                elif p[pw.P_LOAD_MIN] <= power <= facts.POWER_LIMIT_W + 5.0:
+                    count = max(count - 1, 0.0)
+                g["over"] = 1.0 if count >= 3 else -count
+                if held:
+                    self.seen["held over the default"] += 1
+        if not 0.0 < power < 1e5 or over or held:  # (0 W: no reading) ... nothing forecast; it stands down
+            self.seen["over the limit" if over or held else "no power reading"] += 1
             at_cap = capped or ts - g["cap_ts"] <= p[pw.P_CAP_HOLD]
             code = naive_alarm_step(self.alarm[i], ts, False, not at_cap, p[pw.P_ON], p[pw.P_OFF_HOLD],
                                     p[pw.P_REFRESH])
@@ -438,7 +455,7 @@ class NaivePower(PerSample):
                 self.seen[code] = self.seen.get(code, 0) + 1
             return
         # no limit reported: Hopper's 700 W, unless it drew well over that
-        limit = m[i, tf.G_PLIM] if reported else (math.nan if g["over"] else facts.POWER_LIMIT_W)
+        limit = m[i, tf.G_PLIM] if reported else (math.nan if g["over"] == 1.0 else facts.POWER_LIMIT_W)
         node_event = g["brake"] == 1.0 and self.nodes[int(self.node_of[i])]["active"]
         if thermal and not g["thermal"]:
             g["env_pre"] = g["env"]  # what it drew before the limiter held it down
@@ -627,7 +644,7 @@ def test_the_power_reference_comparison_reaches_every_branch():
                                              "led by the flow", "steady state held to the dies",
                                              "brake back within the hold", "node event held through none",
                                              "node event ended", "no power reading", "over the limit",
-                                             "limit cut")), seen
+                                             "limit cut", "held over the default")), seen
 
 
 def naive_thermal_cap_eta(rl, ul, pref, rb, tau, loaded, temp, level, slope, limit, damp, du, steps=20000):
