@@ -352,9 +352,30 @@ class CoolingDetector(ThermalFitDetector):
                 return []
             slot, ts, speed = slot[valid], ts[valid], np.asarray(speed)[valid]
         # a share of full speed: anything else (a raw RPM, a sentinel such as -1) is not a reading
+        speed = np.asarray(speed, dtype=np.float64)
         garbage = np.isfinite(speed) & ((speed < FAN_SPEED_MIN) | (speed > FAN_SPEED_MAX))
         self.health.problem(self.name, f"fan_speed outside {FAN_SPEED_MIN:g}..{FAN_SPEED_MAX:g} of full speed: ignored",
                             int(np.count_nonzero(garbage)))
+        if len(np.unique(slot)) == len(slot):  # one reading per node (a live poll): one step
+            return self._fan_poll(slot, ts, speed, garbage)
+        # several polls in one frame (a batched source, a replay window wider than the sampling): each
+        # poll in turn, in time order, as if each came alone. Read at once, a node's last reading
+        # stood for all of them — a fan stopped at the frame's first poll was flagged at its end, and
+        # one stopped and back within the frame was never flagged (until 2026-12-05)
+        order = np.argsort(ts, kind="stable")
+        slot, ts, speed, garbage = slot[order], ts[order], speed[order], garbage[order]
+        nth = np.zeros(len(slot), dtype=np.int64)  # each row's place among its node's rows
+        counts = np.unique(slot, return_counts=True)[1]
+        by_node = np.argsort(slot, kind="stable")  # rows grouped by node, each in time order
+        nth[by_node] = np.arange(len(slot)) - np.repeat(np.cumsum(counts) - counts, counts)
+        found: list[Finding] = []
+        for k in range(int(nth.max()) + 1):
+            rows = nth == k
+            found += self._fan_poll(slot[rows], ts[rows], speed[rows], garbage[rows])
+        return found
+
+    def _fan_poll(self, slot: np.ndarray, ts: np.ndarray, speed: np.ndarray, garbage: np.ndarray) -> list[Finding]:
+        """:meth:`_fans` of one poll: at most one reading per node, stamped ``ts``."""
         read = np.isfinite(speed) & ~garbage
         self.s_fan_speed[slot[read]] = speed[read]
         self.s_fan_ts[slot[read]] = np.fmax(self.s_fan_ts[slot[read]], ts[read])
