@@ -16,7 +16,7 @@ from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from foreshock.recording import RecordingError
 
-from .common import LIVE_INTERVAL, cluster_gpus, finite_number, stop_on_signals, until_unreadable
+from .common import LIVE_INTERVAL, cluster_gpus, finite_number, sim_interval, stop_on_signals, until_unreadable
 from .kafka_options import kafka_options, settings_from
 
 SOURCES = ("simulator", "replay", "dcgm", "nvidia-smi", "nvml", "infiniband", "dom", "ethtool", "redfish", "cdu")
@@ -257,6 +257,14 @@ def command(source: str, kafka: str | None, user: str | None, password: str | No
     refuse_unread_options(source, **options_given(click.get_current_context(), "path", "url", "executable", "root",
                                                   "interfaces", "host", "speed", "shift_now", "interval", "polls",
                                                   "gpus", "scenario", "seed", "duration"))
+    if source == "simulator":  # the simulator's cap (an hour) before the broker: LIVE_INTERVAL's is a poll's
+        ctx = click.get_current_context()
+        param = next(p for p in ctx.command.params if p.name == "interval")
+        try:
+            sim_interval(ctx, param, interval)
+        except click.BadParameter as exc:
+            exc.ctx, exc.param = ctx, param  # (named as click names a callback's refusal: "for '--interval'")
+            raise
     settings = settings_from(kafka, user, password)
     try:
         check_broker(settings)

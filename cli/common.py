@@ -8,6 +8,7 @@ import math
 import os
 import signal
 import stat
+import tempfile
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +31,7 @@ from foreshock.frames import Frame
 from foreshock.guard import LONGEST_WAIT_S, MIN_INTERVAL_S
 from foreshock.health import PipelineHealth
 from foreshock.recording import RecordingError
+from foreshock.simulator.engine import MAX_INTERVAL_S
 from foreshock.simulator.topology_gen import cluster_size_problem
 from foreshock.streams.embedded import EmbeddedPipeline, RunStats
 from foreshock.streams.external_feed import ExternalFeed, external_targets, feed_before_frames
@@ -421,6 +423,17 @@ def finite_number(positive: bool = False) -> Callable[[click.Context, click.Para
     return check
 
 
+def sim_interval(ctx: click.Context, param: click.Parameter, value: float | None) -> float | None:
+    """A click callback for the simulator's sampling ``--interval`` (simulate, demo, agent --source
+    simulator): finite (``finite_number``'s message for NaN and inf), at most
+    :data:`~foreshock.simulator.engine.MAX_INTERVAL_S` (an hour); one not given passes. Beyond it one
+    tick ran for hours, deaf to Ctrl-C and SIGTERM (``demo --interval 1e7``)."""
+    value = finite_number()(ctx, param, value)
+    if value is not None and value > MAX_INTERVAL_S:
+        raise click.BadParameter(f"at most {MAX_INTERVAL_S:g} seconds (an hour) for the simulator, got {value:g}")
+    return value
+
+
 def cluster_gpus(_ctx: click.Context, _param: click.Parameter, value: int | None) -> int | None:
     """A click callback for a simulated cluster's ``--gpus`` (simulate, demo, agent): the
     simulator's size rule, told the same way by each; an option not given passes."""
@@ -432,11 +445,17 @@ def cluster_gpus(_ctx: click.Context, _param: click.Parameter, value: int | None
 
 def create_folder(path: Path, what: str) -> None:
     """Create an output folder now, not after a run that can take minutes: a path that cannot be
-    one is a clear error up front rather than a traceback at the end."""
+    one is a clear error up front rather than a traceback at the end. So is a folder that exists
+    but takes no file (read-only, or under /proc): a file is created in it and removed."""
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise click.ClickException(f"cannot create {what} {path}: {exc.strerror or exc}") from None
+    try:
+        with tempfile.TemporaryFile(dir=path, prefix=".foreshock-write-check-"):
+            pass
+    except OSError as exc:
+        raise click.ClickException(f"cannot write in {what} {path}: {exc.strerror or exc}") from None
 
 
 def _json_number(value: float) -> float | None:

@@ -15,12 +15,14 @@ from rich.console import Console
 from rich.markup import escape
 
 from foreshock.exporters.console import TimeOrigin
+from foreshock.guard import MIN_INTERVAL_S
 from foreshock.simulator import ClusterSimulator, ScenarioError, formats, list_scenarios
 from foreshock.streams.sources import IterableSource
 from foreshock.streams.via_format import VIA_KIND, ViaFormat
 
-from .common import (build_pipeline, cluster_gpus, detector_option, external_option, finish, finite_number,
-                     follow_external, hold_metrics, param_option, run_until_signalled, serve_options, stop_server)
+from .common import (MAX_INTERVAL_S, build_pipeline, cluster_gpus, detector_option, external_option, finish,
+                     finite_number, follow_external, hold_metrics, param_option, run_until_signalled, serve_options,
+                     sim_interval, stop_server)
 
 
 @click.command("demo")
@@ -28,7 +30,8 @@ from .common import (build_pipeline, cluster_gpus, detector_option, external_opt
               help="Cluster size in GPUs, a multiple of 8.")
 @click.option("--duration", default=3 * 3600.0, show_default=True, type=float,
               help="Simulated seconds to run.")
-@click.option("--interval", default=5.0, show_default=True, type=float, help="Sampling interval (s).")
+@click.option("--interval", default=5.0, show_default=True, type=click.FloatRange(min=MIN_INTERVAL_S),
+              callback=sim_interval, help=f"Sampling interval (s; at most {MAX_INTERVAL_S:g}).")
 @click.option("--scenario", default="cooling-loss", show_default=True,
               help=f"Fault scenario: one of {', '.join(list_scenarios())} or a YAML file.")
 @click.option("--seed", default=7, show_default=True, type=int, help="Same seed, same cluster and fault.")

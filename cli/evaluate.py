@@ -133,8 +133,11 @@ def command(ctx: click.Context, recording: str, sets: str, report_dir: str, mode
         if unpredicted:
             console.print(f"[yellow]sklearn set: its model predicts no {', '.join(unpredicted)}: not scored "
                           "there (not a miss)[/]")
-    path = evaluation.write_report(report, report_dir)
-    written = evaluation.write_plots(result, report, report_dir) if plots else []
+    try:  # (the folder took a file up front: the disk filled, or it was made read-only, since)
+        path = evaluation.write_report(report, report_dir)
+        written = evaluation.write_plots(result, report, report_dir) if plots else []
+    except OSError as exc:
+        raise click.ClickException(f"cannot write the report to {report_dir}: {exc.strerror or exc}") from None
     Console().print(evaluation.render_table(report, by_fault=by_fault))
     sections = section_summaries(report)
     if sections:

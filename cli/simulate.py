@@ -19,9 +19,9 @@ from foreshock.simulator.faults import FAILURES_PER_1000_NODE_DAYS
 from foreshock.simulator.topology_gen import MAX_GPUS
 from foreshock.streams.via_format import VIA_KIND, ViaFormat
 
-from .common import cluster_gpus, create_folder, finite_number, signal_label, stop_on_signals
+from .common import (MAX_INTERVAL_S, cluster_gpus, create_folder, finite_number, signal_label, sim_interval,
+                     stop_on_signals)
 
-MAX_INTERVAL_S = 3600.0  # an hour between samples: no detector or dashboard reads anything coarser
 # random faults expected in one run (rate x duration): each draw reads the faults drawn before it, and
 # each fault is followed every physics step; 1e6x on 16 GPUs for 120 s expects ~18, the default on the
 # largest cluster for 6 hours ~700 (20,000 expected on 1,024 GPUs for an hour took 50 s)
@@ -30,14 +30,6 @@ MAX_EXPECTED_RANDOM_FAULTS = 10_000
 VIA_HELP = ("Pass every gpu frame (dcgm, nvidia-smi) or host link frame (sysfs) through that real "
             "format and its importer, so the recording holds what the real source path delivers "
             "(integer units; fields the format lacks are NaN). Default: frames as simulated.")
-
-
-def _interval(ctx: click.Context, param: click.Parameter, value: float) -> float:
-    """``--interval``: finite (``finite_number``'s message for NaN and inf), at most an hour."""
-    value = finite_number()(ctx, param, value)
-    if value > MAX_INTERVAL_S:
-        raise click.BadParameter(f"at most {MAX_INTERVAL_S:g} seconds (an hour), got {value:g}")
-    return value
 
 
 @click.command("simulate")
@@ -60,7 +52,7 @@ def _interval(ctx: click.Context, param: click.Parameter, value: float) -> float
                    "applies with --random-faults or a scenario that draws them; at most "
                    f"{MAX_EXPECTED_RANDOM_FAULTS:,} faults expected in the run).")
 @click.option("--interval", type=click.FloatRange(min=MIN_INTERVAL_S), default=1.0,
-              show_default=True, callback=_interval,
+              show_default=True, callback=sim_interval,
               help=f"Sampling interval in seconds (30 = dcgm-exporter's default; at most {MAX_INTERVAL_S:g}).")
 @click.option("--physics-dt", type=click.FloatRange(min=0, min_open=True), default=1.0, show_default=True,
               callback=finite_number(),

@@ -9,7 +9,7 @@ import click
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from foreshock.detectors.baselines import learnable_events, load_model, model_telemetry
+from foreshock.detectors.baselines import ModelWriteError, learnable_events, load_model, model_telemetry
 from foreshock.detectors.evaluation import EVENT_KINDS
 from foreshock.detectors.train import CALIBRATION_PRECISION, train_and_save
 from foreshock.recording import RecordingError
@@ -60,6 +60,9 @@ def command(recordings: tuple[str, ...], out_path: str, events: str, negatives: 
         raise click.UsageError(f"--events: cannot learn {', '.join(not_gpu)} (not a GPU's event); the classifiers "
                                f"read GPU telemetry and learn a GPU's events: {', '.join(learnable)}")
     fed = parse_telemetry(telemetry)
+    if fed is not None and "gpu" not in fed:  # no feature row to learn from: refused before any is read
+        raise click.UsageError(f"--telemetry {telemetry}: the classifiers read GPU telemetry (their features are "
+                               "a GPU's); name gpu in --telemetry (e.g. gpu,job)")
     create_folder(Path(out_path).parent, "the folder")  # for the model
     console = Console(stderr=True)
     with Progress(TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(), console=console,
@@ -76,6 +79,8 @@ def command(recordings: tuple[str, ...], out_path: str, events: str, negatives: 
             path, summary = train_and_save(recordings, out_path, chosen, negatives, seed, progress, fed, calibration,
                                            target_precision)
         except (RecordingError, ValueError) as exc:
+            raise click.ClickException(str(exc)) from None
+        except ModelWriteError as exc:  # the folder was writable up front: the disk filled, say
             raise click.ClickException(str(exc)) from None
     inputs = model_telemetry(path, load_model(path))  # as recorded: what evaluate will hold it to
     for event, s in summary.items():

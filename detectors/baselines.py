@@ -23,10 +23,12 @@ classifiers of another scikit-learn version is refused with :class:`ModelFileErr
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import io
 import math
 import json
+import os
 import warnings
 import zipfile
 from dataclasses import dataclass, field
@@ -674,6 +676,11 @@ class ModelFileError(ValueError):
     """A model file is unreadable, holds untrusted types, or does not match this foreshock."""
 
 
+class ModelWriteError(Exception):
+    """A model file cannot be written (its folder unwritable, the disk full): ``train`` says so
+    rather than ending a whole run in a traceback."""
+
+
 def learnable_events() -> tuple[str, ...]:
     """The event kinds a classifier of the per-GPU feature stream can learn and predict: the scored
     kinds (:data:`foreshock.detectors.evaluation.EVENT_KINDS`) of GPU entities. A link's or an
@@ -700,8 +707,17 @@ def save_model(path: str | Path, models: dict[str, dict[str, Any]], meta: dict[s
     doc = {"format": MODEL_FORMAT, "version": MODEL_VERSION, "features": list(FEATURES),
            "events": models, "meta": json.dumps(meta or {}, sort_keys=True)}
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    sio.dump(doc, path)
+    # written beside it and moved in place: a write that fails (the disk filling) leaves any model
+    # already at ``path`` as it was, and no half-written file
+    part = path.with_name(f".{path.name}.{os.getpid()}.part")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        sio.dump(doc, part)
+        os.replace(part, path)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            part.unlink(missing_ok=True)
+        raise ModelWriteError(f"cannot write the model to {path}: {exc.strerror or exc}") from exc
     return path
 
 
@@ -974,9 +990,11 @@ def telemetry_mismatch(path: str | Path, trained: tuple[str, ...] | None, served
         return "GPU and rack telemetry (the racks' inlets and coolant)"
     if "gpu" not in served:  # nothing to train on: the features read the GPUs
         fix = "feed it GPU telemetry (name gpu in --telemetry)"
-    else:
-        fix = ("train one on what this run feeds (`foreshock train "
-               + ("--telemetry gpu,job" if "rack" not in served else "no --telemetry") + "`)")
+    elif "rack" not in served:
+        fix = "train one on what this run feeds (`foreshock train REC... --telemetry gpu,job --out MODEL`)"
+    else:  # (`train --telemetry gpu,job` had left the racks out: trained without --telemetry, it reads them)
+        fix = ("train one without --telemetry (`foreshock train REC... --out MODEL`), or run this with "
+               "--telemetry gpu,job")
     return (f"{path} was trained on {said(trained)}, this run feeds {said(served, racks_without_inlet)}: its "
             f"features would not mean what they meant in training; {fix}")
 

@@ -311,6 +311,29 @@ def held_out_gpus(groups: np.ndarray, y: np.ndarray, share: float, rng: np.rando
     return chosen[inverse]
 
 
+def one_class_message(event: str, samples: int, positives: int, judged: int) -> str:
+    """Why ``event``'s samples give a classifier one class to learn, or none: of the dataset's
+    ``samples`` feature rows, ``judged`` are labelled (the rest under way, or censored: their
+    horizon outlives the recording), ``positives`` of them 1. No sample at all, no positive (no
+    fault caused the event) and no negative (every one censored: recordings no longer than the
+    horizon) each have their own remedy."""
+    kind = EVENT_KINDS[event]
+    where = "in the training recordings"
+    if not samples:
+        return (f"no samples to learn {event!r} from {where}: they give no GPU feature rows (the classifiers "
+                "read GPU telemetry)")
+    if not positives:
+        return (f"no positive samples for {event!r} {where} (0 positives of {judged:,}); record faults that "
+                "cause it")
+    if kind.censor_at_end:
+        return (f"no negative samples for {event!r} {where} ({positives:,} positives of {judged:,}): a sample "
+                f"not followed by {event} within its horizon ({kind.horizon_s:g} s) is left unjudged where the "
+                "recording ends before that horizon does, and so was every one of these: the recordings are no "
+                f"longer than the horizon; use longer recordings (well over {kind.horizon_s:g} s)")
+    return (f"no negative samples for {event!r} {where} ({positives:,} positives of {judged:,}): every "
+            f"sample is followed by {event} within its horizon ({kind.horizon_s:g} s); record spells without it")
+
+
 def train(dataset: Dataset, events: Sequence[str], seed: int = 0, max_iter: int = 200) -> dict[str, dict[str, Any]]:
     from sklearn.ensemble import HistGradientBoostingClassifier
 
@@ -323,8 +346,7 @@ def train(dataset: Dataset, events: Sequence[str], seed: int = 0, max_iter: int 
         ok = np.isfinite(y)
         x, y, g, w = dataset.features[ok], y[ok].astype(int), groups[ok], weights[ok]
         if len(np.unique(y)) < 2:
-            raise ValueError(f"no positive and negative samples for {e!r} in the training recordings "
-                             f"({int(y.sum())} positives of {len(y)}); record faults that cause it")
+            raise ValueError(one_class_message(e, len(dataset), int(y.sum()), len(y)))
         valid = held_out_gpus(g, y, VALIDATION_SHARE, rng)
         clf = HistGradientBoostingClassifier(max_iter=max_iter, learning_rate=0.1, random_state=seed,
                                              class_weight="balanced")

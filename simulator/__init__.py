@@ -84,7 +84,7 @@ dcgm-exporter scrape, ``nvidia_smi_csv(gpu_frame, topology, node)`` an ``nvidia-
 
 from __future__ import annotations
 
-from .engine import DEFAULT_START, HOLD_S, ClusterSimulator, RunSummary
+from .engine import DEFAULT_START, HOLD_S, MAX_INTERVAL_S, ClusterSimulator, RunSummary
 from .faults import FAULT_TYPES, RANDOM_FAULT_ACCELERATION, Fault
 from .params import SimParams
 from .scenario import Scenario, ScenarioError, list_scenarios, load_scenario
@@ -92,5 +92,6 @@ from .topology_gen import build_topology
 
 __all__ = [
     "ClusterSimulator", "RunSummary", "SimParams", "Scenario", "ScenarioError", "Fault", "FAULT_TYPES",
-    "RANDOM_FAULT_ACCELERATION", "DEFAULT_START", "HOLD_S", "build_topology", "list_scenarios", "load_scenario",
+    "RANDOM_FAULT_ACCELERATION", "DEFAULT_START", "HOLD_S", "MAX_INTERVAL_S",
+    "build_topology", "list_scenarios", "load_scenario",
 ]

@@ -53,6 +53,10 @@ from .workload import Workload
 
 DEFAULT_START = 1_700_006_400.0  # 2023-11-15 00:00:00 UTC: the diurnal swing starts at midnight
 DEFAULT_DURATION_S = 3600.0
+MAX_INTERVAL_S = 3600.0
+"""The longest sampling interval: an hour between samples (no detector or dashboard reads anything
+coarser). One tick runs every physics step of its interval at once, so ``interval=1e7`` spent hours in
+one uninterruptible tick (``demo --interval 1e7`` printed nothing and ignored SIGTERM)."""
 
 HOLD_S = {"thermal_throttle": 30.0, "power_cap": 60.0, "power_brake": 30.0, "hbm_overheat": 30.0,
           "congestion": 30.0, "job_slowdown": 60.0}
@@ -129,8 +133,9 @@ class ClusterSimulator:
         warmup_s: float = WARMUP_S,
         refuse_overlapping_faults: bool = False,
     ) -> None:
-        if not (MIN_INTERVAL_S <= interval < math.inf):  # (faster, the guard refuses rows as repeats)
-            raise ValueError(f"interval must be a number of seconds, at least {MIN_INTERVAL_S:g}, got {interval}")
+        if not (MIN_INTERVAL_S <= interval <= MAX_INTERVAL_S):  # (faster, the guard refuses rows as repeats)
+            raise ValueError(f"interval must be a number of seconds, at least {MIN_INTERVAL_S:g} and at most "
+                             f"{MAX_INTERVAL_S:g} (an hour), got {interval}")
         if scenario is None:
             scen = Scenario("healthy")
         elif isinstance(scenario, Scenario):

@@ -58,7 +58,8 @@ def test_training_with_gpu_telemetry_alone_learns_the_features_evaluate_then_ser
 
 
 @pytest.mark.parametrize("model, flags, refused", [
-    ("gpu", [], "trained on GPU telemetry alone.*this run feeds GPU and rack telemetry.*foreshock train no --telemetry"),
+    ("gpu", [], "trained on GPU telemetry alone.*this run feeds GPU and rack telemetry.*"
+                "train one without --telemetry ..foreshock train REC... --out MODEL.*--telemetry gpu,job"),
     ("full", ["--telemetry", "gpu,job"], "trained on GPU and rack telemetry.*feeds GPU telemetry alone.*"
                                          "--telemetry gpu,job"),
     ("gpu", ["--telemetry", "gpu,job"], None),
