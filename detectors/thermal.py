@@ -124,7 +124,7 @@ INLET_WORDS = {
     INLET_RACK_PROXY: " (no rack reading: estimated from its rack's nodes' coolest GPUs, R nominal)",
     INLET_NODE_PROXY: " (no rack reading: estimated from its node's coolest GPU, R nominal)",
 }
-"""A reason's inlet where no rack reports one (``thermal_fit.G_USRC``, as it stood after the frame):
+"""A reason's inlet where no rack reports one (``thermal_fit.G_USRC`` at the row: ``O_INLET_SRC``):
 an estimate that puts the node's coolest GPU at the nominal resistance — its R reads near nominal by
 construction, and the inlet is off by as much as that GPU's R is (9 °C on the real H100 capture's
 0.032 °C/W at 632 W). Until 2026-12-01 it read as a measurement."""
@@ -173,7 +173,14 @@ V_SIZE = 11  # ... and the ETA the clear test reads (F_FAR)
 # an emission's columns after the alarm's (alarm.OUT_SIZE, all taken): the share of the inlet's own
 # rise the dies confirm (follow_inlet), that rise, and how much of it the dies showed
 O_INLET_SHARE, O_INLET_EXPECTED, O_INLET_FOLLOWED = range(OUT_SIZE, OUT_SIZE + 3)
-THERMAL_OUT_SIZE = OUT_SIZE + 3
+# ... the inlet source the row's fit read (thermal_fit.G_USRC), and the job's pacer as of the row's
+# poll (ThermalDetector._record_pacers: the held peer held longest, since when, how many more; NaN:
+# none). The reason is worded after the whole frame, so what it says of the row is taken at the row:
+# until 2026-12-05 it read the state as of the frame's end, and a replay window's rows said
+# "held by the thermal limiter for -10 min", or "(no rack reading ...)" before the rack went dark
+O_INLET_SRC = OUT_SIZE + 3
+O_PACER, O_PACER_SINCE, O_PACER_MORE = range(OUT_SIZE + 4, OUT_SIZE + 7)
+THERMAL_OUT_SIZE = OUT_SIZE + 7
 
 
 def new_forecast_state(n: int) -> np.ndarray:
@@ -607,11 +614,45 @@ def emit_model(out: np.ndarray, n_out: int, row: int, which: int, code: int, s: 
 
 
 @inline
-def emit_follow(out: np.ndarray, n_out: int, fc: np.ndarray, i: int, share: float) -> None:
-    """The last emission's inlet follow check (``O_INLET_*``; see :func:`follow_inlet`)."""
+def raised_by(active: float) -> int:
+    """The model whose forecast the throttle alarm last started or refreshed on, from its
+    ``A_ACTIVE`` flag: the kernel stores ``1 + model`` there (alarm.py reads only zero vs not), so
+    a withdrawal says which claim it takes back without a column of state more. When neither
+    model fires the alarm's own pick (the earlier ETA; both inf: the core) is no guide: until
+    2026-12-05 a throttle raised on the HBM's forecast was withdrawn as "core no longer heading for
+    87 °C". An alarm saved before (1.0) reads as the core's, as it was worded then."""
+    return HBM if active == 1.0 + HBM else CORE
+
+
+@inline
+def word_withdrawal(out: np.ndarray, n_out: int, row: int, raised: int, via: int, s: np.ndarray, i: int,
+                    mv: np.ndarray, inlet: tuple[float, float], params: np.ndarray) -> int:
+    """The throttle withdrawal just emitted (on ``via``'s forecast) worded by the model that raised
+    the alarm (:func:`raised_by`): its reason's figures are that model's, its ETA and confidence
+    the alarm's as before; without that model's reading, said so (limit NaN, as
+    :func:`unread_step`)."""
+    if raised == via:
+        return n_out
+    eta, conf = out[n_out - 1, O_ETA], out[n_out - 1, O_CONF]
+    if mv[raised, V_USABLE] > 0.0:
+        n_out = emit_model(out, n_out - 1, row, CORE, CODE_WITHDRAW, s, i, raised, mv, inlet, params)
+    else:
+        n_out = emit(out, n_out - 1, row, CORE, CODE_WITHDRAW, eta, conf,
+                     (np.nan, np.nan, np.nan, np.nan, np.nan, np.nan))
+    out[n_out - 1, O_ETA], out[n_out - 1, O_CONF] = eta, conf
+    out[n_out - 1, O_V0 + 9] = raised
+    return n_out
+
+
+@inline
+def emit_follow(out: np.ndarray, n_out: int, fc: np.ndarray, s: np.ndarray, i: int, share: float) -> None:
+    """The last emission's inlet follow check (``O_INLET_*``; see :func:`follow_inlet`) and inlet
+    source; no pacer yet (``O_PACER``: filled in after the poll, ThermalDetector._record_pacers)."""
     out[n_out - 1, O_INLET_SHARE] = share
     out[n_out - 1, O_INLET_EXPECTED] = fc[i, F_EXPECTED]
     out[n_out - 1, O_INLET_FOLLOWED] = fc[i, F_FOLLOWED]
+    out[n_out - 1, O_INLET_SRC] = s[i, G_USRC]
+    out[n_out - 1, O_PACER] = np.nan
 
 
 @kernel
@@ -748,12 +789,17 @@ def _thermal_kernel(obs: tuple[np.ndarray, ...], rows: np.ndarray, span: tuple[i
             if idle:
                 firing, clear = False, True
             on_count = 1.0 if eta <= params[P_URGENT] else params[P_ON]
+            raised = raised_by(alarms[i, CORE * A_SIZE + A_ACTIVE])  # (read before the step clears it)
             code = alarm_step(alarms, i, CORE * A_SIZE, ts, firing, clear, on_count,
                               params[P_OFF_HOLD], params[P_REFRESH])
             if code != CODE_NONE:
                 n_out = emit_model(out, n_out, row, CORE, code, s, i, via, mv, (damp, du), params)
                 out[n_out - 1, O_V0 + 9] = via
-                emit_follow(out, n_out, fc, i, share)
+                if code == CODE_WITHDRAW:
+                    n_out = word_withdrawal(out, n_out, row, raised, via, s, i, mv, (damp, du), params)
+                else:  # the model that raised it, for its withdrawal's words (see raised_by)
+                    alarms[i, CORE * A_SIZE + A_ACTIVE] = 1.0 + via
+                emit_follow(out, n_out, fc, s, i, share)
                 if via == CORE and code != CODE_WITHDRAW:
                     # the same forecast to the HW slowdown temperature (clocks cut >= 2x): where
                     # the die goes at today's power if the SW limiter does not hold it at its limit
@@ -779,7 +825,7 @@ def _thermal_kernel(obs: tuple[np.ndarray, ...], rows: np.ndarray, span: tuple[i
                               on_count, params[P_OFF_HOLD], params[P_REFRESH])
             if code != CODE_NONE:
                 n_out = emit_model(out, n_out, row, HBM, code, s, i, HBM, mv, (damp, du), params)
-                emit_follow(out, n_out, fc, i, share)
+                emit_follow(out, n_out, fc, s, i, share)
         else:
             n_out = unread_step(alarms, i, HBM, ts, row, params, out, n_out)
     return n_out
@@ -803,6 +849,7 @@ def unread_step(alarms: np.ndarray, i: int, which: int, ts: float, row: int, par
     out[n_out - 1, O_V0 + 9] = which
     out[n_out - 1, O_INLET_SHARE] = 1.0  # (no inlet follow check to tell)
     out[n_out - 1, O_INLET_EXPECTED] = out[n_out - 1, O_INLET_FOLLOWED] = np.nan
+    out[n_out - 1, O_INLET_SRC] = out[n_out - 1, O_PACER] = np.nan
     return n_out
 
 
@@ -898,9 +945,39 @@ class ThermalDetector(ThermalFitDetector):
         self._n_out = 0
 
     def after_fit(self, fit: ThermalFit, lo: int, hi: int) -> None:
+        first = self._n_out
         self._n_out = _thermal_kernel(fit.obs, fit.rows, (lo, hi), fit.parents,
                                       (fit.s_model, self.s_forecast, self.s_alarm), fit.s_rack,
                                       self.params, self._row_models, self._out, self._n_out)
+        if self._n_out > first:  # (few rows emit: the rest pay one comparison per poll)
+            self._record_pacers(fit.obs, self._out[first:self._n_out])
+
+    def _record_pacers(self, obs: tuple[np.ndarray, ...], out: np.ndarray) -> None:
+        """Each throttle prediction's job pacer (``O_PACER``: the held peer held longest, since when,
+        how many more) as the poll just fitted leaves its peers: the state a tick-by-tick feed's
+        reason reads after the tick. A peer's hold is kept in the state as rows come (the kernel), so
+        read once the whole frame is fitted — a replay window's — it ended some rows' holds before
+        them, or started them after (until 2026-12-05: "held by the thermal limiter for -10 min").
+        Taken after the poll, not at the row: a peer listed after this GPU in the same poll counts,
+        as it does fed tick by tick."""
+        for rec in out:
+            if int(rec[O_WHICH]) != CORE or int(rec[O_CODE]) == CODE_WITHDRAW:
+                continue
+            row = int(rec[O_ROW])
+            slot, ts = int(obs[X_SLOT][row]), float(obs[X_TS][row])
+            job = int(self.topology.gpu_job[slot])
+            if job < 0:
+                continue
+            members = self._job_members.get(job)
+            if members is None:
+                members = self._job_members[job] = self.topology.gpus_of_job(job)
+            since = self.s_forecast[members, F_HELD_SINCE]
+            # ... and still reporting: a member that fell off the bus keeps its last hold in the state
+            fresh = ts - self.s_model[members, G_TS] <= self.params[P_REASONS_STALE]
+            held = (since == since) & fresh & (members != slot)
+            if held.any():
+                first = int(np.argmin(np.where(held, since, np.inf)))
+                rec[O_PACER], rec[O_PACER_SINCE], rec[O_PACER_MORE] = members[first], since[first], held.sum() - 1
 
     def gauges(self) -> dict[str, tuple[str, np.ndarray, str]]:
         core = G_SIZE + CORE * M_SIZE
@@ -912,29 +989,21 @@ class ThermalDetector(ThermalFitDetector):
                 "gpu", self.s_model[:, core + M_TAU].copy(), "Fitted core thermal time constant"),
         }
 
-    def _job_pacer_text(self, slot: int, ts: float) -> str:
-        """Where a thermal limiter already holds another GPU of this one's (synchronous) job, say so.
+    def _job_pacer_text(self, rec: np.ndarray, ts: float) -> str:
+        """Where a thermal limiter already holds another GPU of this one's (synchronous) job, say so
+        (``rec``: the emission, its pacer as of its poll: :meth:`_record_pacers`).
 
         The held GPU sets the job's pace: as its hold deepens (its loop warming, its interface
         failing) the job slows and this GPU draws less than the ETA assumes, so it may cross later
         or settle under its limit. Seed 832: job8's GPUs on a failing loop settled at 85 °C at
         440 W, paced by a member an HBM fault had held for hours."""
-        job = int(self.topology.gpu_job[slot])
-        if job < 0:
+        pacer = float(rec[O_PACER])
+        if pacer != pacer:
             return ""
-        members = self._job_members.get(job)
-        if members is None:
-            members = self._job_members[job] = self.topology.gpus_of_job(job)
-        since = self.s_forecast[members, F_HELD_SINCE]
-        # ... and still reporting: a member that fell off the bus keeps its last hold in the state
-        fresh = ts - self.s_model[members, G_TS] <= self.params[P_REASONS_STALE]
-        held = (since == since) & fresh & (members != slot)
-        if not held.any():
-            return ""
-        first = int(np.argmin(np.where(held, since, np.inf)))
-        more = int(held.sum()) - 1
-        return (f"; job {self.topology.jobs[job]} is paced by {self.topology.name('gpu', int(members[first]))}, "
-                f"held by the thermal limiter for {(ts - since[first]) / 60:.0f} min"
+        job = int(self.topology.gpu_job[int(pacer)])
+        more = int(rec[O_PACER_MORE])
+        return (f"; job {self.topology.jobs[job]} is paced by {self.topology.name('gpu', int(pacer))}, "
+                f"held by the thermal limiter for {(ts - float(rec[O_PACER_SINCE])) / 60:.0f} min"
                 + (f" ({more} more held)" if more else "")
                 + ": as that hold deepens the job slows, and this GPU draws less than the ETA assumes")
 
@@ -963,7 +1032,7 @@ class ThermalDetector(ThermalFitDetector):
                 reason = (f"{part} heading for its limit {limit:.0f} °C: steady state under current power "
                           f"{target:.1f} °C, moving {slope * 60:+.2f} °C/min; R {r:.4f} °C/W "
                           f"({r / r_nominal - 1:+.0%} vs nominal), tau {tau:.0f} s, "
-                          f"inlet {inlet:.1f} °C{INLET_WORDS.get(float(self.s_model[slot, G_USRC]), '')}")
+                          f"inlet {inlet:.1f} °C{INLET_WORDS.get(float(rec[O_INLET_SRC]), '')}")
                 reason += inlet_followed
                 if which == CORE and via == HBM:
                     reason += ("; the SW thermal limiter cuts clocks to hold the memory there (NVML's SW "
@@ -974,7 +1043,7 @@ class ThermalDetector(ThermalFitDetector):
                     if rack >= 0:
                         reason += flow_loss_text(self.s_rack[rack], float(rec[O_V0 + 8]), limit, self.horizon_s)
                 if which == CORE:
-                    reason += self._job_pacer_text(slot, ts)
+                    reason += self._job_pacer_text(rec, ts)
             eta = float(rec[O_ETA])
             findings.append(Prediction(
                 ts=ts, entity_kind="gpu", slot=slot, event=MODEL_EVENTS[which],
