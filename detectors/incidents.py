@@ -154,8 +154,9 @@ change worth telling (``IncidentEngine._told_moved``), at most every ``update_in
 0.05 a flapping link's job, measured at x1.16 and x1.21 by turns, was told again eight times."""
 SPREAD_HEAD = 3
 """The entities an incident names first as next to be hit (soonest, least headroom), what the console
-shows: one of them that the incident had not named when last told is told at once (at most every
-``update_interval_s``, ``IncidentEngine._told_moved``). Further down the list names come and go with
+shows: one of them that the incident had not named when last told, and not due now (ETA 0: overdue
+predictions tie there and sort by name), is told at once (at most every ``update_interval_s``,
+``IncidentEngine._told_moved``). Further down the list names come and go with
 each wobble of an ETA (every 30 s on a loop's loss of 132 GPUs, when the whole list counted)."""
 REFIRE_TIME = "%Y-%m-%d %H:%M:%S UTC"
 """How a re-fire note writes its time (:func:`refire_note`; the console reads it back)."""
@@ -1458,11 +1459,15 @@ class IncidentEngine:
         members = _members_by_age(inc)
         jobs = dict(self._job_impact(inc, members, now)[0])
         told = inc.emitted_jobs
-        if jobs.keys() != told.keys() or any(abs(x - told[j]) >= JOB_SLOWDOWN_STEP for j, x in jobs.items()):
+        # (a step read to the float's precision: x1.15 told after x1.05 moved by 0.0999999...)
+        if jobs.keys() != told.keys() or any(abs(x - told[j]) >= JOB_SLOWDOWN_STEP - 1e-9 for j, x in jobs.items()):
             return True
         if inc.emitted_spread is None or not inc.live:
             return False
-        return any(name not in inc.emitted_spread for name, _ in self._spread(inc, members, now)[:SPREAD_HEAD])
+        # (a name due now, ETA 0, is left out: overdue predictions tie at 0 and sort by name, so which
+        # of them headed the list was the alphabet's choice, told every 30 s on a loop's loss)
+        return any(name not in inc.emitted_spread and eta != 0.0
+                   for name, eta in self._spread(inc, members, now)[:SPREAD_HEAD])
 
     @staticmethod
     def _changes_since_emit(inc: _Incident) -> tuple[bool, bool]:

@@ -101,13 +101,18 @@ unknown, and no cap is forecast for it until it reports one (or its readings pau
 a 700 W part: it drew over one's limit. Until 2026-12-01 such a GPU at 850 W was predicted to meet
 "the 700 W limit" every minute."""
 OVER_DEFAULT_READINGS = 3.0
+OVER_DEFAULT_FORGET = 0.1
 """A reading more than ``DEFAULT_LIMIT_SLACK_W`` over the 700 W default, from a GPU that reports no
-limit, is no reading (as one past a reported limit by ``OVER_LIMIT_READING_W`` is) until such readings
-outnumber its loaded ones at or under the default (±5 W) by this many (``S_OVER_DEFAULT`` holds that
-count, negated, while it builds; a gap starts it over): then the GPU is not a 700 W part, and the
-reading is taken. Taken at once, one 1,000-W glitch of a Hopper lifted the envelope, a running maximum,
-and its level past the slack, and no cap was forecast for it again until a 10-minute gap (until
-2026-12-05); one of 745 W did so for minutes."""
+limit, is no reading (as one past a reported limit by ``OVER_LIMIT_READING_W`` is) until
+``OVER_DEFAULT_READINGS`` of them count up, each loaded reading at or under the default (±5 W)
+taking ``OVER_DEFAULT_FORGET`` off (``S_OVER_DEFAULT`` holds that count, negated, while it builds; a
+gap starts it over): then the GPU is not a 700 W part, and the reading is taken. Ten readings at the
+default forget one over it: a glitch every few minutes or rarer is never enough, while a 1,000-W
+part whose steps alternate 900 W and 700 W is decided in four steps (with one taken off per reading
+at the default, as first written, such a part was never decided: every 900-W reading was dropped and
+it was predicted at 700 W, "already at the limit", 35 times an hour). Taken at once, one 1,000-W
+glitch of a Hopper lifted the envelope, a running maximum, and its level past the slack, and no cap
+was forecast for it again until a 10-minute gap (until 2026-12-05); one of 745 W did so for minutes."""
 # node state: GPUs braking now, node event raised, since when its count has read 0 while raised
 # (the event ends once none has braked for off_hold_s: see _node_brake_events)
 N_COUNT, N_ACTIVE, N_ZERO_TS = 0, 1, 2
@@ -386,7 +391,7 @@ def held_over_default(s: np.ndarray, i: int, power: float, dt: float, gap: float
         pending += 1.0
         held = pending < OVER_DEFAULT_READINGS
     elif load_min <= power <= facts.POWER_LIMIT_W + facts.POWER_NOISE_W:
-        pending = max(pending - 1.0, 0.0)  # a loaded reading a 700 W part gives
+        pending = max(pending - OVER_DEFAULT_FORGET, 0.0)  # a loaded reading a 700 W part gives
     s[i, S_OVER_DEFAULT] = 1.0 if pending >= OVER_DEFAULT_READINGS else (-pending if pending > 0.0 else 0.0)
     return held
 
@@ -657,9 +662,10 @@ class PowerDetector(ThermalFitDetector):
             self._counts[0] = 0.0
         if self._counts[1]:
             self.health.problem(self.name, f"power reading over the {facts.POWER_LIMIT_W:.0f} W default limit by more "
-                                f"than {DEFAULT_LIMIT_SLACK_W:g} W, from a GPU that reports none: not taken for the cap "
-                                f"forecast until {OVER_DEFAULT_READINGS:.0f} more such than at the default say it is no "
-                                f"{facts.POWER_LIMIT_W:.0f} W part", int(self._counts[1]))
+                                f"than {DEFAULT_LIMIT_SLACK_W:g} W, from a GPU that reports none: not taken for the "
+                                f"cap "
+                                f"forecast until {OVER_DEFAULT_READINGS:.0f} such, less a tenth for each at the "
+                                f"default, say it is no {facts.POWER_LIMIT_W:.0f} W part", int(self._counts[1]))
             self._counts[1] = 0.0
         _age_out_brakes(fit.obs, fit.rows, fit.n_rows, fit.parents, self._node_gpus, self.s_gpu,
                         self.s_node_brake, float(self.params[P_REASONS_STALE]))

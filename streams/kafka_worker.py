@@ -1117,9 +1117,12 @@ class IncidentStage:
         """Whether to stop waiting for ``frame`` (its sender's next, incomplete or not seen): only
         once a later frame of its sender has come, and its own first piece (or, not seen at all, the
         first later frame since it was missed) came ``frame_wait_s`` ago; or, incomplete with no
-        later frame, once its sender was silent twice ``frame_wait_s``. Returns the last seq
-        given up on (a frame not seen is given up on with the run of unseen frames after it), or
-        None to wait. Counted; the caller runs an incomplete frame with the pieces it has."""
+        later frame, once its sender was silent twice ``frame_wait_s`` while this stage's input
+        flowed: a record of another sender read twice ``frame_wait_s`` after its last. A killed
+        sender with no other sender anywhere (a restarted agent is a new one) waits for
+        ``retire_senders``. Returns the last seq given up on (a frame not seen is given up on with
+        the run of unseen frames after it), or None to wait. Counted; the caller runs an
+        incomplete frame with the pieces it has."""
         agent, seq = frame
         silent = ""
         if self.newest.get(agent, 0) <= seq:
@@ -1129,11 +1132,24 @@ class IncidentStage:
             # (hours) and was then dropped, its findings never run. Given up once the sender is
             # silent for twice the wait: the detection stage holds the rest of a partition's share
             # up to FRAME_WAIT_S before it sends it anyway (held_abandoned), and a wait of one
-            # would give up just before those pieces come
+            # would give up just before those pieces come.
+            # Silence alone is no proof: while this stage's own input stalls (broker away, consumer
+            # blocked) a live sender's rest of the frame sits unread in the topic, and giving up
+            # would run the frame short and drop that rest as late_piece when fetches resume. So the
+            # silence counts only once a record of another sender was read as long after this one's
+            # last: the input flowed past when the rest, held by the detection stage or not, would
+            # have been read. (An empty input proves nothing either way.) An agent restarted is a new
+            # sender (sender_id per start) whose records count; a killed agent with no other sender
+            # anywhere waits for retire_senders, as before 2026-12-05
             heard = max(self.last_heard.get(agent, now), self.loaded_at)
             if not pieces or now - heard < 2 * self.frame_wait_s:
                 return None
-            silent = f"; no later frame, its sender silent {now - heard:.0f} s"
+            # (computed only past the silence above: a scan of every sender)
+            flowing = max((t for a, t in self.last_heard.items() if a != agent), default=-math.inf)
+            if flowing - heard < 2 * self.frame_wait_s:
+                return None
+            silent = (f"; no later frame, its sender silent {now - heard:.0f} s while other senders' records "
+                      f"were read up to {flowing - heard:.0f} s after its last")
         # a run of frames of which nothing came (every send failed while the broker was away) is
         # given up on at once, after one wait; each incomplete frame after its own
         since = self.arrived[frame] if pieces else self.missing_since.setdefault(agent, now)
@@ -1198,8 +1214,9 @@ class IncidentStage:
         """Forget the senders not heard from for RETIRE_SENDER_S: each agent start is a sender of
         its own, and their last sequence numbers would otherwise pile up in every checkpoint for the
         life of the deployment. A frame such a sender left incomplete (``release_overdue`` runs
-        those of a sender that stopped mid-frame, and what waited behind a lost piece: only a
-        stage that was not ticked keeps one) is dropped and counted: its findings are hours old.
+        those of a sender that stopped mid-frame while other senders' records came, and what
+        waited behind a lost piece: only a stage that was not ticked, or that heard from no other
+        sender, keeps one) is dropped and counted: its findings are hours old.
         Returns how many were retired."""
         horizon = self.clock() - RETIRE_SENDER_S
         old = {a for a, t in self.last_heard.items() if t < horizon}

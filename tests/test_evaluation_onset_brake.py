@@ -42,7 +42,8 @@ def telemetry() -> ev.OnsetTelemetry:
             bits = recent if since <= t < ONSET else earlier if t < since else 0x4  # capped from the onset
             util = 0.0 if bits & 0x1 else 1.0
             sm = clock if t < ONSET else 1500
-            cols = {"util": util, "throttle_reasons": float(bits), "energy": 600.0 * 10.0 * (k + 1), "sm_clock": sm * MHZ}
+            cols = {"util": util, "throttle_reasons": float(bits), "energy": 600.0 * 10.0 * (k + 1),
+                    "sm_clock": sm * MHZ}
             tel.add(Frame("gpu", np.array([float(t)]), np.array([slot]), {c: np.array([v]) for c, v in cols.items()}))
     return tel.finish()
 

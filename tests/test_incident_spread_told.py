@@ -106,3 +106,20 @@ def test_a_checkpoint_from_before_the_spread_was_saved_tells_it_only_with_anothe
     second.load_state_dict(state)
     got = run(second, [f for f in stream(until) if f.ts >= 1200.0], until=until, start=1200.0, frames=frames(until))
     assert not [u for u in got if u.root_entity == "cdu0" and u.ts >= HOT_AT]
+
+
+def test_a_name_heading_the_spread_only_as_its_prediction_falls_due_is_not_told() -> None:
+    # GPUs 8-10 (node2) predicted at 400 s with 60 s to go: due (ETA 0) from 460 s; node0/gpu1 with
+    # 700 s: due from 1100 s. Due predictions tie at ETA 0 and sort by name, so node0/gpu1, beyond a
+    # list of three when the incident was told stable, heads it once due: not news (a review found
+    # a loop's loss told every 30 s so, seeds 11 and 23)
+    engine = IncidentEngine(TOPO, max_predicted=SPREAD_HEAD)
+    stream: list = [Anomaly(430.0, "rack", r, "inlet_temp", 3.0, "cooling", "inlet") for r in (0, 1)]
+    stream += [thermal(400.0, g, eta=60.0) for g in (8, 9, 10)] + [thermal(400.0, 1, eta=700.0)]
+    out = [u for u in run(engine, stream, until=1600.0) if u.root_entity == "cdu0"]
+    told_stable = [u for u in out if u.state == "stable"]
+    assert told_stable and told_stable[0].ts < 1100.0
+    assert "node0/gpu1" not in names(told_stable[0])
+    # (until node2's predictions expire at 1360 s, ETA plus quiet_s: the list then turns to GPUs
+    # exposed, and is told)
+    assert not [u for u in out if 1100.0 <= u.ts < 1360.0], [(u.ts, u.state, names(u)) for u in out]

@@ -11,7 +11,10 @@ findings come: frames it runs or gives up on there, with no record of their own 
   had that frame wait for the sender's retirement (hours), then dropped uncounted as run: its
   findings never reached the processors. Now it is run with the pieces it has once its sender was
   silent twice the frame wait (the detection stage holds the rest of a partition's share up to
-  the wait before it sends it anyway), counted ``frame_incomplete``.
+  the wait before it sends it anyway), counted ``frame_incomplete``: silent while this stage's
+  input flowed (records of other senders read that long after its last; an agent restarted is a
+  new sender). Silence alone was taken at first, and a stall of the stage's own input (broker away)
+  ran a live sender's frame short, then dropped the rest of it, read afterwards, as ``late_piece``.
 
 No broker: the worker's topics and streams are ``test_kafka_poison_records``' stand-ins.
 """
@@ -199,9 +202,10 @@ def test_a_refused_tick_checkpoint_is_tried_again_at_the_interval(tmp_path: Path
 
 def test_a_sender_killed_mid_frame_has_its_last_frame_run_at_the_tick(tmp_path: Path, monkeypatch,
                                                                       small_topology: Topology) -> None:
-    """a#1's frame 2 came in part (1 of 2 pieces) and no later frame of a#1 ever comes. Until
-    2026-12-05 the frame waited for a#1's retirement (hours), then was dropped: its findings never
-    ran. Now the tick runs it once a#1 was silent twice the wait, and writes the checkpoint."""
+    """a#1's frame 2 came in part (1 of 2 pieces) and no later frame of a#1 ever comes; the agent
+    restarts as a new sender, a#2. Until 2026-12-05 the frame waited for a#1's retirement (hours),
+    then was dropped: its findings never ran. Now the tick runs it once a#1 was silent twice the
+    wait while other senders' records were read (a#2's), and writes the checkpoint."""
     monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
     clock = Clock()
     worker, sent, exits = _worker(small_topology, clock)
@@ -214,9 +218,11 @@ def test_a_sender_killed_mid_frame_has_its_last_frame_run_at_the_tick(tmp_path: 
     asyncio.run(worker.checkpoint_due())
     assert _incidents(sent) == [100.0] and len(_checkpoints(sent)) == 1
     clock.now += WAIT_S
-    asyncio.run(worker.checkpoint_due())
+    asyncio.run(worker.checkpoint_due())  # silent long enough, but nothing else was read since
+    assert _incidents(sent) == [100.0] and len(_checkpoints(sent)) == 1
+    _feed(worker, stream, [(2, _message("a#2", 1, 0, 1, 150.0))], force=False)  # a#1 restarted; the tick
     assert exits == []
-    assert _incidents(sent) == [100.0, 101.0]  # run with the piece it has
+    assert _incidents(sent) == [100.0, 150.0, 101.0]  # a#1's frame 2 run with the piece it has
     assert worker.health.problems[("incidents", "frame_incomplete")] == 1
     assert not worker.incident_stage.pending
     assert len(_checkpoints(sent)) == 2 and _written_after_the_incidents(sent)
@@ -232,7 +238,8 @@ def test_a_silent_senders_frame_waits_for_the_rest_the_detection_stage_held() ->
     """The rest of a partition's share the detection stage held (foreshock-continues) comes a
     wait after the sender's last record (held_abandoned): still joined, not given up on. A stage
     loaded from a checkpoint counts the silence from its load (the records after the checkpoint,
-    read again, may bring the rest), then runs the frame; a piece after that is counted late."""
+    read again, may bring the rest), then runs the frame once another sender's records are read
+    that long after; a piece after that is counted late."""
     clock = Clock()
     log = FrameLog()
     stage = IncidentStage([log], clock=clock, frame_wait_s=WAIT_S)
@@ -249,8 +256,45 @@ def test_a_silent_senders_frame_waits_for_the_rest_the_detection_stage_held() ->
     loaded.load(blob)
     assert loaded.release_overdue() == [] and ("a#1", 2) in loaded.pending
     clock.now += 2 * WAIT_S
+    assert loaded.release_overdue() == []  # nothing read since the load: the input may be stalled
+    assert len(loaded.observe(_piece("b#1", 1, 0, 1, 200.0))) == 1
     (incident,) = loaded.release_overdue()
     assert isinstance(incident, Incident) and incident.ts == 101.0
     assert loaded.health.problems[("incidents", "frame_incomplete")] == 1 and not loaded.pending
     assert loaded.observe(_piece("a#1", 2, 1, 2, 101.0)) == []
     assert loaded.health.problems[("incidents", "late_piece")] == 1
+
+
+def test_a_stalled_input_gives_no_live_senders_frame_up() -> None:
+    """The stage's own findings input stalls (broker away, consumer blocked) for over twice the
+    wait after piece 0 of a#1's frame 5 and of b#1's frame 3 were read; both senders are alive and
+    the rest of their frames is in the topic all along. The tick runs nothing during the stall
+    (until 2026-12-05's fix of it each frame ran with 1 of its 2 pieces, and the rest, read when
+    fetches resumed, was dropped as ``late_piece``); afterwards each runs whole, nothing counted.
+    A sender that is truly gone with no other sender anywhere waits so too (for its retirement)."""
+    clock = Clock()
+    log = FrameLog()
+    stage = IncidentStage([log], clock=clock, frame_wait_s=WAIT_S)
+    for seq in range(1, 5):  # a#1 polls every 10 s; b#1 started later
+        stage.observe(_piece("a#1", seq, 0, 2, 100.0 + 10 * seq))
+        stage.observe(_piece("a#1", seq, 1, 2, 100.0 + 10 * seq))
+        if seq > 2:
+            stage.observe(_piece("b#1", seq - 2, 0, 2, 300.0 + seq))
+            stage.observe(_piece("b#1", seq - 2, 1, 2, 300.0 + seq))
+        clock.now += 10
+    stage.observe(_piece("a#1", 5, 0, 2, 150.0))
+    stage.observe(_piece("b#1", 3, 0, 2, 305.0))
+    assert len(log.seen) == 6
+    for _ in range(42):  # seven waits of ticks every 10 s, no record read
+        clock.now += 10
+        assert stage.release_overdue() == []
+    assert set(stage.pending) == {("a#1", 5), ("b#1", 3)} and not stage.health.problems
+
+    # fetches resume: the rest of each frame, then the next ones
+    (a5,) = stage.observe(_piece("a#1", 5, 1, 2, 150.0))
+    (b3,) = stage.observe(_piece("b#1", 3, 1, 2, 305.0))
+    assert isinstance(a5, Incident) and a5.ts == 150.0 and isinstance(b3, Incident) and b3.ts == 305.0
+    stage.observe(_piece("a#1", 6, 0, 2, 160.0))
+    assert len(stage.observe(_piece("a#1", 6, 1, 2, 160.0))) == 1
+    assert log.seen[6:] == [(150.0, 2), (305.0, 2), (160.0, 2)]  # whole: both pieces' findings
+    assert not stage.health.problems and not stage.pending

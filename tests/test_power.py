@@ -432,7 +432,7 @@ class NaivePower(PerSample):
         held = False
         if not reported and 0.0 < power < 1e5:
             # none reported: a reading over the 700 W default by 25 W is no reading until such readings
-            # outnumber its loaded ones at or under 705 W by 3 (counted, negated, in "over"; a gap: afresh)
+            # count up to 3, each loaded one at or under 705 W taking 0.1 off (negated, in "over"; a gap: afresh)
             if dt >= tp[tf.P_GAP]:
                 g["over"] = 0.0
             if g["over"] != 1.0:
@@ -441,7 +441,7 @@ class NaivePower(PerSample):
                     count += 1
                     held = count < 3
                 elif p[pw.P_LOAD_MIN] <= power <= facts.POWER_LIMIT_W + 5.0:
-                    count = max(count - 1, 0.0)
+                    count = max(count - 0.1, 0.0)
                 g["over"] = 1.0 if count >= 3 else -count
                 if held:
                     self.seen["held over the default"] += 1

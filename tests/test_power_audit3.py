@@ -136,3 +136,31 @@ def test_a_gpu_at_its_reported_limit_is_still_within_the_noise_of_it():
     found = caps(run(pw.PowerDetector(TOPO), flat_frames(703.0, 700.0)))
     assert found and "703 W already at the 700 W limit within the ±5 W measurement noise" in found[0].reason
     assert "none reported" not in found[0].reason
+
+
+# ---- a review of the fix: readings at the default must not cancel the part's own over it ----------
+@pytest.mark.parametrize("pattern", ["alternating", "halves", "pairs", "compute_comm"])
+def test_a_part_drawing_over_700_w_between_phases_at_or_under_it_is_still_no_700_w_part(pattern):
+    """A 1,000-W part (no limit reported) whose job steps alternate compute phases at 850-950 W with
+    phases at ~700 W (or communication at 500 W): decided in a few steps, never predicted at the 700 W
+    default. With one taken off per reading at the default the count never built: every over-725-W
+    reading was dropped and it was "already at the 700 W limit" 32-36 times an hour."""
+    rng = np.random.default_rng(5)
+    over = {"alternating": lambda k: k % 2 == 0, "halves": lambda k: rng.random() < 0.5,
+            "pairs": lambda k: k % 4 < 2, "compute_comm": lambda k: k % 2 == 0}[pattern]
+    low = 500.0 if pattern == "compute_comm" else 700.0
+    frames = [Frame("gpu", [t], [0], {"power": [(rng.uniform(850, 950) if over(k) else low) + rng.uniform(-3, 3)],
+                                      "gpu_temp": [65.0]})
+              for k, t in enumerate(np.arange(0.0, 3600.0, 10.0))]
+    det = pw.PowerDetector(TOPO)
+    found = caps(run(det, frames))
+    assert not found, (len(found), found[0].reason)
+    assert det.s_gpu[0, pw.S_OVER_DEFAULT] == 1.0
+
+
+def test_a_700_w_part_glitching_every_few_minutes_is_still_forecast():
+    """One 1,000-W reading every 5 minutes (60 readings at 5 s): ten at the default forget one, so
+    the count never reaches three, and the cap it creeps to is forecast."""
+    glitches = {float(t): 1000.0 for t in range(300, 1200, 300)}
+    found = caps(run(pw.PowerDetector(TOPO, trend_weight=1.0), creeping_no_limit(glitches)))
+    assert found and 1200.0 < found[0].ts < 1320.0, [(f.ts, f.reason) for f in found]
