@@ -333,6 +333,7 @@ class ForeshockCollector(Collector):
         m = np.nan_to_num(mask).astype(np.int64)
         thermal = np.bincount(rack_of, weights=(m & _THERMAL_BITS) != 0, minlength=n_racks)
         power_thr = np.bincount(rack_of, weights=(m & _POWER_BITS) != 0, minlength=n_racks)
+        mcnt = np.bincount(rack_of, weights=~np.isnan(mask), minlength=n_racks)
         f_max = _family(f"{NS}_rack_gpu_temperature_max_celsius")
         f_mean = _family(f"{NS}_rack_gpu_temperature_mean_celsius")
         f_pow = _family(f"{NS}_rack_gpu_power_watts")
@@ -340,12 +341,16 @@ class ForeshockCollector(Collector):
         for r, rack in enumerate(topo.racks):
             if pcnt[r]:
                 f_pow.add_metric([cluster, rack], float(psum[r]))
+            # counted where its GPUs report throttle reasons, with or without a core temperature (a rack
+            # whose GPUs sent reasons and power only had no series: until 2026-12-05 the temperature's
+            # count gated it)
+            if tcnt[r] or mcnt[r]:
+                f_thr.add_metric([cluster, rack, "thermal"], float(thermal[r]))
+                f_thr.add_metric([cluster, rack, "power"], float(power_thr[r]))
             if tcnt[r] == 0:
                 continue
             f_max.add_metric([cluster, rack], float(tmax[r]))
             f_mean.add_metric([cluster, rack], float(tsum[r] / tcnt[r]))
-            f_thr.add_metric([cluster, rack, "thermal"], float(thermal[r]))
-            f_thr.add_metric([cluster, rack, "power"], float(power_thr[r]))
         yield from (f_max, f_mean, f_pow, f_thr)
         f_hbm = _family(f"{NS}_rack_gpu_memory_temperature_max_celsius")
         hmax = _group_reduce(gpu["hbm_temp"], rack_of, n_racks, np.fmax, -np.inf)
