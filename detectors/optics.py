@@ -1423,6 +1423,9 @@ class OpticsDetector(Detector):
         name = self.topology.name("optic", optic)
         p = self.params
         days = eta / DAY_S
+        # whole days from ten on; tenths under them, with the hours under one (the warning starts past
+        # the 6-h horizon: one 8.7 h off read "there in ~0 days" until 2026-12-05)
+        when = f"{days:.0f} days" if days >= 10 else f"{days:.1f} days" + (f" ({eta / 3600:.1f} h)" if days < 1 else "")
         if pred == PRED_Q:
             margin = level - float(self.q_limit[optic])
             what = (f"pre-FEC BER {float(ber_of_q_db(level)):.1e} worsening {slope * DAY_S:+.2f} dB/day (Q), "
@@ -1434,7 +1437,7 @@ class OpticsDetector(Detector):
             what = f"laser bias {level * 1e3:.1f} mA rising {slope * DAY_S * 1e3:+.2f} mA/day at constant TX power"
         return Anomaly(ts=ts, entity_kind="optic", slot=optic, field=SIGNAL_NAMES[PRED_SIGNAL[pred]],
                        score=round(p[P_TREND_HORIZON] / max(eta, 1.0), 3), detector=self.name,
-                       reason=f"{name}: {what}; there in ~{days:.0f} days at this rate (trend confidence {conf:.2f})")
+                       reason=f"{name}: {what}; there in ~{when} at this rate (trend confidence {conf:.2f})")
 
     def _reason(self, pred: int, end: int, eta: float, slope: float, level: float,
                 rx_level: float, rx_slope: float) -> str:
