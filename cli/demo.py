@@ -51,6 +51,9 @@ def command(gpus: int, duration: float, interval: float, scenario: str, seed: in
     """Simulate a cluster with a fault, predict it live, serve /metrics, print what was found."""
     if duration <= 0:
         raise click.UsageError("--duration must be > 0")  # (--interval: the simulator's floor, below)
+    if duration < interval:  # (a run of whole intervals: it ran one, past the end asked, as simulate refuses)
+        raise click.UsageError(f"--duration ({duration:g} s) is shorter than one sampling interval "
+                               f"(--interval {interval:g} s)")
     try:
         # frames carry the wall clock (Prometheus wants recent samples), but the cluster's day
         # starts at midnight whatever the hour, and the clock at the start of the hour: detectors

@@ -190,3 +190,11 @@ def test_no_samples_and_no_positives_are_told_apart() -> None:
         tr.train(_dataset([]), ["thermal_throttle"])
     with pytest.raises(ValueError, match=r"no positive samples .*\(0 positives of 3\); record faults that cause it"):
         tr.train(_dataset([0.0, 0.0, 0.0, np.nan]), ["thermal_throttle"])
+
+
+def test_demo_refuses_a_duration_shorter_than_one_interval() -> None:
+    """As simulate does: a 10-s demo sampled every 60 s ran one tick past the end asked (paced in real
+    time: a minute) and said nothing of it."""
+    result = CliRunner().invoke(cli, ["demo", "--duration", "10", "--interval", "60", "--port", "0", "--gpus", "16"])
+    assert result.exit_code == 2, result.output
+    assert "shorter than one sampling interval" in result.output

@@ -123,3 +123,18 @@ def test_a_name_heading_the_spread_only_as_its_prediction_falls_due_is_not_told(
     # (until node2's predictions expire at 1360 s, ETA plus quiet_s: the list then turns to GPUs
     # exposed, and is told)
     assert not [u for u in out if 1100.0 <= u.ts < 1360.0], [(u.ts, u.state, names(u)) for u in out]
+
+
+def test_a_job_slowdown_moving_by_the_step_is_told_whatever_the_float_reads(monkeypatch) -> None:
+    # x1.05 told, x1.15 now: 1.15 - 1.05 reads 0.0999999... in floats, under JOB_SLOWDOWN_STEP (0.1);
+    # the review of 2026-12-05 found such a move untold (seed 23, job7)
+    engine = IncidentEngine(TOPO)
+    run(engine, [thermal(float(t), 1) for t in range(0, 600, 60)], until=600.0)
+    (inc,) = engine._incidents.values()
+    inc.emitted_jobs = {"job0": 1.05}
+    inc.emitted_spread = frozenset(n for n, _ in engine._spread(inc, list(inc.members.values()), 700.0))
+    monkeypatch.setattr(engine, "_job_impact", lambda inc, members, now: ((("job0", 1.15),), 0.0))
+    assert engine._told_moved(inc, 700.0)
+    monkeypatch.setattr(engine, "_job_impact", lambda inc, members, now: ((("job0", 1.14),), 0.0))
+    inc.jobs_checked_ts = -np.inf
+    assert not engine._told_moved(inc, 700.0)
