@@ -516,12 +516,12 @@ class Topology:
     def load(cls, path: str | Path) -> "Topology":
         path = Path(path)
         try:
-            data = yaml.load(path.read_text(encoding="utf-8"), Loader=_Loader)
+            data = yaml.load(path.read_text(encoding="utf-8"), Loader=UniqueKeyLoader)
         except FileNotFoundError:
             raise TopologyError(f"{path}: no such topology file") from None
         except OSError as exc:  # a folder, a file it may not read: the user gets why, not a traceback
             raise TopologyError(f"{path}: cannot read the topology file: {exc.strerror or exc}") from None
-        except _DuplicateKeyError as exc:
+        except DuplicateKeyError as exc:
             raise TopologyError(f"{path}: {exc.problem}") from None
         except yaml.YAMLError as exc:
             raise TopologyError(f"{path}: not valid YAML: {exc}") from None

@@ -166,6 +166,7 @@ from .gpu_inputs import reason_bits_column
 from .incident_eval import AFTERMATH_S, INCIDENT_SET
 from .incidents import IncidentEngine
 from .registry import DEFAULT_BANK, create
+from .thermal import holds_thermally
 
 
 # ---- the extension point: what is scored ---------------------------------------------------
@@ -270,11 +271,10 @@ CAPPED_TIME_CLASSES: dict[str, tuple[float, float]] = {"under_1s": (0.0, 1.0), "
 def thermally_held(bits: np.ndarray) -> np.ndarray:
     """Per throttle-reason bitmask (int64; -1 where not reported, read as False): whether a thermal
     limiter held the clock — SW thermal (0x20) or HW thermal (0x40), or HW slowdown (0x8) the HW
-    power brake (0x80) does not explain. A braking PSU sets 0x88: HW slowdown, but no heat."""
+    power brake (0x80) does not explain (the thermal detector's rule, ``thermal.holds_thermally``).
+    A braking PSU sets 0x88: HW slowdown, but no heat."""
     bits = np.asarray(bits, dtype=np.int64)
-    thermal = (bits & (facts.THROTTLE_SW_THERMAL | facts.THROTTLE_HW_THERMAL)) != 0
-    slowdown = ((bits & facts.THROTTLE_HW_SLOWDOWN) != 0) & ((bits & facts.THROTTLE_HW_POWER_BRAKE) == 0)
-    return (bits >= 0) & (thermal | slowdown)
+    return (bits >= 0) & holds_thermally(bits)
 
 
 @dataclass

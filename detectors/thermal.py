@@ -407,15 +407,19 @@ def follow_inlet(fc: np.ndarray, s: np.ndarray, i: int, ts: float, temp: float, 
     return min(max((fc[i, F_FOLLOWED] + slack) / expected, 0.0), 1.0)  # type: ignore[no-any-return]
 
 
-@inline
-def thermal_hold(bits: int) -> bool:
-    """A reasons bitmask that says a thermal limiter holds the GPU: SW or HW thermal slowdown, or
-    HW slowdown (0x8) not raised by a power brake. 0x8 is NVML's umbrella for every >= 2x clock
-    cut — thermal, the external power brake (0x80 with it), fast-trigger power protection — and a
-    node whose supply failed braked as 0x88: its GPUs were named "held by the thermal limiter"."""
-    if (bits & (THROTTLE_SW_THERMAL | THROTTLE_HW_THERMAL)) != 0:
-        return True
-    return (bits & THROTTLE_HW_SLOWDOWN) != 0 and (bits & THROTTLE_HW_POWER_BRAKE) == 0
+def holds_thermally(bits: Any) -> Any:
+    """A reasons bitmask (an int, or an int array: one answer per mask) that says a thermal limiter
+    holds the GPU: SW or HW thermal slowdown, or HW slowdown (0x8) not raised by a power brake.
+    0x8 is NVML's umbrella for every >= 2x clock cut — thermal, the external power brake (0x80 with
+    it), fast-trigger power protection — and a node whose supply failed braked as 0x88: its GPUs
+    were named "held by the thermal limiter". The one rule of the kernel (:func:`thermal_hold`) and
+    the evaluation's onset classes (``evaluation.thermally_held``)."""
+    return ((bits & (THROTTLE_SW_THERMAL | THROTTLE_HW_THERMAL)) != 0) | (
+        ((bits & THROTTLE_HW_SLOWDOWN) != 0) & ((bits & THROTTLE_HW_POWER_BRAKE) == 0))
+
+
+thermal_hold = inline(holds_thermally)
+""":func:`holds_thermally` of one mask, inlined into the kernel."""
 
 
 @inline

@@ -162,8 +162,6 @@ _CSV_STAMP = re.compile(r"^(\d{4}/\d\d/\d\d \d\d:\d\d:\d\d(?:\.\d+)?)\s*,", re.M
 """A CSV row's leading nvidia-smi timestamp (``--query-gpu``, ``--query-compute-apps``, ...)."""
 ZONE_STEP_S = 900
 """Zone offsets are whole quarter hours (+05:30 India, +05:45 Nepal)."""
-MAX_ZONE_OFFSET_S = 14 * 3600
-"""The farthest zones from UTC are -12:00 and +14:00."""
 ZONE_OFFSETS_MIN = frozenset({60 * h for h in range(-12, 15)} | {
     -570, -210, -150, 210, 270, 330, 345, 390, 525, 570, 630, 765, 825})
 """The UTC offsets zones use (minutes): whole hours, and -9:30, -3:30, -2:30, +3:30, +4:30, +5:30,
@@ -285,8 +283,8 @@ def capture_zone(collected: datetime | None, text: str) -> tzinfo | None:
         return None
     gap = first - collected.timestamp()
     offset = round(gap / ZONE_STEP_S) * ZONE_STEP_S
-    if (abs(offset) > MAX_ZONE_OFFSET_S or offset // 60 not in ZONE_OFFSETS_MIN
-            or not CAPTURE_LEAD_S[0] <= gap - offset <= CAPTURE_LEAD_S[1]):
+    # (ZONE_OFFSETS_MIN spans the farthest zones, -12:00 to +14:00: no bound of its own)
+    if offset // 60 not in ZONE_OFFSETS_MIN or not CAPTURE_LEAD_S[0] <= gap - offset <= CAPTURE_LEAD_S[1]:
         return None
     return timezone(timedelta(seconds=offset))
 
