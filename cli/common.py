@@ -434,6 +434,15 @@ def sim_interval(ctx: click.Context, param: click.Parameter, value: float | None
     return value
 
 
+def refuse_short_run(duration: float, interval: float, given: str = "--duration") -> None:
+    """Refuse a simulated run shorter than one sampling interval (simulate, demo): the simulator runs
+    whole intervals, so it ran one past the end asked, and said nothing. ``given`` names where the
+    duration came from (simulate's may be the scenario's own)."""
+    if duration < interval:
+        raise click.UsageError(f"{given} ({duration:g} s) is shorter than one sampling interval "
+                               f"(--interval {interval:g} s)")
+
+
 def cluster_gpus(_ctx: click.Context, _param: click.Parameter, value: int | None) -> int | None:
     """A click callback for a simulated cluster's ``--gpus`` (simulate, demo, agent): the
     simulator's size rule, told the same way by each; an option not given passes."""

@@ -21,8 +21,8 @@ from foreshock.streams.sources import IterableSource
 from foreshock.streams.via_format import VIA_KIND, ViaFormat
 
 from .common import (MAX_INTERVAL_S, build_pipeline, cluster_gpus, detector_option, external_option, finish,
-                     finite_number, follow_external, hold_metrics, param_option, run_until_signalled, serve_options,
-                     sim_interval, stop_server)
+                     finite_number, follow_external, hold_metrics, param_option, refuse_short_run, run_until_signalled,
+                     serve_options, sim_interval, stop_server)
 
 
 @click.command("demo")
@@ -51,9 +51,7 @@ def command(gpus: int, duration: float, interval: float, scenario: str, seed: in
     """Simulate a cluster with a fault, predict it live, serve /metrics, print what was found."""
     if duration <= 0:
         raise click.UsageError("--duration must be > 0")  # (--interval: the simulator's floor, below)
-    if duration < interval:  # (a run of whole intervals: it ran one, past the end asked, as simulate refuses)
-        raise click.UsageError(f"--duration ({duration:g} s) is shorter than one sampling interval "
-                               f"(--interval {interval:g} s)")
+    refuse_short_run(duration, interval)
     try:
         # frames carry the wall clock (Prometheus wants recent samples), but the cluster's day
         # starts at midnight whatever the hour, and the clock at the start of the hour: detectors

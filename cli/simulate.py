@@ -19,8 +19,8 @@ from foreshock.simulator.faults import FAILURES_PER_1000_NODE_DAYS
 from foreshock.simulator.topology_gen import MAX_GPUS
 from foreshock.streams.via_format import VIA_KIND, ViaFormat
 
-from .common import (MAX_INTERVAL_S, cluster_gpus, create_folder, finite_number, signal_label, sim_interval,
-                     stop_on_signals)
+from .common import (MAX_INTERVAL_S, cluster_gpus, create_folder, finite_number, refuse_short_run, signal_label,
+                     sim_interval, stop_on_signals)
 
 # random faults expected in one run (rate x duration): each draw reads the faults drawn before it, and
 # each fault is followed every physics step; 1e6x on 16 GPUs for 120 s expects ~18, the default on the
@@ -90,10 +90,8 @@ def command(gpus: int | None, duration: float | None, scenario: str, seed: int, 
             f"{fault_acceleration:g} expects {expected:,.0f} random faults in this run ({n_gpus:,} GPUs, "
             f"{sim.duration:g} s); at most {MAX_EXPECTED_RANDOM_FAULTS:,} are drawn in reasonable time",
             param_hint="--fault-acceleration")
-    if sim.duration < sim.interval:  # (a run of whole intervals: it recorded one, past the end asked)
-        given = "--duration" if duration is not None else "the scenario's duration"
-        raise click.UsageError(f"{given} ({sim.duration:g} s) is shorter than one sampling interval "
-                               f"(--interval {sim.interval:g} s)")
+    refuse_short_run(sim.duration, sim.interval,
+                     "--duration" if duration is not None else "the scenario's duration")
     create_folder(out_dir, "the recording folder")
     console = Console(stderr=True)
     health = PipelineHealth()
