@@ -26,12 +26,13 @@ import json
 from pathlib import Path
 from typing import Any
 
-from foreshock.findings import Anomaly, Finding, Incident
+from foreshock.findings import Anomaly, Incident
 from foreshock.streams.kafka_codec import PieceInfo, PieceReport, decode_findings, encode_findings
 from foreshock.streams.kafka_worker import FindingsMessage, IncidentStage
 from foreshock.topology import Topology
 
 import test_kafka_poison_records as support
+from kafka_frame_log import FrameLog
 
 WAIT_S = 60.0  # the incident stage's frame_wait_s here (FRAME_WAIT_S in a worker)
 
@@ -43,25 +44,6 @@ class Clock:
     def __call__(self) -> float:
         return self.now
 
-
-class FrameLog:
-    """An incident processor that makes one incident per frame run, stamped with the frame's time
-    (each frame here has its own)."""
-
-    name = "frame_log"
-
-    def __init__(self) -> None:
-        self.seen: list[tuple[float, int]] = []
-
-    def observe(self, findings: Any, now: float) -> list[Finding]:
-        self.seen.append((now, len(findings)))
-        return [Incident(now, f"frame@{now:g}", "open", "rack", "rack0", f"{len(findings)} findings")]
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"seen": list(self.seen)}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.seen = [tuple(s) for s in state["seen"]]
 
 
 def _message(agent: str, seq: int, part: int, parts: int, now: float) -> bytes:
@@ -79,7 +61,7 @@ def _piece(agent: str, seq: int, part: int, parts: int, now: float) -> FindingsM
 def _worker(topology: Topology, clock: Clock, checkpoint: bytes | None = None) -> tuple[Any, list[Any], list[int]]:
     """A worker whose incident stage runs :class:`FrameLog` on ``clock``, loading ``checkpoint``."""
     worker, sent, exits = support._worker(topology)
-    worker.incident_stage = IncidentStage([FrameLog()], worker.health, topology, clock=clock, frame_wait_s=WAIT_S)
+    worker.incident_stage = IncidentStage([FrameLog(id_by_time=True)], worker.health, topology, clock=clock, frame_wait_s=WAIT_S)
 
     async def nothing(*args: Any) -> None:
         return None
@@ -241,7 +223,7 @@ def test_a_silent_senders_frame_waits_for_the_rest_the_detection_stage_held() ->
     read again, may bring the rest), then runs the frame once another sender's records are read
     that long after; a piece after that is counted late."""
     clock = Clock()
-    log = FrameLog()
+    log = FrameLog(id_by_time=True)
     stage = IncidentStage([log], clock=clock, frame_wait_s=WAIT_S)
     stage.observe(_piece("a#1", 1, 0, 2, 100.0))
     clock.now += WAIT_S + 5  # the detection stage's held wait and its tick
@@ -252,7 +234,7 @@ def test_a_silent_senders_frame_waits_for_the_rest_the_detection_stage_held() ->
     stage.observe(_piece("a#1", 2, 0, 2, 101.0))  # then a#1 is killed
     blob = stage.checkpoint()[1]
     clock.now += 10 * WAIT_S  # a worker down a while
-    loaded = IncidentStage([FrameLog()], clock=clock, frame_wait_s=WAIT_S)
+    loaded = IncidentStage([FrameLog(id_by_time=True)], clock=clock, frame_wait_s=WAIT_S)
     loaded.load(blob)
     assert loaded.release_overdue() == [] and ("a#1", 2) in loaded.pending
     clock.now += 2 * WAIT_S
@@ -273,7 +255,7 @@ def test_a_stalled_input_gives_no_live_senders_frame_up() -> None:
     fetches resumed, was dropped as ``late_piece``); afterwards each runs whole, nothing counted.
     A sender that is truly gone with no other sender anywhere waits so too (for its retirement)."""
     clock = Clock()
-    log = FrameLog()
+    log = FrameLog(id_by_time=True)
     stage = IncidentStage([log], clock=clock, frame_wait_s=WAIT_S)
     for seq in range(1, 5):  # a#1 polls every 10 s; b#1 started later
         stage.observe(_piece("a#1", seq, 0, 2, 100.0 + 10 * seq))

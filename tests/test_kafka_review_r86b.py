@@ -9,33 +9,17 @@ from typing import Any
 import numpy as np
 
 from foreshock.detectors.bank import DetectorBank
-from foreshock.findings import Anomaly, Finding, Incident
+from foreshock.findings import Anomaly
 from foreshock.frames import Frame
 from foreshock.streams.kafka_codec import PieceInfo, PieceReport, decode_findings, encode_bundle, encode_findings, \
     headers_dict
 from foreshock.streams.kafka_worker import DetectionStage, FindingsMessage, IncidentStage
 from foreshock.topology import Topology
 
+from kafka_frame_log import FrameLog
+
 START = 1_800_000_000.0
 
-
-class FrameLog:
-    """Records the (now, number of findings) of each frame the incident stage runs."""
-
-    name = "frame_log"
-
-    def __init__(self) -> None:
-        self.seen: list[tuple[float, int]] = []
-
-    def observe(self, findings: Any, now: float) -> list[Finding]:
-        self.seen.append((now, len(findings)))
-        return [Incident(now, f"i{len(self.seen)}", "open", "rack", "rack0", f"{len(findings)} findings")]
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"seen": list(self.seen)}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.seen = list(state["seen"])
 
 
 def piece(agent: str, seq: int, part: int, parts: int = 2) -> FindingsMessage:

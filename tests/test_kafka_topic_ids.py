@@ -30,13 +30,15 @@ from kafka_support import kafka_settings, unique_topic  # noqa: F401
 from foreshock.detectors.bank import DetectorBank
 from foreshock.detectors.incident_external import ExternalEvent
 from foreshock.detectors.incidents import IncidentEngine
-from foreshock.findings import Anomaly, Finding, Incident, finding_to_json
+from foreshock.findings import Anomaly, finding_to_json
 from foreshock.frames import Frame
 from foreshock.streams.kafka_codec import PieceInfo, PieceReport, decode_findings, encode_bundle, encode_findings
 from foreshock.streams.kafka_config import KafkaSettings
 from foreshock.streams.kafka_worker import (CHECKPOINT_VERSION, DetectionStage, FindingsMessage, IncidentStage,
                                             decode_checkpoint, encode_checkpoint)
 from foreshock.topology import Topology
+
+from kafka_frame_log import FrameLog
 
 START = 1_800_000_000.0
 OLD_ID, NEW_ID = "6b1a9f44-0d0e-4c55-9a57-8f0c51d6a001", "0f3b7c2e-51aa-4e0b-b1f4-2c9d9e7a5002"
@@ -130,24 +132,6 @@ def test_with_the_same_topic_id_a_skip_below_the_checkpoint_before_is_not_taken_
 
 
 # ---- the incident stage ---------------------------------------------------------------------------
-class FrameLog:
-    """Records the (now, number of findings) of each frame the incident stage runs."""
-
-    name = "frame_log"
-
-    def __init__(self) -> None:
-        self.seen: list[tuple[float, int]] = []
-
-    def observe(self, findings: Any, now: float) -> list[Finding]:
-        self.seen.append((now, len(findings)))
-        return [Incident(now, f"i{len(self.seen)}", "open", "rack", "rack0", f"{len(findings)} findings")]
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"seen": list(self.seen)}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.seen = [(float(now), int(n)) for now, n in state["seen"]]
-
 
 def _piece(agent: str, seq: int, part: int = 0, parts: int = 1) -> FindingsMessage:
     (report,) = decode_findings(encode_findings([PieceReport(PieceInfo(agent, seq, part, parts, 0.0), float(seq), 1,
