@@ -29,7 +29,9 @@ UIDS = {
 C = 'cluster=~"$cluster"'
 CR = 'cluster=~"$cluster", rack=~"$rack"'
 GPU = 'cluster=~"$cluster", rack=~"$rack", node=~"$node", gpu=~"$gpu"'
-GPU_ENTITY = 'cluster=~"$cluster", entity_kind="gpu", entity=~"($node)/gpu($gpu)"'
+# a GPU's findings name it by entity; the rack is matched too because the node and GPU variables
+# match everything (``.*``) when All is chosen, which drops the rack they were chosen within
+GPU_ENTITY = 'cluster=~"$cluster", rack=~"$rack", entity_kind="gpu", entity=~"($node)/gpu($gpu)"'
 
 CLUSTER = Variable("cluster", "Cluster", "label_values(foreshock_gpus_reporting, cluster)")
 RACK = Variable("rack", "Rack", f"label_values(foreshock_rack_gpu_temperature_max_celsius{{{C}}}, rack)")
@@ -190,8 +192,12 @@ def gpu_detail(cfg: MixinConfig) -> Dashboard:
                 description="Each NVML clock-event reason bit, decoded from the bitmask with floor(x/2^k)%2."),
             timeseries("SM clock", Target(f"foreshock_gpu_sm_clock_hertz{{{GPU}}}", "{{node}}/gpu{{gpu}}"),
                        unit="hertz"),
+            # anomaly scores carry no rack label: the GPUs chosen are those whose temperature series
+            # the board's own selector picks, their "node/gpuN" entity joined from node and gpu
             timeseries("Anomaly scores", Target(
-                f'foreshock_anomaly_score{{cluster=~"$cluster", entity_kind="gpu", entity=~"($node)/gpu($gpu)"}}',
+                f'foreshock_anomaly_score{{cluster=~"$cluster", entity_kind="gpu", entity=~"($node)/gpu($gpu)"}} '
+                f'and on (cluster, entity) label_join(foreshock_gpu_temperature_celsius{{{GPU}}}, '
+                f'"entity", "/gpu", "node", "gpu")',
                 "{{entity}} {{field}} ({{detector}})")),
             timeseries("Thermal resistance", Target(
                 f"foreshock_gpu_thermal_resistance_celsius_per_watt{{{GPU}}}", "{{node}}/gpu{{gpu}}"),
