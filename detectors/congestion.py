@@ -139,6 +139,20 @@ def xmit_wait_limits(params: np.ndarray) -> tuple[float, float]:
     return modulus, STAMP_SLACK * max(MAX_PORT_RATE_BPS, params[P_RATE]) / (8.0 * params[P_TICK])
 
 
+def _signals_text(rec: np.ndarray) -> str:
+    """The congestion signals a finding's row measured, as its reason shows them: a port reads only
+    some (InfiniBand through sysfs has no PFC counter, RoCE through ethtool no xmit_wait, a NIC without
+    ECN no CNP count), and one not read is left out rather than shown as "nan"."""
+    shown = []
+    if np.isfinite(rec[R_WAIT]):
+        shown.append(f"xmit_wait {rec[R_WAIT]:.2%} of time")
+    if np.isfinite(rec[R_PAUSE]):  # summed over priorities (PFC_PRIORITIES): over 100 % is several paused at once
+        shown.append(f"PFC pause {rec[R_PAUSE]:.2%} (summed over priorities)")
+    if np.isfinite(rec[R_ECN]):
+        shown.append(f"ECN/CNP {rec[R_ECN]:.3g}/s")
+    return ", ".join(shown)
+
+
 @jit
 def _congestion_kernel(ts: np.ndarray, slot: np.ndarray, rate: np.ndarray, delta: np.ndarray,
                        gauges: np.ndarray, state: tuple, groups: np.ndarray,  # type: ignore[type-arg]
@@ -183,7 +197,11 @@ def _congestion_kernel(ts: np.ndarray, slot: np.ndarray, rate: np.ndarray, delta
             link[s, L_PREV_DOWN_TS] = link[s, L_DOWN_TS]
             link[s, L_DOWN_TS] = t
         if state == state:
-            if state == 4.0 and link[s, L_STATE] == link[s, L_STATE] and link[s, L_STATE] != 4.0:
+            came_back = link[s, L_STATE] == link[s, L_STATE] and link[s, L_STATE] != 4.0
+            # a down the counter saw while the port reads ACTIVE is one it is back from (a flap
+            # within the sample): left without an up, it read "still down" for good and was blamed
+            # for the node's congestion hours later
+            if state == 4.0 and (came_back or downs > 0.0):
                 link[s, L_UP_TS] = t
             link[s, L_STATE] = state
         if state == state and state != 4.0:
@@ -420,9 +438,7 @@ class CongestionDetector(Detector):
         if code == CODE_WITHDRAW:
             return Prediction(ts=ts, entity_kind="link", slot=port, event="congestion", eta_s=0.0, confidence=1.0,
                               detector=self.name, reason=f"congestion on {links[port]} cleared{cause}", active=False)
-        # the PFC figure is summed over priorities (PFC_PRIORITIES): over 100 % is several paused at once
-        signals = (f"xmit_wait {rec[R_WAIT]:.2%} of time, PFC pause {rec[R_PAUSE]:.2%} (summed over priorities), "
-                   f"ECN/CNP {rec[R_ECN]:.3g}/s")
+        signals = _signals_text(rec)
         spread = self._spread(port, int(nearby[0]), int(nearby[1]))
         reason = f"congestion on {links[port]} ({signals}); {spread}"
         if cause:
@@ -463,7 +479,7 @@ class CongestionDetector(Detector):
         kept = int(self.s_cause[port])
         if running and kept >= 0:
             up = self.s_link[kept, L_UP_TS]
-            back_long_ago = up > self.s_link[kept, L_DOWN_TS] and ts - up > self.params[P_CAUSE]
+            back_long_ago = up >= self.s_link[kept, L_DOWN_TS] and ts - up > self.params[P_CAUSE]
             if not back_long_ago:
                 one = np.array([kept])
                 down, still_down = self._last_down(ts, one)
@@ -505,8 +521,8 @@ class CongestionDetector(Detector):
         lk = self.s_link[links]
         down = np.where(lk[:, L_DOWN_TS] <= ts, lk[:, L_DOWN_TS], lk[:, L_PREV_DOWN_TS])
         down = np.where(down <= ts, down, np.nan)
-        up = lk[:, L_UP_TS]
-        return down, (down <= ts) & ~((up > down) & (up <= ts))
+        up = lk[:, L_UP_TS]  # up at the down's own stamp: down and back within one sample
+        return down, (down <= ts) & ~((up >= down) & (up <= ts))
 
     def _describe_cause(self, link: int, ts: float, down: float, still_down: bool, relation: int) -> str:
         since = (f"went down {ts - down:.0f} s before" if down <= ts else "went down") + \
