@@ -1789,7 +1789,7 @@ class IncidentEngine:
             if j >= 0:
                 was_shown, was_foretold, seen = slow.get(j, (1.0, 1.0, -math.inf))
                 slow[j] = (max(was_shown, shown), max(was_foretold, foretold),
-                           max(seen, m.last_ts) if recent and m.observed else seen)
+                           max(seen, m.shown_ts) if recent and m.observed else seen)
         return slow
 
     # ---- queries -------------------------------------------------------------------------------
