@@ -20,6 +20,7 @@ from foreshock.detectors.incident_eval import score_incidents
 from foreshock.detectors.incident_external import STAGE as EXTERNAL_STAGE
 from foreshock.detectors.incident_external import read_events
 from foreshock.detectors.incidents import IncidentEngine
+from foreshock.exporters.console import minutes_away
 from foreshock.exporters.jsonl import JsonlSink
 from foreshock.findings import Anomaly, Finding, Incident, Prediction
 from foreshock.health import PipelineHealth
@@ -147,7 +148,7 @@ def _jobs(inc: Incident) -> str:
 def _next(inc: Incident, n: int = 3) -> str:
     if not inc.predicted_members:
         return ""
-    shown = ", ".join(f"{e}" + (f" in {eta / 60:.0f} min" if eta > 0 else " now" if eta == 0 else "")
+    shown = ", ".join(f"{e}" + (" now" if eta == 0 else f" in {minutes_away(eta)}" if eta > 0 else "")
                       for e, eta in inc.predicted_members[:n])
     more = len(inc.predicted_members) - n
     return shown + (f" … +{more}" if more > 0 else "")

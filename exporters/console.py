@@ -180,6 +180,14 @@ class FindingTally:
         return out
 
 
+def minutes_away(eta_s: float) -> str:
+    """How far off a predicted member is, in whole minutes: "now" when due, "<1 min" under half a
+    minute (rounded, "0 min" read as due); ``eta_s`` >= 0."""
+    if eta_s == 0:
+        return "now"
+    return "<1 min" if eta_s < 30 else f"{eta_s / 60:.0f} min"
+
+
 def _clock(ts: float, t0: float) -> str:
     if ts != ts or t0 != t0:
         return "-"
@@ -253,7 +261,7 @@ def _incidents_table(tally: FindingTally, console: Console, t0: float, max_rows:
     for inc in ordered[:max_rows]:
         # names go in as Text, not markup: escape() doubles a trailing backslash (for a tag that
         # might follow), which a cell or plain text after it then shows
-        nxt = ", ".join(f"{m} ({eta / 60:.0f} min)" if eta >= 0 else m for m, eta in inc.predicted_members[:3])
+        nxt = ", ".join(f"{m} ({minutes_away(eta)})" if eta >= 0 else m for m, eta in inc.predicted_members[:3])
         if len(inc.predicted_members) > 3:
             nxt += f" +{len(inc.predicted_members) - 3}"
         predicted = len(tally.incident_predicted.get(inc.incident_id, ()))

@@ -179,3 +179,22 @@ def test_names_ending_in_a_backslash_print_one_backslash() -> None:
     incident = next(line for line in text.splitlines() if "│" in line and "i1" not in line and "open" in line)
     assert "rack rack0\\ " in incident and "job\\ x1.50" in incident
     assert text.count("hot rack\\\n") == 1 and "thermal_throttle, first said of n0/gpu0 at +0:06:40: hot\\\n" in text
+
+
+def test_a_member_due_within_half_a_minute_is_not_said_to_be_zero_minutes_off() -> None:
+    """The incident timeline and the summary's "predicted next" rounded an ETA of 20 s to "0 min",
+    read as due (audit /tmp/s63/audit_inc/): under half a minute is "<1 min", due is "now"."""
+    from foreshock.cli.incidents import render_timeline
+    from foreshock.findings import Incident
+
+    inc = Incident(100.0, "i1", "open", "node", "n0", "node n0 hot", members=("n0/gpu0",),
+                   predicted_members=(("n0/gpu1", 20.0), ("n0/gpu2", 0.0), ("n0/gpu3", 150.0)))
+    out = io.StringIO()
+    render_timeline(Console(file=out, width=200), [inc], 0.0)
+    assert "next: n0/gpu1 in <1 min, n0/gpu2 now, n0/gpu3 in 2 min" in out.getvalue()
+    tally = FindingTally(TOPO)
+    tally.observe_findings([inc])
+    tally.first_ts = 0.0
+    out = io.StringIO()
+    render_summary(tally, PipelineHealth(), [], console=Console(file=out, width=200))
+    assert "n0/gpu1 (<1 min), n0/gpu2 (now), n0/gpu3 (2 min)" in out.getvalue()
