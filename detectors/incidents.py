@@ -625,6 +625,10 @@ class IncidentEngine:
                 # quiet (or only symptoms) for a while inside a loop that stopped spreading, and now
                 # heating again on its own: more likely a cause of its own (a fan, a TIM) than the loop
                 return None
+        if inc.live and ev.sig.opens and m is not None:
+            outlived = self._split_off_outliving(inc, m, ev)
+            if outlived is not None:
+                return outlived
         if inc.state == RESOLVED:
             # a flapping link or a recurring GPU reopens its incident; one GPU of a resolved loop
             # incident does not reopen the loop
@@ -633,6 +637,54 @@ class IncidentEngine:
                 return inc
             return None
         return inc
+
+    def _split_off_outliving(self, inc: _Incident, m: _Member, ev: _Evidence) -> _Incident | None:
+        """The incident strong evidence ``ev`` on member ``m`` of ``inc`` belongs to when the cause
+        ``inc`` is rooted at has ended and ``m`` has not: ``inc`` stopped spreading more than
+        ``coherence_s`` ago, the rest of its members have shown nothing (no strong finding, no
+        prediction that still counts) for ``quiet_s`` — alone they would have resolved — and the
+        members still showing rank finer than its root. Those go to an incident of their own,
+        ranked (:meth:`_move_to_new_incident`), and ``inc`` keeps the quiet ones, to resolve on
+        their evidence. A node's fans repaired while one of its GPUs' thermal interface goes on
+        failing: until 2026-12-05 the GPU's findings, the only strong ones left, held the fan
+        incident open for an hour ("8 of 8 GPUs of node5 heating together", its job's cost told
+        there) and the thermal interface was never named. None: ``ev`` goes on as before.
+
+        Node roots only. A rack or loop recovers unevenly — the GPUs with the least headroom are
+        still predicted to throttle after the rest cooled, its inlet is flagged once — and a GPU
+        that heats again on its own inside one has its own rule (``coherence_s``, above); what a
+        loop incident still held by one GPU fails again is noted there as a re-fire."""
+        fam = inc.family
+        if (fam in (FABRIC, JOBF) or level_of(inc.root) != NODE or inc.merged_into >= 0 or inc.root == m.key
+                or inc.root not in m.anc or not ev.ts - inc.last_growth_ts > self.coherence_s
+                or self._splitting > MAX_SPLIT_DEPTH):
+            return None
+        horizon = ev.ts - self.quiet_s
+        held = [x for x in inc.members.values() if self.s_member_of[level_of(x.key)][x.slot] == inc.serial]
+        showing = [x for x in held if x is m or x.strong_ts >= horizon or self._holds_open(inc, x, ev.ts)]
+        if len(showing) == len(held):
+            return None
+        theirs = self._rank_members(fam, showing)
+        if theirs == inc.root or inc.root not in self._holding(theirs):
+            return None  # what still shows is the root's doing (its fans still failing), or not finer
+        self._changed()
+        self._splitting += 1
+        try:
+            # together where they explain a domain of their own, else each alone (as _split_passes)
+            together = self._explains(fam, theirs, showing)
+            for group in ([showing] if together else [[x] for x in showing]):
+                self._move_to_new_incident(inc, group)
+        finally:
+            self._splitting -= 1
+        # the rest resolves on its own evidence: the strong findings of those that left kept it open
+        strong = [x.strong_ts for x in inc.members.values() if x.strong_ts == x.strong_ts]
+        if strong:
+            inc.last_ts = min(inc.last_ts, max(strong))
+        inc.dirty = True
+        self._find_root(inc)
+        serial = int(self.s_member_of[MEMBER_LEVEL[ev.kind]][ev.slot])
+        now_in = self._incidents.get(serial) if serial >= 0 else None
+        return now_in if now_in is not None and now_in.live else None
 
     def _may_reopen(self, inc: _Incident, ev: _Evidence, now: float) -> bool:
         """Whether ``ev`` reopens the resolved incident ``inc``: evidence that opens, within
@@ -1507,14 +1559,15 @@ class IncidentEngine:
     def _active(self, inc: _Incident, now: float) -> bool:
         """An unexpired prediction keeps an incident open even when nothing new arrives, and so
         does a GPU that fell off the bus until its telemetry (when given) shows it back."""
-        for m in inc.members.values():
-            for event, _, _ in self._pending(inc, m, now):
-                # a symptom's prediction (a routine power cap) does not hold an incident open
-                if SIGNALS[EVENT_SIGNALS.get(event, "generic")].opens:
-                    return True
-            if m.kind == "gpu" and "gpu_lost" in m.signals and self.tel.silent_since(m.slot, m.last_ts):
+        return any(self._holds_open(inc, m, now) for m in inc.members.values())
+
+    def _holds_open(self, inc: _Incident, m: _Member, now: float) -> bool:
+        """Whether member ``m`` keeps ``inc`` open at ``now`` with no finding (:meth:`_active`)."""
+        for event, _, _ in self._pending(inc, m, now):
+            # a symptom's prediction (a routine power cap) does not hold an incident open
+            if SIGNALS[EVENT_SIGNALS.get(event, "generic")].opens:
                 return True
-        return False
+        return m.kind == "gpu" and "gpu_lost" in m.signals and self.tel.silent_since(m.slot, m.last_ts)
 
     def _emit(self, inc: _Incident, now: float, out: list[Finding]) -> None:
         if inc.dirty:
