@@ -141,17 +141,39 @@ def command(ctx: click.Context, recording: str, sets: str, report_dir: str, mode
     Console().print(evaluation.render_table(report, by_fault=by_fault))
     sections = section_summaries(report)
     if sections:
-        Console().print(render_sections(sections))
-    console.print(f"{result.samples:,} samples in {result.wall_s:.1f} s"
+        Console().print(render_sections(sections, report))
+    # the lead plot is left out where it would be empty: said, or it read as a plot not asked for
+    drawn = [k for k in evaluation.LEAD_PLOT_KINDS if any(k in per for per in report["detectors"].values())]
+    leads_skipped = plots and drawn and not any(p.name == "lead_times.png" for p in written)
+    console.print(f"{samples_text(rec, result)} in {result.wall_s:.1f} s"
                   + (f" (telemetry fed: {', '.join(result.telemetry)})" if fed is not None else "")
                   + f"; report: {path}"
-                  + (f"; plots: {', '.join(p.name for p in written)}" if written else ""))
+                  + (f"; plots: {', '.join(p.name for p in written)}" if written else "")
+                  + (f"; no lead_times.png: no {' or '.join(drawn)} episode was predicted" if leads_skipped else ""))
     summary = {s: {k: {m: v[m] for m in ("episodes", "recall", "precision", "lead_median_s")}
                    | ({"matched_recall": v["matched"]["recall"]} if "matched" in v else {})
                    | ({f"recall_{evaluation.PREDICTABLE_ONSET}": v["by_onset"][evaluation.PREDICTABLE_ONSET]["recall"]}
                       if "by_onset" in v else {})
                    for k, v in per.items()} for s, per in report["detectors"].items()}
     click.echo(json.dumps({"report": str(Path(path)), "detectors": summary} | sections, separators=(",", ":")))
+
+
+def samples_text(rec: Recording, result: evaluation.RunResult) -> str:
+    """What the run counts as samples, beside what the recording holds when they differ: replay and
+    recording.json count every row (263,520), the run those the detectors were fed (260,640, no job
+    rows), and the two figures for one recording had read as a contradiction."""
+    text = f"{result.samples:,} samples fed to the detectors"
+    rows = rec.meta.get("rows")
+    if not isinstance(rows, dict) or not result.detector_kinds:
+        return text  # (no count of the recording's rows, or a result built without a run)
+    recorded = sum(int(n) for n in rows.values())
+    unfed = {k: int(n) for k, n in rows.items() if k not in result.detector_kinds and n}
+    set_aside = recorded - sum(unfed.values()) - result.samples
+    if recorded == result.samples or set_aside < 0:  # (a list lagging its parts: no sum to explain)
+        return text
+    why = ([f"not fed: {', '.join(f'{k} {n:,}' for k, n in unfed.items())}"] if unfed else []) \
+        + ([f"set aside by the input guard: {set_aside:,}"] if set_aside else [])
+    return f"{text} (of {recorded:,} recorded; {'; '.join(why)})"
 
 
 def no_samples_message(recording: str, fed: list[str] | None, result: evaluation.RunResult) -> str:
@@ -193,8 +215,8 @@ SECTION_FIGURES = {
     "congestion": ("rerouted_episodes", "found", "recall", "cause_named", "delay_samples_max", "false_alarms"),
     "incidents": ("faults", "root_cause_accuracy", "member_recall", "member_precision",
                   "onset_to_incident_median_s", "compression", "merged_independent_faults"),
-    "cooling": ("tim_flagged", "tim_lead_before_throttle_median_s", "fan_flagged", "fan_lead_before_throttle_median_s",
-                "flagged_entities", "unexplained_flags"),
+    "cooling": ("tim_flagged", "tim_lead_before_throttle_median_s", "tim_not_judged", "fan_flagged",
+                "fan_lead_before_throttle_median_s", "fan_not_judged", "flagged_entities", "unexplained_flags"),
     "straggler": ("slowdowns", "pacer_flagged", "recall", "flagged_ahead", "flagged_gpus", "unexplained_flags"),
 }
 
@@ -211,7 +233,9 @@ def section_summaries(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return out
 
 
-def render_sections(sections: dict[str, dict[str, Any]]) -> Any:
+def render_sections(sections: dict[str, dict[str, Any]], report: dict[str, Any] | None = None) -> Any:
+    """The sections' figures, a row per section and detector set. ``report`` gives each section's
+    ``window_s``, named where a figure's faults were not all judged."""
     from rich.table import Table
 
     table = Table(title="report sections (congestion caused by rerouting; incidents; cooling degradation "
@@ -219,6 +243,35 @@ def render_sections(sections: dict[str, dict[str, Any]]) -> Any:
     for col in ("section", "detector", "figures"):
         table.add_column(col)
     for name, per_set in sections.items():
+        section = (report or {}).get(name)
+        window = section.get("window_s") if isinstance(section, dict) else None
         for det, figures in per_set.items():
-            table.add_row(name, det, ", ".join(f"{k} {'—' if v is None else v}" for k, v in figures.items()))
+            table.add_row(name, det, ", ".join(figure_texts(figures, window)))
     return table
+
+
+def figure_texts(figures: dict[str, Any], window_s: float | None = None) -> list[str]:
+    """Each figure as "name value". A count of flagged faults ("tim_flagged 0 of 0") counts the
+    judged ones, and says so with those not judged beside it (``X_not_judged``, folded in): a TIM
+    fault injected in the recording's last hour read "0 of 0", as if there were none."""
+    out = []
+    for k, v in figures.items():
+        if k.endswith("_not_judged") and k.replace("_not_judged", "_flagged") in figures:
+            continue  # said with its count of flagged faults
+        text = f"{k} {'—' if v is None else v}"
+        left = figures.get(k.replace("_flagged", "_not_judged")) if k.endswith("_flagged") else None
+        if left is not None:
+            text += " judged" + (f" ({left} not judged: onset within {span_text(window_s)} of the recording's end)"
+                                 if left else "")
+        out.append(text)
+    return out
+
+
+def span_text(seconds: float | None) -> str:
+    """A judging window as a user reads it: "1 h", "10 min", "90 s"."""
+    if seconds is None:
+        return "the judging window"
+    for unit, size in (("h", 3600), ("min", 60)):
+        if seconds >= size and seconds % size == 0:
+            return f"{seconds / size:g} {unit}"
+    return f"{seconds:g} s"

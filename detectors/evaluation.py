@@ -498,6 +498,9 @@ class RunResult:
     # entity kind -> how many of its entities the recording observed, for every kind an event kind
     # scores (run_recording); the denominator of the false-alarm rates
     observed: dict[str, int] = field(default_factory=dict)
+    # the entity kinds fed to the detectors themselves (not the incident engine's): what ``samples``
+    # counts, the rows of these kinds the input guard let through
+    detector_kinds: tuple[str, ...] = ()
 
     @property
     def duration_s(self) -> float:
@@ -598,7 +601,8 @@ def run_recording(recording: Recording, sets: Sequence[str],
     observed = {k: int(v.sum()) for k, v in seen.items()}
     return RunResult(recording, found, truth.events, start, end, time.perf_counter() - wall0,
                      samples, traces, health, onsets.finish(), {s: v for s, v in score_logs.items() if v},
-                     fed_kinds, incident_fed, window_s, truth.present, len(truth.unknown_entity), observed)
+                     fed_kinds, incident_fed, window_s, truth.present, len(truth.unknown_entity), observed,
+                     tuple(k for k in ENTITY_KINDS if k in fed))
 
 
 def guarded_updates(recording: Recording, bank: DetectorBank, kinds: Iterable[str], health: PipelineHealth,
@@ -1478,8 +1482,12 @@ def finite_or_none(value: Any) -> Any:
     return value
 
 
+LEAD_PLOT_KINDS = ("thermal_throttle", "power_cap")
+"""The event kinds whose lead times ``lead_times.png`` draws."""
+
+
 def write_plots(result: RunResult, report: dict[str, Any], out_dir: str | Path,
-                kinds: Sequence[str] = ("thermal_throttle", "power_cap")) -> list[Path]:
+                kinds: Sequence[str] = LEAD_PLOT_KINDS) -> list[Path]:
     """PNG plots: a few GPUs (temperature, predicted ETA, actual throttles) and, for the ``kinds``
     the report scored, its lead times (``leads_s``) per detector set."""
     import matplotlib
@@ -1535,17 +1543,30 @@ def write_plots(result: RunResult, report: dict[str, Any], out_dir: str | Path,
     # lead-time histograms per detector set: the report's own leads (``leads_s``), of the kinds it scored
     # (until 2026-12-02 the plot found its own, by an older rule than the report's)
     shown = [k for k in kinds if any(k in per_kind for per_kind in report["detectors"].values())]
-    if not shown:
+    # no lead at all (a recording without ground truth, or every episode missed): no file, as no
+    # gpu_*.png is written without a GPU worth plotting; it had been two blank 0-1 axes
+    if not any(per_kind.get(k, {}).get("leads_s") for k in shown for per_kind in report["detectors"].values()):
         return written
     fig, axes = plt.subplots(1, len(shown), figsize=(5 * len(shown), 3.5), squeeze=False)
     for ax, kind_name in zip(axes[0], shown):
         kind = EVENT_KINDS[kind_name]
+        none = []  # the sets scored on this kind that predicted no episode ahead
         for set_name, per_kind in report["detectors"].items():
-            leads = per_kind.get(kind_name, {}).get("leads_s")
+            if kind_name not in per_kind:
+                continue  # (not scored there: the sklearn model's kinds)
+            leads = per_kind[kind_name].get("leads_s")
             if leads:
                 ax.hist(np.asarray(leads) / 60.0, bins=20, range=(0, kind.horizon_s / 60), alpha=0.5, label=set_name)
+            else:
+                none.append(set_name)
         ax.set_title(f"{kind_name}: lead time")
         ax.set_xlabel("minutes before onset")
+        ax.set_ylabel("episodes")
+        if none and not ax.get_legend_handles_labels()[0]:  # an empty axes says why it is empty
+            ax.text(0.5, 0.5, "no predicted episodes", transform=ax.transAxes, ha="center", va="center")
+            ax.set_xlim(0, kind.horizon_s / 60)
+        elif none:  # beside the others' bars, in the legend: a set missing from it read as not run
+            ax.plot([], [], " ", label=f"{', '.join(none)}: no predicted episodes")
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=8)
     fig.tight_layout()
@@ -1574,10 +1595,12 @@ def lead_text(seconds: float) -> str:
     return f"{math.floor(seconds / 6) / 10:.1f} min" if whole >= 60 else f"{whole:.0f} s"
 
 
-def share_text(share: float) -> str:
+def share_text(share: float, digits: int = 2) -> str:
     """A recall or precision as the table prints it, rounded down to two decimals: rounded to the
-    nearest, 26 of 29 (0.8966) read "0.90" beside a target of 0.9 it missed (as ``lead_text``)."""
-    return f"{math.floor(round(share * 100, 6)) / 100:.2f}"
+    nearest, 26 of 29 (0.8966) read "0.90" beside a target of 0.9 it missed (as ``lead_text``).
+    A matched precision takes three (``digits``), as its target does."""
+    scale = 10 ** digits
+    return f"{math.floor(round(share * scale, 6)) / scale:.{digits}f}"
 
 
 def rate_text(rate: float) -> str:
@@ -1607,8 +1630,8 @@ def render_table(report: dict[str, Any], kinds: Sequence[str] | None = None, by_
             return "—"
         if kind == "s":
             return lead_text(v)
-        if kind == "p":
-            return f"{v:.3f}"
+        if kind == "p":  # a matched precision, to the target's three decimals, rounded down as a share
+            return share_text(v, 3)
         if kind == "share":
             return share_text(v)
         if kind == "rate":
@@ -1646,18 +1669,22 @@ def render_table(report: dict[str, Any], kinds: Sequence[str] | None = None, by_
             mt = m.get("matched")
             if mt is not None:
                 best = (mt["best_precision"] or {}).get("precision")
-                label = (f"  matched: P >= {mt['target_precision']:.3f} at {mt['threshold']:.4g}"
+                # a met target rounded down as its precision is: a precision that met it never reads
+                # under it (and the best of a missed one stays under the target, rounded as before)
+                label = (f"  matched: P >= {share_text(mt['target_precision'], 3)} at {mt['threshold']:.4g}"
                          if mt["threshold"] is not None else
                          f"  matched: never P >= {mt['target_precision']:.3f} (best "
-                         f"{'—' if best is None else f'{best:.3f}'})")
-                table.add_row(label, "", fmt(mt["recall"]), fmt(mt.get("recall_at_min_lead")),
+                         f"{'—' if best is None else share_text(best, 3)})")
+                # shares and rates as the main rows give them (rounded down, the rate up): rounded
+                # to the nearest, sklearn's matched 0.2162 read "0.22" under foreshock's "0.21"
+                table.add_row(label, "", fmt(mt["recall"], "share"), fmt(mt.get("recall_at_min_lead"), "share"),
                               fmt(mt["precision"], "p"), fmt(mt["lead_median_s"], "s"), "",
-                              fmt(mt["false_alarms_per_1000_gpu_hours"]))
+                              fmt(mt["false_alarms_per_1000_gpu_hours"], "rate"))
                 al = mt.get("at_min_lead")
                 if al is not None and al["threshold"] != mt["threshold"]:
                     table.add_row(f"  matched, most warned ahead: at {al['threshold']:.4g}", "",
-                                  fmt(al["recall"]), fmt(al["recall_at_min_lead"]), fmt(al["precision"], "p"),
-                                  "", "", "")
+                                  fmt(al["recall"], "share"), fmt(al["recall_at_min_lead"], "share"),
+                                  fmt(al["precision"], "p"), "", "", "")
             table.add_section()
     return table
 

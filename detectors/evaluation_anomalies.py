@@ -14,10 +14,11 @@ held flag is said again every ``refresh_s``, and such a refresh of a flag raised
 not a detection of the fault.
 
 A fault is judged only where the recording runs ``window_s`` past its onset (a fault injected in
-the last minutes has had no time to show). For the flagged ones the section gives the delay after
-the onset and, where the fault went on to throttle a GPU (its first ``thermal_throttle_start``
-with the fault's id), how long before that throttle the flag came: the early warning the issue
-asks for ("hours before any throttle").
+the last minutes has had no time to show); those left out are counted (``not_judged``, and
+``tim_not_judged``, ``fan_not_judged``) and the printed section says so. For the flagged ones the
+section gives the delay after the onset and, where the fault went on to throttle a GPU (its first
+``thermal_throttle_start`` with the fault's id), how long before that throttle the flag came: the
+early warning the issue asks for ("hours before any throttle").
 
 **straggler**: a job's first ``job_slowdown_start`` (step time over 1.1x nominal) under each fault
 on the job's own GPUs, a node or a cooling loop (not the fabric's: that slows communication, and no
@@ -81,7 +82,8 @@ def score_cooling(result: "RunResult", window_s: float = WINDOW_S) -> dict[str, 
             continue  # a set without the detector (the baselines): nothing to score
         by_fault: dict[str, Any] = {}
         for fault_type, kind in SCORED_FAULTS.items():
-            judged = [e for e in onsets if e.fault_type == fault_type and e.time + window_s <= result.end]
+            of_type = [e for e in onsets if e.fault_type == fault_type]
+            judged = [e for e in of_type if e.time + window_s <= result.end]
             delays, leads = [], []
             missed = []
             for e in judged:
@@ -95,6 +97,8 @@ def score_cooling(result: "RunResult", window_s: float = WINDOW_S) -> dict[str, 
                     leads.append(throttle - flag)
             by_fault[fault_type] = {
                 "faults": len(judged),
+                # (its onset within window_s of the recording's end: told, or "0 of 0" read as no such fault)
+                "not_judged": len(of_type) - len(judged),
                 "flagged": len(delays),
                 "recall": round(len(delays) / len(judged), 4) if judged else None,
                 "delay_median_s": _median(delays),
@@ -109,8 +113,10 @@ def score_cooling(result: "RunResult", window_s: float = WINDOW_S) -> dict[str, 
         out["detectors"][set_name] = {
             "tim_flagged": f"{tim['flagged']} of {tim['faults']}",
             "tim_lead_before_throttle_median_s": tim["lead_before_throttle_median_s"],
+            "tim_not_judged": tim["not_judged"],
             "fan_flagged": f"{fan['flagged']} of {fan['faults']}",
             "fan_lead_before_throttle_median_s": fan["lead_before_throttle_median_s"],
+            "fan_not_judged": fan["not_judged"],
             "flagged_entities": len(starts),
             "unexplained_flags": len(unexplained),
             "unexplained": unexplained[:10],

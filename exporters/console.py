@@ -357,8 +357,11 @@ def _truth_table(tally: FindingTally, events: Sequence[Event], console: Console,
         console.print("ground truth: no fault was injected")
         return
     table = Table(title="Ground truth (simulator) vs. what foreshock said")
+    # the number and the clocks are held whole (a clock cut to "+0:01:4" read as 1 min 4 s), the
+    # fault and the lead wrap: with every column held, an 80-column terminal (or a pipe) cut them all
+    # evenly, the number's column to nothing and "impact at" to "impact a"
     for col in ("#", "fault", "onset", "impact at", "said at", "lead"):
-        table.add_column(col, overflow="fold", no_wrap=True)
+        table.add_column(col, overflow="fold", no_wrap=col not in ("fault", "lead"))
     lines = []
     for n, fault in enumerate(faults[:max_rows], 1):
         consequences = [e for e in events if e.fault_id == fault.fault_id and e.type != "fault_onset"]
