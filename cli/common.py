@@ -30,7 +30,7 @@ from foreshock.fields import ENTITY_KINDS
 from foreshock.frames import Frame
 from foreshock.guard import LONGEST_WAIT_S, MIN_INTERVAL_S
 from foreshock.health import PipelineHealth
-from foreshock.recording import RecordingError
+from foreshock.recording import EVENTS_FILE, META_FILE, PARTIAL, TOPOLOGY_FILE, RecordingError
 from foreshock.simulator.engine import MAX_INTERVAL_S
 from foreshock.simulator.topology_gen import cluster_size_problem
 from foreshock.streams.embedded import EmbeddedPipeline, RunStats
@@ -450,6 +450,41 @@ def cluster_gpus(_ctx: click.Context, _param: click.Parameter, value: int | None
     if problem:
         raise click.BadParameter(problem)
     return value
+
+
+OVERWRITE_HELP = "Replace a recording already in the --out folder (by default such a folder is refused)."
+
+
+def overwrite_option(func):  # type: ignore[no-untyped-def]
+    return click.option("--overwrite", is_flag=True, help=OVERWRITE_HELP)(func)
+
+
+def recording_files(path: Path) -> list[str]:
+    """The files of a recording in folder ``path`` (names, its list first; none where it holds none, or
+    is no folder): its list, topology and ground truth, and every part of a kind, closed or being
+    written. Each is one a new recording written there removes or replaces (``RecordingWriter``),
+    and each alone makes the folder a recording: one without ``recording.json`` (a recorder
+    killed before its first commit) is still read from its parts."""
+    if not path.is_dir():
+        return []
+    parts = {p.name for kind in ENTITY_KINDS
+             for pattern in (f"{kind}.parquet", f"{kind}.*.parquet", f"{kind}.*parquet{PARTIAL}")
+             for p in path.glob(pattern)}
+    return [name for name in (META_FILE, TOPOLOGY_FILE, EVENTS_FILE) if (path / name).is_file()] + sorted(parts)
+
+
+def refuse_recording(path: Path, overwrite: bool | None = None) -> None:
+    """Refuse to write a recording into ``path`` where one is already (``recording_files``): the
+    writer removes its parts and ground truth, and a run of minutes (a simulation, a live recording)
+    was replaced without a word. An empty folder, or one holding other files only, is taken.
+    ``overwrite``: the command's ``--overwrite`` (True: replace it; None: the command has no such
+    option, as ``record``, whose live telemetry cannot be made again)."""
+    held = recording_files(path)
+    if not held or overwrite:
+        return
+    shown = ", ".join(held[:3]) + (f" and {len(held) - 3} more" if len(held) > 3 else "")
+    raise click.UsageError(f"{path} already holds a recording ({shown}); choose a new folder"
+                           + (", or give --overwrite to replace it" if overwrite is not None else ""))
 
 
 def create_folder(path: Path, what: str) -> None:

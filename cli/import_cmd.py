@@ -32,7 +32,7 @@ from foreshock.streams.samples import (MAX_GPU_INDEX, GpuIndexError, SampleBatch
                                        split_gpu_entity)
 from foreshock.topology import Topology, TopologyError
 
-from .common import finite_number
+from .common import finite_number, overwrite_option, refuse_recording
 
 FORMATS = ("dcgm", "nvidia-smi", "dmon", "alibaba", "sysfs", "jsonl")
 # 1e11 s since the epoch is the year 5138: larger stamps are ms, us or ns, not seconds
@@ -359,7 +359,9 @@ def _jsonl(text: str, path: Path, topology_path: Path | None, health: PipelineHe
 @click.option("--format", "fmt", type=click.Choice(FORMATS), required=True, help="What PATH holds.")
 @click.argument("path", type=click.Path(exists=True, path_type=Path))
 @click.option("--out", required=True, type=click.Path(file_okay=False, path_type=Path),
-              help="Recording folder to write.")
+              help="Recording folder to write; one that holds a recording already is refused unless --overwrite "
+                   "is given.")
+@overwrite_option
 @click.option("--host", default=None, help="Node name when the capture does not say (nvidia-smi, dmon, sysfs).")
 @click.option("--time", "at", default=None,
               help="ISO time of a single-snapshot capture (dcgm, sysfs), of a dcgm file's first scrape or of the "
@@ -386,13 +388,14 @@ def _jsonl(text: str, path: Path, topology_path: Path | None, health: PipelineHe
                    "stamp; a page of a host already in the round, or naming no GPU, starts the next round. Default: "
                    "each page --interval after the one before (a file cannot tell such a loop from one endpoint "
                    "answering for different hosts, as a load-balanced Service does).")
-def command(fmt: str, path: Path, out: Path, host: str | None, at: str | None, interval: float, stat: str,
-            topology_path: Path | None, told_zone: tzinfo | None, round_of_hosts: bool) -> None:
+def command(fmt: str, path: Path, out: Path, overwrite: bool, host: str | None, at: str | None, interval: float,
+            stat: str, topology_path: Path | None, told_zone: tzinfo | None, round_of_hosts: bool) -> None:
     """Import real captures (dcgm-exporter text, nvidia-smi CSV or dmon, the Alibaba optics CSV,
     an InfiniBand sysfs tree, JSON lines) into a recording folder.
 
     Every problem in the input is counted and listed in the summary; nothing is dropped silently.
     """
+    refuse_recording(out, overwrite)  # before the input is read: a large capture takes a while to parse
     console = Console()
     health = PipelineHealth()
     started = time.perf_counter()

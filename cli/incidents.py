@@ -9,13 +9,14 @@ import math
 import sys
 
 import click
+import numpy as np
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from foreshock.detectors.bank import DetectorBank
-from foreshock.detectors.evaluation import guarded_updates, read_ground_truth
+from foreshock.detectors.evaluation import read_ground_truth
 from foreshock.detectors.incident_eval import score_incidents
 from foreshock.detectors.incident_external import STAGE as EXTERNAL_STAGE
 from foreshock.detectors.incident_external import read_events
@@ -25,6 +26,7 @@ from foreshock.exporters.jsonl import JsonlSink
 from foreshock.findings import Anomaly, Finding, Incident, Prediction
 from foreshock.health import PipelineHealth
 from foreshock.recording import Recording, RecordingError
+from foreshock.streams.embedded import EmbeddedPipeline
 
 from .common import detector_names, detector_option, recording_origin
 
@@ -86,21 +88,32 @@ def command(recording: str, external_path: str | None, detectors: str | None, fi
                       console=Console(stderr=True), disable=no_progress, transient=True) as progress:
             task = progress.add_task("run", total=max(end - start, 1.0) if math.isfinite(end - start) else None, found=0)
             opened = 0
-            # (the engine runs as the bank's processor, and sees the frame)
-            for clean, out in guarded_updates(rec, bank, set(bank.kinds) | {"gpu", "link", "job"}, health):
-                last = float(clean.ts.max()) if math.isnan(last) else max(last, float(clean.ts.max()))
+            # the recording runs through `replay`'s own pipeline (the engine as the bank's processor):
+            # every kind, in the replay's order, through its input guard, board-swap handling and
+            # end of stream. The engine ticks at the first frame of each window, so the order of the
+            # kinds decides which findings a tick takes in: fed environment first (evaluate's order),
+            # a GPU's findings missed their window's tick, and each incident opened 10 s (one tick)
+            # later than in `replay` of the same recording
+            pipeline = EmbeddedPipeline(topo, bank, health=health)
+            pipeline.guard.stream_anchor = rec.stream_anchor  # (as `replay` sets it: a 1970 first tick is counted)
+            for frame in rec.iter_frames():
+                clean, out = pipeline.process_rows(frame)
+                stamps = clean.ts[np.isfinite(clean.ts)]
+                if len(stamps):
+                    last = float(stamps.max()) if math.isnan(last) else max(last, float(stamps.max()))
                 if out:
                     findings.extend(out)
                     opened += sum(1 for f in out if isinstance(f, Incident) and f.state == "open")
                     if sink is not None:
                         sink.observe_findings(out)
-                if math.isfinite(start):
+                if math.isfinite(start) and math.isfinite(last):
                     progress.update(task, completed=last - start, found=opened)
-            if math.isfinite(last):
-                tail = engine.flush(last)  # counts the external events dated after `last` as problems
-                findings.extend(tail)
-                if sink is not None:
-                    sink.observe_findings(tail)
+            # what the engine holds due at the end (counting external events dated after the
+            # telemetry as problems), told at the engine's latest time, as `replay` tells it
+            tail = pipeline.end_stream()
+            findings.extend(tail)
+            if sink is not None:
+                sink.observe_findings(tail)
     except RecordingError as exc:
         raise click.ClickException(str(exc)) from None
     finally:
@@ -230,8 +243,24 @@ def render_truth(console: Console, report: dict, t0: float) -> None:  # type: ig
                       "-" if row["member_recall"] is None else f"{row['member_recall']:.2f}",
                       "-" if delay is None else f"{delay / 60:.1f} min")
     console.print(table)
+    console.print(truth_line(report))
+
+
+def truth_line(report: dict) -> str:  # type: ignore[type-arg]
+    """The scores of ``report`` (``score_incidents``) in one sentence: counts, not ratios ("1.0 of 12"
+    read as one fault), and a dash for a score with nothing to score (no fault had consequences:
+    printed raw, it read "member recall None" and "right for - faults")."""
     n, accuracy = report["faults"], report["root_cause_accuracy"]
-    right = "-" if accuracy is None else f"{round(accuracy * n)} of {n}"  # a count: "1.0 of 12" read as one
-    console.print(f"root cause right for {right} faults with consequences; member recall {report['member_recall']}, "
-                  f"precision {report['member_precision']}; {report['merged_independent_faults']} incident(s) merging "
-                  "independent faults")
+    total = report.get("faults_total", n)
+    if n and accuracy is not None:
+        root = f"root cause right for {round(accuracy * n)} of {n} faults with consequences"
+    else:  # (a fault with no consequence, such as a TIM wearing without throttling yet, is not scored)
+        root = "root cause not scored: 0 faults with consequences"
+    merged = report["merged_independent_faults"]
+    return (f"{root} ({total} injected); member recall {_score(report['member_recall'])}, precision "
+            f"{_score(report['member_precision'])}; {merged} incident{'' if merged == 1 else 's'} merging "
+            "independent faults")
+
+
+def _score(value: float | None) -> str:
+    return "—" if value is None else f"{value:.2f}"

@@ -40,7 +40,7 @@ from foreshock.streams.polling import PollingSource
 from foreshock.topology import Topology
 
 from .agent import URL_HELP, open_source, options_given, refuse_unread_options
-from .common import LIVE_INTERVAL, finite_number, stop_on_signals
+from .common import LIVE_INTERVAL, finite_number, refuse_recording, stop_on_signals
 
 LIVE_SOURCES = ("dcgm", "nvidia-smi", "nvml", "infiniband", "dom", "ethtool", "redfish", "cdu")
 
@@ -141,8 +141,7 @@ def command(source: str, out_dir: Path, commit_every: float, duration: float | N
             interval: float | None, url: str | None, executable: str | None, root: str | None,
             interfaces: str | None, node: str | None, topology_path: str | None) -> None:
     """Record live telemetry from SOURCE into a recording folder."""
-    if (out_dir / "recording.json").exists():
-        raise click.UsageError(f"{out_dir} already holds a recording; choose a new folder")
+    refuse_recording(out_dir)  # (no --overwrite: live telemetry cannot be recorded again)
     refuse_unread_options(source, **options_given(click.get_current_context(), "node"))  # (open_source: the others)
     polled, topology_of = open_live_source(source, url, executable, root, interfaces, interval, polls, node,
                                            topology_path)

@@ -19,8 +19,8 @@ from foreshock.simulator.faults import FAILURES_PER_1000_NODE_DAYS
 from foreshock.simulator.topology_gen import MAX_GPUS
 from foreshock.streams.via_format import VIA_KIND, ViaFormat
 
-from .common import (MAX_INTERVAL_S, cluster_gpus, create_folder, finite_number, refuse_short_run, signal_label,
-                     sim_interval, stop_on_signals)
+from .common import (MAX_INTERVAL_S, cluster_gpus, create_folder, finite_number, overwrite_option, refuse_recording,
+                     refuse_short_run, signal_label, sim_interval, stop_on_signals)
 
 # random faults expected in one run (rate x duration): each draw reads the faults drawn before it, and
 # each fault is followed every physics step; 1e6x on 16 GPUs for 120 s expects ~18, the default on the
@@ -42,7 +42,9 @@ VIA_HELP = ("Pass every gpu frame (dcgm, nvidia-smi) or host link frame (sysfs) 
               help=f"Packaged scenario ({', '.join(list_scenarios())}) or a YAML file.")
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Same seed, same run.")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), required=True,
-              help="Recording folder to write (Parquet per kind, topology.yaml, events.jsonl).")
+              help="Recording folder to write (Parquet per kind, topology.yaml, events.jsonl); one that holds a "
+                   "recording already is refused unless --overwrite is given.")
+@overwrite_option
 @click.option("--random-faults", is_flag=True,
               help="Add random faults at FACTS' failure rate x --fault-acceleration (see foreshock.simulator.faults).")
 @click.option("--fault-acceleration", type=click.FloatRange(min=0), default=RANDOM_FAULT_ACCELERATION,
@@ -61,7 +63,7 @@ VIA_HELP = ("Pass every gpu frame (dcgm, nvidia-smi) or host link frame (sysfs) 
               help="Width of the link counters (32 makes them wrap like classic IB PortCounters).")
 @click.option("--via", type=click.Choice(list(VIA_KIND)), default=None, help=VIA_HELP)
 @click.option("--no-progress", is_flag=True, help="No progress bar (e.g. in CI logs).")
-def command(gpus: int | None, duration: float | None, scenario: str, seed: int, out_dir: Path,
+def command(gpus: int | None, duration: float | None, scenario: str, seed: int, out_dir: Path, overwrite: bool,
             random_faults: bool, fault_acceleration: float, interval: float, physics_dt: float, counter_bits: str,
             via: str | None, no_progress: bool) -> None:
     """Simulate a GPU training cluster and record its telemetry with ground truth.
@@ -72,6 +74,8 @@ def command(gpus: int | None, duration: float | None, scenario: str, seed: int, 
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
+    # before the simulator is built: refused, nothing has run (a recording is minutes to make again)
+    refuse_recording(out_dir, overwrite)
     try:
         scen = load_scenario(scenario)
     except ScenarioError as exc:

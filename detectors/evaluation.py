@@ -610,7 +610,7 @@ def guarded_updates(recording: Recording, bank: DetectorBank, kinds: Iterable[st
     """``bank`` fed ``recording``'s frames of ``kinds`` as the pipeline feeds its detectors: each
     frame through a fresh input guard (what it sets aside counted in ``health``) and the board-swap
     handling (:class:`_BoardSwaps`). Per frame the guard let a row of: that clean frame and what
-    the bank found in it. What ``evaluate`` and ``incidents`` run, and ``foreshock train`` to take
+    the bank found in it. What ``evaluate`` runs, and ``foreshock train`` to take
     its features. The guard holds rows to the recording's :attr:`~Recording.stream_anchor`, as a
     replay's does: a first tick stamped by a clock not set (1970) is counted, not taken as the
     entities' first samples."""

@@ -181,9 +181,10 @@ def test_an_import_with_no_samples_keeps_the_recording_it_would_replace(shared_d
     rejected.write_text('{"kind": "gpu", "entity": "n0/gpu0", "ts": "yesterday", "gpu_temp": 50}\n')
     header_only = tmp_path / "hdr.csv"
     header_only.write_text("device_name,logical_name,item,stats_type,value,och,center_frequency,och_group,time,side,pn\n")
-    text = fails("--format", "jsonl", str(rejected), "--out", str(out))
+    # --overwrite: a replacement allowed, an import with no samples still must not clear the recording
+    text = fails("--format", "jsonl", str(rejected), "--out", str(out), "--overwrite")
     assert "no samples imported" in text and "missing or non-numeric 'ts'" in text  # the table says why
-    text = fails("--format", "alibaba", str(header_only), "--out", str(out))
+    text = fails("--format", "alibaba", str(header_only), "--out", str(out), "--overwrite")
     assert "no samples imported" in text and "no data" in text
     assert len(Recording.open(out).read_kind("gpu")) == before
 

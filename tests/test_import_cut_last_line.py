@@ -44,8 +44,9 @@ def _import(fmt: str, text: str, folder: Path, name: str) -> tuple[str, dict[str
     """The printed output and the gpu columns (ts and slot included) of ``text`` imported."""
     path = folder / f"{name}.txt"
     path.write_text(text)
+    # --overwrite: a test imports several captures one after the other under the same name
     result = CliRunner().invoke(command, ["--format", fmt, str(path), "--out", str(folder / name),
-                                          "--time", "2026-07-03T22:10:45Z", "--host", "h200"],
+                                          "--time", "2026-07-03T22:10:45Z", "--host", "h200", "--overwrite"],
                                 catch_exceptions=False)
     assert result.exit_code == 0, result.output
     frame = Recording.open(folder / name).read_kind("gpu")
