@@ -667,8 +667,10 @@ class PowerDetector(ThermalFitDetector):
                                 f"forecast until {OVER_DEFAULT_READINGS:.0f} such, less a tenth for each at the "
                                 f"default, say it is no {facts.POWER_LIMIT_W:.0f} W part", int(self._counts[1]))
             self._counts[1] = 0.0
-        _age_out_brakes(fit.obs, fit.rows, fit.n_rows, fit.parents, self._node_gpus, self.s_gpu,
-                        self.s_node_brake, float(self.params[P_REASONS_STALE]))
+        # (no node counts a braking GPU, the usual case: none to let go)
+        if self.s_node_brake[:, N_COUNT].any():
+            _age_out_brakes(fit.obs, fit.rows, fit.n_rows, fit.parents, self._node_gpus, self.s_gpu,
+                            self.s_node_brake, float(self.params[P_REASONS_STALE]))
         return found
 
     def read_site_loops(self) -> None:
@@ -710,9 +712,13 @@ class PowerDetector(ThermalFitDetector):
                                     (fit.s_model, self.s_gpu, self.s_alarm, self.s_node_brake), fit.s_rack,
                                     (self.thermal_params, self.params), self._out, self._n_out,
                                     tf.new_decay_cache(C_SITES), self._counts)
-        self._n_out = _node_brake_events(fit.obs, fit.rows, (lo, hi), first, fit.parents, self.s_gpu,
-                                         self.s_node_brake, float(self.params[P_NODE_MIN]),
-                                         float(self.params[P_OFF_HOLD]), self._out, self._n_out)
+        node_brake = self.s_node_brake
+        # a run that emitted nothing, no node counting a braking GPU nor holding an event (the usual
+        # case): the pass over its rows would change nothing (4 ns per GPU of the bank's tick)
+        if self._n_out > first or node_brake[:, N_COUNT].any() or node_brake[:, N_ACTIVE].any():
+            self._n_out = _node_brake_events(fit.obs, fit.rows, (lo, hi), first, fit.parents, self.s_gpu,
+                                             node_brake, float(self.params[P_NODE_MIN]),
+                                             float(self.params[P_OFF_HOLD]), self._out, self._n_out)
 
     def _findings(self, obs: tuple[np.ndarray, ...], out: np.ndarray) -> list[Finding]:
         findings: list[Finding] = []

@@ -752,6 +752,7 @@ class ThermalFit:
         self._latest = np.full(n, -np.inf)  # poll_order's scratch
         self._tally = _Tally()
         self._scratch = Scratch()
+        self.heard_all = False  # see _fit_gpu
 
     @property
     def key(self) -> tuple[Any, ...]:
@@ -840,6 +841,12 @@ class ThermalFit:
                 n_runs = repeat_free_runs(obs[X_SLOT], self._seen, self._next_run, ends)
                 self._next_run += n_runs
         self.obs = obs
+        # every GPU of the topology in this frame once (one run of n rows, no repeats), its stamps
+        # within gap_s: each GPU's G_TS, set or left newer by its row, lies within gap_s of the
+        # frame's time, so none is silent (ThermalFitDetector.withdraw_silent_gpus skips its pass
+        # over every GPU: 11 ns per GPU of the bank's 10-s tick for the thermal and power detectors)
+        self.heard_all = (n_runs == 1 and n_rows == len(self.s_model) and n_rows > 0
+                          and float(obs[X_TS].max()) - float(obs[X_TS].min()) <= self.params[P_GAP])
         self.rows = self._scratch.take("rows", (n_rows, ROW_SIZE))
         for consumer in self.consumers:
             consumer.begin_frame(self)
@@ -920,6 +927,8 @@ class ThermalFitDetector(Detector):
         is gone. It is 60 polls at 10 s — no jitter nor dropped scrape comes near it — and longer
         than the thermal and power ``off_hold_s``, so a GPU that clears is withdrawn by its own
         rows first. A GPU that reports again predicts afresh (``on_count`` samples)."""
+        if self.fit.heard_all:  # (none is silent: see ThermalFit._fit_gpu)
+            return []
         return silent_gpu_withdrawals(self.name, alarms, tuple((e,) for e in events), self.s_model[:, G_TS],
                                       self.fit.obs[X_TS], float(self.fit.params[P_GAP]))
 
