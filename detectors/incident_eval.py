@@ -24,8 +24,11 @@ claims none has none: it is unattributed). Then, over the faults
 with at least one consequence:
 
 - ``root_cause_accuracy``: the fault's incident (the claiming incident holding most of its
-  members) names the expected root kind (``cooling_loop`` for a loop, ``gpu``, ``node``,
-  ``optic``) and the target entity;
+  members; of two holding as many, the one that still holds more of them at its last emission —
+  where the engine left them: a GPU's failing thermal interface told inside its node's fan
+  incident, then split off to an incident of its own, is the latter's — then the earlier) names
+  the expected root kind (``cooling_loop`` for a loop, ``gpu``, ``node``, ``optic``) and the
+  target entity;
 - ``member_recall`` (mean over faults) / ``member_precision`` (mean over incidents with a
   primary fault): consequences found among the members of the fault's incidents, and members
   inside the scope of their incident's primary fault;
@@ -230,6 +233,11 @@ def _credited(faults: Sequence[FaultTruth], name: str, ts: float) -> FaultTruth 
     return min(holders, key=lambda f: (not _active(f, ts), name not in f.consequences, len(f.physical), -f.onset))
 
 
+def _held_at_end(track: IncidentTrack, fault: FaultTruth) -> int:
+    """How many entities of ``fault``'s scope ``track``'s last emission with members holds."""
+    return len(track.emissions[-1][1] & fault.scope) if track.emissions else 0
+
+
 def score_incidents(findings: Sequence[Finding], events: Sequence[Event], topology: Topology,
                     claim_share: float = 0.1, duration_of: dict[str, float] | None = None) -> dict[str, Any]:
     """The ``incidents`` section of ``report.json`` (plus a per-fault table under ``by_fault``)."""
@@ -265,7 +273,8 @@ def score_incidents(findings: Sequence[Finding], events: Sequence[Event], topolo
         told = sorted((noted[tr.incident_id][f.fault_id] + (tr,) for tr in tracks
                        if f.fault_id in noted.get(tr.incident_id, {}) and tr not in claimed), key=lambda x: x[0])
         mine = claimed + [tr for *_, tr in told]
-        main = max(claimed, key=lambda tr: (claims[tr.incident_id][f.fault_id], -tr.first_ts), default=None)
+        main = max(claimed, key=lambda tr: (claims[tr.incident_id][f.fault_id], _held_at_end(tr, f), -tr.first_ts),
+                   default=None)
         root_kind, root_entity, hint = (main.root_kind, main.root_entity, main.fault_hint) if main else ("", "", "")
         if main is None and told:  # only a re-fire noted it: the note's root is what the engine blamed
             _, root_kind, root_entity, hint, main = told[0]

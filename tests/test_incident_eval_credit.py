@@ -146,3 +146,25 @@ def test_an_incident_claiming_no_fault_has_no_primary_one() -> None:
         crowd = Incident(T + 300, "inc-2", "open", "node", "n0", "r", members)
         report = score_incidents([good, crowd], truth, TOPO)
         assert report["member_precision"] == 1.0 and report["unattributed_incidents"] == 1, members
+
+
+def test_a_fault_split_off_an_incident_is_the_incident_it_was_left_in_s() -> None:
+    """A GPU's failing thermal interface told inside its node's fan incident (both faults acting),
+    then split off to an incident of its own once the fans were repaired (the engine's
+    ``_split_off_outliving``): both incidents claim the TIM fault with the one GPU, and the tie
+    went to the earlier, the fan incident, whose root (the node) scored the TIM's root wrong.
+    Of two claiming as many, the one still holding them at its last emission is the fault's."""
+    gpus = [f"n1/gpu{g}" for g in range(4)]
+    events = [onset(300.0, "gpu", "n1/gpu3", "f1", "tim_degradation", None),
+              onset(900.0, "node", "n1", "f2", "fan_failure", 1200.0),
+              Event(T + 1000.0, "thermal_throttle_start", "gpu", "n1/gpu0", "f2", "fan_failure"),
+              Event(T + 3000.0, "thermal_throttle_start", "gpu", "n1/gpu3", "f1", "tim_degradation")]
+    fans = [Incident(T + 960.0, "inc-1", "open", "node", "n1", "4 of 4 GPUs of n1 heating together",
+                     tuple(gpus), fault_hint="fan_failure"),
+            Incident(T + 3360.0, "inc-1", "resolved", "node", "n1", "3 of 4 GPUs of n1 heating together",
+                     tuple(gpus[:3]), fault_hint="fan_failure")]
+    tim = [Incident(T + 3360.0, "inc-2", "open", "gpu", "n1/gpu3", "n1/gpu3 heating alone",
+                    ("n1/gpu3",), fault_hint="tim_degradation")]
+    rows = by_fault(score_incidents(fans + tim, events, TOPO))
+    assert rows["f1"]["root"] == "gpu:n1/gpu3" and rows["f1"]["root_correct"], rows["f1"]
+    assert rows["f2"]["root"] == "node:n1" and rows["f2"]["root_correct"], rows["f2"]
