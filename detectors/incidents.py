@@ -659,7 +659,7 @@ class IncidentEngine:
                 or inc.root not in m.anc or not ev.ts - inc.last_growth_ts > self.coherence_s
                 or self._splitting > MAX_SPLIT_DEPTH):
             return None
-        horizon = ev.ts - self.quiet_s
+        horizon = ev.ts - self._quiet_s(inc)  # (its own: a cause that speaks seldom reopened it with a longer one)
         held = [x for x in inc.members.values() if self.s_member_of[level_of(x.key)][x.slot] == inc.serial]
         showing = [x for x in held if x is m or x.strong_ts >= horizon or self._holds_open(inc, x, ev.ts)]
         if len(showing) == len(held):

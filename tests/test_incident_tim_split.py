@@ -99,3 +99,31 @@ def test_the_split_comes_the_same_after_a_checkpoint_restore() -> None:
         return [(i.ts, i.incident_id, i.state, i.root_entity, i.members) for i in told]
 
     assert said(first + rest) == said(whole)
+
+
+def test_a_node_incident_reopened_by_a_cause_that_speaks_seldom_keeps_its_hottest_gpu() -> None:
+    """(review of 2d0c49b, /tmp/s63/review/split/) Fans never repaired, their node's findings every
+    1,200 s: the incident resolves after quiet_s, reopens, and takes a quiet time of its own, longer
+    than the engine's. The split judged "the rest went quiet" by the engine's 900 s, so the node's
+    hottest GPU, throttling every minute, was split off as an invented thermal interface while the
+    fan incident went on growing without it. Judged by the incident's own quiet time it stays."""
+    every = 1200
+
+    def findings(t: float) -> list[Finding]:
+        out: list[Finding] = []
+        if t % every == 0 and t >= FANS_FAIL:
+            out.append(Anomaly(t, "node", 0, "fan_speed", 1.0, "cooling", "a chassis fan of n0 reads 0%: stopped"))
+            out += [Anomaly(t + 20, "gpu", g, "gpu_temp", 11.0, "straggler", "temperature over its job's peers")
+                    for g in range(4)]
+        if t % 60 == 0 and t >= 3000:
+            out.append(Anomaly(t, "gpu", TIM_GPU, "throttle_reasons", 32.0, "throttle_bits", "sw_thermal"))
+        return out
+
+    engine, told, pending = IncidentEngine(TOPOLOGY), [], []
+    for t in range(0, 9000, 10):
+        pending += findings(float(t))
+        due = [f for f in pending if f.ts <= t]
+        pending = [f for f in pending if f.ts > t]
+        told += [f for f in engine.observe(due, float(t)) if isinstance(f, Incident)]
+    assert {(inc.incident_id, inc.root_entity, inc.fault_hint) for inc in told} == {("inc-1", "n0", "fan_failure")}
+    assert "n0/gpu2" in told[-1].members
