@@ -24,9 +24,9 @@ claims none has none: it is unattributed). Then, over the faults
 with at least one consequence:
 
 - ``root_cause_accuracy``: the fault's incident (the claiming incident holding most of its
-  members; of two holding as many, the one that still holds more of them at its last emission —
-  where the engine left them: a GPU's failing thermal interface told inside its node's fan
-  incident, then split off to an incident of its own, is the latter's — then the earlier) names
+  members; of two holding as many, one that still held them, open, when last told — where the
+  engine left them: a GPU's failing thermal interface told inside its node's fan or PSU incident,
+  then, that one split or resolved, in an incident of its own, is the latter's — then the earlier) names
   the expected root kind (``cooling_loop`` for a loop, ``gpu``, ``node``, ``optic``) and the
   target entity;
 - ``member_recall`` (mean over faults) / ``member_precision`` (mean over incidents with a
@@ -110,6 +110,8 @@ class IncidentTrack:
     jobs: set[str] = field(default_factory=set)
     findings: int = 0
     emissions: list[tuple[float, frozenset[str]]] = field(default_factory=list)
+    state: str = ""
+    """its state when last told"""
     joined: dict[str, float] = field(default_factory=dict)
     """member -> time of the first emission that held it"""
     refires: dict[tuple[str, str, str], tuple[float, str]] = field(default_factory=dict)
@@ -192,6 +194,8 @@ def incident_tracks(findings: Iterable[Finding], topology: Topology) -> list[Inc
         tr = tracks.get(f.incident_id)
         if tr is None:
             tr = tracks[f.incident_id] = IncidentTrack(f.incident_id, f.ts, f.ts)
+        if f.ts >= tr.last_ts:
+            tr.state = f.state
         tr.last_ts = max(tr.last_ts, f.ts)
         if f.root_entity:
             tr.root_kind, tr.root_entity, tr.fault_hint = f.root_kind, f.root_entity, f.fault_hint
@@ -233,9 +237,10 @@ def _credited(faults: Sequence[FaultTruth], name: str, ts: float) -> FaultTruth 
     return min(holders, key=lambda f: (not _active(f, ts), name not in f.consequences, len(f.physical), -f.onset))
 
 
-def _held_at_end(track: IncidentTrack, fault: FaultTruth) -> int:
-    """How many entities of ``fault``'s scope ``track``'s last emission with members holds."""
-    return len(track.emissions[-1][1] & fault.scope) if track.emissions else 0
+def _held_at_end(track: IncidentTrack, fault: FaultTruth) -> bool:
+    """Whether ``track`` still held an entity of ``fault``'s scope when last told, open: a resolved
+    incident's last emission lists the members it let go."""
+    return track.state != "resolved" and bool(track.emissions) and bool(track.emissions[-1][1] & fault.scope)
 
 
 def score_incidents(findings: Sequence[Finding], events: Sequence[Event], topology: Topology,

@@ -8,6 +8,7 @@ the times it was raised (at most :data:`MAX_RAISES`).
 from __future__ import annotations
 
 import calendar
+import math
 import re
 import time
 from dataclasses import dataclass, field, replace
@@ -181,11 +182,12 @@ class FindingTally:
 
 
 def minutes_away(eta_s: float) -> str:
-    """How far off a predicted member is, in whole minutes: "now" when due, "<1 min" under half a
-    minute (rounded, "0 min" read as due); ``eta_s`` >= 0."""
+    """How far off a predicted member is, in whole minutes rounded half up: "now" when due, "<1 min"
+    under half a minute (rounded, "0 min" read as due; and format's half-to-even read 30 s as
+    "0 min", 150 s as "2 min"); ``eta_s`` >= 0."""
     if eta_s == 0:
         return "now"
-    return "<1 min" if eta_s < 30 else f"{eta_s / 60:.0f} min"
+    return "<1 min" if eta_s < 30 else f"{math.floor(eta_s / 60 + 0.5):.0f} min"
 
 
 def _clock(ts: float, t0: float) -> str:

@@ -191,10 +191,19 @@ def test_a_member_due_within_half_a_minute_is_not_said_to_be_zero_minutes_off() 
                    predicted_members=(("n0/gpu1", 20.0), ("n0/gpu2", 0.0), ("n0/gpu3", 150.0)))
     out = io.StringIO()
     render_timeline(Console(file=out, width=200), [inc], 0.0)
-    assert "next: n0/gpu1 in <1 min, n0/gpu2 now, n0/gpu3 in 2 min" in out.getvalue()
+    assert "next: n0/gpu1 in <1 min, n0/gpu2 now, n0/gpu3 in 3 min" in out.getvalue()  # (150 s: 2.5 min, half up)
     tally = FindingTally(TOPO)
     tally.observe_findings([inc])
     tally.first_ts = 0.0
     out = io.StringIO()
     render_summary(tally, PipelineHealth(), [], console=Console(file=out, width=200))
-    assert "n0/gpu1 (<1 min), n0/gpu2 (now), n0/gpu3 (2 min)" in out.getvalue()
+    assert "n0/gpu1 (<1 min), n0/gpu2 (now), n0/gpu3 (3 min)" in out.getvalue()
+
+
+def test_minutes_away_rounds_half_minutes_up() -> None:
+    """(review of 2d8b8e6) Formatting rounds half to even: 30 s read "0 min" — the text the helper
+    was made to remove — and 150 s "2 min" beside 90 s's "2 min"."""
+    from foreshock.exporters.console import minutes_away
+
+    assert [minutes_away(s) for s in (0.0, 29.9, 30.0, 89.9, 90.0, 150.0, 3600.0)] == [
+        "now", "<1 min", "1 min", "1 min", "2 min", "3 min", "60 min"]

@@ -168,3 +168,26 @@ def test_a_fault_split_off_an_incident_is_the_incident_it_was_left_in_s() -> Non
     rows = by_fault(score_incidents(fans + tim, events, TOPO))
     assert rows["f1"]["root"] == "gpu:n1/gpu3" and rows["f1"]["root_correct"], rows["f1"]
     assert rows["f2"]["root"] == "node:n1" and rows["f2"]["root_correct"], rows["f2"]
+
+
+def test_a_fault_told_on_its_own_after_its_node_incident_resolved_is_that_incident_s() -> None:
+    """(review of 4591cb3) A TIM on one GPU, then its node's PSU fails: the PSU incident holds the
+    GPU, resolves (its last emission still listing its members), and the GPU, still heating, is
+    told in an incident of its own, rooted at it. Both hold the GPU at their last emission; the
+    one that held it last is the fault's (it had been the earlier, the node's)."""
+    gpus = [f"n1/gpu{g}" for g in range(4)]
+    events = [onset(300.0, "gpu", "n1/gpu3", "f1", "tim_degradation", None),
+              onset(900.0, "node", "n1", "f2", "psu_failure", 600.0),
+              Event(T + 960.0, "power_brake_start", "gpu", "n1/gpu0", "f2", "psu_failure"),
+              Event(T + 3000.0, "thermal_throttle_start", "gpu", "n1/gpu3", "f1", "tim_degradation")]
+    psu = [Incident(T + 960.0, "inc-1", "open", "node", "n1", "power brake on 4 GPUs of n1", tuple(gpus),
+                    fault_hint="psu_failure"),
+           Incident(T + 1800.0, "inc-1", "resolved", "node", "n1", "power brake on 4 GPUs of n1", tuple(gpus),
+                    fault_hint="psu_failure")]
+    tim = [Incident(T + 2170.0, "inc-2", "open", "gpu", "n1/gpu3", "n1/gpu3 heating alone", ("n1/gpu3",),
+                    fault_hint="tim_degradation"),
+           Incident(T + 3600.0, "inc-2", "stable", "gpu", "n1/gpu3", "n1/gpu3 heating alone", ("n1/gpu3",),
+                    fault_hint="tim_degradation")]
+    rows = by_fault(score_incidents(psu + tim, events, TOPO))
+    assert rows["f1"]["root"] == "gpu:n1/gpu3" and rows["f1"]["root_correct"], rows["f1"]
+    assert rows["f2"]["root"] == "node:n1" and rows["f2"]["root_correct"], rows["f2"]
