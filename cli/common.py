@@ -102,9 +102,9 @@ def serve_options(func):  # type: ignore[no-untyped-def]
     func = click.option("--findings", "findings_path", type=click.Path(dir_okay=False), default=None,
                         help="Also write every finding to this JSON-lines file (one a line, as it is found, "
                              "its entity named beside its slot).")(func)
-    func = click.option("--top-k", default=16, show_default=True, type=int,
+    func = click.option("--top-k", default=16, show_default=True, type=click.IntRange(min=0),
                         help="Per-GPU series exported for the K GPUs nearest their core limit and the K nearest their HBM "
-                             "limit (up to 2×K), besides flagged ones.")(func)
+                             "limit (up to 2×K), besides flagged ones (0: flagged ones only).")(func)
     return func
 
 

@@ -135,3 +135,9 @@ def test_incidents_says_scores_with_nothing_to_score_plainly(tmp_path: Path) -> 
     assert "None" not in text and "right for -" not in text
     assert "0 faults with consequences (1 injected)" in text
     assert "member recall —" in text
+
+
+def test_a_negative_top_k_is_refused() -> None:
+    """(audit /tmp/s63/audit_ux/) ``--top-k -3`` was taken (read as 0, said nowhere)."""
+    result = CliRunner().invoke(cli, ["demo", "--top-k", "-3", "--port", "0"])
+    assert result.exit_code == 2 and "--top-k" in result.output
