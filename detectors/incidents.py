@@ -660,7 +660,7 @@ class IncidentEngine:
                 or self._splitting > MAX_SPLIT_DEPTH):
             return None
         horizon = ev.ts - self._quiet_s(inc)  # (its own: a cause that speaks seldom reopened it with a longer one)
-        held = [x for x in inc.members.values() if self.s_member_of[level_of(x.key)][x.slot] == inc.serial]
+        held = [x for x in inc.members.values() if self._holds(inc, x)]
         showing = [x for x in held if x is m or x.strong_ts >= horizon or self._holds_open(inc, x, ev.ts)]
         if len(showing) == len(held):
             return None
@@ -670,10 +670,7 @@ class IncidentEngine:
         self._changed()
         self._splitting += 1
         try:
-            # together where they explain a domain of their own, else each alone (as _split_passes)
-            together = self._explains(fam, theirs, showing)
-            for group in ([showing] if together else [[x] for x in showing]):
-                self._move_to_new_incident(inc, group)
+            self._move_out(inc, showing, theirs)
         finally:
             self._splitting -= 1
         # the rest resolves on its own evidence: the strong findings of those that left kept it open
@@ -1241,18 +1238,19 @@ class IncidentEngine:
         fam = inc.family
         for _ in LEVELS[fam]:  # each pass leaves a finer root, or stops
             root = inc.root
-            outside = [m for m in inc.members.values()
-                       if root not in m.anc and self.s_member_of[level_of(m.key)][m.slot] == inc.serial]
+            outside = [m for m in inc.members.values() if root not in m.anc and self._holds(inc, m)]
             if not outside or len(outside) == len(inc.members):
                 return
             if not self._explains(fam, root, list(inc.members.values())):
                 return  # no domain explains enough (the fallback root): nothing to tell apart
-            theirs = self._rank_members(fam, outside)
-            together = self._explains(fam, theirs, outside) and theirs not in self._holding(root)
-            for group in ([outside] if together else [[m] for m in outside]):
-                self._move_to_new_incident(inc, group)
+            self._move_out(inc, outside, self._rank_members(fam, outside))
             inc.dirty = True
             self._find_root(inc)
+
+    def _holds(self, inc: _Incident, m: _Member) -> bool:
+        """Whether ``inc`` holds its member ``m`` now: an entity that moved on to another cause
+        stays in the history of the incident it left."""
+        return bool(self.s_member_of[level_of(m.key)][m.slot] == inc.serial)
 
     def _holding(self, d: int) -> tuple[int, ...]:
         """Domain ``d`` and the domains holding it (its node, rack, loop; not its job)."""
@@ -1260,6 +1258,14 @@ class IncidentEngine:
         if level in (GPU, NODE, RACK):
             return tuple(a for a in self.dom.ancestors(LEVEL_NAMES[level], slot_of(d)) if level_of(a) != JOB)
         return (d,)
+
+    def _move_out(self, inc: _Incident, members: list[_Member], theirs: int) -> None:
+        """Members of ``inc`` that rank at ``theirs`` to incidents of their own: together where they
+        explain that domain and it does not hold ``inc``'s root (it would be a twin of ``inc`` and
+        take them straight back), else each alone (:meth:`_split_off_outsiders`)."""
+        together = self._explains(inc.family, theirs, members) and theirs not in self._holding(inc.root)
+        for group in ([members] if together else [[m] for m in members]):
+            self._move_to_new_incident(inc, group)
 
     def _move_to_new_incident(self, inc: _Incident, members: list[_Member]) -> None:
         """Members of ``inc`` (held by it) to a new incident of their own, ranked."""
@@ -1551,7 +1557,7 @@ class IncidentEngine:
         """A member's predictions that still count, as (event, ts, eta): unexpired (ETA plus
         ``quiet_s``) and held by the incident that holds the entity (one that moved on to another
         cause is that one's; a checkpoint from before kept them in both)."""
-        if m.preds and self.s_member_of[level_of(m.key)][m.slot] == inc.serial:
+        if m.preds and self._holds(inc, m):
             for (event, _), (ts, eta) in m.preds.items():
                 if now - ts <= max(eta, 0.0) + self.quiet_s:
                     yield event, ts, eta
@@ -2041,8 +2047,7 @@ class IncidentEngine:
                 "members": [m.to_state() for m in inc.members.values()],
                 # which members it holds now (an entity that moved on to another cause stays in the
                 # history of the incident it left), and how it was described
-                "owned": [m.key for m in inc.members.values()
-                          if self.s_member_of[level_of(m.key)][slot_of(m.key)] == inc.serial],
+                "owned": [m.key for m in inc.members.values() if self._holds(inc, m)],
                 "root_kind": inc.root_kind, "hint": inc.hint, "quiet_s": inc.quiet_s,
                 "bursts": list(inc.bursts), "refired": inc.refired, "emitted_refired": inc.emitted_refired,
                 "emitted_jobs": None if inc.emitted_jobs is None else sorted(inc.emitted_jobs.items()),

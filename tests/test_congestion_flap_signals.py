@@ -11,12 +11,10 @@ and a reason names only the signals its port reports.
 
 from __future__ import annotations
 
-import numpy as np
-
-from foreshock.detectors.congestion import PARAMS, CongestionDetector
+from foreshock.detectors.congestion import PARAMS
 from foreshock.frames import Frame
 
-from test_congestion import Fabric, fabric, run, slot
+from test_congestion import _warmed, run, slot
 
 
 def _starts(findings: list) -> list:
@@ -24,12 +22,8 @@ def _starts(findings: list) -> list:
 
 
 def test_a_flap_within_one_sample_is_back_up_and_explains_no_later_congestion() -> None:
-    topo = fabric()
-    fab = Fabric(topo)
-    det = CongestionDetector(topo)
-    run(det, fab, 30)
+    topo, fab, det, hot = _warmed(30)
     flapped, sibling = slot(topo, "n1/gpu1~leaf1"), slot(topo, "n1/gpu0~leaf0")
-    hot = np.full(topo.size("link"), 1e-4)
     hot[sibling] = 0.05
     fab.c["link_downed"][flapped] += 1  # down and back within the sample: the state reads ACTIVE throughout
     first = _starts(run(det, fab, 60, wait=hot))
@@ -41,10 +35,7 @@ def test_a_flap_within_one_sample_is_back_up_and_explains_no_later_congestion() 
 
 
 def test_a_port_that_reports_xmit_wait_alone_is_told_in_xmit_wait_alone() -> None:
-    topo = fabric()
-    fab = Fabric(topo)
-    det = CongestionDetector(topo)
-    hot = np.full(topo.size("link"), 1e-4)
+    topo, fab, det, hot = _warmed(0)
     hot[slot(topo, "n0/gpu0~leaf0")] = 0.05
     infiniband = ("xmit_wait", "link_downed", "link_state", "link_rate")  # what sysfs gives an IB port
     findings = []
