@@ -76,6 +76,11 @@ def command(gpus: int | None, duration: float | None, scenario: str, seed: int, 
 
     # before the simulator is built: refused, nothing has run (a recording is minutes to make again)
     refuse_recording(out_dir, overwrite)
+    if physics_dt > interval and click.get_current_context().get_parameter_source("physics_dt") \
+            != click.core.ParameterSource.DEFAULT:
+        # the simulator takes the interval as its step then: a coarser run than asked would pass unsaid
+        raise click.BadParameter(f"{physics_dt:g} s is longer than the sampling interval ({interval:g} s): "
+                                 "the physics step is at most the interval", param_hint="--physics-dt")
     try:
         scen = load_scenario(scenario)
     except ScenarioError as exc:
