@@ -217,7 +217,8 @@ SECTION_FIGURES = {
                   "onset_to_incident_median_s", "compression", "merged_independent_faults"),
     "cooling": ("tim_flagged", "tim_lead_before_throttle_median_s", "tim_not_judged", "fan_flagged",
                 "fan_lead_before_throttle_median_s", "fan_not_judged", "flagged_entities", "unexplained_flags"),
-    "straggler": ("slowdowns", "pacer_flagged", "recall", "flagged_ahead", "flagged_gpus", "unexplained_flags"),
+    "straggler": ("slowdowns", "slowdowns_not_judged", "pacer_flagged", "recall", "flagged_ahead", "flagged_gpus",
+                  "unexplained_flags"),
 }
 
 
@@ -253,13 +254,16 @@ def render_sections(sections: dict[str, dict[str, Any]], report: dict[str, Any] 
 def figure_texts(figures: dict[str, Any], window_s: float | None = None) -> list[str]:
     """Each figure as "name value". A count of flagged faults ("tim_flagged 0 of 0") counts the
     judged ones, and says so with those not judged beside it (``X_not_judged``, folded in): a TIM
-    fault injected in the recording's last hour read "0 of 0", as if there were none."""
+    fault injected in the recording's last hour read "0 of 0", as if there were none. A count judged
+    by name (the straggler's ``slowdowns``) takes its ``slowdowns_not_judged`` the same way."""
     out = []
     for k, v in figures.items():
-        if k.endswith("_not_judged") and k.replace("_not_judged", "_flagged") in figures:
-            continue  # said with its count of flagged faults
+        if k.endswith("_not_judged") and (k.replace("_not_judged", "_flagged") in figures
+                                          or k.removesuffix("_not_judged") in figures):
+            continue  # said with its count of flagged (or judged) faults
         text = f"{k} {'—' if v is None else v}"
-        left = figures.get(k.replace("_flagged", "_not_judged")) if k.endswith("_flagged") else None
+        left = figures.get(k.replace("_flagged", "_not_judged")) if k.endswith("_flagged") \
+            else figures.get(f"{k}_not_judged")
         if left is not None:
             text += " judged" + (f" ({left} not judged: onset within {span_text(window_s)} of the recording's end)"
                                  if left else "")

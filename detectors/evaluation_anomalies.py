@@ -24,7 +24,8 @@ early warning the issue asks for ("hours before any throttle").
 on the job's own GPUs, a node or a cooling loop (not the fabric's: that slows communication, and no
 GPU sets the pace; not an interrupted job) is judged: found when a ``straggler`` anomaly on one of
 the job's GPUs that the fault touches started (as above) between the fault's onset and
-``window_s`` after the slowdown. It is *ahead* when that came before the slowdown (a GPU running
+``window_s`` after the slowdown (one that began less than ``window_s`` before the recording's end is
+not judged, and counted: ``slowdowns_not_judged``). It is *ahead* when that came before the slowdown (a GPU running
 hotter or throttling more than its peers, before the job's step time shows it), with its lead.
 
 Both sections also check every entity their detector flagged: a flag is *explained* when a fault
@@ -153,7 +154,13 @@ def score_straggler(result: "RunResult", window_s: float = SLOWDOWN_WINDOW_S) ->
             pacers = _job_gpus_touched(topo, e.entity, fault)
             if not pacers:
                 continue  # the fabric's, or a fault off the job's GPUs
-            m = per_type.setdefault(fault.fault_type, {"judged": [], "leads": [], "delays": [], "missed": []})
+            m = per_type.setdefault(fault.fault_type, {"judged": [], "leads": [], "delays": [], "missed": [],
+                                                       "not_judged": []})
+            if e.time + window_s > result.end:
+                # its pacer may be flagged up to window_s after the slowdown, past the recording's end:
+                # counted apart, as the cooling section's faults of the last hour are
+                m["not_judged"].append(e.entity)
+                continue
             m["judged"].append(e.entity)
             first = _first_flag_on(starts, [("gpu", g) for g in pacers], fault.time, e.time + window_s)
             if first is None:
@@ -161,17 +168,19 @@ def score_straggler(result: "RunResult", window_s: float = SLOWDOWN_WINDOW_S) ->
                 continue
             (m["leads"] if first < e.time else m["delays"]).append(abs(e.time - first))
         by_fault: dict[str, Any] = {}
-        judged = found = ahead = 0
+        judged = found = ahead = left = 0
         for t, m in sorted(per_type.items()):
             n_found = len(m["leads"]) + len(m["delays"])
-            by_fault[t] = {"slowdowns": len(m["judged"]), "found": n_found, "found_ahead": len(m["leads"]),
-                           "lead_median_s": _median(m["leads"]), "delay_median_s": _median(m["delays"]),
-                           "missed": m["missed"][:10]}
+            by_fault[t] = {"slowdowns": len(m["judged"]), "not_judged": len(m["not_judged"]), "found": n_found,
+                           "found_ahead": len(m["leads"]), "lead_median_s": _median(m["leads"]),
+                           "delay_median_s": _median(m["delays"]), "missed": m["missed"][:10]}
             judged, found, ahead = judged + len(m["judged"]), found + n_found, ahead + len(m["leads"])
+            left += len(m["not_judged"])
         unexplained = sorted(name for (kind, name), times in starts.items()
                              if not _explained(kind, name, times[0], onsets, topo))
         out["detectors"][set_name] = {
             "slowdowns": judged,
+            "slowdowns_not_judged": left,
             "pacer_flagged": found,
             "recall": round(found / judged, 4) if judged else None,
             "flagged_ahead": ahead,

@@ -106,6 +106,31 @@ def test_the_straggler_section_asks_for_the_slowed_jobs_pacer(recording):
     assert m["flagged_gpus"] == 4 and m["unexplained"] == ["node1/gpu0"]  # first flagged before any fault near it
 
 
+def test_a_slowdown_in_the_recordings_last_window_is_counted_not_judged(recording):
+    """Its pacer may be flagged up to ten minutes into the slowdown: one that began less than that
+    before the recording's end is not judged (it read as missed), and counted, as the cooling
+    section counts its faults of the last hour; the printed figures say so."""
+    from foreshock.cli.evaluate import figure_texts, section_summaries
+
+    topo = recording.topology
+    end = T0 + 6 * H
+    events = [
+        Event(T0 + 1 * H, "fault_onset", "gpu", "node0/gpu1", "f1", "tim_degradation"),
+        Event(T0 + 3 * H, "job_slowdown_start", "job", "job0", "f1", "tim_degradation"),
+        Event(T0 + 5 * H, "fault_onset", "node", "node2", "f2", "psu_failure"),
+        Event(end - 300, "job_slowdown_start", "job", "job1", "f2", "psu_failure"),  # 5 min before the end
+    ]
+    findings = [flag(topo, "gpu", "node0/gpu1", T0 + 2 * H, detector="straggler")]
+    result = evaluation.RunResult(recording, {"foreshock": findings}, events, T0, end, 0.0, 0)
+    section = score_straggler(result)
+    m = section["detectors"]["foreshock"]
+    assert (m["slowdowns"], m["slowdowns_not_judged"], m["pacer_flagged"], m["recall"]) == (1, 1, 1, 1.0)
+    assert m["by_fault"]["psu_failure"]["not_judged"] == 1 and m["by_fault"]["psu_failure"]["missed"] == []
+    texts = figure_texts(section_summaries({"straggler": section})["straggler"]["foreshock"], section["window_s"])
+    assert texts[:2] == ["slowdowns 1 judged (1 not judged: onset within 10 min of the recording's end)",
+                         "pacer_flagged 1"]
+
+
 def held(topo, kind, name, start, end, detector="cooling", field="thermal_resistance"):
     """A flag raised at ``start`` and refreshed every ``refresh_s`` (600 s) while it holds."""
     return [flag(topo, kind, name, ts, detector, field) for ts in range(int(start), int(end), 600)]
