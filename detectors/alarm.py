@@ -5,7 +5,8 @@ after ``on_count`` consecutive firing samples, refreshes it at most every ``refr
 telemetry time while it holds, and withdraws it once the clear condition has held for
 ``off_hold_s`` — so a prediction does not flap on noise around its threshold.
 
-State is four float64 columns inside the detector's per-slot state array, at offset ``off``.
+State is four float64 columns inside the detector's per-slot state array, at offset ``off`` (or
+three: the compact block, ``K_*``, that the thermal and the power detector keep).
 Kernels write emitted rows into an *emission buffer* ``out`` (see :data:`OUT_FIELDS`) that the
 Python side turns into :class:`~foreshock.findings.Prediction` objects; a kernel never builds
 Python objects.
@@ -33,6 +34,97 @@ OUT_SIZE = len(OUT_FIELDS)
 O_ROW, O_WHICH, O_CODE, O_ETA, O_CONF, O_V0 = 0, 1, 2, 3, 4, 5
 
 
+# The compact block: three columns, for the detectors whose state is held to a budget per GPU (the
+# thermal and the power detector: the GPU bank's 1 KiB). ``K_STATE`` holds ``A_ACTIVE`` and ``A_ON`` in
+# one: while the alarm is not active, its count of consecutive firing samples (>= 0); while it is,
+# minus its tag (1, or what its detector sets: :func:`set_compact_tag`). The count is not read while
+# the alarm is active (withdrawing zeroes it), so nothing is lost: the same codes at the same rows
+# (tests/test_state_budget_thermal.py steps both blocks side by side).
+K_STATE, K_EMIT_TS, K_OFF_TS = 0, 1, 2
+K_SIZE = 3
+
+
+def new_compact_alarms(n: int, count: int) -> np.ndarray:
+    """``count`` compact alarm blocks for ``n`` slots, as one array (count * K_SIZE columns)."""
+    state = np.zeros((n, count * K_SIZE))
+    for k in range(count):
+        state[:, k * K_SIZE + K_EMIT_TS] = np.nan
+        state[:, k * K_SIZE + K_OFF_TS] = np.nan
+    return state
+
+
+def compact_from_alarm_columns(old: np.ndarray, count: int) -> np.ndarray:
+    """``count`` four-column blocks (a state saved before the compact block) as compact blocks: an
+    active alarm's state is minus its ``A_ACTIVE`` (its tag), an inactive one's its ``A_ON``."""
+    old = np.asarray(old, dtype=np.float64)
+    new = np.empty((old.shape[0], count * K_SIZE))
+    for k in range(count):
+        active, on = old[:, k * A_SIZE + A_ACTIVE], old[:, k * A_SIZE + A_ON]
+        new[:, k * K_SIZE + K_STATE] = np.where(active != 0.0, -active, on)
+        new[:, k * K_SIZE + K_EMIT_TS] = old[:, k * A_SIZE + A_EMIT_TS]
+        new[:, k * K_SIZE + K_OFF_TS] = old[:, k * A_SIZE + A_OFF_TS]
+    return new
+
+
+@inline
+def compact_active(state: np.ndarray, i: int, off: int) -> bool:
+    """Whether the compact alarm of slot ``i`` at ``off`` is active."""
+    return state[i, off + K_STATE] < 0.0  # type: ignore[no-any-return]
+
+
+@inline
+def compact_tag(state: np.ndarray, i: int, off: int) -> float:
+    """The tag of the compact alarm of slot ``i`` at ``off`` (``A_ACTIVE``'s value: 0 when not
+    active, else 1 or what :func:`set_compact_tag` set)."""
+    return max(-state[i, off + K_STATE], 0.0)  # type: ignore[no-any-return]
+
+
+@inline
+def set_compact_tag(state: np.ndarray, i: int, off: int, tag: float) -> None:
+    """Tag the active compact alarm of slot ``i`` at ``off`` with ``tag`` (>= 1), as a detector
+    storing more than 1 in ``A_ACTIVE`` did."""
+    state[i, off + K_STATE] = -tag
+
+
+@inline
+def compact_withdraw(state: np.ndarray, i: int, off: int, ts: float) -> int:
+    """:func:`alarm_withdraw` of a compact block."""
+    if not state[i, off + K_STATE] < 0.0:
+        return CODE_NONE
+    state[i, off + K_STATE] = 0.0
+    state[i, off + K_OFF_TS] = np.nan
+    state[i, off + K_EMIT_TS] = ts
+    return CODE_WITHDRAW
+
+
+@inline
+def compact_step(state: np.ndarray, i: int, off: int, ts: float, firing: bool, clear: bool,
+                 on_count: float, off_hold_s: float, refresh_s: float) -> int:
+    """:func:`alarm_step` of a compact block (columns ``off..off+2``); the same emission codes."""
+    count = state[i, off + K_STATE]
+    if not count < 0.0:
+        count = count + 1.0 if firing else 0.0
+        if count >= on_count:
+            state[i, off + K_STATE] = -1.0
+            state[i, off + K_EMIT_TS] = ts
+            state[i, off + K_OFF_TS] = np.nan
+            return CODE_START
+        state[i, off + K_STATE] = count
+        return CODE_NONE
+    if clear:
+        since = state[i, off + K_OFF_TS]
+        if since != since:
+            state[i, off + K_OFF_TS] = ts
+        elif ts - since >= off_hold_s:
+            return compact_withdraw(state, i, off, ts)
+        return CODE_NONE
+    state[i, off + K_OFF_TS] = np.nan
+    if firing and ts - state[i, off + K_EMIT_TS] >= refresh_s:
+        state[i, off + K_EMIT_TS] = ts
+        return CODE_REFRESH
+    return CODE_NONE
+
+
 def new_alarm_columns(n: int, count: int) -> np.ndarray:
     """``count`` alarm blocks for ``n`` slots, as one array (count * A_SIZE columns)."""
     state = np.zeros((n, count * A_SIZE))
@@ -56,7 +148,7 @@ def alarm_withdraw(state: np.ndarray, i: int, off: int, ts: float) -> int:
 
 
 def withdraw_silent(state: np.ndarray, count: int, last_ts: np.ndarray, now: float,
-                    silent_s: float) -> tuple[np.ndarray, np.ndarray]:
+                    silent_s: float, compact: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """Withdraw now, without the clear hold, each active alarm of the ``count`` blocks in ``state``
     whose slot was last heard from (``last_ts``, by slot) more than ``silent_s`` before ``now``, as
     :func:`alarm_withdraw` does; return the (slots, blocks) withdrawn, slot by slot. A prediction
@@ -64,27 +156,33 @@ def withdraw_silent(state: np.ndarray, count: int, last_ts: np.ndarray, now: flo
     the bus) was never withdrawn, and held for ever. One compiled pass over the slots per frame,
     a second only where there is something to withdraw: done with NumPy (a strided view of the
     active flags, ``any`` over the blocks) it took ~0.17 ms a frame at 16,384 GPUs, run by the
-    thermal and the power detector each: a tenth of the GPU bank's time at 10-s polls."""
-    n = _silent_alarms(state, count, last_ts, now, silent_s, np.empty(0, np.int64), np.empty(0, np.int64))
+    thermal and the power detector each: a tenth of the GPU bank's time at 10-s polls. ``compact``:
+    the blocks are compact ones (:data:`K_SIZE` columns)."""
+    n = _silent_alarms(state, count, last_ts, now, silent_s, np.empty(0, np.int64), np.empty(0, np.int64), compact)
     slots, blocks = np.empty(n, np.int64), np.empty(n, np.int64)
     if n:
-        _silent_alarms(state, count, last_ts, now, silent_s, slots, blocks)
+        _silent_alarms(state, count, last_ts, now, silent_s, slots, blocks, compact)
     return slots, blocks
 
 
 @kernel
 def _silent_alarms(state: np.ndarray, count: int, last_ts: np.ndarray, now: float, silent_s: float,
-                   slots: np.ndarray, blocks: np.ndarray) -> int:
+                   slots: np.ndarray, blocks: np.ndarray, compact: bool = False) -> int:
     """How many active alarms :func:`withdraw_silent` withdraws; where ``slots`` has room for them,
     withdraws them and writes their slot and block (a never-heard slot, NaN, is silent too)."""
     k = 0
     write = len(slots) > 0
+    size = K_SIZE if compact else A_SIZE
     for i in range(state.shape[0]):
         for b in range(count):
-            off = b * A_SIZE
-            if state[i, off + A_ACTIVE] != 0.0 and not now - last_ts[i] <= silent_s:
+            off = b * size
+            active = state[i, off + K_STATE] < 0.0 if compact else state[i, off + A_ACTIVE] != 0.0
+            if active and not now - last_ts[i] <= silent_s:
                 if write:
-                    alarm_withdraw(state, i, off, now)
+                    if compact:
+                        compact_withdraw(state, i, off, now)
+                    else:
+                        alarm_withdraw(state, i, off, now)
                     slots[k] = i
                     blocks[k] = b
                 k += 1
@@ -92,7 +190,7 @@ def _silent_alarms(state: np.ndarray, count: int, last_ts: np.ndarray, now: floa
 
 
 def withdraw_silent_in_frame(state: np.ndarray, count: int, last_ts: np.ndarray, stamps: np.ndarray,
-                             silent_s: float) -> tuple[float, np.ndarray, np.ndarray]:
+                             silent_s: float, compact: bool = False) -> tuple[float, np.ndarray, np.ndarray]:
     """:func:`withdraw_silent` as of a frame's time: ``now`` is what its ``stamps`` speak for
     (:func:`~.gpu_inputs.frame_now`: one row stamped far ahead does not silence the rest; missing
     stamps skipped). Returns ``(now, slots, blocks)``; a frame with no stamp withdraws nothing."""
@@ -100,15 +198,17 @@ def withdraw_silent_in_frame(state: np.ndarray, count: int, last_ts: np.ndarray,
     if not len(stamps):
         return float("nan"), np.empty(0, np.int64), np.empty(0, np.int64)
     now = frame_now(stamps, silent_s)
-    slots, blocks = withdraw_silent(state, count, last_ts, now, silent_s)
+    slots, blocks = withdraw_silent(state, count, last_ts, now, silent_s, compact)
     return now, slots, blocks
 
 
 def silent_gpu_withdrawals(detector: str, alarms: np.ndarray, block_events: tuple[tuple[str, ...], ...],
-                           last_ts: np.ndarray, stamps: np.ndarray, silent_s: float) -> list[Finding]:
+                           last_ts: np.ndarray, stamps: np.ndarray, silent_s: float,
+                           compact: bool = False) -> list[Finding]:
     """:func:`withdraw_silent_in_frame` over a GPU detector's ``alarms`` (block ``k`` predicts the
-    events ``block_events[k]``), and the withdrawals as predictions that say why."""
-    now, slots, blocks = withdraw_silent_in_frame(alarms, len(block_events), last_ts, stamps, silent_s)
+    events ``block_events[k]``; ``compact``: compact blocks), and the withdrawals as predictions that
+    say why."""
+    now, slots, blocks = withdraw_silent_in_frame(alarms, len(block_events), last_ts, stamps, silent_s, compact)
     return [Prediction(now, "gpu", slot, event, -1.0, 0.0, detector, silent_reason(now - float(last_ts[slot])),
                        active=False)
             for slot, block in zip(slots.tolist(), blocks.tolist()) for event in block_events[block]]

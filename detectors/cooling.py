@@ -100,14 +100,25 @@ PARAMS: dict[str, float] = {
     "idle_inlet_span_c": 3.0,  # own idle history holds only within this much of the inlet it was learnt at
 }
 R_BASE, R_BASE_SEEN = 0, 1
-# per GPU, idle: own baseline of the excess over the inlet, idle seconds it has seen, consecutive
-# idle comparisons, consecutive comparisons found hot, the inlet its baseline was learnt at, the
-# score its flag was last said with (said again with it at a comparison that cannot read it), and
-# the comparisons in a row that could not read it; under load: the score of its flag at the last
-# comparison that read it (NaN where that found it normal, or read it idle and normal), and the
-# comparisons in a row that flag has been held through since
-I_BASE, I_SEEN, I_RUN, I_HOT, I_INLET, I_SCORE, I_UNREAD, I_LSCORE, I_HELD = range(9)
-I_SIZE = 9
+# per GPU, idle (``s_idle``, float32: degrees, seconds and scores, no time of day): own baseline of
+# the excess over the inlet, idle seconds it has seen (a sum of whole peer intervals: exact in
+# float32 to 2**24 s, and rounded above only far past ``warmup_s``, the one bar it is held to), the
+# inlet its baseline was learnt at, and the score its flag was last said with (said again with it
+# at a comparison that cannot read it); under load: the score of its flag at the last comparison
+# that read it (NaN where that found it normal, or read it idle and normal)
+I_BASE, I_SEEN, I_INLET, I_SCORE, I_LSCORE = range(5)
+I_SIZE = 5
+# ... and its counts (``s_idle_count``, uint8, each held at COUNT_MAX at most: none is compared past
+# 2): consecutive idle comparisons, consecutive comparisons found hot, the comparisons in a row that
+# could not read it, and under load the comparisons in a row its flag has been held through since
+C_RUN, C_HOT, C_UNREAD, C_HELD = range(4)
+C_SIZE = 4
+COUNT_MAX = 255
+# ``s_idle`` as saved before its counts moved out (float64, nine columns; fewer before I_SCORE's were
+# added): its columns by name, and which are counts now
+OLD_IDLE = {"base": 0, "seen": 1, "run": 2, "hot": 3, "inlet": 4, "score": 5, "unread": 6, "lscore": 7, "held": 8}
+OLD_IDLE_VALUES = [OLD_IDLE[k] for k in ("base", "seen", "inlet", "score", "lscore")]  # I_BASE .. I_LSCORE
+OLD_IDLE_COUNTS = [OLD_IDLE[k] for k in ("run", "hot", "unread", "held")]  # C_RUN .. C_HELD
 UNREAD_HOLD = 2
 """Comparisons in a row a GPU's flag is held through without a reading of it (10 minutes): one
 missing reading is no recovery, a temperature dark for longer is no longer known hot. Idle, its
@@ -118,6 +129,11 @@ intervals without a reading of the node."""
 H_SINCE, H_LO, H_HI = range(3)
 NODE_QUORUM = 3  # nodes compared in a rack before one of them can be told to run hot
 FAN_SPEED_MIN, FAN_SPEED_MAX = get_field("fan_speed").valid  # outside: not a share of full speed
+
+
+def count_on(count: np.ndarray) -> np.ndarray:
+    """``count`` (``s_idle_count``'s) one more, held at :data:`COUNT_MAX`."""
+    return np.minimum(count, COUNT_MAX - 1) + 1  # type: ignore[no-any-return]
 
 
 def follow(base: np.ndarray, x: np.ndarray, w: float) -> np.ndarray:
@@ -261,7 +277,7 @@ class CoolingDetector(ThermalFitDetector):
 
     slot_kinds: ClassVar[Mapping[str, str]] = {
         **FIT_SLOT_KINDS, "s_gpu_base": "gpu", "s_gpu_loaded": "gpu", "s_gpu_flag": "gpu", "s_idle": "gpu",
-        "s_rack_base": "rack", "s_rack_flag": "rack", "s_rack_hold": "rack",
+        "s_idle_count": "gpu", "s_rack_base": "rack", "s_rack_flag": "rack", "s_rack_hold": "rack",
         "s_node_flag": "node", "s_fan_flag": "node", "s_idle_node_hot": "node", "s_fan_speed": "node",
         "s_fan_ts": "node", "s_node_base": "node", "s_idle_node_base": "node"}
     name: ClassVar[str] = "cooling"
@@ -280,7 +296,7 @@ class CoolingDetector(ThermalFitDetector):
         self.node_rack = topology.node_rack.astype(np.int64)
         self.node_loop = self.rack_loop[self.node_rack]
         self.init_fit(thermal_params({}), consumer=False)  # reads the fitted R once per peer interval
-        self.s_gpu_base = np.full((n, 2), np.nan)
+        self.s_gpu_base = np.full((n, 2), np.nan, dtype=np.float32)  # R_BASE (°C/W), R_BASE_SEEN (s, as I_SEEN)
         self.s_gpu_loaded = np.zeros(n)  # the fit's loaded seconds at the last comparison
         self.s_rack_base = np.full(topology.size("rack"), np.nan)
         # flag state per entity: time the flag rose / was last reported (NaN = not flagged)
@@ -289,8 +305,9 @@ class CoolingDetector(ThermalFitDetector):
         self.s_rack_flag = np.full(topology.size("rack"), np.nan)
         self.s_rack_hold = np.full((topology.size("rack"), 3), np.nan)  # H_SINCE, H_LO, H_HI
         self.s_fan_flag = np.full(topology.size("node"), np.nan)
-        self.s_idle = np.zeros((n, I_SIZE))
-        self.s_idle[:, [I_BASE, I_INLET, I_SCORE, I_LSCORE]] = np.nan
+        self.s_idle = np.full((n, I_SIZE), np.nan, dtype=np.float32)
+        self.s_idle[:, I_SEEN] = 0.0
+        self.s_idle_count = np.zeros((n, C_SIZE), dtype=np.uint8)
         self.s_idle_node_hot = np.zeros(topology.size("node"))  # consecutive comparisons an idle node ran hot
         self.s_fan_speed = np.full(topology.size("node"), np.nan)  # each node's last reading
         self.s_fan_ts = np.full(topology.size("node"), np.nan)  # ... and its time
@@ -311,8 +328,22 @@ class CoolingDetector(ThermalFitDetector):
             state = {**state, "s_rack_hold": np.full((len(np.asarray(state["s_rack_flag"])), 3), np.nan)}
         if "s_fan_ts" not in state and "s_fan_flag" in state:  # a stopped fan: read when last said, at least
             state = {**state, "s_fan_ts": np.array(state["s_fan_flag"], dtype=np.float64)}
-        # (I_SCORE: none said yet; I_UNREAD: read; I_LSCORE: no flag under load to hold; I_HELD: none held)
-        return add_columns(state, "s_idle", I_SIZE)
+        return self._upgrade_idle(state)
+
+    @staticmethod
+    def _upgrade_idle(state: dict[str, Any]) -> dict[str, Any]:
+        """``s_idle`` saved before its counts moved out to ``s_idle_count`` (told by that key's absence,
+        not by a width: five columns were once the old layout too), split: its values kept (cast to
+        float32 on load), its counts (NaN: none yet) held at :data:`COUNT_MAX`, where no comparison
+        tells them apart from a larger one. Columns added since it was saved start as
+        ``add_columns`` makes them: I_SCORE, none said yet; unread, read; I_LSCORE, no flag under
+        load to hold; held, none held."""
+        idle = np.asarray(state.get("s_idle"))
+        if "s_idle_count" in state or idle.ndim != 2 or idle.shape[1] > len(OLD_IDLE):
+            return state
+        old = np.asarray(add_columns(state, "s_idle", len(OLD_IDLE))["s_idle"], dtype=np.float64)
+        counts = np.clip(np.nan_to_num(old[:, OLD_IDLE_COUNTS], nan=0.0), 0, COUNT_MAX).astype(np.uint8)
+        return {**state, "s_idle": old[:, OLD_IDLE_VALUES], "s_idle_count": counts}
 
     def update(self, frame: Frame) -> list[Finding]:
         if frame.kind == "rack":
@@ -474,13 +505,13 @@ class CoolingDetector(ThermalFitDetector):
         # the GPU silent for 1,200 s, past the incident engine's quiet_s (900 s), and a still
         # degrading GPU's incident was told resolved and reopened (until 2026-12-05). It ends at a
         # comparison that finds the GPU normal, loaded or idle
-        st = self.s_idle
+        st, counts = self.s_idle, self.s_idle_count
         said_loaded = flagged | lone_gpu
         st[said_loaded, I_LSCORE] = np.where(flagged, score, node_score[self.gpu_node])[said_loaded]
         st[(trusted & ~said_loaded) | idle_normal, I_LSCORE] = np.nan
         held = np.isfinite(self.s_gpu_flag) & np.isfinite(st[:, I_LSCORE]) & ~said_loaded & ~idle_hot \
-            & (np.nan_to_num(st[:, I_HELD]) < UNREAD_HOLD)
-        st[:, I_HELD] = np.where(held, np.nan_to_num(st[:, I_HELD]) + 1, 0)
+            & (counts[:, C_HELD] < UNREAD_HOLD)
+        counts[:, C_HELD] = np.where(held, count_on(counts[:, C_HELD]), 0)
         for g in self._raise(self.s_gpu_flag, said_loaded | idle_hot | held, now, p["refresh_s"]):
             nd = self.gpu_node[g]
             if held[g]:
@@ -516,9 +547,10 @@ class CoolingDetector(ThermalFitDetector):
                     f"thermal resistance {r[g]:.4f} °C/W: {vs} — the only GPU of {topo.nodes[nd]} compared: "
                     "its thermal interface or cold plate degrading, or the node's fans (the two cannot be told apart)"))
             else:
-                self.s_idle[g, I_SCORE] = idle_peer[g] / max(idle_x[g] - idle_peer[g], 1.0)
+                idle_score = float(idle_peer[g] / max(idle_x[g] - idle_peer[g], 1.0))
+                self.s_idle[g, I_SCORE] = idle_score  # (float32: said again rounded, where it cannot be read)
                 findings.append(Anomaly(
-                    now, "gpu", int(g), "gpu_temp", float(self.s_idle[g, I_SCORE]), self.name,
+                    now, "gpu", int(g), "gpu_temp", idle_score, self.name,
                     f"idle, {idle_x[g]:.1f} °C over its inlet at {self.s_model[g, G_SIZE + M_PF]:.0f} W: "
                     f"{idle_peer[g]:+.1f} °C vs its idle node-mates at the same power"
                     + (f", {idle_own[g]:+.1f} °C vs its own idle history" if np.isfinite(idle_own[g]) else "")
@@ -624,12 +656,12 @@ class CoolingDetector(ThermalFitDetector):
         p = self.p
         topo = self.topology
         m = self.s_model
-        st = self.s_idle
+        st, counts = self.s_idle, self.s_idle_count
         n_nodes = topo.size("node")
         fresh = (now - m[:, G_TS]) <= 3 * p["peer_interval_s"]
         idle_now = fresh & quiet & (m[:, G_SIZE + M_PF] < self.fit.params[P_LOAD_MIN])
-        st[:, I_RUN] = np.where(idle_now, st[:, I_RUN] + 1, 0)
-        settled = st[:, I_RUN] >= 2
+        counts[:, C_RUN] = np.where(idle_now, count_on(counts[:, C_RUN]), 0)
+        settled = counts[:, C_RUN] >= 2
         node_idle = np.bincount(self.gpu_node[settled], minlength=n_nodes) == self.node_gpus
         usable = settled & node_idle[self.gpu_node]
         inlet = m[:, G_UL]
@@ -663,9 +695,9 @@ class CoolingDetector(ThermalFitDetector):
         # lapsed for two comparisons (20 min), past the incident engine's quiet_s, and its
         # incident was told resolved and growing again (until 2026-12-04)
         unread = usable & ~np.isfinite(xc)
-        st[:, I_UNREAD] = np.where(unread, np.nan_to_num(st[:, I_UNREAD]) + 1, 0)
-        held = unread & (st[:, I_UNREAD] <= UNREAD_HOLD)
-        st[:, I_HOT] = np.where(hot, st[:, I_HOT] + 1, np.where(held, st[:, I_HOT], 0))
+        counts[:, C_UNREAD] = np.where(unread, count_on(counts[:, C_UNREAD]), 0)
+        held = unread & (counts[:, C_UNREAD] <= UNREAD_HOLD)
+        counts[:, C_HOT] = np.where(hot, count_on(counts[:, C_HOT]), np.where(held, counts[:, C_HOT], 0))
         # not learnt while its node is flagged either: its history tells a node hot against its loop
         # from a moved reference (below), and failed fans warm every GPU alike, none of them hot;
         # nor from no reading (it had made the history NaN: learnt afresh from the next)
@@ -693,8 +725,8 @@ class CoolingDetector(ThermalFitDetector):
         node_hot, _ = above_usual(self.s_idle_node_base, rise, p["idle_node_rise_min_c"], p["idle_peer_only_c"],
                                   p["warmup_s"], w, p["peer_interval_s"], confirmed)
         self.s_idle_node_hot = np.where(node_hot, self.s_idle_node_hot + 1, 0)
-        normal = usable & np.isfinite(xc) & (st[:, I_HOT] == 0)  # read, and not hot (a loaded flag ends)
-        return x, own, peer, st[:, I_HOT] >= 2, rise, self.s_idle_node_hot >= 2, by_rack, normal
+        normal = usable & np.isfinite(xc) & (counts[:, C_HOT] == 0)  # read, and not hot (a loaded flag ends)
+        return x, own, peer, counts[:, C_HOT] >= 2, rise, self.s_idle_node_hot >= 2, by_rack, normal
 
     def _node_reference(self, node_med: np.ndarray, node_power: np.ndarray | None = None
                         ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:

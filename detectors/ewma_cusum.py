@@ -41,9 +41,13 @@ from foreshock.topology import Topology
 
 from .base import Detector
 
-# state columns per (slot, field)
+# state columns per (slot, field), float32 (STATE_DTYPE): every column a value, none a time or a
+# counter that must stay exact. COUNT counts a regime's samples; float32 holds it exactly up to 2**24
+# (194 days at 1 s), where ``+= 1`` stops growing it: harmless, it only has to pass ``warmup``.
+# Each sample's update is computed in float64 from the stored values and stored rounded, once.
 LEVEL, SCALE, POS, NEG, COUNT = range(5)
 N_STATE = 5
+STATE_DTYPE = np.float32
 SIGMA_PER_MAD = 1.2533
 # A warm-up's first samples (the seed and the next two) are taken whole: the scale is not known
 # yet, and a series seeded on a glitch must be able to leave it at once.
@@ -70,23 +74,25 @@ def _ewma_cusum_kernel(slot: np.ndarray, values: np.ndarray, state: np.ndarray, 
             x = values[i, j]
             if not math.isfinite(x):
                 continue  # missing (NaN) or overflowed (inf): state unchanged (an inf made it NaN for good)
-            st = state[s, j]
-            if st[COUNT] == 0:
+            st = state[s, j]  # float32: read into float64 locals, computed in float64, stored once
+            count = float(st[COUNT])
+            if count == 0:
                 st[LEVEL] = x
                 st[SCALE] = 0.0
-                st[COUNT] = 1
+                st[COUNT] = 1.0
                 continue
-            dev = x - st[LEVEL]
-            sigma = max(SIGMA_PER_MAD * st[SCALE], min_scale)
+            level, scale, pos, neg = float(st[LEVEL]), float(st[SCALE]), float(st[POS]), float(st[NEG])
+            dev = x - level
+            sigma = max(SIGMA_PER_MAD * scale, min_scale)
             z = dev / sigma
-            st[COUNT] += 1
-            if st[COUNT] > warmup:
-                st[POS] = max(0.0, st[POS] + z - drift)
-                st[NEG] = max(0.0, st[NEG] - z - drift)
-                if st[POS] > threshold or st[NEG] > threshold:
+            count += 1.0
+            if count > warmup:
+                pos = max(0.0, pos + z - drift)
+                neg = max(0.0, neg - z - drift)
+                if pos > threshold or neg > threshold:
                     out_row[n] = i
                     out_col[n] = j
-                    out_score[n] = max(st[POS], st[NEG])
+                    out_score[n] = max(pos, neg)
                     n += 1
                     # a change is reported once: the level restarts from the new regime and is
                     # re-learnt over ``warmup`` samples (on a real load step the clipped level
@@ -96,23 +102,28 @@ def _ewma_cusum_kernel(slot: np.ndarray, values: np.ndarray, state: np.ndarray, 
                     # learnt its distance unclipped, ~7x too wide to see a real shift after it
                     st[POS] = 0.0
                     st[NEG] = 0.0
-                    st[COUNT] = 0
+                    st[COUNT] = 0.0
                     continue
-            if st[COUNT] <= warmup:
+            if count <= warmup:
                 # learning a regime: the running mean and mean absolute deviation, winsorised only
                 # far out (WARMUP_CLIP). A clipped EWMA of the scale started from zero could grow
                 # only a few percent a sample (its clip is a multiple of itself): a series noisier
                 # than ``min_scale`` ended its warm-up with a sigma far too small and alarmed at
                 # once (every loaded GPU's power, whose step rhythm swings it by 100-300 W, at +5 min).
-                if st[COUNT] > WARMUP_FREE:
+                if count > WARMUP_FREE:
                     lim = WARMUP_CLIP * sigma
                     dev = min(max(dev, -lim), lim)
-                st[LEVEL] += dev / st[COUNT]
-                st[SCALE] += (abs(dev) - st[SCALE]) / (st[COUNT] - 1)
+                level += dev / count
+                scale += (abs(dev) - scale) / (count - 1.0)
             else:
                 lim = clip * sigma
-                st[LEVEL] += alpha * min(max(dev, -lim), lim)
-                st[SCALE] += alpha * (min(abs(dev), lim) - st[SCALE])
+                level += alpha * min(max(dev, -lim), lim)
+                scale += alpha * (min(abs(dev), lim) - scale)
+            st[LEVEL] = level
+            st[SCALE] = scale
+            st[POS] = pos
+            st[NEG] = neg
+            st[COUNT] = count
     return n
 
 
@@ -138,7 +149,7 @@ class RobustZScoreDetector(Detector):
         self.fields = tuple(fields)
         self._cols = np.array([known.index(f) for f in self.fields])
         self.params = np.array([alpha, clip, drift, threshold, warmup, min_scale], dtype=np.float64)
-        self.s_state = np.zeros((topology.size("gpu"), len(self.fields), N_STATE))
+        self.s_state = np.zeros((topology.size("gpu"), len(self.fields), N_STATE), dtype=STATE_DTYPE)
 
     def update(self, frame: Frame) -> list[Finding]:
         if len(frame) == 0:

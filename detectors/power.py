@@ -68,7 +68,7 @@ from foreshock.remap import Remap
 from foreshock.topology import Topology
 
 from .alarm import (CODE_NONE, CODE_START, CODE_WITHDRAW, O_CODE, O_CONF, O_ETA, O_ROW, O_V0,
-                    O_WHICH, OUT_SIZE, alarm_step, emit, new_alarm_columns)
+                    O_WHICH, OUT_SIZE, compact_from_alarm_columns, compact_step, emit, new_compact_alarms)
 from .base import add_columns, resolve_params
 from . import gpu_inputs as gi
 from .gpu_inputs import reason_bits, Scratch, inline, kernel, site_loop_rise, site_loop_tau
@@ -76,22 +76,28 @@ from . import thermal as th
 from . import thermal_fit as tf
 from .thermal_fit import FIT_SLOT_KINDS, R_DT, R_TPREV, X_REASONS, ThermalFit, ThermalFitDetector
 
-# envelope, its Holt level/slope, loaded samples, braking, thermally throttled, envelope
-# before the thermal throttle, temperature slope (°C/s)
-S_ENV, S_LEVEL, S_SLOPE, S_N, S_BRAKE, S_THERMAL, S_ENV_PRE, S_TB, S_ETA, S_EVAL_TS = range(10)
+# envelope, its Holt level/slope, loaded samples with whether it brakes and whether the thermal
+# limiter holds it (S_FLAGS: see PK_*), envelope before the thermal throttle, temperature slope (°C/s)
+S_ENV, S_LEVEL, S_SLOPE, S_FLAGS, S_ENV_PRE, S_TB, S_ETA, S_EVAL_TS = range(8)
 # ... the last forecast ETA and when it was solved; 1 once the GPU drew well over the default
 # limit while reporting none (else 0 or NaN, or minus the count of readings past it while that is
 # judged: see DEFAULT_LIMIT_SLACK_W and OVER_DEFAULT_READINGS); when its throttle reasons
 # were last read (see reasons_stale_s); its die temperature smoothed (see confirmed_r_level);
 # when its power cap last bound (see cap_hold_s); when its brake was last let go (a brake back
 # within off_hold_s is not announced again: see _power_kernel)
-S_OVER_DEFAULT, S_BITS_TS, S_T_SEEN, S_CAP_TS, S_BRAKE_OFF_TS = 10, 11, 12, 13, 14
+S_OVER_DEFAULT, S_BITS_TS, S_T_SEEN, S_CAP_TS, S_BRAKE_OFF_TS = range(8, 13)
 # ... and the confidence its cap forecast had when the brake or the thermal limiter took hold (the
 # node-brake and thermal-release predictions rest on what it drew before, not on samples since)
-S_CONF_PRE = 15
+S_CONF_PRE = 13
 # ... and its die temperature between whole degrees (see the kernel: where the leakage forecast starts)
-S_T_EST = 16
-S_SIZE = 17
+S_T_EST = 14
+S_SIZE = 15
+PK_BRAKE, PK_THERMAL, PK_SAMPLES = 1, 2, 4
+"""``S_FLAGS``, a whole number: braking (PK_BRAKE), thermally throttled (PK_THERMAL), and the count
+of loaded samples times PK_SAMPLES — exact as a float64 up to 2^51 samples. Read and written only
+through :func:`loaded_samples`, :func:`is_braking`, :func:`is_thermal` and their setters (and
+:func:`braking_of` over every GPU). Until 2026-12-06 three columns (layout 1's S_N, S_BRAKE,
+S_THERMAL: 3, 4, 5)."""
 DEFAULT_LIMIT_SLACK_W = 5.0 * facts.POWER_NOISE_W
 """A GPU that reports no power limit (dcgm-exporter's default counters do not) is taken to have
 Hopper's 700 W — until its compute-phase power is this far over it, in more than one sample
@@ -137,6 +143,65 @@ CAP_HELD_UNDER_W = 3.0 * facts.POWER_NOISE_W
 reads 688-696 W, median 691, under its 700 W limit with the cap bit set: within 5 W of the limit
 were 3 of its 753 capped samples, within 15 W 736; no uncapped sample was within 15 W with its
 clock cut."""
+
+@inline
+def loaded_samples(s: np.ndarray, i: int) -> float:
+    """GPU ``i``'s count of loaded samples (the cap forecast's warm-up; 0: idle or restarting)."""
+    return np.floor(s[i, S_FLAGS] / PK_SAMPLES)  # type: ignore[no-any-return]
+
+
+@inline
+def set_loaded_samples(s: np.ndarray, i: int, n: float) -> None:
+    s[i, S_FLAGS] = n * PK_SAMPLES + (int(s[i, S_FLAGS]) & (PK_BRAKE | PK_THERMAL))
+
+
+@inline
+def is_braking(s: np.ndarray, i: int) -> bool:
+    """Whether GPU ``i`` brakes (HW power brake, 0x80), as last read."""
+    return (int(s[i, S_FLAGS]) & PK_BRAKE) != 0
+
+
+@inline
+def set_braking(s: np.ndarray, i: int, on: bool) -> None:
+    flags = int(s[i, S_FLAGS])
+    s[i, S_FLAGS] = (flags | PK_BRAKE) if on else (flags & ~PK_BRAKE)
+
+
+@inline
+def is_thermal(s: np.ndarray, i: int) -> bool:
+    """Whether a thermal limiter held GPU ``i`` at its last reading of reasons."""
+    return (int(s[i, S_FLAGS]) & PK_THERMAL) != 0
+
+
+@inline
+def set_thermal(s: np.ndarray, i: int, on: bool) -> None:
+    flags = int(s[i, S_FLAGS])
+    s[i, S_FLAGS] = (flags | PK_THERMAL) if on else (flags & ~PK_THERMAL)
+
+
+def braking_of(s_gpu: np.ndarray) -> np.ndarray:
+    """:func:`is_braking` of every GPU (``s_gpu``: the detector's rows), as booleans."""
+    return (np.asarray(s_gpu)[:, S_FLAGS].astype(np.int64) & PK_BRAKE) != 0
+
+
+def thermal_of(s_gpu: np.ndarray) -> np.ndarray:
+    """:func:`is_thermal` of every GPU, as booleans."""
+    return (np.asarray(s_gpu)[:, S_FLAGS].astype(np.int64) & PK_THERMAL) != 0
+
+
+def loaded_samples_of(s_gpu: np.ndarray) -> np.ndarray:
+    """:func:`loaded_samples` of every GPU."""
+    return np.floor(np.asarray(s_gpu)[:, S_FLAGS] / PK_SAMPLES)
+
+
+def with_flags(s_gpu: np.ndarray, samples: np.ndarray, braking: np.ndarray, thermal: np.ndarray) -> np.ndarray:
+    """``s_gpu`` (a copy) with each GPU's ``S_FLAGS`` made of its loaded ``samples`` (whole numbers) and
+    whether it is ``braking`` and ``thermal`` (booleans)."""
+    out = np.array(s_gpu, dtype=np.float64)
+    out[:, S_FLAGS] = (np.asarray(samples, dtype=np.float64) * PK_SAMPLES + np.where(braking, PK_BRAKE, 0)
+                       + np.where(thermal, PK_THERMAL, 0))
+    return out
+
 
 PARAMS: dict[str, float] = {
     "tau_level_s": 20.0,
@@ -286,7 +351,7 @@ def release_brake(s: np.ndarray, i: int, node: int, node_brake: np.ndarray) -> N
     """GPU ``i`` no longer brakes (its reasons say so, or went unread too long, see also
     :func:`_age_out_brakes`): off its node's count. The node event ends where the count is 0 once
     a whole poll is read (:func:`_node_brake_events`), not at the row that took it there."""
-    s[i, S_BRAKE] = 0.0
+    set_braking(s, i, False)
     node_brake[node, N_COUNT] = max(node_brake[node, N_COUNT] - 1.0, 0.0)
 
 
@@ -314,7 +379,7 @@ def _age_out_brakes(obs: tuple[np.ndarray, ...], rows: np.ndarray, n_rows: int, 
         ts = obs[tf.X_TS][row]
         for k in range(at[node], at[node + 1]):
             j = gpus[k]
-            if s[j, S_BRAKE] == 1.0 and not ts - s[j, S_BITS_TS] <= stale_s:
+            if is_braking(s, j) and not ts - s[j, S_BITS_TS] <= stale_s:
                 release_brake(s, j, node, node_brake)
                 released += 1
         if node_brake[node, N_COUNT] == 0.0:
@@ -359,7 +424,7 @@ def _node_brake_events(obs: tuple[np.ndarray, ...], rows: np.ndarray, span: tupl
                     end_node_event(node_brake, node)
             continue
         node_brake[node, N_ZERO_TS] = np.nan
-        if s[i, S_BRAKE] == 1.0 and node_brake[node, N_COUNT] >= node_min and node_brake[node, N_ACTIVE] == 0.0:
+        if is_braking(s, i) and node_brake[node, N_COUNT] >= node_min and node_brake[node, N_ACTIVE] == 0.0:
             node_brake[node, N_ACTIVE] = 1.0
             n_out = emit(out, n_out, row, WHICH_NODE_BRAKE, CODE_START, 0.0, 1.0,
                          (node_brake[node, N_COUNT], float(node), 0.0, 0.0, 0.0, 0.0))
@@ -462,10 +527,10 @@ def _power_kernel(obs: tuple[np.ndarray, ...], rows: np.ndarray, span: tuple[int
         if bits >= 0:
             s[i, S_BITS_TS] = ts
             braking = (bits & facts.THROTTLE_HW_POWER_BRAKE) != 0
-            if braking and s[i, S_BRAKE] == 0.0:
-                s[i, S_BRAKE] = 1.0
+            if braking and not is_braking(s, i):
+                set_braking(s, i, True)
                 s[i, S_ENV_PRE] = s[i, S_ENV]  # what it drew before the brake
-                s[i, S_CONF_PRE] = min(1.0, s[i, S_N] / (2.0 * p[P_MIN_N]))  # ... and on how many samples
+                s[i, S_CONF_PRE] = min(1.0, loaded_samples(s, i) / (2.0 * p[P_MIN_N]))  # ... and on how many samples
                 node_brake[node, N_COUNT] += 1.0
                 if not ts - s[i, S_BRAKE_OFF_TS] < p[P_OFF_HOLD]:
                     # a brake back within off_hold_s of its release is the same one flickering (a
@@ -473,12 +538,12 @@ def _power_kernel(obs: tuple[np.ndarray, ...], rows: np.ndarray, span: tuple[int
                     n_out = emit(out, n_out, row, WHICH_GPU_BRAKE, CODE_START, 0.0, 1.0,
                                  (node_brake[node, N_COUNT], 0.0, 0.0, 0.0, 0.0, 0.0))
                 # whether the node brakes as a whole is decided once the poll is read (_node_brake_events)
-            elif not braking and s[i, S_BRAKE] == 1.0:
+            elif not braking and is_braking(s, i):
                 release_brake(s, i, node, node_brake)
                 s[i, S_BRAKE_OFF_TS] = ts
             capped = (bits & facts.THROTTLE_SW_POWER_CAP) != 0
             thermal = (bits & (facts.THROTTLE_SW_THERMAL | facts.THROTTLE_HW_THERMAL)) != 0
-        elif s[i, S_BRAKE] == 1.0 and not ts - s[i, S_BITS_TS] <= p[P_REASONS_STALE]:
+        elif is_braking(s, i) and not ts - s[i, S_BITS_TS] <= p[P_REASONS_STALE]:
             # reasons unread for long: whether it still brakes is unknown — let the brake go
             release_brake(s, i, node, node_brake)
         # --- power cap: the compute-phase envelope, pushed by trend and by leakage -----------
@@ -499,7 +564,7 @@ def _power_kernel(obs: tuple[np.ndarray, ...], rows: np.ndarray, span: tuple[int
             counts[0] += 1.0 if over_limit else 0.0
             counts[1] += 1.0 if over_default else 0.0
             at_cap = capped or ts - s[i, S_CAP_TS] <= p[P_CAP_HOLD]
-            code = alarm_step(alarms, i, 0, ts, False, not at_cap, p[P_ON], p[P_OFF_HOLD], p[P_REFRESH])
+            code = compact_step(alarms, i, 0, ts, False, not at_cap, p[P_ON], p[P_OFF_HOLD], p[P_REFRESH])
             if code != CODE_NONE:
                 n_out = emit(out, n_out, row, WHICH_CAP, code, np.inf, 0.0,
                              (np.nan, np.nan, m[i, tf.G_PLIM], np.nan, 0.0, 0.0))
@@ -507,20 +572,20 @@ def _power_kernel(obs: tuple[np.ndarray, ...], rows: np.ndarray, span: tuple[int
         limit = m[i, tf.G_PLIM]
         if not reported:  # none reported: Hopper's, unless it drew well over that (see below)
             limit = np.nan if s[i, S_OVER_DEFAULT] == 1.0 else facts.POWER_LIMIT_W
-        node_event = s[i, S_BRAKE] == 1.0 and node_brake[parents[i, 1], N_ACTIVE] == 1.0
+        node_event = is_braking(s, i) and node_brake[parents[i, 1], N_ACTIVE] == 1.0
         if thermal:
-            if s[i, S_THERMAL] == 0.0:  # remember what it drew before the limiter held it down
-                s[i, S_THERMAL] = 1.0
+            if not is_thermal(s, i):  # remember what it drew before the limiter held it down
+                set_thermal(s, i, True)
                 s[i, S_ENV_PRE] = s[i, S_ENV]
-                s[i, S_CONF_PRE] = min(1.0, s[i, S_N] / (2.0 * p[P_MIN_N]))
+                s[i, S_CONF_PRE] = min(1.0, loaded_samples(s, i) / (2.0 * p[P_MIN_N]))
         else:
-            s[i, S_THERMAL] = 0.0
-        if s[i, S_N] == 0.0 or power < p[P_LOAD_MIN] or dt >= tparams[tf.P_GAP]:
+            set_thermal(s, i, False)
+        if loaded_samples(s, i) == 0.0 or power < p[P_LOAD_MIN] or dt >= tparams[tf.P_GAP]:
             # idle or restarting: the trend starts over (a job start is a step, not a trend)
             s[i, S_ENV] = power
             s[i, S_LEVEL] = power
             s[i, S_SLOPE] = 0.0
-            s[i, S_N] = 1.0 if power >= p[P_LOAD_MIN] else 0.0
+            set_loaded_samples(s, i, 1.0 if power >= p[P_LOAD_MIN] else 0.0)
             if dt >= tparams[tf.P_GAP]:
                 s[i, S_OVER_DEFAULT] = 0.0  # after a gap it may be another GPU (a replaced board)
         else:
@@ -537,7 +602,7 @@ def _power_kernel(obs: tuple[np.ndarray, ...], rows: np.ndarray, span: tuple[int
                 s[i, S_LEVEL], s[i, S_SLOPE], s[i, S_ENV], dt,
                 1.0 - tf.cached_decay(cache, C_LEVEL, dt, p[P_TAU_LEVEL]),
                 1.0 - tf.cached_decay(cache, C_SLOPE, dt, p[P_TAU_SLOPE]))
-            s[i, S_N] += 1.0
+            set_loaded_samples(s, i, loaded_samples(s, i) + 1.0)
         # Holt's level runs ahead of a step (a job's first samples ramp from idle to load) and
         # then overshoots the envelope it smooths by tens of watts for a minute or two; the
         # envelope, a running maximum of noisy samples, is already the highest honest estimate.
@@ -563,8 +628,8 @@ def _power_kernel(obs: tuple[np.ndarray, ...], rows: np.ndarray, span: tuple[int
             # the hold to end, up to cap_hold_s later.)
             capped = True
         eta = np.inf
-        held = thermal or s[i, S_BRAKE] == 1.0
-        if s[i, S_N] >= p[P_MIN_N] and not held and limit == limit:
+        held = thermal or is_braking(s, i)
+        if loaded_samples(s, i) >= p[P_MIN_N] and not held and limit == limit:
             since = ts - s[i, S_EVAL_TS]
             if not since < tparams[tf.P_EVERY]:  # solved every forecast_every_s, aged between
                 damp = th.inlet_damping(parents[i, 0], racks, tparams)
@@ -597,7 +662,7 @@ def _power_kernel(obs: tuple[np.ndarray, ...], rows: np.ndarray, span: tuple[int
             # a smaller power budget and a loaded GPU meets its (lowered) cap
             eta = p[P_RELEASE_ETA]
             released = True
-        confidence = min(1.0, s[i, S_N] / (2.0 * p[P_MIN_N]))
+        confidence = min(1.0, loaded_samples(s, i) / (2.0 * p[P_MIN_N]))
         if released and s[i, S_CONF_PRE] == s[i, S_CONF_PRE]:
             # what it drew before the brake or the limiter: a braked GPU under load_min_w counts as
             # idle since (S_N 0), and its prediction went out with confidence 0 (until 2026-12-05)
@@ -605,7 +670,7 @@ def _power_kernel(obs: tuple[np.ndarray, ...], rows: np.ndarray, span: tuple[int
         firing = eta <= horizon and not capped
         clear = not eta <= horizon * p[P_CLEAR] and not capped
         on_count = 1.0 if eta <= p[P_URGENT] else p[P_ON]
-        code = alarm_step(alarms, i, 0, ts, firing, clear, on_count, p[P_OFF_HOLD], p[P_REFRESH])
+        code = compact_step(alarms, i, 0, ts, firing, clear, on_count, p[P_OFF_HOLD], p[P_REFRESH])
         if code != CODE_NONE:
             # (the reason's values: v[4] what it drew before a thermal release, else 0; v[5] 1 on a
             # node-wide brake, else -1 where the limit is the default assumed, none reported, else 0)
@@ -616,12 +681,42 @@ def _power_kernel(obs: tuple[np.ndarray, ...], rows: np.ndarray, span: tuple[int
 
 
 
+STATE_LAYOUT = 2
+"""The layout of the detector's own arrays (``state_layout`` in its state; a state without it is
+layout 1). Removing columns makes an array's width no sign of its version any more, so the layout is
+said outright."""
+LAYOUT1_S_SIZE = 17
+"""Layout 1's ``s_gpu`` width (before 2026-12-06); narrower ones are older still (columns added at
+the end: NaN there, see :meth:`PowerDetector.upgrade_state`). Its columns: this layout's up to
+S_SLOPE, then the loaded samples, braking and thermally held flags (3, 4, 5: S_FLAGS here), then this
+layout's from S_ENV_PRE on."""
+LAYOUT1_N, LAYOUT1_BRAKE, LAYOUT1_THERMAL = 3, 4, 5
+
+
+def upgrade_layout1(state: dict[str, Any]) -> dict[str, Any]:
+    """A state of layout 1 (saved before ``state_layout``) in this one: ``s_gpu`` widened to layout 1
+    first (where older), its three count and flag columns packed into ``S_FLAGS``, and ``s_alarm``'s
+    four-column block as a compact one (:func:`~.alarm.compact_from_alarm_columns`)."""
+    out = add_columns(state, "s_gpu", LAYOUT1_S_SIZE)
+    out = dict(out)
+    if "s_gpu" in out and np.ndim(out["s_gpu"]) == 2 and np.shape(out["s_gpu"])[1] == LAYOUT1_S_SIZE:
+        old = np.asarray(out["s_gpu"], dtype=np.float64)
+        new = np.delete(old, [LAYOUT1_BRAKE, LAYOUT1_THERMAL], axis=1)  # (S_N's column becomes S_FLAGS)
+        out["s_gpu"] = with_flags(new, old[:, LAYOUT1_N], old[:, LAYOUT1_BRAKE] == 1.0,
+                                  old[:, LAYOUT1_THERMAL] == 1.0)
+    if "s_alarm" in state and np.ndim(state["s_alarm"]) == 2:
+        out["s_alarm"] = compact_from_alarm_columns(state["s_alarm"], 1)
+    return out
+
+
 class PowerDetector(ThermalFitDetector):
     """Predicts ``power_cap``; reports power brake per GPU and per node at once."""
 
     slot_kinds: ClassVar[Mapping[str, str]] = {**FIT_SLOT_KINDS, "s_gpu": "gpu", "s_alarm": "gpu", "s_node_brake": "node"}
     name: ClassVar[str] = "power"
     kinds: ClassVar[tuple[str, ...]] = ("gpu", "rack")
+    state_scalars: ClassVar[tuple[str, ...]] = ("state_layout",)
+    state_layout: int = STATE_LAYOUT
 
     def __init__(self, topology: Topology, health: PipelineHealth | None = None, **params: Any) -> None:
         super().__init__(topology)
@@ -632,9 +727,9 @@ class PowerDetector(ThermalFitDetector):
         n = topology.size("gpu")
         self.init_fit(self.thermal_params, consumer=True)
         self.s_gpu = np.full((n, S_SIZE), np.nan)
-        self.s_gpu[:, [S_N, S_BRAKE, S_THERMAL, S_TB, S_OVER_DEFAULT]] = 0.0
+        self.s_gpu[:, [S_FLAGS, S_TB, S_OVER_DEFAULT]] = 0.0  # (no samples, not braking, not held)
         self.s_gpu[:, S_ETA] = np.inf
-        self.s_alarm = new_alarm_columns(n, 1)
+        self.s_alarm = new_compact_alarms(n, 1)
         self.s_node_brake = np.zeros((topology.size("node"), N_SIZE))
         self.s_node_brake[:, N_ZERO_TS] = np.nan
         # power readings past their limit (see tf.OVER_LIMIT_READING_W), and past the 700 W default
@@ -655,7 +750,7 @@ class PowerDetector(ThermalFitDetector):
         self.update_fit(frame)
         fit = self.fit
         found = self._findings(fit.obs, self._out[:self._n_out])
-        found += self.withdraw_silent_gpus(self.s_alarm, ("power_cap",))
+        found += self.withdraw_silent_gpus(self.s_alarm, ("power_cap",), compact=True)
         if self._counts[0]:
             self.health.problem(self.name, f"power reading over its enforced limit by more than "
                                 f"{tf.OVER_LIMIT_READING_W:g} W: not taken for the cap forecast", int(self._counts[0]))
@@ -683,8 +778,12 @@ class PowerDetector(ThermalFitDetector):
         read, so a brake held then is let go; no die temperature seen yet, taken from the next sample;
         its cap not seen binding; no brake let go; the confidence before a brake unknown, the current
         one stands; the die between degrees taken from the next reading), and ``s_node_brake`` before
-        N_ZERO_TS (NaN: its count not read 0 while raised)."""
-        return add_columns(add_columns(super().upgrade_state(state), "s_gpu", S_SIZE), "s_node_brake", N_SIZE)
+        N_ZERO_TS (NaN: its count not read 0 while raised); a state saved before ``state_layout``
+        (layout 1) in this one (:func:`upgrade_layout1`)."""
+        state = add_columns(super().upgrade_state(state), "s_node_brake", N_SIZE)
+        if "state_layout" in state:
+            return state
+        return {**upgrade_layout1(state), "state_layout": STATE_LAYOUT}
 
     def remap_state(self, state: dict[str, Any], remap: Remap) -> dict[str, Any]:
         """... and each node's count of braking GPUs counted again from the GPUs' brake flags as
@@ -695,7 +794,7 @@ class PowerDetector(ThermalFitDetector):
         ends where none of the node's GPUs brakes any more, as after a poll
         (:func:`_node_brake_events`)."""
         moved = super().remap_state(state, remap)
-        braking = np.asarray(moved["s_gpu"])[:, S_BRAKE] == 1.0
+        braking = braking_of(moved["s_gpu"])
         node_brake = np.array(moved["s_node_brake"], dtype=float)
         node_brake[:, N_COUNT] = np.bincount(self.topology.gpu_node[braking], minlength=len(node_brake))
         node_brake[node_brake[:, N_COUNT] == 0.0, N_ACTIVE] = 0.0

@@ -83,22 +83,41 @@ from .gpu_inputs import (frame_now, HELD, INLET_MAX_C, INLET_MIN_C, inline, reas
                          reading_jump, Scratch, gpu_columns, kernel)
 
 OBS_FIELDS = ("sm_clock", "sm_clock_max", "util", "gpu_temp", "throttle_reasons", "power")
-(S_TS, S_CLOCK, S_TEMP, S_UTIL, S_THROTTLE, S_N, S_BUSY_TS, S_POWER, S_UTIL_TS, S_BUSY_W, S_TAKEN,
- S_CLOCK_TS, S_TEMP_TS, S_THROTTLE_TS, S_POWER_TS) = range(15)
-S_SIZE = 15
+(S_TS, S_CLOCK, S_TEMP, S_UTIL, S_THROTTLE, S_N, S_BUSY_TS, S_POWER, S_UTIL_TS, S_BUSY_W,
+ S_CLOCK_TS, S_TEMP_TS, S_THROTTLE_TS, S_POWER_TS) = range(14)
+S_SIZE = 14
 """Per GPU: its last tick (``S_TS``), its busy-only means (``S_CLOCK``, ``S_TEMP``, ``S_THROTTLE``,
 ``S_POWER``: over busy samples, see :func:`_ew_kernel`) and utilisation mean; ``S_N`` counts busy
 samples, ``S_BUSY_TS`` is the last of them and ``S_BUSY_W`` the weight its means took at it;
 ``S_UTIL_TS`` is when a utilisation was last read (the comparisons need it fresh: a GPU whose util
 stopped coming kept its last one, "busy" on means frozen since, and was named "slower" every
-``refresh_s`` for good); ``S_TAKEN`` holds the ``T_*`` bits of the means that already took a value at
-tick ``S_TS``, so that a second row of the same tick (two sources scraping it, a frame split by field)
-adds the fields it alone brings and weighs none twice. ``S_CLOCK_TS``, ``S_TEMP_TS``,
-``S_THROTTLE_TS`` and ``S_POWER_TS`` are when each busy mean last took a value: a GPU still busy
-whose clock (or temperature, throttle reasons, power) stopped coming — an exporter that lost the
-field — is not compared on that mean, frozen since (:func:`_compare_kernel`)."""
+``refresh_s`` for good). ``S_CLOCK_TS``, ``S_TEMP_TS``, ``S_THROTTLE_TS`` and ``S_POWER_TS`` are when
+each busy mean last took a value: a GPU still busy whose clock (or temperature, throttle reasons,
+power) stopped coming — an exporter that lost the field — is not compared on that mean, frozen since
+(:func:`_compare_kernel`). The means that already took a value at tick ``S_TS`` are those whose time
+(``S_UTIL_TS`` and the four) is ``S_TS`` (:func:`_taken`), so that a second row of the same tick (two
+sources scraping it, a frame split by field) adds the fields it alone brings and weighs none twice:
+a mean's time is set only with a value, at the row's tick, and ticks only move on. (Until 2026-12-06
+a column ``S_TAKEN`` kept those bits, at 10: :data:`LAYOUT1_S_SIZE`.)"""
+LAYOUT1_S_SIZE = 15
+"""``s_gpu``'s width in layout 1 (a state without ``state_layout``, before 2026-12-06): the columns
+above with ``S_TAKEN`` (the ``T_*`` bits of the means taken at tick ``S_TS``) at
+:data:`LAYOUT1_S_TAKEN`, the four means' times after it (11..14). Narrower layout-1 states are older
+still (columns added at the end: :meth:`StragglerDetector.upgrade_state`)."""
+LAYOUT1_S_TAKEN = 10
+STATE_LAYOUT = 2
+"""The layout of the detector's arrays (``state_layout`` in its state; a state without it is layout 1).
+Removing ``S_TAKEN`` made ``s_gpu``'s width no sign of its version: the layout is said outright."""
 T_UTIL, T_CLOCK, T_TEMP, T_POWER, T_THROTTLE = 1, 2, 4, 8, 16
 T_ALL = 31
+
+
+@inline
+def _taken(s: np.ndarray, i: int, ts: float) -> int:
+    """The ``T_*`` bits of GPU ``i``'s means that took a value at tick ``ts`` (their time is ``ts``)."""
+    return ((T_UTIL if s[i, S_UTIL_TS] == ts else 0) | (T_CLOCK if s[i, S_CLOCK_TS] == ts else 0)
+            | (T_TEMP if s[i, S_TEMP_TS] == ts else 0) | (T_POWER if s[i, S_POWER_TS] == ts else 0)
+            | (T_THROTTLE if s[i, S_THROTTLE_TS] == ts else 0))
 THROTTLING = facts.THERMAL_THROTTLE_MASK | facts.THROTTLE_HW_POWER_BRAKE
 """The throttle bits that count for "throttling more". Not the SW power cap (0x4): under full load
 GPUs sit on it by turns (the nvidia-smi capture: 0x4 held at 691 W), and a GPU that holds it more
@@ -198,7 +217,7 @@ def _ew_kernel(obs: tuple[np.ndarray, ...], s: np.ndarray, tau: float, busy_util
 
     A row at its GPU's last tick (``ts`` equal to it) continues that tick: two sources scraping one
     tick, or a frame split by field. Each mean that has not yet taken a value at this tick
-    (``S_TAKEN``) takes this row's, with the weight the tick's first value got (a busy tick's is
+    (:func:`_taken`) takes this row's, with the weight the tick's first value got (a busy tick's is
     ``S_BUSY_W``), and no mean moves twice: a field the tick already brought (a duplicate row) keeps
     the first value. The tick is busy if its first utilisation was: fields that come before any
     utilisation of their tick are not known to be busy, and are not averaged. Dropped as out of
@@ -214,10 +233,9 @@ def _ew_kernel(obs: tuple[np.ndarray, ...], s: np.ndarray, tau: float, busy_util
         if ts < last:  # (False for a GPU with no tick yet)
             skipped += 1
             continue
-        if ts != last:  # a new tick: no mean has taken a value at it yet
+        if ts != last:  # a new tick: no mean has taken a value at it yet (each one's time is older)
             s[i, S_TS] = ts
-            s[i, S_TAKEN] = 0.0
-        taken = int(s[i, S_TAKEN])
+        taken = _taken(s, i, ts)
         clock, clock_max, util, temp = clocks[row], clock_maxes[row], utils[row], temps[row]
         reasons, power = all_reasons[row], powers[row]
         if not 0.0 <= util <= UTIL_MAX:  # (NaN too)
@@ -245,7 +263,6 @@ def _ew_kernel(obs: tuple[np.ndarray, ...], s: np.ndarray, tau: float, busy_util
                 s[i, S_BUSY_TS] = ts
                 s[i, S_N] += 1.0
         if s[i, S_BUSY_TS] != ts:  # idle, or not known to be busy
-            s[i, S_TAKEN] = taken
             continue
         w = s[i, S_BUSY_W]
         x = clock / clock_max if 0.0 < clock_max < np.inf else np.nan  # (NaN with a NaN clock)
@@ -268,7 +285,6 @@ def _ew_kernel(obs: tuple[np.ndarray, ...], s: np.ndarray, tau: float, busy_util
             s[i, S_THROTTLE] = x if s[i, S_THROTTLE] != s[i, S_THROTTLE] else s[i, S_THROTTLE] + w * (x - s[i, S_THROTTLE])
             s[i, S_THROTTLE_TS] = ts
             taken |= T_THROTTLE
-        s[i, S_TAKEN] = taken
     return skipped
 
 
@@ -297,6 +313,28 @@ def _inlet_kernel(obs: np.ndarray, s: np.ndarray, tau: float, usual_tau: float) 
             s[r, R_USUAL] += (1.0 - np.exp(-(ts - last) / usual_tau)) * (s[r, R_INLET] - s[r, R_USUAL])
 
 
+def upgrade_layout1(state: dict[str, Any]) -> dict[str, Any]:
+    """``state``'s ``s_gpu`` of layout 1 (:data:`LAYOUT1_S_SIZE`, or narrower: older) in this layout.
+    Widened to layout 1 first, as that version did: one saved before ``S_UTIL_TS`` (eight columns)
+    reads its utilisation as read at its last sample, and every mean as taken at that tick; one saved
+    before ``S_TAKEN`` (ten) reads every mean as taken at its last tick; one saved before the means' own
+    times (eleven) reads each busy mean as taken at its last busy sample. Then ``S_TAKEN`` goes: the
+    means taken at tick ``S_TS`` are those whose time is ``S_TS`` (:func:`_taken`), which is what every
+    state the detector wrote itself held there. Only a state widened from before ``S_TAKEN`` and its
+    times (ten or eleven columns) could differ, and only until its GPU's next tick: there a row of that
+    very tick would add (or not add) a mean its bits said otherwise; no such row follows a restore
+    unless a frame of one tick was split across it."""
+    saved = np.asarray(state.get("s_gpu"))
+    if saved.ndim != 2 or saved.shape[1] > LAYOUT1_S_SIZE:
+        return state  # (load_state_dict judges its shape)
+    old_util_ts, old_busy_ts, old_taken = 8, 6, LAYOUT1_S_TAKEN  # layout 1's columns (the same up to 9)
+    state = add_columns(state, "s_gpu", LAYOUT1_S_TAKEN + 1, {old_busy_ts: S_TS, old_util_ts: S_TS})
+    if saved.shape[1] <= old_taken:
+        state["s_gpu"][:, old_taken] = T_ALL
+    state = add_columns(state, "s_gpu", LAYOUT1_S_SIZE, {11 + m: old_busy_ts for m in range(4)})
+    return {**state, "s_gpu": np.delete(np.asarray(state["s_gpu"], dtype=np.float64), old_taken, axis=1)}
+
+
 class StragglerDetector(Detector):
     """Flags GPUs slower, hotter or more throttled than their job peers."""
 
@@ -305,7 +343,8 @@ class StragglerDetector(Detector):
                                                "gpu_job_saved": "gpu", "s_clock_raw": "gpu"}
     name: ClassVar[str] = "straggler"
     kinds: ClassVar[tuple[str, ...]] = ("gpu", "rack")  # rack frames: the inlets (R_*)
-    state_scalars: ClassVar[tuple[str, ...]] = ("next_ts",)
+    state_scalars: ClassVar[tuple[str, ...]] = ("next_ts", "state_layout")
+    state_layout: int = STATE_LAYOUT
     state_extras: ClassVar[tuple[str, ...]] = ("gpu_job_saved", "jobs")
 
     def __init__(self, topology: Topology, health: PipelineHealth | None = None, **params: Any) -> None:
@@ -318,11 +357,10 @@ class StragglerDetector(Detector):
         self.gpu_rack = topology.gpu_rack.astype(np.int64)
         self.s_gpu = np.full((n, S_SIZE), np.nan)
         self.s_gpu[:, S_N] = 0.0
-        self.s_gpu[:, S_TAKEN] = 0.0
         self.s_flag = np.full((n, 3), np.nan)  # time each outlier kind was last reported
         self.s_rack = np.full((topology.size("rack"), R_SIZE), np.nan)
         # 1 where a GPU's clock mean is of clocks read without their maximum (over RAW_CLOCK_HZ), else 0
-        self.s_clock_raw = np.zeros(n)
+        self.s_clock_raw = np.zeros(n, dtype=np.float32)
         self.next_ts = -np.inf
         self._scratch = Scratch()
 
@@ -352,7 +390,6 @@ class StragglerDetector(Detector):
         self.s_flag[moved] = np.nan
         self.s_gpu[moved] = np.nan
         self.s_gpu[moved, S_N] = 0.0
-        self.s_gpu[moved, S_TAKEN] = 0.0
         self.s_clock_raw[moved] = 0.0
 
     def upgrade_state(self, state: dict[str, Any]) -> dict[str, Any]:
@@ -364,7 +401,8 @@ class StragglerDetector(Detector):
         every mean as taken at that tick: a row of the same tick adds nothing (as it did then). One
         saved before the means' own times (eleven) reads each busy mean as taken at its last busy
         sample. One saved before clocks without their maximum were read (no ``s_clock_raw``) holds
-        ratios only."""
+        ratios only. One of layout 1 (no ``state_layout``) has ``S_TAKEN`` taken out
+        (:func:`upgrade_layout1`)."""
         if "s_rack" not in state:
             state = {**state, "s_rack": np.full_like(self.s_rack, np.nan)}
         if "s_clock_raw" not in state:
@@ -374,12 +412,12 @@ class StragglerDetector(Detector):
         # one saved before the last reading and the held one were kept (three columns): the next
         # reading is read as it comes
         state = add_columns(state, "s_rack", R_SIZE)
-        saved = np.asarray(state.get("s_gpu"))
-        state = add_columns(state, "s_gpu", S_CLOCK_TS, {S_BUSY_TS: S_TS, S_UTIL_TS: S_TS})
-        if saved.ndim == 2 and saved.shape[1] <= S_TAKEN:
-            state["s_gpu"][:, S_TAKEN] = T_ALL
-        return add_columns(state, "s_gpu", S_SIZE, {S_CLOCK_TS: S_BUSY_TS, S_TEMP_TS: S_BUSY_TS,
-                                                    S_THROTTLE_TS: S_BUSY_TS, S_POWER_TS: S_BUSY_TS})
+        if "state_layout" not in state:
+            return {**upgrade_layout1(state), "state_layout": STATE_LAYOUT}
+        if state["state_layout"] != STATE_LAYOUT:
+            raise ValueError(f"straggler: state layout {state['state_layout']!r} is not one this version reads "
+                             f"({STATE_LAYOUT})")
+        return state
 
     def remap_state(self, state: dict[str, Any], remap: Remap) -> dict[str, Any]:
         """... and a state saved without ``s_rack`` on other hardware: none known on its racks either."""

@@ -99,8 +99,9 @@ from foreshock.frames import Frame
 from foreshock.health import PipelineHealth
 from foreshock.topology import Topology
 
-from .alarm import (A_ACTIVE, A_SIZE, CODE_NONE, CODE_WITHDRAW, O_CODE, O_CONF, O_ETA, O_ROW, O_V0,
-                    O_WHICH, OUT_SIZE, alarm_step, emit, new_alarm_columns)
+from .alarm import (CODE_NONE, CODE_WITHDRAW, K_SIZE, O_CODE, O_CONF, O_ETA, O_ROW, O_V0, O_WHICH, OUT_SIZE,
+                    compact_active, compact_from_alarm_columns, compact_step, compact_tag, emit, new_compact_alarms,
+                    set_compact_tag)
 from .base import add_columns
 from .gpu_inputs import (DAMP_MIN_OBS, FLOW_NOMINAL, flow_asymptote, INLET_NODE_PROXY, INLET_RACK_PROXY, inline,
                          kernel, RACK_DAMP, RACK_DAMP_N,
@@ -116,8 +117,8 @@ from .thermal_fit import (CORE, FIT_SLOT_KINDS, G_PLIM, G_PREF, G_SIZE, G_TS, G_
                           P_OFF_HOLD, P_ON, P_REASONS_STALE, P_REFRESH,
                           P_RISE, P_R_NOM, P_SITE_DAMP, P_SITE_RISE, P_STALE, P_TREND_CONFIRM,
                           P_TREND_NOISE, P_TREND_SMOOTH, P_TREND_WINDOW, P_URGENT, P_WARMUP, R_DT,
-                          ThermalFit, ThermalFitDetector, X_HBM, X_REASONS, X_SLOT, X_TEMP, X_TS, X_UTIL,
-                          core_limit, hbm_limit, hw_slowdown_limit, params_vector)
+                          R_SRC_SAME, ThermalFit, ThermalFitDetector, X_HBM, X_REASONS, X_SLOT, X_TEMP, X_TS,
+                          X_UTIL, core_limit, hbm_limit, hw_slowdown_limit, params_vector)
 
 MODEL_EVENTS = ("thermal_throttle", "hbm_overheat")
 INLET_WORDS = {
@@ -133,33 +134,36 @@ FLOW_FALLING_PER_MIN = 0.005
 IDLE_UTIL = 0.05
 """Without throttle reasons, a GPU whose kernels ran less than this share of the time is idle."""
 # forecast state per GPU: when the forecast was last solved (it is solved every
-# forecast_every_s and aged between), then per model its ETA and whether it was sure, and the
-# R the temperature shows (see observe_trend): smoothed R sample, and two checkpoints of it;
-# last, since when a thermal limiter has held the GPU (NaN: not held; read by a job peer's reason)
-# and when its throttle reasons were last read (a hold is kept through a missing reading, not
-# through reasons unread for longer than reasons_stale_s)
+# forecast_every_s and aged between), then per model the R the temperature shows (see
+# observe_trend): smoothed R sample, and two checkpoints of it; last, since when a thermal limiter
+# has held the GPU (NaN: not held; read by a job peer's reason) and when its throttle reasons were
+# last read (a hold is kept through a missing reading, not through reasons unread for longer than
+# reasons_stale_s)
 F_EVAL_TS, F_MODEL0 = 0, 1
-F_ETA, F_SURE, F_RS, F_C0, F_C0_TS, F_C1, F_C1_TS = range(7)  # relative to the model's block
-F_MODEL_SIZE = 7
+F_RS, F_C0, F_C0_TS, F_C1, F_C1_TS = range(5)  # relative to the model's block
+F_MODEL_SIZE = 5
 F_HELD_SINCE = F_MODEL0 + N_MODELS * F_MODEL_SIZE
 F_BITS_TS = F_HELD_SINCE + 1
-# ... then (added after the columns above: a saved state reads NaN there, and starts them over)
-# per model when the trend track took its last sample (a reading missing between two is bridged:
-# the track's smoothing steps over the true time between them), and the inlet source the tracks
-# read (thermal_fit.G_USRC: another source moves the inlet, and the tracks start over);
+# ... then per model when the trend track took its last sample (a reading missing between two is
+# bridged: the track's smoothing steps over the true time between them; another inlet source — the
+# fit's G_USRC moving at the row, thermal_fit.R_SRC_SAME — starts the tracks over);
 F_TREND_TS = F_BITS_TS + 1
-F_TREND_SRC = F_TREND_TS + N_MODELS
 # ... and whether the dies follow the inlet (follow_inlet): the inlet lagged by the core's time
 # constant, the rise that lag gives the die and the rise the die showed (both summed over the
 # last inlet_follow_taus time constants), and the core reading, its filtered power and time that
 # the next reading steps from
-F_U_LAG = F_TREND_SRC + 1
+F_U_LAG = F_TREND_TS + N_MODELS
 F_EXPECTED, F_FOLLOWED, F_T_LAST, F_PF_LAST, F_FOLLOW_TS = range(F_U_LAG + 1, F_U_LAG + 6)
 # ... and per model the ETA the alarms' clear test reads (:func:`model_reach`): the ETA itself,
-# or, beyond the horizon while an alarm stands, solved out to horizon * clear_factor (an old
-# state reads the ETA there)
+# or, beyond the horizon while an alarm stands, solved out to horizon * clear_factor
 F_FAR = F_FOLLOW_TS + 1
-F_SIZE = F_FAR + N_MODELS
+# ... and a word of flags (FL_*, by model: forecast_sure, forecast_eta): whether the last forecast was
+# sure, and whether its ETA was beyond reach (inf) where F_FAR is not — its only other value: the ETA
+# is F_FAR's, or inf where the clear test solved further (until 2026-12-06 each kept in a column of
+# its own per model, the layout-1 columns F_ETA and F_SURE)
+F_FLAGS = F_FAR + N_MODELS
+F_SIZE = F_FLAGS + 1
+FL_SURE, FL_ETA_INF = 1, 1 << N_MODELS  # (shifted by the model)
 FOLLOW_STEADY_C = 0.05
 """An inlet this close to its lagged value, with nothing above the slack left to confirm, is
 steady: the follow check starts over (:func:`follow_inlet`) rather than summing nothing."""
@@ -185,10 +189,37 @@ THERMAL_OUT_SIZE = OUT_SIZE + 7
 
 def new_forecast_state(n: int) -> np.ndarray:
     state = np.full((n, F_SIZE), np.nan)
-    for m in range(N_MODELS):
-        state[:, F_MODEL0 + m * F_MODEL_SIZE + F_ETA] = np.inf
-        state[:, F_MODEL0 + m * F_MODEL_SIZE + F_SURE] = 0.0
+    state[:, F_FLAGS] = sum(FL_ETA_INF << m for m in range(N_MODELS))  # no ETA, none sure
     return state
+
+
+@inline
+def forecast_eta(fc: np.ndarray, i: int, m: int) -> float:
+    """Model ``m``'s last forecast ETA of GPU ``i``: inf where its flag says so, else ``F_FAR``'s."""
+    if int(fc[i, F_FLAGS]) & (FL_ETA_INF << m):
+        return np.inf
+    return fc[i, F_FAR + m]  # type: ignore[no-any-return]
+
+
+@inline
+def forecast_sure(fc: np.ndarray, i: int, m: int) -> bool:
+    """Whether model ``m``'s last forecast of GPU ``i`` was sure (:func:`model_eta`)."""
+    return (int(fc[i, F_FLAGS]) & (FL_SURE << m)) != 0
+
+
+@inline
+def keep_forecast(fc: np.ndarray, i: int, m: int, eta: float, far: float, sure: bool) -> None:
+    """Keep model ``m``'s forecast of GPU ``i``: its clear test's ETA ``far`` (``F_FAR``), and in
+    the flags whether it was ``sure`` and whether its ``eta`` is other than ``far`` — then inf: the
+    ETA is within the horizon or inf (:func:`time_to_limit`), and ``far`` is the ETA, or solved further
+    where the ETA is beyond the horizon."""
+    flags = int(fc[i, F_FLAGS]) & ~((FL_SURE | FL_ETA_INF) << m)
+    if sure:
+        flags |= FL_SURE << m
+    if not eta == far:
+        flags |= FL_ETA_INF << m
+    fc[i, F_FLAGS] = flags
+    fc[i, F_FAR + m] = far
 
 
 # ---- forecast kernels -------------------------------------------------------------------------
@@ -620,8 +651,9 @@ def emit_model(out: np.ndarray, n_out: int, row: int, which: int, code: int, s: 
 @inline
 def raised_by(active: float) -> int:
     """The model whose forecast the throttle alarm last started or refreshed on, from its
-    ``A_ACTIVE`` flag: the kernel stores ``1 + model`` there (alarm.py reads only zero vs not), so
-    a withdrawal says which claim it takes back without a column of state more. When neither
+    tag (``A_ACTIVE`` of a four-column block): the kernel stores ``1 + model`` there
+    (:func:`~.alarm.set_compact_tag`), so a withdrawal says which claim it takes back without a column
+    of state more. When neither
     model fires the alarm's own pick (the earlier ETA; both inf: the core) is no guide: until
     2026-12-05 a throttle raised on the HBM's forecast was withdrawn as "core no longer heading for
     87 °C". An alarm saved before (1.0) reads as the core's, as it was worded then."""
@@ -678,11 +710,11 @@ def _thermal_kernel(obs: tuple[np.ndarray, ...], rows: np.ndarray, span: tuple[i
         ts = obs[X_TS][row]
         i = int(obs[X_SLOT][row])
         damp = inlet_damping(parents[i, 0], racks, params)
-        if not s[i, G_USRC] == fc[i, F_TREND_SRC]:
-            # another inlet source (the inlet moved by design: thermal_fit.switch_inlet_source):
-            # the trend tracks and the dies' follow check start over (nothing expected of the dies
-            # until they read again: a row without a core reading keeps no share of the old source's)
-            fc[i, F_TREND_SRC] = s[i, G_USRC]
+        if not rows[row, R_SRC_SAME] > 0.0:
+            # another inlet source (the inlet moved by design: thermal_fit.switch_inlet_source; or
+            # none yet): the trend tracks and the dies' follow check start over (nothing expected of
+            # the dies until they read again: a row without a core reading keeps no share of the
+            # old source's)
             fc[i, F_U_LAG] = np.nan
             fc[i, F_EXPECTED] = 0.0
             fc[i, F_FOLLOWED] = 0.0
@@ -747,23 +779,21 @@ def _thermal_kernel(obs: tuple[np.ndarray, ...], rows: np.ndarray, span: tuple[i
                     eta, conf, target, slope, sure = model_eta(s, i, off, t_m, limit, (damp, du), observed, params)
                 if m == HBM and eta <= horizon and hbm_held_by_core(s, i, du, damp, limit_core, limit, params):
                     eta, sure = np.inf, False
-                fc[i, f + F_ETA] = eta
-                fc[i, f + F_SURE] = 1.0 if sure else 0.0
                 # the clear test's ETA: past the horizon while an alarm it clears stands, solved
                 # out to horizon * clear_factor (the throttle alarm reads both models', hbm_overheat
                 # the HBM's)
                 far = eta
-                if eta > horizon and (alarms[i, CORE * A_SIZE + A_ACTIVE] > 0.0 or
-                                      (m == HBM and alarms[i, HBM * A_SIZE + A_ACTIVE] > 0.0)):
+                if eta > horizon and (compact_active(alarms, i, CORE * K_SIZE) or
+                                      (m == HBM and compact_active(alarms, i, HBM * K_SIZE))):
                     far = model_reach(s, i, off, t_m, limit, (damp, du), observed, params, clear_eta)
                     if m == HBM and far <= clear_eta and hbm_held_by_core(s, i, du, damp, limit_core, limit,
                                                                           params):
                         far = np.inf
-                fc[i, F_FAR + m] = far
+                keep_forecast(fc, i, m, eta, far, sure)
             else:  # between forecasts: the last one, aged
-                eta = max(fc[i, f + F_ETA] - since, 0.0)
+                eta = max(forecast_eta(fc, i, m) - since, 0.0)
                 far = max(fc[i, F_FAR + m] - since, 0.0)
-                sure = fc[i, f + F_SURE] > 0.0
+                sure = forecast_sure(fc, i, m)
                 conf = confidence_of(s, i, off, params) if sure else np.nan  # else: only to emit
                 target = slope = np.nan
             mv[m, V_USABLE] = 1.0
@@ -793,8 +823,8 @@ def _thermal_kernel(obs: tuple[np.ndarray, ...], rows: np.ndarray, span: tuple[i
             if idle:
                 firing, clear = False, True
             on_count = 1.0 if eta <= params[P_URGENT] else params[P_ON]
-            raised = raised_by(alarms[i, CORE * A_SIZE + A_ACTIVE])  # (read before the step clears it)
-            code = alarm_step(alarms, i, CORE * A_SIZE, ts, firing, clear, on_count,
+            raised = raised_by(compact_tag(alarms, i, CORE * K_SIZE))  # (read before the step clears it)
+            code = compact_step(alarms, i, CORE * K_SIZE, ts, firing, clear, on_count,
                               params[P_OFF_HOLD], params[P_REFRESH])
             if code != CODE_NONE:
                 n_out = emit_model(out, n_out, row, CORE, code, s, i, via, mv, (damp, du), params)
@@ -802,7 +832,7 @@ def _thermal_kernel(obs: tuple[np.ndarray, ...], rows: np.ndarray, span: tuple[i
                 if code == CODE_WITHDRAW:
                     n_out = word_withdrawal(out, n_out, row, raised, via, s, i, mv, (damp, du), params)
                 else:  # the model that raised it, for its withdrawal's words (see raised_by)
-                    alarms[i, CORE * A_SIZE + A_ACTIVE] = 1.0 + via
+                    set_compact_tag(alarms, i, CORE * K_SIZE, 1.0 + via)
                 emit_follow(out, n_out, fc, s, i, share)
                 if via == CORE and code != CODE_WITHDRAW:
                     # the same forecast to the HW slowdown temperature (clocks cut >= 2x): where
@@ -825,8 +855,8 @@ def _thermal_kernel(obs: tuple[np.ndarray, ...], rows: np.ndarray, span: tuple[i
         if mv[HBM, V_USABLE] > 0.0:
             eta = mv[HBM, V_ETA]
             on_count = 1.0 if eta <= params[P_URGENT] else params[P_ON]
-            code = alarm_step(alarms, i, HBM * A_SIZE, ts, mv[HBM, V_FIRING] > 0.0, not mv[HBM, V_FAR] <= clear_eta,
-                              on_count, params[P_OFF_HOLD], params[P_REFRESH])
+            code = compact_step(alarms, i, HBM * K_SIZE, ts, mv[HBM, V_FIRING] > 0.0,
+                                not mv[HBM, V_FAR] <= clear_eta, on_count, params[P_OFF_HOLD], params[P_REFRESH])
             if code != CODE_NONE:
                 n_out = emit_model(out, n_out, row, HBM, code, s, i, HBM, mv, (damp, du), params)
                 emit_follow(out, n_out, fc, s, i, share)
@@ -844,9 +874,10 @@ def unread_step(alarms: np.ndarray, i: int, which: int, ts: float, row: int, par
     2026-12-04 such rows were skipped, and a prediction made before a sensor went dark, or an
     exporter dropped the field, was held for good: the GPU was not silent, its power still read.
     An alarm not raised keeps its count of firing rows (a reading missing between two adds none)."""
-    if alarms[i, which * A_SIZE + A_ACTIVE] == 0.0:
+    if not compact_active(alarms, i, which * K_SIZE):
         return n_out
-    code = alarm_step(alarms, i, which * A_SIZE, ts, False, True, params[P_ON], params[P_OFF_HOLD], params[P_REFRESH])
+    code = compact_step(alarms, i, which * K_SIZE, ts, False, True, params[P_ON], params[P_OFF_HOLD],
+                        params[P_REFRESH])
     if code == CODE_NONE:
         return n_out
     n_out = emit(out, n_out, row, which, code, np.inf, 0.0, (np.nan, np.nan, np.nan, np.nan, np.nan, np.nan))
@@ -900,6 +931,69 @@ def flow_loss_text(rack: np.ndarray, eta_now: float, limit: float, horizon: floa
     return text
 
 
+# ---- checkpoints --------------------------------------------------------------------------
+STATE_LAYOUT = 2
+"""The layout of the detector's own arrays (``state_layout`` in its state; a state without it is
+layout 1). Removing columns makes an array's width no sign of its version any more (a narrower
+array may be an older layout, or this one), so the layout is said outright."""
+LAYOUT1_F_SIZE = 28
+"""Layout 1's ``s_forecast`` width (before 2026-12-06); narrower ones are older still (columns added
+at the end: see :func:`upgrade_layout1`). Its columns, where they differ from this layout's: per
+model (a block of 7 from column 1) the ETA and whether it was sure, then the block's 5; the held
+and reasons' times (15, 16), the trend tracks' times (17, 18), the inlet source they read (19), the
+follow check's 6 (20-25), and the clear test's ETA per model (26, 27)."""
+LAYOUT1_MODEL_SIZE, LAYOUT1_ETA, LAYOUT1_SURE = 7, 0, 1
+LAYOUT1_HELD_SINCE, LAYOUT1_TREND_SRC, LAYOUT1_U_LAG, LAYOUT1_FAR = 15, 19, 20, 26
+
+
+def upgrade_layout1(state: dict[str, Any]) -> dict[str, Any]:
+    """A state of layout 1 (saved before ``state_layout``) in this one: ``s_alarm``'s four-column
+    blocks as compact ones (:func:`~.alarm.compact_from_alarm_columns`), and ``s_forecast`` as
+    :func:`forecast_from_layout1` reads it (its ``s_model`` already in the fit's layout)."""
+    out = dict(state)
+    if "s_alarm" in state and np.ndim(state["s_alarm"]) == 2:
+        out["s_alarm"] = compact_from_alarm_columns(state["s_alarm"], N_MODELS)
+    if "s_forecast" in state and np.ndim(state["s_forecast"]) == 2 and "s_model" in state and np.ndim(state["s_model"]) == 2:
+        out["s_forecast"] = forecast_from_layout1(np.asarray(state["s_forecast"], dtype=np.float64),
+                                                  np.asarray(state["s_model"])[:, G_USRC])
+    return out
+
+
+def forecast_from_layout1(old: np.ndarray, source: np.ndarray) -> np.ndarray:
+    """``s_forecast`` of layout 1 in this one, ``source`` the fit's inlet source by GPU (G_USRC).
+
+    - A layout 1 array saved before F_BITS_TS (NaN: reasons never read — a hold kept then is let go
+      at the next sample without reasons), or before F_FAR (the ETA), is widened to layout 1 first.
+    - Each model's ETA and sure flag go into F_FLAGS: the ETA differs from F_FAR only where it is inf
+      (:func:`keep_forecast`).
+    - The inlet source the trend tracks read: where it is not the fit's (NaN, or saved before it was
+      kept), the next row would have started the tracks and the follow check over; they start over
+      now (nothing reads them before that row), as the row's own switch would (twice is once).
+    """
+    old = add_columns({"s": old}, "s", LAYOUT1_F_SIZE,
+                      {LAYOUT1_FAR + m: F_MODEL0 + m * LAYOUT1_MODEL_SIZE + LAYOUT1_ETA for m in range(N_MODELS)})["s"]
+    if old.shape[1] != LAYOUT1_F_SIZE:
+        return old  # (not a layout 1 array: load_state_dict says so)
+    new = np.full((len(old), F_SIZE), np.nan)
+    new[:, F_EVAL_TS] = old[:, F_EVAL_TS]
+    flags = np.zeros(len(old), dtype=np.int64)
+    for m in range(N_MODELS):
+        o, f = F_MODEL0 + m * LAYOUT1_MODEL_SIZE, F_MODEL0 + m * F_MODEL_SIZE
+        new[:, f:f + F_MODEL_SIZE] = old[:, o + 2:o + LAYOUT1_MODEL_SIZE]
+        flags |= np.where(old[:, o + LAYOUT1_SURE] > 0.0, FL_SURE << m, 0)
+        flags |= np.where(old[:, o + LAYOUT1_ETA] == old[:, LAYOUT1_FAR + m], 0, FL_ETA_INF << m)
+    new[:, F_HELD_SINCE:F_U_LAG] = old[:, LAYOUT1_HELD_SINCE:LAYOUT1_TREND_SRC]  # held, reasons, trend times
+    new[:, F_U_LAG:F_FAR] = old[:, LAYOUT1_U_LAG:LAYOUT1_FAR]
+    new[:, F_FAR:F_FAR + N_MODELS] = old[:, LAYOUT1_FAR:LAYOUT1_FAR + N_MODELS]
+    new[:, F_FLAGS] = flags
+    moved = ~(old[:, LAYOUT1_TREND_SRC] == np.asarray(source, dtype=np.float64))
+    new[moved, F_U_LAG] = np.nan
+    new[moved, F_EXPECTED] = 0.0
+    new[moved, F_FOLLOWED] = 0.0
+    new[moved, F_TREND_TS:F_TREND_TS + N_MODELS] = np.nan
+    return new
+
+
 # ---- the detector ------------------------------------------------------------------------
 class ThermalDetector(ThermalFitDetector):
     """Per-GPU first-order thermal model; predicts ``thermal_throttle`` and ``hbm_overheat``."""
@@ -907,6 +1001,8 @@ class ThermalDetector(ThermalFitDetector):
     slot_kinds: ClassVar[Mapping[str, str]] = {**FIT_SLOT_KINDS, "s_forecast": "gpu", "s_alarm": "gpu"}
     name: ClassVar[str] = "thermal"
     kinds: ClassVar[tuple[str, ...]] = ("gpu", "rack")
+    state_scalars: ClassVar[tuple[str, ...]] = ("state_layout",)
+    state_layout: int = STATE_LAYOUT
 
     def __init__(self, topology: Topology, health: PipelineHealth | None = None, **params: Any) -> None:
         super().__init__(topology)
@@ -916,7 +1012,7 @@ class ThermalDetector(ThermalFitDetector):
         n = topology.size("gpu")
         self.init_fit(self.params, consumer=True)
         self.s_forecast = new_forecast_state(n)
-        self.s_alarm = new_alarm_columns(n, 2)
+        self.s_alarm = new_compact_alarms(n, N_MODELS)
         self._scratch = Scratch()
         self._out = np.empty((0, THERMAL_OUT_SIZE))
         self._n_out = 0
@@ -932,17 +1028,19 @@ class ThermalDetector(ThermalFitDetector):
             return []
         self.update_fit(frame)
         return (self._findings(self.fit.obs, self._out[:self._n_out])
-                + self.withdraw_silent_gpus(self.s_alarm, MODEL_EVENTS))
+                + self.withdraw_silent_gpus(self.s_alarm, MODEL_EVENTS, compact=True))
 
     def read_site_loops(self) -> None:
         self.params[P_SITE_DAMP] = site_loop_tau(self.s_rack)
         self.params[P_SITE_RISE] = site_loop_rise(self.s_rack)
 
     def upgrade_state(self, state: dict[str, Any]) -> dict[str, Any]:
-        """The fit's upgrades, and ``s_forecast`` saved before F_BITS_TS (NaN: reasons never read —
-        a hold kept then is let go at the next sample without reasons), or before F_FAR (the ETA)."""
-        return add_columns(super().upgrade_state(state), "s_forecast", F_SIZE,
-                           {F_FAR + m: F_MODEL0 + m * F_MODEL_SIZE + F_ETA for m in range(N_MODELS)})
+        """The fit's upgrades, and a state saved before ``state_layout`` (layout 1: four-column alarm
+        blocks, the wider forecast rows) in this one (:func:`upgrade_layout1`)."""
+        state = super().upgrade_state(state)
+        if "state_layout" in state:
+            return state
+        return {**upgrade_layout1(state), "state_layout": STATE_LAYOUT}
 
     def begin_frame(self, fit: ThermalFit) -> None:
         self._out = self._scratch.take("out", (2 * fit.n_rows, THERMAL_OUT_SIZE))

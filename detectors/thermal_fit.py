@@ -50,9 +50,11 @@ X_TS, X_SLOT, X_TEMP, X_HBM, X_POWER, X_SLOWDOWN, X_ENERGY, X_PLIMIT, X_REASONS,
     X_HBM_MAX_OP, X_CLOCK, X_CLOCK_MAX = range(14)
 
 # ---- per-GPU fit state: common columns, then one block per model --------------------------
-# last ts, reference power, inlet level/slope/samples, last energy reading, power limit
-G_TS, G_PREF, G_UL, G_UB, G_UN, G_ENERGY, G_PLIM = range(7)
-G_SIZE = 7
+# last ts, reference power, inlet level/slope (the level NaN: no inlet read yet, or its source just
+# switched — the next inlet starts the trend; until 2026-12-06 a count of inlet samples said so, in a
+# column of its own), last energy reading, power limit
+G_TS, G_PREF, G_UL, G_UB, G_ENERGY, G_PLIM = range(6)
+G_SIZE = 6
 # model block (relative columns): time constant, filtered power, R level and slope, squared
 # residual, previous temperature, loaded seconds, how stale R is (seconds unloaded since it
 # was last seen; below zero, the seconds of catching up left — see STALE_R_S), and the time
@@ -120,10 +122,12 @@ limits sit elsewhere (a max operating temperature of 83 °C) was predicted again
 G_HBM_MAX_OP = G_MAX_OP + 1
 MODEL_WIDTH = G_HBM_MAX_OP + 1
 # per row of a fitted frame: the step (s; < 0: row skipped as out of order), the core temperature
-# before this sample (NaN after a gap) — what consumers need besides the state — and what its energy
-# counter read (E_*: 0 a sane interval mean, or none)
-R_DT, R_TPREV, R_ENERGY_BAD = 0, 1, 2
-ROW_SIZE = 3
+# before this sample (NaN after a gap) — what consumers need besides the state — what its energy
+# counter read (E_*: 0 a sane interval mean, or none), and 1 where its inlet source (G_USRC) is the
+# one it was before the row (else 0: another, or none yet — the thermal forecast's trend tracks start
+# over; until 2026-12-06 the forecast kept the source it last read in a column per GPU)
+R_DT, R_TPREV, R_ENERGY_BAD, R_SRC_SAME = 0, 1, 2, 3
+ROW_SIZE = 4
 E_NOT_SANE, E_DISAGREES, E_OVER_LIMIT = 1.0, 2.0, 3.0
 # a fitted frame's input problems as counted (see _fit_kernel): rows by E_* code (0 is not counted),
 # then die readings (core, HBM) colder than their inlet under load (DIE_BELOW_INLET)
@@ -273,7 +277,6 @@ FIT_PARAMS = ("tau_core_s", "tau_hbm_s", "tau_level_s", "tau_slope_s", "tau_inle
 def new_model_state(n: int, params: np.ndarray) -> np.ndarray:
     """``(n, MODEL_WIDTH)``: common columns, core block, HBM block, the inlet's source."""
     state = np.full((n, MODEL_WIDTH), np.nan)
-    state[:, G_UN] = 0.0
     for m, tau in ((CORE, params[P_TAU_CORE]), (HBM, params[P_TAU_HBM])):
         off = G_SIZE + m * M_SIZE
         state[:, off + M_TAU] = tau
@@ -501,13 +504,12 @@ def observe(obs: tuple[np.ndarray, ...], row: int, s: np.ndarray, n_models: int,
         else:
             s[i, G_PREF] = w * pr + (1.0 - w) * power
     if inlet == inlet:
-        if s[i, G_UN] == 0.0:
+        if s[i, G_UL] != s[i, G_UL]:  # the first inlet (of its source): the trend starts here
             s[i, G_UL] = inlet
             s[i, G_UB] = 0.0
         else:
             s[i, G_UL], s[i, G_UB] = holt(s[i, G_UL], s[i, G_UB], inlet, dt,
                                           1.0 - d[D_UL], 1.0 - d[D_UB])
-        s[i, G_UN] += 1.0
     plim = obs[X_PLIMIT][row]
     if valid_limit(plim):
         s[i, G_PLIM] = plim
@@ -558,7 +560,7 @@ def switch_inlet_source(s: np.ndarray, i: int, n_models: int, inlet: float, load
     path: its level follows them for CATCH_UP_S, residual and tau not learnt meanwhile); and no
     previous temperature is kept, so the forecast's R trend starts over too (as after a gap)."""
     step = inlet - s[i, G_UL]
-    s[i, G_UN] = 0.0
+    s[i, G_UL] = np.nan  # (the inlet read next, this sample's, starts the level and trend over)
     for m in range(n_models):
         off = G_SIZE + m * M_SIZE
         s[i, off + M_TPREV] = np.nan
@@ -583,9 +585,11 @@ def _fit_kernel(obs: tuple[np.ndarray, ...], lo: int, hi: int, parents: np.ndarr
     skipped = 0
     n_taus = 0
     for row in range(lo, hi):
+        src_before = s[int(obs[X_SLOT][row]), G_USRC]
         dt, power, inlet, energy_bad = observe(obs, row, s, N_MODELS, parents, racks, nodes, params, decays)
         rows[row, R_DT] = dt
         rows[row, R_ENERGY_BAD] = energy_bad
+        rows[row, R_SRC_SAME] = 1.0 if s[int(obs[X_SLOT][row]), G_USRC] == src_before else 0.0
         if energy_bad != 0.0:  # (by its E_* code; mostly 0: a sane mean, or none)
             counts[int(energy_bad)] += 1.0
         if dt < 0.0:
@@ -868,6 +872,33 @@ class ThermalFit:
         tally.problem("", DIE_BELOW_INLET, int(counts[C_DIE_COLD]))
 
 
+FIT_LAYOUT = 2
+"""The layout of ``s_model`` (``fit_layout`` in the state of each detector that reads the fit; a state
+without it is layout 1). Removing a column makes the array's width no sign of its version any more,
+so the layout is said outright."""
+LAYOUT1_G_UN = 4
+"""Layout 1's count of inlet samples, a column of its own until 2026-12-06 (0 where ``G_UL`` is NaN)."""
+LAYOUT1_WIDTH = MODEL_WIDTH + 1
+LAYOUT1_G_TS, LAYOUT1_G_ENERGY_TS = G_TS, G_ENERGY_TS + 1
+
+
+def model_from_layout1(old: np.ndarray) -> np.ndarray:
+    """``s_model`` of layout 1 in this one. Layout 1 kept the inlet's sample count at
+    :data:`LAYOUT1_G_UN` (the columns after it one further on): its only reading, whether it is 0,
+    is the inlet level's NaN here (0 only before a GPU's first inlet; the source switching zeroed it,
+    and the same sample's inlet counted at once). A layout 1 state saved before the GPUs' inlet source
+    (``G_USRC``: NaN, not known), when their energy counter last moved (``G_ENERGY_TS``: the last
+    sample's time, when it was read), their slowdown temperature (``G_SLOWDOWN``) and their max
+    operating temperatures (``G_MAX_OP``, ``G_HBM_MAX_OP``) (NaN: taken from the next report) is
+    widened first."""
+    old = add_columns({"s": old}, "s", LAYOUT1_WIDTH, {LAYOUT1_G_ENERGY_TS: LAYOUT1_G_TS})["s"]
+    if old.shape[1] != LAYOUT1_WIDTH:
+        return old  # (not a layout 1 array: load_state_dict says so)
+    new = np.delete(old, LAYOUT1_G_UN, axis=1)
+    new[old[:, LAYOUT1_G_UN] == 0.0, G_UL] = np.nan
+    return new
+
+
 class ThermalFitDetector(Detector):
     """Base of the detectors that read the thermal fit: holds it, its arrays as state, and
     relays its input problems to the detector's own health."""
@@ -875,13 +906,20 @@ class ThermalFitDetector(Detector):
     health: PipelineHealth
     slot_kinds: ClassVar[Mapping[str, str]] = FIT_SLOT_KINDS
 
+    def state_dict(self) -> dict[str, Any]:
+        """... and the fit's layout (``fit_layout``: see :data:`FIT_LAYOUT`)."""
+        return {**super().state_dict(), "fit_layout": FIT_LAYOUT}
+
     def upgrade_state(self, state: dict[str, Any]) -> dict[str, Any]:
-        """Racks' flow time (``upgrade_rack_state``), the GPUs' inlet source (``G_USRC``: NaN, not
-        known), when their energy counter last moved (``G_ENERGY_TS``: the last sample's time, when
-        it was read), their slowdown temperature (``G_SLOWDOWN``) and their max operating
-        temperatures (``G_MAX_OP``, ``G_HBM_MAX_OP``) (NaN: taken from the next report) added to a
-        state saved before them."""
-        return add_columns(upgrade_rack_state(state), "s_model", MODEL_WIDTH, {G_ENERGY_TS: G_TS})
+        """Racks' flow time (``upgrade_rack_state``), and a state saved before ``fit_layout`` (layout
+        1) in this one (:func:`model_from_layout1`)."""
+        state = upgrade_rack_state(state)
+        if "fit_layout" in state:
+            return state
+        out = {**state, "fit_layout": FIT_LAYOUT}
+        if "s_model" in state and np.ndim(state["s_model"]) == 2:
+            out["s_model"] = model_from_layout1(np.asarray(state["s_model"], dtype=np.float64))
+        return out
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         super().load_state_dict(state)
@@ -916,7 +954,7 @@ class ThermalFitDetector(Detector):
         for reason, count in self.fit.problems:
             self.health.problem(self.name, reason, count)
 
-    def withdraw_silent_gpus(self, alarms: np.ndarray, events: Sequence[str]) -> list[Finding]:
+    def withdraw_silent_gpus(self, alarms: np.ndarray, events: Sequence[str], compact: bool = False) -> list[Finding]:
         """After a GPU frame is fitted: withdraw the predictions (``alarms``, one alarm block per
         event of ``events``) of each GPU that has sent nothing for the fit's ``gap_s`` before the
         frame's time (its exporter hung, its host down, the GPU off the bus: XID 79), saying so.
@@ -926,11 +964,12 @@ class ThermalFitDetector(Detector):
         (600 s) is the span after which the fit restarts its filters: what the prediction rested on
         is gone. It is 60 polls at 10 s — no jitter nor dropped scrape comes near it — and longer
         than the thermal and power ``off_hold_s``, so a GPU that clears is withdrawn by its own
-        rows first. A GPU that reports again predicts afresh (``on_count`` samples)."""
+        rows first. A GPU that reports again predicts afresh (``on_count`` samples). ``compact``: the
+        blocks are :mod:`~.alarm`'s compact ones."""
         if self.fit.heard_all:  # (none is silent: see ThermalFit._fit_gpu)
             return []
         return silent_gpu_withdrawals(self.name, alarms, tuple((e,) for e in events), self.s_model[:, G_TS],
-                                      self.fit.obs[X_TS], float(self.fit.params[P_GAP]))
+                                      self.fit.obs[X_TS], float(self.fit.params[P_GAP]), compact)
 
 
 def share_thermal_fits(detectors: list[Detector]) -> None:

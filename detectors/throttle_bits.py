@@ -26,6 +26,9 @@ HELD = THERMAL_THROTTLE_MASK | THROTTLE_HW_POWER_BRAKE
 news to the incident engine (it keeps the incident open); the SW power cap bit comes and goes
 with every training step and is not."""
 REFRESH_S = 300.0
+WATCHED_LIMIT = 2 ** 24
+"""Watched bits stay below it: ``s_last`` keeps each GPU's last watched bits in a float32, which holds
+every whole number below 2**24 exactly (the bits NVML defines today end at 0x100)."""
 
 
 @jit
@@ -79,9 +82,11 @@ class ThrottleBitsDetector(Detector):
         super().__init__(topology)
         if not refresh_s > 0:
             raise ValueError("throttle_bits: refresh_s must be > 0")
+        if not 0 <= int(watched) < WATCHED_LIMIT:
+            raise ValueError(f"throttle_bits: watched must be a bitmask below 2**24 (s_last is float32), got {watched}")
         self.watched = int(watched)
         self.refresh_s = float(refresh_s)
-        self.s_last = np.zeros(topology.size("gpu"))
+        self.s_last = np.zeros(topology.size("gpu"), dtype=np.float32)  # last watched bits (< 2**24: exact)
         self.s_reported = np.full(topology.size("gpu"), -np.inf)  # last report per GPU
 
     def update(self, frame: Frame) -> list[Finding]:

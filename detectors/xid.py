@@ -144,14 +144,14 @@ def xid_events(slot: np.ndarray, xid: np.ndarray, last: np.ndarray, out: np.ndar
 
 
 @jit
-def _dbe_pending(slot: np.ndarray, state: np.ndarray, drop: np.ndarray, resets: np.ndarray, seen: np.ndarray,
-                 nth: np.ndarray, before: np.ndarray) -> tuple[int, int]:
+def _dbe_pending(slot: np.ndarray, state: np.ndarray, drop: np.ndarray, seen: np.ndarray, nth: np.ndarray,
+                 before: np.ndarray) -> tuple[int, int]:
     """Before the counter rules read the rows: each row's place among its slot's rows (``nth``, 0:
     its first) and, for a slot with a reset pending (``RESET`` in ``drop``), ``before`` = [1, the
-    value before the drop, its time, the low value (counted as its own increase, held), the resets
-    counted]; [0, ...] for any other row (a slot outside the arrays too). ``seen`` is zeros, one per
-    slot: scratch, left zeros. Returns the most rows of one slot less one (0: one row per slot) and
-    the number of rows with a reset pending."""
+    value before the drop, its time, the low value (counted as its own increase, held), 1: the
+    reset counted]; [0, ...] for any other row (a slot outside the arrays too). ``seen`` is zeros,
+    (slots, 1): scratch, left zeros. Returns the most rows of one slot less one (0: one row per slot)
+    and the number of rows with a reset pending."""
     most = 0
     pending = 0
     for i in range(len(slot)):
@@ -160,8 +160,8 @@ def _dbe_pending(slot: np.ndarray, state: np.ndarray, drop: np.ndarray, resets: 
         nth[i] = 0
         if s < 0 or s >= len(seen):
             continue
-        nth[i] = seen[s]
-        seen[s] += 1
+        nth[i] = seen[s, 0]
+        seen[s, 0] += 1
         most = max(most, nth[i])
         if drop[s, 0, 3] == RESET:
             before[i, 0] = 1.0
@@ -169,12 +169,24 @@ def _dbe_pending(slot: np.ndarray, state: np.ndarray, drop: np.ndarray, resets: 
             before[i, 1] = drop[s, 0, 0]
             before[i, 2] = drop[s, 0, 1]
             before[i, 3] = state[s, 0, 0]
-            before[i, 4] = resets[s, 0]
+            before[i, 4] = 1.0
     for i in range(len(slot)):
         s = slot[i]
         if 0 <= s < len(seen):
-            seen[s] = 0
+            seen[s, 0] = 0
     return most, pending
+
+
+@jit
+def _mark_pending_resets(slot: np.ndarray, before: np.ndarray, resets: np.ndarray, mark: int) -> None:
+    """``resets`` (the counter rules' reset counts, scratch of zeros between updates) set to ``mark``
+    at the slot of each row with a reset pending (``before`` from :func:`_dbe_pending`): 1 before the
+    rules read the rows (the reset counted, for them to take back if the next reading shows a glitch),
+    0 after, for every row's slot (a new reset counted there too)."""
+    for i in range(len(slot)):
+        s = slot[i]
+        if 0 <= s < len(resets) and (mark == 0 or before[i, 0] == 1.0):
+            resets[s, 0] = mark
 
 
 @jit
@@ -206,7 +218,7 @@ class XidDetector(Detector):
     """New XIDs (changes of the last-XID field) and DBE ECC increments per GPU."""
 
     slot_kinds: ClassVar[Mapping[str, str]] = {name: "gpu" for name in (
-        "s_last_xid", "s_dbe_state", "s_dbe_resets", "s_dbe_rate", "s_dbe_drop")}
+        "s_last_xid", "s_dbe_state", "s_dbe_rate", "s_dbe_drop")}
     name: ClassVar[str] = "xid"
     kinds: ClassVar[tuple[str, ...]] = ("gpu",)
 
@@ -214,13 +226,18 @@ class XidDetector(Detector):
         super().__init__(topology)
         self.health = health or PipelineHealth()
         n = topology.size("gpu")
-        self.s_last_xid = np.full(n, np.nan)
+        self.s_last_xid = np.full(n, np.nan, dtype=np.float32)  # a code (0..1023, exact) or NaN
         self.counters = CounterRates(n, ("ecc_dbe",), modulus=0.0, max_rate=DBE_MAX_PER_S)
         # the DBE counter's state, with its pace and the value before a low reading: in the
-        # checkpoint, or a low reading across a restore reads as a reset and its return as new errors
-        self.s_dbe_state, self.s_dbe_resets = self.counters.s_state, self.counters.s_resets
-        self.s_dbe_rate, self.s_dbe_drop = self.counters.s_rate, self.counters.s_drop
-        self._seen = np.zeros(n, dtype=np.int64)  # scratch of _dbe_pending, not state
+        # checkpoint, or a low reading across a restore reads as a reset and its return as new errors.
+        # The pace is a value (no time, no count): float32. The counter's value and its time stay float64
+        self.s_dbe_state, self.s_dbe_drop = self.counters.s_state, self.counters.s_drop
+        self.s_dbe_rate = np.full((n, 1), np.nan, dtype=np.float32)
+        # Scratch, not state: _dbe_pending's per-slot row counts, and the reset counts the counter rules
+        # keep (zeros between updates: only whether a pending reset was taken back is read, and a
+        # reset is pending only where ``s_dbe_drop`` says so, :meth:`_new_dbes_once`)
+        self._seen = np.zeros((n, 1), dtype=np.int64)
+        self.counters.bind(self.s_dbe_state, self._seen, self.s_dbe_rate, self.s_dbe_drop)
 
     def update(self, frame: Frame) -> list[Finding]:
         if frame.kind != "gpu" or len(frame) == 0:
@@ -267,15 +284,14 @@ class XidDetector(Detector):
         nth = np.empty(len(slot), dtype=np.int64)
         before = np.empty((len(slot), 5))
         counters = self.counters
-        most, pending = _dbe_pending(slot, counters.s_state, counters.s_drop, counters.s_resets, self._seen, nth,
-                                     before)
+        most, pending = _dbe_pending(slot, counters.s_state, counters.s_drop, self._seen, nth, before)
         if most == 0:  # one row per GPU, as a live poll's frame
             return self._new_dbes_once(ts, slot, dbe, before, pending > 0)
         new = np.zeros(len(slot))
         for k in range(most + 1):
             rows = np.flatnonzero(nth == k)
             slot_k, before_k = slot[rows], np.empty((len(rows), 5))  # (the pending drops now, after poll k - 1)
-            _, pending = _dbe_pending(slot_k, counters.s_state, counters.s_drop, counters.s_resets, self._seen,
+            _, pending = _dbe_pending(slot_k, counters.s_state, counters.s_drop, self._seen,
                                       np.empty(len(rows), dtype=np.int64), before_k)
             new[rows] = self._new_dbes_once(ts[rows], slot_k, dbe[rows], before_k, pending > 0)
         return new
@@ -285,20 +301,26 @@ class XidDetector(Detector):
         """:meth:`_new_dbes` of rows of distinct GPUs, ``before`` from :func:`_dbe_pending` (``pending``:
         any reset pending there)."""
         np.nan_to_num(self.s_dbe_rate, copy=False, nan=0.0)  # a pace the rules do not know: flat (the docstring)
+        resets = self.counters.s_resets  # (``self._seen``: zeros here)
+        if pending:  # each pending reset counted, for the rules to take back if this reading shows a glitch
+            _mark_pending_resets(slot, before, resets, 1)
         delta, _, problems = self.counters.update(ts, slot, dbe[:, None])
         report_problems(self.health, self.name, problems)
         if not pending and not problems["resets"]:
             return delta[:, 0]  # nothing held or to hold (almost always): the rules' increases
         new = np.empty(len(slot))
-        _dbe_new(slot, dbe, np.ascontiguousarray(delta), self.counters.s_drop, self.counters.s_resets, before, new)
+        _dbe_new(slot, dbe, np.ascontiguousarray(delta), self.counters.s_drop, resets, before, new)
+        _mark_pending_resets(slot, before, resets, 0)
         return new
 
     def upgrade_state(self, state: dict[str, Any]) -> dict[str, Any]:
         """A state saved when ``s_last`` held [last XID, last DBE count] per GPU (the DBE count read
         raw): the XID goes on; the DBE count is the counter's last value, seen at a time not known
         (``-inf``: the next reading's increase is taken, over an interval too long to refuse it),
-        no pace known, no drop pending, no reset counted. One saved with a narrower ``s_dbe_drop``
-        has it widened."""
+        no pace known, no drop pending. One saved with a narrower ``s_dbe_drop`` has it widened. One
+        saved with the counter's reset count (``s_dbe_resets``, before 2026-12-06) has it dropped: the
+        detector reads only whether a reset pending in ``s_dbe_drop`` is taken back, which the drop
+        itself says (the count is not kept, :meth:`__init__`)."""
         saved = state.get("s_last")
         if saved is not None and "s_last_xid" not in state and np.ndim(saved) == 2 and np.shape(saved)[1] == 2:
             saved = np.asarray(saved, dtype=np.float64)
@@ -307,10 +329,11 @@ class XidDetector(Detector):
             seen_at = np.where(np.isnan(dbe), np.nan, -np.inf)
             state = {k: v for k, v in state.items() if k != "s_last"}
             state.update(s_last_xid=saved[:, 0].copy(), s_dbe_state=np.stack([dbe, seen_at], axis=1)[:, None, :],
-                         s_dbe_resets=np.zeros((n, 1), dtype=np.int64), s_dbe_rate=np.full((n, 1), np.nan),
-                         s_dbe_drop=np.full((n, 1, DROP_SIZE), np.nan))
+                         s_dbe_rate=np.full((n, 1), np.nan), s_dbe_drop=np.full((n, 1, DROP_SIZE), np.nan))
+        state = {k: v for k, v in state.items() if k != "s_dbe_resets"}
         return with_counter_pace_and_drop(state, "s_dbe_state", "s_dbe_rate", "s_dbe_drop")
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         super().load_state_dict(state)
-        self.counters.bind(self.s_dbe_state, self.s_dbe_resets, self.s_dbe_rate, self.s_dbe_drop)
+        self._seen[...] = 0
+        self.counters.bind(self.s_dbe_state, self._seen, self.s_dbe_rate, self.s_dbe_drop)

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from foreshock import facts
 from foreshock.detectors import thermal as th
 from foreshock.detectors import thermal_fit as tf
@@ -27,6 +29,12 @@ class NaiveThermal(PerSample):
         self.rack_of = topo.gpu_rack
         n = topo.size("gpu")
         self.fc = th.new_forecast_state(n)
+        # per GPU and model: the last forecast's ETA and whether it was sure, and the inlet source the
+        # trend tracks read (the detector keeps the first two in F_FLAGS, next to F_FAR, and reads the
+        # source's moves off the fit's rows: this reference keeps them as first written)
+        self.eta = np.full((n, tf.N_MODELS), math.inf)
+        self.sure = np.zeros((n, tf.N_MODELS), dtype=bool)
+        self.trend_src = np.full(n, math.nan)
         self.own = {}  # (gpu, field) -> its own threshold as last reported (slowdown, max operating)
         self.alarm = [[new_alarm() for _ in range(tf.N_MODELS)] for _ in range(n)]
         self.found = []  # (ts, slot, event, active, eta, confidence)
@@ -90,9 +98,9 @@ class NaiveThermal(PerSample):
         horizon = p[tf.P_HORIZON]
         rack = int(self.rack_of[i])
         damp = th.inlet_damping(rack, racks, p)
-        if not s[i, tf.G_USRC] == fc[i, th.F_TREND_SRC]:  # another inlet source: the tracks and the check start over
+        if not s[i, tf.G_USRC] == self.trend_src[i]:  # another inlet source: the tracks and the check start over
             self.seen_follow["source restart"] += 1
-            fc[i, th.F_TREND_SRC] = s[i, tf.G_USRC]
+            self.trend_src[i] = s[i, tf.G_USRC]
             fc[i, [th.F_U_LAG, th.F_EXPECTED, th.F_FOLLOWED]] = math.nan, 0.0, 0.0
             fc[i, th.F_TREND_TS:th.F_TREND_TS + tf.N_MODELS] = math.nan
         du = self.trusted_rate(i, rack, damp, self.follow_share(ts, i, c["gpu_temp"]))
@@ -146,7 +154,7 @@ class NaiveThermal(PerSample):
                 eta, _, _, _, sure = th.model_eta(s, i, off, temp, limit, (damp, du), observed, p)
                 if m == tf.HBM and eta <= horizon and th.hbm_held_by_core(s, i, du, damp, limit_core, limit, p):
                     eta, sure = math.inf, False
-                fc[i, f + th.F_ETA], fc[i, f + th.F_SURE] = eta, float(sure)
+                self.eta[i, m], self.sure[i, m] = eta, sure
                 # the clear test's ETA: past the horizon while an alarm it clears stands (the
                 # throttle alarm reads both models', hbm_overheat the HBM's), solved out to
                 # horizon * clear_factor
@@ -157,8 +165,11 @@ class NaiveThermal(PerSample):
                             th.hbm_held_by_core(s, i, du, damp, limit_core, limit, p):
                         far = math.inf
                 fc[i, th.F_FAR + m] = far
+                fc[i, th.F_FLAGS] = sum((th.FL_SURE << k) * bool(self.sure[i, k])
+                                        + (th.FL_ETA_INF << k) * (not self.eta[i, k] == fc[i, th.F_FAR + k])
+                                        for k in range(tf.N_MODELS))
             else:  # the last forecast, aged
-                eta, sure = max(fc[i, f + th.F_ETA] - since, 0.0), fc[i, f + th.F_SURE] > 0
+                eta, sure = max(self.eta[i, m] - since, 0.0), bool(self.sure[i, m])
                 far = max(fc[i, th.F_FAR + m] - since, 0.0)
             model[m] = (eta, conf, sure and conf >= p[tf.P_CONF_MIN], not far <= horizon * p[tf.P_CLEAR])
         # thermal_throttle: the SW thermal limiter holds the core and the memory, each under its own

@@ -245,11 +245,13 @@ def test_the_node_rule_still_speaks_for_a_node_of_eight_gpus() -> None:
 def test_a_state_saved_before_the_held_flags_loads() -> None:
     tp = topo()
     old = CoolingDetector(tp).state_dict()
-    old["s_idle"] = np.asarray(old["s_idle"])[:, :7]
+    old["s_idle"] = np.zeros((tp.size("gpu"), 7))  # the old float64 layout: base, seen, run, hot, inlet, score, unread
+    old["s_idle"][:, [0, 4, 5]] = np.nan
+    del old["s_idle_count"]
     old["s_fan_flag"] = np.full(tp.size("node"), np.nan)
     old["s_fan_flag"][2] = 60.0
     del old["s_fan_ts"]
     det = CoolingDetector(tp)
     det.load_state_dict(old)
-    assert det.s_idle.shape == (tp.size("gpu"), 9)
+    assert det.s_idle.shape == (tp.size("gpu"), 5) and det.s_idle_count.shape == (tp.size("gpu"), 4)
     assert det.s_fan_ts[2] == 60.0 and np.isnan(det.s_fan_ts[[0, 1, 3]]).all()

@@ -243,8 +243,7 @@ def test_a_checkpoint_written_before_columns_were_appended_is_read_on(recording:
     non-uniform one, the checkpoint was refused (`checkpoint_unusable`) and every partition started
     fresh at each such upgrade. The old initial state is the new one's first columns."""
     from foreshock.detectors import power as pw
-    from foreshock.detectors import thermal as th
-    from foreshock.detectors import thermal_fit as tf
+    from test_state_budget_thermal import L1_F_BITS_TS, L1_G_USRC, L1_S_OVER_DEFAULT, as_layout1
     from foreshock.streams.kafka_worker import apply_delta, decode_checkpoint, encode_checkpoint, state_delta, \
         uniform_fills
 
@@ -256,8 +255,9 @@ def test_a_checkpoint_written_before_columns_were_appended_is_read_on(recording:
     expected = findings_of_a_stage_that_never_stopped(topo, frames)
 
     # what the version before these columns would have written: every array of theirs narrower
-    older = {("thermal", "s_forecast"): th.F_BITS_TS, ("power", "s_gpu"): pw.S_OVER_DEFAULT,
-             **{(name, "s_model"): tf.G_USRC for name in ("thermal", "power", "cooling")}}
+    # (in layout 1, as the code before 2026-12-06 kept them: test_state_budget_thermal.as_layout1)
+    older = {("thermal", "s_forecast"): L1_F_BITS_TS, ("power", "s_gpu"): L1_S_OVER_DEFAULT,
+             **{(name, "s_model"): L1_G_USRC for name in ("thermal", "power", "cooling")}}
 
     # ... and as 9845867 wrote them: no rack inlets kept by the straggler, and the input guard's
     # fields reported before max_op_temp and hbm_max_op_temp were appended to fields.csv (until
@@ -266,6 +266,8 @@ def test_a_checkpoint_written_before_columns_were_appended_is_read_on(recording:
 
     def narrower(state: dict[str, Any]) -> dict[str, Any]:
         detectors = {name: dict(sub) for name, sub in state["bank"]["detectors"].items()}
+        for name in ("thermal", "power", "cooling"):
+            detectors[name] = as_layout1(name, detectors[name])
         for (name, key), width in older.items():
             detectors[name][key] = np.ascontiguousarray(detectors[name][key][:, :width])
         del detectors["straggler"]["s_rack"]

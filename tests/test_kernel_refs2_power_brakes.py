@@ -79,7 +79,7 @@ def test_age_out_brakes_matches_the_naive_reference(data, sizes, extra, stale_s)
     zero_ts = [NAN if a == 0.0 else 50.0 for a in active0]
 
     s = np.full((n, pw.S_SIZE), NAN)
-    s[:, pw.S_BRAKE] = brake
+    s = pw.with_flags(s, np.zeros(n), np.array(brake) == 1.0, np.zeros(n, dtype=bool))  # (S_FLAGS: see PK_*)
     s[:, pw.S_BITS_TS] = bits_ts
     node_brake = np.zeros((N_NODES, pw.N_SIZE))
     node_brake[:, pw.N_COUNT] = count
@@ -102,7 +102,7 @@ def test_age_out_brakes_matches_the_naive_reference(data, sizes, extra, stale_s)
     got = pw._age_out_brakes(obs, fit_rows, len(rows), parents, (offsets, members), s, node_brake, stale_s)
     want = naive_age_out(rows, gpu_node, brake, bits_ts, count, active0, zero_ts, stale_s)
     assert got == want
-    np.testing.assert_array_equal(s[:, pw.S_BRAKE], brake)
+    np.testing.assert_array_equal(pw.braking_of(s), np.array(brake) == 1.0)
     np.testing.assert_array_equal(s[:, pw.S_BITS_TS], bits_ts)  # read, never written
     np.testing.assert_array_equal(node_brake[:, pw.N_COUNT], count)
     np.testing.assert_array_equal(node_brake[:, pw.N_ACTIVE], active0)

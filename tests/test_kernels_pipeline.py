@@ -25,7 +25,11 @@ TOPO = Topology.from_gpu_hosts([(f"n{i}", g) for i in range(2) for g in range(4)
 
 # ---- naive references -------------------------------------------------------------------------
 def reference_ewma_cusum(slots, values, n_slots, alpha, clip, drift, threshold, warmup, min_scale):
-    """Point-by-point Python version of the robust EWMA z-score + CUSUM."""
+    """Point-by-point Python version of the robust EWMA z-score + CUSUM. Its state is float32, as the
+    detector's: each sample's update is computed in float64 and stored rounded (``f32``)."""
+    def f32(v):
+        return float(np.float32(v))
+
     level = {}
     scale = {}
     pos = {}
@@ -38,7 +42,7 @@ def reference_ewma_cusum(slots, values, n_slots, alpha, clip, drift, threshold, 
             if not math.isfinite(x):  # NaN and ±inf alike
                 continue
             if count.get(key, 0) == 0:
-                level[key], scale[key], pos[key], neg[key], count[key] = x, 0.0, 0.0, 0.0, 1
+                level[key], scale[key], pos[key], neg[key], count[key] = f32(x), 0.0, 0.0, 0.0, 1
                 continue
             dev = x - level[key]
             sigma = max(1.2533 * scale[key], min_scale)
@@ -61,6 +65,7 @@ def reference_ewma_cusum(slots, values, n_slots, alpha, clip, drift, threshold, 
                 lim = clip * sigma
                 level[key] += alpha * min(max(dev, -lim), lim)
                 scale[key] += alpha * (min(abs(dev), lim) - scale[key])
+            level[key], scale[key], pos[key], neg[key] = f32(level[key]), f32(scale[key]), f32(pos[key]), f32(neg[key])
     return alarms
 
 

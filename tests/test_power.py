@@ -18,6 +18,7 @@ from foreshock.findings import Anomaly, Prediction
 from foreshock.frames import Frame
 
 from naive_refs import PerSample, branches_seen, naive_alarm_step, new_alarm, run_both
+from test_state_budget_thermal import L1_G_USRC, L1_S_OVER_DEFAULT, as_layout1
 from test_thermal import naive_temp_at
 from thermal_synth import run, small_topology
 
@@ -620,13 +621,17 @@ def as_tuples(found):
 @given(st.integers(0, 2 ** 32 - 1))
 def test_the_power_kernel_matches_a_naive_per_sample_reference(seed):
     det, naive, found = power_both(seed)
-    cols = {"env": pw.S_ENV, "level": pw.S_LEVEL, "slope": pw.S_SLOPE, "n": pw.S_N, "brake": pw.S_BRAKE,
-            "thermal": pw.S_THERMAL, "env_pre": pw.S_ENV_PRE, "tb": pw.S_TB, "eta": pw.S_ETA, "eval_ts": pw.S_EVAL_TS,
+    cols = {"env": pw.S_ENV, "level": pw.S_LEVEL, "slope": pw.S_SLOPE, "env_pre": pw.S_ENV_PRE, "tb": pw.S_TB,
+            "eta": pw.S_ETA, "eval_ts": pw.S_EVAL_TS,
             "over": pw.S_OVER_DEFAULT, "bits_ts": pw.S_BITS_TS, "t_seen": pw.S_T_SEEN,
             "cap_ts": pw.S_CAP_TS, "brake_off": pw.S_BRAKE_OFF_TS}
     for name, col in cols.items():
         np.testing.assert_allclose(det.s_gpu[:, col], [g[name] for g in naive.g], rtol=1e-9, atol=1e-9,
                                    equal_nan=True, err_msg=name)
+    # (the loaded samples and the two flags share S_FLAGS)
+    np.testing.assert_array_equal(pw.loaded_samples_of(det.s_gpu), [g["n"] for g in naive.g])
+    np.testing.assert_array_equal(pw.braking_of(det.s_gpu), [g["brake"] == 1.0 for g in naive.g])
+    np.testing.assert_array_equal(pw.thermal_of(det.s_gpu), [g["thermal"] == 1.0 for g in naive.g])
     np.testing.assert_array_equal(det.s_node_brake[:, pw.N_COUNT], [v["count"] for v in naive.nodes.values()])
     np.testing.assert_array_equal(det.s_node_brake[:, pw.N_ACTIVE], [v["active"] for v in naive.nodes.values()])
     np.testing.assert_array_equal(det.s_node_brake[:, pw.N_ZERO_TS], [v["zero_ts"] for v in naive.nodes.values()])
@@ -734,7 +739,7 @@ def test_a_brake_whose_reasons_go_unread_is_let_go():
     assert found and all(f.ts <= let_go + pw.PARAMS["off_hold_s"] + 60.0 for f in found), found[-1]
     assert not [f for f in found if f.active and f.ts > let_go]
     assert {f.slot for f in found if not f.active} == {0, 1}  # withdrawn
-    assert (det.s_gpu[:, pw.S_BRAKE] == 0).all() and det.s_node_brake[0, pw.N_COUNT] == 0
+    assert not pw.braking_of(det.s_gpu).any() and det.s_node_brake[0, pw.N_COUNT] == 0
 
 
 def test_a_state_saved_before_the_limit_and_reasons_columns_is_read_on():
@@ -742,9 +747,9 @@ def test_a_state_saved_before_the_limit_and_reasons_columns_is_read_on():
     frames, _ = heating_gpu()
     a = pw.PowerDetector(topo)
     run(a, frames[:360])
-    old = a.state_dict()
-    old["s_gpu"] = old["s_gpu"][:, :pw.S_OVER_DEFAULT]
-    old["s_model"] = old["s_model"][:, :tf.G_USRC]
+    old = as_layout1("power", a.state_dict())  # (as the code before 2026-12-06 kept it)
+    old["s_gpu"] = old["s_gpu"][:, :L1_S_OVER_DEFAULT]
+    old["s_model"] = old["s_model"][:, :L1_G_USRC]
     b = pw.PowerDetector(topo)
     b.load_state_dict(old)
     out = run(a, frames[360:])

@@ -20,6 +20,7 @@ from foreshock.detectors import thermal_fit as tf
 from foreshock.findings import Anomaly, Prediction
 from foreshock.frames import Frame
 from foreshock.health import PipelineHealth
+from test_state_budget_thermal import L1_S_BRAKE_OFF_TS, as_layout1
 from thermal_synth import small_topology
 
 OVER_LIMIT = "power reading over its enforced limit by more than 50 W: not taken for the cap forecast"
@@ -120,8 +121,8 @@ def test_a_node_brake_a_minute_after_the_last_is_a_new_event() -> None:
 def test_a_state_saved_before_the_hold_columns_loads() -> None:
     topo = small_topology(nodes=1, gpus=4, racks=1)
     det = pw.PowerDetector(topo)
-    state = det.state_dict()
-    old = {**state, "s_gpu": np.asarray(state["s_gpu"])[:, :pw.S_BRAKE_OFF_TS],
+    state = as_layout1("power", det.state_dict())  # (as the code before 2026-12-06 kept it)
+    old = {**state, "s_gpu": np.asarray(state["s_gpu"])[:, :L1_S_BRAKE_OFF_TS],
            "s_node_brake": np.asarray(state["s_node_brake"])[:, :pw.N_ZERO_TS]}
     fresh = pw.PowerDetector(topo)
     fresh.load_state_dict(old)

@@ -17,6 +17,7 @@ from foreshock import facts
 from foreshock.detectors import power as pw
 from foreshock.findings import Anomaly, Finding, Prediction
 from foreshock.frames import Frame
+from test_state_budget_thermal import L1_S_CONF_PRE, as_layout1
 from thermal_synth import small_topology
 
 BRAKE = float(facts.THROTTLE_HW_POWER_BRAKE)
@@ -61,7 +62,8 @@ def test_a_state_saved_before_the_confidence_column_loads_and_round_trips() -> N
     again.load_state_dict(state)
     np.testing.assert_array_equal(again.s_gpu, det.s_gpu)
     old = pw.PowerDetector(topo)
-    old.load_state_dict({**state, "s_gpu": np.asarray(state["s_gpu"])[:, :pw.S_CONF_PRE]})
+    layout1 = as_layout1("power", state)  # (as the code before 2026-12-06 kept it)
+    old.load_state_dict({**layout1, "s_gpu": np.asarray(layout1["s_gpu"])[:, :L1_S_CONF_PRE]})
     assert old.s_gpu.shape == det.s_gpu.shape and np.isnan(old.s_gpu[:, [pw.S_CONF_PRE, pw.S_T_EST]]).all()
     # a brake held in an old state: the confidence of the samples counted since stands
     found = poll(old, [305.0] * 8, list(range(8)), [BRAKE, BRAKE] + [0.0] * 6, 150.0)

@@ -121,7 +121,8 @@ def test_after_a_remap_each_node_counts_the_braking_gpus_it_holds(braking: list[
     det = power(bank())
     topology = det.topology
     state = det.state_dict()
-    state["s_gpu"][:, pw.S_BRAKE] = np.array(braking, dtype=float)
+    s_gpu = state["s_gpu"]
+    state["s_gpu"] = pw.with_flags(s_gpu, pw.loaded_samples_of(s_gpu), np.array(braking), pw.thermal_of(s_gpu))
     state["s_node_brake"][:, pw.N_COUNT] = 3.0  # whatever it was: counted again
     state["s_node_brake"][:, pw.N_ACTIVE] = np.array(active, dtype=float)
     moved = det.remap_state(state, Remap.rearranged(topology, np.array(take_from)))

@@ -66,7 +66,7 @@ def test_a_braking_gpu_that_sends_no_rows_stops_counting_on_its_node() -> None:
     brakes = [f for f in found if isinstance(f, Anomaly) and f.field == "throttle_reasons"]
     assert [f.slot for f in brakes] == [1] and "1 GPU(s) of its node braking" in brakes[0].reason
     assert not node_events(found), node_events(found)[0].reason
-    assert det.s_gpu[0, pw.S_BRAKE] == 0.0 and det.s_node_brake[0, :2].tolist() == [1.0, 0.0]
+    assert not pw.braking_of(det.s_gpu)[0] and det.s_node_brake[0, :2].tolist() == [1.0, 0.0]
 
 
 def test_a_second_node_wide_brake_after_a_gpu_fell_off_is_reported() -> None:
@@ -132,7 +132,7 @@ def test_brakes_aged_out_match_the_naive_reference(seed: int) -> None:
     det, naive = pw.PowerDetector(topo), NaivePower(topo)
     found = run_both(det, naive, dropping_out(random_power_frames(topo, seed, ticks=300), seed))
     assert naive.seen["stale brake aged out"] > 0
-    np.testing.assert_array_equal(det.s_gpu[:, pw.S_BRAKE], [g["brake"] for g in naive.g])
+    np.testing.assert_array_equal(pw.braking_of(det.s_gpu), [g["brake"] == 1.0 for g in naive.g])
     np.testing.assert_array_equal(det.s_node_brake[:, pw.N_COUNT], [v["count"] for v in naive.nodes.values()])
     np.testing.assert_array_equal(det.s_node_brake[:, pw.N_ACTIVE], [v["active"] for v in naive.nodes.values()])
     got = [(ts, slot if what != "node brake" else None, what, active) for ts, slot, what, active in naive.found]

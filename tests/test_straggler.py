@@ -158,8 +158,7 @@ def test_a_state_saved_before_busy_means_is_read_on():
     frames = job_frames(slow=9, minutes=40)
     a = sg.StragglerDetector(topo, refresh_s=120)
     run(a, frames[:60])
-    old = a.state_dict()
-    old["s_gpu"] = old["s_gpu"][:, :sg.S_BUSY_TS]  # the six columns of the old layout (no power either)
+    old = layout1(a.state_dict(), sg.S_BUSY_TS)  # the six columns of the old layout (no power either)
     b = sg.StragglerDetector(topo, refresh_s=120)
     b.load_state_dict(old)
     rest = run(a, frames[60:])
@@ -312,7 +311,7 @@ def test_compare_kernel_matches_a_numpy_reference(seed):
         1000.0 - rng.choice([0.0, 10.0, 500.0], n, p=[0.6, 0.3, 0.1]),  # last busy sample
         rng.choice([650.0, 700.0, 450.0, 800.0], n, p=[0.6, 0.2, 0.1, 0.1]) + rng.normal(0, 10, n),  # busy power
         1000.0 - rng.choice([0.0, 10.0, 500.0], n, p=[0.6, 0.3, 0.1]),  # last utilisation: some stale
-        rng.random(n), np.zeros(n),  # the last busy tick's weight, the means taken at the last tick
+        rng.random(n),  # the last busy tick's weight
         *[1000.0 - rng.choice([0.0, 10.0, 500.0], n, p=[0.7, 0.2, 0.1]) for _ in range(4)]])  # when each
     # busy mean (clock, temperature, throttled share, power) last took a value: some stale
     s[rng.random((n, sg.S_SIZE)) < 0.03] = np.nan
@@ -342,7 +341,7 @@ def test_the_compare_reference_finds_outliers_of_every_check():
         n = 40
         s = np.column_stack([np.full(n, 1000.0), 1.0 - 0.2 * (rng.random(n) < 0.1),
                              60 + 15 * (rng.random(n) < 0.1), np.ones(n), 0.6 * (rng.random(n) < 0.1), np.full(n, 50.0),
-                             np.full(n, 1000.0), np.full(n, 650.0), np.full(n, 1000.0), np.ones(n), np.zeros(n),
+                             np.full(n, 1000.0), np.full(n, 650.0), np.full(n, 1000.0), np.ones(n),
                              *[np.full(n, 1000.0)] * 4])
         kinds |= {col for _, col, *_ in naive_compare(s, np.zeros(n, np.int64), 1, np.full((n, 3), np.nan), 1000.0,
                                                       dict(sg.PARAMS))}
@@ -407,8 +406,7 @@ def test_a_state_saved_before_power_means_loads():
     frames = job_frames(slow=9, minutes=40)
     a = sg.StragglerDetector(topo, refresh_s=120)
     run(a, frames[:60])
-    old = a.state_dict()
-    old["s_gpu"] = old["s_gpu"][:, :sg.S_POWER]  # the seven columns before the power mean
+    old = layout1(a.state_dict(), sg.S_POWER)  # the seven columns before the power mean
     b = sg.StragglerDetector(topo, refresh_s=120)
     b.load_state_dict(old)
     assert np.isnan(b.s_gpu[:, sg.S_POWER]).all()
@@ -805,15 +803,26 @@ def test_rows_within_the_guards_bound_of_their_frame_are_taken():
     assert det.s_gpu[5, sg.S_TS] == MAX_AHEAD_S - 1.0 and health.counts()[1] == {}
 
 
+def layout1(state, width=sg.LAYOUT1_S_SIZE):
+    """``state`` as layout 1 wrote it (no ``state_layout``; ``s_gpu`` with ``S_TAKEN`` at
+    ``sg.LAYOUT1_S_TAKEN``, the bits of the means whose time is the last tick), cut to its first
+    ``width`` columns (a checkpoint saved before the rest existed)."""
+    g = state["s_gpu"]
+    taken = sum(bit * (g[:, col] == g[:, sg.S_TS]) for bit, col in (
+        (sg.T_UTIL, sg.S_UTIL_TS), (sg.T_CLOCK, sg.S_CLOCK_TS), (sg.T_TEMP, sg.S_TEMP_TS),
+        (sg.T_POWER, sg.S_POWER_TS), (sg.T_THROTTLE, sg.S_THROTTLE_TS)))
+    wide = np.insert(g, sg.LAYOUT1_S_TAKEN, taken, axis=1)
+    return {**{k: v for k, v in state.items() if k != "state_layout"}, "s_gpu": wide[:, :width]}
+
+
 def loaded_from_a_narrower_state(width):
     """A detector fed 10 minutes of a job with a slow GPU, and another loaded from its state with
-    ``s_gpu`` cut to its first ``width`` columns (a checkpoint saved before the rest existed)."""
+    ``s_gpu`` cut to its first ``width`` columns of layout 1 (a checkpoint saved before the rest existed)."""
     topo = small_topology()
     frames = fed_frames(minutes=40, slow_from=0.0)
     a = sg.StragglerDetector(topo, refresh_s=120)
     run(a, frames[:60])
-    old = a.state_dict()
-    old["s_gpu"] = old["s_gpu"][:, :width]
+    old = layout1(a.state_dict(), width)
     b = sg.StragglerDetector(topo, refresh_s=120)
     b.load_state_dict(old)
     return a, b, frames
@@ -822,7 +831,7 @@ def loaded_from_a_narrower_state(width):
 def test_a_state_saved_before_the_means_own_times_loads():
     """A checkpoint of eleven columns (no time per busy mean) loads with each mean taken at its last
     busy sample, and finds what the state it came from finds."""
-    a, b, frames = loaded_from_a_narrower_state(sg.S_CLOCK_TS)
+    a, b, frames = loaded_from_a_narrower_state(sg.LAYOUT1_S_TAKEN + 1)
     for col in (sg.S_CLOCK_TS, sg.S_TEMP_TS, sg.S_THROTTLE_TS, sg.S_POWER_TS):
         np.testing.assert_array_equal(b.s_gpu[:, col], a.s_gpu[:, sg.S_BUSY_TS])
     rest = run(a, frames[60:])

@@ -63,7 +63,7 @@ def split_states() -> list[tuple[np.ndarray, np.ndarray]]:
                             (16, sg.C_CLOCK, 0.5), (8, sg.C_CLOCK, 0.07), (5, sg.C_CLOCK, 0.5)]:
         s = np.column_stack([np.full(n, 1000.0), 1.0 - 0.003 * rng.random(n), 60.0 + 0.3 * rng.random(n), np.ones(n),
                              0.003 * rng.random(n), np.full(n, 50.0), np.full(n, 1000.0), np.full(n, 650.0),
-                             np.full(n, 1000.0), np.ones(n), np.zeros(n), *[np.full(n, 1000.0)] * 4])
+                             np.full(n, 1000.0), np.ones(n), *[np.full(n, 1000.0)] * 4])
         worse = np.arange(n) >= n // 2
         if check == sg.C_CLOCK:
             s[worse, sg.S_CLOCK] -= apart

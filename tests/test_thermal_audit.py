@@ -12,7 +12,7 @@ import math
 import numpy as np
 
 from foreshock.detectors import thermal as th
-from foreshock.detectors.alarm import A_ACTIVE, A_SIZE
+from foreshock.detectors.alarm import K_SIZE, K_STATE
 from foreshock.detectors import thermal_fit as tf
 from foreshock.findings import Prediction
 from foreshock.frames import Frame
@@ -74,7 +74,7 @@ def test_an_hbm_prediction_stands_down_once_the_hbm_temperature_goes_unread() ->
     later = _dark(det, t, 360, core=False, hbm=True)
     hbm = [f for f in later if isinstance(f, Prediction) and f.event == "hbm_overheat"]
     assert len(hbm) == 1 and not hbm[0].active and "HBM temperature no longer read" in hbm[0].reason
-    assert det.s_alarm[0, tf.HBM * A_SIZE + A_ACTIVE] == 0.0
+    assert not det.s_alarm[0, tf.HBM * K_SIZE + K_STATE] < 0.0  # (the compact block: not active)
 
 
 def test_a_reading_missing_now_and_then_withdraws_nothing() -> None:
