@@ -66,6 +66,21 @@ def compact_from_alarm_columns(old: np.ndarray, count: int) -> np.ndarray:
     return new
 
 
+def alarms_as_layout1(s_alarm: np.ndarray, count: int) -> np.ndarray:
+    """``count`` compact blocks as the four-column ones kept before them (:func:`compact_from_alarm_columns`
+    undone): active with its tag, or the firing count. Exact but for an active alarm's ``A_ON``: its
+    firing count, not read while it is active (withdrawing zeroes it), is not kept; 1 here."""
+    s_alarm = np.asarray(s_alarm, dtype=np.float64)
+    out = new_alarm_columns(len(s_alarm), count)
+    for k in range(count):
+        state = s_alarm[:, k * K_SIZE + K_STATE]
+        out[:, k * A_SIZE + A_ACTIVE] = np.maximum(-state, 0.0)
+        out[:, k * A_SIZE + A_ON] = np.where(state < 0.0, 1.0, state)
+        out[:, k * A_SIZE + A_EMIT_TS] = s_alarm[:, k * K_SIZE + K_EMIT_TS]
+        out[:, k * A_SIZE + A_OFF_TS] = s_alarm[:, k * K_SIZE + K_OFF_TS]
+    return out
+
+
 @inline
 def compact_active(state: np.ndarray, i: int, off: int) -> bool:
     """Whether the compact alarm of slot ``i`` at ``off`` is active."""

@@ -367,6 +367,15 @@ class DetectorBank:
             if (node, board) in self._parked:
                 self._parked_predictions.setdefault((node, board), []).append(prediction)
 
+    def previous_layout_state(self, state: dict[str, Any]) -> dict[str, Any]:
+        """``state`` (this bank's ``state_dict()``) with each detector's state as the version before its
+        last layout change kept it (``Detector.previous_layout_state``); the processors' and the parked
+        rows as they are (a version whose detectors kept other rows does not read those back:
+        :meth:`_parked_from`). A worker reads a checkpoint written by that version against it."""
+        detectors = {d.name: d.previous_layout_state(state["detectors"][d.name])
+                     for d in self.detectors if d.name in state["detectors"]}
+        return {**state, "detectors": {**state["detectors"], **detectors}}
+
     def _gpu_arrays(self) -> Iterator[tuple[str, str, np.ndarray]]:
         """Each detector's per-GPU state arrays (slot on axis 0), copies: (detector, key, array),
         in the order :class:`ParkedRows` packs their rows."""

@@ -93,6 +93,14 @@ class Detector:
         than being refused. Default: unchanged."""
         return state
 
+    def previous_layout_state(self, state: dict[str, Any]) -> dict[str, Any]:
+        """``state`` (this version's ``state_dict()``) as the version before this detector's last
+        layout change kept it, where that change removed or rearranged columns (a width no longer
+        its version's sign): what :meth:`upgrade_state` reads back. A worker's checkpoint is a delta
+        from a fresh bank's state, and one written by that version is a delta from the fresh state
+        as it kept it (``streams/kafka_worker.py``: ``apply_delta``). Default: unchanged."""
+        return state
+
     def load_state_dict(self, state: dict[str, Any]) -> None:
         state = self.upgrade_state(state)
         own = self.state_dict()

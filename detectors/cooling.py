@@ -334,8 +334,8 @@ class CoolingDetector(ThermalFitDetector):
     def _upgrade_idle(state: dict[str, Any]) -> dict[str, Any]:
         """``s_idle`` saved before its counts moved out to ``s_idle_count`` (told by that key's absence,
         not by a width: five columns were once the old layout too), split: its values kept (cast to
-        float32 on load), its counts (NaN: none yet) held at :data:`COUNT_MAX`, where no comparison
-        tells them apart from a larger one. Columns added since it was saved start as
+        float32 on load), its counts as counts (NaN, none yet: 0), a larger one than :data:`COUNT_MAX`
+        held there, where no comparison tells them apart. Columns added since it was saved start as
         ``add_columns`` makes them: I_SCORE, none said yet; unread, read; I_LSCORE, no flag under
         load to hold; held, none held."""
         idle = np.asarray(state.get("s_idle"))
@@ -344,6 +344,20 @@ class CoolingDetector(ThermalFitDetector):
         old = np.asarray(add_columns(state, "s_idle", len(OLD_IDLE))["s_idle"], dtype=np.float64)
         counts = np.clip(np.nan_to_num(old[:, OLD_IDLE_COUNTS], nan=0.0), 0, COUNT_MAX).astype(np.uint8)
         return {**state, "s_idle": old[:, OLD_IDLE_VALUES], "s_idle_count": counts}
+
+    def previous_layout_state(self, state: dict[str, Any]) -> dict[str, Any]:
+        """... and ``s_idle`` as kept before its counts moved out (:meth:`_upgrade_idle` undone): nine
+        float64 columns (:data:`OLD_IDLE`), the counts back among the values; no ``s_idle_count``.
+        Exact for a fresh state; of a state that ran, the values read back at float32's precision
+        (what this version keeps) and a count past :data:`COUNT_MAX` as that (none is compared past 2)."""
+        out = {k: v for k, v in super().previous_layout_state(state).items() if k != "s_idle_count"}
+        idle, counts = np.asarray(state.get("s_idle")), np.asarray(state.get("s_idle_count"))
+        if idle.ndim == 2 and counts.ndim == 2:
+            old = np.empty((len(idle), len(OLD_IDLE)))
+            old[:, OLD_IDLE_VALUES] = np.asarray(idle, dtype=np.float64)
+            old[:, OLD_IDLE_COUNTS] = np.asarray(counts, dtype=np.float64)
+            out["s_idle"] = old
+        return out
 
     def update(self, frame: Frame) -> list[Finding]:
         if frame.kind == "rack":

@@ -67,7 +67,7 @@ from foreshock.health import PipelineHealth
 from foreshock.remap import Remap
 from foreshock.topology import Topology
 
-from .alarm import (CODE_NONE, CODE_START, CODE_WITHDRAW, O_CODE, O_CONF, O_ETA, O_ROW, O_V0,
+from .alarm import (alarms_as_layout1, CODE_NONE, CODE_START, CODE_WITHDRAW, O_CODE, O_CONF, O_ETA, O_ROW, O_V0,
                     O_WHICH, OUT_SIZE, compact_from_alarm_columns, compact_step, emit, new_compact_alarms)
 from .base import add_columns, resolve_params
 from . import gpu_inputs as gi
@@ -709,6 +709,29 @@ def upgrade_layout1(state: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def gpu_as_layout1(s_gpu: np.ndarray) -> np.ndarray:
+    """``s_gpu`` as layout 1 kept it (:func:`upgrade_layout1` undone, exactly): the loaded samples, braking
+    and thermally held flags out of ``S_FLAGS`` into columns 3-5 (``LAYOUT1_N`` ...)."""
+    s_gpu = np.asarray(s_gpu, dtype=np.float64)
+    old = np.delete(s_gpu, S_FLAGS, axis=1)
+    for col, values in ((LAYOUT1_N, loaded_samples_of(s_gpu)), (LAYOUT1_BRAKE, braking_of(s_gpu)),
+                        (LAYOUT1_THERMAL, thermal_of(s_gpu))):
+        old = np.insert(old, col, values.astype(np.float64), axis=1)
+    return old
+
+
+def power_as_layout1(state: dict[str, Any]) -> dict[str, Any]:
+    """A power detector's ``state_dict()`` as layout 1 kept it (:meth:`PowerDetector.upgrade_state` undone):
+    the fit's (:func:`~.thermal_fit.fit_as_layout1`), ``s_gpu`` by :func:`gpu_as_layout1`, ``s_alarm``'s
+    block four columns wide (:func:`~.alarm.alarms_as_layout1`); no ``state_layout``."""
+    out = {k: v for k, v in tf.fit_as_layout1(state).items() if k != "state_layout"}
+    if "s_gpu" in state and np.ndim(state["s_gpu"]) == 2:
+        out["s_gpu"] = gpu_as_layout1(state["s_gpu"])
+    if "s_alarm" in state and np.ndim(state["s_alarm"]) == 2:
+        out["s_alarm"] = alarms_as_layout1(state["s_alarm"], 1)
+    return out
+
+
 class PowerDetector(ThermalFitDetector):
     """Predicts ``power_cap``; reports power brake per GPU and per node at once."""
 
@@ -784,6 +807,10 @@ class PowerDetector(ThermalFitDetector):
         if "state_layout" in state:
             return state
         return {**upgrade_layout1(state), "state_layout": STATE_LAYOUT}
+
+    def previous_layout_state(self, state: dict[str, Any]) -> dict[str, Any]:
+        """... layout 1 (:func:`power_as_layout1`)."""
+        return power_as_layout1(state)
 
     def remap_state(self, state: dict[str, Any], remap: Remap) -> dict[str, Any]:
         """... and each node's count of braking GPUs counted again from the GPUs' brake flags as

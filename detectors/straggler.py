@@ -335,6 +335,20 @@ def upgrade_layout1(state: dict[str, Any]) -> dict[str, Any]:
     return {**state, "s_gpu": np.delete(np.asarray(state["s_gpu"], dtype=np.float64), old_taken, axis=1)}
 
 
+def gpu_as_layout1(s_gpu: np.ndarray) -> np.ndarray:
+    """``s_gpu`` as layout 1 kept it (:func:`upgrade_layout1` undone, exactly): ``S_TAKEN`` back at
+    :data:`LAYOUT1_S_TAKEN`, the ``T_*`` bits of the means whose time is the GPU's tick ``S_TS``
+    (:func:`_taken`): what layout 1 held there after every row (zeroed at a new tick, each bit set with
+    its mean's time), 0 before a GPU's first tick (NaN equals nothing) and for a GPU started afresh."""
+    s = np.asarray(s_gpu, dtype=np.float64)
+    ts = s[:, S_TS]
+    taken = np.zeros(len(s))
+    for col, bit in ((S_UTIL_TS, T_UTIL), (S_CLOCK_TS, T_CLOCK), (S_TEMP_TS, T_TEMP), (S_POWER_TS, T_POWER),
+                     (S_THROTTLE_TS, T_THROTTLE)):
+        taken += np.where(s[:, col] == ts, float(bit), 0.0)
+    return np.insert(s, LAYOUT1_S_TAKEN, taken, axis=1)
+
+
 class StragglerDetector(Detector):
     """Flags GPUs slower, hotter or more throttled than their job peers."""
 
@@ -418,6 +432,13 @@ class StragglerDetector(Detector):
             raise ValueError(f"straggler: state layout {state['state_layout']!r} is not one this version reads "
                              f"({STATE_LAYOUT})")
         return state
+
+    def previous_layout_state(self, state: dict[str, Any]) -> dict[str, Any]:
+        """... layout 1: ``s_gpu`` with ``S_TAKEN`` (:func:`gpu_as_layout1`), no ``state_layout``."""
+        out = {k: v for k, v in state.items() if k != "state_layout"}
+        if "s_gpu" in state and np.ndim(state["s_gpu"]) == 2:
+            out["s_gpu"] = gpu_as_layout1(state["s_gpu"])
+        return out
 
     def remap_state(self, state: dict[str, Any], remap: Remap) -> dict[str, Any]:
         """... and a state saved without ``s_rack`` on other hardware: none known on its racks either."""

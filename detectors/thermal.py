@@ -100,8 +100,8 @@ from foreshock.health import PipelineHealth
 from foreshock.topology import Topology
 
 from .alarm import (CODE_NONE, CODE_WITHDRAW, K_SIZE, O_CODE, O_CONF, O_ETA, O_ROW, O_V0, O_WHICH, OUT_SIZE,
-                    compact_active, compact_from_alarm_columns, compact_step, compact_tag, emit, new_compact_alarms,
-                    set_compact_tag)
+                    alarms_as_layout1, compact_active, compact_from_alarm_columns, compact_step, compact_tag, emit,
+                    new_compact_alarms, set_compact_tag)
 from .base import add_columns
 from .gpu_inputs import (DAMP_MIN_OBS, FLOW_NOMINAL, flow_asymptote, INLET_NODE_PROXY, INLET_RACK_PROXY, inline,
                          kernel, RACK_DAMP, RACK_DAMP_N,
@@ -118,7 +118,7 @@ from .thermal_fit import (CORE, FIT_SLOT_KINDS, G_PLIM, G_PREF, G_SIZE, G_TS, G_
                           P_RISE, P_R_NOM, P_SITE_DAMP, P_SITE_RISE, P_STALE, P_TREND_CONFIRM,
                           P_TREND_NOISE, P_TREND_SMOOTH, P_TREND_WINDOW, P_URGENT, P_WARMUP, R_DT,
                           R_SRC_SAME, ThermalFit, ThermalFitDetector, X_HBM, X_REASONS, X_SLOT, X_TEMP, X_TS,
-                          X_UTIL, core_limit, hbm_limit, hw_slowdown_limit, params_vector)
+                          X_UTIL, core_limit, fit_as_layout1, hbm_limit, hw_slowdown_limit, params_vector)
 
 MODEL_EVENTS = ("thermal_throttle", "hbm_overheat")
 INLET_WORDS = {
@@ -953,7 +953,7 @@ def upgrade_layout1(state: dict[str, Any]) -> dict[str, Any]:
     out = dict(state)
     if "s_alarm" in state and np.ndim(state["s_alarm"]) == 2:
         out["s_alarm"] = compact_from_alarm_columns(state["s_alarm"], N_MODELS)
-    if "s_forecast" in state and np.ndim(state["s_forecast"]) == 2 and "s_model" in state and np.ndim(state["s_model"]) == 2:
+    if "s_forecast" in state and "s_model" in state and np.ndim(state["s_forecast"]) == np.ndim(state["s_model"]) == 2:
         out["s_forecast"] = forecast_from_layout1(np.asarray(state["s_forecast"], dtype=np.float64),
                                                   np.asarray(state["s_model"])[:, G_USRC])
     return out
@@ -968,7 +968,8 @@ def forecast_from_layout1(old: np.ndarray, source: np.ndarray) -> np.ndarray:
       (:func:`keep_forecast`).
     - The inlet source the trend tracks read: where it is not the fit's (NaN, or saved before it was
       kept), the next row would have started the tracks and the follow check over; they start over
-      now (nothing reads them before that row), as the row's own switch would (twice is once).
+      now (nothing reads them before that row), as the row's own switch would (twice is once). Where
+      neither is known (no inlet read yet) they are left as they are: the next row starts them over.
     """
     old = add_columns({"s": old}, "s", LAYOUT1_F_SIZE,
                       {LAYOUT1_FAR + m: F_MODEL0 + m * LAYOUT1_MODEL_SIZE + LAYOUT1_ETA for m in range(N_MODELS)})["s"]
@@ -986,12 +987,49 @@ def forecast_from_layout1(old: np.ndarray, source: np.ndarray) -> np.ndarray:
     new[:, F_U_LAG:F_FAR] = old[:, LAYOUT1_U_LAG:LAYOUT1_FAR]
     new[:, F_FAR:F_FAR + N_MODELS] = old[:, LAYOUT1_FAR:LAYOUT1_FAR + N_MODELS]
     new[:, F_FLAGS] = flags
-    moved = ~(old[:, LAYOUT1_TREND_SRC] == np.asarray(source, dtype=np.float64))
+    # (neither known: no inlet read yet, the tracks as fresh; the next row starts them over anyway)
+    saved_src, source = old[:, LAYOUT1_TREND_SRC], np.asarray(source, dtype=np.float64)
+    moved = ~((saved_src == source) | (np.isnan(saved_src) & np.isnan(source)))
     new[moved, F_U_LAG] = np.nan
     new[moved, F_EXPECTED] = 0.0
     new[moved, F_FOLLOWED] = 0.0
     new[moved, F_TREND_TS:F_TREND_TS + N_MODELS] = np.nan
     return new
+
+
+def forecast_as_layout1(fc: np.ndarray, source: np.ndarray) -> np.ndarray:
+    """``s_forecast`` as layout 1 kept it (:func:`forecast_from_layout1` undone), ``source`` the fit's
+    inlet source by GPU (``G_USRC``), which layout 1's column of the source the trend tracks read
+    equalled after every row: each model's ETA (inf where ``FL_ETA_INF`` says so, else ``F_FAR``) and
+    sure flag back in its block, the source back at :data:`LAYOUT1_TREND_SRC`: exactly (the flags' bits
+    past the models' are not kept: none is set)."""
+    fc = np.asarray(fc, dtype=np.float64)
+    old = np.full((len(fc), LAYOUT1_F_SIZE), np.nan)
+    old[:, F_EVAL_TS] = fc[:, F_EVAL_TS]
+    flags = fc[:, F_FLAGS].astype(np.int64)
+    for m in range(N_MODELS):
+        o, f = F_MODEL0 + m * LAYOUT1_MODEL_SIZE, F_MODEL0 + m * F_MODEL_SIZE
+        far = fc[:, F_FAR + m]
+        old[:, o + LAYOUT1_ETA] = np.where(flags & (FL_ETA_INF << m), np.inf, far)
+        old[:, o + LAYOUT1_SURE] = (flags & (FL_SURE << m)) != 0
+        old[:, o + 2:o + LAYOUT1_MODEL_SIZE] = fc[:, f:f + F_MODEL_SIZE]
+    old[:, LAYOUT1_HELD_SINCE:LAYOUT1_TREND_SRC] = fc[:, F_HELD_SINCE:F_U_LAG]
+    old[:, LAYOUT1_TREND_SRC] = source
+    old[:, LAYOUT1_U_LAG:LAYOUT1_FAR] = fc[:, F_U_LAG:F_FAR]
+    old[:, LAYOUT1_FAR:LAYOUT1_FAR + N_MODELS] = fc[:, F_FAR:F_FAR + N_MODELS]
+    return old
+
+
+def thermal_as_layout1(state: dict[str, Any]) -> dict[str, Any]:
+    """A thermal detector's ``state_dict()`` as layout 1 kept it (:meth:`ThermalDetector.upgrade_state`
+    undone): the fit's (:func:`~.thermal_fit.fit_as_layout1`), ``s_alarm``'s blocks four columns wide
+    (:func:`~.alarm.alarms_as_layout1`), ``s_forecast`` by :func:`forecast_as_layout1`; no ``state_layout``."""
+    out = {k: v for k, v in fit_as_layout1(state).items() if k != "state_layout"}
+    if "s_alarm" in state and np.ndim(state["s_alarm"]) == 2:
+        out["s_alarm"] = alarms_as_layout1(state["s_alarm"], N_MODELS)
+    if "s_forecast" in state and "s_model" in state and np.ndim(state["s_forecast"]) == np.ndim(state["s_model"]) == 2:
+        out["s_forecast"] = forecast_as_layout1(state["s_forecast"], np.asarray(state["s_model"])[:, G_USRC])
+    return out
 
 
 # ---- the detector ------------------------------------------------------------------------
@@ -1041,6 +1079,10 @@ class ThermalDetector(ThermalFitDetector):
         if "state_layout" in state:
             return state
         return {**upgrade_layout1(state), "state_layout": STATE_LAYOUT}
+
+    def previous_layout_state(self, state: dict[str, Any]) -> dict[str, Any]:
+        """... layout 1 (:func:`thermal_as_layout1`)."""
+        return thermal_as_layout1(state)
 
     def begin_frame(self, fit: ThermalFit) -> None:
         self._out = self._scratch.take("out", (2 * fit.n_rows, THERMAL_OUT_SIZE))

@@ -899,6 +899,24 @@ def model_from_layout1(old: np.ndarray) -> np.ndarray:
     return new
 
 
+def model_as_layout1(s_model: np.ndarray) -> np.ndarray:
+    """``s_model`` as layout 1 kept it (:func:`model_from_layout1` undone): the inlet's sample count
+    back at :data:`LAYOUT1_G_UN`, 0 before the first inlet (where the level is NaN), else 1. Exact for
+    a fresh fit; of a fit that read inlets, the count is 1 where layout 1 held how many it had read —
+    its only reading, whether it is 0, is the same, so the future findings are."""
+    s_model = np.asarray(s_model, dtype=np.float64)
+    return np.insert(s_model, LAYOUT1_G_UN, np.where(np.isnan(s_model[:, G_UL]), 0.0, 1.0), axis=1)
+
+
+def fit_as_layout1(state: dict[str, Any]) -> dict[str, Any]:
+    """A fit reader's state as layout 1 kept the fit (:meth:`ThermalFitDetector.upgrade_state` undone):
+    no ``fit_layout``, ``s_model`` by :func:`model_as_layout1`; the rest as it came."""
+    out = {k: v for k, v in state.items() if k != "fit_layout"}
+    if "s_model" in state and np.ndim(state["s_model"]) == 2:
+        out["s_model"] = model_as_layout1(state["s_model"])
+    return out
+
+
 class ThermalFitDetector(Detector):
     """Base of the detectors that read the thermal fit: holds it, its arrays as state, and
     relays its input problems to the detector's own health."""
@@ -920,6 +938,10 @@ class ThermalFitDetector(Detector):
         if "s_model" in state and np.ndim(state["s_model"]) == 2:
             out["s_model"] = model_from_layout1(np.asarray(state["s_model"], dtype=np.float64))
         return out
+
+    def previous_layout_state(self, state: dict[str, Any]) -> dict[str, Any]:
+        """... the fit as layout 1 kept it (:func:`fit_as_layout1`); a subclass adds its own arrays."""
+        return fit_as_layout1(state)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         super().load_state_dict(state)

@@ -333,6 +333,15 @@ class XidDetector(Detector):
         state = {k: v for k, v in state.items() if k != "s_dbe_resets"}
         return with_counter_pace_and_drop(state, "s_dbe_state", "s_dbe_rate", "s_dbe_drop")
 
+    def previous_layout_state(self, state: dict[str, Any]) -> dict[str, Any]:
+        """... as kept before 2026-12-06: with the counter's reset counts (``s_dbe_resets``, int64, one per
+        GPU), zeros here. Exact for a fresh state and for one whose GPUs' DBE counters never went
+        back; that version counted each reset there, which :meth:`upgrade_state` drops unread."""
+        last = np.asarray(state.get("s_last_xid"))
+        if "s_dbe_resets" in state or last.ndim != 1:
+            return state
+        return {**state, "s_dbe_resets": np.zeros((len(last), 1), dtype=np.int64)}
+
     def load_state_dict(self, state: dict[str, Any]) -> None:
         super().load_state_dict(state)
         self._seen[...] = 0

@@ -150,10 +150,32 @@ def state_delta(initial: Any, current: Any, fills: Any = None) -> Any:
     return {"__value__": current}
 
 
-def apply_delta(initial: Any, delta: Any) -> Any:
+def saved_as_previous(initial: dict[str, Any], previous: dict[str, Any], saved_keys: Iterable[str]) -> bool:
+    """Whether a state saved with ``saved_keys`` is of the previous layout (``previous``, a fresh
+    detector's state as the version before its last layout change kept it) rather than of this one
+    (``initial``): where the two layouts' keys differ (a layout marker such as ``state_layout`` added,
+    an array added or dropped), a state without any key this layout added, and with every key it
+    dropped, is the previous one's. A width alone is no sign: a column removed may leave an array as
+    wide as an older version's of other columns."""
+    added, dropped = set(initial) - set(previous), set(previous) - set(initial)
+    if not added and not dropped:
+        return False
+    keys = set(saved_keys)
+    return not (added & keys) and dropped <= keys
+
+
+def apply_delta(initial: Any, delta: Any, previous: Any = None) -> Any:
+    """``delta`` (:func:`state_delta`) applied to ``initial``, the fresh state it was taken from.
+    ``previous``: the fresh state as the version before a detector's last layout change kept it
+    (``DetectorBank.previous_layout_state``; None: no other): a detector's state saved in that layout
+    (:func:`saved_as_previous`), and an array saved at the previous layout's shape, are read against
+    it — such a checkpoint's delta is from that version's fresh state."""
     if "__dict__" in delta:
         base = initial if isinstance(initial, dict) else {}
-        return {k: apply_delta(base.get(k), v) for k, v in delta["__dict__"].items()}
+        before = previous if isinstance(previous, dict) else {}
+        if before and saved_as_previous(base, before, delta["__dict__"]):
+            base, before = before, {}
+        return {k: apply_delta(base.get(k), v, before.get(k)) for k, v in delta["__dict__"].items()}
     if "__delta__" in delta:
         idx, values = delta["__delta__"]
         shape = tuple(delta.get("__shape__", np.shape(initial)))
@@ -166,6 +188,12 @@ def apply_delta(initial: Any, delta: Any) -> Any:
             # arrays) records. The state's owner then finds each job again by name and nodes.
             if "__fill__" in delta:
                 out = np.full(shape, delta["__fill__"], dtype=out.dtype)
+            elif isinstance(previous, np.ndarray) and previous.shape == shape:
+                # Saved by the version before a layout change that removed columns: the delta is
+                # from that version's fresh state (``Detector.previous_layout_state``), which the
+                # detector's ``upgrade_state`` reads on. Until 2026-12-06 such a checkpoint was
+                # refused and every partition started fresh (hours of R baselines lost)
+                out = np.array(previous, copy=True, order="C")
             elif out.ndim == 2 and len(shape) == 2 and shape[0] == out.shape[0] and shape[1] < out.shape[1]:
                 # Saved by a version before columns were appended (``Detector.upgrade_state``,
                 # ``add_columns``): the old initial state is the new one's first columns; the
@@ -506,6 +534,9 @@ class DetectionStage:
         fresh = self._new_pipeline()
         self.signature = bank_signature(fresh.bank)
         self._initial = self._state(fresh)
+        # ... and as the version before each detector's last layout change kept it: what the deltas
+        # of that version's checkpoints are from (``apply_delta``)
+        self._previous = self._previous_layout(fresh, self._initial)
         # the same hardware with no jobs: what a checkpoint's layout rebuilds (``_load_moved``)
         try:
             without_jobs = self._state(self._new_pipeline(Topology.from_dict(topology.hardware_dict())))
@@ -545,6 +576,12 @@ class DetectionStage:
     @staticmethod
     def _state(pipeline: EmbeddedPipeline) -> dict[str, Any]:
         return {"guard": pipeline.guard.state_dict(), "bank": pipeline.bank.state_dict()}
+
+    @staticmethod
+    def _previous_layout(pipeline: EmbeddedPipeline, state: dict[str, Any]) -> dict[str, Any]:
+        """``state`` (:meth:`_state` of ``pipeline``) with each detector's as the version before its last
+        layout change kept it (``DetectorBank.previous_layout_state``): the base of that version's deltas."""
+        return {**state, "bank": pipeline.bank.previous_layout_state(state["bank"])}
 
     def warm_up(self) -> None:
         """Run every detector on a throw-away pipeline (own store and health), so Numba loads or
@@ -594,7 +631,7 @@ class DetectionStage:
                 check_source_topic(saved, end_offset, topic_id, f"partition {partition}", "the frames topic")
                 old = saved.written_for(self.topology)
                 if old is None:
-                    state = apply_delta(self._initial, saved.state)
+                    state = apply_delta(self._initial, saved.state, self._previous)
                     pipeline.guard.load_state_dict(state["guard"])
                     pipeline.bank.load_state_dict(state["bank"])
                     # (absent from checkpoints written before pieces were held)
@@ -632,7 +669,8 @@ class DetectionStage:
         Entities new to the file, or new to this partition, start fresh. Returns the pieces it held
         (numbered by the old hardware: not run, ``_dropped_held``)."""
         saved_pipeline = self._new_pipeline(old)
-        state = apply_delta(self._state(saved_pipeline), delta)
+        initial = self._state(saved_pipeline)
+        state = apply_delta(initial, delta, self._previous_layout(saved_pipeline, initial))
         held = {str(agent): list(group) for agent, group in state.get("held", {}).items()}
         remap = Remap(old, self.topology, keep=self.pmap.owned_by(partition))
         pipeline.guard.load_state_dict(state["guard"], remap)

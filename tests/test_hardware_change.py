@@ -241,9 +241,10 @@ def test_a_checkpoint_written_before_columns_were_appended_is_read_on(recording:
     the checkpoints of the old one. A worker keeps each partition as a delta from a fresh bank's
     state, and that initial state now has the wider arrays: the delta could not be applied to a
     non-uniform one, the checkpoint was refused (`checkpoint_unusable`) and every partition started
-    fresh at each such upgrade. The old initial state is the new one's first columns."""
+    fresh at each such upgrade. The old initial state is the first columns of the new one as the
+    previous layout kept it (``Detector.previous_layout_state``: columns were removed since)."""
     from foreshock.detectors import power as pw
-    from test_state_budget_thermal import L1_F_BITS_TS, L1_G_USRC, L1_S_OVER_DEFAULT, as_layout1
+    from test_state_budget_thermal import L1_F_BITS_TS, L1_G_USRC, L1_S_OVER_DEFAULT
     from foreshock.streams.kafka_worker import apply_delta, decode_checkpoint, encode_checkpoint, state_delta, \
         uniform_fills
 
@@ -255,7 +256,9 @@ def test_a_checkpoint_written_before_columns_were_appended_is_read_on(recording:
     expected = findings_of_a_stage_that_never_stopped(topo, frames)
 
     # what the version before these columns would have written: every array of theirs narrower
-    # (in layout 1, as the code before 2026-12-06 kept them: test_state_budget_thermal.as_layout1)
+    # (in layout 1, as the code before 2026-12-06 kept them: each detector's previous_layout_state —
+    # the thermal fit's, thermal's and power's alarms and rows, cooling's idle history, the
+    # straggler's S_TAKEN, xid's reset counts)
     older = {("thermal", "s_forecast"): L1_F_BITS_TS, ("power", "s_gpu"): L1_S_OVER_DEFAULT,
              **{(name, "s_model"): L1_G_USRC for name in ("thermal", "power", "cooling")}}
 
@@ -265,9 +268,9 @@ def test_a_checkpoint_written_before_columns_were_appended_is_read_on(recording:
     gpu_fields_before = field_names("gpu").index("max_op_temp")
 
     def narrower(state: dict[str, Any]) -> dict[str, Any]:
-        detectors = {name: dict(sub) for name, sub in state["bank"]["detectors"].items()}
-        for name in ("thermal", "power", "cooling"):
-            detectors[name] = as_layout1(name, detectors[name])
+        layout1 = first.stage.parts[0].pipeline.bank.previous_layout_state(state["bank"])
+        detectors = {name: dict(sub) for name, sub in layout1["detectors"].items()}
+        assert detectors["cooling"]["s_idle"].shape[1] == 9 and "s_dbe_resets" in detectors["xid"]
         for (name, key), width in older.items():
             detectors[name][key] = np.ascontiguousarray(detectors[name][key][:, :width])
         del detectors["straggler"]["s_rack"]

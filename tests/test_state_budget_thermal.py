@@ -5,13 +5,13 @@ word next to ``F_FAR`` and without the inlet source its tracks read (the fit's r
 and power's loaded samples, brake and thermal flags in one column (``power.S_FLAGS``).
 
 The new widths are the contract; a checkpoint written before (layout 1: no ``state_layout`` nor
-``fit_layout`` in it) loads and goes on with the findings of a state never saved. The helpers
-``*_as_layout1`` write a state as the code before kept it (the tests of older checkpoints build
-theirs from them)."""
+``fit_layout`` in it) loads and goes on with the findings of a state never saved. The package's
+``*_as_layout1`` (``thermal_fit.model_as_layout1``, ``alarm.alarms_as_layout1``,
+``thermal.forecast_as_layout1``, ``power.gpu_as_layout1``; of a detector's whole state
+:func:`as_layout1` below, and each detector's ``previous_layout_state``) write a state as the code before
+kept it: the tests of older checkpoints build theirs from them."""
 
 from __future__ import annotations
-
-from typing import Any
 
 import numpy as np
 import pytest
@@ -33,71 +33,11 @@ L1_F_BITS_TS, L1_F_TREND_SRC, L1_F_FAR, L1_F_SIZE = 16, 19, 26, 28
 L1_S_N, L1_S_BRAKE, L1_S_THERMAL, L1_S_CONF_PRE, L1_S_OVER_DEFAULT, L1_S_BRAKE_OFF_TS = 3, 4, 5, 15, 10, 14
 
 
-# ---- layout 1, written back from this one ---------------------------------------------------
-def model_as_layout1(s_model: np.ndarray) -> np.ndarray:
-    """``s_model`` as layout 1 kept it: the inlet's sample count back at column 4 (0 before the first
-    inlet, when the level is NaN; its only reading was whether it is 0)."""
-    s_model = np.asarray(s_model, dtype=np.float64)
-    return np.insert(s_model, L1_G_UN, np.where(np.isnan(s_model[:, tf.G_UL]), 0.0, 1.0), axis=1)
-
-
-def alarms_as_layout1(s_alarm: np.ndarray, count: int) -> np.ndarray:
-    """Compact alarm blocks as four-column ones: active with its tag, or the firing count (an active
-    alarm's count was not read: 1 here)."""
-    out = al.new_alarm_columns(len(s_alarm), count)
-    for k in range(count):
-        state = s_alarm[:, k * al.K_SIZE + al.K_STATE]
-        out[:, k * al.A_SIZE + al.A_ACTIVE] = np.maximum(-state, 0.0)
-        out[:, k * al.A_SIZE + al.A_ON] = np.where(state < 0.0, 1.0, state)
-        out[:, k * al.A_SIZE + al.A_EMIT_TS] = s_alarm[:, k * al.K_SIZE + al.K_EMIT_TS]
-        out[:, k * al.A_SIZE + al.A_OFF_TS] = s_alarm[:, k * al.K_SIZE + al.K_OFF_TS]
-    return out
-
-
-def forecast_as_layout1(fc: np.ndarray, source: np.ndarray) -> np.ndarray:
-    """``s_forecast`` as layout 1 kept it (``source``: the fit's G_USRC, which its column of the inlet
-    source the tracks read equalled after every row)."""
-    old = np.full((len(fc), L1_F_SIZE), np.nan)
-    old[:, th.F_EVAL_TS] = fc[:, th.F_EVAL_TS]
-    flags = fc[:, th.F_FLAGS].astype(np.int64)
-    for m in range(tf.N_MODELS):
-        o, f = th.F_MODEL0 + m * L1_F_MODEL_SIZE, th.F_MODEL0 + m * th.F_MODEL_SIZE
-        far = fc[:, th.F_FAR + m]
-        old[:, o + L1_F_ETA] = np.where(flags & (th.FL_ETA_INF << m), np.inf, far)
-        old[:, o + L1_F_SURE] = (flags & (th.FL_SURE << m)) != 0
-        old[:, o + 2:o + L1_F_MODEL_SIZE] = fc[:, f:f + th.F_MODEL_SIZE]
-    old[:, 15:19] = fc[:, th.F_HELD_SINCE:th.F_U_LAG]
-    old[:, L1_F_TREND_SRC] = source
-    old[:, 20:26] = fc[:, th.F_U_LAG:th.F_FAR]
-    old[:, L1_F_FAR:L1_F_FAR + tf.N_MODELS] = fc[:, th.F_FAR:th.F_FAR + tf.N_MODELS]
-    return old
-
-
-def gpu_as_layout1(s_gpu: np.ndarray) -> np.ndarray:
-    """Power's ``s_gpu`` as layout 1 kept it: loaded samples, braking and thermal in columns 3-5."""
-    flags = np.delete(np.asarray(s_gpu, dtype=np.float64), pw.S_FLAGS, axis=1)
-    for col, values in ((L1_S_N, pw.loaded_samples_of(s_gpu)), (L1_S_BRAKE, pw.braking_of(s_gpu)),
-                        (L1_S_THERMAL, pw.thermal_of(s_gpu))):
-        flags = np.insert(flags, col, values.astype(np.float64), axis=1)
-    return flags
-
-
-NAMES = ("thermal", "power")
-
-
-def as_layout1(name: str, state: dict[str, Any]) -> dict[str, Any]:
-    """A thermal, power or cooling detector's ``state_dict()`` as the code before 2026-12-06 wrote it (the
-    fit's, and thermal's and power's own arrays: another detector's own layout is its own)."""
-    old = {k: v for k, v in state.items() if k != "fit_layout" and not (k == "state_layout" and name in NAMES)}
-    source = np.asarray(state["s_model"])[:, tf.G_USRC]
-    old["s_model"] = model_as_layout1(state["s_model"])
-    if name == "thermal":
-        old["s_alarm"] = alarms_as_layout1(state["s_alarm"], tf.N_MODELS)
-        old["s_forecast"] = forecast_as_layout1(state["s_forecast"], source)
-    elif name == "power":
-        old["s_alarm"] = alarms_as_layout1(state["s_alarm"], 1)
-        old["s_gpu"] = gpu_as_layout1(state["s_gpu"])
-    return old
+def as_layout1(name: str, state: dict) -> dict:
+    """A thermal, power or cooling detector's ``state_dict()`` as the code before 2026-12-06 wrote its fit
+    and thermal's and power's own arrays (another reader of the fit: the fit's alone; cooling's own arrays
+    are its ``previous_layout_state``'s)."""
+    return {"thermal": th.thermal_as_layout1, "power": pw.power_as_layout1}.get(name, tf.fit_as_layout1)(state)
 
 
 # ---- the contract ----------------------------------------------------------------------------
