@@ -233,11 +233,11 @@ class XidDetector(Detector):
         # The pace is a value (no time, no count): float32. The counter's value and its time stay float64
         self.s_dbe_state, self.s_dbe_drop = self.counters.s_state, self.counters.s_drop
         self.s_dbe_rate = np.full((n, 1), np.nan, dtype=np.float32)
-        # Scratch, not state: _dbe_pending's per-slot row counts, and the reset counts the counter rules
-        # keep (zeros between updates: only whether a pending reset was taken back is read, and a
-        # reset is pending only where ``s_dbe_drop`` says so, :meth:`_new_dbes_once`)
-        self._seen = np.zeros((n, 1), dtype=np.int64)
-        self.counters.bind(self.s_dbe_state, self._seen, self.s_dbe_rate, self.s_dbe_drop)
+        # Scratch, not state, all zeros between uses, one array for two of them: _dbe_pending's per-slot
+        # row counts, and the reset counts the counter rules keep (only whether a pending reset was taken
+        # back is read, and a reset is pending only where ``s_dbe_drop`` says so: :meth:`_new_dbes_once`)
+        self._slot_scratch = np.zeros((n, 1), dtype=np.int64)
+        self.counters.bind(self.s_dbe_state, self._slot_scratch, self.s_dbe_rate, self.s_dbe_drop)
 
     def update(self, frame: Frame) -> list[Finding]:
         if frame.kind != "gpu" or len(frame) == 0:
@@ -284,14 +284,14 @@ class XidDetector(Detector):
         nth = np.empty(len(slot), dtype=np.int64)
         before = np.empty((len(slot), 5))
         counters = self.counters
-        most, pending = _dbe_pending(slot, counters.s_state, counters.s_drop, self._seen, nth, before)
+        most, pending = _dbe_pending(slot, counters.s_state, counters.s_drop, self._slot_scratch, nth, before)
         if most == 0:  # one row per GPU, as a live poll's frame
             return self._new_dbes_once(ts, slot, dbe, before, pending > 0)
         new = np.zeros(len(slot))
         for k in range(most + 1):
             rows = np.flatnonzero(nth == k)
             slot_k, before_k = slot[rows], np.empty((len(rows), 5))  # (the pending drops now, after poll k - 1)
-            _, pending = _dbe_pending(slot_k, counters.s_state, counters.s_drop, self._seen,
+            _, pending = _dbe_pending(slot_k, counters.s_state, counters.s_drop, self._slot_scratch,
                                       np.empty(len(rows), dtype=np.int64), before_k)
             new[rows] = self._new_dbes_once(ts[rows], slot_k, dbe[rows], before_k, pending > 0)
         return new
@@ -301,7 +301,7 @@ class XidDetector(Detector):
         """:meth:`_new_dbes` of rows of distinct GPUs, ``before`` from :func:`_dbe_pending` (``pending``:
         any reset pending there)."""
         np.nan_to_num(self.s_dbe_rate, copy=False, nan=0.0)  # a pace the rules do not know: flat (the docstring)
-        resets = self.counters.s_resets  # (``self._seen``: zeros here)
+        resets = self.counters.s_resets  # (``self._slot_scratch``, zeros here)
         if pending:  # each pending reset counted, for the rules to take back if this reading shows a glitch
             _mark_pending_resets(slot, before, resets, 1)
         delta, _, problems = self.counters.update(ts, slot, dbe[:, None])
@@ -344,5 +344,5 @@ class XidDetector(Detector):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         super().load_state_dict(state)
-        self._seen[...] = 0
-        self.counters.bind(self.s_dbe_state, self._seen, self.s_dbe_rate, self.s_dbe_drop)
+        self._slot_scratch[...] = 0
+        self.counters.bind(self.s_dbe_state, self._slot_scratch, self.s_dbe_rate, self.s_dbe_drop)

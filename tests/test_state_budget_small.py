@@ -64,7 +64,7 @@ def test_the_new_layout_dtypes_and_widths():
     assert (x.s_last_xid.dtype, x.s_dbe_rate.dtype, x.s_dbe_state.dtype, x.s_dbe_drop.dtype) == (F32, F32, F64, F64)
     assert x.s_dbe_state.shape == (N, 1, 2) and x.s_dbe_drop.shape == (N, 1, DROP_SIZE) and per_gpu(x) == 72
     # the counter rules' reset counts are the detector's scratch, not one more array per GPU
-    assert x.counters.s_resets is x._seen and x.counters.s_rate is x.s_dbe_rate
+    assert x.counters.s_resets is x._slot_scratch and x.counters.s_rate is x.s_dbe_rate
     s = sg.StragglerDetector(TOPO)
     assert sg.S_SIZE == 14 and s.s_gpu.shape == (N, 14) and s.s_gpu.dtype == F64
     assert (sg.S_BUSY_W, sg.S_CLOCK_TS, sg.S_TEMP_TS, sg.S_THROTTLE_TS, sg.S_POWER_TS) == (9, 10, 11, 12, 13)
@@ -205,7 +205,7 @@ def test_an_old_xid_checkpoint_with_its_reset_count_loads():
     assert "s_dbe_resets" not in b.state_dict() and b.s_dbe_rate.dtype == F32
     found = run(b, fs[30:])
     assert [(f.slot, f.field, f.score) for f in found] == [(4, "ecc_dbe", 4.0)]
-    assert (b._seen == 0).all()  # the scratch is left zeros
+    assert (b._slot_scratch == 0).all()  # the scratch is left zeros
 
 
 def test_a_throttle_bits_checkpoint_of_float64_bits_loads():
