@@ -250,16 +250,26 @@ def _largest_problems(problems: Mapping[tuple[str, str], int]) -> str:
     return ", ".join(listed)
 
 
+INCIDENTS_WIDE = 100
+"""Consoles narrower than this (an 80-column terminal) print each incident's predicted members and jobs
+on lines of their own under the table, beside its reason: in columns of their own they folded entity
+names mid-word ("node1023/gpu6~" then "leaf127#b")."""
+
+
 def _incidents_table(tally: FindingTally, console: Console, t0: float, max_rows: int) -> None:
     if not tally.incidents:
         console.print("incidents: none")
         return
     # short columns in the table, each incident's reason below it at the console's full width: in a
     # column of its own an 80-column terminal folded it to nine characters a line
+    wide = console.width >= INCIDENTS_WIDE
     table = Table(title="Incidents (one per cause)")
-    for col in ("opened", "state", "root cause", "members", "predicted next", "jobs (step slowdown)"):
+    columns = ("opened", "state", "root cause", "members") + (
+        ("predicted next", "jobs (step slowdown)") if wide else ())
+    for col in columns:
         table.add_column(col, overflow="fold", no_wrap=col in ("opened", "state", "members"))
     ordered = sorted(tally.incidents.values(), key=tally.summary_order)
+    shown = []
     for inc in ordered[:max_rows]:
         # names go in as Text, not markup: escape() doubles a trailing backslash (for a tag that
         # might follow), which a cell or plain text after it then shows
@@ -269,18 +279,23 @@ def _incidents_table(tally: FindingTally, console: Console, t0: float, max_rows:
         predicted = len(tally.incident_predicted.get(inc.incident_id, ()))
         if not nxt and predicted:  # none now (a resolved one's last update names none): it had some
             nxt = f"{predicted} earlier"
-        table.add_row(_clock(tally.incident_opened[inc.incident_id], t0), inc.state,
-                      Text(f"{inc.root_kind} {inc.root_entity}"), str(len(inc.members)), Text(nxt or "-"),
-                      Text(_jobs_cell(inc, tally.incident_jobs.get(inc.incident_id, {})) or "-"))
+        jobs = _jobs_cell(inc, tally.incident_jobs.get(inc.incident_id, {}))
+        shown.append((inc, nxt, jobs))
+        cells: list[str | Text] = [_clock(tally.incident_opened[inc.incident_id], t0), inc.state,
+                                   Text(f"{inc.root_kind} {inc.root_entity}"), str(len(inc.members))]
+        table.add_row(*cells, *((Text(nxt or "-"), Text(jobs or "-")) if wide else ()))
     # the rows left out and the incidents forgotten, each counted on its own: fewer kept than
     # max_rows left out none, and must not take the forgotten ones off
     more = max(len(ordered) - max_rows, 0) + tally.incidents_forgotten
     if more > 0:
-        table.add_row("...", "", f"{more} more", "", "", "")
+        table.add_row("...", "", f"{more} more", *[""] * (len(columns) - 3))
     console.print(table)
-    for inc in ordered[:max_rows]:  # a reason names its root ("cooling loop cdu1: 128 GPUs ..."); else say it
+    for inc, nxt, jobs in shown:  # a reason names its root ("cooling loop cdu1: 128 GPUs ..."); else say it
         root = "" if inc.root_entity in inc.reason else f" ({inc.root_kind} {inc.root_entity})"
         console.print(Text.assemble("  ", ("why", "bold"), root, ": ", _on_clock(inc.reason, t0)))
+        for label, text in (("predicted next", nxt), ("jobs (step slowdown)", jobs)) if not wide else ():
+            if text:  # (the table's columns, in a wide console)
+                console.print(Text.assemble("    ", (label, "bold"), ": ", text))
 
 
 def _jobs_cell(inc: Incident, worst: Mapping[str, float], shown: int = 3) -> str:

@@ -186,3 +186,24 @@ def test_the_demo_starts_its_simulated_clock_at_a_whole_hour(monkeypatch: pytest
     result = CliRunner().invoke(demo.command, ["--port", "0"])
     assert isinstance(result.exception, _Started)
     assert seen == [now // 3600 * 3600] and seen[0] % 3600 == 0 and 0 <= now - seen[0] < 3600
+
+
+def test_an_80_column_summary_keeps_long_entity_names_whole() -> None:
+    """In an 80-column terminal the incidents table's "predicted next" and "jobs" columns folded names
+    mid-word ("node1023/gpu6~" then "leaf127#b"), and the root cause's too: narrower than
+    ``INCIDENTS_WIDE`` they are printed under the incident's reason, each name whole; wider, they
+    stay columns of the table."""
+    tally = FindingTally(TOPO)
+    tally.observe_findings([_incident(600.0, "i1", "open", "link", "node1023/gpu7~leaf127#a", ("n0/gpu0",),
+                                      predicted_members=(("node1023/gpu6~leaf127#b", 300.0),),
+                                      jobs=(("training-job-0042", 1.10),))])
+    narrow = _summary(tally, width=80)
+    assert max(len(line) for line in narrow) <= 80
+    text = "\n".join(narrow)
+    for name in ("node1023/gpu7~leaf127#a", "node1023/gpu6~leaf127#b (5 min)", "training-job-0042 x1.10"):
+        assert name in text
+    assert "    predicted next: node1023/gpu6~leaf127#b (5 min)" in narrow
+    wide = _summary(tally, width=160)
+    header = next(line for line in wide if "root cause" in line)
+    assert "predicted next" in header and "jobs (step slowdown)" in header
+    assert not any(line.lstrip().startswith("predicted next:") for line in wide)
