@@ -60,7 +60,8 @@ def command(kafka: str | None, user: str | None, password: str | None, namespace
     settings = settings_from(kafka, user, password)
     try:
         topics = ensure_topics(settings, Topics(namespace, partitions))
-        topology = Topology.load(topology_path) if topology_path else fetch_topology(settings, topics)
+        topology = Topology.load(topology_path) if topology_path else fetch_topology(
+            settings, topics, waiting=lambda text: click.echo(text, err=True))
     except (KafkaConnectError, TimeoutError) as exc:
         raise click.ClickException(str(exc)) from None
     names = detector_names(detectors)

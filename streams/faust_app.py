@@ -57,6 +57,7 @@ import logging
 import os
 import shutil
 import socket
+import sys
 import tempfile
 import time
 import types
@@ -823,7 +824,7 @@ class ForeshockWorker:
                     reports = decode_findings(message.value, with_findings=bool(self.incident_stage.processors))
             except Exception as exc:  # anything decoding raises; the processors' exceptions below end the worker
                 error = as_record_error(exc)
-                self.health.problem("incidents", error.reason, detail=str(error))
+                self.health.problem("incidents", error.reason, detail=error.detail)
                 await self.dead_letter(message, error.reason, str(error), "incidents")
             else:
                 for info, frame in telemetry:
@@ -870,4 +871,6 @@ def run_worker(config: WorkerConfig, loglevel: str = "warning") -> None:
         if server is not None and isinstance(server, tuple):
             server[0].shutdown()
         worker.remove_data_dir()
-        log.info("worker stopped: %s", json.dumps(worker.status()))
+        # the run's counts, whatever the log level (the agent prints its summary so): at the default
+        # level (warning) a stopped worker said nothing, while the README sends readers to it
+        print(f"worker stopped: {json.dumps(worker.status())}", file=sys.stderr, flush=True)

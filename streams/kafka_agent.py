@@ -374,8 +374,10 @@ def run_agent(settings: KafkaSettings, frames: Iterable[Frame], topology: Topolo
     return stats
 
 
-def fetch_topology(settings: KafkaSettings, topics: Topics, timeout_s: float = 60.0) -> Topology:
-    """The latest topology an agent published (waits up to ``timeout_s`` for the first one)."""
+def fetch_topology(settings: KafkaSettings, topics: Topics, timeout_s: float = 60.0,
+                   waiting: Callable[[str], None] | None = None) -> Topology:
+    """The latest topology an agent published (waits up to ``timeout_s`` for the first one; ``waiting``
+    is told so once, when none is there yet: a worker started before its agents sat silent a minute)."""
     from kafka import KafkaConsumer, TopicPartition
 
     check_broker(settings)
@@ -397,6 +399,10 @@ def fetch_topology(settings: KafkaSettings, topics: Topics, timeout_s: float = 6
             if time.monotonic() > deadline:
                 raise TimeoutError(f"no topology on {topics.topology} after {timeout_s:.0f} s: start an agent "
                                    "first, or pass --topology")
+            if waiting is not None:
+                waiting(f"waiting up to {timeout_s:.0f} s for an agent's topology on {topics.topology} "
+                        "(agents publish it when they start; or pass --topology)")
+                waiting = None
             time.sleep(0.5)
     finally:
         consumer.close()

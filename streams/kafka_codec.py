@@ -126,6 +126,7 @@ class RecordError(ValueError):
     def __init__(self, reason: str, detail: str) -> None:
         super().__init__(f"{reason}: {detail}")
         self.reason = reason
+        self.detail = detail  # (what a log line beside the reason says: "bad_headers: bad_headers: ..." otherwise)
 
 
 def as_record_error(exc: Exception) -> RecordError:

@@ -89,6 +89,14 @@ def uniform_fills(state: Any) -> Any:
     return None
 
 
+class _UnloggedHealth(PipelineHealth):
+    """A throw-away pipeline's health (:meth:`DetectionStage.warm_up`): problems counted, none logged."""
+
+    def problem(self, stage: str, reason: str, count: int = 1, detail: str = "") -> None:
+        if count > 0:
+            self._count(self.problems, (stage, reason), count)
+
+
 class _Whole:
     """The mark (:data:`WHOLE`) of an array that :func:`state_delta` writes whole."""
 
@@ -591,8 +599,11 @@ class DetectionStage:
         2-D arrays detectors build from columns are both C- and F-contiguous and Numba types
         them as C; frames of several rows give F, which a one-row warm-up left to be loaded —
         or, after any source change, compiled, seconds of CPU — mid-stream (five kernels of the
-        thermal, power and straggler detectors when this was measured)."""
-        health = PipelineHealth()
+        thermal, power and straggler detectors when this was measured). Its health counts the problems
+        its made-up frames make, and logs none: they are no one's input (until 2026-12-06 every worker
+        start warned of energy counters going back and counter glitches, "counted in
+        foreshock_input_problems_total", which the worker's metrics did not count)."""
+        health = _UnloggedHealth()
         bank = DetectorBank(self.topology, self._make_bank(self.topology).detectors, processors=())
         pipeline = EmbeddedPipeline(self.topology, bank, FindingStore(self.topology, health), (), health)
         try:
@@ -727,7 +738,7 @@ class DetectionStage:
             # anything decoding raises, not only RecordError (as_record_error); the detectors'
             # exceptions below still end the worker
             error = as_record_error(exc)
-            self.health.problem("worker", error.reason, detail=str(error))
+            self.health.problem("worker", error.reason, detail=error.detail)
             result = BundleResult(dead_letters=part.dead_letters + [DeadLetter(error.reason, str(error))])
             part.dead_letters = []
             self._expire_held(partition, sender, late_reports, result)
@@ -753,11 +764,11 @@ class DetectionStage:
                 error = piece.error or RecordError("undecodable", "no frame")
                 if piece.frame is None:  # the record's data is unreadable: count and dead-letter it once
                     if not whole_record_failed:
-                        self.health.problem("worker", error.reason, detail=str(error))
+                        self.health.problem("worker", error.reason, detail=error.detail)
                         result.dead_letters.append(DeadLetter(error.reason, str(error)))
                         whole_record_failed = True
                     continue
-                self.health.problem("worker", error.reason, detail=str(error))
+                self.health.problem("worker", error.reason, detail=error.detail)
                 if len(pieces) == 1:
                     result.dead_letters.append(DeadLetter(error.reason, str(error)))
                 else:  # one bad piece of a good bundle: dead-letter its own rows
