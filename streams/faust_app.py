@@ -857,8 +857,6 @@ class _QuietWorker(faust.Worker):
 def run_worker(config: WorkerConfig, loglevel: str = "warning") -> None:
     """Run until SIGTERM/SIGINT; serves /metrics when ``metrics_port`` is set."""
     worker = ForeshockWorker(config)
-    if config.detects:
-        worker.detection.warm_up()  # before joining the group: no kernel loading on the first record
     server = None
     try:
         if config.metrics_port:  # (a taken port raises MetricsPortError, after which the data dir goes too)
@@ -866,6 +864,11 @@ def run_worker(config: WorkerConfig, loglevel: str = "warning") -> None:
 
             server = serve(worker.store, host=config.metrics_host, port=config.metrics_port,
                            top_k=config.metrics_top_k)
+        if config.detects:
+            # before joining the group: no kernel loading on the first record. After /metrics is up: on
+            # a fresh Numba cache this compiles for minutes, and the endpoint the start line names
+            # refused connections meanwhile (until 2026-12-06)
+            worker.detection.warm_up()
         _QuietWorker(worker.app, loglevel=loglevel, quiet=True).execute_from_commandline()
     finally:
         if server is not None and isinstance(server, tuple):

@@ -69,3 +69,33 @@ def test_a_worker_waiting_for_its_topology_says_so_once(kafka_settings) -> None:
     with pytest.raises(TimeoutError, match="start an agent first, or pass --topology"):
         fetch_topology(kafka_settings, topics, timeout_s=2.0, waiting=said.append)
     assert len(said) == 1 and said[0].startswith(f"waiting up to 2 s for an agent's topology on {topics.topology}")
+
+
+def test_metrics_are_served_while_the_worker_warms_up(tmp_path, monkeypatch) -> None:
+    """On a fresh Numba cache the warm-up compiles for minutes, and /metrics (named in the start line)
+    refused connections meanwhile: it is served before the warm-up now."""
+    import socket
+    import urllib.request
+
+    from foreshock.streams import faust_app
+    from foreshock.streams.kafka_config import KafkaSettings
+    from foreshock.streams.kafka_topics import Topics
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    answered: list[int] = []
+
+    def warm_up(self: DetectionStage) -> None:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as reply:
+            answered.append(reply.status)
+
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
+    monkeypatch.setattr(DetectionStage, "warm_up", warm_up)
+    monkeypatch.setattr(faust_app._QuietWorker, "execute_from_commandline", lambda self: None)
+    topology = Topology.from_gpu_hosts([("n0", g) for g in range(2)])
+    config = faust_app.WorkerConfig(KafkaSettings("127.0.0.1:1"), Topics("s64w.", 1), topology,
+                                    lambda hardware: DetectorBank.from_names(hardware), app_id="s64w",
+                                    metrics_port=port)
+    faust_app.run_worker(config)
+    assert answered == [200]
