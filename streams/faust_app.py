@@ -214,6 +214,10 @@ class ForeshockWorker:
         self.counts = {"records": 0, "pieces": 0, "deadletters": 0, "checkpoints": 0, "skipped": 0, "incidents": 0,
                        "external": 0, "not_assigned": 0}
         self._ckpt_reader: AIOKafkaConsumer | None = None
+        # one checkpoint reader: the start-up task and the first partition's load both ask for it,
+        # and two callers in its start each built one, the first left unclosed (aiokafka's
+        # "Unclosed AIOKafkaConsumer" at every rejoin of a live group, stop 64's audit)
+        self._ckpt_reader_lock = asyncio.Lock()
         self.topic_ids = TopicIds(config.settings)  # to tell a checkpoint of a re-created topic
         self._external_reader: AIOKafkaConsumer | None = None
         self.external_positioned = False  # the external reader is at the incident stage's offset
@@ -326,7 +330,8 @@ class ForeshockWorker:
         topic-ID admin client: at a worker's shutdown, after the handlers that use them."""
         async with self.lock:
             await self._stop_external_reader()
-            reader, self._ckpt_reader = self._ckpt_reader, None
+            async with self._ckpt_reader_lock:  # (one being started is stopped, not left behind)
+                reader, self._ckpt_reader = self._ckpt_reader, None
             await _stop_reader(reader, "checkpoint")
             await asyncio.to_thread(self.topic_ids.close)
 
@@ -365,9 +370,11 @@ class ForeshockWorker:
                 pause = min(2 * pause, 5.0)
 
     async def _reader(self, patience_s: float | None = None) -> AIOKafkaConsumer:
-        if self._ckpt_reader is None:
-            self._ckpt_reader = await self._consumer("ckpt", patience_s)
-        return self._ckpt_reader
+        """The checkpoint reader, started by its first caller; callers meanwhile wait for it."""
+        async with self._ckpt_reader_lock:
+            if self._ckpt_reader is None:
+                self._ckpt_reader = await self._consumer("ckpt", patience_s)
+            return self._ckpt_reader
 
     async def read_checkpoint(self, partition: int) -> bytes | None:
         """The last record of the checkpoint partition (one key per partition: the latest)."""
