@@ -325,8 +325,9 @@ def alerts(cfg: MixinConfig = DEFAULT_CONFIG) -> list[Alert]:
             "sum by (cluster, instance) (rate(foreshock_samples_processed_total[5m])) > 0",
             "warning",
             "foreshock on {{ $labels.instance }} lags {{ $value | humanizeDuration }} behind its input",
-            "The pipeline on {{ $labels.instance }} needs {{ $value | humanizeDuration }} from receiving a "
-            "batch to finishing its detection; predictions arrive that much later.",
+            "The pipeline on {{ $labels.instance }} finishes a batch's detection {{ $value | humanizeDuration }} "
+            "after its agent sent it (a Kafka worker: the batch's time in the topic and in the worker's backlog "
+            "with the detection's); predictions arrive that much later.",
         ),
         Alert(
             "ForeshockDeadLettersRising",

@@ -119,7 +119,7 @@ CATALOGUE: tuple[MetricSpec, ...] = (
     MetricSpec(f"{NS}_gpus_moved_total", "counter", "GPU boards read at another index of their node than before (a node rebooted with a GPU missing lists the later GPUs one index lower): no RMA, their detector state follows them; by stage, as gpus_replaced", ("cluster", "stage")),
     MetricSpec(f"{NS}_records_not_assigned_total", "counter", "Kafka records of a frames partition no longer (or not yet) assigned to this worker, left to the partition's owner (a rebalance): not processed, and not an input problem", ("cluster", "stage")),
     MetricSpec(f"{NS}_dead_letters_total", "counter", "Records sent to the dead-letter topic", ("cluster",)),
-    MetricSpec(f"{NS}_ingest_lag_seconds", "gauge", "Seconds from receiving a batch to finishing its detection", ("cluster",)),
+    MetricSpec(f"{NS}_ingest_lag_seconds", "gauge", "Seconds from a batch's sending by its agent (Kafka workers; its arrival in the embedded pipeline) to the end of its detection", ("cluster",)),
     MetricSpec(f"{NS}_last_telemetry_timestamp_seconds", "gauge", "Telemetry timestamp of the newest sample processed", ("cluster",)),
     MetricSpec(f"{NS}_detector_latency_seconds", "histogram", "Detector bank latency per batch", ("cluster",)),
 )

@@ -50,3 +50,69 @@ def test_callers_meeting_in_the_readers_start_share_one_reader(tmp_path, monkeyp
     first, second = asyncio.run(run())
     assert len(built) == 1 and first is second is built[0]
     assert built[0].stopped  # and closed at the end: none left behind
+
+
+# ---- the ingest lag ---------------------------------------------------------------------------
+# foreshock_ingest_lag_seconds (and ForeshockIngestLag, "lags ... behind its input") counted from a
+# record's arrival at the worker: the detection's time alone. A worker working through a 24-s backlog
+# read 0.00004-0.0012 s. It counts from the agent's sending of the frame now (the bundle's header).
+T_WALL = 1_800_000_000.0  # the store's wall clock, fixed: no sleeps, no real clock
+
+
+def _stage(topology: Topology, wall: Any = lambda: T_WALL) -> Any:
+    from foreshock.exporters.store import FindingStore
+    from foreshock.health import PipelineHealth
+    from foreshock.streams.kafka_worker import DetectionStage
+
+    health = PipelineHealth()
+    store = FindingStore(topology, health, wall_clock=wall)
+    stage = DetectionStage(topology, lambda hw: DetectorBank.from_names(hw, ["robust_zscore"], processors=()), 1,
+                           store=store, health=health)
+    stage.load(0, None)
+    return stage
+
+
+def _gpu_frame(topology: Topology, ts: float) -> Any:
+    import numpy as np
+
+    from foreshock.frames import Frame
+
+    slots = np.arange(topology.size("gpu"))
+    return Frame("gpu", np.full(len(slots), ts), slots, {"gpu_temp": np.full(len(slots), 50.0)})
+
+
+def test_the_ingest_lag_counts_from_the_agents_sending(small_topology: Topology) -> None:
+    from foreshock.streams.kafka_codec import encode_bundle
+
+    stage = _stage(small_topology)
+    value, headers = encode_bundle("a#1", T_WALL - 24.0, [(1, 0, 1, _gpu_frame(small_topology, 100.0))],
+                                   topology=small_topology)
+    stage.process(0, 0, value, headers)
+    assert stage.store.snapshot().ingest_lag_s == 24.0
+
+
+def test_a_frame_held_for_its_rest_lags_from_its_first_piece(small_topology: Topology) -> None:
+    """A share split across two bundles runs when the second comes: its lag counts from the first's
+    sending (the wait for the rest is lag too)."""
+    from foreshock.streams.kafka_codec import encode_bundle
+
+    stage = _stage(small_topology)
+    frame = _gpu_frame(small_topology, 100.0)
+    first, second = frame.take(slice(0, 2)), frame.take(slice(2, None))
+    value, headers = encode_bundle("a#1", T_WALL - 30.0, [(1, 0, 2, first)], topology=small_topology, continues=True)
+    stage.process(0, 0, value, headers)
+    value, headers = encode_bundle("a#1", T_WALL - 5.0, [(1, 1, 2, second)], topology=small_topology)
+    stage.process(0, 1, value, headers)
+    assert stage.store.snapshot().ingest_lag_s == 30.0
+
+
+def test_a_send_stamp_that_is_no_number_counts_from_the_arrival(small_topology: Topology) -> None:
+    from foreshock.streams.kafka_codec import encode_bundle
+
+    import time
+
+    stage = _stage(small_topology, time.time)  # (the arrival is read on the real clock)
+    value, headers = encode_bundle("a#1", float("nan"), [(1, 0, 1, _gpu_frame(small_topology, 100.0))],
+                                   topology=small_topology)
+    stage.process(0, 0, value, headers)
+    assert 0.0 <= stage.store.snapshot().ingest_lag_s < 5.0  # the detection's time alone
