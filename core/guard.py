@@ -24,10 +24,11 @@ sets aside (``PipelineHealth.problem``) — nothing disappears silently:
   every later row of it would have been refused as out of order for as long — kept so by the
   checkpoints across restarts;
 - ``missing_values``: NaN gaps in a field the frame does report, where that entity has reported
-  the field before (a sensor going dark): kept (NaN means missing), counted. A field an entity has
+  the field before (a sensor going dark): kept (NaN means missing), counted once per sample (row)
+  however many of its fields are missing, as ``inf_values``. A field an entity has
   never reported is one it does not have (a T4 has no HBM sensor; a mixed fleet's exporter page
   leaves it blank for those GPUs): not counted, or every poll would count it again;
-- ``inf_values``: infinities become NaN, counted;
+- ``inf_values``: infinities become NaN, counted (per sample);
 - ``not_whole``: a value of a field that takes whole numbers only (a code such as the last XID, a
   bitmask such as the throttle reasons) that is not one becomes NaN, counted with the field named:
   79.5 had been read as XID 79 ("fell off the bus"), a bitmask averaged from two series as bits
@@ -224,18 +225,21 @@ def _guard_kernel(ts: np.ndarray, slot: np.ndarray, last_ts: np.ndarray, counts:
 @jit
 def _scan_columns(columns: tuple[np.ndarray, ...], rows: int, lo: np.ndarray, hi: np.ndarray, whole: np.ndarray,
                   out_of_range: np.ndarray, not_whole: np.ndarray, slot: np.ndarray, field: np.ndarray,
-                  reported: np.ndarray, unreported: np.ndarray) -> tuple[int, int]:
+                  reported: np.ndarray, unreported: np.ndarray, row_flags: np.ndarray) -> tuple[int, int]:
     """Over a tuple of equal-length float64 columns, in place: sets infinities, finite values
     outside ``[lo[c], hi[c]]``, and values that are not whole numbers in a column where ``whole[c]``,
     to NaN (counting the latter two per column in ``out_of_range`` and ``not_whole``).
-    Returns (gaps, infinities). Gaps are the NaN (infinities included) where the row's entity gave
-    a value of that field before: ``reported[field[c], slot]``, set here by every value inside the
-    range, with ``unreported[field]`` counting the entities not yet seen: once every entity of
-    the kind has reported a field, its column is scanned without writing. (Until ``reported`` was
-    kept, a column NaN in every row was taken for a field the source does not report, which also
-    hid the one GPU of a frame whose sensor went dark.)"""
-    gaps = 0
-    infs = 0
+    Returns (rows with a gap, rows with an infinity): samples, as ``foreshock_samples_processed_total``
+    counts them, so that the two divide (ForeshockInputProblems' "1 % of the samples"); until
+    2026-12-06 each value was counted, and a dropped scrape's row of a dozen NaN fields was a dozen
+    problems. ``row_flags`` (zeros, one per row) is the kernel's scratch: bit 0 a gap, bit 1 an
+    infinity. Gaps are the NaN (infinities included) where the row's entity gave a value of that
+    field before: ``reported[field[c], slot]``, set here by every value inside the range, with
+    ``unreported[field]`` counting the entities not yet seen: once every entity of the kind has
+    reported a field, its column is scanned without writing. (Until ``reported`` was kept, a column
+    NaN in every row was taken for a field the source does not report, which also hid the one GPU
+    of a frame whose sensor went dark.)"""
+    found = 0  # whether any row has a flag: a clean frame skips the counting pass
     c = 0
     for column in columns:
         low = lo[c]
@@ -256,15 +260,23 @@ def _scan_columns(columns: tuple[np.ndarray, ...], rows: int, lo: np.ndarray, hi
                     unreported[f] -= 1
                 continue
             if v != v:
-                gaps += 1 if seen[slot[i]] else 0
+                if seen[slot[i]]:
+                    row_flags[i] |= 1
+                    found = 1
             elif v == np.inf or v == -np.inf:
                 column[i] = np.nan
-                gaps += 1 if seen[slot[i]] else 0
-                infs += 1
+                row_flags[i] |= 3 if seen[slot[i]] else 2
+                found = 1
             else:
                 column[i] = np.nan
                 out_of_range[c] += 1
         c += 1
+    gaps = 0
+    infs = 0
+    if found:
+        for i in range(rows):
+            gaps += row_flags[i] & 1
+            infs += row_flags[i] >> 1
     return gaps, infs
 
 
@@ -410,7 +422,7 @@ class InputGuard:
         fields = _field_positions(frame.kind, names)
         gaps, infs = _scan_columns(tuple(scanned.values()), len(out), lo, hi, whole_only(frame.kind, names), outside,
                                    fractional, out.slot, fields, self.s_reported[frame.kind],
-                                   self._unreported[frame.kind])
+                                   self._unreported[frame.kind], np.zeros(len(out), dtype=np.uint8))
         for c in np.flatnonzero(outside):
             self.health.problem(self.stage, f"out_of_range: {names[c]}", int(outside[c]),
                                 detail=f"{frame.kind} frame; outside {lo[c]:g}..{hi[c]:g} {get_field(names[c]).unit}, "
@@ -420,12 +432,14 @@ class InputGuard:
                                 detail=f"{frame.kind} frame; a {get_field(names[c]).unit} is a whole number, "
                                        "set to NaN")
         if infs:
-            self.health.problem(self.stage, "inf_values", int(infs), detail=f"{frame.kind} frame; set to NaN")
+            self.health.problem(self.stage, "inf_values", int(infs),
+                                detail=f"{frame.kind} frame; set to NaN (counted per sample)")
         # NaN is the contract's "missing". A field absent from the frame, or one its entity has
         # never given a value of, is simply not reported by this source; a NaN where the entity
         # gave a value before is counted, so a sensor going dark is visible.
         if gaps:
-            self.health.problem(self.stage, "missing_values", int(gaps), detail=f"{frame.kind} frame")
+            self.health.problem(self.stage, "missing_values", int(gaps),
+                                detail=f"{frame.kind} frame (counted per sample, however many of its fields)")
         return out
 
     def _latest(self, frame: Frame) -> tuple[float, float]:

@@ -423,17 +423,20 @@ def test_frame_takes_whole_number_slots_of_any_type_and_int32_slots_as_they_are(
 def _reference_guard_columns(columns: dict[str, np.ndarray], slots: np.ndarray,
                              valid: dict[str, tuple[float, float]], whole: set[str]
                              ) -> tuple[dict[str, np.ndarray], int, int, dict[str, int], dict[str, int]]:
-    """Infinities become NaN (counted), then NaN gaps are counted where an earlier row of the same
-    slot held a value inside the field's range (and a whole number, for the fields in ``whole``);
-    then finite values outside each field's valid range become NaN, counted per field (not as
-    gaps), and so do values in range that are not whole numbers in a field in ``whole``."""
+    """Infinities become NaN (the rows holding one counted), then the rows with a NaN gap are counted,
+    a gap being a NaN where an earlier row of the same slot held a value inside the field's range
+    (and a whole number, for the fields in ``whole``); then finite values outside each field's valid
+    range become NaN, counted per field (not as gaps), and so do values in range that are not whole
+    numbers in a field in ``whole``. Gaps and infinities are counted per row (a sample), values per
+    field and value."""
     out = {name: col.copy() for name, col in columns.items()}
-    infs = gaps = 0
     outside: dict[str, int] = {}
     fractional: dict[str, int] = {}
+    inf_rows: set[int] = set()
+    gap_rows: set[int] = set()
     for col in out.values():
         inf = np.isinf(col)
-        infs += int(inf.sum())
+        inf_rows.update(np.flatnonzero(inf).tolist())
         col[inf] = np.nan
     for name, col in out.items():
         lo, hi = valid[name]
@@ -441,7 +444,8 @@ def _reference_guard_columns(columns: dict[str, np.ndarray], slots: np.ndarray,
             earlier = col[:i][slots[:i] == slots[i]]
             usable = (earlier >= lo) & (earlier <= hi) & ((earlier == np.floor(earlier)) | (name not in whole))
             if np.isnan(v) and np.any(usable):
-                gaps += 1
+                gap_rows.add(i)
+    infs, gaps = len(inf_rows), len(gap_rows)
     for name, col in out.items():
         lo, hi = valid[name]
         bad = np.isfinite(col) & ((col < lo) | (col > hi))

@@ -288,8 +288,11 @@ def test_guard_turns_inf_into_counted_nan_and_counts_gaps() -> None:
     out = guard.check(Frame("gpu", [1.0, 1.0], [0, 1], {"gpu_temp": [np.inf, 50.0], "power": [np.nan, 500.0]}))
     assert np.isnan(out.columns["gpu_temp"][0])
     assert health.problems[("guard", "inf_values")] == 1
-    # gpu_temp had one inf (now NaN) and power one NaN, in columns the frame does report
-    assert health.problems[("guard", "missing_values")] == 2
+    # gpu_temp had one inf (now NaN) and power one NaN, in columns the frame does report: both in
+    # GPU 0's row, one sample with missing values (until 2026-12-06 counted per value, 2)
+    assert health.problems[("guard", "missing_values")] == 1
+    guard.check(Frame("gpu", [2.0, 2.0], [0, 1], {"gpu_temp": [np.nan, 50.0], "power": [480.0, np.nan]}))
+    assert health.problems[("guard", "missing_values")] == 3  # one field in each row: two samples
 
 
 def test_guard_counts_a_sensor_going_dark_but_not_a_field_the_gpu_never_had() -> None:
