@@ -210,7 +210,10 @@ def open_source(source: str, path: str | None, url: str | None, executable: str 
 @click.option("--path", type=click.Path(exists=True, file_okay=False), default=None, help="replay: the recording folder.")
 @click.option("--speed", type=float, default=None, callback=finite_number(positive=True),
               help="replay/simulator: X times real time (default: replay as fast as possible, simulator live = 1).")
-@click.option("--now", "shift_now", is_flag=True, help="replay: shift timestamps so the replay starts now.")
+@click.option("--now", "shift_now", is_flag=True,
+              help="replay: shift timestamps so the replay starts now. Faster than real time (the default, or "
+                   "--speed above 1) the stamps run ahead of the clock and the workers refuse rows past their "
+                   "--max-clock-ahead: --speed 1 to follow the clock.")
 @click.option("--url", default=None, help=URL_HELP)
 @click.option("--executable", default=None, help="nvidia-smi / dom / ethtool: the program to run (default nvidia-smi / ethtool).")
 @click.option("--root", default=None, help="infiniband: the sysfs root (default /sys/class/infiniband).")

@@ -22,7 +22,9 @@ from .common import (build_pipeline, detector_option, external_option, finish, f
 @click.option("--speed", type=float, default=None, callback=finite_number(positive=True),
               help="Replay at X times real time (default: --max).")
 @click.option("--max", "max_speed", is_flag=True, help="Replay as fast as the CPU allows (the default).")
-@click.option("--now", "shift_now", is_flag=True, help="Shift timestamps so the replay starts at the current time.")
+@click.option("--now", "shift_now", is_flag=True,
+              help="Shift timestamps so the replay starts at the current time. Faster than real time (--max, "
+                   "the default, or --speed above 1) the stamps then run ahead of the clock: --speed 1 to follow it.")
 @click.option("--hold", type=float, default=0.0, callback=finite_number(),
               help="Keep serving /metrics this many seconds after the end.")
 @detector_option
