@@ -134,7 +134,7 @@ def test_the_detection_stage_dead_letters_anything_decoding_raises(small_topolog
     assert stage.health.problems[("worker", "undecodable")] == 1
     monkeypatch.undo()
 
-    def failing_detectors(frame: Frame) -> Any:
+    def failing_detectors(frame: Frame, received_wall: float | None = None) -> Any:
         raise ZeroDivisionError("a detector's bug")
 
     monkeypatch.setattr(stage.parts[0].pipeline, "process_rows", failing_detectors)
