@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Iterable, Mapping, Sequence
 
+from rich.cells import cell_len
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
@@ -256,6 +257,11 @@ on lines of their own under the table, beside its reason: in columns of their ow
 names mid-word ("node1023/gpu6~" then "leaf127#b")."""
 
 
+ETA_STALE_S = 60.0
+"""How long before the run's end an incident's last update must be for the summary to say when its
+predicted members' ETAs were said: they count from that update, and are printed in whole minutes."""
+
+
 def _incidents_table(tally: FindingTally, console: Console, t0: float, max_rows: int) -> None:
     if not tally.incidents:
         console.print("incidents: none")
@@ -269,6 +275,8 @@ def _incidents_table(tally: FindingTally, console: Console, t0: float, max_rows:
     for col in columns:
         table.add_column(col, overflow="fold", no_wrap=col in ("opened", "state", "members"))
     ordered = sorted(tally.incidents.values(), key=tally.summary_order)
+    # the run's end: its last sample, else (no frames seen) its last finding
+    end = tally.last_ts if tally.last_ts == tally.last_ts else max(e.last_ts for e in tally.entries.values())
     shown = []
     for inc in ordered[:max_rows]:
         # names go in as Text, not markup: escape() doubles a trailing backslash (for a tag that
@@ -276,6 +284,10 @@ def _incidents_table(tally: FindingTally, console: Console, t0: float, max_rows:
         nxt = ", ".join(f"{m} ({minutes_away(eta)})" if eta >= 0 else m for m, eta in inc.predicted_members[:3])
         if len(inc.predicted_members) > 3:
             nxt += f" +{len(inc.predicted_members) - 3}"
+        if any(eta >= 0 for _, eta in inc.predicted_members[:3]) and end - inc.ts >= ETA_STALE_S:
+            # the ETAs count from the incident's last update, which may be long before the run's end
+            # (an optic's incident, settled at +0:38, read "235 min" where the live prediction said 142)
+            nxt += f"; ETAs as of {_clock(inc.ts, t0)}"
         predicted = len(tally.incident_predicted.get(inc.incident_id, ()))
         if not nxt and predicted:  # none now (a resolved one's last update names none): it had some
             nxt = f"{predicted} earlier"
@@ -298,17 +310,35 @@ def _incidents_table(tally: FindingTally, console: Console, t0: float, max_rows:
                 console.print(Text.assemble("    ", (label, "bold"), ": ", text))
 
 
+JOB_SLOWED = 1.01
+"""A job's predicted step slowdown from which it counts as slowed (under 1 % is noise): the summary's
+incidents table and ``foreshock incidents`` name only these."""
+
+
 def _jobs_cell(inc: Incident, worst: Mapping[str, float], shown: int = 3) -> str:
-    """The jobs an incident slows: those of its last update with their slowdown now, then after
-    "was" the others it slowed, with the worst slowdown said of each ("was job7 x1.21")."""
-    current = {j for j, _ in inc.jobs}
-    past = sorted(((j, r) for j, r in worst.items() if j not in current), key=lambda jr: (-jr[1], jr[0]))
-    now_shown, past_shown = inc.jobs[:shown], past[:max(shown - len(inc.jobs), 0)]
+    """The jobs an incident slows, the most slowed first: those of its last update with their slowdown
+    now, then after "was" the others it slowed, with the worst slowdown said of each ("was job7 x1.21");
+    "+N" for those slowed left out, then how many others it touches without slowing them. In name
+    order, with x1.00 ones, a cooling loss's row read "job5 x1.00, job6 x1.00, job7 x1.00 +2" and hid
+    the job it slowed by 15 %."""
+    def most_slowed(jobs: Iterable[tuple[str, float]]) -> list[tuple[str, float]]:
+        return sorted((jr for jr in jobs if jr[1] >= JOB_SLOWED), key=lambda jr: (-jr[1], jr[0]))
+    now = most_slowed(inc.jobs)
+    # a job slowed before and not now (or no longer named) is told by the worst said of it
+    slowed_now = {j for j, _ in now}
+    past = most_slowed((j, r) for j, r in worst.items() if j not in slowed_now)
+    now_shown, past_shown = now[:shown], past[:max(shown - len(now), 0)]
     cell = ", ".join(f"{j} x{r:.2f}" for j, r in now_shown)
     if past_shown:
         cell += ("; " if cell else "") + "was " + ", ".join(f"{j} x{r:.2f}" for j, r in past_shown)
-    more = len(inc.jobs) + len(past) - len(now_shown) - len(past_shown)
-    return cell + (f" +{more}" if more else "")
+    more = len(now) + len(past) - len(now_shown) - len(past_shown)
+    cell += f" +{more}" if more else ""
+    # (a job it touched and only ever said to slow by under 1 %: counted, not named)
+    calm = len({j for j, _ in inc.jobs} | worst.keys()) - len(now) - len(past)
+    if calm:
+        calm_jobs = f"{calm} {'other ' if cell else ''}job{'s' if calm > 1 else ''} not slowed"
+        cell += ("; " if cell else "") + calm_jobs
+    return cell
 
 
 def _on_clock(reason: str, t0: float) -> str:
@@ -335,20 +365,31 @@ def _predictions_table(tally: FindingTally, console: Console, t0: float, max_row
     # a group per row, with its first prediction; the reasons (a few hundred characters each) are
     # printed below at the console's full width, the first of each event kind: in a column they
     # folded into twenty lines a row on an 80-column terminal, and a kind's groups read alike
+    columns = ("event", "rack", "entities", "first at", "first (ETA)")
     table = Table(title="Predictions by event and rack")
-    for col in ("event", "rack", "entities", "first at", "first (ETA)"):
+    for col in columns:
         table.add_column(col, overflow="fold", no_wrap=col in ("rack", "entities", "first at"))
     ordered = sorted(grouped.items(), key=lambda kv: min(e.first_ts for e in kv[1]))
+    rows: list[tuple[str, str, str, str, str, str]] = []
     why: dict[str, TallyEntry] = {}  # each event kind's first shown prediction
     for (event, rack), entries in ordered[:max_rows]:
         first = min(entries, key=lambda e: e.first_ts)
         # a negative ETA is "no finite forecast" (``power_cap``'s -1), not a past one: "-0.0 min" read as due
-        eta = ("" if first.eta_s != first.eta_s else " (ETA unknown)" if first.eta_s < 0
-               else f" (ETA {first.eta_s / 60:.1f} min)")
-        table.add_row(event, Text(rack), str(len(entries)), _clock(first.first_ts, t0), Text(first.entity + eta))
+        eta = ("" if first.eta_s != first.eta_s else "ETA unknown" if first.eta_s < 0
+               else f"ETA {first.eta_s / 60:.1f} min")
+        rows.append((event, rack, str(len(entries)), _clock(first.first_ts, t0), first.entity, eta))
         why.setdefault(event, first)
-    if len(ordered) > max_rows:
-        table.add_row("...", f"{len(ordered) - max_rows} more groups", "", "", "")
+    # in the last column, the widest: in the rack column it widened that one by half the table's spare
+    # room, and squeezed the entity names beside it
+    more = [("...", "", "", "", f"{len(ordered) - max_rows} more groups", "")] if len(ordered) > max_rows else []
+    # each row's first entity with its ETA on one line where the table fits the console so, else the
+    # ETA on a line of its own under the name, each whole: in a column too narrow for both, an 80-column
+    # terminal folded them where the edge fell ("node13/gpu1~su0-lea" then "f1 (ETA 166.1 min)")
+    one_line = [(*r[:4], r[4] + (f" ({r[5]})" if r[5] else "")) for r in rows + more]
+    widths = [max(cell_len(c) for c in cells) for cells in zip(columns, *one_line)]
+    fits = sum(widths) + 3 * len(columns) + 1 <= console.width  # (a space each side and a border each)
+    for (event, rack, n, at, entity, eta), line in zip(rows + more, one_line):
+        table.add_row(event, Text(rack), n, at, Text(line[4] if fits or not eta else f"{entity}\n{eta}"))
     console.print(table)
     for event, first in why.items():
         console.print(Text.assemble("  ", (event, "bold"), f", first said of {first.entity} at "
@@ -390,7 +431,7 @@ def _truth_table(tally: FindingTally, events: Sequence[Event], console: Console,
         wanted = f"predict {_PREDICTED_BY.get(impact.type, '')}" if impact else ""
         first = min([e for e in predictions if e.what == wanted] or predictions or related,
                     key=lambda e: e.first_ts, default=None)  # (first_ts: its first raise since the onset)
-        lead = _lead(impact, first)
+        lead = _lead(impact, first, wanted)
         found = _fault_incident(tally, fault)
         incident = f"{found.root_kind} {found.root_entity}" if found else None
         table.add_row(str(n), Text(fault.fault_type), _clock(fault.time, t0),
@@ -409,12 +450,18 @@ def _truth_table(tally: FindingTally, events: Sequence[Event], console: Console,
         console.print(line)
 
 
-def _lead(impact: Event | None, first: TallyEntry | None) -> str:
-    """How far ahead of the impact foreshock said so. Only a prediction has a lead: an anomaly
-    seen in the impact's own sample had read "0.0 min ahead"; it is a detection, said as one."""
+def _lead(impact: Event | None, first: TallyEntry | None, wanted: str) -> str:
+    """How far ahead of the impact foreshock said so. Only a prediction of the impact's own event
+    (``wanted``) has a lead: an anomaly seen in the impact's own sample had read "0.0 min ahead"; it is
+    a detection, said as one. A prediction of another event leads nothing ("not predicted"; the line
+    under the table says what was said): a power-cap prediction beside a PSU's power-brake impact read
+    "0.2 min late", a cooling loss's throttle prediction beside another fault's job slowdown "28.0 min
+    ahead" (audit s65)."""
     if impact is None or first is None:
         return "-"
     lead_s = impact.time - first.first_ts
+    if first.what.startswith("predict ") and first.what != wanted:
+        return "not predicted"
     if first.what.startswith("predict "):
         return f"{lead_s / 60:.1f} min ahead" if lead_s >= 0 else f"{-lead_s / 60:.1f} min late"
     if round(lead_s / 60, 1) == 0:  # as it would print: "0.0 min"
