@@ -158,6 +158,11 @@ def command(ctx: click.Context, recording: str, sets: str, report_dir: str, mode
     click.echo(json.dumps({"report": str(Path(path)), "detectors": summary} | sections, separators=(",", ":")))
 
 
+ENGINE_USES = {"job": " (step times: its jobs' slowdown)", "link": " (link load: where a link's traffic moved)"}
+"""What the incident engine reads a kind's rows for (``IncidentEngine.frame_fields``), said where
+only the engine is fed them (:func:`samples_text`)."""
+
+
 def samples_text(rec: Recording, result: evaluation.RunResult) -> str:
     """What the run counts as samples, beside what the recording holds when they differ: replay and
     recording.json count every row (263,520), the run those the detectors were fed (260,640, no job
@@ -171,7 +176,12 @@ def samples_text(rec: Recording, result: evaluation.RunResult) -> str:
     set_aside = recorded - sum(unfed.values()) - result.samples
     if recorded == result.samples or set_aside < 0:  # (a list lagging its parts: no sum to explain)
         return text
-    why = ([f"not fed: {', '.join(f'{k} {n:,}' for k, n in unfed.items())}"] if unfed else []) \
+    # rows no detector reads that the incident engine does (job step times) are said as such: called
+    # "not fed" they contradicted the "(telemetry fed: gpu, job)" of the same line
+    engine = {k: n for k, n in unfed.items() if k in result.incident_telemetry}
+    unread = {k: n for k, n in unfed.items() if k not in engine}
+    why = [f"{k} {n:,} to the incident engine only{ENGINE_USES.get(k, '')}" for k, n in engine.items()] \
+        + ([f"not fed: {', '.join(f'{k} {n:,}' for k, n in unread.items())}"] if unread else []) \
         + ([f"set aside by the input guard: {set_aside:,}"] if set_aside else [])
     return f"{text} (of {recorded:,} recorded; {'; '.join(why)})"
 

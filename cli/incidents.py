@@ -21,7 +21,7 @@ from foreshock.detectors.incident_eval import score_incidents
 from foreshock.detectors.incident_external import STAGE as EXTERNAL_STAGE
 from foreshock.detectors.incident_external import read_events
 from foreshock.detectors.incidents import IncidentEngine
-from foreshock.exporters.console import minutes_away
+from foreshock.exporters.console import JOB_SLOWED, minutes_away
 from foreshock.exporters.jsonl import JsonlSink
 from foreshock.findings import Anomaly, Finding, Incident, Prediction
 from foreshock.health import PipelineHealth
@@ -150,7 +150,7 @@ def _clock(ts: float, t0: float) -> str:
 
 
 def _jobs(inc: Incident) -> str:
-    slowed = [j for j in inc.jobs if j[1] >= 1.01]  # a slowdown under 1 % is noise
+    slowed = [j for j in inc.jobs if j[1] >= JOB_SLOWED]  # (the summary's threshold: under 1 % is noise)
     if not slowed:
         return ""
     worst = max(slowed, key=lambda j: j[1])
@@ -238,12 +238,19 @@ def render_truth(console: Console, report: dict, t0: float) -> None:  # type: ig
     for row in report["by_fault"]:
         delay = row["onset_to_incident_s"]
         table.add_row(escape(row["fault"]), escape(row["type"]), escape(row["target"]), _clock(row["onset"], t0),
-                      ", ".join(row["incidents"]) or "-", escape(row["root"] or "-"),
+                      _fault_incidents(row), escape(row["root"] or "-"),
                       "yes" if row["root_correct"] else "[red]no[/red]",
                       "-" if row["member_recall"] is None else f"{row['member_recall']:.2f}",
                       "-" if delay is None else f"{delay / 60:.1f} min")
     console.print(table)
     console.print(truth_line(report))
+
+
+def _fault_incidents(row: dict) -> str:  # type: ignore[type-arg]
+    """A fault's incidents, one that names it only in a re-fire note (holding too few of its members
+    to claim it) marked: unmarked, inc-8 listed under two faults beside "0 incidents merging"."""
+    noted = set(row.get("noted_only", ()))
+    return ", ".join(f"{i} (re-fire note)" if i in noted else i for i in row["incidents"]) or "-"
 
 
 def truth_line(report: dict) -> str:  # type: ignore[type-arg]
@@ -257,9 +264,14 @@ def truth_line(report: dict) -> str:  # type: ignore[type-arg]
     else:  # (a fault with no consequence, such as a TIM wearing without throttling yet, is not scored)
         root = "root cause not scored: 0 faults with consequences"
     merged = report["merged_independent_faults"]
+    share = report.get("claim_share")
+    # (what the count counts: a fault listed under an incident through a re-fire note, or holding
+    # few of its members, is no merge, and the table lists such)
+    rule = (f" (a fault counts when it holds at least {share:.0%} of an incident's members, not through a "
+            "re-fire note)") if isinstance(share, (int, float)) else ""
     return (f"{root} ({total} injected); member recall {_score(report['member_recall'])}, precision "
             f"{_score(report['member_precision'])}; {merged} incident{'' if merged == 1 else 's'} merging "
-            "independent faults")
+            f"independent faults{rule}")
 
 
 def _score(value: float | None) -> str:

@@ -532,7 +532,7 @@ class CoolingDetector(ThermalFitDetector):
                 findings.append(Anomaly(
                     now, "gpu", int(g), "gpu_temp", float(st[g, I_LSCORE]), self.name,
                     "not compared at this comparison (its temperature unread, or idle between jobs); at the last, "
-                    f"under load, its thermal resistance ran {st[g, I_LSCORE]:+.0%} hot — thermal interface or "
+                    f"under load, its thermal resistance ran {st[g, I_LSCORE]:+z.0%} hot — thermal interface or "
                     "cold plate degrading"))
             elif not said_loaded[g] and not np.isfinite(idle_x[g]):  # held through a comparison that cannot read it
                 findings.append(Anomaly(
@@ -548,13 +548,13 @@ class CoolingDetector(ThermalFitDetector):
                     else "thermal interface or cold plate degrading"
                 findings.append(Anomaly(
                     now, "gpu", int(g), "gpu_temp", float(score[g]), self.name,
-                    f"thermal resistance {r[g]:.4f} °C/W: {peer[g]:+.0%} vs rack "
+                    f"thermal resistance {r[g]:.4f} °C/W: {peer[g]:+z.0%} vs rack "
                     f"{topo.racks[self.gpu_rack[g]]} median at the same power"
-                    + (f", {own[g]:+.0%} vs own baseline" if has_history[g] else "") + f" — {cause}"))
+                    + (f", {own[g]:+z.0%} vs own baseline" if has_history[g] else "") + f" — {cause}"))
             elif lone_gpu[g]:
-                vs = (f"{node_peer[nd]:+.0%} vs the other nodes of {self._peer_nodes(nd, by_rack)} at its power"
+                vs = (f"{node_peer[nd]:+z.0%} vs the other nodes of {self._peer_nodes(nd, by_rack)} at its power"
                       if np.isfinite(node_peer[nd]) else
-                      f"{node_own[nd]:+.0%} vs own baseline (too few nodes on {topo.racks[self.node_rack[nd]]} "
+                      f"{node_own[nd]:+z.0%} vs own baseline (too few nodes on {topo.racks[self.node_rack[nd]]} "
                       f"and loop {topo.loops[self.node_loop[nd]]} to compare it with others)")
                 findings.append(Anomaly(
                     now, "gpu", int(g), "gpu_temp", float(node_score[nd]), self.name,
@@ -566,28 +566,28 @@ class CoolingDetector(ThermalFitDetector):
                 findings.append(Anomaly(
                     now, "gpu", int(g), "gpu_temp", idle_score, self.name,
                     f"idle, {idle_x[g]:.1f} °C over its inlet at {self.s_model[g, G_SIZE + M_PF]:.0f} W: "
-                    f"{idle_peer[g]:+.1f} °C vs its idle node-mates at the same power"
-                    + (f", {idle_own[g]:+.1f} °C vs its own idle history" if np.isfinite(idle_own[g]) else "")
+                    f"{idle_peer[g]:+z.1f} °C vs its idle node-mates at the same power"
+                    + (f", {idle_own[g]:+z.1f} °C vs its own idle history" if np.isfinite(idle_own[g]) else "")
                     + " — thermal interface or cold plate degrading (it will run hot once loaded)"))
         for nd in self._raise(self.s_node_flag, node_flag | alone | idle_node_hot, now, p["refresh_s"]):
             if alone[nd] and not node_flag[nd]:
                 findings.append(Anomaly(
                     now, "node", int(nd), "fan_speed", float(node_own[nd]), self.name,
-                    f"all GPUs of {topo.nodes[nd]} run {node_own[nd]:+.0%} hotter per watt than their own history, "
+                    f"all GPUs of {topo.nodes[nd]} run {node_own[nd]:+z.0%} hotter per watt than their own history, "
                     f"{gpus_flagged[nd]} of {compared[nd]} flagged against their rack (too few nodes on "
                     f"{topo.racks[self.node_rack[nd]]} and loop {topo.loops[self.node_loop[nd]]} to compare the "
                     "node with others) — node fans or airflow"))
             elif node_flag[nd]:
                 findings.append(Anomaly(
                     now, "node", int(nd), "fan_speed", float(node_peer[nd]), self.name,
-                    f"all GPUs of {topo.nodes[nd]} run {node_peer[nd]:+.0%} hotter per watt than the "
-                    f"other nodes of {self._peer_nodes(nd, by_rack)} (node median {node_drift[nd]:+.0%} vs rack"
-                    + (f"; it usually runs {node_base[nd, R_BASE]:+.0%}" if node_history[nd] else "")
+                    f"all GPUs of {topo.nodes[nd]} run {node_peer[nd]:+z.0%} hotter per watt than the "
+                    f"other nodes of {self._peer_nodes(nd, by_rack)} (node median {node_drift[nd]:+z.0%} vs rack"
+                    + (f"; it usually runs {node_base[nd, R_BASE]:+z.0%}" if node_history[nd] else "")
                     + ") — node fans or airflow"))
             else:
                 findings.append(Anomaly(
                     now, "node", int(nd), "fan_speed", float(idle_node_rise[nd]), self.name,
-                    f"idle, all GPUs of {topo.nodes[nd]} run {idle_node_rise[nd]:+.1f} °C warmer over the inlet "
+                    f"idle, all GPUs of {topo.nodes[nd]} run {idle_node_rise[nd]:+z.1f} °C warmer over the inlet "
                     f"than the other idle nodes of {self._peer_nodes(nd, idle_by_rack)} — node fans or airflow"))
         # racks: inlet above its own baseline (a loop or CDU losing flow), beyond what the racks of
         # the other loops rose by together: they share the facility water, whose daily swing (a
@@ -607,7 +607,7 @@ class CoolingDetector(ThermalFitDetector):
         for rk in np.flatnonzero(new_level):
             findings.append(Anomaly(
                 now, "rack", int(rk), "inlet_temp", float(excess[rk]), self.name,
-                f"inlet {inlet[rk]:.1f} °C, {rise[rk]:+.1f} °C over its baseline, held within "
+                f"inlet {inlet[rk]:.1f} °C, {rise[rk]:+z.1f} °C over its baseline, held within "
                 f"{p['inlet_hold_span_c']:g} °C for {p['inlet_hold_s'] / 3600:g} h, the rack's GPUs' thermal resistance "
                 "unchanged: a new level (the supply setpoint changed?), its baseline from now on"))
         loops = self.rack_loop
@@ -616,11 +616,11 @@ class CoolingDetector(ThermalFitDetector):
             share = int(np.count_nonzero(rack_flag & same_loop))
             scope = (f"{share} of {int(same_loop.sum())} racks on loop {topo.loops[loops[rk]]} rising: "
                      "the cooling loop (CDU) is losing capacity") if share > 1 else "this rack only: rack flow or manifold"
-            common = (f" ({facility[rk]:+.1f} °C on the other loops)" if np.isfinite(facility[rk])
+            common = (f" ({facility[rk]:+z.1f} °C on the other loops)" if np.isfinite(facility[rk])
                       and facility[rk] > 0.05 else "")
             findings.append(Anomaly(
                 now, "rack", int(rk), "inlet_temp", float(excess[rk]), self.name,
-                f"inlet {inlet[rk]:.1f} °C, {rise[rk]:+.1f} °C over its baseline{common}; {scope}"))
+                f"inlet {inlet[rk]:.1f} °C, {rise[rk]:+z.1f} °C over its baseline{common}; {scope}"))
         return findings
 
     def _held(self, flag: np.ndarray, excess: np.ndarray, r_drift: np.ndarray, now: float) -> np.ndarray:

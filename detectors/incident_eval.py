@@ -46,7 +46,8 @@ again point at (``incidents.refire_note``). Each note credits, as a member does,
 that root, by the time of the emission that first told it;
 the fault is then claimed by that incident, its root is the note's, and its onset counts to that
 emission. Notes are the engine saying "a second cause", so they never count as a merge;
-``refire_credited`` counts the faults only a note credited.
+``refire_credited`` counts the faults only a note credited (a row's ``noted_only`` names the
+incidents that list a fault through a note alone).
 """
 
 from __future__ import annotations
@@ -298,6 +299,9 @@ def score_incidents(findings: Sequence[Finding], events: Sequence[Event], topolo
         row = {
             "fault": f.fault_id, "type": f.fault_type, "target": f.target, "onset": f.onset,
             "consequences": len(f.consequences), "incidents": [tr.incident_id for tr in mine],
+            # those of them tied to it by a re-fire note alone, holding under claim_share of their
+            # members: listed beside "0 incidents merging" they read as a merge the count forgot
+            "noted_only": [tr.incident_id for *_, tr in told],
             "root": f"{root_kind}:{root_entity}" if main else None,
             "hint": hint if main else None, "refire": bool(told) and not claimed,
             "root_correct": bool(ok_kind and ok_entity), "member_recall": None if recall is None else round(recall, 4),
@@ -333,6 +337,7 @@ def score_incidents(findings: Sequence[Finding], events: Sequence[Event], topolo
         "onset_to_incident_median_s": round(float(np.median(delays)), 1) if delays else None,
         "compression": round(raw / len(tracks), 2) if tracks else None,
         "merged_independent_faults": merged,
+        "claim_share": claim_share,  # (what a merge counts: the faults holding this share of members)
         "refire_credited": refire_credited,
         # findings the incidents actually hold, per incident (the rest were symptoms no incident
         # explained, such as routine power caps under full load)

@@ -1376,13 +1376,32 @@ class IncidentEngine:
                         return k
         return first(links or members).key
 
+    def _hint(self, fam: str, root: int, members: list[_Member]) -> str:
+        """The fault a cause of family ``fam`` rooted at ``root`` with ``members`` names: an incident's
+        ``fault_hint`` and a re-fire note's alike. Until 2026-12-06 the note read :data:`HINTS` alone,
+        and a GPU whose HBM overheated again under a loop's incident read "(tim_degradation)"."""
+        level = level_of(root)
+        if fam == THERMAL and level == GPU:
+            # (counted under the root only, as :meth:`_explain` counts its GPUs)
+            hbm = sum(c for m in members if m.kind == "gpu" and root in m.anc
+                      for s, c in m.signals.items() if s.startswith("hbm"))
+            if hbm or any(m.xid == 48 for m in members):
+                return "hbm_overheat"
+        if fam == LOST and level == GPU and any(m.xid == 79 for m in members):
+            return "xid79"
+        if fam == FABRIC:
+            domain = _fabric_domain_hint(root, members)
+            if domain:
+                return domain
+        return HINTS.get((fam, level), fam)
+
     def _explain(self, inc: _Incident, root: int, members: list[_Member]) -> tuple[str, str]:
         fam, level = inc.family, level_of(root)
         name = self.dom.name(root)
         # counted under the root only: a member outside it (history a merge brought, a checkpoint
         # from before joins were ranked) is no GPU of the root's ("9 of 8 GPUs of node6")
         gpus = [m for m in members if m.kind == "gpu" and root in m.anc]
-        hint = HINTS.get((fam, level), fam)
+        hint = self._hint(fam, root, members)
         if inc.external_types and sum(inc.external_types.values()) >= sum(m.count for m in members):
             # made of external events only: they say what it is, in their own words
             label = max(inc.external_types, key=lambda t: inc.external_types[t])
@@ -1392,10 +1411,9 @@ class IncidentEngine:
             racks = {m.anc[2] for m in gpus} | {m.key for m in members if m.kind == "rack"}
             inlet = sum(1 for m in members if "inlet_rising" in m.signals)
             if level == GPU:
-                hbm = sum(c for m in gpus for s, c in m.signals.items() if s.startswith("hbm"))
                 peers = len(self.dom.gpus_in(key(NODE, self.dom.gpu_node[slot_of(root)]))) - 1
-                if hbm or any(m.xid == 48 for m in members):
-                    return "hbm_overheat", f"HBM of {name} heating toward its limit; {peers} peers of its node calm"
+                if hint == "hbm_overheat":
+                    return hint, f"HBM of {name} heating toward its limit; {peers} peers of its node calm"
                 return hint, f"thermal interface of {name}: thermal resistance rising while {peers} peers of its node stay calm"
             if level == NODE:
                 n = len(self.dom.gpus_in(root))
@@ -1420,20 +1438,19 @@ class IncidentEngine:
             return hint, f"power {'brake' if braking else 'limit'} on {name}"
         if fam == LOST:
             xids = sorted({m.xid for m in members if m.xid})
-            if level == GPU and 79 in xids:
-                return "xid79", f"{name} fell off the bus (XID 79): its job stops"
+            if hint == "xid79":
+                return hint, f"{name} fell off the bus (XID 79): its job stops"
             code = f" (XID {', '.join(map(str, xids))})" if xids else ""
             return hint, f"GPU errors{code} on {len(gpus) or len(members)} GPU(s) under {name}"
         if fam == FABRIC:
             link_name = self.dom.name(key(LINK, slot_of(root) // 2)) if level == OPTIC else name
             down = [m for m in members if _down(m)]
-            domain_hint = _fabric_domain_hint(root, members)
-            if domain_hint:
+            if _fabric_domain_hint(root, members):  # (then ``hint`` is the domain's)
                 ports = self._links_of(root)
                 mine = sum(1 for m in down if root in m.anc)
                 if level == LEAF:
-                    return domain_hint, f"{mine} of {ports} links of leaf {name} down or erroring together: the switch"
-                return domain_hint, (f"{mine} of {ports} NIC links of {name} down or erroring together: "
+                    return hint, f"{mine} of {ports} links of leaf {name} down or erroring together: the switch"
+                return hint, (f"{mine} of {ports} NIC links of {name} down or erroring together: "
                                      "its NICs, their PCIe or the host")
             predicted = [m for m in members if "link_down_predicted" in m.signals]
             congested = [m for m in members if "congestion" in m.signals]
@@ -1640,10 +1657,8 @@ class IncidentEngine:
         for t, ms in by_burst.items():
             if ms:
                 root = self._rank_members(inc.family, ms)
-                hint = _fabric_domain_hint(root, ms) if inc.family == FABRIC else ""
-                hint = hint or HINTS.get((inc.family, level_of(root)), inc.family)
                 notes.append(refire_note(t, root == inc.root, self._root_kind(inc.family, root),
-                                         self.dom.name(root), hint, len(ms)))
+                                         self.dom.name(root), self._hint(inc.family, root, ms), len(ms)))
         return "".join(notes)
 
     def _spread(self, inc: _Incident, members: list[_Member], now: float) -> tuple[tuple[str, float], ...]:

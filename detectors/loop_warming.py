@@ -239,7 +239,7 @@ class LoopWarmingDetector(FeatureDetector):
         hbm = "" if j[J_HBM] else \
             f" (no HBM temperature read for {HBM_UNREAD_S / 60:.0f} min: judged on the die and inlet)"
         reason = (f"the inlet it reads is {j[J_RISE]:.1f} °C over its usual {j[J_USUAL]:.1f} °C and "
-                  f"rising {j[J_RATE]:.1f} °C/min, the die {f[F['temp_slope_c_per_min']]:+.1f} "
+                  f"rising {j[J_RATE]:.1f} °C/min, the die {f[F['temp_slope_c_per_min']]:+z.1f} "
                   f"°C/min {to_limit}{hbm}: its cooling loop is losing flow")
         return Prediction(float(obs[row, 0]), "gpu", slot, self.events[0], eta, round(float(rec[O_CONF]), 3),
                           self.name, reason)

@@ -1406,13 +1406,13 @@ class OpticsDetector(Detector):
         if sig == SIG_Q:
             after = float(ber_of_q_db(level))
             before = float(ber_of_q_db(level - step))
-            what = f"pre-FEC BER jumped from {before:.1e} to {after:.1e} (Q {step:+.1f} dB)"
+            what = f"pre-FEC BER jumped from {before:.1e} to {after:.1e} (Q {step:+z.1f} dB)"
         elif sig == SIG_BIAS:
-            what = f"laser bias stepped {step * 1e3:+.2f} mA to {level * 1e3:.2f} mA"
+            what = f"laser bias stepped {step * 1e3:+z.2f} mA to {level * 1e3:.2f} mA"
         elif sig == SIG_TXP:
-            what = f"TX power stepped {step:+.1f} dB to {level:.1f} dBm"
+            what = f"TX power stepped {step:+z.1f} dB to {level:.1f} dBm"
         else:
-            what = f"RX power stepped {step:+.1f} dB to {level:.1f} dBm (connector, patch or fibre change?)"
+            what = f"RX power stepped {step:+z.1f} dB to {level:.1f} dBm (connector, patch or fibre change?)"
         if new_module:
             what += "; after the link was dark: a replaced module, its trends start over"
         return Anomaly(ts=ts, entity_kind="optic", slot=optic, field=SIGNAL_NAMES[sig], score=abs(step),
@@ -1428,13 +1428,13 @@ class OpticsDetector(Detector):
         when = f"{days:.0f} days" if days >= 10 else f"{days:.1f} days" + (f" ({eta / 3600:.1f} h)" if days < 1 else "")
         if pred == PRED_Q:
             margin = level - float(self.q_limit[optic])
-            what = (f"pre-FEC BER {float(ber_of_q_db(level)):.1e} worsening {slope * DAY_S:+.2f} dB/day (Q), "
+            what = (f"pre-FEC BER {float(ber_of_q_db(level)):.1e} worsening {slope * DAY_S:+z.2f} dB/day (Q), "
                     f"{margin:.1f} dB above the FEC limit {self.fec_limit[optic]:.1e}")
         elif pred == PRED_RX:
             alarm = self.s_module_alarm[optic, M_RX_LOW]
-            what = f"RX power {level:.1f} dBm falling {slope * DAY_S:+.2f} dB/day toward its alarm {alarm:.1f} dBm"
+            what = f"RX power {level:.1f} dBm falling {slope * DAY_S:+z.2f} dB/day toward its alarm {alarm:.1f} dBm"
         else:
-            what = f"laser bias {level * 1e3:.1f} mA rising {slope * DAY_S * 1e3:+.2f} mA/day at constant TX power"
+            what = f"laser bias {level * 1e3:.1f} mA rising {slope * DAY_S * 1e3:+z.2f} mA/day at constant TX power"
         return Anomaly(ts=ts, entity_kind="optic", slot=optic, field=SIGNAL_NAMES[PRED_SIGNAL[pred]],
                        score=round(p[P_TREND_HORIZON] / max(eta, 1.0), 3), detector=self.name,
                        reason=f"{name}: {what}; there in ~{when} at this rate (trend confidence {conf:.2f})")
@@ -1443,19 +1443,19 @@ class OpticsDetector(Detector):
                 rx_level: float, rx_slope: float) -> str:
         optic = self.topology.name("optic", end)
         when = "now" if eta <= 0 else f"in {eta / 3600:.1f} h"
-        rx = (f"; RX power {rx_level:.1f} dBm ({rx_slope * 3600:+.2f} dB/h)"
+        rx = (f"; RX power {rx_level:.1f} dBm ({rx_slope * 3600:+z.2f} dB/h)"
               if np.isfinite(rx_level) and np.isfinite(rx_slope) else "")
         if pred == PRED_Q:
             ber = float(ber_of_q_db(level))
-            return (f"{optic}: pre-FEC BER {ber:.1e} (Q {level:.1f} dB, {slope * 3600:+.2f} dB/h) "
+            return (f"{optic}: pre-FEC BER {ber:.1e} (Q {level:.1f} dB, {slope * 3600:+z.2f} dB/h) "
                     f"reaches the FEC limit {self.fec_limit[end]:.1e} {when}{rx}")
         if pred == PRED_RX:
-            return (f"{optic}: RX power {level:.1f} dBm ({slope * DAY_S:+.1f} dB/day) reaches the "
+            return (f"{optic}: RX power {level:.1f} dBm ({slope * DAY_S:+z.1f} dB/day) reaches the "
                     f"module's low alarm {self.s_module_alarm[end, M_RX_LOW]:.1f} dBm {when}")
         alarm = self.s_module_alarm[end, M_BIAS_HIGH]
         limit = (f"the module's high bias alarm {alarm * 1e3:.1f} mA" if np.isfinite(alarm)
                  else f"end of life ({self.params[P_BIAS_EOL]:g} x the bias first seen)")
-        return (f"{optic}: laser bias {level * 1e3:.1f} mA rising {slope * DAY_S * 1e3:+.2f} mA/day at "
+        return (f"{optic}: laser bias {level * 1e3:.1f} mA rising {slope * DAY_S * 1e3:+z.2f} mA/day at "
                 f"constant TX power (laser ageing), reaches {limit} {when}")
 
     def gauges(self) -> dict[str, tuple[str, Any, str]]:

@@ -891,8 +891,8 @@ class PowerDetector(ThermalFitDetector):
                     # the measured slope: a GPU cooling for a moment can still be heading warmer
                     heat = ("leakage rising with it" if v[3] >= 0 else
                             "but its thermal model settles it warmer: leakage will rise")
-                    reason = (f"compute-phase power {v[0]:.0f} W ({v[1] * 60:+.1f} W/min, temperature "
-                              f"{v[3] * 60:+.2f} °C/min, {heat}) heading for {named}")
+                    reason = (f"compute-phase power {v[0]:.0f} W ({v[1] * 60:+z.1f} W/min, temperature "
+                              f"{v[3] * 60:+z.2f} °C/min, {heat}) heading for {named}")
                 findings.append(Prediction(ts, "gpu", slot, "power_cap", eta if np.isfinite(eta) else -1.0,
                                            round(float(rec[O_CONF]), 3), self.name, reason,
                                            active=code != CODE_WITHDRAW))

@@ -1173,9 +1173,11 @@ class ThermalDetector(ThermalFitDetector):
                 # the steady state under current power and inlet, and how fast that moves (R
                 # drifting, inlet rising): the ETA comes from both, so a target still under the
                 # limit that rises fast is a throttle on its way
+                # ("z": a drift rounding to nothing had read "-0% vs nominal")
+                drift = f"{r / r_nominal - 1:+z.0%}"
                 reason = (f"{part} heading for its limit {limit:.0f} °C: steady state under current power "
-                          f"{target:.1f} °C, moving {slope * 60:+.2f} °C/min; R {r:.4f} °C/W "
-                          f"({r / r_nominal - 1:+.0%} vs nominal), tau {tau:.0f} s, "
+                          f"{target:.1f} °C, moving {slope * 60:+z.2f} °C/min; R {r:.4f} °C/W "
+                          f"({'at nominal' if drift == '+0%' else drift + ' vs nominal'}), tau {tau:.0f} s, "
                           f"inlet {inlet:.1f} °C{INLET_WORDS.get(float(rec[O_INLET_SRC]), '')}")
                 reason += inlet_followed
                 if which == CORE and via == HBM:

@@ -145,8 +145,9 @@ def test_evaluate_says_what_it_counts_what_it_did_not_judge_and_draws_no_empty_p
     report = json.loads((out / "report.json").read_text())
     fed = report["meta"]["samples"]
     assert fed == sum(rows.values()) - rows["job"]
-    assert (f"{fed:,} samples fed to the detectors (of {sum(rows.values()):,} recorded; not fed: job "
-            f"{rows['job']:,})") in flat
+    # (the job rows go to the incident engine alone: audit s65, "not fed" beside "telemetry fed: job")
+    assert (f"{fed:,} samples fed to the detectors (of {sum(rows.values()):,} recorded; job "
+            f"{rows['job']:,} to the incident engine only (step times: its jobs' slowdown))") in flat
     cooling = report["cooling"]["detectors"]["foreshock"]
     assert cooling["tim_flagged"] == "0 of 0" and cooling["tim_not_judged"] == 1
     assert "tim_flagged 0 of 0 judged (1 not judged: onset within 1 h of the recording's end)" in flat
