@@ -427,9 +427,13 @@ def _truth_table(tally: FindingTally, events: Sequence[Event], console: Console,
                        if (c := [e for e in consequences if e.type == kind])), None)
         related = _related_entries(tally, fault, consequences)
         predictions = [e for e in related if e.what.startswith("predict ")]
-        # the lead is measured by the prediction of the impact itself when there is one
-        wanted = f"predict {_PREDICTED_BY.get(impact.type, '')}" if impact else ""
-        first = min([e for e in predictions if e.what == wanted] or predictions or related,
+        # the lead is measured by the prediction of the impact itself when there is one (any prediction
+        # for an impact no detector predicts as such: a job's slowdown, an XID), else by what detected
+        # it; a prediction of another event comes last, and leads nothing (_lead)
+        wanted = {f"predict {_PREDICTED_BY[impact.type]}"} if impact and impact.type in _PREDICTED_BY \
+            else {e.what for e in predictions}
+        detections = [e for e in related if not e.what.startswith("predict ")]
+        first = min([e for e in predictions if e.what in wanted] or detections or predictions,
                     key=lambda e: e.first_ts, default=None)  # (first_ts: its first raise since the onset)
         lead = _lead(impact, first, wanted)
         found = _fault_incident(tally, fault)
@@ -450,17 +454,16 @@ def _truth_table(tally: FindingTally, events: Sequence[Event], console: Console,
         console.print(line)
 
 
-def _lead(impact: Event | None, first: TallyEntry | None, wanted: str) -> str:
+def _lead(impact: Event | None, first: TallyEntry | None, wanted: set[str]) -> str:
     """How far ahead of the impact foreshock said so. Only a prediction of the impact's own event
-    (``wanted``) has a lead: an anomaly seen in the impact's own sample had read "0.0 min ahead"; it is
-    a detection, said as one. A prediction of another event leads nothing ("not predicted"; the line
-    under the table says what was said): a power-cap prediction beside a PSU's power-brake impact read
-    "0.2 min late", a cooling loss's throttle prediction beside another fault's job slowdown "28.0 min
-    ahead" (audit s65)."""
+    (``wanted``: its kind, or any for an impact no detector predicts as such) has a lead: an anomaly
+    seen in the impact's own sample had read "0.0 min ahead"; it is a detection, said as one. A
+    prediction of another event leads nothing ("not predicted"; the line under the table says what
+    was said): a power-cap prediction beside a PSU's power-brake impact read "0.2 min late" (audit s65)."""
     if impact is None or first is None:
         return "-"
     lead_s = impact.time - first.first_ts
-    if first.what.startswith("predict ") and first.what != wanted:
+    if first.what.startswith("predict ") and first.what not in wanted:
         return "not predicted"
     if first.what.startswith("predict "):
         return f"{lead_s / 60:.1f} min ahead" if lead_s >= 0 else f"{-lead_s / 60:.1f} min late"

@@ -218,6 +218,7 @@ class ForeshockWorker:
         # and two callers in its start each built one, the first left unclosed (aiokafka's
         # "Unclosed AIOKafkaConsumer" at every rejoin of a live group, stop 64's audit)
         self._ckpt_reader_lock = asyncio.Lock()
+        self._readers_closed = False  # close_readers ran: a reader started since is stopped at once
         self.topic_ids = TopicIds(config.settings)  # to tell a checkpoint of a re-created topic
         self._external_reader: AIOKafkaConsumer | None = None
         self.external_positioned = False  # the external reader is at the incident stage's offset
@@ -330,8 +331,11 @@ class ForeshockWorker:
         topic-ID admin client: at a worker's shutdown, after the handlers that use them."""
         async with self.lock:
             await self._stop_external_reader()
-            async with self._ckpt_reader_lock:  # (one being started is stopped, not left behind)
-                reader, self._ckpt_reader = self._ckpt_reader, None
+            # not under the reader's lock: a start-up task still trying an absent broker holds it for
+            # up to BROKER_PATIENCE_S, and the shutdown waited that out; the reader it starts after
+            # this is stopped by it (_reader)
+            self._readers_closed = True
+            reader, self._ckpt_reader = self._ckpt_reader, None
             await _stop_reader(reader, "checkpoint")
             await asyncio.to_thread(self.topic_ids.close)
 
@@ -373,7 +377,11 @@ class ForeshockWorker:
         """The checkpoint reader, started by its first caller; callers meanwhile wait for it."""
         async with self._ckpt_reader_lock:
             if self._ckpt_reader is None:
-                self._ckpt_reader = await self._consumer("ckpt", patience_s)
+                reader = await self._consumer("ckpt", patience_s)
+                if self._readers_closed:  # the worker stopped meanwhile: nothing left to close it
+                    await _stop_reader(reader, "checkpoint")
+                    raise RuntimeError("the worker is stopping: no checkpoint reader")
+                self._ckpt_reader = reader
             return self._ckpt_reader
 
     async def read_checkpoint(self, partition: int) -> bytes | None:

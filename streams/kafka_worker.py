@@ -74,6 +74,11 @@ log = logging.getLogger("foreshock.worker")
 
 CHECKPOINT_VERSION = 1
 
+EARLIEST_SEND_STAMP = 1e9
+"""A bundle's send stamp (``foreshock-sent``) before this (2001-09-09) is no time to count an ingest lag
+from, but a clock never set or a tool's 0.0 (NaN fails the test too): the lag then counts from the
+record's arrival. It had read 1.8e9 s."""
+
 
 # ---- checkpoint encoding ------------------------------------------------------------------
 def uniform_fills(state: Any) -> Any:
@@ -882,7 +887,7 @@ class DetectionStage:
             # detection's. Until 2026-12-06 it counted from the record's arrival here, the detection's
             # time alone: a worker 24 s behind its input read 0.0012 s (stop 64's audit)
             sent = min(info.sent for info, _ in group)
-            clean, findings = part.pipeline.process_rows(frame, sent if math.isfinite(sent) else None)
+            clean, findings = part.pipeline.process_rows(frame, sent if sent >= EARLIEST_SEND_STAMP else None)
         # the embedded bank's clock: the newest timestamp the guard let through
         now = float(clean.ts.max()) if len(clean) else None
         for i, (info, rows) in enumerate(group):

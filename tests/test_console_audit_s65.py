@@ -9,7 +9,7 @@ import io
 from rich.console import Console
 
 from foreshock.exporters.console import FindingTally, TimeOrigin, render_summary
-from foreshock.findings import Incident, Prediction
+from foreshock.findings import Anomaly, Incident, Prediction
 from foreshock.health import PipelineHealth
 from foreshock.topology import Topology
 
@@ -134,6 +134,17 @@ def _truth_cells(tally: FindingTally, events: list) -> list[str]:  # type: ignor
     return next(cells for cells in rows if cells[:2] == ["1", events[0].fault_type])
 
 
+def test_a_job_slowdown_is_led_by_any_prediction_of_its_gpus() -> None:
+    """No detector predicts a job's slowdown as such: a throttle predicted of its GPU leads it."""
+    from foreshock.events import Event
+
+    tally = FindingTally(TOPO)
+    tally.observe_findings([Prediction(300.0, "gpu", 0, "thermal_throttle", 300.0, 0.8, "thermal", "r")])
+    events = [Event(100.0, "fault_onset", "gpu", "n0/gpu0", "f1", "tim_degradation"),
+              Event(600.0, "job_slowdown_start", "job", "job0", "f1", "tim_degradation")]
+    assert _truth_cells(tally, events)[-1] == "5.0 min ahead"
+
+
 def test_a_prediction_of_another_event_gives_no_lead_on_the_impact() -> None:
     """demo --scenario psu-failure: a power-cap prediction beside the PSU's power-brake impact read
     "0.2 min late", as if the brake had been predicted late."""
@@ -144,6 +155,9 @@ def test_a_prediction_of_another_event_gives_no_lead_on_the_impact() -> None:
     events = [Event(100.0, "fault_onset", "node", "n0", "f1", "psu_failure"),
               Event(400.0, "power_brake_start", "gpu", "n0/gpu0", "f1", "psu_failure")]
     assert _truth_cells(tally, events)[-1] == "not predicted"
+    # an anomaly that saw it coming tells more than the other event's prediction (review s65)
+    tally.observe_findings([Anomaly(200.0, "gpu", 0, "power", 5.0, "robust_zscore", "power fell")])
+    assert _truth_cells(tally, events)[-1] == "detected 3.3 min before"
     # a prediction of the brake itself keeps its lead
     tally.observe_findings([Prediction(340.0, "gpu", 1, "power_brake", 60.0, 0.8, "power", "r")])
     assert _truth_cells(tally, events)[-1] == "1.0 min ahead"

@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import pytest
+
 from foreshock.detectors.bank import DetectorBank
 from foreshock.topology import Topology
 
@@ -50,6 +52,41 @@ def test_callers_meeting_in_the_readers_start_share_one_reader(tmp_path, monkeyp
     first, second = asyncio.run(run())
     assert len(built) == 1 and first is second is built[0]
     assert built[0].stopped  # and closed at the end: none left behind
+
+
+def test_a_shutdown_does_not_wait_for_a_reader_still_starting(tmp_path, monkeypatch) -> None:
+    """The start-up task tries an absent broker for up to a minute, holding the reader's start: the
+    shutdown (close_readers) waited that out. It returns at once; the reader started after it is
+    stopped by its starter, not left open."""
+    worker = _worker(tmp_path, monkeypatch)
+    built: list[_FakeReader] = []
+    started = asyncio.Event()
+
+    async def slow_consumer(name: str, patience_s: float | None = None) -> _FakeReader:
+        started.set()
+        await asyncio.sleep(0.5)  # a broker answering late
+        built.append(_FakeReader())
+        return built[-1]
+
+    monkeypatch.setattr(worker, "_consumer", slow_consumer)
+
+    async def run() -> tuple[float, BaseException | None]:
+        loop = asyncio.get_running_loop()
+        starting = asyncio.ensure_future(worker._reader())
+        await started.wait()
+        t0 = loop.time()
+        await worker.close_readers()
+        took = loop.time() - t0
+        try:
+            await starting
+        except RuntimeError as exc:
+            return took, exc
+        return took, None
+
+    took, error = asyncio.run(run())
+    assert took < 0.25  # not the starter's half second
+    assert error is not None and "stopping" in str(error)
+    assert len(built) == 1 and built[0].stopped
 
 
 # ---- the ingest lag ---------------------------------------------------------------------------
@@ -106,13 +143,16 @@ def test_a_frame_held_for_its_rest_lags_from_its_first_piece(small_topology: Top
     assert stage.store.snapshot().ingest_lag_s == 30.0
 
 
-def test_a_send_stamp_that_is_no_number_counts_from_the_arrival(small_topology: Topology) -> None:
-    from foreshock.streams.kafka_codec import encode_bundle
-
+@pytest.mark.parametrize("stamp", [0.0, -5.0, 1e8])
+def test_a_send_stamp_that_is_no_time_counts_from_the_arrival(small_topology: Topology, stamp: float) -> None:
+    """A stamp before 2001 (a tool's 0.0, a host whose clock was never set) is no backlog: it read
+    1.8e9 s of lag. (A NaN stamp is no time either: the store reads max(0, wall - NaN) as 0.)"""
     import time
 
+    from foreshock.streams.kafka_codec import encode_bundle
+
     stage = _stage(small_topology, time.time)  # (the arrival is read on the real clock)
-    value, headers = encode_bundle("a#1", float("nan"), [(1, 0, 1, _gpu_frame(small_topology, 100.0))],
+    value, headers = encode_bundle("a#1", stamp, [(1, 0, 1, _gpu_frame(small_topology, 100.0))],
                                    topology=small_topology)
     stage.process(0, 0, value, headers)
     assert 0.0 <= stage.store.snapshot().ingest_lag_s < 5.0  # the detection's time alone
