@@ -228,8 +228,9 @@ class ClusterSimulator:
         scripted: list[tuple[int, Fault]] = []  # (the index in the scenario's list, the fault)
         for index, spec in sorted(enumerate(scen.faults), key=lambda s: resolve_time(s[1].onset, self.duration)):
             target, name = self._resolve_target(FAULT_TYPES[spec.type], spec.target)
-            duration_s = None if spec.duration is None else resolve_time(spec.duration, self.duration)
+            duration_s = spec.duration_s(self.duration)
             onset = resolve_time(spec.onset, self.duration)
+            self._yield_floors(scen, scripted, spec.type, target, onset)
             if refuse_overlapping_faults:
                 self._refuse_overlap(scen, scripted, index, spec, target, name, onset)
             scripted.append((index, self._add_fault(spec.type, target, name, onset, duration_s, spec.params)))
@@ -582,6 +583,21 @@ class ClusterSimulator:
         fault = Fault(f"f{len(self.faults) + 1}", ftype, target, name, onset, duration, dict(params))
         self.faults.append(fault)
         return fault
+
+    def _yield_floors(self, scen: Scenario, scripted: list[tuple[int, Fault]], ftype: str, target: int,
+                      onset: float) -> None:
+        """An earlier scripted fault of ``ftype`` on ``target`` lengthened by its ``min_duration`` past
+        ``onset`` ends there instead, no earlier than its share of the run: in a short run of a small
+        cluster ``mixed``'s two cooling losses fall on its one loop, and the first, held to its half
+        hour, would still be on when the second begins (refused as overlapping)."""
+        for i, f in scripted:
+            spec = scen.faults[i]
+            if f.type != ftype or f.target != target or spec.min_duration is None or f.duration is None \
+                    or spec.duration is None:
+                continue
+            share = resolve_time(spec.duration, self.duration)
+            if f.onset + share <= onset < f.onset + f.duration:
+                f.duration = onset - f.onset
 
     def _refuse_overlap(self, scen: Scenario, scripted: list[tuple[int, Fault]], index: int, spec: FaultSpec,
                         target: int, name: str, onset: float) -> None:
