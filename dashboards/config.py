@@ -61,6 +61,7 @@ class MixinConfig:
     hbm_margin_c: float = 5.0  # alert this far below a GPU's own HBM max operating temperature
     headroom_warning_c: float = 10.0  # dashboards: orange within this of a GPU's own limit
     cooling_resistance_ratio: float = 1.25  # rack resistance vs its own median over a day
+    coolant_flow_ratio: float = 0.5  # rack coolant flow vs its own median over a day
     fan_stopped_ratio: float = 0.1  # a node's slowest chassis fan under this share of full speed
     cascade_members: int = 3
     # foreshock_job_predicted_slowdown_ratio is the predicted *extra* step time as a fraction of
@@ -76,6 +77,8 @@ class MixinConfig:
     for_: dict[str, str] = field(default_factory=lambda: {
         "ForeshockThrottlePredicted": "30s",
         "ForeshockCoolingDegradation": "10m",
+        "ForeshockCoolantFlowLow": "2m",
+        "ForeshockThermalThrottling": "2m",
         "ForeshockFanStopped": "1m",
         "ForeshockPowerBrake": "1m",
         "ForeshockLinkFailurePredicted": "1m",
@@ -105,12 +108,14 @@ class MixinConfig:
             # Only while no pipeline reports a GPU either: a one-machine deployment (`foreshock
             # watch`, no broker) runs no agents at all, and its GPUs reporting say the telemetry
             # arrives; in Kafka mode the workers' GPUs reporting fall to 0 within 2 minutes of the
-            # agents' last frame, so the alert still fires when the agents are gone.
+            # agents' last frame, so the alert still fires when the agents are gone. Nor while no
+            # pipeline is up (ForeshockPipelineDown says that): a one-machine deployment's pipeline
+            # stopping took its GPUs reporting with it, and paged "no agent is up" beside it (audit s65)
             ScrapeJob(self.agent_job, "ForeshockAgentsDown", "foreshock agent",
                       "no GPU, BMC or CDU telemetry reaches the workers, so nothing can be predicted "
                       "(ForeshockGpuMissing fires too, about 12 minutes after the agents stopped)",
-                      unless="sum(foreshock_gpus_reporting) > 0",
-                      unless_says="no foreshock pipeline reports a GPU"),
+                      unless=f'sum(foreshock_gpus_reporting) > 0 or absent(up{{job="{self.pipeline_job}"}} == 1)',
+                      unless_says="no foreshock pipeline that is up reports a GPU"),
         )
 
     @property

@@ -27,6 +27,8 @@ from .config import DEFAULT_CONFIG, MixinConfig
 ALERT_GROUP = "foreshock.alerts"
 RECORDING_GROUP = "foreshock.rules"
 XID_COUNTER = "foreshock_xid_events_total"
+RACK_FLOW = "rack:foreshock_rack_coolant_flow_liters_per_second:max"
+"""Each rack's coolant flow (L/s) without the exporting instance, as :data:`RACK_RESISTANCE`."""
 RACK_RESISTANCE = "rack:foreshock_rack_thermal_resistance_celsius_per_watt:max"
 """Each rack's die-to-coolant thermal resistance (°C/W) without the exporting instance: in Kafka
 mode a rebalance moves a rack to another worker, whose series is a new one; the rack's own is
@@ -115,6 +117,8 @@ def recording_rules(cfg: MixinConfig = DEFAULT_CONFIG) -> list[dict[str, Any]]:
         # the moment both workers export it, the higher reading)
         {"record": RACK_RESISTANCE,
          "expr": "max by (cluster, rack) (foreshock_rack_thermal_resistance_celsius_per_watt)"},
+        {"record": RACK_FLOW,
+         "expr": "max by (cluster, rack) (foreshock_rack_coolant_flow_liters_per_second)"},
         # increase() never sees a series' first sample: the first XID of each code on each GPU
         # (its counter's birth, at 1) is counted by the counter's value where it was created
         # within the hour (everything it holds came in that hour)
@@ -175,7 +179,10 @@ def alerts(cfg: MixinConfig = DEFAULT_CONFIG) -> list[Alert]:
     out = [
         Alert(
             "ForeshockThrottlePredicted",
+            # (an ETA of 0 is the event under way: "in 0s ... act before it throttles" paged on for
+            # minutes into the throttle; ForeshockThermalThrottling says that one, audit s65)
             f'min by ({by_pred}) (foreshock_prediction_eta_seconds{{event=~"{throttle}"}}) < {cfg.throttle_horizon_s:g}'
+            " > 0"
             f" and on ({by_pred}) max by ({by_pred}) "
             f'(foreshock_prediction_confidence_ratio{{event=~"{throttle}"}}) >= {cfg.min_confidence:g}',
             "warning",
@@ -195,8 +202,34 @@ def alerts(cfg: MixinConfig = DEFAULT_CONFIG) -> list[Alert]:
             "Cooling of rack {{ $labels.rack }} is degrading",
             "The mean die-to-coolant thermal resistance of the GPUs in rack {{ $labels.rack }} "
             "(cluster {{ $labels.cluster }}) is {{ $value | printf \"%.3f\" }} °C/W, more than "
-            f"{cfg.cooling_resistance_ratio:g}× its median over the last day: less heat leaves per watt "
-            "(flow, inlet temperature, cold plate or fans).",
+            f"{cfg.cooling_resistance_ratio:g}× its median over the last day: less heat leaves each die per "
+            "watt (cold plates, thermal interfaces, fans). A coolant flow loss heats the coolant instead, "
+            "which this does not see: ForeshockCoolantFlowLow.",
+        ),
+        Alert(
+            "ForeshockCoolantFlowLow",
+            # the rack's own series, as above; a loop's loss (a CDU's pump) shows on each of its racks
+            f"avg_over_time({RACK_FLOW}[2m]) < "
+            f"{cfg.coolant_flow_ratio:g} * quantile_over_time(0.5, {RACK_FLOW}[1d])",
+            "critical",
+            "Coolant flow to rack {{ $labels.rack }} is low",
+            "The coolant flow through rack {{ $labels.rack }} (cluster {{ $labels.cluster }}) is "
+            "{{ $value | printf \"%.2f\" }} L/s, under "
+            f"{cfg.coolant_flow_ratio:g}× its median over the last day: its coolant and inlet heat, and under "
+            "load its GPUs reach their thermal limit within minutes (ForeshockThrottlePredicted says which "
+            "and when). Check the CDU's pumps, valves and filters.",
+        ),
+        Alert(
+            "ForeshockThermalThrottling",
+            # observed, what today's tools report: the throttle predicted is under way, and the
+            # predictions' alert has resolved (its ETA reached 0)
+            'max by (cluster, rack) (foreshock_rack_gpus_throttled{kind="thermal"}) > 0',
+            "warning",
+            "{{ $value }} GPUs of rack {{ $labels.rack }} are held by the thermal limiter",
+            "The SW or HW thermal slowdown holds {{ $value }} GPUs of rack {{ $labels.rack }} (cluster "
+            "{{ $labels.cluster }}): they run at reduced clocks now, and the synchronous jobs on them "
+            "slow with them. See the rack's cooling (ForeshockCoolantFlowLow, ForeshockCoolingDegradation, "
+            "ForeshockFanStopped) and the incident foreshock opened for it.",
         ),
         Alert(
             "ForeshockFanStopped",

@@ -57,11 +57,13 @@ def test_agents_down_is_silent_while_a_pipeline_reports_gpus():
     """One machine, no broker (`foreshock watch`): no agents job at all. GPUs reporting say the
     telemetry reaches the pipeline; in Kafka mode they fall to 0 when the agents are gone."""
     a = _alert(DEFAULT_CONFIG, "ForeshockAgentsDown")
+    # nor while no pipeline is up (ForeshockPipelineDown says so; audit s65)
     assert a.expr == (f'absent(up{{job="{DEFAULT_CONFIG.agent_job}"}} == 1) '
-                      "unless on () (sum(foreshock_gpus_reporting) > 0)")
+                      "unless on () (sum(foreshock_gpus_reporting) > 0 "
+                      f'or absent(up{{job="{DEFAULT_CONFIG.pipeline_job}"}} == 1))')
     assert a.severity == "critical"
     # the description says both conditions, so it stays true
-    assert "no foreshock pipeline reports a GPU" in a.description
+    assert "no foreshock pipeline that is up reports a GPU" in a.description
     (rule,) = [r for r in rule_file()["groups"][1]["rules"] if r["alert"] == "ForeshockAgentsDown"]
     assert rule["for"] == DEFAULT_CONFIG.for_["absent"]
 
