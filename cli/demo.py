@@ -90,5 +90,7 @@ def command(gpus: int, duration: float, interval: float, scenario: str, seed: in
     # the summary counts from the simulation's start, as the header's "+N min" above does
     finish(run, stats, sim.events, json_name="demo", interrupted=stopped_by is not None,
            origin=TimeOrigin(sim.start_time, "the simulation's start"))
-    hold_metrics(run, host, port, hold)
+    # a signal ends the command: the hold after a run a signal stopped served /metrics for the rest
+    # of --hold, deaf to the SIGTERM just sent (audit s65)
+    hold_metrics(run, host, port, hold if stopped_by is None else 0.0)
     stop_server(run)

@@ -68,7 +68,9 @@ def command(path: str, speed: float | None, max_speed: bool, shift_now: bool, ho
     finish(run, stats, events, json_name="replay", interrupted=stopped_early,
            origin=recording_origin(source.recording.meta, source.offset),
            error=str(unreadable[0]) if unreadable else None)
-    hold_metrics(run, host, port, hold)
+    # a signal ends the command: the hold after a run a signal stopped served /metrics for the rest
+    # of --hold, deaf to the SIGTERM just sent (audit s65)
+    hold_metrics(run, host, port, hold if stopped_by is None else 0.0)
     stop_server(run)
     if unreadable:
         raise click.ClickException(str(unreadable[0]))
