@@ -404,8 +404,10 @@ class LinkErrorsDetector(Detector):
             what, score = f"{rule.anomaly_field} at {value * unit:.3g}/{per}", value / rule.threshold
         elif rule.test == RATE_DROP:
             now = float(frame.columns["link_rate"][row])
+            # (a rate under 1 b/s is no port's: a corrupt reading of 1e-300 scored inf, which no
+            # exposition can carry; the fuzz test found it)
             what, score = (f"port ACTIVE at {now / 1e9:g} Gb/s, down from {value / 1e9:g} Gb/s "
-                           f"(speed or width fallback: {now / value:.0%} of its bandwidth)"), value / now
+                           f"(speed or width fallback: {now / value:.0%} of its bandwidth)"), value / max(now, 1.0)
         elif rule.test == FLAP:
             window_h = self._table[r, 4] / 3600
             what, score = f"link went down {int(value)} times in {window_h:g} h (flapping)", value / rule.threshold

@@ -216,6 +216,14 @@ def test_a_port_back_active_at_a_lower_rate_is_a_speed_or_width_fallback():
     assert feed(fresh, [300.0, 330.0], link_state=[4.0, 4.0], link_rate=[200e9, 100e9])[0].field == "link_rate"
 
 
+def test_a_rate_next_to_zero_scores_a_finite_fallback():
+    """A corrupt rate of 1e-300 b/s (tests/test_fuzz_pipeline.py drew it) scored 400e9 / 1e-300 = inf."""
+    det = LinkErrorsDetector(one_link_topology())
+    found = feed(det, [0.0, 30.0], link_state=[4.0, 4.0], link_rate=[400e9, 1e-300])
+    (drop,) = [f for f in found if f.field == "link_rate"]
+    assert drop.score == 400e9  # against 1 b/s: the most a fallback can say
+
+
 @pytest.mark.parametrize("gap", ["same timestamp", "link_downed unreadable"])
 def test_a_down_the_counter_sees_is_not_counted_again_from_the_port_state(gap):
     """An IB port with ``link_downed`` goes down twice, 1 h apart. The poll that first sees it DOWN
