@@ -6,6 +6,8 @@ Topology (tests/test_incidents.py): cdu0 cools rack0 and rack1, two nodes of 4 G
 
 from __future__ import annotations
 
+from typing import Callable
+
 from foreshock.detectors.incident_eval import score_incidents
 from foreshock.detectors.incidents import IncidentEngine
 from foreshock.events import Event
@@ -63,9 +65,9 @@ def test_same_root_failing_again_is_noted_in_the_held_incident() -> None:
     assert not any("fired again" in i.reason for i in incs if i.ts - T0 < 1500)
 
 
-def test_new_cause_under_held_entities_is_noted_with_its_root() -> None:
-    """node1's fans fail at 1500 s, its GPUs already members of the loop incident (still growing,
-    so they stay in it): the note names node1 as a new cause, not the loop."""
+def loop_spreading_with_a_second_cause(second: Callable[[int], list[Finding]]) -> dict[float, list[Finding]]:
+    """cdu0 fails at 0 s (quiet from 330 s) and spreads again from 1000 s (a GPU every 100 s), so its
+    incident still grows and keeps its members; ``second(t)``'s findings join from 1500 to 1800 s."""
     spreading = [gpu(n, 3) for n in range(4)]
     stream: dict[float, list[Finding]] = {}
     for t in range(0, 3001, 30):
@@ -74,13 +76,22 @@ def test_new_cause_under_held_entities_is_noted_with_its_root() -> None:
             batch += heat(t, LOOP_GPUS)
         elif t == 330:
             batch += heat(t, LOOP_GPUS, active=False)
-        if 1000 <= t <= 1800:  # the loop still spreading (a GPU every 100 s): node1's GPUs stay in it
+        if 1000 <= t <= 1800:  # the loop still spreading: the members stay in its incident
             batch += heat(t, spreading[:(t - 1000) // 100 + 1])
-        if 1500 <= t <= 1800:  # node1's fans fail: its two loop GPUs, quiet since 330 s, heat again
-            batch += heat(t, [gpu(1, 1), gpu(1, 2)])
-        if t == 1500:
-            batch.append(Anomaly(T0 + t, "node", 1, "fan_speed", 4.0, "fans", "fan degraded"))
+        if 1500 <= t <= 1800:
+            batch += second(t)
         stream[float(t)] = batch
+    return stream
+
+
+def test_new_cause_under_held_entities_is_noted_with_its_root() -> None:
+    """node1's fans fail at 1500 s, its GPUs already members of the loop incident (still growing,
+    so they stay in it): the note names node1 as a new cause, not the loop."""
+    def fans_fail(t: int) -> list[Finding]:  # its two loop GPUs, quiet since 330 s, heat again
+        fan = [Anomaly(T0 + t, "node", 1, "fan_speed", 4.0, "fans", "fan degraded")] if t == 1500 else []
+        return heat(t, [gpu(1, 1), gpu(1, 2)]) + fan
+
+    stream = loop_spreading_with_a_second_cause(fans_fail)
     out = run(stream, 3000.0)
     notes = [i.reason for i in out if isinstance(i, Incident) and "new cause at" in i.reason]
     assert notes and "node node1 (fan_failure)" in notes[0], [

@@ -20,7 +20,7 @@ from foreshock.events import Event
 from foreshock.findings import Finding, Incident, Prediction
 
 from test_incidents import TOPO, gpu
-from test_incidents_refire import KEEPER, LOOP_GPUS, T0, heat, run
+from test_incidents_refire import LOOP_GPUS, T0, loop_spreading_with_a_second_cause, run
 
 HBM_GPU = gpu(1, 1)  # a GPU of the loop's incident, quiet after the loop's first failure
 
@@ -29,20 +29,10 @@ def hbm_under_loop() -> list[Finding]:
     """cdu0 loses flow at 0 s (until 300 s) and keeps spreading from 1000 s, so its incident still
     grows and holds its GPUs; at 1500 s the HBM of node1/gpu1, a member quiet since 330 s, heads for
     its limit: a new cause under the incident, noted in its reason."""
-    spreading = [gpu(n, 3) for n in range(4)]
-    stream: dict[float, list[Finding]] = {}
-    for t in range(0, 3001, 30):
-        batch = heat(t, [KEEPER])
-        if t <= 300:
-            batch += heat(t, LOOP_GPUS)
-        elif t == 330:
-            batch += heat(t, LOOP_GPUS, active=False)
-        if 1000 <= t <= 1800:
-            batch += heat(t, spreading[:(t - 1000) // 100 + 1])
-        if 1500 <= t <= 1800:
-            batch.append(Prediction(T0 + t, "gpu", HBM_GPU, "hbm_overheat", 600.0, 0.9, "thermal",
-                                    "HBM heading for 95 °C"))
-        stream[float(t)] = batch
+    def hbm_heats(t: int) -> list[Finding]:
+        return [Prediction(T0 + t, "gpu", HBM_GPU, "hbm_overheat", 600.0, 0.9, "thermal", "HBM heading for 95 °C")]
+
+    stream = loop_spreading_with_a_second_cause(hbm_heats)
     return run(stream, 3000.0)
 
 
