@@ -120,6 +120,9 @@ CATALOGUE: tuple[MetricSpec, ...] = (
     MetricSpec(f"{NS}_records_not_assigned_total", "counter", "Kafka records of a frames partition no longer (or not yet) assigned to this worker, left to the partition's owner (a rebalance): not processed, and not an input problem", ("cluster", "stage")),
     MetricSpec(f"{NS}_dead_letters_total", "counter", "Records sent to the dead-letter topic", ("cluster",)),
     MetricSpec(f"{NS}_ingest_lag_seconds", "gauge", "Seconds from a batch's sending by its agent (Kafka workers; its arrival in the embedded pipeline) to the end of its detection", ("cluster",)),
+    # clock-free, beside the ingest lag (read against the agents' send stamps: a host's clock off by
+    # N s reads as N s of lag)
+    MetricSpec(f"{NS}_consumer_lag_records", "gauge", "Records of a Kafka partition assigned to this worker that it has not processed yet: the partition's high watermark less the next offset to process (Kafka workers only)", ("cluster", "topic", "partition")),
     MetricSpec(f"{NS}_last_telemetry_timestamp_seconds", "gauge", "Telemetry timestamp of the newest sample processed", ("cluster",)),
     MetricSpec(f"{NS}_detector_latency_seconds", "histogram", "Detector bank latency per batch", ("cluster",)),
 )
@@ -622,6 +625,10 @@ class ForeshockCollector(Collector):
         yield from _source_counts(self.store.health, cluster)
         g = _family(f"{NS}_ingest_lag_seconds")
         g.add_metric([cluster], snap.ingest_lag_s)
+        yield g
+        g = _family(f"{NS}_consumer_lag_records")
+        for (topic, partition), records in sorted(snap.consumer_lag.items()):
+            g.add_metric([cluster, topic, str(partition)], float(records))
         yield g
         g = _family(f"{NS}_last_telemetry_timestamp_seconds")
         if math.isfinite(snap.newest_ts):

@@ -150,6 +150,9 @@ class StoreSnapshot:
     # reports, on the wall clock (NaN: not known yet; empty on the telemetry clock) — the
     # collector widens its staleness window to a few of these (``ForeshockCollector.stale_after``)
     report_interval_s: dict[str, float] = field(default_factory=dict)
+    # a Kafka worker's: by (topic, partition) of its assignment, the records not yet processed
+    # (``FindingStore.set_consumer_lag``); empty elsewhere
+    consumer_lag: dict[tuple[str, int], int] = field(default_factory=dict)
 
 
 class FindingStore:
@@ -222,6 +225,7 @@ class FindingStore:
         self.newest_ts = float("nan")  # never goes back: a source stamping behind the others (a BMC a
         # minute late) moved the exported "newest sample processed" back at each of its frames
         self._lag = 0.0
+        self._consumer_lag: dict[tuple[str, int], int] = {}
 
     # ---- the clock -------------------------------------------------------------------------
     @property
@@ -671,7 +675,18 @@ class FindingStore:
                 predictions_heard=dict(self._prediction_heard),
                 report_interval_s={kind: _lower_median(gaps) for kind, gaps in self._report_gaps.items()}
                 if self._wall_clock is not None else {},
+                consumer_lag=dict(self._consumer_lag),
             )
+
+    def set_consumer_lag(self, topic: str, partition: int, records: int | None) -> None:
+        """A Kafka worker's count of ``topic``/``partition``'s records it has not processed yet (its
+        high watermark less the next offset to process; ``foreshock_consumer_lag_records``); None: the
+        partition left this worker (its series goes with it)."""
+        with self._lock:
+            if records is None:
+                self._consumer_lag.pop((topic, partition), None)
+            else:
+                self._consumer_lag[(topic, partition)] = records
 
     def incidents(self) -> list[Incident]:
         """The incidents exported now (not resolved)."""

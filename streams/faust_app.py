@@ -66,6 +66,7 @@ from pathlib import Path
 from typing import Any, Awaitable, Callable
 
 import faust
+from faust.exceptions import ConsumerNotStarted
 from aiokafka import AIOKafkaConsumer
 from aiokafka.errors import (CorruptRecordException, KafkaConnectionError, MessageSizeTooLargeError,
                              RecordListTooLargeError)
@@ -431,6 +432,20 @@ class ForeshockWorker:
         except Exception as exc:
             message = event.message
             self.fatal(f"record {message.topic}/{message.partition}@{message.offset}", exc)
+        else:
+            self.note_consumer_lag(event.message)
+
+    def note_consumer_lag(self, message: Any) -> None:
+        """After ``message`` was handled: its partition's records still to process, from the high
+        watermark of the consumer's last fetch (``foreshock_consumer_lag_records``). Clock-free, beside
+        the ingest lag, which reads the agents' send stamps. Not known (the partition not, or no
+        longer, assigned: a record left to its new owner; no fetch answered yet): left as it was."""
+        try:
+            high = self.app.consumer.highwater(TopicPartition(message.topic, message.partition))
+        except (AssertionError, ConsumerNotStarted):  # (aiokafka asserts the partition is assigned)
+            return
+        if isinstance(high, int):
+            self.store.set_consumer_lag(message.topic, message.partition, max(high - message.offset - 1, 0))
 
     def fatal(self, what: str, exc: BaseException) -> None:
         """End the worker: ``what`` could not be handled. Nothing after it may be acknowledged,
@@ -594,6 +609,8 @@ class ForeshockWorker:
         """A partition leaves this worker: checkpoint it (fewer repeats for its next owner), drop it."""
         # before the lock: an event of the partition waiting for it (on_piece) is not processed
         self.assigned_frames -= {tp.partition for tp in revoked if tp.topic == self.config.topics.frames}
+        for tp in revoked:  # its new owner reports the partition's lag
+            self.store.set_consumer_lag(tp.topic, tp.partition, None)
         async with self.lock:
             for tp in revoked:
                 if tp.topic == self.config.topics.frames and self.detection.owns(tp.partition):
