@@ -440,6 +440,8 @@ class ForeshockWorker:
         watermark of the consumer's last fetch (``foreshock_consumer_lag_records``). Clock-free, beside
         the ingest lag, which reads the agents' send stamps. Not known (the partition not, or no
         longer, assigned: a record left to its new owner; no fetch answered yet): left as it was."""
+        if message.topic == self.config.topics.frames and message.partition not in self.assigned_frames:
+            return  # revoked (_skip_unassigned left it to its owner), which may still be fetching it
         try:
             high = self.app.consumer.highwater(TopicPartition(message.topic, message.partition))
         except (AssertionError, ConsumerNotStarted):  # (aiokafka asserts the partition is assigned)
