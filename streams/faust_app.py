@@ -54,6 +54,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
 import os
 import shutil
 import socket
@@ -167,6 +168,62 @@ def _raw_topic(app: faust.App, name: str, partitions: int | None = None) -> Any:
                      partitions=partitions)
 
 
+class BrokerOutageLog(logging.Filter):
+    """aiokafka's errors while no broker answers, counted and logged once per outage.
+
+    While the broker is away the group's consumer, its coordinator and the producer each retry
+    every ~100 ms and log every failure: a 2-minute outage wrote 14,606 lines to a worker's log
+    (stop 66's audit), and counted nothing in ``foreshock_input_problems_total``. A handler filter
+    (installed on the root logger's handlers, where every library's records end): the first error
+    of an outage passes as aiokafka wrote it, the rest are held back; each second with such errors
+    counts one ``worker/broker_unreachable`` (the count reads as seconds of outage, whichever of
+    the clients failed); :meth:`answered` says when records flow again. An outage is over after
+    ``quiet_s`` without such an error: the next one is logged again. Called from faust's consumer
+    thread too: PipelineHealth counts under its lock."""
+
+    MARKERS = ("Unable connect to node", "Unable to update metadata", "NodeNotReadyError", "KafkaConnectionError",
+               "No node available", "Connection lost", "Connect call failed", "socket disconnected")
+    """Words of the client libraries' connection errors (aiokafka's, and kafka-python's in the topic-ID reader;
+    the log the audit saw). Not a coordinator marked dead: a group's coordinator moves between live brokers."""
+    LIBRARIES = ("aiokafka", "kafka", "faust")
+
+    def __init__(self, health: PipelineHealth, quiet_s: float = 30.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        super().__init__()
+        self.health, self.quiet_s, self.clock = health, quiet_s, clock
+        self.since: float | None = None  # the outage's first error (None: none going on)
+        self.last = -math.inf  # the last error
+        self.counted_second: int | None = None
+        self.held_back = 0  # errors of this outage not logged
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno < logging.WARNING or not record.name.startswith(self.LIBRARIES):
+            return True
+        text = record.getMessage()
+        if not any(marker in text for marker in self.MARKERS):
+            return True
+        now = self.clock()
+        first = self.since is None or now - self.last > self.quiet_s
+        if first:
+            self.since, self.held_back = now, 0
+        self.last = now
+        if int(now) != self.counted_second:
+            self.counted_second = int(now)
+            self.health.problem("worker", "broker_unreachable", detail=f"{record.name}: {text}")
+        if first:
+            return True
+        self.held_back += 1
+        return False
+
+    def answered(self) -> None:
+        """Records flow again (one was handled): an outage going on is over, and said so."""
+        if self.since is not None:
+            took, held_back = self.last - self.since, self.held_back
+            self.since, self.held_back = None, 0
+            log.warning("the Kafka broker answers again after %.0f s of connection errors (%d more of them not "
+                        "logged; counted by the second as worker/broker_unreachable)", took, held_back)
+
+
 async def _stop_reader(reader: AIOKafkaConsumer | None, what: str) -> None:
     """Stop a consumer outside the group (``what`` names it in a warning if it fails)."""
     if reader is not None:
@@ -185,6 +242,7 @@ class ForeshockWorker:
         self.data_dir = Path(tempfile.mkdtemp(prefix="foreshock-worker-")) if config.data_dir is None \
             else Path(config.data_dir)
         self.health = PipelineHealth()
+        self.outage = BrokerOutageLog(self.health)  # on the log's handlers once faust has set them up
         self.store = FindingStore(config.topology, self.health, **config.store_params)
         self.detection = DetectionStage(config.topology, config.make_bank, config.topics.partitions,
                                         self.store, self.health, config.worker_id, config.max_clock_ahead_s)
@@ -434,6 +492,8 @@ class ForeshockWorker:
             self.fatal(f"record {message.topic}/{message.partition}@{message.offset}", exc)
         else:
             self.note_consumer_lag(event.message)
+            if self.outage.since is not None:
+                self.outage.answered()
 
     def note_consumer_lag(self, message: Any) -> None:
         """After ``message`` was handled: its partition's records still to process, from the high
@@ -883,9 +943,16 @@ class _QuietWorker(faust.Worker):
     """faust's terminal spinner sets the root logger to DEBUG (its handler filters): every
     aiokafka/faust debug call then builds a log record, a measurable cost per message."""
 
+    def __init__(self, *args: Any, outage: BrokerOutageLog | None = None, **kwargs: Any) -> None:
+        self.outage = outage
+        super().__init__(*args, **kwargs)
+
     def on_setup_root_logger(self, logger: logging.Logger, level: int) -> None:
         self.spinner = None
         super().on_setup_root_logger(logger, level)
+        if self.outage is not None:  # (a handler's filter sees every logger's records; a logger's, its own)
+            for handler in logger.handlers:
+                handler.addFilter(self.outage)
 
 
 def run_worker(config: WorkerConfig, loglevel: str = "warning") -> None:
@@ -903,7 +970,7 @@ def run_worker(config: WorkerConfig, loglevel: str = "warning") -> None:
             # a fresh Numba cache this compiles for minutes, and the endpoint the start line names
             # refused connections meanwhile (until 2026-12-06)
             worker.detection.warm_up()
-        _QuietWorker(worker.app, loglevel=loglevel, quiet=True).execute_from_commandline()
+        _QuietWorker(worker.app, loglevel=loglevel, quiet=True, outage=worker.outage).execute_from_commandline()
     finally:
         if server is not None and isinstance(server, tuple):
             server[0].shutdown()

@@ -64,6 +64,16 @@ def free_ports(n: int) -> list[int]:
             s.close()
 
 
+def terminate(proc: subprocess.Popen, timeout_s: float = 20.0) -> None:
+    """Stop a worker or agent subprocess: SIGTERM, then SIGKILL if it has not ended in ``timeout_s``."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
 class PrivateBroker:
     """A broker of the test's own (same jars and config as the shared one, other ports)."""
 

@@ -26,7 +26,7 @@ from foreshock.streams.kafka_agent import run_agent
 from foreshock.streams.kafka_topics import Topics, ensure_topics
 from foreshock.streams.sources import ReplaySource
 from foreshock.topology import Topology
-from kafka_support import free_ports, kafka_settings  # noqa: F401
+from kafka_support import free_ports, kafka_settings, terminate  # noqa: F401
 
 
 class _Consumer:
@@ -172,10 +172,6 @@ def test_a_worker_started_behind_a_backlog_reports_each_partitions_lag_down_to_z
         assert seen and set(seen[-1]) == want, seen[-3:]
         assert not any(seen[-1].values()), seen[-3:]  # every record processed: nothing left behind
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        terminate(proc)
         log.close()
 
