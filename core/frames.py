@@ -70,6 +70,12 @@ def _int32_slots(slot: np.ndarray, what: str) -> np.ndarray:
     return slot.astype(np.int32)
 
 
+def _int32_valued(slot: np.ndarray) -> np.ndarray:
+    """Per value of a float64 ``slot``: whether it is a whole number in int32 range (NaN: not)."""
+    with np.errstate(invalid="ignore"):
+        return (slot == np.floor(slot)) & (slot >= _INT32.min) & (slot <= _INT32.max)
+
+
 @dataclass
 class Frame:
     kind: str
@@ -182,7 +188,9 @@ class Frame:
     def from_arrow(cls, batch: pa.RecordBatch | pa.Table, kind: str | None = None) -> "Frame":
         """The frame of an Arrow batch or table (several batches are joined): numeric columns
         become float64 (nulls NaN), absent fields NaN; an unknown field, a non-numeric column, a
-        column named twice or a missing ``ts``/``slot`` raises :class:`FrameError`.
+        column named twice or a missing ``ts``/``slot`` raises :class:`FrameError`. A row whose slot
+        is null or no int32 value (3.5, 2**40) gets slot -1: an unknown entity, the input guard's
+        ``unknown_entity``, while the other rows go on.
 
         All field columns are rows of one (fields, rows) block, each chunk converted once
         straight into it: per column, converting, joining chunks, copying again to float64 and
@@ -224,11 +232,14 @@ class Frame:
         # a row naming no entity is a row of an unknown one (-1): the guard counts it
         # (unknown_entity) as it counts a slot past the topology, and the batch's other rows go on
         # (one null cell had stopped a replay there, counted nowhere)
-        slot[np.isnan(slot)] = -1.0
-        if batch.schema.types[index["slot"]] != pa.int32():
-            # foreshock writes int32; anything else (a float or int64 column from another writer)
-            # must hold int32 values, or the cast below would silently move rows to other entities
-            _int32_slots(slot, f"{kind} batch")
+        if batch.schema.types[index["slot"]] == pa.int32():
+            slot[np.isnan(slot)] = -1.0
+        else:
+            # foreshock writes int32; another writer's float or int64 column may hold values that
+            # are no int32 (3.5, 2**40, 2**64-1): a cast would move their rows onto real entities
+            # (2**32+1 to 1, 0.9 to 0), and refusing the batch had stopped the replay there. They
+            # name no entity, as a null does: -1 too, counted by the guard, the other rows go on
+            slot[~_int32_valued(slot)] = -1.0
         block = np.empty((len(known), rows), dtype=np.float64)
         for j, name in enumerate(known):
             if name in index:

@@ -233,7 +233,8 @@ def _scan_columns(columns: tuple[np.ndarray, ...], rows: int, lo: np.ndarray, hi
     counts them, so that the two divide (ForeshockInputProblems' "1 % of the samples"); until
     2026-12-06 each value was counted, and a dropped scrape's row of a dozen NaN fields was a dozen
     problems. ``row_flags`` (zeros, one per row) is the kernel's scratch: bit 0 a gap, bit 1 an
-    infinity. Gaps are the NaN (infinities included) where the row's entity gave a value of that
+    infinity. Gaps are the NaN (not infinities: counted as those alone; until 2026-12-06 an infinity
+    was counted twice, as inf_values and as missing_values) where the row's entity gave a value of that
     field before: ``reported[field[c], slot]``, set here by every value inside the range, with
     ``unreported[field]`` counting the entities not yet seen: once every entity of the kind has
     reported a field, its column is scanned without writing. (Until ``reported`` was kept, a column
@@ -265,7 +266,7 @@ def _scan_columns(columns: tuple[np.ndarray, ...], rows: int, lo: np.ndarray, hi
                     found = 1
             elif v == np.inf or v == -np.inf:
                 column[i] = np.nan
-                row_flags[i] |= 3 if seen[slot[i]] else 2
+                row_flags[i] |= 2  # an infinity, not a gap (it was read: counted once, as inf_values)
                 found = 1
             else:
                 column[i] = np.nan

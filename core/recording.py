@@ -802,7 +802,9 @@ class Recording:
             try:
                 for batch in pf.iter_batches(columns=["slot"]):
                     slot = batch.column(0).to_numpy(zero_copy_only=False)
-                    seen[slot[(slot >= 0) & (slot < len(seen))].astype(np.int64)] = True
+                    # (3.5 is no slot 3: the frames read a slot that is no whole number as none)
+                    whole = (slot >= 0) & (slot < len(seen)) & (slot == np.floor(slot))
+                    seen[slot[whole].astype(np.int64)] = True
             except (pa.ArrowException, OSError) as exc:
                 raise RecordingError(f"{file}: unreadable Parquet ({exc})") from None
         return seen

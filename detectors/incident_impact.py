@@ -28,13 +28,15 @@ from foreshock import facts
 from foreshock.frames import Frame
 from foreshock.remap import saved_slots, take_rows
 
-from .counters import STAMP_SLACK
+from .counters import DROP_SIZE, MAX_PORT_RATE_BPS, PROBLEMS, STAMP_SLACK, CounterRates, modulus_for_bits
 from .gpu_inputs import kernel, reported_core_limit
 from .incident_domains import JOB, Domains, key
 
 TEL_TS, TEL_TEMP, TEL_SLOPE, TEL_LIMIT, TEL_POWER_HEADROOM, TEL_REF_TS, TEL_REF_TEMP = range(7)
 """Columns of the per-GPU telemetry."""
 LINK_TS, LINK_TX, LINK_UTIL = range(3)
+"""Columns of the per-link telemetry: the time of its last row, the ``tx_data`` reading last taken
+(:func:`_track_link`), the utilisation."""
 JOB_BASE, JOB_LAST, JOB_TS = range(3)
 JOB_BASE_TAU_S = 3600.0
 """A job's baseline step time follows its pace with this time constant (while it runs no more
@@ -48,6 +50,27 @@ JOB_SLOW_RATIO = 1.1
 """A step time this much over the baseline is a slowdown, not the job's pace: the baseline holds."""
 TX_NOT_SANE = "link tx_data counter went back or rose past the line rate: utilisation unknown"
 """The input problem of a link row whose transmitted-bytes counter cannot give a utilisation."""
+TX_MODULUS = modulus_for_bits(32, 4.0)
+"""Where a 32-bit ``port_xmit_data`` (4-byte words) wraps, in bytes (2**34). ``tx_data`` is read as
+the congestion and optics detectors read their counters (:class:`~foreshock.detectors.counters.CounterRates`):
+a fall from at most this is a wrap where it fits the counter's pace, else a reset; a 64-bit counter's
+readings lie far above it (17 GB: under a second of a 400G port's traffic), so its falls are resets as
+before. Until 2026-12-06 every fall was a problem and a rise after wraps a utilisation: on a healthy
+recording of 32-bit counters (``simulate --counter-bits 32``) 30 % of the link rows were counted, and
+the rest read as a few percent on busy links."""
+TX_MAX_BYTES_PER_S = STAMP_SLACK * MAX_PORT_RATE_BPS / 8.0
+"""Most bytes a port's ``tx_data`` can seem to count per second (the counters' physical bound); a
+rise past ``STAMP_SLACK`` times the link's own rate is judged after it (:func:`_track_link`)."""
+TX_REPORTED = ("resets_confirmed", "implausible_rise", "rebased", "rebased_down", "stale_or_out_of_order",
+               "invalid_value", "unknown_slot", "saturated", "glitches")
+"""The counter problems (:data:`~foreshock.detectors.counters.PROBLEMS`) counted as :data:`TX_NOT_SANE`:
+those ``report_problems`` reports (wraps are what a 32-bit counter does at speed, not problems)."""
+assert set(TX_REPORTED) <= set(PROBLEMS)
+LINK_COUNTER = 2 + 1 + DROP_SIZE
+"""Columns of a checkpoint's ``s_link_counter``: the ``tx_data`` counter's state per link (its last
+reading taken and its time, its pace, its pending drop: :class:`CounterRates`). Taken back per link
+where its reading is the link's ``LINK_TX`` (a state moved to other hardware moves ``s_link_tel``
+alone); else, and from a checkpoint saved before it, the counter goes on from ``LINK_TX`` with no pace."""
 TEL_OUTSIDE = "telemetry row with a slot outside the topology: left out"
 """The input problem of a GPU, link or job row whose slot is no entity of the topology: until
 2026-12-05 a link or job row past the end raised IndexError out of the detector bank, slot -1 wrote
@@ -76,6 +99,7 @@ class Telemetry:
     def __init__(self, n_gpus: int, n_links: int, n_jobs: int) -> None:
         self.s_gpu_tel = np.full((n_gpus, 7), np.nan)
         self.s_link_tel = np.full((n_links, 3), np.nan)
+        self.tx = CounterRates(n_links, ("tx_data",), modulus=TX_MODULUS, max_rate=TX_MAX_BYTES_PER_S)
         self.s_job_tel = np.full((n_jobs, 3), np.nan)
         self.gpu_frames_ts = -math.inf  # newest GPU telemetry seen
         self._seen = np.zeros(n_gpus, np.bool_)  # scratch of the GPU kernel (all False between frames)
@@ -93,7 +117,7 @@ class Telemetry:
                 self.gpu_frames_ts = max(self.gpu_frames_ts, newest)
         elif frame.kind == "link" and "tx_data" in cols and "link_rate" in cols:
             inside = _inside(slot, len(self.s_link_tel))
-            return _track_link(self.s_link_tel, slot[inside], ts[inside], cols["tx_data"][inside],
+            return _track_link(self.s_link_tel, self.tx, slot[inside], ts[inside], cols["tx_data"][inside],
                                cols["link_rate"][inside])
         elif frame.kind == "job" and "step_time" in cols:
             inside = _inside(slot, len(self.s_job_tel))
@@ -122,7 +146,11 @@ class Telemetry:
         return bool(self.s_link_tel[link, LINK_TS] > t and self.s_link_tel[link, LINK_UTIL] > 0)
 
     def state_dict(self) -> dict[str, Any]:
-        return {**{n: getattr(self, n).copy() for n in self.ARRAYS}, "gpu_frames_ts": self.gpu_frames_ts}
+        n = len(self.s_link_tel)
+        counter = np.hstack([self.tx.s_state.reshape(n, 2), self.tx.s_rate.reshape(n, 1),
+                             self.tx.s_drop.reshape(n, DROP_SIZE)])
+        return {**{m: getattr(self, m).copy() for m in self.ARRAYS}, "s_link_counter": counter,
+                "gpu_frames_ts": self.gpu_frames_ts}
 
     def load_state_dict(self, state: dict[str, Any], job_slots: np.ndarray | None = None) -> None:
         """``job_slots``: where each saved job is in this job list (-1 gone), when it changed."""
@@ -137,6 +165,16 @@ class Telemetry:
                 raise ValueError(f"telemetry state {name!r} has shape {arr.shape}, expected {getattr(self, name).shape}")
             setattr(self, name, arr.copy())
         self.gpu_frames_ts = float(state["gpu_frames_ts"])
+        n = len(self.s_link_tel)
+        counter = np.full((n, LINK_COUNTER), np.nan)
+        counter[:, 0], counter[:, 1] = self.s_link_tel[:, LINK_TX], self.s_link_tel[:, LINK_TS]
+        saved = np.asarray(state.get("s_link_counter", counter), dtype=np.float64)
+        if saved.shape == counter.shape:
+            same = saved[:, 0] == self.s_link_tel[:, LINK_TX]
+            counter[same] = saved[same]
+        self.tx.bind(np.ascontiguousarray(counter[:, :2].reshape(n, 1, 2)), np.zeros((n, 1), np.int64),
+                     np.ascontiguousarray(counter[:, 2:3]),
+                     np.ascontiguousarray(counter[:, 3:].reshape(n, 1, DROP_SIZE)))
 
     def measured_slowdown(self, job: int, now: float, since: float = -math.inf) -> float:
         """The job's last step time against its baseline, NaN when it has none measured within
@@ -149,7 +187,8 @@ class Telemetry:
 
     @property
     def nbytes(self) -> int:
-        return int(sum(getattr(self, n).nbytes for n in self.ARRAYS))
+        counter = self.tx.s_state.nbytes + self.tx.s_rate.nbytes + self.tx.s_drop.nbytes + self.tx.s_resets.nbytes
+        return int(sum(getattr(self, n).nbytes for n in self.ARRAYS)) + counter
 
 
 def exposed_gpus(dom: Domains, tel: Telemetry, gpus: np.ndarray, power: bool, room: int) -> list[tuple[str, float]]:
@@ -283,25 +322,51 @@ def _track_gpu_kernel(tel: np.ndarray, slot: np.ndarray, ts: np.ndarray,
     return newest if any_finite else np.nan
 
 
-def _track_link(tel: np.ndarray, slot: np.ndarray, ts: np.ndarray, tx: np.ndarray, rate: np.ndarray) -> int:
-    """Utilisation from the transmitted-bytes counter; a counter that went back (a reset, a wrap, a
-    garbage reading) or rose past ``STAMP_SLACK`` times the line rate reads as unknown, and such
-    rows are returned counted: until 2026-12-05 they went by without a word (a fuzz test found it),
-    a jump of 1e15 bytes taken as the link at 100 %."""
-    ok = np.isfinite(tx) & np.isfinite(ts)
+def _track_link(tel: np.ndarray, tx: CounterRates, slot: np.ndarray, ts: np.ndarray, b_all: np.ndarray,
+                rate: np.ndarray) -> int:
+    """Utilisation from the transmitted-bytes counter, each link's last row of the frame, read by
+    ``tx`` (:class:`CounterRates`: wraps, resets, glitches, readings past the bound) as the other
+    detectors read their counters; a rise past ``STAMP_SLACK`` times the link's own rate reads as
+    unknown. Returns the rows counted (:data:`TX_NOT_SANE`): the counter problems ``tx`` reports
+    (:data:`TX_REPORTED`), and those rises. Until 2026-12-05 they went by without a word (a fuzz test
+    found it), a jump of 1e15 bytes taken as the link at 100 %.
+
+    An interval whose wraps cannot be told (both readings at most :data:`TX_MODULUS`, which a 64-bit
+    counter is not for long, and the link able to carry half of it in the interval: it may have
+    wrapped any number of times) gives no utilisation and is no problem: the counter goes on from
+    the reading (its pace unknown, as after a reset). A 32-bit counter at 400 Gb/s wraps every 0.3 s."""
+    ok = np.isfinite(b_all) & np.isfinite(ts)
     if not ok.any():
         return 0
     idx = np.flatnonzero(ok)[_last_per_slot(slot[ok])]
-    s, t, b, r = slot[idx], ts[idx], tx[idx], rate[idx]
-    dt = t - tel[s, LINK_TS]
-    db = b - tel[s, LINK_TX]
-    read = np.isfinite(dt) & (dt > 0) & np.isfinite(db) & (r > 0)  # a reading to judge against the last
-    with np.errstate(over="ignore"):  # a garbage counter or stamp overflows to inf: judged not sane below
-        util = np.where(read, db * 8.0 / np.where(read, dt, 1.0) / np.where(r > 0, r, 1.0), np.nan)
-    sane = read & (util >= 0.0) & (util <= STAMP_SLACK)
-    tel[s, LINK_TS], tel[s, LINK_TX] = t, b
-    tel[s, LINK_UTIL] = np.where(sane, np.clip(util, 0.0, 1.0), np.where(read, np.nan, tel[s, LINK_UTIL]))
-    return int(np.count_nonzero(read & ~sane))
+    s, t, b, r = slot[idx], ts[idx], b_all[idx], rate[idx]
+    last, last_t = tx.s_state[s, 0, 0], tx.s_state[s, 0, 1]
+    line = np.where(r > 0, r, MAX_PORT_RATE_BPS) * STAMP_SLACK / 8.0  # bytes/s
+    with np.errstate(over="ignore", invalid="ignore"):  # (a garbage stamp: judged by tx below)
+        untold = (b >= 0) & (b <= TX_MODULUS) & (last <= TX_MODULUS) & (t - last_t >= 0) \
+            & ~(line * (t - last_t) < TX_MODULUS / 2.0)
+    if untold.any():
+        u = s[untold]
+        tx.s_state[u, 0, 0], tx.s_state[u, 0, 1] = b[untold], t[untold]
+        tx.s_rate[u] = np.nan
+        tx.s_drop[u] = np.nan
+    read = ~untold
+    problems = 0
+    util = np.full(len(s), np.nan)
+    if read.any():
+        _, bps, counted = tx.update(t[read], s[read], b[read, None])
+        problems = sum(counted[k] for k in TX_REPORTED)
+        with np.errstate(over="ignore", invalid="ignore"):
+            util[read] = bps[:, 0] * 8.0 / np.where(r[read] > 0, r[read], np.nan)
+    # a reading with a baseline before it judges the utilisation; one without (a first), or a link
+    # without a rate, leaves the last one
+    judged = read & (r > 0) & np.isfinite(last)
+    too_fast = judged & (util > STAMP_SLACK)
+    tel[s, LINK_TS], tel[s, LINK_TX] = t, tx.s_state[s, 0, 0]  # (the reading taken: a refused one is not)
+    known = judged & np.isfinite(util) & ~too_fast
+    tel[s, LINK_UTIL] = np.where(known, np.clip(util, 0.0, 1.0),
+                                 np.where(judged | untold, np.nan, tel[s, LINK_UTIL]))
+    return int(problems + np.count_nonzero(too_fast))
 
 
 def _track_job(tel: np.ndarray, slot: np.ndarray, ts: np.ndarray, step: np.ndarray) -> None:

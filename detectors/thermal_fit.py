@@ -137,9 +137,20 @@ ENERGY_NOT_SANE = "energy counter went back or rose past 100 kW: the sample's po
 """The input problem of a GPU whose energy counter, read against its last reading within the fit's
 gap, gives a negative or impossible interval mean (a reset at a driver reload, a wrap, a garbage
 reading): its sample's power is read from ``power`` instead, as before, but the reading is counted
-(until 2026-12-05 nothing said so; a fuzz test of the pipeline found it)."""
+(until 2026-12-05 nothing said so; a fuzz test of the pipeline found it). Counted once a sample: the
+reading is the counter's baseline with no time (``G_ENERGY_TS`` NaN), so the next interval, judged
+from nothing, gives no mean and no count (the next sample's power is its own reading). Until
+2026-12-06 a glitch to 0 and back was counted twice (the fall, then the rise back from 0), a reading of
+-1 in 50 rows 100 times, and each of those again by every detector that reads the fit
+(:meth:`ThermalFitDetector.update_fit`: now once, by the detector the frame was fitted for)."""
 ENERGY_DISAGREES = ("energy counter disagrees with the power readings (clock step?): the sample's power "
                     "reading taken")
+"""The input problem of a GPU whose energy counter's interval mean disagrees with the sample's own
+``power`` (and the filtered power, where known: :data:`ENERGY_MEAN_OVER`). A sample without a power
+reading has nothing to disagree with: its mean is taken (until 2026-12-06 it was judged against the
+filtered power alone, and a recording without a ``power`` column, as a dcgm-exporter configured with
+energy but not power serves, counted 904 samples of a healthy 256-GPU, 10-minute run, at every load
+change, and took the filtered power for them)."""
 ENERGY_MEAN_OVER = 3.0
 ENERGY_MEAN_UNDER = 0.5
 """An interval mean from the energy counter is its advance over the span between the rows' stamps:
@@ -469,7 +480,7 @@ def observe(obs: tuple[np.ndarray, ...], row: int, s: np.ndarray, n_models: int,
                     & ((mean_power > ENERGY_MEAN_OVER * pf) | f_nan)
                 under = ((mean_power < ENERGY_MEAN_UNDER * power) | p_nan) \
                     & ((mean_power < ENERGY_MEAN_UNDER * pf) | f_nan)
-                if (over | under) & ((power == power) | (pf == pf)):
+                if (over | under) & (power == power):  # (no power reading: none to disagree with)
                     energy_bad = E_DISAGREES  # (the sample's power stands)
                 elif mean_power > power_limit(obs, row, s, i) + OVER_LIMIT_READING_W:
                     energy_bad = E_OVER_LIMIT
@@ -477,7 +488,8 @@ def observe(obs: tuple[np.ndarray, ...], row: int, s: np.ndarray, n_models: int,
                 else:
                     power = mean_power
         s[i, G_ENERGY] = energy
-        s[i, G_ENERGY_TS] = ts
+        # after a reading that is no interval mean the next one is judged from nothing (ENERGY_NOT_SANE)
+        s[i, G_ENERGY_TS] = np.nan if energy_bad == E_NOT_SANE else ts
     if power > power_limit(obs, row, s, i) + OVER_LIMIT_READING_W:  # (False where no limit is known)
         power = np.nan
     if last != last or dt > params[P_GAP]:
@@ -785,6 +797,13 @@ class ThermalFit:
             self._fit_gpu(frame, tally)
         self.problems = tally.found
 
+    @property
+    def fitted_for(self) -> object:
+        """The detector the frame fitted last was fitted for (the first to ask): the one that counts
+        its input problems (one sample, one problem), which every detector reading the fit counted
+        until 2026-12-06 (thermal, power and cooling: 3x)."""
+        return self._served[0] if self._served else None
+
     def _with_gpu_heat(self, obs: np.ndarray) -> np.ndarray:
         """Rack rows ``[ts, slot, inlet, flow, heat]`` with the rack's GPUs' heat and the heat under
         which it shows no work appended (``gpu_inputs.track_heat``), where a row has no PDU power:
@@ -971,10 +990,12 @@ class ThermalFitDetector(Detector):
             fit.consumers.append(self)  # type: ignore[arg-type]
 
     def update_fit(self, frame: Frame) -> None:
-        """Fit ``frame`` (or reuse the fit of it); count its input problems."""
+        """Fit ``frame`` (or reuse the fit of it); count its input problems, once: by the detector the
+        frame was fitted for (:attr:`ThermalFit.fitted_for`; thermal in the default bank)."""
         self.fit.update(frame, self)
-        for reason, count in self.fit.problems:
-            self.health.problem(self.name, reason, count)
+        if self.fit.fitted_for is self:  # (one sample, one problem, one stage)
+            for reason, count in self.fit.problems:
+                self.health.problem(self.name, reason, count)
 
     def withdraw_silent_gpus(self, alarms: np.ndarray, events: Sequence[str], compact: bool = False) -> list[Finding]:
         """After a GPU frame is fitted: withdraw the predictions (``alarms``, one alarm block per

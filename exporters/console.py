@@ -212,7 +212,7 @@ def render_summary(tally: FindingTally, health: PipelineHealth, events: Sequence
     samples = sum(health.samples.values())
     # (the span from the first sample to the last, as the JSON line's telemetry_seconds)
     console.print(f"telemetry: {samples:,} samples over {_clock(tally.last_ts, tally.first_ts)} of telemetry time; "
-                  f"findings: {dict(health.findings)}")
+                  f"findings: {escape(_findings_line(health.findings))}")
     console.print(f"[dim]times (+h:mm:ss) count from {escape(origin.what)}[/dim]")
     if health.problems:
         console.print(f"input problems counted: {health.total_problems():,} ("
@@ -232,6 +232,20 @@ def render_summary(tally: FindingTally, health: PipelineHealth, events: Sequence
     if anomalies:
         console.print("raw anomalies (entities per field): "
                       + ", ".join(f"{k} {v}" for k, v in sorted(anomalies.items(), key=lambda kv: -kv[1])))
+
+
+def _findings_line(findings: Mapping[str, int]) -> str:
+    """``total (type count, ...)``, the largest first, as the input problems' line; "none" for none:
+    the summary had printed a Python dict ("findings: {'anomaly': 2}", "findings: {}")."""
+    counted = sorted(((kind, n) for kind, n in findings.items() if n), key=lambda kv: (-kv[1], kv[0]))
+    if not counted:
+        return "none"
+    return f"{sum(n for _, n in counted):,} (" + ", ".join(f"{kind} {n:,}" for kind, n in counted) + ")"
+
+
+def _plural(n: int, noun: str) -> str:
+    """``n`` and ``noun``, with an s unless one: "1 more group", not "1 more groups"."""
+    return f"{n:,} {noun}{'' if n == 1 else 's'}"
 
 
 PROBLEM_REASONS_SHOWN = 4
@@ -381,7 +395,8 @@ def _predictions_table(tally: FindingTally, console: Console, t0: float, max_row
         why.setdefault(event, first)
     # in the last column, the widest: in the rack column it widened that one by half the table's spare
     # room, and squeezed the entity names beside it
-    more = [("...", "", "", "", f"{len(ordered) - max_rows} more groups", "")] if len(ordered) > max_rows else []
+    more = [("...", "", "", "", _plural(len(ordered) - max_rows, 'more group'), "")] \
+        if len(ordered) > max_rows else []
     # each row's first entity with its ETA on one line where the table fits the console so, else the
     # ETA on a line of its own under the name, each whole: in a column too narrow for both, an 80-column
     # terminal folded them where the edge fell ("node13/gpu1~su0-lea" then "f1 (ETA 166.1 min)")
@@ -448,7 +463,7 @@ def _truth_table(tally: FindingTally, events: Sequence[Event], console: Console,
                                    + f"; foreshock first said {said}"
                                    + (f"; incident {incident}" if incident else "; no incident")))
     if len(faults) > max_rows:
-        table.add_row("...", f"{len(faults) - max_rows} more faults", "", "", "", "")
+        table.add_row("...", _plural(len(faults) - max_rows, "more fault"), "", "", "", "")
     console.print(table)
     for line in lines:
         console.print(line)

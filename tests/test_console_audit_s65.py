@@ -89,7 +89,7 @@ def test_an_80_column_predictions_table_keeps_names_and_etas_whole() -> None:
     last = [row[4] for row in cells]
     for k in range(2):  # each name, and each ETA, on a line of the cell, whole
         assert f"{names[k]}/gpu7" in last and f"ETA {etas[k] / 60:.1f} min" in last
-    assert "1 more groups" in last
+    assert "1 more group" in last  # (not "1 more groups")
     assert all(row[1] in ("", "rack0", "rack1") for row in cells)  # (the rack column holds racks)
     # a console with room for both on one line keeps them on one
     wide = _summary(tally, width=120, max_rows=2)

@@ -392,11 +392,12 @@ def test_events_with_a_nan_time_are_rejected(tmp_path) -> None:
 
 
 @pytest.mark.parametrize("slots", [pa.array([0.0, 0.5]), pa.array([0, 2**32 + 1], pa.int64())])
-def test_slots_that_are_not_int32_values_are_rejected_not_cast(slots) -> None:
-    """0.5 and 2**32+1 would become slots 0 and 1 in an int32 cast: rows moved to other GPUs."""
+def test_slots_that_are_not_int32_values_are_unknown_entities_not_cast(slots) -> None:
+    """0.5 and 2**32+1 would become slots 0 and 1 in an int32 cast: rows moved to other GPUs. They
+    are rows of no entity (-1, as a null slot), counted by the guard; the batch's other rows go on
+    (tests/test_slot_values_not_int32.py)."""
     table = pa.table({"ts": [1.0, 2.0], "slot": slots, "gpu_temp": [50.0, 60.0]})
-    with pytest.raises(FrameError, match="slot values that are not 32-bit integers"):
-        Frame.from_arrow(table, kind="gpu")
+    assert Frame.from_arrow(table, kind="gpu").slot.tolist() == [0, -1]
     ok = Frame.from_arrow(pa.table({"ts": [1.0], "slot": pa.array([7.0]), "gpu_temp": [50.0]}), kind="gpu")
     assert ok.slot.tolist() == [7] and ok.slot.dtype == np.int32
 
@@ -424,26 +425,28 @@ def _reference_guard_columns(columns: dict[str, np.ndarray], slots: np.ndarray,
                              valid: dict[str, tuple[float, float]], whole: set[str]
                              ) -> tuple[dict[str, np.ndarray], int, int, dict[str, int], dict[str, int]]:
     """Infinities become NaN (the rows holding one counted), then the rows with a NaN gap are counted,
-    a gap being a NaN where an earlier row of the same slot held a value inside the field's range
-    (and a whole number, for the fields in ``whole``); then finite values outside each field's valid
-    range become NaN, counted per field (not as gaps), and so do values in range that are not whole
-    numbers in a field in ``whole``. Gaps and infinities are counted per row (a sample), values per
-    field and value."""
+    a gap being a NaN (not an infinity: counted once, as that) where an earlier row of the same slot
+    held a value inside the field's range (and a whole number, for the fields in ``whole``); then
+    finite values outside each field's valid range become NaN, counted per field (not as gaps), and so
+    do values in range that are not whole numbers in a field in ``whole``. Gaps and infinities are
+    counted per row (a sample), values per field and value."""
     out = {name: col.copy() for name, col in columns.items()}
     outside: dict[str, int] = {}
     fractional: dict[str, int] = {}
     inf_rows: set[int] = set()
     gap_rows: set[int] = set()
-    for col in out.values():
+    was_inf = {}
+    for name, col in out.items():
         inf = np.isinf(col)
         inf_rows.update(np.flatnonzero(inf).tolist())
+        was_inf[name] = inf
         col[inf] = np.nan
     for name, col in out.items():
         lo, hi = valid[name]
         for i, v in enumerate(col):
             earlier = col[:i][slots[:i] == slots[i]]
             usable = (earlier >= lo) & (earlier <= hi) & ((earlier == np.floor(earlier)) | (name not in whole))
-            if np.isnan(v) and np.any(usable):
+            if np.isnan(v) and not was_inf[name][i] and np.any(usable):  # (an infinity is no gap)
                 gap_rows.add(i)
     infs, gaps = len(inf_rows), len(gap_rows)
     for name, col in out.items():

@@ -101,13 +101,17 @@ def test_bank_state_round_trip_keeps_the_fit_shared(world_frames):
     assert b.state_nbytes() < sum(d.state_nbytes() for d in b.detectors)  # the shared fit counts once
 
 
-def test_refeeding_a_frame_is_out_of_order_for_every_detector(world_frames):
+def test_refeeding_a_frame_is_out_of_order_once_whatever_reads_the_fit(world_frames):
+    """Counted by the detector the frame was fitted for (the bank's first fit reader), not again by
+    each of the others that read the same fit (until 2026-12-06: once per reader)."""
     topo, frames = world_frames
     bank = bank_of(topo, FIT_USERS)
     run(bank, frames[:2])
     assert bank.update(frames[1]) == []
-    for det in bank.detectors:
-        assert det.health.problems[(det.name, "gpu samples out of time order")] == topo.size("gpu")
+    readers = [det for det in bank.detectors if hasattr(det, "fit")]
+    assert len(readers) >= 2  # the fit is shared, or this tests nothing
+    counted = {det.name: det.health.problems[(det.name, "gpu samples out of time order")] for det in readers}
+    assert counted == {det.name: topo.size("gpu") if det is readers[0] else 0 for det in readers}
 
 
 def naive_runs(slots):
@@ -206,7 +210,8 @@ class NaiveFit:
                      "rack proxy": 0, "rack proxy held": 0, "skipped": 0, "source switch": 0,
                      "energy repeated": 0, "over the limit": 0, "inlet jump held": 0, "inlet level shift": 0,
                      "no temperature": 0, "node re-based": 0, "node read as it is": 0, "node settling": 0,
-                     "energy disagrees": 0, "energy over the limit": 0, "die below inlet": 0}
+                     "energy disagrees": 0, "energy over the limit": 0, "die below inlet": 0,
+                     "energy not sane": 0}
 
     def rack_frame(self, frame):
         for ts, r, v in zip(frame.ts, frame.slot, frame.columns["inlet_temp"]):
@@ -359,19 +364,24 @@ class NaiveFit:
             self.seen["energy repeated"] += 1
         else:  # the mean power since the counter last moved
             span = ts - s[tf.G_ENERGY_TS]
-            if math.isfinite(energy) and math.isfinite(e_last) and dt <= p[tf.P_GAP] and span <= p[tf.P_GAP] \
-                    and 0.0 <= (energy - e_last) / span < 1e5:
+            judged = math.isfinite(energy) and math.isfinite(e_last) and dt <= p[tf.P_GAP] and span <= p[tf.P_GAP]
+            not_sane = judged and not 0.0 <= (energy - e_last) / span < 1e5
+            if not_sane:
+                self.seen["energy not sane"] += 1
+            elif judged:
                 mean = (energy - e_last) / span
-                # readings to compare it with: the sample's and the filtered power (either may be missing)
+                # readings to compare it with: the sample's and the filtered power (either may be missing);
+                # none without the sample's own
                 known = [x for x in (power, s[tf.G_SIZE + tf.M_PF]) if math.isfinite(x)]
-                if known and not 0.5 * min(known) <= mean <= 3.0 * max(known):  # a clock step: the sample's
+                if math.isfinite(power) and not 0.5 * min(known) <= mean <= 3.0 * max(known):  # a clock step
                     self.seen["energy disagrees"] += 1
                 elif mean > limit + 50.0:  # past the limit: no power for this sample
                     self.seen["energy over the limit"] += 1
                     power = math.nan
                 else:
                     power = mean
-            s[tf.G_ENERGY], s[tf.G_ENERGY_TS] = energy, ts
+            # a reading that is no interval mean: the next is judged from nothing (one sample, one problem)
+            s[tf.G_ENERGY], s[tf.G_ENERGY_TS] = energy, (math.nan if not_sane else ts)
         if power > limit + 50.0:  # over it by 10x the noise: no reading (the driver holds it under)
             power = math.nan
             self.seen["over the limit"] += 1
@@ -536,6 +546,8 @@ def random_fit_frames(topo, seed, ticks=60):
         # a fifth of the counters do not move: an exporter serving its last collection again
         energy[rows] += np.where(np.isnan(power) | (power > 1e5), 600.0, power) * 10.0 * (rng.random(k) > 0.2)
         e = np.where(rng.random(k) < 0.3, np.nan, energy[rows])
+        bad = np.random.default_rng([seed, 3, tick]).random(k)  # a counter read as 0 once (a glitch), or -1
+        e = np.where(bad < 0.03, 0.0, np.where(bad > 0.985, -1.0, e))
         temp = np.round(25.0 + r[rows] * np.nan_to_num(power, nan=300.0, posinf=300.0) + rng.normal(0, 6, k))
         temp[rng.random(k) < 0.05] = np.nan
         temp[rng.random(k) < 0.02] = 999.0

@@ -1,0 +1,51 @@
+"""The end-of-run summary in words, not Python: "findings: {'anomaly': 2}" and "1 more groups"
+(live audit F7) read as a repr and a misplaced plural."""
+
+from __future__ import annotations
+
+import io
+
+from rich.console import Console
+
+from foreshock.events import Event
+from foreshock.exporters.console import FindingTally, render_summary
+from foreshock.health import PipelineHealth
+from foreshock.topology import Topology
+
+TOPO = Topology.from_dict({"rows": [{"name": "r"}], "racks": [{"name": "rack0", "row": "r"}],
+                           "nodes": [{"name": "n0", "rack": "rack0", "gpus": 2}]})
+
+
+def _summary(health: PipelineHealth, events: list[Event] | None = None, max_rows: int = 15) -> str:
+    tally = FindingTally(TOPO)
+    tally.first_ts = 0.0
+    out = io.StringIO()
+    render_summary(tally, health, events or [], console=Console(file=out, width=200), max_rows=max_rows)
+    return out.getvalue()
+
+
+def _findings_line(text: str) -> str:
+    line = next(line for line in text.splitlines() if line.startswith("telemetry:"))
+    return line.split("findings: ", 1)[1]
+
+
+def test_the_findings_count_reads_as_the_input_problems_do() -> None:
+    health = PipelineHealth()
+    health.emitted("anomaly", 2)
+    assert _findings_line(_summary(health)) == "2 (anomaly 2)"
+    health.emitted("prediction", 1500)
+    health.emitted("incident", 1)
+    text = _summary(health)
+    assert _findings_line(text) == "1,503 (prediction 1,500, anomaly 2, incident 1)"  # the largest first
+    assert "{" not in text and "'" not in text  # no Python dict anywhere in the summary
+
+
+def test_no_findings_reads_none() -> None:
+    assert _findings_line(_summary(PipelineHealth())) == "none"  # was "{}"
+
+
+def test_one_fault_left_out_is_one_more_fault() -> None:
+    events = [Event(60.0 * i, "fault_onset", "gpu", "n0/gpu0", f"f{i}", "xid79") for i in range(3)]
+    text = _summary(PipelineHealth(), events, max_rows=2)
+    assert "1 more fault " in text and "1 more faults" not in text
+    assert "2 more faults" in _summary(PipelineHealth(), events, max_rows=1)
