@@ -70,8 +70,8 @@ from foreshock.topology import Topology
 from .base import add_columns, resolve_params
 from .gpu_inputs import frame_now
 from .order_stats import bucket_by_group, median_of
-from .thermal_fit import (FIT_SLOT_KINDS, G_SIZE, G_TS, G_UL, M_LOADED, M_PF, M_RL, M_TPREV, P_LOAD_MIN, P_R_NOM,
-                          X_TS, ThermalFitDetector)
+from .thermal_fit import (FIT_SLOT_KINDS, G_SIZE, G_TS, G_UL, M_LOADED, M_PF, M_RL, M_TPREV, P_R_NOM, X_TS,
+                          ThermalFitDetector, load_min_of_all)
 from .thermal_fit import params_vector as thermal_params
 
 PARAMS: dict[str, float] = {
@@ -673,7 +673,7 @@ class CoolingDetector(ThermalFitDetector):
         st, counts = self.s_idle, self.s_idle_count
         n_nodes = topo.size("node")
         fresh = (now - m[:, G_TS]) <= 3 * p["peer_interval_s"]
-        idle_now = fresh & quiet & (m[:, G_SIZE + M_PF] < self.fit.params[P_LOAD_MIN])
+        idle_now = fresh & quiet & (m[:, G_SIZE + M_PF] < load_min_of_all(m, self.fit.params))
         counts[:, C_RUN] = np.where(idle_now, count_on(counts[:, C_RUN]), 0)
         settled = counts[:, C_RUN] >= 2
         node_idle = np.bincount(self.gpu_node[settled], minlength=n_nodes) == self.node_gpus
@@ -786,7 +786,8 @@ class CoolingDetector(ThermalFitDetector):
         self.s_gpu_loaded = loaded.copy()
         power = self.s_model[:, G_SIZE + M_PF]
         fresh = (now - self.s_model[:, G_TS]) <= 3 * p["peer_interval_s"]
-        return fresh & (loaded >= p["warmup_s"]) & recent & (power > self.fit.params[P_LOAD_MIN])  # type: ignore[no-any-return]
+        return fresh & (loaded >= p["warmup_s"]) & recent & (  # type: ignore[no-any-return]
+            power > load_min_of_all(self.s_model, self.fit.params))
 
     @staticmethod
     def _raise(flag_ts: np.ndarray, flagged: np.ndarray, now: float, refresh_s: float) -> np.ndarray:

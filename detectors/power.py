@@ -276,7 +276,7 @@ def confirmed_r_level(m: np.ndarray, i: int, t_seen: float, du: float, tparams: 
     trails a step by a minute, and a GPU or two near its limit was still called in that minute."""
     off = tf.G_SIZE
     rl, ul, pref, pf = m[i, off + tf.M_RL], m[i, tf.G_UL], m[i, tf.G_PREF], m[i, off + tf.M_PF]
-    if t_seen == t_seen and ul == ul and pf > tparams[tf.P_LOAD_MIN] and pref > 0.0:
+    if t_seen == t_seen and ul == ul and pf > tf.load_min_of(m, i, tparams) and pref > 0.0:
         lag = m[i, off + tf.M_TAU] + tparams[tf.P_TREND_SMOOTH]
         rl = min(rl, (t_seen - ul) / pf + (tparams[tf.P_MARGIN] + max(du, 0.0) * lag) / pref)
     return rl  # type: ignore[no-any-return]

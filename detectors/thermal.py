@@ -113,10 +113,10 @@ from .thermal_fit import PARAMS  # noqa: F401
 from .thermal_fit import (CORE, FIT_SLOT_KINDS, G_PLIM, G_PREF, G_SIZE, G_TS, G_UB, G_UL, G_USRC, HBM,
                           M_LOADED, M_PF, M_RB, M_RES, M_RL, M_SIZE, M_TAU, N_MODELS, P_CLEAR, P_CONF_MIN, P_DAMP,
                           P_DRIFT_DAMP, P_EVERY, P_FLOW_CARRY, P_FLOW_PLAN_FLOOR, P_FOLLOW_SLACK, P_FOLLOW_TAUS,
-                          P_GAP, P_HORIZON, P_LEAK, P_LEARN_DAMP, P_LOAD_MIN, P_MARGIN, P_MARGIN_RISE,
+                          P_GAP, P_HORIZON, P_LEAK, P_LEARN_DAMP, P_MARGIN, P_MARGIN_RISE,
                           P_OFF_HOLD, P_ON, P_REASONS_STALE, P_REFRESH,
                           P_RISE, P_R_NOM, P_SITE_DAMP, P_SITE_RISE, P_STALE, P_TREND_CONFIRM,
-                          P_TREND_NOISE, P_TREND_SMOOTH, P_TREND_WINDOW, P_URGENT, P_WARMUP, R_DT,
+                          P_TREND_NOISE, P_TREND_SMOOTH, P_TREND_WINDOW, P_URGENT, P_WARMUP, R_DT, load_min_of,
                           R_SRC_SAME, ThermalFit, ThermalFitDetector, X_HBM, X_REASONS, X_SLOT, X_TEMP, X_TS,
                           X_UTIL, core_limit, fit_as_layout1, hbm_limit, hw_slowdown_limit, params_vector)
 
@@ -770,7 +770,7 @@ def _thermal_kernel(obs: tuple[np.ndarray, ...], rows: np.ndarray, span: tuple[i
                     smooth_w = 1.0 - np.exp(-smooth_dt / params[P_TREND_SMOOTH])
                 w = smooth_w
             pf = s[i, off + M_PF]
-            r = (t_m - s[i, G_UL]) / pf if pf > params[P_LOAD_MIN] else np.nan  # as the fit's R
+            r = (t_m - s[i, G_UL]) / pf if pf > load_min_of(s, i, params) else np.nan  # as the fit's R
             observed = observe_trend(fc, i, f, ts, w, r, s[i, off + M_TAU], params)
             if due:
                 if out_of_reach(s, i, off, t_m, limit, damp, du, params):

@@ -218,7 +218,9 @@ PARAMS: dict[str, float] = {
     "urgent_s": 120.0,  # ... or one, when the crossing is this close
     "confidence_min": 0.5,
     "warmup_s": 600.0,  # loaded time before full confidence
-    "load_min_w": 200.0,  # fit R only under load (idle power is mostly offsets)
+    # fit R only under load (idle power is mostly offsets): this on a board whose enforced limit is
+    # 700 W or more, scaled down with a lower one (load_min_of: a 70-W T4 works at 20 W)
+    "load_min_w": 200.0,
     "gap_s": 600.0,  # a longer gap restarts the filters
     "r_nominal": facts.THERMAL_RESISTANCE_C_PER_W,
     "inlet_stale_s": 300.0,
@@ -354,6 +356,27 @@ def holt(level: float, slope: float, x: float, dt: float, w_level: float,
 
 
 @inline
+def load_min_of(s: np.ndarray, i: int, params: np.ndarray) -> float:
+    """GPU ``i``'s least power under load: ``load_min_w`` (200 W) on a board whose enforced limit is
+    :data:`facts.POWER_LIMIT_W` (700 W) or more, scaled with a lower one, or where none is known. Until
+    2026-12-06 it was 200 W whatever the board: a T4 (70 W), an L4 or an A10 never counted as loaded,
+    its R was never fitted and no thermal throttle was ever predicted on it (an audit's T4 ramping
+    +4 °C/min at 60 W throttled unwarned; with 20 W it was called 2 min ahead, as at 500 W of 700)."""
+    plim = s[i, G_PLIM]
+    if plim < facts.POWER_LIMIT_W:  # (False for NaN: no limit known)
+        return params[P_LOAD_MIN] * plim / facts.POWER_LIMIT_W  # type: ignore[no-any-return]
+    return params[P_LOAD_MIN]  # type: ignore[no-any-return]
+
+
+def load_min_of_all(s: np.ndarray, params: np.ndarray) -> np.ndarray:
+    """:func:`load_min_of` of every GPU of the fit's state ``s``."""
+    plim = s[:, G_PLIM]
+    with np.errstate(invalid="ignore"):
+        return np.where(plim < facts.POWER_LIMIT_W, params[P_LOAD_MIN] * plim / facts.POWER_LIMIT_W,
+                        params[P_LOAD_MIN])
+
+
+@inline
 def model_step(s: np.ndarray, i: int, off: int, dt: float, temp: float, power: float,
                inlet: float, params: np.ndarray, d: np.ndarray) -> tuple[bool, float]:
     """Fit one first-order model (core or HBM) of GPU ``i`` on one sample. Returns whether the
@@ -369,7 +392,7 @@ def model_step(s: np.ndarray, i: int, off: int, dt: float, temp: float, power: f
     rl = s[i, off + M_RL]
     pf = s[i, off + M_PF]
     pf_next = pf if power != power else (power if pf != pf else a * pf + (1.0 - a) * power)
-    loaded = inlet == inlet and pf_next > params[P_LOAD_MIN]
+    loaded = inlet == inlet and pf_next > load_min_of(s, i, params)
     stale = s[i, off + M_STALE]
     catching = loaded and rl == rl and (stale < 0.0 or stale >= STALE_R_S)
     excited, ratio = False, np.nan
@@ -506,7 +529,7 @@ def observe(obs: tuple[np.ndarray, ...], row: int, s: np.ndarray, n_models: int,
     inlet, source = read_inlet(ts, parents[i, 1], parents[i, 0], racks, nodes, params[P_STALE])
     if inlet == inlet:
         if s[i, G_USRC] == s[i, G_USRC] and s[i, G_USRC] != source:
-            switch_inlet_source(s, i, n_models, inlet, params[P_LOAD_MIN])
+            switch_inlet_source(s, i, n_models, inlet, load_min_of(s, i, params))
         s[i, G_USRC] = source
     if power == power:
         pr = s[i, G_PREF]
@@ -614,13 +637,14 @@ def _fit_kernel(obs: tuple[np.ndarray, ...], lo: int, hi: int, parents: np.ndarr
         # (R - R_nominal) * P on boards above nominal, and a healthy HBM under it is no stuck sensor
         src = s[i, G_USRC]
         from_rack = src == src and src != INLET_RACK_PROXY and src != INLET_NODE_PROXY
+        load_min = load_min_of(s, i, params)
         for m in range(N_MODELS):
             temp = obs[X_TEMP][row] if m == CORE else obs[X_HBM][row]
             off = G_SIZE + m * M_SIZE
             # a loaded die colder than its inlet is a stuck sensor, no reading (DIE_BELOW_INLET); loaded:
             # this sample's power, else (none) the power filtered so far
             cold = from_rack and -50.0 < temp < inlet - DIE_BELOW_INLET_C and (
-                power > params[P_LOAD_MIN] or (power != power and s[i, off + M_PF] > params[P_LOAD_MIN]))
+                power > load_min or (power != power and s[i, off + M_PF] > load_min))
             n_cold += cold
             if not (temp == temp and -50.0 < temp < 200.0) or cold:
                 # no temperature, the clock moved on (G_TS): the next reading's step is one poll, its

@@ -268,6 +268,20 @@ def test_tim_degradation_predicted_well_ahead_and_only_on_that_gpu():
     assert "R 0.0" in first[0].reason and "inlet" in first[0].reason
 
 
+def test_a_low_power_board_is_fitted_and_its_tim_degradation_predicted():
+    """A 70-W board (a T4, an L4) working at 60 W: the fit's least power under load scales with the
+    enforced limit (until 2026-12-06 it was 200 W on any board: never loaded, its R never fitted, its
+    throttle never predicted — the one real dcgm-exporter scrape shipped is a T4's)."""
+    topo = small_topology()
+    world = World(topo, faults=[Fault("tim_degradation", 5, 1800, 0.6, "f1")], seed=1, load_w=60.0,
+                  power_limit_w=70.0, r_core=0.75, r_hbm=0.3, power_noise_w=1.0)
+    frames, events = world.run(5 * 3600)
+    onset = next(e.time for e in events if e.type == "thermal_throttle_start")
+    first = preds(run(th.ThermalDetector(topo), frames))
+    assert {p.slot for p in first} == {5}
+    assert onset - first[0].ts >= 300  # at least five minutes of warning, as on a 700-W board
+
+
 def test_an_hbm_heading_for_its_limit_is_a_thermal_throttle_on_its_way():
     """NVML's SW thermal slowdown holds the memory under its max operating temperature (95 °C) as
     well as the die under its own, so a GPU whose HBM cooling path degrades throttles with its core

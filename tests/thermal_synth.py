@@ -40,6 +40,10 @@ class World:
     tau_core: float = 25.0
     tau_hbm: float = 80.0
     r_hbm: float = 0.028
+    # the board: its enforced power limit and its core's resistance (a 700-W H100/H200 by default; a
+    # 70-W T4 is ~0.75 °C/W)
+    power_limit_w: float = facts.POWER_LIMIT_W
+    r_core: float = facts.THERMAL_RESISTANCE_C_PER_W
     faults: list[Fault] = field(default_factory=list)
     idle_gpus: tuple[int, ...] = ()
     t0: float = 1_700_000_000.0
@@ -49,7 +53,7 @@ class World:
         rng = np.random.default_rng(self.seed)
         topo = self.topology
         n, n_racks = topo.size("gpu"), topo.size("rack")
-        r_core = facts.THERMAL_RESISTANCE_C_PER_W * (1 + 0.03 * rng.standard_normal(n))
+        r_core = self.r_core * (1 + 0.03 * rng.standard_normal(n))
         r_hbm = self.r_hbm * (1 + 0.03 * rng.standard_normal(n))
         demand = self.load_w * (1 + 0.02 * rng.standard_normal(n))
         demand[list(self.idle_gpus)] = facts.IDLE_POWER_W
@@ -90,8 +94,8 @@ class World:
                     dem[f.target] += f.rate * (t - f.onset)
                     fault_of[f.target] = f
             u = inlet[rack_of]
-            power = np.minimum(dem, facts.POWER_LIMIT_W)
-            cap_bit = dem >= facts.POWER_LIMIT_W
+            power = np.minimum(dem, self.power_limit_w)
+            cap_bit = dem >= self.power_limit_w
             # the SW thermal limiter holds the core at its limit and the HBM at its own (NVML's
             # SW thermal slowdown): the power that does it
             hold = np.minimum((limit - u) / r_now, (facts.HBM_MAX_OPERATING_TEMP_C - u) / r_hbm_now)
@@ -108,7 +112,7 @@ class World:
             cols = {
                 "gpu_temp": np.round(temp), "hbm_temp": np.round(hbm),
                 "power": power + self.power_noise_w * rng.standard_normal(n),
-                "power_limit": np.full(n, facts.POWER_LIMIT_W), "throttle_reasons": reasons,
+                "power_limit": np.full(n, self.power_limit_w), "throttle_reasons": reasons,
                 "energy": energy.copy(),
                 "sm_clock": np.where(therm_bit | cap_bit, 0.85, 1.0) * facts.SM_CLOCK_MAX_HZ,
                 "sm_clock_max": np.full(n, facts.SM_CLOCK_MAX_HZ),
