@@ -16,7 +16,8 @@ from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from foreshock.recording import RecordingError
 
-from .common import LIVE_INTERVAL, cluster_gpus, finite_number, sim_interval, stop_on_signals, until_unreadable
+from .common import (LIVE_INTERVAL, cluster_gpus, cluster_option, finite_number, node_named, sim_interval,
+                     stop_on_signals, until_unreadable)
 from .kafka_options import kafka_options, settings_from
 
 SOURCES = ("simulator", "replay", "dcgm", "nvidia-smi", "nvml", "infiniband", "dom", "ethtool", "redfish", "cdu")
@@ -49,6 +50,7 @@ READ_BY: dict[str, tuple[str, ...]] = {
     "seed": ("simulator",),
     "duration": ("simulator",),
     "forget-after": ("dcgm",),
+    "cluster": tuple(source for source in LIVE if source != "cdu"),
 }
 # what a source does instead, for the message of an option it does not read
 INSTEAD = {("interfaces", "infiniband"): "polls every port under --root",
@@ -60,6 +62,9 @@ INSTEAD = {("interfaces", "infiniband"): "polls every port under --root",
            **{("speed", source): "polls every --interval" for source in LIVE},
            **{("duration", source): "runs until --polls, or a signal" for source in LIVE},
            ("now", "simulator"): "starts its clock now anyway",
+           ("cluster", "replay"): "keeps the recording's topology and its cluster",
+           ("cluster", "simulator"): "names its own cluster",
+           ("cluster", "cdu"): "reads the --topology file, whose cluster name stands",
            ("interval", "replay"): "keeps the recording's own timing (--speed paces it)",
            ("polls", "replay"): "ends with the recording",
            ("polls", "simulator"): "ends after --duration"}
@@ -103,15 +108,23 @@ def options_given(ctx: click.Context, *names: str) -> dict[str, object]:
 def open_source(source: str, path: str | None, url: str | None, executable: str | None, root: str | None,
             interfaces: str | None, interval: float | None, polls: int | None, host: str | None,
             speed: float | None, now: bool, gpus: int, scenario: str, seed: int, duration: float | None,
-            topology_path: str | None = None, node_flag: str = "--host") -> tuple[Iterable[Any], Any]:
+            topology_path: str | None = None, node_flag: str = "--host",
+            cluster: str | None = None) -> tuple[Iterable[Any], Any]:
     """(frames, topology or a callable giving it once known) for a source; `agent` publishes the
     frames, `record` writes them to a recording folder. A live source numbers its entities by
     the topology file at ``topology_path`` when given (its entity names must be the file's), else
     by one it derives from what it reads. A source that names its rows after this machine
     (``host``, else its host name; the option is ``node_flag``) is refused with a topology that
-    does not list that name: every row would be an unknown entity, the run silent for good."""
-    refuse_unread_options(source, path=path, url=url, executable=executable, root=root, interfaces=interfaces)
+    does not list that name: every row would be an unknown entity, the run silent for good. A live
+    source's derived topology names its cluster ``cluster``, else
+    :data:`~foreshock.streams.polling.DERIVED_CLUSTER`, whatever the source; with ``topology_path``,
+    ``cluster`` is refused (the file names its own)."""
+    refuse_unread_options(source, path=path, url=url, executable=executable, root=root, interfaces=interfaces,
+                          cluster=cluster)
     topology = None
+    if topology_path is not None and cluster is not None:
+        raise click.UsageError("--cluster names the cluster of a topology derived from what the source reads; the "
+                               "--topology file names its own (its 'cluster:'), which stands")
     if topology_path is not None:
         if source in ("replay", "simulator"):
             raise click.UsageError(f"--topology is for live sources; --source {source} brings its own")
@@ -201,6 +214,10 @@ def open_source(source: str, path: str | None, url: str | None, executable: str 
             raise click.UsageError(f"--url: {exc}") from None
     else:  # pragma: no cover - click.Choice
         raise click.UsageError(f"unknown source {source}")
+    if topology is None:  # (NVML, dom, ethtool and Redfish derive theirs when created: renamed)
+        from foreshock.streams.polling import DERIVED_CLUSTER
+
+        polled.name_cluster(cluster or DERIVED_CLUSTER)
     return polled, lambda: polled.topology
 
 
@@ -225,7 +242,9 @@ def open_source(source: str, path: str | None, url: str | None, executable: str 
               help="Live sources: the cluster's topology file, the same the workers use (default: one derived from "
                    "what the source reads, which only fits when this agent is the cluster's only one).")
 @click.option("--polls", type=click.IntRange(min=1), default=None, help="Stop after this many polls.")
-@click.option("--host", default=None, help="Node name for local sources (default: this host's name).")
+@click.option("--node", default=None, help="Node name for local sources (default: this host's name).")
+@click.option("--host", default=None, hidden=True, help="Deprecated: the old name of --node.")
+@cluster_option
 @click.option("--gpus", type=int, default=64, show_default=True, callback=cluster_gpus,
               help="simulator: cluster size in GPUs, a multiple of 8.")
 @click.option("--scenario", default="healthy", show_default=True, help="simulator: scenario name or YAML file.")
@@ -245,7 +264,8 @@ def open_source(source: str, path: str | None, url: str | None, executable: str 
 def command(source: str, kafka: str | None, user: str | None, password: str | None, namespace: str,
             partitions: int, path: str | None, speed: float | None, shift_now: bool, url: str | None,
             executable: str | None, root: str | None, interfaces: str | None, interval: float | None,
-            polls: int | None, host: str | None, gpus: int, scenario: str, seed: int, duration: float | None,
+            polls: int | None, node: str | None, host: str | None, cluster: str | None, gpus: int, scenario: str,
+            seed: int, duration: float | None,
             agent_id: str | None, linger_ms: float, compression: str, topology_path: str | None, metrics_port: int,
             metrics_host: str) -> None:
     """Publish telemetry from SOURCE to Kafka (telemetry.frames, Arrow IPC, partitioned by rack: a rack's nodes share a partition)."""
@@ -258,8 +278,9 @@ def command(source: str, kafka: str | None, user: str | None, password: str | No
 
     # a misplaced option is told before the broker is reached (open_source checks again, for record and watch)
     refuse_unread_options(source, **options_given(click.get_current_context(), "path", "url", "executable", "root",
-                                                  "interfaces", "host", "speed", "shift_now", "interval", "polls",
-                                                  "gpus", "scenario", "seed", "duration"))
+                                                  "interfaces", "node", "host", "speed", "shift_now", "interval",
+                                                  "polls", "gpus", "scenario", "seed", "duration", "cluster"))
+    host, node_flag = node_named(node, host, "agent")
     if source == "simulator":  # the simulator's cap (an hour) before the broker: LIVE_INTERVAL's is a poll's
         ctx = click.get_current_context()
         param = next(p for p in ctx.command.params if p.name == "interval")
@@ -277,7 +298,8 @@ def command(source: str, kafka: str | None, user: str | None, password: str | No
         speed = 1.0
     try:
         frames, topology = open_source(source, path, url, executable, root, interfaces, interval, polls, host,
-                                       speed, shift_now, gpus, scenario, seed, duration, topology_path)
+                                       speed, shift_now, gpus, scenario, seed, duration, topology_path, node_flag,
+                                       cluster)
     except click.ClickException:
         raise
     except Exception as exc:  # no NVIDIA driver for --source nvml, say: a clear error, as record and watch give
@@ -290,14 +312,14 @@ def command(source: str, kafka: str | None, user: str | None, password: str | No
     if metrics_port:
         from foreshock.exporters.prometheus import MetricsPortError, serve_health
 
-        def cluster() -> str:
+        def cluster_label() -> str:
             known = topology() if callable(topology) else topology
             return known.cluster if known is not None else ""
 
         try:
-            server = serve_health(health, cluster, metrics_host, metrics_port)
+            server = serve_health(health, cluster_label, metrics_host, metrics_port)
         except MetricsPortError as exc:
-            raise click.UsageError(exc.usage("--metrics-port", node_option="--host")) from None
+            raise click.UsageError(exc.usage("--metrics-port", node_option="--node")) from None
     console = Console(stderr=True)
     try:
         with Progress(SpinnerColumn(), TextColumn("[bold]agent[/bold] {task.fields[samples]:,} samples, "

@@ -94,6 +94,35 @@ def parse_params(items: Sequence[str]) -> dict[str, dict[str, Any]]:
     return out
 
 
+def cluster_name_arg(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
+    """A click callback for ``--cluster``: a name, not blank nor padded (a label no rule's matcher finds)."""
+    if value is not None and (not value.strip() or value != value.strip()):
+        raise click.BadParameter(f"a cluster name, not {value!r}")
+    return value
+
+
+cluster_option = click.option(
+    "--cluster", default=None, callback=cluster_name_arg,
+    help="The cluster label of the topology derived from what the source reads (default: 'default', the same for "
+         "every source, so that a cluster's GPU, InfiniBand and BMC sources, on one node or many, add up in one "
+         "cluster where rules aggregate by cluster; name it where several clusters share one Prometheus). A "
+         "--topology file names its own cluster, which stands: --cluster is refused with it.")
+"""``--cluster`` of ``watch``, ``record`` and ``agent`` (:data:`~foreshock.streams.polling.DERIVED_CLUSTER`)."""
+
+
+def node_named(node: str | None, host: str | None, command: str) -> tuple[str | None, str]:
+    """The node name ``--node`` or its deprecated alias ``--host`` gives (``record``, ``agent``: their
+    option had been ``--host``, while ``watch`` binds /metrics to its ``--host`` and names nodes
+    ``--node``), and the flag used, for messages. Both, naming different nodes: a usage error."""
+    if host is None:
+        return node, "--node"
+    if node is not None and node != host:
+        raise click.UsageError(f"--host is the old name of --node: give --node alone (not --node {node} --host {host})")
+    click.echo(f"{command}: --host NODE is deprecated, use --node NODE (as watch does, whose --host is the address "
+               "/metrics binds to)", err=True)
+    return host, "--host"
+
+
 def serve_options(func):  # type: ignore[no-untyped-def]
     func = click.option("--host", default="127.0.0.1", show_default=True,
                         help="Address of this machine that /metrics binds to (0.0.0.0: all of them).")(func)
@@ -163,7 +192,7 @@ def move_run(run: PipelineRun, topology: Topology, stage: str) -> str:
         # dropped: a host the source forgot (--forget-after)
         for sign, names in (("+", sorted(now - before)), ("-", sorted(before - now))):
             if names:
-                changes.append(f"{sign}{_count(len(names), label)} ({shown(names)})")
+                changes.append(f"{sign}{counted(len(names), label)} ({shown(names)})")
     line = (f"topology changed: {', '.join(changes) or 'renumbered'}; now {topology_holds(topology)}; detector, "
             "input guard and /metrics state kept by entity name")
     if fresh:
@@ -174,13 +203,14 @@ def move_run(run: PipelineRun, topology: Topology, stage: str) -> str:
 
 def topology_holds(topology: Topology) -> str:
     """What ``topology`` holds, in a few words: its GPUs, links and optics (those it has) on its nodes."""
-    held = [_count(topology.size(kind), label) for kind, label in (("gpu", "GPU"), ("link", "link"),
+    held = [counted(topology.size(kind), label) for kind, label in (("gpu", "GPU"), ("link", "link"),
                                                                    ("optic", "optic")) if topology.size(kind)]
-    return f"{', '.join(held) or 'no GPUs or links'} on {_count(topology.size('node'), 'node')}"
+    return f"{', '.join(held) or 'no GPUs or links'} on {counted(topology.size('node'), 'node')}"
 
 
-def _count(n: int, label: str) -> str:
-    return f"{n} {label}{'' if n == 1 else 's'}"
+def counted(n: int, label: str, plural: str | None = None) -> str:
+    """``n`` and ``label``, plural unless one: "1 node", "2 GPUs" (``plural``: "switches")."""
+    return f"{n:,} {label if n == 1 else plural or label + 's'}"
 
 
 def _hosts_of(gpus: Sequence[str], shown: int = 5) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import re
@@ -26,13 +27,14 @@ from foreshock.streams.alibaba import STATS, read_alibaba
 from foreshock.streams.dcgm import parse_dcgm_text, scrape_rounds, split_pages
 from foreshock.streams.infiniband import list_ports, port_topology, read_infiniband
 from foreshock.streams.nvidia_smi import (CaptureSection, capture_collected, capture_collected_at, capture_section_list,
-                                          capture_zone, newest_csv_stamp, parse_dmon, parse_query_gpu_chunks)
+                                          capture_zone, human_report, newest_csv_stamp, parse_dmon,
+                                          parse_query_gpu_chunks)
 from foreshock.streams.polling import with_board_ids
 from foreshock.streams.samples import (MAX_GPU_INDEX, GpuIndexError, SampleBatch, gpu_topology, line_chunks,
                                        split_gpu_entity)
 from foreshock.topology import Topology, TopologyError
 
-from .common import finite_number, overwrite_option, refuse_recording
+from .common import cluster_name_arg, finite_number, overwrite_option, refuse_recording
 
 FORMATS = ("dcgm", "nvidia-smi", "dmon", "alibaba", "sysfs", "jsonl")
 # 1e11 s since the epoch is the year 5138: larger stamps are ms, us or ns, not seconds
@@ -362,7 +364,8 @@ def _jsonl(text: str, path: Path, topology_path: Path | None, health: PipelineHe
               help="Recording folder to write; one that holds a recording already is refused unless --overwrite "
                    "is given.")
 @overwrite_option
-@click.option("--host", default=None, help="Node name when the capture does not say (nvidia-smi, dmon, sysfs).")
+@click.option("--node", "--host", "host", default=None,
+              help="Node name when the capture does not say (nvidia-smi, dmon, sysfs).")
 @click.option("--time", "at", default=None,
               help="ISO time of a single-snapshot capture (dcgm, sysfs), of a dcgm file's first scrape or of the "
                    "first dmon sample (without a zone: in --tz). Default: the capture's collected_at (each "
@@ -376,6 +379,10 @@ def _jsonl(text: str, path: Path, topology_path: Path | None, health: PipelineHe
               help="alibaba: which hourly statistic to import.")
 @click.option("--topology", "topology_path", default=None, type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="jsonl: topology.yaml the entities refer to (default: derived from HOST/gpuN names).")
+@click.option("--cluster", default=None, callback=cluster_name_arg,
+              help="The cluster label of the topology derived from the input (default: 'imported'; a sysfs tree's "
+                   "host; the Alibaba data set's own). A --topology file names its own cluster, which stands: "
+                   "--cluster is refused with it.")
 @click.option("--tz", "told_zone", default=None, callback=_parse_zone, metavar="ZONE",
               help="Time zone of times the input prints without one: nvidia-smi CSV timestamps, dmon -o DT, a "
                    "collected_at or --time without a zone (nvidia-smi prints its host's local time). UTC, an "
@@ -389,12 +396,16 @@ def _jsonl(text: str, path: Path, topology_path: Path | None, health: PipelineHe
                    "each page --interval after the one before (a file cannot tell such a loop from one endpoint "
                    "answering for different hosts, as a load-balanced Service does).")
 def command(fmt: str, path: Path, out: Path, overwrite: bool, host: str | None, at: str | None, interval: float,
-            stat: str, topology_path: Path | None, told_zone: tzinfo | None, round_of_hosts: bool) -> None:
+            stat: str, topology_path: Path | None, cluster: str | None, told_zone: tzinfo | None,
+            round_of_hosts: bool) -> None:
     """Import real captures (dcgm-exporter text, nvidia-smi CSV or dmon, the Alibaba optics CSV,
     an InfiniBand sysfs tree, JSON lines) into a recording folder.
 
     Every problem in the input is counted and listed in the summary; nothing is dropped silently.
     """
+    if cluster is not None and topology_path is not None:
+        raise click.UsageError("--cluster names the cluster of a topology derived from the input; the --topology "
+                               "file names its own (its 'cluster:'), which stands")
     refuse_recording(out, overwrite)  # before the input is read: a large capture takes a while to parse
     console = Console()
     health = PipelineHealth()
@@ -407,6 +418,12 @@ def command(fmt: str, path: Path, out: Path, overwrite: bool, host: str | None, 
     if fmt in LINE_FED_STAGES:
         text = _whole_lines(text, LINE_FED_STAGES[fmt], health)
     notes: dict[str, int] = {}
+    if fmt in ("nvidia-smi", "dmon") and not any(s.title.endswith((":: query-gpu", ":: dmon"))
+                                                  for s in capture_section_list(text)):
+        report = human_report(text)  # a capture file's -q sections are left alone: it is read by its banners
+        if report is not None:
+            raise click.ClickException(f"{path} holds {report}, which foreshock does not import; capture "
+                                       f"{nvidia_smi.READABLE}")
 
     if fmt == "dcgm":
         # a file of several scrapes: each its own samples, stamped --interval apart (their lines
@@ -432,9 +449,11 @@ def command(fmt: str, path: Path, out: Path, overwrite: bool, host: str | None, 
     elif fmt == "nvidia-smi":
         # board_ids: each row's own UUID, so a log spanning a board swap restarts that GPU in replay
         # each capture's rows in its own zone (a file may hold several captures appended)
+        seen: set[str] = set()  # a column not read: counted once over every section
         topology, frames = _gpu_import([batch for section in _sections(text, "query-gpu")
                                         for batch in parse_query_gpu_chunks(section.body, host, health, board_ids=True,
-                                                                            zone=_zone(section, told_zone))],
+                                                                            zone=_zone(section, told_zone),
+                                                                            columns_seen=seen)],
                                        health)
     elif fmt == "dmon":
         topology, frames = _gpu_import(_dmon_batches(text, host or "localhost", when, at is not None, interval,
@@ -461,6 +480,8 @@ def command(fmt: str, path: Path, out: Path, overwrite: bool, host: str | None, 
         why = "every row was rejected (see above)" if health.problems or notes else "the input holds no data"
         raise click.ClickException(f"no samples imported from {path}: {why}; {out} left unchanged")
 
+    if cluster is not None:  # (slots are by name: the frames stand)
+        topology = dataclasses.replace(topology, cluster=cluster)
     meta: dict[str, object] = {"source": f"import:{fmt}", "imported_from": str(path)}
     interval_s = _interval(frames)
     if interval_s is not None:

@@ -40,7 +40,7 @@ from foreshock.streams.polling import PollingSource
 from foreshock.topology import Topology
 
 from .agent import URL_HELP, open_source, options_given, refuse_unread_options
-from .common import LIVE_INTERVAL, finite_number, refuse_recording, stop_on_signals
+from .common import LIVE_INTERVAL, cluster_option, finite_number, node_named, refuse_recording, stop_on_signals
 
 LIVE_SOURCES = ("dcgm", "nvidia-smi", "nvml", "infiniband", "dom", "ethtool", "redfish", "cdu")
 
@@ -81,9 +81,10 @@ def hurry(source: object) -> None:
         source.stop()
 
 
-def live_source_options(node_flag: str = "--host"):  # type: ignore[no-untyped-def]
-    """The options that choose and configure a live source (``record``, ``watch``); the node-name
-    option is ``node_flag`` (``watch`` serves /metrics on ``--host``, so it names nodes ``--node``)."""
+def live_source_options(host_alias: bool = False):  # type: ignore[no-untyped-def]
+    """The options that choose and configure a live source (``record``, ``watch``). The node-name
+    option is ``--node`` on both; with ``host_alias`` (``record``, whose option it was) ``--host`` too,
+    a deprecated alias (:func:`node_named`): ``watch`` serves /metrics on ``--host``."""
     options = [
         click.option("--source", type=click.Choice(LIVE_SOURCES), required=True, help="What to poll."),
         click.option("--duration", type=click.FloatRange(min=0, min_open=True, max=LONGEST_WAIT_S), default=None,
@@ -99,10 +100,13 @@ def live_source_options(node_flag: str = "--host"):  # type: ignore[no-untyped-d
                      help="nvidia-smi / dom / ethtool: the program to run (default nvidia-smi / ethtool)."),
         click.option("--root", default=None, help="infiniband: the sysfs root (default /sys/class/infiniband)."),
         click.option("--interfaces", default=None, help="dom / ethtool (-m / -S): comma-separated network interfaces."),
-        click.option(node_flag, "node", default=None, help="Node name for local sources (default: this host's name)."),
+        click.option("--node", "node", default=None, help="Node name for local sources (default: this host's name)."),
+        *([click.option("--host", "host_alias", default=None, hidden=True,
+                        help="Deprecated: the old name of --node.")] if host_alias else []),
         click.option("--topology", "topology_path", type=click.Path(exists=True, dir_okay=False), default=None,
                      help="The cluster's topology file to name entities by (default: one derived from what the "
                           "source reads)."),
+        cluster_option,
     ]
 
     def apply(func):  # type: ignore[no-untyped-def]
@@ -114,13 +118,13 @@ def live_source_options(node_flag: str = "--host"):  # type: ignore[no-untyped-d
 
 def open_live_source(source: str, url: str | None, executable: str | None, root: str | None, interfaces: str | None,
                      interval: float | None, polls: int | None, node: str | None,
-                     topology_path: str | None, node_flag: str = "--host",
+                     topology_path: str | None, node_flag: str = "--node", cluster: str | None = None,
                      ) -> tuple[PollingSource, Callable[[], Topology | None]]:
     """The polled source and a callable giving its topology once known; a source that cannot
     open (no NVIDIA driver for nvml, say) is a clear error, not a traceback."""
     try:
         frames, topology_of = open_source(source, None, url, executable, root, interfaces, interval, polls, node,
-                                          None, False, 0, "", 0, None, topology_path, node_flag)
+                                          None, False, 0, "", 0, None, topology_path, node_flag, cluster)
     except click.UsageError:
         raise
     except Exception as exc:  # e.g. no NVIDIA driver for --source nvml
@@ -130,7 +134,7 @@ def open_live_source(source: str, url: str | None, executable: str | None, root:
 
 
 @click.command("record")
-@live_source_options()
+@live_source_options(host_alias=True)
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), required=True,
               help="The recording folder to write (created; must not hold a recording already).")
 @click.option("--commit-every", "commit_every", type=click.FloatRange(min=0, min_open=True), default=600.0,
@@ -139,12 +143,15 @@ def open_live_source(source: str, url: str | None, executable: str | None, root:
                    "a recorder that is killed (SIGKILL, out of memory, power cut) loses at most this much.")
 def command(source: str, out_dir: Path, commit_every: float, duration: float | None, polls: int | None,
             interval: float | None, url: str | None, executable: str | None, root: str | None,
-            interfaces: str | None, node: str | None, topology_path: str | None) -> None:
+            interfaces: str | None, node: str | None, host_alias: str | None, topology_path: str | None,
+            cluster: str | None) -> None:
     """Record live telemetry from SOURCE into a recording folder."""
     refuse_recording(out_dir)  # (no --overwrite: live telemetry cannot be recorded again)
-    refuse_unread_options(source, **options_given(click.get_current_context(), "node"))  # (open_source: the others)
+    # (open_source: the others)
+    refuse_unread_options(source, **options_given(click.get_current_context(), "node", "host_alias", "cluster"))
+    node, node_flag = node_named(node, host_alias, "record")
     polled, topology_of = open_live_source(source, url, executable, root, interfaces, interval, polls, node,
-                                           topology_path)
+                                           topology_path, node_flag, cluster)
     health: PipelineHealth = polled.health
     stopping = threading.Event()  # a stop is asked for: the poll in hand is waited for stop_within(polled) at most
     hurried = threading.Event()  # a second signal: the poll in hand is waited for WIND_DOWN_S at most

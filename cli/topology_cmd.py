@@ -28,6 +28,8 @@ from foreshock.streams.polling import run_command
 from foreshock.streams.slurm import jobs_from_squeue, with_jobs
 from foreshock.topology import Topology, TopologyError, take_or
 
+from .common import counted
+
 
 @click.group(name="topology")
 def command() -> None:
@@ -46,9 +48,10 @@ def show(topology_path: str) -> None:
     except TopologyError as exc:
         raise click.ClickException(str(exc)) from None
     sizes = {kind: topology.size(kind) for kind in ("gpu", "node", "rack", "link", "optic", "job")}
-    Console().print(f"{escape(topology_path)}: cluster {escape(topology.cluster)}, {len(topology.loops)} cooling loops, "
-                    f"{sizes['rack']} racks, {sizes['node']} nodes, {sizes['gpu']} GPUs, {sizes['link']} links, "
-                    f"{sizes['optic']} optics, {len(topology.switches)} switches, {sizes['job']} jobs; "
+    held = [counted(len(topology.loops), "cooling loop"), *(counted(sizes[kind], label) for kind, label in (
+        ("rack", "rack"), ("node", "node"), ("gpu", "GPU"), ("link", "link"), ("optic", "optic"))),
+        counted(len(topology.switches), "switch", "switches"), counted(sizes["job"], "job")]
+    Console().print(f"{escape(topology_path)}: cluster {escape(topology.cluster)}, {', '.join(held)}; "
                     f"fingerprints: hardware {topology.fingerprint()}, jobs {topology.fingerprint(jobs=True)}")
     print(json.dumps({"name": "topology show", **sizes, "hardware": topology.fingerprint(),
                       "jobs_fingerprint": topology.fingerprint(jobs=True)}))

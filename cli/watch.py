@@ -57,13 +57,13 @@ from foreshock.streams.redfish import CduSource, RedfishSource, parse_bmc_list
 from foreshock.topology import Topology
 
 from .agent import options_given, refuse_unread_options
-from .common import (LIVE_INTERVAL, PipelineRun, build_pipeline, detector_option, finish, finite_number, move_run,
-                     param_option, run_with_progress, serve_options, stop_on_signals, stop_server)
+from .common import (LIVE_INTERVAL, PipelineRun, build_pipeline, counted, detector_option, finish, finite_number,
+                     move_run, param_option, run_with_progress, serve_options, stop_on_signals, stop_server)
 from .record import STOP_CHECK_S, WIND_DOWN_S, hurry, live_source_options, open_live_source, stop_within
 
 
 @click.command("watch")
-@live_source_options(node_flag="--node")
+@live_source_options()
 @click.option("--bmc", default=None,
               help="Also poll these nodes' BMCs over Redfish beside SOURCE (chassis fans and power): "
                    "NODE=https://BMC[,...], or one URL alone: the BMC of the node --node names (default: this "
@@ -85,8 +85,8 @@ from .record import STOP_CHECK_S, WIND_DOWN_S, hurry, live_source_options, open_
 @serve_options
 def command(source: str, duration: float | None, polls: int | None, interval: float | None, url: str | None,
             executable: str | None, root: str | None, interfaces: str | None, node: str | None,
-            topology_path: str | None, bmc: str | None, bmc_interval: float, cdu: str | None, cdu_interval: float,
-            forget_after: float, detectors: str | None,
+            topology_path: str | None, cluster: str | None, bmc: str | None, bmc_interval: float, cdu: str | None,
+            cdu_interval: float, forget_after: float, detectors: str | None,
             params: tuple[str, ...], host: str, port: int, findings_path: str | None, top_k: int) -> None:
     """Watch a live SOURCE: poll it, run the detectors on every poll, serve /metrics."""
     # open_source checks the options of one source; --node also names a --bmc URL alone's node
@@ -102,7 +102,7 @@ def command(source: str, duration: float | None, polls: int | None, interval: fl
         raise click.UsageError("--forget-after is for a topology derived from the source; a --topology file never "
                                "drops a host")
     polled, topology_of = open_live_source(source, url, executable, root, interfaces, interval, polls, node,
-                                           topology_path, node_flag="--node")
+                                           topology_path, node_flag="--node", cluster=cluster)
     bmcs = _bmc_list(bmc, node)
     cdus = _cdu_list(cdu, topology_path)
     if source == "dcgm" and topology_path is None \
@@ -168,10 +168,11 @@ def command(source: str, duration: float | None, polls: int | None, interval: fl
         run.store.use_wall_clock()
         for other in others:
             other.counts_samples = False
-        extra = "".join(f" and {len(found)} {what}" for found, what in ((bmcs, "BMCs"), (cdus, "CDUs")) if found)
-        links = f", {topology.size('link')} links" if topology.size("link") else ""
+        extra = "".join(f" and {counted(len(found), what)}" for found, what in ((bmcs, "BMC"), (cdus, "CDU")) if found)
+        links = f", {counted(topology.size('link'), 'link')}" if topology.size("link") else ""
         console.print(f"[dim]watching {source}{extra}: "
-                      f"{topology.size('gpu')} GPUs, {topology.size('node')} nodes{links}, a poll every "
+                      f"{counted(topology.size('gpu'), 'GPU')}, {counted(topology.size('node'), 'node')}{links}, "
+                      "a poll every "
                       f"{polled.interval:g} s "
                       "(Ctrl-C stops)[/dim]")
         follower = _TopologyFollower(polled, topology, others)
@@ -280,9 +281,12 @@ def _bmc_sources(bmc: str | None, bmcs: dict[str, str], interval: float, node: s
         # a derived topology may grow: the BMCs' rows are numbered by their own nodes then, and
         # _TopologyFollower puts them on the pipeline's topology of the moment, by name (numbered
         # by the first, a node taken in later had its rows refused as unknown for good)
-        return [RedfishSource(bmcs, interval=interval, topology=topology if fixed else None, health=health)]
+        polled = RedfishSource(bmcs, interval=interval, topology=topology if fixed else None, health=health)
     except ValueError as exc:  # its settings from the environment (FORESHOCK_BMC_*)
         raise click.UsageError(f"--bmc: {exc}") from None
+    if not fixed:  # its own nodes' topology, in the source's cluster (--cluster)
+        polled.name_cluster(topology.cluster)
+    return [polled]
 
 
 def _shown(names: Sequence[str], most: int = 8) -> str:

@@ -82,6 +82,14 @@ SCRAPE_TOO_SLOW = "scrape too slow"
 """The problem counted for a scrape whose page was not whole within the source's ``timeout``."""
 PAGE_TOO_LARGE = "page too large"
 """The problem counted for a page longer than :data:`MAX_PAGE_BYTES`."""
+GPU_DISAPPEARED = "GPU disappeared from page"
+"""The problem counted for a GPU served at the previous page read and absent from this one (the
+exporter's face of a GPU fallen off the bus, XID 79, which nvidia-smi and NVML count as ``GPU lost or
+requires reset``; or its node or exporter gone from a federation): once each time it goes, not at
+every page while it stays away, and named in the log each time (as ``port disappeared`` of an IB
+port). It is logged, not counted, when it is back. The first page after polls that read none judges
+no GPU gone (a federation back from a restart serves its targets as it scrapes them again): one
+still absent from the page after it is counted then."""
 NO_ROWS = "no GPU rows in page"
 """The problem counted for a page served (HTTP 200) that gave no GPU row: empty, comments only, or
 every line refused. A poll that read nothing is not a quiet one (nvidia-smi's ``NO_ROWS`` alike)."""
@@ -504,6 +512,9 @@ class DcgmScrapeSource(PollingSource):
         self._taken: deque[Topology] = deque(maxlen=TAKEN_MAX)  # the topologies taken since taken_topologies()
         self.reads_boards = True
         self._boards = GpuBoards(self.health, STAGE)  # per listed GPU, the UUID last served
+        self._served: set[str] = set()  # the listed GPUs the last page read served
+        self._gone: set[str] = set()  # listed GPUs counted as disappeared and not served since
+        self._unread = False  # a poll since the last page read read none (down, or an empty page)
 
     def scrape(self) -> str | None:
         """The exporter's page, or None (counted) when it could not be had. A body cut short
@@ -563,7 +574,7 @@ class DcgmScrapeSource(PollingSource):
         now = self.clock()
         text = self.scrape()
         if text is None:
-            self._out = True
+            self._out = self._unread = True
             return []
         uuids: dict[str, str] | None = {} if self.reads_boards else None
         batch = parse_dcgm_text(text, now, self.health, self.default_host, self.counted_once, uuids)
@@ -572,18 +583,45 @@ class DcgmScrapeSource(PollingSource):
             # a federation that lost its targets) was as quiet as a healthy one
             self.health.problem(STAGE, NO_ROWS, detail=f"{self.url}: a page of {len(text)} characters gave no GPU "
                                                        "row (empty, comments only, or every line refused)")
-            self._out = True
+            self._out = self._unread = True
             return []
         if self._topology is None:
-            self._topology = gpu_topology([batch])
+            self._topology = gpu_topology([batch], self.cluster)
             self._served_at = self.silence_clock()
             self._heard = np.full(self._topology.size("node"), self._served_at)
         else:
             self._follow(batch, self.silence_clock())
+        self._note_gone(batch, self._topology)
         if uuids:
             batch = self._boards.tag(batch, uuids, self._topology)
         batch = self._new_rows(batch, self._topology)
         return [batch.to_frame(self._topology, self.health, STAGE)] if len(batch) else []
+
+    def _note_gone(self, batch: SampleBatch, topology: Topology) -> None:
+        """Count (:data:`GPU_DISAPPEARED`) and log each listed GPU the last page read served and this
+        one does not, once as it goes; log each one counted that is served again. A poll that read no
+        page says nothing of any GPU: it is not here (the exporter down is ``scrape failed``); nor does
+        the first page read after it (:data:`GPU_DISAPPEARED`), whose absent GPUs stay to be judged."""
+        slots = topology.slots("gpu", batch.entities)
+        served = {name for name, slot in zip(batch.entities, slots) if slot >= 0}
+        gone = sorted(self._served - served) if not self._unread else []
+        back = sorted(self._gone & served)
+        listed = set(topology.gpus) if self._unread else set()  # (a host forgotten meanwhile is no longer judged)
+        self._served = served if not self._unread else served | (self._served & listed)
+        self._unread = False
+        if back:
+            self._gone.difference_update(back)
+            log.warning("%s: %d GPU%s served again after disappearing from the page: %s", STAGE, len(back),
+                        "" if len(back) == 1 else "s", _names(back))
+        if not gone:
+            return
+        self._gone.update(gone)
+        what = (f"{len(gone)} GPU{'' if len(gone) == 1 else 's'} served at the last scrape absent from {self.url}: "
+                f"{_names(gone)} (fallen off the bus, XID 79, or its node or exporter gone); no value is read of "
+                "it until it is back")
+        if self.health.problems.get((STAGE, GPU_DISAPPEARED), 0):  # (the first is logged by health)
+            log.warning("%s: %s", STAGE, what)
+        self.health.problem(STAGE, GPU_DISAPPEARED, len(gone), detail=what)
 
     def taken_topologies(self) -> list[Topology]:
         """The topologies this source has switched to since the last call, oldest first. Between two
@@ -650,6 +688,8 @@ class DcgmScrapeSource(PollingSource):
         for name in gone:  # a host served again is a new one: no last row, no board to compare
             self._last_ts.pop(name, None)
             self._boards.uuids.pop(name, None)
+            self._gone.discard(name)
+            self._served.discard(name)
         # ... nor its sentinels counted: kept, one key per (metric, GPU) grew with every host that came and went
         gone_suffixes = tuple(f"@{name}" for name in gone)
         self.counted_once -= {k for k in self.counted_once if k.endswith(gone_suffixes)}

@@ -362,11 +362,13 @@ def _judge_saturation(key: str, name: str, value: float, saturated: set[str] | N
                 key, int(top), NATIVE_BITS.get(name, 32))
 
 
-def port_topology(host: str, ports: list[tuple[str, str]], link_names: Mapping[str, str] | None = None) -> Topology:
+def port_topology(host: str, ports: list[tuple[str, str]], link_names: Mapping[str, str] | None = None,
+                  cluster: str | None = None) -> Topology:
     """One host's ports as links ``<host>/<dev>/<port>``, or as ``link_names`` names them
     (``"<dev>/<port>"`` -> link; see :func:`host_link_topology`)."""
     names = link_names or {}
-    return host_link_topology(host, [(dev, names.get(f"{dev}/{port}", f"{host}/{dev}/{port}")) for dev, port in ports])
+    return host_link_topology(host, [(dev, names.get(f"{dev}/{port}", f"{host}/{dev}/{port}")) for dev, port in ports],
+                              cluster)
 
 
 class InfinibandSource(PollingSource):
@@ -435,7 +437,7 @@ class InfinibandSource(PollingSource):
     def _derive(self, ports: list[tuple[str, str]]) -> None:
         if ports:
             self._ports = list(ports)
-            self._topology = port_topology(self.host, self._ports, self.link_names)
+            self._topology = port_topology(self.host, self._ports, self.link_names, self.cluster)
 
     def _follow(self, ports: list[tuple[str, str]]) -> None:
         """Take in the ports a derived topology lacks once found in :data:`UNLISTED_POLLS`
@@ -447,7 +449,7 @@ class InfinibandSource(PollingSource):
             if not steady:
                 return
             self._ports += sorted(steady, key=lambda p: (p[0], len(p[1]), p[1]))
-            self._topology = port_topology(self.host, self._ports, self.link_names)
+            self._topology = port_topology(self.host, self._ports, self.link_names, self.cluster)
             self._taken.append(self._topology)
             log.warning("%s: took in %d port%s found after the start: %s; the topology now lists %d links",
                         STAGE, len(steady), "" if len(steady) == 1 else "s",

@@ -129,6 +129,15 @@ _PREFIXED_UNITS = ("W", "Hz", "s")
 """The printed units a stated one converts to when it is the same with another SI prefix (``mW``,
 ``kW``, ``GHz``, ``kHz``, ``ms``)."""
 
+UNMAPPED_COLUMN = "unknown column ignored"
+"""The problem counted once for each CSV column whose name no ``--query-gpu`` has (a header garbled on
+the way: ``power.dr@w [W]``, ``power.draw [W``): its cells are not read, so the field it was meant to
+be is NaN throughout without another word; the first names are logged (as dcgm's ``unmapped metric
+ignored``). A column named as a query is (:data:`_QUERY_NAME`) that the field table does not map
+(``driver_version``: the real captures ask for 200 such) is not counted: nvidia-smi refuses a name it
+does not know, so it is a query asked for, not bad input. (A garbled name that still looks like a query,
+``power.drw``, cannot be told from one.) The live source asks only for the names it reads."""
+
 NO_ROWS = "no GPU rows in output"
 """The problem counted for a poll whose nvidia-smi exited 0 printing no GPU row (nothing, or its
 header alone): a poll that read nothing is not a quiet one."""
@@ -148,6 +157,12 @@ R535 have neither counter (no ``clocks_throttle_reasons_counters`` alias exists)
 _HW_THERMAL_SCALE = 1e-6  # µs, as the SW counter the table reads (its ``*1e-6``)
 _GPU_ID_COLUMNS = ("pci.bus_id",)
 """What tells a host's GPUs apart in a CSV without an ``index`` column, before :data:`_UUID_COLUMNS`."""
+_UNMAPPED_NAMED = 5
+"""Unknown column names the problem's log line names; it counts the rest."""
+_QUERY_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*(?:\.[A-Za-z0-9_]+)*")
+"""What a ``--query-gpu`` name looks like (``timestamp``, ``clocks_event_reasons.hw_slowdown``)."""
+"""Unmapped column names the problem's log line names; it counts the rest."""
+
 
 EXIT_MEANING = {9: "the NVIDIA driver is not loaded",
                 15: "a GPU has fallen off the bus or is otherwise inaccessible",
@@ -195,6 +210,27 @@ class CaptureSection:
         if self.collected is None:
             return None
         return (self.collected if self.collected.tzinfo else self.collected.replace(tzinfo=zone)).timestamp()
+
+
+_REPORT_MARKS = (
+    (re.compile(r"^=+\s*NVSMI LOG\s*=+\s*$", re.MULTILINE), "nvidia-smi -q (the human-readable report)"),
+    (re.compile(r"^\|\s*NVIDIA-SMI\s+\S+.*Driver Version", re.MULTILINE), "nvidia-smi's default table"),
+)
+_CSV_HEADER = re.compile(r"^\s*timestamp\s*,", re.MULTILINE)
+_DMON_HEADER = re.compile(r"^#\s*(?:Date\s+Time\s+)?(?:Time\s+)?gpu\b", re.MULTILINE)
+READABLE = ("`nvidia-smi --query-gpu=timestamp,index,temperature.gpu,power.draw,... --format=csv` (add -l SECONDS "
+            "for a log) for --format nvidia-smi, or `nvidia-smi dmon` for --format dmon")
+"""What the nvidia-smi importers read, for the message refusing another of its outputs."""
+
+
+def human_report(text: str) -> str | None:
+    """What nvidia-smi output ``text`` is when it is one foreshock does not read and holds nothing it
+    does (neither a ``--query-gpu`` CSV header nor a ``dmon`` one): ``nvidia-smi -q``'s report or the
+    default table; None otherwise. Each of its lines had been counted as ``no timestamp column``
+    (251 for one GPU's ``-q``) without a word of what to capture instead (:data:`READABLE`)."""
+    if _CSV_HEADER.search(text) or _DMON_HEADER.search(text):
+        return None
+    return next((what for mark, what in _REPORT_MARKS if mark.search(text)), None)
 
 
 def capture_section_list(text: str) -> list[CaptureSection]:
@@ -321,7 +357,8 @@ def parse_query_gpu(text: str, host: str | None = None, health: PipelineHealth |
                     ts: float | None = None, columns: Sequence[str] | None = None,
                     uuids: dict[str, str] | None = None, faults: dict[str, str] | None = None,
                     numbered: dict[str, dict[str, int]] | None = None, once: set[str] | None = None,
-                    board_ids: bool = False, zone: tzinfo = timezone.utc) -> SampleBatch:
+                    board_ids: bool = False, zone: tzinfo = timezone.utc,
+                    columns_seen: set[str] | None = None) -> SampleBatch:
     """Parse ``nvidia-smi --query-gpu=... --format=csv`` output into a gpu batch.
 
     ``host`` names the node when the CSV has no usable ``hostname`` column (default
@@ -363,6 +400,10 @@ def parse_query_gpu(text: str, host: str | None = None, health: PipelineHealth |
     ``once`` (a live source's own set, :func:`~.polling.count_once`) counts what its query lacks
     at every poll, such as T.Limit without the memory temperature (:data:`TLIMIT_WITHOUT_MEMORY`),
     the first time only.
+
+    A column foreshock does not read is counted once by name (:data:`UNMAPPED_COLUMN`): once per call,
+    or, with ``columns_seen`` (the names counted so far: a long file's chunks, its sections), once
+    over all of them; ``once`` serves where ``columns_seen`` is not given.
     """
     health = health if health is not None else PipelineHealth()
     lines = [line for line in text.splitlines() if line.strip()]
@@ -377,8 +418,9 @@ def parse_query_gpu(text: str, host: str | None = None, health: PipelineHealth |
         header = list(columns)
     faults = faults if faults is not None else {}
     numbered = numbered if numbered is not None else {}
+    seen = columns_seen if columns_seen is not None else once if once is not None else set()
     batches = [_read_query_rows(part_header, part, host or "localhost", ts, problems, health, uuids, faults, numbered,
-                                once, board_ids, zone)
+                                once, board_ids, zone, seen)
                for part_header, part in _header_parts(header, rows)]
     for reason, count in problems.items():
         health.problem(STAGE, reason, count)
@@ -424,7 +466,7 @@ def _read_query_rows(header: list[str], rows: list[list[str]], fallback: str, ts
                      problems: Counter[str], health: PipelineHealth, uuids: dict[str, str] | None,
                      faults: dict[str, str], numbered: dict[str, dict[str, int]],
                      once: set[str] | None = None, board_ids: bool = False,
-                     zone: tzinfo = timezone.utc) -> SampleBatch:
+                     zone: tzinfo = timezone.utc, columns_seen: set[str] | None = None) -> SampleBatch:
     """:func:`parse_query_gpu` for rows under one header; their problems added to ``problems``."""
     names = [_UNIT.sub("", h).strip() for h in header]
     # the unit each header states (None: it states none, as ``--format=csv,noheader`` columns)
@@ -472,6 +514,7 @@ def _read_query_rows(header: list[str], rows: list[list[str]], fallback: str, ts
     values: dict[str, np.ndarray] = {}
     row_fault: dict[int, str] = {}  # row -> the most serious fault its cells say
     lookup = source_index("nvidia_smi")
+    _count_unmapped([name for name in col_of if name not in lookup], columns_seen, health)
     for name, i in col_of.items():
         mapped = lookup.get(name)
         if mapped is None:
@@ -520,6 +563,18 @@ def _read_query_rows(header: list[str], rows: list[list[str]], fallback: str, ts
     if board_ids and (uuid_name := next((name for name in _UUID_COLUMNS if name in col_of), None)):
         values["board_id"] = _row_board_ids(cols[col_of[uuid_name]])
     return SampleBatch("gpu", list(entities), times, entity, values)
+
+
+def _count_unmapped(names: list[str], seen: set[str] | None, health: PipelineHealth) -> None:
+    """Count each of ``names`` (a header's columns the field table does not map) that is no query's
+    name, once (:data:`UNMAPPED_COLUMN`), those already in ``seen`` not again."""
+    fresh = [name for name in names if _QUERY_NAME.fullmatch(name) is None and count_once(seen, f"column {name}")]
+    if fresh:
+        shown = ", ".join(repr(name) for name in fresh[:_UNMAPPED_NAMED])
+        rest = len(fresh) - _UNMAPPED_NAMED
+        health.problem(STAGE, UNMAPPED_COLUMN, len(fresh),
+                       detail=shown + (f" +{rest} more" if rest > 0 else "") + ": no --query-gpu name (a header "
+                       "garbled?); their cells not read")
 
 
 def _thermal_time(sw: np.ndarray, sw_none: np.ndarray, hw: np.ndarray, hw_none: np.ndarray) -> np.ndarray:
@@ -765,11 +820,12 @@ def _says_none(tokens: Sequence[str]) -> np.ndarray:
 
 def parse_query_gpu_chunks(text: str, host: str | None = None, health: PipelineHealth | None = None,
                            chunk_rows: int = 50_000, board_ids: bool = False,
-                           zone: tzinfo = timezone.utc) -> Iterator[SampleBatch]:
+                           zone: tzinfo = timezone.utc, columns_seen: set[str] | None = None) -> Iterator[SampleBatch]:
     """:func:`parse_query_gpu` over a long CSV (``nvidia-smi --query-gpu=... -l 1`` left running
     for days), ``chunk_rows`` lines at a time: parsed whole, its cells as Python strings took
     about ten times the file's size in memory; a chunk's strings are freed once it is columnar.
-    ``board_ids``: each row's ``board_id`` from its UUID, ``zone`` the timestamps' (:func:`parse_query_gpu`)."""
+    ``board_ids``: each row's ``board_id`` from its UUID, ``zone`` the timestamps', ``columns_seen`` the
+    columns not read counted so far (:func:`parse_query_gpu`; without it, each counted once over the chunks)."""
     pos = 0
     for line in line_chunks(text, 1):  # the header is the first line that is not blank
         pos += len(line)
@@ -785,9 +841,10 @@ def parse_query_gpu_chunks(text: str, host: str | None = None, health: PipelineH
     # their numbers, and a header line (two captures appended) holds for the chunks after it
     faults: dict[str, str] = {}
     numbered: dict[str, dict[str, int]] = {}
+    seen = columns_seen if columns_seen is not None else set()
     for piece in line_chunks(text, chunk_rows, pos):
         yield parse_query_gpu(piece, host, health, columns=header, faults=faults, numbered=numbered,
-                              board_ids=board_ids, zone=zone)
+                              board_ids=board_ids, zone=zone, columns_seen=seen)
         header = _last_header(piece, header)
 
 
@@ -988,7 +1045,7 @@ class NvidiaSmiSource(PollingSource):
         if self._topology is None:
             if not len(batch):
                 return []
-            self._topology = gpu_topology([batch])
+            self._topology = gpu_topology([batch], self.cluster)
         else:
             self._follow(batch)
         if uuids:

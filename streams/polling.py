@@ -21,6 +21,7 @@ processed; each source says "replaced" by the rule of :class:`GpuBoards`, which 
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import logging
 import os
 import queue
@@ -211,6 +212,14 @@ CLOCK_STEP_S = 1.0
 second; a step of a second or more is a clock set (at boot, by hand, ``chronyd makestep``)."""
 
 
+DERIVED_CLUSTER = "default"
+"""The ``cluster`` of a topology a live source derives from what it reads (no topology file), the same
+for every source (``--cluster`` names another): dcgm and nvidia-smi had named it ``imported``,
+InfiniBand, dom and ethtool after the host, Redfish ``redfish``, so one node's GPU, IB and BMC
+watches landed in three clusters of the Prometheus rules that aggregate ``by (cluster)``. One name
+for all, not the host's: the watches of a cluster's nodes, one per node, add up in one cluster."""
+
+
 class PollingSource:
     """Base class: subclasses implement :meth:`poll` and set :attr:`topology` (maybe lazily).
 
@@ -241,6 +250,7 @@ class PollingSource:
         self.polls = 0
         self._stop = threading.Event()
         self._topology: Topology | None = None
+        self.cluster = DERIVED_CLUSTER  # the cluster a topology derived from what it reads is named
         self.counted_once: set[str] = set()
         # A source that never reads anything must still show it: problems over samples read is
         # how ForeshockInputProblems judges an agent, and a ratio needs both series.
@@ -251,6 +261,15 @@ class PollingSource:
     def topology(self) -> Topology | None:
         """The topology frames' slots refer to (None until the first successful poll derives it)."""
         return self._topology
+
+    def name_cluster(self, name: str) -> None:
+        """Name the cluster of the topology this source derives from what it reads (:attr:`cluster`,
+        :data:`DERIVED_CLUSTER` by default): the one it holds already, if it derived one when created
+        (NVML, dom, ethtool, Redfish), and those it derives later. Only for a source given no
+        topology: a topology file's own cluster name stands."""
+        self.cluster = name
+        if self._topology is not None and self._topology.cluster != name:
+            self._topology = dataclasses.replace(self._topology, cluster=name)
 
     def poll(self) -> list[Frame]:
         """Read the system once; return the frames (empty when nothing could be read)."""
@@ -552,7 +571,7 @@ class EthtoolSource(PollingSource):
         self.executable = executable
         self.timeout = timeout
         self._topology = topology if topology is not None else host_link_topology(
-            self.host, [(iface, self.link_of(entity)) for iface, entity in self.interfaces.items()])
+            self.host, [(iface, self.link_of(entity)) for iface, entity in self.interfaces.items()], self.cluster)
 
     def link_of(self, entity: str) -> str:
         """The link an interface's entity belongs to (the entity itself for link sources)."""

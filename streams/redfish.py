@@ -96,7 +96,7 @@ from foreshock.frames import Frame
 from foreshock.health import PipelineHealth
 from foreshock.topology import UNKNOWN, Topology
 
-from .polling import PollingSource, count_once
+from .polling import DERIVED_CLUSTER, PollingSource, count_once
 from .samples import SampleBatch
 
 STAGE = "redfish"
@@ -1150,7 +1150,7 @@ def _env_rpm(name: str) -> float | None:
     return value
 
 
-def node_topology(nodes: list[str], cluster: str = "redfish") -> Topology:
+def node_topology(nodes: list[str], cluster: str = DERIVED_CLUSTER) -> Topology:
     """Nodes whose racks and GPUs the BMCs do not tell: every node in the one ``unknown`` rack."""
     return Topology.from_dict({
         "cluster": cluster,
@@ -1267,7 +1267,7 @@ class RedfishSource(_ParallelPolled):
             ParallelReads(self.workers, "redfish")
         self._idle = threading.Event()  # no poll in hand (wind_down)
         self._idle.set()
-        self._topology = topology if topology is not None else node_topology(self.nodes)
+        self._topology = topology if topology is not None else node_topology(self.nodes, self.cluster)
 
     def read_one(self, node: str) -> tuple[float, float, float, FanReadings] | None:
         """``(ts, fan_speed, psu_power, what was read)`` of one node, or None when its BMC failed

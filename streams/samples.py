@@ -110,7 +110,8 @@ def parse_tokens(tokens: Sequence[str]) -> tuple[np.ndarray, int, int]:
     """Parse a column of tokens; returns ``(values, bad, nans)``.
 
     ``bad`` counts non-numeric tokens (they become NaN); ``nans`` counts tokens that spelled
-    NaN literally (a value the source produced but that carries no information).
+    NaN literally, with a unit after it or not (``nan``, ``nan W``: a value the source produced
+    but that carries no information).
     """
     out, bad, nans, _ = parse_tokens_units(tokens)
     return out, bad, nans
@@ -127,8 +128,8 @@ def parse_tokens_units(tokens: Sequence[str]) -> tuple[np.ndarray, int, int, dic
         value, ok, unit = parse_token_unit(token)
         if not ok:
             bad += 1
-        elif value != value and token.strip().lower() == "nan":
-            nans += 1
+        elif value != value and token.strip().lower() not in _MISSING_TOKENS:
+            nans += 1  # "nan", and "nan W" with its unit: a NaN the source printed, not "no value"
         if unit:
             units.setdefault(unit, []).append(i)
         out[i] = value
@@ -312,18 +313,19 @@ def gpu_topology(batches: Iterable[SampleBatch], cluster: str = "imported") -> T
     return Topology.from_gpu_hosts(pairs, cluster=cluster)
 
 
-def host_link_topology(host: str, links: Sequence[tuple[str, str]]) -> Topology:
+def host_link_topology(host: str, links: Sequence[tuple[str, str]], cluster: str | None = None) -> Topology:
     """A topology for one host's network ports when the cluster's is not known.
 
     ``links`` holds ``(device, link_name)`` pairs (an HCA or NIC and one of its ports). The
     host is a node without GPUs (sysfs and ethtool do not say which GPU a NIC serves), each
     device a switch of tier ``hca``, each port a link from its device to ``unknown-peer``
     with its local optic at end ``a``. Links from a switch have no leaf, so leaf-level
-    grouping does not apply to them.
+    grouping does not apply to them. The cluster is named ``cluster``, else after the host (an import
+    of a sysfs tree; live sources name it :data:`~foreshock.streams.polling.DERIVED_CLUSTER`).
     """
     devices = sorted({device for device, _ in links})
     return Topology.from_dict({
-        "cluster": host,
+        "cluster": host if cluster is None else cluster,
         "rows": [{"name": UNKNOWN, "cooling_loop": UNKNOWN}],
         "racks": [{"name": UNKNOWN, "row": UNKNOWN}],
         "nodes": [{"name": host, "rack": UNKNOWN, "gpus": 0}],

@@ -123,7 +123,7 @@ def test_without_a_topology_file_a_named_bmc_node_not_yet_served_is_taken(tmp_pa
     """A derived topology may grow (a node added later): a named BMC it lacks yet is no usage error."""
     result = watch("--bmc", "node8=http://127.0.0.1:1/", "--port", "0", "--findings", str(tmp_path / "f.jsonl"))
     assert result.exit_code == 0, result.output
-    assert "and 1 BMCs" in result.output
+    assert "and 1 BMC:" in result.output
 
 
 @pytest.mark.parametrize("source, beside", [("redfish", "--bmc"), ("cdu", "--cdu")])

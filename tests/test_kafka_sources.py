@@ -167,7 +167,7 @@ def test_an_agent_serves_its_own_counters_while_it_runs(kafka_settings, dcgm_exp
         deadline = time.monotonic() + 30
         # the sample, not the family's HELP line: that is served before the first poll is read
         # (whose problems then carry no cluster yet), and the test used to stop at it now and then
-        while 'foreshock_agent_samples_read_total{cluster="imported"' not in text and time.monotonic() < deadline:
+        while 'foreshock_agent_samples_read_total{cluster="default"' not in text and time.monotonic() < deadline:
             time.sleep(0.2)
             try:
                 text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2).read().decode()
@@ -176,8 +176,8 @@ def test_an_agent_serves_its_own_counters_while_it_runs(kafka_settings, dcgm_exp
     finally:
         out, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err[-2000:]
-    assert 'foreshock_agent_samples_read_total{cluster="imported",kind="gpu"}' in text
-    assert 'foreshock_input_problems_total{cluster="imported",reason="unmapped metric ignored",stage="dcgm"}' in text
+    assert 'foreshock_agent_samples_read_total{cluster="default",kind="gpu"}' in text
+    assert 'foreshock_input_problems_total{cluster="default",reason="unmapped metric ignored",stage="dcgm"}' in text
     with pytest.raises(OSError):
         urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2)
 

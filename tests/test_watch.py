@@ -174,7 +174,7 @@ def test_watch_reads_gpus_and_the_nodes_bmc_together(tmp_path: Path, shared_data
     finally:
         bmc.close()
     assert result.exit_code == 0, result.output
-    assert "and 1 BMCs" in result.output
+    assert "and 1 BMC:" in result.output
     found = [finding_from_dict(json.loads(line)) for line in (tmp_path / "findings.jsonl").read_text().splitlines()]
     fans = [f for f in found if f.type == "anomaly" and f.entity_kind == "node" and f.field == "fan_speed"]
     assert fans and "h200-test reads 0% of full speed" in fans[0].reason

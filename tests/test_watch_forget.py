@@ -247,10 +247,10 @@ def test_watch_forgets_a_host_gone_for_long_and_the_others_keep_their_state_by_n
     forgot = [r.getMessage() for r in caplog.records if "forgot" in r.getMessage()]
     assert len(forgot) == 1 and forgot[0].startswith("dcgm: forgot 1 host none of whose GPUs was served for over "
                                                      "20 min: node0 (20 min); 8 GPUs")
-    assert 'foreshock_topology_changes_total{cluster="imported",stage="dcgm"} 1.0' in metrics
+    assert 'foreshock_topology_changes_total{cluster="default",stage="dcgm"} 1.0' in metrics
     assert sorted(set(_gpu_series(metrics))) == ["node1", "node2"] and len(_gpu_series(metrics)) == 16
     summary = json.loads(result.output.strip().splitlines()[-1])
-    assert summary["input_problems"] == 0
+    assert summary["input_problems"] == 8  # node0's 8 GPUs, counted once each as they left the page
 
     (before, saved, guard_before), (after, moved, guard_after) = states
     assert before.nodes == ["node0", "node1", "node2"] and after.nodes == ["node1", "node2"]
@@ -304,7 +304,7 @@ def test_an_incident_open_on_a_forgotten_host_is_resolved_when_the_host_is_dropp
             last[f["incident_id"]] = f
     on_node0 = [f for f in last.values() if f["root_entity"] == "node0"]
     assert on_node0 and all(f["state"] == "resolved" and "left the topology" in f["reason"] for f in on_node0)
-    assert 'foreshock_incidents_open{cluster="imported",root_kind="node"} 1.0' not in metrics
+    assert 'foreshock_incidents_open{cluster="default",root_kind="node"} 1.0' not in metrics
     assert not [line for line in metrics.splitlines()
                 if line.startswith("foreshock_incident_members{") and 'root_entity="node0"' in line]
 

@@ -111,14 +111,14 @@ def test_a_gpu_whose_board_is_swapped_starts_its_detector_state_afresh(boards, m
     lines = [r.getMessage() for r in caplog.records if "replaced" in r.getMessage()]
     assert len(lines) == 1 and lines[0].startswith(f"GPU {SWAPPED} replaced: UUID GPU-")
     assert "-> GPU-0f1e2d3c-new0-board-0000-000000000003" in lines[0]
-    assert 'foreshock_gpus_replaced_total{cluster="imported",stage="dcgm"} 1.0' in metrics
+    assert 'foreshock_gpus_replaced_total{cluster="default",stage="dcgm"} 1.0' in metrics
     # the source only carried the new board (board_id): the pipeline's guard found it and restarted the GPU
     old = lines[0].split("UUID ", 1)[1].split(" ", 1)[0]
     restarted = [r.getMessage() for r in caplog.records if "another board in its slot" in r.getMessage()]
     assert restarted == [f"GPU {SWAPPED}: another board in its slot (board_id {uuid_number(old)} -> "
                          f"{uuid_number('GPU-0f1e2d3c-new0-board-0000-000000000003')}); its detector state starts "
                          "afresh (input guard and /metrics state kept, but for the old board's limits and flags)"]
-    assert 'foreshock_gpus_replaced_total{cluster="imported",stage="guard"} 1.0' in metrics
+    assert 'foreshock_gpus_replaced_total{cluster="default",stage="guard"} 1.0' in metrics
     assert "foreshock_topology_changes_total{" not in metrics  # the topology is the same one
 
     for name in ("thermal", "cooling"):
