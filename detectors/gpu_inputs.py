@@ -47,7 +47,10 @@ def inline(func: F) -> F:
     return numba.njit(**INLINE_OPTIONS)(func)  # type: ignore[no-any-return]
 
 
-KERNEL_OPTIONS: dict[str, Any] = {**JIT_OPTIONS, "_nrt": False}
+# numpy's error model: a division by zero gives inf or NaN, as the kernels' references in Python-float
+# terms never see (their inputs are checked first), instead of Python's check-and-raise before every
+# division: 3-4 % of the bank's tick (bench fastest ticks 245 -> 234 ns per GPU at 10 s, 2026-12-06)
+KERNEL_OPTIONS: dict[str, Any] = {**JIT_OPTIONS, "_nrt": False, "error_model": "numpy"}
 INLINE_OPTIONS: dict[str, Any] = {**KERNEL_OPTIONS, "inline": "always"}
 
 # rack state columns: time of the last inlet sample and its value; the inlet one and two
