@@ -21,6 +21,7 @@ from rich.table import Table
 from rich.text import Text
 
 from foreshock.detectors.incidents import REFIRE_NOTE, REFIRE_TIME
+from foreshock.detectors.thermal_fit import PARAMS as THERMAL_PARAMS
 from foreshock.events import Event
 from foreshock.findings import Anomaly, Finding, Incident, Prediction
 from foreshock.frames import Frame
@@ -374,7 +375,12 @@ def _predictions_table(tally: FindingTally, console: Console, t0: float, max_row
         if e.what.startswith("predict "):
             grouped.setdefault((e.what[len("predict "):], e.rack or "-"), []).append(e)
     if not grouped:
-        console.print("predictions: none")
+        span = tally.last_ts - tally.first_ts
+        warmup = THERMAL_PARAMS["warmup_s"]
+        # (a short live run said "none" and nothing else: the forecasts had not started)
+        console.print("predictions: none" + (
+            f" (the thermal forecasts speak once a GPU has worked {warmup / 60:g} minutes, by default: "
+            f"this run's telemetry covers {span / 60:.1f} min)" if math.isfinite(span) and span < warmup else ""))
         return
     # a group per row, with its first prediction; the reasons (a few hundred characters each) are
     # printed below at the console's full width, the first of each event kind: in a column they

@@ -49,3 +49,25 @@ def test_one_fault_left_out_is_one_more_fault() -> None:
     text = _summary(PipelineHealth(), events, max_rows=2)
     assert "1 more fault " in text and "1 more faults" not in text
     assert "2 more faults" in _summary(PipelineHealth(), events, max_rows=1)
+
+
+def test_no_prediction_from_a_run_shorter_than_the_forecasts_warm_up_says_why() -> None:
+    """A live watch of a few minutes printed "predictions: none" and nothing more (an audit): the
+    thermal forecasts had not started. A run longer than the warm-up says "none" alone."""
+    from rich.console import Console
+
+    from foreshock.detectors.thermal_fit import PARAMS
+    from foreshock.exporters.console import FindingTally, render_summary
+    from foreshock.health import PipelineHealth
+    from foreshock.topology import Topology
+
+    def said(span_s: float) -> str:
+        tally = FindingTally(Topology.from_gpu_hosts([("n0", 0)]))
+        tally.first_ts, tally.last_ts = 1.7e9, 1.7e9 + span_s
+        console = Console(record=True, width=200)
+        render_summary(tally, PipelineHealth(), console=console)
+        return next(line for line in console.export_text().splitlines() if line.startswith("predictions:"))
+
+    assert said(240.0) == (f"predictions: none (the thermal forecasts speak once a GPU has worked "
+                           f"{PARAMS['warmup_s'] / 60:g} minutes, by default: this run's telemetry covers 4.0 min)")
+    assert said(PARAMS["warmup_s"] + 60) == "predictions: none"
