@@ -1418,7 +1418,11 @@ class IncidentEngine:
             if level == NODE:
                 n = len(self.dom.gpus_in(root))
                 if not gpus:
-                    return hint, f"{name} runs hot per watt against its rack: node fans or airflow; its GPUs not throttling yet"
+                    # the node's own finding, which is either of the two (both read as the signal
+                    # fan_degraded): it said "runs hot per watt" of a BMC's fan reading alone, with no GPU
+                    # telemetry read at all (an audit, 2026-12-06)
+                    return hint, (f"{name}'s airflow: a chassis fan slowed or stopped, or its GPUs hotter per watt "
+                                  "than their own history or their rack; its GPUs not throttling yet")
                 return hint, f"{len(gpus)} of {n} GPUs of {name} heating together: node fans or airflow"
             if level == RACK:
                 return hint, (f"{len(gpus)} GPUs on {len({m.anc[1] for m in gpus})} nodes of {name} heating"

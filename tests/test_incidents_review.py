@@ -248,3 +248,16 @@ def test_a_checkpoint_from_before_predictions_were_kept_per_detector_still_loads
     withdrawn.load_state_dict(state)
     out = run(withdrawn, [thermal(200.0, g, eta=eta, active=False)], start=110.0, until=3000.0)
     assert resolved_at(out) <= 200.0 + quiet + 10.0
+
+
+
+def test_a_nodes_fan_alone_is_not_said_as_heat_per_watt():
+    """A BMC's fan reading is the only evidence (a Redfish-only watch, no GPU telemetry): the
+    incident said the node "runs hot per watt against its rack", a comparison nothing made (an
+    audit, 2026-12-06). Its words name both findings the node's signal stands for."""
+    fans = [Anomaly(float(t), "node", 5, "fan_speed", 0.9, "cooling", "a chassis fan of node5 reads 10% of full "
+                    "speed: stopped") for t in range(60, 900, 60)]
+    (updates,) = by_id(run(IncidentEngine(TOPO), fans, until=900.0)).values()
+    assert updates[-1].root_entity == "node5"
+    assert updates[-1].reason.startswith("node5's airflow: a chassis fan slowed or stopped")
+    assert "runs hot per watt" not in updates[-1].reason
