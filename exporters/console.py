@@ -395,8 +395,9 @@ def _predictions_table(tally: FindingTally, console: Console, t0: float, max_row
     for (event, rack), entries in ordered[:max_rows]:
         first = min(entries, key=lambda e: e.first_ts)
         # a negative ETA is "no finite forecast" (``power_cap``'s -1), not a past one: "-0.0 min" read as due
+        # and 0 is under way when first said (a congestion standing now), not "ETA 0.0 min"
         eta = ("" if first.eta_s != first.eta_s else "ETA unknown" if first.eta_s < 0
-               else f"ETA {first.eta_s / 60:.1f} min")
+               else "under way" if first.eta_s == 0 else f"ETA {first.eta_s / 60:.1f} min")
         rows.append((event, rack, str(len(entries)), _clock(first.first_ts, t0), first.entity, eta))
         why.setdefault(event, first)
     # in the last column, the widest: in the rack column it widened that one by half the table's spare

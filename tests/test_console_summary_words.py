@@ -71,3 +71,25 @@ def test_no_prediction_from_a_run_shorter_than_the_forecasts_warm_up_says_why() 
     assert said(240.0) == (f"predictions: none (the thermal forecasts speak once a GPU has worked "
                            f"{PARAMS['warmup_s'] / 60:g} minutes, by default: this run's telemetry covers 4.0 min)")
     assert said(PARAMS["warmup_s"] + 60) == "predictions: none"
+
+
+def test_a_prediction_under_way_when_first_said_reads_so_not_as_eta_0() -> None:
+    """An InfiniBand congestion standing now is predicted with ETA 0: the table read "ETA 0.0 min"
+    (a live audit); it reads "under way"."""
+    from rich.console import Console
+
+    from foreshock.exporters.console import FindingTally, render_summary
+    from foreshock.findings import Prediction
+    from foreshock.health import PipelineHealth
+    from foreshock.topology import Topology
+
+    topo = Topology.from_gpu_hosts([("n0", 0), ("n0", 1)])
+    tally = FindingTally(topo)
+    tally.observe_findings([Prediction(1.7e9, "gpu", 0, "power_cap", 0.0, 0.9, "power", "at its cap"),
+                            Prediction(1.7e9, "gpu", 1, "thermal_throttle", 300.0, 0.9, "thermal", "warming")])
+    console = Console(record=True, width=200)
+    render_summary(tally, PipelineHealth(), console=console)
+    rows = console.export_text().splitlines()
+    assert "under way" in next(r for r in rows if "power_cap" in r and "n0/gpu0" in r)
+    assert "ETA 5.0 min" in next(r for r in rows if "thermal_throttle" in r and "n0/gpu1" in r)
+    assert not any("ETA 0.0 min" in r for r in rows)
