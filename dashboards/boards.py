@@ -301,12 +301,15 @@ def pipeline(cfg: MixinConfig) -> Dashboard:
             timeseries("Ingest lag", Target(f"foreshock_ingest_lag_seconds{{{C}}}", "{{instance}}"), unit="s",
                        thresholds=[(None, "transparent"), (cfg.ingest_lag_s, "red")], threshold_lines=True),
             timeseries("Kafka consumer lag", Target(
-                f"max by (topic, partition) (foreshock_consumer_lag_records{{{C}}})", "{{topic}} {{partition}}"),
+                # "or vector(0)": a pipeline without Kafka (demo, watch, replay) has nothing waiting
+                f"max by (topic, partition) (foreshock_consumer_lag_records{{{C}}}) or on() vector(0)",
+                "{{topic}} {{partition}}"),
                 unit="short",
                 description="Records of each partition a worker has not processed yet (the partition's high "
                             "watermark less the worker's next offset): clock-free, where the ingest lag reads the "
                             "agents' send stamps. Rising: the workers fall behind; after a restart it falls by "
-                            "itself as a worker works through the records after its last checkpoint."),
+                            "itself as a worker works through the records after its last checkpoint. 0 without "
+                            "Kafka workers."),
             timeseries("Telemetry time behind wall clock", Target(
                 f"time() - foreshock_last_telemetry_timestamp_seconds{{{C}}}", "{{instance}}"), unit="s",
                 description="Large during replays of old recordings; in live mode it is the end-to-end delay."),
