@@ -161,7 +161,6 @@ _UNMAPPED_NAMED = 5
 """Unknown column names the problem's log line names; it counts the rest."""
 _QUERY_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*(?:\.[A-Za-z0-9_]+)*")
 """What a ``--query-gpu`` name looks like (``timestamp``, ``clocks_event_reasons.hw_slowdown``)."""
-"""Unmapped column names the problem's log line names; it counts the rest."""
 
 
 EXIT_MEANING = {9: "the NVIDIA driver is not loaded",
