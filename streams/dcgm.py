@@ -190,8 +190,10 @@ def _series(block: str, default_host: str, entities: dict[str, int],
     if labels is None:
         return "malformed labels"
     gpu = labels.get("gpu", "")
-    if not _is_int(gpu) or gpu.startswith("-"):
+    if not gpu.strip():
         return "series without a gpu label"
+    if not _is_int(gpu) or gpu.startswith("-"):
+        return "bad GPU index"  # gpu="-1", gpu="zero": a label, but no index (it read as none until 2026-12-06)
     digits = gpu.lstrip("0")  # (int() refuses strings past 4300 digits, leading zeros included)
     if len(digits) > len(str(MAX_GPU_INDEX)) or int(digits or "0") > MAX_GPU_INDEX:
         return "bad GPU index"  # a derived topology would list every GPU up to it
@@ -299,7 +301,7 @@ def parse_dcgm_text(text: str, ts: float, health: PipelineHealth | None = None,
 
     details = {"future timestamp": f"up to {ahead:.0f} s after the scrape (limit {MAX_AHEAD_S:g} s): the line left "
                                    "out (a clock ahead, or a stamp not in milliseconds)",
-               "bad GPU index": f"a gpu label over {MAX_GPU_INDEX}: the series left out"}
+               "bad GPU index": f"a gpu label that is no index from 0 to {MAX_GPU_INDEX}: the series left out"}
     for reason, count in problems.items():
         health.problem(STAGE, reason, count, detail=details.get(reason, ""))
     if once is not None:

@@ -322,8 +322,18 @@ def test_unicode_digits_are_not_numbers() -> None:
     health = PipelineHealth()
     text = 'DCGM_FI_DEV_GPU_TEMP{gpu="²"} 5\nDCGM_FI_DEV_GPU_TEMP{gpu="1"} 5 ²'
     assert len(parse_dcgm_text(text, T0, health)) == 0
-    assert health.problems[("dcgm", "series without a gpu label")] == 1
+    assert health.problems[("dcgm", "bad GPU index")] == 1  # a label, no index
     assert health.problems[("dcgm", "malformed line")] == 1
+
+
+def test_a_gpu_label_that_is_no_index_is_a_bad_gpu_index_not_a_missing_label() -> None:
+    """gpu="-1" or gpu="zero" has a gpu label: it read "series without a gpu label" (an audit,
+    2026-12-06). A series with none, or an empty one, still reads so."""
+    health = PipelineHealth()
+    text = "\n".join(['DCGM_FI_DEV_GPU_TEMP{gpu="-1",Hostname="n1"} 5', 'DCGM_FI_DEV_GPU_TEMP{gpu="zero",Hostname="n1"} 5',
+                      'DCGM_FI_DEV_GPU_TEMP{gpu="",Hostname="n1"} 5', 'DCGM_FI_DEV_GPU_TEMP{Hostname="n1"} 5'])
+    assert len(parse_dcgm_text(text, T0, health)) == 0
+    assert dict(health.problems) == {("dcgm", "bad GPU index"): 2, ("dcgm", "series without a gpu label"): 2}
 
 
 def test_the_gpus_own_max_operating_temperatures_are_read_under_both_namings() -> None:
