@@ -436,21 +436,31 @@ def bundle_table(value: bytes | None, headers: Mapping[str, bytes]) -> tuple[str
                                                                            list[PieceRef]]:
     """(agent, sent, streams [(kind, bytes)], pieces) from a frames-topic record's headers;
     raises :class:`RecordError` ``bad_headers``."""
+    reading = ""  # the header being read, for the problem's words (a decode error names none)
+
+    def text(name: str) -> str:
+        nonlocal reading
+        reading = name
+        return headers[name].decode()
+
     try:
-        agent = headers[H_AGENT].decode()
-        sent = float(headers[H_SENT])
+        agent = text(H_AGENT)
+        sent = float(text(H_SENT))
         if H_PIECES in headers:
-            streams = [(k, int(n)) for k, n in (s.split(":") for s in headers[H_STREAMS].decode().split(";"))]
+            streams = [(k, int(n)) for k, n in (s.split(":") for s in text(H_STREAMS).split(";"))]
             pieces = []
-            for entry in headers[H_PIECES].decode().split(";"):
+            for entry in text(H_PIECES).split(";"):
                 kind, seq, part, parts, rows = entry.split(":")
                 pieces.append(PieceRef(kind, int(seq), int(part), int(parts), int(rows)))
         else:
-            kind = headers[H_KIND].decode()
+            kind = text(H_KIND)
             streams = [(kind, len(value or b""))]
-            pieces = [PieceRef(kind, int(headers[H_SEQ]), int(headers[H_PART]), int(headers[H_PARTS]), None)]
-    except (KeyError, ValueError, UnicodeDecodeError) as exc:
-        raise RecordError("bad_headers", f"missing or malformed header {exc}") from None
+            pieces = [PieceRef(kind, int(text(H_SEQ)), int(text(H_PART)), int(text(H_PARTS)), None)]
+    except KeyError as exc:
+        raise RecordError("bad_headers", f"missing or malformed header {exc}: missing") from None
+    except (ValueError, UnicodeDecodeError) as exc:
+        # (until 2026-12-06 the decode error stood where the header's name belongs)
+        raise RecordError("bad_headers", f"missing or malformed header {reading!r}: {exc}") from None
     for kind, size in streams:
         if size < 0:  # sizes that still add up to the value's would slice outside it
             raise RecordError("bad_headers", f"{kind} stream of {size} bytes")

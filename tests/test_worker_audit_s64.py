@@ -99,3 +99,19 @@ def test_metrics_are_served_while_the_worker_warms_up(tmp_path, monkeypatch) -> 
                                     metrics_port=port)
     faust_app.run_worker(config)
     assert answered == [200]
+
+
+def test_a_header_that_is_no_utf8_is_named_in_the_problem() -> None:
+    """A header whose value is no UTF-8 read "missing or malformed header 'utf-8' codec can't decode
+    byte ...": the decode error stood where the header's name belongs (an audit, 2026-12-06)."""
+    from foreshock.streams.kafka_codec import H_AGENT, H_SENT, RecordError, bundle_table
+
+    with pytest.raises(RecordError) as bad:
+        bundle_table(b"", {H_AGENT: b"\xff\xfeagent", H_SENT: b"1.0"})
+    assert f"malformed header {H_AGENT!r}: 'utf-8' codec can't decode" in str(bad.value)
+    with pytest.raises(RecordError) as bad:
+        bundle_table(b"", {H_AGENT: b"a1", H_SENT: b"soon"})
+    assert f"malformed header {H_SENT!r}: could not convert" in str(bad.value)
+    with pytest.raises(RecordError) as bad:
+        bundle_table(b"", {H_AGENT: b"a1"})
+    assert f"header {H_SENT!r}: missing" in str(bad.value)
