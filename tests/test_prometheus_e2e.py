@@ -7,7 +7,7 @@ Timing: the replay runs as fast as the CPU allows until the first prediction tha
 rule would accept, then paces telemetry so that the remaining time to the first throttle
 (ground truth, known from the recording) takes ``PACED_WALL_S`` of wall time — enough for the
 shipped rule's ``for`` plus scrape, evaluation and delivery, with margin — keeps that pace a few
-seconds past the throttle so scrapes see it, then runs fast again. The whole module takes about 1.5 minutes.
+seconds past the throttle so scrapes see it, then runs fast again. The whole module takes about 2.5 minutes.
 """
 
 from __future__ import annotations
@@ -42,7 +42,12 @@ SCENARIO = ROOT / "tests" / "data" / "prom_e2e_scenario.yaml"
 DETECTORS = ["thermal", "power", "cooling", "throttle_bits", "robust_zscore", "congestion", "link_errors", "optics",
              "straggler"]
 INTERVAL_S = 1.0
-PACED_WALL_S = 60.0  # wall seconds from the first prediction to the first throttle
+# Wall seconds from the first prediction to the first throttle. The alert holds only while the exported
+# ETA is over 0 (since 2026-12-06, stop 65), and the ETA counts down at the pace's speed-up: at 60 s
+# (6.7x) a first prediction whose ETA fell short of the throttle reached 0 before the rule's 30-s `for`
+# had passed, refreshed, and the alert never fired (2 runs of 3, stop 66); at 120 s (3.3x) it has twice
+# the room, as a real-time run has far more.
+PACED_WALL_S = 120.0
 # Wall seconds the pacing continues past the first throttle, so that several 1 s scrapes see the
 # throttled GPUs: unpaced, the ~300 s throttle episode replays in well under one scrape interval.
 PACED_AFTER_THROTTLE_WALL_S = 8.0
