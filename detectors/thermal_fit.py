@@ -378,10 +378,11 @@ def load_min_of_all(s: np.ndarray, params: np.ndarray) -> np.ndarray:
 
 @inline
 def model_step(s: np.ndarray, i: int, off: int, dt: float, temp: float, power: float,
-               inlet: float, params: np.ndarray, d: np.ndarray) -> tuple[bool, float]:
+               inlet: float, params: np.ndarray, d: np.ndarray, load_min: float) -> tuple[bool, float]:
     """Fit one first-order model (core or HBM) of GPU ``i`` on one sample. Returns whether the
     sample observes the time constant, and the ratio it observes it by: the caller updates
-    ``tau`` (:func:`learn_tau`) once the run's rows are fitted (see :func:`_fit_kernel`)."""
+    ``tau`` (:func:`learn_tau`) once the run's rows are fitted (see :func:`_fit_kernel`). ``load_min``:
+    the GPU's least power under load (:func:`load_min_of`), taken once per row for both models."""
     if s[i, off + M_DECAY_DT] == dt:
         a = s[i, off + M_DECAY]
     else:
@@ -392,7 +393,7 @@ def model_step(s: np.ndarray, i: int, off: int, dt: float, temp: float, power: f
     rl = s[i, off + M_RL]
     pf = s[i, off + M_PF]
     pf_next = pf if power != power else (power if pf != pf else a * pf + (1.0 - a) * power)
-    loaded = inlet == inlet and pf_next > load_min_of(s, i, params)
+    loaded = inlet == inlet and pf_next > load_min
     stale = s[i, off + M_STALE]
     catching = loaded and rl == rl and (stale < 0.0 or stale >= STALE_R_S)
     excited, ratio = False, np.nan
@@ -653,7 +654,7 @@ def _fit_kernel(obs: tuple[np.ndarray, ...], lo: int, hi: int, parents: np.ndarr
                 # 2026-12-02). No previous temperature, as after a gap: the next reading starts over
                 s[i, off + M_TPREV] = np.nan
                 continue
-            excited, ratio = model_step(s, i, off, dt, temp, power, inlet, params, decays)
+            excited, ratio = model_step(s, i, off, dt, temp, power, inlet, params, decays, load_min)
             if m == CORE:
                 pf = s[i, off + M_PF]
                 unsteady = params[P_R_NOM] * abs(power - pf)  # NaN (unknown) counts as steady
